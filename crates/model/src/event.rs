@@ -1,0 +1,79 @@
+//! What happened, for people (`baton describe --events`, `watch`, the simulator's timeline).
+//! Each job keeps a bounded history; responses carry the events an apply produced.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::name::Name;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub at_ms: u64,
+    pub job: Option<Name>,
+    pub node: Option<Name>,
+    pub kind: EventKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    Submitted,
+    Started {
+        attempt: u32,
+        nodes: BTreeMap<Name, Vec<u32>>,
+    },
+    /// Chosen as a victim; it checkpoints (or is suspended, requeued, cancelled).
+    Preempted {
+        by: Name,
+    },
+    /// Stopped after a preemption or pause; `checkpointed` tells whether it saved its work.
+    Stopped {
+        checkpointed: bool,
+    },
+    Requeued,
+    Suspended {
+        by: Name,
+    },
+    Resumed,
+    Paused,
+    Unpaused,
+    Succeeded,
+    Failed {
+        exit_code: i32,
+    },
+    Cancelled,
+    NodeRegistered,
+    NodeLost,
+    NodeReady,
+    NodeCordoned,
+    NodeUncordoned,
+    QueueUpdated {
+        queue: Name,
+    },
+}
+
+impl EventKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventKind::Submitted => "Submitted",
+            EventKind::Started { .. } => "Started",
+            EventKind::Preempted { .. } => "Preempted",
+            EventKind::Stopped { .. } => "Stopped",
+            EventKind::Requeued => "Requeued",
+            EventKind::Suspended { .. } => "Suspended",
+            EventKind::Resumed => "Resumed",
+            EventKind::Paused => "Paused",
+            EventKind::Unpaused => "Unpaused",
+            EventKind::Succeeded => "Succeeded",
+            EventKind::Failed { .. } => "Failed",
+            EventKind::Cancelled => "Cancelled",
+            EventKind::NodeRegistered => "NodeRegistered",
+            EventKind::NodeLost => "NodeLost",
+            EventKind::NodeReady => "NodeReady",
+            EventKind::NodeCordoned => "NodeCordoned",
+            EventKind::NodeUncordoned => "NodeUncordoned",
+            EventKind::QueueUpdated { .. } => "QueueUpdated",
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Jobs: what a user submits (`JobSpec`) and what the cluster knows of it (`Job`).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::{Lend, ReplicaAlloc};
+use crate::event::Event;
+use crate::name::Name;
+use crate::resources::Resources;
+
+/// Assigned by the state machine in submission order; never reused.
+pub type JobId = u64;
+
+/// A job's priority: a class name, or an integer (then the job is preemptible).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PriorityRef {
+    Class(Name),
+    Value(i32),
+}
+
+/// A group of identical replicas. A replica never spans nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub name: Name,
+    pub replicas: u32,
+    pub resources: Resources,
+    /// Narrows the job's pools for this task; `None`: the job's pools.
+    pub pools: Option<Vec<Name>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Topology {
+    /// The whole gang on one node.
+    Node,
+    /// The whole gang in one rack.
+    Rack,
+}
+
+/// What happens to a job when it is preempted (decisions.md section 7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PreemptionMode {
+    /// Checkpoint, stop, and go back to the queue; resume from the checkpoint.
+    #[default]
+    Checkpoint,
+    /// Stop and go back to the queue; start over.
+    Requeue,
+    /// Stop for good.
+    Cancel,
+    /// SIGSTOP in place; SIGCONT on the same resources when the preemptor is gone.
+    Suspend,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: Name,
+    pub queue: Name,
+    pub priority: PriorityRef,
+    pub tasks: Vec<TaskSpec>,
+    /// Allowed pools in preference order; `None`: any pool.
+    pub pools: Option<Vec<Name>>,
+    pub topology: Option<Topology>,
+    pub preemption_mode: PreemptionMode,
+    /// Time a victim gets to checkpoint after its signal before it is killed.
+    pub grace_ms: u64,
+    /// After each start, the job cannot be preempted for this long (anti-thrash).
+    pub min_runtime_ms: u64,
+    /// What an agent runs; empty in the simulator.
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Signal asking the job to checkpoint and exit (default SIGTERM).
+    pub checkpoint_signal: Option<String>,
+}
+
+impl JobSpec {
+    /// Every replica's resources added up.
+    pub fn total(&self) -> Resources {
+        let mut r = Resources::new();
+        for t in &self.tasks {
+            r.add(&t.resources.times(u64::from(t.replicas)));
+        }
+        r
+    }
+
+    pub fn replica_count(&self) -> u32 {
+        self.tasks.iter().map(|t| t.replicas).sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum JobState {
+    Pending,
+    Running,
+    /// A victim checkpointing (or being paused) before it stops.
+    Preempting,
+    /// Stopped in place by a preemptor (mode suspend); holds its resources.
+    Suspended,
+    /// Checkpointed and held by a person until resumed.
+    Paused,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Preempting,
+        JobState::Suspended,
+        JobState::Paused,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    /// Holds an allocation that is in use (counts against nodes and quota).
+    pub fn is_active(self) -> bool {
+        matches!(self, JobState::Running | JobState::Preempting)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "Pending",
+            JobState::Running => "Running",
+            JobState::Preempting => "Preempting",
+            JobState::Suspended => "Suspended",
+            JobState::Paused => "Paused",
+            JobState::Succeeded => "Succeeded",
+            JobState::Failed => "Failed",
+            JobState::Cancelled => "Cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+/// Why a running job is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopWhy {
+    Preempted { by: JobId, mode: PreemptionMode },
+    Paused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopping {
+    pub why: StopWhy,
+    pub requested_ms: u64,
+    /// After this, the agent kills the process group (grace is over).
+    pub deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    /// Resolved from the class at submission, so a later class change does not move running work.
+    pub priority: i32,
+    pub preemptible: bool,
+    pub submitted_ms: u64,
+    /// Global submission counter: breaks ties between submissions at the same instant.
+    pub submit_seq: u64,
+    pub state: JobState,
+    /// Starts so far (1 after the first start); agents fence commands by it.
+    pub attempt: u32,
+    /// Where the current attempt runs (Running, Preempting, Suspended).
+    pub replicas: Vec<ReplicaAlloc>,
+    /// Parts of suspended jobs' resources this job runs on.
+    pub lent_from: Vec<Lend>,
+    /// Last start or resume.
+    pub started_ms: u64,
+    /// Last start, resume or checkpoint: work after it is lost if the job is killed.
+    pub progress_mark_ms: u64,
+    pub stopping: Option<Stopping>,
+    /// The job that last preempted this one, until it starts again.
+    pub preempted_by: Option<JobId>,
+    /// While Suspended: the preemptor its resources are lent to.
+    pub suspended_for: Option<JobId>,
+    /// Why the job waits, in words a person can act on.
+    pub reason: String,
+    /// A checkpoint exists to resume from.
+    pub has_checkpoint: bool,
+    pub exit_code: Option<i32>,
+    pub finished_ms: Option<u64>,
+    pub events: VecDeque<Event>,
+}
+
+impl Job {
+    /// GPUs held by the current attempt.
+    pub fn gpus(&self) -> u64 {
+        self.replicas.iter().map(|r| r.gpus.len() as u64).sum()
+    }
+
+    /// Node name to the GPU indices used there, for output and agents.
+    pub fn nodes(&self) -> BTreeMap<Name, Vec<u32>> {
+        let mut out: BTreeMap<Name, Vec<u32>> = BTreeMap::new();
+        for r in &self.replicas {
+            out.entry(r.node.clone()).or_default().extend(&r.gpus);
+        }
+        for gpus in out.values_mut() {
+            gpus.sort_unstable();
+        }
+        out
+    }
+
+    /// Rank key for submission order: earlier first.
+    pub fn submitted_key(&self) -> (u64, u64) {
+        (self.submitted_ms, self.submit_seq)
+    }
+}

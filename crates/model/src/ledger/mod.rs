@@ -1,0 +1,229 @@
+//! The ledger: derived, dense accounting of what every node and queue holds.
+//!
+//! It is rebuilt from the replicated state after a configuration change or a snapshot
+//! restore, and kept up to date incrementally as jobs start, stop, suspend and resume. Both
+//! the plan applier (in `State::apply`) and the scheduler (on its own clone) ask it the same
+//! two questions: what is free on a node for a given job, and may a queue take a demand.
+//!
+//! Vocabulary:
+//! - *kind*: a resource name interned to an index; `gpu` is always kind 0.
+//! - *occupant*: a job's share of a node, active (Running/Preempting) or held (Suspended).
+//!   A held share may be partly *lent* to the job that preempted it.
+//! - *reservation*: resources held for a preemptor while its victims checkpoint.
+//! - *tree*: the lending group of a queue, its top-level cohort (or the queues directly
+//!   under the root). The root's *unowned* capacity is shared by all trees.
+
+mod node;
+mod ops;
+mod quota;
+
+pub use node::{NodeAcct, NodeReservation, Occupant};
+pub use ops::Share;
+pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct, Undo};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::job::JobId;
+use crate::limits::MAX_RESOURCE_KINDS;
+use crate::name::Name;
+use crate::resources::{GPU, Resources};
+
+/// Quantities indexed by kind.
+pub type Vector = [u64; MAX_RESOURCE_KINDS];
+
+pub const ZERO: Vector = [0; MAX_RESOURCE_KINDS];
+
+/// Resource names in index order: `gpu` first, then by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kinds {
+    names: Vec<String>,
+}
+
+impl Kinds {
+    pub fn new(all: &BTreeSet<String>) -> Kinds {
+        let mut names = vec![GPU.to_string()];
+        names.extend(all.iter().filter(|n| n.as_str() != GPU).cloned());
+        Kinds { names }
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn name(&self, k: usize) -> &str {
+        &self.names[k]
+    }
+
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// `None` when `r` names a resource no node has.
+    pub fn vector(&self, r: &Resources) -> Option<Vector> {
+        let mut v = ZERO;
+        for (name, q) in r.iter() {
+            v[self.index(name)?] = q;
+        }
+        Some(v)
+    }
+
+    /// Like `vector`, but drops resources no node has (quotas may name future resources).
+    pub fn vector_lossy(&self, r: &Resources) -> Vector {
+        let mut v = ZERO;
+        for (name, q) in r.iter() {
+            if let Some(k) = self.index(name) {
+                v[k] = q;
+            }
+        }
+        v
+    }
+
+    /// A per-kind limit map; kinds it does not name get `absent`.
+    pub fn limits(&self, m: &BTreeMap<String, u64>, absent: u64) -> Vector {
+        let mut v = [absent; MAX_RESOURCE_KINDS];
+        for (name, q) in m {
+            if let Some(k) = self.index(name) {
+                v[k] = *q;
+            }
+        }
+        v
+    }
+
+    pub fn resources(&self, v: &Vector) -> Resources {
+        let mut r = Resources::new();
+        for (k, name) in self.names.iter().enumerate() {
+            r.set(name, v[k]);
+        }
+        r
+    }
+}
+
+pub fn add(a: &mut Vector, b: &Vector) {
+    for k in 0..MAX_RESOURCE_KINDS {
+        a[k] = a[k].saturating_add(b[k]);
+    }
+}
+
+pub fn sub(a: &mut Vector, b: &Vector) {
+    for k in 0..MAX_RESOURCE_KINDS {
+        a[k] = a[k].saturating_sub(b[k]);
+    }
+}
+
+pub fn fits(need: &Vector, free: &Vector) -> bool {
+    need.iter().zip(free).all(|(n, f)| n <= f)
+}
+
+pub fn min(a: &Vector, b: &Vector) -> Vector {
+    let mut m = ZERO;
+    for k in 0..MAX_RESOURCE_KINDS {
+        m[k] = a[k].min(b[k]);
+    }
+    m
+}
+
+pub fn is_zero(v: &Vector) -> bool {
+    v.iter().all(|&x| x == 0)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolAcct {
+    pub name: Name,
+    /// Ready, uncordoned nodes only (decisions.md section 1).
+    pub capacity: Vector,
+    /// Every registered node, whatever its status: what the pool could ever hold.
+    pub total: Vector,
+    /// The largest amount of each kind on any one registered node.
+    pub largest_node: Vector,
+    /// Sum of the queues' nominal quotas here.
+    pub guaranteed: Vector,
+    /// What all trees together draw from the unowned capacity.
+    pub unowned_draw: Vector,
+}
+
+impl PoolAcct {
+    /// Capacity no queue is guaranteed; it belongs to the implicit root cohort.
+    pub fn unowned(&self) -> Vector {
+        let mut u = self.capacity;
+        sub(&mut u, &self.guaranteed);
+        u
+    }
+
+    pub fn oversubscribed(&self) -> Vec<usize> {
+        (0..MAX_RESOURCE_KINDS)
+            .filter(|&k| self.guaranteed[k] > self.capacity[k])
+            .collect()
+    }
+}
+
+/// One job's charges, kept so they can be taken back exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCharge {
+    pub queue: usize,
+    pub not_preemptible: bool,
+    /// (pool, amount) charged to the queue's usage.
+    pub usage: Vec<(usize, Vector)>,
+    /// Nodes where the job has an occupant or a reservation.
+    pub nodes: Vec<usize>,
+    /// Reserved for this job rather than in use.
+    pub reserved: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    pub kinds: Kinds,
+    pub pools: Vec<PoolAcct>,
+    pub pool_ix: HashMap<Name, usize>,
+    /// In natural name order: a node's index is its tie-break rank.
+    pub nodes: Vec<NodeAcct>,
+    pub node_ix: HashMap<Name, usize>,
+    pub racks: Vec<Name>,
+    pub queues: Vec<QueueAcct>,
+    pub queue_ix: HashMap<Name, usize>,
+    pub trees: Vec<TreeAcct>,
+    pub charges: HashMap<JobId, JobCharge>,
+}
+
+impl Ledger {
+    pub fn pool(&self, name: &str) -> Option<usize> {
+        self.pool_ix.get(name).copied()
+    }
+
+    pub fn node(&self, name: &str) -> Option<usize> {
+        self.node_ix.get(name).copied()
+    }
+
+    pub fn queue(&self, name: &str) -> Option<usize> {
+        self.queue_ix.get(name).copied()
+    }
+
+    /// A canonical, comparable digest of everything derived: used to check that incremental
+    /// updates agree with a rebuild from scratch.
+    pub fn digest(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            let mut occ: Vec<String> = n.occupants.iter().map(|o| format!("{o:?}")).collect();
+            occ.sort();
+            let mut res: Vec<String> = n.reservations.iter().map(|r| format!("{r:?}")).collect();
+            res.sort();
+            out += &format!(
+                "node {} free={:?} gpus={:x} occ={occ:?} res={res:?}\n",
+                n.name, n.free, n.free_gpus
+            );
+        }
+        for q in &self.queues {
+            out += &format!("queue {} usage={:?} np={:?}\n", q.name, q.usage, q.np_usage);
+        }
+        for (i, t) in self.trees.iter().enumerate() {
+            out += &format!("tree {i} {t:?}\n");
+        }
+        for p in &self.pools {
+            out += &format!("pool {p:?}\n");
+        }
+        out
+    }
+}

@@ -1,0 +1,214 @@
+//! Per-node accounting: who occupies what, what is reserved, and what is free for whom.
+
+use super::{Vector, ZERO, add, sub};
+use crate::job::JobId;
+use crate::name::Name;
+
+/// A job's share of one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occupant {
+    pub job: JobId,
+    pub amount: Vector,
+    pub gpus: u64,
+    /// A suspended job's share: held in place, not in use.
+    pub held: bool,
+    /// For a held share: the part lent to the job that preempted it, while that job holds
+    /// it or has it reserved.
+    pub lent_to: Option<JobId>,
+    pub lent_amount: Vector,
+    pub lent_gpus: u64,
+}
+
+/// Resources on one node held for a preemptor while its victims stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReservation {
+    pub job: JobId,
+    pub amount: Vector,
+    pub gpus: u64,
+    pub victims: Vec<JobId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAcct {
+    pub name: Name,
+    pub pool: usize,
+    pub rack: Option<usize>,
+    /// Ready and not cordoned: new work may be placed here.
+    pub schedulable: bool,
+    pub capacity: Vector,
+    pub all_gpus: u64,
+    pub occupants: Vec<Occupant>,
+    pub reservations: Vec<NodeReservation>,
+    /// Free for a job that holds no reservation here (cached; see `refresh`).
+    pub free: Vector,
+    pub free_gpus: u64,
+}
+
+impl NodeAcct {
+    pub fn new(
+        name: Name,
+        pool: usize,
+        rack: Option<usize>,
+        schedulable: bool,
+        capacity: Vector,
+    ) -> NodeAcct {
+        let gpus = capacity[0];
+        let all_gpus = if gpus >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << gpus) - 1
+        };
+        let mut n = NodeAcct {
+            name,
+            pool,
+            rack,
+            schedulable,
+            capacity,
+            all_gpus,
+            occupants: Vec::new(),
+            reservations: Vec::new(),
+            free: capacity,
+            free_gpus: all_gpus,
+        };
+        n.refresh();
+        n
+    }
+
+    pub fn refresh(&mut self) {
+        let (free, gpus) = self.free_for(None, &[]);
+        self.free = free;
+        self.free_gpus = gpus;
+    }
+
+    /// What job `who` could use here if the jobs in `removed` were gone.
+    ///
+    /// A held share blocks everyone except the part lent to a job that still holds it; a
+    /// removed borrower gives its lent part back to the holder, never to the newcomer.
+    /// A reservation blocks others for the part its victims do not already cover.
+    pub fn free_for(&self, who: Option<JobId>, removed: &[JobId]) -> (Vector, u64) {
+        let mut used = ZERO;
+        let mut used_gpus = 0u64;
+        for o in &self.occupants {
+            if !o.held {
+                if !removed.contains(&o.job) {
+                    add(&mut used, &o.amount);
+                    used_gpus |= o.gpus;
+                }
+                continue;
+            }
+            let lent_alive = o.lent_to.is_some_and(|b| !removed.contains(&b));
+            let mut blocked = o.amount;
+            let mut blocked_gpus = o.gpus;
+            if lent_alive {
+                sub(&mut blocked, &o.lent_amount);
+                blocked_gpus &= !o.lent_gpus;
+            }
+            add(&mut used, &blocked);
+            used_gpus |= blocked_gpus;
+        }
+        for r in &self.reservations {
+            if Some(r.job) == who {
+                continue;
+            }
+            let mut extra = r.amount;
+            sub(&mut extra, &self.victims_active(r, removed));
+            add(&mut used, &extra);
+            used_gpus |= r.gpus;
+        }
+        let mut free = self.capacity;
+        sub(&mut free, &used);
+        (free, self.all_gpus & !used_gpus)
+    }
+
+    /// What a reservation's victims still occupy here.
+    fn victims_active(&self, r: &NodeReservation, removed: &[JobId]) -> Vector {
+        let mut v = ZERO;
+        for o in &self.occupants {
+            if !o.held && r.victims.contains(&o.job) && !removed.contains(&o.job) {
+                add(&mut v, &o.amount);
+            }
+        }
+        v
+    }
+
+    pub fn occupant(&self, job: JobId) -> Option<&Occupant> {
+        self.occupants.iter().find(|o| o.job == job)
+    }
+
+    pub fn reservation(&self, job: JobId) -> Option<&NodeReservation> {
+        self.reservations.iter().find(|r| r.job == job)
+    }
+
+    /// Fraction-free ordering key: fewer free GPUs first ("fuller nodes first").
+    pub fn free_gpu_count(&self) -> u32 {
+        self.free_gpus.count_ones()
+    }
+
+    /// Used by any job right now (active shares and held shares), for utilisation figures.
+    pub fn used(&self) -> Vector {
+        let mut used = ZERO;
+        for o in &self.occupants {
+            add(&mut used, &o.amount);
+        }
+        used
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(gpu: u64, cpu: u64) -> Vector {
+        let mut x = ZERO;
+        x[0] = gpu;
+        x[1] = cpu;
+        x
+    }
+
+    fn occ(job: JobId, amount: Vector, gpus: u64) -> Occupant {
+        Occupant {
+            job,
+            amount,
+            gpus,
+            held: false,
+            lent_to: None,
+            lent_amount: ZERO,
+            lent_gpus: 0,
+        }
+    }
+
+    #[test]
+    fn reservation_blocks_only_what_victims_do_not_cover() {
+        let mut n = NodeAcct::new(Name::lit("n1"), 0, None, true, v(8, 64));
+        // victim 1 holds GPUs 0-5; job 9 needs 4 GPUs, reserved on 0-3.
+        n.occupants.push(occ(1, v(6, 8), 0b11_1111));
+        n.reservations.push(NodeReservation {
+            job: 9,
+            amount: v(4, 4),
+            gpus: 0b1111,
+            victims: vec![1],
+        });
+        n.refresh();
+        assert_eq!(n.free, v(2, 56));
+        assert_eq!(n.free_gpus, 0b1100_0000);
+        // Once the victim is gone, the reservation blocks 4 GPUs for others, none for job 9.
+        assert_eq!(n.free_for(None, &[1]), (v(4, 60), 0b1111_0000));
+        assert_eq!(n.free_for(Some(9), &[1]), (v(8, 64), 0xff));
+    }
+
+    #[test]
+    fn held_share_is_lent_only_while_borrower_holds() {
+        let mut n = NodeAcct::new(Name::lit("n1"), 0, None, true, v(8, 64));
+        let mut held = occ(1, v(4, 8), 0b1111);
+        held.held = true;
+        held.lent_to = Some(9);
+        held.lent_amount = v(4, 8);
+        held.lent_gpus = 0b1111;
+        n.occupants.push(held);
+        n.occupants.push(occ(9, v(4, 8), 0b1111));
+        n.refresh();
+        assert_eq!(n.free, v(4, 56));
+        // If the borrower were removed, the share returns to the suspended job, not to others.
+        assert_eq!(n.free_for(Some(7), &[9]), (v(4, 56), 0xf0));
+    }
+}

@@ -1,0 +1,278 @@
+//! Incremental updates: a job occupies, vacates, is held (suspended) or unheld (resumed),
+//! and preemptors reserve. Each op fixes the affected nodes' caches and queues' usage.
+
+use super::{JobCharge, Ledger, NodeReservation, Occupant, Vector, ZERO, min, sub};
+use crate::job::JobId;
+
+/// One job's share of one node: (node index, amount, GPU mask).
+pub type Share = (usize, Vector, u64);
+
+impl Ledger {
+    fn ensure_charge(&mut self, job: JobId, queue: usize, np: bool, nodes: &[usize]) {
+        let ch = self.charges.entry(job).or_insert_with(|| JobCharge {
+            queue,
+            not_preemptible: np,
+            usage: Vec::new(),
+            nodes: Vec::new(),
+            reserved: false,
+        });
+        for &n in nodes {
+            if !ch.nodes.contains(&n) {
+                ch.nodes.push(n);
+            }
+        }
+    }
+
+    /// Re-derives a job's usage and drops nodes where it has nothing left.
+    fn settle(&mut self, job: JobId) {
+        self.recharge(job);
+        let Some(ch) = self.charges.get(&job) else {
+            return;
+        };
+        let nodes: Vec<usize> = ch
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&n| {
+                self.nodes[n].occupant(job).is_some() || self.nodes[n].reservation(job).is_some()
+            })
+            .collect();
+        let reserved = nodes
+            .iter()
+            .any(|&n| self.nodes[n].reservation(job).is_some());
+        if nodes.is_empty() {
+            self.charges.remove(&job);
+        } else if let Some(ch) = self.charges.get_mut(&job) {
+            ch.nodes = nodes;
+            ch.reserved = reserved;
+        }
+    }
+
+    /// A job starts using these shares (one per node).
+    pub fn occupy(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share]) {
+        let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        self.ensure_charge(job, queue, np, &nodes);
+        for &(n, amount, gpus) in shares {
+            let o = Occupant {
+                job,
+                amount,
+                gpus,
+                held: false,
+                lent_to: None,
+                lent_amount: ZERO,
+                lent_gpus: 0,
+            };
+            self.nodes[n].occupants.push(o);
+        }
+        self.settle(job);
+        for n in nodes {
+            self.nodes[n].refresh();
+        }
+    }
+
+    /// A job stops holding anything on nodes. Shares lent to it go back to their holders.
+    pub fn vacate(&mut self, job: JobId) {
+        let Some(ch) = self.charges.get(&job).cloned() else {
+            return;
+        };
+        let mut holders = Vec::new();
+        for &n in &ch.nodes {
+            let node = &mut self.nodes[n];
+            node.occupants.retain(|o| o.job != job);
+            for o in node.occupants.iter_mut().filter(|o| o.lent_to == Some(job)) {
+                o.lent_to = None;
+                o.lent_amount = ZERO;
+                o.lent_gpus = 0;
+                holders.push(o.job);
+            }
+        }
+        self.settle(job);
+        for h in holders {
+            self.settle(h);
+        }
+        for n in ch.nodes {
+            self.nodes[n].refresh();
+        }
+    }
+
+    /// A job's shares are held in place (suspended). If it was preempted for `lend_to`,
+    /// the part of its shares that job has reserved is lent to it.
+    pub fn hold(&mut self, job: JobId, lend_to: Option<JobId>) {
+        let Some(ch) = self.charges.get(&job).cloned() else {
+            return;
+        };
+        for &n in &ch.nodes {
+            // Only a borrower with a reservation on this node borrows here.
+            let lend_here = lend_to.filter(|&b| self.nodes[n].reservation(b).is_some());
+            if let Some(o) = self.nodes[n].occupants.iter_mut().find(|o| o.job == job) {
+                o.held = true;
+                o.lent_to = lend_here;
+            }
+            if let Some(b) = lend_to {
+                self.relend(n, b);
+            }
+        }
+        self.settle(job);
+        for n in ch.nodes {
+            self.nodes[n].refresh();
+        }
+    }
+
+    /// Recomputes, in job order, how much each held share lent to `borrower` on node `n`
+    /// lends: up to what the borrower has reserved there. Order-independent on purpose, so
+    /// a rebuild from scratch gives the same numbers as the incremental path.
+    pub(crate) fn relend(&mut self, n: usize, borrower: JobId) {
+        let node = &mut self.nodes[n];
+        let Some(r) = node.reservation(borrower).cloned() else {
+            return;
+        };
+        let mut remaining = r.amount;
+        let mut order: Vec<usize> = (0..node.occupants.len())
+            .filter(|&i| node.occupants[i].lent_to == Some(borrower))
+            .collect();
+        order.sort_by_key(|&i| node.occupants[i].job);
+        let mut holders = Vec::new();
+        for i in order {
+            let o = &mut node.occupants[i];
+            o.lent_amount = min(&remaining, &o.amount);
+            o.lent_gpus = o.gpus & r.gpus;
+            sub(&mut remaining, &o.lent_amount);
+            holders.push(o.job);
+        }
+        for h in holders {
+            self.settle(h);
+        }
+    }
+
+    /// A held job runs again on its own shares.
+    pub fn unhold(&mut self, job: JobId) {
+        let Some(ch) = self.charges.get(&job).cloned() else {
+            return;
+        };
+        for &n in &ch.nodes {
+            if let Some(o) = self.nodes[n].occupants.iter_mut().find(|o| o.job == job) {
+                o.held = false;
+                o.lent_to = None;
+                o.lent_amount = ZERO;
+                o.lent_gpus = 0;
+            }
+        }
+        self.settle(job);
+        for n in ch.nodes {
+            self.nodes[n].refresh();
+        }
+    }
+
+    /// Holds shares for a preemptor while `victims` stop. Counts in its queue's usage.
+    pub fn reserve(
+        &mut self,
+        job: JobId,
+        queue: usize,
+        np: bool,
+        shares: &[Share],
+        victims: &[JobId],
+    ) {
+        let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        self.ensure_charge(job, queue, np, &nodes);
+        for &(n, amount, gpus) in shares {
+            let r = NodeReservation {
+                job,
+                amount,
+                gpus,
+                victims: victims.to_vec(),
+            };
+            self.nodes[n].reservations.push(r);
+        }
+        self.settle(job);
+        for n in nodes {
+            self.nodes[n].refresh();
+        }
+    }
+
+    /// Drops a preemptor's reservation. With `keep_lends`, shares lent to it stay lent
+    /// (it is about to occupy them); without, they go back to their holders.
+    pub fn unreserve(&mut self, job: JobId, keep_lends: bool) {
+        let Some(ch) = self.charges.get(&job).cloned() else {
+            return;
+        };
+        let mut holders = Vec::new();
+        for &n in &ch.nodes {
+            let node = &mut self.nodes[n];
+            node.reservations.retain(|r| r.job != job);
+            if !keep_lends {
+                for o in node.occupants.iter_mut().filter(|o| o.lent_to == Some(job)) {
+                    o.lent_to = None;
+                    o.lent_amount = ZERO;
+                    o.lent_gpus = 0;
+                    holders.push(o.job);
+                }
+            }
+        }
+        self.settle(job);
+        for h in holders {
+            self.settle(h);
+        }
+        for n in ch.nodes {
+            self.nodes[n].refresh();
+        }
+    }
+
+    /// The parts of held shares lent to `borrower`, per node: (node, holder, amount, gpus).
+    pub fn lent_to(&self, borrower: JobId, nodes: &[usize]) -> Vec<(usize, JobId, Vector, u64)> {
+        let mut out = Vec::new();
+        for &n in nodes {
+            for o in &self.nodes[n].occupants {
+                if o.lent_to == Some(borrower) {
+                    out.push((n, o.job, o.lent_amount, o.lent_gpus));
+                }
+            }
+        }
+        out
+    }
+
+    /// Sets how much of `holder`'s held share on node `n` is lent to `borrower` (used when
+    /// rebuilding from a placed borrower's recorded lends).
+    pub fn set_lend(
+        &mut self,
+        n: usize,
+        holder: JobId,
+        borrower: JobId,
+        amount: Vector,
+        gpus: u64,
+    ) {
+        if let Some(o) = self.nodes[n]
+            .occupants
+            .iter_mut()
+            .find(|o| o.job == holder && o.held)
+        {
+            o.lent_to = Some(borrower);
+            o.lent_amount = amount;
+            o.lent_gpus = gpus;
+        }
+        self.settle(holder);
+        self.nodes[n].refresh();
+    }
+
+    /// Lends to a reserved preemptor the held shares of its victims on its reserved nodes.
+    pub fn lend_for_reservation(&mut self, job: JobId) {
+        let Some(ch) = self.charges.get(&job).cloned() else {
+            return;
+        };
+        for &n in &ch.nodes {
+            let Some(r) = self.nodes[n].reservation(job).cloned() else {
+                continue;
+            };
+            let mut touched = false;
+            for o in self.nodes[n].occupants.iter_mut() {
+                if o.held && r.victims.contains(&o.job) {
+                    o.lent_to = Some(job);
+                    touched = true;
+                }
+            }
+            if touched {
+                self.relend(n, job);
+                self.nodes[n].refresh();
+            }
+        }
+    }
+}

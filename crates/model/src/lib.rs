@@ -1,0 +1,39 @@
+//! baton's domain model and replicated state machine.
+//!
+//! Everything that must survive a leader's death lives in [`State`], changed only by
+//! [`State::apply`] with a [`Command`] the leader stamped with the time. The crate is pure:
+//! no IO, no clocks, no randomness, no tokio. The scheduler (`baton-sched`) reads a `State`
+//! and returns a [`Plan`]; the plan goes through the log like any other command and
+//! `apply` re-checks it.
+//!
+//! Layout:
+//! - `name`, `quantity`, `resources`: validated names (natural order), whole-unit quantities.
+//! - `class`, `node`, `queue`, `job`, `alloc`: configuration and job records.
+//! - `command`, `plan`, `event`, `error`: what goes in and comes out of `apply`.
+//! - `ledger`: derived dense accounting (free per node, usage per queue, what may be borrowed).
+//! - `state`: the state machine and its transitions.
+//! - `limits`: every bound, in one place.
+
+pub mod alloc;
+pub mod class;
+pub mod command;
+pub mod error;
+pub mod event;
+pub mod job;
+pub mod ledger;
+pub mod limits;
+pub mod name;
+pub mod node;
+pub mod plan;
+pub mod quantity;
+pub mod queue;
+pub mod resources;
+pub mod state;
+
+pub use command::{Applied, Command, Op, Outcome, Response};
+pub use error::ApplyError;
+pub use job::{Job, JobId, JobSpec, JobState};
+pub use name::Name;
+pub use plan::{Decision, Plan, Victim};
+pub use resources::Resources;
+pub use state::{Reservation, State};

@@ -1,0 +1,39 @@
+//! Every bound the model enforces, in one place (TigerBeetle style: put a limit on everything).
+
+/// Longest name of a node, pool, cohort, queue, class, job or task (decisions.md section 7).
+pub const MAX_NAME_LEN: usize = 63;
+/// Distinct resource names a cluster may use. Keeps per-node accounting in fixed-size arrays.
+pub const MAX_RESOURCE_KINDS: usize = 8;
+/// GPUs on one node; GPU indices are tracked in a 64-bit mask.
+pub const MAX_GPUS_PER_NODE: u64 = 64;
+/// Replicas in one job (all task groups together).
+pub const MAX_REPLICAS_PER_JOB: u32 = 4096;
+/// Task groups in one job.
+pub const MAX_TASKS_PER_JOB: usize = 64;
+/// Events kept per job; older ones are dropped first.
+pub const MAX_EVENTS_PER_JOB: usize = 64;
+/// Client request ids remembered for idempotent submission; the oldest is forgotten first.
+pub const MAX_REMEMBERED_REQUEST_IDS: usize = 100_000;
+/// Finished jobs (Succeeded, Failed, Cancelled) kept in the state by default; oldest pruned first.
+pub const DEFAULT_RETAINED_FINISHED_JOBS: usize = 10_000;
+/// Jobs that may exist at once (pending, running, finished and retained).
+pub const MAX_JOBS: usize = 1_000_000;
+/// Nodes, queues and cohorts a cluster may define.
+pub const MAX_NODES: usize = 100_000;
+pub const MAX_QUEUES: usize = 10_000;
+pub const MAX_COHORTS: usize = 10_000;
+/// Depth of the cohort tree (a cohort's chain of parents), which also rules out cycles.
+pub const MAX_COHORT_DEPTH: usize = 16;
+/// Labels per node and the length of a label value.
+pub const MAX_LABELS_PER_NODE: usize = 64;
+pub const MAX_LABEL_LEN: usize = 253;
+/// Length of a pending reason or an event message.
+pub const MAX_MESSAGE_LEN: usize = 512;
+/// Length of a client request id.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+/// Decisions in one plan: bounds the size of one replicated log entry.
+pub const MAX_DECISIONS_PER_PLAN: usize = 100_000;
+/// A grace period, checkpoint time or minimum runtime may not exceed a week.
+pub const MAX_DURATION_MS: u64 = 7 * 24 * 3600 * 1000;
+/// Grace a victim gets by default before it is killed (Kubernetes' termination default).
+pub const DEFAULT_GRACE_MS: u64 = 30_000;

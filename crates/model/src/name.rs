@@ -1,0 +1,179 @@
+//! Names of nodes, pools, cohorts, queues, classes, jobs and tasks, and the natural order
+//! ("n2" before "n10") in which baton lists and breaks ties between them.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::limits::MAX_NAME_LEN;
+
+/// A validated name: letters, digits, `.`, `_` and `-`, 1 to 63 characters, never `root`.
+/// Orders naturally, so every map keyed by `Name` iterates in the order people expect.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Name(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("a name may not be empty")]
+    Empty,
+    #[error("name {0:?} is longer than {MAX_NAME_LEN} characters")]
+    TooLong(String),
+    #[error("name {0:?} may only contain letters, digits, '.', '_' and '-'")]
+    BadChar(String),
+    #[error("the name \"root\" is reserved for the implicit root cohort")]
+    Reserved,
+}
+
+impl Name {
+    pub fn new(s: impl Into<String>) -> Result<Name, NameError> {
+        let s = s.into();
+        if s.is_empty() {
+            return Err(NameError::Empty);
+        }
+        if s.len() > MAX_NAME_LEN {
+            return Err(NameError::TooLong(s));
+        }
+        if !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(NameError::BadChar(s));
+        }
+        if s == "root" {
+            return Err(NameError::Reserved);
+        }
+        Ok(Name(s))
+    }
+
+    /// For names built from already-validated parts in tests and fixtures.
+    pub fn lit(s: &str) -> Name {
+        Name::new(s).unwrap_or_else(|e| panic!("bad literal name {s:?}: {e}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Ord for Name {
+    fn cmp(&self, other: &Self) -> Ordering {
+        natural_cmp(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for Name {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for Name {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Name::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Natural order: runs of digits compare as numbers, everything else byte by byte.
+/// Ties (such as "n01" and "n1") fall back to plain byte order so the order is total.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < x.len() && j < y.len() {
+        if x[i].is_ascii_digit() && y[j].is_ascii_digit() {
+            let (si, sj) = (i, j);
+            while i < x.len() && x[i].is_ascii_digit() {
+                i += 1;
+            }
+            while j < y.len() && y[j].is_ascii_digit() {
+                j += 1;
+            }
+            let ord = cmp_digits(&x[si..i], &y[sj..j]);
+            if ord != Ordering::Equal {
+                return ord;
+            }
+        } else {
+            match x[i].cmp(&y[j]) {
+                Ordering::Equal => {
+                    i += 1;
+                    j += 1;
+                }
+                ord => return ord,
+            }
+        }
+    }
+    (x.len() - i).cmp(&(y.len() - j)).then_with(|| x.cmp(y))
+}
+
+fn cmp_digits(a: &[u8], b: &[u8]) -> Ordering {
+    let a = strip_zeros(a);
+    let b = strip_zeros(b);
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+fn strip_zeros(d: &[u8]) -> &[u8] {
+    let first = d.iter().position(|&c| c != b'0').unwrap_or(d.len());
+    &d[first..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order_puts_n2_before_n10() {
+        let mut v = vec!["n10", "n2", "n1", "gpu-10", "gpu-9", "a", "n01"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(v, ["a", "gpu-9", "gpu-10", "n01", "n1", "n2", "n10"]);
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert!(Name::new("project-a.v2_x").is_ok());
+        assert_eq!(Name::new(""), Err(NameError::Empty));
+        assert_eq!(Name::new("root"), Err(NameError::Reserved));
+        assert!(matches!(Name::new("a b"), Err(NameError::BadChar(_))));
+        assert!(matches!(
+            Name::new("x".repeat(64)),
+            Err(NameError::TooLong(_))
+        ));
+        assert!(Name::new("x".repeat(63)).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn natural_order_is_a_total_order(a in "[a-c0-9]{0,6}", b in "[a-c0-9]{0,6}", c in "[a-c0-9]{0,6}") {
+            let ab = natural_cmp(&a, &b);
+            proptest::prop_assert_eq!(ab, natural_cmp(&b, &a).reverse());
+            proptest::prop_assert_eq!(ab == Ordering::Equal, a == b);
+            if ab != Ordering::Greater && natural_cmp(&b, &c) != Ordering::Greater {
+                proptest::prop_assert_ne!(natural_cmp(&a, &c), Ordering::Greater);
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! A plan: the scheduler's decisions for one cycle. The leader proposes it through the log;
+//! `State::apply` re-checks every decision against the state it meets and rejects what no
+//! longer holds (one serialising checker, like Nomad's plan applier).
+
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::ReplicaAlloc;
+use crate::job::JobId;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// How many commands the state had applied when the plan was computed.
+    pub based_on: u64,
+    /// Applied in order; each is checked against the state left by the ones before it.
+    pub decisions: Vec<Decision>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Victim {
+    pub job: JobId,
+    pub attempt: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    /// A suspended job whose preemptor is gone runs again on its own resources.
+    Resume { job: JobId, attempt: u32 },
+    /// Start the next attempt of a pending job on these replicas.
+    Place {
+        job: JobId,
+        attempt: u32,
+        replicas: Vec<ReplicaAlloc>,
+    },
+    /// Stop `victims` so that `job` can run on `replicas`, which are reserved for it meanwhile.
+    Preempt {
+        job: JobId,
+        victims: Vec<Victim>,
+        replicas: Vec<ReplicaAlloc>,
+        message: String,
+    },
+    /// The job keeps waiting; the reason changed.
+    Wait { job: JobId, reason: String },
+}
+
+impl Decision {
+    pub fn job(&self) -> JobId {
+        match self {
+            Decision::Resume { job, .. }
+            | Decision::Place { job, .. }
+            | Decision::Preempt { job, .. }
+            | Decision::Wait { job, .. } => *job,
+        }
+    }
+}

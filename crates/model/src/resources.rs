@@ -1,0 +1,169 @@
+//! Named resource quantities: `{gpu: 8, cpu: 64, memory: 512Gi}`. `gpu` is the one resource
+//! handed out by index (a job gets GPUs 0-3 of a node, not "four GPUs").
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::MAX_NAME_LEN;
+use crate::quantity::Human;
+
+/// The resource whose units are devices with indices.
+pub const GPU: &str = "gpu";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceNameError {
+    #[error(
+        "bad resource name {0:?}: use letters, digits, '.', '_', '-' and '/', at most {MAX_NAME_LEN} characters"
+    )]
+    Bad(String),
+}
+
+pub fn validate_resource_name(name: &str) -> Result<(), ResourceNameError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ResourceNameError::Bad(name.to_string()))
+    }
+}
+
+/// A sparse map of resource name to whole units. Zero entries are never stored, so two
+/// equal amounts compare equal however they were built.
+#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Resources(BTreeMap<String, u64>);
+
+impl Resources {
+    pub fn new() -> Resources {
+        Resources::default()
+    }
+
+    /// Builds from pairs; for fixtures and tests. Names are not validated here.
+    pub fn of(pairs: &[(&str, u64)]) -> Resources {
+        let mut r = Resources::new();
+        for (k, v) in pairs {
+            r.set(k, *v);
+        }
+        r
+    }
+
+    pub fn get(&self, name: &str) -> u64 {
+        self.0.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn set(&mut self, name: &str, value: u64) {
+        if value == 0 {
+            self.0.remove(name);
+        } else {
+            self.0.insert(name.to_string(), value);
+        }
+    }
+
+    pub fn gpus(&self) -> u64 {
+        self.get(GPU)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    pub fn add(&mut self, other: &Resources) {
+        for (k, v) in other.iter() {
+            let sum = self.get(k).saturating_add(v);
+            self.set(k, sum);
+        }
+    }
+
+    /// `self * n`, saturating: used for a task's replicas.
+    pub fn times(&self, n: u64) -> Resources {
+        let mut r = Resources::new();
+        for (k, v) in self.iter() {
+            r.set(k, v.saturating_mul(n));
+        }
+        r
+    }
+
+    /// Every quantity of `self` is at most the same quantity of `other`.
+    pub fn fits_in(&self, other: &Resources) -> bool {
+        self.iter().all(|(k, v)| v <= other.get(k))
+    }
+}
+
+impl fmt::Debug for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+/// `gpu=8 cpu=64 memory=512Gi`, GPUs first since they matter most here.
+impl fmt::Display for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("nothing");
+        }
+        let mut first = true;
+        let gpu = self.0.get_key_value(GPU).into_iter();
+        let rest = self.0.iter().filter(|(k, _)| k.as_str() != GPU);
+        for (k, v) in gpu.chain(rest) {
+            if !first {
+                f.write_str(" ")?;
+            }
+            first = false;
+            write!(
+                f,
+                "{} {}",
+                Human {
+                    resource: k,
+                    value: *v
+                },
+                k
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl FromIterator<(String, u64)> for Resources {
+    fn from_iter<I: IntoIterator<Item = (String, u64)>>(iter: I) -> Self {
+        let mut r = Resources::new();
+        for (k, v) in iter {
+            r.set(&k, v);
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_entries_vanish_and_display_puts_gpu_first() {
+        let mut r = Resources::of(&[("cpu", 4), ("gpu", 2), ("memory", 16 << 30)]);
+        assert_eq!(r.to_string(), "2 gpu 4 cpu 16Gi memory");
+        r.set("cpu", 0);
+        assert_eq!(r, Resources::of(&[("gpu", 2), ("memory", 16 << 30)]));
+    }
+
+    #[test]
+    fn fits_in_compares_every_quantity() {
+        let node = Resources::of(&[("gpu", 8), ("cpu", 64)]);
+        assert!(Resources::of(&[("gpu", 8)]).fits_in(&node));
+        assert!(!Resources::of(&[("gpu", 9)]).fits_in(&node));
+        assert!(!Resources::of(&[("foo", 1)]).fits_in(&node));
+    }
+}

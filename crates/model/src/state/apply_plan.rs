@@ -1,0 +1,343 @@
+//! The plan checker: every decision is re-checked against the state it meets, in order, and
+//! applied or rejected on its own. A plan computed from an older state can only lose
+//! decisions here, never break an invariant.
+
+use std::collections::BTreeSet;
+
+use super::{RESERVATION_SLACK_MS, Reservation, State};
+use crate::alloc::ReplicaAlloc;
+use crate::command::Outcome;
+use crate::event::{Event, EventKind};
+use crate::job::{JobId, JobState, StopWhy, Topology};
+use crate::ledger::{Share, Vector, add, fits};
+use crate::limits::MAX_DECISIONS_PER_PLAN;
+use crate::plan::{Decision, Plan, Victim};
+
+impl State {
+    pub(crate) fn apply_plan(&mut self, plan: Plan, ev: &mut Vec<Event>) -> Outcome {
+        if plan.decisions.len() > MAX_DECISIONS_PER_PLAN {
+            let why = format!("a plan may hold at most {MAX_DECISIONS_PER_PLAN} decisions");
+            return Outcome::PlanApplied {
+                accepted: 0,
+                rejected: vec![(0, why)],
+            };
+        }
+        let mut accepted = 0;
+        let mut rejected = Vec::new();
+        for (i, d) in plan.decisions.into_iter().enumerate() {
+            match self.apply_decision(d, ev) {
+                Ok(()) => accepted += 1,
+                Err(why) => rejected.push((i as u32, why)),
+            }
+        }
+        Outcome::PlanApplied { accepted, rejected }
+    }
+
+    fn apply_decision(&mut self, d: Decision, ev: &mut Vec<Event>) -> Result<(), String> {
+        match d {
+            Decision::Resume { job, attempt } => {
+                self.check_resume(job, attempt)?;
+                self.resume_suspended(job, ev);
+            }
+            Decision::Place {
+                job,
+                attempt,
+                replicas,
+            } => {
+                self.check_place(job, attempt, &replicas)?;
+                self.start_job(job, attempt, replicas, ev);
+            }
+            Decision::Preempt {
+                job,
+                victims,
+                replicas,
+                message,
+            } => {
+                let shares = self.check_preempt(job, &victims, &replicas)?;
+                self.preempt(job, &victims, replicas, shares, &message, ev);
+            }
+            Decision::Wait { job, reason } => {
+                let j = self.d.jobs.get(&job).ok_or("unknown job")?;
+                if j.state.is_finished() {
+                    return Err(format!("job {} has finished", j.spec.name));
+                }
+                self.set_reason(job, reason);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_resume(&self, id: JobId, attempt: u32) -> Result<(), String> {
+        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+        if job.state != JobState::Suspended || job.attempt != attempt {
+            return Err(format!(
+                "job {} is {} at attempt {}",
+                job.spec.name,
+                job.state.as_str(),
+                job.attempt
+            ));
+        }
+        if let Some(by) = job.suspended_for
+            && self.holds(by)
+        {
+            return Err(format!(
+                "job {} still runs on its resources",
+                self.name_of(by)
+            ));
+        }
+        if let Some(r) = job.replicas.iter().find(|r| {
+            !self
+                .d
+                .nodes
+                .get(&r.node)
+                .is_some_and(|n| n.status == crate::node::NodeStatus::Ready)
+        }) {
+            return Err(format!("node {} is not ready", r.node));
+        }
+        Ok(())
+    }
+
+    /// The job holds resources or has them reserved.
+    pub(crate) fn holds(&self, id: JobId) -> bool {
+        self.d.reservations.contains_key(&id)
+            || self
+                .d
+                .jobs
+                .get(&id)
+                .is_some_and(|j| j.state.is_active() || j.state == JobState::Suspended)
+    }
+
+    fn check_place(
+        &self,
+        id: JobId,
+        attempt: u32,
+        replicas: &[ReplicaAlloc],
+    ) -> Result<(), String> {
+        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+        if job.state != JobState::Pending {
+            return Err(format!("job {} is {}", job.spec.name, job.state.as_str()));
+        }
+        if attempt != job.attempt + 1 {
+            return Err(format!(
+                "job {} would start attempt {attempt}, expected {}",
+                job.spec.name,
+                job.attempt + 1
+            ));
+        }
+        let shares = self.check_replicas(id, replicas)?;
+        if let Some(r) = self.d.reservations.get(&id) {
+            if r.replicas != replicas {
+                return Err("a reserved job must start where it was reserved".into());
+            }
+            let waiting = r
+                .victims
+                .iter()
+                .filter(|v| self.d.jobs.get(v).is_some_and(|j| j.state.is_active()))
+                .count();
+            if waiting > 0 {
+                return Err(format!("{waiting} victims have not stopped yet"));
+            }
+        }
+        self.check_fit(id, &shares, &[])?;
+        if !self.d.reservations.contains_key(&id) {
+            let (q, np) = self.queue_and_np(job);
+            let demand = demand_of(&self.ledger, &shares);
+            self.ledger
+                .check_admission(q, &demand, np)
+                .map_err(|b| b.describe(&self.ledger, q))?;
+        }
+        Ok(())
+    }
+
+    fn check_preempt(
+        &mut self,
+        id: JobId,
+        victims: &[Victim],
+        replicas: &[ReplicaAlloc],
+    ) -> Result<Vec<Share>, String> {
+        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+        if job.state != JobState::Pending || self.d.reservations.contains_key(&id) {
+            return Err(format!("job {} is not waiting to be placed", job.spec.name));
+        }
+        if victims.is_empty() {
+            return Err("a preemption needs victims".into());
+        }
+        let mut seen = BTreeSet::new();
+        for v in victims {
+            if v.job == id || !seen.insert(v.job) {
+                return Err("victims must be distinct other jobs".into());
+            }
+            self.check_victim(v)?;
+        }
+        let shares = self.check_replicas(id, replicas)?;
+        let removed: Vec<JobId> = victims.iter().map(|v| v.job).collect();
+        self.check_fit(id, &shares, &removed)?;
+        let job = &self.d.jobs[&id];
+        let (q, np) = self.queue_and_np(job);
+        let demand = demand_of(&self.ledger, &shares);
+        let undo: Vec<_> = removed
+            .iter()
+            .map(|&v| self.ledger.remove_usage(v))
+            .collect();
+        let verdict = self.ledger.check_admission(q, &demand, np);
+        for u in undo.into_iter().rev() {
+            self.ledger.undo(u);
+        }
+        verdict.map_err(|b| b.describe(&self.ledger, q))?;
+        Ok(shares)
+    }
+
+    /// A victim runs the named attempt, may be preempted, and is past its minimum runtime.
+    fn check_victim(&self, v: &Victim) -> Result<(), String> {
+        let j = self.d.jobs.get(&v.job).ok_or("unknown victim")?;
+        if j.state != JobState::Running || j.attempt != v.attempt {
+            return Err(format!(
+                "victim {} is {} at attempt {}",
+                j.spec.name,
+                j.state.as_str(),
+                j.attempt
+            ));
+        }
+        if !j.preemptible {
+            return Err(format!("victim {} is not preemptible", j.spec.name));
+        }
+        if self.d.now_ms < j.started_ms.saturating_add(j.spec.min_runtime_ms) {
+            return Err(format!(
+                "victim {} is inside its minimum runtime",
+                j.spec.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// Replicas cover every task exactly once, on schedulable nodes of the task's pools, with
+    /// the right GPU count and the job's topology; returns per-node shares.
+    fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, String> {
+        let job = &self.d.jobs[&id];
+        let spec = &job.spec;
+        let mut want: Vec<(u32, u32)> = spec
+            .tasks
+            .iter()
+            .enumerate()
+            .flat_map(|(t, task)| (0..task.replicas).map(move |i| (t as u32, i)))
+            .collect();
+        let mut got: Vec<(u32, u32)> = replicas.iter().map(|r| (r.task, r.index)).collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        if want != got {
+            return Err("replicas do not cover the job's tasks exactly once".into());
+        }
+        let mut racks = BTreeSet::new();
+        let mut nodes = BTreeSet::new();
+        for r in replicas {
+            let n = self
+                .ledger
+                .node(r.node.as_str())
+                .ok_or_else(|| format!("unknown node {}", r.node))?;
+            let acct = &self.ledger.nodes[n];
+            if !acct.schedulable {
+                return Err(format!("node {} is not schedulable", r.node));
+            }
+            if !self.task_pools(spec, r.task as usize).contains(&acct.pool) {
+                return Err(format!("node {} is not in an allowed pool", r.node));
+            }
+            let task = &spec.tasks[r.task as usize];
+            if r.gpus.len() as u64 != task.resources.gpus()
+                || r.gpus.iter().any(|&g| u64::from(g) >= acct.capacity[0])
+            {
+                return Err(format!(
+                    "replica {} of task {} has the wrong GPUs",
+                    r.index, task.name
+                ));
+            }
+            racks.insert(acct.rack);
+            nodes.insert(n);
+        }
+        match spec.topology {
+            Some(Topology::Node) if nodes.len() > 1 => {
+                return Err("topology node: the gang spans nodes".into());
+            }
+            Some(Topology::Rack) if racks.len() > 1 => {
+                return Err("topology rack: the gang spans racks".into());
+            }
+            _ => {}
+        }
+        let shares = self.shares(job, replicas);
+        let gpu_total: usize = replicas.iter().map(|r| r.gpus.len()).sum();
+        let distinct: u32 = shares.iter().map(|s| s.2.count_ones()).sum();
+        if distinct as usize != gpu_total {
+            return Err("two replicas were given the same GPU".into());
+        }
+        Ok(shares)
+    }
+
+    fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), String> {
+        for &(n, ref amount, gpus) in shares {
+            let node = &self.ledger.nodes[n];
+            let (free, free_gpus) = node.free_for(Some(id), removed);
+            if !fits(amount, &free) || gpus & !free_gpus != 0 {
+                return Err(format!("it no longer fits on node {}", node.name));
+            }
+        }
+        Ok(())
+    }
+
+    fn preempt(
+        &mut self,
+        id: JobId,
+        victims: &[Victim],
+        replicas: Vec<ReplicaAlloc>,
+        shares: Vec<Share>,
+        message: &str,
+        ev: &mut Vec<Event>,
+    ) {
+        let by = self.name_of(id);
+        let mut deadline = self.d.now_ms;
+        for v in victims {
+            let mode = self.d.jobs[&v.job].spec.preemption_mode;
+            self.begin_stop(v.job, StopWhy::Preempted { by: id, mode });
+            let victim = self.d.jobs.get_mut(&v.job).expect("victim");
+            victim.preempted_by = Some(id);
+            deadline = deadline.max(victim.stopping.map_or(0, |s| s.deadline_ms));
+            victim.reason = format!("preempted by {by}: {message}");
+            self.job_event(
+                v.job,
+                EventKind::Preempted { by: by.clone() },
+                message.to_string(),
+                ev,
+            );
+        }
+        let job = &self.d.jobs[&id];
+        let (q, np) = self.queue_and_np(job);
+        let victim_ids: Vec<JobId> = victims.iter().map(|v| v.job).collect();
+        self.ledger.reserve(id, q, np, &shares, &victim_ids);
+        let now = self.d.now_ms;
+        let r = Reservation {
+            job: id,
+            victims: victim_ids,
+            replicas,
+            created_ms: now,
+            deadline_ms: deadline + RESERVATION_SLACK_MS,
+        };
+        self.d.reservations.insert(id, r);
+        let n = victims.len();
+        let plural = if n == 1 { "" } else { "s" };
+        self.set_reason(
+            id,
+            format!("waiting for {n} victim{plural} to stop; their resources are held for it"),
+        );
+    }
+}
+
+/// Per-pool totals of a set of shares, as the quota check wants them.
+pub fn demand_of(ledger: &crate::ledger::Ledger, shares: &[Share]) -> Vec<(usize, Vector)> {
+    let mut out: Vec<(usize, Vector)> = Vec::new();
+    for (n, amount, _) in shares {
+        let pool = ledger.nodes[*n].pool;
+        match out.iter_mut().find(|(p, _)| *p == pool) {
+            Some((_, v)) => add(v, amount),
+            None => out.push((pool, *amount)),
+        }
+    }
+    out
+}

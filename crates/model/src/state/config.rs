@@ -1,0 +1,372 @@
+//! Configuration commands: priority classes, cohorts, queues and nodes. Each one validates
+//! fully before it changes anything, then rebuilds the ledger (configuration changes are
+//! rare; rebuilding keeps one code path for "what does the cluster look like").
+
+use std::collections::BTreeSet;
+
+use super::State;
+use crate::class::PriorityClass;
+use crate::error::ApplyError;
+use crate::event::{Event, EventKind};
+use crate::job::JobState;
+use crate::limits::{
+    MAX_COHORT_DEPTH, MAX_COHORTS, MAX_GPUS_PER_NODE, MAX_LABEL_LEN, MAX_LABELS_PER_NODE,
+    MAX_NODES, MAX_QUEUES, MAX_RESOURCE_KINDS,
+};
+use crate::name::Name;
+use crate::node::{Node, NodeSpec, NodeStatus};
+use crate::queue::{Cohort, QueueSpec};
+use crate::resources::validate_resource_name;
+
+impl State {
+    pub(crate) fn put_class(&mut self, c: PriorityClass) -> Result<(), ApplyError> {
+        self.d.classes.insert(c.name.clone(), c);
+        Ok(())
+    }
+
+    pub(crate) fn delete_class(&mut self, name: &Name) -> Result<(), ApplyError> {
+        // Jobs keep the priority resolved at submission, so nothing depends on the class.
+        self.d
+            .classes
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| ApplyError::unknown("priority class", name))
+    }
+
+    pub(crate) fn put_cohort(&mut self, c: Cohort) -> Result<(), ApplyError> {
+        if !self.d.cohorts.contains_key(&c.name) && self.d.cohorts.len() >= MAX_COHORTS {
+            return Err(ApplyError::Limit(format!("at most {MAX_COHORTS} cohorts")));
+        }
+        if let Some(parent) = &c.parent {
+            let mut cur = Some(parent.clone());
+            let mut depth = 0;
+            while let Some(p) = cur {
+                if p == c.name {
+                    return Err(ApplyError::invalid(
+                        "parent",
+                        format!("cohort {} would be its own ancestor", c.name),
+                    ));
+                }
+                let pc = self
+                    .d
+                    .cohorts
+                    .get(&p)
+                    .ok_or_else(|| ApplyError::unknown("cohort", &p))?;
+                depth += 1;
+                if depth > MAX_COHORT_DEPTH {
+                    return Err(ApplyError::Limit(format!(
+                        "cohorts nest at most {MAX_COHORT_DEPTH} deep"
+                    )));
+                }
+                cur = pc.parent.clone();
+            }
+        }
+        self.d.cohorts.insert(c.name.clone(), c);
+        self.rebuild_ledger();
+        Ok(())
+    }
+
+    pub(crate) fn delete_cohort(&mut self, name: &Name) -> Result<(), ApplyError> {
+        if !self.d.cohorts.contains_key(name) {
+            return Err(ApplyError::unknown("cohort", name));
+        }
+        if let Some(q) = self
+            .d
+            .queues
+            .values()
+            .find(|q| q.cohort.as_ref() == Some(name))
+        {
+            return Err(ApplyError::InUse(format!(
+                "cohort {name} still has queue {}",
+                q.name
+            )));
+        }
+        if let Some(c) = self
+            .d
+            .cohorts
+            .values()
+            .find(|c| c.parent.as_ref() == Some(name))
+        {
+            return Err(ApplyError::InUse(format!(
+                "cohort {name} is still the parent of cohort {}",
+                c.name
+            )));
+        }
+        self.d.cohorts.remove(name);
+        self.rebuild_ledger();
+        Ok(())
+    }
+
+    pub(crate) fn put_queue(
+        &mut self,
+        q: QueueSpec,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        let existed = self.d.queues.contains_key(&q.name);
+        if !existed && self.d.queues.len() >= MAX_QUEUES {
+            return Err(ApplyError::Limit(format!("at most {MAX_QUEUES} queues")));
+        }
+        if let Some(c) = &q.cohort
+            && !self.d.cohorts.contains_key(c)
+        {
+            return Err(ApplyError::unknown("cohort", c));
+        }
+        if !q.weight.is_finite() || q.weight < 0.0 {
+            return Err(ApplyError::invalid(
+                "weight",
+                format!("{} is not a finite number >= 0", q.weight),
+            ));
+        }
+        for (pool, quota) in &q.quotas {
+            let field = |f: &str| format!("quotas[{pool}].{f}");
+            check_names(quota.nominal.names(), &field("nominal"))?;
+            check_names(
+                quota.borrow_limit.keys().map(String::as_str),
+                &field("borrow_limit"),
+            )?;
+            check_names(
+                quota.lend_limit.keys().map(String::as_str),
+                &field("lend_limit"),
+            )?;
+        }
+        let name = q.name.clone();
+        self.d.queues.insert(q.name.clone(), q);
+        self.rebuild_ledger();
+        if existed {
+            let message = format!("queue {name} updated");
+            ev.push(Event {
+                at_ms: self.d.now_ms,
+                job: None,
+                node: None,
+                kind: EventKind::QueueUpdated { queue: name },
+                message,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete_queue(&mut self, name: &Name) -> Result<(), ApplyError> {
+        if !self.d.queues.contains_key(name) {
+            return Err(ApplyError::unknown("queue", name));
+        }
+        if let Some(j) = self
+            .d
+            .jobs
+            .values()
+            .find(|j| &j.spec.queue == name && !j.state.is_finished())
+        {
+            return Err(ApplyError::InUse(format!(
+                "queue {name} still has unfinished job {}",
+                j.spec.name
+            )));
+        }
+        self.d.queues.remove(name);
+        self.rebuild_ledger();
+        Ok(())
+    }
+
+    pub(crate) fn register_node(
+        &mut self,
+        spec: NodeSpec,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        validate_node(&spec)?;
+        let mut kinds: BTreeSet<String> = self
+            .d
+            .nodes
+            .values()
+            .flat_map(|n| n.spec.resources.names().map(String::from))
+            .collect();
+        kinds.extend(spec.resources.names().map(String::from));
+        if kinds.len() > MAX_RESOURCE_KINDS {
+            return Err(ApplyError::Limit(format!(
+                "a cluster may use at most {MAX_RESOURCE_KINDS} resource names"
+            )));
+        }
+        let previous = self.d.nodes.get(&spec.name);
+        if previous.is_none() && self.d.nodes.len() >= MAX_NODES {
+            return Err(ApplyError::Limit(format!("at most {MAX_NODES} nodes")));
+        }
+        if let Some(prev) = previous {
+            self.check_reregistration(prev, &spec)?;
+        }
+        let is_new = previous.is_none();
+        let was_lost = previous.is_some_and(|p| p.status == NodeStatus::Lost);
+        let cordoned = previous.is_some_and(|p| p.cordoned);
+        let name = spec.name.clone();
+        let kind = if is_new {
+            EventKind::NodeRegistered
+        } else {
+            EventKind::NodeReady
+        };
+        self.d.nodes.insert(
+            name.clone(),
+            Node {
+                spec,
+                status: NodeStatus::Ready,
+                cordoned,
+            },
+        );
+        self.rebuild_ledger();
+        if is_new || was_lost {
+            let message = format!("node {name} is ready");
+            ev.push(Event {
+                at_ms: self.d.now_ms,
+                job: None,
+                node: Some(name),
+                kind,
+                message,
+            });
+        }
+        Ok(())
+    }
+
+    /// A node that comes back may not shrink under work it still has, or change pool while
+    /// jobs run there.
+    fn check_reregistration(&self, prev: &Node, spec: &NodeSpec) -> Result<(), ApplyError> {
+        let Some(n) = self.ledger.node(spec.name.as_str()) else {
+            return Ok(());
+        };
+        let acct = &self.ledger.nodes[n];
+        if acct.occupants.is_empty() && acct.reservations.is_empty() {
+            return Ok(());
+        }
+        if prev.spec.pool != spec.pool {
+            return Err(ApplyError::InUse(format!(
+                "node {} has jobs; it cannot move from pool {} to {}",
+                spec.name, prev.spec.pool, spec.pool
+            )));
+        }
+        let used = self.ledger.kinds.resources(&acct.used());
+        if !used.fits_in(&spec.resources) {
+            return Err(ApplyError::InUse(format!(
+                "node {} has jobs using {used}; it cannot shrink to {}",
+                spec.name, spec.resources
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_node_status(
+        &mut self,
+        name: &Name,
+        status: NodeStatus,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        let node = self
+            .d
+            .nodes
+            .get_mut(name)
+            .ok_or_else(|| ApplyError::unknown("node", name))?;
+        if node.status == status {
+            return Ok(());
+        }
+        node.status = status;
+        let (kind, message) = match status {
+            NodeStatus::Lost => (
+                EventKind::NodeLost,
+                format!("node {name} is lost; its jobs go back to the queue"),
+            ),
+            NodeStatus::Ready => (EventKind::NodeReady, format!("node {name} is ready")),
+        };
+        ev.push(Event {
+            at_ms: self.d.now_ms,
+            job: None,
+            node: Some(name.clone()),
+            kind,
+            message,
+        });
+        if status == NodeStatus::Lost {
+            self.lose_jobs_on(name, ev);
+        }
+        self.rebuild_ledger();
+        Ok(())
+    }
+
+    pub(crate) fn cordon(
+        &mut self,
+        name: &Name,
+        cordoned: bool,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        let node = self
+            .d
+            .nodes
+            .get_mut(name)
+            .ok_or_else(|| ApplyError::unknown("node", name))?;
+        if node.cordoned == cordoned {
+            return Ok(());
+        }
+        node.cordoned = cordoned;
+        let (kind, message) = if cordoned {
+            (
+                EventKind::NodeCordoned,
+                format!("node {name} is cordoned: no new work is placed there"),
+            )
+        } else {
+            (
+                EventKind::NodeUncordoned,
+                format!("node {name} is uncordoned"),
+            )
+        };
+        ev.push(Event {
+            at_ms: self.d.now_ms,
+            job: None,
+            node: Some(name.clone()),
+            kind,
+            message,
+        });
+        self.rebuild_ledger();
+        Ok(())
+    }
+
+    /// Jobs running, stopping or suspended on a node that is gone.
+    pub(crate) fn jobs_on(&self, node: &Name) -> Vec<u64> {
+        self.d
+            .jobs
+            .values()
+            .filter(|j| {
+                matches!(
+                    j.state,
+                    JobState::Running | JobState::Preempting | JobState::Suspended
+                )
+            })
+            .filter(|j| j.replicas.iter().any(|r| &r.node == node))
+            .map(|j| j.id)
+            .collect()
+    }
+}
+
+fn check_names<'a>(names: impl Iterator<Item = &'a str>, field: &str) -> Result<(), ApplyError> {
+    for n in names {
+        validate_resource_name(n).map_err(|e| ApplyError::invalid(field, e))?;
+    }
+    Ok(())
+}
+
+fn validate_node(spec: &NodeSpec) -> Result<(), ApplyError> {
+    check_names(spec.resources.names(), "resources")?;
+    if spec.resources.gpus() > MAX_GPUS_PER_NODE {
+        return Err(ApplyError::invalid(
+            "resources.gpu",
+            format!("a node may have at most {MAX_GPUS_PER_NODE} GPUs"),
+        ));
+    }
+    if spec.labels.len() > MAX_LABELS_PER_NODE {
+        return Err(ApplyError::invalid(
+            "labels",
+            format!("at most {MAX_LABELS_PER_NODE} labels"),
+        ));
+    }
+    if let Some((k, _)) = spec
+        .labels
+        .iter()
+        .find(|(k, v)| k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN)
+    {
+        return Err(ApplyError::invalid(
+            format!("labels.{k}"),
+            format!("longer than {MAX_LABEL_LEN} characters"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,526 @@
+//! Every job transition, each keeping the ledger in step:
+//!
+//! ```text
+//! Pending --place--> Running --exit--> Succeeded | Failed
+//!    ^                  |  \--cancel--> Cancelled
+//!    |               preempt / pause
+//!    |                  v
+//!    +----stopped--- Preempting --stopped--> Suspended --resume--> Running
+//!    |  (checkpoint,    |  \--stopped (pause)--> Paused --unpause--> Pending
+//!    |   requeue)       \--stopped (cancel)--> Cancelled
+//! ```
+
+use super::State;
+use crate::alloc::{Lend, ReplicaAlloc, mask_to_gpus};
+use crate::error::ApplyError;
+use crate::event::{Event, EventKind};
+use crate::job::{JobId, JobState, PreemptionMode, StopWhy, Stopping};
+use crate::limits::{MAX_EVENTS_PER_JOB, MAX_MESSAGE_LEN};
+use crate::name::Name;
+
+pub(crate) fn clip(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE_LEN {
+        let mut cut = MAX_MESSAGE_LEN;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+impl State {
+    /// Records an event in the job's bounded history and in this apply's events.
+    pub(crate) fn job_event(
+        &mut self,
+        id: JobId,
+        kind: EventKind,
+        message: String,
+        ev: &mut Vec<Event>,
+    ) {
+        let now = self.d.now_ms;
+        let Some(job) = self.d.jobs.get_mut(&id) else {
+            return;
+        };
+        let e = Event {
+            at_ms: now,
+            job: Some(job.spec.name.clone()),
+            node: None,
+            kind,
+            message: clip(message),
+        };
+        if job.events.len() >= MAX_EVENTS_PER_JOB {
+            job.events.pop_front();
+        }
+        job.events.push_back(e.clone());
+        ev.push(e);
+    }
+
+    fn job_id(&self, name: &Name) -> Result<JobId, ApplyError> {
+        self.d
+            .job_names
+            .get(name)
+            .copied()
+            .ok_or_else(|| ApplyError::unknown("job", name))
+    }
+
+    fn wrong_state(&self, id: JobId, action: &str) -> ApplyError {
+        let j = &self.d.jobs[&id];
+        ApplyError::WrongState {
+            job: j.spec.name.to_string(),
+            state: j.state.as_str().to_string(),
+            action: action.to_string(),
+        }
+    }
+
+    fn check_attempt(&self, id: JobId, attempt: u32) -> Result<(), ApplyError> {
+        let job = self
+            .d
+            .jobs
+            .get(&id)
+            .ok_or_else(|| ApplyError::unknown("job", id))?;
+        if job.attempt != attempt {
+            return Err(ApplyError::StaleAttempt {
+                job: id,
+                attempt,
+                current: job.attempt,
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts the next attempt. The caller has checked that it fits.
+    pub(crate) fn start_job(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        replicas: Vec<ReplicaAlloc>,
+        ev: &mut Vec<Event>,
+    ) {
+        let reserved = self.d.reservations.remove(&id).is_some();
+        if reserved {
+            self.ledger.unreserve(id, true);
+        }
+        let job = &self.d.jobs[&id];
+        let shares = self.shares(job, &replicas);
+        let (q, np) = self.queue_and_np(job);
+        self.ledger.occupy(id, q, np, &shares);
+        let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        let lent_from = self
+            .ledger
+            .lent_to(id, &nodes)
+            .into_iter()
+            .map(|(n, from, amount, gpus)| Lend {
+                from,
+                node: self.ledger.nodes[n].name.clone(),
+                resources: self.ledger.kinds.resources(&amount),
+                gpus: mask_to_gpus(gpus),
+            })
+            .collect();
+        let now = self.d.now_ms;
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        job.state = JobState::Running;
+        job.attempt = attempt;
+        job.replicas = replicas;
+        job.lent_from = lent_from;
+        job.started_ms = now;
+        job.progress_mark_ms = now;
+        job.preempted_by = None;
+        job.reason.clear();
+        let nodes = job.nodes();
+        let message = if job.has_checkpoint {
+            format!("attempt {attempt} started, resuming from its checkpoint")
+        } else {
+            format!("attempt {attempt} started")
+        };
+        self.job_event(id, EventKind::Started { attempt, nodes }, message, ev);
+    }
+
+    /// Running -> Preempting: the agent will signal it and report when it stopped.
+    pub(crate) fn begin_stop(&mut self, id: JobId, why: StopWhy) {
+        let now = self.d.now_ms;
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        job.state = JobState::Preempting;
+        job.stopping = Some(Stopping {
+            why,
+            requested_ms: now,
+            deadline_ms: now.saturating_add(job.spec.grace_ms),
+        });
+    }
+
+    /// The job no longer holds anything on any node.
+    fn release(&mut self, id: JobId) {
+        self.ledger.vacate(id);
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        job.replicas.clear();
+        job.lent_from.clear();
+        job.stopping = None;
+        job.suspended_for = None;
+        if self.d.reservations.contains_key(&id) {
+            self.drop_reservation(id);
+        }
+    }
+
+    /// Forgets a preemptor's reservation; shares lent to it go back to their holders.
+    pub(crate) fn drop_reservation(&mut self, id: JobId) {
+        if self.d.reservations.remove(&id).is_some() {
+            self.ledger.unreserve(id, false);
+        }
+    }
+
+    fn finish(&mut self, id: JobId, state: JobState, exit_code: Option<i32>) {
+        self.release(id);
+        let now = self.d.now_ms;
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        job.state = state;
+        job.exit_code = exit_code;
+        job.finished_ms = Some(now);
+        job.reason.clear();
+        self.d.finished_order.push_back(id);
+        while self.d.finished_order.len() > self.d.retain_finished {
+            let Some(old) = self.d.finished_order.pop_front() else {
+                break;
+            };
+            if let Some(j) = self.d.jobs.remove(&old)
+                && self.d.job_names.get(&j.spec.name) == Some(&old)
+            {
+                self.d.job_names.remove(&j.spec.name);
+            }
+        }
+    }
+
+    /// Back to the queue. `keep_checkpoint`: resume from the last checkpoint next time.
+    fn requeue(&mut self, id: JobId, keep_checkpoint: bool, reason: String) {
+        self.release(id);
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        job.state = JobState::Pending;
+        if !keep_checkpoint {
+            job.has_checkpoint = false;
+        }
+        job.reason = reason;
+    }
+
+    pub(crate) fn exited(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        code: i32,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        self.check_attempt(id, attempt)?;
+        if !self.d.jobs[&id].state.is_active() {
+            return Err(self.wrong_state(id, "exiting"));
+        }
+        if code == 0 {
+            self.finish(id, JobState::Succeeded, Some(0));
+            self.job_event(id, EventKind::Succeeded, "exited 0".into(), ev);
+        } else {
+            self.finish(id, JobState::Failed, Some(code));
+            self.job_event(
+                id,
+                EventKind::Failed { exit_code: code },
+                format!("exited with code {code}"),
+                ev,
+            );
+        }
+        Ok(())
+    }
+
+    pub(crate) fn checkpointed(&mut self, id: JobId, attempt: u32) -> Result<(), ApplyError> {
+        self.check_attempt(id, attempt)?;
+        let now = self.d.now_ms;
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        if !job.state.is_active() {
+            return Err(self.wrong_state(id, "checkpointing"));
+        }
+        job.has_checkpoint = true;
+        job.progress_mark_ms = now;
+        Ok(())
+    }
+
+    /// An agent stopped a Preempting job (or suspended it, mode suspend).
+    pub(crate) fn stopped(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        checkpointed: bool,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        self.check_attempt(id, attempt)?;
+        let job = &self.d.jobs[&id];
+        let (JobState::Preempting, Some(stopping)) = (job.state, job.stopping) else {
+            return Err(self.wrong_state(id, "stopping"));
+        };
+        let saved = if checkpointed {
+            "with a checkpoint"
+        } else {
+            "without a checkpoint"
+        };
+        match stopping.why {
+            StopWhy::Paused => {
+                self.mark_checkpoint(id, checkpointed);
+                self.release(id);
+                self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
+                self.set_reason(
+                    id,
+                    "paused by a person; `baton resume` puts it back in the queue".into(),
+                );
+                self.job_event(
+                    id,
+                    EventKind::Stopped { checkpointed },
+                    format!("stopped {saved}"),
+                    ev,
+                );
+                self.job_event(id, EventKind::Paused, "paused".into(), ev);
+            }
+            StopWhy::Preempted { by, mode } => self.victim_stopped(id, by, mode, checkpointed, ev),
+        }
+        Ok(())
+    }
+
+    fn mark_checkpoint(&mut self, id: JobId, checkpointed: bool) {
+        if checkpointed {
+            let now = self.d.now_ms;
+            let job = self.d.jobs.get_mut(&id).expect("job");
+            job.has_checkpoint = true;
+            job.progress_mark_ms = now;
+        }
+    }
+
+    fn victim_stopped(
+        &mut self,
+        id: JobId,
+        by: JobId,
+        mode: PreemptionMode,
+        checkpointed: bool,
+        ev: &mut Vec<Event>,
+    ) {
+        let by_name = self.name_of(by);
+        let saved = if checkpointed {
+            "with a checkpoint"
+        } else {
+            "without a checkpoint"
+        };
+        match mode {
+            PreemptionMode::Suspend => {
+                let lend_to = self.d.reservations.contains_key(&by).then_some(by);
+                self.ledger.hold(id, lend_to);
+                let job = self.d.jobs.get_mut(&id).expect("job");
+                job.state = JobState::Suspended;
+                job.stopping = None;
+                job.suspended_for = Some(by);
+                job.reason = format!("suspended in place for {by_name}; resumes when it is gone");
+                self.job_event(
+                    id,
+                    EventKind::Suspended {
+                        by: by_name.clone(),
+                    },
+                    format!("suspended for {by_name}"),
+                    ev,
+                );
+            }
+            PreemptionMode::Cancel => {
+                self.job_event(
+                    id,
+                    EventKind::Stopped { checkpointed },
+                    format!("stopped {saved}"),
+                    ev,
+                );
+                self.finish(id, JobState::Cancelled, None);
+                self.job_event(
+                    id,
+                    EventKind::Cancelled,
+                    format!("cancelled: preempted by {by_name} (mode cancel)"),
+                    ev,
+                );
+            }
+            PreemptionMode::Checkpoint | PreemptionMode::Requeue => {
+                let keep = mode == PreemptionMode::Checkpoint;
+                if keep {
+                    self.mark_checkpoint(id, checkpointed);
+                }
+                let reason = format!("preempted by {by_name}; waiting to be placed again");
+                self.requeue(id, keep, reason);
+                self.job_event(
+                    id,
+                    EventKind::Stopped { checkpointed },
+                    format!("stopped {saved}"),
+                    ev,
+                );
+                let how = if keep && self.d.jobs[&id].has_checkpoint {
+                    "resumes from its checkpoint"
+                } else {
+                    "starts over"
+                };
+                self.job_event(
+                    id,
+                    EventKind::Requeued,
+                    format!("back in the queue; {how}"),
+                    ev,
+                );
+            }
+        }
+    }
+
+    pub(crate) fn name_of(&self, id: JobId) -> Name {
+        self.d
+            .jobs
+            .get(&id)
+            .map(|j| j.spec.name.clone())
+            .unwrap_or_else(|| Name::lit("gone"))
+    }
+
+    pub(crate) fn set_reason(&mut self, id: JobId, reason: String) {
+        if let Some(j) = self.d.jobs.get_mut(&id) {
+            j.reason = clip(reason);
+        }
+    }
+
+    pub(crate) fn cancel(&mut self, name: &Name, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        let id = self.job_id(name)?;
+        match self.d.jobs[&id].state {
+            JobState::Cancelled => return Ok(()),
+            JobState::Succeeded | JobState::Failed => {
+                return Err(self.wrong_state(id, "cancelling"));
+            }
+            _ => {}
+        }
+        // A running job's process is killed by its agent, which sees the attempt is no
+        // longer assigned to it and kills it before it starts anything else there.
+        self.finish(id, JobState::Cancelled, None);
+        self.job_event(id, EventKind::Cancelled, "cancelled by a person".into(), ev);
+        Ok(())
+    }
+
+    pub(crate) fn pause(&mut self, name: &Name, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        let id = self.job_id(name)?;
+        match self.d.jobs[&id].state {
+            JobState::Paused => Ok(()),
+            JobState::Pending => {
+                self.drop_reservation(id);
+                self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
+                self.set_reason(
+                    id,
+                    "paused by a person; `baton resume` puts it back in the queue".into(),
+                );
+                self.job_event(id, EventKind::Paused, "paused while pending".into(), ev);
+                Ok(())
+            }
+            JobState::Running => {
+                self.begin_stop(id, StopWhy::Paused);
+                self.set_reason(id, "pausing: checkpointing before it stops".into());
+                Ok(())
+            }
+            _ => Err(self.wrong_state(id, "pausing")),
+        }
+    }
+
+    pub(crate) fn unpause(&mut self, name: &Name, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        let id = self.job_id(name)?;
+        if self.d.jobs[&id].state != JobState::Paused {
+            return Err(self.wrong_state(id, "resuming"));
+        }
+        self.d.jobs.get_mut(&id).expect("job").state = JobState::Pending;
+        self.set_reason(id, "resumed by a person; waiting to be placed".into());
+        self.job_event(id, EventKind::Unpaused, "resumed by a person".into(), ev);
+        Ok(())
+    }
+
+    /// A suspended job whose preemptor is gone runs again in place. The caller checked it.
+    pub(crate) fn resume_suspended(&mut self, id: JobId, ev: &mut Vec<Event>) {
+        self.ledger.unhold(id);
+        let now = self.d.now_ms;
+        let job = self.d.jobs.get_mut(&id).expect("job");
+        job.state = JobState::Running;
+        job.suspended_for = None;
+        job.started_ms = now;
+        job.progress_mark_ms = now;
+        job.reason.clear();
+        self.job_event(id, EventKind::Resumed, "resumed in place".into(), ev);
+    }
+
+    /// The node is gone: what ran there goes back to the queue, from its last checkpoint.
+    pub(crate) fn lose_jobs_on(&mut self, node: &Name, ev: &mut Vec<Event>) {
+        for id in self.jobs_on(node) {
+            let job = &self.d.jobs[&id];
+            let cancel = matches!(
+                job.stopping,
+                Some(Stopping {
+                    why: StopWhy::Preempted {
+                        mode: PreemptionMode::Cancel,
+                        ..
+                    },
+                    ..
+                })
+            );
+            let paused = matches!(
+                job.stopping,
+                Some(Stopping {
+                    why: StopWhy::Paused,
+                    ..
+                })
+            );
+            if cancel {
+                self.finish(id, JobState::Cancelled, None);
+                self.job_event(
+                    id,
+                    EventKind::Cancelled,
+                    format!("node {node} was lost while it was being cancelled"),
+                    ev,
+                );
+            } else if paused {
+                self.release(id);
+                self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
+                self.job_event(
+                    id,
+                    EventKind::Paused,
+                    format!("node {node} was lost while it was pausing"),
+                    ev,
+                );
+            } else {
+                self.requeue(
+                    id,
+                    true,
+                    format!("node {node} was lost; waiting to be placed again"),
+                );
+                self.job_event(
+                    id,
+                    EventKind::Requeued,
+                    format!("node {node} was lost; back in the queue"),
+                    ev,
+                );
+            }
+        }
+        let touching: Vec<JobId> = self
+            .d
+            .reservations
+            .values()
+            .filter(|r| r.replicas.iter().any(|x| &x.node == node))
+            .map(|r| r.job)
+            .collect();
+        for id in touching {
+            self.drop_reservation(id);
+            self.set_reason(
+                id,
+                format!("node {node} it was to run on was lost; re-planning"),
+            );
+        }
+    }
+
+    /// Reservations whose victims outlived every bound are dropped; the preemptor re-plans.
+    pub(crate) fn tick(&mut self, _ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        let now = self.d.now_ms;
+        let expired: Vec<JobId> = self
+            .d
+            .reservations
+            .values()
+            .filter(|r| r.deadline_ms < now)
+            .map(|r| r.job)
+            .collect();
+        for id in expired {
+            self.drop_reservation(id);
+            self.set_reason(id, "its victims did not stop in time; re-planning".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,223 @@
+//! The replicated state machine: `State::apply(Command) -> Response`.
+//!
+//! Pure and deterministic: time arrives inside the command, ids are counters, and every
+//! collection iterates in a fixed order. A refused command changes nothing.
+//!
+//! Layout: `config` (classes, cohorts, queues, nodes), `submit` (validation of new jobs),
+//! `lifecycle` (every job transition, keeping the ledger in step), `apply_plan` (the plan
+//! checker), `rebuild` (the ledger from scratch).
+
+mod apply_plan;
+mod config;
+mod lifecycle;
+mod rebuild;
+mod submit;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::alloc::ReplicaAlloc;
+use crate::class::{PriorityClass, default_classes};
+use crate::command::{Applied, Command, Op, Outcome, Response};
+use crate::error::ApplyError;
+use crate::event::Event;
+use crate::job::{Job, JobId};
+use crate::ledger::Ledger;
+use crate::limits::DEFAULT_RETAINED_FINISHED_JOBS;
+use crate::name::Name;
+use crate::node::Node;
+use crate::queue::{Cohort, QueueSpec};
+
+/// How long after its victims' grace periods end a reservation is kept before the
+/// preemptor re-plans (covers an agent that reports late).
+pub const RESERVATION_SLACK_MS: u64 = 60_000;
+
+/// Resources held for a preemptor while its victims stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub job: JobId,
+    pub victims: Vec<JobId>,
+    /// Where the preemptor will run; it is placed exactly here.
+    pub replicas: Vec<ReplicaAlloc>,
+    pub created_ms: u64,
+    pub deadline_ms: u64,
+}
+
+/// Everything that is replicated. The ledger is derived from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Data {
+    classes: BTreeMap<Name, PriorityClass>,
+    cohorts: BTreeMap<Name, Cohort>,
+    queues: BTreeMap<Name, QueueSpec>,
+    nodes: BTreeMap<Name, Node>,
+    jobs: BTreeMap<JobId, Job>,
+    job_names: BTreeMap<Name, JobId>,
+    reservations: BTreeMap<JobId, Reservation>,
+    request_ids: BTreeMap<String, JobId>,
+    request_order: VecDeque<String>,
+    finished_order: VecDeque<JobId>,
+    next_job_id: JobId,
+    next_submit_seq: u64,
+    applied: u64,
+    now_ms: u64,
+    retain_finished: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct State {
+    d: Data,
+    ledger: Ledger,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new()
+    }
+}
+
+impl State {
+    pub fn new() -> State {
+        let classes = default_classes()
+            .into_iter()
+            .map(|c| (c.name.clone(), c))
+            .collect();
+        let d = Data {
+            classes,
+            cohorts: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            job_names: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            request_ids: BTreeMap::new(),
+            request_order: VecDeque::new(),
+            finished_order: VecDeque::new(),
+            next_job_id: 1,
+            next_submit_seq: 0,
+            applied: 0,
+            now_ms: 0,
+            retain_finished: DEFAULT_RETAINED_FINISHED_JOBS,
+        };
+        let mut s = State {
+            d,
+            ledger: Ledger::default(),
+        };
+        s.rebuild_ledger();
+        s
+    }
+
+    /// How many finished jobs to keep (oldest pruned first).
+    pub fn set_retain_finished(&mut self, n: usize) {
+        self.d.retain_finished = n;
+    }
+
+    pub fn apply(&mut self, cmd: Command) -> Response {
+        self.d.now_ms = self.d.now_ms.max(cmd.now_ms);
+        self.d.applied += 1;
+        let mut ev = Vec::new();
+        let outcome = self.dispatch(cmd.op, &mut ev)?;
+        Ok(Applied {
+            outcome,
+            events: ev,
+        })
+    }
+
+    fn dispatch(&mut self, op: Op, ev: &mut Vec<Event>) -> Result<Outcome, ApplyError> {
+        let done = |r: Result<(), ApplyError>| r.map(|()| Outcome::Done);
+        match op {
+            Op::PutClass(c) => done(self.put_class(c)),
+            Op::DeleteClass { name } => done(self.delete_class(&name)),
+            Op::PutCohort(c) => done(self.put_cohort(c)),
+            Op::DeleteCohort { name } => done(self.delete_cohort(&name)),
+            Op::PutQueue(q) => done(self.put_queue(q, ev)),
+            Op::DeleteQueue { name } => done(self.delete_queue(&name)),
+            Op::RegisterNode(spec) => done(self.register_node(spec, ev)),
+            Op::SetNodeStatus { node, status } => done(self.set_node_status(&node, status, ev)),
+            Op::Cordon { node, cordoned } => done(self.cordon(&node, cordoned, ev)),
+            Op::Submit { spec, request_id } => self.submit(spec, request_id, ev),
+            Op::Cancel { job } => done(self.cancel(&job, ev)),
+            Op::Pause { job } => done(self.pause(&job, ev)),
+            Op::Resume { job } => done(self.unpause(&job, ev)),
+            Op::JobExited {
+                job,
+                attempt,
+                exit_code,
+            } => done(self.exited(job, attempt, exit_code, ev)),
+            Op::JobStopped {
+                job,
+                attempt,
+                checkpointed,
+            } => done(self.stopped(job, attempt, checkpointed, ev)),
+            Op::JobCheckpointed { job, attempt } => done(self.checkpointed(job, attempt)),
+            Op::ApplyPlan(plan) => Ok(self.apply_plan(plan, ev)),
+            Op::Tick => done(self.tick(ev)),
+        }
+    }
+
+    // Read access for the scheduler, the simulator and the server.
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+    pub fn classes(&self) -> &BTreeMap<Name, PriorityClass> {
+        &self.d.classes
+    }
+    pub fn cohorts(&self) -> &BTreeMap<Name, Cohort> {
+        &self.d.cohorts
+    }
+    pub fn queues(&self) -> &BTreeMap<Name, QueueSpec> {
+        &self.d.queues
+    }
+    pub fn nodes(&self) -> &BTreeMap<Name, Node> {
+        &self.d.nodes
+    }
+    pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
+        &self.d.jobs
+    }
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.d.jobs.get(&id)
+    }
+    pub fn job_by_name(&self, name: &str) -> Option<&Job> {
+        self.d
+            .job_names
+            .get(name)
+            .and_then(|id| self.d.jobs.get(id))
+    }
+    pub fn reservations(&self) -> &BTreeMap<JobId, Reservation> {
+        &self.d.reservations
+    }
+    /// Commands applied so far (a plan's `based_on`).
+    pub fn applied(&self) -> u64 {
+        self.d.applied
+    }
+    pub fn now_ms(&self) -> u64 {
+        self.d.now_ms
+    }
+}
+
+/// Only the replicated data is written; the ledger is rebuilt when read back.
+impl Serialize for State {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.d.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for State {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let d = Data::deserialize(de)?;
+        let mut s = State {
+            d,
+            ledger: Ledger::default(),
+        };
+        s.rebuild_ledger();
+        Ok(s)
+    }
+}
+
+impl PartialEq for State {
+    fn eq(&self, other: &Self) -> bool {
+        // Compare what is replicated; the ledger follows from it.
+        self.d == other.d
+    }
+}

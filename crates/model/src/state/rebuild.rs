@@ -1,0 +1,225 @@
+//! Builds the ledger from the replicated data: after a configuration change, a snapshot
+//! restore, or in tests to check the incremental path.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::State;
+use crate::job::JobState;
+use crate::ledger::{
+    Kinds, Ledger, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add,
+};
+use crate::limits::MAX_RESOURCE_KINDS;
+use crate::name::Name;
+
+impl State {
+    pub(crate) fn rebuild_ledger(&mut self) {
+        let mut l = Ledger::default();
+        let d = &self.d;
+        let names: BTreeSet<String> = d
+            .nodes
+            .values()
+            .flat_map(|n| n.spec.resources.names().map(String::from))
+            .collect();
+        l.kinds = Kinds::new(&names);
+
+        let mut pools: BTreeSet<Name> = d.nodes.values().map(|n| n.spec.pool.clone()).collect();
+        pools.extend(d.queues.values().flat_map(|q| q.quotas.keys().cloned()));
+        for (i, p) in pools.iter().enumerate() {
+            l.pool_ix.insert(p.clone(), i);
+            l.pools.push(PoolAcct {
+                name: p.clone(),
+                capacity: ZERO,
+                total: ZERO,
+                largest_node: ZERO,
+                guaranteed: ZERO,
+                unowned_draw: ZERO,
+            });
+        }
+        let racks: BTreeSet<Name> = d
+            .nodes
+            .values()
+            .filter_map(|n| n.spec.rack.clone())
+            .collect();
+        l.racks = racks.into_iter().collect();
+
+        for node in d.nodes.values() {
+            let pool = l.pool_ix[&node.spec.pool];
+            let rack = node
+                .spec
+                .rack
+                .as_ref()
+                .and_then(|r| l.racks.iter().position(|x| x == r));
+            let cap = l.kinds.vector_lossy(&node.spec.resources);
+            let pa = &mut l.pools[pool];
+            add(&mut pa.total, &cap);
+            for k in 0..MAX_RESOURCE_KINDS {
+                pa.largest_node[k] = pa.largest_node[k].max(cap[k]);
+            }
+            if node.schedulable() {
+                add(&mut pa.capacity, &cap);
+            }
+            l.node_ix.insert(node.spec.name.clone(), l.nodes.len());
+            l.nodes.push(NodeAcct::new(
+                node.spec.name.clone(),
+                pool,
+                rack,
+                node.schedulable(),
+                cap,
+            ));
+        }
+        self.build_queues(&mut l);
+        self.ledger = l;
+        self.charge_jobs();
+    }
+
+    /// The top-level cohort a queue's cohort sits under (its lending tree), and whether any
+    /// cohort on the way has fair sharing on.
+    pub(crate) fn tree_of(&self, cohort: Option<&Name>) -> (Option<Name>, bool) {
+        let mut cur = cohort.and_then(|c| self.d.cohorts.get(c));
+        let mut fair = false;
+        let mut top = None;
+        let mut hops = 0;
+        while let Some(c) = cur {
+            fair |= c.fair_sharing;
+            top = Some(c.name.clone());
+            hops += 1;
+            if hops > crate::limits::MAX_COHORT_DEPTH {
+                break;
+            }
+            cur = c.parent.as_ref().and_then(|p| self.d.cohorts.get(p));
+        }
+        (top, fair)
+    }
+
+    fn build_queues(&self, l: &mut Ledger) {
+        let np = l.pools.len();
+        let mut tree_ix: BTreeMap<Option<Name>, usize> = BTreeMap::new();
+        tree_ix.insert(None, 0);
+        l.trees.push(TreeAcct::new(None, np));
+        for q in self.d.queues.values() {
+            let (top, fair) = self.tree_of(q.cohort.as_ref());
+            let tree = *tree_ix.entry(top.clone()).or_insert_with(|| {
+                l.trees.push(TreeAcct::new(top.clone(), np));
+                l.trees.len() - 1
+            });
+            let mut acct = QueueAcct {
+                name: q.name.clone(),
+                tree,
+                fair_sharing: fair,
+                weight: q.weight,
+                nominal: vec![ZERO; np],
+                borrow_limit: vec![[u64::MAX; MAX_RESOURCE_KINDS]; np],
+                lend_limit: vec![[u64::MAX; MAX_RESOURCE_KINDS]; np],
+                usage: vec![ZERO; np],
+                np_usage: vec![ZERO; np],
+            };
+            for (pool, quota) in &q.quotas {
+                let p = l.pool_ix[pool];
+                acct.nominal[p] = l.kinds.vector_lossy(&quota.nominal);
+                acct.borrow_limit[p] = l.kinds.limits(&quota.borrow_limit, u64::MAX);
+                acct.lend_limit[p] = l.kinds.limits(&quota.lend_limit, u64::MAX);
+                add(&mut l.pools[p].guaranteed, &acct.nominal[p]);
+                let t = &mut l.trees[tree];
+                for k in 0..MAX_RESOURCE_KINDS {
+                    let lendable = acct.lendable_nominal(p, k);
+                    t.lendable_nominal[p][k] += lendable;
+                    t.lendable_unused[p][k] += lendable;
+                }
+            }
+            l.queue_ix.insert(q.name.clone(), l.queues.len());
+            l.queues.push(acct);
+        }
+    }
+
+    /// Charges every job that holds something, in an order that makes lends derivable:
+    /// occupants, then held shares, then recorded lends, then reservations.
+    fn charge_jobs(&mut self) {
+        let jobs: Vec<_> = self
+            .d
+            .jobs
+            .values()
+            .filter(|j| !j.replicas.is_empty())
+            .map(|j| j.id)
+            .collect();
+        for &id in &jobs {
+            let job = &self.d.jobs[&id];
+            if job.state.is_active() || job.state == JobState::Suspended {
+                let shares = self.shares(job, &job.replicas);
+                let (q, np) = self.queue_and_np(job);
+                self.ledger.occupy(id, q, np, &shares);
+                if job.state == JobState::Suspended {
+                    self.ledger.hold(id, None);
+                }
+            }
+        }
+        for &id in &jobs {
+            let job = &self.d.jobs[&id];
+            for lend in job.lent_from.clone() {
+                let Some(n) = self.ledger.node(lend.node.as_str()) else {
+                    continue;
+                };
+                let amount = self.ledger.kinds.vector_lossy(&lend.resources);
+                let gpus = crate::alloc::gpu_mask(&lend.gpus);
+                self.ledger.set_lend(n, lend.from, id, amount, gpus);
+            }
+        }
+        let reservations: Vec<_> = self.d.reservations.values().cloned().collect();
+        for r in reservations {
+            let Some(job) = self.d.jobs.get(&r.job) else {
+                continue;
+            };
+            let shares = self.shares(job, &r.replicas);
+            let (q, np) = self.queue_and_np(job);
+            self.ledger.reserve(r.job, q, np, &shares, &r.victims);
+            self.ledger.lend_for_reservation(r.job);
+        }
+    }
+
+    /// A job's per-node shares for a set of replicas (replicas on one node are summed).
+    pub(crate) fn shares(
+        &self,
+        job: &crate::job::Job,
+        replicas: &[crate::alloc::ReplicaAlloc],
+    ) -> Vec<Share> {
+        let mut out: Vec<Share> = Vec::new();
+        for r in replicas {
+            let Some(n) = self.ledger.node(r.node.as_str()) else {
+                continue;
+            };
+            let task = &job.spec.tasks[r.task as usize];
+            let amount: Vector = self.ledger.kinds.vector_lossy(&task.resources);
+            let gpus = crate::alloc::gpu_mask(&r.gpus);
+            match out.iter_mut().find(|s| s.0 == n) {
+                Some(s) => {
+                    add(&mut s.1, &amount);
+                    s.2 |= gpus;
+                }
+                None => out.push((n, amount, gpus)),
+            }
+        }
+        out
+    }
+
+    pub(crate) fn queue_and_np(&self, job: &crate::job::Job) -> (usize, bool) {
+        let q = self.ledger.queue(job.spec.queue.as_str()).unwrap_or(0);
+        (q, !job.preemptible)
+    }
+
+    /// Debug check: the incrementally maintained ledger equals one rebuilt from scratch.
+    pub fn ledger_consistent(&self) -> Result<(), String> {
+        let mut fresh = self.clone();
+        fresh.rebuild_ledger();
+        let (a, b) = (self.ledger.digest(), fresh.ledger.digest());
+        if a == b {
+            return Ok(());
+        }
+        let diff: Vec<String> = a
+            .lines()
+            .zip(b.lines())
+            .filter(|(x, y)| x != y)
+            .take(4)
+            .map(|(x, y)| format!("incremental: {x}\nrebuilt:     {y}"))
+            .collect();
+        Err(diff.join("\n"))
+    }
+}

@@ -1,0 +1,376 @@
+//! Submission: a job is refused here only when no allowed pool could ever hold it (decisions.md
+//! section 7). A job that only its queue's limits hold back is accepted and waits, since
+//! quotas can change.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use super::State;
+use crate::command::Outcome;
+use crate::error::ApplyError;
+use crate::event::{Event, EventKind};
+use crate::job::{Job, JobSpec, JobState, PriorityRef, Topology};
+use crate::ledger::{Vector, ZERO, add, fits};
+use crate::limits::{
+    MAX_DURATION_MS, MAX_GPUS_PER_NODE, MAX_JOBS, MAX_REMEMBERED_REQUEST_IDS, MAX_REPLICAS_PER_JOB,
+    MAX_REQUEST_ID_LEN, MAX_TASKS_PER_JOB,
+};
+use crate::quantity::Human;
+use crate::resources::validate_resource_name;
+
+/// Bounds on what a job asks an agent to run.
+pub const MAX_COMMAND_ARGS: usize = 256;
+pub const MAX_ARG_LEN: usize = 4096;
+pub const MAX_ENV_VARS: usize = 256;
+
+impl State {
+    pub(crate) fn submit(
+        &mut self,
+        spec: JobSpec,
+        request_id: Option<String>,
+        ev: &mut Vec<Event>,
+    ) -> Result<Outcome, ApplyError> {
+        if let Some(rid) = &request_id {
+            if rid.is_empty() || rid.len() > MAX_REQUEST_ID_LEN {
+                return Err(ApplyError::invalid(
+                    "request_id",
+                    format!("must be 1 to {MAX_REQUEST_ID_LEN} characters"),
+                ));
+            }
+            if let Some(&id) = self.d.request_ids.get(rid) {
+                let name = self
+                    .d
+                    .jobs
+                    .get(&id)
+                    .map(|j| j.spec.name.clone())
+                    .unwrap_or(spec.name);
+                return Ok(Outcome::Submitted {
+                    job: id,
+                    name,
+                    duplicate: true,
+                });
+            }
+        }
+        if self.d.jobs.len() >= MAX_JOBS {
+            return Err(ApplyError::Limit(format!(
+                "at most {MAX_JOBS} jobs are kept; wait for some to finish"
+            )));
+        }
+        let (priority, preemptible) = self.validate_submit(&spec)?;
+        let id = self.d.next_job_id;
+        self.d.next_job_id += 1;
+        let seq = self.d.next_submit_seq;
+        self.d.next_submit_seq += 1;
+        let now = self.d.now_ms;
+        let name = spec.name.clone();
+        let job = Job {
+            id,
+            spec,
+            priority,
+            preemptible,
+            submitted_ms: now,
+            submit_seq: seq,
+            state: JobState::Pending,
+            attempt: 0,
+            replicas: Vec::new(),
+            lent_from: Vec::new(),
+            started_ms: 0,
+            progress_mark_ms: 0,
+            stopping: None,
+            preempted_by: None,
+            suspended_for: None,
+            reason: "waiting for the next scheduling cycle".into(),
+            has_checkpoint: false,
+            exit_code: None,
+            finished_ms: None,
+            events: VecDeque::new(),
+        };
+        self.d.jobs.insert(id, job);
+        self.d.job_names.insert(name.clone(), id);
+        if let Some(rid) = request_id {
+            self.remember_request(rid, id);
+        }
+        self.job_event(
+            id,
+            EventKind::Submitted,
+            format!("submitted with priority {priority}"),
+            ev,
+        );
+        Ok(Outcome::Submitted {
+            job: id,
+            name,
+            duplicate: false,
+        })
+    }
+
+    fn remember_request(&mut self, rid: String, id: u64) {
+        self.d.request_ids.insert(rid.clone(), id);
+        self.d.request_order.push_back(rid);
+        while self.d.request_order.len() > MAX_REMEMBERED_REQUEST_IDS {
+            if let Some(old) = self.d.request_order.pop_front() {
+                self.d.request_ids.remove(&old);
+            }
+        }
+    }
+
+    /// Checks a job against the cluster; returns its resolved priority and preemptibility.
+    pub fn validate_submit(&self, spec: &JobSpec) -> Result<(i32, bool), ApplyError> {
+        if let Some(old) = self.d.job_names.get(&spec.name)
+            && !self.d.jobs[old].state.is_finished()
+        {
+            return Err(ApplyError::Exists {
+                kind: "job".into(),
+                name: spec.name.to_string(),
+            });
+        }
+        if !self.d.queues.contains_key(&spec.queue) {
+            return Err(ApplyError::unknown("queue", &spec.queue));
+        }
+        let resolved = match &spec.priority {
+            PriorityRef::Class(c) => {
+                let class = self
+                    .d
+                    .classes
+                    .get(c)
+                    .ok_or_else(|| ApplyError::unknown("priority class", c))?;
+                (class.value, class.preemptible)
+            }
+            PriorityRef::Value(v) => (*v, true),
+        };
+        validate_shape(spec)?;
+        self.check_pools(spec)?;
+        self.check_feasible(spec)?;
+        Ok(resolved)
+    }
+
+    fn check_pools(&self, spec: &JobSpec) -> Result<(), ApplyError> {
+        for p in spec.pools.iter().flatten() {
+            if !self.d.nodes.values().any(|n| &n.spec.pool == p) {
+                return Err(ApplyError::unknown("pool", p));
+            }
+        }
+        for (i, t) in spec.tasks.iter().enumerate() {
+            for p in t.pools.iter().flatten() {
+                if !self.d.nodes.values().any(|n| &n.spec.pool == p) {
+                    return Err(ApplyError::unknown("pool", p));
+                }
+                if let Some(job_pools) = &spec.pools
+                    && !job_pools.contains(p)
+                {
+                    let field = format!("tasks[{i}].pools");
+                    return Err(ApplyError::invalid(
+                        field,
+                        format!("pool {p} is not among the job's pools"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pool indices a task may use, in preference order.
+    pub fn task_pools(&self, spec: &JobSpec, task: usize) -> Vec<usize> {
+        let l = &self.ledger;
+        let names = spec.tasks[task].pools.as_ref().or(spec.pools.as_ref());
+        match names {
+            Some(names) => names.iter().filter_map(|n| l.pool(n.as_str())).collect(),
+            None => (0..l.pools.len())
+                .filter(|&p| l.nodes.iter().any(|n| n.pool == p))
+                .collect(),
+        }
+    }
+
+    fn check_feasible(&self, spec: &JobSpec) -> Result<(), ApplyError> {
+        let l = &self.ledger;
+        let mut gang = ZERO;
+        let mut gang_pools = BTreeSet::new();
+        for (i, t) in spec.tasks.iter().enumerate() {
+            let need = l.kinds.vector(&t.resources).ok_or_else(|| {
+                let missing = t
+                    .resources
+                    .names()
+                    .find(|n| l.kinds.index(n).is_none())
+                    .unwrap_or("?");
+                ApplyError::Impossible(format!("task {}: no node has resource {missing:?}", t.name))
+            })?;
+            let pools = self.task_pools(spec, i);
+            gang_pools.extend(pools.iter().copied());
+            let nodes: Vec<&Vector> = l
+                .nodes
+                .iter()
+                .filter(|n| pools.contains(&n.pool))
+                .map(|n| &n.capacity)
+                .collect();
+            if !nodes.iter().any(|c| fits(&need, c)) {
+                return Err(ApplyError::Impossible(format!(
+                    "task {}: one replica needs {}, more than any node in its pools has",
+                    t.name, t.resources
+                )));
+            }
+            let room: u64 = nodes.iter().map(|c| replicas_fitting(&need, c)).sum();
+            if room < u64::from(t.replicas) {
+                return Err(ApplyError::Impossible(format!(
+                    "task {}: {} replicas of {} are more than all nodes in its pools could ever hold ({room})",
+                    t.name, t.replicas, t.resources
+                )));
+            }
+            for _ in 0..t.replicas {
+                add(&mut gang, &need);
+            }
+        }
+        let mut total = ZERO;
+        for &p in &gang_pools {
+            add(&mut total, &l.pools[p].total);
+        }
+        if let Some(k) = (0..l.kinds.len()).find(|&k| gang[k] > total[k]) {
+            let h = |v| Human {
+                resource: l.kinds.name(k),
+                value: v,
+            };
+            return Err(ApplyError::Impossible(format!(
+                "the gang needs {} {} in all, but its pools have {} in all",
+                h(gang[k]),
+                l.kinds.name(k),
+                h(total[k])
+            )));
+        }
+        self.check_topology(spec, &gang, &gang_pools)
+    }
+
+    fn check_topology(
+        &self,
+        spec: &JobSpec,
+        gang: &Vector,
+        pools: &BTreeSet<usize>,
+    ) -> Result<(), ApplyError> {
+        let l = &self.ledger;
+        let in_pools = |n: &&crate::ledger::NodeAcct| pools.contains(&n.pool);
+        match spec.topology {
+            None => Ok(()),
+            Some(Topology::Node) => {
+                if l.nodes
+                    .iter()
+                    .filter(in_pools)
+                    .any(|n| fits(gang, &n.capacity))
+                {
+                    Ok(())
+                } else {
+                    Err(ApplyError::Impossible(format!(
+                        "topology node: the whole gang ({}) fits on no single node",
+                        l.kinds.resources(gang)
+                    )))
+                }
+            }
+            Some(Topology::Rack) => {
+                let mut per_rack: Vec<Vector> = vec![ZERO; l.racks.len() + 1];
+                for n in l.nodes.iter().filter(in_pools) {
+                    add(
+                        &mut per_rack[n.rack.map_or(l.racks.len(), |r| r)],
+                        &n.capacity,
+                    );
+                }
+                if per_rack.iter().any(|c| fits(gang, c)) {
+                    Ok(())
+                } else {
+                    Err(ApplyError::Impossible(format!(
+                        "topology rack: the whole gang ({}) fits in no single rack",
+                        l.kinds.resources(gang)
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// How many replicas of `need` fit on an empty node of capacity `cap`.
+pub fn replicas_fitting(need: &Vector, cap: &Vector) -> u64 {
+    need.iter()
+        .zip(cap)
+        .filter(|(n, _)| **n > 0)
+        .map(|(n, c)| c / n)
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
+    if spec.tasks.is_empty() {
+        return Err(ApplyError::invalid(
+            "tasks",
+            "a job needs at least one task",
+        ));
+    }
+    if spec.tasks.len() > MAX_TASKS_PER_JOB {
+        return Err(ApplyError::invalid(
+            "tasks",
+            format!("at most {MAX_TASKS_PER_JOB} tasks"),
+        ));
+    }
+    let mut names = BTreeSet::new();
+    let mut replicas: u64 = 0;
+    for (i, t) in spec.tasks.iter().enumerate() {
+        if !names.insert(&t.name) {
+            return Err(ApplyError::invalid(
+                format!("tasks[{i}].name"),
+                format!("task {} appears twice", t.name),
+            ));
+        }
+        if t.replicas == 0 {
+            return Err(ApplyError::invalid(
+                format!("tasks[{i}].replicas"),
+                "must be at least 1",
+            ));
+        }
+        replicas += u64::from(t.replicas);
+        for n in t.resources.names() {
+            validate_resource_name(n)
+                .map_err(|e| ApplyError::invalid(format!("tasks[{i}].resources"), e))?;
+        }
+        if t.resources.gpus() > MAX_GPUS_PER_NODE {
+            return Err(ApplyError::Impossible(format!(
+                "task {}: a replica may use at most {MAX_GPUS_PER_NODE} GPUs",
+                t.name
+            )));
+        }
+    }
+    if replicas > u64::from(MAX_REPLICAS_PER_JOB) {
+        return Err(ApplyError::invalid(
+            "replicas",
+            format!("at most {MAX_REPLICAS_PER_JOB} replicas per job"),
+        ));
+    }
+    for (field, ms) in [
+        ("grace", spec.grace_ms),
+        ("min_runtime", spec.min_runtime_ms),
+    ] {
+        if ms > MAX_DURATION_MS {
+            return Err(ApplyError::invalid(field, "may not exceed a week"));
+        }
+    }
+    if spec.command.len() > MAX_COMMAND_ARGS || spec.command.iter().any(|a| a.len() > MAX_ARG_LEN) {
+        return Err(ApplyError::invalid(
+            "command",
+            format!("at most {MAX_COMMAND_ARGS} arguments of {MAX_ARG_LEN} bytes"),
+        ));
+    }
+    if spec.env.len() > MAX_ENV_VARS
+        || spec
+            .env
+            .iter()
+            .any(|(k, v)| k.len() + v.len() > MAX_ARG_LEN)
+    {
+        return Err(ApplyError::invalid(
+            "env",
+            format!("at most {MAX_ENV_VARS} variables of {MAX_ARG_LEN} bytes"),
+        ));
+    }
+    if spec
+        .checkpoint_signal
+        .as_ref()
+        .is_some_and(|s| s.is_empty() || s.len() > 16)
+    {
+        return Err(ApplyError::invalid(
+            "checkpoint_signal",
+            "a signal name such as SIGTERM or SIGUSR1",
+        ));
+    }
+    Ok(())
+}
