@@ -1,1 +1,26 @@
-//! placeholder
+//! One scheduling cycle: `cycle(&State, now_ms) -> Plan`.
+//!
+//! Pure business logic over a read-only snapshot, like Nomad's scheduler: no IO, no clocks,
+//! no tokio. The leader and `baton sim` run the same code. The plan goes through the
+//! replicated log, where `State::apply` re-checks every decision.
+//!
+//! Layout:
+//! - `cycle`: the loop: resume suspended jobs, then decide each pending job in order.
+//! - `order`: the order of pending jobs (decisions.md section 2).
+//! - `view`, `index`: the working copy of the ledger and a free-GPU bucket index.
+//! - `needs`, `pack`, `nodes`: what a job needs and gang placement (section 3).
+//! - `preempt`: who may be preempted, the greedy walk with fill-back, set scoring
+//!   (sections 4 to 6).
+//! - `reason`: why a job waits, in words a person can act on.
+
+mod cycle;
+mod index;
+mod needs;
+mod nodes;
+mod order;
+mod pack;
+mod preempt;
+mod reason;
+mod view;
+
+pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};

@@ -98,7 +98,7 @@ impl State {
     }
 
     /// The job holds resources or has them reserved.
-    pub(crate) fn holds(&self, id: JobId) -> bool {
+    pub fn holds(&self, id: JobId) -> bool {
         self.d.reservations.contains_key(&id)
             || self
                 .d

@@ -11,7 +11,7 @@ mod apply_plan;
 mod config;
 mod lifecycle;
 mod rebuild;
-mod submit;
+pub mod submit;
 
 use std::collections::{BTreeMap, VecDeque};
 

@@ -176,7 +176,7 @@ impl State {
     }
 
     /// A job's per-node shares for a set of replicas (replicas on one node are summed).
-    pub(crate) fn shares(
+    pub fn shares(
         &self,
         job: &crate::job::Job,
         replicas: &[crate::alloc::ReplicaAlloc],

@@ -1,0 +1,173 @@
+//! One scheduling cycle: resume what may resume, then decide each pending job in order:
+//! place it (first without borrowing, then by borrowing), or plan a preemption for it, or
+//! say why it waits.
+
+use baton_model::job::{Job, JobId, JobState};
+use baton_model::plan::{Decision, Plan, Victim};
+use baton_model::state::State;
+
+use crate::needs::Needs;
+use crate::nodes::{IndexNodes, SetNodes};
+use crate::order::Order;
+use crate::pack::{Packing, pack};
+use crate::preempt::{self, Planned};
+use crate::reason;
+use crate::view::View;
+
+/// Preemption plans (the expensive part of a cycle) per cycle; later jobs wait a cycle.
+pub const MAX_PREEMPTION_PLANS_PER_CYCLE: usize = 256;
+
+/// Computes the plan for one cycle over `state` at time `now_ms`. Pure: the same state and
+/// time give the same plan.
+pub fn cycle(state: &State, now_ms: u64) -> Plan {
+    let mut view = View::new(state, now_ms);
+    let mut plan = Plan {
+        based_on: state.applied(),
+        decisions: Vec::new(),
+    };
+    resume_suspended(&mut view, &mut plan);
+    let mut order = Order::new(&view);
+    let mut budget = MAX_PREEMPTION_PLANS_PER_CYCLE;
+    while let Some((q, id)) = order.next() {
+        let job = view.job(id);
+        let placed = decide(&mut view, job, &mut plan, &mut budget);
+        order.after(&view, q, id, placed);
+    }
+    for (id, head) in order.held_back() {
+        let job = view.job(id);
+        let why = format!(
+            "waiting behind {} (queue {} is StrictFIFO)",
+            view.job(head).spec.name,
+            job.spec.queue
+        );
+        wait(&mut plan, job, why);
+    }
+    plan
+}
+
+/// Suspended jobs whose preemptor no longer holds anything run again in place.
+fn resume_suspended(view: &mut View, plan: &mut Plan) {
+    let ready: Vec<(JobId, u32)> = view
+        .state
+        .jobs()
+        .values()
+        .filter(|j| j.state == JobState::Suspended)
+        .filter(|j| j.suspended_for.is_none_or(|by| !view.state.holds(by)))
+        .filter(|j| {
+            j.replicas.iter().all(|r| {
+                view.ledger.node(r.node.as_str()).is_some_and(|n| {
+                    view.ledger.nodes[n].schedulable || !view.state.nodes()[&r.node].cordoned
+                })
+            })
+        })
+        .map(|j| (j.id, j.attempt))
+        .collect();
+    for (job, attempt) in ready {
+        view.unhold(job);
+        plan.decisions.push(Decision::Resume { job, attempt });
+    }
+}
+
+fn wait(plan: &mut Plan, job: &Job, reason: String) {
+    if job.reason != reason {
+        plan.decisions.push(Decision::Wait {
+            job: job.id,
+            reason,
+        });
+    }
+}
+
+/// Decides one job; true if it was placed.
+fn decide(view: &mut View, job: &Job, plan: &mut Plan, budget: &mut usize) -> bool {
+    if let Some(r) = view.state.reservations().get(&job.id) {
+        let waiting = r
+            .victims
+            .iter()
+            .filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active()))
+            .count();
+        if waiting == 0 {
+            let shares = view.state.shares(job, &r.replicas);
+            view.occupy(job, &shares);
+            plan.decisions.push(Decision::Place {
+                job: job.id,
+                attempt: job.attempt + 1,
+                replicas: r.replicas.clone(),
+            });
+            return true;
+        }
+        wait(plan, job, reason::victims_stopping(waiting));
+        return false;
+    }
+    let needs = Needs::of(view, job);
+    if needs.assignments.is_empty() {
+        wait(plan, job, "none of its pools has a node".into());
+        return false;
+    }
+    let (q, np) = view.queue_np(job);
+    let mut quota_block = None;
+    for borrowing in [false, true] {
+        for a in &needs.assignments {
+            match view.ledger.check_admission(q, &needs.demand(a), np) {
+                Err(b) => {
+                    quota_block.get_or_insert_with(|| b.describe(&view.ledger, q));
+                    continue;
+                }
+                Ok(adm) if adm.borrows && !borrowing => continue,
+                Ok(_) => {}
+            }
+            if let Some(p) = pack(&IndexNodes { view }, &needs, a) {
+                place(view, plan, job, &needs, &p);
+                return true;
+            }
+        }
+    }
+    let base = quota_block.unwrap_or_else(|| reason::no_room(view, &needs));
+    if *budget == 0 {
+        wait(
+            plan,
+            job,
+            format!("{base}; preemption planning continues next cycle"),
+        );
+        return false;
+    }
+    *budget -= 1;
+    match preempt::plan(view, job, &needs) {
+        Ok(Planned::Preempt {
+            victims,
+            packing,
+            message,
+        }) => {
+            let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
+            let names = |n: usize| view.ledger.nodes[n].name.clone();
+            let (replicas, shares) = packing.allocate(&set, &needs, names);
+            let victims_with_attempts = victims
+                .iter()
+                .map(|&v| Victim {
+                    job: v,
+                    attempt: view.job(v).attempt,
+                })
+                .collect();
+            view.reserve(job, &shares, &victims);
+            plan.decisions.push(Decision::Preempt {
+                job: job.id,
+                victims: victims_with_attempts,
+                replicas,
+                message,
+            });
+        }
+        Ok(Planned::WaitForLeaving { leaving }) => wait(plan, job, reason::leaving(leaving)),
+        Err(why) => wait(plan, job, format!("{base}; {why}")),
+    }
+    false
+}
+
+fn place(view: &mut View, plan: &mut Plan, job: &Job, needs: &Needs, p: &Packing) {
+    let names = |n: usize| view.ledger.nodes[n].name.clone();
+    let (replicas, shares) = p.allocate(&IndexNodes { view }, needs, names);
+    view.occupy(job, &shares);
+    plan.decisions.push(Decision::Place {
+        job: job.id,
+        attempt: job.attempt + 1,
+        replicas,
+    });
+}

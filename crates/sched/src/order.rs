@@ -1,0 +1,169 @@
+//! The order in which a cycle considers pending jobs (decisions.md section 2).
+//!
+//! Within a queue, jobs go by priority, then submission (a requeued job keeps its original
+//! submission time), then name. Across queues, the head job of each queue competes: heads
+//! that fit within their queue's nominal quota go before heads that must borrow; among
+//! borrowers in fair-sharing cohorts, the queue with the lowest share goes first; then
+//! priority, submission and name. After a queue's head is decided the queue's next job
+//! competes with a fresh key, since its queue's usage (and so its tier and share) changed.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap};
+
+use baton_model::job::{JobId, JobState};
+use baton_model::name::Name;
+use baton_model::queue::QueueOrdering;
+
+use crate::needs::Needs;
+use crate::view::View;
+
+#[derive(Debug, Clone, PartialEq)]
+struct HeadKey {
+    tier: u8,
+    share: f64,
+    priority: i32,
+    submitted: (u64, u64),
+    name: Name,
+    queue: usize,
+}
+
+impl Eq for HeadKey {}
+
+impl Ord for HeadKey {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.tier
+            .cmp(&o.tier)
+            .then_with(|| self.share.total_cmp(&o.share))
+            .then_with(|| o.priority.cmp(&self.priority))
+            .then_with(|| self.submitted.cmp(&o.submitted))
+            .then_with(|| self.name.cmp(&o.name))
+            .then_with(|| self.queue.cmp(&o.queue))
+    }
+}
+
+impl PartialOrd for HeadKey {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+struct Line {
+    jobs: Vec<JobId>,
+    next: usize,
+    strict: bool,
+    /// StrictFIFO: the job that could not be placed and holds back the rest.
+    blocked_by: Option<JobId>,
+}
+
+pub struct Order {
+    lines: Vec<Line>,
+    heap: BinaryHeap<Reverse<HeadKey>>,
+}
+
+impl Order {
+    pub fn new(view: &View) -> Order {
+        let mut per_queue: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
+        for job in view.state.jobs().values() {
+            if job.state == JobState::Pending {
+                let q = view
+                    .ledger
+                    .queue(job.spec.queue.as_str())
+                    .expect("queue of a job exists");
+                per_queue.entry(q).or_default().push(job.id);
+            }
+        }
+        let mut lines: Vec<Line> = (0..view.ledger.queues.len())
+            .map(|_| Line {
+                jobs: Vec::new(),
+                next: 0,
+                strict: false,
+                blocked_by: None,
+            })
+            .collect();
+        for (q, mut jobs) in per_queue {
+            jobs.sort_by(|&a, &b| {
+                let (x, y) = (view.job(a), view.job(b));
+                y.priority
+                    .cmp(&x.priority)
+                    .then_with(|| x.submitted_key().0.cmp(&y.submitted_key().0))
+                    .then_with(|| x.spec.name.cmp(&y.spec.name))
+            });
+            let spec = &view.state.queues()[&view.ledger.queues[q].name];
+            lines[q] = Line {
+                jobs,
+                next: 0,
+                strict: spec.ordering == QueueOrdering::StrictFIFO,
+                blocked_by: None,
+            };
+        }
+        let mut order = Order {
+            lines,
+            heap: BinaryHeap::new(),
+        };
+        for q in 0..order.lines.len() {
+            order.push_head(view, q);
+        }
+        order
+    }
+
+    fn push_head(&mut self, view: &View, q: usize) {
+        let line = &self.lines[q];
+        if line.blocked_by.is_some() {
+            return;
+        }
+        let Some(&id) = line.jobs.get(line.next) else {
+            return;
+        };
+        let job = view.job(id);
+        let needs = Needs::of(view, job);
+        let within = needs
+            .assignments
+            .iter()
+            .any(|a| view.ledger.within_nominal(q, &needs.demand(a)));
+        let acct = &view.ledger.queues[q];
+        let share = if !within && acct.fair_sharing {
+            view.ledger.share(q, &[], &[])
+        } else {
+            0.0
+        };
+        let key = HeadKey {
+            tier: if within { 0 } else { 1 },
+            share,
+            priority: job.priority,
+            submitted: (job.submitted_ms, 0),
+            name: job.spec.name.clone(),
+            queue: q,
+        };
+        self.heap.push(Reverse(key));
+    }
+
+    /// The next job to decide, and its queue.
+    pub fn next(&mut self) -> Option<(usize, JobId)> {
+        let Reverse(key) = self.heap.pop()?;
+        let line = &mut self.lines[key.queue];
+        let id = line.jobs[line.next];
+        line.next += 1;
+        Some((key.queue, id))
+    }
+
+    /// After deciding a queue's head: with StrictFIFO, an unplaced head holds back the
+    /// rest of its queue; otherwise the next job competes.
+    pub fn after(&mut self, view: &View, q: usize, job: JobId, placed: bool) {
+        if !placed && self.lines[q].strict {
+            self.lines[q].blocked_by = Some(job);
+            return;
+        }
+        self.push_head(view, q);
+    }
+
+    /// Jobs held back by a StrictFIFO head, with that head.
+    pub fn held_back(&self) -> Vec<(JobId, JobId)> {
+        let mut out = Vec::new();
+        for line in &self.lines {
+            if let Some(head) = line.blocked_by {
+                out.extend(line.jobs[line.next..].iter().map(|&j| (j, head)));
+            }
+        }
+        out
+    }
+}

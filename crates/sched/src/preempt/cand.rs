@@ -1,0 +1,211 @@
+//! Who may be preempted for a job (decisions.md section 4) and in what order victims are
+//! preferred (section 5).
+
+use std::cmp::{Ordering, Reverse};
+
+use baton_model::job::{Job, JobId, JobState};
+use baton_model::ledger::{Ledger, Vector};
+use baton_model::limits::MAX_RESOURCE_KINDS;
+use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort, WithinQueue};
+
+use crate::view::View;
+
+/// A running (or already stopping) job that might make room.
+#[derive(Debug, Clone)]
+pub struct Cand {
+    pub job: JobId,
+    pub queue: usize,
+    /// In the preemptor's own queue.
+    pub own: bool,
+    /// Already being preempted or paused: its resources are on their way back.
+    pub leaving: bool,
+    pub priority: i32,
+    pub progress_mark_ms: u64,
+    pub submitted: (u64, u64),
+    pub gpus: u64,
+}
+
+/// Static rank: most preferable victim first (section 5, without the fair-share term).
+pub type RankKey = (
+    u8,
+    u8,
+    i32,
+    Reverse<u64>,
+    Reverse<(u64, u64)>,
+    Reverse<JobId>,
+);
+
+impl Cand {
+    pub fn rank(&self) -> RankKey {
+        (
+            u8::from(!self.leaving),
+            u8::from(self.own),
+            self.priority,
+            Reverse(self.progress_mark_ms),
+            Reverse(self.submitted),
+            Reverse(self.job),
+        )
+    }
+
+    /// GPU-milliseconds of work since the last start or checkpoint.
+    pub fn lost_work(&self, now_ms: u64) -> u128 {
+        u128::from(self.gpus) * u128::from(now_ms.saturating_sub(self.progress_mark_ms))
+    }
+}
+
+/// The preemptor and what it needs, for one pool assignment.
+pub struct Ctx<'j> {
+    pub job: &'j Job,
+    pub queue: usize,
+    pub np: bool,
+    pub policy: PreemptionPolicy,
+    pub fair_sharing: bool,
+    /// Kueue's S2-b: the weaker fair-sharing rule, tried only if S2-a finds nothing.
+    pub weak: bool,
+    pub demand: Vec<(usize, Vector)>,
+    /// (pool, kind) where the job lacks room: where reclaim is judged.
+    pub lacks: Vec<(usize, usize)>,
+}
+
+/// A job `v` could ever be a victim of `j` under the queues' policies.
+pub fn eligible(
+    view: &View,
+    j: &Job,
+    jq: usize,
+    policy: &PreemptionPolicy,
+    v: &Job,
+) -> Option<Cand> {
+    if v.id == j.id || view.taken.contains(&v.id) {
+        return None;
+    }
+    let vq = view.ledger.queue(v.spec.queue.as_str())?;
+    let cand = |leaving| Cand {
+        job: v.id,
+        queue: vq,
+        own: vq == jq,
+        leaving,
+        priority: v.priority,
+        progress_mark_ms: v.progress_mark_ms,
+        submitted: v.submitted_key(),
+        gpus: v.gpus(),
+    };
+    match v.state {
+        JobState::Preempting => return Some(cand(true)),
+        JobState::Running => {}
+        _ => return None,
+    }
+    if !v.preemptible || view.now_ms < v.started_ms.saturating_add(v.spec.min_runtime_ms) {
+        return None;
+    }
+    if vq == jq {
+        let ok = match policy.within_queue {
+            WithinQueue::Never => false,
+            WithinQueue::LowerPriority => v.priority < j.priority,
+            WithinQueue::LowerOrNewerEqualPriority => {
+                v.priority < j.priority
+                    || (v.priority == j.priority && v.submitted_key() > j.submitted_key())
+            }
+        };
+        return ok.then(|| cand(false));
+    }
+    let l = &view.ledger;
+    if l.queues[vq].tree != l.queues[jq].tree {
+        return None;
+    }
+    let reclaim = match policy.reclaim_within_cohort {
+        ReclaimWithinCohort::Never => false,
+        ReclaimWithinCohort::LowerPriority => v.priority < j.priority,
+        ReclaimWithinCohort::Any => true,
+    };
+    let fs = l.queues[jq].fair_sharing;
+    let borrow = !fs
+        && policy
+            .borrow_within_cohort
+            .is_some_and(|b| bwc_allows(b.max_priority_threshold, j, v.priority));
+    (reclaim || borrow || fs).then(|| cand(false))
+}
+
+fn bwc_allows(threshold: Option<i32>, j: &Job, p: i32) -> bool {
+    p < j.priority && threshold.is_none_or(|t| p <= t)
+}
+
+impl Ctx<'_> {
+    /// The preemptor's queue, with the job admitted, stays within nominal wherever the job
+    /// lacks room (counted with the victims taken so far removed).
+    pub fn reclaiming(&self, l: &Ledger) -> bool {
+        let q = &l.queues[self.queue];
+        self.lacks.iter().all(|&(p, k)| {
+            let d = self
+                .demand
+                .iter()
+                .find(|(pp, _)| *pp == p)
+                .map_or(0, |(_, v)| v[k]);
+            q.usage[p][k].saturating_add(d) <= q.nominal[p][k]
+        })
+    }
+
+    /// Is `c` a valid victim now, given the victims already taken (their usage is out of
+    /// the ledger)? A cross-queue candidate is valid only while its queue still borrows.
+    pub fn valid(&self, l: &Ledger, c: &Cand) -> bool {
+        if c.leaving || c.own {
+            return true;
+        }
+        let vq = &l.queues[c.queue];
+        let borrows_needed = self
+            .demand
+            .iter()
+            .any(|(p, d)| (0..MAX_RESOURCE_KINDS).any(|k| d[k] > 0 && vq.borrowing_in(*p, k)));
+        if !borrows_needed {
+            return false;
+        }
+        if self.reclaiming(l) {
+            let ok = match self.policy.reclaim_within_cohort {
+                ReclaimWithinCohort::Never => false,
+                ReclaimWithinCohort::LowerPriority => c.priority < self.job.priority,
+                ReclaimWithinCohort::Any => true,
+            };
+            if ok {
+                return true;
+            }
+        } else if !self.fair_sharing
+            && self
+                .policy
+                .borrow_within_cohort
+                .is_some_and(|b| bwc_allows(b.max_priority_threshold, self.job, c.priority))
+        {
+            return true;
+        }
+        self.fair_sharing && self.fair_share_allows(l, c)
+    }
+
+    fn fair_share_allows(&self, l: &Ledger, c: &Cand) -> bool {
+        let mine = l.share(self.queue, &self.demand, &[]);
+        let usage = l
+            .charges
+            .get(&c.job)
+            .map(|ch| ch.usage.clone())
+            .unwrap_or_default();
+        if self.weak {
+            mine < l.share(c.queue, &[], &[])
+        } else {
+            mine <= l.share(c.queue, &[], &usage)
+        }
+    }
+
+    /// Dynamic rank: like `Cand::rank`, with victims from the queue with the highest share
+    /// first among other queues in a fair-sharing cohort.
+    pub fn cmp_rank(&self, l: &Ledger, a: &Cand, b: &Cand) -> Ordering {
+        let share = |c: &Cand| {
+            if self.fair_sharing && !c.own && !c.leaving {
+                l.share(c.queue, &[], &[])
+            } else {
+                0.0
+            }
+        };
+        let (ra, rb) = (a.rank(), b.rank());
+        (ra.0, ra.1)
+            .cmp(&(rb.0, rb.1))
+            .then_with(|| share(b).total_cmp(&share(a)))
+            .then_with(|| ra.cmp(&rb))
+    }
+}

@@ -1,0 +1,117 @@
+//! Kueue's greedy walk with fill-back, on one set of touched nodes: take candidates in rank
+//! order until the job fits, then give back, in reverse rank order, every victim it can do
+//! without, until none can be given back. What remains is minimal.
+
+use std::collections::BTreeMap;
+
+use baton_model::job::JobId;
+use baton_model::ledger::Undo;
+
+use super::cand::{Cand, Ctx};
+use crate::needs::Needs;
+use crate::nodes::SetNodes;
+use crate::pack::{Packing, pack};
+use crate::view::View;
+
+pub struct Walked {
+    /// Indices into the candidate list, in rank order.
+    pub victims: Vec<usize>,
+    pub packing: Packing,
+}
+
+/// Does the job fit on `nodes`, quota included, with `removed` gone (their usage is already
+/// out of the ledger)?
+fn fits(
+    view: &View,
+    ctx: &Ctx,
+    needs: &Needs,
+    assignment: &[usize],
+    nodes: &[usize],
+    removed: &[JobId],
+) -> Option<Packing> {
+    view.ledger
+        .check_admission(ctx.queue, &ctx.demand, ctx.np)
+        .ok()?;
+    let set = SetNodes::new(view, ctx.job.id, removed, nodes);
+    pack(&set, needs, assignment)
+}
+
+pub fn walk(
+    view: &mut View,
+    ctx: &Ctx,
+    needs: &Needs,
+    assignment: &[usize],
+    nodes: &[usize],
+    cands: &[Cand],
+    on: &[usize],
+) -> Option<Walked> {
+    let mut taken: Vec<usize> = Vec::new();
+    let mut undos: BTreeMap<usize, Undo> = BTreeMap::new();
+    let ids = |t: &[usize]| -> Vec<JobId> { t.iter().map(|&i| cands[i].job).collect() };
+    loop {
+        if fits(view, ctx, needs, assignment, nodes, &ids(&taken)).is_some() {
+            break;
+        }
+        let next = on
+            .iter()
+            .copied()
+            .filter(|i| !taken.contains(i) && ctx.valid(&view.ledger, &cands[*i]))
+            .min_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[a], &cands[b]));
+        let Some(i) = next else {
+            restore(view, undos);
+            return None;
+        };
+        undos.insert(i, view.ledger.remove_usage(cands[i].job));
+        taken.push(i);
+    }
+    fill_back(
+        view, ctx, needs, assignment, nodes, cands, &mut taken, &mut undos,
+    );
+    let packing = fits(view, ctx, needs, assignment, nodes, &ids(&taken));
+    restore(view, undos);
+    taken.sort_by(|&a, &b| cands[a].rank().cmp(&cands[b].rank()));
+    packing.map(|packing| Walked {
+        victims: taken,
+        packing,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fill_back(
+    view: &mut View,
+    ctx: &Ctx,
+    needs: &Needs,
+    assignment: &[usize],
+    nodes: &[usize],
+    cands: &[Cand],
+    taken: &mut Vec<usize>,
+    undos: &mut BTreeMap<usize, Undo>,
+) {
+    loop {
+        let mut order = taken.clone();
+        order.sort_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[b], &cands[a]));
+        let mut returned = false;
+        for i in order {
+            view.ledger
+                .undo(undos.remove(&i).expect("taken victim has an undo"));
+            let rest: Vec<usize> = taken.iter().copied().filter(|&t| t != i).collect();
+            let rest_ids: Vec<JobId> = rest.iter().map(|&t| cands[t].job).collect();
+            let still_valid = rest.iter().all(|&t| ctx.valid(&view.ledger, &cands[t]));
+            if still_valid && fits(view, ctx, needs, assignment, nodes, &rest_ids).is_some() {
+                *taken = rest;
+                returned = true;
+            } else {
+                undos.insert(i, view.ledger.remove_usage(cands[i].job));
+            }
+        }
+        if !returned {
+            return;
+        }
+    }
+}
+
+fn restore(view: &mut View, undos: BTreeMap<usize, Undo>) {
+    for (_, u) in undos.into_iter().rev() {
+        view.ledger.undo(u);
+    }
+}

@@ -1,0 +1,58 @@
+//! Why a job waits, in words a person can act on.
+
+use baton_model::ledger::{Vector, add};
+use baton_model::limits::MAX_RESOURCE_KINDS;
+
+use crate::needs::Needs;
+use crate::view::View;
+
+pub fn victims_stopping(n: usize) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("waiting for {n} victim{s} to stop; their resources are held for it")
+}
+
+pub fn leaving(n: usize) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("waiting for {n} job{s} already being preempted to release resources")
+}
+
+fn describe(view: &View, v: &Vector) -> String {
+    view.ledger.kinds.resources(v).to_string()
+}
+
+/// No room without preemption, for the job's first pool assignment.
+pub fn no_room(view: &View, needs: &Needs) -> String {
+    let a = &needs.assignments[0];
+    let pool = a[0];
+    let pool_name = &view.ledger.pools[pool].name;
+    let replicas: u32 = needs.tasks.iter().map(|t| t.replicas).sum();
+    if replicas == 1 {
+        let need = &needs.tasks[0].need;
+        let most = view.index.pools[pool].all.max_free();
+        if need[0] > 0 {
+            return format!(
+                "no node in pool {pool_name} has {} free (most free GPUs on one node: {most})",
+                describe(view, need)
+            );
+        }
+        return format!(
+            "no node in pool {pool_name} has {} free",
+            describe(view, need)
+        );
+    }
+    let mut total = [0u64; MAX_RESOURCE_KINDS];
+    for t in &needs.tasks {
+        for _ in 0..t.replicas {
+            add(&mut total, &t.need);
+        }
+    }
+    let shape = match needs.topology {
+        Some(baton_model::job::Topology::Node) => " on one node",
+        Some(baton_model::job::Topology::Rack) => " in one rack",
+        None => "",
+    };
+    format!(
+        "pool {pool_name} has no room for its gang of {replicas} replicas ({} in all){shape}",
+        describe(view, &total)
+    )
+}

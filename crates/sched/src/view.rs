@@ -1,0 +1,102 @@
+//! The scheduler's working copy of the cluster for one cycle: a clone of the ledger that it
+//! changes as it decides (the same operations `apply` will perform), plus the node index.
+
+use std::collections::BTreeSet;
+
+use baton_model::job::{Job, JobId};
+use baton_model::ledger::{Ledger, Share, Vector};
+use baton_model::state::State;
+
+use crate::index::Index;
+
+pub struct View<'a> {
+    pub state: &'a State,
+    pub ledger: Ledger,
+    pub index: Index,
+    pub now_ms: u64,
+    /// Jobs chosen as victims this cycle: never chosen twice.
+    pub taken: BTreeSet<JobId>,
+    /// Jobs placed or reserved this cycle.
+    pub decided: BTreeSet<JobId>,
+    /// Jobs running or stopping when the cycle began: the only possible victims.
+    pub active: Vec<JobId>,
+}
+
+impl<'a> View<'a> {
+    pub fn new(state: &'a State, now_ms: u64) -> View<'a> {
+        let ledger = state.ledger().clone();
+        let index = Index::build(&ledger);
+        let active = state
+            .jobs()
+            .values()
+            .filter(|j| j.state.is_active())
+            .map(|j| j.id)
+            .collect();
+        View {
+            state,
+            ledger,
+            index,
+            now_ms,
+            taken: BTreeSet::new(),
+            decided: BTreeSet::new(),
+            active,
+        }
+    }
+
+    pub fn job(&self, id: JobId) -> &'a Job {
+        &self.state.jobs()[&id]
+    }
+
+    /// A job starts on these shares (mirrors `State::apply` of a Place).
+    pub fn occupy(&mut self, job: &Job, shares: &[Share]) {
+        let (q, np) = self.queue_np(job);
+        if self.state.reservations().contains_key(&job.id) {
+            self.ledger.unreserve(job.id, true);
+        }
+        self.ledger.occupy(job.id, q, np, shares);
+        self.decided.insert(job.id);
+        self.reindex(shares);
+    }
+
+    /// Resources are held for a preemptor (mirrors `State::apply` of a Preempt).
+    pub fn reserve(&mut self, job: &Job, shares: &[Share], victims: &[JobId]) {
+        let (q, np) = self.queue_np(job);
+        self.ledger.reserve(job.id, q, np, shares, victims);
+        self.taken.extend(victims.iter().copied());
+        self.decided.insert(job.id);
+        self.reindex(shares);
+    }
+
+    /// A suspended job runs again in place.
+    pub fn unhold(&mut self, job: JobId) {
+        let nodes = self
+            .ledger
+            .charges
+            .get(&job)
+            .map(|c| c.nodes.clone())
+            .unwrap_or_default();
+        self.ledger.unhold(job);
+        for n in nodes {
+            self.index.update(&self.ledger, n);
+        }
+    }
+
+    fn reindex(&mut self, shares: &[Share]) {
+        for s in shares {
+            self.index.update(&self.ledger, s.0);
+        }
+    }
+
+    pub fn queue_np(&self, job: &Job) -> (usize, bool) {
+        let q = self
+            .ledger
+            .queue(job.spec.queue.as_str())
+            .expect("queue of a job exists");
+        (q, !job.preemptible)
+    }
+
+    /// Free for `job` on node `n` with the jobs in `removed` gone.
+    pub fn free_for(&self, n: usize, job: JobId, removed: &[JobId]) -> (Vector, u64) {
+        self.ledger.nodes[n].free_for(Some(job), removed)
+    }
+}

@@ -1,0 +1,491 @@
+//! The simulator's loop: a virtual clock that jumps from instant to instant (timeline steps,
+//! expectations, jobs finishing, victims stopping), applying each through the real
+//! `State::apply` and running real `baton_sched::cycle` until nothing changes.
+//!
+//! What the agents would do is simulated here: a victim stops `min(checkpoint_time, grace)`
+//! after its signal (checkpointed if it made it within grace), a suspended one at once, and
+//! a job with a `duration` exits 0 once it has run that long in total (a checkpointed job
+//! keeps its work; one that starts over loses it; a suspended one does not advance).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_model::command::{Command, Op, Outcome};
+use baton_model::event::{Event, EventKind};
+use baton_model::job::{JobId, JobState, StopWhy};
+use baton_model::name::Name;
+use baton_model::node::NodeStatus;
+use baton_model::plan::Decision;
+use baton_model::state::State;
+
+use crate::de::Cx;
+use crate::expect::{Failure, check};
+use crate::output::{self, EventOut, Report, Secs, StepOut, Summary};
+use crate::scenario::{Action, Scenario, Step};
+
+/// Cycles one instant may take before the simulator gives up (a scheduler bug).
+pub const MAX_CYCLES_PER_INSTANT: usize = 10_000;
+/// Instants one run may visit.
+pub const MAX_INSTANTS: usize = 1_000_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("internal error at t={at}s: {message}")]
+    Internal { at: Secs, message: String },
+}
+
+/// What the simulator knows beyond the replicated state: how long jobs take.
+#[derive(Debug, Clone, Default)]
+struct Work {
+    duration_ms: Option<u64>,
+    checkpoint_time_ms: u64,
+    /// Work kept (checkpointed, or done before a suspension).
+    done_ms: u64,
+    run_start: Option<u64>,
+}
+
+pub struct Engine<'s> {
+    s: &'s Scenario,
+    state: State,
+    now_ms: u64,
+    work: BTreeMap<JobId, Work>,
+    /// (when, job) -> (attempt, checkpointed).
+    stops: BTreeMap<(u64, JobId), (u32, bool)>,
+    events: Vec<EventOut>,
+    victims: BTreeMap<Name, Vec<Name>>,
+    preemptions: u64,
+    steps: Vec<StepOut>,
+    pub failures: Vec<Failure>,
+    pub checked: usize,
+    gpu_used_ms: u128,
+    gpu_cap_ms: u128,
+    start_ms: Option<u64>,
+}
+
+impl<'s> Engine<'s> {
+    pub fn new(s: &'s Scenario, state: State) -> Engine<'s> {
+        Engine {
+            s,
+            state,
+            now_ms: 0,
+            work: BTreeMap::new(),
+            stops: BTreeMap::new(),
+            events: Vec::new(),
+            victims: BTreeMap::new(),
+            preemptions: 0,
+            steps: Vec::new(),
+            failures: Vec::new(),
+            checked: 0,
+            gpu_used_ms: 0,
+            gpu_cap_ms: 0,
+            start_ms: None,
+        }
+    }
+
+    pub fn run(mut self) -> Result<(Report, Vec<Failure>, usize), SimError> {
+        let mut fixed: BTreeSet<u64> = self.s.timeline.iter().map(|st| st.at_ms).collect();
+        fixed.extend(self.s.expect.iter().map(|e| e.at_ms));
+        let mut next_step = 0;
+        for _ in 0..MAX_INSTANTS {
+            let Some(t) = [fixed.first().copied(), self.next_timer()]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                return Ok(self.finish());
+            };
+            self.advance_to(t);
+            let is_fixed = fixed.remove(&t);
+            self.fire_due();
+            while let Some(step) = self.s.timeline.get(next_step).filter(|st| st.at_ms == t) {
+                self.step(step);
+                next_step += 1;
+            }
+            self.settle()?;
+            if is_fixed || !self.events.is_empty() {
+                self.record();
+            }
+            self.check_expectations(t);
+        }
+        Err(self.internal(format!("more than {MAX_INSTANTS} instants")))
+    }
+
+    fn internal(&self, message: String) -> SimError {
+        SimError::Internal {
+            at: Secs(self.now_ms),
+            message,
+        }
+    }
+
+    fn advance_to(&mut self, t: u64) {
+        let start = *self.start_ms.get_or_insert(t);
+        let dt = u128::from(t.saturating_sub(self.now_ms.max(start)));
+        let used: u64 = self
+            .state
+            .jobs()
+            .values()
+            .filter(|j| j.state.is_active())
+            .map(|j| j.gpus())
+            .sum();
+        let cap: u64 = self
+            .state
+            .nodes()
+            .values()
+            .filter(|n| n.status == NodeStatus::Ready)
+            .map(|n| n.spec.resources.gpus())
+            .sum();
+        self.gpu_used_ms += dt * u128::from(used);
+        self.gpu_cap_ms += dt * u128::from(cap);
+        self.now_ms = t;
+    }
+
+    /// The next instant a job finishes on its own or a victim stops.
+    fn next_timer(&self) -> Option<u64> {
+        let stop = self.stops.keys().next().map(|(t, _)| *t);
+        let finish = self.work.values().filter_map(finish_at).min();
+        [stop, finish].into_iter().flatten().min()
+    }
+
+    fn apply(&mut self, op: Op) -> Result<Outcome, String> {
+        let resp = self.state.apply(Command {
+            now_ms: self.now_ms,
+            op,
+        });
+        match resp {
+            Ok(applied) => {
+                for e in &applied.events {
+                    self.observe(e);
+                }
+                Ok(applied.outcome)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Keeps the simulator's work accounting and counters in step with what happened.
+    fn observe(&mut self, e: &Event) {
+        self.events.push(EventOut::of(e));
+        let Some(job) = e
+            .job
+            .as_ref()
+            .and_then(|n| self.state.job_by_name(n.as_str()))
+        else {
+            return;
+        };
+        let (id, has_checkpoint) = (job.id, job.has_checkpoint);
+        let now = self.now_ms;
+        let w = self.work.entry(id).or_default();
+        match &e.kind {
+            EventKind::Started { .. } => {
+                if !has_checkpoint {
+                    w.done_ms = 0;
+                }
+                w.run_start = Some(now);
+            }
+            EventKind::Resumed => w.run_start = Some(now),
+            EventKind::Stopped { checkpointed } => {
+                if *checkpointed && let Some(s) = w.run_start {
+                    w.done_ms += now - s;
+                }
+                w.run_start = None;
+            }
+            EventKind::Suspended { .. } => {
+                if let Some(s) = w.run_start {
+                    w.done_ms += now - s;
+                }
+                w.run_start = None;
+            }
+            EventKind::Preempted { by } => {
+                self.preemptions += 1;
+                let name = e.job.clone().expect("job event");
+                self.victims.entry(by.clone()).or_default().push(name);
+            }
+            EventKind::Requeued
+            | EventKind::Paused
+            | EventKind::Succeeded
+            | EventKind::Failed { .. }
+            | EventKind::Cancelled => {
+                w.run_start = None;
+            }
+            _ => {}
+        }
+    }
+
+    fn refuse(&mut self, job: Option<Name>, message: String) {
+        self.events
+            .push(EventOut::refused(self.now_ms, job, message));
+    }
+
+    fn step(&mut self, step: &Step) {
+        let result = match &step.action {
+            Action::Submit(sub) => self
+                .apply(Op::Submit {
+                    spec: sub.spec.clone(),
+                    request_id: None,
+                })
+                .map(|o| {
+                    if let Outcome::Submitted { job, .. } = o {
+                        let w = Work {
+                            duration_ms: sub.duration_ms,
+                            checkpoint_time_ms: sub.checkpoint_time_ms,
+                            ..Work::default()
+                        };
+                        self.work.insert(job, w);
+                    }
+                }),
+            Action::Finish(j) => self.exit(&j.v, 0),
+            Action::Fail(j) => self.exit(&j.v, 1),
+            Action::Cancel(j) => self.apply(Op::Cancel { job: j.v.clone() }).map(drop),
+            Action::Pause(j) => self
+                .apply(Op::Pause { job: j.v.clone() })
+                .map(|_| self.schedule_pause(&j.v)),
+            Action::Resume(j) => self.apply(Op::Resume { job: j.v.clone() }).map(drop),
+            Action::NodeDown(n) => self
+                .apply(Op::SetNodeStatus {
+                    node: n.v.clone(),
+                    status: NodeStatus::Lost,
+                })
+                .map(drop),
+            Action::NodeUp(n) => self
+                .apply(Op::SetNodeStatus {
+                    node: n.v.clone(),
+                    status: NodeStatus::Ready,
+                })
+                .map(drop),
+            Action::Cordon(n) => self
+                .apply(Op::Cordon {
+                    node: n.v.clone(),
+                    cordoned: true,
+                })
+                .map(drop),
+            Action::Uncordon(n) => self
+                .apply(Op::Cordon {
+                    node: n.v.clone(),
+                    cordoned: false,
+                })
+                .map(drop),
+            Action::UpdateQueue(q, patch) => self.update_queue(&q.v, patch),
+        };
+        if let Err(why) = result {
+            let job = match &step.action {
+                Action::Finish(j)
+                | Action::Fail(j)
+                | Action::Cancel(j)
+                | Action::Pause(j)
+                | Action::Resume(j) => Some(j.v.clone()),
+                _ => None,
+            };
+            self.refuse(job, format!("{} refused: {why}", step.action.verb()));
+        }
+    }
+
+    fn exit(&mut self, name: &Name, code: i32) -> Result<(), String> {
+        let job = self.state.job_by_name(name.as_str()).ok_or("unknown job")?;
+        if !job.state.is_active() {
+            return Err(format!("job {name} is {}, not running", job.state.as_str()));
+        }
+        let (job, attempt) = (job.id, job.attempt);
+        self.apply(Op::JobExited {
+            job,
+            attempt,
+            exit_code: code,
+        })
+        .map(drop)
+    }
+
+    fn update_queue(&mut self, name: &Name, patch: &crate::yaml::Node) -> Result<(), String> {
+        let base = self
+            .state
+            .queues()
+            .get(name)
+            .cloned()
+            .ok_or("unknown queue")?;
+        let cx = Cx { file: &self.s.file };
+        let mut f = cx.map(patch, "update_queue").map_err(|e| e.to_string())?;
+        let _ = f.opt("name");
+        let spec = crate::parse::queue_fields(&cx, &mut f, base).map_err(|e| e.to_string())?;
+        self.apply(Op::PutQueue(spec)).map(drop)
+    }
+
+    /// A person paused a running job: it checkpoints like a victim would.
+    fn schedule_pause(&mut self, name: &Name) {
+        let Some(job) = self.state.job_by_name(name.as_str()) else {
+            return;
+        };
+        if job.state != JobState::Preempting {
+            return;
+        }
+        let ct = self.work.get(&job.id).map_or(0, |w| w.checkpoint_time_ms);
+        let delay = ct.min(job.spec.grace_ms);
+        self.stops.insert(
+            (self.now_ms + delay, job.id),
+            (job.attempt, ct <= job.spec.grace_ms),
+        );
+    }
+
+    /// A victim gets its signal: it stops after its checkpoint time, or at the end of grace.
+    fn schedule_victim(&mut self, id: JobId) {
+        let Some(job) = self.state.job(id) else {
+            return;
+        };
+        let Some(stopping) = job.stopping else { return };
+        let StopWhy::Preempted { mode, .. } = stopping.why else {
+            return;
+        };
+        let ct = self.work.get(&id).map_or(0, |w| w.checkpoint_time_ms);
+        let (delay, checkpointed) = match mode {
+            baton_model::job::PreemptionMode::Suspend => (0, false),
+            baton_model::job::PreemptionMode::Checkpoint => {
+                (ct.min(job.spec.grace_ms), ct <= job.spec.grace_ms)
+            }
+            _ => (ct.min(job.spec.grace_ms), false),
+        };
+        self.stops
+            .insert((self.now_ms + delay, id), (job.attempt, checkpointed));
+    }
+
+    /// Jobs that reach their duration exit; victims whose time has come stop.
+    fn fire_due(&mut self) -> bool {
+        let mut fired = false;
+        loop {
+            let now = self.now_ms;
+            let done: Vec<JobId> = self
+                .work
+                .iter()
+                .filter(|(_, w)| finish_at(w).is_some_and(|t| t <= now))
+                .map(|(id, _)| *id)
+                .collect();
+            let due: Vec<((u64, JobId), (u32, bool))> = self
+                .stops
+                .range(..=(now, JobId::MAX))
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            if done.is_empty() && due.is_empty() {
+                return fired;
+            }
+            fired = true;
+            for id in done {
+                let attempt = self.state.job(id).map_or(0, |j| j.attempt);
+                if self
+                    .apply(Op::JobExited {
+                        job: id,
+                        attempt,
+                        exit_code: 0,
+                    })
+                    .is_err()
+                {
+                    self.work.entry(id).or_default().run_start = None;
+                }
+            }
+            for (key, (attempt, checkpointed)) in due {
+                self.stops.remove(&key);
+                let still = self
+                    .state
+                    .job(key.1)
+                    .is_some_and(|j| j.state == JobState::Preempting && j.attempt == attempt);
+                if still {
+                    let _ = self.apply(Op::JobStopped {
+                        job: key.1,
+                        attempt,
+                        checkpointed,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs cycles until a cycle changes nothing and nothing is due.
+    fn settle(&mut self) -> Result<(), SimError> {
+        for _ in 0..MAX_CYCLES_PER_INSTANT {
+            let fired = self.fire_due();
+            let plan = baton_sched::cycle(&self.state, self.now_ms);
+            if plan.decisions.is_empty() {
+                if fired {
+                    continue;
+                }
+                return Ok(());
+            }
+            let victims: Vec<JobId> = plan
+                .decisions
+                .iter()
+                .filter_map(|d| match d {
+                    Decision::Preempt { victims, .. } => Some(victims.iter().map(|v| v.job)),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            match self.apply(Op::ApplyPlan(plan)) {
+                Ok(Outcome::PlanApplied { rejected, .. }) if rejected.is_empty() => {}
+                Ok(Outcome::PlanApplied { rejected, .. }) => {
+                    return Err(self.internal(format!(
+                        "the scheduler proposed decisions the state refused: {rejected:?}"
+                    )));
+                }
+                other => return Err(self.internal(format!("plan not applied: {other:?}"))),
+            }
+            for v in victims {
+                self.schedule_victim(v);
+            }
+        }
+        Err(self.internal(format!(
+            "no steady state after {MAX_CYCLES_PER_INSTANT} cycles"
+        )))
+    }
+
+    fn record(&mut self) {
+        let step = StepOut {
+            at: Secs(self.now_ms),
+            events: std::mem::take(&mut self.events),
+            jobs: output::jobs(&self.state),
+            queues: output::queues(&self.state),
+        };
+        self.steps.push(step);
+    }
+
+    fn check_expectations(&mut self, t: u64) {
+        for e in self.s.expect.iter().filter(|e| e.at_ms == t) {
+            let (checked, failures) = check(e, &self.state, &self.victims);
+            self.checked += checked;
+            self.failures.extend(failures);
+        }
+    }
+
+    fn finish(self) -> (Report, Vec<Failure>, usize) {
+        let finished = self
+            .state
+            .jobs()
+            .values()
+            .filter(|j| matches!(j.state, JobState::Succeeded | JobState::Failed))
+            .count() as u64;
+        let utilization = if self.gpu_cap_ms == 0 {
+            0.0
+        } else {
+            self.gpu_used_ms as f64 / self.gpu_cap_ms as f64
+        };
+        let summary = Summary {
+            preemptions: self.preemptions,
+            finished,
+            gpu_utilization: (utilization * 10_000.0).round() / 10_000.0,
+            end: Secs(self.now_ms),
+        };
+        let name = self.s.name.clone().unwrap_or_else(|| {
+            std::path::Path::new(&self.s.file)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        (
+            Report {
+                name,
+                steps: self.steps,
+                summary,
+            },
+            self.failures,
+            self.checked,
+        )
+    }
+}
+
+fn finish_at(w: &Work) -> Option<u64> {
+    let (d, s) = (w.duration_ms?, w.run_start?);
+    Some(s + d.saturating_sub(w.done_ms))
+}

@@ -1,0 +1,132 @@
+//! A scenario: the cluster, a timeline of steps and expectations (spec/scenario.md).
+
+use baton_model::class::PriorityClass;
+use baton_model::job::JobSpec;
+use baton_model::job::JobState;
+use baton_model::name::Name;
+use baton_model::node::NodeSpec;
+use baton_model::queue::{Cohort, QueueSpec};
+use baton_model::resources::Resources;
+
+use crate::yaml::Node;
+
+/// A value and where it was written.
+#[derive(Debug, Clone)]
+pub struct At<T> {
+    pub v: T,
+    pub line: usize,
+    pub path: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub file: String,
+    pub name: Option<String>,
+    /// Added to (or replacing) the four defaults.
+    pub classes: Vec<At<PriorityClass>>,
+    pub nodes: Vec<At<NodeSpec>>,
+    pub cohorts: Vec<At<Cohort>>,
+    pub queues: Vec<At<QueueSpec>>,
+    pub timeline: Vec<Step>,
+    pub expect: Vec<Expect>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub at_ms: u64,
+    pub line: usize,
+    pub path: String,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone)]
+pub struct Submit {
+    pub spec: JobSpec,
+    /// Seconds of work to finish; `None`: runs until told.
+    pub duration_ms: Option<u64>,
+    /// How long the job takes to checkpoint and exit after its signal.
+    pub checkpoint_time_ms: u64,
+    /// Lines of fields that name other things, for precise errors.
+    pub queue_line: usize,
+    pub priority_line: usize,
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    Submit(Box<Submit>),
+    Finish(At<Name>),
+    Fail(At<Name>),
+    Cancel(At<Name>),
+    Pause(At<Name>),
+    Resume(At<Name>),
+    NodeDown(At<Name>),
+    NodeUp(At<Name>),
+    Cordon(At<Name>),
+    Uncordon(At<Name>),
+    /// The queue to update and the fields to change, applied to the queue as it is then.
+    UpdateQueue(At<Name>, Node),
+}
+
+impl Action {
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Submit(_) => "submit",
+            Action::Finish(_) => "finish",
+            Action::Fail(_) => "fail",
+            Action::Cancel(_) => "cancel",
+            Action::Pause(_) => "pause",
+            Action::Resume(_) => "resume",
+            Action::NodeDown(_) => "node_down",
+            Action::NodeUp(_) => "node_up",
+            Action::Cordon(_) => "cordon",
+            Action::Uncordon(_) => "uncordon",
+            Action::UpdateQueue(..) => "update_queue",
+        }
+    }
+}
+
+/// One job's expected fields; `None` is not checked.
+#[derive(Debug, Clone, Default)]
+pub struct JobExpect {
+    pub state: Option<JobState>,
+    pub gpus: Option<u64>,
+    pub attempt: Option<u32>,
+    /// `Some(None)`: expected to have no preemptor.
+    pub preempted_by: Option<Option<Name>>,
+    pub pool: Option<Name>,
+    pub nodes: Option<NodesExpect>,
+    pub queue: Option<Name>,
+    /// Text the job's reason must contain.
+    pub reason: Option<String>,
+}
+
+/// `nodes: [n1, n2]` (the set of nodes) or `nodes: {n1: [0, 1]}` (nodes and GPU indices).
+#[derive(Debug, Clone)]
+pub enum NodesExpect {
+    Names(Vec<Name>),
+    Exact(std::collections::BTreeMap<Name, Vec<u32>>),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UsageExpect {
+    pub usage: Option<Resources>,
+    pub nominal: Option<Resources>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct QueueExpect {
+    pub total: UsageExpect,
+    pub pools: Vec<(Name, UsageExpect)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Expect {
+    pub at_ms: u64,
+    pub line: usize,
+    pub jobs: Vec<At<(Name, JobExpect)>>,
+    pub queues: Vec<At<(Name, QueueExpect)>>,
+    pub victims_of: Vec<At<(Name, Vec<Name>)>>,
+    pub victims_count: Vec<At<(Name, u32)>>,
+    pub placed_on: Vec<At<(Name, Vec<Name>)>>,
+    pub counts: Vec<At<(JobState, u32)>>,
+}

@@ -1,0 +1,258 @@
+//! Cross-references and impossible requests, checked before anything is simulated: the
+//! configured cluster is built here through the same commands a live cluster takes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_model::command::{Command, Op};
+use baton_model::error::ApplyError;
+use baton_model::job::PriorityRef;
+use baton_model::name::Name;
+use baton_model::state::State;
+
+use crate::de::{Cx, InputError, R};
+use crate::scenario::{Action, At, Scenario, Submit};
+
+/// The cluster as the file configures it, ready for the timeline.
+pub fn configure(s: &Scenario) -> Result<State, InputError> {
+    let cx = Cx { file: &s.file };
+    let mut state = State::new();
+    let apply = |state: &mut State, op: Op, line: usize, path: &str| -> R<()> {
+        state
+            .apply(Command { now_ms: 0, op })
+            .map(|_| ())
+            .map_err(|e| cx.err(line, path, e.to_string()))
+    };
+    unique(
+        &cx,
+        s.classes.iter().map(|c| (&c.v.name, c.line, &c.path)),
+        "priority class",
+    )?;
+    for c in &s.classes {
+        apply(&mut state, Op::PutClass(c.v.clone()), c.line, &c.path)?;
+    }
+    unique(
+        &cx,
+        s.nodes.iter().map(|n| (&n.v.name, n.line, &n.path)),
+        "node",
+    )?;
+    for n in &s.nodes {
+        apply(&mut state, Op::RegisterNode(n.v.clone()), n.line, &n.path)?;
+    }
+    unique(
+        &cx,
+        s.cohorts.iter().map(|c| (&c.v.name, c.line, &c.path)),
+        "cohort",
+    )?;
+    configure_cohorts(&cx, s, &mut state)?;
+    unique(
+        &cx,
+        s.queues.iter().map(|q| (&q.v.name, q.line, &q.path)),
+        "queue",
+    )?;
+    let pools: BTreeSet<&Name> = s.nodes.iter().map(|n| &n.v.pool).collect();
+    for q in &s.queues {
+        if let Some(c) = &q.v.cohort
+            && !s.cohorts.iter().any(|x| &x.v.name == c)
+        {
+            return Err(cx.err(
+                q.line,
+                &format!("{}.cohort", q.path),
+                format!("cohort {c} is not defined"),
+            ));
+        }
+        if let Some(p) = q.v.quotas.keys().find(|p| !pools.contains(p)) {
+            return Err(cx.err(
+                q.line,
+                &format!("{}.quotas", q.path),
+                format!("pool {p} has no nodes (pools are named by nodes' `pool`)"),
+            ));
+        }
+        apply(&mut state, Op::PutQueue(q.v.clone()), q.line, &q.path)?;
+    }
+    Ok(state)
+}
+
+fn unique<'a>(
+    cx: &Cx,
+    items: impl Iterator<Item = (&'a Name, usize, &'a String)>,
+    kind: &str,
+) -> R<()> {
+    let mut seen = BTreeSet::new();
+    for (name, line, path) in items {
+        if !seen.insert(name) {
+            return Err(cx.err(
+                line,
+                &format!("{path}.name"),
+                format!("{kind} {name} is defined twice"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parents before children, whatever the file order; a parent that never comes is an error.
+fn configure_cohorts(cx: &Cx, s: &Scenario, state: &mut State) -> R<()> {
+    let mut left: Vec<&At<baton_model::queue::Cohort>> = s.cohorts.iter().collect();
+    while !left.is_empty() {
+        let before = left.len();
+        let mut rest = Vec::new();
+        for c in left {
+            let ready =
+                c.v.parent
+                    .as_ref()
+                    .is_none_or(|p| state.cohorts().contains_key(p));
+            if ready {
+                let op = Op::PutCohort(c.v.clone());
+                state
+                    .apply(Command { now_ms: 0, op })
+                    .map_err(|e| cx.err(c.line, &c.path, e.to_string()))?;
+            } else {
+                rest.push(c);
+            }
+        }
+        if rest.len() == before {
+            let c = rest[0];
+            let parent = c.v.parent.as_ref().map(Name::to_string).unwrap_or_default();
+            let defined = s.cohorts.iter().any(|x| x.v.name.as_str() == parent);
+            let msg = if defined {
+                format!("cohort {} and its parents form a cycle", c.v.name)
+            } else {
+                format!("cohort {parent} is not defined")
+            };
+            return Err(cx.err(c.line, &format!("{}.parent", c.path), msg));
+        }
+        left = rest;
+    }
+    Ok(())
+}
+
+/// Every name the timeline and the expectations use is defined, and every submitted job
+/// could run somewhere.
+pub fn check_references(s: &Scenario, state: &State) -> R<()> {
+    let cx = Cx { file: &s.file };
+    let mut submitted: BTreeMap<Name, usize> = BTreeMap::new();
+    for (i, step) in s.timeline.iter().enumerate() {
+        match &step.action {
+            Action::Submit(sub) => {
+                check_submit(&cx, state, sub, step.line, &format!("{}.submit", step.path))?;
+                if submitted.insert(sub.spec.name.clone(), i).is_some() {
+                    return Err(cx.err(
+                        step.line,
+                        &format!("{}.submit.name", step.path),
+                        format!("job {} is submitted twice", sub.spec.name),
+                    ));
+                }
+            }
+            Action::Finish(j)
+            | Action::Fail(j)
+            | Action::Cancel(j)
+            | Action::Pause(j)
+            | Action::Resume(j) => {
+                if !submitted.contains_key(&j.v) {
+                    return Err(cx.err(
+                        j.line,
+                        &j.path,
+                        format!("job {} is not submitted before this step", j.v),
+                    ));
+                }
+            }
+            Action::NodeDown(n) | Action::NodeUp(n) | Action::Cordon(n) | Action::Uncordon(n) => {
+                if !state.nodes().contains_key(&n.v) {
+                    return Err(cx.err(n.line, &n.path, format!("node {} is not defined", n.v)));
+                }
+            }
+            Action::UpdateQueue(q, _) => {
+                if !state.queues().contains_key(&q.v) {
+                    return Err(cx.err(q.line, &q.path, format!("queue {} is not defined", q.v)));
+                }
+            }
+        }
+    }
+    check_expectations(&cx, s, state, &submitted)
+}
+
+fn check_submit(cx: &Cx, state: &State, sub: &Submit, line: usize, path: &str) -> R<()> {
+    let spec = &sub.spec;
+    if !state.queues().contains_key(&spec.queue) {
+        return Err(cx.err(
+            sub.queue_line,
+            &format!("{path}.queue"),
+            format!("queue {} is not defined", spec.queue),
+        ));
+    }
+    if let PriorityRef::Class(c) = &spec.priority
+        && !state.classes().contains_key(c)
+    {
+        return Err(cx.err(
+            sub.priority_line,
+            &format!("{path}.priority"),
+            format!("priority class {c} is not defined"),
+        ));
+    }
+    let pool_ok = |p: &Name| state.nodes().values().any(|n| &n.spec.pool == p);
+    if let Some(p) = spec.pools.iter().flatten().find(|p| !pool_ok(p)) {
+        return Err(cx.err(
+            line,
+            &format!("{path}.pools"),
+            format!("pool {p} has no nodes"),
+        ));
+    }
+    for (i, t) in spec.tasks.iter().enumerate() {
+        if let Some(p) = t.pools.iter().flatten().find(|p| !pool_ok(p)) {
+            return Err(cx.err(
+                line,
+                &format!("{path}.tasks[{i}].pools"),
+                format!("pool {p} has no nodes"),
+            ));
+        }
+    }
+    state
+        .validate_submit(spec)
+        .map(|_| ())
+        .map_err(|e| match e {
+            ApplyError::Invalid { field, message } => {
+                cx.err(line, &format!("{path}.{field}"), message)
+            }
+            other => cx.err(line, path, other.to_string()),
+        })
+}
+
+fn check_expectations(
+    cx: &Cx,
+    s: &Scenario,
+    state: &State,
+    submitted: &BTreeMap<Name, usize>,
+) -> R<()> {
+    let job = |n: &Name, line: usize, path: &str| -> R<()> {
+        if submitted.contains_key(n) {
+            Ok(())
+        } else {
+            Err(cx.err(line, path, format!("job {n} is never submitted")))
+        }
+    };
+    for e in &s.expect {
+        for j in &e.jobs {
+            job(&j.v.0, j.line, &j.path)?;
+            if let Some(Some(by)) = &j.v.1.preempted_by {
+                job(by, j.line, &format!("{}.preempted_by", j.path))?;
+            }
+        }
+        for q in &e.queues {
+            if !state.queues().contains_key(&q.v.0) {
+                return Err(cx.err(q.line, &q.path, format!("queue {} is not defined", q.v.0)));
+            }
+        }
+        for v in e.victims_of.iter().chain(&e.placed_on) {
+            job(&v.v.0, v.line, &v.path)?;
+        }
+        for v in &e.victims_of {
+            for victim in &v.v.1 {
+                job(victim, v.line, &v.path)?;
+            }
+        }
+        for v in &e.victims_count {
+            job(&v.v.0, v.line, &v.path)?;
+        }
+    }
+    Ok(())
+}
