@@ -80,12 +80,6 @@ impl fmt::Debug for Name {
     }
 }
 
-impl std::borrow::Borrow<str> for Name {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
 impl Serialize for Name {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.0)

@@ -43,6 +43,15 @@ pub enum Decision {
 }
 
 impl Decision {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Decision::Resume { .. } => "resume",
+            Decision::Place { .. } => "place",
+            Decision::Preempt { .. } => "preempt",
+            Decision::Wait { .. } => "wait",
+        }
+    }
+
     pub fn job(&self) -> JobId {
         match self {
             Decision::Resume { job, .. }

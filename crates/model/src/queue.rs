@@ -92,8 +92,9 @@ impl QueueSpec {
 
     pub fn nominal(&self, pool: &str) -> Resources {
         self.quotas
-            .get(pool)
-            .map(|q| q.nominal.clone())
+            .iter()
+            .find(|(k, _)| k.as_str() == pool)
+            .map(|(_, q)| q.nominal.clone())
             .unwrap_or_default()
     }
 }

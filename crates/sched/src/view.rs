@@ -62,6 +62,9 @@ impl<'a> View<'a> {
     pub fn reserve(&mut self, job: &Job, shares: &[Share], victims: &[JobId]) {
         let (q, np) = self.queue_np(job);
         self.ledger.reserve(job.id, q, np, shares, victims);
+        for &v in victims {
+            self.ledger.set_leaving(v, true);
+        }
         self.taken.extend(victims.iter().copied());
         self.decided.insert(job.id);
         self.reindex(shares);

@@ -59,6 +59,7 @@ pub struct Engine<'s> {
     gpu_used_ms: u128,
     gpu_cap_ms: u128,
     start_ms: Option<u64>,
+    warnings: Vec<String>,
 }
 
 impl<'s> Engine<'s> {
@@ -78,6 +79,7 @@ impl<'s> Engine<'s> {
             gpu_used_ms: 0,
             gpu_cap_ms: 0,
             start_ms: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -138,11 +140,28 @@ impl<'s> Engine<'s> {
         self.now_ms = t;
     }
 
-    /// The next instant a job finishes on its own or a victim stops.
+    /// The next instant a job finishes on its own, a victim stops, or (while jobs wait) a
+    /// running job's minimum runtime ends and it may become a victim.
     fn next_timer(&self) -> Option<u64> {
         let stop = self.stops.keys().next().map(|(t, _)| *t);
         let finish = self.work.values().filter_map(finish_at).min();
-        [stop, finish].into_iter().flatten().min()
+        let waiting = self
+            .state
+            .jobs()
+            .values()
+            .any(|j| j.state == JobState::Pending);
+        let protection = waiting
+            .then(|| {
+                self.state
+                    .jobs()
+                    .values()
+                    .filter(|j| j.state == JobState::Running && j.preemptible)
+                    .map(|j| j.started_ms.saturating_add(j.spec.min_runtime_ms))
+                    .filter(|&t| t > self.now_ms)
+                    .min()
+            })
+            .flatten();
+        [stop, finish, protection].into_iter().flatten().min()
     }
 
     fn apply(&mut self, op: Op) -> Result<Outcome, String> {
@@ -413,11 +432,25 @@ impl<'s> Engine<'s> {
                 })
                 .flatten()
                 .collect();
+            let decisions = plan.decisions.clone();
             match self.apply(Op::ApplyPlan(plan)) {
                 Ok(Outcome::PlanApplied { rejected, .. }) if rejected.is_empty() => {}
                 Ok(Outcome::PlanApplied { rejected, .. }) => {
+                    let what: Vec<String> = rejected
+                        .iter()
+                        .map(|(i, why)| {
+                            let d = &decisions[*i as usize];
+                            let name = self
+                                .state
+                                .job(d.job())
+                                .map(|j| j.spec.name.to_string())
+                                .unwrap_or_default();
+                            format!("{} {name}: {why}", d.kind())
+                        })
+                        .collect();
                     return Err(self.internal(format!(
-                        "the scheduler proposed decisions the state refused: {rejected:?}"
+                        "the scheduler proposed decisions the state refused: {}",
+                        what.join("; ")
                     )));
                 }
                 other => return Err(self.internal(format!("plan not applied: {other:?}"))),
@@ -431,7 +464,31 @@ impl<'s> Engine<'s> {
         )))
     }
 
+    /// Guarantees that add up to more than a pool holds are honoured in cycle order only.
+    fn warn_oversubscribed(&mut self) {
+        let l = self.state.ledger();
+        for p in &l.pools {
+            for k in p.oversubscribed() {
+                let h = |v| baton_model::quantity::Human {
+                    resource: l.kinds.name(k),
+                    value: v,
+                };
+                let w = format!(
+                    "pool {}: queues are guaranteed {} {} but the pool has {}; guarantees are honoured in scheduling order",
+                    p.name,
+                    h(p.guaranteed[k]),
+                    l.kinds.name(k),
+                    h(p.capacity[k])
+                );
+                if !self.warnings.contains(&w) {
+                    self.warnings.push(w);
+                }
+            }
+        }
+    }
+
     fn record(&mut self) {
+        self.warn_oversubscribed();
         let step = StepOut {
             at: Secs(self.now_ms),
             events: std::mem::take(&mut self.events),
@@ -449,7 +506,8 @@ impl<'s> Engine<'s> {
         }
     }
 
-    fn finish(self) -> (Report, Vec<Failure>, usize) {
+    fn finish(mut self) -> (Report, Vec<Failure>, usize) {
+        self.warn_oversubscribed();
         let finished = self
             .state
             .jobs()
@@ -476,6 +534,7 @@ impl<'s> Engine<'s> {
         (
             Report {
                 name,
+                warnings: self.warnings,
                 steps: self.steps,
                 summary,
             },

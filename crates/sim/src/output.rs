@@ -37,6 +37,9 @@ impl std::fmt::Display for Secs {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub name: String,
+    /// Configuration an operator should look at (oversubscribed guarantees).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     pub steps: Vec<StepOut>,
     pub summary: Summary,
 }
@@ -294,6 +297,9 @@ fn event_text(e: &EventOut) -> String {
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "== {} ==", report.name);
+    for w in &report.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
     let mut last_queues = String::new();
     for step in &report.steps {
         let _ = writeln!(out, "t={}s", step.at);

@@ -171,19 +171,23 @@ pub struct JobCharge {
     pub nodes: Vec<usize>,
     /// Reserved for this job rather than in use.
     pub reserved: bool,
+    /// The job is stopping (Preempting): its queue is no longer charged for it, since what
+    /// it frees is reserved for its preemptor (or about to be free); its nodes stay
+    /// blocked until it has really stopped.
+    pub leaving: bool,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     pub kinds: Kinds,
     pub pools: Vec<PoolAcct>,
-    pub pool_ix: HashMap<Name, usize>,
+    pub pool_ix: HashMap<String, usize>,
     /// In natural name order: a node's index is its tie-break rank.
     pub nodes: Vec<NodeAcct>,
-    pub node_ix: HashMap<Name, usize>,
+    pub node_ix: HashMap<String, usize>,
     pub racks: Vec<Name>,
     pub queues: Vec<QueueAcct>,
-    pub queue_ix: HashMap<Name, usize>,
+    pub queue_ix: HashMap<String, usize>,
     pub trees: Vec<TreeAcct>,
     pub charges: HashMap<JobId, JobCharge>,
 }

@@ -15,6 +15,7 @@ impl Ledger {
             usage: Vec::new(),
             nodes: Vec::new(),
             reserved: false,
+            leaving: false,
         });
         for &n in nodes {
             if !ch.nodes.contains(&n) {
@@ -93,6 +94,14 @@ impl Ledger {
         for n in ch.nodes {
             self.nodes[n].refresh();
         }
+    }
+
+    /// A job starts (or stops) leaving: see `JobCharge::leaving`.
+    pub fn set_leaving(&mut self, job: JobId, leaving: bool) {
+        if let Some(ch) = self.charges.get_mut(&job) {
+            ch.leaving = leaving;
+        }
+        self.settle(job);
     }
 
     /// A job's shares are held in place (suspended). If it was preempted for `lend_to`,

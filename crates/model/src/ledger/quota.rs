@@ -387,6 +387,9 @@ impl Ledger {
     /// The usage a job's occupants and reservations amount to, per pool.
     fn usage_of(&self, job: JobId, nodes: &[usize]) -> Vec<(usize, Vector)> {
         let mut out: Vec<(usize, Vector)> = Vec::new();
+        if self.charges.get(&job).is_some_and(|c| c.leaving) {
+            return out;
+        }
         for &n in nodes {
             let node = &self.nodes[n];
             let mut amount = ZERO;

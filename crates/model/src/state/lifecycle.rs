@@ -146,6 +146,7 @@ impl State {
             requested_ms: now,
             deadline_ms: now.saturating_add(job.spec.grace_ms),
         });
+        self.ledger.set_leaving(id, true);
     }
 
     /// The job no longer holds anything on any node.
@@ -304,6 +305,7 @@ impl State {
         match mode {
             PreemptionMode::Suspend => {
                 let lend_to = self.d.reservations.contains_key(&by).then_some(by);
+                self.ledger.set_leaving(id, false);
                 self.ledger.hold(id, lend_to);
                 let job = self.d.jobs.get_mut(&id).expect("job");
                 job.state = JobState::Suspended;

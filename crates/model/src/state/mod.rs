@@ -179,9 +179,10 @@ impl State {
         self.d.jobs.get(&id)
     }
     pub fn job_by_name(&self, name: &str) -> Option<&Job> {
+        let name = Name::new(name).ok()?;
         self.d
             .job_names
-            .get(name)
+            .get(&name)
             .and_then(|id| self.d.jobs.get(id))
     }
     pub fn reservations(&self) -> &BTreeMap<JobId, Reservation> {

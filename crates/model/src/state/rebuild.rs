@@ -25,7 +25,7 @@ impl State {
         let mut pools: BTreeSet<Name> = d.nodes.values().map(|n| n.spec.pool.clone()).collect();
         pools.extend(d.queues.values().flat_map(|q| q.quotas.keys().cloned()));
         for (i, p) in pools.iter().enumerate() {
-            l.pool_ix.insert(p.clone(), i);
+            l.pool_ix.insert(p.to_string(), i);
             l.pools.push(PoolAcct {
                 name: p.clone(),
                 capacity: ZERO,
@@ -43,7 +43,7 @@ impl State {
         l.racks = racks.into_iter().collect();
 
         for node in d.nodes.values() {
-            let pool = l.pool_ix[&node.spec.pool];
+            let pool = l.pool_ix[node.spec.pool.as_str()];
             let rack = node
                 .spec
                 .rack
@@ -58,7 +58,7 @@ impl State {
             if node.schedulable() {
                 add(&mut pa.capacity, &cap);
             }
-            l.node_ix.insert(node.spec.name.clone(), l.nodes.len());
+            l.node_ix.insert(node.spec.name.to_string(), l.nodes.len());
             l.nodes.push(NodeAcct::new(
                 node.spec.name.clone(),
                 pool,
@@ -114,7 +114,7 @@ impl State {
                 np_usage: vec![ZERO; np],
             };
             for (pool, quota) in &q.quotas {
-                let p = l.pool_ix[pool];
+                let p = l.pool_ix[pool.as_str()];
                 acct.nominal[p] = l.kinds.vector_lossy(&quota.nominal);
                 acct.borrow_limit[p] = l.kinds.limits(&quota.borrow_limit, u64::MAX);
                 acct.lend_limit[p] = l.kinds.limits(&quota.lend_limit, u64::MAX);
@@ -126,7 +126,7 @@ impl State {
                     t.lendable_unused[p][k] += lendable;
                 }
             }
-            l.queue_ix.insert(q.name.clone(), l.queues.len());
+            l.queue_ix.insert(q.name.to_string(), l.queues.len());
             l.queues.push(acct);
         }
     }
@@ -147,6 +147,9 @@ impl State {
                 let shares = self.shares(job, &job.replicas);
                 let (q, np) = self.queue_and_np(job);
                 self.ledger.occupy(id, q, np, &shares);
+                if job.state == JobState::Preempting {
+                    self.ledger.set_leaving(id, true);
+                }
                 if job.state == JobState::Suspended {
                     self.ledger.hold(id, None);
                 }

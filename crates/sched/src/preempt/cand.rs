@@ -109,14 +109,16 @@ pub fn eligible(
         return ok.then(|| cand(false));
     }
     let l = &view.ledger;
-    if l.queues[vq].tree != l.queues[jq].tree {
-        return None;
-    }
     let reclaim = match policy.reclaim_within_cohort {
         ReclaimWithinCohort::Never => false,
         ReclaimWithinCohort::LowerPriority => v.priority < j.priority,
         ReclaimWithinCohort::Any => true,
     };
+    // A guarantee is reclaimed from any borrower (the implicit root is everyone's cohort);
+    // borrowing within a cohort and fair sharing stay inside the top-level cohort.
+    if l.queues[vq].tree != l.queues[jq].tree {
+        return reclaim.then(|| cand(false));
+    }
     let fs = l.queues[jq].fair_sharing;
     let borrow = !fs
         && policy
@@ -158,6 +160,7 @@ impl Ctx<'_> {
         if !borrows_needed {
             return false;
         }
+        let same_tree = l.queues[c.queue].tree == l.queues[self.queue].tree;
         if self.reclaiming(l) {
             let ok = match self.policy.reclaim_within_cohort {
                 ReclaimWithinCohort::Never => false,
@@ -167,7 +170,8 @@ impl Ctx<'_> {
             if ok {
                 return true;
             }
-        } else if !self.fair_sharing
+        } else if same_tree
+            && !self.fair_sharing
             && self
                 .policy
                 .borrow_within_cohort
@@ -175,7 +179,7 @@ impl Ctx<'_> {
         {
             return true;
         }
-        self.fair_sharing && self.fair_share_allows(l, c)
+        same_tree && self.fair_sharing && self.fair_share_allows(l, c)
     }
 
     fn fair_share_allows(&self, l: &Ledger, c: &Cand) -> bool {
