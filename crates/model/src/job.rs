@@ -214,7 +214,15 @@ impl Job {
         out
     }
 
+    /// Stopping (being preempted or paused). Its queue is no longer charged for it: what it
+    /// frees is reserved for its preemptor or about to be free, and a suspended job charges
+    /// no quota (it is not running).
+    pub fn is_leaving(&self) -> bool {
+        self.stopping.is_some()
+    }
+
     /// Rank key for submission order: earlier first.
+
     pub fn submitted_key(&self) -> (u64, u64) {
         (self.submitted_ms, self.submit_seq)
     }

@@ -2,9 +2,10 @@
 //! place it (first without borrowing, then by borrowing), or plan a preemption for it, or
 //! say why it waits.
 
-use baton_model::job::{Job, JobId, JobState};
+use baton_model::job::{Job, JobState};
+use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan, Victim};
-use baton_model::state::State;
+use baton_model::state::{State, demand_of};
 
 use crate::needs::Needs;
 use crate::nodes::{IndexNodes, SetNodes};
@@ -45,26 +46,51 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     plan
 }
 
-/// Suspended jobs whose preemptor no longer holds anything run again in place.
+/// Suspended jobs whose preemptor no longer holds anything run again in place, once their
+/// queue may take their resources again (a suspended job charges no quota).
 fn resume_suspended(view: &mut View, plan: &mut Plan) {
-    let ready: Vec<(JobId, u32)> = view
-        .state
+    let state = view.state;
+    let gone = |j: &&Job| j.suspended_for.is_none_or(|by| !state.holds(by));
+    let suspended: Vec<&Job> = state
         .jobs()
         .values()
         .filter(|j| j.state == JobState::Suspended)
-        .filter(|j| j.suspended_for.is_none_or(|by| !view.state.holds(by)))
-        .filter(|j| {
-            j.replicas.iter().all(|r| {
-                view.ledger.node(r.node.as_str()).is_some_and(|n| {
-                    view.ledger.nodes[n].schedulable || !view.state.nodes()[&r.node].cordoned
-                })
-            })
-        })
-        .map(|j| (j.id, j.attempt))
+        .filter(gone)
         .collect();
-    for (job, attempt) in ready {
-        view.unhold(job);
-        plan.decisions.push(Decision::Resume { job, attempt });
+    for job in suspended {
+        if let Some(r) = job
+            .replicas
+            .iter()
+            .find(|r| state.nodes()[&r.node].status != NodeStatus::Ready)
+        {
+            wait(
+                plan,
+                job,
+                format!("suspended in place; node {} is not ready", r.node),
+            );
+            continue;
+        }
+        let shares = state.shares(job, &job.replicas);
+        let (q, np) = view.queue_np(job);
+        match view
+            .ledger
+            .check_admission(q, &demand_of(&view.ledger, &shares), np)
+        {
+            Ok(_) => {
+                view.unhold(job.id);
+                plan.decisions.push(Decision::Resume {
+                    job: job.id,
+                    attempt: job.attempt,
+                });
+            }
+            Err(b) => {
+                let why = format!(
+                    "suspended in place; resumes when its queue may use its resources again: {}",
+                    b.describe(&view.ledger, q)
+                );
+                wait(plan, job, why);
+            }
+        }
     }
 }
 

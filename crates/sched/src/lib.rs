@@ -24,3 +24,6 @@ mod reason;
 mod view;
 
 pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
+
+#[cfg(test)]
+mod proptests;

@@ -62,9 +62,17 @@ impl<'a> View<'a> {
     pub fn reserve(&mut self, job: &Job, shares: &[Share], victims: &[JobId]) {
         let (q, np) = self.queue_np(job);
         self.ledger.reserve(job.id, q, np, shares, victims);
+        // Mirrors `State::apply`: victims stop being charged; one that will be suspended in
+        // place lends its reserved part now.
+        let mut suspending = Vec::new();
         for &v in victims {
             self.ledger.set_leaving(v, true);
+            if self.job(v).spec.preemption_mode == baton_model::job::PreemptionMode::Suspend {
+                suspending.push(v);
+            }
         }
+        self.ledger.lend_for_reservation(job.id, &suspending);
+
         self.taken.extend(victims.iter().copied());
         self.decided.insert(job.id);
         self.reindex(shares);

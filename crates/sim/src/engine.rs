@@ -433,6 +433,20 @@ impl<'s> Engine<'s> {
                 .flatten()
                 .collect();
             let decisions = plan.decisions.clone();
+            if std::env::var("BATON_TRACE").is_ok() {
+                for d in &decisions {
+                    eprintln!(
+                        "TRACE t={} {} {} {:?}",
+                        self.now_ms,
+                        d.kind(),
+                        self.state
+                            .job(d.job())
+                            .map(|j| j.spec.name.to_string())
+                            .unwrap_or_default(),
+                        d
+                    );
+                }
+            }
             match self.apply(Op::ApplyPlan(plan)) {
                 Ok(Outcome::PlanApplied { rejected, .. }) if rejected.is_empty() => {}
                 Ok(Outcome::PlanApplied { rejected, .. }) => {
@@ -448,9 +462,23 @@ impl<'s> Engine<'s> {
                             format!("{} {name}: {why}", d.kind())
                         })
                         .collect();
+                    let all: Vec<String> = decisions
+                        .iter()
+                        .map(|d| {
+                            format!(
+                                "{} {}",
+                                d.kind(),
+                                self.state
+                                    .job(d.job())
+                                    .map(|j| j.spec.name.to_string())
+                                    .unwrap_or_default()
+                            )
+                        })
+                        .collect();
                     return Err(self.internal(format!(
-                        "the scheduler proposed decisions the state refused: {}",
-                        what.join("; ")
+                        "the scheduler proposed decisions the state refused: {} (the plan: {})",
+                        what.join("; "),
+                        all.join(", ")
                     )));
                 }
                 other => return Err(self.internal(format!("plan not applied: {other:?}"))),

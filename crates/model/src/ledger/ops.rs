@@ -262,18 +262,20 @@ impl Ledger {
         self.nodes[n].refresh();
     }
 
-    /// Lends to a reserved preemptor the held shares of its victims on its reserved nodes.
-    pub fn lend_for_reservation(&mut self, job: JobId) {
+    /// Lends to a reserved preemptor the shares of the jobs suspended for it, or being
+    /// suspended for it (`holders`), on its reserved nodes. Lent parts are charged to the
+    /// preemptor's reservation, not to the holders' queues.
+    pub fn lend_for_reservation(&mut self, job: JobId, holders: &[JobId]) {
         let Some(ch) = self.charges.get(&job).cloned() else {
             return;
         };
         for &n in &ch.nodes {
-            let Some(r) = self.nodes[n].reservation(job).cloned() else {
+            if self.nodes[n].reservation(job).is_none() {
                 continue;
-            };
+            }
             let mut touched = false;
             for o in self.nodes[n].occupants.iter_mut() {
-                if o.held && r.victims.contains(&o.job) {
+                if holders.contains(&o.job) {
                     o.lent_to = Some(job);
                     touched = true;
                 }
@@ -282,6 +284,23 @@ impl Ledger {
                 self.relend(n, job);
                 self.nodes[n].refresh();
             }
+        }
+    }
+
+    /// A victim has stopped: it no longer covers any part of `preemptor`'s reservation.
+    pub fn forget_victim(&mut self, preemptor: JobId, victim: JobId) {
+        let Some(ch) = self.charges.get(&preemptor).cloned() else {
+            return;
+        };
+        for &n in &ch.nodes {
+            for r in self.nodes[n]
+                .reservations
+                .iter_mut()
+                .filter(|r| r.job == preemptor)
+            {
+                r.victims.retain(|&v| v != victim);
+            }
+            self.nodes[n].refresh();
         }
     }
 }

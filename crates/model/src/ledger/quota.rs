@@ -7,7 +7,7 @@
 //! least what its non-preemptible jobs use above nominal (they never use another queue's
 //! quota). The draws of all trees together may not exceed the unowned capacity.
 
-use super::{Ledger, Vector, ZERO, add, sub};
+use super::{Ledger, Vector, ZERO, add};
 use crate::job::JobId;
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
@@ -348,8 +348,7 @@ impl Ledger {
         best
     }
 
-    /// Takes a job's usage out of its queue as if it had stopped (a lent share it runs on
-    /// goes back to the suspended holder's queue). Returns what `undo` needs.
+    /// Takes a job's usage out of its queue as if it had stopped. Returns what `undo` needs.
     pub fn remove_usage(&mut self, job: JobId) -> Undo {
         let mut entries = Vec::new();
         let Some(ch) = self.charges.get(&job).cloned() else {
@@ -358,22 +357,6 @@ impl Ledger {
         for (p, v) in &ch.usage {
             self.adjust_usage(ch.queue, *p, v, ch.not_preemptible, false);
             entries.push((ch.queue, *p, *v, ch.not_preemptible, false));
-        }
-        for &n in &ch.nodes {
-            let node = &self.nodes[n];
-            let pool = node.pool;
-            let lent: Vec<(JobId, Vector)> = node
-                .occupants
-                .iter()
-                .filter(|o| o.held && o.lent_to == Some(job))
-                .map(|o| (o.job, o.lent_amount))
-                .collect();
-            for (holder, amount) in lent {
-                if let Some(hc) = self.charges.get(&holder).cloned() {
-                    self.adjust_usage(hc.queue, pool, &amount, hc.not_preemptible, true);
-                    entries.push((hc.queue, pool, amount, hc.not_preemptible, true));
-                }
-            }
         }
         Undo { entries }
     }
@@ -393,11 +376,9 @@ impl Ledger {
         for &n in nodes {
             let node = &self.nodes[n];
             let mut amount = ZERO;
-            if let Some(o) = node.occupant(job) {
+            // A held (suspended) share is not in use: it blocks its node, not quota.
+            if let Some(o) = node.occupant(job).filter(|o| !o.held) {
                 add(&mut amount, &o.amount);
-                if o.held && o.lent_to.is_some() {
-                    sub(&mut amount, &o.lent_amount);
-                }
             }
             if let Some(r) = node.reservation(job) {
                 add(&mut amount, &r.amount);

@@ -94,6 +94,12 @@ impl State {
         }) {
             return Err(format!("node {} is not ready", r.node));
         }
+        // A suspended job charges no quota; running again is an admission like any other.
+        let shares = self.shares(job, &job.replicas);
+        let (q, np) = self.queue_and_np(job);
+        self.ledger
+            .check_admission(q, &demand_of(&self.ledger, &shares), np)
+            .map_err(|b| b.describe(&self.ledger, q))?;
         Ok(())
     }
 
@@ -180,6 +186,7 @@ impl State {
             .map(|&v| self.ledger.remove_usage(v))
             .collect();
         let verdict = self.ledger.check_admission(q, &demand, np);
+
         for u in undo.into_iter().rev() {
             self.ledger.undo(u);
         }
@@ -311,7 +318,14 @@ impl State {
         let (q, np) = self.queue_and_np(job);
         let victim_ids: Vec<JobId> = victims.iter().map(|v| v.job).collect();
         self.ledger.reserve(id, q, np, &shares, &victim_ids);
+        let suspending: Vec<JobId> = victim_ids
+            .iter()
+            .copied()
+            .filter(|v| self.d.jobs[v].spec.preemption_mode == crate::job::PreemptionMode::Suspend)
+            .collect();
+        self.ledger.lend_for_reservation(id, &suspending);
         let now = self.d.now_ms;
+
         let r = Reservation {
             job: id,
             victims: victim_ids,

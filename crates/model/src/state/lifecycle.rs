@@ -151,6 +151,7 @@ impl State {
 
     /// The job no longer holds anything on any node.
     fn release(&mut self, id: JobId) {
+        self.forget_victim(id);
         self.ledger.vacate(id);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.replicas.clear();
@@ -159,6 +160,24 @@ impl State {
         job.suspended_for = None;
         if self.d.reservations.contains_key(&id) {
             self.drop_reservation(id);
+        }
+    }
+
+    /// A victim has stopped (or gone): it no longer stands between its preemptor and the
+    /// resources reserved for it, even if it is placed again later.
+    fn forget_victim(&mut self, id: JobId) {
+        let preemptors: Vec<JobId> = self
+            .d
+            .reservations
+            .values()
+            .filter(|r| r.victims.contains(&id))
+            .map(|r| r.job)
+            .collect();
+        for p in preemptors {
+            if let Some(r) = self.d.reservations.get_mut(&p) {
+                r.victims.retain(|&v| v != id);
+            }
+            self.ledger.forget_victim(p, id);
         }
     }
 
@@ -307,6 +326,8 @@ impl State {
                 let lend_to = self.d.reservations.contains_key(&by).then_some(by);
                 self.ledger.set_leaving(id, false);
                 self.ledger.hold(id, lend_to);
+                self.forget_victim(id);
+
                 let job = self.d.jobs.get_mut(&id).expect("job");
                 job.state = JobState::Suspended;
                 job.stopping = None;

@@ -13,6 +13,8 @@ mod lifecycle;
 mod rebuild;
 pub mod submit;
 
+pub use apply_plan::demand_of;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::State;
-use crate::job::JobState;
+use crate::job::{JobId, JobState};
 use crate::ledger::{
     Kinds, Ledger, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add,
 };
@@ -147,7 +147,7 @@ impl State {
                 let shares = self.shares(job, &job.replicas);
                 let (q, np) = self.queue_and_np(job);
                 self.ledger.occupy(id, q, np, &shares);
-                if job.state == JobState::Preempting {
+                if job.is_leaving() {
                     self.ledger.set_leaving(id, true);
                 }
                 if job.state == JobState::Suspended {
@@ -174,7 +174,18 @@ impl State {
             let shares = self.shares(job, &r.replicas);
             let (q, np) = self.queue_and_np(job);
             self.ledger.reserve(r.job, q, np, &shares, &r.victims);
-            self.ledger.lend_for_reservation(r.job);
+            let holders: Vec<JobId> = self
+                .d
+                .jobs
+                .values()
+                .filter(|j| {
+                    j.suspended_for == Some(r.job)
+                        || r.victims.contains(&j.id)
+                            && j.spec.preemption_mode == crate::job::PreemptionMode::Suspend
+                })
+                .map(|j| j.id)
+                .collect();
+            self.ledger.lend_for_reservation(r.job, &holders);
         }
     }
 

@@ -206,7 +206,10 @@ impl State {
                     t.name, t.resources
                 )));
             }
-            let room: u64 = nodes.iter().map(|c| replicas_fitting(&need, c)).sum();
+            let room = nodes
+                .iter()
+                .map(|c| replicas_fitting(&need, c))
+                .fold(0u64, u64::saturating_add);
             if room < u64::from(t.replicas) {
                 return Err(ApplyError::Impossible(format!(
                     "task {}: {} replicas of {} are more than all nodes in its pools could ever hold ({room})",

@@ -5,7 +5,6 @@ use std::cmp::{Ordering, Reverse};
 
 use baton_model::job::{Job, JobId, JobState};
 use baton_model::ledger::{Ledger, Vector};
-use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort, WithinQueue};
 
 use crate::view::View;
@@ -153,10 +152,10 @@ impl Ctx<'_> {
             return true;
         }
         let vq = &l.queues[c.queue];
-        let borrows_needed = self
-            .demand
-            .iter()
-            .any(|(p, d)| (0..MAX_RESOURCE_KINDS).any(|k| d[k] > 0 && vq.borrowing_in(*p, k)));
+        // It must borrow where the preemptor lacks room: taking work that is within its
+        // guarantee there, because it borrows something else, would let two queues take
+        // turns preempting each other.
+        let borrows_needed = self.lacks.iter().any(|&(p, k)| vq.borrowing_in(p, k));
         if !borrows_needed {
             return false;
         }
@@ -183,7 +182,15 @@ impl Ctx<'_> {
     }
 
     fn fair_share_allows(&self, l: &Ledger, c: &Cand) -> bool {
+        // Only a queue above the preemptor's own share gives way: equal shares (say, both
+        // borrowing only unowned capacity, which shares do not count) would otherwise take
+        // turns preempting each other forever.
+        let theirs_now = l.share(c.queue, &[], &[]);
+        if theirs_now <= 0.0 || l.share(self.queue, &[], &[]) >= theirs_now {
+            return false;
+        }
         let mine = l.share(self.queue, &self.demand, &[]);
+
         let usage = l
             .charges
             .get(&c.job)

@@ -392,13 +392,13 @@ fn gather(
     extra: &[usize],
 ) -> Option<Vec<usize>> {
     let mut nodes = Vec::new();
-    let mut hosts = 0;
+    let mut hosts: u64 = 0;
     for (_, h, n) in scored {
         if rack.is_some_and(|r| view.ledger.nodes[*n].rack != r) {
             continue;
         }
         nodes.push(*n);
-        hosts += h;
+        hosts = hosts.saturating_add(*h);
         if hosts >= replicas || nodes.len() >= MAX_TOUCHED_NODES {
             break;
         }

@@ -96,7 +96,7 @@ fn fill_back(
                 .undo(undos.remove(&i).expect("taken victim has an undo"));
             let rest: Vec<usize> = taken.iter().copied().filter(|&t| t != i).collect();
             let rest_ids: Vec<JobId> = rest.iter().map(|&t| cands[t].job).collect();
-            let still_valid = rest.iter().all(|&t| ctx.valid(&view.ledger, &cands[t]));
+            let still_valid = valid_in_order(view, ctx, cands, &rest, undos);
             if still_valid && fits(view, ctx, needs, assignment, nodes, &rest_ids).is_some() {
                 *taken = rest;
                 returned = true;
@@ -108,6 +108,32 @@ fn fill_back(
             return;
         }
     }
+}
+
+/// Whether `set` could have been taken in rank order, each victim valid at its turn with
+/// the ones before it gone. Leaves every victim of `set` taken again.
+fn valid_in_order(
+    view: &mut View,
+    ctx: &Ctx,
+    cands: &[Cand],
+    set: &[usize],
+    undos: &mut BTreeMap<usize, Undo>,
+) -> bool {
+    for t in set {
+        view.ledger
+            .undo(undos.remove(t).expect("taken victim has an undo"));
+    }
+    let mut left: Vec<usize> = set.to_vec();
+    let mut ok = true;
+    while !left.is_empty() {
+        let pos = (0..left.len())
+            .min_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[left[a]], &cands[left[b]]))
+            .expect("not empty");
+        let t = left.remove(pos);
+        ok &= ctx.valid(&view.ledger, &cands[t]);
+        undos.insert(t, view.ledger.remove_usage(cands[t].job));
+    }
+    ok
 }
 
 fn restore(view: &mut View, undos: BTreeMap<usize, Undo>) {

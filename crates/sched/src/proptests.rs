@@ -1,0 +1,781 @@
+//! Property tests over random clusters and timelines, driven through the real
+//! `State::apply` and `cycle`. After every change they check the invariants the design
+//! promises; see `check_state` and `apply_checked`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_model::alloc::gpu_mask;
+use baton_model::class::default_classes;
+use baton_model::command::{Command, Op, Outcome};
+use baton_model::event::EventKind;
+use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
+use baton_model::ledger::Vector;
+use baton_model::limits::MAX_RESOURCE_KINDS;
+use baton_model::name::Name;
+use baton_model::node::{NodeSpec, NodeStatus};
+use baton_model::plan::{Decision, Plan};
+use baton_model::queue::{
+    BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, ReclaimWithinCohort, WithinQueue,
+};
+use baton_model::resources::Resources;
+use baton_model::state::State;
+use proptest::prelude::*;
+
+use crate::cycle;
+use crate::needs::Needs;
+use crate::nodes::SetNodes;
+use crate::pack::pack;
+use crate::view::View;
+
+#[derive(Debug, Clone)]
+struct NodeGen {
+    pool: u8,
+    rack: u8,
+    gpus: u8,
+    cpus: u8,
+}
+
+#[derive(Debug, Clone)]
+struct QueueGen {
+    cohort: u8,
+    nominal_gpu: u8,
+    borrow_limit: Option<u8>,
+    lend_limit: Option<u8>,
+    within: u8,
+    reclaim: u8,
+    bwc: Option<i32>,
+    weight: u8,
+}
+
+#[derive(Debug, Clone)]
+enum OpGen {
+    Submit {
+        queue: u8,
+        class: u8,
+        replicas: u8,
+        gpus: u8,
+        cpus: u8,
+        mode: u8,
+        topology: u8,
+        min_runtime: bool,
+    },
+    Finish(u8),
+    Cancel(u8),
+    Pause(u8),
+    Resume(u8),
+    NodeDown(u8),
+    NodeUp(u8),
+}
+
+#[derive(Debug, Clone)]
+struct World {
+    nodes: Vec<NodeGen>,
+    fair_sharing: bool,
+    queues: Vec<QueueGen>,
+    ops: Vec<OpGen>,
+}
+
+fn world() -> impl Strategy<Value = World> {
+    let node = (0u8..2, 0u8..2, 0u8..=8, 1u8..=8).prop_map(|(pool, rack, gpus, cpus)| NodeGen {
+        pool,
+        rack,
+        gpus,
+        cpus,
+    });
+    let queue = (
+        0u8..3,
+        0u8..=8,
+        proptest::option::of(0u8..=4),
+        proptest::option::of(0u8..=4),
+        0u8..3,
+        0u8..3,
+        proptest::option::of(40i32..=80),
+        0u8..3,
+    )
+        .prop_map(
+            |(cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight)| {
+                QueueGen {
+                    cohort,
+                    nominal_gpu,
+                    borrow_limit,
+                    lend_limit,
+                    within,
+                    reclaim,
+                    bwc,
+                    weight,
+                }
+            },
+        );
+    let op = prop_oneof![
+        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..4, any::<bool>()).prop_map(
+            |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime }
+        ),
+        2 => any::<u8>().prop_map(OpGen::Finish),
+        1 => any::<u8>().prop_map(OpGen::Cancel),
+        1 => any::<u8>().prop_map(OpGen::Pause),
+        1 => any::<u8>().prop_map(OpGen::Resume),
+        1 => any::<u8>().prop_map(OpGen::NodeDown),
+        1 => any::<u8>().prop_map(OpGen::NodeUp),
+    ];
+    (
+        proptest::collection::vec(node, 1..7),
+        any::<bool>(),
+        proptest::collection::vec(queue, 2..5),
+        proptest::collection::vec(op, 1..40),
+    )
+        .prop_map(|(nodes, fair_sharing, queues, ops)| World {
+            nodes,
+            fair_sharing,
+            queues,
+            ops,
+        })
+}
+
+fn cmd(
+    state: &mut State,
+    now_ms: u64,
+    op: Op,
+) -> Result<baton_model::command::Applied, baton_model::ApplyError> {
+    state.apply(Command { now_ms, op })
+}
+
+fn configure(w: &World) -> State {
+    let mut s = State::new();
+    for (i, n) in w.nodes.iter().enumerate() {
+        let spec = NodeSpec {
+            name: Name::lit(&format!("n{i}")),
+            pool: Name::lit(&format!("p{}", n.pool)),
+            rack: Some(Name::lit(&format!("r{}", n.rack))),
+            labels: BTreeMap::new(),
+            resources: Resources::of(&[("gpu", u64::from(n.gpus)), ("cpu", u64::from(n.cpus) * 4)]),
+            gpus: Vec::new(),
+        };
+        cmd(&mut s, 0, Op::RegisterNode(spec)).expect("node registers");
+    }
+    cmd(
+        &mut s,
+        0,
+        Op::PutCohort(Cohort {
+            name: Name::lit("org"),
+            parent: None,
+            fair_sharing: w.fair_sharing,
+        }),
+    )
+    .unwrap();
+    cmd(
+        &mut s,
+        0,
+        Op::PutCohort(Cohort {
+            name: Name::lit("team"),
+            parent: Some(Name::lit("org")),
+            fair_sharing: false,
+        }),
+    )
+    .unwrap();
+    let pools: BTreeSet<u8> = w.nodes.iter().map(|n| n.pool).collect();
+    for (i, q) in w.queues.iter().enumerate() {
+        let mut spec = QueueSpec::named(&format!("q{i}"));
+        spec.cohort = match q.cohort {
+            0 => None,
+            1 => Some(Name::lit("org")),
+            _ => Some(Name::lit("team")),
+        };
+        for &p in &pools {
+            let mut quota = PoolQuota {
+                nominal: Resources::of(&[("gpu", u64::from(q.nominal_gpu))]),
+                ..Default::default()
+            };
+            if let Some(b) = q.borrow_limit {
+                quota.borrow_limit.insert("gpu".into(), u64::from(b));
+            }
+            if let Some(l) = q.lend_limit {
+                quota.lend_limit.insert("gpu".into(), u64::from(l));
+            }
+            spec.quotas.insert(Name::lit(&format!("p{p}")), quota);
+        }
+        spec.weight = f64::from(q.weight);
+        spec.preemption.within_queue = [
+            WithinQueue::Never,
+            WithinQueue::LowerPriority,
+            WithinQueue::LowerOrNewerEqualPriority,
+        ][q.within as usize];
+        spec.preemption.reclaim_within_cohort = [
+            ReclaimWithinCohort::Never,
+            ReclaimWithinCohort::LowerPriority,
+            ReclaimWithinCohort::Any,
+        ][q.reclaim as usize];
+        spec.preemption.borrow_within_cohort = q.bwc.map(|t| BorrowWithinCohort {
+            max_priority_threshold: Some(t),
+        });
+        cmd(&mut s, 0, Op::PutQueue(spec)).unwrap();
+    }
+    s
+}
+
+fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
+    let OpGen::Submit {
+        queue,
+        class,
+        replicas,
+        gpus,
+        cpus,
+        mode,
+        topology,
+        min_runtime,
+    } = *op
+    else {
+        return None;
+    };
+    let classes = default_classes();
+    let priority = if (class as usize) < classes.len() {
+        PriorityRef::Class(classes[class as usize].name.clone())
+    } else {
+        PriorityRef::Value(60)
+    };
+    Some(JobSpec {
+        name: Name::lit(&format!("j{n}")),
+        queue: Name::lit(&format!("q{}", queue as usize % w.queues.len())),
+        priority,
+        tasks: vec![TaskSpec {
+            name: Name::lit("main"),
+            replicas: u32::from(replicas),
+            resources: Resources::of(&[("gpu", u64::from(gpus)), ("cpu", u64::from(cpus))]),
+            pools: None,
+        }],
+        pools: None,
+        topology: [None, None, Some(Topology::Node), Some(Topology::Rack)][topology as usize],
+        preemption_mode: [
+            PreemptionMode::Checkpoint,
+            PreemptionMode::Requeue,
+            PreemptionMode::Cancel,
+            PreemptionMode::Suspend,
+        ][mode as usize],
+        grace_ms: 30_000,
+        min_runtime_ms: if min_runtime { 15_000 } else { 0 },
+        command: Vec::new(),
+        env: BTreeMap::new(),
+        checkpoint_signal: None,
+    })
+}
+
+/// Invariants of any state.
+fn check_state(s: &State) -> Result<(), String> {
+    s.ledger_consistent()?;
+    let l = s.ledger();
+    let mut used: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
+    for j in s.jobs().values() {
+        let expected = if matches!(
+            j.state,
+            JobState::Running | JobState::Preempting | JobState::Suspended
+        ) {
+            j.spec.replica_count() as usize
+        } else {
+            0
+        };
+        if j.replicas.len() != expected {
+            return Err(format!(
+                "job {} is {:?} with {} of {} replicas (gangs are all or nothing)",
+                j.spec.name,
+                j.state,
+                j.replicas.len(),
+                expected
+            ));
+        }
+        if !j.state.is_active() {
+            continue;
+        }
+        for r in &j.replicas {
+            let need = l
+                .kinds
+                .vector_lossy(&j.spec.tasks[r.task as usize].resources);
+            let e = used
+                .entry(r.node.clone())
+                .or_insert(([0; MAX_RESOURCE_KINDS], 0));
+            for k in 0..MAX_RESOURCE_KINDS {
+                e.0[k] += need[k];
+            }
+            let m = gpu_mask(&r.gpus);
+            if e.1 & m != 0 {
+                return Err(format!(
+                    "a GPU on {} is used by two replicas at once",
+                    r.node
+                ));
+            }
+            e.1 |= m;
+        }
+    }
+    for (node, (amount, _)) in &used {
+        let cap = l.kinds.vector_lossy(&s.nodes()[node].spec.resources);
+        if (0..MAX_RESOURCE_KINDS).any(|k| amount[k] > cap[k]) {
+            return Err(format!(
+                "node {node} is over-allocated: {amount:?} > {cap:?}"
+            ));
+        }
+    }
+    // A suspended job's GPUs are used only by the job it lends them to.
+    for v in s.jobs().values().filter(|j| j.state == JobState::Suspended) {
+        for r in &v.replicas {
+            for other in s.jobs().values().filter(|j| j.state.is_active()) {
+                let theirs: BTreeSet<u32> = other
+                    .replicas
+                    .iter()
+                    .filter(|x| x.node == r.node)
+                    .flat_map(|x| x.gpus.clone())
+                    .collect();
+                let lent: BTreeSet<u32> = other
+                    .lent_from
+                    .iter()
+                    .filter(|x| x.from == v.id && x.node == r.node)
+                    .flat_map(|x| x.gpus.clone())
+                    .collect();
+                if let Some(g) = r
+                    .gpus
+                    .iter()
+                    .find(|g| theirs.contains(g) && !lent.contains(g))
+                {
+                    return Err(format!(
+                        "suspended {}'s GPU {g} on {} is used by {}",
+                        v.spec.name, r.node, other.spec.name
+                    ));
+                }
+            }
+        }
+    }
+    for q in &l.queues {
+        for p in 0..l.pools.len() {
+            for k in 0..MAX_RESOURCE_KINDS {
+                if q.borrowed(p, k) > q.borrow_limit[p][k] {
+                    return Err(format!(
+                        "queue {} borrows {} > limit {}",
+                        q.name,
+                        q.borrowed(p, k),
+                        q.borrow_limit[p][k]
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per (pool, kind): capacity, usage plus what lenders keep for themselves (a lend limit
+/// below nominal), and what non-preemptible work uses above nominal.
+fn sums(s: &State, p: usize, k: usize) -> (u64, u64, u64) {
+    let l = s.ledger();
+    let mut with_kept = 0u64;
+    let mut np_excess = 0u64;
+    for q in &l.queues {
+        let unused = q.nominal[p][k].saturating_sub(q.usage[p][k]);
+        let kept = unused.saturating_sub(q.lend_limit[p][k].min(q.nominal[p][k]));
+        with_kept += q.usage[p][k] + kept;
+        np_excess += q.np_usage[p][k].saturating_sub(q.nominal[p][k]);
+    }
+    (l.pools[p].capacity[k], with_kept, np_excess)
+}
+
+/// A decision that makes its queue borrow never takes what lenders keep, and never lets
+/// non-preemptible work use more than the capacity no queue is guaranteed.
+fn check_borrowing(before: &State, after: &State, job: JobId) -> Result<(), String> {
+    let l = after.ledger();
+    let j = after.job(job).unwrap();
+    let q = l.queue(j.spec.queue.as_str()).unwrap();
+    for p in 0..l.pools.len() {
+        if l.pools[p]
+            .guaranteed
+            .iter()
+            .zip(&l.pools[p].capacity)
+            .any(|(g, c)| g > c)
+        {
+            continue; // oversubscribed guarantees are honoured in order only
+        }
+        for k in 0..MAX_RESOURCE_KINDS {
+            if !l.queues[q].borrowing_in(p, k) {
+                continue;
+            }
+            let (cap, b_kept, b_np) = sums(before, p, k);
+            let (_, a_kept, a_np) = sums(after, p, k);
+            if b_kept <= cap && a_kept > cap && a_kept > b_kept {
+                return Err(format!(
+                    "{} borrowed quota a lender keeps: {a_kept} > {cap}",
+                    j.spec.name
+                ));
+            }
+            let unowned = cap.saturating_sub(l.pools[p].guaranteed[k]);
+            if a_np > b_np && a_np > unowned {
+                return Err(format!(
+                    "non-preemptible {} borrowed guaranteed quota",
+                    j.spec.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each victim of a preemption is needed: without it the job fits neither the nodes it was
+/// planned on nor its quota.
+fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String> {
+    let Decision::Preempt {
+        job,
+        victims,
+        replicas,
+        ..
+    } = d
+    else {
+        return Ok(());
+    };
+    let j = before.job(*job).unwrap();
+    let own = victims
+        .iter()
+        .filter(|v| before.job(v.job).unwrap().spec.queue == j.spec.queue)
+        .count();
+    if own > 0 && own < victims.len() {
+        return Ok(()); // returning an own-queue victim can change which others are valid
+    }
+    let mut view = View::new(before, now_ms);
+    let needs = Needs::of(&view, j);
+    let nodes: Vec<usize> = replicas
+        .iter()
+        .map(|r| view.ledger.node(r.node.as_str()).unwrap())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let assignment: Vec<usize> = (0..needs.tasks.len())
+        .map(|t| {
+            let r = replicas.iter().find(|r| r.task as usize == t).unwrap();
+            view.ledger.nodes[view.ledger.node(r.node.as_str()).unwrap()].pool
+        })
+        .collect();
+    let (q, np) = view.queue_np(j);
+    for skip in victims {
+        let removed: Vec<JobId> = victims
+            .iter()
+            .map(|v| v.job)
+            .filter(|&v| v != skip.job)
+            .collect();
+        let undo: Vec<_> = removed
+            .iter()
+            .map(|&v| view.ledger.remove_usage(v))
+            .collect();
+        let quota_ok = view
+            .ledger
+            .check_admission(q, &needs.demand(&assignment), np)
+            .is_ok();
+        for u in undo.into_iter().rev() {
+            view.ledger.undo(u);
+        }
+        let set = SetNodes::new(&view, *job, &removed, &nodes);
+        if quota_ok && pack(&set, &needs, &assignment).is_some() {
+            return Err(format!(
+                "preempting for {} did not need victim {}",
+                j.spec.name,
+                before.job(skip.job).unwrap().spec.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Applies a plan one decision at a time, checking each against the state it meets.
+fn apply_checked(s: &mut State, now_ms: u64, plan: &Plan) -> Result<(), String> {
+    for d in &plan.decisions {
+        let before = s.clone();
+        check_minimal(&before, now_ms, d)?;
+        let one = Plan {
+            based_on: plan.based_on,
+            decisions: vec![d.clone()],
+        };
+        let applied = cmd(s, now_ms, Op::ApplyPlan(one)).map_err(|e| e.to_string())?;
+        if let Outcome::PlanApplied { rejected, .. } = &applied.outcome
+            && !rejected.is_empty()
+        {
+            return Err(format!(
+                "apply refused the scheduler's {} of {}: {rejected:?}",
+                d.kind(),
+                before.job(d.job()).unwrap().spec.name
+            ));
+        }
+        for e in &applied.events {
+            if let EventKind::Preempted { .. } = e.kind {
+                let v = s.job_by_name(e.job.as_ref().unwrap().as_str()).unwrap();
+                if !v.preemptible {
+                    return Err(format!("non-preemptible {} was preempted", v.spec.name));
+                }
+            }
+        }
+        if matches!(d, Decision::Place { .. } | Decision::Preempt { .. }) {
+            check_borrowing(&before, s, d.job())?;
+        }
+
+        check_state(s)?;
+    }
+    Ok(())
+}
+
+/// Cycles until nothing changes; victims stop at once (with a checkpoint).
+fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
+    for _ in 0..200 {
+        let plan = cycle(s, now_ms);
+        if plan != cycle(s, now_ms) {
+            return Err("the same state gave two different plans".into());
+        }
+        // Never partial: a preemptor whose victims have all stopped is placed at once.
+        for id in s.reservations().keys() {
+            let placed = plan
+                .decisions
+                .iter()
+                .any(|d| matches!(d, Decision::Place { job, .. } if job == id));
+            if !placed {
+                let j = s.job(*id).unwrap();
+                return Err(format!(
+                    "{} preempted others and is not placed: {}",
+                    j.spec.name, j.reason
+                ));
+            }
+        }
+        if plan.decisions.is_empty() {
+            return Ok(());
+        }
+        apply_checked(s, now_ms, &plan)?;
+        let stopping: Vec<(JobId, u32)> = s
+            .jobs()
+            .values()
+            .filter(|j| j.state == JobState::Preempting)
+            .map(|j| (j.id, j.attempt))
+            .collect();
+        for (job, attempt) in stopping {
+            cmd(
+                s,
+                now_ms,
+                Op::JobStopped {
+                    job,
+                    attempt,
+                    checkpointed: true,
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            check_state(s)?;
+        }
+    }
+    Err("no steady state after 200 cycles".into())
+}
+
+fn run(w: &World) -> Result<State, String> {
+    let mut s = configure(w);
+    let mut submitted = 0usize;
+    let mut now_ms = 0;
+    for op in &w.ops {
+        now_ms += 10_000;
+        let pick = |i: u8| Name::lit(&format!("j{}", i as usize % submitted.max(1)));
+        let result = match op {
+            OpGen::Submit { .. } => {
+                let spec = submit_spec(submitted, w, op).unwrap();
+                submitted += 1;
+                cmd(
+                    &mut s,
+                    now_ms,
+                    Op::Submit {
+                        spec,
+                        request_id: None,
+                    },
+                )
+                .map(drop)
+            }
+            _ if submitted == 0 => Ok(()),
+            OpGen::Finish(i) => match s.job_by_name(pick(*i).as_str()) {
+                Some(j) if j.state.is_active() => {
+                    let (job, attempt) = (j.id, j.attempt);
+                    cmd(
+                        &mut s,
+                        now_ms,
+                        Op::JobExited {
+                            job,
+                            attempt,
+                            exit_code: 0,
+                        },
+                    )
+                    .map(drop)
+                }
+                _ => Ok(()),
+            },
+            OpGen::Cancel(i) => cmd(&mut s, now_ms, Op::Cancel { job: pick(*i) }).map(drop),
+            OpGen::Pause(i) => cmd(&mut s, now_ms, Op::Pause { job: pick(*i) }).map(drop),
+            OpGen::Resume(i) => cmd(&mut s, now_ms, Op::Resume { job: pick(*i) }).map(drop),
+            OpGen::NodeDown(i) => {
+                let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
+                cmd(
+                    &mut s,
+                    now_ms,
+                    Op::SetNodeStatus {
+                        node,
+                        status: NodeStatus::Lost,
+                    },
+                )
+                .map(drop)
+            }
+            OpGen::NodeUp(i) => {
+                let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
+                cmd(
+                    &mut s,
+                    now_ms,
+                    Op::SetNodeStatus {
+                        node,
+                        status: NodeStatus::Ready,
+                    },
+                )
+                .map(drop)
+            }
+        };
+        // Refusals (an impossible job, pausing a finished one) are fine; they change nothing.
+        let _ = result;
+        check_state(&s)?;
+        // A paused job stops at once too.
+        let stopping: Vec<(JobId, u32)> = s
+            .jobs()
+            .values()
+            .filter(|j| j.state == JobState::Preempting)
+            .map(|j| (j.id, j.attempt))
+            .collect();
+        for (job, attempt) in stopping {
+            cmd(
+                &mut s,
+                now_ms,
+                Op::JobStopped {
+                    job,
+                    attempt,
+                    checkpointed: true,
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        settle(&mut s, now_ms)?;
+    }
+    Ok(s)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(96), max_shrink_iters: 4000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn scheduling_keeps_every_invariant(w in world()) {
+        let first = run(&w);
+        prop_assert!(first.is_ok(), "{}\nreplay with `baton sim`:\n{}", first.as_ref().unwrap_err(), to_yaml(&w));
+
+        let first = first.unwrap();
+        // Same input, byte-identical result; and the state survives a round trip.
+        let again = run(&w).unwrap();
+        let (a, b) = (serde_json::to_string(&first).unwrap(), serde_json::to_string(&again).unwrap());
+        prop_assert_eq!(&a, &b);
+        let restored: State = serde_json::from_str(&a).unwrap();
+        prop_assert!(restored == first);
+        prop_assert_eq!(restored.ledger().digest(), first.ledger().digest());
+    }
+}
+
+/// `PROPTEST_CASES` overrides the default number of cases (CI keeps the default).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The world as a scenario file, so a failure can be replayed with `baton sim`.
+fn to_yaml(w: &World) -> String {
+    let mut y = String::from("nodes:\n");
+    for (i, n) in w.nodes.iter().enumerate() {
+        y += &format!(
+            "  - {{name: n{i}, pool: p{}, rack: r{}, resources: {{gpu: {}, cpu: {}}}}}\n",
+            n.pool,
+            n.rack,
+            n.gpus,
+            u32::from(n.cpus) * 4
+        );
+    }
+    y += &format!(
+        "cohorts:\n  - {{name: org, fair_sharing: {}}}\n  - {{name: team, parent: org}}\nqueues:\n",
+        w.fair_sharing
+    );
+    let pools: BTreeSet<u8> = w.nodes.iter().map(|n| n.pool).collect();
+    for (i, q) in w.queues.iter().enumerate() {
+        let cohort = ["", "cohort: org, ", "cohort: team, "][q.cohort as usize];
+        let quotas: Vec<String> = pools
+            .iter()
+            .map(|p| {
+                let mut s = format!("{{pool: p{p}, nominal: {{gpu: {}}}", q.nominal_gpu);
+                if let Some(b) = q.borrow_limit {
+                    s += &format!(", borrow_limit: {{gpu: {b}}}");
+                }
+                if let Some(l) = q.lend_limit {
+                    s += &format!(", lend_limit: {{gpu: {l}}}");
+                }
+                s + "}"
+            })
+            .collect();
+        let within = ["Never", "LowerPriority", "LowerOrNewerEqualPriority"][q.within as usize];
+        let reclaim = ["Never", "LowerPriority", "Any"][q.reclaim as usize];
+        let bwc = q.bwc.map_or("Never".to_string(), |t| {
+            format!("{{policy: LowerPriority, max_priority_threshold: {t}}}")
+        });
+        y += &format!(
+            "  - {{name: q{i}, {cohort}weight: {}, quotas: [{}], preemption: {{within_queue: {within}, reclaim_within_cohort: {reclaim}, borrow_within_cohort: {bwc}}}}}\n",
+            q.weight,
+            quotas.join(", ")
+        );
+    }
+    y += "timeline:\n";
+    // Submissions the cluster refuses are left out, with the steps that name them.
+    let cluster = configure(w);
+    let mut refused = BTreeSet::new();
+    let mut submitted = 0usize;
+    for (t, op) in w.ops.iter().enumerate() {
+        let at = (t + 1) * 10;
+        let pick = |i: u8| format!("j{}", i as usize % submitted.max(1));
+        let step = match op {
+            OpGen::Submit { .. } => {
+                let spec = submit_spec(submitted, w, op).unwrap();
+                submitted += 1;
+                if cluster.validate_submit(&spec).is_err() {
+                    refused.insert(spec.name.to_string());
+                    continue;
+                }
+                let prio = match &spec.priority {
+                    PriorityRef::Class(c) => c.to_string(),
+                    PriorityRef::Value(v) => v.to_string(),
+                };
+                let t = &spec.tasks[0];
+                let topo = spec.topology.map_or(String::new(), |t| {
+                    format!(
+                        ", topology: {}",
+                        if t == Topology::Node { "node" } else { "rack" }
+                    )
+                });
+                format!(
+                    "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}}}, preemption_mode: {}, min_runtime: {}{topo}}}",
+                    spec.name,
+                    spec.queue,
+                    t.replicas,
+                    t.resources.gpus(),
+                    t.resources.get("cpu"),
+                    format!("{:?}", spec.preemption_mode).to_lowercase(),
+                    spec.min_runtime_ms / 1000
+                )
+            }
+            _ if submitted == 0 => continue,
+            OpGen::Finish(i) | OpGen::Cancel(i) | OpGen::Pause(i) | OpGen::Resume(i)
+                if refused.contains(&pick(*i)) =>
+            {
+                continue;
+            }
+            OpGen::Finish(i) => format!("finish: {}", pick(*i)),
+            OpGen::Cancel(i) => format!("cancel: {}", pick(*i)),
+            OpGen::Pause(i) => format!("pause: {}", pick(*i)),
+            OpGen::Resume(i) => format!("resume: {}", pick(*i)),
+
+            OpGen::NodeDown(i) => format!("node_down: n{}", *i as usize % w.nodes.len()),
+            OpGen::NodeUp(i) => format!("node_up: n{}", *i as usize % w.nodes.len()),
+        };
+        y += &format!("  - {{at: {at}, {step}}}\n");
+    }
+    y
+}

@@ -1,0 +1,62 @@
+//! Bad input is refused with the file, the line and the field named, and nothing runs.
+
+const CLUSTER: &str = "nodes:
+  - {name: \"n[1-2]\", resources: {gpu: 8}}
+queues:
+  - {name: q, quota: {gpu: 8}}
+";
+
+/// (scenario text, expected line, text the field must contain, text the message must contain)
+fn cases() -> Vec<(String, usize, &'static str, &'static str)> {
+    let with = |timeline: &str| format!("{CLUSTER}timeline:\n{timeline}");
+    vec![
+        (format!("{CLUSTER}colour: blue\n"), 5, "colour", "unknown field"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 4x}}}\n"), 6, "timeline[0].submit.resources.gpu", "bad quantity \"4x\""),
+        (with("  - {at: 0, submit: {name: a, queue: nope, resources: {gpu: 1}}}\n"), 6, "timeline[0].submit.queue", "queue nope is not defined"),
+        (with("  - {at: 0, submit: {name: a, queue: q, pools: [gpu-pool], resources: {gpu: 1}}}\n"), 6, "timeline[0].submit.pools", "pool gpu-pool has no nodes"),
+        (with("  - {at: 0, finish: ghost}\n"), 6, "timeline[0].finish", "job ghost is not submitted"),
+        (with("  - {at: 0, submit: {name: a, queue: q, replicas: 3, resources: {gpu: 8}}}\n"), 6, "timeline[0].submit", "more than all nodes"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 16}}}\n"), 6, "timeline[0].submit", "more than any node"),
+        (with("  - {at: -5, submit: {name: a, queue: q, resources: {gpu: 1}}}\n"), 6, "timeline[0].at", "negative"),
+        (with("  - {at: 0, submit: {name: a, queue: q, replicas: -1, resources: {gpu: 1}}}\n"), 6, "timeline[0].submit.replicas", "negative"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: -2}}}\n"), 6, "timeline[0].submit.resources.gpu", "negative"),
+        (with("  - {at: 0, submit: {name: a, queue: q, priority: urgent, resources: {gpu: 1}}}\n"), 6, "timeline[0].submit.priority", "priority class urgent is not defined"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1}, gpus: 2}}\n"), 6, "timeline[0].submit.gpus", "unknown field"),
+        (with("  - {at: 5, node_down: n9}\n"), 6, "timeline[0].node_down", "node n9 is not defined"),
+        (with("  - {at: 5, submit: {name: a, queue: q, resources: {gpu: 1}}}\n  - {at: 1, finish: a}\n"), 7, "timeline[1].at", "ordered by `at`"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1}}}\n  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1}}}\n"), 7, "timeline[1].submit.name", "submitted twice"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1}, preemption_mode: pause}}\n"), 6, "timeline[0].submit.preemption_mode", "is not one of"),
+        (with("  - {at: 0, update_queue: {name: q, quota: {gpu: 1}, colour: red}}\n"), 6, "timeline[0].update_queue.colour", "unknown field"),
+        (format!("{CLUSTER}expect:\n  - {{at: 0, jobs: {{ghost: {{state: Running}}}}}}\n"), 6, "expect[0].jobs.ghost", "never submitted"),
+        (format!("{CLUSTER}expect:\n  - {{at: 0, counts: {{Sleeping: 1}}}}\n"), 6, "expect[0].counts.Sleeping", "not a job state"),
+        ("nodes:\n  - {name: n1, resources: {gpu: 8}}\nqueues:\n  - {name: q, cohort: lab}\n".into(), 4, "queues[0].cohort", "cohort lab is not defined"),
+        ("nodes:\n  - {name: n1, resources: {gpu: 8}}\nqueues:\n  - {name: q, quotas: [{pool: a100, nominal: {gpu: 1}}]}\n".into(), 4, "queues[0].quotas", "pool a100 has no nodes"),
+        ("nodes:\n  - {name: \"n[3-1]\", resources: {gpu: 8}}\n".into(), 2, "nodes[0].name", "goes backwards"),
+        ("nodes:\n  - {name: n1, resources: {gpu: 8}}\n  - {name: n1, resources: {gpu: 8}}\n".into(), 3, "nodes[1].name", "defined twice"),
+        ("nodes:\n  - {name: root, resources: {gpu: 8}}\n".into(), 2, "nodes[0].name", "reserved"),
+        ("nodes:\n  - {name: n1, resources: {gpu: 8}}\n  bad indent\n".into(), 4, "", "not valid YAML"),
+    ]
+}
+
+#[test]
+fn bad_input_names_file_line_and_field() {
+    for (text, line, field, message) in cases() {
+        let err = match baton_sim::run("bad.yaml", &text) {
+            Err(baton_sim::Error::Input(e)) => e,
+            other => panic!("expected an input error for:\n{text}\ngot {other:?}"),
+        };
+        assert_eq!(err.file, "bad.yaml");
+        assert_eq!(err.line, line, "line for {err}\n{text}");
+        assert!(
+            err.field.contains(field),
+            "field {:?} should contain {field:?}: {err}",
+            err.field
+        );
+        assert!(
+            err.message.contains(message),
+            "message should contain {message:?}: {err}"
+        );
+        let shown = err.to_string();
+        assert!(shown.starts_with(&format!("bad.yaml:{line}:")), "{shown}");
+    }
+}
