@@ -7,11 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "baton",
-    version,
-    about = "A GPU-cluster scheduler with Raft-replicated state"
-)]
+#[command(name = "baton", version, about = "A GPU-cluster scheduler with Raft-replicated state")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

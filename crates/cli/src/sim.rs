@@ -28,11 +28,7 @@ pub fn run(args: SimArgs) -> ExitCode {
     for file in &args.files {
         ok &= run_file(file, &args);
     }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 fn run_file(file: &str, args: &SimArgs) -> bool {
@@ -70,11 +66,7 @@ fn run_file(file: &str, args: &SimArgs) -> bool {
         eprintln!("ok {file}: {} expectations hold", outcome.checked);
         true
     } else {
-        eprintln!(
-            "FAILED {file}: {} of {} expectations failed",
-            outcome.failures.len(),
-            outcome.checked
-        );
+        eprintln!("FAILED {file}: {} of {} expectations failed", outcome.failures.len(), outcome.checked);
         false
     }
 }

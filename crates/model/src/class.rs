@@ -13,11 +13,7 @@ pub struct PriorityClass {
 
 /// Run:ai's four classes (seed 000): inference and build are never preempted and never borrow.
 pub fn default_classes() -> Vec<PriorityClass> {
-    let class = |name: &str, value, preemptible| PriorityClass {
-        name: Name::lit(name),
-        value,
-        preemptible,
-    };
+    let class = |name: &str, value, preemptible| PriorityClass { name: Name::lit(name), value, preemptible };
     vec![
         class("inference", 125, false),
         class("build", 100, false),

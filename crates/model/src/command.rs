@@ -41,6 +41,8 @@ pub enum Op {
     },
     /// An agent registers its node (or re-registers with new facts).
     RegisterNode(NodeSpec),
+    /// Several nodes at once (bringing a cluster up); all or none.
+    RegisterNodes(Vec<NodeSpec>),
     /// Ready -> Lost (its jobs are requeued) or Lost -> Ready.
     SetNodeStatus {
         node: Name,
@@ -98,6 +100,7 @@ impl Op {
             Op::PutQueue(_) => "PutQueue",
             Op::DeleteQueue { .. } => "DeleteQueue",
             Op::RegisterNode(_) => "RegisterNode",
+            Op::RegisterNodes(_) => "RegisterNodes",
             Op::SetNodeStatus { .. } => "SetNodeStatus",
             Op::Cordon { .. } => "Cordon",
             Op::Submit { .. } => "Submit",

@@ -15,33 +15,19 @@ pub enum ApplyError {
     #[error("{0}")]
     InUse(String),
     #[error("job {job:?} is {state}; {action} is not possible")]
-    WrongState {
-        job: String,
-        state: String,
-        action: String,
-    },
+    WrongState { job: String, state: String, action: String },
     #[error("stale report for job {job} attempt {attempt}: the current attempt is {current}")]
-    StaleAttempt {
-        job: u64,
-        attempt: u32,
-        current: u32,
-    },
+    StaleAttempt { job: u64, attempt: u32, current: u32 },
     #[error("limit reached: {0}")]
     Limit(String),
 }
 
 impl ApplyError {
     pub fn unknown(kind: &str, name: impl ToString) -> ApplyError {
-        ApplyError::Unknown {
-            kind: kind.to_string(),
-            name: name.to_string(),
-        }
+        ApplyError::Unknown { kind: kind.to_string(), name: name.to_string() }
     }
 
     pub fn invalid(field: impl ToString, message: impl ToString) -> ApplyError {
-        ApplyError::Invalid {
-            field: field.to_string(),
-            message: message.to_string(),
-        }
+        ApplyError::Invalid { field: field.to_string(), message: message.to_string() }
     }
 }

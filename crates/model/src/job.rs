@@ -115,10 +115,7 @@ impl JobState {
     ];
 
     pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            JobState::Succeeded | JobState::Failed | JobState::Cancelled
-        )
+        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
     }
 
     /// Holds an allocation that is in use (counts against nodes and quota).
@@ -140,9 +137,7 @@ impl JobState {
     }
 
     pub fn parse(s: &str) -> Option<JobState> {
-        JobState::ALL
-            .into_iter()
-            .find(|st| st.as_str().eq_ignore_ascii_case(s))
+        JobState::ALL.into_iter().find(|st| st.as_str().eq_ignore_ascii_case(s))
     }
 }
 
@@ -187,6 +182,8 @@ pub struct Job {
     pub preempted_by: Option<JobId>,
     /// While Suspended: the preemptor its resources are lent to.
     pub suspended_for: Option<JobId>,
+    /// Jobs suspended in place for this one (their `suspended_for` may since have moved on).
+    pub suspended_victims: Vec<JobId>,
     /// Why the job waits, in words a person can act on.
     pub reason: String,
     /// A checkpoint exists to resume from.
@@ -222,7 +219,6 @@ impl Job {
     }
 
     /// Rank key for submission order: earlier first.
-
     pub fn submitted_key(&self) -> (u64, u64) {
         (self.submitted_ms, self.submit_seq)
     }

@@ -20,6 +20,8 @@ pub const DEFAULT_RETAINED_FINISHED_JOBS: usize = 10_000;
 pub const MAX_JOBS: usize = 1_000_000;
 /// Nodes, queues and cohorts a cluster may define.
 pub const MAX_NODES: usize = 100_000;
+/// Nodes one registration command may carry (bounds a log entry).
+pub const MAX_NODES_PER_COMMAND: usize = 10_000;
 pub const MAX_QUEUES: usize = 10_000;
 pub const MAX_COHORTS: usize = 10_000;
 /// Depth of the cohort tree (a cohort's chain of parents), which also rules out cycles.

@@ -34,10 +34,7 @@ impl Name {
         if s.len() > MAX_NAME_LEN {
             return Err(NameError::TooLong(s));
         }
-        if !s
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        {
+        if !s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
             return Err(NameError::BadChar(s));
         }
         if s == "root" {
@@ -97,6 +94,25 @@ impl<'de> Deserialize<'de> for Name {
 /// Ties (such as "n01" and "n1") fall back to plain byte order so the order is total.
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {
     let (x, y) = (a.as_bytes(), b.as_bytes());
+    // Fast path: up to the first differing byte the strings agree, digits included, so
+    // only the digit run around that byte (if any) needs comparing as a number.
+    let Some(d) = x.iter().zip(y).position(|(p, q)| p != q) else {
+        return x.len().cmp(&y.len());
+    };
+    let digit_at = |s: &[u8], i: usize| s.get(i).is_some_and(u8::is_ascii_digit);
+    let in_run = digit_at(x, d) || digit_at(y, d) || (d > 0 && x[d - 1].is_ascii_digit());
+    if !in_run {
+        return x[d].cmp(&y[d]);
+    }
+    let mut start = d;
+    while start > 0 && x[start - 1].is_ascii_digit() {
+        start -= 1;
+    }
+    slow_natural_cmp(&x[start..], &y[start..]).then_with(|| x.cmp(y))
+}
+
+/// Natural order from the start of both slices.
+fn slow_natural_cmp(x: &[u8], y: &[u8]) -> Ordering {
     let (mut i, mut j) = (0, 0);
     while i < x.len() && j < y.len() {
         if x[i].is_ascii_digit() && y[j].is_ascii_digit() {
@@ -121,7 +137,7 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
             }
         }
     }
-    (x.len() - i).cmp(&(y.len() - j)).then_with(|| x.cmp(y))
+    (x.len() - i).cmp(&(y.len() - j))
 }
 
 fn cmp_digits(a: &[u8], b: &[u8]) -> Ordering {
@@ -152,14 +168,17 @@ mod tests {
         assert_eq!(Name::new(""), Err(NameError::Empty));
         assert_eq!(Name::new("root"), Err(NameError::Reserved));
         assert!(matches!(Name::new("a b"), Err(NameError::BadChar(_))));
-        assert!(matches!(
-            Name::new("x".repeat(64)),
-            Err(NameError::TooLong(_))
-        ));
+        assert!(matches!(Name::new("x".repeat(64)), Err(NameError::TooLong(_))));
         assert!(Name::new("x".repeat(63)).is_ok());
     }
 
     proptest::proptest! {
+        #[test]
+        fn fast_path_agrees_with_the_full_comparison(a in "[ab0-2]{0,7}", b in "[ab0-2]{0,7}") {
+            let full = slow_natural_cmp(a.as_bytes(), b.as_bytes()).then_with(|| a.as_bytes().cmp(b.as_bytes()));
+            proptest::prop_assert_eq!(natural_cmp(&a, &b), full);
+        }
+
         #[test]
         fn natural_order_is_a_total_order(a in "[a-c0-9]{0,6}", b in "[a-c0-9]{0,6}", c in "[a-c0-9]{0,6}") {
             let ab = natural_cmp(&a, &b);

@@ -26,18 +26,9 @@ pub enum Decision {
     /// A suspended job whose preemptor is gone runs again on its own resources.
     Resume { job: JobId, attempt: u32 },
     /// Start the next attempt of a pending job on these replicas.
-    Place {
-        job: JobId,
-        attempt: u32,
-        replicas: Vec<ReplicaAlloc>,
-    },
+    Place { job: JobId, attempt: u32, replicas: Vec<ReplicaAlloc> },
     /// Stop `victims` so that `job` can run on `replicas`, which are reserved for it meanwhile.
-    Preempt {
-        job: JobId,
-        victims: Vec<Victim>,
-        replicas: Vec<ReplicaAlloc>,
-        message: String,
-    },
+    Preempt { job: JobId, victims: Vec<Victim>, replicas: Vec<ReplicaAlloc>, message: String },
     /// The job keeps waiting; the reason changed.
     Wait { job: JobId, reason: String },
 }

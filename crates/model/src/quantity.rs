@@ -14,9 +14,7 @@ pub enum QuantityError {
     Syntax(String),
     #[error("bad quantity {0:?}: quantities may not be negative")]
     Negative(String),
-    #[error(
-        "bad quantity {0:?}: it is not a whole number of units (fractions such as 0.5 or 500m are not supported)"
-    )]
+    #[error("bad quantity {0:?}: it is not a whole number of units (fractions such as 0.5 or 500m are not supported)")]
     Fraction(String),
     #[error("bad quantity {0:?}: it is too large")]
     TooLarge(String),
@@ -54,10 +52,7 @@ pub fn parse_quantity(text: &str) -> Result<u64, QuantityError> {
         None => (number, ""),
     };
     let digits_ok = |d: &str| d.bytes().all(|c| c.is_ascii_digit());
-    if (int_part.is_empty() && frac_part.is_empty())
-        || !digits_ok(int_part)
-        || !digits_ok(frac_part)
-    {
+    if (int_part.is_empty() && frac_part.is_empty()) || !digits_ok(int_part) || !digits_ok(frac_part) {
         return Err(QuantityError::Syntax(text.to_string()));
     }
     if int_part.len() + frac_part.len() > 30 {
@@ -65,9 +60,7 @@ pub fn parse_quantity(text: &str) -> Result<u64, QuantityError> {
     }
     let mantissa: u128 = format!("{int_part}{frac_part}").parse().unwrap_or(0);
     let scale = 10u128.pow(frac_part.len() as u32);
-    let scaled = mantissa
-        .checked_mul(multiplier)
-        .ok_or_else(|| QuantityError::TooLarge(text.to_string()))?;
+    let scaled = mantissa.checked_mul(multiplier).ok_or_else(|| QuantityError::TooLarge(text.to_string()))?;
     if scaled % scale != 0 {
         return Err(QuantityError::Fraction(text.to_string()));
     }
@@ -127,41 +120,20 @@ mod tests {
 
     #[test]
     fn refuses_bad_input_with_the_reason() {
-        assert!(matches!(
-            parse_quantity("4x"),
-            Err(QuantityError::Syntax(_))
-        ));
+        assert!(matches!(parse_quantity("4x"), Err(QuantityError::Syntax(_))));
         assert!(matches!(parse_quantity(""), Err(QuantityError::Syntax(_))));
         assert!(matches!(parse_quantity("."), Err(QuantityError::Syntax(_))));
-        assert!(matches!(
-            parse_quantity("-1"),
-            Err(QuantityError::Negative(_))
-        ));
-        assert!(matches!(
-            parse_quantity("0.5"),
-            Err(QuantityError::Fraction(_))
-        ));
-        assert!(matches!(
-            parse_quantity("500m"),
-            Err(QuantityError::Fraction(_))
-        ));
-        assert!(matches!(
-            parse_quantity("99999999999Ei"),
-            Err(QuantityError::TooLarge(_))
-        ));
+        assert!(matches!(parse_quantity("-1"), Err(QuantityError::Negative(_))));
+        assert!(matches!(parse_quantity("0.5"), Err(QuantityError::Fraction(_))));
+        assert!(matches!(parse_quantity("500m"), Err(QuantityError::Fraction(_))));
+        assert!(matches!(parse_quantity("99999999999Ei"), Err(QuantityError::TooLarge(_))));
         let msg = parse_quantity("4x").unwrap_err().to_string();
         assert!(msg.contains("\"4x\""), "{msg}");
     }
 
     #[test]
     fn formats_bytes_with_binary_suffixes() {
-        let h = |r, v| {
-            Human {
-                resource: r,
-                value: v,
-            }
-            .to_string()
-        };
+        let h = |r, v| Human { resource: r, value: v }.to_string();
         assert_eq!(h("memory", 16 << 30), "16Gi");
         assert_eq!(h("memory", 3_000_000_000), "3000000000");
         assert_eq!(h("cpu", 1024), "1024");

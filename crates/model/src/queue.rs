@@ -91,10 +91,6 @@ impl QueueSpec {
     }
 
     pub fn nominal(&self, pool: &str) -> Resources {
-        self.quotas
-            .iter()
-            .find(|(k, _)| k.as_str() == pool)
-            .map(|(_, q)| q.nominal.clone())
-            .unwrap_or_default()
+        self.quotas.iter().find(|(k, _)| k.as_str() == pool).map(|(_, q)| q.nominal.clone()).unwrap_or_default()
     }
 }

@@ -14,23 +14,15 @@ pub const GPU: &str = "gpu";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResourceNameError {
-    #[error(
-        "bad resource name {0:?}: use letters, digits, '.', '_', '-' and '/', at most {MAX_NAME_LEN} characters"
-    )]
+    #[error("bad resource name {0:?}: use letters, digits, '.', '_', '-' and '/', at most {MAX_NAME_LEN} characters")]
     Bad(String),
 }
 
 pub fn validate_resource_name(name: &str) -> Result<(), ResourceNameError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ResourceNameError::Bad(name.to_string()))
-    }
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+    if ok { Ok(()) } else { Err(ResourceNameError::Bad(name.to_string())) }
 }
 
 /// A sparse map of resource name to whole units. Zero entries are never stored, so two
@@ -123,15 +115,7 @@ impl fmt::Display for Resources {
                 f.write_str(" ")?;
             }
             first = false;
-            write!(
-                f,
-                "{} {}",
-                Human {
-                    resource: k,
-                    value: *v
-                },
-                k
-            )?;
+            write!(f, "{} {}", Human { resource: k, value: *v }, k)?;
         }
         Ok(())
     }

@@ -22,25 +22,18 @@ pub const MAX_PREEMPTION_PLANS_PER_CYCLE: usize = 256;
 /// time give the same plan.
 pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut view = View::new(state, now_ms);
-    let mut plan = Plan {
-        based_on: state.applied(),
-        decisions: Vec::new(),
-    };
+    let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
     resume_suspended(&mut view, &mut plan);
     let mut order = Order::new(&view);
     let mut budget = MAX_PREEMPTION_PLANS_PER_CYCLE;
-    while let Some((q, id)) = order.next() {
+    while let Some((q, id, needs)) = order.next() {
         let job = view.job(id);
-        let placed = decide(&mut view, job, &mut plan, &mut budget);
+        let placed = decide(&mut view, job, &needs, &mut plan, &mut budget);
         order.after(&view, q, id, placed);
     }
     for (id, head) in order.held_back() {
         let job = view.job(id);
-        let why = format!(
-            "waiting behind {} (queue {} is StrictFIFO)",
-            view.job(head).spec.name,
-            job.spec.queue
-        );
+        let why = format!("waiting behind {} (queue {} is StrictFIFO)", view.job(head).spec.name, job.spec.queue);
         wait(&mut plan, job, why);
     }
     plan
@@ -51,37 +44,18 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
 fn resume_suspended(view: &mut View, plan: &mut Plan) {
     let state = view.state;
     let gone = |j: &&Job| j.suspended_for.is_none_or(|by| !state.holds(by));
-    let suspended: Vec<&Job> = state
-        .jobs()
-        .values()
-        .filter(|j| j.state == JobState::Suspended)
-        .filter(gone)
-        .collect();
+    let suspended: Vec<&Job> = state.jobs().values().filter(|j| j.state == JobState::Suspended).filter(gone).collect();
     for job in suspended {
-        if let Some(r) = job
-            .replicas
-            .iter()
-            .find(|r| state.nodes()[&r.node].status != NodeStatus::Ready)
-        {
-            wait(
-                plan,
-                job,
-                format!("suspended in place; node {} is not ready", r.node),
-            );
+        if let Some(r) = job.replicas.iter().find(|r| state.nodes()[&r.node].status != NodeStatus::Ready) {
+            wait(plan, job, format!("suspended in place; node {} is not ready", r.node));
             continue;
         }
         let shares = state.shares(job, &job.replicas);
         let (q, np) = view.queue_np(job);
-        match view
-            .ledger
-            .check_admission(q, &demand_of(&view.ledger, &shares), np)
-        {
+        match view.ledger.check_admission(q, &demand_of(&view.ledger, &shares), np) {
             Ok(_) => {
                 view.unhold(job.id);
-                plan.decisions.push(Decision::Resume {
-                    job: job.id,
-                    attempt: job.attempt,
-                });
+                plan.decisions.push(Decision::Resume { job: job.id, attempt: job.attempt });
             }
             Err(b) => {
                 let why = format!(
@@ -96,21 +70,14 @@ fn resume_suspended(view: &mut View, plan: &mut Plan) {
 
 fn wait(plan: &mut Plan, job: &Job, reason: String) {
     if job.reason != reason {
-        plan.decisions.push(Decision::Wait {
-            job: job.id,
-            reason,
-        });
+        plan.decisions.push(Decision::Wait { job: job.id, reason });
     }
 }
 
 /// Decides one job; true if it was placed.
-fn decide(view: &mut View, job: &Job, plan: &mut Plan, budget: &mut usize) -> bool {
+fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, budget: &mut usize) -> bool {
     if let Some(r) = view.state.reservations().get(&job.id) {
-        let waiting = r
-            .victims
-            .iter()
-            .filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active()))
-            .count();
+        let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
         if waiting == 0 {
             let shares = view.state.shares(job, &r.replicas);
             view.occupy(job, &shares);
@@ -124,7 +91,6 @@ fn decide(view: &mut View, job: &Job, plan: &mut Plan, budget: &mut usize) -> bo
         wait(plan, job, reason::victims_stopping(waiting));
         return false;
     }
-    let needs = Needs::of(view, job);
     if needs.assignments.is_empty() {
         wait(plan, job, "none of its pools has a node".into());
         return false;
@@ -149,37 +115,19 @@ fn decide(view: &mut View, job: &Job, plan: &mut Plan, budget: &mut usize) -> bo
     }
     let base = quota_block.unwrap_or_else(|| reason::no_room(view, &needs));
     if *budget == 0 {
-        wait(
-            plan,
-            job,
-            format!("{base}; preemption planning continues next cycle"),
-        );
+        wait(plan, job, format!("{base}; preemption planning continues next cycle"));
         return false;
     }
     *budget -= 1;
     match preempt::plan(view, job, &needs) {
-        Ok(Planned::Preempt {
-            victims,
-            packing,
-            message,
-        }) => {
+        Ok(Planned::Preempt { victims, packing, message }) => {
             let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
             let names = |n: usize| view.ledger.nodes[n].name.clone();
             let (replicas, shares) = packing.allocate(&set, &needs, names);
-            let victims_with_attempts = victims
-                .iter()
-                .map(|&v| Victim {
-                    job: v,
-                    attempt: view.job(v).attempt,
-                })
-                .collect();
+            let victims_with_attempts =
+                victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
             view.reserve(job, &shares, &victims);
-            plan.decisions.push(Decision::Preempt {
-                job: job.id,
-                victims: victims_with_attempts,
-                replicas,
-                message,
-            });
+            plan.decisions.push(Decision::Preempt { job: job.id, victims: victims_with_attempts, replicas, message });
         }
         Ok(Planned::WaitForLeaving { leaving }) => wait(plan, job, reason::leaving(leaving)),
         Err(why) => wait(plan, job, format!("{base}; {why}")),
@@ -191,9 +139,5 @@ fn place(view: &mut View, plan: &mut Plan, job: &Job, needs: &Needs, p: &Packing
     let names = |n: usize| view.ledger.nodes[n].name.clone();
     let (replicas, shares) = p.allocate(&IndexNodes { view }, needs, names);
     view.occupy(job, &shares);
-    plan.decisions.push(Decision::Place {
-        job: job.id,
-        attempt: job.attempt + 1,
-        replicas,
-    });
+    plan.decisions.push(Decision::Place { job: job.id, attempt: job.attempt + 1, replicas });
 }

@@ -8,42 +8,58 @@ use baton_model::limits::MAX_GPUS_PER_NODE;
 
 const BUCKETS: usize = MAX_GPUS_PER_NODE as usize + 1;
 
-/// Node indices (their natural-order rank) by free GPU count.
+/// Node indices (their natural-order rank) by free GPU count, with a mask of the counts
+/// that have any node, so that walks skip empty buckets.
 #[derive(Debug, Clone)]
 pub struct Buckets {
     by_free: Vec<BTreeSet<u32>>,
+    occupied: u128,
 }
 
 impl Buckets {
     fn new() -> Buckets {
-        Buckets {
-            by_free: vec![BTreeSet::new(); BUCKETS],
+        Buckets { by_free: vec![BTreeSet::new(); BUCKETS], occupied: 0 }
+    }
+
+    fn insert(&mut self, free: usize, n: u32) {
+        self.by_free[free].insert(n);
+        self.occupied |= 1u128 << free;
+    }
+
+    fn remove(&mut self, free: usize, n: u32) {
+        self.by_free[free].remove(&n);
+        if self.by_free[free].is_empty() {
+            self.occupied &= !(1u128 << free);
         }
+    }
+
+    /// Occupied bucket numbers of at least `min_free`, ascending.
+    fn counts_from(&self, min_free: u64) -> impl DoubleEndedIterator<Item = usize> + '_ {
+        let start = (min_free as usize).min(BUCKETS);
+        (start..BUCKETS).filter(move |&b| self.occupied & (1u128 << b) != 0)
     }
 
     /// Nodes with at least `min_free` free GPUs: fullest first, then natural order.
     pub fn fullest_first(&self, min_free: u64) -> impl Iterator<Item = usize> + '_ {
-        let start = (min_free as usize).min(BUCKETS);
-        self.by_free[start..]
-            .iter()
-            .flat_map(|b| b.iter().map(|&n| n as usize))
+        self.counts_from(min_free).flat_map(|b| self.by_free[b].iter().map(|&n| n as usize))
     }
 
     /// Nodes with at least `min_free` free GPUs: emptiest first, then natural order.
     pub fn emptiest_first(&self, min_free: u64) -> impl Iterator<Item = usize> + '_ {
-        let start = (min_free as usize).min(BUCKETS);
-        self.by_free[start..]
-            .iter()
-            .rev()
-            .flat_map(|b| b.iter().map(|&n| n as usize))
+        self.counts_from(min_free).rev().flat_map(|b| self.by_free[b].iter().map(|&n| n as usize))
+    }
+
+    /// An upper bound on how many replicas of `gpus` GPUs these nodes could host (GPUs only).
+    pub fn gpu_room(&self, gpus: u64) -> u64 {
+        if gpus == 0 {
+            return u64::MAX;
+        }
+        self.counts_from(gpus).map(|b| self.by_free[b].len() as u64 * (b as u64 / gpus)).sum()
     }
 
     /// The most free GPUs on any one node (0 when none is schedulable).
-    pub fn max_free(&self) -> u64 {
-        self.by_free
-            .iter()
-            .rposition(|b| !b.is_empty())
-            .unwrap_or(0) as u64
+pub fn max_free(&self) -> u64 {
+        if self.occupied == 0 { 0 } else { u64::from(127 - self.occupied.leading_zeros()) }
     }
 }
 
@@ -66,12 +82,8 @@ pub struct Index {
 
 impl Index {
     pub fn build(ledger: &Ledger) -> Index {
-        let mut pools: Vec<PoolIndex> = (0..ledger.pools.len())
-            .map(|_| PoolIndex {
-                all: Buckets::new(),
-                racks: Vec::new(),
-            })
-            .collect();
+        let mut pools: Vec<PoolIndex> =
+            (0..ledger.pools.len()).map(|_| PoolIndex { all: Buckets::new(), racks: Vec::new() }).collect();
         for n in &ledger.nodes {
             let p = &mut pools[n.pool];
             if !p.racks.iter().any(|(r, _)| *r == n.rack) {
@@ -81,10 +93,7 @@ impl Index {
         for p in &mut pools {
             p.racks.sort_by_key(|(r, _)| r.map_or(usize::MAX, |x| x));
         }
-        let mut index = Index {
-            pools,
-            slot: vec![u8::MAX; ledger.nodes.len()],
-        };
+        let mut index = Index { pools, slot: vec![u8::MAX; ledger.nodes.len()] };
         for i in 0..ledger.nodes.len() {
             index.update(ledger, i);
         }
@@ -97,9 +106,9 @@ impl Index {
         let pool = &mut self.pools[node.pool];
         let old = self.slot[n];
         if old != u8::MAX {
-            pool.all.by_free[old as usize].remove(&(n as u32));
+            pool.all.remove(old as usize, n as u32);
             if let Some((_, b)) = pool.racks.iter_mut().find(|(r, _)| *r == node.rack) {
-                b.by_free[old as usize].remove(&(n as u32));
+                b.remove(old as usize, n as u32);
             }
         }
         if !node.schedulable {
@@ -107,9 +116,9 @@ impl Index {
             return;
         }
         let free = node.free_gpu_count().min(MAX_GPUS_PER_NODE as u32) as u8;
-        pool.all.by_free[free as usize].insert(n as u32);
+        pool.all.insert(free as usize, n as u32);
         if let Some((_, b)) = pool.racks.iter_mut().find(|(r, _)| *r == node.rack) {
-            b.by_free[free as usize].insert(n as u32);
+            b.insert(free as usize, n as u32);
         }
         self.slot[n] = free;
     }

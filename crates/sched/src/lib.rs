@@ -13,6 +13,10 @@
 //!   (sections 4 to 6).
 //! - `reason`: why a job waits, in words a person can act on.
 
+// Resource vectors are indexed by kind across several arrays at once; an index loop
+// reads better there than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 mod cycle;
 mod index;
 mod needs;

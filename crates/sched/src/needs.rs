@@ -37,13 +37,9 @@ impl Needs {
             })
             .collect();
         let preference: Vec<usize> = match &job.spec.pools {
-            Some(names) => names
-                .iter()
-                .filter_map(|n| view.ledger.pool(n.as_str()))
-                .collect(),
+            Some(names) => names.iter().filter_map(|n| view.ledger.pool(n.as_str())).collect(),
             None => {
-                let mut all: Vec<usize> =
-                    tasks.iter().flat_map(|t| t.pools.iter().copied()).collect();
+                let mut all: Vec<usize> = tasks.iter().flat_map(|t| t.pools.iter().copied()).collect();
                 all.sort_unstable();
                 all.dedup();
                 all
@@ -51,27 +47,15 @@ impl Needs {
         };
         let mut assignments: Vec<Vec<usize>> = Vec::new();
         for p in preference {
-            let a: Option<Vec<usize>> = tasks
-                .iter()
-                .map(|t| {
-                    if t.pools.contains(&p) {
-                        Some(p)
-                    } else {
-                        t.pools.first().copied()
-                    }
-                })
-                .collect();
+            let a: Option<Vec<usize>> =
+                tasks.iter().map(|t| if t.pools.contains(&p) { Some(p) } else { t.pools.first().copied() }).collect();
             if let Some(a) = a
                 && !assignments.contains(&a)
             {
                 assignments.push(a);
             }
         }
-        Needs {
-            tasks,
-            topology: job.spec.topology,
-            assignments,
-        }
+        Needs { tasks, topology: job.spec.topology, assignments }
     }
 
     /// Per-pool totals for an assignment, as the quota check wants them.

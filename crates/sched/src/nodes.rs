@@ -28,19 +28,10 @@ impl Nodes for IndexNodes<'_, '_> {
     }
 
     fn racks(&self, pool: usize) -> Vec<RackKey> {
-        self.view.index.pools[pool]
-            .racks
-            .iter()
-            .map(|(r, _)| *r)
-            .collect()
+        self.view.index.pools[pool].racks.iter().map(|(r, _)| *r).collect()
     }
 
-    fn fullest_first(
-        &self,
-        pool: usize,
-        rack: Option<RackKey>,
-        min_gpus: u64,
-    ) -> Box<dyn Iterator<Item = usize> + '_> {
+    fn fullest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
         let p = &self.view.index.pools[pool];
         match rack {
             None => Box::new(p.all.fullest_first(min_gpus)),
@@ -48,6 +39,14 @@ impl Nodes for IndexNodes<'_, '_> {
                 Some((_, b)) => Box::new(b.fullest_first(min_gpus)),
                 None => Box::new(std::iter::empty()),
             },
+        }
+    }
+
+    fn gpu_room(&self, pool: usize, rack: Option<RackKey>, gpus: u64) -> u64 {
+        let p = &self.view.index.pools[pool];
+        match rack {
+            None => p.all.gpu_room(gpus),
+            Some(r) => p.racks.iter().find(|(k, _)| *k == r).map_or(0, |(_, b)| b.gpu_room(gpus)),
         }
     }
 
@@ -89,21 +88,14 @@ impl SetNodes {
     }
 
     fn entry(&self, n: usize) -> &(usize, usize, RackKey, Vector, u64) {
-        let i = self
-            .entries
-            .binary_search_by_key(&n, |e| e.0)
-            .expect("node in set");
+        let i = self.entries.binary_search_by_key(&n, |e| e.0).expect("node in set");
         &self.entries[i]
     }
 
     fn matching(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Vec<(u32, usize)> {
         self.entries
             .iter()
-            .filter(|e| {
-                e.1 == pool
-                    && rack.is_none_or(|r| e.2 == r)
-                    && u64::from(e.4.count_ones()) >= min_gpus
-            })
+            .filter(|e| e.1 == pool && rack.is_none_or(|r| e.2 == r) && u64::from(e.4.count_ones()) >= min_gpus)
             .map(|e| (e.4.count_ones(), e.0))
             .collect()
     }
@@ -124,26 +116,23 @@ impl Nodes for SetNodes {
     }
 
     fn racks(&self, pool: usize) -> Vec<RackKey> {
-        let mut r: Vec<RackKey> = self
-            .entries
-            .iter()
-            .filter(|e| e.1 == pool)
-            .map(|e| e.2)
-            .collect();
+        let mut r: Vec<RackKey> = self.entries.iter().filter(|e| e.1 == pool).map(|e| e.2).collect();
         r.sort_by_key(|r| r.map_or(usize::MAX, |x| x));
         r.dedup();
         r
     }
 
-    fn fullest_first(
-        &self,
-        pool: usize,
-        rack: Option<RackKey>,
-        min_gpus: u64,
-    ) -> Box<dyn Iterator<Item = usize> + '_> {
+    fn fullest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
         let mut v = self.matching(pool, rack, min_gpus);
         v.sort_unstable();
         Box::new(v.into_iter().map(|(_, n)| n))
+    }
+
+    fn gpu_room(&self, pool: usize, rack: Option<RackKey>, gpus: u64) -> u64 {
+        if gpus == 0 {
+            return u64::MAX;
+        }
+        self.matching(pool, rack, gpus).iter().map(|(free, _)| u64::from(*free) / gpus).sum()
     }
 
     fn emptiest_first(

@@ -18,30 +18,30 @@ use crate::needs::Needs;
 use crate::view::View;
 
 #[derive(Debug, Clone, PartialEq)]
-struct HeadKey {
+struct HeadKey<'a> {
     tier: u8,
     share: f64,
     priority: i32,
-    submitted: (u64, u64),
-    name: Name,
+    submitted_ms: u64,
+    name: &'a Name,
     queue: usize,
 }
 
-impl Eq for HeadKey {}
+impl Eq for HeadKey<'_> {}
 
-impl Ord for HeadKey {
+impl Ord for HeadKey<'_> {
     fn cmp(&self, o: &Self) -> Ordering {
         self.tier
             .cmp(&o.tier)
             .then_with(|| self.share.total_cmp(&o.share))
             .then_with(|| o.priority.cmp(&self.priority))
-            .then_with(|| self.submitted.cmp(&o.submitted))
-            .then_with(|| self.name.cmp(&o.name))
+            .then_with(|| self.submitted_ms.cmp(&o.submitted_ms))
+            .then_with(|| self.name.cmp(o.name))
             .then_with(|| self.queue.cmp(&o.queue))
     }
 }
 
-impl PartialOrd for HeadKey {
+impl PartialOrd for HeadKey<'_> {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
@@ -53,102 +53,79 @@ struct Line {
     strict: bool,
     /// StrictFIFO: the job that could not be placed and holds back the rest.
     blocked_by: Option<JobId>,
+    /// What the head job needs, computed once when it became the head.
+    head_needs: Option<Needs>,
 }
 
-pub struct Order {
+pub struct Order<'a> {
     lines: Vec<Line>,
-    heap: BinaryHeap<Reverse<HeadKey>>,
+    heap: BinaryHeap<Reverse<HeadKey<'a>>>,
 }
 
-impl Order {
-    pub fn new(view: &View) -> Order {
+impl<'a> Order<'a> {
+    pub fn new(view: &View<'a>) -> Order<'a> {
         let mut per_queue: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
         for job in view.state.jobs().values() {
             if job.state == JobState::Pending {
-                let q = view
-                    .ledger
-                    .queue(job.spec.queue.as_str())
-                    .expect("queue of a job exists");
+                let q = view.ledger.queue(job.spec.queue.as_str()).expect("queue of a job exists");
                 per_queue.entry(q).or_default().push(job.id);
             }
         }
         let mut lines: Vec<Line> = (0..view.ledger.queues.len())
-            .map(|_| Line {
-                jobs: Vec::new(),
-                next: 0,
-                strict: false,
-                blocked_by: None,
-            })
+            .map(|_| Line { jobs: Vec::new(), next: 0, strict: false, blocked_by: None, head_needs: None })
             .collect();
         for (q, mut jobs) in per_queue {
-            jobs.sort_by(|&a, &b| {
-                let (x, y) = (view.job(a), view.job(b));
-                y.priority
-                    .cmp(&x.priority)
-                    .then_with(|| x.submitted_key().0.cmp(&y.submitted_key().0))
-                    .then_with(|| x.spec.name.cmp(&y.spec.name))
+            jobs.sort_by_cached_key(|&id| {
+                let j = view.job(id);
+                (Reverse(j.priority), j.submitted_ms, &j.spec.name)
             });
             let spec = &view.state.queues()[&view.ledger.queues[q].name];
-            lines[q] = Line {
-                jobs,
-                next: 0,
-                strict: spec.ordering == QueueOrdering::StrictFIFO,
-                blocked_by: None,
-            };
+            let strict = spec.ordering == QueueOrdering::StrictFIFO;
+            lines[q] = Line { jobs, next: 0, strict, blocked_by: None, head_needs: None };
         }
-        let mut order = Order {
-            lines,
-            heap: BinaryHeap::new(),
-        };
+        let mut order = Order { lines, heap: BinaryHeap::new() };
         for q in 0..order.lines.len() {
             order.push_head(view, q);
         }
         order
     }
 
-    fn push_head(&mut self, view: &View, q: usize) {
-        let line = &self.lines[q];
+    fn push_head(&mut self, view: &View<'a>, q: usize) {
+        let line = &mut self.lines[q];
         if line.blocked_by.is_some() {
             return;
         }
-        let Some(&id) = line.jobs.get(line.next) else {
-            return;
-        };
+        let Some(&id) = line.jobs.get(line.next) else { return };
         let job = view.job(id);
         let needs = Needs::of(view, job);
-        let within = needs
-            .assignments
-            .iter()
-            .any(|a| view.ledger.within_nominal(q, &needs.demand(a)));
+        let within = needs.assignments.iter().any(|a| view.ledger.within_nominal(q, &needs.demand(a)));
+        line.head_needs = Some(needs);
         let acct = &view.ledger.queues[q];
-        let share = if !within && acct.fair_sharing {
-            view.ledger.share(q, &[], &[])
-        } else {
-            0.0
-        };
+        let share = if !within && acct.fair_sharing { view.ledger.share(q, &[], &[]) } else { 0.0 };
         let key = HeadKey {
             tier: if within { 0 } else { 1 },
             share,
             priority: job.priority,
-            submitted: (job.submitted_ms, 0),
-            name: job.spec.name.clone(),
+            submitted_ms: job.submitted_ms,
+            name: &job.spec.name,
             queue: q,
         };
         self.heap.push(Reverse(key));
     }
 
-    /// The next job to decide, and its queue.
-    pub fn next(&mut self) -> Option<(usize, JobId)> {
+    /// The next job to decide, its queue, and what it needs.
+    pub fn next(&mut self) -> Option<(usize, JobId, Needs)> {
         let Reverse(key) = self.heap.pop()?;
         let line = &mut self.lines[key.queue];
         let id = line.jobs[line.next];
         line.next += 1;
-        Some((key.queue, id))
+        let needs = line.head_needs.take().expect("a head has its needs");
+        Some((key.queue, id, needs))
     }
 
     /// After deciding a queue's head: with StrictFIFO, an unplaced head holds back the
     /// rest of its queue; otherwise the next job competes.
-    pub fn after(&mut self, view: &View, q: usize, job: JobId, placed: bool) {
+    pub fn after(&mut self, view: &View<'a>, q: usize, job: JobId, placed: bool) {
         if !placed && self.lines[q].strict {
             self.lines[q].blocked_by = Some(job);
             return;

@@ -22,19 +22,13 @@ pub trait Nodes {
     fn rack(&self, n: usize) -> RackKey;
     fn racks(&self, pool: usize) -> Vec<RackKey>;
     /// Nodes of `pool` (in `rack` if given) with at least `min_gpus` free, fullest first.
-    fn fullest_first(
-        &self,
-        pool: usize,
-        rack: Option<RackKey>,
-        min_gpus: u64,
-    ) -> Box<dyn Iterator<Item = usize> + '_>;
+    fn fullest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_>;
     /// Same, emptiest first.
-    fn emptiest_first(
-        &self,
-        pool: usize,
-        rack: Option<RackKey>,
-        min_gpus: u64,
-    ) -> Box<dyn Iterator<Item = usize> + '_>;
+    fn emptiest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64)
+    -> Box<dyn Iterator<Item = usize> + '_>;
+    /// An upper bound on the replicas of `gpus` GPUs that nodes of `pool` (in `rack`) could
+    /// host, counting GPUs only: a cheap way to skip racks that cannot hold a gang.
+    fn gpu_room(&self, pool: usize, rack: Option<RackKey>, gpus: u64) -> u64;
 }
 
 /// Replicas assigned to nodes: (task, replica index, node).
@@ -90,12 +84,7 @@ impl Packing {
             let s = &mut shares[pos];
             add(&mut s.1, need);
             s.2 |= baton_model::alloc::gpu_mask(&gpus);
-            out.push(ReplicaAlloc {
-                task,
-                index,
-                node: node_name(n),
-                gpus,
-            });
+            out.push(ReplicaAlloc { task, index, node: node_name(n), gpus });
         }
         (out, shares)
     }
@@ -105,16 +94,13 @@ impl Packing {
 pub fn pack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Option<Packing> {
     match needs.topology {
         Some(Topology::Node) => pack_one_node(nodes, needs, assignment),
-        Some(Topology::Rack) => best_rack(nodes, needs, assignment),
+        Some(Topology::Rack) => best_rack(nodes, needs, assignment, None),
         None => {
             let global = Packer::new(nodes).run(needs, assignment, None)?;
             if global.racks(nodes) <= 1 {
                 return Some(global);
             }
-            match best_rack(nodes, needs, assignment) {
-                Some(r) if r.nodes().len() <= global.nodes().len() => Some(r),
-                _ => Some(global),
-            }
+            Some(best_rack(nodes, needs, assignment, Some(global.nodes().len())).unwrap_or(global))
         }
     }
 }
@@ -130,9 +116,7 @@ fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Op
             add(&mut total, &t.need);
         }
     }
-    let n = nodes
-        .fullest_first(pool, None, total[0])
-        .find(|&n| fits_free(&nodes.free(n), &total))?;
+    let n = nodes.fullest_first(pool, None, total[0]).find(|&n| fits_free(&nodes.free(n), &total))?;
     let replicas = needs
         .tasks
         .iter()
@@ -142,22 +126,28 @@ fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Op
     Some(Packing { replicas })
 }
 
-/// The rack that holds the gang on the fewest nodes (first rack on a tie).
-fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Option<Packing> {
+/// With `enough`, the first rack (in rack order) that holds the gang on at most that many
+/// nodes; without, the rack that holds it on the fewest nodes (the first on a tie). Racks
+/// whose free GPUs cannot hold the gang are skipped without packing.
+fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize], enough: Option<usize>) -> Option<Packing> {
     let mut racks: Vec<RackKey> = assignment.iter().flat_map(|&p| nodes.racks(p)).collect();
     racks.sort_by_key(|r| r.map_or(usize::MAX, |x| x));
     racks.dedup();
     let mut best: Option<Packing> = None;
     for r in racks {
-        if let Some(p) = Packer::new(nodes).run(needs, assignment, Some(r))
-            && best
-                .as_ref()
-                .is_none_or(|b| p.nodes().len() < b.nodes().len())
-        {
+        let room = |(t, &p): (&crate::needs::TaskNeed, &usize)| nodes.gpu_room(p, Some(r), t.need[0]) >= u64::from(t.replicas);
+        if !needs.tasks.iter().zip(assignment).all(room) {
+            continue;
+        }
+        let Some(p) = Packer::new(nodes).run(needs, assignment, Some(r)) else { continue };
+        if enough.is_some_and(|n| p.nodes().len() <= n) {
+            return Some(p);
+        }
+        if best.as_ref().is_none_or(|b| p.nodes().len() < b.nodes().len()) {
             best = Some(p);
         }
     }
-    best
+    best.filter(|b| enough.is_none_or(|n| b.nodes().len() <= n))
 }
 
 fn fits_free(free: &(Vector, u64), need: &Vector) -> bool {
@@ -175,11 +165,7 @@ struct Packer<'n, N: Nodes> {
 
 impl<'n, N: Nodes> Packer<'n, N> {
     fn new(nodes: &'n N) -> Self {
-        Packer {
-            nodes,
-            used: Vec::new(),
-            out: Vec::new(),
-        }
+        Packer { nodes, used: Vec::new(), out: Vec::new() }
     }
 
     fn avail(&self, n: usize) -> Vector {
@@ -214,49 +200,24 @@ impl<'n, N: Nodes> Packer<'n, N> {
         }
     }
 
-    fn run(
-        mut self,
-        needs: &Needs,
-        assignment: &[usize],
-        rack: Option<RackKey>,
-    ) -> Option<Packing> {
+    fn run(mut self, needs: &Needs, assignment: &[usize], rack: Option<RackKey>) -> Option<Packing> {
         let mut order: Vec<usize> = (0..needs.tasks.len()).collect();
         // Biggest replicas first: they are the hardest to place.
         order.sort_by(|&a, &b| {
             let (x, y) = (&needs.tasks[a].need, &needs.tasks[b].need);
-            y[0].cmp(&x[0])
-                .then_with(|| y.iter().sum::<u64>().cmp(&x.iter().sum::<u64>()))
-                .then(a.cmp(&b))
+            y[0].cmp(&x[0]).then_with(|| y.iter().sum::<u64>().cmp(&x.iter().sum::<u64>())).then(a.cmp(&b))
         });
         for t in order {
-            self.place_task(
-                t,
-                &needs.tasks[t].need,
-                u64::from(needs.tasks[t].replicas),
-                assignment[t],
-                rack,
-            )?;
+            self.place_task(t, &needs.tasks[t].need, u64::from(needs.tasks[t].replicas), assignment[t], rack)?;
         }
         Some(Packing { replicas: self.out })
     }
 
-    fn place_task(
-        &mut self,
-        t: usize,
-        need: &Vector,
-        replicas: u64,
-        pool: usize,
-        rack: Option<RackKey>,
-    ) -> Option<()> {
+    fn place_task(&mut self, t: usize, need: &Vector, replicas: u64, pool: usize, rack: Option<RackKey>) -> Option<()> {
         let mut remaining = replicas;
         let mut next = 0u32;
         // Nodes this gang already uses first: fewer nodes in all.
-        let mut mine: Vec<usize> = self
-            .used
-            .iter()
-            .map(|(n, _)| *n)
-            .filter(|&n| self.nodes.pool(n) == pool)
-            .collect();
+        let mut mine: Vec<usize> = self.used.iter().map(|(n, _)| *n).filter(|&n| self.nodes.pool(n) == pool).collect();
         mine.sort_unstable();
         for n in mine {
             let c = self.hosts(n, need).min(remaining);
@@ -276,19 +237,9 @@ impl<'n, N: Nodes> Packer<'n, N> {
     }
 
     /// The fullest unused node that can host `count` replicas.
-    fn fullest_hosting(
-        &self,
-        pool: usize,
-        rack: Option<RackKey>,
-        need: &Vector,
-        count: u64,
-    ) -> Option<usize> {
+    fn fullest_hosting(&self, pool: usize, rack: Option<RackKey>, need: &Vector, count: u64) -> Option<usize> {
         let min_gpus = need[0].saturating_mul(count);
-        let found = self
-            .nodes
-            .fullest_first(pool, rack, min_gpus)
-            .find(|&n| !self.is_used(n) && self.hosts(n, need) >= count);
-        found
+        self.nodes.fullest_first(pool, rack, min_gpus).find(|&n| !self.is_used(n) && self.hosts(n, need) >= count)
     }
 
     /// The unused node that can host the most replicas (the emptiest), and how many.

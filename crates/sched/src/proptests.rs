@@ -14,9 +14,7 @@ use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_model::plan::{Decision, Plan};
-use baton_model::queue::{
-    BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, ReclaimWithinCohort, WithinQueue,
-};
+use baton_model::queue::{BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, ReclaimWithinCohort, WithinQueue};
 use baton_model::resources::Resources;
 use baton_model::state::State;
 use proptest::prelude::*;
@@ -49,16 +47,7 @@ struct QueueGen {
 
 #[derive(Debug, Clone)]
 enum OpGen {
-    Submit {
-        queue: u8,
-        class: u8,
-        replicas: u8,
-        gpus: u8,
-        cpus: u8,
-        mode: u8,
-        topology: u8,
-        min_runtime: bool,
-    },
+    Submit { queue: u8, class: u8, replicas: u8, gpus: u8, cpus: u8, mode: u8, topology: u8, min_runtime: bool },
     Finish(u8),
     Cancel(u8),
     Pause(u8),
@@ -76,36 +65,22 @@ struct World {
 }
 
 fn world() -> impl Strategy<Value = World> {
-    let node = (0u8..2, 0u8..2, 0u8..=8, 1u8..=8).prop_map(|(pool, rack, gpus, cpus)| NodeGen {
-        pool,
-        rack,
-        gpus,
-        cpus,
-    });
-    let queue = (
-        0u8..3,
-        0u8..=8,
-        proptest::option::of(0u8..=4),
-        proptest::option::of(0u8..=4),
-        0u8..3,
-        0u8..3,
-        proptest::option::of(40i32..=80),
-        0u8..3,
-    )
-        .prop_map(
-            |(cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight)| {
-                QueueGen {
-                    cohort,
-                    nominal_gpu,
-                    borrow_limit,
-                    lend_limit,
-                    within,
-                    reclaim,
-                    bwc,
-                    weight,
-                }
-            },
-        );
+    let node =
+        (0u8..2, 0u8..2, 0u8..=8, 1u8..=8).prop_map(|(pool, rack, gpus, cpus)| NodeGen { pool, rack, gpus, cpus });
+    let queue =
+        (
+            0u8..3,
+            0u8..=8,
+            proptest::option::of(0u8..=4),
+            proptest::option::of(0u8..=4),
+            0u8..3,
+            0u8..3,
+            proptest::option::of(40i32..=80),
+            0u8..3,
+        )
+            .prop_map(|(cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight)| {
+                QueueGen { cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight }
+            });
     let op = prop_oneof![
         6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..4, any::<bool>()).prop_map(
             |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime }
@@ -123,19 +98,10 @@ fn world() -> impl Strategy<Value = World> {
         proptest::collection::vec(queue, 2..5),
         proptest::collection::vec(op, 1..40),
     )
-        .prop_map(|(nodes, fair_sharing, queues, ops)| World {
-            nodes,
-            fair_sharing,
-            queues,
-            ops,
-        })
+        .prop_map(|(nodes, fair_sharing, queues, ops)| World { nodes, fair_sharing, queues, ops })
 }
 
-fn cmd(
-    state: &mut State,
-    now_ms: u64,
-    op: Op,
-) -> Result<baton_model::command::Applied, baton_model::ApplyError> {
+fn cmd(state: &mut State, now_ms: u64, op: Op) -> Result<baton_model::command::Applied, baton_model::ApplyError> {
     state.apply(Command { now_ms, op })
 }
 
@@ -152,24 +118,12 @@ fn configure(w: &World) -> State {
         };
         cmd(&mut s, 0, Op::RegisterNode(spec)).expect("node registers");
     }
+    cmd(&mut s, 0, Op::PutCohort(Cohort { name: Name::lit("org"), parent: None, fair_sharing: w.fair_sharing }))
+        .unwrap();
     cmd(
         &mut s,
         0,
-        Op::PutCohort(Cohort {
-            name: Name::lit("org"),
-            parent: None,
-            fair_sharing: w.fair_sharing,
-        }),
-    )
-    .unwrap();
-    cmd(
-        &mut s,
-        0,
-        Op::PutCohort(Cohort {
-            name: Name::lit("team"),
-            parent: Some(Name::lit("org")),
-            fair_sharing: false,
-        }),
+        Op::PutCohort(Cohort { name: Name::lit("team"), parent: Some(Name::lit("org")), fair_sharing: false }),
     )
     .unwrap();
     let pools: BTreeSet<u8> = w.nodes.iter().map(|n| n.pool).collect();
@@ -181,10 +135,8 @@ fn configure(w: &World) -> State {
             _ => Some(Name::lit("team")),
         };
         for &p in &pools {
-            let mut quota = PoolQuota {
-                nominal: Resources::of(&[("gpu", u64::from(q.nominal_gpu))]),
-                ..Default::default()
-            };
+            let mut quota =
+                PoolQuota { nominal: Resources::of(&[("gpu", u64::from(q.nominal_gpu))]), ..Default::default() };
             if let Some(b) = q.borrow_limit {
                 quota.borrow_limit.insert("gpu".into(), u64::from(b));
             }
@@ -194,36 +146,19 @@ fn configure(w: &World) -> State {
             spec.quotas.insert(Name::lit(&format!("p{p}")), quota);
         }
         spec.weight = f64::from(q.weight);
-        spec.preemption.within_queue = [
-            WithinQueue::Never,
-            WithinQueue::LowerPriority,
-            WithinQueue::LowerOrNewerEqualPriority,
-        ][q.within as usize];
-        spec.preemption.reclaim_within_cohort = [
-            ReclaimWithinCohort::Never,
-            ReclaimWithinCohort::LowerPriority,
-            ReclaimWithinCohort::Any,
-        ][q.reclaim as usize];
-        spec.preemption.borrow_within_cohort = q.bwc.map(|t| BorrowWithinCohort {
-            max_priority_threshold: Some(t),
-        });
+        spec.preemption.within_queue =
+            [WithinQueue::Never, WithinQueue::LowerPriority, WithinQueue::LowerOrNewerEqualPriority][q.within as usize];
+        spec.preemption.reclaim_within_cohort =
+            [ReclaimWithinCohort::Never, ReclaimWithinCohort::LowerPriority, ReclaimWithinCohort::Any]
+                [q.reclaim as usize];
+        spec.preemption.borrow_within_cohort = q.bwc.map(|t| BorrowWithinCohort { max_priority_threshold: Some(t) });
         cmd(&mut s, 0, Op::PutQueue(spec)).unwrap();
     }
     s
 }
 
 fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
-    let OpGen::Submit {
-        queue,
-        class,
-        replicas,
-        gpus,
-        cpus,
-        mode,
-        topology,
-        min_runtime,
-    } = *op
-    else {
+    let OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime } = *op else {
         return None;
     };
     let classes = default_classes();
@@ -264,10 +199,7 @@ fn check_state(s: &State) -> Result<(), String> {
     let l = s.ledger();
     let mut used: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
     for j in s.jobs().values() {
-        let expected = if matches!(
-            j.state,
-            JobState::Running | JobState::Preempting | JobState::Suspended
-        ) {
+        let expected = if matches!(j.state, JobState::Running | JobState::Preempting | JobState::Suspended) {
             j.spec.replica_count() as usize
         } else {
             0
@@ -285,21 +217,14 @@ fn check_state(s: &State) -> Result<(), String> {
             continue;
         }
         for r in &j.replicas {
-            let need = l
-                .kinds
-                .vector_lossy(&j.spec.tasks[r.task as usize].resources);
-            let e = used
-                .entry(r.node.clone())
-                .or_insert(([0; MAX_RESOURCE_KINDS], 0));
+            let need = l.kinds.vector_lossy(&j.spec.tasks[r.task as usize].resources);
+            let e = used.entry(r.node.clone()).or_insert(([0; MAX_RESOURCE_KINDS], 0));
             for k in 0..MAX_RESOURCE_KINDS {
                 e.0[k] += need[k];
             }
             let m = gpu_mask(&r.gpus);
             if e.1 & m != 0 {
-                return Err(format!(
-                    "a GPU on {} is used by two replicas at once",
-                    r.node
-                ));
+                return Err(format!("a GPU on {} is used by two replicas at once", r.node));
             }
             e.1 |= m;
         }
@@ -307,32 +232,22 @@ fn check_state(s: &State) -> Result<(), String> {
     for (node, (amount, _)) in &used {
         let cap = l.kinds.vector_lossy(&s.nodes()[node].spec.resources);
         if (0..MAX_RESOURCE_KINDS).any(|k| amount[k] > cap[k]) {
-            return Err(format!(
-                "node {node} is over-allocated: {amount:?} > {cap:?}"
-            ));
+            return Err(format!("node {node} is over-allocated: {amount:?} > {cap:?}"));
         }
     }
     // A suspended job's GPUs are used only by the job it lends them to.
     for v in s.jobs().values().filter(|j| j.state == JobState::Suspended) {
         for r in &v.replicas {
             for other in s.jobs().values().filter(|j| j.state.is_active()) {
-                let theirs: BTreeSet<u32> = other
-                    .replicas
-                    .iter()
-                    .filter(|x| x.node == r.node)
-                    .flat_map(|x| x.gpus.clone())
-                    .collect();
+                let theirs: BTreeSet<u32> =
+                    other.replicas.iter().filter(|x| x.node == r.node).flat_map(|x| x.gpus.clone()).collect();
                 let lent: BTreeSet<u32> = other
                     .lent_from
                     .iter()
                     .filter(|x| x.from == v.id && x.node == r.node)
                     .flat_map(|x| x.gpus.clone())
                     .collect();
-                if let Some(g) = r
-                    .gpus
-                    .iter()
-                    .find(|g| theirs.contains(g) && !lent.contains(g))
-                {
+                if let Some(g) = r.gpus.iter().find(|g| theirs.contains(g) && !lent.contains(g)) {
                     return Err(format!(
                         "suspended {}'s GPU {g} on {} is used by {}",
                         v.spec.name, r.node, other.spec.name
@@ -380,12 +295,7 @@ fn check_borrowing(before: &State, after: &State, job: JobId) -> Result<(), Stri
     let j = after.job(job).unwrap();
     let q = l.queue(j.spec.queue.as_str()).unwrap();
     for p in 0..l.pools.len() {
-        if l.pools[p]
-            .guaranteed
-            .iter()
-            .zip(&l.pools[p].capacity)
-            .any(|(g, c)| g > c)
-        {
+        if l.pools[p].guaranteed.iter().zip(&l.pools[p].capacity).any(|(g, c)| g > c) {
             continue; // oversubscribed guarantees are honoured in order only
         }
         for k in 0..MAX_RESOURCE_KINDS {
@@ -395,17 +305,11 @@ fn check_borrowing(before: &State, after: &State, job: JobId) -> Result<(), Stri
             let (cap, b_kept, b_np) = sums(before, p, k);
             let (_, a_kept, a_np) = sums(after, p, k);
             if b_kept <= cap && a_kept > cap && a_kept > b_kept {
-                return Err(format!(
-                    "{} borrowed quota a lender keeps: {a_kept} > {cap}",
-                    j.spec.name
-                ));
+                return Err(format!("{} borrowed quota a lender keeps: {a_kept} > {cap}", j.spec.name));
             }
             let unowned = cap.saturating_sub(l.pools[p].guaranteed[k]);
             if a_np > b_np && a_np > unowned {
-                return Err(format!(
-                    "non-preemptible {} borrowed guaranteed quota",
-                    j.spec.name
-                ));
+                return Err(format!("non-preemptible {} borrowed guaranteed quota", j.spec.name));
             }
         }
     }
@@ -415,20 +319,11 @@ fn check_borrowing(before: &State, after: &State, job: JobId) -> Result<(), Stri
 /// Each victim of a preemption is needed: without it the job fits neither the nodes it was
 /// planned on nor its quota.
 fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String> {
-    let Decision::Preempt {
-        job,
-        victims,
-        replicas,
-        ..
-    } = d
-    else {
+    let Decision::Preempt { job, victims, replicas, .. } = d else {
         return Ok(());
     };
     let j = before.job(*job).unwrap();
-    let own = victims
-        .iter()
-        .filter(|v| before.job(v.job).unwrap().spec.queue == j.spec.queue)
-        .count();
+    let own = victims.iter().filter(|v| before.job(v.job).unwrap().spec.queue == j.spec.queue).count();
     if own > 0 && own < victims.len() {
         return Ok(()); // returning an own-queue victim can change which others are valid
     }
@@ -448,19 +343,9 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
         .collect();
     let (q, np) = view.queue_np(j);
     for skip in victims {
-        let removed: Vec<JobId> = victims
-            .iter()
-            .map(|v| v.job)
-            .filter(|&v| v != skip.job)
-            .collect();
-        let undo: Vec<_> = removed
-            .iter()
-            .map(|&v| view.ledger.remove_usage(v))
-            .collect();
-        let quota_ok = view
-            .ledger
-            .check_admission(q, &needs.demand(&assignment), np)
-            .is_ok();
+        let removed: Vec<JobId> = victims.iter().map(|v| v.job).filter(|&v| v != skip.job).collect();
+        let undo: Vec<_> = removed.iter().map(|&v| view.ledger.remove_usage(v)).collect();
+        let quota_ok = view.ledger.check_admission(q, &needs.demand(&assignment), np).is_ok();
         for u in undo.into_iter().rev() {
             view.ledger.undo(u);
         }
@@ -481,10 +366,7 @@ fn apply_checked(s: &mut State, now_ms: u64, plan: &Plan) -> Result<(), String> 
     for d in &plan.decisions {
         let before = s.clone();
         check_minimal(&before, now_ms, d)?;
-        let one = Plan {
-            based_on: plan.based_on,
-            decisions: vec![d.clone()],
-        };
+        let one = Plan { based_on: plan.based_on, decisions: vec![d.clone()] };
         let applied = cmd(s, now_ms, Op::ApplyPlan(one)).map_err(|e| e.to_string())?;
         if let Outcome::PlanApplied { rejected, .. } = &applied.outcome
             && !rejected.is_empty()
@@ -521,39 +403,20 @@ fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
         }
         // Never partial: a preemptor whose victims have all stopped is placed at once.
         for id in s.reservations().keys() {
-            let placed = plan
-                .decisions
-                .iter()
-                .any(|d| matches!(d, Decision::Place { job, .. } if job == id));
+            let placed = plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if job == id));
             if !placed {
                 let j = s.job(*id).unwrap();
-                return Err(format!(
-                    "{} preempted others and is not placed: {}",
-                    j.spec.name, j.reason
-                ));
+                return Err(format!("{} preempted others and is not placed: {}", j.spec.name, j.reason));
             }
         }
         if plan.decisions.is_empty() {
             return Ok(());
         }
         apply_checked(s, now_ms, &plan)?;
-        let stopping: Vec<(JobId, u32)> = s
-            .jobs()
-            .values()
-            .filter(|j| j.state == JobState::Preempting)
-            .map(|j| (j.id, j.attempt))
-            .collect();
+        let stopping: Vec<(JobId, u32)> =
+            s.jobs().values().filter(|j| j.state == JobState::Preempting).map(|j| (j.id, j.attempt)).collect();
         for (job, attempt) in stopping {
-            cmd(
-                s,
-                now_ms,
-                Op::JobStopped {
-                    job,
-                    attempt,
-                    checkpointed: true,
-                },
-            )
-            .map_err(|e| e.to_string())?;
+            cmd(s, now_ms, Op::JobStopped { job, attempt, checkpointed: true }).map_err(|e| e.to_string())?;
             check_state(s)?;
         }
     }
@@ -571,30 +434,13 @@ fn run(w: &World) -> Result<State, String> {
             OpGen::Submit { .. } => {
                 let spec = submit_spec(submitted, w, op).unwrap();
                 submitted += 1;
-                cmd(
-                    &mut s,
-                    now_ms,
-                    Op::Submit {
-                        spec,
-                        request_id: None,
-                    },
-                )
-                .map(drop)
+                cmd(&mut s, now_ms, Op::Submit { spec, request_id: None }).map(drop)
             }
             _ if submitted == 0 => Ok(()),
             OpGen::Finish(i) => match s.job_by_name(pick(*i).as_str()) {
                 Some(j) if j.state.is_active() => {
                     let (job, attempt) = (j.id, j.attempt);
-                    cmd(
-                        &mut s,
-                        now_ms,
-                        Op::JobExited {
-                            job,
-                            attempt,
-                            exit_code: 0,
-                        },
-                    )
-                    .map(drop)
+                    cmd(&mut s, now_ms, Op::JobExited { job, attempt, exit_code: 0 }).map(drop)
                 }
                 _ => Ok(()),
             },
@@ -603,50 +449,21 @@ fn run(w: &World) -> Result<State, String> {
             OpGen::Resume(i) => cmd(&mut s, now_ms, Op::Resume { job: pick(*i) }).map(drop),
             OpGen::NodeDown(i) => {
                 let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
-                cmd(
-                    &mut s,
-                    now_ms,
-                    Op::SetNodeStatus {
-                        node,
-                        status: NodeStatus::Lost,
-                    },
-                )
-                .map(drop)
+                cmd(&mut s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Lost }).map(drop)
             }
             OpGen::NodeUp(i) => {
                 let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
-                cmd(
-                    &mut s,
-                    now_ms,
-                    Op::SetNodeStatus {
-                        node,
-                        status: NodeStatus::Ready,
-                    },
-                )
-                .map(drop)
+                cmd(&mut s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Ready }).map(drop)
             }
         };
         // Refusals (an impossible job, pausing a finished one) are fine; they change nothing.
         let _ = result;
         check_state(&s)?;
         // A paused job stops at once too.
-        let stopping: Vec<(JobId, u32)> = s
-            .jobs()
-            .values()
-            .filter(|j| j.state == JobState::Preempting)
-            .map(|j| (j.id, j.attempt))
-            .collect();
+        let stopping: Vec<(JobId, u32)> =
+            s.jobs().values().filter(|j| j.state == JobState::Preempting).map(|j| (j.id, j.attempt)).collect();
         for (job, attempt) in stopping {
-            cmd(
-                &mut s,
-                now_ms,
-                Op::JobStopped {
-                    job,
-                    attempt,
-                    checkpointed: true,
-                },
-            )
-            .map_err(|e| e.to_string())?;
+            cmd(&mut s, now_ms, Op::JobStopped { job, attempt, checkpointed: true }).map_err(|e| e.to_string())?;
         }
         settle(&mut s, now_ms)?;
     }
@@ -674,10 +491,7 @@ proptest! {
 
 /// `PROPTEST_CASES` overrides the default number of cases (CI keeps the default).
 fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// The world as a scenario file, so a failure can be replayed with `baton sim`.
@@ -714,9 +528,8 @@ fn to_yaml(w: &World) -> String {
             .collect();
         let within = ["Never", "LowerPriority", "LowerOrNewerEqualPriority"][q.within as usize];
         let reclaim = ["Never", "LowerPriority", "Any"][q.reclaim as usize];
-        let bwc = q.bwc.map_or("Never".to_string(), |t| {
-            format!("{{policy: LowerPriority, max_priority_threshold: {t}}}")
-        });
+        let bwc =
+            q.bwc.map_or("Never".to_string(), |t| format!("{{policy: LowerPriority, max_priority_threshold: {t}}}"));
         y += &format!(
             "  - {{name: q{i}, {cohort}weight: {}, quotas: [{}], preemption: {{within_queue: {within}, reclaim_within_cohort: {reclaim}, borrow_within_cohort: {bwc}}}}}\n",
             q.weight,
@@ -745,10 +558,7 @@ fn to_yaml(w: &World) -> String {
                 };
                 let t = &spec.tasks[0];
                 let topo = spec.topology.map_or(String::new(), |t| {
-                    format!(
-                        ", topology: {}",
-                        if t == Topology::Node { "node" } else { "rack" }
-                    )
+                    format!(", topology: {}", if t == Topology::Node { "node" } else { "rack" })
                 });
                 format!(
                     "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}}}, preemption_mode: {}, min_runtime: {}{topo}}}",
@@ -762,9 +572,7 @@ fn to_yaml(w: &World) -> String {
                 )
             }
             _ if submitted == 0 => continue,
-            OpGen::Finish(i) | OpGen::Cancel(i) | OpGen::Pause(i) | OpGen::Resume(i)
-                if refused.contains(&pick(*i)) =>
-            {
+            OpGen::Finish(i) | OpGen::Cancel(i) | OpGen::Pause(i) | OpGen::Resume(i) if refused.contains(&pick(*i)) => {
                 continue;
             }
             OpGen::Finish(i) => format!("finish: {}", pick(*i)),

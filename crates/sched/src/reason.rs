@@ -35,10 +35,7 @@ pub fn no_room(view: &View, needs: &Needs) -> String {
                 describe(view, need)
             );
         }
-        return format!(
-            "no node in pool {pool_name} has {} free",
-            describe(view, need)
-        );
+        return format!("no node in pool {pool_name} has {} free", describe(view, need));
     }
     let mut total = [0u64; MAX_RESOURCE_KINDS];
     for t in &needs.tasks {

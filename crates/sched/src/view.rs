@@ -26,21 +26,8 @@ impl<'a> View<'a> {
     pub fn new(state: &'a State, now_ms: u64) -> View<'a> {
         let ledger = state.ledger().clone();
         let index = Index::build(&ledger);
-        let active = state
-            .jobs()
-            .values()
-            .filter(|j| j.state.is_active())
-            .map(|j| j.id)
-            .collect();
-        View {
-            state,
-            ledger,
-            index,
-            now_ms,
-            taken: BTreeSet::new(),
-            decided: BTreeSet::new(),
-            active,
-        }
+        let active = state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.id).collect();
+        View { state, ledger, index, now_ms, taken: BTreeSet::new(), decided: BTreeSet::new(), active }
     }
 
     pub fn job(&self, id: JobId) -> &'a Job {
@@ -80,12 +67,7 @@ impl<'a> View<'a> {
 
     /// A suspended job runs again in place.
     pub fn unhold(&mut self, job: JobId) {
-        let nodes = self
-            .ledger
-            .charges
-            .get(&job)
-            .map(|c| c.nodes.clone())
-            .unwrap_or_default();
+        let nodes = self.ledger.charges.get(&job).map(|c| c.nodes.clone()).unwrap_or_default();
         self.ledger.unhold(job);
         for n in nodes {
             self.index.update(&self.ledger, n);
@@ -99,10 +81,7 @@ impl<'a> View<'a> {
     }
 
     pub fn queue_np(&self, job: &Job) -> (usize, bool) {
-        let q = self
-            .ledger
-            .queue(job.spec.queue.as_str())
-            .expect("queue of a job exists");
+        let q = self.ledger.queue(job.spec.queue.as_str()).expect("queue of a job exists");
         (q, !job.preemptible)
     }
 

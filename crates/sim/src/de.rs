@@ -24,11 +24,7 @@ impl fmt::Display for InputError {
         if self.field.is_empty() {
             write!(f, "{}:{}: {}", self.file, self.line, self.message)
         } else {
-            write!(
-                f,
-                "{}:{}: field {}: {}",
-                self.file, self.line, self.field, self.message
-            )
+            write!(f, "{}:{}: field {}: {}", self.file, self.line, self.field, self.message)
         }
     }
 }
@@ -45,44 +41,25 @@ pub type R<T> = Result<T, InputError>;
 
 impl<'f> Cx<'f> {
     pub fn err(&self, line: usize, field: &str, message: impl Into<String>) -> InputError {
-        InputError {
-            file: self.file.to_string(),
-            line,
-            field: field.to_string(),
-            message: message.into(),
-        }
+        InputError { file: self.file.to_string(), line, field: field.to_string(), message: message.into() }
     }
 
     pub fn map<'n>(&self, node: &'n Node, path: &str) -> R<Fields<'n, 'f>> {
         let Yaml::Map(entries) = &node.v else {
-            return Err(self.err(
-                node.line,
-                path,
-                format!("expected a mapping, found {}", node.kind()),
-            ));
+            return Err(self.err(node.line, path, format!("expected a mapping, found {}", node.kind())));
         };
         let mut out = Vec::with_capacity(entries.len());
         for (k, v) in entries {
             let key = self.text(k, path)?;
             out.push((key, k.line, v));
         }
-        Ok(Fields {
-            cx: *self,
-            path: path.to_string(),
-            line: node.line,
-            entries: out,
-            used: Vec::new(),
-        })
+        Ok(Fields { cx: *self, path: path.to_string(), line: node.line, entries: out, used: Vec::new() })
     }
 
     pub fn seq<'n>(&self, node: &'n Node, path: &str) -> R<&'n [Node]> {
         match &node.v {
             Yaml::Seq(items) => Ok(items),
-            _ => Err(self.err(
-                node.line,
-                path,
-                format!("expected a list, found {}", node.kind()),
-            )),
+            _ => Err(self.err(node.line, path, format!("expected a list, found {}", node.kind()))),
         }
     }
 
@@ -90,11 +67,7 @@ impl<'f> Cx<'f> {
     pub fn text(&self, node: &Node, path: &str) -> R<String> {
         match &node.v {
             Yaml::Scalar { text, .. } => Ok(text.clone()),
-            _ => Err(self.err(
-                node.line,
-                path,
-                format!("expected a value, found {}", node.kind()),
-            )),
+            _ => Err(self.err(node.line, path, format!("expected a value, found {}", node.kind()))),
         }
     }
 
@@ -105,32 +78,18 @@ impl<'f> Cx<'f> {
 
     pub fn names(&self, node: &Node, path: &str) -> R<Vec<Name>> {
         let items = self.seq(node, path)?;
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, n)| self.name(n, &format!("{path}[{i}]")))
-            .collect()
+        items.iter().enumerate().map(|(i, n)| self.name(n, &format!("{path}[{i}]"))).collect()
     }
 
     pub fn int(&self, node: &Node, path: &str) -> R<i64> {
         let t = self.text(node, path)?;
-        t.trim().parse::<i64>().map_err(|_| {
-            self.err(
-                node.line,
-                path,
-                format!("expected a whole number, found {t:?}"),
-            )
-        })
+        t.trim().parse::<i64>().map_err(|_| self.err(node.line, path, format!("expected a whole number, found {t:?}")))
     }
 
     pub fn count(&self, node: &Node, path: &str) -> R<u32> {
         let v = self.int(node, path)?;
         if v < 0 {
-            return Err(self.err(
-                node.line,
-                path,
-                format!("{v} is negative; expected a whole number >= 0"),
-            ));
+            return Err(self.err(node.line, path, format!("{v} is negative; expected a whole number >= 0")));
         }
         u32::try_from(v).map_err(|_| self.err(node.line, path, format!("{v} is too large")))
     }
@@ -147,11 +106,7 @@ impl<'f> Cx<'f> {
     pub fn seconds(&self, node: &Node, path: &str) -> R<u64> {
         let v = self.number(node, path)?;
         if v < 0.0 {
-            return Err(self.err(
-                node.line,
-                path,
-                format!("{v} is negative; expected seconds >= 0"),
-            ));
+            return Err(self.err(node.line, path, format!("{v} is negative; expected seconds >= 0")));
         }
         if v > 1e12 {
             return Err(self.err(node.line, path, format!("{v} seconds is too large")));
@@ -163,11 +118,7 @@ impl<'f> Cx<'f> {
         match self.text(node, path)?.as_str() {
             "true" | "True" | "yes" => Ok(true),
             "false" | "False" | "no" => Ok(false),
-            t => Err(self.err(
-                node.line,
-                path,
-                format!("expected true or false, found {t:?}"),
-            )),
+            t => Err(self.err(node.line, path, format!("expected true or false, found {t:?}"))),
         }
     }
 
@@ -212,28 +163,19 @@ pub struct Fields<'n, 'f> {
 
 impl<'n> Fields<'n, '_> {
     pub fn field_path(&self, key: &str) -> String {
-        if self.path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{}.{key}", self.path)
-        }
+        if self.path.is_empty() { key.to_string() } else { format!("{}.{key}", self.path) }
     }
 
     /// An optional field; a null value counts as absent.
     pub fn opt(&mut self, key: &'static str) -> Option<&'n Node> {
         self.used.push(key);
-        self.entries
-            .iter()
-            .find(|(k, _, _)| k == key)
-            .map(|(_, _, v)| *v)
-            .filter(|v| v.v != Yaml::Null)
+        self.entries.iter().find(|(k, _, _)| k == key).map(|(_, _, v)| *v).filter(|v| v.v != Yaml::Null)
     }
 
     pub fn req(&mut self, key: &'static str) -> R<&'n Node> {
         let line = self.line;
         let path = self.field_path(key);
-        self.opt(key)
-            .ok_or_else(|| self.cx.err(line, &path, "is required"))
+        self.opt(key).ok_or_else(|| self.cx.err(line, &path, "is required"))
     }
 
     /// Every entry, for maps whose keys are data (resources, job names).
@@ -246,11 +188,7 @@ impl<'n> Fields<'n, '_> {
     }
 
     pub fn finish(self) -> R<()> {
-        if let Some((k, line, _)) = self
-            .entries
-            .iter()
-            .find(|(k, _, _)| !self.used.contains(&k.as_str()))
-        {
+        if let Some((k, line, _)) = self.entries.iter().find(|(k, _, _)| !self.used.contains(&k.as_str())) {
             let mut allowed: Vec<&str> = self.used.clone();
             allowed.sort_unstable();
             allowed.dedup();

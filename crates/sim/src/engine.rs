@@ -88,11 +88,7 @@ impl<'s> Engine<'s> {
         fixed.extend(self.s.expect.iter().map(|e| e.at_ms));
         let mut next_step = 0;
         for _ in 0..MAX_INSTANTS {
-            let Some(t) = [fixed.first().copied(), self.next_timer()]
-                .into_iter()
-                .flatten()
-                .min()
-            else {
+            let Some(t) = [fixed.first().copied(), self.next_timer()].into_iter().flatten().min() else {
                 return Ok(self.finish());
             };
             self.advance_to(t);
@@ -112,22 +108,13 @@ impl<'s> Engine<'s> {
     }
 
     fn internal(&self, message: String) -> SimError {
-        SimError::Internal {
-            at: Secs(self.now_ms),
-            message,
-        }
+        SimError::Internal { at: Secs(self.now_ms), message }
     }
 
     fn advance_to(&mut self, t: u64) {
         let start = *self.start_ms.get_or_insert(t);
         let dt = u128::from(t.saturating_sub(self.now_ms.max(start)));
-        let used: u64 = self
-            .state
-            .jobs()
-            .values()
-            .filter(|j| j.state.is_active())
-            .map(|j| j.gpus())
-            .sum();
+        let used: u64 = self.state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.gpus()).sum();
         let cap: u64 = self
             .state
             .nodes()
@@ -145,11 +132,7 @@ impl<'s> Engine<'s> {
     fn next_timer(&self) -> Option<u64> {
         let stop = self.stops.keys().next().map(|(t, _)| *t);
         let finish = self.work.values().filter_map(finish_at).min();
-        let waiting = self
-            .state
-            .jobs()
-            .values()
-            .any(|j| j.state == JobState::Pending);
+        let waiting = self.state.jobs().values().any(|j| j.state == JobState::Pending);
         let protection = waiting
             .then(|| {
                 self.state
@@ -165,10 +148,7 @@ impl<'s> Engine<'s> {
     }
 
     fn apply(&mut self, op: Op) -> Result<Outcome, String> {
-        let resp = self.state.apply(Command {
-            now_ms: self.now_ms,
-            op,
-        });
+        let resp = self.state.apply(Command { now_ms: self.now_ms, op });
         match resp {
             Ok(applied) => {
                 for e in &applied.events {
@@ -183,11 +163,7 @@ impl<'s> Engine<'s> {
     /// Keeps the simulator's work accounting and counters in step with what happened.
     fn observe(&mut self, e: &Event) {
         self.events.push(EventOut::of(e));
-        let Some(job) = e
-            .job
-            .as_ref()
-            .and_then(|n| self.state.job_by_name(n.as_str()))
-        else {
+        let Some(job) = e.job.as_ref().and_then(|n| self.state.job_by_name(n.as_str())) else {
             return;
         };
         let (id, has_checkpoint) = (job.id, job.has_checkpoint);
@@ -230,67 +206,41 @@ impl<'s> Engine<'s> {
     }
 
     fn refuse(&mut self, job: Option<Name>, message: String) {
-        self.events
-            .push(EventOut::refused(self.now_ms, job, message));
+        self.events.push(EventOut::refused(self.now_ms, job, message));
     }
 
     fn step(&mut self, step: &Step) {
         let result = match &step.action {
-            Action::Submit(sub) => self
-                .apply(Op::Submit {
-                    spec: sub.spec.clone(),
-                    request_id: None,
-                })
-                .map(|o| {
-                    if let Outcome::Submitted { job, .. } = o {
-                        let w = Work {
-                            duration_ms: sub.duration_ms,
-                            checkpoint_time_ms: sub.checkpoint_time_ms,
-                            ..Work::default()
-                        };
-                        self.work.insert(job, w);
-                    }
-                }),
+            Action::Submit(sub) => self.apply(Op::Submit { spec: sub.spec.clone(), request_id: None }).map(|o| {
+                if let Outcome::Submitted { job, .. } = o {
+                    let w = Work {
+                        duration_ms: sub.duration_ms,
+                        checkpoint_time_ms: sub.checkpoint_time_ms,
+                        ..Work::default()
+                    };
+                    self.work.insert(job, w);
+                }
+            }),
             Action::Finish(j) => self.exit(&j.v, 0),
             Action::Fail(j) => self.exit(&j.v, 1),
             Action::Cancel(j) => self.apply(Op::Cancel { job: j.v.clone() }).map(drop),
-            Action::Pause(j) => self
-                .apply(Op::Pause { job: j.v.clone() })
-                .map(|_| self.schedule_pause(&j.v)),
+            Action::Pause(j) => self.apply(Op::Pause { job: j.v.clone() }).map(|_| self.schedule_pause(&j.v)),
             Action::Resume(j) => self.apply(Op::Resume { job: j.v.clone() }).map(drop),
-            Action::NodeDown(n) => self
-                .apply(Op::SetNodeStatus {
-                    node: n.v.clone(),
-                    status: NodeStatus::Lost,
-                })
-                .map(drop),
-            Action::NodeUp(n) => self
-                .apply(Op::SetNodeStatus {
-                    node: n.v.clone(),
-                    status: NodeStatus::Ready,
-                })
-                .map(drop),
-            Action::Cordon(n) => self
-                .apply(Op::Cordon {
-                    node: n.v.clone(),
-                    cordoned: true,
-                })
-                .map(drop),
-            Action::Uncordon(n) => self
-                .apply(Op::Cordon {
-                    node: n.v.clone(),
-                    cordoned: false,
-                })
-                .map(drop),
+            Action::NodeDown(n) => {
+                self.apply(Op::SetNodeStatus { node: n.v.clone(), status: NodeStatus::Lost }).map(drop)
+            }
+            Action::NodeUp(n) => {
+                self.apply(Op::SetNodeStatus { node: n.v.clone(), status: NodeStatus::Ready }).map(drop)
+            }
+            Action::Cordon(n) => self.apply(Op::Cordon { node: n.v.clone(), cordoned: true }).map(drop),
+            Action::Uncordon(n) => self.apply(Op::Cordon { node: n.v.clone(), cordoned: false }).map(drop),
             Action::UpdateQueue(q, patch) => self.update_queue(&q.v, patch),
         };
         if let Err(why) = result {
             let job = match &step.action {
-                Action::Finish(j)
-                | Action::Fail(j)
-                | Action::Cancel(j)
-                | Action::Pause(j)
-                | Action::Resume(j) => Some(j.v.clone()),
+                Action::Finish(j) | Action::Fail(j) | Action::Cancel(j) | Action::Pause(j) | Action::Resume(j) => {
+                    Some(j.v.clone())
+                }
                 _ => None,
             };
             self.refuse(job, format!("{} refused: {why}", step.action.verb()));
@@ -303,21 +253,11 @@ impl<'s> Engine<'s> {
             return Err(format!("job {name} is {}, not running", job.state.as_str()));
         }
         let (job, attempt) = (job.id, job.attempt);
-        self.apply(Op::JobExited {
-            job,
-            attempt,
-            exit_code: code,
-        })
-        .map(drop)
+        self.apply(Op::JobExited { job, attempt, exit_code: code }).map(drop)
     }
 
     fn update_queue(&mut self, name: &Name, patch: &crate::yaml::Node) -> Result<(), String> {
-        let base = self
-            .state
-            .queues()
-            .get(name)
-            .cloned()
-            .ok_or("unknown queue")?;
+        let base = self.state.queues().get(name).cloned().ok_or("unknown queue")?;
         let cx = Cx { file: &self.s.file };
         let mut f = cx.map(patch, "update_queue").map_err(|e| e.to_string())?;
         let _ = f.opt("name");
@@ -335,10 +275,7 @@ impl<'s> Engine<'s> {
         }
         let ct = self.work.get(&job.id).map_or(0, |w| w.checkpoint_time_ms);
         let delay = ct.min(job.spec.grace_ms);
-        self.stops.insert(
-            (self.now_ms + delay, job.id),
-            (job.attempt, ct <= job.spec.grace_ms),
-        );
+        self.stops.insert((self.now_ms + delay, job.id), (job.attempt, ct <= job.spec.grace_ms));
     }
 
     /// A victim gets its signal: it stops after its checkpoint time, or at the end of grace.
@@ -353,13 +290,10 @@ impl<'s> Engine<'s> {
         let ct = self.work.get(&id).map_or(0, |w| w.checkpoint_time_ms);
         let (delay, checkpointed) = match mode {
             baton_model::job::PreemptionMode::Suspend => (0, false),
-            baton_model::job::PreemptionMode::Checkpoint => {
-                (ct.min(job.spec.grace_ms), ct <= job.spec.grace_ms)
-            }
+            baton_model::job::PreemptionMode::Checkpoint => (ct.min(job.spec.grace_ms), ct <= job.spec.grace_ms),
             _ => (ct.min(job.spec.grace_ms), false),
         };
-        self.stops
-            .insert((self.now_ms + delay, id), (job.attempt, checkpointed));
+        self.stops.insert((self.now_ms + delay, id), (job.attempt, checkpointed));
     }
 
     /// Jobs that reach their duration exit; victims whose time has come stop.
@@ -367,46 +301,26 @@ impl<'s> Engine<'s> {
         let mut fired = false;
         loop {
             let now = self.now_ms;
-            let done: Vec<JobId> = self
-                .work
-                .iter()
-                .filter(|(_, w)| finish_at(w).is_some_and(|t| t <= now))
-                .map(|(id, _)| *id)
-                .collect();
-            let due: Vec<((u64, JobId), (u32, bool))> = self
-                .stops
-                .range(..=(now, JobId::MAX))
-                .map(|(k, v)| (*k, *v))
-                .collect();
+            let done: Vec<JobId> =
+                self.work.iter().filter(|(_, w)| finish_at(w).is_some_and(|t| t <= now)).map(|(id, _)| *id).collect();
+            let due: Vec<((u64, JobId), (u32, bool))> =
+                self.stops.range(..=(now, JobId::MAX)).map(|(k, v)| (*k, *v)).collect();
             if done.is_empty() && due.is_empty() {
                 return fired;
             }
             fired = true;
             for id in done {
                 let attempt = self.state.job(id).map_or(0, |j| j.attempt);
-                if self
-                    .apply(Op::JobExited {
-                        job: id,
-                        attempt,
-                        exit_code: 0,
-                    })
-                    .is_err()
-                {
+                if self.apply(Op::JobExited { job: id, attempt, exit_code: 0 }).is_err() {
                     self.work.entry(id).or_default().run_start = None;
                 }
             }
             for (key, (attempt, checkpointed)) in due {
                 self.stops.remove(&key);
-                let still = self
-                    .state
-                    .job(key.1)
-                    .is_some_and(|j| j.state == JobState::Preempting && j.attempt == attempt);
+                let still =
+                    self.state.job(key.1).is_some_and(|j| j.state == JobState::Preempting && j.attempt == attempt);
                 if still {
-                    let _ = self.apply(Op::JobStopped {
-                        job: key.1,
-                        attempt,
-                        checkpointed,
-                    });
+                    let _ = self.apply(Op::JobStopped { job: key.1, attempt, checkpointed });
                 }
             }
         }
@@ -439,10 +353,7 @@ impl<'s> Engine<'s> {
                         "TRACE t={} {} {} {:?}",
                         self.now_ms,
                         d.kind(),
-                        self.state
-                            .job(d.job())
-                            .map(|j| j.spec.name.to_string())
-                            .unwrap_or_default(),
+                        self.state.job(d.job()).map(|j| j.spec.name.to_string()).unwrap_or_default(),
                         d
                     );
                 }
@@ -454,11 +365,7 @@ impl<'s> Engine<'s> {
                         .iter()
                         .map(|(i, why)| {
                             let d = &decisions[*i as usize];
-                            let name = self
-                                .state
-                                .job(d.job())
-                                .map(|j| j.spec.name.to_string())
-                                .unwrap_or_default();
+                            let name = self.state.job(d.job()).map(|j| j.spec.name.to_string()).unwrap_or_default();
                             format!("{} {name}: {why}", d.kind())
                         })
                         .collect();
@@ -468,10 +375,7 @@ impl<'s> Engine<'s> {
                             format!(
                                 "{} {}",
                                 d.kind(),
-                                self.state
-                                    .job(d.job())
-                                    .map(|j| j.spec.name.to_string())
-                                    .unwrap_or_default()
+                                self.state.job(d.job()).map(|j| j.spec.name.to_string()).unwrap_or_default()
                             )
                         })
                         .collect();
@@ -487,9 +391,7 @@ impl<'s> Engine<'s> {
                 self.schedule_victim(v);
             }
         }
-        Err(self.internal(format!(
-            "no steady state after {MAX_CYCLES_PER_INSTANT} cycles"
-        )))
+        Err(self.internal(format!("no steady state after {MAX_CYCLES_PER_INSTANT} cycles")))
     }
 
     /// Guarantees that add up to more than a pool holds are honoured in cycle order only.
@@ -497,10 +399,7 @@ impl<'s> Engine<'s> {
         let l = self.state.ledger();
         for p in &l.pools {
             for k in p.oversubscribed() {
-                let h = |v| baton_model::quantity::Human {
-                    resource: l.kinds.name(k),
-                    value: v,
-                };
+                let h = |v| baton_model::quantity::Human { resource: l.kinds.name(k), value: v };
                 let w = format!(
                     "pool {}: queues are guaranteed {} {} but the pool has {}; guarantees are honoured in scheduling order",
                     p.name,
@@ -536,17 +435,10 @@ impl<'s> Engine<'s> {
 
     fn finish(mut self) -> (Report, Vec<Failure>, usize) {
         self.warn_oversubscribed();
-        let finished = self
-            .state
-            .jobs()
-            .values()
-            .filter(|j| matches!(j.state, JobState::Succeeded | JobState::Failed))
-            .count() as u64;
-        let utilization = if self.gpu_cap_ms == 0 {
-            0.0
-        } else {
-            self.gpu_used_ms as f64 / self.gpu_cap_ms as f64
-        };
+        let finished =
+            self.state.jobs().values().filter(|j| matches!(j.state, JobState::Succeeded | JobState::Failed)).count()
+                as u64;
+        let utilization = if self.gpu_cap_ms == 0 { 0.0 } else { self.gpu_used_ms as f64 / self.gpu_cap_ms as f64 };
         let summary = Summary {
             preemptions: self.preemptions,
             finished,
@@ -554,21 +446,9 @@ impl<'s> Engine<'s> {
             end: Secs(self.now_ms),
         };
         let name = self.s.name.clone().unwrap_or_else(|| {
-            std::path::Path::new(&self.s.file)
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default()
+            std::path::Path::new(&self.s.file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
         });
-        (
-            Report {
-                name,
-                warnings: self.warnings,
-                steps: self.steps,
-                summary,
-            },
-            self.failures,
-            self.checked,
-        )
+        (Report { name, warnings: self.warnings, steps: self.steps, summary }, self.failures, self.checked)
     }
 }
 

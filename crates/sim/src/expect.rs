@@ -21,13 +21,7 @@ pub struct Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "t={}s (line {}): {}",
-            Secs(self.at_ms),
-            self.line,
-            self.message
-        )
+        write!(f, "t={}s (line {}): {}", Secs(self.at_ms), self.line, self.message)
     }
 }
 
@@ -41,26 +35,14 @@ impl Checker {
     fn expect(&mut self, line: usize, ok: bool, message: impl FnOnce() -> String) {
         self.checked += 1;
         if !ok {
-            self.failures.push(Failure {
-                at_ms: self.at_ms,
-                line,
-                message: message(),
-            });
+            self.failures.push(Failure { at_ms: self.at_ms, line, message: message() });
         }
     }
 }
 
 /// Checks one block; returns how many things were checked and what failed.
-pub fn check(
-    e: &Expect,
-    state: &State,
-    victims: &BTreeMap<Name, Vec<Name>>,
-) -> (usize, Vec<Failure>) {
-    let mut c = Checker {
-        at_ms: e.at_ms,
-        checked: 0,
-        failures: Vec::new(),
-    };
+pub fn check(e: &Expect, state: &State, victims: &BTreeMap<Name, Vec<Name>>) -> (usize, Vec<Failure>) {
+    let mut c = Checker { at_ms: e.at_ms, checked: 0, failures: Vec::new() };
     for j in &e.jobs {
         let (name, want) = &j.v;
         match state.job_by_name(name.as_str()) {
@@ -74,28 +56,10 @@ pub fn check(
         let Some(got) = actual.get(name) else {
             continue;
         };
-        check_usage(
-            &mut c,
-            q.line,
-            &format!("queue {name}"),
-            &to_res(&got.usage),
-            &to_res(&got.nominal),
-            &want.total,
-        );
+        check_usage(&mut c, q.line, &format!("queue {name}"), &to_res(&got.usage), &to_res(&got.nominal), &want.total);
         for (pool, want) in &want.pools {
-            let (u, n) = got
-                .pools
-                .get(pool)
-                .map(|p| (to_res(&p.usage), to_res(&p.nominal)))
-                .unwrap_or_default();
-            check_usage(
-                &mut c,
-                q.line,
-                &format!("queue {name} in pool {pool}"),
-                &u,
-                &n,
-                want,
-            );
+            let (u, n) = got.pools.get(pool).map(|p| (to_res(&p.usage), to_res(&p.nominal))).unwrap_or_default();
+            check_usage(&mut c, q.line, &format!("queue {name} in pool {pool}"), &u, &n, want);
         }
     }
     for v in &e.victims_of {
@@ -105,39 +69,25 @@ pub fn check(
         got.dedup();
         let mut want = want.clone();
         want.sort();
-        c.expect(v.line, got == want, || {
-            format!(
-                "victims of {name} are {}, expected {}",
-                list(&got),
-                list(&want)
-            )
-        });
+        c.expect(v.line, got == want, || format!("victims of {name} are {}, expected {}", list(&got), list(&want)));
     }
     for v in &e.victims_count {
         let (name, want) = &v.v;
         let got = victims.get(name).map_or(0, Vec::len);
-        c.expect(v.line, got == *want as usize, || {
-            format!("{name} preempted {got} jobs so far, expected {want}")
-        });
+        c.expect(v.line, got == *want as usize, || format!("{name} preempted {got} jobs so far, expected {want}"));
     }
     for p in &e.placed_on {
         let (name, want) = &p.v;
-        let got: Vec<Name> = state
-            .job_by_name(name.as_str())
-            .map(|j| j.nodes().into_keys().collect())
-            .unwrap_or_default();
+        let got: Vec<Name> =
+            state.job_by_name(name.as_str()).map(|j| j.nodes().into_keys().collect()).unwrap_or_default();
         let mut want = want.clone();
         want.sort();
-        c.expect(p.line, got == want, || {
-            format!("{name} runs on {}, expected {}", list(&got), list(&want))
-        });
+        c.expect(p.line, got == want, || format!("{name} runs on {}, expected {}", list(&got), list(&want)));
     }
     for n in &e.counts {
         let (st, want) = n.v;
         let got = state.jobs().values().filter(|j| j.state == st).count();
-        c.expect(n.line, got == want as usize, || {
-            format!("{got} jobs are {}, expected {want}", st.as_str())
-        });
+        c.expect(n.line, got == want as usize, || format!("{got} jobs are {}, expected {want}", st.as_str()));
     }
     (c.checked, c.failures)
 }
@@ -155,48 +105,26 @@ fn check_job(c: &mut Checker, line: usize, state: &State, job: &Job, want: &JobE
     let name = &job.spec.name;
     if let Some(s) = want.state {
         c.expect(line, job.state == s, || {
-            format!(
-                "job {name}: state is {}, expected {}",
-                job.state.as_str(),
-                s.as_str()
-            )
+            format!("job {name}: state is {}, expected {}", job.state.as_str(), s.as_str())
         });
     }
     if let Some(g) = want.gpus {
-        c.expect(line, job.gpus() == g, || {
-            format!("job {name}: holds {} GPUs, expected {g}", job.gpus())
-        });
+        c.expect(line, job.gpus() == g, || format!("job {name}: holds {} GPUs, expected {g}", job.gpus()));
     }
     if let Some(a) = want.attempt {
-        c.expect(line, job.attempt == a, || {
-            format!("job {name}: attempt is {}, expected {a}", job.attempt)
-        });
+        c.expect(line, job.attempt == a, || format!("job {name}: attempt is {}, expected {a}", job.attempt));
     }
     if let Some(by) = &want.preempted_by {
-        let got = job
-            .preempted_by
-            .and_then(|p| state.job(p))
-            .map(|p| p.spec.name.clone());
+        let got = job.preempted_by.and_then(|p| state.job(p)).map(|p| p.spec.name.clone());
         let show = |n: &Option<Name>| n.as_ref().map_or("nobody".to_string(), Name::to_string);
-        c.expect(line, &got == by, || {
-            format!(
-                "job {name}: preempted by {}, expected {}",
-                show(&got),
-                show(by)
-            )
-        });
+        c.expect(line, &got == by, || format!("job {name}: preempted by {}, expected {}", show(&got), show(by)));
     }
     if let Some(p) = &want.pool {
-        let got = job
-            .replicas
-            .first()
-            .and_then(|r| state.nodes().get(&r.node))
-            .map(|n| n.spec.pool.clone());
+        let got = job.replicas.first().and_then(|r| state.nodes().get(&r.node)).map(|n| n.spec.pool.clone());
         c.expect(line, got.as_ref() == Some(p), || {
             format!(
                 "job {name}: pool is {}, expected {p}",
-                got.as_ref()
-                    .map_or("none (not placed)".into(), Name::to_string)
+                got.as_ref().map_or("none (not placed)".into(), Name::to_string)
             )
         });
     }
@@ -210,43 +138,24 @@ fn check_job(c: &mut Checker, line: usize, state: &State, job: &Job, want: &JobE
             }
             NodesExpect::Exact(m) => &got == m,
         };
-        c.expect(line, ok, || {
-            format!("job {name}: runs on {got:?}, expected {n:?}")
-        });
+        c.expect(line, ok, || format!("job {name}: runs on {got:?}, expected {n:?}"));
     }
     if let Some(q) = &want.queue {
-        c.expect(line, &job.spec.queue == q, || {
-            format!("job {name}: queue is {}, expected {q}", job.spec.queue)
-        });
+        c.expect(line, &job.spec.queue == q, || format!("job {name}: queue is {}, expected {q}", job.spec.queue));
     }
     if let Some(r) = &want.reason {
         c.expect(line, job.reason.contains(r.as_str()), || {
-            format!(
-                "job {name}: reason is {:?}, expected it to contain {r:?}",
-                job.reason
-            )
+            format!("job {name}: reason is {:?}, expected it to contain {r:?}", job.reason)
         });
     }
 }
 
-fn check_usage(
-    c: &mut Checker,
-    line: usize,
-    what: &str,
-    usage: &Resources,
-    nominal: &Resources,
-    want: &UsageExpect,
-) {
-    for (label, got, want) in [
-        ("usage", usage, &want.usage),
-        ("nominal", nominal, &want.nominal),
-    ] {
+fn check_usage(c: &mut Checker, line: usize, what: &str, usage: &Resources, nominal: &Resources, want: &UsageExpect) {
+    for (label, got, want) in [("usage", usage, &want.usage), ("nominal", nominal, &want.nominal)] {
         let Some(want) = want else { continue };
         for (k, v) in want.iter() {
             let g = got.get(k);
-            c.expect(line, g == v, || {
-                format!("{what}: {label} of {k} is {g}, expected {v}")
-            });
+            c.expect(line, g == v, || format!("{what}: {label} of {k} is {g}, expected {v}"));
         }
     }
 }

@@ -12,11 +12,7 @@ pub fn expand(pattern: &str) -> Result<Vec<String>, String> {
         .find(']')
         .map(|c| open + c)
         .ok_or_else(|| format!("host list {pattern:?} has an unclosed '['"))?;
-    let (head, body, tail) = (
-        &pattern[..open],
-        &pattern[open + 1..close],
-        &pattern[close + 1..],
-    );
+    let (head, body, tail) = (&pattern[..open], &pattern[open + 1..close], &pattern[close + 1..]);
     let rest = expand(tail)?;
     let mut out = Vec::new();
     for part in body.split(',') {
@@ -24,9 +20,7 @@ pub fn expand(pattern: &str) -> Result<Vec<String>, String> {
             for r in &rest {
                 out.push(format!("{head}{n}{r}"));
                 if out.len() > MAX_EXPANSION {
-                    return Err(format!(
-                        "host list {pattern:?} expands to more than {MAX_EXPANSION} names"
-                    ));
+                    return Err(format!("host list {pattern:?} expands to more than {MAX_EXPANSION} names"));
                 }
             }
         }
@@ -44,24 +38,13 @@ fn range(part: &str, pattern: &str) -> Result<Vec<String>, String> {
     {
         return Err(bad());
     }
-    let width = if lo.starts_with('0') && lo.len() > 1 {
-        lo.len()
-    } else {
-        0
-    };
-    let (a, b): (u64, u64) = (
-        lo.parse().map_err(|_| bad())?,
-        hi.parse().map_err(|_| bad())?,
-    );
+    let width = if lo.starts_with('0') && lo.len() > 1 { lo.len() } else { 0 };
+    let (a, b): (u64, u64) = (lo.parse().map_err(|_| bad())?, hi.parse().map_err(|_| bad())?);
     if a > b {
-        return Err(format!(
-            "host list {pattern:?}: range {part:?} goes backwards"
-        ));
+        return Err(format!("host list {pattern:?}: range {part:?} goes backwards"));
     }
     if b - a >= MAX_EXPANSION as u64 {
-        return Err(format!(
-            "host list {pattern:?} expands to more than {MAX_EXPANSION} names"
-        ));
+        return Err(format!("host list {pattern:?} expands to more than {MAX_EXPANSION} names"));
     }
     Ok((a..=b).map(|i| format!("{i:0width$}")).collect())
 }
@@ -74,14 +57,8 @@ mod tests {
     fn expands_ranges_lists_padding_and_groups() {
         assert_eq!(expand("n[1-4]").unwrap(), ["n1", "n2", "n3", "n4"]);
         assert_eq!(expand("n[1-2,7]").unwrap(), ["n1", "n2", "n7"]);
-        assert_eq!(
-            expand("gpu-[08-10]").unwrap(),
-            ["gpu-08", "gpu-09", "gpu-10"]
-        );
-        assert_eq!(
-            expand("r[1-2]n[1-2]").unwrap(),
-            ["r1n1", "r1n2", "r2n1", "r2n2"]
-        );
+        assert_eq!(expand("gpu-[08-10]").unwrap(), ["gpu-08", "gpu-09", "gpu-10"]);
+        assert_eq!(expand("r[1-2]n[1-2]").unwrap(), ["r1n1", "r1n2", "r2n1", "r2n2"]);
         assert_eq!(expand("linux").unwrap(), ["linux"]);
     }
 

@@ -50,9 +50,5 @@ pub fn run(file: &str, text: &str) -> Result<Outcome, Error> {
     let state = validate::configure(&scenario)?;
     validate::check_references(&scenario, &state)?;
     let (report, failures, checked) = engine::Engine::new(&scenario, state).run()?;
-    Ok(Outcome {
-        report,
-        failures,
-        checked,
-    })
+    Ok(Outcome { report, failures, checked })
 }

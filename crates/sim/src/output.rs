@@ -16,21 +16,13 @@ pub struct Secs(pub u64);
 
 impl Serialize for Secs {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.0 % 1000 == 0 {
-            s.serialize_u64(self.0 / 1000)
-        } else {
-            s.serialize_f64(self.0 as f64 / 1000.0)
-        }
+        if self.0 % 1000 == 0 { s.serialize_u64(self.0 / 1000) } else { s.serialize_f64(self.0 as f64 / 1000.0) }
     }
 }
 
 impl std::fmt::Display for Secs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0 % 1000 == 0 {
-            write!(f, "{}", self.0 / 1000)
-        } else {
-            write!(f, "{}", self.0 as f64 / 1000.0)
-        }
+        if self.0 % 1000 == 0 { write!(f, "{}", self.0 / 1000) } else { write!(f, "{}", self.0 as f64 / 1000.0) }
     }
 }
 
@@ -169,20 +161,13 @@ pub fn jobs(state: &State) -> BTreeMap<Name, JobOut> {
     let mut out = BTreeMap::new();
     for j in state.jobs().values() {
         let held = !j.replicas.is_empty();
-        let pool = j
-            .replicas
-            .first()
-            .and_then(|r| state.nodes().get(&r.node))
-            .map(|n| n.spec.pool.clone());
+        let pool = j.replicas.first().and_then(|r| state.nodes().get(&r.node)).map(|n| n.spec.pool.clone());
         let job = JobOut {
             state: j.state.as_str(),
             queue: j.spec.queue.clone(),
             attempt: j.attempt,
             reason: (!j.reason.is_empty()).then(|| j.reason.clone()),
-            preempted_by: j
-                .preempted_by
-                .and_then(|p| state.job(p))
-                .map(|p| p.spec.name.clone()),
+            preempted_by: j.preempted_by.and_then(|p| state.job(p)).map(|p| p.spec.name.clone()),
             nodes: held.then(|| j.nodes()),
             gpus: held.then(|| j.gpus()),
             pool,
@@ -200,42 +185,25 @@ pub fn queues(state: &State) -> BTreeMap<Name, QueueOut> {
         let mut nominal = Amounts::new();
         let mut pools = BTreeMap::new();
         for (p, pool) in l.pools.iter().enumerate() {
-            let (u, n) = (
-                l.kinds.resources(&q.usage[p]),
-                l.kinds.resources(&q.nominal[p]),
-            );
+            let (u, n) = (l.kinds.resources(&q.usage[p]), l.kinds.resources(&q.nominal[p]));
             if u.is_empty() && n.is_empty() {
                 continue;
             }
-            let amounts = |r: &baton_model::Resources| -> Amounts {
-                r.iter().map(|(k, v)| (k.to_string(), v)).collect()
-            };
+            let amounts =
+                |r: &baton_model::Resources| -> Amounts { r.iter().map(|(k, v)| (k.to_string(), v)).collect() };
             for (k, v) in u.iter() {
                 *usage.entry(k.to_string()).or_insert(0) += v;
             }
             for (k, v) in n.iter() {
                 *nominal.entry(k.to_string()).or_insert(0) += v;
             }
-            pools.insert(
-                pool.name.clone(),
-                PoolOut {
-                    usage: amounts(&u),
-                    nominal: amounts(&n),
-                },
-            );
+            pools.insert(pool.name.clone(), PoolOut { usage: amounts(&u), nominal: amounts(&n) });
         }
         // A resource with a guarantee shows 0 usage rather than nothing.
         for k in nominal.keys() {
             usage.entry(k.clone()).or_insert(0);
         }
-        out.insert(
-            q.name.clone(),
-            QueueOut {
-                usage,
-                nominal,
-                pools,
-            },
-        );
+        out.insert(q.name.clone(), QueueOut { usage, nominal, pools });
     }
     out
 }
@@ -249,41 +217,20 @@ fn amounts_text(a: &Amounts, of: &Amounts) -> String {
     }
     keys.iter()
         .map(|k| {
-            let h = |v: u64| {
-                Human {
-                    resource: k,
-                    value: v,
-                }
-                .to_string()
-            };
-            format!(
-                "{}/{} {k}",
-                h(a.get(*k).copied().unwrap_or(0)),
-                h(of.get(*k).copied().unwrap_or(0))
-            )
+            let h = |v: u64| Human { resource: k, value: v }.to_string();
+            format!("{}/{} {k}", h(a.get(*k).copied().unwrap_or(0)), h(of.get(*k).copied().unwrap_or(0)))
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 fn event_text(e: &EventOut) -> String {
-    let who = e
-        .job
-        .as_ref()
-        .or(e.node.as_ref())
-        .map(Name::to_string)
-        .unwrap_or_default();
+    let who = e.job.as_ref().or(e.node.as_ref()).map(Name::to_string).unwrap_or_default();
     let mut detail = e.message.clone();
     if let Some(nodes) = &e.nodes {
         let on: Vec<String> = nodes
             .iter()
-            .map(|(n, g)| {
-                if g.is_empty() {
-                    n.to_string()
-                } else {
-                    format!("{n}[gpu {}]", ranges(g))
-                }
-            })
+            .map(|(n, g)| if g.is_empty() { n.to_string() } else { format!("{n}[gpu {}]", ranges(g)) })
             .collect();
         detail = format!("{detail} on {}", on.join(" "));
     }
@@ -306,11 +253,8 @@ pub fn text(report: &Report) -> String {
         for e in &step.events {
             let _ = writeln!(out, "{}", event_text(e));
         }
-        let q: Vec<String> = step
-            .queues
-            .iter()
-            .map(|(n, q)| format!("{n} {}", amounts_text(&q.usage, &q.nominal)))
-            .collect();
+        let q: Vec<String> =
+            step.queues.iter().map(|(n, q)| format!("{n} {}", amounts_text(&q.usage, &q.nominal))).collect();
         let q = q.join("; ");
         if q != last_queues && !q.is_empty() {
             let _ = writeln!(out, "  queues: {q}");
@@ -346,11 +290,7 @@ fn ranges(gpus: &[u32]) -> String {
         while j + 1 < gpus.len() && gpus[j + 1] == gpus[j] + 1 {
             j += 1;
         }
-        parts.push(if i == j {
-            gpus[i].to_string()
-        } else {
-            format!("{}-{}", gpus[i], gpus[j])
-        });
+        parts.push(if i == j { gpus[i].to_string() } else { format!("{}-{}", gpus[i], gpus[j]) });
         i = j + 1;
     }
     parts.join(",")

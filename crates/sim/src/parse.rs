@@ -8,8 +8,7 @@ use baton_model::class::PriorityClass;
 use baton_model::name::Name;
 use baton_model::node::{DEFAULT_POOL, NodeSpec};
 use baton_model::queue::{
-    BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec,
-    ReclaimWithinCohort, WithinQueue,
+    BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, WithinQueue,
 };
 
 use crate::de::{Cx, Fields, InputError, R};
@@ -21,17 +20,11 @@ use crate::yaml::{self, Node};
 
 pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
     let cx = Cx { file };
-    let root = yaml::parse(text)
-        .map_err(|e| cx.err(e.line, "", format!("not valid YAML: {}", e.message)))?;
+    let root = yaml::parse(text).map_err(|e| cx.err(e.line, "", format!("not valid YAML: {}", e.message)))?;
     let root = root.ok_or_else(|| cx.err(1, "", "the file is empty"))?;
     let mut f = cx.map(&root, "")?;
     let name = f.opt("name").map(|n| cx.text(n, "name")).transpose()?;
-    let classes = list(
-        &cx,
-        f.opt("priority_classes"),
-        "priority_classes",
-        parse_class,
-    )?;
+    let classes = list(&cx, f.opt("priority_classes"), "priority_classes", parse_class)?;
     let nodes = match f.opt("nodes") {
         Some(n) => parse_nodes(&cx, n)?,
         None => Vec::new(),
@@ -48,24 +41,10 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
         return Err(cx.err(root.line, "nodes", "a scenario needs at least one node"));
     }
     let expect = expect.into_iter().map(|e| e.v).collect();
-    Ok(Scenario {
-        file: file.to_string(),
-        name,
-        classes,
-        nodes,
-        cohorts,
-        queues,
-        timeline,
-        expect,
-    })
+    Ok(Scenario { file: file.to_string(), name, classes, nodes, cohorts, queues, timeline, expect })
 }
 
-fn list<T>(
-    cx: &Cx,
-    node: Option<&Node>,
-    path: &str,
-    each: impl Fn(&Cx, &Node, &str) -> R<T>,
-) -> R<Vec<At<T>>> {
+fn list<T>(cx: &Cx, node: Option<&Node>, path: &str, each: impl Fn(&Cx, &Node, &str) -> R<T>) -> R<Vec<At<T>>> {
     let Some(node) = node else {
         return Ok(Vec::new());
     };
@@ -75,11 +54,7 @@ fn list<T>(
         .enumerate()
         .map(|(i, n)| {
             let p = format!("{path}[{i}]");
-            Ok(At {
-                v: each(cx, n, &p)?,
-                line: n.line,
-                path: p,
-            })
+            Ok(At { v: each(cx, n, &p)?, line: n.line, path: p })
         })
         .collect()
 }
@@ -87,18 +62,10 @@ fn list<T>(
 /// One of a fixed set of words.
 pub fn choice<T: Copy>(cx: &Cx, node: &Node, path: &str, options: &[(&str, T)]) -> R<T> {
     let t = cx.text(node, path)?;
-    options
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(&t))
-        .map(|(_, v)| *v)
-        .ok_or_else(|| {
-            let names: Vec<&str> = options.iter().map(|(k, _)| *k).collect();
-            cx.err(
-                node.line,
-                path,
-                format!("{t:?} is not one of: {}", names.join(", ")),
-            )
-        })
+    options.iter().find(|(k, _)| k.eq_ignore_ascii_case(&t)).map(|(_, v)| *v).ok_or_else(|| {
+        let names: Vec<&str> = options.iter().map(|(k, _)| *k).collect();
+        cx.err(node.line, path, format!("{t:?} is not one of: {}", names.join(", ")))
+    })
 }
 
 fn parse_class(cx: &Cx, node: &Node, path: &str) -> R<PriorityClass> {
@@ -106,18 +73,13 @@ fn parse_class(cx: &Cx, node: &Node, path: &str) -> R<PriorityClass> {
     let name = cx.name(f.req("name")?, &f.field_path("name"))?;
     let vnode = f.req("value")?;
     let value = cx.int(vnode, &f.field_path("value"))?;
-    let value = i32::try_from(value)
-        .map_err(|_| cx.err(vnode.line, &f.field_path("value"), "out of range"))?;
+    let value = i32::try_from(value).map_err(|_| cx.err(vnode.line, &f.field_path("value"), "out of range"))?;
     let preemptible = match f.opt("preemptible") {
         Some(n) => cx.boolean(n, &f.field_path("preemptible"))?,
         None => true,
     };
     f.finish()?;
-    Ok(PriorityClass {
-        name,
-        value,
-        preemptible,
-    })
+    Ok(PriorityClass { name, value, preemptible })
 }
 
 fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
@@ -127,16 +89,12 @@ fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
         let mut f = cx.map(n, &path)?;
         let name_node = f.req("name")?;
         let pattern = cx.text(name_node, &f.field_path("name"))?;
-        let names = hostlist::expand(&pattern)
-            .map_err(|e| cx.err(name_node.line, &f.field_path("name"), e))?;
+        let names = hostlist::expand(&pattern).map_err(|e| cx.err(name_node.line, &f.field_path("name"), e))?;
         let pool = match f.opt("pool") {
             Some(p) => cx.name(p, &f.field_path("pool"))?,
             None => Name::lit(DEFAULT_POOL),
         };
-        let rack = f
-            .opt("rack")
-            .map(|r| cx.name(r, &f.field_path("rack")))
-            .transpose()?;
+        let rack = f.opt("rack").map(|r| cx.name(r, &f.field_path("rack"))).transpose()?;
         let labels = match f.opt("labels") {
             Some(l) => labels(cx, l, &f.field_path("labels"))?,
             None => BTreeMap::new(),
@@ -144,8 +102,7 @@ fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
         let resources = cx.resources(f.req("resources")?, &f.field_path("resources"))?;
         f.finish()?;
         for name in names {
-            let name = Name::new(name)
-                .map_err(|e| cx.err(name_node.line, &format!("{path}.name"), e.to_string()))?;
+            let name = Name::new(name).map_err(|e| cx.err(name_node.line, &format!("{path}.name"), e.to_string()))?;
             let spec = NodeSpec {
                 name,
                 pool: pool.clone(),
@@ -154,11 +111,7 @@ fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
                 resources: resources.clone(),
                 gpus: Vec::new(),
             };
-            out.push(At {
-                v: spec,
-                line: n.line,
-                path: path.clone(),
-            });
+            out.push(At { v: spec, line: n.line, path: path.clone() });
         }
     }
     Ok(out)
@@ -176,20 +129,13 @@ fn labels(cx: &Cx, node: &Node, path: &str) -> R<BTreeMap<String, String>> {
 fn parse_cohort(cx: &Cx, node: &Node, path: &str) -> R<Cohort> {
     let mut f = cx.map(node, path)?;
     let name = cx.name(f.req("name")?, &f.field_path("name"))?;
-    let parent = f
-        .opt("parent")
-        .map(|p| cx.name(p, &f.field_path("parent")))
-        .transpose()?;
+    let parent = f.opt("parent").map(|p| cx.name(p, &f.field_path("parent"))).transpose()?;
     let fair_sharing = match f.opt("fair_sharing") {
         Some(n) => cx.boolean(n, &f.field_path("fair_sharing"))?,
         None => false,
     };
     f.finish()?;
-    Ok(Cohort {
-        name,
-        parent,
-        fair_sharing,
-    })
+    Ok(Cohort { name, parent, fair_sharing })
 }
 
 fn parse_queue(cx: &Cx, node: &Node, path: &str) -> R<QueueSpec> {
@@ -235,19 +181,12 @@ pub fn queue_fields(cx: &Cx, f: &mut Fields, mut q: QueueSpec) -> R<QueueSpec> {
     if let Some(n) = f.opt("weight") {
         let w = cx.number(n, &f.field_path("weight"))?;
         if w < 0.0 {
-            return Err(cx.err(
-                n.line,
-                &f.field_path("weight"),
-                format!("{w} is negative; a weight is >= 0"),
-            ));
+            return Err(cx.err(n.line, &f.field_path("weight"), format!("{w} is negative; a weight is >= 0")));
         }
         q.weight = w;
     }
     if let Some(n) = f.opt("ordering") {
-        let opts = [
-            ("BestEffortFIFO", QueueOrdering::BestEffortFIFO),
-            ("StrictFIFO", QueueOrdering::StrictFIFO),
-        ];
+        let opts = [("BestEffortFIFO", QueueOrdering::BestEffortFIFO), ("StrictFIFO", QueueOrdering::StrictFIFO)];
         q.ordering = choice(cx, n, &f.field_path("ordering"), &opts)?;
     }
     if let Some(n) = f.opt("preemption") {
@@ -266,33 +205,13 @@ fn pool_quotas(cx: &Cx, node: &Node, path: &str) -> R<BTreeMap<Name, PoolQuota>>
             Some(x) => cx.resources(x, &f.field_path("nominal"))?,
             None => Default::default(),
         };
-        let borrow_limit = f
-            .opt("borrow_limit")
-            .map(|x| cx.limits(x, &f.field_path("borrow_limit")))
-            .transpose()?
-            .unwrap_or_default();
-        let lend_limit = f
-            .opt("lend_limit")
-            .map(|x| cx.limits(x, &f.field_path("lend_limit")))
-            .transpose()?
-            .unwrap_or_default();
+        let borrow_limit =
+            f.opt("borrow_limit").map(|x| cx.limits(x, &f.field_path("borrow_limit"))).transpose()?.unwrap_or_default();
+        let lend_limit =
+            f.opt("lend_limit").map(|x| cx.limits(x, &f.field_path("lend_limit"))).transpose()?.unwrap_or_default();
         f.finish()?;
-        if out
-            .insert(
-                pool.clone(),
-                PoolQuota {
-                    nominal,
-                    borrow_limit,
-                    lend_limit,
-                },
-            )
-            .is_some()
-        {
-            return Err(cx.err(
-                n.line,
-                &format!("{p}.pool"),
-                format!("pool {pool} appears twice"),
-            ));
+        if out.insert(pool.clone(), PoolQuota { nominal, borrow_limit, lend_limit }).is_some() {
+            return Err(cx.err(n.line, &format!("{p}.pool"), format!("pool {pool} appears twice")));
         }
     }
     Ok(out)
@@ -304,10 +223,7 @@ fn preemption(cx: &Cx, node: &Node, path: &str, mut p: PreemptionPolicy) -> R<Pr
         let opts = [
             ("Never", WithinQueue::Never),
             ("LowerPriority", WithinQueue::LowerPriority),
-            (
-                "LowerOrNewerEqualPriority",
-                WithinQueue::LowerOrNewerEqualPriority,
-            ),
+            ("LowerOrNewerEqualPriority", WithinQueue::LowerOrNewerEqualPriority),
         ];
         p.within_queue = choice(cx, n, &f.field_path("within_queue"), &opts)?;
     }
@@ -320,8 +236,7 @@ fn preemption(cx: &Cx, node: &Node, path: &str, mut p: PreemptionPolicy) -> R<Pr
         p.reclaim_within_cohort = choice(cx, n, &f.field_path("reclaim_within_cohort"), &opts)?;
     }
     if let Some(n) = f.opt("borrow_within_cohort") {
-        p.borrow_within_cohort =
-            borrow_within_cohort(cx, n, &f.field_path("borrow_within_cohort"))?;
+        p.borrow_within_cohort = borrow_within_cohort(cx, n, &f.field_path("borrow_within_cohort"))?;
     }
     f.finish()?;
     Ok(p)
@@ -334,34 +249,22 @@ fn borrow_within_cohort(cx: &Cx, node: &Node, path: &str) -> R<Option<BorrowWith
             _ => Err(cx.err(
                 node.line,
                 path,
-                format!(
-                    "{t:?}: expected Never or {{policy: LowerPriority, max_priority_threshold: N}}"
-                ),
+                format!("{t:?}: expected Never or {{policy: LowerPriority, max_priority_threshold: N}}"),
             )),
         };
     }
     let mut f = cx.map(node, path)?;
-    let policy = choice(
-        cx,
-        f.req("policy")?,
-        &f.field_path("policy"),
-        &[("Never", false), ("LowerPriority", true)],
-    )?;
+    let policy = choice(cx, f.req("policy")?, &f.field_path("policy"), &[("Never", false), ("LowerPriority", true)])?;
     let threshold = match f.opt("max_priority_threshold") {
         Some(n) => {
             let v = cx.int(n, &f.field_path("max_priority_threshold"))?;
-            Some(i32::try_from(v).map_err(|_| {
-                cx.err(
-                    n.line,
-                    &f.field_path("max_priority_threshold"),
-                    "out of range",
-                )
-            })?)
+            Some(
+                i32::try_from(v)
+                    .map_err(|_| cx.err(n.line, &f.field_path("max_priority_threshold"), "out of range"))?,
+            )
         }
         None => None,
     };
     f.finish()?;
-    Ok(policy.then_some(BorrowWithinCohort {
-        max_priority_threshold: threshold,
-    }))
+    Ok(policy.then_some(BorrowWithinCohort { max_priority_threshold: threshold }))
 }

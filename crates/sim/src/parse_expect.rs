@@ -12,11 +12,7 @@ use crate::yaml::{Node, Yaml};
 pub fn parse_expect(cx: &Cx, node: &Node, path: &str) -> R<Expect> {
     let mut f = cx.map(node, path)?;
     let at_ms = cx.seconds(f.req("at")?, &f.field_path("at"))?;
-    let mut e = Expect {
-        at_ms,
-        line: node.line,
-        ..Default::default()
-    };
+    let mut e = Expect { at_ms, line: node.line, ..Default::default() };
     if let Some(n) = f.opt("jobs") {
         e.jobs = keyed(cx, n, &f.field_path("jobs"), job_expect)?;
     }
@@ -24,14 +20,10 @@ pub fn parse_expect(cx: &Cx, node: &Node, path: &str) -> R<Expect> {
         e.queues = keyed(cx, n, &f.field_path("queues"), queue_expect)?;
     }
     if let Some(n) = f.opt("victims_of") {
-        e.victims_of = keyed(cx, n, &f.field_path("victims_of"), |cx, n, p| {
-            cx.names(n, p)
-        })?;
+        e.victims_of = keyed(cx, n, &f.field_path("victims_of"), |cx, n, p| cx.names(n, p))?;
     }
     if let Some(n) = f.opt("victims_count") {
-        e.victims_count = keyed(cx, n, &f.field_path("victims_count"), |cx, n, p| {
-            cx.count(n, p)
-        })?;
+        e.victims_count = keyed(cx, n, &f.field_path("victims_count"), |cx, n, p| cx.count(n, p))?;
     }
     if let Some(n) = f.opt("placed_on") {
         e.placed_on = keyed(cx, n, &f.field_path("placed_on"), |cx, n, p| cx.names(n, p))?;
@@ -41,13 +33,8 @@ pub fn parse_expect(cx: &Cx, node: &Node, path: &str) -> R<Expect> {
         let mut cf = cx.map(n, &p)?;
         for (k, line, v) in cf.take_all() {
             let kp = format!("{p}.{k}");
-            let state = JobState::parse(&k)
-                .ok_or_else(|| cx.err(line, &kp, format!("{k:?} is not a job state")))?;
-            e.counts.push(At {
-                v: (state, cx.count(v, &kp)?),
-                line,
-                path: kp,
-            });
+            let state = JobState::parse(&k).ok_or_else(|| cx.err(line, &kp, format!("{k:?} is not a job state")))?;
+            e.counts.push(At { v: (state, cx.count(v, &kp)?), line, path: kp });
         }
     }
     f.finish()?;
@@ -55,22 +42,13 @@ pub fn parse_expect(cx: &Cx, node: &Node, path: &str) -> R<Expect> {
 }
 
 /// A mapping from names to expectations about them.
-fn keyed<T>(
-    cx: &Cx,
-    node: &Node,
-    path: &str,
-    each: impl Fn(&Cx, &Node, &str) -> R<T>,
-) -> R<Vec<At<(Name, T)>>> {
+fn keyed<T>(cx: &Cx, node: &Node, path: &str, each: impl Fn(&Cx, &Node, &str) -> R<T>) -> R<Vec<At<(Name, T)>>> {
     let mut f = cx.map(node, path)?;
     let mut out = Vec::new();
     for (k, line, v) in f.take_all() {
         let p = format!("{path}.{k}");
         let name = Name::new(k).map_err(|e| cx.err(line, &p, e.to_string()))?;
-        out.push(At {
-            v: (name, each(cx, v, &p)?),
-            line,
-            path: p,
-        });
+        out.push(At { v: (name, each(cx, v, &p)?), line, path: p });
     }
     Ok(out)
 }
@@ -80,13 +58,10 @@ fn job_expect(cx: &Cx, node: &Node, path: &str) -> R<JobExpect> {
     let mut j = JobExpect::default();
     if let Some(n) = f.opt("state") {
         let t = cx.text(n, &f.field_path("state"))?;
-        j.state = Some(JobState::parse(&t).ok_or_else(|| {
-            cx.err(
-                n.line,
-                &f.field_path("state"),
-                format!("{t:?} is not a job state"),
-            )
-        })?);
+        j.state = Some(
+            JobState::parse(&t)
+                .ok_or_else(|| cx.err(n.line, &f.field_path("state"), format!("{t:?} is not a job state")))?,
+        );
     }
     if let Some(n) = f.opt("gpus") {
         j.gpus = Some(u64::from(cx.count(n, &f.field_path("gpus"))?));
@@ -95,11 +70,7 @@ fn job_expect(cx: &Cx, node: &Node, path: &str) -> R<JobExpect> {
         j.attempt = Some(cx.count(n, &f.field_path("attempt"))?);
     }
     if f.has("preempted_by") {
-        j.preempted_by = Some(
-            f.opt("preempted_by")
-                .map(|n| cx.name(n, &f.field_path("preempted_by")))
-                .transpose()?,
-        );
+        j.preempted_by = Some(f.opt("preempted_by").map(|n| cx.name(n, &f.field_path("preempted_by"))).transpose()?);
     }
     if let Some(n) = f.opt("pool") {
         j.pool = Some(cx.name(n, &f.field_path("pool"))?);
@@ -126,25 +97,15 @@ fn nodes_expect(cx: &Cx, node: &Node, path: &str) -> R<NodesExpect> {
     for (k, line, v) in f.take_all() {
         let p = format!("{path}.{k}");
         let name = Name::new(k).map_err(|e| cx.err(line, &p, e.to_string()))?;
-        let gpus = cx
-            .seq(v, &p)?
-            .iter()
-            .map(|g| cx.count(g, &p))
-            .collect::<R<Vec<u32>>>()?;
+        let gpus = cx.seq(v, &p)?.iter().map(|g| cx.count(g, &p)).collect::<R<Vec<u32>>>()?;
         m.insert(name, gpus);
     }
     Ok(NodesExpect::Exact(m))
 }
 
 fn usage_expect(cx: &Cx, f: &mut crate::de::Fields) -> R<UsageExpect> {
-    let usage = f
-        .opt("usage")
-        .map(|n| cx.resources(n, &f.field_path("usage")))
-        .transpose()?;
-    let nominal = f
-        .opt("nominal")
-        .map(|n| cx.resources(n, &f.field_path("nominal")))
-        .transpose()?;
+    let usage = f.opt("usage").map(|n| cx.resources(n, &f.field_path("usage"))).transpose()?;
+    let nominal = f.opt("nominal").map(|n| cx.resources(n, &f.field_path("nominal"))).transpose()?;
     Ok(UsageExpect { usage, nominal })
 }
 

@@ -46,11 +46,7 @@ pub fn parse_timeline(cx: &Cx, node: &Node) -> R<Vec<Step>> {
 }
 
 fn secs(ms: u64) -> String {
-    if ms % 1000 == 0 {
-        (ms / 1000).to_string()
-    } else {
-        format!("{}", ms as f64 / 1000.0)
-    }
+    if ms % 1000 == 0 { (ms / 1000).to_string() } else { format!("{}", ms as f64 / 1000.0) }
 }
 
 fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
@@ -61,23 +57,14 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
         let msg = format!(
             "a step does exactly one of: {} (found {})",
             VERBS.join(", "),
-            if present.is_empty() {
-                "none".into()
-            } else {
-                present.join(", ")
-            }
+            if present.is_empty() { "none".into() } else { present.join(", ") }
         );
         return Err(cx.err(node.line, path, msg));
     }
     let verb = present[0];
     let vpath = f.field_path(verb);
-    let target = |cx: &Cx, n: &Node| -> R<At<Name>> {
-        Ok(At {
-            v: cx.name(n, &vpath)?,
-            line: n.line,
-            path: vpath.clone(),
-        })
-    };
+    let target =
+        |cx: &Cx, n: &Node| -> R<At<Name>> { Ok(At { v: cx.name(n, &vpath)?, line: n.line, path: vpath.clone() }) };
     let action = match verb {
         "submit" => Action::Submit(Box::new(parse_submit(cx, f.req("submit")?, &vpath)?)),
         "finish" => Action::Finish(target(cx, f.req("finish")?)?),
@@ -99,11 +86,7 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
                 path: uf.field_path("name"),
             };
             // Check the fields now against a blank queue, so bad input stops the run before it starts.
-            crate::parse::queue_fields(
-                cx,
-                &mut uf,
-                baton_model::queue::QueueSpec::named(name.v.as_str()),
-            )?;
+            crate::parse::queue_fields(cx, &mut uf, baton_model::queue::QueueSpec::named(name.v.as_str()))?;
             uf.finish()?;
             Action::UpdateQueue(name, n.clone())
         }
@@ -113,12 +96,7 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
         let _ = f.opt(v);
     }
     f.finish()?;
-    Ok(Step {
-        at_ms,
-        line: node.line,
-        path: path.to_string(),
-        action,
-    })
+    Ok(Step { at_ms, line: node.line, path: path.to_string(), action })
 }
 
 /// A job as a scenario's `submit` (and `baton submit -f job.yaml`) writes it.
@@ -132,17 +110,11 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         None => (PriorityRef::Class(Name::lit("train")), f.line),
     };
     let tasks = tasks(cx, &mut f)?;
-    let pools = f
-        .opt("pools")
-        .map(|n| cx.names(n, &f.field_path("pools")))
-        .transpose()?;
+    let pools = f.opt("pools").map(|n| cx.names(n, &f.field_path("pools"))).transpose()?;
     let topology = match f.opt("topology") {
-        Some(n) => Some(choice(
-            cx,
-            n,
-            &f.field_path("topology"),
-            &[("node", Topology::Node), ("rack", Topology::Rack)],
-        )?),
+        Some(n) => {
+            Some(choice(cx, n, &f.field_path("topology"), &[("node", Topology::Node), ("rack", Topology::Rack)])?)
+        }
         None => None,
     };
     let modes = [
@@ -182,10 +154,8 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         }
         None => BTreeMap::new(),
     };
-    let checkpoint_signal = f
-        .opt("checkpoint_signal")
-        .map(|n| cx.text(n, &f.field_path("checkpoint_signal")))
-        .transpose()?;
+    let checkpoint_signal =
+        f.opt("checkpoint_signal").map(|n| cx.text(n, &f.field_path("checkpoint_signal"))).transpose()?;
     f.finish()?;
     let spec = JobSpec {
         name,
@@ -201,13 +171,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         env,
         checkpoint_signal,
     };
-    Ok(Submit {
-        spec,
-        duration_ms,
-        checkpoint_time_ms,
-        queue_line: qnode.line,
-        priority_line,
-    })
+    Ok(Submit { spec, duration_ms, checkpoint_time_ms, queue_line: qnode.line, priority_line })
 }
 
 /// A class name, or an integer (then the job is preemptible).
@@ -215,8 +179,7 @@ fn priority(cx: &Cx, node: &Node, path: &str) -> R<PriorityRef> {
     if let Yaml::Scalar { text, plain: true } = &node.v
         && let Ok(v) = text.parse::<i64>()
     {
-        let v = i32::try_from(v)
-            .map_err(|_| cx.err(node.line, path, format!("{v} is out of range")))?;
+        let v = i32::try_from(v).map_err(|_| cx.err(node.line, path, format!("{v} is out of range")))?;
         return Ok(PriorityRef::Value(v));
     }
     Ok(PriorityRef::Class(cx.name(node, path)?))
@@ -225,11 +188,7 @@ fn priority(cx: &Cx, node: &Node, path: &str) -> R<PriorityRef> {
 fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<Vec<TaskSpec>> {
     let short = f.has("resources") || f.has("replicas");
     if short && f.has("tasks") {
-        return Err(cx.err(
-            f.line,
-            &f.field_path("tasks"),
-            "use either resources/replicas or tasks, not both",
-        ));
+        return Err(cx.err(f.line, &f.field_path("tasks"), "use either resources/replicas or tasks, not both"));
     }
     if let Some(n) = f.opt("tasks") {
         let p = f.field_path("tasks");
@@ -243,24 +202,12 @@ fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<Vec<TaskSpec>> {
                 None => 1,
             };
             let resources = cx.resources(tf.req("resources")?, &tf.field_path("resources"))?;
-            let pools = tf
-                .opt("pools")
-                .map(|x| cx.names(x, &tf.field_path("pools")))
-                .transpose()?;
+            let pools = tf.opt("pools").map(|x| cx.names(x, &tf.field_path("pools"))).transpose()?;
             tf.finish()?;
             if replicas == 0 {
-                return Err(cx.err(
-                    t.line,
-                    &format!("{tp}.replicas"),
-                    "a task needs at least one replica",
-                ));
+                return Err(cx.err(t.line, &format!("{tp}.replicas"), "a task needs at least one replica"));
             }
-            out.push(TaskSpec {
-                name,
-                replicas,
-                resources,
-                pools,
-            });
+            out.push(TaskSpec { name, replicas, resources, pools });
         }
         if out.is_empty() {
             return Err(cx.err(n.line, &p, "a job needs at least one task"));
@@ -268,32 +215,19 @@ fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<Vec<TaskSpec>> {
         return Ok(out);
     }
     let line = f.line;
-    let rnode = f.opt("resources").ok_or_else(|| {
-        cx.err(
-            line,
-            &f.field_path("resources"),
-            "a job needs resources (or tasks)",
-        )
-    })?;
+    let rnode = f
+        .opt("resources")
+        .ok_or_else(|| cx.err(line, &f.field_path("resources"), "a job needs resources (or tasks)"))?;
     let resources = cx.resources(rnode, &f.field_path("resources"))?;
     let replicas = match f.opt("replicas") {
         Some(r) => {
             let v = cx.count(r, &f.field_path("replicas"))?;
             if v == 0 {
-                return Err(cx.err(
-                    r.line,
-                    &f.field_path("replicas"),
-                    "a job needs at least one replica",
-                ));
+                return Err(cx.err(r.line, &f.field_path("replicas"), "a job needs at least one replica"));
             }
             v
         }
         None => 1,
     };
-    Ok(vec![TaskSpec {
-        name: Name::lit("main"),
-        replicas,
-        resources,
-        pools: None,
-    }])
+    Ok(vec![TaskSpec { name: Name::lit("main"), replicas, resources, pools: None }])
 }

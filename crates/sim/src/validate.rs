@@ -17,48 +17,23 @@ pub fn configure(s: &Scenario) -> Result<State, InputError> {
     let cx = Cx { file: &s.file };
     let mut state = State::new();
     let apply = |state: &mut State, op: Op, line: usize, path: &str| -> R<()> {
-        state
-            .apply(Command { now_ms: 0, op })
-            .map(|_| ())
-            .map_err(|e| cx.err(line, path, e.to_string()))
+        state.apply(Command { now_ms: 0, op }).map(|_| ()).map_err(|e| cx.err(line, path, e.to_string()))
     };
-    unique(
-        &cx,
-        s.classes.iter().map(|c| (&c.v.name, c.line, &c.path)),
-        "priority class",
-    )?;
+    unique(&cx, s.classes.iter().map(|c| (&c.v.name, c.line, &c.path)), "priority class")?;
     for c in &s.classes {
         apply(&mut state, Op::PutClass(c.v.clone()), c.line, &c.path)?;
     }
-    unique(
-        &cx,
-        s.nodes.iter().map(|n| (&n.v.name, n.line, &n.path)),
-        "node",
-    )?;
-    for n in &s.nodes {
-        apply(&mut state, Op::RegisterNode(n.v.clone()), n.line, &n.path)?;
-    }
-    unique(
-        &cx,
-        s.cohorts.iter().map(|c| (&c.v.name, c.line, &c.path)),
-        "cohort",
-    )?;
+    unique(&cx, s.nodes.iter().map(|n| (&n.v.name, n.line, &n.path)), "node")?;
+    register_nodes(&cx, s, &mut state)?;
+    unique(&cx, s.cohorts.iter().map(|c| (&c.v.name, c.line, &c.path)), "cohort")?;
     configure_cohorts(&cx, s, &mut state)?;
-    unique(
-        &cx,
-        s.queues.iter().map(|q| (&q.v.name, q.line, &q.path)),
-        "queue",
-    )?;
+    unique(&cx, s.queues.iter().map(|q| (&q.v.name, q.line, &q.path)), "queue")?;
     let pools: BTreeSet<&Name> = s.nodes.iter().map(|n| &n.v.pool).collect();
     for q in &s.queues {
         if let Some(c) = &q.v.cohort
             && !s.cohorts.iter().any(|x| &x.v.name == c)
         {
-            return Err(cx.err(
-                q.line,
-                &format!("{}.cohort", q.path),
-                format!("cohort {c} is not defined"),
-            ));
+            return Err(cx.err(q.line, &format!("{}.cohort", q.path), format!("cohort {c} is not defined")));
         }
         if let Some(p) = q.v.quotas.keys().find(|p| !pools.contains(p)) {
             return Err(cx.err(
@@ -72,19 +47,28 @@ pub fn configure(s: &Scenario) -> Result<State, InputError> {
     Ok(state)
 }
 
-fn unique<'a>(
-    cx: &Cx,
-    items: impl Iterator<Item = (&'a Name, usize, &'a String)>,
-    kind: &str,
-) -> R<()> {
+/// Nodes go in bulk (one ledger rebuild per chunk); if a chunk is refused, the nodes are
+/// tried one by one on a scratch copy to name the line at fault.
+fn register_nodes(cx: &Cx, s: &Scenario, state: &mut State) -> R<()> {
+    for chunk in s.nodes.chunks(baton_model::limits::MAX_NODES_PER_COMMAND) {
+        let specs = chunk.iter().map(|n| n.v.clone()).collect();
+        let Err(bulk) = state.apply(Command { now_ms: 0, op: Op::RegisterNodes(specs) }) else { continue };
+        let mut scratch = state.clone();
+        for n in chunk {
+            if let Err(e) = scratch.apply(Command { now_ms: 0, op: Op::RegisterNode(n.v.clone()) }) {
+                return Err(cx.err(n.line, &n.path, e.to_string()));
+            }
+        }
+        return Err(cx.err(chunk[0].line, "nodes", bulk.to_string()));
+    }
+    Ok(())
+}
+
+fn unique<'a>(cx: &Cx, items: impl Iterator<Item = (&'a Name, usize, &'a String)>, kind: &str) -> R<()> {
     let mut seen = BTreeSet::new();
     for (name, line, path) in items {
         if !seen.insert(name) {
-            return Err(cx.err(
-                line,
-                &format!("{path}.name"),
-                format!("{kind} {name} is defined twice"),
-            ));
+            return Err(cx.err(line, &format!("{path}.name"), format!("{kind} {name} is defined twice")));
         }
     }
     Ok(())
@@ -97,15 +81,10 @@ fn configure_cohorts(cx: &Cx, s: &Scenario, state: &mut State) -> R<()> {
         let before = left.len();
         let mut rest = Vec::new();
         for c in left {
-            let ready =
-                c.v.parent
-                    .as_ref()
-                    .is_none_or(|p| state.cohorts().contains_key(p));
+            let ready = c.v.parent.as_ref().is_none_or(|p| state.cohorts().contains_key(p));
             if ready {
                 let op = Op::PutCohort(c.v.clone());
-                state
-                    .apply(Command { now_ms: 0, op })
-                    .map_err(|e| cx.err(c.line, &c.path, e.to_string()))?;
+                state.apply(Command { now_ms: 0, op }).map_err(|e| cx.err(c.line, &c.path, e.to_string()))?;
             } else {
                 rest.push(c);
             }
@@ -143,17 +122,9 @@ pub fn check_references(s: &Scenario, state: &State) -> R<()> {
                     ));
                 }
             }
-            Action::Finish(j)
-            | Action::Fail(j)
-            | Action::Cancel(j)
-            | Action::Pause(j)
-            | Action::Resume(j) => {
+            Action::Finish(j) | Action::Fail(j) | Action::Cancel(j) | Action::Pause(j) | Action::Resume(j) => {
                 if !submitted.contains_key(&j.v) {
-                    return Err(cx.err(
-                        j.line,
-                        &j.path,
-                        format!("job {} is not submitted before this step", j.v),
-                    ));
+                    return Err(cx.err(j.line, &j.path, format!("job {} is not submitted before this step", j.v)));
                 }
             }
             Action::NodeDown(n) | Action::NodeUp(n) | Action::Cordon(n) | Action::Uncordon(n) => {
@@ -174,11 +145,7 @@ pub fn check_references(s: &Scenario, state: &State) -> R<()> {
 fn check_submit(cx: &Cx, state: &State, sub: &Submit, line: usize, path: &str) -> R<()> {
     let spec = &sub.spec;
     if !state.queues().contains_key(&spec.queue) {
-        return Err(cx.err(
-            sub.queue_line,
-            &format!("{path}.queue"),
-            format!("queue {} is not defined", spec.queue),
-        ));
+        return Err(cx.err(sub.queue_line, &format!("{path}.queue"), format!("queue {} is not defined", spec.queue)));
     }
     if let PriorityRef::Class(c) = &spec.priority
         && !state.classes().contains_key(c)
@@ -191,44 +158,22 @@ fn check_submit(cx: &Cx, state: &State, sub: &Submit, line: usize, path: &str) -
     }
     let pool_ok = |p: &Name| state.nodes().values().any(|n| &n.spec.pool == p);
     if let Some(p) = spec.pools.iter().flatten().find(|p| !pool_ok(p)) {
-        return Err(cx.err(
-            line,
-            &format!("{path}.pools"),
-            format!("pool {p} has no nodes"),
-        ));
+        return Err(cx.err(line, &format!("{path}.pools"), format!("pool {p} has no nodes")));
     }
     for (i, t) in spec.tasks.iter().enumerate() {
         if let Some(p) = t.pools.iter().flatten().find(|p| !pool_ok(p)) {
-            return Err(cx.err(
-                line,
-                &format!("{path}.tasks[{i}].pools"),
-                format!("pool {p} has no nodes"),
-            ));
+            return Err(cx.err(line, &format!("{path}.tasks[{i}].pools"), format!("pool {p} has no nodes")));
         }
     }
-    state
-        .validate_submit(spec)
-        .map(|_| ())
-        .map_err(|e| match e {
-            ApplyError::Invalid { field, message } => {
-                cx.err(line, &format!("{path}.{field}"), message)
-            }
-            other => cx.err(line, path, other.to_string()),
-        })
+    state.validate_submit(spec).map(|_| ()).map_err(|e| match e {
+        ApplyError::Invalid { field, message } => cx.err(line, &format!("{path}.{field}"), message),
+        other => cx.err(line, path, other.to_string()),
+    })
 }
 
-fn check_expectations(
-    cx: &Cx,
-    s: &Scenario,
-    state: &State,
-    submitted: &BTreeMap<Name, usize>,
-) -> R<()> {
+fn check_expectations(cx: &Cx, s: &Scenario, state: &State, submitted: &BTreeMap<Name, usize>) -> R<()> {
     let job = |n: &Name, line: usize, path: &str| -> R<()> {
-        if submitted.contains_key(n) {
-            Ok(())
-        } else {
-            Err(cx.err(line, path, format!("job {n} is never submitted")))
-        }
+        if submitted.contains_key(n) { Ok(()) } else { Err(cx.err(line, path, format!("job {n} is never submitted"))) }
     };
     for e in &s.expect {
         for j in &e.jobs {

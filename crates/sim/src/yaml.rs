@@ -61,15 +61,12 @@ impl Builder {
             Some(Frame::Map(entries, key, _)) => match key.take() {
                 None => *key = Some(node),
                 Some(k) => {
-                    let dup = entries.iter().any(|(ek, _)| {
-                        scalar_text(ek).is_some() && scalar_text(ek) == scalar_text(&k)
-                    });
+                    let dup =
+                        entries.iter().any(|(ek, _)| scalar_text(ek).is_some() && scalar_text(ek) == scalar_text(&k));
                     if dup && self.error.is_none() {
                         let name = scalar_text(&k).unwrap_or_default();
-                        self.error = Some(SyntaxError {
-                            line: k.line,
-                            message: format!("field `{name}` appears twice"),
-                        });
+                        self.error =
+                            Some(SyntaxError { line: k.line, message: format!("field `{name}` appears twice") });
                     }
                     entries.push((k, node));
                 }
@@ -79,10 +76,7 @@ impl Builder {
 
     fn fail(&mut self, line: usize, message: &str) {
         if self.error.is_none() {
-            self.error = Some(SyntaxError {
-                line,
-                message: message.to_string(),
-            });
+            self.error = Some(SyntaxError { line, message: message.to_string() });
         }
     }
 }
@@ -124,18 +118,12 @@ impl MarkedEventReceiver for Builder {
             }
             Event::SequenceEnd => {
                 if let Some(Frame::Seq(items, start)) = self.stack.pop() {
-                    self.push(Node {
-                        v: Yaml::Seq(items),
-                        line: start,
-                    });
+                    self.push(Node { v: Yaml::Seq(items), line: start });
                 }
             }
             Event::MappingEnd => {
                 if let Some(Frame::Map(entries, _, start)) = self.stack.pop() {
-                    self.push(Node {
-                        v: Yaml::Map(entries),
-                        line: start,
-                    });
+                    self.push(Node { v: Yaml::Map(entries), line: start });
                 }
             }
             Event::Alias(_) => self.fail(line, "aliases (*) are not supported in scenario files"),
@@ -148,18 +136,12 @@ impl MarkedEventReceiver for Builder {
 pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     let mut b = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    parser.load(&mut b, true).map_err(|e| SyntaxError {
-        line: e.marker().line(),
-        message: e.info().to_string(),
-    })?;
+    parser.load(&mut b, true).map_err(|e| SyntaxError { line: e.marker().line(), message: e.info().to_string() })?;
     if let Some(e) = b.error {
         return Err(e);
     }
     if b.docs.len() > 1 {
-        return Err(SyntaxError {
-            line: b.docs[1].line,
-            message: "a scenario file holds one YAML document".into(),
-        });
+        return Err(SyntaxError { line: b.docs[1].line, message: "a scenario file holds one YAML document".into() });
     }
     Ok(b.docs.pop())
 }
@@ -172,41 +154,16 @@ mod tests {
     fn keeps_lines_and_styles() {
         let doc = parse("a: 1\nb:\n  - x\n  - 'y'\nc: ~\n").unwrap().unwrap();
         let Yaml::Map(entries) = doc.v else { panic!() };
-        assert_eq!(
-            entries[0].1,
-            Node {
-                v: Yaml::Scalar {
-                    text: "1".into(),
-                    plain: true
-                },
-                line: 1
-            }
-        );
-        let Yaml::Seq(items) = &entries[1].1.v else {
-            panic!()
-        };
-        assert_eq!(
-            items[1],
-            Node {
-                v: Yaml::Scalar {
-                    text: "y".into(),
-                    plain: false
-                },
-                line: 4
-            }
-        );
+        assert_eq!(entries[0].1, Node { v: Yaml::Scalar { text: "1".into(), plain: true }, line: 1 });
+        let Yaml::Seq(items) = &entries[1].1.v else { panic!() };
+        assert_eq!(items[1], Node { v: Yaml::Scalar { text: "y".into(), plain: false }, line: 4 });
         assert_eq!(entries[2].1.v, Yaml::Null);
     }
 
     #[test]
     fn refuses_duplicates_aliases_and_bad_syntax() {
         assert_eq!(parse("a: 1\na: 2\n").unwrap_err().line, 2);
-        assert!(
-            parse("a: &x 1\nb: *x\n")
-                .unwrap_err()
-                .message
-                .contains("not supported")
-        );
+        assert!(parse("a: &x 1\nb: *x\n").unwrap_err().message.contains("not supported"));
         assert!(parse("a: [1, 2\n").is_err());
     }
 }

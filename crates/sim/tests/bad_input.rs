@@ -47,15 +47,8 @@ fn bad_input_names_file_line_and_field() {
         };
         assert_eq!(err.file, "bad.yaml");
         assert_eq!(err.line, line, "line for {err}\n{text}");
-        assert!(
-            err.field.contains(field),
-            "field {:?} should contain {field:?}: {err}",
-            err.field
-        );
-        assert!(
-            err.message.contains(message),
-            "message should contain {message:?}: {err}"
-        );
+        assert!(err.field.contains(field), "field {:?} should contain {field:?}: {err}", err.field);
+        assert!(err.message.contains(message), "message should contain {message:?}: {err}");
         let shown = err.to_string();
         assert!(shown.starts_with(&format!("bad.yaml:{line}:")), "{shown}");
     }

@@ -29,12 +29,7 @@ fn check_dir(dir: &Path, need_expectations: bool) {
     for path in yaml_files(dir) {
         let (first, outcome) = json(&path);
         let failures: Vec<String> = outcome.failures.iter().map(|f| f.to_string()).collect();
-        assert!(
-            failures.is_empty(),
-            "{}:\n{}",
-            path.display(),
-            failures.join("\n")
-        );
+        assert!(failures.is_empty(), "{}:\n{}", path.display(), failures.join("\n"));
         if need_expectations {
             assert!(outcome.checked > 0, "{} checks nothing", path.display());
         }
@@ -55,10 +50,7 @@ fn example_scenarios_pass() {
 
 #[test]
 fn regressions_simulate_cleanly() {
-    check_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions"),
-        false,
-    );
+    check_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions"), false);
 }
 
 /// The seed stories are copied into the repository so that a clone alone can check them;
@@ -67,27 +59,13 @@ fn regressions_simulate_cleanly() {
 fn seed_copies_match_the_shared_originals_when_present() {
     let shared = root().join("../shared/scenarios");
     if !shared.is_dir() {
-        eprintln!(
-            "note: {} is absent; only the in-repo copies are checked",
-            shared.display()
-        );
+        eprintln!("note: {} is absent; only the in-repo copies are checked", shared.display());
         return;
     }
     for original in yaml_files(&shared) {
-        let copy = root()
-            .join("tests/scenarios")
-            .join(original.file_name().unwrap());
-        let (a, b) = (
-            std::fs::read_to_string(&original).unwrap(),
-            std::fs::read_to_string(&copy).unwrap_or_default(),
-        );
-        assert_eq!(
-            a,
-            b,
-            "{} differs from {}",
-            copy.display(),
-            original.display()
-        );
+        let copy = root().join("tests/scenarios").join(original.file_name().unwrap());
+        let (a, b) = (std::fs::read_to_string(&original).unwrap(), std::fs::read_to_string(&copy).unwrap_or_default());
+        assert_eq!(a, b, "{} differs from {}", copy.display(), original.display());
     }
 }
 
@@ -96,42 +74,18 @@ fn json_output_has_the_documented_shape() {
     let (text, _) = json(&root().join("tests/scenarios/runai-preemption.yaml"));
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["name"], "runai-preemption");
-    let step = v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["at"] == 10)
-        .expect("a step at 10");
-    let preempted = step["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "Preempted")
-        .expect("a Preempted event");
+    let step = v["steps"].as_array().unwrap().iter().find(|s| s["at"] == 10).expect("a step at 10");
+    let preempted =
+        step["events"].as_array().unwrap().iter().find(|e| e["type"] == "Preempted").expect("a Preempted event");
     assert_eq!(preempted["job"], "large-training-job");
     assert_eq!(preempted["by"], "jupyter-workspace");
-    assert_eq!(
-        preempted["message"],
-        "reclaimed by project-b (within its quota of 4 gpu)"
-    );
-    let started = step["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "Started")
-        .expect("a Started event");
+    assert_eq!(preempted["message"], "reclaimed by project-b (within its quota of 4 gpu)");
+    let started = step["events"].as_array().unwrap().iter().find(|e| e["type"] == "Started").expect("a Started event");
     assert_eq!(started["nodes"]["node-1"], serde_json::json!([0, 1, 2, 3]));
     assert_eq!(step["jobs"]["large-training-job"]["state"], "Pending");
-    assert_eq!(
-        step["jobs"]["large-training-job"]["preempted_by"],
-        "jupyter-workspace"
-    );
+    assert_eq!(step["jobs"]["large-training-job"]["preempted_by"], "jupyter-workspace");
     assert_eq!(step["jobs"]["large-training-job"]["attempt"], 1);
-    assert!(
-        step["jobs"]["large-training-job"]["reason"]
-            .as_str()
-            .is_some_and(|r| !r.is_empty())
-    );
+    assert!(step["jobs"]["large-training-job"]["reason"].as_str().is_some_and(|r| !r.is_empty()));
     assert_eq!(step["jobs"]["jupyter-workspace"]["gpus"], 4);
     assert_eq!(step["queues"]["project-a"]["usage"]["gpu"], 0);
     assert_eq!(step["queues"]["project-a"]["nominal"]["gpu"], 4);

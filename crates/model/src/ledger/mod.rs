@@ -143,6 +143,9 @@ pub struct PoolAcct {
     pub guaranteed: Vector,
     /// What all trees together draw from the unowned capacity.
     pub unowned_draw: Vector,
+    /// Distinct capacities of the pool's registered nodes, with how many nodes have each:
+    /// "could this ever fit" questions cost O(shapes), not O(nodes).
+    pub shapes: Vec<(Vector, u64)>,
 }
 
 impl PoolAcct {
@@ -154,9 +157,7 @@ impl PoolAcct {
     }
 
     pub fn oversubscribed(&self) -> Vec<usize> {
-        (0..MAX_RESOURCE_KINDS)
-            .filter(|&k| self.guaranteed[k] > self.capacity[k])
-            .collect()
+        (0..MAX_RESOURCE_KINDS).filter(|&k| self.guaranteed[k] > self.capacity[k]).collect()
     }
 }
 
@@ -214,10 +215,7 @@ impl Ledger {
             occ.sort();
             let mut res: Vec<String> = n.reservations.iter().map(|r| format!("{r:?}")).collect();
             res.sort();
-            out += &format!(
-                "node {} free={:?} gpus={:x} occ={occ:?} res={res:?}\n",
-                n.name, n.free, n.free_gpus
-            );
+            out += &format!("node {} free={:?} gpus={:x} occ={occ:?} res={res:?}\n", n.name, n.free, n.free_gpus);
         }
         for q in &self.queues {
             out += &format!("queue {} usage={:?} np={:?}\n", q.name, q.usage, q.np_usage);

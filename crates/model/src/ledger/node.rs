@@ -45,19 +45,9 @@ pub struct NodeAcct {
 }
 
 impl NodeAcct {
-    pub fn new(
-        name: Name,
-        pool: usize,
-        rack: Option<usize>,
-        schedulable: bool,
-        capacity: Vector,
-    ) -> NodeAcct {
+    pub fn new(name: Name, pool: usize, rack: Option<usize>, schedulable: bool, capacity: Vector) -> NodeAcct {
         let gpus = capacity[0];
-        let all_gpus = if gpus >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << gpus) - 1
-        };
+        let all_gpus = if gpus >= 64 { u64::MAX } else { (1u64 << gpus) - 1 };
         let mut n = NodeAcct {
             name,
             pool,
@@ -166,15 +156,7 @@ mod tests {
     }
 
     fn occ(job: JobId, amount: Vector, gpus: u64) -> Occupant {
-        Occupant {
-            job,
-            amount,
-            gpus,
-            held: false,
-            lent_to: None,
-            lent_amount: ZERO,
-            lent_gpus: 0,
-        }
+        Occupant { job, amount, gpus, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 }
     }
 
     #[test]
@@ -182,12 +164,7 @@ mod tests {
         let mut n = NodeAcct::new(Name::lit("n1"), 0, None, true, v(8, 64));
         // victim 1 holds GPUs 0-5; job 9 needs 4 GPUs, reserved on 0-3.
         n.occupants.push(occ(1, v(6, 8), 0b11_1111));
-        n.reservations.push(NodeReservation {
-            job: 9,
-            amount: v(4, 4),
-            gpus: 0b1111,
-            victims: vec![1],
-        });
+        n.reservations.push(NodeReservation { job: 9, amount: v(4, 4), gpus: 0b1111, victims: vec![1] });
         n.refresh();
         assert_eq!(n.free, v(2, 56));
         assert_eq!(n.free_gpus, 0b1100_0000);

@@ -34,13 +34,9 @@ impl Ledger {
             .nodes
             .iter()
             .copied()
-            .filter(|&n| {
-                self.nodes[n].occupant(job).is_some() || self.nodes[n].reservation(job).is_some()
-            })
+            .filter(|&n| self.nodes[n].occupant(job).is_some() || self.nodes[n].reservation(job).is_some())
             .collect();
-        let reserved = nodes
-            .iter()
-            .any(|&n| self.nodes[n].reservation(job).is_some());
+        let reserved = nodes.iter().any(|&n| self.nodes[n].reservation(job).is_some());
         if nodes.is_empty() {
             self.charges.remove(&job);
         } else if let Some(ch) = self.charges.get_mut(&job) {
@@ -54,15 +50,7 @@ impl Ledger {
         let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
         self.ensure_charge(job, queue, np, &nodes);
         for &(n, amount, gpus) in shares {
-            let o = Occupant {
-                job,
-                amount,
-                gpus,
-                held: false,
-                lent_to: None,
-                lent_amount: ZERO,
-                lent_gpus: 0,
-            };
+            let o = Occupant { job, amount, gpus, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 };
             self.nodes[n].occupants.push(o);
         }
         self.settle(job);
@@ -136,9 +124,8 @@ impl Ledger {
             return;
         };
         let mut remaining = r.amount;
-        let mut order: Vec<usize> = (0..node.occupants.len())
-            .filter(|&i| node.occupants[i].lent_to == Some(borrower))
-            .collect();
+        let mut order: Vec<usize> =
+            (0..node.occupants.len()).filter(|&i| node.occupants[i].lent_to == Some(borrower)).collect();
         order.sort_by_key(|&i| node.occupants[i].job);
         let mut holders = Vec::new();
         for i in order {
@@ -173,23 +160,11 @@ impl Ledger {
     }
 
     /// Holds shares for a preemptor while `victims` stop. Counts in its queue's usage.
-    pub fn reserve(
-        &mut self,
-        job: JobId,
-        queue: usize,
-        np: bool,
-        shares: &[Share],
-        victims: &[JobId],
-    ) {
+    pub fn reserve(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share], victims: &[JobId]) {
         let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
         self.ensure_charge(job, queue, np, &nodes);
         for &(n, amount, gpus) in shares {
-            let r = NodeReservation {
-                job,
-                amount,
-                gpus,
-                victims: victims.to_vec(),
-            };
+            let r = NodeReservation { job, amount, gpus, victims: victims.to_vec() };
             self.nodes[n].reservations.push(r);
         }
         self.settle(job);
@@ -241,19 +216,8 @@ impl Ledger {
 
     /// Sets how much of `holder`'s held share on node `n` is lent to `borrower` (used when
     /// rebuilding from a placed borrower's recorded lends).
-    pub fn set_lend(
-        &mut self,
-        n: usize,
-        holder: JobId,
-        borrower: JobId,
-        amount: Vector,
-        gpus: u64,
-    ) {
-        if let Some(o) = self.nodes[n]
-            .occupants
-            .iter_mut()
-            .find(|o| o.job == holder && o.held)
-        {
+    pub fn set_lend(&mut self, n: usize, holder: JobId, borrower: JobId, amount: Vector, gpus: u64) {
+        if let Some(o) = self.nodes[n].occupants.iter_mut().find(|o| o.job == holder && o.held) {
             o.lent_to = Some(borrower);
             o.lent_amount = amount;
             o.lent_gpus = gpus;
@@ -293,11 +257,7 @@ impl Ledger {
             return;
         };
         for &n in &ch.nodes {
-            for r in self.nodes[n]
-                .reservations
-                .iter_mut()
-                .filter(|r| r.job == preemptor)
-            {
+            for r in self.nodes[n].reservations.iter_mut().filter(|r| r.job == preemptor) {
                 r.victims.retain(|&v| v != victim);
             }
             self.nodes[n].refresh();

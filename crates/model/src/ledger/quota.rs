@@ -84,11 +84,7 @@ impl TreeAcct {
     }
 
     pub fn draw(&self, p: usize, k: usize) -> u64 {
-        Self::draw_of(
-            self.borrowed[p][k],
-            self.lendable_unused[p][k],
-            self.np_excess[p][k],
-        )
+        Self::draw_of(self.borrowed[p][k], self.lendable_unused[p][k], self.np_excess[p][k])
     }
 }
 
@@ -128,33 +124,16 @@ impl QuotaBlock {
         let q = &ledger.queues[queue].name;
         let pool = |p: usize| &ledger.pools[p].name;
         let kind = |k: usize| ledger.kinds.name(k);
-        let h = |k: usize, v: u64| {
-            Human {
-                resource: ledger.kinds.name(k),
-                value: v,
-            }
-            .to_string()
-        };
+        let h = |k: usize, v: u64| Human { resource: ledger.kinds.name(k), value: v }.to_string();
         match *self {
-            QuotaBlock::BorrowLimit {
-                pool: p,
-                kind: k,
-                limit,
-                would_borrow,
-            } => format!(
+            QuotaBlock::BorrowLimit { pool: p, kind: k, limit, would_borrow } => format!(
                 "queue {q} would borrow {} {} in pool {} but its borrow limit is {}",
                 h(k, would_borrow),
                 kind(k),
                 pool(p),
                 h(k, limit)
             ),
-            QuotaBlock::NotPreemptible {
-                pool: p,
-                kind: k,
-                nominal,
-                in_use,
-                unowned_left,
-            } => format!(
+            QuotaBlock::NotPreemptible { pool: p, kind: k, nominal, in_use, unowned_left } => format!(
                 "non-preemptible jobs never borrow other queues' quota: queue {q} uses {} of its {} {} in pool {}, and {} {} of unowned capacity is left",
                 h(k, in_use),
                 h(k, nominal),
@@ -163,16 +142,9 @@ impl QuotaBlock {
                 h(k, unowned_left),
                 kind(k)
             ),
-            QuotaBlock::NoLendable {
-                pool: p,
-                kind: k,
-                short,
-            } => format!(
-                "insufficient unused quota for {} in pool {}: {} more needed",
-                kind(k),
-                pool(p),
-                h(k, short)
-            ),
+            QuotaBlock::NoLendable { pool: p, kind: k, short } => {
+                format!("insufficient unused quota for {} in pool {}: {} more needed", kind(k), pool(p), h(k, short))
+            }
         }
     }
 }
@@ -186,25 +158,14 @@ pub struct Undo {
 impl Ledger {
     /// Adds (`plus`) or removes an amount from a queue's usage in a pool, keeping the tree
     /// sums and the pool's unowned draw consistent.
-    pub fn adjust_usage(
-        &mut self,
-        queue: usize,
-        pool: usize,
-        amount: &Vector,
-        np: bool,
-        plus: bool,
-    ) {
+    pub fn adjust_usage(&mut self, queue: usize, pool: usize, amount: &Vector, np: bool, plus: bool) {
         let tree = self.queues[queue].tree;
         for k in 0..MAX_RESOURCE_KINDS {
             if amount[k] == 0 {
                 continue;
             }
             let q = &self.queues[queue];
-            let (b0, l0, n0) = (
-                q.borrowed(pool, k),
-                q.lendable_unused(pool, k),
-                q.np_excess(pool, k),
-            );
+            let (b0, l0, n0) = (q.borrowed(pool, k), q.lendable_unused(pool, k), q.np_excess(pool, k));
             let draw0 = self.trees[tree].draw(pool, k);
             let q = &mut self.queues[queue];
             if plus {
@@ -219,11 +180,7 @@ impl Ledger {
                 }
             }
             let q = &self.queues[queue];
-            let (b1, l1, n1) = (
-                q.borrowed(pool, k),
-                q.lendable_unused(pool, k),
-                q.np_excess(pool, k),
-            );
+            let (b1, l1, n1) = (q.borrowed(pool, k), q.lendable_unused(pool, k), q.np_excess(pool, k));
             let t = &mut self.trees[tree];
             t.borrowed[pool][k] = t.borrowed[pool][k] + b1 - b0;
             t.lendable_unused[pool][k] = t.lendable_unused[pool][k] + l1 - l0;
@@ -236,12 +193,7 @@ impl Ledger {
 
     /// May `queue` take `demand` (per pool, already summed) now? Within nominal always may;
     /// above it, the borrow limit and what the tree and the root can lend decide.
-    pub fn check_admission(
-        &self,
-        queue: usize,
-        demand: &[(usize, Vector)],
-        np: bool,
-    ) -> Result<Admission, QuotaBlock> {
+    pub fn check_admission(&self, queue: usize, demand: &[(usize, Vector)], np: bool) -> Result<Admission, QuotaBlock> {
         let q = &self.queues[queue];
         let t = &self.trees[q.tree];
         let mut borrows = false;
@@ -265,11 +217,7 @@ impl Ledger {
                         would_borrow,
                     });
                 }
-                let np1 = if np {
-                    q.np_usage[p][k].saturating_add(d[k])
-                } else {
-                    q.np_usage[p][k]
-                };
+                let np1 = if np { q.np_usage[p][k].saturating_add(d[k]) } else { q.np_usage[p][k] };
                 let borrowed = t.borrowed[p][k] - q.borrowed(p, k) + would_borrow;
                 let lendable = t.lendable_unused[p][k] - q.lendable_unused(p, k);
                 let np_excess = t.np_excess[p][k] - q.np_excess(p, k) + np1.saturating_sub(n);
@@ -278,13 +226,9 @@ impl Ledger {
                 let unowned = self.pools[p].unowned()[k];
                 if total > unowned {
                     // Would it pass as a preemptible job? Then non-preemptibility is the reason.
-                    let np_if_preemptible =
-                        t.np_excess[p][k] - q.np_excess(p, k) + q.np_usage[p][k].saturating_sub(n);
+                    let np_if_preemptible = t.np_excess[p][k] - q.np_excess(p, k) + q.np_usage[p][k].saturating_sub(n);
                     let others = self.pools[p].unowned_draw[k] - t.draw(p, k);
-                    if np
-                        && others + TreeAcct::draw_of(borrowed, lendable, np_if_preemptible)
-                            <= unowned
-                    {
+                    if np && others + TreeAcct::draw_of(borrowed, lendable, np_if_preemptible) <= unowned {
                         let left = unowned.saturating_sub(self.pools[p].unowned_draw[k]);
                         return Err(QuotaBlock::NotPreemptible {
                             pool: p,
@@ -294,11 +238,7 @@ impl Ledger {
                             unowned_left: left,
                         });
                     }
-                    return Err(QuotaBlock::NoLendable {
-                        pool: p,
-                        kind: k,
-                        short: total - unowned,
-                    });
+                    return Err(QuotaBlock::NoLendable { pool: p, kind: k, short: total - unowned });
                 }
             }
         }
@@ -308,9 +248,9 @@ impl Ledger {
     /// Would the demand keep `queue` within nominal everywhere?
     pub fn within_nominal(&self, queue: usize, demand: &[(usize, Vector)]) -> bool {
         let q = &self.queues[queue];
-        demand.iter().all(|(p, d)| {
-            (0..MAX_RESOURCE_KINDS).all(|k| q.usage[*p][k].saturating_add(d[k]) <= q.nominal[*p][k])
-        })
+        demand
+            .iter()
+            .all(|(p, d)| (0..MAX_RESOURCE_KINDS).all(|k| q.usage[*p][k].saturating_add(d[k]) <= q.nominal[*p][k]))
     }
 
     /// Dominant borrowed fraction over the tree's lendable nominal, divided by weight
@@ -337,11 +277,7 @@ impl Ledger {
                 if borrowed == 0 || denom == 0 {
                     continue;
                 }
-                let frac = if q.weight <= 0.0 {
-                    f64::INFINITY
-                } else {
-                    borrowed as f64 / denom as f64 / q.weight
-                };
+                let frac = if q.weight <= 0.0 { f64::INFINITY } else { borrowed as f64 / denom as f64 / q.weight };
                 best = best.max(frac);
             }
         }

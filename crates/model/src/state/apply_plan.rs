@@ -17,10 +17,7 @@ impl State {
     pub(crate) fn apply_plan(&mut self, plan: Plan, ev: &mut Vec<Event>) -> Outcome {
         if plan.decisions.len() > MAX_DECISIONS_PER_PLAN {
             let why = format!("a plan may hold at most {MAX_DECISIONS_PER_PLAN} decisions");
-            return Outcome::PlanApplied {
-                accepted: 0,
-                rejected: vec![(0, why)],
-            };
+            return Outcome::PlanApplied { accepted: 0, rejected: vec![(0, why)] };
         }
         let mut accepted = 0;
         let mut rejected = Vec::new();
@@ -39,20 +36,11 @@ impl State {
                 self.check_resume(job, attempt)?;
                 self.resume_suspended(job, ev);
             }
-            Decision::Place {
-                job,
-                attempt,
-                replicas,
-            } => {
+            Decision::Place { job, attempt, replicas } => {
                 self.check_place(job, attempt, &replicas)?;
                 self.start_job(job, attempt, replicas, ev);
             }
-            Decision::Preempt {
-                job,
-                victims,
-                replicas,
-                message,
-            } => {
+            Decision::Preempt { job, victims, replicas, message } => {
                 let shares = self.check_preempt(job, &victims, &replicas)?;
                 self.preempt(job, &victims, replicas, shares, &message, ev);
             }
@@ -70,28 +58,16 @@ impl State {
     fn check_resume(&self, id: JobId, attempt: u32) -> Result<(), String> {
         let job = self.d.jobs.get(&id).ok_or("unknown job")?;
         if job.state != JobState::Suspended || job.attempt != attempt {
-            return Err(format!(
-                "job {} is {} at attempt {}",
-                job.spec.name,
-                job.state.as_str(),
-                job.attempt
-            ));
+            return Err(format!("job {} is {} at attempt {}", job.spec.name, job.state.as_str(), job.attempt));
         }
         if let Some(by) = job.suspended_for
             && self.holds(by)
         {
-            return Err(format!(
-                "job {} still runs on its resources",
-                self.name_of(by)
-            ));
+            return Err(format!("job {} still runs on its resources", self.name_of(by)));
         }
-        if let Some(r) = job.replicas.iter().find(|r| {
-            !self
-                .d
-                .nodes
-                .get(&r.node)
-                .is_some_and(|n| n.status == crate::node::NodeStatus::Ready)
-        }) {
+        let ready =
+            |r: &&ReplicaAlloc| self.d.nodes.get(&r.node).is_some_and(|n| n.status == crate::node::NodeStatus::Ready);
+        if let Some(r) = job.replicas.iter().find(|r| !ready(r)) {
             return Err(format!("node {} is not ready", r.node));
         }
         // A suspended job charges no quota; running again is an admission like any other.
@@ -106,40 +82,23 @@ impl State {
     /// The job holds resources or has them reserved.
     pub fn holds(&self, id: JobId) -> bool {
         self.d.reservations.contains_key(&id)
-            || self
-                .d
-                .jobs
-                .get(&id)
-                .is_some_and(|j| j.state.is_active() || j.state == JobState::Suspended)
+            || self.d.jobs.get(&id).is_some_and(|j| j.state.is_active() || j.state == JobState::Suspended)
     }
 
-    fn check_place(
-        &self,
-        id: JobId,
-        attempt: u32,
-        replicas: &[ReplicaAlloc],
-    ) -> Result<(), String> {
+    fn check_place(&self, id: JobId, attempt: u32, replicas: &[ReplicaAlloc]) -> Result<(), String> {
         let job = self.d.jobs.get(&id).ok_or("unknown job")?;
         if job.state != JobState::Pending {
             return Err(format!("job {} is {}", job.spec.name, job.state.as_str()));
         }
         if attempt != job.attempt + 1 {
-            return Err(format!(
-                "job {} would start attempt {attempt}, expected {}",
-                job.spec.name,
-                job.attempt + 1
-            ));
+            return Err(format!("job {} would start attempt {attempt}, expected {}", job.spec.name, job.attempt + 1));
         }
         let shares = self.check_replicas(id, replicas)?;
         if let Some(r) = self.d.reservations.get(&id) {
             if r.replicas != replicas {
                 return Err("a reserved job must start where it was reserved".into());
             }
-            let waiting = r
-                .victims
-                .iter()
-                .filter(|v| self.d.jobs.get(v).is_some_and(|j| j.state.is_active()))
-                .count();
+            let waiting = r.victims.iter().filter(|v| self.d.jobs.get(v).is_some_and(|j| j.state.is_active())).count();
             if waiting > 0 {
                 return Err(format!("{waiting} victims have not stopped yet"));
             }
@@ -148,9 +107,7 @@ impl State {
         if !self.d.reservations.contains_key(&id) {
             let (q, np) = self.queue_and_np(job);
             let demand = demand_of(&self.ledger, &shares);
-            self.ledger
-                .check_admission(q, &demand, np)
-                .map_err(|b| b.describe(&self.ledger, q))?;
+            self.ledger.check_admission(q, &demand, np).map_err(|b| b.describe(&self.ledger, q))?;
         }
         Ok(())
     }
@@ -181,10 +138,7 @@ impl State {
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
         let demand = demand_of(&self.ledger, &shares);
-        let undo: Vec<_> = removed
-            .iter()
-            .map(|&v| self.ledger.remove_usage(v))
-            .collect();
+        let undo: Vec<_> = removed.iter().map(|&v| self.ledger.remove_usage(v)).collect();
         let verdict = self.ledger.check_admission(q, &demand, np);
 
         for u in undo.into_iter().rev() {
@@ -198,21 +152,13 @@ impl State {
     fn check_victim(&self, v: &Victim) -> Result<(), String> {
         let j = self.d.jobs.get(&v.job).ok_or("unknown victim")?;
         if j.state != JobState::Running || j.attempt != v.attempt {
-            return Err(format!(
-                "victim {} is {} at attempt {}",
-                j.spec.name,
-                j.state.as_str(),
-                j.attempt
-            ));
+            return Err(format!("victim {} is {} at attempt {}", j.spec.name, j.state.as_str(), j.attempt));
         }
         if !j.preemptible {
             return Err(format!("victim {} is not preemptible", j.spec.name));
         }
         if self.d.now_ms < j.started_ms.saturating_add(j.spec.min_runtime_ms) {
-            return Err(format!(
-                "victim {} is inside its minimum runtime",
-                j.spec.name
-            ));
+            return Err(format!("victim {} is inside its minimum runtime", j.spec.name));
         }
         Ok(())
     }
@@ -237,10 +183,7 @@ impl State {
         let mut racks = BTreeSet::new();
         let mut nodes = BTreeSet::new();
         for r in replicas {
-            let n = self
-                .ledger
-                .node(r.node.as_str())
-                .ok_or_else(|| format!("unknown node {}", r.node))?;
+            let n = self.ledger.node(r.node.as_str()).ok_or_else(|| format!("unknown node {}", r.node))?;
             let acct = &self.ledger.nodes[n];
             if !acct.schedulable {
                 return Err(format!("node {} is not schedulable", r.node));
@@ -249,13 +192,9 @@ impl State {
                 return Err(format!("node {} is not in an allowed pool", r.node));
             }
             let task = &spec.tasks[r.task as usize];
-            if r.gpus.len() as u64 != task.resources.gpus()
-                || r.gpus.iter().any(|&g| u64::from(g) >= acct.capacity[0])
+            if r.gpus.len() as u64 != task.resources.gpus() || r.gpus.iter().any(|&g| u64::from(g) >= acct.capacity[0])
             {
-                return Err(format!(
-                    "replica {} of task {} has the wrong GPUs",
-                    r.index, task.name
-                ));
+                return Err(format!("replica {} of task {} has the wrong GPUs", r.index, task.name));
             }
             racks.insert(acct.rack);
             nodes.insert(n);
@@ -307,12 +246,7 @@ impl State {
             victim.preempted_by = Some(id);
             deadline = deadline.max(victim.stopping.map_or(0, |s| s.deadline_ms));
             victim.reason = format!("preempted by {by}: {message}");
-            self.job_event(
-                v.job,
-                EventKind::Preempted { by: by.clone() },
-                message.to_string(),
-                ev,
-            );
+            self.job_event(v.job, EventKind::Preempted { by: by.clone() }, message.to_string(), ev);
         }
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
@@ -336,10 +270,7 @@ impl State {
         self.d.reservations.insert(id, r);
         let n = victims.len();
         let plural = if n == 1 { "" } else { "s" };
-        self.set_reason(
-            id,
-            format!("waiting for {n} victim{plural} to stop; their resources are held for it"),
-        );
+        self.set_reason(id, format!("waiting for {n} victim{plural} to stop; their resources are held for it"));
     }
 }
 

@@ -10,8 +10,8 @@ use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
 use crate::job::JobState;
 use crate::limits::{
-    MAX_COHORT_DEPTH, MAX_COHORTS, MAX_GPUS_PER_NODE, MAX_LABEL_LEN, MAX_LABELS_PER_NODE,
-    MAX_NODES, MAX_QUEUES, MAX_RESOURCE_KINDS,
+    MAX_COHORT_DEPTH, MAX_COHORTS, MAX_GPUS_PER_NODE, MAX_LABEL_LEN, MAX_LABELS_PER_NODE, MAX_NODES,
+    MAX_NODES_PER_COMMAND, MAX_QUEUES, MAX_RESOURCE_KINDS,
 };
 use crate::name::Name;
 use crate::node::{Node, NodeSpec, NodeStatus};
@@ -26,11 +26,7 @@ impl State {
 
     pub(crate) fn delete_class(&mut self, name: &Name) -> Result<(), ApplyError> {
         // Jobs keep the priority resolved at submission, so nothing depends on the class.
-        self.d
-            .classes
-            .remove(name)
-            .map(|_| ())
-            .ok_or_else(|| ApplyError::unknown("priority class", name))
+        self.d.classes.remove(name).map(|_| ()).ok_or_else(|| ApplyError::unknown("priority class", name))
     }
 
     pub(crate) fn put_cohort(&mut self, c: Cohort) -> Result<(), ApplyError> {
@@ -42,21 +38,12 @@ impl State {
             let mut depth = 0;
             while let Some(p) = cur {
                 if p == c.name {
-                    return Err(ApplyError::invalid(
-                        "parent",
-                        format!("cohort {} would be its own ancestor", c.name),
-                    ));
+                    return Err(ApplyError::invalid("parent", format!("cohort {} would be its own ancestor", c.name)));
                 }
-                let pc = self
-                    .d
-                    .cohorts
-                    .get(&p)
-                    .ok_or_else(|| ApplyError::unknown("cohort", &p))?;
+                let pc = self.d.cohorts.get(&p).ok_or_else(|| ApplyError::unknown("cohort", &p))?;
                 depth += 1;
                 if depth > MAX_COHORT_DEPTH {
-                    return Err(ApplyError::Limit(format!(
-                        "cohorts nest at most {MAX_COHORT_DEPTH} deep"
-                    )));
+                    return Err(ApplyError::Limit(format!("cohorts nest at most {MAX_COHORT_DEPTH} deep")));
                 }
                 cur = pc.parent.clone();
             }
@@ -70,38 +57,18 @@ impl State {
         if !self.d.cohorts.contains_key(name) {
             return Err(ApplyError::unknown("cohort", name));
         }
-        if let Some(q) = self
-            .d
-            .queues
-            .values()
-            .find(|q| q.cohort.as_ref() == Some(name))
-        {
-            return Err(ApplyError::InUse(format!(
-                "cohort {name} still has queue {}",
-                q.name
-            )));
+        if let Some(q) = self.d.queues.values().find(|q| q.cohort.as_ref() == Some(name)) {
+            return Err(ApplyError::InUse(format!("cohort {name} still has queue {}", q.name)));
         }
-        if let Some(c) = self
-            .d
-            .cohorts
-            .values()
-            .find(|c| c.parent.as_ref() == Some(name))
-        {
-            return Err(ApplyError::InUse(format!(
-                "cohort {name} is still the parent of cohort {}",
-                c.name
-            )));
+        if let Some(c) = self.d.cohorts.values().find(|c| c.parent.as_ref() == Some(name)) {
+            return Err(ApplyError::InUse(format!("cohort {name} is still the parent of cohort {}", c.name)));
         }
         self.d.cohorts.remove(name);
         self.rebuild_ledger();
         Ok(())
     }
 
-    pub(crate) fn put_queue(
-        &mut self,
-        q: QueueSpec,
-        ev: &mut Vec<Event>,
-    ) -> Result<(), ApplyError> {
+    pub(crate) fn put_queue(&mut self, q: QueueSpec, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
         let existed = self.d.queues.contains_key(&q.name);
         if !existed && self.d.queues.len() >= MAX_QUEUES {
             return Err(ApplyError::Limit(format!("at most {MAX_QUEUES} queues")));
@@ -112,22 +79,13 @@ impl State {
             return Err(ApplyError::unknown("cohort", c));
         }
         if !q.weight.is_finite() || q.weight < 0.0 {
-            return Err(ApplyError::invalid(
-                "weight",
-                format!("{} is not a finite number >= 0", q.weight),
-            ));
+            return Err(ApplyError::invalid("weight", format!("{} is not a finite number >= 0", q.weight)));
         }
         for (pool, quota) in &q.quotas {
             let field = |f: &str| format!("quotas[{pool}].{f}");
             check_names(quota.nominal.names(), &field("nominal"))?;
-            check_names(
-                quota.borrow_limit.keys().map(String::as_str),
-                &field("borrow_limit"),
-            )?;
-            check_names(
-                quota.lend_limit.keys().map(String::as_str),
-                &field("lend_limit"),
-            )?;
+            check_names(quota.borrow_limit.keys().map(String::as_str), &field("borrow_limit"))?;
+            check_names(quota.lend_limit.keys().map(String::as_str), &field("lend_limit"))?;
         }
         let name = q.name.clone();
         self.d.queues.insert(q.name.clone(), q);
@@ -149,75 +107,54 @@ impl State {
         if !self.d.queues.contains_key(name) {
             return Err(ApplyError::unknown("queue", name));
         }
-        if let Some(j) = self
-            .d
-            .jobs
-            .values()
-            .find(|j| &j.spec.queue == name && !j.state.is_finished())
-        {
-            return Err(ApplyError::InUse(format!(
-                "queue {name} still has unfinished job {}",
-                j.spec.name
-            )));
+        if let Some(j) = self.d.jobs.values().find(|j| &j.spec.queue == name && !j.state.is_finished()) {
+            return Err(ApplyError::InUse(format!("queue {name} still has unfinished job {}", j.spec.name)));
         }
         self.d.queues.remove(name);
         self.rebuild_ledger();
         Ok(())
     }
 
-    pub(crate) fn register_node(
-        &mut self,
-        spec: NodeSpec,
-        ev: &mut Vec<Event>,
-    ) -> Result<(), ApplyError> {
-        validate_node(&spec)?;
-        let mut kinds: BTreeSet<String> = self
-            .d
-            .nodes
-            .values()
-            .flat_map(|n| n.spec.resources.names().map(String::from))
-            .collect();
-        kinds.extend(spec.resources.names().map(String::from));
-        if kinds.len() > MAX_RESOURCE_KINDS {
-            return Err(ApplyError::Limit(format!(
-                "a cluster may use at most {MAX_RESOURCE_KINDS} resource names"
-            )));
+    /// Agents register their nodes (or re-register with new facts); many at once when a
+    /// cluster is brought up. All are checked before any is added.
+    pub(crate) fn register_nodes(&mut self, specs: Vec<NodeSpec>, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        if specs.len() > MAX_NODES_PER_COMMAND {
+            return Err(ApplyError::Limit(format!("at most {MAX_NODES_PER_COMMAND} nodes per registration")));
         }
-        let previous = self.d.nodes.get(&spec.name);
-        if previous.is_none() && self.d.nodes.len() >= MAX_NODES {
+        let mut kinds: BTreeSet<String> =
+            self.d.nodes.values().flat_map(|n| n.spec.resources.names().map(String::from)).collect();
+        let mut seen = BTreeSet::new();
+        let mut new_nodes = 0;
+        for spec in &specs {
+            validate_node(spec)?;
+            if !seen.insert(&spec.name) {
+                return Err(ApplyError::invalid("nodes", format!("node {} appears twice", spec.name)));
+            }
+            kinds.extend(spec.resources.names().map(String::from));
+            match self.d.nodes.get(&spec.name) {
+                Some(prev) => self.check_reregistration(prev, spec)?,
+                None => new_nodes += 1,
+            }
+        }
+        if kinds.len() > MAX_RESOURCE_KINDS {
+            return Err(ApplyError::Limit(format!("a cluster may use at most {MAX_RESOURCE_KINDS} resource names")));
+        }
+        if self.d.nodes.len() + new_nodes > MAX_NODES {
             return Err(ApplyError::Limit(format!("at most {MAX_NODES} nodes")));
         }
-        if let Some(prev) = previous {
-            self.check_reregistration(prev, &spec)?;
+        for spec in specs {
+            let previous = self.d.nodes.get(&spec.name);
+            let (is_new, was_lost) = (previous.is_none(), previous.is_some_and(|p| p.status == NodeStatus::Lost));
+            let cordoned = previous.is_some_and(|p| p.cordoned);
+            let name = spec.name.clone();
+            self.d.nodes.insert(name.clone(), Node { spec, status: NodeStatus::Ready, cordoned });
+            if is_new || was_lost {
+                let kind = if is_new { EventKind::NodeRegistered } else { EventKind::NodeReady };
+                let message = format!("node {name} is ready");
+                ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name), kind, message });
+            }
         }
-        let is_new = previous.is_none();
-        let was_lost = previous.is_some_and(|p| p.status == NodeStatus::Lost);
-        let cordoned = previous.is_some_and(|p| p.cordoned);
-        let name = spec.name.clone();
-        let kind = if is_new {
-            EventKind::NodeRegistered
-        } else {
-            EventKind::NodeReady
-        };
-        self.d.nodes.insert(
-            name.clone(),
-            Node {
-                spec,
-                status: NodeStatus::Ready,
-                cordoned,
-            },
-        );
         self.rebuild_ledger();
-        if is_new || was_lost {
-            let message = format!("node {name} is ready");
-            ev.push(Event {
-                at_ms: self.d.now_ms,
-                job: None,
-                node: Some(name),
-                kind,
-                message,
-            });
-        }
         Ok(())
     }
 
@@ -253,29 +190,16 @@ impl State {
         status: NodeStatus,
         ev: &mut Vec<Event>,
     ) -> Result<(), ApplyError> {
-        let node = self
-            .d
-            .nodes
-            .get_mut(name)
-            .ok_or_else(|| ApplyError::unknown("node", name))?;
+        let node = self.d.nodes.get_mut(name).ok_or_else(|| ApplyError::unknown("node", name))?;
         if node.status == status {
             return Ok(());
         }
         node.status = status;
         let (kind, message) = match status {
-            NodeStatus::Lost => (
-                EventKind::NodeLost,
-                format!("node {name} is lost; its jobs go back to the queue"),
-            ),
+            NodeStatus::Lost => (EventKind::NodeLost, format!("node {name} is lost; its jobs go back to the queue")),
             NodeStatus::Ready => (EventKind::NodeReady, format!("node {name} is ready")),
         };
-        ev.push(Event {
-            at_ms: self.d.now_ms,
-            job: None,
-            node: Some(name.clone()),
-            kind,
-            message,
-        });
+        ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name.clone()), kind, message });
         if status == NodeStatus::Lost {
             self.lose_jobs_on(name, ev);
         }
@@ -283,39 +207,18 @@ impl State {
         Ok(())
     }
 
-    pub(crate) fn cordon(
-        &mut self,
-        name: &Name,
-        cordoned: bool,
-        ev: &mut Vec<Event>,
-    ) -> Result<(), ApplyError> {
-        let node = self
-            .d
-            .nodes
-            .get_mut(name)
-            .ok_or_else(|| ApplyError::unknown("node", name))?;
+    pub(crate) fn cordon(&mut self, name: &Name, cordoned: bool, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        let node = self.d.nodes.get_mut(name).ok_or_else(|| ApplyError::unknown("node", name))?;
         if node.cordoned == cordoned {
             return Ok(());
         }
         node.cordoned = cordoned;
         let (kind, message) = if cordoned {
-            (
-                EventKind::NodeCordoned,
-                format!("node {name} is cordoned: no new work is placed there"),
-            )
+            (EventKind::NodeCordoned, format!("node {name} is cordoned: no new work is placed there"))
         } else {
-            (
-                EventKind::NodeUncordoned,
-                format!("node {name} is uncordoned"),
-            )
+            (EventKind::NodeUncordoned, format!("node {name} is uncordoned"))
         };
-        ev.push(Event {
-            at_ms: self.d.now_ms,
-            job: None,
-            node: Some(name.clone()),
-            kind,
-            message,
-        });
+        ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name.clone()), kind, message });
         self.rebuild_ledger();
         Ok(())
     }
@@ -325,12 +228,7 @@ impl State {
         self.d
             .jobs
             .values()
-            .filter(|j| {
-                matches!(
-                    j.state,
-                    JobState::Running | JobState::Preempting | JobState::Suspended
-                )
-            })
+            .filter(|j| matches!(j.state, JobState::Running | JobState::Preempting | JobState::Suspended))
             .filter(|j| j.replicas.iter().any(|r| &r.node == node))
             .map(|j| j.id)
             .collect()
@@ -347,26 +245,13 @@ fn check_names<'a>(names: impl Iterator<Item = &'a str>, field: &str) -> Result<
 fn validate_node(spec: &NodeSpec) -> Result<(), ApplyError> {
     check_names(spec.resources.names(), "resources")?;
     if spec.resources.gpus() > MAX_GPUS_PER_NODE {
-        return Err(ApplyError::invalid(
-            "resources.gpu",
-            format!("a node may have at most {MAX_GPUS_PER_NODE} GPUs"),
-        ));
+        return Err(ApplyError::invalid("resources.gpu", format!("a node may have at most {MAX_GPUS_PER_NODE} GPUs")));
     }
     if spec.labels.len() > MAX_LABELS_PER_NODE {
-        return Err(ApplyError::invalid(
-            "labels",
-            format!("at most {MAX_LABELS_PER_NODE} labels"),
-        ));
+        return Err(ApplyError::invalid("labels", format!("at most {MAX_LABELS_PER_NODE} labels")));
     }
-    if let Some((k, _)) = spec
-        .labels
-        .iter()
-        .find(|(k, v)| k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN)
-    {
-        return Err(ApplyError::invalid(
-            format!("labels.{k}"),
-            format!("longer than {MAX_LABEL_LEN} characters"),
-        ));
+    if let Some((k, _)) = spec.labels.iter().find(|(k, v)| k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN) {
+        return Err(ApplyError::invalid(format!("labels.{k}"), format!("longer than {MAX_LABEL_LEN} characters")));
     }
     Ok(())
 }

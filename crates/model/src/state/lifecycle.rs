@@ -31,24 +31,12 @@ pub(crate) fn clip(mut s: String) -> String {
 
 impl State {
     /// Records an event in the job's bounded history and in this apply's events.
-    pub(crate) fn job_event(
-        &mut self,
-        id: JobId,
-        kind: EventKind,
-        message: String,
-        ev: &mut Vec<Event>,
-    ) {
+    pub(crate) fn job_event(&mut self, id: JobId, kind: EventKind, message: String, ev: &mut Vec<Event>) {
         let now = self.d.now_ms;
         let Some(job) = self.d.jobs.get_mut(&id) else {
             return;
         };
-        let e = Event {
-            at_ms: now,
-            job: Some(job.spec.name.clone()),
-            node: None,
-            kind,
-            message: clip(message),
-        };
+        let e = Event { at_ms: now, job: Some(job.spec.name.clone()), node: None, kind, message: clip(message) };
         if job.events.len() >= MAX_EVENTS_PER_JOB {
             job.events.pop_front();
         }
@@ -57,11 +45,7 @@ impl State {
     }
 
     fn job_id(&self, name: &Name) -> Result<JobId, ApplyError> {
-        self.d
-            .job_names
-            .get(name)
-            .copied()
-            .ok_or_else(|| ApplyError::unknown("job", name))
+        self.d.job_names.get(name).copied().ok_or_else(|| ApplyError::unknown("job", name))
     }
 
     fn wrong_state(&self, id: JobId, action: &str) -> ApplyError {
@@ -74,29 +58,15 @@ impl State {
     }
 
     fn check_attempt(&self, id: JobId, attempt: u32) -> Result<(), ApplyError> {
-        let job = self
-            .d
-            .jobs
-            .get(&id)
-            .ok_or_else(|| ApplyError::unknown("job", id))?;
+        let job = self.d.jobs.get(&id).ok_or_else(|| ApplyError::unknown("job", id))?;
         if job.attempt != attempt {
-            return Err(ApplyError::StaleAttempt {
-                job: id,
-                attempt,
-                current: job.attempt,
-            });
+            return Err(ApplyError::StaleAttempt { job: id, attempt, current: job.attempt });
         }
         Ok(())
     }
 
     /// Starts the next attempt. The caller has checked that it fits.
-    pub(crate) fn start_job(
-        &mut self,
-        id: JobId,
-        attempt: u32,
-        replicas: Vec<ReplicaAlloc>,
-        ev: &mut Vec<Event>,
-    ) {
+    pub(crate) fn start_job(&mut self, id: JobId, attempt: u32, replicas: Vec<ReplicaAlloc>, ev: &mut Vec<Event>) {
         let reserved = self.d.reservations.remove(&id).is_some();
         if reserved {
             self.ledger.unreserve(id, true);
@@ -141,11 +111,7 @@ impl State {
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = JobState::Preempting;
-        job.stopping = Some(Stopping {
-            why,
-            requested_ms: now,
-            deadline_ms: now.saturating_add(job.spec.grace_ms),
-        });
+        job.stopping = Some(Stopping { why, requested_ms: now, deadline_ms: now.saturating_add(job.spec.grace_ms) });
         self.ledger.set_leaving(id, true);
     }
 
@@ -161,18 +127,25 @@ impl State {
         if self.d.reservations.contains_key(&id) {
             self.drop_reservation(id);
         }
+        self.release_suspended_for(id);
+    }
+
+    /// `id` no longer holds what jobs suspended for it lent it: they are free to resume in
+    /// place, and will not lend to it again if it is placed later.
+    fn release_suspended_for(&mut self, id: JobId) {
+        let Some(job) = self.d.jobs.get_mut(&id) else { return };
+        for v in std::mem::take(&mut job.suspended_victims) {
+            if let Some(victim) = self.d.jobs.get_mut(&v).filter(|j| j.suspended_for == Some(id)) {
+                victim.suspended_for = None;
+            }
+        }
     }
 
     /// A victim has stopped (or gone): it no longer stands between its preemptor and the
     /// resources reserved for it, even if it is placed again later.
     fn forget_victim(&mut self, id: JobId) {
-        let preemptors: Vec<JobId> = self
-            .d
-            .reservations
-            .values()
-            .filter(|r| r.victims.contains(&id))
-            .map(|r| r.job)
-            .collect();
+        let preemptors: Vec<JobId> =
+            self.d.reservations.values().filter(|r| r.victims.contains(&id)).map(|r| r.job).collect();
         for p in preemptors {
             if let Some(r) = self.d.reservations.get_mut(&p) {
                 r.victims.retain(|&v| v != id);
@@ -185,6 +158,7 @@ impl State {
     pub(crate) fn drop_reservation(&mut self, id: JobId) {
         if self.d.reservations.remove(&id).is_some() {
             self.ledger.unreserve(id, false);
+            self.release_suspended_for(id);
         }
     }
 
@@ -220,13 +194,7 @@ impl State {
         job.reason = reason;
     }
 
-    pub(crate) fn exited(
-        &mut self,
-        id: JobId,
-        attempt: u32,
-        code: i32,
-        ev: &mut Vec<Event>,
-    ) -> Result<(), ApplyError> {
+    pub(crate) fn exited(&mut self, id: JobId, attempt: u32, code: i32, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
         self.check_attempt(id, attempt)?;
         if !self.d.jobs[&id].state.is_active() {
             return Err(self.wrong_state(id, "exiting"));
@@ -236,12 +204,7 @@ impl State {
             self.job_event(id, EventKind::Succeeded, "exited 0".into(), ev);
         } else {
             self.finish(id, JobState::Failed, Some(code));
-            self.job_event(
-                id,
-                EventKind::Failed { exit_code: code },
-                format!("exited with code {code}"),
-                ev,
-            );
+            self.job_event(id, EventKind::Failed { exit_code: code }, format!("exited with code {code}"), ev);
         }
         Ok(())
     }
@@ -271,26 +234,14 @@ impl State {
         let (JobState::Preempting, Some(stopping)) = (job.state, job.stopping) else {
             return Err(self.wrong_state(id, "stopping"));
         };
-        let saved = if checkpointed {
-            "with a checkpoint"
-        } else {
-            "without a checkpoint"
-        };
+        let saved = if checkpointed { "with a checkpoint" } else { "without a checkpoint" };
         match stopping.why {
             StopWhy::Paused => {
                 self.mark_checkpoint(id, checkpointed);
                 self.release(id);
                 self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
-                self.set_reason(
-                    id,
-                    "paused by a person; `baton resume` puts it back in the queue".into(),
-                );
-                self.job_event(
-                    id,
-                    EventKind::Stopped { checkpointed },
-                    format!("stopped {saved}"),
-                    ev,
-                );
+                self.set_reason(id, "paused by a person; `baton resume` puts it back in the queue".into());
+                self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
                 self.job_event(id, EventKind::Paused, "paused".into(), ev);
             }
             StopWhy::Preempted { by, mode } => self.victim_stopped(id, by, mode, checkpointed, ev),
@@ -307,20 +258,9 @@ impl State {
         }
     }
 
-    fn victim_stopped(
-        &mut self,
-        id: JobId,
-        by: JobId,
-        mode: PreemptionMode,
-        checkpointed: bool,
-        ev: &mut Vec<Event>,
-    ) {
+    fn victim_stopped(&mut self, id: JobId, by: JobId, mode: PreemptionMode, checkpointed: bool, ev: &mut Vec<Event>) {
         let by_name = self.name_of(by);
-        let saved = if checkpointed {
-            "with a checkpoint"
-        } else {
-            "without a checkpoint"
-        };
+        let saved = if checkpointed { "with a checkpoint" } else { "without a checkpoint" };
         match mode {
             PreemptionMode::Suspend => {
                 let lend_to = self.d.reservations.contains_key(&by).then_some(by);
@@ -328,27 +268,26 @@ impl State {
                 self.ledger.hold(id, lend_to);
                 self.forget_victim(id);
 
+                // Tied to its preemptor only while that one still has room reserved for it.
+                if lend_to.is_some()
+                    && let Some(preemptor) = self.d.jobs.get_mut(&by)
+                {
+                    preemptor.suspended_victims.push(id);
+                }
                 let job = self.d.jobs.get_mut(&id).expect("job");
                 job.state = JobState::Suspended;
                 job.stopping = None;
-                job.suspended_for = Some(by);
+                job.suspended_for = lend_to;
                 job.reason = format!("suspended in place for {by_name}; resumes when it is gone");
                 self.job_event(
                     id,
-                    EventKind::Suspended {
-                        by: by_name.clone(),
-                    },
+                    EventKind::Suspended { by: by_name.clone() },
                     format!("suspended for {by_name}"),
                     ev,
                 );
             }
             PreemptionMode::Cancel => {
-                self.job_event(
-                    id,
-                    EventKind::Stopped { checkpointed },
-                    format!("stopped {saved}"),
-                    ev,
-                );
+                self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
                 self.finish(id, JobState::Cancelled, None);
                 self.job_event(
                     id,
@@ -364,33 +303,16 @@ impl State {
                 }
                 let reason = format!("preempted by {by_name}; waiting to be placed again");
                 self.requeue(id, keep, reason);
-                self.job_event(
-                    id,
-                    EventKind::Stopped { checkpointed },
-                    format!("stopped {saved}"),
-                    ev,
-                );
-                let how = if keep && self.d.jobs[&id].has_checkpoint {
-                    "resumes from its checkpoint"
-                } else {
-                    "starts over"
-                };
-                self.job_event(
-                    id,
-                    EventKind::Requeued,
-                    format!("back in the queue; {how}"),
-                    ev,
-                );
+                self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
+                let how =
+                    if keep && self.d.jobs[&id].has_checkpoint { "resumes from its checkpoint" } else { "starts over" };
+                self.job_event(id, EventKind::Requeued, format!("back in the queue; {how}"), ev);
             }
         }
     }
 
     pub(crate) fn name_of(&self, id: JobId) -> Name {
-        self.d
-            .jobs
-            .get(&id)
-            .map(|j| j.spec.name.clone())
-            .unwrap_or_else(|| Name::lit("gone"))
+        self.d.jobs.get(&id).map(|j| j.spec.name.clone()).unwrap_or_else(|| Name::lit("gone"))
     }
 
     pub(crate) fn set_reason(&mut self, id: JobId, reason: String) {
@@ -422,10 +344,7 @@ impl State {
             JobState::Pending => {
                 self.drop_reservation(id);
                 self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
-                self.set_reason(
-                    id,
-                    "paused by a person; `baton resume` puts it back in the queue".into(),
-                );
+                self.set_reason(id, "paused by a person; `baton resume` puts it back in the queue".into());
                 self.job_event(id, EventKind::Paused, "paused while pending".into(), ev);
                 Ok(())
             }
@@ -468,21 +387,9 @@ impl State {
             let job = &self.d.jobs[&id];
             let cancel = matches!(
                 job.stopping,
-                Some(Stopping {
-                    why: StopWhy::Preempted {
-                        mode: PreemptionMode::Cancel,
-                        ..
-                    },
-                    ..
-                })
+                Some(Stopping { why: StopWhy::Preempted { mode: PreemptionMode::Cancel, .. }, .. })
             );
-            let paused = matches!(
-                job.stopping,
-                Some(Stopping {
-                    why: StopWhy::Paused,
-                    ..
-                })
-            );
+            let paused = matches!(job.stopping, Some(Stopping { why: StopWhy::Paused, .. }));
             if cancel {
                 self.finish(id, JobState::Cancelled, None);
                 self.job_event(
@@ -494,24 +401,10 @@ impl State {
             } else if paused {
                 self.release(id);
                 self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
-                self.job_event(
-                    id,
-                    EventKind::Paused,
-                    format!("node {node} was lost while it was pausing"),
-                    ev,
-                );
+                self.job_event(id, EventKind::Paused, format!("node {node} was lost while it was pausing"), ev);
             } else {
-                self.requeue(
-                    id,
-                    true,
-                    format!("node {node} was lost; waiting to be placed again"),
-                );
-                self.job_event(
-                    id,
-                    EventKind::Requeued,
-                    format!("node {node} was lost; back in the queue"),
-                    ev,
-                );
+                self.requeue(id, true, format!("node {node} was lost; waiting to be placed again"));
+                self.job_event(id, EventKind::Requeued, format!("node {node} was lost; back in the queue"), ev);
             }
         }
         let touching: Vec<JobId> = self
@@ -523,23 +416,14 @@ impl State {
             .collect();
         for id in touching {
             self.drop_reservation(id);
-            self.set_reason(
-                id,
-                format!("node {node} it was to run on was lost; re-planning"),
-            );
+            self.set_reason(id, format!("node {node} it was to run on was lost; re-planning"));
         }
     }
 
     /// Reservations whose victims outlived every bound are dropped; the preemptor re-plans.
     pub(crate) fn tick(&mut self, _ev: &mut Vec<Event>) -> Result<(), ApplyError> {
         let now = self.d.now_ms;
-        let expired: Vec<JobId> = self
-            .d
-            .reservations
-            .values()
-            .filter(|r| r.deadline_ms < now)
-            .map(|r| r.job)
-            .collect();
+        let expired: Vec<JobId> = self.d.reservations.values().filter(|r| r.deadline_ms < now).map(|r| r.job).collect();
         for id in expired {
             self.drop_reservation(id);
             self.set_reason(id, "its victims did not stop in time; re-planning".into());

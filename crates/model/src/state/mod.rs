@@ -80,10 +80,7 @@ impl Default for State {
 
 impl State {
     pub fn new() -> State {
-        let classes = default_classes()
-            .into_iter()
-            .map(|c| (c.name.clone(), c))
-            .collect();
+        let classes = default_classes().into_iter().map(|c| (c.name.clone(), c)).collect();
         let d = Data {
             classes,
             cohorts: BTreeMap::new(),
@@ -101,10 +98,7 @@ impl State {
             now_ms: 0,
             retain_finished: DEFAULT_RETAINED_FINISHED_JOBS,
         };
-        let mut s = State {
-            d,
-            ledger: Ledger::default(),
-        };
+        let mut s = State { d, ledger: Ledger::default() };
         s.rebuild_ledger();
         s
     }
@@ -119,10 +113,7 @@ impl State {
         self.d.applied += 1;
         let mut ev = Vec::new();
         let outcome = self.dispatch(cmd.op, &mut ev)?;
-        Ok(Applied {
-            outcome,
-            events: ev,
-        })
+        Ok(Applied { outcome, events: ev })
     }
 
     fn dispatch(&mut self, op: Op, ev: &mut Vec<Event>) -> Result<Outcome, ApplyError> {
@@ -134,23 +125,16 @@ impl State {
             Op::DeleteCohort { name } => done(self.delete_cohort(&name)),
             Op::PutQueue(q) => done(self.put_queue(q, ev)),
             Op::DeleteQueue { name } => done(self.delete_queue(&name)),
-            Op::RegisterNode(spec) => done(self.register_node(spec, ev)),
+            Op::RegisterNode(spec) => done(self.register_nodes(vec![spec], ev)),
+            Op::RegisterNodes(specs) => done(self.register_nodes(specs, ev)),
             Op::SetNodeStatus { node, status } => done(self.set_node_status(&node, status, ev)),
             Op::Cordon { node, cordoned } => done(self.cordon(&node, cordoned, ev)),
             Op::Submit { spec, request_id } => self.submit(spec, request_id, ev),
             Op::Cancel { job } => done(self.cancel(&job, ev)),
             Op::Pause { job } => done(self.pause(&job, ev)),
             Op::Resume { job } => done(self.unpause(&job, ev)),
-            Op::JobExited {
-                job,
-                attempt,
-                exit_code,
-            } => done(self.exited(job, attempt, exit_code, ev)),
-            Op::JobStopped {
-                job,
-                attempt,
-                checkpointed,
-            } => done(self.stopped(job, attempt, checkpointed, ev)),
+            Op::JobExited { job, attempt, exit_code } => done(self.exited(job, attempt, exit_code, ev)),
+            Op::JobStopped { job, attempt, checkpointed } => done(self.stopped(job, attempt, checkpointed, ev)),
             Op::JobCheckpointed { job, attempt } => done(self.checkpointed(job, attempt)),
             Op::ApplyPlan(plan) => Ok(self.apply_plan(plan, ev)),
             Op::Tick => done(self.tick(ev)),
@@ -182,10 +166,7 @@ impl State {
     }
     pub fn job_by_name(&self, name: &str) -> Option<&Job> {
         let name = Name::new(name).ok()?;
-        self.d
-            .job_names
-            .get(&name)
-            .and_then(|id| self.d.jobs.get(id))
+        self.d.job_names.get(&name).and_then(|id| self.d.jobs.get(id))
     }
     pub fn reservations(&self) -> &BTreeMap<JobId, Reservation> {
         &self.d.reservations
@@ -209,10 +190,7 @@ impl Serialize for State {
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        let mut s = State {
-            d,
-            ledger: Ledger::default(),
-        };
+        let mut s = State { d, ledger: Ledger::default() };
         s.rebuild_ledger();
         Ok(s)
     }

@@ -5,9 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::State;
 use crate::job::{JobId, JobState};
-use crate::ledger::{
-    Kinds, Ledger, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add,
-};
+use crate::ledger::{Kinds, Ledger, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add};
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
 
@@ -15,11 +13,8 @@ impl State {
     pub(crate) fn rebuild_ledger(&mut self) {
         let mut l = Ledger::default();
         let d = &self.d;
-        let names: BTreeSet<String> = d
-            .nodes
-            .values()
-            .flat_map(|n| n.spec.resources.names().map(String::from))
-            .collect();
+        let names: BTreeSet<String> =
+            d.nodes.values().flat_map(|n| n.spec.resources.names().map(String::from)).collect();
         l.kinds = Kinds::new(&names);
 
         let mut pools: BTreeSet<Name> = d.nodes.values().map(|n| n.spec.pool.clone()).collect();
@@ -33,25 +28,22 @@ impl State {
                 largest_node: ZERO,
                 guaranteed: ZERO,
                 unowned_draw: ZERO,
+                shapes: Vec::new(),
             });
         }
-        let racks: BTreeSet<Name> = d
-            .nodes
-            .values()
-            .filter_map(|n| n.spec.rack.clone())
-            .collect();
+        let racks: BTreeSet<Name> = d.nodes.values().filter_map(|n| n.spec.rack.clone()).collect();
         l.racks = racks.into_iter().collect();
 
         for node in d.nodes.values() {
             let pool = l.pool_ix[node.spec.pool.as_str()];
-            let rack = node
-                .spec
-                .rack
-                .as_ref()
-                .and_then(|r| l.racks.iter().position(|x| x == r));
+            let rack = node.spec.rack.as_ref().and_then(|r| l.racks.iter().position(|x| x == r));
             let cap = l.kinds.vector_lossy(&node.spec.resources);
             let pa = &mut l.pools[pool];
             add(&mut pa.total, &cap);
+            match pa.shapes.iter_mut().find(|(s, _)| *s == cap) {
+                Some((_, n)) => *n += 1,
+                None => pa.shapes.push((cap, 1)),
+            }
             for k in 0..MAX_RESOURCE_KINDS {
                 pa.largest_node[k] = pa.largest_node[k].max(cap[k]);
             }
@@ -59,13 +51,7 @@ impl State {
                 add(&mut pa.capacity, &cap);
             }
             l.node_ix.insert(node.spec.name.to_string(), l.nodes.len());
-            l.nodes.push(NodeAcct::new(
-                node.spec.name.clone(),
-                pool,
-                rack,
-                node.schedulable(),
-                cap,
-            ));
+            l.nodes.push(NodeAcct::new(node.spec.name.clone(), pool, rack, node.schedulable(), cap));
         }
         self.build_queues(&mut l);
         self.ledger = l;
@@ -134,13 +120,7 @@ impl State {
     /// Charges every job that holds something, in an order that makes lends derivable:
     /// occupants, then held shares, then recorded lends, then reservations.
     fn charge_jobs(&mut self) {
-        let jobs: Vec<_> = self
-            .d
-            .jobs
-            .values()
-            .filter(|j| !j.replicas.is_empty())
-            .map(|j| j.id)
-            .collect();
+        let jobs: Vec<_> = self.d.jobs.values().filter(|j| !j.replicas.is_empty()).map(|j| j.id).collect();
         for &id in &jobs {
             let job = &self.d.jobs[&id];
             if job.state.is_active() || job.state == JobState::Suspended {
@@ -180,8 +160,7 @@ impl State {
                 .values()
                 .filter(|j| {
                     j.suspended_for == Some(r.job)
-                        || r.victims.contains(&j.id)
-                            && j.spec.preemption_mode == crate::job::PreemptionMode::Suspend
+                        || r.victims.contains(&j.id) && j.spec.preemption_mode == crate::job::PreemptionMode::Suspend
                 })
                 .map(|j| j.id)
                 .collect();
@@ -190,11 +169,7 @@ impl State {
     }
 
     /// A job's per-node shares for a set of replicas (replicas on one node are summed).
-    pub fn shares(
-        &self,
-        job: &crate::job::Job,
-        replicas: &[crate::alloc::ReplicaAlloc],
-    ) -> Vec<Share> {
+    pub fn shares(&self, job: &crate::job::Job, replicas: &[crate::alloc::ReplicaAlloc]) -> Vec<Share> {
         let mut out: Vec<Share> = Vec::new();
         for r in replicas {
             let Some(n) = self.ledger.node(r.node.as_str()) else {

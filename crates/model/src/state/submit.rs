@@ -11,8 +11,8 @@ use crate::event::{Event, EventKind};
 use crate::job::{Job, JobSpec, JobState, PriorityRef, Topology};
 use crate::ledger::{Vector, ZERO, add, fits};
 use crate::limits::{
-    MAX_DURATION_MS, MAX_GPUS_PER_NODE, MAX_JOBS, MAX_REMEMBERED_REQUEST_IDS, MAX_REPLICAS_PER_JOB,
-    MAX_REQUEST_ID_LEN, MAX_TASKS_PER_JOB,
+    MAX_DURATION_MS, MAX_GPUS_PER_NODE, MAX_JOBS, MAX_REMEMBERED_REQUEST_IDS, MAX_REPLICAS_PER_JOB, MAX_REQUEST_ID_LEN,
+    MAX_TASKS_PER_JOB,
 };
 use crate::quantity::Human;
 use crate::resources::validate_resource_name;
@@ -31,29 +31,15 @@ impl State {
     ) -> Result<Outcome, ApplyError> {
         if let Some(rid) = &request_id {
             if rid.is_empty() || rid.len() > MAX_REQUEST_ID_LEN {
-                return Err(ApplyError::invalid(
-                    "request_id",
-                    format!("must be 1 to {MAX_REQUEST_ID_LEN} characters"),
-                ));
+                return Err(ApplyError::invalid("request_id", format!("must be 1 to {MAX_REQUEST_ID_LEN} characters")));
             }
             if let Some(&id) = self.d.request_ids.get(rid) {
-                let name = self
-                    .d
-                    .jobs
-                    .get(&id)
-                    .map(|j| j.spec.name.clone())
-                    .unwrap_or(spec.name);
-                return Ok(Outcome::Submitted {
-                    job: id,
-                    name,
-                    duplicate: true,
-                });
+                let name = self.d.jobs.get(&id).map(|j| j.spec.name.clone()).unwrap_or(spec.name);
+                return Ok(Outcome::Submitted { job: id, name, duplicate: true });
             }
         }
         if self.d.jobs.len() >= MAX_JOBS {
-            return Err(ApplyError::Limit(format!(
-                "at most {MAX_JOBS} jobs are kept; wait for some to finish"
-            )));
+            return Err(ApplyError::Limit(format!("at most {MAX_JOBS} jobs are kept; wait for some to finish")));
         }
         let (priority, preemptible) = self.validate_submit(&spec)?;
         let id = self.d.next_job_id;
@@ -78,6 +64,7 @@ impl State {
             stopping: None,
             preempted_by: None,
             suspended_for: None,
+            suspended_victims: Vec::new(),
             reason: "waiting for the next scheduling cycle".into(),
             has_checkpoint: false,
             exit_code: None,
@@ -89,17 +76,8 @@ impl State {
         if let Some(rid) = request_id {
             self.remember_request(rid, id);
         }
-        self.job_event(
-            id,
-            EventKind::Submitted,
-            format!("submitted with priority {priority}"),
-            ev,
-        );
-        Ok(Outcome::Submitted {
-            job: id,
-            name,
-            duplicate: false,
-        })
+        self.job_event(id, EventKind::Submitted, format!("submitted with priority {priority}"), ev);
+        Ok(Outcome::Submitted { job: id, name, duplicate: false })
     }
 
     fn remember_request(&mut self, rid: String, id: u64) {
@@ -117,21 +95,14 @@ impl State {
         if let Some(old) = self.d.job_names.get(&spec.name)
             && !self.d.jobs[old].state.is_finished()
         {
-            return Err(ApplyError::Exists {
-                kind: "job".into(),
-                name: spec.name.to_string(),
-            });
+            return Err(ApplyError::Exists { kind: "job".into(), name: spec.name.to_string() });
         }
         if !self.d.queues.contains_key(&spec.queue) {
             return Err(ApplyError::unknown("queue", &spec.queue));
         }
         let resolved = match &spec.priority {
             PriorityRef::Class(c) => {
-                let class = self
-                    .d
-                    .classes
-                    .get(c)
-                    .ok_or_else(|| ApplyError::unknown("priority class", c))?;
+                let class = self.d.classes.get(c).ok_or_else(|| ApplyError::unknown("priority class", c))?;
                 (class.value, class.preemptible)
             }
             PriorityRef::Value(v) => (*v, true),
@@ -144,27 +115,28 @@ impl State {
 
     fn check_pools(&self, spec: &JobSpec) -> Result<(), ApplyError> {
         for p in spec.pools.iter().flatten() {
-            if !self.d.nodes.values().any(|n| &n.spec.pool == p) {
+            if !self.pool_has_nodes(p) {
                 return Err(ApplyError::unknown("pool", p));
             }
         }
         for (i, t) in spec.tasks.iter().enumerate() {
             for p in t.pools.iter().flatten() {
-                if !self.d.nodes.values().any(|n| &n.spec.pool == p) {
+                if !self.pool_has_nodes(p) {
                     return Err(ApplyError::unknown("pool", p));
                 }
                 if let Some(job_pools) = &spec.pools
                     && !job_pools.contains(p)
                 {
                     let field = format!("tasks[{i}].pools");
-                    return Err(ApplyError::invalid(
-                        field,
-                        format!("pool {p} is not among the job's pools"),
-                    ));
+                    return Err(ApplyError::invalid(field, format!("pool {p} is not among the job's pools")));
                 }
             }
         }
         Ok(())
+    }
+
+    fn pool_has_nodes(&self, pool: &crate::name::Name) -> bool {
+        self.ledger.pool(pool.as_str()).is_some_and(|p| !self.ledger.pools[p].shapes.is_empty())
     }
 
     /// Pool indices a task may use, in preference order.
@@ -173,9 +145,7 @@ impl State {
         let names = spec.tasks[task].pools.as_ref().or(spec.pools.as_ref());
         match names {
             Some(names) => names.iter().filter_map(|n| l.pool(n.as_str())).collect(),
-            None => (0..l.pools.len())
-                .filter(|&p| l.nodes.iter().any(|n| n.pool == p))
-                .collect(),
+            None => (0..l.pools.len()).filter(|&p| !l.pools[p].shapes.is_empty()).collect(),
         }
     }
 
@@ -185,30 +155,21 @@ impl State {
         let mut gang_pools = BTreeSet::new();
         for (i, t) in spec.tasks.iter().enumerate() {
             let need = l.kinds.vector(&t.resources).ok_or_else(|| {
-                let missing = t
-                    .resources
-                    .names()
-                    .find(|n| l.kinds.index(n).is_none())
-                    .unwrap_or("?");
+                let missing = t.resources.names().find(|n| l.kinds.index(n).is_none()).unwrap_or("?");
                 ApplyError::Impossible(format!("task {}: no node has resource {missing:?}", t.name))
             })?;
             let pools = self.task_pools(spec, i);
             gang_pools.extend(pools.iter().copied());
-            let nodes: Vec<&Vector> = l
-                .nodes
-                .iter()
-                .filter(|n| pools.contains(&n.pool))
-                .map(|n| &n.capacity)
-                .collect();
-            if !nodes.iter().any(|c| fits(&need, c)) {
+            let shapes: Vec<&(Vector, u64)> = pools.iter().flat_map(|&p| &l.pools[p].shapes).collect();
+            if !shapes.iter().any(|(c, _)| fits(&need, c)) {
                 return Err(ApplyError::Impossible(format!(
                     "task {}: one replica needs {}, more than any node in its pools has",
                     t.name, t.resources
                 )));
             }
-            let room = nodes
+            let room = shapes
                 .iter()
-                .map(|c| replicas_fitting(&need, c))
+                .map(|(c, n)| replicas_fitting(&need, c).saturating_mul(*n))
                 .fold(0u64, u64::saturating_add);
             if room < u64::from(t.replicas) {
                 return Err(ApplyError::Impossible(format!(
@@ -225,10 +186,7 @@ impl State {
             add(&mut total, &l.pools[p].total);
         }
         if let Some(k) = (0..l.kinds.len()).find(|&k| gang[k] > total[k]) {
-            let h = |v| Human {
-                resource: l.kinds.name(k),
-                value: v,
-            };
+            let h = |v| Human { resource: l.kinds.name(k), value: v };
             return Err(ApplyError::Impossible(format!(
                 "the gang needs {} {} in all, but its pools have {} in all",
                 h(gang[k]),
@@ -239,22 +197,13 @@ impl State {
         self.check_topology(spec, &gang, &gang_pools)
     }
 
-    fn check_topology(
-        &self,
-        spec: &JobSpec,
-        gang: &Vector,
-        pools: &BTreeSet<usize>,
-    ) -> Result<(), ApplyError> {
+    fn check_topology(&self, spec: &JobSpec, gang: &Vector, pools: &BTreeSet<usize>) -> Result<(), ApplyError> {
         let l = &self.ledger;
         let in_pools = |n: &&crate::ledger::NodeAcct| pools.contains(&n.pool);
         match spec.topology {
             None => Ok(()),
             Some(Topology::Node) => {
-                if l.nodes
-                    .iter()
-                    .filter(in_pools)
-                    .any(|n| fits(gang, &n.capacity))
-                {
+                if l.nodes.iter().filter(in_pools).any(|n| fits(gang, &n.capacity)) {
                     Ok(())
                 } else {
                     Err(ApplyError::Impossible(format!(
@@ -266,10 +215,7 @@ impl State {
             Some(Topology::Rack) => {
                 let mut per_rack: Vec<Vector> = vec![ZERO; l.racks.len() + 1];
                 for n in l.nodes.iter().filter(in_pools) {
-                    add(
-                        &mut per_rack[n.rack.map_or(l.racks.len(), |r| r)],
-                        &n.capacity,
-                    );
+                    add(&mut per_rack[n.rack.map_or(l.racks.len(), |r| r)], &n.capacity);
                 }
                 if per_rack.iter().any(|c| fits(gang, c)) {
                     Ok(())
@@ -286,46 +232,28 @@ impl State {
 
 /// How many replicas of `need` fit on an empty node of capacity `cap`.
 pub fn replicas_fitting(need: &Vector, cap: &Vector) -> u64 {
-    need.iter()
-        .zip(cap)
-        .filter(|(n, _)| **n > 0)
-        .map(|(n, c)| c / n)
-        .min()
-        .unwrap_or(u64::MAX)
+    need.iter().zip(cap).filter(|(n, _)| **n > 0).map(|(n, c)| c / n).min().unwrap_or(u64::MAX)
 }
 
 fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
     if spec.tasks.is_empty() {
-        return Err(ApplyError::invalid(
-            "tasks",
-            "a job needs at least one task",
-        ));
+        return Err(ApplyError::invalid("tasks", "a job needs at least one task"));
     }
     if spec.tasks.len() > MAX_TASKS_PER_JOB {
-        return Err(ApplyError::invalid(
-            "tasks",
-            format!("at most {MAX_TASKS_PER_JOB} tasks"),
-        ));
+        return Err(ApplyError::invalid("tasks", format!("at most {MAX_TASKS_PER_JOB} tasks")));
     }
     let mut names = BTreeSet::new();
     let mut replicas: u64 = 0;
     for (i, t) in spec.tasks.iter().enumerate() {
         if !names.insert(&t.name) {
-            return Err(ApplyError::invalid(
-                format!("tasks[{i}].name"),
-                format!("task {} appears twice", t.name),
-            ));
+            return Err(ApplyError::invalid(format!("tasks[{i}].name"), format!("task {} appears twice", t.name)));
         }
         if t.replicas == 0 {
-            return Err(ApplyError::invalid(
-                format!("tasks[{i}].replicas"),
-                "must be at least 1",
-            ));
+            return Err(ApplyError::invalid(format!("tasks[{i}].replicas"), "must be at least 1"));
         }
         replicas += u64::from(t.replicas);
         for n in t.resources.names() {
-            validate_resource_name(n)
-                .map_err(|e| ApplyError::invalid(format!("tasks[{i}].resources"), e))?;
+            validate_resource_name(n).map_err(|e| ApplyError::invalid(format!("tasks[{i}].resources"), e))?;
         }
         if t.resources.gpus() > MAX_GPUS_PER_NODE {
             return Err(ApplyError::Impossible(format!(
@@ -335,15 +263,9 @@ fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
         }
     }
     if replicas > u64::from(MAX_REPLICAS_PER_JOB) {
-        return Err(ApplyError::invalid(
-            "replicas",
-            format!("at most {MAX_REPLICAS_PER_JOB} replicas per job"),
-        ));
+        return Err(ApplyError::invalid("replicas", format!("at most {MAX_REPLICAS_PER_JOB} replicas per job")));
     }
-    for (field, ms) in [
-        ("grace", spec.grace_ms),
-        ("min_runtime", spec.min_runtime_ms),
-    ] {
+    for (field, ms) in [("grace", spec.grace_ms), ("min_runtime", spec.min_runtime_ms)] {
         if ms > MAX_DURATION_MS {
             return Err(ApplyError::invalid(field, "may not exceed a week"));
         }
@@ -354,26 +276,11 @@ fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
             format!("at most {MAX_COMMAND_ARGS} arguments of {MAX_ARG_LEN} bytes"),
         ));
     }
-    if spec.env.len() > MAX_ENV_VARS
-        || spec
-            .env
-            .iter()
-            .any(|(k, v)| k.len() + v.len() > MAX_ARG_LEN)
-    {
-        return Err(ApplyError::invalid(
-            "env",
-            format!("at most {MAX_ENV_VARS} variables of {MAX_ARG_LEN} bytes"),
-        ));
+    if spec.env.len() > MAX_ENV_VARS || spec.env.iter().any(|(k, v)| k.len() + v.len() > MAX_ARG_LEN) {
+        return Err(ApplyError::invalid("env", format!("at most {MAX_ENV_VARS} variables of {MAX_ARG_LEN} bytes")));
     }
-    if spec
-        .checkpoint_signal
-        .as_ref()
-        .is_some_and(|s| s.is_empty() || s.len() > 16)
-    {
-        return Err(ApplyError::invalid(
-            "checkpoint_signal",
-            "a signal name such as SIGTERM or SIGUSR1",
-        ));
+    if spec.checkpoint_signal.as_ref().is_some_and(|s| s.is_empty() || s.len() > 16) {
+        return Err(ApplyError::invalid("checkpoint_signal", "a signal name such as SIGTERM or SIGUSR1"));
     }
     Ok(())
 }

@@ -25,14 +25,7 @@ pub struct Cand {
 }
 
 /// Static rank: most preferable victim first (section 5, without the fair-share term).
-pub type RankKey = (
-    u8,
-    u8,
-    i32,
-    Reverse<u64>,
-    Reverse<(u64, u64)>,
-    Reverse<JobId>,
-);
+pub type RankKey = (u8, u8, i32, Reverse<u64>, Reverse<(u64, u64)>, Reverse<JobId>);
 
 impl Cand {
     pub fn rank(&self) -> RankKey {
@@ -67,13 +60,7 @@ pub struct Ctx<'j> {
 }
 
 /// A job `v` could ever be a victim of `j` under the queues' policies.
-pub fn eligible(
-    view: &View,
-    j: &Job,
-    jq: usize,
-    policy: &PreemptionPolicy,
-    v: &Job,
-) -> Option<Cand> {
+pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &Job) -> Option<Cand> {
     if v.id == j.id || view.taken.contains(&v.id) {
         return None;
     }
@@ -101,8 +88,7 @@ pub fn eligible(
             WithinQueue::Never => false,
             WithinQueue::LowerPriority => v.priority < j.priority,
             WithinQueue::LowerOrNewerEqualPriority => {
-                v.priority < j.priority
-                    || (v.priority == j.priority && v.submitted_key() > j.submitted_key())
+                v.priority < j.priority || (v.priority == j.priority && v.submitted_key() > j.submitted_key())
             }
         };
         return ok.then(|| cand(false));
@@ -119,11 +105,20 @@ pub fn eligible(
         return reclaim.then(|| cand(false));
     }
     let fs = l.queues[jq].fair_sharing;
-    let borrow = !fs
-        && policy
-            .borrow_within_cohort
-            .is_some_and(|b| bwc_allows(b.max_priority_threshold, j, v.priority));
+    let borrow =
+        !fs && policy.borrow_within_cohort.is_some_and(|b| bwc_allows(b.max_priority_threshold, j, v.priority));
     (reclaim || borrow || fs).then(|| cand(false))
+}
+
+/// Taking `c` leaves its queue at or above its guarantee wherever `c` uses something.
+fn only_borrowed(l: &Ledger, c: &Cand) -> bool {
+    let Some(ch) = l.charges.get(&c.job) else { return true };
+    let q = &l.queues[c.queue];
+    ch.usage.iter().all(|(p, v)| {
+        v.iter()
+            .enumerate()
+            .all(|(k, &amount)| amount == 0 || q.usage[*p][k].saturating_sub(amount) >= q.nominal[*p][k])
+    })
 }
 
 fn bwc_allows(threshold: Option<i32>, j: &Job, p: i32) -> bool {
@@ -136,11 +131,7 @@ impl Ctx<'_> {
     pub fn reclaiming(&self, l: &Ledger) -> bool {
         let q = &l.queues[self.queue];
         self.lacks.iter().all(|&(p, k)| {
-            let d = self
-                .demand
-                .iter()
-                .find(|(pp, _)| *pp == p)
-                .map_or(0, |(_, v)| v[k]);
+            let d = self.demand.iter().find(|(pp, _)| *pp == p).map_or(0, |(_, v)| v[k]);
             q.usage[p][k].saturating_add(d) <= q.nominal[p][k]
         })
     }
@@ -161,24 +152,21 @@ impl Ctx<'_> {
         }
         let same_tree = l.queues[c.queue].tree == l.queues[self.queue].tree;
         if self.reclaiming(l) {
-            let ok = match self.policy.reclaim_within_cohort {
+            return match self.policy.reclaim_within_cohort {
                 ReclaimWithinCohort::Never => false,
                 ReclaimWithinCohort::LowerPriority => c.priority < self.job.priority,
                 ReclaimWithinCohort::Any => true,
-            };
-            if ok {
-                return true;
-            }
-        } else if same_tree
-            && !self.fair_sharing
-            && self
-                .policy
-                .borrow_within_cohort
-                .is_some_and(|b| bwc_allows(b.max_priority_threshold, self.job, c.priority))
-        {
-            return true;
+            } || (same_tree && self.fair_sharing && only_borrowed(l, c) && self.fair_share_allows(l, c));
         }
-        same_tree && self.fair_sharing && self.fair_share_allows(l, c)
+        // A borrowing preemptor takes only what the victim's queue has above its guarantee;
+        // otherwise that queue could reclaim it right back, and the two would take turns.
+        if !same_tree || !only_borrowed(l, c) {
+            return false;
+        }
+        if self.fair_sharing {
+            return self.fair_share_allows(l, c);
+        }
+        self.policy.borrow_within_cohort.is_some_and(|b| bwc_allows(b.max_priority_threshold, self.job, c.priority))
     }
 
     fn fair_share_allows(&self, l: &Ledger, c: &Cand) -> bool {
@@ -191,32 +179,17 @@ impl Ctx<'_> {
         }
         let mine = l.share(self.queue, &self.demand, &[]);
 
-        let usage = l
-            .charges
-            .get(&c.job)
-            .map(|ch| ch.usage.clone())
-            .unwrap_or_default();
-        if self.weak {
-            mine < l.share(c.queue, &[], &[])
-        } else {
-            mine <= l.share(c.queue, &[], &usage)
-        }
+        let usage = l.charges.get(&c.job).map(|ch| ch.usage.clone()).unwrap_or_default();
+        if self.weak { mine < l.share(c.queue, &[], &[]) } else { mine <= l.share(c.queue, &[], &usage) }
     }
 
     /// Dynamic rank: like `Cand::rank`, with victims from the queue with the highest share
     /// first among other queues in a fair-sharing cohort.
     pub fn cmp_rank(&self, l: &Ledger, a: &Cand, b: &Cand) -> Ordering {
         let share = |c: &Cand| {
-            if self.fair_sharing && !c.own && !c.leaving {
-                l.share(c.queue, &[], &[])
-            } else {
-                0.0
-            }
+            if self.fair_sharing && !c.own && !c.leaving { l.share(c.queue, &[], &[]) } else { 0.0 }
         };
         let (ra, rb) = (a.rank(), b.rank());
-        (ra.0, ra.1)
-            .cmp(&(rb.0, rb.1))
-            .then_with(|| share(b).total_cmp(&share(a)))
-            .then_with(|| ra.cmp(&rb))
+        (ra.0, ra.1).cmp(&(rb.0, rb.1)).then_with(|| share(b).total_cmp(&share(a))).then_with(|| ra.cmp(&rb))
     }
 }

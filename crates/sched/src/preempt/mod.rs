@@ -43,7 +43,9 @@ pub enum Planned {
         message: String,
     },
     /// The best set includes jobs already leaving: wait for them.
-    WaitForLeaving { leaving: usize },
+    WaitForLeaving {
+        leaving: usize,
+    },
 }
 
 struct Best {
@@ -55,10 +57,7 @@ struct Best {
 }
 
 pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String> {
-    let jq = view
-        .ledger
-        .queue(job.spec.queue.as_str())
-        .expect("queue exists");
+    let jq = view.ledger.queue(job.spec.queue.as_str()).expect("queue exists");
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
     let pools = needs.all_pools();
@@ -67,11 +66,9 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
         .iter()
         .map(|&id| view.job(id))
         .filter(|v| {
-            v.replicas.iter().any(|r| {
-                view.ledger
-                    .node(r.node.as_str())
-                    .is_some_and(|n| pools.contains(&view.ledger.nodes[n].pool))
-            })
+            v.replicas
+                .iter()
+                .any(|r| view.ledger.node(r.node.as_str()).is_some_and(|n| pools.contains(&view.ledger.nodes[n].pool)))
         })
         .filter_map(|v| eligible(view, job, jq, &policy, v))
         .collect();
@@ -80,17 +77,8 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     }
     let mut on_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (i, c) in cands.iter().enumerate() {
-        for n in view
-            .ledger
-            .charges
-            .get(&c.job)
-            .map(|ch| ch.nodes.clone())
-            .unwrap_or_default()
-        {
-            if view.ledger.nodes[n]
-                .occupant(c.job)
-                .is_some_and(|o| !o.held)
-            {
+        for n in view.ledger.charges.get(&c.job).map(|ch| ch.nodes.clone()).unwrap_or_default() {
+            if view.ledger.nodes[n].occupant(c.job).is_some_and(|o| !o.held) {
                 on_node.entry(n).or_default().push(i);
             }
         }
@@ -111,20 +99,10 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
                 };
                 let vs: Vec<&Cand> = w.victims.iter().map(|&i| &cands[i]).collect();
                 let used = w.packing.nodes();
-                let racks = used
-                    .iter()
-                    .map(|&n| view.ledger.nodes[n].rack)
-                    .collect::<BTreeSet<RackKey>>()
-                    .len() as u32;
+                let racks = used.iter().map(|&n| view.ledger.nodes[n].rack).collect::<BTreeSet<RackKey>>().len() as u32;
                 let score = Score::of(&vs, view.now_ms, racks, used);
                 if best.as_ref().is_none_or(|b| score < b.score) {
-                    best = Some(Best {
-                        score,
-                        victims: w.victims,
-                        packing: w.packing,
-                        weak,
-                        assignment: a.clone(),
-                    });
+                    best = Some(Best { score, victims: w.victims, packing: w.packing, weak, assignment: a.clone() });
                 }
             }
         }
@@ -141,17 +119,9 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
         return Ok(Planned::WaitForLeaving { leaving });
     }
     let ctx = context(view, job, jq, policy, needs, &best.assignment, best.weak);
-    let message = describe(
-        view,
-        &ctx,
-        &best.victims.iter().map(|&i| &cands[i]).collect::<Vec<_>>(),
-    );
+    let message = describe(view, &ctx, &best.victims.iter().map(|&i| &cands[i]).collect::<Vec<_>>());
     let victims = best.victims.iter().map(|&i| cands[i].job).collect();
-    Ok(Planned::Preempt {
-        victims,
-        packing: best.packing,
-        message,
-    })
+    Ok(Planned::Preempt { victims, packing: best.packing, message })
 }
 
 fn context<'j>(
@@ -183,12 +153,7 @@ fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> V
     let mut out = Vec::new();
     for (p, d) in demand {
         let mut free = [0u64; MAX_RESOURCE_KINDS];
-        for n in view
-            .ledger
-            .nodes
-            .iter()
-            .filter(|n| n.pool == *p && n.schedulable)
-        {
+        for n in view.ledger.nodes.iter().filter(|n| n.pool == *p && n.schedulable) {
             add(&mut free, &n.free);
         }
         for k in 0..MAX_RESOURCE_KINDS {
@@ -209,11 +174,7 @@ fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> V
     }
     if out.is_empty() {
         for (p, d) in demand {
-            out.extend(
-                (0..MAX_RESOURCE_KINDS)
-                    .filter(|&k| d[k] > 0)
-                    .map(|k| (*p, k)),
-            );
+            out.extend((0..MAX_RESOURCE_KINDS).filter(|&k| d[k] > 0).map(|k| (*p, k)));
         }
     }
     out
@@ -221,22 +182,10 @@ fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> V
 
 /// A node's quick estimate: the victims it alone would need to host `need` (static rank,
 /// no quota), or `None` if it could not even with every candidate gone.
-fn estimate(
-    view: &View,
-    job: JobId,
-    n: usize,
-    need: &Vector,
-    cands: &[Cand],
-    on: &[usize],
-) -> Option<(Score, u64)> {
+fn estimate(view: &View, job: JobId, n: usize, need: &Vector, cands: &[Cand], on: &[usize]) -> Option<(Score, u64)> {
     let (mut free, mask) = view.free_for(n, job, &[]);
     free[0] = free[0].min(u64::from(mask.count_ones()));
-    let amount = |i: usize| {
-        view.ledger.nodes[n]
-            .occupant(cands[i].job)
-            .map(|o| o.amount)
-            .unwrap_or_default()
-    };
+    let amount = |i: usize| view.ledger.nodes[n].occupant(cands[i].job).map(|o| o.amount).unwrap_or_default();
     let mut all = free;
     for &i in on {
         add(&mut all, &amount(i));
@@ -278,9 +227,7 @@ fn touched_sets(
     on_node: &BTreeMap<usize, Vec<usize>>,
 ) -> Vec<Vec<usize>> {
     let single = needs.tasks.iter().map(|t| t.replicas).sum::<u32>() == 1
-        || needs
-            .topology
-            .is_some_and(|t| t == baton_model::job::Topology::Node);
+        || needs.topology.is_some_and(|t| t == baton_model::job::Topology::Node);
     let (primary, need) = primary_need(needs, single);
     let pool = a[primary];
     let mut scored: Vec<(Score, u64, usize)> = Vec::new();
@@ -308,19 +255,11 @@ fn touched_sets(
     }
     scored.sort_by(|x, y| {
         x.0.cmp(&y.0)
-            .then_with(|| {
-                view.ledger.nodes[x.2]
-                    .free_gpu_count()
-                    .cmp(&view.ledger.nodes[y.2].free_gpu_count())
-            })
+            .then_with(|| view.ledger.nodes[x.2].free_gpu_count().cmp(&view.ledger.nodes[y.2].free_gpu_count()))
             .then(x.2.cmp(&y.2))
     });
     if single {
-        return scored
-            .iter()
-            .take(EXACT_SINGLE_NODE_WALKS)
-            .map(|s| vec![s.2])
-            .collect();
+        return scored.iter().take(EXACT_SINGLE_NODE_WALKS).map(|s| vec![s.2]).collect();
     }
     let mut sets = Vec::new();
     let other_pools: Vec<usize> = a.iter().copied().filter(|&p| p != pool).collect();
@@ -358,9 +297,7 @@ fn primary_need(needs: &Needs, single: bool) -> (usize, Vector) {
     let i = (0..needs.tasks.len())
         .max_by(|&a, &b| {
             let (x, y) = (&needs.tasks[a].need, &needs.tasks[b].need);
-            x[0].cmp(&y[0])
-                .then(x.iter().sum::<u64>().cmp(&y.iter().sum::<u64>()))
-                .then(b.cmp(&a))
+            x[0].cmp(&y[0]).then(x.iter().sum::<u64>().cmp(&y.iter().sum::<u64>())).then(b.cmp(&a))
         })
         .unwrap_or(0);
     (i, needs.tasks[i].need)
@@ -406,11 +343,7 @@ fn gather(
     if hosts < replicas {
         return None;
     }
-    nodes.extend(
-        extra
-            .iter()
-            .filter(|n| rack.is_none_or(|r| view.ledger.nodes[**n].rack == r)),
-    );
+    nodes.extend(extra.iter().filter(|n| rack.is_none_or(|r| view.ledger.nodes[**n].rack == r)));
     nodes.sort_unstable();
     nodes.dedup();
     Some(nodes)
@@ -422,17 +355,11 @@ fn describe(view: &mut View, ctx: &Ctx, victims: &[&Cand]) -> String {
     let queue = &l.queues[ctx.queue].name;
     let Some(other) = victims.iter().find(|c| !c.own) else {
         let low = victims.iter().map(|c| c.priority).max().unwrap_or(0);
-        return format!(
-            "higher priority within queue {queue} ({} over {low})",
-            ctx.job.priority
-        );
+        return format!("higher priority within queue {queue} ({} over {low})", ctx.job.priority);
     };
     let oq = l.queues[other.queue].name.clone();
     let queue = queue.clone();
-    let undo: Vec<_> = victims
-        .iter()
-        .map(|v| view.ledger.remove_usage(v.job))
-        .collect();
+    let undo: Vec<_> = victims.iter().map(|v| view.ledger.remove_usage(v.job)).collect();
     let reclaiming = ctx.reclaiming(&view.ledger);
     for u in undo.into_iter().rev() {
         view.ledger.undo(u);
@@ -445,18 +372,12 @@ fn describe(view: &mut View, ctx: &Ctx, victims: &[&Cand]) -> String {
             .map(|&(p, k)| {
                 format!(
                     "{} {}",
-                    Human {
-                        resource: l.kinds.name(k),
-                        value: l.queues[ctx.queue].nominal[p][k]
-                    },
+                    Human { resource: l.kinds.name(k), value: l.queues[ctx.queue].nominal[p][k] },
                     l.kinds.name(k)
                 )
             })
             .collect();
-        return format!(
-            "reclaimed by {queue} (within its quota of {})",
-            nominal.join(", ")
-        );
+        return format!("reclaimed by {queue} (within its quota of {})", nominal.join(", "));
     }
     if ctx.fair_sharing {
         return format!("fair sharing: queue {queue} borrows less than queue {oq}");

@@ -81,16 +81,7 @@ mod tests {
     use super::*;
 
     fn cand(job: u64, priority: i32, own: bool) -> Cand {
-        Cand {
-            job,
-            queue: 0,
-            own,
-            leaving: false,
-            priority,
-            progress_mark_ms: 0,
-            submitted: (0, job),
-            gpus: 1,
-        }
+        Cand { job, queue: 0, own, leaving: false, priority, progress_mark_ms: 0, submitted: (0, job), gpus: 1 }
     }
 
     #[test]

@@ -29,9 +29,7 @@ fn fits(
     nodes: &[usize],
     removed: &[JobId],
 ) -> Option<Packing> {
-    view.ledger
-        .check_admission(ctx.queue, &ctx.demand, ctx.np)
-        .ok()?;
+    view.ledger.check_admission(ctx.queue, &ctx.demand, ctx.np).ok()?;
     let set = SetNodes::new(view, ctx.job.id, removed, nodes);
     pack(&set, needs, assignment)
 }
@@ -64,16 +62,11 @@ pub fn walk(
         undos.insert(i, view.ledger.remove_usage(cands[i].job));
         taken.push(i);
     }
-    fill_back(
-        view, ctx, needs, assignment, nodes, cands, &mut taken, &mut undos,
-    );
+    fill_back(view, ctx, needs, assignment, nodes, cands, &mut taken, &mut undos);
     let packing = fits(view, ctx, needs, assignment, nodes, &ids(&taken));
     restore(view, undos);
     taken.sort_by(|&a, &b| cands[a].rank().cmp(&cands[b].rank()));
-    packing.map(|packing| Walked {
-        victims: taken,
-        packing,
-    })
+    packing.map(|packing| Walked { victims: taken, packing })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -92,8 +85,7 @@ fn fill_back(
         order.sort_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[b], &cands[a]));
         let mut returned = false;
         for i in order {
-            view.ledger
-                .undo(undos.remove(&i).expect("taken victim has an undo"));
+            view.ledger.undo(undos.remove(&i).expect("taken victim has an undo"));
             let rest: Vec<usize> = taken.iter().copied().filter(|&t| t != i).collect();
             let rest_ids: Vec<JobId> = rest.iter().map(|&t| cands[t].job).collect();
             let still_valid = valid_in_order(view, ctx, cands, &rest, undos);
@@ -120,8 +112,7 @@ fn valid_in_order(
     undos: &mut BTreeMap<usize, Undo>,
 ) -> bool {
     for t in set {
-        view.ledger
-            .undo(undos.remove(t).expect("taken victim has an undo"));
+        view.ledger.undo(undos.remove(t).expect("taken victim has an undo"));
     }
     let mut left: Vec<usize> = set.to_vec();
     let mut ok = true;
