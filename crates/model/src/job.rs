@@ -29,7 +29,7 @@ pub struct TaskSpec {
     pub pools: Option<Vec<Name>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Topology {
     /// The whole gang on one node.
     Node,

@@ -104,9 +104,9 @@ fn submit_backlog(s: &mut State, jobs: usize, seed: u64) {
         let queue = format!("q{}", rng.next(200));
         let class = if rng.next(2) == 0 { "train" } else { "interactive" };
         let spec = if rng.next(10) < 2 {
-            job(format!("g{i}"), queue, class, 2 + rng.next(7) as u32, 8)
+            job(format!("job-{i}"), queue, class, 2 + rng.next(7) as u32, 8)
         } else {
-            job(format!("j{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
+            job(format!("job-{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
         };
         apply(s, Op::Submit { spec, request_id: None });
     }

@@ -103,9 +103,9 @@ fn submit_backlog(s: &mut State, jobs: usize, seed: u64) {
         let queue = format!("q{}", rng.next(200));
         let class = if rng.next(2) == 0 { "train" } else { "interactive" };
         let spec = if rng.next(10) < 2 {
-            job(format!("g{i}"), queue, class, 2 + rng.next(7) as u32, 8)
+            job(format!("job-{i}"), queue, class, 2 + rng.next(7) as u32, 8)
         } else {
-            job(format!("j{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
+            job(format!("job-{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
         };
         apply(s, Op::Submit { spec, request_id: None });
     }
@@ -138,9 +138,17 @@ fn main() {
     let mut s = cluster(nodes, 40);
     submit_backlog(&mut s, nodes * 5, 7);
     let t = std::time::Instant::now();
-    let mut n = 0;
-    for _ in 0..3 {
-        n += cycle(&s, NOW_MS).decisions.len();
-    }
-    println!("10 cycles {:?} ({n} decisions)", t.elapsed());
+    let plan = cycle(&s, NOW_MS);
+    let cold = t.elapsed();
+    let placed = plan.decisions.iter().filter(|d| matches!(d, Decision::Place { .. })).count();
+    let waits = plan.decisions.iter().filter(|d| matches!(d, Decision::Wait { .. })).count();
+    println!(
+        "cold cycle {cold:?}: {placed} placements, {waits} reasons, {:.0} placements/s",
+        placed as f64 / cold.as_secs_f64()
+    );
+    apply(&mut s, Op::ApplyPlan(plan));
+    submit_backlog(&mut s, 0, 1);
+    let t = std::time::Instant::now();
+    let plan = cycle(&s, NOW_MS);
+    println!("next cycle {:?}: {} decisions", t.elapsed(), plan.decisions.len());
 }

@@ -7,6 +7,7 @@ use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan, Victim};
 use baton_model::state::{State, demand_of};
 
+use crate::failures::Failures;
 use crate::needs::Needs;
 use crate::nodes::{IndexNodes, SetNodes};
 use crate::order::Order;
@@ -25,10 +26,10 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
     resume_suspended(&mut view, &mut plan);
     let mut order = Order::new(&view);
-    let mut budget = MAX_PREEMPTION_PLANS_PER_CYCLE;
+    let mut planner = Planner { budget: MAX_PREEMPTION_PLANS_PER_CYCLE, failures: Failures::default() };
     while let Some((q, id, needs)) = order.next() {
         let job = view.job(id);
-        let placed = decide(&mut view, job, &needs, &mut plan, &mut budget);
+        let placed = decide(&mut view, job, &needs, &mut plan, &mut planner);
         order.after(&view, q, id, placed);
     }
     for (id, head) in order.held_back() {
@@ -75,7 +76,13 @@ fn wait(plan: &mut Plan, job: &Job, reason: String) {
 }
 
 /// Decides one job; true if it was placed.
-fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, budget: &mut usize) -> bool {
+/// What limits preemption planning within one cycle.
+struct Planner {
+    budget: usize,
+    failures: Failures,
+}
+
+fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &mut Planner) -> bool {
     if let Some(r) = view.state.reservations().get(&job.id) {
         let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
         if waiting == 0 {
@@ -114,11 +121,16 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, budget: &m
         }
     }
     let base = quota_block.unwrap_or_else(|| reason::no_room(view, &needs));
-    if *budget == 0 {
+    let key = Failures::key(needs, q, np);
+    if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, job, needs)) {
+        wait(plan, job, format!("{base}; {why}"));
+        return false;
+    }
+    if planner.budget == 0 {
         wait(plan, job, format!("{base}; preemption planning continues next cycle"));
         return false;
     }
-    *budget -= 1;
+    planner.budget -= 1;
     match preempt::plan(view, job, &needs) {
         Ok(Planned::Preempt { victims, packing, message }) => {
             let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
@@ -130,7 +142,12 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, budget: &m
             plan.decisions.push(Decision::Preempt { job: job.id, victims: victims_with_attempts, replicas, message });
         }
         Ok(Planned::WaitForLeaving { leaving }) => wait(plan, job, reason::leaving(leaving)),
-        Err(why) => wait(plan, job, format!("{base}; {why}")),
+        Err(why) => {
+            if let Some(k) = key {
+                planner.failures.record(k, job, needs, &why);
+            }
+            wait(plan, job, format!("{base}; {why}"));
+        }
     }
     false
 }

@@ -58,7 +58,7 @@ impl Buckets {
     }
 
     /// The most free GPUs on any one node (0 when none is schedulable).
-pub fn max_free(&self) -> u64 {
+    pub fn max_free(&self) -> u64 {
         if self.occupied == 0 { 0 } else { u64::from(127 - self.occupied.leading_zeros()) }
     }
 }

@@ -18,6 +18,7 @@
 #![allow(clippy::needless_range_loop)]
 
 mod cycle;
+mod failures;
 mod index;
 mod needs;
 mod nodes;

@@ -135,7 +135,8 @@ fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize], enough: O
     racks.dedup();
     let mut best: Option<Packing> = None;
     for r in racks {
-        let room = |(t, &p): (&crate::needs::TaskNeed, &usize)| nodes.gpu_room(p, Some(r), t.need[0]) >= u64::from(t.replicas);
+        let room =
+            |(t, &p): (&crate::needs::TaskNeed, &usize)| nodes.gpu_room(p, Some(r), t.need[0]) >= u64::from(t.replicas);
         if !needs.tasks.iter().zip(assignment).all(room) {
             continue;
         }

@@ -19,14 +19,45 @@ pub struct View<'a> {
     /// Jobs placed or reserved this cycle.
     pub decided: BTreeSet<JobId>,
     /// Jobs running or stopping when the cycle began: the only possible victims.
-    pub active: Vec<JobId>,
+    pub active: Vec<Running>,
+}
+
+/// What preemption planning needs of a running (or stopping) job, gathered once a cycle.
+#[derive(Debug, Clone)]
+pub struct Running {
+    pub job: JobId,
+    pub queue: usize,
+    /// Being preempted or paused already.
+    pub leaving: bool,
+    pub preemptible: bool,
+    /// Its minimum runtime protects it until then.
+    pub protected_until_ms: u64,
+    pub priority: i32,
+    pub progress_mark_ms: u64,
+    pub submitted: (u64, u64),
+    pub gpus: u64,
 }
 
 impl<'a> View<'a> {
     pub fn new(state: &'a State, now_ms: u64) -> View<'a> {
         let ledger = state.ledger().clone();
         let index = Index::build(&ledger);
-        let active = state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.id).collect();
+        let active = state
+            .jobs()
+            .values()
+            .filter(|j| j.state.is_active())
+            .map(|j| Running {
+                job: j.id,
+                queue: ledger.charges.get(&j.id).map_or(0, |c| c.queue),
+                leaving: j.is_leaving(),
+                preemptible: j.preemptible,
+                protected_until_ms: j.started_ms.saturating_add(j.spec.min_runtime_ms),
+                priority: j.priority,
+                progress_mark_ms: j.progress_mark_ms,
+                submitted: j.submitted_key(),
+                gpus: j.gpus(),
+            })
+            .collect();
         View { state, ledger, index, now_ms, taken: BTreeSet::new(), decided: BTreeSet::new(), active }
     }
 

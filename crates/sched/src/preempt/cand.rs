@@ -3,11 +3,11 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use baton_model::job::{Job, JobId, JobState};
+use baton_model::job::{Job, JobId};
 use baton_model::ledger::{Ledger, Vector};
 use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort, WithinQueue};
 
-use crate::view::View;
+use crate::view::{Running, View};
 
 /// A running (or already stopping) job that might make room.
 #[derive(Debug, Clone)]
@@ -60,27 +60,25 @@ pub struct Ctx<'j> {
 }
 
 /// A job `v` could ever be a victim of `j` under the queues' policies.
-pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &Job) -> Option<Cand> {
-    if v.id == j.id || view.taken.contains(&v.id) {
+pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &Running) -> Option<Cand> {
+    if v.job == j.id || view.taken.contains(&v.job) {
         return None;
     }
-    let vq = view.ledger.queue(v.spec.queue.as_str())?;
+    let vq = v.queue;
     let cand = |leaving| Cand {
-        job: v.id,
+        job: v.job,
         queue: vq,
         own: vq == jq,
         leaving,
         priority: v.priority,
         progress_mark_ms: v.progress_mark_ms,
-        submitted: v.submitted_key(),
-        gpus: v.gpus(),
+        submitted: v.submitted,
+        gpus: v.gpus,
     };
-    match v.state {
-        JobState::Preempting => return Some(cand(true)),
-        JobState::Running => {}
-        _ => return None,
+    if v.leaving {
+        return Some(cand(true));
     }
-    if !v.preemptible || view.now_ms < v.started_ms.saturating_add(v.spec.min_runtime_ms) {
+    if !v.preemptible || view.now_ms < v.protected_until_ms {
         return None;
     }
     if vq == jq {
@@ -88,7 +86,7 @@ pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &
             WithinQueue::Never => false,
             WithinQueue::LowerPriority => v.priority < j.priority,
             WithinQueue::LowerOrNewerEqualPriority => {
-                v.priority < j.priority || (v.priority == j.priority && v.submitted_key() > j.submitted_key())
+                v.priority < j.priority || (v.priority == j.priority && v.submitted > j.submitted_key())
             }
         };
         return ok.then(|| cand(false));

@@ -21,6 +21,7 @@ use baton_model::job::{Job, JobId};
 use baton_model::ledger::{Vector, add, fits};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::quantity::Human;
+use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort};
 use baton_model::state::submit::replicas_fitting;
 
 use cand::{Cand, Ctx, eligible};
@@ -29,7 +30,7 @@ use score::Score;
 use crate::index::RackKey;
 use crate::needs::Needs;
 use crate::pack::Packing;
-use crate::view::View;
+use crate::view::{Running, View};
 
 /// How many single-node placements get the exact walk after the quick estimate.
 const EXACT_SINGLE_NODE_WALKS: usize = 16;
@@ -61,25 +62,29 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
     let pools = needs.all_pools();
+    let own: Vec<Cand> = view
+        .active
+        .iter()
+        .filter(|r| r.queue == jq && in_pools(view, r, &pools))
+        .filter_map(|r| eligible(view, job, jq, &policy, r))
+        .collect();
+    let useful = contributing_queues(view, job, jq, &policy, needs, &own);
     let cands: Vec<Cand> = view
         .active
         .iter()
-        .map(|&id| view.job(id))
-        .filter(|v| {
-            v.replicas
-                .iter()
-                .any(|r| view.ledger.node(r.node.as_str()).is_some_and(|n| pools.contains(&view.ledger.nodes[n].pool)))
-        })
-        .filter_map(|v| eligible(view, job, jq, &policy, v))
+        .filter(|r| r.queue != jq && (useful[r.queue] || r.leaving))
+        .filter(|r| in_pools(view, r, &pools))
+        .filter_map(|r| eligible(view, job, jq, &policy, r))
+        .chain(own)
         .collect();
     if cands.is_empty() {
         return Err("no running job may be preempted for it".into());
     }
-    let mut on_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut on_node: BTreeMap<usize, OnNode> = BTreeMap::new();
     for (i, c) in cands.iter().enumerate() {
-        for n in view.ledger.charges.get(&c.job).map(|ch| ch.nodes.clone()).unwrap_or_default() {
-            if view.ledger.nodes[n].occupant(c.job).is_some_and(|o| !o.held) {
-                on_node.entry(n).or_default().push(i);
+        for &n in view.ledger.charges.get(&c.job).map(|ch| ch.nodes.as_slice()).unwrap_or_default() {
+            if let Some(o) = view.ledger.nodes[n].occupant(c.job).filter(|o| !o.held) {
+                on_node.entry(n).or_default().push((i, o.amount));
             }
         }
     }
@@ -90,7 +95,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
             for nodes in touched_sets(view, job, needs, a, &cands, &on_node) {
                 let on: Vec<usize> = nodes
                     .iter()
-                    .flat_map(|n| on_node.get(n).cloned().unwrap_or_default())
+                    .flat_map(|n| on_node.get(n).into_iter().flatten().map(|(i, _)| *i))
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
@@ -122,6 +127,44 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     let message = describe(view, &ctx, &best.victims.iter().map(|&i| &cands[i]).collect::<Vec<_>>());
     let victims = best.victims.iter().map(|&i| cands[i].job).collect();
     Ok(Planned::Preempt { victims, packing: best.packing, message })
+}
+
+fn in_pools(view: &View, r: &Running, pools: &[usize]) -> bool {
+    let nodes = view.ledger.charges.get(&r.job).map(|c| c.nodes.as_slice()).unwrap_or_default();
+    nodes.iter().any(|&n| pools.contains(&view.ledger.nodes[n].pool))
+}
+
+/// Other queues whose running jobs could be victims at all: they borrow somewhere the job
+/// needs, and either the job could reclaim (its queue, with every own-queue candidate gone,
+/// would be within nominal where it lacks room in some pool assignment) or the queue is in
+/// the job's cohort tree, where borrowing within the cohort or fair sharing may apply.
+fn contributing_queues(
+    view: &mut View,
+    job: &Job,
+    jq: usize,
+    policy: &PreemptionPolicy,
+    needs: &Needs,
+    own: &[Cand],
+) -> Vec<bool> {
+    let undo: Vec<_> = own.iter().map(|c| view.ledger.remove_usage(c.job)).collect();
+    let reclaim_possible = policy.reclaim_within_cohort != ReclaimWithinCohort::Never
+        && needs.assignments.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger));
+    for u in undo.into_iter().rev() {
+        view.ledger.undo(u);
+    }
+    let cohort_rules = view.ledger.queues[jq].fair_sharing || policy.borrow_within_cohort.is_some();
+    let demand: Vec<(usize, Vector)> = needs.assignments.iter().flat_map(|a| needs.demand(a)).collect();
+    let l = &view.ledger;
+    l.queues
+        .iter()
+        .enumerate()
+        .map(|(q, acct)| {
+            let borrows =
+                demand.iter().any(|(p, d)| (0..MAX_RESOURCE_KINDS).any(|k| d[k] > 0 && acct.borrowing_in(*p, k)));
+            let same_tree = acct.tree == l.queues[jq].tree;
+            q != jq && borrows && (reclaim_possible || (same_tree && cohort_rules))
+        })
+        .collect()
 }
 
 fn context<'j>(
@@ -182,39 +225,79 @@ fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> V
 
 /// A node's quick estimate: the victims it alone would need to host `need` (static rank,
 /// no quota), or `None` if it could not even with every candidate gone.
-fn estimate(view: &View, job: JobId, n: usize, need: &Vector, cands: &[Cand], on: &[usize]) -> Option<(Score, u64)> {
+/// A node's quick estimate, compared like `Score` but without allocating: own-queue
+/// victims, highest victim priority and how many at it, victims, lost work, best rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Quick {
+    own: u16,
+    top: i64,
+    at_top: u16,
+    count: u16,
+    lost: u128,
+    best: Option<cand::RankKey>,
+}
+
+/// Candidates on one node with what each holds there.
+type OnNode = Vec<(usize, Vector)>;
+
+/// A node's quick estimate: the victims it alone would need to host `need` (static rank, no
+/// quota), or `None` if it could not even with every candidate gone; with how many replicas
+/// it could host then.
+fn estimate(
+    view: &View,
+    job: JobId,
+    n: usize,
+    need: &Vector,
+    cands: &[Cand],
+    on: &OnNode,
+    order: &mut Vec<usize>,
+) -> Option<(Quick, u64)> {
     let (mut free, mask) = view.free_for(n, job, &[]);
     free[0] = free[0].min(u64::from(mask.count_ones()));
-    let amount = |i: usize| view.ledger.nodes[n].occupant(cands[i].job).map(|o| o.amount).unwrap_or_default();
     let mut all = free;
-    for &i in on {
-        add(&mut all, &amount(i));
+    for (_, amount) in on {
+        add(&mut all, amount);
     }
     let hosts = replicas_fitting(need, &all);
     if hosts == 0 {
         return None;
     }
-    let mut order: Vec<usize> = on.to_vec();
-    order.sort_by_key(|&i| cands[i].rank());
+    order.clear();
+    order.extend(0..on.len());
+    order.sort_by_key(|&i| cands[on[i].0].rank());
     let mut acc = free;
-    let mut taken = Vec::new();
-    for i in order {
-        if fits(need, &acc) {
-            break;
-        }
-        add(&mut acc, &amount(i));
-        taken.push(i);
+    let mut taken = 0;
+    while taken < order.len() && !fits(need, &acc) {
+        add(&mut acc, &on[order[taken]].1);
+        taken += 1;
     }
-    for idx in (0..taken.len()).rev() {
+    order.truncate(taken);
+    for idx in (0..order.len()).rev() {
         let mut without = acc;
-        baton_model::ledger::sub(&mut without, &amount(taken[idx]));
+        baton_model::ledger::sub(&mut without, &on[order[idx]].1);
         if fits(need, &without) {
             acc = without;
-            taken.remove(idx);
+            order.remove(idx);
         }
     }
-    let vs: Vec<&Cand> = taken.iter().map(|&i| &cands[i]).collect();
-    Some((Score::of(&vs, view.now_ms, 1, vec![n]), hosts))
+    let mut q = Quick { own: 0, top: i64::MIN, at_top: 0, count: 0, lost: 0, best: None };
+    for &i in order.iter() {
+        let c = &cands[on[i].0];
+        if c.leaving {
+            q.best = Some(q.best.map_or(c.rank(), |b| b.min(c.rank())));
+            continue;
+        }
+        q.own += u16::from(c.own);
+        q.count += 1;
+        q.lost += c.lost_work(view.now_ms);
+        match i64::from(c.priority).cmp(&q.top) {
+            std::cmp::Ordering::Greater => (q.top, q.at_top) = (i64::from(c.priority), 1),
+            std::cmp::Ordering::Equal => q.at_top += 1,
+            std::cmp::Ordering::Less => {}
+        }
+        q.best = Some(q.best.map_or(c.rank(), |b| b.min(c.rank())));
+    }
+    Some((q, hosts))
 }
 
 /// Node sets to walk for an assignment, best estimates first.
@@ -224,50 +307,53 @@ fn touched_sets(
     needs: &Needs,
     a: &[usize],
     cands: &[Cand],
-    on_node: &BTreeMap<usize, Vec<usize>>,
+    on_node: &BTreeMap<usize, OnNode>,
 ) -> Vec<Vec<usize>> {
     let single = needs.tasks.iter().map(|t| t.replicas).sum::<u32>() == 1
         || needs.topology.is_some_and(|t| t == baton_model::job::Topology::Node);
     let (primary, need) = primary_need(needs, single);
     let pool = a[primary];
-    let mut scored: Vec<(Score, u64, usize)> = Vec::new();
-    let mut seen = BTreeSet::new();
-    let empty = Vec::new();
+    let mut scored: Vec<(Quick, u32, usize, u64)> = Vec::new();
+    let mut order = Vec::new();
     for (&n, on) in on_node {
-        if view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable && seen.insert(n) {
-            if let Some((s, h)) = estimate(view, job.id, n, &need, cands, on) {
-                scored.push((s, h, n));
-            }
+        let node = &view.ledger.nodes[n];
+        if node.pool == pool
+            && node.schedulable
+            && let Some((q, h)) = estimate(view, job.id, n, &need, cands, on, &mut order)
+        {
+            scored.push((q, node.free_gpu_count(), n, h));
         }
     }
     // Idle capacity: nodes that host a replica with no victim at all.
     let replicas: u64 = needs.tasks.iter().map(|t| u64::from(t.replicas)).sum();
+    let empty = OnNode::new();
     let idle: Vec<usize> = view.index.pools[pool]
         .all
         .emptiest_first(need[0])
-        .filter(|n| !seen.contains(n))
+        .filter(|n| !on_node.contains_key(n))
         .take(replicas as usize)
         .collect();
     for n in idle {
-        if let Some((s, h)) = estimate(view, job.id, n, &need, cands, &empty) {
-            scored.push((s, h, n));
+        if let Some((q, h)) = estimate(view, job.id, n, &need, cands, &empty, &mut order) {
+            scored.push((q, view.ledger.nodes[n].free_gpu_count(), n, h));
         }
     }
-    scored.sort_by(|x, y| {
-        x.0.cmp(&y.0)
-            .then_with(|| view.ledger.nodes[x.2].free_gpu_count().cmp(&view.ledger.nodes[y.2].free_gpu_count()))
-            .then(x.2.cmp(&y.2))
-    });
-    if single {
-        return scored.iter().take(EXACT_SINGLE_NODE_WALKS).map(|s| vec![s.2]).collect();
+    if single && scored.len() > EXACT_SINGLE_NODE_WALKS {
+        scored.select_nth_unstable(EXACT_SINGLE_NODE_WALKS);
+        scored.truncate(EXACT_SINGLE_NODE_WALKS);
     }
+    scored.sort_unstable();
+    if single {
+        return scored.iter().map(|s| vec![s.2]).collect();
+    }
+    let scored: Vec<(u64, usize)> = scored.iter().map(|s| (s.3, s.2)).collect();
     let mut sets = Vec::new();
     let other_pools: Vec<usize> = a.iter().copied().filter(|&p| p != pool).collect();
     let extra = extra_nodes(view, &other_pools, on_node);
     if let Some(s) = gather(&scored, None, view, replicas_of(needs, primary), &extra) {
         sets.push(s);
     }
-    let racks: BTreeSet<RackKey> = scored.iter().map(|s| view.ledger.nodes[s.2].rack).collect();
+    let racks: BTreeSet<RackKey> = scored.iter().map(|s| view.ledger.nodes[s.1].rack).collect();
     if racks.len() > 1 || needs.topology.is_some() {
         for r in racks {
             if let Some(s) = gather(&scored, Some(r), view, replicas_of(needs, primary), &extra) {
@@ -305,7 +391,7 @@ fn primary_need(needs: &Needs, single: bool) -> (usize, Vector) {
 
 /// Nodes in the assignment's other pools (for gangs whose tasks span pools): all of them,
 /// bounded, since the primary task's estimate says nothing about them.
-fn extra_nodes(view: &View, pools: &[usize], on_node: &BTreeMap<usize, Vec<usize>>) -> Vec<usize> {
+fn extra_nodes(view: &View, pools: &[usize], on_node: &BTreeMap<usize, OnNode>) -> Vec<usize> {
     let mut out: Vec<usize> = view
         .ledger
         .nodes
@@ -322,7 +408,7 @@ fn extra_nodes(view: &View, pools: &[usize], on_node: &BTreeMap<usize, Vec<usize
 /// Best-estimated nodes (in a rack, if given) until they could host the primary task's
 /// replicas with every candidate on them gone.
 fn gather(
-    scored: &[(Score, u64, usize)],
+    scored: &[(u64, usize)],
     rack: Option<RackKey>,
     view: &View,
     replicas: u64,
@@ -330,12 +416,12 @@ fn gather(
 ) -> Option<Vec<usize>> {
     let mut nodes = Vec::new();
     let mut hosts: u64 = 0;
-    for (_, h, n) in scored {
-        if rack.is_some_and(|r| view.ledger.nodes[*n].rack != r) {
+    for &(h, n) in scored {
+        if rack.is_some_and(|r| view.ledger.nodes[n].rack != r) {
             continue;
         }
-        nodes.push(*n);
-        hosts = hosts.saturating_add(*h);
+        nodes.push(n);
+        hosts = hosts.saturating_add(h);
         if hosts >= replicas || nodes.len() >= MAX_TOUCHED_NODES {
             break;
         }
