@@ -1,0 +1,5 @@
+//! placeholder
+pub mod codec;
+pub mod settings;
+pub mod store;
+pub mod types;
