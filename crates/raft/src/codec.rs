@@ -30,6 +30,12 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     bincode::serde::encode_to_vec(value, config()).map_err(|e| CodecError::Encode(e.to_string()))
 }
 
+/// The size of `value` encoded, without keeping the bytes.
+pub fn encoded_len<T: Serialize>(value: &T) -> Result<usize, CodecError> {
+    bincode::serde::encode_into_std_write(value, &mut std::io::sink(), config())
+        .map_err(|e| CodecError::Encode(e.to_string()))
+}
+
 /// Decodes a whole buffer; bytes left over mean the buffer is not what the caller thinks.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     let (value, read) = bincode::serde::decode_from_slice(bytes, config())

@@ -31,8 +31,9 @@ pub struct RaftSettings {
     pub max_snapshot_bytes: u64,
     /// Deadline of one InstallSnapshot chunk, and of connecting to a peer.
     pub rpc_timeout_ms: u64,
-    /// Deadline of a forwarded write or read-index request.
-    pub forward_timeout_ms: u64,
+    /// Deadline of a client write or linearizable read, forwarding included. A write that
+    /// runs past it may still commit later (its outcome is unknown).
+    pub request_timeout_ms: u64,
     /// How long a membership change waits for a new learner to catch up.
     pub membership_timeout_ms: u64,
     /// Client writes in flight on one replica; more are refused as overloaded.
@@ -55,7 +56,7 @@ impl Default for RaftSettings {
             snapshot_chunk_bytes: 4 << 20,
             max_snapshot_bytes: 4 << 30,
             rpc_timeout_ms: 2_000,
-            forward_timeout_ms: 5_000,
+            request_timeout_ms: 10_000,
             membership_timeout_ms: 30_000,
             max_pending_writes: 65_536,
             flush_queue_len: 65_536,
@@ -124,7 +125,7 @@ impl RaftSettings {
         at_least("max_command_bytes", self.max_command_bytes as u64, 1_024)?;
         at_least("snapshot_chunk_bytes", self.snapshot_chunk_bytes, 1_024)?;
         at_least("rpc_timeout_ms", self.rpc_timeout_ms, 1)?;
-        at_least("forward_timeout_ms", self.forward_timeout_ms, 1)?;
+        at_least("request_timeout_ms", self.request_timeout_ms, 1)?;
         at_least("membership_timeout_ms", self.membership_timeout_ms, 1)?;
         at_least("max_pending_writes", self.max_pending_writes as u64, 1)?;
         at_least("flush_queue_len", self.flush_queue_len as u64, 1)?;

@@ -2,6 +2,9 @@
 //!
 //! The suite builds its own runtime, so these are plain `#[test]`s.
 
+// openraft's StorageError is large and fixed by its traits.
+#![allow(clippy::result_large_err)]
+
 use std::sync::Arc;
 
 use baton_raft::store::{KvStore, LogStore, MemKv, SledKv, StateMachineStore};
