@@ -95,16 +95,16 @@ mod tests {
 
     #[test]
     fn short_record_is_refused() {
-        assert_eq!(
-            unseal::<String>(&[1, 2]),
-            Err(CodecError::Short { len: 2 })
-        );
+        assert_eq!(unseal::<String>(&[1, 2]), Err(CodecError::Short { len: 2 }));
     }
 
     #[test]
     fn trailing_bytes_are_refused() {
         let mut bytes = encode(&5u32).unwrap();
         bytes.push(0);
-        assert_eq!(decode::<u32>(&bytes), Err(CodecError::Trailing { extra: 1 }));
+        assert_eq!(
+            decode::<u32>(&bytes),
+            Err(CodecError::Trailing { extra: 1 })
+        );
     }
 }

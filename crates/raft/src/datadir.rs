@@ -66,7 +66,11 @@ fn incomplete(dir: &Path, missing: PathBuf) -> OpenError {
 
 fn has_records(kv: &SledKv) -> Result<bool, OpenError> {
     for space in Space::ALL {
-        if kv.last(space).map_err(crate::store::StoreError::from)?.is_some() {
+        if kv
+            .last(space)
+            .map_err(crate::store::StoreError::from)?
+            .is_some()
+        {
             return Ok(true);
         }
     }

@@ -179,10 +179,15 @@ mod tests {
         .write(dir.path())
         .unwrap();
         let f = dir.path().join(IDENTITY_FILE);
-        let t = fs::read_to_string(&f).unwrap().replace("node_id=1", "node_id=2");
+        let t = fs::read_to_string(&f)
+            .unwrap()
+            .replace("node_id=1", "node_id=2");
         fs::write(&f, t).unwrap();
         let err = Identity::read(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("cluster.id") && err.contains("checksum"), "{err}");
+        assert!(
+            err.contains("cluster.id") && err.contains("checksum"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -149,7 +149,9 @@ impl Core {
             }
             Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
                 // Only membership changes can fail this way, and a command is not one.
-                Err(WriteError::Encode(format!("unexpected membership error: {e}")))
+                Err(WriteError::Encode(format!(
+                    "unexpected membership error: {e}"
+                )))
             }
             Ok(Err(RaftError::Fatal(_))) => Err(WriteError::Stopped),
         }
@@ -435,15 +437,12 @@ impl Replica {
     pub async fn add_learner(&self, id: NodeId, addr: &str) -> Result<(), MembershipError> {
         self.require_leader()?;
         let timeout = Duration::from_millis(self.core.settings.rpc_timeout_ms);
-        let who = self
-            .core
-            .peers
-            .identify(addr, timeout)
-            .await
-            .map_err(|e| MembershipError::Unreachable {
+        let who = self.core.peers.identify(addr, timeout).await.map_err(|e| {
+            MembershipError::Unreachable {
                 addr: addr.to_string(),
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         if who.cluster_id != self.core.cluster_id {
             return Err(MembershipError::ForeignCluster {
                 addr: addr.to_string(),

@@ -103,7 +103,8 @@ impl RaftSettings {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
             snapshot_max_chunk_size: self.snapshot_chunk_bytes,
             max_in_snapshot_log_to_keep: self.logs_kept_after_snapshot,
-            purge_batch_size: 1_024,
+            // Purge as soon as a snapshot allows it, in bounded batches.
+            purge_batch_size: self.snapshot_every_entries.clamp(1, 1_024),
             ..Default::default()
         };
         config
@@ -154,7 +155,9 @@ impl RaftSettings {
             self.election_timeout_max_ms,
         )?;
         // One command, and one snapshot chunk, must each fit in a message with its envelope.
-        let room = self.max_message_bytes.saturating_sub(MESSAGE_OVERHEAD_BYTES) as u64;
+        let room = self
+            .max_message_bytes
+            .saturating_sub(MESSAGE_OVERHEAD_BYTES) as u64;
         before(
             "max_command_bytes",
             self.max_command_bytes as u64 - 1,

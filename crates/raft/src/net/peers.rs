@@ -56,7 +56,12 @@ pub enum CallError {
 }
 
 impl Peers {
-    pub fn new(cluster_id: String, self_id: NodeId, max_message_bytes: usize, dialer: Dialer) -> Peers {
+    pub fn new(
+        cluster_id: String,
+        self_id: NodeId,
+        max_message_bytes: usize,
+        dialer: Dialer,
+    ) -> Peers {
         Peers {
             cluster_id,
             self_id,
@@ -120,7 +125,11 @@ impl Peers {
     }
 
     /// Asks the replica at `addr` who it is.
-    pub async fn identify(&self, addr: &str, timeout: Duration) -> Result<IdentifyReply, CallError> {
+    pub async fn identify(
+        &self,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<IdentifyReply, CallError> {
         let mut client = self.client(addr)?;
         let mut req = tonic::Request::new(IdentifyRequest {
             cluster_id: self.cluster_id.clone(),

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Timeout, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -137,7 +137,8 @@ impl RaftNetwork<TypeConfig> for PeerLink {
             }
             other => other?,
         };
-        self.send(Rpc::AppendEntries, payload, option.hard_ttl()).await
+        self.send(Rpc::AppendEntries, payload, option.hard_ttl())
+            .await
     }
 
     async fn install_snapshot(
@@ -149,7 +150,8 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
     > {
         let payload = self.encode(Rpc::InstallSnapshot, &rpc)?;
-        self.send(Rpc::InstallSnapshot, payload, option.hard_ttl()).await
+        self.send(Rpc::InstallSnapshot, payload, option.hard_ttl())
+            .await
     }
 
     async fn vote(

@@ -80,10 +80,7 @@ impl Flusher {
                 cb.log_io_completed(Ok(()));
                 Ok(())
             }
-            Some(tx) => tx
-                .send(Job::Appended(cb))
-                .await
-                .map_err(|_| self.stopped()),
+            Some(tx) => tx.send(Job::Appended(cb)).await.map_err(|_| self.stopped()),
         }
     }
 

@@ -144,13 +144,10 @@ impl KvStore for SledKv {
     }
 
     fn flush(&self) -> Result<(), KvError> {
-        self.db
-            .flush()
-            .map(|_| ())
-            .map_err(|e| KvError {
-                location: self.path.display().to_string(),
-                message: format!("flush: {e}"),
-            })
+        self.db.flush().map(|_| ()).map_err(|e| KvError {
+            location: self.path.display().to_string(),
+            message: format!("flush: {e}"),
+        })
     }
 
     fn is_durable(&self) -> bool {

@@ -136,7 +136,10 @@ fn verify(kv: &dyn KvStore) -> Result<(), StoreError> {
 
     if let Some(p) = purged {
         // Entries at or below the purged id are leftovers of a purge cut short by a crash.
-        kv.write(vec![Write::Remove(Space::Log, 0..p.index.saturating_add(1))])?;
+        kv.write(vec![Write::Remove(
+            Space::Log,
+            0..p.index.saturating_add(1),
+        )])?;
     }
     let mut next = purged.map_or(0, |p| p.index + 1);
     let mut prev: Option<u64> = None;
@@ -148,8 +151,8 @@ fn verify(kv: &dyn KvStore) -> Result<(), StoreError> {
         };
         let resume = last_key.saturating_add(1);
         for (index, rec) in chunk {
-            let entry: Entry = unseal(&rec)
-                .map_err(|e| corrupt(format!("log entry {index}"), e.to_string()))?;
+            let entry: Entry =
+                unseal(&rec).map_err(|e| corrupt(format!("log entry {index}"), e.to_string()))?;
             if entry.log_id.index != index {
                 return Err(corrupt(
                     format!("log entry {index}"),
@@ -277,8 +280,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = Vec::new();
         for entry in entries {
-            let rec = seal(&entry)
-                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, any(e)))?;
+            let rec =
+                seal(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, any(e)))?;
             batch.push(Write::Put(Space::Log, entry.log_id.index, rec));
         }
         self.write(batch)

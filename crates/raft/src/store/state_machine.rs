@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGua
 
 use baton_model::{Applied, Outcome, Response, State};
 use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{
-    AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError,
-};
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
 use super::StoreError;
 use super::kv::KvStore;
@@ -175,9 +173,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         let d = self.shared.read_data();
         Ok((d.last_applied, d.membership.clone()))
     }
