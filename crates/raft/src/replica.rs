@@ -91,6 +91,7 @@ pub(crate) struct Core {
     pub(crate) settings: RaftSettings,
     pub(crate) raft: Raft,
     sm: Arc<SmShared>,
+    kv: Arc<dyn KvStore>,
     peers: Arc<Peers>,
     write_slots: Semaphore,
 }
@@ -197,7 +198,7 @@ impl Replica {
             Storage::Memory => Arc::new(MemKv::new()),
         };
         let log = LogStore::open(kv.clone(), config.settings.flush_queue_len)?;
-        let sm = StateMachineStore::open(kv)?;
+        let sm = StateMachineStore::open(kv.clone())?;
         let shared = sm.shared();
         let peers = Arc::new(Peers::new(
             config.cluster_id.clone(),
@@ -226,6 +227,7 @@ impl Replica {
                 settings: config.settings,
                 raft,
                 sm: shared,
+                kv,
                 peers,
             }),
         })
@@ -513,11 +515,15 @@ impl Replica {
         self.core.raft.metrics()
     }
 
-    /// Stops raft. The RPC server stops with the `shutdown` future given to `run`. Storage is
-    /// released once every handle to the replica is dropped.
+    /// Stops raft, flushes and releases the storage, so the data directory can be opened
+    /// again. The RPC server stops with the `shutdown` future given to `run`. Reads of the
+    /// local state still work afterwards; everything else fails.
     pub async fn shutdown(&self) {
         if let Err(e) = self.core.raft.shutdown().await {
             tracing::warn!(error = %e, "raft task ended with an error");
+        }
+        if let Err(e) = self.core.kv.close() {
+            tracing::warn!(error = %e, "closing storage failed");
         }
     }
 }

@@ -40,7 +40,11 @@ async fn stopped_replica_with_data(root: &Path) -> std::path::PathBuf {
     let dir = root.join("r1");
     let node = single(&dir, CLUSTER, settings()).await;
     for i in 0..5 {
-        node.replica.write(put(&format!("w{i}"))).await.unwrap().unwrap();
+        node.replica
+            .write(put(&format!("w{i}")))
+            .await
+            .unwrap()
+            .unwrap();
     }
     node.stop().await;
     dir
@@ -53,7 +57,11 @@ async fn corrupted_identity_file_is_named() {
     let file = dir.join("cluster.id");
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(&file, &text[..text.len() / 2]).unwrap();
-    let err = reopen(&dir, CLUSTER).await.err().expect("must refuse").to_string();
+    let err = reopen(&dir, CLUSTER)
+        .await
+        .err()
+        .expect("must refuse")
+        .to_string();
     assert!(err.contains(&file.display().to_string()), "{err}");
 }
 
@@ -71,9 +79,16 @@ async fn corrupted_log_record_is_named() {
         kv.write(vec![Write::Put(Space::Log, 3, rec)]).unwrap();
         kv.flush().unwrap();
     }
-    let err = reopen(&dir, CLUSTER).await.err().expect("must refuse").to_string();
+    let err = reopen(&dir, CLUSTER)
+        .await
+        .err()
+        .expect("must refuse")
+        .to_string();
     assert!(err.contains(&sled_dir.display().to_string()), "{err}");
-    assert!(err.contains("log entry 3") && err.contains("checksum"), "{err}");
+    assert!(
+        err.contains("log entry 3") && err.contains("checksum"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -87,7 +102,11 @@ async fn missing_log_entries_are_detected() {
         kv.write(vec![Write::Remove(Space::Log, 2..4)]).unwrap();
         kv.flush().unwrap();
     }
-    let err = reopen(&dir, CLUSTER).await.err().expect("must refuse").to_string();
+    let err = reopen(&dir, CLUSTER)
+        .await
+        .err()
+        .expect("must refuse")
+        .to_string();
     assert!(err.contains(&sled_dir.display().to_string()), "{err}");
     assert!(err.contains("entries 2 to 3 are missing"), "{err}");
 }
@@ -100,10 +119,15 @@ async fn lost_log_tail_is_detected() {
     {
         // The committed tail is gone: acknowledged writes would silently vanish.
         let kv = SledKv::open(&sled_dir).unwrap();
-        kv.write(vec![Write::Remove(Space::Log, 4..u64::MAX)]).unwrap();
+        kv.write(vec![Write::Remove(Space::Log, 4..u64::MAX)])
+            .unwrap();
         kv.flush().unwrap();
     }
-    let err = reopen(&dir, CLUSTER).await.err().expect("must refuse").to_string();
+    let err = reopen(&dir, CLUSTER)
+        .await
+        .err()
+        .expect("must refuse")
+        .to_string();
     assert!(err.contains(&sled_dir.display().to_string()), "{err}");
     assert!(err.contains("acknowledged entries are missing"), "{err}");
 }
@@ -122,10 +146,16 @@ async fn deleted_database_is_named() {
 async fn data_directory_of_another_cluster_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let dir = stopped_replica_with_data(root.path()).await;
-    let err = reopen(&dir, "another-cluster").await.err().expect("must refuse");
+    let err = reopen(&dir, "another-cluster")
+        .await
+        .err()
+        .expect("must refuse");
     let text = err.to_string();
     assert!(matches!(err, OpenError::ClusterMismatch { .. }), "{text}");
-    assert!(text.contains("cluster.id") && text.contains("another-cluster"), "{text}");
+    assert!(
+        text.contains("cluster.id") && text.contains("another-cluster"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -135,8 +165,15 @@ async fn replica_of_another_cluster_cannot_join() {
     let (l, _) = listener().await;
     let foreign = Node::start(2, "other-cluster", &root.path().join("b"), l, settings()).await;
 
-    let err = ours.replica.add_learner(2, &foreign.addr).await.unwrap_err();
-    assert!(matches!(err, MembershipError::ForeignCluster { .. }), "{err}");
+    let err = ours
+        .replica
+        .add_learner(2, &foreign.addr)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, MembershipError::ForeignCluster { .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("other-cluster"), "{err}");
     assert!(!ours.replica.metrics().members.contains_key(&2));
 
@@ -202,7 +239,11 @@ async fn oversized_message_is_refused_and_the_replica_keeps_serving() {
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
 
-    node.replica.write(put("still-alive")).await.unwrap().unwrap();
+    node.replica
+        .write(put("still-alive"))
+        .await
+        .unwrap()
+        .unwrap();
     node.stop().await;
 }
 

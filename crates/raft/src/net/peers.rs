@@ -119,9 +119,31 @@ impl Peers {
             }
         };
         match tokio::time::timeout(timeout, call).await {
-            Ok(reply) => Ok(reply?.into_inner().payload),
-            Err(_) => Err(CallError::Timeout(timeout)),
+            Ok(Ok(reply)) => Ok(reply.into_inner().payload),
+            Ok(Err(status)) => {
+                if matches!(
+                    status.code(),
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                ) {
+                    // Past its deadline (tonic's own timeout): as below.
+                    self.forget(addr);
+                }
+                Err(status.into())
+            }
+            Err(_) => {
+                // The connection may be wedged (a partition that drops packets silently);
+                // the next call dials afresh.
+                self.forget(addr);
+                Err(CallError::Timeout(timeout))
+            }
         }
+    }
+
+    fn forget(&self, addr: &str) {
+        self.clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(addr);
     }
 
     /// Asks the replica at `addr` who it is.

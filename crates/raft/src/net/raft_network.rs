@@ -102,10 +102,15 @@ impl PeerLink {
                     timeout: d,
                 }));
             }
-            // A replica of another cluster, or another replica now at this address: retrying
-            // at full speed cannot help, so openraft backs off.
-            Err(CallError::Status(s)) if s.code() == tonic::Code::FailedPrecondition => {
-                tracing::warn!(
+            // A replica of another cluster, or another replica now at this address, or no
+            // connection at all: retrying at full speed cannot help, so openraft backs off.
+            Err(CallError::Status(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::Unavailable
+                ) =>
+            {
+                tracing::debug!(
                     target_node = self.target,
                     addr = %self.addr,
                     message = s.message(),

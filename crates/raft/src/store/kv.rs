@@ -76,6 +76,10 @@ pub trait KvStore: Send + Sync + 'static {
     /// Makes every earlier write durable.
     fn flush(&self) -> Result<(), KvError>;
 
+    /// Flushes and releases the storage (for sled: its files and their lock), so the same
+    /// directory can be opened again in this process. Later calls fail.
+    fn close(&self) -> Result<(), KvError>;
+
     /// Whether `flush` reaches a disk. A memory store acknowledges without waiting for it.
     fn is_durable(&self) -> bool;
 

@@ -81,6 +81,10 @@ impl KvStore for MemKv {
         Ok(())
     }
 
+    fn close(&self) -> Result<(), KvError> {
+        Ok(())
+    }
+
     fn is_durable(&self) -> bool {
         false
     }

@@ -6,13 +6,36 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use super::kv::{KvError, KvStore, Space, Write};
 
-pub struct SledKv {
+struct Open {
     db: sled::Db,
     trees: [sled::Tree; 3],
+}
+
+pub struct SledKv {
+    /// `None` once closed. Every operation holds the read lock, so `close` waits for them.
+    open: RwLock<Option<Open>>,
     path: PathBuf,
+}
+
+struct Guard<'a>(RwLockReadGuard<'a, Option<Open>>);
+
+impl Guard<'_> {
+    fn open(&self) -> &Open {
+        self.0.as_ref().expect("checked in SledKv::opened")
+    }
+
+    fn tree(&self, space: Space) -> &sled::Tree {
+        let t = &self.open().trees;
+        match space {
+            Space::Log => &t[0],
+            Space::Meta => &t[1],
+            Space::Snapshot => &t[2],
+        }
+    }
 }
 
 fn key(k: u64) -> [u8; 8] {
@@ -38,18 +61,20 @@ impl SledKv {
             tree(Space::Snapshot)?,
         ];
         Ok(SledKv {
-            db,
-            trees,
+            open: RwLock::new(Some(Open { db, trees })),
             path: path.to_path_buf(),
         })
     }
 
-    fn tree(&self, space: Space) -> &sled::Tree {
-        match space {
-            Space::Log => &self.trees[0],
-            Space::Meta => &self.trees[1],
-            Space::Snapshot => &self.trees[2],
+    fn opened(&self) -> Result<Guard<'_>, KvError> {
+        let g = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        if g.is_none() {
+            return Err(KvError {
+                location: self.path.display().to_string(),
+                message: "the database is closed".into(),
+            });
         }
+        Ok(Guard(g))
     }
 
     fn fail(&self, space: Space, what: &str, e: impl std::fmt::Display) -> KvError {
@@ -69,7 +94,8 @@ impl SledKv {
 
 impl KvStore for SledKv {
     fn get(&self, space: Space, k: u64) -> Result<Option<Vec<u8>>, KvError> {
-        self.tree(space)
+        self.opened()?
+            .tree(space)
             .get(key(k))
             .map(|v| v.map(|v| v.to_vec()))
             .map_err(|e| self.fail(space, "read", e))
@@ -85,7 +111,8 @@ impl KvStore for SledKv {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        for item in self
+        let g = self.opened()?;
+        for item in g
             .tree(space)
             .range(key(keys.start)..key(keys.end))
             .take(limit)
@@ -98,6 +125,7 @@ impl KvStore for SledKv {
 
     fn last(&self, space: Space) -> Result<Option<(u64, Vec<u8>)>, KvError> {
         match self
+            .opened()?
             .tree(space)
             .last()
             .map_err(|e| self.fail(space, "read", e))?
@@ -109,10 +137,11 @@ impl KvStore for SledKv {
 
     fn write(&self, batch: Vec<Write>) -> Result<(), KvError> {
         // Consecutive writes to one space go into one atomic sled batch.
+        let g = self.opened()?;
         let mut current: Option<(Space, sled::Batch)> = None;
         let commit = |pending: Option<(Space, sled::Batch)>| -> Result<(), KvError> {
             if let Some((space, b)) = pending {
-                self.tree(space)
+                g.tree(space)
                     .apply_batch(b)
                     .map_err(|e| self.fail(space, "write", e))?;
             }
@@ -133,7 +162,7 @@ impl KvStore for SledKv {
                     if keys.start >= keys.end {
                         continue;
                     }
-                    for item in self.tree(space).range(key(keys.start)..key(keys.end)) {
+                    for item in g.tree(space).range(key(keys.start)..key(keys.end)) {
                         let (k, _) = item.map_err(|e| self.fail(space, "scan", e))?;
                         b.remove(k);
                     }
@@ -144,10 +173,26 @@ impl KvStore for SledKv {
     }
 
     fn flush(&self) -> Result<(), KvError> {
-        self.db.flush().map(|_| ()).map_err(|e| KvError {
-            location: self.path.display().to_string(),
-            message: format!("flush: {e}"),
-        })
+        self.opened()?
+            .open()
+            .db
+            .flush()
+            .map(|_| ())
+            .map_err(|e| KvError {
+                location: self.path.display().to_string(),
+                message: format!("flush: {e}"),
+            })
+    }
+
+    fn close(&self) -> Result<(), KvError> {
+        let mut g = self.open.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = g.take() {
+            open.db.flush().map_err(|e| KvError {
+                location: self.path.display().to_string(),
+                message: format!("flush on close: {e}"),
+            })?;
+        }
+        Ok(())
     }
 
     fn is_durable(&self) -> bool {
