@@ -197,7 +197,7 @@ impl Replica {
             Storage::Disk(dir) => datadir::open(dir, &config.cluster_id, config.node_id)?,
             Storage::Memory => Arc::new(MemKv::new()),
         };
-        let log = LogStore::open(kv.clone(), config.settings.flush_queue_len)?;
+        let log = LogStore::open(kv.clone(), config.settings.log_write_queue_len)?;
         let sm = StateMachineStore::open(kv.clone())?;
         let shared = sm.shared();
         let peers = Arc::new(Peers::new(

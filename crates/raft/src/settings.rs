@@ -38,8 +38,8 @@ pub struct RaftSettings {
     pub membership_timeout_ms: u64,
     /// Client writes in flight on one replica; more are refused as overloaded.
     pub max_pending_writes: usize,
-    /// Appends waiting for the disk flush; appending waits when the queue is full.
-    pub flush_queue_len: usize,
+    /// Log changes waiting for the log writer thread; appending waits when it is full.
+    pub log_write_queue_len: usize,
 }
 
 impl Default for RaftSettings {
@@ -59,7 +59,7 @@ impl Default for RaftSettings {
             request_timeout_ms: 10_000,
             membership_timeout_ms: 30_000,
             max_pending_writes: 65_536,
-            flush_queue_len: 65_536,
+            log_write_queue_len: 65_536,
         }
     }
 }
@@ -129,7 +129,7 @@ impl RaftSettings {
         at_least("request_timeout_ms", self.request_timeout_ms, 1)?;
         at_least("membership_timeout_ms", self.membership_timeout_ms, 1)?;
         at_least("max_pending_writes", self.max_pending_writes as u64, 1)?;
-        at_least("flush_queue_len", self.flush_queue_len as u64, 1)?;
+        at_least("log_write_queue_len", self.log_write_queue_len as u64, 1)?;
         let before = |field, value: u64, other, other_value: u64| {
             if value >= other_value {
                 Err(SettingsError::Order {

@@ -1,18 +1,21 @@
 //! The raft log over a [`KvStore`]: openraft's storage-v2 `RaftLogStorage`.
 //!
-//! Entries, the vote, and the committed and purged log ids are checksummed records. Appends
-//! are acknowledged by the [`Flusher`] after a flush; a vote returns only once it is durable.
+//! Entries, the vote, and the committed and purged log ids are checksummed records. Reads
+//! are served from an in-memory view of the log (bounded by compaction); every change goes
+//! to the [`LogWriter`] thread, which acknowledges appends after a flush. A vote returns
+//! only once it is durable.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, Range, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError};
 
 use super::StoreError;
-use super::flusher::Flusher;
-use super::kv::{KvError, KvStore, Space, Write, meta_key};
+use super::kv::{KvStore, Space, Write, meta_key};
+use super::log_writer::LogWriter;
 use super::snapshot_record::StoredSnapshot;
 use crate::codec::{seal, unseal};
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
@@ -24,17 +27,51 @@ fn any(e: impl std::fmt::Display) -> AnyError {
     AnyError::error(e.to_string())
 }
 
+/// What is in the log now, including changes the writer has not stored yet.
+#[derive(Default)]
+struct View {
+    entries: BTreeMap<u64, Entry>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+}
+
+#[derive(Clone, Default)]
+struct SharedView(Arc<RwLock<View>>);
+
+impl SharedView {
+    fn read(&self) -> RwLockReadGuard<'_, View> {
+        // Every mutation below is a plain map or field update that cannot panic halfway.
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, View> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn entries(&self, keys: Range<u64>) -> Vec<Entry> {
+        if keys.start >= keys.end {
+            return Vec::new();
+        }
+        self.read()
+            .entries
+            .range(keys)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+}
+
 /// Reads log entries; cheap to clone, one per replication stream.
 #[derive(Clone)]
 pub struct LogReader {
-    kv: Arc<dyn KvStore>,
+    view: SharedView,
 }
 
 /// The log store handed to openraft.
 #[derive(Clone)]
 pub struct LogStore {
-    kv: Arc<dyn KvStore>,
-    flusher: Arc<Flusher>,
+    view: SharedView,
+    writer: Arc<LogWriter>,
 }
 
 fn index_range(range: &impl RangeBounds<u64>) -> Range<u64> {
@@ -49,24 +86,6 @@ fn index_range(range: &impl RangeBounds<u64>) -> Range<u64> {
         Bound::Unbounded => u64::MAX,
     };
     start..end
-}
-
-fn read_entries(kv: &dyn KvStore, keys: Range<u64>) -> Result<Vec<Entry>, StorageError> {
-    let records = kv
-        .scan(Space::Log, keys, usize::MAX)
-        .map_err(|e| StorageIOError::read_logs(any(e)))?;
-    records
-        .into_iter()
-        .map(|(index, rec)| {
-            unseal::<Entry>(&rec).map_err(|e| {
-                StorageIOError::read_log_at_index(
-                    index,
-                    any(format!("{}: {e}", kv.location(Space::Log))),
-                )
-                .into()
-            })
-        })
-        .collect()
 }
 
 fn read_meta<T: serde::de::DeserializeOwned>(
@@ -97,31 +116,27 @@ impl RaftLogReader<TypeConfig> for LogReader {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        read_entries(self.kv.as_ref(), index_range(&range))
+        Ok(self.view.entries(index_range(&range)))
     }
 }
 
 impl LogStore {
     /// Opens the log, checking every record: a corrupt or missing one stops the replica here,
     /// naming the file and the record, instead of diverging later.
-    pub fn open(kv: Arc<dyn KvStore>, flush_queue_len: usize) -> Result<LogStore, StoreError> {
-        verify(kv.as_ref())?;
-        let flusher = Flusher::start(kv.clone(), flush_queue_len)?;
+    pub fn open(kv: Arc<dyn KvStore>, write_queue_len: usize) -> Result<LogStore, StoreError> {
+        let view = load(kv.as_ref())?;
+        let writer = LogWriter::start(kv, write_queue_len)?;
         Ok(LogStore {
-            kv,
-            flusher: Arc::new(flusher),
+            view: SharedView(Arc::new(RwLock::new(view))),
+            writer: Arc::new(writer),
         })
-    }
-
-    fn write(&self, batch: Vec<Write>) -> Result<(), KvError> {
-        self.kv.write(batch)
     }
 }
 
-/// Checks the log for checksum errors, gaps and lost acknowledged entries, and drops entries
-/// an interrupted purge left behind.
-fn verify(kv: &dyn KvStore) -> Result<(), StoreError> {
-    let _vote: Option<Vote> = read_meta(kv, meta_key::VOTE)?;
+/// Reads the whole log, checking it for checksum errors, gaps and lost acknowledged
+/// entries, and drops entries an interrupted purge left behind.
+fn load(kv: &dyn KvStore) -> Result<View, StoreError> {
+    let vote: Option<Vote> = read_meta(kv, meta_key::VOTE)?;
     let committed: Option<LogId> = read_meta(kv, meta_key::COMMITTED)?;
     let purged: Option<LogId> = read_meta(kv, meta_key::PURGED)?;
     let snapshot_index = StoredSnapshot::load(kv)?
@@ -144,6 +159,7 @@ fn verify(kv: &dyn KvStore) -> Result<(), StoreError> {
     let mut next = purged.map_or(0, |p| p.index + 1);
     let mut prev: Option<u64> = None;
     let mut last: Option<u64> = None;
+    let mut entries = BTreeMap::new();
     loop {
         let chunk = kv.scan(Space::Log, next..u64::MAX, VERIFY_CHUNK)?;
         let Some((last_key, _)) = chunk.last() else {
@@ -172,6 +188,7 @@ fn verify(kv: &dyn KvStore) -> Result<(), StoreError> {
             }
             prev = Some(index);
             last = Some(index);
+            entries.insert(index, entry);
         }
         next = resume;
     }
@@ -191,7 +208,12 @@ fn verify(kv: &dyn KvStore) -> Result<(), StoreError> {
             ));
         }
     }
-    Ok(())
+    Ok(View {
+        entries,
+        vote,
+        committed,
+        purged,
+    })
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -199,7 +221,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        read_entries(self.kv.as_ref(), index_range(&range))
+        Ok(self.view.entries(index_range(&range)))
     }
 }
 
@@ -207,51 +229,41 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogReader;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let purged: Option<LogId> = read_meta(self.kv.as_ref(), meta_key::PURGED)
-            .map_err(|e| StorageIOError::read_logs(any(e)))?;
-        let last = match self
-            .kv
-            .last(Space::Log)
-            .map_err(|e| StorageIOError::read_logs(any(e)))?
-        {
-            Some((index, rec)) => Some(
-                unseal::<Entry>(&rec)
-                    .map_err(|e| StorageIOError::read_log_at_index(index, any(e)))?
-                    .log_id,
-            ),
-            None => purged,
-        };
+        let v = self.view.read();
+        let last = v
+            .entries
+            .last_key_value()
+            .map(|(_, e)| e.log_id)
+            .or(v.purged);
         Ok(LogState {
-            last_purged_log_id: purged,
+            last_purged_log_id: v.purged,
             last_log_id: last,
         })
     }
 
     async fn get_log_reader(&mut self) -> LogReader {
         LogReader {
-            kv: self.kv.clone(),
+            view: self.view.clone(),
         }
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let rec = seal(vote).map_err(|e| StorageIOError::write_vote(any(e)))?;
-        self.write(vec![Write::Put(Space::Meta, meta_key::VOTE, rec)])
-            .map_err(|e| StorageIOError::write_vote(any(e)))?;
         // A vote must survive a crash before the candidate hears about it.
-        self.flusher
-            .flush_now()
+        self.writer
+            .write_durably(vec![Write::Put(Space::Meta, meta_key::VOTE, rec)])
             .await
             .map_err(|e| StorageIOError::write_vote(any(e)))?;
+        self.view.write().vote = Some(*vote);
         Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        read_meta(self.kv.as_ref(), meta_key::VOTE)
-            .map_err(|e| StorageIOError::read_vote(any(e)).into())
+        Ok(self.view.read().vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not flushed: losing it only means re-learning the commit index from the leader.
+        // Not waited for: losing it only means re-learning the commit index from the leader.
         let w = match committed {
             Some(c) => Write::Put(
                 Space::Meta,
@@ -260,13 +272,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             ),
             None => Write::Remove(Space::Meta, meta_key::COMMITTED..meta_key::COMMITTED + 1),
         };
-        self.write(vec![w])
+        self.view.write().committed = committed;
+        self.writer
+            .write(vec![w])
+            .await
             .map_err(|e| StorageIOError::write(any(e)).into())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        read_meta(self.kv.as_ref(), meta_key::COMMITTED)
-            .map_err(|e| StorageIOError::read(any(e)).into())
+        Ok(self.view.read().committed)
     }
 
     async fn append<I>(
@@ -279,32 +293,48 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut batch = Vec::new();
+        let mut added = Vec::new();
         for entry in entries {
             let rec =
                 seal(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, any(e)))?;
             batch.push(Write::Put(Space::Log, entry.log_id.index, rec));
+            added.push(entry);
         }
-        self.write(batch)
-            .map_err(|e| StorageIOError::write_logs(any(e)))?;
-        self.flusher
-            .after_flush(callback)
+        {
+            let mut v = self.view.write();
+            for e in added {
+                v.entries.insert(e.log_id.index, e);
+            }
+        }
+        self.writer
+            .append(batch, callback)
             .await
             .map_err(|e| StorageIOError::write_logs(any(e)).into())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.write(vec![Write::Remove(Space::Log, log_id.index..u64::MAX)])
+        self.view.write().entries.split_off(&log_id.index);
+        self.writer
+            .write(vec![Write::Remove(Space::Log, log_id.index..u64::MAX)])
+            .await
             .map_err(|e| StorageIOError::write_logs(any(e)).into())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         // The purged id is written first: if a crash comes between the two writes, the next
-        // start removes the leftovers (see `verify`).
+        // start removes the leftovers (see `load`).
         let rec = seal(&log_id).map_err(|e| StorageIOError::write_logs(any(e)))?;
-        self.write(vec![
-            Write::Put(Space::Meta, meta_key::PURGED, rec),
-            Write::Remove(Space::Log, 0..log_id.index.saturating_add(1)),
-        ])
-        .map_err(|e| StorageIOError::write_logs(any(e)).into())
+        {
+            let mut v = self.view.write();
+            v.entries = v.entries.split_off(&(log_id.index.saturating_add(1)));
+            v.purged = Some(log_id);
+        }
+        self.writer
+            .write(vec![
+                Write::Put(Space::Meta, meta_key::PURGED, rec),
+                Write::Remove(Space::Log, 0..log_id.index.saturating_add(1)),
+            ])
+            .await
+            .map_err(|e| StorageIOError::write_logs(any(e)).into())
     }
 }

@@ -1,11 +1,11 @@
 //! Durable storage: the small [`KvStore`] trait with its sled and memory implementations,
 //! and on top of it openraft's log store and state machine.
 
-mod flusher;
 pub mod kv;
 mod kv_mem;
 mod kv_sled;
 mod log_store;
+mod log_writer;
 mod snapshot_record;
 mod state_machine;
 
