@@ -3,6 +3,7 @@
 // move the allocation.
 #![allow(clippy::result_large_err)]
 
+mod batcher;
 pub mod codec;
 pub mod datadir;
 pub mod error;

@@ -12,10 +12,11 @@ use baton_proto::v1::raft_transport_server::RaftTransportServer;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpIncoming};
 
+use crate::batcher::{self, Pending};
 use crate::codec::encoded_len;
 use crate::datadir;
 use crate::error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
@@ -94,6 +95,7 @@ pub(crate) struct Core {
     kv: Arc<dyn KvStore>,
     peers: Arc<Peers>,
     write_slots: Semaphore,
+    batcher: mpsc::Sender<Pending>,
 }
 
 /// One member of the cluster. Cheap to clone.
@@ -133,29 +135,32 @@ impl Core {
             .map_err(|_| WriteError::Overloaded {
                 limit: self.settings.max_pending_writes,
             })?;
-        let timeout = self.request_timeout();
-        match tokio::time::timeout(timeout, self.raft.client_write(cmd)).await {
-            Err(_) => Err(WriteError::Timeout {
-                timeout_ms: self.settings.request_timeout_ms,
-            }),
-            Ok(Ok(r)) => Ok(r.data),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(match (f.leader_id, f.leader_node) {
-                    (Some(leader_id), Some(node)) => WriteError::NotLeader {
-                        leader_id,
-                        leader_addr: node.addr,
-                    },
-                    _ => WriteError::NoLeader,
-                })
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                // Only membership changes can fail this way, and a command is not one.
-                Err(WriteError::Encode(format!(
-                    "unexpected membership error: {e}"
-                )))
-            }
-            Ok(Err(RaftError::Fatal(_))) => Err(WriteError::Stopped),
+        if !self.is_leader() {
+            return Err(match self.leader() {
+                Some((leader_id, Some(leader_addr))) => WriteError::NotLeader {
+                    leader_id,
+                    leader_addr,
+                },
+                _ => WriteError::NoLeader,
+            });
         }
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending { cmd, bytes, reply };
+        let timeout_ms = self.settings.request_timeout_ms;
+        let wait = async {
+            self.batcher
+                .send(pending)
+                .await
+                .map_err(|_| WriteError::Stopped)?;
+            answer.await.map_err(|_| WriteError::Stopped)?
+        };
+        tokio::time::timeout(self.request_timeout(), wait)
+            .await
+            .map_err(|_| WriteError::Timeout { timeout_ms })?
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leader().is_some_and(|(id, _)| id == self.id)
     }
 
     /// On the leader: the log id a linearizable read must wait for, once a quorum confirmed
@@ -212,6 +217,7 @@ impl Replica {
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(|e| OpenError::Raft(e.to_string()))?;
+        let batcher = batcher::start(raft.clone(), &config.settings);
         tracing::info!(
             node_id = config.node_id,
             cluster_id = %config.cluster_id,
@@ -224,6 +230,7 @@ impl Replica {
                 cluster_id: config.cluster_id,
                 addr: config.advertise_addr,
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
+                batcher,
                 settings: config.settings,
                 raft,
                 sm: shared,

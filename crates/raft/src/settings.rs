@@ -38,6 +38,12 @@ pub struct RaftSettings {
     pub membership_timeout_ms: u64,
     /// Client writes in flight on one replica; more are refused as overloaded.
     pub max_pending_writes: usize,
+    /// Commands in one log entry: writes that wait together share one append and flush.
+    pub max_batch_commands: usize,
+    /// Encoded bytes of the commands in one log entry.
+    pub max_batch_bytes: usize,
+    /// Batches proposed and not yet applied; the next batch fills up meanwhile.
+    pub max_batches_in_flight: usize,
     /// Log changes waiting for the log writer thread; appending waits when it is full.
     pub log_write_queue_len: usize,
 }
@@ -59,6 +65,9 @@ impl Default for RaftSettings {
             request_timeout_ms: 10_000,
             membership_timeout_ms: 30_000,
             max_pending_writes: 65_536,
+            max_batch_commands: 4_096,
+            max_batch_bytes: 16 << 20,
+            max_batches_in_flight: 2,
             log_write_queue_len: 65_536,
         }
     }
@@ -129,6 +138,17 @@ impl RaftSettings {
         at_least("request_timeout_ms", self.request_timeout_ms, 1)?;
         at_least("membership_timeout_ms", self.membership_timeout_ms, 1)?;
         at_least("max_pending_writes", self.max_pending_writes as u64, 1)?;
+        at_least("max_batch_commands", self.max_batch_commands as u64, 1)?;
+        at_least(
+            "max_batches_in_flight",
+            self.max_batches_in_flight as u64,
+            1,
+        )?;
+        at_least(
+            "max_batch_bytes",
+            self.max_batch_bytes as u64,
+            self.max_command_bytes as u64,
+        )?;
         at_least("log_write_queue_len", self.log_write_queue_len as u64, 1)?;
         let before = |field, value: u64, other, other_value: u64| {
             if value >= other_value {
@@ -161,6 +181,12 @@ impl RaftSettings {
         before(
             "max_command_bytes",
             self.max_command_bytes as u64 - 1,
+            "max_message_bytes less 64 KiB of envelope",
+            room,
+        )?;
+        before(
+            "max_batch_bytes",
+            self.max_batch_bytes as u64 - 1,
             "max_message_bytes less 64 KiB of envelope",
             room,
         )?;

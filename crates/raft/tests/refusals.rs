@@ -206,6 +206,7 @@ async fn oversized_message_is_refused_and_the_replica_keeps_serving() {
     let s = RaftSettings {
         max_message_bytes: 1 << 20,
         max_command_bytes: 512 << 10,
+        max_batch_bytes: 512 << 10,
         snapshot_chunk_bytes: 256 << 10,
         ..settings()
     };

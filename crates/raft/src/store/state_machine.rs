@@ -8,7 +8,7 @@ use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use baton_model::{Applied, Outcome, Response, State};
+use baton_model::State;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
@@ -16,18 +16,12 @@ use super::StoreError;
 use super::kv::KvStore;
 use super::snapshot_record::StoredSnapshot;
 use crate::codec::{decode, encode};
-use crate::types::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::types::{
+    Entry, LogId, ResponseBatch, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 
 fn any(e: impl std::fmt::Display) -> AnyError {
     AnyError::error(e.to_string())
-}
-
-/// What entries that carry no command (blank and membership entries) answer.
-fn no_command() -> Response {
-    Ok(Applied {
-        outcome: Outcome::Done,
-        events: Vec::new(),
-    })
 }
 
 struct Data {
@@ -178,7 +172,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok((d.last_applied, d.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ResponseBatch>, StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -188,11 +182,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         for entry in entries {
             d.last_applied = Some(entry.log_id);
             match entry.payload {
-                EntryPayload::Blank => out.push(no_command()),
-                EntryPayload::Normal(cmd) => out.push(d.state.apply(cmd)),
+                EntryPayload::Blank => out.push(ResponseBatch::default()),
+                EntryPayload::Normal(batch) => out.push(ResponseBatch {
+                    responses: batch
+                        .commands
+                        .into_iter()
+                        .map(|cmd| d.state.apply(cmd))
+                        .collect(),
+                }),
                 EntryPayload::Membership(m) => {
                     d.membership = StoredMembership::new(Some(entry.log_id), m);
-                    out.push(no_command());
+                    out.push(ResponseBatch::default());
                 }
             }
         }
