@@ -11,6 +11,9 @@
 //! sled and flushing on (an entry is acknowledged only after fsync). `failover` runs three
 //! replica processes (the `replica` example), kills the leader with SIGKILL, and measures
 //! the time until a write is committed again.
+//!
+//! `RAFT_BENCH_MEMORY=1` runs `throughput` and `latency` with in-memory storage instead of
+//! sled, to show what the disk costs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
