@@ -340,6 +340,14 @@ impl Replica {
                 if bytes > limit {
                     return Err(WriteError::TooLarge { bytes, limit });
                 }
+                // Forwarded writes count against this replica's bound too.
+                let _slot =
+                    self.core
+                        .write_slots
+                        .try_acquire()
+                        .map_err(|_| WriteError::Overloaded {
+                            limit: self.core.settings.max_pending_writes,
+                        })?;
                 self.core
                     .peers
                     .forward_write(leader_id, &addr, &cmd, self.core.request_timeout())
