@@ -1,0 +1,111 @@
+//! Typed errors of the replica API. They become `tonic::Status` only at the gRPC edge.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::identity::IdentityError;
+use crate::settings::SettingsError;
+use crate::store::StoreError;
+use crate::types::NodeId;
+
+/// Why a replica could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error(
+        "{file}: this data directory belongs to cluster {found:?}, but the replica was started for cluster {configured:?}"
+    )]
+    ClusterMismatch { file: PathBuf, found: String, configured: String },
+    #[error(
+        "{file}: this data directory belongs to replica {found}, but the replica was started as replica {configured}"
+    )]
+    NodeMismatch { file: PathBuf, found: NodeId, configured: NodeId },
+    #[error(
+        "{missing}: missing from data directory {dir}, which is therefore incomplete (truncated or partly deleted); restore it, or wipe the whole directory to rebuild this replica from the cluster"
+    )]
+    Incomplete { dir: PathBuf, missing: PathBuf },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{path}: {reason}")]
+    Io { path: PathBuf, reason: String },
+    #[error("cannot start raft: {0}")]
+    Raft(String),
+}
+
+/// Why a write was not applied. It is serializable because it travels back to the follower
+/// that forwarded the write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum WriteError {
+    /// This replica cannot take the write; send it to the leader.
+    #[error("replica is not the leader; the leader is replica {leader_id} at {leader_addr}")]
+    NotLeader { leader_id: NodeId, leader_addr: String },
+    #[error("no leader is known (an election may be under way); retry shortly")]
+    NoLeader,
+    #[error("command is {bytes} bytes encoded, over the limit of {limit} (max_command_bytes)")]
+    TooLarge { bytes: usize, limit: usize },
+    #[error("{limit} writes are already in flight on this replica (max_pending_writes); retry later")]
+    Overloaded { limit: usize },
+    /// The write went to the leader but no answer came back: it may or may not be applied.
+    #[error(
+        "forwarding to the leader, replica {leader_id} at {leader_addr}, failed; the write may or may not have been applied: {reason}"
+    )]
+    ForwardFailed { leader_id: NodeId, leader_addr: String, reason: String },
+    /// No answer within `request_timeout_ms`: the write may still commit later.
+    #[error("no answer within {timeout_ms} ms; the write may or may not be applied")]
+    Timeout { timeout_ms: u64 },
+    #[error("the replica is shutting down")]
+    Stopped,
+    #[error("cannot encode the command: {0}")]
+    Encode(String),
+}
+
+/// Why a linearizable read was not served.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ReadError {
+    #[error("replica is not the leader; the leader is replica {leader_id} at {leader_addr}")]
+    NotLeader { leader_id: NodeId, leader_addr: String },
+    #[error("no leader is known (an election may be under way); retry shortly")]
+    NoLeader,
+    #[error("the leader could not confirm it still leads a quorum: {0}")]
+    QuorumLost(String),
+    #[error("asking the leader, replica {leader_id} at {leader_addr}, for a read index failed: {reason}")]
+    ForwardFailed { leader_id: NodeId, leader_addr: String, reason: String },
+    #[error("no read index within {timeout_ms} ms")]
+    Timeout { timeout_ms: u64 },
+    #[error("the replica is shutting down")]
+    Stopped,
+}
+
+/// Why a membership change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MembershipError {
+    #[error("membership changes go to the leader; the leader is replica {leader_id} at {leader_addr}")]
+    NotLeader { leader_id: NodeId, leader_addr: String },
+    #[error("no leader is known (an election may be under way); retry shortly")]
+    NoLeader,
+    #[error("the replica at {addr} belongs to cluster {theirs:?}, not to this cluster {ours:?}; it cannot join")]
+    ForeignCluster { addr: String, theirs: String, ours: String },
+    #[error("the replica at {addr} is replica {found}, not replica {expected}")]
+    WrongNode { addr: String, expected: NodeId, found: NodeId },
+    #[error("cannot reach the replica at {addr}: {reason}")]
+    Unreachable { addr: String, reason: String },
+    #[error("replica {0} is not a member of the cluster")]
+    UnknownNode(NodeId),
+    #[error("no membership change within {timeout_ms} ms; it may still complete")]
+    Timeout { timeout_ms: u64 },
+    #[error("membership change refused: {0}")]
+    Refused(String),
+    #[error("the replica is shutting down")]
+    Stopped,
+}
+
+/// Why serving raft RPCs stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("raft transport failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}

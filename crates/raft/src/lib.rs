@@ -1,0 +1,41 @@
+//! baton's replicated cluster state: every replica applies the same committed
+//! [`baton_model::Command`]s, in the same order, to its own [`baton_model::State`].
+//!
+//! Pipeline: `model` (the pure state machine) <- `raft` (this crate: log, storage,
+//! transport) <- `server` (client API, agent gateway, leader loop).
+//!
+//! Layout, one concept per module:
+//! - [`types`]: the openraft type configuration; a log entry carries a [`types::CommandBatch`].
+//! - [`settings`]: every tunable with its default and bound, and the openraft config.
+//! - [`replica`]: [`replica::Replica`], the API the server uses: open, serve, write, read,
+//!   membership, metrics, shutdown.
+//! - `batcher`: concurrent writes waiting together share one log entry.
+//! - [`store`]: the small [`store::KvStore`] trait (sled on disk, memory for tests), the log
+//!   store with its writer thread (group commit: flush before acknowledging), and the state
+//!   machine with its snapshots.
+//! - [`net`]: the gRPC transport (`proto/raft.proto`): dialing, openraft's network traits,
+//!   the server side, forwarded writes and read-index calls.
+//! - [`datadir`], [`identity`]: the data directory and its `cluster.id` file.
+//! - [`codec`]: bincode and checksummed records.
+//! - [`error`], [`metrics`]: typed errors and what a replica reports.
+
+// openraft's error types are large and fixed by its traits; boxing them here would only
+// move the allocation.
+#![allow(clippy::result_large_err)]
+
+mod batcher;
+pub mod codec;
+pub mod datadir;
+pub mod error;
+pub mod identity;
+pub mod metrics;
+pub mod net;
+pub mod replica;
+pub mod settings;
+pub mod store;
+pub mod types;
+
+pub use error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
+pub use metrics::{ReplicaMetrics, Role};
+pub use replica::{Bootstrap, Replica, ReplicaConfig, Storage};
+pub use settings::RaftSettings;

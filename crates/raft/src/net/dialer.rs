@@ -1,0 +1,44 @@
+//! How a replica reaches a peer's address: TCP by default, anything that yields a tonic
+//! `Channel` for tests (turmoil's simulated network).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+type DialFn = dyn Fn(&str) -> Result<Channel, String> + Send + Sync;
+
+/// Makes lazily connecting channels to `host:port` addresses.
+#[derive(Clone)]
+pub struct Dialer {
+    dial: Arc<DialFn>,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dialer")
+    }
+}
+
+/// The tonic endpoint for `addr` (`host:port`), with the settings every transport shares.
+pub fn endpoint(addr: &str, connect_timeout: Duration) -> Result<Endpoint, String> {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .map(|e| e.connect_timeout(connect_timeout).tcp_nodelay(true).http2_adaptive_window(true))
+        .map_err(|e| format!("invalid replica address {addr:?}: {e}"))
+}
+
+impl Dialer {
+    /// Plain TCP (HTTP/2 without TLS).
+    pub fn tcp(connect_timeout: Duration) -> Dialer {
+        Dialer::custom(move |addr| Ok(endpoint(addr, connect_timeout)?.connect_lazy()))
+    }
+
+    /// Any way of making a channel; the function must not block.
+    pub fn custom(f: impl Fn(&str) -> Result<Channel, String> + Send + Sync + 'static) -> Dialer {
+        Dialer { dial: Arc::new(f) }
+    }
+
+    pub fn dial(&self, addr: &str) -> Result<Channel, String> {
+        (self.dial)(addr)
+    }
+}

@@ -1,0 +1,177 @@
+//! Calls to other replicas: the envelope every request carries, a bounded cache of
+//! connections, and the non-raft calls (forwarded writes, read index, identify).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use baton_model::{Command, Response};
+use baton_proto::v1::raft_transport_client::RaftTransportClient;
+use baton_proto::v1::{IdentifyReply, IdentifyRequest, RaftRequest};
+use tonic::transport::Channel;
+
+use super::dialer::Dialer;
+use crate::codec::{decode, encode};
+use crate::error::{ReadError, WriteError};
+use crate::types::{LogId, NodeId};
+
+/// Connections kept open at once; past it the cache is emptied and refilled (peers are few,
+/// so this only bites when addresses churn).
+const MAX_CACHED_PEERS: usize = 256;
+
+pub type Client = RaftTransportClient<Channel>;
+
+/// Which RPC a call is, for choosing the generated method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    AppendEntries,
+    InstallSnapshot,
+    Vote,
+    ForwardWrite,
+    ReadIndex,
+}
+
+/// Who calls and which cluster it belongs to.
+pub struct Peers {
+    pub cluster_id: String,
+    pub self_id: NodeId,
+    pub max_message_bytes: usize,
+    dialer: Dialer,
+    clients: Mutex<HashMap<String, Client>>,
+}
+
+/// A failed call: the gRPC status, or a channel that could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error("{0}")]
+    Status(#[from] tonic::Status),
+    #[error("{0}")]
+    Dial(String),
+    #[error("reply does not decode: {0}")]
+    Decode(String),
+    #[error("request does not encode: {0}")]
+    Encode(String),
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+}
+
+impl Peers {
+    pub fn new(cluster_id: String, self_id: NodeId, max_message_bytes: usize, dialer: Dialer) -> Peers {
+        Peers { cluster_id, self_id, max_message_bytes, dialer, clients: Mutex::new(HashMap::new()) }
+    }
+
+    /// A client for `addr`, connecting lazily.
+    pub fn client(&self, addr: &str) -> Result<Client, CallError> {
+        let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = clients.get(addr) {
+            return Ok(c.clone());
+        }
+        if clients.len() >= MAX_CACHED_PEERS {
+            clients.clear();
+        }
+        let channel = self.dialer.dial(addr).map_err(CallError::Dial)?;
+        let client = RaftTransportClient::new(channel)
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        clients.insert(addr.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Sends `payload` (already encoded) to replica `to` at `addr` and returns the reply's
+    /// payload.
+    pub async fn call(
+        &self,
+        rpc: Rpc,
+        to: NodeId,
+        addr: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        let mut client = self.client(addr)?;
+        let mut req = tonic::Request::new(RaftRequest {
+            cluster_id: self.cluster_id.clone(),
+            from_node_id: self.self_id,
+            to_node_id: to,
+            payload,
+        });
+        req.set_timeout(timeout);
+        let call = async {
+            match rpc {
+                Rpc::AppendEntries => client.append_entries(req).await,
+                Rpc::InstallSnapshot => client.install_snapshot(req).await,
+                Rpc::Vote => client.vote(req).await,
+                Rpc::ForwardWrite => client.forward_write(req).await,
+                Rpc::ReadIndex => client.read_index(req).await,
+            }
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner().payload),
+            Ok(Err(status)) => {
+                if matches!(status.code(), tonic::Code::Cancelled | tonic::Code::DeadlineExceeded) {
+                    // Past its deadline (tonic's own timeout): as below.
+                    self.forget(addr);
+                }
+                Err(status.into())
+            }
+            Err(_) => {
+                // The connection may be wedged (a partition that drops packets silently);
+                // the next call dials afresh.
+                self.forget(addr);
+                Err(CallError::Timeout(timeout))
+            }
+        }
+    }
+
+    fn forget(&self, addr: &str) {
+        self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(addr);
+    }
+
+    /// Asks the replica at `addr` who it is.
+    pub async fn identify(&self, addr: &str, timeout: Duration) -> Result<IdentifyReply, CallError> {
+        let mut client = self.client(addr)?;
+        let mut req = tonic::Request::new(IdentifyRequest { cluster_id: self.cluster_id.clone() });
+        req.set_timeout(timeout);
+        match tokio::time::timeout(timeout, client.identify(req)).await {
+            Ok(reply) => Ok(reply?.into_inner()),
+            Err(_) => Err(CallError::Timeout(timeout)),
+        }
+    }
+
+    /// Sends a client write to the leader, which applies it without forwarding further.
+    pub async fn forward_write(
+        &self,
+        leader_id: NodeId,
+        leader_addr: &str,
+        cmd: &Command,
+        timeout: Duration,
+    ) -> Result<Response, WriteError> {
+        let payload = encode(cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
+        let failed =
+            |reason: String| WriteError::ForwardFailed { leader_id, leader_addr: leader_addr.to_string(), reason };
+        let reply = match self.call(Rpc::ForwardWrite, leader_id, leader_addr, payload, timeout).await {
+            Ok(r) => r,
+            // Nothing was sent: the caller can safely send the write to the leader itself.
+            Err(CallError::Dial(_)) => {
+                return Err(WriteError::NotLeader { leader_id, leader_addr: leader_addr.to_string() });
+            }
+            Err(e) => return Err(failed(e.to_string())),
+        };
+        decode::<Result<Response, WriteError>>(&reply).map_err(|e| failed(e.to_string()))?
+    }
+
+    /// Asks the leader for the log id a linearizable read must wait for.
+    pub async fn read_index(
+        &self,
+        leader_id: NodeId,
+        leader_addr: &str,
+        timeout: Duration,
+    ) -> Result<Option<LogId>, ReadError> {
+        let failed =
+            |reason: String| ReadError::ForwardFailed { leader_id, leader_addr: leader_addr.to_string(), reason };
+        let reply = self
+            .call(Rpc::ReadIndex, leader_id, leader_addr, Vec::new(), timeout)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        decode::<Result<Option<LogId>, ReadError>>(&reply).map_err(|e| failed(e.to_string()))?
+    }
+}

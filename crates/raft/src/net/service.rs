@@ -1,0 +1,100 @@
+//! The gRPC server side: checks the envelope, decodes, and hands the request to openraft
+//! (or to the replica, for forwarded writes and read-index requests).
+
+use std::sync::Arc;
+
+use baton_model::Command;
+use baton_proto::v1::raft_transport_server::RaftTransport;
+use baton_proto::v1::{IdentifyReply, IdentifyRequest, RaftReply, RaftRequest};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::{Request, Response as GrpcResponse, Status};
+
+use crate::codec::{decode, encode};
+use crate::replica::Core;
+use crate::types::{NodeId, TypeConfig};
+
+/// The raft transport service of one replica.
+pub struct RaftService {
+    core: Arc<Core>,
+}
+
+impl RaftService {
+    pub(crate) fn new(core: Arc<Core>) -> RaftService {
+        RaftService { core }
+    }
+
+    /// Refuses a request from another cluster or meant for another replica, before anything
+    /// in it is decoded.
+    fn admit(&self, req: &RaftRequest) -> Result<(), Status> {
+        if req.cluster_id != self.core.cluster_id {
+            return Err(Status::failed_precondition(format!(
+                "cluster id mismatch: replica {} belongs to cluster {:?}, the request from replica {} came from cluster {:?}",
+                self.core.id, self.core.cluster_id, req.from_node_id, req.cluster_id
+            )));
+        }
+        if req.to_node_id != self.core.id {
+            return Err(Status::failed_precondition(format!(
+                "this address serves replica {}, not replica {}",
+                self.core.id, req.to_node_id
+            )));
+        }
+        Ok(())
+    }
+
+    fn take<T: DeserializeOwned>(&self, req: Request<RaftRequest>) -> Result<(NodeId, T), Status> {
+        let req = req.into_inner();
+        self.admit(&req)?;
+        let value = decode(&req.payload).map_err(|e| {
+            Status::invalid_argument(format!("request from replica {} does not decode: {e}", req.from_node_id))
+        })?;
+        Ok((req.from_node_id, value))
+    }
+}
+
+fn reply<T: Serialize>(value: &T) -> Result<GrpcResponse<RaftReply>, Status> {
+    let payload = encode(value).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(GrpcResponse::new(RaftReply { payload }))
+}
+
+#[tonic::async_trait]
+impl RaftTransport for RaftService {
+    async fn append_entries(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (_, rpc): (_, AppendEntriesRequest<TypeConfig>) = self.take(req)?;
+        reply(&self.core.raft.append_entries(rpc).await)
+    }
+
+    async fn install_snapshot(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (from, rpc): (_, InstallSnapshotRequest<TypeConfig>) = self.take(req)?;
+        let end = rpc.offset.saturating_add(rpc.data.len() as u64);
+        let limit = self.core.settings.max_snapshot_bytes;
+        if end > limit {
+            return Err(Status::resource_exhausted(format!(
+                "snapshot {} from replica {from} reaches {end} bytes, over max_snapshot_bytes {limit}",
+                rpc.meta.snapshot_id
+            )));
+        }
+        reply(&self.core.raft.install_snapshot(rpc).await)
+    }
+
+    async fn vote(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (_, rpc): (_, VoteRequest<NodeId>) = self.take(req)?;
+        reply(&self.core.raft.vote(rpc).await)
+    }
+
+    async fn forward_write(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (_, cmd): (_, Command) = self.take(req)?;
+        reply(&self.core.write_here(cmd).await)
+    }
+
+    async fn read_index(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let req = req.into_inner();
+        self.admit(&req)?;
+        reply(&self.core.read_index_here().await)
+    }
+
+    async fn identify(&self, _req: Request<IdentifyRequest>) -> Result<GrpcResponse<IdentifyReply>, Status> {
+        Ok(GrpcResponse::new(IdentifyReply { cluster_id: self.core.cluster_id.clone(), node_id: self.core.id }))
+    }
+}

@@ -1,0 +1,488 @@
+//! A replica: one member of the raft cluster, with its storage, its transport and the API
+//! the server uses (write, read, membership, metrics).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_model::{Command, Response, State};
+use baton_proto::v1::raft_transport_server::RaftTransportServer;
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio_stream::Stream;
+use tonic::transport::server::{Connected, TcpIncoming};
+
+use crate::batcher::{self, Pending};
+use crate::codec::encoded_len;
+use crate::datadir;
+use crate::error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
+use crate::identity::check_cluster_id;
+use crate::metrics::ReplicaMetrics;
+use crate::net::dialer::Dialer;
+use crate::net::peers::Peers;
+use crate::net::raft_network::NetworkFactory;
+use crate::net::service::RaftService;
+use crate::settings::RaftSettings;
+use crate::store::{KvStore, LogStore, MemKv, SmShared, StateMachineStore};
+use crate::types::{LogId, NodeId, Raft, RaftMetrics};
+
+/// What openraft answers to a membership change.
+type MembershipWrite = Result<
+    openraft::raft::ClientWriteResponse<crate::types::TypeConfig>,
+    RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>,
+>;
+
+/// Where a replica keeps its log and snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Storage {
+    /// A data directory (created on first start).
+    Disk(PathBuf),
+    /// Nothing survives the process: for tests and simulations.
+    Memory,
+}
+
+/// How to start a replica.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    pub node_id: NodeId,
+    /// Shared by every replica of one cluster; stored in the data directory and carried on
+    /// every RPC.
+    pub cluster_id: String,
+    /// The `host:port` other replicas reach this one at.
+    pub advertise_addr: String,
+    pub storage: Storage,
+    pub settings: RaftSettings,
+}
+
+impl ReplicaConfig {
+    /// A replica with its data in `data_dir` and default settings.
+    pub fn new(
+        node_id: NodeId,
+        cluster_id: impl Into<String>,
+        advertise_addr: impl Into<String>,
+        data_dir: impl Into<PathBuf>,
+    ) -> ReplicaConfig {
+        ReplicaConfig {
+            node_id,
+            cluster_id: cluster_id.into(),
+            advertise_addr: advertise_addr.into(),
+            storage: Storage::Disk(data_dir.into()),
+            settings: RaftSettings::default(),
+        }
+    }
+}
+
+/// The outcome of [`Replica::bootstrap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bootstrap {
+    Initialized,
+    /// The cluster already had a membership; nothing was changed.
+    AlreadyInitialized,
+}
+
+/// What the gRPC service and the public handle share.
+pub(crate) struct Core {
+    pub(crate) id: NodeId,
+    pub(crate) cluster_id: String,
+    pub(crate) addr: String,
+    pub(crate) settings: RaftSettings,
+    pub(crate) raft: Raft,
+    sm: Arc<SmShared>,
+    kv: Arc<dyn KvStore>,
+    peers: Arc<Peers>,
+    write_slots: Semaphore,
+    batcher: mpsc::Sender<Pending>,
+}
+
+/// One member of the cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Replica {
+    core: Arc<Core>,
+}
+
+impl Core {
+    fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.settings.request_timeout_ms)
+    }
+
+    /// The leader this replica knows of, and its address.
+    fn leader(&self) -> Option<(NodeId, Option<String>)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let id = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&id).map(|n| n.addr.clone());
+        Some((id, addr))
+    }
+
+    /// Proposes `cmd` on this replica, which must be the leader. Never forwards.
+    pub(crate) async fn write_here(&self, cmd: Command) -> Result<Response, WriteError> {
+        let limit = self.settings.max_command_bytes;
+        let bytes = encoded_len(&cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
+        if bytes > limit {
+            return Err(WriteError::TooLarge { bytes, limit });
+        }
+        let _slot = self
+            .write_slots
+            .try_acquire()
+            .map_err(|_| WriteError::Overloaded { limit: self.settings.max_pending_writes })?;
+        if !self.is_leader() {
+            return Err(match self.leader() {
+                Some((leader_id, Some(leader_addr))) => WriteError::NotLeader { leader_id, leader_addr },
+                _ => WriteError::NoLeader,
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending { cmd, bytes, reply };
+        let timeout_ms = self.settings.request_timeout_ms;
+        let wait = async {
+            self.batcher.send(pending).await.map_err(|_| WriteError::Stopped)?;
+            answer.await.map_err(|_| WriteError::Stopped)?
+        };
+        tokio::time::timeout(self.request_timeout(), wait).await.map_err(|_| WriteError::Timeout { timeout_ms })?
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leader().is_some_and(|(id, _)| id == self.id)
+    }
+
+    /// On the leader: the log id a linearizable read must wait for, once a quorum confirmed
+    /// this replica still leads.
+    pub(crate) async fn read_index_here(&self) -> Result<Option<LogId>, ReadError> {
+        use openraft::error::CheckIsLeaderError;
+        match self.raft.get_read_log_id().await {
+            Ok((read_log_id, _applied)) => Ok(read_log_id),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(match (f.leader_id, f.leader_node) {
+                    (Some(leader_id), Some(node)) => ReadError::NotLeader { leader_id, leader_addr: node.addr },
+                    _ => ReadError::NoLeader,
+                })
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+                Err(ReadError::QuorumLost(e.to_string()))
+            }
+            Err(RaftError::Fatal(_)) => Err(ReadError::Stopped),
+        }
+    }
+}
+
+impl Replica {
+    /// Opens the replica's storage and starts raft, reaching peers over TCP. It serves RPCs
+    /// once [`Replica::run`] (or [`Replica::serve_incoming`]) is called.
+    pub async fn open(config: ReplicaConfig) -> Result<Replica, OpenError> {
+        let dialer = Dialer::tcp(Duration::from_millis(config.settings.rpc_timeout_ms));
+        Replica::open_with(config, dialer).await
+    }
+
+    /// Like [`Replica::open`], reaching peers through `dialer`.
+    pub async fn open_with(config: ReplicaConfig, dialer: Dialer) -> Result<Replica, OpenError> {
+        check_cluster_id(&config.cluster_id)?;
+        let raft_config = config.settings.to_openraft(&config.cluster_id)?;
+        let kv: Arc<dyn KvStore> = match &config.storage {
+            Storage::Disk(dir) => datadir::open(dir, &config.cluster_id, config.node_id)?,
+            Storage::Memory => Arc::new(MemKv::new()),
+        };
+        let log = LogStore::open(kv.clone(), config.settings.log_write_queue_len)?;
+        let sm = StateMachineStore::open(kv.clone())?;
+        let shared = sm.shared();
+        let peers =
+            Arc::new(Peers::new(config.cluster_id.clone(), config.node_id, config.settings.max_message_bytes, dialer));
+        let network = NetworkFactory { peers: peers.clone() };
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
+            .await
+            .map_err(|e| OpenError::Raft(e.to_string()))?;
+        let batcher = batcher::start(raft.clone(), &config.settings);
+        tracing::info!(
+            node_id = config.node_id,
+            cluster_id = %config.cluster_id,
+            addr = %config.advertise_addr,
+            "replica started"
+        );
+        Ok(Replica {
+            core: Arc::new(Core {
+                id: config.node_id,
+                cluster_id: config.cluster_id,
+                addr: config.advertise_addr,
+                write_slots: Semaphore::new(config.settings.max_pending_writes),
+                batcher,
+                settings: config.settings,
+                raft,
+                sm: shared,
+                kv,
+                peers,
+            }),
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.core.id
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.core.cluster_id
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.core.addr
+    }
+
+    pub fn settings(&self) -> &RaftSettings {
+        &self.core.settings
+    }
+
+    /// The underlying openraft handle, for what this API does not cover.
+    pub fn raft(&self) -> &Raft {
+        &self.core.raft
+    }
+
+    /// The raft transport as a tonic service, with the message bounds applied, for a server
+    /// that hosts other services on the same port.
+    pub fn service(&self) -> RaftTransportServer<RaftService> {
+        let max = self.core.settings.max_message_bytes;
+        RaftTransportServer::new(RaftService::new(self.core.clone()))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max)
+    }
+
+    /// Serves raft RPCs on `listener` until `shutdown` completes.
+    pub async fn run(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        self.serve_incoming(incoming, shutdown).await
+    }
+
+    /// Serves raft RPCs on any stream of connections until `shutdown` completes.
+    pub async fn serve_incoming<I, IO, IE>(
+        &self,
+        incoming: I,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError>
+    where
+        I: Stream<Item = Result<IO, IE>>,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        tonic::transport::Server::builder()
+            // Bounds what one peer connection can have in flight.
+            .concurrency_limit_per_connection(1_024)
+            .add_service(self.service())
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await?;
+        Ok(())
+    }
+
+    /// Makes `members` the first membership of a new cluster. Call it on one replica, once;
+    /// on a cluster that already has a membership it changes nothing.
+    pub async fn bootstrap(&self, members: BTreeMap<NodeId, String>) -> Result<Bootstrap, MembershipError> {
+        let nodes: BTreeMap<NodeId, BasicNode> =
+            members.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
+        match self.core.raft.initialize(nodes).await {
+            Ok(()) => Ok(Bootstrap::Initialized),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(Bootstrap::AlreadyInitialized),
+            Err(RaftError::APIError(InitializeError::NotInMembers(e))) => Err(MembershipError::Refused(e.to_string())),
+            Err(RaftError::Fatal(_)) => Err(MembershipError::Stopped),
+        }
+    }
+
+    /// Applies `cmd` through the log and returns what the state machine answered. On a
+    /// follower the write is forwarded to the leader; if the leader cannot be reached the
+    /// error carries its address.
+    pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
+        match self.core.leader() {
+            None => Err(WriteError::NoLeader),
+            Some((id, _)) if id == self.core.id => self.core.write_here(cmd).await,
+            Some((leader_id, None)) => Err(WriteError::ForwardFailed {
+                leader_id,
+                leader_addr: String::new(),
+                reason: "the leader's address is not in the membership".into(),
+            }),
+            Some((leader_id, Some(addr))) => {
+                let limit = self.core.settings.max_command_bytes;
+                let bytes = encoded_len(&cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
+                if bytes > limit {
+                    return Err(WriteError::TooLarge { bytes, limit });
+                }
+                // Forwarded writes count against this replica's bound too.
+                let _slot = self
+                    .core
+                    .write_slots
+                    .try_acquire()
+                    .map_err(|_| WriteError::Overloaded { limit: self.core.settings.max_pending_writes })?;
+                self.core.peers.forward_write(leader_id, &addr, &cmd, self.core.request_timeout()).await
+            }
+        }
+    }
+
+    /// Applies `cmd` only if this replica is the leader; otherwise refuses with the leader's
+    /// address (for a server that redirects its clients instead of forwarding).
+    pub async fn write_on_leader(&self, cmd: Command) -> Result<Response, WriteError> {
+        self.core.write_here(cmd).await
+    }
+
+    /// Runs `f` on a state that reflects every write acknowledged before the call
+    /// (linearizable). Works on any replica: a follower asks the leader for the read index
+    /// and waits until it has applied that far.
+    pub async fn read<T>(&self, f: impl FnOnce(&State) -> T) -> Result<T, ReadError> {
+        let timeout_ms = self.core.settings.request_timeout_ms;
+        tokio::time::timeout(self.core.request_timeout(), self.catch_up_to_read_index())
+            .await
+            .map_err(|_| ReadError::Timeout { timeout_ms })??;
+        Ok(self.core.sm.read(f))
+    }
+
+    async fn catch_up_to_read_index(&self) -> Result<(), ReadError> {
+        let read_index = match self.core.leader() {
+            None => return Err(ReadError::NoLeader),
+            Some((id, _)) if id == self.core.id => self.core.read_index_here().await?,
+            Some((leader_id, None)) => {
+                return Err(ReadError::ForwardFailed {
+                    leader_id,
+                    leader_addr: String::new(),
+                    reason: "the leader's address is not in the membership".into(),
+                });
+            }
+            Some((leader_id, Some(addr))) => {
+                self.core.peers.read_index(leader_id, &addr, self.core.request_timeout()).await?
+            }
+        };
+        if let Some(id) = read_index {
+            self.core
+                .raft
+                .wait(None)
+                .applied_index_at_least(Some(id.index), "linearizable read")
+                .await
+                .map_err(|_| ReadError::Stopped)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on this replica's applied state, without asking anyone: fast, possibly stale.
+    pub fn read_local<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        self.core.sm.read(f)
+    }
+
+    /// The index of the last entry applied to this replica's state.
+    pub fn applied_index(&self) -> Option<u64> {
+        self.core.sm.last_applied().map(|l| l.index)
+    }
+
+    fn require_leader(&self) -> Result<(), MembershipError> {
+        match self.core.leader() {
+            Some((id, _)) if id == self.core.id => Ok(()),
+            Some((leader_id, addr)) => {
+                Err(MembershipError::NotLeader { leader_id, leader_addr: addr.unwrap_or_default() })
+            }
+            None => Err(MembershipError::NoLeader),
+        }
+    }
+
+    fn membership_result(
+        &self,
+        r: Result<MembershipWrite, tokio::time::error::Elapsed>,
+    ) -> Result<(), MembershipError> {
+        match r {
+            Err(_) => Err(MembershipError::Timeout { timeout_ms: self.core.settings.membership_timeout_ms }),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(match (f.leader_id, f.leader_node) {
+                    (Some(leader_id), Some(n)) => MembershipError::NotLeader { leader_id, leader_addr: n.addr },
+                    _ => MembershipError::NoLeader,
+                })
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(MembershipError::Refused(e.to_string()))
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(MembershipError::Stopped),
+        }
+    }
+
+    /// Adds replica `id` at `addr` as a learner and waits until it has caught up. The
+    /// replica is asked who it is first: one of another cluster, or another replica at that
+    /// address, is refused.
+    pub async fn add_learner(&self, id: NodeId, addr: &str) -> Result<(), MembershipError> {
+        self.require_leader()?;
+        let timeout = Duration::from_millis(self.core.settings.rpc_timeout_ms);
+        let who = self
+            .core
+            .peers
+            .identify(addr, timeout)
+            .await
+            .map_err(|e| MembershipError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
+        if who.cluster_id != self.core.cluster_id {
+            return Err(MembershipError::ForeignCluster {
+                addr: addr.to_string(),
+                theirs: who.cluster_id,
+                ours: self.core.cluster_id.clone(),
+            });
+        }
+        if who.node_id != id {
+            return Err(MembershipError::WrongNode { addr: addr.to_string(), expected: id, found: who.node_id });
+        }
+        let r = tokio::time::timeout(
+            Duration::from_millis(self.core.settings.membership_timeout_ms),
+            self.core.raft.add_learner(id, BasicNode::new(addr), true),
+        )
+        .await;
+        self.membership_result(r)
+    }
+
+    /// Makes learner `id` a voter.
+    pub async fn promote(&self, id: NodeId) -> Result<(), MembershipError> {
+        self.require_leader()?;
+        if !self.metrics().members.contains_key(&id) {
+            return Err(MembershipError::UnknownNode(id));
+        }
+        self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id]))).await
+    }
+
+    /// Removes replica `id` (voter or learner) from the cluster.
+    pub async fn remove(&self, id: NodeId) -> Result<(), MembershipError> {
+        self.require_leader()?;
+        let m = self.metrics();
+        if m.voters.contains(&id) {
+            // `retain = false` in `change` drops it as a learner too.
+            self.change(ChangeMembers::RemoveVoters(BTreeSet::from([id]))).await
+        } else if m.learners.contains(&id) {
+            self.change(ChangeMembers::RemoveNodes(BTreeSet::from([id]))).await
+        } else {
+            Err(MembershipError::UnknownNode(id))
+        }
+    }
+
+    async fn change(&self, changes: ChangeMembers<NodeId, BasicNode>) -> Result<(), MembershipError> {
+        let r = tokio::time::timeout(
+            Duration::from_millis(self.core.settings.membership_timeout_ms),
+            self.core.raft.change_membership(changes, false),
+        )
+        .await;
+        self.membership_result(r)
+    }
+
+    /// This replica's view of itself and the cluster, now.
+    pub fn metrics(&self) -> ReplicaMetrics {
+        ReplicaMetrics::from_raft(&self.core.raft.metrics().borrow())
+    }
+
+    /// openraft's metrics, to wait on changes.
+    pub fn watch(&self) -> watch::Receiver<RaftMetrics> {
+        self.core.raft.metrics()
+    }
+
+    /// Stops raft, flushes and releases the storage, so the data directory can be opened
+    /// again. The RPC server stops with the `shutdown` future given to `run`. Reads of the
+    /// local state still work afterwards; everything else fails.
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.core.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft task ended with an error");
+        }
+        if let Err(e) = self.core.kv.close() {
+            tracing::warn!(error = %e, "closing storage failed");
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The on-disk [`KvStore`]: one sled database with a tree per key space.
+//!
+//! Keys are big-endian so that sled's byte order is numeric order. sled syncs to disk only
+//! every 500 ms by itself; [`KvStore::flush`] forces it, and the log store calls it before it
+//! acknowledges an entry.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
+
+use super::kv::{KvError, KvStore, Space, Write};
+
+struct Open {
+    db: sled::Db,
+    trees: [sled::Tree; 3],
+}
+
+pub struct SledKv {
+    /// `None` once closed. Every operation holds the read lock, so `close` waits for them.
+    open: RwLock<Option<Open>>,
+    path: PathBuf,
+}
+
+struct Guard<'a>(RwLockReadGuard<'a, Option<Open>>);
+
+impl Guard<'_> {
+    fn open(&self) -> &Open {
+        self.0.as_ref().expect("checked in SledKv::opened")
+    }
+
+    fn tree(&self, space: Space) -> &sled::Tree {
+        let t = &self.open().trees;
+        match space {
+            Space::Log => &t[0],
+            Space::Meta => &t[1],
+            Space::Snapshot => &t[2],
+        }
+    }
+}
+
+fn key(k: u64) -> [u8; 8] {
+    k.to_be_bytes()
+}
+
+impl SledKv {
+    /// Opens (or creates) the database directory at `path`.
+    pub fn open(path: &Path) -> Result<SledKv, KvError> {
+        let err = |e: sled::Error| KvError {
+            location: path.display().to_string(),
+            message: format!("cannot open sled database: {e}"),
+        };
+        let db = sled::Config::new().path(path).mode(sled::Mode::HighThroughput).open().map_err(err)?;
+        let tree = |s: Space| db.open_tree(s.name()).map_err(err);
+        let trees = [tree(Space::Log)?, tree(Space::Meta)?, tree(Space::Snapshot)?];
+        Ok(SledKv { open: RwLock::new(Some(Open { db, trees })), path: path.to_path_buf() })
+    }
+
+    fn opened(&self) -> Result<Guard<'_>, KvError> {
+        let g = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        if g.is_none() {
+            return Err(KvError {
+                location: self.path.display().to_string(),
+                message: "the database is closed".into(),
+            });
+        }
+        Ok(Guard(g))
+    }
+
+    fn fail(&self, space: Space, what: &str, e: impl std::fmt::Display) -> KvError {
+        KvError { location: self.location(space), message: format!("{what}: {e}") }
+    }
+
+    fn decode_key(&self, space: Space, k: &[u8]) -> Result<u64, KvError> {
+        let bytes: [u8; 8] =
+            k.try_into().map_err(|_| self.fail(space, "bad key", format!("{} bytes, expected 8", k.len())))?;
+        Ok(u64::from_be_bytes(bytes))
+    }
+}
+
+impl KvStore for SledKv {
+    fn get(&self, space: Space, k: u64) -> Result<Option<Vec<u8>>, KvError> {
+        self.opened()?.tree(space).get(key(k)).map(|v| v.map(|v| v.to_vec())).map_err(|e| self.fail(space, "read", e))
+    }
+
+    fn scan(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, KvError> {
+        if keys.start >= keys.end {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        let g = self.opened()?;
+        for item in g.tree(space).range(key(keys.start)..key(keys.end)).take(limit) {
+            let (k, v) = item.map_err(|e| self.fail(space, "scan", e))?;
+            out.push((self.decode_key(space, &k)?, v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn last(&self, space: Space) -> Result<Option<(u64, Vec<u8>)>, KvError> {
+        match self.opened()?.tree(space).last().map_err(|e| self.fail(space, "read", e))? {
+            Some((k, v)) => Ok(Some((self.decode_key(space, &k)?, v.to_vec()))),
+            None => Ok(None),
+        }
+    }
+
+    fn write(&self, batch: Vec<Write>) -> Result<(), KvError> {
+        // Consecutive writes to one space go into one atomic sled batch.
+        let g = self.opened()?;
+        let mut current: Option<(Space, sled::Batch)> = None;
+        let commit = |pending: Option<(Space, sled::Batch)>| -> Result<(), KvError> {
+            if let Some((space, b)) = pending {
+                g.tree(space).apply_batch(b).map_err(|e| self.fail(space, "write", e))?;
+            }
+            Ok(())
+        };
+        for w in batch {
+            let space = match &w {
+                Write::Put(s, _, _) | Write::Remove(s, _) => *s,
+            };
+            if current.as_ref().map(|(s, _)| *s) != Some(space) {
+                commit(current.take())?;
+                current = Some((space, sled::Batch::default()));
+            }
+            let b = &mut current.as_mut().expect("set just above").1;
+            match w {
+                Write::Put(_, k, v) => b.insert(&key(k), v),
+                Write::Remove(_, keys) => {
+                    if keys.start >= keys.end {
+                        continue;
+                    }
+                    for item in g.tree(space).range(key(keys.start)..key(keys.end)) {
+                        let (k, _) = item.map_err(|e| self.fail(space, "scan", e))?;
+                        b.remove(k);
+                    }
+                }
+            }
+        }
+        commit(current)
+    }
+
+    fn flush(&self) -> Result<(), KvError> {
+        self.opened()?
+            .open()
+            .db
+            .flush()
+            .map(|_| ())
+            .map_err(|e| KvError { location: self.path.display().to_string(), message: format!("flush: {e}") })
+    }
+
+    fn close(&self) -> Result<(), KvError> {
+        let mut g = self.open.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = g.take() {
+            open.db.flush().map_err(|e| KvError {
+                location: self.path.display().to_string(),
+                message: format!("flush on close: {e}"),
+            })?;
+        }
+        Ok(())
+    }
+
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    fn location(&self, space: Space) -> String {
+        format!("{} (tree {})", self.path.display(), space.name())
+    }
+}

@@ -1,0 +1,217 @@
+//! The replicated state machine: committed commands applied to `baton_model::State`.
+//!
+//! The state lives in memory; it is rebuilt at start from the latest snapshot plus the
+//! committed log after it. A snapshot is the bincode of `State`, stored with its metadata
+//! as one checksummed record.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use baton_model::State;
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+
+use super::StoreError;
+use super::kv::KvStore;
+use super::snapshot_record::StoredSnapshot;
+use crate::codec::{decode, encode};
+use crate::types::{Entry, LogId, ResponseBatch, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+
+fn any(e: impl std::fmt::Display) -> AnyError {
+    AnyError::error(e.to_string())
+}
+
+struct Data {
+    state: State,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+}
+
+/// The state machine's data, shared between openraft's state-machine task and readers.
+pub struct SmShared {
+    kv: Arc<dyn KvStore>,
+    data: RwLock<Data>,
+    current: Mutex<Option<StoredSnapshot>>,
+    snapshot_seq: AtomicU64,
+}
+
+impl SmShared {
+    fn read_data(&self) -> RwLockReadGuard<'_, Data> {
+        // Only `apply` writes, and a panic there is a bug that already stopped raft; readers
+        // still see the last complete state.
+        self.data.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_data(&self) -> Result<RwLockWriteGuard<'_, Data>, StorageError> {
+        self.data
+            .write()
+            .map_err(|_| StorageIOError::write_state_machine(any("state machine poisoned by an earlier panic")).into())
+    }
+
+    /// Runs `f` on the applied state (as of the last applied entry; no consensus round).
+    pub fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.read_data().state)
+    }
+
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.read_data().last_applied
+    }
+
+    fn current_snapshot(&self) -> Option<StoredSnapshot> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn set_current_snapshot(&self, s: StoredSnapshot) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);
+    }
+}
+
+/// The state machine handed to openraft.
+#[derive(Clone)]
+pub struct StateMachineStore {
+    shared: Arc<SmShared>,
+}
+
+impl StateMachineStore {
+    /// Loads the latest snapshot, if any; a corrupt one stops the replica here.
+    pub fn open(kv: Arc<dyn KvStore>) -> Result<StateMachineStore, StoreError> {
+        let stored = StoredSnapshot::load(kv.as_ref())?;
+        let data = match &stored {
+            None => Data { state: State::new(), last_applied: None, membership: StoredMembership::default() },
+            Some(s) => Data {
+                state: decode(&s.data).map_err(|e| StoreError::Corrupt {
+                    location: kv.location(super::kv::Space::Snapshot),
+                    record: "snapshot state".into(),
+                    reason: e.to_string(),
+                })?,
+                last_applied: s.meta.last_log_id,
+                membership: s.meta.last_membership.clone(),
+            },
+        };
+        Ok(StateMachineStore {
+            shared: Arc::new(SmShared {
+                kv,
+                data: RwLock::new(data),
+                current: Mutex::new(stored),
+                snapshot_seq: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn shared(&self) -> Arc<SmShared> {
+        self.shared.clone()
+    }
+}
+
+fn to_snapshot(s: StoredSnapshot) -> Snapshot<TypeConfig> {
+    Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }
+}
+
+/// Saves a snapshot off the async threads: serializing a large state and syncing it to
+/// disk must not hold up heartbeats.
+async fn persist(shared: Arc<SmShared>, stored: StoredSnapshot) -> Result<(), StorageError> {
+    let signature = stored.meta.signature();
+    tokio::task::spawn_blocking(move || stored.save(shared.kv.as_ref()))
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(Some(signature.clone()), any(e)))?
+        .map_err(|e| StorageIOError::write_snapshot(Some(signature), any(e)).into())
+}
+
+/// Builds snapshots from a copy of the state taken under a short read lock.
+pub struct SnapshotBuilder {
+    shared: Arc<SmShared>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let (state, last_applied, membership) = {
+            let d = self.shared.read_data();
+            (d.state.clone(), d.last_applied, d.membership.clone())
+        };
+        let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match last_applied {
+            Some(l) => format!("{}-{}-{seq}", l.leader_id.term, l.index),
+            None => format!("empty-{seq}"),
+        };
+        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
+        let data = tokio::task::spawn_blocking(move || encode(&state))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?;
+        let stored = StoredSnapshot { meta, data };
+        persist(self.shared.clone(), stored.clone()).await?;
+        self.shared.set_current_snapshot(stored.clone());
+        tracing::info!(snapshot = %stored.meta.snapshot_id, bytes = stored.data.len(), "snapshot built");
+        Ok(to_snapshot(stored))
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let d = self.shared.read_data();
+        Ok((d.last_applied, d.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ResponseBatch>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut d = self.shared.write_data()?;
+        let mut out = Vec::new();
+        for entry in entries {
+            d.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => out.push(ResponseBatch::default()),
+                EntryPayload::Normal(batch) => out.push(ResponseBatch {
+                    responses: batch.commands.into_iter().map(|cmd| d.state.apply(cmd)).collect(),
+                }),
+                EntryPayload::Membership(m) => {
+                    d.membership = StoredMembership::new(Some(entry.log_id), m);
+                    out.push(ResponseBatch::default());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        SnapshotBuilder { shared: self.shared.clone() }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let state: State = decode(&data).map_err(|e| {
+            StorageIOError::read_snapshot(
+                Some(meta.signature()),
+                any(format!("received snapshot does not decode: {e}")),
+            )
+        })?;
+        let stored = StoredSnapshot { meta: meta.clone(), data };
+        persist(self.shared.clone(), stored.clone()).await?;
+        {
+            let mut d = self.shared.write_data()?;
+            d.state = state;
+            d.last_applied = meta.last_log_id;
+            d.membership = meta.last_membership.clone();
+        }
+        self.shared.set_current_snapshot(stored);
+        tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        Ok(self.shared.current_snapshot().map(to_snapshot))
+    }
+}

@@ -1,0 +1,222 @@
+//! A real 3-replica cluster on loopback gRPC with sled storage: election, commit, leader
+//! loss, restart, rebuild from snapshot, membership changes.
+
+mod common;
+
+use common::*;
+
+use baton_raft::error::WriteError;
+use baton_raft::metrics::Role;
+use baton_raft::settings::RaftSettings;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_loss_keeps_every_acknowledged_write_and_a_restarted_replica_catches_up() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(root.path(), 3, settings()).await;
+    let first_leader = leader_of(&nodes).await;
+
+    // Writes sent to every replica: followers forward to the leader.
+    let mut acknowledged = Vec::new();
+    for i in 0..30 {
+        let name = format!("before-{i}");
+        let node = &nodes[i % 3];
+        node.replica.write(put(&name)).await.expect("write").expect("applied");
+        acknowledged.push(name);
+    }
+
+    // Kill the leader.
+    let pos = nodes.iter().position(|n| n.id == first_leader).unwrap();
+    let old = nodes.remove(pos);
+    let old_id = old.id;
+    let (old_dir, old_addr) = old.stop().await;
+
+    let second_leader = wait_for("a new leader", || {
+        let l = nodes[0].replica.metrics().leader_id?;
+        (l != first_leader && nodes[1].replica.metrics().leader_id == Some(l)).then_some(l)
+    })
+    .await;
+    assert_ne!(second_leader, first_leader);
+
+    for i in 0..30 {
+        let name = format!("after-{i}");
+        nodes[i % 2].replica.write(put(&name)).await.expect("write").expect("applied");
+        acknowledged.push(name);
+    }
+
+    // Every acknowledged write is in a linearizable read on both survivors.
+    for n in &nodes {
+        let missing = n
+            .replica
+            .read(|s| acknowledged.iter().filter(|a| !has(s, a)).cloned().collect::<Vec<_>>())
+            .await
+            .expect("linearizable read");
+        assert!(missing.is_empty(), "replica {} lost {missing:?}", n.id);
+    }
+
+    // The old leader restarts from its data directory, on its old address, and catches up.
+    let listener = tokio::net::TcpListener::bind(&old_addr).await.expect("rebind old address");
+    let back = Node::start(old_id, CLUSTER, &old_dir, listener, settings()).await;
+    let target = nodes[0].replica.metrics().last_applied_index.unwrap();
+    applied(&back.replica, target).await;
+    let leader_state = nodes[0].replica.read(|s| s.clone()).await.unwrap();
+    wait_for("the restarted replica to hold the leader's state", || {
+        back.replica.read_local(|s| *s == leader_state).then_some(())
+    })
+    .await;
+    assert_ne!(back.replica.metrics().role, Role::Leader, "a rejoining replica does not take over by itself");
+
+    back.stop().await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wiped_replica_is_rebuilt_from_a_snapshot() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let s = RaftSettings { snapshot_every_entries: 20, logs_kept_after_snapshot: 0, ..settings() };
+    let mut nodes = cluster(root.path(), 3, s.clone()).await;
+    let leader = leader_of(&nodes).await;
+    let victim_pos = nodes.iter().position(|n| n.id != leader).unwrap();
+    let victim = nodes.remove(victim_pos);
+    let victim_id = victim.id;
+    let (dir, addr) = victim.stop().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    for i in 0..100 {
+        nodes[0].replica.write(put(&format!("w{i}"))).await.unwrap().unwrap();
+    }
+    // The log is bounded: the leader snapshotted and purged what the snapshot covers.
+    let leader_node = nodes.iter().find(|n| n.id == leader).unwrap();
+    wait_for("the leader to snapshot and purge its log", || {
+        let m = leader_node.replica.metrics();
+        (m.snapshot_index.is_some() && m.purged_index.is_some()).then_some(())
+    })
+    .await;
+
+    // Entries up to here are gone from the leader's log: only a snapshot can carry them.
+    let purged = leader_node.replica.metrics().purged_index.unwrap();
+
+    let listener = tokio::net::TcpListener::bind(&addr).await.expect("rebind");
+    let rebuilt = Node::start(victim_id, CLUSTER, &dir, listener, s).await;
+    let leader_state = leader_node.replica.read(|s| s.clone()).await.unwrap();
+    wait_for("the wiped replica to hold the leader's state", || {
+        rebuilt.replica.read_local(|s| *s == leader_state).then_some(())
+    })
+    .await;
+    let m = rebuilt.replica.metrics();
+    assert!(m.snapshot_index >= Some(purged), "the wiped replica was rebuilt from a snapshot covering {purged}: {m:?}");
+
+    rebuilt.stop().await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_online() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(root.path(), 3, settings()).await;
+    let leader = leader_of(&nodes).await;
+    let leader_replica = nodes.iter().find(|n| n.id == leader).unwrap().replica.clone();
+    leader_replica.write(put("early")).await.unwrap().unwrap();
+
+    // A fourth replica joins as a learner, catches up, and is promoted.
+    let (l, _) = listener().await;
+    let fourth = Node::start(4, CLUSTER, &root.path().join("r4"), l, settings()).await;
+
+    // Only the leader changes membership; a follower names the leader.
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let err = follower.replica.add_learner(4, &fourth.addr).await.unwrap_err();
+    assert!(err.to_string().contains(&leader_replica.addr().to_string()), "{err}");
+
+    leader_replica.add_learner(4, &fourth.addr).await.expect("add learner");
+    let m = leader_replica.metrics();
+    assert!(m.learners.contains(&4) && !m.voters.contains(&4), "{m:?}");
+    // Caught up in the log; it applies once it hears the commit index.
+    wait_for("the learner to apply the early write", || fourth.replica.read_local(|s| has(s, "early")).then_some(()))
+        .await;
+
+    leader_replica.promote(4).await.expect("promote");
+    assert!(leader_replica.metrics().voters.contains(&4));
+
+    // The new voter serves writes (forwarded) and linearizable reads.
+    fourth.replica.write(put("from-four")).await.unwrap().unwrap();
+    assert!(fourth.replica.read(|s| has(s, "from-four")).await.unwrap());
+
+    // Remove a follower that is not the new one.
+    let gone = nodes.iter().find(|n| n.id != leader).unwrap().id;
+    leader_replica.remove(gone).await.expect("remove");
+    let m = leader_replica.metrics();
+    assert!(!m.voters.contains(&gone) && !m.members.contains_key(&gone), "{m:?}");
+    assert_eq!(m.voters.len(), 3);
+    leader_replica.write(put("after-removal")).await.unwrap().unwrap();
+
+    // Removing an unknown replica is refused by name.
+    let err = leader_replica.remove(99).await.unwrap_err();
+    assert!(err.to_string().contains("99"), "{err}");
+
+    fourth.stop().await;
+    let pos = nodes.iter().position(|n| n.id == gone).unwrap();
+    nodes.remove(pos).stop().await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_without_leader_is_refused_clearly() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let (l, _) = listener().await;
+    // Never bootstrapped: no leader exists.
+    let lone = Node::start(1, CLUSTER, &root.path().join("r1"), l, settings()).await;
+    assert_eq!(lone.replica.write(put("x")).await, Err(WriteError::NoLeader));
+    lone.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_are_batched_and_each_gets_its_own_response() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let nodes = cluster(root.path(), 3, settings()).await;
+    let leader = leader_of(&nodes).await;
+    let mut tasks = Vec::new();
+    for i in 0..300u32 {
+        // Through every replica; odd writes are refused by the state machine, naming what
+        // they asked for, so a response handed to the wrong caller would show.
+        let r = nodes[i as usize % 3].replica.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = format!("c{i}");
+            let cmd = if i % 2 == 0 {
+                put(&name)
+            } else {
+                baton_model::Command {
+                    now_ms: 1,
+                    op: baton_model::Op::DeleteClass { name: baton_model::Name::lit(&name) },
+                }
+            };
+            (i, name, r.write(cmd).await)
+        }));
+    }
+    for t in tasks {
+        let (i, name, result) = t.await.unwrap();
+        let response = result.expect("write reaches the log");
+        if i % 2 == 0 {
+            assert!(response.is_ok(), "write {i}: {response:?}");
+        } else {
+            let err = response.expect_err("deleting an unknown class is refused");
+            assert!(err.to_string().contains(&format!("\"{name}\"")), "write {i}: {err}");
+        }
+    }
+    let leader_node = nodes.iter().find(|n| n.id == leader).unwrap();
+    let m = leader_node.replica.metrics();
+    // Fewer entries than writes: concurrent writes shared entries.
+    assert!(m.last_log_index.unwrap() < 300, "300 concurrent writes took {:?} log entries", m.last_log_index);
+    for n in nodes {
+        n.stop().await;
+    }
+}
