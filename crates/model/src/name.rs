@@ -108,7 +108,60 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
     while start > 0 && x[start - 1].is_ascii_digit() {
         start -= 1;
     }
+    // Runs of the same width without leading zeros compare as bytes; a wider run is larger.
+    let run = |s: &[u8]| s[start..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let (lx, ly) = (run(x), run(y));
+    if lx > 0 && ly > 0 && x[start] != b'0' && y[start] != b'0' {
+        if lx != ly {
+            return lx.cmp(&ly);
+        }
+        let ord = x[start..start + lx].cmp(&y[start..start + ly]);
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
     slow_natural_cmp(&x[start..], &y[start..]).then_with(|| x.cmp(y))
+}
+
+/// A key whose byte order is the natural order: each digit run becomes its number of
+/// significant digits (as a byte within '0'..='9', so it still compares with other bytes
+/// as a digit would) followed by those digits. `None` when a run has 9 or more significant
+/// digits or the text holds a byte below 2 (compare with `natural_cmp` then).
+pub fn natural_key(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    // Bytes 0 and 1 end a key; names never contain them, other text may.
+    if b.iter().any(|&c| c < 2) {
+        return None;
+    }
+    let mut key = Vec::with_capacity(b.len() + 8);
+    let mut zeros = false;
+    let mut i = 0;
+    while i < b.len() {
+        let text = b[i..].iter().position(u8::is_ascii_digit).unwrap_or(b.len() - i);
+        key.extend_from_slice(&b[i..i + text]);
+        i += text;
+        let run = b[i..].iter().position(|c| !c.is_ascii_digit()).unwrap_or(b.len() - i);
+        if run == 0 {
+            break;
+        }
+        let digits = strip_zeros(&b[i..i + run]);
+        zeros |= digits.len() < run;
+        if digits.len() >= 9 {
+            return None;
+        }
+        key.push(b'0' + digits.len() as u8);
+        key.extend_from_slice(digits);
+        i += run;
+    }
+    // Names equal but for leading zeros order by their raw text, and a name with leading
+    // zeros sorts before the same name without ("n01" < "n1"), so only those need the text.
+    if zeros {
+        key.push(0);
+        key.extend_from_slice(b);
+    } else {
+        key.push(1);
+    }
+    Some(key)
 }
 
 /// Natural order from the start of both slices.
@@ -173,6 +226,13 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn natural_keys_order_like_natural_cmp(a in "[a-c/:\\x00\\x01\\x02\\x7f0-9]{0,8}", b in "[a-c/:\\x00\\x01\\x02\\x7f0-9]{0,8}") {
+            if let (Some(ka), Some(kb)) = (natural_key(&a), natural_key(&b)) {
+                proptest::prop_assert_eq!(ka.cmp(&kb), natural_cmp(&a, &b));
+            }
+        }
+
         #[test]
         fn fast_path_agrees_with_the_full_comparison(a in "[ab0-2]{0,7}", b in "[ab0-2]{0,7}") {
             let full = slow_natural_cmp(a.as_bytes(), b.as_bytes()).then_with(|| a.as_bytes().cmp(b.as_bytes()));

@@ -2,135 +2,21 @@
 //! - `cycle/10k-nodes-50k-jobs`: one full cycle placing a 50,000-job backlog
 //!   (1/2/4/8-GPU jobs and 2-8-node gangs) on 10,000 8-GPU nodes in 40 racks, 200 queues
 //!   in 20 cohorts. Throughput is placements per second.
+//! - `cycle/10k-nodes-full-42k-waiting`: the next cycle: the cluster is full and the rest
+//!   of the backlog waits (reasons, preemption planning within queues).
 //! - `preempt/64-gpu-gang-full-cluster`: the cycle that plans a preemption for an 8x8-GPU
 //!   gang on that cluster once it is full (nothing else pending).
 //! - `scaling/<nodes>`: the full cycle at 1,000, 10,000 and 50,000 nodes (5 jobs per node).
 
-use std::collections::BTreeMap;
+mod cluster;
+
 use std::hint::black_box;
 use std::time::Duration;
 
-use baton_model::command::{Command, Op};
-use baton_model::job::{JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec};
-use baton_model::limits::MAX_NODES_PER_COMMAND;
-use baton_model::name::Name;
-use baton_model::node::NodeSpec;
 use baton_model::plan::Decision;
-use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
-use baton_model::resources::Resources;
-use baton_model::state::State;
 use baton_sched::cycle;
+use cluster::*;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-
-const NOW_MS: u64 = 1_000_000;
-
-/// A deterministic generator (no randomness crate needed, and every run is the same).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
-fn apply(s: &mut State, op: Op) {
-    s.apply(Command { now_ms: NOW_MS, op }).expect("benchmark setup is valid");
-}
-
-/// `nodes` 8-GPU nodes in `racks` racks, 200 queues in 20 cohorts sharing all but 64 GPUs
-/// as guarantees, and a queue `urgent` guaranteed the last 64.
-fn cluster(nodes: usize, racks: usize) -> State {
-    let mut s = State::new();
-    s.set_retain_finished(0);
-    let specs: Vec<NodeSpec> = (0..nodes)
-        .map(|i| NodeSpec {
-            name: Name::lit(&format!("n{i}")),
-            pool: Name::lit("default"),
-            rack: Some(Name::lit(&format!("r{}", i * racks / nodes))),
-            labels: BTreeMap::new(),
-            resources: Resources::of(&[("gpu", 8), ("cpu", 128), ("memory", 1 << 40)]),
-            gpus: Vec::new(),
-        })
-        .collect();
-    for chunk in specs.chunks(MAX_NODES_PER_COMMAND) {
-        apply(&mut s, Op::RegisterNodes(chunk.to_vec()));
-    }
-    for c in 0..20 {
-        apply(&mut s, Op::PutCohort(Cohort { name: Name::lit(&format!("c{c}")), parent: None, fair_sharing: false }));
-    }
-    let per_queue = (nodes as u64 * 8 - 64) / 200;
-    for q in 0..200 {
-        let mut spec = QueueSpec::named(&format!("q{q}"));
-        spec.cohort = Some(Name::lit(&format!("c{}", q / 10)));
-        let quota = PoolQuota { nominal: Resources::of(&[("gpu", per_queue)]), ..Default::default() };
-        spec.quotas.insert(Name::lit("default"), quota);
-        apply(&mut s, Op::PutQueue(spec));
-    }
-    let mut urgent = QueueSpec::named("urgent");
-    urgent
-        .quotas
-        .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 64)]), ..Default::default() });
-    apply(&mut s, Op::PutQueue(urgent));
-    s
-}
-
-fn job(name: String, queue: String, class: &str, replicas: u32, gpus: u64) -> JobSpec {
-    JobSpec {
-        name: Name::new(name).unwrap(),
-        queue: Name::new(queue).unwrap(),
-        priority: PriorityRef::Class(Name::lit(class)),
-        tasks: vec![TaskSpec {
-            name: Name::lit("main"),
-            replicas,
-            resources: Resources::of(&[("gpu", gpus), ("cpu", gpus * 8), ("memory", gpus << 36)]),
-            pools: None,
-        }],
-        pools: None,
-        topology: None,
-        preemption_mode: PreemptionMode::Checkpoint,
-        grace_ms: 30_000,
-        min_runtime_ms: 0,
-        command: Vec::new(),
-        env: BTreeMap::new(),
-        checkpoint_signal: None,
-    }
-}
-
-/// The backlog: 80% single jobs of 1, 2, 4 or 8 GPUs, 20% gangs of 2 to 8 whole nodes.
-fn submit_backlog(s: &mut State, jobs: usize, seed: u64) {
-    let mut rng = Lcg(seed);
-    for i in 0..jobs {
-        let queue = format!("q{}", rng.next(200));
-        let class = if rng.next(2) == 0 { "train" } else { "interactive" };
-        let spec = if rng.next(10) < 2 {
-            job(format!("job-{i}"), queue, class, 2 + rng.next(7) as u32, 8)
-        } else {
-            job(format!("job-{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
-        };
-        apply(s, Op::Submit { spec, request_id: None });
-    }
-}
-
-fn placements(s: &State) -> usize {
-    cycle(s, NOW_MS).decisions.iter().filter(|d| matches!(d, Decision::Place { .. })).count()
-}
-
-/// The cluster after its backlog was placed and what could not be placed was cancelled.
-fn full_cluster() -> State {
-    let mut s = cluster(10_000, 40);
-    submit_backlog(&mut s, 50_000, 7);
-    let plan = cycle(&s, NOW_MS);
-    apply(&mut s, Op::ApplyPlan(plan));
-    let pending: Vec<Name> =
-        s.jobs().values().filter(|j| j.state == JobState::Pending).map(|j| j.spec.name.clone()).collect();
-    for name in pending {
-        apply(&mut s, Op::Cancel { job: name });
-    }
-    let gang = job("big-gang".into(), "urgent".into(), "interactive", 8, 8);
-    apply(&mut s, Op::Submit { spec: gang, request_id: None });
-    s
-}
 
 fn bench_cycle(c: &mut Criterion) {
     let mut s = cluster(10_000, 40);
@@ -141,6 +27,13 @@ fn bench_cycle(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(placed as u64));
     g.bench_function("10k-nodes-50k-jobs", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
+    let full = with_backlog(10_000);
+    let waiting = full.jobs().values().filter(|j| j.state == baton_model::job::JobState::Pending).count();
+    eprintln!("cycle/10k-nodes-full-{}k-waiting: {} decisions", waiting / 1000, cycle(&full, NOW_MS).decisions.len());
+    g.throughput(Throughput::Elements(waiting as u64));
+    g.bench_function(format!("10k-nodes-full-{}k-waiting", waiting / 1000), |b| {
+        b.iter(|| black_box(cycle(black_box(&full), NOW_MS)))
+    });
     g.finish();
 }
 

@@ -26,7 +26,8 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
     resume_suspended(&mut view, &mut plan);
     let mut order = Order::new(&view);
-    let mut planner = Planner { budget: MAX_PREEMPTION_PLANS_PER_CYCLE, failures: Failures::default() };
+    let mut planner =
+        Planner { budget: MAX_PREEMPTION_PLANS_PER_CYCLE, failures: Failures::default(), reasons: Default::default() };
     while let Some((q, id, needs)) = order.next() {
         let job = view.job(id);
         let placed = decide(&mut view, job, &needs, &mut plan, &mut planner);
@@ -80,6 +81,7 @@ fn wait(plan: &mut Plan, job: &Job, reason: String) {
 struct Planner {
     budget: usize,
     failures: Failures,
+    reasons: reason::Reasons,
 }
 
 fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &mut Planner) -> bool {
@@ -103,24 +105,24 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
         return false;
     }
     let (q, np) = view.queue_np(job);
-    let mut quota_block = None;
+    // Quota first (cheap), once per assignment; then placement: first where the queue
+    // stays within nominal, then where it borrows; each assignment is packed at most once.
+    let verdicts: Vec<_> = needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)).collect();
+    let quota_block = verdicts.iter().find_map(|v| v.err());
     for borrowing in [false, true] {
-        for a in &needs.assignments {
-            match view.ledger.check_admission(q, &needs.demand(a), np) {
-                Err(b) => {
-                    quota_block.get_or_insert_with(|| b.describe(&view.ledger, q));
-                    continue;
-                }
-                Ok(adm) if adm.borrows && !borrowing => continue,
-                Ok(_) => {}
-            }
-            if let Some(p) = pack(&IndexNodes { view }, &needs, a) {
-                place(view, plan, job, &needs, &p);
+        for (a, verdict) in needs.assignments.iter().zip(&verdicts) {
+            if verdict.is_ok_and(|adm| adm.borrows == borrowing)
+                && let Some(p) = pack(&IndexNodes { view }, needs, a)
+            {
+                place(view, plan, job, needs, &p);
                 return true;
             }
         }
     }
-    let base = quota_block.unwrap_or_else(|| reason::no_room(view, &needs));
+    let base = match quota_block {
+        Some(b) => planner.reasons.quota(view, q, b),
+        None => planner.reasons.no_room(view, needs),
+    };
     let key = Failures::key(needs, q, np);
     if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, job, needs)) {
         wait(plan, job, format!("{base}; {why}"));
@@ -131,11 +133,11 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
         return false;
     }
     planner.budget -= 1;
-    match preempt::plan(view, job, &needs) {
+    match preempt::plan(view, job, needs) {
         Ok(Planned::Preempt { victims, packing, message }) => {
             let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
             let names = |n: usize| view.ledger.nodes[n].name.clone();
-            let (replicas, shares) = packing.allocate(&set, &needs, names);
+            let (replicas, shares) = packing.allocate(&set, needs, names);
             let victims_with_attempts =
                 victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
             view.reserve(job, &shares, &victims);

@@ -4,7 +4,7 @@
 //! submitted no earlier will not find victims either. Remembering such failures spares the
 //! expensive planning for a long backlog behind a full cluster.
 
-use std::collections::HashMap;
+use baton_model::ledger::FxMap;
 
 use baton_model::job::{Job, Topology};
 use baton_model::ledger::Vector;
@@ -31,7 +31,7 @@ struct Failure {
 
 #[derive(Default)]
 pub struct Failures {
-    by_key: HashMap<Key, Vec<Failure>>,
+    by_key: FxMap<Key, Vec<Failure>>,
 }
 
 impl Failures {

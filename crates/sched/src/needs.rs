@@ -1,6 +1,9 @@
 //! What a job needs, in the ledger's dense terms: per task a vector per replica and the
 //! pools it may use, and the pool assignments to try in preference order.
 
+use baton_model::ledger::FxMap;
+use std::rc::Rc;
+
 use baton_model::job::{Job, Topology};
 use baton_model::ledger::{Vector, ZERO, add};
 
@@ -20,6 +23,8 @@ pub struct Needs {
     pub topology: Option<Topology>,
     /// Pool assignments (one pool per task) in the job's preference order.
     pub assignments: Vec<Vec<usize>>,
+    /// Each assignment's demand per pool, computed once.
+    pub demands: Vec<Vec<(usize, Vector)>>,
 }
 
 impl Needs {
@@ -55,7 +60,9 @@ impl Needs {
                 assignments.push(a);
             }
         }
-        Needs { tasks, topology: job.spec.topology, assignments }
+        let mut needs = Needs { tasks, topology: job.spec.topology, assignments, demands: Vec::new() };
+        needs.demands = needs.assignments.iter().map(|a| needs.demand(a)).collect();
+        needs
     }
 
     /// Per-pool totals for an assignment, as the quota check wants them.
@@ -80,5 +87,25 @@ impl Needs {
         v.sort_unstable();
         v.dedup();
         v
+    }
+}
+
+/// Most jobs of a backlog share a handful of shapes (one task, any pool, so many GPUs):
+/// within a cycle their `Needs` are computed once and shared.
+#[derive(Default)]
+pub struct NeedsCache {
+    shapes: FxMap<(Vector, u32, Option<Topology>), Rc<Needs>>,
+}
+
+impl NeedsCache {
+    pub fn of(&mut self, view: &View, job: &Job) -> Rc<Needs> {
+        let spec = &job.spec;
+        let simple = spec.tasks.len() == 1 && spec.pools.is_none() && spec.tasks[0].pools.is_none();
+        if !simple {
+            return Rc::new(Needs::of(view, job));
+        }
+        let t = &spec.tasks[0];
+        let key = (view.ledger.kinds.vector_lossy(&t.resources), t.replicas, spec.topology);
+        self.shapes.entry(key).or_insert_with(|| Rc::new(Needs::of(view, job))).clone()
     }
 }

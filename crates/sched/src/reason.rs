@@ -1,6 +1,9 @@
 //! Why a job waits, in words a person can act on.
 
-use baton_model::ledger::{Vector, add};
+use baton_model::ledger::FxMap;
+
+use baton_model::job::Topology;
+use baton_model::ledger::{QuotaBlock, Vector, ZERO, add};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 
 use crate::needs::Needs;
@@ -52,4 +55,33 @@ pub fn no_room(view: &View, needs: &Needs) -> String {
         "pool {pool_name} has no room for its gang of {replicas} replicas ({} in all){shape}",
         describe(view, &total)
     )
+}
+
+/// Reason texts already written this cycle: a long backlog has few distinct shapes.
+#[derive(Default)]
+pub struct Reasons {
+    no_room: FxMap<(usize, Vector, u32, Option<Topology>, u64), String>,
+    quota: FxMap<(usize, QuotaBlock), String>,
+}
+
+impl Reasons {
+    pub fn quota(&mut self, view: &View, queue: usize, block: QuotaBlock) -> String {
+        self.quota.entry((queue, block)).or_insert_with(|| block.describe(&view.ledger, queue)).clone()
+    }
+
+    pub fn no_room(&mut self, view: &View, needs: &Needs) -> String {
+        let pool = needs.assignments[0][0];
+        let mut total = ZERO;
+        for t in &needs.tasks {
+            for _ in 0..t.replicas {
+                add(&mut total, &t.need);
+            }
+        }
+        let replicas = needs.tasks.iter().map(|t| t.replicas).sum();
+        let key = (pool, total, replicas, needs.topology, view.index.pools[pool].all.max_free());
+        if needs.tasks.len() > 1 {
+            return no_room(view, needs);
+        }
+        self.no_room.entry(key).or_insert_with(|| no_room(view, needs)).clone()
+    }
 }

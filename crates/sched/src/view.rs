@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{Ledger, Share, Vector};
+use baton_model::ledger::{Ledger, Share, Vector, ZERO, add, sub};
 use baton_model::state::State;
 
 use crate::index::Index;
@@ -20,6 +20,10 @@ pub struct View<'a> {
     pub decided: BTreeSet<JobId>,
     /// Jobs running or stopping when the cycle began: the only possible victims.
     pub active: Vec<Running>,
+    /// Free resources per pool over schedulable nodes, kept up to date as the cycle decides.
+    pub pool_free: Vec<Vector>,
+    /// What each node contributes to `pool_free`.
+    counted: Vec<Vector>,
 }
 
 /// What preemption planning needs of a running (or stopping) job, gathered once a cycle.
@@ -58,7 +62,22 @@ impl<'a> View<'a> {
                 gpus: j.gpus(),
             })
             .collect();
-        View { state, ledger, index, now_ms, taken: BTreeSet::new(), decided: BTreeSet::new(), active }
+        let counted: Vec<Vector> = ledger.nodes.iter().map(|n| if n.schedulable { n.free } else { ZERO }).collect();
+        let mut pool_free = vec![ZERO; ledger.pools.len()];
+        for (n, free) in counted.iter().enumerate() {
+            add(&mut pool_free[ledger.nodes[n].pool], free);
+        }
+        View {
+            state,
+            ledger,
+            index,
+            now_ms,
+            taken: BTreeSet::new(),
+            decided: BTreeSet::new(),
+            active,
+            pool_free,
+            counted,
+        }
     }
 
     pub fn job(&self, id: JobId) -> &'a Job {
@@ -101,14 +120,25 @@ impl<'a> View<'a> {
         let nodes = self.ledger.charges.get(&job).map(|c| c.nodes.clone()).unwrap_or_default();
         self.ledger.unhold(job);
         for n in nodes {
-            self.index.update(&self.ledger, n);
+            self.refresh(n);
         }
     }
 
     fn reindex(&mut self, shares: &[Share]) {
         for s in shares {
-            self.index.update(&self.ledger, s.0);
+            self.refresh(s.0);
         }
+    }
+
+    /// Node `n`'s free resources changed: re-bucket it and fix its pool's total.
+    fn refresh(&mut self, n: usize) {
+        self.index.update(&self.ledger, n);
+        let node = &self.ledger.nodes[n];
+        let now = if node.schedulable { node.free } else { ZERO };
+        let total = &mut self.pool_free[node.pool];
+        sub(total, &self.counted[n]);
+        add(total, &now);
+        self.counted[n] = now;
     }
 
     pub fn queue_np(&self, job: &Job) -> (usize, bool) {

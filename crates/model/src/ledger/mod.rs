@@ -13,15 +13,17 @@
 //! - *tree*: the lending group of a queue, its top-level cohort (or the queues directly
 //!   under the root). The root's *unowned* capacity is shared by all trees.
 
+mod fxhash;
 mod node;
 mod ops;
 mod quota;
 
+pub use fxhash::FxMap;
 pub use node::{NodeAcct, NodeReservation, Occupant};
 pub use ops::Share;
 pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct, Undo};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::job::JobId;
 use crate::limits::MAX_RESOURCE_KINDS;
@@ -182,15 +184,15 @@ pub struct JobCharge {
 pub struct Ledger {
     pub kinds: Kinds,
     pub pools: Vec<PoolAcct>,
-    pub pool_ix: HashMap<String, usize>,
+    pub pool_ix: FxMap<String, usize>,
     /// In natural name order: a node's index is its tie-break rank.
     pub nodes: Vec<NodeAcct>,
-    pub node_ix: HashMap<String, usize>,
+    pub node_ix: FxMap<String, usize>,
     pub racks: Vec<Name>,
     pub queues: Vec<QueueAcct>,
-    pub queue_ix: HashMap<String, usize>,
+    pub queue_ix: FxMap<String, usize>,
     pub trees: Vec<TreeAcct>,
-    pub charges: HashMap<JobId, JobCharge>,
+    pub charges: FxMap<JobId, JobCharge>,
 }
 
 impl Ledger {

@@ -96,7 +96,7 @@ pub struct Admission {
 }
 
 /// Why a queue may not take a demand, with the figures a person needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuotaBlock {
     BorrowLimit {
         pool: usize,

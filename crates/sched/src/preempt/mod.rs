@@ -61,6 +61,9 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     let jq = view.ledger.queue(job.spec.queue.as_str()).expect("queue exists");
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
+    if view.active.is_empty() {
+        return Err("no running job may be preempted for it".into());
+    }
     let pools = needs.all_pools();
     let own: Vec<Cand> = view
         .active
@@ -153,7 +156,7 @@ fn contributing_queues(
         view.ledger.undo(u);
     }
     let cohort_rules = view.ledger.queues[jq].fair_sharing || policy.borrow_within_cohort.is_some();
-    let demand: Vec<(usize, Vector)> = needs.assignments.iter().flat_map(|a| needs.demand(a)).collect();
+    let demand: Vec<&(usize, Vector)> = needs.demands.iter().flatten().collect();
     let l = &view.ledger;
     l.queues
         .iter()
@@ -195,10 +198,7 @@ fn context<'j>(
 fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     for (p, d) in demand {
-        let mut free = [0u64; MAX_RESOURCE_KINDS];
-        for n in view.ledger.nodes.iter().filter(|n| n.pool == *p && n.schedulable) {
-            add(&mut free, &n.free);
-        }
+        let free = &view.pool_free[*p];
         for k in 0..MAX_RESOURCE_KINDS {
             if d[k] > free[k] {
                 out.push((*p, k));
