@@ -6,6 +6,8 @@
 //!   of the backlog waits (reasons, preemption planning within queues).
 //! - `preempt/64-gpu-gang-full-cluster`: the cycle that plans a preemption for an 8x8-GPU
 //!   gang on that cluster once it is full (nothing else pending).
+//!   `preempt/full-cluster-nothing-pending` is the same cycle without the gang: the
+//!   difference is the planning itself.
 //! - `scaling/<nodes>`: the full cycle at 1,000, 10,000 and 50,000 nodes (5 jobs per node).
 
 mod cluster;
@@ -51,6 +53,10 @@ fn bench_preempt(c: &mut Criterion) {
     let mut g = c.benchmark_group("preempt");
     g.sample_size(20);
     g.bench_function("64-gpu-gang-full-cluster", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
+    // The same cycle with nothing pending: what every cycle costs before any planning.
+    let mut idle = s.clone();
+    apply(&mut idle, baton_model::command::Op::Cancel { job: baton_model::name::Name::lit("big-gang") });
+    g.bench_function("full-cluster-nothing-pending", |b| b.iter(|| black_box(cycle(black_box(&idle), NOW_MS))));
     g.finish();
 }
 

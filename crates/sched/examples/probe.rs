@@ -25,4 +25,20 @@ fn main() {
     let t = Instant::now();
     let plan = cycle(&s, NOW_MS);
     println!("next cycle {:?}: {} decisions", t.elapsed(), plan.decisions.len());
+    if nodes == 10_000 {
+        let full = full_cluster();
+        let mut idle = full.clone();
+        apply(&mut idle, Op::Cancel { job: baton_model::name::Name::lit("big-gang") });
+        let t = Instant::now();
+        for _ in 0..10 {
+            std::hint::black_box(cycle(&idle, NOW_MS));
+        }
+        let base = t.elapsed() / 10;
+        let t = Instant::now();
+        for _ in 0..10 {
+            std::hint::black_box(cycle(&full, NOW_MS));
+        }
+        let with = t.elapsed() / 10;
+        println!("full cluster: cycle with nothing pending {base:?}; with the 64-GPU gang {with:?}");
+    }
 }

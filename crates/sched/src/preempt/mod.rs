@@ -34,6 +34,8 @@ use crate::view::{Running, View};
 
 /// How many single-node placements get the exact walk after the quick estimate.
 const EXACT_SINGLE_NODE_WALKS: usize = 16;
+/// Racks whose best nodes get the exact walk for a gang (beside the whole pool).
+const MAX_RACK_WALKS: usize = 8;
 /// Most nodes one touched set may hold.
 const MAX_TOUCHED_NODES: usize = 512;
 
@@ -234,7 +236,29 @@ struct Quick {
     at_top: u16,
     count: u16,
     lost: u128,
-    best: Option<cand::RankKey>,
+    /// Position of the best-ranked victim among all candidates (`u32::MAX`: none).
+    best: u32,
+}
+
+impl Quick {
+    /// Adds another node's estimate, as the victims of both together would score.
+    fn add(&mut self, o: &Quick) {
+        self.own += o.own;
+        self.count += o.count;
+        self.lost += o.lost;
+        match o.top.cmp(&self.top) {
+            std::cmp::Ordering::Greater => (self.top, self.at_top) = (o.top, o.at_top),
+            std::cmp::Ordering::Equal => self.at_top += o.at_top,
+            std::cmp::Ordering::Less => {}
+        }
+        self.best = self.best.min(o.best);
+    }
+}
+
+/// The candidates with each one's position in rank order.
+struct Ranked<'c> {
+    cands: &'c [Cand],
+    rank: Vec<u32>,
 }
 
 /// Candidates on one node with what each holds there.
@@ -248,7 +272,7 @@ fn estimate(
     job: JobId,
     n: usize,
     need: &Vector,
-    cands: &[Cand],
+    ranked: &Ranked,
     on: &OnNode,
     order: &mut Vec<usize>,
 ) -> Option<(Quick, u64)> {
@@ -264,7 +288,7 @@ fn estimate(
     }
     order.clear();
     order.extend(0..on.len());
-    order.sort_by_key(|&i| cands[on[i].0].rank());
+    order.sort_unstable_by_key(|&i| ranked.rank[on[i].0]);
     let mut acc = free;
     let mut taken = 0;
     while taken < order.len() && !fits(need, &acc) {
@@ -280,11 +304,12 @@ fn estimate(
             order.remove(idx);
         }
     }
-    let mut q = Quick { own: 0, top: i64::MIN, at_top: 0, count: 0, lost: 0, best: None };
+    let (cands, rank) = (ranked.cands, &ranked.rank);
+    let mut q = Quick { own: 0, top: i64::MIN, at_top: 0, count: 0, lost: 0, best: u32::MAX };
     for &i in order.iter() {
         let c = &cands[on[i].0];
+        q.best = q.best.min(rank[on[i].0]);
         if c.leaving {
-            q.best = Some(q.best.map_or(c.rank(), |b| b.min(c.rank())));
             continue;
         }
         q.own += u16::from(c.own);
@@ -295,7 +320,6 @@ fn estimate(
             std::cmp::Ordering::Equal => q.at_top += 1,
             std::cmp::Ordering::Less => {}
         }
-        q.best = Some(q.best.map_or(c.rank(), |b| b.min(c.rank())));
     }
     Some((q, hosts))
 }
@@ -315,11 +339,19 @@ fn touched_sets(
     let pool = a[primary];
     let mut scored: Vec<(Quick, u32, usize, u64)> = Vec::new();
     let mut order = Vec::new();
+    // Each candidate's position in rank order, so estimates compare small integers.
+    let mut by_rank: Vec<usize> = (0..cands.len()).collect();
+    by_rank.sort_by_cached_key(|&i| cands[i].rank());
+    let mut rank = vec![0u32; cands.len()];
+    for (pos, &i) in by_rank.iter().enumerate() {
+        rank[i] = pos as u32;
+    }
+    let ranked = Ranked { cands, rank };
     for (&n, on) in on_node {
         let node = &view.ledger.nodes[n];
         if node.pool == pool
             && node.schedulable
-            && let Some((q, h)) = estimate(view, job.id, n, &need, cands, on, &mut order)
+            && let Some((q, h)) = estimate(view, job.id, n, &need, &ranked, on, &mut order)
         {
             scored.push((q, node.free_gpu_count(), n, h));
         }
@@ -334,7 +366,7 @@ fn touched_sets(
         .take(replicas as usize)
         .collect();
     for n in idle {
-        if let Some((q, h)) = estimate(view, job.id, n, &need, cands, &empty, &mut order) {
+        if let Some((q, h)) = estimate(view, job.id, n, &need, &ranked, &empty, &mut order) {
             scored.push((q, view.ledger.nodes[n].free_gpu_count(), n, h));
         }
     }
@@ -346,20 +378,22 @@ fn touched_sets(
     if single {
         return scored.iter().map(|s| vec![s.2]).collect();
     }
-    let scored: Vec<(u64, usize)> = scored.iter().map(|s| (s.3, s.2)).collect();
-    let mut sets = Vec::new();
     let other_pools: Vec<usize> = a.iter().copied().filter(|&p| p != pool).collect();
     let extra = extra_nodes(view, &other_pools, on_node);
-    if let Some(s) = gather(&scored, None, view, replicas_of(needs, primary), &extra) {
+    let want = replicas_of(needs, primary);
+    let mut sets = Vec::new();
+    if let Some((s, _)) = gather(&scored, None, view, want, &extra) {
         sets.push(s);
     }
-    let racks: BTreeSet<RackKey> = scored.iter().map(|s| view.ledger.nodes[s.1].rack).collect();
+    // Within racks: the racks whose best nodes look cheapest, a bounded number of them.
+    let racks: BTreeSet<RackKey> = scored.iter().map(|s| view.ledger.nodes[s.2].rack).collect();
     if racks.len() > 1 || needs.topology.is_some() {
-        for r in racks {
-            if let Some(s) = gather(&scored, Some(r), view, replicas_of(needs, primary), &extra) {
-                sets.push(s);
-            }
-        }
+        let mut per_rack: Vec<(Quick, Vec<usize>)> = racks
+            .into_iter()
+            .filter_map(|r| gather(&scored, Some(r), view, want, &extra).map(|(s, q)| (q, s)))
+            .collect();
+        per_rack.sort_unstable();
+        sets.extend(per_rack.into_iter().take(MAX_RACK_WALKS).map(|(_, s)| s));
     }
     sets.dedup();
     sets
@@ -407,20 +441,24 @@ fn extra_nodes(view: &View, pools: &[usize], on_node: &BTreeMap<usize, OnNode>) 
 
 /// Best-estimated nodes (in a rack, if given) until they could host the primary task's
 /// replicas with every candidate on them gone.
+/// Best-estimated nodes (in a rack, if given) until they could host the primary task's
+/// replicas with every candidate on them gone; with their estimates added up.
 fn gather(
-    scored: &[(u64, usize)],
+    scored: &[(Quick, u32, usize, u64)],
     rack: Option<RackKey>,
     view: &View,
     replicas: u64,
     extra: &[usize],
-) -> Option<Vec<usize>> {
+) -> Option<(Vec<usize>, Quick)> {
     let mut nodes = Vec::new();
     let mut hosts: u64 = 0;
-    for &(h, n) in scored {
+    let mut total = Quick { own: 0, top: i64::MIN, at_top: 0, count: 0, lost: 0, best: u32::MAX };
+    for &(q, _, n, h) in scored {
         if rack.is_some_and(|r| view.ledger.nodes[n].rack != r) {
             continue;
         }
         nodes.push(n);
+        total.add(&q);
         hosts = hosts.saturating_add(h);
         if hosts >= replicas || nodes.len() >= MAX_TOUCHED_NODES {
             break;
@@ -432,7 +470,7 @@ fn gather(
     nodes.extend(extra.iter().filter(|n| rack.is_none_or(|r| view.ledger.nodes[**n].rack == r)));
     nodes.sort_unstable();
     nodes.dedup();
-    Some(nodes)
+    Some((nodes, total))
 }
 
 /// The rule that allows the preemption, in words for the victims' events.
