@@ -34,7 +34,8 @@ use crate::view::{Running, View};
 
 /// How many single-node placements get the exact walk after the quick estimate.
 const EXACT_SINGLE_NODE_WALKS: usize = 16;
-/// Racks whose best nodes get the exact walk for a gang (beside the whole pool).
+/// Node sets (whole pool, then racks by estimate) walked exactly for a gang once one
+/// has found victims; before that, every set is tried, so a feasible plan is never missed.
 const MAX_RACK_WALKS: usize = 8;
 /// Most nodes one touched set may hold.
 const MAX_TOUCHED_NODES: usize = 512;
@@ -97,7 +98,11 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     for weak in [false, true] {
         for a in &needs.assignments {
             let ctx = context(view, job, jq, policy, needs, a, weak);
-            for nodes in touched_sets(view, job, needs, a, &cands, &on_node) {
+            for (tried, nodes) in touched_sets(view, job, needs, a, &cands, &on_node).into_iter().enumerate() {
+                // Sets come best-estimated first; once one has worked, a few more suffice.
+                if tried > MAX_RACK_WALKS && best.is_some() {
+                    break;
+                }
                 let on: Vec<usize> = nodes
                     .iter()
                     .flat_map(|n| on_node.get(n).into_iter().flatten().map(|(i, _)| *i))
@@ -393,7 +398,7 @@ fn touched_sets(
             .filter_map(|r| gather(&scored, Some(r), view, want, &extra).map(|(s, q)| (q, s)))
             .collect();
         per_rack.sort_unstable();
-        sets.extend(per_rack.into_iter().take(MAX_RACK_WALKS).map(|(_, s)| s));
+        sets.extend(per_rack.into_iter().map(|(_, s)| s));
     }
     sets.dedup();
     sets
