@@ -107,16 +107,30 @@ impl Peers {
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(reply)) => Ok(reply.into_inner().payload),
             Ok(Err(status)) => {
-                if matches!(status.code(), tonic::Code::Cancelled | tonic::Code::DeadlineExceeded) {
-                    // Past its deadline (tonic's own timeout): as below.
+                // Only statuses the other replica sends as answers leave the connection
+                // trusted; a transport failure (reset, refused, a broken stream, a missed
+                // deadline) makes the next call dial afresh, or a connection broken by a
+                // partition could stay cached after the network heals.
+                let answered = matches!(
+                    status.code(),
+                    tonic::Code::InvalidArgument
+                        | tonic::Code::FailedPrecondition
+                        | tonic::Code::OutOfRange
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::NotFound
+                        | tonic::Code::AlreadyExists
+                );
+                if !answered {
                     self.forget(addr);
                 }
+                tracing::debug!(?rpc, to, addr, code = ?status.code(), message = status.message(), "call failed");
                 Err(status.into())
             }
             Err(_) => {
                 // The connection may be wedged (a partition that drops packets silently);
                 // the next call dials afresh.
                 self.forget(addr);
+                tracing::debug!(?rpc, to, addr, ?timeout, "call timed out");
                 Err(CallError::Timeout(timeout))
             }
         }

@@ -108,11 +108,21 @@ fn to_snapshot(s: StoredSnapshot) -> Snapshot<TypeConfig> {
     Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }
 }
 
-/// Saves a snapshot off the async threads: serializing a large state and syncing it to
-/// disk must not hold up heartbeats.
+/// Runs `work` off the async threads when the store is on disk: serializing a large state
+/// and syncing it must not hold up heartbeats. The in-memory store (tests, simulations)
+/// runs it inline, so that under a simulated clock it takes simulated time, not real time.
+async fn off_runtime<T: Send + 'static>(
+    durable: bool,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    if durable { tokio::task::spawn_blocking(work).await } else { Ok(work()) }
+}
+
+/// Saves a snapshot (see `off_runtime`).
 async fn persist(shared: Arc<SmShared>, stored: StoredSnapshot) -> Result<(), StorageError> {
     let signature = stored.meta.signature();
-    tokio::task::spawn_blocking(move || stored.save(shared.kv.as_ref()))
+    let durable = shared.kv.is_durable();
+    off_runtime(durable, move || stored.save(shared.kv.as_ref()))
         .await
         .map_err(|e| StorageIOError::write_snapshot(Some(signature.clone()), any(e)))?
         .map_err(|e| StorageIOError::write_snapshot(Some(signature), any(e)).into())
@@ -135,7 +145,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             None => format!("empty-{seq}"),
         };
         let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
-        let data = tokio::task::spawn_blocking(move || encode(&state))
+        let data = off_runtime(self.shared.kv.is_durable(), move || encode(&state))
             .await
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?;
