@@ -42,6 +42,27 @@ fn key(k: u64) -> [u8; 8] {
     k.to_be_bytes()
 }
 
+/// How long opening waits for the directory's lock: a replica restarted in place may find
+/// its predecessor's last handles still closing.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// sled reports a held lock as a plain I/O error whose text names it.
+fn is_lock_held(io: &std::io::Error) -> bool {
+    io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("could not acquire lock")
+}
+
+fn open_waiting_for_lock(path: &Path) -> Result<sled::Db, sled::Error> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match sled::Config::new().path(path).mode(sled::Mode::HighThroughput).open() {
+            Err(sled::Error::Io(io)) if is_lock_held(&io) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl SledKv {
     /// Opens (or creates) the database directory at `path`.
     pub fn open(path: &Path) -> Result<SledKv, KvError> {
@@ -49,7 +70,15 @@ impl SledKv {
             location: path.display().to_string(),
             message: format!("cannot open sled database: {e}"),
         };
-        let db = sled::Config::new().path(path).mode(sled::Mode::HighThroughput).open().map_err(err)?;
+        let db = open_waiting_for_lock(path).map_err(|e| match e {
+            sled::Error::Io(io) if is_lock_held(&io) => KvError {
+                location: path.display().to_string(),
+                message: format!(
+                    "another process holds this database ({io}); is another replica running with this data directory?"
+                ),
+            },
+            e => err(e),
+        })?;
         let tree = |s: Space| db.open_tree(s.name()).map_err(err);
         let trees = [tree(Space::Log)?, tree(Space::Meta)?, tree(Space::Snapshot)?];
         Ok(SledKv { open: RwLock::new(Some(Open { db, trees })), path: path.to_path_buf() })
