@@ -16,6 +16,13 @@ fn main() {
     let nodes: usize = std::env::args().nth(1).map_or(10_000, |a| a.parse().expect("a node count"));
     let mut s = cluster(nodes, 40);
     submit_backlog(&mut s, nodes * 5, 7);
+    if std::env::args().nth(2).as_deref() == Some("first") {
+        // Only the first cycle, for profilers.
+        let t = Instant::now();
+        std::hint::black_box(cycle(&s, NOW_MS));
+        println!("first cycle {:?}", t.elapsed());
+        return;
+    }
     let t = Instant::now();
     let plan = cycle(&s, NOW_MS);
     let cold = t.elapsed();
