@@ -6,7 +6,7 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let proto_dir = manifest.join("../../proto");
-    let files = ["raft.proto"];
+    let files = ["raft.proto", "baton.proto", "agent.proto"];
     for f in &files {
         println!("cargo:rerun-if-changed={}", proto_dir.join(f).display());
     }

@@ -20,6 +20,8 @@ pub struct NodeSpec {
     pub resources: Resources,
     /// GPU details reported by the agent (empty in the simulator and for dev inventories).
     pub gpus: Vec<GpuInfo>,
+    /// Where the node's agent serves job logs ("host:port"); empty in the simulator.
+    pub agent_addr: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

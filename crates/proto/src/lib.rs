@@ -1,6 +1,6 @@
 //! baton's gRPC contracts, generated from the top-level `proto/` directory (package
-//! `baton.v1`). Today it holds the raft transport (`proto/raft.proto`); the client API and
-//! the agent protocol join it as their crates arrive.
+//! `baton.v1`): the client API (`baton.proto`, service `Baton`), the agent protocol
+//! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`).
 
 /// Package `baton.v1`.
 pub mod v1 {

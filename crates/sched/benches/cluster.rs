@@ -45,6 +45,7 @@ pub fn cluster(nodes: usize, racks: usize) -> State {
             labels: BTreeMap::new(),
             resources: Resources::of(&[("gpu", 8), ("cpu", 128), ("memory", 1 << 40)]),
             gpus: Vec::new(),
+            agent_addr: String::new(),
         })
         .collect();
     for chunk in specs.chunks(MAX_NODES_PER_COMMAND) {

@@ -115,6 +115,7 @@ fn configure(w: &World) -> State {
             labels: BTreeMap::new(),
             resources: Resources::of(&[("gpu", u64::from(n.gpus)), ("cpu", u64::from(n.cpus) * 4)]),
             gpus: Vec::new(),
+            agent_addr: String::new(),
         };
         cmd(&mut s, 0, Op::RegisterNode(spec)).expect("node registers");
     }

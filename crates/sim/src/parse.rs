@@ -110,6 +110,7 @@ fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
                 labels: labels.clone(),
                 resources: resources.clone(),
                 gpus: Vec::new(),
+                agent_addr: String::new(),
             };
             out.push(At { v: spec, line: n.line, path: path.clone() });
         }
