@@ -2,6 +2,8 @@
 //! `baton.v1`): the client API (`baton.proto`, service `Baton`), the agent protocol
 //! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`).
 
+pub mod convert;
+
 /// Package `baton.v1`.
 pub mod v1 {
     #![allow(clippy::all, missing_docs)]
