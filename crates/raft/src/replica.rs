@@ -367,6 +367,12 @@ impl Replica {
         self.core.sm.read(f)
     }
 
+    /// Events of the commands this replica applies from now on (bounded; a receiver that
+    /// falls behind gets `RecvError::Lagged`).
+    pub fn subscribe_events(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<[baton_model::event::Event]>> {
+        self.core.sm.subscribe_events()
+    }
+
     /// The index of the last entry applied to this replica's state.
     pub fn applied_index(&self) -> Option<u64> {
         self.core.sm.last_applied().map(|l| l.index)

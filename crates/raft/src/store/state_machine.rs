@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use baton_model::State;
+use baton_model::event::Event;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
@@ -22,6 +23,9 @@ fn any(e: impl std::fmt::Display) -> AnyError {
     AnyError::error(e.to_string())
 }
 
+/// Applied batches of events a slow watcher may fall behind by.
+pub const EVENT_BUFFER: usize = 4_096;
+
 struct Data {
     state: State,
     last_applied: Option<LogId>,
@@ -31,6 +35,9 @@ struct Data {
 /// The state machine's data, shared between openraft's state-machine task and readers.
 pub struct SmShared {
     kv: Arc<dyn KvStore>,
+    /// What each applied command produced, for watchers (`baton watch`). Bounded: a watcher
+    /// that falls more than `EVENT_BUFFER` batches behind is told it lagged.
+    events: tokio::sync::broadcast::Sender<Arc<[Event]>>,
     data: RwLock<Data>,
     current: Mutex<Option<StoredSnapshot>>,
     snapshot_seq: AtomicU64,
@@ -52,6 +59,18 @@ impl SmShared {
     /// Runs `f` on the applied state (as of the last applied entry; no consensus round).
     pub fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
         f(&self.read_data().state)
+    }
+
+    /// Events of commands applied from now on, on this replica.
+    pub fn subscribe_events(&self) -> tokio::sync::broadcast::Receiver<Arc<[Event]>> {
+        self.events.subscribe()
+    }
+
+    fn publish(&self, events: Vec<Event>) {
+        if !events.is_empty() {
+            // No receiver is not an error: nobody watches.
+            let _ = self.events.send(events.into());
+        }
     }
 
     pub fn last_applied(&self) -> Option<LogId> {
@@ -92,6 +111,7 @@ impl StateMachineStore {
         Ok(StateMachineStore {
             shared: Arc::new(SmShared {
                 kv,
+                events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
                 data: RwLock::new(data),
                 current: Mutex::new(stored),
                 snapshot_seq: AtomicU64::new(0),
@@ -172,19 +192,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     {
         let mut d = self.shared.write_data()?;
         let mut out = Vec::new();
+        let mut events = Vec::new();
         for entry in entries {
             d.last_applied = Some(entry.log_id);
             match entry.payload {
                 EntryPayload::Blank => out.push(ResponseBatch::default()),
-                EntryPayload::Normal(batch) => out.push(ResponseBatch {
-                    responses: batch.commands.into_iter().map(|cmd| d.state.apply(cmd)).collect(),
-                }),
+                EntryPayload::Normal(batch) => {
+                    let responses: Vec<_> = batch.commands.into_iter().map(|cmd| d.state.apply(cmd)).collect();
+                    events.extend(responses.iter().flatten().flat_map(|a| a.events.iter().cloned()));
+                    out.push(ResponseBatch { responses });
+                }
                 EntryPayload::Membership(m) => {
                     d.membership = StoredMembership::new(Some(entry.log_id), m);
                     out.push(ResponseBatch::default());
                 }
             }
         }
+        drop(d);
+        self.shared.publish(events);
         Ok(out)
     }
 

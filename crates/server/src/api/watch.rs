@@ -1,0 +1,64 @@
+//! `Watch`: events as this replica applies them. A watcher that falls more than the event
+//! buffer behind gets a `Lagged` event saying how many batches it missed, then continues.
+
+use std::sync::Arc;
+
+use baton_model::event::Event as ModelEvent;
+use baton_proto::convert::event_to_proto;
+use baton_proto::v1::{Event, WatchRequest};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Response, Status};
+
+use super::{Api, EventStream};
+
+/// Events buffered per watcher between this replica and the client.
+const WATCH_BUFFER: usize = 1_024;
+
+pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, Status> {
+    let mut events = api.ctx.replica.subscribe_events();
+    let job = r.job.clone();
+    let replay: Vec<Event> = if r.replay {
+        api.read(|s| {
+            let mut all: Vec<&ModelEvent> = s
+                .jobs()
+                .values()
+                .filter(|j| job.is_empty() || j.spec.name.as_str() == job)
+                .flat_map(|j| j.events.iter())
+                .collect();
+            all.sort_by_key(|e| e.at_ms);
+            all.into_iter().map(event_to_proto).collect()
+        })
+        .await?
+    } else {
+        Vec::new()
+    };
+    let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+    tokio::spawn(async move {
+        for e in replay {
+            if tx.send(Ok(e)).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let batch: Arc<[ModelEvent]> = match events.recv().await {
+                Ok(b) => b,
+                Err(RecvError::Lagged(n)) => {
+                    let lag = Event { kind: "Lagged".into(), message: format!("missed {n} batches of events"), ..Default::default() };
+                    if tx.send(Ok(lag)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(RecvError::Closed) => return,
+            };
+            for e in batch.iter().filter(|e| job.is_empty() || e.job.as_ref().is_some_and(|n| n.as_str() == job)) {
+                if tx.send(Ok(event_to_proto(e))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+}

@@ -1,0 +1,125 @@
+//! A baton scheduler replica (`baton server`): the client API, the agent gateway and the
+//! leader loop, on top of the replicated state in `baton_raft`.
+//!
+//! Layout, one concept per module:
+//! - [`run`]: serve everything on one listener until shutdown (raft transport, `Baton`,
+//!   `AgentGateway`); tests drive a whole replica through it.
+//! - `api`: the client API (`proto/baton.proto`); any replica answers.
+//! - `gateway`: the agent protocol (`proto/agent.proto`); the leader answers.
+//! - `leader`: while leading: cycle -> propose plan -> publish desired assignments;
+//!   heartbeat timeouts; ticks.
+//! - `desired`: what each node should run, a pure function of the state.
+//! - `hub`, `liveness`, `stops`: the leader's in-memory views (agent streams, heartbeats,
+//!   gang stop tallies). None of it is replicated: a new leader rebuilds it.
+//! - `status`: errors as gRPC statuses, only at this edge.
+//! - `clock`, `settings`.
+
+pub mod api;
+pub mod clock;
+pub mod desired;
+mod gateway;
+mod hub;
+mod leader;
+mod liveness;
+pub mod settings;
+pub mod status;
+mod stops;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use baton_proto::v1::agent_gateway_server::AgentGatewayServer;
+use baton_proto::v1::baton_server::BatonServer;
+use baton_raft::{Replica, ReplicaConfig, Role};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Status;
+
+pub use settings::ServerSettings;
+
+/// Largest client or agent message a replica accepts (a 10,000-job list is about 3 MiB).
+pub const MAX_API_MESSAGE_BYTES: usize = 16 << 20;
+
+/// How to start one replica.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub replica: ReplicaConfig,
+    /// Replica id to `host:port` of the first membership; given to one replica of a new
+    /// cluster (a cluster that already has a membership ignores it).
+    pub bootstrap: Option<BTreeMap<u64, String>>,
+    pub settings: ServerSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("invalid setting: {0}")]
+    Settings(String),
+    #[error(transparent)]
+    Open(#[from] baton_raft::OpenError),
+    #[error("bootstrap: {0}")]
+    Bootstrap(#[from] baton_raft::MembershipError),
+    #[error("serving gRPC failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// What the services and the leader loop share.
+pub(crate) struct Ctx {
+    pub(crate) replica: Replica,
+    pub(crate) settings: ServerSettings,
+    pub(crate) hub: hub::Hub,
+    pub(crate) liveness: liveness::Liveness,
+    pub(crate) stops: stops::StopTally,
+}
+
+impl Ctx {
+    /// This replica's term if it leads; otherwise the status that sends the caller to the leader.
+    pub(crate) fn require_leader(&self) -> Result<u64, Status> {
+        let m = self.replica.metrics();
+        match (m.role, *self.hub.leading().borrow()) {
+            (Role::Leader, Some(term)) if term == m.term => Ok(term),
+            (Role::Leader, _) => Err(Status::unavailable("this replica has just been elected; retry in a moment")),
+            _ => Err(status::not_leader(m.leader_addr.as_deref().unwrap_or(""))),
+        }
+    }
+}
+
+/// Opens the replica, serves raft, the client API and the agent gateway on `listener`, and
+/// runs the leader loop, until `shutdown` completes.
+pub async fn run(config: ServerConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    config.settings.validate().map_err(ServerError::Settings)?;
+    let replica = Replica::open(config.replica).await?;
+    let ctx = Arc::new(Ctx {
+        replica: replica.clone(),
+        settings: config.settings,
+        hub: hub::Hub::default(),
+        liveness: liveness::Liveness::default(),
+        stops: stops::StopTally::default(),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let leader = tokio::spawn(leader::run(ctx.clone(), stop_rx));
+    if let Some(members) = config.bootstrap {
+        let outcome = replica.bootstrap(members).await?;
+        tracing::info!(?outcome, "bootstrap");
+    }
+    let api = BatonServer::new(api::Api { ctx: ctx.clone() })
+        .max_decoding_message_size(MAX_API_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_API_MESSAGE_BYTES);
+    let gateway = AgentGatewayServer::new(gateway::Gateway { ctx: ctx.clone() })
+        .max_decoding_message_size(MAX_API_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_API_MESSAGE_BYTES);
+    let incoming = TcpListenerStream::new(listener);
+    let served = tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(1_024)
+        .tcp_nodelay(true)
+        .add_service(replica.service())
+        .add_service(api)
+        .add_service(gateway)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    let _ = stop_tx.send(true);
+    let _ = leader.await;
+    replica.shutdown().await;
+    served?;
+    Ok(())
+}

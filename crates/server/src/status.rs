@@ -1,0 +1,65 @@
+//! The gRPC edge: every error a replica can meet, as a `tonic::Status` whose message says
+//! what to do. Nothing else in this crate builds a `Status` by hand for these errors.
+
+use baton_model::error::ApplyError;
+use baton_proto::convert::ConvertError;
+use baton_raft::{ReadError, WriteError};
+use tonic::{Code, Status};
+
+/// Response metadata key carrying the leader's address when a replica that must be the
+/// leader (the agent gateway) is not.
+pub const LEADER_METADATA: &str = "baton-leader";
+
+pub fn from_write(e: WriteError) -> Status {
+    match e {
+        WriteError::NoLeader => no_leader(),
+        WriteError::NotLeader { leader_addr, .. } => not_leader(&leader_addr),
+        WriteError::TooLarge { .. } => Status::invalid_argument(e.to_string()),
+        WriteError::Overloaded { .. } => Status::resource_exhausted(e.to_string()),
+        WriteError::ForwardFailed { .. } | WriteError::Timeout { .. } => Status::unavailable(e.to_string()),
+        WriteError::Stopped => Status::unavailable("this replica is shutting down; use another"),
+        WriteError::Encode(_) => Status::internal(e.to_string()),
+    }
+}
+
+pub fn from_read(e: ReadError) -> Status {
+    match e {
+        ReadError::NoLeader => no_leader(),
+        ReadError::NotLeader { leader_addr, .. } => not_leader(&leader_addr),
+        ReadError::Stopped => Status::unavailable("this replica is shutting down; use another"),
+        ReadError::QuorumLost(_) | ReadError::ForwardFailed { .. } | ReadError::Timeout { .. } => {
+            Status::unavailable(e.to_string())
+        }
+    }
+}
+
+pub fn from_apply(e: ApplyError) -> Status {
+    let code = match &e {
+        ApplyError::Unknown { .. } => Code::NotFound,
+        ApplyError::Exists { .. } => Code::AlreadyExists,
+        ApplyError::Invalid { .. } | ApplyError::Impossible(_) => Code::InvalidArgument,
+        ApplyError::InUse(_) | ApplyError::WrongState { .. } | ApplyError::StaleAttempt { .. } => {
+            Code::FailedPrecondition
+        }
+        ApplyError::Limit(_) => Code::ResourceExhausted,
+    };
+    Status::new(code, e.to_string())
+}
+
+pub fn from_convert(e: ConvertError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+pub fn no_leader() -> Status {
+    Status::unavailable("no leader yet (an election may be under way); retry in a moment")
+}
+
+/// For calls only the leader serves: FAILED_PRECONDITION with the leader's address in
+/// the `baton-leader` metadata (empty when none is known).
+pub fn not_leader(leader_addr: &str) -> Status {
+    let mut s = Status::failed_precondition(format!("this replica is not the leader; the leader is at {leader_addr:?}"));
+    if let Ok(v) = leader_addr.parse() {
+        s.metadata_mut().insert(LEADER_METADATA, v);
+    }
+    s
+}
