@@ -1,5 +1,7 @@
 //! The single `baton` binary. Each subcommand lives in its own module.
 
+mod logging;
+mod server;
 mod sim;
 
 use std::process::ExitCode;
@@ -17,11 +19,14 @@ struct Cli {
 enum Command {
     /// Run the real scheduler against a scenario file on a virtual clock (what-if).
     Sim(sim::SimArgs),
+    /// Run one scheduler replica.
+    Server(server::ServerArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim(args) => sim::run(args),
+        Command::Server(args) => server::run(args),
     }
 }

@@ -1,0 +1,109 @@
+//! `baton server`: one scheduler replica.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use baton_raft::{RaftSettings, ReplicaConfig};
+use baton_server::{ServerConfig, ServerSettings};
+use clap::Args;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// This replica's id, unique in the cluster (1, 2, 3, ...).
+    #[arg(long)]
+    pub id: u64,
+    /// Address to listen on for clients, agents and other replicas.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: String,
+    /// Address the others reach this replica at (default: --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Where the log and snapshots live (created on first start).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Shared by every replica of one cluster; a replica of another cluster cannot join.
+    #[arg(long, default_value = "baton")]
+    pub cluster_id: String,
+    /// First membership of a new cluster, as ID=HOST:PORT,... (give it to one replica, or to
+    /// all: a cluster that already has a membership ignores it).
+    #[arg(long)]
+    pub bootstrap: Option<String>,
+    /// The leader runs a scheduling cycle at least this often, and at once on every change.
+    #[arg(long, default_value_t = ServerSettings::default().cycle_interval_ms)]
+    pub cycle_interval_ms: u64,
+    /// An agent silent this long has its node declared lost.
+    #[arg(long, default_value_t = ServerSettings::default().heartbeat_timeout_ms)]
+    pub heartbeat_timeout_ms: u64,
+    /// The leader re-sends each agent its directive at least this often.
+    #[arg(long, default_value_t = ServerSettings::default().resend_ms)]
+    pub resend_ms: u64,
+    /// Raft election timeout, lower bound (the upper bound is twice it).
+    #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
+    pub election_timeout_ms: u64,
+}
+
+pub fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut members = BTreeMap::new();
+    for m in text.split(',').filter(|m| !m.is_empty()) {
+        let (id, addr) = m.split_once('=').ok_or_else(|| format!("--bootstrap: {m:?} is not ID=HOST:PORT"))?;
+        let id = id.trim().parse::<u64>().map_err(|e| format!("--bootstrap: replica id {id:?}: {e}"))?;
+        if members.insert(id, addr.trim().to_string()).is_some() {
+            return Err(format!("--bootstrap: replica {id} is listed twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("--bootstrap: no members given".into());
+    }
+    Ok(members)
+}
+
+fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
+    let advertise = a.advertise.clone().unwrap_or_else(|| a.listen.clone());
+    let mut replica = ReplicaConfig::new(a.id, a.cluster_id.clone(), advertise, a.data_dir.clone());
+    replica.settings.election_timeout_min_ms = a.election_timeout_ms;
+    replica.settings.election_timeout_max_ms = a.election_timeout_ms * 2;
+    let bootstrap = a.bootstrap.as_deref().map(parse_members).transpose()?;
+    let settings = ServerSettings {
+        cycle_interval_ms: a.cycle_interval_ms,
+        heartbeat_timeout_ms: a.heartbeat_timeout_ms,
+        resend_ms: a.resend_ms,
+        ..ServerSettings::default()
+    };
+    Ok(ServerConfig { replica, bootstrap, settings })
+}
+
+pub fn run(args: ServerArgs) -> ExitCode {
+    crate::logging::init();
+    let config = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(&args.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen on {}: {e}", args.listen);
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(id = args.id, listen = %args.listen, "baton server starting");
+        match baton_server::run(config, listener, crate::logging::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}

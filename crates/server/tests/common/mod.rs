@@ -1,0 +1,240 @@
+//! A cluster of in-process replicas on loopback, a client, and a scripted agent that speaks
+//! the agent protocol by hand (so the server is tested without the real agent).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
+use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::*;
+use baton_raft::{RaftSettings, ReplicaConfig, Storage};
+use ::baton_server::{ServerConfig, ServerSettings};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+pub struct Replica {
+    pub addr: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+pub struct Cluster {
+    pub replicas: Vec<Replica>,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn settings() -> ServerSettings {
+    ServerSettings { cycle_interval_ms: 50, heartbeat_timeout_ms: 1_500, resend_ms: 200, ..ServerSettings::default() }
+}
+
+impl Cluster {
+    pub async fn start(n: u64) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        let addrs: Vec<String> = listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+        let members: BTreeMap<u64, String> = addrs.iter().enumerate().map(|(i, a)| (i as u64 + 1, a.clone())).collect();
+        let mut replicas = Vec::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let id = i as u64 + 1;
+            let mut rc = ReplicaConfig::new(id, "test", addrs[i].clone(), dir.path().join(format!("r{id}")));
+            rc.storage = Storage::Disk(dir.path().join(format!("r{id}")));
+            rc.settings = RaftSettings::default();
+            let config =
+                ServerConfig { replica: rc, bootstrap: (id == 1).then(|| members.clone()), settings: settings() };
+            let (stop, rx) = oneshot::channel();
+            let task = tokio::spawn(async move {
+                ::baton_server::run(config, listener, async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+            });
+            replicas.push(Replica { addr: addrs[i].clone(), stop: Some(stop), task: Some(task) });
+        }
+        let c = Cluster { replicas, dir };
+        c.leader().await;
+        c
+    }
+
+    pub async fn client(&self, i: usize) -> BatonClient<Channel> {
+        BatonClient::connect(format!("http://{}", self.replicas[i].addr)).await.unwrap()
+    }
+
+    /// The index of the replica that leads, once one does.
+    pub async fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            for (i, r) in self.replicas.iter().enumerate() {
+                if r.stop.is_none() {
+                    continue;
+                }
+                let Ok(mut c) = BatonClient::connect(format!("http://{}", r.addr)).await else { continue };
+                if let Ok(info) = c.cluster_info(Empty {}).await {
+                    let info = info.into_inner();
+                    if info.leader_id != 0 && info.leader_id == info.answered_by {
+                        return i;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader within 15 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn kill(&mut self, i: usize) {
+        let r = &mut self.replicas[i];
+        if let Some(stop) = r.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = r.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    pub fn addrs(&self) -> Vec<String> {
+        self.replicas.iter().filter(|r| r.stop.is_some()).map(|r| r.addr.clone()).collect()
+    }
+}
+
+pub fn gpu_job(name: &str, queue: &str, class: &str, gpus: u64) -> JobSpec {
+    JobSpec {
+        name: name.into(),
+        queue: queue.into(),
+        priority_class: class.into(),
+        tasks: vec![TaskSpec {
+            name: "main".into(),
+            replicas: 1,
+            resources: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
+            pools: vec![],
+        }],
+        command: vec!["train".into()],
+        grace_ms: Some(5_000),
+        ..Default::default()
+    }
+}
+
+pub fn queue(name: &str, gpus: u64) -> Queue {
+    Queue {
+        name: name.into(),
+        quotas: vec![PoolQuota {
+            pool: "default".into(),
+            nominal: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+pub async fn wait_state(c: &mut BatonClient<Channel>, job: &str, state: &str) -> Job {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(j) = c.get_job(JobRef { name: job.into() }).await {
+            let j = j.into_inner();
+            if j.state == state {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "job {job} is {} ({}), not {state}, after 10 s", j.state, j.reason);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An agent scripted by the test: attaches to whichever replica leads, and reports what
+/// the test tells it to.
+pub struct FakeAgent {
+    pub node: NodeInfo,
+    pub leader: String,
+    pub directives: tonic::Streaming<Directive>,
+    pub last: Option<Directive>,
+    beat: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for FakeAgent {
+    fn drop(&mut self) {
+        self.silence();
+    }
+}
+
+pub fn node(name: &str, gpus: u64) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        pool: "default".into(),
+        resources: [("gpu".to_string(), gpus)].into(),
+        ..Default::default()
+    }
+}
+
+impl FakeAgent {
+    pub async fn attach(addrs: &[String], node: NodeInfo) -> FakeAgent {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut next = addrs[0].clone();
+        loop {
+            assert!(Instant::now() < deadline, "could not attach to a leader within 10 s");
+            let Ok(mut c) = AgentGatewayClient::connect(format!("http://{next}")).await else {
+                next = addrs[(addrs.iter().position(|a| *a == next).unwrap_or(0) + 1) % addrs.len()].clone();
+                continue;
+            };
+            match c.attach(AttachRequest { node: Some(node.clone()), term_seen: 0 }).await {
+                Ok(stream) => {
+                    let beat = tokio::spawn(heartbeats(next.clone(), node.name.clone())).abort_handle();
+                    return FakeAgent { node, leader: next, directives: stream.into_inner(), last: None, beat: Some(beat) };
+                }
+                Err(s) => {
+                    let hint = s.metadata().get("baton-leader").and_then(|v| v.to_str().ok()).unwrap_or("");
+                    next = if hint.is_empty() { addrs[0].clone() } else { hint.to_string() };
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Stops heartbeating, as a dead agent would.
+    pub fn silence(&mut self) {
+        if let Some(b) = self.beat.take() {
+            b.abort();
+        }
+    }
+
+    /// Waits for a directive satisfying `f`.
+    pub async fn until(&mut self, what: &str, f: impl Fn(&Directive) -> bool) -> Directive {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let d = tokio::time::timeout_at(deadline, self.directives.message())
+                .await
+                .unwrap_or_else(|_| panic!("no directive where {what} within 10 s; last: {:?}", self.last))
+                .expect("directive stream failed")
+                .expect("directive stream ended");
+            self.last = Some(d.clone());
+            if f(&d) {
+                return d;
+            }
+        }
+    }
+
+    pub async fn report(&self, observations: Vec<observation::What>) -> Result<ReportReply, tonic::Status> {
+        let mut c = AgentGatewayClient::connect(format!("http://{}", self.leader)).await.unwrap();
+        let observations = observations.into_iter().map(|w| Observation { what: Some(w) }).collect();
+        c.report(ReportRequest { node: self.node.name.clone(), term_seen: 0, running: vec![], observations })
+            .await
+            .map(|r| r.into_inner())
+    }
+}
+
+pub fn has(d: &Directive, job: &str, action: Action) -> bool {
+    d.assignments.iter().any(|a| a.job == job && a.action == action as i32)
+}
+
+async fn heartbeats(addr: String, node: String) {
+    loop {
+        if let Ok(mut c) = AgentGatewayClient::connect(format!("http://{addr}")).await {
+            let _ = c.report(ReportRequest { node: node.clone(), ..Default::default() }).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
