@@ -1,9 +1,8 @@
-//! The single `baton` binary. Each subcommand lives in its own module.
-
-mod sim;
+//! The single `baton` binary: clap wiring only; each subcommand lives in the library.
 
 use std::process::ExitCode;
 
+use baton_cli::{client, sim};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -17,11 +16,14 @@ struct Cli {
 enum Command {
     /// Run the real scheduler against a scenario file on a virtual clock (what-if).
     Sim(sim::SimArgs),
+    #[command(flatten)]
+    Client(Box<client::ClientCommand>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim(args) => sim::run(args),
+        Command::Client(cmd) => client::execute(*cmd),
     }
 }
