@@ -76,7 +76,13 @@ pub fn queue_usage_table(queues: &[v1::QueueUsage], indent: &str) -> String {
         for (i, p) in q.pools.iter().enumerate() {
             let shown = if i == 0 { name.clone() } else { String::new() };
             let jobs = if i == 0 { jobs.clone() } else { String::new() };
-            t.row(vec![format!("{indent}{shown}"), p.pool.clone(), usage(p.used.as_ref(), p.capacity.as_ref()), jobs]);
+            // A queue's pool usage is against its nominal quota; the queue's own quota says
+            // it when a server leaves `capacity` out.
+            let nominal = p
+                .capacity
+                .as_ref()
+                .or_else(|| q.queue.as_ref()?.quotas.iter().find(|pq| pq.pool == p.pool)?.nominal.as_ref());
+            t.row(vec![format!("{indent}{shown}"), p.pool.clone(), usage(p.used.as_ref(), nominal), jobs]);
         }
     }
     t.render()

@@ -80,6 +80,7 @@ pub async fn run(conn: &Conn, a: &LogsArgs, out: &mut dyn Write) -> Result<(), C
     let nodes = conn.call(Subject::Other, "", |mut c| async move { c.list_nodes(v1::Empty {}).await }).await?.nodes;
     let mut asked = Vec::new();
     let mut unreachable = Vec::new();
+    let mut no_address = Vec::new();
     for name in &candidates {
         let node = nodes.iter().find(|n| &n.name == name).ok_or_else(|| ClientError::NotFound {
             what: "node",
@@ -87,10 +88,8 @@ pub async fn run(conn: &Conn, a: &LogsArgs, out: &mut dyn Write) -> Result<(), C
             see: "baton nodes",
         })?;
         if node.agent_addr.is_empty() {
-            return Err(logs_err(format!(
-                "node {name} has no agent address, so its logs cannot be read; its agent serves no logs \
-                 (check the agent's log address setting on {name})"
-            )));
+            no_address.push(name.clone());
+            continue;
         }
         let request = v1::LogsRequest {
             job: job.spec.as_ref().map_or_else(|| a.job.clone(), |s| s.name.clone()),
@@ -113,11 +112,22 @@ pub async fn run(conn: &Conn, a: &LogsArgs, out: &mut dyn Write) -> Result<(), C
             Ok(Ok(stream)) => return copy(stream, out, name, &node.agent_addr).await,
         }
     }
+    if let [only] = no_address.as_slice()
+        && candidates.len() == 1
+    {
+        return Err(logs_err(format!(
+            "node {only} has no agent address, so its logs cannot be read; its agent serves no logs \
+             (check the agent's log address setting on {only})"
+        )));
+    }
     let attempt = a.attempt.map_or("the newest attempt".to_string(), |n| format!("attempt {n}"));
     let mut msg = format!("no log of job {} rank {} ({attempt}) could be read", a.job, a.rank);
     if !unreachable.is_empty() {
         msg.push_str(&format!("; agent unreachable: {}", unreachable.join("; ")));
         msg.push_str("; check that `baton agent` runs there and its log address is reachable from here");
+    }
+    if !no_address.is_empty() {
+        msg.push_str(&format!("; node without an agent address: {}", no_address.join(", ")));
     }
     if !asked.is_empty() {
         msg.push_str(&format!("; agents without it: {}", asked.join(", ")));
