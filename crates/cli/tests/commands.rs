@@ -352,3 +352,53 @@ fn nodes_cordon_and_acks() {
     let (r, _) = run(&["cordon", "n9", "--server", &server.addr()]);
     assert_eq!(r.unwrap_err().to_string(), "unknown node \"n9\"; see baton nodes");
 }
+
+#[test]
+fn describe_shows_the_job_and_with_events_its_history() {
+    let fake = Fake::with(|s| {
+        let mut j = job(1, "train-1", "team-a", "Running", &[("n1", &[0, 1, 2, 3])]);
+        j.spec.as_mut().unwrap().command = vec!["python".into(), "train.py".into(), "--note".into(), "a b".into()];
+        j.events.push(v1::Event {
+            at_ms: 1_795_341_601_234,
+            job: "train-1".into(),
+            node: "n1".into(),
+            kind: "Started".into(),
+            message: "attempt 1 started".into(),
+        });
+        s.jobs.push(j);
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["describe", "train-1", "--server", &server.addr()]);
+    r.unwrap();
+    for needle in [
+        "Name:        train-1 (id 1)",
+        "State:       Running (attempt 1)",
+        "Priority:    100 (class train, preemptible)",
+        "Task:        main: 1 x (gpu 4)",
+        "Command:     python train.py --note 'a b'",
+        "Placement:   n1[0-3]",
+    ] {
+        assert!(out.contains(needle), "{needle:?} in\n{out}");
+    }
+    assert!(!out.contains("Events:"), "{out}");
+    let (r, out) = run(&["describe", "1", "--events", "--server", &server.addr()]);
+    r.unwrap();
+    let events = out.split("Events:\n").nth(1).expect("an events section");
+    assert!(events.lines().nth(1).unwrap().contains("2026-11-22T10:00:01.234Z  Started  n1"), "{out}");
+}
+
+#[test]
+fn cohorts_and_classes_are_created_after_checking_names() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    let (r, out) = run(&["cohort", "create", "org", "--fair-sharing", "--server", &addr]);
+    r.unwrap();
+    assert_eq!(out, "cohort written\n");
+    let (r, _) = run(&["class", "create", "bad name", "--value", "5", "--server", &addr]);
+    assert!(r.unwrap_err().to_string().contains("class.name"));
+    let (r, out) = run(&["class", "list", "--server", &addr]);
+    r.unwrap();
+    assert_eq!(out, "no priority classes\n");
+    assert_eq!(fake.state().calls, vec!["ListCohorts", "PutCohort", "ListClasses"]);
+}

@@ -49,10 +49,14 @@ struct Trail {
 }
 
 impl Trail {
-    fn failed(&mut self, addr: &str, why: String) {
+    fn trying(&mut self, addr: &str) {
         if !self.tried.iter().any(|a| a == addr) {
             self.tried.push(addr.to_string());
         }
+    }
+
+    fn failed(&mut self, addr: &str, why: String) {
+        self.trying(addr);
         self.last = format!("{addr}: {why}");
     }
 
@@ -180,6 +184,7 @@ impl Conn {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(MAX_BACKOFF_MS));
             }
+            trail.trying(addr);
             let ch = match channel.take() {
                 Some(c) => c,
                 None => match dial(addr).await {
