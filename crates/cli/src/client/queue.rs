@@ -46,7 +46,7 @@ pub enum QueueCmd {
     Delete { name: String },
 }
 
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug)]
 pub struct QueueEdit {
     /// The queue's name (required unless -f).
     #[arg(required_unless_present = "file")]
@@ -72,6 +72,7 @@ pub struct QueueEdit {
     /// Fair-share weight.
     #[arg(long, conflicts_with = "file")]
     pub weight: Option<f64>,
+    /// Order of the queue's pending jobs: StrictFIFO holds later jobs behind the head.
     #[arg(long, value_parser = ["BestEffortFIFO", "StrictFIFO"], conflicts_with = "file")]
     pub ordering: Option<String>,
     /// Preemption of the queue's own jobs for a higher-priority one.
