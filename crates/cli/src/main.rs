@@ -1,11 +1,8 @@
-//! The single `baton` binary. Each subcommand lives in its own module.
-
-mod logging;
-mod server;
-mod sim;
+//! The single `baton` binary: clap wiring only; each subcommand lives in the library.
 
 use std::process::ExitCode;
 
+use baton_cli::{client, server, sim};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -21,6 +18,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run one scheduler replica.
     Server(server::ServerArgs),
+    #[command(flatten)]
+    Client(Box<client::ClientCommand>),
 }
 
 fn main() -> ExitCode {
@@ -28,5 +27,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Server(args) => server::run(args),
+        Command::Client(cmd) => client::execute(*cmd),
     }
 }

@@ -119,6 +119,7 @@ impl Gateway {
 async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sender<Result<Directive, Status>>) {
     let mut assignments = ctx.hub.subscribe(&node);
     let mut leading = ctx.hub.leading();
+    let mut closing = ctx.closing.subscribe();
     let resend = Duration::from_millis(ctx.settings.resend_ms);
     loop {
         let directive = Directive {
@@ -139,6 +140,7 @@ async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sende
                 }
             }
             () = tokio::time::sleep(resend) => {}
+            _ = closing.wait_for(|c| *c) => return,
         }
     }
 }

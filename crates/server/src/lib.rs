@@ -41,6 +41,9 @@ pub use settings::ServerSettings;
 /// Largest client or agent message a replica accepts (a 10,000-job list is about 3 MiB).
 pub const MAX_API_MESSAGE_BYTES: usize = 16 << 20;
 
+/// How long requests in flight may take to finish once shutdown begins.
+pub const SHUTDOWN_GRACE_MS: u64 = 3_000;
+
 /// How to start one replica.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -70,6 +73,9 @@ pub(crate) struct Ctx {
     pub(crate) hub: hub::Hub,
     pub(crate) liveness: liveness::Liveness,
     pub(crate) stops: stops::StopTally,
+    /// Set when the server shuts down: every stream it serves ends, so that the graceful
+    /// shutdown does not wait on agents and watchers forever.
+    pub(crate) closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Ctx {
@@ -95,9 +101,9 @@ pub async fn run(config: ServerConfig, listener: TcpListener, shutdown: impl Fut
         hub: hub::Hub::default(),
         liveness: liveness::Liveness::default(),
         stops: stops::StopTally::default(),
+        closing: tokio::sync::watch::channel(false).0,
     });
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let leader = tokio::spawn(leader::run(ctx.clone(), stop_rx));
+    let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));
     if let Some(members) = config.bootstrap {
         let outcome = replica.bootstrap(members).await?;
         tracing::info!(?outcome, "bootstrap");
@@ -109,15 +115,32 @@ pub async fn run(config: ServerConfig, listener: TcpListener, shutdown: impl Fut
         .max_decoding_message_size(MAX_API_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_API_MESSAGE_BYTES);
     let incoming = TcpListenerStream::new(listener);
-    let served = tonic::transport::Server::builder()
+    let closing = ctx.clone();
+    let shutdown = async move {
+        shutdown.await;
+        closing.closing.send_replace(true);
+        closing.hub.set_leading(None);
+    };
+    let mut closed = ctx.closing.subscribe();
+    let serve = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(1_024)
         .tcp_nodelay(true)
         .add_service(replica.service())
         .add_service(api)
         .add_service(gateway)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
-    let _ = stop_tx.send(true);
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    // Requests still in flight get a bounded time to finish once shutdown begins.
+    let served = tokio::select! {
+        r = serve => r,
+        () = async {
+            let _ = closed.wait_for(|c| *c).await;
+            tokio::time::sleep(std::time::Duration::from_millis(SHUTDOWN_GRACE_MS)).await;
+        } => {
+            tracing::warn!(grace_ms = SHUTDOWN_GRACE_MS, "requests still in flight at shutdown were dropped");
+            Ok(())
+        }
+    };
+    ctx.closing.send_replace(true);
     let _ = leader.await;
     replica.shutdown().await;
     served?;

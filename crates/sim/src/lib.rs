@@ -6,6 +6,7 @@
 //!   file, line and field.
 //! - `scenario`, `parse`, `parse_timeline`, `parse_expect`, `hostlist`: the file format
 //!   (spec/scenario.md).
+//! - `files`: single job and queue files for the `baton` client (`submit -f`, `queue create -f`).
 //! - `validate`: cross-references and impossible requests, before anything runs.
 //! - `engine`: the virtual clock and the loop around `State::apply` and `cycle`.
 //! - `expect`, `output`: expectations, `-o json` and the readable timeline.
@@ -13,6 +14,7 @@
 pub mod de;
 pub mod engine;
 pub mod expect;
+pub mod files;
 pub mod hostlist;
 pub mod output;
 pub mod parse;
@@ -25,6 +27,7 @@ pub mod yaml;
 pub use de::InputError;
 pub use engine::SimError;
 pub use expect::Failure;
+pub use files::{FileError, parse_job, parse_job_file, parse_queue, parse_queue_file, parse_queue_update};
 pub use output::Report;
 
 /// The result of simulating one file.

@@ -139,7 +139,7 @@ fn parse_cohort(cx: &Cx, node: &Node, path: &str) -> R<Cohort> {
     Ok(Cohort { name, parent, fair_sharing })
 }
 
-fn parse_queue(cx: &Cx, node: &Node, path: &str) -> R<QueueSpec> {
+pub(crate) fn parse_queue(cx: &Cx, node: &Node, path: &str) -> R<QueueSpec> {
     let mut f = cx.map(node, path)?;
     let name = cx.name(f.req("name")?, &f.field_path("name"))?;
     let q = queue_fields(cx, &mut f, QueueSpec::named(name.as_str()))?;

@@ -35,6 +35,7 @@ pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, 
         Vec::new()
     };
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+    let mut closing = api.ctx.closing.subscribe();
     tokio::spawn(async move {
         for e in replay {
             if tx.send(Ok(e)).await.is_err() {
@@ -42,7 +43,11 @@ pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, 
             }
         }
         loop {
-            let batch: Arc<[ModelEvent]> = match events.recv().await {
+            let next = tokio::select! {
+                next = events.recv() => next,
+                _ = closing.wait_for(|c| *c) => return,
+            };
+            let batch: Arc<[ModelEvent]> = match next {
                 Ok(b) => b,
                 Err(RecvError::Lagged(n)) => {
                     let lag = Event { kind: "Lagged".into(), message: format!("missed {n} batches of events"), ..Default::default() };

@@ -1,0 +1,89 @@
+//! `baton cluster info`: replicas and roles, the leader, term and applied index, and capacity
+//! and usage per pool and per queue.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use baton_proto::v1;
+use clap::{Args, Subcommand};
+
+use crate::client::error::{ClientError, Subject};
+use crate::client::human::usage;
+use crate::client::output::{Format, Table};
+use crate::client::{Conn, ConnArgs, emit};
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(subcommand)]
+    pub cmd: ClusterCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Replicas, leader, term, applied index; capacity and usage per pool and per queue.
+    Info {
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: Format,
+    },
+}
+
+pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let ClusterCmd::Info { output } = &a.cmd;
+    let reply = conn.call(Subject::Other, "", |mut c| async move { c.cluster_info(v1::Empty {}).await }).await?;
+    emit(out, *output, &reply, info_text)
+}
+
+pub fn info_text(r: &v1::ClusterInfoReply) -> String {
+    let mut s = String::new();
+    let id = if r.cluster_id.is_empty() { "-" } else { &r.cluster_id };
+    let _ = writeln!(s, "cluster {id} (answered by replica {})", r.answered_by);
+    if r.leader_id == 0 {
+        let _ = writeln!(s, "leader: none known (an election may be under way), term {}", r.term);
+    } else {
+        let _ = writeln!(s, "leader: replica {} at {}, term {}", r.leader_id, r.leader_addr, r.term);
+    }
+    let _ = writeln!(s, "applied index: {}", r.applied_index);
+    let _ = writeln!(s, "jobs: {} running, {} pending", r.jobs_running, r.jobs_pending);
+    s.push_str("\nreplicas:\n");
+    let mut t = Table::new(&["  ID", "ADDRESS", "ROLE"]);
+    for rep in &r.replicas {
+        t.row(vec![format!("  {}", rep.id), rep.addr.clone(), rep.role.clone()]);
+    }
+    s.push_str(&t.render());
+    s.push_str("\npools (used/capacity):\n");
+    let mut t = Table::new(&["  POOL", "USAGE"]);
+    for p in &r.pools {
+        t.row(vec![format!("  {}", p.pool), usage(p.used.as_ref(), p.capacity.as_ref())]);
+    }
+    s.push_str(&t.render());
+    s.push_str("\nqueues (used/nominal):\n");
+    s.push_str(&queue_usage_table(&r.queues, "  "));
+    s
+}
+
+/// Per queue and pool: `project-a  default  gpu 8/4  (borrowing 4)  2 running, 1 pending`.
+pub fn queue_usage_table(queues: &[v1::QueueUsage], indent: &str) -> String {
+    let first = if indent.is_empty() { "QUEUE" } else { "  QUEUE" };
+    let mut t = Table::new(&[first, "POOL", "USAGE", "JOBS"]);
+    for q in queues {
+        let name = q.queue.as_ref().map_or(String::new(), |q| q.name.clone());
+        let jobs = format!("{} running, {} pending", q.running, q.pending);
+        if q.pools.is_empty() {
+            t.row(vec![format!("{indent}{name}"), "-".into(), "-".into(), jobs.clone()]);
+        }
+        for (i, p) in q.pools.iter().enumerate() {
+            let shown = if i == 0 { name.clone() } else { String::new() };
+            let jobs = if i == 0 { jobs.clone() } else { String::new() };
+            // A queue's pool usage is against its nominal quota; the queue's own quota says
+            // it when a server leaves `capacity` out.
+            let nominal = p
+                .capacity
+                .as_ref()
+                .or_else(|| q.queue.as_ref()?.quotas.iter().find(|pq| pq.pool == p.pool)?.nominal.as_ref());
+            t.row(vec![format!("{indent}{shown}"), p.pool.clone(), usage(p.used.as_ref(), nominal), jobs]);
+        }
+    }
+    t.render()
+}

@@ -1,0 +1,104 @@
+//! What can go wrong talking to a cluster, each case worded so a person knows what to do next.
+//! gRPC statuses become these at the edge (`from_status`); the binary prints them once.
+
+use tonic::Code;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Every replica answered UNAVAILABLE "no leader yet" until the deadline.
+    #[error("no leader yet (an election may be under way); retry in a moment")]
+    NoLeader,
+    /// No address took the call.
+    #[error(
+        "cannot reach any baton replica (tried {tried}): {last}\n\
+         check --server (or BATON_SERVER) and that `baton server` runs there"
+    )]
+    Unreachable { tried: String, last: String },
+    /// The whole call ran past `--timeout`.
+    #[error(
+        "no answer within {secs}s (tried {tried}); the cluster may be overloaded or partitioned, retry or raise --timeout"
+    )]
+    Timeout { secs: f64, tried: String },
+    #[error("unknown {what} {name:?}; see {see}")]
+    NotFound { what: &'static str, name: String, see: &'static str },
+    /// The server refused a field (its message names it).
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    /// Any other status the server gave: its code and message.
+    #[error("{code}: {message}")]
+    Server { code: String, message: String },
+    /// Bad flags or a bad file, found before anything was sent.
+    #[error("{0}")]
+    Usage(String),
+    /// `baton logs`: reading from the job's agent failed.
+    #[error("{0}")]
+    Logs(String),
+    /// A stream (watch, logs) ended in a way the user should know about.
+    #[error("{0}")]
+    Stream(String),
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// What a NOT_FOUND refers to, for the hint it gets.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject {
+    Job,
+    Queue,
+    Cohort,
+    Class,
+    Node,
+    /// A call whose NOT_FOUND is the server's own words (several kinds of name).
+    Other,
+}
+
+impl Subject {
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Subject::Job => ("job", "baton list"),
+            Subject::Queue => ("queue", "baton queue list"),
+            Subject::Cohort => ("cohort", "baton cohort list"),
+            Subject::Class => ("class", "baton class list"),
+            Subject::Node => ("node", "baton nodes"),
+            Subject::Other => ("name", "the list commands"),
+        }
+    }
+}
+
+impl ClientError {
+    /// A status from the server about `name` (a `subject`).
+    pub fn from_status(status: &tonic::Status, subject: Subject, name: &str) -> ClientError {
+        let message = status.message().to_string();
+        match status.code() {
+            Code::NotFound if !matches!(subject, Subject::Other) => {
+                let (what, see) = subject.words();
+                ClientError::NotFound { what, name: name.to_string(), see }
+            }
+            Code::InvalidArgument => ClientError::InvalidArgument(message),
+            code => ClientError::Server { code: code_name(code).to_string(), message },
+        }
+    }
+}
+
+/// Status codes as people read them in gRPC docs.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown error",
+        Code::InvalidArgument => "invalid argument",
+        Code::DeadlineExceeded => "deadline exceeded",
+        Code::NotFound => "not found",
+        Code::AlreadyExists => "already exists",
+        Code::PermissionDenied => "permission denied",
+        Code::ResourceExhausted => "resource exhausted",
+        Code::FailedPrecondition => "refused",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out of range",
+        Code::Unimplemented => "not supported by this server",
+        Code::Internal => "internal server error",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}

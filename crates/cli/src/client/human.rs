@@ -1,0 +1,250 @@
+//! Values for people: durations in and out (`30s`, `2m`, `3m12s`), UTC timestamps
+//! (`2026-11-22T10:00:01.234Z`) and resource amounts (`gpu 8, memory 512Gi`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use baton_model::quantity::Human;
+
+/// The longest duration a flag accepts: a week, as the model bounds durations.
+pub const MAX_DURATION_MS: u64 = baton_model::limits::MAX_DURATION_MS;
+
+/// Parses `500ms`, `30s`, `2m`, `1h30m`, `1d`, or a bare number of seconds (`45`, `1.5`).
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let bad = || format!("bad duration {text:?}: expected e.g. 30s, 2m, 1h30m, 500ms or a number of seconds");
+    if t.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = t.parse::<f64>() {
+        if !(secs.is_finite() && secs >= 0.0) {
+            return Err(bad());
+        }
+        return bounded((secs * 1000.0).round() as u64, text);
+    }
+    let mut total: u64 = 0;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_ms = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        total = n.checked_mul(unit_ms).and_then(|v| total.checked_add(v)).ok_or_else(bad)?;
+    }
+    bounded(total, text)
+}
+
+fn bounded(ms: u64, text: &str) -> Result<u64, String> {
+    if ms > MAX_DURATION_MS {
+        return Err(format!("duration {text:?} is longer than the longest allowed, 7d"));
+    }
+    Ok(ms)
+}
+
+/// A span for a table: `850ms`, `42s`, `3m12s`, `5h03m`, `2d04h`.
+pub fn span(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        _ if ms < 1000 => format!("{ms}ms"),
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How long ago `at_ms` was, for tables; `-` when unset.
+pub fn age(at_ms: u64, now_ms: u64) -> String {
+    if at_ms == 0 { "-".into() } else { span(now_ms.saturating_sub(at_ms)) }
+}
+
+/// `2026-11-22T10:00:01.234Z` (UTC, milliseconds).
+pub fn timestamp(at_ms: u64) -> String {
+    let secs = at_ms / 1000;
+    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
+    let day_s = secs % 86_400;
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        day_s / 3600,
+        (day_s % 3600) / 60,
+        day_s % 60,
+        at_ms % 1000
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (H. Hinnant's algorithm), so no date crate is needed for one format.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// Resource kinds in reading order: gpu, cpu, memory, then the rest by name.
+pub fn ordered(amounts: &HashMap<String, u64>) -> Vec<(&str, u64)> {
+    let rank = |k: &str| match k {
+        "gpu" => 0,
+        "cpu" => 1,
+        "memory" => 2,
+        _ => 3,
+    };
+    let mut v: Vec<(&str, u64)> = amounts.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    v.sort_by(|a, b| (rank(a.0), a.0).cmp(&(rank(b.0), b.0)));
+    v
+}
+
+/// `gpu 8, cpu 64, memory 512Gi`; `-` when empty.
+pub fn resources(amounts: &HashMap<String, u64>) -> String {
+    let parts: Vec<String> =
+        ordered(amounts).into_iter().map(|(k, v)| format!("{k} {}", Human { resource: k, value: v })).collect();
+    if parts.is_empty() { "-".into() } else { parts.join(", ") }
+}
+
+/// One amount, in the resource's best unit.
+pub fn amount(resource: &str, value: u64) -> String {
+    Human { resource, value }.to_string()
+}
+
+/// GPU indices as ranges: `0-3,6`.
+pub fn gpu_ranges(gpus: &[u32]) -> String {
+    let mut sorted = gpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// `n1[0-3] n2[0-7]`: where a job runs.
+pub fn placements(p: &[baton_proto::v1::Placement]) -> String {
+    if p.is_empty() {
+        return "-".into();
+    }
+    let parts: Vec<String> = p
+        .iter()
+        .map(|pl| if pl.gpus.is_empty() { pl.node.clone() } else { format!("{}[{}]", pl.node, gpu_ranges(&pl.gpus)) })
+        .collect();
+    parts.join(" ")
+}
+
+/// `K=V` strings into a map; a repeated key is an error (a typo is likelier than intent).
+pub fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for p in pairs {
+        let (k, v) = p.split_once('=').ok_or_else(|| format!("--env {p:?}: expected KEY=VALUE"))?;
+        if k.is_empty() || k.contains(char::is_whitespace) {
+            return Err(format!("--env {p:?}: the name before = must be non-empty, without spaces"));
+        }
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("--env {k} is given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// `gpu 8/4, cpu 16/32  (borrowing 4)`: use against a bound per resource, and what exceeds
+/// the bound (GPUs unnamed, others named). Resources neither used nor bounded are left out.
+pub fn usage(used: Option<&baton_proto::v1::Resources>, bound: Option<&baton_proto::v1::Resources>) -> String {
+    let empty = HashMap::new();
+    let used = used.map_or(&empty, |r| &r.amounts);
+    let bound = bound.map_or(&empty, |r| &r.amounts);
+    let mut keys: HashMap<String, u64> = bound.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.clone(), *v)).collect();
+    for (k, v) in used {
+        if *v > 0 {
+            keys.entry(k.clone()).or_insert(0);
+        }
+    }
+    if keys.is_empty() {
+        return "-".into();
+    }
+    let mut parts = Vec::new();
+    let mut over = Vec::new();
+    for (k, _) in ordered(&keys) {
+        let u = used.get(k).copied().unwrap_or(0);
+        let b = bound.get(k).copied().unwrap_or(0);
+        parts.push(format!("{k} {}/{}", amount(k, u), amount(k, b)));
+        if u > b {
+            over.push(if k == "gpu" { amount(k, u - b) } else { format!("{k} {}", amount(k, u - b)) });
+        }
+    }
+    let mut s = parts.join(", ");
+    if !over.is_empty() {
+        s.push_str(&format!("  (borrowing {})", over.join(", ")));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("2m"), Ok(120_000));
+        assert_eq!(parse_duration_ms("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("1.5"), Ok(1_500));
+        for bad in ["", "s", "3x", "-1", "1m-2s", "8d"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn spans_and_timestamps_read_well() {
+        assert_eq!(span(192_000), "3m12s");
+        assert_eq!(span(7_380_000), "2h03m");
+        assert_eq!(span(450), "450ms");
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00.000Z");
+        // 2026-11-22T10:00:01.234Z
+        assert_eq!(timestamp(1_795_341_601_234), "2026-11-22T10:00:01.234Z");
+        assert_eq!(timestamp(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn resources_and_gpus_format() {
+        let m = HashMap::from([("memory".to_string(), 512u64 << 30), ("gpu".into(), 8), ("cpu".into(), 64)]);
+        assert_eq!(resources(&m), "gpu 8, cpu 64, memory 512Gi");
+        assert_eq!(gpu_ranges(&[3, 0, 1, 2, 6]), "0-3,6");
+        assert!(parse_env(&["A=1".into(), "A=2".into()]).is_err());
+        assert_eq!(parse_env(&["A=x=y".into()]).unwrap()["A"], "x=y");
+        let r = |pairs: &[(&str, u64)]| baton_proto::v1::Resources {
+            amounts: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        };
+        assert_eq!(usage(Some(&r(&[("gpu", 8)])), Some(&r(&[("gpu", 4)]))), "gpu 8/4  (borrowing 4)");
+        assert_eq!(usage(None, Some(&r(&[("gpu", 4), ("memory", 1 << 30)]))), "gpu 0/4, memory 0/1Gi");
+    }
+}

@@ -1,0 +1,271 @@
+//! Jobs: `baton list`, `baton describe`, `baton cancel|pause|resume`.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use baton_proto::v1;
+use clap::Args;
+
+use crate::client::error::{ClientError, Subject};
+use crate::client::human::{age, now_ms, placements, resources, span, timestamp};
+use crate::client::output::{Format, Table};
+use crate::client::{Conn, ConnArgs, emit, print_ack};
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Only this queue's jobs.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only jobs in this state (Pending, Running, Preempting, Suspended, Paused, Succeeded,
+    /// Failed, Cancelled); repeatable.
+    #[arg(long = "state")]
+    pub states: Vec<String>,
+    /// Only jobs with replicas on this node.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// At most this many jobs [default: the server's bound, 10000].
+    #[arg(long)]
+    pub limit: Option<u32>,
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// The job's name or id.
+    pub job: String,
+    /// Also show the job's event history.
+    #[arg(long)]
+    pub events: bool,
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct JobArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// The job's name or id.
+    pub job: String,
+}
+
+/// Job states as the server names them, for checking `--state` before sending.
+pub const STATES: [&str; 8] =
+    ["Pending", "Running", "Preempting", "Suspended", "Paused", "Succeeded", "Failed", "Cancelled"];
+
+pub async fn get_job(conn: &Conn, job: &str) -> Result<v1::Job, ClientError> {
+    let r = v1::JobRef { name: job.to_string() };
+    conn.call(Subject::Job, job, |mut c| {
+        let r = r.clone();
+        async move { c.get_job(r).await }
+    })
+    .await
+}
+
+pub async fn list(conn: &Conn, a: &ListArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let mut states = Vec::new();
+    for s in &a.states {
+        let known = STATES.iter().find(|k| k.eq_ignore_ascii_case(s)).ok_or_else(|| {
+            ClientError::Usage(format!("--state {s:?} is not a job state; use one of {}", STATES.join(", ")))
+        })?;
+        states.push(known.to_string());
+    }
+    let req = v1::ListJobsRequest {
+        queue: a.queue.clone().unwrap_or_default(),
+        states,
+        node: a.node.clone().unwrap_or_default(),
+        limit: a.limit.unwrap_or(0),
+    };
+    let reply = conn
+        .call(Subject::Other, "", |mut c| {
+            let r = req.clone();
+            async move { c.list_jobs(r).await }
+        })
+        .await?;
+    emit(out, a.output, &reply, |r| jobs_table(r, now_ms()))
+}
+
+/// GPUs a job asks for in all (every task's replicas).
+pub fn job_gpus(spec: Option<&v1::JobSpec>) -> u64 {
+    spec.map_or(0, |s| {
+        s.tasks
+            .iter()
+            .map(|t| {
+                u64::from(t.replicas) * t.resources.as_ref().and_then(|r| r.amounts.get("gpu")).copied().unwrap_or(0)
+            })
+            .sum()
+    })
+}
+
+pub fn jobs_table(reply: &v1::ListJobsReply, now: u64) -> String {
+    if reply.jobs.is_empty() {
+        return "no jobs match\n".into();
+    }
+    let mut t = Table::new(&["ID", "NAME", "QUEUE", "STATE", "PRIORITY", "GPUS", "AGE", "NODES", "REASON"]);
+    for j in &reply.jobs {
+        let spec = j.spec.as_ref();
+        let reason = match (j.exit_code, j.reason.is_empty()) {
+            (Some(code), _) if j.state == "Failed" || j.state == "Succeeded" => format!("exit {code}"),
+            (_, false) => j.reason.clone(),
+            _ if !j.preempted_by.is_empty() => format!("preempted by {}", j.preempted_by),
+            _ => String::new(),
+        };
+        t.row(vec![
+            j.id.to_string(),
+            spec.map_or(String::new(), |s| s.name.clone()),
+            spec.map_or(String::new(), |s| s.queue.clone()),
+            j.state.clone(),
+            j.priority.to_string(),
+            job_gpus(spec).to_string(),
+            age(j.submitted_ms, now),
+            placements(&j.placements),
+            reason,
+        ]);
+    }
+    let mut s = t.render();
+    if reply.truncated {
+        s.push_str("(more jobs match than were returned; filter or raise --limit)\n");
+    }
+    s
+}
+
+pub async fn describe(conn: &Conn, a: &DescribeArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let mut job = get_job(conn, &a.job).await?;
+    if !a.events {
+        job.events.clear();
+    }
+    emit(out, a.output, &job, |j| describe_text(j, now_ms()))
+}
+
+pub fn describe_text(j: &v1::Job, now: u64) -> String {
+    let default = v1::JobSpec::default();
+    let s = j.spec.as_ref().unwrap_or(&default);
+    let mut rows: Vec<(&str, String)> = vec![
+        ("Name", format!("{} (id {})", s.name, j.id)),
+        ("Queue", s.queue.clone()),
+        ("State", if j.attempt > 0 { format!("{} (attempt {})", j.state, j.attempt) } else { j.state.clone() }),
+    ];
+    let class =
+        if s.priority_class.is_empty() { "raw value".to_string() } else { format!("class {}", s.priority_class) };
+    let preemptible = if j.preemptible { "preemptible" } else { "not preemptible" };
+    rows.push(("Priority", format!("{} ({class}, {preemptible})", j.priority)));
+    for t in &s.tasks {
+        let r = t.resources.as_ref().map(|r| resources(&r.amounts)).unwrap_or_else(|| "-".into());
+        let pools = if t.pools.is_empty() { String::new() } else { format!(" in {}", t.pools.join(", ")) };
+        rows.push(("Task", format!("{}: {} x ({r}){pools}", t.name, t.replicas)));
+    }
+    rows.push(("Pools", if s.pools.is_empty() { "any".into() } else { s.pools.join(", ") }));
+    if !s.topology.is_empty() {
+        rows.push(("Topology", format!("one {}", s.topology)));
+    }
+    let mode = if s.preemption_mode.is_empty() { "checkpoint" } else { &s.preemption_mode };
+    let mut pre = format!("{mode}, grace {}", s.grace_ms.map_or("30s".into(), span));
+    if s.min_runtime_ms > 0 {
+        pre.push_str(&format!(", min runtime {}", span(s.min_runtime_ms)));
+    }
+    rows.push(("Preemption", pre));
+    rows.push(("Command", shell_words(&s.command)));
+    if !s.env.is_empty() {
+        let mut env: Vec<String> = s.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.sort();
+        rows.push(("Env", env.join(" ")));
+    }
+    if !s.checkpoint_signal.is_empty() {
+        rows.push(("Signal", s.checkpoint_signal.clone()));
+    }
+    let when = |ms: u64| if ms == 0 { "-".to_string() } else { format!("{} ({} ago)", timestamp(ms), age(ms, now)) };
+    rows.push(("Submitted", when(j.submitted_ms)));
+    if j.started_ms > 0 {
+        rows.push(("Started", when(j.started_ms)));
+    }
+    if j.finished_ms > 0 {
+        rows.push(("Finished", when(j.finished_ms)));
+    }
+    if !j.placements.is_empty() {
+        rows.push(("Placement", placements(&j.placements)));
+    }
+    rows.push(("Checkpoint", if j.has_checkpoint { "yes".into() } else { "none".into() }));
+    if let Some(code) = j.exit_code {
+        rows.push(("Exit code", code.to_string()));
+    }
+    if !j.preempted_by.is_empty() {
+        rows.push(("Preempted by", j.preempted_by.clone()));
+    }
+    if !j.reason.is_empty() {
+        rows.push(("Reason", j.reason.clone()));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut text = String::new();
+    for (k, v) in rows {
+        let _ = writeln!(text, "{:<width$}  {v}", format!("{k}:"), width = width);
+    }
+    if !j.events.is_empty() {
+        text.push_str("Events:\n");
+        let mut t = Table::new(&["  TIME", "KIND", "NODE", "MESSAGE"]);
+        for e in &j.events {
+            t.row(vec![format!("  {}", timestamp(e.at_ms)), e.kind.clone(), dash(&e.node), e.message.clone()]);
+        }
+        text.push_str(&t.render());
+    }
+    text
+}
+
+fn dash(s: &str) -> String {
+    if s.is_empty() { "-".into() } else { s.to_string() }
+}
+
+/// The command as a shell would read it back: words with spaces or quotes are quoted.
+pub fn shell_words(words: &[String]) -> String {
+    if words.is_empty() {
+        return "-".into();
+    }
+    let quote = |w: &String| {
+        let plain = !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+        if plain { w.clone() } else { format!("'{}'", w.replace('\'', "'\\''")) }
+    };
+    words.iter().map(quote).collect::<Vec<_>>().join(" ")
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Act {
+    Cancel,
+    Pause,
+    Resume,
+}
+
+pub async fn act(conn: &Conn, act: Act, a: &JobArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let r = v1::JobRef { name: a.job.clone() };
+    let ack = conn
+        .call(Subject::Job, &a.job, |mut c| {
+            let r = r.clone();
+            async move {
+                match act {
+                    Act::Cancel => c.cancel_job(r).await,
+                    Act::Pause => c.pause_job(r).await,
+                    Act::Resume => c.resume_job(r).await,
+                }
+            }
+        })
+        .await?;
+    let verb = match act {
+        Act::Cancel => "cancelled",
+        Act::Pause => "pausing (it checkpoints, then waits for baton resume)",
+        Act::Resume => "resumed",
+    };
+    print_ack(out, &ack, &format!("job {} {verb}", a.job))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_quote_what_needs_it() {
+        let w: Vec<String> = ["python", "train.py", "--msg", "hello world", "it's"].map(String::from).to_vec();
+        assert_eq!(shell_words(&w), "python train.py --msg 'hello world' 'it'\\''s'");
+    }
+}

@@ -1,0 +1,109 @@
+//! Nodes: `baton nodes`, `baton cordon|uncordon|drain NODE`.
+
+use std::io::Write;
+
+use baton_proto::v1;
+use clap::Args;
+
+use crate::client::error::{ClientError, Subject};
+use crate::client::human::{amount, span};
+use crate::client::output::{Format, Table};
+use crate::client::{Conn, ConnArgs, emit, print_ack};
+
+#[derive(Args, Debug)]
+pub struct NodesArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Only nodes in this pool.
+    #[arg(long)]
+    pub pool: Option<String>,
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// The node's name.
+    pub node: String,
+}
+
+pub async fn list(conn: &Conn, a: &NodesArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let mut reply = conn.call(Subject::Other, "", |mut c| async move { c.list_nodes(v1::Empty {}).await }).await?;
+    if let Some(p) = &a.pool {
+        reply.nodes.retain(|n| &n.pool == p);
+    }
+    emit(out, a.output, reply.nodes.as_slice(), nodes_table)
+}
+
+/// `used/total` of one resource on a node; `-` when it has none.
+fn of(n: &v1::Node, k: &str) -> String {
+    let total = n.resources.as_ref().and_then(|r| r.amounts.get(k)).copied().unwrap_or(0);
+    let used = n.used.as_ref().and_then(|r| r.amounts.get(k)).copied().unwrap_or(0);
+    if total == 0 && used == 0 { "-".into() } else { format!("{}/{}", amount(k, used), amount(k, total)) }
+}
+
+pub fn nodes_table(nodes: &[v1::Node]) -> String {
+    if nodes.is_empty() {
+        return "no nodes registered\n".into();
+    }
+    let mut t = Table::new(&["NAME", "POOL", "RACK", "STATUS", "GPU", "CPU", "MEMORY", "JOBS", "SEEN", "AGENT"]);
+    for n in nodes {
+        let mut status = n.status.clone();
+        if n.cordoned {
+            status.push_str(",Cordoned");
+        }
+        let unhealthy = n.gpus.iter().filter(|g| !g.healthy).count();
+        if unhealthy > 0 {
+            status.push_str(&format!(",{unhealthy} GPU unhealthy"));
+        }
+        let jobs = match n.jobs.len() {
+            0 => "-".to_string(),
+            1..=3 => n.jobs.join(","),
+            k => format!("{},... ({k})", n.jobs[..2].join(",")),
+        };
+        t.row(vec![
+            n.name.clone(),
+            n.pool.clone(),
+            if n.rack.is_empty() { "-".into() } else { n.rack.clone() },
+            status,
+            of(n, "gpu"),
+            of(n, "cpu"),
+            of(n, "memory"),
+            jobs,
+            n.last_seen_ms_ago.map_or("-".into(), |ms| format!("{} ago", span(ms))),
+            if n.agent_addr.is_empty() { "-".into() } else { n.agent_addr.clone() },
+        ]);
+    }
+    t.render()
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Act {
+    Cordon,
+    Uncordon,
+    Drain,
+}
+
+pub async fn act(conn: &Conn, act: Act, a: &NodeArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let node = a.node.clone();
+    let ack = conn
+        .call(Subject::Node, &a.node, |mut c| {
+            let node = node.clone();
+            async move {
+                match act {
+                    Act::Cordon => c.cordon(v1::CordonRequest { node, cordoned: true }).await,
+                    Act::Uncordon => c.cordon(v1::CordonRequest { node, cordoned: false }).await,
+                    Act::Drain => c.drain(v1::NameRef { name: node }).await,
+                }
+            }
+        })
+        .await?;
+    let done = match act {
+        Act::Cordon => "cordoned: no new work is placed there",
+        Act::Uncordon => "uncordoned",
+        Act::Drain => "draining: cordoned, and it lists as drained once what runs there finishes",
+    };
+    print_ack(out, &ack, &format!("node {} {done}", a.node))
+}

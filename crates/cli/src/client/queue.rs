@@ -1,0 +1,315 @@
+//! `baton queue list|get|create|update|delete`. A queue is written whole (PutQueue), so
+//! `update` reads the queue as it is, changes only the fields given (flags or a file), and
+//! writes it back.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::PathBuf;
+
+use baton_model::node::DEFAULT_POOL;
+use baton_proto::{convert, v1};
+use clap::{Args, Subcommand};
+
+use crate::client::cluster::queue_usage_table;
+use crate::client::error::{ClientError, Subject};
+use crate::client::human::{amount, usage};
+use crate::client::output::Format;
+use crate::client::{Conn, ConnArgs, emit, print_ack};
+
+#[derive(Args, Debug)]
+pub struct QueueArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(subcommand)]
+    pub cmd: QueueCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QueueCmd {
+    /// List queues with their usage against nominal quota.
+    List {
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: Format,
+    },
+    /// Show one queue: quotas, policy and usage.
+    Get {
+        name: String,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: Format,
+    },
+    /// Create a queue from flags or a file (`-f queue.yaml`, a scenario `queues` entry).
+    Create(QueueEdit),
+    /// Change a queue: only the fields given change.
+    Update(QueueEdit),
+    /// Delete a queue (it must hold no jobs).
+    Delete { name: String },
+}
+
+#[derive(Args, Debug)]
+pub struct QueueEdit {
+    /// The queue's name (required unless -f).
+    #[arg(required_unless_present = "file")]
+    pub name: Option<String>,
+    /// The queue in a file, in the shape of a scenario's `queues` entry.
+    #[arg(short = 'f', long = "file", conflicts_with = "name")]
+    pub file: Option<PathBuf>,
+    /// The cohort it lends to and borrows from ("" leaves its cohort).
+    #[arg(long, conflicts_with = "file")]
+    pub cohort: Option<String>,
+    /// Nominal (guaranteed) GPUs in --pool.
+    #[arg(long, conflicts_with = "file")]
+    pub gpus: Option<u64>,
+    /// The pool --gpus, --borrow-limit and --lend-limit apply to.
+    #[arg(long, default_value = DEFAULT_POOL, conflicts_with = "file")]
+    pub pool: String,
+    /// GPUs it may borrow beyond nominal in --pool ("none": no limit).
+    #[arg(long, conflicts_with = "file")]
+    pub borrow_limit: Option<String>,
+    /// GPUs of its nominal quota it may lend in --pool ("none": no limit).
+    #[arg(long, conflicts_with = "file")]
+    pub lend_limit: Option<String>,
+    /// Fair-share weight.
+    #[arg(long, conflicts_with = "file")]
+    pub weight: Option<f64>,
+    /// Order of the queue's pending jobs: StrictFIFO holds later jobs behind the head.
+    #[arg(long, value_parser = ["BestEffortFIFO", "StrictFIFO"], conflicts_with = "file")]
+    pub ordering: Option<String>,
+    /// Preemption of the queue's own jobs for a higher-priority one.
+    #[arg(long, value_parser = ["Never", "LowerPriority", "LowerOrNewerEqualPriority"], conflicts_with = "file")]
+    pub within_queue: Option<String>,
+    /// Reclaiming its lent quota by preempting borrowers.
+    #[arg(long, value_parser = ["Never", "LowerPriority", "Any"], conflicts_with = "file")]
+    pub reclaim_within_cohort: Option<String>,
+    /// Borrow by preempting lower-priority jobs in the cohort (true or false).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", conflicts_with = "file")]
+    pub borrow_within_cohort: Option<bool>,
+    /// With --borrow-within-cohort: only victims below this priority.
+    #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
+    pub max_priority_threshold: Option<i32>,
+}
+
+fn usage_err(msg: impl Into<String>) -> ClientError {
+    ClientError::Usage(msg.into())
+}
+
+pub async fn list_queues(conn: &Conn) -> Result<Vec<v1::QueueUsage>, ClientError> {
+    Ok(conn.call(Subject::Other, "", |mut c| async move { c.list_queues(v1::Empty {}).await }).await?.queues)
+}
+
+/// The queue as it is now; there is no single-queue read, so it comes from the list.
+pub async fn get_queue(conn: &Conn, name: &str) -> Result<v1::QueueUsage, ClientError> {
+    list_queues(conn)
+        .await?
+        .into_iter()
+        .find(|q| q.queue.as_ref().is_some_and(|q| q.name == name))
+        .ok_or_else(|| ClientError::NotFound { what: "queue", name: name.to_string(), see: "baton queue list" })
+}
+
+/// "none" (no limit) or a whole number of GPUs.
+fn limit(text: &str, flag: &str) -> Result<Option<u64>, ClientError> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    text.parse::<u64>().map(Some).map_err(|_| usage_err(format!("{flag} {text:?}: expected a number of GPUs or none")))
+}
+
+fn set_limit(m: &mut HashMap<String, u64>, value: Option<u64>) {
+    match value {
+        Some(v) => {
+            m.insert("gpu".into(), v);
+        }
+        None => {
+            m.remove("gpu");
+        }
+    }
+}
+
+/// Applies the flags given onto `q`, leaving every other field as it is.
+pub fn apply_flags(q: &mut v1::Queue, e: &QueueEdit) -> Result<(), ClientError> {
+    if let Some(c) = &e.cohort {
+        q.cohort = c.clone();
+    }
+    if e.gpus.is_some() || e.borrow_limit.is_some() || e.lend_limit.is_some() {
+        let idx = match q.quotas.iter().position(|p| p.pool == e.pool) {
+            Some(i) => i,
+            None => {
+                q.quotas.push(v1::PoolQuota { pool: e.pool.clone(), ..Default::default() });
+                q.quotas.len() - 1
+            }
+        };
+        let pq = &mut q.quotas[idx];
+        if let Some(g) = e.gpus {
+            pq.nominal.get_or_insert_with(Default::default).amounts.insert("gpu".into(), g);
+        }
+        if let Some(b) = &e.borrow_limit {
+            set_limit(&mut pq.borrow_limit, limit(b, "--borrow-limit")?);
+        }
+        if let Some(l) = &e.lend_limit {
+            set_limit(&mut pq.lend_limit, limit(l, "--lend-limit")?);
+        }
+    }
+    if let Some(w) = e.weight {
+        q.weight = w;
+    }
+    if let Some(o) = &e.ordering {
+        q.ordering = o.clone();
+    }
+    if let Some(w) = &e.within_queue {
+        q.within_queue = w.clone();
+    }
+    if let Some(r) = &e.reclaim_within_cohort {
+        q.reclaim_within_cohort = r.clone();
+    }
+    if let Some(b) = e.borrow_within_cohort {
+        q.borrow_within_cohort = b;
+        if !b {
+            q.max_priority_threshold = None;
+        }
+    }
+    if let Some(t) = e.max_priority_threshold {
+        q.max_priority_threshold = Some(t);
+    }
+    Ok(())
+}
+
+/// Checks the queue as the server will, and sends it in its normalized form.
+fn checked(q: &v1::Queue) -> Result<v1::Queue, ClientError> {
+    let spec = convert::queue_from_proto(q).map_err(|e| usage_err(e.to_string()))?;
+    Ok(convert::queue_to_proto(&spec))
+}
+
+async fn put(conn: &Conn, q: v1::Queue) -> Result<v1::Ack, ClientError> {
+    let name = q.name.clone();
+    conn.call(Subject::Queue, &name, |mut c| {
+        let q = q.clone();
+        async move { c.put_queue(q).await }
+    })
+    .await
+}
+
+fn read_file(path: &std::path::Path) -> Result<(String, String), ClientError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| usage_err(format!("cannot read {file}: {e}")))?;
+    Ok((file, text))
+}
+
+/// The queue `create` would write, checked before anything is sent.
+pub fn new_queue(e: &QueueEdit) -> Result<v1::Queue, ClientError> {
+    if let Some(path) = &e.file {
+        let (file, text) = read_file(path)?;
+        let spec = baton_sim::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
+        return Ok(convert::queue_to_proto(&spec));
+    }
+    let name = e.name.clone().ok_or_else(|| usage_err("give the queue's name, or -f queue.yaml"))?;
+    let mut q = v1::Queue { name, ..Default::default() };
+    apply_flags(&mut q, e)?;
+    checked(&q)
+}
+
+/// The queue `update` would write: `current` with the file's or the flags' fields changed.
+pub fn updated_queue(current: &v1::Queue, e: &QueueEdit) -> Result<v1::Queue, ClientError> {
+    if let Some(path) = &e.file {
+        let (file, text) = read_file(path)?;
+        let base = convert::queue_from_proto(current).map_err(|e| usage_err(format!("the current queue: {e}")))?;
+        let spec = baton_sim::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
+        return Ok(convert::queue_to_proto(&spec));
+    }
+    let mut q = current.clone();
+    apply_flags(&mut q, e)?;
+    checked(&q)
+}
+
+pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    match &a.cmd {
+        QueueCmd::List { output } => {
+            let queues = list_queues(conn).await?;
+            emit(out, *output, queues.as_slice(), |qs| {
+                if qs.is_empty() { "no queues\n".into() } else { queue_usage_table(qs, "") }
+            })
+        }
+        QueueCmd::Get { name, output } => {
+            let q = get_queue(conn, name).await?;
+            emit(out, *output, &q, queue_text)
+        }
+        QueueCmd::Create(e) => {
+            let q = new_queue(e)?;
+            if list_queues(conn).await?.iter().any(|u| u.queue.as_ref().is_some_and(|x| x.name == q.name)) {
+                return Err(usage_err(format!("queue {} already exists; change it with baton queue update", q.name)));
+            }
+            let name = q.name.clone();
+            let ack = put(conn, q).await?;
+            print_ack(out, &ack, &format!("queue {name} created"))
+        }
+        QueueCmd::Update(e) => {
+            let name = match (&e.name, &e.file) {
+                (Some(n), _) => n.clone(),
+                (None, Some(path)) => {
+                    let (file, text) = read_file(path)?;
+                    baton_sim::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?.name.to_string()
+                }
+                (None, None) => return Err(usage_err("give the queue's name, or -f queue.yaml")),
+            };
+            let current = get_queue(conn, &name).await?.queue.unwrap_or_default();
+            let q = updated_queue(&current, e)?;
+            if q == current {
+                writeln!(out, "queue {name} unchanged")?;
+                return Ok(());
+            }
+            let ack = put(conn, q).await?;
+            print_ack(out, &ack, &format!("queue {name} updated"))
+        }
+        QueueCmd::Delete { name } => {
+            let r = v1::NameRef { name: name.clone() };
+            let ack = conn
+                .call(Subject::Queue, name, |mut c| {
+                    let r = r.clone();
+                    async move { c.delete_queue(r).await }
+                })
+                .await?;
+            print_ack(out, &ack, &format!("queue {name} deleted"))
+        }
+    }
+}
+
+pub fn queue_text(u: &v1::QueueUsage) -> String {
+    let default = v1::Queue::default();
+    let q = u.queue.as_ref().unwrap_or(&default);
+    let or = |s: &str, d: &str| if s.is_empty() { d.to_string() } else { s.to_string() };
+    let mut s = String::new();
+    let _ = writeln!(s, "Name:        {}", q.name);
+    let _ = writeln!(s, "Cohort:      {}", or(&q.cohort, "-"));
+    let _ = writeln!(s, "Weight:      {}", if q.weight == 0.0 { 1.0 } else { q.weight });
+    let _ = writeln!(s, "Ordering:    {}", or(&q.ordering, "BestEffortFIFO"));
+    let _ = writeln!(
+        s,
+        "Preemption:  within queue {}, reclaim within cohort {}",
+        or(&q.within_queue, "LowerPriority"),
+        or(&q.reclaim_within_cohort, "Any")
+    );
+    let borrow = match (q.borrow_within_cohort, q.max_priority_threshold) {
+        (false, _) => "never".to_string(),
+        (true, None) => "yes, victims of lower priority".to_string(),
+        (true, Some(t)) => format!("yes, victims below priority {t}"),
+    };
+    let _ = writeln!(s, "Borrow by preempting in cohort: {borrow}");
+    let _ = writeln!(s, "Jobs:        {} running, {} pending", u.running, u.pending);
+    s.push_str("Quotas:\n");
+    for pq in &q.quotas {
+        let lim = |m: &HashMap<String, u64>| {
+            let mut v: Vec<String> = m.iter().map(|(k, n)| format!("{k} {}", amount(k, *n))).collect();
+            v.sort();
+            if v.is_empty() { "none".to_string() } else { v.join(", ") }
+        };
+        let used = u.pools.iter().find(|p| p.pool == pq.pool);
+        let _ = writeln!(
+            s,
+            "  {}: used/nominal {}; borrow limit {}; lend limit {}",
+            pq.pool,
+            usage(used.and_then(|p| p.used.as_ref()), pq.nominal.as_ref()),
+            lim(&pq.borrow_limit),
+            lim(&pq.lend_limit)
+        );
+    }
+    s
+}

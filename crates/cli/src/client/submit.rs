@@ -1,0 +1,237 @@
+//! `baton submit`: a job from flags (`-- COMMAND ARGS...`) or from a file in the scenario's
+//! `submit` shape (`-f job.yaml`). Every submit carries a request id (fresh unless given),
+//! so a retry, by this CLI or by the user with `--request-id`, never makes a second job.
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io::Write;
+use std::path::PathBuf;
+
+use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
+use baton_model::limits::{DEFAULT_GRACE_MS, MAX_REQUEST_ID_LEN};
+use baton_model::name::Name;
+use baton_model::quantity::parse_quantity;
+use baton_model::resources::Resources;
+use baton_proto::convert;
+use baton_proto::v1;
+use clap::Args;
+use serde_json::json;
+
+use crate::client::error::{ClientError, Subject};
+use crate::client::human::{parse_duration_ms, parse_env};
+use crate::client::output::{Format, data_text};
+use crate::client::{Conn, ConnArgs};
+
+/// The one task a job submitted by flags has.
+pub const FLAG_TASK_NAME: &str = "main";
+
+#[derive(Args, Debug)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// The job in a file (the scenario `submit` shape); --name and --queue override its fields.
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Job name (required unless -f).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Queue to charge (required unless -f).
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Priority class (default: the server's default class, train).
+    #[arg(long, conflicts_with_all = ["priority", "file"])]
+    pub class: Option<String>,
+    /// A raw priority value instead of a class (the job is then preemptible).
+    #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
+    pub priority: Option<i32>,
+    /// GPUs per replica [default: 1].
+    #[arg(long, conflicts_with = "file")]
+    pub gpus: Option<u64>,
+    /// CPUs per replica.
+    #[arg(long, conflicts_with = "file")]
+    pub cpu: Option<String>,
+    /// Memory per replica (e.g. 64Gi).
+    #[arg(long, conflicts_with = "file")]
+    pub memory: Option<String>,
+    /// Replicas in the gang, placed all at once or not at all [default: 1].
+    #[arg(long, conflicts_with = "file")]
+    pub replicas: Option<u32>,
+    /// A pool the job may use; repeat in order of preference.
+    #[arg(long = "pool", conflicts_with = "file")]
+    pub pools: Vec<String>,
+    /// Keep the gang on one node or one rack.
+    #[arg(long, value_parser = ["node", "rack"], conflicts_with = "file")]
+    pub topology: Option<String>,
+    /// What preemption does to this job.
+    #[arg(long, value_parser = ["checkpoint", "requeue", "cancel", "suspend"], conflicts_with = "file")]
+    pub preemption_mode: Option<String>,
+    /// Time to checkpoint after the signal before a kill (e.g. 30s, 2m) [default: 30s].
+    #[arg(long, value_parser = parse_duration_ms, conflicts_with = "file")]
+    pub grace: Option<u64>,
+    /// After each start the job is not preempted for this long.
+    #[arg(long, value_parser = parse_duration_ms, conflicts_with = "file")]
+    pub min_runtime: Option<u64>,
+    /// An environment variable for the job (KEY=VALUE); repeatable.
+    #[arg(long = "env", conflicts_with = "file")]
+    pub env: Vec<String>,
+    /// The signal asking the job to checkpoint and exit [default: SIGTERM].
+    #[arg(long, conflicts_with = "file")]
+    pub checkpoint_signal: Option<String>,
+    /// Makes the submit idempotent; reuse it to retry safely [default: a fresh random id].
+    #[arg(long)]
+    pub request_id: Option<String>,
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+    /// The program and its arguments (after --); may come from the file's `command:` instead.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+fn usage(msg: impl Into<String>) -> ClientError {
+    ClientError::Usage(msg.into())
+}
+
+fn flag_name(text: &str, flag: &str) -> Result<Name, ClientError> {
+    Name::new(text).map_err(|e| usage(format!("{flag}: {e}")))
+}
+
+fn quantity(text: &str, flag: &str) -> Result<u64, ClientError> {
+    parse_quantity(text).map_err(|e| usage(format!("{flag}: {e}")))
+}
+
+/// The job the flags (or the file and the flags) describe, as sent; nothing is sent when
+/// this fails.
+pub fn build_spec(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
+    let mut spec = match &a.file {
+        Some(path) => from_file(a, path)?,
+        None => from_flags(a)?,
+    };
+    if spec.command.is_empty() {
+        return Err(usage(match &a.file {
+            Some(p) => format!("{} has no command: give it as `command:` in the file or after --", p.display()),
+            None => "no command to run: give it after --, e.g. baton submit --name j --queue q -- python train.py"
+                .to_string(),
+        }));
+    }
+    if let Some(n) = &a.name {
+        spec.name = flag_name(n, "--name")?;
+    }
+    if let Some(q) = &a.queue {
+        spec.queue = flag_name(q, "--queue")?;
+    }
+    let mut proto = convert::job_spec_to_proto(&spec);
+    if a.file.is_none() {
+        // Leave what the user did not choose to the server's defaults.
+        if a.class.is_none() && a.priority.is_none() {
+            proto.priority_class.clear();
+        }
+        if a.grace.is_none() {
+            proto.grace_ms = None;
+        }
+    }
+    Ok(proto)
+}
+
+fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<JobSpec, ClientError> {
+    let mut spec = baton_sim::parse_job_file(path).map_err(|e| usage(e.to_string()))?;
+    if !a.command.is_empty() {
+        if !spec.command.is_empty() {
+            return Err(usage(format!(
+                "{} gives a command and so does the command line after --; keep one",
+                path.display()
+            )));
+        }
+        spec.command = a.command.clone();
+    }
+    Ok(spec)
+}
+
+fn from_flags(a: &SubmitArgs) -> Result<JobSpec, ClientError> {
+    let name = a.name.as_deref().ok_or_else(|| usage("--name is required (or give the job with -f job.yaml)"))?;
+    let queue = a.queue.as_deref().ok_or_else(|| usage("--queue is required (or give the job with -f job.yaml)"))?;
+    let priority = match (&a.class, a.priority) {
+        (Some(c), _) => PriorityRef::Class(flag_name(c, "--class")?),
+        (None, Some(v)) => PriorityRef::Value(v),
+        (None, None) => PriorityRef::Class(Name::lit(convert::DEFAULT_CLASS)),
+    };
+    let mut resources = Resources::new();
+    resources.set("gpu", a.gpus.unwrap_or(1));
+    if let Some(c) = &a.cpu {
+        resources.set("cpu", quantity(c, "--cpu")?);
+    }
+    if let Some(m) = &a.memory {
+        resources.set("memory", quantity(m, "--memory")?);
+    }
+    let replicas = a.replicas.unwrap_or(1);
+    if replicas == 0 {
+        return Err(usage("--replicas: a job needs at least one replica"));
+    }
+    let pools = if a.pools.is_empty() {
+        None
+    } else {
+        Some(a.pools.iter().map(|p| flag_name(p, "--pool")).collect::<Result<Vec<_>, _>>()?)
+    };
+    let topology = a.topology.as_deref().map(|t| if t == "rack" { Topology::Rack } else { Topology::Node });
+    let preemption_mode = match a.preemption_mode.as_deref() {
+        Some("requeue") => PreemptionMode::Requeue,
+        Some("cancel") => PreemptionMode::Cancel,
+        Some("suspend") => PreemptionMode::Suspend,
+        _ => PreemptionMode::Checkpoint,
+    };
+    let env: BTreeMap<String, String> = parse_env(&a.env).map_err(usage)?;
+    Ok(JobSpec {
+        name: flag_name(name, "--name")?,
+        queue: flag_name(queue, "--queue")?,
+        priority,
+        tasks: vec![TaskSpec { name: Name::lit(FLAG_TASK_NAME), replicas, resources, pools: None }],
+        pools,
+        topology,
+        preemption_mode,
+        grace_ms: a.grace.unwrap_or(DEFAULT_GRACE_MS),
+        min_runtime_ms: a.min_runtime.unwrap_or(0),
+        command: a.command.clone(),
+        env,
+        checkpoint_signal: a.checkpoint_signal.clone(),
+    })
+}
+
+/// A fresh request id: 128 random bits as hex. std's `RandomState` is seeded from the OS's
+/// randomness per instance, which is all an idempotency key needs.
+pub fn fresh_request_id() -> String {
+    let half = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(), half())
+}
+
+pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let spec = build_spec(a)?;
+    let request_id = match &a.request_id {
+        Some(id) if id.is_empty() || id.len() > MAX_REQUEST_ID_LEN => {
+            return Err(usage(format!("--request-id must be 1 to {MAX_REQUEST_ID_LEN} characters")));
+        }
+        Some(id) => id.clone(),
+        None => fresh_request_id(),
+    };
+    // Said before sending, so a user whose submit was cut off can retry with the same id.
+    eprintln!("request id: {request_id}");
+    let name = spec.name.clone();
+    let request = v1::SubmitRequest { spec: Some(spec), request_id: request_id.clone() };
+    let reply = conn
+        .call(Subject::Other, &name, |mut c| {
+            let r = request.clone();
+            async move { c.submit(r).await }
+        })
+        .await?;
+    let data = json!({ "id": reply.id, "name": reply.name, "duplicate": reply.duplicate, "request_id": request_id });
+    let text = match data_text(a.output, &data) {
+        Some(t) => t,
+        None if reply.duplicate => format!("job {} already submitted (same request id)\n", reply.name),
+        None => format!("submitted job {} (id {})\n", reply.name, reply.id),
+    };
+    out.write_all(text.as_bytes())?;
+    Ok(())
+}

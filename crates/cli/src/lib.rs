@@ -1,0 +1,11 @@
+//! The `baton` binary's commands as a library, so tests can call them directly.
+//!
+//! Layout: `sim` (`baton sim`, the what-if simulator), `server` (`baton server`, one
+//! replica), `client` (the commands that talk to a replica's gRPC client API: submit, list,
+//! describe, logs, watch, queue, ...; see its doc), and `logging` (log setup and shutdown
+//! signals for the long-running commands). `main.rs` only wires clap.
+
+pub mod client;
+pub mod logging;
+pub mod server;
+pub mod sim;

@@ -1,0 +1,167 @@
+//! The real `baton` binary against a fake replica: flags, exit codes, and what it prints on
+//! stdout and stderr.
+
+mod fake;
+
+use fake::{Fake, baton, dead_addr, job, serve_baton};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn submit_by_flags_sends_the_job_the_flags_describe() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let out = baton(&[
+        "submit",
+        "--server",
+        &server.addr(),
+        "--name",
+        "train-1",
+        "--queue",
+        "team-a",
+        "--priority",
+        "-5",
+        "--gpus",
+        "4",
+        "--cpu",
+        "16",
+        "--memory",
+        "64Gi",
+        "--replicas",
+        "2",
+        "--pool",
+        "a100",
+        "--pool",
+        "h100",
+        "--topology",
+        "rack",
+        "--preemption-mode",
+        "suspend",
+        "--grace",
+        "2m",
+        "--min-runtime",
+        "30s",
+        "--env",
+        "A=1",
+        "--env",
+        "B=x=y",
+        "--checkpoint-signal",
+        "SIGUSR1",
+        "--request-id",
+        "req-1",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "3e-4",
+    ]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "submitted job train-1 (id 1)\n");
+    assert!(text(&out.stderr).contains("request id: req-1"), "{}", text(&out.stderr));
+    let s = fake.state();
+    assert_eq!(s.submits.len(), 1);
+    assert_eq!(s.submits[0].request_id, "req-1");
+    let spec = s.submits[0].spec.as_ref().unwrap();
+    assert_eq!((spec.name.as_str(), spec.queue.as_str()), ("train-1", "team-a"));
+    assert_eq!((spec.priority_class.as_str(), spec.priority_value), ("", Some(-5)));
+    assert_eq!(spec.tasks.len(), 1);
+    assert_eq!(spec.tasks[0].replicas, 2);
+    let r = &spec.tasks[0].resources.as_ref().unwrap().amounts;
+    assert_eq!((r["gpu"], r["cpu"], r["memory"]), (4, 16, 64 << 30));
+    assert_eq!(spec.pools, vec!["a100", "h100"]);
+    assert_eq!((spec.topology.as_str(), spec.preemption_mode.as_str()), ("rack", "suspend"));
+    assert_eq!((spec.grace_ms, spec.min_runtime_ms), (Some(120_000), 30_000));
+    assert_eq!(spec.command, vec!["python", "train.py", "--lr", "3e-4"]);
+    assert_eq!((spec.env["A"].as_str(), spec.env["B"].as_str()), ("1", "x=y"));
+    assert_eq!(spec.checkpoint_signal, "SIGUSR1");
+}
+
+#[test]
+fn submit_defaults_leave_class_and_grace_to_the_server_and_retry_is_idempotent() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let args =
+        ["submit", "--server", &server.addr(), "--name", "a", "--queue", "q", "--request-id", "same", "--", "true"];
+    let first = baton(&args);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let again = baton(&args);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(text(&again.stdout), "job a already submitted (same request id)\n");
+    let s = fake.state();
+    let spec = s.submits[0].spec.as_ref().unwrap();
+    assert_eq!((spec.priority_class.as_str(), spec.priority_value, spec.grace_ms), ("", None, None));
+    assert_eq!(spec.tasks[0].resources.as_ref().unwrap().amounts["gpu"], 1);
+}
+
+#[test]
+fn a_bad_job_file_names_file_line_and_field_and_sends_nothing() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.yaml");
+    std::fs::write(&path, "name: a\nqueue: q\nresources: {gpu: 4x}\ncommand: [python]\n").unwrap();
+    let out = baton(&["submit", "--server", &server.addr(), "-f", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("job.yaml:3: field resources.gpu: bad quantity \"4x\""), "{err}");
+    assert!(fake.state().calls.is_empty(), "nothing is sent for a bad file");
+}
+
+#[test]
+fn unknown_job_says_so_and_where_to_look() {
+    let fake = Fake::with(|s| s.jobs.push(job(1, "train-1", "q", "Pending", &[])));
+    let server = serve_baton(fake.clone());
+    let out = baton(&["describe", "ghost", "--server", &server.addr()]);
+    assert!(!out.status.success());
+    assert_eq!(text(&out.stderr), "error: unknown job \"ghost\"; see baton list\n");
+    let out = baton(&["cancel", "ghost", "--server", &server.addr()]);
+    assert_eq!(text(&out.stderr), "error: unknown job \"ghost\"; see baton list\n");
+}
+
+#[test]
+fn unreachable_servers_are_listed_with_what_to_check() {
+    let (a, b) = (dead_addr(), dead_addr());
+    let out = baton(&["list", "--server", &format!("{a},{b}")]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("tried {a}, {b}")), "{err}");
+    assert!(err.contains("check --server (or BATON_SERVER) and that `baton server` runs"), "{err}");
+}
+
+#[test]
+fn server_list_comes_from_the_environment() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["list"])
+        .env("BATON_SERVER", format!("{},{}", dead_addr(), server.addr()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "no jobs match\n");
+}
+
+#[test]
+fn bad_flags_are_refused_before_sending() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    for (args, needle) in [
+        (vec!["submit", "--server", &addr, "--queue", "q", "--", "x"], "--name is required"),
+        (vec!["submit", "--server", &addr, "--name", "a", "--queue", "q"], "no command to run"),
+        (vec!["submit", "--server", &addr, "--name", "a b", "--queue", "q", "--", "x"], "--name:"),
+        (vec!["submit", "--server", &addr, "--name", "a", "--queue", "q", "--memory", "1.5", "--", "x"], "--memory:"),
+        (
+            vec!["submit", "--server", &addr, "--name", "a", "--queue", "q", "--grace", "soon", "--", "x"],
+            "bad duration",
+        ),
+        (vec!["list", "--server", &addr, "--state", "Sleeping"], "not a job state"),
+    ] {
+        let out = baton(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(text(&out.stderr).contains(needle), "{args:?}: {}", text(&out.stderr));
+    }
+    assert!(fake.state().calls.is_empty());
+}

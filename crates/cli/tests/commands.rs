@@ -1,0 +1,404 @@
+//! Client commands called in-process against fake servers: retries and failover, output
+//! formats, logs, queue updates, watch.
+
+mod fake;
+
+use std::time::{Duration, Instant};
+
+use baton_cli::client::ClientError;
+use baton_proto::v1;
+use fake::{Fake, FakeAgent, dead_addr, job, node, resources, run, serve_agent, serve_baton};
+
+#[test]
+fn fails_over_to_the_second_address_when_the_first_is_down() {
+    let fake = Fake::with(|s| s.jobs.push(job(1, "train-1", "q", "Pending", &[])));
+    let server = serve_baton(fake.clone());
+    let list = format!("{},{}", dead_addr(), server.addr());
+    let (r, out) = run(&["list", "--server", &list]);
+    r.unwrap();
+    assert!(out.contains("train-1"), "{out}");
+    assert_eq!(fake.state().calls, vec!["ListJobs"]);
+}
+
+#[test]
+fn no_leader_is_retried_with_the_same_request_id_then_served() {
+    let fake = Fake::with(|s| s.no_leader_for = 2);
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["submit", "--server", &server.addr(), "--name", "a", "--queue", "q", "--", "true"]);
+    r.unwrap();
+    assert_eq!(out, "submitted job a (id 1)\n");
+    let s = fake.state();
+    assert_eq!(s.calls, vec!["Submit", "Submit", "Submit"]);
+    // The two refused attempts were not recorded as submits; the served one carries the
+    // fresh id the CLI made once for all its attempts.
+    assert_eq!(s.submits.len(), 1);
+    assert_eq!(s.submits[0].request_id.len(), 32);
+}
+
+#[test]
+fn no_leader_until_the_deadline_is_reported_as_such() {
+    let fake = Fake::with(|s| s.no_leader_for = u32::MAX);
+    let server = serve_baton(fake.clone());
+    let started = Instant::now();
+    let (r, _) = run(&["cancel", "train-1", "--server", &server.addr(), "--timeout", "1s"]);
+    let e = r.unwrap_err();
+    assert!(matches!(e, ClientError::NoLeader), "{e:?}");
+    assert_eq!(e.to_string(), "no leader yet (an election may be under way); retry in a moment");
+    assert!(fake.state().calls.len() >= 3, "retried: {:?}", fake.state().calls);
+    assert!(started.elapsed() < Duration::from_secs(3), "bounded by --timeout");
+}
+
+fn two_jobs() -> Fake {
+    Fake::with(|s| {
+        s.jobs.push(job(1, "train-1", "team-a", "Running", &[("n1", &[0, 1, 2, 3])]));
+        let mut p = job(2, "eval-7", "team-b", "Pending", &[]);
+        p.reason = "waiting for quota in team-b".into();
+        s.jobs.push(p);
+    })
+}
+
+#[test]
+fn list_table_has_the_header_and_a_row_per_job() {
+    let fake = two_jobs();
+    let server = serve_baton(fake);
+    let (r, out) = run(&["list", "--server", &server.addr()]);
+    r.unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["ID", "NAME", "QUEUE", "STATE", "PRIORITY", "GPUS", "AGE", "NODES", "REASON"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(&row[..6], ["1", "train-1", "team-a", "Running", "100", "4"]);
+    assert_eq!(row[7], "n1[0-3]");
+    assert!(lines[2].ends_with("waiting for quota in team-b"), "{out}");
+    // Columns line up: every row's NAME starts where the header's does.
+    let col = lines[0].find("NAME").unwrap();
+    assert!(lines[1..].iter().all(|l| l[col..].starts_with(|c: char| c.is_alphanumeric())), "{out}");
+}
+
+#[test]
+fn json_and_yaml_carry_the_message_fields() {
+    let server = serve_baton(two_jobs());
+    let (r, out) = run(&["list", "--server", &server.addr(), "-o", "json", "--state", "running"]);
+    r.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).expect("list -o json is JSON");
+    assert_eq!(v["truncated"], false);
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["id"], 1);
+    assert_eq!(jobs[0]["spec"]["name"], "train-1");
+    assert_eq!(jobs[0]["spec"]["tasks"][0]["resources"]["amounts"]["gpu"], 4);
+    assert_eq!(jobs[0]["placements"][0]["gpus"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(jobs[0]["exit_code"], serde_json::Value::Null);
+
+    let (r, out) = run(&["describe", "eval-7", "--server", &server.addr(), "-o", "yaml"]);
+    r.unwrap();
+    let docs = yaml_rust2::YamlLoader::load_from_str(&out).expect("describe -o yaml is YAML");
+    assert_eq!(docs[0]["spec"]["name"].as_str(), Some("eval-7"));
+    assert_eq!(docs[0]["reason"].as_str(), Some("waiting for quota in team-b"));
+}
+
+#[test]
+fn submit_from_a_file_sends_its_job_with_overrides() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.yaml");
+    std::fs::write(
+        &path,
+        "name: from-file\nqueue: team-a\npriority: inference\ntasks:\n  - {name: ps, resources: {cpu: 4}}\n  \
+         - {name: worker, replicas: 3, resources: {gpu: 8}}\ncommand: [torchrun, train.py]\ngrace: 90\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let (r, out) = run(&["submit", "--server", &server.addr(), "-f", p, "--name", "renamed", "-o", "json"]);
+    r.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["name"].as_str(), v["duplicate"].as_bool()), (Some("renamed"), Some(false)));
+    let s = fake.state();
+    let spec = s.submits[0].spec.as_ref().unwrap();
+    assert_eq!(
+        (spec.name.as_str(), spec.queue.as_str(), spec.priority_class.as_str()),
+        ("renamed", "team-a", "inference")
+    );
+    assert_eq!(
+        spec.tasks.iter().map(|t| (t.name.as_str(), t.replicas)).collect::<Vec<_>>(),
+        [("ps", 1), ("worker", 3)]
+    );
+    assert_eq!(spec.command, vec!["torchrun", "train.py"]);
+    assert_eq!(spec.grace_ms, Some(90_000));
+    drop(s);
+
+    // A command in the file and after -- is ambiguous; none at all is an error too.
+    let (r, _) = run(&["submit", "--server", &server.addr(), "-f", p, "--", "other"]);
+    assert!(r.unwrap_err().to_string().contains("keep one"));
+    std::fs::write(&path, "name: a\nqueue: q\nresources: {gpu: 1}\n").unwrap();
+    let (r, _) = run(&["submit", "--server", &server.addr(), "-f", p]);
+    assert!(r.unwrap_err().to_string().contains("has no command"));
+    assert_eq!(fake.state().submits.len(), 1);
+}
+
+fn queue_team_a() -> v1::QueueUsage {
+    v1::QueueUsage {
+        queue: Some(v1::Queue {
+            name: "team-a".into(),
+            cohort: "org".into(),
+            quotas: vec![v1::PoolQuota {
+                pool: "default".into(),
+                nominal: resources(&[("gpu", 8), ("cpu", 64)]),
+                borrow_limit: [("gpu".to_string(), 4)].into(),
+                lend_limit: Default::default(),
+            }],
+            weight: 2.0,
+            ordering: "StrictFIFO".into(),
+            within_queue: "Never".into(),
+            reclaim_within_cohort: "LowerPriority".into(),
+            borrow_within_cohort: true,
+            max_priority_threshold: Some(50),
+        }),
+        pools: vec![v1::PoolUsage {
+            pool: "default".into(),
+            used: resources(&[("gpu", 12)]),
+            capacity: resources(&[("gpu", 8)]),
+        }],
+        pending: 1,
+        running: 3,
+    }
+}
+
+#[test]
+fn queue_update_changes_only_the_fields_given() {
+    let fake = Fake::with(|s| s.queues.push(queue_team_a()));
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["queue", "update", "team-a", "--gpus", "4", "--lend-limit", "2", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "queue team-a written\n");
+    let s = fake.state();
+    assert_eq!(s.calls, vec!["ListQueues", "PutQueue"]);
+    let before = queue_team_a().queue.unwrap();
+    let mut expected = before.clone();
+    expected.quotas[0].nominal = resources(&[("gpu", 4), ("cpu", 64)]);
+    expected.quotas[0].lend_limit = [("gpu".to_string(), 2)].into();
+    assert_eq!(s.put_queues, vec![expected]);
+    drop(s);
+
+    // From a file: what it names changes, the rest stays.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.yaml");
+    std::fs::write(&path, "name: team-a\nweight: 5\n").unwrap();
+    let (r, _) = run(&["queue", "update", "-f", path.to_str().unwrap(), "--server", &server.addr()]);
+    r.unwrap();
+    let put = fake.state().put_queues[1].clone();
+    assert_eq!(put.weight, 5.0);
+    assert_eq!(
+        (put.cohort.as_str(), put.ordering.as_str(), put.max_priority_threshold),
+        ("org", "StrictFIFO", Some(50))
+    );
+    assert_eq!(put.quotas, before.quotas);
+
+    let (r, _) = run(&["queue", "update", "ghost", "--weight", "1", "--server", &server.addr()]);
+    assert_eq!(r.unwrap_err().to_string(), "unknown queue \"ghost\"; see baton queue list");
+}
+
+#[test]
+fn queue_create_refuses_an_existing_queue_and_checks_fields() {
+    let fake = Fake::with(|s| s.queues.push(queue_team_a()));
+    let server = serve_baton(fake.clone());
+    let (r, _) = run(&["queue", "create", "team-a", "--gpus", "1", "--server", &server.addr()]);
+    assert!(r.unwrap_err().to_string().contains("already exists"));
+    let (r, _) = run(&["queue", "create", "b", "--max-priority-threshold", "5", "--server", &server.addr()]);
+    assert!(r.unwrap_err().to_string().contains("max_priority_threshold"));
+    let (r, out) = run(&["queue", "create", "b", "--gpus", "2", "--cohort", "org", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "queue b written\n");
+    let put = fake.state().put_queues[0].clone();
+    assert_eq!((put.name.as_str(), put.cohort.as_str()), ("b", "org"));
+    assert_eq!(put.quotas[0].nominal, resources(&[("gpu", 2)]));
+}
+
+#[test]
+fn cluster_info_shows_use_against_nominal_with_borrowing() {
+    let fake = Fake::with(|s| {
+        s.info = v1::ClusterInfoReply {
+            cluster_id: "c1".into(),
+            replicas: vec![
+                v1::Replica { id: 1, addr: "10.0.0.1:7070".into(), role: "Leader".into() },
+                v1::Replica { id: 2, addr: "10.0.0.2:7070".into(), role: "Follower".into() },
+            ],
+            leader_id: 1,
+            leader_addr: "10.0.0.1:7070".into(),
+            term: 7,
+            applied_index: 1234,
+            answered_by: 2,
+            pools: vec![v1::PoolUsage {
+                pool: "default".into(),
+                used: resources(&[("gpu", 12)]),
+                capacity: resources(&[("gpu", 16)]),
+            }],
+            queues: vec![queue_team_a()],
+            jobs_pending: 1,
+            jobs_running: 3,
+        }
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("leader: replica 1 at 10.0.0.1:7070, term 7"), "{out}");
+    assert!(out.contains("applied index: 1234"), "{out}");
+    assert!(out.contains("Follower"), "{out}");
+    assert!(out.contains("gpu 12/16"), "{out}");
+    let row = out.lines().find(|l| l.trim_start().starts_with("team-a")).expect("a row for team-a");
+    assert!(row.contains("gpu 12/8  (borrowing 4)"), "{out}");
+    assert!(row.contains("3 running, 1 pending"), "{out}");
+}
+
+fn logs_cluster(agent_addr: &str, second: &str) -> Fake {
+    let (a, b) = (agent_addr.to_string(), second.to_string());
+    Fake::with(move |s| {
+        s.jobs.push(job(1, "train-1", "q", "Running", &[("n1", &[0, 1, 2, 3]), ("n2", &[0, 1, 2, 3])]));
+        s.jobs.push(job(2, "waiting", "q", "Pending", &[]));
+        s.nodes.push(node("n1", &a));
+        s.nodes.push(node("n2", &b));
+    })
+}
+
+#[test]
+fn logs_follow_streams_from_the_agent_that_has_the_rank() {
+    let first = FakeAgent::default();
+    let second = FakeAgent::default();
+    second.logs.lock().unwrap().insert(1, vec!["step 1\n", "step 2\n", "done\n"]);
+    let (a1, a2) = (serve_agent(first.clone()), serve_agent(second.clone()));
+    let server = serve_baton(logs_cluster(&a1.addr(), &a2.addr()));
+    let (r, out) = run(&["logs", "train-1", "-f", "--rank", "1", "--stderr", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "step 1\nstep 2\ndone\n");
+    // n1's agent does not have rank 1 and said so; n2's served it.
+    let asked = second.requests.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    let req = &asked[0];
+    assert_eq!(
+        (req.job.as_str(), req.rank, req.stream.as_str(), req.follow, req.attempt),
+        ("train-1", 1, "stderr", true, 0)
+    );
+    assert_eq!(first.requests.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn logs_errors_say_what_is_wrong() {
+    let agent = FakeAgent::default();
+    let served = serve_agent(agent);
+    let dead = dead_addr();
+    let server = serve_baton(logs_cluster(&dead, ""));
+    let addr = server.addr();
+    let (r, _) = run(&["logs", "waiting", "--server", &addr]);
+    assert!(r.unwrap_err().to_string().contains("job waiting never started"));
+    let (r, _) = run(&["logs", "train-1", "--rank", "2", "--server", &addr]);
+    assert!(r.unwrap_err().to_string().contains("ranks 0 to 1"));
+    let (r, _) = run(&["logs", "train-1", "--node", "n2", "--server", &addr]);
+    assert!(r.unwrap_err().to_string().contains("node n2 has no agent address"));
+    let (r, _) = run(&["logs", "train-1", "--server", &addr, "--timeout", "2s"]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("agent unreachable") && e.contains(&dead), "{e}");
+    drop(served);
+}
+
+#[test]
+fn watch_prints_one_line_per_event_and_says_when_the_stream_ends() {
+    let fake = Fake::with(|s| {
+        s.jobs.push(job(1, "train-1", "q", "Running", &[("n1", &[0])]));
+        s.events.push(v1::Event {
+            at_ms: 1_795_341_601_234,
+            job: "train-1".into(),
+            node: String::new(),
+            kind: "Started".into(),
+            message: "attempt 1 started on n1[0-3]".into(),
+        });
+        s.events.push(v1::Event {
+            at_ms: 1_795_341_602_000,
+            job: String::new(),
+            node: "n2".into(),
+            kind: "NodeLost".into(),
+            message: "node n2 lost".into(),
+        });
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["watch", "--replay", "--server", &server.addr()]);
+    assert!(matches!(r, Err(ClientError::Stream(_))), "{r:?}");
+    assert_eq!(
+        out,
+        "2026-11-22T10:00:01.234Z  Started  train-1  attempt 1 started on n1[0-3]\n\
+         2026-11-22T10:00:02.000Z  NodeLost  n2  node n2 lost\n"
+    );
+    let (r, out) = run(&["watch", "train-1", "-o", "json", "--server", &server.addr()]);
+    assert!(r.is_err());
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!((v["kind"].as_str(), v["at_ms"].as_u64()), (Some("Started"), Some(1_795_341_601_234)));
+    let (r, _) = run(&["watch", "ghost", "--server", &server.addr()]);
+    assert_eq!(r.unwrap_err().to_string(), "unknown job \"ghost\"; see baton list");
+}
+
+#[test]
+fn nodes_cordon_and_acks() {
+    let fake = Fake::with(|s| s.nodes.push(node("n1", "10.0.0.5:7071")));
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["nodes", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.starts_with("NAME"), "{out}");
+    assert!(out.lines().nth(1).unwrap().contains("0/8"), "{out}");
+    let (r, out) = run(&["uncordon", "n1", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "node n1 uncordoned\n");
+    assert_eq!(fake.state().cordons, vec![v1::CordonRequest { node: "n1".into(), cordoned: false }]);
+    let (r, _) = run(&["cordon", "n9", "--server", &server.addr()]);
+    assert_eq!(r.unwrap_err().to_string(), "unknown node \"n9\"; see baton nodes");
+}
+
+#[test]
+fn describe_shows_the_job_and_with_events_its_history() {
+    let fake = Fake::with(|s| {
+        let mut j = job(1, "train-1", "team-a", "Running", &[("n1", &[0, 1, 2, 3])]);
+        j.spec.as_mut().unwrap().command = vec!["python".into(), "train.py".into(), "--note".into(), "a b".into()];
+        j.events.push(v1::Event {
+            at_ms: 1_795_341_601_234,
+            job: "train-1".into(),
+            node: "n1".into(),
+            kind: "Started".into(),
+            message: "attempt 1 started".into(),
+        });
+        s.jobs.push(j);
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["describe", "train-1", "--server", &server.addr()]);
+    r.unwrap();
+    for needle in [
+        "Name:        train-1 (id 1)",
+        "State:       Running (attempt 1)",
+        "Priority:    100 (class train, preemptible)",
+        "Task:        main: 1 x (gpu 4)",
+        "Command:     python train.py --note 'a b'",
+        "Placement:   n1[0-3]",
+    ] {
+        assert!(out.contains(needle), "{needle:?} in\n{out}");
+    }
+    assert!(!out.contains("Events:"), "{out}");
+    let (r, out) = run(&["describe", "1", "--events", "--server", &server.addr()]);
+    r.unwrap();
+    let events = out.split("Events:\n").nth(1).expect("an events section");
+    assert!(events.lines().nth(1).unwrap().contains("2026-11-22T10:00:01.234Z  Started  n1"), "{out}");
+}
+
+#[test]
+fn cohorts_and_classes_are_created_after_checking_names() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    let (r, out) = run(&["cohort", "create", "org", "--fair-sharing", "--server", &addr]);
+    r.unwrap();
+    assert_eq!(out, "cohort written\n");
+    let (r, _) = run(&["class", "create", "bad name", "--value", "5", "--server", &addr]);
+    assert!(r.unwrap_err().to_string().contains("class.name"));
+    let (r, out) = run(&["class", "list", "--server", &addr]);
+    r.unwrap();
+    assert_eq!(out, "no priority classes\n");
+    assert_eq!(fake.state().calls, vec!["ListCohorts", "PutCohort", "ListClasses"]);
+}

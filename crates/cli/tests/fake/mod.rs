@@ -1,0 +1,381 @@
+//! In-memory fakes of a replica's `Baton` service and an agent's `AgentLogs`, served by tonic
+//! on 127.0.0.1:0 from a thread of their own (so tests may run the real binary against them
+//! synchronously). They record what they are asked and answer from what the test put in.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_proto::v1;
+use baton_proto::v1::agent_logs_server::{AgentLogs, AgentLogsServer};
+use baton_proto::v1::baton_server::{Baton, BatonServer};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+type Answer<T> = Result<Response<T>, Status>;
+type EventStream = Pin<Box<dyn Stream<Item = Result<v1::Event, Status>> + Send>>;
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::LogChunk, Status>> + Send>>;
+
+#[derive(Default)]
+pub struct State {
+    /// Every call, by method name, in order.
+    pub calls: Vec<String>,
+    pub submits: Vec<v1::SubmitRequest>,
+    pub put_queues: Vec<v1::Queue>,
+    pub cordons: Vec<v1::CordonRequest>,
+    pub jobs: Vec<v1::Job>,
+    pub queues: Vec<v1::QueueUsage>,
+    pub nodes: Vec<v1::Node>,
+    pub events: Vec<v1::Event>,
+    pub info: v1::ClusterInfoReply,
+    /// Answer this many calls UNAVAILABLE "no leader yet" before serving (u32::MAX: always).
+    pub no_leader_for: u32,
+    request_ids: HashMap<String, (u64, String)>,
+}
+
+#[derive(Clone, Default)]
+pub struct Fake(pub Arc<Mutex<State>>);
+
+impl Fake {
+    pub fn with(f: impl FnOnce(&mut State)) -> Fake {
+        let fake = Fake::default();
+        f(&mut fake.0.lock().unwrap());
+        fake
+    }
+
+    pub fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap()
+    }
+
+    fn enter(&self, method: &str) -> Result<std::sync::MutexGuard<'_, State>, Status> {
+        let mut s = self.0.lock().unwrap();
+        s.calls.push(method.to_string());
+        if s.no_leader_for > 0 {
+            if s.no_leader_for != u32::MAX {
+                s.no_leader_for -= 1;
+            }
+            return Err(Status::unavailable("no leader yet"));
+        }
+        Ok(s)
+    }
+
+    fn find_job(s: &State, name: &str) -> Result<v1::Job, Status> {
+        s.jobs
+            .iter()
+            .find(|j| j.spec.as_ref().is_some_and(|sp| sp.name == name) || j.id.to_string() == name)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("job {name} is not known")))
+    }
+}
+
+fn ack(message: String) -> Answer<v1::Ack> {
+    Ok(Response::new(v1::Ack { events: vec![v1::Event { kind: "Ack".into(), message, ..Default::default() }] }))
+}
+
+#[tonic::async_trait]
+impl Baton for Fake {
+    async fn submit(&self, r: Request<v1::SubmitRequest>) -> Answer<v1::SubmitReply> {
+        let mut s = self.enter("Submit")?;
+        let r = r.into_inner();
+        s.submits.push(r.clone());
+        let name = r.spec.as_ref().map(|sp| sp.name.clone()).unwrap_or_default();
+        if let Some((id, name)) = s.request_ids.get(&r.request_id) {
+            return Ok(Response::new(v1::SubmitReply { id: *id, name: name.clone(), duplicate: true }));
+        }
+        let id = s.request_ids.len() as u64 + 1;
+        s.request_ids.insert(r.request_id.clone(), (id, name.clone()));
+        Ok(Response::new(v1::SubmitReply { id, name, duplicate: false }))
+    }
+
+    async fn get_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Job> {
+        let s = self.enter("GetJob")?;
+        Fake::find_job(&s, &r.into_inner().name).map(Response::new)
+    }
+
+    async fn list_jobs(&self, r: Request<v1::ListJobsRequest>) -> Answer<v1::ListJobsReply> {
+        let s = self.enter("ListJobs")?;
+        let r = r.into_inner();
+        let jobs = s
+            .jobs
+            .iter()
+            .filter(|j| r.queue.is_empty() || j.spec.as_ref().is_some_and(|sp| sp.queue == r.queue))
+            .filter(|j| r.states.is_empty() || r.states.iter().any(|st| st.eq_ignore_ascii_case(&j.state)))
+            .cloned()
+            .collect();
+        Ok(Response::new(v1::ListJobsReply { jobs, truncated: false }))
+    }
+
+    async fn cancel_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {
+        let s = self.enter("CancelJob")?;
+        let j = Fake::find_job(&s, &r.into_inner().name)?;
+        ack(format!("job {} cancelled", j.spec.unwrap_or_default().name))
+    }
+
+    async fn pause_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {
+        let s = self.enter("PauseJob")?;
+        let j = Fake::find_job(&s, &r.into_inner().name)?;
+        ack(format!("job {} paused", j.spec.unwrap_or_default().name))
+    }
+
+    async fn resume_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {
+        let s = self.enter("ResumeJob")?;
+        let j = Fake::find_job(&s, &r.into_inner().name)?;
+        ack(format!("job {} resumed", j.spec.unwrap_or_default().name))
+    }
+
+    type WatchStream = EventStream;
+
+    async fn watch(&self, r: Request<v1::WatchRequest>) -> Answer<EventStream> {
+        let s = self.enter("Watch")?;
+        let r = r.into_inner();
+        if !r.job.is_empty() {
+            Fake::find_job(&s, &r.job)?;
+        }
+        let events: Vec<Result<v1::Event, Status>> =
+            s.events.iter().filter(|e| r.job.is_empty() || e.job == r.job).cloned().map(Ok).collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(events))))
+    }
+
+    async fn put_queue(&self, r: Request<v1::Queue>) -> Answer<v1::Ack> {
+        let mut s = self.enter("PutQueue")?;
+        let q = r.into_inner();
+        s.put_queues.push(q.clone());
+        ack(format!("queue {} written", q.name))
+    }
+
+    async fn delete_queue(&self, r: Request<v1::NameRef>) -> Answer<v1::Ack> {
+        let _s = self.enter("DeleteQueue")?;
+        Err(Status::not_found(format!("queue {} is not known", r.into_inner().name)))
+    }
+
+    async fn list_queues(&self, _r: Request<v1::Empty>) -> Answer<v1::ListQueuesReply> {
+        let s = self.enter("ListQueues")?;
+        Ok(Response::new(v1::ListQueuesReply { queues: s.queues.clone() }))
+    }
+
+    async fn put_cohort(&self, _r: Request<v1::Cohort>) -> Answer<v1::Ack> {
+        let _s = self.enter("PutCohort")?;
+        ack("cohort written".into())
+    }
+
+    async fn delete_cohort(&self, _r: Request<v1::NameRef>) -> Answer<v1::Ack> {
+        let _s = self.enter("DeleteCohort")?;
+        ack("cohort deleted".into())
+    }
+
+    async fn list_cohorts(&self, _r: Request<v1::Empty>) -> Answer<v1::ListCohortsReply> {
+        let _s = self.enter("ListCohorts")?;
+        Ok(Response::new(v1::ListCohortsReply::default()))
+    }
+
+    async fn put_class(&self, _r: Request<v1::PriorityClass>) -> Answer<v1::Ack> {
+        let _s = self.enter("PutClass")?;
+        ack("class written".into())
+    }
+
+    async fn delete_class(&self, _r: Request<v1::NameRef>) -> Answer<v1::Ack> {
+        let _s = self.enter("DeleteClass")?;
+        ack("class deleted".into())
+    }
+
+    async fn list_classes(&self, _r: Request<v1::Empty>) -> Answer<v1::ListClassesReply> {
+        let _s = self.enter("ListClasses")?;
+        Ok(Response::new(v1::ListClassesReply::default()))
+    }
+
+    async fn list_nodes(&self, _r: Request<v1::Empty>) -> Answer<v1::ListNodesReply> {
+        let s = self.enter("ListNodes")?;
+        Ok(Response::new(v1::ListNodesReply { nodes: s.nodes.clone() }))
+    }
+
+    async fn cordon(&self, r: Request<v1::CordonRequest>) -> Answer<v1::Ack> {
+        let mut s = self.enter("Cordon")?;
+        let r = r.into_inner();
+        if !s.nodes.iter().any(|n| n.name == r.node) {
+            return Err(Status::not_found(format!("node {} is not known", r.node)));
+        }
+        s.cordons.push(r);
+        Ok(Response::new(v1::Ack::default()))
+    }
+
+    async fn drain(&self, _r: Request<v1::NameRef>) -> Answer<v1::Ack> {
+        let _s = self.enter("Drain")?;
+        Ok(Response::new(v1::Ack::default()))
+    }
+
+    async fn cluster_info(&self, _r: Request<v1::Empty>) -> Answer<v1::ClusterInfoReply> {
+        let s = self.enter("ClusterInfo")?;
+        Ok(Response::new(s.info.clone()))
+    }
+}
+
+/// An agent's log server: per rank, the chunks it sends (spaced a little when following).
+#[derive(Clone, Default)]
+pub struct FakeAgent {
+    pub logs: Arc<Mutex<HashMap<u32, Vec<&'static str>>>>,
+    pub requests: Arc<Mutex<Vec<v1::LogsRequest>>>,
+}
+
+/// Gap between chunks of a followed log, so the client sees them arrive over time.
+const FOLLOW_GAP_MS: u64 = 20;
+
+#[tonic::async_trait]
+impl AgentLogs for FakeAgent {
+    type LogsStream = ChunkStream;
+
+    async fn logs(&self, r: Request<v1::LogsRequest>) -> Answer<ChunkStream> {
+        let r = r.into_inner();
+        self.requests.lock().unwrap().push(r.clone());
+        let Some(chunks) = self.logs.lock().unwrap().get(&r.rank).cloned() else {
+            return Err(Status::not_found(format!("no rank {} of job {} here", r.rank, r.job)));
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let follow = r.follow;
+        tokio::spawn(async move {
+            let mut offset = 0u64;
+            for c in chunks {
+                if follow {
+                    tokio::time::sleep(Duration::from_millis(FOLLOW_GAP_MS)).await;
+                }
+                let chunk = v1::LogChunk { attempt: 1, offset, data: c.as_bytes().to_vec() };
+                offset += c.len() as u64;
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+}
+
+/// A server on its own thread; stopped when dropped.
+pub struct Served {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Served {
+    pub fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(router: impl FnOnce(tonic::transport::Server) -> tonic::transport::server::Router + Send + 'static) -> Served {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addr_tx.send(listener.local_addr().unwrap()).unwrap();
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let _ = router(tonic::transport::Server::builder())
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    Served { addr, stop: Some(stop_tx), thread: Some(thread) }
+}
+
+pub fn serve_baton(fake: Fake) -> Served {
+    serve(move |mut b| b.add_service(BatonServer::new(fake)))
+}
+
+pub fn serve_agent(agent: FakeAgent) -> Served {
+    serve(move |mut b| b.add_service(AgentLogsServer::new(agent)))
+}
+
+/// An address nothing listens on (bound, then released).
+pub fn dead_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+pub fn resources(pairs: &[(&str, u64)]) -> Option<v1::Resources> {
+    Some(v1::Resources { amounts: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect() })
+}
+
+/// A job as a server would list it.
+pub fn job(id: u64, name: &str, queue: &str, state: &str, placements: &[(&str, &[u32])]) -> v1::Job {
+    v1::Job {
+        id,
+        spec: Some(v1::JobSpec {
+            name: name.into(),
+            queue: queue.into(),
+            priority_class: "train".into(),
+            tasks: vec![v1::TaskSpec {
+                name: "main".into(),
+                replicas: placements.len().max(1) as u32,
+                resources: resources(&[("gpu", 4)]),
+                pools: vec![],
+            }],
+            command: vec!["python".into(), "train.py".into()],
+            ..Default::default()
+        }),
+        state: state.into(),
+        priority: 100,
+        preemptible: true,
+        attempt: u32::from(!placements.is_empty()),
+        placements: placements.iter().map(|(n, g)| v1::Placement { node: n.to_string(), gpus: g.to_vec() }).collect(),
+        submitted_ms: 1_795_341_600_000,
+        ..Default::default()
+    }
+}
+
+pub fn node(name: &str, agent_addr: &str) -> v1::Node {
+    v1::Node {
+        name: name.into(),
+        pool: "default".into(),
+        resources: resources(&[("gpu", 8)]),
+        status: "Ready".into(),
+        agent_addr: agent_addr.into(),
+        ..Default::default()
+    }
+}
+
+/// Parses a client command line as the binary would and runs it in-process, returning what
+/// it printed.
+pub fn run(args: &[&str]) -> (Result<(), baton_cli::client::ClientError>, String) {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: baton_cli::client::ClientCommand,
+    }
+    let cli = Cli::try_parse_from(std::iter::once("baton").chain(args.iter().copied())).expect("arguments parse");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut out = Vec::new();
+    let result = rt.block_on(async {
+        let conn = cli.cmd.conn_args().conn()?;
+        baton_cli::client::run(&conn, &cli.cmd, &mut out).await
+    });
+    (result, String::from_utf8(out).unwrap())
+}
+
+/// The real binary, run to completion.
+pub fn baton(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(args)
+        .env_remove("BATON_SERVER")
+        .output()
+        .expect("the baton binary runs")
+}

@@ -1,0 +1,135 @@
+//! Single-object files for the `baton` client, in the scenario's shapes (spec/scenario.md), read
+//! with the same reader so errors name file, line and field exactly as the simulator does:
+//! a job (`baton submit -f job.yaml`) is a timeline `submit`, a queue (`baton queue create -f`)
+//! is an entry of `queues`.
+
+use std::path::Path;
+
+use baton_model::job::JobSpec;
+use baton_model::queue::QueueSpec;
+
+use crate::de::{Cx, InputError, R};
+use crate::yaml::{self, Node, Yaml};
+
+/// Fields a scenario's `submit` may carry that only mean something on the simulator's
+/// virtual clock; a real job runs its command for as long as it runs.
+const SIMULATOR_ONLY_JOB_FIELDS: [&str; 2] = ["duration", "checkpoint_time"];
+
+/// A file that could not be read, or that does not hold what it should.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read {file}: {source}")]
+    Read { file: String, source: std::io::Error },
+    #[error("{0}")]
+    Input(#[from] InputError),
+}
+
+/// A job in the `submit` shape, from text; `file` names it in errors.
+pub fn parse_job(file: &str, text: &str) -> Result<JobSpec, InputError> {
+    let cx = Cx { file };
+    let root = document(&cx, text)?;
+    if let Yaml::Map(entries) = &root.v {
+        for (k, _) in entries {
+            if let Yaml::Scalar { text: key, .. } = &k.v
+                && SIMULATOR_ONLY_JOB_FIELDS.contains(&key.as_str())
+            {
+                let msg = "only the simulator reads this (how long a simulated job takes); \
+                           a real job runs its command, so remove it";
+                return Err(cx.err(k.line, key, msg));
+            }
+        }
+    }
+    Ok(crate::parse_timeline::parse_submit(&cx, &root, "")?.spec)
+}
+
+/// A queue in the shape of an entry of a scenario's `queues`, from text.
+pub fn parse_queue(file: &str, text: &str) -> Result<QueueSpec, InputError> {
+    let cx = Cx { file };
+    let root = document(&cx, text)?;
+    crate::parse::parse_queue(&cx, &root, "")
+}
+
+/// A queue file applied onto the queue as it is now (`baton queue update -f`): fields the
+/// file leaves out keep their current values. The file's `name` must be `current`'s.
+pub fn parse_queue_update(file: &str, text: &str, current: QueueSpec) -> Result<QueueSpec, InputError> {
+    let cx = Cx { file };
+    let root = document(&cx, text)?;
+    let mut f = cx.map(&root, "")?;
+    let name_node = f.req("name")?;
+    let name = cx.name(name_node, "name")?;
+    if name != current.name {
+        let msg = format!("the file updates queue {name}, not {}", current.name);
+        return Err(cx.err(name_node.line, "name", msg));
+    }
+    let q = crate::parse::queue_fields(&cx, &mut f, current)?;
+    f.finish()?;
+    Ok(q)
+}
+
+/// [`parse_job`] on a file's contents.
+pub fn parse_job_file(path: &Path) -> Result<JobSpec, FileError> {
+    let (file, text) = read(path)?;
+    Ok(parse_job(&file, &text)?)
+}
+
+/// [`parse_queue`] on a file's contents.
+pub fn parse_queue_file(path: &Path) -> Result<QueueSpec, FileError> {
+    let (file, text) = read(path)?;
+    Ok(parse_queue(&file, &text)?)
+}
+
+fn read(path: &Path) -> Result<(String, String), FileError> {
+    let file = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((file, text)),
+        Err(source) => Err(FileError::Read { file, source }),
+    }
+}
+
+fn document(cx: &Cx, text: &str) -> R<Node> {
+    let root = yaml::parse(text).map_err(|e| cx.err(e.line, "", format!("not valid YAML: {}", e.message)))?;
+    root.ok_or_else(|| cx.err(1, "", "the file is empty"))
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_model::job::PriorityRef;
+    use baton_model::name::Name;
+
+    use super::*;
+
+    #[test]
+    fn a_job_file_reads_like_a_scenario_submit() {
+        let text = "name: train-1\nqueue: team-a\npriority: 7\nreplicas: 2\nresources: {gpu: 4, memory: 64Gi}\n\
+                    command: [python, train.py]\nenv: {A: '1'}\ngrace: 45\n";
+        let s = parse_job("job.yaml", text).unwrap();
+        assert_eq!(s.name, Name::lit("train-1"));
+        assert_eq!(s.priority, PriorityRef::Value(7));
+        assert_eq!(s.tasks[0].replicas, 2);
+        assert_eq!(s.tasks[0].resources.get("memory"), 64 << 30);
+        assert_eq!(s.command, vec!["python", "train.py"]);
+        assert_eq!(s.grace_ms, 45_000);
+    }
+
+    #[test]
+    fn bad_job_files_name_file_line_and_field() {
+        let e = parse_job("job.yaml", "name: a\nqueue: q\nresources: {gpu: 4x}\n").unwrap_err();
+        assert_eq!((e.file.as_str(), e.line, e.field.as_str()), ("job.yaml", 3, "resources.gpu"));
+        let e = parse_job("job.yaml", "name: a\nqueue: q\nresources: {gpu: 1}\nduration: 60\n").unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (4, "duration"));
+        let e = parse_job("job.yaml", "name: a\nresources: {gpu: 1}\n").unwrap_err();
+        assert_eq!(e.field, "queue");
+        assert!(parse_job("job.yaml", "").unwrap_err().message.contains("empty"));
+    }
+
+    #[test]
+    fn queue_update_keeps_what_the_file_leaves_out() {
+        let q = parse_queue("q.yaml", "name: team-a\ncohort: org\nquota: {gpu: 8}\nweight: 2\n").unwrap();
+        let u = parse_queue_update("q.yaml", "name: team-a\nquota: {gpu: 4}\n", q.clone()).unwrap();
+        assert_eq!(u.cohort, q.cohort);
+        assert_eq!(u.weight, 2.0);
+        assert_eq!(u.quotas[&Name::lit("default")].nominal.get("gpu"), 4);
+        let e = parse_queue_update("q.yaml", "name: team-b\n", q).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (1, "name"));
+    }
+}
