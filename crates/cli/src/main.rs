@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use baton_cli::{client, server, sim};
+use baton_cli::{client, dev, server, sim};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -18,6 +18,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run one scheduler replica.
     Server(server::ServerArgs),
+    /// Start a local HA cluster (3 replicas, 2 agents with development GPUs); --demo plays a
+    /// preemption story live.
+    Dev(dev::DevArgs),
     #[command(flatten)]
     Client(Box<client::ClientCommand>),
 }
@@ -27,6 +30,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Server(args) => server::run(args),
+        Command::Dev(args) => dev::run(args),
         Command::Client(cmd) => client::execute(*cmd),
     }
 }

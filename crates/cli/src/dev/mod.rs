@@ -1,0 +1,93 @@
+//! `baton dev`: a local HA cluster on this machine (3 replicas, 2 agents with development
+//! GPUs) as child processes of this one, data in a temporary directory; `--demo` then plays
+//! seed 000's story live with real processes.
+//!
+//! - `procs`: starting, watching and stopping the child processes.
+//! - `demo`: the story and its timeline.
+
+mod demo;
+mod procs;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use procs::Children;
+
+#[derive(Args, Debug, Clone)]
+pub struct DevArgs {
+    /// Play seed 000's story (a training job over quota preempted with a checkpoint, then
+    /// resumed from it) and print its timeline, then stop.
+    #[arg(long)]
+    pub demo: bool,
+    /// First port; replicas listen on it and the next two.
+    #[arg(long, default_value_t = 7070)]
+    pub port: u16,
+    /// Development GPUs per agent.
+    #[arg(long, default_value_t = 8)]
+    pub gpus: u32,
+    /// Where data and logs go (default: a new temporary directory, removed on exit).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Replicas in a dev cluster: the smallest that survives losing one.
+pub const REPLICAS: u16 = 3;
+/// Agents (nodes) in a dev cluster.
+pub const AGENTS: u16 = 2;
+
+pub fn run(args: DevArgs) -> ExitCode {
+    let tmp;
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => match tempfile::Builder::new().prefix("baton-dev-").tempdir() {
+            Ok(t) => {
+                tmp = t;
+                tmp.path().to_path_buf()
+            }
+            Err(e) => return fail(format!("cannot make a temporary directory: {e}")),
+        },
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the runtime: {e}")),
+    };
+    rt.block_on(async move {
+        let mut children = match Children::start(&dir, args.port, args.gpus).await {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        let code = if args.demo { demo::play(&children.servers(), &dir).await } else { serve(&children, &dir).await };
+        children.stop(Duration::from_secs(5)).await;
+        code
+    })
+}
+
+fn fail(e: String) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::FAILURE
+}
+
+async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
+    let servers = children.servers().join(",");
+    println!("baton dev: {REPLICAS} replicas and {AGENTS} agents with development GPUs are up.");
+    println!("  data and logs: {}", dir.display());
+    println!();
+    println!("In another shell:");
+    println!("  export BATON_SERVER={servers}");
+    println!("  baton cluster info");
+    println!("  baton queue create team-a --gpus 8");
+    println!("  baton submit --name hello --queue team-a --gpus 1 -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'");
+    println!("  baton list; baton logs hello");
+    println!();
+    println!("Press Ctrl-C to stop the cluster.");
+    tokio::select! {
+        () = crate::logging::shutdown_signal() => ExitCode::SUCCESS,
+        e = children.first_exit() => {
+            eprintln!("error: {e}; see the logs in {}", dir.display());
+            ExitCode::FAILURE
+        }
+    }
+}
