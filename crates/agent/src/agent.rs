@@ -57,7 +57,7 @@ impl Agent {
         match sup {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e.into()),
-            Err(e) => return Err(AgentError::Config(format!("the supervisor task failed: {e}"))),
+            Err(e) => return Err(AgentError::Task(format!("supervisor: {e}"))),
         }
         if let Ok(Err(e)) = served {
             return Err(AgentError::LogsServer(e.to_string()));
@@ -102,19 +102,19 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     let service = LogsService { data_dir: config.data_dir.clone(), live: shared.live_logs.clone() };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let logs_server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(AgentLogsServer::new(service))
-            .serve_with_incoming_shutdown(incoming, async {
+        tonic::transport::Server::builder().add_service(AgentLogsServer::new(service)).serve_with_incoming_shutdown(
+            incoming,
+            async {
                 let _ = logs_stopped.await;
-            }),
+            },
+        ),
     );
 
     let (dir_tx, dir_rx) = mpsc::channel(DIRECTIVE_BUFFER);
     let supervisor = tokio::spawn(supervisor.run(dir_rx));
     let (attached_tx, attached_rx) = watch::channel(None);
     let reattach = Arc::new(Notify::new());
-    let servers: Vec<String> =
-        config.servers.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let servers: Vec<String> = config.servers.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     let follower = Follower {
         servers,
         node: node_info(&config, &inventory, &advertised),

@@ -17,6 +17,8 @@ pub enum AgentError {
     Listen { addr: String, source: std::io::Error },
     #[error("the logs server failed: {0}")]
     LogsServer(String),
+    #[error("an agent task failed: {0}")]
+    Task(String),
 }
 
 /// Why no GPU inventory could be made.

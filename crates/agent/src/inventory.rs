@@ -63,7 +63,13 @@ pub fn nvml_inventory() -> Result<Inventory, InventoryError> {
             }
             Err(e) => {
                 tracing::warn!(index, "GPU {index} cannot be queried, reported unhealthy: {e}");
-                Gpu { index, uuid: format!("unknown-{index}"), model: "unknown".into(), memory_bytes: 0, healthy: false }
+                Gpu {
+                    index,
+                    uuid: format!("unknown-{index}"),
+                    model: "unknown".into(),
+                    memory_bytes: 0,
+                    healthy: false,
+                }
             }
         };
         gpus.push(gpu);
@@ -74,7 +80,13 @@ pub fn nvml_inventory() -> Result<Inventory, InventoryError> {
 /// `count` fake GPUs for development machines, named after the node.
 pub fn development_inventory(node: &str, count: u32) -> Inventory {
     let gpus = (0..count)
-        .map(|i| Gpu { index: i, uuid: format!("dev-{node}-{i}"), model: "development".into(), memory_bytes: 0, healthy: true })
+        .map(|i| Gpu {
+            index: i,
+            uuid: format!("dev-{node}-{i}"),
+            model: "development".into(),
+            memory_bytes: 0,
+            healthy: true,
+        })
         .collect();
     Inventory { source: Source::Development, gpus }
 }

@@ -92,7 +92,8 @@ impl Journal {
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
         let open_err = |source| JournalError::Open { path: path.to_path_buf(), source };
         let db = sled::Config::new().path(path).open().map_err(open_err)?;
-        let tree = |name: &str| db.open_tree(name).map_err(|source| JournalError::Open { path: path.to_path_buf(), source });
+        let tree =
+            |name: &str| db.open_tree(name).map_err(|source| JournalError::Open { path: path.to_path_buf(), source });
         let journal = Journal {
             path: path.to_path_buf(),
             meta: tree("meta")?,
@@ -290,14 +291,21 @@ mod tests {
         let j = Journal::open(&dir.path().join("journal")).unwrap();
         let ckpt = Observation { what: Some(What::Checkpointed(Checkpointed { job_id: 9, attempt: 1 })) };
         j.push_observation(&ckpt).unwrap();
-        for i in 0..MAX_PENDING_OBSERVATIONS as u64 {
+        for i in 0..MAX_PENDING_OBSERVATIONS as u64 - 1 {
             j.pending.insert((i + 2).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
         }
-        j.push_observation(&exited(99_999)).unwrap();
+        assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
+        j.push_observation(&exited(99_998)).unwrap();
         assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
         let all = j.pending(usize::MAX).unwrap();
         assert!(all.iter().all(|(_, o)| *o != ckpt), "the progress note went first");
         assert_eq!(all[0].1, exited(0));
+        // With no progress notes left, the oldest observation of any kind goes.
+        j.push_observation(&exited(99_999)).unwrap();
+        let all = j.pending(usize::MAX).unwrap();
+        assert_eq!(all.len(), MAX_PENDING_OBSERVATIONS);
+        assert_eq!(all[0].1, exited(1));
+        assert_eq!(all.last().unwrap().1, exited(99_999));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::process::Stdio;
 
 use baton_proto::v1::Assignment;
 
+use crate::limits::MAX_COMMAND_ARGS;
 use crate::logfiles;
 
 /// Exit code reported for a replica whose wrapper was killed (SIGKILL: 128 + 9).
@@ -107,6 +108,9 @@ fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     let stderr = logfiles::open_append(&stderr_path).map_err(|e| fail("cannot open", &stderr_path, e))?;
     if a.command.is_empty() {
         return Err(StartError("the assignment has an empty command".into()));
+    }
+    if a.command.len() > MAX_COMMAND_ARGS || a.env.len() > MAX_COMMAND_ARGS {
+        return Err(StartError(format!("more than {MAX_COMMAND_ARGS} command arguments or environment entries")));
     }
     let ckpt = checkpoint_dir(dirs.checkpoint_root, &a.job);
     std::fs::create_dir_all(&ckpt).map_err(|e| fail("cannot create", &ckpt, e))?;

@@ -55,7 +55,7 @@ pub const MAX_ATTEMPT_RECORDS: usize = 65_536;
 pub const DIRECTIVE_BUFFER: usize = 16;
 /// Process events (exits) buffered for the supervisor.
 pub const EVENT_BUFFER: usize = 1_024;
-/// Longest accepted command line (arguments) of one assignment, and env entries.
+/// Most command arguments, and most environment entries, of one assignment.
 pub const MAX_COMMAND_ARGS: usize = 4_096;
 /// Longest gRPC message the agent decodes.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

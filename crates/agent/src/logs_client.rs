@@ -17,12 +17,13 @@ pub async fn fetch_logs(
 ) -> Result<(), LogsError> {
     let addr = agent_addr.to_string();
     let ep = endpoint(agent_addr).map_err(|detail| LogsError::Address { addr: addr.clone(), detail })?;
-    let channel =
-        ep.connect().await.map_err(|e| LogsError::Connect { addr: addr.clone(), detail: e.to_string() })?;
+    let channel = ep.connect().await.map_err(|e| LogsError::Connect { addr: addr.clone(), detail: e.to_string() })?;
     let mut client = AgentLogsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let mut stream =
         client.logs(req).await.map_err(|status| LogsError::Refused { addr: addr.clone(), status })?.into_inner();
-    while let Some(chunk) = stream.message().await.map_err(|status| LogsError::Refused { addr: addr.clone(), status })? {
+    while let Some(chunk) =
+        stream.message().await.map_err(|status| LogsError::Refused { addr: addr.clone(), status })?
+    {
         out.write_all(&chunk.data).await?;
     }
     out.flush().await?;

@@ -86,7 +86,8 @@ impl AgentLogs for LogsService {
                 let n = match read_at(&mut file, offset, &mut buf).await {
                     Ok(n) => n,
                     Err(e) => {
-                        let _ = tx.send(Err(Status::internal(format!("cannot read {}: {e}", target.path.display())))).await;
+                        let _ =
+                            tx.send(Err(Status::internal(format!("cannot read {}: {e}", target.path.display())))).await;
                         return;
                     }
                 };

@@ -27,9 +27,7 @@ pub fn machine_memory_bytes() -> u64 {
 }
 
 pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str) -> NodeInfo {
-    let cpu = config
-        .cpu
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1));
+    let cpu = config.cpu.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1));
     let memory = config.memory_bytes.unwrap_or_else(machine_memory_bytes);
     let mut resources = std::collections::HashMap::new();
     resources.insert("gpu".to_string(), inventory.healthy_count());

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_proto::v1::{Action, Assignment, Checkpointed, Directive, Exited, Observation, Running, Stopped};
 use baton_proto::v1::observation::What;
+use baton_proto::v1::{Action, Assignment, Checkpointed, Directive, Exited, Observation, Running, Stopped};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -156,7 +156,12 @@ impl Supervisor {
             if let Some(max) = self.journal.max_attempt(a.job_id)?
                 && a.attempt < max
             {
-                tracing::warn!(job = a.job, attempt = a.attempt, newest = max, "refused an assignment of an older attempt");
+                tracing::warn!(
+                    job = a.job,
+                    attempt = a.attempt,
+                    newest = max,
+                    "refused an assignment of an older attempt"
+                );
                 continue;
             }
             wanted.insert(key, a);
@@ -283,7 +288,9 @@ impl Supervisor {
         let mut rec = self.record(key, a, Phase::Running);
         self.journal.put_replica(&rec)?;
         let (signal, signal_name) = match parse_signal(&a.checkpoint_signal) {
-            Ok(s) => (s, if a.checkpoint_signal.is_empty() { "SIGTERM".to_string() } else { a.checkpoint_signal.clone() }),
+            Ok(s) => {
+                (s, if a.checkpoint_signal.is_empty() { "SIGTERM".to_string() } else { a.checkpoint_signal.clone() })
+            }
             Err(e) => {
                 tracing::warn!(job = a.job, "{e}; using SIGTERM");
                 (libc::SIGTERM, "SIGTERM".to_string())

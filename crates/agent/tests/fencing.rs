@@ -49,7 +49,10 @@ async fn an_older_attempt_is_refused() {
     let old = dir.path().join("old");
     let marker = dir.path().join("marker");
     let _reaper = Reaper(vec![pid.clone(), old.clone(), marker.clone()]);
-    gw.set(1, vec![assignment(1, 2, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))]);
+    gw.set(
+        1,
+        vec![assignment(1, 2, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
     let p = wait_for(5, "attempt 2 started", || read_pid(&pid)).await;
     gw.set(
         1,
@@ -80,8 +83,7 @@ async fn a_follower_points_the_agent_to_the_leader() {
     assert_eq!(node.gpus.len(), 4);
     assert_eq!(node.resources["gpu"], 4);
     assert_eq!(node.agent_addr, agent.logs_addr().to_string());
-    wait_for(5, "the leader's job reported", || (!exited_of(&leader.observations(), 1).is_empty()).then_some(()))
-        .await;
+    wait_for(5, "the leader's job reported", || (!exited_of(&leader.observations(), 1).is_empty()).then_some(())).await;
     assert!(out.exists());
     assert!(follower.fake.seen.lock().unwrap().reports.is_empty(), "reports go to the attached leader");
     agent.shutdown().await.unwrap();

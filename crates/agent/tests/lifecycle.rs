@@ -13,12 +13,7 @@ async fn run_starts_the_replica_with_its_environment_and_reports_its_exit() {
     let gw = Gateway::start(None).await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let env_file = dir.path().join("env.txt");
-    let mut a = assignment(
-        1,
-        2,
-        Action::Run,
-        &format!("env > {}; exit 3", env_file.display()),
-    );
+    let mut a = assignment(1, 2, Action::Run, &format!("env > {}; exit 3", env_file.display()));
     a.env.insert("USER_VAR".into(), "x y".into());
     a.resume = true;
     a.checkpoint_signal = "SIGUSR1".into();
@@ -63,7 +58,8 @@ async fn resume_is_unset_without_a_checkpoint_and_reports_carry_running_replicas
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let pid_file = dir.path().join("pid");
     let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("echo $$ > {}; env > {}.env; while :; do sleep 0.05; done", pid_file.display(), pid_file.display());
+    let cmd =
+        format!("echo $$ > {}; env > {}.env; while :; do sleep 0.05; done", pid_file.display(), pid_file.display());
     gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
     let report = wait_for(5, "a report listing the replica", || {
         gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "running"))
@@ -86,7 +82,14 @@ async fn stop_checkpoints_then_resumes_from_it() {
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let train = common::repo_root().join("examples/workloads/train.py");
     let mut run = assignment(1, 1, Action::Run, "");
-    run.command = vec!["python3".into(), train.display().to_string(), "--steps".into(), "1000".into(), "--step-ms".into(), "10".into()];
+    run.command = vec![
+        "python3".into(),
+        train.display().to_string(),
+        "--steps".into(),
+        "1000".into(),
+        "--step-ms".into(),
+        "10".into(),
+    ];
     gw.set(1, vec![run.clone()]);
     let log = dir.path().join("logs/job-1/1/rank-0.stdout");
     wait_for(5, "a few steps", || std::fs::read_to_string(&log).ok().filter(|t| t.contains("step 3"))).await;

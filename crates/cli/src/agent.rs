@@ -117,9 +117,7 @@ pub fn run(args: AgentArgs) -> ExitCode {
         }
     };
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .try_init();
     let runtime = match tokio::runtime::Runtime::new() {

@@ -19,7 +19,7 @@ enum Command {
     /// Run the real scheduler against a scenario file on a virtual clock (what-if).
     Sim(sim::SimArgs),
     /// Run the worker agent on a GPU node: follow the leader, run job replicas, serve their logs.
-    Agent(agent::AgentArgs),
+    Agent(Box<agent::AgentArgs>),
     /// A preemptible test job: counts steps, checkpoints on SIGTERM/SIGUSR1, resumes.
     #[command(hide = true)]
     Workload(agent::WorkloadArgs),
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim(args) => sim::run(args),
-        Command::Agent(args) => agent::run(args),
+        Command::Agent(args) => agent::run(*args),
         Command::Workload(args) => agent::workload(args),
     }
 }

@@ -13,13 +13,11 @@ use baton_agent::inventory::development_inventory;
 use baton_agent::{Agent, AgentConfig};
 use baton_proto::v1::agent_gateway_server::{AgentGateway, AgentGatewayServer};
 use baton_proto::v1::observation::What;
-use baton_proto::v1::{
-    Action, Assignment, AttachRequest, Directive, Observation, ReportReply, ReportRequest,
-};
+use baton_proto::v1::{Action, Assignment, AttachRequest, Directive, Observation, ReportReply, ReportRequest};
 use tokio::sync::{oneshot, watch};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::WatchStream;
 use tokio_stream::StreamExt;
+use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
 #[derive(Default)]
@@ -105,7 +103,12 @@ impl Gateway {
 
     /// Sends a directive without changing the term the fake answers reports with.
     pub fn send_raw(&self, term: u64, assignments: Vec<Assignment>) {
-        self.fake.directive.send_replace(Some(Directive { term, leader_id: 1, assignments, heartbeat_timeout_ms: 5_000 }));
+        self.fake.directive.send_replace(Some(Directive {
+            term,
+            leader_id: 1,
+            assignments,
+            heartbeat_timeout_ms: 5_000,
+        }));
     }
 
     pub fn observations(&self) -> Vec<Observation> {
