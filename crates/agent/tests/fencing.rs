@@ -21,8 +21,10 @@ async fn a_directive_with_a_lower_term_is_refused() {
     let p1 = wait_for(5, "job 1 started", || read_pid(&pid1)).await;
 
     // A deposed leader (term 3) wants job 2 instead of job 1.
+    let attaches = gw.attaches();
     gw.send_raw(3, vec![assignment(2, 1, Action::Run, &long(&started2))]);
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The agent got it: it leaves a leader that sends a lower term and attaches again.
+    wait_for(5, "a reattach after the stale directive", || (gw.attaches() > attaches).then_some(())).await;
     // Then the real leader (term 5) adds job 3; directives are handled in order, so once
     // job 3 runs the term-3 directive has been dealt with.
     gw.set(5, vec![one, assignment(3, 1, Action::Run, &long(&pid3))]);

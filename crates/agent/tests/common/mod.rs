@@ -111,6 +111,15 @@ impl Gateway {
         }));
     }
 
+    /// The term the fake answers reports with (a deposed leader answers a lower one).
+    pub fn set_reply_term(&self, term: u64) {
+        *self.fake.reply_term.lock().unwrap() = term;
+    }
+
+    pub fn report_count(&self) -> usize {
+        self.fake.seen.lock().unwrap().reports.len()
+    }
+
     pub fn observations(&self) -> Vec<Observation> {
         let seen = self.fake.seen.lock().unwrap();
         seen.reports.iter().flat_map(|r| r.observations.clone()).collect()
