@@ -22,9 +22,12 @@ use crate::supervisor::{Settings, Supervisor};
 /// A running agent. Dropping it without `shutdown` leaves its tasks to the runtime.
 pub struct Agent {
     logs_addr: SocketAddr,
+    advertised: String,
     inventory: Inventory,
     logs_stop: Option<oneshot::Sender<()>>,
     supervisor: JoinHandle<Result<(), crate::error::JournalError>>,
+    /// Resolves with the supervisor's error if it stops by itself (the journal failed).
+    failed: Option<oneshot::Receiver<String>>,
     tasks: Vec<JoinHandle<()>>,
     logs_server: JoinHandle<Result<(), tonic::transport::Error>>,
 }
@@ -35,8 +38,25 @@ impl Agent {
         self.logs_addr
     }
 
+    /// The address the leader was given for this agent's logs (NodeInfo.agent_addr).
+    pub fn agent_addr(&self) -> &str {
+        &self.advertised
+    }
+
     pub fn inventory(&self) -> &Inventory {
         &self.inventory
+    }
+
+    /// Completes with the reason if the agent fails by itself (its journal cannot be
+    /// written); never completes otherwise.
+    pub async fn failure(&mut self) -> String {
+        match self.failed.as_mut() {
+            Some(rx) => match rx.await {
+                Ok(why) => why,
+                Err(_) => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
     }
 
     /// Stops following the leader and serving logs. The replicas keep running: a restarted
@@ -88,7 +108,14 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
         .map_err(|source| AgentError::Listen { addr: config.listen.clone(), source })?;
     let logs_addr =
         listener.local_addr().map_err(|source| AgentError::Listen { addr: config.listen.clone(), source })?;
-    let advertised = config.advertise.clone().unwrap_or_else(|| logs_addr.to_string());
+    // A wildcard bind is no address for others to dial: advertise the host name instead.
+    let advertised = config.advertise.clone().unwrap_or_else(|| {
+        if logs_addr.ip().is_unspecified() {
+            format!("{}:{}", crate::node::host_name(), logs_addr.port())
+        } else {
+            logs_addr.to_string()
+        }
+    });
 
     let settings = Settings {
         data_dir: config.data_dir.clone(),
@@ -111,7 +138,15 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     );
 
     let (dir_tx, dir_rx) = mpsc::channel(DIRECTIVE_BUFFER);
-    let supervisor = tokio::spawn(supervisor.run(dir_rx));
+    let (fail_tx, failed) = oneshot::channel();
+    let supervisor = tokio::spawn(async move {
+        let result = supervisor.run(dir_rx).await;
+        if let Err(e) = &result {
+            tracing::error!("the supervisor stopped: {e}");
+            let _ = fail_tx.send(e.to_string());
+        }
+        result
+    });
     let (attached_tx, attached_rx) = watch::channel(None);
     let reattach = Arc::new(Notify::new());
     let servers: Vec<String> = config.servers.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
@@ -134,13 +169,27 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     };
     let tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];
     tracing::info!(node = config.name, agent_addr = %advertised, "agent started");
-    Ok(Agent { logs_addr, inventory, logs_stop: Some(logs_stop), supervisor, tasks, logs_server })
+    Ok(Agent {
+        logs_addr,
+        advertised,
+        inventory,
+        logs_stop: Some(logs_stop),
+        supervisor,
+        failed: Some(failed),
+        tasks,
+        logs_server,
+    })
 }
 
 /// Runs an agent until `shutdown` completes (or the supervisor fails).
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
-    let agent = start(config).await?;
-    eprintln!("agent_addr={}", agent.logs_addr());
-    shutdown.await;
-    agent.shutdown().await
+    let mut agent = start(config).await?;
+    eprintln!("agent_addr={}", agent.agent_addr());
+    tokio::select! {
+        _ = shutdown => agent.shutdown().await,
+        why = agent.failure() => {
+            let _ = agent.shutdown().await;
+            Err(AgentError::Task(format!("supervisor: {why}")))
+        }
+    }
 }

@@ -108,7 +108,9 @@ impl Supervisor {
                 sup.set_live(&key, true);
             } else {
                 let code = if pid == 0 { EXIT_CODE_NOT_STARTED } else { sup.exit_code_from_file(&key) };
-                sup.finish(&key, code)?;
+                // It ended while nobody watched: its pid may belong to someone else by now,
+                // so its group is not signalled.
+                sup.finish(&key, code, Leftovers::Leave)?;
             }
         }
         sup.publish();
@@ -322,7 +324,7 @@ impl Supervisor {
             Err(e) => {
                 tracing::warn!(?key, job = a.job, "cannot start: {e}");
                 self.replicas.insert(*key, Replica { rec, signal, newest_checkpoint_ms: 0 });
-                self.finish(key, EXIT_CODE_NOT_STARTED)
+                self.finish(key, EXIT_CODE_NOT_STARTED, Leftovers::Leave)
             }
         }
     }
@@ -369,7 +371,7 @@ impl Supervisor {
         if r.rec.pid != ev.pid || r.rec.phase == Phase::Finished {
             return Ok(());
         }
-        self.finish(&ev.key, ev.code)?;
+        self.finish(&ev.key, ev.code, Leftovers::Kill)?;
         self.publish();
         Ok(())
     }
@@ -379,10 +381,13 @@ impl Supervisor {
     }
 
     /// Records how a replica ended and what to tell the leader about it.
-    fn finish(&mut self, key: &ReplicaKey, code: i32) -> Result<(), JournalError> {
+    fn finish(&mut self, key: &ReplicaKey, code: i32, leftovers: Leftovers) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        // Whatever the job left behind in its group (children) goes with it.
-        signal_group(r.rec.pid, libc::SIGKILL);
+        if leftovers == Leftovers::Kill && r.rec.phase != Phase::Finished {
+            // Whatever the job left behind in its group (children) goes with it. The group
+            // id cannot have been reused while members of it remain.
+            signal_group(r.rec.pid, libc::SIGKILL);
+        }
         let obs = match r.rec.phase {
             Phase::Running | Phase::Suspended => {
                 r.rec.outcome = Some(Outcome::Exited { code });
@@ -457,7 +462,7 @@ impl Supervisor {
             // status; give it the chance first.
             if self.events_rx.is_empty() {
                 let code = self.exit_code_from_file(&key);
-                self.finish(&key, code)?;
+                self.finish(&key, code, Leftovers::Kill)?;
             }
         }
         if self.last_checkpoint_poll.elapsed() >= Duration::from_millis(CHECKPOINT_POLL_MS) {
@@ -558,6 +563,13 @@ impl Supervisor {
             }
         });
     }
+}
+
+/// What to do with processes a replica left in its group when its wrapper ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftovers {
+    Kill,
+    Leave,
 }
 
 fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
