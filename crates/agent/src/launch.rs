@@ -101,7 +101,6 @@ fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     let fail = |what: &str, path: &Path, e: std::io::Error| StartError(format!("{what} {}: {e}", path.display()));
     let log_dir = logfiles::attempt_dir(dirs.data_dir, &a.job, a.attempt);
     std::fs::create_dir_all(&log_dir).map_err(|e| fail("cannot create", &log_dir, e))?;
-    logfiles::retain(dirs.data_dir, &a.job);
     let stdout_path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stdout");
     let stderr_path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stderr");
     let stdout = logfiles::open_append(&stdout_path).map_err(|e| fail("cannot open", &stdout_path, e))?;

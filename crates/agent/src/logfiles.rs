@@ -5,6 +5,7 @@
 //! back to the cap with a note when it grows past it, so a file holds at most the cap plus
 //! what the job wrote in one supervisor tick.
 
+use std::collections::HashSet;
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -37,8 +38,12 @@ pub fn attempts(data_dir: &Path, job: &str) -> Vec<u32> {
 }
 
 /// Removes the oldest attempts of `job` past the bound, and the least recently changed
-/// jobs past theirs (never `job` itself).
-pub fn retain(data_dir: &Path, job: &str) {
+/// jobs past theirs (never `job` itself, nor a job in `active`, whose replicas still write).
+pub fn retain(data_dir: &Path, job: &str, active: &HashSet<&str>) {
+    retain_bounded(data_dir, job, active, MAX_LOG_JOBS);
+}
+
+fn retain_bounded(data_dir: &Path, job: &str, active: &HashSet<&str>, max_jobs: usize) {
     let list = attempts(data_dir, job);
     if list.len() > MAX_LOG_ATTEMPTS_PER_JOB {
         for old in &list[..list.len() - MAX_LOG_ATTEMPTS_PER_JOB] {
@@ -46,15 +51,25 @@ pub fn retain(data_dir: &Path, job: &str) {
         }
     }
     let Ok(rd) = std::fs::read_dir(data_dir.join("logs")) else { return };
-    let mut jobs: Vec<(std::time::SystemTime, PathBuf)> = rd
-        .flatten()
-        .filter(|e| e.file_name().to_str() != Some(job))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    if jobs.len() + 1 > MAX_LOG_JOBS {
-        jobs.sort();
-        let excess = jobs.len() + 1 - MAX_LOG_JOBS;
-        for (_, path) in jobs.into_iter().take(excess) {
+    let mut others = 0;
+    let mut removable: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name == job {
+            continue;
+        }
+        others += 1;
+        if !active.contains(name)
+            && let Some(t) = e.metadata().ok().and_then(|m| m.modified().ok())
+        {
+            removable.push((t, e.path()));
+        }
+    }
+    // Room for `job` itself.
+    if others + 1 > max_jobs {
+        removable.sort();
+        for (_, path) in removable.into_iter().take(others + 1 - max_jobs) {
             let _ = std::fs::remove_dir_all(path);
         }
     }
@@ -118,10 +133,31 @@ mod tests {
         for a in 1..=(MAX_LOG_ATTEMPTS_PER_JOB as u32 + 2) {
             std::fs::create_dir_all(attempt_dir(dir.path(), "j", a)).unwrap();
         }
-        retain(dir.path(), "j");
+        retain(dir.path(), "j", &HashSet::new());
         let left = attempts(dir.path(), "j");
         assert_eq!(left.len(), MAX_LOG_ATTEMPTS_PER_JOB);
         assert_eq!(left[0], 3);
+    }
+
+    #[test]
+    fn keeps_the_newest_jobs_but_never_active_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        const MAX: usize = 6;
+        for j in 0..MAX + 3 {
+            std::fs::create_dir_all(attempt_dir(dir.path(), &format!("j{j:04}"), 1)).unwrap();
+            // Distinct modification times, oldest first.
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + j as u64);
+            std::fs::File::open(dir.path().join("logs").join(format!("j{j:04}"))).unwrap().set_modified(t).unwrap();
+        }
+        let active: HashSet<&str> = ["j0000"].into_iter().collect();
+        retain_bounded(dir.path(), "new", &active, MAX);
+        let left: HashSet<String> = std::fs::read_dir(dir.path().join("logs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left.len(), MAX - 1, "room for the new job");
+        assert!(left.contains("j0000"), "an active job keeps its logs");
+        assert!(!left.contains("j0001") && !left.contains("j0004") && left.contains("j0005"));
     }
 
     #[test]

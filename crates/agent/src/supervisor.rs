@@ -298,6 +298,9 @@ impl Supervisor {
                 (libc::SIGTERM, "SIGTERM".to_string())
             }
         };
+        let active: HashSet<&str> =
+            self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.job.as_str()).collect();
+        logfiles::retain(&self.data_dir, &a.job, &active);
         let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &a.job);
         let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root };
         match launch::start(a, &dirs, &signal_name) {

@@ -19,15 +19,17 @@ async fn run_starts_the_replica_with_its_environment_and_reports_its_exit() {
     a.checkpoint_signal = "SIGUSR1".into();
     let mut missing = assignment(2, 1, Action::Run, "");
     missing.command = vec!["no-such-command-for-baton".into()];
-    gw.set(1, vec![a, missing]);
+    let killed = assignment(3, 1, Action::Run, "kill -USR2 $$; sleep 1");
+    gw.set(1, vec![a, missing, killed]);
 
-    let obs = wait_for(5, "both exits reported", || {
+    let obs = wait_for(5, "all exits reported", || {
         let o = gw.observations();
-        (exited_of(&o, 1).len() == 1 && exited_of(&o, 2).len() == 1).then_some(o)
+        (exited_of(&o, 1).len() == 1 && exited_of(&o, 2).len() == 1 && exited_of(&o, 3).len() == 1).then_some(o)
     })
     .await;
     assert_eq!(exited_of(&obs, 1), vec![3]);
     assert_eq!(exited_of(&obs, 2), vec![127], "a command that is not found exits 127");
+    assert_eq!(exited_of(&obs, 3), vec![128 + libc::SIGUSR2], "a signal death is 128 + signal");
 
     let env = std::fs::read_to_string(&env_file).unwrap();
     let ckpt_dir = dir.path().join("checkpoints").join("job-1");
