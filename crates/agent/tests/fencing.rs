@@ -153,3 +153,33 @@ async fn a_restarted_agent_readopts_its_replicas_and_reports_exits_it_missed() {
     assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 2, "nothing started twice");
     agent.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_in_progress_survives_an_agent_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 600;
+    gw.set(1, vec![stop]);
+    wait_for(5, "reported stopping", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "stopping"))
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+    assert!(alive(pid), "the replica ignores its signal; the agent is gone");
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "Stopped after the grace period", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(()))
+        .await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![false]);
+    assert!(!alive(pid), "killed by the restarted agent at the journaled deadline");
+    agent.shutdown().await.unwrap();
+}
