@@ -5,6 +5,7 @@
 //! describe, logs, watch, queue, ...; see its doc), and `logging` (log setup and shutdown
 //! signals for the long-running commands). `main.rs` only wires clap.
 
+pub mod agent;
 pub mod client;
 pub mod dev;
 pub mod logging;

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use baton_cli::{client, dev, server, sim};
+use baton_cli::{agent, client, dev, server, sim};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -23,6 +23,11 @@ enum Command {
     Dev(dev::DevArgs),
     #[command(flatten)]
     Client(Box<client::ClientCommand>),
+    /// Run the worker agent on a GPU node: follow the leader, run job replicas, serve their logs.
+    Agent(Box<agent::AgentArgs>),
+    /// A preemptible test job: counts steps, checkpoints on SIGTERM/SIGUSR1, resumes.
+    #[command(hide = true)]
+    Workload(agent::WorkloadArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,5 +37,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server::run(args),
         Command::Dev(args) => dev::run(args),
         Command::Client(cmd) => client::execute(*cmd),
+        Command::Agent(args) => agent::run(*args),
+        Command::Workload(args) => agent::workload(args),
     }
 }

@@ -1,0 +1,195 @@
+//! Wiring: journal, inventory, logs server, supervisor, leader follower and reporter.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use baton_proto::v1::agent_logs_server::AgentLogsServer;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+
+use crate::config::AgentConfig;
+use crate::error::AgentError;
+use crate::inventory::{self, Inventory};
+use crate::journal::Journal;
+use crate::leader::Follower;
+use crate::limits::DIRECTIVE_BUFFER;
+use crate::logs_server::LogsService;
+use crate::node::node_info;
+use crate::reporter::Reporter;
+use crate::supervisor::{Settings, Supervisor};
+
+/// A running agent. Dropping it without `shutdown` leaves its tasks to the runtime.
+pub struct Agent {
+    logs_addr: SocketAddr,
+    advertised: String,
+    inventory: Inventory,
+    logs_stop: Option<oneshot::Sender<()>>,
+    supervisor: JoinHandle<Result<(), crate::error::JournalError>>,
+    /// Resolves with the supervisor's error if it stops by itself (the journal failed).
+    failed: Option<oneshot::Receiver<String>>,
+    tasks: Vec<JoinHandle<()>>,
+    logs_server: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Agent {
+    /// Where AgentLogs is served.
+    pub fn logs_addr(&self) -> SocketAddr {
+        self.logs_addr
+    }
+
+    /// The address the leader was given for this agent's logs (NodeInfo.agent_addr).
+    pub fn agent_addr(&self) -> &str {
+        &self.advertised
+    }
+
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    /// Completes with the reason if the agent fails by itself (its journal cannot be
+    /// written); never completes otherwise.
+    pub async fn failure(&mut self) -> String {
+        match self.failed.as_mut() {
+            Some(rx) => match rx.await {
+                Ok(why) => why,
+                Err(_) => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stops following the leader and serving logs. The replicas keep running: a restarted
+    /// agent on the same data directory re-adopts them.
+    pub async fn shutdown(mut self) -> Result<(), AgentError> {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        // The follower held the directive sender: the supervisor now ends its loop.
+        let sup = (&mut self.supervisor).await;
+        if let Some(stop) = self.logs_stop.take() {
+            let _ = stop.send(());
+        }
+        let served = (&mut self.logs_server).await;
+        match sup {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e.into()),
+            Err(e) => return Err(AgentError::Task(format!("supervisor: {e}"))),
+        }
+        if let Ok(Err(e)) = served {
+            return Err(AgentError::LogsServer(e.to_string()));
+        }
+        Ok(())
+    }
+}
+
+/// Starts an agent: opens the journal (re-adopting replicas), takes the inventory, serves
+/// logs and starts following the leader.
+pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
+    config.validate().map_err(AgentError::Config)?;
+    let inventory = inventory::resolve(&config.name, config.dev_gpus)?;
+    start_with_inventory(config, inventory).await
+}
+
+/// As `start`, with an inventory taken elsewhere.
+pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> Result<Agent, AgentError> {
+    config.validate().map_err(AgentError::Config)?;
+    let checkpoint_root = config.checkpoint_root();
+    for dir in [&config.data_dir, &checkpoint_root] {
+        std::fs::create_dir_all(dir).map_err(|source| AgentError::CreateDir { path: dir.clone(), source })?;
+    }
+    let journal = Arc::new(Journal::open(&config.data_dir.join("journal"))?);
+
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|source| AgentError::Listen { addr: config.listen.clone(), source })?;
+    let logs_addr =
+        listener.local_addr().map_err(|source| AgentError::Listen { addr: config.listen.clone(), source })?;
+    // A wildcard bind is no address for others to dial: advertise the host name instead.
+    let advertised = config.advertise.clone().unwrap_or_else(|| {
+        if logs_addr.ip().is_unspecified() {
+            format!("{}:{}", crate::node::host_name(), logs_addr.port())
+        } else {
+            logs_addr.to_string()
+        }
+    });
+
+    let settings = Settings {
+        data_dir: config.data_dir.clone(),
+        checkpoint_root,
+        kill_grace_ms: config.kill_grace_ms,
+        log_cap_bytes: config.log_cap_bytes,
+    };
+    let (supervisor, shared) = Supervisor::new(journal.clone(), settings)?;
+
+    let (logs_stop, logs_stopped) = oneshot::channel::<()>();
+    let service = LogsService { data_dir: config.data_dir.clone(), live: shared.live_logs.clone() };
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let logs_server = tokio::spawn(
+        tonic::transport::Server::builder().add_service(AgentLogsServer::new(service)).serve_with_incoming_shutdown(
+            incoming,
+            async {
+                let _ = logs_stopped.await;
+            },
+        ),
+    );
+
+    let (dir_tx, dir_rx) = mpsc::channel(DIRECTIVE_BUFFER);
+    let (fail_tx, failed) = oneshot::channel();
+    let supervisor = tokio::spawn(async move {
+        let result = supervisor.run(dir_rx).await;
+        if let Err(e) = &result {
+            tracing::error!("the supervisor stopped: {e}");
+            let _ = fail_tx.send(e.to_string());
+        }
+        result
+    });
+    let (attached_tx, attached_rx) = watch::channel(None);
+    let reattach = Arc::new(Notify::new());
+    let servers: Vec<String> = config.servers.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let follower = Follower {
+        servers,
+        node: node_info(&config, &inventory, &advertised),
+        journal: journal.clone(),
+        directives: dir_tx,
+        attached: attached_tx,
+        reattach: reattach.clone(),
+    };
+    let reporter = Reporter {
+        node: config.name.clone(),
+        heartbeat_ms: config.heartbeat_ms,
+        journal,
+        running: shared.running,
+        observed: shared.observed,
+        attached: attached_rx,
+        reattach,
+    };
+    let tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];
+    tracing::info!(node = config.name, agent_addr = %advertised, "agent started");
+    Ok(Agent {
+        logs_addr,
+        advertised,
+        inventory,
+        logs_stop: Some(logs_stop),
+        supervisor,
+        failed: Some(failed),
+        tasks,
+        logs_server,
+    })
+}
+
+/// Runs an agent until `shutdown` completes (or the supervisor fails).
+pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let mut agent = start(config).await?;
+    eprintln!("agent_addr={}", agent.agent_addr());
+    tokio::select! {
+        _ = shutdown => agent.shutdown().await,
+        why = agent.failure() => {
+            let _ = agent.shutdown().await;
+            Err(AgentError::Task(format!("supervisor: {why}")))
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Whether a job wrote a checkpoint: the newest modification time under its checkpoint
+//! directory, scanned with bounds on entries and depth.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::limits::{MAX_CHECKPOINT_SCAN_DEPTH, MAX_CHECKPOINT_SCAN_ENTRIES, MTIME_SLACK_MS};
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The newest mtime (Unix ms) of any regular file under `dir`; 0 when there is none.
+pub fn newest_mtime_ms(dir: &Path) -> u64 {
+    let mut newest = 0;
+    let mut seen = 0;
+    scan(dir, 0, &mut seen, &mut newest);
+    newest
+}
+
+fn scan(dir: &Path, depth: usize, seen: &mut usize, newest: &mut u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        *seen += 1;
+        if *seen > MAX_CHECKPOINT_SCAN_ENTRIES {
+            return;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            if depth + 1 < MAX_CHECKPOINT_SCAN_DEPTH {
+                scan(&entry.path(), depth + 1, seen, newest);
+            }
+        } else if meta.is_file() {
+            let ms = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64);
+            *newest = (*newest).max(ms.unwrap_or(0));
+        }
+    }
+}
+
+/// Whether a checkpoint was written after the signal sent at `signal_ms`, given the newest
+/// file before it (`before_ms`) and now (`after_ms`).
+pub fn written_after(signal_ms: u64, before_ms: u64, after_ms: u64) -> bool {
+    after_ms > before_ms && after_ms + MTIME_SLACK_MS >= signal_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_newest_file_in_subdirectories() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(newest_mtime_ms(dir.path()), 0);
+        assert_eq!(newest_mtime_ms(&dir.path().join("missing")), 0);
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let before = now_unix_ms();
+        std::fs::write(dir.path().join("sub/a.ckpt"), b"1").unwrap();
+        let newest = newest_mtime_ms(dir.path());
+        assert!(newest + MTIME_SLACK_MS >= before, "{newest} vs {before}");
+    }
+
+    #[test]
+    fn only_newer_files_after_the_signal_count() {
+        assert!(written_after(1_000, 500, 1_001));
+        assert!(!written_after(1_000, 500, 500), "nothing new");
+        assert!(!written_after(1_000, 0, 900), "an old file written before the signal");
+        assert!(written_after(1_000, 0, 995), "within the timestamp slack");
+    }
+}

@@ -1,0 +1,85 @@
+//! What `baton agent` is told on its command line.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::limits::{DEFAULT_KILL_GRACE_MS, DEFAULT_LOG_CAP_BYTES};
+
+/// The agent's configuration. `AgentConfig::new` fills in the defaults.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Replica addresses ("host:port" or "http://host:port"); any of them, the agent finds
+    /// the leader.
+    pub servers: Vec<String>,
+    /// Node name, unique in the cluster.
+    pub name: String,
+    pub pool: String,
+    pub rack: String,
+    pub labels: BTreeMap<String, String>,
+    /// Development GPUs used when NVML is unavailable (`--gpus N`).
+    pub dev_gpus: Option<u32>,
+    /// CPUs offered; `None`: the machine's.
+    pub cpu: Option<u64>,
+    /// Memory offered in bytes; `None`: the machine's.
+    pub memory_bytes: Option<u64>,
+    /// Journal and logs.
+    pub data_dir: PathBuf,
+    /// Where each job's checkpoint directory lives (`<root>/<job>`); `None`:
+    /// `<data_dir>/checkpoints`. Shared storage in a real cluster, so a job resumes elsewhere.
+    pub checkpoint_root: Option<PathBuf>,
+    /// Address for the AgentLogs service ("127.0.0.1:0" picks a port).
+    pub listen: String,
+    /// Address advertised to the leader for logs; `None`: the bound address.
+    pub advertise: Option<String>,
+    pub heartbeat_ms: u64,
+    /// Grace for replicas no longer wanted here: SIGTERM, then SIGKILL after this long.
+    pub kill_grace_ms: u64,
+    /// Size of one log file after which output is dropped with a note.
+    pub log_cap_bytes: u64,
+}
+
+impl AgentConfig {
+    pub fn new(name: impl Into<String>, data_dir: impl Into<PathBuf>) -> AgentConfig {
+        AgentConfig {
+            servers: vec!["127.0.0.1:7070".to_string()],
+            name: name.into(),
+            pool: "default".to_string(),
+            rack: String::new(),
+            labels: BTreeMap::new(),
+            dev_gpus: None,
+            cpu: None,
+            memory_bytes: None,
+            data_dir: data_dir.into(),
+            checkpoint_root: None,
+            listen: "127.0.0.1:0".to_string(),
+            advertise: None,
+            heartbeat_ms: 500,
+            kill_grace_ms: DEFAULT_KILL_GRACE_MS,
+            log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
+        }
+    }
+
+    pub fn checkpoint_root(&self) -> PathBuf {
+        self.checkpoint_root.clone().unwrap_or_else(|| self.data_dir.join("checkpoints"))
+    }
+
+    /// Refuses what cannot work, naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.servers.iter().all(|s| s.trim().is_empty()) {
+            return Err("--server: at least one replica address is needed".into());
+        }
+        if self.name.trim().is_empty() {
+            return Err("--name: the node name is empty".into());
+        }
+        if self.name.contains('/') || self.name.chars().any(char::is_whitespace) {
+            return Err(format!("--name {:?}: no '/' or spaces allowed", self.name));
+        }
+        if self.heartbeat_ms == 0 || self.heartbeat_ms > 60_000 {
+            return Err(format!("--heartbeat-ms {}: must be between 1 and 60000", self.heartbeat_ms));
+        }
+        if self.log_cap_bytes < 1024 {
+            return Err(format!("log cap {} bytes: must be at least 1024", self.log_cap_bytes));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,319 @@
+//! The agent's durable memory (sled at `<data-dir>/journal`, flushed after every write
+//! because sled only syncs every 500 ms by itself): the highest leader term seen, the
+//! highest attempt per job, every replica started here (pid and process start time), and
+//! the observations the leader has not acknowledged yet.
+
+use std::path::{Path, PathBuf};
+
+use baton_proto::v1::Observation;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::error::JournalError;
+use crate::limits::{MAX_ATTEMPT_RECORDS, MAX_PENDING_OBSERVATIONS};
+
+/// Identity of one replica of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReplicaKey {
+    pub job_id: u64,
+    pub attempt: u32,
+    pub rank: u32,
+}
+
+impl ReplicaKey {
+    fn bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.job_id.to_be_bytes());
+        b[8..12].copy_from_slice(&self.attempt.to_be_bytes());
+        b[12..].copy_from_slice(&self.rank.to_be_bytes());
+        b
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    Running,
+    /// The checkpoint signal went out (STOP); killed at the deadline.
+    Stopping,
+    /// SIGSTOPped in place.
+    Suspended,
+    /// No longer wanted here: SIGTERM, then SIGKILL; nothing is reported.
+    Killing,
+    Finished,
+}
+
+/// How a replica ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Exited { code: i32 },
+    Stopped { checkpointed: bool },
+    Killed,
+}
+
+/// A STOP in progress: when the signal went out and the newest checkpoint file before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopInfo {
+    pub signal_unix_ms: u64,
+    pub deadline_unix_ms: u64,
+    pub newest_before_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaRecord {
+    pub key: ReplicaKey,
+    pub job: String,
+    pub task: u32,
+    pub replica: u32,
+    /// The wrapper's pid, which is also the process group id; 0 if it never started.
+    pub pid: u32,
+    /// From /proc/<pid>/stat, so a reused pid is not mistaken for the replica.
+    pub start_time: u64,
+    pub phase: Phase,
+    pub stop: Option<StopInfo>,
+    /// When the Killing phase gives up waiting and sends SIGKILL.
+    pub kill_deadline_unix_ms: u64,
+    pub outcome: Option<Outcome>,
+    /// Where the wrapper writes the exit code.
+    pub exit_file: PathBuf,
+}
+
+pub struct Journal {
+    path: PathBuf,
+    db: sled::Db,
+    meta: sled::Tree,
+    attempts: sled::Tree,
+    replicas: sled::Tree,
+    pending: sled::Tree,
+}
+
+const TERM_KEY: &[u8] = b"term";
+
+impl Journal {
+    pub fn open(path: &Path) -> Result<Journal, JournalError> {
+        let open_err = |source| JournalError::Open { path: path.to_path_buf(), source };
+        let db = sled::Config::new().path(path).open().map_err(open_err)?;
+        let tree =
+            |name: &str| db.open_tree(name).map_err(|source| JournalError::Open { path: path.to_path_buf(), source });
+        let journal = Journal {
+            path: path.to_path_buf(),
+            meta: tree("meta")?,
+            attempts: tree("attempts")?,
+            replicas: tree("replicas")?,
+            pending: tree("pending")?,
+            db,
+        };
+        // Read everything once so a damaged journal is refused at start, naming the path.
+        journal.term()?;
+        journal.replicas()?;
+        journal.pending(usize::MAX)?;
+        Ok(journal)
+    }
+
+    fn io(&self, source: sled::Error) -> JournalError {
+        JournalError::Io { path: self.path.clone(), source }
+    }
+
+    fn corrupt(&self, what: &str, detail: impl ToString) -> JournalError {
+        JournalError::Corrupt { path: self.path.clone(), what: what.to_string(), detail: detail.to_string() }
+    }
+
+    fn flush(&self) -> Result<(), JournalError> {
+        self.db.flush().map(|_| ()).map_err(|e| self.io(e))
+    }
+
+    pub fn term(&self) -> Result<u64, JournalError> {
+        match self.meta.get(TERM_KEY).map_err(|e| self.io(e))? {
+            None => Ok(0),
+            Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| self.corrupt("term", "not 8 bytes"))?)),
+        }
+    }
+
+    /// Raises the highest term seen to `term` (never lowers it); returns the result.
+    pub fn raise_term(&self, term: u64) -> Result<u64, JournalError> {
+        let mut bad = false;
+        let new = self
+            .meta
+            .update_and_fetch(TERM_KEY, |old| {
+                let cur = match old.map(<[u8; 8]>::try_from) {
+                    None => 0,
+                    Some(Ok(b)) => u64::from_be_bytes(b),
+                    Some(Err(_)) => {
+                        bad = true;
+                        0
+                    }
+                };
+                Some(cur.max(term).to_be_bytes().to_vec())
+            })
+            .map_err(|e| self.io(e))?;
+        if bad {
+            return Err(self.corrupt("term", "not 8 bytes"));
+        }
+        self.flush()?;
+        let b: [u8; 8] = new.as_deref().and_then(|v| v.try_into().ok()).unwrap_or([0; 8]);
+        Ok(u64::from_be_bytes(b))
+    }
+
+    pub fn max_attempt(&self, job_id: u64) -> Result<Option<u32>, JournalError> {
+        match self.attempts.get(job_id.to_be_bytes()).map_err(|e| self.io(e))? {
+            None => Ok(None),
+            Some(v) => {
+                let b: [u8; 4] = v.as_ref().try_into().map_err(|_| self.corrupt("attempt", "not 4 bytes"))?;
+                Ok(Some(u32::from_be_bytes(b)))
+            }
+        }
+    }
+
+    /// Remembers `attempt` as the highest for `job_id`. Bounded: past `MAX_ATTEMPT_RECORDS`
+    /// jobs, the lowest job ids (the oldest jobs) are forgotten.
+    pub fn set_max_attempt(&self, job_id: u64, attempt: u32) -> Result<(), JournalError> {
+        self.attempts.insert(job_id.to_be_bytes(), &attempt.to_be_bytes()).map_err(|e| self.io(e))?;
+        while self.attempts.len() > MAX_ATTEMPT_RECORDS {
+            self.attempts.pop_min().map_err(|e| self.io(e))?;
+        }
+        self.flush()
+    }
+
+    pub fn replicas(&self) -> Result<Vec<ReplicaRecord>, JournalError> {
+        let mut out = Vec::new();
+        for item in self.replicas.iter() {
+            let (_, v) = item.map_err(|e| self.io(e))?;
+            out.push(serde_json::from_slice(&v).map_err(|e| self.corrupt("replica record", e))?);
+        }
+        Ok(out)
+    }
+
+    pub fn put_replica(&self, rec: &ReplicaRecord) -> Result<(), JournalError> {
+        let v = serde_json::to_vec(rec).map_err(|e| self.corrupt("replica record", e))?;
+        self.replicas.insert(rec.key.bytes(), v).map_err(|e| self.io(e))?;
+        self.flush()
+    }
+
+    pub fn remove_replica(&self, key: &ReplicaKey) -> Result<(), JournalError> {
+        self.replicas.remove(key.bytes()).map_err(|e| self.io(e))?;
+        self.flush()
+    }
+
+    /// Appends an observation; past `MAX_PENDING_OBSERVATIONS` the oldest `Checkpointed`
+    /// goes first (a progress note a later one supersedes), else the oldest of any kind.
+    pub fn push_observation(&self, obs: &Observation) -> Result<(), JournalError> {
+        let next = match self.pending.last().map_err(|e| self.io(e))? {
+            Some((k, _)) => seq_of(&k).map_err(|d| self.corrupt("observation key", d))? + 1,
+            None => 1,
+        };
+        self.pending.insert(next.to_be_bytes(), obs.encode_to_vec()).map_err(|e| self.io(e))?;
+        while self.pending.len() > MAX_PENDING_OBSERVATIONS {
+            let victim = self
+                .pending(usize::MAX)?
+                .into_iter()
+                .find(|(_, o)| matches!(o.what, Some(baton_proto::v1::observation::What::Checkpointed(_))))
+                .map(|(seq, _)| seq);
+            match victim {
+                Some(seq) => {
+                    self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
+                }
+                None => {
+                    self.pending.pop_min().map_err(|e| self.io(e))?;
+                }
+            }
+            tracing::warn!("more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; dropped the oldest");
+        }
+        self.flush()
+    }
+
+    /// Up to `limit` unacknowledged observations, oldest first, with their sequence numbers.
+    pub fn pending(&self, limit: usize) -> Result<Vec<(u64, Observation)>, JournalError> {
+        let mut out = Vec::new();
+        for item in self.pending.iter().take(limit) {
+            let (k, v) = item.map_err(|e| self.io(e))?;
+            let seq = seq_of(&k).map_err(|d| self.corrupt("observation key", d))?;
+            let obs = Observation::decode(v.as_ref()).map_err(|e| self.corrupt("observation", e))?;
+            out.push((seq, obs));
+        }
+        Ok(out)
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Drops acknowledged observations.
+    pub fn ack(&self, seqs: &[u64]) -> Result<(), JournalError> {
+        for seq in seqs {
+            self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
+        }
+        self.flush()
+    }
+}
+
+fn seq_of(k: &[u8]) -> Result<u64, &'static str> {
+    Ok(u64::from_be_bytes(k.try_into().map_err(|_| "not 8 bytes")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_proto::v1::{Checkpointed, Exited, observation::What};
+
+    fn exited(job_id: u64) -> Observation {
+        Observation { what: Some(What::Exited(Exited { job_id, attempt: 1, rank: 0, exit_code: 0 })) }
+    }
+
+    #[test]
+    fn survives_reopen_and_acks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        {
+            let j = Journal::open(&path).unwrap();
+            assert_eq!(j.term().unwrap(), 0);
+            assert_eq!(j.raise_term(7).unwrap(), 7);
+            assert_eq!(j.raise_term(5).unwrap(), 7, "never lowered");
+            j.set_max_attempt(3, 2).unwrap();
+            j.push_observation(&exited(1)).unwrap();
+            j.push_observation(&exited(2)).unwrap();
+            let p = j.pending(10).unwrap();
+            j.ack(&[p[0].0]).unwrap();
+        }
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.term().unwrap(), 7);
+        assert_eq!(j.max_attempt(3).unwrap(), Some(2));
+        assert_eq!(j.max_attempt(4).unwrap(), None);
+        let p = j.pending(10).unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].1, exited(2));
+        // New sequence numbers continue after the last one, never reusing an acked one.
+        j.push_observation(&exited(3)).unwrap();
+        assert!(j.pending(10).unwrap()[1].0 > p[0].0);
+    }
+
+    #[test]
+    fn pending_is_bounded_dropping_progress_notes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("journal")).unwrap();
+        let ckpt = Observation { what: Some(What::Checkpointed(Checkpointed { job_id: 9, attempt: 1 })) };
+        j.push_observation(&ckpt).unwrap();
+        for i in 0..MAX_PENDING_OBSERVATIONS as u64 - 1 {
+            j.pending.insert((i + 2).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
+        }
+        assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
+        j.push_observation(&exited(99_998)).unwrap();
+        assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
+        let all = j.pending(usize::MAX).unwrap();
+        assert!(all.iter().all(|(_, o)| *o != ckpt), "the progress note went first");
+        assert_eq!(all[0].1, exited(0));
+        // With no progress notes left, the oldest observation of any kind goes.
+        j.push_observation(&exited(99_999)).unwrap();
+        let all = j.pending(usize::MAX).unwrap();
+        assert_eq!(all.len(), MAX_PENDING_OBSERVATIONS);
+        assert_eq!(all[0].1, exited(1));
+        assert_eq!(all.last().unwrap().1, exited(99_999));
+    }
+
+    #[test]
+    fn unreadable_journal_names_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        std::fs::write(&path, b"not a directory").unwrap();
+        let err = Journal::open(&path).err().expect("refused").to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+    }
+}

@@ -1,0 +1,142 @@
+//! Starting one replica: its environment, its log files, its own session and process group,
+//! and a tiny `sh` wrapper that records the exit code in a file so that an agent restarted
+//! while the job ran can still report how it ended.
+//!
+//! The wrapper sets handlers (not "ignore") for the usual termination signals: a signal
+//! sent to the group reaches the job with its normal semantics (handlers reset to default
+//! on exec), while the wrapper survives it, waits for the job and writes its status
+//! (`128 + signal` for a signal death). Only SIGKILL takes the wrapper down with the job;
+//! then the agent (if it runs) sees the wrapper killed, and an agent restarted later finds
+//! no exit file and reports `EXIT_CODE_KILLED`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use baton_proto::v1::Assignment;
+
+use crate::limits::MAX_COMMAND_ARGS;
+use crate::logfiles;
+
+/// Exit code reported for a replica whose wrapper was killed (SIGKILL: 128 + 9).
+pub const EXIT_CODE_KILLED: i32 = 128 + libc::SIGKILL;
+/// Exit code reported for a replica that could not be started (as a shell reports a
+/// command not found).
+pub const EXIT_CODE_NOT_STARTED: i32 = 127;
+
+/// Signals the wrapper outlives: HUP INT QUIT USR1 USR2 ALRM TERM (numbers, portable `trap`).
+const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
+f=$1
+shift
+"$@"
+rc=$?
+printf '%s\n' "$rc" > "$f.tmp" && mv -f "$f.tmp" "$f"
+exit "$rc"
+"#;
+
+/// What a start needs besides the assignment.
+pub struct LaunchDirs<'a> {
+    pub data_dir: &'a Path,
+    pub checkpoint_root: &'a Path,
+}
+
+pub fn checkpoint_dir(checkpoint_root: &Path, job: &str) -> PathBuf {
+    checkpoint_root.join(job)
+}
+
+pub fn exit_file(data_dir: &Path, job_id: u64, attempt: u32, rank: u32) -> PathBuf {
+    data_dir.join("run").join(format!("{job_id}-{attempt}-{rank}.exit"))
+}
+
+/// Reads the exit code the wrapper wrote, if it did.
+pub fn read_exit_file(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The environment a replica gets on top of the agent's own.
+pub fn replica_env(a: &Assignment, checkpoint_dir: &Path, signal_name: &str) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
+    env.insert("CUDA_VISIBLE_DEVICES".into(), gpus.join(","));
+    env.insert("BATON_JOB".into(), a.job.clone());
+    env.insert("BATON_JOB_ID".into(), a.job_id.to_string());
+    env.insert("BATON_ATTEMPT".into(), a.attempt.to_string());
+    env.insert("BATON_RANK".into(), a.rank.to_string());
+    env.insert("BATON_WORLD_SIZE".into(), a.world_size.to_string());
+    env.insert("BATON_CHECKPOINT_DIR".into(), checkpoint_dir.display().to_string());
+    env.insert("BATON_CHECKPOINT_SIGNAL".into(), signal_name.to_string());
+    env.remove("BATON_RESUME");
+    if a.resume {
+        env.insert("BATON_RESUME".into(), "1".into());
+    }
+    env
+}
+
+/// A started replica.
+pub struct Started {
+    pub child: tokio::process::Child,
+    pub pid: u32,
+}
+
+/// Why a replica did not start; the reason is also in its stderr log.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(pub String);
+
+/// Creates the directories and log files and spawns the replica. On failure the reason is
+/// appended to the replica's stderr log (when that could be opened).
+pub fn start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result<Started, StartError> {
+    let result = try_start(a, dirs, signal_name);
+    if let Err(e) = &result {
+        let path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stderr");
+        if let Ok(mut f) = logfiles::open_append(&path) {
+            use std::io::Write;
+            let _ = writeln!(f, "baton: cannot start {:?}: {e}", a.command);
+        }
+    }
+    result
+}
+
+fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result<Started, StartError> {
+    let fail = |what: &str, path: &Path, e: std::io::Error| StartError(format!("{what} {}: {e}", path.display()));
+    let log_dir = logfiles::attempt_dir(dirs.data_dir, &a.job, a.attempt);
+    std::fs::create_dir_all(&log_dir).map_err(|e| fail("cannot create", &log_dir, e))?;
+    let stdout_path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stdout");
+    let stderr_path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stderr");
+    let stdout = logfiles::open_append(&stdout_path).map_err(|e| fail("cannot open", &stdout_path, e))?;
+    let stderr = logfiles::open_append(&stderr_path).map_err(|e| fail("cannot open", &stderr_path, e))?;
+    if a.command.is_empty() {
+        return Err(StartError("the assignment has an empty command".into()));
+    }
+    if a.command.len() > MAX_COMMAND_ARGS || a.env.len() > MAX_COMMAND_ARGS {
+        return Err(StartError(format!("more than {MAX_COMMAND_ARGS} command arguments or environment entries")));
+    }
+    let ckpt = checkpoint_dir(dirs.checkpoint_root, &a.job);
+    std::fs::create_dir_all(&ckpt).map_err(|e| fail("cannot create", &ckpt, e))?;
+    let exit = exit_file(dirs.data_dir, a.job_id, a.attempt, a.rank);
+    if let Some(parent) = exit.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| fail("cannot create", parent, e))?;
+    }
+    let _ = std::fs::remove_file(&exit);
+
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).args(&a.command);
+    cmd.env_remove("BATON_RESUME");
+    cmd.envs(replica_env(a, &ckpt, signal_name));
+    cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+    // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no
+    // terminal signals reach it, and the whole group is signalled at once by its pgid.
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| if libc::setsid() < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+    }
+    let child = cmd.spawn().map_err(|e| StartError(format!("cannot run sh: {e}")))?;
+    let pid = child.id().ok_or_else(|| StartError("the wrapper exited before its pid was read".into()))?;
+    Ok(Started { child, pid })
+}
+
+/// The exit code a shell would report for this status: the code, or 128 + signal.
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(libc::SIGKILL))
+}

@@ -1,0 +1,127 @@
+//! Following the leader: attach to any replica, go where a follower points
+//! (FAILED_PRECONDITION with `baton-leader` metadata), back off between failures, and
+//! forward each directive to the supervisor. The replica the stream is attached to is
+//! published so that reports go to the same one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
+use baton_proto::v1::{AttachRequest, Directive, NodeInfo};
+use tokio::sync::{Notify, mpsc, watch};
+use tonic::transport::Channel;
+
+use crate::endpoint::connect;
+use crate::journal::Journal;
+use crate::limits::{MAX_BACKOFF_MS, MAX_MESSAGE_BYTES, MIN_BACKOFF_MS};
+
+/// Response metadata key in which a follower names the leader.
+pub const LEADER_METADATA_KEY: &str = "baton-leader";
+
+/// The replica currently attached: its address and channel.
+pub type Attached = Option<(String, Channel)>;
+
+pub struct Follower {
+    pub servers: Vec<String>,
+    pub node: NodeInfo,
+    pub journal: Arc<Journal>,
+    pub directives: mpsc::Sender<Directive>,
+    pub attached: watch::Sender<Attached>,
+    /// Raised by the reporter when the attached replica turns out to be a deposed leader.
+    pub reattach: Arc<Notify>,
+}
+
+impl Follower {
+    /// Runs until the supervisor goes away.
+    pub async fn run(self) {
+        let mut backoff_ms = MIN_BACKOFF_MS;
+        let mut next = 0usize;
+        let mut hint: Option<String> = None;
+        loop {
+            let addr = match hint.take() {
+                Some(h) => h,
+                None => {
+                    let a = self.servers[next % self.servers.len()].clone();
+                    next = next.wrapping_add(1);
+                    a
+                }
+            };
+            match self.attach_once(&addr).await {
+                Attach::Closed => return,
+                Attach::Served => backoff_ms = MIN_BACKOFF_MS,
+                Attach::Redirect(leader) => {
+                    tracing::info!(from = addr, to = leader, "not the leader; following its hint");
+                    hint = Some(leader);
+                }
+                Attach::Failed(why) => tracing::debug!(addr, "attach failed: {why}"),
+            }
+            let _ = self.attached.send(None);
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            backoff_ms = (backoff_ms * 2).min(MAX_BACKOFF_MS);
+        }
+    }
+
+    async fn attach_once(&self, addr: &str) -> Attach {
+        let channel = match connect(addr).await {
+            Ok(c) => c,
+            Err(e) => return Attach::Failed(e),
+        };
+        let mut client = AgentGatewayClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let term_seen = self.journal.term().unwrap_or(0);
+        let req = AttachRequest { node: Some(self.node.clone()), term_seen };
+        let mut stream = match client.attach(req).await {
+            Ok(resp) => resp.into_inner(),
+            Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                let leader = status
+                    .metadata()
+                    .get(LEADER_METADATA_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty() && *s != addr);
+                return match leader {
+                    Some(l) => Attach::Redirect(l.to_string()),
+                    None => Attach::Failed(format!("not the leader, and no leader known: {}", status.message())),
+                };
+            }
+            Err(status) => return Attach::Failed(status.to_string()),
+        };
+        tracing::info!(addr, "attached");
+        let _ = self.attached.send(Some((addr.to_string(), channel)));
+        let mut served = false;
+        loop {
+            let msg = tokio::select! {
+                m = stream.message() => m,
+                _ = self.reattach.notified() => {
+                    return if served { Attach::Served } else { Attach::Failed("deposed leader".into()) };
+                }
+            };
+            match msg {
+                Ok(Some(d)) => {
+                    let term = d.term;
+                    if self.directives.send(d).await.is_err() {
+                        return Attach::Closed;
+                    }
+                    if term < self.journal.term().unwrap_or(0) {
+                        // The supervisor refuses it; look for the real leader.
+                        return Attach::Failed(format!("directive of term {term} from a deposed leader"));
+                    }
+                    served = true;
+                }
+                Ok(None) => return if served { Attach::Served } else { Attach::Failed("stream ended".into()) },
+                Err(status) => {
+                    tracing::info!(addr, "directive stream broke: {status}");
+                    return if served { Attach::Served } else { Attach::Failed(status.to_string()) };
+                }
+            }
+        }
+    }
+}
+
+enum Attach {
+    /// Directives flowed, then the stream ended: reattach soon.
+    Served,
+    Redirect(String),
+    Failed(String),
+    /// The supervisor is gone: the agent is shutting down.
+    Closed,
+}

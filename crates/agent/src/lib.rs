@@ -1,0 +1,46 @@
+//! baton's worker agent (`baton agent`), one per GPU node.
+//!
+//! The leader sends each agent the whole desired state of its node (a `Directive`); the
+//! agent starts, checkpoints, stops and suspends job replicas to match, and reports what its
+//! processes did (`Report`) until the leader acknowledges it. Everything the agent must not
+//! forget (the highest leader term, every replica it started, unacknowledged observations)
+//! is in a journal, so a restarted agent re-adopts running replicas and never starts one
+//! twice.
+//!
+//! Layout:
+//! - `agent`: `start`/`run`, wiring the parts below together.
+//! - `config`, `error`, `limits`: configuration, typed errors, every bound.
+//! - `inventory`, `node`: the GPUs (NVML or development GPUs) and the NodeInfo sent.
+//! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations.
+//! - `supervisor`: reconciling directives with the replicas (fencing, STOP, SUSPEND, kills).
+//! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
+//!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
+//! - `journal`: the durable state (sled).
+//! - `logfiles`, `logs_server`, `logs_client`: replica logs, their retention, the AgentLogs
+//!   service and the `fetch_logs` helper.
+//! - `workload`: the test workload behind `baton workload`.
+
+pub mod agent;
+pub mod checkpoint;
+pub mod config;
+pub mod endpoint;
+pub mod error;
+pub mod inventory;
+pub mod journal;
+pub mod launch;
+pub mod leader;
+pub mod limits;
+pub mod logfiles;
+pub mod logs_client;
+pub mod logs_server;
+pub mod node;
+pub mod procfs;
+pub mod reporter;
+pub mod signal;
+pub mod supervisor;
+pub mod workload;
+
+pub use agent::{Agent, run, start, start_with_inventory};
+pub use config::AgentConfig;
+pub use error::{AgentError, InventoryError, JournalError, LogsError};
+pub use logs_client::fetch_logs;

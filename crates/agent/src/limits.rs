@@ -1,0 +1,61 @@
+//! Every bound the agent keeps, in one place, units last.
+
+/// First delay before dialing again after a failed attach; doubles up to `MAX_BACKOFF_MS`.
+pub const MIN_BACKOFF_MS: u64 = 50;
+/// Longest delay between attach attempts, so a new leader is found within about a second.
+pub const MAX_BACKOFF_MS: u64 = 1_000;
+/// How long dialing one replica may take before the next one is tried.
+pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// How long one Report call may take; a stuck leader must not stall the heartbeat forever.
+pub const REPORT_TIMEOUT_MS: u64 = 5_000;
+/// Observations kept until the leader acknowledges them; beyond this the oldest progress
+/// notes (`Checkpointed`) go first, then the oldest of any kind (a leader unreachable this
+/// long has declared the node lost anyway).
+pub const MAX_PENDING_OBSERVATIONS: usize = 10_000;
+/// Observations sent in one Report, so the message stays small; the rest follow next beat.
+pub const MAX_OBSERVATIONS_PER_REPORT: usize = 256;
+/// Assignments accepted in one directive; a node never runs more replicas than this.
+pub const MAX_ASSIGNMENTS_PER_DIRECTIVE: usize = 4_096;
+/// Longest grace the agent honours for one STOP, whatever the leader sent.
+pub const MAX_GRACE_MS: u64 = 3_600_000;
+/// Default grace for a replica that is no longer wanted here (SIGTERM, then SIGKILL).
+pub const DEFAULT_KILL_GRACE_MS: u64 = 5_000;
+/// How often the supervisor looks at deadlines, adopted processes and log sizes.
+pub const TICK_MS: u64 = 100;
+/// How often running replicas' checkpoint directories are scanned for new files.
+pub const CHECKPOINT_POLL_MS: u64 = 1_000;
+/// Entries looked at in one scan of a checkpoint directory (recursive), so a huge one
+/// cannot stall the agent.
+pub const MAX_CHECKPOINT_SCAN_ENTRIES: usize = 10_000;
+/// Directory depth of a checkpoint scan.
+pub const MAX_CHECKPOINT_SCAN_DEPTH: usize = 4;
+/// Coarse file timestamps can lag the wall clock by a tick: a file written right after the
+/// checkpoint signal may carry an mtime slightly before it. Files newer than this much
+/// before the signal (and newer than anything there before it) count as written after it.
+pub const MTIME_SLACK_MS: u64 = 20;
+/// Default size of one log file after which output is dropped with a note.
+pub const DEFAULT_LOG_CAP_BYTES: u64 = 64 * 1024 * 1024;
+/// Attempts whose logs are kept per job (newest first).
+pub const MAX_LOG_ATTEMPTS_PER_JOB: usize = 5;
+/// Jobs whose logs are kept (by last change); older job directories are removed.
+pub const MAX_LOG_JOBS: usize = 500;
+/// Largest chunk of a log sent in one message.
+pub const MAX_LOG_CHUNK_BYTES: usize = 64 * 1024;
+/// How often a followed log is checked for growth.
+pub const LOG_FOLLOW_POLL_MS: u64 = 200;
+/// Chunks buffered per log stream before the reader waits for the client.
+pub const LOG_STREAM_BUFFER_CHUNKS: usize = 4;
+/// Finished replica records kept in the journal (so a repeated STOP re-reports and nothing
+/// starts twice); beyond this, those of jobs absent from the current directive are pruned.
+pub const MAX_FINISHED_RECORDS: usize = 4_096;
+/// Jobs whose highest attempt is remembered for attempt fencing.
+pub const MAX_ATTEMPT_RECORDS: usize = 65_536;
+/// Directives buffered between the leader stream and the supervisor; only the newest
+/// matters (each is the whole desired state), so a small buffer is enough.
+pub const DIRECTIVE_BUFFER: usize = 16;
+/// Process events (exits) buffered for the supervisor.
+pub const EVENT_BUFFER: usize = 1_024;
+/// Most command arguments, and most environment entries, of one assignment.
+pub const MAX_COMMAND_ARGS: usize = 4_096;
+/// Longest gRPC message the agent decodes.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

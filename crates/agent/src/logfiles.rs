@@ -1,0 +1,170 @@
+//! Where replicas' stdout and stderr go (`<data-dir>/logs/<job>/<attempt>/rank-<r>.<stream>`)
+//! and how much of them is kept: the newest `MAX_LOG_ATTEMPTS_PER_JOB` attempts per job, the
+//! most recently changed `MAX_LOG_JOBS` jobs, and at most the cap per file. The job writes
+//! its files directly (append mode, so it survives an agent restart); the agent cuts a file
+//! back to the cap with a note when it grows past it, so a file holds at most the cap plus
+//! what the job wrote in one supervisor tick.
+
+use std::collections::HashSet;
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::limits::{MAX_LOG_ATTEMPTS_PER_JOB, MAX_LOG_JOBS};
+
+/// Refuses job names that would escape the logs or checkpoint directory.
+pub fn check_job_name(job: &str) -> Result<(), String> {
+    if job.is_empty() || job == "." || job == ".." || job.contains('/') || job.contains('\0') || job.len() > 255 {
+        return Err(format!("job name {job:?} cannot be used as a directory name"));
+    }
+    Ok(())
+}
+
+pub fn attempt_dir(data_dir: &Path, job: &str, attempt: u32) -> PathBuf {
+    data_dir.join("logs").join(job).join(attempt.to_string())
+}
+
+pub fn log_path(data_dir: &Path, job: &str, attempt: u32, rank: u32, stream: &str) -> PathBuf {
+    attempt_dir(data_dir, job, attempt).join(format!("rank-{rank}.{stream}"))
+}
+
+/// The attempts with logs for `job`, ascending.
+pub fn attempts(data_dir: &Path, job: &str) -> Vec<u32> {
+    let mut out: Vec<u32> = std::fs::read_dir(data_dir.join("logs").join(job))
+        .map(|rd| rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    out.sort_unstable();
+    out
+}
+
+/// Removes the oldest attempts of `job` past the bound, and the least recently changed
+/// jobs past theirs (never `job` itself, nor a job in `active`, whose replicas still write).
+pub fn retain(data_dir: &Path, job: &str, active: &HashSet<&str>) {
+    retain_bounded(data_dir, job, active, MAX_LOG_JOBS);
+}
+
+fn retain_bounded(data_dir: &Path, job: &str, active: &HashSet<&str>, max_jobs: usize) {
+    let list = attempts(data_dir, job);
+    if list.len() > MAX_LOG_ATTEMPTS_PER_JOB {
+        for old in &list[..list.len() - MAX_LOG_ATTEMPTS_PER_JOB] {
+            let _ = std::fs::remove_dir_all(attempt_dir(data_dir, job, *old));
+        }
+    }
+    let Ok(rd) = std::fs::read_dir(data_dir.join("logs")) else { return };
+    let mut others = 0;
+    let mut removable: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name == job {
+            continue;
+        }
+        others += 1;
+        if !active.contains(name)
+            && let Some(t) = e.metadata().ok().and_then(|m| m.modified().ok())
+        {
+            removable.push((t, e.path()));
+        }
+    }
+    // Room for `job` itself.
+    if others + 1 > max_jobs {
+        removable.sort();
+        for (_, path) in removable.into_iter().take(others + 1 - max_jobs) {
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
+}
+
+/// Opens a log file for appending (created if needed).
+pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+fn cap_note(cap_bytes: u64) -> String {
+    format!("\n[baton: this log reached {cap_bytes} bytes; further output is dropped]\n")
+}
+
+/// Cuts `path` back to `cap_bytes` plus a note when it grew past that. Idempotent: a file
+/// already ending at the note is only cut back to it.
+pub fn enforce_cap(path: &Path, cap_bytes: u64) -> std::io::Result<()> {
+    let len = std::fs::metadata(path)?.len();
+    if len <= cap_bytes {
+        return Ok(());
+    }
+    let note = cap_note(cap_bytes);
+    let mut f = OpenOptions::new().read(true).write(true).open(path)?;
+    let mut head = vec![0u8; note.len()];
+    f.seek(SeekFrom::Start(cap_bytes))?;
+    let noted = f.read_exact(&mut head).is_ok() && head == note.as_bytes();
+    if noted {
+        f.set_len(cap_bytes + note.len() as u64)?;
+    } else {
+        f.set_len(cap_bytes)?;
+        f.seek(SeekFrom::Start(cap_bytes))?;
+        f.write_all(note.as_bytes())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_cuts_back_and_notes_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rank-0.stdout");
+        let mut f = open_append(&path).unwrap();
+        f.write_all(&[b'x'; 3000]).unwrap();
+        enforce_cap(&path, 1024).unwrap();
+        let note = cap_note(1024);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1024 + note.len() as u64);
+        // The job keeps writing (append mode lands after the note); the next check cuts it again.
+        f.write_all(b"more output").unwrap();
+        enforce_cap(&path, 1024).unwrap();
+        let text = std::fs::read(&path).unwrap();
+        assert_eq!(text.len(), 1024 + note.len());
+        assert!(text.ends_with(note.as_bytes()));
+    }
+
+    #[test]
+    fn keeps_the_newest_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        for a in 1..=(MAX_LOG_ATTEMPTS_PER_JOB as u32 + 2) {
+            std::fs::create_dir_all(attempt_dir(dir.path(), "j", a)).unwrap();
+        }
+        retain(dir.path(), "j", &HashSet::new());
+        let left = attempts(dir.path(), "j");
+        assert_eq!(left.len(), MAX_LOG_ATTEMPTS_PER_JOB);
+        assert_eq!(left[0], 3);
+    }
+
+    #[test]
+    fn keeps_the_newest_jobs_but_never_active_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        const MAX: usize = 6;
+        for j in 0..MAX + 3 {
+            std::fs::create_dir_all(attempt_dir(dir.path(), &format!("j{j:04}"), 1)).unwrap();
+            // Distinct modification times, oldest first.
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + j as u64);
+            std::fs::File::open(dir.path().join("logs").join(format!("j{j:04}"))).unwrap().set_modified(t).unwrap();
+        }
+        let active: HashSet<&str> = ["j0000"].into_iter().collect();
+        retain_bounded(dir.path(), "new", &active, MAX);
+        let left: HashSet<String> = std::fs::read_dir(dir.path().join("logs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left.len(), MAX - 1, "room for the new job");
+        assert!(left.contains("j0000"), "an active job keeps its logs");
+        assert!(!left.contains("j0001") && !left.contains("j0004") && left.contains("j0005"));
+    }
+
+    #[test]
+    fn refuses_escaping_names() {
+        assert!(check_job_name("../etc").is_err());
+        assert!(check_job_name("..").is_err());
+        assert!(check_job_name("").is_err());
+        assert!(check_job_name("train-1").is_ok());
+    }
+}

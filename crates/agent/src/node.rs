@@ -1,0 +1,55 @@
+//! What the agent tells the leader about its node (NodeInfo): name, pool, labels, whole-unit
+//! resources and the GPUs.
+
+use baton_proto::v1::{GpuDevice, NodeInfo};
+
+use crate::config::AgentConfig;
+use crate::inventory::Inventory;
+
+/// This machine's host name, for `--name`'s default.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Total memory in bytes from /proc/meminfo (0 when unreadable).
+pub fn machine_memory_bytes() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .unwrap_or(0)
+}
+
+pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str) -> NodeInfo {
+    let cpu = config.cpu.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1));
+    let memory = config.memory_bytes.unwrap_or_else(machine_memory_bytes);
+    let mut resources = std::collections::HashMap::new();
+    resources.insert("gpu".to_string(), inventory.healthy_count());
+    resources.insert("cpu".to_string(), cpu);
+    resources.insert("memory".to_string(), memory);
+    NodeInfo {
+        name: config.name.clone(),
+        pool: config.pool.clone(),
+        rack: config.rack.clone(),
+        labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        resources,
+        gpus: inventory
+            .gpus
+            .iter()
+            .map(|g| GpuDevice {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                memory_bytes: g.memory_bytes,
+                healthy: g.healthy,
+            })
+            .collect(),
+        agent_addr: agent_addr.to_string(),
+    }
+}

@@ -1,0 +1,86 @@
+//! Heartbeats and observations: every `heartbeat_ms`, and at once when something new was
+//! observed, send the running replicas and the unacknowledged observations to the replica
+//! the directive stream is attached to. An OK reply acknowledges what was sent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
+use baton_proto::v1::{ReportRequest, Running};
+use tokio::sync::{Notify, watch};
+
+use crate::journal::Journal;
+use crate::leader::Attached;
+use crate::limits::{MAX_MESSAGE_BYTES, MAX_OBSERVATIONS_PER_REPORT, REPORT_TIMEOUT_MS};
+
+pub struct Reporter {
+    pub node: String,
+    pub heartbeat_ms: u64,
+    pub journal: Arc<Journal>,
+    pub running: watch::Receiver<Vec<Running>>,
+    pub observed: Arc<Notify>,
+    pub attached: watch::Receiver<Attached>,
+    pub reattach: Arc<Notify>,
+}
+
+impl Reporter {
+    pub async fn run(mut self) {
+        let beat = Duration::from_millis(self.heartbeat_ms);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(beat) => {}
+                _ = self.observed.notified() => {}
+                changed = self.attached.changed() => if changed.is_err() { return },
+            }
+            let Some((addr, channel)) = self.attached.borrow_and_update().clone() else { continue };
+            let more = self.report_once(&addr, channel).await;
+            if more {
+                // More observations than fit in one report: send the rest right away.
+                self.observed.notify_one();
+            }
+        }
+    }
+
+    /// Returns whether observations are still waiting after this report.
+    async fn report_once(&self, addr: &str, channel: tonic::transport::Channel) -> bool {
+        let pending = match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("{e}");
+                return false;
+            }
+        };
+        let term_seen = self.journal.term().unwrap_or(0);
+        let seqs: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
+        let req = ReportRequest {
+            node: self.node.clone(),
+            term_seen,
+            running: self.running.borrow().clone(),
+            observations: pending.into_iter().map(|(_, o)| o).collect(),
+        };
+        let mut client = AgentGatewayClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let reply = match tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), client.report(req)).await {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(status)) => {
+                tracing::debug!(addr, "report refused: {status}");
+                return false;
+            }
+            Err(_) => {
+                tracing::debug!(addr, "report timed out");
+                return false;
+            }
+        };
+        if reply.term < term_seen {
+            // A deposed leader cannot commit what we tell it: keep the observations and
+            // look for the real leader.
+            tracing::warn!(addr, term = reply.term, term_seen, "report answered by a deposed leader; reattaching");
+            self.reattach.notify_one();
+            return false;
+        }
+        if let Err(e) = self.journal.raise_term(reply.term).and_then(|_| self.journal.ack(&seqs)) {
+            tracing::error!("{e}");
+            return false;
+        }
+        self.journal.pending_len() > 0 && !seqs.is_empty()
+    }
+}

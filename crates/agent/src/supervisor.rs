@@ -1,0 +1,582 @@
+//! The supervisor owns every replica on this node. It reconciles each directive (the whole
+//! desired state) with what runs, fences stale leaders and attempts, and turns process
+//! events into observations in the journal. One task owns all of it, so there are no
+//! locks around replica state; others see snapshots (`Running` list, live log set).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_proto::v1::observation::What;
+use baton_proto::v1::{Action, Assignment, Checkpointed, Directive, Exited, Observation, Running, Stopped};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::checkpoint::{newest_mtime_ms, now_unix_ms, written_after};
+use crate::error::JournalError;
+use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
+use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs};
+use crate::limits::{CHECKPOINT_POLL_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS, MAX_GRACE_MS, TICK_MS};
+use crate::logfiles;
+use crate::signal::{group_alive, parse_signal, signal_group};
+
+/// A replica's process ended (the wrapper exited with this code).
+#[derive(Debug)]
+pub struct ExitEvent {
+    key: ReplicaKey,
+    pid: u32,
+    code: i32,
+}
+
+/// Replicas whose logs may still grow: (job, attempt, rank). Read by the logs server.
+pub type LiveLogs = Arc<Mutex<HashSet<(String, u32, u32)>>>;
+
+struct Replica {
+    rec: ReplicaRecord,
+    /// The checkpoint signal of the assignment that started it.
+    signal: i32,
+    /// Newest checkpoint mtime seen while running, for `Checkpointed` observations.
+    newest_checkpoint_ms: u64,
+}
+
+pub struct Supervisor {
+    journal: Arc<Journal>,
+    data_dir: PathBuf,
+    checkpoint_root: PathBuf,
+    kill_grace_ms: u64,
+    log_cap_bytes: u64,
+    replicas: BTreeMap<ReplicaKey, Replica>,
+    waits: JoinSet<()>,
+    events_tx: mpsc::Sender<ExitEvent>,
+    events_rx: mpsc::Receiver<ExitEvent>,
+    running_tx: watch::Sender<Vec<Running>>,
+    observed: Arc<Notify>,
+    live_logs: LiveLogs,
+    last_checkpoint_poll: Instant,
+}
+
+/// What the supervisor shares with the reporter and the logs server.
+pub struct Shared {
+    pub running: watch::Receiver<Vec<Running>>,
+    pub observed: Arc<Notify>,
+    pub live_logs: LiveLogs,
+}
+
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub checkpoint_root: PathBuf,
+    pub kill_grace_ms: u64,
+    pub log_cap_bytes: u64,
+}
+
+impl Supervisor {
+    /// Loads the journal's replicas: adopts those still running, records how the others
+    /// ended while the agent was down.
+    pub fn new(journal: Arc<Journal>, settings: Settings) -> Result<(Supervisor, Shared), JournalError> {
+        let (events_tx, events_rx) = mpsc::channel(crate::limits::EVENT_BUFFER);
+        let (running_tx, running) = watch::channel(Vec::new());
+        let observed = Arc::new(Notify::new());
+        let live_logs: LiveLogs = Arc::default();
+        let mut sup = Supervisor {
+            journal,
+            data_dir: settings.data_dir,
+            checkpoint_root: settings.checkpoint_root,
+            kill_grace_ms: settings.kill_grace_ms,
+            log_cap_bytes: settings.log_cap_bytes,
+            replicas: BTreeMap::new(),
+            waits: JoinSet::new(),
+            events_tx,
+            events_rx,
+            running_tx,
+            observed: observed.clone(),
+            live_logs: live_logs.clone(),
+            last_checkpoint_poll: Instant::now(),
+        };
+        for rec in sup.journal.replicas()? {
+            let key = rec.key;
+            let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, &rec.job);
+            let replica = Replica { signal: libc::SIGTERM, newest_checkpoint_ms: newest_mtime_ms(&ckpt), rec };
+            let finished = replica.rec.phase == Phase::Finished;
+            let (pid, start) = (replica.rec.pid, replica.rec.start_time);
+            sup.replicas.insert(key, replica);
+            if finished {
+                continue;
+            }
+            if pid != 0 && crate::procfs::is_same_process(pid, start) {
+                tracing::info!(?key, pid, "re-adopted a replica that kept running");
+                sup.set_live(&key, true);
+            } else {
+                let code = if pid == 0 { EXIT_CODE_NOT_STARTED } else { sup.exit_code_from_file(&key) };
+                // It ended while nobody watched: its pid may belong to someone else by now,
+                // so its group is not signalled.
+                sup.finish(&key, code, Leftovers::Leave)?;
+            }
+        }
+        sup.publish();
+        Ok((sup, Shared { running, observed, live_logs }))
+    }
+
+    /// Runs until `directives` closes (the agent shuts down). Processes keep running.
+    pub async fn run(mut self, mut directives: mpsc::Receiver<Directive>) -> Result<(), JournalError> {
+        let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                d = directives.recv() => match d {
+                    Some(d) => self.on_directive(d)?,
+                    None => break,
+                },
+                Some(ev) = self.events_rx.recv() => self.on_exit(ev)?,
+                _ = tick.tick() => self.on_tick()?,
+                Some(_) = self.waits.join_next(), if !self.waits.is_empty() => {}
+            }
+        }
+        self.waits.abort_all();
+        Ok(())
+    }
+
+    fn on_directive(&mut self, d: Directive) -> Result<(), JournalError> {
+        let seen = self.journal.term()?;
+        if d.term < seen {
+            tracing::warn!(term = d.term, seen, "refused a directive from a deposed leader (lower term)");
+            return Ok(());
+        }
+        if d.term > seen {
+            self.journal.raise_term(d.term)?;
+        }
+        if d.assignments.len() > MAX_ASSIGNMENTS_PER_DIRECTIVE {
+            tracing::warn!(
+                count = d.assignments.len(),
+                "refused a directive with more than {MAX_ASSIGNMENTS_PER_DIRECTIVE} assignments"
+            );
+            return Ok(());
+        }
+        let mut wanted: BTreeMap<ReplicaKey, &Assignment> = BTreeMap::new();
+        for a in &d.assignments {
+            let key = ReplicaKey { job_id: a.job_id, attempt: a.attempt, rank: a.rank };
+            if let Some(max) = self.journal.max_attempt(a.job_id)?
+                && a.attempt < max
+            {
+                tracing::warn!(
+                    job = a.job,
+                    attempt = a.attempt,
+                    newest = max,
+                    "refused an assignment of an older attempt"
+                );
+                continue;
+            }
+            wanted.insert(key, a);
+        }
+        // Whatever runs here and is not wanted any more goes first.
+        let unwanted: Vec<ReplicaKey> = self
+            .replicas
+            .iter()
+            .filter(|(k, r)| r.rec.phase != Phase::Finished && !wanted.contains_key(k))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in unwanted {
+            self.begin_kill(&key)?;
+        }
+        for (key, a) in &wanted {
+            match Action::try_from(a.action) {
+                Ok(Action::Run) => self.want_run(key, a)?,
+                Ok(Action::Stop) => self.want_stop(key, a)?,
+                Ok(Action::Suspend) => self.want_suspend(key, a)?,
+                _ => tracing::warn!(job = a.job, action = a.action, "ignored an assignment with an unknown action"),
+            }
+        }
+        self.prune_finished(&wanted.keys().copied().collect());
+        self.publish();
+        Ok(())
+    }
+
+    fn want_run(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else { return self.start(key, a) };
+        match r.rec.phase {
+            Phase::Suspended => {
+                signal_group(r.rec.pid, libc::SIGCONT);
+                r.rec.phase = Phase::Running;
+                let rec = r.rec.clone();
+                self.journal.put_replica(&rec)?;
+                tracing::info!(?key, "resumed a suspended replica (SIGCONT)");
+            }
+            Phase::Running | Phase::Finished => {}
+            Phase::Stopping | Phase::Killing => {
+                tracing::warn!(?key, "asked to run a replica that is being stopped; it will not restart here")
+            }
+        }
+        Ok(())
+    }
+
+    fn want_stop(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else {
+            // Never ran here: nothing to checkpoint. Remember it as stopped so a later RUN of
+            // the same attempt does not start it and a repeated STOP re-reports the same.
+            self.note_attempt(key)?;
+            let rec = self.record(key, a, Phase::Finished);
+            let rec = ReplicaRecord { outcome: Some(Outcome::Stopped { checkpointed: false }), ..rec };
+            self.journal.put_replica(&rec)?;
+            self.replicas.insert(*key, Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0 });
+            return self.observe(stopped(key, false));
+        };
+        match r.rec.phase {
+            Phase::Running | Phase::Suspended | Phase::Killing => {
+                let signal = parse_signal(&a.checkpoint_signal).unwrap_or(r.signal);
+                self.begin_stop(key, signal, a.grace_ms)
+            }
+            Phase::Stopping => Ok(()),
+            Phase::Finished => match r.rec.outcome {
+                Some(Outcome::Stopped { checkpointed }) => self.observe(stopped(key, checkpointed)),
+                Some(Outcome::Killed) => {
+                    r.rec.outcome = Some(Outcome::Stopped { checkpointed: false });
+                    let rec = r.rec.clone();
+                    self.journal.put_replica(&rec)?;
+                    self.observe(stopped(key, false))
+                }
+                // It ended on its own; that Exited observation is what the leader needs.
+                _ => Ok(()),
+            },
+        }
+    }
+
+    fn want_suspend(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else {
+            tracing::warn!(job = a.job, attempt = a.attempt, "asked to suspend a replica that never ran here");
+            return self.observe(stopped(key, false));
+        };
+        if r.rec.phase != Phase::Running {
+            return Ok(());
+        }
+        signal_group(r.rec.pid, libc::SIGSTOP);
+        r.rec.phase = Phase::Suspended;
+        let rec = r.rec.clone();
+        self.journal.put_replica(&rec)?;
+        tracing::info!(?key, "suspended (SIGSTOP)");
+        self.observe(stopped(key, false))
+    }
+
+    fn record(&self, key: &ReplicaKey, a: &Assignment, phase: Phase) -> ReplicaRecord {
+        ReplicaRecord {
+            key: *key,
+            job: a.job.clone(),
+            task: a.task,
+            replica: a.replica,
+            pid: 0,
+            start_time: 0,
+            phase,
+            stop: None,
+            kill_deadline_unix_ms: 0,
+            outcome: None,
+            exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
+        }
+    }
+
+    fn note_attempt(&self, key: &ReplicaKey) -> Result<(), JournalError> {
+        if self.journal.max_attempt(key.job_id)?.is_none_or(|m| m < key.attempt) {
+            self.journal.set_max_attempt(key.job_id, key.attempt)?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        if let Err(e) = logfiles::check_job_name(&a.job) {
+            tracing::warn!(job_id = a.job_id, "refused an assignment: {e}");
+            return Ok(());
+        }
+        self.note_attempt(key)?;
+        // Journal first (pid 0): a crash between here and the spawn must not lead to a
+        // second start after restart; such a record is reported as not started.
+        let mut rec = self.record(key, a, Phase::Running);
+        self.journal.put_replica(&rec)?;
+        let (signal, signal_name) = match parse_signal(&a.checkpoint_signal) {
+            Ok(s) => {
+                (s, if a.checkpoint_signal.is_empty() { "SIGTERM".to_string() } else { a.checkpoint_signal.clone() })
+            }
+            Err(e) => {
+                tracing::warn!(job = a.job, "{e}; using SIGTERM");
+                (libc::SIGTERM, "SIGTERM".to_string())
+            }
+        };
+        let active: HashSet<&str> =
+            self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.job.as_str()).collect();
+        logfiles::retain(&self.data_dir, &a.job, &active);
+        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &a.job);
+        let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root };
+        match launch::start(a, &dirs, &signal_name) {
+            Ok(started) => {
+                rec.pid = started.pid;
+                rec.start_time = crate::procfs::start_time(started.pid).unwrap_or(0);
+                self.journal.put_replica(&rec)?;
+                tracing::info!(?key, job = a.job, pid = started.pid, "started");
+                let tx = self.events_tx.clone();
+                let (key2, pid) = (*key, started.pid);
+                let mut child = started.child;
+                self.waits.spawn(async move {
+                    let code = match child.wait().await {
+                        Ok(status) => launch::exit_code(status),
+                        Err(_) => EXIT_CODE_KILLED,
+                    };
+                    let _ = tx.send(ExitEvent { key: key2, pid, code }).await;
+                });
+                let newest = newest_mtime_ms(&ckpt);
+                self.replicas.insert(*key, Replica { rec, signal, newest_checkpoint_ms: newest });
+                self.set_live(key, true);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(?key, job = a.job, "cannot start: {e}");
+                self.replicas.insert(*key, Replica { rec, signal, newest_checkpoint_ms: 0 });
+                self.finish(key, EXIT_CODE_NOT_STARTED, Leftovers::Leave)
+            }
+        }
+    }
+
+    fn begin_stop(&mut self, key: &ReplicaKey, signal: i32, grace_ms: u64) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
+        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job);
+        let before = newest_mtime_ms(&ckpt);
+        let now = now_unix_ms();
+        signal_group(r.rec.pid, signal);
+        if r.rec.phase == Phase::Suspended {
+            // A stopped process cannot handle its checkpoint signal until it runs again.
+            signal_group(r.rec.pid, libc::SIGCONT);
+        }
+        r.rec.phase = Phase::Stopping;
+        r.rec.stop = Some(StopInfo {
+            signal_unix_ms: now,
+            deadline_unix_ms: now + grace_ms.min(MAX_GRACE_MS),
+            newest_before_unix_ms: before,
+        });
+        let rec = r.rec.clone();
+        tracing::info!(?key, signal, grace_ms, "checkpoint-then-stop: signal sent");
+        self.journal.put_replica(&rec)
+    }
+
+    fn begin_kill(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
+        if r.rec.phase == Phase::Killing {
+            return Ok(());
+        }
+        signal_group(r.rec.pid, libc::SIGTERM);
+        if r.rec.phase == Phase::Suspended {
+            signal_group(r.rec.pid, libc::SIGCONT);
+        }
+        r.rec.phase = Phase::Killing;
+        r.rec.kill_deadline_unix_ms = now_unix_ms() + self.kill_grace_ms;
+        let rec = r.rec.clone();
+        tracing::info!(?key, "no longer wanted here: SIGTERM, SIGKILL after {} ms", self.kill_grace_ms);
+        self.journal.put_replica(&rec)
+    }
+
+    fn on_exit(&mut self, ev: ExitEvent) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get(&ev.key) else { return Ok(()) };
+        if r.rec.pid != ev.pid || r.rec.phase == Phase::Finished {
+            return Ok(());
+        }
+        self.finish(&ev.key, ev.code, Leftovers::Kill)?;
+        self.publish();
+        Ok(())
+    }
+
+    fn exit_code_from_file(&self, key: &ReplicaKey) -> i32 {
+        self.replicas.get(key).and_then(|r| launch::read_exit_file(&r.rec.exit_file)).unwrap_or(EXIT_CODE_KILLED)
+    }
+
+    /// Records how a replica ended and what to tell the leader about it.
+    fn finish(&mut self, key: &ReplicaKey, code: i32, leftovers: Leftovers) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
+        if leftovers == Leftovers::Kill && r.rec.phase != Phase::Finished {
+            // Whatever the job left behind in its group (children) goes with it. The group
+            // id cannot have been reused while members of it remain.
+            signal_group(r.rec.pid, libc::SIGKILL);
+        }
+        let obs = match r.rec.phase {
+            Phase::Running | Phase::Suspended => {
+                r.rec.outcome = Some(Outcome::Exited { code });
+                Some(Observation {
+                    what: Some(What::Exited(Exited {
+                        job_id: key.job_id,
+                        attempt: key.attempt,
+                        rank: key.rank,
+                        exit_code: code,
+                    })),
+                })
+            }
+            Phase::Stopping => {
+                let stop = r.rec.stop.unwrap_or(StopInfo {
+                    signal_unix_ms: now_unix_ms(),
+                    deadline_unix_ms: 0,
+                    newest_before_unix_ms: u64::MAX,
+                });
+                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
+                let checkpointed = written_after(stop.signal_unix_ms, stop.newest_before_unix_ms, after);
+                r.rec.outcome = Some(Outcome::Stopped { checkpointed });
+                Some(stopped(key, checkpointed))
+            }
+            Phase::Killing => {
+                r.rec.outcome = Some(Outcome::Killed);
+                None
+            }
+            Phase::Finished => return Ok(()),
+        };
+        r.rec.phase = Phase::Finished;
+        let rec = r.rec.clone();
+        tracing::info!(?key, code, outcome = ?rec.outcome, "replica ended");
+        self.journal.put_replica(&rec)?;
+        let _ = std::fs::remove_file(&rec.exit_file);
+        self.set_live(key, false);
+        if let Some(obs) = obs {
+            self.observe(obs)?;
+        }
+        Ok(())
+    }
+
+    fn on_tick(&mut self) -> Result<(), JournalError> {
+        let now = now_unix_ms();
+        let mut gone = Vec::new();
+        for (key, r) in &self.replicas {
+            let rec = &r.rec;
+            if rec.phase == Phase::Finished {
+                continue;
+            }
+            // Adopted replicas are not our children: notice their end through /proc.
+            if !crate::procfs::is_same_process(rec.pid, rec.start_time) {
+                gone.push(*key);
+                continue;
+            }
+            let past_deadline = match rec.phase {
+                Phase::Stopping => rec.stop.is_some_and(|s| now >= s.deadline_unix_ms),
+                Phase::Killing => now >= rec.kill_deadline_unix_ms,
+                _ => false,
+            };
+            if past_deadline && group_alive(rec.pid) {
+                signal_group(rec.pid, libc::SIGKILL);
+            }
+            for stream in ["stdout", "stderr"] {
+                let path = logfiles::log_path(&self.data_dir, &rec.job, key.attempt, key.rank, stream);
+                if let Err(e) = logfiles::enforce_cap(&path, self.log_cap_bytes) {
+                    tracing::debug!(path = %path.display(), "cannot check the log size: {e}");
+                }
+            }
+        }
+        for key in gone {
+            // Our own children are reaped by their wait task, which reports the exact
+            // status; give it the chance first.
+            if self.events_rx.is_empty() {
+                let code = self.exit_code_from_file(&key);
+                self.finish(&key, code, Leftovers::Kill)?;
+            }
+        }
+        if self.last_checkpoint_poll.elapsed() >= Duration::from_millis(CHECKPOINT_POLL_MS) {
+            self.last_checkpoint_poll = Instant::now();
+            self.poll_checkpoints()?;
+        }
+        self.publish();
+        Ok(())
+    }
+
+    fn poll_checkpoints(&mut self) -> Result<(), JournalError> {
+        let mut newest_by_job: BTreeMap<String, u64> = BTreeMap::new();
+        let mut fresh: HashSet<(u64, u32)> = HashSet::new();
+        for r in self.replicas.values_mut() {
+            if r.rec.phase != Phase::Running {
+                continue;
+            }
+            let newest = *newest_by_job
+                .entry(r.rec.job.clone())
+                .or_insert_with(|| newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job)));
+            if newest > r.newest_checkpoint_ms {
+                r.newest_checkpoint_ms = newest;
+                fresh.insert((r.rec.key.job_id, r.rec.key.attempt));
+            }
+        }
+        let mut fresh: Vec<_> = fresh.into_iter().collect();
+        fresh.sort_unstable();
+        for (job_id, attempt) in fresh {
+            self.observe(Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt })) })?;
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, obs: Observation) -> Result<(), JournalError> {
+        self.journal.push_observation(&obs)?;
+        self.observed.notify_one();
+        Ok(())
+    }
+
+    fn set_live(&self, key: &ReplicaKey, live: bool) {
+        let Some(r) = self.replicas.get(key) else { return };
+        let id = (r.rec.job.clone(), key.attempt, key.rank);
+        let mut set = self.live_logs.lock().unwrap_or_else(|p| p.into_inner());
+        if live {
+            set.insert(id);
+        } else {
+            set.remove(&id);
+        }
+    }
+
+    /// Keeps the finished records bounded: past the bound, those the current directive does
+    /// not mention go (the attempt fence still refuses their older attempts).
+    fn prune_finished(&mut self, wanted: &HashSet<ReplicaKey>) {
+        let finished = self.replicas.values().filter(|r| r.rec.phase == Phase::Finished).count();
+        if finished <= MAX_FINISHED_RECORDS {
+            return;
+        }
+        let drop: Vec<ReplicaKey> = self
+            .replicas
+            .iter()
+            .filter(|(k, r)| r.rec.phase == Phase::Finished && !wanted.contains(k))
+            .map(|(k, _)| *k)
+            .take(finished - MAX_FINISHED_RECORDS)
+            .collect();
+        for key in drop {
+            if self.journal.remove_replica(&key).is_ok() {
+                self.replicas.remove(&key);
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let running: Vec<Running> = self
+            .replicas
+            .values()
+            .filter_map(|r| {
+                let phase = match r.rec.phase {
+                    Phase::Running => "running",
+                    Phase::Stopping | Phase::Killing => "stopping",
+                    Phase::Suspended => "suspended",
+                    Phase::Finished => return None,
+                };
+                Some(Running {
+                    job_id: r.rec.key.job_id,
+                    attempt: r.rec.key.attempt,
+                    task: r.rec.task,
+                    replica: r.rec.replica,
+                    phase: phase.to_string(),
+                })
+            })
+            .collect();
+        self.running_tx.send_if_modified(|cur| {
+            if *cur == running {
+                false
+            } else {
+                *cur = running;
+                true
+            }
+        });
+    }
+}
+
+/// What to do with processes a replica left in its group when its wrapper ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftovers {
+    Kill,
+    Leave,
+}
+
+fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
+    Observation {
+        what: Some(What::Stopped(Stopped { job_id: key.job_id, attempt: key.attempt, checkpointed, rank: key.rank })),
+    }
+}

@@ -1,0 +1,251 @@
+//! A fake AgentGateway (the leader side) on 127.0.0.1:0, and helpers to drive an agent
+//! against it with real processes.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_agent::inventory::development_inventory;
+use baton_agent::{Agent, AgentConfig};
+use baton_proto::v1::agent_gateway_server::{AgentGateway, AgentGatewayServer};
+use baton_proto::v1::observation::What;
+use baton_proto::v1::{Action, Assignment, AttachRequest, Directive, Observation, ReportReply, ReportRequest};
+use tokio::sync::{oneshot, watch};
+use tokio_stream::Stream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::WatchStream;
+use tonic::{Request, Response, Status};
+
+#[derive(Default)]
+pub struct Seen {
+    pub attaches: Vec<AttachRequest>,
+    pub reports: Vec<ReportRequest>,
+}
+
+#[derive(Clone)]
+pub struct FakeGateway {
+    pub seen: Arc<Mutex<Seen>>,
+    directive: Arc<watch::Sender<Option<Directive>>>,
+    /// Some(addr): act as a follower pointing at `addr`.
+    follower_of: Option<String>,
+    reply_term: Arc<Mutex<u64>>,
+}
+
+type DirectiveStream = Pin<Box<dyn Stream<Item = Result<Directive, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AgentGateway for FakeGateway {
+    type AttachStream = DirectiveStream;
+
+    async fn attach(&self, request: Request<AttachRequest>) -> Result<Response<Self::AttachStream>, Status> {
+        if let Some(leader) = &self.follower_of {
+            let mut status = Status::failed_precondition("not the leader");
+            status.metadata_mut().insert("baton-leader", leader.parse().unwrap());
+            return Err(status);
+        }
+        self.seen.lock().unwrap().attaches.push(request.into_inner());
+        let stream = WatchStream::new(self.directive.subscribe()).filter_map(|d| d.map(Ok));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn report(&self, request: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
+        self.seen.lock().unwrap().reports.push(request.into_inner());
+        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap() }))
+    }
+}
+
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub fake: FakeGateway,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Gateway {
+    pub async fn start(follower_of: Option<String>) -> Gateway {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, _) = watch::channel(None);
+        let fake = FakeGateway {
+            seen: Arc::default(),
+            directive: Arc::new(tx),
+            follower_of,
+            reply_term: Arc::new(Mutex::new(1)),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let svc = AgentGatewayServer::new(fake.clone());
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Gateway { addr, fake, stop: Some(stop) }
+    }
+
+    /// Sends the whole desired state of the node.
+    pub fn set(&self, term: u64, assignments: Vec<Assignment>) {
+        *self.fake.reply_term.lock().unwrap() = term;
+        self.fake.directive.send_replace(Some(Directive {
+            term,
+            leader_id: 1,
+            assignments,
+            heartbeat_timeout_ms: 5_000,
+        }));
+    }
+
+    /// Sends a directive without changing the term the fake answers reports with.
+    pub fn send_raw(&self, term: u64, assignments: Vec<Assignment>) {
+        self.fake.directive.send_replace(Some(Directive {
+            term,
+            leader_id: 1,
+            assignments,
+            heartbeat_timeout_ms: 5_000,
+        }));
+    }
+
+    /// The term the fake answers reports with (a deposed leader answers a lower one).
+    pub fn set_reply_term(&self, term: u64) {
+        *self.fake.reply_term.lock().unwrap() = term;
+    }
+
+    pub fn report_count(&self) -> usize {
+        self.fake.seen.lock().unwrap().reports.len()
+    }
+
+    pub fn observations(&self) -> Vec<Observation> {
+        let seen = self.fake.seen.lock().unwrap();
+        seen.reports.iter().flat_map(|r| r.observations.clone()).collect()
+    }
+
+    pub fn attaches(&self) -> usize {
+        self.fake.seen.lock().unwrap().attaches.len()
+    }
+
+    pub fn last_report(&self) -> Option<ReportRequest> {
+        self.fake.seen.lock().unwrap().reports.last().cloned()
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn config(dir: &Path, servers: &[SocketAddr]) -> AgentConfig {
+    let mut c = AgentConfig::new("node-a", dir);
+    c.servers = servers.iter().map(|a| a.to_string()).collect();
+    c.heartbeat_ms = 50;
+    c.kill_grace_ms = 500;
+    c
+}
+
+pub async fn start_agent(c: AgentConfig) -> Agent {
+    let inv = development_inventory(&c.name, 4);
+    baton_agent::start_with_inventory(c, inv).await.expect("agent starts")
+}
+
+pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> Assignment {
+    Assignment {
+        job_id,
+        job: format!("job-{job_id}"),
+        attempt,
+        task: 0,
+        replica: 0,
+        rank: 0,
+        world_size: 1,
+        action: action as i32,
+        gpus: vec![1, 3],
+        command: vec!["sh".into(), "-c".into(), command.into()],
+        env: Default::default(),
+        checkpoint_signal: String::new(),
+        grace_ms: 2_000,
+        resume: false,
+    }
+}
+
+/// Polls `f` every 20 ms until it returns Some, or panics naming `what` after `secs`.
+pub async fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn stopped_of(obs: &[Observation], job_id: u64) -> Vec<bool> {
+    obs.iter()
+        .filter_map(|o| match &o.what {
+            Some(What::Stopped(s)) if s.job_id == job_id => Some(s.checkpointed),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn exited_of(obs: &[Observation], job_id: u64) -> Vec<i32> {
+    obs.iter()
+        .filter_map(|o| match &o.what {
+            Some(What::Exited(e)) if e.job_id == job_id => Some(e.exit_code),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The pid the replica wrote to `file` (`echo $$ > file` in its command).
+pub fn read_pid(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// /proc state letter of `pid`.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
+
+pub fn alive(pid: i32) -> bool {
+    matches!(proc_state(pid), Some(s) if s != 'Z' && s != 'X')
+}
+
+/// Kills every process group whose leader pid was written to one of `files`, so no test
+/// leaves processes behind even when it fails.
+pub struct Reaper(pub Vec<PathBuf>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let Some(pid) = read_pid(f) else { continue };
+            // SAFETY: getpgid and kill have no memory effects.
+            let pgid = unsafe { libc::getpgid(pid) };
+            // Never signal group 0 or 1 (or an error's -1): only the replica's own group.
+            if pgid > 1 && pgid != unsafe { libc::getpgrp() } {
+                unsafe {
+                    libc::kill(-pgid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// The repository root (for examples/workloads/train.py).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}

@@ -1,0 +1,185 @@
+//! Stale leaders and stale attempts are refused; followers point to the leader; a restarted
+//! agent re-adopts its replicas and never starts one twice.
+
+mod common;
+
+use baton_proto::v1::Action;
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directive_with_a_lower_term_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid1 = dir.path().join("pid1");
+    let started2 = dir.path().join("started2");
+    let pid3 = dir.path().join("pid3");
+    let _reaper = Reaper(vec![pid1.clone(), started2.clone(), pid3.clone()]);
+    let long = |f: &std::path::Path| format!("echo $$ > {}; while :; do sleep 0.05; done", f.display());
+    let one = assignment(1, 1, Action::Run, &long(&pid1));
+    gw.set(5, vec![one.clone()]);
+    let p1 = wait_for(5, "job 1 started", || read_pid(&pid1)).await;
+
+    // A deposed leader (term 3) wants job 2 instead of job 1.
+    let attaches = gw.attaches();
+    gw.send_raw(3, vec![assignment(2, 1, Action::Run, &long(&started2))]);
+    // The agent got it: it leaves a leader that sends a lower term and attaches again.
+    wait_for(5, "a reattach after the stale directive", || (gw.attaches() > attaches).then_some(())).await;
+    // Then the real leader (term 5) adds job 3; directives are handled in order, so once
+    // job 3 runs the term-3 directive has been dealt with.
+    gw.set(5, vec![one, assignment(3, 1, Action::Run, &long(&pid3))]);
+    wait_for(5, "job 3 started", || read_pid(&pid3)).await;
+    assert!(!started2.exists(), "the deposed leader's job was not started");
+    assert!(alive(p1), "the deposed leader could not kill job 1");
+    let term_seen = gw.fake.seen.lock().unwrap().attaches.iter().map(|a| a.term_seen).max().unwrap();
+    assert!(term_seen <= 5);
+    gw.set(5, vec![]);
+    wait_for(5, "everything killed", || (!alive(p1)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+
+    // The highest term is durable: a restarted agent still refuses term 3 at once.
+    let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+    assert_eq!(journal.term().unwrap(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_attempt_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let old = dir.path().join("old");
+    let marker = dir.path().join("marker");
+    let _reaper = Reaper(vec![pid.clone(), old.clone(), marker.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 2, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let p = wait_for(5, "attempt 2 started", || read_pid(&pid)).await;
+    gw.set(
+        1,
+        vec![
+            assignment(1, 1, Action::Run, &format!("echo $$ > {}; sleep 5", old.display())),
+            assignment(7, 1, Action::Run, &format!("echo $$ > {}", marker.display())),
+        ],
+    );
+    wait_for(5, "the marker job ran", || read_pid(&marker)).await;
+    assert!(!old.exists(), "attempt 1 was not started after attempt 2");
+    // Attempt 2 is absent from that directive, so it was killed.
+    wait_for(5, "attempt 2 killed", || (!alive(p)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_points_the_agent_to_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let leader = Gateway::start(None).await;
+    let follower = Gateway::start(Some(leader.addr.to_string())).await;
+    let agent = start_agent(config(dir.path(), &[follower.addr])).await;
+    let out = dir.path().join("out");
+    leader.set(2, vec![assignment(1, 1, Action::Run, &format!("echo hi > {}", out.display()))]);
+    wait_for(5, "attached to the leader", || (leader.attaches() == 1).then_some(())).await;
+    let attach = leader.fake.seen.lock().unwrap().attaches[0].clone();
+    let node = attach.node.unwrap();
+    assert_eq!(node.name, "node-a");
+    assert_eq!(node.gpus.len(), 4);
+    assert_eq!(node.resources["gpu"], 4);
+    assert_eq!(node.agent_addr, agent.logs_addr().to_string());
+    wait_for(5, "the leader's job reported", || (!exited_of(&leader.observations(), 1).is_empty()).then_some(())).await;
+    assert!(out.exists());
+    assert!(follower.fake.seen.lock().unwrap().reports.is_empty(), "reports go to the attached leader");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_tries_the_next_replica_when_one_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nobody listens on: bind, note it, drop.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[dead, gw.addr])).await;
+    wait_for(5, "attached to the live replica", || (gw.attaches() >= 1).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_readopts_its_replicas_and_reports_exits_it_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let starts = dir.path().join("starts");
+    let pid1 = dir.path().join("pid1");
+    let pid2 = dir.path().join("pid2");
+    let go1 = dir.path().join("go1");
+    let go2 = dir.path().join("go2");
+    let _reaper = Reaper(vec![pid1.clone(), pid2.clone()]);
+    let wait_then_exit = |pid: &std::path::Path, go: &std::path::Path, code: i32| {
+        format!(
+            "echo $$ > {pid}; echo started >> {starts}; while [ ! -e {go} ]; do sleep 0.02; done; exit {code}",
+            pid = pid.display(),
+            starts = starts.display(),
+            go = go.display()
+        )
+    };
+    let directive = vec![
+        assignment(1, 1, Action::Run, &wait_then_exit(&pid1, &go1, 5)),
+        assignment(2, 1, Action::Run, &wait_then_exit(&pid2, &go2, 7)),
+    ];
+    gw.set(1, directive.clone());
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let p1 = wait_for(5, "job 1 started", || read_pid(&pid1)).await;
+    let p2 = wait_for(5, "job 2 started", || read_pid(&pid2)).await;
+    agent.shutdown().await.unwrap();
+
+    // While the agent is down, job 2 ends with 7; job 1 keeps running.
+    std::fs::write(&go2, b"").unwrap();
+    wait_for(5, "job 2 ended", || (!alive(p2)).then_some(())).await;
+    assert!(alive(p1), "replicas outlive their agent");
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "job 2's exit reported", || (!exited_of(&gw.observations(), 2).is_empty()).then_some(())).await;
+    assert_eq!(exited_of(&gw.observations(), 2), vec![7]);
+    wait_for(5, "job 1 reported running", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "running"))
+    })
+    .await;
+    let lines = std::fs::read_to_string(&starts).unwrap();
+    assert_eq!(lines.lines().count(), 2, "each replica started once: {lines}");
+
+    // The adopted replica's own exit is noticed and reported with its code.
+    std::fs::write(&go1, b"").unwrap();
+    wait_for(5, "job 1's exit reported", || (!exited_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert_eq!(exited_of(&gw.observations(), 1), vec![5]);
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 2, "nothing started twice");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_in_progress_survives_an_agent_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 600;
+    gw.set(1, vec![stop]);
+    wait_for(5, "reported stopping", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "stopping"))
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+    assert!(alive(pid), "the replica ignores its signal; the agent is gone");
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "Stopped after the grace period", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(()))
+        .await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![false]);
+    assert!(!alive(pid), "killed by the restarted agent at the journaled deadline");
+    agent.shutdown().await.unwrap();
+}

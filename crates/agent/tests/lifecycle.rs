@@ -1,0 +1,194 @@
+//! RUN, STOP, SUSPEND and kills with real processes against a fake leader.
+
+mod common;
+
+use std::time::Duration;
+
+use baton_proto::v1::Action;
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_starts_the_replica_with_its_environment_and_reports_its_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let env_file = dir.path().join("env.txt");
+    let mut a = assignment(1, 2, Action::Run, &format!("env > {}; exit 3", env_file.display()));
+    a.env.insert("USER_VAR".into(), "x y".into());
+    a.resume = true;
+    a.checkpoint_signal = "SIGUSR1".into();
+    let mut missing = assignment(2, 1, Action::Run, "");
+    missing.command = vec!["no-such-command-for-baton".into()];
+    let killed = assignment(3, 1, Action::Run, "kill -USR2 $$; sleep 1");
+    gw.set(1, vec![a, missing, killed]);
+
+    let obs = wait_for(5, "all exits reported", || {
+        let o = gw.observations();
+        (exited_of(&o, 1).len() == 1 && exited_of(&o, 2).len() == 1 && exited_of(&o, 3).len() == 1).then_some(o)
+    })
+    .await;
+    assert_eq!(exited_of(&obs, 1), vec![3]);
+    assert_eq!(exited_of(&obs, 2), vec![127], "a command that is not found exits 127");
+    assert_eq!(exited_of(&obs, 3), vec![128 + libc::SIGUSR2], "a signal death is 128 + signal");
+
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    let ckpt_dir = dir.path().join("checkpoints").join("job-1");
+    for line in [
+        "CUDA_VISIBLE_DEVICES=1,3".to_string(),
+        "BATON_JOB=job-1".into(),
+        "BATON_JOB_ID=1".into(),
+        "BATON_ATTEMPT=2".into(),
+        "BATON_RANK=0".into(),
+        "BATON_WORLD_SIZE=1".into(),
+        format!("BATON_CHECKPOINT_DIR={}", ckpt_dir.display()),
+        "BATON_RESUME=1".into(),
+        "BATON_CHECKPOINT_SIGNAL=SIGUSR1".into(),
+        "USER_VAR=x y".into(),
+    ] {
+        assert!(env.lines().any(|l| l == line), "missing {line:?} in\n{env}");
+    }
+    assert!(ckpt_dir.is_dir(), "the checkpoint directory is created");
+    let stderr = std::fs::read_to_string(dir.path().join("logs/job-2/1/rank-0.stderr")).unwrap();
+    assert!(stderr.contains("no-such-command-for-baton"), "the reason is in the stderr log: {stderr}");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_is_unset_without_a_checkpoint_and_reports_carry_running_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd =
+        format!("echo $$ > {}; env > {}.env; while :; do sleep 0.05; done", pid_file.display(), pid_file.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let report = wait_for(5, "a report listing the replica", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "running"))
+    })
+    .await;
+    assert_eq!(report.node, "node-a");
+    wait_for(5, "the env file", || read_pid(&pid_file)).await;
+    let env = std::fs::read_to_string(format!("{}.env", pid_file.display())).unwrap();
+    assert!(!env.contains("BATON_RESUME"), "{env}");
+    gw.set(1, vec![]);
+    let pid = read_pid(&pid_file).unwrap();
+    wait_for(5, "the replica killed", || (!alive(pid)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_checkpoints_then_resumes_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let train = common::repo_root().join("examples/workloads/train.py");
+    let mut run = assignment(1, 1, Action::Run, "");
+    run.command = vec![
+        "python3".into(),
+        train.display().to_string(),
+        "--steps".into(),
+        "1000".into(),
+        "--step-ms".into(),
+        "10".into(),
+    ];
+    gw.set(1, vec![run.clone()]);
+    let log = dir.path().join("logs/job-1/1/rank-0.stdout");
+    wait_for(5, "a few steps", || std::fs::read_to_string(&log).ok().filter(|t| t.contains("step 3"))).await;
+
+    let mut stop = run.clone();
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 5_000;
+    gw.set(1, vec![stop.clone()]);
+    wait_for(5, "Stopped", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![true], "checkpointed");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("checkpointed at step"), "{text}");
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "a stop is not an exit");
+
+    // A repeated STOP for the stopped attempt re-reports the same observation.
+    gw.set(1, vec![stop]);
+    wait_for(5, "Stopped again", || (stopped_of(&gw.observations(), 1).len() == 2).then_some(())).await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![true, true]);
+
+    let mut resume = run.clone();
+    resume.attempt = 2;
+    resume.resume = true;
+    resume.command[3] = "5".into();
+    gw.set(1, vec![resume]);
+    wait_for(10, "attempt 2 exits", || (!exited_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert_eq!(exited_of(&gw.observations(), 1), vec![0]);
+    let text = std::fs::read_to_string(dir.path().join("logs/job-1/2/rank-0.stdout")).unwrap();
+    assert!(text.starts_with("resumed from step"), "{text}");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_ignoring_its_signal_is_killed_after_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 300;
+    let sent = std::time::Instant::now();
+    gw.set(1, vec![stop]);
+    wait_for(5, "Stopped", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert!(sent.elapsed() >= Duration::from_millis(300), "waited for the grace period");
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![false]);
+    assert!(!alive(pid), "killed");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_stops_the_group_and_run_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let mut suspend = run.clone();
+    suspend.action = Action::Suspend as i32;
+    gw.set(1, vec![suspend]);
+    wait_for(5, "state T", || (proc_state(pid) == Some('T')).then_some(())).await;
+    wait_for(5, "Stopped", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![false]);
+    wait_for(5, "reported suspended", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "suspended"))
+    })
+    .await;
+    gw.set(1, vec![run]);
+    wait_for(5, "running again", || matches!(proc_state(pid), Some('S' | 'R')).then_some(())).await;
+    assert!(exited_of(&gw.observations(), 1).is_empty());
+    gw.set(1, vec![]);
+    wait_for(5, "the replica killed", || (!alive(pid)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_absent_from_the_directive_is_killed_without_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    gw.set(1, vec![]);
+    wait_for(5, "the replica killed", || (!alive(pid)).then_some(())).await;
+    wait_for(5, "a report with nothing running", || gw.last_report().filter(|r| r.running.is_empty())).await;
+    let obs = gw.observations();
+    assert!(exited_of(&obs, 1).is_empty() && stopped_of(&obs, 1).is_empty(), "{obs:?}");
+    agent.shutdown().await.unwrap();
+}

@@ -1,0 +1,73 @@
+//! The AgentLogs service and the `fetch_logs` client helper.
+
+mod common;
+
+use baton_agent::{LogsError, fetch_logs};
+use baton_proto::v1::{Action, LogsRequest};
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_served_and_followed_until_the_replica_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let go = dir.path().join("go");
+    let cmd = format!(
+        "echo first; echo oops >&2; while [ ! -e {go} ]; do sleep 0.02; done; for i in 1 2 3; do echo line $i; sleep 0.05; done",
+        go = go.display()
+    );
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let addr = agent.logs_addr().to_string();
+    let log = dir.path().join("logs/job-1/1/rank-0.stdout");
+    wait_for(5, "first output", || std::fs::read_to_string(&log).ok().filter(|t| t.contains("first"))).await;
+
+    // Not following: what is there now.
+    let mut out = Vec::new();
+    let req = |follow: bool, stream: &str, offset: u64| LogsRequest {
+        job: "job-1".into(),
+        attempt: 0,
+        rank: 0,
+        stream: stream.into(),
+        offset,
+        follow,
+    };
+    fetch_logs(&addr, req(false, "", 0), &mut out).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), "first\n");
+    let mut err = Vec::new();
+    fetch_logs(&addr, req(false, "stderr", 0), &mut err).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&err), "oops\n");
+
+    // Following from an offset: everything after it until the replica ends.
+    let follow = tokio::spawn({
+        let addr = addr.clone();
+        async move {
+            let mut out = Vec::new();
+            fetch_logs(&addr, req(true, "stdout", 2), &mut out).await.map(|_| out)
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!follow.is_finished(), "a followed log waits for more while the replica runs");
+    std::fs::write(&go, b"").unwrap();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(5), follow).await.unwrap().unwrap().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), "rst\nline 1\nline 2\nline 3\n");
+
+    // Bad requests get clear errors.
+    let mut sink = Vec::new();
+    let e = fetch_logs(&addr, LogsRequest { job: "nope".into(), ..req(false, "", 0) }, &mut sink).await.unwrap_err();
+    assert!(matches!(&e, LogsError::Refused { status, .. } if status.code() == tonic::Code::NotFound), "{e}");
+    let e = fetch_logs(&addr, req(false, "stdin", 0), &mut sink).await.unwrap_err();
+    assert!(e.to_string().contains("stdin"), "{e}");
+    let e = fetch_logs(&addr, LogsRequest { job: "../x".into(), ..req(false, "", 0) }, &mut sink).await.unwrap_err();
+    assert!(matches!(&e, LogsError::Refused { status, .. } if status.code() == tonic::Code::InvalidArgument), "{e}");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_agent_is_a_clear_error() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut sink = Vec::new();
+    let req = LogsRequest { job: "j".into(), ..Default::default() };
+    let e = fetch_logs(&dead.to_string(), req, &mut sink).await.unwrap_err();
+    assert!(matches!(e, LogsError::Connect { .. }), "{e}");
+    assert!(e.to_string().contains(&dead.to_string()));
+}

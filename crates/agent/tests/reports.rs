@@ -1,0 +1,69 @@
+//! Observations are retried until a leader of the current term acknowledges them.
+
+mod common;
+
+use baton_proto::v1::Action;
+use baton_proto::v1::observation::What;
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observations_are_resent_until_acknowledged_by_the_current_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    gw.set(4, vec![assignment(1, 1, Action::Run, "exit 0")]);
+    wait_for(5, "the exit reported", || (!exited_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    // Acknowledged: later reports no longer carry it.
+    let after = gw.report_count();
+    wait_for(5, "a report without observations", || {
+        let seen = gw.fake.seen.lock().unwrap();
+        seen.reports[after..].iter().any(|r| r.observations.is_empty()).then_some(())
+    })
+    .await;
+
+    // A leader answering with an older term than the agent has seen is deposed: nothing it
+    // answers acknowledges anything, and the agent looks for the real leader.
+    gw.set_reply_term(2);
+    let attaches = gw.attaches();
+    gw.send_raw(4, vec![assignment(2, 1, Action::Run, "exit 6")]);
+    wait_for(5, "the exit sent at least twice", || (exited_of(&gw.observations(), 2).len() >= 2).then_some(())).await;
+    wait_for(5, "a reattach", || (gw.attaches() > attaches).then_some(())).await;
+    gw.set_reply_term(4);
+    let after = gw.report_count();
+    wait_for(5, "acknowledged at last", || {
+        let seen = gw.fake.seen.lock().unwrap();
+        seen.reports[after..].iter().any(|r| r.observations.is_empty()).then_some(())
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+    let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+    assert_eq!(journal.pending_len(), 0, "acknowledged observations leave the journal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_written_while_running_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let go = dir.path().join("go");
+    let _reaper = Reaper(vec![pid.clone()]);
+    let cmd = format!(
+        "echo $$ > {pid}; while [ ! -e {go} ]; do sleep 0.02; done; echo 1 > $BATON_CHECKPOINT_DIR/c; while :; do sleep 0.05; done",
+        pid = pid.display(),
+        go = go.display()
+    );
+    gw.set(1, vec![assignment(1, 3, Action::Run, &cmd)]);
+    let p = wait_for(5, "started", || read_pid(&pid)).await;
+    std::fs::write(&go, b"").unwrap();
+    wait_for(5, "Checkpointed", || {
+        gw.observations().iter().find_map(|o| match &o.what {
+            Some(What::Checkpointed(c)) if c.job_id == 1 && c.attempt == 3 => Some(()),
+            _ => None,
+        })
+    })
+    .await;
+    gw.set(1, vec![]);
+    wait_for(5, "killed", || (!alive(p)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}

@@ -1,0 +1,153 @@
+//! `baton agent` (the worker agent on each GPU node) and the hidden `baton workload` test job.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use baton_agent::AgentConfig;
+use clap::Args;
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// Replica addresses (comma list); the agent finds the leader among them.
+    #[arg(long, env = "BATON_SERVER", value_delimiter = ',', default_value = "127.0.0.1:7070")]
+    server: Vec<String>,
+    /// Node name (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long, default_value = "default")]
+    pool: String,
+    #[arg(long, default_value = "")]
+    rack: String,
+    /// A node label, k=v (repeatable).
+    #[arg(long = "label", value_name = "K=V")]
+    labels: Vec<String>,
+    /// Development GPUs to offer when no NVIDIA driver is present.
+    #[arg(long, value_name = "N")]
+    gpus: Option<u32>,
+    /// CPUs to offer (default: this machine's).
+    #[arg(long, value_name = "N")]
+    cpu: Option<u64>,
+    /// Memory to offer, e.g. 64Gi (default: this machine's).
+    #[arg(long, value_name = "QTY")]
+    memory: Option<String>,
+    /// Journal and job logs.
+    #[arg(long, value_name = "DIR", required_unless_present = "inventory_only")]
+    data_dir: Option<PathBuf>,
+    /// Root of the jobs' checkpoint directories (default: <data-dir>/checkpoints); shared
+    /// storage in a real cluster, so a job resumes on another node.
+    #[arg(long, value_name = "DIR")]
+    checkpoint_root: Option<PathBuf>,
+    /// Address to serve job logs on; the bound address is reported as agent_addr.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    #[arg(long, default_value_t = 500)]
+    heartbeat_ms: u64,
+    /// Print this node's GPU inventory as JSON and exit.
+    #[arg(long, hide = true)]
+    inventory_only: bool,
+}
+
+#[derive(Args)]
+pub struct WorkloadArgs {
+    #[arg(long, default_value_t = 100)]
+    steps: u64,
+    #[arg(long, default_value_t = 100)]
+    step_ms: u64,
+}
+
+pub fn workload(args: WorkloadArgs) -> ExitCode {
+    ExitCode::from(baton_agent::workload::run(args.steps, args.step_ms).clamp(0, 255) as u8)
+}
+
+fn config(args: AgentArgs) -> Result<AgentConfig, String> {
+    let name = args.name.unwrap_or_else(baton_agent::node::host_name);
+    let data_dir = args.data_dir.ok_or("--data-dir is required")?;
+    let mut labels = BTreeMap::new();
+    for l in &args.labels {
+        let (k, v) = l.split_once('=').ok_or_else(|| format!("--label {l:?}: expected k=v"))?;
+        if k.trim().is_empty() {
+            return Err(format!("--label {l:?}: the key is empty"));
+        }
+        labels.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    let memory_bytes = match &args.memory {
+        Some(m) => Some(baton_model::quantity::parse_quantity(m).map_err(|e| format!("--memory {m:?}: {e}"))?),
+        None => None,
+    };
+    let mut c = AgentConfig::new(name, data_dir);
+    c.servers = args.server;
+    c.pool = args.pool;
+    c.rack = args.rack;
+    c.labels = labels;
+    c.dev_gpus = args.gpus;
+    c.cpu = args.cpu;
+    c.memory_bytes = memory_bytes;
+    c.checkpoint_root = args.checkpoint_root;
+    c.listen = args.listen;
+    c.heartbeat_ms = args.heartbeat_ms;
+    c.validate()?;
+    Ok(c)
+}
+
+pub fn run(args: AgentArgs) -> ExitCode {
+    if args.inventory_only {
+        return match baton_agent::inventory::nvml_inventory() {
+            Ok(inv) => match serde_json::to_string_pretty(&inv) {
+                Ok(j) => {
+                    println!("{j}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: cannot write JSON: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let config = match config(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(baton_agent::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM. The job replicas keep running; a restarted agent re-adopts them.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

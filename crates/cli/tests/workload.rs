@@ -1,0 +1,80 @@
+//! `baton workload`: checkpoints on its signal, resumes from the checkpoint.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+#[test]
+fn workload_checkpoints_on_its_signal_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["workload", "--steps", "100000", "--step-ms", "5"])
+        .env("BATON_CHECKPOINT_DIR", dir.path())
+        .env("BATON_RANK", "3")
+        .env_remove("BATON_RESUME")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "step 1");
+    assert_eq!(lines.next().unwrap().unwrap(), "step 2");
+    // SAFETY: kill has no memory effects; the pid is our child's.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exits 0 after a checkpoint: {status:?}");
+    let last = rest.last().expect("a final line");
+    let step: u64 = last.strip_prefix("checkpointed at step ").expect(last).parse().unwrap();
+    assert!(step >= 2);
+    let saved = std::fs::read_to_string(dir.path().join("rank-3.ckpt")).unwrap();
+    assert_eq!(saved.trim(), step.to_string());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["workload", "--steps", &(step + 2).to_string(), "--step-ms", "1"])
+        .env("BATON_CHECKPOINT_DIR", dir.path())
+        .env("BATON_RANK", "3")
+        .env("BATON_RESUME", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let expected = format!("resumed from step {step}\nstep {}\nstep {}\n", step + 1, step + 2);
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn agent_without_a_driver_or_gpus_says_what_to_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = Command::new(env!("CARGO_BIN_EXE_baton")).args(["agent", "--inventory-only"]).output().unwrap();
+    if inventory.status.success() {
+        // A machine with an NVIDIA driver: the inventory is JSON with the NVML source.
+        let text = String::from_utf8_lossy(&inventory.stdout);
+        assert!(text.contains("\"source\": \"nvml\""), "{text}");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["agent", "--server", "127.0.0.1:1", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no NVIDIA driver found (NVML: ") && err.contains("pass --gpus N"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one clear line: {err}");
+}
+
+#[test]
+fn agent_refuses_bad_flags_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value, needle) in
+        [("--memory", "12q", "--memory"), ("--label", "novalue", "--label"), ("--heartbeat-ms", "0", "--heartbeat-ms")]
+    {
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(["agent", "--gpus", "1", flag, value, "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{flag}: {err}");
+    }
+}
