@@ -1,0 +1,95 @@
+//! End-to-end: the real `baton` binary as 3 replicas and agents, real job processes.
+//!
+//! - `cluster`: starting and stopping the processes.
+//! - `replay`: seed scenarios on a scaled clock, checked like the simulator checks them.
+
+mod cluster;
+mod replay;
+
+use std::time::Duration;
+
+use baton_proto::v1::{JobRef, PoolQuota, Queue, Resources, SubmitRequest, TaskSpec};
+use cluster::{Cluster, NodeArgs};
+use replay::{Replay, load};
+
+fn scenario(name: &str) -> String {
+    format!("{}/../../tests/scenarios/{name}.yaml", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runai_preemption_replays_with_real_processes() {
+    Replay { kill_leader_at_ms: None }.run(&load(&scenario("runai-preemption"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn determined_priority_replays_with_real_processes() {
+    Replay { kill_leader_at_ms: None }.run(&load(&scenario("determined-priority"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slurm_preempt_modes_replays_with_real_processes() {
+    Replay { kill_leader_at_ms: None }.run(&load(&scenario("slurm-preempt-modes"))).await;
+}
+
+/// The leader dies right after the high-priority submit, while the victim checkpoints:
+/// the outcome is the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_mid_preemption_changes_no_outcome() {
+    let c = Replay { kill_leader_at_ms: Some(10_000) }.run(&load(&scenario("runai-preemption"))).await;
+    let starts = std::fs::read_to_string(c.path("starts-large-training-job")).unwrap();
+    assert_eq!(starts.lines().collect::<Vec<_>>(), ["1", "2"], "each attempt started exactly once");
+    let ckpt = std::fs::read_to_string(c.path("checkpoints/large-training-job/step")).unwrap();
+    assert!(ckpt.trim().parse::<u32>().is_ok(), "the victim wrote its checkpoint: {ckpt:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_does_not_start_a_job_twice() {
+    let node = NodeArgs { name: "n1".into(), pool: "default".into(), rack: String::new(), gpus: 4, cpu: 0, memory: 0 };
+    let mut c = Cluster::start(std::slice::from_ref(&node)).await;
+    let mut api = c.client().await;
+    let quota = PoolQuota {
+        pool: "default".into(),
+        nominal: Some(Resources { amounts: [("gpu".to_string(), 4)].into() }),
+        ..Default::default()
+    };
+    api.put_queue(Queue { name: "q".into(), quotas: vec![quota], ..Default::default() }).await.unwrap();
+    let starts = c.path("starts");
+    let script = format!("echo \"$BATON_ATTEMPT\" >> '{}'; exec sleep 600", starts.display());
+    let spec = baton_proto::v1::JobSpec {
+        name: "long".into(),
+        queue: "q".into(),
+        tasks: vec![TaskSpec {
+            name: "main".into(),
+            replicas: 1,
+            resources: Some(Resources { amounts: [("gpu".to_string(), 2)].into() }),
+            pools: vec![],
+        }],
+        command: vec!["sh".into(), "-c".into(), script],
+        ..Default::default()
+    };
+    api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into() }).await.unwrap();
+    c.wait_job("long", "running", |j| j.state == "Running").await;
+    wait_file_lines(&starts, 1).await;
+
+    c.kill_agent("n1");
+    c.start_agent("n1");
+    // Several heartbeats and directive resends after the restart.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let j = c.wait_job("long", "still running, attempt 1", |j| j.state == "Running").await;
+    assert_eq!(j.attempt, 1);
+    let lines = std::fs::read_to_string(&starts).unwrap();
+    assert_eq!(lines.lines().count(), 1, "the job started once: {lines:?}");
+    api.cancel_job(JobRef { name: "long".into() }).await.unwrap();
+}
+
+async fn wait_file_lines(path: &std::path::Path, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = std::fs::read_to_string(path).map(|s| s.lines().count()).unwrap_or(0);
+        if got >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{} has {got} lines, expected {n}", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
