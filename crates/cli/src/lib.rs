@@ -6,6 +6,7 @@
 //! signals for the long-running commands). `main.rs` only wires clap.
 
 pub mod agent;
+pub mod bench;
 pub mod client;
 pub mod dev;
 pub mod logging;

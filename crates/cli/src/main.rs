@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use baton_cli::{agent, client, dev, server, sim};
+use baton_cli::{agent, bench, client, dev, server, sim};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -21,6 +21,8 @@ enum Command {
     /// Start a local HA cluster (3 replicas, 2 agents with development GPUs); --demo plays a
     /// preemption story live.
     Dev(dev::DevArgs),
+    /// Measure a local cluster (latency of starts and preemptions).
+    Bench(bench::BenchArgs),
     #[command(flatten)]
     Client(Box<client::ClientCommand>),
     /// Run the worker agent on a GPU node: follow the leader, run job replicas, serve their logs.
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Server(args) => server::run(args),
         Command::Dev(args) => dev::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Client(cmd) => client::execute(*cmd),
         Command::Agent(args) => agent::run(*args),
         Command::Workload(args) => agent::workload(args),

@@ -6,7 +6,7 @@
 //! - `demo`: the story and its timeline.
 
 mod demo;
-mod procs;
+pub(crate) mod procs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,0 +1,179 @@
+//! `baton bench latency`: starts a local cluster (as `baton dev` does) and measures, with
+//! real job processes, how long work takes to start and how fast a preemption goes:
+//! - submit -> running: from the submit call to the job's process printing its start;
+//! - preempt signal: from the high-priority submit to the victim's signal handler;
+//! - exit -> start: from the victim's handler (it exits right after) to the preemptor's start.
+//!
+//! Jobs stamp `date +%s%N` into files; every figure is wall-clock time on this machine.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::*;
+use clap::{Args, Subcommand};
+use tonic::transport::Channel;
+
+use crate::dev::procs::Children;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchWhat {
+    /// Submit-to-running and preemption latency on an idle local cluster.
+    Latency {
+        /// Preemption rounds (each also measures one submit on an idle cluster).
+        #[arg(long, default_value_t = 50)]
+        rounds: u32,
+        /// First port of the local cluster.
+        #[arg(long, default_value_t = 7170)]
+        port: u16,
+    },
+}
+
+/// Longest wait for one stamp; a round that takes longer fails the benchmark.
+const STAMP_TIMEOUT_MS: u64 = 30_000;
+
+pub fn run(args: BenchArgs) -> ExitCode {
+    let BenchWhat::Latency { rounds, port } = args.what;
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let tmp = match tempfile::Builder::new().prefix("baton-bench-").tempdir() {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut children = match Children::start(tmp.path(), port, 8).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let result = measure(&children.servers(), tmp.path(), rounds).await;
+        children.stop(Duration::from_secs(5)).await;
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn now_ms() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// A job that stamps its start, and stamps its signal then exits on SIGTERM.
+fn job(name: &str, queue: &str, class: &str, dir: &Path) -> JobSpec {
+    let start = dir.join(format!("{name}.start"));
+    let term = dir.join(format!("{name}.term"));
+    let script = format!(
+        "trap 'date +%s%N > {term}; exit 0' TERM; date +%s%N > {start}; while :; do sleep 0.01; done",
+        term = term.display(),
+        start = start.display()
+    );
+    JobSpec {
+        name: name.into(),
+        queue: queue.into(),
+        priority_class: class.into(),
+        tasks: vec![TaskSpec {
+            name: "main".into(),
+            replicas: 2,
+            resources: Some(Resources { amounts: [("gpu".to_string(), 8)].into() }),
+            pools: vec![],
+        }],
+        command: vec!["sh".into(), "-c".into(), script],
+        grace_ms: Some(5_000),
+        ..Default::default()
+    }
+}
+
+async fn stamp(path: PathBuf) -> Result<f64, String> {
+    let deadline = Instant::now() + Duration::from_millis(STAMP_TIMEOUT_MS);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && let Ok(ns) = text.trim().parse::<u128>()
+        {
+            return Ok(ns as f64 / 1e6);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} never appeared", path.display()));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn queue(name: &str, gpus: u64) -> Queue {
+    Queue {
+        name: name.into(),
+        quotas: vec![PoolQuota {
+            pool: "default".into(),
+            nominal: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+async fn submit(c: &mut BatonClient<Channel>, spec: JobSpec) -> Result<(), String> {
+    c.submit(SubmitRequest { spec: Some(spec), request_id: String::new() }).await.map_err(|e| e.message().to_string())?;
+    Ok(())
+}
+
+async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> {
+    c.cancel_job(JobRef { name: name.into() }).await.map_err(|e| e.message().to_string())?;
+    Ok(())
+}
+
+async fn measure(servers: &[String], dir: &Path, rounds: u32) -> Result<(), String> {
+    let mut c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
+    // Borrowing queue `lo` (no guarantee) and `hi` (all 16 GPUs guaranteed): hi reclaims.
+    c.put_queue(queue("lo", 0)).await.map_err(|e| e.message().to_string())?;
+    c.put_queue(queue("hi", 16)).await.map_err(|e| e.message().to_string())?;
+    let stamps = dir.join("stamps");
+    std::fs::create_dir_all(&stamps).map_err(|e| e.to_string())?;
+    let (mut start, mut signal, mut handoff) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let (lo, hi) = (format!("lo-{i}"), format!("hi-{i}"));
+        let t = now_ms();
+        submit(&mut c, job(&lo, "lo", "train", &stamps)).await?;
+        start.push(stamp(stamps.join(format!("{lo}.start"))).await? - t);
+        let t = now_ms();
+        submit(&mut c, job(&hi, "hi", "inference", &stamps)).await?;
+        let term = stamp(stamps.join(format!("{lo}.term"))).await?;
+        let hi_start = stamp(stamps.join(format!("{hi}.start"))).await?;
+        signal.push(term - t);
+        handoff.push(hi_start - term);
+        cancel(&mut c, &hi).await?;
+        cancel(&mut c, &lo).await?;
+        // Let the cancelled processes go before the next idle-cluster submit.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("rounds: {rounds} (2 agents x 8 development GPUs, 3 replicas, each job a 2x8-GPU gang)");
+    report("submit -> running (idle cluster)", &mut start);
+    report("high-priority submit -> victim's signal", &mut signal);
+    report("victim's exit -> preemptor's start", &mut handoff);
+    Ok(())
+}
+
+fn report(what: &str, ms: &mut [f64]) {
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
+    println!("{what:<42} p50 {:>7.1} ms   p99 {:>7.1} ms   max {:>7.1} ms", pct(0.5), pct(0.99), pct(1.0));
+}
