@@ -202,7 +202,11 @@ fn check(
     }
     for at in &e.queues {
         let (name, want) = &at.v;
-        assert!(want.pools.is_empty() && want.total.nominal.is_none(), "line {}: only queue usage is replayed", at.line);
+        assert!(
+            want.pools.is_empty() && want.total.nominal.is_none(),
+            "line {}: only queue usage is replayed",
+            at.line
+        );
         let Some(want) = &want.total.usage else { continue };
         let q = queues.iter().find(|q| q.queue.as_ref().is_some_and(|x| x.name == name.as_str()));
         let mut got = baton_model::resources::Resources::new();
@@ -217,7 +221,8 @@ fn check(
     }
     for at in &e.victims_of {
         let (name, want) = &at.v;
-        let got: Vec<&str> = victims.get(name.as_str()).map(|v| v.iter().map(String::as_str).collect()).unwrap_or_default();
+        let got: Vec<&str> =
+            victims.get(name.as_str()).map(|v| v.iter().map(String::as_str).collect()).unwrap_or_default();
         let mut want: Vec<&str> = want.iter().map(|n| n.as_str()).collect();
         want.sort();
         if got != want {

@@ -132,7 +132,9 @@ fn queue(name: &str, gpus: u64) -> Queue {
 }
 
 async fn submit(c: &mut BatonClient<Channel>, spec: JobSpec) -> Result<(), String> {
-    c.submit(SubmitRequest { spec: Some(spec), request_id: String::new() }).await.map_err(|e| e.message().to_string())?;
+    c.submit(SubmitRequest { spec: Some(spec), request_id: String::new() })
+        .await
+        .map_err(|e| e.message().to_string())?;
     Ok(())
 }
 

@@ -10,9 +10,7 @@ use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
 use baton_proto::v1::agent_gateway_server::AgentGateway;
-use baton_proto::v1::{
-    AttachRequest, Directive, Exited, ReportReply, ReportRequest, Stopped, observation::What,
-};
+use baton_proto::v1::{AttachRequest, Directive, Exited, ReportReply, ReportRequest, Stopped, observation::What};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -92,9 +90,7 @@ impl Gateway {
         let world = self.ctx.replica.read_local(|st| st.job(s.job_id).map(|j| j.replicas.len() as u32));
         let Some(world) = world else { return Ok(()) };
         match self.ctx.stops.record(s.job_id, s.attempt, s.rank, world, s.checkpointed) {
-            Some(checkpointed) => {
-                self.write(Op::JobStopped { job: s.job_id, attempt: s.attempt, checkpointed }).await
-            }
+            Some(checkpointed) => self.write(Op::JobStopped { job: s.job_id, attempt: s.attempt, checkpointed }).await,
             None => Ok(()),
         }
     }

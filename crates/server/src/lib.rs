@@ -92,7 +92,11 @@ impl Ctx {
 
 /// Opens the replica, serves raft, the client API and the agent gateway on `listener`, and
 /// runs the leader loop, until `shutdown` completes.
-pub async fn run(config: ServerConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+pub async fn run(
+    config: ServerConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     config.settings.validate().map_err(ServerError::Settings)?;
     let replica = Replica::open(config.replica).await?;
     let ctx = Arc::new(Ctx {

@@ -16,7 +16,12 @@ pub struct ServerSettings {
 
 impl Default for ServerSettings {
     fn default() -> Self {
-        ServerSettings { cycle_interval_ms: 1_000, heartbeat_timeout_ms: 5_000, resend_ms: 2_000, max_list_jobs: 10_000 }
+        ServerSettings {
+            cycle_interval_ms: 1_000,
+            heartbeat_timeout_ms: 5_000,
+            resend_ms: 2_000,
+            max_list_jobs: 10_000,
+        }
     }
 }
 

@@ -57,7 +57,8 @@ pub fn no_leader() -> Status {
 /// For calls only the leader serves: FAILED_PRECONDITION with the leader's address in
 /// the `baton-leader` metadata (empty when none is known).
 pub fn not_leader(leader_addr: &str) -> Status {
-    let mut s = Status::failed_precondition(format!("this replica is not the leader; the leader is at {leader_addr:?}"));
+    let mut s =
+        Status::failed_precondition(format!("this replica is not the leader; the leader is at {leader_addr:?}"));
     if let Ok(v) = leader_addr.parse() {
         s.metadata_mut().insert(LEADER_METADATA, v);
     }

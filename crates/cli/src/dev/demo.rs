@@ -104,7 +104,9 @@ async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
 }
 
 async fn submit(c: &mut BatonClient<Channel>, spec: JobSpec) -> Result<(), String> {
-    c.submit(SubmitRequest { spec: Some(spec), request_id: String::new() }).await.map_err(|e| e.message().to_string())?;
+    c.submit(SubmitRequest { spec: Some(spec), request_id: String::new() })
+        .await
+        .map_err(|e| e.message().to_string())?;
     Ok(())
 }
 

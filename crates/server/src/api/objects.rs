@@ -2,7 +2,9 @@
 
 use baton_model::command::Op;
 use baton_model::name::Name;
-use baton_proto::convert::{self, class_from_proto, class_to_proto, cohort_from_proto, cohort_to_proto, queue_from_proto};
+use baton_proto::convert::{
+    self, class_from_proto, class_to_proto, cohort_from_proto, cohort_to_proto, queue_from_proto,
+};
 use baton_proto::v1::{Ack, Cohort, ListClassesReply, ListCohortsReply, PriorityClass, Queue};
 use tonic::{Response, Status};
 

@@ -50,7 +50,11 @@ pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, 
             let batch: Arc<[ModelEvent]> = match next {
                 Ok(b) => b,
                 Err(RecvError::Lagged(n)) => {
-                    let lag = Event { kind: "Lagged".into(), message: format!("missed {n} batches of events"), ..Default::default() };
+                    let lag = Event {
+                        kind: "Lagged".into(),
+                        message: format!("missed {n} batches of events"),
+                        ..Default::default()
+                    };
                     if tx.send(Ok(lag)).await.is_err() {
                         return;
                     }

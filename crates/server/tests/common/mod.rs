@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use ::baton_server::{ServerConfig, ServerSettings};
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
 use baton_raft::{RaftSettings, ReplicaConfig, Storage};
-use ::baton_server::{ServerConfig, ServerSettings};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
@@ -183,7 +183,13 @@ impl FakeAgent {
             match c.attach(AttachRequest { node: Some(node.clone()), term_seen: 0 }).await {
                 Ok(stream) => {
                     let beat = tokio::spawn(heartbeats(next.clone(), node.name.clone())).abort_handle();
-                    return FakeAgent { node, leader: next, directives: stream.into_inner(), last: None, beat: Some(beat) };
+                    return FakeAgent {
+                        node,
+                        leader: next,
+                        directives: stream.into_inner(),
+                        last: None,
+                        beat: Some(beat),
+                    };
                 }
                 Err(s) => {
                     let hint = s.metadata().get("baton-leader").and_then(|v| v.to_str().ok()).unwrap_or("");
