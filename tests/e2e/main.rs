@@ -93,3 +93,20 @@ async fn wait_file_lines(path: &std::path::Path, n: usize) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The README's first command: the demo tells its story to the end.
+#[test]
+fn the_dev_demo_plays_seed_000_to_the_end() {
+    let base = 20_000 + (std::process::id() % 10_000) as u16 * 3;
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(cluster::BATON)
+        .args(["dev", "--demo", "--port", &base.to_string(), "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("checkpointed at step"), "{text}");
+    assert!(text.contains("resumed from step"), "{text}");
+    assert!(text.contains("Preempted  large-training-job"), "{text}");
+}

@@ -1,10 +1,16 @@
 //! Logging and shutdown for the long-running subcommands (server, agent, dev).
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
+/// Logs to stderr; `RUST_LOG` filters (default: baton at info, openraft's chatter at warn).
+/// Colours only on a terminal, so log files stay plain text.
 pub fn init() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// Completes on Ctrl-C or SIGTERM.
