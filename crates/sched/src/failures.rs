@@ -31,10 +31,13 @@ struct Failure {
     why: String,
 }
 
+/// Failures of jobs with these pool assignments.
+type ByAssignments = (Vec<Vec<usize>>, Vec<Failure>);
+
 #[derive(Default)]
 pub struct Failures {
     /// By (queue, not preemptible, topology), then by pool assignments.
-    by_key: FxMap<(usize, bool, Option<Topology>), Vec<(Vec<Vec<usize>>, Vec<Failure>)>>,
+    by_key: FxMap<(usize, bool, Option<Topology>), Vec<ByAssignments>>,
 }
 
 impl Failures {

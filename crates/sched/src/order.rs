@@ -58,7 +58,7 @@ fn time_key(j: &Job) -> u128 {
 /// Sorts by (priority, submission, name). Names become natural-order byte keys, packed
 /// into integers when they fit, so the sort compares numbers rather than re-parsing digits;
 /// one buffer serves every key.
-fn sort_pending<'a>(pending: &mut Vec<(&'a Job, usize)>) {
+fn sort_pending(pending: &mut Vec<(&Job, usize)>) {
     let mut buf = Vec::with_capacity(32);
     let mut packed: Vec<(u128, u128, u32)> = Vec::with_capacity(pending.len());
     for (i, (j, _)) in pending.iter().enumerate() {
