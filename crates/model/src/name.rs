@@ -128,12 +128,19 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
 /// as a digit would) followed by those digits. `None` when a run has 9 or more significant
 /// digits or the text holds a byte below 2 (compare with `natural_cmp` then).
 pub fn natural_key(s: &str) -> Option<Vec<u8>> {
+    let mut key = Vec::with_capacity(s.len() + 8);
+    natural_key_into(s, &mut key).then_some(key)
+}
+
+/// `natural_key` written into `key` (cleared first), so that callers building many keys
+/// reuse one buffer; false where `natural_key` gives `None` (`key` is then meaningless).
+pub fn natural_key_into(s: &str, key: &mut Vec<u8>) -> bool {
+    key.clear();
     let b = s.as_bytes();
     // Bytes 0 and 1 end a key; names never contain them, other text may.
     if b.iter().any(|&c| c < 2) {
-        return None;
+        return false;
     }
-    let mut key = Vec::with_capacity(b.len() + 8);
     let mut zeros = false;
     let mut i = 0;
     while i < b.len() {
@@ -147,7 +154,7 @@ pub fn natural_key(s: &str) -> Option<Vec<u8>> {
         let digits = strip_zeros(&b[i..i + run]);
         zeros |= digits.len() < run;
         if digits.len() >= 9 {
-            return None;
+            return false;
         }
         key.push(b'0' + digits.len() as u8);
         key.extend_from_slice(digits);
@@ -161,7 +168,7 @@ pub fn natural_key(s: &str) -> Option<Vec<u8>> {
     } else {
         key.push(1);
     }
-    Some(key)
+    true
 }
 
 /// Natural order from the start of both slices.

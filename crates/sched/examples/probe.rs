@@ -1,5 +1,7 @@
 //! One-shot timing of the scheduling cycle on a generated cluster, for profiling:
-//! `cargo run --release -p baton-sched --example probe -- 10000` (nodes; 5 jobs per node).
+//! `cargo run --release -p baton-sched --example probe -- 10000` (nodes; 5 jobs per node);
+//! a second argument `first` runs only the first cycle, `gang` only the 64-GPU gang's
+//! preemption cycle on the full 10,000-node cluster.
 //! The benchmark (`cargo bench -p baton-sched`) gives the figures; this gives a quick look.
 
 #[path = "../benches/cluster.rs"]
@@ -12,8 +14,23 @@ use baton_model::plan::Decision;
 use baton_sched::cycle;
 use cluster::*;
 
+/// One cycle, kept out of line so that a profiler can collect exactly this call.
+#[inline(never)]
+fn measured(s: &baton_model::state::State) -> baton_model::plan::Plan {
+    cycle(s, NOW_MS)
+}
+
 fn main() {
     let nodes: usize = std::env::args().nth(1).map_or(10_000, |a| a.parse().expect("a node count"));
+    if std::env::args().nth(2).as_deref() == Some("gang") {
+        // Only the cycle that plans the 64-GPU gang's preemption on the full cluster, for
+        // profilers (collect `probe::measured`); the cluster is always 10,000 nodes.
+        let full = full_cluster();
+        let t = Instant::now();
+        std::hint::black_box(measured(&full));
+        println!("gang cycle {:?}", t.elapsed());
+        return;
+    }
     let mut s = cluster(nodes, 40);
     submit_backlog(&mut s, nodes * 5, 7);
     if std::env::args().nth(2).as_deref() == Some("first") {

@@ -3,6 +3,7 @@
 //! say why it waits.
 
 use baton_model::job::{Job, JobState};
+use baton_model::ledger::{Admission, QuotaBlock};
 use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan, Victim};
 use baton_model::state::{State, demand_of};
@@ -10,6 +11,7 @@ use baton_model::state::{State, demand_of};
 use crate::failures::Failures;
 use crate::needs::Needs;
 use crate::nodes::{IndexNodes, SetNodes};
+use crate::nofit::NoFit;
 use crate::order::Order;
 use crate::pack::{Packing, pack};
 use crate::preempt::{self, Planned};
@@ -26,16 +28,19 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
     resume_suspended(&mut view, &mut plan);
     let mut order = Order::new(&view);
-    let mut planner =
-        Planner { budget: MAX_PREEMPTION_PLANS_PER_CYCLE, failures: Failures::default(), reasons: Default::default() };
-    while let Some((q, id, needs)) = order.next() {
-        let job = view.job(id);
+    let mut planner = Planner {
+        budget: MAX_PREEMPTION_PLANS_PER_CYCLE,
+        failures: Failures::default(),
+        reasons: Default::default(),
+        verdicts: Vec::new(),
+        no_fit: NoFit::default(),
+    };
+    while let Some((q, job, needs)) = order.next() {
         let placed = decide(&mut view, job, &needs, &mut plan, &mut planner);
-        order.after(&view, q, id, placed);
+        order.after(&view, q, job, placed);
     }
-    for (id, head) in order.held_back() {
-        let job = view.job(id);
-        let why = format!("waiting behind {} (queue {} is StrictFIFO)", view.job(head).spec.name, job.spec.queue);
+    for (job, head) in order.held_back() {
+        let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);
     }
     plan
@@ -76,20 +81,45 @@ fn wait(plan: &mut Plan, job: &Job, reason: String) {
     }
 }
 
-/// Decides one job; true if it was placed.
-/// What limits preemption planning within one cycle.
+/// `wait` with the reason "{base}; {why}", built only if the job's reason changes: most of
+/// a long backlog waits for the same reason cycle after cycle.
+fn wait_because(plan: &mut Plan, job: &Job, base: &str, why: &str) {
+    const SEP: &str = "; ";
+    let old = job.reason.as_bytes();
+    let same = old.len() == base.len() + SEP.len() + why.len()
+        && old.starts_with(base.as_bytes())
+        && old[base.len()..].starts_with(SEP.as_bytes())
+        && old.ends_with(why.as_bytes());
+    if !same {
+        let mut reason = String::with_capacity(base.len() + SEP.len() + why.len());
+        reason.push_str(base);
+        reason.push_str(SEP);
+        reason.push_str(why);
+        plan.decisions.push(Decision::Wait { job: job.id, reason });
+    }
+}
+
+/// What limits and what speeds up deciding within one cycle.
 struct Planner {
     budget: usize,
     failures: Failures,
     reasons: reason::Reasons,
+    /// Shapes that found no room this cycle.
+    no_fit: NoFit,
+    /// Quota verdicts per pool assignment of the job being decided (reused).
+    verdicts: Vec<Result<Admission, QuotaBlock>>,
 }
 
+/// Decides one job; true if it was placed.
 fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &mut Planner) -> bool {
     if let Some(r) = view.state.reservations().get(&job.id) {
         let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
         if waiting == 0 {
             let shares = view.state.shares(job, &r.replicas);
             view.occupy(job, &shares);
+            // Its reservation becomes its occupancy: the same room, but forget what did not
+            // fit rather than lean on that.
+            planner.no_fit.clear();
             plan.decisions.push(Decision::Place {
                 job: job.id,
                 attempt: job.attempt + 1,
@@ -107,15 +137,21 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
     let (q, np) = view.queue_np(job);
     // Quota first (cheap), once per assignment; then placement: first where the queue
     // stays within nominal, then where it borrows; each assignment is packed at most once.
-    let verdicts: Vec<_> = needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)).collect();
+    let verdicts = &mut planner.verdicts;
+    verdicts.clear();
+    verdicts.extend(needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)));
     let quota_block = verdicts.iter().find_map(|v| v.err());
     for borrowing in [false, true] {
-        for (a, verdict) in needs.assignments.iter().zip(&verdicts) {
-            if verdict.is_ok_and(|adm| adm.borrows == borrowing)
-                && let Some(p) = pack(&IndexNodes { view }, needs, a)
-            {
-                place(view, plan, job, needs, &p);
-                return true;
+        for (a, verdict) in needs.assignments.iter().zip(verdicts.iter()) {
+            if !verdict.is_ok_and(|adm| adm.borrows == borrowing) || planner.no_fit.known(needs, a) {
+                continue;
+            }
+            match pack(&IndexNodes { view }, needs, a) {
+                Some(p) => {
+                    place(view, plan, job, needs, &p);
+                    return true;
+                }
+                None => planner.no_fit.record(needs, a),
             }
         }
     }
@@ -125,11 +161,11 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
     };
     let key = Failures::key(needs, q, np);
     if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, job, needs)) {
-        wait(plan, job, format!("{base}; {why}"));
+        wait_because(plan, job, &base, why);
         return false;
     }
     if planner.budget == 0 {
-        wait(plan, job, format!("{base}; preemption planning continues next cycle"));
+        wait_because(plan, job, &base, "preemption planning continues next cycle");
         return false;
     }
     planner.budget -= 1;
@@ -148,7 +184,7 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
             if let Some(k) = key {
                 planner.failures.record(k, job, needs, &why);
             }
-            wait(plan, job, format!("{base}; {why}"));
+            wait_because(plan, job, &base, &why);
         }
     }
     false

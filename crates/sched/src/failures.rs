@@ -14,12 +14,14 @@ use crate::needs::Needs;
 /// Failures remembered per (queue, pools, kind of job); the oldest is forgotten first.
 const MAX_FAILURES_PER_KEY: usize = 64;
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
+/// What a failure may speak for: the same queue, kind of job and pool assignments. It
+/// borrows the assignments, so that a lookup (once per waiting job) allocates nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Key<'n> {
     queue: usize,
     not_preemptible: bool,
     topology: Option<Topology>,
-    assignments: Vec<Vec<usize>>,
+    assignments: &'n [Vec<usize>],
 }
 
 struct Failure {
@@ -29,28 +31,31 @@ struct Failure {
     why: String,
 }
 
+/// Failures of jobs with these pool assignments.
+type ByAssignments = (Vec<Vec<usize>>, Vec<Failure>);
+
 #[derive(Default)]
 pub struct Failures {
-    by_key: FxMap<Key, Vec<Failure>>,
+    /// By (queue, not preemptible, topology), then by pool assignments.
+    by_key: FxMap<(usize, bool, Option<Topology>), Vec<ByAssignments>>,
 }
 
 impl Failures {
     /// Only single-replica jobs are compared (a gang's shape is more than one vector).
-    pub fn key(needs: &Needs, queue: usize, np: bool) -> Option<Key> {
+    pub fn key(needs: &Needs, queue: usize, np: bool) -> Option<Key<'_>> {
         let single = needs.tasks.len() == 1 && needs.tasks[0].replicas == 1;
-        single.then(|| Key {
-            queue,
-            not_preemptible: np,
-            topology: needs.topology,
-            assignments: needs.assignments.clone(),
-        })
+        single.then_some(Key { queue, not_preemptible: np, topology: needs.topology, assignments: &needs.assignments })
+    }
+
+    fn list(&self, key: &Key) -> Option<&Vec<Failure>> {
+        let lists = self.by_key.get(&(key.queue, key.not_preemptible, key.topology))?;
+        lists.iter().find(|(a, _)| a.as_slice() == key.assignments).map(|(_, l)| l)
     }
 
     /// Why a dominating job found no victims, if one did.
     pub fn lookup(&self, key: &Key, job: &Job, needs: &Needs) -> Option<&str> {
         let need = &needs.tasks[0].need;
-        self.by_key
-            .get(key)?
+        self.list(key)?
             .iter()
             .find(|f| {
                 f.priority >= job.priority
@@ -61,7 +66,15 @@ impl Failures {
     }
 
     pub fn record(&mut self, key: Key, job: &Job, needs: &Needs, why: &str) {
-        let list = self.by_key.entry(key).or_default();
+        let lists = self.by_key.entry((key.queue, key.not_preemptible, key.topology)).or_default();
+        let at = match lists.iter().position(|(a, _)| a.as_slice() == key.assignments) {
+            Some(i) => i,
+            None => {
+                lists.push((key.assignments.to_vec(), Vec::new()));
+                lists.len() - 1
+            }
+        };
+        let list = &mut lists[at].1;
         if list.len() >= MAX_FAILURES_PER_KEY {
             list.remove(0);
         }

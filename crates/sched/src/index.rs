@@ -1,52 +1,166 @@
 //! Schedulable nodes bucketed by free GPU count, per pool and per (pool, rack), so that
 //! "the fullest node that fits" and "the emptiest nodes" are lookups, not scans.
-
-use std::collections::BTreeSet;
+//!
+//! A bucket is a two-level bitset over the nodes it may hold (a pool's nodes, or a rack's),
+//! by their position in natural order: moving a node between buckets is a few bit
+//! operations, and walking a bucket yields nodes in natural order, skipping empty words.
 
 use baton_model::ledger::Ledger;
 use baton_model::limits::MAX_GPUS_PER_NODE;
 
 const BUCKETS: usize = MAX_GPUS_PER_NODE as usize + 1;
+const WORD_BITS: usize = 64;
+
+/// A set of positions `0..capacity`; a summary word marks the non-empty words. Storage is
+/// allocated on the first insert: most free-GPU counts never occur in a real cluster.
+#[derive(Debug, Clone, Default)]
+struct Bits {
+    words: Vec<u64>,
+    summary: Vec<u64>,
+    len: usize,
+}
+
+impl Bits {
+    fn insert(&mut self, i: usize, capacity: usize) {
+        if self.words.is_empty() {
+            let words = capacity.div_ceil(WORD_BITS);
+            self.words = vec![0; words];
+            self.summary = vec![0; words.div_ceil(WORD_BITS)];
+        }
+        let (w, bit) = (i / WORD_BITS, 1u64 << (i % WORD_BITS));
+        if self.words[w] & bit == 0 {
+            self.len += 1;
+            self.words[w] |= bit;
+            self.summary[w / WORD_BITS] |= 1u64 << (w % WORD_BITS);
+        }
+    }
+
+    fn remove(&mut self, i: usize) {
+        let (w, bit) = (i / WORD_BITS, 1u64 << (i % WORD_BITS));
+        if self.words.get(w).is_some_and(|&x| x & bit != 0) {
+            self.len -= 1;
+            self.words[w] &= !bit;
+            if self.words[w] == 0 {
+                self.summary[w / WORD_BITS] &= !(1u64 << (w % WORD_BITS));
+            }
+        }
+    }
+
+    fn iter(&self) -> BitsIter<'_> {
+        BitsIter { bits: self, next_summary: 0, summary: 0, word: 0, current: 0 }
+    }
+}
+
+/// Positions in ascending order.
+struct BitsIter<'b> {
+    bits: &'b Bits,
+    /// The summary word to load after `summary` runs out.
+    next_summary: usize,
+    /// Non-empty words of the current summary word not yet visited.
+    summary: u64,
+    /// Index of the word `current` came from.
+    word: usize,
+    /// Bits of that word not yet yielded.
+    current: u64,
+}
+
+impl Iterator for BitsIter<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        loop {
+            if self.current != 0 {
+                let b = self.current.trailing_zeros() as usize;
+                self.current &= self.current - 1;
+                return Some(self.word * WORD_BITS + b);
+            }
+            if self.summary != 0 {
+                let t = self.summary.trailing_zeros() as usize;
+                self.summary &= self.summary - 1;
+                self.word = (self.next_summary - 1) * WORD_BITS + t;
+                self.current = self.bits.words[self.word];
+                continue;
+            }
+            self.summary = *self.bits.summary.get(self.next_summary)?;
+            self.next_summary += 1;
+        }
+    }
+}
+
+/// The set bits of a mask, from either end.
+struct MaskIter(u128);
+
+impl Iterator for MaskIter {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let b = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(b)
+    }
+}
+
+impl DoubleEndedIterator for MaskIter {
+    fn next_back(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let b = 127 - self.0.leading_zeros() as usize;
+        self.0 &= !(1u128 << b);
+        Some(b)
+    }
+}
 
 /// Node indices (their natural-order rank) by free GPU count, with a mask of the counts
 /// that have any node, so that walks skip empty buckets.
 #[derive(Debug, Clone)]
 pub struct Buckets {
-    by_free: Vec<BTreeSet<u32>>,
+    /// The node index of each position, ascending; empty when positions are node indices.
+    members: Vec<u32>,
+    /// How many positions there are.
+    capacity: usize,
+    by_free: Vec<Bits>,
     occupied: u128,
 }
 
 impl Buckets {
-    fn new() -> Buckets {
-        Buckets { by_free: vec![BTreeSet::new(); BUCKETS], occupied: 0 }
+    fn new(members: Vec<u32>, capacity: usize) -> Buckets {
+        Buckets { members, capacity, by_free: vec![Bits::default(); BUCKETS], occupied: 0 }
     }
 
-    fn insert(&mut self, free: usize, n: u32) {
-        self.by_free[free].insert(n);
+    fn insert(&mut self, free: usize, pos: usize) {
+        self.by_free[free].insert(pos, self.capacity);
         self.occupied |= 1u128 << free;
     }
 
-    fn remove(&mut self, free: usize, n: u32) {
-        self.by_free[free].remove(&n);
-        if self.by_free[free].is_empty() {
+    fn remove(&mut self, free: usize, pos: usize) {
+        self.by_free[free].remove(pos);
+        if self.by_free[free].len == 0 {
             self.occupied &= !(1u128 << free);
         }
     }
 
+    fn node(&self, pos: usize) -> usize {
+        if self.members.is_empty() { pos } else { self.members[pos] as usize }
+    }
+
     /// Occupied bucket numbers of at least `min_free`, ascending.
-    fn counts_from(&self, min_free: u64) -> impl DoubleEndedIterator<Item = usize> + '_ {
-        let start = (min_free as usize).min(BUCKETS);
-        (start..BUCKETS).filter(move |&b| self.occupied & (1u128 << b) != 0)
+    fn counts_from(&self, min_free: u64) -> MaskIter {
+        let at_least = if min_free >= BUCKETS as u64 { 0 } else { !0u128 << min_free };
+        MaskIter(self.occupied & at_least)
     }
 
     /// Nodes with at least `min_free` free GPUs: fullest first, then natural order.
     pub fn fullest_first(&self, min_free: u64) -> impl Iterator<Item = usize> + '_ {
-        self.counts_from(min_free).flat_map(|b| self.by_free[b].iter().map(|&n| n as usize))
+        self.counts_from(min_free).flat_map(|b| self.by_free[b].iter().map(|p| self.node(p)))
     }
 
     /// Nodes with at least `min_free` free GPUs: emptiest first, then natural order.
     pub fn emptiest_first(&self, min_free: u64) -> impl Iterator<Item = usize> + '_ {
-        self.counts_from(min_free).rev().flat_map(|b| self.by_free[b].iter().map(|&n| n as usize))
+        self.counts_from(min_free).rev().flat_map(|b| self.by_free[b].iter().map(|p| self.node(p)))
     }
 
     /// An upper bound on how many replicas of `gpus` GPUs these nodes could host (GPUs only).
@@ -54,7 +168,7 @@ impl Buckets {
         if gpus == 0 {
             return u64::MAX;
         }
-        self.counts_from(gpus).map(|b| self.by_free[b].len() as u64 * (b as u64 / gpus)).sum()
+        self.counts_from(gpus).map(|b| self.by_free[b].len as u64 * (b as u64 / gpus)).sum()
     }
 
     /// The most free GPUs on any one node (0 when none is schedulable).
@@ -73,27 +187,60 @@ pub struct PoolIndex {
     pub racks: Vec<(RackKey, Buckets)>,
 }
 
+impl PoolIndex {
+    /// The buckets of rack `r` of this pool, if any node of the pool is in it.
+    pub fn rack(&self, r: RackKey) -> Option<&Buckets> {
+        // Racks are few per pool and sorted; a binary search keeps this cheap for many.
+        let key = |k: &RackKey| k.map_or(usize::MAX, |x| x);
+        self.racks.binary_search_by_key(&key(&r), |(k, _)| key(k)).ok().map(|i| &self.racks[i].1)
+    }
+}
+
+/// Where a node sits in the index.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// Current bucket (`u8::MAX`: not indexed, e.g. cordoned).
+    bucket: u8,
+    /// Its rack's position in its pool's `racks`.
+    rack: u32,
+    /// Its position within that rack's buckets.
+    in_rack: u32,
+}
+
 #[derive(Debug, Clone)]
 pub struct Index {
     pub pools: Vec<PoolIndex>,
-    /// Current bucket of each node (`u8::MAX`: not indexed, e.g. cordoned).
-    slot: Vec<u8>,
+    slots: Vec<Slot>,
 }
 
 impl Index {
     pub fn build(ledger: &Ledger) -> Index {
-        let mut pools: Vec<PoolIndex> =
-            (0..ledger.pools.len()).map(|_| PoolIndex { all: Buckets::new(), racks: Vec::new() }).collect();
-        for n in &ledger.nodes {
-            let p = &mut pools[n.pool];
-            if !p.racks.iter().any(|(r, _)| *r == n.rack) {
-                p.racks.push((n.rack, Buckets::new()));
+        let rack_order = |r: &RackKey| r.map_or(usize::MAX, |x| x);
+        // Members of each (pool, rack), in node (natural) order.
+        let mut racks: Vec<Vec<(RackKey, Vec<u32>)>> = vec![Vec::new(); ledger.pools.len()];
+        for (i, n) in ledger.nodes.iter().enumerate() {
+            let p = &mut racks[n.pool];
+            match p.iter_mut().find(|(r, _)| *r == n.rack) {
+                Some((_, m)) => m.push(i as u32),
+                None => p.push((n.rack, vec![i as u32])),
             }
         }
-        for p in &mut pools {
-            p.racks.sort_by_key(|(r, _)| r.map_or(usize::MAX, |x| x));
-        }
-        let mut index = Index { pools, slot: vec![u8::MAX; ledger.nodes.len()] };
+        let mut slots = vec![Slot { bucket: u8::MAX, rack: 0, in_rack: 0 }; ledger.nodes.len()];
+        let pools = racks
+            .into_iter()
+            .map(|mut p| {
+                p.sort_by_key(|(r, _)| rack_order(r));
+                for (ri, (_, members)) in p.iter().enumerate() {
+                    for (pos, &n) in members.iter().enumerate() {
+                        slots[n as usize].rack = ri as u32;
+                        slots[n as usize].in_rack = pos as u32;
+                    }
+                }
+                let racks = p.into_iter().map(|(r, m)| (r, Buckets::new(m.clone(), m.len()))).collect();
+                PoolIndex { all: Buckets::new(Vec::new(), ledger.nodes.len()), racks }
+            })
+            .collect();
+        let mut index = Index { pools, slots };
         for i in 0..ledger.nodes.len() {
             index.update(ledger, i);
         }
@@ -104,22 +251,60 @@ impl Index {
     pub fn update(&mut self, ledger: &Ledger, n: usize) {
         let node = &ledger.nodes[n];
         let pool = &mut self.pools[node.pool];
-        let old = self.slot[n];
-        if old != u8::MAX {
-            pool.all.remove(old as usize, n as u32);
-            if let Some((_, b)) = pool.racks.iter_mut().find(|(r, _)| *r == node.rack) {
-                b.remove(old as usize, n as u32);
-            }
+        let slot = &mut self.slots[n];
+        let rack = &mut pool.racks[slot.rack as usize].1;
+        if slot.bucket != u8::MAX {
+            pool.all.remove(slot.bucket as usize, n);
+            rack.remove(slot.bucket as usize, slot.in_rack as usize);
         }
         if !node.schedulable {
-            self.slot[n] = u8::MAX;
+            slot.bucket = u8::MAX;
             return;
         }
         let free = node.free_gpu_count().min(MAX_GPUS_PER_NODE as u32) as u8;
-        pool.all.insert(free as usize, n as u32);
-        if let Some((_, b)) = pool.racks.iter_mut().find(|(r, _)| *r == node.rack) {
-            b.insert(free as usize, n as u32);
+        pool.all.insert(free as usize, n);
+        rack.insert(free as usize, slot.in_rack as usize);
+        slot.bucket = free;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_iterate_from_both_ends() {
+        let m = (1u128 << 0) | (1 << 3) | (1 << 64) | (1 << 127);
+        assert_eq!(MaskIter(m).collect::<Vec<_>>(), [0, 3, 64, 127]);
+        assert_eq!(MaskIter(m).rev().collect::<Vec<_>>(), [127, 64, 3, 0]);
+        let b = Buckets { members: Vec::new(), capacity: 0, by_free: Vec::new(), occupied: m };
+        assert_eq!(b.counts_from(3).collect::<Vec<_>>(), [3, 64, 127]);
+        assert_eq!(b.counts_from(4).rev().collect::<Vec<_>>(), [127, 64]);
+        assert_eq!(b.counts_from(BUCKETS as u64).next(), None);
+        assert_eq!(b.counts_from(u64::MAX).next(), None);
+    }
+
+    #[test]
+    fn bits_iterate_in_ascending_order_across_words_and_summaries() {
+        let capacity = 64 * 64 * 2 + 5;
+        let mut b = Bits::default();
+        let want = [0usize, 1, 63, 64, 130, 4095, 4096, 8000, capacity - 1];
+        for &i in want.iter().rev() {
+            b.insert(i, capacity);
         }
-        self.slot[n] = free;
+        b.insert(4096, capacity);
+        assert_eq!(b.iter().collect::<Vec<_>>(), want);
+        assert_eq!(b.len, want.len());
+        b.remove(4096);
+        b.remove(4096);
+        b.remove(63);
+        let left: Vec<usize> = want.iter().copied().filter(|&i| i != 4096 && i != 63).collect();
+        assert_eq!(b.iter().collect::<Vec<_>>(), left);
+        assert_eq!(b.len, left.len());
+        for &i in &left {
+            b.remove(i);
+        }
+        assert_eq!(b.iter().next(), None);
+        assert!(b.summary.iter().all(|&s| s == 0));
     }
 }

@@ -9,6 +9,8 @@
 //! - `order`: the order of pending jobs (decisions.md section 2).
 //! - `view`, `index`: the working copy of the ledger and a free-GPU bucket index.
 //! - `needs`, `pack`, `nodes`: what a job needs and gang placement (section 3).
+//! - `failures`, `nofit`, `reason`'s caches: what a cycle learns as it goes (room and
+//!   victims only get scarcer), so later jobs of the same shape are decided cheaply.
 //! - `preempt`: who may be preempted, the greedy walk with fill-back, set scoring
 //!   (sections 4 to 6).
 //! - `reason`: why a job waits, in words a person can act on.
@@ -22,6 +24,7 @@ mod failures;
 mod index;
 mod needs;
 mod nodes;
+mod nofit;
 mod order;
 mod pack;
 mod preempt;

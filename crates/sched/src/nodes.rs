@@ -35,8 +35,8 @@ impl Nodes for IndexNodes<'_, '_> {
         let p = &self.view.index.pools[pool];
         match rack {
             None => Box::new(p.all.fullest_first(min_gpus)),
-            Some(r) => match p.racks.iter().find(|(k, _)| *k == r) {
-                Some((_, b)) => Box::new(b.fullest_first(min_gpus)),
+            Some(r) => match p.rack(r) {
+                Some(b) => Box::new(b.fullest_first(min_gpus)),
                 None => Box::new(std::iter::empty()),
             },
         }
@@ -46,7 +46,7 @@ impl Nodes for IndexNodes<'_, '_> {
         let p = &self.view.index.pools[pool];
         match rack {
             None => p.all.gpu_room(gpus),
-            Some(r) => p.racks.iter().find(|(k, _)| *k == r).map_or(0, |(_, b)| b.gpu_room(gpus)),
+            Some(r) => p.rack(r).map_or(0, |b| b.gpu_room(gpus)),
         }
     }
 
@@ -59,8 +59,8 @@ impl Nodes for IndexNodes<'_, '_> {
         let p = &self.view.index.pools[pool];
         match rack {
             None => Box::new(p.all.emptiest_first(min_gpus)),
-            Some(r) => match p.racks.iter().find(|(k, _)| *k == r) {
-                Some((_, b)) => Box::new(b.emptiest_first(min_gpus)),
+            Some(r) => match p.rack(r) {
+                Some(b) => Box::new(b.emptiest_first(min_gpus)),
                 None => Box::new(std::iter::empty()),
             },
         }

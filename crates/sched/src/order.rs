@@ -7,66 +7,79 @@
 //! priority, submission and name. After a queue's head is decided the queue's next job
 //! competes with a fresh key, since its queue's usage (and so its tier and share) changed.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-use baton_model::job::{Job, JobId, JobState};
-use baton_model::name::natural_key;
-use baton_model::queue::QueueOrdering;
-
 use std::rc::Rc;
+
+use baton_model::job::{Job, JobState};
+use baton_model::name::natural_key_into;
+use baton_model::queue::QueueOrdering;
 
 use crate::needs::{Needs, NeedsCache};
 use crate::view::View;
 
-#[derive(Debug, Clone, PartialEq)]
-struct HeadKey {
-    tier: u8,
-    share: f64,
-    /// Position in (priority, submission, name) order among all pending jobs.
-    rank: u32,
-    queue: usize,
+/// A head's place among the heads, as integers compared in order: (tier, share), then
+/// (rank, queue). Ranks are unique, so the queue only keeps the key total.
+type HeadKey = (u128, u64);
+
+fn head_key(tier: u8, share: f64, rank: u32, queue: usize) -> HeadKey {
+    ((u128::from(tier) << 64) | u128::from(total_order_bits(share)), (u64::from(rank) << 32) | queue as u64)
 }
 
-impl Eq for HeadKey {}
-
-impl Ord for HeadKey {
-    fn cmp(&self, o: &Self) -> Ordering {
-        self.tier
-            .cmp(&o.tier)
-            .then_with(|| self.share.total_cmp(&o.share))
-            .then_with(|| self.rank.cmp(&o.rank))
-            .then_with(|| self.queue.cmp(&o.queue))
-    }
+/// Bits of `x` whose unsigned order is `f64::total_cmp`'s order.
+fn total_order_bits(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 { !b } else { b | (1 << 63) }
 }
 
-impl PartialOrd for HeadKey {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
-struct Line {
+struct Line<'a> {
     /// Jobs in order, with their rank among all pending jobs.
-    jobs: Vec<(JobId, u32)>,
+    jobs: Vec<(&'a Job, u32)>,
     next: usize,
     strict: bool,
     /// StrictFIFO: the job that could not be placed and holds back the rest.
-    blocked_by: Option<JobId>,
+    blocked_by: Option<&'a Job>,
     /// What the head job needs, computed once when it became the head.
     head_needs: Option<Rc<Needs>>,
 }
 
-pub struct Order {
-    lines: Vec<Line>,
+pub struct Order<'a> {
+    lines: Vec<Line<'a>>,
     heap: BinaryHeap<Reverse<HeadKey>>,
     shapes: NeedsCache,
 }
 
+/// (priority, submission) as one integer: higher priority first, then earlier submission.
+fn time_key(j: &Job) -> u128 {
+    let priority = !((j.priority as u32) ^ (1 << 31));
+    (u128::from(priority) << 64) | u128::from(j.submitted_ms)
+}
+
 /// Sorts by (priority, submission, name). Names become natural-order byte keys, packed
-/// into integers when they fit, so the sort compares numbers rather than re-parsing digits.
+/// into integers when they fit, so the sort compares numbers rather than re-parsing digits;
+/// one buffer serves every key.
 fn sort_pending(pending: &mut Vec<(&Job, usize)>) {
-    let keys: Option<Vec<Vec<u8>>> = pending.iter().map(|(j, _)| natural_key(j.spec.name.as_str())).collect();
+    let mut buf = Vec::with_capacity(32);
+    let mut packed: Vec<(u128, u128, u32)> = Vec::with_capacity(pending.len());
+    for (i, (j, _)) in pending.iter().enumerate() {
+        if !natural_key_into(j.spec.name.as_str(), &mut buf) || buf.len() > 16 {
+            return sort_pending_slow(pending);
+        }
+        // Zero padding after the key's end byte keeps byte order.
+        let mut b = [0u8; 16];
+        b[..buf.len()].copy_from_slice(&buf);
+        packed.push((time_key(j), u128::from_be_bytes(b), i as u32));
+    }
+    // Names are unique, so no two keys are equal and an unstable sort is deterministic.
+    packed.sort_unstable();
+    *pending = packed.into_iter().map(|(_, _, i)| pending[i as usize]).collect();
+}
+
+/// Names too long to pack, or text without a natural key: compare whole keys.
+fn sort_pending_slow(pending: &mut [(&Job, usize)]) {
+    let mut buf = Vec::new();
+    let keys: Option<Vec<Vec<u8>>> =
+        pending.iter().map(|(j, _)| natural_key_into(j.spec.name.as_str(), &mut buf).then(|| buf.clone())).collect();
     let Some(keys) = keys else {
         pending.sort_unstable_by(|(a, _), (b, _)| {
             b.priority
@@ -76,31 +89,19 @@ fn sort_pending(pending: &mut Vec<(&Job, usize)>) {
         });
         return;
     };
-    let time = |j: &Job| (Reverse(j.priority), j.submitted_ms);
-    if keys.iter().all(|k| k.len() <= 16) {
-        // Zero padding after the key's end byte keeps byte order.
-        let pack = |k: &[u8]| {
-            let mut b = [0u8; 16];
-            b[..k.len()].copy_from_slice(k);
-            u128::from_be_bytes(b)
-        };
-        let mut keyed: Vec<_> =
-            keys.iter().zip(pending.iter()).map(|(k, &(j, q))| ((time(j), pack(k)), (j, q))).collect();
-        keyed.sort_unstable_by_key(|e| e.0);
-        *pending = keyed.into_iter().map(|(_, p)| p).collect();
-    } else {
-        let mut keyed: Vec<_> =
-            keys.into_iter().zip(pending.iter()).map(|(k, &(j, q))| ((time(j), k), (j, q))).collect();
-        keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        *pending = keyed.into_iter().map(|(_, p)| p).collect();
+    let mut keyed: Vec<_> =
+        keys.into_iter().zip(pending.iter()).map(|(k, &(j, q))| ((time_key(j), k), (j, q))).collect();
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (slot, (_, p)) in pending.iter_mut().zip(keyed) {
+        *slot = p;
     }
 }
 
-impl Order {
-    pub fn new(view: &View) -> Order {
+impl<'a> Order<'a> {
+    pub fn new(view: &View<'a>) -> Order<'a> {
         // One sort of all pending jobs by (priority, submission, name) gives each a rank;
         // after that, ordering compares integers.
-        let mut pending: Vec<(&Job, usize)> = view
+        let mut pending: Vec<(&'a Job, usize)> = view
             .state
             .jobs()
             .values()
@@ -116,7 +117,7 @@ impl Order {
             })
             .collect();
         for (rank, (job, q)) in pending.into_iter().enumerate() {
-            lines[q].jobs.push((job.id, rank as u32));
+            lines[q].jobs.push((job, rank as u32));
         }
         let mut order = Order { lines, heap: BinaryHeap::new(), shapes: NeedsCache::default() };
         for q in 0..order.lines.len() {
@@ -130,30 +131,29 @@ impl Order {
         if line.blocked_by.is_some() {
             return;
         }
-        let Some(&(id, rank)) = line.jobs.get(line.next) else { return };
-        let job = view.job(id);
+        let Some(&(job, rank)) = line.jobs.get(line.next) else { return };
         let needs = self.shapes.of(view, job);
         let within = needs.demands.iter().any(|d| view.ledger.within_nominal(q, d));
         line.head_needs = Some(needs);
         let acct = &view.ledger.queues[q];
         let share = if !within && acct.fair_sharing { view.ledger.share(q, &[], &[]) } else { 0.0 };
-        let key = HeadKey { tier: if within { 0 } else { 1 }, share, rank, queue: q };
-        self.heap.push(Reverse(key));
+        self.heap.push(Reverse(head_key(if within { 0 } else { 1 }, share, rank, q)));
     }
 
     /// The next job to decide, its queue, and what it needs.
-    pub fn next(&mut self) -> Option<(usize, JobId, Rc<Needs>)> {
-        let Reverse(key) = self.heap.pop()?;
-        let line = &mut self.lines[key.queue];
-        let (id, _) = line.jobs[line.next];
+    pub fn next(&mut self) -> Option<(usize, &'a Job, Rc<Needs>)> {
+        let Reverse((_, low)) = self.heap.pop()?;
+        let q = (low & u64::from(u32::MAX)) as usize;
+        let line = &mut self.lines[q];
+        let (job, _) = line.jobs[line.next];
         line.next += 1;
         let needs = line.head_needs.take().expect("a head has its needs");
-        Some((key.queue, id, needs))
+        Some((q, job, needs))
     }
 
     /// After deciding a queue's head: with StrictFIFO, an unplaced head holds back the
     /// rest of its queue; otherwise the next job competes.
-    pub fn after(&mut self, view: &View, q: usize, job: JobId, placed: bool) {
+    pub fn after(&mut self, view: &View, q: usize, job: &'a Job, placed: bool) {
         if !placed && self.lines[q].strict {
             self.lines[q].blocked_by = Some(job);
             return;
@@ -162,7 +162,7 @@ impl Order {
     }
 
     /// Jobs held back by a StrictFIFO head, with that head.
-    pub fn held_back(&self) -> Vec<(JobId, JobId)> {
+    pub fn held_back(&self) -> Vec<(&'a Job, &'a Job)> {
         let mut out = Vec::new();
         for line in &self.lines {
             if let Some(head) = line.blocked_by {

@@ -1,5 +1,7 @@
 //! Why a job waits, in words a person can act on.
 
+use std::borrow::Cow;
+
 use baton_model::ledger::FxMap;
 
 use baton_model::job::Topology;
@@ -65,11 +67,11 @@ pub struct Reasons {
 }
 
 impl Reasons {
-    pub fn quota(&mut self, view: &View, queue: usize, block: QuotaBlock) -> String {
-        self.quota.entry((queue, block)).or_insert_with(|| block.describe(&view.ledger, queue)).clone()
+    pub fn quota(&mut self, view: &View, queue: usize, block: QuotaBlock) -> Cow<'_, str> {
+        Cow::Borrowed(self.quota.entry((queue, block)).or_insert_with(|| block.describe(&view.ledger, queue)))
     }
 
-    pub fn no_room(&mut self, view: &View, needs: &Needs) -> String {
+    pub fn no_room(&mut self, view: &View, needs: &Needs) -> Cow<'_, str> {
         let pool = needs.assignments[0][0];
         let mut total = ZERO;
         for t in &needs.tasks {
@@ -80,8 +82,8 @@ impl Reasons {
         let replicas = needs.tasks.iter().map(|t| t.replicas).sum();
         let key = (pool, total, replicas, needs.topology, view.index.pools[pool].all.max_free());
         if needs.tasks.len() > 1 {
-            return no_room(view, needs);
+            return Cow::Owned(no_room(view, needs));
         }
-        self.no_room.entry(key).or_insert_with(|| no_room(view, needs)).clone()
+        Cow::Borrowed(self.no_room.entry(key).or_insert_with(|| no_room(view, needs)))
     }
 }

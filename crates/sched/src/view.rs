@@ -16,8 +16,6 @@ pub struct View<'a> {
     pub now_ms: u64,
     /// Jobs chosen as victims this cycle: never chosen twice.
     pub taken: BTreeSet<JobId>,
-    /// Jobs placed or reserved this cycle.
-    pub decided: BTreeSet<JobId>,
     /// Jobs running or stopping when the cycle began: the only possible victims.
     pub active: Vec<Running>,
     /// Free resources per pool over schedulable nodes, kept up to date as the cycle decides.
@@ -67,17 +65,7 @@ impl<'a> View<'a> {
         for (n, free) in counted.iter().enumerate() {
             add(&mut pool_free[ledger.nodes[n].pool], free);
         }
-        View {
-            state,
-            ledger,
-            index,
-            now_ms,
-            taken: BTreeSet::new(),
-            decided: BTreeSet::new(),
-            active,
-            pool_free,
-            counted,
-        }
+        View { state, ledger, index, now_ms, taken: BTreeSet::new(), active, pool_free, counted }
     }
 
     pub fn job(&self, id: JobId) -> &'a Job {
@@ -91,7 +79,6 @@ impl<'a> View<'a> {
             self.ledger.unreserve(job.id, true);
         }
         self.ledger.occupy(job.id, q, np, shares);
-        self.decided.insert(job.id);
         self.reindex(shares);
     }
 
@@ -111,7 +98,6 @@ impl<'a> View<'a> {
         self.ledger.lend_for_reservation(job.id, &suspending);
 
         self.taken.extend(victims.iter().copied());
-        self.decided.insert(job.id);
         self.reindex(shares);
     }
 

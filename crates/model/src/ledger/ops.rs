@@ -27,21 +27,15 @@ impl Ledger {
     /// Re-derives a job's usage and drops nodes where it has nothing left.
     fn settle(&mut self, job: JobId) {
         self.recharge(job);
-        let Some(ch) = self.charges.get(&job) else {
+        let accts = &self.nodes;
+        let Some(ch) = self.charges.get_mut(&job) else {
             return;
         };
-        let nodes: Vec<usize> = ch
-            .nodes
-            .iter()
-            .copied()
-            .filter(|&n| self.nodes[n].occupant(job).is_some() || self.nodes[n].reservation(job).is_some())
-            .collect();
-        let reserved = nodes.iter().any(|&n| self.nodes[n].reservation(job).is_some());
-        if nodes.is_empty() {
+        ch.nodes.retain(|&n| accts[n].occupant(job).is_some() || accts[n].reservation(job).is_some());
+        if ch.nodes.is_empty() {
             self.charges.remove(&job);
-        } else if let Some(ch) = self.charges.get_mut(&job) {
-            ch.nodes = nodes;
-            ch.reserved = reserved;
+        } else {
+            ch.reserved = ch.nodes.iter().any(|&n| accts[n].reservation(job).is_some());
         }
     }
 

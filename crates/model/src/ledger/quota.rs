@@ -329,18 +329,24 @@ impl Ledger {
 
     /// Re-derives a job's queue usage from its occupants and reservations.
     pub(crate) fn recharge(&mut self, job: JobId) {
-        let Some(ch) = self.charges.get(&job).cloned() else {
+        // The charge's lists are taken out and put back rather than cloned: this runs for
+        // every placement the scheduler simulates and every one `apply` performs.
+        let Some(ch) = self.charges.get_mut(&job) else {
             return;
         };
-        for (p, v) in &ch.usage {
-            self.adjust_usage(ch.queue, *p, v, ch.not_preemptible, false);
+        let (queue, np) = (ch.queue, ch.not_preemptible);
+        let old = std::mem::take(&mut ch.usage);
+        let nodes = std::mem::take(&mut ch.nodes);
+        for (p, v) in &old {
+            self.adjust_usage(queue, *p, v, np, false);
         }
-        let usage = self.usage_of(job, &ch.nodes);
+        let usage = self.usage_of(job, &nodes);
         for (p, v) in &usage {
-            self.adjust_usage(ch.queue, *p, v, ch.not_preemptible, true);
+            self.adjust_usage(queue, *p, v, np, true);
         }
         if let Some(c) = self.charges.get_mut(&job) {
             c.usage = usage;
+            c.nodes = nodes;
         }
     }
 }

@@ -39,6 +39,17 @@ impl Cand {
         )
     }
 
+    /// `rank` as integers in the same order, cheaper to sort by.
+    pub fn rank_bits(&self) -> (u128, u128, u64) {
+        let priority = u128::from((self.priority as u32) ^ (1 << 31));
+        let first = (u128::from(!self.leaving) << 97)
+            | (u128::from(self.own) << 96)
+            | (priority << 64)
+            | u128::from(!self.progress_mark_ms);
+        let submitted = (u128::from(!self.submitted.0) << 64) | u128::from(!self.submitted.1);
+        (first, submitted, !self.job)
+    }
+
     /// GPU-milliseconds of work since the last start or checkpoint.
     pub fn lost_work(&self, now_ms: u64) -> u128 {
         u128::from(self.gpus) * u128::from(now_ms.saturating_sub(self.progress_mark_ms))

@@ -12,6 +12,7 @@
 //! preempting more now: their resources are on their way back.
 
 mod cand;
+mod onnode;
 mod score;
 mod walk;
 
@@ -25,6 +26,7 @@ use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort};
 use baton_model::state::submit::replicas_fitting;
 
 use cand::{Cand, Ctx, eligible};
+use onnode::{OnNode, OnNodes};
 use score::Score;
 
 use crate::index::RackKey;
@@ -86,14 +88,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     if cands.is_empty() {
         return Err("no running job may be preempted for it".into());
     }
-    let mut on_node: BTreeMap<usize, OnNode> = BTreeMap::new();
-    for (i, c) in cands.iter().enumerate() {
-        for &n in view.ledger.charges.get(&c.job).map(|ch| ch.nodes.as_slice()).unwrap_or_default() {
-            if let Some(o) = view.ledger.nodes[n].occupant(c.job).filter(|o| !o.held) {
-                on_node.entry(n).or_default().push((i, o.amount));
-            }
-        }
-    }
+    let on_node = OnNodes::new(view, &cands);
     let mut best: Option<Best> = None;
     for weak in [false, true] {
         for a in &needs.assignments {
@@ -105,7 +100,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
                 }
                 let on: Vec<usize> = nodes
                     .iter()
-                    .flat_map(|n| on_node.get(n).into_iter().flatten().map(|(i, _)| *i))
+                    .flat_map(|&n| on_node.get(n).iter().map(|(i, _)| *i))
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
@@ -266,9 +261,6 @@ struct Ranked<'c> {
     rank: Vec<u32>,
 }
 
-/// Candidates on one node with what each holds there.
-type OnNode = Vec<(usize, Vector)>;
-
 /// A node's quick estimate: the victims it alone would need to host `need` (static rank, no
 /// quota), or `None` if it could not even with every candidate gone; with how many replicas
 /// it could host then.
@@ -336,23 +328,23 @@ fn touched_sets(
     needs: &Needs,
     a: &[usize],
     cands: &[Cand],
-    on_node: &BTreeMap<usize, OnNode>,
+    on_node: &OnNodes,
 ) -> Vec<Vec<usize>> {
     let single = needs.tasks.iter().map(|t| t.replicas).sum::<u32>() == 1
         || needs.topology.is_some_and(|t| t == baton_model::job::Topology::Node);
     let (primary, need) = primary_need(needs, single);
     let pool = a[primary];
-    let mut scored: Vec<(Quick, u32, usize, u64)> = Vec::new();
+    let mut scored: Vec<Scored> = Vec::new();
     let mut order = Vec::new();
     // Each candidate's position in rank order, so estimates compare small integers.
     let mut by_rank: Vec<usize> = (0..cands.len()).collect();
-    by_rank.sort_by_cached_key(|&i| cands[i].rank());
+    by_rank.sort_by_cached_key(|&i| cands[i].rank_bits());
     let mut rank = vec![0u32; cands.len()];
     for (pos, &i) in by_rank.iter().enumerate() {
         rank[i] = pos as u32;
     }
     let ranked = Ranked { cands, rank };
-    for (&n, on) in on_node {
+    for (n, on) in on_node.iter() {
         let node = &view.ledger.nodes[n];
         if node.pool == pool
             && node.schedulable
@@ -363,15 +355,14 @@ fn touched_sets(
     }
     // Idle capacity: nodes that host a replica with no victim at all.
     let replicas: u64 = needs.tasks.iter().map(|t| u64::from(t.replicas)).sum();
-    let empty = OnNode::new();
     let idle: Vec<usize> = view.index.pools[pool]
         .all
         .emptiest_first(need[0])
-        .filter(|n| !on_node.contains_key(n))
+        .filter(|&n| !on_node.contains(n))
         .take(replicas as usize)
         .collect();
     for n in idle {
-        if let Some((q, h)) = estimate(view, job.id, n, &need, &ranked, &empty, &mut order) {
+        if let Some((q, h)) = estimate(view, job.id, n, &need, &ranked, &[], &mut order) {
             scored.push((q, view.ledger.nodes[n].free_gpu_count(), n, h));
         }
     }
@@ -379,29 +370,52 @@ fn touched_sets(
         scored.select_nth_unstable(EXACT_SINGLE_NODE_WALKS);
         scored.truncate(EXACT_SINGLE_NODE_WALKS);
     }
-    scored.sort_unstable();
     if single {
+        scored.sort_unstable();
         return scored.iter().map(|s| vec![s.2]).collect();
     }
     let other_pools: Vec<usize> = a.iter().copied().filter(|&p| p != pool).collect();
     let extra = extra_nodes(view, &other_pools, on_node);
     let want = replicas_of(needs, primary);
+    // A gather stops after `want` nodes (each hosts a replica) or MAX_TOUCHED_NODES: only
+    // that many best nodes of each rack, and of the whole pool, need to be in order.
+    let keep = (want.min(MAX_TOUCHED_NODES as u64) as usize).max(1);
+    let mut by_rack: BTreeMap<RackKey, Vec<Scored>> = BTreeMap::new();
+    for s in scored {
+        by_rack.entry(view.ledger.nodes[s.2].rack).or_default().push(s);
+    }
+    for best in by_rack.values_mut() {
+        best_in_order(best, keep);
+    }
+    let mut best: Vec<Scored> = by_rack.values().flatten().copied().collect();
+    best_in_order(&mut best, keep);
     let mut sets = Vec::new();
-    if let Some((s, _)) = gather(&scored, None, view, want, &extra) {
+    if let Some((s, _)) = gather(&best, None, view, want, &extra) {
         sets.push(s);
     }
     // Within racks: the racks whose best nodes look cheapest, a bounded number of them.
-    let racks: BTreeSet<RackKey> = scored.iter().map(|s| view.ledger.nodes[s.2].rack).collect();
-    if racks.len() > 1 || needs.topology.is_some() {
-        let mut per_rack: Vec<(Quick, Vec<usize>)> = racks
-            .into_iter()
-            .filter_map(|r| gather(&scored, Some(r), view, want, &extra).map(|(s, q)| (q, s)))
+    if by_rack.len() > 1 || needs.topology.is_some() {
+        let mut per_rack: Vec<(Quick, Vec<usize>)> = by_rack
+            .iter()
+            .filter_map(|(&r, best)| gather(best, Some(r), view, want, &extra).map(|(s, q)| (q, s)))
             .collect();
         per_rack.sort_unstable();
         sets.extend(per_rack.into_iter().map(|(_, s)| s));
     }
     sets.dedup();
     sets
+}
+
+/// A node's estimate, its free GPUs, the node, and the replicas it could host.
+type Scored = (Quick, u32, usize, u64);
+
+/// Leaves the `keep` smallest, in order (all of them if fewer).
+fn best_in_order(v: &mut Vec<Scored>, keep: usize) {
+    if v.len() > keep {
+        v.select_nth_unstable(keep - 1);
+        v.truncate(keep);
+    }
+    v.sort_unstable();
 }
 
 fn replicas_of(needs: &Needs, task: usize) -> u64 {
@@ -430,7 +444,7 @@ fn primary_need(needs: &Needs, single: bool) -> (usize, Vector) {
 
 /// Nodes in the assignment's other pools (for gangs whose tasks span pools): all of them,
 /// bounded, since the primary task's estimate says nothing about them.
-fn extra_nodes(view: &View, pools: &[usize], on_node: &BTreeMap<usize, OnNode>) -> Vec<usize> {
+fn extra_nodes(view: &View, pools: &[usize], on_node: &OnNodes) -> Vec<usize> {
     let mut out: Vec<usize> = view
         .ledger
         .nodes
@@ -439,7 +453,7 @@ fn extra_nodes(view: &View, pools: &[usize], on_node: &BTreeMap<usize, OnNode>) 
         .filter(|(_, n)| pools.contains(&n.pool) && n.schedulable)
         .map(|(i, _)| i)
         .collect();
-    out.sort_by_key(|n| (!on_node.contains_key(n), *n));
+    out.sort_by_key(|&n| (!on_node.contains(n), n));
     out.truncate(MAX_TOUCHED_NODES);
     out
 }
@@ -449,7 +463,7 @@ fn extra_nodes(view: &View, pools: &[usize], on_node: &BTreeMap<usize, OnNode>) 
 /// Best-estimated nodes (in a rack, if given) until they could host the primary task's
 /// replicas with every candidate on them gone; with their estimates added up.
 fn gather(
-    scored: &[(Quick, u32, usize, u64)],
+    scored: &[Scored],
     rack: Option<RackKey>,
     view: &View,
     replicas: u64,

@@ -93,6 +93,30 @@ mod tests {
     }
 
     #[test]
+    fn rank_bits_order_like_rank() {
+        let mut all = Vec::new();
+        for (job, leaving, own, priority, mark, submitted) in [
+            (1, false, false, -5, 10, (3, 1)),
+            (2, true, false, 7, 0, (0, 0)),
+            (3, false, true, i32::MIN, u64::MAX, (u64::MAX, 2)),
+            (4, false, false, i32::MAX, 10, (3, 2)),
+            (5, false, false, -5, 10, (3, 0)),
+            (6, false, false, -5, 11, (3, 1)),
+            (7, false, true, 0, 0, (0, 9)),
+            (8, false, false, -5, 10, (3, 1)),
+        ] {
+            let mut c = cand(job, priority, own);
+            (c.leaving, c.progress_mark_ms, c.submitted) = (leaving, mark, submitted);
+            all.push(c);
+        }
+        for a in &all {
+            for b in &all {
+                assert_eq!(a.rank().cmp(&b.rank()), a.rank_bits().cmp(&b.rank_bits()), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    #[test]
     fn own_queue_victims_weigh_first_then_count() {
         let (a, b, c) = (cand(1, 10, true), cand(2, 10, false), cand(3, 10, false));
         assert!(Score::of(&[&b, &c], 0, 1, vec![0]) < Score::of(&[&a], 0, 1, vec![0]));

@@ -1,0 +1,60 @@
+//! Which candidates hold what on each node: a table indexed by node (counting sort into
+//! one array), so that building it is two passes and a lookup is two array reads.
+
+use baton_model::ledger::Vector;
+
+use super::cand::Cand;
+use crate::view::View;
+
+/// Candidates on one node (indices into the candidate list, ascending) with what each
+/// holds there.
+pub type OnNode = [(usize, Vector)];
+
+pub struct OnNodes {
+    /// `entries[starts[n]..starts[n + 1]]` are node `n`'s.
+    starts: Vec<u32>,
+    entries: Vec<(usize, Vector)>,
+}
+
+impl OnNodes {
+    pub fn new(view: &View, cands: &[Cand]) -> OnNodes {
+        let mut found: Vec<(usize, usize, Vector)> = Vec::new();
+        for (i, c) in cands.iter().enumerate() {
+            for &n in view.ledger.charges.get(&c.job).map(|ch| ch.nodes.as_slice()).unwrap_or_default() {
+                if let Some(o) = view.ledger.nodes[n].occupant(c.job).filter(|o| !o.held) {
+                    found.push((n, i, o.amount));
+                }
+            }
+        }
+        let nodes = view.ledger.nodes.len();
+        let mut starts = vec![0u32; nodes + 1];
+        for &(n, _, _) in &found {
+            starts[n + 1] += 1;
+        }
+        for n in 0..nodes {
+            starts[n + 1] += starts[n];
+        }
+        // Filled in candidate order, so each node's entries stay ascending.
+        let mut next: Vec<u32> = starts[..nodes].to_vec();
+        let mut entries = vec![(0usize, [0u64; baton_model::limits::MAX_RESOURCE_KINDS]); found.len()];
+        for (n, i, amount) in found {
+            entries[next[n] as usize] = (i, amount);
+            next[n] += 1;
+        }
+        OnNodes { starts, entries }
+    }
+
+    /// Node `n`'s candidates (empty if none).
+    pub fn get(&self, n: usize) -> &OnNode {
+        &self.entries[self.starts[n] as usize..self.starts[n + 1] as usize]
+    }
+
+    pub fn contains(&self, n: usize) -> bool {
+        self.starts[n] != self.starts[n + 1]
+    }
+
+    /// Nodes with candidates, ascending, with theirs.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &OnNode)> {
+        (0..self.starts.len() - 1).filter(|&n| self.contains(n)).map(|n| (n, self.get(n)))
+    }
+}
