@@ -16,6 +16,7 @@ use clap::{Args, Subcommand};
 use tonic::transport::Channel;
 
 use crate::dev::procs::Children;
+use crate::dev::{gpu_queue, submit};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -119,25 +120,6 @@ async fn stamp(path: PathBuf) -> Result<f64, String> {
     }
 }
 
-fn queue(name: &str, gpus: u64) -> Queue {
-    Queue {
-        name: name.into(),
-        quotas: vec![PoolQuota {
-            pool: "default".into(),
-            nominal: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-async fn submit(c: &mut BatonClient<Channel>, spec: JobSpec) -> Result<(), String> {
-    c.submit(SubmitRequest { spec: Some(spec), request_id: String::new() })
-        .await
-        .map_err(|e| e.message().to_string())?;
-    Ok(())
-}
-
 async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> {
     c.cancel_job(JobRef { name: name.into() }).await.map_err(|e| e.message().to_string())?;
     Ok(())
@@ -146,8 +128,8 @@ async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> 
 async fn measure(servers: &[String], dir: &Path, rounds: u32) -> Result<(), String> {
     let mut c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
     // Borrowing queue `lo` (no guarantee) and `hi` (all 16 GPUs guaranteed): hi reclaims.
-    c.put_queue(queue("lo", 0)).await.map_err(|e| e.message().to_string())?;
-    c.put_queue(queue("hi", 16)).await.map_err(|e| e.message().to_string())?;
+    c.put_queue(gpu_queue("lo", 0)).await.map_err(|e| e.message().to_string())?;
+    c.put_queue(gpu_queue("hi", 16)).await.map_err(|e| e.message().to_string())?;
     let stamps = dir.join("stamps");
     std::fs::create_dir_all(&stamps).map_err(|e| e.to_string())?;
     let (mut start, mut signal, mut handoff) = (Vec::new(), Vec::new(), Vec::new());

@@ -47,18 +47,6 @@ fn job(name: &str, queue: &str, class: &str, replicas: u32, steps: u32) -> JobSp
     }
 }
 
-fn queue(name: &str) -> Queue {
-    Queue {
-        name: name.into(),
-        quotas: vec![PoolQuota {
-            pool: "default".into(),
-            nominal: Some(Resources { amounts: [("gpu".to_string(), 8)].into() }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
 async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
     let mut c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
     let t0 = Instant::now();
@@ -76,14 +64,14 @@ async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
     });
     println!("seed 000: project-a and project-b each deserve 8 of the cluster's 16 GPUs.");
     for q in ["project-a", "project-b"] {
-        c.put_queue(queue(q)).await.map_err(|e| e.message().to_string())?;
+        c.put_queue(super::gpu_queue(q, 8)).await.map_err(|e| e.message().to_string())?;
     }
     println!("project-a submits a 2x8-GPU training gang (over its quota: the GPUs are idle).");
-    submit(&mut c, job(TRAIN, "project-a", "train", 2, 1_000_000)).await?;
+    super::submit(&mut c, job(TRAIN, "project-a", "train", 2, 1_000_000)).await?;
     wait(&mut c, TRAIN, |j| j.state == "Running").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     println!("project-b wants its guaranteed 8 GPUs for an interactive workspace.");
-    submit(&mut c, job(JUPYTER, "project-b", "interactive", 1, 40)).await?;
+    super::submit(&mut c, job(JUPYTER, "project-b", "interactive", 1, 40)).await?;
     wait(&mut c, JUPYTER, |j| j.state == "Running").await?;
     let victim = wait(&mut c, TRAIN, |j| j.state == "Pending").await?;
     println!("the training gang checkpointed: has_checkpoint = {}", victim.has_checkpoint);
@@ -100,13 +88,6 @@ async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
     }
     c.cancel_job(JobRef { name: TRAIN.into() }).await.map_err(|e| e.message().to_string())?;
     println!("done: preempted with a checkpoint, resumed from it.");
-    Ok(())
-}
-
-async fn submit(c: &mut BatonClient<Channel>, spec: JobSpec) -> Result<(), String> {
-    c.submit(SubmitRequest { spec: Some(spec), request_id: String::new() })
-        .await
-        .map_err(|e| e.message().to_string())?;
     Ok(())
 }
 
