@@ -1,7 +1,8 @@
 //! One-shot timing of the scheduling cycle on a generated cluster, for profiling:
 //! `cargo run --release -p baton-sched --example probe -- 10000` (nodes; 5 jobs per node);
 //! a second argument `first` runs only the first cycle, `gang` only the 64-GPU gang's
-//! preemption cycle on the full 10,000-node cluster.
+//! preemption cycle on the full 10,000-node cluster; a third argument repeats that cycle.
+//! `plans` prints the plans of the first two cycles and of the gang's cycle as JSON.
 //! The benchmark (`cargo bench -p baton-sched`) gives the figures; this gives a quick look.
 
 #[path = "../benches/cluster.rs"]
@@ -20,24 +21,49 @@ fn measured(s: &baton_model::state::State) -> baton_model::plan::Plan {
     cycle(s, NOW_MS)
 }
 
+/// How many times the `first` and `gang` modes run their cycle (third argument, default 1):
+/// a profiler needs many cycles to outweigh building the cluster.
+fn repeat() -> u32 {
+    std::env::args().nth(3).map_or(1, |a| a.parse().expect("a repeat count"))
+}
+
+/// Runs `f` `repeat()` times; the fastest and the median run.
+fn timed<T>(mut f: impl FnMut() -> T) -> String {
+    let mut runs: Vec<std::time::Duration> = (0..repeat())
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(f());
+            t.elapsed()
+        })
+        .collect();
+    runs.sort();
+    format!("min {:?} median {:?} ({} runs)", runs[0], runs[runs.len() / 2], runs.len())
+}
+
 fn main() {
     let nodes: usize = std::env::args().nth(1).map_or(10_000, |a| a.parse().expect("a node count"));
     if std::env::args().nth(2).as_deref() == Some("gang") {
         // Only the cycle that plans the 64-GPU gang's preemption on the full cluster, for
         // profilers (collect `probe::measured`); the cluster is always 10,000 nodes.
         let full = full_cluster();
-        let t = Instant::now();
-        std::hint::black_box(measured(&full));
-        println!("gang cycle {:?}", t.elapsed());
+        println!("gang cycle {}", timed(|| measured(&full)));
         return;
     }
     let mut s = cluster(nodes, 40);
     submit_backlog(&mut s, nodes * 5, 7);
+    if std::env::args().nth(2).as_deref() == Some("plans") {
+        // The plans of the first two cycles and of the gang's cycle as JSON, to compare
+        // two versions of the scheduler decision for decision.
+        let first = cycle(&s, NOW_MS);
+        println!("{}", serde_json::to_string(&first).expect("a plan serializes"));
+        apply(&mut s, Op::ApplyPlan(first));
+        println!("{}", serde_json::to_string(&cycle(&s, NOW_MS)).expect("a plan serializes"));
+        println!("{}", serde_json::to_string(&cycle(&full_cluster(), NOW_MS)).expect("a plan serializes"));
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("first") {
         // Only the first cycle, for profilers.
-        let t = Instant::now();
-        std::hint::black_box(cycle(&s, NOW_MS));
-        println!("first cycle {:?}", t.elapsed());
+        println!("first cycle {}", timed(|| measured(&s)));
         return;
     }
     let t = Instant::now();

@@ -2,7 +2,7 @@
 //! place it (first without borrowing, then by borrowing), or plan a preemption for it, or
 //! say why it waits.
 
-use baton_model::job::{Job, JobState};
+use baton_model::job::{Job, JobId, JobState};
 use baton_model::ledger::{Admission, QuotaBlock};
 use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan, Victim};
@@ -12,7 +12,7 @@ use crate::failures::Failures;
 use crate::needs::Needs;
 use crate::nodes::{IndexNodes, SetNodes};
 use crate::nofit::NoFit;
-use crate::order::Order;
+use crate::order::{Candidate, Order};
 use crate::pack::{Packing, pack};
 use crate::preempt::{self, Planned};
 use crate::reason;
@@ -28,6 +28,8 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
     resume_suspended(&mut view, &mut plan);
     let mut order = Order::new(&view);
+    // At most one decision per pending job: room for all of them up front.
+    plan.decisions.reserve(order.remaining());
     let mut planner = Planner {
         budget: MAX_PREEMPTION_PLANS_PER_CYCLE,
         failures: Failures::default(),
@@ -35,9 +37,9 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
         verdicts: Vec::new(),
         no_fit: NoFit::default(),
     };
-    while let Some((q, job, needs)) = order.next() {
-        let placed = decide(&mut view, job, &needs, &mut plan, &mut planner);
-        order.after(&view, q, job, placed);
+    while let Some(c) = order.next() {
+        let placed = decide(&mut view, &c, &mut plan, &mut planner);
+        order.after(&view, c.queue, c.job, placed);
     }
     for (job, head) in order.held_back() {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
@@ -76,16 +78,21 @@ fn resume_suspended(view: &mut View, plan: &mut Plan) {
 }
 
 fn wait(plan: &mut Plan, job: &Job, reason: String) {
-    if job.reason != reason {
-        plan.decisions.push(Decision::Wait { job: job.id, reason });
+    wait_for(plan, job.id, &job.reason, reason);
+}
+
+/// The job keeps waiting for `reason`; `old` is its reason so far.
+fn wait_for(plan: &mut Plan, job: JobId, old: &str, reason: String) {
+    if old != reason {
+        plan.decisions.push(Decision::Wait { job, reason });
     }
 }
 
-/// `wait` with the reason "{base}; {why}", built only if the job's reason changes: most of
-/// a long backlog waits for the same reason cycle after cycle.
-fn wait_because(plan: &mut Plan, job: &Job, base: &str, why: &str) {
+/// `wait_for` with the reason "{base}; {why}", built only if the job's reason changes:
+/// most of a long backlog waits for the same reason cycle after cycle.
+fn wait_because(plan: &mut Plan, c: &Candidate, base: &str, why: &str) {
     const SEP: &str = "; ";
-    let old = job.reason.as_bytes();
+    let old = c.reason.as_bytes();
     let same = old.len() == base.len() + SEP.len() + why.len()
         && old.starts_with(base.as_bytes())
         && old[base.len()..].starts_with(SEP.as_bytes())
@@ -95,7 +102,7 @@ fn wait_because(plan: &mut Plan, job: &Job, base: &str, why: &str) {
         reason.push_str(base);
         reason.push_str(SEP);
         reason.push_str(why);
-        plan.decisions.push(Decision::Wait { job: job.id, reason });
+        plan.decisions.push(Decision::Wait { job: c.id, reason });
     }
 }
 
@@ -111,12 +118,13 @@ struct Planner {
 }
 
 /// Decides one job; true if it was placed.
-fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &mut Planner) -> bool {
-    if let Some(r) = view.state.reservations().get(&job.id) {
+fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> bool {
+    let (job, q, needs) = (c.job, c.queue, &*c.needs);
+    if let Some(r) = view.state.reservations().get(&c.id) {
         let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
         if waiting == 0 {
             let shares = view.state.shares(job, &r.replicas);
-            view.occupy(job, &shares);
+            view.occupy(job, q, &shares);
             // Its reservation becomes its occupancy: the same room, but forget what did not
             // fit rather than lean on that.
             planner.no_fit.clear();
@@ -131,10 +139,10 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
         return false;
     }
     if needs.assignments.is_empty() {
-        wait(plan, job, "none of its pools has a node".into());
+        wait_for(plan, c.id, c.reason, "none of its pools has a node".into());
         return false;
     }
-    let (q, np) = view.queue_np(job);
+    let np = !c.preemptible;
     // Quota first (cheap), once per assignment; then placement: first where the queue
     // stays within nominal, then where it borrows; each assignment is packed at most once.
     let verdicts = &mut planner.verdicts;
@@ -148,7 +156,7 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
             }
             match pack(&IndexNodes { view }, needs, a) {
                 Some(p) => {
-                    place(view, plan, job, needs, &p);
+                    place(view, plan, q, job, needs, &p);
                     return true;
                 }
                 None => planner.no_fit.record(needs, a),
@@ -160,12 +168,12 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
         None => planner.reasons.no_room(view, needs),
     };
     let key = Failures::key(needs, q, np);
-    if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, job, needs)) {
-        wait_because(plan, job, &base, why);
+    if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, c)) {
+        wait_because(plan, c, &base, why);
         return false;
     }
     if planner.budget == 0 {
-        wait_because(plan, job, &base, "preemption planning continues next cycle");
+        wait_because(plan, c, &base, "preemption planning continues next cycle");
         return false;
     }
     planner.budget -= 1;
@@ -176,23 +184,23 @@ fn decide(view: &mut View, job: &Job, needs: &Needs, plan: &mut Plan, planner: &
             let (replicas, shares) = packing.allocate(&set, needs, names);
             let victims_with_attempts =
                 victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
-            view.reserve(job, &shares, &victims);
+            view.reserve(job, q, &shares, &victims);
             plan.decisions.push(Decision::Preempt { job: job.id, victims: victims_with_attempts, replicas, message });
         }
         Ok(Planned::WaitForLeaving { leaving }) => wait(plan, job, reason::leaving(leaving)),
         Err(why) => {
             if let Some(k) = key {
-                planner.failures.record(k, job, needs, &why);
+                planner.failures.record(k, c, &why);
             }
-            wait_because(plan, job, &base, &why);
+            wait_because(plan, c, &base, &why);
         }
     }
     false
 }
 
-fn place(view: &mut View, plan: &mut Plan, job: &Job, needs: &Needs, p: &Packing) {
+fn place(view: &mut View, plan: &mut Plan, q: usize, job: &Job, needs: &Needs, p: &Packing) {
     let names = |n: usize| view.ledger.nodes[n].name.clone();
     let (replicas, shares) = p.allocate(&IndexNodes { view }, needs, names);
-    view.occupy(job, &shares);
+    view.occupy(job, q, &shares);
     plan.decisions.push(Decision::Place { job: job.id, attempt: job.attempt + 1, replicas });
 }

@@ -6,10 +6,11 @@
 
 use baton_model::ledger::FxMap;
 
-use baton_model::job::{Job, Topology};
+use baton_model::job::Topology;
 use baton_model::ledger::Vector;
 
 use crate::needs::Needs;
+use crate::order::Candidate;
 
 /// Failures remembered per (queue, pools, kind of job); the oldest is forgotten first.
 const MAX_FAILURES_PER_KEY: usize = 64;
@@ -53,19 +54,17 @@ impl Failures {
     }
 
     /// Why a dominating job found no victims, if one did.
-    pub fn lookup(&self, key: &Key, job: &Job, needs: &Needs) -> Option<&str> {
-        let need = &needs.tasks[0].need;
+    pub fn lookup(&self, key: &Key, c: &Candidate) -> Option<&str> {
+        let need = &c.needs.tasks[0].need;
         self.list(key)?
             .iter()
             .find(|f| {
-                f.priority >= job.priority
-                    && job.submitted_key() >= f.submitted
-                    && need.iter().zip(&f.need).all(|(n, m)| n >= m)
+                f.priority >= c.priority && c.submitted >= f.submitted && need.iter().zip(&f.need).all(|(n, m)| n >= m)
             })
             .map(|f| f.why.as_str())
     }
 
-    pub fn record(&mut self, key: Key, job: &Job, needs: &Needs, why: &str) {
+    pub fn record(&mut self, key: Key, c: &Candidate, why: &str) {
         let lists = self.by_key.entry((key.queue, key.not_preemptible, key.topology)).or_default();
         let at = match lists.iter().position(|(a, _)| a.as_slice() == key.assignments) {
             Some(i) => i,
@@ -79,9 +78,9 @@ impl Failures {
             list.remove(0);
         }
         list.push(Failure {
-            priority: job.priority,
-            need: needs.tasks[0].need,
-            submitted: job.submitted_key(),
+            priority: c.priority,
+            need: c.needs.tasks[0].need,
+            submitted: c.submitted,
             why: why.to_string(),
         });
     }

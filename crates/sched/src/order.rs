@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::rc::Rc;
 
-use baton_model::job::{Job, JobState};
+use baton_model::job::{Job, JobId, JobState};
 use baton_model::name::natural_key_into;
 use baton_model::queue::QueueOrdering;
 
@@ -32,21 +32,55 @@ fn total_order_bits(x: f64) -> u64 {
     if b >> 63 == 1 { !b } else { b | (1 << 63) }
 }
 
+/// A pending job as a cycle decides it. The fields a decision reads are copied in one pass
+/// over the jobs in id order, which is close to the order they sit in memory: reading the
+/// jobs themselves in the order they are decided would miss the cache at every job.
+#[derive(Clone)]
+pub struct Candidate<'a> {
+    pub job: &'a Job,
+    pub id: JobId,
+    pub queue: usize,
+    pub preemptible: bool,
+    pub priority: i32,
+    pub submitted: (u64, u64),
+    /// Why it waited after the last cycle.
+    pub reason: &'a str,
+    pub needs: Rc<Needs>,
+}
+
+impl<'a> Candidate<'a> {
+    fn of(view: &View, job: &'a Job, shapes: &mut NeedsCache) -> Candidate<'a> {
+        Candidate {
+            job,
+            id: job.id,
+            queue: view.ledger.queue(job.spec.queue.as_str()).expect("queue of a job exists"),
+            preemptible: job.preemptible,
+            priority: job.priority,
+            submitted: job.submitted_key(),
+            reason: &job.reason,
+            needs: shapes.of(view, job),
+        }
+    }
+}
+
+/// A candidate with its rank among all pending jobs.
+struct Pending<'a> {
+    c: Candidate<'a>,
+    rank: u32,
+}
+
 struct Line<'a> {
-    /// Jobs in order, with their rank among all pending jobs.
-    jobs: Vec<(&'a Job, u32)>,
+    /// Jobs in order.
+    jobs: Vec<Pending<'a>>,
     next: usize,
     strict: bool,
     /// StrictFIFO: the job that could not be placed and holds back the rest.
     blocked_by: Option<&'a Job>,
-    /// What the head job needs, computed once when it became the head.
-    head_needs: Option<Rc<Needs>>,
 }
 
 pub struct Order<'a> {
     lines: Vec<Line<'a>>,
     heap: BinaryHeap<Reverse<HeadKey>>,
-    shapes: NeedsCache,
 }
 
 /// (priority, submission) as one integer: higher priority first, then earlier submission.
@@ -55,33 +89,27 @@ fn time_key(j: &Job) -> u128 {
     (u128::from(priority) << 64) | u128::from(j.submitted_ms)
 }
 
-/// Sorts by (priority, submission, name). Names become natural-order byte keys, packed
-/// into integers when they fit, so the sort compares numbers rather than re-parsing digits;
-/// one buffer serves every key.
-fn sort_pending(pending: &mut Vec<(&Job, usize)>) {
-    let mut buf = Vec::with_capacity(32);
-    let mut packed: Vec<(u128, u128, u32)> = Vec::with_capacity(pending.len());
-    for (i, (j, _)) in pending.iter().enumerate() {
-        if !natural_key_into(j.spec.name.as_str(), &mut buf) || buf.len() > 16 {
-            return sort_pending_slow(pending);
-        }
-        // Zero padding after the key's end byte keeps byte order.
-        let mut b = [0u8; 16];
-        b[..buf.len()].copy_from_slice(&buf);
-        packed.push((time_key(j), u128::from_be_bytes(b), i as u32));
+/// (priority, submission, name) packed into two integers, or `None` when the name's
+/// natural-order key is too long to pack (or the name has none). Zero padding after the
+/// key's end byte keeps byte order. `buf` is scratch space, reused for every key.
+fn packed_key(j: &Job, buf: &mut Vec<u8>) -> Option<(u128, u128)> {
+    if !natural_key_into(j.spec.name.as_str(), buf) || buf.len() > 16 {
+        return None;
     }
-    // Names are unique, so no two keys are equal and an unstable sort is deterministic.
-    packed.sort_unstable();
-    *pending = packed.into_iter().map(|(_, _, i)| pending[i as usize]).collect();
+    let mut b = [0u8; 16];
+    b[..buf.len()].copy_from_slice(buf);
+    Some((time_key(j), u128::from_be_bytes(b)))
 }
 
-/// Names too long to pack, or text without a natural key: compare whole keys.
-fn sort_pending_slow(pending: &mut [(&Job, usize)]) {
+/// Sorts jobs by (priority, submission, name) when some name's key does not pack: whole
+/// keys are compared.
+fn sort_slow(pending: &mut [Candidate]) {
     let mut buf = Vec::new();
     let keys: Option<Vec<Vec<u8>>> =
-        pending.iter().map(|(j, _)| natural_key_into(j.spec.name.as_str(), &mut buf).then(|| buf.clone())).collect();
+        pending.iter().map(|c| natural_key_into(c.job.spec.name.as_str(), &mut buf).then(|| buf.clone())).collect();
     let Some(keys) = keys else {
-        pending.sort_unstable_by(|(a, _), (b, _)| {
+        pending.sort_unstable_by(|a, b| {
+            let (a, b) = (a.job, b.job);
             b.priority
                 .cmp(&a.priority)
                 .then(a.submitted_ms.cmp(&b.submitted_ms))
@@ -89,37 +117,59 @@ fn sort_pending_slow(pending: &mut [(&Job, usize)]) {
         });
         return;
     };
-    let mut keyed: Vec<_> =
-        keys.into_iter().zip(pending.iter()).map(|(k, &(j, q))| ((time_key(j), k), (j, q))).collect();
-    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    for (slot, (_, p)) in pending.iter_mut().zip(keyed) {
-        *slot = p;
-    }
+    let mut keyed: Vec<((u128, Vec<u8>), usize)> =
+        keys.into_iter().enumerate().map(|(i, k)| ((time_key(pending[i].job), k), i)).collect();
+    keyed.sort_unstable();
+    let sorted: Vec<Candidate> = keyed.iter().map(|(_, i)| pending[*i].clone()).collect();
+    pending.clone_from_slice(&sorted);
 }
 
 impl<'a> Order<'a> {
     pub fn new(view: &View<'a>) -> Order<'a> {
-        // One sort of all pending jobs by (priority, submission, name) gives each a rank;
-        // after that, ordering compares integers.
-        let mut pending: Vec<(&'a Job, usize)> = view
-            .state
-            .jobs()
-            .values()
-            .filter(|j| j.state == JobState::Pending)
-            .map(|j| (j, view.ledger.queue(j.spec.queue.as_str()).expect("queue of a job exists")))
-            .collect();
-        sort_pending(&mut pending);
+        let mut shapes = NeedsCache::default();
+        // Sized for every job up front: growing these by doubling copied and faulted in
+        // more memory than the pass itself touched.
+        let most = view.state.jobs().len();
+        let mut pending: Vec<Candidate<'a>> = Vec::with_capacity(most);
+        let mut keys: Option<Vec<(u128, u128, u32)>> = Some(Vec::with_capacity(most));
+        let mut per_queue = vec![0usize; view.ledger.queues.len()];
+        let mut buf = Vec::with_capacity(32);
+        for j in view.state.jobs().values().filter(|j| j.state == JobState::Pending) {
+            if let Some(k) = keys.as_mut() {
+                match packed_key(j, &mut buf) {
+                    Some((high, low)) => k.push((high, low, pending.len() as u32)),
+                    None => keys = None,
+                }
+            }
+            let c = Candidate::of(view, j, &mut shapes);
+            per_queue[c.queue] += 1;
+            pending.push(c);
+        }
+        // One sort by (priority, submission, name) gives each job a rank; after that,
+        // ordering compares integers.
+        let ranked: Vec<Candidate<'a>> = match keys {
+            Some(mut keys) => {
+                // Names are unique, so no two keys are equal and an unstable sort is
+                // deterministic.
+                keys.sort_unstable();
+                keys.into_iter().map(|(_, _, i)| pending[i as usize].clone()).collect()
+            }
+            None => {
+                sort_slow(&mut pending);
+                pending
+            }
+        };
         let mut lines: Vec<Line> = (0..view.ledger.queues.len())
             .map(|q| {
                 let spec = &view.state.queues()[&view.ledger.queues[q].name];
                 let strict = spec.ordering == QueueOrdering::StrictFIFO;
-                Line { jobs: Vec::new(), next: 0, strict, blocked_by: None, head_needs: None }
+                Line { jobs: Vec::with_capacity(per_queue[q]), next: 0, strict, blocked_by: None }
             })
             .collect();
-        for (rank, (job, q)) in pending.into_iter().enumerate() {
-            lines[q].jobs.push((job, rank as u32));
+        for (rank, c) in ranked.into_iter().enumerate() {
+            lines[c.queue].jobs.push(Pending { c, rank: rank as u32 });
         }
-        let mut order = Order { lines, heap: BinaryHeap::new(), shapes: NeedsCache::default() };
+        let mut order = Order { lines, heap: BinaryHeap::with_capacity(view.ledger.queues.len()) };
         for q in 0..order.lines.len() {
             order.push_head(view, q);
         }
@@ -131,24 +181,27 @@ impl<'a> Order<'a> {
         if line.blocked_by.is_some() {
             return;
         }
-        let Some(&(job, rank)) = line.jobs.get(line.next) else { return };
-        let needs = self.shapes.of(view, job);
-        let within = needs.demands.iter().any(|d| view.ledger.within_nominal(q, d));
-        line.head_needs = Some(needs);
+        let Some(head) = line.jobs.get(line.next) else { return };
+        let within = head.c.needs.demands.iter().any(|d| view.ledger.within_nominal(q, d));
+        let rank = head.rank;
         let acct = &view.ledger.queues[q];
         let share = if !within && acct.fair_sharing { view.ledger.share(q, &[], &[]) } else { 0.0 };
         self.heap.push(Reverse(head_key(if within { 0 } else { 1 }, share, rank, q)));
     }
 
-    /// The next job to decide, its queue, and what it needs.
-    pub fn next(&mut self) -> Option<(usize, &'a Job, Rc<Needs>)> {
+    /// How many jobs are yet to be decided (or held back).
+    pub fn remaining(&self) -> usize {
+        self.lines.iter().map(|l| l.jobs.len() - l.next).sum()
+    }
+
+    /// The next job to decide.
+    pub fn next(&mut self) -> Option<Candidate<'a>> {
         let Reverse((_, low)) = self.heap.pop()?;
         let q = (low & u64::from(u32::MAX)) as usize;
         let line = &mut self.lines[q];
-        let (job, _) = line.jobs[line.next];
+        let head = &line.jobs[line.next];
         line.next += 1;
-        let needs = line.head_needs.take().expect("a head has its needs");
-        Some((q, job, needs))
+        Some(head.c.clone())
     }
 
     /// After deciding a queue's head: with StrictFIFO, an unplaced head holds back the
@@ -166,7 +219,7 @@ impl<'a> Order<'a> {
         let mut out = Vec::new();
         for line in &self.lines {
             if let Some(head) = line.blocked_by {
-                out.extend(line.jobs[line.next..].iter().map(|&(j, _)| (j, head)));
+                out.extend(line.jobs[line.next..].iter().map(|p| (p.c.job, head)));
             }
         }
         out

@@ -72,9 +72,9 @@ impl<'a> View<'a> {
         &self.state.jobs()[&id]
     }
 
-    /// A job starts on these shares (mirrors `State::apply` of a Place).
-    pub fn occupy(&mut self, job: &Job, shares: &[Share]) {
-        let (q, np) = self.queue_np(job);
+    /// A job of queue `q` starts on these shares (mirrors `State::apply` of a Place).
+    pub fn occupy(&mut self, job: &Job, q: usize, shares: &[Share]) {
+        let np = !job.preemptible;
         if self.state.reservations().contains_key(&job.id) {
             self.ledger.unreserve(job.id, true);
         }
@@ -82,9 +82,9 @@ impl<'a> View<'a> {
         self.reindex(shares);
     }
 
-    /// Resources are held for a preemptor (mirrors `State::apply` of a Preempt).
-    pub fn reserve(&mut self, job: &Job, shares: &[Share], victims: &[JobId]) {
-        let (q, np) = self.queue_np(job);
+    /// Resources are held for a preemptor of queue `q` (mirrors `State::apply` of a Preempt).
+    pub fn reserve(&mut self, job: &Job, q: usize, shares: &[Share], victims: &[JobId]) {
+        let np = !job.preemptible;
         self.ledger.reserve(job.id, q, np, shares, victims);
         // Mirrors `State::apply`: victims stop being charged; one that will be suspended in
         // place lends its reserved part now.
