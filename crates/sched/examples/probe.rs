@@ -47,6 +47,11 @@ fn main() {
         // profilers (collect `probe::measured`); the cluster is always 10,000 nodes.
         let full = full_cluster();
         println!("gang cycle {}", timed(|| measured(&full)));
+        let mut idle = full.clone();
+        apply(&mut idle, Op::Cancel { job: baton_model::name::Name::lit("big-gang") });
+        println!("same cycle, nothing pending {}", timed(|| cycle(&idle, NOW_MS)));
+        println!("ledger clone, gang state {}", timed(|| full.ledger().clone()));
+        println!("ledger clone, idle state {}", timed(|| idle.ledger().clone()));
         return;
     }
     let mut s = cluster(nodes, 40);

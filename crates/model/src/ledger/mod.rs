@@ -13,19 +13,21 @@
 //! - *tree*: the lending group of a queue, its top-level cohort (or the queues directly
 //!   under the root). The root's *unowned* capacity is shared by all trees.
 
+mod cow;
 mod fxhash;
 mod node;
 mod ops;
 mod quota;
 
+pub use cow::{CowMap, CowVec};
 pub use fxhash::FxMap;
 pub use node::{NodeAcct, NodeReservation, Occupant};
 pub use ops::Share;
 pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct, Undo};
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use crate::job::JobId;
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
 use crate::resources::{GPU, Resources};
@@ -190,13 +192,14 @@ pub struct Ledger {
     pub pools: Vec<PoolAcct>,
     pub pool_ix: FxMap<String, usize>,
     /// In natural name order: a node's index is its tie-break rank.
-    pub nodes: Vec<NodeAcct>,
-    pub node_ix: FxMap<String, usize>,
+    pub nodes: CowVec<NodeAcct>,
+    /// Shared by clones: only a rebuild changes it.
+    pub node_ix: Arc<FxMap<String, usize>>,
     pub racks: Vec<Name>,
-    pub queues: Vec<QueueAcct>,
+    pub queues: CowVec<QueueAcct>,
     pub queue_ix: FxMap<String, usize>,
     pub trees: Vec<TreeAcct>,
-    pub charges: FxMap<JobId, JobCharge>,
+    pub charges: CowMap<JobCharge>,
 }
 
 impl Ledger {

@@ -9,7 +9,7 @@ pub type Share = (usize, Vector, u64);
 
 impl Ledger {
     fn ensure_charge(&mut self, job: JobId, queue: usize, np: bool, nodes: &[usize]) {
-        let ch = self.charges.entry(job).or_insert_with(|| JobCharge {
+        let ch = self.charges.get_or_insert_with(job, || JobCharge {
             queue,
             not_preemptible: np,
             usage: Vec::new(),

@@ -2,6 +2,7 @@
 //! restore, or in tests to check the incremental path.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::State;
 use crate::job::{JobId, JobState};
@@ -50,7 +51,7 @@ impl State {
             if node.schedulable() {
                 add(&mut pa.capacity, &cap);
             }
-            l.node_ix.insert(node.spec.name.to_string(), l.nodes.len());
+            Arc::make_mut(&mut l.node_ix).insert(node.spec.name.to_string(), l.nodes.len());
             l.nodes.push(NodeAcct::new(node.spec.name.clone(), pool, rack, node.schedulable(), cap));
         }
         self.build_queues(&mut l);
