@@ -43,7 +43,7 @@ impl<T: Clone> CowVec<T> {
     }
 
     pub fn push(&mut self, value: T) {
-        if self.len.is_multiple_of(CHUNK) {
+        if self.len % CHUNK == 0 {
             self.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
         }
         let last = self.chunks.last_mut().expect("a chunk with room");
