@@ -135,6 +135,10 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
 }
 
 fn in_pools(view: &View, r: &Running, pools: &[usize]) -> bool {
+    // Every node is in some pool: with all of them wanted there is nothing to look up.
+    if pools.len() == view.ledger.pools.len() {
+        return true;
+    }
     let nodes = view.ledger.charges.get(&r.job).map(|c| c.nodes.as_slice()).unwrap_or_default();
     nodes.iter().any(|&n| pools.contains(&view.ledger.nodes[n].pool))
 }
