@@ -398,6 +398,7 @@ fn apply_checked(s: &mut State, now_ms: u64, plan: &Plan) -> Result<(), String> 
 /// Cycles until nothing changes; victims stop at once (with a checkpoint).
 fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
     for _ in 0..200 {
+        crate::preempt::on_nodes_agree(&View::new(s, now_ms))?;
         let plan = cycle(s, now_ms);
         if plan != cycle(s, now_ms) {
             return Err("the same state gave two different plans".into());

@@ -534,3 +534,28 @@ fn describe(view: &mut View, ctx: &Ctx, victims: &[&Cand]) -> String {
         ctx.job.priority
     )
 }
+
+/// Both ways of building the table of candidates per node give the same table, with every
+/// running job as a candidate (the property tests check this on every state they reach).
+#[cfg(test)]
+pub fn on_nodes_agree(view: &View) -> Result<(), String> {
+    let cands: Vec<Cand> = view
+        .active
+        .iter()
+        .map(|r| Cand {
+            job: r.job,
+            queue: r.queue,
+            own: false,
+            leaving: r.leaving,
+            priority: r.priority,
+            progress_mark_ms: r.progress_mark_ms,
+            submitted: r.submitted,
+            gpus: r.gpus,
+        })
+        .collect();
+    let (a, b) = (OnNodes::by_candidate(view, &cands), OnNodes::by_node(view, &cands));
+    if a != b {
+        return Err(format!("candidates per node differ: by candidate {a:?}, by node {b:?}"));
+    }
+    Ok(())
+}

@@ -1,15 +1,20 @@
 //! Which candidates hold what on each node: a table indexed by node (counting sort into
 //! one array), so that building it is two passes and a lookup is two array reads.
 
-use baton_model::ledger::Vector;
+use baton_model::job::JobId;
+use baton_model::ledger::{FxMap, Vector};
 
 use super::cand::Cand;
 use crate::view::View;
+
+/// Reading one candidate's nodes through its charge costs about this many node visits.
+const BY_NODE_BREAK_EVEN: usize = 4;
 
 /// Candidates on one node (indices into the candidate list, ascending) with what each
 /// holds there.
 pub type OnNode = [(usize, Vector)];
 
+#[derive(Debug, PartialEq)]
 pub struct OnNodes {
     /// `entries[starts[n]..starts[n + 1]]` are node `n`'s.
     starts: Vec<u32>,
@@ -18,6 +23,17 @@ pub struct OnNodes {
 
 impl OnNodes {
     pub fn new(view: &View, cands: &[Cand]) -> OnNodes {
+        // Two ways to the same table: through each candidate's charge (a few scattered
+        // reads per candidate), or through every node's occupants (one scattered read per
+        // node). Whichever reads less wins.
+        if cands.len() * BY_NODE_BREAK_EVEN < view.ledger.nodes.len() {
+            OnNodes::by_candidate(view, cands)
+        } else {
+            OnNodes::by_node(view, cands)
+        }
+    }
+
+    pub(crate) fn by_candidate(view: &View, cands: &[Cand]) -> OnNodes {
         let mut found: Vec<(usize, usize, Vector)> = Vec::new();
         for (i, c) in cands.iter().enumerate() {
             for &n in view.ledger.charges.get(&c.job).map(|ch| ch.nodes.as_slice()).unwrap_or_default() {
@@ -40,6 +56,28 @@ impl OnNodes {
         for (n, i, amount) in found {
             entries[next[n] as usize] = (i, amount);
             next[n] += 1;
+        }
+        OnNodes { starts, entries }
+    }
+
+    pub(crate) fn by_node(view: &View, cands: &[Cand]) -> OnNodes {
+        let mut index: FxMap<JobId, usize> = FxMap::default();
+        index.reserve(cands.len());
+        for (i, c) in cands.iter().enumerate() {
+            index.insert(c.job, i);
+        }
+        let mut starts = Vec::with_capacity(view.ledger.nodes.len() + 1);
+        starts.push(0u32);
+        let mut entries: Vec<(usize, Vector)> = Vec::with_capacity(cands.len());
+        for node in view.ledger.nodes.iter() {
+            let from = entries.len();
+            for o in node.occupants.iter().filter(|o| !o.held) {
+                if let Some(&i) = index.get(&o.job) {
+                    entries.push((i, o.amount));
+                }
+            }
+            entries[from..].sort_unstable_by_key(|e| e.0);
+            starts.push(entries.len() as u32);
         }
         OnNodes { starts, entries }
     }
