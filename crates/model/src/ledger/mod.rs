@@ -4,6 +4,8 @@
 //! restore, and kept up to date incrementally as jobs start, stop, suspend and resume. Both
 //! the plan applier (in `State::apply`) and the scheduler (on its own clone) ask it the same
 //! two questions: what is free on a node for a given job, and may a queue take a demand.
+//! The scheduler clones the ledger every cycle, so its large tables are copy-on-write
+//! (`cow.rs`): a clone shares them, and a change copies one chunk of 64 entries.
 //!
 //! Vocabulary:
 //! - *kind*: a resource name interned to an index; `gpu` is always kind 0.
