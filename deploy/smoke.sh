@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# End-to-end check of the container deployment: builds the image, starts
+# deploy/compose.yaml (3 replicas, 2 agents), runs a 2x8-GPU gang to completion, has an
+# interactive job reclaim GPUs from a borrowing training gang (it checkpoints, waits and
+# resumes from its checkpoint), kills the leader's container, runs another gang through the
+# surviving replicas, brings the killed replica back and checks it rejoins; then removes
+# everything it created.
+#
+#   deploy/smoke.sh              (SKIP_IMAGE=1 reuses an existing baton:latest)
+#
+# Needs Docker with docker-compose (or `docker compose`); pulls nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+project="baton-smoke-$$"
+compose_file=deploy/compose.yaml
+if command -v docker-compose >/dev/null; then
+  compose() { docker-compose -p "$project" -f "$compose_file" "$@"; }
+else
+  compose() { docker compose -p "$project" -f "$compose_file" "$@"; }
+fi
+# Every command runs in a throwaway client container on the cluster's network.
+client() {
+  docker run --rm --network "${project}_default" \
+    -e BATON_SERVER=server-1:7070,server-2:7070,server-3:7070 baton:latest "$@"
+}
+fail() { echo "smoke: FAILED: $*" >&2; compose logs --tail 40 >&2 || true; exit 1; }
+cleanup() { compose down --volumes --timeout 5 >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+# Polls `$@` (a shell condition) every second, up to $1 seconds.
+wait_for() {
+  local seconds=$1 what=$2; shift 2
+  for _ in $(seq "$seconds"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 1
+  done
+  fail "$what (after ${seconds}s)"
+}
+leader_id() { client cluster info -o json | grep -o '"leader_id": [0-9]*' | grep -o '[0-9]*$'; }
+has_leader() { [ -n "$(leader_id)" ] && [ "$(leader_id)" != 0 ]; }
+nodes_ready() { [ "$(client nodes | grep -c ' Ready ')" -eq 2 ]; }
+state_is() { client describe "$1" -o json | grep -q "\"state\": \"$2\""; }
+succeeded() { state_is "$1" Succeeded; }
+
+[ -n "${SKIP_IMAGE:-}" ] || deploy/image.sh
+compose up -d
+wait_for 60 "a leader is elected" has_leader
+wait_for 60 "both agents are Ready" nodes_ready
+echo "smoke: cluster up, leader is replica $(leader_id)"
+
+client cohort create lab
+client queue create project-a --gpus 8 --cohort lab
+client queue create project-b --gpus 8 --cohort lab
+client submit --name smoke-1 --queue project-a --gpus 8 --replicas 2 -- baton workload --steps 20 --step-ms 50
+wait_for 60 "smoke-1 succeeds" succeeded smoke-1
+echo "smoke: smoke-1 ran on both agents and succeeded"
+
+# project-a borrows project-b's idle GPUs; project-b takes them back.
+client submit --name train --queue project-a --gpus 8 --replicas 2 -- baton workload --steps 200 --step-ms 50
+wait_for 60 "train runs" state_is train Running
+sleep 2
+client submit --name urgent --queue project-b --class interactive --gpus 8 -- baton workload --steps 20 --step-ms 50
+wait_for 60 "urgent succeeds" succeeded urgent
+second_attempt() { client describe train -o json | grep -q '"attempt": 2' && state_is train Running; }
+wait_for 60 "train runs its second attempt" second_attempt
+client describe train -o json | grep -q '"has_checkpoint": true' || fail "train has no checkpoint"
+resumed() { client logs train | grep -q 'resumed from step [1-9]'; }
+wait_for 30 "train resumes from its checkpoint" resumed
+echo "smoke: train was preempted for urgent, checkpointed, and $(client logs train | grep -o 'resumed from step [0-9]*' | head -1)"
+client cancel train >/dev/null
+
+old=$(leader_id)
+docker kill "$(compose ps -q "server-$old")" >/dev/null
+echo "smoke: killed the leader (replica $old)"
+new_leader() { has_leader && [ "$(leader_id)" != "$old" ]; }
+wait_for 30 "a new leader is elected" new_leader
+client submit --name smoke-2 --queue project-a --gpus 8 --replicas 2 -- baton workload --steps 20 --step-ms 50
+wait_for 60 "smoke-2 succeeds with replica $old down" succeeded smoke-2
+echo "smoke: replica $(leader_id) leads; smoke-2 succeeded without replica $old"
+
+compose start "server-$old" >/dev/null
+back() { client cluster info --server "server-$old:7070" | grep -q 'answered by replica'; }
+wait_for 60 "replica $old answers again" back
+caught_up() { client cluster info --server "server-$old:7070" -o json | grep -q '"jobs_running": 0' && \
+  client describe smoke-2 --server "server-$old:7070" -o json | grep -q '"state": "Succeeded"'; }
+wait_for 60 "replica $old has caught up" caught_up
+echo "smoke: replica $old is back and has caught up"
+echo "smoke: passed"
