@@ -257,6 +257,18 @@ fn logs_cluster(agent_addr: &str, second: &str) -> Fake {
     Fake::with(move |s| {
         s.jobs.push(job(1, "train-1", "q", "Running", &[("n1", &[0, 1, 2, 3]), ("n2", &[0, 1, 2, 3])]));
         s.jobs.push(job(2, "waiting", "q", "Pending", &[]));
+        // Ended: no placements; its events say attempt 1 ran on n1 and attempt 2 on n2.
+        let mut done = job(3, "done-1", "q", "Succeeded", &[]);
+        done.attempt = 2;
+        for (attempt, node) in [(1, "n1"), (2, "n2")] {
+            done.events.push(v1::Event {
+                kind: "Started".into(),
+                nodes: vec![node.into()],
+                attempt,
+                ..Default::default()
+            });
+        }
+        s.jobs.push(done);
         s.nodes.push(node("n1", &a));
         s.nodes.push(node("n2", &b));
     })
@@ -280,6 +292,23 @@ fn logs_follow_streams_from_the_agent_that_has_the_rank() {
         (req.job.as_str(), req.rank, req.stream.as_str(), req.follow, req.attempt),
         ("train-1", 1, "stderr", true, 0)
     );
+    assert_eq!(first.requests.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn logs_of_an_ended_job_come_from_where_its_started_event_says_it_ran() {
+    let (first, second) = (FakeAgent::default(), FakeAgent::default());
+    second.logs.lock().unwrap().insert(0, vec!["resumed from step 31\n"]);
+    let (a1, a2) = (serve_agent(first.clone()), serve_agent(second.clone()));
+    let server = serve_baton(logs_cluster(&a1.addr(), &a2.addr()));
+    let (r, out) = run(&["logs", "done-1", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "resumed from step 31\n");
+    assert!(first.requests.lock().unwrap().is_empty(), "attempt 2 ran on n2 only");
+    // Attempt 1 ran on n1, whose agent does not have it.
+    let (r, _) = run(&["logs", "done-1", "--attempt", "1", "--server", &server.addr()]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("agents without it: n1"), "{e}");
     assert_eq!(first.requests.lock().unwrap().len(), 1);
 }
 
@@ -312,6 +341,7 @@ fn watch_prints_one_line_per_event_and_says_when_the_stream_ends() {
             node: String::new(),
             kind: "Started".into(),
             message: "attempt 1 started on n1[0-3]".into(),
+            ..Default::default()
         });
         s.events.push(v1::Event {
             at_ms: 1_795_341_602_000,
@@ -319,6 +349,7 @@ fn watch_prints_one_line_per_event_and_says_when_the_stream_ends() {
             node: "n2".into(),
             kind: "NodeLost".into(),
             message: "node n2 lost".into(),
+            ..Default::default()
         });
     });
     let server = serve_baton(fake);
@@ -364,6 +395,7 @@ fn describe_shows_the_job_and_with_events_its_history() {
             node: "n1".into(),
             kind: "Started".into(),
             message: "attempt 1 started".into(),
+            ..Default::default()
         });
         s.jobs.push(j);
     });

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use baton_model::class::PriorityClass;
-use baton_model::event::Event;
+use baton_model::event::{Event, EventKind};
 use baton_model::job::{Job, JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
@@ -167,12 +167,18 @@ fn task_from_proto(t: &v1::TaskSpec, field: &str) -> R<TaskSpec> {
 }
 
 pub fn event_to_proto(e: &Event) -> v1::Event {
+    let (nodes, attempt) = match &e.kind {
+        EventKind::Started { attempt, nodes } => (nodes.keys().map(|n| n.to_string()).collect(), *attempt),
+        _ => (Vec::new(), 0),
+    };
     v1::Event {
         at_ms: e.at_ms,
         job: e.job.as_ref().map(|n| n.to_string()).unwrap_or_default(),
         node: e.node.as_ref().map(|n| n.to_string()).unwrap_or_default(),
         kind: e.kind.type_name().to_string(),
         message: e.message.clone(),
+        nodes,
+        attempt,
     }
 }
 

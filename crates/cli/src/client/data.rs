@@ -80,6 +80,8 @@ impl ToData for v1::Event {
             "node": self.node,
             "kind": self.kind,
             "message": self.message,
+            "nodes": self.nodes,
+            "attempt": self.attempt,
         })
     }
 }

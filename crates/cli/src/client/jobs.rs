@@ -207,7 +207,8 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
         text.push_str("Events:\n");
         let mut t = Table::new(&["  TIME", "KIND", "NODE", "MESSAGE"]);
         for e in &j.events {
-            t.row(vec![format!("  {}", timestamp(e.at_ms)), e.kind.clone(), dash(&e.node), e.message.clone()]);
+            let node = if e.nodes.is_empty() { dash(&e.node) } else { e.nodes.join(",") };
+            t.row(vec![format!("  {}", timestamp(e.at_ms)), e.kind.clone(), node, e.message.clone()]);
         }
         text.push_str(&t.render());
     }

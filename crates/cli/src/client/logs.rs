@@ -1,5 +1,6 @@
-//! `baton logs JOB`: finds the node that runs the job's rank (GetJob placements), that node's
-//! agent (ListNodes `agent_addr`), and streams the replica's output from the agent's
+//! `baton logs JOB`: finds the node that runs the job's rank (GetJob placements; for an
+//! attempt that no longer runs, the nodes its `Started` event names), that node's agent
+//! (ListNodes `agent_addr`), and streams the replica's output from the agent's
 //! `AgentLogs.Logs` (proto/agent.proto). Agents keep logs; replicas do not.
 
 use std::io::Write;
@@ -47,17 +48,23 @@ fn candidate_nodes(job: &v1::Job, a: &LogsArgs) -> Result<Vec<String>, ClientErr
     if let Some(n) = &a.node {
         return Ok(vec![n.clone()]);
     }
-    if !job.placements.is_empty() {
+    let attempt = a.attempt.unwrap_or(job.attempt);
+    if !job.placements.is_empty() && attempt == job.attempt {
         return Ok(job.placements.iter().map(|p| p.node.clone()).collect());
+    }
+    // An attempt that no longer runs: its Started event says where it ran.
+    let started = job.events.iter().rev().find(|e| e.kind == "Started" && e.attempt == attempt && !e.nodes.is_empty());
+    if let Some(e) = started {
+        return Ok(e.nodes.clone());
     }
     if job.attempt == 0 {
         let why = if job.reason.is_empty() { String::new() } else { format!(": {}", job.reason) };
         return Err(logs_err(format!("job {} never started, so it has no logs yet (state {}{why})", a.job, job.state)));
     }
     Err(logs_err(format!(
-        "job {} is not running now (state {}), and the server lists where a job runs only while it runs; \
-         name the node whose agent kept its logs with --node (see baton describe {} --events)",
-        a.job, job.state, a.job
+        "job {} has no record of where attempt {attempt} ran (state {}; the job's event history keeps only \
+         its newest events); name the node whose agent kept its logs with --node",
+        a.job, job.state
     )))
 }
 

@@ -88,6 +88,7 @@ mod tests {
             node: String::new(),
             kind: "Started".into(),
             message: "attempt 1 started on n1[0-3]".into(),
+            ..Default::default()
         };
         assert_eq!(event_line(&e), "2026-11-22T10:00:01.234Z  Started  train-1  attempt 1 started on n1[0-3]\n");
     }
