@@ -1,16 +1,18 @@
 //! End-to-end: the real `baton` binary as 3 replicas and agents, real job processes.
 //!
-//! - `cluster`: starting and stopping the processes.
+//! - the cluster of processes comes from `baton_chaos::cluster` (the chaos harness's).
 //! - `replay`: seed scenarios on a scaled clock, checked like the simulator checks them.
 
-mod cluster;
 mod replay;
 
 use std::time::Duration;
 
+use baton_chaos::cluster::{Cluster, NodeArgs};
 use baton_proto::v1::{JobRef, PoolQuota, Queue, Resources, SubmitRequest, TaskSpec};
-use cluster::{Cluster, NodeArgs};
 use replay::{Replay, load};
+
+/// The binary under test.
+pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
 
 fn scenario(name: &str) -> String {
     format!("{}/../../tests/scenarios/{name}.yaml", env!("CARGO_MANIFEST_DIR"))
@@ -45,7 +47,7 @@ async fn killing_the_leader_mid_preemption_changes_no_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_does_not_start_a_job_twice() {
     let node = NodeArgs { name: "n1".into(), pool: "default".into(), rack: String::new(), gpus: 4, cpu: 0, memory: 0 };
-    let mut c = Cluster::start(std::slice::from_ref(&node)).await;
+    let mut c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
     let mut api = c.client().await;
     let quota = PoolQuota {
         pool: "default".into(),
@@ -99,7 +101,7 @@ async fn wait_file_lines(path: &std::path::Path, n: usize) {
 fn the_dev_demo_plays_seed_000_to_the_end() {
     let base = 20_000 + (std::process::id() % 10_000) as u16 * 3;
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(cluster::BATON)
+    let out = std::process::Command::new(BATON)
         .args(["dev", "--demo", "--port", &base.to_string(), "--dir"])
         .arg(dir.path())
         .output()
@@ -109,4 +111,14 @@ fn the_dev_demo_plays_seed_000_to_the_end() {
     assert!(text.contains("checkpointed at step"), "{text}");
     assert!(text.contains("resumed from step"), "{text}");
     assert!(text.contains("Preempted  large-training-job"), "{text}");
+}
+
+/// The chaos harness, briefly: 30 s of leader kills, pauses and agent crashes under a load
+/// that preempts constantly; every promise the jobs witness must hold. Longer runs:
+/// `cargo run --release -p baton-chaos -- --seconds 300 --seed N` (see chaos/README.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_seconds_of_chaos_break_no_promise() {
+    let seed = std::env::var("BATON_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let report = baton_chaos::run(&baton_chaos::Config::new(BATON, 30, seed)).await;
+    assert!(report.ok(), "seed {seed}:\n{report}");
 }

@@ -11,7 +11,7 @@ use baton_proto::convert::{class_to_proto, cohort_to_proto, job_spec_to_proto, q
 use baton_proto::v1::{CordonRequest, Empty, JobRef, ListJobsRequest, SubmitRequest};
 use baton_sim::scenario::{Action, Expect, JobExpect, Scenario};
 
-use crate::cluster::{Cluster, NodeArgs};
+use baton_chaos::cluster::{Cluster, NodeArgs};
 
 /// Real milliseconds per scenario second.
 pub const SCALE_MS: u64 = 50;
@@ -81,7 +81,7 @@ pub struct Replay {
 
 impl Replay {
     pub async fn run(&self, s: &Scenario) -> Cluster {
-        let mut c = Cluster::start(&nodes(s)).await;
+        let mut c = Cluster::start(crate::BATON.as_ref(), &nodes(s)).await;
         let mut api = c.client().await;
         for cl in &s.classes {
             api.put_class(class_to_proto(&cl.v)).await.unwrap();

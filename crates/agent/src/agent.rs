@@ -118,6 +118,7 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     });
 
     let settings = Settings {
+        node: config.name.clone(),
         data_dir: config.data_dir.clone(),
         checkpoint_root,
         kill_grace_ms: config.kill_grace_ms,

@@ -75,6 +75,9 @@ pub struct ReplicaRecord {
     pub outcome: Option<Outcome>,
     /// Where the wrapper writes the exit code.
     pub exit_file: PathBuf,
+    /// GPU indices it was given (absent in journals written before they were recorded).
+    #[serde(default)]
+    pub gpus: Vec<u32>,
 }
 
 pub struct Journal {

@@ -38,6 +38,8 @@ exit "$rc"
 pub struct LaunchDirs<'a> {
     pub data_dir: &'a Path,
     pub checkpoint_root: &'a Path,
+    /// This node's name, for `BATON_NODE`.
+    pub node: &'a str,
 }
 
 pub fn checkpoint_dir(checkpoint_root: &Path, job: &str) -> PathBuf {
@@ -54,7 +56,7 @@ pub fn read_exit_file(path: &Path) -> Option<i32> {
 }
 
 /// The environment a replica gets on top of the agent's own.
-pub fn replica_env(a: &Assignment, checkpoint_dir: &Path, signal_name: &str) -> BTreeMap<String, String> {
+pub fn replica_env(a: &Assignment, node: &str, checkpoint_dir: &Path, signal_name: &str) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
     env.insert("CUDA_VISIBLE_DEVICES".into(), gpus.join(","));
@@ -62,6 +64,7 @@ pub fn replica_env(a: &Assignment, checkpoint_dir: &Path, signal_name: &str) -> 
     env.insert("BATON_JOB_ID".into(), a.job_id.to_string());
     env.insert("BATON_ATTEMPT".into(), a.attempt.to_string());
     env.insert("BATON_RANK".into(), a.rank.to_string());
+    env.insert("BATON_NODE".into(), node.to_string());
     env.insert("BATON_WORLD_SIZE".into(), a.world_size.to_string());
     env.insert("BATON_CHECKPOINT_DIR".into(), checkpoint_dir.display().to_string());
     env.insert("BATON_CHECKPOINT_SIGNAL".into(), signal_name.to_string());
@@ -122,7 +125,7 @@ fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).args(&a.command);
     cmd.env_remove("BATON_RESUME");
-    cmd.envs(replica_env(a, &ckpt, signal_name));
+    cmd.envs(replica_env(a, dirs.node, &ckpt, signal_name));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no
     // terminal signals reach it, and the whole group is signalled at once by its pgid.

@@ -42,12 +42,16 @@ struct Replica {
 
 pub struct Supervisor {
     journal: Arc<Journal>,
+    node: String,
     data_dir: PathBuf,
     checkpoint_root: PathBuf,
     kill_grace_ms: u64,
     log_cap_bytes: u64,
     replicas: BTreeMap<ReplicaKey, Replica>,
     waits: JoinSet<()>,
+    /// Replicas the newest directive wants started whose GPUs a replica that is still
+    /// stopping holds: they start when it has exited, so no GPU ever runs two processes.
+    deferred: BTreeMap<ReplicaKey, Assignment>,
     events_tx: mpsc::Sender<ExitEvent>,
     events_rx: mpsc::Receiver<ExitEvent>,
     running_tx: watch::Sender<Vec<Running>>,
@@ -64,6 +68,8 @@ pub struct Shared {
 }
 
 pub struct Settings {
+    /// This node's name.
+    pub node: String,
     pub data_dir: PathBuf,
     pub checkpoint_root: PathBuf,
     pub kill_grace_ms: u64,
@@ -80,12 +86,14 @@ impl Supervisor {
         let live_logs: LiveLogs = Arc::default();
         let mut sup = Supervisor {
             journal,
+            node: settings.node,
             data_dir: settings.data_dir,
             checkpoint_root: settings.checkpoint_root,
             kill_grace_ms: settings.kill_grace_ms,
             log_cap_bytes: settings.log_cap_bytes,
             replicas: BTreeMap::new(),
             waits: JoinSet::new(),
+            deferred: BTreeMap::new(),
             events_tx,
             events_rx,
             running_tx,
@@ -168,6 +176,8 @@ impl Supervisor {
             }
             wanted.insert(key, a);
         }
+        // The newest directive decides what still waits for its GPUs.
+        self.deferred.retain(|k, _| wanted.contains_key(k));
         // Whatever runs here and is not wanted any more goes first.
         let unwanted: Vec<ReplicaKey> = self
             .replicas
@@ -192,7 +202,16 @@ impl Supervisor {
     }
 
     fn want_run(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
-        let Some(r) = self.replicas.get_mut(key) else { return self.start(key, a) };
+        if !self.replicas.contains_key(key) {
+            if let Some(holder) = self.gpus_busy(key, &a.gpus) {
+                if self.deferred.insert(*key, a.clone()).is_none() {
+                    tracing::info!(?key, ?holder, "waits for its GPUs: a replica still stopping holds them");
+                }
+                return Ok(());
+            }
+            return self.start(key, a);
+        }
+        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         match r.rec.phase {
             Phase::Suspended => {
                 signal_group(r.rec.pid, libc::SIGCONT);
@@ -210,6 +229,7 @@ impl Supervisor {
     }
 
     fn want_stop(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        self.deferred.remove(key);
         let Some(r) = self.replicas.get_mut(key) else {
             // Never ran here: nothing to checkpoint. Remember it as stopped so a later RUN of
             // the same attempt does not start it and a repeated STOP re-reports the same.
@@ -241,6 +261,7 @@ impl Supervisor {
     }
 
     fn want_suspend(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        self.deferred.remove(key);
         let Some(r) = self.replicas.get_mut(key) else {
             tracing::warn!(job = a.job, attempt = a.attempt, "asked to suspend a replica that never ran here");
             return self.observe(stopped(key, false));
@@ -269,7 +290,31 @@ impl Supervisor {
             kill_deadline_unix_ms: 0,
             outcome: None,
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
+            gpus: a.gpus.clone(),
         }
+    }
+
+    /// A replica other than `key` that has not ended holds one of `gpus`.
+    fn gpus_busy(&self, key: &ReplicaKey, gpus: &[u32]) -> Option<ReplicaKey> {
+        self.replicas
+            .values()
+            .find(|r| {
+                r.rec.key != *key && r.rec.phase != Phase::Finished && r.rec.gpus.iter().any(|g| gpus.contains(g))
+            })
+            .map(|r| r.rec.key)
+    }
+
+    /// Starts the deferred replicas whose GPUs are free now.
+    fn start_deferred(&mut self) -> Result<(), JournalError> {
+        let ready: Vec<ReplicaKey> =
+            self.deferred.iter().filter(|(k, a)| self.gpus_busy(k, &a.gpus).is_none()).map(|(k, _)| *k).collect();
+        for key in ready {
+            if let Some(a) = self.deferred.remove(&key) {
+                tracing::info!(?key, "its GPUs are free now");
+                self.start(&key, &a)?;
+            }
+        }
+        Ok(())
     }
 
     fn note_attempt(&self, key: &ReplicaKey) -> Result<(), JournalError> {
@@ -302,7 +347,7 @@ impl Supervisor {
             self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.job.as_str()).collect();
         logfiles::retain(&self.data_dir, &a.job, &active);
         let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &a.job);
-        let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root };
+        let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root, node: &self.node };
         match launch::start(a, &dirs, &signal_name) {
             Ok(started) => {
                 rec.pid = started.pid;
@@ -375,6 +420,7 @@ impl Supervisor {
             return Ok(());
         }
         self.finish(&ev.key, ev.code, Leftovers::Kill)?;
+        self.start_deferred()?;
         self.publish();
         Ok(())
     }
@@ -468,6 +514,7 @@ impl Supervisor {
                 self.finish(&key, code, Leftovers::Kill)?;
             }
         }
+        self.start_deferred()?;
         if self.last_checkpoint_poll.elapsed() >= Duration::from_millis(CHECKPOINT_POLL_MS) {
             self.last_checkpoint_poll = Instant::now();
             self.poll_checkpoints()?;

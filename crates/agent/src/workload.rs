@@ -6,9 +6,20 @@
 //! sent the signal, so it reports the replica as `Stopped` (not as `Exited` with success).
 //! With `BATON_RESUME` set it starts from the step in its checkpoint and prints
 //! `resumed from step i`. After N steps it exits 0.
+//!
+//! With `--witness DIR` (the chaos harness) it also checks, while it runs, promises the
+//! cluster made about it, using locks the kernel drops when a process dies however it dies:
+//! it holds an exclusive lock per GPU it was given (`DIR/gpu-<node>-<index>.lock`) and per
+//! job rank (`DIR/job-<job>-<rank>.lock`). Finding one taken means two processes were given
+//! the same GPU, or two attempts of the job run at once: it appends the violation to
+//! `DIR/violations` and exits 3. It also records a resume without a readable checkpoint,
+//! and a start from zero although its checkpoint exists, and appends each start to
+//! `DIR/starts` (`job attempt rank node first-step`).
 
+use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -43,8 +54,51 @@ fn load() -> Result<u64, String> {
     text.trim().parse().map_err(|_| format!("{}: not a step number: {:?}", path.display(), text.trim()))
 }
 
+/// Exit code of a workload that witnessed a broken promise.
+pub const EXIT_VIOLATION: i32 = 3;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+fn append(path: &Path, line: &str) {
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+    if let Err(e) = file.and_then(|mut f| writeln!(f, "{line}")) {
+        eprintln!("workload: cannot append to {}: {e}", path.display());
+    }
+}
+
+/// Takes the locks `--witness` holds while the process lives; an error names the violation.
+fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
+    let (job, rank, node) = (env("BATON_JOB"), env("BATON_RANK"), env("BATON_NODE"));
+    let mut names = vec![(format!("job-{job}-{rank}.lock"), format!("two attempts of {job} rank {rank} at once"))];
+    for gpu in env("CUDA_VISIBLE_DEVICES").split(',').filter(|g| !g.is_empty()) {
+        names.push((format!("gpu-{node}-{gpu}.lock"), format!("GPU {gpu} of {node} given to two processes")));
+    }
+    let mut held = Vec::new();
+    for (name, violation) in names {
+        let path = dir.join(&name);
+        let f = File::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is shared.
+        let taken = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if !taken {
+            return Err(violation);
+        }
+        held.push(f);
+    }
+    Ok(held)
+}
+
 /// Runs the workload; returns the process exit code.
-pub fn run(steps: u64, step_ms: u64) -> i32 {
+pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
+    let who = format!("{} attempt {} rank {}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"));
+    let _held = match witness.map(witness_locks).transpose() {
+        Ok(held) => held,
+        Err(violation) => {
+            append(&witness.expect("a witness dir").join("violations"), &format!("{violation} ({who})"));
+            return EXIT_VIOLATION;
+        }
+    };
     for sig in [libc::SIGTERM, libc::SIGUSR1] {
         // SAFETY: installs a handler that only stores to an atomic.
         unsafe {
@@ -53,16 +107,31 @@ pub fn run(steps: u64, step_ms: u64) -> i32 {
     }
     let mut out = std::io::stdout();
     let mut step = 0;
-    if std::env::var_os("BATON_RESUME").is_some() {
+    let resume = std::env::var_os("BATON_RESUME").is_some();
+    let mut resume_failed = false;
+    if resume {
         match load() {
             Ok(s) => {
                 step = s;
                 let _ = writeln!(out, "resumed from step {step}");
             }
             Err(e) => {
+                resume_failed = true;
                 eprintln!("workload: cannot resume ({e}); starting from step 0");
             }
         }
+    }
+    if let Some(dir) = witness {
+        let saved = checkpoint_path().is_some_and(|p| p.exists());
+        if resume_failed {
+            append(&dir.join("violations"), &format!("told to resume, but its checkpoint is unreadable ({who})"));
+        }
+        if !resume && saved {
+            append(&dir.join("violations"), &format!("started from zero although a checkpoint exists ({who})"));
+        }
+        let line =
+            format!("{} {} {} {} {step}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"), env("BATON_NODE"));
+        append(&dir.join("starts"), &line);
     }
     while step < steps {
         let until = Instant::now() + Duration::from_millis(step_ms);

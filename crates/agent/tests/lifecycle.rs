@@ -192,3 +192,32 @@ async fn a_job_absent_from_the_directive_is_killed_without_a_report() {
     assert!(exited_of(&obs, 1).is_empty() && stopped_of(&obs, 1).is_empty(), "{obs:?}");
     agent.shutdown().await.unwrap();
 }
+
+/// A replica the leader moves onto GPUs whose previous replica is still stopping starts only
+/// once that one has exited: no GPU runs two processes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waits_for_its_gpus_until_the_previous_one_has_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let order = dir.path().join("order");
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    // The first replica takes 0.3 s to stop after its signal.
+    let slow = format!(
+        "echo $$ > {pid}; trap 'sleep 0.3; echo first-ended >> {order}; exit 0' TERM; while :; do sleep 0.05; done",
+        pid = pid_file.display(),
+        order = order.display()
+    );
+    gw.set(1, vec![assignment(1, 1, Action::Run, &slow)]);
+    wait_for(5, "the first replica runs", || read_pid(&pid_file)).await;
+    // Job 1 is no longer wanted; job 2 gets the same GPUs (1 and 3).
+    let second = format!("echo \"second-started $BATON_NODE\" >> {}", order.display());
+    let mut moved = assignment(2, 1, Action::Run, &second);
+    moved.gpus = vec![3, 1];
+    gw.set(1, vec![moved]);
+    wait_for(5, "the second replica ran", || exited_of(&gw.observations(), 2).first().copied()).await;
+    let lines = std::fs::read_to_string(&order).unwrap();
+    assert_eq!(lines, "first-ended\nsecond-started node-a\n", "the second started only after the first ended");
+    agent.shutdown().await.unwrap();
+}

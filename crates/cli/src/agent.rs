@@ -54,10 +54,13 @@ pub struct WorkloadArgs {
     steps: u64,
     #[arg(long, default_value_t = 100)]
     step_ms: u64,
+    /// Check the cluster's promises with locks in this directory (the chaos harness).
+    #[arg(long)]
+    witness: Option<std::path::PathBuf>,
 }
 
 pub fn workload(args: WorkloadArgs) -> ExitCode {
-    ExitCode::from(baton_agent::workload::run(args.steps, args.step_ms).clamp(0, 255) as u8)
+    ExitCode::from(baton_agent::workload::run(args.steps, args.step_ms, args.witness.as_deref()).clamp(0, 255) as u8)
 }
 
 fn config(args: AgentArgs) -> Result<AgentConfig, String> {

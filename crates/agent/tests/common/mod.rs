@@ -159,7 +159,10 @@ pub async fn start_agent(c: AgentConfig) -> Agent {
     baton_agent::start_with_inventory(c, inv).await.expect("agent starts")
 }
 
+/// An assignment of job `job_id` on GPUs of its own (job 1 gets GPUs 1 and 3), as a leader
+/// gives them: the agent holds back a replica whose GPUs another replica still holds.
 pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> Assignment {
+    let first = 4 * job_id as u32 - 3;
     Assignment {
         job_id,
         job: format!("job-{job_id}"),
@@ -169,7 +172,7 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         rank: 0,
         world_size: 1,
         action: action as i32,
-        gpus: vec![1, 3],
+        gpus: vec![first, first + 2],
         command: vec!["sh".into(), "-c".into(), command.into()],
         env: Default::default(),
         checkpoint_signal: String::new(),

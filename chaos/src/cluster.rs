@@ -1,0 +1,347 @@
+//! A real cluster on this machine: `baton server` x3 and one `baton agent` per node, as child
+//! processes, on loopback ports, with data in a temporary directory. Replicas and agents can
+//! be killed (SIGKILL), restarted and paused (SIGSTOP, then SIGCONT).
+//!
+//! It panics, naming the logs' directory, when the cluster does not come up or answer in
+//! time: it serves tests and the chaos harness, where that is a failed run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::{Empty, Job, JobRef};
+use tonic::transport::Channel;
+
+/// Replicas in the cluster: the smallest that survives losing one.
+pub const REPLICAS: usize = 3;
+/// Bound on one call to a replica while looking for one that answers: a paused replica
+/// accepts connections and never answers.
+const PROBE_MS: u64 = 500;
+/// How long the cluster may take to elect a leader, register agents, or reach a job state.
+const WAIT_S: u64 = 20;
+
+/// A node as the agent offers it.
+#[derive(Clone, Debug)]
+pub struct NodeArgs {
+    pub name: String,
+    pub pool: String,
+    pub rack: String,
+    pub gpus: u64,
+    pub cpu: u64,
+    pub memory: u64,
+}
+
+impl NodeArgs {
+    /// A node of the default pool with `gpus` development GPUs.
+    pub fn gpus(name: &str, rack: &str, gpus: u64) -> NodeArgs {
+        NodeArgs { name: name.into(), pool: "default".into(), rack: rack.into(), gpus, cpu: 0, memory: 0 }
+    }
+}
+
+/// Timing settings of the replicas.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    pub cycle_interval_ms: u64,
+    pub heartbeat_timeout_ms: u64,
+    pub resend_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing { cycle_interval_ms: 50, heartbeat_timeout_ms: 3000, resend_ms: 500 }
+    }
+}
+
+struct Proc {
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub servers: Vec<String>,
+    baton: PathBuf,
+    replicas: Vec<Proc>,
+    agents: BTreeMap<String, (NodeArgs, Proc)>,
+}
+
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    l.local_addr().expect("a bound address").to_string()
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, sig);
+    }
+}
+
+impl Proc {
+    fn new(args: Vec<String>, log: PathBuf) -> Proc {
+        Proc { args, log, child: None, paused: false }
+    }
+
+    fn spawn(&mut self, baton: &Path) {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("a log file");
+        let child = Command::new(baton)
+            .args(&self.args)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().expect("a log file"))
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", baton.display()));
+        self.child = Some(child);
+        self.paused = false;
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+
+    fn pause(&mut self, paused: bool) {
+        if let Some(c) = &self.child {
+            signal(c, if paused { libc::SIGSTOP } else { libc::SIGCONT });
+            self.paused = paused;
+        }
+    }
+
+    /// Running and not paused.
+    fn answers(&self) -> bool {
+        self.child.is_some() && !self.paused
+    }
+}
+
+impl Cluster {
+    pub async fn start(baton: &Path, nodes: &[NodeArgs]) -> Cluster {
+        Cluster::start_with(baton, nodes, &Timing::default()).await
+    }
+
+    pub async fn start_with(baton: &Path, nodes: &[NodeArgs], t: &Timing) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("baton-e2e-").tempdir().expect("a temporary directory");
+        let servers: Vec<String> = (0..REPLICAS).map(|_| free_port()).collect();
+        let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        let mut c = Cluster {
+            dir,
+            servers: servers.clone(),
+            baton: baton.to_path_buf(),
+            replicas: Vec::new(),
+            agents: BTreeMap::new(),
+        };
+        for (i, addr) in servers.iter().enumerate() {
+            let id = (i + 1).to_string();
+            let data = c.path(&format!("replica-{id}")).display().to_string();
+            let args = strings(&[
+                "server",
+                "--id",
+                &id,
+                "--listen",
+                addr,
+                "--data-dir",
+                &data,
+                "--bootstrap",
+                &members.join(","),
+                "--cycle-interval-ms",
+                &t.cycle_interval_ms.to_string(),
+                "--heartbeat-timeout-ms",
+                &t.heartbeat_timeout_ms.to_string(),
+                "--resend-ms",
+                &t.resend_ms.to_string(),
+            ]);
+            let mut p = Proc::new(args, c.path(&format!("replica-{id}.log")));
+            p.spawn(baton);
+            c.replicas.push(p);
+        }
+        c.leader().await;
+        for n in nodes {
+            let args = c.agent_args(n);
+            let p = Proc::new(args, c.path(&format!("agent-{}.log", n.name)));
+            c.agents.insert(n.name.clone(), (n.clone(), p));
+            c.start_agent(&n.name);
+        }
+        c.wait_nodes(nodes.len()).await;
+        c
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn agent_args(&self, n: &NodeArgs) -> Vec<String> {
+        strings(&[
+            "agent",
+            "--server",
+            &self.servers.join(","),
+            "--name",
+            &n.name,
+            "--pool",
+            &n.pool,
+            "--rack",
+            &n.rack,
+            "--gpus",
+            &n.gpus.to_string(),
+            "--cpu",
+            &n.cpu.to_string(),
+            "--memory",
+            &n.memory.to_string(),
+            "--data-dir",
+            &self.path(&format!("agent-{}", n.name)).display().to_string(),
+            "--checkpoint-root",
+            &self.path("checkpoints").display().to_string(),
+            "--heartbeat-ms",
+            "100",
+        ])
+    }
+
+    pub fn start_agent(&mut self, name: &str) {
+        let baton = self.baton.clone();
+        self.agents.get_mut(name).expect("a known agent").1.spawn(&baton);
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill_agent(&mut self, name: &str) {
+        self.agents.get_mut(name).expect("a known agent").1.kill();
+    }
+
+    /// SIGKILL replica `i` (0-based), as a crash.
+    pub fn kill_replica(&mut self, i: usize) {
+        self.replicas[i].kill();
+    }
+
+    /// Starts replica `i` again on its data directory.
+    pub fn start_replica(&mut self, i: usize) {
+        let baton = self.baton.clone();
+        self.replicas[i].spawn(&baton);
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT (`false`) replica `i`: to the others it is cut off.
+    pub fn pause_replica(&mut self, i: usize, paused: bool) {
+        self.replicas[i].pause(paused);
+    }
+
+    pub fn agent_names(&self) -> Vec<String> {
+        self.agents.keys().cloned().collect()
+    }
+
+    async fn answering(&self, i: usize) -> Option<BatonClient<Channel>> {
+        if !self.replicas[i].answers() {
+            return None;
+        }
+        let probe = Duration::from_millis(PROBE_MS);
+        let addr = format!("http://{}", self.servers[i]);
+        tokio::time::timeout(probe, BatonClient::connect(addr)).await.ok()?.ok()
+    }
+
+    /// A client of a replica that knows the leader.
+    pub async fn client(&self) -> BatonClient<Channel> {
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        loop {
+            for i in 0..REPLICAS {
+                let Some(mut c) = self.answering(i).await else { continue };
+                let info = tokio::time::timeout(Duration::from_millis(PROBE_MS), c.cluster_info(Empty {})).await;
+                if info.is_ok_and(|r| r.is_ok_and(|i| i.get_ref().leader_id != 0)) {
+                    return c;
+                }
+            }
+            assert!(Instant::now() < deadline, "no replica answers; logs in {}", self.dir.path().display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Index of the leading replica.
+    pub async fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        loop {
+            for i in 0..REPLICAS {
+                let Some(mut c) = self.answering(i).await else { continue };
+                let info = tokio::time::timeout(Duration::from_millis(PROBE_MS), c.cluster_info(Empty {})).await;
+                if let Ok(Ok(info)) = info {
+                    let info = info.into_inner();
+                    if info.leader_id != 0 && info.leader_id == info.answered_by {
+                        return i;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader within {WAIT_S} s; logs in {}", self.dir.path().display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL the leader; returns its index.
+    pub async fn kill_leader(&mut self) -> usize {
+        let i = self.leader().await;
+        self.kill_replica(i);
+        i
+    }
+
+    async fn wait_nodes(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        let mut c = self.client().await;
+        loop {
+            if let Ok(r) = c.list_nodes(Empty {}).await
+                && r.get_ref().nodes.iter().filter(|x| x.status == "Ready").count() >= n
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "agents did not register; logs in {}", self.dir.path().display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn wait_job(&self, job: &str, what: &str, ok: impl Fn(&Job) -> bool) -> Job {
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        let mut c = self.client().await;
+        loop {
+            if let Ok(j) = c.get_job(JobRef { name: job.into() }).await {
+                let j = j.into_inner();
+                if ok(&j) {
+                    return j;
+                }
+                assert!(Instant::now() < deadline, "{job}: {what} never held; it is {} ({})", j.state, j.reason);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, p) in self.agents.values_mut() {
+            p.kill();
+        }
+        for p in &mut self.replicas {
+            p.kill();
+        }
+        // Jobs run in their own sessions and outlive a killed agent: end them too.
+        let _ = Command::new("pkill").arg("-KILL").arg("-f").arg(self.dir.path().display().to_string()).status();
+    }
+}
+
+/// A client of any of `servers` that knows a leader, trying each once with a short bound
+/// (for callers that run beside fault injection and cannot borrow the `Cluster`).
+pub async fn connect_any(servers: &[String]) -> Option<BatonClient<Channel>> {
+    let probe = Duration::from_millis(PROBE_MS);
+    for addr in servers {
+        let Ok(Ok(mut c)) = tokio::time::timeout(probe, BatonClient::connect(format!("http://{addr}"))).await else {
+            continue;
+        };
+        let info = tokio::time::timeout(probe, c.cluster_info(Empty {})).await;
+        if info.is_ok_and(|r| r.is_ok_and(|i| i.get_ref().leader_id != 0)) {
+            return Some(c);
+        }
+    }
+    None
+}

@@ -1,0 +1,94 @@
+//! The jobs of a chaos run. Queue `batch` has no GPUs of its own and borrows all it runs on
+//! from `prod`, which owns every GPU: each `interactive` job of `prod` that finds no room
+//! reclaims GPUs from `train` gangs of `batch`, which checkpoint, wait and resume.
+
+use std::path::Path;
+
+use baton_proto::v1::{Cohort, JobSpec, PoolQuota, Queue, Resources, SubmitRequest, TaskSpec};
+
+use crate::rng::Rng;
+
+/// Each step of a workload, in milliseconds.
+const STEP_MS: u64 = 50;
+
+/// The cohort and queues a run needs; `gpus` is the cluster's total.
+pub fn setup(gpus: u64) -> (Cohort, Vec<Queue>) {
+    let cohort = Cohort { name: "lab".into(), ..Default::default() };
+    let queue = |name: &str, nominal: u64| Queue {
+        name: name.into(),
+        cohort: "lab".into(),
+        quotas: vec![PoolQuota {
+            pool: "default".into(),
+            nominal: Some(Resources { amounts: [("gpu".to_string(), nominal)].into() }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (cohort, vec![queue("prod", gpus), queue("batch", 0)])
+}
+
+/// Draws the run's jobs.
+pub struct Load {
+    rng: Rng,
+    made: u32,
+    command: Vec<String>,
+}
+
+impl Load {
+    /// Jobs run `baton workload` from `baton`, witnessing into `witness`.
+    pub fn new(seed: u64, baton: &Path, witness: &Path) -> Load {
+        let command = vec![
+            baton.display().to_string(),
+            "workload".into(),
+            "--witness".into(),
+            witness.display().to_string(),
+            "--step-ms".into(),
+            STEP_MS.to_string(),
+            "--steps".into(),
+        ];
+        Load { rng: Rng::new(seed ^ 0x10ad), made: 0, command }
+    }
+
+    /// A training gang of `batch`: 1 or 2 replicas of 2 or 4 GPUs, 2 to 5 seconds of work.
+    pub fn train(&mut self) -> SubmitRequest {
+        let replicas = self.rng.range(1, 2) as u32;
+        let gpus = 2 * self.rng.range(1, 2);
+        let steps = self.rng.range(40, 100);
+        self.job("train", "batch", "train", replicas, gpus, steps)
+    }
+
+    /// An interactive job of `prod`: 1 to 4 GPUs, 0.5 to 1.5 seconds of work.
+    pub fn interactive(&mut self) -> SubmitRequest {
+        let gpus = self.rng.range(1, 4);
+        let steps = self.rng.range(10, 30);
+        self.job("urgent", "prod", "interactive", 1, gpus, steps)
+    }
+
+    /// The next job of the mix: mostly training, a third interactive.
+    pub fn any(&mut self) -> SubmitRequest {
+        if self.rng.chance(35) { self.interactive() } else { self.train() }
+    }
+
+    fn job(&mut self, kind: &str, queue: &str, class: &str, replicas: u32, gpus: u64, steps: u64) -> SubmitRequest {
+        self.made += 1;
+        let name = format!("{kind}-{}", self.made);
+        let mut command = self.command.clone();
+        command.push(steps.to_string());
+        let spec = JobSpec {
+            name: name.clone(),
+            queue: queue.into(),
+            priority_class: class.into(),
+            tasks: vec![TaskSpec {
+                name: "main".into(),
+                replicas,
+                resources: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
+                pools: vec![],
+            }],
+            command,
+            ..Default::default()
+        };
+        // The name is unique in the run: retrying a submit with it as the request id cannot
+        // create a second job.
+        SubmitRequest { spec: Some(spec), request_id: name }
+    }
+}

@@ -1,0 +1,55 @@
+//! `baton-chaos`: a chaos run from the command line (see the crate's documentation).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(name = "baton-chaos", about = "Inject faults into a local baton cluster and check its promises")]
+struct Args {
+    /// The baton binary (default: `baton` beside this program).
+    #[arg(long)]
+    baton: Option<PathBuf>,
+    /// How long to inject faults.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Keep the run's directory (logs and witness records) even when it passes.
+    #[arg(long)]
+    keep_dir: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let baton = match args.baton {
+        Some(b) => b,
+        None => match std::env::current_exe() {
+            Ok(me) => me.with_file_name("baton"),
+            Err(e) => {
+                eprintln!("error: cannot find this program's directory ({e}); give --baton");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if !baton.is_file() {
+        eprintln!(
+            "error: {} is not a baton binary (build it: cargo build --release --bin baton; or give --baton)",
+            baton.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut cfg = baton_chaos::Config::new(baton, args.seconds, args.seed);
+    cfg.keep_dir = args.keep_dir;
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = rt.block_on(baton_chaos::run(&cfg));
+    print!("{report}");
+    if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
