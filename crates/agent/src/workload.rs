@@ -13,7 +13,8 @@
 //! job rank (`DIR/job-<job>-<rank>.lock`). Finding one taken means two processes were given
 //! the same GPU, or two attempts of the job run at once: it appends the violation to
 //! `DIR/violations` and exits 3. It also records a resume without a readable checkpoint,
-//! and a start from zero although its checkpoint exists, and appends each start to
+//! and a start from zero although every rank of the gang checkpointed in one attempt (a
+//! checkpoint holds `step attempt`), and appends each start to
 //! `DIR/starts` (`job attempt rank node first-step`).
 
 use std::fs::File;
@@ -34,16 +35,22 @@ extern "C" fn on_signal(sig: libc::c_int) {
 /// How often the loop looks at the signal flag while it sleeps through a step.
 const SIGNAL_POLL_MS: u64 = 10;
 
-fn checkpoint_path() -> Option<PathBuf> {
+fn rank_checkpoint_path(rank: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("BATON_CHECKPOINT_DIR")?;
-    let rank = std::env::var("BATON_RANK").unwrap_or_else(|_| "0".to_string());
     Some(PathBuf::from(dir).join(format!("rank-{rank}.ckpt")))
 }
 
+fn checkpoint_path() -> Option<PathBuf> {
+    rank_checkpoint_path(&std::env::var("BATON_RANK").unwrap_or_else(|_| "0".to_string()))
+}
+
+/// Writes `step attempt`: the attempt tells a whole gang's checkpoint from ranks that
+/// checkpointed in different attempts.
 fn save(step: u64) -> Result<PathBuf, String> {
     let path = checkpoint_path().ok_or("BATON_CHECKPOINT_DIR is not set")?;
     let tmp = path.with_extension("ckpt.tmp");
-    std::fs::write(&tmp, format!("{step}\n")).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    let attempt = env("BATON_ATTEMPT");
+    std::fs::write(&tmp, format!("{step} {attempt}\n")).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, &path).map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
     Ok(path)
 }
@@ -51,7 +58,21 @@ fn save(step: u64) -> Result<PathBuf, String> {
 fn load() -> Result<u64, String> {
     let path = checkpoint_path().ok_or("BATON_CHECKPOINT_DIR is not set")?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    text.trim().parse().map_err(|_| format!("{}: not a step number: {:?}", path.display(), text.trim()))
+    let step = text.split_whitespace().next().unwrap_or_default();
+    step.parse().map_err(|_| format!("{}: not a step number: {:?}", path.display(), text.trim()))
+}
+
+/// Every rank of the gang wrote a checkpoint in the same attempt: the job has a whole
+/// checkpoint to resume from.
+fn gang_checkpoint_exists() -> bool {
+    let world: u32 = env("BATON_WORLD_SIZE").parse().unwrap_or(1);
+    let attempts: Option<Vec<String>> = (0..world)
+        .map(|r| {
+            let text = std::fs::read_to_string(rank_checkpoint_path(&r.to_string())?).ok()?;
+            text.split_whitespace().nth(1).map(str::to_string)
+        })
+        .collect();
+    attempts.is_some_and(|a| a.windows(2).all(|w| w[0] == w[1]))
 }
 
 /// Exit code of a workload that witnessed a broken promise.
@@ -122,12 +143,12 @@ pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
         }
     }
     if let Some(dir) = witness {
-        let saved = checkpoint_path().is_some_and(|p| p.exists());
         if resume_failed {
             append(&dir.join("violations"), &format!("told to resume, but its checkpoint is unreadable ({who})"));
         }
-        if !resume && saved {
-            append(&dir.join("violations"), &format!("started from zero although a checkpoint exists ({who})"));
+        if !resume && gang_checkpoint_exists() {
+            let v = format!("started from zero although every rank wrote a checkpoint in one attempt ({who})");
+            append(&dir.join("violations"), &v);
         }
         let line =
             format!("{} {} {} {} {step}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"), env("BATON_NODE"));

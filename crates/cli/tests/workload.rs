@@ -10,6 +10,7 @@ fn workload_checkpoints_on_its_signal_and_resumes() {
         .args(["workload", "--steps", "100000", "--step-ms", "5"])
         .env("BATON_CHECKPOINT_DIR", dir.path())
         .env("BATON_RANK", "3")
+        .env("BATON_ATTEMPT", "4")
         .env_remove("BATON_RESUME")
         .stdout(Stdio::piped())
         .spawn()
@@ -26,7 +27,7 @@ fn workload_checkpoints_on_its_signal_and_resumes() {
     let step: u64 = last.strip_prefix("checkpointed at step ").expect(last).parse().unwrap();
     assert!(step >= 2);
     let saved = std::fs::read_to_string(dir.path().join("rank-3.ckpt")).unwrap();
-    assert_eq!(saved.trim(), step.to_string());
+    assert_eq!(saved.trim(), format!("{step} 4"), "the step and the attempt that wrote it");
 
     let out = Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["workload", "--steps", &(step + 2).to_string(), "--step-ms", "1"])
@@ -39,6 +40,56 @@ fn workload_checkpoints_on_its_signal_and_resumes() {
     let text = String::from_utf8(out.stdout).unwrap();
     let expected = format!("resumed from step {step}\nstep {}\nstep {}\n", step + 1, step + 2);
     assert_eq!(text, expected);
+}
+
+/// `baton workload --witness DIR` as the chaos harness runs it, for job `job` on GPUs `gpus`
+/// of node n1; checkpoints go to `ckpt`. A first attempt runs until signalled, later ones a step.
+fn witnessed(witness: &std::path::Path, ckpt: &std::path::Path, job: &str, attempt: u32, gpus: &str) -> Command {
+    let steps = if attempt == 1 { "100000" } else { "1" };
+    let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+    c.args(["workload", "--steps", steps, "--step-ms", "5", "--witness"])
+        .arg(witness)
+        .env("BATON_JOB", job)
+        .env("BATON_ATTEMPT", attempt.to_string())
+        .env("BATON_RANK", "0")
+        .env("BATON_WORLD_SIZE", "1")
+        .env("BATON_NODE", "n1")
+        .env("CUDA_VISIBLE_DEVICES", gpus)
+        .env("BATON_CHECKPOINT_DIR", ckpt)
+        .env_remove("BATON_RESUME");
+    c
+}
+
+#[test]
+fn the_witness_records_a_gpu_given_twice_and_a_start_that_ignores_a_whole_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (witness, ckpt) = (dir.path().join("witness"), dir.path().join("ckpt"));
+    std::fs::create_dir_all(&witness).unwrap();
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let violations = || std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
+
+    let mut first = witnessed(&witness, &ckpt, "a", 1, "0,1").stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "step 1", "it runs and holds its locks");
+    let second = witnessed(&witness, &ckpt, "b", 1, "1,2").output().unwrap();
+    assert_eq!(second.status.code(), Some(3), "a GPU already in use is a violation");
+    assert_eq!(violations(), "GPU 1 of n1 given to two processes (b attempt 1 rank 0)\n");
+
+    // SAFETY: kill has no memory effects; the pid is our child's.
+    unsafe { libc::kill(first.id() as i32, libc::SIGUSR1) };
+    assert!(first.wait().unwrap().success(), "checkpointed and exited");
+    let again = witnessed(&witness, &ckpt, "a", 2, "0,1").output().unwrap();
+    assert!(again.status.success());
+    let v = violations();
+    assert!(
+        v.ends_with("started from zero although every rank wrote a checkpoint in one attempt (a attempt 2 rank 0)\n"),
+        "{v}"
+    );
+    let resumed = witnessed(&witness, &ckpt, "a", 3, "0,1").env("BATON_RESUME", "1").output();
+    assert!(resumed.unwrap().status.success());
+    assert_eq!(violations(), v, "resuming from it is no violation");
+    let starts = std::fs::read_to_string(witness.join("starts")).unwrap();
+    assert_eq!(starts.lines().count(), 3, "each start that held its locks is recorded: {starts}");
 }
 
 #[test]
