@@ -20,6 +20,11 @@ pub const MAX_ASSIGNMENTS_PER_DIRECTIVE: usize = 4_096;
 pub const MAX_GRACE_MS: u64 = 3_600_000;
 /// Default grace for a replica that is no longer wanted here (SIGTERM, then SIGKILL).
 pub const DEFAULT_KILL_GRACE_MS: u64 = 5_000;
+/// A stop signal sent this soon after a replica started may have reached it between fork
+/// and exec, where the wrapper's handler swallows it; it is sent once more.
+pub const SIGNAL_RACE_WINDOW_MS: u64 = 1_000;
+/// When that second signal goes, after the first.
+pub const SIGNAL_AGAIN_AFTER_MS: u64 = 200;
 /// How often the supervisor looks at deadlines, adopted processes and log sizes.
 pub const TICK_MS: u64 = 100;
 /// How often running replicas' checkpoint directories are scanned for new files.

@@ -17,7 +17,10 @@ use crate::checkpoint::{newest_mtime_ms, now_unix_ms, written_after};
 use crate::error::JournalError;
 use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
 use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs};
-use crate::limits::{CHECKPOINT_POLL_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS, MAX_GRACE_MS, TICK_MS};
+use crate::limits::{
+    CHECKPOINT_POLL_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS, MAX_GRACE_MS, SIGNAL_AGAIN_AFTER_MS,
+    SIGNAL_RACE_WINDOW_MS, TICK_MS,
+};
 use crate::logfiles;
 use crate::signal::{group_alive, parse_signal, signal_group};
 
@@ -34,6 +37,10 @@ pub type LiveLogs = Arc<Mutex<HashSet<(String, u32, u32)>>>;
 
 struct Replica {
     rec: ReplicaRecord,
+    /// When this agent started it (`None`: adopted after a restart).
+    started: Option<Instant>,
+    /// A stop signal to send once more, and when (see `SIGNAL_RACE_WINDOW_MS`).
+    signal_again: Option<(Instant, i32)>,
     /// The checkpoint signal of the assignment that started it.
     signal: i32,
     /// Newest checkpoint mtime seen while running, for `Checkpointed` observations.
@@ -104,7 +111,13 @@ impl Supervisor {
         for rec in sup.journal.replicas()? {
             let key = rec.key;
             let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, &rec.job);
-            let replica = Replica { signal: libc::SIGTERM, newest_checkpoint_ms: newest_mtime_ms(&ckpt), rec };
+            let replica = Replica {
+                signal: libc::SIGTERM,
+                newest_checkpoint_ms: newest_mtime_ms(&ckpt),
+                rec,
+                started: None,
+                signal_again: None,
+            };
             let finished = replica.rec.phase == Phase::Finished;
             let (pid, start) = (replica.rec.pid, replica.rec.start_time);
             sup.replicas.insert(key, replica);
@@ -237,7 +250,10 @@ impl Supervisor {
             let rec = self.record(key, a, Phase::Finished);
             let rec = ReplicaRecord { outcome: Some(Outcome::Stopped { checkpointed: false }), ..rec };
             self.journal.put_replica(&rec)?;
-            self.replicas.insert(*key, Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0 });
+            self.replicas.insert(
+                *key,
+                Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0, started: None, signal_again: None },
+            );
             return self.observe(stopped(key, false));
         };
         match r.rec.phase {
@@ -365,13 +381,16 @@ impl Supervisor {
                     let _ = tx.send(ExitEvent { key: key2, pid, code }).await;
                 });
                 let newest = newest_mtime_ms(&ckpt);
-                self.replicas.insert(*key, Replica { rec, signal, newest_checkpoint_ms: newest });
+                let started = Some(Instant::now());
+                self.replicas
+                    .insert(*key, Replica { rec, signal, newest_checkpoint_ms: newest, started, signal_again: None });
                 self.set_live(key, true);
                 Ok(())
             }
             Err(e) => {
                 tracing::warn!(?key, job = a.job, "cannot start: {e}");
-                self.replicas.insert(*key, Replica { rec, signal, newest_checkpoint_ms: 0 });
+                self.replicas
+                    .insert(*key, Replica { rec, signal, newest_checkpoint_ms: 0, started: None, signal_again: None });
                 self.finish(key, EXIT_CODE_NOT_STARTED, Leftovers::Leave)
             }
         }
@@ -383,6 +402,7 @@ impl Supervisor {
         let before = newest_mtime_ms(&ckpt);
         let now = now_unix_ms();
         signal_group(r.rec.pid, signal);
+        r.signal_again = signal_again(r.started, signal);
         if r.rec.phase == Phase::Suspended {
             // A stopped process cannot handle its checkpoint signal until it runs again.
             signal_group(r.rec.pid, libc::SIGCONT);
@@ -404,6 +424,7 @@ impl Supervisor {
             return Ok(());
         }
         signal_group(r.rec.pid, libc::SIGTERM);
+        r.signal_again = signal_again(r.started, libc::SIGTERM);
         if r.rec.phase == Phase::Suspended {
             signal_group(r.rec.pid, libc::SIGCONT);
         }
@@ -481,6 +502,7 @@ impl Supervisor {
     fn on_tick(&mut self) -> Result<(), JournalError> {
         let now = now_unix_ms();
         let mut gone = Vec::new();
+        let mut again = Vec::new();
         for (key, r) in &self.replicas {
             let rec = &r.rec;
             if rec.phase == Phase::Finished {
@@ -499,10 +521,25 @@ impl Supervisor {
             if past_deadline && group_alive(rec.pid) {
                 signal_group(rec.pid, libc::SIGKILL);
             }
+            if let Some((at, sig)) = r.signal_again
+                && Instant::now() >= at
+                && matches!(rec.phase, Phase::Stopping | Phase::Killing)
+            {
+                again.push((*key, sig));
+            }
             for stream in ["stdout", "stderr"] {
                 let path = logfiles::log_path(&self.data_dir, &rec.job, key.attempt, key.rank, stream);
                 if let Err(e) = logfiles::enforce_cap(&path, self.log_cap_bytes) {
                     tracing::debug!(path = %path.display(), "cannot check the log size: {e}");
+                }
+            }
+        }
+        for (key, sig) in again {
+            if let Some(r) = self.replicas.get_mut(&key) {
+                r.signal_again = None;
+                if group_alive(r.rec.pid) {
+                    tracing::info!(?key, sig, "stop signal sent again (the first came right after its start)");
+                    signal_group(r.rec.pid, sig);
                 }
             }
         }
@@ -626,4 +663,12 @@ fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
     Observation {
         what: Some(What::Stopped(Stopped { job_id: key.job_id, attempt: key.attempt, checkpointed, rank: key.rank })),
     }
+}
+
+/// A stop signal sent within `SIGNAL_RACE_WINDOW_MS` of the replica's start may have landed
+/// between the wrapper's fork and the job's exec, where the wrapper's own handler runs and
+/// the job never sees it: send it once more a little later. Older replicas get it once.
+fn signal_again(started: Option<Instant>, sig: i32) -> Option<(Instant, i32)> {
+    let young = started.is_some_and(|t| t.elapsed() < Duration::from_millis(SIGNAL_RACE_WINDOW_MS));
+    young.then(|| (Instant::now() + Duration::from_millis(SIGNAL_AGAIN_AFTER_MS), sig))
 }

@@ -199,13 +199,16 @@ async fn a_job_absent_from_the_directive_is_killed_without_a_report() {
 async fn a_replica_waits_for_its_gpus_until_the_previous_one_has_exited() {
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start(None).await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    // Grace enough for its handler, which a second SIGTERM (it is young) starts over.
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.kill_grace_ms = 5_000;
+    let agent = start_agent(c).await;
     let order = dir.path().join("order");
     let pid_file = dir.path().join("pid");
     let _reaper = Reaper(vec![pid_file.clone()]);
     // The first replica takes 0.3 s to stop after its signal.
     let slow = format!(
-        "echo $$ > {pid}; trap 'sleep 0.3; echo first-ended >> {order}; exit 0' TERM; while :; do sleep 0.05; done",
+        "trap 'sleep 0.3; echo first-ended >> {order}; exit 0' TERM; echo $$ > {pid}; while :; do sleep 0.05; done",
         pid = pid_file.display(),
         order = order.display()
     );
@@ -219,5 +222,31 @@ async fn a_replica_waits_for_its_gpus_until_the_previous_one_has_exited() {
     wait_for(5, "the second replica ran", || exited_of(&gw.observations(), 2).first().copied()).await;
     let lines = std::fs::read_to_string(&order).unwrap();
     assert_eq!(lines, "first-ended\nsecond-started node-a\n", "the second started only after the first ended");
+    agent.shutdown().await.unwrap();
+}
+
+/// A stop signal that comes right after a replica started may be lost (between the
+/// wrapper's fork and the job's exec); the agent sends it once more. This job stands in for
+/// one that lost the first: it acts on the second SIGTERM only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_signal_right_after_the_start_is_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.kill_grace_ms = 5_000;
+    let agent = start_agent(c).await;
+    let (pid_file, done) = (dir.path().join("pid"), dir.path().join("done"));
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!(
+        "trap 'n=$((n+1)); if [ $n -ge 2 ]; then echo second > {done}; exit 0; fi' TERM; echo $$ > {pid}; \
+         while :; do sleep 0.05; done",
+        done = done.display(),
+        pid = pid_file.display()
+    );
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let pid = wait_for(5, "the replica runs", || read_pid(&pid_file)).await;
+    gw.set(1, vec![]);
+    wait_for(4, "the replica ended on the second SIGTERM, before any SIGKILL", || (!alive(pid)).then_some(())).await;
+    assert_eq!(std::fs::read_to_string(&done).unwrap().trim(), "second");
     agent.shutdown().await.unwrap();
 }
