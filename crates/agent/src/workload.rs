@@ -82,9 +82,11 @@ fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_default()
 }
 
+/// Appends `line` in one write: with O_APPEND, concurrent writers' lines do not interleave
+/// (`writeln!` may split a line into several writes).
 fn append(path: &Path, line: &str) {
     let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
-    if let Err(e) = file.and_then(|mut f| writeln!(f, "{line}")) {
+    if let Err(e) = file.and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())) {
         eprintln!("workload: cannot append to {}: {e}", path.display());
     }
 }
