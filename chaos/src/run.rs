@@ -19,8 +19,10 @@ const SUBMIT_TRIES: u32 = 50;
 const SUBMIT_RETRY_MS: u64 = 200;
 /// Bound on the jobs one run submits.
 const MAX_JOBS: usize = 2_000;
-/// How long the jobs may take to finish once the faults stop.
-const DRAIN_S: u64 = 120;
+/// Once the faults stop, the jobs are given time to finish as long as some job finishes
+/// every `DRAIN_STALL_S`, and `DRAIN_MAX_S` at most.
+const DRAIN_STALL_S: u64 = 30;
+const DRAIN_MAX_S: u64 = 900;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -86,7 +88,8 @@ pub async fn run(cfg: &Config) -> Report {
     report
 }
 
-/// Submits until told to stop, a job every 0.3 to 0.9 s.
+/// Submits until told to stop, a job every 0.6 to 1.4 s: about what 12 GPUs get through, so
+/// the backlog stays short while preemptions keep coming.
 async fn submit_load(
     servers: Vec<String>,
     mut load: Load,
@@ -96,7 +99,7 @@ async fn submit_load(
 ) {
     let mut rng = Rng::new(seed ^ 0x5ab);
     while !stop.load(Ordering::SeqCst) && acked.lock().expect("not poisoned").len() < MAX_JOBS {
-        tokio::time::sleep(Duration::from_millis(rng.range(300, 900))).await;
+        tokio::time::sleep(Duration::from_millis(rng.range(600, 1_400))).await;
         submit(&servers, load.any(), &acked).await;
     }
 }
@@ -117,20 +120,27 @@ async fn submit(servers: &[String], req: SubmitRequest, acked: &Mutex<Vec<String
     eprintln!("chaos: submit of {name} never acknowledged");
 }
 
-/// Waits until every acknowledged job has ended (or `DRAIN_S` passed); the final job list.
+/// Waits until every acknowledged job has ended, or none ended for `DRAIN_STALL_S`, or
+/// `DRAIN_MAX_S` passed; the final job list.
 async fn drain(c: &Cluster, acked: &[String]) -> Vec<baton_proto::v1::Job> {
-    let deadline = Instant::now() + Duration::from_secs(DRAIN_S);
+    let start = Instant::now();
+    let (mut ended_before, mut progress) = (0, Instant::now());
     loop {
         let mut api = c.client().await;
         if let Ok(r) = api.list_jobs(ListJobsRequest::default()).await {
             let jobs = r.into_inner().jobs;
-            let ended = |name: &String| {
+            let is_ended = |name: &String| {
                 jobs.iter().any(|j| {
                     j.spec.as_ref().is_some_and(|s| &s.name == name)
                         && matches!(j.state.as_str(), "Succeeded" | "Failed" | "Cancelled")
                 })
             };
-            if acked.iter().all(ended) || Instant::now() > deadline {
+            let ended = acked.iter().filter(|n| is_ended(n)).count();
+            if ended > ended_before {
+                (ended_before, progress) = (ended, Instant::now());
+            }
+            let stalled = progress.elapsed() > Duration::from_secs(DRAIN_STALL_S);
+            if ended == acked.len() || stalled || start.elapsed() > Duration::from_secs(DRAIN_MAX_S) {
                 return jobs;
             }
         }
