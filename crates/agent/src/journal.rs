@@ -10,7 +10,10 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::error::JournalError;
-use crate::limits::{MAX_ATTEMPT_RECORDS, MAX_PENDING_OBSERVATIONS};
+use crate::limits::{
+    JOURNAL_LOCK_RETRY_MS as LOCK_RETRY_MS, JOURNAL_LOCK_TRIES as LOCK_TRIES, MAX_ATTEMPT_RECORDS,
+    MAX_PENDING_OBSERVATIONS,
+};
 
 /// Identity of one replica of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -94,7 +97,7 @@ const TERM_KEY: &[u8] = b"term";
 impl Journal {
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
         let open_err = |source| JournalError::Open { path: path.to_path_buf(), source };
-        let db = sled::Config::new().path(path).open().map_err(open_err)?;
+        let db = open_db(path).map_err(open_err)?;
         let tree =
             |name: &str| db.open_tree(name).map_err(|source| JournalError::Open { path: path.to_path_buf(), source });
         let journal = Journal {
@@ -250,6 +253,22 @@ impl Journal {
 
 fn seq_of(k: &[u8]) -> Result<u64, &'static str> {
     Ok(u64::from_be_bytes(k.try_into().map_err(|_| "not 8 bytes")?))
+}
+
+/// Opens the database, waiting a bounded time for its file lock: a previous holder (an agent
+/// that is still exiting, or a handle just dropped whose flusher thread has not ended) keeps
+/// the lock for a moment after it is done with it.
+fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
+    let mut tries = 0;
+    loop {
+        match sled::Config::new().path(path).open() {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && tries < LOCK_TRIES => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MS));
+            }
+            other => return other,
+        }
+    }
 }
 
 #[cfg(test)]

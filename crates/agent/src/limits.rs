@@ -25,6 +25,10 @@ pub const DEFAULT_KILL_GRACE_MS: u64 = 5_000;
 pub const SIGNAL_RACE_WINDOW_MS: u64 = 1_000;
 /// When that second signal goes, after the first.
 pub const SIGNAL_AGAIN_AFTER_MS: u64 = 200;
+/// Opening the journal waits for its file lock up to `JOURNAL_LOCK_TRIES` times
+/// `JOURNAL_LOCK_RETRY_MS` (2 s): a previous holder releases it a moment after it is done.
+pub const JOURNAL_LOCK_TRIES: u32 = 100;
+pub const JOURNAL_LOCK_RETRY_MS: u64 = 20;
 /// How often the supervisor looks at deadlines, adopted processes and log sizes.
 pub const TICK_MS: u64 = 100;
 /// How often running replicas' checkpoint directories are scanned for new files.
