@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 
 use crate::endpoint::connect;
 use crate::journal::Journal;
-use crate::limits::{MAX_BACKOFF_MS, MAX_MESSAGE_BYTES, MIN_BACKOFF_MS};
+use crate::limits::{ATTACH_TIMEOUT_MS, MAX_BACKOFF_MS, MAX_HINTS_IN_A_ROW, MAX_MESSAGE_BYTES, MIN_BACKOFF_MS};
 
 /// Response metadata key in which a follower names the leader.
 pub const LEADER_METADATA_KEY: &str = "baton-leader";
@@ -37,6 +37,7 @@ impl Follower {
         let mut backoff_ms = MIN_BACKOFF_MS;
         let mut next = 0usize;
         let mut hint: Option<String> = None;
+        let mut hints_in_a_row = 0u32;
         loop {
             let addr = match hint.take() {
                 Some(h) => h,
@@ -52,9 +53,16 @@ impl Follower {
                 Attach::Redirect(leader) => {
                     tracing::info!(from = addr, to = leader, "not the leader; following its hint");
                     hint = Some(leader);
+                    hints_in_a_row += 1;
+                    // Following a fresh hint is no failure: go at once.
+                    if hints_in_a_row <= MAX_HINTS_IN_A_ROW {
+                        let _ = self.attached.send(None);
+                        continue;
+                    }
                 }
                 Attach::Failed(why) => tracing::debug!(addr, "attach failed: {why}"),
             }
+            hints_in_a_row = 0;
             let _ = self.attached.send(None);
             tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
             backoff_ms = (backoff_ms * 2).min(MAX_BACKOFF_MS);
@@ -69,7 +77,11 @@ impl Follower {
         let mut client = AgentGatewayClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES);
         let term_seen = self.journal.term().unwrap_or(0);
         let req = AttachRequest { node: Some(self.node.clone()), term_seen };
-        let mut stream = match client.attach(req).await {
+        let answer = tokio::time::timeout(Duration::from_millis(ATTACH_TIMEOUT_MS), client.attach(req)).await;
+        let Ok(answer) = answer else {
+            return Attach::Failed(format!("no answer to the attach within {ATTACH_TIMEOUT_MS} ms"));
+        };
+        let mut stream = match answer {
             Ok(resp) => resp.into_inner(),
             Err(status) if status.code() == tonic::Code::FailedPrecondition => {
                 let leader = status

@@ -6,8 +6,18 @@ pub const MIN_BACKOFF_MS: u64 = 50;
 pub const MAX_BACKOFF_MS: u64 = 1_000;
 /// How long dialing one replica may take before the next one is tried.
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// How long a replica may take to answer an attach (the leader answers at once, a follower
+/// refuses at once); one that accepts and stays silent (paused, or still starting) is left
+/// for the next after this.
+pub const ATTACH_TIMEOUT_MS: u64 = 1_000;
+/// Hints followed in a row without backing off: stale hints between followers must not spin.
+pub const MAX_HINTS_IN_A_ROW: u32 = 3;
 /// How long one Report call may take; a stuck leader must not stall the heartbeat forever.
-pub const REPORT_TIMEOUT_MS: u64 = 5_000;
+pub const REPORT_TIMEOUT_MS: u64 = 1_000;
+/// Reports in a row that fail (time out or are refused) before the agent leaves the replica
+/// it is attached to and looks for the leader again: a leader cut off from its quorum keeps
+/// the directive stream open, and staying would get the node declared lost by the new one.
+pub const REATTACH_AFTER_FAILED_REPORTS: u32 = 2;
 /// Observations kept until the leader acknowledges them; beyond this the oldest progress
 /// notes (`Checkpointed`) go first, then the oldest of any kind (a leader unreachable this
 /// long has declared the node lost anyway).

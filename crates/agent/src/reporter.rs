@@ -11,7 +11,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::journal::Journal;
 use crate::leader::Attached;
-use crate::limits::{MAX_MESSAGE_BYTES, MAX_OBSERVATIONS_PER_REPORT, REPORT_TIMEOUT_MS};
+use crate::limits::{MAX_MESSAGE_BYTES, MAX_OBSERVATIONS_PER_REPORT, REATTACH_AFTER_FAILED_REPORTS, REPORT_TIMEOUT_MS};
 
 pub struct Reporter {
     pub node: String,
@@ -26,6 +26,7 @@ pub struct Reporter {
 impl Reporter {
     pub async fn run(mut self) {
         let beat = Duration::from_millis(self.heartbeat_ms);
+        let mut failed_in_a_row = 0u32;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(beat) => {}
@@ -33,7 +34,16 @@ impl Reporter {
                 changed = self.attached.changed() => if changed.is_err() { return },
             }
             let Some((addr, channel)) = self.attached.borrow_and_update().clone() else { continue };
-            let more = self.report_once(&addr, channel).await;
+            let Some(more) = self.report_once(&addr, channel).await else {
+                failed_in_a_row += 1;
+                if failed_in_a_row >= REATTACH_AFTER_FAILED_REPORTS {
+                    tracing::info!(addr, failed_in_a_row, "reports fail; looking for the leader again");
+                    self.reattach.notify_one();
+                    failed_in_a_row = 0;
+                }
+                continue;
+            };
+            failed_in_a_row = 0;
             if more {
                 // More observations than fit in one report: send the rest right away.
                 self.observed.notify_one();
@@ -41,13 +51,14 @@ impl Reporter {
         }
     }
 
-    /// Returns whether observations are still waiting after this report.
-    async fn report_once(&self, addr: &str, channel: tonic::transport::Channel) -> bool {
+    /// Whether observations are still waiting after this report; `None` if the replica did
+    /// not take it (refused, timed out, or a deposed leader).
+    async fn report_once(&self, addr: &str, channel: tonic::transport::Channel) -> Option<bool> {
         let pending = match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("{e}");
-                return false;
+                return Some(false);
             }
         };
         let term_seen = self.journal.term().unwrap_or(0);
@@ -63,11 +74,11 @@ impl Reporter {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(status)) => {
                 tracing::debug!(addr, "report refused: {status}");
-                return false;
+                return None;
             }
             Err(_) => {
                 tracing::debug!(addr, "report timed out");
-                return false;
+                return None;
             }
         };
         if reply.term < term_seen {
@@ -75,12 +86,12 @@ impl Reporter {
             // look for the real leader.
             tracing::warn!(addr, term = reply.term, term_seen, "report answered by a deposed leader; reattaching");
             self.reattach.notify_one();
-            return false;
+            return Some(false);
         }
         if let Err(e) = self.journal.raise_term(reply.term).and_then(|_| self.journal.ack(&seqs)) {
             tracing::error!("{e}");
-            return false;
+            return Some(false);
         }
-        self.journal.pending_len() > 0 && !seqs.is_empty()
+        Some(self.journal.pending_len() > 0 && !seqs.is_empty())
     }
 }

@@ -183,3 +183,38 @@ async fn a_stop_in_progress_survives_an_agent_restart() {
     assert!(!alive(pid), "killed by the restarted agent at the journaled deadline");
     agent.shutdown().await.unwrap();
 }
+
+/// A replica that accepts connections and never answers (paused, or still starting) holds
+/// the agent up for a bounded time only: it goes on to the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_never_answers_does_not_hold_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mute = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mute_addr = mute.local_addr().unwrap();
+    // Accepts and keeps every connection open without a byte of HTTP/2.
+    let _keep = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = mute.accept().await {
+            held.push(sock);
+        }
+    });
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[mute_addr, gw.addr])).await;
+    wait_for(5, "attached to the replica that answers", || (gw.attaches() >= 1).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+/// A leader that keeps the directive stream open but no longer answers reports (cut off
+/// from its quorum, or stuck) is left after a few failed reports, for a replica that answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_leaves_a_leader_that_stops_answering_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stuck, live) = (Gateway::start(None).await, Gateway::start(None).await);
+    stuck.set(1, vec![]);
+    live.set(1, vec![]);
+    let agent = start_agent(config(dir.path(), &[stuck.addr, live.addr])).await;
+    wait_for(5, "attached to the first replica", || (stuck.report_count() >= 1).then_some(())).await;
+    stuck.stall_reports(true);
+    wait_for(10, "reattached to the replica that answers", || (live.report_count() >= 1).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}

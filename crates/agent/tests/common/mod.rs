@@ -33,6 +33,8 @@ pub struct FakeGateway {
     /// Some(addr): act as a follower pointing at `addr`.
     follower_of: Option<String>,
     reply_term: Arc<Mutex<u64>>,
+    /// Leave reports unanswered, as a leader cut off from its quorum does.
+    stall_reports: Arc<std::sync::atomic::AtomicBool>,
 }
 
 type DirectiveStream = Pin<Box<dyn Stream<Item = Result<Directive, Status>> + Send>>;
@@ -53,6 +55,9 @@ impl AgentGateway for FakeGateway {
     }
 
     async fn report(&self, request: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
+        if self.stall_reports.load(std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.seen.lock().unwrap().reports.push(request.into_inner());
         Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap() }))
     }
@@ -74,6 +79,7 @@ impl Gateway {
             directive: Arc::new(tx),
             follower_of,
             reply_term: Arc::new(Mutex::new(1)),
+            stall_reports: Arc::default(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -114,6 +120,11 @@ impl Gateway {
     /// The term the fake answers reports with (a deposed leader answers a lower one).
     pub fn set_reply_term(&self, term: u64) {
         *self.fake.reply_term.lock().unwrap() = term;
+    }
+
+    /// Leave reports unanswered (`true`) while keeping the directive stream open.
+    pub fn stall_reports(&self, stall: bool) {
+        self.fake.stall_reports.store(stall, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn report_count(&self) -> usize {
