@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use baton_proto::v1::{Cohort, JobSpec, PoolQuota, Queue, Resources, SubmitRequest, TaskSpec};
+use baton_proto::make::{gpu_job, gpu_queue};
+use baton_proto::v1::{Cohort, Queue, SubmitRequest};
 
 use crate::rng::Rng;
 
@@ -14,16 +15,7 @@ const STEP_MS: u64 = 50;
 /// The cohort and queues a run needs; `gpus` is the cluster's total.
 pub fn setup(gpus: u64) -> (Cohort, Vec<Queue>) {
     let cohort = Cohort { name: "lab".into(), ..Default::default() };
-    let queue = |name: &str, nominal: u64| Queue {
-        name: name.into(),
-        cohort: "lab".into(),
-        quotas: vec![PoolQuota {
-            pool: "default".into(),
-            nominal: Some(Resources { amounts: [("gpu".to_string(), nominal)].into() }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let queue = |name: &str, nominal: u64| Queue { cohort: "lab".into(), ..gpu_queue(name, nominal) };
     (cohort, vec![queue("prod", gpus), queue("batch", 0)])
 }
 
@@ -74,19 +66,7 @@ impl Load {
         let name = format!("{kind}-{}", self.made);
         let mut command = self.command.clone();
         command.push(steps.to_string());
-        let spec = JobSpec {
-            name: name.clone(),
-            queue: queue.into(),
-            priority_class: class.into(),
-            tasks: vec![TaskSpec {
-                name: "main".into(),
-                replicas,
-                resources: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
-                pools: vec![],
-            }],
-            command,
-            ..Default::default()
-        };
+        let spec = gpu_job(&name, queue, class, replicas, gpus, command);
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
         SubmitRequest { spec: Some(spec), request_id: name }

@@ -8,7 +8,8 @@ mod replay;
 use std::time::Duration;
 
 use baton_chaos::cluster::{Cluster, NodeArgs};
-use baton_proto::v1::{JobRef, PoolQuota, Queue, Resources, SubmitRequest, TaskSpec};
+use baton_proto::make::{gpu_job, gpu_queue};
+use baton_proto::v1::{JobRef, SubmitRequest};
 use replay::{Replay, load};
 
 /// The binary under test.
@@ -49,26 +50,10 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     let node = NodeArgs { name: "n1".into(), pool: "default".into(), rack: String::new(), gpus: 4, cpu: 0, memory: 0 };
     let mut c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
     let mut api = c.client().await;
-    let quota = PoolQuota {
-        pool: "default".into(),
-        nominal: Some(Resources { amounts: [("gpu".to_string(), 4)].into() }),
-        ..Default::default()
-    };
-    api.put_queue(Queue { name: "q".into(), quotas: vec![quota], ..Default::default() }).await.unwrap();
+    api.put_queue(gpu_queue("q", 4)).await.unwrap();
     let starts = c.path("starts");
     let script = format!("echo \"$BATON_ATTEMPT\" >> '{}'; exec sleep 600", starts.display());
-    let spec = baton_proto::v1::JobSpec {
-        name: "long".into(),
-        queue: "q".into(),
-        tasks: vec![TaskSpec {
-            name: "main".into(),
-            replicas: 1,
-            resources: Some(Resources { amounts: [("gpu".to_string(), 2)].into() }),
-            pools: vec![],
-        }],
-        command: vec!["sh".into(), "-c".into(), script],
-        ..Default::default()
-    };
+    let spec = gpu_job("long", "q", "", 1, 2, vec!["sh".into(), "-c".into(), script]);
     api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into() }).await.unwrap();
     c.wait_job("long", "running", |j| j.state == "Running").await;
     wait_file_lines(&starts, 1).await;

@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
 use clap::{Args, Subcommand};
 use tonic::transport::Channel;
 
 use crate::dev::procs::Children;
-use crate::dev::{gpu_queue, submit};
+use crate::dev::submit;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -89,20 +90,8 @@ fn job(name: &str, queue: &str, class: &str, dir: &Path) -> JobSpec {
         term = term.display(),
         start = start.display()
     );
-    JobSpec {
-        name: name.into(),
-        queue: queue.into(),
-        priority_class: class.into(),
-        tasks: vec![TaskSpec {
-            name: "main".into(),
-            replicas: 2,
-            resources: Some(Resources { amounts: [("gpu".to_string(), 8)].into() }),
-            pools: vec![],
-        }],
-        command: vec!["sh".into(), "-c".into(), script],
-        grace_ms: Some(5_000),
-        ..Default::default()
-    }
+    let command = vec!["sh".into(), "-c".into(), script];
+    JobSpec { grace_ms: Some(5_000), ..gpu_job(name, queue, class, 2, 8, command) }
 }
 
 async fn stamp(path: PathBuf) -> Result<f64, String> {

@@ -3,6 +3,7 @@
 //! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`).
 
 pub mod convert;
+pub mod make;
 
 /// Package `baton.v1`.
 pub mod v1 {

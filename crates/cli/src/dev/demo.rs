@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
 use tonic::transport::Channel;
@@ -31,20 +32,7 @@ fn workload(steps: u32) -> Vec<String> {
 }
 
 fn job(name: &str, queue: &str, class: &str, replicas: u32, steps: u32) -> JobSpec {
-    JobSpec {
-        name: name.into(),
-        queue: queue.into(),
-        priority_class: class.into(),
-        tasks: vec![TaskSpec {
-            name: "worker".into(),
-            replicas,
-            resources: Some(Resources { amounts: [("gpu".to_string(), 8)].into() }),
-            pools: vec![],
-        }],
-        command: workload(steps),
-        grace_ms: Some(10_000),
-        ..Default::default()
-    }
+    JobSpec { grace_ms: Some(10_000), ..gpu_job(name, queue, class, replicas, 8, workload(steps)) }
 }
 
 async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
@@ -64,7 +52,7 @@ async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
     });
     println!("seed 000: project-a and project-b each deserve 8 of the cluster's 16 GPUs.");
     for q in ["project-a", "project-b"] {
-        c.put_queue(super::gpu_queue(q, 8)).await.map_err(|e| e.message().to_string())?;
+        c.put_queue(gpu_queue(q, 8)).await.map_err(|e| e.message().to_string())?;
     }
     println!("project-a submits a 2x8-GPU training gang (over its quota: the GPUs are idle).");
     super::submit(&mut c, job(TRAIN, "project-a", "train", 2, 1_000_000)).await?;

@@ -92,20 +92,6 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
     }
 }
 
-/// A queue guaranteed `gpus` GPUs in the default pool (the demo's and the benchmark's).
-pub(crate) fn gpu_queue(name: &str, gpus: u64) -> baton_proto::v1::Queue {
-    use baton_proto::v1::{PoolQuota, Queue, Resources};
-    Queue {
-        name: name.into(),
-        quotas: vec![PoolQuota {
-            pool: "default".into(),
-            nominal: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
 /// Submits without a request id; the error is the server's message.
 pub(crate) async fn submit(
     c: &mut baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>,

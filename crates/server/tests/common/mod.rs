@@ -103,33 +103,10 @@ impl Cluster {
 }
 
 pub fn gpu_job(name: &str, queue: &str, class: &str, gpus: u64) -> JobSpec {
-    JobSpec {
-        name: name.into(),
-        queue: queue.into(),
-        priority_class: class.into(),
-        tasks: vec![TaskSpec {
-            name: "main".into(),
-            replicas: 1,
-            resources: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
-            pools: vec![],
-        }],
-        command: vec!["train".into()],
-        grace_ms: Some(5_000),
-        ..Default::default()
-    }
+    JobSpec { grace_ms: Some(5_000), ..baton_proto::make::gpu_job(name, queue, class, 1, gpus, vec!["train".into()]) }
 }
 
-pub fn queue(name: &str, gpus: u64) -> Queue {
-    Queue {
-        name: name.into(),
-        quotas: vec![PoolQuota {
-            pool: "default".into(),
-            nominal: Some(Resources { amounts: [("gpu".to_string(), gpus)].into() }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
+pub use baton_proto::make::gpu_queue as queue;
 
 pub async fn wait_state(c: &mut BatonClient<Channel>, job: &str, state: &str) -> Job {
     let deadline = Instant::now() + Duration::from_secs(10);
