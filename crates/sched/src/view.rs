@@ -134,11 +134,6 @@ impl<'a> View<'a> {
 
     /// Free for `job` on node `n` with the jobs in `removed` gone.
     pub fn free_for(&self, n: usize, job: JobId, removed: &[JobId]) -> (Vector, u64) {
-        let node = &self.ledger.nodes[n];
-        // Nothing removed and nothing reserved for the job here: the node's cached free.
-        if removed.is_empty() && node.reservation(job).is_none() {
-            return (node.free, node.free_gpus);
-        }
-        node.free_for(Some(job), removed)
+        self.ledger.nodes[n].free_for(Some(job), removed)
     }
 }

@@ -65,7 +65,7 @@ impl NodeAcct {
     }
 
     pub fn refresh(&mut self) {
-        let (free, gpus) = self.free_for(None, &[]);
+        let (free, gpus) = self.compute_free(None, &[]);
         self.free = free;
         self.free_gpus = gpus;
     }
@@ -76,6 +76,15 @@ impl NodeAcct {
     /// removed borrower gives its lent part back to the holder, never to the newcomer.
     /// A reservation blocks others for the part its victims do not already cover.
     pub fn free_for(&self, who: Option<JobId>, removed: &[JobId]) -> (Vector, u64) {
+        // Nothing removed and nothing reserved for `who` here: the cached answer (every
+        // change to the node refreshes it). The scheduler asks this of every node.
+        if removed.is_empty() && who.is_none_or(|j| self.reservation(j).is_none()) {
+            return (self.free, self.free_gpus);
+        }
+        self.compute_free(who, removed)
+    }
+
+    fn compute_free(&self, who: Option<JobId>, removed: &[JobId]) -> (Vector, u64) {
         let mut used = ZERO;
         let mut used_gpus = 0u64;
         for o in &self.occupants {
@@ -171,6 +180,10 @@ mod tests {
         // Once the victim is gone, the reservation blocks 4 GPUs for others, none for job 9.
         assert_eq!(n.free_for(None, &[1]), (v(4, 60), 0b1111_0000));
         assert_eq!(n.free_for(Some(9), &[1]), (v(8, 64), 0xff));
+        // The cached answer (no reservation for the job, nothing removed) is the computed one.
+        assert_eq!(n.free_for(Some(7), &[]), n.compute_free(Some(7), &[]));
+        // Job 9 holds the reservation: it is not blocked by it, only by the victim still there.
+        assert_eq!(n.free_for(Some(9), &[]), (v(2, 56), 0b1100_0000));
     }
 
     #[test]
