@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use baton_proto::v1::baton_client::BatonClient;
-use baton_proto::v1::{Empty, Job, JobRef};
+use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef};
 use tonic::transport::Channel;
 
 /// Replicas in the cluster: the smallest that survives losing one.
@@ -236,13 +236,12 @@ impl Cluster {
         self.agents.keys().cloned().collect()
     }
 
-    async fn answering(&self, i: usize) -> Option<BatonClient<Channel>> {
+    /// Replica `i` if it runs (not paused) and answers.
+    async fn answering(&self, i: usize) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
         if !self.replicas[i].answers() {
             return None;
         }
-        let probe = Duration::from_millis(PROBE_MS);
-        let addr = format!("http://{}", self.servers[i]);
-        tokio::time::timeout(probe, BatonClient::connect(addr)).await.ok()?.ok()
+        probe(&self.servers[i]).await
     }
 
     /// A client of a replica that knows the leader.
@@ -250,9 +249,9 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);
         loop {
             for i in 0..REPLICAS {
-                let Some(mut c) = self.answering(i).await else { continue };
-                let info = tokio::time::timeout(Duration::from_millis(PROBE_MS), c.cluster_info(Empty {})).await;
-                if info.is_ok_and(|r| r.is_ok_and(|i| i.get_ref().leader_id != 0)) {
+                if let Some((c, info)) = self.answering(i).await
+                    && info.leader_id != 0
+                {
                     return c;
                 }
             }
@@ -266,13 +265,11 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);
         loop {
             for i in 0..REPLICAS {
-                let Some(mut c) = self.answering(i).await else { continue };
-                let info = tokio::time::timeout(Duration::from_millis(PROBE_MS), c.cluster_info(Empty {})).await;
-                if let Ok(Ok(info)) = info {
-                    let info = info.into_inner();
-                    if info.leader_id != 0 && info.leader_id == info.answered_by {
-                        return i;
-                    }
+                if let Some((_, info)) = self.answering(i).await
+                    && info.leader_id != 0
+                    && info.leader_id == info.answered_by
+                {
+                    return i;
                 }
             }
             assert!(Instant::now() < deadline, "no leader within {WAIT_S} s; logs in {}", self.dir.path().display());
@@ -333,15 +330,21 @@ impl Drop for Cluster {
 /// A client of any of `servers` that knows a leader, trying each once with a short bound
 /// (for callers that run beside fault injection and cannot borrow the `Cluster`).
 pub async fn connect_any(servers: &[String]) -> Option<BatonClient<Channel>> {
-    let probe = Duration::from_millis(PROBE_MS);
     for addr in servers {
-        let Ok(Ok(mut c)) = tokio::time::timeout(probe, BatonClient::connect(format!("http://{addr}"))).await else {
-            continue;
-        };
-        let info = tokio::time::timeout(probe, c.cluster_info(Empty {})).await;
-        if info.is_ok_and(|r| r.is_ok_and(|i| i.get_ref().leader_id != 0)) {
+        if let Some((c, info)) = probe(addr).await
+            && info.leader_id != 0
+        {
             return Some(c);
         }
     }
     None
+}
+
+/// A client of the replica at `addr` and what it says of the cluster, each step bounded by
+/// `PROBE_MS`.
+async fn probe(addr: &str) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
+    let bound = Duration::from_millis(PROBE_MS);
+    let mut c = tokio::time::timeout(bound, BatonClient::connect(format!("http://{addr}"))).await.ok()?.ok()?;
+    let info = tokio::time::timeout(bound, c.cluster_info(Empty {})).await.ok()?.ok()?.into_inner();
+    Some((c, info))
 }
