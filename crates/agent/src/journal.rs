@@ -262,6 +262,7 @@ fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
     let mut tries = 0;
     loop {
         match sled::Config::new().path(path).open() {
+            // sled 0.34 reports a held lock only in the message of an `Other` I/O error.
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && tries < LOCK_TRIES => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MS));

@@ -103,7 +103,7 @@ fn packed_key(j: &Job, buf: &mut Vec<u8>) -> Option<(u128, u128)> {
 
 /// Sorts jobs by (priority, submission, name) when some name's key does not pack: whole
 /// keys are compared.
-fn sort_slow(pending: &mut [Candidate]) {
+fn sort_slow(pending: &mut Vec<Candidate>) {
     let mut buf = Vec::new();
     let keys: Option<Vec<Vec<u8>>> =
         pending.iter().map(|c| natural_key_into(c.job.spec.name.as_str(), &mut buf).then(|| buf.clone())).collect();
@@ -120,8 +120,7 @@ fn sort_slow(pending: &mut [Candidate]) {
     let mut keyed: Vec<((u128, Vec<u8>), usize)> =
         keys.into_iter().enumerate().map(|(i, k)| ((time_key(pending[i].job), k), i)).collect();
     keyed.sort_unstable();
-    let sorted: Vec<Candidate> = keyed.iter().map(|(_, i)| pending[*i].clone()).collect();
-    pending.clone_from_slice(&sorted);
+    *pending = keyed.iter().map(|(_, i)| pending[*i].clone()).collect();
 }
 
 impl<'a> Order<'a> {
@@ -223,5 +222,87 @@ impl<'a> Order<'a> {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use baton_model::command::{Command, Op};
+    use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+    use baton_model::name::Name;
+    use baton_model::node::NodeSpec;
+    use baton_model::queue::{PoolQuota, QueueSpec};
+    use baton_model::resources::Resources;
+    use baton_model::state::State;
+
+    use super::Order;
+    use crate::view::View;
+
+    fn apply(s: &mut State, op: Op) {
+        s.apply(Command { now_ms: 1_000, op }).expect("a valid fixture");
+    }
+
+    /// One node, one queue, and one-GPU jobs named `names`, all submitted at the same time.
+    fn state(names: &[&str]) -> State {
+        let mut s = State::new();
+        let node = NodeSpec {
+            name: Name::lit("n1"),
+            pool: Name::lit("default"),
+            rack: None,
+            labels: BTreeMap::new(),
+            resources: Resources::of(&[("gpu", 8)]),
+            gpus: Vec::new(),
+            agent_addr: String::new(),
+        };
+        apply(&mut s, Op::RegisterNodes(vec![node]));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        for name in names {
+            let spec = JobSpec {
+                name: Name::lit(name),
+                queue: Name::lit("q"),
+                priority: PriorityRef::Class(Name::lit("train")),
+                tasks: vec![TaskSpec {
+                    name: Name::lit("main"),
+                    replicas: 1,
+                    resources: Resources::of(&[("gpu", 1)]),
+                    pools: None,
+                }],
+                pools: None,
+                topology: None,
+                preemption_mode: PreemptionMode::Checkpoint,
+                grace_ms: 30_000,
+                min_runtime_ms: 0,
+                command: Vec::new(),
+                env: BTreeMap::new(),
+                checkpoint_signal: None,
+            };
+            apply(&mut s, Op::Submit { spec, request_id: None });
+        }
+        s
+    }
+
+    fn order(s: &State) -> Vec<String> {
+        let view = View::new(s, 1_000);
+        let mut order = Order::new(&view);
+        let mut out = Vec::new();
+        while let Some(c) = order.next() {
+            out.push(c.job.spec.name.to_string());
+            order.after(&view, c.queue, c.job, true);
+        }
+        out
+    }
+
+    #[test]
+    fn ties_go_by_natural_name_order_whether_keys_pack_or_not() {
+        // Short names: keys pack into integers.
+        assert_eq!(order(&state(&["job-10", "job-9", "job-2"])), ["job-2", "job-9", "job-10"]);
+        // A name whose key does not pack sends every job down the whole-key path.
+        let long = "a-name-far-too-long-to-pack-into-sixteen-bytes-1";
+        assert_eq!(order(&state(&["job-10", long, "job-9"])), [long, "job-9", "job-10"]);
     }
 }
