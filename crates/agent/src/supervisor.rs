@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_proto::v1::observation::What;
-use baton_proto::v1::{Action, Assignment, Checkpointed, Directive, Exited, Observation, Running, Stopped};
+use baton_proto::v1::{
+    Action, Assignment, Checkpointed, Directive, Exited, Observation, ReplicaPhase, Running, StopCause, Stopped,
+};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -627,9 +629,9 @@ impl Supervisor {
             .values()
             .filter_map(|r| {
                 let phase = match r.rec.phase {
-                    Phase::Running => "running",
-                    Phase::Stopping | Phase::Killing => "stopping",
-                    Phase::Suspended => "suspended",
+                    Phase::Running => ReplicaPhase::Running,
+                    Phase::Stopping | Phase::Killing => ReplicaPhase::Stopping,
+                    Phase::Suspended => ReplicaPhase::Suspended,
                     Phase::Finished => return None,
                 };
                 Some(Running {
@@ -637,7 +639,8 @@ impl Supervisor {
                     attempt: r.rec.key.attempt,
                     task: r.rec.task,
                     replica: r.rec.replica,
-                    phase: phase.to_string(),
+                    rank: r.rec.key.rank,
+                    phase: phase as i32,
                 })
             })
             .collect();
@@ -661,7 +664,13 @@ enum Leftovers {
 
 fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
     Observation {
-        what: Some(What::Stopped(Stopped { job_id: key.job_id, attempt: key.attempt, checkpointed, rank: key.rank })),
+        what: Some(What::Stopped(Stopped {
+            job_id: key.job_id,
+            attempt: key.attempt,
+            checkpointed,
+            rank: key.rank,
+            cause: StopCause::Directed as i32,
+        })),
     }
 }
 

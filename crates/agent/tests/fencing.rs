@@ -3,7 +3,7 @@
 
 mod common;
 
-use baton_proto::v1::Action;
+use baton_proto::v1::{Action, ReplicaPhase};
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +140,7 @@ async fn a_restarted_agent_readopts_its_replicas_and_reports_exits_it_missed() {
     wait_for(5, "job 2's exit reported", || (!exited_of(&gw.observations(), 2).is_empty()).then_some(())).await;
     assert_eq!(exited_of(&gw.observations(), 2), vec![7]);
     wait_for(5, "job 1 reported running", || {
-        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "running"))
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Running))
     })
     .await;
     let lines = std::fs::read_to_string(&starts).unwrap();
@@ -170,7 +170,7 @@ async fn a_stop_in_progress_survives_an_agent_restart() {
     stop.grace_ms = 600;
     gw.set(1, vec![stop]);
     wait_for(5, "reported stopping", || {
-        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "stopping"))
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
     })
     .await;
     agent.shutdown().await.unwrap();

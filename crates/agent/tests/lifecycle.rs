@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use baton_proto::v1::Action;
+use baton_proto::v1::{Action, ReplicaPhase};
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,7 +64,7 @@ async fn resume_is_unset_without_a_checkpoint_and_reports_carry_running_replicas
         format!("echo $$ > {}; env > {}.env; while :; do sleep 0.05; done", pid_file.display(), pid_file.display());
     gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
     let report = wait_for(5, "a report listing the replica", || {
-        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "running"))
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Running))
     })
     .await;
     assert_eq!(report.node, "node-a");
@@ -164,7 +164,7 @@ async fn suspend_stops_the_group_and_run_continues_it() {
     wait_for(5, "Stopped", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(())).await;
     assert_eq!(stopped_of(&gw.observations(), 1), vec![false]);
     wait_for(5, "reported suspended", || {
-        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase == "suspended"))
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Suspended))
     })
     .await;
     gw.set(1, vec![run]);

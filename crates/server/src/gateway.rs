@@ -59,10 +59,13 @@ impl AgentGateway for Gateway {
                 Some(What::Checkpointed(c)) => {
                     self.write(Op::JobCheckpointed { job: c.job_id, attempt: c.attempt }).await?
                 }
+                Some(What::Unkillable(u)) => {
+                    tracing::error!(node = %node, job_id = u.job_id, attempt = u.attempt, rank = u.rank, reason = u.reason, "a replica cannot be killed")
+                }
                 None => return Err(Status::invalid_argument("observations: an observation without a kind")),
             }
         }
-        Ok(Response::new(ReportReply { term }))
+        Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms: 0 }))
     }
 }
 
@@ -123,6 +126,7 @@ async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sende
             leader_id: ctx.replica.id(),
             assignments: ctx.hub.current(&node).as_ref().clone(),
             heartbeat_timeout_ms: ctx.settings.heartbeat_timeout_ms,
+            lease_ms: 0,
         };
         if tx.send(Ok(directive)).await.is_err() {
             return;

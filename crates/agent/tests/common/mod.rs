@@ -59,7 +59,7 @@ impl AgentGateway for FakeGateway {
             std::future::pending::<()>().await;
         }
         self.seen.lock().unwrap().reports.push(request.into_inner());
-        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap() }))
+        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id: 1, lease_ms: 0 }))
     }
 }
 
@@ -104,6 +104,7 @@ impl Gateway {
             leader_id: 1,
             assignments,
             heartbeat_timeout_ms: 5_000,
+            lease_ms: 0,
         }));
     }
 
@@ -114,6 +115,7 @@ impl Gateway {
             leader_id: 1,
             assignments,
             heartbeat_timeout_ms: 5_000,
+            lease_ms: 0,
         }));
     }
 
