@@ -61,6 +61,12 @@ pub enum WriteError {
     Stopped,
     #[error("cannot encode the command: {0}")]
     Encode(String),
+    /// This replica's log cannot be written (a full disk, an I/O error); it refuses writes
+    /// until a retry succeeds, and still serves reads.
+    #[error(
+        "this replica cannot write its raft log ({location}: {reason}); writes are refused until it can, reads still work"
+    )]
+    DiskFailing { location: String, reason: String },
 }
 
 /// Why a linearizable read was not served.

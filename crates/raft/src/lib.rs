@@ -15,6 +15,7 @@
 //!   machine with its snapshots.
 //! - [`net`]: the gRPC transport (`proto/raft.proto`): dialing, openraft's network traits,
 //!   the server side, forwarded writes and read-index calls.
+//! - [`campaign`]: pre-vote, so a replica without a quorum does not raise its term.
 //! - [`datadir`], [`identity`]: the data directory and its `cluster.id` file.
 //! - [`codec`]: bincode and checksummed records.
 //! - [`error`], [`metrics`]: typed errors and what a replica reports.
@@ -24,6 +25,7 @@
 #![allow(clippy::result_large_err)]
 
 mod batcher;
+pub mod campaign;
 pub mod codec;
 pub mod datadir;
 pub mod error;

@@ -17,6 +17,7 @@ use tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpIncoming};
 
 use crate::batcher::{self, Pending};
+use crate::campaign::{self, Campaign};
 use crate::codec::encoded_len;
 use crate::datadir;
 use crate::error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
@@ -27,7 +28,7 @@ use crate::net::peers::Peers;
 use crate::net::raft_network::NetworkFactory;
 use crate::net::service::RaftService;
 use crate::settings::RaftSettings;
-use crate::store::{KvStore, LogStore, MemKv, SmShared, StateMachineStore};
+use crate::store::{DiskHealth, KvStore, LogStore, MemKv, SmShared, StateMachineStore};
 use crate::types::{LogId, NodeId, Raft, RaftMetrics};
 
 /// What openraft answers to a membership change.
@@ -43,7 +44,27 @@ pub enum Storage {
     Disk(PathBuf),
     /// Nothing survives the process: for tests and simulations.
     Memory,
+    /// A store the caller built (a simulated disk in power-loss and fault tests).
+    Store(SharedStore),
 }
+
+/// A caller's store, shared with the replica. Compared by identity.
+#[derive(Clone)]
+pub struct SharedStore(pub Arc<dyn KvStore>);
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedStore({})", self.0.location(crate::store::Space::Log))
+    }
+}
+
+impl PartialEq for SharedStore {
+    fn eq(&self, other: &SharedStore) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedStore {}
 
 /// How to start a replica.
 #[derive(Debug, Clone)]
@@ -93,6 +114,8 @@ pub(crate) struct Core {
     pub(crate) raft: Raft,
     sm: Arc<SmShared>,
     kv: Arc<dyn KvStore>,
+    disk: DiskHealth,
+    pub(crate) campaign: Arc<Campaign>,
     peers: Arc<Peers>,
     write_slots: Semaphore,
     batcher: mpsc::Sender<Pending>,
@@ -129,6 +152,9 @@ impl Core {
             .write_slots
             .try_acquire()
             .map_err(|_| WriteError::Overloaded { limit: self.settings.max_pending_writes })?;
+        if let Some(e) = self.disk.failing() {
+            return Err(WriteError::DiskFailing { location: e.location, reason: e.message });
+        }
         if !self.is_leader() {
             return Err(match self.leader() {
                 Some((leader_id, Some(leader_addr))) => WriteError::NotLeader { leader_id, leader_addr },
@@ -184,8 +210,10 @@ impl Replica {
         let kv: Arc<dyn KvStore> = match &config.storage {
             Storage::Disk(dir) => datadir::open(dir, &config.cluster_id, config.node_id)?,
             Storage::Memory => Arc::new(MemKv::new()),
+            Storage::Store(s) => s.0.clone(),
         };
         let log = LogStore::open(kv.clone(), config.settings.log_write_queue_len)?;
+        let disk = log.disk_health();
         let sm = StateMachineStore::open(kv.clone())?;
         let shared = sm.shared();
         let peers =
@@ -195,6 +223,9 @@ impl Replica {
             .await
             .map_err(|e| OpenError::Raft(e.to_string()))?;
         let batcher = batcher::start(raft.clone(), &config.settings);
+        let campaign = Arc::new(Campaign::new(config.settings.election_timeout_min_ms));
+        let guard_every = Duration::from_millis(config.settings.heartbeat_interval_ms);
+        campaign::start(raft.clone(), campaign.clone(), peers.clone(), config.node_id, guard_every);
         tracing::info!(
             node_id = config.node_id,
             cluster_id = %config.cluster_id,
@@ -212,6 +243,8 @@ impl Replica {
                 raft,
                 sm: shared,
                 kv,
+                disk,
+                campaign,
                 peers,
             }),
         })

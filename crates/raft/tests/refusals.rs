@@ -62,7 +62,7 @@ async fn corrupted_log_record_is_named() {
         let mut rec = kv.get(Space::Log, 3).unwrap().expect("entry 3 exists");
         let last = rec.len() - 1;
         rec[last] ^= 0x10;
-        kv.write(vec![Write::Put(Space::Log, 3, rec)]).unwrap();
+        kv.write(&[Write::Put(Space::Log, 3, rec)]).unwrap();
         kv.flush().unwrap();
     }
     let err = reopen(&dir, CLUSTER).await.err().expect("must refuse").to_string();
@@ -78,7 +78,7 @@ async fn missing_log_entries_are_detected() {
     {
         // Entries lost from the middle (a truncated or damaged database).
         let kv = SledKv::open(&sled_dir).unwrap();
-        kv.write(vec![Write::Remove(Space::Log, 2..4)]).unwrap();
+        kv.write(&[Write::Remove(Space::Log, 2..4)]).unwrap();
         kv.flush().unwrap();
     }
     let err = reopen(&dir, CLUSTER).await.err().expect("must refuse").to_string();
@@ -94,7 +94,7 @@ async fn lost_log_tail_is_detected() {
     {
         // The committed tail is gone: acknowledged writes would silently vanish.
         let kv = SledKv::open(&sled_dir).unwrap();
-        kv.write(vec![Write::Remove(Space::Log, 4..u64::MAX)]).unwrap();
+        kv.write(&[Write::Remove(Space::Log, 4..u64::MAX)]).unwrap();
         kv.flush().unwrap();
     }
     let err = reopen(&dir, CLUSTER).await.err().expect("must refuse").to_string();

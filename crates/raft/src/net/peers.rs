@@ -11,6 +11,7 @@ use baton_proto::v1::{IdentifyReply, IdentifyRequest, RaftRequest};
 use tonic::transport::Channel;
 
 use super::dialer::Dialer;
+use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
 use crate::error::{ReadError, WriteError};
 use crate::types::{LogId, NodeId};
@@ -29,6 +30,7 @@ pub enum Rpc {
     Vote,
     ForwardWrite,
     ReadIndex,
+    PreVote,
 }
 
 /// Who calls and which cluster it belongs to.
@@ -102,6 +104,7 @@ impl Peers {
                 Rpc::Vote => client.vote(req).await,
                 Rpc::ForwardWrite => client.forward_write(req).await,
                 Rpc::ReadIndex => client.read_index(req).await,
+                Rpc::PreVote => client.pre_vote(req).await,
             }
         };
         match tokio::time::timeout(timeout, call).await {
@@ -171,6 +174,17 @@ impl Peers {
             Err(e) => return Err(failed(e.to_string())),
         };
         decode::<Result<Response, WriteError>>(&reply).map_err(|e| failed(e.to_string()))?
+    }
+
+    /// Asks a voter whether it would take part in an election now; any failure is a no.
+    pub async fn pre_vote(&self, to: NodeId, addr: &str, ask: &PreVote, timeout: Duration) -> bool {
+        let Ok(payload) = encode(ask) else {
+            return false;
+        };
+        match self.call(Rpc::PreVote, to, addr, payload, timeout).await {
+            Ok(reply) => decode::<bool>(&reply).unwrap_or(false),
+            Err(_) => false,
+        }
     }
 
     /// Asks the leader for the log id a linearizable read must wait for.

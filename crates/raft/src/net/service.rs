@@ -6,11 +6,12 @@ use std::sync::Arc;
 use baton_model::Command;
 use baton_proto::v1::raft_transport_server::RaftTransport;
 use baton_proto::v1::{IdentifyReply, IdentifyRequest, RaftReply, RaftRequest};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response as GrpcResponse, Status};
 
+use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
 use crate::replica::Core;
 use crate::types::{NodeId, TypeConfig};
@@ -62,7 +63,14 @@ fn reply<T: Serialize>(value: &T) -> Result<GrpcResponse<RaftReply>, Status> {
 impl RaftTransport for RaftService {
     async fn append_entries(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
         let (_, rpc): (_, AppendEntriesRequest<TypeConfig>) = self.take(req)?;
-        reply(&self.core.raft.append_entries(rpc).await)
+        let answer = self.core.raft.append_entries(rpc).await;
+        if let Ok(r) = &answer
+            && !matches!(r, AppendEntriesResponse::HigherVote(_))
+        {
+            // A leader this replica follows is alive.
+            self.core.campaign.leader_heard();
+        }
+        reply(&answer)
     }
 
     async fn install_snapshot(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
@@ -92,6 +100,13 @@ impl RaftTransport for RaftService {
         let req = req.into_inner();
         self.admit(&req)?;
         reply(&self.core.read_index_here().await)
+    }
+
+    async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (from, ask): (_, PreVote) = self.take(req)?;
+        let granted = self.core.campaign.grants(&self.core.raft, &ask);
+        tracing::debug!(from, granted, ?ask, "pre-vote");
+        reply(&granted)
     }
 
     async fn identify(&self, _req: Request<IdentifyRequest>) -> Result<GrpcResponse<IdentifyReply>, Status> {

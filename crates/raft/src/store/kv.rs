@@ -66,7 +66,7 @@ pub trait KvStore: Send + Sync + 'static {
 
     /// Applies the writes in order. Writes to one space are applied atomically; a crash may
     /// leave a batch that spans spaces half applied, so callers order such writes to be safe.
-    fn write(&self, batch: Vec<Write>) -> Result<(), KvError>;
+    fn write(&self, batch: &[Write]) -> Result<(), KvError>;
 
     /// Makes every earlier write durable.
     fn flush(&self) -> Result<(), KvError>;

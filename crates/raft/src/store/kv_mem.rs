@@ -44,19 +44,19 @@ impl KvStore for MemKv {
         Ok(self.lock().range((space, 0)..=(space, u64::MAX)).next_back().map(|((_, k), v)| (*k, v.clone())))
     }
 
-    fn write(&self, batch: Vec<Write>) -> Result<(), KvError> {
+    fn write(&self, batch: &[Write]) -> Result<(), KvError> {
         let mut map = self.lock();
         for w in batch {
             match w {
                 Write::Put(space, key, value) => {
-                    map.insert((space, key), value);
+                    map.insert((*space, *key), value.clone());
                 }
                 Write::Remove(space, keys) => {
                     if keys.start >= keys.end {
                         continue;
                     }
                     let doomed: Vec<(Space, u64)> =
-                        map.range((space, keys.start)..(space, keys.end)).map(|(k, _)| *k).collect();
+                        map.range((*space, keys.start)..(*space, keys.end)).map(|(k, _)| *k).collect();
                     for k in doomed {
                         map.remove(&k);
                     }

@@ -1,18 +1,22 @@
 //! The on-disk [`KvStore`]: one sled database with a tree per key space.
 //!
 //! Keys are big-endian so that sled's byte order is numeric order. sled syncs to disk only
-//! every 500 ms by itself; [`KvStore::flush`] forces it, and the log store calls it before it
-//! acknowledges an entry.
+//! every 500 ms by itself, and its own flush is not an fsync; [`KvStore::flush`] flushes and
+//! then syncs sled's files ([`DiskSync`]), and the log store calls it before it acknowledges
+//! an entry or a vote.
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use super::kv::{KvError, KvStore, Space, Write};
+use super::sled_sync::{DiskSync, SyncCounts};
 
 struct Open {
     db: sled::Db,
     trees: [sled::Tree; 3],
+    disk: DiskSync,
 }
 
 pub struct SledKv {
@@ -34,6 +38,42 @@ impl Guard<'_> {
             Space::Log => &t[0],
             Space::Meta => &t[1],
             Space::Snapshot => &t[2],
+        }
+    }
+}
+
+/// Writes to one space on their way into one atomic sled batch.
+///
+/// A range remove is expanded into single-key removes: the keys stored in the tree and the
+/// keys put earlier in this same batch, which the tree cannot show yet. Without the second
+/// set, "append term-1 entries, truncate, append the term-2 entry" merged into one batch
+/// would leave the term-1 tail on disk. A later put of a removed key wins, because sled's
+/// batch keeps the last change per key.
+struct Pending {
+    space: Space,
+    batch: sled::Batch,
+    /// Keys put in this batch and not removed since.
+    put: BTreeSet<u64>,
+}
+
+impl Pending {
+    fn new(space: Space) -> Pending {
+        Pending { space, batch: sled::Batch::default(), put: BTreeSet::new() }
+    }
+
+    fn put(&mut self, k: u64, v: &[u8]) {
+        self.batch.insert(&key(k), v);
+        self.put.insert(k);
+    }
+
+    fn remove(&mut self, keys: Range<u64>, stored: Vec<u64>) {
+        if keys.start >= keys.end {
+            return;
+        }
+        let queued: Vec<u64> = self.put.range(keys).copied().collect();
+        for k in queued.iter().chain(stored.iter()) {
+            self.batch.remove(&key(*k));
+            self.put.remove(k);
         }
     }
 }
@@ -81,7 +121,14 @@ impl SledKv {
         })?;
         let tree = |s: Space| db.open_tree(s.name()).map_err(err);
         let trees = [tree(Space::Log)?, tree(Space::Meta)?, tree(Space::Snapshot)?];
-        Ok(SledKv { open: RwLock::new(Some(Open { db, trees })), path: path.to_path_buf() })
+        let disk = DiskSync::open(path)
+            .map_err(|e| KvError { location: path.display().to_string(), message: e.to_string() })?;
+        Ok(SledKv { open: RwLock::new(Some(Open { db, trees, disk })), path: path.to_path_buf() })
+    }
+
+    /// The syncs issued since the database was opened.
+    pub fn sync_counts(&self) -> Result<SyncCounts, KvError> {
+        Ok(self.opened()?.open().disk.counts())
     }
 
     fn opened(&self) -> Result<Guard<'_>, KvError> {
@@ -97,6 +144,31 @@ impl SledKv {
 
     fn fail(&self, space: Space, what: &str, e: impl std::fmt::Display) -> KvError {
         KvError { location: self.location(space), message: format!("{what}: {e}") }
+    }
+
+    /// The stored keys in `keys` (not those only queued in a batch).
+    fn keys_in(&self, g: &Guard<'_>, space: Space, keys: Range<u64>) -> Result<Vec<u64>, KvError> {
+        if keys.start >= keys.end {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for item in g.tree(space).range(key(keys.start)..key(keys.end)) {
+            let (k, _) = item.map_err(|e| self.fail(space, "scan", e))?;
+            out.push(self.decode_key(space, &k)?);
+        }
+        Ok(out)
+    }
+
+    fn commit(&self, g: &Guard<'_>, pending: Pending) -> Result<(), KvError> {
+        let space = pending.space;
+        g.tree(space).apply_batch(pending.batch).map_err(|e| self.fail(space, "write", e))
+    }
+
+    /// sled's flush, then the syncs that make it reach stable storage (see [`DiskSync`]).
+    fn sync(&self, open: &Open, what: &str) -> Result<(), KvError> {
+        let fail = |message: String| KvError { location: self.path.display().to_string(), message };
+        open.db.flush().map_err(|e| fail(format!("{what}: {e}")))?;
+        open.disk.sync().map_err(|e| fail(format!("{what}: {e}")))
     }
 
     fn decode_key(&self, space: Space, k: &[u8]) -> Result<u64, KvError> {
@@ -131,59 +203,46 @@ impl KvStore for SledKv {
         }
     }
 
-    fn write(&self, batch: Vec<Write>) -> Result<(), KvError> {
-        // Consecutive writes to one space go into one atomic sled batch.
+    fn write(&self, batch: &[Write]) -> Result<(), KvError> {
+        // Consecutive writes to one space go into one atomic sled batch, applied in order.
         let g = self.opened()?;
-        let mut current: Option<(Space, sled::Batch)> = None;
-        let commit = |pending: Option<(Space, sled::Batch)>| -> Result<(), KvError> {
-            if let Some((space, b)) = pending {
-                g.tree(space).apply_batch(b).map_err(|e| self.fail(space, "write", e))?;
-            }
-            Ok(())
-        };
+        let mut current: Option<Pending> = None;
         for w in batch {
             let space = match &w {
                 Write::Put(s, _, _) | Write::Remove(s, _) => *s,
             };
-            if current.as_ref().map(|(s, _)| *s) != Some(space) {
-                commit(current.take())?;
-                current = Some((space, sled::Batch::default()));
+            if current.as_ref().map(|p| p.space) != Some(space) {
+                if let Some(p) = current.take() {
+                    self.commit(&g, p)?;
+                }
+                current = Some(Pending::new(space));
             }
-            let b = &mut current.as_mut().expect("set just above").1;
+            let pending = current.as_mut().expect("set just above");
             match w {
-                Write::Put(_, k, v) => b.insert(&key(k), v),
+                Write::Put(_, k, v) => pending.put(*k, v),
                 Write::Remove(_, keys) => {
-                    if keys.start >= keys.end {
-                        continue;
-                    }
-                    for item in g.tree(space).range(key(keys.start)..key(keys.end)) {
-                        let (k, _) = item.map_err(|e| self.fail(space, "scan", e))?;
-                        b.remove(k);
-                    }
+                    let stored = self.keys_in(&g, space, keys.clone())?;
+                    pending.remove(keys.clone(), stored);
                 }
             }
         }
-        commit(current)
+        match current {
+            Some(p) => self.commit(&g, p),
+            None => Ok(()),
+        }
     }
 
     fn flush(&self) -> Result<(), KvError> {
-        self.opened()?
-            .open()
-            .db
-            .flush()
-            .map(|_| ())
-            .map_err(|e| KvError { location: self.path.display().to_string(), message: format!("flush: {e}") })
+        let g = self.opened()?;
+        self.sync(g.open(), "flush")
     }
 
     fn close(&self) -> Result<(), KvError> {
         let mut g = self.open.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(open) = g.take() {
-            open.db.flush().map_err(|e| KvError {
-                location: self.path.display().to_string(),
-                message: format!("flush on close: {e}"),
-            })?;
+        match g.take() {
+            Some(open) => self.sync(&open, "flush on close"),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn is_durable(&self) -> bool {

@@ -14,6 +14,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError};
 
 use super::StoreError;
+use super::disk_health::DiskHealth;
 use super::kv::{KvStore, Space, Write, meta_key};
 use super::log_writer::LogWriter;
 use super::snapshot_record::StoredSnapshot;
@@ -68,6 +69,7 @@ pub struct LogReader {
 pub struct LogStore {
     view: SharedView,
     writer: Arc<LogWriter>,
+    health: DiskHealth,
 }
 
 fn index_range(range: &impl RangeBounds<u64>) -> Range<u64> {
@@ -118,8 +120,14 @@ impl LogStore {
     /// naming the file and the record, instead of diverging later.
     pub fn open(kv: Arc<dyn KvStore>, write_queue_len: usize) -> Result<LogStore, StoreError> {
         let view = load(kv.as_ref())?;
-        let writer = LogWriter::start(kv, write_queue_len)?;
-        Ok(LogStore { view: SharedView(Arc::new(RwLock::new(view))), writer: Arc::new(writer) })
+        let health = DiskHealth::default();
+        let writer = LogWriter::start(kv, write_queue_len, health.clone())?;
+        Ok(LogStore { view: SharedView(Arc::new(RwLock::new(view))), writer: Arc::new(writer), health })
+    }
+
+    /// Whether the log's disk takes writes now.
+    pub fn disk_health(&self) -> DiskHealth {
+        self.health.clone()
     }
 }
 
@@ -135,7 +143,7 @@ fn load(kv: &dyn KvStore) -> Result<View, StoreError> {
 
     if let Some(p) = purged {
         // Entries at or below the purged id are leftovers of a purge cut short by a crash.
-        kv.write(vec![Write::Remove(Space::Log, 0..p.index.saturating_add(1))])?;
+        kv.write(&[Write::Remove(Space::Log, 0..p.index.saturating_add(1))])?;
     }
     let mut next = purged.map_or(0, |p| p.index + 1);
     let mut prev: Option<u64> = None;
@@ -163,6 +171,7 @@ fn load(kv: &dyn KvStore) -> Result<View, StoreError> {
                     ));
                 }
             }
+            check_term(&entries, purged, &entry).map_err(|reason| corrupt(format!("log entry {index}"), reason))?;
             prev = Some(index);
             last = Some(index);
             entries.insert(index, entry);
@@ -182,7 +191,42 @@ fn load(kv: &dyn KvStore) -> Result<View, StoreError> {
             ));
         }
     }
+    let newest = entries.last_key_value().map(|(_, e)| e.log_id).or(purged);
+    check_vote(vote, newest).map_err(|reason| corrupt("vote".to_string(), reason))?;
     Ok(View { entries, vote, committed, purged })
+}
+
+/// Terms never decrease along a raft log: a lower term after a higher one is a tail a
+/// truncate should have removed.
+fn check_term(entries: &BTreeMap<u64, Entry>, purged: Option<LogId>, entry: &Entry) -> Result<(), String> {
+    let before = entries.last_key_value().map(|(_, e)| e.log_id).or(purged);
+    match before {
+        Some(b) if b.leader_id.term > entry.log_id.leader_id.term => Err(format!(
+            "its term {} is below term {} of entry {} before it: a truncated tail was left on disk",
+            entry.log_id.leader_id.term, b.leader_id.term, b.index
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A replica saves a leader's vote before it accepts that leader's entries, so the stored
+/// vote is never older than the last entry's term. An older one means the vote was lost.
+fn check_vote(vote: Option<Vote>, newest: Option<LogId>) -> Result<(), String> {
+    let Some(newest) = newest else {
+        return Ok(());
+    };
+    let log_term = newest.leader_id.term;
+    match vote {
+        None if log_term > 0 => {
+            Err(format!("no vote is stored but log entry {} has term {log_term}: the vote was lost", newest.index))
+        }
+        Some(v) if v.leader_id().term < log_term => Err(format!(
+            "the vote's term {} is older than term {log_term} of log entry {}: the vote was lost",
+            v.leader_id().term,
+            newest.index
+        )),
+        _ => Ok(()),
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {

@@ -5,17 +5,33 @@
 //! batch, flushes once, and then fires the acknowledgements (openraft's `LogFlushed`
 //! callbacks) in order: one fsync covers a whole burst of appends. Writing on this thread
 //! also keeps the raft task from stalling behind a flush in progress.
+//!
+//! A write that fails (a full disk) is retried, the same batch in the same order, with a
+//! growing pause, and nothing is acknowledged until it succeeds: openraft stops a replica for
+//! good on the first storage error it is told of, while a full disk usually gets space back.
+//! Meanwhile [`DiskHealth`] says the disk is failing, and the replica refuses new writes with
+//! that error. A failed sync is not retried (see [`write_retrying`]): it stops the replica.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use openraft::storage::LogFlushed;
 use tokio::sync::{mpsc, oneshot};
 
+use super::disk_health::DiskHealth;
 use super::kv::{KvError, KvStore, Space, Write};
 use crate::types::TypeConfig;
 
 /// Changes written and acknowledged after one flush, at most.
 const MAX_GROUP: usize = 4_096;
+/// First pause before retrying a failed write; it doubles up to `RETRY_MAX`.
+const RETRY_FIRST: Duration = Duration::from_millis(10);
+/// Longest pause between retries: how soon writes resume once the disk is back.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long a failing disk is retried before the error goes to openraft, which stops the
+/// replica: long enough for an operator to free space, short enough that a dead disk ends
+/// in a stopped replica rather than one that waits forever.
+const GIVE_UP: Duration = Duration::from_secs(600);
 
 enum Job {
     /// Written in order; acknowledged by `done` (if any) once durable.
@@ -37,50 +53,77 @@ fn io_error(e: &KvError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
+/// The writer thread: ends when the log store (the only sender) is dropped.
+fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let mut batch = Vec::new();
+        let mut acks = Vec::new();
+        for Job::Change { writes, done } in jobs {
+            batch.extend(writes);
+            acks.extend(done);
+        }
+        // Only acknowledgements need the disk; other changes ride along with the next
+        // flush (or sled's own, within 500 ms).
+        let result = write_retrying(store, &batch, !acks.is_empty(), health);
+        for done in acks {
+            match done {
+                Done::Appended(cb) => cb.log_io_completed(result.as_ref().map(|_| ()).map_err(io_error)),
+                Done::Barrier(tx) => {
+                    let _ = tx.send(result.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Writes (and flushes, if asked) `batch`. A failed write is retried until it succeeds or
+/// `GIVE_UP` passes: rewriting the whole batch is safe, as puts and range removes applied
+/// again in the same order leave the same records. A failed sync is not retried: after a
+/// failed `fsync` the kernel may have dropped the unwritten pages and a second `fsync` can
+/// report success for data that is gone, so the error goes to openraft, which stops the
+/// replica; a restart recovers from what is on disk and from the peers.
+fn write_retrying(store: &dyn KvStore, batch: &[Write], flush: bool, health: &DiskHealth) -> Result<(), KvError> {
+    let started = Instant::now();
+    let mut pause = RETRY_FIRST;
+    while let Err(e) = store.write(batch) {
+        if health.fail(&e) {
+            tracing::error!(error = %e, "cannot write the raft log; refusing writes and retrying until it succeeds");
+        }
+        if started.elapsed() >= GIVE_UP {
+            tracing::error!(error = %e, "the raft log could not be written for {GIVE_UP:?}; stopping the replica");
+            return Err(e);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+    if flush && let Err(e) = store.flush() {
+        health.fail(&e);
+        tracing::error!(error = %e, "cannot sync the raft log; stopping the replica (restart it to recover)");
+        return Err(e);
+    }
+    if health.recover() {
+        tracing::warn!(location = %store.location(Space::Log), "the raft log can be written again; accepting writes");
+    }
+    Ok(())
+}
+
 impl LogWriter {
-    pub(crate) fn start(kv: Arc<dyn KvStore>, queue_len: usize) -> Result<LogWriter, KvError> {
+    pub(crate) fn start(kv: Arc<dyn KvStore>, queue_len: usize, health: DiskHealth) -> Result<LogWriter, KvError> {
         if !kv.is_durable() {
             return Ok(LogWriter { tx: None, kv });
         }
-        let (tx, mut rx) = mpsc::channel::<Job>(queue_len.max(1));
+        let (tx, rx) = mpsc::channel::<Job>(queue_len.max(1));
         let store = kv.clone();
         std::thread::Builder::new()
             .name("baton-raft-log".into())
-            .spawn(move || {
-                // Ends when the log store (the only sender) is dropped.
-                while let Some(first) = rx.blocking_recv() {
-                    let mut jobs = vec![first];
-                    while jobs.len() < MAX_GROUP {
-                        match rx.try_recv() {
-                            Ok(j) => jobs.push(j),
-                            Err(_) => break,
-                        }
-                    }
-                    let mut batch = Vec::new();
-                    let mut acks = Vec::new();
-                    for Job::Change { writes, done } in jobs {
-                        batch.extend(writes);
-                        acks.extend(done);
-                    }
-                    let mut result = store.write(batch);
-                    // Only acknowledgements need the disk; other changes ride along with the
-                    // next flush (or sled's own, within 500 ms).
-                    if result.is_ok() && !acks.is_empty() {
-                        result = store.flush();
-                    }
-                    if let Err(e) = &result {
-                        tracing::error!(error = %e, "log write failed");
-                    }
-                    for done in acks {
-                        match done {
-                            Done::Appended(cb) => cb.log_io_completed(result.as_ref().map(|_| ()).map_err(io_error)),
-                            Done::Barrier(tx) => {
-                                let _ = tx.send(result.clone());
-                            }
-                        }
-                    }
-                }
-            })
+            .spawn(move || run(store.as_ref(), rx, &health))
             .map_err(|e| KvError {
                 location: kv.location(Space::Log),
                 message: format!("cannot start the log writer thread: {e}"),
@@ -91,7 +134,7 @@ impl LogWriter {
     async fn send(&self, writes: Vec<Write>, done: Option<Done>) -> Result<(), KvError> {
         match &self.tx {
             None => {
-                self.kv.write(writes)?;
+                self.kv.write(&writes)?;
                 match done {
                     Some(Done::Appended(cb)) => cb.log_io_completed(Ok(())),
                     Some(Done::Barrier(tx)) => {

@@ -1,18 +1,24 @@
 //! Durable storage: the small [`KvStore`] trait with its sled and memory implementations,
 //! and on top of it openraft's log store and state machine.
 
+mod disk_health;
 pub mod kv;
 mod kv_mem;
+mod kv_power_loss;
 mod kv_sled;
 mod log_store;
 mod log_writer;
+mod sled_sync;
 mod snapshot_record;
 mod state_machine;
 
+pub use disk_health::DiskHealth;
 pub use kv::{KvError, KvStore, Space, Write};
 pub use kv_mem::MemKv;
+pub use kv_power_loss::{PowerCut, PowerLossDisk, PowerLossKv};
 pub use kv_sled::SledKv;
 pub use log_store::{LogReader, LogStore};
+pub use sled_sync::SyncCounts;
 pub use state_machine::{SmShared, SnapshotBuilder, StateMachineStore};
 
 /// Why stored data cannot be used.

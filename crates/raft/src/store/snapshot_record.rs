@@ -35,7 +35,7 @@ impl StoredSnapshot {
             record: "snapshot".into(),
             reason: e.to_string(),
         })?;
-        kv.write(vec![Write::Put(Space::Snapshot, KEY, rec)])?;
+        kv.write(&[Write::Put(Space::Snapshot, KEY, rec)])?;
         kv.flush()?;
         Ok(())
     }

@@ -1,0 +1,107 @@
+//! The campaign guard: a replica starts an election only when a quorum of voters agrees
+//! that it may (pre-vote), because openraft 0.9 has none of its own.
+//!
+//! Without it, a replica cut off from the others keeps starting elections and raising its
+//! term; when it comes back, the higher term in its answers deposes a healthy leader and
+//! the cluster goes through an election for nothing. Here openraft's own election timer is
+//! switched off (`RuntimeConfigHandle::elect(false)`) unless the last pre-vote round won:
+//! every `heartbeat_interval_ms`, a voter that has not heard from a leader for
+//! `election_timeout_min_ms` asks the other voters whether they would take part in an
+//! election now. A voter says yes only if it has not heard from a leader for that long
+//! either, is not leading, and the asker's log is at least as long as its own. With a
+//! majority of yeses (its own included) the timer is switched on and openraft elects as
+//! usual (the real vote still checks terms and logs). A replica that cannot reach a quorum
+//! therefore never campaigns, and rejoins under the leader and term it left.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use openraft::ServerState;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::net::peers::Peers;
+use crate::types::{NodeId, Raft, RaftMetrics};
+
+/// What a replica that wants to campaign says about itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreVote {
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+}
+
+/// When this replica last heard from a leader it follows. tokio's clock, so simulated time
+/// (turmoil) is honoured.
+pub(crate) struct Campaign {
+    leader_heard_at: Mutex<Option<Instant>>,
+    /// How long without a leader before an election may start.
+    quiet: Duration,
+}
+
+impl Campaign {
+    pub(crate) fn new(election_timeout_min_ms: u64) -> Campaign {
+        Campaign { leader_heard_at: Mutex::new(None), quiet: Duration::from_millis(election_timeout_min_ms) }
+    }
+
+    pub(crate) fn leader_heard(&self) {
+        *self.leader_heard_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// No leader heard for `quiet` (or ever).
+    fn leaderless(&self) -> bool {
+        self.leader_heard_at.lock().unwrap_or_else(PoisonError::into_inner).is_none_or(|at| at.elapsed() >= self.quiet)
+    }
+
+    /// Whether this replica would take part in the asker's election now.
+    pub(crate) fn grants(&self, raft: &Raft, ask: &PreVote) -> bool {
+        let m = raft.metrics().borrow().clone();
+        m.state != ServerState::Leader
+            && self.leaderless()
+            && ask.term >= m.current_term
+            && ask.last_log_index >= m.last_log_index
+    }
+}
+
+/// Runs the guard until the replica shuts down (its metrics channel closes).
+pub(crate) fn start(raft: Raft, campaign: Arc<Campaign>, peers: Arc<Peers>, self_id: NodeId, every: Duration) {
+    raft.runtime_config().elect(false);
+    let mut metrics = raft.metrics();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                closed = closed(&mut metrics) => if closed { return },
+            }
+            let allow = may_campaign(&raft, &campaign, &peers, self_id, every).await;
+            raft.runtime_config().elect(allow);
+        }
+    });
+}
+
+/// Completes when the metrics channel closes (true) — never otherwise.
+async fn closed(metrics: &mut watch::Receiver<RaftMetrics>) -> bool {
+    while metrics.changed().await.is_ok() {}
+    true
+}
+
+/// One guard round: may openraft start an election now?
+async fn may_campaign(raft: &Raft, campaign: &Campaign, peers: &Peers, self_id: NodeId, timeout: Duration) -> bool {
+    let m = raft.metrics().borrow().clone();
+    if m.state == ServerState::Leader || !campaign.leaderless() {
+        return false;
+    }
+    let membership = m.membership_config.membership();
+    let voters: BTreeMap<NodeId, String> =
+        membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone()))).collect();
+    if !voters.contains_key(&self_id) {
+        return false;
+    }
+    let ask = PreVote { term: m.current_term + 1, last_log_index: m.last_log_index };
+    let asks =
+        voters.iter().filter(|(id, _)| **id != self_id).map(|(id, addr)| peers.pre_vote(*id, addr, &ask, timeout));
+    let yes = 1 + futures::future::join_all(asks).await.into_iter().filter(|granted| *granted).count();
+    yes * 2 > voters.len()
+}

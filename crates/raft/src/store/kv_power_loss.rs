@@ -1,0 +1,233 @@
+//! A simulated disk for power-loss tests: it keeps what was synced and loses, at a power
+//! cut, any suffix of what was not.
+//!
+//! A [`PowerLossDisk`] outlives the replicas that use it. Each start takes a fresh
+//! [`PowerLossKv`] handle from it. [`PowerLossDisk::power_loss`] keeps every flushed write,
+//! keeps a prefix of the unflushed ones (the page cache got that far before the power went),
+//! drops the rest, and cuts off every handle taken before it: a writer thread of the dead
+//! replica that is still running afterwards fails instead of writing to the next life's disk.
+//! Which prefix survives is chosen by the caller's random number, so a seed replays a run.
+//!
+//! Unflushed writes are lost in whole groups: a group is the run of one batch's writes to
+//! one space, which the real store applies atomically (see [`KvStore::write`]).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::kv::{KvError, KvStore, Space, Write};
+
+type Records = BTreeMap<(Space, u64), Vec<u8>>;
+
+#[derive(Default)]
+struct Disk {
+    /// What a power cut keeps.
+    synced: Records,
+    /// What readers see: `synced` with every group in `unsynced` applied.
+    visible: Records,
+    /// Groups written since the last flush, oldest first.
+    unsynced: Vec<Vec<Write>>,
+    /// Bumped at every power cut; handles of an older life fail.
+    life: u64,
+    flushes: u64,
+}
+
+/// One simulated disk, shared by every life of one replica.
+#[derive(Clone, Default)]
+pub struct PowerLossDisk {
+    disk: Arc<Mutex<Disk>>,
+    name: String,
+}
+
+/// What a power cut did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerCut {
+    /// Unflushed write groups that reached the disk anyway.
+    pub kept_groups: usize,
+    /// Unflushed write groups lost.
+    pub lost_groups: usize,
+}
+
+/// A handle on a [`PowerLossDisk`] for one life of a replica.
+pub struct PowerLossKv {
+    disk: PowerLossDisk,
+    life: u64,
+}
+
+fn apply(records: &mut Records, group: &[Write]) {
+    for w in group {
+        match w {
+            Write::Put(space, key, value) => {
+                records.insert((*space, *key), value.clone());
+            }
+            Write::Remove(space, keys) if keys.start < keys.end => {
+                let doomed: Vec<(Space, u64)> =
+                    records.range((*space, keys.start)..(*space, keys.end)).map(|(k, _)| *k).collect();
+                for k in doomed {
+                    records.remove(&k);
+                }
+            }
+            Write::Remove(..) => {}
+        }
+    }
+}
+
+/// Splits a batch into runs of consecutive writes to one space.
+fn groups(batch: &[Write]) -> Vec<Vec<Write>> {
+    let mut out: Vec<Vec<Write>> = Vec::new();
+    for w in batch.iter().cloned() {
+        let space = space_of(&w);
+        match out.last_mut() {
+            Some(g) if space_of(&g[0]) == space => g.push(w),
+            _ => out.push(vec![w]),
+        }
+    }
+    out
+}
+
+fn space_of(w: &Write) -> Space {
+    match w {
+        Write::Put(s, _, _) | Write::Remove(s, _) => *s,
+    }
+}
+
+impl PowerLossDisk {
+    /// An empty disk; `name` appears in error messages.
+    pub fn new(name: impl Into<String>) -> PowerLossDisk {
+        PowerLossDisk { disk: Arc::default(), name: name.into() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Disk> {
+        // Every mutation below completes or leaves the maps as they were before it.
+        self.disk.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A handle for the next life of the replica.
+    pub fn open(&self) -> PowerLossKv {
+        PowerLossKv { disk: self.clone(), life: self.lock().life }
+    }
+
+    /// Cuts the power: keeps the synced records and the first `random % (unsynced + 1)`
+    /// unsynced groups, loses the rest, and ends the current life.
+    pub fn power_loss(&self, random: u64) -> PowerCut {
+        let mut d = self.lock();
+        let unsynced = std::mem::take(&mut d.unsynced);
+        let keep = usize::try_from(random % (unsynced.len() as u64 + 1)).expect("at most the group count");
+        for g in &unsynced[..keep] {
+            apply(&mut d.synced, g);
+        }
+        d.visible = d.synced.clone();
+        d.life += 1;
+        PowerCut { kept_groups: keep, lost_groups: unsynced.len() - keep }
+    }
+
+    /// Flushes so far, over every life.
+    pub fn flushes(&self) -> u64 {
+        self.lock().flushes
+    }
+}
+
+impl PowerLossKv {
+    fn live(&self) -> Result<MutexGuard<'_, Disk>, KvError> {
+        let d = self.disk.lock();
+        if d.life != self.life {
+            return Err(KvError {
+                location: self.disk.name.clone(),
+                message: "the power was cut: this handle belongs to an earlier life".into(),
+            });
+        }
+        Ok(d)
+    }
+}
+
+impl KvStore for PowerLossKv {
+    fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, KvError> {
+        Ok(self.live()?.visible.get(&(space, key)).cloned())
+    }
+
+    fn scan(&self, space: Space, keys: Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, KvError> {
+        if keys.start >= keys.end {
+            return Ok(Vec::new());
+        }
+        let d = self.live()?;
+        Ok(d.visible
+            .range((space, keys.start)..(space, keys.end))
+            .take(limit)
+            .map(|((_, k), v)| (*k, v.clone()))
+            .collect())
+    }
+
+    fn last(&self, space: Space) -> Result<Option<(u64, Vec<u8>)>, KvError> {
+        let d = self.live()?;
+        Ok(d.visible.range((space, 0)..=(space, u64::MAX)).next_back().map(|((_, k), v)| (*k, v.clone())))
+    }
+
+    fn write(&self, batch: &[Write]) -> Result<(), KvError> {
+        let mut d = self.live()?;
+        for g in groups(batch) {
+            apply(&mut d.visible, &g);
+            d.unsynced.push(g);
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), KvError> {
+        let mut d = self.live()?;
+        let unsynced = std::mem::take(&mut d.unsynced);
+        for g in &unsynced {
+            apply(&mut d.synced, g);
+        }
+        d.flushes += 1;
+        Ok(())
+    }
+
+    fn close(&self) -> Result<(), KvError> {
+        self.flush()
+    }
+
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    fn location(&self, space: Space) -> String {
+        format!("{} ({})", self.disk.name, space.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: u64) -> Write {
+        Write::Put(Space::Log, key, vec![key as u8])
+    }
+
+    fn keys(kv: &PowerLossKv) -> Vec<u64> {
+        kv.scan(Space::Log, 0..u64::MAX, usize::MAX).unwrap().into_iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn a_power_cut_keeps_what_was_flushed_and_a_prefix_of_the_rest() {
+        let disk = PowerLossDisk::new("disk r1");
+        let kv = disk.open();
+        kv.write(&[put(1), put(2)]).unwrap();
+        kv.flush().unwrap();
+        kv.write(&[put(3)]).unwrap();
+        kv.write(&[Write::Put(Space::Meta, 1, vec![9]), put(4)]).unwrap();
+        // Three unflushed groups: [3], [meta], [4]; keep the first.
+        assert_eq!(disk.power_loss(1), PowerCut { kept_groups: 1, lost_groups: 2 });
+        let next = disk.open();
+        assert_eq!(keys(&next), vec![1, 2, 3]);
+        assert_eq!(next.get(Space::Meta, 1).unwrap(), None);
+    }
+
+    #[test]
+    fn a_handle_of_an_earlier_life_cannot_write() {
+        let disk = PowerLossDisk::new("disk r1");
+        let old = disk.open();
+        disk.power_loss(0);
+        let err = old.write(&[put(1)]).unwrap_err();
+        assert!(err.to_string().contains("earlier life"), "{err}");
+        assert!(keys(&disk.open()).is_empty());
+    }
+}
