@@ -46,11 +46,12 @@ pub struct Timing {
     pub cycle_interval_ms: u64,
     pub heartbeat_timeout_ms: u64,
     pub resend_ms: u64,
+    pub lease_ms: u64,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing { cycle_interval_ms: 50, heartbeat_timeout_ms: 3000, resend_ms: 500 }
+        Timing { cycle_interval_ms: 50, heartbeat_timeout_ms: 3000, resend_ms: 500, lease_ms: 1_200 }
     }
 }
 
@@ -160,6 +161,8 @@ impl Cluster {
                 &t.heartbeat_timeout_ms.to_string(),
                 "--resend-ms",
                 &t.resend_ms.to_string(),
+                "--lease-ms",
+                &t.lease_ms.to_string(),
             ]);
             let mut p = Proc::new(args, c.path(&format!("replica-{id}.log")));
             p.spawn(baton);
@@ -302,7 +305,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);
         let mut c = self.client().await;
         loop {
-            if let Ok(j) = c.get_job(JobRef { name: job.into() }).await {
+            if let Ok(j) = c.get_job(JobRef { name: job.into(), ..Default::default() }).await {
                 let j = j.into_inner();
                 if ok(&j) {
                     return j;

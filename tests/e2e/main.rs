@@ -66,7 +66,7 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     assert_eq!(j.attempt, 1);
     let lines = std::fs::read_to_string(&starts).unwrap();
     assert_eq!(lines.lines().count(), 1, "the job started once: {lines:?}");
-    api.cancel_job(JobRef { name: "long".into() }).await.unwrap();
+    api.cancel_job(JobRef { name: "long".into(), ..Default::default() }).await.unwrap();
 }
 
 async fn wait_file_lines(path: &std::path::Path, n: usize) {

@@ -130,9 +130,13 @@ async fn step(c: &mut Cluster, a: &Action) {
         }
         Action::Finish(j) => touch(c, &format!("finish-{}", j.v)),
         Action::Fail(j) => touch(c, &format!("fail-{}", j.v)),
-        Action::Cancel(j) => drop(api.cancel_job(JobRef { name: j.v.to_string() }).await.unwrap()),
-        Action::Pause(j) => drop(api.pause_job(JobRef { name: j.v.to_string() }).await.unwrap()),
-        Action::Resume(j) => drop(api.resume_job(JobRef { name: j.v.to_string() }).await.unwrap()),
+        Action::Cancel(j) => {
+            drop(api.cancel_job(JobRef { name: j.v.to_string(), ..Default::default() }).await.unwrap())
+        }
+        Action::Pause(j) => drop(api.pause_job(JobRef { name: j.v.to_string(), ..Default::default() }).await.unwrap()),
+        Action::Resume(j) => {
+            drop(api.resume_job(JobRef { name: j.v.to_string(), ..Default::default() }).await.unwrap())
+        }
         Action::Cordon(n) => drop(api.cordon(CordonRequest { node: n.v.to_string(), cordoned: true }).await.unwrap()),
         Action::Uncordon(n) => {
             drop(api.cordon(CordonRequest { node: n.v.to_string(), cordoned: false }).await.unwrap())

@@ -110,7 +110,7 @@ async fn stamp(path: PathBuf) -> Result<f64, String> {
 }
 
 async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> {
-    c.cancel_job(JobRef { name: name.into() }).await.map_err(|e| e.message().to_string())?;
+    c.cancel_job(JobRef { name: name.into(), ..Default::default() }).await.map_err(|e| e.message().to_string())?;
     Ok(())
 }
 

@@ -38,6 +38,10 @@ pub struct ServerArgs {
     /// The leader re-sends each agent its directive at least this often.
     #[arg(long, default_value_t = ServerSettings::default().resend_ms)]
     pub resend_ms: u64,
+    /// How long an acknowledged report keeps an agent's lease; an agent that has none
+    /// checkpoints-then-stops its work. At most half of --heartbeat-timeout-ms.
+    #[arg(long, default_value_t = ServerSettings::default().lease_ms)]
+    pub lease_ms: u64,
     /// Raft election timeout, lower bound (the upper bound is twice it).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
@@ -68,6 +72,7 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
         cycle_interval_ms: a.cycle_interval_ms,
         heartbeat_timeout_ms: a.heartbeat_timeout_ms,
         resend_ms: a.resend_ms,
+        lease_ms: a.lease_ms,
         ..ServerSettings::default()
     };
     Ok(ServerConfig { replica, bootstrap, settings })

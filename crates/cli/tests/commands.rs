@@ -434,3 +434,16 @@ fn cohorts_and_classes_are_created_after_checking_names() {
     assert_eq!(out, "no priority classes\n");
     assert_eq!(fake.state().calls, vec!["ListCohorts", "PutCohort", "ListClasses"]);
 }
+
+#[test]
+fn cancel_resolves_the_name_once_and_acts_on_the_id() {
+    let fake = two_jobs();
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["cancel", "eval-7", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("cancelled"), "{out}");
+    let s = fake.state();
+    assert_eq!(s.calls, vec!["GetJob", "CancelJob"]);
+    // A retry of this request could not reach a newer job named eval-7: it names id 2.
+    assert_eq!(s.acted_on, vec![v1::JobRef { name: "eval-7".into(), id: 2 }]);
+}

@@ -57,15 +57,17 @@ pub enum Op {
         spec: JobSpec,
         request_id: Option<String>,
     },
+    /// Cancel, pause and resume name the job by id, resolved once by the client: a retried
+    /// command never reaches a newer job that reused the name.
     Cancel {
-        job: Name,
+        job: JobId,
     },
     /// Checkpoint a running job and hold it until `Resume`.
     Pause {
-        job: Name,
+        job: JobId,
     },
     Resume {
-        job: Name,
+        job: JobId,
     },
     /// An agent saw the job's process exit on its own.
     JobExited {
@@ -84,6 +86,14 @@ pub enum Op {
     JobCheckpointed {
         job: JobId,
         attempt: u32,
+    },
+    /// One agent report: what `node`'s replicas did, per rank, applied as one command. Each
+    /// observation is checked against the placement (the attempt runs that rank on that
+    /// node); the gang rules (rank 0's exit ends the job, a stop completes when every rank
+    /// has stopped or exited 0) are applied here, so they survive a failover.
+    Report {
+        node: Name,
+        observations: Vec<Observed>,
     },
     ApplyPlan(Plan),
     /// Time passes: reservations whose victims outlived every bound are dropped.
@@ -110,8 +120,42 @@ impl Op {
             Op::JobExited { .. } => "JobExited",
             Op::JobStopped { .. } => "JobStopped",
             Op::JobCheckpointed { .. } => "JobCheckpointed",
+            Op::Report { .. } => "Report",
             Op::ApplyPlan(_) => "ApplyPlan",
             Op::Tick => "Tick",
+        }
+    }
+}
+
+/// What an agent saw one rank of a job attempt do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Observed {
+    /// The rank's process exited on its own.
+    Exited { job: JobId, attempt: u32, rank: u32, exit_code: i32 },
+    /// The rank stopped after a STOP or SUSPEND (or its lease ran out).
+    Stopped { job: JobId, attempt: u32, rank: u32, checkpointed: bool },
+    /// The job wrote a checkpoint while it keeps running.
+    Checkpointed { job: JobId, attempt: u32 },
+    /// The rank's processes survived SIGKILL: the node takes no new work until a person
+    /// fixes it. Accepted for any attempt of a known job (the process is real either way).
+    Unkillable { job: JobId, attempt: u32, rank: u32, reason: String },
+    /// The agent runs this rank although the leader's directive does not place it there (it
+    /// is told to stop it): recorded as an event on the job, nothing else changes.
+    Stray { job: JobId, attempt: u32, rank: u32 },
+    /// The agent listed this rank as running, then stopped listing it for `missing_ms`
+    /// without reporting an exit: the job goes back to the queue from its last checkpoint.
+    Vanished { job: JobId, attempt: u32, rank: u32, missing_ms: u64 },
+}
+
+impl Observed {
+    pub fn job(&self) -> JobId {
+        match self {
+            Observed::Exited { job, .. }
+            | Observed::Stopped { job, .. }
+            | Observed::Checkpointed { job, .. }
+            | Observed::Unkillable { job, .. }
+            | Observed::Stray { job, .. }
+            | Observed::Vanished { job, .. } => *job,
         }
     }
 }
@@ -129,6 +173,11 @@ pub enum Outcome {
         accepted: u32,
         /// Index of each rejected decision and why.
         rejected: Vec<(u32, String)>,
+    },
+    /// A report was applied; each observation it ignored (stale or not placed on the
+    /// reporting node), by index, and why.
+    Reported {
+        ignored: Vec<(u32, String)>,
     },
 }
 

@@ -20,6 +20,8 @@ pub enum ApplyError {
     StaleAttempt { job: u64, attempt: u32, current: u32 },
     #[error("limit reached: {0}")]
     Limit(String),
+    #[error("job {job} attempt {attempt} runs no {what} on node {node:?}")]
+    NotPlaced { job: u64, attempt: u32, what: String, node: String },
 }
 
 impl ApplyError {

@@ -32,6 +32,9 @@ pub enum EventKind {
         checkpointed: bool,
     },
     Requeued,
+    /// A replica of the job runs on a node where the model does not place it; its agent is
+    /// told to stop it (recorded, nothing else changes).
+    Stray,
     Suspended {
         by: Name,
     },
@@ -48,6 +51,8 @@ pub enum EventKind {
     NodeReady,
     NodeCordoned,
     NodeUncordoned,
+    /// A process on the node could not be killed; the node takes no new work.
+    NodeUnhealthy,
     QueueUpdated {
         queue: Name,
     },
@@ -61,6 +66,7 @@ impl EventKind {
             EventKind::Preempted { .. } => "Preempted",
             EventKind::Stopped { .. } => "Stopped",
             EventKind::Requeued => "Requeued",
+            EventKind::Stray => "Stray",
             EventKind::Suspended { .. } => "Suspended",
             EventKind::Resumed => "Resumed",
             EventKind::Paused => "Paused",
@@ -73,6 +79,7 @@ impl EventKind {
             EventKind::NodeReady => "NodeReady",
             EventKind::NodeCordoned => "NodeCordoned",
             EventKind::NodeUncordoned => "NodeUncordoned",
+            EventKind::NodeUnhealthy => "NodeUnhealthy",
             EventKind::QueueUpdated { .. } => "QueueUpdated",
         }
     }

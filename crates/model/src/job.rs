@@ -178,6 +178,10 @@ pub struct Job {
     /// Last start, resume or checkpoint: work after it is lost if the job is killed.
     pub progress_mark_ms: u64,
     pub stopping: Option<Stopping>,
+    /// Ranks of the current attempt that have ended without ending the job (stopped, or
+    /// exited 0 while rank 0 runs on), and whether each left a checkpoint. A stop completes
+    /// once every rank is here; replicated, so the tally survives a failover.
+    pub ended_ranks: BTreeMap<u32, bool>,
     /// The job that last preempted this one, until it starts again.
     pub preempted_by: Option<JobId>,
     /// While Suspended: the preemptor its resources are lent to.
@@ -194,6 +198,19 @@ pub struct Job {
 }
 
 impl Job {
+    /// The replica of the current attempt at `rank`: ranks number the replicas in
+    /// (task, replica) order, as agents see them.
+    pub fn replica_at(&self, rank: u32) -> Option<&ReplicaAlloc> {
+        self.ranked().into_iter().nth(rank as usize)
+    }
+
+    /// The current attempt's replicas in rank order.
+    pub fn ranked(&self) -> Vec<&ReplicaAlloc> {
+        let mut replicas: Vec<&ReplicaAlloc> = self.replicas.iter().collect();
+        replicas.sort_by_key(|r| (r.task, r.index));
+        replicas
+    }
+
     /// GPUs held by the current attempt.
     pub fn gpus(&self) -> u64 {
         self.replicas.iter().map(|r| r.gpus.len() as u64).sum()

@@ -33,6 +33,9 @@ pub const MAX_LABEL_LEN: usize = 253;
 pub const MAX_MESSAGE_LEN: usize = 512;
 /// Length of a client request id.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
+/// Observations one agent report commits in one command (bounds a log entry); a longer
+/// report is committed in several commands of this size.
+pub const MAX_OBSERVATIONS_PER_REPORT: usize = 4_096;
 /// Decisions in one plan: bounds the size of one replicated log entry.
 pub const MAX_DECISIONS_PER_PLAN: usize = 100_000;
 /// A grace period, checkpoint time or minimum runtime may not exceed a week.

@@ -46,11 +46,14 @@ pub struct Node {
     pub status: NodeStatus,
     /// No new work is placed on a cordoned node; what runs there keeps running.
     pub cordoned: bool,
+    /// Why the node needs a person: a process there survived SIGKILL, so its GPUs cannot be
+    /// given to anyone. No new work is placed here until `uncordon` clears it.
+    pub unhealthy: Option<String>,
 }
 
 impl Node {
     /// New work may be placed here.
     pub fn schedulable(&self) -> bool {
-        self.status == NodeStatus::Ready && !self.cordoned
+        self.status == NodeStatus::Ready && !self.cordoned && self.unhealthy.is_none()
     }
 }

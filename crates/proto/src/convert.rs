@@ -11,7 +11,7 @@ use baton_model::event::{Event, EventKind};
 use baton_model::job::{Job, JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
-use baton_model::node::{GpuInfo, Node, NodeSpec};
+use baton_model::node::{GpuInfo, Node, NodeSpec, NodeStatus};
 use baton_model::queue::{
     BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, WithinQueue,
 };
@@ -342,12 +342,16 @@ pub fn node_to_proto(n: &Node) -> v1::Node {
         labels: s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         resources: Some(resources_to_proto(&s.resources)),
         gpus: s.gpus.iter().map(gpu_to_proto).collect(),
-        status: format!("{:?}", n.status),
+        status: match (&n.unhealthy, n.status) {
+            (Some(_), NodeStatus::Ready) => "Unhealthy".into(),
+            (_, status) => format!("{status:?}"),
+        },
         cordoned: n.cordoned,
         used: None,
         jobs: Vec::new(),
         last_seen_ms_ago: None,
         agent_addr: s.agent_addr.clone(),
+        unhealthy: n.unhealthy.clone().unwrap_or_default(),
     }
 }
 

@@ -117,10 +117,9 @@ pub fn full_cluster() -> State {
     submit_backlog(&mut s, 50_000, 7);
     let plan = cycle(&s, NOW_MS);
     apply(&mut s, Op::ApplyPlan(plan));
-    let pending: Vec<Name> =
-        s.jobs().values().filter(|j| j.state == JobState::Pending).map(|j| j.spec.name.clone()).collect();
-    for name in pending {
-        apply(&mut s, Op::Cancel { job: name });
+    let pending: Vec<_> = s.jobs().values().filter(|j| j.state == JobState::Pending).map(|j| j.id).collect();
+    for job in pending {
+        apply(&mut s, Op::Cancel { job });
     }
     let gang = job("big-gang".into(), "urgent".into(), "interactive", 8, 8);
     apply(&mut s, Op::Submit { spec: gang, request_id: None });

@@ -55,7 +55,8 @@ fn bench_preempt(c: &mut Criterion) {
     g.bench_function("64-gpu-gang-full-cluster", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
     // The same cycle with nothing pending: what every cycle costs before any planning.
     let mut idle = s.clone();
-    apply(&mut idle, baton_model::command::Op::Cancel { job: baton_model::name::Name::lit("big-gang") });
+    let gang = idle.job_by_name("big-gang").expect("the gang was submitted").id;
+    apply(&mut idle, baton_model::command::Op::Cancel { job: gang });
     g.bench_function("full-cluster-nothing-pending", |b| b.iter(|| black_box(cycle(black_box(&idle), NOW_MS))));
     g.finish();
 }

@@ -48,7 +48,8 @@ fn main() {
         let full = full_cluster();
         println!("gang cycle {}", timed(|| measured(&full)));
         let mut idle = full.clone();
-        apply(&mut idle, Op::Cancel { job: baton_model::name::Name::lit("big-gang") });
+        let gang = idle.job_by_name("big-gang").expect("the gang was submitted").id;
+        apply(&mut idle, Op::Cancel { job: gang });
         println!("same cycle, nothing pending {}", timed(|| cycle(&idle, NOW_MS)));
         println!("ledger clone, gang state {}", timed(|| full.ledger().clone()));
         println!("ledger clone, idle state {}", timed(|| idle.ledger().clone()));
@@ -83,7 +84,8 @@ fn main() {
     if nodes == 10_000 {
         let full = full_cluster();
         let mut idle = full.clone();
-        apply(&mut idle, Op::Cancel { job: baton_model::name::Name::lit("big-gang") });
+        let gang = idle.job_by_name("big-gang").expect("the gang was submitted").id;
+        apply(&mut idle, Op::Cancel { job: gang });
         let t = Instant::now();
         for _ in 0..10 {
             std::hint::black_box(cycle(&idle, NOW_MS));

@@ -446,9 +446,18 @@ fn run(w: &World) -> Result<State, String> {
                 }
                 _ => Ok(()),
             },
-            OpGen::Cancel(i) => cmd(&mut s, now_ms, Op::Cancel { job: pick(*i) }).map(drop),
-            OpGen::Pause(i) => cmd(&mut s, now_ms, Op::Pause { job: pick(*i) }).map(drop),
-            OpGen::Resume(i) => cmd(&mut s, now_ms, Op::Resume { job: pick(*i) }).map(drop),
+            OpGen::Cancel(i) | OpGen::Pause(i) | OpGen::Resume(i) => match s.job_by_name(pick(*i).as_str()) {
+                Some(j) => {
+                    let job = j.id;
+                    let op = match op {
+                        OpGen::Cancel(_) => Op::Cancel { job },
+                        OpGen::Pause(_) => Op::Pause { job },
+                        _ => Op::Resume { job },
+                    };
+                    cmd(&mut s, now_ms, op).map(drop)
+                }
+                None => Ok(()),
+            },
             OpGen::NodeDown(i) => {
                 let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
                 cmd(&mut s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Lost }).map(drop)

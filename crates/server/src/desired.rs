@@ -1,7 +1,7 @@
 //! What each node should be running, computed from the replicated state alone: the agent
 //! protocol is declarative, so a new leader only has to compute this again and send it.
 //!
-//! A pure function of `&State` and the time, tested without any IO.
+//! A pure function of `&State`, tested without any IO.
 
 use std::collections::BTreeMap;
 
@@ -12,13 +12,15 @@ use baton_proto::v1::{Action, Assignment};
 
 /// Every node with something to run, stop or keep suspended, and its assignments ordered
 /// by (job id, rank). Nodes without work are absent (their agents get an empty directive).
-pub fn desired(state: &State, now_ms: u64) -> BTreeMap<Name, Vec<Assignment>> {
+pub fn desired(state: &State) -> BTreeMap<Name, Vec<Assignment>> {
     let mut out: BTreeMap<Name, Vec<Assignment>> = BTreeMap::new();
     for job in state.jobs().values() {
         let Some(action) = action(job) else { continue };
-        let grace_ms = job.stopping.map_or(0, |s| s.deadline_ms.saturating_sub(now_ms));
-        let mut replicas: Vec<_> = job.replicas.iter().collect();
-        replicas.sort_by_key(|r| (r.task, r.index));
+        // The granted grace as a duration: the agent counts it from when it first acts on
+        // the stop, so no leader's clock (nor a failover) shortens it.
+        let grace_ms = job.stopping.map_or(0, |s| s.deadline_ms.saturating_sub(s.requested_ms));
+        // The model's rank order: its gang rules check reports against it.
+        let replicas = job.ranked();
         let world_size = replicas.len() as u32;
         for (rank, r) in replicas.into_iter().enumerate() {
             let a = Assignment {

@@ -4,13 +4,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_model::command::{Command, Op};
+use baton_model::command::{Command, Observed, Op, Outcome};
 use baton_model::error::ApplyError;
+use baton_model::limits::MAX_OBSERVATIONS_PER_REPORT;
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
 use baton_proto::v1::agent_gateway_server::AgentGateway;
-use baton_proto::v1::{AttachRequest, Directive, Exited, ReportReply, ReportRequest, Stopped, observation::What};
+use baton_proto::v1::{AttachRequest, Directive, Observation, ReportReply, ReportRequest, observation::What};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -32,7 +33,9 @@ impl AgentGateway for Gateway {
 
     async fn attach(&self, req: Request<AttachRequest>) -> Result<Response<DirectiveStream>, Status> {
         let term = self.ctx.require_leader()?;
-        let info = req.into_inner().node.ok_or_else(|| Status::invalid_argument("node: missing"))?;
+        let req = req.into_inner();
+        not_deposed(req.term_seen, term)?;
+        let info = req.node.ok_or_else(|| Status::invalid_argument("node: missing"))?;
         let spec = node_from_agent(&info).map_err(status::from_convert)?;
         self.register(&spec).await?;
         let node = spec.name.clone();
@@ -46,30 +49,42 @@ impl AgentGateway for Gateway {
     async fn report(&self, req: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
         let term = self.ctx.require_leader()?;
         let req = req.into_inner();
+        not_deposed(req.term_seen, term)?;
         let node = convert::name(&req.node, "node").map_err(status::from_convert)?;
+        let status = self.ctx.replica.read_local(|s| s.nodes().get(&node).map(|n| n.status));
+        let Some(status) = status else {
+            // Only registered nodes are tracked, so the heartbeat map stays bounded by them.
+            return Err(Status::not_found(format!("node {:?} is not registered; attach first", node.as_str())));
+        };
         self.ctx.liveness.touch(&node);
-        let lost = self.ctx.replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
-        if lost == Some(true) {
+        if status == NodeStatus::Lost {
             self.write(Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await?;
         }
-        for o in req.observations {
-            match o.what {
-                Some(What::Exited(e)) => self.exited(e).await?,
-                Some(What::Stopped(s)) => self.stopped(s).await?,
-                Some(What::Checkpointed(c)) => {
-                    self.write(Op::JobCheckpointed { job: c.job_id, attempt: c.attempt }).await?
-                }
-                Some(What::Unkillable(u)) => {
-                    tracing::error!(node = %node, job_id = u.job_id, attempt = u.attempt, rank = u.rank, reason = u.reason, "a replica cannot be killed")
-                }
-                None => return Err(Status::invalid_argument("observations: an observation without a kind")),
+        let strays = match self.ctx.hub.current(&node, term) {
+            Some(published) => {
+                let settle = Duration::from_millis(self.ctx.settings.resend_ms);
+                let bound = Duration::from_millis(self.ctx.settings.heartbeat_timeout_ms);
+                let mut found = self.ctx.strays.check(&node, &published, &req.running, settle);
+                found.extend(self.ctx.vanished.check(&node, &published, &req.running, bound));
+                found
             }
-        }
-        Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms: 0 }))
+            None => Vec::new(),
+        };
+        self.observe(&node, req.observations, strays).await?;
+        let lease_ms = self.lease().await;
+        Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms }))
     }
 }
 
 impl Gateway {
+    /// The lease a report's answer grants: only after this replica has confirmed with a
+    /// quorum that it still leads (a linearizable read, bounded by the lease itself), so a
+    /// deposed or cut-off leader renews nothing.
+    async fn lease(&self) -> u64 {
+        let lease_ms = self.ctx.settings.lease_ms;
+        if self.ctx.quorum.confirm(&self.ctx.replica, Duration::from_millis(lease_ms)).await { lease_ms } else { 0 }
+    }
+
     /// Registers the node unless the state already has it, ready, with the same facts.
     async fn register(&self, spec: &NodeSpec) -> Result<(), Status> {
         let known = self.ctx.replica.read_local(|s| {
@@ -78,58 +93,104 @@ impl Gateway {
         if known {
             return Ok(());
         }
-        self.write(Op::RegisterNode(spec.clone())).await
+        self.write(Op::RegisterNode(spec.clone())).await.map(drop)
     }
 
-    /// The first rank's exit code is the job's; any other rank failing fails the job.
-    async fn exited(&self, e: Exited) -> Result<(), Status> {
-        if e.rank != 0 && e.exit_code == 0 {
-            return Ok(());
+    /// Commits a report's observations, and the strays found in its running list, as one
+    /// command per `MAX_OBSERVATIONS_PER_REPORT` (the model checks each against the
+    /// placement and applies the gang rules).
+    async fn observe(&self, node: &Name, observations: Vec<Observation>, strays: Vec<Observed>) -> Result<(), Status> {
+        let mut observed = Vec::with_capacity(observations.len() + strays.len());
+        for o in observations {
+            match o.what {
+                Some(What::Exited(e)) => observed.push(Observed::Exited {
+                    job: e.job_id,
+                    attempt: e.attempt,
+                    rank: e.rank,
+                    exit_code: e.exit_code,
+                }),
+                Some(What::Stopped(s)) => observed.push(Observed::Stopped {
+                    job: s.job_id,
+                    attempt: s.attempt,
+                    rank: s.rank,
+                    checkpointed: s.checkpointed,
+                }),
+                Some(What::Checkpointed(c)) => {
+                    observed.push(Observed::Checkpointed { job: c.job_id, attempt: c.attempt })
+                }
+                Some(What::Unkillable(u)) => {
+                    tracing::error!(node = %node, job_id = u.job_id, attempt = u.attempt, rank = u.rank, reason = u.reason, "a replica cannot be killed; the node takes no new work");
+                    observed.push(Observed::Unkillable {
+                        job: u.job_id,
+                        attempt: u.attempt,
+                        rank: u.rank,
+                        reason: u.reason,
+                    })
+                }
+                None => return Err(Status::invalid_argument("observations: an observation without a kind")),
+            }
         }
-        self.write(Op::JobExited { job: e.job_id, attempt: e.attempt, exit_code: e.exit_code }).await
-    }
-
-    async fn stopped(&self, s: Stopped) -> Result<(), Status> {
-        let world = self.ctx.replica.read_local(|st| st.job(s.job_id).map(|j| j.replicas.len() as u32));
-        let Some(world) = world else { return Ok(()) };
-        match self.ctx.stops.record(s.job_id, s.attempt, s.rank, world, s.checkpointed) {
-            Some(checkpointed) => self.write(Op::JobStopped { job: s.job_id, attempt: s.attempt, checkpointed }).await,
-            None => Ok(()),
+        for stray in strays {
+            tracing::warn!(node = %node, observation = ?stray, "what the agent runs differs from its directive");
+            observed.push(stray);
         }
+        for chunk in observed.chunks(MAX_OBSERVATIONS_PER_REPORT) {
+            let op = Op::Report { node: node.clone(), observations: chunk.to_vec() };
+            if let Some(Outcome::Reported { ignored }) = self.write(op).await? {
+                for (i, why) in ignored {
+                    tracing::info!(node = %node, observation = ?chunk[i as usize], why, "agent observation ignored");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Commits `op`. A report the state has moved past (a stale attempt, a job no longer
     /// in that state) is acknowledged: telling the agent again would change nothing.
-    async fn write(&self, op: Op) -> Result<(), Status> {
+    async fn write(&self, op: Op) -> Result<Option<Outcome>, Status> {
         let name = op.name();
         match self.ctx.replica.write(Command { now_ms: now_ms(), op }).await.map_err(status::from_write)? {
-            Ok(_) => Ok(()),
+            Ok(applied) => Ok(Some(applied.outcome)),
             Err(e @ (ApplyError::StaleAttempt { .. } | ApplyError::WrongState { .. } | ApplyError::Unknown { .. })) => {
                 tracing::debug!(op = name, error = %e, "agent report already overtaken");
-                Ok(())
+                Ok(None)
             }
             Err(e) => Err(status::from_apply(e)),
         }
     }
 }
 
-/// Sends the node's directive now, on every change, and every `resend_ms`; ends when the
-/// agent goes or this replica stops leading in `term`.
+/// Refuses an agent that has seen a term above this replica's: a newer leader exists, so
+/// this one is deposed whether or not it has heard of it yet.
+fn not_deposed(term_seen: u64, term: u64) -> Result<(), Status> {
+    if term_seen > term {
+        return Err(Status::failed_precondition(format!(
+            "this replica is deposed: the agent has seen term_seen {term_seen}, above this leader's term {term}"
+        )));
+    }
+    Ok(())
+}
+
+/// Sends the node's directive once this term has published it, then on every change and
+/// every `resend_ms`; ends when the agent goes or this replica stops leading in `term`.
+/// Until the first publish nothing is sent: the agent holds what it runs.
 async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sender<Result<Directive, Status>>) {
     let mut assignments = ctx.hub.subscribe(&node);
     let mut leading = ctx.hub.leading();
     let mut closing = ctx.closing.subscribe();
     let resend = Duration::from_millis(ctx.settings.resend_ms);
     loop {
-        let directive = Directive {
-            term,
-            leader_id: ctx.replica.id(),
-            assignments: ctx.hub.current(&node).as_ref().clone(),
-            heartbeat_timeout_ms: ctx.settings.heartbeat_timeout_ms,
-            lease_ms: 0,
-        };
-        if tx.send(Ok(directive)).await.is_err() {
-            return;
+        if let Some(current) = ctx.hub.current(&node, term) {
+            let directive = Directive {
+                term,
+                leader_id: ctx.replica.id(),
+                assignments: current.as_ref().clone(),
+                heartbeat_timeout_ms: ctx.settings.heartbeat_timeout_ms,
+                lease_ms: ctx.settings.lease_ms,
+            };
+            if tx.send(Ok(directive)).await.is_err() {
+                return;
+            }
         }
         tokio::select! {
             changed = assignments.changed() => if changed.is_err() { return },

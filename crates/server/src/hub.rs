@@ -1,8 +1,12 @@
 //! The leader's side of the agent connections: the latest desired assignments per node
 //! (one `watch` channel each, so a slow agent only ever gets the newest state, never a
 //! backlog) and the term this replica leads in (streams end when it stops leading).
+//!
+//! Every list is stamped with the term that published it, and a stream of term T serves
+//! only lists published in T: a new leader serves nothing (the agent holds what it runs)
+//! until its first publish, never an empty default nor a list of an earlier term.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use baton_model::name::Name;
@@ -11,9 +15,18 @@ use tokio::sync::watch;
 
 pub type Assignments = Arc<Vec<Assignment>>;
 
+/// A node's assignments and the term they were published in.
+#[derive(Clone)]
+pub struct Published {
+    pub term: u64,
+    pub assignments: Assignments,
+}
+
+type Slot = watch::Sender<Option<Published>>;
+
 pub struct Hub {
-    nodes: Mutex<HashMap<Name, watch::Sender<Assignments>>>,
-    /// `Some(term)` while this replica leads.
+    nodes: Mutex<HashMap<Name, Slot>>,
+    /// `Some(term)` while this replica leads and may direct agents.
     leading: watch::Sender<Option<u64>>,
 }
 
@@ -32,36 +45,76 @@ impl Hub {
         self.leading.subscribe()
     }
 
-    pub fn subscribe(&self, node: &Name) -> watch::Receiver<Assignments> {
-        let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        nodes.entry(node.clone()).or_insert_with(|| watch::channel(Arc::new(Vec::new())).0).subscribe()
+    pub fn subscribe(&self, node: &Name) -> watch::Receiver<Option<Published>> {
+        let mut nodes = self.lock();
+        nodes.entry(node.clone()).or_insert_with(|| watch::channel(None).0).subscribe()
     }
 
-    /// Sets every known node's assignments (`nodes` lists them all; those missing from
-    /// `desired` get none). Agents are woken only where something other than the remaining
-    /// grace changed.
-    pub fn publish(&self, nodes: &[Name], mut desired: BTreeMap<Name, Vec<Assignment>>) {
-        let mut map = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        map.retain(|name, tx| nodes.contains(name) || tx.receiver_count() > 0);
+    /// Sets every known node's assignments for `term` (`nodes` lists them all; those
+    /// missing from `desired` get none). Agents are woken only where something changed.
+    pub fn publish(&self, term: u64, nodes: &[Name], mut desired: BTreeMap<Name, Vec<Assignment>>) {
+        let mut map = self.lock();
+        let known: HashSet<&Name> = nodes.iter().collect();
+        map.retain(|name, tx| known.contains(name) || tx.receiver_count() > 0);
         for name in nodes {
             let next = desired.remove(name).unwrap_or_default();
-            let tx = map.entry(name.clone()).or_insert_with(|| watch::channel(Arc::new(Vec::new())).0);
-            // The value always takes the fresh grace figures; only other changes wake agents.
+            let tx = map.entry(name.clone()).or_insert_with(|| watch::channel(None).0);
             tx.send_if_modified(|cur| {
-                let changed = !same_but_grace(cur, &next);
-                *cur = Arc::new(next);
-                changed
+                let same = cur.as_ref().is_some_and(|p| p.term == term && *p.assignments == next);
+                if !same {
+                    *cur = Some(Published { term, assignments: Arc::new(next) });
+                }
+                !same
             });
         }
     }
 
-    /// The assignments a node has now (with fresh grace figures for resends).
-    pub fn current(&self, node: &Name) -> Assignments {
-        let map = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(node).map(|tx| tx.borrow().clone()).unwrap_or_default()
+    /// The assignments `node` has in `term`; `None` until this term has published them.
+    pub fn current(&self, node: &Name, term: u64) -> Option<Assignments> {
+        let map = self.lock();
+        let slot = map.get(node)?.borrow();
+        slot.as_ref().filter(|p| p.term == term).map(|p| p.assignments.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Name, Slot>> {
+        self.nodes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-fn same_but_grace(a: &[Assignment], b: &[Assignment]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Assignment { grace_ms: y.grace_ms, ..x.clone() } == *y)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(job_id: u64) -> Assignment {
+        Assignment { job_id, job: format!("j{job_id}"), attempt: 1, ..Default::default() }
+    }
+
+    #[test]
+    fn a_new_term_serves_nothing_until_it_publishes() {
+        let hub = Hub::default();
+        let n1 = Name::lit("n1");
+        hub.set_leading(Some(1));
+        hub.publish(1, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        hub.set_leading(None);
+        hub.set_leading(Some(3));
+        // Neither the list of term 1 nor an empty default ("run nothing") may be served.
+        assert!(hub.current(&n1, 3).is_none(), "term 3 serves a list before publishing");
+        assert!(hub.current(&Name::lit("n2"), 3).is_none(), "an unpublished node gets no default");
+        hub.publish(3, std::slice::from_ref(&n1), BTreeMap::new());
+        assert_eq!(hub.current(&n1, 3).map(|a| a.len()), Some(0), "once published, an empty list is meant");
+    }
+
+    #[test]
+    fn a_republish_in_a_new_term_wakes_the_stream_even_when_the_list_is_equal() {
+        let hub = Hub::default();
+        let n1 = Name::lit("n1");
+        let mut rx = hub.subscribe(&n1);
+        hub.publish(1, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        assert!(rx.has_changed().unwrap());
+        rx.mark_unchanged();
+        hub.publish(1, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        assert!(!rx.has_changed().unwrap(), "an equal list in the same term wakes nobody");
+        hub.publish(2, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        assert!(rx.has_changed().unwrap());
+    }
 }

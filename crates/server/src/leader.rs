@@ -1,5 +1,5 @@
-//! The leader loop: while this replica leads, on every state change and at least every
-//! `cycle_interval_ms` it
+//! The leader loop: while this replica leads, whenever the applied index moves and at least
+//! every `cycle_interval_ms` it
 //! 1. publishes each node's desired assignments to the agent hub,
 //! 2. runs a scheduling cycle on the applied state and proposes the plan (which `apply`
 //!    re-checks: the plan is optimistic),
@@ -16,6 +16,8 @@ use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::plan::Plan;
 use baton_raft::Role;
+use baton_raft::types::RaftMetrics;
+use tokio::sync::watch;
 
 use crate::Ctx;
 use crate::clock::now_ms;
@@ -47,12 +49,11 @@ pub async fn run(ctx: Arc<Ctx>, mut shutdown: tokio::sync::watch::Receiver<bool>
     }
 }
 
-/// Leads until the term ends or the server shuts down.
+/// Leads until the term ends or the server shuts down. Agents are directed only from a
+/// state that holds everything committed before this term, and only while a quorum has
+/// confirmed this replica's leadership within the lease.
 async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<bool>) {
-    tracing::info!(term, "leading: scheduling cycles start");
-    let nodes: Vec<Name> = ctx.replica.read_local(|s| s.nodes().keys().cloned().collect());
-    ctx.liveness.reset(&nodes);
-    ctx.hub.set_leading(Some(term));
+    tracing::info!(term, "leading: waiting for the state to hold every earlier commit");
     let mut metrics = ctx.replica.watch();
     let interval = Duration::from_millis(ctx.settings.cycle_interval_ms);
     let mut idle_plan_at: Option<u64> = None;
@@ -62,22 +63,78 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
             tracing::info!(term, "no longer leading");
             return;
         }
-        let applied = ctx.replica.read_local(|s| s.applied());
-        // A plan that changed nothing is not retried until something else changes or time passes.
-        if idle_plan_at != Some(applied) {
-            idle_plan_at = round(ctx).await;
+        if directing(ctx, term).await {
+            let applied = ctx.replica.read_local(|s| s.applied());
+            // A plan that changed nothing is not retried until something else changes or time passes.
+            if idle_plan_at != Some(applied) {
+                idle_plan_at = round(ctx, term).await;
+            }
         }
         tokio::select! {
-            _ = metrics.changed() => {}
+            () = state_changed(&mut metrics) => {}
             () = tokio::time::sleep(interval) => { idle_plan_at = None; }
             _ = shutdown.changed() => {}
         }
     }
 }
 
+/// What a round depends on: the applied state, and whether and in which term this replica
+/// leads. openraft publishes metrics on nearly every pass of its core loop (heartbeat acks,
+/// replication progress), so waking on any metrics change ran rounds far more often than the
+/// state changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Trigger {
+    applied: Option<u64>,
+    term: u64,
+    leading: bool,
+}
+
+fn trigger(m: &RaftMetrics) -> Trigger {
+    Trigger { applied: m.last_applied.map(|id| id.index), term: m.current_term, leading: m.state.is_leader() }
+}
+
+/// Waits until the applied index moves or the leadership changes (not for any metrics
+/// change); returns at once if the channel closed, so the caller sees the replica stopped.
+async fn state_changed(metrics: &mut watch::Receiver<RaftMetrics>) {
+    let since = trigger(&metrics.borrow_and_update());
+    let _ = metrics.wait_for(|m| trigger(m) != since).await;
+}
+
+/// Whether this replica may direct agents now. A linearizable read proves leadership to a
+/// quorum and waits until the state holds every entry committed before it, this term's
+/// first entry included, so the first publish is built from the whole committed state. It
+/// is repeated once the last proof is half a lease old; a check that goes unanswered is
+/// tried again for up to a lease (`Quorum::confirm`), and without a proof by then the hub
+/// stops leading (the agents' streams end, their leases are not renewed) until one comes back.
+async fn directing(ctx: &Ctx, term: u64) -> bool {
+    let lease = Duration::from_millis(ctx.settings.lease_ms);
+    let leading = *ctx.hub.leading().borrow() == Some(term);
+    if leading && ctx.quorum.fresh(lease / 2) {
+        return true;
+    }
+    if !ctx.quorum.confirm(&ctx.replica, lease).await {
+        if leading {
+            tracing::warn!(
+                term,
+                lease_ms = ctx.settings.lease_ms,
+                "no quorum confirms this leader; agents are no longer directed"
+            );
+        }
+        ctx.hub.set_leading(None);
+        return false;
+    }
+    if !leading {
+        tracing::info!(term, "leading: the state holds every earlier commit; directing agents");
+        let nodes: Vec<Name> = ctx.replica.read_local(|s| s.nodes().keys().cloned().collect());
+        ctx.liveness.reset(&nodes);
+        ctx.hub.set_leading(Some(term));
+    }
+    true
+}
+
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is
 /// not proposed again on the same state).
-async fn round(ctx: &Ctx) -> Option<u64> {
+async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
     let now = now_ms();
     let (r, wanted) = ctx.replica.read_local(|s| {
         let r = Round {
@@ -86,9 +143,9 @@ async fn round(ctx: &Ctx) -> Option<u64> {
             ready: s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect(),
             tick_due: s.reservations().values().any(|res| res.deadline_ms < now),
         };
-        (r, desired(s, now))
+        (r, desired(s))
     });
-    ctx.hub.publish(&r.nodes, wanted);
+    ctx.hub.publish(term, &r.nodes, wanted);
     let mut refused = None;
     if !r.plan.decisions.is_empty() {
         let n = r.plan.decisions.len();
@@ -104,6 +161,7 @@ async fn round(ctx: &Ctx) -> Option<u64> {
         }
     }
     let timeout = Duration::from_millis(ctx.settings.heartbeat_timeout_ms);
+    ctx.liveness.retain(&r.nodes);
     for node in ctx.liveness.silent(&r.ready, timeout) {
         tracing::warn!(node = %node, timeout_ms = ctx.settings.heartbeat_timeout_ms, "agent silent; node lost");
         write(ctx, Op::SetNodeStatus { node, status: NodeStatus::Lost }).await;
@@ -126,5 +184,42 @@ async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {
             tracing::warn!(op = name, error = %e, "leader's command not committed");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    #[test]
+    fn a_metrics_change_that_moves_nothing_starts_no_round() {
+        let (tx, mut rx) = watch::channel(RaftMetrics::new_initial(1));
+        // A heartbeat ack: openraft publishes it, the state is the same.
+        tx.send_modify(|m| m.millis_since_quorum_ack = Some(3));
+        assert!(state_changed(&mut rx).now_or_never().is_none(), "woke on a change of nothing a round uses");
+    }
+
+    #[test]
+    fn a_new_applied_index_or_term_starts_a_round() {
+        let (tx, mut rx) = watch::channel(RaftMetrics::new_initial(1));
+        let mut pending = Box::pin(state_changed(&mut rx));
+        assert!((&mut pending).now_or_never().is_none());
+        tx.send_modify(|m| m.current_term = 2);
+        assert!(pending.now_or_never().is_some());
+
+        let mut pending = Box::pin(state_changed(&mut rx));
+        assert!((&mut pending).now_or_never().is_none());
+        let applied = openraft_log_id(2, 7);
+        tx.send_modify(|m| m.last_applied = Some(applied));
+        assert!(pending.now_or_never().is_some());
+    }
+
+    fn openraft_log_id(term: u64, index: u64) -> baton_raft::types::LogId {
+        let mut id = baton_raft::types::LogId::default();
+        id.leader_id.term = term;
+        id.index = index;
+        id
     }
 }

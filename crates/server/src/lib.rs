@@ -9,8 +9,10 @@
 //! - `leader`: while leading: cycle -> propose plan -> publish desired assignments;
 //!   heartbeat timeouts; ticks.
 //! - `desired`: what each node should run, a pure function of the state.
-//! - `hub`, `liveness`, `stops`: the leader's in-memory views (agent streams, heartbeats,
-//!   gang stop tallies). None of it is replicated: a new leader rebuilds it.
+//! - `hub`, `liveness`, `quorum`, `strays`, `vanished`: the leader's in-memory views (agent
+//!   streams, heartbeats, when a quorum last confirmed this leader, replicas running
+//!   unplaced, replicas no longer reported). None of it is replicated: a new leader
+//!   rebuilds it.
 //! - `status`: errors as gRPC statuses, only at this edge.
 //! - `clock`, `settings`.
 
@@ -21,9 +23,11 @@ mod gateway;
 mod hub;
 mod leader;
 mod liveness;
+mod quorum;
 pub mod settings;
 pub mod status;
-mod stops;
+mod strays;
+mod vanished;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -72,7 +76,9 @@ pub(crate) struct Ctx {
     pub(crate) settings: ServerSettings,
     pub(crate) hub: hub::Hub,
     pub(crate) liveness: liveness::Liveness,
-    pub(crate) stops: stops::StopTally,
+    pub(crate) quorum: quorum::Quorum,
+    pub(crate) strays: strays::Strays,
+    pub(crate) vanished: vanished::Vanished,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -84,7 +90,9 @@ impl Ctx {
         let m = self.replica.metrics();
         match (m.role, *self.hub.leading().borrow()) {
             (Role::Leader, Some(term)) if term == m.term => Ok(term),
-            (Role::Leader, _) => Err(Status::unavailable("this replica has just been elected; retry in a moment")),
+            (Role::Leader, _) => Err(Status::unavailable(
+                "this replica leads but no quorum has confirmed it with its state caught up yet; retry in a moment",
+            )),
             _ => Err(status::not_leader(m.leader_addr.as_deref().unwrap_or(""))),
         }
     }
@@ -104,7 +112,9 @@ pub async fn run(
         settings: config.settings,
         hub: hub::Hub::default(),
         liveness: liveness::Liveness::default(),
-        stops: stops::StopTally::default(),
+        quorum: quorum::Quorum::default(),
+        strays: strays::Strays::default(),
+        vanished: vanished::Vanished::default(),
         closing: tokio::sync::watch::channel(false).0,
     });
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));

@@ -1,7 +1,9 @@
 //! Heartbeats, kept in the leader's memory only: the log records transitions (Ready ->
-//! Lost), never the beats themselves.
+//! Lost), never the beats themselves. Only registered nodes are tracked (the gateway
+//! refuses reports from others, and the leader drops nodes the state no longer has), so
+//! the map is bounded by the model's node limit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,12 @@ impl Liveness {
         let mut seen = self.lock();
         seen.clear();
         seen.extend(nodes.iter().map(|n| (n.clone(), now)));
+    }
+
+    /// Forgets every node not in `known`.
+    pub fn retain(&self, known: &[Name]) {
+        let known: HashSet<&Name> = known.iter().collect();
+        self.lock().retain(|n, _| known.contains(n));
     }
 
     /// Nodes among `ready` not heard from within `timeout`.

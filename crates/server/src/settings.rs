@@ -10,6 +10,10 @@ pub struct ServerSettings {
     pub heartbeat_timeout_ms: u64,
     /// The leader re-sends each agent its directive at least this often.
     pub resend_ms: u64,
+    /// How long a report the leader acknowledges keeps the agent's lease (proto/agent.proto).
+    /// At most half the heartbeat timeout: the other half bounds how long the agent's own
+    /// checkpoint-then-stop may take once the lease runs out, before the node is declared lost.
+    pub lease_ms: u64,
     /// Jobs returned by one list call at most.
     pub max_list_jobs: usize,
 }
@@ -20,6 +24,7 @@ impl Default for ServerSettings {
             cycle_interval_ms: 1_000,
             heartbeat_timeout_ms: 5_000,
             resend_ms: 2_000,
+            lease_ms: 2_000,
             max_list_jobs: 10_000,
         }
     }
@@ -32,6 +37,7 @@ impl ServerSettings {
             ("cycle_interval_ms", self.cycle_interval_ms),
             ("heartbeat_timeout_ms", self.heartbeat_timeout_ms),
             ("resend_ms", self.resend_ms),
+            ("lease_ms", self.lease_ms),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be above 0"));
@@ -42,9 +48,40 @@ impl ServerSettings {
                 self.resend_ms, self.heartbeat_timeout_ms
             ));
         }
+        if self.lease_ms > self.heartbeat_timeout_ms / 2 {
+            return Err(format!(
+                "lease_ms ({}) must be at most half of heartbeat_timeout_ms ({}): an agent whose lease ran out needs the rest to stop its work before its node is declared lost",
+                self.lease_ms, self.heartbeat_timeout_ms
+            ));
+        }
         if self.max_list_jobs == 0 {
             return Err("max_list_jobs must be above 0".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        ServerSettings::default().validate().unwrap();
+    }
+
+    #[test]
+    fn a_lease_longer_than_half_the_heartbeat_timeout_is_refused_by_name() {
+        let s = ServerSettings { heartbeat_timeout_ms: 3_000, lease_ms: 1_501, ..ServerSettings::default() };
+        let e = s.validate().unwrap_err();
+        assert!(e.contains("lease_ms (1501)") && e.contains("heartbeat_timeout_ms (3000)"), "{e}");
+        let s = ServerSettings { heartbeat_timeout_ms: 3_000, lease_ms: 1_500, ..ServerSettings::default() };
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn a_zero_lease_is_refused_by_name() {
+        let e = ServerSettings { lease_ms: 0, ..ServerSettings::default() }.validate().unwrap_err();
+        assert!(e.contains("lease_ms"), "{e}");
     }
 }

@@ -16,7 +16,9 @@ pub fn from_write(e: WriteError) -> Status {
         WriteError::NotLeader { leader_addr, .. } => not_leader(&leader_addr),
         WriteError::TooLarge { .. } => Status::invalid_argument(e.to_string()),
         WriteError::Overloaded { .. } => Status::resource_exhausted(e.to_string()),
-        WriteError::ForwardFailed { .. } | WriteError::Timeout { .. } => Status::unavailable(e.to_string()),
+        WriteError::ForwardFailed { .. } | WriteError::Timeout { .. } | WriteError::DiskFailing { .. } => {
+            Status::unavailable(e.to_string())
+        }
         WriteError::Stopped => Status::unavailable("this replica is shutting down; use another"),
         WriteError::Encode(_) => Status::internal(e.to_string()),
     }
@@ -38,9 +40,10 @@ pub fn from_apply(e: ApplyError) -> Status {
         ApplyError::Unknown { .. } => Code::NotFound,
         ApplyError::Exists { .. } => Code::AlreadyExists,
         ApplyError::Invalid { .. } | ApplyError::Impossible(_) => Code::InvalidArgument,
-        ApplyError::InUse(_) | ApplyError::WrongState { .. } | ApplyError::StaleAttempt { .. } => {
-            Code::FailedPrecondition
-        }
+        ApplyError::InUse(_)
+        | ApplyError::WrongState { .. }
+        | ApplyError::StaleAttempt { .. }
+        | ApplyError::NotPlaced { .. } => Code::FailedPrecondition,
         ApplyError::Limit(_) => Code::ResourceExhausted,
     };
     Status::new(code, e.to_string())

@@ -93,7 +93,7 @@ async fn followers_send_agents_to_the_leader_and_answer_clients_clearly() {
     assert_eq!(hint, cluster.replicas[leader].addr);
 
     let mut c = cluster.client((leader + 1) % 3).await;
-    let err = c.get_job(JobRef { name: "nope".into() }).await.unwrap_err();
+    let err = c.get_job(JobRef { name: "nope".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(err.message().contains("unknown job \"nope\""), "{}", err.message());
     let mut bad = gpu_job("x", "team-a", "train", 1);

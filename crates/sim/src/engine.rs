@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use baton_model::command::{Command, Op, Outcome};
+use baton_model::command::{Command, Observed, Op, Outcome};
 use baton_model::event::{Event, EventKind};
 use baton_model::job::{JobId, JobState, StopWhy};
 use baton_model::name::Name;
@@ -223,9 +223,11 @@ impl<'s> Engine<'s> {
             }),
             Action::Finish(j) => self.exit(&j.v, 0),
             Action::Fail(j) => self.exit(&j.v, 1),
-            Action::Cancel(j) => self.apply(Op::Cancel { job: j.v.clone() }).map(drop),
-            Action::Pause(j) => self.apply(Op::Pause { job: j.v.clone() }).map(|_| self.schedule_pause(&j.v)),
-            Action::Resume(j) => self.apply(Op::Resume { job: j.v.clone() }).map(drop),
+            Action::Cancel(j) => self.job_id(&j.v).and_then(|job| self.apply(Op::Cancel { job })).map(drop),
+            Action::Pause(j) => {
+                self.job_id(&j.v).and_then(|job| self.apply(Op::Pause { job })).map(|_| self.schedule_pause(&j.v))
+            }
+            Action::Resume(j) => self.job_id(&j.v).and_then(|job| self.apply(Op::Resume { job })).map(drop),
             Action::NodeDown(n) => {
                 self.apply(Op::SetNodeStatus { node: n.v.clone(), status: NodeStatus::Lost }).map(drop)
             }
@@ -247,13 +249,42 @@ impl<'s> Engine<'s> {
         }
     }
 
+    /// The id of the job a scenario names (commands carry ids, as the live CLI sends them).
+    fn job_id(&self, name: &Name) -> Result<JobId, String> {
+        self.state.job_by_name(name.as_str()).map(|j| j.id).ok_or_else(|| format!("unknown job {:?}", name.as_str()))
+    }
+
     fn exit(&mut self, name: &Name, code: i32) -> Result<(), String> {
         let job = self.state.job_by_name(name.as_str()).ok_or("unknown job")?;
         if !job.state.is_active() {
             return Err(format!("job {name} is {}, not running", job.state.as_str()));
         }
         let (job, attempt) = (job.id, job.attempt);
-        self.apply(Op::JobExited { job, attempt, exit_code: code }).map(drop)
+        self.report_ranks(job, |rank| (rank == 0).then_some(Observed::Exited { job, attempt, rank, exit_code: code }))
+    }
+
+    /// Commits what the agents would report for the job's ranks (`observe` says what each
+    /// rank reports, if anything): one report per node, as the live cluster commits them, so
+    /// the model's gang rules decide and not the simulator. An ignored observation is an error.
+    fn report_ranks(&mut self, id: JobId, observe: impl Fn(u32) -> Option<Observed>) -> Result<(), String> {
+        let job = self.state.job(id).ok_or_else(|| format!("unknown job {id}"))?;
+        let mut by_node: BTreeMap<Name, Vec<Observed>> = BTreeMap::new();
+        for (rank, r) in job.ranked().into_iter().enumerate() {
+            if let Some(o) = observe(rank as u32) {
+                by_node.entry(r.node.clone()).or_default().push(o);
+            }
+        }
+        if by_node.is_empty() {
+            return Err(format!("job {} runs nowhere", job.spec.name));
+        }
+        for (node, observations) in by_node {
+            if let Outcome::Reported { ignored } = self.apply(Op::Report { node, observations })?
+                && let Some((_, why)) = ignored.into_iter().next()
+            {
+                return Err(why);
+            }
+        }
+        Ok(())
     }
 
     fn update_queue(&mut self, name: &Name, patch: &crate::yaml::Node) -> Result<(), String> {
@@ -311,7 +342,9 @@ impl<'s> Engine<'s> {
             fired = true;
             for id in done {
                 let attempt = self.state.job(id).map_or(0, |j| j.attempt);
-                if self.apply(Op::JobExited { job: id, attempt, exit_code: 0 }).is_err() {
+                let exited =
+                    |rank: u32| (rank == 0).then_some(Observed::Exited { job: id, attempt, rank, exit_code: 0 });
+                if self.report_ranks(id, exited).is_err() {
                     self.work.entry(id).or_default().run_start = None;
                 }
             }
@@ -320,7 +353,8 @@ impl<'s> Engine<'s> {
                 let still =
                     self.state.job(key.1).is_some_and(|j| j.state == JobState::Preempting && j.attempt == attempt);
                 if still {
-                    let _ = self.apply(Op::JobStopped { job: key.1, attempt, checkpointed });
+                    let every_rank = |rank| Some(Observed::Stopped { job: key.1, attempt, rank, checkpointed });
+                    let _ = self.report_ranks(key.1, every_rank);
                 }
             }
         }

@@ -58,7 +58,7 @@ pub const STATES: [&str; 8] =
     ["Pending", "Running", "Preempting", "Suspended", "Paused", "Succeeded", "Failed", "Cancelled"];
 
 pub async fn get_job(conn: &Conn, job: &str) -> Result<v1::Job, ClientError> {
-    let r = v1::JobRef { name: job.to_string() };
+    let r = v1::JobRef { name: job.to_string(), ..Default::default() };
     conn.call(Subject::Job, job, |mut c| {
         let r = r.clone();
         async move { c.get_job(r).await }
@@ -239,7 +239,16 @@ pub enum Act {
 }
 
 pub async fn act(conn: &Conn, act: Act, a: &JobArgs, out: &mut dyn Write) -> Result<(), ClientError> {
-    let r = v1::JobRef { name: a.job.clone() };
+    // Resolved once: every retry below names this job by id, so a retry after a lost answer
+    // never reaches a newer job that reused the name.
+    let by_name = v1::JobRef { name: a.job.clone(), id: 0 };
+    let job = conn
+        .call(Subject::Job, &a.job, |mut c| {
+            let r = by_name.clone();
+            async move { c.get_job(r).await }
+        })
+        .await?;
+    let r = v1::JobRef { name: a.job.clone(), id: job.id };
     let ack = conn
         .call(Subject::Job, &a.job, |mut c| {
             let r = r.clone();

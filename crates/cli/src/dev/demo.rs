@@ -74,7 +74,7 @@ async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
             println!("  attempt {attempt}: {line}");
         }
     }
-    c.cancel_job(JobRef { name: TRAIN.into() }).await.map_err(|e| e.message().to_string())?;
+    c.cancel_job(JobRef { name: TRAIN.into(), ..Default::default() }).await.map_err(|e| e.message().to_string())?;
     println!("done: preempted with a checkpoint, resumed from it.");
     Ok(())
 }
@@ -82,7 +82,16 @@ async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
 async fn wait(c: &mut BatonClient<Channel>, job: &str, ok: impl Fn(&Job) -> bool) -> Result<Job, String> {
     let deadline = Instant::now() + Duration::from_millis(DEMO_TIMEOUT_MS);
     loop {
-        let j = c.get_job(JobRef { name: job.into() }).await.map_err(|e| e.message().to_string())?.into_inner();
+        let j = match c.get_job(JobRef { name: job.into(), ..Default::default() }).await {
+            Ok(j) => j.into_inner(),
+            // A read the replica could not confirm with a quorum just now (a busy machine);
+            // the next poll asks again, within the same deadline.
+            Err(e) if e.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e.message().to_string()),
+        };
         if ok(&j) {
             return Ok(j);
         }

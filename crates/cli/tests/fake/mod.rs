@@ -27,6 +27,8 @@ pub struct State {
     pub submits: Vec<v1::SubmitRequest>,
     pub put_queues: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
+    /// The job references cancel, pause and resume were called with.
+    pub acted_on: Vec<v1::JobRef>,
     pub jobs: Vec<v1::Job>,
     pub queues: Vec<v1::QueueUsage>,
     pub nodes: Vec<v1::Node>,
@@ -110,20 +112,26 @@ impl Baton for Fake {
     }
 
     async fn cancel_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {
-        let s = self.enter("CancelJob")?;
-        let j = Fake::find_job(&s, &r.into_inner().name)?;
+        let mut s = self.enter("CancelJob")?;
+        let r = r.into_inner();
+        s.acted_on.push(r.clone());
+        let j = Fake::find_job(&s, &r.name)?;
         ack(format!("job {} cancelled", j.spec.unwrap_or_default().name))
     }
 
     async fn pause_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {
-        let s = self.enter("PauseJob")?;
-        let j = Fake::find_job(&s, &r.into_inner().name)?;
+        let mut s = self.enter("PauseJob")?;
+        let r = r.into_inner();
+        s.acted_on.push(r.clone());
+        let j = Fake::find_job(&s, &r.name)?;
         ack(format!("job {} paused", j.spec.unwrap_or_default().name))
     }
 
     async fn resume_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {
-        let s = self.enter("ResumeJob")?;
-        let j = Fake::find_job(&s, &r.into_inner().name)?;
+        let mut s = self.enter("ResumeJob")?;
+        let r = r.into_inner();
+        s.acted_on.push(r.clone());
+        let j = Fake::find_job(&s, &r.name)?;
         ack(format!("job {} resumed", j.spec.unwrap_or_default().name))
     }
 

@@ -146,8 +146,10 @@ impl State {
             let previous = self.d.nodes.get(&spec.name);
             let (is_new, was_lost) = (previous.is_none(), previous.is_some_and(|p| p.status == NodeStatus::Lost));
             let cordoned = previous.is_some_and(|p| p.cordoned);
+            // An agent restart does not make a stuck process go away; only a person clears it.
+            let unhealthy = previous.and_then(|p| p.unhealthy.clone());
             let name = spec.name.clone();
-            self.d.nodes.insert(name.clone(), Node { spec, status: NodeStatus::Ready, cordoned });
+            self.d.nodes.insert(name.clone(), Node { spec, status: NodeStatus::Ready, cordoned, unhealthy });
             if is_new || was_lost {
                 let kind = if is_new { EventKind::NodeRegistered } else { EventKind::NodeReady };
                 let message = format!("node {name} is ready");
@@ -209,7 +211,9 @@ impl State {
 
     pub(crate) fn cordon(&mut self, name: &Name, cordoned: bool, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
         let node = self.d.nodes.get_mut(name).ok_or_else(|| ApplyError::unknown("node", name))?;
-        if node.cordoned == cordoned {
+        // Uncordoning is how a person says the node is fixed, an unhealthy mark included.
+        let cleared = if cordoned { None } else { node.unhealthy.take() };
+        if node.cordoned == cordoned && cleared.is_none() {
             return Ok(());
         }
         node.cordoned = cordoned;

@@ -44,11 +44,11 @@ impl State {
         ev.push(e);
     }
 
-    fn job_id(&self, name: &Name) -> Result<JobId, ApplyError> {
-        self.d.job_names.get(name).copied().ok_or_else(|| ApplyError::unknown("job", name))
+    fn known(&self, id: JobId) -> Result<(), ApplyError> {
+        if self.d.jobs.contains_key(&id) { Ok(()) } else { Err(ApplyError::unknown("job", id)) }
     }
 
-    fn wrong_state(&self, id: JobId, action: &str) -> ApplyError {
+    pub(super) fn wrong_state(&self, id: JobId, action: &str) -> ApplyError {
         let j = &self.d.jobs[&id];
         ApplyError::WrongState {
             job: j.spec.name.to_string(),
@@ -57,7 +57,7 @@ impl State {
         }
     }
 
-    fn check_attempt(&self, id: JobId, attempt: u32) -> Result<(), ApplyError> {
+    pub(super) fn check_attempt(&self, id: JobId, attempt: u32) -> Result<(), ApplyError> {
         let job = self.d.jobs.get(&id).ok_or_else(|| ApplyError::unknown("job", id))?;
         if job.attempt != attempt {
             return Err(ApplyError::StaleAttempt { job: id, attempt, current: job.attempt });
@@ -96,6 +96,7 @@ impl State {
         job.started_ms = now;
         job.progress_mark_ms = now;
         job.preempted_by = None;
+        job.ended_ranks.clear();
         job.reason.clear();
         let nodes = job.nodes();
         let message = if job.has_checkpoint {
@@ -192,6 +193,12 @@ impl State {
             job.has_checkpoint = false;
         }
         job.reason = reason;
+    }
+
+    /// A running job whose process is gone goes back to the queue, from its last checkpoint.
+    pub(crate) fn requeue_running(&mut self, id: JobId, why: String, ev: &mut Vec<Event>) {
+        self.requeue(id, true, clip(format!("{why}; waiting to be placed again")));
+        self.job_event(id, EventKind::Requeued, clip(format!("{why}; back in the queue")), ev);
     }
 
     pub(crate) fn exited(&mut self, id: JobId, attempt: u32, code: i32, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
@@ -321,8 +328,8 @@ impl State {
         }
     }
 
-    pub(crate) fn cancel(&mut self, name: &Name, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
-        let id = self.job_id(name)?;
+    pub(crate) fn cancel(&mut self, id: JobId, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        self.known(id)?;
         match self.d.jobs[&id].state {
             JobState::Cancelled => return Ok(()),
             JobState::Succeeded | JobState::Failed => {
@@ -337,8 +344,8 @@ impl State {
         Ok(())
     }
 
-    pub(crate) fn pause(&mut self, name: &Name, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
-        let id = self.job_id(name)?;
+    pub(crate) fn pause(&mut self, id: JobId, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        self.known(id)?;
         match self.d.jobs[&id].state {
             JobState::Paused => Ok(()),
             JobState::Pending => {
@@ -357,8 +364,8 @@ impl State {
         }
     }
 
-    pub(crate) fn unpause(&mut self, name: &Name, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
-        let id = self.job_id(name)?;
+    pub(crate) fn unpause(&mut self, id: JobId, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        self.known(id)?;
         if self.d.jobs[&id].state != JobState::Paused {
             return Err(self.wrong_state(id, "resuming"));
         }

@@ -5,12 +5,13 @@
 //!
 //! Layout: `config` (classes, cohorts, queues, nodes), `submit` (validation of new jobs),
 //! `lifecycle` (every job transition, keeping the ledger in step), `apply_plan` (the plan
-//! checker), `rebuild` (the ledger from scratch).
+//! checker), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank).
 
 mod apply_plan;
 mod config;
 mod lifecycle;
 mod rebuild;
+mod report;
 pub mod submit;
 
 pub use apply_plan::demand_of;
@@ -130,12 +131,13 @@ impl State {
             Op::SetNodeStatus { node, status } => done(self.set_node_status(&node, status, ev)),
             Op::Cordon { node, cordoned } => done(self.cordon(&node, cordoned, ev)),
             Op::Submit { spec, request_id } => self.submit(spec, request_id, ev),
-            Op::Cancel { job } => done(self.cancel(&job, ev)),
-            Op::Pause { job } => done(self.pause(&job, ev)),
-            Op::Resume { job } => done(self.unpause(&job, ev)),
+            Op::Cancel { job } => done(self.cancel(job, ev)),
+            Op::Pause { job } => done(self.pause(job, ev)),
+            Op::Resume { job } => done(self.unpause(job, ev)),
             Op::JobExited { job, attempt, exit_code } => done(self.exited(job, attempt, exit_code, ev)),
             Op::JobStopped { job, attempt, checkpointed } => done(self.stopped(job, attempt, checkpointed, ev)),
             Op::JobCheckpointed { job, attempt } => done(self.checkpointed(job, attempt)),
+            Op::Report { node, observations } => self.report(&node, observations, ev),
             Op::ApplyPlan(plan) => Ok(self.apply_plan(plan, ev)),
             Op::Tick => done(self.tick(ev)),
         }

@@ -2,7 +2,7 @@
 //! section 7). A job that only its queue's limits hold back is accepted and waits, since
 //! quotas can change.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::State;
 use crate::command::Outcome;
@@ -62,6 +62,7 @@ impl State {
             started_ms: 0,
             progress_mark_ms: 0,
             stopping: None,
+            ended_ranks: BTreeMap::new(),
             preempted_by: None,
             suspended_for: None,
             suspended_victims: Vec::new(),

@@ -2,8 +2,7 @@
 
 use baton_model::State;
 use baton_model::command::{Op, Outcome};
-use baton_model::job::{Job, JobState};
-use baton_model::name::Name;
+use baton_model::job::{Job, JobId, JobState};
 use baton_proto::convert::{job_spec_from_proto, job_to_proto};
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use tonic::{Response, Status};
@@ -39,9 +38,14 @@ fn unknown(key: &str) -> Status {
     Status::not_found(format!("unknown job {key:?}; see `baton list`"))
 }
 
-/// The job's name, for commands that take one.
-pub async fn resolve(api: &Api, key: &str) -> Result<Name, Status> {
-    api.read(|s| find(s, key).map(|j| j.spec.name.clone())).await?.ok_or_else(|| unknown(key))
+/// The job a cancel, pause or resume acts on: `r.id` when set, else the name (or id as
+/// text) resolved once here; the command then carries the id, never the name.
+pub async fn resolve(api: &Api, r: &JobRef) -> Result<JobId, Status> {
+    if r.id != 0 {
+        let known = api.read(|s| s.job(r.id).is_some()).await?;
+        return if known { Ok(r.id) } else { Err(unknown(&r.id.to_string())) };
+    }
+    api.read(|s| find(s, &r.name).map(|j| j.id)).await?.ok_or_else(|| unknown(&r.name))
 }
 
 fn to_proto(s: &State, j: &Job, with_events: bool) -> v1::Job {

@@ -68,15 +68,15 @@ impl Baton for Api {
         jobs::list(self, r.into_inner()).await
     }
     async fn cancel_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
-        let job = jobs::resolve(self, &r.into_inner().name).await?;
+        let job = jobs::resolve(self, &r.into_inner()).await?;
         self.ack(Op::Cancel { job }).await
     }
     async fn pause_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
-        let job = jobs::resolve(self, &r.into_inner().name).await?;
+        let job = jobs::resolve(self, &r.into_inner()).await?;
         self.ack(Op::Pause { job }).await
     }
     async fn resume_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
-        let job = jobs::resolve(self, &r.into_inner().name).await?;
+        let job = jobs::resolve(self, &r.into_inner()).await?;
         self.ack(Op::Resume { job }).await
     }
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {

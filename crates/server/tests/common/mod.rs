@@ -27,7 +27,13 @@ pub struct Cluster {
 }
 
 pub fn settings() -> ServerSettings {
-    ServerSettings { cycle_interval_ms: 50, heartbeat_timeout_ms: 1_500, resend_ms: 200, ..ServerSettings::default() }
+    ServerSettings {
+        cycle_interval_ms: 50,
+        heartbeat_timeout_ms: 1_500,
+        resend_ms: 200,
+        lease_ms: 600,
+        ..ServerSettings::default()
+    }
 }
 
 impl Cluster {
@@ -111,7 +117,7 @@ pub use baton_proto::make::gpu_queue as queue;
 pub async fn wait_state(c: &mut BatonClient<Channel>, job: &str, state: &str) -> Job {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Ok(j) = c.get_job(JobRef { name: job.into() }).await {
+        if let Ok(j) = c.get_job(JobRef { name: job.into(), ..Default::default() }).await {
             let j = j.into_inner();
             if j.state == state {
                 return j;
@@ -201,9 +207,18 @@ impl FakeAgent {
     }
 
     pub async fn report(&self, observations: Vec<observation::What>) -> Result<ReportReply, tonic::Status> {
+        self.report_running(vec![], observations).await
+    }
+
+    /// A report that also lists what this agent says it runs.
+    pub async fn report_running(
+        &self,
+        running: Vec<Running>,
+        observations: Vec<observation::What>,
+    ) -> Result<ReportReply, tonic::Status> {
         let mut c = AgentGatewayClient::connect(format!("http://{}", self.leader)).await.unwrap();
         let observations = observations.into_iter().map(|w| Observation { what: Some(w) }).collect();
-        c.report(ReportRequest { node: self.node.name.clone(), term_seen: 0, running: vec![], observations })
+        c.report(ReportRequest { node: self.node.name.clone(), term_seen: 0, running, observations })
             .await
             .map(|r| r.into_inner())
     }

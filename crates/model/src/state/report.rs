@@ -1,0 +1,290 @@
+//! An agent's report, applied as one command. Each observation is first checked against
+//! the placement (the job's current attempt runs that rank on the reporting node); one
+//! that is stale or misplaced is ignored, with the reason in the outcome, and changes
+//! nothing. Then the gang rules say what it means for the job:
+//! - rank 0's exit code is the job's; any rank exiting non-zero fails the job;
+//! - another rank exiting 0 has ended (its work is done) and counts as stopped, with its
+//!   work saved, for a stop that arrives later;
+//! - a stop completes once every rank has stopped or ended, and the job counts as
+//!   checkpointed only if every one of them left its work saved.
+//!
+//! The tally lives in the job (`Job::ended_ranks`), so it survives a failover.
+
+use super::State;
+use super::lifecycle::clip;
+use crate::command::{Observed, Outcome};
+use crate::error::ApplyError;
+use crate::event::{Event, EventKind};
+use crate::job::{JobId, JobState};
+use crate::limits::MAX_OBSERVATIONS_PER_REPORT;
+use crate::name::Name;
+
+impl State {
+    pub(crate) fn report(
+        &mut self,
+        node: &Name,
+        observations: Vec<Observed>,
+        ev: &mut Vec<Event>,
+    ) -> Result<Outcome, ApplyError> {
+        if !self.d.nodes.contains_key(node) {
+            return Err(ApplyError::unknown("node", node));
+        }
+        if observations.len() > MAX_OBSERVATIONS_PER_REPORT {
+            return Err(ApplyError::invalid(
+                "observations",
+                format!("{} in one report; at most {MAX_OBSERVATIONS_PER_REPORT}", observations.len()),
+            ));
+        }
+        let mut ignored = Vec::new();
+        for (i, o) in observations.into_iter().enumerate() {
+            if let Err(why) = self.observe(node, o, ev) {
+                ignored.push((i as u32, clip(why.to_string())));
+            }
+        }
+        Ok(Outcome::Reported { ignored })
+    }
+
+    fn observe(&mut self, node: &Name, o: Observed, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        match o {
+            Observed::Exited { job, attempt, rank, exit_code } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                if rank == 0 || exit_code != 0 {
+                    return self.exited(job, attempt, exit_code, ev);
+                }
+                if !self.d.jobs[&job].state.is_active() {
+                    return Err(self.wrong_state(job, "exiting"));
+                }
+                self.rank_ended(job, rank, true, ev)
+            }
+            Observed::Stopped { job, attempt, rank, checkpointed } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                let j = &self.d.jobs[&job];
+                if j.state != JobState::Preempting || j.stopping.is_none() {
+                    return Err(self.wrong_state(job, "stopping"));
+                }
+                self.rank_ended(job, rank, checkpointed, ev)
+            }
+            Observed::Checkpointed { job, attempt } => {
+                self.check_attempt(job, attempt)?;
+                if !self.d.jobs[&job].replicas.iter().any(|r| r.node == *node) {
+                    return Err(not_placed(job, attempt, "replica".into(), node));
+                }
+                self.checkpointed(job, attempt)
+            }
+            Observed::Vanished { job, attempt, rank, missing_ms } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                let j = &self.d.jobs[&job];
+                if j.state != JobState::Running {
+                    return Err(self.wrong_state(job, "requeueing a vanished replica"));
+                }
+                if j.ended_ranks.contains_key(&rank) {
+                    // It exited 0 and was reported: gone by design, not lost.
+                    return Err(ApplyError::invalid("observations", format!("rank {rank} of job {job} already ended")));
+                }
+                let why = format!(
+                    "rank {rank} of attempt {attempt}: its agent on node {node} no longer reports it running ({missing_ms} ms) and reported no exit"
+                );
+                self.requeue_running(job, why, ev);
+                Ok(())
+            }
+            Observed::Stray { job, attempt, rank } => {
+                if !self.d.jobs.contains_key(&job) {
+                    return Err(ApplyError::unknown("job", job));
+                }
+                let message = format!(
+                    "attempt {attempt} rank {rank} still runs on node {node}, where it is not placed; its agent is told to stop it"
+                );
+                self.job_event(job, EventKind::Stray, message, ev);
+                Ok(())
+            }
+            Observed::Unkillable { job, attempt, rank, reason } => {
+                self.mark_unhealthy(node, job, attempt, rank, &reason, ev);
+                Ok(())
+            }
+        }
+    }
+
+    /// The node keeps its jobs' accounting as it is but takes no new work.
+    fn mark_unhealthy(&mut self, node: &Name, job: JobId, attempt: u32, rank: u32, reason: &str, ev: &mut Vec<Event>) {
+        let name = self.d.jobs.get(&job).map_or_else(|| format!("#{job}"), |j| j.spec.name.to_string());
+        let why = clip(format!("job {name} attempt {attempt} rank {rank} could not be killed: {reason}"));
+        let n = self.d.nodes.get_mut(node).expect("checked by report");
+        if n.unhealthy.as_deref() == Some(why.as_str()) {
+            return;
+        }
+        n.unhealthy = Some(why.clone());
+        let message = clip(format!("node {node} is unhealthy: {why}; `baton uncordon {node}` once it is fixed"));
+        ev.push(Event {
+            at_ms: self.d.now_ms,
+            job: None,
+            node: Some(node.clone()),
+            kind: EventKind::NodeUnhealthy,
+            message,
+        });
+        self.rebuild_ledger();
+    }
+
+    /// The job's current attempt is `attempt` and runs `rank` on `node`.
+    fn check_rank_placed(&self, node: &Name, job: JobId, attempt: u32, rank: u32) -> Result<(), ApplyError> {
+        self.check_attempt(job, attempt)?;
+        match self.d.jobs[&job].replica_at(rank) {
+            Some(r) if r.node == *node => Ok(()),
+            _ => Err(not_placed(job, attempt, format!("rank {rank}"), node)),
+        }
+    }
+
+    /// Records that `rank` ended; completes a stop in progress once every rank has.
+    fn rank_ended(&mut self, id: JobId, rank: u32, saved: bool, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        let job = self.d.jobs.get_mut(&id).expect("checked by the caller");
+        job.ended_ranks.insert(rank, saved);
+        let world = job.replicas.len().max(1);
+        if job.state != JobState::Preempting || job.ended_ranks.len() < world {
+            return Ok(());
+        }
+        let all_saved = job.ended_ranks.values().all(|s| *s);
+        let attempt = job.attempt;
+        job.ended_ranks.clear();
+        self.stopped(id, attempt, all_saved, ev)
+    }
+}
+
+fn not_placed(job: JobId, attempt: u32, what: String, node: &Name) -> ApplyError {
+    ApplyError::NotPlaced { job, attempt, what, node: node.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::alloc::ReplicaAlloc;
+    use crate::command::{Command, Op};
+    use crate::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+    use crate::node::NodeSpec;
+    use crate::plan::{Decision, Plan};
+    use crate::queue::{PoolQuota, QueueSpec};
+    use crate::resources::Resources;
+
+    fn apply(s: &mut State, op: Op) -> Outcome {
+        s.apply(Command { now_ms: 1_000, op }).unwrap_or_else(|e| panic!("refused: {e}")).outcome
+    }
+
+    fn node(name: &str) -> NodeSpec {
+        NodeSpec {
+            name: Name::lit(name),
+            pool: Name::lit("default"),
+            rack: None,
+            labels: BTreeMap::new(),
+            resources: Resources::of(&[("gpu", 8)]),
+            gpus: Vec::new(),
+            agent_addr: String::new(),
+        }
+    }
+
+    /// A two-rank gang running with rank 0 on n1 and rank 1 on n2.
+    fn gang() -> (State, JobId) {
+        let mut s = State::default();
+        apply(&mut s, Op::RegisterNodes(vec![node("n1"), node("n2")]));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 16)]), ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        let spec = JobSpec {
+            name: Name::lit("g"),
+            queue: Name::lit("q"),
+            priority: PriorityRef::Class(Name::lit("train")),
+            tasks: vec![TaskSpec {
+                name: Name::lit("main"),
+                replicas: 2,
+                resources: Resources::of(&[("gpu", 8)]),
+                pools: None,
+            }],
+            pools: None,
+            topology: None,
+            preemption_mode: PreemptionMode::Checkpoint,
+            grace_ms: 5_000,
+            min_runtime_ms: 0,
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            checkpoint_signal: None,
+        };
+        let Outcome::Submitted { job, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else { panic!() };
+        let replicas = (0..2)
+            .map(|i| ReplicaAlloc {
+                task: 0,
+                index: i,
+                node: Name::lit(&format!("n{}", i + 1)),
+                gpus: (0..8).collect(),
+            })
+            .collect();
+        let plan = Plan { based_on: s.applied(), decisions: vec![Decision::Place { job, attempt: 1, replicas }] };
+        apply(&mut s, Op::ApplyPlan(plan));
+        assert_eq!(s.job(job).unwrap().state, JobState::Running);
+        (s, job)
+    }
+
+    fn report(s: &mut State, node: &str, observations: Vec<Observed>) -> Vec<(u32, String)> {
+        match apply(s, Op::Report { node: Name::lit(node), observations }) {
+            Outcome::Reported { ignored } => ignored,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn stopped(job: JobId, rank: u32) -> Observed {
+        Observed::Stopped { job, attempt: 1, rank, checkpointed: true }
+    }
+
+    #[test]
+    fn a_stop_completes_when_every_rank_has_stopped_or_exited_0() {
+        let (mut s, job) = gang();
+        assert!(report(&mut s, "n2", vec![Observed::Exited { job, attempt: 1, rank: 1, exit_code: 0 }]).is_empty());
+        assert_eq!(s.job(job).unwrap().state, JobState::Running, "rank 1's exit 0 does not end the job");
+        apply(&mut s, Op::Pause { job });
+        assert!(report(&mut s, "n1", vec![stopped(job, 0)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, true));
+    }
+
+    #[test]
+    fn a_stop_waits_for_every_rank_and_misplaced_or_stale_ones_are_ignored_with_a_reason() {
+        let (mut s, job) = gang();
+        apply(&mut s, Op::Pause { job });
+        let ignored = report(
+            &mut s,
+            "n2",
+            vec![stopped(job, 0), Observed::Stopped { job, attempt: 7, rank: 1, checkpointed: true }],
+        );
+        assert_eq!(ignored.len(), 2, "{ignored:?}");
+        assert!(ignored[0].1.contains("rank 0 on node \"n2\""), "{}", ignored[0].1);
+        assert!(ignored[1].1.contains("stale"), "{}", ignored[1].1);
+        assert!(report(&mut s, "n1", vec![stopped(job, 0)]).is_empty());
+        assert_eq!(s.job(job).unwrap().state, JobState::Preempting, "rank 1 has not stopped yet");
+        assert!(report(&mut s, "n2", vec![stopped(job, 1)]).is_empty());
+        assert_eq!(s.job(job).unwrap().state, JobState::Paused);
+    }
+
+    #[test]
+    fn a_vanished_rank_requeues_the_job_unless_it_already_exited_0() {
+        let (mut s, job) = gang();
+        report(&mut s, "n2", vec![Observed::Exited { job, attempt: 1, rank: 1, exit_code: 0 }]);
+        let ignored = report(&mut s, "n2", vec![Observed::Vanished { job, attempt: 1, rank: 1, missing_ms: 9_000 }]);
+        assert!(ignored.len() == 1 && ignored[0].1.contains("already ended"), "{ignored:?}");
+        assert_eq!(s.job(job).unwrap().state, JobState::Running);
+        assert!(
+            report(&mut s, "n1", vec![Observed::Vanished { job, attempt: 1, rank: 0, missing_ms: 9_000 }]).is_empty()
+        );
+        let j = s.job(job).unwrap();
+        assert_eq!(j.state, JobState::Pending);
+        assert!(j.reason.contains("node n1 no longer reports it running"), "{}", j.reason);
+    }
+
+    #[test]
+    fn any_rank_exiting_non_zero_fails_the_job_and_rank_0_exit_ends_it() {
+        let (mut s, job) = gang();
+        report(&mut s, "n2", vec![Observed::Exited { job, attempt: 1, rank: 1, exit_code: 3 }]);
+        assert_eq!(s.job(job).unwrap().state, JobState::Failed);
+        let (mut s, job) = gang();
+        report(&mut s, "n1", vec![Observed::Exited { job, attempt: 1, rank: 0, exit_code: 0 }]);
+        assert_eq!(s.job(job).unwrap().state, JobState::Succeeded);
+    }
+}

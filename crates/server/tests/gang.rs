@@ -1,0 +1,86 @@
+//! Gang rules held in the replicated model (issue 9, hole 4): the stop tally survives a
+//! failover, and a rank that exited 0 before the stop arrived counts as stopped.
+
+mod common;
+
+use baton_proto::v1::observation::What;
+use baton_proto::v1::*;
+use common::*;
+
+fn gang(name: &str, queue: &str, class: &str) -> JobSpec {
+    JobSpec { grace_ms: Some(5_000), ..baton_proto::make::gpu_job(name, queue, class, 2, 4, vec!["train".into()]) }
+}
+
+fn stopped(job_id: u64, rank: u32) -> What {
+    What::Stopped(Stopped { job_id, attempt: 1, checkpointed: true, rank, cause: 0 })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rank_that_exited_0_before_the_stop_counts_as_stopped() {
+    let cluster = Cluster::start(3).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("research", 0)).await.unwrap();
+    c.put_queue(queue("prod", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gang("low", "research", "train")), request_id: String::new() }).await.unwrap();
+    let d =
+        agent.until("both ranks of low run", |d| d.assignments.iter().filter(|a| a.job == "low").count() == 2).await;
+    let low_id = d.assignments[0].job_id;
+    agent.report(vec![What::Exited(Exited { job_id: low_id, attempt: 1, rank: 1, exit_code: 0 })]).await.unwrap();
+
+    c.submit(SubmitRequest { spec: Some(gpu_job("high", "prod", "inference", 8)), request_id: String::new() })
+        .await
+        .unwrap();
+    agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
+    agent.report(vec![stopped(low_id, 0)]).await.unwrap();
+    agent.until("high runs", |d| has(d, "high", Action::Run)).await;
+    assert!(wait_state(&mut c, "low", "Pending").await.has_checkpoint);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_stop_tally_survives_a_failover() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut c = cluster.client((leader + 1) % 3).await;
+    c.put_queue(queue("research", 0)).await.unwrap();
+    c.put_queue(queue("prod", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gang("low", "research", "train")), request_id: String::new() }).await.unwrap();
+    let d =
+        agent.until("both ranks of low run", |d| d.assignments.iter().filter(|a| a.job == "low").count() == 2).await;
+    let low_id = d.assignments[0].job_id;
+    c.submit(SubmitRequest { spec: Some(gpu_job("high", "prod", "inference", 8)), request_id: String::new() })
+        .await
+        .unwrap();
+    agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
+    // Rank 0's stop is acknowledged by the old leader; the agent never reports it again.
+    agent.report(vec![stopped(low_id, 0)]).await.unwrap();
+
+    cluster.kill(leader).await;
+    drop(agent);
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    agent.until("the new leader re-sends the stop", |d| has(d, "low", Action::Stop)).await;
+    agent.report(vec![stopped(low_id, 1)]).await.unwrap();
+    agent.until("high runs", |d| has(d, "high", Action::Run)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_observation_from_a_node_the_rank_is_not_placed_on_is_ignored() {
+    let cluster = Cluster::start(3).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut n1 = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 8)), request_id: String::new() })
+        .await
+        .unwrap();
+    let d = n1.until("j runs", |d| has(d, "j", Action::Run)).await;
+    let j = d.assignments[0].job_id;
+    let n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 8)).await;
+    let exited = What::Exited(Exited { job_id: j, attempt: 1, rank: 0, exit_code: 1 });
+    n2.report(vec![exited.clone()]).await.unwrap();
+    n1.report(vec![What::Checkpointed(Checkpointed { job_id: j, attempt: 1 })]).await.unwrap();
+    let job = wait_state(&mut c, "j", "Running").await;
+    assert!(job.has_checkpoint, "n1's own observation still counts");
+    n1.report(vec![exited]).await.unwrap();
+    wait_state(&mut c, "j", "Failed").await;
+}

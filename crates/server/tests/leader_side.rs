@@ -1,0 +1,120 @@
+//! The leader's side of "no job runs twice" (issue 9), with scripted agents: a new leader
+//! directs only from its whole committed state, a deposed or cut-off leader stops
+//! directing, and a stop's grace is a duration.
+
+mod common;
+
+use std::time::Duration;
+
+use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
+use baton_proto::v1::*;
+use common::*;
+
+/// Reads directives until the stream ends; panics if it still flows after `within`.
+async fn stream_ends(agent: &mut FakeAgent, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, agent.directives.message()).await {
+            Err(_) => panic!("the directive stream still flows after {within:?}; last: {:?}", agent.last),
+            Ok(Ok(Some(d))) => agent.last = Some(d),
+            Ok(Ok(None) | Err(_)) => return,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_leader_never_sends_a_directive_that_drops_a_running_job() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut c = cluster.client((leader + 1) % 3).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
+        .await
+        .unwrap();
+    agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+
+    cluster.kill(leader).await;
+    drop(agent);
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    // Every directive of the new leader, from the first, keeps j running.
+    for _ in 0..5 {
+        let d = agent.until("any directive", |_| true).await;
+        assert!(has(&d, "j", Action::Run), "the new leader's directive drops j: {d:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_that_has_seen_a_higher_term_is_refused() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    let term = agent.report(vec![]).await.unwrap().term;
+    let mut g = AgentGatewayClient::connect(format!("http://{}", cluster.replicas[leader].addr)).await.unwrap();
+
+    let err = g.attach(AttachRequest { node: Some(node("n1", 8)), term_seen: term + 1 }).await.err().unwrap();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(err.message().contains(&format!("term_seen {}", term + 1)), "{}", err.message());
+
+    let req = ReportRequest { node: "n1".into(), term_seen: term + 1, ..Default::default() };
+    let err = g.report(req).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(err.message().contains("deposed"), "{}", err.message());
+
+    let req = ReportRequest { node: "n1".into(), term_seen: term, ..Default::default() };
+    assert!(g.report(req).await.unwrap().into_inner().lease_ms > 0, "an equal term is this leader's own");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_from_its_quorum_stops_directing() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    agent.until("a first directive", |_| true).await;
+    for i in 0..3 {
+        if i != leader {
+            cluster.kill(i).await;
+        }
+    }
+    // lease_ms is 600 in the test settings: the stream must end within a few of them.
+    stream_ends(&mut agent, Duration::from_secs(5)).await;
+    let reply = agent.report(vec![]).await;
+    assert!(reply.map_or(true, |r| r.lease_ms == 0), "a leader without a quorum grants no lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stop_carries_the_whole_grace_as_a_duration_on_every_resend() {
+    let cluster = Cluster::start(3).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("research", 0)).await.unwrap();
+    c.put_queue(queue("prod", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("low", "research", "train", 8)), request_id: String::new() })
+        .await
+        .unwrap();
+    agent.until("low runs", |d| has(d, "low", Action::Run)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("high", "prod", "inference", 8)), request_id: String::new() })
+        .await
+        .unwrap();
+    agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let d = agent.until("a resent stop", |d| has(d, "low", Action::Stop)).await;
+    let stop = d.assignments.iter().find(|a| a.job == "low").unwrap();
+    // gpu_job grants 5 s; the agent counts it from when it first acts on the stop.
+    assert_eq!(stop.grace_ms, 5_000, "grace is the granted duration, not what the leader's clock says is left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_report_from_a_node_that_never_attached_is_refused_by_name() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut g = AgentGatewayClient::connect(format!("http://{}", cluster.replicas[leader].addr)).await.unwrap();
+    let err = loop {
+        match g.report(ReportRequest { node: "ghost".into(), ..Default::default() }).await {
+            Err(s) if s.code() == tonic::Code::Unavailable => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => break other.expect_err("a report from an unknown node is refused"),
+        }
+    };
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert!(err.message().contains("\"ghost\"") && err.message().contains("attach"), "{}", err.message());
+}

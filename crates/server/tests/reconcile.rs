@@ -1,0 +1,121 @@
+//! What agents report against what the model holds (issue 9, reconciliation): a process
+//! that cannot be killed takes its node out of scheduling, with the reason shown.
+
+mod common;
+
+use baton_proto::v1::observation::What;
+use baton_proto::v1::*;
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
+    let cluster = Cluster::start(1).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
+        .await
+        .unwrap();
+    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    let j = d.assignments[0].job_id;
+    c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
+    agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|a| a.job == "j")).await;
+    let reason = "pid 4242 in D state after SIGKILL".to_string();
+    let stuck = What::Unkillable(Unkillable { job_id: j, attempt: 1, rank: 0, reason: reason.clone() });
+    agent.report(vec![stuck]).await.unwrap();
+
+    let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
+    assert_eq!(n.status, "Unhealthy", "{n:?}");
+    assert!(n.unhealthy.contains("job") && n.unhealthy.contains(&reason), "{}", n.unhealthy);
+    c.submit(SubmitRequest { spec: Some(gpu_job("next", "team-a", "train", 4)), request_id: String::new() })
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let next = wait_state(&mut c, "next", "Pending").await;
+    assert!(!next.reason.is_empty());
+
+    // A person fixed the node: uncordon clears the mark and work is placed there again.
+    c.cordon(CordonRequest { node: "n1".into(), cordoned: false }).await.unwrap();
+    let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
+    assert_eq!((n.status.as_str(), n.unhealthy.as_str()), ("Ready", ""));
+    wait_state(&mut c, "next", "Running").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_process_that_runs_where_the_model_does_not_place_it_is_recorded() {
+    let cluster = Cluster::start(1).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
+        .await
+        .unwrap();
+    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    let a = d.assignments[0].clone();
+    c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
+    agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|x| x.job == "j")).await;
+
+    // The agent keeps saying it runs j, as one that missed the directive would (its
+    // background heartbeats, which list nothing, are silenced: one reporter per node).
+    agent.silence();
+    let still = Running {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        task: a.task,
+        replica: a.replica,
+        rank: a.rank,
+        phase: ReplicaPhase::Running as i32,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        agent.report_running(vec![still], vec![]).await.unwrap();
+        let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
+        let strays: Vec<_> = j.events.iter().filter(|e| e.kind == "Stray").collect();
+        if let Some(e) = strays.first() {
+            assert_eq!(strays.len(), 1, "recorded once, not on every report: {strays:?}");
+            assert!(e.message.contains("n1") && e.message.contains("told to stop"), "{}", e.message);
+            assert_eq!(j.state, "Cancelled", "the event changes nothing else");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no Stray event within 5 s: {:?}", j.events);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_its_agent_stops_reporting_is_requeued_with_the_reason() {
+    let cluster = Cluster::start(1).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
+        .await
+        .unwrap();
+    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    let a = d.assignments[0].clone();
+    let running = Running {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        task: a.task,
+        replica: a.replica,
+        rank: a.rank,
+        phase: ReplicaPhase::Running as i32,
+    };
+    // The agent has seen the assignment: it reports it running.
+    agent.report_running(vec![running], vec![]).await.unwrap();
+    // Then it stops listing it without any exit (a process it lost track of).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
+    let j = loop {
+        agent.report_running(vec![], vec![]).await.unwrap();
+        let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
+        // Requeued: Pending, or already placed again as a new attempt.
+        if j.state != "Running" || j.attempt > a.attempt {
+            break j;
+        }
+        assert!(std::time::Instant::now() < deadline, "j still Running 6 s after its agent stopped reporting it");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(j.state == "Pending" || j.state == "Running", "requeued, not failed: {} ({})", j.state, j.reason);
+    let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
+    assert!(e.message.contains("n1") && e.message.contains("no longer reports"), "{}", e.message);
+}
