@@ -9,14 +9,14 @@ use baton_model::class::default_classes;
 use baton_model::command::{Command, Op, Outcome};
 use baton_model::event::EventKind;
 use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
-use baton_model::ledger::Vector;
+use baton_model::ledger::{QuotaBlock, Vector, ZERO, add};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_model::plan::{Decision, Plan};
 use baton_model::queue::{BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, ReclaimWithinCohort, WithinQueue};
 use baton_model::resources::Resources;
-use baton_model::state::State;
+use baton_model::state::{State, demand_of};
 use proptest::prelude::*;
 
 use crate::cycle;
@@ -362,11 +362,54 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
     Ok(())
 }
 
+/// decisions.md section 4's gate: a job whose own request exceeds its queue's nominal in a
+/// (pool, kind) where it lacks room (the pool has less free than it asks, or its queue's
+/// limits stop it there) preempts nothing, not even in its own queue, unless borrowing
+/// within the cohort or fair sharing lets it borrow.
+fn check_gate(before: &State, d: &Decision) -> Result<(), String> {
+    let Decision::Preempt { job, replicas, .. } = d else {
+        return Ok(());
+    };
+    let j = before.job(*job).unwrap();
+    let l = before.ledger();
+    let q = l.queue(j.spec.queue.as_str()).unwrap();
+    if l.queues[q].fair_sharing || before.queues()[&j.spec.queue].preemption.borrow_within_cohort.is_some() {
+        return Ok(());
+    }
+    let demand = demand_of(l, &before.shares(j, replicas));
+    let mut free = vec![ZERO; l.pools.len()];
+    for n in l.nodes.iter().filter(|n| n.schedulable) {
+        add(&mut free[n.pool], &n.free);
+    }
+    let quota_stop = l.check_admission(q, &demand, !j.preemptible).err().map(|b| match b {
+        QuotaBlock::BorrowLimit { pool, kind, .. }
+        | QuotaBlock::NotPreemptible { pool, kind, .. }
+        | QuotaBlock::NoLendable { pool, kind, .. } => (pool, kind),
+    });
+    for (p, asked) in &demand {
+        for k in 0..MAX_RESOURCE_KINDS {
+            let lacks = asked[k] > free[*p][k] || quota_stop == Some((*p, k));
+            let nominal = l.queues[q].nominal[*p][k];
+            if lacks && asked[k] > nominal {
+                return Err(format!(
+                    "{} preempted though it lacks room in {} of pool {} and asks for {} there, above its queue's nominal {nominal}",
+                    j.spec.name,
+                    l.kinds.name(k),
+                    l.pools[*p].name,
+                    asked[k]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Applies a plan one decision at a time, checking each against the state it meets.
 fn apply_checked(s: &mut State, now_ms: u64, plan: &Plan) -> Result<(), String> {
     for d in &plan.decisions {
         let before = s.clone();
         check_minimal(&before, now_ms, d)?;
+        check_gate(&before, d)?;
         let one = Plan { based_on: plan.based_on, decisions: vec![d.clone()] };
         let applied = cmd(s, now_ms, Op::ApplyPlan(one)).map_err(|e| e.to_string())?;
         if let Outcome::PlanApplied { rejected, .. } = &applied.outcome

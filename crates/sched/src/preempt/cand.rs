@@ -59,6 +59,8 @@ impl Cand {
 /// The preemptor and what it needs, for one pool assignment.
 pub struct Ctx<'j> {
     pub job: &'j Job,
+    /// The pool of each task.
+    pub assignment: Vec<usize>,
     pub queue: usize,
     pub np: bool,
     pub policy: PreemptionPolicy,
@@ -139,10 +141,24 @@ impl Ctx<'_> {
     /// lacks room (counted with the victims taken so far removed).
     pub fn reclaiming(&self, l: &Ledger) -> bool {
         let q = &l.queues[self.queue];
-        self.lacks.iter().all(|&(p, k)| {
-            let d = self.demand.iter().find(|(pp, _)| *pp == p).map_or(0, |(_, v)| v[k]);
-            q.usage[p][k].saturating_add(d) <= q.nominal[p][k]
-        })
+        self.lacks.iter().all(|&(p, k)| q.usage[p][k].saturating_add(self.requested(p, k)) <= q.nominal[p][k])
+    }
+
+    /// decisions.md section 4's gate on preempting at all, own queue included: where the job
+    /// lacks room, its own request (not its queue's usage plus it) must fit within its
+    /// queue's nominal, unless borrowing within the cohort or fair sharing lets it borrow.
+    /// Returns the first (pool, kind) that forbids it, or `None` when the job may preempt.
+    pub fn forbidding(&self, l: &Ledger) -> Option<(usize, usize)> {
+        if self.fair_sharing || self.policy.borrow_within_cohort.is_some() {
+            return None;
+        }
+        let q = &l.queues[self.queue];
+        self.lacks.iter().copied().find(|&(p, k)| self.requested(p, k) > q.nominal[p][k])
+    }
+
+    /// What the job asks for of kind `k` in pool `p`.
+    pub fn requested(&self, p: usize, k: usize) -> u64 {
+        self.demand.iter().find(|(pp, _)| *pp == p).map_or(0, |(_, v)| v[k])
     }
 
     /// Is `c` a valid victim now, given the victims already taken (their usage is out of

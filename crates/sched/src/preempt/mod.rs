@@ -66,6 +66,14 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     let jq = view.ledger.queue(job.spec.queue.as_str()).expect("queue exists");
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
+    // The gate comes first: a job it forbids preempts nothing, whatever runs.
+    let mut ctxs: Vec<Ctx> =
+        needs.assignments.iter().map(|a| context(view, job, jq, policy, needs, a, false)).collect();
+    let first_forbidden = ctxs.first().and_then(|c| c.forbidding(&view.ledger).map(|pk| gate_reason(view, c, pk)));
+    ctxs.retain(|c| c.forbidding(&view.ledger).is_none());
+    if let Some(why) = first_forbidden.filter(|_| ctxs.is_empty()) {
+        return Err(why);
+    }
     if view.active.is_empty() {
         return Err("no running job may be preempted for it".into());
     }
@@ -91,8 +99,10 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     let on_node = OnNodes::new(view, &cands);
     let mut best: Option<Best> = None;
     for weak in [false, true] {
-        for a in &needs.assignments {
-            let ctx = context(view, job, jq, policy, needs, a, weak);
+        for ctx in &mut ctxs {
+            ctx.weak = weak;
+            let ctx = &*ctx;
+            let a = &ctx.assignment;
             for (tried, nodes) in touched_sets(view, job, needs, a, &cands, &on_node).into_iter().enumerate() {
                 // Sets come best-estimated first; once one has worked, a few more suffice.
                 if tried > MAX_RACK_WALKS && best.is_some() {
@@ -104,7 +114,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
-                let Some(w) = walk::walk(view, &ctx, needs, a, &nodes, &cands, &on) else {
+                let Some(w) = walk::walk(view, ctx, needs, a, &nodes, &cands, &on) else {
                     continue;
                 };
                 let vs: Vec<&Cand> = w.victims.iter().map(|&i| &cands[i]).collect();
@@ -186,9 +196,10 @@ fn context<'j>(
     weak: bool,
 ) -> Ctx<'j> {
     let demand = needs.demand(a);
-    let lacks = lacks_room(view, jq, &demand, !job.preemptible);
+    let lacks = lacks_room(view, jq, needs, a, &demand, !job.preemptible);
     Ctx {
         job,
+        assignment: a.to_vec(),
         queue: jq,
         np: !job.preemptible,
         policy,
@@ -200,8 +211,17 @@ fn context<'j>(
 }
 
 /// Where the job lacks room: (pool, kind) whose free capacity or whose quota falls short.
-/// If it fits everywhere in aggregate (fragmentation), every (pool, kind) it needs counts.
-fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> Vec<(usize, usize)> {
+/// If it fits everywhere in aggregate (fragmentation), the kinds in which its replicas do
+/// not fit on the nodes, counting that kind alone; if each kind alone fits, every (pool,
+/// kind) it needs counts.
+fn lacks_room(
+    view: &View,
+    jq: usize,
+    needs: &Needs,
+    a: &[usize],
+    demand: &[(usize, Vector)],
+    np: bool,
+) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     for (p, d) in demand {
         let free = &view.pool_free[*p];
@@ -222,6 +242,9 @@ fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> V
         }
     }
     if out.is_empty() {
+        out = short_on_nodes(view, needs, a);
+    }
+    if out.is_empty() {
         for (p, d) in demand {
             out.extend((0..MAX_RESOURCE_KINDS).filter(|&k| d[k] > 0).map(|k| (*p, k)));
         }
@@ -229,8 +252,28 @@ fn lacks_room(view: &View, jq: usize, demand: &[(usize, Vector)], np: bool) -> V
     out
 }
 
-/// A node's quick estimate: the victims it alone would need to host `need` (static rank,
-/// no quota), or `None` if it could not even with every candidate gone.
+/// (pool, kind) in which some task's replicas do not fit on the pool's free resources,
+/// counting that kind alone. A job short of GPUs on any one node lacks room in GPUs, not in
+/// the CPUs it also asks for and that every node has plenty of.
+fn short_on_nodes(view: &View, needs: &Needs, a: &[usize]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (t, &p) in needs.tasks.iter().zip(a) {
+        for k in (0..MAX_RESOURCE_KINDS).filter(|&k| t.need[k] > 0) {
+            let hosts: u64 = view
+                .ledger
+                .nodes
+                .iter()
+                .filter(|n| n.pool == p && n.schedulable)
+                .map(|n| if k == 0 { u64::from(n.free_gpu_count()).min(n.free[0]) } else { n.free[k] } / t.need[k])
+                .sum();
+            if hosts < u64::from(t.replicas) && !out.contains(&(p, k)) {
+                out.push((p, k));
+            }
+        }
+    }
+    out
+}
+
 /// A node's quick estimate, compared like `Score` but without allocating: own-queue
 /// victims, highest victim priority and how many at it, victims, lost work, best rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -494,6 +537,20 @@ fn gather(
     nodes.sort_unstable();
     nodes.dedup();
     Some((nodes, total))
+}
+
+/// Why the gate forbids preempting at all, naming where the request exceeds nominal.
+fn gate_reason(view: &View, ctx: &Ctx, (p, k): (usize, usize)) -> String {
+    let l = &view.ledger;
+    let kind = l.kinds.name(k);
+    let h = |v: u64| Human { resource: kind, value: v };
+    format!(
+        "may not preempt: its request of {} {kind} in pool {} exceeds queue {}'s nominal of {} {kind}, and neither borrow_within_cohort nor fair sharing lets it borrow",
+        h(ctx.requested(p, k)),
+        l.pools[p].name,
+        l.queues[ctx.queue].name,
+        h(l.queues[ctx.queue].nominal[p][k]),
+    )
 }
 
 /// The rule that allows the preemption, in words for the victims' events.
