@@ -183,14 +183,14 @@ impl Ctx<'_> {
                 ReclaimWithinCohort::Any => true,
             } || (same_tree && self.fair_sharing && only_borrowed(l, c) && self.fair_share_allows(l, c));
         }
-        // A borrowing preemptor takes only what the victim's queue has above its guarantee;
-        // otherwise that queue could reclaim it right back, and the two would take turns.
-        if !same_tree || !only_borrowed(l, c) {
+        if !same_tree {
             return false;
         }
         if self.fair_sharing {
-            return self.fair_share_allows(l, c);
+            return only_borrowed(l, c) && self.fair_share_allows(l, c);
         }
+        // The victim's queue borrows now (checked above), so the whole victim may be taken
+        // even if that leaves its queue below nominal (section 4).
         self.policy.borrow_within_cohort.is_some_and(|b| bwc_allows(b.max_priority_threshold, self.job, c.priority))
     }
 
