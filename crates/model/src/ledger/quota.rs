@@ -253,8 +253,11 @@ impl Ledger {
             .all(|(p, d)| (0..MAX_RESOURCE_KINDS).all(|k| q.usage[*p][k].saturating_add(d[k]) <= q.nominal[*p][k]))
     }
 
-    /// Dominant borrowed fraction over the tree's lendable nominal, divided by weight
-    /// (decisions.md section 6), with `extra` added to and `less` removed from its usage.
+    /// Dominant borrowed fraction, divided by weight (decisions.md section 6), with `extra`
+    /// added to and `less` removed from its usage. Everything above nominal counts, unowned
+    /// capacity included; the denominator is the tree's lendable nominal quota only, so
+    /// borrowing where the tree lends nothing is an infinite share, as is any borrowing by a
+    /// queue of weight 0.
     pub fn share(&self, queue: usize, extra: &[(usize, Vector)], less: &[(usize, Vector)]) -> f64 {
         let q = &self.queues[queue];
         let t = &self.trees[q.tree];
@@ -273,11 +276,15 @@ impl Ledger {
                     }
                 }
                 let borrowed = u.saturating_sub(q.nominal[p][k]);
-                let denom = t.lendable_nominal[p][k];
-                if borrowed == 0 || denom == 0 {
+                if borrowed == 0 {
                     continue;
                 }
-                let frac = if q.weight <= 0.0 { f64::INFINITY } else { borrowed as f64 / denom as f64 / q.weight };
+                let denom = t.lendable_nominal[p][k];
+                let frac = if q.weight <= 0.0 || denom == 0 {
+                    f64::INFINITY
+                } else {
+                    borrowed as f64 / denom as f64 / q.weight
+                };
                 best = best.max(frac);
             }
         }
