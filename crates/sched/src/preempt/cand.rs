@@ -121,17 +121,6 @@ pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &
     (reclaim || borrow || fs).then(|| cand(false))
 }
 
-/// Taking `c` leaves its queue at or above its guarantee wherever `c` uses something.
-fn only_borrowed(l: &Ledger, c: &Cand) -> bool {
-    let Some(ch) = l.charges.get(&c.job) else { return true };
-    let q = &l.queues[c.queue];
-    ch.usage.iter().all(|(p, v)| {
-        v.iter()
-            .enumerate()
-            .all(|(k, &amount)| amount == 0 || q.usage[*p][k].saturating_sub(amount) >= q.nominal[*p][k])
-    })
-}
-
 fn bwc_allows(threshold: Option<i32>, j: &Job, p: i32) -> bool {
     p < j.priority && threshold.is_none_or(|t| p <= t)
 }
@@ -181,13 +170,13 @@ impl Ctx<'_> {
                 ReclaimWithinCohort::Never => false,
                 ReclaimWithinCohort::LowerPriority => c.priority < self.job.priority,
                 ReclaimWithinCohort::Any => true,
-            } || (same_tree && self.fair_sharing && only_borrowed(l, c) && self.fair_share_allows(l, c));
+            } || (same_tree && self.fair_sharing && self.fair_share_allows(l, c));
         }
         if !same_tree {
             return false;
         }
         if self.fair_sharing {
-            return only_borrowed(l, c) && self.fair_share_allows(l, c);
+            return self.fair_share_allows(l, c);
         }
         // The victim's queue borrows now (checked above), so the whole victim may be taken
         // even if that leaves its queue below nominal (section 4).
@@ -195,11 +184,11 @@ impl Ctx<'_> {
     }
 
     fn fair_share_allows(&self, l: &Ledger, c: &Cand) -> bool {
-        // Only a queue above the preemptor's own share gives way: equal shares (say, both
-        // borrowing only unowned capacity, which shares do not count) would otherwise take
-        // turns preempting each other forever.
-        let theirs_now = l.share(c.queue, &[], &[]);
-        if theirs_now <= 0.0 || l.share(self.queue, &[], &[]) >= theirs_now {
+        // Not in decisions.md (see docs/policy.md, "Not yet settled"): the victim's queue
+        // must have a share strictly above the preemptor queue's share now. Without it,
+        // equal shares (two queues of weight 0 that borrow, both infinite) pass section 6's
+        // "no higher than" each in turn, and take the same GPUs from each other forever.
+        if l.share(self.queue, &[], &[]) >= l.share(c.queue, &[], &[]) {
             return false;
         }
         let mine = l.share(self.queue, &self.demand, &[]);
