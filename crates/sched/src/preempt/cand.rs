@@ -121,6 +121,21 @@ pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &
     (reclaim || borrow || fs).then(|| cand(false))
 }
 
+/// Not in decisions.md (see docs/policy.md, "Not yet settled"): taking `c` leaves its queue
+/// at or above its guarantee wherever `c` uses something. Asked only when a preemptor that
+/// will be within nominal preempts under fair sharing because its queue's
+/// `reclaim_within_cohort` does not allow it: taking the victim's queue below its guarantee
+/// there lets that queue's jobs come back by borrowing, and the three preempt in a circle.
+fn leaves_guarantee(l: &Ledger, c: &Cand) -> bool {
+    let Some(ch) = l.charges.get(&c.job) else { return true };
+    let q = &l.queues[c.queue];
+    ch.usage.iter().all(|(p, v)| {
+        v.iter()
+            .enumerate()
+            .all(|(k, &amount)| amount == 0 || q.usage[*p][k].saturating_sub(amount) >= q.nominal[*p][k])
+    })
+}
+
 fn bwc_allows(threshold: Option<i32>, j: &Job, p: i32) -> bool {
     p < j.priority && threshold.is_none_or(|t| p <= t)
 }
@@ -170,7 +185,7 @@ impl Ctx<'_> {
                 ReclaimWithinCohort::Never => false,
                 ReclaimWithinCohort::LowerPriority => c.priority < self.job.priority,
                 ReclaimWithinCohort::Any => true,
-            } || (same_tree && self.fair_sharing && self.fair_share_allows(l, c));
+            } || (same_tree && self.fair_sharing && leaves_guarantee(l, c) && self.fair_share_allows(l, c));
         }
         if !same_tree {
             return false;
