@@ -34,7 +34,8 @@ pub fn nodes(s: &Scenario) -> Vec<NodeArgs> {
                 pool: n.pool.to_string(),
                 rack: n.rack.as_ref().map(|r| r.to_string()).unwrap_or_default(),
                 gpus: n.resources.get("gpu"),
-                cpu: n.resources.get("cpu"),
+                // An agent offers a count of whole CPUs; the scenario holds thousandths.
+                cpu: n.resources.get("cpu") / baton_model::quantity::units_per_one("cpu"),
                 memory: n.resources.get("memory"),
             }
         })

@@ -75,7 +75,9 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
         labels.insert(k.trim().to_string(), v.trim().to_string());
     }
     let memory_bytes = match &args.memory {
-        Some(m) => Some(baton_model::quantity::parse_quantity(m).map_err(|e| format!("--memory {m:?}: {e}"))?),
+        Some(m) => {
+            Some(baton_model::quantity::parse_quantity("memory", m).map_err(|e| format!("--memory {m:?}: {e}"))?)
+        }
         None => None,
     };
     let mut c = AgentConfig::new(name, data_dir);

@@ -26,7 +26,7 @@ fn submit_by_flags_sends_the_job_the_flags_describe() {
         "--gpus",
         "4",
         "--cpu",
-        "16",
+        "2.5",
         "--memory",
         "64Gi",
         "--replicas",
@@ -69,7 +69,8 @@ fn submit_by_flags_sends_the_job_the_flags_describe() {
     assert_eq!(spec.tasks.len(), 1);
     assert_eq!(spec.tasks[0].replicas, 2);
     let r = &spec.tasks[0].resources.as_ref().unwrap().amounts;
-    assert_eq!((r["gpu"], r["cpu"], r["memory"]), (4, 16, 64 << 30));
+    // CPUs travel in thousandths.
+    assert_eq!((r["gpu"], r["cpu"], r["memory"]), (4, 2500, 64 << 30));
     assert_eq!(spec.pools, vec!["a100", "h100"]);
     assert_eq!((spec.topology.as_str(), spec.preemption_mode.as_str()), ("rack", "suspend"));
     assert_eq!((spec.grace_ms, spec.min_runtime_ms), (Some(120_000), 30_000));
@@ -153,6 +154,10 @@ fn bad_flags_are_refused_before_sending() {
         (vec!["submit", "--server", &addr, "--name", "a", "--queue", "q"], "no command to run"),
         (vec!["submit", "--server", &addr, "--name", "a b", "--queue", "q", "--", "x"], "--name:"),
         (vec!["submit", "--server", &addr, "--name", "a", "--queue", "q", "--memory", "1.5", "--", "x"], "--memory:"),
+        (
+            vec!["submit", "--server", &addr, "--name", "a", "--queue", "q", "--cpu", "0.0001", "--", "x"],
+            "--cpu: bad quantity \"0.0001\" for cpu",
+        ),
         (
             vec!["submit", "--server", &addr, "--name", "a", "--queue", "q", "--grace", "soon", "--", "x"],
             "bad duration",

@@ -7,7 +7,8 @@
 //! `apply` re-checks it.
 //!
 //! Layout:
-//! - `name`, `quantity`, `resources`: validated names (natural order), whole-unit quantities.
+//! - `name`, `quantity`, `resources`: validated names (natural order), exact quantities in
+//!   Kubernetes notation (CPUs held in thousandths).
 //! - `class`, `node`, `queue`, `job`, `alloc`: configuration and job records.
 //! - `command`, `plan`, `event`, `error`: what goes in and comes out of `apply`.
 //! - `ledger`: derived dense accounting (free per node, usage per queue, what may be borrowed).

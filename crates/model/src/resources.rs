@@ -25,7 +25,8 @@ pub fn validate_resource_name(name: &str) -> Result<(), ResourceNameError> {
     if ok { Ok(()) } else { Err(ResourceNameError::Bad(name.to_string())) }
 }
 
-/// A sparse map of resource name to whole units. Zero entries are never stored, so two
+/// A sparse map of resource name to whole numbers of its smallest unit (CPUs in
+/// thousandths, bytes, whole GPUs; see `quantity`). Zero entries are never stored, so two
 /// equal amounts compare equal however they were built.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -137,8 +138,10 @@ mod tests {
 
     #[test]
     fn zero_entries_vanish_and_display_puts_gpu_first() {
-        let mut r = Resources::of(&[("cpu", 4), ("gpu", 2), ("memory", 16 << 30)]);
+        let mut r = Resources::of(&[("cpu", 4000), ("gpu", 2), ("memory", 16 << 30)]);
         assert_eq!(r.to_string(), "2 gpu 4 cpu 16Gi memory");
+        r.set("cpu", 500);
+        assert_eq!(r.to_string(), "2 gpu 500m cpu 16Gi memory");
         r.set("cpu", 0);
         assert_eq!(r, Resources::of(&[("gpu", 2), ("memory", 16 << 30)]));
     }

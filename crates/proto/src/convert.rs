@@ -12,6 +12,7 @@ use baton_model::job::{Job, JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topo
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
 use baton_model::node::{GpuInfo, Node, NodeSpec, NodeStatus};
+use baton_model::quantity::{MAX_QUANTITY, units_per_one};
 use baton_model::queue::{
     BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, WithinQueue,
 };
@@ -355,6 +356,21 @@ pub fn node_to_proto(n: &Node) -> v1::Node {
     }
 }
 
+/// An agent reports whole units (its CPU count, say); the state holds each resource in its
+/// smallest unit (CPUs in thousandths, see `baton_model::quantity`).
+fn node_resources(map: &std::collections::HashMap<String, u64>) -> R<Resources> {
+    let mut out = resources_from_map(map, "node.resources")?;
+    for (k, whole) in map {
+        let per_one = units_per_one(k);
+        let amount = whole
+            .checked_mul(per_one)
+            .filter(|&a| a <= MAX_QUANTITY)
+            .ok_or_else(|| bad(&format!("node.resources.{k}"), format!("{whole} is too large")))?;
+        out.set(k, amount);
+    }
+    Ok(out)
+}
+
 /// What an agent reports of its node, as the node spec the state machine registers.
 pub fn node_from_agent(n: &v1::NodeInfo) -> R<NodeSpec> {
     let gpus = n
@@ -373,7 +389,7 @@ pub fn node_from_agent(n: &v1::NodeInfo) -> R<NodeSpec> {
         pool: if n.pool.is_empty() { Name::lit(baton_model::node::DEFAULT_POOL) } else { name(&n.pool, "node.pool")? },
         rack: opt_name(&n.rack, "node.rack")?,
         labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        resources: resources_from_map(&n.resources, "node.resources")?,
+        resources: node_resources(&n.resources)?,
         gpus,
         agent_addr: n.agent_addr.clone(),
     })
@@ -409,6 +425,20 @@ mod tests {
     fn job_spec_round_trips() {
         let s = spec();
         assert_eq!(job_spec_from_proto(&job_spec_to_proto(&s)).unwrap(), s);
+    }
+
+    #[test]
+    fn an_agents_cpu_count_is_held_in_thousandths() {
+        let info = v1::NodeInfo {
+            name: "n1".into(),
+            resources: [("gpu".to_string(), 8), ("cpu".to_string(), 64), ("memory".to_string(), 1 << 40)].into(),
+            ..Default::default()
+        };
+        let spec = node_from_agent(&info).unwrap();
+        assert_eq!(spec.resources, Resources::of(&[("gpu", 8), ("cpu", 64_000), ("memory", 1 << 40)]));
+        let huge = v1::NodeInfo { resources: [("cpu".to_string(), u64::MAX / 10)].into(), ..info };
+        let err = node_from_agent(&huge).unwrap_err().to_string();
+        assert!(err.contains("node.resources.cpu"), "{err}");
     }
 
     #[test]

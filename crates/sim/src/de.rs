@@ -122,9 +122,10 @@ impl<'f> Cx<'f> {
         }
     }
 
-    pub fn quantity(&self, node: &Node, path: &str) -> R<u64> {
+    /// A quantity of `resource`, in its smallest unit (CPUs in thousandths).
+    pub fn quantity(&self, node: &Node, path: &str, resource: &str) -> R<u64> {
         let t = self.text(node, path)?;
-        parse_quantity(&t).map_err(|e| self.err(node.line, path, e.to_string()))
+        parse_quantity(resource, &t).map_err(|e| self.err(node.line, path, e.to_string()))
     }
 
     /// `{gpu: 8, cpu: 64, memory: 512Gi}`.
@@ -134,7 +135,7 @@ impl<'f> Cx<'f> {
         for (key, line, value) in f.take_all() {
             let p = format!("{path}.{key}");
             validate_resource_name(&key).map_err(|e| self.err(line, &p, e.to_string()))?;
-            r.set(&key, self.quantity(value, &p)?);
+            r.set(&key, self.quantity(value, &p, &key)?);
         }
         Ok(r)
     }
@@ -146,7 +147,8 @@ impl<'f> Cx<'f> {
         for (key, line, value) in f.take_all() {
             let p = format!("{path}.{key}");
             validate_resource_name(&key).map_err(|e| self.err(line, &p, e.to_string()))?;
-            m.insert(key, self.quantity(value, &p)?);
+            let amount = self.quantity(value, &p, &key)?;
+            m.insert(key, amount);
         }
         Ok(m)
     }

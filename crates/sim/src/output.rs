@@ -132,19 +132,42 @@ pub struct JobOut {
     pub pool: Option<Name>,
 }
 
+/// Per resource, in its smallest unit (CPUs in thousandths).
 pub type Amounts = BTreeMap<String, u64>;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PoolOut {
+    #[serde(serialize_with = "in_units")]
     pub usage: Amounts,
+    #[serde(serialize_with = "in_units")]
     pub nominal: Amounts,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueOut {
+    #[serde(serialize_with = "in_units")]
     pub usage: Amounts,
+    #[serde(serialize_with = "in_units")]
     pub nominal: Amounts,
     pub pools: BTreeMap<Name, PoolOut>,
+}
+
+/// A JSON amount in the resource's own unit: `"cpu": 2.5` means two and a half CPUs, as a
+/// scenario file would write it, not 2500 thousandths.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Amount {
+    Whole(u64),
+    Decimal(f64),
+}
+
+fn in_units<S: serde::Serializer>(amounts: &Amounts, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(amounts.iter().map(|(k, &v)| {
+        let per_one = baton_model::quantity::units_per_one(k);
+        let amount =
+            if v % per_one == 0 { Amount::Whole(v / per_one) } else { Amount::Decimal(v as f64 / per_one as f64) };
+        (k, amount)
+    }))
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -47,7 +47,7 @@ pub struct SubmitArgs {
     /// GPUs per replica [default: 1].
     #[arg(long, conflicts_with = "file")]
     pub gpus: Option<u64>,
-    /// CPUs per replica.
+    /// CPUs per replica (e.g. 2, 2.5 or 500m).
     #[arg(long, conflicts_with = "file")]
     pub cpu: Option<String>,
     /// Memory per replica (e.g. 64Gi).
@@ -95,8 +95,9 @@ fn flag_name(text: &str, flag: &str) -> Result<Name, ClientError> {
     Name::new(text).map_err(|e| usage(format!("{flag}: {e}")))
 }
 
-fn quantity(text: &str, flag: &str) -> Result<u64, ClientError> {
-    parse_quantity(text).map_err(|e| usage(format!("{flag}: {e}")))
+/// A quantity of `resource` given with `flag`, in the resource's smallest unit.
+fn quantity(resource: &str, text: &str, flag: &str) -> Result<u64, ClientError> {
+    parse_quantity(resource, text).map_err(|e| usage(format!("{flag}: {e}")))
 }
 
 /// The job the flags (or the file and the flags) describe, as sent; nothing is sent when
@@ -157,10 +158,10 @@ fn from_flags(a: &SubmitArgs) -> Result<JobSpec, ClientError> {
     let mut resources = Resources::new();
     resources.set("gpu", a.gpus.unwrap_or(1));
     if let Some(c) = &a.cpu {
-        resources.set("cpu", quantity(c, "--cpu")?);
+        resources.set("cpu", quantity("cpu", c, "--cpu")?);
     }
     if let Some(m) = &a.memory {
-        resources.set("memory", quantity(m, "--memory")?);
+        resources.set("memory", quantity("memory", m, "--memory")?);
     }
     let replicas = a.replicas.unwrap_or(1);
     if replicas == 0 {
