@@ -236,8 +236,11 @@ mod tests {
 
     #[test]
     fn resources_and_gpus_format() {
-        let m = HashMap::from([("memory".to_string(), 512u64 << 30), ("gpu".into(), 8), ("cpu".into(), 64)]);
+        // CPUs arrive in thousandths.
+        let m = HashMap::from([("memory".to_string(), 512u64 << 30), ("gpu".into(), 8), ("cpu".into(), 64_000)]);
         assert_eq!(resources(&m), "gpu 8, cpu 64, memory 512Gi");
+        let m = HashMap::from([("cpu".to_string(), 2500), ("memory".into(), 3 << 29)]);
+        assert_eq!(resources(&m), "cpu 2.5, memory 1.5Gi");
         assert_eq!(gpu_ranges(&[3, 0, 1, 2, 6]), "0-3,6");
         assert!(parse_env(&["A=1".into(), "A=2".into()]).is_err());
         assert_eq!(parse_env(&["A=x=y".into()]).unwrap()["A"], "x=y");
