@@ -113,6 +113,7 @@ fn configure(w: &World) -> State {
             pool: Name::lit(&format!("p{}", n.pool)),
             rack: Some(Name::lit(&format!("r{}", n.rack))),
             labels: BTreeMap::new(),
+            // CPUs in thousandths, as the state holds them (`to_yaml` writes them as `m`).
             resources: Resources::of(&[("gpu", u64::from(n.gpus)), ("cpu", u64::from(n.cpus) * 4)]),
             gpus: Vec::new(),
             agent_addr: String::new(),
@@ -553,7 +554,7 @@ fn to_yaml(w: &World) -> String {
     let mut y = String::from("nodes:\n");
     for (i, n) in w.nodes.iter().enumerate() {
         y += &format!(
-            "  - {{name: n{i}, pool: p{}, rack: r{}, resources: {{gpu: {}, cpu: {}}}}}\n",
+            "  - {{name: n{i}, pool: p{}, rack: r{}, resources: {{gpu: {}, cpu: {}m}}}}\n",
             n.pool,
             n.rack,
             n.gpus,
@@ -615,7 +616,7 @@ fn to_yaml(w: &World) -> String {
                     format!(", topology: {}", if t == Topology::Node { "node" } else { "rack" })
                 });
                 format!(
-                    "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}}}, preemption_mode: {}, min_runtime: {}{topo}}}",
+                    "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}m}}, preemption_mode: {}, min_runtime: {}{topo}}}",
                     spec.name,
                     spec.queue,
                     t.replicas,
