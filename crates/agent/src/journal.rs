@@ -10,6 +10,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::error::JournalError;
+use crate::fence::Fence;
 use crate::limits::{
     JOURNAL_LOCK_RETRY_MS as LOCK_RETRY_MS, JOURNAL_LOCK_TRIES as LOCK_TRIES, MAX_ATTEMPT_RECORDS,
     MAX_PENDING_OBSERVATIONS,
@@ -93,6 +94,9 @@ pub struct Journal {
 }
 
 const TERM_KEY: &[u8] = b"term";
+/// The leader first obeyed in a term: 16 bytes, (term, leader id); stale once the term
+/// moved on.
+const LEADER_KEY: &[u8] = b"leader";
 
 impl Journal {
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
@@ -109,7 +113,7 @@ impl Journal {
             db,
         };
         // Read everything once so a damaged journal is refused at start, naming the path.
-        journal.term()?;
+        journal.fence()?;
         journal.replicas()?;
         journal.pending(usize::MAX)?;
         Ok(journal)
@@ -157,6 +161,33 @@ impl Journal {
         self.flush()?;
         let b: [u8; 8] = new.as_deref().and_then(|v| v.try_into().ok()).unwrap_or([0; 8]);
         Ok(u64::from_be_bytes(b))
+    }
+
+    /// The highest term seen and the leader first obeyed in it.
+    pub fn fence(&self) -> Result<Fence, JournalError> {
+        let term = self.term()?;
+        let leader_id = match self.meta.get(LEADER_KEY).map_err(|e| self.io(e))? {
+            None => None,
+            Some(v) => {
+                let b: [u8; 16] = v.as_ref().try_into().map_err(|_| self.corrupt("leader", "not 16 bytes"))?;
+                let (t, id) = b.split_at(8);
+                let t = u64::from_be_bytes(t.try_into().expect("8 bytes"));
+                (t == term).then(|| u64::from_be_bytes(id.try_into().expect("8 bytes")))
+            }
+        };
+        Ok(Fence { term, leader_id })
+    }
+
+    /// Remembers a fence `Fence::check` accepted: the leader first, then the term, so a crash
+    /// between the two leaves a leader entry that the old term makes stale.
+    pub fn remember(&self, f: Fence) -> Result<(), JournalError> {
+        if let Some(id) = f.leader_id {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&f.term.to_be_bytes());
+            b[8..].copy_from_slice(&id.to_be_bytes());
+            self.meta.insert(LEADER_KEY, &b).map_err(|e| self.io(e))?;
+        }
+        self.raise_term(f.term).map(drop)
     }
 
     pub fn max_attempt(&self, job_id: u64) -> Result<Option<u32>, JournalError> {

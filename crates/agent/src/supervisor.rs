@@ -160,13 +160,14 @@ impl Supervisor {
     }
 
     fn on_directive(&mut self, d: Directive) -> Result<(), JournalError> {
-        let seen = self.journal.term()?;
-        if d.term < seen {
-            tracing::warn!(term = d.term, seen, "refused a directive from a deposed leader (lower term)");
-            return Ok(());
-        }
-        if d.term > seen {
-            self.journal.raise_term(d.term)?;
+        let fence = self.journal.fence()?;
+        match fence.check(d.term, d.leader_id) {
+            Ok(next) if next != fence => self.journal.remember(next)?,
+            Ok(_) => {}
+            Err(why) => {
+                tracing::warn!(term = d.term, leader_id = d.leader_id, "refused a directive: {why}");
+                return Ok(());
+            }
         }
         if d.assignments.len() > MAX_ASSIGNMENTS_PER_DIRECTIVE {
             tracing::warn!(

@@ -218,3 +218,32 @@ async fn the_agent_leaves_a_leader_that_stops_answering_reports() {
     wait_for(10, "reattached to the replica that answers", || (live.report_count() >= 1).then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Raft elects one leader per term: a directive of the same term from another leader id
+/// comes from a replica this agent must not obey (issue 9, hole 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_equal_term_from_another_leader_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid1 = dir.path().join("pid1");
+    let started2 = dir.path().join("started2");
+    let pid3 = dir.path().join("pid3");
+    let _reaper = Reaper(vec![pid1.clone(), started2.clone(), pid3.clone()]);
+    let long = |f: &std::path::Path| format!("echo $$ > {}; while :; do sleep 0.05; done", f.display());
+    let one = assignment(1, 1, Action::Run, &long(&pid1));
+    gw.set(5, vec![one.clone()]);
+    let p1 = wait_for(5, "job 1 started", || read_pid(&pid1)).await;
+
+    // Leader 2 claims term 5 too, and wants job 2 instead of job 1.
+    gw.send_from(5, 2, vec![assignment(2, 1, Action::Run, &long(&started2))]);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Leader 1 of term 5 adds job 3; once it runs the other directive has been dealt with.
+    gw.send_from(5, 1, vec![one, assignment(3, 1, Action::Run, &long(&pid3))]);
+    wait_for(5, "job 3 started", || read_pid(&pid3)).await;
+    assert!(!started2.exists(), "the other leader's job was not started");
+    assert!(alive(p1), "the other leader could not kill job 1");
+    gw.set(5, vec![]);
+    wait_for(5, "everything killed", || (!alive(p1)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}

@@ -35,6 +35,8 @@ pub struct FakeGateway {
     reply_term: Arc<Mutex<u64>>,
     /// Leave reports unanswered, as a leader cut off from its quorum does.
     stall_reports: Arc<std::sync::atomic::AtomicBool>,
+    /// The lease each report reply grants (0: none).
+    lease_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 type DirectiveStream = Pin<Box<dyn Stream<Item = Result<Directive, Status>> + Send>>;
@@ -59,7 +61,8 @@ impl AgentGateway for FakeGateway {
             std::future::pending::<()>().await;
         }
         self.seen.lock().unwrap().reports.push(request.into_inner());
-        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id: 1, lease_ms: 0 }))
+        let lease_ms = self.lease_ms.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id: 1, lease_ms }))
     }
 }
 
@@ -80,6 +83,7 @@ impl Gateway {
             follower_of,
             reply_term: Arc::new(Mutex::new(1)),
             stall_reports: Arc::default(),
+            lease_ms: Arc::default(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -110,9 +114,14 @@ impl Gateway {
 
     /// Sends a directive without changing the term the fake answers reports with.
     pub fn send_raw(&self, term: u64, assignments: Vec<Assignment>) {
+        self.send_from(term, 1, assignments);
+    }
+
+    /// Sends a directive as leader `leader_id`, without changing the reply term.
+    pub fn send_from(&self, term: u64, leader_id: u64, assignments: Vec<Assignment>) {
         self.fake.directive.send_replace(Some(Directive {
             term,
-            leader_id: 1,
+            leader_id,
             assignments,
             heartbeat_timeout_ms: 5_000,
             lease_ms: 0,
@@ -122,6 +131,11 @@ impl Gateway {
     /// The term the fake answers reports with (a deposed leader answers a lower one).
     pub fn set_reply_term(&self, term: u64) {
         *self.fake.reply_term.lock().unwrap() = term;
+    }
+
+    /// The lease every report reply grants from now on (0: none).
+    pub fn grant_lease_ms(&self, lease_ms: u64) {
+        self.fake.lease_ms.store(lease_ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Leave reports unanswered (`true`) while keeping the directive stream open.
