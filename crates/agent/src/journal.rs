@@ -60,6 +60,9 @@ pub struct StopInfo {
     pub signal_unix_ms: u64,
     pub deadline_unix_ms: u64,
     pub newest_before_unix_ms: u64,
+    /// The agent's lease ran out (not a directive's STOP): reported with that cause.
+    #[serde(default)]
+    pub lease_expired: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

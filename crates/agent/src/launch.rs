@@ -15,7 +15,7 @@ use std::process::Stdio;
 
 use baton_proto::v1::Assignment;
 
-use crate::limits::MAX_COMMAND_ARGS;
+use crate::limits::{LEASE_STOP_GRACE_MS, MAX_COMMAND_ARGS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS};
 use crate::logfiles;
 
 /// Exit code reported for a replica whose wrapper was killed (SIGKILL: 128 + 9).
@@ -25,11 +25,37 @@ pub const EXIT_CODE_KILLED: i32 = 128 + libc::SIGKILL;
 pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 
 /// Signals the wrapper outlives: HUP INT QUIT USR1 USR2 ALRM TERM (numbers, portable `trap`).
+///
+/// Arguments: the exit file, the lease file, the stop signal (a number), the watchdog's
+/// grace and its poll interval (seconds, "1.000"), the slack (ms), then the command. The watchdog runs beside
+/// the job in its process group: once the lease file's expiry (ms on CLOCK_BOOTTIME, which
+/// `/proc/uptime` shows) plus the slack has passed, it leaves a marker next to the exit
+/// file (`.lease`), sends the stop signal to the group, waits the grace and kills the group.
+/// Without a lease file it does nothing (no lease was granted yet).
 const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
-f=$1
-shift
+f=$1 l=$2 s=$3 g=$4 p=$5 k=$6
+shift 6
+watchdog() {
+  trap : 1 2 3 10 12 14 15
+  while :; do
+    sleep "$p"
+    e=
+    read -r e b < "$l" 2>/dev/null
+    case $e in ''|*[!0-9]*) continue ;; esac
+    read -r u i < /proc/uptime
+    now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
+    [ "$now" -lt $(( e + k )) ] && continue
+    : > "$f.lease"
+    kill -"$s" 0
+    sleep "$g"
+    kill -9 0
+  done
+}
+watchdog < /dev/null > /dev/null 2>&1 &
+w=$!
 "$@"
 rc=$?
+kill -9 "$w" 2> /dev/null
 printf '%s\n' "$rc" > "$f.tmp" && mv -f "$f.tmp" "$f"
 exit "$rc"
 "#;
@@ -48,6 +74,14 @@ pub fn checkpoint_dir(checkpoint_root: &Path, job: &str) -> PathBuf {
 
 pub fn exit_file(data_dir: &Path, job_id: u64, attempt: u32, rank: u32) -> PathBuf {
     data_dir.join("run").join(format!("{job_id}-{attempt}-{rank}.exit"))
+}
+
+/// The marker a replica's watchdog leaves when it stopped the replica because the lease ran
+/// out.
+pub fn lease_marker(exit_file: &Path) -> PathBuf {
+    let mut name = exit_file.as_os_str().to_owned();
+    name.push(".lease");
+    PathBuf::from(name)
 }
 
 /// Reads the exit code the wrapper wrote, if it did.
@@ -88,8 +122,13 @@ pub struct StartError(pub String);
 
 /// Creates the directories and log files and spawns the replica. On failure the reason is
 /// appended to the replica's stderr log (when that could be opened).
-pub fn start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result<Started, StartError> {
-    let result = try_start(a, dirs, signal_name);
+pub fn start(
+    a: &Assignment,
+    dirs: &LaunchDirs<'_>,
+    signal_name: &str,
+    stop_signal: i32,
+) -> Result<Started, StartError> {
+    let result = try_start(a, dirs, signal_name, stop_signal);
     if let Err(e) = &result {
         let path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stderr");
         if let Ok(mut f) = logfiles::open_append(&path) {
@@ -100,7 +139,12 @@ pub fn start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     result
 }
 
-fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result<Started, StartError> {
+fn try_start(
+    a: &Assignment,
+    dirs: &LaunchDirs<'_>,
+    signal_name: &str,
+    stop_signal: i32,
+) -> Result<Started, StartError> {
     let fail = |what: &str, path: &Path, e: std::io::Error| StartError(format!("{what} {}: {e}", path.display()));
     let log_dir = logfiles::attempt_dir(dirs.data_dir, &a.job, a.attempt);
     std::fs::create_dir_all(&log_dir).map_err(|e| fail("cannot create", &log_dir, e))?;
@@ -121,9 +165,12 @@ fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
         std::fs::create_dir_all(parent).map_err(|e| fail("cannot create", parent, e))?;
     }
     let _ = std::fs::remove_file(&exit);
+    let _ = std::fs::remove_file(lease_marker(&exit));
 
     let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).args(&a.command);
+    cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
+    cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
+    cmd.arg(WATCHDOG_SLACK_MS.to_string()).args(&a.command);
     cmd.env_remove("BATON_RESUME");
     cmd.envs(replica_env(a, dirs.node, &ckpt, signal_name));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
@@ -136,6 +183,11 @@ fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     let child = cmd.spawn().map_err(|e| StartError(format!("cannot run sh: {e}")))?;
     let pid = child.id().ok_or_else(|| StartError("the wrapper exited before its pid was read".into()))?;
     Ok(Started { child, pid })
+}
+
+/// Milliseconds as `sleep` takes them: "1.000".
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1_000, ms % 1_000)
 }
 
 /// The exit code a shell would report for this status: the code, or 128 + signal.

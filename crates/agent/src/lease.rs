@@ -28,6 +28,11 @@ pub enum Standing {
 }
 
 impl Lease {
+    /// A lease that ends at `expires_at_ms` (one a previous run of the agent held).
+    pub fn until(expires_at_ms: u64) -> Lease {
+        Lease { expires_at_ms: Some(expires_at_ms) }
+    }
+
     /// Records a reply to a report sent at `sent_at_ms` that granted `lease_ms` (0: none).
     /// A grant never shortens a lease already held: a delayed reply to an older report must
     /// not take back time that a newer one granted.

@@ -13,7 +13,7 @@
 //! - `inventory`, `node`: the GPUs (NVML or development GPUs) and the NodeInfo sent.
 //! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations.
 //! - `lease`, `fence`: pure rules: how long the agent may run replicas without a proven
-//!   leader, and which leader's directives it obeys.
+//!   leader, and which leader's directives it obeys; `lease_file`: the lease as replicas' watchdogs read it.
 //! - `supervisor`: reconciling directives with the replicas (fencing, STOP, SUSPEND, kills).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
@@ -33,6 +33,7 @@ pub mod journal;
 pub mod launch;
 pub mod leader;
 pub mod lease;
+pub mod lease_file;
 pub mod limits;
 pub mod logfiles;
 pub mod logs_client;

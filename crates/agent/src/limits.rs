@@ -78,3 +78,15 @@ pub const EVENT_BUFFER: usize = 1_024;
 pub const MAX_COMMAND_ARGS: usize = 4_096;
 /// Longest gRPC message the agent decodes.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Grace of the checkpoint-then-stop a lease that ran out forces on every replica (agent or
+/// watchdog): short, since the whole stop must end before the leader's heartbeat timeout
+/// (see "Agent lease and watchdog" in docs/protocol.md).
+pub const LEASE_STOP_GRACE_MS: u64 = 1_000;
+/// The watchdog acts this long after the lease ends, so that a live agent, which acts at the
+/// end itself and keeps its journal straight, goes first.
+pub const WATCHDOG_SLACK_MS: u64 = 300;
+/// How often a replica's watchdog reads the lease file.
+pub const WATCHDOG_POLL_MS: u64 = 200;
+/// The bound on how much faster the agent's clock may run than the leader's over a lease,
+/// as a divisor: 1/100 (1 %), far above what any quartz oscillator drifts (100 ppm).
+pub const CLOCK_DRIFT_DIVISOR: u64 = 100;

@@ -19,9 +19,11 @@ use crate::checkpoint::{newest_mtime_ms, now_unix_ms, written_after};
 use crate::error::JournalError;
 use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
 use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs};
+use crate::lease::Lease;
+use crate::lease_file::boot_ms;
 use crate::limits::{
-    CHECKPOINT_POLL_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS, MAX_GRACE_MS, SIGNAL_AGAIN_AFTER_MS,
-    SIGNAL_RACE_WINDOW_MS, TICK_MS,
+    CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
+    MAX_GRACE_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
 use crate::signal::{group_alive, parse_signal, signal_group};
@@ -67,6 +69,12 @@ pub struct Supervisor {
     observed: Arc<Notify>,
     live_logs: LiveLogs,
     last_checkpoint_poll: Instant,
+    /// The lease the reporter renews; when it runs out every replica is stopped.
+    lease: watch::Receiver<Lease>,
+    /// The replicas were stopped for the lease that ran out; cleared by a renewal.
+    fenced: bool,
+    /// The newest directive accepted, applied again when a renewed lease lets replicas start.
+    last_directive: Option<Directive>,
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -83,6 +91,7 @@ pub struct Settings {
     pub checkpoint_root: PathBuf,
     pub kill_grace_ms: u64,
     pub log_cap_bytes: u64,
+    pub lease: watch::Receiver<Lease>,
 }
 
 impl Supervisor {
@@ -109,6 +118,9 @@ impl Supervisor {
             observed: observed.clone(),
             live_logs: live_logs.clone(),
             last_checkpoint_poll: Instant::now(),
+            lease: settings.lease,
+            fenced: false,
+            last_directive: None,
         };
         for rec in sup.journal.replicas()? {
             let key = rec.key;
@@ -160,6 +172,12 @@ impl Supervisor {
     }
 
     fn on_directive(&mut self, d: Directive) -> Result<(), JournalError> {
+        let result = self.apply(&d);
+        self.last_directive = Some(d);
+        result
+    }
+
+    fn apply(&mut self, d: &Directive) -> Result<(), JournalError> {
         let fence = self.journal.fence()?;
         match fence.check(d.term, d.leader_id) {
             Ok(next) if next != fence => self.journal.remember(next)?,
@@ -169,6 +187,7 @@ impl Supervisor {
                 return Ok(());
             }
         }
+        warn_if_the_lease_does_not_fit(d);
         if d.assignments.len() > MAX_ASSIGNMENTS_PER_DIRECTIVE {
             tracing::warn!(
                 count = d.assignments.len(),
@@ -218,6 +237,12 @@ impl Supervisor {
     }
 
     fn want_run(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        if self.lease_expired() {
+            // Maybe the leader has declared this node lost and placed the job elsewhere:
+            // nothing starts or resumes until a leader renews the lease.
+            tracing::debug!(?key, "not started or resumed: the lease ran out");
+            return Ok(());
+        }
         if !self.replicas.contains_key(key) {
             if let Some(holder) = self.gpus_busy(key, &a.gpus) {
                 if self.deferred.insert(*key, a.clone()).is_none() {
@@ -257,21 +282,23 @@ impl Supervisor {
                 *key,
                 Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0, started: None, signal_again: None },
             );
-            return self.observe(stopped(key, false));
+            return self.observe(stopped(key, false, StopCause::Directed));
         };
         match r.rec.phase {
             Phase::Running | Phase::Suspended | Phase::Killing => {
                 let signal = parse_signal(&a.checkpoint_signal).unwrap_or(r.signal);
-                self.begin_stop(key, signal, a.grace_ms)
+                self.begin_stop(key, signal, a.grace_ms, StopCause::Directed)
             }
             Phase::Stopping => Ok(()),
             Phase::Finished => match r.rec.outcome {
-                Some(Outcome::Stopped { checkpointed }) => self.observe(stopped(key, checkpointed)),
+                Some(Outcome::Stopped { checkpointed }) => {
+                    self.observe(stopped(key, checkpointed, StopCause::Directed))
+                }
                 Some(Outcome::Killed) => {
                     r.rec.outcome = Some(Outcome::Stopped { checkpointed: false });
                     let rec = r.rec.clone();
                     self.journal.put_replica(&rec)?;
-                    self.observe(stopped(key, false))
+                    self.observe(stopped(key, false, StopCause::Directed))
                 }
                 // It ended on its own; that Exited observation is what the leader needs.
                 _ => Ok(()),
@@ -283,7 +310,7 @@ impl Supervisor {
         self.deferred.remove(key);
         let Some(r) = self.replicas.get_mut(key) else {
             tracing::warn!(job = a.job, attempt = a.attempt, "asked to suspend a replica that never ran here");
-            return self.observe(stopped(key, false));
+            return self.observe(stopped(key, false, StopCause::Directed));
         };
         if r.rec.phase != Phase::Running {
             return Ok(());
@@ -293,7 +320,7 @@ impl Supervisor {
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
         tracing::info!(?key, "suspended (SIGSTOP)");
-        self.observe(stopped(key, false))
+        self.observe(stopped(key, false, StopCause::Directed))
     }
 
     fn record(&self, key: &ReplicaKey, a: &Assignment, phase: Phase) -> ReplicaRecord {
@@ -367,7 +394,7 @@ impl Supervisor {
         logfiles::retain(&self.data_dir, &a.job, &active);
         let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &a.job);
         let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root, node: &self.node };
-        match launch::start(a, &dirs, &signal_name) {
+        match launch::start(a, &dirs, &signal_name, signal) {
             Ok(started) => {
                 rec.pid = started.pid;
                 rec.start_time = crate::procfs::start_time(started.pid).unwrap_or(0);
@@ -399,7 +426,13 @@ impl Supervisor {
         }
     }
 
-    fn begin_stop(&mut self, key: &ReplicaKey, signal: i32, grace_ms: u64) -> Result<(), JournalError> {
+    fn begin_stop(
+        &mut self,
+        key: &ReplicaKey,
+        signal: i32,
+        grace_ms: u64,
+        cause: StopCause,
+    ) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job);
         let before = newest_mtime_ms(&ckpt);
@@ -415,6 +448,7 @@ impl Supervisor {
             signal_unix_ms: now,
             deadline_unix_ms: now + grace_ms.min(MAX_GRACE_MS),
             newest_before_unix_ms: before,
+            lease_expired: cause == StopCause::LeaseExpired,
         });
         let rec = r.rec.clone();
         tracing::info!(?key, signal, grace_ms, "checkpoint-then-stop: signal sent");
@@ -462,6 +496,16 @@ impl Supervisor {
             signal_group(r.rec.pid, libc::SIGKILL);
         }
         let obs = match r.rec.phase {
+            Phase::Running | Phase::Suspended if launch::lease_marker(&r.rec.exit_file).exists() => {
+                // Its watchdog stopped it: the lease ran out while this agent was stalled
+                // or gone. Not the job's own exit.
+                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
+                let checkpointed = after > r.newest_checkpoint_ms;
+                r.rec.outcome = Some(Outcome::Stopped { checkpointed });
+                let _ = std::fs::remove_file(launch::lease_marker(&r.rec.exit_file));
+                tracing::warn!(?key, "its watchdog stopped it: the lease ran out");
+                Some(stopped(key, checkpointed, StopCause::LeaseExpired))
+            }
             Phase::Running | Phase::Suspended => {
                 r.rec.outcome = Some(Outcome::Exited { code });
                 Some(Observation {
@@ -478,11 +522,13 @@ impl Supervisor {
                     signal_unix_ms: now_unix_ms(),
                     deadline_unix_ms: 0,
                     newest_before_unix_ms: u64::MAX,
+                    lease_expired: false,
                 });
                 let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
                 let checkpointed = written_after(stop.signal_unix_ms, stop.newest_before_unix_ms, after);
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
-                Some(stopped(key, checkpointed))
+                let cause = if stop.lease_expired { StopCause::LeaseExpired } else { StopCause::Directed };
+                Some(stopped(key, checkpointed, cause))
             }
             Phase::Killing => {
                 r.rec.outcome = Some(Outcome::Killed);
@@ -502,7 +548,43 @@ impl Supervisor {
         Ok(())
     }
 
+    fn lease_expired(&self) -> bool {
+        self.lease.borrow().expired(boot_ms())
+    }
+
+    /// Stops every replica once the lease has run out; once a leader renews it, applies the
+    /// newest directive again so that what it wants starts.
+    fn check_lease(&mut self) -> Result<(), JournalError> {
+        let expired = self.lease_expired();
+        if expired && !self.fenced {
+            self.fenced = true;
+            self.deferred.clear();
+            let running: Vec<(ReplicaKey, i32)> = self
+                .replicas
+                .iter()
+                .filter(|(_, r)| matches!(r.rec.phase, Phase::Running | Phase::Suspended))
+                .map(|(k, r)| (*k, r.signal))
+                .collect();
+            if !running.is_empty() {
+                tracing::warn!(replicas = running.len(), "the lease ran out: checkpoint-then-stop of everything here");
+            }
+            for (key, signal) in running {
+                self.begin_stop(&key, signal, LEASE_STOP_GRACE_MS, StopCause::LeaseExpired)?;
+            }
+        } else if !expired && self.fenced {
+            self.fenced = false;
+            tracing::info!("the lease is renewed");
+            if let Some(d) = self.last_directive.take() {
+                let result = self.apply(&d);
+                self.last_directive = Some(d);
+                result?;
+            }
+        }
+        Ok(())
+    }
+
     fn on_tick(&mut self) -> Result<(), JournalError> {
+        self.check_lease()?;
         let now = now_unix_ms();
         let mut gone = Vec::new();
         let mut again = Vec::new();
@@ -663,14 +745,14 @@ enum Leftovers {
     Leave,
 }
 
-fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
+fn stopped(key: &ReplicaKey, checkpointed: bool, cause: StopCause) -> Observation {
     Observation {
         what: Some(What::Stopped(Stopped {
             job_id: key.job_id,
             attempt: key.attempt,
             checkpointed,
             rank: key.rank,
-            cause: StopCause::Directed as i32,
+            cause: cause as i32,
         })),
     }
 }
@@ -681,4 +763,20 @@ fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
 fn signal_again(started: Option<Instant>, sig: i32) -> Option<(Instant, i32)> {
     let young = started.is_some_and(|t| t.elapsed() < Duration::from_millis(SIGNAL_RACE_WINDOW_MS));
     young.then(|| (Instant::now() + Duration::from_millis(SIGNAL_AGAIN_AFTER_MS), sig))
+}
+
+/// The stop bound of the timing argument (docs/protocol.md, "Agent lease and watchdog"): the
+/// watchdog's slack and poll interval, then the stop's grace.
+pub const LEASE_STOP_BOUND_MS: u64 = WATCHDOG_SLACK_MS + WATCHDOG_POLL_MS + LEASE_STOP_GRACE_MS;
+
+/// Says so (loudly) when the leader's lease and heartbeat timeout leave no room for this
+/// agent to stop its work before its node is declared lost.
+fn warn_if_the_lease_does_not_fit(d: &Directive) {
+    if d.lease_ms == 0 || d.heartbeat_timeout_ms == 0 {
+        return;
+    }
+    let drift_ms = (d.lease_ms + LEASE_STOP_BOUND_MS) / CLOCK_DRIFT_DIVISOR;
+    if let Err(e) = crate::lease::check_fit(d.lease_ms, LEASE_STOP_BOUND_MS, drift_ms, d.heartbeat_timeout_ms) {
+        tracing::error!("{e}: a job could run on two nodes at once; shorten the server's --lease-ms");
+    }
 }

@@ -279,3 +279,13 @@ impl Drop for Reaper {
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// The cause of every Stopped observation of `job_id`, in order.
+pub fn stop_causes_of(obs: &[Observation], job_id: u64) -> Vec<baton_proto::v1::StopCause> {
+    obs.iter()
+        .filter_map(|o| match &o.what {
+            Some(What::Stopped(s)) if s.job_id == job_id => Some(s.cause()),
+            _ => None,
+        })
+        .collect()
+}
