@@ -87,6 +87,10 @@ impl State {
                 self.requeue_running(job, why, ev);
                 Ok(())
             }
+            Observed::LeaseExpired { job, attempt, rank, checkpointed } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                self.lease_expired(node, job, attempt, rank, checkpointed, ev)
+            }
             Observed::Stray { job, attempt, rank } => {
                 if !self.d.jobs.contains_key(&job) {
                     return Err(ApplyError::unknown("job", job));
@@ -102,6 +106,37 @@ impl State {
                 Ok(())
             }
         }
+    }
+
+    /// A rank its agent stopped because the agent's lease ran out. In a stop already in
+    /// progress it is that rank's stop. A job that runs (or is suspended) has lost a rank
+    /// the leader did not ask to stop, as when its node is lost: it goes back to the queue,
+    /// from its checkpoint if it has one.
+    fn lease_expired(
+        &mut self,
+        node: &Name,
+        job: JobId,
+        attempt: u32,
+        rank: u32,
+        checkpointed: bool,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        let j = &self.d.jobs[&job];
+        if j.state == JobState::Preempting && j.stopping.is_some() {
+            return self.rank_ended(job, rank, checkpointed, ev);
+        }
+        if !matches!(j.state, JobState::Running | JobState::Suspended) {
+            return Err(self.wrong_state(job, "stopping for an expired lease"));
+        }
+        if checkpointed {
+            self.d.jobs.get_mut(&job).expect("checked").has_checkpoint = true;
+        }
+        let saved = if checkpointed { "after a checkpoint" } else { "without a checkpoint" };
+        let why = format!(
+            "rank {rank} of attempt {attempt}: its agent on node {node} was cut off from the leader for a whole lease and stopped it {saved}"
+        );
+        self.requeue_running(job, why, ev);
+        Ok(())
     }
 
     /// The node keeps its jobs' accounting as it is but takes no new work.
@@ -276,6 +311,45 @@ mod tests {
         let j = s.job(job).unwrap();
         assert_eq!(j.state, JobState::Pending);
         assert!(j.reason.contains("node n1 no longer reports it running"), "{}", j.reason);
+    }
+
+    fn lease_expired(job: JobId, rank: u32, checkpointed: bool) -> Observed {
+        Observed::LeaseExpired { job, attempt: 1, rank, checkpointed }
+    }
+
+    /// An agent whose lease ran out stopped its rank (issue 9): the job must not stay
+    /// Running with its GPUs held; it goes back to the queue from its checkpoint, and says why.
+    #[test]
+    fn a_lease_expired_stop_requeues_a_running_job_from_its_checkpoint() {
+        let (mut s, job) = gang();
+        let op = Op::Report { node: Name::lit("n1"), observations: vec![lease_expired(job, 0, true)] };
+        let applied = s.apply(Command { now_ms: 1_000, op }).unwrap();
+        assert_eq!(applied.outcome, Outcome::Reported { ignored: Vec::new() });
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true));
+        assert!(j.reason.contains("lease") && j.reason.contains("n1"), "{}", j.reason);
+        let ev = applied.events.last().expect("an event");
+        assert!(matches!(ev.kind, EventKind::Requeued) && ev.message.contains("lease"), "{ev:?}");
+        // The other rank's stop, coming later, is stale: nothing changes.
+        assert_eq!(report(&mut s, "n2", vec![lease_expired(job, 1, true)]).len(), 1);
+        assert_eq!(s.job(job).unwrap().state, JobState::Pending);
+
+        // Without a checkpoint written, it starts over.
+        let (mut s, job) = gang();
+        report(&mut s, "n2", vec![lease_expired(job, 1, false)]);
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, false));
+    }
+
+    /// During a stop, a lease-expired stop counts as that rank's stop.
+    #[test]
+    fn a_lease_expired_stop_counts_in_a_stop_in_progress() {
+        let (mut s, job) = gang();
+        apply(&mut s, Op::Pause { job });
+        assert!(report(&mut s, "n1", vec![stopped(job, 0)]).is_empty());
+        assert!(report(&mut s, "n2", vec![lease_expired(job, 1, true)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, true));
     }
 
     #[test]
