@@ -352,6 +352,89 @@ mod tests {
         assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, true));
     }
 
+    /// A job of one 8-GPU replica on n1 (of the gang's cluster), in the given mode.
+    fn one_replica(s: &mut State, name: &str, mode: PreemptionMode, gpus: u64) -> JobId {
+        let spec = one_replica_spec(name, mode, gpus);
+        let Outcome::Submitted { job, .. } = apply(s, Op::Submit { spec, request_id: None }) else { panic!() };
+        job
+    }
+
+    fn one_replica_spec(name: &str, mode: PreemptionMode, gpus: u64) -> JobSpec {
+        JobSpec {
+            name: Name::lit(name),
+            queue: Name::lit("q"),
+            priority: PriorityRef::Class(Name::lit("train")),
+            tasks: vec![TaskSpec {
+                name: Name::lit("main"),
+                replicas: 1,
+                resources: if gpus > 0 { Resources::of(&[("gpu", gpus)]) } else { Resources::of(&[("cpu", 1)]) },
+                pools: None,
+            }],
+            pools: None,
+            topology: None,
+            preemption_mode: mode,
+            grace_ms: 5_000,
+            min_runtime_ms: 0,
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            checkpoint_signal: None,
+        }
+    }
+
+    fn on_n1(gpus: u64) -> Vec<ReplicaAlloc> {
+        vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: (0..gpus as u32).collect() }]
+    }
+
+    /// Suspend mode on GPUs (issue 9, hole 3): a SIGSTOPped CUDA process keeps its GPU
+    /// memory, so its GPUs cannot be lent to the preemptor (the agent would hold the
+    /// preemptor back forever). A GPU job preempted in mode suspend is checkpointed and
+    /// stopped instead, and its GPUs go to the preemptor once it has.
+    #[test]
+    fn a_gpu_job_in_suspend_mode_is_checkpointed_and_stopped_not_suspended() {
+        let mut s = State::default();
+        apply(&mut s, Op::RegisterNodes(vec![node("n1")]));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 16)]), ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 8);
+        let plan = Plan {
+            based_on: s.applied(),
+            decisions: vec![Decision::Place { job: low, attempt: 1, replicas: on_n1(8) }],
+        };
+        apply(&mut s, Op::ApplyPlan(plan));
+        let high = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 8);
+        let preempt = Decision::Preempt {
+            job: high,
+            victims: vec![crate::plan::Victim { job: low, attempt: 1 }],
+            replicas: on_n1(8),
+            message: "test".into(),
+        };
+        let plan = Plan { based_on: s.applied(), decisions: vec![preempt] };
+        let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert!(report(&mut s, "n1", vec![stopped(low, 0)]).is_empty());
+        let j = s.job(low).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true), "{}", j.reason);
+        assert!(j.suspended_for.is_none());
+        // Its GPUs are free for the preemptor: it is placed on them.
+        let plan = Plan {
+            based_on: s.applied(),
+            decisions: vec![Decision::Place { job: high, attempt: 1, replicas: on_n1(8) }],
+        };
+        let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(s.job(high).unwrap().state, JobState::Running);
+
+        // Without GPUs, suspend still means suspend in place.
+        let cpu_only = one_replica_spec("cpu", PreemptionMode::Suspend, 0);
+        assert_eq!(cpu_only.preemption_mode_when_preempted(), PreemptionMode::Suspend);
+        let gpu = one_replica_spec("gpu", PreemptionMode::Suspend, 1);
+        assert_eq!(gpu.preemption_mode_when_preempted(), PreemptionMode::Checkpoint);
+        let requeue = one_replica_spec("gpu", PreemptionMode::Requeue, 1);
+        assert_eq!(requeue.preemption_mode_when_preempted(), PreemptionMode::Requeue);
+    }
+
     #[test]
     fn any_rank_exiting_non_zero_fails_the_job_and_rank_0_exit_ends_it() {
         let (mut s, job) = gang();
