@@ -233,30 +233,40 @@ impl Journal {
         self.flush()
     }
 
-    /// Appends an observation; past `MAX_PENDING_OBSERVATIONS` the oldest `Checkpointed`
-    /// goes first (a progress note a later one supersedes), else the oldest of any kind.
+    /// Appends an observation. Past `MAX_PENDING_OBSERVATIONS` the oldest progress note
+    /// (`Checkpointed`, which a later one supersedes) goes, and a new progress note is not
+    /// kept when none can go. Exits, stops and unkillable processes are never dropped: one
+    /// lost leaves its job Running for good. They are bounded without that: the same one is
+    /// kept once, there is one per replica the node ran, and nothing starts once the lease
+    /// ran out (so while no leader takes reports, the replicas do not grow).
     pub fn push_observation(&self, obs: &Observation) -> Result<(), JournalError> {
+        let progress = is_progress(obs);
+        if !progress && self.pending(usize::MAX)?.iter().any(|(_, o)| o == obs) {
+            return Ok(());
+        }
+        if self.pending.len() >= MAX_PENDING_OBSERVATIONS {
+            let oldest_note = self.pending(usize::MAX)?.into_iter().find(|(_, o)| is_progress(o)).map(|(seq, _)| seq);
+            match oldest_note {
+                Some(seq) => {
+                    self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
+                    tracing::warn!(
+                        "more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; dropped the oldest checkpoint note"
+                    );
+                }
+                None if progress => {
+                    tracing::warn!(
+                        "more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; a checkpoint note is not kept"
+                    );
+                    return Ok(());
+                }
+                None => {}
+            }
+        }
         let next = match self.pending.last().map_err(|e| self.io(e))? {
             Some((k, _)) => seq_of(&k).map_err(|d| self.corrupt("observation key", d))? + 1,
             None => 1,
         };
         self.pending.insert(next.to_be_bytes(), obs.encode_to_vec()).map_err(|e| self.io(e))?;
-        while self.pending.len() > MAX_PENDING_OBSERVATIONS {
-            let victim = self
-                .pending(usize::MAX)?
-                .into_iter()
-                .find(|(_, o)| matches!(o.what, Some(baton_proto::v1::observation::What::Checkpointed(_))))
-                .map(|(seq, _)| seq);
-            match victim {
-                Some(seq) => {
-                    self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
-                }
-                None => {
-                    self.pending.pop_min().map_err(|e| self.io(e))?;
-                }
-            }
-            tracing::warn!("more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; dropped the oldest");
-        }
         self.flush()
     }
 
@@ -283,6 +293,11 @@ impl Journal {
         }
         self.flush()
     }
+}
+
+/// A note of progress a later one supersedes (may be dropped for room).
+fn is_progress(obs: &Observation) -> bool {
+    matches!(obs.what, Some(baton_proto::v1::observation::What::Checkpointed(_)))
 }
 
 fn seq_of(k: &[u8]) -> Result<u64, &'static str> {
@@ -346,8 +361,8 @@ mod tests {
     fn pending_is_bounded_dropping_progress_notes_first() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(&dir.path().join("journal")).unwrap();
-        let ckpt = Observation { what: Some(What::Checkpointed(Checkpointed { job_id: 9, attempt: 1 })) };
-        j.push_observation(&ckpt).unwrap();
+        let ckpt = |job_id| Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt: 1 })) };
+        j.push_observation(&ckpt(9)).unwrap();
         for i in 0..MAX_PENDING_OBSERVATIONS as u64 - 1 {
             j.pending.insert((i + 2).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
         }
@@ -355,14 +370,31 @@ mod tests {
         j.push_observation(&exited(99_998)).unwrap();
         assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
         let all = j.pending(usize::MAX).unwrap();
-        assert!(all.iter().all(|(_, o)| *o != ckpt), "the progress note went first");
+        assert!(all.iter().all(|(_, o)| *o != ckpt(9)), "the progress note went first");
         assert_eq!(all[0].1, exited(0));
-        // With no progress notes left, the oldest observation of any kind goes.
+        // With no progress note left, a new one is not kept.
+        j.push_observation(&ckpt(10)).unwrap();
+        assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
+    }
+
+    /// Issue 9, hole 8: an exit or a stop dropped for room strands its job as Running for
+    /// good. They are never dropped (a repeated one is kept once, so they stay bounded by
+    /// the replicas the node ran).
+    #[test]
+    fn exits_and_stops_are_never_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("journal")).unwrap();
+        for i in 0..MAX_PENDING_OBSERVATIONS as u64 {
+            j.pending.insert((i + 1).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
+        }
         j.push_observation(&exited(99_999)).unwrap();
         let all = j.pending(usize::MAX).unwrap();
-        assert_eq!(all.len(), MAX_PENDING_OBSERVATIONS);
-        assert_eq!(all[0].1, exited(1));
+        assert_eq!(all.len(), MAX_PENDING_OBSERVATIONS + 1);
+        assert_eq!(all[0].1, exited(0), "the oldest exit is still there");
         assert_eq!(all.last().unwrap().1, exited(99_999));
+        // The same fact told twice is kept once.
+        j.push_observation(&exited(99_999)).unwrap();
+        assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS + 1);
     }
 
     #[test]

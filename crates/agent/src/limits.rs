@@ -19,8 +19,7 @@ pub const REPORT_TIMEOUT_MS: u64 = 1_000;
 /// the directive stream open, and staying would get the node declared lost by the new one.
 pub const REATTACH_AFTER_FAILED_REPORTS: u32 = 2;
 /// Observations kept until the leader acknowledges them; beyond this the oldest progress
-/// notes (`Checkpointed`) go first, then the oldest of any kind (a leader unreachable this
-/// long has declared the node lost anyway).
+/// notes (`Checkpointed`) go. Exits and stops are never dropped (see `push_observation`).
 pub const MAX_PENDING_OBSERVATIONS: usize = 10_000;
 /// Observations sent in one Report, so the message stays small; the rest follow next beat.
 pub const MAX_OBSERVATIONS_PER_REPORT: usize = 256;
