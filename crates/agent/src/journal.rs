@@ -85,6 +85,10 @@ pub struct ReplicaRecord {
     /// GPU indices it was given (absent in journals written before they were recorded).
     #[serde(default)]
     pub gpus: Vec<u32>,
+    /// Wall-clock ms when this agent started it (0 in journals written before it was
+    /// recorded): a checkpoint file newer than this was written by this attempt.
+    #[serde(default)]
+    pub started_unix_ms: u64,
 }
 
 pub struct Journal {

@@ -23,7 +23,8 @@ use crate::lease::Lease;
 use crate::lease_file::boot_ms;
 use crate::limits::{
     CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
-    MAX_GRACE_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
+    MAX_GRACE_MS, MTIME_SLACK_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS,
+    WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
 use crate::signal::{group_alive, parse_signal, signal_group};
@@ -337,6 +338,7 @@ impl Supervisor {
             outcome: None,
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
             gpus: a.gpus.clone(),
+            started_unix_ms: now_unix_ms(),
         }
     }
 
@@ -499,8 +501,10 @@ impl Supervisor {
             Phase::Running | Phase::Suspended if launch::lease_marker(&r.rec.exit_file).exists() => {
                 // Its watchdog stopped it: the lease ran out while this agent was stalled
                 // or gone. Not the job's own exit.
-                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
-                let checkpointed = after > r.newest_checkpoint_ms;
+                // Any checkpoint this attempt wrote counts, also one written while no agent
+                // watched (the model may not know of it yet).
+                let newest = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
+                let checkpointed = newest > 0 && newest + MTIME_SLACK_MS >= r.rec.started_unix_ms;
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
                 let _ = std::fs::remove_file(launch::lease_marker(&r.rec.exit_file));
                 tracing::warn!(?key, "its watchdog stopped it: the lease ran out");

@@ -85,3 +85,36 @@ async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
     assert!(exited_of(&gw.observations()[obs_before..], 1).is_empty(), "{:?}", gw.observations());
     agent.shutdown().await.unwrap();
 }
+
+/// Found by the chaos run: the watchdog stopped a replica while its agent was down, the job
+/// wrote a checkpoint on the stop signal, and the restarted agent (which only knew the
+/// checkpoints as of its restart) reported the stop as not checkpointed, so the job started
+/// over from zero. A checkpoint written during the attempt counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    let job = format!(
+        "echo $$ > {}; trap 'echo 1 > \"$BATON_CHECKPOINT_DIR/step\"; exit 0' TERM; while :; do sleep 0.05; done",
+        pid.display()
+    );
+    gw.set(1, vec![assignment(1, 1, Action::Run, &job)]);
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    granted(&gw).await;
+    agent.shutdown().await.unwrap();
+    wait_for(5, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let stop = wait_for(10, "a lease-expired stop reported", || {
+        gw.observations().into_iter().find_map(|o| match o.what {
+            Some(baton_proto::v1::observation::What::Stopped(s)) if s.cause() == StopCause::LeaseExpired => Some(s),
+            _ => None,
+        })
+    })
+    .await;
+    assert!(stop.checkpointed, "the checkpoint written on the watchdog's signal counts: {stop:?}");
+    agent.shutdown().await.unwrap();
+}
