@@ -41,7 +41,11 @@ async fn killing_the_leader_mid_preemption_changes_no_outcome() {
     let c = Replay { kill_leader_at_ms: Some(10_000) }.run(&load(&scenario("runai-preemption"))).await;
     let starts = std::fs::read_to_string(c.path("starts-large-training-job")).unwrap();
     assert_eq!(starts.lines().collect::<Vec<_>>(), ["1", "2"], "each attempt started exactly once");
-    let ckpt = std::fs::read_to_string(c.path("checkpoints/large-training-job/step")).unwrap();
+    // Checkpoint directories are keyed by job id (a name can be reused by a newer job).
+    let mut api = c.client().await;
+    let job = JobRef { name: "large-training-job".into(), ..Default::default() };
+    let id = api.get_job(job).await.unwrap().into_inner().id;
+    let ckpt = std::fs::read_to_string(c.path(&format!("checkpoints/job-{id}/step"))).unwrap();
     assert!(ckpt.trim().parse::<u32>().is_ok(), "the victim wrote its checkpoint: {ckpt:?}");
 }
 

@@ -68,8 +68,10 @@ pub struct LaunchDirs<'a> {
     pub node: &'a str,
 }
 
-pub fn checkpoint_dir(checkpoint_root: &Path, job: &str) -> PathBuf {
-    checkpoint_root.join(job)
+/// A job's checkpoint directory, keyed by its id: a name is reused once its job ended, and a
+/// new job must never resume from an old job's files.
+pub fn checkpoint_dir(checkpoint_root: &Path, job_id: u64) -> PathBuf {
+    checkpoint_root.join(format!("job-{job_id}"))
 }
 
 pub fn exit_file(data_dir: &Path, job_id: u64, attempt: u32, rank: u32) -> PathBuf {
@@ -158,7 +160,7 @@ fn try_start(
     if a.command.len() > MAX_COMMAND_ARGS || a.env.len() > MAX_COMMAND_ARGS {
         return Err(StartError(format!("more than {MAX_COMMAND_ARGS} command arguments or environment entries")));
     }
-    let ckpt = checkpoint_dir(dirs.checkpoint_root, &a.job);
+    let ckpt = checkpoint_dir(dirs.checkpoint_root, a.job_id);
     std::fs::create_dir_all(&ckpt).map_err(|e| fail("cannot create", &ckpt, e))?;
     let exit = exit_file(dirs.data_dir, a.job_id, a.attempt, a.rank);
     if let Some(parent) = exit.parent() {

@@ -125,7 +125,7 @@ impl Supervisor {
         };
         for rec in sup.journal.replicas()? {
             let key = rec.key;
-            let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, &rec.job);
+            let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, rec.key.job_id);
             let replica = Replica {
                 signal: libc::SIGTERM,
                 newest_checkpoint_ms: newest_mtime_ms(&ckpt),
@@ -394,7 +394,7 @@ impl Supervisor {
         let active: HashSet<&str> =
             self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.job.as_str()).collect();
         logfiles::retain(&self.data_dir, &a.job, &active);
-        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &a.job);
+        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, a.job_id);
         let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root, node: &self.node };
         match launch::start(a, &dirs, &signal_name, signal) {
             Ok(started) => {
@@ -436,7 +436,7 @@ impl Supervisor {
         cause: StopCause,
     ) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job);
+        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id);
         let before = newest_mtime_ms(&ckpt);
         let now = now_unix_ms();
         signal_group(r.rec.pid, signal);
@@ -503,7 +503,7 @@ impl Supervisor {
                 // or gone. Not the job's own exit.
                 // Any checkpoint this attempt wrote counts, also one written while no agent
                 // watched (the model may not know of it yet).
-                let newest = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
+                let newest = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
                 let checkpointed = newest > 0 && newest + MTIME_SLACK_MS >= r.rec.started_unix_ms;
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
                 let _ = std::fs::remove_file(launch::lease_marker(&r.rec.exit_file));
@@ -528,7 +528,7 @@ impl Supervisor {
                     newest_before_unix_ms: u64::MAX,
                     lease_expired: false,
                 });
-                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
+                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
                 let checkpointed = written_after(stop.signal_unix_ms, stop.newest_before_unix_ms, after);
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
                 let cause = if stop.lease_expired { StopCause::LeaseExpired } else { StopCause::Directed };
@@ -650,15 +650,15 @@ impl Supervisor {
     }
 
     fn poll_checkpoints(&mut self) -> Result<(), JournalError> {
-        let mut newest_by_job: BTreeMap<String, u64> = BTreeMap::new();
+        let mut newest_by_job: BTreeMap<u64, u64> = BTreeMap::new();
         let mut fresh: HashSet<(u64, u32)> = HashSet::new();
         for r in self.replicas.values_mut() {
             if r.rec.phase != Phase::Running {
                 continue;
             }
             let newest = *newest_by_job
-                .entry(r.rec.job.clone())
-                .or_insert_with(|| newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job)));
+                .entry(r.rec.key.job_id)
+                .or_insert_with(|| newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id)));
             if newest > r.newest_checkpoint_ms {
                 r.newest_checkpoint_ms = newest;
                 fresh.insert((r.rec.key.job_id, r.rec.key.attempt));

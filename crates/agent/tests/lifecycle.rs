@@ -250,3 +250,31 @@ async fn a_stop_signal_right_after_the_start_is_sent_again() {
     assert_eq!(std::fs::read_to_string(&done).unwrap().trim(), "second");
     agent.shutdown().await.unwrap();
 }
+
+/// Issue 9, hole 6c: a name is reused by a newer job once the old one ended; keyed by the
+/// name, the new job would resume from the old job's files. Keyed by the job id, it cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_sharing_a_name_get_separate_checkpoint_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let out = |i: u32| dir.path().join(format!("dir{i}"));
+    let write = |i: u32| {
+        format!("echo \"$BATON_CHECKPOINT_DIR\" > {}; echo {i} > \"$BATON_CHECKPOINT_DIR/step\"", out(i).display())
+    };
+    let mut old = assignment(1, 1, Action::Run, &write(1));
+    old.job = "train".into();
+    gw.set(1, vec![old]);
+    wait_for(5, "the old job ended", || (exited_of(&gw.observations(), 1) == vec![0]).then_some(())).await;
+    let mut new = assignment(2, 1, Action::Run, &write(2));
+    new.job = "train".into();
+    gw.set(1, vec![new]);
+    wait_for(5, "the new job ended", || (exited_of(&gw.observations(), 2) == vec![0]).then_some(())).await;
+
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap().trim().to_string();
+    let (d1, d2) = (read(out(1)), read(out(2)));
+    assert_ne!(d1, d2, "one checkpoint directory per job");
+    assert_eq!(read(std::path::Path::new(&d1).join("step")), "1", "the old job's checkpoint is its own");
+    assert!(d2.ends_with("job-2"), "{d2}");
+    agent.shutdown().await.unwrap();
+}
