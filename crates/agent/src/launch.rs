@@ -26,6 +26,9 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 
 /// Signals the wrapper outlives: HUP INT QUIT USR1 USR2 ALRM TERM (numbers, portable `trap`).
 ///
+/// It first leaves a marker next to the exit file (`.started`): a replica whose pid the
+/// agent did not journal before it went down is then known to have run.
+///
 /// Arguments: the exit file, the lease file, the stop signal (a number), the watchdog's
 /// grace and its poll interval (seconds, "1.000"), the slack (ms), then the command. The watchdog runs beside
 /// the job in its process group: once the lease file's expiry (ms on CLOCK_BOOTTIME, which
@@ -35,6 +38,7 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
 f=$1 l=$2 s=$3 g=$4 p=$5 k=$6
 shift 6
+: > "$f.started"
 watchdog() {
   trap : 1 2 3 10 12 14 15
   while :; do
@@ -84,6 +88,52 @@ pub fn lease_marker(exit_file: &Path) -> PathBuf {
     let mut name = exit_file.as_os_str().to_owned();
     name.push(".lease");
     PathBuf::from(name)
+}
+
+/// The marker the wrapper leaves as it starts.
+pub fn started_marker(exit_file: &Path) -> PathBuf {
+    let mut name = exit_file.as_os_str().to_owned();
+    name.push(".started");
+    PathBuf::from(name)
+}
+
+/// Removes the exit file and the markers next to it (the replica's end was recorded).
+pub fn remove_markers(exit_file: &Path) {
+    for p in [exit_file.to_path_buf(), lease_marker(exit_file), started_marker(exit_file)] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// What became of a replica journaled without a pid (the agent went down between the
+/// journal write before the spawn and the one after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unjournaled {
+    /// Its wrapper runs: found by its exit file path in its command line.
+    Running { pid: u32, start_time: u64 },
+    /// It ran and ended (its exit file or its start marker is there).
+    Ended,
+    /// No trace of it: never spawned.
+    NeverStarted,
+}
+
+/// Looks for the wrapper of the replica whose exit file is `exit_file` (a path no other
+/// replica shares). /proc is read before the files: a wrapper still starting has not left
+/// its marker yet, but it is in /proc.
+pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
+    // The watchdog, a fork of the wrapper, has the same command line: the wrapper is the
+    // one that leads its process group (it called setsid).
+    let found = crate::procfs::find_by_arg(exit_file.as_os_str().as_encoded_bytes());
+    let wrapper = found.into_iter().find(|&pid| crate::procfs::process_group(pid) == Some(pid));
+    if let Some(pid) = wrapper
+        && let Some(start_time) = crate::procfs::start_time(pid)
+    {
+        return Unjournaled::Running { pid, start_time };
+    }
+    if exit_file.exists() || started_marker(exit_file).exists() || lease_marker(exit_file).exists() {
+        Unjournaled::Ended
+    } else {
+        Unjournaled::NeverStarted
+    }
 }
 
 /// Reads the exit code the wrapper wrote, if it did.
@@ -166,8 +216,7 @@ fn try_start(
     if let Some(parent) = exit.parent() {
         std::fs::create_dir_all(parent).map_err(|e| fail("cannot create", parent, e))?;
     }
-    let _ = std::fs::remove_file(&exit);
-    let _ = std::fs::remove_file(lease_marker(&exit));
+    remove_markers(&exit);
 
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).arg(crate::lease_file::path(dirs.data_dir));

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use crate::checkpoint::{newest_mtime_ms, now_unix_ms, written_after};
 use crate::error::JournalError;
 use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
-use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs};
+use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs, Unjournaled};
 use crate::lease::Lease;
 use crate::lease_file::boot_ms;
 use crate::limits::{
@@ -123,8 +123,25 @@ impl Supervisor {
             fenced: false,
             last_directive: None,
         };
-        for rec in sup.journal.replicas()? {
+        for mut rec in sup.journal.replicas()? {
             let key = rec.key;
+            if rec.phase != Phase::Finished && rec.pid == 0 {
+                match launch::find_unjournaled(&rec.exit_file) {
+                    Unjournaled::Running { pid, start_time } => {
+                        // Spawned, then the agent went down before it journaled the pid.
+                        rec.pid = pid;
+                        rec.start_time = start_time;
+                        sup.journal.put_replica(&rec)?;
+                    }
+                    Unjournaled::Ended => {}
+                    Unjournaled::NeverStarted => {
+                        // Journaled, never spawned: it never ran, so a RUN may start it.
+                        tracing::info!(?key, "journaled but never started before the agent went down");
+                        sup.journal.remove_replica(&key)?;
+                        continue;
+                    }
+                }
+            }
             let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, rec.key.job_id);
             let replica = Replica {
                 signal: libc::SIGTERM,
@@ -143,7 +160,7 @@ impl Supervisor {
                 tracing::info!(?key, pid, "re-adopted a replica that kept running");
                 sup.set_live(&key, true);
             } else {
-                let code = if pid == 0 { EXIT_CODE_NOT_STARTED } else { sup.exit_code_from_file(&key) };
+                let code = sup.exit_code_from_file(&key);
                 // It ended while nobody watched: its pid may belong to someone else by now,
                 // so its group is not signalled.
                 sup.finish(&key, code, Leftovers::Leave)?;
@@ -378,8 +395,9 @@ impl Supervisor {
             return Ok(());
         }
         self.note_attempt(key)?;
-        // Journal first (pid 0): a crash between here and the spawn must not lead to a
-        // second start after restart; such a record is reported as not started.
+        // Journal the intent first (pid 0). After a crash between here and the next write,
+        // a restarted agent finds the wrapper by its exit file path and adopts it, or finds
+        // its traces (it ran and ended), or none (never spawned: it may start then).
         let mut rec = self.record(key, a, Phase::Running);
         self.journal.put_replica(&rec)?;
         let (signal, signal_name) = match parse_signal(&a.checkpoint_signal) {
@@ -506,7 +524,6 @@ impl Supervisor {
                 let newest = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
                 let checkpointed = newest > 0 && newest + MTIME_SLACK_MS >= r.rec.started_unix_ms;
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
-                let _ = std::fs::remove_file(launch::lease_marker(&r.rec.exit_file));
                 tracing::warn!(?key, "its watchdog stopped it: the lease ran out");
                 Some(stopped(key, checkpointed, StopCause::LeaseExpired))
             }
@@ -544,7 +561,7 @@ impl Supervisor {
         let rec = r.rec.clone();
         tracing::info!(?key, code, outcome = ?rec.outcome, "replica ended");
         self.journal.put_replica(&rec)?;
-        let _ = std::fs::remove_file(&rec.exit_file);
+        launch::remove_markers(&rec.exit_file);
         self.set_live(key, false);
         if let Some(obs) = obs {
             self.observe(obs)?;

@@ -247,3 +247,84 @@ async fn an_equal_term_from_another_leader_is_refused() {
     wait_for(5, "everything killed", || (!alive(p1)).then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Rewrites the journal's records of job `job_id` as a crash right after the first journal
+/// write of a start leaves them: pid 0, no start time.
+fn as_if_crashed_before_the_pid_was_journaled(data_dir: &std::path::Path, job_id: u64) {
+    let journal = baton_agent::journal::Journal::open(&data_dir.join("journal")).unwrap();
+    for mut rec in journal.replicas().unwrap().into_iter().filter(|r| r.key.job_id == job_id) {
+        rec.pid = 0;
+        rec.start_time = 0;
+        journal.put_replica(&rec).unwrap();
+    }
+}
+
+/// Issue 9, hole 5a: the agent crashed between spawning a replica and journaling its pid.
+/// The process runs on, holding its GPUs; the restarted agent must find it by its marker
+/// and adopt it, not report it Exited 127 and lose track of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_spawned_just_before_a_crash_is_adopted_not_reported_127() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    agent.shutdown().await.unwrap();
+    as_if_crashed_before_the_pid_was_journaled(dir.path(), 1);
+
+    let reports = gw.report_count();
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "reported running again", || {
+        gw.last_report().filter(|r| gw.report_count() > reports && r.running.iter().any(|x| x.job_id == 1))
+    })
+    .await;
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
+    assert!(alive(pid));
+    // Tracked again: a directive without it kills it.
+    gw.set(1, vec![]);
+    wait_for(5, "killed once unwanted", || (!alive(pid)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+/// The same crash one step earlier: journaled, never spawned. It never ran, so it is not an
+/// exit of the job (127 would fail it): it starts when the leader still wants it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_journaled_but_never_spawned_starts_when_still_wanted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let started = dir.path().join("started");
+    let _reaper = Reaper(vec![started.clone()]);
+    let cmd = format!("echo $$ >> {}; while :; do sleep 0.05; done", started.display());
+    {
+        let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+        let rec = baton_agent::journal::ReplicaRecord {
+            key: baton_agent::journal::ReplicaKey { job_id: 1, attempt: 1, rank: 0 },
+            job: "job-1".into(),
+            task: 0,
+            replica: 0,
+            pid: 0,
+            start_time: 0,
+            phase: baton_agent::journal::Phase::Running,
+            stop: None,
+            kill_deadline_unix_ms: 0,
+            outcome: None,
+            exit_file: baton_agent::launch::exit_file(dir.path(), 1, 1, 0),
+            gpus: vec![1, 3],
+            started_unix_ms: 0,
+        };
+        journal.put_replica(&rec).unwrap();
+        journal.set_max_attempt(1, 1).unwrap();
+    }
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&started)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
+    assert_eq!(std::fs::read_to_string(&started).unwrap().lines().count(), 1, "started once");
+    gw.set(1, vec![]);
+    wait_for(5, "killed once unwanted", || (!alive(pid)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
