@@ -13,7 +13,7 @@ use crate::error::JournalError;
 use crate::fence::Fence;
 use crate::limits::{
     JOURNAL_LOCK_RETRY_MS as LOCK_RETRY_MS, JOURNAL_LOCK_TRIES as LOCK_TRIES, MAX_ATTEMPT_RECORDS,
-    MAX_PENDING_OBSERVATIONS,
+    MAX_PENDING_OBSERVATIONS, MAX_PRUNED_KEYS,
 };
 
 /// Identity of one replica of one attempt.
@@ -98,6 +98,7 @@ pub struct Journal {
     attempts: sled::Tree,
     replicas: sled::Tree,
     pending: sled::Tree,
+    pruned: sled::Tree,
 }
 
 const TERM_KEY: &[u8] = b"term";
@@ -117,6 +118,7 @@ impl Journal {
             attempts: tree("attempts")?,
             replicas: tree("replicas")?,
             pending: tree("pending")?,
+            pruned: tree("pruned")?,
             db,
         };
         // Read everything once so a damaged journal is refused at start, naming the path.
@@ -230,6 +232,23 @@ impl Journal {
         let v = serde_json::to_vec(rec).map_err(|e| self.corrupt("replica record", e))?;
         self.replicas.insert(rec.key.bytes(), v).map_err(|e| self.io(e))?;
         self.flush()
+    }
+
+    /// Drops the record of a finished replica to keep the journal bounded, remembering its
+    /// key (16 bytes) so that a stale RUN of it is still refused: the attempt fence refuses
+    /// only attempts older than the newest. Bounded: past `MAX_PRUNED_KEYS`, the lowest job
+    /// ids (the oldest jobs, which no leader runs any more) are forgotten.
+    pub fn prune_replica(&self, key: &ReplicaKey) -> Result<(), JournalError> {
+        self.pruned.insert(key.bytes(), &[]).map_err(|e| self.io(e))?;
+        while self.pruned.len() > MAX_PRUNED_KEYS {
+            self.pruned.pop_min().map_err(|e| self.io(e))?;
+        }
+        self.remove_replica(key)
+    }
+
+    /// Whether this replica finished here and its record was pruned.
+    pub fn was_pruned(&self, key: &ReplicaKey) -> Result<bool, JournalError> {
+        self.pruned.contains_key(key.bytes()).map_err(|e| self.io(e))
     }
 
     pub fn remove_replica(&self, key: &ReplicaKey) -> Result<(), JournalError> {
@@ -399,6 +418,21 @@ mod tests {
         // The same fact told twice is kept once.
         j.push_observation(&exited(99_999)).unwrap();
         assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS + 1);
+    }
+
+    #[test]
+    fn pruned_keys_are_remembered_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("journal")).unwrap();
+        let key = |job_id| ReplicaKey { job_id, attempt: 1, rank: 0 };
+        for id in 0..MAX_PRUNED_KEYS as u64 + 1 {
+            j.pruned.insert(key(id).bytes(), &[]).unwrap();
+        }
+        j.prune_replica(&key(u64::MAX)).unwrap();
+        assert!(j.was_pruned(&key(u64::MAX)).unwrap());
+        assert_eq!(j.pruned.len(), MAX_PRUNED_KEYS);
+        assert!(!j.was_pruned(&key(0)).unwrap() && !j.was_pruned(&key(1)).unwrap(), "the oldest go");
+        assert!(j.was_pruned(&key(2)).unwrap());
     }
 
     #[test]

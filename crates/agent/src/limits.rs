@@ -66,6 +66,8 @@ pub const LOG_STREAM_BUFFER_CHUNKS: usize = 4;
 /// Finished replica records kept in the journal (so a repeated STOP re-reports and nothing
 /// starts twice); beyond this, those of jobs absent from the current directive are pruned.
 pub const MAX_FINISHED_RECORDS: usize = 4_096;
+/// Keys of pruned finished replicas remembered, so a stale RUN of one is refused.
+pub const MAX_PRUNED_KEYS: usize = 65_536;
 /// Jobs whose highest attempt is remembered for attempt fencing.
 pub const MAX_ATTEMPT_RECORDS: usize = 65_536;
 /// Directives buffered between the leader stream and the supervisor; only the newest

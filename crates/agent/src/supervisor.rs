@@ -262,6 +262,10 @@ impl Supervisor {
             return Ok(());
         }
         if !self.replicas.contains_key(key) {
+            if self.journal.was_pruned(key)? {
+                tracing::warn!(?key, job = a.job, "refused a RUN of a replica that already finished here");
+                return Ok(());
+            }
             if let Some(holder) = self.gpus_busy(key, &a.gpus) {
                 if self.deferred.insert(*key, a.clone()).is_none() {
                     tracing::info!(?key, ?holder, "waits for its GPUs: a replica still stopping holds them");
@@ -707,7 +711,7 @@ impl Supervisor {
     }
 
     /// Keeps the finished records bounded: past the bound, those the current directive does
-    /// not mention go (the attempt fence still refuses their older attempts).
+    /// not mention go (the journal remembers their keys, so they never start again).
     fn prune_finished(&mut self, wanted: &HashSet<ReplicaKey>) {
         let finished = self.replicas.values().filter(|r| r.rec.phase == Phase::Finished).count();
         if finished <= MAX_FINISHED_RECORDS {
@@ -721,7 +725,7 @@ impl Supervisor {
             .take(finished - MAX_FINISHED_RECORDS)
             .collect();
         for key in drop {
-            if self.journal.remove_replica(&key).is_ok() {
+            if self.journal.prune_replica(&key).is_ok() {
                 self.replicas.remove(&key);
             }
         }

@@ -328,3 +328,37 @@ async fn a_replica_journaled_but_never_spawned_starts_when_still_wanted() {
     wait_for(5, "killed once unwanted", || (!alive(pid)).then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Issue 9, hole 6b: finished replica records are pruned (the journal is bounded), and the
+/// attempt fence refuses only older attempts, so a stale RUN of a finished attempt whose
+/// record was pruned would start it again. What pruning leaves must still refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_attempt_whose_record_was_pruned_is_not_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let starts = dir.path().join("starts");
+    let cmd = format!("echo $$ >> {}", starts.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "job 1's exit reported", || (exited_of(&gw.observations(), 1) == vec![0]).then_some(())).await;
+    // The leader moves on; the record goes as pruning drops it.
+    gw.set(1, vec![]);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    agent.shutdown().await.unwrap();
+    {
+        let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+        let key = baton_agent::journal::ReplicaKey { job_id: 1, attempt: 1, rank: 0 };
+        journal.prune_replica(&key).unwrap();
+    }
+
+    // A stale directive (say, resent by a leader that lagged) runs attempt 1 again, with a
+    // marker job after it so we know it was handled.
+    let marker = dir.path().join("marker");
+    gw.set(1, vec![run, assignment(2, 1, Action::Run, &format!("echo $$ > {}", marker.display()))]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "the marker job ran", || read_pid(&marker)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 1, "attempt 1 started once");
+    agent.shutdown().await.unwrap();
+}
