@@ -278,3 +278,35 @@ async fn two_jobs_sharing_a_name_get_separate_checkpoint_directories() {
     assert!(d2.ends_with("job-2"), "{d2}");
     agent.shutdown().await.unwrap();
 }
+
+/// Issue 9, hole 7: grace is a duration the agent counts from when it first acts on the
+/// STOP. A later leader whose clock runs ahead would think less grace is left and resend the
+/// STOP with less (here none): the agent keeps the deadline it started with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_stop_with_less_grace_does_not_shorten_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 1_500;
+    let sent = std::time::Instant::now();
+    gw.set(1, vec![stop.clone()]);
+    wait_for(5, "reported stopping", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
+    })
+    .await;
+    let mut hurried = stop;
+    hurried.grace_ms = 0;
+    gw.set(2, vec![hurried]);
+    wait_for(5, "Stopped", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert!(sent.elapsed() >= Duration::from_millis(1_500), "killed after {:?}, before its grace", sent.elapsed());
+    assert!(!alive(pid), "killed");
+    agent.shutdown().await.unwrap();
+}
