@@ -118,3 +118,30 @@ async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone(
     assert!(stop.checkpointed, "the checkpoint written on the watchdog's signal counts: {stop:?}");
     agent.shutdown().await.unwrap();
 }
+
+/// Once the lease has run out (here: the previous run of the agent held one that ended
+/// while it was down), nothing starts: the leader may have placed the job elsewhere. A
+/// renewed lease lets the newest directive start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_starts_while_the_lease_has_run_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ended = baton_agent::lease::Lease::default();
+    ended.grant(baton_agent::lease_file::boot_ms().saturating_sub(5_000), 1_000);
+    baton_agent::lease_file::write(&baton_agent::lease_file::path(dir.path()), &ended).unwrap();
+    let gw = Gateway::start(None).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let now = gw.report_count();
+    wait_for(5, "reports answered without a lease", || (gw.report_count() >= now + 3).then_some(())).await;
+    assert!(!pid.exists(), "started with its lease run out");
+
+    gw.grant_lease_ms(LEASE_MS);
+    let p = wait_for(5, "started once the lease is renewed", || read_pid(&pid)).await;
+    assert!(alive(p));
+    agent.shutdown().await.unwrap();
+}
