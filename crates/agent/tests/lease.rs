@@ -145,3 +145,25 @@ async fn nothing_starts_while_the_lease_has_run_out() {
     assert!(alive(p));
     agent.shutdown().await.unwrap();
 }
+
+/// Only the leader the agent follows renews its lease: replies of the same term from another
+/// leader id (one of the two is not the leader Raft elected) are refused, so the lease runs
+/// out and the replicas stop, as when no leader answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_from_another_leader_of_the_same_term_do_not_renew_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    granted(&gw).await;
+
+    gw.set_reply_leader(2);
+    wait_for(5, "the replica stopped by the lease", || (!alive(p)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}

@@ -37,6 +37,8 @@ pub struct FakeGateway {
     stall_reports: Arc<std::sync::atomic::AtomicBool>,
     /// The lease each report reply grants (0: none).
     lease_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// The leader id report replies carry.
+    reply_leader: Arc<std::sync::atomic::AtomicU64>,
 }
 
 type DirectiveStream = Pin<Box<dyn Stream<Item = Result<Directive, Status>> + Send>>;
@@ -62,7 +64,8 @@ impl AgentGateway for FakeGateway {
         }
         self.seen.lock().unwrap().reports.push(request.into_inner());
         let lease_ms = self.lease_ms.load(std::sync::atomic::Ordering::SeqCst);
-        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id: 1, lease_ms }))
+        let leader_id = self.reply_leader.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id, lease_ms }))
     }
 }
 
@@ -84,6 +87,7 @@ impl Gateway {
             reply_term: Arc::new(Mutex::new(1)),
             stall_reports: Arc::default(),
             lease_ms: Arc::default(),
+            reply_leader: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -131,6 +135,11 @@ impl Gateway {
     /// The term the fake answers reports with (a deposed leader answers a lower one).
     pub fn set_reply_term(&self, term: u64) {
         *self.fake.reply_term.lock().unwrap() = term;
+    }
+
+    /// The leader id report replies carry from now on.
+    pub fn set_reply_leader(&self, leader_id: u64) {
+        self.fake.reply_leader.store(leader_id, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The lease every report reply grants from now on (0: none).
