@@ -63,6 +63,21 @@ pub struct StopInfo {
     /// The agent's lease ran out (not a directive's STOP): reported with that cause.
     #[serde(default)]
     pub lease_expired: bool,
+    /// The deadline on CLOCK_BOOTTIME, which a wall-clock step does not move; 0 in journals
+    /// written before it was recorded (then `deadline_unix_ms` counts).
+    #[serde(default)]
+    pub deadline_boot_ms: u64,
+}
+
+impl StopInfo {
+    /// Whether the grace has run out at `now_boot_ms` (`now_unix_ms` for old records).
+    pub fn past(&self, now_boot_ms: u64, now_unix_ms: u64) -> bool {
+        if self.deadline_boot_ms > 0 {
+            now_boot_ms >= self.deadline_boot_ms
+        } else {
+            now_unix_ms >= self.deadline_unix_ms
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +94,9 @@ pub struct ReplicaRecord {
     pub stop: Option<StopInfo>,
     /// When the Killing phase gives up waiting and sends SIGKILL.
     pub kill_deadline_unix_ms: u64,
+    /// The same on CLOCK_BOOTTIME (0 in older journals: the wall-clock one counts).
+    #[serde(default)]
+    pub kill_deadline_boot_ms: u64,
     pub outcome: Option<Outcome>,
     /// Where the wrapper writes the exit code.
     pub exit_file: PathBuf,

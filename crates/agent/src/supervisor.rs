@@ -356,6 +356,7 @@ impl Supervisor {
             phase,
             stop: None,
             kill_deadline_unix_ms: 0,
+            kill_deadline_boot_ms: 0,
             outcome: None,
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
             gpus: a.gpus.clone(),
@@ -471,6 +472,7 @@ impl Supervisor {
         r.rec.stop = Some(StopInfo {
             signal_unix_ms: now,
             deadline_unix_ms: now + grace_ms.min(MAX_GRACE_MS),
+            deadline_boot_ms: boot_ms() + grace_ms.min(MAX_GRACE_MS),
             newest_before_unix_ms: before,
             lease_expired: cause == StopCause::LeaseExpired,
         });
@@ -491,6 +493,7 @@ impl Supervisor {
         }
         r.rec.phase = Phase::Killing;
         r.rec.kill_deadline_unix_ms = now_unix_ms() + self.kill_grace_ms;
+        r.rec.kill_deadline_boot_ms = boot_ms() + self.kill_grace_ms;
         let rec = r.rec.clone();
         tracing::info!(?key, "no longer wanted here: SIGTERM, SIGKILL after {} ms", self.kill_grace_ms);
         self.journal.put_replica(&rec)
@@ -546,6 +549,7 @@ impl Supervisor {
                 let stop = r.rec.stop.unwrap_or(StopInfo {
                     signal_unix_ms: now_unix_ms(),
                     deadline_unix_ms: 0,
+                    deadline_boot_ms: 0,
                     newest_before_unix_ms: u64::MAX,
                     lease_expired: false,
                 });
@@ -610,7 +614,7 @@ impl Supervisor {
 
     fn on_tick(&mut self) -> Result<(), JournalError> {
         self.check_lease()?;
-        let now = now_unix_ms();
+        let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
         let mut again = Vec::new();
         for (key, r) in &self.replicas {
@@ -624,7 +628,9 @@ impl Supervisor {
                 continue;
             }
             let past_deadline = match rec.phase {
-                Phase::Stopping => rec.stop.is_some_and(|s| now >= s.deadline_unix_ms),
+                // Deadlines count on CLOCK_BOOTTIME: a wall-clock step must not cut a grace.
+                Phase::Stopping => rec.stop.is_some_and(|s| s.past(now_boot, now)),
+                Phase::Killing if rec.kill_deadline_boot_ms > 0 => now_boot >= rec.kill_deadline_boot_ms,
                 Phase::Killing => now >= rec.kill_deadline_unix_ms,
                 _ => false,
             };

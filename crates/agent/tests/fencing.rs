@@ -310,6 +310,7 @@ async fn a_replica_journaled_but_never_spawned_starts_when_still_wanted() {
             phase: baton_agent::journal::Phase::Running,
             stop: None,
             kill_deadline_unix_ms: 0,
+            kill_deadline_boot_ms: 0,
             outcome: None,
             exit_file: baton_agent::launch::exit_file(dir.path(), 1, 1, 0),
             gpus: vec![1, 3],
@@ -360,5 +361,49 @@ async fn a_finished_attempt_whose_record_was_pruned_is_not_started_again() {
     wait_for(5, "the marker job ran", || read_pid(&marker)).await;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 1, "attempt 1 started once");
+    agent.shutdown().await.unwrap();
+}
+
+/// Issue 9, hole 7, on the agent's side: the grace deadline is counted on a clock that a
+/// wall-clock step does not move. Here the wall clock is stepped 60 s forward while the
+/// agent is down (as NTP may do): the journaled wall-clock deadline has passed, but the
+/// grace has not, and the replica keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_step_does_not_shorten_a_stop_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 3_000;
+    let sent = std::time::Instant::now();
+    gw.set(1, vec![stop]);
+    wait_for(5, "reported stopping", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+    {
+        let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+        for mut rec in journal.replicas().unwrap() {
+            let stop = rec.stop.as_mut().expect("a stop in progress");
+            stop.signal_unix_ms -= 60_000;
+            stop.deadline_unix_ms -= 60_000;
+            journal.put_replica(&rec).unwrap();
+        }
+    }
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(alive(pid) || sent.elapsed() >= std::time::Duration::from_millis(3_000), "killed before its grace");
+    wait_for(10, "Stopped after the grace period", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(()))
+        .await;
+    assert!(sent.elapsed() >= std::time::Duration::from_millis(3_000), "killed after {:?}", sent.elapsed());
     agent.shutdown().await.unwrap();
 }
