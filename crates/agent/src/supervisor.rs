@@ -76,6 +76,9 @@ pub struct Supervisor {
     fenced: bool,
     /// The newest directive accepted, applied again when a renewed lease lets replicas start.
     last_directive: Option<Directive>,
+    /// The (lease_ms, heartbeat_timeout_ms) last checked against the timing argument, so a
+    /// misfit is logged once, not on every directive.
+    fit_checked: Option<(u64, u64)>,
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -122,6 +125,7 @@ impl Supervisor {
             lease: settings.lease,
             fenced: false,
             last_directive: None,
+            fit_checked: None,
         };
         for mut rec in sup.journal.replicas()? {
             let key = rec.key;
@@ -205,7 +209,10 @@ impl Supervisor {
                 return Ok(());
             }
         }
-        warn_if_the_lease_does_not_fit(d);
+        if self.fit_checked != Some((d.lease_ms, d.heartbeat_timeout_ms)) {
+            self.fit_checked = Some((d.lease_ms, d.heartbeat_timeout_ms));
+            warn_if_the_lease_does_not_fit(d);
+        }
         if d.assignments.len() > MAX_ASSIGNMENTS_PER_DIRECTIVE {
             tracing::warn!(
                 count = d.assignments.len(),
