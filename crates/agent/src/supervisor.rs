@@ -745,6 +745,16 @@ impl Supervisor {
     }
 
     fn publish(&self) {
+        // Held back for their GPUs: listed too, since the leader compares this list with
+        // what it placed here.
+        let waiting = self.deferred.iter().map(|(k, a)| Running {
+            job_id: k.job_id,
+            attempt: k.attempt,
+            task: a.task,
+            replica: a.replica,
+            rank: k.rank,
+            phase: ReplicaPhase::WaitingForGpus as i32,
+        });
         let running: Vec<Running> = self
             .replicas
             .values()
@@ -764,6 +774,7 @@ impl Supervisor {
                     phase: phase as i32,
                 })
             })
+            .chain(waiting)
             .collect();
         self.running_tx.send_if_modified(|cur| {
             if *cur == running {

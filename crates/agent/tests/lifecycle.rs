@@ -310,3 +310,29 @@ async fn a_resent_stop_with_less_grace_does_not_shorten_it() {
     assert!(!alive(pid), "killed");
     agent.shutdown().await.unwrap();
 }
+
+/// The leader compares what an agent reports running with what it placed there, so a
+/// replica held back for its GPUs is listed too, as waiting for them (docs/protocol.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waiting_for_its_gpus_is_listed_as_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.kill_grace_ms = 5_000;
+    let agent = start_agent(c).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let slow = format!("trap 'sleep 1; exit 0' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &slow)]);
+    wait_for(5, "the first replica runs", || read_pid(&pid_file)).await;
+    let mut moved = assignment(2, 1, Action::Run, "exit 0");
+    moved.gpus = vec![3, 1];
+    gw.set(1, vec![moved]);
+    wait_for(5, "job 2 listed as waiting for its GPUs", || {
+        gw.last_report()
+            .filter(|r| r.running.iter().any(|x| x.job_id == 2 && x.phase() == ReplicaPhase::WaitingForGpus))
+    })
+    .await;
+    wait_for(5, "job 2 ran once its GPUs were free", || exited_of(&gw.observations(), 2).first().copied()).await;
+    agent.shutdown().await.unwrap();
+}
