@@ -383,6 +383,11 @@ impl Supervisor {
 
     /// Starts the deferred replicas whose GPUs are free now.
     fn start_deferred(&mut self) -> Result<(), JournalError> {
+        if self.lease_expired() {
+            // The next tick stops everything and forgets what waits; an exit noticed in
+            // between must not start anything meanwhile.
+            return Ok(());
+        }
         let ready: Vec<ReplicaKey> =
             self.deferred.iter().filter(|(k, a)| self.gpus_busy(k, &a.gpus).is_none()).map(|(k, _)| *k).collect();
         for key in ready {
