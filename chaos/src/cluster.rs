@@ -219,6 +219,12 @@ impl Cluster {
         self.agents.get_mut(name).expect("a known agent").1.kill();
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`) an agent: a stalled host, a long pause. Its
+    /// replicas' processes are not stopped with it.
+    pub fn pause_agent(&mut self, name: &str, paused: bool) {
+        self.agents.get_mut(name).expect("a known agent").1.pause(paused);
+    }
+
     /// SIGKILL replica `i` (0-based), as a crash.
     pub fn kill_replica(&mut self, i: usize) {
         self.replicas[i].kill();

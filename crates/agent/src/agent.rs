@@ -117,12 +117,16 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
         }
     });
 
+    // A lease a previous run held in this boot still binds what it left running.
+    let lease_file = crate::lease_file::path(&config.data_dir);
+    let (lease_tx, lease_rx) = watch::channel(crate::lease_file::load(&lease_file));
     let settings = Settings {
         node: config.name.clone(),
         data_dir: config.data_dir.clone(),
         checkpoint_root,
         kill_grace_ms: config.kill_grace_ms,
         log_cap_bytes: config.log_cap_bytes,
+        lease: lease_rx,
     };
     let (supervisor, shared) = Supervisor::new(journal.clone(), settings)?;
 
@@ -167,6 +171,8 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
         observed: shared.observed,
         attached: attached_rx,
         reattach,
+        lease: lease_tx,
+        lease_file,
     };
     let tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];
     tracing::info!(node = config.name, agent_addr = %advertised, "agent started");

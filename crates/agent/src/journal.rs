@@ -10,9 +10,10 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::error::JournalError;
+use crate::fence::Fence;
 use crate::limits::{
     JOURNAL_LOCK_RETRY_MS as LOCK_RETRY_MS, JOURNAL_LOCK_TRIES as LOCK_TRIES, MAX_ATTEMPT_RECORDS,
-    MAX_PENDING_OBSERVATIONS,
+    MAX_PENDING_OBSERVATIONS, MAX_PRUNED_KEYS,
 };
 
 /// Identity of one replica of one attempt.
@@ -59,6 +60,24 @@ pub struct StopInfo {
     pub signal_unix_ms: u64,
     pub deadline_unix_ms: u64,
     pub newest_before_unix_ms: u64,
+    /// The agent's lease ran out (not a directive's STOP): reported with that cause.
+    #[serde(default)]
+    pub lease_expired: bool,
+    /// The deadline on CLOCK_BOOTTIME, which a wall-clock step does not move; 0 in journals
+    /// written before it was recorded (then `deadline_unix_ms` counts).
+    #[serde(default)]
+    pub deadline_boot_ms: u64,
+}
+
+impl StopInfo {
+    /// Whether the grace has run out at `now_boot_ms` (`now_unix_ms` for old records).
+    pub fn past(&self, now_boot_ms: u64, now_unix_ms: u64) -> bool {
+        if self.deadline_boot_ms > 0 {
+            now_boot_ms >= self.deadline_boot_ms
+        } else {
+            now_unix_ms >= self.deadline_unix_ms
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,12 +94,19 @@ pub struct ReplicaRecord {
     pub stop: Option<StopInfo>,
     /// When the Killing phase gives up waiting and sends SIGKILL.
     pub kill_deadline_unix_ms: u64,
+    /// The same on CLOCK_BOOTTIME (0 in older journals: the wall-clock one counts).
+    #[serde(default)]
+    pub kill_deadline_boot_ms: u64,
     pub outcome: Option<Outcome>,
     /// Where the wrapper writes the exit code.
     pub exit_file: PathBuf,
     /// GPU indices it was given (absent in journals written before they were recorded).
     #[serde(default)]
     pub gpus: Vec<u32>,
+    /// Wall-clock ms when this agent started it (0 in journals written before it was
+    /// recorded): a checkpoint file newer than this was written by this attempt.
+    #[serde(default)]
+    pub started_unix_ms: u64,
 }
 
 pub struct Journal {
@@ -90,9 +116,13 @@ pub struct Journal {
     attempts: sled::Tree,
     replicas: sled::Tree,
     pending: sled::Tree,
+    pruned: sled::Tree,
 }
 
 const TERM_KEY: &[u8] = b"term";
+/// The leader first obeyed in a term: 16 bytes, (term, leader id); stale once the term
+/// moved on.
+const LEADER_KEY: &[u8] = b"leader";
 
 impl Journal {
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
@@ -106,10 +136,11 @@ impl Journal {
             attempts: tree("attempts")?,
             replicas: tree("replicas")?,
             pending: tree("pending")?,
+            pruned: tree("pruned")?,
             db,
         };
         // Read everything once so a damaged journal is refused at start, naming the path.
-        journal.term()?;
+        journal.fence()?;
         journal.replicas()?;
         journal.pending(usize::MAX)?;
         Ok(journal)
@@ -159,6 +190,33 @@ impl Journal {
         Ok(u64::from_be_bytes(b))
     }
 
+    /// The highest term seen and the leader first obeyed in it.
+    pub fn fence(&self) -> Result<Fence, JournalError> {
+        let term = self.term()?;
+        let leader_id = match self.meta.get(LEADER_KEY).map_err(|e| self.io(e))? {
+            None => None,
+            Some(v) => {
+                let b: [u8; 16] = v.as_ref().try_into().map_err(|_| self.corrupt("leader", "not 16 bytes"))?;
+                let (t, id) = b.split_at(8);
+                let t = u64::from_be_bytes(t.try_into().expect("8 bytes"));
+                (t == term).then(|| u64::from_be_bytes(id.try_into().expect("8 bytes")))
+            }
+        };
+        Ok(Fence { term, leader_id })
+    }
+
+    /// Remembers a fence `Fence::check` accepted: the leader first, then the term, so a crash
+    /// between the two leaves a leader entry that the old term makes stale.
+    pub fn remember(&self, f: Fence) -> Result<(), JournalError> {
+        if let Some(id) = f.leader_id {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&f.term.to_be_bytes());
+            b[8..].copy_from_slice(&id.to_be_bytes());
+            self.meta.insert(LEADER_KEY, &b).map_err(|e| self.io(e))?;
+        }
+        self.raise_term(f.term).map(drop)
+    }
+
     pub fn max_attempt(&self, job_id: u64) -> Result<Option<u32>, JournalError> {
         match self.attempts.get(job_id.to_be_bytes()).map_err(|e| self.io(e))? {
             None => Ok(None),
@@ -194,35 +252,62 @@ impl Journal {
         self.flush()
     }
 
+    /// Drops the record of a finished replica to keep the journal bounded, remembering its
+    /// key (16 bytes) so that a stale RUN of it is still refused: the attempt fence refuses
+    /// only attempts older than the newest. Bounded: past `MAX_PRUNED_KEYS`, the lowest job
+    /// ids (the oldest jobs, which no leader runs any more) are forgotten.
+    pub fn prune_replica(&self, key: &ReplicaKey) -> Result<(), JournalError> {
+        self.pruned.insert(key.bytes(), &[]).map_err(|e| self.io(e))?;
+        while self.pruned.len() > MAX_PRUNED_KEYS {
+            self.pruned.pop_min().map_err(|e| self.io(e))?;
+        }
+        self.remove_replica(key)
+    }
+
+    /// Whether this replica finished here and its record was pruned.
+    pub fn was_pruned(&self, key: &ReplicaKey) -> Result<bool, JournalError> {
+        self.pruned.contains_key(key.bytes()).map_err(|e| self.io(e))
+    }
+
     pub fn remove_replica(&self, key: &ReplicaKey) -> Result<(), JournalError> {
         self.replicas.remove(key.bytes()).map_err(|e| self.io(e))?;
         self.flush()
     }
 
-    /// Appends an observation; past `MAX_PENDING_OBSERVATIONS` the oldest `Checkpointed`
-    /// goes first (a progress note a later one supersedes), else the oldest of any kind.
+    /// Appends an observation. Past `MAX_PENDING_OBSERVATIONS` the oldest progress note
+    /// (`Checkpointed`, which a later one supersedes) goes, and a new progress note is not
+    /// kept when none can go. Exits, stops and unkillable processes are never dropped: one
+    /// lost leaves its job Running for good. They are bounded without that: the same one is
+    /// kept once, there is one per replica the node ran, and nothing starts once the lease
+    /// ran out (so while no leader takes reports, the replicas do not grow).
     pub fn push_observation(&self, obs: &Observation) -> Result<(), JournalError> {
+        let progress = is_progress(obs);
+        if !progress && self.pending(usize::MAX)?.iter().any(|(_, o)| o == obs) {
+            return Ok(());
+        }
+        if self.pending.len() >= MAX_PENDING_OBSERVATIONS {
+            let oldest_note = self.pending(usize::MAX)?.into_iter().find(|(_, o)| is_progress(o)).map(|(seq, _)| seq);
+            match oldest_note {
+                Some(seq) => {
+                    self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
+                    tracing::warn!(
+                        "more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; dropped the oldest checkpoint note"
+                    );
+                }
+                None if progress => {
+                    tracing::warn!(
+                        "more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; a checkpoint note is not kept"
+                    );
+                    return Ok(());
+                }
+                None => {}
+            }
+        }
         let next = match self.pending.last().map_err(|e| self.io(e))? {
             Some((k, _)) => seq_of(&k).map_err(|d| self.corrupt("observation key", d))? + 1,
             None => 1,
         };
         self.pending.insert(next.to_be_bytes(), obs.encode_to_vec()).map_err(|e| self.io(e))?;
-        while self.pending.len() > MAX_PENDING_OBSERVATIONS {
-            let victim = self
-                .pending(usize::MAX)?
-                .into_iter()
-                .find(|(_, o)| matches!(o.what, Some(baton_proto::v1::observation::What::Checkpointed(_))))
-                .map(|(seq, _)| seq);
-            match victim {
-                Some(seq) => {
-                    self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
-                }
-                None => {
-                    self.pending.pop_min().map_err(|e| self.io(e))?;
-                }
-            }
-            tracing::warn!("more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; dropped the oldest");
-        }
         self.flush()
     }
 
@@ -249,6 +334,11 @@ impl Journal {
         }
         self.flush()
     }
+}
+
+/// A note of progress a later one supersedes (may be dropped for room).
+fn is_progress(obs: &Observation) -> bool {
+    matches!(obs.what, Some(baton_proto::v1::observation::What::Checkpointed(_)))
 }
 
 fn seq_of(k: &[u8]) -> Result<u64, &'static str> {
@@ -312,8 +402,8 @@ mod tests {
     fn pending_is_bounded_dropping_progress_notes_first() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(&dir.path().join("journal")).unwrap();
-        let ckpt = Observation { what: Some(What::Checkpointed(Checkpointed { job_id: 9, attempt: 1 })) };
-        j.push_observation(&ckpt).unwrap();
+        let ckpt = |job_id| Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt: 1 })) };
+        j.push_observation(&ckpt(9)).unwrap();
         for i in 0..MAX_PENDING_OBSERVATIONS as u64 - 1 {
             j.pending.insert((i + 2).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
         }
@@ -321,14 +411,46 @@ mod tests {
         j.push_observation(&exited(99_998)).unwrap();
         assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
         let all = j.pending(usize::MAX).unwrap();
-        assert!(all.iter().all(|(_, o)| *o != ckpt), "the progress note went first");
+        assert!(all.iter().all(|(_, o)| *o != ckpt(9)), "the progress note went first");
         assert_eq!(all[0].1, exited(0));
-        // With no progress notes left, the oldest observation of any kind goes.
+        // With no progress note left, a new one is not kept.
+        j.push_observation(&ckpt(10)).unwrap();
+        assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
+    }
+
+    /// Issue 9, hole 8: an exit or a stop dropped for room strands its job as Running for
+    /// good. They are never dropped (a repeated one is kept once, so they stay bounded by
+    /// the replicas the node ran).
+    #[test]
+    fn exits_and_stops_are_never_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("journal")).unwrap();
+        for i in 0..MAX_PENDING_OBSERVATIONS as u64 {
+            j.pending.insert((i + 1).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
+        }
         j.push_observation(&exited(99_999)).unwrap();
         let all = j.pending(usize::MAX).unwrap();
-        assert_eq!(all.len(), MAX_PENDING_OBSERVATIONS);
-        assert_eq!(all[0].1, exited(1));
+        assert_eq!(all.len(), MAX_PENDING_OBSERVATIONS + 1);
+        assert_eq!(all[0].1, exited(0), "the oldest exit is still there");
         assert_eq!(all.last().unwrap().1, exited(99_999));
+        // The same fact told twice is kept once.
+        j.push_observation(&exited(99_999)).unwrap();
+        assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS + 1);
+    }
+
+    #[test]
+    fn pruned_keys_are_remembered_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("journal")).unwrap();
+        let key = |job_id| ReplicaKey { job_id, attempt: 1, rank: 0 };
+        for id in 0..MAX_PRUNED_KEYS as u64 + 1 {
+            j.pruned.insert(key(id).bytes(), &[]).unwrap();
+        }
+        j.prune_replica(&key(u64::MAX)).unwrap();
+        assert!(j.was_pruned(&key(u64::MAX)).unwrap());
+        assert_eq!(j.pruned.len(), MAX_PRUNED_KEYS);
+        assert!(!j.was_pruned(&key(0)).unwrap() && !j.was_pruned(&key(1)).unwrap(), "the oldest go");
+        assert!(j.was_pruned(&key(2)).unwrap());
     }
 
     #[test]

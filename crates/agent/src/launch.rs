@@ -15,7 +15,7 @@ use std::process::Stdio;
 
 use baton_proto::v1::Assignment;
 
-use crate::limits::MAX_COMMAND_ARGS;
+use crate::limits::{LEASE_STOP_GRACE_MS, MAX_COMMAND_ARGS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS};
 use crate::logfiles;
 
 /// Exit code reported for a replica whose wrapper was killed (SIGKILL: 128 + 9).
@@ -25,11 +25,41 @@ pub const EXIT_CODE_KILLED: i32 = 128 + libc::SIGKILL;
 pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 
 /// Signals the wrapper outlives: HUP INT QUIT USR1 USR2 ALRM TERM (numbers, portable `trap`).
+///
+/// It first leaves a marker next to the exit file (`.started`): a replica whose pid the
+/// agent did not journal before it went down is then known to have run.
+///
+/// Arguments: the exit file, the lease file, the stop signal (a number), the watchdog's
+/// grace and its poll interval (seconds, "1.000"), the slack (ms), then the command. The watchdog runs beside
+/// the job in its process group: once the lease file's expiry (ms on CLOCK_BOOTTIME, which
+/// `/proc/uptime` shows) plus the slack has passed, it leaves a marker next to the exit
+/// file (`.lease`), sends the stop signal to the group, waits the grace and kills the group.
+/// Without a lease file it does nothing (no lease was granted yet).
 const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
-f=$1
-shift
+f=$1 l=$2 s=$3 g=$4 p=$5 k=$6
+shift 6
+: > "$f.started"
+watchdog() {
+  trap : 1 2 3 10 12 14 15
+  while :; do
+    sleep "$p"
+    e=
+    read -r e b < "$l" 2>/dev/null
+    case $e in ''|*[!0-9]*) continue ;; esac
+    read -r u i < /proc/uptime
+    now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
+    [ "$now" -lt $(( e + k )) ] && continue
+    : > "$f.lease"
+    kill -"$s" 0
+    sleep "$g"
+    kill -9 0
+  done
+}
+watchdog < /dev/null > /dev/null 2>&1 &
+w=$!
 "$@"
 rc=$?
+kill -9 "$w" 2> /dev/null
 printf '%s\n' "$rc" > "$f.tmp" && mv -f "$f.tmp" "$f"
 exit "$rc"
 "#;
@@ -42,12 +72,68 @@ pub struct LaunchDirs<'a> {
     pub node: &'a str,
 }
 
-pub fn checkpoint_dir(checkpoint_root: &Path, job: &str) -> PathBuf {
-    checkpoint_root.join(job)
+/// A job's checkpoint directory, keyed by its id: a name is reused once its job ended, and a
+/// new job must never resume from an old job's files.
+pub fn checkpoint_dir(checkpoint_root: &Path, job_id: u64) -> PathBuf {
+    checkpoint_root.join(format!("job-{job_id}"))
 }
 
 pub fn exit_file(data_dir: &Path, job_id: u64, attempt: u32, rank: u32) -> PathBuf {
     data_dir.join("run").join(format!("{job_id}-{attempt}-{rank}.exit"))
+}
+
+/// The marker a replica's watchdog leaves when it stopped the replica because the lease ran
+/// out.
+pub fn lease_marker(exit_file: &Path) -> PathBuf {
+    let mut name = exit_file.as_os_str().to_owned();
+    name.push(".lease");
+    PathBuf::from(name)
+}
+
+/// The marker the wrapper leaves as it starts.
+pub fn started_marker(exit_file: &Path) -> PathBuf {
+    let mut name = exit_file.as_os_str().to_owned();
+    name.push(".started");
+    PathBuf::from(name)
+}
+
+/// Removes the exit file and the markers next to it (the replica's end was recorded).
+pub fn remove_markers(exit_file: &Path) {
+    for p in [exit_file.to_path_buf(), lease_marker(exit_file), started_marker(exit_file)] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// What became of a replica journaled without a pid (the agent went down between the
+/// journal write before the spawn and the one after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unjournaled {
+    /// Its wrapper runs: found by its exit file path in its command line.
+    Running { pid: u32, start_time: u64 },
+    /// It ran and ended (its exit file or its start marker is there).
+    Ended,
+    /// No trace of it: never spawned.
+    NeverStarted,
+}
+
+/// Looks for the wrapper of the replica whose exit file is `exit_file` (a path no other
+/// replica shares). /proc is read before the files: a wrapper still starting has not left
+/// its marker yet, but it is in /proc.
+pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
+    // The watchdog, a fork of the wrapper, has the same command line: the wrapper is the
+    // one that leads its process group (it called setsid).
+    let found = crate::procfs::find_by_arg(exit_file.as_os_str().as_encoded_bytes());
+    let wrapper = found.into_iter().find(|&pid| crate::procfs::process_group(pid) == Some(pid));
+    if let Some(pid) = wrapper
+        && let Some(start_time) = crate::procfs::start_time(pid)
+    {
+        return Unjournaled::Running { pid, start_time };
+    }
+    if exit_file.exists() || started_marker(exit_file).exists() || lease_marker(exit_file).exists() {
+        Unjournaled::Ended
+    } else {
+        Unjournaled::NeverStarted
+    }
 }
 
 /// Reads the exit code the wrapper wrote, if it did.
@@ -88,8 +174,13 @@ pub struct StartError(pub String);
 
 /// Creates the directories and log files and spawns the replica. On failure the reason is
 /// appended to the replica's stderr log (when that could be opened).
-pub fn start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result<Started, StartError> {
-    let result = try_start(a, dirs, signal_name);
+pub fn start(
+    a: &Assignment,
+    dirs: &LaunchDirs<'_>,
+    signal_name: &str,
+    stop_signal: i32,
+) -> Result<Started, StartError> {
+    let result = try_start(a, dirs, signal_name, stop_signal);
     if let Err(e) = &result {
         let path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stderr");
         if let Ok(mut f) = logfiles::open_append(&path) {
@@ -100,7 +191,12 @@ pub fn start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     result
 }
 
-fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result<Started, StartError> {
+fn try_start(
+    a: &Assignment,
+    dirs: &LaunchDirs<'_>,
+    signal_name: &str,
+    stop_signal: i32,
+) -> Result<Started, StartError> {
     let fail = |what: &str, path: &Path, e: std::io::Error| StartError(format!("{what} {}: {e}", path.display()));
     let log_dir = logfiles::attempt_dir(dirs.data_dir, &a.job, a.attempt);
     std::fs::create_dir_all(&log_dir).map_err(|e| fail("cannot create", &log_dir, e))?;
@@ -114,16 +210,18 @@ fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     if a.command.len() > MAX_COMMAND_ARGS || a.env.len() > MAX_COMMAND_ARGS {
         return Err(StartError(format!("more than {MAX_COMMAND_ARGS} command arguments or environment entries")));
     }
-    let ckpt = checkpoint_dir(dirs.checkpoint_root, &a.job);
+    let ckpt = checkpoint_dir(dirs.checkpoint_root, a.job_id);
     std::fs::create_dir_all(&ckpt).map_err(|e| fail("cannot create", &ckpt, e))?;
     let exit = exit_file(dirs.data_dir, a.job_id, a.attempt, a.rank);
     if let Some(parent) = exit.parent() {
         std::fs::create_dir_all(parent).map_err(|e| fail("cannot create", parent, e))?;
     }
-    let _ = std::fs::remove_file(&exit);
+    remove_markers(&exit);
 
     let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).args(&a.command);
+    cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
+    cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
+    cmd.arg(WATCHDOG_SLACK_MS.to_string()).args(&a.command);
     cmd.env_remove("BATON_RESUME");
     cmd.envs(replica_env(a, dirs.node, &ckpt, signal_name));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
@@ -136,6 +234,11 @@ fn try_start(a: &Assignment, dirs: &LaunchDirs<'_>, signal_name: &str) -> Result
     let child = cmd.spawn().map_err(|e| StartError(format!("cannot run sh: {e}")))?;
     let pid = child.id().ok_or_else(|| StartError("the wrapper exited before its pid was read".into()))?;
     Ok(Started { child, pid })
+}
+
+/// Milliseconds as `sleep` takes them: "1.000".
+fn seconds(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1_000, ms % 1_000)
 }
 
 /// The exit code a shell would report for this status: the code, or 128 + signal.

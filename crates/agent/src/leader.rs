@@ -109,13 +109,14 @@ impl Follower {
             };
             match msg {
                 Ok(Some(d)) => {
-                    let term = d.term;
+                    let (term, leader_id) = (d.term, d.leader_id);
                     if self.directives.send(d).await.is_err() {
                         return Attach::Closed;
                     }
-                    if term < self.journal.term().unwrap_or(0) {
-                        // The supervisor refuses it; look for the real leader.
-                        return Attach::Failed(format!("directive of term {term} from a deposed leader"));
+                    let fence = self.journal.fence().unwrap_or_default();
+                    if let Err(why) = fence.check(term, leader_id) {
+                        // The supervisor refuses it too; look for the real leader.
+                        return Attach::Failed(format!("directive refused: {why}"));
                     }
                     served = true;
                 }

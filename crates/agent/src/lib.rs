@@ -12,6 +12,8 @@
 //! - `config`, `error`, `limits`: configuration, typed errors, every bound.
 //! - `inventory`, `node`: the GPUs (NVML or development GPUs) and the NodeInfo sent.
 //! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations.
+//! - `lease`, `fence`: pure rules: how long the agent may run replicas without a proven
+//!   leader, and which leader's directives it obeys; `lease_file`: the lease as replicas' watchdogs read it.
 //! - `supervisor`: reconciling directives with the replicas (fencing, STOP, SUSPEND, kills).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
@@ -25,10 +27,13 @@ pub mod checkpoint;
 pub mod config;
 pub mod endpoint;
 pub mod error;
+pub mod fence;
 pub mod inventory;
 pub mod journal;
 pub mod launch;
 pub mod leader;
+pub mod lease;
+pub mod lease_file;
 pub mod limits;
 pub mod logfiles;
 pub mod logs_client;

@@ -19,8 +19,7 @@ pub const REPORT_TIMEOUT_MS: u64 = 1_000;
 /// the directive stream open, and staying would get the node declared lost by the new one.
 pub const REATTACH_AFTER_FAILED_REPORTS: u32 = 2;
 /// Observations kept until the leader acknowledges them; beyond this the oldest progress
-/// notes (`Checkpointed`) go first, then the oldest of any kind (a leader unreachable this
-/// long has declared the node lost anyway).
+/// notes (`Checkpointed`) go. Exits and stops are never dropped (see `push_observation`).
 pub const MAX_PENDING_OBSERVATIONS: usize = 10_000;
 /// Observations sent in one Report, so the message stays small; the rest follow next beat.
 pub const MAX_OBSERVATIONS_PER_REPORT: usize = 256;
@@ -67,6 +66,8 @@ pub const LOG_STREAM_BUFFER_CHUNKS: usize = 4;
 /// Finished replica records kept in the journal (so a repeated STOP re-reports and nothing
 /// starts twice); beyond this, those of jobs absent from the current directive are pruned.
 pub const MAX_FINISHED_RECORDS: usize = 4_096;
+/// Keys of pruned finished replicas remembered, so a stale RUN of one is refused.
+pub const MAX_PRUNED_KEYS: usize = 65_536;
 /// Jobs whose highest attempt is remembered for attempt fencing.
 pub const MAX_ATTEMPT_RECORDS: usize = 65_536;
 /// Directives buffered between the leader stream and the supervisor; only the newest
@@ -78,3 +79,15 @@ pub const EVENT_BUFFER: usize = 1_024;
 pub const MAX_COMMAND_ARGS: usize = 4_096;
 /// Longest gRPC message the agent decodes.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Grace of the checkpoint-then-stop a lease that ran out forces on every replica (agent or
+/// watchdog): short, since the whole stop must end before the leader's heartbeat timeout
+/// (see "Agent lease and watchdog" in docs/protocol.md).
+pub const LEASE_STOP_GRACE_MS: u64 = 1_000;
+/// The watchdog acts this long after the lease ends, so that a live agent, which acts at the
+/// end itself and keeps its journal straight, goes first.
+pub const WATCHDOG_SLACK_MS: u64 = 300;
+/// How often a replica's watchdog reads the lease file.
+pub const WATCHDOG_POLL_MS: u64 = 200;
+/// The bound on how much faster the agent's clock may run than the leader's over a lease,
+/// as a divisor: 1/100 (1 %), far above what any quartz oscillator drifts (100 ppm).
+pub const CLOCK_DRIFT_DIVISOR: u64 = 100;

@@ -1,5 +1,5 @@
 //! What /proc says about a process: its start time (so a reused pid is not mistaken for
-//! the replica) and its state letter.
+//! the replica), its state letter, and finding a process by its command line.
 
 /// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot) and field 3 (state).
 pub fn stat(pid: u32) -> Option<(u64, char)> {
@@ -23,6 +23,27 @@ pub fn is_same_process(pid: u32, start: u64) -> bool {
     matches!(stat(pid), Some((t, state)) if t == start && state != 'Z' && state != 'X')
 }
 
+/// Live processes with `arg` as one of their command line arguments. Bounded by the
+/// processes of the machine (pid_max); used only when an agent restarts.
+pub fn find_by_arg(arg: &[u8]) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if cmdline.split(|b| *b == 0).any(|a| a == arg) && matches!(stat(pid), Some((_, s)) if s != 'Z' && s != 'X') {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Field 5 of /proc/<pid>/stat: the process group id.
+pub fn process_group(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().nth(2)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,5 +56,19 @@ mod tests {
         assert!(state == 'R' || state == 'S');
         assert!(is_same_process(me, start));
         assert!(!is_same_process(me, start + 1));
+    }
+
+    #[test]
+    fn finds_a_process_by_an_argument() {
+        let marker = format!("baton-procfs-test-{}", std::process::id());
+        // `; :` keeps the shell from replacing itself with sleep (and its command line).
+        let mut child = std::process::Command::new("sh").arg("-c").arg("sleep 5; :").arg(&marker).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(find_by_arg(marker.as_bytes()), vec![child.id()]);
+        // SAFETY: getpgrp has no memory effects.
+        assert_eq!(process_group(child.id()), Some(unsafe { libc::getpgrp() } as u32));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(find_by_arg(marker.as_bytes()).is_empty());
     }
 }

@@ -2,6 +2,7 @@
 //! observed, send the running replicas and the unacknowledged observations to the replica
 //! the directive stream is attached to. An OK reply acknowledges what was sent.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::journal::Journal;
 use crate::leader::Attached;
+use crate::lease::Lease;
+use crate::lease_file::{self, boot_ms};
 use crate::limits::{MAX_MESSAGE_BYTES, MAX_OBSERVATIONS_PER_REPORT, REATTACH_AFTER_FAILED_REPORTS, REPORT_TIMEOUT_MS};
 
 pub struct Reporter {
@@ -21,6 +24,10 @@ pub struct Reporter {
     pub observed: Arc<Notify>,
     pub attached: watch::Receiver<Attached>,
     pub reattach: Arc<Notify>,
+    /// Renewed by every reply that grants a lease; the supervisor watches it.
+    pub lease: watch::Sender<Lease>,
+    /// Where the replicas' watchdogs read the lease.
+    pub lease_file: PathBuf,
 }
 
 impl Reporter {
@@ -51,6 +58,20 @@ impl Reporter {
         }
     }
 
+    /// Extends the lease and tells the watchdogs; a lease file that cannot be written leaves
+    /// them with the old expiry (they stop their replicas early: safe).
+    fn renew(&self, sent_at_ms: u64, lease_ms: u64) {
+        let mut lease = *self.lease.borrow();
+        lease.grant(sent_at_ms, lease_ms);
+        if lease == *self.lease.borrow() {
+            return;
+        }
+        if let Err(e) = lease_file::write(&self.lease_file, &lease) {
+            tracing::error!(path = %self.lease_file.display(), "cannot write the lease file: {e}");
+        }
+        self.lease.send_replace(lease);
+    }
+
     /// Whether observations are still waiting after this report; `None` if the replica did
     /// not take it (refused, timed out, or a deposed leader).
     async fn report_once(&self, addr: &str, channel: tonic::transport::Channel) -> Option<bool> {
@@ -61,7 +82,14 @@ impl Reporter {
                 return Some(false);
             }
         };
-        let term_seen = self.journal.term().unwrap_or(0);
+        let fence = match self.journal.fence() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!("{e}");
+                return Some(false);
+            }
+        };
+        let term_seen = fence.term;
         let seqs: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
         let req = ReportRequest {
             node: self.node.clone(),
@@ -70,6 +98,8 @@ impl Reporter {
             observations: pending.into_iter().map(|(_, o)| o).collect(),
         };
         let mut client = AgentGatewayClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+        // The lease counts from here: the leader proves its leadership after this moment.
+        let sent_at_ms = boot_ms();
         let reply = match tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), client.report(req)).await {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(status)) => {
@@ -81,17 +111,22 @@ impl Reporter {
                 return None;
             }
         };
-        if reply.term < term_seen {
-            // A deposed leader cannot commit what we tell it: keep the observations and
-            // look for the real leader.
-            tracing::warn!(addr, term = reply.term, term_seen, "report answered by a deposed leader; reattaching");
-            self.reattach.notify_one();
-            return Some(false);
-        }
-        if let Err(e) = self.journal.raise_term(reply.term).and_then(|_| self.journal.ack(&seqs)) {
+        let next = match fence.check(reply.term, reply.leader_id) {
+            Ok(next) => next,
+            Err(why) => {
+                // Not the leader this agent follows (deposed, or another one of its term):
+                // keep the observations, take no lease, and look for the real leader.
+                tracing::warn!(addr, "report answered by a replica that is not the leader: {why}; reattaching");
+                self.reattach.notify_one();
+                return Some(false);
+            }
+        };
+        let remembered = if next != fence { self.journal.remember(next) } else { Ok(()) };
+        if let Err(e) = remembered.and_then(|_| self.journal.ack(&seqs)) {
             tracing::error!("{e}");
             return Some(false);
         }
+        self.renew(sent_at_ms, reply.lease_ms);
         Some(self.journal.pending_len() > 0 && !seqs.is_empty())
     }
 }

@@ -18,10 +18,13 @@ use tokio::task::JoinSet;
 use crate::checkpoint::{newest_mtime_ms, now_unix_ms, written_after};
 use crate::error::JournalError;
 use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
-use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs};
+use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs, Unjournaled};
+use crate::lease::Lease;
+use crate::lease_file::boot_ms;
 use crate::limits::{
-    CHECKPOINT_POLL_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS, MAX_GRACE_MS, SIGNAL_AGAIN_AFTER_MS,
-    SIGNAL_RACE_WINDOW_MS, TICK_MS,
+    CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
+    MAX_GRACE_MS, MTIME_SLACK_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS,
+    WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
 use crate::signal::{group_alive, parse_signal, signal_group};
@@ -67,6 +70,15 @@ pub struct Supervisor {
     observed: Arc<Notify>,
     live_logs: LiveLogs,
     last_checkpoint_poll: Instant,
+    /// The lease the reporter renews; when it runs out every replica is stopped.
+    lease: watch::Receiver<Lease>,
+    /// The replicas were stopped for the lease that ran out; cleared by a renewal.
+    fenced: bool,
+    /// The newest directive accepted, applied again when a renewed lease lets replicas start.
+    last_directive: Option<Directive>,
+    /// The (lease_ms, heartbeat_timeout_ms) last checked against the timing argument, so a
+    /// misfit is logged once, not on every directive.
+    fit_checked: Option<(u64, u64)>,
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -83,6 +95,7 @@ pub struct Settings {
     pub checkpoint_root: PathBuf,
     pub kill_grace_ms: u64,
     pub log_cap_bytes: u64,
+    pub lease: watch::Receiver<Lease>,
 }
 
 impl Supervisor {
@@ -109,10 +122,31 @@ impl Supervisor {
             observed: observed.clone(),
             live_logs: live_logs.clone(),
             last_checkpoint_poll: Instant::now(),
+            lease: settings.lease,
+            fenced: false,
+            last_directive: None,
+            fit_checked: None,
         };
-        for rec in sup.journal.replicas()? {
+        for mut rec in sup.journal.replicas()? {
             let key = rec.key;
-            let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, &rec.job);
+            if rec.phase != Phase::Finished && rec.pid == 0 {
+                match launch::find_unjournaled(&rec.exit_file) {
+                    Unjournaled::Running { pid, start_time } => {
+                        // Spawned, then the agent went down before it journaled the pid.
+                        rec.pid = pid;
+                        rec.start_time = start_time;
+                        sup.journal.put_replica(&rec)?;
+                    }
+                    Unjournaled::Ended => {}
+                    Unjournaled::NeverStarted => {
+                        // Journaled, never spawned: it never ran, so a RUN may start it.
+                        tracing::info!(?key, "journaled but never started before the agent went down");
+                        sup.journal.remove_replica(&key)?;
+                        continue;
+                    }
+                }
+            }
+            let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, rec.key.job_id);
             let replica = Replica {
                 signal: libc::SIGTERM,
                 newest_checkpoint_ms: newest_mtime_ms(&ckpt),
@@ -130,7 +164,7 @@ impl Supervisor {
                 tracing::info!(?key, pid, "re-adopted a replica that kept running");
                 sup.set_live(&key, true);
             } else {
-                let code = if pid == 0 { EXIT_CODE_NOT_STARTED } else { sup.exit_code_from_file(&key) };
+                let code = sup.exit_code_from_file(&key);
                 // It ended while nobody watched: its pid may belong to someone else by now,
                 // so its group is not signalled.
                 sup.finish(&key, code, Leftovers::Leave)?;
@@ -160,13 +194,24 @@ impl Supervisor {
     }
 
     fn on_directive(&mut self, d: Directive) -> Result<(), JournalError> {
-        let seen = self.journal.term()?;
-        if d.term < seen {
-            tracing::warn!(term = d.term, seen, "refused a directive from a deposed leader (lower term)");
-            return Ok(());
+        let result = self.apply(&d);
+        self.last_directive = Some(d);
+        result
+    }
+
+    fn apply(&mut self, d: &Directive) -> Result<(), JournalError> {
+        let fence = self.journal.fence()?;
+        match fence.check(d.term, d.leader_id) {
+            Ok(next) if next != fence => self.journal.remember(next)?,
+            Ok(_) => {}
+            Err(why) => {
+                tracing::warn!(term = d.term, leader_id = d.leader_id, "refused a directive: {why}");
+                return Ok(());
+            }
         }
-        if d.term > seen {
-            self.journal.raise_term(d.term)?;
+        if self.fit_checked != Some((d.lease_ms, d.heartbeat_timeout_ms)) {
+            self.fit_checked = Some((d.lease_ms, d.heartbeat_timeout_ms));
+            warn_if_the_lease_does_not_fit(d);
         }
         if d.assignments.len() > MAX_ASSIGNMENTS_PER_DIRECTIVE {
             tracing::warn!(
@@ -217,7 +262,17 @@ impl Supervisor {
     }
 
     fn want_run(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        if self.lease_expired() {
+            // Maybe the leader has declared this node lost and placed the job elsewhere:
+            // nothing starts or resumes until a leader renews the lease.
+            tracing::debug!(?key, "not started or resumed: the lease ran out");
+            return Ok(());
+        }
         if !self.replicas.contains_key(key) {
+            if self.journal.was_pruned(key)? {
+                tracing::warn!(?key, job = a.job, "refused a RUN of a replica that already finished here");
+                return Ok(());
+            }
             if let Some(holder) = self.gpus_busy(key, &a.gpus) {
                 if self.deferred.insert(*key, a.clone()).is_none() {
                     tracing::info!(?key, ?holder, "waits for its GPUs: a replica still stopping holds them");
@@ -256,21 +311,23 @@ impl Supervisor {
                 *key,
                 Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0, started: None, signal_again: None },
             );
-            return self.observe(stopped(key, false));
+            return self.observe(stopped(key, false, StopCause::Directed));
         };
         match r.rec.phase {
             Phase::Running | Phase::Suspended | Phase::Killing => {
                 let signal = parse_signal(&a.checkpoint_signal).unwrap_or(r.signal);
-                self.begin_stop(key, signal, a.grace_ms)
+                self.begin_stop(key, signal, a.grace_ms, StopCause::Directed)
             }
             Phase::Stopping => Ok(()),
             Phase::Finished => match r.rec.outcome {
-                Some(Outcome::Stopped { checkpointed }) => self.observe(stopped(key, checkpointed)),
+                Some(Outcome::Stopped { checkpointed }) => {
+                    self.observe(stopped(key, checkpointed, StopCause::Directed))
+                }
                 Some(Outcome::Killed) => {
                     r.rec.outcome = Some(Outcome::Stopped { checkpointed: false });
                     let rec = r.rec.clone();
                     self.journal.put_replica(&rec)?;
-                    self.observe(stopped(key, false))
+                    self.observe(stopped(key, false, StopCause::Directed))
                 }
                 // It ended on its own; that Exited observation is what the leader needs.
                 _ => Ok(()),
@@ -282,7 +339,7 @@ impl Supervisor {
         self.deferred.remove(key);
         let Some(r) = self.replicas.get_mut(key) else {
             tracing::warn!(job = a.job, attempt = a.attempt, "asked to suspend a replica that never ran here");
-            return self.observe(stopped(key, false));
+            return self.observe(stopped(key, false, StopCause::Directed));
         };
         if r.rec.phase != Phase::Running {
             return Ok(());
@@ -292,7 +349,7 @@ impl Supervisor {
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
         tracing::info!(?key, "suspended (SIGSTOP)");
-        self.observe(stopped(key, false))
+        self.observe(stopped(key, false, StopCause::Directed))
     }
 
     fn record(&self, key: &ReplicaKey, a: &Assignment, phase: Phase) -> ReplicaRecord {
@@ -306,9 +363,11 @@ impl Supervisor {
             phase,
             stop: None,
             kill_deadline_unix_ms: 0,
+            kill_deadline_boot_ms: 0,
             outcome: None,
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
             gpus: a.gpus.clone(),
+            started_unix_ms: now_unix_ms(),
         }
     }
 
@@ -324,6 +383,11 @@ impl Supervisor {
 
     /// Starts the deferred replicas whose GPUs are free now.
     fn start_deferred(&mut self) -> Result<(), JournalError> {
+        if self.lease_expired() {
+            // The next tick stops everything and forgets what waits; an exit noticed in
+            // between must not start anything meanwhile.
+            return Ok(());
+        }
         let ready: Vec<ReplicaKey> =
             self.deferred.iter().filter(|(k, a)| self.gpus_busy(k, &a.gpus).is_none()).map(|(k, _)| *k).collect();
         for key in ready {
@@ -348,8 +412,9 @@ impl Supervisor {
             return Ok(());
         }
         self.note_attempt(key)?;
-        // Journal first (pid 0): a crash between here and the spawn must not lead to a
-        // second start after restart; such a record is reported as not started.
+        // Journal the intent first (pid 0). After a crash between here and the next write,
+        // a restarted agent finds the wrapper by its exit file path and adopts it, or finds
+        // its traces (it ran and ended), or none (never spawned: it may start then).
         let mut rec = self.record(key, a, Phase::Running);
         self.journal.put_replica(&rec)?;
         let (signal, signal_name) = match parse_signal(&a.checkpoint_signal) {
@@ -364,9 +429,9 @@ impl Supervisor {
         let active: HashSet<&str> =
             self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.job.as_str()).collect();
         logfiles::retain(&self.data_dir, &a.job, &active);
-        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &a.job);
+        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, a.job_id);
         let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root, node: &self.node };
-        match launch::start(a, &dirs, &signal_name) {
+        match launch::start(a, &dirs, &signal_name, signal) {
             Ok(started) => {
                 rec.pid = started.pid;
                 rec.start_time = crate::procfs::start_time(started.pid).unwrap_or(0);
@@ -398,9 +463,15 @@ impl Supervisor {
         }
     }
 
-    fn begin_stop(&mut self, key: &ReplicaKey, signal: i32, grace_ms: u64) -> Result<(), JournalError> {
+    fn begin_stop(
+        &mut self,
+        key: &ReplicaKey,
+        signal: i32,
+        grace_ms: u64,
+        cause: StopCause,
+    ) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job);
+        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id);
         let before = newest_mtime_ms(&ckpt);
         let now = now_unix_ms();
         signal_group(r.rec.pid, signal);
@@ -413,7 +484,9 @@ impl Supervisor {
         r.rec.stop = Some(StopInfo {
             signal_unix_ms: now,
             deadline_unix_ms: now + grace_ms.min(MAX_GRACE_MS),
+            deadline_boot_ms: boot_ms() + grace_ms.min(MAX_GRACE_MS),
             newest_before_unix_ms: before,
+            lease_expired: cause == StopCause::LeaseExpired,
         });
         let rec = r.rec.clone();
         tracing::info!(?key, signal, grace_ms, "checkpoint-then-stop: signal sent");
@@ -432,6 +505,7 @@ impl Supervisor {
         }
         r.rec.phase = Phase::Killing;
         r.rec.kill_deadline_unix_ms = now_unix_ms() + self.kill_grace_ms;
+        r.rec.kill_deadline_boot_ms = boot_ms() + self.kill_grace_ms;
         let rec = r.rec.clone();
         tracing::info!(?key, "no longer wanted here: SIGTERM, SIGKILL after {} ms", self.kill_grace_ms);
         self.journal.put_replica(&rec)
@@ -461,6 +535,17 @@ impl Supervisor {
             signal_group(r.rec.pid, libc::SIGKILL);
         }
         let obs = match r.rec.phase {
+            Phase::Running | Phase::Suspended if launch::lease_marker(&r.rec.exit_file).exists() => {
+                // Its watchdog stopped it: the lease ran out while this agent was stalled
+                // or gone. Not the job's own exit.
+                // Any checkpoint this attempt wrote counts, also one written while no agent
+                // watched (the model may not know of it yet).
+                let newest = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
+                let checkpointed = newest > 0 && newest + MTIME_SLACK_MS >= r.rec.started_unix_ms;
+                r.rec.outcome = Some(Outcome::Stopped { checkpointed });
+                tracing::warn!(?key, "its watchdog stopped it: the lease ran out");
+                Some(stopped(key, checkpointed, StopCause::LeaseExpired))
+            }
             Phase::Running | Phase::Suspended => {
                 r.rec.outcome = Some(Outcome::Exited { code });
                 Some(Observation {
@@ -476,12 +561,15 @@ impl Supervisor {
                 let stop = r.rec.stop.unwrap_or(StopInfo {
                     signal_unix_ms: now_unix_ms(),
                     deadline_unix_ms: 0,
+                    deadline_boot_ms: 0,
                     newest_before_unix_ms: u64::MAX,
+                    lease_expired: false,
                 });
-                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job));
+                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
                 let checkpointed = written_after(stop.signal_unix_ms, stop.newest_before_unix_ms, after);
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
-                Some(stopped(key, checkpointed))
+                let cause = if stop.lease_expired { StopCause::LeaseExpired } else { StopCause::Directed };
+                Some(stopped(key, checkpointed, cause))
             }
             Phase::Killing => {
                 r.rec.outcome = Some(Outcome::Killed);
@@ -493,7 +581,7 @@ impl Supervisor {
         let rec = r.rec.clone();
         tracing::info!(?key, code, outcome = ?rec.outcome, "replica ended");
         self.journal.put_replica(&rec)?;
-        let _ = std::fs::remove_file(&rec.exit_file);
+        launch::remove_markers(&rec.exit_file);
         self.set_live(key, false);
         if let Some(obs) = obs {
             self.observe(obs)?;
@@ -501,8 +589,44 @@ impl Supervisor {
         Ok(())
     }
 
+    fn lease_expired(&self) -> bool {
+        self.lease.borrow().expired(boot_ms())
+    }
+
+    /// Stops every replica once the lease has run out; once a leader renews it, applies the
+    /// newest directive again so that what it wants starts.
+    fn check_lease(&mut self) -> Result<(), JournalError> {
+        let expired = self.lease_expired();
+        if expired && !self.fenced {
+            self.fenced = true;
+            self.deferred.clear();
+            let running: Vec<(ReplicaKey, i32)> = self
+                .replicas
+                .iter()
+                .filter(|(_, r)| matches!(r.rec.phase, Phase::Running | Phase::Suspended))
+                .map(|(k, r)| (*k, r.signal))
+                .collect();
+            if !running.is_empty() {
+                tracing::warn!(replicas = running.len(), "the lease ran out: checkpoint-then-stop of everything here");
+            }
+            for (key, signal) in running {
+                self.begin_stop(&key, signal, LEASE_STOP_GRACE_MS, StopCause::LeaseExpired)?;
+            }
+        } else if !expired && self.fenced {
+            self.fenced = false;
+            tracing::info!("the lease is renewed");
+            if let Some(d) = self.last_directive.take() {
+                let result = self.apply(&d);
+                self.last_directive = Some(d);
+                result?;
+            }
+        }
+        Ok(())
+    }
+
     fn on_tick(&mut self) -> Result<(), JournalError> {
-        let now = now_unix_ms();
+        self.check_lease()?;
+        let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
         let mut again = Vec::new();
         for (key, r) in &self.replicas {
@@ -516,7 +640,9 @@ impl Supervisor {
                 continue;
             }
             let past_deadline = match rec.phase {
-                Phase::Stopping => rec.stop.is_some_and(|s| now >= s.deadline_unix_ms),
+                // Deadlines count on CLOCK_BOOTTIME: a wall-clock step must not cut a grace.
+                Phase::Stopping => rec.stop.is_some_and(|s| s.past(now_boot, now)),
+                Phase::Killing if rec.kill_deadline_boot_ms > 0 => now_boot >= rec.kill_deadline_boot_ms,
                 Phase::Killing => now >= rec.kill_deadline_unix_ms,
                 _ => false,
             };
@@ -563,15 +689,15 @@ impl Supervisor {
     }
 
     fn poll_checkpoints(&mut self) -> Result<(), JournalError> {
-        let mut newest_by_job: BTreeMap<String, u64> = BTreeMap::new();
+        let mut newest_by_job: BTreeMap<u64, u64> = BTreeMap::new();
         let mut fresh: HashSet<(u64, u32)> = HashSet::new();
         for r in self.replicas.values_mut() {
             if r.rec.phase != Phase::Running {
                 continue;
             }
             let newest = *newest_by_job
-                .entry(r.rec.job.clone())
-                .or_insert_with(|| newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, &r.rec.job)));
+                .entry(r.rec.key.job_id)
+                .or_insert_with(|| newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id)));
             if newest > r.newest_checkpoint_ms {
                 r.newest_checkpoint_ms = newest;
                 fresh.insert((r.rec.key.job_id, r.rec.key.attempt));
@@ -603,7 +729,7 @@ impl Supervisor {
     }
 
     /// Keeps the finished records bounded: past the bound, those the current directive does
-    /// not mention go (the attempt fence still refuses their older attempts).
+    /// not mention go (the journal remembers their keys, so they never start again).
     fn prune_finished(&mut self, wanted: &HashSet<ReplicaKey>) {
         let finished = self.replicas.values().filter(|r| r.rec.phase == Phase::Finished).count();
         if finished <= MAX_FINISHED_RECORDS {
@@ -617,13 +743,23 @@ impl Supervisor {
             .take(finished - MAX_FINISHED_RECORDS)
             .collect();
         for key in drop {
-            if self.journal.remove_replica(&key).is_ok() {
+            if self.journal.prune_replica(&key).is_ok() {
                 self.replicas.remove(&key);
             }
         }
     }
 
     fn publish(&self) {
+        // Held back for their GPUs: listed too, since the leader compares this list with
+        // what it placed here.
+        let waiting = self.deferred.iter().map(|(k, a)| Running {
+            job_id: k.job_id,
+            attempt: k.attempt,
+            task: a.task,
+            replica: a.replica,
+            rank: k.rank,
+            phase: ReplicaPhase::WaitingForGpus as i32,
+        });
         let running: Vec<Running> = self
             .replicas
             .values()
@@ -643,6 +779,7 @@ impl Supervisor {
                     phase: phase as i32,
                 })
             })
+            .chain(waiting)
             .collect();
         self.running_tx.send_if_modified(|cur| {
             if *cur == running {
@@ -662,14 +799,14 @@ enum Leftovers {
     Leave,
 }
 
-fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
+fn stopped(key: &ReplicaKey, checkpointed: bool, cause: StopCause) -> Observation {
     Observation {
         what: Some(What::Stopped(Stopped {
             job_id: key.job_id,
             attempt: key.attempt,
             checkpointed,
             rank: key.rank,
-            cause: StopCause::Directed as i32,
+            cause: cause as i32,
         })),
     }
 }
@@ -680,4 +817,20 @@ fn stopped(key: &ReplicaKey, checkpointed: bool) -> Observation {
 fn signal_again(started: Option<Instant>, sig: i32) -> Option<(Instant, i32)> {
     let young = started.is_some_and(|t| t.elapsed() < Duration::from_millis(SIGNAL_RACE_WINDOW_MS));
     young.then(|| (Instant::now() + Duration::from_millis(SIGNAL_AGAIN_AFTER_MS), sig))
+}
+
+/// The stop bound of the timing argument (docs/protocol.md, "Agent lease and watchdog"): the
+/// watchdog's slack and poll interval, then the stop's grace.
+pub const LEASE_STOP_BOUND_MS: u64 = WATCHDOG_SLACK_MS + WATCHDOG_POLL_MS + LEASE_STOP_GRACE_MS;
+
+/// Says so (loudly) when the leader's lease and heartbeat timeout leave no room for this
+/// agent to stop its work before its node is declared lost.
+fn warn_if_the_lease_does_not_fit(d: &Directive) {
+    if d.lease_ms == 0 || d.heartbeat_timeout_ms == 0 {
+        return;
+    }
+    let drift_ms = (d.lease_ms + LEASE_STOP_BOUND_MS) / CLOCK_DRIFT_DIVISOR;
+    if let Err(e) = crate::lease::check_fit(d.lease_ms, LEASE_STOP_BOUND_MS, drift_ms, d.heartbeat_timeout_ms) {
+        tracing::error!("{e}: a job could run on two nodes at once; shorten the server's --lease-ms");
+    }
 }

@@ -218,3 +218,192 @@ async fn the_agent_leaves_a_leader_that_stops_answering_reports() {
     wait_for(10, "reattached to the replica that answers", || (live.report_count() >= 1).then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Raft elects one leader per term: a directive of the same term from another leader id
+/// comes from a replica this agent must not obey (issue 9, hole 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_equal_term_from_another_leader_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid1 = dir.path().join("pid1");
+    let started2 = dir.path().join("started2");
+    let pid3 = dir.path().join("pid3");
+    let _reaper = Reaper(vec![pid1.clone(), started2.clone(), pid3.clone()]);
+    let long = |f: &std::path::Path| format!("echo $$ > {}; while :; do sleep 0.05; done", f.display());
+    let one = assignment(1, 1, Action::Run, &long(&pid1));
+    gw.set(5, vec![one.clone()]);
+    let p1 = wait_for(5, "job 1 started", || read_pid(&pid1)).await;
+
+    // Leader 2 claims term 5 too, and wants job 2 instead of job 1.
+    gw.send_from(5, 2, vec![assignment(2, 1, Action::Run, &long(&started2))]);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Leader 1 of term 5 adds job 3; once it runs the other directive has been dealt with.
+    gw.send_from(5, 1, vec![one, assignment(3, 1, Action::Run, &long(&pid3))]);
+    wait_for(5, "job 3 started", || read_pid(&pid3)).await;
+    assert!(!started2.exists(), "the other leader's job was not started");
+    assert!(alive(p1), "the other leader could not kill job 1");
+    gw.set(5, vec![]);
+    wait_for(5, "everything killed", || (!alive(p1)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+/// Rewrites the journal's records of job `job_id` as a crash right after the first journal
+/// write of a start leaves them: pid 0, no start time.
+fn as_if_crashed_before_the_pid_was_journaled(data_dir: &std::path::Path, job_id: u64) {
+    let journal = baton_agent::journal::Journal::open(&data_dir.join("journal")).unwrap();
+    for mut rec in journal.replicas().unwrap().into_iter().filter(|r| r.key.job_id == job_id) {
+        rec.pid = 0;
+        rec.start_time = 0;
+        journal.put_replica(&rec).unwrap();
+    }
+}
+
+/// Issue 9, hole 5a: the agent crashed between spawning a replica and journaling its pid.
+/// The process runs on, holding its GPUs; the restarted agent must find it by its marker
+/// and adopt it, not report it Exited 127 and lose track of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_spawned_just_before_a_crash_is_adopted_not_reported_127() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    agent.shutdown().await.unwrap();
+    as_if_crashed_before_the_pid_was_journaled(dir.path(), 1);
+
+    let reports = gw.report_count();
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "reported running again", || {
+        gw.last_report().filter(|r| gw.report_count() > reports && r.running.iter().any(|x| x.job_id == 1))
+    })
+    .await;
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
+    assert!(alive(pid));
+    // Tracked again: a directive without it kills it.
+    gw.set(1, vec![]);
+    wait_for(5, "killed once unwanted", || (!alive(pid)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+/// The same crash one step earlier: journaled, never spawned. It never ran, so it is not an
+/// exit of the job (127 would fail it): it starts when the leader still wants it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_journaled_but_never_spawned_starts_when_still_wanted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let started = dir.path().join("started");
+    let _reaper = Reaper(vec![started.clone()]);
+    let cmd = format!("echo $$ >> {}; while :; do sleep 0.05; done", started.display());
+    {
+        let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+        let rec = baton_agent::journal::ReplicaRecord {
+            key: baton_agent::journal::ReplicaKey { job_id: 1, attempt: 1, rank: 0 },
+            job: "job-1".into(),
+            task: 0,
+            replica: 0,
+            pid: 0,
+            start_time: 0,
+            phase: baton_agent::journal::Phase::Running,
+            stop: None,
+            kill_deadline_unix_ms: 0,
+            kill_deadline_boot_ms: 0,
+            outcome: None,
+            exit_file: baton_agent::launch::exit_file(dir.path(), 1, 1, 0),
+            gpus: vec![1, 3],
+            started_unix_ms: 0,
+        };
+        journal.put_replica(&rec).unwrap();
+        journal.set_max_attempt(1, 1).unwrap();
+    }
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&started)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
+    assert_eq!(std::fs::read_to_string(&started).unwrap().lines().count(), 1, "started once");
+    gw.set(1, vec![]);
+    wait_for(5, "killed once unwanted", || (!alive(pid)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+/// Issue 9, hole 6b: finished replica records are pruned (the journal is bounded), and the
+/// attempt fence refuses only older attempts, so a stale RUN of a finished attempt whose
+/// record was pruned would start it again. What pruning leaves must still refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_attempt_whose_record_was_pruned_is_not_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let starts = dir.path().join("starts");
+    let cmd = format!("echo $$ >> {}", starts.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "job 1's exit reported", || (exited_of(&gw.observations(), 1) == vec![0]).then_some(())).await;
+    // The leader moves on; the record goes as pruning drops it.
+    gw.set(1, vec![]);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    agent.shutdown().await.unwrap();
+    {
+        let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+        let key = baton_agent::journal::ReplicaKey { job_id: 1, attempt: 1, rank: 0 };
+        journal.prune_replica(&key).unwrap();
+    }
+
+    // A stale directive (say, resent by a leader that lagged) runs attempt 1 again, with a
+    // marker job after it so we know it was handled.
+    let marker = dir.path().join("marker");
+    gw.set(1, vec![run, assignment(2, 1, Action::Run, &format!("echo $$ > {}", marker.display()))]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "the marker job ran", || read_pid(&marker)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 1, "attempt 1 started once");
+    agent.shutdown().await.unwrap();
+}
+
+/// Issue 9, hole 7, on the agent's side: the grace deadline is counted on a clock that a
+/// wall-clock step does not move. Here the wall clock is stepped 60 s forward while the
+/// agent is down (as NTP may do): the journaled wall-clock deadline has passed, but the
+/// grace has not, and the replica keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_step_does_not_shorten_a_stop_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 3_000;
+    let sent = std::time::Instant::now();
+    gw.set(1, vec![stop]);
+    wait_for(5, "reported stopping", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+    {
+        let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+        for mut rec in journal.replicas().unwrap() {
+            let stop = rec.stop.as_mut().expect("a stop in progress");
+            stop.signal_unix_ms -= 60_000;
+            stop.deadline_unix_ms -= 60_000;
+            journal.put_replica(&rec).unwrap();
+        }
+    }
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(alive(pid) || sent.elapsed() >= std::time::Duration::from_millis(3_000), "killed before its grace");
+    wait_for(10, "Stopped after the grace period", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(()))
+        .await;
+    assert!(sent.elapsed() >= std::time::Duration::from_millis(3_000), "killed after {:?}", sent.elapsed());
+    agent.shutdown().await.unwrap();
+}

@@ -250,3 +250,89 @@ async fn a_stop_signal_right_after_the_start_is_sent_again() {
     assert_eq!(std::fs::read_to_string(&done).unwrap().trim(), "second");
     agent.shutdown().await.unwrap();
 }
+
+/// Issue 9, hole 6c: a name is reused by a newer job once the old one ended; keyed by the
+/// name, the new job would resume from the old job's files. Keyed by the job id, it cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_sharing_a_name_get_separate_checkpoint_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let out = |i: u32| dir.path().join(format!("dir{i}"));
+    let write = |i: u32| {
+        format!("echo \"$BATON_CHECKPOINT_DIR\" > {}; echo {i} > \"$BATON_CHECKPOINT_DIR/step\"", out(i).display())
+    };
+    let mut old = assignment(1, 1, Action::Run, &write(1));
+    old.job = "train".into();
+    gw.set(1, vec![old]);
+    wait_for(5, "the old job ended", || (exited_of(&gw.observations(), 1) == vec![0]).then_some(())).await;
+    let mut new = assignment(2, 1, Action::Run, &write(2));
+    new.job = "train".into();
+    gw.set(1, vec![new]);
+    wait_for(5, "the new job ended", || (exited_of(&gw.observations(), 2) == vec![0]).then_some(())).await;
+
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap().trim().to_string();
+    let (d1, d2) = (read(out(1)), read(out(2)));
+    assert_ne!(d1, d2, "one checkpoint directory per job");
+    assert_eq!(read(std::path::Path::new(&d1).join("step")), "1", "the old job's checkpoint is its own");
+    assert!(d2.ends_with("job-2"), "{d2}");
+    agent.shutdown().await.unwrap();
+}
+
+/// Issue 9, hole 7: grace is a duration the agent counts from when it first acts on the
+/// STOP. A later leader whose clock runs ahead would think less grace is left and resend the
+/// STOP with less (here none): the agent keeps the deadline it started with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_stop_with_less_grace_does_not_shorten_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 1_500;
+    let sent = std::time::Instant::now();
+    gw.set(1, vec![stop.clone()]);
+    wait_for(5, "reported stopping", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
+    })
+    .await;
+    let mut hurried = stop;
+    hurried.grace_ms = 0;
+    gw.set(2, vec![hurried]);
+    wait_for(5, "Stopped", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert!(sent.elapsed() >= Duration::from_millis(1_500), "killed after {:?}, before its grace", sent.elapsed());
+    assert!(!alive(pid), "killed");
+    agent.shutdown().await.unwrap();
+}
+
+/// The leader compares what an agent reports running with what it placed there, so a
+/// replica held back for its GPUs is listed too, as waiting for them (docs/protocol.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waiting_for_its_gpus_is_listed_as_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.kill_grace_ms = 5_000;
+    let agent = start_agent(c).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let slow = format!("trap 'sleep 1; exit 0' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &slow)]);
+    wait_for(5, "the first replica runs", || read_pid(&pid_file)).await;
+    let mut moved = assignment(2, 1, Action::Run, "exit 0");
+    moved.gpus = vec![3, 1];
+    gw.set(1, vec![moved]);
+    wait_for(5, "job 2 listed as waiting for its GPUs", || {
+        gw.last_report()
+            .filter(|r| r.running.iter().any(|x| x.job_id == 2 && x.phase() == ReplicaPhase::WaitingForGpus))
+    })
+    .await;
+    wait_for(5, "job 2 ran once its GPUs were free", || exited_of(&gw.observations(), 2).first().copied()).await;
+    agent.shutdown().await.unwrap();
+}

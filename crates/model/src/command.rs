@@ -145,6 +145,11 @@ pub enum Observed {
     /// The agent listed this rank as running, then stopped listing it for `missing_ms`
     /// without reporting an exit: the job goes back to the queue from its last checkpoint.
     Vanished { job: JobId, attempt: u32, rank: u32, missing_ms: u64 },
+    /// The rank's agent stopped it because its lease ran out (the agent, or the replica's
+    /// watchdog when the agent was stalled): the node was cut off from the leader for a
+    /// lease. A running job goes back to the queue from its checkpoint; for a stop in
+    /// progress it counts as the rank's stop. (Last, so logs written before it decode.)
+    LeaseExpired { job: JobId, attempt: u32, rank: u32, checkpointed: bool },
 }
 
 impl Observed {
@@ -155,7 +160,8 @@ impl Observed {
             | Observed::Checkpointed { job, .. }
             | Observed::Unkillable { job, .. }
             | Observed::Stray { job, .. }
-            | Observed::Vanished { job, .. } => *job,
+            | Observed::Vanished { job, .. }
+            | Observed::LeaseExpired { job, .. } => *job,
         }
     }
 }

@@ -73,6 +73,20 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
+    /// What a preemption does to this job: its mode, except that a job using GPUs is never
+    /// suspended in place. A SIGSTOPped CUDA process keeps its GPU memory, so its GPUs could
+    /// not go to the preemptor; such a job is checkpointed and stopped instead (it resumes
+    /// from its checkpoint when placed again). See docs/protocol.md, "Suspend on GPU nodes".
+    pub fn preemption_mode_when_preempted(&self) -> PreemptionMode {
+        let uses_gpus = self.tasks.iter().any(|t| t.resources.gpus() > 0);
+        match self.preemption_mode {
+            PreemptionMode::Suspend if uses_gpus => PreemptionMode::Checkpoint,
+            mode => mode,
+        }
+    }
+}
+
+impl JobSpec {
     /// Every replica's resources added up.
     pub fn total(&self) -> Resources {
         let mut r = Resources::new();

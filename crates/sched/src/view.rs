@@ -91,7 +91,7 @@ impl<'a> View<'a> {
         let mut suspending = Vec::new();
         for &v in victims {
             self.ledger.set_leaving(v, true);
-            if self.job(v).spec.preemption_mode == baton_model::job::PreemptionMode::Suspend {
+            if self.job(v).spec.preemption_mode_when_preempted() == baton_model::job::PreemptionMode::Suspend {
                 suspending.push(v);
             }
         }

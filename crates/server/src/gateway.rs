@@ -11,7 +11,9 @@ use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
 use baton_proto::v1::agent_gateway_server::AgentGateway;
-use baton_proto::v1::{AttachRequest, Directive, Observation, ReportReply, ReportRequest, observation::What};
+use baton_proto::v1::{
+    AttachRequest, Directive, Observation, ReportReply, ReportRequest, StopCause, observation::What,
+};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -109,6 +111,17 @@ impl Gateway {
                     rank: e.rank,
                     exit_code: e.exit_code,
                 }),
+                // A lease stop is the node's loss seen from the node: the model requeues a
+                // running job; a directed stop completes a preemption or pause.
+                Some(What::Stopped(s)) if s.cause() == StopCause::LeaseExpired => {
+                    tracing::warn!(node = %node, job_id = s.job_id, attempt = s.attempt, rank = s.rank, "the agent's lease ran out; it stopped this replica");
+                    observed.push(Observed::LeaseExpired {
+                        job: s.job_id,
+                        attempt: s.attempt,
+                        rank: s.rank,
+                        checkpointed: s.checkpointed,
+                    })
+                }
                 Some(What::Stopped(s)) => observed.push(Observed::Stopped {
                     job: s.job_id,
                     attempt: s.attempt,

@@ -119,3 +119,43 @@ async fn a_replica_its_agent_stops_reporting_is_requeued_with_the_reason() {
     let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
     assert!(e.message.contains("n1") && e.message.contains("no longer reports"), "{}", e.message);
 }
+
+/// An agent whose lease ran out stopped its replica and reports so (issue 9): the job goes
+/// back to the queue from its checkpoint, with an event saying why, instead of staying
+/// Running with its GPUs held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
+    let cluster = Cluster::start(1).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
+        .await
+        .unwrap();
+    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    let a = d.assignments[0].clone();
+    let ckpt = What::Checkpointed(Checkpointed { job_id: a.job_id, attempt: a.attempt });
+    let stop = What::Stopped(Stopped {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        rank: a.rank,
+        checkpointed: false,
+        cause: StopCause::LeaseExpired as i32,
+    });
+    agent.report(vec![ckpt, stop]).await.unwrap();
+
+    let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
+    assert!(
+        j.state == "Pending" || (j.state == "Running" && j.attempt > a.attempt),
+        "requeued: {} attempt {} ({})",
+        j.state,
+        j.attempt,
+        j.reason
+    );
+    let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
+    assert!(e.message.contains("n1") && e.message.contains("lease"), "{}", e.message);
+    // The next attempt resumes from the checkpoint the first one wrote.
+    let d = agent.until("j runs again", |d| d.assignments.iter().any(|x| x.job == "j" && x.attempt > a.attempt)).await;
+    let next = d.assignments.iter().find(|x| x.job == "j").unwrap();
+    assert!(next.resume, "resumes from its checkpoint: {next:?}");
+}

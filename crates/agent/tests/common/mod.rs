@@ -35,6 +35,10 @@ pub struct FakeGateway {
     reply_term: Arc<Mutex<u64>>,
     /// Leave reports unanswered, as a leader cut off from its quorum does.
     stall_reports: Arc<std::sync::atomic::AtomicBool>,
+    /// The lease each report reply grants (0: none).
+    lease_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// The leader id report replies carry.
+    reply_leader: Arc<std::sync::atomic::AtomicU64>,
 }
 
 type DirectiveStream = Pin<Box<dyn Stream<Item = Result<Directive, Status>> + Send>>;
@@ -59,7 +63,9 @@ impl AgentGateway for FakeGateway {
             std::future::pending::<()>().await;
         }
         self.seen.lock().unwrap().reports.push(request.into_inner());
-        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id: 1, lease_ms: 0 }))
+        let lease_ms = self.lease_ms.load(std::sync::atomic::Ordering::SeqCst);
+        let leader_id = self.reply_leader.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id, lease_ms }))
     }
 }
 
@@ -80,6 +86,8 @@ impl Gateway {
             follower_of,
             reply_term: Arc::new(Mutex::new(1)),
             stall_reports: Arc::default(),
+            lease_ms: Arc::default(),
+            reply_leader: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -110,9 +118,14 @@ impl Gateway {
 
     /// Sends a directive without changing the term the fake answers reports with.
     pub fn send_raw(&self, term: u64, assignments: Vec<Assignment>) {
+        self.send_from(term, 1, assignments);
+    }
+
+    /// Sends a directive as leader `leader_id`, without changing the reply term.
+    pub fn send_from(&self, term: u64, leader_id: u64, assignments: Vec<Assignment>) {
         self.fake.directive.send_replace(Some(Directive {
             term,
-            leader_id: 1,
+            leader_id,
             assignments,
             heartbeat_timeout_ms: 5_000,
             lease_ms: 0,
@@ -122,6 +135,16 @@ impl Gateway {
     /// The term the fake answers reports with (a deposed leader answers a lower one).
     pub fn set_reply_term(&self, term: u64) {
         *self.fake.reply_term.lock().unwrap() = term;
+    }
+
+    /// The leader id report replies carry from now on.
+    pub fn set_reply_leader(&self, leader_id: u64) {
+        self.fake.reply_leader.store(leader_id, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The lease every report reply grants from now on (0: none).
+    pub fn grant_lease_ms(&self, lease_ms: u64) {
+        self.fake.lease_ms.store(lease_ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Leave reports unanswered (`true`) while keeping the directive stream open.
@@ -264,4 +287,14 @@ impl Drop for Reaper {
 /// The repository root (for examples/workloads/train.py).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The cause of every Stopped observation of `job_id`, in order.
+pub fn stop_causes_of(obs: &[Observation], job_id: u64) -> Vec<baton_proto::v1::StopCause> {
+    obs.iter()
+        .filter_map(|o| match &o.what {
+            Some(What::Stopped(s)) if s.job_id == job_id => Some(s.cause()),
+            _ => None,
+        })
+        .collect()
 }

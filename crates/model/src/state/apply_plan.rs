@@ -240,7 +240,7 @@ impl State {
         let by = self.name_of(id);
         let mut deadline = self.d.now_ms;
         for v in victims {
-            let mode = self.d.jobs[&v.job].spec.preemption_mode;
+            let mode = self.d.jobs[&v.job].spec.preemption_mode_when_preempted();
             self.begin_stop(v.job, StopWhy::Preempted { by: id, mode });
             let victim = self.d.jobs.get_mut(&v.job).expect("victim");
             victim.preempted_by = Some(id);
@@ -255,7 +255,7 @@ impl State {
         let suspending: Vec<JobId> = victim_ids
             .iter()
             .copied()
-            .filter(|v| self.d.jobs[v].spec.preemption_mode == crate::job::PreemptionMode::Suspend)
+            .filter(|v| self.d.jobs[v].spec.preemption_mode_when_preempted() == crate::job::PreemptionMode::Suspend)
             .collect();
         self.ledger.lend_for_reservation(id, &suspending);
         let now = self.d.now_ms;

@@ -161,7 +161,8 @@ impl State {
                 .values()
                 .filter(|j| {
                     j.suspended_for == Some(r.job)
-                        || r.victims.contains(&j.id) && j.spec.preemption_mode == crate::job::PreemptionMode::Suspend
+                        || r.victims.contains(&j.id)
+                            && j.spec.preemption_mode_when_preempted() == crate::job::PreemptionMode::Suspend
                 })
                 .map(|j| j.id)
                 .collect();

@@ -87,6 +87,10 @@ impl State {
                 self.requeue_running(job, why, ev);
                 Ok(())
             }
+            Observed::LeaseExpired { job, attempt, rank, checkpointed } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                self.lease_expired(node, job, attempt, rank, checkpointed, ev)
+            }
             Observed::Stray { job, attempt, rank } => {
                 if !self.d.jobs.contains_key(&job) {
                     return Err(ApplyError::unknown("job", job));
@@ -102,6 +106,37 @@ impl State {
                 Ok(())
             }
         }
+    }
+
+    /// A rank its agent stopped because the agent's lease ran out. In a stop already in
+    /// progress it is that rank's stop. A job that runs (or is suspended) has lost a rank
+    /// the leader did not ask to stop, as when its node is lost: it goes back to the queue,
+    /// from its checkpoint if it has one.
+    fn lease_expired(
+        &mut self,
+        node: &Name,
+        job: JobId,
+        attempt: u32,
+        rank: u32,
+        checkpointed: bool,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        let j = &self.d.jobs[&job];
+        if j.state == JobState::Preempting && j.stopping.is_some() {
+            return self.rank_ended(job, rank, checkpointed, ev);
+        }
+        if !matches!(j.state, JobState::Running | JobState::Suspended) {
+            return Err(self.wrong_state(job, "stopping for an expired lease"));
+        }
+        if checkpointed {
+            self.d.jobs.get_mut(&job).expect("checked").has_checkpoint = true;
+        }
+        let saved = if checkpointed { "after a checkpoint" } else { "without a checkpoint" };
+        let why = format!(
+            "rank {rank} of attempt {attempt}: its agent on node {node} was cut off from the leader for a whole lease and stopped it {saved}"
+        );
+        self.requeue_running(job, why, ev);
+        Ok(())
     }
 
     /// The node keeps its jobs' accounting as it is but takes no new work.
@@ -276,6 +311,128 @@ mod tests {
         let j = s.job(job).unwrap();
         assert_eq!(j.state, JobState::Pending);
         assert!(j.reason.contains("node n1 no longer reports it running"), "{}", j.reason);
+    }
+
+    fn lease_expired(job: JobId, rank: u32, checkpointed: bool) -> Observed {
+        Observed::LeaseExpired { job, attempt: 1, rank, checkpointed }
+    }
+
+    /// An agent whose lease ran out stopped its rank (issue 9): the job must not stay
+    /// Running with its GPUs held; it goes back to the queue from its checkpoint, and says why.
+    #[test]
+    fn a_lease_expired_stop_requeues_a_running_job_from_its_checkpoint() {
+        let (mut s, job) = gang();
+        let op = Op::Report { node: Name::lit("n1"), observations: vec![lease_expired(job, 0, true)] };
+        let applied = s.apply(Command { now_ms: 1_000, op }).unwrap();
+        assert_eq!(applied.outcome, Outcome::Reported { ignored: Vec::new() });
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true));
+        assert!(j.reason.contains("lease") && j.reason.contains("n1"), "{}", j.reason);
+        let ev = applied.events.last().expect("an event");
+        assert!(matches!(ev.kind, EventKind::Requeued) && ev.message.contains("lease"), "{ev:?}");
+        // The other rank's stop, coming later, is stale: nothing changes.
+        assert_eq!(report(&mut s, "n2", vec![lease_expired(job, 1, true)]).len(), 1);
+        assert_eq!(s.job(job).unwrap().state, JobState::Pending);
+
+        // Without a checkpoint written, it starts over.
+        let (mut s, job) = gang();
+        report(&mut s, "n2", vec![lease_expired(job, 1, false)]);
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, false));
+    }
+
+    /// During a stop, a lease-expired stop counts as that rank's stop.
+    #[test]
+    fn a_lease_expired_stop_counts_in_a_stop_in_progress() {
+        let (mut s, job) = gang();
+        apply(&mut s, Op::Pause { job });
+        assert!(report(&mut s, "n1", vec![stopped(job, 0)]).is_empty());
+        assert!(report(&mut s, "n2", vec![lease_expired(job, 1, true)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, true));
+    }
+
+    /// A job of one 8-GPU replica on n1 (of the gang's cluster), in the given mode.
+    fn one_replica(s: &mut State, name: &str, mode: PreemptionMode, gpus: u64) -> JobId {
+        let spec = one_replica_spec(name, mode, gpus);
+        let Outcome::Submitted { job, .. } = apply(s, Op::Submit { spec, request_id: None }) else { panic!() };
+        job
+    }
+
+    fn one_replica_spec(name: &str, mode: PreemptionMode, gpus: u64) -> JobSpec {
+        JobSpec {
+            name: Name::lit(name),
+            queue: Name::lit("q"),
+            priority: PriorityRef::Class(Name::lit("train")),
+            tasks: vec![TaskSpec {
+                name: Name::lit("main"),
+                replicas: 1,
+                resources: if gpus > 0 { Resources::of(&[("gpu", gpus)]) } else { Resources::of(&[("cpu", 1)]) },
+                pools: None,
+            }],
+            pools: None,
+            topology: None,
+            preemption_mode: mode,
+            grace_ms: 5_000,
+            min_runtime_ms: 0,
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            checkpoint_signal: None,
+        }
+    }
+
+    fn on_n1(gpus: u64) -> Vec<ReplicaAlloc> {
+        vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: (0..gpus as u32).collect() }]
+    }
+
+    /// Suspend mode on GPUs (issue 9, hole 3): a SIGSTOPped CUDA process keeps its GPU
+    /// memory, so its GPUs cannot be lent to the preemptor (the agent would hold the
+    /// preemptor back forever). A GPU job preempted in mode suspend is checkpointed and
+    /// stopped instead, and its GPUs go to the preemptor once it has.
+    #[test]
+    fn a_gpu_job_in_suspend_mode_is_checkpointed_and_stopped_not_suspended() {
+        let mut s = State::default();
+        apply(&mut s, Op::RegisterNodes(vec![node("n1")]));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 16)]), ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 8);
+        let plan = Plan {
+            based_on: s.applied(),
+            decisions: vec![Decision::Place { job: low, attempt: 1, replicas: on_n1(8) }],
+        };
+        apply(&mut s, Op::ApplyPlan(plan));
+        let high = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 8);
+        let preempt = Decision::Preempt {
+            job: high,
+            victims: vec![crate::plan::Victim { job: low, attempt: 1 }],
+            replicas: on_n1(8),
+            message: "test".into(),
+        };
+        let plan = Plan { based_on: s.applied(), decisions: vec![preempt] };
+        let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert!(report(&mut s, "n1", vec![stopped(low, 0)]).is_empty());
+        let j = s.job(low).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true), "{}", j.reason);
+        assert!(j.suspended_for.is_none());
+        // Its GPUs are free for the preemptor: it is placed on them.
+        let plan = Plan {
+            based_on: s.applied(),
+            decisions: vec![Decision::Place { job: high, attempt: 1, replicas: on_n1(8) }],
+        };
+        let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(s.job(high).unwrap().state, JobState::Running);
+
+        // Without GPUs, suspend still means suspend in place.
+        let cpu_only = one_replica_spec("cpu", PreemptionMode::Suspend, 0);
+        assert_eq!(cpu_only.preemption_mode_when_preempted(), PreemptionMode::Suspend);
+        let gpu = one_replica_spec("gpu", PreemptionMode::Suspend, 1);
+        assert_eq!(gpu.preemption_mode_when_preempted(), PreemptionMode::Checkpoint);
+        let requeue = one_replica_spec("gpu", PreemptionMode::Requeue, 1);
+        assert_eq!(requeue.preemption_mode_when_preempted(), PreemptionMode::Requeue);
     }
 
     #[test]

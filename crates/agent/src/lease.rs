@@ -1,0 +1,154 @@
+//! The agent's lease: how long it may keep running its replicas without hearing from a
+//! leader that proved its leadership. Pure: times are milliseconds on the agent's own
+//! monotonic clock, passed in by the caller.
+//!
+//! A lease is counted from when the agent SENT the report whose reply granted it, not from
+//! when the reply arrived. The leader grants `lease_ms` only after a quorum confirmed it
+//! leads, which happened after the report was sent; so however long the request and the
+//! reply were delayed, the lease ends no later than `lease_ms` after the leader's proof, on
+//! the agent's clock. Counting from the reply would stretch the lease by the reply's delay.
+
+/// The lease an agent holds, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lease {
+    /// Monotonic ms at which it ends; `None` before the first grant.
+    expires_at_ms: Option<u64>,
+}
+
+/// What the lease says about the replicas at a given time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// No lease was ever granted (the agent just started): replicas it re-adopted keep
+    /// running until a leader directs otherwise or the first lease runs out.
+    NeverGranted,
+    /// Held for this many more ms.
+    Held { left_ms: u64 },
+    /// Ran out this many ms ago: every replica must be stopped.
+    Expired { ago_ms: u64 },
+}
+
+impl Lease {
+    /// A lease that ends at `expires_at_ms` (one a previous run of the agent held).
+    pub fn until(expires_at_ms: u64) -> Lease {
+        Lease { expires_at_ms: Some(expires_at_ms) }
+    }
+
+    /// Records a reply to a report sent at `sent_at_ms` that granted `lease_ms` (0: none).
+    /// A grant never shortens a lease already held: a delayed reply to an older report must
+    /// not take back time that a newer one granted.
+    pub fn grant(&mut self, sent_at_ms: u64, lease_ms: u64) {
+        if lease_ms == 0 {
+            return;
+        }
+        let end = sent_at_ms.saturating_add(lease_ms);
+        self.expires_at_ms = Some(self.expires_at_ms.map_or(end, |cur| cur.max(end)));
+    }
+
+    /// Where the lease stands at `now_ms`.
+    pub fn standing(&self, now_ms: u64) -> Standing {
+        match self.expires_at_ms {
+            None => Standing::NeverGranted,
+            Some(end) if now_ms < end => Standing::Held { left_ms: end - now_ms },
+            Some(end) => Standing::Expired { ago_ms: now_ms - end },
+        }
+    }
+
+    /// Whether the lease was granted once and has run out by `now_ms`.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        matches!(self.standing(now_ms), Standing::Expired { .. })
+    }
+
+    /// When it ends, on the monotonic clock the grants were counted on.
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        self.expires_at_ms
+    }
+}
+
+/// Why a lease configuration cannot keep the promise that nothing of a node runs once the
+/// leader declares it lost.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseFitError {
+    #[error(
+        "lease_ms ({lease_ms}) + stop bound ({stop_ms} ms) + clock drift bound ({drift_ms} ms) must be below heartbeat_timeout_ms ({timeout_ms})"
+    )]
+    TooLong { lease_ms: u64, stop_ms: u64, drift_ms: u64, timeout_ms: u64 },
+}
+
+/// Checks the timing argument of docs/protocol.md: a lease, then the stop of everything the
+/// node runs, then the difference between the two machines' clock rates over that time,
+/// all end before the leader's heartbeat timeout declares the node lost.
+pub fn check_fit(lease_ms: u64, stop_ms: u64, drift_ms: u64, timeout_ms: u64) -> Result<(), LeaseFitError> {
+    let total = lease_ms.saturating_add(stop_ms).saturating_add(drift_ms);
+    if total < timeout_ms { Ok(()) } else { Err(LeaseFitError::TooLong { lease_ms, stop_ms, drift_ms, timeout_ms }) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Grants as (sent_at, lease_ms), the time asked about, the standing expected.
+    type Case = (&'static [(u64, u64)], u64, Standing);
+
+    #[test]
+    fn table() {
+        let cases: &[Case] = &[
+            (&[], 0, Standing::NeverGranted),
+            (&[], 1_000_000, Standing::NeverGranted),
+            (&[(0, 0)], 10, Standing::NeverGranted),
+            (&[(100, 2_000)], 100, Standing::Held { left_ms: 2_000 }),
+            (&[(100, 2_000)], 2_099, Standing::Held { left_ms: 1 }),
+            (&[(100, 2_000)], 2_100, Standing::Expired { ago_ms: 0 }),
+            (&[(100, 2_000)], 5_000, Standing::Expired { ago_ms: 2_900 }),
+            // A later report renews.
+            (&[(100, 2_000), (1_000, 2_000)], 2_500, Standing::Held { left_ms: 500 }),
+            // A delayed reply to an older report does not shorten it.
+            (&[(1_000, 2_000), (100, 2_000)], 2_500, Standing::Held { left_ms: 500 }),
+            // A reply without a lease neither renews nor shortens.
+            (&[(100, 2_000), (1_500, 0)], 2_100, Standing::Expired { ago_ms: 0 }),
+            (&[(u64::MAX - 1, 2_000)], u64::MAX - 1, Standing::Held { left_ms: 1 }),
+        ];
+        for (grants, now, want) in cases {
+            let mut l = Lease::default();
+            for (sent, ms) in *grants {
+                l.grant(*sent, *ms);
+            }
+            assert_eq!(l.standing(*now), *want, "grants {grants:?} at {now}");
+        }
+    }
+
+    #[test]
+    fn the_fit_names_every_part() {
+        assert!(check_fit(2_000, 1_000, 500, 5_000).is_ok());
+        let e = check_fit(2_000, 2_500, 500, 5_000).unwrap_err().to_string();
+        assert!(e.contains("lease_ms (2000)") && e.contains("heartbeat_timeout_ms (5000)"), "{e}");
+        assert!(check_fit(u64::MAX, 1, 1, u64::MAX).is_err());
+    }
+
+    proptest! {
+        /// The lease ends exactly at the latest sent time plus its grant, whatever order
+        /// replies arrive in: never later (safety), never earlier (no needless stops).
+        #[test]
+        fn ends_at_the_latest_grant(grants in proptest::collection::vec((0u64..1_000_000, 0u64..10_000), 0..20)) {
+            let mut l = Lease::default();
+            for (sent, ms) in &grants {
+                l.grant(*sent, *ms);
+            }
+            let want = grants.iter().filter(|(_, ms)| *ms > 0).map(|(s, ms)| s + ms).max();
+            prop_assert_eq!(l.expires_at_ms(), want);
+        }
+
+        /// Held strictly before the end, expired from it on; the two add up.
+        #[test]
+        fn held_then_expired(sent in 0u64..1_000_000, ms in 1u64..100_000, now in 0u64..2_000_000) {
+            let mut l = Lease::default();
+            l.grant(sent, ms);
+            match l.standing(now) {
+                Standing::Held { left_ms } => prop_assert_eq!(now + left_ms, sent + ms),
+                Standing::Expired { ago_ms } => prop_assert_eq!(now - ago_ms, sent + ms),
+                Standing::NeverGranted => prop_assert!(false, "granted"),
+            }
+            prop_assert_eq!(l.expired(now), now >= sent + ms);
+        }
+    }
+}

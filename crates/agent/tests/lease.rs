@@ -1,0 +1,169 @@
+//! The agent's lease: a node cut off from the leader (or whose agent stalls or dies) stops
+//! its replicas before the leader's heartbeat timeout declares the node lost, so a job never
+//! runs on two nodes at once (issue 9: `kill -STOP` of an agent for 10 s ran a job twice).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use baton_proto::v1::{Action, StopCause};
+use common::*;
+
+/// The lease the fake leader grants in these tests; its directives say the heartbeat
+/// timeout is 5 s, so everything must be stopped well before that.
+const LEASE_MS: u64 = 800;
+const HEARTBEAT_TIMEOUT_MS: u64 = 5_000;
+
+async fn granted(gw: &Gateway) {
+    gw.grant_lease_ms(LEASE_MS);
+    let now = gw.report_count();
+    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_stops_when_no_leader_renews_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    granted(&gw).await;
+
+    // The leader goes silent (cut off, or this node is): reports are not answered.
+    gw.stall_reports(true);
+    let cut = Instant::now();
+    wait_for(5, "the replica stopped by the lease", || (!alive(p)).then_some(())).await;
+    let took = cut.elapsed();
+    assert!(
+        took < Duration::from_millis(HEARTBEAT_TIMEOUT_MS),
+        "stopped {took:?} after the cut: the node would have been declared lost first"
+    );
+
+    // Back in touch: the stop is reported with its cause.
+    gw.stall_reports(false);
+    wait_for(10, "a lease-expired stop reported", || {
+        stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    granted(&gw).await;
+
+    // The agent is gone (as stalled by SIGSTOP, or crashed): only the watchdog is left.
+    agent.shutdown().await.unwrap();
+    let gone = Instant::now();
+    wait_for(5, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
+    let took = gone.elapsed();
+    assert!(took < Duration::from_millis(HEARTBEAT_TIMEOUT_MS), "stopped {took:?} after the agent went");
+
+    // The agent comes back: it reports the stop with its cause, and does not count it as
+    // the job's own exit.
+    let obs_before = gw.observations().len();
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(10, "a lease-expired stop reported", || {
+        stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
+    })
+    .await;
+    assert!(exited_of(&gw.observations()[obs_before..], 1).is_empty(), "{:?}", gw.observations());
+    agent.shutdown().await.unwrap();
+}
+
+/// Found by the chaos run: the watchdog stopped a replica while its agent was down, the job
+/// wrote a checkpoint on the stop signal, and the restarted agent (which only knew the
+/// checkpoints as of its restart) reported the stop as not checkpointed, so the job started
+/// over from zero. A checkpoint written during the attempt counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    let job = format!(
+        "echo $$ > {}; trap 'echo 1 > \"$BATON_CHECKPOINT_DIR/step\"; exit 0' TERM; while :; do sleep 0.05; done",
+        pid.display()
+    );
+    gw.set(1, vec![assignment(1, 1, Action::Run, &job)]);
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    granted(&gw).await;
+    agent.shutdown().await.unwrap();
+    wait_for(5, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
+
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let stop = wait_for(10, "a lease-expired stop reported", || {
+        gw.observations().into_iter().find_map(|o| match o.what {
+            Some(baton_proto::v1::observation::What::Stopped(s)) if s.cause() == StopCause::LeaseExpired => Some(s),
+            _ => None,
+        })
+    })
+    .await;
+    assert!(stop.checkpointed, "the checkpoint written on the watchdog's signal counts: {stop:?}");
+    agent.shutdown().await.unwrap();
+}
+
+/// Once the lease has run out (here: the previous run of the agent held one that ended
+/// while it was down), nothing starts: the leader may have placed the job elsewhere. A
+/// renewed lease lets the newest directive start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_starts_while_the_lease_has_run_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ended = baton_agent::lease::Lease::default();
+    ended.grant(baton_agent::lease_file::boot_ms().saturating_sub(5_000), 1_000);
+    baton_agent::lease_file::write(&baton_agent::lease_file::path(dir.path()), &ended).unwrap();
+    let gw = Gateway::start(None).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let now = gw.report_count();
+    wait_for(5, "reports answered without a lease", || (gw.report_count() >= now + 3).then_some(())).await;
+    assert!(!pid.exists(), "started with its lease run out");
+
+    gw.grant_lease_ms(LEASE_MS);
+    let p = wait_for(5, "started once the lease is renewed", || read_pid(&pid)).await;
+    assert!(alive(p));
+    agent.shutdown().await.unwrap();
+}
+
+/// Only the leader the agent follows renews its lease: replies of the same term from another
+/// leader id (one of the two is not the leader Raft elected) are refused, so the lease runs
+/// out and the replicas stop, as when no leader answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_from_another_leader_of_the_same_term_do_not_renew_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    granted(&gw).await;
+
+    gw.set_reply_leader(2);
+    wait_for(5, "the replica stopped by the lease", || (!alive(p)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
