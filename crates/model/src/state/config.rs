@@ -254,8 +254,19 @@ fn validate_node(spec: &NodeSpec) -> Result<(), ApplyError> {
     if spec.labels.len() > MAX_LABELS_PER_NODE {
         return Err(ApplyError::invalid("labels", format!("at most {MAX_LABELS_PER_NODE} labels")));
     }
-    if let Some((k, _)) = spec.labels.iter().find(|(k, v)| k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN) {
-        return Err(ApplyError::invalid(format!("labels.{k}"), format!("longer than {MAX_LABEL_LEN} characters")));
+    for (k, v) in &spec.labels {
+        validate_label(k, v)?;
+    }
+    Ok(())
+}
+
+fn validate_label(key: &str, value: &str) -> Result<(), ApplyError> {
+    let field = || format!("labels[{key:?}]");
+    if key.is_empty() || key.len() > MAX_LABEL_LEN || value.len() > MAX_LABEL_LEN {
+        return Err(ApplyError::invalid(field(), format!("key and value must be 1 to {MAX_LABEL_LEN} bytes")));
+    }
+    if key.contains('=') || key.chars().chain(value.chars()).any(char::is_control) {
+        return Err(ApplyError::invalid(field(), "keys hold no '=' and neither holds control characters"));
     }
     Ok(())
 }
