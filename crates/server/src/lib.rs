@@ -43,7 +43,7 @@ use tonic::Status;
 pub use settings::ServerSettings;
 
 /// Largest client or agent message a replica accepts (a 10,000-job list is about 3 MiB).
-pub const MAX_API_MESSAGE_BYTES: usize = 16 << 20;
+pub const MAX_API_MESSAGE_BYTES: usize = baton_proto::MAX_MESSAGE_BYTES;
 
 /// How long requests in flight may take to finish once shutdown begins.
 pub const SHUTDOWN_GRACE_MS: u64 = 3_000;
