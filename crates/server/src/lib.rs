@@ -68,6 +68,10 @@ pub enum ServerError {
     Bootstrap(#[from] baton_raft::MembershipError),
     #[error("serving gRPC failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// Raft stopped under the server (a log that could not be written or synced): the
+    /// replica can serve nothing any more, so the server ends rather than limp.
+    #[error("this replica's raft stopped ({0}); restart it once the cause is fixed")]
+    ReplicaFailed(String),
 }
 
 /// What the services and the leader loop share.
@@ -143,9 +147,15 @@ pub async fn run(
         .add_service(api)
         .add_service(gateway)
         .serve_with_incoming_shutdown(incoming, shutdown);
+    let mut failure = None;
     // Requests still in flight get a bounded time to finish once shutdown begins.
     let served = tokio::select! {
         r = serve => r,
+        reason = replica.failed() => {
+            tracing::error!(reason = %reason, "raft stopped; this replica can serve nothing more and stops");
+            failure = Some(reason);
+            Ok(())
+        }
         () = async {
             let _ = closed.wait_for(|c| *c).await;
             tokio::time::sleep(std::time::Duration::from_millis(SHUTDOWN_GRACE_MS)).await;
@@ -158,5 +168,8 @@ pub async fn run(
     let _ = leader.await;
     replica.shutdown().await;
     served?;
-    Ok(())
+    match failure {
+        Some(reason) => Err(ServerError::ReplicaFailed(reason)),
+        None => Ok(()),
+    }
 }
