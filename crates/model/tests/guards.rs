@@ -211,3 +211,46 @@ fn node_labels_are_bounded_and_plain() {
     let (field, _) = invalid(apply(&mut s, 1_000, Op::RegisterNode(n)));
     assert!(field.starts_with("labels"), "{field}");
 }
+
+/// A state with a job placed on `n1`, as JSON, for tests that damage it.
+fn placed_state_json() -> serde_json::Value {
+    let mut s = cluster();
+    submit(&mut s, job("j")).unwrap();
+    let plan = baton_model::plan::Plan {
+        based_on: s.applied(),
+        decisions: vec![baton_model::plan::Decision::Place {
+            job: 1,
+            attempt: 1,
+            replicas: vec![baton_model::alloc::ReplicaAlloc {
+                task: 0,
+                index: 0,
+                node: Name::lit("n1"),
+                gpus: vec![0],
+            }],
+        }],
+    };
+    s.apply(Command { now_ms: 3_000, op: Op::ApplyPlan(plan) }).unwrap();
+    assert!(!s.jobs()[&1].replicas.is_empty(), "the job runs");
+    serde_json::to_value(&s).unwrap()
+}
+
+/// Regression cases the snapshot fuzzer found: a snapshot whose references dangle is
+/// refused when it decodes, instead of panicking while the ledger is built from it.
+#[test]
+fn a_snapshot_with_dangling_references_is_refused_not_a_panic() {
+    type Damage = fn(&mut serde_json::Value);
+    let damages: [(&str, Damage); 4] = [
+        ("places task 7", |v| v["jobs"]["1"]["replicas"][0]["task"] = 7.into()),
+        ("recorded with id 9", |v| v["jobs"]["1"]["id"] = 9.into()),
+        ("holds GPU 200", |v| v["jobs"]["1"]["replicas"][0]["gpus"][0] = 200.into()),
+        ("does not carry it", |v| v["job_names"]["j"] = 5.into()),
+    ];
+    for (what, damage) in damages {
+        let mut v = placed_state_json();
+        damage(&mut v);
+        let err = serde_json::from_value::<State>(v).expect_err(what).to_string();
+        assert!(err.contains(what), "{what}: {err}");
+    }
+    // The undamaged state still decodes.
+    serde_json::from_value::<State>(placed_state_json()).unwrap();
+}

@@ -9,6 +9,7 @@
 
 mod apply_plan;
 mod config;
+mod integrity;
 mod lifecycle;
 mod rebuild;
 mod report;
@@ -216,6 +217,7 @@ impl Serialize for State {
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
+        d.check().map_err(|e| serde::de::Error::custom(format!("inconsistent state: {e}")))?;
         let mut s = State { d, ledger: Ledger::default() };
         s.rebuild_ledger();
         Ok(s)
