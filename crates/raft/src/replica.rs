@@ -525,6 +525,13 @@ impl Replica {
         }
     }
 
+    /// Why this replica cannot take writes right now, if it cannot: its raft stopped, or its
+    /// disk refuses writes (while the log writer retries). `None` when healthy.
+    pub fn failure_now(&self) -> Option<String> {
+        let stopped = self.failure(&self.core.raft.metrics().borrow().running_state);
+        stopped.or_else(|| self.core.disk.failing().map(|e| format!("disk failing: {}: {}", e.location, e.message)))
+    }
+
     fn failure(&self, state: &Result<(), openraft::error::Fatal<NodeId>>) -> Option<String> {
         match state {
             Ok(()) | Err(openraft::error::Fatal::Stopped) => None,
