@@ -14,6 +14,11 @@ use crate::limits::{MAX_ARG_LEN, MAX_COMMAND_ARGS, MAX_COMMAND_BYTES, MAX_ENV_BY
 /// setuid programs), while these inject code outright.
 const REFUSED_ENV: [&str; 2] = ["LD_PRELOAD", "LD_AUDIT"];
 
+/// Variables the agent sets for every replica (its GPUs, its rank, where to checkpoint), over
+/// whatever the job asked for: a job setting one would be silently overridden, so it is told.
+const AGENT_ENV: &str = "CUDA_VISIBLE_DEVICES";
+const AGENT_ENV_PREFIX: &str = "BATON_";
+
 pub fn validate_command(command: &[String]) -> Result<(), ApplyError> {
     if command.len() > MAX_COMMAND_ARGS {
         return Err(ApplyError::invalid("command", format!("{} arguments; at most {MAX_COMMAND_ARGS}", command.len())));
@@ -68,6 +73,12 @@ fn validate_env_key(key: &str) -> Result<(), ApplyError> {
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(ApplyError::invalid(format!("env[{key:?}]"), "a variable name must match [A-Za-z_][A-Za-z0-9_]*"));
+    }
+    if key == AGENT_ENV || key.starts_with(AGENT_ENV_PREFIX) {
+        return Err(ApplyError::invalid(
+            format!("env[{key}]"),
+            format!("the agent sets {AGENT_ENV} and {AGENT_ENV_PREFIX}* for each replica; choose another name"),
+        ));
     }
     if REFUSED_ENV.iter().any(|r| r.eq_ignore_ascii_case(key)) {
         return Err(ApplyError::invalid(

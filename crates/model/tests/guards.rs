@@ -254,3 +254,15 @@ fn a_snapshot_with_dangling_references_is_refused_not_a_panic() {
     // The undamaged state still decodes.
     serde_json::from_value::<State>(placed_state_json()).unwrap();
 }
+
+#[test]
+fn variables_the_agent_sets_per_replica_are_refused_not_silently_overridden() {
+    let mut s = cluster();
+    for key in ["CUDA_VISIBLE_DEVICES", "BATON_RANK", "BATON_RESUME", "BATON_ANYTHING"] {
+        let mut spec = job("j");
+        spec.env.insert(key.into(), "0".into());
+        let (field, message) = invalid(submit(&mut s, spec));
+        assert_eq!(field, format!("env[{key}]"));
+        assert!(message.contains("the agent sets"), "{key}: {message}");
+    }
+}
