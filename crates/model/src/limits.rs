@@ -56,6 +56,10 @@ pub const MAX_REQUEST_ID_LEN: usize = 128;
 /// Observations one agent report commits in one command (bounds a log entry); a longer
 /// report is committed in several commands of this size.
 pub const MAX_OBSERVATIONS_PER_REPORT: usize = 4_096;
+/// Observations and running replicas one agent report may list: far above what one node
+/// produces between two reports, and it bounds what one request makes the leader do.
+pub const MAX_REPORT_OBSERVATIONS: usize = 65_536;
+pub const MAX_REPORT_RUNNING: usize = 65_536;
 /// Decisions in one plan: bounds the size of one replicated log entry.
 pub const MAX_DECISIONS_PER_PLAN: usize = 100_000;
 /// A grace period, checkpoint time or minimum runtime may not exceed a week.

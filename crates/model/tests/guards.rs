@@ -266,3 +266,23 @@ fn variables_the_agent_sets_per_replica_are_refused_not_silently_overridden() {
         assert!(message.contains("the agent sets"), "{key}: {message}");
     }
 }
+
+#[test]
+fn what_an_agent_says_of_its_node_is_bounded() {
+    use baton_model::node::GpuInfo;
+    let gpu =
+        |index: u32, uuid: String| GpuInfo { index, uuid, model: "H100".into(), memory_bytes: 80 << 30, healthy: true };
+    let cases: Vec<(&str, NodeSpec)> = vec![
+        ("gpus", NodeSpec { gpus: (0..65).map(|i| gpu(i, format!("GPU-{i}"))).collect(), ..node("n1") }),
+        ("gpus[0].index", NodeSpec { gpus: vec![gpu(64, "GPU-0".into())], ..node("n1") }),
+        ("gpus[0].uuid", NodeSpec { gpus: vec![gpu(0, "u".repeat(1_000))], ..node("n1") }),
+        ("agent_addr", NodeSpec { agent_addr: "h".repeat(1_000), ..node("n1") }),
+        ("agent_addr", NodeSpec { agent_addr: "10.0.0.1:7001\n".into(), ..node("n1") }),
+    ];
+    for (want, spec) in cases {
+        let mut s = State::default();
+        let (field, _) = invalid(apply(&mut s, 1_000, Op::RegisterNode(spec)));
+        assert_eq!(field, want);
+        assert!(s.nodes().is_empty());
+    }
+}

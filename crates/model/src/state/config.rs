@@ -257,6 +257,13 @@ fn validate_node(spec: &NodeSpec) -> Result<(), ApplyError> {
     for (k, v) in &spec.labels {
         validate_label(k, v)?;
     }
+    validate_gpus(spec)?;
+    if spec.agent_addr.len() > MAX_LABEL_LEN || spec.agent_addr.chars().any(char::is_control) {
+        return Err(ApplyError::invalid(
+            "agent_addr",
+            format!("a host:port of at most {MAX_LABEL_LEN} bytes, without control characters"),
+        ));
+    }
     Ok(())
 }
 
@@ -267,6 +274,28 @@ fn validate_label(key: &str, value: &str) -> Result<(), ApplyError> {
     }
     if key.contains('=') || key.chars().chain(value.chars()).any(char::is_control) {
         return Err(ApplyError::invalid(field(), "keys hold no '=' and neither holds control characters"));
+    }
+    Ok(())
+}
+
+/// The devices an agent lists: no more than a node may have, indices the GPU masks can hold,
+/// and identifiers of label size.
+fn validate_gpus(spec: &NodeSpec) -> Result<(), ApplyError> {
+    if spec.gpus.len() as u64 > MAX_GPUS_PER_NODE {
+        return Err(ApplyError::invalid("gpus", format!("at most {MAX_GPUS_PER_NODE} devices")));
+    }
+    for (i, g) in spec.gpus.iter().enumerate() {
+        if u64::from(g.index) >= MAX_GPUS_PER_NODE {
+            return Err(ApplyError::invalid(format!("gpus[{i}].index"), format!("below {MAX_GPUS_PER_NODE}")));
+        }
+        for (what, text) in [("uuid", &g.uuid), ("model", &g.model)] {
+            if text.len() > MAX_LABEL_LEN || text.chars().any(char::is_control) {
+                return Err(ApplyError::invalid(
+                    format!("gpus[{i}].{what}"),
+                    format!("at most {MAX_LABEL_LEN} bytes, without control characters"),
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -112,6 +112,8 @@ pub fn gpu_job(name: &str, queue: &str, class: &str, gpus: u64) -> JobSpec {
     JobSpec { grace_ms: Some(5_000), ..baton_proto::make::gpu_job(name, queue, class, 1, gpus, vec!["train".into()]) }
 }
 
+// Not every test file makes queues.
+#[allow(unused_imports)]
 pub use baton_proto::make::gpu_queue as queue;
 
 pub async fn wait_state(c: &mut BatonClient<Channel>, job: &str, state: &str) -> Job {
