@@ -83,6 +83,8 @@ pub(crate) struct Ctx {
     pub(crate) quorum: quorum::Quorum,
     pub(crate) strays: strays::Strays,
     pub(crate) vanished: vanished::Vanished,
+    /// One permit per open watch stream (`max_watch_streams`).
+    pub(crate) watch_slots: Arc<tokio::sync::Semaphore>,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -111,6 +113,7 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     config.settings.validate().map_err(ServerError::Settings)?;
     let replica = Replica::open(config.replica).await?;
+    let watch_streams = config.settings.max_watch_streams;
     let ctx = Arc::new(Ctx {
         replica: replica.clone(),
         settings: config.settings,
@@ -119,6 +122,7 @@ pub async fn run(
         quorum: quorum::Quorum::default(),
         strays: strays::Strays::default(),
         vanished: vanished::Vanished::default(),
+        watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
         closing: tokio::sync::watch::channel(false).0,
     });
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));

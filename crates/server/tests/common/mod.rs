@@ -38,6 +38,10 @@ pub fn settings() -> ServerSettings {
 
 impl Cluster {
     pub async fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, settings()).await
+    }
+
+    pub async fn start_with(n: u64, settings: ServerSettings) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut listeners = Vec::new();
         for _ in 0..n {
@@ -52,7 +56,7 @@ impl Cluster {
             rc.storage = Storage::Disk(dir.path().join(format!("r{id}")));
             rc.settings = RaftSettings::default();
             let config =
-                ServerConfig { replica: rc, bootstrap: (id == 1).then(|| members.clone()), settings: settings() };
+                ServerConfig { replica: rc, bootstrap: (id == 1).then(|| members.clone()), settings: settings.clone() };
             let (stop, rx) = oneshot::channel();
             let task = tokio::spawn(async move {
                 ::baton_server::run(config, listener, async {
