@@ -101,3 +101,15 @@ fn deeply_nested_text_is_refused_not_a_stack_overflow() {
     let err = baton_sim::parse::parse("deep.yaml", &"[".repeat(100)).unwrap_err().to_string();
     assert!(err.contains("deeper than 64 levels"), "{err}");
 }
+
+#[test]
+fn a_file_over_the_size_bound_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.yaml");
+    // Sparse: the length is what counts, not what is on disk.
+    std::fs::File::create(&path).unwrap().set_len(baton_sim::files::MAX_FILE_BYTES + 1).unwrap();
+    let err = baton_sim::files::parse_job_file(&path).unwrap_err().to_string();
+    assert!(err.contains("huge.yaml") && err.contains(&baton_sim::files::MAX_FILE_BYTES.to_string()), "{err}");
+    let err = baton_sim::files::read_text(&path).unwrap_err().to_string();
+    assert!(err.contains("huge.yaml"), "{err}");
+}
