@@ -353,7 +353,9 @@ pub async fn connect_any(servers: &[String]) -> Option<BatonClient<Channel>> {
 /// `PROBE_MS`.
 async fn probe(addr: &str) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
     let bound = Duration::from_millis(PROBE_MS);
-    let mut c = tokio::time::timeout(bound, BatonClient::connect(format!("http://{addr}"))).await.ok()?.ok()?;
+    let c = tokio::time::timeout(bound, BatonClient::connect(format!("http://{addr}"))).await.ok()?.ok()?;
+    let max = baton_proto::MAX_MESSAGE_BYTES;
+    let mut c = c.max_decoding_message_size(max).max_encoding_message_size(max);
     let info = tokio::time::timeout(bound, c.cluster_info(Empty {})).await.ok()?.ok()?.into_inner();
     Some((c, info))
 }

@@ -115,7 +115,10 @@ async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> 
 }
 
 async fn measure(servers: &[String], dir: &Path, rounds: u32) -> Result<(), String> {
-    let mut c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
+    let c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
+    let mut c = c
+        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
     // Borrowing queue `lo` (no guarantee) and `hi` (all 16 GPUs guaranteed): hi reclaims.
     c.put_queue(gpu_queue("lo", 0)).await.map_err(|e| e.message().to_string())?;
     c.put_queue(gpu_queue("hi", 16)).await.map_err(|e| e.message().to_string())?;

@@ -32,10 +32,10 @@ pub fn run(args: SimArgs) -> ExitCode {
 }
 
 fn run_file(file: &str, args: &SimArgs) -> bool {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
+    let text = match baton_sim::files::read_text(std::path::Path::new(file)) {
+        Ok((_, t)) => t,
         Err(e) => {
-            eprintln!("error: cannot read {file}: {e}");
+            eprintln!("error: {e}");
             return false;
         }
     };

@@ -222,8 +222,8 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
         s.info = v1::ClusterInfoReply {
             cluster_id: "c1".into(),
             replicas: vec![
-                v1::Replica { id: 1, addr: "10.0.0.1:7070".into(), role: "Leader".into() },
-                v1::Replica { id: 2, addr: "10.0.0.2:7070".into(), role: "Follower".into() },
+                v1::Replica { id: 1, addr: "10.0.0.1:7070".into(), role: "Leader".into(), ..Default::default() },
+                v1::Replica { id: 2, addr: "10.0.0.2:7070".into(), role: "Follower".into(), ..Default::default() },
             ],
             leader_id: 1,
             leader_addr: "10.0.0.1:7070".into(),
@@ -250,6 +250,31 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
     let row = out.lines().find(|l| l.trim_start().starts_with("team-a")).expect("a row for team-a");
     assert!(row.contains("gpu 12/8  (borrowing 4)"), "{out}");
     assert!(row.contains("3 running, 1 pending"), "{out}");
+}
+
+#[test]
+fn cluster_info_names_a_failing_replica_and_why() {
+    let fake = Fake::with(|s| {
+        s.info = v1::ClusterInfoReply {
+            cluster_id: "c1".into(),
+            replicas: vec![v1::Replica {
+                id: 2,
+                addr: "10.0.0.2:7070".into(),
+                role: "Follower".into(),
+                failure: "disk failing: /var/lib/baton/raft.sled: No space left on device".into(),
+            }],
+            answered_by: 2,
+            ..Default::default()
+        }
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
+    r.unwrap();
+    let row = out.lines().find(|l| l.contains("10.0.0.2:7070")).expect("a row for replica 2");
+    assert!(row.contains("FAILED: disk failing") && row.contains("No space left on device"), "{out}");
+    let (r, out) = run(&["cluster", "info", "--server", &server.addr(), "-o", "json"]);
+    r.unwrap();
+    assert!(out.contains("\"failure\": \"disk failing"), "{out}");
 }
 
 fn logs_cluster(agent_addr: &str, second: &str) -> Fake {

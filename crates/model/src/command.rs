@@ -101,6 +101,23 @@ pub enum Op {
 }
 
 impl Op {
+    /// Operations only the leader issues, from its own clock and its own view of the
+    /// cluster: plans, time passing, node liveness, and the agent-era job reports that
+    /// `Report` replaced. A replica refuses them when they arrive forwarded: no client or
+    /// agent request produces one, so a forwarded one is forged.
+    pub fn leader_only(&self) -> bool {
+        matches!(
+            self,
+            Op::ApplyPlan(_)
+                | Op::Tick
+                | Op::SetNodeStatus { .. }
+                | Op::RegisterNodes(_)
+                | Op::JobExited { .. }
+                | Op::JobStopped { .. }
+                | Op::JobCheckpointed { .. }
+        )
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Op::PutClass(_) => "PutClass",

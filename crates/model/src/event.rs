@@ -84,3 +84,16 @@ impl EventKind {
         }
     }
 }
+
+/// `s` cut to at most `MAX_MESSAGE_LEN` bytes, on a character boundary: messages from agents
+/// and plans are kept short in the replicated state.
+pub fn clip_message(mut s: String) -> String {
+    if s.len() > crate::limits::MAX_MESSAGE_LEN {
+        let mut cut = crate::limits::MAX_MESSAGE_LEN;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}

@@ -14,6 +14,7 @@
 //! - `ledger`: derived dense accounting (free per node, usage per queue, what may be borrowed).
 //! - `state`: the state machine and its transitions.
 //! - `limits`: every bound, in one place.
+//! - `runnable`: checks on the command and environment an agent will exec.
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
 // reads better there than zipped iterators.
@@ -33,6 +34,7 @@ pub mod plan;
 pub mod quantity;
 pub mod queue;
 pub mod resources;
+pub mod runnable;
 pub mod state;
 
 pub use command::{Applied, Command, Op, Outcome, Response};

@@ -26,16 +26,40 @@ pub const MAX_QUEUES: usize = 10_000;
 pub const MAX_COHORTS: usize = 10_000;
 /// Depth of the cohort tree (a cohort's chain of parents), which also rules out cycles.
 pub const MAX_COHORT_DEPTH: usize = 16;
-/// Labels per node and the length of a label value.
+/// Labels per node and the length of a label key or value. Keys hold no `=` and neither
+/// holds control characters, so `key=value` selectors and logs stay unambiguous.
 pub const MAX_LABELS_PER_NODE: usize = 64;
 pub const MAX_LABEL_LEN: usize = 253;
 /// Length of a pending reason or an event message.
 pub const MAX_MESSAGE_LEN: usize = 512;
+/// Arguments of a job's command, the length of one, and all of them together: bounds a log
+/// entry and stays well under the kernel's exec limit (ARG_MAX, 2 MiB on Linux, which
+/// counts the environment too).
+pub const MAX_COMMAND_ARGS: usize = 256;
+pub const MAX_ARG_LEN: usize = 4096;
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024;
+/// Variables in a job's environment, the length of one `KEY=value`, and all of them together.
+pub const MAX_ENV_VARS: usize = 256;
+pub const MAX_ENV_VAR_LEN: usize = 4096;
+pub const MAX_ENV_BYTES: usize = 128 * 1024;
+/// The latest time a command may carry: 2200-01-01T00:00:00Z in milliseconds since the Unix
+/// epoch. No real clock reads past it, so a stamp beyond is forged or broken; refusing it
+/// keeps one bad stamp from pinning the replicated clock (it only ever moves forward) and
+/// keeps `now + MAX_DURATION_MS` arithmetic far from overflow. There is deliberately no
+/// bound on how far one command may move the clock: a cluster left idle for months
+/// legitimately jumps by that much with its next command, and refusing it would wedge the
+/// cluster for good. Forwarded commands are re-stamped by the leader, so only a leader's
+/// own clock sets the time.
+pub const MAX_CLOCK_MS: u64 = 7_258_118_400_000;
 /// Length of a client request id.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
 /// Observations one agent report commits in one command (bounds a log entry); a longer
 /// report is committed in several commands of this size.
 pub const MAX_OBSERVATIONS_PER_REPORT: usize = 4_096;
+/// Observations and running replicas one agent report may list: far above what one node
+/// produces between two reports, and it bounds what one request makes the leader do.
+pub const MAX_REPORT_OBSERVATIONS: usize = 65_536;
+pub const MAX_REPORT_RUNNING: usize = 65_536;
 /// Decisions in one plan: bounds the size of one replicated log entry.
 pub const MAX_DECISIONS_PER_PLAN: usize = 100_000;
 /// A grace period, checkpoint time or minimum runtime may not exceed a week.

@@ -8,7 +8,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::limits::MAX_NAME_LEN;
 
-/// A validated name: letters, digits, `.`, `_` and `-`, 1 to 63 characters, never `root`.
+/// A validated name: letters, digits, `.`, `_` and `-`, 1 to 63 characters, never `root`,
+/// `.` or `..`, never starting with `-`. Names become file and directory names on agents
+/// (job logs, checkpoints) and arguments of commands, so one that is a path step or reads
+/// as an option is refused here, where every entry point (CLI, server, simulator) shares it.
 /// Orders naturally, so every map keyed by `Name` iterates in the order people expect.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Name(String);
@@ -23,6 +26,10 @@ pub enum NameError {
     BadChar(String),
     #[error("the name \"root\" is reserved for the implicit root cohort")]
     Reserved,
+    #[error("name {0:?} is a path step (\".\" or \"..\"), not a name")]
+    Dots(String),
+    #[error("name {0:?} may not start with '-' (it would read as an option)")]
+    LeadingDash(String),
 }
 
 impl Name {
@@ -39,6 +46,12 @@ impl Name {
         }
         if s == "root" {
             return Err(NameError::Reserved);
+        }
+        if s == "." || s == ".." {
+            return Err(NameError::Dots(s));
+        }
+        if s.starts_with('-') {
+            return Err(NameError::LeadingDash(s));
         }
         Ok(Name(s))
     }

@@ -2,6 +2,11 @@
 //! `baton.v1`): the client API (`baton.proto`, service `Baton`), the agent protocol
 //! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`).
 
+/// Largest gRPC message any baton client or server (API, agent gateway, agent logs) sends
+/// or accepts. Clients and servers set both directions from this one constant so that
+/// nothing a server may send is refused by the client decoding it.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
 pub mod convert;
 pub mod make;
 

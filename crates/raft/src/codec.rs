@@ -36,10 +36,40 @@ pub fn encoded_len<T: Serialize>(value: &T) -> Result<usize, CodecError> {
         .map_err(|e| CodecError::Encode(e.to_string()))
 }
 
+/// How many bytes a valid encoding may claim per byte it holds. bincode counts what a decode
+/// claims against its limit: a string's or a byte array's length, and the in-memory size of
+/// each integer (8 for a u64 whose varint takes 1 byte, 4 for an enum tag). Nothing baton
+/// encodes claims more than 8 per byte; 16 leaves room.
+const CLAIM_PER_BYTE: usize = 16;
+
+/// Limits tried in order: the first at least `CLAIM_PER_BYTE` times the input is used. The
+/// last covers a snapshot of 4 GiB (`max_snapshot_bytes`' default).
+const LIMIT_1M: usize = 1 << 20;
+const LIMIT_16M: usize = 16 << 20;
+const LIMIT_256M: usize = 256 << 20;
+const LIMIT_4G: usize = 4 << 30;
+const LIMIT_64G: usize = 64 << 30;
+
+fn decode_within<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<(T, usize), CodecError> {
+    bincode::serde::decode_from_slice(bytes, config().with_limit::<LIMIT>())
+        .map_err(|e| CodecError::Decode(e.to_string()))
+}
+
 /// Decodes a whole buffer; bytes left over mean the buffer is not what the caller thinks.
+///
+/// Without a limit, bincode allocates whatever a length prefix claims before it finds the
+/// input too short: ten bytes from the network could ask for 2^57 bytes and abort the
+/// process. The limit here is a small multiple of the input's own size, so a decode never
+/// allocates much more than the bytes it was given.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    let (value, read) =
-        bincode::serde::decode_from_slice(bytes, config()).map_err(|e| CodecError::Decode(e.to_string()))?;
+    let claim = bytes.len().saturating_mul(CLAIM_PER_BYTE);
+    let (value, read) = match claim {
+        c if c <= LIMIT_1M => decode_within::<T, LIMIT_1M>(bytes)?,
+        c if c <= LIMIT_16M => decode_within::<T, LIMIT_16M>(bytes)?,
+        c if c <= LIMIT_256M => decode_within::<T, LIMIT_256M>(bytes)?,
+        c if c <= LIMIT_4G => decode_within::<T, LIMIT_4G>(bytes)?,
+        _ => decode_within::<T, LIMIT_64G>(bytes)?,
+    };
     if read != bytes.len() {
         return Err(CodecError::Trailing { extra: bytes.len() - read });
     }

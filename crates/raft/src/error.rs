@@ -45,6 +45,10 @@ pub enum WriteError {
     NotLeader { leader_id: NodeId, leader_addr: String },
     #[error("no leader is known (an election may be under way); retry shortly")]
     NoLeader,
+    /// A forwarded write carried an operation only the leader itself issues (its clock,
+    /// plans, node liveness); no other replica or client may send one.
+    #[error("operation {op} is issued only by the leader itself; a forwarded {op} is refused")]
+    LeaderOnly { op: String },
     #[error("command is {bytes} bytes encoded, over the limit of {limit} (max_command_bytes)")]
     TooLarge { bytes: usize, limit: usize },
     #[error("{limit} writes are already in flight on this replica (max_pending_writes); retry later")]

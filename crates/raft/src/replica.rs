@@ -508,6 +508,40 @@ impl Replica {
         ReplicaMetrics::from_raft(&self.core.raft.metrics().borrow())
     }
 
+    /// Completes when raft stops on its own (a log it could not write or sync, a panic in
+    /// its core), with the reason; never for a requested shutdown. A replica whose raft
+    /// stopped serves nothing but stale local reads, so its owner should end and be
+    /// restarted rather than keep answering UNAVAILABLE.
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.core.raft.metrics();
+        loop {
+            if let Some(reason) = self.failure(&metrics.borrow_and_update().running_state) {
+                return reason;
+            }
+            if metrics.changed().await.is_err() {
+                // The core is gone without reporting a failure: a shutdown.
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// Why this replica cannot take writes right now, if it cannot: its raft stopped, or its
+    /// disk refuses writes (while the log writer retries). `None` when healthy.
+    pub fn failure_now(&self) -> Option<String> {
+        let stopped = self.failure(&self.core.raft.metrics().borrow().running_state);
+        stopped.or_else(|| self.core.disk.failing().map(|e| format!("disk failing: {}: {}", e.location, e.message)))
+    }
+
+    fn failure(&self, state: &Result<(), openraft::error::Fatal<NodeId>>) -> Option<String> {
+        match state {
+            Ok(()) | Err(openraft::error::Fatal::Stopped) => None,
+            Err(fatal) => Some(match self.core.disk.failing() {
+                Some(disk) => format!("{}: {} ({fatal})", disk.location, disk.message),
+                None => fatal.to_string(),
+            }),
+        }
+    }
+
     /// openraft's metrics, to wait on changes.
     pub fn watch(&self) -> watch::Receiver<RaftMetrics> {
         self.core.raft.metrics()

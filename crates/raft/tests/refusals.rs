@@ -212,3 +212,51 @@ async fn oversized_command_is_refused_before_the_log() {
     assert_eq!(node.replica.metrics().last_log_index, before);
     node.stop().await;
 }
+
+/// Sends `cmd` to `addr` as another replica's forwarded write would, and decodes the answer.
+async fn forward(addr: &str, cmd: &Command) -> Result<baton_model::Response, WriteError> {
+    let mut client = RaftTransportClient::connect(format!("http://{addr}")).await.unwrap();
+    let reply = client
+        .forward_write(RaftRequest {
+            cluster_id: CLUSTER.into(),
+            from_node_id: 2,
+            to_node_id: 1,
+            payload: baton_raft::codec::encode(cmd).unwrap(),
+        })
+        .await
+        .unwrap();
+    baton_raft::codec::decode(&reply.into_inner().payload).unwrap()
+}
+
+#[tokio::test]
+async fn a_forwarded_tick_is_refused_and_the_clock_stays() {
+    let root = tempfile::tempdir().unwrap();
+    let node = single(&root.path().join("a"), CLUSTER, settings()).await;
+    node.replica.write(put("before")).await.unwrap().unwrap();
+    let before = node.replica.read_local(|s| s.now_ms());
+    let index = node.replica.metrics().last_log_index;
+
+    for op in [Op::Tick, Op::ApplyPlan(Plan { based_on: 0, decisions: Vec::new() })] {
+        let name = op.name();
+        let err = forward(&node.addr, &Command { now_ms: 4_000_000_000_000, op }).await.unwrap_err();
+        assert!(matches!(err, WriteError::LeaderOnly { .. }), "{name}: {err}");
+        assert!(err.to_string().contains(name), "{err}");
+    }
+    assert_eq!(node.replica.read_local(|s| s.now_ms()), before);
+    assert_eq!(node.replica.metrics().last_log_index, index, "nothing reached the log");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_forwarded_write_carries_the_leaders_time_not_the_senders() {
+    let root = tempfile::tempdir().unwrap();
+    let node = single(&root.path().join("a"), CLUSTER, settings()).await;
+    // Year 2096: accepted by the model's bound, but no clock here reads it.
+    let forged = Command { now_ms: 4_000_000_000_000, ..put("forged") };
+    forward(&node.addr, &forged).await.unwrap().unwrap();
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let now = node.replica.read_local(|s| s.now_ms());
+    assert!(now <= wall, "the state's clock {now} was taken from the sender, not the leader ({wall})");
+    assert!(node.replica.read_local(|s| has(s, "forged")), "the write itself is applied");
+    node.stop().await;
+}

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use baton_model::command::{Command, Observed, Op, Outcome};
 use baton_model::error::ApplyError;
-use baton_model::limits::MAX_OBSERVATIONS_PER_REPORT;
+use baton_model::event::clip_message;
+use baton_model::limits::{MAX_OBSERVATIONS_PER_REPORT, MAX_REPORT_OBSERVATIONS, MAX_REPORT_RUNNING};
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
@@ -52,6 +53,7 @@ impl AgentGateway for Gateway {
         let term = self.ctx.require_leader()?;
         let req = req.into_inner();
         not_deposed(req.term_seen, term)?;
+        check_report_size(&req)?;
         let node = convert::name(&req.node, "node").map_err(status::from_convert)?;
         let status = self.ctx.replica.read_local(|s| s.nodes().get(&node).map(|n| n.status));
         let Some(status) = status else {
@@ -76,6 +78,21 @@ impl AgentGateway for Gateway {
         let lease_ms = self.lease().await;
         Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms }))
     }
+}
+
+/// Refuses a report listing more than the bounds allow, before anything in it is acted on.
+fn check_report_size(req: &ReportRequest) -> Result<(), Status> {
+    for (field, n, max) in [
+        ("observations", req.observations.len(), MAX_REPORT_OBSERVATIONS),
+        ("running", req.running.len(), MAX_REPORT_RUNNING),
+    ] {
+        if n > max {
+            return Err(Status::invalid_argument(format!(
+                "{field}: {n} entries; one report lists at most {max} (send the rest in the next report)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Gateway {
@@ -133,11 +150,13 @@ impl Gateway {
                 }
                 Some(What::Unkillable(u)) => {
                     tracing::error!(node = %node, job_id = u.job_id, attempt = u.attempt, rank = u.rank, reason = u.reason, "a replica cannot be killed; the node takes no new work");
+                    // Cut short here: a reason too long for a log entry would have the
+                    // whole report refused on every resend, and no later exit would commit.
                     observed.push(Observed::Unkillable {
                         job: u.job_id,
                         attempt: u.attempt,
                         rank: u.rank,
-                        reason: u.reason,
+                        reason: clip_message(u.reason),
                     })
                 }
                 None => return Err(Status::invalid_argument("observations: an observation without a kind")),

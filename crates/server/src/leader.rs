@@ -174,7 +174,10 @@ async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
 
 async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {
     let name = op.name();
-    match ctx.replica.write(Command { now_ms: now_ms(), op }).await {
+    // Never behind the replicated clock: a new leader's clock may trail the old one's a
+    // little, and the state refuses a Tick from behind it.
+    let now_ms = now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
+    match ctx.replica.write(Command { now_ms, op }).await {
         Ok(Ok(applied)) => Some(applied.outcome),
         Ok(Err(e)) => {
             tracing::warn!(op = name, error = %e, "leader's command refused");

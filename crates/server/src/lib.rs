@@ -43,7 +43,7 @@ use tonic::Status;
 pub use settings::ServerSettings;
 
 /// Largest client or agent message a replica accepts (a 10,000-job list is about 3 MiB).
-pub const MAX_API_MESSAGE_BYTES: usize = 16 << 20;
+pub const MAX_API_MESSAGE_BYTES: usize = baton_proto::MAX_MESSAGE_BYTES;
 
 /// How long requests in flight may take to finish once shutdown begins.
 pub const SHUTDOWN_GRACE_MS: u64 = 3_000;
@@ -68,6 +68,10 @@ pub enum ServerError {
     Bootstrap(#[from] baton_raft::MembershipError),
     #[error("serving gRPC failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// Raft stopped under the server (a log that could not be written or synced): the
+    /// replica can serve nothing any more, so the server ends rather than limp.
+    #[error("this replica's raft stopped ({0}); restart it once the cause is fixed")]
+    ReplicaFailed(String),
 }
 
 /// What the services and the leader loop share.
@@ -79,6 +83,8 @@ pub(crate) struct Ctx {
     pub(crate) quorum: quorum::Quorum,
     pub(crate) strays: strays::Strays,
     pub(crate) vanished: vanished::Vanished,
+    /// One permit per open watch stream (`max_watch_streams`).
+    pub(crate) watch_slots: Arc<tokio::sync::Semaphore>,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -107,6 +113,7 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     config.settings.validate().map_err(ServerError::Settings)?;
     let replica = Replica::open(config.replica).await?;
+    let watch_streams = config.settings.max_watch_streams;
     let ctx = Arc::new(Ctx {
         replica: replica.clone(),
         settings: config.settings,
@@ -115,6 +122,7 @@ pub async fn run(
         quorum: quorum::Quorum::default(),
         strays: strays::Strays::default(),
         vanished: vanished::Vanished::default(),
+        watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
         closing: tokio::sync::watch::channel(false).0,
     });
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));
@@ -143,9 +151,15 @@ pub async fn run(
         .add_service(api)
         .add_service(gateway)
         .serve_with_incoming_shutdown(incoming, shutdown);
+    let mut failure = None;
     // Requests still in flight get a bounded time to finish once shutdown begins.
     let served = tokio::select! {
         r = serve => r,
+        reason = replica.failed() => {
+            tracing::error!(reason = %reason, "raft stopped; this replica can serve nothing more and stops");
+            failure = Some(reason);
+            Ok(())
+        }
         () = async {
             let _ = closed.wait_for(|c| *c).await;
             tokio::time::sleep(std::time::Duration::from_millis(SHUTDOWN_GRACE_MS)).await;
@@ -158,5 +172,8 @@ pub async fn run(
     let _ = leader.await;
     replica.shutdown().await;
     served?;
-    Ok(())
+    match failure {
+        Some(reason) => Err(ServerError::ReplicaFailed(reason)),
+        None => Ok(()),
+    }
 }

@@ -16,6 +16,8 @@ pub struct ServerSettings {
     pub lease_ms: u64,
     /// Jobs returned by one list call at most.
     pub max_list_jobs: usize,
+    /// Watch streams open on this replica at once; each holds a task and a buffer.
+    pub max_watch_streams: usize,
 }
 
 impl Default for ServerSettings {
@@ -26,6 +28,7 @@ impl Default for ServerSettings {
             resend_ms: 2_000,
             lease_ms: 2_000,
             max_list_jobs: 10_000,
+            max_watch_streams: 1_024,
         }
     }
 }
@@ -56,6 +59,9 @@ impl ServerSettings {
         }
         if self.max_list_jobs == 0 {
             return Err("max_list_jobs must be above 0".into());
+        }
+        if self.max_watch_streams == 0 {
+            return Err("max_watch_streams must be above 0".into());
         }
         Ok(())
     }

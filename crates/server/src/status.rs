@@ -15,6 +15,7 @@ pub fn from_write(e: WriteError) -> Status {
         WriteError::NoLeader => no_leader(),
         WriteError::NotLeader { leader_addr, .. } => not_leader(&leader_addr),
         WriteError::TooLarge { .. } => Status::invalid_argument(e.to_string()),
+        WriteError::LeaderOnly { .. } => Status::permission_denied(e.to_string()),
         WriteError::Overloaded { .. } => Status::resource_exhausted(e.to_string()),
         WriteError::ForwardFailed { .. } | WriteError::Timeout { .. } | WriteError::DiskFailing { .. } => {
             Status::unavailable(e.to_string())

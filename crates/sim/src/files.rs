@@ -22,6 +22,8 @@ pub enum FileError {
     Read { file: String, source: std::io::Error },
     #[error("{0}")]
     Input(#[from] InputError),
+    #[error("{file} is over {max} bytes; scenario, job and queue files are smaller")]
+    TooLarge { file: String, max: u64 },
 }
 
 /// A job in the `submit` shape, from text; `file` names it in errors.
@@ -78,12 +80,28 @@ pub fn parse_queue_file(path: &Path) -> Result<QueueSpec, FileError> {
     Ok(parse_queue(&file, &text)?)
 }
 
+/// Largest scenario, job or queue file read: far above any real one (a scenario of thousands
+/// of jobs is a few MiB), and it keeps a wrong path (a disk image, `/dev/zero`) from filling
+/// memory.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// A file's name (for errors) and text, refused past `MAX_FILE_BYTES`.
+pub fn read_text(path: &Path) -> Result<(String, String), FileError> {
+    read(path)
+}
+
 fn read(path: &Path) -> Result<(String, String), FileError> {
+    use std::io::Read;
     let file = path.display().to_string();
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok((file, text)),
-        Err(source) => Err(FileError::Read { file, source }),
+    let failed = |source| FileError::Read { file: file.clone(), source };
+    let mut text = String::new();
+    // Reading at most one byte past the bound tells an oversized file (or an endless one
+    // such as a device) from one exactly at it, without trusting its reported length.
+    std::fs::File::open(path).and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)).map_err(failed)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(FileError::TooLarge { file, max: MAX_FILE_BYTES });
     }
+    Ok((file, text))
 }
 
 fn document(cx: &Cx, text: &str) -> R<Node> {

@@ -46,11 +46,18 @@ enum Frame {
     Map(Vec<(Node, Node)>, Option<Node>, usize),
 }
 
+/// Deepest nesting of lists and mappings a file may have. Scenario files nest a handful of
+/// levels; the bound keeps a hostile file from building a tree so deep that dropping it (a
+/// recursive walk) overflows the stack.
+pub const MAX_DEPTH: usize = 64;
+
 #[derive(Default)]
 struct Builder {
     stack: Vec<Frame>,
     docs: Vec<Node>,
     error: Option<SyntaxError>,
+    /// Lists and mappings opened past `MAX_DEPTH`, not built; their ends are skipped too.
+    skipped: usize,
 }
 
 impl Builder {
@@ -88,9 +95,33 @@ fn scalar_text(n: &Node) -> Option<String> {
     }
 }
 
+impl Builder {
+    /// True if the event is past the depth bound and must not be built.
+    fn too_deep(&mut self, ev: &Event, line: usize) -> bool {
+        match ev {
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                if self.skipped > 0 || self.stack.len() >= MAX_DEPTH {
+                    self.fail(line, &format!("lists and mappings nest deeper than {MAX_DEPTH} levels"));
+                    self.skipped += 1;
+                    return true;
+                }
+                false
+            }
+            Event::SequenceEnd | Event::MappingEnd if self.skipped > 0 => {
+                self.skipped -= 1;
+                true
+            }
+            _ => self.skipped > 0,
+        }
+    }
+}
+
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let line = mark.line();
+        if self.too_deep(&ev, line) {
+            return;
+        }
         match ev {
             Event::Scalar(text, style, anchor, _) => {
                 if anchor != 0 {
@@ -136,7 +167,21 @@ impl MarkedEventReceiver for Builder {
 pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     let mut b = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    parser.load(&mut b, true).map_err(|e| SyntaxError { line: e.marker().line(), message: e.info().to_string() })?;
+    // Events are pulled one by one rather than through `Parser::load`, which recurses once
+    // per nesting level and so overflows the stack on a deeply nested file before any
+    // bound here could see it.
+    loop {
+        let (ev, mark) =
+            parser.next_token().map_err(|e| SyntaxError { line: e.marker().line(), message: e.info().to_string() })?;
+        if ev == Event::StreamEnd {
+            break;
+        }
+        b.on_event(ev, mark);
+        if b.skipped > 0 {
+            // Past the depth bound: the error is recorded, nothing further is read.
+            break;
+        }
+    }
     if let Some(e) = b.error {
         return Err(e);
     }

@@ -49,7 +49,12 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
     s.push_str("\nreplicas:\n");
     let mut t = Table::new(&["  ID", "ADDRESS", "ROLE"]);
     for rep in &r.replicas {
-        t.row(vec![format!("  {}", rep.id), rep.addr.clone(), rep.role.clone()]);
+        // A failing replica says so in its role column, with why, so it cannot be missed.
+        let role = match rep.failure.as_str() {
+            "" => rep.role.clone(),
+            why => format!("{} FAILED: {why}", rep.role),
+        };
+        t.row(vec![format!("  {}", rep.id), rep.addr.clone(), role]);
     }
     s.push_str(&t.render());
     s.push_str("\npools (used/capacity):\n");

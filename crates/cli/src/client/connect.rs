@@ -197,7 +197,7 @@ impl Conn {
                     }
                 },
             };
-            match f(BatonClient::new(ch.clone())).await {
+            match f(api_client(ch.clone())).await {
                 Ok(reply) => {
                     *self.current.lock().expect("not poisoned") = Some((i, ch));
                     return Ok(reply.into_inner());
@@ -226,6 +226,14 @@ impl Conn {
             }
         }
     }
+}
+
+/// The API client over `ch`, with the message bound the server uses in both directions
+/// (tonic's own default decodes only 4 MiB, less than a replica may send).
+pub fn api_client(ch: Channel) -> BatonClient<Channel> {
+    BatonClient::new(ch)
+        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
+use baton_model::limits::MAX_JOBS;
 use baton_proto::v1;
 use clap::Args;
 
@@ -25,7 +26,7 @@ pub struct ListArgs {
     /// Only jobs with replicas on this node.
     #[arg(long)]
     pub node: Option<String>,
-    /// At most this many jobs [default: the server's bound, 10000].
+    /// At most this many jobs [default: every matching job, fetched page by page].
     #[arg(long)]
     pub limit: Option<u32>,
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
@@ -74,19 +75,48 @@ pub async fn list(conn: &Conn, a: &ListArgs, out: &mut dyn Write) -> Result<(), 
         })?;
         states.push(known.to_string());
     }
-    let req = v1::ListJobsRequest {
+    let base = v1::ListJobsRequest {
         queue: a.queue.clone().unwrap_or_default(),
         states,
         node: a.node.clone().unwrap_or_default(),
-        limit: a.limit.unwrap_or(0),
+        ..Default::default()
     };
-    let reply = conn
-        .call(Subject::Other, "", |mut c| {
-            let r = req.clone();
-            async move { c.list_jobs(r).await }
-        })
-        .await?;
+    let reply = list_pages(conn, base, a.limit).await?;
     emit(out, a.output, &reply, |r| jobs_table(r, now_ms()))
+}
+
+/// Every job `base` matches, up to `limit` (or the model's job bound), page by page: one
+/// reply never has to hold them all.
+pub async fn list_pages(
+    conn: &Conn,
+    base: v1::ListJobsRequest,
+    limit: Option<u32>,
+) -> Result<v1::ListJobsReply, ClientError> {
+    let wanted = limit.map_or(MAX_JOBS, |n| n as usize);
+    let mut all = v1::ListJobsReply::default();
+    let mut token = String::new();
+    loop {
+        let remaining = wanted - all.jobs.len();
+        let req = v1::ListJobsRequest {
+            limit: if limit.is_some() { remaining.min(u32::MAX as usize) as u32 } else { 0 },
+            page_token: token.clone(),
+            ..base.clone()
+        };
+        let page = conn
+            .call(Subject::Other, "", |mut c| {
+                let r = req.clone();
+                async move { c.list_jobs(r).await }
+            })
+            .await?;
+        let got = page.jobs.len();
+        all.jobs.extend(page.jobs);
+        all.truncated = page.truncated;
+        // An empty page with a token would never end: treat it as the last.
+        if page.next_page_token.is_empty() || got == 0 || all.jobs.len() >= wanted {
+            return Ok(all);
+        }
+        token = page.next_page_token;
+    }
 }
 
 /// GPUs a job asks for in all (every task's replicas).

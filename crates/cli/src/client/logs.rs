@@ -151,7 +151,10 @@ enum Open {
 
 async fn open(addr: &str, request: v1::LogsRequest) -> Result<tonic::Streaming<v1::LogChunk>, Open> {
     let channel = dial(addr).await.map_err(Open::Unreachable)?;
-    match AgentLogsClient::new(channel).logs(request).await {
+    let mut client = AgentLogsClient::new(channel)
+        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+    match client.logs(request).await {
         Ok(r) => Ok(r.into_inner()),
         Err(s) if s.code() == Code::NotFound => Err(Open::NotHere),
         Err(s) if s.code() == Code::Unavailable => Err(Open::Unreachable(s.message().to_string())),

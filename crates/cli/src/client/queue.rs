@@ -189,9 +189,7 @@ async fn put(conn: &Conn, q: v1::Queue) -> Result<v1::Ack, ClientError> {
 }
 
 fn read_file(path: &std::path::Path) -> Result<(String, String), ClientError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| usage_err(format!("cannot read {file}: {e}")))?;
-    Ok((file, text))
+    baton_sim::files::read_text(path).map_err(|e| usage_err(e.to_string()))
 }
 
 /// The queue `create` would write, checked before anything is sent.

@@ -36,7 +36,10 @@ fn job(name: &str, queue: &str, class: &str, replicas: u32, steps: u32) -> JobSp
 }
 
 async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
-    let mut c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
+    let c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
+    let mut c = c
+        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
     let t0 = Instant::now();
     let mut events = c
         .watch(WatchRequest { job: String::new(), replay: false })

@@ -110,7 +110,10 @@ impl Children {
                 return Err(e);
             }
             for addr in &self.servers {
-                let Ok(mut c) = BatonClient::connect(format!("http://{addr}")).await else { continue };
+                let Ok(c) = BatonClient::connect(format!("http://{addr}")).await else { continue };
+                let mut c = c
+                    .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
                 let Ok(info) = c.cluster_info(Empty {}).await else { continue };
                 if !info_ok(info.get_ref()) {
                     continue;

@@ -108,7 +108,7 @@ impl Baton for Fake {
             .filter(|j| r.states.is_empty() || r.states.iter().any(|st| st.eq_ignore_ascii_case(&j.state)))
             .cloned()
             .collect();
-        Ok(Response::new(v1::ListJobsReply { jobs, truncated: false }))
+        Ok(Response::new(v1::ListJobsReply { jobs, truncated: false, ..Default::default() }))
     }
 
     async fn cancel_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {

@@ -254,8 +254,48 @@ fn validate_node(spec: &NodeSpec) -> Result<(), ApplyError> {
     if spec.labels.len() > MAX_LABELS_PER_NODE {
         return Err(ApplyError::invalid("labels", format!("at most {MAX_LABELS_PER_NODE} labels")));
     }
-    if let Some((k, _)) = spec.labels.iter().find(|(k, v)| k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN) {
-        return Err(ApplyError::invalid(format!("labels.{k}"), format!("longer than {MAX_LABEL_LEN} characters")));
+    for (k, v) in &spec.labels {
+        validate_label(k, v)?;
+    }
+    validate_gpus(spec)?;
+    if spec.agent_addr.len() > MAX_LABEL_LEN || spec.agent_addr.chars().any(char::is_control) {
+        return Err(ApplyError::invalid(
+            "agent_addr",
+            format!("a host:port of at most {MAX_LABEL_LEN} bytes, without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_label(key: &str, value: &str) -> Result<(), ApplyError> {
+    let field = || format!("labels[{key:?}]");
+    if key.is_empty() || key.len() > MAX_LABEL_LEN || value.len() > MAX_LABEL_LEN {
+        return Err(ApplyError::invalid(field(), format!("key and value must be 1 to {MAX_LABEL_LEN} bytes")));
+    }
+    if key.contains('=') || key.chars().chain(value.chars()).any(char::is_control) {
+        return Err(ApplyError::invalid(field(), "keys hold no '=' and neither holds control characters"));
+    }
+    Ok(())
+}
+
+/// The devices an agent lists: no more than a node may have, indices the GPU masks can hold,
+/// and identifiers of label size.
+fn validate_gpus(spec: &NodeSpec) -> Result<(), ApplyError> {
+    if spec.gpus.len() as u64 > MAX_GPUS_PER_NODE {
+        return Err(ApplyError::invalid("gpus", format!("at most {MAX_GPUS_PER_NODE} devices")));
+    }
+    for (i, g) in spec.gpus.iter().enumerate() {
+        if u64::from(g.index) >= MAX_GPUS_PER_NODE {
+            return Err(ApplyError::invalid(format!("gpus[{i}].index"), format!("below {MAX_GPUS_PER_NODE}")));
+        }
+        for (what, text) in [("uuid", &g.uuid), ("model", &g.model)] {
+            if text.len() > MAX_LABEL_LEN || text.chars().any(char::is_control) {
+                return Err(ApplyError::invalid(
+                    format!("gpus[{i}].{what}"),
+                    format!("at most {MAX_LABEL_LEN} bytes, without control characters"),
+                ));
+            }
+        }
     }
     Ok(())
 }

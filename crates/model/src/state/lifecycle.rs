@@ -15,18 +15,11 @@ use crate::alloc::{Lend, ReplicaAlloc, mask_to_gpus};
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
 use crate::job::{JobId, JobState, PreemptionMode, StopWhy, Stopping};
-use crate::limits::{MAX_EVENTS_PER_JOB, MAX_MESSAGE_LEN};
+use crate::limits::MAX_EVENTS_PER_JOB;
 use crate::name::Name;
 
-pub(crate) fn clip(mut s: String) -> String {
-    if s.len() > MAX_MESSAGE_LEN {
-        let mut cut = MAX_MESSAGE_LEN;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
+pub(crate) fn clip(s: String) -> String {
+    crate::event::clip_message(s)
 }
 
 impl State {

@@ -9,6 +9,7 @@
 
 mod apply_plan;
 mod config;
+mod integrity;
 mod lifecycle;
 mod rebuild;
 mod report;
@@ -27,7 +28,7 @@ use crate::error::ApplyError;
 use crate::event::Event;
 use crate::job::{Job, JobId};
 use crate::ledger::Ledger;
-use crate::limits::DEFAULT_RETAINED_FINISHED_JOBS;
+use crate::limits::{DEFAULT_RETAINED_FINISHED_JOBS, MAX_CLOCK_MS};
 use crate::name::Name;
 use crate::node::Node;
 use crate::queue::{Cohort, QueueSpec};
@@ -110,11 +111,35 @@ impl State {
     }
 
     pub fn apply(&mut self, cmd: Command) -> Response {
-        self.d.now_ms = self.d.now_ms.max(cmd.now_ms);
         self.d.applied += 1;
+        self.check_clock(&cmd)?;
+        self.d.now_ms = self.d.now_ms.max(cmd.now_ms);
         let mut ev = Vec::new();
         let outcome = self.dispatch(cmd.op, &mut ev)?;
         Ok(Applied { outcome, events: ev })
+    }
+
+    /// Refuses a stamp no real clock gives, and a Tick from behind the replicated clock (a
+    /// Tick only acts on time, so one stamped earlier is stale: another leader's, delayed).
+    /// Other commands from slightly behind are fine: clocks of successive leaders differ a
+    /// little, and the state's clock stays where it is.
+    fn check_clock(&self, cmd: &Command) -> Result<(), ApplyError> {
+        if cmd.now_ms > MAX_CLOCK_MS {
+            return Err(ApplyError::invalid(
+                "now_ms",
+                format!("{} is past the latest time a command may carry ({MAX_CLOCK_MS})", cmd.now_ms),
+            ));
+        }
+        if matches!(cmd.op, Op::Tick) && cmd.now_ms < self.d.now_ms {
+            return Err(ApplyError::invalid(
+                "now_ms",
+                format!(
+                    "a Tick at {} is behind the replicated clock ({}); time never moves back",
+                    cmd.now_ms, self.d.now_ms
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn dispatch(&mut self, op: Op, ev: &mut Vec<Event>) -> Result<Outcome, ApplyError> {
@@ -192,6 +217,7 @@ impl Serialize for State {
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
+        d.check().map_err(|e| serde::de::Error::custom(format!("inconsistent state: {e}")))?;
         let mut s = State { d, ledger: Ledger::default() };
         s.rebuild_ledger();
         Ok(s)

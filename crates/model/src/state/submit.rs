@@ -16,11 +16,7 @@ use crate::limits::{
 };
 use crate::quantity::Human;
 use crate::resources::validate_resource_name;
-
-/// Bounds on what a job asks an agent to run.
-pub const MAX_COMMAND_ARGS: usize = 256;
-pub const MAX_ARG_LEN: usize = 4096;
-pub const MAX_ENV_VARS: usize = 256;
+use crate::runnable::{validate_command, validate_env};
 
 impl State {
     pub(crate) fn submit(
@@ -271,15 +267,8 @@ fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
             return Err(ApplyError::invalid(field, "may not exceed a week"));
         }
     }
-    if spec.command.len() > MAX_COMMAND_ARGS || spec.command.iter().any(|a| a.len() > MAX_ARG_LEN) {
-        return Err(ApplyError::invalid(
-            "command",
-            format!("at most {MAX_COMMAND_ARGS} arguments of {MAX_ARG_LEN} bytes"),
-        ));
-    }
-    if spec.env.len() > MAX_ENV_VARS || spec.env.iter().any(|(k, v)| k.len() + v.len() > MAX_ARG_LEN) {
-        return Err(ApplyError::invalid("env", format!("at most {MAX_ENV_VARS} variables of {MAX_ARG_LEN} bytes")));
-    }
+    validate_command(&spec.command)?;
+    validate_env(&spec.env)?;
     if spec.checkpoint_signal.as_ref().is_some_and(|s| s.is_empty() || s.len() > 16) {
         return Err(ApplyError::invalid("checkpoint_signal", "a signal name such as SIGTERM or SIGUSR1"));
     }

@@ -2,6 +2,7 @@
 //! (or to the replica, for forwarded writes and read-index requests).
 
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_model::Command;
 use baton_proto::v1::raft_transport_server::RaftTransport;
@@ -13,6 +14,7 @@ use tonic::{Request, Response as GrpcResponse, Status};
 
 use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
+use crate::error::WriteError;
 use crate::replica::Core;
 use crate::types::{NodeId, TypeConfig};
 
@@ -54,6 +56,26 @@ impl RaftService {
     }
 }
 
+impl RaftService {
+    /// A forwarded write goes through what the API's writes go through (the state machine's
+    /// checks, in `apply`), minus what only the leader may decide: operations it alone
+    /// issues are refused, and the time is this leader's, never the sender's, so a forged
+    /// stamp cannot move the replicated clock.
+    async fn admit_forwarded(&self, from: NodeId, mut cmd: Command) -> Result<baton_model::Response, WriteError> {
+        if cmd.op.leader_only() {
+            tracing::warn!(from, op = cmd.op.name(), "forwarded leader-only operation refused");
+            return Err(WriteError::LeaderOnly { op: cmd.op.name().to_string() });
+        }
+        cmd.now_ms = wall_clock_ms();
+        self.core.write_here(cmd).await
+    }
+}
+
+/// Milliseconds since the Unix epoch by this replica's clock (0 if it reads before 1970).
+fn wall_clock_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 fn reply<T: Serialize>(value: &T) -> Result<GrpcResponse<RaftReply>, Status> {
     let payload = encode(value).map_err(|e| Status::internal(e.to_string()))?;
     Ok(GrpcResponse::new(RaftReply { payload }))
@@ -92,8 +114,8 @@ impl RaftTransport for RaftService {
     }
 
     async fn forward_write(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
-        let (_, cmd): (_, Command) = self.take(req)?;
-        reply(&self.core.write_here(cmd).await)
+        let (from, cmd): (_, Command) = self.take(req)?;
+        reply(&self.admit_forwarded(from, cmd).await)
     }
 
     async fn read_index(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {

@@ -1,5 +1,6 @@
 //! `cluster info`: who is in the cluster, who leads, and how full it is.
 
+use baton_model::State;
 use baton_model::job::JobState;
 use baton_proto::v1::{ClusterInfoReply, Replica};
 use tonic::{Response, Status};
@@ -8,12 +9,17 @@ use super::{Api, usage};
 
 pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
     let m = api.ctx.replica.metrics();
-    let (pools, queues, pending, running) = api
-        .read(|s| {
-            let count = |st: JobState| s.jobs().values().filter(|j| j.state == st).count() as u32;
-            (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running))
-        })
-        .await?;
+    let summary = |s: &State| {
+        let count = |st: JobState| s.jobs().values().filter(|j| j.state == st).count() as u32;
+        (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running))
+    };
+    let failure = api.ctx.replica.failure_now();
+    // A replica that cannot write cannot confirm a read index either; it answers from its
+    // own (possibly stale) state so the operator learns what is wrong with it.
+    let (pools, queues, pending, running) = match &failure {
+        Some(_) => api.ctx.replica.read_local(summary),
+        None => api.read(summary).await?,
+    };
     let replicas = m
         .members
         .iter()
@@ -27,7 +33,8 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
             } else {
                 "Unknown"
             };
-            Replica { id: *id, addr: addr.clone(), role: role.into() }
+            let failure = if *id == m.node_id { failure.clone().unwrap_or_default() } else { String::new() };
+            Replica { id: *id, addr: addr.clone(), role: role.into(), failure }
         })
         .collect();
     Ok(Response::new(ClusterInfoReply {

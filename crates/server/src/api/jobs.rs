@@ -5,6 +5,7 @@ use baton_model::command::{Op, Outcome};
 use baton_model::job::{Job, JobId, JobState};
 use baton_proto::convert::{job_spec_from_proto, job_to_proto};
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
+use prost::Message;
 use tonic::{Response, Status};
 
 use super::Api;
@@ -67,18 +68,63 @@ pub async fn list(api: &Api, r: ListJobsRequest) -> Result<Response<ListJobsRepl
         })?;
         states.push(parsed);
     }
-    let bound = api.ctx.settings.max_list_jobs;
-    let limit = if r.limit == 0 { bound } else { (r.limit as usize).min(bound) };
-    let (jobs, truncated) = api
+    let page = page_size(r.page_size, api.ctx.settings.max_list_jobs)?;
+    let after = page_start(&r.page_token)?;
+    let limit = if r.limit == 0 { page } else { page.min(r.limit as usize) };
+    let (jobs, more) = api
         .read(|s| {
-            let mut matched = s.jobs().values().filter(|j| {
+            let mut matched = s.jobs().range(after..).map(|(_, j)| j).filter(|j| {
                 (r.queue.is_empty() || j.spec.queue.as_str() == r.queue)
                     && (states.is_empty() || states.contains(&j.state))
                     && (r.node.is_empty() || j.replicas.iter().any(|x| x.node.as_str() == r.node))
             });
-            let jobs: Vec<v1::Job> = matched.by_ref().take(limit).map(|j| to_proto(s, j, false)).collect();
+            let mut jobs = Vec::new();
+            let mut bytes = 0;
+            for j in matched.by_ref().take(limit) {
+                let job = to_proto(s, j, false);
+                bytes += job.encoded_len();
+                jobs.push(job);
+                // Stop early rather than send a page the client cannot decode.
+                if bytes > MAX_PAGE_BYTES {
+                    break;
+                }
+            }
             (jobs, matched.next().is_some())
         })
         .await?;
-    Ok(Response::new(ListJobsReply { jobs, truncated }))
+    // The token names the last job sent; it is not a cursor into server memory, so any
+    // replica answers the next page.
+    let next_page_token = match jobs.last() {
+        Some(last) if more => last.id.to_string(),
+        _ => String::new(),
+    };
+    Ok(Response::new(ListJobsReply { jobs, truncated: more, next_page_token }))
+}
+
+/// Jobs in one page when the client names no size (the bound, where that is lower).
+pub const DEFAULT_PAGE_SIZE: usize = 1_000;
+/// Bytes of jobs one page holds at most: half the message bound, so a page and its framing
+/// always fit however large the jobs' commands and environments are (each is bounded far
+/// below this by the model).
+const MAX_PAGE_BYTES: usize = baton_proto::MAX_MESSAGE_BYTES / 2;
+
+fn page_size(asked: u32, bound: usize) -> Result<usize, Status> {
+    match asked as usize {
+        0 => Ok(DEFAULT_PAGE_SIZE.min(bound)),
+        n if n > bound => Err(Status::invalid_argument(format!(
+            "page_size {n} is over this server's bound of {bound} jobs per page (max_list_jobs); ask for fewer and follow next_page_token"
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// The first job id a page may hold: one past the id the token names.
+fn page_start(token: &str) -> Result<JobId, Status> {
+    if token.is_empty() {
+        return Ok(0);
+    }
+    let last: JobId = token.parse().map_err(|_| {
+        Status::invalid_argument(format!("page_token {token:?} is not one this server gave (a job id)"))
+    })?;
+    Ok(last.saturating_add(1))
 }

@@ -17,6 +17,13 @@ use super::{Api, EventStream};
 const WATCH_BUFFER: usize = 1_024;
 
 pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, Status> {
+    // Held by the stream's task: the slot frees when the stream ends or its client goes.
+    let slot = api.ctx.watch_slots.clone().try_acquire_owned().map_err(|_| {
+        Status::resource_exhausted(format!(
+            "{} watch streams are open on this replica (max_watch_streams); close one or watch through another replica",
+            api.ctx.settings.max_watch_streams
+        ))
+    })?;
     let mut events = api.ctx.replica.subscribe_events();
     let job = r.job.clone();
     let replay: Vec<Event> = if r.replay {
@@ -37,6 +44,7 @@ pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, 
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     let mut closing = api.ctx.closing.subscribe();
     tokio::spawn(async move {
+        let _slot = slot;
         for e in replay {
             if tx.send(Ok(e)).await.is_err() {
                 return;
@@ -46,6 +54,8 @@ pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, 
             let next = tokio::select! {
                 next = events.recv() => next,
                 _ = closing.wait_for(|c| *c) => return,
+                // A client that went away is noticed even while no event flows.
+                () = tx.closed() => return,
             };
             let batch: Arc<[ModelEvent]> = match next {
                 Ok(b) => b,

@@ -38,6 +38,10 @@ pub fn settings() -> ServerSettings {
 
 impl Cluster {
     pub async fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, settings()).await
+    }
+
+    pub async fn start_with(n: u64, settings: ServerSettings) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut listeners = Vec::new();
         for _ in 0..n {
@@ -52,7 +56,7 @@ impl Cluster {
             rc.storage = Storage::Disk(dir.path().join(format!("r{id}")));
             rc.settings = RaftSettings::default();
             let config =
-                ServerConfig { replica: rc, bootstrap: (id == 1).then(|| members.clone()), settings: settings() };
+                ServerConfig { replica: rc, bootstrap: (id == 1).then(|| members.clone()), settings: settings.clone() };
             let (stop, rx) = oneshot::channel();
             let task = tokio::spawn(async move {
                 ::baton_server::run(config, listener, async {
@@ -112,6 +116,8 @@ pub fn gpu_job(name: &str, queue: &str, class: &str, gpus: u64) -> JobSpec {
     JobSpec { grace_ms: Some(5_000), ..baton_proto::make::gpu_job(name, queue, class, 1, gpus, vec!["train".into()]) }
 }
 
+// Not every test file makes queues.
+#[allow(unused_imports)]
 pub use baton_proto::make::gpu_queue as queue;
 
 pub async fn wait_state(c: &mut BatonClient<Channel>, job: &str, state: &str) -> Job {
