@@ -133,13 +133,13 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     let (logs_stop, logs_stopped) = oneshot::channel::<()>();
     let service = LogsService { data_dir: config.data_dir.clone(), live: shared.live_logs.clone() };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let logs_service = AgentLogsServer::new(service)
+        .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES);
     let logs_server = tokio::spawn(
-        tonic::transport::Server::builder().add_service(AgentLogsServer::new(service)).serve_with_incoming_shutdown(
-            incoming,
-            async {
-                let _ = logs_stopped.await;
-            },
-        ),
+        tonic::transport::Server::builder().add_service(logs_service).serve_with_incoming_shutdown(incoming, async {
+            let _ = logs_stopped.await;
+        }),
     );
 
     let (dir_tx, dir_rx) = mpsc::channel(DIRECTIVE_BUFFER);

@@ -141,7 +141,17 @@ pub fn read_exit_file(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// The environment a replica gets on top of the agent's own.
+/// What a replica keeps of the agent's own environment: where tools and libraries are, and
+/// locale and time zone. Everything else the agent holds (credentials, tokens, its own
+/// configuration) is not the job's business; the job's own `env` comes on top.
+pub const HOST_ENV: [&str; 7] = ["PATH", "LD_LIBRARY_PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// The host basics from `HOST_ENV` that the agent has.
+fn host_env() -> impl Iterator<Item = (&'static str, std::ffi::OsString)> {
+    HOST_ENV.into_iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v)))
+}
+
+/// The environment a replica gets on top of `HOST_ENV`.
 pub fn replica_env(a: &Assignment, node: &str, checkpoint_dir: &Path, signal_name: &str) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
@@ -222,7 +232,7 @@ fn try_start(
     cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
     cmd.arg(WATCHDOG_SLACK_MS.to_string()).args(&a.command);
-    cmd.env_remove("BATON_RESUME");
+    cmd.env_clear().envs(host_env());
     cmd.envs(replica_env(a, dirs.node, &ckpt, signal_name));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no

@@ -77,8 +77,8 @@ pub const DIRECTIVE_BUFFER: usize = 16;
 pub const EVENT_BUFFER: usize = 1_024;
 /// Most command arguments, and most environment entries, of one assignment.
 pub const MAX_COMMAND_ARGS: usize = 4_096;
-/// Longest gRPC message the agent decodes.
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Longest gRPC message the agent decodes: the bound every client and server shares.
+pub use baton_proto::MAX_MESSAGE_BYTES;
 /// Grace of the checkpoint-then-stop a lease that ran out forces on every replica (agent or
 /// watchdog): short, since the whole stop must end before the leader's heartbeat timeout
 /// (see "Agent lease and watchdog" in docs/protocol.md).

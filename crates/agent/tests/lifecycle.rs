@@ -336,3 +336,22 @@ async fn a_replica_waiting_for_its_gpus_is_listed_as_waiting() {
     wait_for(5, "job 2 ran once its GPUs were free", || exited_of(&gw.observations(), 2).first().copied()).await;
     agent.shutdown().await.unwrap();
 }
+
+/// The agent's own environment (credentials, tokens, its configuration) is not the job's:
+/// a replica sees only a short list of host basics plus what its job asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_does_not_inherit_the_agents_environment() {
+    // cargo sets CARGO_MANIFEST_DIR for the test process, so the agent (in this process) has it.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some(), "cargo runs this test");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let env_file = dir.path().join("env.txt");
+    gw.set(1, vec![assignment(1, 1, Action::Run, &format!("env > {}", env_file.display()))]);
+    wait_for(5, "the exit reported", || (exited_of(&gw.observations(), 1).len() == 1).then_some(())).await;
+
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(!env.contains("CARGO_MANIFEST_DIR="), "the agent's environment leaked into the job:\n{env}");
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "PATH is kept so the job finds its tools:\n{env}");
+    agent.shutdown().await.unwrap();
+}
