@@ -46,6 +46,10 @@ pub enum EventKind {
         exit_code: i32,
     },
     Cancelled,
+    /// It ran past its time limit: it is being stopped like a victim of its mode.
+    TimeLimit,
+    /// Stopped after its time limit: the job ends Failed (decisions.md section 9).
+    TimedOut,
     NodeRegistered,
     NodeLost,
     NodeReady,
@@ -74,6 +78,8 @@ impl EventKind {
             EventKind::Succeeded => "Succeeded",
             EventKind::Failed { .. } => "Failed",
             EventKind::Cancelled => "Cancelled",
+            EventKind::TimeLimit => "TimeLimit",
+            EventKind::TimedOut => "TimedOut",
             EventKind::NodeRegistered => "NodeRegistered",
             EventKind::NodeLost => "NodeLost",
             EventKind::NodeReady => "NodeReady",

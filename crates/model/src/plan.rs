@@ -31,6 +31,9 @@ pub enum Decision {
     Preempt { job: JobId, victims: Vec<Victim>, replicas: Vec<ReplicaAlloc>, message: String },
     /// The job keeps waiting; the reason changed.
     Wait { job: JobId, reason: String },
+    /// The running attempt reached its time limit: stop it like a victim of its mode; it
+    /// then ends Failed.
+    TimeLimit { job: JobId, attempt: u32 },
 }
 
 impl Decision {
@@ -40,6 +43,7 @@ impl Decision {
             Decision::Place { .. } => "place",
             Decision::Preempt { .. } => "preempt",
             Decision::Wait { .. } => "wait",
+            Decision::TimeLimit { .. } => "time limit",
         }
     }
 
@@ -48,7 +52,8 @@ impl Decision {
             Decision::Resume { job, .. }
             | Decision::Place { job, .. }
             | Decision::Preempt { job, .. }
-            | Decision::Wait { job, .. } => *job,
+            | Decision::Wait { job, .. }
+            | Decision::TimeLimit { job, .. } => *job,
         }
     }
 }

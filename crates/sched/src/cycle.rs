@@ -26,6 +26,7 @@ pub const MAX_PREEMPTION_PLANS_PER_CYCLE: usize = 256;
 pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut view = View::new(state, now_ms);
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
+    stop_at_time_limits(state, now_ms, &mut plan);
     resume_suspended(&mut view, &mut plan);
     let mut order = Order::new(&view);
     // At most one decision per pending job: room for all of them up front.
@@ -46,6 +47,15 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
         wait(&mut plan, job, why);
     }
     plan
+}
+
+/// Running jobs past their time limit are stopped (decisions.md section 9). What they hold
+/// frees only once they have stopped, so this cycle's view is unchanged.
+fn stop_at_time_limits(state: &State, now_ms: u64, plan: &mut Plan) {
+    let over = |j: &&Job| j.state == JobState::Running && j.time_limit_at().is_some_and(|at| at <= now_ms);
+    for job in state.jobs().values().filter(over) {
+        plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
+    }
 }
 
 /// Suspended jobs whose preemptor no longer holds anything run again in place, once their

@@ -189,6 +189,7 @@ fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
         ][mode as usize],
         grace_ms: 30_000,
         min_runtime_ms: if min_runtime { 15_000 } else { 0 },
+        time_limit_ms: None,
         command: Vec::new(),
         env: BTreeMap::new(),
         checkpoint_signal: None,

@@ -51,8 +51,24 @@ impl State {
                 }
                 self.set_reason(job, reason);
             }
+            Decision::TimeLimit { job, attempt } => {
+                self.check_time_limit(job, attempt)?;
+                self.stop_at_time_limit(job, ev);
+            }
         }
         Ok(())
+    }
+
+    fn check_time_limit(&self, id: JobId, attempt: u32) -> Result<(), String> {
+        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+        if job.state != JobState::Running || job.attempt != attempt {
+            return Err(format!("job {} is {} at attempt {}", job.spec.name, job.state.as_str(), job.attempt));
+        }
+        match job.time_limit_at() {
+            Some(at) if at <= self.d.now_ms => Ok(()),
+            Some(at) => Err(format!("job {} reaches its time limit only at {at} ms", job.spec.name)),
+            None => Err(format!("job {} has no time limit", job.spec.name)),
+        }
     }
 
     fn check_resume(&self, id: JobId, attempt: u32) -> Result<(), String> {

@@ -18,6 +18,9 @@ use crate::job::{JobId, JobState, PreemptionMode, StopWhy, Stopping};
 use crate::limits::{MAX_EVENTS_PER_JOB, MAX_MESSAGE_LEN};
 use crate::name::Name;
 
+/// The reason a job stopped at its time limit gives (decisions.md section 9's words).
+pub const TIME_LIMIT: &str = "time limit";
+
 pub(crate) fn clip(mut s: String) -> String {
     if s.len() > MAX_MESSAGE_LEN {
         let mut cut = MAX_MESSAGE_LEN;
@@ -252,8 +255,30 @@ impl State {
                 self.job_event(id, EventKind::Paused, "paused".into(), ev);
             }
             StopWhy::Preempted { by, mode } => self.victim_stopped(id, by, mode, checkpointed, ev),
+            StopWhy::TimeLimit => {
+                self.mark_checkpoint(id, checkpointed);
+                self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
+                self.time_out(id, ev);
+            }
         }
         Ok(())
+    }
+
+    /// Running -> Preempting at its time limit: the agents stop it as they stop a victim
+    /// (the checkpoint signal, then grace), whatever its mode: a suspended job would keep
+    /// its resources, and this one is to end.
+    pub(crate) fn stop_at_time_limit(&mut self, id: JobId, ev: &mut Vec<Event>) {
+        self.begin_stop(id, StopWhy::TimeLimit);
+        self.set_reason(id, TIME_LIMIT.into());
+        let limit_s = self.d.jobs[&id].spec.time_limit_ms.unwrap_or(0) / 1000;
+        self.job_event(id, EventKind::TimeLimit, format!("{TIME_LIMIT} of {limit_s}s reached; stopping"), ev);
+    }
+
+    /// A job stopped at its time limit ends Failed, keeping any checkpoint it wrote.
+    fn time_out(&mut self, id: JobId, ev: &mut Vec<Event>) {
+        self.finish(id, JobState::Failed, None);
+        self.set_reason(id, TIME_LIMIT.into());
+        self.job_event(id, EventKind::TimedOut, format!("failed: {TIME_LIMIT}"), ev);
     }
 
     fn mark_checkpoint(&mut self, id: JobId, checkpointed: bool) {
@@ -397,7 +422,10 @@ impl State {
                 Some(Stopping { why: StopWhy::Preempted { mode: PreemptionMode::Cancel, .. }, .. })
             );
             let paused = matches!(job.stopping, Some(Stopping { why: StopWhy::Paused, .. }));
-            if cancel {
+            let timed_out = matches!(job.stopping, Some(Stopping { why: StopWhy::TimeLimit, .. }));
+            if timed_out {
+                self.time_out(id, ev);
+            } else if cancel {
                 self.finish(id, JobState::Cancelled, None);
                 self.job_event(
                     id,

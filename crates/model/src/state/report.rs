@@ -183,6 +183,11 @@ mod tests {
 
     /// A two-rank gang running with rank 0 on n1 and rank 1 on n2.
     fn gang() -> (State, JobId) {
+        gang_limited(None)
+    }
+
+    /// `gang()` with a time limit; it starts at 1 s.
+    fn gang_limited(time_limit_ms: Option<u64>) -> (State, JobId) {
         let mut s = State::default();
         apply(&mut s, Op::RegisterNodes(vec![node("n1"), node("n2")]));
         let mut q = QueueSpec::named("q");
@@ -204,6 +209,7 @@ mod tests {
             preemption_mode: PreemptionMode::Checkpoint,
             grace_ms: 5_000,
             min_runtime_ms: 0,
+            time_limit_ms,
             command: Vec::new(),
             env: BTreeMap::new(),
             checkpoint_signal: None,
@@ -232,6 +238,37 @@ mod tests {
 
     fn stopped(job: JobId, rank: u32) -> Observed {
         Observed::Stopped { job, attempt: 1, rank, checkpointed: true }
+    }
+
+    fn time_limit(s: &mut State, job: JobId, now_ms: u64) -> Outcome {
+        let plan = Plan { based_on: s.applied(), decisions: vec![Decision::TimeLimit { job, attempt: 1 }] };
+        s.apply(Command { now_ms, op: Op::ApplyPlan(plan) }).unwrap().outcome
+    }
+
+    #[test]
+    fn a_job_stopped_at_its_time_limit_ends_failed_and_keeps_its_checkpoint() {
+        let (mut s, job) = gang_limited(Some(100_000));
+        let Outcome::PlanApplied { rejected, .. } = time_limit(&mut s, job, 100_999) else { panic!() };
+        assert_eq!(rejected.len(), 1, "refused before the limit: {rejected:?}");
+        assert_eq!(s.job(job).unwrap().state, JobState::Running);
+        let Outcome::PlanApplied { rejected, .. } = time_limit(&mut s, job, 101_000) else { panic!() };
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(s.job(job).unwrap().state, JobState::Preempting);
+        assert!(report(&mut s, "n1", vec![stopped(job, 0)]).is_empty());
+        assert!(report(&mut s, "n2", vec![stopped(job, 1)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!(j.state, JobState::Failed, "not requeued");
+        assert_eq!(j.reason, "time limit");
+        assert!(j.has_checkpoint, "the checkpoint written on the way is kept");
+        assert!(j.replicas.is_empty());
+    }
+
+    #[test]
+    fn a_job_without_a_time_limit_is_not_stopped_for_one() {
+        let (mut s, job) = gang();
+        let Outcome::PlanApplied { rejected, .. } = time_limit(&mut s, job, u64::MAX / 2) else { panic!() };
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(s.job(job).unwrap().state, JobState::Running);
     }
 
     #[test]
