@@ -50,6 +50,10 @@ pub enum EventKind {
     TimeLimit,
     /// Stopped after its time limit: the job ends Failed (decisions.md section 9).
     TimedOut,
+    /// A starving job reserved resources in a pool (decisions.md section 9).
+    Reserved,
+    /// Its reservation was dropped.
+    Unreserved,
     NodeRegistered,
     NodeLost,
     NodeReady,
@@ -80,6 +84,8 @@ impl EventKind {
             EventKind::Cancelled => "Cancelled",
             EventKind::TimeLimit => "TimeLimit",
             EventKind::TimedOut => "TimedOut",
+            EventKind::Reserved => "Reserved",
+            EventKind::Unreserved => "Unreserved",
             EventKind::NodeRegistered => "NodeRegistered",
             EventKind::NodeLost => "NodeLost",
             EventKind::NodeReady => "NodeReady",

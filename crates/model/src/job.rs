@@ -67,7 +67,6 @@ pub struct JobSpec {
     pub min_runtime_ms: u64,
     /// Longest one attempt may run (decisions.md section 9): counted from its last start or
     /// resume in place, then it is stopped like a victim and ends Failed. `None`: no limit.
-    #[serde(default)]
     pub time_limit_ms: Option<u64>,
     /// What an agent runs; empty in the simulator.
     pub command: Vec<String>,
@@ -184,6 +183,9 @@ pub struct Job {
     pub lent_from: Vec<Lend>,
     /// Last start or resume.
     pub started_ms: u64,
+    /// Since when it has been Pending without interruption (submission, requeue or resume
+    /// by a person): decisions.md section 9's `reserve_after` counts from here.
+    pub pending_since_ms: u64,
     /// Last start, resume or checkpoint: work after it is lost if the job is killed.
     pub progress_mark_ms: u64,
     pub stopping: Option<Stopping>,

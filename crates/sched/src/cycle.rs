@@ -16,6 +16,7 @@ use crate::order::{Candidate, Order};
 use crate::pack::{Packing, pack};
 use crate::preempt::{self, Planned};
 use crate::reason;
+use crate::reserve::{self, Holds};
 use crate::view::View;
 
 /// Preemption plans (the expensive part of a cycle) per cycle; later jobs wait a cycle.
@@ -28,6 +29,7 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
     stop_at_time_limits(state, now_ms, &mut plan);
     resume_suspended(&mut view, &mut plan);
+    let mut holds = Holds::load(&mut view, &mut plan);
     let mut order = Order::new(&view);
     // At most one decision per pending job: room for all of them up front.
     plan.decisions.reserve(order.remaining());
@@ -38,10 +40,16 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
         verdicts: Vec::new(),
         no_fit: NoFit::default(),
     };
+    // Jobs that could not be placed even by preemption, in cycle order.
+    let mut stuck: Vec<Candidate> = Vec::new();
     while let Some(c) = order.next() {
-        let placed = decide(&mut view, &c, &mut plan, &mut planner);
-        order.after(&view, c.queue, c.job, placed);
+        let outcome = decide_held(&mut view, &c, &mut plan, &mut planner, &mut holds);
+        order.after(&view, c.queue, c.job, outcome == Outcome::Placed);
+        if outcome == Outcome::Stuck {
+            stuck.push(c);
+        }
     }
+    reserve_for_first_starving(&mut view, &holds, &stuck, &mut plan);
     for (job, head) in order.held_back() {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);
@@ -116,6 +124,97 @@ fn wait_because(plan: &mut Plan, c: &Candidate, base: &str, why: &str) {
     }
 }
 
+/// How deciding a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Placed,
+    /// It waits (for room, quota, victims, or a reservation).
+    Waits,
+    /// It cannot be placed even by preemption (section 9: it may be starving).
+    Stuck,
+}
+
+/// Section 9: the first starving job in cycle order gets a reservation, if any of its pools
+/// without one would hold it. One per cycle; the next cycle looks again.
+fn reserve_for_first_starving(view: &mut View, holds: &Holds, stuck: &[Candidate], plan: &mut Plan) {
+    let Some(after_ms) = view.state.scheduler().reserve_after_ms else { return };
+    let now = view.now_ms;
+    for c in stuck.iter().filter(|c| now.saturating_sub(c.job.pending_since_ms) >= after_ms) {
+        if reserve::make(view, holds, c, plan) {
+            return;
+        }
+    }
+}
+
+/// Decides one job under this cycle's reservations: the reserving job waits for its
+/// reserved resources (or fits elsewhere sooner); no other job of its queue is placed
+/// anywhere; a job with a time limit that ends in time may use reserved resources.
+fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner, holds: &mut Holds) -> Outcome {
+    if let Some(i) = holds.of_job(c.id) {
+        return decide_reserving(view, c, plan, planner, holds, i);
+    }
+    let backfills = holds.backfills(c.job, view.now_ms);
+    let own = holds.of_queue(c.queue, c.id);
+    if let Some(i) = own.filter(|i| !backfills.contains(i)) {
+        let h = &holds.list[i];
+        let why = format!(
+            "waiting behind {}'s reservation on {}: no other job of queue {} starts while it holds, except one with a time limit that ends in time",
+            view.job(h.job).spec.name,
+            h.where_,
+            c.job.spec.queue
+        );
+        wait_for(plan, c.id, c.reason, why);
+        return Outcome::Waits;
+    }
+    if backfills.is_empty() {
+        return decide(view, c, plan, planner);
+    }
+    // Backfill: the reserved resources are open to this job for placement only.
+    holds.unblock(view, &backfills);
+    planner.no_fit.clear();
+    let placed = !c.needs.assignments.is_empty() && try_place(view, c, plan, planner);
+    holds.reblock(view, &backfills);
+    planner.no_fit.clear();
+    if placed {
+        return Outcome::Placed;
+    }
+    if own.is_some() {
+        let why = "waiting: no room to backfill beside its queue's reservation".to_string();
+        wait_for(plan, c.id, c.reason, why);
+        return Outcome::Waits;
+    }
+    match decide(view, c, plan, planner) {
+        Outcome::Stuck => Outcome::Waits,
+        o => o,
+    }
+}
+
+/// The job holds a reservation: it starts there once the reserved resources are free, or
+/// elsewhere if it fits sooner; it plans no preemption meanwhile.
+fn decide_reserving(
+    view: &mut View,
+    c: &Candidate,
+    plan: &mut Plan,
+    planner: &mut Planner,
+    holds: &mut Holds,
+    i: usize,
+) -> Outcome {
+    if holds.ready(view, i, c.job) {
+        holds.unblock(view, &[i]);
+        planner.no_fit.clear();
+        let replicas = view.state.pool_reservation_of(c.id).map(|r| r.replicas.clone()).unwrap_or_default();
+        view.occupy(c.job, c.queue, &holds.list[i].shares);
+        plan.decisions.push(Decision::Place { job: c.id, attempt: c.job.attempt + 1, replicas });
+        return Outcome::Placed;
+    }
+    if !c.needs.assignments.is_empty() && try_place(view, c, plan, planner) {
+        return Outcome::Placed;
+    }
+    let why = reserve::reserved_reason(&holds.list[i].where_, holds.waiting_for(view, i));
+    wait_for(plan, c.id, c.reason, why);
+    Outcome::Waits
+}
+
 /// What limits and what speeds up deciding within one cycle.
 struct Planner {
     budget: usize,
@@ -127,8 +226,8 @@ struct Planner {
     verdicts: Vec<Result<Admission, QuotaBlock>>,
 }
 
-/// Decides one job; true if it was placed.
-fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> bool {
+/// Decides one job.
+fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> Outcome {
     let (job, q, needs) = (c.job, c.queue, &*c.needs);
     if let Some(r) = view.state.reservations().get(&c.id) {
         let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
@@ -143,36 +242,20 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
                 attempt: job.attempt + 1,
                 replicas: r.replicas.clone(),
             });
-            return true;
+            return Outcome::Placed;
         }
         wait(plan, job, reason::victims_stopping(waiting));
-        return false;
+        return Outcome::Waits;
     }
     if needs.assignments.is_empty() {
         wait_for(plan, c.id, c.reason, "none of its pools has a node".into());
-        return false;
+        return Outcome::Waits;
+    }
+    if try_place(view, c, plan, planner) {
+        return Outcome::Placed;
     }
     let np = !c.preemptible;
-    // Quota first (cheap), once per assignment; then placement: first where the queue
-    // stays within nominal, then where it borrows; each assignment is packed at most once.
-    let verdicts = &mut planner.verdicts;
-    verdicts.clear();
-    verdicts.extend(needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)));
-    let quota_block = verdicts.iter().find_map(|v| v.err());
-    for borrowing in [false, true] {
-        for (a, verdict) in needs.assignments.iter().zip(verdicts.iter()) {
-            if !verdict.is_ok_and(|adm| adm.borrows == borrowing) || planner.no_fit.known(needs, a) {
-                continue;
-            }
-            match pack(&IndexNodes { view }, needs, a) {
-                Some(p) => {
-                    place(view, plan, q, job, needs, &p);
-                    return true;
-                }
-                None => planner.no_fit.record(needs, a),
-            }
-        }
-    }
+    let quota_block = planner.verdicts.iter().find_map(|v| v.err());
     let base = match quota_block {
         Some(b) => planner.reasons.quota(view, q, b),
         None => planner.reasons.no_room(view, needs),
@@ -180,11 +263,11 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
     let key = Failures::key(needs, q, np);
     if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, c)) {
         wait_because(plan, c, &base, why);
-        return false;
+        return Outcome::Stuck;
     }
     if planner.budget == 0 {
         wait_because(plan, c, &base, "preemption planning continues next cycle");
-        return false;
+        return Outcome::Waits;
     }
     planner.budget -= 1;
     match preempt::plan(view, job, needs) {
@@ -196,13 +279,43 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
                 victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
             view.reserve(job, q, &shares, &victims);
             plan.decisions.push(Decision::Preempt { job: job.id, victims: victims_with_attempts, replicas, message });
+            Outcome::Waits
         }
-        Ok(Planned::WaitForLeaving { leaving }) => wait(plan, job, reason::leaving(leaving)),
+        Ok(Planned::WaitForLeaving { leaving }) => {
+            wait(plan, job, reason::leaving(leaving));
+            Outcome::Waits
+        }
         Err(why) => {
             if let Some(k) = key {
                 planner.failures.record(k, c, &why);
             }
             wait_because(plan, c, &base, &why);
+            Outcome::Stuck
+        }
+    }
+}
+
+/// Places the job without preemption if it fits: quota first (cheap), once per assignment;
+/// then placement, first where the queue stays within nominal, then where it borrows; each
+/// assignment is packed at most once. Leaves the quota verdicts in `planner.verdicts`.
+fn try_place(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> bool {
+    let (job, q, needs) = (c.job, c.queue, &*c.needs);
+    let np = !c.preemptible;
+    let verdicts = &mut planner.verdicts;
+    verdicts.clear();
+    verdicts.extend(needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)));
+    for borrowing in [false, true] {
+        for (a, verdict) in needs.assignments.iter().zip(planner.verdicts.iter()) {
+            if !verdict.is_ok_and(|adm| adm.borrows == borrowing) || planner.no_fit.known(needs, a) {
+                continue;
+            }
+            match pack(&IndexNodes { view }, needs, a) {
+                Some(p) => {
+                    place(view, plan, q, job, needs, &p);
+                    return true;
+                }
+                None => planner.no_fit.record(needs, a),
+            }
         }
     }
     false

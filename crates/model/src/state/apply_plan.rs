@@ -51,6 +51,17 @@ impl State {
                 }
                 self.set_reason(job, reason);
             }
+            Decision::Reserve { job, pool, replicas, waits_for } => {
+                self.check_pool_reserve(job, &pool, &replicas)?;
+                self.reserve_pool(job, pool, replicas, waits_for, ev);
+            }
+            Decision::Unreserve { job, reason } => {
+                if self.pool_reservation_of(job).is_none() {
+                    return Err(format!("job {} holds no reservation", self.name_of(job)));
+                }
+                self.unreserve_pool(job, &reason, ev);
+                self.set_reason(job, reason);
+            }
             Decision::TimeLimit { job, attempt } => {
                 self.check_time_limit(job, attempt)?;
                 self.stop_at_time_limit(job, ev);
@@ -181,7 +192,7 @@ impl State {
 
     /// Replicas cover every task exactly once, on schedulable nodes of the task's pools, with
     /// the right GPU count and the job's topology; returns per-node shares.
-    fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, String> {
+    pub(crate) fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, String> {
         let job = &self.d.jobs[&id];
         let spec = &job.spec;
         let mut want: Vec<(u32, u32)> = spec
@@ -253,6 +264,8 @@ impl State {
         message: &str,
         ev: &mut Vec<Event>,
     ) {
+        // It now waits for its victims, not for a starving job's reservation.
+        self.drop_pool_reservation(id);
         let by = self.name_of(id);
         let mut deadline = self.d.now_ms;
         for v in victims {

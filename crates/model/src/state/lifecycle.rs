@@ -74,6 +74,7 @@ impl State {
         if reserved {
             self.ledger.unreserve(id, true);
         }
+        self.drop_pool_reservation(id);
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);
@@ -168,6 +169,7 @@ impl State {
 
     fn finish(&mut self, id: JobId, state: JobState, exit_code: Option<i32>) {
         self.release(id);
+        self.drop_pool_reservation(id);
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = state;
@@ -190,8 +192,10 @@ impl State {
     /// Back to the queue. `keep_checkpoint`: resume from the last checkpoint next time.
     fn requeue(&mut self, id: JobId, keep_checkpoint: bool, reason: String) {
         self.release(id);
+        let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = JobState::Pending;
+        job.pending_since_ms = now;
         if !keep_checkpoint {
             job.has_checkpoint = false;
         }
@@ -375,6 +379,7 @@ impl State {
             JobState::Paused => Ok(()),
             JobState::Pending => {
                 self.drop_reservation(id);
+                self.drop_pool_reservation(id);
                 self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
                 self.set_reason(id, "paused by a person; `baton resume` puts it back in the queue".into());
                 self.job_event(id, EventKind::Paused, "paused while pending".into(), ev);
@@ -394,7 +399,10 @@ impl State {
         if self.d.jobs[&id].state != JobState::Paused {
             return Err(self.wrong_state(id, "resuming"));
         }
-        self.d.jobs.get_mut(&id).expect("job").state = JobState::Pending;
+        let now = self.d.now_ms;
+        let job = self.d.jobs.get_mut(&id).expect("job");
+        job.state = JobState::Pending;
+        job.pending_since_ms = now;
         self.set_reason(id, "resumed by a person; waiting to be placed".into());
         self.job_event(id, EventKind::Unpaused, "resumed by a person".into(), ev);
         Ok(())

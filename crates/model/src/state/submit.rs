@@ -60,6 +60,7 @@ impl State {
             replicas: Vec::new(),
             lent_from: Vec::new(),
             started_ms: 0,
+            pending_since_ms: now,
             progress_mark_ms: 0,
             stopping: None,
             ended_ranks: BTreeMap::new(),
