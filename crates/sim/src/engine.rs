@@ -153,7 +153,20 @@ impl<'s> Engine<'s> {
             .filter_map(|j| j.time_limit_at())
             .filter(|&t| t > self.now_ms)
             .min();
-        [stop, finish, protection, limit].into_iter().flatten().min()
+        [stop, finish, protection, limit, self.next_starving()].into_iter().flatten().min()
+    }
+
+    /// The next instant a pending job without a reservation reaches `reserve_after` (a cycle
+    /// runs then, decisions.md section 8).
+    fn next_starving(&self) -> Option<u64> {
+        let after = self.state.scheduler().reserve_after_ms?;
+        self.state
+            .jobs()
+            .values()
+            .filter(|j| j.state == JobState::Pending && self.state.pool_reservation_of(j.id).is_none())
+            .map(|j| j.pending_since_ms.saturating_add(after))
+            .filter(|&t| t > self.now_ms)
+            .min()
     }
 
     fn apply(&mut self, op: Op) -> Result<Outcome, String> {
