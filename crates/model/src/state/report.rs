@@ -164,6 +164,7 @@ mod tests {
     use crate::plan::{Decision, Plan};
     use crate::queue::{PoolQuota, QueueSpec};
     use crate::resources::Resources;
+    use crate::scheduler::SchedulerSettings;
 
     fn apply(s: &mut State, op: Op) -> Outcome {
         s.apply(Command { now_ms: 1_000, op }).unwrap_or_else(|e| panic!("refused: {e}")).outcome
@@ -261,6 +262,61 @@ mod tests {
         assert_eq!(j.reason, "time limit");
         assert!(j.has_checkpoint, "the checkpoint written on the way is kept");
         assert!(j.replicas.is_empty());
+    }
+
+    /// A pending 8-GPU job `name` beside the running gang.
+    fn pending(s: &mut State, name: &str) -> JobId {
+        let mut spec = s.job(1).unwrap().spec.clone();
+        spec.name = Name::lit(name);
+        spec.tasks[0].replicas = 1;
+        let Outcome::Submitted { job, .. } = apply(s, Op::Submit { spec, request_id: None }) else { panic!() };
+        job
+    }
+
+    fn reserve(s: &mut State, job: JobId, node: &str) -> Vec<(u32, String)> {
+        let replicas = vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit(node), gpus: (0..8).collect() }];
+        let d = Decision::Reserve { job, pool: Name::lit("default"), replicas, waits_for: vec![1] };
+        let Outcome::PlanApplied { rejected, .. } =
+            apply(s, Op::ApplyPlan(Plan { based_on: s.applied(), decisions: vec![d] }))
+        else {
+            panic!()
+        };
+        rejected
+    }
+
+    #[test]
+    fn one_reservation_per_pool_and_never_drops_them() {
+        let (mut s, _) = gang();
+        let (w, x) = (pending(&mut s, "w"), pending(&mut s, "x"));
+        assert!(reserve(&mut s, w, "n1").is_empty());
+        assert_eq!(s.pool_reservation_of(w).unwrap().pool.as_str(), "default");
+        let refused = reserve(&mut s, x, "n2");
+        assert!(refused[0].1.contains("already holds a reservation for w"), "{refused:?}");
+        apply(&mut s, Op::SetScheduler(SchedulerSettings { reserve_after_ms: None }));
+        assert!(s.pool_reservations().is_empty());
+        let refused = reserve(&mut s, x, "n2");
+        assert!(refused[0].1.contains("turned off"), "{refused:?}");
+    }
+
+    #[test]
+    fn a_reservation_ends_when_its_job_is_cancelled_or_paused() {
+        let (mut s, _) = gang();
+        let (w, x) = (pending(&mut s, "w"), pending(&mut s, "x"));
+        assert!(reserve(&mut s, w, "n1").is_empty());
+        apply(&mut s, Op::Cancel { job: w });
+        assert!(s.pool_reservations().is_empty());
+        assert!(reserve(&mut s, x, "n1").is_empty());
+        apply(&mut s, Op::Pause { job: x });
+        assert!(s.pool_reservations().is_empty());
+    }
+
+    #[test]
+    fn reserve_after_out_of_bounds_is_refused_by_name() {
+        let mut s = State::default();
+        let big = SchedulerSettings { reserve_after_ms: Some(crate::limits::MAX_RESERVE_AFTER_MS + 1) };
+        let e = s.apply(Command { now_ms: 0, op: Op::SetScheduler(big) }).unwrap_err().to_string();
+        assert!(e.contains("reserve_after"), "{e}");
+        assert_eq!(s.scheduler().reserve_after_ms, Some(300_000), "unchanged");
     }
 
     #[test]
