@@ -37,3 +37,5 @@ pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod starving_props;

@@ -546,7 +546,7 @@ proptest! {
 }
 
 /// `PROPTEST_CASES` overrides the default number of cases (CI keeps the default).
-fn cases(default: u32) -> u32 {
+pub(crate) fn cases(default: u32) -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 

@@ -165,12 +165,10 @@ fn unblock(view: &mut View, h: &mut Hold) {
 
 /// Would the job's queue admit it once its own queue's jobs on `nodes` had ended?
 fn admitted_without_own(view: &mut View, q: usize, np: bool, shares: &[Share], nodes: &[usize]) -> Result<(), String> {
-    let own: Vec<JobId> = view
-        .active
-        .iter()
-        .filter(|r| r.queue == q && !r.leaving)
-        .map(|r| r.job)
-        .filter(|&j| nodes.iter().any(|&n| view.ledger.nodes[n].occupant(j).is_some()))
+    let own: Vec<JobId> = running(view)
+        .into_iter()
+        .filter(|&(j, jq)| jq == q && nodes.iter().any(|&n| view.ledger.nodes[n].occupant(j).is_some()))
+        .map(|(j, _)| j)
         .collect();
     let undos: Vec<Undo> = own.iter().map(|&j| view.ledger.remove_usage(j)).collect();
     let verdict = view.ledger.check_admission(q, &demand_of(&view.ledger, shares), np);
@@ -179,6 +177,30 @@ fn admitted_without_own(view: &mut View, q: usize, np: bool, shares: &[Share], n
         view.ledger.undo(u);
     }
     why
+}
+
+/// Jobs running in the view (those placed earlier in this cycle included), with their queue:
+/// jobs using a share that is not held in place.
+fn running(view: &View) -> Vec<(JobId, usize)> {
+    let mut out: Vec<(JobId, usize)> = view
+        .ledger
+        .charges
+        .iter()
+        .filter(|(id, ch)| ch.nodes.iter().any(|&n| view.ledger.nodes[n].occupant(**id).is_some_and(|o| !o.held)))
+        .map(|(id, ch)| (*id, ch.queue))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// When a running job reaches its time limit; one placed this cycle starts now.
+fn end_of(view: &View, id: JobId) -> u64 {
+    let j = view.job(id);
+    match j.spec.time_limit_ms {
+        None => u64::MAX,
+        Some(limit) if j.state.is_active() => j.started_ms.saturating_add(limit),
+        Some(limit) => view.now_ms.saturating_add(limit),
+    }
 }
 
 /// A reservation for a starving job, if one of its pools without a reservation would hold
@@ -228,11 +250,10 @@ fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> 
     let nodes: Vec<usize> = (0..view.ledger.nodes.len())
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
         .collect();
-    let mut cands: Vec<(RankKey, JobId)> = view
-        .active
-        .iter()
-        .filter_map(|r| {
-            let ch = view.ledger.charges.get(&r.job)?;
+    let mut cands: Vec<(RankKey, JobId)> = running(view)
+        .into_iter()
+        .filter_map(|(id, _)| {
+            let ch = view.ledger.charges.get(&id)?;
             let first = ch.nodes.iter().copied().filter(|n| view.ledger.nodes[*n].pool == pool).min()?;
             let mut held = ZERO;
             for (p, v) in &ch.usage {
@@ -240,8 +261,13 @@ fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> 
                     add(&mut held, v);
                 }
             }
-            let end = view.job(r.job).time_limit_at().unwrap_or(u64::MAX);
-            Some(((end, r.gpus, held, first, r.job), r.job))
+            let gpus = ch
+                .nodes
+                .iter()
+                .filter_map(|&n| view.ledger.nodes[n].occupant(id))
+                .map(|o| u64::from(o.gpus.count_ones()))
+                .sum();
+            Some(((end_of(view, id), gpus, held, first, id), id))
         })
         .collect();
     cands.sort_unstable();
