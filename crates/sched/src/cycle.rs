@@ -167,7 +167,7 @@ fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Pl
         return Outcome::Waits;
     }
     if backfills.is_empty() {
-        return decide(view, c, plan, planner);
+        return decide(view, c, plan, planner, holds);
     }
     // Backfill: the reserved resources are open to this job for placement only.
     holds.unblock(view, &backfills);
@@ -183,7 +183,7 @@ fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Pl
         wait_for(plan, c.id, c.reason, why);
         return Outcome::Waits;
     }
-    match decide(view, c, plan, planner) {
+    match decide(view, c, plan, planner, holds) {
         Outcome::Stuck => Outcome::Waits,
         o => o,
     }
@@ -227,7 +227,7 @@ struct Planner {
 }
 
 /// Decides one job.
-fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> Outcome {
+fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner, holds: &Holds) -> Outcome {
     let (job, q, needs) = (c.job, c.queue, &*c.needs);
     if let Some(r) = view.state.reservations().get(&c.id) {
         let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
@@ -275,6 +275,12 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
             let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
             let names = |n: usize| view.ledger.nodes[n].name.clone();
             let (replicas, shares) = packing.allocate(&set, needs, names);
+            // Section 9: no job is placed on reserved resources, a preemptor included.
+            if let Some(h) = holds.overlapping(job.id, &shares) {
+                let why = format!("it could only preempt its way onto GPUs reserved for {}", view.job(h).spec.name);
+                wait_because(plan, c, &base, &why);
+                return Outcome::Waits;
+            }
             let victims_with_attempts =
                 victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
             view.reserve(job, q, &shares, &victims);

@@ -79,6 +79,14 @@ impl Holds {
         (0..self.list.len()).filter(|&i| self.list[i].backfill_until_ms.is_some_and(|u| end <= u)).collect()
     }
 
+    /// The job whose reserved GPUs `shares` would use, if any other than `job`.
+    pub fn overlapping(&self, job: JobId, shares: &[Share]) -> Option<JobId> {
+        let hit = |h: &&Hold| {
+            h.job != job && shares.iter().any(|(n, _, g)| h.shares.iter().any(|(m, _, r)| m == n && g & r != 0))
+        };
+        self.list.iter().find(hit).map(|h| h.job)
+    }
+
     pub fn unblock(&mut self, view: &mut View, which: &[usize]) {
         for &i in which {
             unblock(view, &mut self.list[i]);
@@ -142,7 +150,12 @@ fn block(view: &mut View, h: &mut Hold) {
     for (n, amount, gpus) in &h.shares {
         let node = &mut view.ledger.nodes[*n];
         let (free, mask) = (node.free, node.free_gpus);
-        let r = NodeReservation { job: h.job, amount: min(amount, &free), gpus: gpus & mask, victims: Vec::new() };
+        // GPUs by index: the count blocked must be the reserved GPUs that are free, or free
+        // GPUs the job does not need would count as taken.
+        let gpus = gpus & mask;
+        let mut amount = min(amount, &free);
+        amount[0] = u64::from(gpus.count_ones());
+        let r = NodeReservation { job: h.job, amount, gpus, victims: Vec::new() };
         node.reservations.push(r);
         node.refresh();
         view.refresh(*n);
