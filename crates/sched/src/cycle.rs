@@ -27,7 +27,7 @@ pub const MAX_PREEMPTION_PLANS_PER_CYCLE: usize = 256;
 pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut view = View::new(state, now_ms);
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
-    stop_at_time_limits(state, now_ms, &mut plan);
+    stop_at_time_limits(&mut view, &mut plan);
     resume_suspended(&mut view, &mut plan);
     let mut holds = Holds::load(&mut view, &mut plan);
     let mut order = Order::new(&view);
@@ -58,11 +58,19 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
 }
 
 /// Running jobs past their time limit are stopped (decisions.md section 9). What they hold
-/// frees only once they have stopped, so this cycle's view is unchanged.
-fn stop_at_time_limits(state: &State, now_ms: u64, plan: &mut Plan) {
+/// frees only once they have stopped; meanwhile, as `State::apply` will, the view stops
+/// charging them and they are no one's victims.
+fn stop_at_time_limits(view: &mut View, plan: &mut Plan) {
+    let now_ms = view.now_ms;
     let over = |j: &&Job| j.state == JobState::Running && j.time_limit_at().is_some_and(|at| at <= now_ms);
+    let state = view.state;
     for job in state.jobs().values().filter(over) {
         plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
+        view.ledger.set_leaving(job.id, true);
+        view.taken.insert(job.id);
+        if let Some(r) = view.active.iter_mut().find(|r| r.job == job.id) {
+            r.leaving = true;
+        }
     }
 }
 
@@ -152,6 +160,11 @@ fn reserve_for_first_starving(view: &mut View, holds: &Holds, stuck: &[Candidate
 fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner, holds: &mut Holds) -> Outcome {
     if let Some(i) = holds.of_job(c.id) {
         return decide_reserving(view, c, plan, planner, holds, i);
+    }
+    // A preemptor already has its resources held for it (section 5): no reservation of
+    // another job stands between it and them.
+    if view.state.reservations().contains_key(&c.id) {
+        return decide(view, c, plan, planner, holds);
     }
     let backfills = holds.backfills(c.job, view.now_ms);
     let own = holds.of_queue(c.queue, c.id);
