@@ -147,7 +147,8 @@ enum Outcome {
 fn reserve_for_first_starving(view: &mut View, holds: &Holds, stuck: &[Candidate], plan: &mut Plan) {
     let Some(after_ms) = view.state.scheduler().reserve_after_ms else { return };
     let now = view.now_ms;
-    for c in stuck.iter().filter(|c| now.saturating_sub(c.job.pending_since_ms) >= after_ms) {
+    let starving = stuck.iter().filter(|c| now.saturating_sub(c.job.pending_since_ms) >= after_ms);
+    for c in starving.take(reserve::MAX_RESERVATION_WALKS_PER_CYCLE) {
         if reserve::make(view, holds, c, plan) {
             return;
         }

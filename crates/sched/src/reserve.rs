@@ -216,6 +216,10 @@ fn end_of(view: &View, id: JobId) -> u64 {
     }
 }
 
+/// Starving jobs whose reservation is looked for in one cycle (each is a walk over its
+/// pools' running jobs); the rest are looked at in later cycles.
+pub const MAX_RESERVATION_WALKS_PER_CYCLE: usize = 8;
+
 /// A reservation for a starving job, if one of its pools without a reservation would hold
 /// it were the jobs running there gone, and its queue would admit it.
 pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan) -> bool {
@@ -286,17 +290,18 @@ fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> 
     cands.sort_unstable();
     let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
     let fits_with = |gone: &[JobId]| pack(&SetNodes::new(view, job.id, gone, &nodes), needs, a);
-    let pool_gpus = |gone: &[JobId]| -> u64 {
-        nodes.iter().map(|&n| u64::from(view.free_for(n, job.id, gone).1.count_ones())).sum()
-    };
+    // Packing is the expensive part: try it only once enough GPUs would be free in the pool
+    // (counted as jobs are taken, not recomputed over every node).
+    let mut free_gpus: u64 = nodes.iter().map(|&n| u64::from(view.free_for(n, job.id, &[]).1.count_ones())).sum();
     let mut taken: Vec<JobId> = Vec::new();
     let mut next = cands.iter();
     loop {
-        // Packing is the expensive part: only once enough GPUs would be free in the pool.
-        if pool_gpus(&taken) >= want_gpus && fits_with(&taken).is_some() {
+        if free_gpus >= want_gpus && fits_with(&taken).is_some() {
             break;
         }
-        taken.push(next.next()?.1);
+        let (key, id) = next.next()?;
+        free_gpus += key.1;
+        taken.push(*id);
     }
     loop {
         let mut returned = false;
