@@ -40,12 +40,15 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
         verdicts: Vec::new(),
         no_fit: NoFit::default(),
     };
-    // Jobs that could not be placed even by preemption, in cycle order.
+    // Starving jobs (section 9), in cycle order: stuck even by preemption, and Pending for
+    // `reserve_after`; only as many as may be looked at this cycle.
+    let reserve_after_ms = state.scheduler().reserve_after_ms;
+    let starving = |c: &Candidate| reserve_after_ms.is_some_and(|a| now_ms.saturating_sub(c.job.pending_since_ms) >= a);
     let mut stuck: Vec<Candidate> = Vec::new();
     while let Some(c) = order.next() {
         let outcome = decide_held(&mut view, &c, &mut plan, &mut planner, &mut holds);
         order.after(&view, c.queue, c.job, outcome == Outcome::Placed);
-        if outcome == Outcome::Stuck {
+        if outcome == Outcome::Stuck && stuck.len() < reserve::MAX_RESERVATION_WALKS_PER_CYCLE && starving(&c) {
             stuck.push(c);
         }
     }
@@ -144,11 +147,8 @@ enum Outcome {
 
 /// Section 9: the first starving job in cycle order gets a reservation, if any of its pools
 /// without one would hold it. One per cycle; the next cycle looks again.
-fn reserve_for_first_starving(view: &mut View, holds: &Holds, stuck: &[Candidate], plan: &mut Plan) {
-    let Some(after_ms) = view.state.scheduler().reserve_after_ms else { return };
-    let now = view.now_ms;
-    let starving = stuck.iter().filter(|c| now.saturating_sub(c.job.pending_since_ms) >= after_ms);
-    for c in starving.take(reserve::MAX_RESERVATION_WALKS_PER_CYCLE) {
+fn reserve_for_first_starving(view: &mut View, holds: &Holds, starving: &[Candidate], plan: &mut Plan) {
+    for c in starving {
         if reserve::make(view, holds, c, plan) {
             return;
         }
