@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use baton_model::scheduler::SchedulerSettings;
 use baton_raft::{RaftSettings, ReplicaConfig};
+
+use crate::client::human::{ReserveAfter, parse_reserve_after};
 use baton_server::{ServerConfig, ServerSettings};
 use clap::Args;
 
@@ -42,6 +45,11 @@ pub struct ServerArgs {
     /// checkpoints-then-stops its work. At most half of --heartbeat-timeout-ms.
     #[arg(long, default_value_t = ServerSettings::default().lease_ms)]
     pub lease_ms: u64,
+    /// The scheduler setting reserve_after a cluster this replica bootstraps starts with: how
+    /// long a job that cannot be placed even by preemption waits before it reserves resources
+    /// (e.g. 5m), or `never`. Later, `baton cluster set --reserve-after` changes it.
+    #[arg(long, value_parser = parse_reserve_after)]
+    pub reserve_after: Option<ReserveAfter>,
     /// Raft election timeout, lower bound (the upper bound is twice it).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
@@ -75,7 +83,11 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
         lease_ms: a.lease_ms,
         ..ServerSettings::default()
     };
-    Ok(ServerConfig { replica, bootstrap, settings })
+    let scheduler = a.reserve_after.map(|r| SchedulerSettings { reserve_after_ms: r.0 });
+    if let Some(s) = &scheduler {
+        s.validate().map_err(|e| format!("--reserve-after: {e}"))?;
+    }
+    Ok(ServerConfig { replica, bootstrap, settings, scheduler })
 }
 
 pub fn run(args: ServerArgs) -> ExitCode {

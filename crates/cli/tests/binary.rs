@@ -43,6 +43,8 @@ fn submit_by_flags_sends_the_job_the_flags_describe() {
         "2m",
         "--min-runtime",
         "30s",
+        "--time-limit",
+        "1h30m",
         "--env",
         "A=1",
         "--env",
@@ -74,6 +76,7 @@ fn submit_by_flags_sends_the_job_the_flags_describe() {
     assert_eq!(spec.pools, vec!["a100", "h100"]);
     assert_eq!((spec.topology.as_str(), spec.preemption_mode.as_str()), ("rack", "suspend"));
     assert_eq!((spec.grace_ms, spec.min_runtime_ms), (Some(120_000), 30_000));
+    assert_eq!(spec.time_limit_ms, Some(5_400_000));
     assert_eq!(spec.command, vec!["python", "train.py", "--lr", "3e-4"]);
     assert_eq!((spec.env["A"].as_str(), spec.env["B"].as_str()), ("1", "x=y"));
     assert_eq!(spec.checkpoint_signal, "SIGUSR1");

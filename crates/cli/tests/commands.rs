@@ -238,11 +238,21 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
             queues: vec![queue_team_a()],
             jobs_pending: 1,
             jobs_running: 3,
+            scheduler: Some(v1::SchedulerSettings { reserve_after_ms: Some(300_000) }),
+            reservations: vec![v1::PoolReservation {
+                job: "gang".into(),
+                pool: "default".into(),
+                nodes: vec!["n1".into(), "n2".into()],
+                waiting_for: 3,
+            }],
         }
     });
     let server = serve_baton(fake);
     let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
     r.unwrap();
+    assert!(out.contains("reservations (reserve_after 5m00s):"), "{out}");
+    let row = out.lines().find(|l| l.trim_start().starts_with("gang")).expect("a row for gang's reservation");
+    assert!(row.contains("default") && row.contains("n1,n2") && row.contains("3 jobs"), "{out}");
     assert!(out.contains("leader: replica 1 at 10.0.0.1:7070, term 7"), "{out}");
     assert!(out.contains("applied index: 1234"), "{out}");
     assert!(out.contains("Follower"), "{out}");
@@ -275,6 +285,19 @@ fn cluster_info_names_a_failing_replica_and_why() {
     let (r, out) = run(&["cluster", "info", "--server", &server.addr(), "-o", "json"]);
     r.unwrap();
     assert!(out.contains("\"failure\": \"disk failing"), "{out}");
+}
+
+#[test]
+fn cluster_set_changes_reserve_after_and_never_turns_it_off() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["cluster", "set", "--reserve-after", "10m", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("reserve_after is now 10m00s"), "{out}");
+    let (r, _) = run(&["cluster", "set", "--reserve-after", "never", "--server", &server.addr()]);
+    r.unwrap();
+    let sets = fake.state().scheduler_sets.clone();
+    assert_eq!(sets.iter().map(|s| s.reserve_after_ms).collect::<Vec<_>>(), vec![Some(600_000), None]);
 }
 
 fn logs_cluster(agent_addr: &str, second: &str) -> Fake {
@@ -407,6 +430,26 @@ fn nodes_cordon_and_acks() {
     assert_eq!(fake.state().cordons, vec![v1::CordonRequest { node: "n1".into(), cordoned: false }]);
     let (r, _) = run(&["cordon", "n9", "--server", &server.addr()]);
     assert_eq!(r.unwrap_err().to_string(), "unknown node \"n9\"; see baton nodes");
+}
+
+#[test]
+fn describe_shows_a_starving_jobs_reservation_and_a_time_limit() {
+    let fake = Fake::with(|s| {
+        let mut j = job(2, "gang", "team-a", "Pending", &[]);
+        j.spec.as_mut().unwrap().time_limit_ms = Some(7_200_000);
+        j.reservation = Some(v1::PoolReservation {
+            job: "gang".into(),
+            pool: "default".into(),
+            nodes: vec!["n1".into(), "n2".into()],
+            waiting_for: 2,
+        });
+        s.jobs.push(j);
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["describe", "gang", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("Reservation:  n1, n2 (pool default); waiting for 2 running jobs"), "{out}");
+    assert!(out.contains("Time limit:   2h00m"), "{out}");
 }
 
 #[test]

@@ -13,6 +13,7 @@ use crate::name::Name;
 use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
 use crate::queue::{Cohort, QueueSpec};
+use crate::scheduler::SchedulerSettings;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Command {
@@ -96,6 +97,8 @@ pub enum Op {
         observations: Vec<Observed>,
     },
     ApplyPlan(Plan),
+    /// Changes the scheduler's settings (decisions.md section 9's `reserve_after`).
+    SetScheduler(SchedulerSettings),
     /// Time passes: reservations whose victims outlived every bound are dropped.
     Tick,
 }
@@ -139,6 +142,7 @@ impl Op {
             Op::JobCheckpointed { .. } => "JobCheckpointed",
             Op::Report { .. } => "Report",
             Op::ApplyPlan(_) => "ApplyPlan",
+            Op::SetScheduler(_) => "SetScheduler",
             Op::Tick => "Tick",
         }
     }

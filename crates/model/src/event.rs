@@ -46,6 +46,14 @@ pub enum EventKind {
         exit_code: i32,
     },
     Cancelled,
+    /// It ran past its time limit: it is being stopped like a victim of its mode.
+    TimeLimit,
+    /// Stopped after its time limit: the job ends Failed (decisions.md section 9).
+    TimedOut,
+    /// A starving job reserved resources in a pool (decisions.md section 9).
+    Reserved,
+    /// Its reservation was dropped.
+    Unreserved,
     NodeRegistered,
     NodeLost,
     NodeReady,
@@ -74,6 +82,10 @@ impl EventKind {
             EventKind::Succeeded => "Succeeded",
             EventKind::Failed { .. } => "Failed",
             EventKind::Cancelled => "Cancelled",
+            EventKind::TimeLimit => "TimeLimit",
+            EventKind::TimedOut => "TimedOut",
+            EventKind::Reserved => "Reserved",
+            EventKind::Unreserved => "Unreserved",
             EventKind::NodeRegistered => "NodeRegistered",
             EventKind::NodeLost => "NodeLost",
             EventKind::NodeReady => "NodeReady",

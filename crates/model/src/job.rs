@@ -65,6 +65,9 @@ pub struct JobSpec {
     pub grace_ms: u64,
     /// After each start, the job cannot be preempted for this long (anti-thrash).
     pub min_runtime_ms: u64,
+    /// Longest one attempt may run (decisions.md section 9): counted from its last start or
+    /// resume in place, then it is stopped like a victim and ends Failed. `None`: no limit.
+    pub time_limit_ms: Option<u64>,
     /// What an agent runs; empty in the simulator.
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -158,8 +161,13 @@ impl JobState {
 /// Why a running job is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopWhy {
-    Preempted { by: JobId, mode: PreemptionMode },
+    Preempted {
+        by: JobId,
+        mode: PreemptionMode,
+    },
     Paused,
+    /// It ran past its `time_limit`; it ends Failed once stopped (a checkpoint is kept).
+    TimeLimit,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +197,9 @@ pub struct Job {
     pub lent_from: Vec<Lend>,
     /// Last start or resume.
     pub started_ms: u64,
+    /// Since when it has been Pending without interruption (submission, requeue or resume
+    /// by a person): decisions.md section 9's `reserve_after` counts from here.
+    pub pending_since_ms: u64,
     /// Last start, resume or checkpoint: work after it is lost if the job is killed.
     pub progress_mark_ms: u64,
     pub stopping: Option<Stopping>,
@@ -247,6 +258,11 @@ impl Job {
     /// no quota (it is not running).
     pub fn is_leaving(&self) -> bool {
         self.stopping.is_some()
+    }
+
+    /// When the current attempt reaches its time limit, if it has one.
+    pub fn time_limit_at(&self) -> Option<u64> {
+        self.spec.time_limit_ms.map(|t| self.started_ms.saturating_add(t))
     }
 
     /// Rank key for submission order: earlier first.

@@ -11,6 +11,7 @@
 //!   Kubernetes notation (CPUs held in thousandths).
 //! - `class`, `node`, `queue`, `job`, `alloc`: configuration and job records.
 //! - `command`, `plan`, `event`, `error`: what goes in and comes out of `apply`.
+//! - `scheduler`: the scheduler's settings and starving jobs' reservations (section 9).
 //! - `ledger`: derived dense accounting (free per node, usage per queue, what may be borrowed).
 //! - `state`: the state machine and its transitions.
 //! - `limits`: every bound, in one place.
@@ -35,6 +36,7 @@ pub mod quantity;
 pub mod queue;
 pub mod resources;
 pub mod runnable;
+pub mod scheduler;
 pub mod state;
 
 pub use command::{Applied, Command, Op, Outcome, Response};

@@ -64,5 +64,9 @@ pub const MAX_REPORT_RUNNING: usize = 65_536;
 pub const MAX_DECISIONS_PER_PLAN: usize = 100_000;
 /// A grace period, checkpoint time or minimum runtime may not exceed a week.
 pub const MAX_DURATION_MS: u64 = 7 * 24 * 3600 * 1000;
+/// A job's time limit may not exceed a year (a bound, not a policy: longer runs go unlimited).
+pub const MAX_TIME_LIMIT_MS: u64 = 365 * 24 * 3600 * 1000;
+/// The longest `reserve_after` (a starving job waits at most this before it reserves).
+pub const MAX_RESERVE_AFTER_MS: u64 = 30 * 24 * 3600 * 1000;
 /// Grace a victim gets by default before it is killed (Kubernetes' termination default).
 pub const DEFAULT_GRACE_MS: u64 = 30_000;

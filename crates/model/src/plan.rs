@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alloc::ReplicaAlloc;
 use crate::job::JobId;
+use crate::name::Name;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -31,6 +32,14 @@ pub enum Decision {
     Preempt { job: JobId, victims: Vec<Victim>, replicas: Vec<ReplicaAlloc>, message: String },
     /// The job keeps waiting; the reason changed.
     Wait { job: JobId, reason: String },
+    /// The running attempt reached its time limit: stop it like a victim of its mode; it
+    /// then ends Failed.
+    TimeLimit { job: JobId, attempt: u32 },
+    /// A starving job reserves these replicas in `pool` (decisions.md section 9); it waits
+    /// for `waits_for` to end.
+    Reserve { job: JobId, pool: Name, replicas: Vec<ReplicaAlloc>, waits_for: Vec<JobId> },
+    /// The job's reservation no longer holds (its queue's limits would not admit it).
+    Unreserve { job: JobId, reason: String },
 }
 
 impl Decision {
@@ -40,6 +49,9 @@ impl Decision {
             Decision::Place { .. } => "place",
             Decision::Preempt { .. } => "preempt",
             Decision::Wait { .. } => "wait",
+            Decision::TimeLimit { .. } => "time limit",
+            Decision::Reserve { .. } => "reserve",
+            Decision::Unreserve { .. } => "unreserve",
         }
     }
 
@@ -48,7 +60,10 @@ impl Decision {
             Decision::Resume { job, .. }
             | Decision::Place { job, .. }
             | Decision::Preempt { job, .. }
-            | Decision::Wait { job, .. } => *job,
+            | Decision::Wait { job, .. }
+            | Decision::TimeLimit { job, .. }
+            | Decision::Reserve { job, .. }
+            | Decision::Unreserve { job, .. } => *job,
         }
     }
 }

@@ -57,6 +57,7 @@ fn job(name: &str) -> JobSpec {
         command: vec!["python".into(), "train.py".into()],
         env: BTreeMap::new(),
         checkpoint_signal: None,
+        time_limit_ms: None,
     }
 }
 

@@ -17,6 +17,8 @@ use baton_model::queue::{
     BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, WithinQueue,
 };
 use baton_model::resources::{Resources, validate_resource_name};
+use baton_model::scheduler::{PoolReservation, SchedulerSettings};
+use baton_model::state::State;
 
 use crate::v1;
 
@@ -109,6 +111,7 @@ pub fn job_spec_to_proto(s: &JobSpec) -> v1::JobSpec {
         preemption_mode: word_of(&MODES, &s.preemption_mode),
         grace_ms: Some(s.grace_ms),
         min_runtime_ms: s.min_runtime_ms,
+        time_limit_ms: s.time_limit_ms,
         command: s.command.clone(),
         env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         checkpoint_signal: s.checkpoint_signal.clone().unwrap_or_default(),
@@ -152,6 +155,7 @@ pub fn job_spec_from_proto(s: &v1::JobSpec) -> R<JobSpec> {
         preemption_mode: word(&s.preemption_mode, "spec.preemption_mode", &MODES, PreemptionMode::Checkpoint)?,
         grace_ms: s.grace_ms.unwrap_or(DEFAULT_GRACE_MS),
         min_runtime_ms: s.min_runtime_ms,
+        time_limit_ms: s.time_limit_ms,
         command: s.command.clone(),
         env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>(),
         checkpoint_signal: signal,
@@ -202,7 +206,34 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
         finished_ms: j.finished_ms.unwrap_or(0),
         events: if with_events { j.events.iter().map(event_to_proto).collect() } else { Vec::new() },
         preempted_by: preempted_by.map(|n| n.to_string()).unwrap_or_default(),
+        reservation: None,
     }
+}
+
+/// A starving job's reservation; `waiting_for` counts the jobs it waited for when it was
+/// made that still hold resources (`state` says which).
+pub fn pool_reservation_to_proto(r: &PoolReservation, state: &State) -> v1::PoolReservation {
+    let mut nodes: Vec<&Name> = r.replicas.iter().map(|x| &x.node).collect();
+    nodes.sort();
+    nodes.dedup();
+    let nodes = nodes.into_iter().map(|n| n.to_string()).collect();
+    let active = r.waits_for.iter().filter(|id| state.job(**id).is_some_and(|j| j.state.is_active())).count();
+    v1::PoolReservation {
+        job: state.job(r.job).map(|j| j.spec.name.to_string()).unwrap_or_default(),
+        pool: r.pool.to_string(),
+        nodes,
+        waiting_for: active as u32,
+    }
+}
+
+pub fn scheduler_to_proto(s: &SchedulerSettings) -> v1::SchedulerSettings {
+    v1::SchedulerSettings { reserve_after_ms: s.reserve_after_ms }
+}
+
+pub fn scheduler_from_proto(s: &v1::SchedulerSettings) -> R<SchedulerSettings> {
+    let settings = SchedulerSettings { reserve_after_ms: s.reserve_after_ms };
+    settings.validate().map_err(|e| bad("reserve_after_ms", e))?;
+    Ok(settings)
 }
 
 const ORDERINGS: [(&str, QueueOrdering); 2] =
@@ -415,6 +446,7 @@ mod tests {
             preemption_mode: PreemptionMode::Suspend,
             grace_ms: 0,
             min_runtime_ms: 5_000,
+            time_limit_ms: None,
             command: vec!["python".into(), "train.py".into()],
             env: BTreeMap::from([("A".into(), "1".into())]),
             checkpoint_signal: Some("SIGUSR1".into()),

@@ -47,6 +47,7 @@ fn job(name: &str) -> JobSpec {
         command: vec!["python".into(), "train.py".into()],
         env: BTreeMap::from([("A".into(), "1".into())]),
         checkpoint_signal: None,
+        time_limit_ms: None,
     }
 }
 

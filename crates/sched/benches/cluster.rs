@@ -86,6 +86,7 @@ pub fn job(name: String, queue: String, class: &str, replicas: u32, gpus: u64) -
         preemption_mode: PreemptionMode::Checkpoint,
         grace_ms: 30_000,
         min_runtime_ms: 0,
+        time_limit_ms: None,
         command: Vec::new(),
         env: BTreeMap::new(),
         checkpoint_signal: None,

@@ -16,6 +16,7 @@ use crate::order::{Candidate, Order};
 use crate::pack::{Packing, pack};
 use crate::preempt::{self, Planned};
 use crate::reason;
+use crate::reserve::{self, Holds};
 use crate::view::View;
 
 /// Preemption plans (the expensive part of a cycle) per cycle; later jobs wait a cycle.
@@ -26,7 +27,9 @@ pub const MAX_PREEMPTION_PLANS_PER_CYCLE: usize = 256;
 pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut view = View::new(state, now_ms);
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
+    stop_at_time_limits(&mut view, &mut plan);
     resume_suspended(&mut view, &mut plan);
+    let mut holds = Holds::load(&mut view, &mut plan);
     let mut order = Order::new(&view);
     // At most one decision per pending job: room for all of them up front.
     plan.decisions.reserve(order.remaining());
@@ -37,15 +40,41 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
         verdicts: Vec::new(),
         no_fit: NoFit::default(),
     };
+    // Starving jobs (section 9), in cycle order: stuck even by preemption, and Pending for
+    // `reserve_after`; only as many as may be looked at this cycle.
+    let reserve_after_ms = state.scheduler().reserve_after_ms;
+    let starving = |c: &Candidate| reserve_after_ms.is_some_and(|a| now_ms.saturating_sub(c.job.pending_since_ms) >= a);
+    let mut stuck: Vec<Candidate> = Vec::new();
     while let Some(c) = order.next() {
-        let placed = decide(&mut view, &c, &mut plan, &mut planner);
-        order.after(&view, c.queue, c.job, placed);
+        let outcome = decide_held(&mut view, &c, &mut plan, &mut planner, &mut holds);
+        order.after(&view, c.queue, c.job, outcome == Outcome::Placed);
+        if outcome == Outcome::Stuck && stuck.len() < reserve::MAX_RESERVATION_WALKS_PER_CYCLE && starving(&c) {
+            stuck.push(c);
+        }
     }
+    reserve_for_first_starving(&mut view, &holds, &stuck, &mut plan);
     for (job, head) in order.held_back() {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);
     }
     plan
+}
+
+/// Running jobs past their time limit are stopped (decisions.md section 9). What they hold
+/// frees only once they have stopped; meanwhile, as `State::apply` will, the view stops
+/// charging them and they are no one's victims.
+fn stop_at_time_limits(view: &mut View, plan: &mut Plan) {
+    let now_ms = view.now_ms;
+    let over = |j: &&Job| j.state == JobState::Running && j.time_limit_at().is_some_and(|at| at <= now_ms);
+    let state = view.state;
+    for job in state.jobs().values().filter(over) {
+        plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
+        view.ledger.set_leaving(job.id, true);
+        view.taken.insert(job.id);
+        if let Some(r) = view.active.iter_mut().find(|r| r.job == job.id) {
+            r.leaving = true;
+        }
+    }
 }
 
 /// Suspended jobs whose preemptor no longer holds anything run again in place, once their
@@ -106,6 +135,100 @@ fn wait_because(plan: &mut Plan, c: &Candidate, base: &str, why: &str) {
     }
 }
 
+/// How deciding a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Placed,
+    /// It waits (for room, quota, victims, or a reservation).
+    Waits,
+    /// It cannot be placed even by preemption (section 9: it may be starving).
+    Stuck,
+}
+
+/// Section 9: the first starving job in cycle order gets a reservation, if any of its pools
+/// without one would hold it. One per cycle; the next cycle looks again.
+fn reserve_for_first_starving(view: &mut View, holds: &Holds, starving: &[Candidate], plan: &mut Plan) {
+    for c in starving {
+        if reserve::make(view, holds, c, plan) {
+            return;
+        }
+    }
+}
+
+/// Decides one job under this cycle's reservations: the reserving job waits for its
+/// reserved resources (or fits elsewhere sooner); no other job of its queue is placed
+/// anywhere; a job with a time limit that ends in time may use reserved resources.
+fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner, holds: &mut Holds) -> Outcome {
+    if let Some(i) = holds.of_job(c.id) {
+        return decide_reserving(view, c, plan, planner, holds, i);
+    }
+    // A preemptor already has its resources held for it (section 5): no reservation of
+    // another job stands between it and them.
+    if view.state.reservations().contains_key(&c.id) {
+        return decide(view, c, plan, planner, holds);
+    }
+    let backfills = holds.backfills(c.job, view.now_ms);
+    let own = holds.of_queue(c.queue, c.id);
+    if let Some(i) = own.filter(|i| !backfills.contains(i)) {
+        let h = &holds.list[i];
+        let why = format!(
+            "waiting behind {}'s reservation on {}: no other job of queue {} starts while it holds, except one with a time limit that ends in time",
+            view.job(h.job).spec.name,
+            h.where_,
+            c.job.spec.queue
+        );
+        wait_for(plan, c.id, c.reason, why);
+        return Outcome::Waits;
+    }
+    if backfills.is_empty() {
+        return decide(view, c, plan, planner, holds);
+    }
+    // Backfill: the reserved resources are open to this job for placement only.
+    holds.unblock(view, &backfills);
+    planner.no_fit.clear();
+    let placed = !c.needs.assignments.is_empty() && try_place(view, c, plan, planner);
+    holds.reblock(view, &backfills);
+    planner.no_fit.clear();
+    if placed {
+        return Outcome::Placed;
+    }
+    if own.is_some() {
+        let why = "waiting: no room to backfill beside its queue's reservation".to_string();
+        wait_for(plan, c.id, c.reason, why);
+        return Outcome::Waits;
+    }
+    match decide(view, c, plan, planner, holds) {
+        Outcome::Stuck => Outcome::Waits,
+        o => o,
+    }
+}
+
+/// The job holds a reservation: it starts there once the reserved resources are free, or
+/// elsewhere if it fits sooner; it plans no preemption meanwhile.
+fn decide_reserving(
+    view: &mut View,
+    c: &Candidate,
+    plan: &mut Plan,
+    planner: &mut Planner,
+    holds: &mut Holds,
+    i: usize,
+) -> Outcome {
+    if holds.ready(view, i, c.job) {
+        holds.unblock(view, &[i]);
+        planner.no_fit.clear();
+        let replicas = view.state.pool_reservation_of(c.id).map(|r| r.replicas.clone()).unwrap_or_default();
+        view.occupy(c.job, c.queue, &holds.list[i].shares);
+        plan.decisions.push(Decision::Place { job: c.id, attempt: c.job.attempt + 1, replicas });
+        return Outcome::Placed;
+    }
+    if !c.needs.assignments.is_empty() && try_place(view, c, plan, planner) {
+        return Outcome::Placed;
+    }
+    let why = reserve::reserved_reason(&holds.list[i].where_, holds.waiting_for(view, i));
+    wait_for(plan, c.id, c.reason, why);
+    Outcome::Waits
+}
+
 /// What limits and what speeds up deciding within one cycle.
 struct Planner {
     budget: usize,
@@ -117,8 +240,8 @@ struct Planner {
     verdicts: Vec<Result<Admission, QuotaBlock>>,
 }
 
-/// Decides one job; true if it was placed.
-fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> bool {
+/// Decides one job.
+fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner, holds: &Holds) -> Outcome {
     let (job, q, needs) = (c.job, c.queue, &*c.needs);
     if let Some(r) = view.state.reservations().get(&c.id) {
         let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
@@ -133,24 +256,76 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
                 attempt: job.attempt + 1,
                 replicas: r.replicas.clone(),
             });
-            return true;
+            return Outcome::Placed;
         }
         wait(plan, job, reason::victims_stopping(waiting));
-        return false;
+        return Outcome::Waits;
     }
     if needs.assignments.is_empty() {
         wait_for(plan, c.id, c.reason, "none of its pools has a node".into());
-        return false;
+        return Outcome::Waits;
+    }
+    if try_place(view, c, plan, planner) {
+        return Outcome::Placed;
     }
     let np = !c.preemptible;
-    // Quota first (cheap), once per assignment; then placement: first where the queue
-    // stays within nominal, then where it borrows; each assignment is packed at most once.
+    let quota_block = planner.verdicts.iter().find_map(|v| v.err());
+    let base = match quota_block {
+        Some(b) => planner.reasons.quota(view, q, b),
+        None => planner.reasons.no_room(view, needs),
+    };
+    let key = Failures::key(needs, q, np);
+    if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, c)) {
+        wait_because(plan, c, &base, why);
+        return Outcome::Stuck;
+    }
+    if planner.budget == 0 {
+        wait_because(plan, c, &base, "preemption planning continues next cycle");
+        return Outcome::Waits;
+    }
+    planner.budget -= 1;
+    match preempt::plan(view, job, needs) {
+        Ok(Planned::Preempt { victims, packing, message }) => {
+            let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
+            let names = |n: usize| view.ledger.nodes[n].name.clone();
+            let (replicas, shares) = packing.allocate(&set, needs, names);
+            // Section 9: no job is placed on reserved resources, a preemptor included.
+            if let Some(h) = holds.overlapping(job.id, &shares) {
+                let why = format!("it could only preempt its way onto GPUs reserved for {}", view.job(h).spec.name);
+                wait_because(plan, c, &base, &why);
+                return Outcome::Waits;
+            }
+            let victims_with_attempts =
+                victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
+            view.reserve(job, q, &shares, &victims);
+            plan.decisions.push(Decision::Preempt { job: job.id, victims: victims_with_attempts, replicas, message });
+            Outcome::Waits
+        }
+        Ok(Planned::WaitForLeaving { leaving }) => {
+            wait(plan, job, reason::leaving(leaving));
+            Outcome::Waits
+        }
+        Err(why) => {
+            if let Some(k) = key {
+                planner.failures.record(k, c, &why);
+            }
+            wait_because(plan, c, &base, &why);
+            Outcome::Stuck
+        }
+    }
+}
+
+/// Places the job without preemption if it fits: quota first (cheap), once per assignment;
+/// then placement, first where the queue stays within nominal, then where it borrows; each
+/// assignment is packed at most once. Leaves the quota verdicts in `planner.verdicts`.
+fn try_place(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> bool {
+    let (job, q, needs) = (c.job, c.queue, &*c.needs);
+    let np = !c.preemptible;
     let verdicts = &mut planner.verdicts;
     verdicts.clear();
     verdicts.extend(needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)));
-    let quota_block = verdicts.iter().find_map(|v| v.err());
     for borrowing in [false, true] {
-        for (a, verdict) in needs.assignments.iter().zip(verdicts.iter()) {
+        for (a, verdict) in needs.assignments.iter().zip(planner.verdicts.iter()) {
             if !verdict.is_ok_and(|adm| adm.borrows == borrowing) || planner.no_fit.known(needs, a) {
                 continue;
             }
@@ -161,38 +336,6 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
                 }
                 None => planner.no_fit.record(needs, a),
             }
-        }
-    }
-    let base = match quota_block {
-        Some(b) => planner.reasons.quota(view, q, b),
-        None => planner.reasons.no_room(view, needs),
-    };
-    let key = Failures::key(needs, q, np);
-    if let Some(why) = key.as_ref().and_then(|k| planner.failures.lookup(k, c)) {
-        wait_because(plan, c, &base, why);
-        return false;
-    }
-    if planner.budget == 0 {
-        wait_because(plan, c, &base, "preemption planning continues next cycle");
-        return false;
-    }
-    planner.budget -= 1;
-    match preempt::plan(view, job, needs) {
-        Ok(Planned::Preempt { victims, packing, message }) => {
-            let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
-            let names = |n: usize| view.ledger.nodes[n].name.clone();
-            let (replicas, shares) = packing.allocate(&set, needs, names);
-            let victims_with_attempts =
-                victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
-            view.reserve(job, q, &shares, &victims);
-            plan.decisions.push(Decision::Preempt { job: job.id, victims: victims_with_attempts, replicas, message });
-        }
-        Ok(Planned::WaitForLeaving { leaving }) => wait(plan, job, reason::leaving(leaving)),
-        Err(why) => {
-            if let Some(k) = key {
-                planner.failures.record(k, c, &why);
-            }
-            wait_because(plan, c, &base, &why);
         }
     }
     false

@@ -14,6 +14,7 @@
 //! - `preempt`: who may be preempted, the greedy walk with fill-back, set scoring
 //!   (sections 4 to 6).
 //! - `reason`: why a job waits, in words a person can act on.
+//! - `reserve`: starving jobs' reservations and backfill (section 9).
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
 // reads better there than zipped iterators.
@@ -29,9 +30,12 @@ mod order;
 mod pack;
 mod preempt;
 mod reason;
+mod reserve;
 mod view;
 
 pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod starving_props;

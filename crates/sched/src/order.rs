@@ -277,6 +277,7 @@ mod tests {
                 preemption_mode: PreemptionMode::Checkpoint,
                 grace_ms: 30_000,
                 min_runtime_ms: 0,
+                time_limit_ms: None,
                 command: Vec::new(),
                 env: BTreeMap::new(),
                 checkpoint_signal: None,

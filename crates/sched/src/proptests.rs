@@ -16,6 +16,7 @@ use baton_model::node::{NodeSpec, NodeStatus};
 use baton_model::plan::{Decision, Plan};
 use baton_model::queue::{BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, ReclaimWithinCohort, WithinQueue};
 use baton_model::resources::Resources;
+use baton_model::scheduler::SchedulerSettings;
 use baton_model::state::{State, demand_of};
 use proptest::prelude::*;
 
@@ -47,7 +48,18 @@ struct QueueGen {
 
 #[derive(Debug, Clone)]
 enum OpGen {
-    Submit { queue: u8, class: u8, replicas: u8, gpus: u8, cpus: u8, mode: u8, topology: u8, min_runtime: bool },
+    Submit {
+        queue: u8,
+        class: u8,
+        replicas: u8,
+        gpus: u8,
+        cpus: u8,
+        mode: u8,
+        topology: u8,
+        min_runtime: bool,
+        /// Tens of seconds (decisions.md section 9).
+        time_limit: Option<u8>,
+    },
     Finish(u8),
     Cancel(u8),
     Pause(u8),
@@ -60,6 +72,8 @@ enum OpGen {
 struct World {
     nodes: Vec<NodeGen>,
     fair_sharing: bool,
+    /// `reserve_after` in tens of seconds; `None`: never.
+    reserve_after: Option<u8>,
     queues: Vec<QueueGen>,
     ops: Vec<OpGen>,
 }
@@ -82,8 +96,8 @@ fn world() -> impl Strategy<Value = World> {
                 QueueGen { cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight }
             });
     let op = prop_oneof![
-        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..4, any::<bool>()).prop_map(
-            |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime }
+        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..4, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
+            |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit }
         ),
         2 => any::<u8>().prop_map(OpGen::Finish),
         1 => any::<u8>().prop_map(OpGen::Cancel),
@@ -95,10 +109,17 @@ fn world() -> impl Strategy<Value = World> {
     (
         proptest::collection::vec(node, 1..7),
         any::<bool>(),
+        proptest::option::of(0u8..=3),
         proptest::collection::vec(queue, 2..5),
         proptest::collection::vec(op, 1..40),
     )
-        .prop_map(|(nodes, fair_sharing, queues, ops)| World { nodes, fair_sharing, queues, ops })
+        .prop_map(|(nodes, fair_sharing, reserve_after, queues, ops)| World {
+            nodes,
+            fair_sharing,
+            reserve_after,
+            queues,
+            ops,
+        })
 }
 
 fn cmd(state: &mut State, now_ms: u64, op: Op) -> Result<baton_model::command::Applied, baton_model::ApplyError> {
@@ -107,6 +128,8 @@ fn cmd(state: &mut State, now_ms: u64, op: Op) -> Result<baton_model::command::A
 
 fn configure(w: &World) -> State {
     let mut s = State::new();
+    let settings = SchedulerSettings { reserve_after_ms: w.reserve_after.map(|t| u64::from(t) * 10_000) };
+    cmd(&mut s, 0, Op::SetScheduler(settings)).expect("settings apply");
     for (i, n) in w.nodes.iter().enumerate() {
         let spec = NodeSpec {
             name: Name::lit(&format!("n{i}")),
@@ -160,7 +183,7 @@ fn configure(w: &World) -> State {
 }
 
 fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
-    let OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime } = *op else {
+    let OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit } = *op else {
         return None;
     };
     let classes = default_classes();
@@ -189,6 +212,7 @@ fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
         ][mode as usize],
         grace_ms: 30_000,
         min_runtime_ms: if min_runtime { 15_000 } else { 0 },
+        time_limit_ms: time_limit.map(|t| u64::from(t) * 10_000),
         command: Vec::new(),
         env: BTreeMap::new(),
         checkpoint_signal: None,
@@ -330,6 +354,8 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
         return Ok(()); // returning an own-queue victim can change which others are valid
     }
     let mut view = View::new(before, now_ms);
+    // Reserved resources are not free for the preemptor (section 9), as in the cycle.
+    let _ = crate::reserve::Holds::load(&mut view, &mut Plan::default());
     let needs = Needs::of(&view, j);
     let nodes: Vec<usize> = replicas
         .iter()
@@ -545,13 +571,14 @@ proptest! {
 }
 
 /// `PROPTEST_CASES` overrides the default number of cases (CI keeps the default).
-fn cases(default: u32) -> u32 {
+pub(crate) fn cases(default: u32) -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// The world as a scenario file, so a failure can be replayed with `baton sim`.
 fn to_yaml(w: &World) -> String {
-    let mut y = String::from("nodes:\n");
+    let reserve_after = w.reserve_after.map_or("never".to_string(), |t| (u32::from(t) * 10).to_string());
+    let mut y = format!("scheduler: {{reserve_after: {reserve_after}}}\nnodes:\n");
     for (i, n) in w.nodes.iter().enumerate() {
         y += &format!(
             "  - {{name: n{i}, pool: p{}, rack: r{}, resources: {{gpu: {}, cpu: {}m}}}}\n",
@@ -615,8 +642,9 @@ fn to_yaml(w: &World) -> String {
                 let topo = spec.topology.map_or(String::new(), |t| {
                     format!(", topology: {}", if t == Topology::Node { "node" } else { "rack" })
                 });
+                let limit = spec.time_limit_ms.map_or(String::new(), |t| format!(", time_limit: {}", t / 1000));
                 format!(
-                    "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}m}}, preemption_mode: {}, min_runtime: {}{topo}}}",
+                    "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}m}}, preemption_mode: {}, min_runtime: {}{topo}{limit}}}",
                     spec.name,
                     spec.queue,
                     t.replicas,

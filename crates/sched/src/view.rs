@@ -117,7 +117,7 @@ impl<'a> View<'a> {
     }
 
     /// Node `n`'s free resources changed: re-bucket it and fix its pool's total.
-    fn refresh(&mut self, n: usize) {
+    pub fn refresh(&mut self, n: usize) {
         self.index.update(&self.ledger, n);
         let node = &self.ledger.nodes[n];
         let now = if node.schedulable { node.free } else { ZERO };

@@ -56,6 +56,30 @@ pub struct ServerConfig {
     /// cluster (a cluster that already has a membership ignores it).
     pub bootstrap: Option<BTreeMap<u64, String>>,
     pub settings: ServerSettings,
+    /// The scheduler settings a cluster this replica bootstraps starts with (`None`: the
+    /// model's defaults). Later they change at run time, through the log (`cluster set`).
+    pub scheduler: Option<baton_model::scheduler::SchedulerSettings>,
+}
+
+/// Tries to commit a new cluster's first scheduler settings this often, this many times
+/// (until a leader is elected); then gives up with a warning.
+const INITIAL_SETTINGS_RETRY_MS: u64 = 200;
+const INITIAL_SETTINGS_TRIES: u32 = 150;
+
+/// Commits the first scheduler settings of a cluster this replica has just bootstrapped.
+async fn set_initial_scheduler(replica: Replica, settings: baton_model::scheduler::SchedulerSettings) {
+    for _ in 0..INITIAL_SETTINGS_TRIES {
+        let cmd = baton_model::Command { now_ms: clock::now_ms(), op: baton_model::Op::SetScheduler(settings) };
+        match replica.write(cmd).await {
+            Ok(Ok(_)) => return,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the scheduler settings were refused");
+                return;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(INITIAL_SETTINGS_RETRY_MS)).await,
+        }
+    }
+    tracing::warn!("no leader to commit the initial scheduler settings to; set them with `baton cluster set`");
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +153,9 @@ pub async fn run(
     if let Some(members) = config.bootstrap {
         let outcome = replica.bootstrap(members).await?;
         tracing::info!(?outcome, "bootstrap");
+        if let (baton_raft::Bootstrap::Initialized, Some(s)) = (&outcome, config.scheduler) {
+            tokio::spawn(set_initial_scheduler(replica.clone(), s));
+        }
     }
     let api = BatonServer::new(api::Api { ctx: ctx.clone() })
         .max_decoding_message_size(MAX_API_MESSAGE_BYTES)

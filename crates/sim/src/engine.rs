@@ -127,8 +127,9 @@ impl<'s> Engine<'s> {
         self.now_ms = t;
     }
 
-    /// The next instant a job finishes on its own, a victim stops, or (while jobs wait) a
-    /// running job's minimum runtime ends and it may become a victim.
+    /// The next instant a job finishes on its own, a victim stops, a running job reaches its
+    /// time limit, or (while jobs wait) a running job's minimum runtime ends and it may
+    /// become a victim.
     fn next_timer(&self) -> Option<u64> {
         let stop = self.stops.keys().next().map(|(t, _)| *t);
         let finish = self.work.values().filter_map(finish_at).min();
@@ -144,7 +145,28 @@ impl<'s> Engine<'s> {
                     .min()
             })
             .flatten();
-        [stop, finish, protection].into_iter().flatten().min()
+        let limit = self
+            .state
+            .jobs()
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .filter_map(|j| j.time_limit_at())
+            .filter(|&t| t > self.now_ms)
+            .min();
+        [stop, finish, protection, limit, self.next_starving()].into_iter().flatten().min()
+    }
+
+    /// The next instant a pending job without a reservation reaches `reserve_after` (a cycle
+    /// runs then, decisions.md section 8).
+    fn next_starving(&self) -> Option<u64> {
+        let after = self.state.scheduler().reserve_after_ms?;
+        self.state
+            .jobs()
+            .values()
+            .filter(|j| j.state == JobState::Pending && self.state.pool_reservation_of(j.id).is_none())
+            .map(|j| j.pending_since_ms.saturating_add(after))
+            .filter(|&t| t > self.now_ms)
+            .min()
     }
 
     fn apply(&mut self, op: Op) -> Result<Outcome, String> {
@@ -198,6 +220,7 @@ impl<'s> Engine<'s> {
             | EventKind::Paused
             | EventKind::Succeeded
             | EventKind::Failed { .. }
+            | EventKind::TimedOut
             | EventKind::Cancelled => {
                 w.run_start = None;
             }
@@ -309,14 +332,20 @@ impl<'s> Engine<'s> {
         self.stops.insert((self.now_ms + delay, job.id), (job.attempt, ct <= job.spec.grace_ms));
     }
 
-    /// A victim gets its signal: it stops after its checkpoint time, or at the end of grace.
+    /// A victim (or a job at its time limit) gets its signal: it stops after its checkpoint
+    /// time, or at the end of grace.
     fn schedule_victim(&mut self, id: JobId) {
         let Some(job) = self.state.job(id) else {
             return;
         };
         let Some(stopping) = job.stopping else { return };
-        let StopWhy::Preempted { mode, .. } = stopping.why else {
-            return;
+        let suspend = baton_model::job::PreemptionMode::Suspend;
+        let mode = match stopping.why {
+            StopWhy::Preempted { mode, .. } => mode,
+            // Stopped, never suspended: it is to end; it checkpoints as its mode says.
+            StopWhy::TimeLimit if job.spec.preemption_mode == suspend => baton_model::job::PreemptionMode::Requeue,
+            StopWhy::TimeLimit => job.spec.preemption_mode,
+            StopWhy::Paused => return,
         };
         let ct = self.work.get(&id).map_or(0, |w| w.checkpoint_time_ms);
         let (delay, checkpointed) = match mode {
@@ -374,11 +403,11 @@ impl<'s> Engine<'s> {
             let victims: Vec<JobId> = plan
                 .decisions
                 .iter()
-                .filter_map(|d| match d {
-                    Decision::Preempt { victims, .. } => Some(victims.iter().map(|v| v.job)),
-                    _ => None,
+                .flat_map(|d| match d {
+                    Decision::Preempt { victims, .. } => victims.iter().map(|v| v.job).collect(),
+                    Decision::TimeLimit { job, .. } => vec![*job],
+                    _ => Vec::new(),
                 })
-                .flatten()
                 .collect();
             let decisions = plan.decisions.clone();
             if std::env::var("BATON_TRACE").is_ok() {

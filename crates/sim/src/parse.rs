@@ -10,6 +10,7 @@ use baton_model::node::{DEFAULT_POOL, NodeSpec};
 use baton_model::queue::{
     BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, WithinQueue,
 };
+use baton_model::scheduler::SchedulerSettings;
 
 use crate::de::{Cx, Fields, InputError, R};
 use crate::hostlist;
@@ -25,6 +26,7 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
     let mut f = cx.map(&root, "")?;
     let name = f.opt("name").map(|n| cx.text(n, "name")).transpose()?;
     let classes = list(&cx, f.opt("priority_classes"), "priority_classes", parse_class)?;
+    let scheduler = f.opt("scheduler").map(|n| parse_scheduler(&cx, n)).transpose()?;
     let nodes = match f.opt("nodes") {
         Some(n) => parse_nodes(&cx, n)?,
         None => Vec::new(),
@@ -41,7 +43,21 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
         return Err(cx.err(root.line, "nodes", "a scenario needs at least one node"));
     }
     let expect = expect.into_iter().map(|e| e.v).collect();
-    Ok(Scenario { file: file.to_string(), name, classes, nodes, cohorts, queues, timeline, expect })
+    Ok(Scenario { file: file.to_string(), name, scheduler, classes, nodes, cohorts, queues, timeline, expect })
+}
+
+/// The `scheduler:` block: `reserve_after` in seconds, or `never` (decisions.md section 9).
+fn parse_scheduler(cx: &Cx, node: &Node) -> R<At<SchedulerSettings>> {
+    let mut f = cx.map(node, "scheduler")?;
+    let mut settings = SchedulerSettings::default();
+    if let Some(n) = f.opt("reserve_after") {
+        let path = "scheduler.reserve_after";
+        settings.reserve_after_ms =
+            if cx.text(n, path).is_ok_and(|t| t == "never") { None } else { Some(cx.seconds(n, path)?) };
+    }
+    f.finish()?;
+    settings.validate().map_err(|e| cx.err(node.line, "scheduler.reserve_after", e))?;
+    Ok(At { v: settings, line: node.line, path: "scheduler".into() })
 }
 
 fn list<T>(cx: &Cx, node: Option<&Node>, path: &str, each: impl Fn(&Cx, &Node, &str) -> R<T>) -> R<Vec<At<T>>> {

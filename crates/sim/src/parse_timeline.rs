@@ -135,6 +135,13 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
     let checkpoint_time_ms = ms(&mut f, "checkpoint_time")?.unwrap_or(0);
     let min_runtime_ms = ms(&mut f, "min_runtime")?.unwrap_or(0);
     let duration_ms = ms(&mut f, "duration")?;
+    let time_limit_ms = match f.opt("time_limit") {
+        Some(n) => match cx.seconds(n, &f.field_path("time_limit"))? {
+            0 => return Err(cx.err(n.line, &f.field_path("time_limit"), "must be above 0 seconds")),
+            t => Some(t),
+        },
+        None => None,
+    };
     let command = match f.opt("command") {
         Some(n) => cx
             .seq(n, &f.field_path("command"))?
@@ -167,6 +174,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         preemption_mode,
         grace_ms,
         min_runtime_ms,
+        time_limit_ms,
         command,
         env,
         checkpoint_signal,

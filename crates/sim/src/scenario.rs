@@ -22,6 +22,8 @@ pub struct At<T> {
 pub struct Scenario {
     pub file: String,
     pub name: Option<String>,
+    /// The `scheduler:` block; absent: the defaults.
+    pub scheduler: Option<At<baton_model::scheduler::SchedulerSettings>>,
     /// Added to (or replacing) the four defaults.
     pub classes: Vec<At<PriorityClass>>,
     pub nodes: Vec<At<NodeSpec>>,

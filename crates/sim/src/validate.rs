@@ -19,6 +19,9 @@ pub fn configure(s: &Scenario) -> Result<State, InputError> {
     let apply = |state: &mut State, op: Op, line: usize, path: &str| -> R<()> {
         state.apply(Command { now_ms: 0, op }).map(|_| ()).map_err(|e| cx.err(line, path, e.to_string()))
     };
+    if let Some(sc) = &s.scheduler {
+        apply(&mut state, Op::SetScheduler(sc.v), sc.line, &sc.path)?;
+    }
     unique(&cx, s.classes.iter().map(|c| (&c.v.name, c.line, &c.path)), "priority class")?;
     for c in &s.classes {
         apply(&mut state, Op::PutClass(c.v.clone()), c.line, &c.path)?;

@@ -8,7 +8,7 @@ use baton_proto::v1;
 use clap::{Args, Subcommand};
 
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::usage;
+use crate::client::human::{ReserveAfter, parse_reserve_after, reserve_after_text, usage};
 use crate::client::output::{Format, Table};
 use crate::client::{Conn, ConnArgs, emit};
 
@@ -27,12 +27,29 @@ pub enum ClusterCmd {
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: Format,
     },
+    /// Changes the scheduler's settings at run time, for the whole cluster.
+    Set {
+        /// How long a job that cannot be placed even by preemption waits before it reserves
+        /// resources (e.g. 5m), or `never` (decisions.md section 9).
+        #[arg(long, value_parser = parse_reserve_after)]
+        reserve_after: ReserveAfter,
+    },
 }
 
 pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<(), ClientError> {
-    let ClusterCmd::Info { output } = &a.cmd;
-    let reply = conn.call(Subject::Other, "", |mut c| async move { c.cluster_info(v1::Empty {}).await }).await?;
-    emit(out, *output, &reply, info_text)
+    match &a.cmd {
+        ClusterCmd::Info { output } => {
+            let reply =
+                conn.call(Subject::Other, "", |mut c| async move { c.cluster_info(v1::Empty {}).await }).await?;
+            emit(out, *output, &reply, info_text)
+        }
+        ClusterCmd::Set { reserve_after } => {
+            let s = v1::SchedulerSettings { reserve_after_ms: reserve_after.0 };
+            conn.call(Subject::Other, "", |mut c| async move { c.set_scheduler(s).await }).await?;
+            writeln!(out, "reserve_after is now {}", reserve_after_text(reserve_after.0))?;
+            Ok(())
+        }
+    }
 }
 
 pub fn info_text(r: &v1::ClusterInfoReply) -> String {
@@ -65,6 +82,17 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
     s.push_str(&t.render());
     s.push_str("\nqueues (used/nominal):\n");
     s.push_str(&queue_usage_table(&r.queues, "  "));
+    let reserve_after = r.scheduler.as_ref().and_then(|x| x.reserve_after_ms);
+    let _ = writeln!(s, "\nreservations (reserve_after {}):", reserve_after_text(reserve_after));
+    if r.reservations.is_empty() {
+        s.push_str("  none\n");
+    } else {
+        let mut t = Table::new(&["  JOB", "POOL", "NODES", "WAITING FOR"]);
+        for x in &r.reservations {
+            t.row(vec![format!("  {}", x.job), x.pool.clone(), x.nodes.join(","), format!("{} jobs", x.waiting_for)]);
+        }
+        s.push_str(&t.render());
+    }
     s
 }
 

@@ -46,6 +46,22 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     bounded(total, text)
 }
 
+/// decisions.md section 9's `reserve_after`: a duration, or `never` (no reservations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReserveAfter(pub Option<u64>);
+
+pub fn parse_reserve_after(text: &str) -> Result<ReserveAfter, String> {
+    if text.trim() == "never" {
+        return Ok(ReserveAfter(None));
+    }
+    parse_duration_ms(text).map(|ms| ReserveAfter(Some(ms))).map_err(|e| format!("{e}, or never"))
+}
+
+/// How `cluster info` shows `reserve_after`.
+pub fn reserve_after_text(ms: Option<u64>) -> String {
+    ms.map_or_else(|| "never".to_string(), span)
+}
+
 fn bounded(ms: u64, text: &str) -> Result<u64, String> {
     if ms > MAX_DURATION_MS {
         return Err(format!("duration {text:?} is longer than the longest allowed, 7d"));

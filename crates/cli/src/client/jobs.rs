@@ -198,6 +198,9 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
         pre.push_str(&format!(", min runtime {}", span(s.min_runtime_ms)));
     }
     rows.push(("Preemption", pre));
+    if let Some(limit) = s.time_limit_ms {
+        rows.push(("Time limit", span(limit)));
+    }
     rows.push(("Command", shell_words(&s.command)));
     if !s.env.is_empty() {
         let mut env: Vec<String> = s.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -227,6 +230,10 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     }
     if !j.reason.is_empty() {
         rows.push(("Reason", j.reason.clone()));
+    }
+    if let Some(r) = &j.reservation {
+        let what = format!("{} (pool {}); waiting for {} running jobs", r.nodes.join(", "), r.pool, r.waiting_for);
+        rows.push(("Reservation", what));
     }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut text = String::new();

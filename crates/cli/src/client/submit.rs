@@ -71,6 +71,10 @@ pub struct SubmitArgs {
     /// After each start the job is not preempted for this long.
     #[arg(long, value_parser = parse_duration_ms, conflicts_with = "file")]
     pub min_runtime: Option<u64>,
+    /// Longest one attempt may run (e.g. 90s, 2h); then it is stopped and ends Failed with
+    /// the reason "time limit" [default: none].
+    #[arg(long, value_parser = parse_duration_ms, conflicts_with = "file")]
+    pub time_limit: Option<u64>,
     /// An environment variable for the job (KEY=VALUE); repeatable.
     #[arg(long = "env", conflicts_with = "file")]
     pub env: Vec<String>,
@@ -190,6 +194,7 @@ fn from_flags(a: &SubmitArgs) -> Result<JobSpec, ClientError> {
         preemption_mode,
         grace_ms: a.grace.unwrap_or(DEFAULT_GRACE_MS),
         min_runtime_ms: a.min_runtime.unwrap_or(0),
+        time_limit_ms: a.time_limit,
         command: a.command.clone(),
         env,
         checkpoint_signal: a.checkpoint_signal.clone(),

@@ -27,6 +27,7 @@ pub struct State {
     pub submits: Vec<v1::SubmitRequest>,
     pub put_queues: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
+    pub scheduler_sets: Vec<v1::SchedulerSettings>,
     /// The job references cancel, pause and resume were called with.
     pub acted_on: Vec<v1::JobRef>,
     pub jobs: Vec<v1::Job>,
@@ -218,6 +219,12 @@ impl Baton for Fake {
     async fn cluster_info(&self, _r: Request<v1::Empty>) -> Answer<v1::ClusterInfoReply> {
         let s = self.enter("ClusterInfo")?;
         Ok(Response::new(s.info.clone()))
+    }
+
+    async fn set_scheduler(&self, r: Request<v1::SchedulerSettings>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetScheduler")?;
+        s.scheduler_sets.push(r.into_inner());
+        Ok(Response::new(v1::Ack::default()))
     }
 }
 

@@ -51,8 +51,35 @@ impl State {
                 }
                 self.set_reason(job, reason);
             }
+            Decision::Reserve { job, pool, replicas, waits_for } => {
+                self.check_pool_reserve(job, &pool, &replicas)?;
+                self.reserve_pool(job, pool, replicas, waits_for, ev);
+            }
+            Decision::Unreserve { job, reason } => {
+                if self.pool_reservation_of(job).is_none() {
+                    return Err(format!("job {} holds no reservation", self.name_of(job)));
+                }
+                self.unreserve_pool(job, &reason, ev);
+                self.set_reason(job, reason);
+            }
+            Decision::TimeLimit { job, attempt } => {
+                self.check_time_limit(job, attempt)?;
+                self.stop_at_time_limit(job, ev);
+            }
         }
         Ok(())
+    }
+
+    fn check_time_limit(&self, id: JobId, attempt: u32) -> Result<(), String> {
+        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+        if job.state != JobState::Running || job.attempt != attempt {
+            return Err(format!("job {} is {} at attempt {}", job.spec.name, job.state.as_str(), job.attempt));
+        }
+        match job.time_limit_at() {
+            Some(at) if at <= self.d.now_ms => Ok(()),
+            Some(at) => Err(format!("job {} reaches its time limit only at {at} ms", job.spec.name)),
+            None => Err(format!("job {} has no time limit", job.spec.name)),
+        }
     }
 
     fn check_resume(&self, id: JobId, attempt: u32) -> Result<(), String> {
@@ -165,7 +192,7 @@ impl State {
 
     /// Replicas cover every task exactly once, on schedulable nodes of the task's pools, with
     /// the right GPU count and the job's topology; returns per-node shares.
-    fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, String> {
+    pub(crate) fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, String> {
         let job = &self.d.jobs[&id];
         let spec = &job.spec;
         let mut want: Vec<(u32, u32)> = spec
@@ -237,6 +264,8 @@ impl State {
         message: &str,
         ev: &mut Vec<Event>,
     ) {
+        // It now waits for its victims, not for a starving job's reservation.
+        self.drop_pool_reservation(id);
         let by = self.name_of(id);
         let mut deadline = self.d.now_ms;
         for v in victims {

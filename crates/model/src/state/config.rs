@@ -204,6 +204,7 @@ impl State {
         ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name.clone()), kind, message });
         if status == NodeStatus::Lost {
             self.lose_jobs_on(name, ev);
+            self.unreserve_pools_on(name, ev);
         }
         self.rebuild_ledger();
         Ok(())
@@ -223,6 +224,9 @@ impl State {
             (EventKind::NodeUncordoned, format!("node {name} is uncordoned"))
         };
         ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name.clone()), kind, message });
+        if cordoned {
+            self.unreserve_pools_on(name, ev);
+        }
         self.rebuild_ledger();
         Ok(())
     }

@@ -18,6 +18,9 @@ use crate::job::{JobId, JobState, PreemptionMode, StopWhy, Stopping};
 use crate::limits::MAX_EVENTS_PER_JOB;
 use crate::name::Name;
 
+/// The reason a job stopped at its time limit gives (decisions.md section 9's words).
+pub const TIME_LIMIT: &str = "time limit";
+
 pub(crate) fn clip(s: String) -> String {
     crate::event::clip_message(s)
 }
@@ -64,6 +67,7 @@ impl State {
         if reserved {
             self.ledger.unreserve(id, true);
         }
+        self.drop_pool_reservation(id);
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);
@@ -158,6 +162,7 @@ impl State {
 
     fn finish(&mut self, id: JobId, state: JobState, exit_code: Option<i32>) {
         self.release(id);
+        self.drop_pool_reservation(id);
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = state;
@@ -180,8 +185,10 @@ impl State {
     /// Back to the queue. `keep_checkpoint`: resume from the last checkpoint next time.
     fn requeue(&mut self, id: JobId, keep_checkpoint: bool, reason: String) {
         self.release(id);
+        let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = JobState::Pending;
+        job.pending_since_ms = now;
         if !keep_checkpoint {
             job.has_checkpoint = false;
         }
@@ -245,8 +252,30 @@ impl State {
                 self.job_event(id, EventKind::Paused, "paused".into(), ev);
             }
             StopWhy::Preempted { by, mode } => self.victim_stopped(id, by, mode, checkpointed, ev),
+            StopWhy::TimeLimit => {
+                self.mark_checkpoint(id, checkpointed);
+                self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
+                self.time_out(id, ev);
+            }
         }
         Ok(())
+    }
+
+    /// Running -> Preempting at its time limit: the agents stop it as they stop a victim
+    /// (the checkpoint signal, then grace), whatever its mode: a suspended job would keep
+    /// its resources, and this one is to end.
+    pub(crate) fn stop_at_time_limit(&mut self, id: JobId, ev: &mut Vec<Event>) {
+        self.begin_stop(id, StopWhy::TimeLimit);
+        self.set_reason(id, TIME_LIMIT.into());
+        let limit_s = self.d.jobs[&id].spec.time_limit_ms.unwrap_or(0) / 1000;
+        self.job_event(id, EventKind::TimeLimit, format!("{TIME_LIMIT} of {limit_s}s reached; stopping"), ev);
+    }
+
+    /// A job stopped at its time limit ends Failed, keeping any checkpoint it wrote.
+    fn time_out(&mut self, id: JobId, ev: &mut Vec<Event>) {
+        self.finish(id, JobState::Failed, None);
+        self.set_reason(id, TIME_LIMIT.into());
+        self.job_event(id, EventKind::TimedOut, format!("failed: {TIME_LIMIT}"), ev);
     }
 
     fn mark_checkpoint(&mut self, id: JobId, checkpointed: bool) {
@@ -343,6 +372,7 @@ impl State {
             JobState::Paused => Ok(()),
             JobState::Pending => {
                 self.drop_reservation(id);
+                self.drop_pool_reservation(id);
                 self.d.jobs.get_mut(&id).expect("job").state = JobState::Paused;
                 self.set_reason(id, "paused by a person; `baton resume` puts it back in the queue".into());
                 self.job_event(id, EventKind::Paused, "paused while pending".into(), ev);
@@ -362,7 +392,10 @@ impl State {
         if self.d.jobs[&id].state != JobState::Paused {
             return Err(self.wrong_state(id, "resuming"));
         }
-        self.d.jobs.get_mut(&id).expect("job").state = JobState::Pending;
+        let now = self.d.now_ms;
+        let job = self.d.jobs.get_mut(&id).expect("job");
+        job.state = JobState::Pending;
+        job.pending_since_ms = now;
         self.set_reason(id, "resumed by a person; waiting to be placed".into());
         self.job_event(id, EventKind::Unpaused, "resumed by a person".into(), ev);
         Ok(())
@@ -390,7 +423,10 @@ impl State {
                 Some(Stopping { why: StopWhy::Preempted { mode: PreemptionMode::Cancel, .. }, .. })
             );
             let paused = matches!(job.stopping, Some(Stopping { why: StopWhy::Paused, .. }));
-            if cancel {
+            let timed_out = matches!(job.stopping, Some(Stopping { why: StopWhy::TimeLimit, .. }));
+            if timed_out {
+                self.time_out(id, ev);
+            } else if cancel {
                 self.finish(id, JobState::Cancelled, None);
                 self.job_event(
                     id,

@@ -5,7 +5,7 @@
 //!
 //! Layout: `config` (classes, cohorts, queues, nodes), `submit` (validation of new jobs),
 //! `lifecycle` (every job transition, keeping the ledger in step), `apply_plan` (the plan
-//! checker), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank).
+//! checker), `reserve` (settings and starving jobs' reservations), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank).
 
 mod apply_plan;
 mod config;
@@ -13,6 +13,7 @@ mod integrity;
 mod lifecycle;
 mod rebuild;
 mod report;
+mod reserve;
 pub mod submit;
 
 pub use apply_plan::demand_of;
@@ -32,6 +33,7 @@ use crate::limits::{DEFAULT_RETAINED_FINISHED_JOBS, MAX_CLOCK_MS};
 use crate::name::Name;
 use crate::node::Node;
 use crate::queue::{Cohort, QueueSpec};
+use crate::scheduler::{PoolReservation, SchedulerSettings};
 
 /// How long after its victims' grace periods end a reservation is kept before the
 /// preemptor re-plans (covers an agent that reports late).
@@ -58,6 +60,9 @@ struct Data {
     jobs: BTreeMap<JobId, Job>,
     job_names: BTreeMap<Name, JobId>,
     reservations: BTreeMap<JobId, Reservation>,
+    /// Starving jobs' reservations (decisions.md section 9), at most one per pool.
+    pool_reservations: BTreeMap<Name, PoolReservation>,
+    scheduler: SchedulerSettings,
     request_ids: BTreeMap<String, JobId>,
     request_order: VecDeque<String>,
     finished_order: VecDeque<JobId>,
@@ -91,6 +96,8 @@ impl State {
             jobs: BTreeMap::new(),
             job_names: BTreeMap::new(),
             reservations: BTreeMap::new(),
+            pool_reservations: BTreeMap::new(),
+            scheduler: SchedulerSettings::default(),
             request_ids: BTreeMap::new(),
             request_order: VecDeque::new(),
             finished_order: VecDeque::new(),
@@ -164,6 +171,7 @@ impl State {
             Op::JobCheckpointed { job, attempt } => done(self.checkpointed(job, attempt)),
             Op::Report { node, observations } => self.report(&node, observations, ev),
             Op::ApplyPlan(plan) => Ok(self.apply_plan(plan, ev)),
+            Op::SetScheduler(settings) => done(self.set_scheduler(settings, ev)),
             Op::Tick => done(self.tick(ev)),
         }
     }
@@ -197,6 +205,17 @@ impl State {
     }
     pub fn reservations(&self) -> &BTreeMap<JobId, Reservation> {
         &self.d.reservations
+    }
+    /// Starving jobs' reservations by pool (decisions.md section 9).
+    pub fn pool_reservations(&self) -> &BTreeMap<Name, PoolReservation> {
+        &self.d.pool_reservations
+    }
+    /// The pool reservation a job holds, if any.
+    pub fn pool_reservation_of(&self, id: JobId) -> Option<&PoolReservation> {
+        self.d.pool_reservations.values().find(|r| r.job == id)
+    }
+    pub fn scheduler(&self) -> &SchedulerSettings {
+        &self.d.scheduler
     }
     /// Commands applied so far (a plan's `based_on`).
     pub fn applied(&self) -> u64 {

@@ -199,6 +199,7 @@ mod tests {
     use crate::plan::{Decision, Plan};
     use crate::queue::{PoolQuota, QueueSpec};
     use crate::resources::Resources;
+    use crate::scheduler::SchedulerSettings;
 
     fn apply(s: &mut State, op: Op) -> Outcome {
         s.apply(Command { now_ms: 1_000, op }).unwrap_or_else(|e| panic!("refused: {e}")).outcome
@@ -218,6 +219,11 @@ mod tests {
 
     /// A two-rank gang running with rank 0 on n1 and rank 1 on n2.
     fn gang() -> (State, JobId) {
+        gang_limited(None)
+    }
+
+    /// `gang()` with a time limit; it starts at 1 s.
+    fn gang_limited(time_limit_ms: Option<u64>) -> (State, JobId) {
         let mut s = State::default();
         apply(&mut s, Op::RegisterNodes(vec![node("n1"), node("n2")]));
         let mut q = QueueSpec::named("q");
@@ -239,6 +245,7 @@ mod tests {
             preemption_mode: PreemptionMode::Checkpoint,
             grace_ms: 5_000,
             min_runtime_ms: 0,
+            time_limit_ms,
             command: Vec::new(),
             env: BTreeMap::new(),
             checkpoint_signal: None,
@@ -267,6 +274,92 @@ mod tests {
 
     fn stopped(job: JobId, rank: u32) -> Observed {
         Observed::Stopped { job, attempt: 1, rank, checkpointed: true }
+    }
+
+    fn time_limit(s: &mut State, job: JobId, now_ms: u64) -> Outcome {
+        let plan = Plan { based_on: s.applied(), decisions: vec![Decision::TimeLimit { job, attempt: 1 }] };
+        s.apply(Command { now_ms, op: Op::ApplyPlan(plan) }).unwrap().outcome
+    }
+
+    #[test]
+    fn a_job_stopped_at_its_time_limit_ends_failed_and_keeps_its_checkpoint() {
+        let (mut s, job) = gang_limited(Some(100_000));
+        let Outcome::PlanApplied { rejected, .. } = time_limit(&mut s, job, 100_999) else { panic!() };
+        assert_eq!(rejected.len(), 1, "refused before the limit: {rejected:?}");
+        assert_eq!(s.job(job).unwrap().state, JobState::Running);
+        let Outcome::PlanApplied { rejected, .. } = time_limit(&mut s, job, 101_000) else { panic!() };
+        assert!(rejected.is_empty(), "{rejected:?}");
+        assert_eq!(s.job(job).unwrap().state, JobState::Preempting);
+        assert!(report(&mut s, "n1", vec![stopped(job, 0)]).is_empty());
+        assert!(report(&mut s, "n2", vec![stopped(job, 1)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!(j.state, JobState::Failed, "not requeued");
+        assert_eq!(j.reason, "time limit");
+        assert!(j.has_checkpoint, "the checkpoint written on the way is kept");
+        assert!(j.replicas.is_empty());
+    }
+
+    /// A pending 8-GPU job `name` beside the running gang.
+    fn pending(s: &mut State, name: &str) -> JobId {
+        let mut spec = s.job(1).unwrap().spec.clone();
+        spec.name = Name::lit(name);
+        spec.tasks[0].replicas = 1;
+        let Outcome::Submitted { job, .. } = apply(s, Op::Submit { spec, request_id: None }) else { panic!() };
+        job
+    }
+
+    fn reserve(s: &mut State, job: JobId, node: &str) -> Vec<(u32, String)> {
+        let replicas = vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit(node), gpus: (0..8).collect() }];
+        let d = Decision::Reserve { job, pool: Name::lit("default"), replicas, waits_for: vec![1] };
+        let Outcome::PlanApplied { rejected, .. } =
+            apply(s, Op::ApplyPlan(Plan { based_on: s.applied(), decisions: vec![d] }))
+        else {
+            panic!()
+        };
+        rejected
+    }
+
+    #[test]
+    fn one_reservation_per_pool_and_never_drops_them() {
+        let (mut s, _) = gang();
+        let (w, x) = (pending(&mut s, "w"), pending(&mut s, "x"));
+        assert!(reserve(&mut s, w, "n1").is_empty());
+        assert_eq!(s.pool_reservation_of(w).unwrap().pool.as_str(), "default");
+        let refused = reserve(&mut s, x, "n2");
+        assert!(refused[0].1.contains("already holds a reservation for w"), "{refused:?}");
+        apply(&mut s, Op::SetScheduler(SchedulerSettings { reserve_after_ms: None }));
+        assert!(s.pool_reservations().is_empty());
+        let refused = reserve(&mut s, x, "n2");
+        assert!(refused[0].1.contains("turned off"), "{refused:?}");
+    }
+
+    #[test]
+    fn a_reservation_ends_when_its_job_is_cancelled_or_paused() {
+        let (mut s, _) = gang();
+        let (w, x) = (pending(&mut s, "w"), pending(&mut s, "x"));
+        assert!(reserve(&mut s, w, "n1").is_empty());
+        apply(&mut s, Op::Cancel { job: w });
+        assert!(s.pool_reservations().is_empty());
+        assert!(reserve(&mut s, x, "n1").is_empty());
+        apply(&mut s, Op::Pause { job: x });
+        assert!(s.pool_reservations().is_empty());
+    }
+
+    #[test]
+    fn reserve_after_out_of_bounds_is_refused_by_name() {
+        let mut s = State::default();
+        let big = SchedulerSettings { reserve_after_ms: Some(crate::limits::MAX_RESERVE_AFTER_MS + 1) };
+        let e = s.apply(Command { now_ms: 0, op: Op::SetScheduler(big) }).unwrap_err().to_string();
+        assert!(e.contains("reserve_after"), "{e}");
+        assert_eq!(s.scheduler().reserve_after_ms, Some(300_000), "unchanged");
+    }
+
+    #[test]
+    fn a_job_without_a_time_limit_is_not_stopped_for_one() {
+        let (mut s, job) = gang();
+        let Outcome::PlanApplied { rejected, .. } = time_limit(&mut s, job, u64::MAX / 2) else { panic!() };
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(s.job(job).unwrap().state, JobState::Running);
     }
 
     #[test]
@@ -378,6 +471,7 @@ mod tests {
             command: Vec::new(),
             env: BTreeMap::new(),
             checkpoint_signal: None,
+            time_limit_ms: None,
         }
     }
 

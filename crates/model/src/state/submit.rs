@@ -12,7 +12,7 @@ use crate::job::{Job, JobSpec, JobState, PriorityRef, Topology};
 use crate::ledger::{Vector, ZERO, add, fits};
 use crate::limits::{
     MAX_DURATION_MS, MAX_GPUS_PER_NODE, MAX_JOBS, MAX_REMEMBERED_REQUEST_IDS, MAX_REPLICAS_PER_JOB, MAX_REQUEST_ID_LEN,
-    MAX_TASKS_PER_JOB,
+    MAX_TASKS_PER_JOB, MAX_TIME_LIMIT_MS,
 };
 use crate::quantity::Human;
 use crate::resources::validate_resource_name;
@@ -56,6 +56,7 @@ impl State {
             replicas: Vec::new(),
             lent_from: Vec::new(),
             started_ms: 0,
+            pending_since_ms: now,
             progress_mark_ms: 0,
             stopping: None,
             ended_ranks: BTreeMap::new(),
@@ -266,6 +267,11 @@ fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
         if ms > MAX_DURATION_MS {
             return Err(ApplyError::invalid(field, "may not exceed a week"));
         }
+    }
+    if let Some(t) = spec.time_limit_ms
+        && !(1..=MAX_TIME_LIMIT_MS).contains(&t)
+    {
+        return Err(ApplyError::invalid("time_limit", "must be above 0 and at most a year"));
     }
     validate_command(&spec.command)?;
     validate_env(&spec.env)?;

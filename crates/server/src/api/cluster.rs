@@ -1,8 +1,10 @@
 //! `cluster info`: who is in the cluster, who leads, and how full it is.
 
 use baton_model::State;
+use baton_model::command::Op;
 use baton_model::job::JobState;
-use baton_proto::v1::{ClusterInfoReply, Replica};
+use baton_proto::convert::{pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto};
+use baton_proto::v1::{Ack, ClusterInfoReply, Replica, SchedulerSettings};
 use tonic::{Response, Status};
 
 use super::{Api, usage};
@@ -11,12 +13,14 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
     let m = api.ctx.replica.metrics();
     let summary = |s: &State| {
         let count = |st: JobState| s.jobs().values().filter(|j| j.state == st).count() as u32;
-        (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running))
+        let reservations = s.pool_reservations().values().map(|r| pool_reservation_to_proto(r, s)).collect();
+        let scheduler = scheduler_to_proto(s.scheduler());
+        (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running), scheduler, reservations)
     };
     let failure = api.ctx.replica.failure_now();
     // A replica that cannot write cannot confirm a read index either; it answers from its
     // own (possibly stale) state so the operator learns what is wrong with it.
-    let (pools, queues, pending, running) = match &failure {
+    let (pools, queues, pending, running, scheduler, reservations) = match &failure {
         Some(_) => api.ctx.replica.read_local(summary),
         None => api.read(summary).await?,
     };
@@ -49,5 +53,13 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         queues,
         jobs_pending: pending,
         jobs_running: running,
+        scheduler: Some(scheduler),
+        reservations,
     }))
+}
+
+/// `cluster set`: the scheduler's settings change through the log, like any other state.
+pub async fn set_scheduler(api: &Api, s: SchedulerSettings) -> Result<Response<Ack>, Status> {
+    let settings = scheduler_from_proto(&s).map_err(crate::status::from_convert)?;
+    api.ack(Op::SetScheduler(settings)).await
 }

@@ -3,7 +3,7 @@
 use baton_model::State;
 use baton_model::command::{Op, Outcome};
 use baton_model::job::{Job, JobId, JobState};
-use baton_proto::convert::{job_spec_from_proto, job_to_proto};
+use baton_proto::convert::{job_spec_from_proto, job_to_proto, pool_reservation_to_proto};
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use prost::Message;
 use tonic::{Response, Status};
@@ -51,7 +51,9 @@ pub async fn resolve(api: &Api, r: &JobRef) -> Result<JobId, Status> {
 
 fn to_proto(s: &State, j: &Job, with_events: bool) -> v1::Job {
     let by = j.preempted_by.and_then(|id| s.job(id)).map(|p| &p.spec.name);
-    job_to_proto(j, with_events, by)
+    let mut out = job_to_proto(j, with_events, by);
+    out.reservation = s.pool_reservation_of(j.id).map(|r| pool_reservation_to_proto(r, s));
+    out
 }
 
 pub async fn get(api: &Api, r: JobRef) -> Result<Response<v1::Job>, Status> {

@@ -130,4 +130,7 @@ impl Baton for Api {
     async fn cluster_info(&self, _: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
         cluster::info(self).await
     }
+    async fn set_scheduler(&self, r: Request<SchedulerSettings>) -> Result<Response<Ack>, Status> {
+        cluster::set_scheduler(self, r.into_inner()).await
+    }
 }

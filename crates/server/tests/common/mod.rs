@@ -55,8 +55,12 @@ impl Cluster {
             let mut rc = ReplicaConfig::new(id, "test", addrs[i].clone(), dir.path().join(format!("r{id}")));
             rc.storage = Storage::Disk(dir.path().join(format!("r{id}")));
             rc.settings = RaftSettings::default();
-            let config =
-                ServerConfig { replica: rc, bootstrap: (id == 1).then(|| members.clone()), settings: settings.clone() };
+            let config = ServerConfig {
+                replica: rc,
+                bootstrap: (id == 1).then(|| members.clone()),
+                settings: settings.clone(),
+                scheduler: None,
+            };
             let (stop, rx) = oneshot::channel();
             let task = tokio::spawn(async move {
                 ::baton_server::run(config, listener, async {
