@@ -14,7 +14,7 @@
 //!   unplaced, replicas no longer reported). None of it is replicated: a new leader
 //!   rebuilds it.
 //! - `metrics`: what `GET /metrics` exposes (state gauges, applied-event counters, the
-//!   leader loop's activity, raft) and the small HTTP endpoint serving it.
+//!   leader loop's activity, raft), served by `baton_proto::scrape`.
 //! - `status`: errors as gRPC statuses, only at this edge.
 //! - `clock`, `settings`.
 
@@ -206,5 +206,5 @@ async fn serve_metrics(ctx: Arc<Ctx>, listener: TcpListener) {
         let raft = render.replica.metrics();
         render.replica.read_local(|s| render.metrics.render(s, &raft))
     });
-    metrics::http::serve(listener, render, closing).await;
+    baton_proto::scrape::serve(listener, render, closing).await;
 }

@@ -9,7 +9,6 @@
 //! - the leader loop's activity (`observe_cycle`): only the leader runs cycles.
 
 mod events;
-pub mod http;
 mod state;
 
 use std::sync::atomic::AtomicU64;

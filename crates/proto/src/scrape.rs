@@ -1,6 +1,6 @@
-//! A minimal HTTP/1.1 endpoint for scrapes: `GET /metrics` and nothing else. A scrape is a
-//! single short request, so this reads one bounded request head and closes the connection;
-//! a full HTTP stack would add nothing here.
+//! The scrape endpoint replicas and agents serve: a minimal HTTP/1.1 `GET /metrics` and
+//! nothing else (docs/metrics.md). A scrape is a single short request, so this reads one
+//! bounded request head and closes the connection; a full HTTP stack would add nothing here.
 
 use std::sync::Arc;
 use std::time::Duration;
