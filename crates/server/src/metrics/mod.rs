@@ -35,6 +35,9 @@ type GaugeF = Gauge<f64, AtomicU64>;
 /// A replica's metrics.
 pub struct Metrics {
     registry: Registry,
+    /// Held from refresh to encode: the state families are cleared and refilled at each
+    /// scrape, and a concurrent scrape must not encode one half-refilled.
+    rendering: std::sync::Mutex<()>,
     // State.
     queue_gpus_nominal: Family<Labels, Gauge>,
     queue_gpus_used: Family<Labels, Gauge>,
@@ -82,6 +85,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut m = Metrics {
             registry: Registry::default(),
+            rendering: std::sync::Mutex::new(()),
             queue_gpus_nominal: Family::default(),
             queue_gpus_used: Family::default(),
             queue_gpus_borrowed: Family::default(),
@@ -241,6 +245,8 @@ impl Metrics {
 
     /// The text a scrape returns, with the state gauges recomputed from `state`.
     pub fn render(&self, state: &baton_model::State, raft: &baton_raft::ReplicaMetrics) -> String {
+        // A scrape that panicked mid-render left nothing inconsistent that refresh does not redo.
+        let _one_at_a_time = self.rendering.lock().unwrap_or_else(|p| p.into_inner());
         self.refresh_state(state);
         self.refresh_raft(raft);
         let mut out = String::new();

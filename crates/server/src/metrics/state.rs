@@ -20,6 +20,13 @@ pub(super) struct QueuePool {
 
 type Key = (String, String);
 
+#[derive(Debug, Default, Clone, Copy)]
+struct JobCounts {
+    pending: u64,
+    pending_gpus: u64,
+    running: u64,
+}
+
 impl Metrics {
     pub(super) fn refresh_state(&self, state: &State) {
         self.state_applied_index.set(to_i64(state.applied()));
@@ -43,24 +50,26 @@ impl Metrics {
         for f in [&self.queue_pending_jobs, &self.queue_pending_gpus, &self.queue_running_jobs] {
             f.clear();
         }
+        // One pass over the jobs (up to MAX_JOBS), not one per queue.
+        let mut counts: BTreeMap<&str, JobCounts> = BTreeMap::new();
+        for j in state.jobs().values() {
+            let c = counts.entry(j.spec.queue.as_str()).or_default();
+            match j.state {
+                JobState::Pending => {
+                    c.pending += 1;
+                    c.pending_gpus += gpus_asked(j);
+                }
+                JobState::Running | JobState::Preempting => c.running += 1,
+                _ => {}
+            }
+        }
         // Queues are bounded by MAX_QUEUES; one series each.
         for q in state.queues().keys() {
+            let c = counts.get(q.as_str()).copied().unwrap_or_default();
             let l: Labels = vec![("queue", q.to_string())];
-            let jobs = state.jobs().values().filter(|j| j.spec.queue == *q);
-            let (mut pending, mut pending_gpus, mut running) = (0u64, 0u64, 0u64);
-            for j in jobs {
-                match j.state {
-                    JobState::Pending => {
-                        pending += 1;
-                        pending_gpus += gpus_asked(j);
-                    }
-                    JobState::Running | JobState::Preempting => running += 1,
-                    _ => {}
-                }
-            }
-            self.queue_pending_jobs.get_or_create(&l).set(to_i64(pending));
-            self.queue_pending_gpus.get_or_create(&l).set(to_i64(pending_gpus));
-            self.queue_running_jobs.get_or_create(&l).set(to_i64(running));
+            self.queue_pending_jobs.get_or_create(&l).set(to_i64(c.pending));
+            self.queue_pending_gpus.get_or_create(&l).set(to_i64(c.pending_gpus));
+            self.queue_running_jobs.get_or_create(&l).set(to_i64(c.running));
         }
     }
 

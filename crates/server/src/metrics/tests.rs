@@ -65,3 +65,110 @@ fn raft_gauges_show_term_leader_and_apply_lag() {
         assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
     }
 }
+
+mod state_gauges {
+    use std::collections::BTreeMap;
+
+    use baton_model::command::{Command, Op};
+    use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+    use baton_model::node::NodeSpec;
+    use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
+    use baton_model::resources::Resources;
+    use baton_model::{Name, State};
+
+    use super::super::state::{QueuePool, queue_pools};
+    use super::*;
+
+    fn apply(s: &mut State, op: Op) {
+        s.apply(Command { now_ms: 1_000, op }).unwrap();
+    }
+
+    fn gpu_queue(name: &str, cohort: Option<&str>, gpus: u64) -> QueueSpec {
+        let mut q = QueueSpec::named(name);
+        q.cohort = cohort.map(Name::lit);
+        let quota = PoolQuota { nominal: Resources::of(&[("gpu", gpus)]), ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        q
+    }
+
+    fn job(name: &str, queue: &str, gpus: u64) -> JobSpec {
+        JobSpec {
+            name: Name::lit(name),
+            queue: Name::lit(queue),
+            priority: PriorityRef::Value(1),
+            tasks: vec![TaskSpec {
+                name: Name::lit("main"),
+                replicas: 1,
+                resources: Resources::of(&[("gpu", gpus)]),
+                pools: None,
+            }],
+            pools: None,
+            topology: None,
+            preemption_mode: PreemptionMode::Checkpoint,
+            grace_ms: 1_000,
+            min_runtime_ms: 0,
+            command: vec!["train".into()],
+            env: BTreeMap::new(),
+            checkpoint_signal: None,
+        }
+    }
+
+    /// One 8-GPU node; `lender` owns all 8 in cohort `c`, `borrower` owns none and runs an
+    /// 8-GPU job on them, so every GPU it uses is lent by `lender`.
+    fn borrowing() -> State {
+        let mut s = State::default();
+        let node = NodeSpec {
+            name: Name::lit("n1"),
+            pool: Name::lit("default"),
+            rack: None,
+            labels: BTreeMap::new(),
+            resources: Resources::of(&[("gpu", 8)]),
+            gpus: Vec::new(),
+            agent_addr: String::new(),
+        };
+        apply(&mut s, Op::RegisterNodes(vec![node]));
+        apply(&mut s, Op::PutCohort(Cohort { name: Name::lit("c"), parent: None, fair_sharing: false }));
+        apply(&mut s, Op::PutQueue(gpu_queue("lender", Some("c"), 8)));
+        apply(&mut s, Op::PutQueue(gpu_queue("borrower", Some("c"), 0)));
+        apply(&mut s, Op::Submit { spec: job("j", "borrower", 8), request_id: None });
+        apply(&mut s, Op::Submit { spec: job("waits", "borrower", 2), request_id: None });
+        let plan = baton_sched::cycle(&s, 1_000);
+        apply(&mut s, Op::ApplyPlan(plan));
+        s
+    }
+
+    #[test]
+    fn a_borrower_and_its_lender_show_the_same_gpus() {
+        let s = borrowing();
+        let t = queue_pools(&s);
+        let key = |q: &str| (q.to_string(), "default".to_string());
+        assert_eq!(t[&key("borrower")], QueuePool { nominal: 0, used: 8, borrowed: 8, lent: 0 });
+        assert_eq!(t[&key("lender")], QueuePool { nominal: 8, used: 0, borrowed: 0, lent: 8 });
+
+        let text = Metrics::new().render(&s, &raft_metrics());
+        for want in [
+            "baton_queue_gpus_lent{queue=\"lender\",pool=\"default\"} 8",
+            "baton_queue_pending_jobs{queue=\"borrower\"} 1",
+            "baton_queue_pending_gpus{queue=\"borrower\"} 2",
+            "baton_queue_running_jobs{queue=\"borrower\"} 1",
+            "baton_pool_gpus_capacity{pool=\"default\"} 8",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn queue_and_pool_series_stop_at_the_bound_and_say_how_many_were_left_out() {
+        let mut s = State::default();
+        for i in 0..=MAX_QUEUE_POOL_SERIES {
+            apply(&mut s, Op::PutQueue(gpu_queue(&format!("q{i:05}"), None, 1)));
+        }
+        let text = Metrics::new().render(&s, &raft_metrics());
+        let series = text.lines().filter(|l| l.starts_with("baton_queue_gpus_nominal{")).count();
+        assert_eq!(series, MAX_QUEUE_POOL_SERIES);
+        assert!(text.lines().any(|l| l == "baton_metrics_series_dropped 1"));
+        // Name order: the last queue is the one left out.
+        let last = format!("queue=\"q{MAX_QUEUE_POOL_SERIES:05}\"");
+        assert!(!text.lines().any(|l| l.starts_with("baton_queue_gpus_nominal{") && l.contains(&last)));
+    }
+}
