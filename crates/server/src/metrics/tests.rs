@@ -171,4 +171,28 @@ mod state_gauges {
         let last = format!("queue=\"q{MAX_QUEUE_POOL_SERIES:05}\"");
         assert!(!text.lines().any(|l| l.starts_with("baton_queue_gpus_nominal{") && l.contains(&last)));
     }
+
+    #[test]
+    fn a_preemption_is_counted_by_reason_and_mode_with_the_work_at_risk() {
+        use baton_model::event::{Event, EventKind};
+        let s = borrowing();
+        let j = s.job_by_name("j").unwrap();
+        let at_ms = j.progress_mark_ms + 1_500;
+        let event = |kind| Event { at_ms, job: Some(Name::lit("j")), node: None, kind, message: String::new() };
+        let m = Metrics::new();
+        // "waits" is in the same queue as "j": a priority preemption.
+        m.count(&s, &event(EventKind::Preempted { by: Name::lit("waits") }));
+        m.count(&s, &event(EventKind::Suspended { by: Name::lit("waits") }));
+        m.count(&s, &event(EventKind::Preempted { by: Name::lit("gone") }));
+        let text = m.render(&s, &raft_metrics());
+        for want in [
+            "baton_preemptions_total{reason=\"priority\",mode=\"checkpoint\"} 1",
+            "baton_preemptions_total{reason=\"priority\",mode=\"suspend\"} 1",
+            "baton_preemptions_total{reason=\"unknown\",mode=\"checkpoint\"} 1",
+            // 8 GPUs, 1.5 s since its start, three times.
+            "baton_preemption_uncheckpointed_gpu_seconds_total 36.0",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
 }
