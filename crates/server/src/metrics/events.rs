@@ -37,9 +37,11 @@ pub async fn count_events(metrics: Arc<Metrics>, replica: Replica, mut closing: 
 
 impl Metrics {
     /// Counts one applied event. `state` is this replica's state when the event is counted,
-    /// which may be a little past the entry that produced it; only facts that do not change
-    /// (a job's queue, its submit time) and the victim's progress mark, which changes only
-    /// when it runs again, are read from it.
+    /// which may be a little past the entry that produced it. Facts that do not change (a
+    /// job's queue, its submit time) are exact; the victim's progress mark moves only if
+    /// it reports a checkpoint or starts again in between, in which case the GPU-seconds
+    /// at risk read low. A job already dropped from the retained finished jobs is
+    /// not counted in admissions or wait time, and counts as reason `unknown` when preempted.
     pub(super) fn count(&self, state: &State, e: &Event) {
         let job = e.job.as_ref().and_then(|n| state.job_by_name(n.as_str()));
         match &e.kind {
