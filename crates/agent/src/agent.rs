@@ -15,6 +15,7 @@ use crate::journal::Journal;
 use crate::leader::Follower;
 use crate::limits::DIRECTIVE_BUFFER;
 use crate::logs_server::LogsService;
+use crate::metrics::{AgentMetrics, View};
 use crate::node::node_info;
 use crate::reporter::Reporter;
 use crate::supervisor::{Settings, Supervisor};
@@ -22,6 +23,9 @@ use crate::supervisor::{Settings, Supervisor};
 /// A running agent. Dropping it without `shutdown` leaves its tasks to the runtime.
 pub struct Agent {
     logs_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    /// Held so that the metrics endpoint runs until the agent shuts down.
+    _metrics_open: watch::Sender<bool>,
     advertised: String,
     inventory: Inventory,
     logs_stop: Option<oneshot::Sender<()>>,
@@ -36,6 +40,11 @@ impl Agent {
     /// Where AgentLogs is served.
     pub fn logs_addr(&self) -> SocketAddr {
         self.logs_addr
+    }
+
+    /// Where `GET /metrics` is served, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The address the leader was given for this agent's logs (NodeInfo.agent_addr).
@@ -120,13 +129,23 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     // A lease a previous run held in this boot still binds what it left running.
     let lease_file = crate::lease_file::path(&config.data_dir);
     let (lease_tx, lease_rx) = watch::channel(crate::lease_file::load(&lease_file));
+    let metrics = Arc::new(AgentMetrics::new());
+    let metrics_listener = match &config.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| AgentError::Listen { addr: addr.clone(), source })?,
+        ),
+        None => None,
+    };
     let settings = Settings {
         node: config.name.clone(),
         data_dir: config.data_dir.clone(),
         checkpoint_root,
         kill_grace_ms: config.kill_grace_ms,
         log_cap_bytes: config.log_cap_bytes,
-        lease: lease_rx,
+        lease: lease_rx.clone(),
+        metrics: metrics.clone(),
     };
     let (supervisor, shared) = Supervisor::new(journal.clone(), settings)?;
 
@@ -167,17 +186,31 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
         node: config.name.clone(),
         heartbeat_ms: config.heartbeat_ms,
         journal,
-        running: shared.running,
+        running: shared.running.clone(),
         observed: shared.observed,
         attached: attached_rx,
         reattach,
         lease: lease_tx,
         lease_file,
+        metrics: metrics.clone(),
     };
-    let tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];
+    let view = View { running: shared.running.clone(), lease: lease_rx, nvml: None };
+    let mut tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];
+    let (metrics_open, metrics_closing) = watch::channel(false);
+    let metrics_addr = match metrics_listener {
+        Some(l) => {
+            let addr = l.local_addr().map_err(|source| AgentError::Listen { addr: config.listen.clone(), source })?;
+            let view = View { nvml: gpu_metrics_source(&inventory), ..view };
+            tasks.push(tokio::spawn(crate::metrics::serve(l, metrics, view, metrics_closing)));
+            Some(addr)
+        }
+        None => None,
+    };
     tracing::info!(node = config.name, agent_addr = %advertised, "agent started");
     Ok(Agent {
         logs_addr,
+        metrics_addr,
+        _metrics_open: metrics_open,
         advertised,
         inventory,
         logs_stop: Some(logs_stop),
@@ -188,10 +221,23 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     })
 }
 
+/// NVML for the GPU metrics, only when the inventory itself came from NVML (development
+/// GPUs have nothing to measure).
+fn gpu_metrics_source(inventory: &Inventory) -> Option<nvml_wrapper::Nvml> {
+    if inventory.source != inventory::Source::Nvml {
+        tracing::info!("no GPU metrics on /metrics: this node's GPUs are development GPUs, not NVML's");
+        return None;
+    }
+    crate::metrics::open_nvml()
+}
+
 /// Runs an agent until `shutdown` completes (or the supervisor fails).
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     let mut agent = start(config).await?;
     eprintln!("agent_addr={}", agent.agent_addr());
+    if let Some(addr) = agent.metrics_addr() {
+        eprintln!("metrics_url=http://{addr}/metrics");
+    }
     tokio::select! {
         _ = shutdown => agent.shutdown().await,
         why = agent.failure() => {

@@ -31,6 +31,8 @@ pub struct AgentConfig {
     pub listen: String,
     /// Address advertised to the leader for logs; `None`: the bound address.
     pub advertise: Option<String>,
+    /// Where to serve `GET /metrics` ("127.0.0.1:0" picks a port); `None`: not served.
+    pub metrics_listen: Option<String>,
     pub heartbeat_ms: u64,
     /// Grace for replicas no longer wanted here: SIGTERM, then SIGKILL after this long.
     pub kill_grace_ms: u64,
@@ -53,6 +55,7 @@ impl AgentConfig {
             checkpoint_root: None,
             listen: "127.0.0.1:0".to_string(),
             advertise: None,
+            metrics_listen: None,
             heartbeat_ms: 500,
             kill_grace_ms: DEFAULT_KILL_GRACE_MS,
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,

@@ -20,6 +20,7 @@
 //! - `journal`: the durable state (sled).
 //! - `logfiles`, `logs_server`, `logs_client`: replica logs, their retention, the AgentLogs
 //!   service and the `fetch_logs` helper.
+//! - `metrics`: what `GET /metrics` exposes (`--metrics-listen`).
 //! - `workload`: the test workload behind `baton workload`.
 
 pub mod agent;
@@ -38,6 +39,7 @@ pub mod limits;
 pub mod logfiles;
 pub mod logs_client;
 pub mod logs_server;
+pub mod metrics;
 pub mod node;
 pub mod procfs;
 pub mod reporter;

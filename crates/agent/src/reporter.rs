@@ -28,6 +28,7 @@ pub struct Reporter {
     pub lease: watch::Sender<Lease>,
     /// Where the replicas' watchdogs read the lease.
     pub lease_file: PathBuf,
+    pub metrics: Arc<crate::metrics::AgentMetrics>,
 }
 
 impl Reporter {
@@ -103,10 +104,12 @@ impl Reporter {
         let reply = match tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), client.report(req)).await {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(status)) => {
+                self.metrics.report(false);
                 tracing::debug!(addr, "report refused: {status}");
                 return None;
             }
             Err(_) => {
+                self.metrics.report(false);
                 tracing::debug!(addr, "report timed out");
                 return None;
             }
@@ -116,6 +119,7 @@ impl Reporter {
             Err(why) => {
                 // Not the leader this agent follows (deposed, or another one of its term):
                 // keep the observations, take no lease, and look for the real leader.
+                self.metrics.report(false);
                 tracing::warn!(addr, "report answered by a replica that is not the leader: {why}; reattaching");
                 self.reattach.notify_one();
                 return Some(false);
@@ -126,6 +130,7 @@ impl Reporter {
             tracing::error!("{e}");
             return Some(false);
         }
+        self.metrics.report(true);
         self.renew(sent_at_ms, reply.lease_ms);
         Some(self.journal.pending_len() > 0 && !seqs.is_empty())
     }

@@ -79,6 +79,7 @@ pub struct Supervisor {
     /// The (lease_ms, heartbeat_timeout_ms) last checked against the timing argument, so a
     /// misfit is logged once, not on every directive.
     fit_checked: Option<(u64, u64)>,
+    metrics: Arc<crate::metrics::AgentMetrics>,
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -96,6 +97,7 @@ pub struct Settings {
     pub kill_grace_ms: u64,
     pub log_cap_bytes: u64,
     pub lease: watch::Receiver<Lease>,
+    pub metrics: Arc<crate::metrics::AgentMetrics>,
 }
 
 impl Supervisor {
@@ -126,6 +128,7 @@ impl Supervisor {
             fenced: false,
             last_directive: None,
             fit_checked: None,
+            metrics: settings.metrics,
         };
         for mut rec in sup.journal.replicas()? {
             let key = rec.key;
@@ -567,6 +570,8 @@ impl Supervisor {
                 });
                 let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
                 let checkpointed = written_after(stop.signal_unix_ms, stop.newest_before_unix_ms, after);
+                let took_ms = now_unix_ms().saturating_sub(stop.signal_unix_ms);
+                self.metrics.stopped(stop.lease_expired, took_ms as f64 / 1000.0);
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
                 let cause = if stop.lease_expired { StopCause::LeaseExpired } else { StopCause::Directed };
                 Some(stopped(key, checkpointed, cause))
@@ -599,6 +604,7 @@ impl Supervisor {
         let expired = self.lease_expired();
         if expired && !self.fenced {
             self.fenced = true;
+            self.metrics.lease_expired();
             self.deferred.clear();
             let running: Vec<(ReplicaKey, i32)> = self
                 .replicas

@@ -43,6 +43,10 @@ pub struct AgentArgs {
     listen: String,
     #[arg(long, default_value_t = 500)]
     heartbeat_ms: u64,
+    /// Serve Prometheus metrics on `GET /metrics` at this address (HOST:PORT; off unless
+    /// given); the URL is printed as metrics_url=. docs/metrics.md lists them.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
     /// Print this node's GPU inventory as JSON and exit.
     #[arg(long, hide = true)]
     inventory_only: bool,
@@ -91,6 +95,7 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.checkpoint_root = args.checkpoint_root;
     c.listen = args.listen;
     c.heartbeat_ms = args.heartbeat_ms;
+    c.metrics_listen = args.metrics_listen;
     c.validate()?;
     Ok(c)
 }

@@ -50,6 +50,10 @@ pub struct ServerArgs {
     /// (e.g. 5m), or `never`. Later, `baton cluster set --reserve-after` changes it.
     #[arg(long, value_parser = parse_reserve_after)]
     pub reserve_after: Option<ReserveAfter>,
+    /// Serve Prometheus metrics on `GET /metrics` at this address (HOST:PORT; off unless
+    /// given). docs/metrics.md lists them.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// Raft election timeout, lower bound (the upper bound is twice it).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
@@ -114,8 +118,18 @@ pub fn run(args: ServerArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        tracing::info!(id = args.id, listen = %args.listen, "baton server starting");
-        match baton_server::run(config, listener, crate::logging::shutdown_signal()).await {
+        let metrics = match &args.metrics_listen {
+            None => None,
+            Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    eprintln!("error: cannot listen on {addr} (--metrics-listen): {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+        };
+        tracing::info!(id = args.id, listen = %args.listen, metrics = ?args.metrics_listen, "baton server starting");
+        match baton_server::run_with_metrics(config, listener, metrics, crate::logging::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -1,6 +1,7 @@
 //! baton's gRPC contracts, generated from the top-level `proto/` directory (package
 //! `baton.v1`): the client API (`baton.proto`, service `Baton`), the agent protocol
-//! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`).
+//! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`); and
+//! `scrape`, the plain-HTTP `GET /metrics` endpoint both replicas and agents serve.
 
 /// Largest gRPC message any baton client or server (API, agent gateway, agent logs) sends
 /// or accepts. Clients and servers set both directions from this one constant so that
@@ -9,6 +10,7 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 pub mod convert;
 pub mod make;
+pub mod scrape;
 
 /// Package `baton.v1`.
 pub mod v1 {

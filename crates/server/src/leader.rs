@@ -137,8 +137,11 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
 async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
     let now = now_ms();
     let (r, wanted) = ctx.replica.read_local(|s| {
+        let began = std::time::Instant::now();
+        let plan = baton_sched::cycle(s, now);
+        ctx.metrics.observe_cycle(began.elapsed().as_secs_f64(), considered(s), &plan.decisions);
         let r = Round {
-            plan: baton_sched::cycle(s, now),
+            plan,
             nodes: s.nodes().keys().cloned().collect(),
             ready: s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect(),
             tick_due: s.reservations().values().any(|res| res.deadline_ms < now),
@@ -149,7 +152,11 @@ async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
     let mut refused = None;
     if !r.plan.decisions.is_empty() {
         let n = r.plan.decisions.len();
-        match write(ctx, Op::ApplyPlan(r.plan)).await {
+        let outcome = write(ctx, Op::ApplyPlan(r.plan)).await;
+        if let Some(Outcome::PlanApplied { accepted, .. }) = &outcome {
+            ctx.metrics.observe_plan(*accepted as u64);
+        }
+        match outcome {
             Some(Outcome::PlanApplied { accepted: 0, rejected }) => {
                 tracing::debug!(decisions = n, ?rejected, "plan refused whole");
                 refused = Some(ctx.replica.read_local(|s| s.applied()));
@@ -170,6 +177,12 @@ async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
         write(ctx, Op::Tick).await;
     }
     refused
+}
+
+/// Jobs a cycle looks at: those waiting and those stopping for a preemptor.
+fn considered(s: &baton_model::State) -> usize {
+    use baton_model::job::JobState;
+    s.jobs().values().filter(|j| matches!(j.state, JobState::Pending | JobState::Preempting)).count()
 }
 
 async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {

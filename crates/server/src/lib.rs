@@ -13,6 +13,8 @@
 //!   streams, heartbeats, when a quorum last confirmed this leader, replicas running
 //!   unplaced, replicas no longer reported). None of it is replicated: a new leader
 //!   rebuilds it.
+//! - `metrics`: what `GET /metrics` exposes (state gauges, applied-event counters, the
+//!   leader loop's activity, raft), served by `baton_proto::scrape`.
 //! - `status`: errors as gRPC statuses, only at this edge.
 //! - `clock`, `settings`.
 
@@ -23,6 +25,7 @@ mod gateway;
 mod hub;
 mod leader;
 mod liveness;
+pub mod metrics;
 mod quorum;
 pub mod settings;
 pub mod status;
@@ -107,6 +110,7 @@ pub(crate) struct Ctx {
     pub(crate) quorum: quorum::Quorum,
     pub(crate) strays: strays::Strays,
     pub(crate) vanished: vanished::Vanished,
+    pub(crate) metrics: Arc<metrics::Metrics>,
     /// One permit per open watch stream (`max_watch_streams`).
     pub(crate) watch_slots: Arc<tokio::sync::Semaphore>,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
@@ -135,6 +139,16 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    run_with_metrics(config, listener, None, shutdown).await
+}
+
+/// As [`run`], and serves `GET /metrics` on `metrics` when given.
+pub async fn run_with_metrics(
+    config: ServerConfig,
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     config.settings.validate().map_err(ServerError::Settings)?;
     let replica = Replica::open(config.replica).await?;
     let watch_streams = config.settings.max_watch_streams;
@@ -146,10 +160,13 @@ pub async fn run(
         quorum: quorum::Quorum::default(),
         strays: strays::Strays::default(),
         vanished: vanished::Vanished::default(),
+        metrics: Arc::new(metrics::Metrics::new()),
         watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
         closing: tokio::sync::watch::channel(false).0,
     });
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));
+    let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
+    let scrapes = metrics.map(|l| tokio::spawn(serve_metrics(ctx.clone(), l)));
     if let Some(members) = config.bootstrap {
         let outcome = replica.bootstrap(members).await?;
         tracing::info!(?outcome, "bootstrap");
@@ -197,10 +214,24 @@ pub async fn run(
     };
     ctx.closing.send_replace(true);
     let _ = leader.await;
+    let _ = counting.await;
+    if let Some(s) = scrapes {
+        let _ = s.await;
+    }
     replica.shutdown().await;
     served?;
     match failure {
         Some(reason) => Err(ServerError::ReplicaFailed(reason)),
         None => Ok(()),
     }
+}
+
+async fn serve_metrics(ctx: Arc<Ctx>, listener: TcpListener) {
+    let closing = ctx.closing.subscribe();
+    let render = ctx.clone();
+    let render = Arc::new(move || {
+        let raft = render.replica.metrics();
+        render.replica.read_local(|s| render.metrics.render(s, &raft))
+    });
+    baton_proto::scrape::serve(listener, render, closing).await;
 }

@@ -22,7 +22,8 @@ pub struct DevArgs {
     /// resumed from it) and print its timeline, then stop.
     #[arg(long)]
     pub demo: bool,
-    /// First port; replicas listen on it and the next two.
+    /// First port; replicas listen on it and the next two. `/metrics` is served from
+    /// this port + 100 on: the replicas', then the agents'.
     #[arg(long, default_value_t = 7070)]
     pub port: u16,
     /// Development GPUs per agent.
@@ -37,6 +38,8 @@ pub struct DevArgs {
 pub const REPLICAS: u16 = 3;
 /// Agents (nodes) in a dev cluster.
 pub const AGENTS: u16 = 2;
+/// The first `/metrics` port is `--port` plus this.
+pub const METRICS_PORT_OFFSET: u16 = 100;
 
 pub fn run(args: DevArgs) -> ExitCode {
     let tmp;
@@ -74,6 +77,9 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
     let servers = children.servers().join(",");
     println!("baton dev: {REPLICAS} replicas and {AGENTS} agents with development GPUs are up.");
     println!("  data and logs: {}", dir.display());
+    for (name, url) in children.metrics_urls() {
+        println!("  metrics of {name}: {url}");
+    }
     println!();
     println!("In another shell:");
     println!("  export BATON_SERVER={servers}");

@@ -8,7 +8,7 @@ use baton_proto::v1::Empty;
 use baton_proto::v1::baton_client::BatonClient;
 use tokio::process::{Child, Command};
 
-use super::{AGENTS, REPLICAS};
+use super::{AGENTS, METRICS_PORT_OFFSET, REPLICAS};
 
 /// How long the cluster may take to elect a leader and register its agents.
 const START_TIMEOUT_MS: u64 = 30_000;
@@ -21,6 +21,8 @@ struct Proc {
 pub struct Children {
     procs: Vec<Proc>,
     servers: Vec<String>,
+    /// (who, `http://HOST:PORT/metrics`) of every replica and agent.
+    metrics: Vec<(String, String)>,
 }
 
 fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, String> {
@@ -44,6 +46,12 @@ impl Children {
         std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
         let servers: Vec<String> = (0..REPLICAS).map(|i| format!("127.0.0.1:{}", port + i)).collect();
         let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        // Every metrics port, the last agent's included, must fit in a u16.
+        let metrics_base =
+            port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
+                || format!("--port {port}: the metrics ports (from port + {METRICS_PORT_OFFSET}) would pass 65535"),
+            )?;
+        let mut metrics = Vec::new();
         let mut procs = Vec::new();
         for (i, addr) in servers.iter().enumerate() {
             let id = (i + 1).to_string();
@@ -60,10 +68,13 @@ impl Children {
                 members.join(","),
                 "--cycle-interval-ms".into(),
                 "200".into(),
+                "--metrics-listen".into(),
+                metrics_addr(metrics_base + i as u16),
             ];
+            metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
             procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
         }
-        let mut children = Children { procs, servers };
+        let mut children = Children { procs, servers, metrics };
         children.wait_for_leader().await?;
         for i in 1..=AGENTS {
             let name = format!("node-{i}");
@@ -79,7 +90,10 @@ impl Children {
                 dir.join(&name).display().to_string(),
                 "--checkpoint-root".into(),
                 dir.join("checkpoints").display().to_string(),
+                "--metrics-listen".into(),
+                metrics_addr(metrics_base + REPLICAS + i - 1),
             ];
+            children.metrics.push((format!("agent {name}"), metrics_url(metrics_base + REPLICAS + i - 1)));
             children.procs.push(spawn(&exe, &format!("agent {name}"), &args, logs.join(format!("{name}.log")))?);
         }
         children.wait_for_nodes(AGENTS as usize).await?;
@@ -88,6 +102,10 @@ impl Children {
 
     pub fn servers(&self) -> Vec<String> {
         self.servers.clone()
+    }
+
+    pub fn metrics_urls(&self) -> &[(String, String)] {
+        &self.metrics
     }
 
     async fn wait_for_leader(&mut self) -> Result<(), String> {
@@ -169,6 +187,14 @@ impl Children {
             }
         }
     }
+}
+
+fn metrics_addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+fn metrics_url(port: u16) -> String {
+    format!("http://{}/metrics", metrics_addr(port))
 }
 
 /// Running, and not a zombie waiting to be reaped.

@@ -17,6 +17,8 @@ use tonic::transport::Channel;
 
 pub struct Replica {
     pub addr: String,
+    /// Where its `/metrics` is served (`host:port`).
+    pub metrics: String,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -51,6 +53,8 @@ impl Cluster {
         let members: BTreeMap<u64, String> = addrs.iter().enumerate().map(|(i, a)| (i as u64 + 1, a.clone())).collect();
         let mut replicas = Vec::new();
         for (i, listener) in listeners.into_iter().enumerate() {
+            let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let metrics_addr = metrics.local_addr().unwrap().to_string();
             let id = i as u64 + 1;
             let mut rc = ReplicaConfig::new(id, "test", addrs[i].clone(), dir.path().join(format!("r{id}")));
             rc.storage = Storage::Disk(dir.path().join(format!("r{id}")));
@@ -63,13 +67,18 @@ impl Cluster {
             };
             let (stop, rx) = oneshot::channel();
             let task = tokio::spawn(async move {
-                ::baton_server::run(config, listener, async {
+                ::baton_server::run_with_metrics(config, listener, Some(metrics), async {
                     let _ = rx.await;
                 })
                 .await
                 .unwrap();
             });
-            replicas.push(Replica { addr: addrs[i].clone(), stop: Some(stop), task: Some(task) });
+            replicas.push(Replica {
+                addr: addrs[i].clone(),
+                metrics: metrics_addr,
+                stop: Some(stop),
+                task: Some(task),
+            });
         }
         let c = Cluster { replicas, dir };
         c.leader().await;
@@ -245,4 +254,27 @@ async fn heartbeats(addr: String, node: String) {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// `GET /metrics` from `addr`: the body, after checking the status line.
+pub async fn scrape(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").await.unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).await.unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("no end of the response head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// Samples of an exposition: `name{labels}` (labels as written) to value.
+pub fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (key, value) = l.rsplit_once(' ').unwrap();
+            (key.to_string(), value.parse::<f64>().unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        })
+        .collect()
 }

@@ -1,0 +1,72 @@
+//! `baton dev` (the real binary): its start-up text gives each replica's and agent's
+//! `/metrics` URL, and each answers a scrape.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
+
+/// Kills the dev cluster when the test ends, however it ends.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        // SIGTERM lets `baton dev` stop its children; a plain kill would orphan them.
+        // SAFETY: kill(2) on the child this test started.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
+    let base = 40_000 + (std::process::id() % 10_000) as u16;
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(BATON)
+        .args(["dev", "--port", &base.to_string(), "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut dev = Kill(child);
+    let out = dev.0.stdout.take().unwrap();
+    let mut urls = Vec::new();
+    let mut text = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        text.push_str(&line);
+        text.push('\n');
+        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://") && w.ends_with("/metrics")) {
+            urls.push(url.to_string());
+        }
+        if line.starts_with("Press Ctrl-C") {
+            break;
+        }
+    }
+    assert_eq!(urls.len(), 5, "3 replicas and 2 agents:\n{text}");
+    for url in &urls {
+        let body = get(url);
+        assert!(body.contains("# TYPE baton_"), "{url} answered:\n{body}");
+    }
+    let replicas = urls.iter().filter(|u| get(u).contains("baton_raft_term")).count();
+    let agents = urls.iter().filter(|u| get(u).contains("baton_agent_replicas_running")).count();
+    assert_eq!((replicas, agents), (3, 2), "{text}");
+}
+
+/// `GET` over plain HTTP; retried briefly while the endpoint comes up.
+fn get(url: &str) -> String {
+    let addr = url.trim_start_matches("http://").trim_end_matches("/metrics");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: dev\r\n\r\n").unwrap();
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).unwrap();
+            return reply;
+        }
+        assert!(Instant::now() < deadline, "{url} not reachable within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,152 @@
+//! State gauges: recomputed from the applied state at each scrape (families are cleared
+//! first, so a deleted queue or pool disappears).
+
+use std::collections::BTreeMap;
+
+use baton_model::State;
+use baton_model::job::{Job, JobState};
+use baton_model::node::NodeStatus;
+
+use super::{Labels, MAX_QUEUE_POOL_SERIES, Metrics, to_i64};
+
+/// GPUs of one queue in one pool.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct QueuePool {
+    pub nominal: u64,
+    pub used: u64,
+    pub borrowed: u64,
+    pub lent: u64,
+}
+
+type Key = (String, String);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct JobCounts {
+    pending: u64,
+    pending_gpus: u64,
+    running: u64,
+}
+
+impl Metrics {
+    pub(super) fn refresh_state(&self, state: &State) {
+        self.state_applied_index.set(to_i64(state.applied()));
+        let table = queue_pools(state);
+        let families =
+            [&self.queue_gpus_nominal, &self.queue_gpus_used, &self.queue_gpus_borrowed, &self.queue_gpus_lent];
+        families.iter().for_each(|f| f.clear());
+        for ((queue, pool), g) in table.iter().take(MAX_QUEUE_POOL_SERIES) {
+            let l: Labels = vec![("queue", queue.clone()), ("pool", pool.clone())];
+            self.queue_gpus_nominal.get_or_create(&l).set(to_i64(g.nominal));
+            self.queue_gpus_used.get_or_create(&l).set(to_i64(g.used));
+            self.queue_gpus_borrowed.get_or_create(&l).set(to_i64(g.borrowed));
+            self.queue_gpus_lent.get_or_create(&l).set(to_i64(g.lent));
+        }
+        self.series_dropped.set(to_i64(table.len().saturating_sub(MAX_QUEUE_POOL_SERIES) as u64));
+        self.refresh_queues(state);
+        self.refresh_nodes(state);
+    }
+
+    fn refresh_queues(&self, state: &State) {
+        for f in [&self.queue_pending_jobs, &self.queue_pending_gpus, &self.queue_running_jobs] {
+            f.clear();
+        }
+        // One pass over the jobs (up to MAX_JOBS), not one per queue.
+        let mut counts: BTreeMap<&str, JobCounts> = BTreeMap::new();
+        for j in state.jobs().values() {
+            let c = counts.entry(j.spec.queue.as_str()).or_default();
+            match j.state {
+                JobState::Pending => {
+                    c.pending += 1;
+                    c.pending_gpus += gpus_asked(j);
+                }
+                JobState::Running | JobState::Preempting => c.running += 1,
+                _ => {}
+            }
+        }
+        // Queues are bounded by MAX_QUEUES; one series each.
+        for q in state.queues().keys() {
+            let c = counts.get(q.as_str()).copied().unwrap_or_default();
+            let l: Labels = vec![("queue", q.to_string())];
+            self.queue_pending_jobs.get_or_create(&l).set(to_i64(c.pending));
+            self.queue_pending_gpus.get_or_create(&l).set(to_i64(c.pending_gpus));
+            self.queue_running_jobs.get_or_create(&l).set(to_i64(c.running));
+        }
+    }
+
+    fn refresh_nodes(&self, state: &State) {
+        self.nodes.clear();
+        self.pool_gpus_capacity.clear();
+        let mut by_status: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut capacity: BTreeMap<String, u64> = BTreeMap::new();
+        for n in state.nodes().values() {
+            *by_status.entry(status_name(n.status)).or_default() += 1;
+            if n.status == NodeStatus::Ready {
+                *capacity.entry(n.spec.pool.to_string()).or_default() += n.spec.resources.gpus();
+            }
+        }
+        for (status, count) in by_status {
+            self.nodes.get_or_create(&vec![("status", status.to_string())]).set(to_i64(count));
+        }
+        for (pool, gpus) in capacity {
+            self.pool_gpus_capacity.get_or_create(&vec![("pool", pool)]).set(to_i64(gpus));
+        }
+    }
+}
+
+fn status_name(s: NodeStatus) -> &'static str {
+    match s {
+        NodeStatus::Ready => "ready",
+        NodeStatus::Lost => "lost",
+    }
+}
+
+fn gpus_asked(j: &Job) -> u64 {
+    j.spec.tasks.iter().map(|t| u64::from(t.replicas) * t.resources.gpus()).sum()
+}
+
+/// Nominal, used, borrowed and lent GPUs per (queue, pool), in name order. Used counts
+/// running and stopping jobs (a suspended job charges no quota). Borrowed is use beyond
+/// nominal. Lent: in each cohort and pool, what its queues borrow is taken from the idle
+/// nominal of the others in queue-name order (the model does not record who lent to whom,
+/// so this attribution is a convention; the cohort's total lent equals what it borrows
+/// from its own members).
+pub(super) fn queue_pools(state: &State) -> BTreeMap<Key, QueuePool> {
+    let mut table: BTreeMap<Key, QueuePool> = BTreeMap::new();
+    for q in state.queues().values() {
+        for (pool, quota) in &q.quotas {
+            table.entry((q.name.to_string(), pool.to_string())).or_default().nominal = quota.nominal.gpus();
+        }
+    }
+    for j in state.jobs().values().filter(|j| j.state.is_active()) {
+        for r in &j.replicas {
+            let (Some(node), Some(task)) = (state.nodes().get(&r.node), j.spec.tasks.get(r.task as usize)) else {
+                continue;
+            };
+            let key = (j.spec.queue.to_string(), node.spec.pool.to_string());
+            table.entry(key).or_default().used += task.resources.gpus();
+        }
+    }
+    for g in table.values_mut() {
+        g.borrowed = g.used.saturating_sub(g.nominal);
+    }
+    attribute_lending(state, &mut table);
+    table
+}
+
+fn attribute_lending(state: &State, table: &mut BTreeMap<Key, QueuePool>) {
+    let cohorts: BTreeMap<String, Option<String>> =
+        state.queues().values().map(|q| (q.name.to_string(), q.cohort.as_ref().map(|c| c.to_string()))).collect();
+    let cohort_of = |queue: &str| cohorts.get(queue).cloned();
+    let mut borrowed: BTreeMap<(Option<String>, String), u64> = BTreeMap::new();
+    for ((queue, pool), g) in table.iter() {
+        if let Some(cohort) = cohort_of(queue) {
+            *borrowed.entry((cohort, pool.clone())).or_default() += g.borrowed;
+        }
+    }
+    for ((queue, pool), g) in table.iter_mut() {
+        let Some(cohort) = cohort_of(queue) else { continue };
+        let Some(left) = borrowed.get_mut(&(cohort, pool.clone())) else { continue };
+        g.lent = g.nominal.saturating_sub(g.used).min(*left);
+        *left -= g.lent;
+    }
+}

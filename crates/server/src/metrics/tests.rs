@@ -1,0 +1,199 @@
+use std::collections::BTreeSet;
+
+use super::*;
+
+/// Names of the metric families in an exposition, from their TYPE lines.
+fn typed(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn every_exposed_metric_has_help_and_type() {
+    let m = Metrics::new();
+    m.observe_cycle(0.01, 3, &[]);
+    let text = m.render(&baton_model::State::new(), &raft_metrics());
+    let types = typed(&text);
+    let helps: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .filter_map(|l| l.split(' ').next())
+        .map(String::from)
+        .collect();
+    // Labelled families appear once they have a series; the unlabelled ones always do.
+    assert!(types.contains("baton_raft_term") && types.contains("baton_cycle_seconds"), "families: {types:?}");
+    assert_eq!(types, helps, "every family has both HELP and TYPE");
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let name = line.split(['{', ' ']).next().unwrap();
+        let family =
+            types.iter().any(|t| name == t || name.strip_prefix(t.as_str()).is_some_and(|s| s.starts_with('_')));
+        assert!(family, "sample {line:?} belongs to no declared family");
+    }
+    assert!(text.ends_with("# EOF\n"));
+}
+
+fn raft_metrics() -> baton_raft::ReplicaMetrics {
+    baton_raft::ReplicaMetrics {
+        node_id: 2,
+        role: baton_raft::Role::Follower,
+        term: 4,
+        leader_id: Some(1),
+        leader_addr: None,
+        members: Default::default(),
+        voters: Default::default(),
+        learners: Default::default(),
+        last_log_index: Some(10),
+        last_applied_index: Some(7),
+        snapshot_index: None,
+        purged_index: None,
+    }
+}
+
+#[test]
+fn raft_gauges_show_term_leader_and_apply_lag() {
+    let text = Metrics::new().render(&baton_model::State::new(), &raft_metrics());
+    for want in [
+        "baton_raft_term 4",
+        "baton_raft_is_leader 0",
+        "baton_raft_leader_id 1",
+        "baton_raft_applied_index 7",
+        "baton_raft_apply_lag_entries 3",
+    ] {
+        assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+    }
+}
+
+mod state_gauges {
+    use std::collections::BTreeMap;
+
+    use baton_model::command::{Command, Op};
+    use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+    use baton_model::node::NodeSpec;
+    use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
+    use baton_model::resources::Resources;
+    use baton_model::{Name, State};
+
+    use super::super::state::{QueuePool, queue_pools};
+    use super::*;
+
+    fn apply(s: &mut State, op: Op) {
+        s.apply(Command { now_ms: 1_000, op }).unwrap();
+    }
+
+    fn gpu_queue(name: &str, cohort: Option<&str>, gpus: u64) -> QueueSpec {
+        let mut q = QueueSpec::named(name);
+        q.cohort = cohort.map(Name::lit);
+        let quota = PoolQuota { nominal: Resources::of(&[("gpu", gpus)]), ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        q
+    }
+
+    fn job(name: &str, queue: &str, gpus: u64) -> JobSpec {
+        JobSpec {
+            name: Name::lit(name),
+            queue: Name::lit(queue),
+            priority: PriorityRef::Value(1),
+            tasks: vec![TaskSpec {
+                name: Name::lit("main"),
+                replicas: 1,
+                resources: Resources::of(&[("gpu", gpus)]),
+                pools: None,
+            }],
+            pools: None,
+            topology: None,
+            preemption_mode: PreemptionMode::Checkpoint,
+            grace_ms: 1_000,
+            min_runtime_ms: 0,
+            command: vec!["train".into()],
+            env: BTreeMap::new(),
+            checkpoint_signal: None,
+            time_limit_ms: None,
+        }
+    }
+
+    /// One 8-GPU node; `lender` owns all 8 in cohort `c`, `borrower` owns none and runs an
+    /// 8-GPU job on them, so every GPU it uses is lent by `lender`.
+    fn borrowing() -> State {
+        let mut s = State::default();
+        let node = NodeSpec {
+            name: Name::lit("n1"),
+            pool: Name::lit("default"),
+            rack: None,
+            labels: BTreeMap::new(),
+            resources: Resources::of(&[("gpu", 8)]),
+            gpus: Vec::new(),
+            agent_addr: String::new(),
+        };
+        apply(&mut s, Op::RegisterNodes(vec![node]));
+        apply(&mut s, Op::PutCohort(Cohort { name: Name::lit("c"), parent: None, fair_sharing: false }));
+        apply(&mut s, Op::PutQueue(gpu_queue("lender", Some("c"), 8)));
+        apply(&mut s, Op::PutQueue(gpu_queue("borrower", Some("c"), 0)));
+        apply(&mut s, Op::Submit { spec: job("j", "borrower", 8), request_id: None });
+        apply(&mut s, Op::Submit { spec: job("waits", "borrower", 2), request_id: None });
+        let plan = baton_sched::cycle(&s, 1_000);
+        apply(&mut s, Op::ApplyPlan(plan));
+        s
+    }
+
+    #[test]
+    fn a_borrower_and_its_lender_show_the_same_gpus() {
+        let s = borrowing();
+        let t = queue_pools(&s);
+        let key = |q: &str| (q.to_string(), "default".to_string());
+        assert_eq!(t[&key("borrower")], QueuePool { nominal: 0, used: 8, borrowed: 8, lent: 0 });
+        assert_eq!(t[&key("lender")], QueuePool { nominal: 8, used: 0, borrowed: 0, lent: 8 });
+
+        let text = Metrics::new().render(&s, &raft_metrics());
+        for want in [
+            "baton_queue_gpus_lent{queue=\"lender\",pool=\"default\"} 8",
+            "baton_queue_pending_jobs{queue=\"borrower\"} 1",
+            "baton_queue_pending_gpus{queue=\"borrower\"} 2",
+            "baton_queue_running_jobs{queue=\"borrower\"} 1",
+            "baton_pool_gpus_capacity{pool=\"default\"} 8",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn queue_and_pool_series_stop_at_the_bound_and_say_how_many_were_left_out() {
+        let mut s = State::default();
+        for i in 0..=MAX_QUEUE_POOL_SERIES {
+            apply(&mut s, Op::PutQueue(gpu_queue(&format!("q{i:05}"), None, 1)));
+        }
+        let text = Metrics::new().render(&s, &raft_metrics());
+        let series = text.lines().filter(|l| l.starts_with("baton_queue_gpus_nominal{")).count();
+        assert_eq!(series, MAX_QUEUE_POOL_SERIES);
+        assert!(text.lines().any(|l| l == "baton_metrics_series_dropped 1"));
+        // Name order: the last queue is the one left out.
+        let last = format!("queue=\"q{MAX_QUEUE_POOL_SERIES:05}\"");
+        assert!(!text.lines().any(|l| l.starts_with("baton_queue_gpus_nominal{") && l.contains(&last)));
+    }
+
+    #[test]
+    fn a_preemption_is_counted_by_reason_and_mode_with_the_work_at_risk() {
+        use baton_model::event::{Event, EventKind};
+        let s = borrowing();
+        let j = s.job_by_name("j").unwrap();
+        let at_ms = j.progress_mark_ms + 1_500;
+        let event = |kind| Event { at_ms, job: Some(Name::lit("j")), node: None, kind, message: String::new() };
+        let m = Metrics::new();
+        // "waits" is in the same queue as "j": a priority preemption.
+        m.count(&s, &event(EventKind::Preempted { by: Name::lit("waits") }));
+        m.count(&s, &event(EventKind::Suspended { by: Name::lit("waits") }));
+        m.count(&s, &event(EventKind::Preempted { by: Name::lit("gone") }));
+        let text = m.render(&s, &raft_metrics());
+        for want in [
+            "baton_preemptions_total{reason=\"priority\",mode=\"checkpoint\"} 1",
+            "baton_preemptions_total{reason=\"priority\",mode=\"suspend\"} 1",
+            "baton_preemptions_total{reason=\"unknown\",mode=\"checkpoint\"} 1",
+            // 8 GPUs, 1.5 s since its start, three times.
+            "baton_preemption_uncheckpointed_gpu_seconds_total 36.0",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+}
