@@ -48,7 +48,7 @@ impl Report {
         let mut resumed = 0;
         for line in &starts {
             let f: Vec<&str> = line.split_whitespace().collect();
-            let [job, attempt, rank, _node, first] = f[..] else {
+            let [job, attempt, rank, _node, first, _at_ms] = f[..] else {
                 violations.push(format!("unreadable start record {line:?}"));
                 continue;
             };

@@ -90,6 +90,14 @@ fn the_witness_records_a_gpu_given_twice_and_a_start_that_ignores_a_whole_checkp
     assert_eq!(violations(), v, "resuming from it is no violation");
     let starts = std::fs::read_to_string(witness.join("starts")).unwrap();
     assert_eq!(starts.lines().count(), 3, "each start that held its locks is recorded: {starts}");
+    // `job attempt rank node first-step at-ms`: the time lets a checker order starts against
+    // client operations (a start after an acknowledged cancel).
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    for line in starts.lines() {
+        let at_ms: u64 =
+            line.split_whitespace().nth(5).and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+        assert!(at_ms <= now_ms && now_ms - at_ms < 60_000, "{line:?} is not a start time near {now_ms}");
+    }
 }
 
 #[test]
