@@ -21,6 +21,7 @@
 pub mod check;
 pub mod cluster;
 pub mod faults;
+pub mod history;
 pub mod load;
 mod rng;
 pub mod run;
