@@ -2,7 +2,8 @@
 //! miniature. It counts steps, printing `step i`. On SIGTERM or SIGUSR1 it writes the
 //! number of finished steps to `$BATON_CHECKPOINT_DIR/rank-<BATON_RANK>.ckpt` (a temp file,
 //! then a rename, so a reader never sees half a checkpoint), prints
-//! `checkpointed at step i` and exits 0. Exiting 0 after a checkpoint is safe: the agent
+//! `checkpointed at step i` and exits 0. After its last step it saves a checkpoint too: a
+//! rank that exits 0 counts as stopped with its work saved. Exiting 0 after a checkpoint is safe: the agent
 //! sent the signal, so it reports the replica as `Stopped` (not as `Exited` with success).
 //! With `BATON_RESUME` set it starts from the step in its checkpoint and prints
 //! `resumed from step i`. After N steps it exits 0.
@@ -184,6 +185,14 @@ pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
         step += 1;
         let _ = writeln!(out, "step {step}");
         let _ = out.flush();
+    }
+    // A rank that exits 0 counts as stopped with its work saved: its gang may be resumed
+    // later (another rank was cut off), and this rank must then find its work.
+    if std::env::var_os("BATON_CHECKPOINT_DIR").is_some()
+        && let Err(e) = save(step)
+    {
+        eprintln!("workload: cannot save the finished work: {e}");
+        return 1;
     }
     0
 }

@@ -137,3 +137,22 @@ fn agent_refuses_bad_flags_naming_them() {
         assert!(err.contains(needle), "{flag}: {err}");
     }
 }
+
+/// A rank that exits 0 counts as stopped with its work saved (docs/protocol.md, "A report is
+/// one command"): told to resume later, as when another rank of its gang was cut off, it
+/// must find its work. Found by chaos seed 3 (`told to resume, but its checkpoint is
+/// unreadable` for a rank that had finished).
+#[test]
+fn a_workload_that_finished_saves_its_work_for_a_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (witness, ckpt) = (dir.path().join("witness"), dir.path().join("ckpt"));
+    std::fs::create_dir_all(&witness).unwrap();
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let done = witnessed(&witness, &ckpt, "a", 2, "0").output().unwrap();
+    assert!(done.status.success());
+    let resumed = witnessed(&witness, &ckpt, "a", 3, "0").env("BATON_RESUME", "1").output().unwrap();
+    assert!(resumed.status.success());
+    let violations = std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
+    assert_eq!(violations, "", "a finished rank left its work to resume from");
+    assert_eq!(String::from_utf8_lossy(&resumed.stdout), "resumed from step 1\n");
+}
