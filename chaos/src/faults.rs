@@ -23,7 +23,7 @@ use crate::rng::Rng;
 /// anyway (labelled with what was seen then).
 const MOMENT_WAIT_MS: u64 = 4_000;
 /// Between two looks at the jobs while waiting for a moment.
-const WATCH_POLL_MS: u64 = 20;
+const WATCH_POLL_MS: u64 = 10;
 /// Bound on one look at the jobs.
 const WATCH_CALL_MS: u64 = 500;
 /// Share of faults timed by protocol state rather than by the clock alone.
