@@ -257,6 +257,32 @@ impl fmt::Display for Report {
 mod tests {
     use super::*;
 
+    fn landed(moment: Moment) -> Landed {
+        Landed { at_s: 1.0, fault: Fault::KillAgent { name: "n1".into() }, moment }
+    }
+
+    #[test]
+    fn a_long_run_whose_faults_all_landed_while_nothing_happened_is_vacuous() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = BTreeSet::new();
+        let idle = [landed(Moment::Idle), landed(Moment::Idle)];
+        let evidence = |seconds, faults| Evidence {
+            seconds,
+            faults,
+            jobs: &[],
+            witness: dir.path(),
+            ops: &[],
+            requeued_after_node_loss: &none,
+            cancel_slack_ms: 0,
+        };
+        let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
+        assert_eq!(v, ["the run proved nothing: no fault landed in a non-idle protocol state"]);
+        assert!(vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS - 1, &idle), 1).is_empty(), "a short run is not judged so");
+        let one_hit = [landed(Moment::Idle), landed(Moment::StopInFlight)];
+        assert!(vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &one_hit), 1).is_empty());
+        assert_eq!(vacuous(&evidence(10, &[]), 0).len(), 2, "no fault, no resume");
+    }
+
     #[test]
     fn a_witness_line_names_its_job() {
         let line = "started from zero although every rank wrote a checkpoint in one attempt (train-7 attempt 2 rank 0)";
