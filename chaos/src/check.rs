@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
-use baton_proto::v1::Job;
+use baton_proto::v1::{Event, Job};
 
 use crate::faults::{Fault, Moment};
 use crate::history::{self, Op, Start, Summary};
@@ -34,8 +34,9 @@ pub struct Evidence<'a> {
     /// The directory the workloads recorded into.
     pub witness: &'a Path,
     pub ops: &'a [Op],
-    /// Jobs requeued because their node was lost or its lease ran out (from their events).
-    pub requeued_after_node_loss: &'a BTreeSet<String>,
+    /// (job, attempt) of attempts placed after a requeue because the job's node was lost or
+    /// its lease ran out (from the jobs' events, `attempts_after_node_loss`).
+    pub after_node_loss: &'a BTreeSet<(String, u32)>,
     /// Slack for a start after an acknowledged cancel (see `history::check_cancels`).
     pub cancel_slack_ms: u64,
 }
@@ -68,7 +69,7 @@ impl Report {
     }
 
     pub fn judge(e: &Evidence) -> Report {
-        let (mut violations, redone) = witnessed(e.witness, e.requeued_after_node_loss);
+        let (mut violations, redone) = witnessed(e.witness, e.after_node_loss);
         let acked = acknowledged(e.ops);
         let cancelled_ok = cancel_tried(e.ops);
         let by_name: BTreeMap<&str, &Job> =
@@ -113,20 +114,43 @@ impl Report {
     }
 }
 
-/// The witnesses' violations, less the starts from zero of jobs whose node was lost (see
-/// `Report::redone`).
-fn witnessed(witness: &Path, requeued_after_node_loss: &BTreeSet<String>) -> (Vec<String>, Vec<String>) {
+/// The witnesses' violations, less the starts from zero of attempts placed after a node
+/// loss (see `Report::redone`).
+fn witnessed(witness: &Path, after_node_loss: &BTreeSet<(String, u32)>) -> (Vec<String>, Vec<String>) {
     read_lines(&witness.join("violations")).into_iter().partition(|line| {
         let known = line.contains(STARTED_FROM_ZERO)
-            && job_of_violation(line).is_some_and(|j| requeued_after_node_loss.contains(j));
+            && attempt_of_violation(line).is_some_and(|(j, a)| after_node_loss.contains(&(j.to_string(), a)));
         !known
     })
 }
 
-/// The job a witness line names: `... (JOB attempt N rank R)`.
-pub fn job_of_violation(line: &str) -> Option<&str> {
+/// The job and attempt a witness line names: `... (JOB attempt N rank R)`.
+pub fn attempt_of_violation(line: &str) -> Option<(&str, u32)> {
     let who = line.rsplit_once('(')?.1;
-    who.split_whitespace().next()
+    let mut words = who.split_whitespace();
+    let job = words.next()?;
+    let attempt = words.nth(1)?.parse().ok()?;
+    Some((job, attempt))
+}
+
+/// The attempts of a job, from its events in order, that were placed after a requeue
+/// because its node was lost or its lease ran out.
+pub fn attempts_after_node_loss(events: &[Event]) -> BTreeSet<u32> {
+    let mut found = BTreeSet::new();
+    let mut lost = false;
+    for e in events {
+        match e.kind.as_str() {
+            "Requeued" if e.message.contains("was lost") || e.message.contains("lease") => lost = true,
+            "Started" => {
+                if lost {
+                    found.insert(e.attempt);
+                }
+                lost = false;
+            }
+            _ => {}
+        }
+    }
+    found
 }
 
 /// Request ids of the submits the cluster acknowledged, in order.
@@ -272,7 +296,7 @@ mod tests {
             jobs: &[],
             witness: dir.path(),
             ops: &[],
-            requeued_after_node_loss: &none,
+            after_node_loss: &none,
             cancel_slack_ms: 0,
         };
         let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
@@ -284,24 +308,49 @@ mod tests {
     }
 
     #[test]
-    fn a_witness_line_names_its_job() {
+    fn a_witness_line_names_its_job_and_attempt() {
         let line = "started from zero although every rank wrote a checkpoint in one attempt (train-7 attempt 2 rank 0)";
-        assert_eq!(job_of_violation(line), Some("train-7"));
-        assert_eq!(job_of_violation("no parenthesis"), None);
+        assert_eq!(attempt_of_violation(line), Some(("train-7", 2)));
+        assert_eq!(attempt_of_violation("no parenthesis"), None);
+        assert_eq!(attempt_of_violation("odd (train-7 attempt x rank 0)"), None);
+    }
+
+    fn event(kind: &str, message: &str, attempt: u32) -> Event {
+        Event { kind: kind.into(), message: message.into(), attempt, ..Default::default() }
     }
 
     #[test]
-    fn a_start_from_zero_is_excused_only_for_a_job_whose_node_was_lost() {
+    fn only_an_attempt_placed_after_a_node_loss_counts_as_one() {
+        let events = [
+            event("Started", "", 1),
+            event("Requeued", "node n2 was lost; back in the queue", 0),
+            event("Started", "", 2),
+            event("Preempted", "by urgent-3", 0),
+            event("Requeued", "back in the queue; resumes from its checkpoint", 0),
+            event("Started", "", 3),
+            event(
+                "Requeued",
+                "rank 0 of attempt 3: its agent on node n1 was cut off from the leader for a whole lease",
+                0,
+            ),
+            event("Started", "", 4),
+        ];
+        assert_eq!(attempts_after_node_loss(&events), [2, 4].into());
+    }
+
+    #[test]
+    fn a_start_from_zero_is_excused_only_for_an_attempt_placed_after_a_node_loss() {
         let dir = tempfile::tempdir().unwrap();
         let lines = [
             "started from zero although every rank wrote a checkpoint in one attempt (a attempt 2 rank 0)",
+            "started from zero although every rank wrote a checkpoint in one attempt (a attempt 3 rank 0)",
             "started from zero although every rank wrote a checkpoint in one attempt (b attempt 2 rank 0)",
-            "two attempts of a rank 0 at once (a attempt 3 rank 0)",
+            "two attempts of a rank 0 at once (a attempt 2 rank 0)",
         ];
         std::fs::write(dir.path().join("violations"), lines.join("\n")).unwrap();
-        let lost: BTreeSet<String> = ["a".to_string()].into();
+        let lost: BTreeSet<(String, u32)> = [("a".to_string(), 2)].into();
         let (violations, redone) = witnessed(dir.path(), &lost);
         assert_eq!(redone, [lines[0]]);
-        assert_eq!(violations, [lines[1], lines[2]]);
+        assert_eq!(violations, [lines[1], lines[2], lines[3]]);
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use baton_proto::v1::{JobRef, ListJobsRequest, SubmitRequest};
 use tokio::task::JoinHandle;
 
-use crate::check::{Evidence, Landed, Report, job_of_violation};
+use crate::check::{Evidence, Landed, Report, attempt_of_violation, attempts_after_node_loss};
 use crate::cluster::{Cluster, NodeArgs, Timing, connect_any};
 use crate::faults::Faults;
 use crate::history::{History, Op, OpKind, Outcome, now_ms};
@@ -100,14 +100,14 @@ pub async fn run(cfg: &Config) -> Report {
     let acked: Vec<String> =
         ops.iter().filter(|o| o.kind == OpKind::Submit && o.outcome == Outcome::Ok).map(|o| o.key.clone()).collect();
     let jobs = drain(&c, &acked).await;
-    let requeued = requeued_after_node_loss(&c, &witness).await;
+    let after_node_loss = after_node_loss(&c, &witness).await;
     let report = Report::judge(&Evidence {
         seconds: cfg.seconds,
         faults: &landed,
         jobs: &jobs,
         witness: &witness,
         ops: &ops,
-        requeued_after_node_loss: &requeued,
+        after_node_loss: &after_node_loss,
         cancel_slack_ms: timing.lease_ms + CANCEL_START_SLACK_MS,
     });
     if cfg.keep_dir || !report.ok() {
@@ -205,29 +205,27 @@ async fn cancel(servers: &[String], name: &str, history: &History) {
     }
 }
 
-/// Jobs that a witness saw start from zero despite a whole checkpoint, and whose events say
-/// they were requeued because their node was lost or its lease ran out.
-async fn requeued_after_node_loss(c: &Cluster, witness: &std::path::Path) -> BTreeSet<String> {
+/// The (job, attempt) pairs that a witness saw start from zero despite a whole checkpoint,
+/// and that their job's events say were placed after a requeue for a lost node or an
+/// expired lease.
+async fn after_node_loss(c: &Cluster, witness: &std::path::Path) -> BTreeSet<(String, u32)> {
     let lines = std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
-    let named: BTreeSet<String> = lines
+    let named: BTreeSet<(String, u32)> = lines
         .lines()
         .filter(|l| l.contains("started from zero"))
-        .filter_map(job_of_violation)
-        .map(str::to_string)
+        .filter_map(attempt_of_violation)
+        .map(|(job, attempt)| (job.to_string(), attempt))
         .collect();
+    let jobs: BTreeSet<&String> = named.iter().map(|(job, _)| job).collect();
     let mut found = BTreeSet::new();
     let mut api = c.client().await;
-    for name in named {
+    for name in jobs {
         let Ok(job) = api.get_job(JobRef { name: name.clone(), ..Default::default() }).await else { continue };
-        let lost = job
-            .into_inner()
-            .events
-            .iter()
-            .any(|e| e.kind == "Requeued" && (e.message.contains("was lost") || e.message.contains("lease")));
-        if lost {
-            found.insert(name);
+        for attempt in attempts_after_node_loss(&job.into_inner().events) {
+            found.insert((name.clone(), attempt));
         }
     }
+    found.retain(|pair| named.contains(pair));
     found
 }
 
