@@ -1,18 +1,23 @@
 //! The chaos harness: a real baton cluster (3 replicas and agents as processes of this
 //! machine) under a stream of jobs that preempt each other, while faults are injected: the
 //! leader or another replica is killed (SIGKILL) and restarted, paused (SIGSTOP) so that it is
-//! cut off and deposed, then let go (SIGCONT); an agent is killed and restarted. Then it
-//! checks DESIGN.md's invariants on what the jobs themselves witnessed.
+//! cut off and deposed, then let go (SIGCONT); the leader and then the new leader are killed;
+//! an agent is killed and restarted, briefly or past the heartbeat timeout, or stopped past
+//! it. Half the faults wait for a protocol state (a placement or preemption just committed, a
+//! stop in flight). Then it checks DESIGN.md's invariants on what the jobs themselves
+//! witnessed and on the history of client operations.
 //!
 //! Layout:
 //! - `cluster`: starting, killing, pausing the processes (also used by `tests/e2e`).
 //! - `load`: the jobs: borrowing training gangs and the interactive jobs that reclaim their
 //!   GPUs; every job is `baton workload --witness DIR`, which holds a lock per GPU and per job
 //!   rank while it runs and records violations (see `baton_agent::workload`).
-//! - `faults`: the fault schedule, drawn from a seed.
+//! - `faults`: the fault schedule, drawn from a seed, and the protocol state each landed in.
+//! - `history`: submits and cancels with invoke/complete times and outcomes, and the checks
+//!   on them (an acknowledged submit exists once, nothing starts after an acknowledged cancel).
 //! - `check`: the verdict: violations the jobs recorded, every acknowledged job succeeded,
-//!   no attempt started twice, and the run was not vacuous (faults happened, jobs resumed
-//!   from checkpoints).
+//!   no attempt started twice, the history checks, and the run was not vacuous (faults
+//!   happened, jobs resumed from checkpoints, faults landed in non-idle protocol states).
 //! - `run`: the whole run.
 //!
 //! `baton-chaos --seconds 300 --seed 7` runs it from the command line; `tests/e2e` runs a
@@ -21,6 +26,7 @@
 pub mod check;
 pub mod cluster;
 pub mod faults;
+pub mod history;
 pub mod load;
 mod rng;
 pub mod run;

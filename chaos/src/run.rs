@@ -2,21 +2,35 @@
 //! jobs finish, judge.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_proto::v1::{ListJobsRequest, SubmitRequest};
+use std::collections::BTreeSet;
 
-use crate::check::Report;
+use baton_proto::v1::{JobRef, ListJobsRequest, SubmitRequest};
+use tokio::task::JoinHandle;
+
+use crate::check::{Evidence, Landed, Report, attempt_of_violation, attempts_after_node_loss};
 use crate::cluster::{Cluster, NodeArgs, Timing, connect_any};
 use crate::faults::Faults;
+use crate::history::{History, Op, OpKind, Outcome, now_ms};
 use crate::load::{self, Load};
 use crate::rng::Rng;
 
 /// Attempts at one submit before giving up on it (it then counts as not acknowledged).
 const SUBMIT_TRIES: u32 = 50;
 const SUBMIT_RETRY_MS: u64 = 200;
+/// Bound on one call of a client operation; past it the try's outcome is unknown.
+const CALL_MS: u64 = 2_000;
+/// Share of submitted jobs that get cancelled, and how long after their submit at most.
+const CANCEL_PERCENT: u64 = 6;
+const CANCEL_AFTER_MAX_MS: u64 = 3_000;
+/// Attempts at one cancel while the cluster cannot tell whether it happened.
+const CANCEL_TRIES: u32 = 20;
+/// How long after an acknowledged cancel a start may still come, beyond the lease: the
+/// agent's tick and a process start on a busy machine.
+const CANCEL_START_SLACK_MS: u64 = 500;
 /// Bound on the jobs one run submits.
 const MAX_JOBS: usize = 2_000;
 /// Once the faults stop, the jobs are given time to finish as long as some job finishes
@@ -58,28 +72,44 @@ pub async fn run(cfg: &Config) -> Report {
     }
 
     let mut load = Load::new(cfg.seed, &cfg.baton, &witness);
-    let acked = Arc::new(Mutex::new(Vec::new()));
+    let history = Arc::new(History::default());
     // Training gangs fill the cluster first, so that interactive jobs must reclaim.
     for _ in 0..cfg.nodes {
-        submit(&c.servers, load.train(), &acked).await;
+        submit(&c.servers, load.train(), &history).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, acked.clone(), stop.clone()));
+    let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
 
-    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms);
-    let mut log = Vec::new();
+    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers);
+    let mut landed = Vec::new();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(cfg.seconds) {
         tokio::time::sleep(faults.pause_before_next()).await;
-        let fault = faults.inject(&mut c).await;
-        log.push(format!("{:>6.1} s  {fault}", start.elapsed().as_secs_f64()));
+        let at_s = start.elapsed().as_secs_f64();
+        let (fault, moment) = faults.inject(&mut c).await;
+        landed.push(Landed { at_s, fault, moment });
     }
     stop.store(true, Ordering::SeqCst);
-    let _ = submitter.await;
+    if let Ok(cancels) = submitter.await {
+        for cancel in cancels {
+            let _ = cancel.await;
+        }
+    }
 
-    let acked: Vec<String> = acked.lock().expect("not poisoned").clone();
+    let ops = history.ops();
+    let acked: Vec<String> =
+        ops.iter().filter(|o| o.kind == OpKind::Submit && o.outcome == Outcome::Ok).map(|o| o.key.clone()).collect();
     let jobs = drain(&c, &acked).await;
-    let report = Report::judge(cfg.seconds, log, &acked, &jobs, &witness);
+    let after_node_loss = after_node_loss(&c, &witness).await;
+    let report = Report::judge(&Evidence {
+        seconds: cfg.seconds,
+        faults: &landed,
+        jobs: &jobs,
+        witness: &witness,
+        ops: &ops,
+        after_node_loss: &after_node_loss,
+        cancel_slack_ms: timing.lease_ms + CANCEL_START_SLACK_MS,
+    });
     if cfg.keep_dir || !report.ok() {
         // Kept for a post-mortem: the replicas' and agents' logs, the witness records.
         c.dir.disable_cleanup(true);
@@ -89,35 +119,114 @@ pub async fn run(cfg: &Config) -> Report {
 }
 
 /// Submits until told to stop, a job every 0.6 to 1.4 s: about what 12 GPUs get through, so
-/// the backlog stays short while preemptions keep coming.
+/// the backlog stays short while preemptions keep coming. A few jobs are cancelled a moment
+/// after their submit; the cancels' tasks are returned, to be awaited.
 async fn submit_load(
     servers: Vec<String>,
     mut load: Load,
     seed: u64,
-    acked: Arc<Mutex<Vec<String>>>,
+    history: Arc<History>,
     stop: Arc<AtomicBool>,
-) {
+) -> Vec<JoinHandle<()>> {
     let mut rng = Rng::new(seed ^ 0x5ab);
-    while !stop.load(Ordering::SeqCst) && acked.lock().expect("not poisoned").len() < MAX_JOBS {
+    let mut cancels = Vec::new();
+    let mut made = 0;
+    while !stop.load(Ordering::SeqCst) && made < MAX_JOBS {
         tokio::time::sleep(Duration::from_millis(rng.range(600, 1_400))).await;
-        submit(&servers, load.any(), &acked).await;
+        let req = load.any();
+        let name = req.request_id.clone();
+        made += 1;
+        if submit(&servers, req, &history).await && rng.chance(CANCEL_PERCENT) {
+            let after = Duration::from_millis(rng.range(0, CANCEL_AFTER_MAX_MS));
+            let (servers, history) = (servers.clone(), history.clone());
+            cancels.push(tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                cancel(&servers, &name, &history).await;
+            }));
+        }
     }
+    cancels
 }
 
-/// Submits with retries under the same request id; records the job if acknowledged.
-async fn submit(servers: &[String], req: SubmitRequest, acked: &Mutex<Vec<String>>) {
+/// One try of a client call, recorded in `history`: `None` when no replica could be reached
+/// (nothing was sent), else the outcome.
+async fn try_call<F, Fut>(servers: &[String], kind: OpKind, key: &str, history: &History, call: F) -> Option<Outcome>
+where
+    F: FnOnce(baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+{
+    let client = connect_any(servers).await?;
+    let invoke_ms = now_ms();
+    let outcome = match tokio::time::timeout(Duration::from_millis(CALL_MS), call(client)).await {
+        Ok(Ok(())) => Outcome::Ok,
+        Ok(Err(status)) => Outcome::of_status(&status),
+        Err(_) => Outcome::Unknown(format!("no answer within {CALL_MS} ms")),
+    };
+    history.record(Op { kind, key: key.into(), invoke_ms, complete_ms: now_ms(), outcome: outcome.clone() });
+    Some(outcome)
+}
+
+/// Submits with retries under the same request id; true once acknowledged.
+async fn submit(servers: &[String], req: SubmitRequest, history: &History) -> bool {
     let name = req.request_id.clone();
     for _ in 0..SUBMIT_TRIES {
-        if let Some(mut c) = connect_any(servers).await {
-            let call = tokio::time::timeout(Duration::from_secs(2), c.submit(req.clone())).await;
-            if let Ok(Ok(_)) = call {
-                acked.lock().expect("not poisoned").push(name);
-                return;
-            }
+        let r = req.clone();
+        let outcome =
+            try_call(servers, OpKind::Submit, &name, history, |mut c| async move { c.submit(r).await.map(|_| ()) })
+                .await;
+        if outcome == Some(Outcome::Ok) {
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await;
     }
     eprintln!("chaos: submit of {name} never acknowledged");
+    false
+}
+
+/// Cancels job `name` (unique in the run) until the cluster says it did, or says it will
+/// not (the job already ended); a replica that is not the leader is no answer.
+async fn cancel(servers: &[String], name: &str, history: &History) {
+    for _ in 0..CANCEL_TRIES {
+        let job = JobRef { name: name.into(), ..Default::default() };
+        let outcome =
+            try_call(
+                servers,
+                OpKind::Cancel,
+                name,
+                history,
+                |mut c| async move { c.cancel_job(job).await.map(|_| ()) },
+            )
+            .await;
+        match outcome {
+            Some(Outcome::Ok) => return,
+            Some(Outcome::Failed(why)) if !why.contains("not the leader") => return,
+            _ => tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await,
+        }
+    }
+}
+
+/// The (job, attempt) pairs that a witness saw start from zero despite a whole checkpoint,
+/// and that their job's events say were placed after a requeue for a lost node or an
+/// expired lease.
+async fn after_node_loss(c: &Cluster, witness: &std::path::Path) -> BTreeSet<(String, u32)> {
+    let lines = std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
+    let named: BTreeSet<(String, u32)> = lines
+        .lines()
+        .filter(|l| l.contains("started from zero"))
+        .filter_map(attempt_of_violation)
+        .map(|(job, attempt)| (job.to_string(), attempt))
+        .collect();
+    let jobs: BTreeSet<&String> = named.iter().map(|(job, _)| job).collect();
+    let mut found = BTreeSet::new();
+    let mut api = c.client().await;
+    for name in jobs {
+        let Ok(job) = api.get_job(JobRef { name: name.clone(), ..Default::default() }).await else { continue };
+        for attempt in attempts_after_node_loss(&job.into_inner().events) {
+            found.insert((name.clone(), attempt));
+        }
+    }
+    found.retain(|pair| named.contains(pair));
+    found
 }
 
 /// Waits until every acknowledged job has ended, or none ended for `DRAIN_STALL_S`, or

@@ -146,8 +146,9 @@ fn the_dev_demo_plays_seed_000_to_the_end() {
     assert!(text.contains("Preempted  large-training-job"), "{text}");
 }
 
-/// The chaos harness, briefly: 30 s of leader kills, pauses and agent crashes under a load
-/// that preempts constantly; every promise the jobs witness must hold. Longer runs:
+/// The chaos harness, briefly: 30 s of leader kills, pauses, agent crashes and agents
+/// stopped or killed past the heartbeat timeout, under a load that preempts constantly and
+/// cancels now and then; every promise the jobs witness and the client history must hold. Longer runs:
 /// `cargo run --release -p baton-chaos -- --seconds 300 --seed N` (see chaos/README.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_seconds_of_chaos_break_no_promise() {

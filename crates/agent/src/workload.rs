@@ -2,7 +2,8 @@
 //! miniature. It counts steps, printing `step i`. On SIGTERM or SIGUSR1 it writes the
 //! number of finished steps to `$BATON_CHECKPOINT_DIR/rank-<BATON_RANK>.ckpt` (a temp file,
 //! then a rename, so a reader never sees half a checkpoint), prints
-//! `checkpointed at step i` and exits 0. Exiting 0 after a checkpoint is safe: the agent
+//! `checkpointed at step i` and exits 0. After its last step it saves a checkpoint too: a
+//! rank that exits 0 counts as stopped with its work saved. Exiting 0 after a checkpoint is safe: the agent
 //! sent the signal, so it reports the replica as `Stopped` (not as `Exited` with success).
 //! With `BATON_RESUME` set it starts from the step in its checkpoint and prints
 //! `resumed from step i`. After N steps it exits 0.
@@ -15,14 +16,14 @@
 //! `DIR/violations` and exits 3. It also records a resume without a readable checkpoint,
 //! and a start from zero although every rank of the gang checkpointed in one attempt (a
 //! checkpoint holds `step attempt`), and appends each start to
-//! `DIR/starts` (`job attempt rank node first-step`).
+//! `DIR/starts` (`job attempt rank node first-step at-ms`, the last on the wall clock).
 
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The signal that arrived (0: none). Set by the handler, read by the loop.
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
@@ -152,8 +153,11 @@ pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
             let v = format!("started from zero although every rank wrote a checkpoint in one attempt ({who})");
             append(&dir.join("violations"), &v);
         }
-        let line =
-            format!("{} {} {} {} {step}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"), env("BATON_NODE"));
+        // The wall clock, shared with the chaos harness on the same machine: it orders a
+        // start against the harness's client operations (a start after a cancel).
+        let at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        let (job, attempt, rank, node) = (env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"), env("BATON_NODE"));
+        let line = format!("{job} {attempt} {rank} {node} {step} {at_ms}");
         append(&dir.join("starts"), &line);
     }
     while step < steps {
@@ -181,6 +185,14 @@ pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
         step += 1;
         let _ = writeln!(out, "step {step}");
         let _ = out.flush();
+    }
+    // A rank that exits 0 counts as stopped with its work saved: its gang may be resumed
+    // later (another rank was cut off), and this rank must then find its work.
+    if std::env::var_os("BATON_CHECKPOINT_DIR").is_some()
+        && let Err(e) = save(step)
+    {
+        eprintln!("workload: cannot save the finished work: {e}");
+        return 1;
     }
     0
 }
