@@ -158,22 +158,7 @@ async fn a_restarted_agent_readopts_its_replicas_and_reports_exits_it_missed() {
 async fn a_stop_in_progress_survives_an_agent_restart() {
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start(None).await;
-    let pid_file = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
-    let run = assignment(1, 1, Action::Run, &cmd);
-    gw.set(1, vec![run.clone()]);
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
-    let mut stop = run;
-    stop.action = Action::Stop as i32;
-    stop.grace_ms = 600;
-    gw.set(1, vec![stop]);
-    wait_for(5, "reported stopping", || {
-        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
-    })
-    .await;
-    agent.shutdown().await.unwrap();
+    let (pid, _reaper, _sent) = stop_then_shut_down(dir.path(), &gw, 600).await;
     assert!(alive(pid), "the replica ignores its signal; the agent is gone");
 
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
@@ -372,23 +357,7 @@ async fn a_finished_attempt_whose_record_was_pruned_is_not_started_again() {
 async fn a_wall_clock_step_does_not_shorten_a_stop_in_progress() {
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start(None).await;
-    let pid_file = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
-    let run = assignment(1, 1, Action::Run, &cmd);
-    gw.set(1, vec![run.clone()]);
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
-    let mut stop = run;
-    stop.action = Action::Stop as i32;
-    stop.grace_ms = 3_000;
-    let sent = std::time::Instant::now();
-    gw.set(1, vec![stop]);
-    wait_for(5, "reported stopping", || {
-        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
-    })
-    .await;
-    agent.shutdown().await.unwrap();
+    let (pid, _reaper, sent) = stop_then_shut_down(dir.path(), &gw, 3_000).await;
     {
         let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
         for mut rec in journal.replicas().unwrap() {
@@ -406,4 +375,28 @@ async fn a_wall_clock_step_does_not_shorten_a_stop_in_progress() {
         .await;
     assert!(sent.elapsed() >= std::time::Duration::from_millis(3_000), "killed after {:?}", sent.elapsed());
     agent.shutdown().await.unwrap();
+}
+
+/// Starts job 1 as a replica that ignores SIGTERM, sends it a STOP with `grace_ms`, and shuts
+/// the agent down once it reports the replica Stopping: a stop in progress with no agent.
+/// Returns the replica's pid, the guard that kills it at the end, and when the STOP was sent.
+async fn stop_then_shut_down(dir: &std::path::Path, gw: &Gateway, grace_ms: u64) -> (i32, Reaper, std::time::Instant) {
+    let pid_file = dir.join("pid");
+    let reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir, &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = grace_ms;
+    let sent = std::time::Instant::now();
+    gw.set(1, vec![stop]);
+    wait_for(5, "reported stopping", || {
+        gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Stopping))
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+    (pid, reaper, sent)
 }

@@ -11,66 +11,19 @@
 //! after more than 20 s); now a cut-off replica does not campaign at all.
 
 mod common;
+mod sim_net;
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use baton_raft::metrics::Role;
-use baton_raft::net::Dialer;
 use baton_raft::replica::{Replica, ReplicaConfig, Storage};
 use baton_raft::types::NodeId;
 use common::{has, put, settings};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tonic::transport::server::Connected;
+use sim_net::{SimStream, host_name, sim_dialer};
 
 const PORT: u16 = 9000;
-
-/// turmoil's TCP stream, made acceptable to tonic's server.
-struct SimStream(turmoil::net::TcpStream);
-
-impl Connected for SimStream {
-    type ConnectInfo = ();
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for SimStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for SimStream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-fn sim_dialer() -> Dialer {
-    Dialer::custom(|addr| {
-        let target = addr.to_string();
-        let endpoint = baton_raft::net::dialer::endpoint(addr, Duration::from_secs(1))?;
-        Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
-            let target = target.clone();
-            async move {
-                let s = turmoil::net::TcpStream::connect(target).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
-            }
-        })))
-    })
-}
-
-fn host_name(id: NodeId) -> String {
-    format!("r{id}")
-}
 
 type Handles = Arc<Mutex<BTreeMap<NodeId, Replica>>>;
 

@@ -9,22 +9,19 @@
 //! (each seed cuts the power `CUTS_PER_SEED` times).
 
 mod common;
+mod sim_net;
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use baton_raft::metrics::Role;
-use baton_raft::net::Dialer;
 use baton_raft::replica::{Replica, ReplicaConfig, SharedStore, Storage};
 use baton_raft::store::PowerLossDisk;
 use baton_raft::types::NodeId;
 use common::{has, put, settings};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tonic::transport::server::Connected;
+use sim_net::{SimStream, host_name, sim_dialer};
 
 const PORT: u16 = 9000;
 const REPLICAS: u64 = 3;
@@ -38,50 +35,6 @@ const WRITERS: usize = 8;
 const WRITE_PAUSE_MS: u64 = 20;
 /// Simulated milliseconds between two power cuts, at least and at most.
 const CUT_GAP_MS: (u64, u64) = (300, 1_500);
-
-/// turmoil's TCP stream, made acceptable to tonic's server.
-struct SimStream(turmoil::net::TcpStream);
-
-impl Connected for SimStream {
-    type ConnectInfo = ();
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for SimStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for SimStream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-fn sim_dialer() -> Dialer {
-    Dialer::custom(|addr| {
-        let target = addr.to_string();
-        let endpoint = baton_raft::net::dialer::endpoint(addr, Duration::from_secs(1))?;
-        Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
-            let target = target.clone();
-            async move {
-                let s = turmoil::net::TcpStream::connect(target).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
-            }
-        })))
-    })
-}
-
-fn host_name(id: NodeId) -> String {
-    format!("r{id}")
-}
 
 /// splitmix64: the seeded schedule of power cuts and what each cut keeps.
 struct Rng(u64);
