@@ -9,6 +9,7 @@ pub mod agent;
 pub mod bench;
 pub mod client;
 pub mod dev;
+pub mod init;
 pub mod logging;
 pub mod server;
 pub mod sim;

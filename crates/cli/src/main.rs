@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use baton_cli::{agent, bench, client, dev, server, sim};
+use baton_cli::{agent, bench, client, dev, init, server, sim};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -27,6 +27,9 @@ enum Command {
     Client(Box<client::ClientCommand>),
     /// Run the worker agent on a GPU node: follow the leader, run job replicas, serve their logs.
     Agent(Box<agent::AgentArgs>),
+    /// Be the container's PID 1 for the agent: keep a command running (restart it when it
+    /// exits), reap orphans, pass SIGTERM on. `baton init -- baton agent ...`
+    Init(init::InitArgs),
     /// A preemptible test job: counts steps, checkpoints on SIGTERM/SIGUSR1, resumes.
     #[command(hide = true)]
     Workload(agent::WorkloadArgs),
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Client(cmd) => client::execute(*cmd),
         Command::Agent(args) => agent::run(*args),
+        Command::Init(args) => init::run(args),
         Command::Workload(args) => agent::workload(args),
     }
 }
