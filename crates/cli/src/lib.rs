@@ -11,5 +11,6 @@ pub mod client;
 pub mod dev;
 pub mod init;
 pub mod logging;
+pub mod replica_id;
 pub mod server;
 pub mod sim;

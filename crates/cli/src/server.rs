@@ -13,8 +13,9 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// This replica's id, unique in the cluster (1, 2, 3, ...).
-    #[arg(long)]
+    /// This replica's id, unique in the cluster (1, 2, 3, ...), or `from-hostname`: the host
+    /// name's trailing ordinal plus one (a StatefulSet's pod NAME-0 is replica 1).
+    #[arg(long, value_parser = crate::replica_id::parse_replica_id)]
     pub id: u64,
     /// Address to listen on for clients, agents and other replicas.
     #[arg(long, default_value = "127.0.0.1:7070")]

@@ -1,0 +1,152 @@
+//! The deployment files (compose, Kubernetes, systemd) start `baton server` and `baton agent`
+//! with flags: each flag they use must exist on the command, and every file must give the
+//! same ports, so that a renamed flag or a moved port breaks this test instead of a deployment.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use baton_cli::agent::AgentArgs;
+use baton_cli::server::ServerArgs;
+use clap::Args;
+use yaml_rust2::{Yaml, YamlLoader};
+
+const SERVER_PORT: &str = "7070";
+const AGENT_LOGS_PORT: &str = "7080";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn long_flags<A: Args>(name: &'static str) -> BTreeSet<String> {
+    let cmd = A::augment_args(clap::Command::new(name));
+    cmd.get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect()
+}
+
+/// One invocation found in a file: where, which command, its arguments after the command.
+struct Invocation {
+    file: String,
+    command: String,
+    args: Vec<String>,
+}
+
+/// `[init, --, /usr/local/bin/baton, agent, ...]` and `[server, ...]` both name their command;
+/// the words after it are its arguments.
+fn invocation(file: &str, words: &[String]) -> Option<Invocation> {
+    let at = words.iter().position(|w| w == "server" || w == "agent")?;
+    Some(Invocation { file: file.into(), command: words[at].clone(), args: words[at + 1..].to_vec() })
+}
+
+fn strings(y: &Yaml) -> Vec<String> {
+    y.as_vec().map(|v| v.iter().filter_map(|w| w.as_str().map(String::from)).collect()).unwrap_or_default()
+}
+
+fn compose_invocations() -> Vec<Invocation> {
+    let docs = YamlLoader::load_from_str(&read("deploy/compose.yaml")).expect("compose.yaml parses");
+    let services = docs[0]["services"].as_hash().expect("compose.yaml has services");
+    services.values().filter_map(|s| invocation("deploy/compose.yaml", &strings(&s["command"]))).collect()
+}
+
+fn kubernetes_invocations() -> Vec<Invocation> {
+    let mut found = Vec::new();
+    for file in ["deploy/kubernetes/replicas.yaml", "deploy/kubernetes/agents.yaml"] {
+        for doc in YamlLoader::load_from_str(&read(file)).expect("manifest parses") {
+            for c in doc["spec"]["template"]["spec"]["containers"].as_vec().into_iter().flatten() {
+                found.extend(invocation(file, &strings(&c["args"])));
+            }
+        }
+    }
+    found
+}
+
+fn systemd_invocations() -> Vec<Invocation> {
+    let mut found = Vec::new();
+    for file in ["deploy/systemd/baton-server.service", "deploy/systemd/baton-agent.service"] {
+        let text = read(file);
+        let line = text.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+        let words: Vec<String> = line.split_whitespace().map(String::from).collect();
+        found.extend(invocation(file, &words));
+    }
+    found
+}
+
+fn all_invocations() -> Vec<Invocation> {
+    let mut all = compose_invocations();
+    all.extend(kubernetes_invocations());
+    all.extend(systemd_invocations());
+    all
+}
+
+fn value_of<'a>(inv: &'a Invocation, flag: &str) -> Option<&'a str> {
+    let at = inv.args.iter().position(|a| a == flag)?;
+    inv.args.get(at + 1).map(String::as_str)
+}
+
+#[test]
+fn every_flag_in_a_deployment_file_exists_on_its_command() {
+    let server = long_flags::<ServerArgs>("server");
+    let agent = long_flags::<AgentArgs>("agent");
+    let all = all_invocations();
+    for kind in ["server", "agent"] {
+        for file in ["compose.yaml", "kubernetes", "systemd"] {
+            let n = all.iter().filter(|i| i.command == kind && i.file.contains(file)).count();
+            assert!(n > 0, "no `baton {kind}` found in deploy/{file}: the test would check nothing");
+        }
+    }
+    for inv in &all {
+        let known = if inv.command == "server" { &server } else { &agent };
+        for flag in inv.args.iter().filter(|a| a.starts_with("--")) {
+            assert!(known.contains(flag), "{}: `baton {} {flag}` is not a flag of the command", inv.file, inv.command);
+        }
+    }
+}
+
+/// systemd files give addresses through the environment file; the others inline.
+fn address(inv: &Invocation, flag: &str) -> String {
+    let value = value_of(inv, flag).unwrap_or_else(|| panic!("{}: `baton {}` has no {flag}", inv.file, inv.command));
+    let Some(var) = value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) else { return value.to_string() };
+    let env_file =
+        if inv.command == "server" { "deploy/systemd/server.env.example" } else { "deploy/systemd/agent.env.example" };
+    read(env_file)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{var}=")).map(String::from))
+        .unwrap_or_else(|| panic!("{env_file} does not set {var}, which {} uses", inv.file))
+}
+
+#[test]
+fn every_deployment_listens_on_the_same_ports() {
+    for inv in all_invocations() {
+        let (flag, port) =
+            if inv.command == "server" { ("--listen", SERVER_PORT) } else { ("--listen", AGENT_LOGS_PORT) };
+        let addr = address(&inv, flag);
+        assert!(
+            addr.ends_with(&format!(":{port}")),
+            "{}: `baton {}` listens on {addr}, not port {port}",
+            inv.file,
+            inv.command
+        );
+    }
+    let dockerfile = read("deploy/Dockerfile");
+    assert!(
+        dockerfile.contains(&format!("EXPOSE {SERVER_PORT} {AGENT_LOGS_PORT}")),
+        "deploy/Dockerfile exposes other ports"
+    );
+}
+
+#[test]
+fn every_replica_is_in_the_first_membership_it_is_given() {
+    for inv in all_invocations().iter().filter(|i| i.command == "server" && !i.file.contains("systemd")) {
+        let members = baton_cli::server::parse_members(value_of(inv, "--bootstrap").expect("--bootstrap")).unwrap();
+        let advertise = value_of(inv, "--advertise").expect("--advertise");
+        // Kubernetes advertises $(POD_NAME)...: any member of that shape is this pod.
+        let shape = advertise.replace("$(POD_NAME)", "");
+        assert!(
+            members.values().any(|m| m == advertise || (advertise.contains("$(POD_NAME)") && m.ends_with(&shape))),
+            "{}: replica advertising {advertise} is not in --bootstrap {members:?}",
+            inv.file
+        );
+    }
+}
