@@ -126,10 +126,10 @@ pub fn run(args: AgentArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    if let Err(e) = crate::logging::init() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

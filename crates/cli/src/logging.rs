@@ -1,16 +1,45 @@
 //! Logging and shutdown for the long-running subcommands (server, agent, dev).
 
-/// Logs to stderr; `RUST_LOG` filters (default: baton at info, openraft's chatter at warn).
-/// Colours only on a terminal, so log files stay plain text.
-pub fn init() {
+/// The environment variable that picks the log format: `text` (the default) or `json`.
+pub const LOG_FORMAT_VAR: &str = "BATON_LOG_FORMAT";
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event; colours only on a terminal.
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields, the spans it is in), for a
+    /// log collector.
+    Json,
+}
+
+impl LogFormat {
+    /// Reads BATON_LOG_FORMAT; an unknown value is an error naming the variable and the choices.
+    pub fn from_env() -> Result<LogFormat, String> {
+        match std::env::var(LOG_FORMAT_VAR) {
+            Err(std::env::VarError::NotPresent) => Ok(LogFormat::Text),
+            Ok(v) if v == "text" || v.is_empty() => Ok(LogFormat::Text),
+            Ok(v) if v == "json" => Ok(LogFormat::Json),
+            Ok(v) => Err(format!("{LOG_FORMAT_VAR}={v:?}: the log format is `text` or `json`")),
+            Err(e) => Err(format!("{LOG_FORMAT_VAR}: {e}")),
+        }
+    }
+}
+
+/// Logs to stderr in the format BATON_LOG_FORMAT names; `RUST_LOG` filters (default: baton at
+/// info, openraft's chatter at warn). Colours only on a terminal, so log files stay plain text.
+pub fn init() -> Result<(), String> {
     use std::io::IsTerminal;
+    let format = LogFormat::from_env()?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second init (tests calling commands in one process) keeps the first subscriber.
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
+    };
+    Ok(())
 }
 
 /// Completes on Ctrl-C or SIGTERM.

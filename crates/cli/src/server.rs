@@ -96,7 +96,10 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
 }
 
 pub fn run(args: ServerArgs) -> ExitCode {
-    crate::logging::init();
+    if let Err(e) = crate::logging::init() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let config = match config(&args) {
         Ok(c) => c,
         Err(e) => {
