@@ -321,3 +321,65 @@ pub fn dev_pki(dir: &Path, replicas: &[u64], agents: &[String], clients: &[Strin
     }
     Ok(())
 }
+
+/// How a `baton` process secures its connections; every command that talks to the cluster
+/// takes these. Neither given is refused: a cluster is never left open by omission.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TransportArgs {
+    /// Mutual TLS with the files in this directory: ca.pem, cert.pem, key.pem (made by
+    /// `baton tls cert create`).
+    #[arg(long, global = true, env = "BATON_TLS_DIR", conflicts_with = "insecure")]
+    pub tls_dir: Option<PathBuf>,
+    /// Plain TCP without TLS: anyone who reaches a port is trusted. For tests and closed
+    /// networks only; logged as a warning and shown by `baton cluster info`.
+    #[arg(long, global = true, env = "BATON_INSECURE", value_parser = clap::builder::FalseyValueParser::new())]
+    pub insecure: bool,
+}
+
+impl TransportArgs {
+    /// The transport these flags ask for; an error names both flags when neither is given.
+    pub fn transport(&self) -> Result<baton_proto::tls::Transport, String> {
+        use baton_proto::tls::Transport;
+        match (&self.tls_dir, self.insecure) {
+            (Some(_), true) => Err("--tls-dir and --insecure: give one, not both".into()),
+            (Some(dir), false) => Transport::load(dir).map_err(|e| format!("--tls-dir: {e}")),
+            (None, true) => Ok(Transport::Insecure),
+            (None, false) => Err("no transport security chosen: give --tls-dir DIR (or BATON_TLS_DIR) for mutual \
+                 TLS, or --insecure (or BATON_INSECURE=1) for plain TCP"
+                .into()),
+        }
+    }
+
+    /// As [`TransportArgs::transport`], and logs a warning when it is plain TCP.
+    pub fn transport_logged(&self, what: &str) -> Result<baton_proto::tls::Transport, String> {
+        let t = self.transport()?;
+        log_transport(&t, what);
+        Ok(t)
+    }
+}
+
+/// Says in the log how `what` talks to the others: a warning for plain TCP.
+pub fn log_transport(t: &baton_proto::tls::Transport, what: &str) {
+    match t {
+        baton_proto::tls::Transport::Insecure => tracing::warn!(
+            "{what} runs with --insecure: plain TCP, no certificates, anyone who reaches its ports is trusted"
+        ),
+        baton_proto::tls::Transport::Tls(f) => {
+            tracing::info!(identity = %f.own, dir = %f.dir.display(), "{what} uses mutual TLS")
+        }
+    }
+}
+
+/// Refuses to run as a role or name other than the certificate says (a replica started
+/// with another replica's certificate, an agent with another node's).
+pub fn check_own(t: &baton_proto::tls::Transport, role: Role, name: &str, flag: &str) -> Result<(), String> {
+    let baton_proto::tls::Transport::Tls(files) = t else { return Ok(()) };
+    if files.own.role != role || files.own.name != name {
+        return Err(format!(
+            "{flag} {name}: the certificate in {} is for {}, not {role} {name:?}",
+            files.dir.display(),
+            files.own
+        ));
+    }
+    Ok(())
+}

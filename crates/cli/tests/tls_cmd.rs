@@ -145,3 +145,38 @@ fn a_tls_dir_missing_its_key_is_refused_naming_the_file() {
     let err = TlsFiles::load(&out).unwrap_err().to_string();
     assert!(err.contains("key.pem"), "{err}");
 }
+
+#[test]
+fn without_tls_dir_or_insecure_every_command_refuses_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = s(tmp.path());
+    for args in [
+        &["list", "--server", "127.0.0.1:1"][..],
+        &["server", "--id", "1", "--listen", "127.0.0.1:0", "--data-dir", d],
+        &["agent", "--gpus", "1", "--server", "127.0.0.1:1", "--data-dir", d],
+    ] {
+        let out =
+            Command::new(BATON).args(args).env_remove("BATON_TLS_DIR").env_remove("BATON_INSECURE").output().unwrap();
+        assert!(!out.status.success(), "{args:?} ran without choosing a transport");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--tls-dir") && err.contains("--insecure"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_replica_refuses_a_certificate_made_for_another_replica() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    let r2 = tmp.path().join("r2");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    ok(&["tls", "cert", "create", "--server", "2", "--ca-dir", s(&ca), "--out-dir", s(&r2)]);
+    let data = tmp.path().join("data");
+    let out = Command::new(BATON)
+        .args(["server", "--id", "1", "--listen", "127.0.0.1:0", "--data-dir", s(&data), "--tls-dir", s(&r2)])
+        .env_remove("BATON_INSECURE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--id 1") && err.contains("replica \"2\""), "{err}");
+}
