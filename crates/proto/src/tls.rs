@@ -234,7 +234,7 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
     if !roles.contains(&who.role) {
         let wanted: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
         return Err(Status::permission_denied(format!(
-            "the caller's certificate is for {who}; this service needs a {} certificate",
+            "the caller's certificate is for {who}; this service takes only {} certificates",
             wanted.join(" or ")
         )));
     }
