@@ -20,8 +20,10 @@ else
   compose() { docker compose -p "$project" -f "$compose_file" "$@"; }
 fi
 # Every command runs in a throwaway client container on the cluster's network.
+# It holds the `admin` client certificate the compose file's `certs` step made.
 client() {
-  docker run --rm --network "${project}_default" \
+  docker run --rm --network "${project}_default" -v "$PWD/deploy/tls:/tls:ro" \
+    -e BATON_TLS_DIR=/tls/client-admin \
     -e BATON_SERVER=server-1:7070,server-2:7070,server-3:7070 baton:latest "$@"
 }
 fail() { echo "smoke: FAILED: $*" >&2; compose logs --tail 40 >&2 || true; exit 1; }
@@ -48,6 +50,12 @@ compose up -d
 wait_for 60 "a leader is elected" has_leader
 wait_for 60 "both agents are Ready" nodes_ready
 echo "smoke: cluster up, leader is replica $(leader_id)"
+client cluster info | grep -q 'transport: mutual TLS' || fail "the cluster does not say it runs mutual TLS"
+# Without a certificate the cluster does not answer.
+if docker run --rm --network "${project}_default" -e BATON_INSECURE=1 \
+  -e BATON_SERVER=server-1:7070 baton:latest cluster info --timeout 3s >/dev/null 2>&1; then
+  fail "a client without a certificate was answered"
+fi
 
 client cohort create lab
 client queue create project-a --gpus 8 --cohort lab

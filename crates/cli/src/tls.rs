@@ -48,7 +48,29 @@ pub enum TlsCommand {
     /// Certificates signed by the cluster's CA.
     #[command(subcommand)]
     Cert(CertCommand),
+    /// Make a CA (DIR/ca) and one certificate directory per replica (DIR/replica-ID), agent
+    /// (DIR/agent-NODE) and client (DIR/client-NAME), keeping whatever already exists: for a
+    /// container's init step or a test cluster. Run it where the CA key may live.
+    Init(InitArgs),
 }
+
+#[derive(clap::Args, Debug)]
+pub struct InitArgs {
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Replica certificates for ids 1..=N.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u64,
+    /// Agent certificates, one per node name (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub agents: Vec<String>,
+    /// Client certificates, one per name (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "admin")]
+    pub clients: Vec<String>,
+}
+
+/// More identities than this in one `baton tls init` is a typo, not a cluster.
+pub const MAX_INIT_IDENTITIES: usize = 1_024;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum CaCommand {
@@ -133,6 +155,7 @@ pub fn run(args: TlsArgs) -> ExitCode {
         TlsCommand::Cert(CertCommand::Create(a)) => create_cert(&a)
             .map(|who| format!("wrote the certificate of {who} to {} (use --tls-dir {0})", a.out_dir.display())),
         TlsCommand::Cert(CertCommand::Show(a)) => show(&a.dir),
+        TlsCommand::Init(a) => init(&a),
     };
     match done {
         Ok(line) => {
@@ -144,6 +167,16 @@ pub fn run(args: TlsArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn init(a: &InitArgs) -> Result<String, TlsCmdError> {
+    let total = a.replicas as usize + a.agents.len() + a.clients.len();
+    if total > MAX_INIT_IDENTITIES {
+        return Err(TlsCmdError::Usage(format!("{total} identities; at most {MAX_INIT_IDENTITIES} at once")));
+    }
+    let ids: Vec<u64> = (1..=a.replicas).collect();
+    dev_pki(&a.dir, &ids, &a.agents, &a.clients)?;
+    Ok(format!("certificates are in {} (one directory per identity, for --tls-dir)", a.dir.display()))
 }
 
 fn show(dir: &Path) -> Result<String, TlsCmdError> {

@@ -180,3 +180,25 @@ fn a_replica_refuses_a_certificate_made_for_another_replica() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--id 1") && err.contains("replica \"2\""), "{err}");
 }
+
+#[test]
+fn init_makes_every_identity_once_and_keeps_them_on_a_second_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("tls");
+    let args = ["tls", "init", "--dir", s(&d), "--replicas", "2", "--agents", "gpu-1,gpu-2", "--clients", "admin"];
+    ok(&args);
+    let wanted = [
+        ("replica-1", Role::Replica, "1"),
+        ("replica-2", Role::Replica, "2"),
+        ("agent-gpu-1", Role::Agent, "gpu-1"),
+        ("agent-gpu-2", Role::Agent, "gpu-2"),
+        ("client-admin", Role::Client, "admin"),
+    ];
+    for (sub, role, name) in wanted {
+        assert_eq!(TlsFiles::load(&d.join(sub)).unwrap().own, PeerId { role, name: name.into() });
+    }
+    let key = std::fs::read(d.join("replica-1/key.pem")).unwrap();
+    ok(&args);
+    assert_eq!(std::fs::read(d.join("replica-1/key.pem")).unwrap(), key, "a second run replaced a key");
+    assert!(!d.join("replica-3").exists());
+}
