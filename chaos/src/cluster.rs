@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef};
 use tonic::transport::Channel;
@@ -62,9 +63,16 @@ struct Proc {
     paused: bool,
 }
 
+/// The replicas' addresses and how to reach them (mutual TLS, as the `chaos` client).
+#[derive(Clone, Debug)]
+pub struct Servers {
+    pub addrs: Vec<String>,
+    pub transport: Transport,
+}
+
 pub struct Cluster {
     pub dir: tempfile::TempDir,
-    pub servers: Vec<String>,
+    pub servers: Servers,
     baton: PathBuf,
     replicas: Vec<Proc>,
     agents: BTreeMap<String, (NodeArgs, Proc)>,
@@ -96,6 +104,8 @@ impl Proc {
         let child = Command::new(baton)
             .args(&self.args)
             .env("RUST_LOG", "info,openraft=warn")
+            .env_remove("BATON_INSECURE")
+            .env_remove("BATON_TLS_DIR")
             .stdin(Stdio::null())
             .stdout(f.try_clone().expect("a log file"))
             .stderr(f)
@@ -135,9 +145,11 @@ impl Cluster {
         let dir = tempfile::Builder::new().prefix("baton-e2e-").tempdir().expect("a temporary directory");
         let servers: Vec<String> = (0..REPLICAS).map(|_| free_port()).collect();
         let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        let tls = make_certificates(baton, &dir.path().join("tls"), nodes);
+        let transport = Transport::load(&tls.join("client-chaos")).expect("the chaos client's certificate");
         let mut c = Cluster {
             dir,
-            servers: servers.clone(),
+            servers: Servers { addrs: servers.clone(), transport },
             baton: baton.to_path_buf(),
             replicas: Vec::new(),
             agents: BTreeMap::new(),
@@ -163,6 +175,8 @@ impl Cluster {
                 &t.resend_ms.to_string(),
                 "--lease-ms",
                 &t.lease_ms.to_string(),
+                "--tls-dir",
+                &tls.join(format!("replica-{id}")).display().to_string(),
             ]);
             let mut p = Proc::new(args, c.path(&format!("replica-{id}.log")));
             p.spawn(baton);
@@ -187,7 +201,7 @@ impl Cluster {
         strings(&[
             "agent",
             "--server",
-            &self.servers.join(","),
+            &self.servers.addrs.join(","),
             "--name",
             &n.name,
             "--pool",
@@ -206,6 +220,8 @@ impl Cluster {
             &self.path("checkpoints").display().to_string(),
             "--heartbeat-ms",
             "100",
+            "--tls-dir",
+            &self.path(&format!("tls/agent-{}", n.name)).display().to_string(),
         ])
     }
 
@@ -250,7 +266,7 @@ impl Cluster {
         if !self.replicas[i].answers() {
             return None;
         }
-        probe(&self.servers[i]).await
+        probe(&self.servers.addrs[i], &self.servers.transport).await
     }
 
     /// A client of a replica that knows the leader.
@@ -338,9 +354,9 @@ impl Drop for Cluster {
 
 /// A client of any of `servers` that knows a leader, trying each once with a short bound
 /// (for callers that run beside fault injection and cannot borrow the `Cluster`).
-pub async fn connect_any(servers: &[String]) -> Option<BatonClient<Channel>> {
-    for addr in servers {
-        if let Some((c, info)) = probe(addr).await
+pub async fn connect_any(servers: &Servers) -> Option<BatonClient<Channel>> {
+    for addr in &servers.addrs {
+        if let Some((c, info)) = probe(addr, &servers.transport).await
             && info.leader_id != 0
         {
             return Some(c);
@@ -351,11 +367,32 @@ pub async fn connect_any(servers: &[String]) -> Option<BatonClient<Channel>> {
 
 /// A client of the replica at `addr` and what it says of the cluster, each step bounded by
 /// `PROBE_MS`.
-async fn probe(addr: &str) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
+async fn probe(addr: &str, transport: &Transport) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
     let bound = Duration::from_millis(PROBE_MS);
-    let c = tokio::time::timeout(bound, BatonClient::connect(format!("http://{addr}"))).await.ok()?.ok()?;
+    let ep = transport.endpoint(addr, REPLICA_HOST).ok()?;
+    let c = BatonClient::new(tokio::time::timeout(bound, ep.connect()).await.ok()?.ok()?);
     let max = baton_proto::MAX_MESSAGE_BYTES;
     let mut c = c.max_decoding_message_size(max).max_encoding_message_size(max);
     let info = tokio::time::timeout(bound, c.cluster_info(Empty {})).await.ok()?.ok()?.into_inner();
     Some((c, info))
+}
+
+/// A CA and one certificate per replica, agent and the `chaos` client under `dir`, made with
+/// `baton tls` as an operator would: the cluster runs with mutual TLS like a real one.
+fn make_certificates(baton: &Path, dir: &Path, nodes: &[NodeArgs]) -> PathBuf {
+    let run = |args: &[String]| {
+        let out = Command::new(baton).args(args).output().unwrap_or_else(|e| panic!("cannot run baton tls: {e}"));
+        assert!(out.status.success(), "baton {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ca = dir.join("ca").display().to_string();
+    run(&strings(&["tls", "ca", "create", "--dir", &ca]));
+    let mut who: Vec<(String, String, String)> =
+        (1..=REPLICAS).map(|i| ("--server".into(), i.to_string(), format!("replica-{i}"))).collect();
+    who.extend(nodes.iter().map(|n| ("--agent".into(), n.name.clone(), format!("agent-{}", n.name))));
+    who.push(("--client".into(), "chaos".into(), "client-chaos".into()));
+    for (flag, name, sub) in who {
+        let out = dir.join(sub).display().to_string();
+        run(&strings(&["tls", "cert", "create", &flag, &name, "--ca-dir", &ca, "--out-dir", &out]));
+    }
+    dir.to_path_buf()
 }

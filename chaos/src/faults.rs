@@ -16,7 +16,7 @@ use baton_proto::v1::ListJobsRequest;
 use baton_proto::v1::baton_client::BatonClient;
 use tonic::transport::Channel;
 
-use crate::cluster::{Cluster, REPLICAS, connect_any};
+use crate::cluster::{Cluster, REPLICAS, Servers, connect_any};
 use crate::rng::Rng;
 
 /// How long a fault timed by protocol state waits for its moment before it is injected
@@ -130,17 +130,17 @@ pub struct Faults {
     /// Longest a short agent outage lasts: well under the heartbeat timeout.
     max_agent_outage_ms: u64,
     heartbeat_timeout_ms: u64,
-    servers: Vec<String>,
+    servers: Servers,
     watcher: Option<BatonClient<Channel>>,
 }
 
 impl Faults {
-    pub fn new(seed: u64, heartbeat_timeout_ms: u64, servers: &[String]) -> Faults {
+    pub fn new(seed: u64, heartbeat_timeout_ms: u64, servers: &Servers) -> Faults {
         Faults {
             rng: Rng::new(seed ^ 0xfa17),
             max_agent_outage_ms: heartbeat_timeout_ms / 2,
             heartbeat_timeout_ms,
-            servers: servers.to_vec(),
+            servers: servers.clone(),
             watcher: None,
         }
     }

@@ -12,7 +12,7 @@ use baton_proto::v1::{JobRef, ListJobsRequest, SubmitRequest};
 use tokio::task::JoinHandle;
 
 use crate::check::{Evidence, Landed, Report, attempt_of_violation, attempts_after_node_loss};
-use crate::cluster::{Cluster, NodeArgs, Timing, connect_any};
+use crate::cluster::{Cluster, NodeArgs, Servers, Timing, connect_any};
 use crate::faults::Faults;
 use crate::history::{History, Op, OpKind, Outcome, now_ms};
 use crate::load::{self, Load};
@@ -122,7 +122,7 @@ pub async fn run(cfg: &Config) -> Report {
 /// the backlog stays short while preemptions keep coming. A few jobs are cancelled a moment
 /// after their submit; the cancels' tasks are returned, to be awaited.
 async fn submit_load(
-    servers: Vec<String>,
+    servers: Servers,
     mut load: Load,
     seed: u64,
     history: Arc<History>,
@@ -150,7 +150,7 @@ async fn submit_load(
 
 /// One try of a client call, recorded in `history`: `None` when no replica could be reached
 /// (nothing was sent), else the outcome.
-async fn try_call<F, Fut>(servers: &[String], kind: OpKind, key: &str, history: &History, call: F) -> Option<Outcome>
+async fn try_call<F, Fut>(servers: &Servers, kind: OpKind, key: &str, history: &History, call: F) -> Option<Outcome>
 where
     F: FnOnce(baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>) -> Fut,
     Fut: std::future::Future<Output = Result<(), tonic::Status>>,
@@ -167,7 +167,7 @@ where
 }
 
 /// Submits with retries under the same request id; true once acknowledged.
-async fn submit(servers: &[String], req: SubmitRequest, history: &History) -> bool {
+async fn submit(servers: &Servers, req: SubmitRequest, history: &History) -> bool {
     let name = req.request_id.clone();
     for _ in 0..SUBMIT_TRIES {
         let r = req.clone();
@@ -185,7 +185,7 @@ async fn submit(servers: &[String], req: SubmitRequest, history: &History) -> bo
 
 /// Cancels job `name` (unique in the run) until the cluster says it did, or says it will
 /// not (the job already ended); a replica that is not the leader is no answer.
-async fn cancel(servers: &[String], name: &str, history: &History) {
+async fn cancel(servers: &Servers, name: &str, history: &History) {
     for _ in 0..CANCEL_TRIES {
         let job = JobRef { name: name.into(), ..Default::default() };
         let outcome =

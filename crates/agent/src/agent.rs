@@ -3,9 +3,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use baton_proto::tls::{ANY_ROLE, guard};
 use baton_proto::v1::agent_logs_server::AgentLogsServer;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 
 use crate::config::AgentConfig;
@@ -155,11 +157,12 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     let logs_service = AgentLogsServer::new(service)
         .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES);
-    let logs_server = tokio::spawn(
-        tonic::transport::Server::builder().add_service(logs_service).serve_with_incoming_shutdown(incoming, async {
-            let _ = logs_stopped.await;
-        }),
-    );
+    // Under TLS any certificate of the cluster's CA may read logs; none, or another CA's, may not.
+    let logs_service = InterceptedService::new(logs_service, guard(config.transport.clone(), ANY_ROLE));
+    let mut server = config.transport.server().map_err(|e| AgentError::Tls(e.to_string()))?;
+    let logs_server = tokio::spawn(server.add_service(logs_service).serve_with_incoming_shutdown(incoming, async {
+        let _ = logs_stopped.await;
+    }));
 
     let (dir_tx, dir_rx) = mpsc::channel(DIRECTIVE_BUFFER);
     let (fail_tx, failed) = oneshot::channel();
@@ -176,6 +179,7 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     let servers: Vec<String> = config.servers.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     let follower = Follower {
         servers,
+        transport: config.transport.clone(),
         node: node_info(&config, &inventory, &advertised),
         journal: journal.clone(),
         directives: dir_tx,

@@ -38,6 +38,8 @@ pub struct AgentConfig {
     pub kill_grace_ms: u64,
     /// Size of one log file after which output is dropped with a note.
     pub log_cap_bytes: u64,
+    /// Mutual TLS for the gateway it dials and the logs it serves, or plain TCP.
+    pub transport: baton_proto::tls::Transport,
 }
 
 impl AgentConfig {
@@ -59,6 +61,7 @@ impl AgentConfig {
             heartbeat_ms: 500,
             kill_grace_ms: DEFAULT_KILL_GRACE_MS,
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
+            transport: baton_proto::tls::Transport::Insecure,
         }
     }
 

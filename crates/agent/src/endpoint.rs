@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use baton_proto::tls::{REPLICA_HOST, Transport};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::limits::CONNECT_TIMEOUT_MS;
@@ -18,9 +19,18 @@ pub fn endpoint(addr: &str) -> Result<Endpoint, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Connects at once (so a dead replica is noticed here, not on the first call).
-pub async fn connect(addr: &str) -> Result<Channel, String> {
-    endpoint(addr)?.connect().await.map_err(|e| format!("{e}: {}", source_chain(&e)))
+/// Connects to a replica at once (so a dead replica is noticed here, not on the first
+/// call). Under TLS the replica must prove it holds a replica certificate of this cluster's
+/// CA, so directives come only from a replica, and this agent presents its own certificate.
+pub async fn connect(addr: &str, transport: &Transport) -> Result<Channel, String> {
+    let ep = match transport {
+        Transport::Insecure => endpoint(addr)?,
+        Transport::Tls(_) => transport
+            .endpoint(addr, REPLICA_HOST)?
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .tcp_nodelay(true),
+    };
+    ep.connect().await.map_err(|e| format!("{e}: {}", source_chain(&e)))
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {

@@ -17,6 +17,8 @@ pub enum AgentError {
     Listen { addr: String, source: std::io::Error },
     #[error("the logs server failed: {0}")]
     LogsServer(String),
+    #[error("TLS for the logs server: {0}")]
+    Tls(String),
     #[error("an agent task failed: {0}")]
     Task(String),
 }

@@ -23,6 +23,8 @@ pub type Attached = Option<(String, Channel)>;
 
 pub struct Follower {
     pub servers: Vec<String>,
+    /// How to reach them: mutual TLS or plain TCP.
+    pub transport: baton_proto::tls::Transport,
     pub node: NodeInfo,
     pub journal: Arc<Journal>,
     pub directives: mpsc::Sender<Directive>,
@@ -70,7 +72,7 @@ impl Follower {
     }
 
     async fn attach_once(&self, addr: &str) -> Attach {
-        let channel = match connect(addr).await {
+        let channel = match connect(addr, &self.transport).await {
             Ok(c) => c,
             Err(e) => return Attach::Failed(e),
         };

@@ -50,6 +50,8 @@ pub struct AgentArgs {
     /// Print this node's GPU inventory as JSON and exit.
     #[arg(long, hide = true)]
     inventory_only: bool,
+    #[command(flatten)]
+    security: crate::tls::TransportArgs,
 }
 
 #[derive(Args)]
@@ -96,6 +98,8 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.listen = args.listen;
     c.heartbeat_ms = args.heartbeat_ms;
     c.metrics_listen = args.metrics_listen;
+    c.transport = args.security.transport()?;
+    crate::tls::check_own(&c.transport, baton_proto::tls::Role::Agent, &c.name, "--name")?;
     c.validate()?;
     Ok(c)
 }
@@ -130,6 +134,7 @@ pub fn run(args: AgentArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
+    crate::tls::log_transport(&config.transport, "this agent");
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

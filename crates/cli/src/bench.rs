@@ -65,7 +65,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let result = measure(&children.servers(), tmp.path(), rounds).await;
+        let result = measure(&children, tmp.path(), rounds).await;
         children.stop(Duration::from_secs(5)).await;
         match result {
             Ok(()) => ExitCode::SUCCESS,
@@ -114,11 +114,8 @@ async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> 
     Ok(())
 }
 
-async fn measure(servers: &[String], dir: &Path, rounds: u32) -> Result<(), String> {
-    let c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
-    let mut c = c
-        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+async fn measure(children: &crate::dev::procs::Children, dir: &Path, rounds: u32) -> Result<(), String> {
+    let mut c = children.client(0).await?;
     // Borrowing queue `lo` (no guarantee) and `hi` (all 16 GPUs guaranteed): hi reclaims.
     c.put_queue(gpu_queue("lo", 0)).await.map_err(|e| e.message().to_string())?;
     c.put_queue(gpu_queue("hi", 16)).await.map_err(|e| e.message().to_string())?;

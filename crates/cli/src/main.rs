@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use baton_cli::{agent, bench, client, dev, init, server, sim};
+use baton_cli::{agent, bench, client, dev, init, server, sim, tls};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -30,6 +30,9 @@ enum Command {
     /// Be the container's PID 1 for the agent: keep a command running (restart it when it
     /// exits), reap orphans, pass SIGTERM on. `baton init -- baton agent ...`
     Init(init::InitArgs),
+    /// Make the cluster's certificate authority and the certificates of its replicas, agents
+    /// and clients (mutual TLS).
+    Tls(tls::TlsArgs),
     /// A preemptible test job: counts steps, checkpoints on SIGTERM/SIGUSR1, resumes.
     #[command(hide = true)]
     Workload(agent::WorkloadArgs),
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Client(cmd) => client::execute(*cmd),
         Command::Agent(args) => agent::run(*args),
         Command::Init(args) => init::run(args),
+        Command::Tls(args) => tls::run(args),
         Command::Workload(args) => agent::workload(args),
     }
 }

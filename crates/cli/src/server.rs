@@ -58,6 +58,8 @@ pub struct ServerArgs {
     /// Raft election timeout, lower bound (the upper bound is twice it).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
+    #[command(flatten)]
+    pub security: crate::tls::TransportArgs,
 }
 
 pub fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -92,7 +94,9 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
     if let Some(s) = &scheduler {
         s.validate().map_err(|e| format!("--reserve-after: {e}"))?;
     }
-    Ok(ServerConfig { replica, bootstrap, settings, scheduler })
+    let transport = a.security.transport_logged("this replica")?;
+    crate::tls::check_own(&transport, baton_proto::tls::Role::Replica, &a.id.to_string(), "--id")?;
+    Ok(ServerConfig { replica, bootstrap, settings, scheduler, transport })
 }
 
 pub fn run(args: ServerArgs) -> ExitCode {

@@ -141,6 +141,7 @@ fn server_list_comes_from_the_environment() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["list"])
         .env("BATON_SERVER", format!("{},{}", dead_addr(), server.addr()))
+        .env("BATON_INSECURE", "1")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));

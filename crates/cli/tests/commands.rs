@@ -245,6 +245,7 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
                 nodes: vec!["n1".into(), "n2".into()],
                 waiting_for: 3,
             }],
+            insecure: true,
         }
     });
     let server = serve_baton(fake);
@@ -255,6 +256,7 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
     assert!(row.contains("default") && row.contains("n1,n2") && row.contains("3 jobs"), "{out}");
     assert!(out.contains("leader: replica 1 at 10.0.0.1:7070, term 7"), "{out}");
     assert!(out.contains("applied index: 1234"), "{out}");
+    assert!(out.contains("transport: INSECURE (plain TCP"), "{out}");
     assert!(out.contains("Follower"), "{out}");
     assert!(out.contains("gpu 12/16"), "{out}");
     let row = out.lines().find(|l| l.trim_start().starts_with("team-a")).expect("a row for team-a");
@@ -282,9 +284,11 @@ fn cluster_info_names_a_failing_replica_and_why() {
     r.unwrap();
     let row = out.lines().find(|l| l.contains("10.0.0.2:7070")).expect("a row for replica 2");
     assert!(row.contains("FAILED: disk failing") && row.contains("No space left on device"), "{out}");
+    assert!(out.contains("transport: mutual TLS"), "{out}");
     let (r, out) = run(&["cluster", "info", "--server", &server.addr(), "-o", "json"]);
     r.unwrap();
     assert!(out.contains("\"failure\": \"disk failing"), "{out}");
+    assert!(out.contains("\"insecure\": false"), "{out}");
 }
 
 #[test]

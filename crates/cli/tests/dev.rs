@@ -53,6 +53,29 @@ fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
     let replicas = urls.iter().filter(|u| get(u).contains("baton_raft_term")).count();
     let agents = urls.iter().filter(|u| get(u).contains("baton_agent_replicas_running")).count();
     assert_eq!((replicas, agents), (3, 2), "{text}");
+    dev_cluster_speaks_only_mutual_tls(&text);
+}
+
+/// The shell lines `baton dev` prints give a client that gets in over TLS; plain TCP, or
+/// no certificate, does not.
+fn dev_cluster_speaks_only_mutual_tls(text: &str) {
+    let export = |var: &str| {
+        let prefix = format!("export {var}=");
+        text.lines().find_map(|l| l.trim().strip_prefix(&prefix).map(str::to_string)).expect(var)
+    };
+    let (servers, tls_dir) = (export("BATON_SERVER"), export("BATON_TLS_DIR"));
+    let cli = |envs: &[(&str, &str)]| {
+        let mut c = Command::new(BATON);
+        c.args(["cluster", "info", "--timeout", "5s"]).env("BATON_SERVER", &servers);
+        c.env_remove("BATON_INSECURE").env_remove("BATON_TLS_DIR");
+        c.envs(envs.iter().copied()).output().unwrap()
+    };
+    let out = cli(&[("BATON_TLS_DIR", &tls_dir)]);
+    let info = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(info.contains("transport: mutual TLS"), "{info}");
+    let out = cli(&[("BATON_INSECURE", "1")]);
+    assert!(!out.status.success(), "plain TCP got an answer: {}", String::from_utf8_lossy(&out.stdout));
 }
 
 /// `GET` over plain HTTP; retried briefly while the endpoint comes up.

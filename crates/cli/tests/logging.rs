@@ -25,7 +25,7 @@ fn a_replica_logs_json_lines_when_asked() {
     let addr = listener.local_addr().unwrap().to_string();
     drop(listener);
     let child = baton()
-        .args(["server", "--id", "1", "--listen", &addr, "--bootstrap", &format!("1={addr}")])
+        .args(["server", "--insecure", "--id", "1", "--listen", &addr, "--bootstrap", &format!("1={addr}")])
         .arg("--data-dir")
         .arg(dir.path())
         .env("BATON_LOG_FORMAT", "json")
@@ -52,7 +52,7 @@ fn a_replica_logs_json_lines_when_asked() {
 #[test]
 fn an_unknown_log_format_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    for command in [vec!["server", "--id", "1"], vec!["agent", "--gpus", "1"]] {
+    for command in [vec!["server", "--insecure", "--id", "1"], vec!["agent", "--insecure", "--gpus", "1"]] {
         let out =
             baton().args(&command).arg("--data-dir").arg(dir.path()).env("BATON_LOG_FORMAT", "xml").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

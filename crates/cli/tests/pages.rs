@@ -28,6 +28,7 @@ fn server_with_jobs(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Stri
             bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
             settings: ServerSettings { max_list_jobs: PAGE_BOUND, ..ServerSettings::default() },
             scheduler: None,
+            transport: baton_proto::tls::Transport::Insecure,
         };
         tokio::spawn(async move { baton_server::run(config, listener, std::future::pending()).await.unwrap() });
         let mut api = BatonClient::connect(format!("http://{addr}")).await.unwrap();

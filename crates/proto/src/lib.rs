@@ -11,6 +11,7 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 pub mod convert;
 pub mod make;
 pub mod scrape;
+pub mod tls;
 
 /// Package `baton.v1`.
 pub mod v1 {

@@ -11,6 +11,7 @@ use baton_model::limits::{MAX_OBSERVATIONS_PER_REPORT, MAX_REPORT_OBSERVATIONS, 
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
+use baton_proto::tls::PeerId;
 use baton_proto::v1::agent_gateway_server::AgentGateway;
 use baton_proto::v1::{
     AttachRequest, Directive, Observation, ReportReply, ReportRequest, StopCause, observation::What,
@@ -36,10 +37,12 @@ impl AgentGateway for Gateway {
 
     async fn attach(&self, req: Request<AttachRequest>) -> Result<Response<DirectiveStream>, Status> {
         let term = self.ctx.require_leader()?;
+        let who = req.extensions().get::<PeerId>().cloned();
         let req = req.into_inner();
         not_deposed(req.term_seen, term)?;
         let info = req.node.ok_or_else(|| Status::invalid_argument("node: missing"))?;
         let spec = node_from_agent(&info).map_err(status::from_convert)?;
+        crate::tls::check_node(who.as_ref(), &spec.name)?;
         self.register(&spec).await?;
         let node = spec.name.clone();
         self.ctx.liveness.touch(&node);
@@ -51,10 +54,12 @@ impl AgentGateway for Gateway {
 
     async fn report(&self, req: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
         let term = self.ctx.require_leader()?;
+        let who = req.extensions().get::<PeerId>().cloned();
         let req = req.into_inner();
         not_deposed(req.term_seen, term)?;
         check_report_size(&req)?;
         let node = convert::name(&req.node, "node").map_err(status::from_convert)?;
+        crate::tls::check_node(who.as_ref(), &node)?;
         let status = self.ctx.replica.read_local(|s| s.nodes().get(&node).map(|n| n.status));
         let Some(status) = status else {
             // Only registered nodes are tracked, so the heartbeat map stays bounded by them.

@@ -16,6 +16,8 @@
 //! - `metrics`: what `GET /metrics` exposes (state gauges, applied-event counters, the
 //!   leader loop's activity, raft), served by `baton_proto::scrape`.
 //! - `status`: errors as gRPC statuses, only at this edge.
+//! - `tls`: who may call which service under mutual TLS (the raft transport only replicas,
+//!   the gateway only agents, each as its own node).
 //! - `clock`, `settings`.
 
 pub mod api;
@@ -30,18 +32,21 @@ mod quorum;
 pub mod settings;
 pub mod status;
 mod strays;
+pub mod tls;
 mod vanished;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
+use baton_proto::tls::{Transport, guard};
 use baton_proto::v1::agent_gateway_server::AgentGatewayServer;
 use baton_proto::v1::baton_server::BatonServer;
 use baton_raft::{Replica, ReplicaConfig, Role};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
 
 pub use settings::ServerSettings;
 
@@ -62,6 +67,8 @@ pub struct ServerConfig {
     /// The scheduler settings a cluster this replica bootstraps starts with (`None`: the
     /// model's defaults). Later they change at run time, through the log (`cluster set`).
     pub scheduler: Option<baton_model::scheduler::SchedulerSettings>,
+    /// Mutual TLS on every service and on the raft dialer, or plain TCP (`--insecure`).
+    pub transport: Transport,
 }
 
 /// Tries to commit a new cluster's first scheduler settings this often, this many times
@@ -116,6 +123,7 @@ pub(crate) struct Ctx {
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
+    pub(crate) transport: Transport,
 }
 
 impl Ctx {
@@ -150,7 +158,8 @@ pub async fn run_with_metrics(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     config.settings.validate().map_err(ServerError::Settings)?;
-    let replica = Replica::open(config.replica).await?;
+    let dialer = tls::raft_dialer(&config.transport, &config.replica);
+    let replica = Replica::open_with(config.replica, dialer).await?;
     let watch_streams = config.settings.max_watch_streams;
     let ctx = Arc::new(Ctx {
         replica: replica.clone(),
@@ -163,6 +172,7 @@ pub async fn run_with_metrics(
         metrics: Arc::new(metrics::Metrics::new()),
         watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
         closing: tokio::sync::watch::channel(false).0,
+        transport: config.transport.clone(),
     });
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
@@ -180,6 +190,10 @@ pub async fn run_with_metrics(
     let gateway = AgentGatewayServer::new(gateway::Gateway { ctx: ctx.clone() })
         .max_decoding_message_size(MAX_API_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_API_MESSAGE_BYTES);
+    let t = &config.transport;
+    let raft = InterceptedService::new(replica.service(), guard(t.clone(), tls::RAFT_CALLERS));
+    let api = InterceptedService::new(api, guard(t.clone(), tls::API_CALLERS));
+    let gateway = InterceptedService::new(gateway, guard(t.clone(), tls::GATEWAY_CALLERS));
     let incoming = TcpListenerStream::new(listener);
     let closing = ctx.clone();
     let shutdown = async move {
@@ -188,10 +202,12 @@ pub async fn run_with_metrics(
         closing.hub.set_leading(None);
     };
     let mut closed = ctx.closing.subscribe();
-    let serve = tonic::transport::Server::builder()
+    let serve = config
+        .transport
+        .server()?
         .concurrency_limit_per_connection(1_024)
         .tcp_nodelay(true)
-        .add_service(replica.service())
+        .add_service(raft)
         .add_service(api)
         .add_service(gateway)
         .serve_with_incoming_shutdown(incoming, shutdown);

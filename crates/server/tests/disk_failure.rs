@@ -82,6 +82,7 @@ async fn serve(disk: Arc<FaultyKv>) -> (String, BatonClient<Channel>, JoinHandle
         bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
         settings: ServerSettings::default(),
         scheduler: None,
+        transport: baton_proto::tls::Transport::Insecure,
     };
     let server = tokio::spawn(baton_server::run(config, listener, std::future::pending()));
     let mut api = BatonClient::connect(format!("http://{addr}")).await.unwrap();

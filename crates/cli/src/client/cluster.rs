@@ -62,6 +62,11 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
         let _ = writeln!(s, "leader: replica {} at {}, term {}", r.leader_id, r.leader_addr, r.term);
     }
     let _ = writeln!(s, "applied index: {}", r.applied_index);
+    if r.insecure {
+        let _ = writeln!(s, "transport: INSECURE (plain TCP, no certificates; the replica runs with --insecure)");
+    } else {
+        let _ = writeln!(s, "transport: mutual TLS");
+    }
     let _ = writeln!(s, "jobs: {} running, {} pending", r.jobs_running, r.jobs_pending);
     s.push_str("\nreplicas:\n");
     let mut t = Table::new(&["  ID", "ADDRESS", "ROLE"]);

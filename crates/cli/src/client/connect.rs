@@ -7,9 +7,10 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::baton_client::BatonClient;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::client::error::{ClientError, Subject};
@@ -37,6 +38,7 @@ pub const MAX_ADDRESSES: usize = 64;
 pub struct Conn {
     addrs: Vec<String>,
     timeout: Duration,
+    transport: Transport,
     current: Mutex<Option<(usize, Channel)>>,
 }
 
@@ -100,9 +102,11 @@ pub fn parse_addrs(list: &str) -> Result<Vec<String>, ClientError> {
     Ok(addrs)
 }
 
-/// A channel to `addr`, connected now (so a dead address fails here, not mid-call).
-pub async fn dial(addr: &str) -> Result<Channel, String> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+/// A channel to `addr`, connected now (so a dead address fails here, not mid-call); under
+/// TLS the server must prove it is `host` (a replica or an agent of this cluster's CA).
+pub async fn dial(addr: &str, transport: &Transport, host: &str) -> Result<Channel, String> {
+    let endpoint = transport
+        .endpoint(addr, host)
         .map_err(|e| format!("bad address: {e}"))?
         .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
     endpoint.connect().await.map_err(|e| chain(&e))
@@ -128,8 +132,12 @@ fn is_no_leader(s: &Status) -> bool {
 }
 
 impl Conn {
-    pub fn new(addrs: Vec<String>, timeout: Duration) -> Conn {
-        Conn { addrs, timeout, current: Mutex::new(None) }
+    pub fn new(addrs: Vec<String>, timeout: Duration, transport: Transport) -> Conn {
+        Conn { addrs, timeout, transport, current: Mutex::new(None) }
+    }
+
+    pub fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     pub fn addrs(&self) -> &[String] {
@@ -187,7 +195,7 @@ impl Conn {
             trail.trying(addr);
             let ch = match channel.take() {
                 Some(c) => c,
-                None => match dial(addr).await {
+                None => match dial(addr, &self.transport, REPLICA_HOST).await {
                     Ok(c) => c,
                     Err(why) => {
                         tries[i] += 1;

@@ -227,6 +227,7 @@ impl ToData for v1::ClusterInfoReply {
             "queues": self.queues.to_data(),
             "jobs_pending": self.jobs_pending,
             "jobs_running": self.jobs_running,
+            "insecure": self.insecure,
         })
     }
 }

@@ -106,7 +106,7 @@ pub async fn run(conn: &Conn, a: &LogsArgs, out: &mut dyn Write) -> Result<(), C
             offset: 0,
             follow: a.follow,
         };
-        let started = tokio::time::timeout(conn.timeout(), open(&node.agent_addr, request)).await;
+        let started = tokio::time::timeout(conn.timeout(), open(&node.agent_addr, conn.transport(), request)).await;
         match started {
             Err(_) => {
                 unreachable.push(format!("{name} (agent {}): no answer within {:?}", node.agent_addr, conn.timeout()))
@@ -149,8 +149,12 @@ enum Open {
     Refused(tonic::Status),
 }
 
-async fn open(addr: &str, request: v1::LogsRequest) -> Result<tonic::Streaming<v1::LogChunk>, Open> {
-    let channel = dial(addr).await.map_err(Open::Unreachable)?;
+async fn open(
+    addr: &str,
+    transport: &baton_proto::tls::Transport,
+    request: v1::LogsRequest,
+) -> Result<tonic::Streaming<v1::LogChunk>, Open> {
+    let channel = dial(addr, transport, baton_proto::tls::AGENT_HOST).await.map_err(Open::Unreachable)?;
     let mut client = AgentLogsClient::new(channel)
         .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);

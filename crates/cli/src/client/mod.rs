@@ -42,6 +42,8 @@ pub struct ConnArgs {
     /// Bound on each call to the cluster, retries included (e.g. 10s, 1m).
     #[arg(long, global = true, default_value = "10s", value_parser = human::parse_duration_ms)]
     pub timeout: u64,
+    #[command(flatten)]
+    pub security: crate::tls::TransportArgs,
 }
 
 impl ConnArgs {
@@ -49,7 +51,8 @@ impl ConnArgs {
         if self.timeout == 0 {
             return Err(ClientError::Usage("--timeout must be more than 0".into()));
         }
-        Ok(Conn::new(connect::parse_addrs(&self.server)?, Duration::from_millis(self.timeout)))
+        let transport = self.security.transport().map_err(ClientError::Usage)?;
+        Ok(Conn::new(connect::parse_addrs(&self.server)?, Duration::from_millis(self.timeout), transport))
     }
 }
 

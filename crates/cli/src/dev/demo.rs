@@ -16,8 +16,8 @@ const DEMO_TIMEOUT_MS: u64 = 60_000;
 const TRAIN: &str = "large-training-job";
 const JUPYTER: &str = "jupyter-workspace";
 
-pub async fn play(servers: &[String], dir: &Path) -> ExitCode {
-    match story(servers, dir).await {
+pub async fn play(children: &super::Children, dir: &Path) -> ExitCode {
+    match story(children, dir).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("demo failed: {e}; logs are in {}", dir.join("logs").display());
@@ -35,11 +35,8 @@ fn job(name: &str, queue: &str, class: &str, replicas: u32, steps: u32) -> JobSp
     JobSpec { grace_ms: Some(10_000), ..gpu_job(name, queue, class, replicas, 8, workload(steps)) }
 }
 
-async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
-    let c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
-    let mut c = c
-        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+async fn story(children: &super::Children, dir: &Path) -> Result<(), String> {
+    let mut c = children.client(0).await?;
     let t0 = Instant::now();
     let mut events = c
         .watch(WatchRequest { job: String::new(), replay: false })

@@ -1,6 +1,8 @@
 //! `baton dev`: a local HA cluster on this machine (3 replicas, 2 agents with development
 //! GPUs) as child processes of this one, data in a temporary directory; `--demo` then plays
-//! seed 000's story live with real processes.
+//! seed 000's story live with real processes. Everything runs with mutual TLS: a CA and one
+//! certificate per replica, agent and the `dev` client are made in `<dir>/tls` on the
+//! first start and kept after.
 //!
 //! - `procs`: starting, watching and stopping the child processes.
 //! - `demo`: the story and its timeline.
@@ -62,7 +64,7 @@ pub fn run(args: DevArgs) -> ExitCode {
             Ok(c) => c,
             Err(e) => return fail(e),
         };
-        let code = if args.demo { demo::play(&children.servers(), &dir).await } else { serve(&children, &dir).await };
+        let code = if args.demo { demo::play(&children, &dir).await } else { serve(&children, &dir).await };
         children.stop(Duration::from_secs(5)).await;
         code
     })
@@ -83,6 +85,7 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
     println!();
     println!("In another shell:");
     println!("  export BATON_SERVER={servers}");
+    println!("  export BATON_TLS_DIR={}", children.client_tls_dir().display());
     println!("  baton cluster info");
     println!("  baton queue create team-a --gpus 8");
     println!("  baton submit --name hello --queue team-a --gpus 1 -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'");

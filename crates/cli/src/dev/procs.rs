@@ -4,12 +4,16 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::Empty;
 use baton_proto::v1::baton_client::BatonClient;
 use tokio::process::{Child, Command};
+use tonic::transport::Channel;
 
 use super::{AGENTS, METRICS_PORT_OFFSET, REPLICAS};
 
+/// The client identity `baton dev` makes for itself and the user.
+pub const DEV_CLIENT: &str = "dev";
 /// How long the cluster may take to elect a leader and register its agents.
 const START_TIMEOUT_MS: u64 = 30_000;
 
@@ -21,6 +25,9 @@ struct Proc {
 pub struct Children {
     procs: Vec<Proc>,
     servers: Vec<String>,
+    /// The `dev` client's identity, for this process's own calls and the user's shell.
+    transport: Transport,
+    tls_dir: PathBuf,
     /// (who, `http://HOST:PORT/metrics`) of every replica and agent.
     metrics: Vec<(String, String)>,
 }
@@ -30,6 +37,9 @@ fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, 
     let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
     let child = Command::new(exe)
         .args(args)
+        // The flags given here choose the transport, not what the user's shell exports.
+        .env_remove("BATON_INSECURE")
+        .env_remove("BATON_TLS_DIR")
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(err)
@@ -51,6 +61,12 @@ impl Children {
             port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
                 || format!("--port {port}: the metrics ports (from port + {METRICS_PORT_OFFSET}) would pass 65535"),
             )?;
+        let tls = dir.join("tls");
+        let ids: Vec<u64> = (1..=u64::from(REPLICAS)).collect();
+        let nodes: Vec<String> = (1..=AGENTS).map(|i| format!("node-{i}")).collect();
+        crate::tls::dev_pki(&tls, &ids, &nodes, &[DEV_CLIENT.to_string()]).map_err(|e| format!("certificates: {e}"))?;
+        let tls_dir = tls.join(format!("client-{DEV_CLIENT}"));
+        let transport = Transport::load(&tls_dir).map_err(|e| format!("certificates: {e}"))?;
         let mut metrics = Vec::new();
         let mut procs = Vec::new();
         for (i, addr) in servers.iter().enumerate() {
@@ -70,11 +86,13 @@ impl Children {
                 "200".into(),
                 "--metrics-listen".into(),
                 metrics_addr(metrics_base + i as u16),
+                "--tls-dir".into(),
+                tls.join(format!("replica-{id}")).display().to_string(),
             ];
             metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
             procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
         }
-        let mut children = Children { procs, servers, metrics };
+        let mut children = Children { procs, servers, transport, tls_dir, metrics };
         children.wait_for_leader().await?;
         for i in 1..=AGENTS {
             let name = format!("node-{i}");
@@ -92,6 +110,8 @@ impl Children {
                 dir.join("checkpoints").display().to_string(),
                 "--metrics-listen".into(),
                 metrics_addr(metrics_base + REPLICAS + i - 1),
+                "--tls-dir".into(),
+                tls.join(format!("agent-{name}")).display().to_string(),
             ];
             children.metrics.push((format!("agent {name}"), metrics_url(metrics_base + REPLICAS + i - 1)));
             children.procs.push(spawn(&exe, &format!("agent {name}"), &args, logs.join(format!("{name}.log")))?);
@@ -106,6 +126,20 @@ impl Children {
 
     pub fn metrics_urls(&self) -> &[(String, String)] {
         &self.metrics
+    }
+
+    /// The `--tls-dir` of the `dev` client.
+    pub fn client_tls_dir(&self) -> &Path {
+        &self.tls_dir
+    }
+
+    /// A client of replica `i`, as the `dev` client.
+    pub async fn client(&self, i: usize) -> Result<BatonClient<Channel>, String> {
+        let ep = self.transport.endpoint(&self.servers[i], REPLICA_HOST)?;
+        let channel = ep.connect().await.map_err(|e| crate::client::connect::chain(&e))?;
+        Ok(BatonClient::new(channel)
+            .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES))
     }
 
     async fn wait_for_leader(&mut self) -> Result<(), String> {
@@ -127,11 +161,8 @@ impl Children {
             if let Some(e) = self.exited() {
                 return Err(e);
             }
-            for addr in &self.servers {
-                let Ok(c) = BatonClient::connect(format!("http://{addr}")).await else { continue };
-                let mut c = c
-                    .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+            for i in 0..self.servers.len() {
+                let Ok(mut c) = self.client(i).await else { continue };
                 let Ok(info) = c.cluster_info(Empty {}).await else { continue };
                 if !info_ok(info.get_ref()) {
                     continue;

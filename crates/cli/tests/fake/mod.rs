@@ -376,7 +376,10 @@ pub fn run(args: &[&str]) -> (Result<(), baton_cli::client::ClientError>, String
         #[command(subcommand)]
         cmd: baton_cli::client::ClientCommand,
     }
-    let cli = Cli::try_parse_from(std::iter::once("baton").chain(args.iter().copied())).expect("arguments parse");
+    // The fakes serve plain TCP; the flag goes right after the command's name, before any
+    // `--` that starts a job's command line.
+    let args = args.iter().take(1).chain(&["--insecure"]).chain(args.iter().skip(1)).copied();
+    let cli = Cli::try_parse_from(std::iter::once("baton").chain(args)).expect("arguments parse");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut out = Vec::new();
     let result = rt.block_on(async {
@@ -391,6 +394,8 @@ pub fn baton(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(args)
         .env_remove("BATON_SERVER")
+        .env_remove("BATON_TLS_DIR")
+        .env("BATON_INSECURE", "1")
         .output()
         .expect("the baton binary runs")
 }

@@ -33,6 +33,17 @@ impl Dialer {
         Dialer::custom(move |addr| Ok(endpoint(addr, connect_timeout)?.connect_lazy()))
     }
 
+    /// Mutual TLS when `transport` has it (the peer must hold a replica certificate of the
+    /// same CA, and this replica presents its own), plain TCP otherwise.
+    pub fn secured(transport: baton_proto::tls::Transport, connect_timeout: Duration) -> Dialer {
+        Dialer::custom(move |addr| {
+            let e = transport
+                .endpoint(addr, baton_proto::tls::REPLICA_HOST)
+                .map_err(|e| format!("invalid replica address {addr:?}: {e}"))?;
+            Ok(e.connect_timeout(connect_timeout).tcp_nodelay(true).http2_adaptive_window(true).connect_lazy())
+        })
+    }
+
     /// Any way of making a channel; the function must not block.
     pub fn custom(f: impl Fn(&str) -> Result<Channel, String> + Send + Sync + 'static) -> Dialer {
         Dialer { dial: Arc::new(f) }

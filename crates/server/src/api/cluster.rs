@@ -55,6 +55,7 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         jobs_running: running,
         scheduler: Some(scheduler),
         reservations,
+        insecure: !api.ctx.transport.is_tls(),
     }))
 }
 

@@ -64,6 +64,7 @@ impl Cluster {
                 bootstrap: (id == 1).then(|| members.clone()),
                 settings: settings.clone(),
                 scheduler: None,
+                transport: baton_proto::tls::Transport::Insecure,
             };
             let (stop, rx) = oneshot::channel();
             let task = tokio::spawn(async move {

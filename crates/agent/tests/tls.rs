@@ -1,0 +1,126 @@
+//! Mutual TLS at an agent: its log service takes only certificates of the cluster's CA, and
+//! it dials as a replica only a server whose certificate is a replica's of that CA, so
+//! directives come from nobody else. Certificates are made here with rcgen the way
+//! `baton tls` makes them (OU = role, CN = name, the role's DNS name).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use baton_proto::tls::{AGENT_HOST, REPLICA_HOST, Transport};
+use baton_proto::v1::LogsRequest;
+use baton_proto::v1::agent_logs_client::AgentLogsClient;
+use common::*;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+};
+use tonic::Code;
+
+struct Ca {
+    name: String,
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        let key = KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca { name: name.into(), pem, issuer: Issuer::new(params, key) }
+    }
+
+    fn issue(&self, dir: &Path, role: &str, name: &str) -> PathBuf {
+        let host = match role {
+            "replica" => vec![REPLICA_HOST.to_string()],
+            "agent" => vec![AGENT_HOST.to_string()],
+            _ => Vec::new(),
+        };
+        let mut params = CertificateParams::new(host).unwrap();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::OrganizationalUnitName, role);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let out = dir.join(format!("{}-{role}-{name}", self.name));
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("ca.pem"), &self.pem).unwrap();
+        std::fs::write(out.join("cert.pem"), cert.pem()).unwrap();
+        std::fs::write(out.join("key.pem"), key.serialize_pem()).unwrap();
+        out
+    }
+
+    fn transport(&self, dir: &Path, role: &str, name: &str) -> Transport {
+        Transport::load(&self.issue(dir, role, name)).unwrap()
+    }
+}
+
+/// An agent serving its logs with mutual TLS as `identity` (role, name); no gateway answers.
+async fn tls_agent(dir: &Path, ca: &Ca, identity: (&str, &str)) -> baton_agent::Agent {
+    let mut c = config(&dir.join(format!("data-{}-{}", ca.name, identity.1)), &["127.0.0.1:1".parse().unwrap()]);
+    c.transport = ca.transport(dir, identity.0, identity.1);
+    start_agent(c).await
+}
+
+fn missing_job() -> LogsRequest {
+    LogsRequest { job: "nope".into(), ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_service_takes_only_certificates_of_the_clusters_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("ca");
+    let agent = tls_agent(dir.path(), &ca, ("agent", "node-a")).await;
+    let addr = agent.logs_addr().to_string();
+
+    // A client of the CA gets past the certificate check: the job is simply not here.
+    let t = ca.transport(dir.path(), "client", "alice");
+    let ch = t.endpoint(&addr, AGENT_HOST).unwrap().connect().await.unwrap();
+    let e = AgentLogsClient::new(ch).logs(missing_job()).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+
+    // No certificate: UNAUTHENTICATED, saying what is missing.
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&ca.pem))
+        .domain_name(AGENT_HOST);
+    let ep = tonic::transport::Endpoint::from_shared(format!("https://{addr}")).unwrap();
+    let ch = ep.tls_config(tls).unwrap().connect().await.unwrap();
+    let e = AgentLogsClient::new(ch).logs(missing_job()).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("no client certificate"), "{e}");
+
+    // Another CA's certificate: no handshake.
+    let other = Ca::new("other");
+    let t = other.transport(dir.path(), "client", "mallory");
+    assert!(t.endpoint(&addr, AGENT_HOST).unwrap().connect().await.is_err());
+
+    // Plain TCP: no answer either.
+    let ch = Transport::Insecure.endpoint(&addr, AGENT_HOST).unwrap().connect().await;
+    if let Ok(ch) = ch {
+        assert!(AgentLogsClient::new(ch).logs(missing_job()).await.is_err());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_dials_as_its_leader_only_a_replica_certificate_of_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("ca");
+    let me = ca.transport(dir.path(), "agent", "node-a");
+    // Stand-ins for a replica: TLS servers holding each kind of certificate.
+    let as_agent = tls_agent(dir.path(), &ca, ("agent", "node-b")).await;
+    let as_client = tls_agent(dir.path(), &ca, ("client", "mallory")).await;
+    let as_replica = tls_agent(dir.path(), &ca, ("replica", "1")).await;
+    let other = Ca::new("other");
+    let as_foreign_replica = tls_agent(dir.path(), &other, ("replica", "1")).await;
+    for (who, server) in
+        [("an agent", &as_agent), ("a client", &as_client), ("another CA's replica", &as_foreign_replica)]
+    {
+        let r = baton_agent::endpoint::connect(&server.logs_addr().to_string(), &me).await;
+        assert!(r.is_err(), "the agent accepted {who}'s certificate as a replica's");
+    }
+    baton_agent::endpoint::connect(&as_replica.logs_addr().to_string(), &me).await.unwrap();
+}

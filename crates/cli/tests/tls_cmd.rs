@@ -1,0 +1,204 @@
+//! `baton tls ca create` and `baton tls cert create`: the files they make, the identity the
+//! certificates carry (read back as the services read it), and their refusals.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use baton_proto::tls::{PeerId, Role, TlsFiles};
+
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
+
+fn baton(args: &[&str]) -> Output {
+    Command::new(BATON).args(args).output().expect("baton runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = baton(args);
+    assert!(out.status.success(), "baton {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn refused(args: &[&str]) -> String {
+    let out = baton(args);
+    assert!(!out.status.success(), "baton {args:?} should have failed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn ca_create_writes_a_certificate_and_a_private_key_readable_by_its_owner_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    let pem = std::fs::read_to_string(ca.join("ca.pem")).unwrap();
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(std::fs::read_to_string(ca.join("ca.key")).unwrap().contains("PRIVATE KEY"));
+    assert_eq!(mode(&ca.join("ca.key")), 0o600);
+}
+
+#[test]
+fn ca_create_refuses_to_overwrite_and_leaves_the_old_ca_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    let before = std::fs::read(ca.join("ca.key")).unwrap();
+    let err = refused(&["tls", "ca", "create", "--dir", s(&ca)]);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(std::fs::read(ca.join("ca.key")).unwrap(), before);
+}
+
+#[test]
+fn each_role_gets_a_certificate_whose_identity_reads_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    for (flag, value, role) in
+        [("--server", "2", Role::Replica), ("--agent", "gpu-7", Role::Agent), ("--client", "alice", Role::Client)]
+    {
+        let out = tmp.path().join(format!("{flag}-{value}"));
+        ok(&["tls", "cert", "create", flag, value, "--ca-dir", s(&ca), "--out-dir", s(&out)]);
+        let files = TlsFiles::load(&out).unwrap();
+        assert_eq!(files.own, PeerId { role, name: value.to_string() });
+        assert_eq!(std::fs::read(out.join("ca.pem")).unwrap(), std::fs::read(ca.join("ca.pem")).unwrap());
+        assert_eq!(mode(&out.join("key.pem")), 0o600);
+        let shown = ok(&["tls", "cert", "show", "--dir", s(&out)]);
+        assert_eq!(shown.trim(), format!("role={role} name={value}"));
+    }
+}
+
+#[test]
+fn cert_create_refuses_to_overwrite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    let out = tmp.path().join("a");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    ok(&["tls", "cert", "create", "--agent", "n1", "--ca-dir", s(&ca), "--out-dir", s(&out)]);
+    let before = std::fs::read(out.join("key.pem")).unwrap();
+    let err = refused(&["tls", "cert", "create", "--agent", "n2", "--ca-dir", s(&ca), "--out-dir", s(&out)]);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(std::fs::read(out.join("key.pem")).unwrap(), before);
+    assert_eq!(TlsFiles::load(&out).unwrap().own.name, "n1");
+}
+
+#[test]
+fn cert_create_refuses_a_directory_holding_another_clusters_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ca1, ca2, out) = (tmp.path().join("ca1"), tmp.path().join("ca2"), tmp.path().join("out"));
+    ok(&["tls", "ca", "create", "--dir", s(&ca1)]);
+    ok(&["tls", "ca", "create", "--dir", s(&ca2)]);
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::copy(ca1.join("ca.pem"), out.join("ca.pem")).unwrap();
+    let err = refused(&["tls", "cert", "create", "--client", "bob", "--ca-dir", s(&ca2), "--out-dir", s(&out)]);
+    assert!(err.contains("ca.pem already exists"), "{err}");
+    assert!(!out.join("cert.pem").exists());
+}
+
+#[test]
+fn cert_create_refuses_bad_identities_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    let out = tmp.path().join("out");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    let cases: [(&[&str], &str); 4] = [
+        (&["--server", "0"], "--server 0"),
+        (&["--agent", "a b"], "--agent"),
+        (&["--client", ""], "--client"),
+        (&["--client", "c", "--host", "example.org"], "--host"),
+    ];
+    for (who, wanted) in cases {
+        let mut args = vec!["tls", "cert", "create", "--ca-dir", s(&ca), "--out-dir", s(&out)];
+        args.extend_from_slice(who);
+        let err = refused(&args);
+        assert!(err.contains(wanted), "{who:?}: {err}");
+    }
+    let err = refused(&[
+        "tls",
+        "cert",
+        "create",
+        "--client",
+        "x",
+        "--ca-dir",
+        s(&tmp.path().join("nope")),
+        "--out-dir",
+        s(&out),
+    ]);
+    assert!(err.contains("ca.pem"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_tls_dir_missing_its_key_is_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    let out = tmp.path().join("out");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    ok(&["tls", "cert", "create", "--client", "c", "--ca-dir", s(&ca), "--out-dir", s(&out)]);
+    std::fs::remove_file(out.join("key.pem")).unwrap();
+    let err = TlsFiles::load(&out).unwrap_err().to_string();
+    assert!(err.contains("key.pem"), "{err}");
+}
+
+#[test]
+fn without_tls_dir_or_insecure_every_command_refuses_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = s(tmp.path());
+    for args in [
+        &["list", "--server", "127.0.0.1:1"][..],
+        &["server", "--id", "1", "--listen", "127.0.0.1:0", "--data-dir", d],
+        &["agent", "--gpus", "1", "--server", "127.0.0.1:1", "--data-dir", d],
+    ] {
+        let out =
+            Command::new(BATON).args(args).env_remove("BATON_TLS_DIR").env_remove("BATON_INSECURE").output().unwrap();
+        assert!(!out.status.success(), "{args:?} ran without choosing a transport");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--tls-dir") && err.contains("--insecure"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_replica_refuses_a_certificate_made_for_another_replica() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    let r2 = tmp.path().join("r2");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    ok(&["tls", "cert", "create", "--server", "2", "--ca-dir", s(&ca), "--out-dir", s(&r2)]);
+    let data = tmp.path().join("data");
+    let out = Command::new(BATON)
+        .args(["server", "--id", "1", "--listen", "127.0.0.1:0", "--data-dir", s(&data), "--tls-dir", s(&r2)])
+        .env_remove("BATON_INSECURE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--id 1") && err.contains("replica \"2\""), "{err}");
+}
+
+#[test]
+fn init_makes_every_identity_once_and_keeps_them_on_a_second_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("tls");
+    let args = ["tls", "init", "--dir", s(&d), "--replicas", "2", "--agents", "gpu-1,gpu-2", "--clients", "admin"];
+    ok(&args);
+    let wanted = [
+        ("replica-1", Role::Replica, "1"),
+        ("replica-2", Role::Replica, "2"),
+        ("agent-gpu-1", Role::Agent, "gpu-1"),
+        ("agent-gpu-2", Role::Agent, "gpu-2"),
+        ("client-admin", Role::Client, "admin"),
+    ];
+    for (sub, role, name) in wanted {
+        assert_eq!(TlsFiles::load(&d.join(sub)).unwrap().own, PeerId { role, name: name.into() });
+    }
+    let key = std::fs::read(d.join("replica-1/key.pem")).unwrap();
+    ok(&args);
+    assert_eq!(std::fs::read(d.join("replica-1/key.pem")).unwrap(), key, "a second run replaced a key");
+    assert!(!d.join("replica-3").exists());
+}
