@@ -17,6 +17,7 @@ mod reserve;
 pub mod submit;
 
 pub use apply_plan::demand_of;
+pub use reserve::backfills;
 
 use std::collections::{BTreeMap, VecDeque};
 
