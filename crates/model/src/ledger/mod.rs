@@ -243,6 +243,18 @@ impl Ledger {
 }
 
 impl Ledger {
+    /// Queue `q`'s usage and nominal quota per pool, as admission counts them (a
+    /// preemptor's reservation is charged, a stopping or suspended job is not): (pool,
+    /// usage, nominal), pools where both are zero left out. What `queue list`, `cluster
+    /// info` and the simulator show, so they show what the scheduler decides by.
+    pub fn queue_usage(&self, q: usize) -> Vec<(usize, Vector, Vector)> {
+        let acct = &self.queues[q];
+        (0..self.pools.len())
+            .filter(|&p| !is_zero(&acct.usage[p]) || !is_zero(&acct.nominal[p]))
+            .map(|p| (p, acct.usage[p], acct.nominal[p]))
+            .collect()
+    }
+
     /// What stands between a reservation for `job` on `shares` and its start (policy
     /// section 9): running jobs holding any of the reserved GPUs, or on a reserved node where
     /// the other reserved resources are not all free for `job`. Sorted by id. The plan
