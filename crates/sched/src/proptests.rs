@@ -381,11 +381,8 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
     let (q, np) = view.queue_np(j);
     for skip in victims {
         let removed: Vec<JobId> = victims.iter().map(|v| v.job).filter(|&v| v != skip.job).collect();
-        let undo: Vec<_> = removed.iter().map(|&v| view.ledger.remove_usage(v)).collect();
-        let quota_ok = view.ledger.check_admission(q, &needs.demand(&assignment), np).is_ok();
-        for u in undo.into_iter().rev() {
-            view.ledger.undo(u);
-        }
+        let demand = needs.demand(&assignment);
+        let quota_ok = view.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np).is_ok());
         let set = SetNodes::new(&view, *job, &removed, &nodes);
         if quota_ok && pack(&set, &needs, &assignment).is_some() {
             return Err(format!(

@@ -7,7 +7,7 @@
 //! latest end of the jobs occupying the rest says which time-limited jobs may backfill.
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{NodeReservation, Share, Undo, Vector, ZERO, add, fits, min};
+use baton_model::ledger::{NodeReservation, Share, Vector, ZERO, add, fits, min};
 use baton_model::plan::{Decision, Plan};
 use baton_model::scheduler::PoolReservation;
 use baton_model::state::{backfills, demand_of};
@@ -164,13 +164,10 @@ fn admitted_without_own(view: &mut View, q: usize, np: bool, shares: &[Share], n
         .filter(|&(j, jq)| jq == q && nodes.iter().any(|&n| view.ledger.nodes[n].occupant(j).is_some()))
         .map(|(j, _)| j)
         .collect();
-    let undos: Vec<Undo> = own.iter().map(|&j| view.ledger.remove_usage(j)).collect();
-    let verdict = view.ledger.check_admission(q, &demand_of(&view.ledger, shares), np);
-    let why = verdict.map(drop).map_err(|b| b.describe(&view.ledger, q));
-    for u in undos.into_iter().rev() {
-        view.ledger.undo(u);
-    }
-    why
+    view.ledger.without(own, |l| {
+        let verdict = l.check_admission(q, &demand_of(l, shares), np);
+        verdict.map(drop).map_err(|b| b.describe(l, q))
+    })
 }
 
 /// Jobs running in the view (those placed earlier in this cycle included), with their queue:

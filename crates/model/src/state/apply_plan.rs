@@ -177,12 +177,7 @@ impl State {
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
         let demand = demand_of(&self.ledger, &shares);
-        let undo: Vec<_> = removed.iter().map(|&v| self.ledger.remove_usage(v)).collect();
-        let verdict = self.ledger.check_admission(q, &demand, np);
-
-        for u in undo.into_iter().rev() {
-            self.ledger.undo(u);
-        }
+        let verdict = self.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np));
         verdict.map_err(|b| b.describe(&self.ledger, q))?;
         Ok(shares)
     }

@@ -564,4 +564,15 @@ mod tests {
         s.ledger.vacate(job);
         apply(&mut s, Op::Tick);
     }
+
+    #[test]
+    fn without_sees_the_jobs_gone_and_puts_their_usage_back() {
+        let (mut s, job) = gang();
+        let before = s.ledger.digest();
+        let q = s.ledger.queue("q").unwrap();
+        let inside = s.ledger.without([job], |l| l.queues[q].usage[0][0]);
+        assert_eq!(inside, 0, "the gang's 16 GPUs are not charged inside");
+        assert_eq!(s.ledger.queues[q].usage[0][0], 16);
+        assert_eq!(s.ledger.digest(), before, "put back exactly");
+    }
 }
