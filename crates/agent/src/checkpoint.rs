@@ -48,16 +48,37 @@ pub fn written_after(signal_ms: u64, before_ms: u64, after_ms: u64) -> bool {
 mod tests {
     use super::*;
 
+    /// Writes a file whose mtime is exactly `ms` after the epoch.
+    fn touch(path: &Path, ms: u64) {
+        let f = std::fs::File::create(path).unwrap();
+        f.set_modified(UNIX_EPOCH + std::time::Duration::from_millis(ms)).unwrap();
+    }
+
     #[test]
     fn finds_newest_file_in_subdirectories() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(newest_mtime_ms(dir.path()), 0);
         assert_eq!(newest_mtime_ms(&dir.path().join("missing")), 0);
         std::fs::create_dir(dir.path().join("sub")).unwrap();
-        let before = now_unix_ms();
-        std::fs::write(dir.path().join("sub/a.ckpt"), b"1").unwrap();
-        let newest = newest_mtime_ms(dir.path());
-        assert!(newest + MTIME_SLACK_MS >= before, "{newest} vs {before}");
+        touch(&dir.path().join("old.ckpt"), 1_000_000);
+        touch(&dir.path().join("sub/a.ckpt"), 2_000_000);
+        touch(&dir.path().join("sub/b.ckpt"), 1_500_000);
+        // Exactly the newest file's time: a scan that missed `sub`, or reported anything
+        // else (the clock, a directory's mtime), fails here.
+        assert_eq!(newest_mtime_ms(dir.path()), 2_000_000);
+    }
+
+    #[test]
+    fn files_below_the_depth_bound_are_not_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut deep = dir.path().to_path_buf();
+        for i in 0..MAX_CHECKPOINT_SCAN_DEPTH {
+            deep.push(format!("d{i}"));
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        touch(&deep.join("too-deep.ckpt"), 3_000_000);
+        touch(&dir.path().join("top.ckpt"), 1_000_000);
+        assert_eq!(newest_mtime_ms(dir.path()), 1_000_000);
     }
 
     #[test]

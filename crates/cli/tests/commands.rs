@@ -29,10 +29,14 @@ fn no_leader_is_retried_with_the_same_request_id_then_served() {
     assert_eq!(out, "submitted job a (id 1)\n");
     let s = fake.state();
     assert_eq!(s.calls, vec!["Submit", "Submit", "Submit"]);
-    // The two refused attempts were not recorded as submits; the served one carries the
-    // fresh id the CLI made once for all its attempts.
+    // The two refused attempts were not recorded as submits; every attempt carried the
+    // fresh id the CLI made once, so a retry the server did apply is not applied twice.
     assert_eq!(s.submits.len(), 1);
-    assert_eq!(s.submits[0].request_id.len(), 32);
+    let ids = &s.submit_request_ids;
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert_eq!(ids[0].len(), 32, "{ids:?}");
+    assert!(ids.iter().all(|id| *id == ids[0]), "one id for all attempts: {ids:?}");
+    assert_eq!(s.submits[0].request_id, ids[0]);
 }
 
 #[test]

@@ -200,6 +200,9 @@ pub enum Outcome {
         accepted: u32,
         /// Index of each rejected decision and why.
         rejected: Vec<(u32, String)>,
+        /// Commands applied between the state the plan was computed from (`based_on`) and
+        /// this one: how stale it was, which is why decisions get refused.
+        stale_by: u64,
     },
     /// A report was applied; each observation it ignored (stale or not placed on the
     /// reporting node), by index, and why.

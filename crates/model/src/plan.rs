@@ -10,7 +10,8 @@ use crate::name::Name;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
-    /// How many commands the state had applied when the plan was computed.
+    /// How many commands the state had applied when the plan was computed. `apply` refuses
+    /// a plan from a state it has not reached, and reports how stale an accepted one was.
     pub based_on: u64,
     /// Applied in order; each is checked against the state left by the ones before it.
     pub decisions: Vec<Decision>,

@@ -38,4 +38,6 @@ pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod stale_props;
+#[cfg(test)]
 mod starving_props;

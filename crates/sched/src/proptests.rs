@@ -27,7 +27,7 @@ use crate::pack::pack;
 use crate::view::View;
 
 #[derive(Debug, Clone)]
-struct NodeGen {
+pub(crate) struct NodeGen {
     pool: u8,
     rack: u8,
     gpus: u8,
@@ -35,7 +35,7 @@ struct NodeGen {
 }
 
 #[derive(Debug, Clone)]
-struct QueueGen {
+pub(crate) struct QueueGen {
     cohort: u8,
     nominal_gpu: u8,
     borrow_limit: Option<u8>,
@@ -47,7 +47,7 @@ struct QueueGen {
 }
 
 #[derive(Debug, Clone)]
-enum OpGen {
+pub(crate) enum OpGen {
     Submit {
         queue: u8,
         class: u8,
@@ -69,16 +69,16 @@ enum OpGen {
 }
 
 #[derive(Debug, Clone)]
-struct World {
-    nodes: Vec<NodeGen>,
-    fair_sharing: bool,
+pub(crate) struct World {
+    pub(crate) nodes: Vec<NodeGen>,
+    pub(crate) fair_sharing: bool,
     /// `reserve_after` in tens of seconds; `None`: never.
-    reserve_after: Option<u8>,
-    queues: Vec<QueueGen>,
-    ops: Vec<OpGen>,
+    pub(crate) reserve_after: Option<u8>,
+    pub(crate) queues: Vec<QueueGen>,
+    pub(crate) ops: Vec<OpGen>,
 }
 
-fn world() -> impl Strategy<Value = World> {
+pub(crate) fn world() -> impl Strategy<Value = World> {
     let node =
         (0u8..2, 0u8..2, 0u8..=8, 1u8..=8).prop_map(|(pool, rack, gpus, cpus)| NodeGen { pool, rack, gpus, cpus });
     let queue =
@@ -95,17 +95,7 @@ fn world() -> impl Strategy<Value = World> {
             .prop_map(|(cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight)| {
                 QueueGen { cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight }
             });
-    let op = prop_oneof![
-        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..4, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
-            |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit }
-        ),
-        2 => any::<u8>().prop_map(OpGen::Finish),
-        1 => any::<u8>().prop_map(OpGen::Cancel),
-        1 => any::<u8>().prop_map(OpGen::Pause),
-        1 => any::<u8>().prop_map(OpGen::Resume),
-        1 => any::<u8>().prop_map(OpGen::NodeDown),
-        1 => any::<u8>().prop_map(OpGen::NodeUp),
-    ];
+    let op = op_gen();
     (
         proptest::collection::vec(node, 1..7),
         any::<bool>(),
@@ -122,11 +112,30 @@ fn world() -> impl Strategy<Value = World> {
         })
 }
 
-fn cmd(state: &mut State, now_ms: u64, op: Op) -> Result<baton_model::command::Applied, baton_model::ApplyError> {
+/// One operation on the cluster: a submission, an exit, a user action or a node change.
+pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
+    prop_oneof![
+        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..4, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
+            |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit }
+        ),
+        2 => any::<u8>().prop_map(OpGen::Finish),
+        1 => any::<u8>().prop_map(OpGen::Cancel),
+        1 => any::<u8>().prop_map(OpGen::Pause),
+        1 => any::<u8>().prop_map(OpGen::Resume),
+        1 => any::<u8>().prop_map(OpGen::NodeDown),
+        1 => any::<u8>().prop_map(OpGen::NodeUp),
+    ]
+}
+
+pub(crate) fn cmd(
+    state: &mut State,
+    now_ms: u64,
+    op: Op,
+) -> Result<baton_model::command::Applied, baton_model::ApplyError> {
     state.apply(Command { now_ms, op })
 }
 
-fn configure(w: &World) -> State {
+pub(crate) fn configure(w: &World) -> State {
     let mut s = State::new();
     let settings = SchedulerSettings { reserve_after_ms: w.reserve_after.map(|t| u64::from(t) * 10_000) };
     cmd(&mut s, 0, Op::SetScheduler(settings)).expect("settings apply");
@@ -220,7 +229,7 @@ fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
 }
 
 /// Invariants of any state.
-fn check_state(s: &State) -> Result<(), String> {
+pub(crate) fn check_state(s: &State) -> Result<(), String> {
     s.ledger_consistent()?;
     let l = s.ledger();
     let mut used: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
@@ -372,11 +381,8 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
     let (q, np) = view.queue_np(j);
     for skip in victims {
         let removed: Vec<JobId> = victims.iter().map(|v| v.job).filter(|&v| v != skip.job).collect();
-        let undo: Vec<_> = removed.iter().map(|&v| view.ledger.remove_usage(v)).collect();
-        let quota_ok = view.ledger.check_admission(q, &needs.demand(&assignment), np).is_ok();
-        for u in undo.into_iter().rev() {
-            view.ledger.undo(u);
-        }
+        let demand = needs.demand(&assignment);
+        let quota_ok = view.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np).is_ok());
         let set = SetNodes::new(&view, *job, &removed, &nodes);
         if quota_ok && pack(&set, &needs, &assignment).is_some() {
             return Err(format!(
@@ -466,7 +472,7 @@ fn apply_checked(s: &mut State, now_ms: u64, plan: &Plan) -> Result<(), String> 
 }
 
 /// Cycles until nothing changes; victims stop at once (with a checkpoint).
-fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
+pub(crate) fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
     for _ in 0..200 {
         crate::preempt::on_nodes_agree(&View::new(s, now_ms))?;
         let plan = cycle(s, now_ms);
@@ -495,24 +501,35 @@ fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
     Err("no steady state after 200 cycles".into())
 }
 
-fn run(w: &World) -> Result<State, String> {
+pub(crate) fn run(w: &World) -> Result<State, String> {
     let mut s = configure(w);
     let mut submitted = 0usize;
     let mut now_ms = 0;
     for op in &w.ops {
         now_ms += 10_000;
-        let pick = |i: u8| Name::lit(&format!("j{}", i as usize % submitted.max(1)));
+        apply_op(&mut s, w, &mut submitted, now_ms, op)?;
+        settle(&mut s, now_ms)?;
+    }
+    Ok(s)
+}
+
+/// Applies one generated operation (`submitted` counts the jobs so far) and stops at once
+/// what it set stopping.
+pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: u64, op: &OpGen) -> Result<(), String> {
+    {
+        let n = *submitted;
+        let pick = |i: u8| Name::lit(&format!("j{}", i as usize % n.max(1)));
         let result = match op {
             OpGen::Submit { .. } => {
-                let spec = submit_spec(submitted, w, op).unwrap();
-                submitted += 1;
-                cmd(&mut s, now_ms, Op::Submit { spec, request_id: None }).map(drop)
+                let spec = submit_spec(n, w, op).unwrap();
+                *submitted += 1;
+                cmd(s, now_ms, Op::Submit { spec, request_id: None }).map(drop)
             }
-            _ if submitted == 0 => Ok(()),
+            _ if n == 0 => Ok(()),
             OpGen::Finish(i) => match s.job_by_name(pick(*i).as_str()) {
                 Some(j) if j.state.is_active() => {
                     let (job, attempt) = (j.id, j.attempt);
-                    cmd(&mut s, now_ms, Op::JobExited { job, attempt, exit_code: 0 }).map(drop)
+                    cmd(s, now_ms, Op::JobExited { job, attempt, exit_code: 0 }).map(drop)
                 }
                 _ => Ok(()),
             },
@@ -524,31 +541,30 @@ fn run(w: &World) -> Result<State, String> {
                         OpGen::Pause(_) => Op::Pause { job },
                         _ => Op::Resume { job },
                     };
-                    cmd(&mut s, now_ms, op).map(drop)
+                    cmd(s, now_ms, op).map(drop)
                 }
                 None => Ok(()),
             },
             OpGen::NodeDown(i) => {
                 let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
-                cmd(&mut s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Lost }).map(drop)
+                cmd(s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Lost }).map(drop)
             }
             OpGen::NodeUp(i) => {
                 let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
-                cmd(&mut s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Ready }).map(drop)
+                cmd(s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Ready }).map(drop)
             }
         };
         // Refusals (an impossible job, pausing a finished one) are fine; they change nothing.
         let _ = result;
-        check_state(&s)?;
+        check_state(s)?;
         // A paused job stops at once too.
         let stopping: Vec<(JobId, u32)> =
             s.jobs().values().filter(|j| j.state == JobState::Preempting).map(|j| (j.id, j.attempt)).collect();
         for (job, attempt) in stopping {
-            cmd(&mut s, now_ms, Op::JobStopped { job, attempt, checkpointed: true }).map_err(|e| e.to_string())?;
+            cmd(s, now_ms, Op::JobStopped { job, attempt, checkpointed: true }).map_err(|e| e.to_string())?;
         }
-        settle(&mut s, now_ms)?;
     }
-    Ok(s)
+    Ok(())
 }
 
 proptest! {
@@ -576,7 +592,7 @@ pub(crate) fn cases(default: u32) -> u32 {
 }
 
 /// The world as a scenario file, so a failure can be replayed with `baton sim`.
-fn to_yaml(w: &World) -> String {
+pub(crate) fn to_yaml(w: &World) -> String {
     let reserve_after = w.reserve_after.map_or("never".to_string(), |t| (u32::from(t) * 10).to_string());
     let mut y = format!("scheduler: {{reserve_after: {reserve_after}}}\nnodes:\n");
     for (i, n) in w.nodes.iter().enumerate() {

@@ -7,10 +7,10 @@
 //! latest end of the jobs occupying the rest says which time-limited jobs may backfill.
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{NodeReservation, Share, Undo, Vector, ZERO, add, fits, min};
+use baton_model::ledger::{NodeReservation, Share, Vector, ZERO, add, fits, min};
 use baton_model::plan::{Decision, Plan};
 use baton_model::scheduler::PoolReservation;
-use baton_model::state::demand_of;
+use baton_model::state::{backfills, demand_of};
 
 use crate::needs::Needs;
 use crate::nodes::SetNodes;
@@ -52,9 +52,7 @@ impl Holds {
                 plan.decisions.push(Decision::Unreserve { job: r.job, reason });
                 continue;
             }
-            let occupants = occupants_of(view, r.job, &shares);
-            let ends: Option<Vec<u64>> = occupants.iter().map(|&o| view.job(o).time_limit_at()).collect();
-            let backfill_until_ms = ends.and_then(|e| e.into_iter().max());
+            let backfill_until_ms = view.state.backfill_until(&view.ledger, r);
             let where_ = where_of(r);
             let mut h = Hold { job: r.job, queue: q, shares, backfill_until_ms, where_, blocked: false };
             block(view, &mut h);
@@ -74,9 +72,7 @@ impl Holds {
 
     /// The reservations `job` may backfill: it has a time limit and ends in time.
     pub fn backfills(&self, job: &Job, now_ms: u64) -> Vec<usize> {
-        let Some(limit) = job.spec.time_limit_ms else { return Vec::new() };
-        let end = now_ms.saturating_add(limit);
-        (0..self.list.len()).filter(|&i| self.list[i].backfill_until_ms.is_some_and(|u| end <= u)).collect()
+        (0..self.list.len()).filter(|&i| backfills(job, now_ms, self.list[i].backfill_until_ms)).collect()
     }
 
     /// The job whose reserved GPUs `shares` would use, if any other than `job`.
@@ -123,24 +119,9 @@ fn where_of(r: &PoolReservation) -> String {
     format!("{} (pool {})", nodes.join(", "), r.pool)
 }
 
-/// Running jobs holding any of the reserved GPUs, or on a reserved node where the other
-/// reserved resources are not all free for the reserving job.
+/// Jobs in the way of the reservation (the same rule the plan checker applies).
 fn occupants_of(view: &View, job: JobId, shares: &[Share]) -> Vec<JobId> {
-    let mut out = Vec::new();
-    for (n, amount, gpus) in shares {
-        let mut others = *amount;
-        others[0] = 0;
-        let short = !fits(&others, &view.free_for(*n, job, &[]).0);
-        for o in view.ledger.nodes[*n].occupants.iter().filter(|o| !o.held) {
-            let on_gpus = o.gpus & gpus != 0;
-            let on_rest = short && o.amount.iter().skip(1).any(|&x| x > 0);
-            if (on_gpus || on_rest) && !out.contains(&o.job) {
-                out.push(o.job);
-            }
-        }
-    }
-    out.sort_unstable();
-    out
+    view.ledger.reservation_occupants(job, shares)
 }
 
 fn block(view: &mut View, h: &mut Hold) {
@@ -183,13 +164,10 @@ fn admitted_without_own(view: &mut View, q: usize, np: bool, shares: &[Share], n
         .filter(|&(j, jq)| jq == q && nodes.iter().any(|&n| view.ledger.nodes[n].occupant(j).is_some()))
         .map(|(j, _)| j)
         .collect();
-    let undos: Vec<Undo> = own.iter().map(|&j| view.ledger.remove_usage(j)).collect();
-    let verdict = view.ledger.check_admission(q, &demand_of(&view.ledger, shares), np);
-    let why = verdict.map(drop).map_err(|b| b.describe(&view.ledger, q));
-    for u in undos.into_iter().rev() {
-        view.ledger.undo(u);
-    }
-    why
+    view.ledger.without(own, |l| {
+        let verdict = l.check_admission(q, &demand_of(l, shares), np);
+        verdict.map(drop).map_err(|b| b.describe(l, q))
+    })
 }
 
 /// Jobs running in the view (those placed earlier in this cycle included), with their queue:

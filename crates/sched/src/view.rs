@@ -128,8 +128,8 @@ impl<'a> View<'a> {
     }
 
     pub fn queue_np(&self, job: &Job) -> (usize, bool) {
-        let q = self.ledger.queue(job.spec.queue.as_str()).expect("queue of a job exists");
-        (q, !job.preemptible)
+        // The view's ledger is a clone of the state's: the same indices.
+        self.state.queue_and_np(job)
     }
 
     /// Free for `job` on node `n` with the jobs in `removed` gone.

@@ -157,12 +157,12 @@ async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
             ctx.metrics.observe_plan(*accepted as u64);
         }
         match outcome {
-            Some(Outcome::PlanApplied { accepted: 0, rejected }) => {
-                tracing::debug!(decisions = n, ?rejected, "plan refused whole");
+            Some(Outcome::PlanApplied { accepted: 0, rejected, stale_by }) => {
+                tracing::debug!(decisions = n, stale_by, ?rejected, "plan refused whole");
                 refused = Some(ctx.replica.read_local(|s| s.applied()));
             }
-            Some(Outcome::PlanApplied { accepted, rejected }) if !rejected.is_empty() => {
-                tracing::debug!(accepted, ?rejected, "plan partly refused");
+            Some(Outcome::PlanApplied { accepted, rejected, stale_by }) if !rejected.is_empty() => {
+                tracing::debug!(accepted, stale_by, ?rejected, "plan partly refused");
             }
             _ => {}
         }

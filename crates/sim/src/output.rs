@@ -203,15 +203,14 @@ pub fn jobs(state: &State) -> BTreeMap<Name, JobOut> {
 pub fn queues(state: &State) -> BTreeMap<Name, QueueOut> {
     let l = state.ledger();
     let mut out = BTreeMap::new();
-    for q in &l.queues {
+    // The same numbers `queue list` serves (`Ledger::queue_usage`).
+    for (qi, q) in l.queues.iter().enumerate() {
         let mut usage = Amounts::new();
         let mut nominal = Amounts::new();
         let mut pools = BTreeMap::new();
-        for (p, pool) in l.pools.iter().enumerate() {
-            let (u, n) = (l.kinds.resources(&q.usage[p]), l.kinds.resources(&q.nominal[p]));
-            if u.is_empty() && n.is_empty() {
-                continue;
-            }
+        for (p, used, nom) in l.queue_usage(qi) {
+            let pool = &l.pools[p];
+            let (u, n) = (l.kinds.resources(&used), l.kinds.resources(&nom));
             let amounts =
                 |r: &baton_model::Resources| -> Amounts { r.iter().map(|(k, v)| (k.to_string(), v)).collect() };
             for (k, v) in u.iter() {

@@ -53,16 +53,45 @@ fn regressions_simulate_cleanly() {
     check_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions"), false);
 }
 
-/// The seed stories are copied into the repository so that a clone alone can check them;
-/// where the shared originals sit beside the checkout, the copies must match them.
+/// The seed stories of the specification, by file name.
+const SEED_STORIES: [&str; 8] = [
+    "cac-private-public.yaml",
+    "determined-priority.yaml",
+    "kueue-cohort-preemption.yaml",
+    "runai-preemption.yaml",
+    "runai-priority-classes.yaml",
+    "slurm-fewest-victims.yaml",
+    "slurm-preempt-modes.yaml",
+    "slurm-suspend-gang.yaml",
+];
+
+fn names(files: &[PathBuf]) -> Vec<String> {
+    files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect()
+}
+
+/// The seed stories are copied into the repository so that a clone alone can check them
+/// (`seed_scenarios_pass`): the copies are exactly the seed stories, whether or not the
+/// shared originals sit beside the checkout.
+#[test]
+fn the_in_repo_copies_are_the_seed_stories() {
+    assert_eq!(names(&yaml_files(&root().join("tests/scenarios"))), SEED_STORIES);
+}
+
+/// Where the shared originals sit beside the checkout, the copies must match them byte for
+/// byte. Without them nothing can be compared: say so on stderr (shown with `--nocapture`),
+/// and fail if `BATON_REQUIRE_SHARED` is set, as a check that must compare wants.
 #[test]
 fn seed_copies_match_the_shared_originals_when_present() {
     let shared = root().join("../shared/scenarios");
     if !shared.is_dir() {
-        eprintln!("note: {} is absent; only the in-repo copies are checked", shared.display());
+        let note = format!("SKIPPED: {} is absent; the in-repo copies were not compared", shared.display());
+        assert!(std::env::var_os("BATON_REQUIRE_SHARED").is_none(), "{note}");
+        eprintln!("{note}");
         return;
     }
-    for original in yaml_files(&shared) {
+    let originals = yaml_files(&shared);
+    assert_eq!(names(&originals), SEED_STORIES, "the shared seed stories changed: update the copies");
+    for original in originals {
         let copy = root().join("tests/scenarios").join(original.file_name().unwrap());
         let (a, b) = (std::fs::read_to_string(&original).unwrap(), std::fs::read_to_string(&copy).unwrap_or_default());
         assert_eq!(a, b, "{} differs from {}", copy.display(), original.display());
@@ -85,7 +114,10 @@ fn json_output_has_the_documented_shape() {
     assert_eq!(step["jobs"]["large-training-job"]["state"], "Pending");
     assert_eq!(step["jobs"]["large-training-job"]["preempted_by"], "jupyter-workspace");
     assert_eq!(step["jobs"]["large-training-job"]["attempt"], 1);
-    assert!(step["jobs"]["large-training-job"]["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    assert_eq!(
+        step["jobs"]["large-training-job"]["reason"],
+        "insufficient unused quota for gpu in pool single-node-pool: 4 more needed; may not preempt: its request of 8 gpu in pool single-node-pool exceeds queue project-a's nominal of 4 gpu, and neither borrow_within_cohort nor fair sharing lets it borrow"
+    );
     assert_eq!(step["jobs"]["jupyter-workspace"]["gpus"], 4);
     assert_eq!(step["queues"]["project-a"]["usage"]["gpu"], 0);
     assert_eq!(step["queues"]["project-a"]["nominal"]["gpu"], 4);

@@ -25,6 +25,8 @@ pub struct State {
     /// Every call, by method name, in order.
     pub calls: Vec<String>,
     pub submits: Vec<v1::SubmitRequest>,
+    /// The request id of every Submit call, refused ones included.
+    pub submit_request_ids: Vec<String>,
     pub put_queues: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
@@ -82,8 +84,9 @@ fn ack(message: String) -> Answer<v1::Ack> {
 #[tonic::async_trait]
 impl Baton for Fake {
     async fn submit(&self, r: Request<v1::SubmitRequest>) -> Answer<v1::SubmitReply> {
-        let mut s = self.enter("Submit")?;
         let r = r.into_inner();
+        self.state().submit_request_ids.push(r.request_id.clone());
+        let mut s = self.enter("Submit")?;
         s.submits.push(r.clone());
         let name = r.spec.as_ref().map(|sp| sp.name.clone()).unwrap_or_default();
         if let Some((id, name)) = s.request_ids.get(&r.request_id) {

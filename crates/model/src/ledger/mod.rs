@@ -30,6 +30,7 @@ pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct, Undo};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::job::JobId;
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
 use crate::resources::{GPU, Resources};
@@ -237,6 +238,43 @@ impl Ledger {
         for p in &self.pools {
             out += &format!("pool {p:?}\n");
         }
+        out
+    }
+}
+
+impl Ledger {
+    /// Queue `q`'s usage and nominal quota per pool, as admission counts them (a
+    /// preemptor's reservation is charged, a stopping or suspended job is not): (pool,
+    /// usage, nominal), pools where both are zero left out. What `queue list`, `cluster
+    /// info` and the simulator show, so they show what the scheduler decides by.
+    pub fn queue_usage(&self, q: usize) -> Vec<(usize, Vector, Vector)> {
+        let acct = &self.queues[q];
+        (0..self.pools.len())
+            .filter(|&p| !is_zero(&acct.usage[p]) || !is_zero(&acct.nominal[p]))
+            .map(|p| (p, acct.usage[p], acct.nominal[p]))
+            .collect()
+    }
+
+    /// What stands between a reservation for `job` on `shares` and its start (policy
+    /// section 9): running jobs holding any of the reserved GPUs, or on a reserved node where
+    /// the other reserved resources are not all free for `job`. Sorted by id. The plan
+    /// checker and the scheduler both ask this, so they agree on who may backfill.
+    pub fn reservation_occupants(&self, job: JobId, shares: &[Share]) -> Vec<JobId> {
+        let mut out = Vec::new();
+        for (n, amount, gpus) in shares {
+            let mut others = *amount;
+            others[0] = 0;
+            let node = &self.nodes[*n];
+            let short = !fits(&others, &node.free_for(Some(job), &[]).0);
+            for o in node.occupants.iter().filter(|o| !o.held) {
+                let on_gpus = o.gpus & gpus != 0;
+                let on_rest = short && o.amount.iter().skip(1).any(|&x| x > 0);
+                if (on_gpus || on_rest) && !out.contains(&o.job) {
+                    out.push(o.job);
+                }
+            }
+        }
+        out.sort_unstable();
         out
     }
 }

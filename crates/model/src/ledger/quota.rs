@@ -304,6 +304,25 @@ impl Ledger {
         Undo { entries }
     }
 
+    /// Takes several jobs' usage out of their queues at once; `undo` puts it all back.
+    pub fn remove_usages(&mut self, jobs: impl IntoIterator<Item = JobId>) -> Undo {
+        let mut all = Undo { entries: Vec::new() };
+        for job in jobs {
+            all.entries.extend(self.remove_usage(job).entries);
+        }
+        all
+    }
+
+    /// Runs `f` on the ledger as if `jobs` had stopped (their queue usage gone), then puts
+    /// their usage back exactly: the scoped form of "remove, check, undo", so no caller can
+    /// forget the undo.
+    pub fn without<R>(&mut self, jobs: impl IntoIterator<Item = JobId>, f: impl FnOnce(&mut Ledger) -> R) -> R {
+        let undo = self.remove_usages(jobs);
+        let r = f(self);
+        self.undo(undo);
+        r
+    }
+
     pub fn undo(&mut self, undo: Undo) {
         for (q, p, v, np, plus) in undo.entries.into_iter().rev() {
             self.adjust_usage(q, p, &v, np, !plus);

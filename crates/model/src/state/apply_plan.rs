@@ -15,9 +15,19 @@ use crate::plan::{Decision, Plan, Victim};
 
 impl State {
     pub(crate) fn apply_plan(&mut self, plan: Plan, ev: &mut Vec<Event>) -> Outcome {
+        // `applied` already counts this command: the state the plan could have been computed
+        // from had applied at most one fewer.
+        let Some(stale_by) = (self.d.applied - 1).checked_sub(plan.based_on) else {
+            let why = format!(
+                "the plan is based on {} commands applied, but this state has applied only {}",
+                plan.based_on,
+                self.d.applied - 1
+            );
+            return Outcome::PlanApplied { accepted: 0, rejected: vec![(0, why)], stale_by: 0 };
+        };
         if plan.decisions.len() > MAX_DECISIONS_PER_PLAN {
             let why = format!("a plan may hold at most {MAX_DECISIONS_PER_PLAN} decisions");
-            return Outcome::PlanApplied { accepted: 0, rejected: vec![(0, why)] };
+            return Outcome::PlanApplied { accepted: 0, rejected: vec![(0, why)], stale_by };
         }
         let mut accepted = 0;
         let mut rejected = Vec::new();
@@ -27,7 +37,7 @@ impl State {
                 Err(why) => rejected.push((i as u32, why)),
             }
         }
-        Outcome::PlanApplied { accepted, rejected }
+        Outcome::PlanApplied { accepted, rejected, stale_by }
     }
 
     fn apply_decision(&mut self, d: Decision, ev: &mut Vec<Event>) -> Result<(), String> {
@@ -131,6 +141,7 @@ impl State {
             }
         }
         self.check_fit(id, &shares, &[])?;
+        self.check_reservations(id, &shares, &[])?;
         if !self.d.reservations.contains_key(&id) {
             let (q, np) = self.queue_and_np(job);
             let demand = demand_of(&self.ledger, &shares);
@@ -162,15 +173,11 @@ impl State {
         let shares = self.check_replicas(id, replicas)?;
         let removed: Vec<JobId> = victims.iter().map(|v| v.job).collect();
         self.check_fit(id, &shares, &removed)?;
+        self.check_reservations(id, &shares, &removed)?;
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
         let demand = demand_of(&self.ledger, &shares);
-        let undo: Vec<_> = removed.iter().map(|&v| self.ledger.remove_usage(v)).collect();
-        let verdict = self.ledger.check_admission(q, &demand, np);
-
-        for u in undo.into_iter().rev() {
-            self.ledger.undo(u);
-        }
+        let verdict = self.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np));
         verdict.map_err(|b| b.describe(&self.ledger, q))?;
         Ok(shares)
     }

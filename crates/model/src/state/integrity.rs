@@ -27,6 +27,11 @@ impl Data {
         }
         for (id, job) in &self.jobs {
             check_job(*id, job)?;
+            // The ledger charges an unfinished job to its queue (`delete_queue` refuses a
+            // queue that has one).
+            if !job.state.is_finished() && !self.queues.contains_key(&job.spec.queue) {
+                return Err(format!("job {id} is in queue {}, which does not exist", job.spec.queue));
+            }
         }
         for (name, id) in &self.job_names {
             if self.jobs.get(id).is_none_or(|j| j.spec.name != *name) {

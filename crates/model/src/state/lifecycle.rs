@@ -70,6 +70,7 @@ impl State {
         self.drop_pool_reservation(id);
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
+        self.assert_room(id, &shares);
         let (q, np) = self.queue_and_np(job);
         self.ledger.occupy(id, q, np, &shares);
         let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
@@ -102,6 +103,21 @@ impl State {
             format!("attempt {attempt} started")
         };
         self.job_event(id, EventKind::Started { attempt, nodes }, message, ev);
+    }
+
+    /// Never over-allocate: the plan checker has made sure the job fits, and the ledger's
+    /// arithmetic saturates at zero, so a start that did not fit would go unseen. Checked
+    /// in every build: a replica that acted on it would run two jobs on one GPU.
+    fn assert_room(&self, id: JobId, shares: &[crate::ledger::Share]) {
+        for (n, amount, gpus) in shares {
+            let node = &self.ledger.nodes[*n];
+            let (free, free_gpus) = node.free_for(Some(id), &[]);
+            assert!(
+                crate::ledger::fits(amount, &free) && gpus & !free_gpus == 0,
+                "job {id} would over-allocate node {}: needs {amount:?} GPUs {gpus:#x}, free {free:?} GPUs {free_gpus:#x}",
+                node.name
+            );
+        }
     }
 
     /// Running -> Preempting: the agent will signal it and report when it stopped.

@@ -17,6 +17,7 @@ mod reserve;
 pub mod submit;
 
 pub use apply_plan::demand_of;
+pub use reserve::backfills;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -38,6 +39,14 @@ use crate::scheduler::{PoolReservation, SchedulerSettings};
 /// How long after its victims' grace periods end a reservation is kept before the
 /// preemptor re-plans (covers an agent that reports late).
 pub const RESERVATION_SLACK_MS: u64 = 60_000;
+
+/// Debug builds check the ledger against a rebuild after every command while the state
+/// holds at most this many jobs...
+#[cfg(debug_assertions)]
+const DEBUG_LEDGER_CHECK_MAX_JOBS: usize = 64;
+/// ...and after every this-many commands beyond.
+#[cfg(debug_assertions)]
+const DEBUG_LEDGER_CHECK_STRIDE: u64 = 64;
 
 /// Resources held for a preemptor while its victims stop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +132,16 @@ impl State {
         self.d.now_ms = self.d.now_ms.max(cmd.now_ms);
         let mut ev = Vec::new();
         let outcome = self.dispatch(cmd.op, &mut ev)?;
+        // The ledger is kept up to date in place, change by change; a rebuild from the
+        // replicated data must agree. Too slow for release builds (a clone and a rebuild);
+        // in debug builds after every command of a small state, and every
+        // `DEBUG_LEDGER_CHECK_STRIDE`th of a large one, so long simulations stay usable.
+        #[cfg(debug_assertions)]
+        if (self.d.jobs.len() <= DEBUG_LEDGER_CHECK_MAX_JOBS || self.d.applied % DEBUG_LEDGER_CHECK_STRIDE == 0)
+            && let Err(diff) = self.ledger_consistent()
+        {
+            panic!("the ledger drifted from the state after a command:\n{diff}");
+        }
         Ok(Applied { outcome, events: ev })
     }
 

@@ -191,9 +191,15 @@ impl State {
         out
     }
 
-    pub(crate) fn queue_and_np(&self, job: &crate::job::Job) -> (usize, bool) {
-        let q = self.ledger.queue(job.spec.queue.as_str()).unwrap_or(0);
-        (q, !job.preemptible)
+    /// The ledger index of a live job's queue, and whether it is not preemptible: the one
+    /// definition the state and the scheduler's view both use. Every unfinished job's
+    /// queue exists (`delete_queue` refuses otherwise, a snapshot is checked when decoded).
+    pub fn queue_and_np(&self, job: &crate::job::Job) -> (usize, bool) {
+        let q = self.ledger.queue(job.spec.queue.as_str());
+        (
+            q.unwrap_or_else(|| panic!("job {}'s queue {} is not in the ledger", job.id, job.spec.queue)),
+            !job.preemptible,
+        )
     }
 
     /// Debug check: the incrementally maintained ledger equals one rebuilt from scratch.

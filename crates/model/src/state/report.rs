@@ -540,4 +540,39 @@ mod tests {
         report(&mut s, "n1", vec![Observed::Exited { job, attempt: 1, rank: 0, exit_code: 0 }]);
         assert_eq!(s.job(job).unwrap().state, JobState::Succeeded);
     }
+
+    #[test]
+    #[should_panic(expected = "would over-allocate node n1")]
+    fn a_start_that_would_over_allocate_panics_in_every_build() {
+        let (mut s, _) = gang();
+        let mut spec = s.job_by_name("g").unwrap().spec.clone();
+        spec.name = Name::lit("second");
+        spec.tasks[0].replicas = 1;
+        spec.tasks[0].resources = Resources::of(&[("gpu", 1)]);
+        let Outcome::Submitted { job, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else { panic!() };
+        // Past the plan checker, which would refuse it: GPU 0 of n1 is the gang's.
+        let replicas = vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: vec![0] }];
+        s.start_job(job, 1, replicas, &mut Vec::new());
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "the ledger drifted")]
+    fn a_ledger_that_drifts_from_the_state_is_caught_at_the_next_command() {
+        let (mut s, job) = gang();
+        // The state says the gang runs; the ledger forgets it.
+        s.ledger.vacate(job);
+        apply(&mut s, Op::Tick);
+    }
+
+    #[test]
+    fn without_sees_the_jobs_gone_and_puts_their_usage_back() {
+        let (mut s, job) = gang();
+        let before = s.ledger.digest();
+        let q = s.ledger.queue("q").unwrap();
+        let inside = s.ledger.without([job], |l| l.queues[q].usage[0][0]);
+        assert_eq!(inside, 0, "the gang's 16 GPUs are not charged inside");
+        assert_eq!(s.ledger.queues[q].usage[0][0], 16);
+        assert_eq!(s.ledger.digest(), before, "put back exactly");
+    }
 }

@@ -7,9 +7,17 @@ use super::State;
 use crate::alloc::ReplicaAlloc;
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
-use crate::job::{JobId, JobState};
+use crate::job::{Job, JobId, JobState};
+use crate::ledger::{Ledger, Share, fits, min};
 use crate::name::Name;
 use crate::scheduler::{PoolReservation, SchedulerSettings};
+
+/// Whether `job`, started at `now_ms`, may use a reservation's resources open to jobs that
+/// end by `until_ms` (backfill): only a job with a time limit that ends in time.
+pub fn backfills(job: &Job, now_ms: u64, until_ms: Option<u64>) -> bool {
+    let Some(limit) = job.spec.time_limit_ms else { return false };
+    until_ms.is_some_and(|u| now_ms.saturating_add(limit) <= u)
+}
 
 impl State {
     pub(crate) fn set_scheduler(&mut self, s: SchedulerSettings, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
@@ -89,5 +97,68 @@ impl State {
         for id in touching {
             self.unreserve_pool(id, &format!("node {node} is no longer schedulable"), ev);
         }
+    }
+}
+
+impl State {
+    /// Until when reservation `r` is open to backfill, judged on `ledger` (the state's, or a
+    /// scheduler's working copy): the latest end by time limit of the jobs in its way;
+    /// `None` (nothing backfills) when one of them has no time limit or none is in the way.
+    pub fn backfill_until(&self, ledger: &Ledger, r: &PoolReservation) -> Option<u64> {
+        let holder = self.d.jobs.get(&r.job)?;
+        let shares = self.shares(holder, &r.replicas);
+        let ends: Option<Vec<u64>> =
+            ledger.reservation_occupants(r.job, &shares).iter().map(|o| self.d.jobs[o].time_limit_at()).collect();
+        ends?.into_iter().max()
+    }
+
+    /// Policy section 9, as the scheduler plans it: while a starving job holds a reservation,
+    /// no other job of its queue starts and no job starts on what is reserved (its GPUs, and
+    /// the part of its other resources free now), except one that ends in time; a preemption
+    /// never does. A preemptor whose room is already held for it is not stopped here: that
+    /// room was its own first.
+    pub(crate) fn check_reservations(&self, id: JobId, shares: &[Share], victims: &[JobId]) -> Result<(), String> {
+        let preempting = !victims.is_empty();
+        if self.d.reservations.contains_key(&id) {
+            return Ok(());
+        }
+        let job = &self.d.jobs[&id];
+        for r in self.d.pool_reservations.values().filter(|r| r.job != id) {
+            let Some(holder) = self.d.jobs.get(&r.job) else { continue };
+            // A reserving job is held back by no other reservation of its queue: only one is
+            // made at a time, and it is not the one waiting.
+            let same_queue = holder.spec.queue == job.spec.queue && self.pool_reservation_of(id).is_none();
+            if !same_queue && !self.takes_reserved(shares, &self.shares(holder, &r.replicas), victims) {
+                continue;
+            }
+            if !preempting && backfills(job, self.d.now_ms, self.backfill_until(&self.ledger, r)) {
+                continue;
+            }
+            let what = if same_queue {
+                format!("its queue {} waits behind", job.spec.queue)
+            } else {
+                "it would take resources reserved for".to_string()
+            };
+            let how = if preempting { "a preemption never backfills" } else { "it does not end in time to backfill" };
+            return Err(format!("{what} {}'s reservation in pool {}; {how}", holder.spec.name, r.pool));
+        }
+        Ok(())
+    }
+
+    /// Would `shares` (once `victims` are gone) use reserved GPUs, or leave a reserved node
+    /// without the part of the other reserved resources that is free there now?
+    fn takes_reserved(&self, shares: &[Share], reserved: &[Share], victims: &[JobId]) -> bool {
+        shares.iter().any(|(n, amount, gpus)| {
+            reserved.iter().filter(|r| r.0 == *n).any(|(_, want, want_gpus)| {
+                let node = &self.ledger.nodes[*n];
+                let mut held = min(want, &node.free);
+                held[0] = 0;
+                let mut left = node.free_for(None, victims).0;
+                crate::ledger::sub(&mut left, &held);
+                let mut rest = *amount;
+                rest[0] = 0;
+                gpus & want_gpus != 0 || !fits(&rest, &left)
+            })
+        })
     }
 }

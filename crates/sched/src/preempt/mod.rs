@@ -165,12 +165,10 @@ fn contributing_queues(
     needs: &Needs,
     own: &[Cand],
 ) -> Vec<bool> {
-    let undo: Vec<_> = own.iter().map(|c| view.ledger.remove_usage(c.job)).collect();
+    let undo = view.ledger.remove_usages(own.iter().map(|c| c.job));
     let reclaim_possible = policy.reclaim_within_cohort != ReclaimWithinCohort::Never
         && needs.assignments.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger));
-    for u in undo.into_iter().rev() {
-        view.ledger.undo(u);
-    }
+    view.ledger.undo(undo);
     let cohort_rules = view.ledger.queues[jq].fair_sharing || policy.borrow_within_cohort.is_some();
     let demand: Vec<&(usize, Vector)> = needs.demands.iter().flatten().collect();
     let l = &view.ledger;
@@ -563,11 +561,7 @@ fn describe(view: &mut View, ctx: &Ctx, victims: &[&Cand]) -> String {
     };
     let oq = l.queues[other.queue].name.clone();
     let queue = queue.clone();
-    let undo: Vec<_> = victims.iter().map(|v| view.ledger.remove_usage(v.job)).collect();
-    let reclaiming = ctx.reclaiming(&view.ledger);
-    for u in undo.into_iter().rev() {
-        view.ledger.undo(u);
-    }
+    let reclaiming = view.ledger.without(victims.iter().map(|v| v.job), |l| ctx.reclaiming(l));
     let l = &view.ledger;
     if reclaiming {
         let nominal: Vec<String> = ctx

@@ -1,5 +1,5 @@
-//! Capacity and usage per pool and per queue, computed from the applied state for
-//! `cluster info` and `queue list`.
+//! Capacity and usage per pool and per queue for `cluster info` and `queue list`: pools
+//! from the nodes and what occupies them, queues from the ledger the scheduler uses.
 
 use std::collections::BTreeMap;
 
@@ -10,12 +10,6 @@ use baton_model::node::NodeStatus;
 use baton_model::resources::Resources;
 use baton_proto::convert::resources_to_proto;
 use baton_proto::v1::{PoolUsage, QueueUsage};
-
-/// What runs (or is stopping) holds resources; a suspended job keeps its GPUs but charges
-/// no quota, so it shows on nodes and not against its queue.
-fn charged(job: &Job) -> bool {
-    matches!(job.state, JobState::Running | JobState::Preempting)
-}
 
 /// Each replica's resources by the pool of its node.
 fn by_pool(state: &State, job: &Job) -> Vec<(Name, Resources)> {
@@ -48,9 +42,10 @@ pub fn pools(state: &State) -> Vec<PoolUsage> {
         .collect()
 }
 
-/// Per queue and pool: used against nominal quota (`capacity` is the nominal here).
+/// Per queue and pool: used against nominal quota (`capacity` is the nominal here). Usage
+/// is the ledger's, the numbers admission decides by: a preemptor's reservation is charged
+/// to its queue, a stopping victim and a suspended job are not.
 pub fn queues(state: &State) -> Vec<QueueUsage> {
-    let mut used: BTreeMap<(Name, Name), Resources> = BTreeMap::new();
     let mut counts: BTreeMap<Name, (u32, u32)> = BTreeMap::new();
     for job in state.jobs().values() {
         let c = counts.entry(job.spec.queue.clone()).or_default();
@@ -59,22 +54,20 @@ pub fn queues(state: &State) -> Vec<QueueUsage> {
             JobState::Running | JobState::Preempting => c.1 += 1,
             _ => {}
         }
-        if charged(job) {
-            for (pool, r) in by_pool(state, job) {
-                used.entry((job.spec.queue.clone(), pool)).or_default().add(&r);
-            }
-        }
     }
+    let l = state.ledger();
     state
         .queues()
         .values()
         .map(|q| {
+            // Pools with a quota show even with no node yet (the ledger has no such pool).
             let mut pools: BTreeMap<Name, PoolUsage> = BTreeMap::new();
             for (pool, quota) in &q.quotas {
                 pools.insert(pool.clone(), usage(pool, &Resources::new(), &quota.nominal));
             }
-            for ((_, pool), r) in used.iter().filter(|((queue, _), _)| *queue == q.name) {
-                pools.insert(pool.clone(), usage(pool, r, &q.nominal(pool.as_str())));
+            for (p, used, _) in l.queue(q.name.as_str()).map(|i| l.queue_usage(i)).unwrap_or_default() {
+                let pool = &l.pools[p].name;
+                pools.insert(pool.clone(), usage(pool, &l.kinds.resources(&used), &q.nominal(pool.as_str())));
             }
             let (pending, running) = counts.get(&q.name).copied().unwrap_or_default();
             QueueUsage {
@@ -92,5 +85,106 @@ fn usage(pool: &Name, used: &Resources, nominal: &Resources) -> PoolUsage {
         pool: pool.to_string(),
         used: Some(resources_to_proto(used)),
         capacity: Some(resources_to_proto(nominal)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use baton_model::alloc::ReplicaAlloc;
+    use baton_model::command::{Command, Op};
+    use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+    use baton_model::node::NodeSpec;
+    use baton_model::plan::{Decision, Plan, Victim};
+    use baton_model::queue::{PoolQuota, QueueSpec};
+
+    use super::*;
+
+    fn apply(s: &mut State, op: Op) {
+        let now_ms = s.now_ms() + 1_000;
+        s.apply(Command { now_ms, op }).expect("command applies");
+    }
+
+    fn spec(name: &str, queue: &str) -> JobSpec {
+        JobSpec {
+            name: Name::lit(name),
+            queue: Name::lit(queue),
+            priority: PriorityRef::Value(1),
+            tasks: vec![TaskSpec {
+                name: Name::lit("main"),
+                replicas: 1,
+                resources: Resources::of(&[("gpu", 4)]),
+                pools: None,
+            }],
+            pools: None,
+            topology: None,
+            preemption_mode: PreemptionMode::Requeue,
+            grace_ms: 1_000,
+            min_runtime_ms: 0,
+            command: vec!["train".into()],
+            env: BTreeMap::new(),
+            checkpoint_signal: None,
+            time_limit_ms: None,
+        }
+    }
+
+    fn plan(s: &mut State, d: Decision) {
+        let based_on = s.applied();
+        apply(s, Op::ApplyPlan(Plan { based_on, decisions: vec![d] }));
+    }
+
+    /// `low` (queue a) runs on n1's 4 GPUs and is being preempted for `high` (queue b),
+    /// whose room is reserved meanwhile.
+    fn preempting() -> State {
+        let mut s = State::new();
+        let node = NodeSpec {
+            name: Name::lit("n1"),
+            pool: Name::lit("default"),
+            rack: None,
+            labels: BTreeMap::new(),
+            resources: Resources::of(&[("gpu", 4)]),
+            gpus: Vec::new(),
+            agent_addr: String::new(),
+        };
+        apply(&mut s, Op::RegisterNodes(vec![node]));
+        for q in ["a", "b"] {
+            let mut q = QueueSpec::named(q);
+            let quota = PoolQuota { nominal: Resources::of(&[("gpu", 4)]), ..Default::default() };
+            q.quotas.insert(Name::lit("default"), quota);
+            apply(&mut s, Op::PutQueue(q));
+        }
+        apply(&mut s, Op::Submit { spec: spec("low", "a"), request_id: None });
+        apply(&mut s, Op::Submit { spec: spec("high", "b"), request_id: None });
+        let (low, high) = (s.job_by_name("low").unwrap().id, s.job_by_name("high").unwrap().id);
+        let on_n1 = vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: vec![0, 1, 2, 3] }];
+        plan(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1.clone() });
+        let victims = vec![Victim { job: low, attempt: 1 }];
+        plan(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1, message: "test".into() });
+        assert!(s.reservations().contains_key(&high), "the preemption applied");
+        s
+    }
+
+    fn gpus_used(q: &QueueUsage) -> u64 {
+        q.pools.iter().map(|p| p.used.as_ref().and_then(|u| u.amounts.get("gpu")).copied().unwrap_or(0)).sum()
+    }
+
+    #[test]
+    fn queue_usage_is_what_the_scheduler_counts() {
+        let s = preempting();
+        let by_name: BTreeMap<String, u64> =
+            queues(&s).iter().map(|q| (q.queue.as_ref().unwrap().name.clone(), gpus_used(q))).collect();
+        // The stopping victim's resources are held for the preemptor: the preemptor's
+        // queue is charged, the victim's is not (as the quota check sees it).
+        assert_eq!(by_name["a"], 0, "{by_name:?}");
+        assert_eq!(by_name["b"], 4, "{by_name:?}");
+        let l = s.ledger();
+        for name in ["a", "b"] {
+            let q = l.queue(name).unwrap();
+            assert_eq!(by_name[name], l.queues[q].usage.iter().map(|v| v[0]).sum::<u64>(), "queue {name}");
+        }
+        let running: BTreeMap<String, u32> =
+            queues(&s).iter().map(|q| (q.queue.as_ref().unwrap().name.clone(), q.running)).collect();
+        assert_eq!(running["a"], 1, "a stopping job still counts as running");
     }
 }
