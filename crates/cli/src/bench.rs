@@ -10,11 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::client::connect::Api;
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
 use clap::{Args, Subcommand};
-use tonic::transport::Channel;
 
 use crate::dev::procs::Children;
 use crate::dev::submit;
@@ -65,7 +64,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let result = measure(&children.servers(), tmp.path(), rounds).await;
+        let result = measure(&children.servers(), children.token(), tmp.path(), rounds).await;
         children.stop(Duration::from_secs(5)).await;
         match result {
             Ok(()) => ExitCode::SUCCESS,
@@ -109,16 +108,13 @@ async fn stamp(path: PathBuf) -> Result<f64, String> {
     }
 }
 
-async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> {
+async fn cancel(c: &mut Api, name: &str) -> Result<(), String> {
     c.cancel_job(JobRef { name: name.into(), ..Default::default() }).await.map_err(|e| e.message().to_string())?;
     Ok(())
 }
 
-async fn measure(servers: &[String], dir: &Path, rounds: u32) -> Result<(), String> {
-    let c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
-    let mut c = c
-        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+async fn measure(servers: &[String], token: &str, dir: &Path, rounds: u32) -> Result<(), String> {
+    let mut c = crate::dev::procs::api(&servers[0], token).await?;
     // Borrowing queue `lo` (no guarantee) and `hi` (all 16 GPUs guaranteed): hi reclaims.
     c.put_queue(gpu_queue("lo", 0)).await.map_err(|e| e.message().to_string())?;
     c.put_queue(gpu_queue("hi", 16)).await.map_err(|e| e.message().to_string())?;

@@ -1,13 +1,16 @@
 //! `baton server`: one scheduler replica.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use baton_model::scheduler::SchedulerSettings;
 use baton_raft::{RaftSettings, ReplicaConfig};
 
+use crate::client::auth::read_token_file;
 use crate::client::human::{ReserveAfter, parse_reserve_after};
+use baton_model::access::TokenHash;
+use baton_server::auth::{AuthMode, hash_token};
 use baton_server::{ServerConfig, ServerSettings};
 use clap::Args;
 
@@ -54,9 +57,31 @@ pub struct ServerArgs {
     /// given). docs/metrics.md lists them.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// `tokens`: every client call needs a token (docs/security.md). `none`: no
+    /// authentication, every caller acts as an admin: for development only, logged as a
+    /// warning (a cluster that has tokens still refuses writes without one).
+    #[arg(long, default_value = "tokens", value_parser = parse_auth)]
+    pub auth: AuthMode,
+    /// A file holding a token that becomes the cluster's first admin (user `admin`) if the
+    /// cluster has no token yet; ignored once it has one. Make one with
+    /// `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'`, and keep the file private.
+    #[arg(long)]
+    pub bootstrap_admin_token_file: Option<PathBuf>,
     /// Raft election timeout, lower bound (the upper bound is twice it).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
+}
+
+fn parse_auth(text: &str) -> Result<AuthMode, String> {
+    AuthMode::parse(text).ok_or_else(|| format!("{text:?} is not tokens or none"))
+}
+
+fn bootstrap_admin(path: &Path) -> Result<TokenHash, String> {
+    let token = read_token_file(path).map_err(|e| format!("--bootstrap-admin-token-file: {e}"))?;
+    if token.is_empty() {
+        return Err(format!("--bootstrap-admin-token-file: {} holds no token", path.display()));
+    }
+    Ok(hash_token(&token))
 }
 
 pub fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -85,6 +110,8 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
         heartbeat_timeout_ms: a.heartbeat_timeout_ms,
         resend_ms: a.resend_ms,
         lease_ms: a.lease_ms,
+        auth: a.auth,
+        bootstrap_admin: a.bootstrap_admin_token_file.as_deref().map(bootstrap_admin).transpose()?,
         ..ServerSettings::default()
     };
     let scheduler = a.reserve_after.map(|r| SchedulerSettings { reserve_after_ms: r.0 });

@@ -8,7 +8,9 @@
 //! - `output`, `data`, `human`: tables, `-o json|yaml`, and human units.
 //! - `submit`, `jobs` (list, describe, cancel, pause, resume), `logs` (from the job's agent),
 //!   `watch`, `queue`, `cohort`, `class`, `nodes` (nodes, cordon, uncordon, drain), `cluster`.
+//! - `auth`: the token a command sends, `token` and `whoami`.
 
+pub mod auth;
 pub mod class;
 pub mod cluster;
 pub mod cohort;
@@ -42,6 +44,9 @@ pub struct ConnArgs {
     /// Bound on each call to the cluster, retries included (e.g. 10s, 1m).
     #[arg(long, global = true, default_value = "10s", value_parser = human::parse_duration_ms)]
     pub timeout: u64,
+    /// A file holding the token to send (else the BATON_TOKEN environment variable).
+    #[arg(long, global = true, env = "BATON_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl ConnArgs {
@@ -49,7 +54,8 @@ impl ConnArgs {
         if self.timeout == 0 {
             return Err(ClientError::Usage("--timeout must be more than 0".into()));
         }
-        Ok(Conn::new(connect::parse_addrs(&self.server)?, Duration::from_millis(self.timeout)))
+        let conn = Conn::new(connect::parse_addrs(&self.server)?, Duration::from_millis(self.timeout));
+        Ok(conn.with_bearer(auth::bearer(self)?))
     }
 }
 
@@ -87,6 +93,10 @@ pub enum ClientCommand {
     Drain(nodes::NodeArgs),
     /// The cluster as a whole.
     Cluster(cluster::ClusterArgs),
+    /// API tokens: create, revoke, grant a queue, list (admins).
+    Token(auth::TokenArgs),
+    /// Who the token this command sends belongs to: user, roles, queues.
+    Whoami(auth::WhoAmIArgs),
 }
 
 impl ClientCommand {
@@ -104,6 +114,8 @@ impl ClientCommand {
             ClientCommand::Nodes(a) => &a.conn,
             ClientCommand::Cordon(a) | ClientCommand::Uncordon(a) | ClientCommand::Drain(a) => &a.conn,
             ClientCommand::Cluster(a) => &a.conn,
+            ClientCommand::Token(a) => &a.conn,
+            ClientCommand::Whoami(a) => &a.conn,
         }
     }
 }
@@ -127,6 +139,8 @@ pub async fn run(conn: &Conn, cmd: &ClientCommand, out: &mut dyn Write) -> Resul
         ClientCommand::Uncordon(a) => nodes::act(conn, nodes::Act::Uncordon, a, out).await,
         ClientCommand::Drain(a) => nodes::act(conn, nodes::Act::Drain, a, out).await,
         ClientCommand::Cluster(a) => cluster::run(conn, a, out).await,
+        ClientCommand::Token(a) => auth::run(conn, a, out).await,
+        ClientCommand::Whoami(_) => auth::whoami(conn, out).await,
     }
 }
 

@@ -6,18 +6,17 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::client::connect::Api;
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
-use tonic::transport::Channel;
 
 /// The whole story must end within this; otherwise the demo says where it stuck.
 const DEMO_TIMEOUT_MS: u64 = 60_000;
 const TRAIN: &str = "large-training-job";
 const JUPYTER: &str = "jupyter-workspace";
 
-pub async fn play(servers: &[String], dir: &Path) -> ExitCode {
-    match story(servers, dir).await {
+pub async fn play(servers: &[String], token: &str, dir: &Path) -> ExitCode {
+    match story(servers, token, dir).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("demo failed: {e}; logs are in {}", dir.join("logs").display());
@@ -35,11 +34,8 @@ fn job(name: &str, queue: &str, class: &str, replicas: u32, steps: u32) -> JobSp
     JobSpec { grace_ms: Some(10_000), ..gpu_job(name, queue, class, replicas, 8, workload(steps)) }
 }
 
-async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
-    let c = BatonClient::connect(format!("http://{}", servers[0])).await.map_err(|e| e.to_string())?;
-    let mut c = c
-        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+async fn story(servers: &[String], token: &str, dir: &Path) -> Result<(), String> {
+    let mut c = super::procs::api(&servers[0], token).await?;
     let t0 = Instant::now();
     let mut events = c
         .watch(WatchRequest { job: String::new(), replay: false })
@@ -82,7 +78,7 @@ async fn story(servers: &[String], dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn wait(c: &mut BatonClient<Channel>, job: &str, ok: impl Fn(&Job) -> bool) -> Result<Job, String> {
+async fn wait(c: &mut Api, job: &str, ok: impl Fn(&Job) -> bool) -> Result<Job, String> {
     let deadline = Instant::now() + Duration::from_millis(DEMO_TIMEOUT_MS);
     loop {
         let j = match c.get_job(JobRef { name: job.into(), ..Default::default() }).await {

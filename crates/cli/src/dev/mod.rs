@@ -62,7 +62,11 @@ pub fn run(args: DevArgs) -> ExitCode {
             Ok(c) => c,
             Err(e) => return fail(e),
         };
-        let code = if args.demo { demo::play(&children.servers(), &dir).await } else { serve(&children, &dir).await };
+        let code = if args.demo {
+            demo::play(&children.servers(), children.token(), &dir).await
+        } else {
+            serve(&children, &dir).await
+        };
         children.stop(Duration::from_secs(5)).await;
         code
     })
@@ -83,6 +87,7 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
     println!();
     println!("In another shell:");
     println!("  export BATON_SERVER={servers}");
+    println!("  export BATON_TOKEN_FILE={}   # the admin token (docs/security.md)", children.token_file().display());
     println!("  baton cluster info");
     println!("  baton queue create team-a --gpus 8");
     println!("  baton submit --name hello --queue team-a --gpus 1 -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'");
@@ -99,10 +104,7 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
 }
 
 /// Submits without a request id; the error is the server's message.
-pub(crate) async fn submit(
-    c: &mut baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>,
-    spec: baton_proto::v1::JobSpec,
-) -> Result<(), String> {
+pub(crate) async fn submit(c: &mut crate::client::connect::Api, spec: baton_proto::v1::JobSpec) -> Result<(), String> {
     let req = baton_proto::v1::SubmitRequest { spec: Some(spec), request_id: String::new() };
     c.submit(req).await.map_err(|e| e.message().to_string())?;
     Ok(())

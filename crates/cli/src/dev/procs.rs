@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::client::auth::{Bearer, new_token};
+use crate::client::connect::{Api, api_client, dial};
 use baton_proto::v1::Empty;
-use baton_proto::v1::baton_client::BatonClient;
 use tokio::process::{Child, Command};
 
 use super::{AGENTS, METRICS_PORT_OFFSET, REPLICAS};
@@ -21,8 +22,35 @@ struct Proc {
 pub struct Children {
     procs: Vec<Proc>,
     servers: Vec<String>,
+    /// The admin token the replicas bootstrap the cluster with, and the file holding it.
+    token: String,
+    token_file: PathBuf,
     /// (who, `http://HOST:PORT/metrics`) of every replica and agent.
     metrics: Vec<(String, String)>,
+}
+
+/// A new admin token, written to `dir/admin.token` readable by this user only.
+fn admin_token(dir: &Path) -> Result<(String, PathBuf), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let token = new_token().map_err(|e| format!("cannot make a token: {e}"))?;
+    let path = dir.join("admin.token");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    writeln!(f, "{token}").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok((token, path))
+}
+
+/// An API client of the replica at `addr` that sends `token`.
+pub async fn api(addr: &str, token: &str) -> Result<Api, String> {
+    let ch = dial(addr).await?;
+    let bearer = Bearer::new(Some(token), "the dev cluster's token").map_err(|e| e.to_string())?;
+    Ok(api_client(ch, bearer))
 }
 
 fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, String> {
@@ -51,6 +79,7 @@ impl Children {
             port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
                 || format!("--port {port}: the metrics ports (from port + {METRICS_PORT_OFFSET}) would pass 65535"),
             )?;
+        let (token, token_file) = admin_token(dir)?;
         let mut metrics = Vec::new();
         let mut procs = Vec::new();
         for (i, addr) in servers.iter().enumerate() {
@@ -70,11 +99,13 @@ impl Children {
                 "200".into(),
                 "--metrics-listen".into(),
                 metrics_addr(metrics_base + i as u16),
+                "--bootstrap-admin-token-file".into(),
+                token_file.display().to_string(),
             ];
             metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
             procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
         }
-        let mut children = Children { procs, servers, metrics };
+        let mut children = Children { procs, servers, token, token_file, metrics };
         children.wait_for_leader().await?;
         for i in 1..=AGENTS {
             let name = format!("node-{i}");
@@ -104,6 +135,16 @@ impl Children {
         self.servers.clone()
     }
 
+    /// The cluster's admin token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The file holding the admin token (for `BATON_TOKEN_FILE`).
+    pub fn token_file(&self) -> &Path {
+        &self.token_file
+    }
+
     pub fn metrics_urls(&self) -> &[(String, String)] {
         &self.metrics
     }
@@ -128,10 +169,7 @@ impl Children {
                 return Err(e);
             }
             for addr in &self.servers {
-                let Ok(c) = BatonClient::connect(format!("http://{addr}")).await else { continue };
-                let mut c = c
-                    .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+                let Ok(mut c) = api(addr, &self.token).await else { continue };
                 let Ok(info) = c.cluster_info(Empty {}).await else { continue };
                 if !info_ok(info.get_ref()) {
                     continue;
