@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use baton_model::scheduler::SchedulerSettings;
 use baton_raft::{RaftSettings, ReplicaConfig};
 
-use crate::client::auth::read_token_file;
+use crate::client::auth::{new_token, read_token_file};
 use crate::client::human::{ReserveAfter, parse_reserve_after};
 use baton_model::access::TokenHash;
 use baton_server::auth::{AuthMode, hash_token};
@@ -63,8 +63,8 @@ pub struct ServerArgs {
     #[arg(long, default_value = "tokens", value_parser = parse_auth)]
     pub auth: AuthMode,
     /// A file holding a token that becomes the cluster's first admin (user `admin`) if the
-    /// cluster has no token yet; ignored once it has one. Make one with
-    /// `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'`, and keep the file private.
+    /// cluster has no token yet; ignored once it has one. When the file does not exist, a
+    /// new token is written to it (readable by this user only).
     #[arg(long)]
     pub bootstrap_admin_token_file: Option<PathBuf>,
     /// Raft election timeout, lower bound (the upper bound is twice it).
@@ -77,11 +77,25 @@ fn parse_auth(text: &str) -> Result<AuthMode, String> {
 }
 
 fn bootstrap_admin(path: &Path) -> Result<TokenHash, String> {
+    if !path.exists() {
+        write_new_token(path)
+            .map_err(|e| format!("--bootstrap-admin-token-file: cannot create {}: {e}", path.display()))?;
+        tracing::warn!(file = %path.display(), "wrote a new admin token; keep the file private");
+    }
     let token = read_token_file(path).map_err(|e| format!("--bootstrap-admin-token-file: {e}"))?;
     if token.is_empty() {
         return Err(format!("--bootstrap-admin-token-file: {} holds no token", path.display()));
     }
     Ok(hash_token(&token))
+}
+
+/// A new token in a new file only this user may read (never over an existing file).
+fn write_new_token(path: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let token = new_token()?;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    writeln!(f, "{token}")
 }
 
 pub fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, String> {
