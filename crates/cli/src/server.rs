@@ -179,3 +179,25 @@ pub fn run(args: ServerArgs) -> ExitCode {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_bootstrap_token_file_gets_a_new_private_token_and_an_existing_one_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.token");
+        let hash = bootstrap_admin(&path).unwrap();
+        let token = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(token.trim().len(), 64);
+        assert_eq!(hash, hash_token(token.trim()));
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // Read again, not replaced.
+        assert_eq!(bootstrap_admin(&path).unwrap(), hash);
+        std::fs::write(&path, "\n").unwrap();
+        assert!(bootstrap_admin(&path).unwrap_err().contains("holds no token"));
+    }
+}

@@ -555,3 +555,18 @@ fn an_unreadable_token_file_is_named_before_anything_is_sent() {
     assert!(e.contains("/nonexistent/token"), "{e}");
     assert!(fake.state().calls.is_empty());
 }
+
+#[test]
+fn describe_names_the_owner_and_says_when_the_environment_is_hidden() {
+    let fake = Fake::with(|s| {
+        let mut j = job(1, "train-1", "team-a", "Pending", &[]);
+        j.owner = "alice".into();
+        j.env_hidden = true;
+        s.jobs.push(j);
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["describe", "train-1", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.lines().any(|l| l.starts_with("Owner") && l.ends_with("alice")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("Env") && l.contains("hidden")), "{out}");
+}
