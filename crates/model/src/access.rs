@@ -105,10 +105,12 @@ pub fn token_id(hash: &TokenHash) -> String {
 /// The identity part of the replicated state.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Access {
+    #[serde(with = "as_pairs")]
     pub(crate) tokens: BTreeMap<TokenHash, Token>,
     /// Who submitted each job (jobs submitted without a token have none).
     pub(crate) owners: BTreeMap<JobId, Name>,
     /// Request ids per user: one user's id never finds another user's job.
+    #[serde(with = "as_pairs")]
     pub(crate) request_ids: BTreeMap<(Name, String), JobId>,
     pub(crate) request_order: VecDeque<(Name, String)>,
 }
@@ -208,6 +210,27 @@ impl Access {
                 self.request_ids.remove(&old);
             }
         }
+    }
+}
+
+/// Maps whose keys are not strings, as a list of pairs: JSON (the simulator's and the
+/// tests' format) takes only string keys, and binary formats encode both alike.
+mod as_pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(m: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(m.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
     }
 }
 

@@ -237,3 +237,12 @@ fn a_token_needs_a_role_or_a_queue_and_known_queues() {
     let op = as_(ADMIN, Op::AddToken { hash: [9; 32], spec: spec("carol", &[], &["nope"]) });
     refused(&mut s, op, |e| matches!(e, ApplyError::Unknown { .. }));
 }
+
+#[test]
+fn a_state_with_tokens_round_trips_through_json() {
+    let mut s = cluster();
+    submit(&mut s, ALICE, "j", "a", Some("r1")).unwrap();
+    let text = serde_json::to_string(&s).unwrap();
+    let back: State = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, s);
+}
