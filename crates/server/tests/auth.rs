@@ -201,3 +201,18 @@ async fn writes_through_a_follower_and_forged_forwards_are_checked_where_applied
     let j = admin.get_job(job_ref("j")).await.unwrap().into_inner();
     assert_ne!(j.state, "Cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auth_none_asks_for_tokens_once_the_cluster_has_one() {
+    let settings = ServerSettings { bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    assert_eq!(settings.auth, AuthMode::None);
+    let cluster = Cluster::start_with(1, settings).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !admin.list_tokens(Empty {}).await.is_ok_and(|r| !r.into_inner().tokens.is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "the bootstrap admin token never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let e = client(&cluster.addrs()[0], None).await.list_jobs(ListJobsRequest::default()).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+}

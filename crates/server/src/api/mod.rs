@@ -39,10 +39,12 @@ pub struct Api {
 
 impl Api {
     /// Who is calling: UNAUTHENTICATED unless the call carries a live token (or this
-    /// replica runs with `--auth none`). Checked against the state linearizably, so a
+    /// replica runs with `--auth none` and the cluster has no token yet). Checked against the state linearizably, so a
     /// revocation anywhere counts here at once.
     pub(crate) async fn caller(&self, meta: &MetadataMap) -> Result<Caller, Status> {
-        if self.ctx.settings.auth == AuthMode::None {
+        // `--auth none` holds only while the cluster has no token: a replica left with it on a
+        // cluster that has tokens must not hand anyone its jobs' private data.
+        if self.ctx.settings.auth == AuthMode::None && !self.read(|s| s.access().enforced()).await? {
             return Ok(Caller::Open);
         }
         let hash = auth::hash_token(auth::bearer(meta)?);

@@ -24,8 +24,9 @@ pub enum AuthMode {
     /// Every call needs a live token (the default).
     #[default]
     Tokens,
-    /// No authentication: every call acts as an admin. For development only; the server
-    /// logs a warning. A cluster that has tokens still refuses writes without one.
+    /// No authentication while the cluster has no token: every call acts as an admin. For
+    /// development only; the server logs a warning. Once the cluster has a token, this
+    /// replica asks for tokens like any other.
     None,
 }
 
