@@ -570,3 +570,21 @@ fn describe_names_the_owner_and_says_when_the_environment_is_hidden() {
     assert!(out.lines().any(|l| l.starts_with("Owner") && l.ends_with("alice")), "{out}");
     assert!(out.lines().any(|l| l.starts_with("Env") && l.contains("hidden")), "{out}");
 }
+
+#[test]
+fn token_revoke_names_the_token_by_id_and_sends_the_callers_token() {
+    let fake = Fake::with(|_| {});
+    let server = serve_baton(fake.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t");
+    std::fs::write(&file, "admin-secret").unwrap();
+    let file = file.display().to_string();
+    let (r, out) = run(&["token", "revoke", "3f2a9c0e1b7d4a65", "--server", &server.addr(), "--token-file", &file]);
+    r.unwrap();
+    assert_eq!(out, "token 3f2a9c0e1b7d4a65 revoked\n");
+    let s = fake.state();
+    assert_eq!(
+        (s.revoked.clone(), s.authorizations.clone()),
+        (vec!["3f2a9c0e1b7d4a65".to_string()], vec!["Bearer admin-secret".to_string()])
+    );
+}
