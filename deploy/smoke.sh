@@ -23,9 +23,11 @@ fi
 # It holds the `admin` client certificate the compose file's `certs` step made.
 client() {
   docker run --rm --network "${project}_default" -v "$PWD/deploy/tls:/tls:ro" \
-    -e BATON_TLS_DIR=/tls/client-admin \
+    -e BATON_TLS_DIR=/tls/client-admin -e BATON_TOKEN="${token:-}" \
     -e BATON_SERVER=server-1:7070,server-2:7070,server-3:7070 "${BATON_IMAGE:-baton:latest}" "$@"
 }
+# The admin token server-1 wrote on its first start (the image has no cat; its sh reads it).
+admin_token() { compose exec -T server-1 /bin/sh -c 'read t < /var/lib/baton/admin.token && echo "$t"'; }
 fail() { echo "smoke: FAILED: $*" >&2; compose logs --tail 40 >&2 || true; exit 1; }
 cleanup() { compose down --volumes --timeout 5 >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -48,6 +50,9 @@ succeeded() { state_is "$1" Succeeded; }
 [ -n "${SKIP_IMAGE:-}" ] || deploy/image.sh
 compose up -d
 wait_for 60 "a leader is elected" has_leader
+wait_for 30 "server-1 writes the admin token" admin_token
+token=$(admin_token)
+client whoami | grep -q 'user admin' || fail "the admin token is not the cluster's admin"
 wait_for 60 "both agents are Ready" nodes_ready
 echo "smoke: cluster up, leader is replica $(leader_id)"
 client cluster info | grep -q 'transport: mutual TLS' || fail "the cluster does not say it runs mutual TLS"

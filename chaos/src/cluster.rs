@@ -177,6 +177,10 @@ impl Cluster {
                 &t.lease_ms.to_string(),
                 "--tls-dir",
                 &tls.join(format!("replica-{id}")).display().to_string(),
+                // The suite checks scheduling under faults; tokens are tested in the server's
+                // and the CLI's tests.
+                "--auth",
+                "none",
             ]);
             let mut p = Proc::new(args, c.path(&format!("replica-{id}.log")));
             p.spawn(baton);

@@ -10,11 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::client::connect::Api;
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
 use clap::{Args, Subcommand};
-use tonic::transport::Channel;
 
 use crate::dev::procs::Children;
 use crate::dev::submit;
@@ -109,7 +108,7 @@ async fn stamp(path: PathBuf) -> Result<f64, String> {
     }
 }
 
-async fn cancel(c: &mut BatonClient<Channel>, name: &str) -> Result<(), String> {
+async fn cancel(c: &mut Api, name: &str) -> Result<(), String> {
     c.cancel_job(JobRef { name: name.into(), ..Default::default() }).await.map_err(|e| e.message().to_string())?;
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! `baton server`: one scheduler replica.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use baton_model::scheduler::SchedulerSettings;
 use baton_raft::{RaftSettings, ReplicaConfig};
 
+use crate::client::auth::{new_token, read_token_file};
 use crate::client::human::{ReserveAfter, parse_reserve_after};
+use baton_model::access::TokenHash;
+use baton_server::auth::{AuthMode, hash_token};
 use baton_server::{ServerConfig, ServerSettings};
 use clap::Args;
 
@@ -55,11 +58,47 @@ pub struct ServerArgs {
     /// given). docs/metrics.md lists them.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// `tokens`: every client call needs a token (docs/security.md). `none`: no
+    /// authentication, every caller acts as an admin: for development only, logged as a
+    /// warning (a cluster that has tokens still refuses writes without one).
+    #[arg(long, default_value = "tokens", value_parser = parse_auth)]
+    pub auth: AuthMode,
+    /// A file holding a token that becomes the cluster's first admin (user `admin`) if the
+    /// cluster has no token yet; ignored once it has one. When the file does not exist, a
+    /// new token is written to it (readable by this user only).
+    #[arg(long)]
+    pub bootstrap_admin_token_file: Option<PathBuf>,
     /// Raft election timeout, lower bound (the upper bound is twice it).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
     #[command(flatten)]
     pub security: crate::tls::TransportArgs,
+}
+
+fn parse_auth(text: &str) -> Result<AuthMode, String> {
+    AuthMode::parse(text).ok_or_else(|| format!("{text:?} is not tokens or none"))
+}
+
+fn bootstrap_admin(path: &Path) -> Result<TokenHash, String> {
+    if !path.exists() {
+        write_new_token(path)
+            .map_err(|e| format!("--bootstrap-admin-token-file: cannot create {}: {e}", path.display()))?;
+        tracing::warn!(file = %path.display(), "wrote a new admin token; keep the file private");
+    }
+    let token = read_token_file(path).map_err(|e| format!("--bootstrap-admin-token-file: {e}"))?;
+    if token.is_empty() {
+        return Err(format!("--bootstrap-admin-token-file: {} holds no token", path.display()));
+    }
+    Ok(hash_token(&token))
+}
+
+/// A new token in a new file only this user may read (never over an existing file).
+fn write_new_token(path: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let token = new_token()?;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    writeln!(f, "{token}")
 }
 
 pub fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -88,6 +127,8 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
         heartbeat_timeout_ms: a.heartbeat_timeout_ms,
         resend_ms: a.resend_ms,
         lease_ms: a.lease_ms,
+        auth: a.auth,
+        bootstrap_admin: a.bootstrap_admin_token_file.as_deref().map(bootstrap_admin).transpose()?,
         ..ServerSettings::default()
     };
     let scheduler = a.reserve_after.map(|r| SchedulerSettings { reserve_after_ms: r.0 });
@@ -145,4 +186,26 @@ pub fn run(args: ServerArgs) -> ExitCode {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_bootstrap_token_file_gets_a_new_private_token_and_an_existing_one_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.token");
+        let hash = bootstrap_admin(&path).unwrap();
+        let token = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(token.trim().len(), 64);
+        assert_eq!(hash, hash_token(token.trim()));
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // Read again, not replaced.
+        assert_eq!(bootstrap_admin(&path).unwrap(), hash);
+        std::fs::write(&path, "\n").unwrap();
+        assert!(bootstrap_admin(&path).unwrap_err().contains("holds no token"));
+    }
 }

@@ -523,3 +523,76 @@ fn cancel_resolves_the_name_once_and_acts_on_the_id() {
     // A retry of this request could not reach a newer job named eval-7: it names id 2.
     assert_eq!(s.acted_on, vec![v1::JobRef { name: "eval-7".into(), id: 2 }]);
 }
+
+#[test]
+fn token_create_sends_only_the_hash_with_the_callers_token_and_prints_the_token_once() {
+    let fake = Fake::with(|_| {});
+    let server = serve_baton(fake.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("admin.token");
+    std::fs::write(&file, "admin-secret\n").unwrap();
+    let file = file.display().to_string();
+    let args =
+        ["token", "create", "--user", "alice", "--queue", "a", "--server", &server.addr(), "--token-file", &file];
+    let (r, out) = run(&args);
+    r.unwrap();
+    let token = out.lines().nth(1).unwrap();
+    assert_eq!(token.len(), 64, "{out}");
+    let s = fake.state();
+    assert_eq!(s.authorizations, vec!["Bearer admin-secret"]);
+    let sent = &s.token_requests[0];
+    assert_eq!(sent.hash, baton_server::auth::hash_token(token).to_vec(), "only the SHA-256 travels");
+    assert!(!format!("{sent:?}").contains(token));
+    assert_eq!((sent.user.as_str(), sent.queues.clone()), ("alice", vec!["a".to_string()]));
+}
+
+#[test]
+fn whoami_prints_the_user_roles_and_queues() {
+    let server = serve_baton(Fake::with(|_| {}));
+    let (r, out) = run(&["whoami", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "user alice (token 0123)\nroles: none\nqueues: a\n");
+}
+
+#[test]
+fn an_unreadable_token_file_is_named_before_anything_is_sent() {
+    let fake = Fake::with(|_| {});
+    let server = serve_baton(fake.clone());
+    let (r, _) = run(&["whoami", "--server", &server.addr(), "--token-file", "/nonexistent/token"]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("/nonexistent/token"), "{e}");
+    assert!(fake.state().calls.is_empty());
+}
+
+#[test]
+fn describe_names_the_owner_and_says_when_the_environment_is_hidden() {
+    let fake = Fake::with(|s| {
+        let mut j = job(1, "train-1", "team-a", "Pending", &[]);
+        j.owner = "alice".into();
+        j.env_hidden = true;
+        s.jobs.push(j);
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["describe", "train-1", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.lines().any(|l| l.starts_with("Owner") && l.ends_with("alice")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("Env") && l.contains("hidden")), "{out}");
+}
+
+#[test]
+fn token_revoke_names_the_token_by_id_and_sends_the_callers_token() {
+    let fake = Fake::with(|_| {});
+    let server = serve_baton(fake.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t");
+    std::fs::write(&file, "admin-secret").unwrap();
+    let file = file.display().to_string();
+    let (r, out) = run(&["token", "revoke", "3f2a9c0e1b7d4a65", "--server", &server.addr(), "--token-file", &file]);
+    r.unwrap();
+    assert_eq!(out, "token 3f2a9c0e1b7d4a65 revoked\n");
+    let s = fake.state();
+    assert_eq!(
+        (s.revoked.clone(), s.authorizations.clone()),
+        (vec!["3f2a9c0e1b7d4a65".to_string()], vec!["Bearer admin-secret".to_string()])
+    );
+}

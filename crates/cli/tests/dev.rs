@@ -54,6 +54,7 @@ fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
     let agents = urls.iter().filter(|u| get(u).contains("baton_agent_replicas_running")).count();
     assert_eq!((replicas, agents), (3, 2), "{text}");
     dev_cluster_speaks_only_mutual_tls(&text);
+    client_commands_work_with_the_exported_admin_token(&text);
 }
 
 /// The shell lines `baton dev` prints give a client that gets in over TLS; plain TCP, or
@@ -76,6 +77,37 @@ fn dev_cluster_speaks_only_mutual_tls(text: &str) {
     assert!(info.contains("transport: mutual TLS"), "{info}");
     let out = cli(&[("BATON_INSECURE", "1")]);
     assert!(!out.status.success(), "plain TCP got an answer: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// The commands dev prints work as printed: with its admin token file, as the admin; without
+/// a token, refused as unauthenticated.
+fn client_commands_work_with_the_exported_admin_token(text: &str) {
+    let export = |var: &str| {
+        let prefix = format!("export {var}=");
+        let line = text.lines().map(str::trim).find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{text}"));
+        line[prefix.len()..].split_whitespace().next().unwrap().to_string()
+    };
+    let (server, token_file) = (export("BATON_SERVER"), export("BATON_TOKEN_FILE"));
+    let tls_dir = export("BATON_TLS_DIR");
+    let baton = |args: &[&str], token: bool| {
+        let mut c = Command::new(BATON);
+        c.args(args).env("BATON_SERVER", &server).env("BATON_TLS_DIR", &tls_dir);
+        c.env_remove("BATON_INSECURE").env_remove("BATON_TOKEN").env_remove("BATON_TOKEN_FILE");
+        if token {
+            c.env("BATON_TOKEN_FILE", &token_file);
+        }
+        c.output().unwrap()
+    };
+    let me = baton(&["whoami"], true);
+    assert!(me.status.success(), "{}", String::from_utf8_lossy(&me.stderr));
+    let me = String::from_utf8_lossy(&me.stdout).to_string();
+    assert!(me.contains("user admin") && me.contains("roles: admin"), "{me}");
+    let made = baton(&["queue", "create", "team-a", "--gpus", "8"], true);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let anon = baton(&["queue", "create", "team-b", "--gpus", "8"], false);
+    assert!(!anon.status.success());
+    let err = String::from_utf8_lossy(&anon.stderr).to_string();
+    assert!(err.contains("BATON_TOKEN"), "{err}");
 }
 
 /// `GET` over plain HTTP; retried briefly while the endpoint comes up.

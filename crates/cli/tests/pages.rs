@@ -26,7 +26,11 @@ fn server_with_jobs(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Stri
         let config = ServerConfig {
             replica: ReplicaConfig::new(1, "pages", addr.clone(), dir),
             bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
-            settings: ServerSettings { max_list_jobs: PAGE_BOUND, ..ServerSettings::default() },
+            settings: ServerSettings {
+                max_list_jobs: PAGE_BOUND,
+                auth: baton_server::auth::AuthMode::None,
+                ..ServerSettings::default()
+            },
             scheduler: None,
             transport: baton_proto::tls::Transport::Insecure,
         };

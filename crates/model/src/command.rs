@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{TokenHash, TokenSpec};
 use crate::class::PriorityClass;
 use crate::error::ApplyError;
 use crate::event::Event;
@@ -101,6 +102,31 @@ pub enum Op {
     SetScheduler(SchedulerSettings),
     /// Time passes: reservations whose victims outlived every bound are dropped.
     Tick,
+    // The identity operations come last, so logs written before them decode.
+    /// A client command made with a token: applied only if the token is live and allows it
+    /// at this point of the log; its events name the token's user. Once a cluster has
+    /// tokens, every client command must come wrapped in one.
+    As {
+        token: TokenHash,
+        op: Box<Op>,
+    },
+    /// A new token (only its hash). Without `As`, only while the cluster has no token yet:
+    /// that is how its first admin is bootstrapped.
+    AddToken {
+        hash: TokenHash,
+        spec: TokenSpec,
+    },
+    /// Revokes a token by its id ([`crate::access::token_id`]); every replica refuses it
+    /// from this log index on.
+    RevokeToken {
+        id: String,
+    },
+    /// Grants a token's user a queue, or takes the grant back.
+    GrantQueue {
+        id: String,
+        queue: Name,
+        granted: bool,
+    },
 }
 
 impl Op {
@@ -109,6 +135,9 @@ impl Op {
     /// `Report` replaced. A replica refuses them when they arrive forwarded: no client or
     /// agent request produces one, so a forwarded one is forged.
     pub fn leader_only(&self) -> bool {
+        if let Op::As { op, .. } = self {
+            return op.leader_only();
+        }
         matches!(
             self,
             Op::ApplyPlan(_)
@@ -118,6 +147,30 @@ impl Op {
                 | Op::JobExited { .. }
                 | Op::JobStopped { .. }
                 | Op::JobCheckpointed { .. }
+        )
+    }
+
+    /// Commands a client (a person or a script) makes through the API, which need a token
+    /// once the cluster has any. The others come from agents (their node's facts and
+    /// reports, proven by certificate, not by token) or from the leader itself.
+    pub fn from_client(&self) -> bool {
+        matches!(
+            self,
+            Op::PutClass(_)
+                | Op::DeleteClass { .. }
+                | Op::PutCohort(_)
+                | Op::DeleteCohort { .. }
+                | Op::PutQueue(_)
+                | Op::DeleteQueue { .. }
+                | Op::Cordon { .. }
+                | Op::Submit { .. }
+                | Op::Cancel { .. }
+                | Op::Pause { .. }
+                | Op::Resume { .. }
+                | Op::SetScheduler(_)
+                | Op::AddToken { .. }
+                | Op::RevokeToken { .. }
+                | Op::GrantQueue { .. }
         )
     }
 
@@ -144,6 +197,10 @@ impl Op {
             Op::ApplyPlan(_) => "ApplyPlan",
             Op::SetScheduler(_) => "SetScheduler",
             Op::Tick => "Tick",
+            Op::As { .. } => "As",
+            Op::AddToken { .. } => "AddToken",
+            Op::RevokeToken { .. } => "RevokeToken",
+            Op::GrantQueue { .. } => "GrantQueue",
         }
     }
 }

@@ -22,6 +22,13 @@ pub enum ApplyError {
     Limit(String),
     #[error("job {job} attempt {attempt} runs no {what} on node {node:?}")]
     NotPlaced { job: u64, attempt: u32, what: String, node: String },
+    /// No valid token (missing, unknown or revoked). Last, with the next, so responses
+    /// encoded before them decode.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// A valid token without the role or queue grant the command needs.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
 }
 
 impl ApplyError {

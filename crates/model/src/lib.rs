@@ -15,12 +15,14 @@
 //! - `ledger`: derived dense accounting (free per node, usage per queue, what may be borrowed).
 //! - `state`: the state machine and its transitions.
 //! - `limits`: every bound, in one place.
+//! - `access`: tokens, users, roles and queue grants; who may apply which command.
 //! - `runnable`: checks on the command and environment an agent will exec.
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
 // reads better there than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 
+pub mod access;
 pub mod alloc;
 pub mod class;
 pub mod command;

@@ -70,3 +70,8 @@ pub const MAX_TIME_LIMIT_MS: u64 = 365 * 24 * 3600 * 1000;
 pub const MAX_RESERVE_AFTER_MS: u64 = 30 * 24 * 3600 * 1000;
 /// Grace a victim gets by default before it is killed (Kubernetes' termination default).
 pub const DEFAULT_GRACE_MS: u64 = 30_000;
+/// API tokens the cluster keeps, revoked ones included (the oldest revoked is forgotten first
+/// when room is needed).
+pub const MAX_TOKENS: usize = 10_000;
+/// Queues one token may be granted.
+pub const MAX_GRANTS_PER_TOKEN: usize = 256;

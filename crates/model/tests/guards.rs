@@ -240,12 +240,13 @@ fn placed_state_json() -> serde_json::Value {
 #[test]
 fn a_snapshot_with_dangling_references_is_refused_not_a_panic() {
     type Damage = fn(&mut serde_json::Value);
+    // A state serializes as [data, access]; the references checked are in the data.
     let damages: [(&str, Damage); 5] = [
-        ("places task 7", |v| v["jobs"]["1"]["replicas"][0]["task"] = 7.into()),
-        ("queue nope, which does not exist", |v| v["jobs"]["1"]["spec"]["queue"] = "nope".into()),
-        ("recorded with id 9", |v| v["jobs"]["1"]["id"] = 9.into()),
-        ("holds GPU 200", |v| v["jobs"]["1"]["replicas"][0]["gpus"][0] = 200.into()),
-        ("does not carry it", |v| v["job_names"]["j"] = 5.into()),
+        ("places task 7", |v| v[0]["jobs"]["1"]["replicas"][0]["task"] = 7.into()),
+        ("queue nope, which does not exist", |v| v[0]["jobs"]["1"]["spec"]["queue"] = "nope".into()),
+        ("recorded with id 9", |v| v[0]["jobs"]["1"]["id"] = 9.into()),
+        ("holds GPU 200", |v| v[0]["jobs"]["1"]["replicas"][0]["gpus"][0] = 200.into()),
+        ("does not carry it", |v| v[0]["job_names"]["j"] = 5.into()),
     ];
     for (what, damage) in damages {
         let mut v = placed_state_json();

@@ -207,6 +207,8 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
         events: if with_events { j.events.iter().map(event_to_proto).collect() } else { Vec::new() },
         preempted_by: preempted_by.map(|n| n.to_string()).unwrap_or_default(),
         reservation: None,
+        owner: String::new(),
+        env_hidden: false,
     }
 }
 

@@ -76,6 +76,17 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
+/// Decodes a snapshot's state: the current layout, or one written before tokens existed
+/// (the data without the identity part after it, which then starts empty). The old layout
+/// is tried only when the current one fails, and must use every byte, so a current
+/// snapshot is never read as an old one.
+pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
+    match decode::<baton_model::State>(bytes) {
+        Ok(s) => Ok(s),
+        Err(current) => decode::<baton_model::state::PreAccessState>(bytes).map(|old| old.0).map_err(|_| current),
+    }
+}
+
 /// Encodes `value` as a checksummed record.
 pub fn seal<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     let payload = encode(value)?;

@@ -15,12 +15,14 @@
 //!   rebuilds it.
 //! - `metrics`: what `GET /metrics` exposes (state gauges, applied-event counters, the
 //!   leader loop's activity, raft), served by `baton_proto::scrape`.
+//! - `auth`: who calls the client API (bearer tokens), and the bootstrap admin.
 //! - `status`: errors as gRPC statuses, only at this edge.
 //! - `tls`: who may call which service under mutual TLS (the raft transport only replicas,
 //!   the gateway only agents, each as its own node).
 //! - `clock`, `settings`.
 
 pub mod api;
+pub mod auth;
 pub mod clock;
 pub mod desired;
 mod gateway;
@@ -183,6 +185,14 @@ pub async fn run_with_metrics(
         if let (baton_raft::Bootstrap::Initialized, Some(s)) = (&outcome, config.scheduler) {
             tokio::spawn(set_initial_scheduler(replica.clone(), s));
         }
+    }
+    if ctx.settings.auth == auth::AuthMode::None {
+        tracing::warn!(
+            "--auth none: client calls are not authenticated; anyone who reaches this port acts as an admin"
+        );
+    }
+    if let Some(hash) = ctx.settings.bootstrap_admin {
+        tokio::spawn(auth::bootstrap_admin(replica.clone(), hash));
     }
     let api = BatonServer::new(api::Api { ctx: ctx.clone() })
         .max_decoding_message_size(MAX_API_MESSAGE_BYTES)

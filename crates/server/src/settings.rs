@@ -18,6 +18,11 @@ pub struct ServerSettings {
     pub max_list_jobs: usize,
     /// Watch streams open on this replica at once; each holds a task and a buffer.
     pub max_watch_streams: usize,
+    /// Whether client calls need a token (`--auth`).
+    pub auth: crate::auth::AuthMode,
+    /// SHA-256 of a token this replica makes the cluster's first admin (user `admin`) if the
+    /// cluster has no token yet (`--bootstrap-admin-token-file`).
+    pub bootstrap_admin: Option<baton_model::access::TokenHash>,
 }
 
 impl Default for ServerSettings {
@@ -29,6 +34,8 @@ impl Default for ServerSettings {
             lease_ms: 2_000,
             max_list_jobs: 10_000,
             max_watch_streams: 1_024,
+            auth: crate::auth::AuthMode::default(),
+            bootstrap_admin: None,
         }
     }
 }

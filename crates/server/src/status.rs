@@ -46,6 +46,8 @@ pub fn from_apply(e: ApplyError) -> Status {
         | ApplyError::StaleAttempt { .. }
         | ApplyError::NotPlaced { .. } => Code::FailedPrecondition,
         ApplyError::Limit(_) => Code::ResourceExhausted,
+        ApplyError::Unauthenticated(_) => Code::Unauthenticated,
+        ApplyError::PermissionDenied(_) => Code::PermissionDenied,
     };
     Status::new(code, e.to_string())
 }

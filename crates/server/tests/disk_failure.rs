@@ -80,7 +80,7 @@ async fn serve(disk: Arc<FaultyKv>) -> (String, BatonClient<Channel>, JoinHandle
             settings: RaftSettings { request_timeout_ms: 500, ..RaftSettings::default() },
         },
         bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
-        settings: ServerSettings::default(),
+        settings: ServerSettings { auth: baton_server::auth::AuthMode::None, ..ServerSettings::default() },
         scheduler: None,
         transport: baton_proto::tls::Transport::Insecure,
     };

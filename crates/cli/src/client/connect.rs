@@ -10,9 +10,11 @@ use std::time::Duration;
 use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::baton_client::BatonClient;
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+use crate::client::auth::Bearer;
 use crate::client::error::{ClientError, Subject};
 
 /// Where a replica listens when neither `--server` nor `BATON_SERVER` says.
@@ -39,6 +41,7 @@ pub struct Conn {
     addrs: Vec<String>,
     timeout: Duration,
     transport: Transport,
+    bearer: Bearer,
     current: Mutex<Option<(usize, Channel)>>,
 }
 
@@ -133,11 +136,17 @@ fn is_no_leader(s: &Status) -> bool {
 
 impl Conn {
     pub fn new(addrs: Vec<String>, timeout: Duration, transport: Transport) -> Conn {
-        Conn { addrs, timeout, transport, current: Mutex::new(None) }
+        Conn { addrs, timeout, transport, bearer: Bearer::default(), current: Mutex::new(None) }
     }
 
     pub fn transport(&self) -> &Transport {
         &self.transport
+    }
+
+    /// Sends this token with every call.
+    pub fn with_bearer(mut self, bearer: Bearer) -> Conn {
+        self.bearer = bearer;
+        self
     }
 
     pub fn addrs(&self) -> &[String] {
@@ -151,7 +160,7 @@ impl Conn {
     /// Runs one RPC with failover and retries. `subject` and `name` word a NOT_FOUND.
     pub async fn call<T, F, Fut>(&self, subject: Subject, name: &str, f: F) -> Result<T, ClientError>
     where
-        F: FnMut(BatonClient<Channel>) -> Fut,
+        F: FnMut(Api) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let mut trail = Trail::default();
@@ -171,7 +180,7 @@ impl Conn {
         mut f: F,
     ) -> Result<T, ClientError>
     where
-        F: FnMut(BatonClient<Channel>) -> Fut,
+        F: FnMut(Api) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let n = self.addrs.len();
@@ -205,7 +214,7 @@ impl Conn {
                     }
                 },
             };
-            match f(api_client(ch.clone())).await {
+            match f(api_client(ch.clone(), self.bearer.clone())).await {
                 Ok(reply) => {
                     *self.current.lock().expect("not poisoned") = Some((i, ch));
                     return Ok(reply.into_inner());
@@ -236,10 +245,13 @@ impl Conn {
     }
 }
 
-/// The API client over `ch`, with the message bound the server uses in both directions
+/// The API client the commands use: it sends the command's token with every call.
+pub type Api = BatonClient<InterceptedService<Channel, Bearer>>;
+
+/// The API client over `ch`, sending `bearer`'s token, with the message bound the server uses in both directions
 /// (tonic's own default decodes only 4 MiB, less than a replica may send).
-pub fn api_client(ch: Channel) -> BatonClient<Channel> {
-    BatonClient::new(ch)
+pub fn api_client(ch: Channel, bearer: Bearer) -> Api {
+    BatonClient::with_interceptor(ch, bearer)
         .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
 }

@@ -48,6 +48,7 @@ pub enum Subject {
     Cohort,
     Class,
     Node,
+    Token,
     /// A call whose NOT_FOUND is the server's own words (several kinds of name).
     Other,
 }
@@ -60,6 +61,7 @@ impl Subject {
             Subject::Cohort => ("cohort", "baton cohort list"),
             Subject::Class => ("class", "baton class list"),
             Subject::Node => ("node", "baton nodes"),
+            Subject::Token => ("token", "baton token list"),
             Subject::Other => ("name", "the list commands"),
         }
     }

@@ -202,7 +202,9 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
         rows.push(("Time limit", span(limit)));
     }
     rows.push(("Command", shell_words(&s.command)));
-    if !s.env.is_empty() {
+    if j.env_hidden {
+        rows.push(("Env", "hidden (only its owner, operators and admins see it)".into()));
+    } else if !s.env.is_empty() {
         let mut env: Vec<String> = s.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         env.sort();
         rows.push(("Env", env.join(" ")));
@@ -212,6 +214,9 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     }
     let when = |ms: u64| if ms == 0 { "-".to_string() } else { format!("{} ({} ago)", timestamp(ms), age(ms, now)) };
     rows.push(("Submitted", when(j.submitted_ms)));
+    if !j.owner.is_empty() {
+        rows.push(("Owner", j.owner.clone()));
+    }
     if j.started_ms > 0 {
         rows.push(("Started", when(j.started_ms)));
     }

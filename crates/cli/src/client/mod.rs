@@ -8,7 +8,9 @@
 //! - `output`, `data`, `human`: tables, `-o json|yaml`, and human units.
 //! - `submit`, `jobs` (list, describe, cancel, pause, resume), `logs` (from the job's agent),
 //!   `watch`, `queue`, `cohort`, `class`, `nodes` (nodes, cordon, uncordon, drain), `cluster`.
+//! - `auth`: the token a command sends, `token` and `whoami`.
 
+pub mod auth;
 pub mod class;
 pub mod cluster;
 pub mod cohort;
@@ -44,6 +46,9 @@ pub struct ConnArgs {
     pub timeout: u64,
     #[command(flatten)]
     pub security: crate::tls::TransportArgs,
+    /// A file holding the token to send (else the BATON_TOKEN environment variable).
+    #[arg(long, global = true, env = "BATON_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl ConnArgs {
@@ -52,7 +57,8 @@ impl ConnArgs {
             return Err(ClientError::Usage("--timeout must be more than 0".into()));
         }
         let transport = self.security.transport().map_err(ClientError::Usage)?;
-        Ok(Conn::new(connect::parse_addrs(&self.server)?, Duration::from_millis(self.timeout), transport))
+        let conn = Conn::new(connect::parse_addrs(&self.server)?, Duration::from_millis(self.timeout), transport);
+        Ok(conn.with_bearer(auth::bearer(self)?))
     }
 }
 
@@ -90,6 +96,10 @@ pub enum ClientCommand {
     Drain(nodes::NodeArgs),
     /// The cluster as a whole.
     Cluster(cluster::ClusterArgs),
+    /// API tokens: create, revoke, grant a queue, list (admins).
+    Token(auth::TokenArgs),
+    /// Who the token this command sends belongs to: user, roles, queues.
+    Whoami(auth::WhoAmIArgs),
 }
 
 impl ClientCommand {
@@ -107,6 +117,8 @@ impl ClientCommand {
             ClientCommand::Nodes(a) => &a.conn,
             ClientCommand::Cordon(a) | ClientCommand::Uncordon(a) | ClientCommand::Drain(a) => &a.conn,
             ClientCommand::Cluster(a) => &a.conn,
+            ClientCommand::Token(a) => &a.conn,
+            ClientCommand::Whoami(a) => &a.conn,
         }
     }
 }
@@ -130,6 +142,8 @@ pub async fn run(conn: &Conn, cmd: &ClientCommand, out: &mut dyn Write) -> Resul
         ClientCommand::Uncordon(a) => nodes::act(conn, nodes::Act::Uncordon, a, out).await,
         ClientCommand::Drain(a) => nodes::act(conn, nodes::Act::Drain, a, out).await,
         ClientCommand::Cluster(a) => cluster::run(conn, a, out).await,
+        ClientCommand::Token(a) => auth::run(conn, a, out).await,
+        ClientCommand::Whoami(_) => auth::whoami(conn, out).await,
     }
 }
 

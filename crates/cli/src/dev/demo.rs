@@ -6,10 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::client::connect::Api;
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
-use tonic::transport::Channel;
 
 /// The whole story must end within this; otherwise the demo says where it stuck.
 const DEMO_TIMEOUT_MS: u64 = 60_000;
@@ -79,7 +78,7 @@ async fn story(children: &super::Children, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn wait(c: &mut BatonClient<Channel>, job: &str, ok: impl Fn(&Job) -> bool) -> Result<Job, String> {
+async fn wait(c: &mut Api, job: &str, ok: impl Fn(&Job) -> bool) -> Result<Job, String> {
     let deadline = Instant::now() + Duration::from_millis(DEMO_TIMEOUT_MS);
     loop {
         let j = match c.get_job(JobRef { name: job.into(), ..Default::default() }).await {

@@ -86,6 +86,7 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
     println!("In another shell:");
     println!("  export BATON_SERVER={servers}");
     println!("  export BATON_TLS_DIR={}", children.client_tls_dir().display());
+    println!("  export BATON_TOKEN_FILE={}   # the admin token (docs/security.md)", children.token_file().display());
     println!("  baton cluster info");
     println!("  baton queue create team-a --gpus 8");
     println!("  baton submit --name hello --queue team-a --gpus 1 -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'");
@@ -102,10 +103,7 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
 }
 
 /// Submits without a request id; the error is the server's message.
-pub(crate) async fn submit(
-    c: &mut baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>,
-    spec: baton_proto::v1::JobSpec,
-) -> Result<(), String> {
+pub(crate) async fn submit(c: &mut crate::client::connect::Api, spec: baton_proto::v1::JobSpec) -> Result<(), String> {
     let req = baton_proto::v1::SubmitRequest { spec: Some(spec), request_id: String::new() };
     c.submit(req).await.map_err(|e| e.message().to_string())?;
     Ok(())

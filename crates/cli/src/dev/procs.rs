@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::client::auth::{Bearer, new_token};
+use crate::client::connect::{Api, api_client, dial};
 use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::Empty;
-use baton_proto::v1::baton_client::BatonClient;
 use tokio::process::{Child, Command};
-use tonic::transport::Channel;
 
 use super::{AGENTS, METRICS_PORT_OFFSET, REPLICAS};
 
@@ -28,8 +28,28 @@ pub struct Children {
     /// The `dev` client's identity, for this process's own calls and the user's shell.
     transport: Transport,
     tls_dir: PathBuf,
+    /// The admin token the replicas bootstrap the cluster with, and the file holding it.
+    token: String,
+    token_file: PathBuf,
     /// (who, `http://HOST:PORT/metrics`) of every replica and agent.
     metrics: Vec<(String, String)>,
+}
+
+/// A new admin token, written to `dir/admin.token` readable by this user only.
+fn admin_token(dir: &Path) -> Result<(String, PathBuf), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let token = new_token().map_err(|e| format!("cannot make a token: {e}"))?;
+    let path = dir.join("admin.token");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    writeln!(f, "{token}").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok((token, path))
 }
 
 fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, String> {
@@ -67,6 +87,7 @@ impl Children {
         crate::tls::dev_pki(&tls, &ids, &nodes, &[DEV_CLIENT.to_string()]).map_err(|e| format!("certificates: {e}"))?;
         let tls_dir = tls.join(format!("client-{DEV_CLIENT}"));
         let transport = Transport::load(&tls_dir).map_err(|e| format!("certificates: {e}"))?;
+        let (token, token_file) = admin_token(dir)?;
         let mut metrics = Vec::new();
         let mut procs = Vec::new();
         for (i, addr) in servers.iter().enumerate() {
@@ -88,11 +109,13 @@ impl Children {
                 metrics_addr(metrics_base + i as u16),
                 "--tls-dir".into(),
                 tls.join(format!("replica-{id}")).display().to_string(),
+                "--bootstrap-admin-token-file".into(),
+                token_file.display().to_string(),
             ];
             metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
             procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
         }
-        let mut children = Children { procs, servers, transport, tls_dir, metrics };
+        let mut children = Children { procs, servers, transport, tls_dir, token, token_file, metrics };
         children.wait_for_leader().await?;
         for i in 1..=AGENTS {
             let name = format!("node-{i}");
@@ -124,6 +147,11 @@ impl Children {
         self.servers.clone()
     }
 
+    /// The file holding the admin token (for `BATON_TOKEN_FILE`).
+    pub fn token_file(&self) -> &Path {
+        &self.token_file
+    }
+
     pub fn metrics_urls(&self) -> &[(String, String)] {
         &self.metrics
     }
@@ -133,13 +161,11 @@ impl Children {
         &self.tls_dir
     }
 
-    /// A client of replica `i`, as the `dev` client.
-    pub async fn client(&self, i: usize) -> Result<BatonClient<Channel>, String> {
-        let ep = self.transport.endpoint(&self.servers[i], REPLICA_HOST)?;
-        let channel = ep.connect().await.map_err(|e| crate::client::connect::chain(&e))?;
-        Ok(BatonClient::new(channel)
-            .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES))
+    /// A client of replica `i`, as the `dev` client with the admin token.
+    pub async fn client(&self, i: usize) -> Result<Api, String> {
+        let ch = dial(&self.servers[i], &self.transport, REPLICA_HOST).await?;
+        let bearer = Bearer::new(Some(&self.token), "the dev cluster's token").map_err(|e| e.to_string())?;
+        Ok(api_client(ch, bearer))
     }
 
     async fn wait_for_leader(&mut self) -> Result<(), String> {

@@ -30,6 +30,10 @@ pub struct State {
     pub put_queues: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
+    /// The `authorization` metadata of the token calls, in order.
+    pub authorizations: Vec<String>,
+    pub token_requests: Vec<v1::CreateTokenRequest>,
+    pub revoked: Vec<String>,
     /// The job references cancel, pause and resume were called with.
     pub acted_on: Vec<v1::JobRef>,
     pub jobs: Vec<v1::Job>,
@@ -229,6 +233,45 @@ impl Baton for Fake {
         s.scheduler_sets.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
     }
+    async fn create_token(&self, r: Request<v1::CreateTokenRequest>) -> Answer<v1::TokenInfo> {
+        let mut s = self.enter("CreateToken")?;
+        s.authorizations.push(bearer(&r));
+        let r = r.into_inner();
+        let id: String = r.hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        s.token_requests.push(r.clone());
+        Ok(Response::new(v1::TokenInfo { id, user: r.user, roles: r.roles, queues: r.queues, ..Default::default() }))
+    }
+    async fn revoke_token(&self, r: Request<v1::TokenRef>) -> Answer<v1::Ack> {
+        let mut s = self.enter("RevokeToken")?;
+        s.authorizations.push(bearer(&r));
+        s.revoked.push(r.into_inner().id);
+        Ok(Response::new(v1::Ack::default()))
+    }
+    async fn grant_queue(&self, _: Request<v1::GrantQueueRequest>) -> Answer<v1::Ack> {
+        let _s = self.enter("GrantQueue")?;
+        Ok(Response::new(v1::Ack::default()))
+    }
+    async fn list_tokens(&self, _: Request<v1::Empty>) -> Answer<v1::ListTokensReply> {
+        let _s = self.enter("ListTokens")?;
+        Ok(Response::new(v1::ListTokensReply::default()))
+    }
+    async fn who_am_i(&self, r: Request<v1::Empty>) -> Answer<v1::WhoAmIReply> {
+        let mut s = self.enter("WhoAmI")?;
+        s.authorizations.push(bearer(&r));
+        let reply = v1::WhoAmIReply {
+            user: "alice".into(),
+            queues: vec!["a".into()],
+            token_id: "0123".into(),
+            auth: true,
+            ..Default::default()
+        };
+        Ok(Response::new(reply))
+    }
+}
+
+/// The `authorization` metadata a call carried (empty when none).
+fn bearer<T>(r: &Request<T>) -> String {
+    r.metadata().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
 }
 
 /// An agent's log server: per rank, the chunks it sends (spaced a little when following).

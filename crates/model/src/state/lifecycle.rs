@@ -29,6 +29,7 @@ impl State {
     /// Records an event in the job's bounded history and in this apply's events.
     pub(crate) fn job_event(&mut self, id: JobId, kind: EventKind, message: String, ev: &mut Vec<Event>) {
         let now = self.d.now_ms;
+        let message = self.by_actor(message);
         let Some(job) = self.d.jobs.get_mut(&id) else {
             return;
         };
@@ -190,6 +191,7 @@ impl State {
             let Some(old) = self.d.finished_order.pop_front() else {
                 break;
             };
+            self.access.owners.remove(&old);
             if let Some(j) = self.d.jobs.remove(&old)
                 && self.d.job_names.get(&j.spec.name) == Some(&old)
             {

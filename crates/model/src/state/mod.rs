@@ -9,6 +9,7 @@
 
 mod apply_plan;
 mod config;
+mod identity;
 mod integrity;
 mod lifecycle;
 mod rebuild;
@@ -23,6 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::access::Access;
 use crate::alloc::ReplicaAlloc;
 use crate::class::{PriorityClass, default_classes};
 use crate::command::{Applied, Command, Op, Outcome, Response};
@@ -85,7 +87,13 @@ struct Data {
 #[derive(Debug, Clone)]
 pub struct State {
     d: Data,
+    /// Tokens, owners and per-user request ids: replicated, and serialized after `d` so a
+    /// snapshot written before they existed is `d` alone ([`PreAccessState`]).
+    access: Access,
     ledger: Ledger,
+    /// The user a command being applied was made by (its `As` token's): set only during
+    /// `apply`, for events and ownership, never stored.
+    actor: Option<Name>,
 }
 
 impl Default for State {
@@ -116,7 +124,7 @@ impl State {
             now_ms: 0,
             retain_finished: DEFAULT_RETAINED_FINISHED_JOBS,
         };
-        let mut s = State { d, ledger: Ledger::default() };
+        let mut s = State { d, access: Access::default(), ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         s
     }
@@ -169,6 +177,7 @@ impl State {
     }
 
     fn dispatch(&mut self, op: Op, ev: &mut Vec<Event>) -> Result<Outcome, ApplyError> {
+        self.check_identity(&op)?;
         let done = |r: Result<(), ApplyError>| r.map(|()| Outcome::Done);
         match op {
             Op::PutClass(c) => done(self.put_class(c)),
@@ -192,6 +201,10 @@ impl State {
             Op::ApplyPlan(plan) => Ok(self.apply_plan(plan, ev)),
             Op::SetScheduler(settings) => done(self.set_scheduler(settings, ev)),
             Op::Tick => done(self.tick(ev)),
+            Op::As { token, op } => self.apply_as(&token, *op, ev),
+            Op::AddToken { hash, spec } => done(self.add_token(hash, spec)),
+            Op::RevokeToken { id } => done(self.access.revoke(&id, self.d.now_ms)),
+            Op::GrantQueue { id, queue, granted } => done(self.grant_queue(&id, queue, granted)),
         }
     }
 
@@ -243,20 +256,44 @@ impl State {
     pub fn now_ms(&self) -> u64 {
         self.d.now_ms
     }
+    /// Tokens, job owners and who may do what.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
 }
 
-/// Only the replicated data is written; the ledger is rebuilt when read back.
+/// Only the replicated data is written, `d` then `access`; the ledger is rebuilt when read
+/// back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.d.serialize(s)
+        (&self.d, &self.access).serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let (d, access) = <(Data, Access)>::deserialize(de)?;
+        State::from_parts(d, access)
+    }
+}
+
+/// A state as snapshots before tokens wrote it: the data alone. Binary formats carry no
+/// field names, so a missing trailing part cannot be defaulted while decoding a `State`;
+/// a reader that fails to decode a `State` tries this, which gives the same state with no
+/// tokens (an open cluster, as it was).
+pub struct PreAccessState(pub State);
+
+impl<'de> Deserialize<'de> for PreAccessState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        d.check().map_err(|e| serde::de::Error::custom(format!("inconsistent state: {e}")))?;
-        let mut s = State { d, ledger: Ledger::default() };
+        State::from_parts(d, Access::default()).map(PreAccessState)
+    }
+}
+
+impl State {
+    fn from_parts<E: serde::de::Error>(d: Data, access: Access) -> Result<State, E> {
+        d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
+        let mut s = State { d, access, ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -265,6 +302,6 @@ impl<'de> Deserialize<'de> for State {
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
-        self.d == other.d
+        self.d == other.d && self.access == other.access
     }
 }

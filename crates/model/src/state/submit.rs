@@ -29,7 +29,7 @@ impl State {
             if rid.is_empty() || rid.len() > MAX_REQUEST_ID_LEN {
                 return Err(ApplyError::invalid("request_id", format!("must be 1 to {MAX_REQUEST_ID_LEN} characters")));
             }
-            if let Some(&id) = self.d.request_ids.get(rid) {
+            if let Some(id) = self.known_request(rid) {
                 let name = self.d.jobs.get(&id).map(|j| j.spec.name.clone()).unwrap_or(spec.name);
                 return Ok(Outcome::Submitted { job: id, name, duplicate: true });
             }
@@ -71,11 +71,26 @@ impl State {
         };
         self.d.jobs.insert(id, job);
         self.d.job_names.insert(name.clone(), id);
+        if let Some(user) = self.actor.clone() {
+            self.access.owners.insert(id, user);
+        }
         if let Some(rid) = request_id {
-            self.remember_request(rid, id);
+            match self.actor.clone() {
+                Some(user) => self.access.remember_request(user, rid, id),
+                None => self.remember_request(rid, id),
+            }
         }
         self.job_event(id, EventKind::Submitted, format!("submitted with priority {priority}"), ev);
         Ok(Outcome::Submitted { job: id, name, duplicate: false })
+    }
+
+    /// The job a request id already made: the user's own ids when the submit carries a
+    /// token, so one user's id never finds another user's job.
+    fn known_request(&self, rid: &str) -> Option<u64> {
+        match &self.actor {
+            Some(user) => self.access.request(user, rid),
+            None => self.d.request_ids.get(rid).copied(),
+        }
     }
 
     fn remember_request(&mut self, rid: String, id: u64) {

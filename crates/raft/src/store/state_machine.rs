@@ -16,7 +16,7 @@ use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, Storag
 use super::StoreError;
 use super::kv::KvStore;
 use super::snapshot_record::StoredSnapshot;
-use crate::codec::{decode, encode};
+use crate::codec::{decode_state, encode};
 use crate::types::{Entry, LogId, ResponseBatch, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
 fn any(e: impl std::fmt::Display) -> AnyError {
@@ -99,7 +99,7 @@ impl StateMachineStore {
         let data = match &stored {
             None => Data { state: State::new(), last_applied: None, membership: StoredMembership::default() },
             Some(s) => Data {
-                state: decode(&s.data).map_err(|e| StoreError::Corrupt {
+                state: decode_state(&s.data).map_err(|e| StoreError::Corrupt {
                     location: kv.location(super::kv::Space::Snapshot),
                     record: "snapshot state".into(),
                     reason: e.to_string(),
@@ -227,7 +227,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let state: State = decode(&data).map_err(|e| {
+        let state: State = decode_state(&data).map_err(|e| {
             StorageIOError::read_snapshot(
                 Some(meta.signature()),
                 any(format!("received snapshot does not decode: {e}")),

@@ -1,5 +1,6 @@
 //! `cluster info`: who is in the cluster, who leads, and how full it is.
 
+use crate::auth::Caller;
 use baton_model::State;
 use baton_model::command::Op;
 use baton_model::job::JobState;
@@ -60,7 +61,7 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
 }
 
 /// `cluster set`: the scheduler's settings change through the log, like any other state.
-pub async fn set_scheduler(api: &Api, s: SchedulerSettings) -> Result<Response<Ack>, Status> {
+pub async fn set_scheduler(api: &Api, who: &Caller, s: SchedulerSettings) -> Result<Response<Ack>, Status> {
     let settings = scheduler_from_proto(&s).map_err(crate::status::from_convert)?;
-    api.ack(Op::SetScheduler(settings)).await
+    api.ack(who, Op::SetScheduler(settings)).await
 }

@@ -9,19 +9,20 @@ use prost::Message;
 use tonic::{Response, Status};
 
 use super::Api;
+use crate::auth::Caller;
 use crate::status;
 
 /// Longest client request id kept for idempotency.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
 
-pub async fn submit(api: &Api, r: SubmitRequest) -> Result<Response<SubmitReply>, Status> {
+pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Response<SubmitReply>, Status> {
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;
     let spec = job_spec_from_proto(&spec).map_err(status::from_convert)?;
     if r.request_id.len() > MAX_REQUEST_ID_LEN {
         return Err(Status::invalid_argument(format!("request_id: longer than {MAX_REQUEST_ID_LEN} bytes")));
     }
     let request_id = (!r.request_id.is_empty()).then_some(r.request_id);
-    let applied = api.write(Op::Submit { spec, request_id }).await?;
+    let applied = api.write(who, Op::Submit { spec, request_id }).await?;
     match applied.outcome {
         Outcome::Submitted { job, name, duplicate } => {
             Ok(Response::new(SubmitReply { id: job, name: name.to_string(), duplicate }))
@@ -49,19 +50,30 @@ pub async fn resolve(api: &Api, r: &JobRef) -> Result<JobId, Status> {
     api.read(|s| find(s, &r.name).map(|j| j.id)).await?.ok_or_else(|| unknown(&r.name))
 }
 
-fn to_proto(s: &State, j: &Job, with_events: bool) -> v1::Job {
+/// The job as `who` may see it: its environment (secrets, often) only for its owner,
+/// operators and admins.
+fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> v1::Job {
     let by = j.preempted_by.and_then(|id| s.job(id)).map(|p| &p.spec.name);
     let mut out = job_to_proto(j, with_events, by);
     out.reservation = s.pool_reservation_of(j.id).map(|r| pool_reservation_to_proto(r, s));
+    let owner = s.access().owner(j.id);
+    out.owner = owner.map(|o| o.to_string()).unwrap_or_default();
+    if let Some(t) = who.token()
+        && !t.may_see_private(j, owner)
+        && let Some(spec) = out.spec.as_mut()
+    {
+        spec.env.clear();
+        out.env_hidden = true;
+    }
     out
 }
 
-pub async fn get(api: &Api, r: JobRef) -> Result<Response<v1::Job>, Status> {
-    let job = api.read(|s| find(s, &r.name).map(|j| to_proto(s, j, true))).await?;
+pub async fn get(api: &Api, who: &Caller, r: JobRef) -> Result<Response<v1::Job>, Status> {
+    let job = api.read(|s| find(s, &r.name).map(|j| to_proto(s, who, j, true))).await?;
     job.map(Response::new).ok_or_else(|| unknown(&r.name))
 }
 
-pub async fn list(api: &Api, r: ListJobsRequest) -> Result<Response<ListJobsReply>, Status> {
+pub async fn list(api: &Api, who: &Caller, r: ListJobsRequest) -> Result<Response<ListJobsReply>, Status> {
     let mut states = Vec::new();
     for (i, st) in r.states.iter().enumerate() {
         let parsed = JobState::parse(st).ok_or_else(|| {
@@ -83,7 +95,7 @@ pub async fn list(api: &Api, r: ListJobsRequest) -> Result<Response<ListJobsRepl
             let mut jobs = Vec::new();
             let mut bytes = 0;
             for j in matched.by_ref().take(limit) {
-                let job = to_proto(s, j, false);
+                let job = to_proto(s, who, j, false);
                 bytes += job.encoded_len();
                 jobs.push(job);
                 // Stop early rather than send a page the client cannot decode.

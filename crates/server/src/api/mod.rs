@@ -25,9 +25,11 @@ use baton_proto::convert::event_to_proto;
 use baton_proto::v1::baton_server::Baton;
 use baton_proto::v1::*;
 use futures::Stream;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::Ctx;
+use crate::auth::{self, AuthMode, Caller};
 use crate::clock::now_ms;
 use crate::status;
 
@@ -36,14 +38,39 @@ pub struct Api {
 }
 
 impl Api {
-    /// Commits `op` and returns what it produced, or the state machine's refusal as a status.
-    pub(crate) async fn write(&self, op: Op) -> Result<Applied, Status> {
-        let response = self.ctx.replica.write(Command { now_ms: now_ms(), op }).await.map_err(status::from_write)?;
+    /// Who is calling: UNAUTHENTICATED unless the call carries a live token (or this
+    /// replica runs with `--auth none` and the cluster has no token yet). Checked against the state linearizably, so a
+    /// revocation anywhere counts here at once.
+    pub(crate) async fn caller(&self, meta: &MetadataMap) -> Result<Caller, Status> {
+        // `--auth none` holds only while the cluster has no token: a replica left with it on a
+        // cluster that has tokens must not hand anyone its jobs' private data.
+        if self.ctx.settings.auth == AuthMode::None && !self.read(|s| s.access().enforced()).await? {
+            return Ok(Caller::Open);
+        }
+        let hash = auth::hash_token(auth::bearer(meta)?);
+        let found = self
+            .read(move |s| match s.access().authenticate(&hash) {
+                Ok(t) => Ok(t.clone()),
+                Err(_) if !s.access().enforced() => Err(Status::unauthenticated(
+                    "this cluster has no tokens yet: start a replica with --bootstrap-admin-token-file, \
+                     or run every replica with --auth none for development",
+                )),
+                Err(e) => Err(status::from_apply(e)),
+            })
+            .await?;
+        Ok(Caller::Token { hash, token: found? })
+    }
+
+    /// Commits `op` as `who` and returns what it produced, or the state machine's refusal
+    /// (which re-checks `who`'s token and permissions) as a status.
+    pub(crate) async fn write(&self, who: &Caller, op: Op) -> Result<Applied, Status> {
+        let cmd = Command { now_ms: now_ms(), op: who.wrap(op) };
+        let response = self.ctx.replica.write(cmd).await.map_err(status::from_write)?;
         response.map_err(status::from_apply)
     }
 
-    pub(crate) async fn ack(&self, op: Op) -> Result<Response<Ack>, Status> {
-        let applied = self.write(op).await?;
+    pub(crate) async fn ack(&self, who: &Caller, op: Op) -> Result<Response<Ack>, Status> {
+        let applied = self.write(who, op).await?;
         Ok(Response::new(Ack { events: applied.events.iter().map(event_to_proto).collect() }))
     }
 
@@ -59,78 +86,120 @@ impl Baton for Api {
     type WatchStream = EventStream;
 
     async fn submit(&self, r: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
-        jobs::submit(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        jobs::submit(self, &who, r.into_inner()).await
     }
     async fn get_job(&self, r: Request<JobRef>) -> Result<Response<Job>, Status> {
-        jobs::get(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        jobs::get(self, &who, r.into_inner()).await
     }
     async fn list_jobs(&self, r: Request<ListJobsRequest>) -> Result<Response<ListJobsReply>, Status> {
-        jobs::list(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        jobs::list(self, &who, r.into_inner()).await
     }
     async fn cancel_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let job = jobs::resolve(self, &r.into_inner()).await?;
-        self.ack(Op::Cancel { job }).await
+        self.ack(&who, Op::Cancel { job }).await
     }
     async fn pause_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let job = jobs::resolve(self, &r.into_inner()).await?;
-        self.ack(Op::Pause { job }).await
+        self.ack(&who, Op::Pause { job }).await
     }
     async fn resume_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let job = jobs::resolve(self, &r.into_inner()).await?;
-        self.ack(Op::Resume { job }).await
+        self.ack(&who, Op::Resume { job }).await
     }
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {
+        self.caller(r.metadata()).await?;
         watch::watch(self, r.into_inner()).await
     }
 
     async fn put_queue(&self, r: Request<Queue>) -> Result<Response<Ack>, Status> {
-        objects::put_queue(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        objects::put_queue(self, &who, r.into_inner()).await
     }
     async fn delete_queue(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let name = objects::name(&r.into_inner().name)?;
-        self.ack(Op::DeleteQueue { name }).await
+        self.ack(&who, Op::DeleteQueue { name }).await
     }
-    async fn list_queues(&self, _: Request<Empty>) -> Result<Response<ListQueuesReply>, Status> {
+    async fn list_queues(&self, r: Request<Empty>) -> Result<Response<ListQueuesReply>, Status> {
+        self.caller(r.metadata()).await?;
         Ok(Response::new(ListQueuesReply { queues: self.read(usage::queues).await? }))
     }
     async fn put_cohort(&self, r: Request<Cohort>) -> Result<Response<Ack>, Status> {
-        objects::put_cohort(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        objects::put_cohort(self, &who, r.into_inner()).await
     }
     async fn delete_cohort(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let name = objects::name(&r.into_inner().name)?;
-        self.ack(Op::DeleteCohort { name }).await
+        self.ack(&who, Op::DeleteCohort { name }).await
     }
-    async fn list_cohorts(&self, _: Request<Empty>) -> Result<Response<ListCohortsReply>, Status> {
+    async fn list_cohorts(&self, r: Request<Empty>) -> Result<Response<ListCohortsReply>, Status> {
+        self.caller(r.metadata()).await?;
         objects::list_cohorts(self).await
     }
     async fn put_class(&self, r: Request<PriorityClass>) -> Result<Response<Ack>, Status> {
-        objects::put_class(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        objects::put_class(self, &who, r.into_inner()).await
     }
     async fn delete_class(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let name = objects::name(&r.into_inner().name)?;
-        self.ack(Op::DeleteClass { name }).await
+        self.ack(&who, Op::DeleteClass { name }).await
     }
-    async fn list_classes(&self, _: Request<Empty>) -> Result<Response<ListClassesReply>, Status> {
+    async fn list_classes(&self, r: Request<Empty>) -> Result<Response<ListClassesReply>, Status> {
+        self.caller(r.metadata()).await?;
         objects::list_classes(self).await
     }
 
-    async fn list_nodes(&self, _: Request<Empty>) -> Result<Response<ListNodesReply>, Status> {
+    async fn list_nodes(&self, r: Request<Empty>) -> Result<Response<ListNodesReply>, Status> {
+        self.caller(r.metadata()).await?;
         nodes::list(self).await
     }
     async fn cordon(&self, r: Request<CordonRequest>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let r = r.into_inner();
         let node = objects::name(&r.node)?;
-        self.ack(Op::Cordon { node, cordoned: r.cordoned }).await
+        self.ack(&who, Op::Cordon { node, cordoned: r.cordoned }).await
     }
     async fn drain(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
         let node = objects::name(&r.into_inner().name)?;
-        self.ack(Op::Cordon { node, cordoned: true }).await
+        self.ack(&who, Op::Cordon { node, cordoned: true }).await
     }
 
+    /// Open to any caller, like a health check: replicas, leader, term and usage, no job
+    /// data (probes and `baton dev` find the leader through it).
     async fn cluster_info(&self, _: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
         cluster::info(self).await
     }
     async fn set_scheduler(&self, r: Request<SchedulerSettings>) -> Result<Response<Ack>, Status> {
-        cluster::set_scheduler(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        cluster::set_scheduler(self, &who, r.into_inner()).await
+    }
+
+    async fn create_token(&self, r: Request<CreateTokenRequest>) -> Result<Response<TokenInfo>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        auth::tokens::create(self, &who, r.into_inner()).await
+    }
+    async fn revoke_token(&self, r: Request<TokenRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        auth::tokens::revoke(self, &who, r.into_inner()).await
+    }
+    async fn grant_queue(&self, r: Request<GrantQueueRequest>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        auth::tokens::grant(self, &who, r.into_inner()).await
+    }
+    async fn list_tokens(&self, r: Request<Empty>) -> Result<Response<ListTokensReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        auth::tokens::list(self, &who).await
+    }
+    async fn who_am_i(&self, r: Request<Empty>) -> Result<Response<WhoAmIReply>, Status> {
+        Ok(auth::tokens::who_am_i(&self.caller(r.metadata()).await?))
     }
 }

@@ -9,25 +9,26 @@ use baton_proto::v1::{Ack, Cohort, ListClassesReply, ListCohortsReply, PriorityC
 use tonic::{Response, Status};
 
 use super::Api;
+use crate::auth::Caller;
 use crate::status;
 
 pub fn name(text: &str) -> Result<Name, Status> {
     convert::name(text, "name").map_err(status::from_convert)
 }
 
-pub async fn put_queue(api: &Api, q: Queue) -> Result<Response<Ack>, Status> {
+pub async fn put_queue(api: &Api, who: &Caller, q: Queue) -> Result<Response<Ack>, Status> {
     let q = queue_from_proto(&q).map_err(status::from_convert)?;
-    api.ack(Op::PutQueue(q)).await
+    api.ack(who, Op::PutQueue(q)).await
 }
 
-pub async fn put_cohort(api: &Api, c: Cohort) -> Result<Response<Ack>, Status> {
+pub async fn put_cohort(api: &Api, who: &Caller, c: Cohort) -> Result<Response<Ack>, Status> {
     let c = cohort_from_proto(&c).map_err(status::from_convert)?;
-    api.ack(Op::PutCohort(c)).await
+    api.ack(who, Op::PutCohort(c)).await
 }
 
-pub async fn put_class(api: &Api, c: PriorityClass) -> Result<Response<Ack>, Status> {
+pub async fn put_class(api: &Api, who: &Caller, c: PriorityClass) -> Result<Response<Ack>, Status> {
     let c = class_from_proto(&c).map_err(status::from_convert)?;
-    api.ack(Op::PutClass(c)).await
+    api.ack(who, Op::PutClass(c)).await
 }
 
 pub async fn list_cohorts(api: &Api) -> Result<Response<ListCohortsReply>, Status> {

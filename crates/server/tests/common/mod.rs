@@ -28,12 +28,15 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
 }
 
+/// Fast timings, and no authentication: these tests are about scheduling (tests/auth.rs
+/// runs with tokens).
 pub fn settings() -> ServerSettings {
     ServerSettings {
         cycle_interval_ms: 50,
         heartbeat_timeout_ms: 1_500,
         resend_ms: 200,
         lease_ms: 600,
+        auth: ::baton_server::auth::AuthMode::None,
         ..ServerSettings::default()
     }
 }

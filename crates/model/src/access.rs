@@ -1,0 +1,305 @@
+//! Who may do what on the client API: tokens, the users they name, their roles and the
+//! queues granted to them.
+//!
+//! Only a token's SHA-256 is replicated, never the token: whoever reads a replica's disk or
+//! a snapshot learns no credential. The records live in the replicated state, so adding or
+//! revoking a token takes effect on every replica at the same log index, and a write is
+//! checked against them when it is applied (on the leader and every follower alike), not
+//! only where the client connected: a forwarded or replayed write cannot carry more rights
+//! than its token has at that point of the log.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::Op;
+use crate::error::ApplyError;
+use crate::job::{Job, JobId};
+use crate::limits::{MAX_GRANTS_PER_TOKEN, MAX_REMEMBERED_REQUEST_IDS, MAX_TOKENS};
+use crate::name::Name;
+
+/// SHA-256 of a token's bytes.
+pub type TokenHash = [u8; 32];
+
+/// Hex digits of a token's hash that name it in lists and `token revoke` (64 bits: unique in
+/// practice, and useless for forging the token).
+pub const TOKEN_ID_LEN: usize = 16;
+
+/// What a token may do beyond its queue grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Role {
+    /// Everything: cluster settings, queues, cohorts, classes, nodes, tokens, any job.
+    Admin,
+    /// Nodes (cordon, drain) and any job (submit to any queue, cancel, pause, resume).
+    Operator,
+}
+
+impl Role {
+    pub const ALL: [Role; 2] = [Role::Admin, Role::Operator];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// What a new token grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenSpec {
+    pub user: Name,
+    pub roles: BTreeSet<Role>,
+    /// Queues whose jobs the user may submit, see privately and cancel (their own).
+    pub queues: BTreeSet<Name>,
+}
+
+/// A token as the state keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    /// The first hex digits of its hash ([`TOKEN_ID_LEN`]).
+    pub id: String,
+    pub spec: TokenSpec,
+    pub created_ms: u64,
+    /// Who added it (`None`: the cluster's bootstrap).
+    pub created_by: Option<Name>,
+    /// Set when revoked; a revoked token is kept (so it reads as revoked, not unknown)
+    /// until room is needed for new ones.
+    pub revoked_ms: Option<u64>,
+}
+
+impl Token {
+    pub fn has(&self, role: Role) -> bool {
+        self.spec.roles.contains(&role)
+    }
+
+    /// May act on any job (admins and operators).
+    pub fn any_job(&self) -> bool {
+        self.has(Role::Admin) || self.has(Role::Operator)
+    }
+
+    pub fn granted(&self, queue: &Name) -> bool {
+        self.spec.queues.contains(queue)
+    }
+
+    /// May see `job`'s private data (environment, logs): its owner, operators, admins.
+    pub fn may_see_private(&self, job: &Job, owner: Option<&Name>) -> bool {
+        self.any_job() || (owner == Some(&self.spec.user) && self.granted(&job.spec.queue))
+    }
+
+    fn roles_text(&self) -> String {
+        let roles: Vec<&str> = self.spec.roles.iter().map(|r| r.as_str()).collect();
+        if roles.is_empty() { "no roles".into() } else { format!("roles {}", roles.join(", ")) }
+    }
+}
+
+/// The hex id of a token hash.
+pub fn token_id(hash: &TokenHash) -> String {
+    hash.iter().take(TOKEN_ID_LEN / 2).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The identity part of the replicated state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Access {
+    #[serde(with = "as_pairs")]
+    pub(crate) tokens: BTreeMap<TokenHash, Token>,
+    /// Who submitted each job (jobs submitted without a token have none).
+    pub(crate) owners: BTreeMap<JobId, Name>,
+    /// Request ids per user: one user's id never finds another user's job.
+    #[serde(with = "as_pairs")]
+    pub(crate) request_ids: BTreeMap<(Name, String), JobId>,
+    pub(crate) request_order: VecDeque<(Name, String)>,
+}
+
+impl Access {
+    /// Once any token exists (revoked ones included), every client write must carry one: a
+    /// cluster whose last admin token was revoked does not fall open.
+    pub fn enforced(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    pub fn tokens(&self) -> impl Iterator<Item = &Token> {
+        self.tokens.values()
+    }
+
+    pub fn owner(&self, job: JobId) -> Option<&Name> {
+        self.owners.get(&job)
+    }
+
+    /// The live token behind `hash`, or UNAUTHENTICATED's reason.
+    pub fn authenticate(&self, hash: &TokenHash) -> Result<&Token, ApplyError> {
+        let t = self.tokens.get(hash).ok_or_else(|| {
+            ApplyError::Unauthenticated("unknown token; ask an admin for one (`baton token create`)".into())
+        })?;
+        match t.revoked_ms {
+            Some(_) => Err(ApplyError::Unauthenticated(format!("token {} of user {} was revoked", t.id, t.spec.user))),
+            None => Ok(t),
+        }
+    }
+
+    pub(crate) fn add(
+        &mut self,
+        hash: TokenHash,
+        spec: TokenSpec,
+        now_ms: u64,
+        by: Option<Name>,
+    ) -> Result<(), ApplyError> {
+        validate_spec(&spec)?;
+        if self.tokens.contains_key(&hash) {
+            return Err(ApplyError::Exists { kind: "token".into(), name: token_id(&hash) });
+        }
+        if self.tokens.len() >= MAX_TOKENS && !self.forget_oldest_revoked() {
+            return Err(ApplyError::Limit(format!("at most {MAX_TOKENS} tokens; revoke unused ones first")));
+        }
+        let token = Token { id: token_id(&hash), spec, created_ms: now_ms, created_by: by, revoked_ms: None };
+        self.tokens.insert(hash, token);
+        Ok(())
+    }
+
+    fn forget_oldest_revoked(&mut self) -> bool {
+        let oldest = self.tokens.iter().filter(|(_, t)| t.revoked_ms.is_some()).min_by_key(|(_, t)| t.revoked_ms);
+        let Some((&hash, _)) = oldest else {
+            return false;
+        };
+        self.tokens.remove(&hash);
+        true
+    }
+
+    fn by_id_mut(&mut self, id: &str) -> Result<&mut Token, ApplyError> {
+        let mut found = self.tokens.values_mut().filter(|t| t.id == id);
+        let t = found.next().ok_or_else(|| ApplyError::unknown("token", id))?;
+        if found.next().is_some() {
+            return Err(ApplyError::invalid("id", format!("{id} names several tokens")));
+        }
+        Ok(t)
+    }
+
+    pub(crate) fn revoke(&mut self, id: &str, now_ms: u64) -> Result<(), ApplyError> {
+        let t = self.by_id_mut(id)?;
+        t.revoked_ms.get_or_insert(now_ms);
+        Ok(())
+    }
+
+    pub(crate) fn grant(&mut self, id: &str, queue: Name, granted: bool) -> Result<(), ApplyError> {
+        let t = self.by_id_mut(id)?;
+        if granted && !t.spec.queues.contains(&queue) && t.spec.queues.len() >= MAX_GRANTS_PER_TOKEN {
+            return Err(ApplyError::Limit(format!("at most {MAX_GRANTS_PER_TOKEN} queues per token")));
+        }
+        if granted {
+            t.spec.queues.insert(queue);
+        } else {
+            t.spec.queues.remove(&queue);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn request(&self, user: &Name, rid: &str) -> Option<JobId> {
+        self.request_ids.get(&(user.clone(), rid.to_string())).copied()
+    }
+
+    pub(crate) fn remember_request(&mut self, user: Name, rid: String, job: JobId) {
+        let key = (user, rid);
+        self.request_ids.insert(key.clone(), job);
+        self.request_order.push_back(key);
+        while self.request_order.len() > MAX_REMEMBERED_REQUEST_IDS {
+            if let Some(old) = self.request_order.pop_front() {
+                self.request_ids.remove(&old);
+            }
+        }
+    }
+}
+
+/// Maps whose keys are not strings, as a list of pairs: JSON (the simulator's and the
+/// tests' format) takes only string keys, and binary formats encode both alike.
+mod as_pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(m: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(m.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
+}
+
+fn validate_spec(spec: &TokenSpec) -> Result<(), ApplyError> {
+    if spec.queues.len() > MAX_GRANTS_PER_TOKEN {
+        return Err(ApplyError::invalid("queues", format!("at most {MAX_GRANTS_PER_TOKEN} queues per token")));
+    }
+    if spec.roles.is_empty() && spec.queues.is_empty() {
+        return Err(ApplyError::invalid("roles", "a token needs a role (admin, operator) or at least one queue"));
+    }
+    Ok(())
+}
+
+/// Why `token` may not apply `op`, if it may not. `job` is the job a job operation names
+/// (with its owner), looked up by the caller.
+pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> Result<(), ApplyError> {
+    if token.has(Role::Admin) {
+        return Ok(());
+    }
+    let needs = |role: Role| {
+        ApplyError::PermissionDenied(format!(
+            "{} needs role {}; user {} has {}",
+            op.name(),
+            role.as_str(),
+            token.spec.user,
+            token.roles_text()
+        ))
+    };
+    match op {
+        Op::Cordon { .. } if token.has(Role::Operator) => Ok(()),
+        Op::Cordon { .. } => Err(needs(Role::Operator)),
+        Op::Submit { spec, .. } => {
+            if token.any_job() || token.granted(&spec.queue) {
+                Ok(())
+            } else {
+                Err(no_grant(token, &spec.queue))
+            }
+        }
+        Op::Cancel { .. } | Op::Pause { .. } | Op::Resume { .. } => match job {
+            None => Ok(()), // unknown: the command itself says so
+            Some(_) if token.any_job() => Ok(()),
+            Some((j, owner)) => own_job(token, op, j, owner),
+        },
+        _ => Err(needs(Role::Admin)),
+    }
+}
+
+fn own_job(token: &Token, op: &Op, job: &Job, owner: Option<&Name>) -> Result<(), ApplyError> {
+    if owner != Some(&token.spec.user) {
+        let whose = owner.map_or("no user (submitted without a token)".to_string(), |o| format!("user {o}"));
+        return Err(ApplyError::PermissionDenied(format!(
+            "job {} belongs to {whose}; {} needs its owner, an operator or an admin (user {} has {})",
+            job.spec.name,
+            op.name(),
+            token.spec.user,
+            token.roles_text()
+        )));
+    }
+    if !token.granted(&job.spec.queue) {
+        return Err(no_grant(token, &job.spec.queue));
+    }
+    Ok(())
+}
+
+fn no_grant(token: &Token, queue: &Name) -> ApplyError {
+    let granted: Vec<&str> = token.spec.queues.iter().map(|q| q.as_str()).collect();
+    let granted = if granted.is_empty() { "none".to_string() } else { granted.join(", ") };
+    ApplyError::PermissionDenied(format!(
+        "user {} has no grant on queue {queue} (granted: {granted}) and is not an operator",
+        token.spec.user
+    ))
+}

@@ -1,0 +1,77 @@
+//! Applying commands made with a token: the token is checked against the replicated token
+//! records at this log index, the command against the token's roles and grants, and the
+//! command's events and jobs then name the token's user.
+
+use super::State;
+use crate::access::{TokenHash, TokenSpec, authorize};
+use crate::command::{Op, Outcome};
+use crate::error::ApplyError;
+use crate::event::Event;
+use crate::name::Name;
+
+impl State {
+    /// Once the cluster has tokens, a client command without one is refused, wherever it
+    /// came from (the API, a forwarded write, a replayed log entry).
+    pub(super) fn check_identity(&self, op: &Op) -> Result<(), ApplyError> {
+        if self.actor.is_none() && op.from_client() && self.access.enforced() {
+            return Err(ApplyError::Unauthenticated(format!(
+                "this cluster requires a token; {} came without one (send `authorization: Bearer TOKEN`, \
+                 e.g. set BATON_TOKEN)",
+                op.name()
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply_as(&mut self, token: &TokenHash, op: Op, ev: &mut Vec<Event>) -> Result<Outcome, ApplyError> {
+        if matches!(op, Op::As { .. }) || !op.from_client() {
+            return Err(ApplyError::invalid("op", format!("As wraps only client commands; {} is not one", op.name())));
+        }
+        let t = self.access.authenticate(token)?;
+        let job = match &op {
+            Op::Cancel { job } | Op::Pause { job } | Op::Resume { job } => {
+                self.d.jobs.get(job).map(|j| (j, self.access.owner(*job)))
+            }
+            _ => None,
+        };
+        authorize(t, &op, job)?;
+        let user = t.spec.user.clone();
+        self.actor = Some(user.clone());
+        let start = ev.len();
+        let outcome = self.dispatch(op, ev);
+        self.actor = None;
+        // Job events already name the user (`job_event`); queue and node events are named here.
+        for e in ev[start..].iter_mut().filter(|e| e.job.is_none()) {
+            e.message = by(std::mem::take(&mut e.message), &user);
+        }
+        outcome
+    }
+
+    pub(super) fn add_token(&mut self, hash: TokenHash, spec: TokenSpec) -> Result<(), ApplyError> {
+        for q in &spec.queues {
+            if !self.d.queues.contains_key(q) {
+                return Err(ApplyError::unknown("queue", q));
+            }
+        }
+        self.access.add(hash, spec, self.d.now_ms, self.actor.clone())
+    }
+
+    pub(super) fn grant_queue(&mut self, id: &str, queue: Name, granted: bool) -> Result<(), ApplyError> {
+        if granted && !self.d.queues.contains_key(&queue) {
+            return Err(ApplyError::unknown("queue", &queue));
+        }
+        self.access.grant(id, queue, granted)
+    }
+
+    /// `message`, naming the user whose command is being applied, if any.
+    pub(super) fn by_actor(&self, message: String) -> String {
+        match &self.actor {
+            Some(u) => by(message, u),
+            None => message,
+        }
+    }
+}
+
+fn by(message: String, user: &Name) -> String {
+    crate::event::clip_message(format!("{message} (by {user})"))
+}

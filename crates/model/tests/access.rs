@@ -1,0 +1,248 @@
+//! Tokens and permissions in the state machine: once a cluster has a token, every client
+//! command must carry a live one that allows it, at the log index it is applied; refused
+//! commands change nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_model::access::{Role, TokenHash, TokenSpec, token_id};
+use baton_model::command::{Command, Op, Outcome};
+use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+use baton_model::node::NodeSpec;
+use baton_model::queue::{PoolQuota, QueueSpec};
+use baton_model::resources::Resources;
+use baton_model::{Applied, ApplyError, Name, State};
+
+const ADMIN: TokenHash = [1; 32];
+const ALICE: TokenHash = [2; 32];
+const BOB: TokenHash = [3; 32];
+const OPERATOR: TokenHash = [4; 32];
+
+fn apply(s: &mut State, op: Op) -> Result<Applied, ApplyError> {
+    s.apply(Command { now_ms: 1_000, op })
+}
+
+fn as_(token: TokenHash, op: Op) -> Op {
+    Op::As { token, op: Box::new(op) }
+}
+
+fn spec(user: &str, roles: &[Role], queues: &[&str]) -> TokenSpec {
+    TokenSpec {
+        user: Name::lit(user),
+        roles: roles.iter().copied().collect(),
+        queues: queues.iter().map(|q| Name::lit(q)).collect::<BTreeSet<_>>(),
+    }
+}
+
+fn queue(name: &str) -> QueueSpec {
+    let mut q = QueueSpec::named(name);
+    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
+    q
+}
+
+fn job(name: &str, queue: &str) -> JobSpec {
+    JobSpec {
+        name: Name::lit(name),
+        queue: Name::lit(queue),
+        priority: PriorityRef::Value(1),
+        tasks: vec![TaskSpec {
+            name: Name::lit("main"),
+            replicas: 1,
+            resources: Resources::of(&[("gpu", 1)]),
+            pools: None,
+        }],
+        pools: None,
+        topology: None,
+        preemption_mode: PreemptionMode::Checkpoint,
+        grace_ms: 1_000,
+        min_runtime_ms: 0,
+        command: vec!["python".into()],
+        env: BTreeMap::from([("SECRET".into(), "s3".into())]),
+        checkpoint_signal: None,
+        time_limit_ms: None,
+    }
+}
+
+/// A bootstrapped cluster: an admin token added without one, queues `a` and `b`, alice and
+/// bob granted `a`, an operator.
+fn cluster() -> State {
+    let mut s = State::default();
+    let node = NodeSpec {
+        name: Name::lit("n1"),
+        pool: Name::lit("default"),
+        rack: None,
+        labels: BTreeMap::new(),
+        resources: Resources::of(&[("gpu", 8)]),
+        gpus: Vec::new(),
+        agent_addr: String::new(),
+    };
+    apply(&mut s, Op::RegisterNodes(vec![node])).unwrap();
+    apply(&mut s, Op::AddToken { hash: ADMIN, spec: spec("root-admin", &[Role::Admin], &[]) }).unwrap();
+    for q in ["a", "b"] {
+        apply(&mut s, as_(ADMIN, Op::PutQueue(queue(q)))).unwrap();
+    }
+    for (hash, user) in [(ALICE, "alice"), (BOB, "bob")] {
+        apply(&mut s, as_(ADMIN, Op::AddToken { hash, spec: spec(user, &[], &["a"]) })).unwrap();
+    }
+    apply(&mut s, as_(ADMIN, Op::AddToken { hash: OPERATOR, spec: spec("ops", &[Role::Operator], &[]) })).unwrap();
+    s
+}
+
+fn submit(s: &mut State, token: TokenHash, name: &str, queue: &str, rid: Option<&str>) -> Result<u64, ApplyError> {
+    let op = Op::Submit { spec: job(name, queue), request_id: rid.map(str::to_string) };
+    match apply(s, as_(token, op))?.outcome {
+        Outcome::Submitted { job, .. } => Ok(job),
+        other => panic!("submit answered {other:?}"),
+    }
+}
+
+/// `op` is refused with an error matching `is`, and the state is exactly as before.
+fn refused(s: &mut State, op: Op, is: fn(&ApplyError) -> bool) -> String {
+    let before = s.clone();
+    let e = apply(s, op).unwrap_err();
+    assert!(is(&e), "{e:?}");
+    // Only the count of applied commands moves for a refused one.
+    assert_eq!(s.applied(), before.applied() + 1);
+    let after = &*s;
+    assert_eq!(after.jobs(), before.jobs());
+    assert_eq!(after.queues(), before.queues());
+    assert_eq!(after.access(), before.access());
+    e.to_string()
+}
+
+fn unauthenticated(e: &ApplyError) -> bool {
+    matches!(e, ApplyError::Unauthenticated(_))
+}
+
+fn denied(e: &ApplyError) -> bool {
+    matches!(e, ApplyError::PermissionDenied(_))
+}
+
+#[test]
+fn a_cluster_without_tokens_takes_commands_without_one() {
+    let mut s = State::default();
+    apply(&mut s, Op::PutQueue(queue("a"))).unwrap();
+    assert!(!s.access().enforced());
+}
+
+#[test]
+fn no_token_is_refused_once_the_cluster_has_one() {
+    let mut s = cluster();
+    let e = refused(&mut s, Op::Submit { spec: job("j", "a"), request_id: None }, unauthenticated);
+    assert!(e.contains("requires a token") && e.contains("Submit"), "{e}");
+    // Nor can a second admin be bootstrapped by anyone who reaches a port.
+    let op = Op::AddToken { hash: [9; 32], spec: spec("mallory", &[Role::Admin], &[]) };
+    refused(&mut s, op, unauthenticated);
+}
+
+#[test]
+fn an_unknown_token_is_refused() {
+    let mut s = cluster();
+    let e = refused(&mut s, as_([7; 32], Op::Submit { spec: job("j", "a"), request_id: None }), unauthenticated);
+    assert!(e.contains("unknown token"), "{e}");
+}
+
+#[test]
+fn a_revoked_token_is_refused_from_the_next_command_on() {
+    let mut s = cluster();
+    submit(&mut s, ALICE, "j1", "a", None).unwrap();
+    apply(&mut s, as_(ADMIN, Op::RevokeToken { id: token_id(&ALICE) })).unwrap();
+    let e = refused(&mut s, as_(ALICE, Op::Submit { spec: job("j2", "a"), request_id: None }), unauthenticated);
+    assert!(e.contains("revoked") && e.contains("alice"), "{e}");
+    // Revoking every token does not open the cluster.
+    apply(&mut s, as_(ADMIN, Op::RevokeToken { id: token_id(&ADMIN) })).unwrap();
+    refused(&mut s, Op::PutQueue(queue("c")), unauthenticated);
+}
+
+#[test]
+fn a_queue_user_submitting_to_a_queue_not_granted_is_refused() {
+    let mut s = cluster();
+    let e = refused(&mut s, as_(ALICE, Op::Submit { spec: job("j", "b"), request_id: None }), denied);
+    assert!(e.contains("alice") && e.contains("no grant on queue b") && e.contains("granted: a"), "{e}");
+    // Granting the queue lets the same submit through.
+    apply(&mut s, as_(ADMIN, Op::GrantQueue { id: token_id(&ALICE), queue: Name::lit("b"), granted: true })).unwrap();
+    submit(&mut s, ALICE, "j", "b", None).unwrap();
+}
+
+#[test]
+fn cancelling_another_users_job_is_refused_but_an_operator_may() {
+    let mut s = cluster();
+    let id = submit(&mut s, ALICE, "j", "a", None).unwrap();
+    for op in [Op::Cancel { job: id }, Op::Pause { job: id }] {
+        let e = refused(&mut s, as_(BOB, op), denied);
+        assert!(e.contains("job j belongs to user alice") && e.contains("bob"), "{e}");
+    }
+    apply(&mut s, as_(OPERATOR, Op::Cancel { job: id })).unwrap();
+    let events = &s.job(id).unwrap().events;
+    assert!(events.back().unwrap().message.ends_with("(by ops)"), "{events:?}");
+}
+
+#[test]
+fn queue_users_need_admin_for_configuration_and_operator_for_nodes() {
+    let mut s = cluster();
+    let e = refused(&mut s, as_(ALICE, Op::PutQueue(queue("c"))), denied);
+    assert!(e.contains("PutQueue needs role admin; user alice has no roles"), "{e}");
+    let e = refused(&mut s, as_(ALICE, Op::Cordon { node: Name::lit("n1"), cordoned: true }), denied);
+    assert!(e.contains("Cordon needs role operator"), "{e}");
+    let op = Op::AddToken { hash: [9; 32], spec: spec("alice", &[Role::Admin], &[]) };
+    refused(&mut s, as_(OPERATOR, op), denied);
+    apply(&mut s, as_(OPERATOR, Op::Cordon { node: Name::lit("n1"), cordoned: true })).unwrap();
+}
+
+#[test]
+fn a_duplicate_request_id_from_another_user_never_returns_the_first_users_job() {
+    let mut s = cluster();
+    let first = submit(&mut s, ALICE, "ja", "a", Some("r1")).unwrap();
+    assert_eq!(submit(&mut s, ALICE, "ja", "a", Some("r1")).unwrap(), first, "alice's retry finds her job");
+    let other = submit(&mut s, BOB, "jb", "a", Some("r1")).unwrap();
+    assert_ne!(other, first);
+    assert_eq!(s.access().owner(other), Some(&Name::lit("bob")));
+    assert_eq!(s.access().owner(first), Some(&Name::lit("alice")));
+}
+
+#[test]
+fn writes_record_who_made_them() {
+    let mut s = cluster();
+    let id = submit(&mut s, ALICE, "j", "a", None).unwrap();
+    assert!(s.job(id).unwrap().events[0].message.ends_with("(by alice)"));
+    let applied = apply(&mut s, as_(ADMIN, Op::PutQueue(queue("a")))).unwrap();
+    assert!(applied.events.iter().all(|e| e.message.ends_with("(by root-admin)")), "{:?}", applied.events);
+}
+
+#[test]
+fn only_client_commands_may_be_wrapped() {
+    let mut s = cluster();
+    let e = refused(&mut s, as_(ADMIN, Op::Tick), |e| matches!(e, ApplyError::Invalid { .. }));
+    assert!(e.contains("Tick is not one"), "{e}");
+    refused(&mut s, as_(ADMIN, as_(ADMIN, Op::Tick)), |e| matches!(e, ApplyError::Invalid { .. }));
+}
+
+#[test]
+fn private_data_is_for_the_owner_operators_and_admins() {
+    let mut s = cluster();
+    let id = submit(&mut s, ALICE, "j", "a", None).unwrap();
+    let job = s.job(id).unwrap();
+    let owner = s.access().owner(id);
+    let tokens: BTreeMap<&str, _> = s.access().tokens().map(|t| (t.spec.user.as_str(), t)).collect();
+    assert!(tokens["alice"].may_see_private(job, owner));
+    assert!(!tokens["bob"].may_see_private(job, owner));
+    assert!(tokens["ops"].may_see_private(job, owner));
+    assert!(tokens["root-admin"].may_see_private(job, owner));
+}
+
+#[test]
+fn a_token_needs_a_role_or_a_queue_and_known_queues() {
+    let mut s = cluster();
+    let op = as_(ADMIN, Op::AddToken { hash: [9; 32], spec: spec("carol", &[], &[]) });
+    refused(&mut s, op, |e| matches!(e, ApplyError::Invalid { .. }));
+    let op = as_(ADMIN, Op::AddToken { hash: [9; 32], spec: spec("carol", &[], &["nope"]) });
+    refused(&mut s, op, |e| matches!(e, ApplyError::Unknown { .. }));
+}
+
+#[test]
+fn a_state_with_tokens_round_trips_through_json() {
+    let mut s = cluster();
+    submit(&mut s, ALICE, "j", "a", Some("r1")).unwrap();
+    let text = serde_json::to_string(&s).unwrap();
+    let back: State = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, s);
+}

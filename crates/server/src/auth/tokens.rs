@@ -1,0 +1,72 @@
+//! `CreateToken`, `RevokeToken`, `GrantQueue`, `ListTokens` and `WhoAmI`.
+
+use baton_model::access::{Role, Token, TokenHash, TokenSpec, token_id};
+use baton_model::command::Op;
+use baton_proto::convert;
+use baton_proto::v1::{Ack, CreateTokenRequest, GrantQueueRequest, ListTokensReply, TokenInfo, TokenRef, WhoAmIReply};
+use tonic::{Response, Status};
+
+use super::Caller;
+use crate::api::Api;
+use crate::status;
+
+pub async fn create(api: &Api, who: &Caller, r: CreateTokenRequest) -> Result<Response<TokenInfo>, Status> {
+    let hash: TokenHash =
+        r.hash.as_slice().try_into().map_err(|_| {
+            Status::invalid_argument(format!("hash: {} bytes; the SHA-256 of a token is 32", r.hash.len()))
+        })?;
+    let user = convert::name(&r.user, "user").map_err(status::from_convert)?;
+    let mut roles = std::collections::BTreeSet::new();
+    for (i, text) in r.roles.iter().enumerate() {
+        let role = Role::parse(text)
+            .ok_or_else(|| Status::invalid_argument(format!("roles[{i}]: {text:?} is not admin or operator")))?;
+        roles.insert(role);
+    }
+    let mut queues = std::collections::BTreeSet::new();
+    for (i, q) in r.queues.iter().enumerate() {
+        queues.insert(convert::name(q, &format!("queues[{i}]")).map_err(status::from_convert)?);
+    }
+    let spec = TokenSpec { user, roles, queues };
+    api.write(who, Op::AddToken { hash, spec: spec.clone() }).await?;
+    let creator = who.token().map(|t| t.spec.user.clone());
+    let token = Token { id: token_id(&hash), spec, created_ms: 0, created_by: creator, revoked_ms: None };
+    Ok(Response::new(info(&token)))
+}
+
+pub async fn revoke(api: &Api, who: &Caller, r: TokenRef) -> Result<Response<Ack>, Status> {
+    api.ack(who, Op::RevokeToken { id: r.id }).await
+}
+
+pub async fn grant(api: &Api, who: &Caller, r: GrantQueueRequest) -> Result<Response<Ack>, Status> {
+    let queue = convert::name(&r.queue, "queue").map_err(status::from_convert)?;
+    api.ack(who, Op::GrantQueue { id: r.id, queue, granted: !r.revoke }).await
+}
+
+pub async fn list(api: &Api, who: &Caller) -> Result<Response<ListTokensReply>, Status> {
+    who.require(Role::Admin, "ListTokens")?;
+    let tokens = api.read(|s| s.access().tokens().map(info).collect()).await?;
+    Ok(Response::new(ListTokensReply { tokens }))
+}
+
+pub fn who_am_i(who: &Caller) -> Response<WhoAmIReply> {
+    let reply = match who.token() {
+        None => WhoAmIReply { auth: false, ..Default::default() },
+        Some(t) => {
+            let i = info(t);
+            WhoAmIReply { user: i.user, roles: i.roles, queues: i.queues, token_id: i.id, auth: true }
+        }
+    };
+    Response::new(reply)
+}
+
+fn info(t: &Token) -> TokenInfo {
+    TokenInfo {
+        id: t.id.clone(),
+        user: t.spec.user.to_string(),
+        roles: t.spec.roles.iter().map(|r| r.as_str().to_string()).collect(),
+        queues: t.spec.queues.iter().map(|q| q.to_string()).collect(),
+        created_ms: t.created_ms,
+        created_by: t.created_by.as_ref().map(|u| u.to_string()).unwrap_or_default(),
+        revoked_ms: t.revoked_ms,
+    }
+}

@@ -1,0 +1,218 @@
+//! Tokens at the client API (issue 11): each refused call gets UNAUTHENTICATED or
+//! PERMISSION_DENIED saying what is missing, and changes nothing; a write forwarded or
+//! forged past the API is checked again where it is applied.
+
+mod common;
+
+use ::baton_server::ServerSettings;
+use ::baton_server::auth::{AuthMode, hash_token};
+use baton_model::command::{Command, Op};
+use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::raft_transport_client::RaftTransportClient;
+use baton_proto::v1::*;
+use common::*;
+use tonic::Code;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+const ADMIN: &str = "admin-secret";
+const ALICE: &str = "alice-secret";
+const BOB: &str = "bob-secret";
+
+#[derive(Clone)]
+struct Bearer(Option<String>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        Ok(req)
+    }
+}
+
+type Client = BatonClient<InterceptedService<Channel, Bearer>>;
+
+async fn client(addr: &str, token: Option<&str>) -> Client {
+    let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    BatonClient::with_interceptor(ch, Bearer(token.map(str::to_string)))
+}
+
+/// A cluster with tokens on, bootstrapped with the admin token; queues `a` and `b`, a node,
+/// alice and bob as users of queue `a`.
+async fn setup(replicas: u64) -> (Cluster, FakeAgent) {
+    let settings =
+        ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    let cluster = Cluster::start_with(replicas, settings).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while admin.who_am_i(Empty {}).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "the bootstrap admin token never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for q in ["a", "b"] {
+        admin.put_queue(queue(q, 8)).await.unwrap();
+    }
+    for (token, user) in [(ALICE, "alice"), (BOB, "bob")] {
+        let req = CreateTokenRequest {
+            hash: hash_token(token).to_vec(),
+            user: user.into(),
+            roles: vec![],
+            queues: vec!["a".into()],
+        };
+        admin.create_token(req).await.unwrap();
+    }
+    let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    (cluster, agent)
+}
+
+fn submit(name: &str, queue: &str, rid: &str) -> SubmitRequest {
+    let mut spec = gpu_job(name, queue, "train", 1);
+    spec.env.insert("SECRET".into(), "s3".into());
+    SubmitRequest { spec: Some(spec), request_id: rid.into() }
+}
+
+fn job_ref(name: &str) -> JobRef {
+    JobRef { name: name.into(), ..Default::default() }
+}
+
+/// Every job, as the admin sees them.
+async fn all_jobs(c: &mut Client) -> Vec<Job> {
+    c.list_jobs(ListJobsRequest::default()).await.unwrap().into_inner().jobs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_token_is_unauthenticated_and_changes_nothing() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut anon = client(&cluster.addrs()[0], None).await;
+    let e = anon.submit(submit("j", "a", "")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("missing `authorization: Bearer TOKEN`"), "{}", e.message());
+    let e = anon.list_jobs(ListJobsRequest::default()).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let e = client(&cluster.addrs()[0], Some("not-a-token")).await.submit(submit("j", "a", "")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    assert!(e.message().contains("unknown token"), "{}", e.message());
+    assert!(all_jobs(&mut admin).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_token_is_unauthenticated_at_once() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    alice.submit(submit("j1", "a", "")).await.unwrap();
+    let id = alice.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    admin.revoke_token(TokenRef { id }).await.unwrap();
+    let e = alice.submit(submit("j2", "a", "")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("revoked"), "{}", e.message());
+    let names: Vec<String> = all_jobs(&mut admin).await.into_iter().map(|j| j.spec.unwrap().name).collect();
+    assert_eq!(names, ["j1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_user_submitting_to_a_queue_not_granted_is_denied() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let e = alice.submit(submit("j", "b", "")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("no grant on queue b"), "{}", e.message());
+    let e = alice.put_queue(queue("c", 8)).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert!(e.message().contains("needs role admin"), "{}", e.message());
+    assert!(all_jobs(&mut admin).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_another_users_job_is_denied() {
+    let (cluster, _agent) = setup(1).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    alice.submit(submit("j", "a", "")).await.unwrap();
+    let e = bob.cancel_job(job_ref("j")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("belongs to user alice"), "{}", e.message());
+    let after = alice.get_job(job_ref("j")).await.unwrap().into_inner();
+    assert_ne!(after.state, "Cancelled");
+    assert!(after.events.iter().all(|e| e.kind != "Cancelled"), "{:?}", after.events);
+    alice.cancel_job(job_ref("j")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_users_environment_is_hidden() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    alice.submit(submit("j", "a", "")).await.unwrap();
+    let seen = bob.get_job(job_ref("j")).await.unwrap().into_inner();
+    assert!(seen.env_hidden && seen.spec.unwrap().env.is_empty());
+    assert_eq!(seen.owner, "alice");
+    let listed = bob.list_jobs(ListJobsRequest::default()).await.unwrap().into_inner().jobs;
+    assert!(listed.iter().all(|j| j.env_hidden && j.spec.as_ref().unwrap().env.is_empty()));
+    for c in [&mut alice, &mut admin] {
+        let j = c.get_job(job_ref("j")).await.unwrap().into_inner();
+        assert!(!j.env_hidden);
+        assert_eq!(j.spec.unwrap().env.get("SECRET").map(String::as_str), Some("s3"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_id_another_user_used_makes_a_new_job() {
+    let (cluster, _agent) = setup(1).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    let first = alice.submit(submit("ja", "a", "r1")).await.unwrap().into_inner();
+    let other = bob.submit(submit("jb", "a", "r1")).await.unwrap().into_inner();
+    assert!(!other.duplicate && other.id != first.id && other.name == "jb", "{other:?}");
+    let again = alice.submit(submit("ja", "a", "r1")).await.unwrap().into_inner();
+    assert!(again.duplicate && again.id == first.id, "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_through_a_follower_and_forged_forwards_are_checked_where_applied() {
+    let (cluster, _agent) = setup(3).await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut admin = client(&cluster.addrs()[leader], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[follower], Some(ALICE)).await;
+    alice.submit(submit("j", "a", "")).await.unwrap();
+    let e = alice.submit(submit("k", "b", "")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "through the follower: {e:?}");
+
+    // A forwarded write sent straight to the leader's raft service, without a token.
+    let cmd = Command { now_ms: 0, op: Op::Cancel { job: 1 } };
+    let mut raft = RaftTransportClient::connect(format!("http://{}", cluster.addrs()[leader])).await.unwrap();
+    let req = RaftRequest {
+        cluster_id: "test".into(),
+        from_node_id: follower as u64 + 1,
+        to_node_id: leader as u64 + 1,
+        payload: baton_raft::codec::encode(&cmd).unwrap(),
+    };
+    let reply = raft.forward_write(req).await.unwrap().into_inner();
+    let answer: Result<baton_model::Response, baton_raft::WriteError> =
+        baton_raft::codec::decode(&reply.payload).unwrap();
+    let refused = answer.unwrap().unwrap_err();
+    assert!(matches!(refused, baton_model::ApplyError::Unauthenticated(_)), "{refused:?}");
+    let j = admin.get_job(job_ref("j")).await.unwrap().into_inner();
+    assert_ne!(j.state, "Cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auth_none_asks_for_tokens_once_the_cluster_has_one() {
+    let settings = ServerSettings { bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    assert_eq!(settings.auth, AuthMode::None);
+    let cluster = Cluster::start_with(1, settings).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !admin.list_tokens(Empty {}).await.is_ok_and(|r| !r.into_inner().tokens.is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "the bootstrap admin token never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let e = client(&cluster.addrs()[0], None).await.list_jobs(ListJobsRequest::default()).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+}
