@@ -22,7 +22,7 @@ fi
 # Every command runs in a throwaway client container on the cluster's network.
 # It holds the `admin` client certificate the compose file's `certs` step made.
 client() {
-  docker run --rm --network "${project}_default" -v "$PWD/deploy/tls:/tls:ro" \
+  docker run --rm --network "${project}_fabric" -v "$PWD/deploy/tls:/tls:ro" \
     -e BATON_TLS_DIR=/tls/client-admin -e BATON_TOKEN="${token:-}" \
     -e BATON_SERVER=server-1:7070,server-2:7070,server-3:7070 "${BATON_IMAGE:-baton:latest}" "$@"
 }
@@ -57,7 +57,7 @@ wait_for 60 "both agents are Ready" nodes_ready
 echo "smoke: cluster up, leader is replica $(leader_id)"
 client cluster info | grep -q 'transport: mutual TLS' || fail "the cluster does not say it runs mutual TLS"
 # Without a certificate the cluster does not answer.
-if docker run --rm --network "${project}_default" -e BATON_INSECURE=1 \
+if docker run --rm --network "${project}_fabric" -e BATON_INSECURE=1 \
   -e BATON_SERVER=server-1:7070 "${BATON_IMAGE:-baton:latest}" cluster info --timeout 3s >/dev/null 2>&1; then
   fail "a client without a certificate was answered"
 fi
@@ -100,4 +100,36 @@ caught_up() { client cluster info --server "server-$old:7070" -o json | grep -q 
   client describe smoke-2 --server "server-$old:7070" -o json | grep -q '"state": "Succeeded"'; }
 wait_for 60 "replica $old has caught up" caught_up
 echo "smoke: replica $old is back and has caught up"
+
+# Rack 1 is cut off from racks 2 and 3 while its agent runs a job; server-1 and agent-1 still
+# reach each other (a deposed leader may keep talking to the agents of its rack).
+client cordon gpu-2 >/dev/null
+client submit --name long --queue project-a --gpus 8 -- \
+  baton workload --steps 100000 --step-ms 50 --witness /checkpoints/witness >/dev/null
+on_gpu_1() { client describe long -o json | grep -q '"gpu-1"' && state_is long Running; }
+wait_for 60 "long runs on gpu-1" on_gpu_1
+client uncordon gpu-2 >/dev/null
+sleep 3
+rack_1=("$(compose ps -q server-1)" "$(compose ps -q agent-1)")
+for c in "${rack_1[@]}"; do docker network disconnect "${project}_fabric" "$c"; done
+echo "smoke: rack 1 (server-1, agent-1) cut off from the other racks"
+moved() { client describe long -o json | grep -q '"gpu-2"' && state_is long Running; }
+wait_for 90 "long runs again on gpu-2 (rack 2)" moved
+client submit --name rack-2-job --queue project-b --gpus 0 -- baton workload --steps 5 --step-ms 50 >/dev/null
+wait_for 60 "a new job runs while rack 1 is cut off" succeeded rack-2-job
+sleep 5
+for c in "${rack_1[@]}"; do docker network connect "${project}_fabric" "$c"; done
+echo "smoke: rack 1 reconnected"
+rack_1_back() { client nodes | grep gpu-1 | grep -q ' Ready ' && \
+  client describe long --server server-1:7070 -o json | grep -q '"gpu-2"'; }
+wait_for 90 "rack 1 rejoins (gpu-1 Ready, server-1 caught up)" rack_1_back
+sleep 3
+# The witness appends to `violations` only when two attempts or two processes on one GPU
+# held a lock at once; its `starts` lists every start.
+witness() { docker cp "$(compose ps -q agent-2):/checkpoints/witness/$1" - 2>/dev/null | tar -xO; }
+starts=$(witness starts | grep -c '^long ' || true)
+[ "$starts" -ge 2 ] || fail "the witness saw $starts starts of long, expected 2 or more"
+if violations=$(witness violations) && [ -n "$violations" ]; then fail "witnessed: $violations"; fi
+client cancel long >/dev/null
+echo "smoke: long moved from rack 1 to rack 2 ($starts starts), never two attempts at once; rack 1 rejoined"
 echo "smoke: passed"

@@ -95,6 +95,8 @@ fn append(path: &Path, line: &str) {
 /// Takes the locks `--witness` holds while the process lives; an error names the violation.
 fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
     let (job, rank, node) = (env("BATON_JOB"), env("BATON_RANK"), env("BATON_NODE"));
+    // A container image may have no `mkdir`: the first workload makes the directory.
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut names = vec![(format!("job-{job}-{rank}.lock"), format!("two attempts of {job} rank {rank} at once"))];
     for gpu in env("CUDA_VISIBLE_DEVICES").split(',').filter(|g| !g.is_empty()) {
         names.push((format!("gpu-{node}-{gpu}.lock"), format!("GPU {gpu} of {node} given to two processes")));
