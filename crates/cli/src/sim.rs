@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use baton_model::name::Name;
+use baton_model::scheduler::SchedulerSettings;
 use baton_sim::stats::TraceReport;
 use baton_sim::synth::GenSpec;
 use clap::{Args, Subcommand, ValueEnum};
@@ -61,11 +62,31 @@ struct TraceArgs {
     /// Offered load of --generate.
     #[arg(long, default_value_t = 0.9, requires = "generate")]
     load: f64,
+    /// Replace the cluster file's `scheduler: reserve_after` (seconds, or `never`).
+    #[arg(long, value_name = "SECONDS|never", value_parser = parse_reserve_after)]
+    reserve_after: Option<ReserveAfter>,
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     output: Format,
     /// Write an HTML report with charts (and one SVG file per chart beside it).
     #[arg(long, value_name = "OUT.html")]
     report: Option<PathBuf>,
+}
+
+/// `--reserve-after`: the scheduler settings it gives.
+#[derive(Clone, Copy, Debug)]
+pub struct ReserveAfter(pub SchedulerSettings);
+
+pub fn parse_reserve_after(s: &str) -> Result<ReserveAfter, String> {
+    let reserve_after_ms = match s {
+        "never" => None,
+        _ => {
+            let secs: u64 = s.parse().map_err(|_| format!("{s:?} is neither whole seconds nor `never`"))?;
+            Some(secs.checked_mul(1000).ok_or("too many seconds")?)
+        }
+    };
+    let settings = SchedulerSettings { reserve_after_ms };
+    settings.validate()?;
+    Ok(ReserveAfter(settings))
 }
 
 #[derive(Args)]
@@ -183,7 +204,9 @@ fn run_trace(t: &TraceArgs) -> Result<bool, String> {
         }
         (None, None) => return Err("give --trace T.csv or --generate JOBS".into()),
     };
-    let outcome = baton_sim::run_trace_jobs(&cluster_file, &cluster, &trace_file, &jobs).map_err(|e| e.to_string())?;
+    let settings = t.reserve_after.map(|r| r.0);
+    let outcome =
+        baton_sim::run_trace_jobs(&cluster_file, &cluster, &trace_file, &jobs, settings).map_err(|e| e.to_string())?;
     let report = TraceReport {
         cluster: cluster_file,
         trace: trace_file,
@@ -216,7 +239,7 @@ fn read_trace(path: &str) -> Result<(String, String), String> {
 }
 
 /// A trace for the cluster file's queues, classes and GPUs.
-fn generated(file: &str, cluster: &str, jobs: usize, seed: u64, load: f64) -> Result<String, String> {
+pub fn generated(file: &str, cluster: &str, jobs: usize, seed: u64, load: f64) -> Result<String, String> {
     let s = baton_sim::parse::parse(file, cluster).map_err(|e| e.to_string())?;
     let mut classes: Vec<Name> = s.classes.iter().map(|c| c.v.name.clone()).collect();
     if classes.is_empty() {

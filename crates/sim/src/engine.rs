@@ -26,7 +26,10 @@ use crate::stats::{Collector, JobRec, Sample};
 /// Cycles one instant may take before the simulator gives up (a scheduler bug).
 pub const MAX_CYCLES_PER_INSTANT: usize = 10_000;
 /// Instants one run may visit.
-pub const MAX_INSTANTS: usize = 1_000_000;
+pub const MAX_INSTANTS: usize = 10_000_000;
+/// Finished jobs a trace run keeps in the state (a scenario keeps the model's default, as
+/// its output lists every job).
+pub const TRACE_RETAINED_FINISHED_JOBS: usize = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -79,6 +82,11 @@ pub struct Engine<'s> {
     cap_gpus: Option<u64>,
     /// When each running job with a duration finishes.
     finishes: BTreeSet<(u64, JobId)>,
+    /// Running jobs: when each reaches its time limit, and when each preemptible one's
+    /// minimum runtime ends; `timers_of` says which entries a job has, to remove them.
+    limits: BTreeSet<(u64, JobId)>,
+    protections: BTreeSet<(u64, JobId)>,
+    timers_of: HashMap<JobId, (Option<u64>, Option<u64>)>,
     /// Something happened at this instant (an event was applied).
     changed: bool,
     pub stats: Collector,
@@ -117,6 +125,9 @@ impl<'s> Engine<'s> {
             pending_by_queue: vec![0; n],
             cap_gpus: None,
             finishes: BTreeSet::new(),
+            limits: BTreeSet::new(),
+            protections: BTreeSet::new(),
+            timers_of: HashMap::new(),
             changed: false,
             stats: Collector::new(queues),
             s,
@@ -137,9 +148,12 @@ impl<'s> Engine<'s> {
         }
     }
 
-    /// Trace mode: statistics only, no snapshot of every job at every instant.
+    /// Trace mode: statistics only, no snapshot of every job at every instant, and only a
+    /// few finished jobs kept in the state (the statistics keep what they need), so that a
+    /// cycle does not walk thousands of finished jobs.
     pub fn without_steps(mut self) -> Engine<'s> {
         self.record_steps = false;
+        self.state.set_retain_finished(TRACE_RETAINED_FINISHED_JOBS);
         self
     }
 
@@ -208,21 +222,9 @@ impl<'s> Engine<'s> {
         let stop = self.stops.keys().next().map(|(t, _)| *t);
         let finish = self.finishes.first().map(|(t, _)| *t);
         let waiting = !self.pending.is_empty();
-        let protection = waiting
-            .then(|| {
-                self.active_jobs()
-                    .filter(|j| j.state == JobState::Running && j.preemptible)
-                    .map(|j| j.started_ms.saturating_add(j.spec.min_runtime_ms))
-                    .filter(|&t| t > self.now_ms)
-                    .min()
-            })
-            .flatten();
-        let limit = self
-            .active_jobs()
-            .filter(|j| j.state == JobState::Running)
-            .filter_map(|j| j.time_limit_at())
-            .filter(|&t| t > self.now_ms)
-            .min();
+        let after_now = (self.now_ms.saturating_add(1), 0)..;
+        let protection = waiting.then(|| self.protections.range(after_now.clone()).next().map(|k| k.0)).flatten();
+        let limit = self.limits.range(after_now).next().map(|k| k.0);
         [stop, finish, protection, limit, self.next_starving()].into_iter().flatten().min()
     }
 
@@ -352,8 +354,27 @@ impl<'s> Engine<'s> {
         if let Some(q) = self.pending.remove(&id) {
             self.pending_by_queue[q] -= 1;
         }
+        if let Some((limit, protection)) = self.timers_of.remove(&id) {
+            for (set, t) in [(&mut self.limits, limit), (&mut self.protections, protection)] {
+                if let Some(t) = t {
+                    set.remove(&(t, id));
+                }
+            }
+        }
         let Some(job) = self.state.job(id) else { return };
+        if job.state == JobState::Running {
+            let limit = job.time_limit_at();
+            let protection = job.preemptible.then(|| job.started_ms.saturating_add(job.spec.min_runtime_ms));
+            self.limits.extend(limit.map(|t| (t, id)));
+            self.protections.extend(protection.map(|t| (t, id)));
+            self.timers_of.insert(id, (limit, protection));
+        }
         let (state, gpus, queue) = (job.state, job.gpus(), job.spec.queue.clone());
+        if matches!(state, JobState::Succeeded | JobState::Failed)
+            && let Some(r) = self.stats.jobs.get_mut(&id)
+        {
+            r.ended = true;
+        }
         let q = self.queue_index(&queue);
         if state.is_active() {
             self.active.insert(id, Track { queue: q, gpus });
@@ -362,10 +383,6 @@ impl<'s> Engine<'s> {
             self.pending.insert(id, q);
             self.pending_by_queue[q] += 1;
         }
-    }
-
-    fn active_jobs(&self) -> impl Iterator<Item = &baton_model::job::Job> {
-        self.active.keys().filter_map(|id| self.state.job(*id))
     }
 
     /// Debug builds check the tracked sets against a scan of every job.
@@ -408,8 +425,13 @@ impl<'s> Engine<'s> {
                     self.work.insert(job, w);
                     self.ids.insert(sub.spec.name.clone(), job);
                     let queue = self.queue_index(&sub.spec.queue);
-                    let rec =
-                        JobRec { queue, gpus: sub.spec.total().gpus(), submit_ms: self.now_ms, first_start_ms: None };
+                    let rec = JobRec {
+                        queue,
+                        gpus: sub.spec.total().gpus(),
+                        submit_ms: self.now_ms,
+                        first_start_ms: None,
+                        ended: false,
+                    };
                     self.stats.jobs.insert(job, rec);
                     self.track(job);
                 }
@@ -671,9 +693,13 @@ impl<'s> Engine<'s> {
 
     fn finish(mut self) -> Run {
         self.warn_oversubscribed();
-        let finished =
+        // A trace run prunes finished jobs from the state; the statistics remember them.
+        let finished = if self.record_steps {
             self.state.jobs().values().filter(|j| matches!(j.state, JobState::Succeeded | JobState::Failed)).count()
-                as u64;
+                as u64
+        } else {
+            self.stats.jobs.values().filter(|j| j.ended).count() as u64
+        };
         let utilization = if self.gpu_cap_ms == 0 { 0.0 } else { self.gpu_used_ms as f64 / self.gpu_cap_ms as f64 };
         let summary = Summary {
             preemptions: self.preemptions,

@@ -90,17 +90,22 @@ pub fn run(file: &str, text: &str) -> Result<Outcome, Error> {
 /// the report has the summary but no per-instant steps.
 pub fn run_trace(cluster_file: &str, cluster: &str, trace_file: &str, trace_text: &str) -> Result<Outcome, Error> {
     let jobs = trace::parse(trace_file, trace_text)?;
-    run_trace_jobs(cluster_file, cluster, trace_file, &jobs)
+    run_trace_jobs(cluster_file, cluster, trace_file, &jobs, None)
 }
 
-/// [`run_trace`] with the trace already read.
+/// [`run_trace`] with the trace already read; `scheduler` replaces the file's settings.
 pub fn run_trace_jobs(
     cluster_file: &str,
     cluster: &str,
     trace_file: &str,
     jobs: &[trace::TraceJob],
+    scheduler: Option<baton_model::scheduler::SchedulerSettings>,
 ) -> Result<Outcome, Error> {
     let mut scenario = parse::parse(cluster_file, cluster)?;
+    if let Some(v) = scheduler {
+        // A command-line setting replaces the file's `scheduler:` block.
+        scenario.scheduler = Some(scenario::At { v, line: 0, path: "scheduler".into() });
+    }
     let state = validate::configure(&scenario)?;
     trace::attach(&mut scenario, &state, trace_file, jobs)?;
     let run = engine::Engine::new(&scenario, state).without_steps().run()?;

@@ -21,6 +21,8 @@ pub struct JobRec {
     pub gpus: u64,
     pub submit_ms: u64,
     pub first_start_ms: Option<u64>,
+    /// It ran to its end (Succeeded or Failed).
+    pub ended: bool,
 }
 
 /// The queues' state at one instant (GPUs in use and jobs pending, by queue index).
