@@ -7,7 +7,7 @@
 //! a job with a `duration` exits 0 once it has run that long in total (a checkpointed job
 //! keeps its work; one that starts over loses it; a suspended one does not advance).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use baton_model::command::{Command, Observed, Op, Outcome};
 use baton_model::event::{Event, EventKind};
@@ -21,11 +21,15 @@ use crate::de::Cx;
 use crate::expect::{Failure, check};
 use crate::output::{self, EventOut, Report, Secs, StepOut, Summary};
 use crate::scenario::{Action, Scenario, Step};
+use crate::stats::{Collector, JobRec, Sample};
 
 /// Cycles one instant may take before the simulator gives up (a scheduler bug).
 pub const MAX_CYCLES_PER_INSTANT: usize = 10_000;
 /// Instants one run may visit.
-pub const MAX_INSTANTS: usize = 1_000_000;
+pub const MAX_INSTANTS: usize = 10_000_000;
+/// Finished jobs a trace run keeps in the state (a scenario keeps the model's default, as
+/// its output lists every job).
+pub const TRACE_RETAINED_FINISHED_JOBS: usize = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -38,6 +42,8 @@ pub enum SimError {
 struct Work {
     duration_ms: Option<u64>,
     checkpoint_time_ms: u64,
+    /// Trace jobs: a checkpoint every this much run; a stop keeps the work up to the last one.
+    checkpoint_interval_ms: Option<u64>,
     /// Work kept (checkpointed, or done before a suspension).
     done_ms: u64,
     run_start: Option<u64>,
@@ -60,11 +66,70 @@ pub struct Engine<'s> {
     gpu_cap_ms: u128,
     start_ms: Option<u64>,
     warnings: Vec<String>,
+    /// Scenario mode: a snapshot of every job and queue at each instant (`-o json`). Trace
+    /// mode keeps only the statistics.
+    record_steps: bool,
+    /// Every submitted job's id by name (events name jobs; a finished one may be pruned).
+    ids: HashMap<Name, JobId>,
+    queue_ix: BTreeMap<Name, usize>,
+    /// Jobs holding GPUs (Running or Preempting) and pending jobs, kept in step with the
+    /// state from the events that name them, so that an instant costs no scan of all jobs.
+    active: BTreeMap<JobId, Track>,
+    pending: BTreeMap<JobId, usize>,
+    used_by_queue: Vec<u64>,
+    pending_by_queue: Vec<u64>,
+    /// GPUs of Ready nodes; recomputed after a node step.
+    cap_gpus: Option<u64>,
+    /// When each running job with a duration finishes.
+    finishes: BTreeSet<(u64, JobId)>,
+    /// Running jobs: when each reaches its time limit, and when each preemptible one's
+    /// minimum runtime ends; `timers_of` says which entries a job has, to remove them.
+    limits: BTreeSet<(u64, JobId)>,
+    protections: BTreeSet<(u64, JobId)>,
+    timers_of: HashMap<JobId, (Option<u64>, Option<u64>)>,
+    /// Something happened at this instant (an event was applied).
+    changed: bool,
+    pub stats: Collector,
+}
+
+/// A job holding GPUs.
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    queue: usize,
+    gpus: u64,
+}
+
+/// What a run produced.
+pub struct Run {
+    pub report: Report,
+    pub failures: Vec<Failure>,
+    pub checked: usize,
+    pub stats: Collector,
+    /// GPU time the cluster's Ready nodes had over the run.
+    pub cap_gpu_ms: u128,
+    /// Each queue's nominal GPUs (all pools) at the end, in `stats.queues` order.
+    pub quota_gpus: Vec<u64>,
 }
 
 impl<'s> Engine<'s> {
     pub fn new(s: &'s Scenario, state: State) -> Engine<'s> {
+        let queues: Vec<Name> = state.queues().keys().cloned().collect();
+        let n = queues.len();
         Engine {
+            record_steps: true,
+            ids: HashMap::new(),
+            queue_ix: queues.iter().cloned().enumerate().map(|(i, q)| (q, i)).collect(),
+            active: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            used_by_queue: vec![0; n],
+            pending_by_queue: vec![0; n],
+            cap_gpus: None,
+            finishes: BTreeSet::new(),
+            limits: BTreeSet::new(),
+            protections: BTreeSet::new(),
+            timers_of: HashMap::new(),
+            changed: false,
+            stats: Collector::new(queues),
             s,
             state,
             now_ms: 0,
@@ -83,7 +148,16 @@ impl<'s> Engine<'s> {
         }
     }
 
-    pub fn run(mut self) -> Result<(Report, Vec<Failure>, usize), SimError> {
+    /// Trace mode: statistics only, no snapshot of every job at every instant, and only a
+    /// few finished jobs kept in the state (the statistics keep what they need), so that a
+    /// cycle does not walk thousands of finished jobs.
+    pub fn without_steps(mut self) -> Engine<'s> {
+        self.record_steps = false;
+        self.state.set_retain_finished(TRACE_RETAINED_FINISHED_JOBS);
+        self
+    }
+
+    pub fn run(mut self) -> Result<Run, SimError> {
         let mut fixed: BTreeSet<u64> = self.s.timeline.iter().map(|st| st.at_ms).collect();
         fixed.extend(self.s.expect.iter().map(|e| e.at_ms));
         let mut next_step = 0;
@@ -99,9 +173,14 @@ impl<'s> Engine<'s> {
                 next_step += 1;
             }
             self.settle()?;
-            if is_fixed || !self.events.is_empty() {
+            self.debug_check_tracking();
+            if self.changed {
+                self.sample();
+            }
+            if self.record_steps && (is_fixed || !self.events.is_empty()) {
                 self.record();
             }
+            self.changed = false;
             self.check_expectations(t);
         }
         Err(self.internal(format!("more than {MAX_INSTANTS} instants")))
@@ -114,14 +193,23 @@ impl<'s> Engine<'s> {
     fn advance_to(&mut self, t: u64) {
         let start = *self.start_ms.get_or_insert(t);
         let dt = u128::from(t.saturating_sub(self.now_ms.max(start)));
-        let used: u64 = self.state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.gpus()).sum();
-        let cap: u64 = self
-            .state
-            .nodes()
-            .values()
-            .filter(|n| n.status == NodeStatus::Ready)
-            .map(|n| n.spec.resources.gpus())
-            .sum();
+        let used: u64 = self.used_by_queue.iter().sum();
+        let cap = match self.cap_gpus {
+            Some(c) => c,
+            None => {
+                let c = self
+                    .state
+                    .nodes()
+                    .values()
+                    .filter(|n| n.status == NodeStatus::Ready)
+                    .map(|n| n.spec.resources.gpus())
+                    .sum();
+                *self.cap_gpus.insert(c)
+            }
+        };
+        for (acc, &u) in self.stats.used_gpu_ms.iter_mut().zip(&self.used_by_queue) {
+            *acc += dt * u128::from(u);
+        }
         self.gpu_used_ms += dt * u128::from(used);
         self.gpu_cap_ms += dt * u128::from(cap);
         self.now_ms = t;
@@ -132,27 +220,11 @@ impl<'s> Engine<'s> {
     /// become a victim.
     fn next_timer(&self) -> Option<u64> {
         let stop = self.stops.keys().next().map(|(t, _)| *t);
-        let finish = self.work.values().filter_map(finish_at).min();
-        let waiting = self.state.jobs().values().any(|j| j.state == JobState::Pending);
-        let protection = waiting
-            .then(|| {
-                self.state
-                    .jobs()
-                    .values()
-                    .filter(|j| j.state == JobState::Running && j.preemptible)
-                    .map(|j| j.started_ms.saturating_add(j.spec.min_runtime_ms))
-                    .filter(|&t| t > self.now_ms)
-                    .min()
-            })
-            .flatten();
-        let limit = self
-            .state
-            .jobs()
-            .values()
-            .filter(|j| j.state == JobState::Running)
-            .filter_map(|j| j.time_limit_at())
-            .filter(|&t| t > self.now_ms)
-            .min();
+        let finish = self.finishes.first().map(|(t, _)| *t);
+        let waiting = !self.pending.is_empty();
+        let after_now = (self.now_ms.saturating_add(1), 0)..;
+        let protection = waiting.then(|| self.protections.range(after_now.clone()).next().map(|k| k.0)).flatten();
+        let limit = self.limits.range(after_now).next().map(|k| k.0);
         [stop, finish, protection, limit, self.next_starving()].into_iter().flatten().min()
     }
 
@@ -160,9 +232,9 @@ impl<'s> Engine<'s> {
     /// runs then, decisions.md section 8).
     fn next_starving(&self) -> Option<u64> {
         let after = self.state.scheduler().reserve_after_ms?;
-        self.state
-            .jobs()
-            .values()
+        self.pending
+            .keys()
+            .filter_map(|id| self.state.job(*id))
             .filter(|j| j.state == JobState::Pending && self.state.pool_reservation_of(j.id).is_none())
             .map(|j| j.pending_since_ms.saturating_add(after))
             .filter(|&t| t > self.now_ms)
@@ -184,48 +256,156 @@ impl<'s> Engine<'s> {
 
     /// Keeps the simulator's work accounting and counters in step with what happened.
     fn observe(&mut self, e: &Event) {
-        self.events.push(EventOut::of(e));
-        let Some(job) = e.job.as_ref().and_then(|n| self.state.job_by_name(n.as_str())) else {
+        if self.record_steps {
+            self.events.push(EventOut::of(e));
+        }
+        self.changed = true;
+        let Some(id) = e.job.as_ref().and_then(|n| self.ids.get(n)).copied() else {
             return;
         };
-        let (id, has_checkpoint) = (job.id, job.has_checkpoint);
+        if let Some(job) = self.state.job(id) {
+            let (has_checkpoint, queue) = (job.has_checkpoint, job.spec.queue.clone());
+            self.account(id, e, has_checkpoint, &queue);
+        }
+        self.track(id);
+    }
+
+    /// The simulator's work accounting, counters and statistics for one event of job `id`.
+    fn account(&mut self, id: JobId, e: &Event, has_checkpoint: bool, queue: &Name) {
         let now = self.now_ms;
-        let w = self.work.entry(id).or_default();
-        match &e.kind {
+        let gpus = self.active.get(&id).map_or(0, |t| t.gpus);
+        let lost = self.with_work(id, |w| match &e.kind {
             EventKind::Started { .. } => {
-                if !has_checkpoint {
+                if !has_checkpoint && w.checkpoint_interval_ms.is_none() {
                     w.done_ms = 0;
                 }
                 w.run_start = Some(now);
+                0
             }
-            EventKind::Resumed => w.run_start = Some(now),
-            EventKind::Stopped { checkpointed } => {
-                if *checkpointed && let Some(s) = w.run_start {
-                    w.done_ms += now - s;
-                }
-                w.run_start = None;
+            EventKind::Resumed => {
+                w.run_start = Some(now);
+                0
             }
-            EventKind::Suspended { .. } => {
-                if let Some(s) = w.run_start {
-                    w.done_ms += now - s;
-                }
-                w.run_start = None;
-            }
-            EventKind::Preempted { by } => {
-                self.preemptions += 1;
-                let name = e.job.clone().expect("job event");
-                self.victims.entry(by.clone()).or_default().push(name);
-            }
-            EventKind::Requeued
-            | EventKind::Paused
+            EventKind::Stopped { checkpointed } => end_run(w, now, *checkpointed),
+            EventKind::Suspended { .. } => end_run(w, now, true),
+            EventKind::Requeued => end_run(w, now, false),
+            EventKind::Paused
             | EventKind::Succeeded
             | EventKind::Failed { .. }
             | EventKind::TimedOut
             | EventKind::Cancelled => {
                 w.run_start = None;
+                0
+            }
+            _ => 0,
+        });
+        let q = self.queue_index(queue);
+        self.stats.lost_gpu_ms[q] += u128::from(lost) * u128::from(gpus);
+        match &e.kind {
+            EventKind::Started { .. } => {
+                if let Some(r) = self.stats.jobs.get_mut(&id) {
+                    r.first_start_ms.get_or_insert(now);
+                }
+            }
+            EventKind::Preempted { by } => {
+                self.preemptions += 1;
+                self.stats.preemptions[q] += 1;
+                self.stats.preempted_at.push((now, q));
+                let name = e.job.clone().expect("job event");
+                self.victims.entry(by.clone()).or_default().push(name);
             }
             _ => {}
         }
+    }
+
+    /// Changes a job's work and keeps its finish time in `finishes`.
+    fn with_work<R>(&mut self, id: JobId, f: impl FnOnce(&mut Work) -> R) -> R {
+        let w = self.work.entry(id).or_default();
+        if let Some(t) = finish_at(w) {
+            self.finishes.remove(&(t, id));
+        }
+        let r = f(w);
+        if let Some(t) = finish_at(w) {
+            self.finishes.insert((t, id));
+        }
+        r
+    }
+
+    fn queue_index(&mut self, queue: &Name) -> usize {
+        if let Some(&i) = self.queue_ix.get(queue) {
+            return i;
+        }
+        let i = self.stats.queues.len();
+        self.queue_ix.insert(queue.clone(), i);
+        self.stats.queues.push(queue.clone());
+        for v in [&mut self.used_by_queue, &mut self.pending_by_queue, &mut self.stats.preemptions] {
+            v.push(0);
+        }
+        self.stats.used_gpu_ms.push(0);
+        self.stats.lost_gpu_ms.push(0);
+        i
+    }
+
+    /// Puts job `id` in `active` or `pending` as its state now says.
+    fn track(&mut self, id: JobId) {
+        if let Some(t) = self.active.remove(&id) {
+            self.used_by_queue[t.queue] -= t.gpus;
+        }
+        if let Some(q) = self.pending.remove(&id) {
+            self.pending_by_queue[q] -= 1;
+        }
+        if let Some((limit, protection)) = self.timers_of.remove(&id) {
+            for (set, t) in [(&mut self.limits, limit), (&mut self.protections, protection)] {
+                if let Some(t) = t {
+                    set.remove(&(t, id));
+                }
+            }
+        }
+        let Some(job) = self.state.job(id) else { return };
+        if job.state == JobState::Running {
+            let limit = job.time_limit_at();
+            let protection = job.preemptible.then(|| job.started_ms.saturating_add(job.spec.min_runtime_ms));
+            self.limits.extend(limit.map(|t| (t, id)));
+            self.protections.extend(protection.map(|t| (t, id)));
+            self.timers_of.insert(id, (limit, protection));
+        }
+        let (state, gpus, queue) = (job.state, job.gpus(), job.spec.queue.clone());
+        if matches!(state, JobState::Succeeded | JobState::Failed)
+            && let Some(r) = self.stats.jobs.get_mut(&id)
+        {
+            r.ended = true;
+        }
+        let q = self.queue_index(&queue);
+        if state.is_active() {
+            self.active.insert(id, Track { queue: q, gpus });
+            self.used_by_queue[q] += gpus;
+        } else if state == JobState::Pending {
+            self.pending.insert(id, q);
+            self.pending_by_queue[q] += 1;
+        }
+    }
+
+    /// Debug builds check the tracked sets against a scan of every job.
+    fn debug_check_tracking(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let jobs = self.state.jobs().values();
+        let active: BTreeSet<JobId> = jobs.clone().filter(|j| j.state.is_active()).map(|j| j.id).collect();
+        let pending: BTreeSet<JobId> = jobs.filter(|j| j.state == JobState::Pending).map(|j| j.id).collect();
+        assert_eq!(active, self.active.keys().copied().collect(), "active jobs tracked at t={}", self.now_ms);
+        assert_eq!(pending, self.pending.keys().copied().collect(), "pending jobs tracked at t={}", self.now_ms);
+        let used: u64 = self.state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.gpus()).sum();
+        assert_eq!(used, self.used_by_queue.iter().sum::<u64>(), "GPUs in use tracked at t={}", self.now_ms);
+    }
+
+    fn sample(&mut self) {
+        let s = Sample {
+            at_ms: self.now_ms,
+            used_gpus: self.used_by_queue.clone(),
+            pending: self.pending_by_queue.clone(),
+        };
+        self.stats.sample(s);
     }
 
     fn refuse(&mut self, job: Option<Name>, message: String) {
@@ -239,9 +419,21 @@ impl<'s> Engine<'s> {
                     let w = Work {
                         duration_ms: sub.duration_ms,
                         checkpoint_time_ms: sub.checkpoint_time_ms,
+                        checkpoint_interval_ms: sub.checkpoint_interval_ms,
                         ..Work::default()
                     };
                     self.work.insert(job, w);
+                    self.ids.insert(sub.spec.name.clone(), job);
+                    let queue = self.queue_index(&sub.spec.queue);
+                    let rec = JobRec {
+                        queue,
+                        gpus: sub.spec.total().gpus(),
+                        submit_ms: self.now_ms,
+                        first_start_ms: None,
+                        ended: false,
+                    };
+                    self.stats.jobs.insert(job, rec);
+                    self.track(job);
                 }
             }),
             Action::Finish(j) => self.exit(&j.v, 0),
@@ -252,9 +444,11 @@ impl<'s> Engine<'s> {
             }
             Action::Resume(j) => self.job_id(&j.v).and_then(|job| self.apply(Op::Resume { job })).map(drop),
             Action::NodeDown(n) => {
+                self.cap_gpus = None;
                 self.apply(Op::SetNodeStatus { node: n.v.clone(), status: NodeStatus::Lost }).map(drop)
             }
             Action::NodeUp(n) => {
+                self.cap_gpus = None;
                 self.apply(Op::SetNodeStatus { node: n.v.clone(), status: NodeStatus::Ready }).map(drop)
             }
             Action::Cordon(n) => self.apply(Op::Cordon { node: n.v.clone(), cordoned: true }).map(drop),
@@ -361,8 +555,9 @@ impl<'s> Engine<'s> {
         let mut fired = false;
         loop {
             let now = self.now_ms;
-            let done: Vec<JobId> =
-                self.work.iter().filter(|(_, w)| finish_at(w).is_some_and(|t| t <= now)).map(|(id, _)| *id).collect();
+            // In id order, as a scan of all jobs would find them.
+            let mut done: Vec<JobId> = self.finishes.range(..=(now, JobId::MAX)).map(|(_, id)| *id).collect();
+            done.sort_unstable();
             let due: Vec<((u64, JobId), (u32, bool))> =
                 self.stops.range(..=(now, JobId::MAX)).map(|(k, v)| (*k, *v)).collect();
             if done.is_empty() && due.is_empty() {
@@ -374,7 +569,7 @@ impl<'s> Engine<'s> {
                 let exited =
                     |rank: u32| (rank == 0).then_some(Observed::Exited { job: id, attempt, rank, exit_code: 0 });
                 if self.report_ranks(id, exited).is_err() {
-                    self.work.entry(id).or_default().run_start = None;
+                    self.with_work(id, |w| w.run_start = None);
                 }
             }
             for (key, (attempt, checkpointed)) in due {
@@ -496,11 +691,15 @@ impl<'s> Engine<'s> {
         }
     }
 
-    fn finish(mut self) -> (Report, Vec<Failure>, usize) {
+    fn finish(mut self) -> Run {
         self.warn_oversubscribed();
-        let finished =
+        // A trace run prunes finished jobs from the state; the statistics remember them.
+        let finished = if self.record_steps {
             self.state.jobs().values().filter(|j| matches!(j.state, JobState::Succeeded | JobState::Failed)).count()
-                as u64;
+                as u64
+        } else {
+            self.stats.jobs.values().filter(|j| j.ended).count() as u64
+        };
         let utilization = if self.gpu_cap_ms == 0 { 0.0 } else { self.gpu_used_ms as f64 / self.gpu_cap_ms as f64 };
         let summary = Summary {
             preemptions: self.preemptions,
@@ -511,8 +710,36 @@ impl<'s> Engine<'s> {
         let name = self.s.name.clone().unwrap_or_else(|| {
             std::path::Path::new(&self.s.file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
         });
-        (Report { name, warnings: self.warnings, steps: self.steps, summary }, self.failures, self.checked)
+        let report = Report { name, warnings: self.warnings, steps: self.steps, summary };
+        let quota_gpus = self
+            .stats
+            .queues
+            .iter()
+            .map(|q| self.state.queues().get(q).map_or(0, |q| q.quotas.values().map(|p| p.nominal.gpus()).sum()))
+            .collect();
+        Run {
+            report,
+            failures: self.failures,
+            checked: self.checked,
+            stats: self.stats,
+            cap_gpu_ms: self.gpu_cap_ms,
+            quota_gpus,
+        }
     }
+}
+
+/// Ends a run; the work kept is the whole run when it was checkpointed, else the run up to
+/// its last periodic checkpoint (none without an interval). Returns the run's work lost.
+fn end_run(w: &mut Work, now: u64, checkpointed: bool) -> u64 {
+    let Some(s) = w.run_start.take() else { return 0 };
+    let ran = now.saturating_sub(s);
+    let kept = match w.checkpoint_interval_ms {
+        _ if checkpointed => ran,
+        Some(i) => ran / i * i,
+        None => 0,
+    };
+    w.done_ms += kept;
+    ran - kept
 }
 
 fn finish_at(w: &Work) -> Option<u64> {

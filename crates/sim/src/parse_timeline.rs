@@ -179,7 +179,14 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         env,
         checkpoint_signal,
     };
-    Ok(Submit { spec, duration_ms, checkpoint_time_ms, queue_line: qnode.line, priority_line })
+    Ok(Submit {
+        spec,
+        duration_ms,
+        checkpoint_time_ms,
+        checkpoint_interval_ms: None,
+        queue_line: qnode.line,
+        priority_line,
+    })
 }
 
 /// A class name, or an integer (then the job is preemptible).

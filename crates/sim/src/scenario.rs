@@ -48,6 +48,9 @@ pub struct Submit {
     pub duration_ms: Option<u64>,
     /// How long the job takes to checkpoint and exit after its signal.
     pub checkpoint_time_ms: u64,
+    /// Trace jobs: how often the job writes a checkpoint on its own; a stop that is not a
+    /// checkpoint keeps the work up to the last one. `None`: only checkpoints on a signal.
+    pub checkpoint_interval_ms: Option<u64>,
     /// Lines of fields that name other things, for precise errors.
     pub queue_line: usize,
     pub priority_line: usize,

@@ -1,0 +1,318 @@
+//! `baton sim --report out.html`: a self-contained HTML page with inline SVG charts (no
+//! script), and the same charts as SVG files beside it, so that two policy files can be
+//! compared by looking at them:
+//! - GPUs in use per queue over time, each against its quota (dashed), preemptions marked
+//!   on the timeline;
+//! - pending jobs per queue over time;
+//! - the distribution of first-start waits per queue (the share of jobs that waited at most
+//!   x seconds).
+//!
+//! Each series is a `<g class="series" data-series="NAME">` whose polyline carries its
+//! values in data units in `data-points` ("x,y x,y", seconds and GPUs or jobs), so that a
+//! reader or a test can check what is drawn.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use crate::Outcome;
+use crate::stats::Collector;
+
+/// Points drawn per series; longer series are thinned evenly (the last point is kept).
+pub const MAX_POINTS_PER_SERIES: usize = 2_000;
+/// Queues drawn in one chart (each gets a series); more are left out, and the page says so.
+pub const MAX_SERIES: usize = 24;
+
+const WIDTH: f64 = 900.0;
+const HEIGHT: f64 = 320.0;
+const MARGIN: (f64, f64, f64, f64) = (60.0, 20.0, 30.0, 40.0); // left, right, top, bottom
+const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+
+/// One line of a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// A quota line rather than a measured one.
+    pub dashed: bool,
+    /// Drawn as steps (the value holds until the next point).
+    pub steps: bool,
+    pub color: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chart {
+    /// File-name part and HTML id.
+    pub id: &'static str,
+    pub title: String,
+    pub x_label: &'static str,
+    pub y_label: &'static str,
+    pub series: Vec<Series>,
+    /// Preemptions: (seconds, series color index, queue name).
+    pub marks: Vec<(f64, usize, String)>,
+}
+
+/// The charts of one run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub name: String,
+    pub charts: Vec<Chart>,
+    pub left_out_queues: usize,
+}
+
+impl Report {
+    pub fn of(o: &Outcome) -> Report {
+        let c = &o.stats;
+        let shown = c.queues.len().min(MAX_SERIES);
+        let charts = vec![usage_chart(c, &o.quota_gpus, shown), pending_chart(c, shown), wait_chart(c, o, shown)];
+        Report { name: o.report.name.clone(), charts, left_out_queues: c.queues.len() - shown }
+    }
+
+    /// The HTML page with every chart inline.
+    pub fn html(&self) -> String {
+        let mut out = String::new();
+        let title = esc(&format!("baton sim report: {}", self.name));
+        let _ = write!(
+            out,
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>\n\
+             <style>body{{font-family:sans-serif;margin:2em;color:#222}}figure{{margin:1.5em 0}}\
+             figcaption{{font-weight:bold;margin-bottom:.3em}}</style></head><body>\n<h1>{title}</h1>\n"
+        );
+        if self.left_out_queues > 0 {
+            let _ = writeln!(out, "<p>{} queues past the first {MAX_SERIES} are not drawn.</p>", self.left_out_queues);
+        }
+        for c in &self.charts {
+            let _ = writeln!(
+                out,
+                "<figure id=\"{}\"><figcaption>{}</figcaption>\n{}</figure>",
+                c.id,
+                esc(&c.title),
+                svg(c)
+            );
+        }
+        out.push_str("</body></html>\n");
+        out
+    }
+
+    /// Writes the page at `path` and each chart as `<stem>-<chart>.svg` beside it; returns the
+    /// SVG paths.
+    pub fn write(&self, path: &Path) -> std::io::Result<Vec<PathBuf>> {
+        std::fs::write(path, self.html())?;
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "report".into());
+        let mut written = Vec::new();
+        for c in &self.charts {
+            let p = path.with_file_name(format!("{stem}-{}.svg", c.id));
+            let doc = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{}", svg(c));
+            std::fs::write(&p, doc)?;
+            written.push(p);
+        }
+        Ok(written)
+    }
+}
+
+fn secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+fn usage_chart(c: &Collector, quota: &[u64], shown: usize) -> Chart {
+    let mut series = Vec::new();
+    let end = c.samples.last().map_or(0.0, |s| secs(s.at_ms));
+    let start = c.samples.first().map_or(0.0, |s| secs(s.at_ms));
+    for q in 0..shown {
+        let points = c.samples.iter().map(|s| (secs(s.at_ms), s.used_gpus[q] as f64)).collect();
+        series.push(Series { name: c.queues[q].to_string(), points, dashed: false, steps: true, color: q });
+        if let Some(&nominal) = quota.get(q).filter(|&&n| n > 0) {
+            let points = vec![(start, nominal as f64), (end, nominal as f64)];
+            let name = format!("{} quota", c.queues[q]);
+            series.push(Series { name, points, dashed: true, steps: false, color: q });
+        }
+    }
+    let marks = c
+        .preempted_at
+        .iter()
+        .filter(|(_, q)| *q < shown)
+        .map(|&(t, q)| (secs(t), q, c.queues[q].to_string()))
+        .collect();
+    Chart {
+        id: "gpu-usage",
+        title: "GPUs in use per queue (dashed: quota; ticks: preemptions of that queue's jobs)".into(),
+        x_label: "time (s)",
+        y_label: "GPUs",
+        series,
+        marks,
+    }
+}
+
+fn pending_chart(c: &Collector, shown: usize) -> Chart {
+    let series = (0..shown)
+        .map(|q| Series {
+            name: c.queues[q].to_string(),
+            points: c.samples.iter().map(|s| (secs(s.at_ms), s.pending[q] as f64)).collect(),
+            dashed: false,
+            steps: true,
+            color: q,
+        })
+        .collect();
+    Chart {
+        id: "pending",
+        title: "Pending jobs per queue".into(),
+        x_label: "time (s)",
+        y_label: "jobs",
+        series,
+        marks: Vec::new(),
+    }
+}
+
+/// Share of a queue's jobs that waited at most x seconds for their first start (jobs never
+/// started count with their wait up to the end of the run).
+fn wait_chart(c: &Collector, o: &Outcome, shown: usize) -> Chart {
+    let end = o.report.summary.end.0;
+    let mut waits: Vec<Vec<u64>> = vec![Vec::new(); shown];
+    for j in c.jobs.values().filter(|j| j.queue < shown) {
+        waits[j.queue].push(j.first_start_ms.unwrap_or(end).saturating_sub(j.submit_ms));
+    }
+    let series = waits
+        .into_iter()
+        .enumerate()
+        .filter(|(_, w)| !w.is_empty())
+        .map(|(q, mut w)| {
+            w.sort_unstable();
+            let n = w.len() as f64;
+            let points = w.iter().enumerate().map(|(i, &ms)| (secs(ms), (i + 1) as f64 / n)).collect();
+            Series { name: c.queues[q].to_string(), points, dashed: false, steps: true, color: q }
+        })
+        .collect();
+    Chart {
+        id: "wait",
+        title: "Wait for the first start: share of each queue's jobs that waited at most x".into(),
+        x_label: "wait (s)",
+        y_label: "share of jobs",
+        series,
+        marks: Vec::new(),
+    }
+}
+
+/// At most `MAX_POINTS_PER_SERIES` points, evenly spread, first and last kept.
+fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    if points.len() <= MAX_POINTS_PER_SERIES {
+        return points.to_vec();
+    }
+    let step = points.len().div_ceil(MAX_POINTS_PER_SERIES - 1);
+    let mut out: Vec<(f64, f64)> = points.iter().step_by(step).copied().collect();
+    if out.last() != points.last() {
+        out.push(*points.last().expect("not empty"));
+    }
+    out
+}
+
+/// One chart as an SVG document (no XML declaration, so it can go inline).
+pub fn svg(c: &Chart) -> String {
+    let thinned: Vec<Vec<(f64, f64)>> = c.series.iter().map(|s| thin(&s.points)).collect();
+    let all = thinned.iter().flatten();
+    let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max).max(c.marks.iter().map(|m| m.0).fold(0.0, f64::max));
+    let x_min = all.clone().map(|p| p.0).fold(f64::INFINITY, f64::min).min(x_max);
+    let y_max = all.map(|p| p.1).fold(0.0, f64::max);
+    let (x_min, x_max, y_max) = (x_min.min(x_max), if x_max > x_min { x_max } else { x_min + 1.0 }, y_max.max(1.0));
+    let (l, r, t, b) = MARGIN;
+    let px = |x: f64| l + (x - x_min) / (x_max - x_min) * (WIDTH - l - r);
+    let py = |y: f64| HEIGHT - b - y / y_max * (HEIGHT - t - b);
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" \
+         data-chart=\"{}\">\n<title>{}</title>\n",
+        c.id,
+        esc(&c.title)
+    );
+    axes(&mut out, c, (x_min, x_max, y_max), &px, &py);
+    for (i, (s, pts)) in c.series.iter().zip(&thinned).enumerate() {
+        let color = COLORS[s.color % COLORS.len()];
+        let dash = if s.dashed { " stroke-dasharray=\"6 4\"" } else { "" };
+        let data: Vec<String> = pts.iter().map(|(x, y)| format!("{},{}", num(*x), num(*y))).collect();
+        let mut drawn = Vec::new();
+        for (k, &(x, y)) in pts.iter().enumerate() {
+            if s.steps && k > 0 {
+                drawn.push(format!("{:.1},{:.1}", px(x), py(pts[k - 1].1)));
+            }
+            drawn.push(format!("{:.1},{:.1}", px(x), py(y)));
+        }
+        let _ = writeln!(
+            out,
+            "<g class=\"series\" data-series=\"{name}\"><polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"{dash} \
+             points=\"{}\" data-points=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{color}\">{name}</text></g>",
+            drawn.join(" "),
+            data.join(" "),
+            WIDTH - r - 150.0,
+            t + 12.0 * (i as f64 + 1.0),
+            name = esc(&s.name),
+        );
+    }
+    if !c.marks.is_empty() {
+        out.push_str("<g class=\"preemptions\">\n");
+        for (x, color, queue) in &c.marks {
+            let _ = writeln!(
+                out,
+                "<line class=\"preemption\" data-t=\"{}\" data-queue=\"{}\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" \
+                 stroke=\"{}\" stroke-width=\"1\"/>",
+                num(*x),
+                esc(queue),
+                px(*x),
+                px(*x),
+                HEIGHT - b,
+                HEIGHT - b + 8.0,
+                COLORS[color % COLORS.len()]
+            );
+        }
+        out.push_str("</g>\n");
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn axes(
+    out: &mut String,
+    c: &Chart,
+    (x_min, x_max, y_max): (f64, f64, f64),
+    px: &dyn Fn(f64) -> f64,
+    py: &dyn Fn(f64) -> f64,
+) {
+    let (l, r, t, b) = MARGIN;
+    let _ = writeln!(
+        out,
+        "<g class=\"axes\" font-size=\"11\"><line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#444\"/>\
+         <line x1=\"{l}\" y1=\"{t}\" x2=\"{l}\" y2=\"{}\" stroke=\"#444\"/>\
+         <text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\
+         <text x=\"12\" y=\"{:.1}\" transform=\"rotate(-90 12 {:.1})\" text-anchor=\"middle\">{}</text>",
+        HEIGHT - b,
+        WIDTH - r,
+        HEIGHT - b,
+        HEIGHT - b,
+        (l + WIDTH - r) / 2.0,
+        HEIGHT - 5.0,
+        c.x_label,
+        HEIGHT / 2.0,
+        HEIGHT / 2.0,
+        c.y_label
+    );
+    for i in 0..=4 {
+        let x = x_min + (x_max - x_min) * f64::from(i) / 4.0;
+        let y = y_max * f64::from(i) / 4.0;
+        let _ = write!(
+            out,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            px(x),
+            HEIGHT - b + 20.0,
+            num(x),
+            l - 4.0,
+            py(y) + 4.0,
+            num(y)
+        );
+    }
+    out.push_str("</g>\n");
+}
+
+/// A number as short as it reads: whole numbers bare, others to 3 decimals.
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v:.3}") }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}

@@ -1,0 +1,263 @@
+//! Decision-quality figures of a run (docs/trace.md): per queue, how long jobs waited for
+//! their first start by gang size, the GPU time the queue used, its preemptions, the GPU
+//! time lost since the last checkpoint when its jobs were stopped, and the longest wait;
+//! plus the time series `--report` draws.
+
+use std::collections::BTreeMap;
+
+use baton_model::name::Name;
+use serde::Serialize;
+
+use crate::output::Secs;
+
+/// Samples kept for the time series; past it, every other sample is dropped and the spacing
+/// between samples doubles, so memory stays bounded on any trace.
+pub const MAX_SAMPLES: usize = 20_000;
+
+/// One job as the statistics see it.
+#[derive(Debug, Clone)]
+pub struct JobRec {
+    pub queue: usize,
+    pub gpus: u64,
+    pub submit_ms: u64,
+    pub first_start_ms: Option<u64>,
+    /// It ran to its end (Succeeded or Failed).
+    pub ended: bool,
+}
+
+/// The queues' state at one instant (GPUs in use and jobs pending, by queue index).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub used_gpus: Vec<u64>,
+    pub pending: Vec<u64>,
+}
+
+/// What the engine accumulates while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Collector {
+    pub queues: Vec<Name>,
+    pub jobs: BTreeMap<u64, JobRec>,
+    pub used_gpu_ms: Vec<u128>,
+    pub preemptions: Vec<u64>,
+    /// (instant, victim's queue) of every preemption.
+    pub preempted_at: Vec<(u64, usize)>,
+    pub lost_gpu_ms: Vec<u128>,
+    pub samples: Vec<Sample>,
+    /// Smallest spacing between two kept samples; doubles when the samples are thinned.
+    pub sample_every_ms: u64,
+}
+
+impl Collector {
+    pub fn new(queues: Vec<Name>) -> Collector {
+        let n = queues.len();
+        Collector {
+            queues,
+            used_gpu_ms: vec![0; n],
+            preemptions: vec![0; n],
+            lost_gpu_ms: vec![0; n],
+            ..Collector::default()
+        }
+    }
+
+    /// Adds a sample unless it comes too soon after the last one; thins when full.
+    pub fn sample(&mut self, s: Sample) {
+        if let Some(last) = self.samples.last_mut() {
+            if last.at_ms == s.at_ms {
+                *last = s;
+                return;
+            }
+            if s.at_ms < last.at_ms + self.sample_every_ms {
+                return;
+            }
+        }
+        self.samples.push(s);
+        if self.samples.len() >= MAX_SAMPLES {
+            let kept: Vec<Sample> = self.samples.drain(..).step_by(2).collect();
+            self.samples = kept;
+            self.sample_every_ms = (self.sample_every_ms * 2).max(1);
+        }
+    }
+
+    /// The figures of the run, `end_ms` its last instant; `cap_gpu_ms` the GPU time the
+    /// cluster had.
+    pub fn summarize(&self, end_ms: u64, cap_gpu_ms: u128) -> Vec<QueueStats> {
+        let mut waits: Vec<BTreeMap<u64, Vec<u64>>> = vec![BTreeMap::new(); self.queues.len()];
+        let mut never = vec![0u64; self.queues.len()];
+        let mut longest = vec![0u64; self.queues.len()];
+        let mut counts = vec![0u64; self.queues.len()];
+        for j in self.jobs.values() {
+            let wait = j.first_start_ms.unwrap_or(end_ms).saturating_sub(j.submit_ms);
+            if j.first_start_ms.is_none() {
+                never[j.queue] += 1;
+            }
+            longest[j.queue] = longest[j.queue].max(wait);
+            counts[j.queue] += 1;
+            waits[j.queue].entry(gang_bucket(j.gpus)).or_default().push(wait);
+        }
+        let ratio = |used: u128| if cap_gpu_ms == 0 { 0.0 } else { round4(used as f64 / cap_gpu_ms as f64) };
+        (0..self.queues.len())
+            .map(|q| QueueStats {
+                queue: self.queues[q].clone(),
+                jobs: counts[q],
+                never_started: never[q],
+                wait_by_gang: waits[q]
+                    .iter_mut()
+                    .map(|(&upper, w)| {
+                        w.sort_unstable();
+                        GangWait {
+                            gpus: bucket_label(upper),
+                            jobs: w.len() as u64,
+                            p50: Secs(percentile(w, 50)),
+                            p99: Secs(percentile(w, 99)),
+                            max: Secs(*w.last().unwrap_or(&0)),
+                        }
+                    })
+                    .collect(),
+                gpu_utilization: ratio(self.used_gpu_ms[q]),
+                gpu_hours: round4(self.used_gpu_ms[q] as f64 / 3_600_000.0),
+                preemptions: self.preemptions[q],
+                lost_gpu_hours: round4(self.lost_gpu_ms[q] as f64 / 3_600_000.0),
+                longest_wait: Secs(longest[q]),
+            })
+            .collect()
+    }
+}
+
+/// Per queue, as printed by `baton sim trace`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueStats {
+    pub queue: Name,
+    pub jobs: u64,
+    /// Jobs still waiting for their first start when the run ended (their wait runs to the end).
+    pub never_started: u64,
+    pub wait_by_gang: Vec<GangWait>,
+    /// The queue's share of the cluster's GPU time (all queues add up to the cluster's).
+    pub gpu_utilization: f64,
+    pub gpu_hours: f64,
+    pub preemptions: u64,
+    /// GPU time run since the last checkpoint by jobs when they were stopped (preempted, at
+    /// their time limit or on a lost node).
+    pub lost_gpu_hours: f64,
+    pub longest_wait: Secs,
+}
+
+/// Waits for the first start of jobs of one gang size (total GPUs, by power-of-two bucket).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GangWait {
+    pub gpus: String,
+    pub jobs: u64,
+    pub p50: Secs,
+    pub p99: Secs,
+    pub max: Secs,
+}
+
+/// The bucket of a job of `gpus` GPUs: the smallest power of two at or above it.
+pub fn gang_bucket(gpus: u64) -> u64 {
+    gpus.max(1).next_power_of_two()
+}
+
+/// `1`, `2`, `3-4`, `5-8`, ...: the GPU counts a bucket holds.
+pub fn bucket_label(upper: u64) -> String {
+    if upper <= 2 { upper.to_string() } else { format!("{}-{upper}", upper / 2 + 1) }
+}
+
+/// Nearest-rank percentile of sorted values: the smallest value with at least `p`% of the
+/// values at or below it.
+pub fn percentile(sorted: &[u64], p: u64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (sorted.len() as u64 * p).div_ceil(100).max(1) as usize;
+    sorted[rank - 1]
+}
+
+/// What `baton sim trace -o json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceReport {
+    pub cluster: String,
+    pub trace: String,
+    pub jobs: u64,
+    pub summary: crate::output::Summary,
+    pub queues: Vec<QueueStats>,
+}
+
+/// The readable table of a trace run.
+pub fn text(r: &TraceReport) -> String {
+    use std::fmt::Write;
+    let s = &r.summary;
+    let mut out = format!(
+        "trace {} on {}: {} jobs, {} finished, end t={}s, GPU utilization {:.2}%, {} preemptions\n",
+        r.trace,
+        r.cluster,
+        r.jobs,
+        s.finished,
+        s.end,
+        s.gpu_utilization * 100.0,
+        s.preemptions
+    );
+    for q in &r.queues {
+        let _ = writeln!(
+            out,
+            "\nqueue {}: {} jobs ({} never started), GPU utilization {:.2}% ({} GPU-h), {} preemptions, \
+             {} GPU-h lost since last checkpoint, longest wait {}s",
+            q.queue,
+            q.jobs,
+            q.never_started,
+            q.gpu_utilization * 100.0,
+            q.gpu_hours,
+            q.preemptions,
+            q.lost_gpu_hours,
+            q.longest_wait
+        );
+        let _ =
+            writeln!(out, "  {:>9} {:>8} {:>12} {:>12} {:>12}", "gpus", "jobs", "wait p50 s", "wait p99 s", "max s");
+        for g in &q.wait_by_gang {
+            let _ = writeln!(
+                out,
+                "  {:>9} {:>8} {:>12} {:>12} {:>12}",
+                g.gpus,
+                g.jobs,
+                g.p50.to_string(),
+                g.p99.to_string(),
+                g.max.to_string()
+            );
+        }
+    }
+    out
+}
+
+fn round4(v: f64) -> f64 {
+    (v * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!((percentile(&v, 50), percentile(&v, 99), percentile(&v, 100)), (50, 99, 100));
+        assert_eq!((percentile(&[7], 50), percentile(&[7], 99)), (7, 7));
+        assert_eq!(percentile(&[1, 2, 3], 50), 2);
+        assert_eq!(percentile(&[], 50), 0);
+    }
+
+    #[test]
+    fn gang_buckets_are_powers_of_two() {
+        let labels: Vec<String> = [1, 2, 3, 4, 5, 8, 9, 64].map(|g| bucket_label(gang_bucket(g))).to_vec();
+        assert_eq!(labels, ["1", "2", "3-4", "3-4", "5-8", "5-8", "9-16", "33-64"]);
+    }
+
+    #[test]
+    fn samples_thin_out_past_the_bound() {
+        let mut c = Collector::new(vec![Name::lit("a")]);
+        for t in 0..(MAX_SAMPLES as u64 * 3) {
+            c.sample(Sample { at_ms: t, used_gpus: vec![t], pending: vec![0] });
+        }
+        assert!(c.samples.len() < MAX_SAMPLES);
+        assert!(c.samples.windows(2).all(|w| w[0].at_ms < w[1].at_ms));
+        assert_eq!(c.samples[0].at_ms, 0);
+    }
+}

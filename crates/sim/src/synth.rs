@@ -1,0 +1,280 @@
+//! Synthetic traces shaped like published GPU-cluster traces (docs/trace.md says which
+//! findings and which parameters): most jobs take one GPU and large gangs are rare,
+//! durations are log-normal with a Pareto tail, arrivals follow a day cycle. Everything
+//! comes from one seeded generator (splitmix64), so a seed always gives the same trace.
+
+use std::fmt::Write;
+
+use baton_model::name::Name;
+
+use crate::trace::{COLUMNS, MAX_ROW_SECONDS, MAX_TRACE_JOBS};
+
+/// Gang shapes (GPUs per replica, replicas) and their weights in per mille: 70% one GPU.
+pub const SHAPES: [((u64, u32), u32); 7] =
+    [((1, 1), 700), ((2, 1), 100), ((4, 1), 80), ((8, 1), 70), ((8, 2), 30), ((8, 4), 15), ((8, 8), 5)];
+/// Log-normal body of durations: median and shape (sigma of the logarithm).
+pub const DURATION_MEDIAN_S: f64 = 600.0;
+pub const DURATION_SIGMA: f64 = 1.8;
+/// Share of jobs drawn from the Pareto tail instead, its scale and its index.
+pub const TAIL_SHARE: f64 = 0.2;
+pub const TAIL_SCALE_S: f64 = 3600.0;
+pub const TAIL_ALPHA: f64 = 1.2;
+/// Longest generated duration: a week.
+pub const MAX_DURATION_S: f64 = 7.0 * 24.0 * 3600.0;
+/// Day cycle of arrivals: the rate swings this far above and below its mean.
+pub const DIURNAL_AMPLITUDE: f64 = 0.5;
+pub const DAY_S: f64 = 86_400.0;
+/// Share of jobs that state a time limit, and how far above their duration users set it.
+pub const TIME_LIMIT_SHARE: f64 = 0.5;
+pub const TIME_LIMIT_OVER: (f64, f64) = (1.2, 3.0);
+/// Jobs of at least this long write checkpoints, at this interval, with this probability.
+pub const CHECKPOINT_MIN_S: f64 = 3600.0;
+pub const CHECKPOINT_INTERVAL_S: u64 = 1800;
+pub const CHECKPOINT_SHARE: f64 = 0.5;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenSpec {
+    pub jobs: usize,
+    pub seed: u64,
+    /// Queues, the first the busiest (queue i gets weight 1/(i+1)).
+    pub queues: Vec<Name>,
+    /// Priority classes: the first takes 80% of jobs, the others share the rest.
+    pub classes: Vec<Name>,
+    /// GPUs in the cluster and on one node (gangs never ask more per replica).
+    pub cluster_gpus: u64,
+    pub gpus_per_node: u64,
+    /// Offered load: GPU time asked over GPU time the cluster has while jobs arrive.
+    pub load: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GenError {
+    #[error("--jobs must be 1..={MAX_TRACE_JOBS}, not {0}")]
+    Jobs(usize),
+    #[error("--queues needs at least one queue")]
+    NoQueues,
+    #[error("--classes needs at least one priority class")]
+    NoClasses,
+    #[error("--load must be above 0 and at most 10, not {0}")]
+    Load(f64),
+    #[error("the cluster needs at least one GPU and at most 64 per node (got {0} GPUs, {1} per node)")]
+    Gpus(u64, u64),
+}
+
+/// One generated job, before it is written as a row.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    submit_s: u64,
+    queue: usize,
+    class: usize,
+    shape: (u64, u32),
+    duration_s: u64,
+    time_limit_s: Option<u64>,
+    checkpoint_s: Option<u64>,
+}
+
+/// The trace as CSV text, header first.
+pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
+    check(spec)?;
+    let mut rng = Rng(spec.seed);
+    let mut rows: Vec<Row> = (0..spec.jobs).map(|_| job(&mut rng, spec)).collect();
+    let asked: f64 = rows.iter().map(|r| (r.shape.0 * u64::from(r.shape.1)) as f64 * r.duration_s as f64).sum();
+    let mean_gap_s = asked / (spec.load * spec.cluster_gpus as f64) / spec.jobs as f64;
+    let mut t = 0.0;
+    for r in &mut rows {
+        t = next_arrival(&mut rng, t, mean_gap_s);
+        r.submit_s = t as u64;
+    }
+    let mut out = String::with_capacity(spec.jobs * 40);
+    out.push_str(&COLUMNS.join(","));
+    out.push('\n');
+    for r in &rows {
+        let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{}",
+            r.submit_s,
+            spec.queues[r.queue],
+            spec.classes[r.class],
+            r.shape.0,
+            r.shape.1,
+            r.duration_s,
+            opt(r.time_limit_s),
+            opt(r.checkpoint_s)
+        );
+    }
+    Ok(out)
+}
+
+fn check(spec: &GenSpec) -> Result<(), GenError> {
+    if spec.jobs == 0 || spec.jobs > MAX_TRACE_JOBS {
+        return Err(GenError::Jobs(spec.jobs));
+    }
+    if spec.queues.is_empty() {
+        return Err(GenError::NoQueues);
+    }
+    if spec.classes.is_empty() {
+        return Err(GenError::NoClasses);
+    }
+    if !(spec.load > 0.0 && spec.load <= 10.0) {
+        return Err(GenError::Load(spec.load));
+    }
+    if spec.cluster_gpus == 0 || spec.gpus_per_node == 0 || spec.gpus_per_node > 64 {
+        return Err(GenError::Gpus(spec.cluster_gpus, spec.gpus_per_node));
+    }
+    Ok(())
+}
+
+fn job(rng: &mut Rng, spec: &GenSpec) -> Row {
+    let queue = pick_queue(rng, spec.queues.len());
+    let class = if spec.classes.len() == 1 || rng.unit() < 0.8 { 0 } else { 1 + rng.below(spec.classes.len() - 1) };
+    let shape = fit_shape(pick_shape(rng), spec);
+    let duration = duration_s(rng);
+    let time_limit_s = (rng.unit() < TIME_LIMIT_SHARE).then(|| {
+        let over = TIME_LIMIT_OVER.0 + rng.unit() * (TIME_LIMIT_OVER.1 - TIME_LIMIT_OVER.0);
+        ((duration * over / 60.0).ceil() as u64 * 60).min(MAX_ROW_SECONDS)
+    });
+    let checkpoint_s = (duration >= CHECKPOINT_MIN_S && rng.unit() < CHECKPOINT_SHARE).then_some(CHECKPOINT_INTERVAL_S);
+    Row { submit_s: 0, queue, class, shape, duration_s: duration.round().max(1.0) as u64, time_limit_s, checkpoint_s }
+}
+
+/// Queue i with weight 1/(i+1): a few busy queues and a tail of quiet ones.
+fn pick_queue(rng: &mut Rng, n: usize) -> usize {
+    let total: f64 = (1..=n).map(|i| 1.0 / i as f64).sum();
+    let mut x = rng.unit() * total;
+    for i in 0..n {
+        x -= 1.0 / (i + 1) as f64;
+        if x < 0.0 {
+            return i;
+        }
+    }
+    n - 1
+}
+
+fn pick_shape(rng: &mut Rng) -> (u64, u32) {
+    let mut x = rng.below(1000) as u32;
+    for (shape, w) in SHAPES {
+        if x < w {
+            return shape;
+        }
+        x -= w;
+    }
+    SHAPES[0].0
+}
+
+/// Narrower nodes take the same GPUs as more replicas; the gang never outgrows the cluster.
+fn fit_shape((per, replicas): (u64, u32), spec: &GenSpec) -> (u64, u32) {
+    let total = (per * u64::from(replicas)).min(spec.cluster_gpus);
+    let per = per.min(spec.gpus_per_node).min(total);
+    (per, (total / per) as u32)
+}
+
+fn duration_s(rng: &mut Rng) -> f64 {
+    let d = if rng.unit() < TAIL_SHARE {
+        // Pareto by inversion: scale / U^(1/alpha).
+        TAIL_SCALE_S / (1.0 - rng.unit()).powf(1.0 / TAIL_ALPHA)
+    } else {
+        DURATION_MEDIAN_S * (DURATION_SIGMA * rng.normal()).exp()
+    };
+    d.clamp(1.0, MAX_DURATION_S)
+}
+
+/// The next arrival of a Poisson process whose rate follows the day (thinning: candidates at
+/// the peak rate, each kept with the rate at its time over the peak).
+fn next_arrival(rng: &mut Rng, mut t: f64, mean_gap_s: f64) -> f64 {
+    let peak = (1.0 + DIURNAL_AMPLITUDE) / mean_gap_s;
+    loop {
+        t += -(1.0 - rng.unit()).ln() / peak;
+        let rate = (1.0 + DIURNAL_AMPLITUDE * (std::f64::consts::TAU * t / DAY_S).sin()) / mean_gap_s;
+        if rng.unit() * peak < rate {
+            return t;
+        }
+    }
+}
+
+/// splitmix64: small, fast and the same on every platform and version.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.unit() * n as f64) as usize
+    }
+
+    /// Standard normal (Box-Muller).
+    fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.unit();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace;
+
+    fn spec(jobs: usize, seed: u64) -> GenSpec {
+        GenSpec {
+            jobs,
+            seed,
+            queues: vec![Name::lit("a"), Name::lit("b"), Name::lit("c")],
+            classes: vec![Name::lit("train")],
+            cluster_gpus: 800,
+            gpus_per_node: 8,
+            load: 0.9,
+        }
+    }
+
+    #[test]
+    fn a_seed_gives_one_trace_and_another_seed_another() {
+        assert_eq!(generate(&spec(500, 7)).unwrap(), generate(&spec(500, 7)).unwrap());
+        assert_ne!(generate(&spec(500, 7)).unwrap(), generate(&spec(500, 8)).unwrap());
+    }
+
+    #[test]
+    fn the_trace_has_the_published_shape() {
+        let text = generate(&spec(20_000, 1)).unwrap();
+        let jobs = trace::parse("gen.csv", &text).unwrap();
+        let n = jobs.len() as f64;
+        let single = jobs.iter().filter(|j| j.gpus() == 1).count() as f64 / n;
+        let big = jobs.iter().filter(|j| j.gpus() >= 32).count() as f64 / n;
+        assert!((0.67..0.73).contains(&single), "one-GPU share {single}");
+        assert!((0.01..0.03).contains(&big), "gangs of 32+ GPUs {big}");
+        let mut d: Vec<u64> = jobs.iter().map(|j| j.duration_ms / 1000).collect();
+        d.sort_unstable();
+        let (median, p99) = (d[d.len() / 2], d[d.len() * 99 / 100]);
+        // Heavy tail: the 99th percentile is far above the median.
+        assert!((500..1500).contains(&median), "median {median}");
+        assert!(p99 > 50 * median, "p99 {p99} vs median {median}");
+        assert!(jobs.windows(2).all(|w| w[0].submit_ms <= w[1].submit_ms));
+    }
+
+    #[test]
+    fn arrivals_follow_the_day() {
+        let jobs = trace::parse("gen.csv", &generate(&spec(20_000, 3)).unwrap()).unwrap();
+        // sin > 0 in the first half of each day: the rate is above its mean there.
+        let first_half = jobs.iter().filter(|j| (j.submit_ms / 1000) % 86_400 < 43_200).count() as f64;
+        let share = first_half / jobs.len() as f64;
+        assert!(share > 0.55, "share of arrivals in the busy half-day {share}");
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        assert_eq!(generate(&GenSpec { jobs: 0, ..spec(1, 1) }), Err(GenError::Jobs(0)));
+        assert_eq!(generate(&GenSpec { queues: vec![], ..spec(1, 1) }), Err(GenError::NoQueues));
+        assert_eq!(generate(&GenSpec { load: 0.0, ..spec(1, 1) }), Err(GenError::Load(0.0)));
+    }
+}

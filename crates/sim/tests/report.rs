@@ -1,0 +1,89 @@
+//! `--report`: a scenario's page holds the three charts with the series the run implies.
+
+use std::collections::BTreeMap;
+
+/// Two nodes; queue a borrows b's half with two 8-GPU jobs, b takes it back at t=10 (one of
+/// a's jobs is preempted, starts again at t=60 when b's 50 s job ends).
+const SCENARIO: &str = "name: reclaim\n\
+nodes:\n  - {name: \"n[1-2]\", resources: {gpu: 8}}\n\
+queues:\n  - {name: a, quota: {gpu: 8}}\n  - {name: b, quota: {gpu: 8}}\n\
+timeline:\n\
+  - {at: 0, submit: {name: a1, queue: a, resources: {gpu: 8}, duration: 100, preemption_mode: requeue}}\n\
+  - {at: 0, submit: {name: a2, queue: a, resources: {gpu: 8}, duration: 100, preemption_mode: requeue}}\n\
+  - {at: 10, submit: {name: b1, queue: b, resources: {gpu: 4}, duration: 50}}\n";
+
+/// Each `data-series` of one chart with its `data-points`, read from the SVG text.
+fn series(svg: &str) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let mut out = BTreeMap::new();
+    for part in svg.split("<g class=\"series\" data-series=\"").skip(1) {
+        let name = part.split('"').next().unwrap().to_string();
+        let points = attr(part, "data-points")
+            .split(' ')
+            .map(|p| {
+                let (x, y) = p.split_once(',').unwrap();
+                (x.parse().unwrap(), y.parse().unwrap())
+            })
+            .collect();
+        out.insert(name, points);
+    }
+    out
+}
+
+fn attr<'a>(text: &'a str, name: &str) -> &'a str {
+    let start = text.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+    &text[start..start + text[start..].find('"').unwrap()]
+}
+
+/// The chart with this id, cut out of the page.
+fn chart<'a>(html: &'a str, id: &str) -> &'a str {
+    let start = html.find(&format!("<figure id=\"{id}\">")).unwrap_or_else(|| panic!("no chart {id}"));
+    let rest = &html[start..];
+    &rest[..rest.find("</figure>").unwrap()]
+}
+
+/// The value a step series holds at `t`.
+fn at(points: &[(f64, f64)], t: f64) -> f64 {
+    points.iter().take_while(|p| p.0 <= t).last().map_or(0.0, |p| p.1)
+}
+
+#[test]
+fn a_scenario_report_draws_usage_against_quota_pending_preemptions_and_waits() {
+    let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
+    let html = baton_sim::report::Report::of(&o).html();
+    assert!(html.starts_with("<!DOCTYPE html>") && !html.contains("<script"));
+
+    let usage = chart(&html, "gpu-usage");
+    let s = series(usage);
+    assert_eq!(s.keys().collect::<Vec<_>>(), ["a", "a quota", "b", "b quota"]);
+    assert_eq!([at(&s["a"], 0.0), at(&s["a"], 10.0), at(&s["a"], 60.0), at(&s["a"], 160.0)], [16.0, 8.0, 16.0, 0.0]);
+    assert_eq!([at(&s["b"], 10.0), at(&s["b"], 60.0)], [4.0, 0.0]);
+    assert!(s["a quota"].iter().all(|p| p.1 == 8.0));
+    let marks: Vec<(&str, &str)> = usage
+        .split("<line class=\"preemption\" ")
+        .skip(1)
+        .map(|l| (attr(l, "data-t"), attr(l, "data-queue")))
+        .collect();
+    assert_eq!(marks, [("10", "a")]);
+
+    let pending = series(chart(&html, "pending"));
+    assert_eq!(pending.keys().collect::<Vec<_>>(), ["a", "b"]);
+    // From its preemption at 10 to its new start at 60, one of a's jobs waits.
+    assert_eq!([at(&pending["a"], 0.0), at(&pending["a"], 10.0), at(&pending["a"], 60.0)], [0.0, 1.0, 0.0]);
+
+    let waits = series(chart(&html, "wait"));
+    assert_eq!(waits["a"], [(0.0, 0.5), (0.0, 1.0)]);
+    assert_eq!(waits["b"], [(0.0, 1.0)]);
+}
+
+#[test]
+fn the_report_is_written_with_one_svg_per_chart() {
+    let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("out.html");
+    let svgs = baton_sim::report::Report::of(&o).write(&page).unwrap();
+    let names: Vec<String> = svgs.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["out-gpu-usage.svg", "out-pending.svg", "out-wait.svg"]);
+    let svg = std::fs::read_to_string(&svgs[0]).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("data-series=\"b quota\""));
+    assert!(std::fs::read_to_string(&page).unwrap().contains("<svg"));
+}

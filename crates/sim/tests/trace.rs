@@ -1,0 +1,133 @@
+//! Trace mode on small hand-made traces whose figures can be worked out by hand: each test
+//! says how the answer comes about.
+
+use baton_sim::Outcome;
+use baton_sim::output::Secs;
+use baton_sim::stats::QueueStats;
+
+const HEADER: &str = "submit,queue,class,gpus,replicas,duration,time_limit,checkpoint_interval\n";
+
+/// One 8-GPU node per `nodes`, queues `a` and `b` with `quota` GPUs each.
+fn cluster(nodes: usize, quota: u64) -> String {
+    format!(
+        "nodes:\n  - {{name: \"n[1-{nodes}]\", resources: {{gpu: 8}}}}\nqueues:\n  - {{name: a, quota: {{gpu: {quota}}}}}\n  - {{name: b, quota: {{gpu: {quota}}}}}\n"
+    )
+}
+
+fn run(cluster: &str, rows: &str) -> (Outcome, Vec<QueueStats>) {
+    let o = baton_sim::run_trace("c.yaml", cluster, "t.csv", &format!("{HEADER}{rows}")).unwrap();
+    let s = o.queue_stats();
+    (o, s)
+}
+
+fn queue<'a>(s: &'a [QueueStats], name: &str) -> &'a QueueStats {
+    s.iter().find(|q| q.queue.as_str() == name).unwrap()
+}
+
+#[test]
+fn a_reclaim_costs_the_borrower_the_work_since_its_start() {
+    // Two nodes, a and b guaranteed 8 GPUs each. a's two 8-GPU jobs take both nodes at t=0;
+    // b's 4-GPU job at t=10 takes back b's guarantee: one of a's jobs is preempted after 10 s
+    // without a checkpoint (80 GPU-s lost), starts again when b's job ends at t=60 and ends
+    // at t=160. a used 8x100 + 8x10 + 8x100 GPU-s, b 4x50, of 16 GPUs x 160 s.
+    let (o, s) = run(&cluster(2, 8), "0,a,train,8,1,100,,\n0,a,train,8,1,100,,\n10,b,train,4,1,50,,\n");
+    assert_eq!(o.report.summary.end, Secs(160_000));
+    assert_eq!((o.report.summary.preemptions, o.report.summary.finished), (1, 3));
+    let (a, b) = (queue(&s, "a"), queue(&s, "b"));
+    assert_eq!((a.preemptions, b.preemptions), (1, 0));
+    assert_eq!(a.lost_gpu_hours, (80.0f64 / 3600.0 * 10_000.0).round() / 10_000.0);
+    assert_eq!(b.lost_gpu_hours, 0.0);
+    assert_eq!(a.gpu_utilization, 0.6563); // 1680 / 2560
+    assert_eq!(b.gpu_utilization, 0.0781); // 200 / 2560
+    assert_eq!(o.report.summary.gpu_utilization, 0.7344); // 1880 / 2560
+    assert_eq!((a.longest_wait, b.longest_wait), (Secs(0), Secs(0)));
+    assert!(o.report.steps.is_empty(), "trace mode keeps no per-instant snapshots");
+}
+
+#[test]
+fn waits_are_split_by_gang_size_with_nearest_rank_percentiles() {
+    // One node. The 8-GPU job holds it from 0 to 100; the 1-GPU jobs submitted at 0, 5 and
+    // 30 wait 100, 95 and 70 s; the 2-GPU job submitted at 40 waits 60 s. Nearest rank of
+    // [70, 95, 100]: p50 is the 2nd value, p99 the 3rd.
+    let rows =
+        "0,a,train,8,1,100,,\n0,a,train,1,1,10,,\n5,a,train,1,1,10,,\n30,a,train,1,1,10,,\n40,a,train,2,1,10,,\n";
+    let (_, s) = run(&cluster(1, 8), rows);
+    let a = queue(&s, "a");
+    let by: Vec<(&str, u64, Secs, Secs, Secs)> =
+        a.wait_by_gang.iter().map(|g| (g.gpus.as_str(), g.jobs, g.p50, g.p99, g.max)).collect();
+    assert_eq!(
+        by,
+        [
+            ("1", 3, Secs(95_000), Secs(100_000), Secs(100_000)),
+            ("2", 1, Secs(60_000), Secs(60_000), Secs(60_000)),
+            ("5-8", 1, Secs(0), Secs(0), Secs(0)),
+        ]
+    );
+    assert_eq!((a.jobs, a.never_started, a.longest_wait), (5, 0, Secs(100_000)));
+    assert_eq!(queue(&s, "b").jobs, 0);
+}
+
+#[test]
+fn a_checkpoint_interval_keeps_work_up_to_the_last_checkpoint() {
+    // One node, a and b guaranteed 4 GPUs each. a's 8-GPU job (1000 s of work, a checkpoint
+    // every 100 s) borrows b's half; b's job at t=250 takes it back. a keeps 200 s, loses
+    // 50 s x 8 GPUs = 400 GPU-s, starts again at t=300 when b's job ends and needs 800 s more.
+    let (o, s) = run(&cluster(1, 4), "0,a,train,8,1,1000,,100\n250,b,train,4,1,50,,\n");
+    assert_eq!(o.report.summary.end, Secs(1_100_000));
+    let a = queue(&s, "a");
+    assert_eq!(a.preemptions, 1);
+    assert_eq!(a.lost_gpu_hours, (400.0f64 / 3600.0 * 10_000.0).round() / 10_000.0);
+
+    // Without checkpoints the whole 250 s is lost and the job starts over at t=300.
+    let (o, s) = run(&cluster(1, 4), "0,a,train,8,1,1000,,\n250,b,train,4,1,50,,\n");
+    assert_eq!(o.report.summary.end, Secs(1_300_000));
+    assert_eq!(queue(&s, "a").lost_gpu_hours, (2000.0f64 / 3600.0 * 10_000.0).round() / 10_000.0);
+}
+
+#[test]
+fn a_job_that_never_fits_in_time_waits_to_the_end() {
+    // The 8-GPU job submitted at 1 waits behind a 1-GPU job running to t=500 (the node is
+    // never whole before): its wait is 499 s. Its time limit (20 s) stops it at t=520 unfinished.
+    let (o, s) = run(&cluster(1, 8), "0,b,train,1,1,500,,\n1,a,train,8,1,100,20,\n");
+    assert_eq!(o.report.summary.end, Secs(520_000));
+    let a = queue(&s, "a");
+    assert_eq!(a.longest_wait, Secs(499_000));
+    assert_eq!(a.gpu_hours, (8.0f64 * 20.0 / 3600.0 * 10_000.0).round() / 10_000.0);
+}
+
+#[test]
+fn rows_that_do_not_fit_the_cluster_name_line_and_column() {
+    let c = cluster(1, 8);
+    let e = baton_sim::run_trace("c.yaml", &c, "t.csv", &format!("{HEADER}0,a,train,1,1,5,,\n0,nope,train,1,1,5,,\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("t.csv:3: column 2 (queue): queue nope is not defined"), "{e}");
+    let e =
+        baton_sim::run_trace("c.yaml", &c, "t.csv", &format!("{HEADER}0,a,gold,1,1,5,,\n")).unwrap_err().to_string();
+    assert!(e.starts_with("t.csv:2: column 3 (class): priority class gold is not defined"), "{e}");
+    let e =
+        baton_sim::run_trace("c.yaml", &c, "t.csv", &format!("{HEADER}0,a,train,8,2,5,,\n")).unwrap_err().to_string();
+    assert!(e.starts_with("t.csv:2: column 4 (gpus):"), "{e}");
+    let with_timeline = format!("{c}timeline:\n  - {{at: 0, submit: {{name: x, queue: a, resources: {{gpu: 1}}}}}}\n");
+    let e = baton_sim::run_trace("c.yaml", &with_timeline, "t.csv", HEADER).unwrap_err().to_string();
+    assert!(e.contains("c.yaml:") && e.contains("no timeline"), "{e}");
+}
+
+#[test]
+fn a_generated_trace_runs_the_same_twice() {
+    let spec = baton_sim::synth::GenSpec {
+        jobs: 300,
+        seed: 5,
+        queues: vec![baton_model::name::Name::lit("a"), baton_model::name::Name::lit("b")],
+        classes: vec![baton_model::name::Name::lit("train")],
+        cluster_gpus: 32,
+        gpus_per_node: 8,
+        load: 0.9,
+    };
+    let text = baton_sim::synth::generate(&spec).unwrap();
+    let c = cluster(4, 16);
+    let one = baton_sim::run_trace("c.yaml", &c, "t.csv", &text).unwrap();
+    let two = baton_sim::run_trace("c.yaml", &c, "t.csv", &text).unwrap();
+    assert_eq!(one.queue_stats(), two.queue_stats());
+    assert_eq!(one.report.summary.finished, 300);
+}
