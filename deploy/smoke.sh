@@ -6,7 +6,7 @@
 # surviving replicas, brings the killed replica back and checks it rejoins; then removes
 # everything it created.
 #
-#   deploy/smoke.sh              (SKIP_IMAGE=1 reuses an existing baton:latest)
+#   deploy/smoke.sh              (SKIP_IMAGE=1 reuses an existing image: BATON_IMAGE, default baton:latest)
 #
 # Needs Docker with docker-compose (or `docker compose`); pulls nothing.
 set -euo pipefail
@@ -24,7 +24,7 @@ fi
 client() {
   docker run --rm --network "${project}_default" -v "$PWD/deploy/tls:/tls:ro" \
     -e BATON_TLS_DIR=/tls/client-admin \
-    -e BATON_SERVER=server-1:7070,server-2:7070,server-3:7070 baton:latest "$@"
+    -e BATON_SERVER=server-1:7070,server-2:7070,server-3:7070 "${BATON_IMAGE:-baton:latest}" "$@"
 }
 fail() { echo "smoke: FAILED: $*" >&2; compose logs --tail 40 >&2 || true; exit 1; }
 cleanup() { compose down --volumes --timeout 5 >/dev/null 2>&1 || true; }
@@ -53,7 +53,7 @@ echo "smoke: cluster up, leader is replica $(leader_id)"
 client cluster info | grep -q 'transport: mutual TLS' || fail "the cluster does not say it runs mutual TLS"
 # Without a certificate the cluster does not answer.
 if docker run --rm --network "${project}_default" -e BATON_INSECURE=1 \
-  -e BATON_SERVER=server-1:7070 baton:latest cluster info --timeout 3s >/dev/null 2>&1; then
+  -e BATON_SERVER=server-1:7070 "${BATON_IMAGE:-baton:latest}" cluster info --timeout 3s >/dev/null 2>&1; then
   fail "a client without a certificate was answered"
 fi
 
@@ -76,7 +76,8 @@ client describe train -o json | grep -q '"has_checkpoint": true' || fail "train 
 resumed() { client logs train | grep -q 'resumed from step [1-9]'; }
 wait_for 30 "train resumes from its checkpoint" resumed
 echo "smoke: train was preempted for urgent, checkpointed, and $(client logs train | grep -o 'resumed from step [0-9]*' | head -1)"
-client cancel train >/dev/null
+# On a slow host train may have finished by now; either way its GPUs are free after this.
+client cancel train >/dev/null 2>&1 || state_is train Succeeded || fail "train could not be cancelled"
 
 old=$(leader_id)
 docker kill "$(compose ps -q "server-$old")" >/dev/null

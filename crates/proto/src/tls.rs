@@ -106,8 +106,9 @@ pub fn first_cert_der(pem: &str) -> Result<Vec<u8>, String> {
     Ok(block.contents)
 }
 
-/// The CA, certificate and key one process uses, read from a `--tls-dir`.
-#[derive(Debug, Clone)]
+/// The CA, certificate and key one process uses, read from a `--tls-dir`. Its `Debug` leaves
+/// the key out, so a logged configuration never carries it.
+#[derive(Clone)]
 pub struct TlsFiles {
     pub dir: PathBuf,
     ca_pem: String,
@@ -115,6 +116,12 @@ pub struct TlsFiles {
     key_pem: String,
     /// Who this process's own certificate says it is.
     pub own: PeerId,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles").field("dir", &self.dir).field("own", &self.own).finish_non_exhaustive()
+    }
 }
 
 fn read_pem(dir: &Path, file: &str) -> Result<String, TlsError> {
@@ -269,6 +276,20 @@ mod tests {
     fn garbage_is_not_an_identity() {
         assert!(identity_of(b"not a certificate").is_err());
         assert!(first_cert_der("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").is_err());
+    }
+
+    #[test]
+    fn tls_without_a_peer_certificate_is_unauthenticated() {
+        let files = TlsFiles {
+            dir: PathBuf::from("d"),
+            ca_pem: String::new(),
+            cert_pem: String::new(),
+            key_pem: "-----BEGIN PRIVATE KEY-----\nsecret\n".into(),
+            own: PeerId { role: Role::Replica, name: "1".into() },
+        };
+        assert!(!format!("{files:?}").contains("secret"), "Debug shows the key");
+        let e = require(&Transport::Tls(Arc::new(files)), &[Role::Replica], Request::new(())).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
     }
 
     #[test]

@@ -243,3 +243,40 @@ async fn raft_rpcs_need_a_replica_certificate() {
     RaftTransportClient::new(ch).forward_write(forged_write()).await.unwrap();
     assert_eq!(s.queues().await, vec!["forged".to_string(), "q".to_string()]);
 }
+
+/// CA rotation as docs/security.md describes it: while every `ca.pem` holds the old and the
+/// new CA, a replica with an old-CA certificate and a client with a new-CA one reach each
+/// other; a client that trusts only the new CA does not yet reach that replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_bundle_lets_old_and_new_certificates_meet_during_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (Ca::new("old"), Ca::new("new"));
+    let bundle = format!("{}{}", old.pem, new.pem);
+    let with_bundle = |d: PathBuf| {
+        std::fs::write(d.join("ca.pem"), &bundle).unwrap();
+        Transport::load(&d).unwrap()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let config = ServerConfig {
+        replica: ReplicaConfig::new(1, "tls", addr.clone(), dir.path().join("r1")),
+        bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
+        settings: ServerSettings::default(),
+        scheduler: None,
+        transport: with_bundle(old.issue(dir.path(), "replica", "1")),
+    };
+    tokio::spawn(async move { baton_server::run(config, listener, std::future::pending()).await.unwrap() });
+    let client = with_bundle(new.issue(dir.path(), "client", "alice"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(ch) = client.endpoint(&addr, REPLICA_HOST).unwrap().connect().await
+            && BatonClient::new(ch).put_queue(gpu_queue("q", 8)).await.is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a new-CA client never reached an old-CA replica over the bundle");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let new_only = Transport::load(&new.issue(dir.path(), "client", "bob")).unwrap();
+    assert!(new_only.endpoint(&addr, REPLICA_HOST).unwrap().connect().await.is_err());
+}
