@@ -13,37 +13,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
-use clap::{Args, Subcommand};
 use tonic::transport::Channel;
 
+use super::{percentiles_line, runtime};
 use crate::dev::procs::Children;
 use crate::dev::submit;
-
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    pub what: BenchWhat,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum BenchWhat {
-    /// Submit-to-running and preemption latency on an idle local cluster.
-    Latency {
-        /// Preemption rounds (each also measures one submit on an idle cluster).
-        #[arg(long, default_value_t = 50)]
-        rounds: u32,
-        /// First port of the local cluster.
-        #[arg(long, default_value_t = 7170)]
-        port: u16,
-    },
-}
 
 /// Longest wait for one stamp; a round that takes longer fails the benchmark.
 const STAMP_TIMEOUT_MS: u64 = 30_000;
 
-pub fn run(args: BenchArgs) -> ExitCode {
-    let BenchWhat::Latency { rounds, port } = args.what;
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+pub fn run(rounds: u32, port: u16) -> ExitCode {
+    let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: {e}");
@@ -149,7 +129,5 @@ async fn measure(servers: &[String], dir: &Path, rounds: u32) -> Result<(), Stri
 }
 
 fn report(what: &str, ms: &mut [f64]) {
-    ms.sort_by(f64::total_cmp);
-    let pct = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
-    println!("{what:<42} p50 {:>7.1} ms   p99 {:>7.1} ms   max {:>7.1} ms", pct(0.5), pct(0.99), pct(1.0));
+    println!("{what:<42} {}", percentiles_line(ms));
 }

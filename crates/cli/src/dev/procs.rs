@@ -41,41 +41,11 @@ fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, 
 
 impl Children {
     pub async fn start(dir: &Path, port: u16, gpus: u32) -> Result<Children, String> {
+        let extra = ["--cycle-interval-ms".to_string(), "200".to_string()];
+        let mut children = Children::start_replicas(dir, port, &extra).await?;
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
         let logs = dir.join("logs");
-        std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
-        let servers: Vec<String> = (0..REPLICAS).map(|i| format!("127.0.0.1:{}", port + i)).collect();
-        let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-        // Every metrics port, the last agent's included, must fit in a u16.
-        let metrics_base =
-            port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
-                || format!("--port {port}: the metrics ports (from port + {METRICS_PORT_OFFSET}) would pass 65535"),
-            )?;
-        let mut metrics = Vec::new();
-        let mut procs = Vec::new();
-        for (i, addr) in servers.iter().enumerate() {
-            let id = (i + 1).to_string();
-            let data = dir.join(format!("replica-{id}"));
-            let args = vec![
-                "server".into(),
-                "--id".into(),
-                id.clone(),
-                "--listen".into(),
-                addr.clone(),
-                "--data-dir".into(),
-                data.display().to_string(),
-                "--bootstrap".into(),
-                members.join(","),
-                "--cycle-interval-ms".into(),
-                "200".into(),
-                "--metrics-listen".into(),
-                metrics_addr(metrics_base + i as u16),
-            ];
-            metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
-            procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
-        }
-        let mut children = Children { procs, servers, metrics };
-        children.wait_for_leader().await?;
+        let metrics_base = port + METRICS_PORT_OFFSET;
         for i in 1..=AGENTS {
             let name = format!("node-{i}");
             let args = vec![
@@ -98,6 +68,57 @@ impl Children {
         }
         children.wait_for_nodes(AGENTS as usize).await?;
         Ok(children)
+    }
+
+    /// Only the replicas (named `replica 1` ...), each also given `extra` arguments, once
+    /// one of them leads.
+    pub async fn start_replicas(dir: &Path, port: u16, extra: &[String]) -> Result<Children, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+        let servers: Vec<String> = (0..REPLICAS).map(|i| format!("127.0.0.1:{}", port + i)).collect();
+        let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        // Every metrics port, the last agent's included, must fit in a u16.
+        let metrics_base =
+            port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
+                || format!("--port {port}: the metrics ports (from port + {METRICS_PORT_OFFSET}) would pass 65535"),
+            )?;
+        let mut metrics = Vec::new();
+        let mut procs = Vec::new();
+        for (i, addr) in servers.iter().enumerate() {
+            let id = (i + 1).to_string();
+            let data = dir.join(format!("replica-{id}"));
+            let mut args = vec![
+                "server".into(),
+                "--id".into(),
+                id.clone(),
+                "--listen".into(),
+                addr.clone(),
+                "--data-dir".into(),
+                data.display().to_string(),
+                "--bootstrap".into(),
+                members.join(","),
+                "--metrics-listen".into(),
+                metrics_addr(metrics_base + i as u16),
+            ];
+            args.extend(extra.iter().cloned());
+            metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
+            procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
+        }
+        let mut children = Children { procs, servers, metrics };
+        children.wait_for_leader().await?;
+        Ok(children)
+    }
+
+    /// The process id of the child called `name` (e.g. `replica 2`), while it runs.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.procs.iter().find(|p| p.name == name).and_then(|p| p.child.id())
+    }
+
+    /// SIGKILL to the child called `name`, waiting until it is gone.
+    pub async fn kill(&mut self, name: &str) -> Result<(), String> {
+        let p = self.procs.iter_mut().find(|p| p.name == name).ok_or_else(|| format!("no child called {name}"))?;
+        p.child.kill().await.map_err(|e| format!("cannot kill {name}: {e}"))
     }
 
     pub fn servers(&self) -> Vec<String> {
@@ -150,7 +171,7 @@ impl Children {
     }
 
     /// A child that has already exited, as an error.
-    fn exited(&mut self) -> Option<String> {
+    pub fn exited(&mut self) -> Option<String> {
         self.procs.iter_mut().find_map(|p| match p.child.try_wait() {
             Ok(Some(status)) => Some(format!("{} exited ({status})", p.name)),
             _ => None,
