@@ -53,6 +53,7 @@ impl AgentGateway for Gateway {
     }
 
     async fn report(&self, req: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
+        let arrived = std::time::Instant::now();
         let term = self.ctx.require_leader()?;
         let who = req.extensions().get::<PeerId>().cloned();
         let req = req.into_inner();
@@ -80,7 +81,7 @@ impl AgentGateway for Gateway {
             None => Vec::new(),
         };
         self.observe(&node, req.observations, strays).await?;
-        let lease_ms = self.lease().await;
+        let lease_ms = self.lease(arrived).await;
         Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms }))
     }
 }
@@ -102,11 +103,13 @@ fn check_report_size(req: &ReportRequest) -> Result<(), Status> {
 
 impl Gateway {
     /// The lease a report's answer grants: only after this replica has confirmed with a
-    /// quorum that it still leads (a linearizable read, bounded by the lease itself), so a
+    /// quorum that it still leads (a linearizable read started after the report `arrived`,
+    /// shared with the reports that arrived with it, bounded by the lease itself), so a
     /// deposed or cut-off leader renews nothing.
-    async fn lease(&self) -> u64 {
+    async fn lease(&self, arrived: std::time::Instant) -> u64 {
         let lease_ms = self.ctx.settings.lease_ms;
-        if self.ctx.quorum.confirm(&self.ctx.replica, Duration::from_millis(lease_ms)).await { lease_ms } else { 0 }
+        let within = Duration::from_millis(lease_ms);
+        if self.ctx.quorum.confirm_since(&self.ctx.replica, arrived, within).await { lease_ms } else { 0 }
     }
 
     /// Registers the node unless the state already has it, ready, with the same facts.

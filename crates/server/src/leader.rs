@@ -63,19 +63,40 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
             tracing::info!(term, "no longer leading");
             return;
         }
+        let mut locked = Duration::ZERO;
         if directing(ctx, term).await {
             let applied = ctx.replica.read_local(|s| s.applied());
             // A plan that changed nothing is not retried until something else changes or time passes.
             if idle_plan_at != Some(applied) {
-                idle_plan_at = round(ctx, term).await;
+                (idle_plan_at, locked) = round(ctx, term).await;
             }
         }
+        let rest = rest_after(locked, interval);
+        // What the round saw; changes from here on, its own plan's commit aside, count.
+        let since = trigger(&metrics.borrow_and_update());
         tokio::select! {
-            () = state_changed(&mut metrics) => {}
+            () = async {
+                tokio::time::sleep(rest).await;
+                changed_since(&mut metrics, since).await;
+            } => {}
             () = tokio::time::sleep(interval) => { idle_plan_at = None; }
             _ = shutdown.changed() => {}
         }
     }
+}
+
+/// Rest after a round, per unit of its duration, before a state change may start the next.
+/// A round runs the cycle under the state's read lock, and a long backlog makes it long:
+/// with submits committing all the time, back-to-back rounds took nearly all of the
+/// leader's CPU and held off the applies that acknowledge submits. Resting three times the
+/// round's length keeps rounds to at most a quarter of the leader's time; a round places
+/// everything placeable at once, so placement keeps up with fewer, larger plans.
+const REST_PER_ROUND: u32 = 3;
+
+/// How long to rest after a round that held the state for `round`: never past the cycle
+/// interval.
+fn rest_after(round: Duration, interval: Duration) -> Duration {
+    round.saturating_mul(REST_PER_ROUND).min(interval)
 }
 
 /// What a round depends on: the applied state, and whether and in which term this replica
@@ -95,8 +116,15 @@ fn trigger(m: &RaftMetrics) -> Trigger {
 
 /// Waits until the applied index moves or the leadership changes (not for any metrics
 /// change); returns at once if the channel closed, so the caller sees the replica stopped.
+#[cfg(test)]
 async fn state_changed(metrics: &mut watch::Receiver<RaftMetrics>) {
     let since = trigger(&metrics.borrow_and_update());
+    changed_since(metrics, since).await;
+}
+
+/// As `state_changed`, against what was seen at `since` (changes made while the leader
+/// rested count).
+async fn changed_since(metrics: &mut watch::Receiver<RaftMetrics>, since: Trigger) {
     let _ = metrics.wait_for(|m| trigger(m) != since).await;
 }
 
@@ -133,9 +161,10 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
 }
 
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is
-/// not proposed again on the same state).
-async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
+/// not proposed again on the same state), and how long it held the state's lock.
+async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     let now = now_ms();
+    let began = std::time::Instant::now();
     let (r, wanted) = ctx.replica.read_local(|s| {
         let began = std::time::Instant::now();
         let plan = baton_sched::cycle(s, now);
@@ -148,6 +177,7 @@ async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
         };
         (r, desired(s))
     });
+    let locked = began.elapsed();
     ctx.hub.publish(term, &r.nodes, wanted);
     let mut refused = None;
     if !r.plan.decisions.is_empty() {
@@ -176,7 +206,7 @@ async fn round(ctx: &Ctx, term: u64) -> Option<u64> {
     if r.tick_due {
         write(ctx, Op::Tick).await;
     }
-    refused
+    (refused, locked)
 }
 
 /// Jobs a cycle looks at: those waiting and those stopping for a preemptor.
@@ -230,6 +260,24 @@ mod tests {
         let applied = openraft_log_id(2, 7);
         tx.send_modify(|m| m.last_applied = Some(applied));
         assert!(pending.now_or_never().is_some());
+    }
+
+    #[test]
+    fn a_long_round_rests_three_times_its_length_and_never_past_the_interval() {
+        let interval = Duration::from_millis(1_000);
+        assert_eq!(rest_after(Duration::from_millis(100), interval), Duration::from_millis(300));
+        assert_eq!(rest_after(Duration::from_millis(600), interval), interval);
+        assert_eq!(rest_after(Duration::from_micros(50), interval), Duration::from_micros(150));
+    }
+
+    #[test]
+    fn a_change_made_while_resting_starts_the_next_round() {
+        let (tx, mut rx) = watch::channel(RaftMetrics::new_initial(1));
+        let since = trigger(&rx.borrow_and_update());
+        // Applied while the leader rested: seen by the receiver already, yet it counts.
+        tx.send_modify(|m| m.last_applied = Some(openraft_log_id(1, 3)));
+        rx.borrow_and_update();
+        assert!(changed_since(&mut rx, since).now_or_never().is_some(), "a change made during the rest was missed");
     }
 
     fn openraft_log_id(term: u64, index: u64) -> baton_raft::types::LogId {

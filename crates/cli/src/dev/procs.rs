@@ -25,12 +25,8 @@ struct Proc {
 pub struct Children {
     procs: Vec<Proc>,
     servers: Vec<String>,
-    /// The `dev` client's identity, for this process's own calls and the user's shell.
-    transport: Transport,
-    tls_dir: PathBuf,
-    /// The admin token the replicas bootstrap the cluster with, and the file holding it.
-    token: String,
-    token_file: PathBuf,
+    /// How this process and the user's shell reach the replicas.
+    access: Access,
     /// (who, `http://HOST:PORT/metrics`) of every replica and agent.
     metrics: Vec<(String, String)>,
 }
@@ -69,18 +65,37 @@ fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, 
     Ok(Proc { name: name.to_string(), child })
 }
 
-impl Children {
-    pub async fn start(dir: &Path, port: u16, gpus: u32) -> Result<Children, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-        let logs = dir.join("logs");
-        std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
-        let servers: Vec<String> = (0..REPLICAS).map(|i| format!("127.0.0.1:{}", port + i)).collect();
-        let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-        // Every metrics port, the last agent's included, must fit in a u16.
-        let metrics_base =
-            port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
-                || format!("--port {port}: the metrics ports (from port + {METRICS_PORT_OFFSET}) would pass 65535"),
-            )?;
+/// How a cluster started here is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Security {
+    /// Mutual TLS with certificates made in the cluster's directory, and an admin token.
+    Dev,
+    /// Plain TCP and no tokens (`--insecure --auth none`): the benchmarks that drive the
+    /// replicas with many plain clients and simulated agents.
+    Insecure,
+}
+
+/// What the replicas are started with and what this process calls them with.
+struct Access {
+    security: Security,
+    transport: Transport,
+    tls_dir: PathBuf,
+    token: String,
+    token_file: PathBuf,
+}
+
+impl Access {
+    fn make(dir: &Path, security: Security) -> Result<Access, String> {
+        if security == Security::Insecure {
+            let none = PathBuf::new();
+            return Ok(Access {
+                security,
+                transport: Transport::Insecure,
+                tls_dir: none.clone(),
+                token: String::new(),
+                token_file: none,
+            });
+        }
         let tls = dir.join("tls");
         let ids: Vec<u64> = (1..=u64::from(REPLICAS)).collect();
         let nodes: Vec<String> = (1..=AGENTS).map(|i| format!("node-{i}")).collect();
@@ -88,35 +103,31 @@ impl Children {
         let tls_dir = tls.join(format!("client-{DEV_CLIENT}"));
         let transport = Transport::load(&tls_dir).map_err(|e| format!("certificates: {e}"))?;
         let (token, token_file) = admin_token(dir)?;
-        let mut metrics = Vec::new();
-        let mut procs = Vec::new();
-        for (i, addr) in servers.iter().enumerate() {
-            let id = (i + 1).to_string();
-            let data = dir.join(format!("replica-{id}"));
-            let args = vec![
-                "server".into(),
-                "--id".into(),
-                id.clone(),
-                "--listen".into(),
-                addr.clone(),
-                "--data-dir".into(),
-                data.display().to_string(),
-                "--bootstrap".into(),
-                members.join(","),
-                "--cycle-interval-ms".into(),
-                "200".into(),
-                "--metrics-listen".into(),
-                metrics_addr(metrics_base + i as u16),
+        Ok(Access { security, transport, tls_dir, token, token_file })
+    }
+
+    fn replica_args(&self, dir: &Path, id: &str) -> Vec<String> {
+        match self.security {
+            Security::Insecure => vec!["--insecure".into(), "--auth".into(), "none".into()],
+            Security::Dev => vec![
                 "--tls-dir".into(),
-                tls.join(format!("replica-{id}")).display().to_string(),
+                dir.join("tls").join(format!("replica-{id}")).display().to_string(),
                 "--bootstrap-admin-token-file".into(),
-                token_file.display().to_string(),
-            ];
-            metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
-            procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
+                self.token_file.display().to_string(),
+            ],
         }
-        let mut children = Children { procs, servers, transport, tls_dir, token, token_file, metrics };
-        children.wait_for_leader().await?;
+    }
+}
+
+impl Children {
+    /// The dev cluster: replicas and agents with mutual TLS and an admin token.
+    pub async fn start(dir: &Path, port: u16, gpus: u32) -> Result<Children, String> {
+        let extra = ["--cycle-interval-ms".to_string(), "200".to_string()];
+        let mut children = Children::start_replicas(dir, port, &extra, Security::Dev).await?;
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+        let logs = dir.join("logs");
+        let metrics_base = port + METRICS_PORT_OFFSET;
+        let tls = dir.join("tls");
         for i in 1..=AGENTS {
             let name = format!("node-{i}");
             let args = vec![
@@ -143,13 +154,71 @@ impl Children {
         Ok(children)
     }
 
+    /// Only the replicas (named `replica 1` ...), each also given `extra` arguments, once
+    /// one of them leads.
+    pub async fn start_replicas(
+        dir: &Path,
+        port: u16,
+        extra: &[String],
+        security: Security,
+    ) -> Result<Children, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+        let servers: Vec<String> = (0..REPLICAS).map(|i| format!("127.0.0.1:{}", port + i)).collect();
+        let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        // Every metrics port, the last agent's included, must fit in a u16.
+        let metrics_base =
+            port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
+                || format!("--port {port}: the metrics ports (from port + {METRICS_PORT_OFFSET}) would pass 65535"),
+            )?;
+        let access = Access::make(dir, security)?;
+        let mut metrics = Vec::new();
+        let mut procs = Vec::new();
+        for (i, addr) in servers.iter().enumerate() {
+            let id = (i + 1).to_string();
+            let data = dir.join(format!("replica-{id}"));
+            let mut args = vec![
+                "server".into(),
+                "--id".into(),
+                id.clone(),
+                "--listen".into(),
+                addr.clone(),
+                "--data-dir".into(),
+                data.display().to_string(),
+                "--bootstrap".into(),
+                members.join(","),
+                "--metrics-listen".into(),
+                metrics_addr(metrics_base + i as u16),
+            ];
+            args.extend(access.replica_args(dir, &id));
+            args.extend(extra.iter().cloned());
+            metrics.push((format!("replica {id}"), metrics_url(metrics_base + i as u16)));
+            procs.push(spawn(&exe, &format!("replica {id}"), &args, logs.join(format!("replica-{id}.log")))?);
+        }
+        let mut children = Children { procs, servers, access, metrics };
+        children.wait_for_leader().await?;
+        Ok(children)
+    }
+
+    /// The process id of the child called `name` (e.g. `replica 2`), while it runs.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.procs.iter().find(|p| p.name == name).and_then(|p| p.child.id())
+    }
+
+    /// SIGKILL to the child called `name`, waiting until it is gone.
+    pub async fn kill(&mut self, name: &str) -> Result<(), String> {
+        let p = self.procs.iter_mut().find(|p| p.name == name).ok_or_else(|| format!("no child called {name}"))?;
+        p.child.kill().await.map_err(|e| format!("cannot kill {name}: {e}"))
+    }
+
     pub fn servers(&self) -> Vec<String> {
         self.servers.clone()
     }
 
     /// The file holding the admin token (for `BATON_TOKEN_FILE`).
     pub fn token_file(&self) -> &Path {
-        &self.token_file
+        &self.access.token_file
     }
 
     pub fn metrics_urls(&self) -> &[(String, String)] {
@@ -158,13 +227,14 @@ impl Children {
 
     /// The `--tls-dir` of the `dev` client.
     pub fn client_tls_dir(&self) -> &Path {
-        &self.tls_dir
+        &self.access.tls_dir
     }
 
     /// A client of replica `i`, as the `dev` client with the admin token.
     pub async fn client(&self, i: usize) -> Result<Api, String> {
-        let ch = dial(&self.servers[i], &self.transport, REPLICA_HOST).await?;
-        let bearer = Bearer::new(Some(&self.token), "the dev cluster's token").map_err(|e| e.to_string())?;
+        let ch = dial(&self.servers[i], &self.access.transport, REPLICA_HOST).await?;
+        let token = (!self.access.token.is_empty()).then_some(self.access.token.as_str());
+        let bearer = Bearer::new(token, "the dev cluster's token").map_err(|e| e.to_string())?;
         Ok(api_client(ch, bearer))
     }
 
@@ -207,7 +277,7 @@ impl Children {
     }
 
     /// A child that has already exited, as an error.
-    fn exited(&mut self) -> Option<String> {
+    pub fn exited(&mut self) -> Option<String> {
         self.procs.iter_mut().find_map(|p| match p.child.try_wait() {
             Ok(Some(status)) => Some(format!("{} exited ({status})", p.name)),
             _ => None,

@@ -13,134 +13,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::client::connect::Api;
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::*;
-use clap::{Args, Subcommand};
 
+use super::{percentiles_line, runtime};
 use crate::dev::procs::Children;
 use crate::dev::submit;
-
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    pub what: BenchWhat,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum BenchWhat {
-    /// Submit-to-running and preemption latency on an idle local cluster.
-    Latency {
-        /// Preemption rounds (each also measures one submit on an idle cluster).
-        #[arg(long, default_value_t = 50)]
-        rounds: u32,
-        /// First port of the local cluster.
-        #[arg(long, default_value_t = 7170)]
-        port: u16,
-    },
-    /// Trace-mode simulation speed: generated traces of each size on a cluster file, one
-    /// after another on one core (BENCHMARKS.md, "Simulation speed").
-    Sim {
-        /// The cluster (a scenario file without timeline).
-        #[arg(long)]
-        cluster: String,
-        /// Trace sizes, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "10000,30000,100000")]
-        jobs: Vec<usize>,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Offered load of the generated traces.
-        #[arg(long, default_value_t = 0.9)]
-        load: f64,
-        /// Replace the cluster file's `reserve_after` (seconds, or `never`).
-        #[arg(long, value_parser = crate::sim::parse_reserve_after)]
-        reserve_after: Option<crate::sim::ReserveAfter>,
-    },
-}
-
-/// Gangs of at least this many GPUs count as big in `bench sim`'s starvation figure.
-const BIG_GANG_GPUS: u64 = 32;
-
-fn sim_bench(
-    cluster_path: &str,
-    sizes: &[usize],
-    seed: u64,
-    load: f64,
-    settings: Option<crate::sim::ReserveAfter>,
-) -> ExitCode {
-    let (file, cluster) = match baton_sim::files::read_text(Path::new(cluster_path)) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!(
-        "| jobs | simulated end (s) | preemptions | finished | wall (s) | CPU (s) | longest wait of a {BIG_GANG_GPUS}+ GPU gang (s) |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for &n in sizes {
-        let jobs = match crate::sim::generated(&file, &cluster, n, seed, load)
-            .and_then(|t| baton_sim::trace::parse("generated", &t).map_err(|e| e.to_string()))
-        {
-            Ok(j) => j,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let (wall, cpu) = (Instant::now(), cpu_seconds());
-        let outcome = match baton_sim::run_trace_jobs(&file, &cluster, "generated", &jobs, settings.map(|s| s.0)) {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
-        let s = &outcome.report.summary;
-        let end = s.end.0;
-        let gang_wait = outcome
-            .stats
-            .jobs
-            .values()
-            .filter(|j| j.gpus >= BIG_GANG_GPUS)
-            .map(|j| j.first_start_ms.unwrap_or(end).saturating_sub(j.submit_ms))
-            .max()
-            .unwrap_or(0);
-        println!(
-            "| {n} | {} | {} | {} | {wall:.1} | {cpu:.1} | {} |",
-            s.end,
-            s.preemptions,
-            s.finished,
-            gang_wait / 1000
-        );
-    }
-    ExitCode::SUCCESS
-}
-
-/// CPU time this process has used (user and system).
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return f64::NAN;
-    }
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
-}
 
 /// Longest wait for one stamp; a round that takes longer fails the benchmark.
 const STAMP_TIMEOUT_MS: u64 = 30_000;
 
-pub fn run(args: BenchArgs) -> ExitCode {
-    match args.what {
-        BenchWhat::Latency { rounds, port } => latency(rounds, port),
-        BenchWhat::Sim { cluster, jobs, seed, load, reserve_after } => {
-            sim_bench(&cluster, &jobs, seed, load, reserve_after)
-        }
-    }
-}
-
-fn latency(rounds: u32, port: u16) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+pub fn run(rounds: u32, port: u16) -> ExitCode {
+    let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: {e}");
@@ -211,7 +93,7 @@ async fn cancel(c: &mut Api, name: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn measure(children: &crate::dev::procs::Children, dir: &Path, rounds: u32) -> Result<(), String> {
+async fn measure(children: &Children, dir: &Path, rounds: u32) -> Result<(), String> {
     let mut c = children.client(0).await?;
     // Borrowing queue `lo` (no guarantee) and `hi` (all 16 GPUs guaranteed): hi reclaims.
     c.put_queue(gpu_queue("lo", 0)).await.map_err(|e| e.message().to_string())?;
@@ -243,7 +125,5 @@ async fn measure(children: &crate::dev::procs::Children, dir: &Path, rounds: u32
 }
 
 fn report(what: &str, ms: &mut [f64]) {
-    ms.sort_by(f64::total_cmp);
-    let pct = |p: f64| ms[((ms.len() as f64 - 1.0) * p).round() as usize];
-    println!("{what:<42} p50 {:>7.1} ms   p99 {:>7.1} ms   max {:>7.1} ms", pct(0.5), pct(0.99), pct(1.0));
+    println!("{what:<42} {}", percentiles_line(ms));
 }

@@ -1,0 +1,436 @@
+//! Simulated agents for `baton bench scale`: one task per node, over real gRPC, speaking the
+//! agent protocol as `baton agent` does (attach, follow the leader's hint, heartbeat with
+//! the running replicas, report exits and stops until acknowledged) but running nothing:
+//! a replica told to run "runs" for a synthetic duration, then exits 0; one told to stop
+//! reports a checkpoint at once. Many nodes share a few connections per replica (HTTP/2
+//! streams), as a real fleet's agents would each hold one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use baton_agent::limits::{ATTACH_TIMEOUT_MS, MAX_BACKOFF_MS, MIN_BACKOFF_MS, REPORT_TIMEOUT_MS};
+use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
+use baton_proto::v1::observation::What;
+use baton_proto::v1::{
+    Action, AttachRequest, Directive, Exited, GpuDevice, NodeInfo, Observation, ReplicaPhase, ReportRequest, Running,
+    StopCause, Stopped,
+};
+use prost::Message;
+use tonic::transport::{Channel, Endpoint};
+
+use baton_agent::leader::LEADER_METADATA_KEY;
+
+/// Attach streams that share one connection (below HTTP/2 servers' usual stream limits).
+const NODES_PER_CONNECTION: usize = 100;
+/// Most observations held unacknowledged by one simulated node.
+const MAX_PENDING_OBSERVATIONS: usize = 10_000;
+
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    pub nodes: u32,
+    pub gpus: u32,
+    pub racks: u32,
+    pub run_ms: u64,
+    pub heartbeat_ms: u64,
+    pub servers: Vec<String>,
+}
+
+/// What the simulated nodes saw, shared with the benchmark.
+#[derive(Default)]
+pub struct Seen {
+    /// Job name -> when its submit was sent; a job's first start takes it out.
+    pub submitted: Mutex<HashMap<String, Instant>>,
+    /// Submit-to-running of every first start, in ms.
+    pub to_running_ms: Mutex<Vec<f64>>,
+    pub started: AtomicU64,
+    pub exited: AtomicU64,
+    pub stopped: AtomicU64,
+    pub directive_bytes: AtomicU64,
+    pub report_bytes: AtomicU64,
+    pub directives: AtomicU64,
+    pub reports: AtomicU64,
+    /// Per node: the term of the last directive it received (0: none yet).
+    pub term_of: Vec<AtomicU64>,
+    /// Per node: when it last received a directive, in ms since `epoch`.
+    pub directed_at_ms: Vec<AtomicU64>,
+    pub epoch: Option<Instant>,
+}
+
+impl Seen {
+    pub fn new(nodes: u32) -> Seen {
+        Seen {
+            term_of: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            directed_at_ms: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            epoch: Some(Instant::now()),
+            ..Seen::default()
+        }
+    }
+
+    fn since_epoch_ms(&self) -> u64 {
+        self.epoch.map_or(0, |e| e.elapsed().as_millis() as u64)
+    }
+
+    /// Nodes whose last directive is of a term above `term`.
+    pub fn directed_after(&self, term: u64) -> usize {
+        self.term_of.iter().filter(|t| t.load(Ordering::Relaxed) > term).count()
+    }
+
+    pub fn submitted_now(&self, job: String) {
+        self.lock_submitted().insert(job, Instant::now());
+    }
+
+    fn lock_submitted(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.submitted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn first_start(&self, job: &str) {
+        if let Some(t) = self.lock_submitted().remove(job) {
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            self.to_running_ms.lock().unwrap_or_else(PoisonError::into_inner).push(ms);
+            self.started.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+pub fn node_name(i: u32) -> String {
+    format!("sim-{i:05}")
+}
+
+fn node_info(f: &Fleet, i: u32) -> NodeInfo {
+    let gpus = (0..f.gpus)
+        .map(|g| GpuDevice {
+            index: g,
+            uuid: format!("GPU-sim-{i}-{g}"),
+            model: "simulated".into(),
+            memory_bytes: 80 << 30,
+            healthy: true,
+        })
+        .collect();
+    NodeInfo {
+        name: node_name(i),
+        pool: "default".into(),
+        rack: format!("rack-{}", i % f.racks.max(1)),
+        resources: [("gpu".to_string(), u64::from(f.gpus))].into(),
+        gpus,
+        ..Default::default()
+    }
+}
+
+/// Lazily connected channels, `NODES_PER_CONNECTION` nodes to each, per replica address.
+struct Channels {
+    by_addr: HashMap<String, Vec<Channel>>,
+}
+
+impl Channels {
+    fn new(servers: &[String], nodes: u32) -> Result<Channels, String> {
+        let per = (nodes as usize).div_ceil(NODES_PER_CONNECTION).max(1);
+        let mut by_addr = HashMap::new();
+        for addr in servers {
+            let mut v = Vec::with_capacity(per);
+            for _ in 0..per {
+                let ep = Endpoint::from_shared(format!("http://{addr}")).map_err(|e| format!("{addr}: {e}"))?;
+                v.push(ep.tcp_nodelay(true).connect_timeout(Duration::from_secs(2)).connect_lazy());
+            }
+            by_addr.insert(addr.clone(), v);
+        }
+        Ok(Channels { by_addr })
+    }
+
+    fn get(&self, addr: &str, node: u32) -> Option<Channel> {
+        let v = self.by_addr.get(addr)?;
+        Some(v[node as usize % v.len()].clone())
+    }
+}
+
+/// Starts every node's task; they run until the runtime ends.
+pub fn start(f: Fleet, seen: Arc<Seen>) -> Result<(), String> {
+    let channels = Arc::new(Channels::new(&f.servers, f.nodes)?);
+    for i in 0..f.nodes {
+        let node = SimNode::new(&f, i);
+        tokio::spawn(node.run(f.clone(), channels.clone(), seen.clone()));
+    }
+    Ok(())
+}
+
+/// A replica this node "runs".
+struct Replica {
+    running: Running,
+    ends_at: Instant,
+}
+
+struct SimNode {
+    index: u32,
+    info: NodeInfo,
+    term_seen: u64,
+    replicas: HashMap<(u64, u32), Replica>,
+    pending: Vec<Observation>,
+    run_ms: u64,
+}
+
+enum Attached {
+    /// The stream ended or failed: attach again.
+    Lost,
+    /// A follower named the leader.
+    Redirect(String),
+}
+
+impl SimNode {
+    fn new(f: &Fleet, i: u32) -> SimNode {
+        SimNode {
+            index: i,
+            info: node_info(f, i),
+            term_seen: 0,
+            replicas: HashMap::new(),
+            pending: Vec::new(),
+            run_ms: f.run_ms,
+        }
+    }
+
+    async fn run(mut self, f: Fleet, channels: Arc<Channels>, seen: Arc<Seen>) {
+        let mut next = self.index as usize;
+        let mut hint: Option<String> = None;
+        let mut backoff_ms = MIN_BACKOFF_MS;
+        loop {
+            let addr = hint.take().unwrap_or_else(|| {
+                next = next.wrapping_add(1);
+                f.servers[next % f.servers.len()].clone()
+            });
+            let Some(ch) = channels.get(&addr, self.index) else { continue };
+            match self.attached(ch, &addr, &f, &seen).await {
+                Ok(Attached::Redirect(leader)) => {
+                    hint = Some(leader);
+                    continue;
+                }
+                Ok(Attached::Lost) => backoff_ms = MIN_BACKOFF_MS,
+                Err(()) => {}
+            }
+            // The same backoff as `baton agent` (no jitter), so the reattach storm measured
+            // is the one real agents make.
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            backoff_ms = (backoff_ms * 2).min(MAX_BACKOFF_MS);
+        }
+    }
+
+    /// One attachment: Err(()) when the attach itself failed.
+    async fn attached(&mut self, ch: Channel, addr: &str, f: &Fleet, seen: &Seen) -> Result<Attached, ()> {
+        let mut client = AgentGatewayClient::new(ch).max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+        let req = AttachRequest { node: Some(self.info.clone()), term_seen: self.term_seen };
+        let answer = tokio::time::timeout(Duration::from_millis(ATTACH_TIMEOUT_MS), client.attach(req)).await;
+        let mut stream = match answer {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
+                let leader = s.metadata().get(LEADER_METADATA_KEY).and_then(|v| v.to_str().ok()).map(str::trim);
+                return match leader {
+                    Some(l) if !l.is_empty() && l != addr => Ok(Attached::Redirect(l.to_string())),
+                    _ => Err(()),
+                };
+            }
+            _ => return Err(()),
+        };
+        let beat = Duration::from_millis(f.heartbeat_ms);
+        let mut next_beat = tokio::time::Instant::now() + beat;
+        let mut failed_reports = 0u32;
+        loop {
+            let wake = self.next_end().map_or(next_beat, |e| next_beat.min(e.into()));
+            let report_now = tokio::select! {
+                m = stream.message() => match m {
+                    Ok(Some(d)) => self.direct(d, seen),
+                    _ => return Ok(Attached::Lost),
+                },
+                () = tokio::time::sleep_until(wake) => {
+                    let ended = self.finish_ended(seen);
+                    let due = tokio::time::Instant::now() >= next_beat;
+                    ended || due
+                }
+            };
+            if report_now {
+                next_beat = tokio::time::Instant::now() + beat;
+                if self.report(&mut client, seen).await {
+                    failed_reports = 0;
+                } else {
+                    failed_reports += 1;
+                    if failed_reports >= baton_agent::limits::REATTACH_AFTER_FAILED_REPORTS {
+                        return Ok(Attached::Lost);
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_end(&self) -> Option<Instant> {
+        self.replicas.values().filter(|r| r.running.phase == ReplicaPhase::Running as i32).map(|r| r.ends_at).min()
+    }
+
+    /// Replicas whose synthetic run is over exit 0; whether any did.
+    fn finish_ended(&mut self, seen: &Seen) -> bool {
+        let now = Instant::now();
+        let ended: Vec<(u64, u32)> = self
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.running.phase == ReplicaPhase::Running as i32 && r.ends_at <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in &ended {
+            if let Some(r) = self.replicas.remove(k) {
+                let e =
+                    Exited { job_id: r.running.job_id, attempt: r.running.attempt, rank: r.running.rank, exit_code: 0 };
+                self.observe(What::Exited(e));
+                seen.exited.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        !ended.is_empty()
+    }
+
+    fn observe(&mut self, what: What) {
+        if self.pending.len() < MAX_PENDING_OBSERVATIONS {
+            self.pending.push(Observation { what: Some(what) });
+        }
+    }
+
+    /// Acts on a directive; whether something new must be reported now.
+    fn direct(&mut self, d: Directive, seen: &Seen) -> bool {
+        if d.term < self.term_seen {
+            return false;
+        }
+        self.term_seen = d.term;
+        seen.directives.fetch_add(1, Ordering::Relaxed);
+        seen.directive_bytes.fetch_add(d.encoded_len() as u64, Ordering::Relaxed);
+        let i = self.index as usize;
+        seen.directed_at_ms[i].store(seen.since_epoch_ms(), Ordering::Relaxed);
+        seen.term_of[i].store(d.term, Ordering::Relaxed);
+        let before = self.pending.len();
+        let wanted: std::collections::HashSet<(u64, u32)> = d.assignments.iter().map(|a| (a.job_id, a.rank)).collect();
+        // Absent from the directive: must not run here (cancelled, or moved away).
+        self.replicas.retain(|k, _| wanted.contains(k));
+        for a in d.assignments {
+            let key = (a.job_id, a.rank);
+            let have = self.replicas.get(&key).filter(|r| r.running.attempt == a.attempt).map(|r| r.running.phase);
+            match (a.action(), have) {
+                (Action::Run, None) => {
+                    if a.rank == 0 {
+                        seen.first_start(&a.job);
+                    }
+                    let running = Running {
+                        job_id: a.job_id,
+                        attempt: a.attempt,
+                        task: a.task,
+                        replica: a.replica,
+                        rank: a.rank,
+                        phase: ReplicaPhase::Running as i32,
+                    };
+                    let ends_at = Instant::now() + Duration::from_millis(self.run_ms);
+                    self.replicas.insert(key, Replica { running, ends_at });
+                }
+                (Action::Stop, Some(_)) => {
+                    self.replicas.remove(&key);
+                    self.stopped(&a, true, seen);
+                }
+                (Action::Suspend, Some(p)) if p != ReplicaPhase::Suspended as i32 => {
+                    if let Some(r) = self.replicas.get_mut(&key) {
+                        r.running.phase = ReplicaPhase::Suspended as i32;
+                    }
+                    self.stopped(&a, false, seen);
+                }
+                _ => {}
+            }
+        }
+        self.pending.len() > before
+    }
+
+    fn stopped(&mut self, a: &baton_proto::v1::Assignment, checkpointed: bool, seen: &Seen) {
+        let s = Stopped {
+            job_id: a.job_id,
+            attempt: a.attempt,
+            checkpointed,
+            rank: a.rank,
+            cause: StopCause::Directed as i32,
+        };
+        self.observe(What::Stopped(s));
+        seen.stopped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Heartbeat and pending observations; whether the leader took it.
+    async fn report(&mut self, client: &mut AgentGatewayClient<Channel>, seen: &Seen) -> bool {
+        let n = self.pending.len().min(baton_agent::limits::MAX_OBSERVATIONS_PER_REPORT);
+        let req = ReportRequest {
+            node: self.info.name.clone(),
+            term_seen: self.term_seen,
+            running: self.replicas.values().map(|r| r.running).collect(),
+            observations: self.pending[..n].to_vec(),
+        };
+        seen.reports.fetch_add(1, Ordering::Relaxed);
+        seen.report_bytes.fetch_add(req.encoded_len() as u64, Ordering::Relaxed);
+        let answer = tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), client.report(req)).await;
+        match answer {
+            Ok(Ok(reply)) => {
+                self.term_seen = self.term_seen.max(reply.get_ref().term);
+                self.pending.drain(..n);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_proto::v1::Assignment;
+
+    use super::*;
+
+    fn fleet() -> Fleet {
+        Fleet { nodes: 1, gpus: 8, racks: 1, run_ms: 60_000, heartbeat_ms: 500, servers: vec![] }
+    }
+
+    fn assign(job_id: u64, action: Action) -> Assignment {
+        Assignment { job_id, job: format!("j{job_id}"), attempt: 1, action: action as i32, ..Default::default() }
+    }
+
+    fn directive(term: u64, assignments: Vec<Assignment>) -> Directive {
+        Directive { term, assignments, ..Default::default() }
+    }
+
+    #[test]
+    fn a_run_starts_once_a_stop_reports_a_checkpoint_and_an_absent_job_is_dropped() {
+        let seen = Seen::new(1);
+        seen.submitted_now("j1".into());
+        let mut n = SimNode::new(&fleet(), 0);
+        assert!(!n.direct(directive(1, vec![assign(1, Action::Run), assign(2, Action::Run)]), &seen));
+        assert_eq!(seen.started.load(Ordering::Relaxed), 1, "only j1 was submitted by the bench");
+        assert_eq!(n.replicas.len(), 2);
+        // Sent again (keep-alive): nothing new starts.
+        n.direct(directive(1, vec![assign(1, Action::Run), assign(2, Action::Run)]), &seen);
+        assert_eq!((seen.started.load(Ordering::Relaxed), n.replicas.len()), (1, 2));
+        // j1 stops with a checkpoint; j2 is gone from the directive.
+        assert!(n.direct(directive(1, vec![assign(1, Action::Stop)]), &seen));
+        assert!(n.replicas.is_empty());
+        assert!(matches!(
+            n.pending[..],
+            [Observation { what: Some(What::Stopped(Stopped { job_id: 1, checkpointed: true, .. })) }]
+        ));
+    }
+
+    #[test]
+    fn a_directive_of_an_older_term_is_ignored() {
+        let seen = Seen::new(1);
+        let mut n = SimNode::new(&fleet(), 0);
+        n.direct(directive(3, vec![]), &seen);
+        n.direct(directive(2, vec![assign(1, Action::Run)]), &seen);
+        assert!(n.replicas.is_empty());
+        assert_eq!(seen.term_of[0].load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_replica_exits_once_its_synthetic_run_is_over() {
+        let seen = Seen::new(1);
+        let mut n = SimNode::new(&Fleet { run_ms: 0, ..fleet() }, 0);
+        n.direct(directive(1, vec![assign(4, Action::Run)]), &seen);
+        assert!(n.finish_ended(&seen));
+        assert!(matches!(
+            n.pending[..],
+            [Observation { what: Some(What::Exited(Exited { job_id: 4, exit_code: 0, .. })) }]
+        ));
+    }
+}
