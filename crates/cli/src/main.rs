@@ -38,8 +38,21 @@ enum Command {
     Workload(agent::WorkloadArgs),
 }
 
+/// Commands that print and end (`baton sim ... | head`) die quietly of SIGPIPE when their
+/// reader goes away, as other Unix tools do; Rust ignores SIGPIPE, which turns the closed pipe
+/// into a panic in `print!`. Long-running commands keep ignoring it.
+fn quiet_on_closed_pipe() {
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Sim(_) | Command::Client(_)) {
+        quiet_on_closed_pipe();
+    }
     match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Server(args) => server::run(args),

@@ -47,3 +47,25 @@ fn a_bad_row_is_refused_naming_line_and_column() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("neither whole seconds nor `never`"));
 }
+
+/// `baton sim gen-trace ... | head -1`: the reader goes away after one line; baton ends by
+/// SIGPIPE, as other Unix tools do, instead of panicking in `print!` (it did).
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["sim", "gen-trace", "--jobs", "200000", "--seed", "1", "--queues", "a", "--gpus", "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(!first.is_empty());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", out.status);
+}

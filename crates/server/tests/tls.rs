@@ -80,7 +80,8 @@ impl Setup {
         let config = ServerConfig {
             replica: ReplicaConfig::new(1, "tls", addr.clone(), dir.path().join("r1")),
             bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
-            settings: ServerSettings::default(),
+            // Tokens are tested in auth.rs; these tests check the transport alone.
+            settings: ServerSettings { auth: baton_server::auth::AuthMode::None, ..ServerSettings::default() },
             scheduler: None,
             transport,
         };
@@ -261,7 +262,7 @@ async fn a_ca_bundle_lets_old_and_new_certificates_meet_during_rotation() {
     let config = ServerConfig {
         replica: ReplicaConfig::new(1, "tls", addr.clone(), dir.path().join("r1")),
         bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
-        settings: ServerSettings::default(),
+        settings: ServerSettings { auth: baton_server::auth::AuthMode::None, ..ServerSettings::default() },
         scheduler: None,
         transport: with_bundle(old.issue(dir.path(), "replica", "1")),
     };
