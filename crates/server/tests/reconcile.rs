@@ -6,9 +6,11 @@ mod common;
 use baton_proto::v1::observation::What;
 use baton_proto::v1::*;
 use common::*;
+use tonic::transport::Channel;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
+/// One replica, queue team-a with 8 GPUs, node n1 with 8, and job j (4 GPUs) placed there:
+/// the cluster (kept alive by the caller), a client, n1's agent and j's assignment.
+async fn j_placed_on_n1() -> (Cluster, baton_client::BatonClient<Channel>, FakeAgent, Assignment) {
     let cluster = Cluster::start(1).await;
     let mut c = cluster.client(0).await;
     c.put_queue(queue("team-a", 8)).await.unwrap();
@@ -17,7 +19,26 @@ async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
         .await
         .unwrap();
     let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
-    let j = d.assignments[0].job_id;
+    let a = d.assignments[0].clone();
+    (cluster, c, agent, a)
+}
+
+/// What an agent that runs assignment `a` lists in its report.
+fn running(a: &Assignment) -> Running {
+    Running {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        task: a.task,
+        replica: a.replica,
+        rank: a.rank,
+        phase: ReplicaPhase::Running as i32,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
+    let j = a.job_id;
     c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
     agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|a| a.job == "j")).await;
     let reason = "pid 4242 in D state after SIGKILL".to_string();
@@ -44,29 +65,14 @@ async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_process_that_runs_where_the_model_does_not_place_it_is_recorded() {
-    let cluster = Cluster::start(1).await;
-    let mut c = cluster.client(0).await;
-    c.put_queue(queue("team-a", 8)).await.unwrap();
-    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
-        .await
-        .unwrap();
-    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
-    let a = d.assignments[0].clone();
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
     c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
     agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|x| x.job == "j")).await;
 
     // The agent keeps saying it runs j, as one that missed the directive would (its
     // background heartbeats, which list nothing, are silenced: one reporter per node).
     agent.silence();
-    let still = Running {
-        job_id: a.job_id,
-        attempt: a.attempt,
-        task: a.task,
-        replica: a.replica,
-        rank: a.rank,
-        phase: ReplicaPhase::Running as i32,
-    };
+    let still = running(&a);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         agent.report_running(vec![still], vec![]).await.unwrap();
@@ -85,25 +91,9 @@ async fn a_process_that_runs_where_the_model_does_not_place_it_is_recorded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_its_agent_stops_reporting_is_requeued_with_the_reason() {
-    let cluster = Cluster::start(1).await;
-    let mut c = cluster.client(0).await;
-    c.put_queue(queue("team-a", 8)).await.unwrap();
-    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
-        .await
-        .unwrap();
-    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
-    let a = d.assignments[0].clone();
-    let running = Running {
-        job_id: a.job_id,
-        attempt: a.attempt,
-        task: a.task,
-        replica: a.replica,
-        rank: a.rank,
-        phase: ReplicaPhase::Running as i32,
-    };
+    let (_cluster, mut c, agent, a) = j_placed_on_n1().await;
     // The agent has seen the assignment: it reports it running.
-    agent.report_running(vec![running], vec![]).await.unwrap();
+    agent.report_running(vec![running(&a)], vec![]).await.unwrap();
     // Then it stops listing it without any exit (a process it lost track of).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
     let j = loop {
@@ -126,15 +116,7 @@ async fn a_replica_its_agent_stops_reporting_is_requeued_with_the_reason() {
 /// Running with its GPUs held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
-    let cluster = Cluster::start(1).await;
-    let mut c = cluster.client(0).await;
-    c.put_queue(queue("team-a", 8)).await.unwrap();
-    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 4)), request_id: String::new() })
-        .await
-        .unwrap();
-    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
-    let a = d.assignments[0].clone();
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
     let ckpt = What::Checkpointed(Checkpointed { job_id: a.job_id, attempt: a.attempt });
     let stop = What::Stopped(Stopped {
         job_id: a.job_id,
