@@ -150,3 +150,78 @@ fn every_replica_is_in_the_first_membership_it_is_given() {
         );
     }
 }
+
+/// `host:port` of every compose service that serves /metrics (`--metrics-listen`).
+fn compose_metrics_targets() -> BTreeSet<String> {
+    let docs = YamlLoader::load_from_str(&read("deploy/compose.yaml")).expect("compose.yaml parses");
+    let services = docs[0]["services"].as_hash().expect("compose.yaml has services");
+    let mut targets = BTreeSet::new();
+    for (name, s) in services {
+        let words = strings(&s["command"]);
+        if let Some(at) = words.iter().position(|w| w == "--metrics-listen") {
+            let port = words[at + 1].rsplit(':').next().unwrap().to_string();
+            targets.insert(format!("{}:{port}", name.as_str().unwrap()));
+        }
+    }
+    targets
+}
+
+#[test]
+fn prometheus_scrapes_every_replica_and_agent_of_the_compose_file_and_nothing_else() {
+    let compose = compose_metrics_targets();
+    assert_eq!(compose.len(), 5, "every replica and agent serves /metrics: {compose:?}");
+    let docs = YamlLoader::load_from_str(&read("deploy/monitoring/prometheus.yml")).expect("prometheus.yml parses");
+    let mut scraped = BTreeSet::new();
+    for job in docs[0]["scrape_configs"].as_vec().expect("scrape_configs") {
+        for sc in job["static_configs"].as_vec().expect("static_configs") {
+            scraped.extend(strings(&sc["targets"]));
+        }
+    }
+    assert_eq!(scraped, compose, "deploy/monitoring/prometheus.yml and deploy/compose.yaml disagree");
+}
+
+/// The metric names a PromQL expression reads (histogram series by their base name).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for (at, _) in expr.match_indices("baton_") {
+        let name: String =
+            expr[at..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit()).collect();
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+        names.push(base.to_string());
+    }
+    names
+}
+
+#[test]
+fn the_grafana_dashboard_reads_only_documented_metrics() {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("deploy/monitoring/grafana-dashboard.json")).expect("the dashboard is JSON");
+    let documented = read("docs/metrics.md");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    let mut ids = BTreeSet::new();
+    let mut read_metrics = BTreeSet::new();
+    for p in panels {
+        assert!(ids.insert(p["id"].as_u64().expect("a panel id")), "panel id {} twice", p["id"]);
+        assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()), "a panel without a title");
+        for t in p["targets"].as_array().expect("targets") {
+            let expr = t["expr"].as_str().expect("expr");
+            for name in metric_names(expr) {
+                assert!(documented.contains(&format!("`{name}`")), "{expr}: {name} is not in docs/metrics.md");
+                read_metrics.insert(name);
+            }
+        }
+    }
+    for needed in
+        ["baton_queue_gpus_used", "baton_queue_pending_jobs", "baton_preemptions_total", "baton_job_wait_seconds"]
+    {
+        assert!(read_metrics.contains(needed), "the dashboard shows no {needed}");
+    }
+}
+
+#[test]
+fn metric_names_are_read_from_promql() {
+    let names =
+        metric_names("histogram_quantile(0.5, sum by (le) (rate(baton_job_wait_seconds_bucket[5m]))) / baton_x");
+    assert_eq!(names, ["baton_job_wait_seconds", "baton_x"]);
+}
