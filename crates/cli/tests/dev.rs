@@ -21,7 +21,9 @@ impl Drop for Kill {
 
 #[test]
 fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
-    let base = 40_000 + (std::process::id() % 10_000) as u16;
+    // Below Linux's ephemeral range (32768-60999), where other tests' outgoing connections
+    // take ports; apart from the e2e demo's range (20,000-30,105).
+    let base = 10_000 + (std::process::id() % 2_000) as u16 * 5;
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(BATON)
         .args(["dev", "--port", &base.to_string(), "--dir"])
@@ -124,4 +126,18 @@ fn get(url: &str) -> String {
         assert!(Instant::now() < deadline, "{url} not reachable within 10 s");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A child that exits while the cluster starts is named, with the end of its log saying why
+/// (a replica whose metrics port is taken; dev used to say only "replica 1 exited").
+#[test]
+fn a_child_that_exits_at_start_is_named_with_the_end_of_its_log() {
+    let base = 10_005 + (std::process::id() % 2_000) as u16 * 5;
+    let taken = std::net::TcpListener::bind(("127.0.0.1", base + 100)).expect("the metrics port is free");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BATON).args(["dev", "--port", &base.to_string(), "--dir"]).arg(dir.path()).output().unwrap();
+    drop(taken);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("replica 1 exited") && err.contains("--metrics-listen"), "{err}");
 }

@@ -20,6 +20,17 @@ const START_TIMEOUT_MS: u64 = 30_000;
 struct Proc {
     name: String,
     child: Child,
+    log: PathBuf,
+}
+
+/// How much of a child's log an exit message quotes.
+const LOG_TAIL_LINES: usize = 5;
+
+/// The last lines of `log`, to say why a child exited (empty when unreadable).
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
 pub struct Children {
@@ -62,7 +73,7 @@ fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, 
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start {name}: {e}"))?;
-    Ok(Proc { name: name.to_string(), child })
+    Ok(Proc { name: name.to_string(), child, log })
 }
 
 /// How a cluster started here is secured.
@@ -279,7 +290,9 @@ impl Children {
     /// A child that has already exited, as an error.
     pub fn exited(&mut self) -> Option<String> {
         self.procs.iter_mut().find_map(|p| match p.child.try_wait() {
-            Ok(Some(status)) => Some(format!("{} exited ({status})", p.name)),
+            Ok(Some(status)) => {
+                Some(format!("{} exited ({status}); the end of {}:\n{}", p.name, p.log.display(), log_tail(&p.log)))
+            }
             _ => None,
         })
     }
