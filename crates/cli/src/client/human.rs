@@ -11,6 +11,16 @@ pub const MAX_DURATION_MS: u64 = baton_model::limits::MAX_DURATION_MS;
 
 /// Parses `500ms`, `30s`, `2m`, `1h30m`, `1d`, or a bare number of seconds (`45`, `1.5`).
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    bounded(duration_ms(text)?, text, MAX_DURATION_MS)
+}
+
+/// `--time-limit`: a duration up to the model's bound on time limits (a year), longer than
+/// other durations because training runs last weeks.
+pub fn parse_time_limit_ms(text: &str) -> Result<u64, String> {
+    bounded(duration_ms(text)?, text, baton_model::limits::MAX_TIME_LIMIT_MS)
+}
+
+fn duration_ms(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let bad = || format!("bad duration {text:?}: expected e.g. 30s, 2m, 1h30m, 500ms or a number of seconds");
     if t.is_empty() {
@@ -20,7 +30,8 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
         if !(secs.is_finite() && secs >= 0.0) {
             return Err(bad());
         }
-        return bounded((secs * 1000.0).round() as u64, text);
+        // `as` saturates: a huge number of seconds becomes u64::MAX and is refused as too long.
+        return Ok((secs * 1000.0).round() as u64);
     }
     let mut total: u64 = 0;
     let mut rest = t;
@@ -43,7 +54,7 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
         rest = &rest[unit_len..];
         total = n.checked_mul(unit_ms).and_then(|v| total.checked_add(v)).ok_or_else(bad)?;
     }
-    bounded(total, text)
+    Ok(total)
 }
 
 /// decisions.md section 9's `reserve_after`: a duration, or `never` (no reservations).
@@ -62,9 +73,11 @@ pub fn reserve_after_text(ms: Option<u64>) -> String {
     ms.map_or_else(|| "never".to_string(), span)
 }
 
-fn bounded(ms: u64, text: &str) -> Result<u64, String> {
-    if ms > MAX_DURATION_MS {
-        return Err(format!("duration {text:?} is longer than the longest allowed, 7d"));
+fn bounded(ms: u64, text: &str, max_ms: u64) -> Result<u64, String> {
+    if ms > max_ms {
+        let days = 86_400_000;
+        let max = if max_ms % days == 0 { format!("{}d", max_ms / days) } else { span(max_ms) };
+        return Err(format!("duration {text:?} is longer than the longest allowed, {max}"));
     }
     Ok(ms)
 }
@@ -225,6 +238,15 @@ pub fn usage(used: Option<&baton_proto::v1::Resources>, bound: Option<&baton_pro
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_time_limit_may_be_as_long_as_the_model_allows_other_durations_a_week() {
+        assert_eq!(parse_time_limit_ms("30d"), Ok(30 * 86_400_000));
+        assert_eq!(parse_time_limit_ms("365d"), Ok(baton_model::limits::MAX_TIME_LIMIT_MS));
+        assert!(parse_time_limit_ms("366d").unwrap_err().contains("longest allowed, 365d"));
+        assert!(parse_duration_ms("30d").unwrap_err().contains("longest allowed, 7d"));
+        assert!(parse_duration_ms("1e30").unwrap_err().contains("longest allowed"));
+    }
+
     use super::*;
 
     #[test]

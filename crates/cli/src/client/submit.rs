@@ -18,7 +18,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{parse_duration_ms, parse_env};
+use crate::client::human::{parse_duration_ms, parse_env, parse_time_limit_ms};
 use crate::client::output::{Format, data_text};
 use crate::client::{Conn, ConnArgs};
 
@@ -72,8 +72,8 @@ pub struct SubmitArgs {
     #[arg(long, value_parser = parse_duration_ms, conflicts_with = "file")]
     pub min_runtime: Option<u64>,
     /// Longest one attempt may run (e.g. 90s, 2h); then it is stopped and ends Failed with
-    /// the reason "time limit" [default: none].
-    #[arg(long, value_parser = parse_duration_ms, conflicts_with = "file")]
+    /// the reason "time limit" [default: none]; at most 365d.
+    #[arg(long, value_parser = parse_time_limit_ms, conflicts_with = "file")]
     pub time_limit: Option<u64>,
     /// An environment variable for the job (KEY=VALUE); repeatable.
     #[arg(long = "env", conflicts_with = "file")]
