@@ -16,7 +16,7 @@ use crate::journal::Journal;
 use crate::limits::{ATTACH_TIMEOUT_MS, MAX_BACKOFF_MS, MAX_HINTS_IN_A_ROW, MAX_MESSAGE_BYTES, MIN_BACKOFF_MS};
 
 /// Response metadata key in which a follower names the leader.
-pub const LEADER_METADATA_KEY: &str = "baton-leader";
+pub use baton_proto::LEADER_METADATA;
 
 /// The replica currently attached: its address and channel.
 pub type Attached = Option<(String, Channel)>;
@@ -88,7 +88,7 @@ impl Follower {
             Err(status) if status.code() == tonic::Code::FailedPrecondition => {
                 let leader = status
                     .metadata()
-                    .get(LEADER_METADATA_KEY)
+                    .get(LEADER_METADATA)
                     .and_then(|v| v.to_str().ok())
                     .map(str::trim)
                     .filter(|s| !s.is_empty() && *s != addr);

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use baton_proto::DEFAULT_CHECKPOINT_SIGNAL;
 use baton_proto::v1::observation::What;
 use baton_proto::v1::{
     Action, Assignment, Checkpointed, Directive, Exited, Observation, ReplicaPhase, Running, StopCause, Stopped,
@@ -422,11 +423,13 @@ impl Supervisor {
         self.journal.put_replica(&rec)?;
         let (signal, signal_name) = match parse_signal(&a.checkpoint_signal) {
             Ok(s) => {
-                (s, if a.checkpoint_signal.is_empty() { "SIGTERM".to_string() } else { a.checkpoint_signal.clone() })
+                let name =
+                    if a.checkpoint_signal.is_empty() { DEFAULT_CHECKPOINT_SIGNAL } else { &a.checkpoint_signal };
+                (s, name.to_string())
             }
             Err(e) => {
-                tracing::warn!(job = a.job, "{e}; using SIGTERM");
-                (libc::SIGTERM, "SIGTERM".to_string())
+                tracing::warn!(job = a.job, "{e}; using {DEFAULT_CHECKPOINT_SIGNAL}");
+                (libc::SIGTERM, DEFAULT_CHECKPOINT_SIGNAL.to_string())
             }
         };
         let active: HashSet<&str> =

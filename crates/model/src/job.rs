@@ -71,9 +71,12 @@ pub struct JobSpec {
     /// What an agent runs; empty in the simulator.
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
-    /// Signal asking the job to checkpoint and exit (default SIGTERM).
+    /// Signal asking the job to checkpoint and exit (default [`DEFAULT_CHECKPOINT_SIGNAL`]).
     pub checkpoint_signal: Option<String>,
 }
+
+/// The signal that asks a job to checkpoint when its spec names none.
+pub const DEFAULT_CHECKPOINT_SIGNAL: &str = "SIGTERM";
 
 impl JobSpec {
     /// What a preemption does to this job: its mode, except that a job using GPUs is never

@@ -8,6 +8,13 @@
 /// nothing a server may send is refused by the client decoding it.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
+/// The metadata key of a refusal that names the leader (`host:port`): a follower's answer to
+/// an agent or client that should talk to the leader instead.
+pub const LEADER_METADATA: &str = "baton-leader";
+
+/// The signal that asks a job to checkpoint when its spec names none (the model's default).
+pub use baton_model::job::DEFAULT_CHECKPOINT_SIGNAL;
+
 pub mod convert;
 pub mod make;
 pub mod scrape;

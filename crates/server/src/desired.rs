@@ -35,7 +35,11 @@ pub fn desired(state: &State) -> BTreeMap<Name, Vec<Assignment>> {
                 gpus: r.gpus.clone(),
                 command: job.spec.command.clone(),
                 env: job.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                checkpoint_signal: job.spec.checkpoint_signal.clone().unwrap_or_else(|| "SIGTERM".into()),
+                checkpoint_signal: job
+                    .spec
+                    .checkpoint_signal
+                    .clone()
+                    .unwrap_or_else(|| baton_proto::DEFAULT_CHECKPOINT_SIGNAL.into()),
                 grace_ms,
                 resume: job.has_checkpoint,
             };

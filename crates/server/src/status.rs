@@ -8,7 +8,7 @@ use tonic::{Code, Status};
 
 /// Response metadata key carrying the leader's address when a replica that must be the
 /// leader (the agent gateway) is not.
-pub const LEADER_METADATA: &str = "baton-leader";
+pub use baton_proto::LEADER_METADATA;
 
 pub fn from_write(e: WriteError) -> Status {
     match e {

@@ -92,7 +92,7 @@ async fn followers_send_agents_to_the_leader_and_answer_clients_clearly() {
     let mut g = AgentGatewayClient::connect(format!("http://{follower}")).await.unwrap();
     let err = g.attach(AttachRequest { node: Some(node("n1", 8)), term_seen: 0 }).await.err().unwrap();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
-    let hint = err.metadata().get("baton-leader").unwrap().to_str().unwrap();
+    let hint = err.metadata().get(baton_proto::LEADER_METADATA).unwrap().to_str().unwrap();
     assert_eq!(hint, cluster.replicas[leader].addr);
 
     let mut c = cluster.client((leader + 1) % 3).await;

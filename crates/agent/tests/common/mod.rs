@@ -50,7 +50,7 @@ impl AgentGateway for FakeGateway {
     async fn attach(&self, request: Request<AttachRequest>) -> Result<Response<Self::AttachStream>, Status> {
         if let Some(leader) = &self.follower_of {
             let mut status = Status::failed_precondition("not the leader");
-            status.metadata_mut().insert("baton-leader", leader.parse().unwrap());
+            status.metadata_mut().insert(baton_proto::LEADER_METADATA, leader.parse().unwrap());
             return Err(status);
         }
         self.seen.lock().unwrap().attaches.push(request.into_inner());

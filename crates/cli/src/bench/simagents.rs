@@ -20,7 +20,7 @@ use baton_proto::v1::{
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
 
-use baton_agent::leader::LEADER_METADATA_KEY;
+use baton_proto::LEADER_METADATA;
 
 /// Attach streams that share one connection (below HTTP/2 servers' usual stream limits).
 const NODES_PER_CONNECTION: usize = 100;
@@ -221,7 +221,7 @@ impl SimNode {
         let mut stream = match answer {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
-                let leader = s.metadata().get(LEADER_METADATA_KEY).and_then(|v| v.to_str().ok()).map(str::trim);
+                let leader = s.metadata().get(LEADER_METADATA).and_then(|v| v.to_str().ok()).map(str::trim);
                 return match leader {
                     Some(l) if !l.is_empty() && l != addr => Ok(Attached::Redirect(l.to_string())),
                     _ => Err(()),

@@ -198,7 +198,8 @@ impl FakeAgent {
                     };
                 }
                 Err(s) => {
-                    let hint = s.metadata().get("baton-leader").and_then(|v| v.to_str().ok()).unwrap_or("");
+                    let hint =
+                        s.metadata().get(baton_proto::LEADER_METADATA).and_then(|v| v.to_str().ok()).unwrap_or("");
                     next = if hint.is_empty() { addrs[0].clone() } else { hint.to_string() };
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
