@@ -29,6 +29,8 @@ pub const MAX_TRIES_PER_ADDR: u32 = 2;
 pub const MAX_NO_LEADER_RETRIES: u32 = 10;
 /// How long one connection attempt may take before the next address is tried.
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Bound on one dial: name lookup, TCP connect and TLS handshake together.
+pub const DIAL_TIMEOUT_MS: u64 = 3_000;
 /// Backoff between retries: doubles from the first value up to the cap.
 pub const FIRST_BACKOFF_MS: u64 = 100;
 pub const MAX_BACKOFF_MS: u64 = 1_000;
@@ -112,7 +114,14 @@ pub async fn dial(addr: &str, transport: &Transport, host: &str) -> Result<Chann
         .endpoint(addr, host)
         .map_err(|e| format!("bad address: {e}"))?
         .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
-    endpoint.connect().await.map_err(|e| chain(&e))
+    // The whole dial, name lookup and TLS handshake included, is bounded: a replica cut off
+    // from the network (its name no longer resolving, its packets dropped) must cost one
+    // attempt, not the command's whole --timeout (seen: a rack cut left every call waiting
+    // on the cut replica's name).
+    match tokio::time::timeout(Duration::from_millis(DIAL_TIMEOUT_MS), endpoint.connect()).await {
+        Ok(r) => r.map_err(|e| chain(&e)),
+        Err(_) => Err(format!("no connection within {DIAL_TIMEOUT_MS} ms")),
+    }
 }
 
 /// An error and its causes on one line ("transport error: Connection refused (os error 111)").
@@ -259,6 +268,25 @@ pub fn api_client(ch: Channel, bearer: Bearer) -> Api {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that takes the connection and never answers the TLS handshake (a replica
+    /// wedged or cut off mid-connection) costs one bounded dial, named in the error.
+    #[tokio::test]
+    async fn a_dial_that_never_completes_is_cut_off_at_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::tls::dev_pki(dir.path(), &[1], &[], &["c".to_string()]).unwrap();
+        let transport = Transport::load(&dir.path().join("client-c")).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let silent = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(socket);
+        });
+        let err = dial(&addr, &transport, REPLICA_HOST).await.unwrap_err();
+        silent.abort();
+        assert!(err.contains(&format!("no connection within {DIAL_TIMEOUT_MS} ms")), "{err}");
+    }
 
     #[test]
     fn addresses_parse_and_bad_ones_are_named() {
