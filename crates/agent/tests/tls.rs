@@ -5,64 +5,25 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+#[path = "../../proto/testing/test_ca.rs"]
+mod test_ca;
 
-use baton_proto::tls::{AGENT_HOST, REPLICA_HOST, Transport};
+use std::path::Path;
+
+use baton_proto::tls::{AGENT_HOST, Transport};
 use baton_proto::v1::LogsRequest;
 use baton_proto::v1::agent_logs_client::AgentLogsClient;
 use common::*;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
+use test_ca::Ca;
 use tonic::Code;
-
-struct Ca {
-    name: String,
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        let key = KeyPair::generate().unwrap();
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca { name: name.into(), pem, issuer: Issuer::new(params, key) }
-    }
-
-    fn issue(&self, dir: &Path, role: &str, name: &str) -> PathBuf {
-        let host = match role {
-            "replica" => vec![REPLICA_HOST.to_string()],
-            "agent" => vec![AGENT_HOST.to_string()],
-            _ => Vec::new(),
-        };
-        let mut params = CertificateParams::new(host).unwrap();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::OrganizationalUnitName, role);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let out = dir.join(format!("{}-{role}-{name}", self.name));
-        std::fs::create_dir_all(&out).unwrap();
-        std::fs::write(out.join("ca.pem"), &self.pem).unwrap();
-        std::fs::write(out.join("cert.pem"), cert.pem()).unwrap();
-        std::fs::write(out.join("key.pem"), key.serialize_pem()).unwrap();
-        out
-    }
-
-    fn transport(&self, dir: &Path, role: &str, name: &str) -> Transport {
-        Transport::load(&self.issue(dir, role, name)).unwrap()
-    }
-}
 
 /// An agent serving its logs with mutual TLS as `identity` (role, name); no gateway answers.
 async fn tls_agent(dir: &Path, ca: &Ca, identity: (&str, &str)) -> baton_agent::Agent {
-    let mut c = config(&dir.join(format!("data-{}-{}", ca.name, identity.1)), &["127.0.0.1:1".parse().unwrap()]);
-    c.transport = ca.transport(dir, identity.0, identity.1);
+    // The certificate's directory is named after the CA and the identity: a data dir inside
+    // it is this agent's own.
+    let tls_dir = ca.issue(dir, identity.0, identity.1);
+    let mut c = config(&tls_dir.join("data"), &["127.0.0.1:1".parse().unwrap()]);
+    c.transport = Transport::load(&tls_dir).unwrap();
     start_agent(c).await
 }
 
@@ -85,7 +46,7 @@ async fn the_log_service_takes_only_certificates_of_the_clusters_ca() {
 
     // No certificate: UNAUTHENTICATED, saying what is missing.
     let tls = tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(&ca.pem))
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca.pem()))
         .domain_name(AGENT_HOST);
     let ep = tonic::transport::Endpoint::from_shared(format!("https://{addr}")).unwrap();
     let ch = ep.tls_config(tls).unwrap().connect().await.unwrap();

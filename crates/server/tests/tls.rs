@@ -3,65 +3,25 @@
 //! Certificates are made here with rcgen the way `baton tls` makes them (OU = role,
 //! CN = name, the role's DNS name).
 
+#[path = "../../proto/testing/test_ca.rs"]
+mod test_ca;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use baton_model::command::{Command, Op};
 use baton_proto::make::gpu_queue;
-use baton_proto::tls::{AGENT_HOST, REPLICA_HOST, Transport};
+use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::raft_transport_client::RaftTransportClient;
 use baton_proto::v1::{AttachRequest, Empty, IdentifyRequest, NodeInfo, RaftRequest, ReportRequest};
 use baton_raft::ReplicaConfig;
 use baton_server::{ServerConfig, ServerSettings};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
+use test_ca::Ca;
 use tonic::Code;
 use tonic::transport::Channel;
-
-/// A CA that writes `--tls-dir` directories.
-struct Ca {
-    name: String,
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        let key = KeyPair::generate().unwrap();
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca { name: name.replace(' ', "-"), pem, issuer: Issuer::new(params, key) }
-    }
-
-    /// `dir` with ca.pem, cert.pem and key.pem for (`role`, `name`).
-    fn issue(&self, dir: &Path, role: &str, name: &str) -> PathBuf {
-        let host = match role {
-            "replica" => vec![REPLICA_HOST.to_string()],
-            "agent" => vec![AGENT_HOST.to_string()],
-            _ => Vec::new(),
-        };
-        let mut params = CertificateParams::new(host).unwrap();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::OrganizationalUnitName, role);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let out = dir.join(format!("{}-{role}-{name}", self.name));
-        std::fs::create_dir_all(&out).unwrap();
-        std::fs::write(out.join("ca.pem"), &self.pem).unwrap();
-        std::fs::write(out.join("cert.pem"), cert.pem()).unwrap();
-        std::fs::write(out.join("key.pem"), key.serialize_pem()).unwrap();
-        out
-    }
-}
 
 struct Setup {
     addr: String,
@@ -76,7 +36,7 @@ impl Setup {
         let ca = Ca::new("test CA");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let transport = Transport::load(&ca.issue(dir.path(), "replica", "1")).unwrap();
+        let transport = ca.transport(dir.path(), "replica", "1");
         let config = ServerConfig {
             replica: ReplicaConfig::new(1, "tls", addr.clone(), dir.path().join("r1")),
             bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
@@ -99,7 +59,7 @@ impl Setup {
     }
 
     fn transport(&self, role: &str, name: &str) -> Transport {
-        Transport::load(&self.ca.issue(self.dir.path(), role, name)).unwrap()
+        self.ca.transport(self.dir.path(), role, name)
     }
 
     async fn channel(&self, t: &Transport) -> Result<Channel, tonic::transport::Error> {
@@ -113,7 +73,7 @@ impl Setup {
     /// A TLS channel that verifies the replica but presents no certificate.
     async fn anonymous(&self) -> Channel {
         let tls = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca.pem))
+            .ca_certificate(tonic::transport::Certificate::from_pem(self.ca.pem()))
             .domain_name(REPLICA_HOST);
         let ep = tonic::transport::Endpoint::from_shared(format!("https://{}", self.addr)).unwrap();
         ep.tls_config(tls).unwrap().connect().await.unwrap()
@@ -183,10 +143,10 @@ async fn no_certificate_is_unauthenticated_on_every_service_and_changes_nothing(
 async fn a_certificate_of_another_ca_cannot_connect() {
     let s = Setup::start().await;
     let other = Ca::new("another cluster's CA");
-    let t = Transport::load(&other.issue(s.dir.path(), "client", "mallory")).unwrap();
+    let t = other.transport(s.dir.path(), "client", "mallory");
     assert!(s.channel(&t).await.is_err(), "a certificate of another CA completed the handshake");
     // Nor does an agent of another CA get to register its node.
-    let t = Transport::load(&other.issue(s.dir.path(), "agent", "n9")).unwrap();
+    let t = other.transport(s.dir.path(), "agent", "n9");
     assert!(s.channel(&t).await.is_err());
     assert_eq!(s.queues().await, vec!["q".to_string()]);
     assert!(s.nodes().await.is_empty());
@@ -252,7 +212,7 @@ async fn raft_rpcs_need_a_replica_certificate() {
 async fn a_ca_bundle_lets_old_and_new_certificates_meet_during_rotation() {
     let dir = tempfile::tempdir().unwrap();
     let (old, new) = (Ca::new("old"), Ca::new("new"));
-    let bundle = format!("{}{}", old.pem, new.pem);
+    let bundle = format!("{}{}", old.pem(), new.pem());
     let with_bundle = |d: PathBuf| {
         std::fs::write(d.join("ca.pem"), &bundle).unwrap();
         Transport::load(&d).unwrap()
