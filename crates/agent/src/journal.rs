@@ -67,6 +67,22 @@ pub struct StopInfo {
     /// written before it was recorded (then `deadline_unix_ms` counts).
     #[serde(default)]
     pub deadline_boot_ms: u64,
+    /// The checkpoint signal (SIGTERM in journals written before it was recorded).
+    #[serde(default = "default_stop_signal")]
+    pub signal: i32,
+    /// The signal went out. A stop is journaled before its signal, so `false` after a
+    /// restart means the agent may have gone down in between: it sends the signal then.
+    /// Journals written before this was recorded journaled only after signalling.
+    #[serde(default = "signalled_in_older_journals")]
+    pub signalled: bool,
+}
+
+fn default_stop_signal() -> i32 {
+    libc::SIGTERM
+}
+
+fn signalled_in_older_journals() -> bool {
+    true
 }
 
 impl StopInfo {

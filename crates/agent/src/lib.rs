@@ -14,7 +14,12 @@
 //! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations.
 //! - `lease`, `fence`: pure rules: how long the agent may run replicas without a proven
 //!   leader, and which leader's directives it obeys; `lease_file`: the lease as replicas' watchdogs read it.
-//! - `supervisor`: reconciling directives with the replicas (fencing, STOP, SUSPEND, kills).
+//! - `reconcile`: the supervisor's decisions, pure: what a directive means for the replicas
+//!   here (fencing, the attempt fence, the lease, deferral behind a GPU still held, RUN, STOP,
+//!   SUSPEND, kills) and in which order a stop journals and signals. Tested with tables and
+//!   properties, without processes.
+//! - `supervisor`: the executor: it reads the journal, the lease and its replica table, asks
+//!   `reconcile`, and does the IO (spawns, signals, /proc, files, the journal, observations).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
 //! - `journal`: the durable state (sled).
@@ -42,6 +47,7 @@ pub mod logs_server;
 pub mod metrics;
 pub mod node;
 pub mod procfs;
+pub mod reconcile;
 pub mod reporter;
 pub mod signal;
 pub mod supervisor;

@@ -1,9 +1,11 @@
 //! The supervisor owns every replica on this node. It reconciles each directive (the whole
-//! desired state) with what runs, fences stale leaders and attempts, and turns process
-//! events into observations in the journal. One task owns all of it, so there are no
-//! locks around replica state; others see snapshots (`Running` list, live log set).
+//! desired state) with what runs and turns process events into observations in the
+//! journal. What a directive means (fencing, attempts, the lease, deferral) and the order of
+//! a stop's journal writes and signals are decided in `reconcile`, without IO; this module
+//! gathers their inputs and carries out what they return. One task owns all of it, so there
+//! are no locks around replica state; others see snapshots (`Running` list, live log set).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 use baton_proto::DEFAULT_CHECKPOINT_SIGNAL;
 use baton_proto::v1::observation::What;
 use baton_proto::v1::{
-    Action, Assignment, Checkpointed, Directive, Exited, Observation, ReplicaPhase, Running, StopCause, Stopped,
+    Assignment, Checkpointed, Directive, Exited, Observation, ReplicaPhase, Running, StopCause, Stopped,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
@@ -24,10 +26,10 @@ use crate::lease::Lease;
 use crate::lease_file::boot_ms;
 use crate::limits::{
     CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
-    MAX_GRACE_MS, MTIME_SLACK_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS,
-    WATCHDOG_SLACK_MS,
+    MTIME_SLACK_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
+use crate::reconcile::{self, Act, Clock, Ignored, Known, Step};
 use crate::signal::{group_alive, parse_signal, signal_group};
 
 /// A replica's process ended (the wrapper exited with this code).
@@ -167,6 +169,11 @@ impl Supervisor {
             if pid != 0 && crate::procfs::is_same_process(pid, start) {
                 tracing::info!(?key, pid, "re-adopted a replica that kept running");
                 sup.set_live(&key, true);
+                let steps = sup.replicas.get(&key).map(|r| reconcile::adopt_steps(&r.rec)).unwrap_or_default();
+                if !steps.is_empty() {
+                    tracing::info!(?key, "its stop was journaled before the agent went down: checkpoint signal sent");
+                }
+                sup.run_steps(&key, steps)?;
             } else {
                 let code = sup.exit_code_from_file(&key);
                 // It ended while nobody watched: its pid may belong to someone else by now,
@@ -204,150 +211,135 @@ impl Supervisor {
     }
 
     fn apply(&mut self, d: &Directive) -> Result<(), JournalError> {
-        let fence = self.journal.fence()?;
-        match fence.check(d.term, d.leader_id) {
-            Ok(next) if next != fence => self.journal.remember(next)?,
-            Ok(_) => {}
+        let inputs = self.inputs(d)?;
+        let plan = match reconcile::plan(d, &inputs) {
+            Ok(plan) => plan,
             Err(why) => {
                 tracing::warn!(term = d.term, leader_id = d.leader_id, "refused a directive: {why}");
                 return Ok(());
             }
+        };
+        if let Some(fence) = plan.remember {
+            self.journal.remember(fence)?;
         }
         if self.fit_checked != Some((d.lease_ms, d.heartbeat_timeout_ms)) {
             self.fit_checked = Some((d.lease_ms, d.heartbeat_timeout_ms));
             warn_if_the_lease_does_not_fit(d);
         }
-        if d.assignments.len() > MAX_ASSIGNMENTS_PER_DIRECTIVE {
-            tracing::warn!(
-                count = d.assignments.len(),
-                "refused a directive with more than {MAX_ASSIGNMENTS_PER_DIRECTIVE} assignments"
-            );
-            return Ok(());
-        }
-        let mut wanted: BTreeMap<ReplicaKey, &Assignment> = BTreeMap::new();
-        for a in &d.assignments {
-            let key = ReplicaKey { job_id: a.job_id, attempt: a.attempt, rank: a.rank };
-            if let Some(max) = self.journal.max_attempt(a.job_id)?
-                && a.attempt < max
+        let assignments: BTreeMap<ReplicaKey, &Assignment> =
+            d.assignments.iter().map(|a| (reconcile::key_of(a), a)).collect();
+        for key in &plan.deferred {
+            if !self.deferred.contains_key(key)
+                && let Some(a) = assignments.get(key)
             {
-                tracing::warn!(
-                    job = a.job,
-                    attempt = a.attempt,
-                    newest = max,
-                    "refused an assignment of an older attempt"
-                );
-                continue;
-            }
-            wanted.insert(key, a);
-        }
-        // The newest directive decides what still waits for its GPUs.
-        self.deferred.retain(|k, _| wanted.contains_key(k));
-        // Whatever runs here and is not wanted any more goes first.
-        let unwanted: Vec<ReplicaKey> = self
-            .replicas
-            .iter()
-            .filter(|(k, r)| r.rec.phase != Phase::Finished && !wanted.contains_key(k))
-            .map(|(k, _)| *k)
-            .collect();
-        for key in unwanted {
-            self.begin_kill(&key)?;
-        }
-        for (key, a) in &wanted {
-            match Action::try_from(a.action) {
-                Ok(Action::Run) => self.want_run(key, a)?,
-                Ok(Action::Stop) => self.want_stop(key, a)?,
-                Ok(Action::Suspend) => self.want_suspend(key, a)?,
-                _ => tracing::warn!(job = a.job, action = a.action, "ignored an assignment with an unknown action"),
+                let holder = self.gpus_busy(key, &a.gpus);
+                tracing::info!(?key, ?holder, "waits for its GPUs: a replica still stopping holds them");
             }
         }
-        self.prune_finished(&wanted.keys().copied().collect());
+        self.deferred = plan.deferred.iter().filter_map(|k| assignments.get(k).map(|a| (*k, (*a).clone()))).collect();
+        for act in plan.acts {
+            self.act(act, &assignments)?;
+        }
+        self.prune_finished(&plan.wanted);
         self.publish();
         Ok(())
     }
 
-    fn want_run(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
-        if self.lease_expired() {
-            // Maybe the leader has declared this node lost and placed the job elsewhere:
-            // nothing starts or resumes until a leader renews the lease.
-            tracing::debug!(?key, "not started or resumed: the lease ran out");
-            return Ok(());
-        }
-        if !self.replicas.contains_key(key) {
-            if self.journal.was_pruned(key)? {
-                tracing::warn!(?key, job = a.job, "refused a RUN of a replica that already finished here");
-                return Ok(());
+    /// What `reconcile::plan` needs to know, read from the journal and the replica table.
+    fn inputs(&self, d: &Directive) -> Result<reconcile::Inputs, JournalError> {
+        let mut inputs = reconcile::Inputs {
+            fence: self.journal.fence()?,
+            lease_expired: self.lease_expired(),
+            replicas: self
+                .replicas
+                .iter()
+                .map(|(k, r)| (*k, Known { phase: r.rec.phase, outcome: r.rec.outcome, gpus: r.rec.gpus.clone() }))
+                .collect(),
+            deferred: self.deferred.keys().copied().collect(),
+            ..Default::default()
+        };
+        // Bounded by MAX_ASSIGNMENTS_PER_DIRECTIVE; a longer directive is refused by `plan`.
+        for a in d.assignments.iter().take(MAX_ASSIGNMENTS_PER_DIRECTIVE + 1) {
+            if let Some(max) = self.journal.max_attempt(a.job_id)? {
+                inputs.max_attempts.insert(a.job_id, max);
             }
-            if let Some(holder) = self.gpus_busy(key, &a.gpus) {
-                if self.deferred.insert(*key, a.clone()).is_none() {
-                    tracing::info!(?key, ?holder, "waits for its GPUs: a replica still stopping holds them");
-                }
-                return Ok(());
+            let key = reconcile::key_of(a);
+            if !self.replicas.contains_key(&key) && self.journal.was_pruned(&key)? {
+                inputs.pruned.insert(key);
             }
-            return self.start(key, a);
         }
-        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        match r.rec.phase {
-            Phase::Suspended => {
-                signal_group(r.rec.pid, libc::SIGCONT);
-                r.rec.phase = Phase::Running;
+        Ok(inputs)
+    }
+
+    /// Carries out one act of a plan.
+    fn act(&mut self, act: Act, assignments: &BTreeMap<ReplicaKey, &Assignment>) -> Result<(), JournalError> {
+        let assignment = |key: &ReplicaKey| assignments.get(key).copied();
+        match act {
+            Act::Kill(key) => self.begin_kill(&key),
+            Act::Start(key) => match assignment(&key) {
+                Some(a) => self.start(&key, a),
+                None => Ok(()),
+            },
+            Act::Resume(key) => self.resume(&key),
+            Act::Stop(key) => {
+                let (Some(a), Some(r)) = (assignment(&key), self.replicas.get(&key)) else { return Ok(()) };
+                let signal = parse_signal(&a.checkpoint_signal).unwrap_or(r.signal);
+                self.begin_stop(&key, signal, a.grace_ms, StopCause::Directed)
+            }
+            Act::StopNeverRan(key) => match assignment(&key) {
+                Some(a) => self.stop_never_ran(&key, a),
+                None => Ok(()),
+            },
+            Act::ReportStopped { key, checkpointed } => self.observe(stopped(&key, checkpointed, StopCause::Directed)),
+            Act::KilledCountsAsStopped(key) => {
+                let Some(r) = self.replicas.get_mut(&key) else { return Ok(()) };
+                r.rec.outcome = Some(Outcome::Stopped { checkpointed: false });
                 let rec = r.rec.clone();
                 self.journal.put_replica(&rec)?;
-                tracing::info!(?key, "resumed a suspended replica (SIGCONT)");
+                self.observe(stopped(&key, false, StopCause::Directed))
             }
-            Phase::Running | Phase::Finished => {}
-            Phase::Stopping | Phase::Killing => {
-                tracing::warn!(?key, "asked to run a replica that is being stopped; it will not restart here")
+            Act::Suspend(key) => self.suspend(&key),
+            Act::SuspendNeverRan(key) => {
+                tracing::warn!(?key, "asked to suspend a replica that never ran here");
+                self.observe(stopped(&key, false, StopCause::Directed))
+            }
+            Act::Ignore { key, why: why @ Ignored::LeaseExpired } => {
+                tracing::debug!(?key, "{why}");
+                Ok(())
+            }
+            Act::Ignore { key, why } => {
+                tracing::warn!(?key, "ignored an assignment: {why}");
+                Ok(())
             }
         }
+    }
+
+    fn resume(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
+        signal_group(r.rec.pid, libc::SIGCONT);
+        r.rec.phase = Phase::Running;
+        let rec = r.rec.clone();
+        self.journal.put_replica(&rec)?;
+        tracing::info!(?key, "resumed a suspended replica (SIGCONT)");
         Ok(())
     }
 
-    fn want_stop(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
-        self.deferred.remove(key);
-        let Some(r) = self.replicas.get_mut(key) else {
-            // Never ran here: nothing to checkpoint. Remember it as stopped so a later RUN of
-            // the same attempt does not start it and a repeated STOP re-reports the same.
-            self.note_attempt(key)?;
-            let rec = self.record(key, a, Phase::Finished);
-            let rec = ReplicaRecord { outcome: Some(Outcome::Stopped { checkpointed: false }), ..rec };
-            self.journal.put_replica(&rec)?;
-            self.replicas.insert(
-                *key,
-                Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0, started: None, signal_again: None },
-            );
-            return self.observe(stopped(key, false, StopCause::Directed));
-        };
-        match r.rec.phase {
-            Phase::Running | Phase::Suspended | Phase::Killing => {
-                let signal = parse_signal(&a.checkpoint_signal).unwrap_or(r.signal);
-                self.begin_stop(key, signal, a.grace_ms, StopCause::Directed)
-            }
-            Phase::Stopping => Ok(()),
-            Phase::Finished => match r.rec.outcome {
-                Some(Outcome::Stopped { checkpointed }) => {
-                    self.observe(stopped(key, checkpointed, StopCause::Directed))
-                }
-                Some(Outcome::Killed) => {
-                    r.rec.outcome = Some(Outcome::Stopped { checkpointed: false });
-                    let rec = r.rec.clone();
-                    self.journal.put_replica(&rec)?;
-                    self.observe(stopped(key, false, StopCause::Directed))
-                }
-                // It ended on its own; that Exited observation is what the leader needs.
-                _ => Ok(()),
-            },
-        }
+    /// Never ran here: nothing to checkpoint. Remembered as stopped so a later RUN of the
+    /// same attempt does not start it and a repeated STOP re-reports the same.
+    fn stop_never_ran(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        self.note_attempt(key)?;
+        let rec = self.record(key, a, Phase::Finished);
+        let rec = ReplicaRecord { outcome: Some(Outcome::Stopped { checkpointed: false }), ..rec };
+        self.journal.put_replica(&rec)?;
+        self.replicas.insert(
+            *key,
+            Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0, started: None, signal_again: None },
+        );
+        self.observe(stopped(key, false, StopCause::Directed))
     }
 
-    fn want_suspend(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
-        self.deferred.remove(key);
-        let Some(r) = self.replicas.get_mut(key) else {
-            tracing::warn!(job = a.job, attempt = a.attempt, "asked to suspend a replica that never ran here");
-            return self.observe(stopped(key, false, StopCause::Directed));
-        };
-        if r.rec.phase != Phase::Running {
-            return Ok(());
-        }
+    fn suspend(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
+        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         signal_group(r.rec.pid, libc::SIGSTOP);
         r.rec.phase = Phase::Suspended;
         let rec = r.rec.clone();
@@ -377,12 +369,13 @@ impl Supervisor {
 
     /// A replica other than `key` that has not ended holds one of `gpus`.
     fn gpus_busy(&self, key: &ReplicaKey, gpus: &[u32]) -> Option<ReplicaKey> {
-        self.replicas
+        let held: Vec<(ReplicaKey, &[u32])> = self
+            .replicas
             .values()
-            .find(|r| {
-                r.rec.key != *key && r.rec.phase != Phase::Finished && r.rec.gpus.iter().any(|g| gpus.contains(g))
-            })
-            .map(|r| r.rec.key)
+            .filter(|r| r.rec.phase != Phase::Finished)
+            .map(|r| (r.rec.key, r.rec.gpus.as_slice()))
+            .collect();
+        reconcile::gpu_holder(key, gpus, &held)
     }
 
     /// Starts the deferred replicas whose GPUs are free now.
@@ -411,10 +404,6 @@ impl Supervisor {
     }
 
     fn start(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
-        if let Err(e) = logfiles::check_job_name(&a.job) {
-            tracing::warn!(job_id = a.job_id, "refused an assignment: {e}");
-            return Ok(());
-        }
         self.note_attempt(key)?;
         // Journal the intent first (pid 0). After a crash between here and the next write,
         // a restarted agent finds the wrapper by its exit file path and adopts it, or finds
@@ -477,26 +466,30 @@ impl Supervisor {
         cause: StopCause,
     ) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id);
-        let before = newest_mtime_ms(&ckpt);
-        let now = now_unix_ms();
-        signal_group(r.rec.pid, signal);
+        let before = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
+        let now = Clock { unix_ms: now_unix_ms(), boot_ms: boot_ms() };
+        let lease_expired = cause == StopCause::LeaseExpired;
+        let steps = reconcile::stop_steps(&r.rec, signal, grace_ms, lease_expired, before, now);
         r.signal_again = signal_again(r.started, signal);
-        if r.rec.phase == Phase::Suspended {
-            // A stopped process cannot handle its checkpoint signal until it runs again.
-            signal_group(r.rec.pid, libc::SIGCONT);
-        }
-        r.rec.phase = Phase::Stopping;
-        r.rec.stop = Some(StopInfo {
-            signal_unix_ms: now,
-            deadline_unix_ms: now + grace_ms.min(MAX_GRACE_MS),
-            deadline_boot_ms: boot_ms() + grace_ms.min(MAX_GRACE_MS),
-            newest_before_unix_ms: before,
-            lease_expired: cause == StopCause::LeaseExpired,
-        });
-        let rec = r.rec.clone();
         tracing::info!(?key, signal, grace_ms, "checkpoint-then-stop: signal sent");
-        self.journal.put_replica(&rec)
+        self.run_steps(key, steps)
+    }
+
+    /// Carries out journal writes and signals in their order; the replica's record follows
+    /// each journal write.
+    fn run_steps(&mut self, key: &ReplicaKey, steps: Vec<Step>) -> Result<(), JournalError> {
+        for step in steps {
+            match step {
+                Step::Journal(rec) => {
+                    self.journal.put_replica(&rec)?;
+                    if let Some(r) = self.replicas.get_mut(key) {
+                        r.rec = rec;
+                    }
+                }
+                Step::Signal { pid, signal } => signal_group(pid, signal),
+            }
+        }
+        Ok(())
     }
 
     fn begin_kill(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
@@ -504,17 +497,20 @@ impl Supervisor {
         if r.rec.phase == Phase::Killing {
             return Ok(());
         }
-        signal_group(r.rec.pid, libc::SIGTERM);
-        r.signal_again = signal_again(r.started, libc::SIGTERM);
-        if r.rec.phase == Phase::Suspended {
-            signal_group(r.rec.pid, libc::SIGCONT);
-        }
+        // Journaled first, as a stop is: the deadline's SIGKILL covers a crash before SIGTERM.
+        let was_suspended = r.rec.phase == Phase::Suspended;
         r.rec.phase = Phase::Killing;
         r.rec.kill_deadline_unix_ms = now_unix_ms() + self.kill_grace_ms;
         r.rec.kill_deadline_boot_ms = boot_ms() + self.kill_grace_ms;
+        r.signal_again = signal_again(r.started, libc::SIGTERM);
         let rec = r.rec.clone();
+        self.journal.put_replica(&rec)?;
+        signal_group(rec.pid, libc::SIGTERM);
+        if was_suspended {
+            signal_group(rec.pid, libc::SIGCONT);
+        }
         tracing::info!(?key, "no longer wanted here: SIGTERM, SIGKILL after {} ms", self.kill_grace_ms);
-        self.journal.put_replica(&rec)
+        Ok(())
     }
 
     fn on_exit(&mut self, ev: ExitEvent) -> Result<(), JournalError> {
@@ -570,6 +566,8 @@ impl Supervisor {
                     deadline_boot_ms: 0,
                     newest_before_unix_ms: u64::MAX,
                     lease_expired: false,
+                    signal: libc::SIGTERM,
+                    signalled: true,
                 });
                 let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
                 let checkpointed = written_after(stop.signal_unix_ms, stop.newest_before_unix_ms, after);
@@ -739,7 +737,7 @@ impl Supervisor {
 
     /// Keeps the finished records bounded: past the bound, those the current directive does
     /// not mention go (the journal remembers their keys, so they never start again).
-    fn prune_finished(&mut self, wanted: &HashSet<ReplicaKey>) {
+    fn prune_finished(&mut self, wanted: &BTreeSet<ReplicaKey>) {
         let finished = self.replicas.values().filter(|r| r.rec.phase == Phase::Finished).count();
         if finished <= MAX_FINISHED_RECORDS {
             return;

@@ -400,3 +400,53 @@ async fn stop_then_shut_down(dir: &std::path::Path, gw: &Gateway, grace_ms: u64)
     agent.shutdown().await.unwrap();
     (pid, reaper, sent)
 }
+
+/// Issue 9, hole 5b: the agent journals a stop before it sends the checkpoint signal, so a
+/// crash in between leaves a replica journaled as stopping that never got its signal. The
+/// restarted agent must send it (the job checkpoints and stops), not wait out the grace and
+/// kill a job that never heard it should save its work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_journaled_but_not_signalled_before_a_crash_is_signalled_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!(
+        "trap 'echo saved > \"$BATON_CHECKPOINT_DIR/ckpt\"; exit 0' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&pid_file)).await;
+    agent.shutdown().await.unwrap();
+    {
+        // What the crash leaves: the stop journaled, no signal sent.
+        let journal = baton_agent::journal::Journal::open(&dir.path().join("journal")).unwrap();
+        for mut rec in journal.replicas().unwrap() {
+            let now = baton_agent::checkpoint::now_unix_ms();
+            rec.phase = baton_agent::journal::Phase::Stopping;
+            rec.stop = Some(baton_agent::journal::StopInfo {
+                signal_unix_ms: now,
+                deadline_unix_ms: now + 3_000,
+                deadline_boot_ms: baton_agent::lease_file::boot_ms() + 3_000,
+                newest_before_unix_ms: 0,
+                lease_expired: false,
+                signal: libc::SIGTERM,
+                signalled: false,
+            });
+            journal.put_replica(&rec).unwrap();
+        }
+    }
+    assert!(alive(pid));
+
+    let mut stop = run;
+    stop.action = Action::Stop as i32;
+    stop.grace_ms = 3_000;
+    gw.set(1, vec![stop]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(10, "Stopped", || (!stopped_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![true], "it got its signal and saved its work");
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
+    agent.shutdown().await.unwrap();
+}

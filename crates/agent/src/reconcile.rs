@@ -1,0 +1,307 @@
+//! The supervisor's decisions, without IO: what a directive means for the replicas of this
+//! node (`plan`), in which order a stop talks to the journal and to the process (`stop_steps`),
+//! and what a restarted agent owes a stop it journaled (`adopt_steps`). The supervisor
+//! (`supervisor.rs`) gathers the inputs (journal, lease, its replica table), calls these, and
+//! carries out what they return: signals, journal writes, spawns, observations.
+//!
+//! Everything here is a function of its arguments, so the rules (fencing, the attempt fence,
+//! the lease, deferral behind a GPU still held, the crash windows of a stop) are tested with
+//! tables and properties instead of processes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_proto::v1::{Action, Assignment, Directive};
+
+use crate::fence::{Fence, Refused};
+use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
+use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS};
+use crate::logfiles::check_job_name;
+
+/// What the supervisor knows of one replica it tracks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    pub phase: Phase,
+    pub outcome: Option<Outcome>,
+    pub gpus: Vec<u32>,
+}
+
+/// Everything a directive is reconciled against, read by the caller beforehand.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// The highest term seen and its leader (journal).
+    pub fence: Fence,
+    /// The lease was granted once and has run out.
+    pub lease_expired: bool,
+    /// Replicas the supervisor tracks, finished ones included.
+    pub replicas: BTreeMap<ReplicaKey, Known>,
+    /// The highest attempt journaled per job of the directive.
+    pub max_attempts: BTreeMap<u64, u32>,
+    /// Keys of the directive that finished here and whose records were pruned.
+    pub pruned: BTreeSet<ReplicaKey>,
+    /// Replicas an earlier directive wanted started that wait for their GPUs.
+    pub deferred: BTreeSet<ReplicaKey>,
+}
+
+/// One thing to do for one replica, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Act {
+    /// Not wanted any more: SIGTERM, SIGKILL after the kill grace; nothing is reported.
+    Kill(ReplicaKey),
+    /// Start it (its GPUs are free).
+    Start(ReplicaKey),
+    /// SIGCONT a suspended replica.
+    Resume(ReplicaKey),
+    /// Checkpoint-then-stop with the assignment's signal and grace.
+    Stop(ReplicaKey),
+    /// A STOP of a replica that never ran here: remember it stopped, report it.
+    StopNeverRan(ReplicaKey),
+    /// A STOP of a replica that already stopped: report the same again.
+    ReportStopped { key: ReplicaKey, checkpointed: bool },
+    /// A STOP of a replica killed as unwanted: it counts as stopped without a checkpoint.
+    KilledCountsAsStopped(ReplicaKey),
+    /// SIGSTOP a running replica and report it stopped.
+    Suspend(ReplicaKey),
+    /// A SUSPEND of a replica that never ran here: report it stopped.
+    SuspendNeverRan(ReplicaKey),
+    /// Nothing is done for this assignment; `why` is logged.
+    Ignore { key: ReplicaKey, why: Ignored },
+}
+
+/// Why an assignment is left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ignored {
+    OlderAttempt {
+        newest: u32,
+    },
+    FinishedHere,
+    BadJobName(String),
+    UnknownAction(i32),
+    /// A RUN while the lease has run out: nothing starts or resumes.
+    LeaseExpired,
+    /// A RUN of a replica that is being stopped: it does not restart here.
+    BeingStopped,
+}
+
+impl std::fmt::Display for Ignored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ignored::OlderAttempt { newest } => write!(f, "an older attempt than {newest}, the newest seen here"),
+            Ignored::FinishedHere => write!(f, "a RUN of a replica that already finished here"),
+            Ignored::BadJobName(e) => write!(f, "{e}"),
+            Ignored::UnknownAction(a) => write!(f, "unknown action {a}"),
+            Ignored::LeaseExpired => write!(f, "not started or resumed: the lease ran out"),
+            Ignored::BeingStopped => write!(f, "a RUN of a replica that is being stopped; it does not restart here"),
+        }
+    }
+}
+
+/// Why a whole directive is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectiveRefused {
+    #[error(transparent)]
+    Fenced(#[from] Refused),
+    #[error("{count} assignments; at most {MAX_ASSIGNMENTS_PER_DIRECTIVE}")]
+    TooManyAssignments { count: usize },
+}
+
+/// What a directive asks of the supervisor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// A fence to journal before anything else is done (a new term or leader).
+    pub remember: Option<Fence>,
+    pub acts: Vec<Act>,
+    /// The replicas that wait for their GPUs from now on (replaces the earlier set).
+    pub deferred: BTreeSet<ReplicaKey>,
+    /// The keys the directive places here (finished records of these are kept).
+    pub wanted: BTreeSet<ReplicaKey>,
+}
+
+pub fn key_of(a: &Assignment) -> ReplicaKey {
+    ReplicaKey { job_id: a.job_id, attempt: a.attempt, rank: a.rank }
+}
+
+/// Reconciles a directive (the whole desired state of the node) with what runs here.
+pub fn plan(d: &Directive, inputs: &Inputs) -> Result<Plan, DirectiveRefused> {
+    let next = inputs.fence.check(d.term, d.leader_id)?;
+    if d.assignments.len() > MAX_ASSIGNMENTS_PER_DIRECTIVE {
+        return Err(DirectiveRefused::TooManyAssignments { count: d.assignments.len() });
+    }
+    let mut plan = Plan { remember: (next != inputs.fence).then_some(next), ..Plan::default() };
+    let mut wanted: BTreeMap<ReplicaKey, &Assignment> = BTreeMap::new();
+    for a in &d.assignments {
+        let key = key_of(a);
+        match inputs.max_attempts.get(&a.job_id) {
+            Some(&newest) if a.attempt < newest => {
+                plan.acts.push(Act::Ignore { key, why: Ignored::OlderAttempt { newest } });
+            }
+            _ => {
+                wanted.insert(key, a);
+            }
+        }
+    }
+    plan.wanted = wanted.keys().copied().collect();
+    // The newest directive decides what still waits for its GPUs.
+    plan.deferred = inputs.deferred.iter().filter(|k| wanted.contains_key(k)).copied().collect();
+    // Whatever runs here and is not wanted any more goes first.
+    for (key, known) in &inputs.replicas {
+        if known.phase != Phase::Finished && !wanted.contains_key(key) {
+            plan.acts.push(Act::Kill(*key));
+        }
+    }
+    // GPUs held by a replica that has not ended, or by one this plan starts.
+    let mut held: Vec<(ReplicaKey, &[u32])> = inputs
+        .replicas
+        .iter()
+        .filter(|(_, k)| k.phase != Phase::Finished)
+        .map(|(key, k)| (*key, k.gpus.as_slice()))
+        .collect();
+    for (key, a) in &wanted {
+        let act = match Action::try_from(a.action) {
+            Ok(Action::Run) => plan_run(*key, a, inputs, &mut held, &mut plan.deferred),
+            Ok(Action::Stop) => {
+                plan.deferred.remove(key);
+                plan_stop(*key, inputs)
+            }
+            Ok(Action::Suspend) => {
+                plan.deferred.remove(key);
+                plan_suspend(*key, inputs)
+            }
+            _ => Some(Act::Ignore { key: *key, why: Ignored::UnknownAction(a.action) }),
+        };
+        plan.acts.extend(act);
+    }
+    Ok(plan)
+}
+
+fn plan_run<'a>(
+    key: ReplicaKey,
+    a: &'a Assignment,
+    inputs: &Inputs,
+    held: &mut Vec<(ReplicaKey, &'a [u32])>,
+    deferred: &mut BTreeSet<ReplicaKey>,
+) -> Option<Act> {
+    if inputs.lease_expired {
+        // Maybe the leader has declared this node lost and placed the job elsewhere:
+        // nothing starts or resumes until a leader renews the lease.
+        return Some(Act::Ignore { key, why: Ignored::LeaseExpired });
+    }
+    let Some(known) = inputs.replicas.get(&key) else {
+        if inputs.pruned.contains(&key) {
+            return Some(Act::Ignore { key, why: Ignored::FinishedHere });
+        }
+        if let Err(e) = check_job_name(&a.job) {
+            return Some(Act::Ignore { key, why: Ignored::BadJobName(e) });
+        }
+        if gpu_holder(&key, &a.gpus, held).is_some() {
+            deferred.insert(key);
+            return None;
+        }
+        deferred.remove(&key);
+        held.push((key, a.gpus.as_slice()));
+        return Some(Act::Start(key));
+    };
+    match known.phase {
+        Phase::Suspended => Some(Act::Resume(key)),
+        Phase::Running | Phase::Finished => None,
+        Phase::Stopping | Phase::Killing => Some(Act::Ignore { key, why: Ignored::BeingStopped }),
+    }
+}
+
+fn plan_stop(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
+    let Some(known) = inputs.replicas.get(&key) else { return Some(Act::StopNeverRan(key)) };
+    match (known.phase, known.outcome) {
+        (Phase::Running | Phase::Suspended | Phase::Killing, _) => Some(Act::Stop(key)),
+        (Phase::Finished, Some(Outcome::Stopped { checkpointed })) => Some(Act::ReportStopped { key, checkpointed }),
+        (Phase::Finished, Some(Outcome::Killed)) => Some(Act::KilledCountsAsStopped(key)),
+        // Stopping already; or it ended on its own, and that Exited observation is what
+        // the leader needs.
+        (Phase::Stopping | Phase::Finished, _) => None,
+    }
+}
+
+fn plan_suspend(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
+    match inputs.replicas.get(&key) {
+        None => Some(Act::SuspendNeverRan(key)),
+        Some(k) if k.phase == Phase::Running => Some(Act::Suspend(key)),
+        Some(_) => None,
+    }
+}
+
+/// A replica other than `key` that has not ended holds one of `gpus`.
+pub fn gpu_holder(key: &ReplicaKey, gpus: &[u32], held: &[(ReplicaKey, &[u32])]) -> Option<ReplicaKey> {
+    held.iter().find(|(k, g)| k != key && g.iter().any(|x| gpus.contains(x))).map(|(k, _)| *k)
+}
+
+/// One step of talking to the outside world, done in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Journal(ReplicaRecord),
+    /// Signal the replica's process group.
+    Signal {
+        pid: u32,
+        signal: i32,
+    },
+}
+
+/// The clocks a step is stamped with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clock {
+    pub unix_ms: u64,
+    pub boot_ms: u64,
+}
+
+/// A checkpoint-then-stop of `rec`. The stop is journaled before the signal goes out, and
+/// marked signalled after: a crash between the two leaves a record that says the signal
+/// may not have gone out (`adopt_steps` sends it), never a replica that was told to stop
+/// while the journal says it runs (whose exit would be reported as the job's own).
+pub fn stop_steps(
+    rec: &ReplicaRecord,
+    signal: i32,
+    grace_ms: u64,
+    lease_expired: bool,
+    newest_before_unix_ms: u64,
+    now: Clock,
+) -> Vec<Step> {
+    let grace_ms = grace_ms.min(MAX_GRACE_MS);
+    let stop = StopInfo {
+        signal_unix_ms: now.unix_ms,
+        deadline_unix_ms: now.unix_ms + grace_ms,
+        deadline_boot_ms: now.boot_ms + grace_ms,
+        newest_before_unix_ms,
+        lease_expired,
+        signal,
+        signalled: false,
+    };
+    let intent = ReplicaRecord { phase: Phase::Stopping, stop: Some(stop), ..rec.clone() };
+    let mut steps = vec![Step::Journal(intent.clone()), Step::Signal { pid: rec.pid, signal }];
+    if rec.phase == Phase::Suspended {
+        // A stopped process cannot handle its checkpoint signal until it runs again.
+        steps.push(Step::Signal { pid: rec.pid, signal: libc::SIGCONT });
+    }
+    steps.push(Step::Journal(signalled(intent)));
+    steps
+}
+
+fn signalled(mut rec: ReplicaRecord) -> ReplicaRecord {
+    if let Some(stop) = rec.stop.as_mut() {
+        stop.signalled = true;
+    }
+    rec
+}
+
+/// What a restarted agent does for a replica it re-adopted alive: a stop journaled but
+/// maybe not signalled (the agent went down in between) gets its signal now, with a SIGCONT
+/// in case it was suspended before.
+pub fn adopt_steps(rec: &ReplicaRecord) -> Vec<Step> {
+    match rec.stop {
+        Some(stop) if rec.phase == Phase::Stopping && !stop.signalled => vec![
+            Step::Signal { pid: rec.pid, signal: stop.signal },
+            Step::Signal { pid: rec.pid, signal: libc::SIGCONT },
+            Step::Journal(signalled(rec.clone())),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,391 @@
+use std::collections::BTreeSet;
+
+use baton_proto::v1::{Action, Assignment, Directive};
+use proptest::prelude::*;
+
+use super::*;
+use crate::fence::{Fence, Refused};
+use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord};
+
+fn key(job_id: u64, attempt: u32) -> ReplicaKey {
+    ReplicaKey { job_id, attempt, rank: 0 }
+}
+
+fn assign(job_id: u64, attempt: u32, action: Action, gpus: &[u32]) -> Assignment {
+    Assignment {
+        job_id,
+        job: format!("job-{job_id}"),
+        attempt,
+        action: action as i32,
+        gpus: gpus.to_vec(),
+        grace_ms: 1_000,
+        ..Default::default()
+    }
+}
+
+fn directive(term: u64, assignments: Vec<Assignment>) -> Directive {
+    Directive { term, leader_id: 1, assignments, heartbeat_timeout_ms: 5_000, lease_ms: 2_000 }
+}
+
+fn known(phase: Phase, outcome: Option<Outcome>, gpus: &[u32]) -> Known {
+    Known { phase, outcome, gpus: gpus.to_vec() }
+}
+
+/// Term 1 led by leader 1, already remembered: a directive of that leader changes no fence.
+fn inputs(replicas: Vec<(ReplicaKey, Known)>) -> Inputs {
+    Inputs {
+        fence: Fence { term: 1, leader_id: Some(1) },
+        replicas: replicas.into_iter().collect(),
+        ..Default::default()
+    }
+}
+
+fn acts(d: &Directive, i: &Inputs) -> Vec<Act> {
+    plan(d, i).expect("accepted").acts
+}
+
+#[test]
+fn directives_of_deposed_or_other_leaders_are_refused_whole() {
+    let i = Inputs { fence: Fence { term: 5, leader_id: Some(1) }, ..Default::default() };
+    let run = vec![assign(1, 1, Action::Run, &[0])];
+    assert_eq!(plan(&directive(4, run.clone()), &i), Err(Refused::LowerTerm { term: 4, seen: 5 }.into()));
+    let other = Directive { leader_id: 2, ..directive(5, run.clone()) };
+    assert_eq!(plan(&other, &i), Err(Refused::OtherLeader { term: 5, leader_id: 2, first: 1 }.into()));
+    let p = plan(&directive(6, run), &i).unwrap();
+    assert_eq!(p.remember, Some(Fence { term: 6, leader_id: Some(1) }), "a new term is journaled first");
+    assert_eq!(p.acts, vec![Act::Start(key(1, 1))]);
+    let same = plan(&directive(5, vec![]), &i).unwrap();
+    assert_eq!(same.remember, None, "nothing new to journal");
+}
+
+#[test]
+fn too_many_assignments_are_refused() {
+    let many = (0..=MAX_ASSIGNMENTS_PER_DIRECTIVE as u64).map(|j| assign(j + 1, 1, Action::Run, &[])).collect();
+    let got = plan(&directive(1, many), &inputs(vec![]));
+    assert_eq!(got, Err(DirectiveRefused::TooManyAssignments { count: MAX_ASSIGNMENTS_PER_DIRECTIVE + 1 }));
+}
+
+/// (replicas tracked, lease expired, assignments) and the acts expected, in order.
+type Case = (Vec<(ReplicaKey, Known)>, bool, Vec<Assignment>, Vec<Act>);
+
+#[test]
+fn table() {
+    use Action::{Run, Stop, Suspend};
+    let running = |gpus: &[u32]| known(Phase::Running, None, gpus);
+    let cases: Vec<Case> = vec![
+        // A new RUN on free GPUs starts.
+        (vec![], false, vec![assign(1, 1, Run, &[0, 1])], vec![Act::Start(key(1, 1))]),
+        // Running already: nothing.
+        (vec![(key(1, 1), running(&[0]))], false, vec![assign(1, 1, Run, &[0])], vec![]),
+        // Not wanted any more: killed first, then the rest.
+        (
+            vec![(key(1, 1), running(&[0]))],
+            false,
+            vec![assign(2, 1, Run, &[1])],
+            vec![Act::Kill(key(1, 1)), Act::Start(key(2, 1))],
+        ),
+        // A finished replica not wanted any more is left alone.
+        (vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Exited { code: 0 }), &[0]))], false, vec![], vec![]),
+        // Its GPU is held by a replica still stopping: it waits (no act).
+        (
+            vec![(key(1, 1), known(Phase::Stopping, None, &[0]))],
+            false,
+            vec![assign(1, 1, Stop, &[0]), assign(2, 1, Run, &[0])],
+            vec![],
+        ),
+        // Suspended and RUN again: resumed; not while the lease has run out.
+        (
+            vec![(key(1, 1), known(Phase::Suspended, None, &[0]))],
+            false,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::Resume(key(1, 1))],
+        ),
+        (
+            vec![(key(1, 1), known(Phase::Suspended, None, &[0]))],
+            true,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::Ignore { key: key(1, 1), why: Ignored::LeaseExpired }],
+        ),
+        (vec![], true, vec![assign(1, 1, Run, &[0])], vec![Act::Ignore { key: key(1, 1), why: Ignored::LeaseExpired }]),
+        // A RUN of a replica being stopped does not restart it.
+        (
+            vec![(key(1, 1), known(Phase::Killing, None, &[0]))],
+            false,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::Ignore { key: key(1, 1), why: Ignored::BeingStopped }],
+        ),
+        // STOP, by what the replica is.
+        (vec![], false, vec![assign(1, 1, Stop, &[0])], vec![Act::StopNeverRan(key(1, 1))]),
+        (vec![(key(1, 1), running(&[0]))], false, vec![assign(1, 1, Stop, &[0])], vec![Act::Stop(key(1, 1))]),
+        (
+            vec![(key(1, 1), known(Phase::Killing, None, &[0]))],
+            false,
+            vec![assign(1, 1, Stop, &[0])],
+            vec![Act::Stop(key(1, 1))],
+        ),
+        (vec![(key(1, 1), known(Phase::Stopping, None, &[0]))], false, vec![assign(1, 1, Stop, &[0])], vec![]),
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Stopped { checkpointed: true }), &[0]))],
+            false,
+            vec![assign(1, 1, Stop, &[0])],
+            vec![Act::ReportStopped { key: key(1, 1), checkpointed: true }],
+        ),
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Killed), &[0]))],
+            false,
+            vec![assign(1, 1, Stop, &[0])],
+            vec![Act::KilledCountsAsStopped(key(1, 1))],
+        ),
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Exited { code: 3 }), &[0]))],
+            false,
+            vec![assign(1, 1, Stop, &[0])],
+            vec![],
+        ),
+        // A stop is carried out also after the lease ran out.
+        (vec![(key(1, 1), running(&[0]))], true, vec![assign(1, 1, Stop, &[0])], vec![Act::Stop(key(1, 1))]),
+        // SUSPEND.
+        (vec![], false, vec![assign(1, 1, Suspend, &[0])], vec![Act::SuspendNeverRan(key(1, 1))]),
+        (vec![(key(1, 1), running(&[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![Act::Suspend(key(1, 1))]),
+        (vec![(key(1, 1), known(Phase::Suspended, None, &[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![]),
+        // An unknown action.
+        (
+            vec![],
+            false,
+            vec![Assignment { action: 99, ..assign(1, 1, Run, &[0]) }],
+            vec![Act::Ignore { key: key(1, 1), why: Ignored::UnknownAction(99) }],
+        ),
+        // A job name that would escape the logs directory.
+        (
+            vec![],
+            false,
+            vec![Assignment { job: "../x".into(), ..assign(1, 1, Run, &[0]) }],
+            vec![Act::Ignore {
+                key: key(1, 1),
+                why: Ignored::BadJobName(crate::logfiles::check_job_name("../x").unwrap_err()),
+            }],
+        ),
+    ];
+    for (replicas, lease_expired, assignments, want) in cases {
+        let i = Inputs { lease_expired, ..inputs(replicas.clone()) };
+        let d = directive(1, assignments.clone());
+        assert_eq!(acts(&d, &i), want, "replicas {replicas:?}, lease expired {lease_expired}, {assignments:?}");
+    }
+}
+
+#[test]
+fn older_attempts_and_pruned_finished_ones_are_not_started() {
+    let mut i = inputs(vec![]);
+    i.max_attempts.insert(1, 3);
+    i.pruned.insert(key(2, 1));
+    let d = directive(
+        1,
+        vec![assign(1, 2, Action::Run, &[0]), assign(2, 1, Action::Run, &[1]), assign(1, 3, Action::Run, &[2])],
+    );
+    let p = plan(&d, &i).unwrap();
+    assert_eq!(
+        p.acts,
+        vec![
+            Act::Ignore { key: key(1, 2), why: Ignored::OlderAttempt { newest: 3 } },
+            Act::Start(key(1, 3)),
+            Act::Ignore { key: key(2, 1), why: Ignored::FinishedHere },
+        ]
+    );
+    assert!(!p.wanted.contains(&key(1, 2)), "an older attempt is not wanted (a running one is killed)");
+}
+
+#[test]
+fn the_newest_directive_decides_what_waits() {
+    let stopping = (key(9, 1), known(Phase::Stopping, None, &[0, 1]));
+    // Two replicas share GPU 2 with nothing running: the first starts, the second waits for it.
+    let mut i = inputs(vec![stopping.clone()]);
+    let d = directive(
+        1,
+        vec![assign(1, 1, Action::Run, &[0]), assign(2, 1, Action::Run, &[2]), assign(3, 1, Action::Run, &[2])],
+    );
+    let p = plan(&d, &i).unwrap();
+    assert_eq!(p.acts, vec![Act::Kill(key(9, 1)), Act::Start(key(2, 1))]);
+    assert_eq!(p.deferred, BTreeSet::from([key(1, 1), key(3, 1)]));
+    // The next directive no longer wants job 3 and stops job 1: nothing waits any more.
+    i.deferred = p.deferred;
+    let d = directive(1, vec![assign(1, 1, Action::Stop, &[0])]);
+    let p = plan(&d, &i).unwrap();
+    assert!(p.deferred.is_empty(), "{:?}", p.deferred);
+    assert_eq!(p.acts, vec![Act::Kill(key(9, 1)), Act::StopNeverRan(key(1, 1))]);
+}
+
+fn record(phase: Phase) -> ReplicaRecord {
+    ReplicaRecord {
+        key: key(1, 1),
+        job: "job-1".into(),
+        task: 0,
+        replica: 0,
+        pid: 42,
+        start_time: 7,
+        phase,
+        stop: None,
+        kill_deadline_unix_ms: 0,
+        kill_deadline_boot_ms: 0,
+        outcome: None,
+        exit_file: "exit".into(),
+        gpus: vec![0],
+        started_unix_ms: 1,
+    }
+}
+
+const NOW: Clock = Clock { unix_ms: 1_000_000, boot_ms: 5_000 };
+
+/// Issue 9, hole 5b: a crash between the signal and the journal write left a replica that
+/// was told to stop journaled as running, so its exit was reported as the job's own. The
+/// stop is journaled first, then signalled, then marked signalled.
+#[test]
+fn a_stop_is_journaled_before_its_signal() {
+    let steps = stop_steps(&record(Phase::Running), libc::SIGUSR1, 3_000, false, 77, NOW);
+    let Step::Journal(intent) = &steps[0] else { panic!("the journal first: {steps:?}") };
+    assert_eq!(intent.phase, Phase::Stopping);
+    let stop = intent.stop.expect("the stop");
+    assert!(!stop.signalled);
+    assert_eq!((stop.signal, stop.newest_before_unix_ms, stop.lease_expired), (libc::SIGUSR1, 77, false));
+    assert_eq!((stop.deadline_unix_ms, stop.deadline_boot_ms), (NOW.unix_ms + 3_000, NOW.boot_ms + 3_000));
+    assert_eq!(steps[1], Step::Signal { pid: 42, signal: libc::SIGUSR1 });
+    let Step::Journal(done) = &steps[2] else { panic!("marked signalled last: {steps:?}") };
+    assert!(done.stop.unwrap().signalled);
+    assert_eq!(steps.len(), 3);
+}
+
+#[test]
+fn a_suspended_replica_is_continued_after_its_signal_and_grace_is_bounded() {
+    let steps = stop_steps(&record(Phase::Suspended), libc::SIGTERM, u64::MAX, true, 0, NOW);
+    assert_eq!(
+        steps[1..3],
+        [Step::Signal { pid: 42, signal: libc::SIGTERM }, Step::Signal { pid: 42, signal: libc::SIGCONT }]
+    );
+    let Step::Journal(rec) = &steps[0] else { panic!() };
+    assert_eq!(rec.stop.unwrap().deadline_boot_ms, NOW.boot_ms + MAX_GRACE_MS);
+    assert!(rec.stop.unwrap().lease_expired);
+}
+
+#[test]
+fn a_restarted_agent_signals_a_stop_that_may_not_have_gone_out() {
+    let steps = stop_steps(&record(Phase::Running), libc::SIGUSR1, 3_000, false, 0, NOW);
+    let (Step::Journal(intent), Step::Journal(done)) = (&steps[0], &steps[2]) else { panic!() };
+    let again = adopt_steps(intent);
+    assert_eq!(
+        again,
+        vec![
+            Step::Signal { pid: 42, signal: libc::SIGUSR1 },
+            Step::Signal { pid: 42, signal: libc::SIGCONT },
+            Step::Journal(done.clone()),
+        ]
+    );
+    assert!(adopt_steps(done).is_empty(), "signalled already: not again");
+    assert!(adopt_steps(&record(Phase::Running)).is_empty());
+}
+
+fn arb_phase() -> impl Strategy<Value = Phase> {
+    prop_oneof![
+        Just(Phase::Running),
+        Just(Phase::Stopping),
+        Just(Phase::Suspended),
+        Just(Phase::Killing),
+        Just(Phase::Finished)
+    ]
+}
+
+fn arb_action() -> impl Strategy<Value = Action> {
+    prop_oneof![Just(Action::Run), Just(Action::Stop), Just(Action::Suspend)]
+}
+
+fn arb_gpus() -> impl Strategy<Value = Vec<u32>> {
+    proptest::collection::vec(0u32..6, 0..3)
+}
+
+prop_compose! {
+    fn arb_case()(
+        replicas in proptest::collection::btree_map((1u64..6, 1u32..4), (arb_phase(), arb_gpus()), 0..6),
+        assignments in proptest::collection::vec((1u64..6, 1u32..4, arb_action(), arb_gpus()), 0..8),
+        max_attempts in proptest::collection::btree_map(1u64..6, 1u32..4, 0..4),
+        lease_expired in any::<bool>(),
+    ) -> (Inputs, Directive) {
+        let mut i = inputs(vec![]);
+        i.lease_expired = lease_expired;
+        i.max_attempts = max_attempts;
+        for ((job, attempt), (phase, gpus)) in replicas {
+            i.replicas.insert(key(job, attempt), known(phase, None, &gpus));
+        }
+        let d = directive(1, assignments.into_iter().map(|(j, a, act, g)| assign(j, a, act, &g)).collect());
+        (i, d)
+    }
+}
+
+proptest! {
+    /// Whatever runs and whatever is asked: nothing starts or resumes once the lease has
+    /// run out; a started replica never shares a GPU with one that has not ended nor with
+    /// another started one; nothing older than the newest attempt starts; a replica already
+    /// tracked is never started again; each replica gets at most one act besides the
+    /// refusal of an older attempt.
+    #[test]
+    fn plans_keep_the_protocol_rules((i, d) in arb_case()) {
+        let p = plan(&d, &i).unwrap();
+        let mut taken: Vec<u32> = i.replicas.values().filter(|k| k.phase != Phase::Finished).flat_map(|k| k.gpus.clone()).collect();
+        let mut seen = BTreeSet::new();
+        for act in &p.acts {
+            let key = match act {
+                Act::Kill(k) | Act::Start(k) | Act::Resume(k) | Act::Stop(k) | Act::StopNeverRan(k)
+                | Act::KilledCountsAsStopped(k) | Act::Suspend(k) | Act::SuspendNeverRan(k) => *k,
+                Act::ReportStopped { key, .. } | Act::Ignore { key, .. } => *key,
+            };
+            // An older attempt is refused, and killed if it runs here: two acts, one key.
+            if matches!(act, Act::Ignore { why: Ignored::OlderAttempt { .. }, .. }) {
+                continue;
+            }
+            prop_assert!(seen.insert(key), "two acts for {:?}: {:?}", key, p.acts);
+            match act {
+                Act::Start(k) => {
+                    prop_assert!(!i.lease_expired);
+                    prop_assert!(!i.replicas.contains_key(k));
+                    prop_assert!(i.max_attempts.get(&k.job_id).is_none_or(|m| k.attempt >= *m));
+                    let a = d.assignments.iter().rev().find(|a| key_of(a) == *k).unwrap();
+                    prop_assert!(a.gpus.iter().all(|g| !taken.contains(g)), "GPU {:?} taken: {:?}", a.gpus, taken);
+                    taken.extend(&a.gpus);
+                }
+                Act::Resume(_) => prop_assert!(!i.lease_expired),
+                Act::Kill(k) => prop_assert!(!p.wanted.contains(k)),
+                _ => {}
+            }
+        }
+        // What waits is wanted and not started.
+        for k in &p.deferred {
+            prop_assert!(p.wanted.contains(k) && !seen.contains(k), "{:?} waits: {:?}", k, p.acts);
+        }
+    }
+
+    /// Crashing after any step of a stop and restarting leaves the replica signalled at
+    /// least once and journaled as signalled: no stop is lost, whatever step the crash hits.
+    #[test]
+    fn a_stop_survives_a_crash_after_any_step(crash_after in 0usize..4, suspended in any::<bool>()) {
+        let phase = if suspended { Phase::Suspended } else { Phase::Running };
+        let steps = stop_steps(&record(phase), libc::SIGUSR1, 3_000, false, 0, NOW);
+        let crash_after = crash_after.min(steps.len());
+        let mut journal = record(phase);
+        let mut signalled = false;
+        let mut run = |steps: &[Step], journal: &mut ReplicaRecord| {
+            for s in steps {
+                match s {
+                    Step::Journal(rec) => *journal = rec.clone(),
+                    Step::Signal { signal, .. } => signalled |= *signal == libc::SIGUSR1,
+                }
+            }
+        };
+        run(&steps[..crash_after], &mut journal);
+        if journal.phase == Phase::Stopping {
+            let again = adopt_steps(&journal);
+            run(&again, &mut journal);
+            prop_assert!(signalled, "crash after {} steps: never signalled", crash_after);
+            prop_assert!(journal.stop.unwrap().signalled);
+        } else {
+            // Nothing journaled yet: the replica was not signalled either.
+            prop_assert!(!signalled);
+        }
+    }
+}
