@@ -192,7 +192,7 @@ pub fn start(
 ) -> Result<Started, StartError> {
     let result = try_start(a, dirs, signal_name, stop_signal);
     if let Err(e) = &result {
-        let path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stderr");
+        let path = logfiles::log_path(dirs.data_dir, a.job_id, a.attempt, a.rank, "stderr");
         if let Ok(mut f) = logfiles::open_append(&path) {
             use std::io::Write;
             let _ = writeln!(f, "baton: cannot start {:?}: {e}", a.command);
@@ -208,10 +208,10 @@ fn try_start(
     stop_signal: i32,
 ) -> Result<Started, StartError> {
     let fail = |what: &str, path: &Path, e: std::io::Error| StartError(format!("{what} {}: {e}", path.display()));
-    let log_dir = logfiles::attempt_dir(dirs.data_dir, &a.job, a.attempt);
+    let log_dir = logfiles::attempt_dir(dirs.data_dir, a.job_id, a.attempt);
     std::fs::create_dir_all(&log_dir).map_err(|e| fail("cannot create", &log_dir, e))?;
-    let stdout_path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stdout");
-    let stderr_path = logfiles::log_path(dirs.data_dir, &a.job, a.attempt, a.rank, "stderr");
+    let stdout_path = logfiles::log_path(dirs.data_dir, a.job_id, a.attempt, a.rank, "stdout");
+    let stderr_path = logfiles::log_path(dirs.data_dir, a.job_id, a.attempt, a.rank, "stderr");
     let stdout = logfiles::open_append(&stdout_path).map_err(|e| fail("cannot open", &stdout_path, e))?;
     let stderr = logfiles::open_append(&stderr_path).map_err(|e| fail("cannot open", &stderr_path, e))?;
     if a.command.is_empty() {

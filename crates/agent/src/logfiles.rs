@@ -1,4 +1,5 @@
-//! Where replicas' stdout and stderr go (`<data-dir>/logs/<job>/<attempt>/rank-<r>.<stream>`)
+//! Where replicas' stdout and stderr go (`<data-dir>/logs/job-<id>/<attempt>/rank-<r>.<stream>`,
+//! keyed by the job's id like checkpoint directories: a name is reused once its job ended)
 //! and how much of them is kept: the newest `MAX_LOG_ATTEMPTS_PER_JOB` attempts per job, the
 //! most recently changed `MAX_LOG_JOBS` jobs, and at most the cap per file. The job writes
 //! its files directly (append mode, so it survives an agent restart); the agent cuts a file
@@ -12,25 +13,25 @@ use std::path::{Path, PathBuf};
 
 use crate::limits::{MAX_LOG_ATTEMPTS_PER_JOB, MAX_LOG_JOBS};
 
-/// Refuses job names that would escape the logs or checkpoint directory.
-pub fn check_job_name(job: &str) -> Result<(), String> {
-    if job.is_empty() || job == "." || job == ".." || job.contains('/') || job.contains('\0') || job.len() > 255 {
-        return Err(format!("job name {job:?} cannot be used as a directory name"));
-    }
-    Ok(())
+fn job_dir(data_dir: &Path, job_id: u64) -> PathBuf {
+    data_dir.join("logs").join(job_dir_name(job_id))
 }
 
-pub fn attempt_dir(data_dir: &Path, job: &str, attempt: u32) -> PathBuf {
-    data_dir.join("logs").join(job).join(attempt.to_string())
+fn job_dir_name(job_id: u64) -> String {
+    format!("job-{job_id}")
 }
 
-pub fn log_path(data_dir: &Path, job: &str, attempt: u32, rank: u32, stream: &str) -> PathBuf {
-    attempt_dir(data_dir, job, attempt).join(format!("rank-{rank}.{stream}"))
+pub fn attempt_dir(data_dir: &Path, job_id: u64, attempt: u32) -> PathBuf {
+    job_dir(data_dir, job_id).join(attempt.to_string())
 }
 
-/// The attempts with logs for `job`, ascending.
-pub fn attempts(data_dir: &Path, job: &str) -> Vec<u32> {
-    let mut out: Vec<u32> = std::fs::read_dir(data_dir.join("logs").join(job))
+pub fn log_path(data_dir: &Path, job_id: u64, attempt: u32, rank: u32, stream: &str) -> PathBuf {
+    attempt_dir(data_dir, job_id, attempt).join(format!("rank-{rank}.{stream}"))
+}
+
+/// The attempts with logs for the job, ascending.
+pub fn attempts(data_dir: &Path, job_id: u64) -> Vec<u32> {
+    let mut out: Vec<u32> = std::fs::read_dir(job_dir(data_dir, job_id))
         .map(|rd| rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
         .unwrap_or_default();
     out.sort_unstable();
@@ -38,18 +39,20 @@ pub fn attempts(data_dir: &Path, job: &str) -> Vec<u32> {
 }
 
 /// Removes the oldest attempts of `job` past the bound, and the least recently changed
-/// jobs past theirs (never `job` itself, nor a job in `active`, whose replicas still write).
-pub fn retain(data_dir: &Path, job: &str, active: &HashSet<&str>) {
-    retain_bounded(data_dir, job, active, MAX_LOG_JOBS);
+/// jobs past theirs (never `job_id` itself, nor a job in `active`, whose replicas still write).
+pub fn retain(data_dir: &Path, job_id: u64, active: &HashSet<u64>) {
+    retain_bounded(data_dir, job_id, active, MAX_LOG_JOBS);
 }
 
-fn retain_bounded(data_dir: &Path, job: &str, active: &HashSet<&str>, max_jobs: usize) {
-    let list = attempts(data_dir, job);
+fn retain_bounded(data_dir: &Path, job_id: u64, active: &HashSet<u64>, max_jobs: usize) {
+    let list = attempts(data_dir, job_id);
     if list.len() > MAX_LOG_ATTEMPTS_PER_JOB {
         for old in &list[..list.len() - MAX_LOG_ATTEMPTS_PER_JOB] {
-            let _ = std::fs::remove_dir_all(attempt_dir(data_dir, job, *old));
+            let _ = std::fs::remove_dir_all(attempt_dir(data_dir, job_id, *old));
         }
     }
+    let job = job_dir_name(job_id);
+    let active: HashSet<String> = active.iter().map(|id| job_dir_name(*id)).collect();
     let Ok(rd) = std::fs::read_dir(data_dir.join("logs")) else { return };
     let mut others = 0;
     let mut removable: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
@@ -131,10 +134,10 @@ mod tests {
     fn keeps_the_newest_attempts() {
         let dir = tempfile::tempdir().unwrap();
         for a in 1..=(MAX_LOG_ATTEMPTS_PER_JOB as u32 + 2) {
-            std::fs::create_dir_all(attempt_dir(dir.path(), "j", a)).unwrap();
+            std::fs::create_dir_all(attempt_dir(dir.path(), 7, a)).unwrap();
         }
-        retain(dir.path(), "j", &HashSet::new());
-        let left = attempts(dir.path(), "j");
+        retain(dir.path(), 7, &HashSet::new());
+        let left = attempts(dir.path(), 7);
         assert_eq!(left.len(), MAX_LOG_ATTEMPTS_PER_JOB);
         assert_eq!(left[0], 3);
     }
@@ -143,28 +146,20 @@ mod tests {
     fn keeps_the_newest_jobs_but_never_active_ones() {
         let dir = tempfile::tempdir().unwrap();
         const MAX: usize = 6;
-        for j in 0..MAX + 3 {
-            std::fs::create_dir_all(attempt_dir(dir.path(), &format!("j{j:04}"), 1)).unwrap();
+        for j in 0..MAX as u64 + 3 {
+            std::fs::create_dir_all(attempt_dir(dir.path(), j, 1)).unwrap();
             // Distinct modification times, oldest first.
-            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + j as u64);
-            std::fs::File::open(dir.path().join("logs").join(format!("j{j:04}"))).unwrap().set_modified(t).unwrap();
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + j);
+            std::fs::File::open(job_dir(dir.path(), j)).unwrap().set_modified(t).unwrap();
         }
-        let active: HashSet<&str> = ["j0000"].into_iter().collect();
-        retain_bounded(dir.path(), "new", &active, MAX);
+        let active: HashSet<u64> = [0].into_iter().collect();
+        retain_bounded(dir.path(), 1_000, &active, MAX);
         let left: HashSet<String> = std::fs::read_dir(dir.path().join("logs"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left.len(), MAX - 1, "room for the new job");
-        assert!(left.contains("j0000"), "an active job keeps its logs");
-        assert!(!left.contains("j0001") && !left.contains("j0004") && left.contains("j0005"));
-    }
-
-    #[test]
-    fn refuses_escaping_names() {
-        assert!(check_job_name("../etc").is_err());
-        assert!(check_job_name("..").is_err());
-        assert!(check_job_name("").is_err());
-        assert!(check_job_name("train-1").is_ok());
+        assert!(left.contains("job-0"), "an active job keeps its logs");
+        assert!(!left.contains("job-1") && !left.contains("job-4") && left.contains("job-5"));
     }
 }

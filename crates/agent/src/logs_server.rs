@@ -27,34 +27,39 @@ pub struct LogsService {
 /// A resolved request: which file, and whether it may still grow.
 struct Target {
     path: PathBuf,
-    job: String,
+    job_id: u64,
     attempt: u32,
     rank: u32,
 }
 
 impl LogsService {
     fn resolve(&self, req: &LogsRequest) -> Result<Target, Status> {
-        logfiles::check_job_name(&req.job).map_err(Status::invalid_argument)?;
+        if req.job_id == 0 {
+            return Err(Status::invalid_argument(
+                "job_id is missing: logs are kept by job id (a client older than this agent sends only the name)",
+            ));
+        }
+        let job = if req.job.is_empty() { format!("id {}", req.job_id) } else { req.job.clone() };
         let stream = match req.stream.as_str() {
             "" | "stdout" => "stdout",
             "stderr" => "stderr",
             other => return Err(Status::invalid_argument(format!("stream {other:?}: use \"stdout\" or \"stderr\""))),
         };
         let attempt = if req.attempt == 0 {
-            *logfiles::attempts(&self.data_dir, &req.job)
+            *logfiles::attempts(&self.data_dir, req.job_id)
                 .last()
-                .ok_or_else(|| Status::not_found(format!("no logs of job {} on this node", req.job)))?
+                .ok_or_else(|| Status::not_found(format!("no logs of job {job} on this node")))?
         } else {
             req.attempt
         };
-        let path = logfiles::log_path(&self.data_dir, &req.job, attempt, req.rank, stream);
+        let path = logfiles::log_path(&self.data_dir, req.job_id, attempt, req.rank, stream);
         if !path.is_file() {
             return Err(Status::not_found(format!(
-                "no {stream} log of job {} attempt {attempt} rank {} on this node",
-                req.job, req.rank
+                "no {stream} log of job {job} attempt {attempt} rank {} on this node",
+                req.rank
             )));
         }
-        Ok(Target { path, job: req.job.clone(), attempt, rank: req.rank })
+        Ok(Target { path, job_id: req.job_id, attempt, rank: req.rank })
     }
 }
 
@@ -74,7 +79,7 @@ impl AgentLogs for LogsService {
         let live = self.live.clone();
         let is_live = move |t: &Target| {
             let set = live.lock().unwrap_or_else(|p| p.into_inner());
-            set.contains(&(t.job.clone(), t.attempt, t.rank))
+            set.contains(&(t.job_id, t.attempt, t.rank))
         };
         tokio::spawn(async move {
             let mut offset = req.offset;

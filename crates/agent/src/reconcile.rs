@@ -15,7 +15,6 @@ use baton_proto::v1::{Action, Assignment, Directive};
 use crate::fence::{Fence, Refused};
 use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
 use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS};
-use crate::logfiles::check_job_name;
 
 /// What the supervisor knows of one replica it tracks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +73,6 @@ pub enum Ignored {
         newest: u32,
     },
     FinishedHere,
-    BadJobName(String),
     UnknownAction(i32),
     /// A RUN while the lease has run out: nothing starts or resumes.
     LeaseExpired,
@@ -87,7 +85,6 @@ impl std::fmt::Display for Ignored {
         match self {
             Ignored::OlderAttempt { newest } => write!(f, "an older attempt than {newest}, the newest seen here"),
             Ignored::FinishedHere => write!(f, "a RUN of a replica that already finished here"),
-            Ignored::BadJobName(e) => write!(f, "{e}"),
             Ignored::UnknownAction(a) => write!(f, "unknown action {a}"),
             Ignored::LeaseExpired => write!(f, "not started or resumed: the lease ran out"),
             Ignored::BeingStopped => write!(f, "a RUN of a replica that is being stopped; it does not restart here"),
@@ -188,9 +185,6 @@ fn plan_run<'a>(
     let Some(known) = inputs.replicas.get(&key) else {
         if inputs.pruned.contains(&key) {
             return Some(Act::Ignore { key, why: Ignored::FinishedHere });
-        }
-        if let Err(e) = check_job_name(&a.job) {
-            return Some(Act::Ignore { key, why: Ignored::BadJobName(e) });
         }
         if gpu_holder(&key, &a.gpus, held).is_some() {
             deferred.insert(key);

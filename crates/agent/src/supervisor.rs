@@ -40,8 +40,8 @@ pub struct ExitEvent {
     code: i32,
 }
 
-/// Replicas whose logs may still grow: (job, attempt, rank). Read by the logs server.
-pub type LiveLogs = Arc<Mutex<HashSet<(String, u32, u32)>>>;
+/// Replicas whose logs may still grow: (job id, attempt, rank). Read by the logs server.
+pub type LiveLogs = Arc<Mutex<HashSet<(u64, u32, u32)>>>;
 
 struct Replica {
     rec: ReplicaRecord,
@@ -421,9 +421,9 @@ impl Supervisor {
                 (libc::SIGTERM, DEFAULT_CHECKPOINT_SIGNAL.to_string())
             }
         };
-        let active: HashSet<&str> =
-            self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.job.as_str()).collect();
-        logfiles::retain(&self.data_dir, &a.job, &active);
+        let active: HashSet<u64> =
+            self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.key.job_id).collect();
+        logfiles::retain(&self.data_dir, a.job_id, &active);
         let ckpt = launch::checkpoint_dir(&self.checkpoint_root, a.job_id);
         let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root, node: &self.node };
         match launch::start(a, &dirs, &signal_name, signal) {
@@ -663,7 +663,7 @@ impl Supervisor {
                 again.push((*key, sig));
             }
             for stream in ["stdout", "stderr"] {
-                let path = logfiles::log_path(&self.data_dir, &rec.job, key.attempt, key.rank, stream);
+                let path = logfiles::log_path(&self.data_dir, key.job_id, key.attempt, key.rank, stream);
                 if let Err(e) = logfiles::enforce_cap(&path, self.log_cap_bytes) {
                     tracing::debug!(path = %path.display(), "cannot check the log size: {e}");
                 }
@@ -725,8 +725,10 @@ impl Supervisor {
     }
 
     fn set_live(&self, key: &ReplicaKey, live: bool) {
-        let Some(r) = self.replicas.get(key) else { return };
-        let id = (r.rec.job.clone(), key.attempt, key.rank);
+        if !self.replicas.contains_key(key) {
+            return;
+        }
+        let id = (key.job_id, key.attempt, key.rank);
         let mut set = self.live_logs.lock().unwrap_or_else(|p| p.into_inner());
         if live {
             set.insert(id);

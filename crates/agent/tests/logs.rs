@@ -25,6 +25,7 @@ async fn logs_are_served_and_followed_until_the_replica_ends() {
     let mut out = Vec::new();
     let req = |follow: bool, stream: &str, offset: u64| LogsRequest {
         job: "job-1".into(),
+        job_id: 1,
         attempt: 0,
         rank: 0,
         stream: stream.into(),
@@ -53,12 +54,13 @@ async fn logs_are_served_and_followed_until_the_replica_ends() {
 
     // Bad requests get clear errors.
     let mut sink = Vec::new();
-    let e = fetch_logs(&addr, LogsRequest { job: "nope".into(), ..req(false, "", 0) }, &mut sink).await.unwrap_err();
+    let e = fetch_logs(&addr, LogsRequest { job_id: 99, ..req(false, "", 0) }, &mut sink).await.unwrap_err();
     assert!(matches!(&e, LogsError::Refused { status, .. } if status.code() == tonic::Code::NotFound), "{e}");
     let e = fetch_logs(&addr, req(false, "stdin", 0), &mut sink).await.unwrap_err();
     assert!(e.to_string().contains("stdin"), "{e}");
-    let e = fetch_logs(&addr, LogsRequest { job: "../x".into(), ..req(false, "", 0) }, &mut sink).await.unwrap_err();
+    let e = fetch_logs(&addr, LogsRequest { job_id: 0, ..req(false, "", 0) }, &mut sink).await.unwrap_err();
     assert!(matches!(&e, LogsError::Refused { status, .. } if status.code() == tonic::Code::InvalidArgument), "{e}");
+    assert!(e.to_string().contains("job_id"), "{e}");
     agent.shutdown().await.unwrap();
 }
 
@@ -70,4 +72,33 @@ async fn an_unreachable_agent_is_a_clear_error() {
     let e = fetch_logs(&dead.to_string(), req, &mut sink).await.unwrap_err();
     assert!(matches!(e, LogsError::Connect { .. }), "{e}");
     assert!(e.to_string().contains(&dead.to_string()));
+}
+
+/// Logs were kept under the job's name, which a later job may reuse: the second job's
+/// output was appended to the first one's file and `baton logs` of either showed both.
+/// They are kept under the job's id, as checkpoints are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_sharing_a_name_keep_their_own_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let mut first = assignment(1, 1, Action::Run, "echo one");
+    first.job = "train".into();
+    gw.set(1, vec![first]);
+    wait_for(5, "job 1 exits", || (!exited_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    let mut second = assignment(2, 1, Action::Run, "echo two");
+    second.job = "train".into();
+    gw.set(1, vec![second]);
+    wait_for(5, "job 2 exits", || (!exited_of(&gw.observations(), 2).is_empty()).then_some(())).await;
+
+    let read = |id: u64| std::fs::read_to_string(dir.path().join(format!("logs/job-{id}/1/rank-0.stdout")));
+    assert_eq!(read(1).ok().as_deref(), Some("one\n"));
+    assert_eq!(read(2).ok().as_deref(), Some("two\n"));
+    // Served by id: the name alone does not say which.
+    let req = |job_id| LogsRequest { job: "train".into(), job_id, ..Default::default() };
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    fetch_logs(&agent.logs_addr().to_string(), req(1), &mut one).await.unwrap();
+    fetch_logs(&agent.logs_addr().to_string(), req(2), &mut two).await.unwrap();
+    assert_eq!((one.as_slice(), two.as_slice()), (&b"one\n"[..], &b"two\n"[..]));
+    agent.shutdown().await.unwrap();
 }

@@ -28,7 +28,7 @@ async fn tls_agent(dir: &Path, ca: &Ca, identity: (&str, &str)) -> baton_agent::
 }
 
 fn missing_job() -> LogsRequest {
-    LogsRequest { job: "nope".into(), ..Default::default() }
+    LogsRequest { job: "nope".into(), job_id: 99, ..Default::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -348,6 +348,8 @@ fn logs_follow_streams_from_the_agent_that_has_the_rank() {
         (req.job.as_str(), req.rank, req.stream.as_str(), req.follow, req.attempt),
         ("train-1", 1, "stderr", true, 0)
     );
+    // Agents keep logs per job id (a name is reused): the name is resolved to it.
+    assert_eq!(req.job_id, 1);
     assert_eq!(first.requests.lock().unwrap().len(), 1);
 }
 

@@ -155,16 +155,6 @@ fn table() {
             vec![Assignment { action: 99, ..assign(1, 1, Run, &[0]) }],
             vec![Act::Ignore { key: key(1, 1), why: Ignored::UnknownAction(99) }],
         ),
-        // A job name that would escape the logs directory.
-        (
-            vec![],
-            false,
-            vec![Assignment { job: "../x".into(), ..assign(1, 1, Run, &[0]) }],
-            vec![Act::Ignore {
-                key: key(1, 1),
-                why: Ignored::BadJobName(crate::logfiles::check_job_name("../x").unwrap_err()),
-            }],
-        ),
     ];
     for (replicas, lease_expired, assignments, want) in cases {
         let i = Inputs { lease_expired, ..inputs(replicas.clone()) };

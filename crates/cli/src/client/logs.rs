@@ -100,6 +100,7 @@ pub async fn run(conn: &Conn, a: &LogsArgs, out: &mut dyn Write) -> Result<(), C
         }
         let request = v1::LogsRequest {
             job: job.spec.as_ref().map_or_else(|| a.job.clone(), |s| s.name.clone()),
+            job_id: job.id,
             attempt: a.attempt.unwrap_or(0),
             rank: a.rank,
             stream: if a.stderr { "stderr".into() } else { "stdout".into() },

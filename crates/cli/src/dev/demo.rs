@@ -69,7 +69,7 @@ async fn story(children: &super::Children, dir: &Path) -> Result<(), String> {
     println!();
     println!("what the training job's rank 0 printed:");
     for attempt in [1, resumed.attempt] {
-        for line in log_lines(dir, TRAIN, attempt) {
+        for line in log_lines(dir, resumed.id, attempt) {
             println!("  attempt {attempt}: {line}");
         }
     }
@@ -102,10 +102,10 @@ async fn wait(c: &mut Api, job: &str, ok: impl Fn(&Job) -> bool) -> Result<Job, 
 }
 
 /// The interesting lines of rank 0's output (checkpoint and resume), from whichever agent ran it.
-fn log_lines(dir: &Path, job: &str, attempt: u32) -> Vec<String> {
+fn log_lines(dir: &Path, job_id: u64, attempt: u32) -> Vec<String> {
     let mut out = Vec::new();
     for i in 1..=super::AGENTS {
-        let path = dir.join(format!("node-{i}/logs/{job}/{attempt}/rank-0.stdout"));
+        let path = dir.join(format!("node-{i}/logs/job-{job_id}/{attempt}/rank-0.stdout"));
         if let Ok(text) = std::fs::read_to_string(path) {
             out.extend(text.lines().filter(|l| !l.starts_with("step ")).map(String::from));
         }
