@@ -418,7 +418,8 @@ mod tests {
     fn pending_is_bounded_dropping_progress_notes_first() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(&dir.path().join("journal")).unwrap();
-        let ckpt = |job_id| Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt: 1 })) };
+        let ckpt =
+            |job_id| Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt: 1, rank: 0 })) };
         j.push_observation(&ckpt(9)).unwrap();
         for i in 0..MAX_PENDING_OBSERVATIONS as u64 - 1 {
             j.pending.insert((i + 2).to_be_bytes(), exited(i).encode_to_vec()).unwrap();

@@ -697,7 +697,8 @@ impl Supervisor {
 
     fn poll_checkpoints(&mut self) -> Result<(), JournalError> {
         let mut newest_by_job: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut fresh: HashSet<(u64, u32)> = HashSet::new();
+        // Per rank: the job counts as checkpointed once every rank has reported one.
+        let mut fresh: HashSet<ReplicaKey> = HashSet::new();
         for r in self.replicas.values_mut() {
             if r.rec.phase != Phase::Running {
                 continue;
@@ -707,13 +708,13 @@ impl Supervisor {
                 .or_insert_with(|| newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id)));
             if newest > r.newest_checkpoint_ms {
                 r.newest_checkpoint_ms = newest;
-                fresh.insert((r.rec.key.job_id, r.rec.key.attempt));
+                fresh.insert(r.rec.key);
             }
         }
         let mut fresh: Vec<_> = fresh.into_iter().collect();
         fresh.sort_unstable();
-        for (job_id, attempt) in fresh {
-            self.observe(Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt })) })?;
+        for ReplicaKey { job_id, attempt, rank } in fresh {
+            self.observe(Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt, rank })) })?;
         }
         Ok(())
     }

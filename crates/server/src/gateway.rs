@@ -123,11 +123,53 @@ impl Gateway {
         self.write(Op::RegisterNode(spec.clone())).await.map(drop)
     }
 
+    /// The number of ranks of the job's current attempt if it is `attempt` and `rank` of it
+    /// runs on `node`; `None` for anything else (the model says why when it is committed).
+    fn world_if_placed(&self, node: &Name, job_id: u64, attempt: u32, rank: u32) -> Option<u32> {
+        self.ctx.replica.read_local(|s| {
+            let job = s.job(job_id).filter(|j| j.attempt == attempt)?;
+            let placed = job.replica_at(rank).is_some_and(|r| r.node == *node);
+            placed.then_some(job.replicas.len() as u32)
+        })
+    }
+
+    /// Tallies `rank`'s checkpoint; true when the job has one now: every rank of the attempt
+    /// has saved its work, or the observation does not fit the placement (committed as it
+    /// is, for the model to refuse with its reason).
+    fn rank_saved(&self, node: &Name, job_id: u64, attempt: u32, rank: u32) -> bool {
+        match self.world_if_placed(node, job_id, attempt, rank) {
+            Some(world) => self.ctx.checkpoints.saved(job_id, attempt, rank, world),
+            None => true,
+        }
+    }
+
+    /// Whether a lease stop of `rank` that saved its work leaves the whole job resumable:
+    /// every other rank has saved its work too (the others are stopped without a word when
+    /// the job goes back to the queue).
+    fn all_saved(&self, node: &Name, job_id: u64, attempt: u32, rank: u32) -> bool {
+        match self.world_if_placed(node, job_id, attempt, rank) {
+            Some(world) => world <= 1 || self.ctx.checkpoints.others_saved(job_id, attempt, rank, world),
+            None => true,
+        }
+    }
+
     /// Commits a report's observations, and the strays found in its running list, as one
     /// command per `MAX_OBSERVATIONS_PER_REPORT` (the model checks each against the
     /// placement and applies the gang rules).
     async fn observe(&self, node: &Name, observations: Vec<Observation>, strays: Vec<Observed>) -> Result<(), Status> {
         let mut observed = Vec::with_capacity(observations.len() + strays.len());
+        // The ranks whose lease stop saved their work count before any of them is judged:
+        // the ranks of a gang on one node come in one report.
+        for o in &observations {
+            if let Some(What::Stopped(s)) = &o.what
+                && s.cause() == StopCause::LeaseExpired
+                && s.checkpointed
+            {
+                if let Some(world) = self.world_if_placed(node, s.job_id, s.attempt, s.rank) {
+                    self.ctx.checkpoints.note(s.job_id, s.attempt, s.rank, world);
+                }
+            }
+        }
         for o in observations {
             match o.what {
                 Some(What::Exited(e)) => observed.push(Observed::Exited {
@@ -140,11 +182,12 @@ impl Gateway {
                 // running job; a directed stop completes a preemption or pause.
                 Some(What::Stopped(s)) if s.cause() == StopCause::LeaseExpired => {
                     tracing::warn!(node = %node, job_id = s.job_id, attempt = s.attempt, rank = s.rank, "the agent's lease ran out; it stopped this replica");
+                    let all_saved = s.checkpointed && self.all_saved(node, s.job_id, s.attempt, s.rank);
                     observed.push(Observed::LeaseExpired {
                         job: s.job_id,
                         attempt: s.attempt,
                         rank: s.rank,
-                        checkpointed: s.checkpointed,
+                        checkpointed: all_saved,
                     })
                 }
                 Some(What::Stopped(s)) => observed.push(Observed::Stopped {
@@ -154,7 +197,9 @@ impl Gateway {
                     checkpointed: s.checkpointed,
                 }),
                 Some(What::Checkpointed(c)) => {
-                    observed.push(Observed::Checkpointed { job: c.job_id, attempt: c.attempt })
+                    if self.rank_saved(node, c.job_id, c.attempt, c.rank) {
+                        observed.push(Observed::Checkpointed { job: c.job_id, attempt: c.attempt })
+                    }
                 }
                 Some(What::Unkillable(u)) => {
                     tracing::error!(node = %node, job_id = u.job_id, attempt = u.attempt, rank = u.rank, reason = u.reason, "a replica cannot be killed; the node takes no new work");

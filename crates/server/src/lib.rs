@@ -9,9 +9,10 @@
 //! - `leader`: while leading: cycle -> propose plan -> publish desired assignments;
 //!   heartbeat timeouts; ticks.
 //! - `desired`: what each node should run, a pure function of the state.
-//! - `hub`, `liveness`, `quorum`, `strays`, `vanished`: the leader's in-memory views (agent
-//!   streams, heartbeats, when a quorum last confirmed this leader, replicas running
-//!   unplaced, replicas no longer reported). None of it is replicated: a new leader
+//! - `hub`, `liveness`, `quorum`, `strays`, `vanished`, `checkpoints`: the leader's in-memory
+//!   views (agent streams, heartbeats, when a quorum last confirmed this leader, replicas
+//!   running unplaced, replicas no longer reported, ranks that saved their work since the
+//!   job's last complete checkpoint). None of it is replicated: a new leader
 //!   rebuilds it.
 //! - `metrics`: what `GET /metrics` exposes (state gauges, applied-event counters, the
 //!   leader loop's activity, raft), served by `baton_proto::scrape`.
@@ -23,6 +24,7 @@
 
 pub mod api;
 pub mod auth;
+mod checkpoints;
 pub mod clock;
 pub mod desired;
 mod gateway;
@@ -118,6 +120,7 @@ pub(crate) struct Ctx {
     pub(crate) liveness: liveness::Liveness,
     pub(crate) quorum: quorum::Quorum,
     pub(crate) strays: strays::Strays,
+    pub(crate) checkpoints: checkpoints::Checkpoints,
     pub(crate) vanished: vanished::Vanished,
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// One permit per open watch stream (`max_watch_streams`).
@@ -170,6 +173,7 @@ pub async fn run_with_metrics(
         liveness: liveness::Liveness::default(),
         quorum: quorum::Quorum::default(),
         strays: strays::Strays::default(),
+        checkpoints: checkpoints::Checkpoints::default(),
         vanished: vanished::Vanished::default(),
         metrics: Arc::new(metrics::Metrics::new()),
         watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),

@@ -78,9 +78,31 @@ async fn an_observation_from_a_node_the_rank_is_not_placed_on_is_ignored() {
     let n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 8)).await;
     let exited = What::Exited(Exited { job_id: j, attempt: 1, rank: 0, exit_code: 1 });
     n2.report(vec![exited.clone()]).await.unwrap();
-    n1.report(vec![What::Checkpointed(Checkpointed { job_id: j, attempt: 1 })]).await.unwrap();
+    n1.report(vec![What::Checkpointed(Checkpointed { job_id: j, attempt: 1, rank: 0 })]).await.unwrap();
     let job = wait_state(&mut c, "j", "Running").await;
     assert!(job.has_checkpoint, "n1's own observation still counts");
     n1.report(vec![exited]).await.unwrap();
     wait_state(&mut c, "j", "Failed").await;
+}
+
+/// A job counted as checkpointed (so its next attempt resumed, every rank with
+/// BATON_RESUME set) as soon as one rank reported a checkpoint, although the others had
+/// not saved their work. It has one once every rank of the attempt has reported one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gang_has_a_checkpoint_once_every_rank_reported_one() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut c = cluster.client(leader).await;
+    c.put_queue(queue("research", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(SubmitRequest { spec: Some(gang("g", "research", "train")), request_id: String::new() }).await.unwrap();
+    let d = agent.until("both ranks of g run", |d| d.assignments.iter().filter(|a| a.job == "g").count() == 2).await;
+    let id = d.assignments[0].job_id;
+    let rank0 = Checkpointed { job_id: id, attempt: 1, ..Default::default() };
+    agent.report(vec![What::Checkpointed(rank0)]).await.unwrap();
+    let job = wait_state(&mut c, "g", "Running").await;
+    assert!(!job.has_checkpoint, "rank 1 has not saved its work");
+    agent.report(vec![What::Checkpointed(Checkpointed { rank: 1, ..rank0 })]).await.unwrap();
+    let job = wait_state(&mut c, "g", "Running").await;
+    assert!(job.has_checkpoint, "every rank saved its work");
 }

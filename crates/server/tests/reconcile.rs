@@ -117,7 +117,7 @@ async fn a_replica_its_agent_stops_reporting_is_requeued_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
-    let ckpt = What::Checkpointed(Checkpointed { job_id: a.job_id, attempt: a.attempt });
+    let ckpt = What::Checkpointed(Checkpointed { job_id: a.job_id, attempt: a.attempt, rank: a.rank });
     let stop = What::Stopped(Stopped {
         job_id: a.job_id,
         attempt: a.attempt,

@@ -11,7 +11,7 @@ use common::*;
 async fn a_report_with_too_many_observations_is_refused_by_name() {
     let cluster = Cluster::start(1).await;
     let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    let many = (0..70_000).map(|i| What::Checkpointed(Checkpointed { job_id: i, attempt: 1 })).collect();
+    let many = (0..70_000).map(|i| What::Checkpointed(Checkpointed { job_id: i, attempt: 1, rank: 0 })).collect();
     let err = agent.report(many).await.expect_err("a report over the bound is refused");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("observations") && err.message().contains("65536"), "{}", err.message());
