@@ -16,8 +16,8 @@
 //!   leader, and which leader's directives it obeys; `lease_file`: the lease as replicas' watchdogs read it.
 //! - `reconcile`: the supervisor's decisions, pure: what a directive means for the replicas
 //!   here (fencing, the attempt fence, the lease, deferral behind a GPU still held, RUN, STOP,
-//!   SUSPEND, kills) and in which order a stop journals and signals. Tested with tables and
-//!   properties, without processes.
+//!   SUSPEND, kills), in which order a stop journals and signals, and how a replica that ended
+//!   is reported. Tested with tables and properties, without processes.
 //! - `supervisor`: the executor: it reads the journal, the lease and its replica table, asks
 //!   `reconcile`, and does the IO (spawns, signals, /proc, files, the journal, observations).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code

@@ -1,6 +1,7 @@
 //! The supervisor's decisions, without IO: what a directive means for the replicas of this
 //! node (`plan`), in which order a stop talks to the journal and to the process (`stop_steps`),
-//! and what a restarted agent owes a stop it journaled (`adopt_steps`). The supervisor
+//! what a restarted agent owes a stop it journaled (`adopt_steps`), and how a replica that
+//! ended is recorded and reported (`ending`). The supervisor
 //! (`supervisor.rs`) gathers the inputs (journal, lease, its replica table), calls these, and
 //! carries out what they return: signals, journal writes, spawns, observations.
 //!
@@ -12,9 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use baton_proto::v1::{Action, Assignment, Directive};
 
+use crate::checkpoint::written_after;
 use crate::fence::{Fence, Refused};
 use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
-use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS};
+use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS, MTIME_SLACK_MS};
 
 /// What the supervisor knows of one replica it tracks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,6 +226,55 @@ fn plan_suspend(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
 /// A replica other than `key` that has not ended holds one of `gpus`.
 pub fn gpu_holder(key: &ReplicaKey, gpus: &[u32], held: &[(ReplicaKey, &[u32])]) -> Option<ReplicaKey> {
     held.iter().find(|(k, g)| k != key && g.iter().any(|x| gpus.contains(x))).map(|(k, _)| *k)
+}
+
+/// How a replica ended, as recorded and told to the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Its own exit, reported `Exited`.
+    Exited { code: i32 },
+    /// Stopped (a STOP, or its lease ran out), reported `Stopped`.
+    Stopped { checkpointed: bool, lease_expired: bool },
+    /// Killed as no longer wanted: nothing is reported.
+    Killed,
+}
+
+/// What the supervisor saw of a replica that ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The wrapper's exit code.
+    pub code: i32,
+    /// Its watchdog left the marker that says it stopped the replica (the lease ran out
+    /// while no agent acted).
+    pub watchdog_stopped: bool,
+    /// The newest file under the job's checkpoint directory (0: none).
+    pub newest_checkpoint_unix_ms: u64,
+    pub now_unix_ms: u64,
+}
+
+/// How a replica in `rec`'s phase that ended as `e` is recorded; `None` if it had already.
+pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
+    let newest = e.newest_checkpoint_unix_ms;
+    match rec.phase {
+        Phase::Running | Phase::Suspended if e.watchdog_stopped => {
+            // Not the job's own exit. Any checkpoint this attempt wrote counts, also one
+            // written while no agent watched (the leader may not know of it yet).
+            let checkpointed = newest > 0 && newest + MTIME_SLACK_MS >= rec.started_unix_ms;
+            Some(Ending::Stopped { checkpointed, lease_expired: true })
+        }
+        Phase::Running | Phase::Suspended => Some(Ending::Exited { code: e.code }),
+        Phase::Stopping => {
+            let (signal_ms, before_ms, lease_expired) = match rec.stop {
+                Some(s) => (s.signal_unix_ms, s.newest_before_unix_ms, s.lease_expired),
+                // A record without its stop: only a file written from now on would count.
+                None => (e.now_unix_ms, u64::MAX, false),
+            };
+            let checkpointed = written_after(signal_ms, before_ms, newest);
+            Some(Ending::Stopped { checkpointed, lease_expired })
+        }
+        Phase::Killing => Some(Ending::Killed),
+        Phase::Finished => None,
+    }
 }
 
 /// One step of talking to the outside world, done in the order given.

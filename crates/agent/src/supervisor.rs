@@ -18,18 +18,18 @@ use baton_proto::v1::{
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::checkpoint::{newest_mtime_ms, now_unix_ms, written_after};
+use crate::checkpoint::{newest_mtime_ms, now_unix_ms};
 use crate::error::JournalError;
-use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
+use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord};
 use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs, Unjournaled};
 use crate::lease::Lease;
 use crate::lease_file::boot_ms;
 use crate::limits::{
     CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
-    MTIME_SLACK_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
+    SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
-use crate::reconcile::{self, Act, Clock, Ignored, Known, Step};
+use crate::reconcile::{self, Act, Clock, Ended, Ending, Ignored, Known, Step};
 use crate::signal::{group_alive, parse_signal, signal_group};
 
 /// A replica's process ended (the wrapper exited with this code).
@@ -536,19 +536,22 @@ impl Supervisor {
             // id cannot have been reused while members of it remain.
             signal_group(r.rec.pid, libc::SIGKILL);
         }
-        let obs = match r.rec.phase {
-            Phase::Running | Phase::Suspended if launch::lease_marker(&r.rec.exit_file).exists() => {
-                // Its watchdog stopped it: the lease ran out while this agent was stalled
-                // or gone. Not the job's own exit.
-                // Any checkpoint this attempt wrote counts, also one written while no agent
-                // watched (the model may not know of it yet).
-                let newest = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
-                let checkpointed = newest > 0 && newest + MTIME_SLACK_MS >= r.rec.started_unix_ms;
-                r.rec.outcome = Some(Outcome::Stopped { checkpointed });
-                tracing::warn!(?key, "its watchdog stopped it: the lease ran out");
-                Some(stopped(key, checkpointed, StopCause::LeaseExpired))
-            }
-            Phase::Running | Phase::Suspended => {
+        let seen = Ended {
+            code,
+            watchdog_stopped: launch::lease_marker(&r.rec.exit_file).exists(),
+            newest_checkpoint_unix_ms: newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, key.job_id)),
+            now_unix_ms: now_unix_ms(),
+        };
+        let Some(ending) = reconcile::ending(&r.rec, seen) else { return Ok(()) };
+        if r.rec.phase == Phase::Stopping {
+            let stop = r.rec.stop;
+            let took_ms = seen.now_unix_ms.saturating_sub(stop.map_or(seen.now_unix_ms, |s| s.signal_unix_ms));
+            self.metrics.stopped(stop.is_some_and(|s| s.lease_expired), took_ms as f64 / 1000.0);
+        } else if let Ending::Stopped { .. } = ending {
+            tracing::warn!(?key, "its watchdog stopped it: the lease ran out");
+        }
+        let obs = match ending {
+            Ending::Exited { code } => {
                 r.rec.outcome = Some(Outcome::Exited { code });
                 Some(Observation {
                     what: Some(What::Exited(Exited {
@@ -559,29 +562,15 @@ impl Supervisor {
                     })),
                 })
             }
-            Phase::Stopping => {
-                let stop = r.rec.stop.unwrap_or(StopInfo {
-                    signal_unix_ms: now_unix_ms(),
-                    deadline_unix_ms: 0,
-                    deadline_boot_ms: 0,
-                    newest_before_unix_ms: u64::MAX,
-                    lease_expired: false,
-                    signal: libc::SIGTERM,
-                    signalled: true,
-                });
-                let after = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
-                let checkpointed = written_after(stop.signal_unix_ms, stop.newest_before_unix_ms, after);
-                let took_ms = now_unix_ms().saturating_sub(stop.signal_unix_ms);
-                self.metrics.stopped(stop.lease_expired, took_ms as f64 / 1000.0);
+            Ending::Stopped { checkpointed, lease_expired } => {
                 r.rec.outcome = Some(Outcome::Stopped { checkpointed });
-                let cause = if stop.lease_expired { StopCause::LeaseExpired } else { StopCause::Directed };
+                let cause = if lease_expired { StopCause::LeaseExpired } else { StopCause::Directed };
                 Some(stopped(key, checkpointed, cause))
             }
-            Phase::Killing => {
+            Ending::Killed => {
                 r.rec.outcome = Some(Outcome::Killed);
                 None
             }
-            Phase::Finished => return Ok(()),
         };
         r.rec.phase = Phase::Finished;
         let rec = r.rec.clone();

@@ -379,3 +379,47 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn how_an_ended_replica_is_recorded() {
+    let stopping = |lease_expired| {
+        let steps = stop_steps(&record(Phase::Running), libc::SIGTERM, 3_000, lease_expired, 500_000, NOW);
+        let Step::Journal(rec) = steps.last().unwrap().clone() else { panic!() };
+        rec
+    };
+    let seen = |code, watchdog_stopped, newest| Ended {
+        code,
+        watchdog_stopped,
+        newest_checkpoint_unix_ms: newest,
+        now_unix_ms: NOW.unix_ms + 1_000,
+    };
+    let started_at = |ms| ReplicaRecord { started_unix_ms: ms, ..record(Phase::Running) };
+    let cases: Vec<(ReplicaRecord, Ended, Option<Ending>)> = vec![
+        // Its own exit.
+        (record(Phase::Running), seen(3, false, 0), Some(Ending::Exited { code: 3 })),
+        (record(Phase::Suspended), seen(0, false, 9), Some(Ending::Exited { code: 0 })),
+        // Its watchdog stopped it: a lease stop, checkpointed if this attempt wrote one.
+        (started_at(10_000), seen(0, true, 20_000), Some(Ending::Stopped { checkpointed: true, lease_expired: true })),
+        (started_at(10_000), seen(0, true, 5_000), Some(Ending::Stopped { checkpointed: false, lease_expired: true })),
+        (started_at(10_000), seen(0, true, 0), Some(Ending::Stopped { checkpointed: false, lease_expired: true })),
+        // A stop: checkpointed if a file newer than before the signal was written.
+        (
+            stopping(false),
+            seen(0, false, NOW.unix_ms + 10),
+            Some(Ending::Stopped { checkpointed: true, lease_expired: false }),
+        ),
+        (stopping(false), seen(0, false, 500_000), Some(Ending::Stopped { checkpointed: false, lease_expired: false })),
+        (
+            stopping(true),
+            seen(0, false, NOW.unix_ms + 10),
+            Some(Ending::Stopped { checkpointed: true, lease_expired: true }),
+        ),
+        // The exit code of a stopped replica says nothing: a stop is never an exit.
+        (stopping(false), seen(0, true, 0), Some(Ending::Stopped { checkpointed: false, lease_expired: false })),
+        (record(Phase::Killing), seen(0, false, NOW.unix_ms), Some(Ending::Killed)),
+        (record(Phase::Finished), seen(0, false, 0), None),
+    ];
+    for (rec, e, want) in cases {
+        assert_eq!(ending(&rec, e), want, "{:?} {:?}", rec.phase, e);
+    }
+}
