@@ -15,6 +15,7 @@ use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
 use crate::queue::{Cohort, QueueSpec};
 use crate::scheduler::SchedulerSettings;
+use crate::tenancy::{TenancySettings, UnixUser};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Command {
@@ -127,6 +128,17 @@ pub enum Op {
         queue: Name,
         granted: bool,
     },
+    // The tenancy operations come after the identity ones, so logs written before them decode.
+    /// Submit naming the Unix user the job runs as (`None`: the token's user). Checked
+    /// against `allow_root_jobs` and the per-user and per-queue bounds. The API submits
+    /// only this; `Submit` (logs written before it, the simulator) applies as it always did.
+    SubmitRunAs {
+        spec: JobSpec,
+        request_id: Option<String>,
+        run_as: Option<UnixUser>,
+    },
+    /// Changes the cluster's tenancy settings (admins only).
+    SetTenancy(TenancySettings),
 }
 
 impl Op {
@@ -171,6 +183,8 @@ impl Op {
                 | Op::AddToken { .. }
                 | Op::RevokeToken { .. }
                 | Op::GrantQueue { .. }
+                | Op::SubmitRunAs { .. }
+                | Op::SetTenancy(_)
         )
     }
 
@@ -201,6 +215,8 @@ impl Op {
             Op::AddToken { .. } => "AddToken",
             Op::RevokeToken { .. } => "RevokeToken",
             Op::GrantQueue { .. } => "GrantQueue",
+            Op::SubmitRunAs { .. } => "Submit",
+            Op::SetTenancy(_) => "SetTenancy",
         }
     }
 }

@@ -192,6 +192,7 @@ impl State {
                 break;
             };
             self.access.owners.remove(&old);
+            self.tenancy.run_as.remove(&old);
             if let Some(j) = self.d.jobs.remove(&old)
                 && self.d.job_names.get(&j.spec.name) == Some(&old)
             {
