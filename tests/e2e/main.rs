@@ -58,7 +58,7 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     let starts = c.path("starts");
     let script = format!("echo \"$BATON_ATTEMPT\" >> '{}'; exec sleep 600", starts.display());
     let spec = gpu_job("long", "q", "", 1, 2, vec!["sh".into(), "-c".into(), script]);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into() }).await.unwrap();
+    api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into(), run_as: String::new() }).await.unwrap();
     c.wait_job("long", "running", |j| j.state == "Running").await;
     wait_file_lines(&starts, 1).await;
 
@@ -96,7 +96,7 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
             .map(|s| s.to_string())
             .collect();
     let spec = gpu_job("long", "q", "", 1, 4, command);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: "long".into() }).await.unwrap();
+    api.submit(SubmitRequest { spec: Some(spec), request_id: "long".into(), run_as: String::new() }).await.unwrap();
     let j = c.wait_job("long", "running", |j| j.state == "Running").await;
     let node = j.placements[0].node.clone();
     // Some steps and a checkpoint or two.

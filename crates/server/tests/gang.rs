@@ -22,15 +22,25 @@ async fn a_rank_that_exited_0_before_the_stop_counts_as_stopped() {
     c.put_queue(queue("research", 0)).await.unwrap();
     c.put_queue(queue("prod", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest { spec: Some(gang("low", "research", "train")), request_id: String::new() }).await.unwrap();
+    c.submit(SubmitRequest {
+        spec: Some(gang("low", "research", "train")),
+        request_id: String::new(),
+        run_as: String::new(),
+    })
+    .await
+    .unwrap();
     let d =
         agent.until("both ranks of low run", |d| d.assignments.iter().filter(|a| a.job == "low").count() == 2).await;
     let low_id = d.assignments[0].job_id;
     agent.report(vec![What::Exited(Exited { job_id: low_id, attempt: 1, rank: 1, exit_code: 0 })]).await.unwrap();
 
-    c.submit(SubmitRequest { spec: Some(gpu_job("high", "prod", "inference", 8)), request_id: String::new() })
-        .await
-        .unwrap();
+    c.submit(SubmitRequest {
+        spec: Some(gpu_job("high", "prod", "inference", 8)),
+        request_id: String::new(),
+        run_as: String::new(),
+    })
+    .await
+    .unwrap();
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     agent.report(vec![stopped(low_id, 0)]).await.unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run)).await;
@@ -45,13 +55,23 @@ async fn the_stop_tally_survives_a_failover() {
     c.put_queue(queue("research", 0)).await.unwrap();
     c.put_queue(queue("prod", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest { spec: Some(gang("low", "research", "train")), request_id: String::new() }).await.unwrap();
+    c.submit(SubmitRequest {
+        spec: Some(gang("low", "research", "train")),
+        request_id: String::new(),
+        run_as: String::new(),
+    })
+    .await
+    .unwrap();
     let d =
         agent.until("both ranks of low run", |d| d.assignments.iter().filter(|a| a.job == "low").count() == 2).await;
     let low_id = d.assignments[0].job_id;
-    c.submit(SubmitRequest { spec: Some(gpu_job("high", "prod", "inference", 8)), request_id: String::new() })
-        .await
-        .unwrap();
+    c.submit(SubmitRequest {
+        spec: Some(gpu_job("high", "prod", "inference", 8)),
+        request_id: String::new(),
+        run_as: String::new(),
+    })
+    .await
+    .unwrap();
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     // Rank 0's stop is acknowledged by the old leader; the agent never reports it again.
     agent.report(vec![stopped(low_id, 0)]).await.unwrap();
@@ -70,9 +90,13 @@ async fn an_observation_from_a_node_the_rank_is_not_placed_on_is_ignored() {
     let mut c = cluster.client(0).await;
     c.put_queue(queue("team-a", 8)).await.unwrap();
     let mut n1 = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest { spec: Some(gpu_job("j", "team-a", "train", 8)), request_id: String::new() })
-        .await
-        .unwrap();
+    c.submit(SubmitRequest {
+        spec: Some(gpu_job("j", "team-a", "train", 8)),
+        request_id: String::new(),
+        run_as: String::new(),
+    })
+    .await
+    .unwrap();
     let d = n1.until("j runs", |d| has(d, "j", Action::Run)).await;
     let j = d.assignments[0].job_id;
     let n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 8)).await;

@@ -30,6 +30,7 @@ pub struct State {
     pub put_queues: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
+    pub tenancy_sets: Vec<v1::TenancySettings>,
     /// The `authorization` metadata of the token calls, in order.
     pub authorizations: Vec<String>,
     pub token_requests: Vec<v1::CreateTokenRequest>,
@@ -231,6 +232,11 @@ impl Baton for Fake {
     async fn set_scheduler(&self, r: Request<v1::SchedulerSettings>) -> Answer<v1::Ack> {
         let mut s = self.enter("SetScheduler")?;
         s.scheduler_sets.push(r.into_inner());
+        Ok(Response::new(v1::Ack::default()))
+    }
+    async fn set_tenancy(&self, r: Request<v1::TenancySettings>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetTenancy")?;
+        s.tenancy_sets.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
     }
     async fn create_token(&self, r: Request<v1::CreateTokenRequest>) -> Answer<v1::TokenInfo> {

@@ -182,6 +182,10 @@ impl Baton for Api {
         let who = self.caller(r.metadata()).await?;
         cluster::set_scheduler(self, &who, r.into_inner()).await
     }
+    async fn set_tenancy(&self, r: Request<TenancySettings>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::set_tenancy(self, &who, r.into_inner()).await
+    }
 
     async fn create_token(&self, r: Request<CreateTokenRequest>) -> Result<Response<TokenInfo>, Status> {
         let who = self.caller(r.metadata()).await?;
