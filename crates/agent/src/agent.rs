@@ -97,6 +97,20 @@ impl Agent {
     }
 }
 
+/// Jobs running as other users write their exit files under `<data_dir>/run` and their
+/// checkpoints under the checkpoint root: both must be reachable by them.
+fn prepare_for_users(data_dir: &std::path::Path, checkpoint_root: &std::path::Path) -> Result<(), AgentError> {
+    use std::os::unix::fs::PermissionsExt;
+    let run = data_dir.join("run");
+    std::fs::create_dir_all(&run).map_err(|source| AgentError::CreateDir { path: run.clone(), source })?;
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o711))
+        .map_err(|source| AgentError::CreateDir { path: run.clone(), source })?;
+    for dir in [&run, checkpoint_root] {
+        crate::run_as::check_searchable(dir).map_err(AgentError::Config)?;
+    }
+    Ok(())
+}
+
 /// Starts an agent: opens the journal (re-adopting replicas), takes the inventory, serves
 /// logs and starts following the leader.
 pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
@@ -111,6 +125,9 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     let checkpoint_root = config.checkpoint_root();
     for dir in [&config.data_dir, &checkpoint_root] {
         std::fs::create_dir_all(dir).map_err(|source| AgentError::CreateDir { path: dir.clone(), source })?;
+    }
+    if let crate::run_as::RunAsPolicy::Users(_) = &config.run_as {
+        prepare_for_users(&config.data_dir, &checkpoint_root)?;
     }
     let journal = Arc::new(Journal::open(&config.data_dir.join("journal"))?);
 
@@ -148,6 +165,7 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
         log_cap_bytes: config.log_cap_bytes,
         lease: lease_rx.clone(),
         metrics: metrics.clone(),
+        run_as: config.run_as.clone(),
     };
     let (supervisor, shared) = Supervisor::new(journal.clone(), settings)?;
 

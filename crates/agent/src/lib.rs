@@ -17,6 +17,8 @@
 //! - `supervisor`: reconciling directives with the replicas (fencing, STOP, SUSPEND, kills).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
+//! - `run_as`: which Unix user a replica runs as (`--run-as-allow`, `--run-as-self`), resolved
+//!   on this node, and the drop to it before exec.
 //! - `journal`: the durable state (sled).
 //! - `logfiles`, `logs_server`, `logs_client`: replica logs, their retention, the AgentLogs
 //!   service and the `fetch_logs` helper.
@@ -43,6 +45,7 @@ pub mod metrics;
 pub mod node;
 pub mod procfs;
 pub mod reporter;
+pub mod run_as;
 pub mod signal;
 pub mod supervisor;
 pub mod workload;

@@ -58,6 +58,7 @@ pub struct Supervisor {
     node: String,
     data_dir: PathBuf,
     checkpoint_root: PathBuf,
+    run_as: crate::run_as::RunAsPolicy,
     kill_grace_ms: u64,
     log_cap_bytes: u64,
     replicas: BTreeMap<ReplicaKey, Replica>,
@@ -99,6 +100,7 @@ pub struct Settings {
     pub log_cap_bytes: u64,
     pub lease: watch::Receiver<Lease>,
     pub metrics: Arc<crate::metrics::AgentMetrics>,
+    pub run_as: crate::run_as::RunAsPolicy,
 }
 
 impl Supervisor {
@@ -114,6 +116,7 @@ impl Supervisor {
             node: settings.node,
             data_dir: settings.data_dir,
             checkpoint_root: settings.checkpoint_root,
+            run_as: settings.run_as,
             kill_grace_ms: settings.kill_grace_ms,
             log_cap_bytes: settings.log_cap_bytes,
             replicas: BTreeMap::new(),
@@ -436,7 +439,12 @@ impl Supervisor {
             self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.job.as_str()).collect();
         logfiles::retain(&self.data_dir, &a.job, &active);
         let ckpt = launch::checkpoint_dir(&self.checkpoint_root, a.job_id);
-        let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root, node: &self.node };
+        let dirs = LaunchDirs {
+            data_dir: &self.data_dir,
+            checkpoint_root: &self.checkpoint_root,
+            node: &self.node,
+            run_as: &self.run_as,
+        };
         match launch::start(a, &dirs, &signal_name, signal) {
             Ok(started) => {
                 rec.pid = started.pid;
