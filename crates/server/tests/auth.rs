@@ -273,3 +273,25 @@ async fn jobs_over_the_per_user_bound_are_refused_naming_it() {
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("max_jobs_per_queue must be 1 to"), "{}", e.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_users_logs_are_denied_at_the_replica() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    alice.submit(submit("j", "a", "")).await.unwrap();
+    let logs =
+        || JobLogsRequest { node: "n1".into(), logs: Some(LogsRequest { job: "j".into(), ..Default::default() }) };
+    let Err(e) = bob.job_logs(logs()).await else { panic!("bob read alice's logs") };
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("owner's (user alice)") && e.message().contains("user bob"), "{}", e.message());
+    let e = client(&cluster.addrs()[0], None).await.job_logs(logs()).await.err().unwrap();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    // The owner and an admin get past the check to the node (whose fake agent serves no logs).
+    for c in [&mut alice, &mut admin] {
+        let e = c.job_logs(logs()).await.err().unwrap();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("node n1 has no agent address"), "{}", e.message());
+    }
+}

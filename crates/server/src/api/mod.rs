@@ -11,6 +11,7 @@
 
 mod cluster;
 mod jobs;
+mod logs;
 mod nodes;
 mod objects;
 pub mod usage;
@@ -80,10 +81,12 @@ impl Api {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
+type LogStream = Pin<Box<dyn Stream<Item = Result<LogChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Baton for Api {
     type WatchStream = EventStream;
+    type JobLogsStream = LogStream;
 
     async fn submit(&self, r: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let who = self.caller(r.metadata()).await?;
@@ -115,6 +118,10 @@ impl Baton for Api {
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {
         self.caller(r.metadata()).await?;
         watch::watch(self, r.into_inner()).await
+    }
+    async fn job_logs(&self, r: Request<JobLogsRequest>) -> Result<Response<LogStream>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        logs::job_logs(self, &who, r.into_inner()).await
     }
 
     async fn put_queue(&self, r: Request<Queue>) -> Result<Response<Ack>, Status> {
