@@ -124,6 +124,8 @@ pub(crate) struct Ctx {
     pub(crate) watch_slots: Arc<tokio::sync::Semaphore>,
     /// One permit per log stream read through this replica (`max_log_streams`).
     pub(crate) log_slots: Arc<tokio::sync::Semaphore>,
+    /// Open watch streams per client identity (`max_watch_streams_per_client`).
+    pub(crate) watchers: Arc<api::watchers::Watchers>,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -177,6 +179,7 @@ pub async fn run_with_metrics(
         metrics: Arc::new(metrics::Metrics::new()),
         watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
         log_slots: Arc::new(tokio::sync::Semaphore::new(log_streams)),
+        watchers: Arc::default(),
         closing: tokio::sync::watch::channel(false).0,
         transport: config.transport.clone(),
     });

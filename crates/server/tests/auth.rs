@@ -42,8 +42,11 @@ async fn client(addr: &str, token: Option<&str>) -> Client {
 /// A cluster with tokens on, bootstrapped with the admin token; queues `a` and `b`, a node,
 /// alice and bob as users of queue `a`.
 async fn setup(replicas: u64) -> (Cluster, FakeAgent) {
-    let settings =
-        ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    setup_with(replicas, common::settings()).await
+}
+
+async fn setup_with(replicas: u64, base: ServerSettings) -> (Cluster, FakeAgent) {
+    let settings = ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..base };
     let cluster = Cluster::start_with(replicas, settings).await;
     let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -293,5 +296,33 @@ async fn another_users_logs_are_denied_at_the_replica() {
         let e = c.job_logs(logs()).await.err().unwrap();
         assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
         assert!(e.message().contains("node n1 has no agent address"), "{}", e.message());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_streams_are_bounded_per_user_and_the_refusal_names_the_bound() {
+    let base = ServerSettings { max_watch_streams_per_client: 2, ..common::settings() };
+    let (cluster, _agent) = setup_with(1, base).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    let first = alice.watch(WatchRequest::default()).await.unwrap().into_inner();
+    let _second = alice.watch(WatchRequest::default()).await.unwrap().into_inner();
+    let Err(e) = alice.watch(WatchRequest::default()).await else { panic!("a third watch of alice's was taken") };
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("user alice has 2 watch streams open")
+            && e.message().contains("max_watch_streams_per_client"),
+        "{}",
+        e.message()
+    );
+    // Another user is not held back by alice's streams.
+    let _bob = bob.watch(WatchRequest::default()).await.unwrap().into_inner();
+    // A closed stream frees its slot, even while no event flows.
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Err(e) = alice.watch(WatchRequest::default()).await {
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(std::time::Instant::now() < deadline, "the closed watch's slot was never freed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }

@@ -16,6 +16,7 @@ mod nodes;
 mod objects;
 pub mod usage;
 mod watch;
+pub(crate) mod watchers;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -116,8 +117,9 @@ impl Baton for Api {
         self.ack(&who, Op::Resume { job }).await
     }
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {
-        self.caller(r.metadata()).await?;
-        watch::watch(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        let identity = watchers::identity(&who, r.extensions().get::<baton_proto::tls::PeerId>());
+        watch::watch(self, identity, r.into_inner()).await
     }
     async fn job_logs(&self, r: Request<JobLogsRequest>) -> Result<Response<LogStream>, Status> {
         let who = self.caller(r.metadata()).await?;
