@@ -59,6 +59,8 @@ pub struct Supervisor {
     data_dir: PathBuf,
     checkpoint_root: PathBuf,
     run_as: crate::run_as::RunAsPolicy,
+    /// Why the replica being finished could not start: its Exited observation says so.
+    start_failure: Option<String>,
     kill_grace_ms: u64,
     log_cap_bytes: u64,
     replicas: BTreeMap<ReplicaKey, Replica>,
@@ -117,6 +119,7 @@ impl Supervisor {
             data_dir: settings.data_dir,
             checkpoint_root: settings.checkpoint_root,
             run_as: settings.run_as,
+            start_failure: None,
             kill_grace_ms: settings.kill_grace_ms,
             log_cap_bytes: settings.log_cap_bytes,
             replicas: BTreeMap::new(),
@@ -472,7 +475,10 @@ impl Supervisor {
                 tracing::warn!(?key, job = a.job, "cannot start: {e}");
                 self.replicas
                     .insert(*key, Replica { rec, signal, newest_checkpoint_ms: 0, started: None, signal_again: None });
-                self.finish(key, EXIT_CODE_NOT_STARTED, Leftovers::Leave)
+                self.start_failure = Some(e.to_string());
+                let finished = self.finish(key, EXIT_CODE_NOT_STARTED, Leftovers::Leave);
+                self.start_failure = None;
+                finished
             }
         }
     }
@@ -568,6 +574,7 @@ impl Supervisor {
                         attempt: key.attempt,
                         rank: key.rank,
                         exit_code: code,
+                        reason: self.start_failure.take().unwrap_or_default(),
                     })),
                 })
             }

@@ -13,6 +13,7 @@ use std::path::Path;
 use baton_agent::logfiles::log_path;
 use baton_agent::run_as::{AllowList, RunAsPolicy, lookup_user};
 use baton_proto::v1::Action;
+use baton_proto::v1::observation::What;
 use common::*;
 
 const USER: &str = "baton-test-runas";
@@ -104,6 +105,16 @@ async fn a_user_the_agent_does_not_allow_fails_its_start_with_the_reason() {
         let err = log(dir.path(), job_id, "stderr");
         assert!(err.contains("cannot run as the job's user") && err.contains(why), "{user:?}: {err}");
         assert!(!dir.path().join(format!("ran-{job_id}")).exists(), "{user:?}: nothing of the job ran");
+        // The leader hears why, for the job's events.
+        let reason = gw
+            .observations()
+            .into_iter()
+            .find_map(|o| match o.what {
+                Some(What::Exited(e)) if e.job_id == job_id => Some(e.reason),
+                _ => None,
+            })
+            .unwrap();
+        assert!(reason.contains(why), "{user:?}: {reason}");
     }
     agent.shutdown().await.unwrap();
 }

@@ -244,6 +244,10 @@ pub enum Observed {
     /// lease. A running job goes back to the queue from its checkpoint; for a stop in
     /// progress it counts as the rank's stop. (Last, so logs written before it decode.)
     LeaseExpired { job: JobId, attempt: u32, rank: u32, checkpointed: bool },
+    /// The rank could not be started (its user is not allowed on the node, its command
+    /// could not be run): the job fails as for `Exited`, and its event says why. (Last, so
+    /// logs written before it decode.)
+    NotStarted { job: JobId, attempt: u32, rank: u32, exit_code: i32, reason: String },
 }
 
 impl Observed {
@@ -255,7 +259,8 @@ impl Observed {
             | Observed::Unkillable { job, .. }
             | Observed::Stray { job, .. }
             | Observed::Vanished { job, .. }
-            | Observed::LeaseExpired { job, .. } => *job,
+            | Observed::LeaseExpired { job, .. }
+            | Observed::NotStarted { job, .. } => *job,
         }
     }
 }

@@ -32,7 +32,16 @@ async fn a_job_runs_on_an_agent_and_finishes() {
     assert!(d.term > 0);
     wait_state(&mut c, "train-1", "Running").await;
 
-    agent.report(vec![What::Exited(Exited { job_id: a.job_id, attempt: 1, rank: 0, exit_code: 0 })]).await.unwrap();
+    agent
+        .report(vec![What::Exited(Exited {
+            job_id: a.job_id,
+            attempt: 1,
+            rank: 0,
+            exit_code: 0,
+            reason: String::new(),
+        })])
+        .await
+        .unwrap();
     let j = wait_state(&mut c, "train-1", "Succeeded").await;
     assert_eq!(j.exit_code, Some(0));
     agent.until("nothing left to run", |d| d.assignments.is_empty()).await;

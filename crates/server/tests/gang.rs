@@ -32,7 +32,10 @@ async fn a_rank_that_exited_0_before_the_stop_counts_as_stopped() {
     let d =
         agent.until("both ranks of low run", |d| d.assignments.iter().filter(|a| a.job == "low").count() == 2).await;
     let low_id = d.assignments[0].job_id;
-    agent.report(vec![What::Exited(Exited { job_id: low_id, attempt: 1, rank: 1, exit_code: 0 })]).await.unwrap();
+    agent
+        .report(vec![What::Exited(Exited { job_id: low_id, attempt: 1, rank: 1, exit_code: 0, reason: String::new() })])
+        .await
+        .unwrap();
 
     c.submit(SubmitRequest {
         spec: Some(gpu_job("high", "prod", "inference", 8)),
@@ -100,7 +103,7 @@ async fn an_observation_from_a_node_the_rank_is_not_placed_on_is_ignored() {
     let d = n1.until("j runs", |d| has(d, "j", Action::Run)).await;
     let j = d.assignments[0].job_id;
     let n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 8)).await;
-    let exited = What::Exited(Exited { job_id: j, attempt: 1, rank: 0, exit_code: 1 });
+    let exited = What::Exited(Exited { job_id: j, attempt: 1, rank: 0, exit_code: 1, reason: String::new() });
     n2.report(vec![exited.clone()]).await.unwrap();
     n1.report(vec![What::Checkpointed(Checkpointed { job_id: j, attempt: 1 })]).await.unwrap();
     let job = wait_state(&mut c, "j", "Running").await;
