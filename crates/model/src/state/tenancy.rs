@@ -23,7 +23,10 @@ impl State {
             (None, Some(actor)) => Some(UnixUser::new(actor.as_str()).map_err(|e| {
                 ApplyError::invalid(
                     "run_as",
-                    format!("the job would run as its submitter, but {e}; submit with --run-as USER"),
+                    format!(
+                        "the job would run as its submitter, but {e}; an operator may submit it with --run-as USER, or \
+                     an admin make a token named after the Unix user"
+                    ),
                 )
             })?),
             (None, None) => None,
