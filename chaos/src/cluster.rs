@@ -204,6 +204,8 @@ impl Cluster {
     fn agent_args(&self, n: &NodeArgs) -> Vec<String> {
         strings(&[
             "agent",
+            // The chaos cluster runs without tokens: its jobs name no user.
+            "--run-as-self",
             "--server",
             &self.servers.addrs.join(","),
             "--name",

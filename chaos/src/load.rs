@@ -69,6 +69,6 @@ impl Load {
         let spec = gpu_job(&name, queue, class, replicas, gpus, command);
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
-        SubmitRequest { spec: Some(spec), request_id: name }
+        SubmitRequest { spec: Some(spec), request_id: name, run_as: String::new() }
     }
 }

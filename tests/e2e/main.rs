@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use baton_chaos::cluster::{Cluster, NodeArgs};
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::{JobRef, SubmitRequest};
+use baton_proto::v1::{JobLogsRequest, JobRef, LogsRequest, SubmitRequest};
 use replay::{Replay, load};
 
 /// The binary under test.
@@ -58,7 +58,7 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     let starts = c.path("starts");
     let script = format!("echo \"$BATON_ATTEMPT\" >> '{}'; exec sleep 600", starts.display());
     let spec = gpu_job("long", "q", "", 1, 2, vec!["sh".into(), "-c".into(), script]);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into() }).await.unwrap();
+    api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into(), run_as: String::new() }).await.unwrap();
     c.wait_job("long", "running", |j| j.state == "Running").await;
     wait_file_lines(&starts, 1).await;
 
@@ -71,6 +71,26 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     let lines = std::fs::read_to_string(&starts).unwrap();
     assert_eq!(lines.lines().count(), 1, "the job started once: {lines:?}");
     api.cancel_job(JobRef { name: "long".into(), ..Default::default() }).await.unwrap();
+}
+
+/// Logs are read through a replica, which reads them from the node's real agent (agents serve
+/// logs only to replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
+    let node = NodeArgs { name: "n1".into(), pool: "default".into(), rack: String::new(), gpus: 1, cpu: 0, memory: 0 };
+    let c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
+    let mut api = c.client().await;
+    api.put_queue(gpu_queue("q", 1)).await.unwrap();
+    let spec = gpu_job("hello", "q", "", 1, 1, vec!["echo".into(), "hello from the job".into()]);
+    api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }).await.unwrap();
+    c.wait_job("hello", "succeeded", |j| j.state == "Succeeded").await;
+    let logs = LogsRequest { job: "hello".into(), ..Default::default() };
+    let mut stream = api.job_logs(JobLogsRequest { node: "n1".into(), logs: Some(logs) }).await.unwrap().into_inner();
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.message().await.unwrap() {
+        text.extend(chunk.data);
+    }
+    assert_eq!(String::from_utf8_lossy(&text), "hello from the job\n");
 }
 
 /// Issue 9, as reported: a job runs, its node's agent is stopped (`kill -STOP`) for longer
@@ -96,7 +116,7 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
             .map(|s| s.to_string())
             .collect();
     let spec = gpu_job("long", "q", "", 1, 4, command);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: "long".into() }).await.unwrap();
+    api.submit(SubmitRequest { spec: Some(spec), request_id: "long".into(), run_as: String::new() }).await.unwrap();
     let j = c.wait_job("long", "running", |j| j.state == "Running").await;
     let node = j.placements[0].node.clone();
     // Some steps and a checkpoint or two.

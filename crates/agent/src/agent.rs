@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use baton_proto::tls::{ANY_ROLE, guard};
+use baton_proto::tls::{Role, guard};
 use baton_proto::v1::agent_logs_server::AgentLogsServer;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -97,6 +97,23 @@ impl Agent {
     }
 }
 
+/// Who may call the agent's log service.
+const LOG_READERS: &[Role] = &[Role::Replica];
+
+/// Jobs running as other users write their exit files under `<data_dir>/run` and their
+/// checkpoints under the checkpoint root: both must be reachable by them.
+fn prepare_for_users(data_dir: &std::path::Path, checkpoint_root: &std::path::Path) -> Result<(), AgentError> {
+    use std::os::unix::fs::PermissionsExt;
+    let run = data_dir.join("run");
+    std::fs::create_dir_all(&run).map_err(|source| AgentError::CreateDir { path: run.clone(), source })?;
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o711))
+        .map_err(|source| AgentError::CreateDir { path: run.clone(), source })?;
+    for dir in [&run, checkpoint_root] {
+        crate::run_as::check_searchable(dir).map_err(AgentError::Config)?;
+    }
+    Ok(())
+}
+
 /// Starts an agent: opens the journal (re-adopting replicas), takes the inventory, serves
 /// logs and starts following the leader.
 pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
@@ -111,6 +128,9 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     let checkpoint_root = config.checkpoint_root();
     for dir in [&config.data_dir, &checkpoint_root] {
         std::fs::create_dir_all(dir).map_err(|source| AgentError::CreateDir { path: dir.clone(), source })?;
+    }
+    if let crate::run_as::RunAsPolicy::Users(_) = &config.run_as {
+        prepare_for_users(&config.data_dir, &checkpoint_root)?;
     }
     let journal = Arc::new(Journal::open(&config.data_dir.join("journal"))?);
 
@@ -148,6 +168,7 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
         log_cap_bytes: config.log_cap_bytes,
         lease: lease_rx.clone(),
         metrics: metrics.clone(),
+        run_as: config.run_as.clone(),
     };
     let (supervisor, shared) = Supervisor::new(journal.clone(), settings)?;
 
@@ -157,8 +178,9 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     let logs_service = AgentLogsServer::new(service)
         .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES);
-    // Under TLS any certificate of the cluster's CA may read logs; none, or another CA's, may not.
-    let logs_service = InterceptedService::new(logs_service, guard(config.transport.clone(), ANY_ROLE));
+    // Under TLS only replicas may read logs: they check the reader's token first (logs are
+    // the job's private data); clients read through them (`JobLogs`).
+    let logs_service = InterceptedService::new(logs_service, guard(config.transport.clone(), LOG_READERS));
     let mut server = config.transport.server().map_err(|e| AgentError::Tls(e.to_string()))?;
     let logs_server = tokio::spawn(server.add_service(logs_service).serve_with_incoming_shutdown(incoming, async {
         let _ = logs_stopped.await;

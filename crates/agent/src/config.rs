@@ -40,6 +40,9 @@ pub struct AgentConfig {
     pub log_cap_bytes: u64,
     /// Mutual TLS for the gateway it dials and the logs it serves, or plain TCP.
     pub transport: baton_proto::tls::Transport,
+    /// Who replicas run as. `new` gives the agent's own user (what tests and development
+    /// want); `baton agent` makes the operator choose (`--run-as-allow` or `--run-as-self`).
+    pub run_as: crate::run_as::RunAsPolicy,
 }
 
 impl AgentConfig {
@@ -62,6 +65,7 @@ impl AgentConfig {
             kill_grace_ms: DEFAULT_KILL_GRACE_MS,
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
             transport: baton_proto::tls::Transport::Insecure,
+            run_as: crate::run_as::RunAsPolicy::AgentUser,
         }
     }
 

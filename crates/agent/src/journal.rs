@@ -384,7 +384,9 @@ mod tests {
     use baton_proto::v1::{Checkpointed, Exited, observation::What};
 
     fn exited(job_id: u64) -> Observation {
-        Observation { what: Some(What::Exited(Exited { job_id, attempt: 1, rank: 0, exit_code: 0 })) }
+        Observation {
+            what: Some(What::Exited(Exited { job_id, attempt: 1, rank: 0, exit_code: 0, reason: String::new() })),
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ use baton_proto::v1::Assignment;
 
 use crate::limits::{LEASE_STOP_GRACE_MS, MAX_COMMAND_ARGS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS};
 use crate::logfiles;
+use crate::run_as::{Identity, RunAsPolicy};
 
 /// Exit code reported for a replica whose wrapper was killed (SIGKILL: 128 + 9).
 pub const EXIT_CODE_KILLED: i32 = 128 + libc::SIGKILL;
@@ -70,6 +71,8 @@ pub struct LaunchDirs<'a> {
     pub checkpoint_root: &'a Path,
     /// This node's name, for `BATON_NODE`.
     pub node: &'a str,
+    /// Who replicas may run as here.
+    pub run_as: &'a RunAsPolicy,
 }
 
 /// A job's checkpoint directory, keyed by its id: a name is reused once its job ended, and a
@@ -78,9 +81,14 @@ pub fn checkpoint_dir(checkpoint_root: &Path, job_id: u64) -> PathBuf {
     checkpoint_root.join(format!("job-{job_id}"))
 }
 
+/// The exit file of one replica, in a directory of its own: the wrapper runs as the job's
+/// user and writes its markers and exit file there, so that directory (and only it) is the
+/// user's.
 pub fn exit_file(data_dir: &Path, job_id: u64, attempt: u32, rank: u32) -> PathBuf {
-    data_dir.join("run").join(format!("{job_id}-{attempt}-{rank}.exit"))
+    data_dir.join("run").join(format!("{job_id}-{attempt}-{rank}")).join(EXIT_FILE_NAME)
 }
+
+const EXIT_FILE_NAME: &str = "exit";
 
 /// The marker a replica's watchdog leaves when it stopped the replica because the lease ran
 /// out.
@@ -97,10 +105,16 @@ pub fn started_marker(exit_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Removes the exit file and the markers next to it (the replica's end was recorded).
+/// Removes the exit file and the markers next to it (the replica's end was recorded), and
+/// the replica's own directory (exit files journaled before it had one share `run/`).
 pub fn remove_markers(exit_file: &Path) {
     for p in [exit_file.to_path_buf(), lease_marker(exit_file), started_marker(exit_file)] {
         let _ = std::fs::remove_file(p);
+    }
+    if exit_file.file_name().is_some_and(|n| n == EXIT_FILE_NAME)
+        && let Some(dir) = exit_file.parent()
+    {
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -220,30 +234,77 @@ fn try_start(
     if a.command.len() > MAX_COMMAND_ARGS || a.env.len() > MAX_COMMAND_ARGS {
         return Err(StartError(format!("more than {MAX_COMMAND_ARGS} command arguments or environment entries")));
     }
+    let who = dirs.run_as.resolve(&a.run_as).map_err(|e| StartError(format!("cannot run as the job's user: {e}")))?;
+    // Private to the job's user: its logs (the agent holds them open and reads them as
+    // itself) and its checkpoints. The log directory stays the agent's, so the job cannot
+    // swap a log file for a link to a file it may not read.
+    for (f, path) in [(&stdout, &stdout_path), (&stderr, &stderr_path)] {
+        own(f, who.as_ref(), 0o600).map_err(|e| fail("cannot hand over", path, e))?;
+    }
     let ckpt = checkpoint_dir(dirs.checkpoint_root, a.job_id);
     std::fs::create_dir_all(&ckpt).map_err(|e| fail("cannot create", &ckpt, e))?;
+    own_path(&ckpt, who.as_ref(), 0o700).map_err(|e| fail("cannot hand over", &ckpt, e))?;
     let exit = exit_file(dirs.data_dir, a.job_id, a.attempt, a.rank);
+    remove_markers(&exit);
     if let Some(parent) = exit.parent() {
         std::fs::create_dir_all(parent).map_err(|e| fail("cannot create", parent, e))?;
+        own_path(parent, who.as_ref(), 0o700).map_err(|e| fail("cannot hand over", parent, e))?;
     }
-    remove_markers(&exit);
 
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
     cmd.arg(WATCHDOG_SLACK_MS.to_string()).args(&a.command);
     cmd.env_clear().envs(host_env());
+    if let Some(w) = &who {
+        // The user's own home and name, not the agent's; a directory the user can enter.
+        cmd.env("HOME", &w.home).env("USER", &w.name).env("LOGNAME", &w.name);
+        cmd.current_dir(if Path::new(&w.home).is_dir() { Path::new(&w.home) } else { Path::new("/") });
+    }
     cmd.envs(replica_env(a, dirs.node, &ckpt, signal_name));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+    let drop_to = who.map(|w| (w.uid, w.gid, w.groups));
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no
-    // terminal signals reach it, and the whole group is signalled at once by its pgid.
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // terminal signals reach it, and the whole group is signalled at once by its pgid. Then
+    // the job's user, before anything of the job runs.
+    // SAFETY: setsid and the calls in `drop_to` are async-signal-safe and touch only what
+    // the parent allocated before the fork.
     unsafe {
-        cmd.pre_exec(|| if libc::setsid() < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            match &drop_to {
+                Some((uid, gid, groups)) => crate::run_as::drop_to(*uid, *gid, groups),
+                None => Ok(()),
+            }
+        });
     }
     let child = cmd.spawn().map_err(|e| StartError(format!("cannot run sh: {e}")))?;
     let pid = child.id().ok_or_else(|| StartError("the wrapper exited before its pid was read".into()))?;
     Ok(Started { child, pid })
+}
+
+/// Gives an open file to the job's user (`None`: the agent's own) with `mode`.
+fn own(f: &std::fs::File, who: Option<&Identity>, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(w) = who {
+        std::os::unix::fs::fchown(f, Some(w.uid), Some(w.gid))?;
+    }
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+/// Gives a directory to the job's user (`None`: the agent's own) with `mode`. The link
+/// itself, never what it points to: a job's checkpoint root is shared storage.
+fn own_path(path: &Path, who: Option<&Identity>, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if std::fs::symlink_metadata(path)?.file_type().is_symlink() {
+        return Err(std::io::Error::other("is a symbolic link"));
+    }
+    if let Some(w) = who {
+        std::os::unix::fs::lchown(path, Some(w.uid), Some(w.gid))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
 /// Milliseconds as `sleep` takes them: "1.000".

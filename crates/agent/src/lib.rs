@@ -22,6 +22,8 @@
 //!   `reconcile`, and does the IO (spawns, signals, /proc, files, the journal, observations).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
+//! - `run_as`: which Unix user a replica runs as (`--run-as-allow`, `--run-as-self`), resolved
+//!   on this node, and the drop to it before exec.
 //! - `journal`: the durable state (sled).
 //! - `logfiles`, `logs_server`, `logs_client`: replica logs, their retention, the AgentLogs
 //!   service and the `fetch_logs` helper.
@@ -49,6 +51,7 @@ pub mod node;
 pub mod procfs;
 pub mod reconcile;
 pub mod reporter;
+pub mod run_as;
 pub mod signal;
 pub mod supervisor;
 pub mod workload;

@@ -60,6 +60,9 @@ pub struct Supervisor {
     node: String,
     data_dir: PathBuf,
     checkpoint_root: PathBuf,
+    run_as: crate::run_as::RunAsPolicy,
+    /// Why the replica being finished could not start: its Exited observation says so.
+    start_failure: Option<String>,
     kill_grace_ms: u64,
     log_cap_bytes: u64,
     replicas: BTreeMap<ReplicaKey, Replica>,
@@ -101,6 +104,7 @@ pub struct Settings {
     pub log_cap_bytes: u64,
     pub lease: watch::Receiver<Lease>,
     pub metrics: Arc<crate::metrics::AgentMetrics>,
+    pub run_as: crate::run_as::RunAsPolicy,
 }
 
 impl Supervisor {
@@ -116,6 +120,8 @@ impl Supervisor {
             node: settings.node,
             data_dir: settings.data_dir,
             checkpoint_root: settings.checkpoint_root,
+            run_as: settings.run_as,
+            start_failure: None,
             kill_grace_ms: settings.kill_grace_ms,
             log_cap_bytes: settings.log_cap_bytes,
             replicas: BTreeMap::new(),
@@ -425,7 +431,12 @@ impl Supervisor {
             self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.key.job_id).collect();
         logfiles::retain(&self.data_dir, a.job_id, &active);
         let ckpt = launch::checkpoint_dir(&self.checkpoint_root, a.job_id);
-        let dirs = LaunchDirs { data_dir: &self.data_dir, checkpoint_root: &self.checkpoint_root, node: &self.node };
+        let dirs = LaunchDirs {
+            data_dir: &self.data_dir,
+            checkpoint_root: &self.checkpoint_root,
+            node: &self.node,
+            run_as: &self.run_as,
+        };
         match launch::start(a, &dirs, &signal_name, signal) {
             Ok(started) => {
                 rec.pid = started.pid;
@@ -453,7 +464,10 @@ impl Supervisor {
                 tracing::warn!(?key, job = a.job, "cannot start: {e}");
                 self.replicas
                     .insert(*key, Replica { rec, signal, newest_checkpoint_ms: 0, started: None, signal_again: None });
-                self.finish(key, EXIT_CODE_NOT_STARTED, Leftovers::Leave)
+                self.start_failure = Some(e.to_string());
+                let finished = self.finish(key, EXIT_CODE_NOT_STARTED, Leftovers::Leave);
+                self.start_failure = None;
+                finished
             }
         }
     }
@@ -559,6 +573,7 @@ impl Supervisor {
                         attempt: key.attempt,
                         rank: key.rank,
                         exit_code: code,
+                        reason: self.start_failure.take().unwrap_or_default(),
                     })),
                 })
             }

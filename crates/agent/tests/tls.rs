@@ -32,17 +32,26 @@ fn missing_job() -> LogsRequest {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_log_service_takes_only_certificates_of_the_clusters_ca() {
+async fn the_log_service_takes_only_replica_certificates_of_the_clusters_ca() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("ca");
     let agent = tls_agent(dir.path(), &ca, ("agent", "node-a")).await;
     let addr = agent.logs_addr().to_string();
 
-    // A client of the CA gets past the certificate check: the job is simply not here.
-    let t = ca.transport(dir.path(), "client", "alice");
+    // A replica of the CA gets past the certificate check: the job is simply not here.
+    let t = ca.transport(dir.path(), "replica", "1");
     let ch = t.endpoint(&addr, AGENT_HOST).unwrap().connect().await.unwrap();
     let e = AgentLogsClient::new(ch).logs(missing_job()).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e}");
+
+    // Clients and agents read logs through a replica, which checks their token: refused here.
+    for (role, name) in [("client", "alice"), ("agent", "node-b")] {
+        let t = ca.transport(dir.path(), role, name);
+        let ch = t.endpoint(&addr, AGENT_HOST).unwrap().connect().await.unwrap();
+        let e = AgentLogsClient::new(ch).logs(missing_job()).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{role}: {e}");
+        assert!(e.message().contains("takes only replica certificates"), "{e}");
+    }
 
     // No certificate: UNAUTHENTICATED, saying what is missing.
     let tls = tonic::transport::ClientTlsConfig::new()

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use baton_agent::AgentConfig;
+use baton_agent::run_as::{AllowList, RunAsPolicy};
 use clap::Args;
 
 #[derive(Args)]
@@ -47,6 +48,23 @@ pub struct AgentArgs {
     /// given); the URL is printed as metrics_url=. docs/metrics.md lists them.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<String>,
+    /// Who jobs may run as here (comma list of users and %groups): each job runs as the Unix
+    /// user it names (its submitter's), dropped to before exec, if that user is on this list.
+    /// Either this or --run-as-self is required.
+    #[arg(
+        long,
+        env = "BATON_RUN_AS_ALLOW",
+        value_delimiter = ',',
+        value_name = "USERS",
+        conflicts_with = "run_as_self"
+    )]
+    run_as_allow: Vec<String>,
+    /// Let jobs run as uid 0 when the cluster allows root jobs and the list names the user.
+    #[arg(long)]
+    allow_root: bool,
+    /// Run every job as this agent's own user, whatever it names (development, containers).
+    #[arg(long)]
+    run_as_self: bool,
     /// Print this node's GPU inventory as JSON and exit.
     #[arg(long, hide = true)]
     inventory_only: bool,
@@ -101,7 +119,51 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.transport = args.security.transport()?;
     crate::tls::check_own(&c.transport, baton_proto::tls::Role::Agent, &c.name, "--name")?;
     c.validate()?;
+    c.run_as = run_as(&args.run_as_allow, args.allow_root, args.run_as_self)?;
     Ok(c)
+}
+
+/// Who jobs run as: the operator says it; no default, since either choice surprises someone.
+fn run_as(allow: &[String], allow_root: bool, run_as_self: bool) -> Result<RunAsPolicy, String> {
+    if run_as_self {
+        return Ok(RunAsPolicy::AgentUser);
+    }
+    if allow.is_empty() {
+        return Err("say who jobs run as: --run-as-allow USERS,%GROUPS (each job runs as its submitter's Unix \
+                    user, if listed) or --run-as-self (every job runs as this agent's user)"
+            .into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(
+            "--run-as-allow needs the agent to run as root (to switch users); use --run-as-self otherwise".into()
+        );
+    }
+    Ok(RunAsPolicy::Users(AllowList::parse(allow, allow_root)?))
+}
+
+/// Says in the log who jobs run as, loudly when it is the agent's own user.
+fn log_run_as(p: &RunAsPolicy) {
+    match p {
+        RunAsPolicy::AgentUser => {
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            tracing::warn!(
+                uid,
+                "--run-as-self: every job runs as this agent's user (uid {uid}), whatever user it names"
+            );
+        }
+        RunAsPolicy::Users(list) => {
+            let users: Vec<&str> = list.users.iter().map(String::as_str).collect();
+            let groups: Vec<String> = list.groups.iter().map(|g| format!("%{g}")).collect();
+            tracing::info!(
+                users = users.join(","),
+                groups = groups.join(","),
+                allow_root = list.allow_root,
+                "jobs run as their users"
+            );
+        }
+    }
 }
 
 pub fn run(args: AgentArgs) -> ExitCode {
@@ -135,6 +197,7 @@ pub fn run(args: AgentArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     crate::tls::log_transport(&config.transport, "this agent");
+    log_run_as(&config.run_as);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

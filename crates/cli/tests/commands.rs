@@ -250,12 +250,18 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
                 waiting_for: 3,
             }],
             insecure: true,
+            tenancy: Some(v1::TenancySettings {
+                allow_root_jobs: Some(false),
+                max_jobs_per_user: Some(1000),
+                max_jobs_per_queue: Some(10000),
+            }),
         }
     });
     let server = serve_baton(fake);
     let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
     r.unwrap();
     assert!(out.contains("reservations (reserve_after 5m00s):"), "{out}");
+    assert!(out.contains("tenancy: root jobs refused, max_jobs_per_user 1000, max_jobs_per_queue 10000"), "{out}");
     let row = out.lines().find(|l| l.trim_start().starts_with("gang")).expect("a row for gang's reservation");
     assert!(row.contains("default") && row.contains("n1,n2") && row.contains("3 jobs"), "{out}");
     assert!(out.contains("leader: replica 1 at 10.0.0.1:7070, term 7"), "{out}");
@@ -306,6 +312,42 @@ fn cluster_set_changes_reserve_after_and_never_turns_it_off() {
     r.unwrap();
     let sets = fake.state().scheduler_sets.clone();
     assert_eq!(sets.iter().map(|s| s.reserve_after_ms).collect::<Vec<_>>(), vec![Some(600_000), None]);
+}
+
+#[test]
+fn cluster_set_changes_tenancy_settings_leaving_the_others() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["cluster", "set", "--max-jobs-per-user", "5", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("max_jobs_per_user is now 5"), "{out}");
+    let (r, _) =
+        run(&["cluster", "set", "--allow-root-jobs", "true", "--max-jobs-per-queue", "9", "--server", &server.addr()]);
+    r.unwrap();
+    let s = fake.state();
+    assert!(s.scheduler_sets.is_empty(), "reserve_after was not given: {:?}", s.scheduler_sets);
+    let sent: Vec<_> =
+        s.tenancy_sets.iter().map(|t| (t.allow_root_jobs, t.max_jobs_per_user, t.max_jobs_per_queue)).collect();
+    assert_eq!(sent, vec![(None, Some(5), None), (Some(true), None, Some(9))]);
+    drop(s);
+    let (r, _) = run(&["cluster", "set", "--server", &server.addr()]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("--reserve-after") && e.contains("--max-jobs-per-user"), "{e}");
+}
+
+#[test]
+fn submit_run_as_names_the_unix_user() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let (r, _) =
+        run(&["submit", "--server", &server.addr(), "--name", "j", "--queue", "q", "--run-as", "svc", "--", "true"]);
+    r.unwrap();
+    assert_eq!(fake.state().submits[0].run_as, "svc");
+    let (r, _) =
+        run(&["submit", "--server", &server.addr(), "--name", "k", "--queue", "q", "--run-as", "0", "--", "true"]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("--run-as") && e.contains("not a Unix user name"), "{e}");
+    assert_eq!(fake.state().submits.len(), 1);
 }
 
 fn logs_cluster(agent_addr: &str, second: &str) -> Fake {

@@ -225,3 +225,14 @@ fn metric_names_are_read_from_promql() {
         metric_names("histogram_quantile(0.5, sum by (le) (rate(baton_job_wait_seconds_bucket[5m]))) / baton_x");
     assert_eq!(names, ["baton_job_wait_seconds", "baton_x"]);
 }
+
+/// `baton agent` refuses to start without being told who jobs run as; every deployment says it.
+#[test]
+fn every_agent_says_who_its_jobs_run_as() {
+    let agents: Vec<Invocation> = all_invocations().into_iter().filter(|i| i.command == "agent").collect();
+    assert!(!agents.is_empty());
+    for inv in &agents {
+        let says = inv.args.iter().any(|a| a == "--run-as-self" || a == "--run-as-allow");
+        assert!(says, "{}: `baton agent` needs --run-as-allow USERS or --run-as-self", inv.file);
+    }
+}

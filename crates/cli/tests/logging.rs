@@ -52,7 +52,9 @@ fn a_replica_logs_json_lines_when_asked() {
 #[test]
 fn an_unknown_log_format_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    for command in [vec!["server", "--insecure", "--id", "1"], vec!["agent", "--insecure", "--gpus", "1"]] {
+    for command in
+        [vec!["server", "--insecure", "--id", "1"], vec!["agent", "--insecure", "--run-as-self", "--gpus", "1"]]
+    {
         let out =
             baton().args(&command).arg("--data-dir").arg(dir.path()).env("BATON_LOG_FORMAT", "xml").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

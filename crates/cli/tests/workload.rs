@@ -111,15 +111,15 @@ fn agent_without_a_driver_or_gpus_says_what_to_pass() {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(["agent", "--insecure", "--server", "127.0.0.1:1", "--data-dir"])
+        .args(["agent", "--insecure", "--run-as-self", "--server", "127.0.0.1:1", "--data-dir"])
         .arg(dir.path())
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no NVIDIA driver found (NVML: ") && err.contains("pass --gpus N"), "{err}");
-    // Besides the warning that --insecure always logs.
-    let lines = err.lines().filter(|l| !l.contains("--insecure")).count();
+    // Besides the warnings that --insecure and --run-as-self always log.
+    let lines = err.lines().filter(|l| !l.contains("--insecure") && !l.contains("--run-as-self")).count();
     assert_eq!(lines, 1, "one clear line: {err}");
 }
 
@@ -157,4 +157,24 @@ fn a_workload_that_finished_saves_its_work_for_a_resume() {
     let violations = std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
     assert_eq!(violations, "", "a finished rank left its work to resume from");
     assert_eq!(String::from_utf8_lossy(&resumed.stdout), "resumed from step 1\n");
+}
+
+#[test]
+fn agent_needs_to_be_told_who_jobs_run_as() {
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, needle) in [
+        (&[][..], "say who jobs run as: --run-as-allow"),
+        (&["--run-as-allow", "baton-no-such-user-x"][..], "--run-as-allow: no user \"baton-no-such-user-x\""),
+        (&["--run-as-allow", "root"][..], "add --allow-root"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(["agent", "--insecure", "--gpus", "1", "--server", "127.0.0.1:1", "--data-dir"])
+            .arg(dir.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
 }

@@ -262,11 +262,20 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
     match op {
         Op::Cordon { .. } if token.has(Role::Operator) => Ok(()),
         Op::Cordon { .. } => Err(needs(Role::Operator)),
-        Op::Submit { spec, .. } => {
-            if token.any_job() || token.granted(&spec.queue) {
-                Ok(())
-            } else {
-                Err(no_grant(token, &spec.queue))
+        Op::Submit { spec, .. } => may_submit(token, spec),
+        Op::SubmitRunAs { spec, run_as, .. } => {
+            may_submit(token, spec)?;
+            match run_as {
+                Some(u) if u.as_str() != token.spec.user.as_str() && !token.any_job() => {
+                    Err(ApplyError::PermissionDenied(format!(
+                        "running a job as Unix user {u} needs role operator; user {} may run jobs only as \
+                         {} ({})",
+                        token.spec.user,
+                        token.spec.user,
+                        token.roles_text()
+                    )))
+                }
+                _ => Ok(()),
             }
         }
         Op::Cancel { .. } | Op::Pause { .. } | Op::Resume { .. } => match job {
@@ -276,6 +285,10 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
         },
         _ => Err(needs(Role::Admin)),
     }
+}
+
+fn may_submit(token: &Token, spec: &crate::job::JobSpec) -> Result<(), ApplyError> {
+    if token.any_job() || token.granted(&spec.queue) { Ok(()) } else { Err(no_grant(token, &spec.queue)) }
 }
 
 fn own_job(token: &Token, op: &Op, job: &Job, owner: Option<&Name>) -> Result<(), ApplyError> {

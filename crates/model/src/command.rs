@@ -15,6 +15,7 @@ use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
 use crate::queue::{Cohort, QueueSpec};
 use crate::scheduler::SchedulerSettings;
+use crate::tenancy::{TenancySettings, UnixUser};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Command {
@@ -127,6 +128,17 @@ pub enum Op {
         queue: Name,
         granted: bool,
     },
+    // The tenancy operations come after the identity ones, so logs written before them decode.
+    /// Submit naming the Unix user the job runs as (`None`: the token's user). Checked
+    /// against `allow_root_jobs` and the per-user and per-queue bounds. The API submits
+    /// only this; `Submit` (logs written before it, the simulator) applies as it always did.
+    SubmitRunAs {
+        spec: JobSpec,
+        request_id: Option<String>,
+        run_as: Option<UnixUser>,
+    },
+    /// Changes the cluster's tenancy settings (admins only).
+    SetTenancy(TenancySettings),
 }
 
 impl Op {
@@ -171,6 +183,8 @@ impl Op {
                 | Op::AddToken { .. }
                 | Op::RevokeToken { .. }
                 | Op::GrantQueue { .. }
+                | Op::SubmitRunAs { .. }
+                | Op::SetTenancy(_)
         )
     }
 
@@ -201,6 +215,8 @@ impl Op {
             Op::AddToken { .. } => "AddToken",
             Op::RevokeToken { .. } => "RevokeToken",
             Op::GrantQueue { .. } => "GrantQueue",
+            Op::SubmitRunAs { .. } => "Submit",
+            Op::SetTenancy(_) => "SetTenancy",
         }
     }
 }
@@ -228,6 +244,10 @@ pub enum Observed {
     /// lease. A running job goes back to the queue from its checkpoint; for a stop in
     /// progress it counts as the rank's stop. (Last, so logs written before it decode.)
     LeaseExpired { job: JobId, attempt: u32, rank: u32, checkpointed: bool },
+    /// The rank could not be started (its user is not allowed on the node, its command
+    /// could not be run): the job fails as for `Exited`, and its event says why. (Last, so
+    /// logs written before it decode.)
+    NotStarted { job: JobId, attempt: u32, rank: u32, exit_code: i32, reason: String },
 }
 
 impl Observed {
@@ -239,7 +259,8 @@ impl Observed {
             | Observed::Unkillable { job, .. }
             | Observed::Stray { job, .. }
             | Observed::Vanished { job, .. }
-            | Observed::LeaseExpired { job, .. } => *job,
+            | Observed::LeaseExpired { job, .. }
+            | Observed::NotStarted { job, .. } => *job,
         }
     }
 }

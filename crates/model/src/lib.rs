@@ -17,6 +17,7 @@
 //! - `limits`: every bound, in one place.
 //! - `access`: tokens, users, roles and queue grants; who may apply which command.
 //! - `runnable`: checks on the command and environment an agent will exec.
+//! - `tenancy`: the Unix user each job runs as, and the bounds on jobs per user and queue.
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
 // reads better there than zipped iterators.
@@ -40,6 +41,7 @@ pub mod resources;
 pub mod runnable;
 pub mod scheduler;
 pub mod state;
+pub mod tenancy;
 
 pub use command::{Applied, Command, Op, Outcome, Response};
 pub use error::ApplyError;

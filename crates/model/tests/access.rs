@@ -10,6 +10,7 @@ use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
 use baton_model::node::NodeSpec;
 use baton_model::queue::{PoolQuota, QueueSpec};
 use baton_model::resources::Resources;
+use baton_model::tenancy::{TenancySettings, UnixUser};
 use baton_model::{Applied, ApplyError, Name, State};
 
 const ADMIN: TokenHash = [1; 32];
@@ -106,6 +107,7 @@ fn refused(s: &mut State, op: Op, is: fn(&ApplyError) -> bool) -> String {
     assert_eq!(after.jobs(), before.jobs());
     assert_eq!(after.queues(), before.queues());
     assert_eq!(after.access(), before.access());
+    assert_eq!(after.tenancy(), before.tenancy());
     e.to_string()
 }
 
@@ -245,4 +247,106 @@ fn a_state_with_tokens_round_trips_through_json() {
     let text = serde_json::to_string(&s).unwrap();
     let back: State = serde_json::from_str(&text).unwrap();
     assert_eq!(back, s);
+}
+
+// Tenancy: the Unix user a job runs as, and the bounds on jobs per user and per queue.
+
+fn submit_as(
+    s: &mut State,
+    token: TokenHash,
+    name: &str,
+    queue: &str,
+    run_as: Option<&str>,
+) -> Result<u64, ApplyError> {
+    let run_as = run_as.map(|u| UnixUser::new(u).unwrap());
+    let op = Op::SubmitRunAs { spec: job(name, queue), request_id: None, run_as };
+    match apply(s, as_(token, op))?.outcome {
+        Outcome::Submitted { job, .. } => Ok(job),
+        other => panic!("submit answered {other:?}"),
+    }
+}
+
+fn run_as_of(s: &State, job: u64) -> Option<&str> {
+    s.tenancy().run_as(job).map(UnixUser::as_str)
+}
+
+fn limited(e: &ApplyError) -> bool {
+    matches!(e, ApplyError::Limit(_))
+}
+
+#[test]
+fn a_job_runs_as_its_submitters_user_unless_an_operator_names_another() {
+    let mut s = cluster();
+    let id = submit_as(&mut s, ALICE, "j1", "a", None).unwrap();
+    assert_eq!(run_as_of(&s, id), Some("alice"));
+    let id = submit_as(&mut s, ALICE, "j2", "a", Some("alice")).unwrap();
+    assert_eq!(run_as_of(&s, id), Some("alice"));
+    let op = Op::SubmitRunAs { spec: job("j3", "a"), request_id: None, run_as: Some(UnixUser::new("bob").unwrap()) };
+    let e = refused(&mut s, as_(ALICE, op), denied);
+    assert!(e.contains("as Unix user bob needs role operator") && e.contains("only as alice"), "{e}");
+    let id = submit_as(&mut s, OPERATOR, "j4", "a", Some("svc-train")).unwrap();
+    assert_eq!(run_as_of(&s, id), Some("svc-train"));
+}
+
+#[test]
+fn a_job_asking_to_run_as_root_is_refused_at_submit_unless_the_cluster_allows_it() {
+    let mut s = cluster();
+    let root = Some(UnixUser::new("root").unwrap());
+    let op = Op::SubmitRunAs { spec: job("j", "a"), request_id: None, run_as: root.clone() };
+    let e = refused(&mut s, as_(ADMIN, op.clone()), denied);
+    assert!(e.contains("may not run as root") && e.contains("allow_root_jobs is off"), "{e}");
+    assert!(s.job_by_name("j").is_none());
+    let allow = TenancySettings { allow_root_jobs: true, ..TenancySettings::default() };
+    refused(&mut s, as_(OPERATOR, Op::SetTenancy(allow)), denied);
+    apply(&mut s, as_(ADMIN, Op::SetTenancy(allow))).unwrap();
+    let Outcome::Submitted { job, .. } = apply(&mut s, as_(ADMIN, op)).unwrap().outcome else { panic!() };
+    assert_eq!(run_as_of(&s, job), Some("root"));
+}
+
+#[test]
+fn a_submitter_whose_name_is_no_unix_user_name_must_name_one() {
+    let mut s = cluster();
+    const CAROL: TokenHash = [9; 32];
+    apply(&mut s, as_(ADMIN, Op::AddToken { hash: CAROL, spec: spec("Carol.B", &[], &["a"]) })).unwrap();
+    let op = Op::SubmitRunAs { spec: job("j", "a"), request_id: None, run_as: None };
+    let e = refused(&mut s, as_(CAROL, op), |e| matches!(e, ApplyError::Invalid { .. }));
+    assert!(e.contains("run_as") && e.contains("\"Carol.B\" is not a Unix user name"), "{e}");
+}
+
+#[test]
+fn jobs_per_user_and_per_queue_are_bounded_and_the_refusal_names_the_bound() {
+    let mut s = cluster();
+    let bounds = TenancySettings { max_jobs_per_user: 2, max_jobs_per_queue: 3, ..TenancySettings::default() };
+    apply(&mut s, as_(ADMIN, Op::SetTenancy(bounds))).unwrap();
+    let first = submit_as(&mut s, ALICE, "a1", "a", None).unwrap();
+    submit_as(&mut s, ALICE, "a2", "a", None).unwrap();
+    let op = Op::SubmitRunAs { spec: job("a3", "a"), request_id: None, run_as: None };
+    let e = refused(&mut s, as_(ALICE, op.clone()), limited);
+    assert!(e.contains("user alice has 2 unfinished jobs") && e.contains("max_jobs_per_user (2)"), "{e}");
+    // Another user still has room, until the queue is full.
+    submit_as(&mut s, BOB, "b1", "a", None).unwrap();
+    let e =
+        refused(&mut s, as_(BOB, Op::SubmitRunAs { spec: job("b2", "a"), request_id: None, run_as: None }), limited);
+    assert!(e.contains("queue a has 3 unfinished jobs") && e.contains("max_jobs_per_queue (3)"), "{e}");
+    // A finished job no longer counts.
+    apply(&mut s, as_(ALICE, Op::Cancel { job: first })).unwrap();
+    apply(&mut s, as_(ALICE, op)).unwrap();
+}
+
+#[test]
+fn tenancy_settings_out_of_bounds_are_refused_by_name() {
+    let mut s = cluster();
+    let zero = TenancySettings { max_jobs_per_queue: 0, ..TenancySettings::default() };
+    let e = refused(&mut s, as_(ADMIN, Op::SetTenancy(zero)), |e| matches!(e, ApplyError::Invalid { .. }));
+    assert!(e.contains("max_jobs_per_queue must be 1 to"), "{e}");
+}
+
+#[test]
+fn unix_user_names_are_checked() {
+    for ok in ["alice", "_svc", "build-bot2", "a"] {
+        UnixUser::new(ok).unwrap();
+    }
+    for bad in ["", "Alice", "-x", "0", "1000", "a/b", "a.b", "x y", &"a".repeat(33)] {
+        assert!(UnixUser::new(bad).is_err(), "{bad:?}");
+    }
 }

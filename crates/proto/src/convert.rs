@@ -19,6 +19,7 @@ use baton_model::queue::{
 use baton_model::resources::{Resources, validate_resource_name};
 use baton_model::scheduler::{PoolReservation, SchedulerSettings};
 use baton_model::state::State;
+use baton_model::tenancy::TenancySettings;
 
 use crate::v1;
 
@@ -209,6 +210,7 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
         reservation: None,
         owner: String::new(),
         env_hidden: false,
+        run_as: String::new(),
     }
 }
 
@@ -230,6 +232,25 @@ pub fn pool_reservation_to_proto(r: &PoolReservation, state: &State) -> v1::Pool
 
 pub fn scheduler_to_proto(s: &SchedulerSettings) -> v1::SchedulerSettings {
     v1::SchedulerSettings { reserve_after_ms: s.reserve_after_ms }
+}
+
+pub fn tenancy_to_proto(s: &TenancySettings) -> v1::TenancySettings {
+    v1::TenancySettings {
+        allow_root_jobs: Some(s.allow_root_jobs),
+        max_jobs_per_user: Some(s.max_jobs_per_user),
+        max_jobs_per_queue: Some(s.max_jobs_per_queue),
+    }
+}
+
+/// The settings `s` asks for on top of `current` (an absent field keeps its value).
+pub fn tenancy_from_proto(s: &v1::TenancySettings, current: &TenancySettings) -> R<TenancySettings> {
+    let settings = TenancySettings {
+        allow_root_jobs: s.allow_root_jobs.unwrap_or(current.allow_root_jobs),
+        max_jobs_per_user: s.max_jobs_per_user.unwrap_or(current.max_jobs_per_user),
+        max_jobs_per_queue: s.max_jobs_per_queue.unwrap_or(current.max_jobs_per_queue),
+    };
+    settings.validate().map_err(|e| bad("tenancy", e))?;
+    Ok(settings)
 }
 
 pub fn scheduler_from_proto(s: &v1::SchedulerSettings) -> R<SchedulerSettings> {

@@ -76,15 +76,19 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// Decodes a snapshot's state: the current layout, or one written before tokens existed
-/// (the data without the identity part after it, which then starts empty). The old layout
-/// is tried only when the current one fails, and must use every byte, so a current
-/// snapshot is never read as an old one.
+/// Decodes a snapshot's state: the current layout, or one written before tenancy existed
+/// (without the tenancy part, which then starts with its defaults), or before tokens (the
+/// data alone; the identity part starts empty too). An older layout is tried only when the
+/// newer ones fail, and must use every byte, so a current snapshot is never read as an old
+/// one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
-    match decode::<baton_model::State>(bytes) {
-        Ok(s) => Ok(s),
-        Err(current) => decode::<baton_model::state::PreAccessState>(bytes).map(|old| old.0).map_err(|_| current),
-    }
+    use baton_model::state::{PreAccessState, PreTenancyState};
+    decode::<baton_model::State>(bytes).or_else(|current| {
+        decode::<PreTenancyState>(bytes)
+            .map(|old| old.0)
+            .or_else(|_| decode::<PreAccessState>(bytes).map(|old| old.0))
+            .map_err(|_| current)
+    })
 }
 
 /// Encodes `value` as a checksummed record.

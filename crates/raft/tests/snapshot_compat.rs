@@ -37,3 +37,24 @@ fn a_state_with_tokens_round_trips_and_old_request_ids_still_answer() {
     let again = open.apply(Command { now_ms: 5_000, op: Op::Submit { spec: job, request_id: Some("r1".into()) } });
     assert!(matches!(again.unwrap().outcome, Outcome::Submitted { duplicate: true, .. }));
 }
+
+#[test]
+fn a_snapshot_from_before_tenancy_loads_with_default_settings() {
+    let mut s = decode_state(BEFORE_TOKENS).unwrap();
+    let spec = baton_model::access::TokenSpec {
+        user: Name::lit("admin"),
+        roles: [Role::Admin].into_iter().collect(),
+        queues: Default::default(),
+    };
+    s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec } }).unwrap();
+    // The layout before tenancy is the current one without its last part: serde writes a
+    // tuple as its parts one after another.
+    let bytes = encode(&s).unwrap();
+    let tail = encode(&baton_model::tenancy::Tenancy::default()).unwrap().len();
+    let before_tenancy = &bytes[..bytes.len() - tail];
+    assert!(decode::<State>(before_tenancy).is_err(), "the current layout alone cannot read it");
+    let back = decode_state(before_tenancy).unwrap();
+    assert_eq!(back, s);
+    assert!(back.access().enforced());
+    assert_eq!(*back.tenancy().settings(), baton_model::tenancy::TenancySettings::default());
+}

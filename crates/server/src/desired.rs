@@ -19,6 +19,7 @@ pub fn desired(state: &State) -> BTreeMap<Name, Vec<Assignment>> {
         // The granted grace as a duration: the agent counts it from when it first acts on
         // the stop, so no leader's clock (nor a failover) shortens it.
         let grace_ms = job.stopping.map_or(0, |s| s.deadline_ms.saturating_sub(s.requested_ms));
+        let run_as = state.tenancy().run_as(job.id).map(|u| u.to_string()).unwrap_or_default();
         // The model's rank order: its gang rules check reports against it.
         let replicas = job.ranked();
         let world_size = replicas.len() as u32;
@@ -42,6 +43,7 @@ pub fn desired(state: &State) -> BTreeMap<Name, Vec<Assignment>> {
                     .unwrap_or_else(|| baton_proto::DEFAULT_CHECKPOINT_SIGNAL.into()),
                 grace_ms,
                 resume: job.has_checkpoint,
+                run_as: run_as.clone(),
             };
             out.entry(r.node.clone()).or_default().push(a);
         }

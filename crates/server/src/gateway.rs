@@ -172,6 +172,14 @@ impl Gateway {
         }
         for o in observations {
             match o.what {
+                Some(What::Exited(e)) if !e.reason.is_empty() => observed.push(Observed::NotStarted {
+                    job: e.job_id,
+                    attempt: e.attempt,
+                    rank: e.rank,
+                    exit_code: e.exit_code,
+                    // Cut short, as an Unkillable reason is (below).
+                    reason: clip_message(e.reason),
+                }),
                 Some(What::Exited(e)) => observed.push(Observed::Exited {
                     job: e.job_id,
                     attempt: e.attempt,

@@ -125,6 +125,10 @@ pub(crate) struct Ctx {
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// One permit per open watch stream (`max_watch_streams`).
     pub(crate) watch_slots: Arc<tokio::sync::Semaphore>,
+    /// One permit per log stream read through this replica (`max_log_streams`).
+    pub(crate) log_slots: Arc<tokio::sync::Semaphore>,
+    /// Open watch streams per client identity (`max_watch_streams_per_client`).
+    pub(crate) watchers: Arc<api::watchers::Watchers>,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -166,6 +170,7 @@ pub async fn run_with_metrics(
     let dialer = tls::raft_dialer(&config.transport, &config.replica);
     let replica = Replica::open_with(config.replica, dialer).await?;
     let watch_streams = config.settings.max_watch_streams;
+    let log_streams = config.settings.max_log_streams;
     let ctx = Arc::new(Ctx {
         replica: replica.clone(),
         settings: config.settings,
@@ -177,6 +182,8 @@ pub async fn run_with_metrics(
         vanished: vanished::Vanished::default(),
         metrics: Arc::new(metrics::Metrics::new()),
         watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
+        log_slots: Arc::new(tokio::sync::Semaphore::new(log_streams)),
+        watchers: Arc::default(),
         closing: tokio::sync::watch::channel(false).0,
         transport: config.transport.clone(),
     });

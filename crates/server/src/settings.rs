@@ -18,6 +18,11 @@ pub struct ServerSettings {
     pub max_list_jobs: usize,
     /// Watch streams open on this replica at once; each holds a task and a buffer.
     pub max_watch_streams: usize,
+    /// Watch streams one client identity (a token's user, or a certificate's name without
+    /// tokens) may hold open on this replica at once.
+    pub max_watch_streams_per_client: usize,
+    /// Log streams (`JobLogs`) read through this replica at once.
+    pub max_log_streams: usize,
     /// Whether client calls need a token (`--auth`).
     pub auth: crate::auth::AuthMode,
     /// SHA-256 of a token this replica makes the cluster's first admin (user `admin`) if the
@@ -34,6 +39,8 @@ impl Default for ServerSettings {
             lease_ms: 2_000,
             max_list_jobs: 10_000,
             max_watch_streams: 1_024,
+            max_watch_streams_per_client: 64,
+            max_log_streams: 256,
             auth: crate::auth::AuthMode::default(),
             bootstrap_admin: None,
         }
@@ -67,8 +74,14 @@ impl ServerSettings {
         if self.max_list_jobs == 0 {
             return Err("max_list_jobs must be above 0".into());
         }
-        if self.max_watch_streams == 0 {
-            return Err("max_watch_streams must be above 0".into());
+        for (name, v) in [
+            ("max_watch_streams", self.max_watch_streams),
+            ("max_watch_streams_per_client", self.max_watch_streams_per_client),
+            ("max_log_streams", self.max_log_streams),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be above 0"));
+            }
         }
         Ok(())
     }

@@ -42,8 +42,11 @@ async fn client(addr: &str, token: Option<&str>) -> Client {
 /// A cluster with tokens on, bootstrapped with the admin token; queues `a` and `b`, a node,
 /// alice and bob as users of queue `a`.
 async fn setup(replicas: u64) -> (Cluster, FakeAgent) {
-    let settings =
-        ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    setup_with(replicas, common::settings()).await
+}
+
+async fn setup_with(replicas: u64, base: ServerSettings) -> (Cluster, FakeAgent) {
+    let settings = ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..base };
     let cluster = Cluster::start_with(replicas, settings).await;
     let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -70,7 +73,7 @@ async fn setup(replicas: u64) -> (Cluster, FakeAgent) {
 fn submit(name: &str, queue: &str, rid: &str) -> SubmitRequest {
     let mut spec = gpu_job(name, queue, "train", 1);
     spec.env.insert("SECRET".into(), "s3".into());
-    SubmitRequest { spec: Some(spec), request_id: rid.into() }
+    SubmitRequest { spec: Some(spec), request_id: rid.into(), run_as: String::new() }
 }
 
 fn job_ref(name: &str) -> JobRef {
@@ -215,4 +218,111 @@ async fn auth_none_asks_for_tokens_once_the_cluster_has_one() {
     }
     let e = client(&cluster.addrs()[0], None).await.list_jobs(ListJobsRequest::default()).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+}
+
+fn run_as(mut r: SubmitRequest, user: &str) -> SubmitRequest {
+    r.run_as = user.into();
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_asking_to_run_as_root_is_denied_at_submit_and_nothing_changes() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let e = admin.submit(run_as(submit("j", "a", ""), "root")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("may not run as root") && e.message().contains("allow_root_jobs"), "{}", e.message());
+    assert!(all_jobs(&mut admin).await.is_empty());
+    let e = admin.submit(run_as(submit("j", "a", ""), "0")).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "a uid is no user name: {e:?}");
+    assert!(e.message().starts_with("run_as: "), "{}", e.message());
+    // Allowed by an admin, it is accepted and shows who it runs as.
+    let allow = TenancySettings { allow_root_jobs: Some(true), ..Default::default() };
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    assert_eq!(alice.set_tenancy(allow).await.unwrap_err().code(), Code::PermissionDenied);
+    admin.set_tenancy(allow).await.unwrap();
+    let info = admin.cluster_info(Empty {}).await.unwrap().into_inner().tenancy.unwrap();
+    assert_eq!(info.allow_root_jobs, Some(true));
+    assert_eq!(info.max_jobs_per_user, Some(1_000), "fields left out keep their value");
+    admin.submit(run_as(submit("j", "a", ""), "root")).await.unwrap();
+    assert_eq!(admin.get_job(job_ref("j")).await.unwrap().into_inner().run_as, "root");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_runs_as_its_submitter_and_its_assignment_says_so() {
+    let (cluster, mut agent) = setup(1).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    alice.submit(submit("j", "a", "")).await.unwrap();
+    assert_eq!(alice.get_job(job_ref("j")).await.unwrap().into_inner().run_as, "alice");
+    let d = agent.until("j started", |d| has(d, "j", Action::Run)).await;
+    let a = d.assignments.iter().find(|a| a.job == "j").unwrap();
+    assert_eq!(a.run_as, "alice");
+    let e = alice.submit(run_as(submit("k", "a", ""), "bob")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("needs role operator"), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_over_the_per_user_bound_are_refused_naming_it() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    admin.set_tenancy(TenancySettings { max_jobs_per_user: Some(1), ..Default::default() }).await.unwrap();
+    alice.submit(submit("j1", "a", "")).await.unwrap();
+    let e = alice.submit(submit("j2", "a", "")).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("max_jobs_per_user (1)"), "{}", e.message());
+    let e = admin.set_tenancy(TenancySettings { max_jobs_per_queue: Some(0), ..Default::default() }).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("max_jobs_per_queue must be 1 to"), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_users_logs_are_denied_at_the_replica() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    alice.submit(submit("j", "a", "")).await.unwrap();
+    let logs =
+        || JobLogsRequest { node: "n1".into(), logs: Some(LogsRequest { job: "j".into(), ..Default::default() }) };
+    let Err(e) = bob.job_logs(logs()).await else { panic!("bob read alice's logs") };
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("owner's (user alice)") && e.message().contains("user bob"), "{}", e.message());
+    let e = client(&cluster.addrs()[0], None).await.job_logs(logs()).await.err().unwrap();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    // The owner and an admin get past the check to the node (whose fake agent serves no logs).
+    for c in [&mut alice, &mut admin] {
+        let e = c.job_logs(logs()).await.err().unwrap();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("node n1 has no agent address"), "{}", e.message());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_streams_are_bounded_per_user_and_the_refusal_names_the_bound() {
+    let base = ServerSettings { max_watch_streams_per_client: 2, ..common::settings() };
+    let (cluster, _agent) = setup_with(1, base).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    let first = alice.watch(WatchRequest::default()).await.unwrap().into_inner();
+    let _second = alice.watch(WatchRequest::default()).await.unwrap().into_inner();
+    let Err(e) = alice.watch(WatchRequest::default()).await else { panic!("a third watch of alice's was taken") };
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("user alice has 2 watch streams open")
+            && e.message().contains("max_watch_streams_per_client"),
+        "{}",
+        e.message()
+    );
+    // Another user is not held back by alice's streams.
+    let _bob = bob.watch(WatchRequest::default()).await.unwrap().into_inner();
+    // A closed stream frees its slot, even while no event flows.
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Err(e) = alice.watch(WatchRequest::default()).await {
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(std::time::Instant::now() < deadline, "the closed watch's slot was never freed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

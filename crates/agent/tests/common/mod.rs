@@ -214,6 +214,7 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         checkpoint_signal: String::new(),
         grace_ms: 2_000,
         resume: false,
+        run_as: String::new(),
     }
 }
 

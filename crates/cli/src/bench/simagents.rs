@@ -274,8 +274,13 @@ impl SimNode {
             .collect();
         for k in &ended {
             if let Some(r) = self.replicas.remove(k) {
-                let e =
-                    Exited { job_id: r.running.job_id, attempt: r.running.attempt, rank: r.running.rank, exit_code: 0 };
+                let e = Exited {
+                    job_id: r.running.job_id,
+                    attempt: r.running.attempt,
+                    rank: r.running.rank,
+                    exit_code: 0,
+                    reason: String::new(),
+                };
                 self.observe(What::Exited(e));
                 seen.exited.fetch_add(1, Ordering::Relaxed);
             }

@@ -96,7 +96,7 @@ fn check(a: &SubmitArgs) -> Result<(), String> {
 pub fn submit_request(client: u32, seq: u64) -> SubmitRequest {
     let name = format!("c{client}-{seq}");
     let spec = gpu_job(&name, QUEUE, "train", 1, 1, vec!["sleep".into(), "3600".into()]);
-    SubmitRequest { spec: Some(spec), request_id: String::new() }
+    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }
 }
 
 pub async fn channel(addr: &str) -> Result<Channel, String> {

@@ -27,13 +27,25 @@ pub enum ClusterCmd {
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: Format,
     },
-    /// Changes the scheduler's settings at run time, for the whole cluster.
-    Set {
-        /// How long a job that cannot be placed even by preemption waits before it reserves
-        /// resources (e.g. 5m), or `never` (decisions.md section 9).
-        #[arg(long, value_parser = parse_reserve_after)]
-        reserve_after: ReserveAfter,
-    },
+    /// Changes cluster-wide settings at run time; settings not given keep their value.
+    Set(SetArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SetArgs {
+    /// How long a job that cannot be placed even by preemption waits before it reserves
+    /// resources (e.g. 5m), or `never` (decisions.md section 9).
+    #[arg(long, value_parser = parse_reserve_after)]
+    pub reserve_after: Option<ReserveAfter>,
+    /// Whether jobs may run as root (`--run-as root`); agents also need --allow-root.
+    #[arg(long, value_name = "BOOL")]
+    pub allow_root_jobs: Option<bool>,
+    /// Unfinished jobs one user may hold; further submits are refused.
+    #[arg(long, value_name = "N")]
+    pub max_jobs_per_user: Option<u32>,
+    /// Unfinished jobs one queue may hold; further submits are refused.
+    #[arg(long, value_name = "N")]
+    pub max_jobs_per_queue: Option<u32>,
 }
 
 pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<(), ClientError> {
@@ -43,13 +55,52 @@ pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<()
                 conn.call(Subject::Other, "", |mut c| async move { c.cluster_info(v1::Empty {}).await }).await?;
             emit(out, *output, &reply, info_text)
         }
-        ClusterCmd::Set { reserve_after } => {
-            let s = v1::SchedulerSettings { reserve_after_ms: reserve_after.0 };
-            conn.call(Subject::Other, "", |mut c| async move { c.set_scheduler(s).await }).await?;
-            writeln!(out, "reserve_after is now {}", reserve_after_text(reserve_after.0))?;
-            Ok(())
+        ClusterCmd::Set(set) => run_set(conn, set, out).await,
+    }
+}
+
+async fn run_set(conn: &Conn, a: &SetArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    let tenancy = v1::TenancySettings {
+        allow_root_jobs: a.allow_root_jobs,
+        max_jobs_per_user: a.max_jobs_per_user,
+        max_jobs_per_queue: a.max_jobs_per_queue,
+    };
+    let any_tenancy = tenancy != v1::TenancySettings::default();
+    if a.reserve_after.is_none() && !any_tenancy {
+        return Err(ClientError::Usage(
+            "nothing to set: give --reserve-after, --allow-root-jobs, --max-jobs-per-user or --max-jobs-per-queue"
+                .into(),
+        ));
+    }
+    if let Some(reserve_after) = &a.reserve_after {
+        let s = v1::SchedulerSettings { reserve_after_ms: reserve_after.0 };
+        conn.call(Subject::Other, "", |mut c| async move { c.set_scheduler(s).await }).await?;
+        writeln!(out, "reserve_after is now {}", reserve_after_text(reserve_after.0))?;
+    }
+    if any_tenancy {
+        conn.call(Subject::Other, "", |mut c| async move { c.set_tenancy(tenancy).await }).await?;
+        if let Some(v) = a.allow_root_jobs {
+            writeln!(out, "allow_root_jobs is now {v}")?;
+        }
+        if let Some(v) = a.max_jobs_per_user {
+            writeln!(out, "max_jobs_per_user is now {v}")?;
+        }
+        if let Some(v) = a.max_jobs_per_queue {
+            writeln!(out, "max_jobs_per_queue is now {v}")?;
         }
     }
+    Ok(())
+}
+
+/// `tenancy: root jobs refused, max_jobs_per_user 1000, max_jobs_per_queue 10000`.
+fn tenancy_text(t: &v1::TenancySettings) -> String {
+    let root = if t.allow_root_jobs == Some(true) { "root jobs allowed" } else { "root jobs refused" };
+    let n = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+    format!(
+        "tenancy: {root}, max_jobs_per_user {}, max_jobs_per_queue {}",
+        n(t.max_jobs_per_user),
+        n(t.max_jobs_per_queue)
+    )
 }
 
 pub fn info_text(r: &v1::ClusterInfoReply) -> String {
@@ -68,6 +119,9 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
         let _ = writeln!(s, "transport: mutual TLS");
     }
     let _ = writeln!(s, "jobs: {} running, {} pending", r.jobs_running, r.jobs_pending);
+    if let Some(t) = &r.tenancy {
+        let _ = writeln!(s, "{}", tenancy_text(t));
+    }
     s.push_str("\nreplicas:\n");
     let mut t = Table::new(&["  ID", "ADDRESS", "ROLE"]);
     for rep in &r.replicas {

@@ -214,6 +214,9 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     }
     let when = |ms: u64| if ms == 0 { "-".to_string() } else { format!("{} ({} ago)", timestamp(ms), age(ms, now)) };
     rows.push(("Submitted", when(j.submitted_ms)));
+    if !j.run_as.is_empty() {
+        rows.push(("Runs as", format!("Unix user {}", j.run_as)));
+    }
     if !j.owner.is_empty() {
         rows.push(("Owner", j.owner.clone()));
     }

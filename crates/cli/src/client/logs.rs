@@ -1,16 +1,15 @@
 //! `baton logs JOB`: finds the node that runs the job's rank (GetJob placements; for an
-//! attempt that no longer runs, the nodes its `Started` event names), that node's agent
-//! (ListNodes `agent_addr`), and streams the replica's output from the agent's
-//! `AgentLogs.Logs` (proto/agent.proto). Agents keep logs; replicas do not.
+//! attempt that no longer runs, the nodes its `Started` event names) and streams the
+//! replica's output through a replica (`JobLogs`), which checks that the caller may read the
+//! job's logs and reads them from that node's agent. Agents keep logs; replicas do not.
 
 use std::io::Write;
 
 use baton_proto::v1;
-use baton_proto::v1::agent_logs_client::AgentLogsClient;
 use clap::Args;
 use tonic::Code;
 
-use crate::client::connect::{chain, dial};
+use crate::client::connect::chain;
 use crate::client::error::{ClientError, Subject};
 use crate::client::jobs::get_job;
 use crate::client::{Conn, ConnArgs};
@@ -107,13 +106,16 @@ pub async fn run(conn: &Conn, a: &LogsArgs, out: &mut dyn Write) -> Result<(), C
             offset: 0,
             follow: a.follow,
         };
-        let started = tokio::time::timeout(conn.timeout(), open(&node.agent_addr, conn.transport(), request)).await;
+        let started = tokio::time::timeout(conn.timeout(), open(conn, name, request)).await;
         match started {
             Err(_) => {
                 unreachable.push(format!("{name} (agent {}): no answer within {:?}", node.agent_addr, conn.timeout()))
             }
             Ok(Err(Open::Unreachable(why))) => unreachable.push(format!("{name} (agent {}): {why}", node.agent_addr)),
             Ok(Err(Open::NotHere)) => asked.push(format!("{name} (agent {})", node.agent_addr)),
+            Ok(Err(Open::Refused(s))) if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated) => {
+                return Err(ClientError::from_status(&s, Subject::Other, &a.job));
+            }
             Ok(Err(Open::Refused(s))) => {
                 return Err(logs_err(format!("the agent on {name} ({}) refused: {}", node.agent_addr, s.message())));
             }
@@ -150,19 +152,27 @@ enum Open {
     Refused(tonic::Status),
 }
 
-async fn open(
-    addr: &str,
-    transport: &baton_proto::tls::Transport,
-    request: v1::LogsRequest,
-) -> Result<tonic::Streaming<v1::LogChunk>, Open> {
-    let channel = dial(addr, transport, baton_proto::tls::AGENT_HOST).await.map_err(Open::Unreachable)?;
-    let mut client = AgentLogsClient::new(channel)
-        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
-    match client.logs(request).await {
-        Ok(r) => Ok(r.into_inner()),
+/// Opens the log stream through a replica. Only a replica that cannot serve (UNAVAILABLE)
+/// is retried on another; what the replica or the agent answers comes back as it is.
+async fn open(conn: &Conn, node: &str, request: v1::LogsRequest) -> Result<tonic::Streaming<v1::LogChunk>, Open> {
+    let req = v1::JobLogsRequest { node: node.to_string(), logs: Some(request) };
+    let answer = conn
+        .call(Subject::Other, "", |mut c| {
+            let r = req.clone();
+            async move {
+                match c.job_logs(r).await {
+                    Ok(s) => Ok(tonic::Response::new(Ok(s.into_inner()))),
+                    Err(s) if s.code() == Code::Unavailable => Err(s),
+                    Err(s) => Ok(tonic::Response::new(Err(s))),
+                }
+            }
+        })
+        .await
+        .map_err(|e| Open::Unreachable(e.to_string()))?;
+    match answer {
+        Ok(stream) => Ok(stream),
         Err(s) if s.code() == Code::NotFound => Err(Open::NotHere),
-        Err(s) if s.code() == Code::Unavailable => Err(Open::Unreachable(s.message().to_string())),
+        Err(s) if s.code() == Code::FailedPrecondition => Err(Open::Unreachable(s.message().to_string())),
         Err(s) => Err(Open::Refused(s)),
     }
 }

@@ -12,6 +12,7 @@ use baton_model::limits::{DEFAULT_GRACE_MS, MAX_REQUEST_ID_LEN};
 use baton_model::name::Name;
 use baton_model::quantity::parse_quantity;
 use baton_model::resources::Resources;
+use baton_model::tenancy::UnixUser;
 use baton_proto::convert;
 use baton_proto::v1;
 use clap::Args;
@@ -81,6 +82,10 @@ pub struct SubmitArgs {
     /// The signal asking the job to checkpoint and exit [default: SIGTERM].
     #[arg(long, conflicts_with = "file")]
     pub checkpoint_signal: Option<String>,
+    /// The Unix user the job runs as on its nodes [default: your token's user]; another
+    /// user needs role operator, root also the cluster's allow_root_jobs.
+    #[arg(long, value_name = "USER")]
+    pub run_as: Option<String>,
     /// Makes the submit idempotent; reuse it to retry safely [default: a fresh random id].
     #[arg(long)]
     pub request_id: Option<String>,
@@ -215,6 +220,10 @@ pub fn fresh_request_id() -> String {
 
 pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(), ClientError> {
     let spec = build_spec(a)?;
+    let run_as = match &a.run_as {
+        Some(u) => UnixUser::new(u.as_str()).map_err(|e| usage(format!("--run-as: {e}")))?.to_string(),
+        None => String::new(),
+    };
     let request_id = match &a.request_id {
         Some(id) if id.is_empty() || id.len() > MAX_REQUEST_ID_LEN => {
             return Err(usage(format!("--request-id must be 1 to {MAX_REQUEST_ID_LEN} characters")));
@@ -225,7 +234,7 @@ pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(),
     // Said before sending, so a user whose submit was cut off can retry with the same id.
     eprintln!("request id: {request_id}");
     let name = spec.name.clone();
-    let request = v1::SubmitRequest { spec: Some(spec), request_id: request_id.clone() };
+    let request = v1::SubmitRequest { spec: Some(spec), request_id: request_id.clone(), run_as };
     let reply = conn
         .call(Subject::Other, &name, |mut c| {
             let r = request.clone();

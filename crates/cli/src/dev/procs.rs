@@ -157,6 +157,8 @@ impl Children {
                 metrics_addr(metrics_base + REPLICAS + i - 1),
                 "--tls-dir".into(),
                 tls.join(format!("agent-{name}")).display().to_string(),
+                // A development cluster runs as the invoking user: jobs run as it too.
+                "--run-as-self".into(),
             ];
             children.metrics.push((format!("agent {name}"), metrics_url(metrics_base + REPLICAS + i - 1)));
             children.procs.push(spawn(&exe, &format!("agent {name}"), &args, logs.join(format!("{name}.log")))?);

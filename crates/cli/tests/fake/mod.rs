@@ -30,6 +30,7 @@ pub struct State {
     pub put_queues: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
+    pub tenancy_sets: Vec<v1::TenancySettings>,
     /// The `authorization` metadata of the token calls, in order.
     pub authorizations: Vec<String>,
     pub token_requests: Vec<v1::CreateTokenRequest>,
@@ -144,6 +145,27 @@ impl Baton for Fake {
     }
 
     type WatchStream = EventStream;
+    type JobLogsStream = ChunkStream;
+
+    /// As a replica does: reads from the node's agent (its `agent_addr` in `nodes`).
+    async fn job_logs(&self, r: Request<v1::JobLogsRequest>) -> Answer<ChunkStream> {
+        let r = r.into_inner();
+        let addr = {
+            let s = self.enter("JobLogs")?;
+            s.nodes.iter().find(|n| n.name == r.node).map(|n| n.agent_addr.clone())
+        };
+        let addr = addr.ok_or_else(|| Status::not_found(format!("unknown node {}", r.node)))?;
+        let unreachable =
+            |e: String| Status::failed_precondition(format!("the agent of node {} is unreachable: {e}", r.node));
+        let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .map_err(|e| unreachable(e.to_string()))?
+            .connect()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let client = v1::agent_logs_client::AgentLogsClient::new(ch);
+        let stream = client.clone().logs(r.logs.unwrap_or_default()).await?.into_inner();
+        Ok(Response::new(Box::pin(stream)))
+    }
 
     async fn watch(&self, r: Request<v1::WatchRequest>) -> Answer<EventStream> {
         let s = self.enter("Watch")?;
@@ -231,6 +253,11 @@ impl Baton for Fake {
     async fn set_scheduler(&self, r: Request<v1::SchedulerSettings>) -> Answer<v1::Ack> {
         let mut s = self.enter("SetScheduler")?;
         s.scheduler_sets.push(r.into_inner());
+        Ok(Response::new(v1::Ack::default()))
+    }
+    async fn set_tenancy(&self, r: Request<v1::TenancySettings>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetTenancy")?;
+        s.tenancy_sets.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
     }
     async fn create_token(&self, r: Request<v1::CreateTokenRequest>) -> Answer<v1::TokenInfo> {

@@ -192,6 +192,7 @@ impl State {
                 break;
             };
             self.access.owners.remove(&old);
+            self.tenancy.run_as.remove(&old);
             if let Some(j) = self.d.jobs.remove(&old)
                 && self.d.job_names.get(&j.spec.name) == Some(&old)
             {
@@ -227,10 +228,27 @@ impl State {
         if code == 0 {
             self.finish(id, JobState::Succeeded, Some(0));
             self.job_event(id, EventKind::Succeeded, "exited 0".into(), ev);
+            Ok(())
         } else {
-            self.finish(id, JobState::Failed, Some(code));
-            self.job_event(id, EventKind::Failed { exit_code: code }, format!("exited with code {code}"), ev);
+            self.failed_with(id, attempt, code, format!("exited with code {code}"), ev)
         }
+    }
+
+    /// Ends an active job Failed with `code`, its event saying `why`.
+    pub(crate) fn failed_with(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        code: i32,
+        why: String,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        self.check_attempt(id, attempt)?;
+        if !self.d.jobs[&id].state.is_active() {
+            return Err(self.wrong_state(id, "failing"));
+        }
+        self.finish(id, JobState::Failed, Some(code));
+        self.job_event(id, EventKind::Failed { exit_code: code }, why, ev);
         Ok(())
     }
 

@@ -16,9 +16,11 @@ mod rebuild;
 mod report;
 mod reserve;
 pub mod submit;
+mod tenancy;
 
 pub use apply_plan::demand_of;
 pub use reserve::backfills;
+use submit::Submitter;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -37,6 +39,7 @@ use crate::name::Name;
 use crate::node::Node;
 use crate::queue::{Cohort, QueueSpec};
 use crate::scheduler::{PoolReservation, SchedulerSettings};
+use crate::tenancy::Tenancy;
 
 /// How long after its victims' grace periods end a reservation is kept before the
 /// preemptor re-plans (covers an agent that reports late).
@@ -90,6 +93,9 @@ pub struct State {
     /// Tokens, owners and per-user request ids: replicated, and serialized after `d` so a
     /// snapshot written before they existed is `d` alone ([`PreAccessState`]).
     access: Access,
+    /// Tenancy settings and the user each job runs as: serialized after `access`, so a
+    /// snapshot written before them is `(d, access)` ([`PreTenancyState`]).
+    tenancy: Tenancy,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -124,7 +130,8 @@ impl State {
             now_ms: 0,
             retain_finished: DEFAULT_RETAINED_FINISHED_JOBS,
         };
-        let mut s = State { d, access: Access::default(), ledger: Ledger::default(), actor: None };
+        let mut s =
+            State { d, access: Access::default(), tenancy: Tenancy::default(), ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         s
     }
@@ -190,7 +197,8 @@ impl State {
             Op::RegisterNodes(specs) => done(self.register_nodes(specs, ev)),
             Op::SetNodeStatus { node, status } => done(self.set_node_status(&node, status, ev)),
             Op::Cordon { node, cordoned } => done(self.cordon(&node, cordoned, ev)),
-            Op::Submit { spec, request_id } => self.submit(spec, request_id, ev),
+            Op::Submit { spec, request_id } => self.submit(spec, request_id, Submitter::Legacy, ev),
+            Op::SubmitRunAs { spec, request_id, run_as } => self.submit(spec, request_id, Submitter::RunAs(run_as), ev),
             Op::Cancel { job } => done(self.cancel(job, ev)),
             Op::Pause { job } => done(self.pause(job, ev)),
             Op::Resume { job } => done(self.unpause(job, ev)),
@@ -205,6 +213,7 @@ impl State {
             Op::AddToken { hash, spec } => done(self.add_token(hash, spec)),
             Op::RevokeToken { id } => done(self.access.revoke(&id, self.d.now_ms)),
             Op::GrantQueue { id, queue, granted } => done(self.grant_queue(&id, queue, granted)),
+            Op::SetTenancy(settings) => done(self.set_tenancy(settings, ev)),
         }
     }
 
@@ -260,20 +269,36 @@ impl State {
     pub fn access(&self) -> &Access {
         &self.access
     }
+    /// Tenancy settings and the Unix user each job runs as.
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.tenancy
+    }
 }
 
-/// Only the replicated data is written, `d` then `access`; the ledger is rebuilt when read
-/// back.
+/// Only the replicated data is written, `d`, `access` then `tenancy`; the ledger is rebuilt
+/// when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access).serialize(s)
+        (&self.d, &self.access, &self.tenancy).serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
+        State::from_parts(d, access, tenancy)
+    }
+}
+
+/// A state as snapshots before tenancy wrote it: the data and the identity part. Read like
+/// [`PreAccessState`]: tried when the current layout fails; gives default settings and no
+/// job a Unix user (such jobs run only on agents with `--run-as-self`).
+pub struct PreTenancyState(pub State);
+
+impl<'de> Deserialize<'de> for PreTenancyState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access) = <(Data, Access)>::deserialize(de)?;
-        State::from_parts(d, access)
+        State::from_parts(d, access, Tenancy::default()).map(PreTenancyState)
     }
 }
 
@@ -286,14 +311,14 @@ pub struct PreAccessState(pub State);
 impl<'de> Deserialize<'de> for PreAccessState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        State::from_parts(d, Access::default()).map(PreAccessState)
+        State::from_parts(d, Access::default(), Tenancy::default()).map(PreAccessState)
     }
 }
 
 impl State {
-    fn from_parts<E: serde::de::Error>(d: Data, access: Access) -> Result<State, E> {
+    fn from_parts<E: serde::de::Error>(d: Data, access: Access, tenancy: Tenancy) -> Result<State, E> {
         d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        let mut s = State { d, access, ledger: Ledger::default(), actor: None };
+        let mut s = State { d, access, tenancy, ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -302,6 +327,6 @@ impl State {
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
-        self.d == other.d && self.access == other.access
+        self.d == other.d && self.access == other.access && self.tenancy == other.tenancy
     }
 }

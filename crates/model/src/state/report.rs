@@ -105,6 +105,11 @@ impl State {
                 self.mark_unhealthy(node, job, attempt, rank, &reason, ev);
                 Ok(())
             }
+            Observed::NotStarted { job, attempt, rank, exit_code, reason } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                let why = format!("rank {rank} could not start on node {node}: {reason}");
+                self.failed_with(job, attempt, exit_code, why, ev)
+            }
         }
     }
 
@@ -529,6 +534,22 @@ mod tests {
         assert_eq!(gpu.preemption_mode_when_preempted(), PreemptionMode::Checkpoint);
         let requeue = one_replica_spec("gpu", PreemptionMode::Requeue, 1);
         assert_eq!(requeue.preemption_mode_when_preempted(), PreemptionMode::Requeue);
+    }
+
+    #[test]
+    fn a_rank_that_could_not_start_fails_the_job_and_its_event_says_why() {
+        let (mut s, job) = gang();
+        let reason = "cannot run as the job's user: Unix user bob is not allowed to run jobs on this node".to_string();
+        let not_started = Observed::NotStarted { job, attempt: 1, rank: 1, exit_code: 127, reason };
+        assert!(report(&mut s, "n1", vec![not_started.clone()]).len() == 1, "rank 1 runs on n2, not n1");
+        assert!(report(&mut s, "n2", vec![not_started]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.exit_code), (JobState::Failed, Some(127)));
+        let last = &j.events.back().unwrap().message;
+        assert!(
+            last.contains("rank 1 could not start on node n2") && last.contains("Unix user bob is not allowed"),
+            "{last}"
+        );
     }
 
     #[test]

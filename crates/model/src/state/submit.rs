@@ -17,12 +17,23 @@ use crate::limits::{
 use crate::quantity::Human;
 use crate::resources::validate_resource_name;
 use crate::runnable::{validate_command, validate_env};
+use crate::tenancy::UnixUser;
+
+/// Which submit command is applied.
+pub(crate) enum Submitter {
+    /// `Op::Submit`: as before tenancy (logs written then, the simulator); the job runs as
+    /// its token's user when that is a Unix user name, and no bound on jobs is checked.
+    Legacy,
+    /// `Op::SubmitRunAs`: the user asked for (or the token's), checked, and the bounds.
+    RunAs(Option<UnixUser>),
+}
 
 impl State {
     pub(crate) fn submit(
         &mut self,
         spec: JobSpec,
         request_id: Option<String>,
+        submitter: Submitter,
         ev: &mut Vec<Event>,
     ) -> Result<Outcome, ApplyError> {
         if let Some(rid) = &request_id {
@@ -38,6 +49,14 @@ impl State {
             return Err(ApplyError::Limit(format!("at most {MAX_JOBS} jobs are kept; wait for some to finish")));
         }
         let (priority, preemptible) = self.validate_submit(&spec)?;
+        let run_as = match submitter {
+            Submitter::Legacy => self.actor.as_ref().and_then(|a| UnixUser::new(a.as_str()).ok()),
+            Submitter::RunAs(asked) => {
+                let user = self.resolve_run_as(asked)?;
+                self.check_job_bounds(&spec)?;
+                user
+            }
+        };
         let id = self.d.next_job_id;
         self.d.next_job_id += 1;
         let seq = self.d.next_submit_seq;
@@ -73,6 +92,9 @@ impl State {
         self.d.job_names.insert(name.clone(), id);
         if let Some(user) = self.actor.clone() {
             self.access.owners.insert(id, user);
+        }
+        if let Some(user) = run_as {
+            self.tenancy.run_as.insert(id, user);
         }
         if let Some(rid) = request_id {
             match self.actor.clone() {

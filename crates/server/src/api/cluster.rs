@@ -4,8 +4,10 @@ use crate::auth::Caller;
 use baton_model::State;
 use baton_model::command::Op;
 use baton_model::job::JobState;
-use baton_proto::convert::{pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto};
-use baton_proto::v1::{Ack, ClusterInfoReply, Replica, SchedulerSettings};
+use baton_proto::convert::{
+    pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto, tenancy_from_proto, tenancy_to_proto,
+};
+use baton_proto::v1::{Ack, ClusterInfoReply, Replica, SchedulerSettings, TenancySettings};
 use tonic::{Response, Status};
 
 use super::{Api, usage};
@@ -16,12 +18,13 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         let count = |st: JobState| s.jobs().values().filter(|j| j.state == st).count() as u32;
         let reservations = s.pool_reservations().values().map(|r| pool_reservation_to_proto(r, s)).collect();
         let scheduler = scheduler_to_proto(s.scheduler());
-        (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running), scheduler, reservations)
+        let settings = (scheduler, tenancy_to_proto(s.tenancy().settings()));
+        (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running), settings, reservations)
     };
     let failure = api.ctx.replica.failure_now();
     // A replica that cannot write cannot confirm a read index either; it answers from its
     // own (possibly stale) state so the operator learns what is wrong with it.
-    let (pools, queues, pending, running, scheduler, reservations) = match &failure {
+    let (pools, queues, pending, running, (scheduler, tenancy), reservations) = match &failure {
         Some(_) => api.ctx.replica.read_local(summary),
         None => api.read(summary).await?,
     };
@@ -57,6 +60,7 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         scheduler: Some(scheduler),
         reservations,
         insecure: !api.ctx.transport.is_tls(),
+        tenancy: Some(tenancy),
     }))
 }
 
@@ -64,4 +68,13 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
 pub async fn set_scheduler(api: &Api, who: &Caller, s: SchedulerSettings) -> Result<Response<Ack>, Status> {
     let settings = scheduler_from_proto(&s).map_err(crate::status::from_convert)?;
     api.ack(who, Op::SetScheduler(settings)).await
+}
+
+/// `cluster set` for tenancy: fields left out keep their value, read from the state this
+/// replica has applied (a concurrent change of another field may be overwritten: admins
+/// change these rarely, and the reply's `cluster info` shows the result).
+pub async fn set_tenancy(api: &Api, who: &Caller, s: TenancySettings) -> Result<Response<Ack>, Status> {
+    let current = api.read(|st| *st.tenancy().settings()).await?;
+    let settings = tenancy_from_proto(&s, &current).map_err(crate::status::from_convert)?;
+    api.ack(who, Op::SetTenancy(settings)).await
 }

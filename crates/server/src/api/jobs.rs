@@ -3,6 +3,7 @@
 use baton_model::State;
 use baton_model::command::{Op, Outcome};
 use baton_model::job::{Job, JobId, JobState};
+use baton_model::tenancy::UnixUser;
 use baton_proto::convert::{job_spec_from_proto, job_to_proto, pool_reservation_to_proto};
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use prost::Message;
@@ -22,7 +23,11 @@ pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Respons
         return Err(Status::invalid_argument(format!("request_id: longer than {MAX_REQUEST_ID_LEN} bytes")));
     }
     let request_id = (!r.request_id.is_empty()).then_some(r.request_id);
-    let applied = api.write(who, Op::Submit { spec, request_id }).await?;
+    let run_as = match r.run_as.as_str() {
+        "" => None,
+        u => Some(UnixUser::new(u).map_err(|e| Status::invalid_argument(format!("run_as: {e}")))?),
+    };
+    let applied = api.write(who, Op::SubmitRunAs { spec, request_id, run_as }).await?;
     match applied.outcome {
         Outcome::Submitted { job, name, duplicate } => {
             Ok(Response::new(SubmitReply { id: job, name: name.to_string(), duplicate }))
@@ -58,6 +63,7 @@ fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> v1::Job {
     out.reservation = s.pool_reservation_of(j.id).map(|r| pool_reservation_to_proto(r, s));
     let owner = s.access().owner(j.id);
     out.owner = owner.map(|o| o.to_string()).unwrap_or_default();
+    out.run_as = s.tenancy().run_as(j.id).map(|u| u.to_string()).unwrap_or_default();
     if let Some(t) = who.token()
         && !t.may_see_private(j, owner)
         && let Some(spec) = out.spec.as_mut()

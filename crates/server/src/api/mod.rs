@@ -11,10 +11,12 @@
 
 mod cluster;
 mod jobs;
+mod logs;
 mod nodes;
 mod objects;
 pub mod usage;
 mod watch;
+pub(crate) mod watchers;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -80,10 +82,12 @@ impl Api {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
+type LogStream = Pin<Box<dyn Stream<Item = Result<LogChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Baton for Api {
     type WatchStream = EventStream;
+    type JobLogsStream = LogStream;
 
     async fn submit(&self, r: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let who = self.caller(r.metadata()).await?;
@@ -113,8 +117,13 @@ impl Baton for Api {
         self.ack(&who, Op::Resume { job }).await
     }
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {
-        self.caller(r.metadata()).await?;
-        watch::watch(self, r.into_inner()).await
+        let who = self.caller(r.metadata()).await?;
+        let identity = watchers::identity(&who, r.extensions().get::<baton_proto::tls::PeerId>());
+        watch::watch(self, identity, r.into_inner()).await
+    }
+    async fn job_logs(&self, r: Request<JobLogsRequest>) -> Result<Response<LogStream>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        logs::job_logs(self, &who, r.into_inner()).await
     }
 
     async fn put_queue(&self, r: Request<Queue>) -> Result<Response<Ack>, Status> {
@@ -181,6 +190,10 @@ impl Baton for Api {
     async fn set_scheduler(&self, r: Request<SchedulerSettings>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
         cluster::set_scheduler(self, &who, r.into_inner()).await
+    }
+    async fn set_tenancy(&self, r: Request<TenancySettings>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::set_tenancy(self, &who, r.into_inner()).await
     }
 
     async fn create_token(&self, r: Request<CreateTokenRequest>) -> Result<Response<TokenInfo>, Status> {

@@ -16,8 +16,9 @@ use super::{Api, EventStream};
 /// Events buffered per watcher between this replica and the client.
 const WATCH_BUFFER: usize = 1_024;
 
-pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, Status> {
-    // Held by the stream's task: the slot frees when the stream ends or its client goes.
+pub async fn watch(api: &Api, identity: String, r: WatchRequest) -> Result<Response<EventStream>, Status> {
+    // Held by the stream's task: the slots free when the stream ends or its client goes.
+    let client_slot = api.ctx.watchers.acquire(identity, api.ctx.settings.max_watch_streams_per_client)?;
     let slot = api.ctx.watch_slots.clone().try_acquire_owned().map_err(|_| {
         Status::resource_exhausted(format!(
             "{} watch streams are open on this replica (max_watch_streams); close one or watch through another replica",
@@ -44,7 +45,7 @@ pub async fn watch(api: &Api, r: WatchRequest) -> Result<Response<EventStream>, 
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     let mut closing = api.ctx.closing.subscribe();
     tokio::spawn(async move {
-        let _slot = slot;
+        let _slots = (slot, client_slot);
         for e in replay {
             if tx.send(Ok(e)).await.is_err() {
                 return;

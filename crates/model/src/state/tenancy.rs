@@ -1,0 +1,78 @@
+//! Who a new job runs as, the per-user and per-queue bounds on jobs, and their settings.
+
+use super::State;
+use crate::error::ApplyError;
+use crate::event::Event;
+use crate::job::JobSpec;
+use crate::name::Name;
+use crate::tenancy::{TenancySettings, UnixUser};
+
+impl State {
+    pub(super) fn set_tenancy(&mut self, s: TenancySettings, _ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        s.validate().map_err(|e| ApplyError::invalid("tenancy", e))?;
+        self.tenancy.settings = s;
+        Ok(())
+    }
+
+    /// The Unix user a new job runs as: the one asked for, or the submitting token's user;
+    /// `None` for a submit without either (a cluster without tokens). Refuses `root` unless
+    /// the cluster allows it, and a token user whose name is not a Unix user name.
+    pub(super) fn resolve_run_as(&self, asked: Option<UnixUser>) -> Result<Option<UnixUser>, ApplyError> {
+        let user = match (asked, &self.actor) {
+            (Some(u), _) => Some(u),
+            (None, Some(actor)) => Some(UnixUser::new(actor.as_str()).map_err(|e| {
+                ApplyError::invalid(
+                    "run_as",
+                    format!(
+                        "the job would run as its submitter, but {e}; an operator may submit it with --run-as USER, or \
+                     an admin make a token named after the Unix user"
+                    ),
+                )
+            })?),
+            (None, None) => None,
+        };
+        if let Some(u) = &user
+            && u.is_root()
+            && !self.tenancy.settings.allow_root_jobs
+        {
+            return Err(ApplyError::PermissionDenied(format!(
+                "jobs may not run as {u}: the cluster setting allow_root_jobs is off (an admin turns it on with \
+                 `baton cluster set --allow-root-jobs true`, and agents need --allow-root)"
+            )));
+        }
+        Ok(user)
+    }
+
+    /// Refuses a new job when its user or its queue already holds as many unfinished jobs
+    /// as the settings allow, naming the setting and its value.
+    pub(super) fn check_job_bounds(&self, spec: &JobSpec) -> Result<(), ApplyError> {
+        let s = self.tenancy.settings;
+        let unfinished = self.d.jobs.values().filter(|j| !j.state.is_finished());
+        let (mut of_user, mut in_queue) = (0u32, 0u32);
+        for j in unfinished {
+            if self.actor.is_some() && self.access.owner(j.id) == self.actor.as_ref() {
+                of_user += 1;
+            }
+            if j.spec.queue == spec.queue {
+                in_queue += 1;
+            }
+        }
+        if let Some(user) = &self.actor
+            && of_user >= s.max_jobs_per_user
+        {
+            return Err(over("user", user, of_user, "max_jobs_per_user", s.max_jobs_per_user));
+        }
+        if in_queue >= s.max_jobs_per_queue {
+            return Err(over("queue", &spec.queue, in_queue, "max_jobs_per_queue", s.max_jobs_per_queue));
+        }
+        Ok(())
+    }
+}
+
+fn over(kind: &str, name: &Name, count: u32, setting: &str, max: u32) -> ApplyError {
+    let flag = setting.replace('_', "-");
+    ApplyError::Limit(format!(
+        "{kind} {name} has {count} unfinished jobs, the cluster's {setting} ({max}); wait for some to finish, or an \
+         admin raises it with `baton cluster set --{flag} N`"
+    ))
+}

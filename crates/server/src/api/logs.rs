@@ -1,0 +1,114 @@
+//! `JobLogs`: a job replica's log, read through this replica from the agent that keeps it.
+//!
+//! Logs are a job's private data, like its environment: only its owner, operators and admins
+//! may read them. The check needs the caller's token, which only replicas can verify, so the
+//! read goes through a replica: it checks the token against the replicated state (a
+//! revocation counts at once), then reads from the agent with its own replica certificate.
+//! Agents serve logs to replica certificates only. No key or grant has to be shared with
+//! agents, and no clock of theirs is trusted.
+
+use std::time::Duration;
+
+use baton_proto::v1::agent_logs_client::AgentLogsClient;
+use baton_proto::v1::{JobLogsRequest, LogChunk, LogsRequest};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Response, Status};
+
+use super::{Api, LogStream};
+use crate::auth::Caller;
+
+/// Chunks buffered per log stream between the agent and the client.
+const LOG_BUFFER_CHUNKS: usize = 16;
+/// Longest wait for an agent to answer a log request.
+const AGENT_DIAL_TIMEOUT_MS: u64 = 3_000;
+
+pub async fn job_logs(api: &Api, who: &Caller, r: JobLogsRequest) -> Result<Response<LogStream>, Status> {
+    let logs = r.logs.ok_or_else(|| Status::invalid_argument("logs: missing"))?;
+    let addr = allowed_agent(api, who, &r.node, &logs.job).await?;
+    let slot = api.ctx.log_slots.clone().try_acquire_owned().map_err(|_| {
+        Status::resource_exhausted(format!(
+            "{} log streams are open on this replica (max_log_streams); close one or read through another replica",
+            api.ctx.settings.max_log_streams
+        ))
+    })?;
+    let mut upstream = open(api, &r.node, &addr, logs).await?;
+    let (tx, rx) = mpsc::channel(LOG_BUFFER_CHUNKS);
+    let mut closing = api.ctx.closing.subscribe();
+    tokio::spawn(async move {
+        let _slot = slot;
+        loop {
+            let next = tokio::select! {
+                next = upstream.message() => next,
+                _ = closing.wait_for(|c| *c) => return,
+                () = tx.closed() => return,
+            };
+            let item: Result<LogChunk, Status> = match next {
+                Ok(Some(chunk)) => Ok(chunk),
+                Ok(None) => return,
+                Err(s) => Err(s),
+            };
+            let end = item.is_err();
+            if tx.send(item).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+}
+
+/// The agent address of `node`, once `who` may read `job`'s logs.
+async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result<String, Status> {
+    let token = who.token().cloned();
+    api.read(move |s| {
+        let j =
+            s.job_by_name(job).ok_or_else(|| Status::not_found(format!("unknown job {job:?}; see `baton list`")))?;
+        if let Some(t) = &token
+            && !t.may_see_private(j, s.access().owner(j.id))
+        {
+            let owner = s.access().owner(j.id).map_or("no user".to_string(), |o| format!("user {o}"));
+            return Err(Status::permission_denied(format!(
+                "the logs of job {job} are its owner's ({owner}), operators' and admins'; user {} is none of them",
+                t.spec.user
+            )));
+        }
+        let n = s
+            .nodes()
+            .iter()
+            .find(|(name, _)| name.as_str() == node)
+            .map(|(_, n)| n)
+            .ok_or_else(|| Status::not_found(format!("unknown node {node:?}; see `baton nodes`")))?;
+        if n.spec.agent_addr.is_empty() {
+            return Err(Status::failed_precondition(format!(
+                "node {node} has no agent address; its agent serves no logs"
+            )));
+        }
+        Ok(n.spec.agent_addr.clone())
+    })
+    .await?
+}
+
+/// Opens the log stream on the agent, as this replica.
+async fn open(api: &Api, node: &str, addr: &str, logs: LogsRequest) -> Result<tonic::Streaming<LogChunk>, Status> {
+    // Not UNAVAILABLE: that says this replica cannot serve, and clients try another one.
+    let unreachable = |why: String| {
+        Status::failed_precondition(format!(
+            "the agent of node {node} ({addr}) is unreachable from this replica: {why}"
+        ))
+    };
+    let endpoint = api
+        .ctx
+        .transport
+        .endpoint(addr, baton_proto::tls::AGENT_HOST)
+        .map_err(|e| unreachable(e.to_string()))?
+        .connect_timeout(Duration::from_millis(AGENT_DIAL_TIMEOUT_MS));
+    let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
+    let mut client = AgentLogsClient::new(channel)
+        .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(baton_proto::MAX_MESSAGE_BYTES);
+    match client.logs(logs).await {
+        Ok(r) => Ok(r.into_inner()),
+        Err(s) if s.code() == Code::Unavailable => Err(unreachable(s.message().to_string())),
+        Err(s) => Err(Status::new(s.code(), format!("the agent of node {node}: {}", s.message()))),
+    }
+}
