@@ -9,9 +9,9 @@
 //! - `watch`: the event stream.
 //! - `usage`: capacity and usage arithmetic shared by the above.
 
-mod cluster;
-mod jobs;
-mod nodes;
+pub(crate) mod cluster;
+pub(crate) mod jobs;
+pub(crate) mod nodes;
 mod objects;
 pub mod usage;
 mod watch;
