@@ -13,6 +13,8 @@ const EVENTS_SHOWN = 50;
 const RELOAD_DELAY_MS = 250;
 // Reconnect the event stream after this long when it ends.
 const RECONNECT_MS = 3000;
+// Load again after this long when loading failed (no leader yet, say).
+const RETRY_MS = 2000;
 
 let selectedJob = null;
 let jobsAfter = "";
@@ -24,7 +26,8 @@ function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "class") el.className = v;
-    else if (k === "style") el.setAttribute("style", v);
+    // Styles go through the CSSOM: the page's CSP refuses inline style attributes.
+    else if (k === "style") Object.assign(el.style, v);
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v);
   }
@@ -94,7 +97,9 @@ async function reload() {
       $("login").hidden = false;
       notice(e.message, true);
     } else {
-      notice("Could not load: " + e.message + " (retrying when the next event arrives)", true);
+      notice("Could not load: " + e.message + " (retrying)", true);
+      clearTimeout(reloadTimer);
+      reloadTimer = setTimeout(reload, RETRY_MS);
     }
   }
 }
@@ -122,7 +127,7 @@ function showCluster(c) {
   const facts = h("p", {}, "leader ", h("b", { id: "leader" }, c.leader_id || "none"), " · term ", h("b", { id: "term" }, c.term),
     " · applied index " + c.applied_index + " · " + c.jobs_running + " running, " + c.jobs_pending + " pending" +
     (c.insecure ? " · INSECURE transport" : ""));
-  $("cluster").querySelector(".body").replaceChildren(facts, pools, replicas);
+  $("cluster").querySelector(".body").replaceChildren(facts, ...pools, replicas);
 }
 
 // A bar per (queue, pool): used up to the nominal quota in blue, borrowed beyond it in
@@ -131,9 +136,9 @@ function quotaBar(used, nominal, scale) {
   const pct = v => (scale ? (100 * v) / scale : 0) + "%";
   const own = Math.min(used, nominal);
   return h("span", { class: "bar", title: used + " used, " + nominal + " nominal" },
-    h("span", { class: "used", style: "width:" + pct(own) }),
-    h("span", { class: "borrowed", style: "left:" + pct(own) + ";width:" + pct(Math.max(0, used - nominal)) }),
-    h("span", { class: "nominal", style: "width:" + pct(nominal) }));
+    h("span", { class: "used", style: { width: pct(own) } }),
+    h("span", { class: "borrowed", style: { left: pct(own), width: pct(Math.max(0, used - nominal)) } }),
+    h("span", { class: "nominal", style: { width: pct(nominal) } }));
 }
 
 function showQueues(queues) {
@@ -149,8 +154,8 @@ function showQueues(queues) {
         h("td", {}, q.running + " running, " + q.pending + " pending"), h("td", {}, q.queue.cohort || "")));
     }
   }
-  const legend = h("p", { class: "legend muted" }, h("span", { style: "background:#4a78c2" }), "used within quota",
-    h("span", { style: "background:#e0913a" }), "borrowed", h("span", { style: "border-right:2px solid #1d2330" }), "nominal quota");
+  const legend = h("p", { class: "legend muted" }, h("span", { class: "used" }), "used within quota",
+    h("span", { class: "borrowed" }), "borrowed", h("span", { class: "nominal" }), "nominal quota");
   const table = h("table", {}, h("tr", {}, ["queue", "pool", "GPUs", "", "jobs", "cohort"].map(t => h("th", {}, t))), rows);
   $("queues").querySelector(".body").replaceChildren(legend, table);
 }
@@ -190,6 +195,7 @@ function attempts(job) {
       open = { n: e.attempt, from: e.at_ms, to: null, note: "", nodes: e.nodes.join(",") };
       out.push(open);
     } else if (open && e.kind === "Preempted") {
+      open.preempted = true;
       open.note = e.message;
     } else if (open && CLOSES.includes(e.kind)) {
       open.to = e.at_ms;
@@ -210,9 +216,9 @@ function showJob(j) {
   const pct = v => (100 * (v - from)) / (to - from) + "%";
   const bars = attempts(j).map(a => h("div", {
     class: "attempt" + (a.to ? "" : " open"), "data-attempt": a.n, "data-end": a.end || "running",
-    style: "left:" + pct(a.from) + ";width:" + pct(from + ((a.to || to) - a.from)),
+    style: { left: pct(a.from), width: pct(from + ((a.to || to) - a.from)) },
     title: "attempt " + a.n + " on " + a.nodes + ": " + time(a.from) + " to " + (a.to ? time(a.to) : "now") + " " + a.note,
-  }, "#" + a.n + " " + (a.end || "running")));
+  }, "#" + a.n + " " + (a.preempted ? "preempted" : a.end || "running")));
   const facts = h("p", {}, "queue " + j.spec.queue + " · priority " + j.priority + " · attempt " + j.attempt +
     " · " + (j.has_checkpoint ? "has a checkpoint" : "no checkpoint") + (j.reason ? " · " + j.reason : "") +
     (j.env_hidden ? " · environment hidden (not yours)" : ""));
