@@ -411,6 +411,11 @@ impl Supervisor {
     }
 
     fn start(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        // The last step of the job's decision path (docs/metrics.md, "Tracing"); the term
+        // is that of the leader whose directive this agent follows.
+        let term = self.journal.fence()?.term;
+        let _span = tracing::info_span!("agent_start", job = a.job_id, attempt = a.attempt, rank = a.rank, term, node = %self.node)
+            .entered();
         if let Err(e) = logfiles::check_job_name(&a.job) {
             tracing::warn!(job_id = a.job_id, "refused an assignment: {e}");
             return Ok(());

@@ -21,6 +21,7 @@
 //! - `status`: errors as gRPC statuses, only at this edge.
 //! - `tls`: who may call which service under mutual TLS (the raft transport only replicas,
 //!   the gateway only agents, each as its own node).
+//! - `trace`: the spans of a job's decision path (submit, commit, cycle, plan, directive).
 //! - `clock`, `settings`.
 
 pub mod api;
@@ -38,6 +39,7 @@ pub mod settings;
 pub mod status;
 mod strays;
 pub mod tls;
+mod trace;
 mod vanished;
 
 use std::collections::BTreeMap;

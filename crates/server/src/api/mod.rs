@@ -27,6 +27,7 @@ use baton_proto::v1::*;
 use futures::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::Ctx;
 use crate::auth::{self, AuthMode, Caller};
@@ -64,9 +65,12 @@ impl Api {
     /// Commits `op` as `who` and returns what it produced, or the state machine's refusal
     /// (which re-checks `who`'s token and permissions) as a status.
     pub(crate) async fn write(&self, who: &Caller, op: Op) -> Result<Applied, Status> {
+        let span = crate::trace::commit_span(op.name(), self.ctx.replica.metrics().term);
         let cmd = Command { now_ms: now_ms(), op: who.wrap(op) };
-        let response = self.ctx.replica.write(cmd).await.map_err(status::from_write)?;
-        response.map_err(status::from_apply)
+        let response = self.ctx.replica.write(cmd).instrument(span.clone()).await.map_err(status::from_write)?;
+        let applied = response.map_err(status::from_apply)?;
+        crate::trace::record_outcome(&span, &applied.outcome);
+        Ok(applied)
     }
 
     pub(crate) async fn ack(&self, who: &Caller, op: Op) -> Result<Response<Ack>, Status> {
