@@ -11,6 +11,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", proto_dir.join(f).display());
     }
     let fds = protox::compile(files, [&proto_dir])?;
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
+    // Serialize on every message: the replicas' dashboard answers its JSON endpoints with
+    // the same messages the gRPC API returns (docs/dashboard.md).
+    tonic_prost_build::configure()
+        .type_attribute(".", "#[derive(serde::Serialize)]")
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
     Ok(())
 }

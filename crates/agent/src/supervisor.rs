@@ -410,6 +410,11 @@ impl Supervisor {
     }
 
     fn start(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        // The last step of the job's decision path (docs/metrics.md, "Tracing"); the term
+        // is that of the leader whose directive this agent follows.
+        let term = self.journal.fence()?.term;
+        let _span = tracing::info_span!("agent_start", job = a.job_id, attempt = a.attempt, rank = a.rank, term, node = %self.node)
+            .entered();
         self.note_attempt(key)?;
         // Journal the intent first (pid 0). After a crash between here and the next write,
         // a restarted agent finds the wrapper by its exit file path and adopts it, or finds

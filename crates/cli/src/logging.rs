@@ -3,6 +3,21 @@
 /// The environment variable that picks the log format: `text` (the default) or `json`.
 pub const LOG_FORMAT_VAR: &str = "BATON_LOG_FORMAT";
 
+/// The environment variable that, set to `1`, logs each span as it closes with its fields:
+/// the steps of job decision paths (docs/metrics.md, "Tracing").
+pub const LOG_SPANS_VAR: &str = "BATON_LOG_SPANS";
+
+/// Whether BATON_LOG_SPANS asks for span lines; a value other than `0` or `1` is an error.
+pub fn spans_from_env() -> Result<bool, String> {
+    match std::env::var(LOG_SPANS_VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(v) if v == "0" || v.is_empty() => Ok(false),
+        Ok(v) if v == "1" => Ok(true),
+        Ok(v) => Err(format!("{LOG_SPANS_VAR}={v:?}: set it to 1 to log spans, or 0")),
+        Err(e) => Err(format!("{LOG_SPANS_VAR}: {e}")),
+    }
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -30,10 +45,13 @@ impl LogFormat {
 /// info, openraft's chatter at warn). Colours only on a terminal, so log files stay plain text.
 pub fn init() -> Result<(), String> {
     use std::io::IsTerminal;
+    use tracing_subscriber::fmt::format::FmtSpan;
     let format = LogFormat::from_env()?;
+    let spans = if spans_from_env()? { FmtSpan::CLOSE } else { FmtSpan::NONE };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_span_events(spans);
     // A second init (tests calling commands in one process) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),

@@ -1,5 +1,5 @@
 //! `baton dev` (the real binary): its start-up text gives each replica's and agent's
-//! `/metrics` URL, and each answers a scrape.
+//! `/metrics` URL, and each answers a scrape; and the dashboard's address, which serves the page.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -52,11 +52,31 @@ fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
         let body = get(url);
         assert!(body.contains("# TYPE baton_"), "{url} answered:\n{body}");
     }
+    dashboard_is_printed_and_serves_its_page(&text);
     let replicas = urls.iter().filter(|u| get(u).contains("baton_raft_term")).count();
     let agents = urls.iter().filter(|u| get(u).contains("baton_agent_replicas_running")).count();
     assert_eq!((replicas, agents), (3, 2), "{text}");
     dev_cluster_speaks_only_mutual_tls(&text);
     client_commands_work_with_the_exported_admin_token(&text);
+}
+
+/// `dashboard: http://HOST:PORT/#token=TOKEN`: the page is served there, and the token in the
+/// fragment is the admin token dev wrote.
+fn dashboard_is_printed_and_serves_its_page(text: &str) {
+    let url = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("dashboard: "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no dashboard line:\n{text}"));
+    let (addr, token) = url.strip_prefix("http://").and_then(|u| u.split_once("/#token=")).expect(url);
+    let token_file = text.lines().find_map(|l| l.trim().strip_prefix("export BATON_TOKEN_FILE=")).expect(text);
+    let written = std::fs::read_to_string(token_file.split_whitespace().next().unwrap()).unwrap();
+    assert_eq!(token, written.trim(), "the dashboard link carries the admin token");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: dev\r\n\r\n").unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains("/app.js"), "{page}");
 }
 
 /// The shell lines `baton dev` prints give a client that gets in over TLS; plain TCP, or

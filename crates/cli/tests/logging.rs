@@ -62,3 +62,55 @@ fn an_unknown_log_format_is_refused_by_name() {
         assert!(err.contains("BATON_LOG_FORMAT=\"xml\"") && err.contains("`json`"), "{command:?}: {err}");
     }
 }
+
+/// `BATON_LOG_SPANS=1` logs each step of a decision path as its span closes, with its
+/// fields: here the commit of a queue, as one JSON line.
+#[test]
+fn decision_path_spans_are_logged_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let child = baton()
+        .args(["server", "--insecure", "--auth", "none", "--id", "1", "--listen", &addr])
+        .args(["--bootstrap", &format!("1={addr}"), "--data-dir"])
+        .arg(dir.path())
+        .env("BATON_LOG_FORMAT", "json")
+        .env("BATON_LOG_SPANS", "1")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Killed(child);
+    let mut made = false;
+    for _ in 0..50 {
+        let out =
+            baton().args(["queue", "create", "q", "--gpus", "1", "--insecure", "--server", &addr]).output().unwrap();
+        if out.status.success() {
+            made = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(made, "the queue was never created");
+    // Read on a thread: a server that never logs the line must fail the test, not hang it.
+    let stderr = BufReader::new(child.0.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if v["span"]["name"] == "commit" && v["span"]["op"] == "PutQueue" {
+            assert_eq!(v["fields"]["message"], "close", "{line}");
+            assert!(v["span"]["term"].as_u64().is_some_and(|t| t >= 1), "{line}");
+            return;
+        }
+    }
+    panic!("no log line for the commit span of PutQueue within 10 s of the queue's creation");
+}

@@ -57,7 +57,8 @@ async fn answer(mut stream: TcpStream, render: Arc<dyn Fn() -> String + Send + S
     stream.shutdown().await
 }
 
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
+/// Reads one request head (up to the blank line), at most [`MAX_REQUEST_HEAD_BYTES`].
+pub async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_REQUEST_HEAD_BYTES {

@@ -272,8 +272,10 @@ async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sende
     let mut leading = ctx.hub.leading();
     let mut closing = ctx.closing.subscribe();
     let resend = Duration::from_millis(ctx.settings.resend_ms);
+    let mut directed = crate::trace::Directed::default();
     loop {
         if let Some(current) = ctx.hub.current(&node, term) {
+            directed.note(&node, term, &current);
             let directive = Directive {
                 term,
                 leader_id: ctx.replica.id(),

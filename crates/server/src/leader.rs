@@ -18,6 +18,7 @@ use baton_model::plan::Plan;
 use baton_raft::Role;
 use baton_raft::types::RaftMetrics;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::Ctx;
 use crate::clock::now_ms;
@@ -178,11 +179,12 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
         (r, desired(s))
     });
     let locked = began.elapsed();
+    let cycle = crate::trace::cycle_span(term, &r.plan.decisions);
     ctx.hub.publish(term, &r.nodes, wanted);
     let mut refused = None;
     if !r.plan.decisions.is_empty() {
         let n = r.plan.decisions.len();
-        let outcome = write(ctx, Op::ApplyPlan(r.plan)).await;
+        let outcome = write(ctx, Op::ApplyPlan(r.plan)).instrument(cycle).await;
         if let Some(Outcome::PlanApplied { accepted, .. }) = &outcome {
             ctx.metrics.observe_plan(*accepted as u64);
         }
@@ -220,7 +222,8 @@ async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {
     // Never behind the replicated clock: a new leader's clock may trail the old one's a
     // little, and the state refuses a Tick from behind it.
     let now_ms = now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
-    match ctx.replica.write(Command { now_ms, op }).await {
+    let span = crate::trace::commit_span(name, ctx.replica.metrics().term);
+    match ctx.replica.write(Command { now_ms, op }).instrument(span).await {
         Ok(Ok(applied)) => Some(applied.outcome),
         Ok(Err(e)) => {
             tracing::warn!(op = name, error = %e, "leader's command refused");

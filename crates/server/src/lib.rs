@@ -15,17 +15,21 @@
 //!   job's last complete checkpoint). None of it is replicated: a new leader
 //!   rebuilds it.
 //! - `metrics`: what `GET /metrics` exposes (state gauges, applied-event counters, the
-//!   leader loop's activity, raft), served by `baton_proto::scrape`.
+//!   leader loop's activity, raft).
+//! - `dash`: the HTTP listener (`--metrics-listen`): `/metrics`, the web dashboard and its
+//!   JSON and event-stream endpoints.
 //! - `auth`: who calls the client API (bearer tokens), and the bootstrap admin.
 //! - `status`: errors as gRPC statuses, only at this edge.
 //! - `tls`: who may call which service under mutual TLS (the raft transport only replicas,
 //!   the gateway only agents, each as its own node).
+//! - `trace`: the spans of a job's decision path (submit, commit, cycle, plan, directive).
 //! - `clock`, `settings`.
 
 pub mod api;
 pub mod auth;
 mod checkpoints;
 pub mod clock;
+pub mod dash;
 pub mod desired;
 mod gateway;
 mod hub;
@@ -37,6 +41,7 @@ pub mod settings;
 pub mod status;
 mod strays;
 pub mod tls;
+mod trace;
 mod vanished;
 
 use std::collections::BTreeMap;
@@ -159,7 +164,7 @@ pub async fn run(
     run_with_metrics(config, listener, None, shutdown).await
 }
 
-/// As [`run`], and serves `GET /metrics` on `metrics` when given.
+/// As [`run`], and serves `GET /metrics` and the dashboard on `metrics` when given.
 pub async fn run_with_metrics(
     config: ServerConfig,
     listener: TcpListener,
@@ -189,7 +194,7 @@ pub async fn run_with_metrics(
     });
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
-    let scrapes = metrics.map(|l| tokio::spawn(serve_metrics(ctx.clone(), l)));
+    let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l)));
     if let Some(members) = config.bootstrap {
         let outcome = replica.bootstrap(members).await?;
         tracing::info!(?outcome, "bootstrap");
@@ -261,14 +266,4 @@ pub async fn run_with_metrics(
         Some(reason) => Err(ServerError::ReplicaFailed(reason)),
         None => Ok(()),
     }
-}
-
-async fn serve_metrics(ctx: Arc<Ctx>, listener: TcpListener) {
-    let closing = ctx.closing.subscribe();
-    let render = ctx.clone();
-    let render = Arc::new(move || {
-        let raft = render.replica.metrics();
-        render.replica.read_local(|s| render.metrics.render(s, &raft))
-    });
-    baton_proto::scrape::serve(listener, render, closing).await;
 }

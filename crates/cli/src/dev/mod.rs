@@ -82,6 +82,9 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
     for (name, url) in children.metrics_urls() {
         println!("  metrics of {name}: {url}");
     }
+    if let Some(url) = children.dashboard_url() {
+        println!("  dashboard: {url}   (any replica's metrics address serves it; docs/dashboard.md)");
+    }
     println!();
     println!("In another shell:");
     println!("  export BATON_SERVER={servers}");

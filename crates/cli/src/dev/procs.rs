@@ -238,6 +238,17 @@ impl Children {
         &self.metrics
     }
 
+    /// The first replica's dashboard, with the admin token in the URL's fragment (which the
+    /// browser never sends, and the page drops from the address bar once read).
+    pub fn dashboard_url(&self) -> Option<String> {
+        let (_, url) = self.metrics.iter().find(|(who, _)| who.starts_with("replica"))?;
+        let base = url.strip_suffix("metrics")?;
+        Some(match self.access.token.as_str() {
+            "" => base.to_string(),
+            token => format!("{base}#token={token}"),
+        })
+    }
+
     /// The `--tls-dir` of the `dev` client.
     pub fn client_tls_dir(&self) -> &Path {
         &self.access.tls_dir

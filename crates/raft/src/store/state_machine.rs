@@ -177,6 +177,19 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
+/// The `apply` step of a job's decision path (the server's `trace` module): a span for each
+/// attempt this entry started, with the job's id, the attempt, and the term and index of
+/// the entry.
+fn trace_starts(state: &State, log_id: &LogId, responses: &[baton_model::command::Response]) {
+    use baton_model::event::EventKind;
+    for e in responses.iter().flatten().flat_map(|a| a.events.iter()) {
+        if let (EventKind::Started { attempt, .. }, Some(name)) = (&e.kind, &e.job) {
+            let job = state.job_by_name(name.as_str()).map(|j| j.id);
+            let _span = tracing::info_span!("apply", job, attempt, term = log_id.leader_id.term, index = log_id.index);
+        }
+    }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -199,6 +212,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 EntryPayload::Blank => out.push(ResponseBatch::default()),
                 EntryPayload::Normal(batch) => {
                     let responses: Vec<_> = batch.commands.into_iter().map(|cmd| d.state.apply(cmd)).collect();
+                    trace_starts(&d.state, &entry.log_id, &responses);
                     events.extend(responses.iter().flatten().flat_map(|a| a.events.iter().cloned()));
                     out.push(ResponseBatch { responses });
                 }

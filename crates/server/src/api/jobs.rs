@@ -8,6 +8,7 @@ use baton_proto::convert::{job_spec_from_proto, job_to_proto, pool_reservation_t
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use prost::Message;
 use tonic::{Response, Status};
+use tracing::Instrument;
 
 use super::Api;
 use crate::auth::Caller;
@@ -27,9 +28,14 @@ pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Respons
         "" => None,
         u => Some(UnixUser::new(u).map_err(|e| Status::invalid_argument(format!("run_as: {e}")))?),
     };
-    let applied = api.write(who, Op::SubmitRunAs { spec, request_id, run_as }).await?;
+    // The first step of the job's decision path (docs/metrics.md, "Tracing"); its id is
+    // known once the submit commits.
+    let term = api.ctx.replica.metrics().term;
+    let span = tracing::info_span!("submit", job = tracing::field::Empty, name = %spec.name, term);
+    let applied = api.write(who, Op::SubmitRunAs { spec, request_id, run_as }).instrument(span.clone()).await?;
     match applied.outcome {
         Outcome::Submitted { job, name, duplicate } => {
+            span.record("job", job);
             Ok(Response::new(SubmitReply { id: job, name: name.to_string(), duplicate }))
         }
         other => Err(Status::internal(format!("submit answered {other:?}"))),

@@ -9,10 +9,10 @@
 //! - `watch`: the event stream.
 //! - `usage`: capacity and usage arithmetic shared by the above.
 
-mod cluster;
-mod jobs;
+pub(crate) mod cluster;
+pub(crate) mod jobs;
 mod logs;
-mod nodes;
+pub(crate) mod nodes;
 mod objects;
 pub mod usage;
 mod watch;
@@ -29,6 +29,7 @@ use baton_proto::v1::*;
 use futures::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::Ctx;
 use crate::auth::{self, AuthMode, Caller};
@@ -66,9 +67,12 @@ impl Api {
     /// Commits `op` as `who` and returns what it produced, or the state machine's refusal
     /// (which re-checks `who`'s token and permissions) as a status.
     pub(crate) async fn write(&self, who: &Caller, op: Op) -> Result<Applied, Status> {
+        let span = crate::trace::commit_span(op.name(), self.ctx.replica.metrics().term);
         let cmd = Command { now_ms: now_ms(), op: who.wrap(op) };
-        let response = self.ctx.replica.write(cmd).await.map_err(status::from_write)?;
-        response.map_err(status::from_apply)
+        let response = self.ctx.replica.write(cmd).instrument(span.clone()).await.map_err(status::from_write)?;
+        let applied = response.map_err(status::from_apply)?;
+        crate::trace::record_outcome(&span, &applied.outcome);
+        Ok(applied)
     }
 
     pub(crate) async fn ack(&self, who: &Caller, op: Op) -> Result<Response<Ack>, Status> {

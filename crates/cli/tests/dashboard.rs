@@ -1,0 +1,210 @@
+//! The dashboard in a real headless Chromium against a live `baton dev`: the page shows a
+//! running job and the node GPUs it holds, then a preemption (the victim's state, who
+//! preempted it, its attempts and events, and the GPUs now held by the preemptor).
+//!
+//! Needs Debian's `chromium` (`apt-get install chromium`; `.ci/run` installs it). Without it
+//! the test fails saying so, unless `BATON_SKIP_BROWSER=1`, where it prints SKIPPED.
+//! With `BATON_DASHBOARD_SCREENSHOTS=DIR` it also writes the screenshots docs/dashboard.md
+//! shows into DIR.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
+const CHROMIUM: &str = "chromium";
+
+/// Kills the dev cluster when the test ends, however it ends.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the child this test started; SIGTERM lets dev stop its children.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether the browser is here; if not, fails with how to get it, or says SKIPPED when the
+/// caller asked to skip browser tests.
+fn browser_present() -> bool {
+    let found = Command::new(CHROMIUM).arg("--version").output().is_ok_and(|o| o.status.success());
+    if found {
+        return true;
+    }
+    if std::env::var("BATON_SKIP_BROWSER").as_deref() == Ok("1") {
+        println!("SKIPPED: the dashboard browser test (BATON_SKIP_BROWSER=1 and no `{CHROMIUM}` found)");
+        return false;
+    }
+    panic!(
+        "`{CHROMIUM}` is not installed, and the dashboard test needs it: install Debian's package \
+         (`apt-get install chromium`), or set BATON_SKIP_BROWSER=1 to skip this test"
+    );
+}
+
+struct Dev {
+    _child: Kill,
+    /// `http://HOST:PORT/` of the first replica's dashboard, and the admin token.
+    base: String,
+    token: String,
+    env: Vec<(String, String)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Dev {
+    fn start() -> Dev {
+        // Below Linux's ephemeral range (32768-60999) and apart from the ranges of the dev
+        // test (10,000-20,000) and the e2e demo (20,000-30,105).
+        let base = 30_200 + (std::process::id() % 400) as u16 * 5;
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BATON)
+            .args(["dev", "--port", &base.to_string(), "--dir"])
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let child = Kill(child);
+        let mut text = String::new();
+        for line in BufReader::new(out).lines() {
+            let line = line.unwrap();
+            text.push_str(&line);
+            text.push('\n');
+            if line.starts_with("Press Ctrl-C") {
+                break;
+            }
+        }
+        let word = |prefix: &str| {
+            let line = text.lines().map(str::trim).find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{text}"));
+            line[prefix.len()..].split_whitespace().next().unwrap().to_string()
+        };
+        let url = word("dashboard: ");
+        let (base, token) = url.split_once("#token=").unwrap_or_else(|| panic!("no token in {url}"));
+        let env = ["BATON_SERVER", "BATON_TLS_DIR", "BATON_TOKEN_FILE"]
+            .map(|v| (v.to_string(), word(&format!("export {v}="))))
+            .to_vec();
+        Dev { _child: child, base: base.to_string(), token: token.to_string(), env, _dir: dir }
+    }
+
+    fn baton(&self, args: &[&str]) {
+        let mut c = Command::new(BATON);
+        c.args(args).env_remove("BATON_INSECURE").env_remove("BATON_TOKEN");
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "baton {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A job as `/api/jobs/NAME` shows it (null while the endpoint cannot answer).
+    fn job(&self, name: &str) -> serde_json::Value {
+        let addr = self.base.trim_start_matches("http://").trim_end_matches('/');
+        let Ok(mut s) = std::net::TcpStream::connect(addr) else { return serde_json::Value::Null };
+        let req = format!("GET /api/jobs/{name} HTTP/1.1\r\nAuthorization: Bearer {}\r\n\r\n", self.token);
+        s.write_all(req.as_bytes()).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        match reply.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200") => serde_json::from_str(body).unwrap(),
+            _ => serde_json::Value::Null,
+        }
+    }
+
+    fn until(&self, what: &str, holds: impl Fn(&Dev) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !holds(self) {
+            assert!(Instant::now() < deadline, "{what}: not within 60 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The page at `fragment` as the browser built it, once the page says it loaded and
+    /// `ready` holds of its DOM (the cluster may still be electing); the last DOM otherwise.
+    fn dom(&self, fragment: &str, ready: impl Fn(&str) -> bool) -> String {
+        let url = format!("{}#token={}{fragment}", self.base, self.token);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = chromium().arg("--dump-dom").arg(&url).output().unwrap();
+            let dom = String::from_utf8_lossy(&out.stdout).to_string();
+            if (dom.contains("data-loaded=\"1\"") && ready(&dom)) || Instant::now() > deadline {
+                return dom;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn screenshot(&self, fragment: &str, file: &str, height: u32) {
+        let Some(dir) = std::env::var_os("BATON_DASHBOARD_SCREENSHOTS").map(PathBuf::from) else { return };
+        let url = format!("{}#token={}{fragment}", self.base, self.token);
+        let path = dir.join(file);
+        let out = chromium()
+            .arg(format!("--window-size=1280,{height}"))
+            .arg("--hide-scrollbars")
+            .arg(format!("--screenshot={}", path.display()))
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert!(out.status.success() && Path::new(&path).exists(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// Headless, as root in a container (no sandbox), waiting up to 5 s of page time for the
+/// page's requests and timers before it dumps or shoots.
+fn chromium() -> Command {
+    let mut c = Command::new(CHROMIUM);
+    c.args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"]);
+    c.stderr(Stdio::null());
+    c
+}
+
+fn count(dom: &str, needle: &str) -> usize {
+    dom.matches(needle).count()
+}
+
+#[test]
+fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
+    if !browser_present() {
+        return;
+    }
+    let dev = Dev::start();
+    // team-a is guaranteed 8 GPUs; `low` borrows the other 8 of the cluster's 16.
+    dev.baton(&["queue", "create", "team-a", "--gpus", "8"]);
+    let work = [BATON, "workload", "--steps", "1000000", "--step-ms", "50"];
+    let low =
+        ["submit", "--name", "low", "--queue", "team-a", "--class", "train", "--gpus", "8", "--replicas", "2", "--"];
+    dev.baton(&[&low[..], &work[..]].concat());
+    dev.until("low runs", |d| d.job("low")["state"] == "Running");
+
+    let running = |dom: &str| dom.contains(r#"<tr data-job="low" data-state="Running">"#);
+    let dom = dev.dom("", |dom| running(dom) && count(dom, r#"data-job="low" title"#) == 16);
+    assert!(running(&dom), "the jobs table shows low running:\n{dom}");
+    for node in ["node-1", "node-2"] {
+        for gpu in 0..8 {
+            let cell = format!(r#"class="gpu held" data-node="{node}" data-gpu="{gpu}" data-job="low""#);
+            assert!(dom.contains(&cell), "GPU {gpu} of {node} is shown held by low:\n{dom}");
+        }
+    }
+    assert!(dom.contains(r#"data-queue="team-a" data-pool="default" data-used="16" data-borrowed="8""#), "{dom}");
+    assert!(dom.contains(r#"data-role="Leader""#), "the cluster section names the leader:\n{dom}");
+    assert!(dom.contains(r#"<div data-pool="default">pool default: 16 of 16 GPUs in use</div>"#), "{dom}");
+    assert!(!dom.contains("[object "), "no value rendered as an object's name:\n{dom}");
+    dev.screenshot("", "running.png", 1150);
+
+    // A higher-priority job of the same queue takes half the GPUs back: low is preempted
+    // whole (a gang), checkpoints and waits.
+    let high = ["submit", "--name", "high", "--queue", "team-a", "--class", "inference", "--gpus", "8", "--"];
+    dev.baton(&[&high[..], &work[..]].concat());
+    dev.until("high runs", |d| d.job("high")["state"] == "Running");
+
+    let preempted = |dom: &str| dom.contains(r#"<tr data-kind="Preempted">"#) && dom.contains(r#"data-end="Stopped""#);
+    let dom = dev.dom("&job=low", |dom| preempted(dom) && count(dom, r#"data-job="high" title"#) == 8);
+    assert!(dom.contains(r#"<tr data-job="high" data-state="Running">"#), "{dom}");
+    let row = dom.split(r#"<tr data-job="low""#).nth(1).and_then(|r| r.split("</tr>").next()).expect(&dom);
+    assert!(row.contains("preempted by high"), "low's row says who preempted it: {row}");
+    assert!(!row.contains(r#"data-state="Running""#), "{row}");
+    assert!(preempted(&dom), "low's details show the Preempted event and its attempt ended:\n{dom}");
+    assert!(dom.contains(" preempted</div>"), "the attempt it lost is marked preempted on the timeline:\n{dom}");
+    assert_eq!(count(&dom, r#"data-job="high" title"#), 8, "high holds 8 GPUs:\n{dom}");
+    assert_eq!(count(&dom, r#"data-job="low" title"#), 0, "low holds none:\n{dom}");
+    dev.screenshot("&job=low", "preemption.png", 1500);
+}

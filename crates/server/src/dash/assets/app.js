@@ -1,0 +1,304 @@
+// The baton dashboard: reads the replica's /api/ endpoints with the token entered once
+// (kept in this tab's sessionStorage, sent as `Authorization: Bearer`), and reloads what it
+// shows when /api/events says something happened. Plain script, no build step, no
+// external fetches; everything is built with textContent, never HTML strings.
+"use strict";
+
+const TOKEN_KEY = "baton-token";
+// Rows of the jobs table; the API pages further on request.
+const JOBS_SHOWN = 100;
+// Live events kept in the list.
+const EVENTS_SHOWN = 50;
+// Wait this long after an event before reloading, so that a burst reloads once.
+const RELOAD_DELAY_MS = 250;
+// Reconnect the event stream after this long when it ends.
+const RECONNECT_MS = 3000;
+// Load again after this long when loading failed (no leader yet, say).
+const RETRY_MS = 2000;
+
+let selectedJob = null;
+let jobsAfter = "";
+let reloadTimer = null;
+
+function $(id) { return document.getElementById(id); }
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") el.className = v;
+    // Styles go through the CSSOM: the page's CSP refuses inline style attributes.
+    else if (k === "style") Object.assign(el.style, v);
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+// The token arrives once in the URL fragment (never sent to the server, never logged),
+// is kept for this tab and removed from the address bar.
+function readFragment() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  if (params.get("token")) sessionStorage.setItem(TOKEN_KEY, params.get("token"));
+  if (params.get("job")) selectedJob = params.get("job");
+  params.delete("token");
+  const rest = params.toString();
+  history.replaceState(null, "", location.pathname + (rest ? "#" + rest : ""));
+}
+
+class Refused extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+async function api(path) {
+  const headers = token() ? { Authorization: "Bearer " + token() } : {};
+  const r = await fetch(path, { headers, cache: "no-store" });
+  const body = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Refused(r.status, body.error || r.statusText);
+  return body;
+}
+
+function notice(text, error) {
+  const n = $("notice");
+  n.hidden = !text;
+  n.className = error ? "error" : "";
+  n.textContent = text || "";
+}
+
+function gpus(resources) { return (resources && resources.amounts && resources.amounts.gpu) || 0; }
+
+function time(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
+
+async function reload() {
+  try {
+    const [cluster, queues, jobs, active, nodes] = await Promise.all([
+      api("/api/cluster"),
+      api("/api/queues"),
+      api("/api/jobs?limit=" + JOBS_SHOWN + (jobsAfter ? "&after=" + jobsAfter : "")),
+      api("/api/jobs?limit=500&state=Running,Preempting"),
+      api("/api/nodes"),
+    ]);
+    $("login").hidden = true;
+    $("app").hidden = false;
+    $("logout").hidden = !token();
+    showCluster(cluster);
+    showQueues(queues.queues);
+    showJobs(jobs);
+    showNodes(nodes.nodes, active.jobs);
+    if (selectedJob) showJob(await api("/api/jobs/" + encodeURIComponent(selectedJob)));
+    document.body.dataset.loaded = "1";
+  } catch (e) {
+    if (e instanceof Refused && (e.status === 401 || e.status === 403)) {
+      $("app").hidden = true;
+      $("login").hidden = false;
+      notice(e.message, true);
+    } else {
+      notice("Could not load: " + e.message + " (retrying)", true);
+      clearTimeout(reloadTimer);
+      reloadTimer = setTimeout(reload, RETRY_MS);
+    }
+  }
+}
+
+function scheduleReload() {
+  clearTimeout(reloadTimer);
+  reloadTimer = setTimeout(reload, RELOAD_DELAY_MS);
+}
+
+function showCluster(c) {
+  $("where").textContent = "cluster " + c.cluster_id + " · replica " + c.answered_by;
+  if (!c.leader_id) {
+    notice("No leader is known: the cluster cannot commit or answer fresh reads until one is elected.", true);
+  } else if (c.leader_id !== c.answered_by) {
+    notice("This replica (" + c.answered_by + ") follows; replica " + c.leader_id + " at " + c.leader_addr +
+      " leads. What you see is read through the leader, so it is current.");
+  } else {
+    notice("");
+  }
+  const replicas = h("table", {}, h("tr", {}, h("th", {}, "replica"), h("th", {}, "address"), h("th", {}, "role"), h("th", {}, "failure")),
+    c.replicas.map(r => h("tr", { "data-replica": r.id, "data-role": r.role },
+      h("td", {}, r.id), h("td", {}, r.addr), h("td", {}, r.role), h("td", {}, r.failure))));
+  const pools = c.pools.map(p => h("div", { "data-pool": p.pool },
+    "pool " + p.pool + ": " + gpus(p.used) + " of " + gpus(p.capacity) + " GPUs in use"));
+  const facts = h("p", {}, "leader ", h("b", { id: "leader" }, c.leader_id || "none"), " · term ", h("b", { id: "term" }, c.term),
+    " · applied index " + c.applied_index + " · " + c.jobs_running + " running, " + c.jobs_pending + " pending" +
+    (c.insecure ? " · INSECURE transport" : ""));
+  $("cluster").querySelector(".body").replaceChildren(facts, ...pools, replicas);
+}
+
+// A bar per (queue, pool): used up to the nominal quota in blue, borrowed beyond it in
+// orange, the nominal quota marked by a line.
+function quotaBar(used, nominal, scale) {
+  const pct = v => (scale ? (100 * v) / scale : 0) + "%";
+  const own = Math.min(used, nominal);
+  return h("span", { class: "bar", title: used + " used, " + nominal + " nominal" },
+    h("span", { class: "used", style: { width: pct(own) } }),
+    h("span", { class: "borrowed", style: { left: pct(own), width: pct(Math.max(0, used - nominal)) } }),
+    h("span", { class: "nominal", style: { width: pct(nominal) } }));
+}
+
+function showQueues(queues) {
+  let scale = 1;
+  for (const q of queues) for (const p of q.pools) scale = Math.max(scale, gpus(p.used), gpus(p.capacity));
+  const rows = [];
+  for (const q of queues) {
+    for (const p of q.pools) {
+      const used = gpus(p.used), nominal = gpus(p.capacity);
+      rows.push(h("tr", { "data-queue": q.queue.name, "data-pool": p.pool, "data-used": used, "data-borrowed": Math.max(0, used - nominal) },
+        h("td", {}, q.queue.name), h("td", {}, p.pool), h("td", {}, quotaBar(used, nominal, scale)),
+        h("td", {}, used + " used / " + nominal + " nominal" + (used > nominal ? " (borrowing " + (used - nominal) + ")" : "")),
+        h("td", {}, q.running + " running, " + q.pending + " pending"), h("td", {}, q.queue.cohort || "")));
+    }
+  }
+  const legend = h("p", { class: "legend muted" }, h("span", { class: "used" }), "used within quota",
+    h("span", { class: "borrowed" }), "borrowed", h("span", { class: "nominal" }), "nominal quota");
+  const table = h("table", {}, h("tr", {}, ["queue", "pool", "GPUs", "", "jobs", "cohort"].map(t => h("th", {}, t))), rows);
+  $("queues").querySelector(".body").replaceChildren(legend, table);
+}
+
+function placements(j) {
+  return j.placements.map(p => p.node + ":" + p.gpus.join(",")).join(" ");
+}
+
+function showJobs(page) {
+  const rows = page.jobs.map(j => h("tr", { "data-job": j.spec.name, "data-state": j.state, onclick: () => select(j.spec.name) },
+    h("td", {}, j.id), h("td", {}, j.spec.name), h("td", {}, j.spec.queue),
+    h("td", { class: "state state-" + j.state }, j.state), h("td", {}, j.attempt), h("td", {}, placements(j)),
+    h("td", { class: "reason" }, j.preempted_by ? "preempted by " + j.preempted_by : j.reason),
+    h("td", {}, j.owner)));
+  const table = h("table", {}, h("tr", {}, ["id", "name", "queue", "state", "attempt", "GPUs", "reason", "owner"].map(t => h("th", {}, t))), rows);
+  const nav = h("p", {},
+    jobsAfter ? h("button", { onclick: () => { jobsAfter = ""; reload(); } }, "first page") : null,
+    page.truncated ? h("button", { onclick: () => { jobsAfter = page.next_page_token; reload(); } }, "next page") : null);
+  $("jobs").querySelector(".body").replaceChildren(page.jobs.length ? table : h("p", { class: "muted" }, "No jobs."), nav);
+}
+
+function select(name) {
+  selectedJob = name;
+  history.replaceState(null, "", location.pathname + "#job=" + encodeURIComponent(name));
+  reload();
+}
+
+// Attempts from the job's events: each `Started` opens one, the next event that stops or
+// ends the job closes it (a `Preempted` in between is noted on it).
+const CLOSES = ["Stopped", "Suspended", "Requeued", "Succeeded", "Failed", "Cancelled", "TimedOut"];
+
+function attempts(job) {
+  const out = [];
+  let open = null;
+  for (const e of job.events) {
+    if (e.kind === "Started") {
+      open = { n: e.attempt, from: e.at_ms, to: null, note: "", nodes: e.nodes.join(",") };
+      out.push(open);
+    } else if (open && e.kind === "Preempted") {
+      open.preempted = true;
+      open.note = e.message;
+    } else if (open && CLOSES.includes(e.kind)) {
+      open.to = e.at_ms;
+      open.end = e.kind;
+      open = null;
+    }
+  }
+  return out;
+}
+
+function showJob(j) {
+  const s = $("job");
+  s.hidden = false;
+  s.dataset.job = j.spec.name;
+  s.querySelector(".name").textContent = j.spec.name + " (" + j.state + ")";
+  const now = Date.now();
+  const from = j.submitted_ms, to = Math.max(j.finished_ms || now, from + 1);
+  const pct = v => (100 * (v - from)) / (to - from) + "%";
+  const bars = attempts(j).map(a => h("div", {
+    class: "attempt" + (a.to ? "" : " open"), "data-attempt": a.n, "data-end": a.end || "running",
+    style: { left: pct(a.from), width: pct(from + ((a.to || to) - a.from)) },
+    title: "attempt " + a.n + " on " + a.nodes + ": " + time(a.from) + " to " + (a.to ? time(a.to) : "now") + " " + a.note,
+  }, "#" + a.n + " " + (a.preempted ? "preempted" : a.end || "running")));
+  const facts = h("p", {}, "queue " + j.spec.queue + " · priority " + j.priority + " · attempt " + j.attempt +
+    " · " + (j.has_checkpoint ? "has a checkpoint" : "no checkpoint") + (j.reason ? " · " + j.reason : "") +
+    (j.env_hidden ? " · environment hidden (not yours)" : ""));
+  const events = h("table", { class: "job-events" }, h("tr", {}, ["time", "event", "node", "what"].map(t => h("th", {}, t))),
+    j.events.map(e => h("tr", { "data-kind": e.kind }, h("td", {}, time(e.at_ms)), h("td", {}, e.kind),
+      h("td", {}, e.node), h("td", {}, e.message))));
+  const close = h("button", { onclick: () => { selectedJob = null; s.hidden = true; history.replaceState(null, "", location.pathname); } }, "close");
+  s.querySelector(".body").replaceChildren(facts, h("div", { class: "timeline" }, bars), events, close);
+}
+
+function showNodes(nodes, active) {
+  const holder = new Map();
+  for (const j of active) for (const p of j.placements) for (const g of p.gpus) holder.set(p.node + "/" + g, j.spec.name);
+  const cards = nodes.map(n => {
+    const indices = n.gpus.length ? n.gpus.map(g => ({ i: g.index, healthy: g.healthy, model: g.model }))
+      : Array.from({ length: gpus(n.resources) }, (_, i) => ({ i, healthy: true, model: "" }));
+    const cells = indices.map(g => {
+      const job = holder.get(n.name + "/" + g.i);
+      return h("div", { class: "gpu" + (job ? " held" : "") + (g.healthy ? "" : " unhealthy"), "data-node": n.name, "data-gpu": g.i, "data-job": job || "", title: g.model },
+        "GPU " + g.i, h("br"), job || h("span", { class: "muted" }, "free"));
+    });
+    const status = n.status + (n.cordoned ? ", cordoned" : "") + (n.unhealthy ? ": " + n.unhealthy : "");
+    return h("div", { class: "node", "data-node": n.name, "data-status": n.status },
+      h("div", {}, h("b", {}, n.name), " · pool " + n.pool + (n.rack ? " · rack " + n.rack : "") + " · " + status),
+      h("div", { class: "grid" }, cells));
+  });
+  $("nodes").querySelector(".body").replaceChildren(...(cards.length ? cards : [h("p", { class: "muted" }, "No nodes.")]));
+}
+
+function showEvent(e) {
+  const list = $("events").querySelector(".body");
+  list.prepend(h("li", { "data-kind": e.kind }, time(e.at_ms) + " " + e.kind + " " + (e.job || e.node) + ": " + e.message));
+  while (list.children.length > EVENTS_SHOWN) list.lastChild.remove();
+}
+
+// The event stream is read with fetch (EventSource cannot send an Authorization header).
+async function follow() {
+  const live = $("live");
+  try {
+    const headers = token() ? { Authorization: "Bearer " + token() } : {};
+    const r = await fetch("/api/events", { headers, cache: "no-store" });
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).error || r.statusText);
+    live.textContent = "live";
+    live.className = "live on";
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let buffered = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffered += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffered.indexOf("\n\n")) >= 0) {
+        const message = buffered.slice(0, cut);
+        buffered = buffered.slice(cut + 2);
+        for (const line of message.split("\n")) {
+          if (line.startsWith("data: {")) showEvent(JSON.parse(line.slice(6)));
+        }
+        if (!message.startsWith(":")) scheduleReload();
+      }
+    }
+  } catch (e) {
+    live.title = e.message;
+  }
+  live.textContent = "not live";
+  live.className = "live off";
+  setTimeout(follow, RECONNECT_MS);
+}
+
+function start() {
+  readFragment();
+  $("login").addEventListener("submit", ev => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+    $("token").value = "";
+    reload();
+  });
+  $("logout").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); location.reload(); });
+  reload();
+  follow();
+}
+
+start();

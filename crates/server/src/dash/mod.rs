@@ -1,0 +1,385 @@
+//! The web dashboard every replica serves on its HTTP listener (`--metrics-listen`), beside
+//! `GET /metrics` (docs/dashboard.md):
+//!
+//! - `/`, `/app.js`, `/app.css`: one page and its script, embedded in the binary; they hold
+//!   no data, so they are served to anyone.
+//! - `/api/cluster`, `/api/queues`, `/api/jobs`, `/api/jobs/NAME`, `/api/nodes`: JSON, the
+//!   same messages (and the same access rules: another user's environment stays hidden) as
+//!   the gRPC API's ClusterInfo, ListQueues, ListJobs, GetJob and ListNodes.
+//! - `/api/events`: a `text/event-stream` of the events this replica applies, as `Watch`
+//!   streams them; the page refreshes what it shows when one arrives.
+//!
+//! Every `/api/` endpoint needs what listing needs in the API: a live token
+//! (`Authorization: Bearer TOKEN`), unless the cluster has none and this replica runs with
+//! `--auth none`. No token gives 401, a refused one 403, each with a JSON body saying why.
+//!
+//! The listener speaks just enough HTTP/1.1 for this (one request per connection) rather
+//! than pulling in an HTTP stack; everything it does is bounded (see the constants).
+
+mod request;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_model::event::Event as ModelEvent;
+use baton_proto::convert::event_to_proto;
+use baton_proto::scrape;
+use baton_proto::v1::{JobRef, ListJobsRequest, ListQueuesReply};
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::sync::broadcast::error::RecvError;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Status};
+
+use crate::Ctx;
+use crate::api::{self, Api};
+use crate::auth::Caller;
+use request::Request;
+
+/// Jobs one `/api/jobs` page holds when the page asks for no `limit`.
+pub const DEFAULT_JOBS_PER_PAGE: usize = 100;
+/// Most jobs one `/api/jobs` page holds (`limit`); a page lists, it does not export.
+pub const MAX_JOBS_PER_PAGE: usize = 500;
+/// Event streams (`/api/events`) open at once on one replica; one more is refused (503).
+pub const MAX_EVENT_STREAMS: usize = 8;
+/// Longest event one stream message carries, JSON included; a longer event message is cut.
+pub const MAX_EVENT_BYTES: usize = 4 * 1024;
+/// An open event stream sends a comment this often, so that a client that went away is
+/// noticed, and checks again that its token is still live.
+pub const KEEPALIVE_MS: u64 = 15_000;
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// The page may load only what this replica serves: no CDN, no inline script.
+const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'";
+
+/// Serves `/metrics`, the dashboard and its API on `listener` until the server closes.
+pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
+    let mut closing = ctx.closing.subscribe();
+    let requests = Arc::new(Semaphore::new(scrape::MAX_CONCURRENT_SCRAPES));
+    let streams = Arc::new(Semaphore::new(MAX_EVENT_STREAMS));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = closing.wait_for(|c| *c) => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let Ok(slot) = requests.clone().acquire_owned().await else { return };
+        let (ctx, streams) = (ctx.clone(), streams.clone());
+        tokio::spawn(async move {
+            let timeout = Duration::from_millis(scrape::SCRAPE_TIMEOUT_MS);
+            let answered = tokio::time::timeout(timeout, answer(&ctx, stream)).await;
+            drop(slot);
+            // An event stream outlives the request timeout: it keeps only its own slot.
+            if let Ok(Ok(Some((stream, r, who)))) = answered {
+                let Ok(slot) = streams.try_acquire_owned() else {
+                    let why = format!(
+                        "{MAX_EVENT_STREAMS} event streams are open on this replica; close a dashboard tab or use another replica"
+                    );
+                    let _ = reply(stream, json_error(Code::Unavailable, &why)).await;
+                    return;
+                };
+                let _ = events(&ctx, stream, &r, &who).await;
+                drop(slot);
+            }
+        });
+    }
+}
+
+/// A whole answer.
+struct Reply {
+    status: &'static str,
+    content_type: &'static str,
+    body: String,
+}
+
+impl Reply {
+    fn ok(content_type: &'static str, body: impl Into<String>) -> Reply {
+        Reply { status: "200 OK", content_type, body: body.into() }
+    }
+}
+
+/// An event stream is handed back (with its request and caller) to be served outside the
+/// request timeout; every other request is answered here.
+type Streaming = Option<(TcpStream, Request, Caller)>;
+
+async fn answer(ctx: &Arc<Ctx>, mut stream: TcpStream) -> std::io::Result<Streaming> {
+    let head = scrape::read_head(&mut stream).await?;
+    let r = match request::parse(&head) {
+        Ok(r) => r,
+        Err(why) => {
+            reply(stream, text("400 Bad Request", why)).await?;
+            return Ok(None);
+        }
+    };
+    if r.method != "GET" {
+        reply(stream, text("405 Method Not Allowed", "only GET is served here")).await?;
+        return Ok(None);
+    }
+    let api = Api { ctx: ctx.clone() };
+    let out = match r.path.as_str() {
+        "/metrics" => Reply::ok(scrape::CONTENT_TYPE, render_metrics(ctx)),
+        "/" | "/index.html" => Reply::ok("text/html; charset=utf-8", INDEX_HTML),
+        "/app.js" => Reply::ok("text/javascript; charset=utf-8", APP_JS),
+        "/app.css" => Reply::ok("text/css; charset=utf-8", APP_CSS),
+        "/api/events" => match caller(&api, &r).await {
+            Ok(who) => return Ok(Some((stream, r, who))),
+            Err(s) => status_reply(&s),
+        },
+        p if p.starts_with("/api/") => match json(&api, &r).await {
+            Ok(body) => Reply::ok("application/json", body),
+            Err(s) => status_reply(&s),
+        },
+        _ => text("404 Not Found", "no such page; the dashboard is at /"),
+    };
+    reply(stream, out).await?;
+    Ok(None)
+}
+
+fn render_metrics(ctx: &Ctx) -> String {
+    let raft = ctx.replica.metrics();
+    ctx.replica.read_local(|s| ctx.metrics.render(s, &raft))
+}
+
+/// Who calls: the request's bearer token checked as the API checks its metadata.
+async fn caller(api: &Api, r: &Request) -> Result<Caller, Status> {
+    let mut meta = MetadataMap::new();
+    if let Some(value) = &r.bearer {
+        let value: MetadataValue<_> =
+            value.parse().map_err(|_| Status::unauthenticated("the Authorization header is not text"))?;
+        meta.insert("authorization", value);
+    }
+    api.caller(&meta).await.map_err(|s| match s.code() {
+        Code::Unauthenticated => Status::unauthenticated(format!(
+            "{} (the dashboard sends the token entered in its page as `Authorization: Bearer TOKEN`)",
+            s.message()
+        )),
+        _ => s,
+    })
+}
+
+/// Tries of one `/api/` read that the cluster could not answer (UNAVAILABLE), this far
+/// apart. A page loads several endpoints at once, and a leader confirming its leadership
+/// for concurrent reads sometimes misses its quorum for a moment (docs/dashboard.md, "Known
+/// limits"); the reads are idempotent, so they are tried again.
+pub const MAX_READ_TRIES: u32 = 3;
+pub const READ_RETRY_MS: u64 = 100;
+
+/// The JSON of one `/api/` endpoint.
+async fn json(api: &Api, r: &Request) -> Result<String, Status> {
+    let mut tries = 1;
+    loop {
+        match read_json(api, r).await {
+            Err(s) if s.code() == Code::Unavailable && tries < MAX_READ_TRIES => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(READ_RETRY_MS)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+async fn read_json(api: &Api, r: &Request) -> Result<String, Status> {
+    let who = caller(api, r).await?;
+    match r.path.as_str() {
+        "/api/cluster" => to_json(&api::cluster::info(api).await?.into_inner()),
+        "/api/queues" => to_json(&ListQueuesReply { queues: api.read(api::usage::queues).await? }),
+        "/api/nodes" => to_json(&api::nodes::list(api).await?.into_inner()),
+        "/api/jobs" => to_json(&api::jobs::list(api, &who, jobs_page(r)?).await?.into_inner()),
+        p => match p.strip_prefix("/api/jobs/") {
+            Some(name) if !name.is_empty() && !name.contains('/') => {
+                let job = JobRef { id: 0, name: name.to_string() };
+                to_json(&api::jobs::get(api, &who, job).await?.into_inner())
+            }
+            _ => Err(Status::not_found(format!(
+                "no endpoint {p}; the endpoints are /api/cluster, /api/queues, /api/jobs, /api/jobs/NAME, /api/nodes, /api/events"
+            ))),
+        },
+    }
+}
+
+/// `/api/jobs?after=ID&limit=N&state=S1,S2`: the jobs after id `after` (none: from the
+/// first), at most `limit` of them, in the states named (none: any). A bad state is named
+/// by the API's own check.
+fn jobs_page(r: &Request) -> Result<ListJobsRequest, Status> {
+    let limit = match r.param("limit") {
+        None | Some("") => DEFAULT_JOBS_PER_PAGE,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=MAX_JOBS_PER_PAGE).contains(&n) => n,
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "limit {l:?}: a page holds 1 to {MAX_JOBS_PER_PAGE} jobs; follow `next` for more"
+                )));
+            }
+        },
+    };
+    let after = r.param("after").unwrap_or("").to_string();
+    if !after.is_empty() && after.parse::<u64>().is_err() {
+        return Err(Status::invalid_argument(format!("after {after:?}: a job id (the `next` of the last page)")));
+    }
+    let states = r.param("state").unwrap_or("").split(',').filter(|s| !s.is_empty()).map(str::to_string);
+    // More names than there are states can only repeat some.
+    let states = states.take(baton_model::job::JobState::ALL.len() + 1).collect();
+    Ok(ListJobsRequest { page_size: limit as u32, page_token: after, states, ..Default::default() })
+}
+
+fn to_json(v: &impl Serialize) -> Result<String, Status> {
+    serde_json::to_string(v).map_err(|e| Status::internal(format!("encoding JSON: {e}")))
+}
+
+fn text(status: &'static str, body: &str) -> Reply {
+    Reply { status, content_type: "text/plain; charset=utf-8", body: format!("{body}\n") }
+}
+
+fn json_error(code: Code, message: &str) -> Reply {
+    #[derive(Serialize)]
+    struct Error<'a> {
+        error: &'a str,
+    }
+    let status = match code {
+        Code::Unauthenticated => "401 Unauthorized",
+        Code::PermissionDenied => "403 Forbidden",
+        Code::NotFound => "404 Not Found",
+        Code::InvalidArgument => "400 Bad Request",
+        Code::Unavailable | Code::ResourceExhausted => "503 Service Unavailable",
+        _ => "500 Internal Server Error",
+    };
+    let body = serde_json::to_string(&Error { error: message }).unwrap_or_default();
+    Reply { status, content_type: "application/json", body }
+}
+
+fn status_reply(s: &Status) -> Reply {
+    json_error(s.code(), s.message())
+}
+
+async fn reply(mut stream: TcpStream, r: Reply) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
+         Content-Security-Policy: {CSP}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
+        r.status,
+        r.content_type,
+        r.body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(r.body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// `/api/events`: every event this replica applies from now on, one `data:` line of JSON
+/// (a `Watch` event) each, until the client goes, its token stops being live or the server
+/// closes. A client that falls behind gets an `event: lagged` saying how many batches it
+/// missed (the page then reloads everything).
+async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, r: &Request, who: &Caller) -> std::io::Result<()> {
+    let mut events = ctx.replica.subscribe_events();
+    let mut closing = ctx.closing.subscribe();
+    stream
+        .write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n: events follow\n\n",
+        )
+        .await?;
+    let api = Api { ctx: ctx.clone() };
+    let mut keepalive = tokio::time::interval(Duration::from_millis(KEEPALIVE_MS));
+    loop {
+        let next = tokio::select! {
+            next = events.recv() => next,
+            _ = keepalive.tick() => {
+                if matches!(who, Caller::Token { .. }) && caller(&api, r).await.is_err() {
+                    return stream.write_all(b"event: refused\ndata: the token is no longer live\n\n").await;
+                }
+                stream.write_all(b": keepalive\n\n").await?;
+                continue;
+            }
+            // The watch's guard must not live across the awaits above (it is not Send).
+            () = async { let _ = closing.wait_for(|c| *c).await; } => return Ok(()),
+        };
+        let batch: Arc<[ModelEvent]> = match next {
+            Ok(b) => b,
+            Err(RecvError::Lagged(n)) => {
+                stream.write_all(format!("event: lagged\ndata: {n}\n\n").as_bytes()).await?;
+                continue;
+            }
+            Err(RecvError::Closed) => return Ok(()),
+        };
+        for e in batch.iter() {
+            stream.write_all(event_message(e).as_bytes()).await?;
+        }
+    }
+}
+
+/// One event as a stream message, at most [`MAX_EVENT_BYTES`]: an event whose text makes
+/// it longer has its text cut (at a character boundary) and marked with an ellipsis.
+fn event_message(e: &ModelEvent) -> String {
+    let mut event = event_to_proto(e);
+    loop {
+        // Serializing a message of strings and numbers cannot fail.
+        let data = serde_json::to_string(&event).unwrap_or_default();
+        let message = format!("data: {data}\n\n");
+        if message.len() <= MAX_EVENT_BYTES || event.message.is_empty() {
+            return message;
+        }
+        let excess = message.len() - MAX_EVENT_BYTES + '…'.len_utf8();
+        let mut keep = event.message.len().saturating_sub(excess);
+        while !event.message.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        event.message.truncate(keep);
+        event.message.push('…');
+        if keep == 0 {
+            event.message.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_model::event::EventKind;
+    use baton_model::name::Name;
+
+    fn request(target: &str) -> Request {
+        request::parse(&format!("GET {target} HTTP/1.1\r\n\r\n")).unwrap()
+    }
+
+    #[test]
+    fn a_jobs_page_is_bounded_and_bad_paging_is_named() {
+        let page = jobs_page(&request("/api/jobs")).unwrap();
+        assert_eq!((page.page_size as usize, page.page_token.as_str()), (DEFAULT_JOBS_PER_PAGE, ""));
+        let page = jobs_page(&request("/api/jobs?after=41&limit=500&state=Running,Preempting")).unwrap();
+        assert_eq!((page.page_size, page.page_token.as_str()), (500, "41"));
+        assert_eq!(page.states, ["Running", "Preempting"]);
+        for bad in ["limit=501", "limit=0", "limit=x"] {
+            let e = jobs_page(&request(&format!("/api/jobs?{bad}"))).unwrap_err();
+            assert!(e.message().contains("1 to 500 jobs"), "{bad}: {}", e.message());
+        }
+        let e = jobs_page(&request("/api/jobs?after=abc")).unwrap_err();
+        assert!(e.message().contains("after \"abc\""), "{}", e.message());
+    }
+
+    #[test]
+    fn a_long_event_is_cut_to_the_message_bound() {
+        let e = ModelEvent {
+            at_ms: 1,
+            job: Some(Name::lit("j")),
+            node: None,
+            kind: EventKind::Submitted,
+            message: "é".repeat(10 * MAX_EVENT_BYTES),
+        };
+        let m = event_message(&e);
+        assert!(m.len() <= MAX_EVENT_BYTES, "{}", m.len());
+        assert!(m.starts_with("data: {") && m.ends_with("}\n\n") && m.contains('…'));
+        let short = ModelEvent { message: "short".into(), ..e };
+        assert!(event_message(&short).contains("\"message\":\"short\""));
+    }
+
+    #[test]
+    fn refusals_get_their_http_status_and_a_json_body() {
+        let r = status_reply(&Status::unauthenticated("no token"));
+        assert_eq!((r.status, r.body.as_str()), ("401 Unauthorized", r#"{"error":"no token"}"#));
+        assert_eq!(status_reply(&Status::permission_denied("x")).status, "403 Forbidden");
+        assert_eq!(status_reply(&Status::invalid_argument("x")).status, "400 Bad Request");
+    }
+}

@@ -1,0 +1,256 @@
+//! The dashboard's HTTP endpoints on a replica's `--metrics-listen` (docs/dashboard.md):
+//! the page and its script, the JSON endpoints with the API's access rules (no token: 401,
+//! another user's environment hidden), paging bounds, and the event stream with its bound.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use ::baton_server::ServerSettings;
+use ::baton_server::auth::{AuthMode, hash_token};
+use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::*;
+use common::*;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+const ADMIN: &str = "admin-secret";
+const ALICE: &str = "alice-secret";
+const BOB: &str = "bob-secret";
+
+#[derive(Clone)]
+struct Bearer(String);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", format!("Bearer {}", self.0).parse().unwrap());
+        Ok(req)
+    }
+}
+
+type Client = BatonClient<InterceptedService<Channel, Bearer>>;
+
+async fn client(addr: &str, token: &str) -> Client {
+    let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    BatonClient::with_interceptor(ch, Bearer(token.to_string()))
+}
+
+/// Tokens on; queue `a` (8 GPUs) for alice and bob; a node with 8 GPUs.
+async fn setup() -> (Cluster, FakeAgent, Client, Client) {
+    let settings =
+        ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    let cluster = Cluster::start_with(3, settings).await;
+    let mut admin = client(&cluster.addrs()[0], ADMIN).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while admin.who_am_i(Empty {}).await.is_err() {
+        assert!(Instant::now() < deadline, "the bootstrap admin token never committed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    admin.put_queue(queue("a", 8)).await.unwrap();
+    for (token, user) in [(ALICE, "alice"), (BOB, "bob")] {
+        let req = CreateTokenRequest {
+            hash: hash_token(token).to_vec(),
+            user: user.into(),
+            roles: vec![],
+            queues: vec!["a".into()],
+        };
+        admin.create_token(req).await.unwrap();
+    }
+    let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    let alice = client(&cluster.addrs()[0], ALICE).await;
+    (cluster, agent, admin, alice)
+}
+
+/// `GET path` on `addr`: the status code, the content type and the body.
+async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n{auth}\r\n").as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).await.unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("no end of the response head");
+    let code = head[9..12].parse().unwrap();
+    let kind = head.lines().find_map(|l| l.strip_prefix("Content-Type: ")).unwrap_or("").to_string();
+    (code, kind, body.to_string())
+}
+
+async fn get_json(addr: &str, path: &str, token: &str) -> Value {
+    let (code, kind, body) = get(addr, path, Some(token)).await;
+    assert_eq!((code, kind.as_str()), (200, "application/json"), "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn submit(name: &str) -> SubmitRequest {
+    let mut spec = gpu_job(name, "a", "train", 2);
+    spec.env.insert("SECRET".into(), "s3".into());
+    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }
+}
+
+fn names(page: &Value) -> Vec<String> {
+    page["jobs"].as_array().unwrap().iter().map(|j| j["spec"]["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_page_and_the_json_endpoints_show_the_cluster_to_a_token_allowed_to_list() {
+    let (cluster, mut agent, _admin, mut alice) = setup().await;
+    alice.submit(submit("j1")).await.unwrap();
+    agent.until("j1 runs", |d| has(d, "j1", Action::Run)).await;
+    // A follower answers as well as the leader: reads go through the leader.
+    let http = &cluster.replicas[2].metrics;
+
+    let (code, kind, page) = get(http, "/", None).await;
+    assert_eq!((code, kind.as_str()), (200, "text/html; charset=utf-8"));
+    assert!(page.contains("<script src=\"/app.js\"") && page.contains("/app.css"), "{page}");
+    assert!(!page.contains("https://") && !page.contains("http://"), "the page loads nothing from elsewhere");
+    let (code, kind, script) = get(http, "/app.js", None).await;
+    assert_eq!((code, kind.as_str()), (200, "text/javascript; charset=utf-8"));
+    assert!(
+        script.contains("/api/events") && script.contains("Authorization"),
+        "the script reads the API with the token"
+    );
+
+    let info = get_json(http, "/api/cluster", ALICE).await;
+    assert_eq!(info["replicas"].as_array().unwrap().len(), 3, "{info}");
+    assert!(info["leader_id"].as_u64().unwrap() >= 1 && info["term"].as_u64().unwrap() >= 1, "{info}");
+    assert_eq!(info["answered_by"], 3, "{info}");
+
+    let queues = get_json(http, "/api/queues", ALICE).await;
+    let a = &queues["queues"][0];
+    assert_eq!((a["queue"]["name"].as_str(), a["running"].as_u64()), (Some("a"), Some(1)), "{queues}");
+    assert_eq!(a["pools"][0]["used"]["amounts"]["gpu"], 2, "{queues}");
+    assert_eq!(a["pools"][0]["capacity"]["amounts"]["gpu"], 8, "the nominal quota: {queues}");
+
+    let nodes = get_json(http, "/api/nodes", ALICE).await;
+    let n1 = &nodes["nodes"][0];
+    assert_eq!((n1["name"].as_str(), n1["status"].as_str()), (Some("n1"), Some("Ready")), "{nodes}");
+    assert_eq!(n1["jobs"], serde_json::json!(["j1"]), "{nodes}");
+
+    let jobs = get_json(http, "/api/jobs?state=Running", ALICE).await;
+    let j1 = &jobs["jobs"][0];
+    assert_eq!((j1["spec"]["name"].as_str(), j1["state"].as_str()), (Some("j1"), Some("Running")), "{jobs}");
+    assert_eq!(j1["placements"][0]["node"], "n1", "{jobs}");
+    assert_eq!(j1["placements"][0]["gpus"].as_array().unwrap().len(), 2, "{jobs}");
+
+    // The owner sees the job's environment; another user with a list-only view does not.
+    let mine = get_json(http, "/api/jobs/j1", ALICE).await;
+    assert_eq!(mine["spec"]["env"]["SECRET"], "s3", "{mine}");
+    assert!(mine["events"].as_array().unwrap().iter().any(|e| e["kind"] == "Started"), "{mine}");
+    let theirs = get_json(http, "/api/jobs/j1", BOB).await;
+    assert_eq!(
+        (theirs["env_hidden"].as_bool(), theirs["spec"]["env"].as_object().map(|m| m.len())),
+        (Some(true), Some(0))
+    );
+    let listed = get_json(http, "/api/jobs", BOB).await;
+    assert!(!listed.to_string().contains("s3"), "a list shows no other user's environment: {listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn json_endpoints_refuse_without_a_live_token_with_a_clear_body() {
+    let (cluster, _agent, mut admin, _alice) = setup().await;
+    let http = &cluster.replicas[0].metrics;
+    for path in ["/api/cluster", "/api/queues", "/api/jobs", "/api/jobs/j1", "/api/nodes", "/api/events"] {
+        let (code, kind, body) = get(http, path, None).await;
+        assert_eq!((code, kind.as_str()), (401, "application/json"), "{path}: {body}");
+        let why: Value = serde_json::from_str(&body).unwrap();
+        assert!(why["error"].as_str().unwrap().contains("Authorization: Bearer TOKEN"), "{path}: {body}");
+        let (code, _, body) = get(http, path, Some("not-a-token")).await;
+        assert_eq!(code, 401, "{path}: {body}");
+        assert!(body.contains("unknown token"), "{path}: {body}");
+    }
+    // A revoked token is refused at once.
+    let id = client(&cluster.addrs()[0], BOB).await.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    admin.revoke_token(TokenRef { id }).await.unwrap();
+    let (code, _, body) = get(http, "/api/jobs", Some(BOB)).await;
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("revoked"), "{body}");
+    let (code, _, body) = get(http, "/api/nope", Some(ADMIN)).await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("/api/jobs/NAME"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn job_pages_are_bounded_and_follow_on() {
+    let (cluster, _agent, _admin, mut alice) = setup().await;
+    for i in 1..=5 {
+        alice.submit(submit(&format!("p{i}"))).await.unwrap();
+    }
+    let http = &cluster.replicas[1].metrics;
+    let first = get_json(http, "/api/jobs?limit=2", ALICE).await;
+    assert_eq!(names(&first), ["p1", "p2"]);
+    assert_eq!(first["truncated"], true);
+    let next = first["next_page_token"].as_str().unwrap();
+    let second = get_json(http, &format!("/api/jobs?limit=2&after={next}"), ALICE).await;
+    assert_eq!(names(&second), ["p3", "p4"]);
+    let last = get_json(http, &format!("/api/jobs?after={}", second["next_page_token"].as_str().unwrap()), ALICE).await;
+    assert_eq!((names(&last), last["truncated"].as_bool()), (vec!["p5".to_string()], Some(false)));
+    for bad in ["limit=501", "limit=0", "after=x", "state=Sleeping"] {
+        let (code, _, body) = get(http, &format!("/api/jobs?{bad}"), Some(ALICE)).await;
+        assert_eq!(code, 400, "{bad}: {body}");
+        let why: Value = serde_json::from_str(&body).unwrap();
+        assert!(!why["error"].as_str().unwrap().is_empty(), "{bad}: {body}");
+    }
+}
+
+/// Reads the event stream until a data line that contains `what`.
+async fn until_event(lines: &mut tokio::io::Lines<BufReader<tokio::net::TcpStream>>, what: &str) -> String {
+    let deadline = Duration::from_secs(10);
+    tokio::time::timeout(deadline, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("data: ") && line.contains(what) {
+                return line;
+            }
+        }
+        panic!("the event stream ended before {what}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no event with {what} within 10 s"))
+}
+
+async fn open_events(addr: &str, token: &str) -> tokio::io::Lines<BufReader<tokio::net::TcpStream>> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET /api/events HTTP/1.1\r\nAuthorization: Bearer {token}\r\n\r\n").as_bytes()).await.unwrap();
+    BufReader::new(s).lines()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_event_stream_carries_applied_events_and_is_bounded_per_replica() {
+    let (cluster, mut agent, _admin, mut alice) = setup().await;
+    let http = &cluster.replicas[1].metrics;
+    let mut lines = open_events(http, ALICE).await;
+    let status = lines.next_line().await.unwrap().unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let head: Vec<String> = {
+        let mut h = Vec::new();
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if l.is_empty() {
+                break;
+            }
+            h.push(l);
+        }
+        h
+    };
+    assert!(head.iter().any(|l| l == "Content-Type: text/event-stream"), "{head:?}");
+    alice.submit(submit("e1")).await.unwrap();
+    let line = until_event(&mut lines, "\"kind\":\"Submitted\"").await;
+    let event: Value = serde_json::from_str(line.strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(event["job"], "e1", "{line}");
+    agent.until("e1 runs", |d| has(d, "e1", Action::Run)).await;
+    until_event(&mut lines, "\"kind\":\"Started\"").await;
+
+    // This one is open; seven more fill the bound, the next is refused with why.
+    let mut open = Vec::new();
+    for _ in 1..::baton_server::dash::MAX_EVENT_STREAMS {
+        let mut l = open_events(http, ALICE).await;
+        assert_eq!(l.next_line().await.unwrap().unwrap(), "HTTP/1.1 200 OK");
+        open.push(l);
+    }
+    let (code, _, body) = get(http, "/api/events", Some(ALICE)).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("event streams are open on this replica"), "{body}");
+    // Another replica has its own bound.
+    let mut other = open_events(&cluster.replicas[0].metrics, ALICE).await;
+    assert_eq!(other.next_line().await.unwrap().unwrap(), "HTTP/1.1 200 OK");
+}
