@@ -233,6 +233,18 @@ impl Baton for Fake {
         s.scheduler_sets.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
     }
+    async fn add_replica(&self, _r: Request<v1::AddReplicaRequest>) -> Answer<v1::MembershipReply> {
+        let _s = self.enter("AddReplica")?;
+        Ok(Response::new(v1::MembershipReply::default()))
+    }
+    async fn remove_replica(&self, _r: Request<v1::ReplicaRef>) -> Answer<v1::MembershipReply> {
+        let _s = self.enter("RemoveReplica")?;
+        Ok(Response::new(v1::MembershipReply::default()))
+    }
+    async fn transfer_leader(&self, _r: Request<v1::ReplicaRef>) -> Answer<v1::MembershipReply> {
+        let _s = self.enter("TransferLeader")?;
+        Ok(Response::new(v1::MembershipReply::default()))
+    }
     async fn create_token(&self, r: Request<v1::CreateTokenRequest>) -> Answer<v1::TokenInfo> {
         let mut s = self.enter("CreateToken")?;
         s.authorizations.push(bearer(&r));

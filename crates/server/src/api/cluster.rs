@@ -2,13 +2,17 @@
 
 use crate::auth::Caller;
 use baton_model::State;
+use baton_model::access::Role;
 use baton_model::command::Op;
 use baton_model::job::JobState;
 use baton_proto::convert::{pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto};
-use baton_proto::v1::{Ack, ClusterInfoReply, Replica, SchedulerSettings};
+use baton_proto::v1::{Ack, ClusterInfoReply, MembershipReply, Replica, SchedulerSettings};
 use tonic::{Response, Status};
 
 use super::{Api, usage};
+
+/// The rack shown for a replica not heard from yet (a rack name cannot be it).
+const RACK_UNKNOWN: &str = "?";
 
 pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
     let m = api.ctx.replica.metrics();
@@ -25,6 +29,7 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         Some(_) => api.ctx.replica.read_local(summary),
         None => api.read(summary).await?,
     };
+    let racks = api.ctx.replica.racks();
     let replicas = m
         .members
         .iter()
@@ -39,7 +44,8 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
                 "Unknown"
             };
             let failure = if *id == m.node_id { failure.clone().unwrap_or_default() } else { String::new() };
-            Replica { id: *id, addr: addr.clone(), role: role.into(), failure }
+            let rack = racks.get(id).cloned().flatten().unwrap_or_else(|| RACK_UNKNOWN.into());
+            Replica { id: *id, addr: addr.clone(), role: role.into(), failure, rack }
         })
         .collect();
     Ok(Response::new(ClusterInfoReply {
@@ -64,4 +70,22 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
 pub async fn set_scheduler(api: &Api, who: &Caller, s: SchedulerSettings) -> Result<Response<Ack>, Status> {
     let settings = scheduler_from_proto(&s).map_err(crate::status::from_convert)?;
     api.ack(who, Op::SetScheduler(settings)).await
+}
+
+/// Add, remove a replica or hand leadership over: admins only; a follower forwards the
+/// change to the leader.
+pub async fn change(
+    api: &Api,
+    who: &Caller,
+    what: &str,
+    change: baton_raft::Change,
+) -> Result<Response<MembershipReply>, Status> {
+    who.require(Role::Admin, what)?;
+    tracing::info!(?change, "membership change asked");
+    let m = api.ctx.replica.change_membership(change).await.map_err(crate::status::from_membership)?;
+    Ok(Response::new(MembershipReply {
+        leader_id: m.leader_id.unwrap_or(0),
+        voters: m.voters.into_iter().collect(),
+        learners: m.learners.into_iter().collect(),
+    }))
 }

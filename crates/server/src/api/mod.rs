@@ -182,6 +182,21 @@ impl Baton for Api {
         let who = self.caller(r.metadata()).await?;
         cluster::set_scheduler(self, &who, r.into_inner()).await
     }
+    async fn add_replica(&self, r: Request<AddReplicaRequest>) -> Result<Response<MembershipReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let r = r.into_inner();
+        cluster::change(self, &who, "AddReplica", baton_raft::Change::Add { id: r.id, addr: r.addr }).await
+    }
+    async fn remove_replica(&self, r: Request<ReplicaRef>) -> Result<Response<MembershipReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let id = r.into_inner().id;
+        cluster::change(self, &who, "RemoveReplica", baton_raft::Change::Remove { id }).await
+    }
+    async fn transfer_leader(&self, r: Request<ReplicaRef>) -> Result<Response<MembershipReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let to = Some(r.into_inner().id).filter(|id| *id != 0);
+        cluster::change(self, &who, "TransferLeader", baton_raft::Change::Transfer { to }).await
+    }
 
     async fn create_token(&self, r: Request<CreateTokenRequest>) -> Result<Response<TokenInfo>, Status> {
         let who = self.caller(r.metadata()).await?;

@@ -1,0 +1,169 @@
+//! Day-2 operations with the real binary: racks in `cluster info`, adding and removing
+//! replicas, moving leadership and replacing a dead replica's host while jobs run.
+
+use std::process::Output;
+
+use baton_chaos::cluster::{Cluster, NodeArgs, Timing};
+use baton_proto::make::{gpu_job, gpu_queue};
+use baton_proto::v1::{Empty, ListJobsRequest, SubmitRequest};
+
+use crate::BATON;
+
+/// `baton ARGS` as an operator runs it against `c` (its client certificate, no token: the
+/// test cluster runs with `--auth none`).
+async fn baton(c: &Cluster, args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let servers = c.servers.addrs.join(",");
+    let tls = c.path("tls/client-chaos");
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(BATON)
+            .args(&args)
+            .args(["--timeout", "40s"])
+            .env("BATON_SERVER", servers)
+            .env("BATON_TLS_DIR", tls)
+            .env_remove("BATON_INSECURE")
+            .env_remove("BATON_TOKEN_FILE")
+            .env_remove("BATON_TOKEN")
+            .output()
+            .expect("baton runs")
+    })
+    .await
+    .expect("the command's thread")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs `args` and returns its stdout; panics with its stderr when it fails.
+async fn ok(c: &Cluster, args: &[&str]) -> String {
+    let out = baton(c, args).await;
+    assert!(out.status.success(), "baton {args:?} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Runs `args`, which must fail, and returns its stderr.
+async fn refused(c: &Cluster, args: &[&str]) -> String {
+    let out = baton(c, args).await;
+    assert!(!out.status.success(), "baton {args:?} should have been refused: {}", text(&out.stdout));
+    text(&out.stderr)
+}
+
+async fn info_json(c: &Cluster) -> serde_json::Value {
+    serde_json::from_str(&ok(c, &["cluster", "info", "-o", "json"]).await).expect("cluster info prints JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_info_shows_each_replicas_rack() {
+    let c = Cluster::start_racked(BATON.as_ref(), &[], &Timing::default(), &["rack-a", "rack-b"]).await;
+    // Each replica asks the others for their racks in the background: "?" until it heard.
+    let mut info = info_json(&c).await;
+    for _ in 0..100 {
+        if !info.to_string().contains("\"rack\":\"?\"") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        info = info_json(&c).await;
+    }
+    let racks: Vec<(u64, String)> = info["replicas"]
+        .as_array()
+        .expect("a replicas list")
+        .iter()
+        .map(|r| (r["id"].as_u64().unwrap(), r["rack"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(racks, [(1, "rack-a".into()), (2, "rack-b".into()), (3, String::new())], "{info}");
+    let table = ok(&c, &["cluster", "info"]).await;
+    assert!(table.contains("RACK"), "{table}");
+    let row = table.lines().find(|l| l.trim_start().starts_with("2 ")).expect("replica 2's row");
+    assert!(row.contains("rack-b"), "{table}");
+    let row = table.lines().find(|l| l.trim_start().starts_with("3 ")).expect("replica 3's row");
+    assert!(row.contains(" - "), "a replica without --rack shows '-': {table}");
+}
+
+/// Submits `name` (1 GPU, runs until killed) and returns once the cluster acknowledged it.
+async fn submit_long(c: &Cluster, name: &str) {
+    let mut api = c.client().await;
+    let spec = gpu_job(name, "q", "", 1, 1, vec!["sleep".into(), "600".into()]);
+    api.submit(SubmitRequest { spec: Some(spec), request_id: format!("req-{name}") })
+        .await
+        .expect("submit acknowledged");
+}
+
+async fn job_names(c: &Cluster) -> Vec<String> {
+    let mut api = c.client().await;
+    let jobs = api.list_jobs(ListJobsRequest::default()).await.expect("list").into_inner().jobs;
+    let mut names: Vec<String> = jobs.into_iter().filter_map(|j| j.spec.map(|s| s.name)).collect();
+    names.sort();
+    names
+}
+
+fn voters(info: &serde_json::Value) -> Vec<u64> {
+    let mut v: Vec<u64> = info["replicas"]
+        .as_array()
+        .expect("replicas")
+        .iter()
+        .filter(|r| r["role"] != "Learner")
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_join_leave_and_lead_in_turn_while_jobs_run() {
+    let node = NodeArgs::gpus("n1", "", 8);
+    // Leases long enough to outlast the writes' pause while leadership moves: the point is
+    // that the job is never stopped.
+    let t = Timing { heartbeat_timeout_ms: 6_000, lease_ms: 3_000, ..Timing::default() };
+    let mut c = Cluster::start_with(BATON.as_ref(), std::slice::from_ref(&node), &t).await;
+    let mut api = c.client().await;
+    api.put_queue(gpu_queue("q", 8)).await.unwrap();
+    submit_long(&c, "long").await;
+    let long = c.wait_job("long", "running", |j| j.state == "Running").await;
+
+    // Add replica 4: it joins as a learner, catches up, becomes a voter.
+    let (_, addr4) = c.spawn_new_replica(4, Some("rack-d"));
+    let said = ok(&c, &["cluster", "add-replica", "4", &addr4]).await;
+    assert!(said.contains("replica 4") && said.contains("voter"), "{said}");
+    assert_eq!(voters(&info_json(&c).await), [1, 2, 3, 4]);
+    submit_long(&c, "after-add").await;
+
+    // Duplicates are refused, naming what is taken.
+    let e = refused(&c, &["cluster", "add-replica", "4", "127.0.0.1:1"]).await;
+    assert!(e.contains("replica 4 is already a member"), "{e}");
+    let e = refused(&c, &["cluster", "add-replica", "5", &addr4]).await;
+    assert!(e.contains(&addr4) && e.contains("replica 4"), "{e}");
+
+    // Leadership moves to replica 4, then replica 1 leaves.
+    let said = ok(&c, &["cluster", "transfer-leader", "4"]).await;
+    assert!(said.contains("replica 4 leads"), "{said}");
+    assert_eq!(info_json(&c).await["leader_id"], 4);
+    submit_long(&c, "after-transfer").await;
+    ok(&c, &["cluster", "remove-replica", "1"]).await;
+    c.kill_replica(0);
+    assert_eq!(voters(&info_json(&c).await), [2, 3, 4]);
+
+    // Below three voters, or an unknown id: refused.
+    let e = refused(&c, &["cluster", "remove-replica", "2"]).await;
+    assert!(e.contains("fewer than 3 voters"), "{e}");
+    let e = refused(&c, &["cluster", "remove-replica", "9"]).await;
+    assert!(e.contains("replica 9 is not a member"), "{e}");
+
+    // Replica 2's host dies: a new host (replica 5, fresh data directory) replaces it.
+    c.kill_replica(1);
+    let (_, addr5) = c.spawn_new_replica(5, None);
+    ok(&c, &["cluster", "add-replica", "5", &addr5]).await;
+    ok(&c, &["cluster", "remove-replica", "2"]).await;
+    assert_eq!(voters(&info_json(&c).await), [3, 4, 5]);
+    submit_long(&c, "after-replace").await;
+
+    // Nothing acknowledged is lost, and the first job ran through it all, never restarted.
+    assert_eq!(job_names(&c).await, ["after-add", "after-replace", "after-transfer", "long"]);
+    for j in ["after-add", "after-transfer", "after-replace"] {
+        c.wait_job(j, "running", |j| j.state == "Running").await;
+    }
+    let now = c.wait_job("long", "still running", |j| j.state == "Running").await;
+    assert_eq!(now.attempt, long.attempt, "the job was never restarted");
+    let nodes = c.client().await.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
+    assert_eq!(nodes.len(), 1);
+}
