@@ -313,6 +313,12 @@ impl Cluster {
         probe(&self.servers.addrs[i], &self.servers.transport).await
     }
 
+    /// Replica `i`'s applied index, if it runs and answers `cluster info` (which it does once
+    /// it follows a leader).
+    pub async fn applied_index_of(&self, i: usize) -> Option<u64> {
+        self.answering(i).await.map(|(_, info)| info.applied_index)
+    }
+
     /// A client of a replica that knows the leader.
     pub async fn client(&self) -> BatonClient<Channel> {
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);

@@ -167,3 +167,71 @@ async fn replicas_join_leave_and_lead_in_turn_while_jobs_run() {
     let nodes = c.client().await.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
     assert_eq!(nodes.len(), 1);
 }
+
+/// Waits until replica `i` answers and has applied as far as the leader had when asked.
+async fn wait_caught_up(c: &Cluster, i: usize) {
+    let target = info_json(c).await["applied_index"].as_u64().unwrap_or(0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(applied) = c.applied_index_of(i).await
+            && applied >= target
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica {} did not catch up; logs in {}",
+            i + 1,
+            c.dir.path().display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_loses_no_acknowledged_write() {
+    let node = NodeArgs::gpus("n1", "", 8);
+    let t = Timing { heartbeat_timeout_ms: 6_000, lease_ms: 3_000, ..Timing::default() };
+    let mut c = Cluster::start_with(BATON.as_ref(), std::slice::from_ref(&node), &t).await;
+    c.client().await.put_queue(gpu_queue("q", 8)).await.unwrap();
+    submit_long(&c, "long").await;
+    let long = c.wait_job("long", "running", |j| j.state == "Running").await;
+    let mut acknowledged = vec!["long".to_string()];
+    // Followers first, then the leader once leadership moved away from it.
+    let leader = c.leader().await;
+    let order: Vec<usize> = (0..3).filter(|i| *i != leader).chain([leader]).collect();
+    for i in order {
+        if i == leader {
+            ok(&c, &["cluster", "transfer-leader"]).await;
+        }
+        c.kill_replica(i);
+        let name = format!("while-{}-down", i + 1);
+        submit_long(&c, &name).await;
+        acknowledged.push(name);
+        c.start_replica(i);
+        wait_caught_up(&c, i).await;
+    }
+    acknowledged.sort();
+    assert_eq!(job_names(&c).await, acknowledged);
+    let now = c.wait_job("long", "still running", |j| j.state == "Running").await;
+    assert_eq!(now.attempt, long.attempt, "the job was never restarted");
+}
+
+#[test]
+fn a_replica_refuses_a_data_directory_of_a_future_format_naming_file_and_version() {
+    use baton_raft::identity::{DATA_FORMAT, IDENTITY_FILE, Identity};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("replica-1");
+    std::fs::create_dir_all(&data).unwrap();
+    let future = DATA_FORMAT + 1;
+    Identity { cluster_id: "baton".into(), node_id: 1, format: future }.write(&data).unwrap();
+    let out = std::process::Command::new(BATON)
+        .args(["server", "--id", "1", "--listen", "127.0.0.1:0", "--insecure", "--auth", "none", "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("baton runs");
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let file = data.join(IDENTITY_FILE).display().to_string();
+    assert!(err.contains(&file) && err.contains(&format!("format {future}")), "{err}");
+}

@@ -28,6 +28,14 @@ pub enum OpenError {
         "{missing}: missing from data directory {dir}, which is therefore incomplete (truncated or partly deleted); restore it, or wipe the whole directory to rebuild this replica from the cluster"
     )]
     Incomplete { dir: PathBuf, missing: PathBuf },
+    #[error(
+        "{file}: the data directory is in format {found}, newer than this build reads (formats up to {newest}); run a build that reads format {found}"
+    )]
+    FormatTooNew { file: PathBuf, found: u32, newest: u32 },
+    #[error(
+        "{file}: the data directory is in format {found}, older than this build reads (formats from {oldest}); open it with an older build first, which upgrades it"
+    )]
+    FormatTooOld { file: PathBuf, found: u32, oldest: u32 },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{path}: {reason}")]
