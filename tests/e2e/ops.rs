@@ -235,3 +235,139 @@ fn a_replica_refuses_a_data_directory_of_a_future_format_naming_file_and_version
     let file = data.join(IDENTITY_FILE).display().to_string();
     assert!(err.contains(&file) && err.contains(&format!("format {future}")), "{err}");
 }
+
+/// `baton ARGS` with `token` (the cluster has tokens from its first one on).
+async fn with_token(c: &Cluster, token: &str, args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let servers = c.servers.addrs.join(",");
+    let tls = c.path("tls/client-chaos");
+    let token = token.to_string();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(BATON)
+            .args(&args)
+            .env("BATON_SERVER", servers)
+            .env("BATON_TLS_DIR", tls)
+            .env("BATON_TOKEN", token)
+            .env_remove("BATON_INSECURE")
+            .env_remove("BATON_TOKEN_FILE")
+            .output()
+            .expect("baton runs")
+    })
+    .await
+    .expect("the command's thread")
+}
+
+async fn ok_with(c: &Cluster, token: &str, args: &[&str]) -> String {
+    let out = with_token(c, token, args).await;
+    assert!(out.status.success(), "baton {args:?} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// A replica of the restored cluster, as a process; killed when dropped.
+struct Restored(std::process::Child);
+
+impl Drop for Restored {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_saved_from_a_live_cluster_restores_into_a_new_cluster() {
+    let node = NodeArgs::gpus("n1", "", 8);
+    let c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
+    c.client().await.put_queue(gpu_queue("q", 8)).await.unwrap();
+    submit_long(&c, "long").await;
+    c.wait_job("long", "running", |j| j.state == "Running").await;
+    let said = ok(&c, &["token", "create", "--user", "ops", "--role", "admin"]).await;
+    let token = said.lines().last().expect("the token line").trim().to_string();
+    ok_with(&c, &token, &["token", "create", "--user", "alice", "--queue", "q"]).await;
+
+    let file = c.path("backup.snap");
+    let file_arg = file.display().to_string();
+    let said = ok_with(&c, &token, &["snapshot", "save", &file_arg]).await;
+    assert!(said.contains("index") && said.contains("format 1"), "{said}");
+
+    // Refusals: same cluster id, a corrupted file, a file of a future format.
+    let data = c.path("restored-1");
+    let data_arg = data.display().to_string();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let restore = |file: &str, cluster: &str| {
+        let args = ["snapshot", "restore", file, "--data-dir", &data_arg, "--id", "1", "--cluster-id", cluster];
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        v.extend(["--advertise".to_string(), addr.clone()]);
+        v
+    };
+    let run = |args: Vec<String>| std::process::Command::new(BATON).args(args).output().expect("baton runs");
+    let out = run(restore(&file_arg, "baton"));
+    assert!(!out.status.success() && text(&out.stderr).contains("new cluster id"), "{}", text(&out.stderr));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let bad = c.path("bad.snap");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = run(restore(&bad.display().to_string(), "restored"));
+    let e = text(&out.stderr);
+    assert!(!out.status.success() && e.contains("bad.snap") && e.contains("checksum"), "{e}");
+    bytes[mid] ^= 0x40;
+    bytes[8] = 9;
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = run(restore(&bad.display().to_string(), "restored"));
+    let e = text(&out.stderr);
+    assert!(!out.status.success() && e.contains("bad.snap") && e.contains("format 9"), "{e}");
+    assert!(!data.exists(), "a refused restore leaves nothing behind");
+
+    let out = run(restore(&file_arg, "restored"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let server = std::process::Command::new(BATON)
+        .args(["server", "--id", "1", "--listen", &addr, "--cluster-id", "restored", "--data-dir", &data_arg])
+        .arg("--tls-dir")
+        .arg(c.path("tls/replica-1"))
+        .stdout(std::fs::File::create(c.path("restored-1.log")).unwrap())
+        .stderr(std::fs::File::create(c.path("restored-1.err")).unwrap())
+        .spawn()
+        .expect("baton server runs");
+    let _restored = Restored(server);
+
+    let at = |args: &[&str]| {
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        v.extend(["--server".to_string(), addr.clone(), "--timeout".to_string(), "20s".to_string()]);
+        v
+    };
+    let new_cluster = |args: Vec<String>| {
+        let tls = c.path("tls/client-chaos");
+        let token = token.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(BATON)
+                .args(args)
+                .env("BATON_TLS_DIR", tls)
+                .env("BATON_TOKEN", token)
+                .env_remove("BATON_SERVER")
+                .env_remove("BATON_INSECURE")
+                .env_remove("BATON_TOKEN_FILE")
+                .output()
+                .expect("baton runs")
+        })
+    };
+    let info = new_cluster(at(&["cluster", "info", "-o", "json"])).await.unwrap();
+    let info: serde_json::Value =
+        serde_json::from_slice(&info.stdout).unwrap_or_else(|_| panic!("{}", text(&info.stderr)));
+    assert_eq!(info["cluster_id"], "restored");
+    let jobs = new_cluster(at(&["list"])).await.unwrap();
+    assert!(text(&jobs.stdout).contains("long"), "jobs come back: {}", text(&jobs.stderr));
+    let queues = new_cluster(at(&["queue", "list"])).await.unwrap();
+    assert!(text(&queues.stdout).contains("q "), "queues come back: {}", text(&queues.stderr));
+    let tokens = new_cluster(at(&["token", "list"])).await.unwrap();
+    let t = text(&tokens.stdout);
+    assert!(t.contains("ops") && t.contains("alice"), "tokens come back (and the old admin token works): {t}");
+    let history = new_cluster(at(&["describe", "long", "--events"])).await.unwrap();
+    let h = text(&history.stdout);
+    assert!(h.contains("Submitted") || h.contains("submitted"), "history comes back: {h}");
+    // The old cluster goes on by itself.
+    let old = ok_with(&c, &token, &["cluster", "info", "-o", "json"]).await;
+    assert!(old.contains("\"cluster_id\": \"baton\""), "{old}");
+}

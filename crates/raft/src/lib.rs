@@ -19,6 +19,7 @@
 //! - [`membership`]: the changes an operator asks for (add, remove, transfer leadership)
 //!   and their rules; [`transfer`]: handing leadership over, which openraft 0.9 lacks.
 //! - `racks`: each member's rack, asked in the background for `cluster info`.
+//! - [`backup`]: the backup file (`baton snapshot save`) and restoring it into a new cluster.
 //! - [`datadir`], [`identity`]: the data directory and its `cluster.id` file.
 //! - [`codec`]: bincode and checksummed records.
 //! - [`error`], [`metrics`]: typed errors and what a replica reports.
@@ -27,6 +28,7 @@
 // move the allocation.
 #![allow(clippy::result_large_err)]
 
+pub mod backup;
 mod batcher;
 pub mod campaign;
 pub mod codec;

@@ -182,6 +182,11 @@ impl Core {
         tokio::time::timeout(self.request_timeout(), wait).await.map_err(|_| WriteError::Timeout { timeout_ms })?
     }
 
+    /// The applied state encoded, and its index.
+    pub(crate) fn sm_snapshot(&self) -> (u64, Result<Vec<u8>, crate::codec::CodecError>) {
+        self.sm.encode_state()
+    }
+
     pub(crate) fn set_transferring(&self, to: Option<NodeId>) {
         *self.transferring.lock().unwrap_or_else(PoisonError::into_inner) = to;
     }

@@ -6,7 +6,7 @@ use baton_model::access::Role;
 use baton_model::command::Op;
 use baton_model::job::JobState;
 use baton_proto::convert::{pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto};
-use baton_proto::v1::{Ack, ClusterInfoReply, MembershipReply, Replica, SchedulerSettings};
+use baton_proto::v1::{Ack, ClusterInfoReply, MembershipReply, Replica, SchedulerSettings, SnapshotChunk};
 use tonic::{Response, Status};
 
 use super::{Api, usage};
@@ -88,4 +88,21 @@ pub async fn change(
         voters: m.voters.into_iter().collect(),
         learners: m.learners.into_iter().collect(),
     }))
+}
+
+/// One message of a backup stream: well under the 16 MiB message bound.
+const CHUNK_BYTES: usize = 1 << 20;
+
+pub type ChunkStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<SnapshotChunk, Status>> + Send>>;
+
+/// `snapshot save`: the backup file's bytes, in chunks. Admins only: it holds every job's
+/// environment and every token's hash.
+pub async fn save_snapshot(api: &Api, who: &Caller) -> Result<Response<ChunkStream>, Status> {
+    who.require(Role::Admin, "SaveSnapshot")?;
+    let backup = api.ctx.replica.backup().await.map_err(crate::status::from_read)?;
+    let bytes = backup.to_bytes().map_err(|e| Status::internal(e.to_string()))?;
+    tracing::info!(index = backup.index, bytes = bytes.len(), "backup streamed");
+    let chunks: Vec<Result<SnapshotChunk, Status>> =
+        bytes.chunks(CHUNK_BYTES).map(|c| Ok(SnapshotChunk { data: c.to_vec() })).collect();
+    Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
 }

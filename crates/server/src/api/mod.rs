@@ -84,6 +84,7 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<Event, Status>> + Send>>;
 #[tonic::async_trait]
 impl Baton for Api {
     type WatchStream = EventStream;
+    type SaveSnapshotStream = cluster::ChunkStream;
 
     async fn submit(&self, r: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let who = self.caller(r.metadata()).await?;
@@ -191,6 +192,10 @@ impl Baton for Api {
         let who = self.caller(r.metadata()).await?;
         let id = r.into_inner().id;
         cluster::change(self, &who, "RemoveReplica", baton_raft::Change::Remove { id }).await
+    }
+    async fn save_snapshot(&self, r: Request<Empty>) -> Result<Response<cluster::ChunkStream>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::save_snapshot(self, &who).await
     }
     async fn transfer_leader(&self, r: Request<ReplicaRef>) -> Result<Response<MembershipReply>, Status> {
         let who = self.caller(r.metadata()).await?;
