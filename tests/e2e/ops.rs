@@ -188,8 +188,20 @@ async fn wait_caught_up(c: &Cluster, i: usize) {
     }
 }
 
+/// Rewrites `dir`'s `cluster.id` as builds before the format field wrote it (format 1).
+fn as_previous_build_left_it(dir: &std::path::Path) {
+    use baton_raft::identity::{IDENTITY_FILE, Identity};
+    let id = Identity::read(dir).unwrap().expect("an identity file");
+    let body = format!("baton-raft identity v1\ncluster_id={}\nnode_id={}\n", id.cluster_id, id.node_id);
+    let text = format!("{body}crc32={:08x}\n", crc32fast::hash(body.as_bytes()));
+    std::fs::write(dir.join(IDENTITY_FILE), text).unwrap();
+}
+
+/// A rolling upgrade onto this build: each replica in turn is stopped (SIGKILL), its data
+/// directory left as the previous build's format, and started on this build, while submits
+/// go on; the leader goes last, after handing leadership over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rolling_restart_loses_no_acknowledged_write() {
+async fn a_rolling_restart_onto_this_build_loses_no_acknowledged_write() {
     let node = NodeArgs::gpus("n1", "", 8);
     let t = Timing { heartbeat_timeout_ms: 6_000, lease_ms: 3_000, ..Timing::default() };
     let mut c = Cluster::start_with(BATON.as_ref(), std::slice::from_ref(&node), &t).await;
@@ -205,11 +217,15 @@ async fn a_rolling_restart_loses_no_acknowledged_write() {
             ok(&c, &["cluster", "transfer-leader"]).await;
         }
         c.kill_replica(i);
+        let dir = c.path(&format!("replica-{}", i + 1));
+        as_previous_build_left_it(&dir);
         let name = format!("while-{}-down", i + 1);
         submit_long(&c, &name).await;
         acknowledged.push(name);
         c.start_replica(i);
         wait_caught_up(&c, i).await;
+        let format = baton_raft::identity::Identity::read(&dir).unwrap().unwrap().format;
+        assert_eq!(format, baton_raft::identity::DATA_FORMAT, "this build marks the directory it read");
     }
     acknowledged.sort();
     assert_eq!(job_names(&c).await, acknowledged);

@@ -129,3 +129,43 @@ pub fn restore(backup: &Backup, dir: &Path, cluster_id: &str, node_id: NodeId, a
     closed.map_err(|e| BackupError::Open(e.to_string()))?;
     Ok(backup.index)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::encode;
+
+    fn backup() -> Backup {
+        Backup { cluster_id: "prod".into(), index: 42, state: encode(&baton_model::State::new()).unwrap() }
+    }
+
+    #[test]
+    fn a_backup_round_trips_through_its_bytes() {
+        let b = backup();
+        assert_eq!(Backup::from_bytes(&b.to_bytes().unwrap(), Path::new("f")).unwrap(), b);
+    }
+
+    #[test]
+    fn what_is_wrong_with_a_file_is_named() {
+        let f = Path::new("backup.snap");
+        let bytes = backup().to_bytes().unwrap();
+        let err = Backup::from_bytes(b"hello", f).unwrap_err().to_string();
+        assert!(err.contains("backup.snap") && err.contains("not a baton snapshot"), "{err}");
+        let err = Backup::from_bytes(&bytes[..bytes.len() - 3], f).unwrap_err().to_string();
+        assert!(err.contains("damaged or truncated"), "{err}");
+        let mut newer = bytes.clone();
+        newer[8..12].copy_from_slice(&(BACKUP_FORMAT + 1).to_le_bytes());
+        let err = Backup::from_bytes(&newer, f).unwrap_err().to_string();
+        assert!(err.contains(&format!("format {}", BACKUP_FORMAT + 1)), "{err}");
+    }
+
+    #[test]
+    fn restoring_needs_a_new_cluster_id_and_an_empty_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let err = restore(&backup(), root.path(), "prod", 1, "h:1").unwrap_err();
+        assert!(matches!(err, BackupError::SameClusterId { .. }), "{err}");
+        std::fs::write(root.path().join("x"), "x").unwrap();
+        let err = restore(&backup(), root.path(), "new", 1, "h:1").unwrap_err();
+        assert!(matches!(err, BackupError::NotEmpty { .. }), "{err}");
+    }
+}
