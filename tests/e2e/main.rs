@@ -3,7 +3,6 @@
 //! - the cluster of processes comes from `baton_chaos::cluster` (the chaos harness's).
 //! - `replay`: seed scenarios on a scaled clock, checked like the simulator checks them.
 
-mod ops;
 mod replay;
 
 use std::time::Duration;

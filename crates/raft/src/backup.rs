@@ -94,11 +94,7 @@ impl Replica {
     pub async fn backup(&self) -> Result<Backup, ReadError> {
         self.read(|_| ()).await?;
         let (index, state) = self.core().sm_snapshot();
-        let state = state.map_err(|e| ReadError::ForwardFailed {
-            leader_id: self.id(),
-            leader_addr: self.addr().to_string(),
-            reason: format!("cannot encode the state: {e}"),
-        })?;
+        let state = state.map_err(|e| ReadError::Encode(e.to_string()))?;
         Ok(Backup { cluster_id: self.cluster_id().to_string(), index, state })
     }
 }

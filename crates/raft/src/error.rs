@@ -100,6 +100,9 @@ pub enum ReadError {
     Timeout { timeout_ms: u64 },
     #[error("the replica is shutting down")]
     Stopped,
+    /// The state read could not be encoded (a backup).
+    #[error("cannot encode the state: {0}")]
+    Encode(String),
 }
 
 /// Why a membership change was refused. Serializable: it travels back to the follower that

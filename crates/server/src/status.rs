@@ -58,6 +58,7 @@ pub fn from_read(e: ReadError) -> Status {
         ReadError::QuorumLost(_) | ReadError::ForwardFailed { .. } | ReadError::Timeout { .. } => {
             Status::unavailable(e.to_string())
         }
+        ReadError::Encode(_) => Status::internal(e.to_string()),
     }
 }
 

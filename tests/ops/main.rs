@@ -1,5 +1,9 @@
 //! Day-2 operations with the real binary: racks in `cluster info`, adding and removing
-//! replicas, moving leadership and replacing a dead replica's host while jobs run.
+//! replicas, moving leadership and replacing a dead replica's host while jobs run, rolling
+//! restarts onto this build, data-format refusals, backups and restores.
+//!
+//! A test binary of its own, so that its clusters do not run beside the timing-sensitive
+//! scenario replays of `tests/e2e`.
 
 use std::process::Output;
 
@@ -7,7 +11,8 @@ use baton_chaos::cluster::{Cluster, NodeArgs, Timing};
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::{Empty, ListJobsRequest, SubmitRequest};
 
-use crate::BATON;
+/// The binary under test.
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
 
 /// `baton ARGS` as an operator runs it against `c` (its client certificate, no token: the
 /// test cluster runs with `--auth none`).
