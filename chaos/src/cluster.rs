@@ -74,6 +74,7 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub servers: Servers,
     baton: PathBuf,
+    timing: Timing,
     replicas: Vec<Proc>,
     agents: BTreeMap<String, (NodeArgs, Proc)>,
 }
@@ -142,6 +143,12 @@ impl Cluster {
     }
 
     pub async fn start_with(baton: &Path, nodes: &[NodeArgs], t: &Timing) -> Cluster {
+        Cluster::start_racked(baton, nodes, t, &[]).await
+    }
+
+    /// Like [`Cluster::start_with`], replica `i` started with `--rack racks[i]` (none past
+    /// the end of `racks`).
+    pub async fn start_racked(baton: &Path, nodes: &[NodeArgs], t: &Timing, racks: &[&str]) -> Cluster {
         let dir = tempfile::Builder::new().prefix("baton-e2e-").tempdir().expect("a temporary directory");
         let servers: Vec<String> = (0..REPLICAS).map(|_| free_port()).collect();
         let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
@@ -151,40 +158,13 @@ impl Cluster {
             dir,
             servers: Servers { addrs: servers.clone(), transport },
             baton: baton.to_path_buf(),
+            timing: t.clone(),
             replicas: Vec::new(),
             agents: BTreeMap::new(),
         };
         for (i, addr) in servers.iter().enumerate() {
-            let id = (i + 1).to_string();
-            let data = c.path(&format!("replica-{id}")).display().to_string();
-            let args = strings(&[
-                "server",
-                "--id",
-                &id,
-                "--listen",
-                addr,
-                "--data-dir",
-                &data,
-                "--bootstrap",
-                &members.join(","),
-                "--cycle-interval-ms",
-                &t.cycle_interval_ms.to_string(),
-                "--heartbeat-timeout-ms",
-                &t.heartbeat_timeout_ms.to_string(),
-                "--resend-ms",
-                &t.resend_ms.to_string(),
-                "--lease-ms",
-                &t.lease_ms.to_string(),
-                "--tls-dir",
-                &tls.join(format!("replica-{id}")).display().to_string(),
-                // The suite checks scheduling under faults; tokens are tested in the server's
-                // and the CLI's tests.
-                "--auth",
-                "none",
-            ]);
-            let mut p = Proc::new(args, c.path(&format!("replica-{id}.log")));
-            p.spawn(baton);
-            c.replicas.push(p);
+            let rack = racks.get(i).copied();
+            c.spawn_replica_process((i + 1) as u64, addr, Some(&members.join(",")), rack);
         }
         c.leader().await;
         for n in nodes {
@@ -195,6 +175,66 @@ impl Cluster {
         }
         c.wait_nodes(nodes.len()).await;
         c
+    }
+
+    /// Starts replica `id` at `addr` on its own data directory; with `bootstrap` it proposes
+    /// that first membership, without it waits to be added (`baton cluster add-replica`).
+    fn spawn_replica_process(&mut self, id: u64, addr: &str, bootstrap: Option<&str>, rack: Option<&str>) {
+        let t = &self.timing;
+        let data = self.path(&format!("replica-{id}")).display().to_string();
+        let tls = self.path(&format!("tls/replica-{id}")).display().to_string();
+        let mut args = strings(&[
+            "server",
+            "--id",
+            &id.to_string(),
+            "--listen",
+            addr,
+            "--data-dir",
+            &data,
+            "--cycle-interval-ms",
+            &t.cycle_interval_ms.to_string(),
+            "--heartbeat-timeout-ms",
+            &t.heartbeat_timeout_ms.to_string(),
+            "--resend-ms",
+            &t.resend_ms.to_string(),
+            "--lease-ms",
+            &t.lease_ms.to_string(),
+            "--tls-dir",
+            &tls,
+            // The suite checks scheduling under faults; tokens are tested in the server's
+            // and the CLI's tests.
+            "--auth",
+            "none",
+        ]);
+        if let Some(members) = bootstrap {
+            args.extend(strings(&["--bootstrap", members]));
+        }
+        if let Some(rack) = rack {
+            args.extend(strings(&["--rack", rack]));
+        }
+        let mut p = Proc::new(args, self.path(&format!("replica-{id}.log")));
+        p.spawn(&self.baton);
+        self.replicas.push(p);
+    }
+
+    /// Starts a new replica `id` (with its own certificate and an empty data directory) that
+    /// belongs to no membership yet: `baton cluster add-replica` adds it. Returns its index
+    /// and its address, which clients of this `Cluster` use from now on too, once it listens.
+    pub fn spawn_new_replica(&mut self, id: u64, rack: Option<&str>) -> (usize, String) {
+        let ca = self.path("tls/ca").display().to_string();
+        let out = self.path(&format!("tls/replica-{id}")).display().to_string();
+        let args = strings(&["tls", "cert", "create", "--server", &id.to_string(), "--ca-dir", &ca, "--out-dir", &out]);
+        let made = Command::new(&self.baton).args(&args).output().expect("baton tls runs");
+        assert!(made.status.success(), "baton {args:?}: {}", String::from_utf8_lossy(&made.stderr));
+        let addr = free_port();
+        self.spawn_replica_process(id, &addr, None, rack);
+        self.servers.addrs.push(addr.clone());
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "replica {id} does not listen; logs in {}", self.dir.path().display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (self.replicas.len() - 1, addr)
     }
 
     pub fn path(&self, p: &str) -> PathBuf {
@@ -275,11 +315,17 @@ impl Cluster {
         probe(&self.servers.addrs[i], &self.servers.transport).await
     }
 
+    /// Replica `i`'s applied index, if it runs and answers `cluster info` (which it does once
+    /// it follows a leader).
+    pub async fn applied_index_of(&self, i: usize) -> Option<u64> {
+        self.answering(i).await.map(|(_, info)| info.applied_index)
+    }
+
     /// A client of a replica that knows the leader.
     pub async fn client(&self) -> BatonClient<Channel> {
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);
         loop {
-            for i in 0..REPLICAS {
+            for i in 0..self.replicas.len() {
                 if let Some((c, info)) = self.answering(i).await
                     && info.leader_id != 0
                 {
@@ -295,7 +341,7 @@ impl Cluster {
     pub async fn leader(&self) -> usize {
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);
         loop {
-            for i in 0..REPLICAS {
+            for i in 0..self.replicas.len() {
                 if let Some((_, info)) = self.answering(i).await
                     && info.leader_id != 0
                     && info.leader_id == info.answered_by

@@ -32,6 +32,11 @@ pub struct ServerArgs {
     /// Shared by every replica of one cluster; a replica of another cluster cannot join.
     #[arg(long, default_value = "baton")]
     pub cluster_id: String,
+    /// The rack (or failure domain) this replica's host is in, shown by `baton cluster info`
+    /// to check that losing one rack keeps a quorum (docs/ops.md). Letters, digits, `.`,
+    /// `_` and `-`, at most 63.
+    #[arg(long, value_parser = parse_rack)]
+    pub rack: Option<String>,
     /// First membership of a new cluster, as ID=HOST:PORT,... (give it to one replica, or to
     /// all: a cluster that already has a membership ignores it).
     #[arg(long)]
@@ -73,6 +78,17 @@ pub struct ServerArgs {
     pub election_timeout_ms: u64,
     #[command(flatten)]
     pub security: crate::tls::TransportArgs,
+}
+
+fn parse_rack(text: &str) -> Result<String, String> {
+    let max = baton_raft::MAX_RACK_BYTES;
+    if text.is_empty() || text.len() > max {
+        return Err(format!("a rack name has 1 to {max} characters, {text:?} has {}", text.len()));
+    }
+    match text.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        Some(c) => Err(format!("{text:?} has {c:?}; a rack name has only letters, digits, '.', '_' and '-'")),
+        None => Ok(text.to_string()),
+    }
 }
 
 fn parse_auth(text: &str) -> Result<AuthMode, String> {
@@ -121,6 +137,7 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
     let mut replica = ReplicaConfig::new(a.id, a.cluster_id.clone(), advertise, a.data_dir.clone());
     replica.settings.election_timeout_min_ms = a.election_timeout_ms;
     replica.settings.election_timeout_max_ms = a.election_timeout_ms * 2;
+    replica.rack = a.rack.clone();
     let bootstrap = a.bootstrap.as_deref().map(parse_members).transpose()?;
     let settings = ServerSettings {
         cycle_interval_ms: a.cycle_interval_ms,
@@ -207,5 +224,14 @@ mod tests {
         assert_eq!(bootstrap_admin(&path).unwrap(), hash);
         std::fs::write(&path, "\n").unwrap();
         assert!(bootstrap_admin(&path).unwrap_err().contains("holds no token"));
+    }
+
+    #[test]
+    fn a_rack_name_is_short_and_plain() {
+        assert_eq!(parse_rack("rack-a.1_x").unwrap(), "rack-a.1_x");
+        assert!(parse_rack("").unwrap_err().contains("1 to 63"));
+        assert!(parse_rack(&"r".repeat(64)).unwrap_err().contains("has 64"));
+        assert!(parse_rack("rack a").unwrap_err().contains("' '"));
+        assert!(parse_rack("?").unwrap_err().contains("'?'"));
     }
 }

@@ -284,6 +284,7 @@ fn cluster_info_names_a_failing_replica_and_why() {
                 addr: "10.0.0.2:7070".into(),
                 role: "Follower".into(),
                 failure: "disk failing: /var/lib/baton/raft.sled: No space left on device".into(),
+                rack: "rack-b".into(),
             }],
             answered_by: 2,
             ..Default::default()
@@ -294,6 +295,7 @@ fn cluster_info_names_a_failing_replica_and_why() {
     r.unwrap();
     let row = out.lines().find(|l| l.contains("10.0.0.2:7070")).expect("a row for replica 2");
     assert!(row.contains("FAILED: disk failing") && row.contains("No space left on device"), "{out}");
+    assert!(row.contains("rack-b"), "{out}");
     assert!(out.contains("transport: mutual TLS"), "{out}");
     let (r, out) = run(&["cluster", "info", "--server", &server.addr(), "-o", "json"]);
     r.unwrap();

@@ -37,13 +37,29 @@ pub struct PreVote {
 /// (turmoil) is honoured.
 pub(crate) struct Campaign {
     leader_heard_at: Mutex<Option<Instant>>,
+    /// Until then this replica neither campaigns nor grants pre-votes: leadership is being
+    /// handed to another replica (see `transfer`).
+    held_until: Mutex<Option<Instant>>,
     /// How long without a leader before an election may start.
     quiet: Duration,
 }
 
 impl Campaign {
     pub(crate) fn new(election_timeout_min_ms: u64) -> Campaign {
-        Campaign { leader_heard_at: Mutex::new(None), quiet: Duration::from_millis(election_timeout_min_ms) }
+        Campaign {
+            leader_heard_at: Mutex::new(None),
+            held_until: Mutex::new(None),
+            quiet: Duration::from_millis(election_timeout_min_ms),
+        }
+    }
+
+    /// Holds this replica's own campaigns back for `d`, while leadership moves to another.
+    pub(crate) fn hold_back(&self, d: Duration) {
+        *self.held_until.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + d);
+    }
+
+    fn held_back(&self) -> bool {
+        self.held_until.lock().unwrap_or_else(PoisonError::into_inner).is_some_and(|until| Instant::now() < until)
     }
 
     pub(crate) fn leader_heard(&self) {
@@ -59,6 +75,7 @@ impl Campaign {
     pub(crate) fn grants(&self, raft: &Raft, ask: &PreVote) -> bool {
         let m = raft.metrics().borrow().clone();
         m.state != ServerState::Leader
+            && !self.held_back()
             && self.leaderless()
             && ask.term >= m.current_term
             && ask.last_log_index >= m.last_log_index
@@ -82,7 +99,7 @@ pub(crate) fn start(raft: Raft, campaign: Arc<Campaign>, peers: Arc<Peers>, self
 }
 
 /// Completes when the metrics channel closes (true) — never otherwise.
-async fn closed(metrics: &mut watch::Receiver<RaftMetrics>) -> bool {
+pub(crate) async fn closed(metrics: &mut watch::Receiver<RaftMetrics>) -> bool {
     while metrics.changed().await.is_ok() {}
     true
 }
@@ -90,7 +107,7 @@ async fn closed(metrics: &mut watch::Receiver<RaftMetrics>) -> bool {
 /// One guard round: may openraft start an election now?
 async fn may_campaign(raft: &Raft, campaign: &Campaign, peers: &Peers, self_id: NodeId, timeout: Duration) -> bool {
     let m = raft.metrics().borrow().clone();
-    if m.state == ServerState::Leader || !campaign.leaderless() {
+    if m.state == ServerState::Leader || campaign.held_back() || !campaign.leaderless() {
         return false;
     }
     let membership = m.membership_config.membership();

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::OpenError;
-use crate::identity::{IDENTITY_FILE, Identity};
+use crate::identity::{DATA_FORMAT, IDENTITY_FILE, Identity, OLDEST_READABLE_FORMAT};
 use crate::store::{KvStore, SledKv, Space};
 use crate::types::NodeId;
 
@@ -32,6 +32,12 @@ pub fn open(dir: &Path, cluster_id: &str, node_id: NodeId) -> Result<Arc<dyn KvS
         if found.node_id != node_id {
             return Err(OpenError::NodeMismatch { file: id_file, found: found.node_id, configured: node_id });
         }
+        if found.format > DATA_FORMAT {
+            return Err(OpenError::FormatTooNew { file: id_file, found: found.format, newest: DATA_FORMAT });
+        }
+        if found.format < OLDEST_READABLE_FORMAT {
+            return Err(OpenError::FormatTooOld { file: id_file, found: found.format, oldest: OLDEST_READABLE_FORMAT });
+        }
         if !sled_path.exists() {
             return Err(incomplete(dir, sled_path));
         }
@@ -44,7 +50,11 @@ pub fn open(dir: &Path, cluster_id: &str, node_id: NodeId) -> Result<Arc<dyn KvS
         if has_records(&kv)? {
             return Err(incomplete(dir, id_file));
         }
-        Identity { cluster_id: cluster_id.to_string(), node_id }.write(dir)?;
+        Identity { cluster_id: cluster_id.to_string(), node_id, format: DATA_FORMAT }.write(dir)?;
+    } else if let Some(old) = existing.filter(|found| found.format < DATA_FORMAT) {
+        // Readable, as checked above: from now on it is this build's format.
+        tracing::info!(dir = %dir.display(), from = old.format, to = DATA_FORMAT, "data directory format upgraded");
+        Identity { format: DATA_FORMAT, ..old }.write(dir)?;
     }
     Ok(Arc::new(kv))
 }

@@ -28,6 +28,14 @@ pub enum OpenError {
         "{missing}: missing from data directory {dir}, which is therefore incomplete (truncated or partly deleted); restore it, or wipe the whole directory to rebuild this replica from the cluster"
     )]
     Incomplete { dir: PathBuf, missing: PathBuf },
+    #[error(
+        "{file}: the data directory is in format {found}, newer than this build reads (formats up to {newest}); run a build that reads format {found}"
+    )]
+    FormatTooNew { file: PathBuf, found: u32, newest: u32 },
+    #[error(
+        "{file}: the data directory is in format {found}, older than this build reads (formats from {oldest}); open it with an older build first, which upgrades it"
+    )]
+    FormatTooOld { file: PathBuf, found: u32, oldest: u32 },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{path}: {reason}")]
@@ -71,6 +79,10 @@ pub enum WriteError {
         "this replica cannot write its raft log ({location}: {reason}); writes are refused until it can, reads still work"
     )]
     DiskFailing { location: String, reason: String },
+    /// The leader is handing leadership over and takes no writes until a new leader is
+    /// elected (about two election timeouts).
+    #[error("no leader for a moment: leadership is moving to replica {to}; retry shortly")]
+    Transferring { to: NodeId },
 }
 
 /// Why a linearizable read was not served.
@@ -88,10 +100,14 @@ pub enum ReadError {
     Timeout { timeout_ms: u64 },
     #[error("the replica is shutting down")]
     Stopped,
+    /// The state read could not be encoded (a backup).
+    #[error("cannot encode the state: {0}")]
+    Encode(String),
 }
 
-/// Why a membership change was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a membership change was refused. Serializable: it travels back to the follower that
+/// forwarded the change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum MembershipError {
     #[error("membership changes go to the leader; the leader is replica {leader_id} at {leader_addr}")]
     NotLeader { leader_id: NodeId, leader_addr: String },
@@ -111,6 +127,26 @@ pub enum MembershipError {
     Refused(String),
     #[error("the replica is shutting down")]
     Stopped,
+    #[error("replica {id} is already a member (at {addr}); remove it first to add it again")]
+    DuplicateId { id: NodeId, addr: String },
+    #[error("{addr} is already the address of replica {id}")]
+    DuplicateAddr { addr: String, id: NodeId },
+    #[error(
+        "removing replica {id} would leave {left} voters, fewer than {min} voters (the fewest that survive losing one); add a replica first"
+    )]
+    TooFewVoters { id: NodeId, left: usize, min: usize },
+    #[error("replica {0} leads; hand leadership to another first (`baton cluster transfer-leader`)")]
+    RemoveLeader(NodeId),
+    #[error("replica {0} is a learner, not a voter; only a voter can lead")]
+    NotVoter(NodeId),
+    #[error("no other voter to hand leadership to")]
+    NoOtherVoter,
+    #[error("leadership did not move to replica {to}: {reason}")]
+    TransferFailed { to: NodeId, reason: String },
+    #[error(
+        "forwarding to the leader, replica {leader_id} at {leader_addr}, failed; the change may or may not be made: {reason}"
+    )]
+    ForwardFailed { leader_id: NodeId, leader_addr: String, reason: String },
 }
 
 /// Why serving raft RPCs stopped.

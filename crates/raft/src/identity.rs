@@ -6,11 +6,19 @@
 //! baton-raft identity v1
 //! cluster_id=prod-east
 //! node_id=2
+//! format=2
 //! crc32=1a2b3c4d
 //! ```
 //!
-//! It is written once, when a replica first starts in an empty directory, and checked at
-//! every start: data from another cluster or another replica is never served by mistake.
+//! It is written when a replica first starts in an empty directory, and checked at every
+//! start: data from another cluster or another replica is never served by mistake.
+//!
+//! `format` is the data directory's format version: how the log entries, the vote and the
+//! snapshot in `raft.sled` are encoded. A build reads every format from
+//! [`OLDEST_READABLE_FORMAT`] to its own [`DATA_FORMAT`] and refuses a newer one, naming the
+//! file and the version; opening an older one marks it with its own (after which only builds
+//! that read this format open it). Builds before the field existed wrote no `format` line
+//! (their parser ignores it): that is format 1.
 
 use std::fs;
 use std::io::Write as _;
@@ -20,6 +28,11 @@ use crate::types::NodeId;
 
 pub const IDENTITY_FILE: &str = "cluster.id";
 const HEADER: &str = "baton-raft identity v1";
+/// The format this build writes. 1: before the field existed. 2: the same encodings, marked.
+/// A build that changes an encoding raises it and keeps reading the older ones it can.
+pub const DATA_FORMAT: u32 = 2;
+/// The oldest format this build reads.
+pub const OLDEST_READABLE_FORMAT: u32 = 1;
 /// Longest cluster id.
 pub const MAX_CLUSTER_ID_LEN: usize = 64;
 
@@ -27,6 +40,8 @@ pub const MAX_CLUSTER_ID_LEN: usize = 64;
 pub struct Identity {
     pub cluster_id: String,
     pub node_id: NodeId,
+    /// The data directory's format version.
+    pub format: u32,
 }
 
 /// Why the identity file cannot be used.
@@ -49,7 +64,7 @@ pub fn check_cluster_id(id: &str) -> Result<(), IdentityError> {
 }
 
 fn body(id: &Identity) -> String {
-    format!("{HEADER}\ncluster_id={}\nnode_id={}\n", id.cluster_id, id.node_id)
+    format!("{HEADER}\ncluster_id={}\nnode_id={}\nformat={}\n", id.cluster_id, id.node_id, id.format)
 }
 
 impl Identity {
@@ -111,7 +126,11 @@ fn parse(bytes: &[u8]) -> Result<Identity, String> {
     let cluster_id = field(lines.next(), "cluster_id")?;
     check_cluster_id(&cluster_id).map_err(|e| e.to_string())?;
     let node_id = field(lines.next(), "node_id")?.parse::<NodeId>().map_err(|e| format!("node_id: {e}"))?;
-    Ok(Identity { cluster_id, node_id })
+    let format = match lines.next() {
+        None => 1,
+        line => field(line, "format")?.parse::<u32>().map_err(|e| format!("format: {e}"))?,
+    };
+    Ok(Identity { cluster_id, node_id, format })
 }
 
 #[cfg(test)]
@@ -121,7 +140,7 @@ mod tests {
     #[test]
     fn round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        let id = Identity { cluster_id: "prod-east".into(), node_id: 3 };
+        let id = Identity { cluster_id: "prod-east".into(), node_id: 3, format: DATA_FORMAT };
         id.write(dir.path()).unwrap();
         assert_eq!(Identity::read(dir.path()).unwrap(), Some(id));
     }
@@ -135,7 +154,7 @@ mod tests {
     #[test]
     fn edited_file_fails_its_checksum() {
         let dir = tempfile::tempdir().unwrap();
-        Identity { cluster_id: "a".into(), node_id: 1 }.write(dir.path()).unwrap();
+        Identity { cluster_id: "a".into(), node_id: 1, format: DATA_FORMAT }.write(dir.path()).unwrap();
         let f = dir.path().join(IDENTITY_FILE);
         let t = fs::read_to_string(&f).unwrap().replace("node_id=1", "node_id=2");
         fs::write(&f, t).unwrap();

@@ -16,6 +16,10 @@
 //! - [`net`]: the gRPC transport (`proto/raft.proto`): dialing, openraft's network traits,
 //!   the server side, forwarded writes and read-index calls.
 //! - [`campaign`]: pre-vote, so a replica without a quorum does not raise its term.
+//! - [`membership`]: the changes an operator asks for (add, remove, transfer leadership)
+//!   and their rules; [`transfer`]: handing leadership over, which openraft 0.9 lacks.
+//! - `racks`: each member's rack, asked in the background for `cluster info`.
+//! - [`backup`]: the backup file (`baton snapshot save`) and restoring it into a new cluster.
 //! - [`datadir`], [`identity`]: the data directory and its `cluster.id` file.
 //! - [`codec`]: bincode and checksummed records.
 //! - [`error`], [`metrics`]: typed errors and what a replica reports.
@@ -24,20 +28,26 @@
 // move the allocation.
 #![allow(clippy::result_large_err)]
 
+pub mod backup;
 mod batcher;
 pub mod campaign;
 pub mod codec;
 pub mod datadir;
 pub mod error;
 pub mod identity;
+pub mod membership;
 pub mod metrics;
 pub mod net;
+mod racks;
 pub mod replica;
 pub mod settings;
 pub mod store;
+pub mod transfer;
 pub mod types;
 
 pub use error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
+pub use membership::{Change, MIN_VOTERS};
 pub use metrics::{ReplicaMetrics, Role};
+pub use racks::MAX_RACK_BYTES;
 pub use replica::{Bootstrap, Replica, ReplicaConfig, Storage};
 pub use settings::RaftSettings;

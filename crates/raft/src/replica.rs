@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_model::{Command, Response, State};
@@ -27,6 +27,7 @@ use crate::net::dialer::Dialer;
 use crate::net::peers::Peers;
 use crate::net::raft_network::NetworkFactory;
 use crate::net::service::RaftService;
+use crate::racks::{self, Racks};
 use crate::settings::RaftSettings;
 use crate::store::{DiskHealth, KvStore, LogStore, MemKv, SmShared, StateMachineStore};
 use crate::types::{LogId, NodeId, Raft, RaftMetrics};
@@ -77,6 +78,8 @@ pub struct ReplicaConfig {
     pub advertise_addr: String,
     pub storage: Storage,
     pub settings: RaftSettings,
+    /// The rack this replica runs in (`--rack`), reported to the others; None: not given.
+    pub rack: Option<String>,
 }
 
 impl ReplicaConfig {
@@ -93,6 +96,7 @@ impl ReplicaConfig {
             advertise_addr: advertise_addr.into(),
             storage: Storage::Disk(data_dir.into()),
             settings: RaftSettings::default(),
+            rack: None,
         }
     }
 }
@@ -110,13 +114,17 @@ pub(crate) struct Core {
     pub(crate) id: NodeId,
     pub(crate) cluster_id: String,
     pub(crate) addr: String,
+    pub(crate) rack: Option<String>,
     pub(crate) settings: RaftSettings,
     pub(crate) raft: Raft,
     sm: Arc<SmShared>,
     kv: Arc<dyn KvStore>,
     disk: DiskHealth,
     pub(crate) campaign: Arc<Campaign>,
-    peers: Arc<Peers>,
+    pub(crate) peers: Arc<Peers>,
+    racks: Arc<Racks>,
+    /// While leadership is handed to this replica, writes are refused.
+    transferring: Mutex<Option<NodeId>>,
     write_slots: Semaphore,
     batcher: mpsc::Sender<Pending>,
 }
@@ -155,6 +163,9 @@ impl Core {
         if let Some(e) = self.disk.failing() {
             return Err(WriteError::DiskFailing { location: e.location, reason: e.message });
         }
+        if let Some(to) = self.transferring() {
+            return Err(WriteError::Transferring { to });
+        }
         if !self.is_leader() {
             return Err(match self.leader() {
                 Some((leader_id, Some(leader_addr))) => WriteError::NotLeader { leader_id, leader_addr },
@@ -169,6 +180,19 @@ impl Core {
             answer.await.map_err(|_| WriteError::Stopped)?
         };
         tokio::time::timeout(self.request_timeout(), wait).await.map_err(|_| WriteError::Timeout { timeout_ms })?
+    }
+
+    /// The applied state encoded, and its index.
+    pub(crate) fn sm_snapshot(&self) -> (u64, Result<Vec<u8>, crate::codec::CodecError>) {
+        self.sm.encode_state()
+    }
+
+    pub(crate) fn set_transferring(&self, to: Option<NodeId>) {
+        *self.transferring.lock().unwrap_or_else(PoisonError::into_inner) = to;
+    }
+
+    fn transferring(&self) -> Option<NodeId> {
+        *self.transferring.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn is_leader(&self) -> bool {
@@ -226,6 +250,8 @@ impl Replica {
         let campaign = Arc::new(Campaign::new(config.settings.election_timeout_min_ms));
         let guard_every = Duration::from_millis(config.settings.heartbeat_interval_ms);
         campaign::start(raft.clone(), campaign.clone(), peers.clone(), config.node_id, guard_every);
+        let racks = Arc::new(Racks::default());
+        racks::start(raft.clone(), racks.clone(), peers.clone(), config.node_id);
         tracing::info!(
             node_id = config.node_id,
             cluster_id = %config.cluster_id,
@@ -237,6 +263,7 @@ impl Replica {
                 id: config.node_id,
                 cluster_id: config.cluster_id,
                 addr: config.advertise_addr,
+                rack: config.rack,
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
                 batcher,
                 settings: config.settings,
@@ -246,6 +273,8 @@ impl Replica {
                 disk,
                 campaign,
                 peers,
+                racks,
+                transferring: Mutex::new(None),
             }),
         })
     }
@@ -260,6 +289,36 @@ impl Replica {
 
     pub fn addr(&self) -> &str {
         &self.core.addr
+    }
+
+    /// This replica's rack (`--rack`), if it was given one.
+    pub fn rack(&self) -> Option<&str> {
+        self.core.rack.as_deref()
+    }
+
+    /// Each member's rack as last heard from it: `Some("")` for a member that has none,
+    /// `None` for one not heard from yet (unreachable, or just started).
+    pub fn racks(&self) -> BTreeMap<NodeId, Option<String>> {
+        let m = self.metrics();
+        m.members
+            .iter()
+            .map(|(id, addr)| {
+                let rack = if *id == self.core.id {
+                    Some(self.core.rack.clone().unwrap_or_default())
+                } else {
+                    self.core.racks.get(*id, addr)
+                };
+                (*id, rack)
+            })
+            .collect()
+    }
+
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+
+    pub(crate) fn from_core(core: Arc<Core>) -> Replica {
+        Replica { core }
     }
 
     pub fn settings(&self) -> &RaftSettings {
@@ -411,7 +470,7 @@ impl Replica {
         self.core.sm.last_applied().map(|l| l.index)
     }
 
-    fn require_leader(&self) -> Result<(), MembershipError> {
+    pub(crate) fn require_leader(&self) -> Result<(), MembershipError> {
         match self.core.leader() {
             Some((id, _)) if id == self.core.id => Ok(()),
             Some((leader_id, addr)) => {

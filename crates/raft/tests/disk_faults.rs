@@ -78,6 +78,7 @@ async fn single(disk: Arc<FaultyKv>) -> Replica {
         storage: Storage::Store(SharedStore(disk)),
         // Short, so the write caught by the fault gives up waiting quickly.
         settings: RaftSettings { request_timeout_ms: 500, ..RaftSettings::default() },
+        rack: None,
     };
     let replica = Replica::open(config).await.expect("open replica");
     replica.bootstrap(BTreeMap::from([(1, "127.0.0.1:1".to_string())])).await.unwrap();
@@ -142,6 +143,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
         advertise_addr: "127.0.0.1:1".into(),
         storage: Storage::Store(SharedStore(disk)),
         settings: RaftSettings::default(),
+        rack: None,
     })
     .await
     .expect("reopen");
@@ -172,6 +174,7 @@ async fn a_failed_sync_stops_the_replica_and_a_restart_recovers() {
         advertise_addr: "127.0.0.1:1".into(),
         storage: Storage::Store(SharedStore(disk)),
         settings: RaftSettings::default(),
+        rack: None,
     })
     .await
     .expect("reopen after the failed sync");

@@ -43,6 +43,7 @@ fn add_replicas(sim: &mut turmoil::Sim<'_>, n: u64, handles: &Handles) {
                     advertise_addr: members[&id].clone(),
                     storage: Storage::Memory,
                     settings: settings(),
+                    rack: None,
                 };
                 let replica = Replica::open_with(config, sim_dialer()).await?;
                 handles.lock().unwrap().insert(id, replica.clone());

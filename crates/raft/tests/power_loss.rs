@@ -75,6 +75,7 @@ fn add_replicas(sim: &mut turmoil::Sim<'_>, disks: &[PowerLossDisk], handles: &H
                     advertise_addr: members[&id].clone(),
                     storage: Storage::Store(store),
                     settings: settings(),
+                    rack: None,
                 };
                 let replica = Replica::open_with(config, sim_dialer()).await?;
                 handles.lock().unwrap().insert(id, replica.clone());

@@ -3,7 +3,7 @@
 
 use baton_model::error::ApplyError;
 use baton_proto::convert::ConvertError;
-use baton_raft::{ReadError, WriteError};
+use baton_raft::{MembershipError, ReadError, WriteError};
 use tonic::{Code, Status};
 
 /// Response metadata key carrying the leader's address when a replica that must be the
@@ -22,6 +22,31 @@ pub fn from_write(e: WriteError) -> Status {
         }
         WriteError::Stopped => Status::unavailable("this replica is shutting down; use another"),
         WriteError::Encode(_) => Status::internal(e.to_string()),
+        // Worded with "no leader" so that clients wait and retry, as during an election.
+        WriteError::Transferring { .. } => Status::unavailable(e.to_string()),
+    }
+}
+
+pub fn from_membership(e: MembershipError) -> Status {
+    match e {
+        MembershipError::NoLeader => no_leader(),
+        MembershipError::NotLeader { .. }
+        | MembershipError::ForwardFailed { .. }
+        | MembershipError::Timeout { .. }
+        | MembershipError::Stopped => Status::unavailable(e.to_string()),
+        MembershipError::UnknownNode(_) => Status::not_found(e.to_string()),
+        MembershipError::DuplicateId { .. } | MembershipError::DuplicateAddr { .. } => {
+            Status::already_exists(e.to_string())
+        }
+        MembershipError::ForeignCluster { .. }
+        | MembershipError::WrongNode { .. }
+        | MembershipError::Unreachable { .. }
+        | MembershipError::Refused(_)
+        | MembershipError::TooFewVoters { .. }
+        | MembershipError::RemoveLeader(_)
+        | MembershipError::NotVoter(_)
+        | MembershipError::NoOtherVoter
+        | MembershipError::TransferFailed { .. } => Status::failed_precondition(e.to_string()),
     }
 }
 
@@ -33,6 +58,7 @@ pub fn from_read(e: ReadError) -> Status {
         ReadError::QuorumLost(_) | ReadError::ForwardFailed { .. } | ReadError::Timeout { .. } => {
             Status::unavailable(e.to_string())
         }
+        ReadError::Encode(_) => Status::internal(e.to_string()),
     }
 }
 

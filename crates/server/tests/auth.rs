@@ -326,3 +326,29 @@ async fn watch_streams_are_bounded_per_user_and_the_refusal_names_the_bound() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn membership_changes_and_backups_need_an_admin() {
+    use baton_proto::v1::{AddReplicaRequest, ReplicaRef};
+    let (cluster, _agent) = setup(1).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let denied = |e: tonic::Status, what: &str| {
+        assert_eq!(e.code(), Code::PermissionDenied, "{what}: {e:?}");
+        assert!(e.message().contains(what) && e.message().contains("needs role admin"), "{}", e.message());
+    };
+    let add = AddReplicaRequest { id: 2, addr: "127.0.0.1:1".into() };
+    denied(alice.add_replica(add).await.unwrap_err(), "AddReplica");
+    denied(alice.remove_replica(ReplicaRef { id: 1 }).await.unwrap_err(), "RemoveReplica");
+    denied(alice.transfer_leader(ReplicaRef { id: 0 }).await.unwrap_err(), "TransferLeader");
+    denied(alice.save_snapshot(Empty {}).await.unwrap_err(), "SaveSnapshot");
+
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut stream = admin.save_snapshot(Empty {}).await.unwrap().into_inner();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.message().await.unwrap() {
+        bytes.extend_from_slice(&chunk.data);
+    }
+    let backup = baton_raft::backup::Backup::from_bytes(&bytes, std::path::Path::new("stream")).unwrap();
+    let state = baton_raft::codec::decode_state(&backup.state).unwrap();
+    assert!(state.queues().len() == 2 && backup.index > 0, "the backup holds the queues made in setup");
+}

@@ -78,6 +78,7 @@ async fn serve(disk: Arc<FaultyKv>) -> (String, BatonClient<Channel>, JoinHandle
             advertise_addr: addr.clone(),
             storage: Storage::Store(SharedStore(disk)),
             settings: RaftSettings { request_timeout_ms: 500, ..RaftSettings::default() },
+            rack: None,
         },
         bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
         settings: ServerSettings { auth: baton_server::auth::AuthMode::None, ..ServerSettings::default() },

@@ -1,5 +1,6 @@
-//! `baton cluster info`: replicas and roles, the leader, term and applied index, and capacity
-//! and usage per pool and per queue.
+//! `baton cluster info`: replicas with their roles and racks, the leader, term and applied
+//! index, and capacity and usage per pool and per queue. `baton cluster set`: scheduler
+//! and tenancy settings. `add-replica`, `remove-replica`, `transfer-leader`: membership (docs/ops.md).
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -29,6 +30,19 @@ pub enum ClusterCmd {
     },
     /// Changes cluster-wide settings at run time; settings not given keep their value.
     Set(SetArgs),
+    /// Add replica ID, already started at ADDR (`baton server --id ID` without --bootstrap,
+    /// an empty data directory): it joins as a learner, catches up, then votes.
+    AddReplica {
+        id: u64,
+        /// The new replica's HOST:PORT (its --advertise address).
+        addr: String,
+    },
+    /// Remove replica ID (not the leader; at least 3 voters must remain). Stop its process
+    /// afterwards.
+    RemoveReplica { id: u64 },
+    /// Hand leadership to voter ID, or without ID to the most up-to-date other voter. Writes
+    /// wait for about two election timeouts.
+    TransferLeader { id: Option<u64> },
 }
 
 #[derive(Args, Debug)]
@@ -56,6 +70,37 @@ pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<()
             emit(out, *output, &reply, info_text)
         }
         ClusterCmd::Set(set) => run_set(conn, set, out).await,
+        ClusterCmd::AddReplica { id, addr } => {
+            let r = v1::AddReplicaRequest { id: *id, addr: addr.clone() };
+            let reply = conn
+                .call(Subject::Other, "", |mut c| {
+                    let r = r.clone();
+                    async move { c.add_replica(r).await }
+                })
+                .await?;
+            writeln!(out, "replica {id} at {addr} is a voter; {}", membership_text(&reply))?;
+            Ok(())
+        }
+        ClusterCmd::RemoveReplica { id } => {
+            let r = v1::ReplicaRef { id: *id };
+            let reply = conn.call(Subject::Other, "", |mut c| async move { c.remove_replica(r).await }).await?;
+            writeln!(out, "replica {id} removed; stop its process; {}", membership_text(&reply))?;
+            Ok(())
+        }
+        ClusterCmd::TransferLeader { id } => {
+            let r = v1::ReplicaRef { id: id.unwrap_or(0) };
+            let reply = conn.call(Subject::Other, "", |mut c| async move { c.transfer_leader(r).await }).await?;
+            match id {
+                Some(asked) if *asked != reply.leader_id => writeln!(
+                    out,
+                    "replica {} leads, not replica {asked} (another voter won the election); {}",
+                    reply.leader_id,
+                    membership_text(&reply)
+                )?,
+                _ => writeln!(out, "replica {} leads; {}", reply.leader_id, membership_text(&reply))?,
+            }
+            Ok(())
+        }
     }
 }
 
@@ -103,6 +148,14 @@ fn tenancy_text(t: &v1::TenancySettings) -> String {
     )
 }
 
+/// `voters 2,3,4, learners none`.
+fn membership_text(r: &v1::MembershipReply) -> String {
+    let list = |ids: &[u64]| {
+        if ids.is_empty() { "none".to_string() } else { ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",") }
+    };
+    format!("voters {}, learners {}", list(&r.voters), list(&r.learners))
+}
+
 pub fn info_text(r: &v1::ClusterInfoReply) -> String {
     let mut s = String::new();
     let id = if r.cluster_id.is_empty() { "-" } else { &r.cluster_id };
@@ -123,14 +176,15 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
         let _ = writeln!(s, "{}", tenancy_text(t));
     }
     s.push_str("\nreplicas:\n");
-    let mut t = Table::new(&["  ID", "ADDRESS", "ROLE"]);
+    let mut t = Table::new(&["  ID", "ADDRESS", "RACK", "ROLE"]);
     for rep in &r.replicas {
         // A failing replica says so in its role column, with why, so it cannot be missed.
         let role = match rep.failure.as_str() {
             "" => rep.role.clone(),
             why => format!("{} FAILED: {why}", rep.role),
         };
-        t.row(vec![format!("  {}", rep.id), rep.addr.clone(), role]);
+        let rack = if rep.rack.is_empty() { "-".to_string() } else { rep.rack.clone() };
+        t.row(vec![format!("  {}", rep.id), rep.addr.clone(), rack, role]);
     }
     s.push_str(&t.render());
     s.push_str("\npools (used/capacity):\n");

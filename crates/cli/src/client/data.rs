@@ -209,7 +209,7 @@ impl ToData for v1::Node {
 
 impl ToData for v1::Replica {
     fn to_data(&self) -> Value {
-        json!({ "id": self.id, "addr": self.addr, "role": self.role, "failure": self.failure })
+        json!({ "id": self.id, "addr": self.addr, "role": self.role, "failure": self.failure, "rack": self.rack })
     }
 }
 

@@ -36,6 +36,9 @@ pub enum ClientError {
     /// A stream (watch, logs) ended in a way the user should know about.
     #[error("{0}")]
     Stream(String),
+    /// A backup file that cannot be written, read or restored.
+    #[error("{0}")]
+    Backup(String),
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
 }

@@ -23,6 +23,7 @@ pub mod logs;
 pub mod nodes;
 pub mod output;
 pub mod queue;
+pub mod snapshot;
 pub mod submit;
 pub mod watch;
 
@@ -96,6 +97,8 @@ pub enum ClientCommand {
     Drain(nodes::NodeArgs),
     /// The cluster as a whole.
     Cluster(cluster::ClusterArgs),
+    /// Back up a live cluster's state to a file; restore one into a new cluster.
+    Snapshot(snapshot::SnapshotArgs),
     /// API tokens: create, revoke, grant a queue, list (admins).
     Token(auth::TokenArgs),
     /// Who the token this command sends belongs to: user, roles, queues.
@@ -117,6 +120,7 @@ impl ClientCommand {
             ClientCommand::Nodes(a) => &a.conn,
             ClientCommand::Cordon(a) | ClientCommand::Uncordon(a) | ClientCommand::Drain(a) => &a.conn,
             ClientCommand::Cluster(a) => &a.conn,
+            ClientCommand::Snapshot(a) => &a.conn,
             ClientCommand::Token(a) => &a.conn,
             ClientCommand::Whoami(a) => &a.conn,
         }
@@ -142,6 +146,7 @@ pub async fn run(conn: &Conn, cmd: &ClientCommand, out: &mut dyn Write) -> Resul
         ClientCommand::Uncordon(a) => nodes::act(conn, nodes::Act::Uncordon, a, out).await,
         ClientCommand::Drain(a) => nodes::act(conn, nodes::Act::Drain, a, out).await,
         ClientCommand::Cluster(a) => cluster::run(conn, a, out).await,
+        ClientCommand::Snapshot(a) => snapshot::run(conn, a, out).await,
         ClientCommand::Token(a) => auth::run(conn, a, out).await,
         ClientCommand::Whoami(_) => auth::whoami(conn, out).await,
     }
@@ -157,8 +162,14 @@ pub fn execute(cmd: ClientCommand) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let conn = cmd.conn_args().conn()?;
         let mut stdout = std::io::stdout();
+        // A restore reaches no cluster: it needs no transport security or token.
+        if let ClientCommand::Snapshot(a) = &cmd
+            && let snapshot::SnapshotCmd::Restore { .. } = &a.cmd
+        {
+            return snapshot::restore_offline(&a.cmd, &mut stdout);
+        }
+        let conn = cmd.conn_args().conn()?;
         run(&conn, &cmd, &mut stdout).await
     });
     match result {

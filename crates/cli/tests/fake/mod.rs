@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status};
 type Answer<T> = Result<Response<T>, Status>;
 type EventStream = Pin<Box<dyn Stream<Item = Result<v1::Event, Status>> + Send>>;
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::LogChunk, Status>> + Send>>;
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<v1::SnapshotChunk, Status>> + Send>>;
 
 #[derive(Default)]
 pub struct State {
@@ -166,6 +167,7 @@ impl Baton for Fake {
         let stream = client.clone().logs(r.logs.unwrap_or_default()).await?.into_inner();
         Ok(Response::new(Box::pin(stream)))
     }
+    type SaveSnapshotStream = SnapshotStream;
 
     async fn watch(&self, r: Request<v1::WatchRequest>) -> Answer<EventStream> {
         let s = self.enter("Watch")?;
@@ -259,6 +261,22 @@ impl Baton for Fake {
         let mut s = self.enter("SetTenancy")?;
         s.tenancy_sets.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
+    }
+    async fn save_snapshot(&self, _r: Request<v1::Empty>) -> Answer<SnapshotStream> {
+        let _s = self.enter("SaveSnapshot")?;
+        Err(Status::unimplemented("the fake keeps no state to back up"))
+    }
+    async fn add_replica(&self, _r: Request<v1::AddReplicaRequest>) -> Answer<v1::MembershipReply> {
+        let _s = self.enter("AddReplica")?;
+        Ok(Response::new(v1::MembershipReply::default()))
+    }
+    async fn remove_replica(&self, _r: Request<v1::ReplicaRef>) -> Answer<v1::MembershipReply> {
+        let _s = self.enter("RemoveReplica")?;
+        Ok(Response::new(v1::MembershipReply::default()))
+    }
+    async fn transfer_leader(&self, _r: Request<v1::ReplicaRef>) -> Answer<v1::MembershipReply> {
+        let _s = self.enter("TransferLeader")?;
+        Ok(Response::new(v1::MembershipReply::default()))
     }
     async fn create_token(&self, r: Request<v1::CreateTokenRequest>) -> Answer<v1::TokenInfo> {
         let mut s = self.enter("CreateToken")?;

@@ -13,7 +13,10 @@ use tonic::transport::Channel;
 use super::dialer::Dialer;
 use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
-use crate::error::{ReadError, WriteError};
+use crate::error::{MembershipError, ReadError, WriteError};
+use crate::membership::Change;
+use crate::metrics::ReplicaMetrics;
+use crate::transfer::TransferNote;
 use crate::types::{LogId, NodeId};
 
 /// Connections kept open at once; past it the cache is emptied and refilled (peers are few,
@@ -31,6 +34,8 @@ pub enum Rpc {
     ForwardWrite,
     ReadIndex,
     PreVote,
+    Membership,
+    TransferNote,
 }
 
 /// Who calls and which cluster it belongs to.
@@ -105,6 +110,8 @@ impl Peers {
                 Rpc::ForwardWrite => client.forward_write(req).await,
                 Rpc::ReadIndex => client.read_index(req).await,
                 Rpc::PreVote => client.pre_vote(req).await,
+                Rpc::Membership => client.membership(req).await,
+                Rpc::TransferNote => client.transfer_note(req).await,
             }
         };
         match tokio::time::timeout(timeout, call).await {
@@ -174,6 +181,40 @@ impl Peers {
             Err(e) => return Err(failed(e.to_string())),
         };
         decode::<Result<Response, WriteError>>(&reply).map_err(|e| failed(e.to_string()))?
+    }
+
+    /// Sends a membership change to the leader, which makes it without forwarding further.
+    /// Bounded by `timeout`: adding a replica waits for it to catch up.
+    pub async fn forward_membership(
+        &self,
+        leader_id: NodeId,
+        leader_addr: &str,
+        change: &Change,
+        timeout: Duration,
+    ) -> Result<ReplicaMetrics, MembershipError> {
+        let failed =
+            |reason: String| MembershipError::ForwardFailed { leader_id, leader_addr: leader_addr.to_string(), reason };
+        let payload = encode(change).map_err(|e| failed(e.to_string()))?;
+        let reply = match self.call(Rpc::Membership, leader_id, leader_addr, payload, timeout).await {
+            Ok(r) => r,
+            Err(CallError::Dial(_)) => {
+                return Err(MembershipError::NotLeader { leader_id, leader_addr: leader_addr.to_string() });
+            }
+            Err(e) => return Err(failed(e.to_string())),
+        };
+        decode::<Result<ReplicaMetrics, MembershipError>>(&reply).map_err(|e| failed(e.to_string()))?
+    }
+
+    /// Tells voter `to` that leadership is being handed over.
+    pub async fn transfer_note(
+        &self,
+        to: NodeId,
+        addr: &str,
+        note: &TransferNote,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let payload = encode(note).map_err(|e| CallError::Encode(e.to_string()))?;
+        self.call(Rpc::TransferNote, to, addr, payload, timeout).await.map(|_| ())
     }
 
     /// Asks a voter whether it would take part in an election now; any failure is a no.

@@ -15,7 +15,9 @@ use tonic::{Request, Response as GrpcResponse, Status};
 use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
 use crate::error::WriteError;
-use crate::replica::Core;
+use crate::membership::Change;
+use crate::replica::{Core, Replica};
+use crate::transfer::{TransferNote, on_note};
 use crate::types::{NodeId, TypeConfig};
 
 /// The raft transport service of one replica.
@@ -132,6 +134,24 @@ impl RaftTransport for RaftService {
     }
 
     async fn identify(&self, _req: Request<IdentifyRequest>) -> Result<GrpcResponse<IdentifyReply>, Status> {
-        Ok(GrpcResponse::new(IdentifyReply { cluster_id: self.core.cluster_id.clone(), node_id: self.core.id }))
+        Ok(GrpcResponse::new(IdentifyReply {
+            cluster_id: self.core.cluster_id.clone(),
+            node_id: self.core.id,
+            rack: self.core.rack.clone().unwrap_or_default(),
+        }))
+    }
+
+    async fn membership(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (from, change): (_, Change) = self.take(req)?;
+        tracing::info!(from, ?change, "forwarded membership change");
+        let replica = Replica::from_core(self.core.clone());
+        reply(&replica.change_here(change).await)
+    }
+
+    async fn transfer_note(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (from, note): (_, TransferNote) = self.take(req)?;
+        tracing::info!(from, to = note.to, window_ms = note.window_ms, "leadership is being handed over");
+        on_note(self.core.clone(), note);
+        reply(&())
     }
 }

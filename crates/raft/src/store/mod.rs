@@ -19,6 +19,7 @@ pub use kv_power_loss::{PowerCut, PowerLossDisk, PowerLossKv};
 pub use kv_sled::SledKv;
 pub use log_store::{LogReader, LogStore};
 pub use sled_sync::SyncCounts;
+pub use snapshot_record::StoredSnapshot;
 pub use state_machine::{SmShared, SnapshotBuilder, StateMachineStore};
 
 /// Why stored data cannot be used.

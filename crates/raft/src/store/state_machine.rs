@@ -73,6 +73,12 @@ impl SmShared {
         }
     }
 
+    /// The applied state encoded, with the index it reflects, read under one lock.
+    pub fn encode_state(&self) -> (u64, Result<Vec<u8>, crate::codec::CodecError>) {
+        let d = self.read_data();
+        (d.last_applied.map_or(0, |l| l.index), encode(&d.state))
+    }
+
     pub fn last_applied(&self) -> Option<LogId> {
         self.read_data().last_applied
     }

@@ -2,15 +2,21 @@
 
 use crate::auth::Caller;
 use baton_model::State;
+use baton_model::access::Role;
 use baton_model::command::Op;
 use baton_model::job::JobState;
 use baton_proto::convert::{
     pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto, tenancy_from_proto, tenancy_to_proto,
 };
-use baton_proto::v1::{Ack, ClusterInfoReply, Replica, SchedulerSettings, TenancySettings};
+use baton_proto::v1::{
+    Ack, ClusterInfoReply, MembershipReply, Replica, SchedulerSettings, SnapshotChunk, TenancySettings,
+};
 use tonic::{Response, Status};
 
 use super::{Api, usage};
+
+/// The rack shown for a replica not heard from yet (a rack name cannot be it).
+const RACK_UNKNOWN: &str = "?";
 
 pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
     let m = api.ctx.replica.metrics();
@@ -28,6 +34,7 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         Some(_) => api.ctx.replica.read_local(summary),
         None => api.read(summary).await?,
     };
+    let racks = api.ctx.replica.racks();
     let replicas = m
         .members
         .iter()
@@ -42,7 +49,8 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
                 "Unknown"
             };
             let failure = if *id == m.node_id { failure.clone().unwrap_or_default() } else { String::new() };
-            Replica { id: *id, addr: addr.clone(), role: role.into(), failure }
+            let rack = racks.get(id).cloned().flatten().unwrap_or_else(|| RACK_UNKNOWN.into());
+            Replica { id: *id, addr: addr.clone(), role: role.into(), failure, rack }
         })
         .collect();
     Ok(Response::new(ClusterInfoReply {
@@ -77,4 +85,39 @@ pub async fn set_tenancy(api: &Api, who: &Caller, s: TenancySettings) -> Result<
     let current = api.read(|st| *st.tenancy().settings()).await?;
     let settings = tenancy_from_proto(&s, &current).map_err(crate::status::from_convert)?;
     api.ack(who, Op::SetTenancy(settings)).await
+}
+
+/// Add, remove a replica or hand leadership over: admins only; a follower forwards the
+/// change to the leader.
+pub async fn change(
+    api: &Api,
+    who: &Caller,
+    what: &str,
+    change: baton_raft::Change,
+) -> Result<Response<MembershipReply>, Status> {
+    who.require(Role::Admin, what)?;
+    tracing::info!(?change, "membership change asked");
+    let m = api.ctx.replica.change_membership(change).await.map_err(crate::status::from_membership)?;
+    Ok(Response::new(MembershipReply {
+        leader_id: m.leader_id.unwrap_or(0),
+        voters: m.voters.into_iter().collect(),
+        learners: m.learners.into_iter().collect(),
+    }))
+}
+
+/// One message of a backup stream: well under the 16 MiB message bound.
+const CHUNK_BYTES: usize = 1 << 20;
+
+pub type ChunkStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<SnapshotChunk, Status>> + Send>>;
+
+/// `snapshot save`: the backup file's bytes, in chunks. Admins only: it holds every job's
+/// environment and every token's hash.
+pub async fn save_snapshot(api: &Api, who: &Caller) -> Result<Response<ChunkStream>, Status> {
+    who.require(Role::Admin, "SaveSnapshot")?;
+    let backup = api.ctx.replica.backup().await.map_err(crate::status::from_read)?;
+    let bytes = backup.to_bytes().map_err(|e| Status::internal(e.to_string()))?;
+    tracing::info!(index = backup.index, bytes = bytes.len(), "backup streamed");
+    let chunks: Vec<Result<SnapshotChunk, Status>> =
+        bytes.chunks(CHUNK_BYTES).map(|c| Ok(SnapshotChunk { data: c.to_vec() })).collect();
+    Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
 }

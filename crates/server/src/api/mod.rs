@@ -92,6 +92,7 @@ type LogStream = Pin<Box<dyn Stream<Item = Result<LogChunk, Status>> + Send>>;
 impl Baton for Api {
     type WatchStream = EventStream;
     type JobLogsStream = LogStream;
+    type SaveSnapshotStream = cluster::ChunkStream;
 
     async fn submit(&self, r: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let who = self.caller(r.metadata()).await?;
@@ -198,6 +199,25 @@ impl Baton for Api {
     async fn set_tenancy(&self, r: Request<TenancySettings>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
         cluster::set_tenancy(self, &who, r.into_inner()).await
+    }
+    async fn add_replica(&self, r: Request<AddReplicaRequest>) -> Result<Response<MembershipReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let r = r.into_inner();
+        cluster::change(self, &who, "AddReplica", baton_raft::Change::Add { id: r.id, addr: r.addr }).await
+    }
+    async fn remove_replica(&self, r: Request<ReplicaRef>) -> Result<Response<MembershipReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let id = r.into_inner().id;
+        cluster::change(self, &who, "RemoveReplica", baton_raft::Change::Remove { id }).await
+    }
+    async fn save_snapshot(&self, r: Request<Empty>) -> Result<Response<cluster::ChunkStream>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::save_snapshot(self, &who).await
+    }
+    async fn transfer_leader(&self, r: Request<ReplicaRef>) -> Result<Response<MembershipReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let to = Some(r.into_inner().id).filter(|id| *id != 0);
+        cluster::change(self, &who, "TransferLeader", baton_raft::Change::Transfer { to }).await
     }
 
     async fn create_token(&self, r: Request<CreateTokenRequest>) -> Result<Response<TokenInfo>, Status> {

@@ -1,0 +1,103 @@
+//! Membership changes an operator asks for (`baton cluster add-replica`, `remove-replica`,
+//! `transfer-leader`). Any replica takes them: a follower forwards them to the leader, which
+//! checks and makes them.
+//!
+//! Rules:
+//! - a replica is added as a learner, catches up, then becomes a voter; an id or an address
+//!   that is already a member's is refused, and so is a replica of another cluster;
+//! - a removal may not leave fewer than [`MIN_VOTERS`] voters (to replace a dead replica,
+//!   add the new one first, then remove the dead one), and the leader is not removed while
+//!   it leads (hand leadership over first);
+//! - leadership goes to a voter (see `transfer`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::MembershipError;
+use crate::metrics::ReplicaMetrics;
+use crate::replica::Replica;
+use crate::types::NodeId;
+
+/// The fewest voters a removal may leave: the smallest cluster that survives losing one.
+pub const MIN_VOTERS: usize = 3;
+
+/// One change an operator asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    Add {
+        id: NodeId,
+        addr: String,
+    },
+    Remove {
+        id: NodeId,
+    },
+    /// To this voter, or (None) to the most up-to-date other voter.
+    Transfer {
+        to: Option<NodeId>,
+    },
+}
+
+impl Replica {
+    /// Makes `change`, on the leader (forwarded there from a follower), and returns the
+    /// leader's view once it is made.
+    pub async fn change_membership(&self, change: Change) -> Result<ReplicaMetrics, MembershipError> {
+        let m = self.metrics();
+        match (m.leader_id, m.leader_addr) {
+            (None, _) => Err(MembershipError::NoLeader),
+            (Some(id), _) if id == self.id() => self.change_here(change).await,
+            (Some(leader_id), None) => Err(MembershipError::ForwardFailed {
+                leader_id,
+                leader_addr: String::new(),
+                reason: "the leader's address is not in the membership".into(),
+            }),
+            (Some(leader_id), Some(addr)) => {
+                // Adding waits for catch-up and promotion; a transfer for catch-up and an election.
+                let timeout = Duration::from_millis(self.settings().membership_timeout_ms.saturating_mul(2));
+                self.core().peers.forward_membership(leader_id, &addr, &change, timeout).await
+            }
+        }
+    }
+
+    /// Makes `change` on this replica, which must lead.
+    pub(crate) async fn change_here(&self, change: Change) -> Result<ReplicaMetrics, MembershipError> {
+        match change {
+            Change::Add { id, addr } => self.add_replica(id, &addr).await?,
+            Change::Remove { id } => self.remove_replica(id).await?,
+            Change::Transfer { to } => {
+                self.transfer_leader(to).await?;
+            }
+        }
+        Ok(self.metrics())
+    }
+
+    /// Adds replica `id` at `addr` as a learner, waits until it caught up, makes it a voter.
+    pub async fn add_replica(&self, id: NodeId, addr: &str) -> Result<(), MembershipError> {
+        self.require_leader()?;
+        let m = self.metrics();
+        if let Some(at) = m.members.get(&id) {
+            return Err(MembershipError::DuplicateId { id, addr: at.clone() });
+        }
+        if let Some((other, _)) = m.members.iter().find(|(_, at)| at.as_str() == addr) {
+            return Err(MembershipError::DuplicateAddr { addr: addr.to_string(), id: *other });
+        }
+        self.add_learner(id, addr).await?;
+        self.promote(id).await
+    }
+
+    /// Removes replica `id`, under the rules above.
+    pub async fn remove_replica(&self, id: NodeId) -> Result<(), MembershipError> {
+        self.require_leader()?;
+        let m = self.metrics();
+        if !m.members.contains_key(&id) {
+            return Err(MembershipError::UnknownNode(id));
+        }
+        if id == self.id() {
+            return Err(MembershipError::RemoveLeader(id));
+        }
+        if m.voters.contains(&id) && m.voters.len() - 1 < MIN_VOTERS {
+            return Err(MembershipError::TooFewVoters { id, left: m.voters.len() - 1, min: MIN_VOTERS });
+        }
+        self.remove(id).await
+    }
+}
