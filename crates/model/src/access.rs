@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::command::Op;
+use crate::cow_tree::CowTree;
 use crate::error::ApplyError;
 use crate::job::{Job, JobId};
 use crate::limits::{MAX_GRANTS_PER_TOKEN, MAX_REMEMBERED_REQUEST_IDS, MAX_TOKENS};
@@ -108,7 +109,7 @@ pub struct Access {
     #[serde(with = "as_pairs")]
     pub(crate) tokens: BTreeMap<TokenHash, Token>,
     /// Who submitted each job (jobs submitted without a token have none).
-    pub(crate) owners: BTreeMap<JobId, Name>,
+    pub(crate) owners: CowTree<JobId, Name>,
     /// Request ids per user: one user's id never finds another user's job.
     #[serde(with = "as_pairs")]
     pub(crate) request_ids: BTreeMap<(Name, String), JobId>,

@@ -12,6 +12,8 @@
 //! - `class`, `node`, `queue`, `job`, `alloc`: configuration and job records.
 //! - `command`, `plan`, `event`, `error`: what goes in and comes out of `apply`.
 //! - `scheduler`: the scheduler's settings and starving jobs' reservations (section 9).
+//! - `cow_tree`: the ordered map of the state's large collections, whose clone (a snapshot)
+//!   shares its contents until they change.
 //! - `ledger`: derived dense accounting (free per node, usage per queue, what may be borrowed).
 //! - `state`: the state machine and its transitions.
 //! - `limits`: every bound, in one place.
@@ -27,6 +29,7 @@ pub mod access;
 pub mod alloc;
 pub mod class;
 pub mod command;
+pub mod cow_tree;
 pub mod error;
 pub mod event;
 pub mod job;

@@ -1,8 +1,9 @@
 //! The leader loop: while this replica leads, whenever the applied index moves and at least
 //! every `cycle_interval_ms` it
 //! 1. publishes each node's desired assignments to the agent hub,
-//! 2. runs a scheduling cycle on the applied state and proposes the plan (which `apply`
-//!    re-checks: the plan is optimistic),
+//! 2. runs a scheduling cycle on a snapshot of the applied state, off the state's lock and
+//!    the async workers, and proposes the plan (which `apply` re-checks: the plan is
+//!    optimistic),
 //! 3. declares nodes whose agents went silent lost,
 //! 4. writes a `Tick` when reservations may have expired.
 //!
@@ -11,12 +12,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_model::State;
 use baton_model::command::{Command, Op, Outcome};
 use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::plan::Plan;
-use baton_raft::Role;
 use baton_raft::types::RaftMetrics;
+use baton_raft::{Replica, Role};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -64,15 +66,15 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
             tracing::info!(term, "no longer leading");
             return;
         }
-        let mut locked = Duration::ZERO;
+        let mut thought = Duration::ZERO;
         if directing(ctx, term).await {
             let applied = ctx.replica.read_local(|s| s.applied());
             // A plan that changed nothing is not retried until something else changes or time passes.
             if idle_plan_at != Some(applied) {
-                (idle_plan_at, locked) = round(ctx, term).await;
+                (idle_plan_at, thought) = round(ctx, term).await;
             }
         }
-        let rest = rest_after(locked, interval);
+        let rest = rest_after(thought, interval);
         // What the round saw; changes from here on, its own plan's commit aside, count.
         let since = trigger(&metrics.borrow_and_update());
         tokio::select! {
@@ -87,15 +89,15 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
 }
 
 /// Rest after a round, per unit of its duration, before a state change may start the next.
-/// A round runs the cycle under the state's read lock, and a long backlog makes it long:
-/// with submits committing all the time, back-to-back rounds took nearly all of the
-/// leader's CPU and held off the applies that acknowledge submits. Resting three times the
-/// round's length keeps rounds to at most a quarter of the leader's time; a round places
-/// everything placeable at once, so placement keeps up with fewer, larger plans.
+/// A long backlog makes a round long: with submits committing all the time, back-to-back
+/// rounds took nearly all of the leader's CPU and held off the applies that acknowledge
+/// submits (then under the state's lock; now the cycle runs on a snapshot, but it still
+/// takes the CPU). Resting three times the round's length keeps rounds to at most a
+/// quarter of the leader's time; a round places everything placeable at once, so placement
+/// keeps up with fewer, larger plans.
 const REST_PER_ROUND: u32 = 3;
 
-/// How long to rest after a round that held the state for `round`: never past the cycle
-/// interval.
+/// How long to rest after a round that took `round`: never past the cycle interval.
 fn rest_after(round: Duration, interval: Duration) -> Duration {
     round.saturating_mul(REST_PER_ROUND).min(interval)
 }
@@ -162,14 +164,15 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
 }
 
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is
-/// not proposed again on the same state), and how long it held the state's lock.
+/// not proposed again on the same state), and how long it took to think.
 async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     let now = now_ms();
     let began = std::time::Instant::now();
-    let (r, wanted) = ctx.replica.read_local(|s| {
+    let metrics = ctx.metrics.clone();
+    let Some((r, wanted)) = on_applied_state(&ctx.replica, move |s| {
         let began = std::time::Instant::now();
         let plan = baton_sched::cycle(s, now);
-        ctx.metrics.observe_cycle(began.elapsed().as_secs_f64(), considered(s), &plan.decisions);
+        metrics.observe_cycle(began.elapsed().as_secs_f64(), considered(s), &plan.decisions);
         let r = Round {
             plan,
             nodes: s.nodes().keys().cloned().collect(),
@@ -177,8 +180,12 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             tick_due: s.reservations().values().any(|res| res.deadline_ms < now),
         };
         (r, desired(s))
-    });
-    let locked = began.elapsed();
+    })
+    .await
+    else {
+        return (None, began.elapsed());
+    };
+    let thought = began.elapsed();
     let cycle = crate::trace::cycle_span(term, &r.plan.decisions);
     ctx.hub.publish(term, &r.nodes, wanted);
     let mut refused = None;
@@ -208,7 +215,29 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     if r.tick_due {
         write(ctx, Op::Tick).await;
     }
-    (refused, locked)
+    (refused, thought)
+}
+
+/// Runs `think` on a snapshot of the applied state, on a blocking thread. The snapshot is
+/// taken under the state machine's read lock, and costs milliseconds at 50,000 nodes (the
+/// state's large collections are copy-on-write); the lock is released before `think`
+/// starts, so applies never wait for a scheduling cycle, and a cycle never holds up the
+/// async workers that answer heartbeats. A plan made on a snapshot is safe: `apply`
+/// re-checks it against the state it lands on (`Plan::based_on`).
+///
+/// `None` when the runtime shuts down under it; a panic in `think` goes on in the caller.
+async fn on_applied_state<T: Send + 'static>(
+    replica: &Replica,
+    think: impl FnOnce(&State) -> T + Send + 'static,
+) -> Option<T> {
+    let snapshot = replica.read_local(State::clone);
+    match tokio::task::spawn_blocking(move || think(&snapshot)).await {
+        Ok(t) => Some(t),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => None,
+        },
+    }
 }
 
 /// Jobs a cycle looks at: those waiting and those stopping for a preemptor.
@@ -281,6 +310,63 @@ mod tests {
         tx.send_modify(|m| m.last_applied = Some(openraft_log_id(1, 3)));
         rx.borrow_and_update();
         assert!(changed_since(&mut rx, since).now_or_never().is_some(), "a change made during the rest was missed");
+    }
+
+    /// A one-replica cluster in memory, leading; the sender stops it.
+    async fn lone_leader() -> (Replica, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address").to_string();
+        let mut config = baton_raft::ReplicaConfig::new(1, "leader-test", addr.clone(), "unused");
+        config.storage = baton_raft::replica::Storage::Memory;
+        let replica = Replica::open(config).await.expect("open");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = replica.clone();
+        tokio::spawn(async move {
+            let _ = serving.run(listener, async { drop(stopped.await) }).await;
+        });
+        replica.bootstrap([(1, addr)].into()).await.expect("bootstrap");
+        while replica.metrics().role != Role::Leader {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (replica, stop)
+    }
+
+    fn put_class(now_ms: u64) -> Command {
+        let class = baton_model::class::PriorityClass { name: Name::lit("c"), value: 1, preemptible: true };
+        Command { now_ms, op: Op::PutClass(class) }
+    }
+
+    /// How long the cycle in the test below is held at most: far above what applying one
+    /// command takes. Only a failing run waits this long.
+    const HELD_MS: u64 = 10_000;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_apply_completes_while_a_cycle_runs() {
+        let (replica, _stop) = lone_leader().await;
+        replica.write(put_class(1)).await.expect("committed").expect("applied");
+        let before = replica.read_local(|s| s.applied());
+        let (entered, entered_rx) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let thinker = replica.clone();
+        let cycle = tokio::spawn(async move {
+            on_applied_state(&thinker, move |s| {
+                entered.send(()).expect("the test waits");
+                // Held here, as by a long cycle, until the test has applied a command; if
+                // the apply is blocked by this cycle, it gives up after a while (the
+                // runtime's timers may be stuck too, so the wait is not tokio's).
+                let applied_meanwhile = released.recv_timeout(Duration::from_millis(HELD_MS)).is_ok();
+                (s.applied(), applied_meanwhile)
+            })
+            .await
+            .expect("the runtime runs")
+        });
+        tokio::task::spawn_blocking(move || entered_rx.recv()).await.expect("join").expect("the cycle started");
+        replica.write(put_class(2)).await.expect("committed").expect("applied");
+        let _ = release.send(());
+        let (seen, applied_meanwhile) = cycle.await.expect("the cycle ends");
+        assert!(applied_meanwhile, "the apply waited for the cycle to end");
+        assert_eq!(seen, before, "the cycle saw the state as of its start");
+        assert_eq!(replica.read_local(|s| s.applied()), before + 1);
     }
 
     fn openraft_log_id(term: u64, index: u64) -> baton_raft::types::LogId {

@@ -30,6 +30,7 @@ use crate::access::Access;
 use crate::alloc::ReplicaAlloc;
 use crate::class::{PriorityClass, default_classes};
 use crate::command::{Applied, Command, Op, Outcome, Response};
+use crate::cow_tree::CowTree;
 use crate::error::ApplyError;
 use crate::event::Event;
 use crate::job::{Job, JobId};
@@ -70,14 +71,16 @@ struct Data {
     classes: BTreeMap<Name, PriorityClass>,
     cohorts: BTreeMap<Name, Cohort>,
     queues: BTreeMap<Name, QueueSpec>,
-    nodes: BTreeMap<Name, Node>,
-    jobs: BTreeMap<JobId, Job>,
-    job_names: BTreeMap<Name, JobId>,
+    // The large collections share their contents with a clone (the leader's snapshot)
+    // until they change; they serialize as the `BTreeMap`s they were.
+    nodes: CowTree<Name, Node>,
+    jobs: CowTree<JobId, Job>,
+    job_names: CowTree<Name, JobId>,
     reservations: BTreeMap<JobId, Reservation>,
     /// Starving jobs' reservations (decisions.md section 9), at most one per pool.
     pool_reservations: BTreeMap<Name, PoolReservation>,
     scheduler: SchedulerSettings,
-    request_ids: BTreeMap<String, JobId>,
+    request_ids: CowTree<String, JobId>,
     request_order: VecDeque<String>,
     finished_order: VecDeque<JobId>,
     next_job_id: JobId,
@@ -115,13 +118,13 @@ impl State {
             classes,
             cohorts: BTreeMap::new(),
             queues: BTreeMap::new(),
-            nodes: BTreeMap::new(),
-            jobs: BTreeMap::new(),
-            job_names: BTreeMap::new(),
+            nodes: CowTree::new(),
+            jobs: CowTree::new(),
+            job_names: CowTree::new(),
             reservations: BTreeMap::new(),
             pool_reservations: BTreeMap::new(),
             scheduler: SchedulerSettings::default(),
-            request_ids: BTreeMap::new(),
+            request_ids: CowTree::new(),
             request_order: VecDeque::new(),
             finished_order: VecDeque::new(),
             next_job_id: 1,
@@ -231,10 +234,10 @@ impl State {
     pub fn queues(&self) -> &BTreeMap<Name, QueueSpec> {
         &self.d.queues
     }
-    pub fn nodes(&self) -> &BTreeMap<Name, Node> {
+    pub fn nodes(&self) -> &CowTree<Name, Node> {
         &self.d.nodes
     }
-    pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
+    pub fn jobs(&self) -> &CowTree<JobId, Job> {
         &self.d.jobs
     }
     pub fn job(&self, id: JobId) -> Option<&Job> {
