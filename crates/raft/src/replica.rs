@@ -32,6 +32,11 @@ use crate::settings::RaftSettings;
 use crate::store::{DiskHealth, KvStore, LogStore, MemKv, SmShared, StateMachineStore};
 use crate::types::{LogId, NodeId, Raft, RaftMetrics};
 
+/// How many leadership checks one linearizable read may take (see `read_index_here`): a
+/// check that misses its quorum by chance misses five in a row only when something is
+/// really wrong (7% of checks missed on the slow links of `tests/partition.rs`).
+pub const READ_CHECK_ATTEMPTS: u32 = 5;
+
 /// What openraft answers to a membership change.
 type MembershipWrite = Result<
     openraft::raft::ClientWriteResponse<crate::types::TypeConfig>,
@@ -201,7 +206,26 @@ impl Core {
 
     /// On the leader: the log id a linearizable read must wait for, once a quorum confirmed
     /// this replica still leads.
+    ///
+    /// openraft gives each leadership check one heartbeat interval to hear from a quorum; on
+    /// a loaded machine or a slow link a check misses that now and then although this
+    /// replica leads, so a missed check is tried again, up to [`READ_CHECK_ATTEMPTS`] in
+    /// all. Each try is a fresh round of heartbeats, so a retry proves leadership as well as
+    /// the first try would; a leader that really lost its quorum misses every one.
     pub(crate) async fn read_index_here(&self) -> Result<Option<LogId>, ReadError> {
+        let mut attempt = 1;
+        loop {
+            match self.check_leadership().await {
+                Err(ReadError::QuorumLost(why)) if attempt < READ_CHECK_ATTEMPTS => {
+                    tracing::debug!(attempt, %why, "leadership check missed a quorum; checking again");
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn check_leadership(&self) -> Result<Option<LogId>, ReadError> {
         use openraft::error::CheckIsLeaderError;
         match self.raft.get_read_log_id().await {
             Ok((read_log_id, _applied)) => Ok(read_log_id),
