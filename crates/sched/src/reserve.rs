@@ -7,9 +7,10 @@
 //! latest end of the jobs occupying the rest says which time-limited jobs may backfill.
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{NodeReservation, Share, Vector, ZERO, add, fits, min};
+use baton_model::ledger::{FxMap, NodeReservation, Share, Vector, ZERO, add, fits, min};
 use baton_model::plan::{Decision, Plan};
 use baton_model::scheduler::PoolReservation;
+use baton_model::state::submit::replicas_fitting;
 use baton_model::state::{backfills, demand_of};
 
 use crate::needs::Needs;
@@ -245,6 +246,44 @@ fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> 
     let nodes: Vec<usize> = (0..view.ledger.nodes.len())
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
         .collect();
+    let cands = ranked_in_pool(view, pool);
+    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
+    let mut fit = Fit::new(view, job.id, needs, a, &nodes);
+    // Packing is the expensive part: try it only once enough GPUs would be free in the pool
+    // (counted as jobs are taken, not recomputed over every node).
+    let mut free_gpus: u64 = nodes.iter().map(|&n| u64::from(view.free_for(n, job.id, &[]).1.count_ones())).sum();
+    let mut taken: Vec<JobId> = Vec::new();
+    let mut next = cands.iter();
+    loop {
+        if free_gpus >= want_gpus && fit.fits(&taken, None) {
+            break;
+        }
+        let (key, id) = next.next()?;
+        free_gpus += key.1;
+        taken.push(*id);
+        fit.set_gone(*id, true);
+    }
+    loop {
+        let mut returned = false;
+        for i in (0..taken.len()).rev() {
+            fit.set_gone(taken[i], false);
+            if fit.fits(&taken, Some(i)) {
+                taken.remove(i);
+                returned = true;
+                break;
+            }
+            fit.set_gone(taken[i], true);
+        }
+        if !returned {
+            break;
+        }
+    }
+    let packing = fit.pack(&taken, None)?;
+    Some((packing, taken))
+}
+
+/// Running jobs with a share in `pool`, in the walk's rank order.
+fn ranked_in_pool(view: &View, pool: usize) -> Vec<(RankKey, JobId)> {
     let mut cands: Vec<(RankKey, JobId)> = running(view)
         .into_iter()
         .filter_map(|(id, _)| {
@@ -266,35 +305,109 @@ fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> 
         })
         .collect();
     cands.sort_unstable();
-    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
-    let fits_with = |gone: &[JobId]| pack(&SetNodes::new(view, job.id, gone, &nodes), needs, a);
-    // Packing is the expensive part: try it only once enough GPUs would be free in the pool
-    // (counted as jobs are taken, not recomputed over every node).
-    let mut free_gpus: u64 = nodes.iter().map(|&n| u64::from(view.free_for(n, job.id, &[]).1.count_ones())).sum();
-    let mut taken: Vec<JobId> = Vec::new();
-    let mut next = cands.iter();
-    loop {
-        if free_gpus >= want_gpus && fits_with(&taken).is_some() {
-            break;
-        }
-        let (key, id) = next.next()?;
-        free_gpus += key.1;
-        taken.push(*id);
-    }
-    loop {
-        let mut returned = false;
-        for i in (0..taken.len()).rev() {
-            let rest: Vec<JobId> = taken.iter().copied().enumerate().filter(|(k, _)| *k != i).map(|(_, j)| j).collect();
-            if fits_with(&rest).is_some() {
-                taken = rest;
-                returned = true;
-                break;
+    cands
+}
+
+/// "Would the gang fit were these jobs gone?" during one walk. A walk asks it once per job
+/// taken and once per job tried back, with hundreds of jobs taken on a busy pool: packing
+/// anew each time (every node's room recomputed against the whole list) made one walk
+/// cost seconds. For a gang of one task and no topology, packing (pack.rs) succeeds
+/// exactly when the nodes together host all replicas, each node as many as its room holds,
+/// so the answer is kept as that sum, and a job taken or given back changes only the terms
+/// of its own nodes. Other gangs pack every time. Debug builds check the sum against
+/// packing at every question.
+/// Debug builds check the sum against packing on pools of at most this many nodes (packing
+/// anew at every question is what the sum avoids; on big pools it would make debug runs
+/// crawl).
+const DEBUG_CHECK_MAX_NODES: usize = 256;
+
+struct Fit<'v, 'a> {
+    view: &'v View<'a>,
+    job: JobId,
+    needs: &'v Needs,
+    a: &'v [usize],
+    nodes: &'v [usize],
+    /// The running sum, for a gang it applies to.
+    count: Option<Count>,
+}
+
+struct Count {
+    need: Vector,
+    replicas: u128,
+    gone: FxMap<JobId, ()>,
+    /// Replicas each node hosts (by node index; 0 for nodes outside the walk's pool).
+    hosts: Vec<u64>,
+    in_walk: Vec<bool>,
+    total: u128,
+}
+
+impl<'v, 'a> Fit<'v, 'a> {
+    fn new(view: &'v View<'a>, job: JobId, needs: &'v Needs, a: &'v [usize], nodes: &'v [usize]) -> Fit<'v, 'a> {
+        let mut fit = Fit { view, job, needs, a, nodes, count: None };
+        if let [task] = needs.tasks.as_slice()
+            && needs.topology.is_none()
+        {
+            let n_all = view.ledger.nodes.len();
+            let mut count = Count {
+                need: task.need,
+                replicas: u128::from(task.replicas),
+                gone: FxMap::default(),
+                hosts: vec![0; n_all],
+                in_walk: vec![false; n_all],
+                total: 0,
+            };
+            for &n in nodes {
+                count.in_walk[n] = true;
+                count.hosts[n] = fit.hosts(&count, n);
+                count.total += u128::from(count.hosts[n]);
             }
+            fit.count = Some(count);
         }
-        if !returned {
-            break;
+        fit
+    }
+
+    /// Replicas node `n` hosts with `c.gone` gone, as the packer counts them.
+    fn hosts(&self, c: &Count, n: usize) -> u64 {
+        let gone = |j: JobId| c.gone.contains_key(&j);
+        let (mut free, mask) = self.view.ledger.nodes[n].free_for_gone(Some(self.job), &gone);
+        free[0] = free[0].min(u64::from(mask.count_ones()));
+        replicas_fitting(&c.need, &free)
+    }
+
+    /// Imagines job `id` gone (or back); `fits` must then be asked with the same jobs gone.
+    fn set_gone(&mut self, id: JobId, gone: bool) {
+        let Some(mut c) = self.count.take() else { return };
+        if gone {
+            c.gone.insert(id, ());
+        } else {
+            c.gone.remove(&id);
+        }
+        let on: &[usize] = self.view.ledger.charges.get(&id).map_or(&[], |ch| ch.nodes.as_slice());
+        for &n in on.iter().filter(|&&n| c.in_walk[n]) {
+            let now = self.hosts(&c, n);
+            c.total = c.total - u128::from(c.hosts[n]) + u128::from(now);
+            c.hosts[n] = now;
+        }
+        self.count = Some(c);
+    }
+
+    /// Would it fit with the jobs of `taken` gone, except `taken[skip]`?
+    fn fits(&self, taken: &[JobId], skip: Option<usize>) -> bool {
+        match &self.count {
+            Some(c) => {
+                let fits = c.total >= c.replicas;
+                if cfg!(debug_assertions) && self.nodes.len() <= DEBUG_CHECK_MAX_NODES {
+                    assert_eq!(fits, self.pack(taken, skip).is_some(), "the walk's sum disagrees with packing");
+                }
+                fits
+            }
+            None => self.pack(taken, skip).is_some(),
         }
     }
-    let packing = fits_with(&taken)?;
-    Some((packing, taken))
+
+    fn pack(&self, taken: &[JobId], skip: Option<usize>) -> Option<Packing> {
+        let gone: Vec<JobId> =
+            taken.iter().copied().enumerate().filter(|&(k, _)| Some(k) != skip).map(|(_, j)| j).collect();
+        pack(&SetNodes::new(self.view, self.job, &gone, self.nodes), self.needs, self.a)
+    }
 }
