@@ -354,6 +354,11 @@ impl<'s> Engine<'s> {
         if let Some(q) = self.pending.remove(&id) {
             self.pending_by_queue[q] -= 1;
         }
+        // Waits count every spell Pending, those after a requeue included.
+        let pending_now = self.state.job(id).is_some_and(|j| j.state == JobState::Pending);
+        if let Some(r) = self.stats.jobs.get_mut(&id) {
+            r.set_pending(pending_now, self.now_ms);
+        }
         if let Some((limit, protection)) = self.timers_of.remove(&id) {
             for (set, t) in [(&mut self.limits, limit), (&mut self.protections, protection)] {
                 if let Some(t) = t {
@@ -425,13 +430,7 @@ impl<'s> Engine<'s> {
                     self.work.insert(job, w);
                     self.ids.insert(sub.spec.name.clone(), job);
                     let queue = self.queue_index(&sub.spec.queue);
-                    let rec = JobRec {
-                        queue,
-                        gpus: sub.spec.total().gpus(),
-                        submit_ms: self.now_ms,
-                        first_start_ms: None,
-                        ended: false,
-                    };
+                    let rec = JobRec::submitted(queue, sub.spec.total().gpus(), self.now_ms);
                     self.stats.jobs.insert(job, rec);
                     self.track(job);
                 }
