@@ -71,9 +71,7 @@ fn stop_at_time_limits(view: &mut View, plan: &mut Plan) {
         plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
         view.ledger.set_leaving(job.id, true);
         view.taken.insert(job.id);
-        if let Some(r) = view.active.iter_mut().find(|r| r.job == job.id) {
-            r.leaving = true;
-        }
+        view.time_out(job.id);
     }
 }
 
