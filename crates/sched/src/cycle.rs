@@ -146,8 +146,9 @@ enum Outcome {
 /// Section 9: the first starving job in cycle order gets a reservation, if any of its pools
 /// without one would hold it. One per cycle; the next cycle looks again.
 fn reserve_for_first_starving(view: &mut View, holds: &Holds, starving: &[Candidate], plan: &mut Plan) {
+    let mut seen = reserve::Seen::default();
     for c in starving {
-        if reserve::make(view, holds, c, plan) {
+        if reserve::make(view, holds, c, plan, &mut seen) {
             return;
         }
     }

@@ -160,11 +160,22 @@ fn unblock(view: &mut View, h: &mut Hold) {
 
 /// Would the job's queue admit it once its own queue's jobs on `nodes` had ended?
 fn admitted_without_own(view: &mut View, q: usize, np: bool, shares: &[Share], nodes: &[usize]) -> Result<(), String> {
-    let own: Vec<JobId> = running(view)
-        .into_iter()
+    let own = own_on(view, &running(view), q, nodes);
+    admitted_without(view, own, q, np, shares)
+}
+
+/// Of the `running` jobs, those of queue `q` on `nodes`.
+fn own_on(view: &View, running: &[(JobId, usize)], q: usize, nodes: &[usize]) -> Vec<JobId> {
+    running
+        .iter()
+        .copied()
         .filter(|&(j, jq)| jq == q && nodes.iter().any(|&n| view.ledger.nodes[n].occupant(j).is_some()))
         .map(|(j, _)| j)
-        .collect();
+        .collect()
+}
+
+/// Would queue `q` admit `shares` were the jobs of `own` gone?
+fn admitted_without(view: &mut View, own: Vec<JobId>, q: usize, np: bool, shares: &[Share]) -> Result<(), String> {
     view.ledger.without(own, |l| {
         let verdict = l.check_admission(q, &demand_of(l, shares), np);
         verdict.map(drop).map_err(|b| b.describe(l, q))
@@ -199,9 +210,32 @@ fn end_of(view: &View, id: JobId) -> u64 {
 /// pools' running jobs); the rest are looked at in later cycles.
 pub const MAX_RESERVATION_WALKS_PER_CYCLE: usize = 8;
 
+/// What the walks of one cycle share: the view does not change between them (a walk that
+/// makes a reservation is the cycle's last), so the running jobs and each pool's ranking of
+/// them are gathered once, not once per starving job (each is a pass over every running job).
+#[derive(Default)]
+pub struct Seen {
+    running: Option<Vec<(JobId, usize)>>,
+    ranked: FxMap<usize, Vec<(RankKey, JobId)>>,
+}
+
+impl Seen {
+    fn running(&mut self, view: &View) -> &[(JobId, usize)] {
+        self.running.get_or_insert_with(|| running(view))
+    }
+
+    fn ranked(&mut self, view: &View, pool: usize) -> &[(RankKey, JobId)] {
+        if !self.ranked.contains_key(&pool) {
+            let r = ranked_in_pool(view, self.running(view), pool);
+            self.ranked.insert(pool, r);
+        }
+        &self.ranked[&pool]
+    }
+}
+
 /// A reservation for a starving job, if one of its pools without a reservation would hold
 /// it were the jobs running there gone, and its queue would admit it.
-pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan) -> bool {
+pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan, seen: &mut Seen) -> bool {
     let taken_pools: Vec<usize> =
         holds.list.iter().filter_map(|h| h.shares.first().map(|s| view.ledger.nodes[s.0].pool)).collect();
     let (q, np) = (c.queue, !c.preemptible);
@@ -210,12 +244,15 @@ pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan) -> b
         if a.iter().any(|&p| p != pool) || taken_pools.contains(&pool) {
             continue;
         }
-        let Some((packing, gone)) = walk_all(view, c.job, &c.needs, a, pool) else { continue };
+        let Some((packing, gone)) = walk_all(view, c.job, &c.needs, a, pool, seen.ranked(view, pool)) else {
+            continue;
+        };
         let set = SetNodes::new(view, c.id, &gone, &packing.nodes());
         let names = |n: usize| view.ledger.nodes[n].name.clone();
         let (replicas, shares) = packing.allocate(&set, &c.needs, names);
         let nodes = packing.nodes();
-        if admitted_without_own(view, q, np, &shares, &nodes).is_err() {
+        let own = own_on(view, seen.running(view), q, &nodes);
+        if admitted_without(view, own, q, np, &shares).is_err() {
             continue;
         }
         let waits_for: Vec<JobId> = occupants_of(view, c.id, &shares);
@@ -242,11 +279,17 @@ type RankKey = (u64, u64, Vector, usize, JobId);
 /// be a victim, ranked earliest end by time limit first, then no time limit, then fewer
 /// resources held, then node order; taken in rank order until it fits, then every one it
 /// can do without is given back, latest rank first, until none can be.
-fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> Option<(Packing, Vec<JobId>)> {
+fn walk_all(
+    view: &View,
+    job: &Job,
+    needs: &Needs,
+    a: &[usize],
+    pool: usize,
+    cands: &[(RankKey, JobId)],
+) -> Option<(Packing, Vec<JobId>)> {
     let nodes: Vec<usize> = (0..view.ledger.nodes.len())
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
         .collect();
-    let cands = ranked_in_pool(view, pool);
     let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
     let mut fit = Fit::new(view, job.id, needs, a, &nodes);
     // Packing is the expensive part: try it only once enough GPUs would be free in the pool
@@ -282,11 +325,11 @@ fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> 
     Some((packing, taken))
 }
 
-/// Running jobs with a share in `pool`, in the walk's rank order.
-fn ranked_in_pool(view: &View, pool: usize) -> Vec<(RankKey, JobId)> {
-    let mut cands: Vec<(RankKey, JobId)> = running(view)
-        .into_iter()
-        .filter_map(|(id, _)| {
+/// The `running` jobs with a share in `pool`, in the walk's rank order.
+fn ranked_in_pool(view: &View, running: &[(JobId, usize)], pool: usize) -> Vec<(RankKey, JobId)> {
+    let mut cands: Vec<(RankKey, JobId)> = running
+        .iter()
+        .filter_map(|&(id, _)| {
             let ch = view.ledger.charges.get(&id)?;
             let first = ch.nodes.iter().copied().filter(|n| view.ledger.nodes[*n].pool == pool).min()?;
             let mut held = ZERO;
