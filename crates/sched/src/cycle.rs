@@ -71,9 +71,7 @@ fn stop_at_time_limits(view: &mut View, plan: &mut Plan) {
         plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
         view.ledger.set_leaving(job.id, true);
         view.taken.insert(job.id);
-        if let Some(r) = view.active.iter_mut().find(|r| r.job == job.id) {
-            r.leaving = true;
-        }
+        view.time_out(job.id);
     }
 }
 
@@ -148,8 +146,9 @@ enum Outcome {
 /// Section 9: the first starving job in cycle order gets a reservation, if any of its pools
 /// without one would hold it. One per cycle; the next cycle looks again.
 fn reserve_for_first_starving(view: &mut View, holds: &Holds, starving: &[Candidate], plan: &mut Plan) {
+    let mut seen = reserve::Seen::default();
     for c in starving {
-        if reserve::make(view, holds, c, plan) {
+        if reserve::make(view, holds, c, plan, &mut seen) {
             return;
         }
     }

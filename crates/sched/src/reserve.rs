@@ -7,9 +7,10 @@
 //! latest end of the jobs occupying the rest says which time-limited jobs may backfill.
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{NodeReservation, Share, Vector, ZERO, add, fits, min};
+use baton_model::ledger::{FxMap, NodeReservation, Share, Vector, ZERO, add, fits, min};
 use baton_model::plan::{Decision, Plan};
 use baton_model::scheduler::PoolReservation;
+use baton_model::state::submit::replicas_fitting;
 use baton_model::state::{backfills, demand_of};
 
 use crate::needs::Needs;
@@ -159,11 +160,22 @@ fn unblock(view: &mut View, h: &mut Hold) {
 
 /// Would the job's queue admit it once its own queue's jobs on `nodes` had ended?
 fn admitted_without_own(view: &mut View, q: usize, np: bool, shares: &[Share], nodes: &[usize]) -> Result<(), String> {
-    let own: Vec<JobId> = running(view)
-        .into_iter()
+    let own = own_on(view, &running(view), q, nodes);
+    admitted_without(view, own, q, np, shares)
+}
+
+/// Of the `running` jobs, those of queue `q` on `nodes`.
+fn own_on(view: &View, running: &[(JobId, usize)], q: usize, nodes: &[usize]) -> Vec<JobId> {
+    running
+        .iter()
+        .copied()
         .filter(|&(j, jq)| jq == q && nodes.iter().any(|&n| view.ledger.nodes[n].occupant(j).is_some()))
         .map(|(j, _)| j)
-        .collect();
+        .collect()
+}
+
+/// Would queue `q` admit `shares` were the jobs of `own` gone?
+fn admitted_without(view: &mut View, own: Vec<JobId>, q: usize, np: bool, shares: &[Share]) -> Result<(), String> {
     view.ledger.without(own, |l| {
         let verdict = l.check_admission(q, &demand_of(l, shares), np);
         verdict.map(drop).map_err(|b| b.describe(l, q))
@@ -198,9 +210,32 @@ fn end_of(view: &View, id: JobId) -> u64 {
 /// pools' running jobs); the rest are looked at in later cycles.
 pub const MAX_RESERVATION_WALKS_PER_CYCLE: usize = 8;
 
+/// What the walks of one cycle share: the view does not change between them (a walk that
+/// makes a reservation is the cycle's last), so the running jobs and each pool's ranking of
+/// them are gathered once, not once per starving job (each is a pass over every running job).
+#[derive(Default)]
+pub struct Seen {
+    running: Option<Vec<(JobId, usize)>>,
+    ranked: FxMap<usize, Vec<(RankKey, JobId)>>,
+}
+
+impl Seen {
+    fn running(&mut self, view: &View) -> &[(JobId, usize)] {
+        self.running.get_or_insert_with(|| running(view))
+    }
+
+    fn ranked(&mut self, view: &View, pool: usize) -> &[(RankKey, JobId)] {
+        if !self.ranked.contains_key(&pool) {
+            let r = ranked_in_pool(view, self.running(view), pool);
+            self.ranked.insert(pool, r);
+        }
+        &self.ranked[&pool]
+    }
+}
+
 /// A reservation for a starving job, if one of its pools without a reservation would hold
 /// it were the jobs running there gone, and its queue would admit it.
-pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan) -> bool {
+pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan, seen: &mut Seen) -> bool {
     let taken_pools: Vec<usize> =
         holds.list.iter().filter_map(|h| h.shares.first().map(|s| view.ledger.nodes[s.0].pool)).collect();
     let (q, np) = (c.queue, !c.preemptible);
@@ -209,12 +244,15 @@ pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan) -> b
         if a.iter().any(|&p| p != pool) || taken_pools.contains(&pool) {
             continue;
         }
-        let Some((packing, gone)) = walk_all(view, c.job, &c.needs, a, pool) else { continue };
+        let Some((packing, gone)) = walk_all(view, c.job, &c.needs, a, pool, seen.ranked(view, pool)) else {
+            continue;
+        };
         let set = SetNodes::new(view, c.id, &gone, &packing.nodes());
         let names = |n: usize| view.ledger.nodes[n].name.clone();
         let (replicas, shares) = packing.allocate(&set, &c.needs, names);
         let nodes = packing.nodes();
-        if admitted_without_own(view, q, np, &shares, &nodes).is_err() {
+        let own = own_on(view, seen.running(view), q, &nodes);
+        if admitted_without(view, own, q, np, &shares).is_err() {
             continue;
         }
         let waits_for: Vec<JobId> = occupants_of(view, c.id, &shares);
@@ -241,13 +279,57 @@ type RankKey = (u64, u64, Vector, usize, JobId);
 /// be a victim, ranked earliest end by time limit first, then no time limit, then fewer
 /// resources held, then node order; taken in rank order until it fits, then every one it
 /// can do without is given back, latest rank first, until none can be.
-fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> Option<(Packing, Vec<JobId>)> {
+fn walk_all(
+    view: &View,
+    job: &Job,
+    needs: &Needs,
+    a: &[usize],
+    pool: usize,
+    cands: &[(RankKey, JobId)],
+) -> Option<(Packing, Vec<JobId>)> {
     let nodes: Vec<usize> = (0..view.ledger.nodes.len())
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
         .collect();
-    let mut cands: Vec<(RankKey, JobId)> = running(view)
-        .into_iter()
-        .filter_map(|(id, _)| {
+    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
+    let mut fit = Fit::new(view, job.id, needs, a, &nodes);
+    // Packing is the expensive part: try it only once enough GPUs would be free in the pool
+    // (counted as jobs are taken, not recomputed over every node).
+    let mut free_gpus: u64 = nodes.iter().map(|&n| u64::from(view.free_for(n, job.id, &[]).1.count_ones())).sum();
+    let mut taken: Vec<JobId> = Vec::new();
+    let mut next = cands.iter();
+    loop {
+        if free_gpus >= want_gpus && fit.fits(&taken, None) {
+            break;
+        }
+        let (key, id) = next.next()?;
+        free_gpus += key.1;
+        taken.push(*id);
+        fit.set_gone(*id, true);
+    }
+    loop {
+        let mut returned = false;
+        for i in (0..taken.len()).rev() {
+            fit.set_gone(taken[i], false);
+            if fit.fits(&taken, Some(i)) {
+                taken.remove(i);
+                returned = true;
+                break;
+            }
+            fit.set_gone(taken[i], true);
+        }
+        if !returned {
+            break;
+        }
+    }
+    let packing = fit.pack(&taken, None)?;
+    Some((packing, taken))
+}
+
+/// The `running` jobs with a share in `pool`, in the walk's rank order.
+fn ranked_in_pool(view: &View, running: &[(JobId, usize)], pool: usize) -> Vec<(RankKey, JobId)> {
+    let mut cands: Vec<(RankKey, JobId)> = running
+        .iter()
+        .filter_map(|&(id, _)| {
             let ch = view.ledger.charges.get(&id)?;
             let first = ch.nodes.iter().copied().filter(|n| view.ledger.nodes[*n].pool == pool).min()?;
             let mut held = ZERO;
@@ -266,35 +348,109 @@ fn walk_all(view: &View, job: &Job, needs: &Needs, a: &[usize], pool: usize) -> 
         })
         .collect();
     cands.sort_unstable();
-    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
-    let fits_with = |gone: &[JobId]| pack(&SetNodes::new(view, job.id, gone, &nodes), needs, a);
-    // Packing is the expensive part: try it only once enough GPUs would be free in the pool
-    // (counted as jobs are taken, not recomputed over every node).
-    let mut free_gpus: u64 = nodes.iter().map(|&n| u64::from(view.free_for(n, job.id, &[]).1.count_ones())).sum();
-    let mut taken: Vec<JobId> = Vec::new();
-    let mut next = cands.iter();
-    loop {
-        if free_gpus >= want_gpus && fits_with(&taken).is_some() {
-            break;
-        }
-        let (key, id) = next.next()?;
-        free_gpus += key.1;
-        taken.push(*id);
-    }
-    loop {
-        let mut returned = false;
-        for i in (0..taken.len()).rev() {
-            let rest: Vec<JobId> = taken.iter().copied().enumerate().filter(|(k, _)| *k != i).map(|(_, j)| j).collect();
-            if fits_with(&rest).is_some() {
-                taken = rest;
-                returned = true;
-                break;
+    cands
+}
+
+/// "Would the gang fit were these jobs gone?" during one walk. A walk asks it once per job
+/// taken and once per job tried back, with hundreds of jobs taken on a busy pool: packing
+/// anew each time (every node's room recomputed against the whole list) made one walk
+/// cost seconds. For a gang of one task and no topology, packing (pack.rs) succeeds
+/// exactly when the nodes together host all replicas, each node as many as its room holds,
+/// so the answer is kept as that sum, and a job taken or given back changes only the terms
+/// of its own nodes. Other gangs pack every time. Debug builds check the sum against
+/// packing at every question.
+/// Debug builds check the sum against packing on pools of at most this many nodes (packing
+/// anew at every question is what the sum avoids; on big pools it would make debug runs
+/// crawl).
+const DEBUG_CHECK_MAX_NODES: usize = 256;
+
+struct Fit<'v, 'a> {
+    view: &'v View<'a>,
+    job: JobId,
+    needs: &'v Needs,
+    a: &'v [usize],
+    nodes: &'v [usize],
+    /// The running sum, for a gang it applies to.
+    count: Option<Count>,
+}
+
+struct Count {
+    need: Vector,
+    replicas: u128,
+    gone: FxMap<JobId, ()>,
+    /// Replicas each node hosts (by node index; 0 for nodes outside the walk's pool).
+    hosts: Vec<u64>,
+    in_walk: Vec<bool>,
+    total: u128,
+}
+
+impl<'v, 'a> Fit<'v, 'a> {
+    fn new(view: &'v View<'a>, job: JobId, needs: &'v Needs, a: &'v [usize], nodes: &'v [usize]) -> Fit<'v, 'a> {
+        let mut fit = Fit { view, job, needs, a, nodes, count: None };
+        if let [task] = needs.tasks.as_slice()
+            && needs.topology.is_none()
+        {
+            let n_all = view.ledger.nodes.len();
+            let mut count = Count {
+                need: task.need,
+                replicas: u128::from(task.replicas),
+                gone: FxMap::default(),
+                hosts: vec![0; n_all],
+                in_walk: vec![false; n_all],
+                total: 0,
+            };
+            for &n in nodes {
+                count.in_walk[n] = true;
+                count.hosts[n] = fit.hosts(&count, n);
+                count.total += u128::from(count.hosts[n]);
             }
+            fit.count = Some(count);
         }
-        if !returned {
-            break;
+        fit
+    }
+
+    /// Replicas node `n` hosts with `c.gone` gone, as the packer counts them.
+    fn hosts(&self, c: &Count, n: usize) -> u64 {
+        let gone = |j: JobId| c.gone.contains_key(&j);
+        let (mut free, mask) = self.view.ledger.nodes[n].free_for_gone(Some(self.job), &gone);
+        free[0] = free[0].min(u64::from(mask.count_ones()));
+        replicas_fitting(&c.need, &free)
+    }
+
+    /// Imagines job `id` gone (or back); `fits` must then be asked with the same jobs gone.
+    fn set_gone(&mut self, id: JobId, gone: bool) {
+        let Some(mut c) = self.count.take() else { return };
+        if gone {
+            c.gone.insert(id, ());
+        } else {
+            c.gone.remove(&id);
+        }
+        let on: &[usize] = self.view.ledger.charges.get(&id).map_or(&[], |ch| ch.nodes.as_slice());
+        for &n in on.iter().filter(|&&n| c.in_walk[n]) {
+            let now = self.hosts(&c, n);
+            c.total = c.total - u128::from(c.hosts[n]) + u128::from(now);
+            c.hosts[n] = now;
+        }
+        self.count = Some(c);
+    }
+
+    /// Would it fit with the jobs of `taken` gone, except `taken[skip]`?
+    fn fits(&self, taken: &[JobId], skip: Option<usize>) -> bool {
+        match &self.count {
+            Some(c) => {
+                let fits = c.total >= c.replicas;
+                if cfg!(debug_assertions) && self.nodes.len() <= DEBUG_CHECK_MAX_NODES {
+                    assert_eq!(fits, self.pack(taken, skip).is_some(), "the walk's sum disagrees with packing");
+                }
+                fits
+            }
+            None => self.pack(taken, skip).is_some(),
         }
     }
-    let packing = fits_with(&taken)?;
-    Some((packing, taken))
+
+    fn pack(&self, taken: &[JobId], skip: Option<usize>) -> Option<Packing> {
+        let gone: Vec<JobId> =
+            taken.iter().copied().enumerate().filter(|&(k, _)| Some(k) != skip).map(|(_, j)| j).collect();
+        pack(&SetNodes::new(self.view, self.job, &gone, self.nodes), self.needs, self.a)
+    }
 }

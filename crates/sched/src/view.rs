@@ -1,6 +1,7 @@
 //! The scheduler's working copy of the cluster for one cycle: a clone of the ledger that it
 //! changes as it decides (the same operations `apply` will perform), plus the node index.
 
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 
 use baton_model::job::{Job, JobId};
@@ -16,8 +17,12 @@ pub struct View<'a> {
     pub now_ms: u64,
     /// Jobs chosen as victims this cycle: never chosen twice.
     pub taken: BTreeSet<JobId>,
-    /// Jobs running or stopping when the cycle began: the only possible victims.
-    pub active: Vec<Running>,
+    /// Jobs running or stopping when the cycle began: the only possible victims. Gathered
+    /// on first use (`active()`): a cycle that plans no preemption never needs them, and
+    /// gathering them reads every running job.
+    active: OnceCell<Vec<Running>>,
+    /// Running jobs this cycle stops at their time limit (leaving, as `active` shows them).
+    timed_out: Vec<JobId>,
     /// Free resources per pool over schedulable nodes, kept up to date as the cycle decides.
     pub pool_free: Vec<Vector>,
     /// What each node contributes to `pool_free`.
@@ -44,28 +49,45 @@ impl<'a> View<'a> {
     pub fn new(state: &'a State, now_ms: u64) -> View<'a> {
         let ledger = state.ledger().clone();
         let index = Index::build(&ledger);
-        let active = state
-            .jobs()
-            .values()
-            .filter(|j| j.state.is_active())
-            .map(|j| Running {
-                job: j.id,
-                queue: ledger.charges.get(&j.id).map_or(0, |c| c.queue),
-                leaving: j.is_leaving(),
-                preemptible: j.preemptible,
-                protected_until_ms: j.started_ms.saturating_add(j.spec.min_runtime_ms),
-                priority: j.priority,
-                progress_mark_ms: j.progress_mark_ms,
-                submitted: j.submitted_key(),
-                gpus: j.gpus(),
-            })
-            .collect();
         let counted: Vec<Vector> = ledger.nodes.iter().map(|n| if n.schedulable { n.free } else { ZERO }).collect();
         let mut pool_free = vec![ZERO; ledger.pools.len()];
         for (n, free) in counted.iter().enumerate() {
             add(&mut pool_free[ledger.nodes[n].pool], free);
         }
-        View { state, ledger, index, now_ms, taken: BTreeSet::new(), active, pool_free, counted }
+        let (active, timed_out) = (OnceCell::new(), Vec::new());
+        View { state, ledger, index, now_ms, taken: BTreeSet::new(), active, timed_out, pool_free, counted }
+    }
+
+    /// Jobs running or stopping when the cycle began, in id order. Read from the state's
+    /// ledger, not the view's: the cycle's changes must not show.
+    pub fn active(&self) -> &[Running] {
+        self.active.get_or_init(|| {
+            let charges = &self.state.ledger().charges;
+            self.state
+                .jobs()
+                .values()
+                .filter(|j| j.state.is_active())
+                .map(|j| Running {
+                    job: j.id,
+                    queue: charges.get(&j.id).map_or(0, |c| c.queue),
+                    leaving: j.is_leaving() || self.timed_out.contains(&j.id),
+                    preemptible: j.preemptible,
+                    protected_until_ms: j.started_ms.saturating_add(j.spec.min_runtime_ms),
+                    priority: j.priority,
+                    progress_mark_ms: j.progress_mark_ms,
+                    submitted: j.submitted_key(),
+                    gpus: j.gpus(),
+                })
+                .collect()
+        })
+    }
+
+    /// A running job is stopped at its time limit this cycle: it is leaving.
+    pub fn time_out(&mut self, id: JobId) {
+        match self.active.get_mut() {
+            Some(active) => active.iter_mut().filter(|r| r.job == id).for_each(|r| r.leaving = true),
+            None => self.timed_out.push(id),
+        }
     }
 
     pub fn job(&self, id: JobId) -> &'a Job {

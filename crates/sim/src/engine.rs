@@ -76,6 +76,11 @@ pub struct Engine<'s> {
     /// state from the events that name them, so that an instant costs no scan of all jobs.
     active: BTreeMap<JobId, Track>,
     pending: BTreeMap<JobId, usize>,
+    /// Pending jobs by when they became Pending (`Job::pending_since_ms`, which changes only
+    /// on entering Pending), so that the next job to reach `reserve_after` is found without
+    /// a scan of the backlog at every instant.
+    pending_since: BTreeSet<(u64, JobId)>,
+    since_of: HashMap<JobId, u64>,
     used_by_queue: Vec<u64>,
     pending_by_queue: Vec<u64>,
     /// GPUs of Ready nodes; recomputed after a node step.
@@ -121,6 +126,8 @@ impl<'s> Engine<'s> {
             queue_ix: queues.iter().cloned().enumerate().map(|(i, q)| (q, i)).collect(),
             active: BTreeMap::new(),
             pending: BTreeMap::new(),
+            pending_since: BTreeSet::new(),
+            since_of: HashMap::new(),
             used_by_queue: vec![0; n],
             pending_by_queue: vec![0; n],
             cap_gpus: None,
@@ -232,6 +239,20 @@ impl<'s> Engine<'s> {
     /// runs then, decisions.md section 8).
     fn next_starving(&self) -> Option<u64> {
         let after = self.state.scheduler().reserve_after_ms?;
+        // Only jobs Pending since after `now - after` reach it after now; the earliest such
+        // job without a reservation (there is at most one reservation per pool) is next.
+        let from = if self.now_ms >= after { self.now_ms - after + 1 } else { 0 };
+        let next = self
+            .pending_since
+            .range((from, 0)..)
+            .find(|(_, id)| self.state.pool_reservation_of(*id).is_none())
+            .map(|(since, _)| since.saturating_add(after));
+        debug_assert_eq!(next, self.next_starving_by_scan(after), "next starving instant at t={}", self.now_ms);
+        next
+    }
+
+    /// `next_starving` by a scan of every pending job (debug builds compare the two).
+    fn next_starving_by_scan(&self, after: u64) -> Option<u64> {
         self.pending
             .keys()
             .filter_map(|id| self.state.job(*id))
@@ -354,6 +375,14 @@ impl<'s> Engine<'s> {
         if let Some(q) = self.pending.remove(&id) {
             self.pending_by_queue[q] -= 1;
         }
+        if let Some(since) = self.since_of.remove(&id) {
+            self.pending_since.remove(&(since, id));
+        }
+        // Waits count every spell Pending, those after a requeue included.
+        let pending_now = self.state.job(id).is_some_and(|j| j.state == JobState::Pending);
+        if let Some(r) = self.stats.jobs.get_mut(&id) {
+            r.set_pending(pending_now, self.now_ms);
+        }
         if let Some((limit, protection)) = self.timers_of.remove(&id) {
             for (set, t) in [(&mut self.limits, limit), (&mut self.protections, protection)] {
                 if let Some(t) = t {
@@ -369,7 +398,7 @@ impl<'s> Engine<'s> {
             self.protections.extend(protection.map(|t| (t, id)));
             self.timers_of.insert(id, (limit, protection));
         }
-        let (state, gpus, queue) = (job.state, job.gpus(), job.spec.queue.clone());
+        let (state, gpus, queue, since) = (job.state, job.gpus(), job.spec.queue.clone(), job.pending_since_ms);
         if matches!(state, JobState::Succeeded | JobState::Failed)
             && let Some(r) = self.stats.jobs.get_mut(&id)
         {
@@ -381,6 +410,8 @@ impl<'s> Engine<'s> {
             self.used_by_queue[q] += gpus;
         } else if state == JobState::Pending {
             self.pending.insert(id, q);
+            self.pending_since.insert((since, id));
+            self.since_of.insert(id, since);
             self.pending_by_queue[q] += 1;
         }
     }
@@ -425,13 +456,7 @@ impl<'s> Engine<'s> {
                     self.work.insert(job, w);
                     self.ids.insert(sub.spec.name.clone(), job);
                     let queue = self.queue_index(&sub.spec.queue);
-                    let rec = JobRec {
-                        queue,
-                        gpus: sub.spec.total().gpus(),
-                        submit_ms: self.now_ms,
-                        first_start_ms: None,
-                        ended: false,
-                    };
+                    let rec = JobRec::submitted(queue, sub.spec.total().gpus(), self.now_ms);
                     self.stats.jobs.insert(job, rec);
                     self.track(job);
                 }

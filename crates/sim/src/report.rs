@@ -162,13 +162,13 @@ fn pending_chart(c: &Collector, shown: usize) -> Chart {
     }
 }
 
-/// Share of a queue's jobs that waited at most x seconds for their first start (jobs never
-/// started count with their wait up to the end of the run).
+/// Share of a queue's jobs that waited at most x seconds, all their time Pending (a wait
+/// still going on counts up to the end of the run).
 fn wait_chart(c: &Collector, o: &Outcome, shown: usize) -> Chart {
     let end = o.report.summary.end.0;
     let mut waits: Vec<Vec<u64>> = vec![Vec::new(); shown];
     for j in c.jobs.values().filter(|j| j.queue < shown) {
-        waits[j.queue].push(j.first_start_ms.unwrap_or(end).saturating_sub(j.submit_ms));
+        waits[j.queue].push(j.wait_ms(end));
     }
     let series = waits
         .into_iter()
@@ -183,7 +183,7 @@ fn wait_chart(c: &Collector, o: &Outcome, shown: usize) -> Chart {
         .collect();
     Chart {
         id: "wait",
-        title: "Wait for the first start: share of each queue's jobs that waited at most x".into(),
+        title: "Wait (all time Pending): share of each queue's jobs that waited at most x".into(),
         x_label: "wait (s)",
         y_label: "share of jobs",
         series,

@@ -1,5 +1,5 @@
-//! Decision-quality figures of a run (docs/trace.md): per queue, how long jobs waited for
-//! their first start by gang size, the GPU time the queue used, its preemptions, the GPU
+//! Decision-quality figures of a run (docs/trace.md): per queue, how long jobs waited (all
+//! their time Pending, after requeues too) by gang size, the GPU time the queue used, its preemptions, the GPU
 //! time lost since the last checkpoint when its jobs were stopped, and the longest wait;
 //! plus the time series `--report` draws.
 
@@ -23,6 +23,44 @@ pub struct JobRec {
     pub first_start_ms: Option<u64>,
     /// It ran to its end (Succeeded or Failed).
     pub ended: bool,
+    /// Time spent Pending that is over: from submission to the first start, and from each
+    /// requeue (a stop that sends it back to Pending) to the next start.
+    pub waited_ms: u64,
+    /// Pending since then, if it is Pending now.
+    pub pending_since_ms: Option<u64>,
+}
+
+impl JobRec {
+    /// A job just submitted at `submit_ms` (Pending from then).
+    pub fn submitted(queue: usize, gpus: u64, submit_ms: u64) -> JobRec {
+        JobRec {
+            queue,
+            gpus,
+            submit_ms,
+            first_start_ms: None,
+            ended: false,
+            waited_ms: 0,
+            pending_since_ms: Some(submit_ms),
+        }
+    }
+
+    /// Its wait (docs/trace.md): all its time Pending, a wait still going on counted up to
+    /// `end_ms`.
+    pub fn wait_ms(&self, end_ms: u64) -> u64 {
+        self.waited_ms + self.pending_since_ms.map_or(0, |since| end_ms.saturating_sub(since))
+    }
+
+    /// It became Pending (`true`) or stopped being Pending at `now_ms`.
+    pub fn set_pending(&mut self, pending: bool, now_ms: u64) {
+        match (self.pending_since_ms, pending) {
+            (None, true) => self.pending_since_ms = Some(now_ms),
+            (Some(since), false) => {
+                self.waited_ms += now_ms.saturating_sub(since);
+                self.pending_since_ms = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The queues' state at one instant (GPUs in use and jobs pending, by queue index).
@@ -87,7 +125,7 @@ impl Collector {
         let mut longest = vec![0u64; self.queues.len()];
         let mut counts = vec![0u64; self.queues.len()];
         for j in self.jobs.values() {
-            let wait = j.first_start_ms.unwrap_or(end_ms).saturating_sub(j.submit_ms);
+            let wait = j.wait_ms(end_ms);
             if j.first_start_ms.is_none() {
                 never[j.queue] += 1;
             }
@@ -142,7 +180,7 @@ pub struct QueueStats {
     pub longest_wait: Secs,
 }
 
-/// Waits for the first start of jobs of one gang size (total GPUs, by power-of-two bucket).
+/// Waits (all time Pending) of jobs of one gang size (total GPUs, by power-of-two bucket).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct GangWait {
     pub gpus: String,

@@ -71,7 +71,8 @@ fn a_scenario_report_draws_usage_against_quota_pending_preemptions_and_waits() {
     assert_eq!([at(&pending["a"], 0.0), at(&pending["a"], 10.0), at(&pending["a"], 60.0)], [0.0, 1.0, 0.0]);
 
     let waits = series(chart(&html, "wait"));
-    assert_eq!(waits["a"], [(0.0, 0.5), (0.0, 1.0)]);
+    // A wait is all the time Pending: the preempted job's 50 s after its requeue count.
+    assert_eq!(waits["a"], [(0.0, 0.5), (50.0, 1.0)]);
     assert_eq!(waits["b"], [(0.0, 1.0)]);
 }
 

@@ -40,8 +40,30 @@ fn a_reclaim_costs_the_borrower_the_work_since_its_start() {
     assert_eq!(a.gpu_utilization, 0.6563); // 1680 / 2560
     assert_eq!(b.gpu_utilization, 0.0781); // 200 / 2560
     assert_eq!(o.report.summary.gpu_utilization, 0.7344); // 1880 / 2560
-    assert_eq!((a.longest_wait, b.longest_wait), (Secs(0), Secs(0)));
+    // a's preempted job waited from its requeue at t=10 to its new start at t=60.
+    assert_eq!((a.longest_wait, b.longest_wait), (Secs(50_000), Secs(0)));
     assert!(o.report.steps.is_empty(), "trace mode keeps no per-instant snapshots");
+}
+
+#[test]
+fn a_wait_after_a_requeue_counts_until_the_next_start() {
+    // One node, a and b guaranteed 4 GPUs each. a's 8-GPU job (100 s) starts at once. b's
+    // 4-GPU job at t=20 (30 s) takes its guarantee back: a's job is requeued at t=20 and
+    // starts over when b's job ends at t=50, so it waits 0 s for its first start and 30 s
+    // after the requeue: 30 s in all. b's second 4-GPU job at t=60 (10 s) preempts it again:
+    // requeued at t=60, it starts over at t=70 (10 s more: 40 s in all) and ends at t=170.
+    // b's jobs start the moment they arrive.
+    let rows = "0,a,train,8,1,100,,\n20,b,train,4,1,30,,\n60,b,train,4,1,10,,\n";
+    let (o, s) = run(&cluster(1, 4), rows);
+    assert_eq!(o.report.summary.end, Secs(170_000));
+    let (a, b) = (queue(&s, "a"), queue(&s, "b"));
+    assert_eq!(a.preemptions, 2);
+    let by = |q: &QueueStats| -> Vec<(String, u64, Secs, Secs, Secs)> {
+        q.wait_by_gang.iter().map(|g| (g.gpus.clone(), g.jobs, g.p50, g.p99, g.max)).collect()
+    };
+    assert_eq!(by(a), [("5-8".to_string(), 1, Secs(40_000), Secs(40_000), Secs(40_000))]);
+    assert_eq!(by(b), [("3-4".to_string(), 2, Secs(0), Secs(0), Secs(0))]);
+    assert_eq!((a.longest_wait, a.never_started), (Secs(40_000), 0));
 }
 
 #[test]

@@ -84,18 +84,28 @@ impl NodeAcct {
         self.compute_free(who, removed)
     }
 
+    /// `free_for` with the removed jobs given as a test (`gone(job)`), for a caller that
+    /// imagines many jobs gone at once: a slice would be searched at every occupant.
+    pub fn free_for_gone(&self, who: Option<JobId>, gone: &dyn Fn(JobId) -> bool) -> (Vector, u64) {
+        self.compute_free_by(who, gone)
+    }
+
     fn compute_free(&self, who: Option<JobId>, removed: &[JobId]) -> (Vector, u64) {
+        self.compute_free_by(who, &|j| removed.contains(&j))
+    }
+
+    fn compute_free_by(&self, who: Option<JobId>, removed: &dyn Fn(JobId) -> bool) -> (Vector, u64) {
         let mut used = ZERO;
         let mut used_gpus = 0u64;
         for o in &self.occupants {
             if !o.held {
-                if !removed.contains(&o.job) {
+                if !removed(o.job) {
                     add(&mut used, &o.amount);
                     used_gpus |= o.gpus;
                 }
                 continue;
             }
-            let lent_alive = o.lent_to.is_some_and(|b| !removed.contains(&b));
+            let lent_alive = o.lent_to.is_some_and(|b| !removed(b));
             let mut blocked = o.amount;
             let mut blocked_gpus = o.gpus;
             if lent_alive {
@@ -120,10 +130,10 @@ impl NodeAcct {
     }
 
     /// What a reservation's victims still occupy here.
-    fn victims_active(&self, r: &NodeReservation, removed: &[JobId]) -> Vector {
+    fn victims_active(&self, r: &NodeReservation, removed: &dyn Fn(JobId) -> bool) -> Vector {
         let mut v = ZERO;
         for o in &self.occupants {
-            if !o.held && r.victims.contains(&o.job) && !removed.contains(&o.job) {
+            if !o.held && r.victims.contains(&o.job) && !removed(o.job) {
                 add(&mut v, &o.amount);
             }
         }

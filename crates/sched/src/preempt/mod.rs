@@ -74,19 +74,19 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
     if let Some(why) = first_forbidden.filter(|_| ctxs.is_empty()) {
         return Err(why);
     }
-    if view.active.is_empty() {
+    if view.active().is_empty() {
         return Err("no running job may be preempted for it".into());
     }
     let pools = needs.all_pools();
     let own: Vec<Cand> = view
-        .active
+        .active()
         .iter()
         .filter(|r| r.queue == jq && in_pools(view, r, &pools))
         .filter_map(|r| eligible(view, job, jq, &policy, r))
         .collect();
     let useful = contributing_queues(view, job, jq, &policy, needs, &own);
     let cands: Vec<Cand> = view
-        .active
+        .active()
         .iter()
         .filter(|r| r.queue != jq && (useful[r.queue] || r.leaving))
         .filter(|r| in_pools(view, r, &pools))
@@ -591,7 +591,7 @@ fn describe(view: &mut View, ctx: &Ctx, victims: &[&Cand]) -> String {
 #[cfg(test)]
 pub fn on_nodes_agree(view: &View) -> Result<(), String> {
     let cands: Vec<Cand> = view
-        .active
+        .active()
         .iter()
         .map(|r| Cand {
             job: r.job,
