@@ -84,7 +84,13 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
     let spec = gpu_job("hello", "q", "", 1, 1, vec!["echo".into(), "hello from the job".into()]);
     api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }).await.unwrap();
     c.wait_job("hello", "succeeded", |j| j.state == "Succeeded").await;
-    let logs = LogsRequest { job: "hello".into(), ..Default::default() };
+    let spec = gpu_job("other", "q", "", 1, 1, vec!["echo".into(), "another job's output".into()]);
+    let other = api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() });
+    let other = other.await.unwrap().into_inner().id;
+    c.wait_job("other", "succeeded", |j| j.state == "Succeeded").await;
+    // The replica reads the logs of the job whose rights it checked, by that job's id,
+    // whatever id the client sent (here another job's).
+    let logs = LogsRequest { job: "hello".into(), job_id: other, ..Default::default() };
     let mut stream = api.job_logs(JobLogsRequest { node: "n1".into(), logs: Some(logs) }).await.unwrap().into_inner();
     let mut text = Vec::new();
     while let Some(chunk) = stream.message().await.unwrap() {

@@ -24,8 +24,12 @@ const LOG_BUFFER_CHUNKS: usize = 16;
 const AGENT_DIAL_TIMEOUT_MS: u64 = 3_000;
 
 pub async fn job_logs(api: &Api, who: &Caller, r: JobLogsRequest) -> Result<Response<LogStream>, Status> {
-    let logs = r.logs.ok_or_else(|| Status::invalid_argument("logs: missing"))?;
-    let addr = allowed_agent(api, who, &r.node, &logs.job).await?;
+    let mut logs = r.logs.ok_or_else(|| Status::invalid_argument("logs: missing"))?;
+    let (addr, job_id) = allowed_agent(api, who, &r.node, &logs.job).await?;
+    // Agents keep logs by job id. The id is the one of the job whose rights were just
+    // checked, whatever the client sent: an id of its own choosing would read another
+    // job's logs under the name of one the caller may read.
+    logs.job_id = job_id;
     let slot = api.ctx.log_slots.clone().try_acquire_owned().map_err(|_| {
         Status::resource_exhausted(format!(
             "{} log streams are open on this replica (max_log_streams); close one or read through another replica",
@@ -57,8 +61,8 @@ pub async fn job_logs(api: &Api, who: &Caller, r: JobLogsRequest) -> Result<Resp
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 
-/// The agent address of `node`, once `who` may read `job`'s logs.
-async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result<String, Status> {
+/// The agent address of `node` and the job's id, once `who` may read `job`'s logs.
+async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result<(String, u64), Status> {
     let token = who.token().cloned();
     api.read(move |s| {
         let j =
@@ -83,7 +87,7 @@ async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result
                 "node {node} has no agent address; its agent serves no logs"
             )));
         }
-        Ok(n.spec.agent_addr.clone())
+        Ok((n.spec.agent_addr.clone(), j.id))
     })
     .await?
 }
