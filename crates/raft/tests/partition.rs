@@ -90,6 +90,12 @@ async fn eventually(handles: &Handles, what: &str, limit: Duration, mut f: impl 
     }
 }
 
+/// The leader once all 3 replicas are up and one leads.
+async fn first_leader(h: &Handles) -> NodeId {
+    eventually(h, "a leader", Duration::from_secs(10), || h.lock().unwrap().len() == 3 && leader(h).is_some()).await;
+    leader(h).unwrap()
+}
+
 fn leader(handles: &Handles) -> Option<NodeId> {
     handles.lock().unwrap().values().find(|r| r.metrics().role == Role::Leader).map(|r| r.id())
 }
@@ -102,9 +108,7 @@ fn minority_cannot_commit_and_all_converge_after_healing() -> turmoil::Result {
 
     let h = handles.clone();
     sim.client("test", async move {
-        eventually(&h, "a leader", Duration::from_secs(10), || h.lock().unwrap().len() == 3 && leader(&h).is_some())
-            .await;
-        let old = leader(&h).unwrap();
+        let old = first_leader(&h).await;
         replica(&h, old).write(put("before")).await??;
 
         // Cut the leader off from both followers: it is a minority of one.
@@ -172,9 +176,7 @@ fn partitioned_follower_cannot_serve_linearizable_reads_and_catches_up() -> turm
 
     let h = handles.clone();
     sim.client("test", async move {
-        eventually(&h, "a leader", Duration::from_secs(10), || h.lock().unwrap().len() == 3 && leader(&h).is_some())
-            .await;
-        let lead = leader(&h).unwrap();
+        let lead = first_leader(&h).await;
         let lone = (1..=3).find(|&id| id != lead).unwrap();
         for id in (1..=3).filter(|&id| id != lone) {
             turmoil::partition(host_name(lone), host_name(id));
@@ -216,9 +218,7 @@ fn a_rejoining_replica_does_not_depose_a_healthy_leader() -> turmoil::Result {
 
     let h = handles.clone();
     sim.client("test", async move {
-        eventually(&h, "a leader", Duration::from_secs(10), || h.lock().unwrap().len() == 3 && leader(&h).is_some())
-            .await;
-        let lead = leader(&h).unwrap();
+        let lead = first_leader(&h).await;
         replica(&h, lead).write(put("before")).await??;
         let term = replica(&h, lead).metrics().term;
         let lone = (1..=3).find(|&id| id != lead).unwrap();
@@ -261,9 +261,7 @@ fn reads_on_a_slow_link_are_served_though_some_leadership_checks_miss() -> turmo
 
     let h = handles.clone();
     sim.client("test", async move {
-        eventually(&h, "a leader", Duration::from_secs(10), || h.lock().unwrap().len() == 3 && leader(&h).is_some())
-            .await;
-        let id = leader(&h).unwrap();
+        let id = first_leader(&h).await;
         replica(&h, id).write(put("w")).await??;
         let mut failed = Vec::new();
         for i in 0..100 {

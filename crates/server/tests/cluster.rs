@@ -56,12 +56,12 @@ async fn a_preemption_checkpoints_the_victim_then_starts_the_preemptor() {
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
 
     let low = gpu_job("low", "research", "train", 8);
-    c.submit(SubmitRequest { spec: Some(low), request_id: String::new(), run_as: String::new() }).await.unwrap();
+    c.submit(submit_of(low)).await.unwrap();
     let d = agent.until("low runs", |d| has(d, "low", Action::Run)).await;
     let low_id = d.assignments[0].job_id;
 
     let high = gpu_job("high", "prod", "inference", 8);
-    c.submit(SubmitRequest { spec: Some(high), request_id: String::new(), run_as: String::new() }).await.unwrap();
+    c.submit(submit_of(high)).await.unwrap();
     let d = agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     let stop = d.assignments.iter().find(|a| a.job == "low").unwrap();
     assert!(stop.grace_ms > 0 && stop.grace_ms <= 5_000, "grace left: {}", stop.grace_ms);
@@ -83,13 +83,7 @@ async fn a_silent_agent_loses_its_node_and_its_jobs_are_requeued() {
     let mut c = cluster.client(1).await;
     c.put_queue(queue("team-a", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("j", "team-a", "train", 2)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 2))).await.unwrap();
     agent.until("j runs", |d| has(d, "j", Action::Run)).await;
     agent.silence();
     let j = wait_state(&mut c, "j", "Pending").await;
@@ -118,10 +112,7 @@ async fn followers_send_agents_to_the_leader_and_answer_clients_clearly() {
     assert!(err.message().contains("unknown job \"nope\""), "{}", err.message());
     let mut bad = gpu_job("x", "team-a", "train", 1);
     bad.preemption_mode = "pause".into();
-    let err = c
-        .submit(SubmitRequest { spec: Some(bad), request_id: String::new(), run_as: String::new() })
-        .await
-        .unwrap_err();
+    let err = c.submit(submit_of(bad)).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().starts_with("spec.preemption_mode"), "{}", err.message());
     let info = c.cluster_info(Empty {}).await.unwrap().into_inner();
@@ -139,22 +130,10 @@ async fn a_new_leader_resends_the_stop_and_finishes_the_preemption() {
     c.put_queue(queue("research", 0)).await.unwrap();
     c.put_queue(queue("prod", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("low", "research", "train", 8)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("low", "research", "train", 8))).await.unwrap();
     let d = agent.until("low runs", |d| has(d, "low", Action::Run)).await;
     let low_id = d.assignments[0].job_id;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("high", "prod", "inference", 8)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("high", "prod", "inference", 8))).await.unwrap();
     let old = agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
 
     cluster.kill(leader).await;

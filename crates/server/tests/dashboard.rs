@@ -86,7 +86,7 @@ async fn get_json(addr: &str, path: &str, token: &str) -> Value {
 fn submit(name: &str) -> SubmitRequest {
     let mut spec = gpu_job(name, "a", "train", 2);
     spec.env.insert("SECRET".into(), "s3".into());
-    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }
+    submit_of(spec)
 }
 
 fn names(page: &Value) -> Vec<String> {

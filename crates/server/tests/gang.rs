@@ -22,13 +22,7 @@ async fn a_rank_that_exited_0_before_the_stop_counts_as_stopped() {
     c.put_queue(queue("research", 0)).await.unwrap();
     c.put_queue(queue("prod", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gang("low", "research", "train")),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gang("low", "research", "train"))).await.unwrap();
     let d =
         agent.until("both ranks of low run", |d| d.assignments.iter().filter(|a| a.job == "low").count() == 2).await;
     let low_id = d.assignments[0].job_id;
@@ -37,13 +31,7 @@ async fn a_rank_that_exited_0_before_the_stop_counts_as_stopped() {
         .await
         .unwrap();
 
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("high", "prod", "inference", 8)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("high", "prod", "inference", 8))).await.unwrap();
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     agent.report(vec![stopped(low_id, 0)]).await.unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run)).await;
@@ -58,23 +46,11 @@ async fn the_stop_tally_survives_a_failover() {
     c.put_queue(queue("research", 0)).await.unwrap();
     c.put_queue(queue("prod", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gang("low", "research", "train")),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gang("low", "research", "train"))).await.unwrap();
     let d =
         agent.until("both ranks of low run", |d| d.assignments.iter().filter(|a| a.job == "low").count() == 2).await;
     let low_id = d.assignments[0].job_id;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("high", "prod", "inference", 8)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("high", "prod", "inference", 8))).await.unwrap();
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     // Rank 0's stop is acknowledged by the old leader; the agent never reports it again.
     agent.report(vec![stopped(low_id, 0)]).await.unwrap();
@@ -93,13 +69,7 @@ async fn an_observation_from_a_node_the_rank_is_not_placed_on_is_ignored() {
     let mut c = cluster.client(0).await;
     c.put_queue(queue("team-a", 8)).await.unwrap();
     let mut n1 = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("j", "team-a", "train", 8)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 8))).await.unwrap();
     let d = n1.until("j runs", |d| has(d, "j", Action::Run)).await;
     let j = d.assignments[0].job_id;
     let n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 8)).await;
@@ -122,13 +92,7 @@ async fn a_gang_has_a_checkpoint_once_every_rank_reported_one() {
     let mut c = cluster.client(leader).await;
     c.put_queue(queue("research", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gang("g", "research", "train")),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gang("g", "research", "train"))).await.unwrap();
     let d = agent.until("both ranks of g run", |d| d.assignments.iter().filter(|a| a.job == "g").count() == 2).await;
     let id = d.assignments[0].job_id;
     let rank0 = Checkpointed { job_id: id, attempt: 1, ..Default::default() };

@@ -12,11 +12,7 @@ async fn a_cancel_of_an_old_id_does_not_touch_a_new_job_with_the_same_name() {
     let mut c = cluster.client(0).await;
     c.put_queue(queue("team-a", 8)).await.unwrap();
     let _agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    let submit = || SubmitRequest {
-        spec: Some(gpu_job("j", "team-a", "train", 2)),
-        request_id: String::new(),
-        run_as: String::new(),
-    };
+    let submit = || submit_of(gpu_job("j", "team-a", "train", 2));
     let old = c.submit(submit()).await.unwrap().into_inner().id;
     let by_id = || JobRef { name: old.to_string(), ..Default::default() };
     c.cancel_job(by_id()).await.unwrap();

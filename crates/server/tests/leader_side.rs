@@ -29,13 +29,7 @@ async fn a_new_leader_never_sends_a_directive_that_drops_a_running_job() {
     let mut c = cluster.client((leader + 1) % 3).await;
     c.put_queue(queue("team-a", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("j", "team-a", "train", 4)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 4))).await.unwrap();
     agent.until("j runs", |d| has(d, "j", Action::Run)).await;
 
     cluster.kill(leader).await;
@@ -93,21 +87,9 @@ async fn a_stop_carries_the_whole_grace_as_a_duration_on_every_resend() {
     c.put_queue(queue("research", 0)).await.unwrap();
     c.put_queue(queue("prod", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("low", "research", "train", 8)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("low", "research", "train", 8))).await.unwrap();
     agent.until("low runs", |d| has(d, "low", Action::Run)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("high", "prod", "inference", 8)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("high", "prod", "inference", 8))).await.unwrap();
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     let d = agent.until("a resent stop", |d| has(d, "low", Action::Stop)).await;

@@ -22,13 +22,13 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
     let mut n1 = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
 
     let low = gpu_job("low", "research", "train", 8);
-    c.submit(SubmitRequest { spec: Some(low), request_id: String::new(), run_as: String::new() }).await.unwrap();
+    c.submit(submit_of(low)).await.unwrap();
     let d = n1.until("low runs", |d| has(d, "low", Action::Run)).await;
     let low_id = d.assignments[0].job_id;
     wait_state(&mut c, "low", "Running").await;
 
     let high = gpu_job("high", "prod", "inference", 8);
-    c.submit(SubmitRequest { spec: Some(high), request_id: String::new(), run_as: String::new() }).await.unwrap();
+    c.submit(submit_of(high)).await.unwrap();
     n1.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     let stopped = Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0 };
     n1.report(vec![What::Stopped(stopped)]).await.unwrap();

@@ -15,13 +15,7 @@ async fn j_placed_on_n1() -> (Cluster, baton_client::BatonClient<Channel>, FakeA
     let mut c = cluster.client(0).await;
     c.put_queue(queue("team-a", 8)).await.unwrap();
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("j", "team-a", "train", 4)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 4))).await.unwrap();
     let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
     let a = d.assignments[0].clone();
     (cluster, c, agent, a)
@@ -52,13 +46,7 @@ async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
     let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
     assert_eq!(n.status, "Unhealthy", "{n:?}");
     assert!(n.unhealthy.contains("job") && n.unhealthy.contains(&reason), "{}", n.unhealthy);
-    c.submit(SubmitRequest {
-        spec: Some(gpu_job("next", "team-a", "train", 4)),
-        request_id: String::new(),
-        run_as: String::new(),
-    })
-    .await
-    .unwrap();
+    c.submit(submit_of(gpu_job("next", "team-a", "train", 4))).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let next = wait_state(&mut c, "next", "Pending").await;
     // It waits because the unhealthy node offers nothing, not for some other reason.

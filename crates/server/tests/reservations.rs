@@ -9,7 +9,7 @@ use baton_proto::v1::*;
 use common::*;
 
 fn submit(spec: JobSpec) -> SubmitRequest {
-    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }
+    submit_of(spec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

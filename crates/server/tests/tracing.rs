@@ -89,12 +89,7 @@ async fn a_submit_to_start_path_is_one_chain_of_spans_carrying_job_attempt_and_t
 
     let mut spec = gpu_job("traced", "research", "train", 2);
     spec.command = vec!["sleep".into(), "30".into()];
-    let id = c
-        .submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let id = c.submit(submit_of(spec)).await.unwrap().into_inner().id;
     wait_state(&mut c, "traced", "Running").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while capture.of("agent_start", id).is_empty() {

@@ -129,6 +129,11 @@ impl Cluster {
     }
 }
 
+/// A submit of `spec` without a request id, run as the caller's own user.
+pub fn submit_of(spec: JobSpec) -> SubmitRequest {
+    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }
+}
+
 pub fn gpu_job(name: &str, queue: &str, class: &str, gpus: u64) -> JobSpec {
     JobSpec { grace_ms: Some(5_000), ..baton_proto::make::gpu_job(name, queue, class, 1, gpus, vec!["train".into()]) }
 }
