@@ -59,6 +59,9 @@ client whoami | matches 'user admin' || fail "the admin token is not the cluster
 wait_for 60 "both agents are Ready" nodes_ready
 echo "smoke: cluster up, leader is replica $(leader_id)"
 client cluster info | matches 'transport: mutual TLS' || fail "the cluster does not say it runs mutual TLS"
+# Each replica says which rack it is in (learned from the replicas themselves, within seconds).
+racks_known() { client cluster info -o json | tr -d ' \n' | matches '"rack":"rack-1".*"rack":"rack-2".*"rack":"rack-3"'; }
+wait_for 30 "every replica's rack shows in cluster info" racks_known
 # Without a certificate the cluster does not answer.
 if docker run --rm --network "${project}_fabric" -e BATON_INSECURE=1 \
   -e BATON_SERVER=server-1:7070 "${BATON_IMAGE:-baton:latest}" cluster info --timeout 3s >/dev/null 2>&1; then
