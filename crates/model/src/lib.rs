@@ -17,6 +17,7 @@
 //! - `ledger`: derived dense accounting (free per node, usage per queue, what may be borrowed).
 //! - `state`: the state machine and its transitions.
 //! - `limits`: every bound, in one place.
+//! - `fixture`: plain job and node specs for tests.
 //! - `access`: tokens, users, roles and queue grants; who may apply which command.
 //! - `runnable`: checks on the command and environment an agent will exec.
 //! - `tenancy`: the Unix user each job runs as, and the bounds on jobs per user and queue.
@@ -32,6 +33,7 @@ pub mod command;
 pub mod cow_tree;
 pub mod error;
 pub mod event;
+pub mod fixture;
 pub mod job;
 pub mod ledger;
 pub mod limits;

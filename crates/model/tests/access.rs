@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use baton_model::access::{Role, TokenHash, TokenSpec, token_id};
 use baton_model::command::{Command, Op, Outcome};
-use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+use baton_model::fixture;
+use baton_model::job::JobSpec;
 use baton_model::node::NodeSpec;
 use baton_model::queue::{PoolQuota, QueueSpec};
 use baton_model::resources::Resources;
@@ -41,26 +42,8 @@ fn queue(name: &str) -> QueueSpec {
 }
 
 fn job(name: &str, queue: &str) -> JobSpec {
-    JobSpec {
-        name: Name::lit(name),
-        queue: Name::lit(queue),
-        priority: PriorityRef::Value(1),
-        tasks: vec![TaskSpec {
-            name: Name::lit("main"),
-            replicas: 1,
-            resources: Resources::of(&[("gpu", 1)]),
-            pools: None,
-        }],
-        pools: None,
-        topology: None,
-        preemption_mode: PreemptionMode::Checkpoint,
-        grace_ms: 1_000,
-        min_runtime_ms: 0,
-        command: vec!["python".into()],
-        env: BTreeMap::from([("SECRET".into(), "s3".into())]),
-        checkpoint_signal: None,
-        time_limit_ms: None,
-    }
+    let env = BTreeMap::from([("SECRET".into(), "s3".into())]);
+    JobSpec { command: vec!["python".into()], env, ..fixture::gpu_job(name, queue, 1) }
 }
 
 /// A bootstrapped cluster: an admin token added without one, queues `a` and `b`, alice and

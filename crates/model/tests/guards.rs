@@ -1,10 +1,9 @@
 //! Input the state machine must refuse: forged clocks, names that reach a filesystem, and job
 //! environments and commands an agent could not (or must not) run.
 
-use std::collections::BTreeMap;
-
 use baton_model::command::{Command, Op};
-use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+use baton_model::fixture;
+use baton_model::job::JobSpec;
 use baton_model::limits::MAX_CLOCK_MS;
 use baton_model::name::NameError;
 use baton_model::node::NodeSpec;
@@ -17,15 +16,7 @@ fn apply(s: &mut State, now_ms: u64, op: Op) -> Result<(), ApplyError> {
 }
 
 fn node(name: &str) -> NodeSpec {
-    NodeSpec {
-        name: Name::lit(name),
-        pool: Name::lit("default"),
-        rack: None,
-        labels: BTreeMap::new(),
-        resources: Resources::of(&[("gpu", 8)]),
-        gpus: Vec::new(),
-        agent_addr: String::new(),
-    }
+    fixture::gpu_node(name, 8)
 }
 
 /// A cluster with one node and a queue `q` that may use it.
@@ -39,26 +30,7 @@ fn cluster() -> State {
 }
 
 fn job(name: &str) -> JobSpec {
-    JobSpec {
-        name: Name::lit(name),
-        queue: Name::lit("q"),
-        priority: PriorityRef::Value(1),
-        tasks: vec![TaskSpec {
-            name: Name::lit("main"),
-            replicas: 1,
-            resources: Resources::of(&[("gpu", 1)]),
-            pools: None,
-        }],
-        pools: None,
-        topology: None,
-        preemption_mode: PreemptionMode::Checkpoint,
-        grace_ms: 1_000,
-        min_runtime_ms: 0,
-        command: vec!["python".into(), "train.py".into()],
-        env: BTreeMap::new(),
-        checkpoint_signal: None,
-        time_limit_ms: None,
-    }
+    JobSpec { command: vec!["python".into(), "train.py".into()], ..fixture::gpu_job(name, "q", 1) }
 }
 
 fn submit(s: &mut State, spec: JobSpec) -> Result<(), ApplyError> {

@@ -1,11 +1,10 @@
 //! The plan checker against stale plans: decisions computed before a starving job reserved
 //! resources (policy section 9) must not land on them, unless they backfill.
 
-use std::collections::BTreeMap;
-
 use baton_model::alloc::ReplicaAlloc;
 use baton_model::command::{Command, Op, Outcome};
-use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec};
+use baton_model::fixture;
+use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode};
 use baton_model::node::NodeSpec;
 use baton_model::plan::{Decision, Plan, Victim};
 use baton_model::queue::{PoolQuota, QueueSpec};
@@ -19,15 +18,7 @@ fn apply(s: &mut State, op: Op) -> Outcome {
 }
 
 fn node(name: &str) -> NodeSpec {
-    NodeSpec {
-        name: Name::lit(name),
-        pool: Name::lit("default"),
-        rack: None,
-        labels: BTreeMap::new(),
-        resources: Resources::of(&[("gpu", 4)]),
-        gpus: Vec::new(),
-        agent_addr: String::new(),
-    }
+    fixture::gpu_node(name, 4)
 }
 
 fn queue(name: &str) -> QueueSpec {
@@ -37,26 +28,7 @@ fn queue(name: &str) -> QueueSpec {
 }
 
 fn spec(name: &str, queue: &str, gpus: u64, time_limit_ms: Option<u64>) -> JobSpec {
-    JobSpec {
-        name: Name::lit(name),
-        queue: Name::lit(queue),
-        priority: PriorityRef::Value(1),
-        tasks: vec![TaskSpec {
-            name: Name::lit("main"),
-            replicas: 1,
-            resources: Resources::of(&[("gpu", gpus)]),
-            pools: None,
-        }],
-        pools: None,
-        topology: None,
-        preemption_mode: PreemptionMode::Requeue,
-        grace_ms: 1_000,
-        min_runtime_ms: 0,
-        command: vec!["train".into()],
-        env: BTreeMap::new(),
-        checkpoint_signal: None,
-        time_limit_ms,
-    }
+    JobSpec { preemption_mode: PreemptionMode::Requeue, time_limit_ms, ..fixture::gpu_job(name, queue, gpus) }
 }
 
 fn submit(s: &mut State, spec: JobSpec) -> JobId {

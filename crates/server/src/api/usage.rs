@@ -94,8 +94,8 @@ mod tests {
 
     use baton_model::alloc::ReplicaAlloc;
     use baton_model::command::{Command, Op};
-    use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
-    use baton_model::node::NodeSpec;
+    use baton_model::fixture;
+    use baton_model::job::{JobSpec, PreemptionMode};
     use baton_model::plan::{Decision, Plan, Victim};
     use baton_model::queue::{PoolQuota, QueueSpec};
 
@@ -107,26 +107,7 @@ mod tests {
     }
 
     fn spec(name: &str, queue: &str) -> JobSpec {
-        JobSpec {
-            name: Name::lit(name),
-            queue: Name::lit(queue),
-            priority: PriorityRef::Value(1),
-            tasks: vec![TaskSpec {
-                name: Name::lit("main"),
-                replicas: 1,
-                resources: Resources::of(&[("gpu", 4)]),
-                pools: None,
-            }],
-            pools: None,
-            topology: None,
-            preemption_mode: PreemptionMode::Requeue,
-            grace_ms: 1_000,
-            min_runtime_ms: 0,
-            command: vec!["train".into()],
-            env: BTreeMap::new(),
-            checkpoint_signal: None,
-            time_limit_ms: None,
-        }
+        JobSpec { preemption_mode: PreemptionMode::Requeue, ..fixture::gpu_job(name, queue, 4) }
     }
 
     fn plan(s: &mut State, d: Decision) {
@@ -138,15 +119,7 @@ mod tests {
     /// whose room is reserved meanwhile.
     fn preempting() -> State {
         let mut s = State::new();
-        let node = NodeSpec {
-            name: Name::lit("n1"),
-            pool: Name::lit("default"),
-            rack: None,
-            labels: BTreeMap::new(),
-            resources: Resources::of(&[("gpu", 4)]),
-            gpus: Vec::new(),
-            agent_addr: String::new(),
-        };
+        let node = fixture::gpu_node("n1", 4);
         apply(&mut s, Op::RegisterNodes(vec![node]));
         for q in ["a", "b"] {
             let mut q = QueueSpec::named(q);

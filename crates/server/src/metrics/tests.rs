@@ -67,11 +67,10 @@ fn raft_gauges_show_term_leader_and_apply_lag() {
 }
 
 mod state_gauges {
-    use std::collections::BTreeMap;
 
     use baton_model::command::{Command, Op};
-    use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
-    use baton_model::node::NodeSpec;
+    use baton_model::fixture;
+    use baton_model::job::JobSpec;
     use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
     use baton_model::resources::Resources;
     use baton_model::{Name, State};
@@ -92,41 +91,14 @@ mod state_gauges {
     }
 
     fn job(name: &str, queue: &str, gpus: u64) -> JobSpec {
-        JobSpec {
-            name: Name::lit(name),
-            queue: Name::lit(queue),
-            priority: PriorityRef::Value(1),
-            tasks: vec![TaskSpec {
-                name: Name::lit("main"),
-                replicas: 1,
-                resources: Resources::of(&[("gpu", gpus)]),
-                pools: None,
-            }],
-            pools: None,
-            topology: None,
-            preemption_mode: PreemptionMode::Checkpoint,
-            grace_ms: 1_000,
-            min_runtime_ms: 0,
-            command: vec!["train".into()],
-            env: BTreeMap::new(),
-            checkpoint_signal: None,
-            time_limit_ms: None,
-        }
+        fixture::gpu_job(name, queue, gpus)
     }
 
     /// One 8-GPU node; `lender` owns all 8 in cohort `c`, `borrower` owns none and runs an
     /// 8-GPU job on them, so every GPU it uses is lent by `lender`.
     fn borrowing() -> State {
         let mut s = State::default();
-        let node = NodeSpec {
-            name: Name::lit("n1"),
-            pool: Name::lit("default"),
-            rack: None,
-            labels: BTreeMap::new(),
-            resources: Resources::of(&[("gpu", 8)]),
-            gpus: Vec::new(),
-            agent_addr: String::new(),
-        };
+        let node = fixture::gpu_node("n1", 8);
         apply(&mut s, Op::RegisterNodes(vec![node]));
         apply(&mut s, Op::PutCohort(Cohort { name: Name::lit("c"), parent: None, fair_sharing: false }));
         apply(&mut s, Op::PutQueue(gpu_queue("lender", Some("c"), 8)));
