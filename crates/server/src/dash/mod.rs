@@ -162,28 +162,9 @@ async fn caller(api: &Api, r: &Request) -> Result<Caller, Status> {
     })
 }
 
-/// Tries of one `/api/` read that the cluster could not answer (UNAVAILABLE), this far
-/// apart. A page loads several endpoints at once, and a leader confirming its leadership
-/// for concurrent reads sometimes misses its quorum for a moment (docs/dashboard.md, "Known
-/// limits"); the reads are idempotent, so they are tried again.
-pub const MAX_READ_TRIES: u32 = 3;
-pub const READ_RETRY_MS: u64 = 100;
-
-/// The JSON of one `/api/` endpoint.
+/// The JSON of one `/api/` endpoint. A leadership check that misses its quorum by chance
+/// is retried where every linearizable read is (`baton_raft`'s `READ_CHECK_ATTEMPTS`).
 async fn json(api: &Api, r: &Request) -> Result<String, Status> {
-    let mut tries = 1;
-    loop {
-        match read_json(api, r).await {
-            Err(s) if s.code() == Code::Unavailable && tries < MAX_READ_TRIES => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(READ_RETRY_MS)).await;
-            }
-            answer => return answer,
-        }
-    }
-}
-
-async fn read_json(api: &Api, r: &Request) -> Result<String, Status> {
     let who = caller(api, r).await?;
     match r.path.as_str() {
         "/api/cluster" => to_json(&api::cluster::info(api).await?.into_inner()),
