@@ -597,7 +597,10 @@ fn whoami_prints_the_user_roles_and_queues() {
     let server = serve_baton(Fake::with(|_| {}));
     let (r, out) = run(&["whoami", "--server", &server.addr()]);
     r.unwrap();
-    assert_eq!(out, "user alice (token 0123)\nroles: none\nqueues: a\n");
+    assert_eq!(
+        out,
+        "user alice (token 0123)\nroles: none\nqueues: a\njobs run as Unix user alice unless a submit names another (--run-as)\n"
+    );
 }
 
 #[test]

@@ -249,6 +249,30 @@ async fn a_job_asking_to_run_as_root_is_denied_at_submit_and_nothing_changes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn whoami_names_the_unix_user_jobs_run_as_or_why_a_submit_would_be_refused() {
+    let (cluster, _agent) = setup(1).await;
+    let addr = &cluster.addrs()[0];
+    let me = client(addr, Some(ALICE)).await.who_am_i(Empty {}).await.unwrap().into_inner();
+    assert_eq!((me.run_as.as_str(), me.run_as_refused.as_str()), ("alice", ""));
+    // A token user whose name is no Unix user name ("root" is no token user name at all).
+    let mut admin = client(addr, Some(ADMIN)).await;
+    let carol = CreateTokenRequest {
+        hash: hash_token("carol-token").to_vec(),
+        user: "Carol.Smith".into(),
+        roles: vec![],
+        queues: vec!["a".into()],
+    };
+    admin.create_token(carol).await.unwrap();
+    let mut carol = client(addr, Some("carol-token")).await;
+    let me = carol.who_am_i(Empty {}).await.unwrap().into_inner();
+    assert_eq!(me.run_as, "");
+    assert!(me.run_as_refused.contains("\"Carol.Smith\" is not a Unix user name"), "{}", me.run_as_refused);
+    // What whoami says is what a submit meets.
+    let e = carol.submit(submit("j", "a", "")).await.unwrap_err();
+    assert_eq!(e.message(), me.run_as_refused);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_runs_as_its_submitter_and_its_assignment_says_so() {
     let (cluster, mut agent) = setup(1).await;
     let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;

@@ -198,5 +198,10 @@ pub async fn whoami(conn: &Conn, out: &mut dyn Write) -> Result<(), ClientError>
     writeln!(out, "user {} (token {})", me.user, me.token_id)?;
     writeln!(out, "roles: {}", list(&me.roles))?;
     writeln!(out, "queues: {}", list(&me.queues))?;
+    if me.run_as_refused.is_empty() {
+        writeln!(out, "jobs run as Unix user {} unless a submit names another (--run-as)", me.run_as)?;
+    } else {
+        writeln!(out, "jobs run as: a submit without --run-as is refused: {}", me.run_as_refused)?;
+    }
     Ok(())
 }

@@ -308,6 +308,7 @@ impl Baton for Fake {
             queues: vec!["a".into()],
             token_id: "0123".into(),
             auth: true,
+            run_as: "alice".into(),
             ..Default::default()
         };
         Ok(Response::new(reply))

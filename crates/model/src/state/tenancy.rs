@@ -18,29 +18,37 @@ impl State {
     /// `None` for a submit without either (a cluster without tokens). Refuses `root` unless
     /// the cluster allows it, and a token user whose name is not a Unix user name.
     pub(super) fn resolve_run_as(&self, asked: Option<UnixUser>) -> Result<Option<UnixUser>, ApplyError> {
-        let user = match (asked, &self.actor) {
-            (Some(u), _) => Some(u),
-            (None, Some(actor)) => Some(UnixUser::new(actor.as_str()).map_err(|e| {
-                ApplyError::invalid(
-                    "run_as",
-                    format!(
-                        "the job would run as its submitter, but {e}; an operator may submit it with --run-as USER, or \
+        match (asked, &self.actor) {
+            (Some(u), _) => self.allowed_run_as(u).map(Some),
+            (None, Some(actor)) => self.default_run_as(actor).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The Unix user the jobs a token's `user` submits run as when the submit names none:
+    /// the user's own name, if it is a Unix user name the cluster lets jobs run as. `whoami`
+    /// shows it, so a user learns before submitting what the nodes will run their job as.
+    pub fn default_run_as(&self, user: &Name) -> Result<UnixUser, ApplyError> {
+        let unix = UnixUser::new(user.as_str()).map_err(|e| {
+            ApplyError::invalid(
+                "run_as",
+                format!(
+                    "the job would run as its submitter, but {e}; an operator may submit it with --run-as USER, or \
                      an admin make a token named after the Unix user"
-                    ),
-                )
-            })?),
-            (None, None) => None,
-        };
-        if let Some(u) = &user
-            && u.is_root()
-            && !self.tenancy.settings.allow_root_jobs
-        {
+                ),
+            )
+        })?;
+        self.allowed_run_as(unix)
+    }
+
+    fn allowed_run_as(&self, u: UnixUser) -> Result<UnixUser, ApplyError> {
+        if u.is_root() && !self.tenancy.settings.allow_root_jobs {
             return Err(ApplyError::PermissionDenied(format!(
                 "jobs may not run as {u}: the cluster setting allow_root_jobs is off (an admin turns it on with \
                  `baton cluster set --allow-root-jobs true`, and agents need --allow-root)"
             )));
         }
-        Ok(user)
+        Ok(u)
     }
 
     /// Refuses a new job when its user or its queue already holds as many unfinished jobs

@@ -237,6 +237,7 @@ impl Baton for Api {
         auth::tokens::list(self, &who).await
     }
     async fn who_am_i(&self, r: Request<Empty>) -> Result<Response<WhoAmIReply>, Status> {
-        Ok(auth::tokens::who_am_i(&self.caller(r.metadata()).await?))
+        let who = self.caller(r.metadata()).await?;
+        auth::tokens::who_am_i(self, &who).await
     }
 }

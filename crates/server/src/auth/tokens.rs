@@ -48,15 +48,28 @@ pub async fn list(api: &Api, who: &Caller) -> Result<Response<ListTokensReply>, 
     Ok(Response::new(ListTokensReply { tokens }))
 }
 
-pub fn who_am_i(who: &Caller) -> Response<WhoAmIReply> {
-    let reply = match who.token() {
-        None => WhoAmIReply { auth: false, ..Default::default() },
-        Some(t) => {
-            let i = info(t);
-            WhoAmIReply { user: i.user, roles: i.roles, queues: i.queues, token_id: i.id, auth: true }
-        }
+pub async fn who_am_i(api: &Api, who: &Caller) -> Result<Response<WhoAmIReply>, Status> {
+    let Some(t) = who.token() else {
+        return Ok(Response::new(WhoAmIReply { auth: false, ..Default::default() }));
     };
-    Response::new(reply)
+    let user = t.spec.user.clone();
+    let run_as = api.read(move |s| s.default_run_as(&user)).await?;
+    let i = info(t);
+    let (run_as, run_as_refused) = match run_as {
+        Ok(u) => (u.to_string(), String::new()),
+        // The words a submit would be refused with.
+        Err(e) => (String::new(), crate::status::from_apply(e).message().to_string()),
+    };
+    let reply = WhoAmIReply {
+        user: i.user,
+        roles: i.roles,
+        queues: i.queues,
+        token_id: i.id,
+        auth: true,
+        run_as,
+        run_as_refused,
+    };
+    Ok(Response::new(reply))
 }
 
 fn info(t: &Token) -> TokenInfo {
