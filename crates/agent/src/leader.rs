@@ -11,9 +11,10 @@ use baton_proto::v1::{AttachRequest, Directive, NodeInfo};
 use tokio::sync::{Notify, mpsc, watch};
 use tonic::transport::Channel;
 
+use crate::backoff::{Backoff, seed_for};
 use crate::endpoint::connect;
 use crate::journal::Journal;
-use crate::limits::{ATTACH_TIMEOUT_MS, MAX_BACKOFF_MS, MAX_HINTS_IN_A_ROW, MAX_MESSAGE_BYTES, MIN_BACKOFF_MS};
+use crate::limits::{ATTACH_TIMEOUT_MS, MAX_HINTS_IN_A_ROW, MAX_MESSAGE_BYTES};
 
 /// Response metadata key in which a follower names the leader.
 pub use baton_proto::LEADER_METADATA;
@@ -36,7 +37,7 @@ pub struct Follower {
 impl Follower {
     /// Runs until the supervisor goes away.
     pub async fn run(self) {
-        let mut backoff_ms = MIN_BACKOFF_MS;
+        let mut backoff = Backoff::new(seed_for(&self.node.name));
         let mut next = 0usize;
         let mut hint: Option<String> = None;
         let mut hints_in_a_row = 0u32;
@@ -51,7 +52,7 @@ impl Follower {
             };
             match self.attach_once(&addr).await {
                 Attach::Closed => return,
-                Attach::Served => backoff_ms = MIN_BACKOFF_MS,
+                Attach::Served => backoff.lost(),
                 Attach::Redirect(leader) => {
                     tracing::info!(from = addr, to = leader, "not the leader; following its hint");
                     hint = Some(leader);
@@ -66,8 +67,7 @@ impl Follower {
             }
             hints_in_a_row = 0;
             let _ = self.attached.send(None);
-            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-            backoff_ms = (backoff_ms * 2).min(MAX_BACKOFF_MS);
+            tokio::time::sleep(Duration::from_millis(backoff.next_delay_ms())).await;
         }
     }
 

@@ -11,7 +11,9 @@
 //! - `agent`: `start`/`run`, wiring the parts below together.
 //! - `config`, `error`, `limits`: configuration, typed errors, every bound.
 //! - `inventory`, `node`: the GPUs (NVML or development GPUs) and the NodeInfo sent.
-//! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations.
+//! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations;
+//!   `backoff`: the jittered waits between attach attempts, so agents that lost a leader
+//!   together do not all dial the next one together.
 //! - `lease`, `fence`: pure rules: how long the agent may run replicas without a proven
 //!   leader, and which leader's directives it obeys; `lease_file`: the lease as replicas' watchdogs read it.
 //! - `reconcile`: the supervisor's decisions, pure: what a directive means for the replicas
@@ -31,6 +33,7 @@
 //! - `workload`: the test workload behind `baton workload`.
 
 pub mod agent;
+pub mod backoff;
 pub mod checkpoint;
 pub mod config;
 pub mod endpoint;

@@ -1,9 +1,15 @@
 //! Every bound the agent keeps, in one place, units last.
 
-/// First delay before dialing again after a failed attach; doubles up to `MAX_BACKOFF_MS`.
+/// First step of the delay between failed attaches; doubles up to `MAX_BACKOFF_MS`, and each
+/// wait is half its step plus a random share of the other half (`backoff`).
 pub const MIN_BACKOFF_MS: u64 = 50;
 /// Longest delay between attach attempts, so a new leader is found within about a second.
 pub const MAX_BACKOFF_MS: u64 = 1_000;
+/// After an attached stream is lost, the first dial again waits a random 0 to this many ms,
+/// so that the agents of a whole cluster, which lose a dead leader in the same instant, reach
+/// the new one spread over this window rather than at once. Small against the lease (at
+/// least 1 s in practice) and the heartbeat timeout, so no node is declared lost for it.
+pub const REATTACH_SPREAD_MS: u64 = 250;
 /// How long dialing one replica may take before the next one is tried.
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// How long a replica may take to answer an attach (the leader answers at once, a follower

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baton_agent::limits::{ATTACH_TIMEOUT_MS, MAX_BACKOFF_MS, MIN_BACKOFF_MS, REPORT_TIMEOUT_MS};
+use baton_agent::backoff::{Backoff, seed_for};
+use baton_agent::limits::{ATTACH_TIMEOUT_MS, REPORT_TIMEOUT_MS};
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
 use baton_proto::v1::observation::What;
 use baton_proto::v1::{
@@ -191,7 +192,7 @@ impl SimNode {
     async fn run(mut self, f: Fleet, channels: Arc<Channels>, seen: Arc<Seen>) {
         let mut next = self.index as usize;
         let mut hint: Option<String> = None;
-        let mut backoff_ms = MIN_BACKOFF_MS;
+        let mut backoff = Backoff::new(seed_for(&self.info.name));
         loop {
             let addr = hint.take().unwrap_or_else(|| {
                 next = next.wrapping_add(1);
@@ -203,13 +204,12 @@ impl SimNode {
                     hint = Some(leader);
                     continue;
                 }
-                Ok(Attached::Lost) => backoff_ms = MIN_BACKOFF_MS,
+                Ok(Attached::Lost) => backoff.lost(),
                 Err(()) => {}
             }
-            // The same backoff as `baton agent` (no jitter), so the reattach storm measured
-            // is the one real agents make.
-            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-            backoff_ms = (backoff_ms * 2).min(MAX_BACKOFF_MS);
+            // The same jittered backoff as `baton agent`, so the reattach measured is the one
+            // real agents make.
+            tokio::time::sleep(Duration::from_millis(backoff.next_delay_ms())).await;
         }
     }
 
