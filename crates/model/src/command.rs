@@ -99,7 +99,7 @@ pub enum Op {
         observations: Vec<Observed>,
     },
     ApplyPlan(Plan),
-    /// Changes the scheduler's settings (decisions.md section 9's `reserve_after`).
+    /// Changes the scheduler's settings (docs/policy.md section 9's `reserve_after`).
     SetScheduler(SchedulerSettings),
     /// Time passes: reservations whose victims outlived every bound are dropped.
     Tick,

@@ -48,9 +48,9 @@ pub enum EventKind {
     Cancelled,
     /// It ran past its time limit: it is being stopped like a victim of its mode.
     TimeLimit,
-    /// Stopped after its time limit: the job ends Failed (decisions.md section 9).
+    /// Stopped after its time limit: the job ends Failed (docs/policy.md section 9).
     TimedOut,
-    /// A starving job reserved resources in a pool (decisions.md section 9).
+    /// A starving job reserved resources in a pool (docs/policy.md section 9).
     Reserved,
     /// Its reservation was dropped.
     Unreserved,

@@ -37,7 +37,7 @@ pub enum Topology {
     Rack,
 }
 
-/// What happens to a job when it is preempted (decisions.md section 7).
+/// What happens to a job when it is preempted (docs/policy.md section 7).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PreemptionMode {
     /// Checkpoint, stop, and go back to the queue; resume from the checkpoint.
@@ -65,7 +65,7 @@ pub struct JobSpec {
     pub grace_ms: u64,
     /// After each start, the job cannot be preempted for this long (anti-thrash).
     pub min_runtime_ms: u64,
-    /// Longest one attempt may run (decisions.md section 9): counted from its last start or
+    /// Longest one attempt may run (docs/policy.md section 9): counted from its last start or
     /// resume in place, then it is stopped like a victim and ends Failed. `None`: no limit.
     pub time_limit_ms: Option<u64>,
     /// What an agent runs; empty in the simulator.
@@ -201,7 +201,7 @@ pub struct Job {
     /// Last start or resume.
     pub started_ms: u64,
     /// Since when it has been Pending without interruption (submission, requeue or resume
-    /// by a person): decisions.md section 9's `reserve_after` counts from here.
+    /// by a person): docs/policy.md section 9's `reserve_after` counts from here.
     pub pending_since_ms: u64,
     /// Last start, resume or checkpoint: work after it is lost if the job is killed.
     pub progress_mark_ms: u64,

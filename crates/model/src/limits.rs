@@ -1,6 +1,6 @@
 //! Every bound the model enforces, in one place (TigerBeetle style: put a limit on everything).
 
-/// Longest name of a node, pool, cohort, queue, class, job or task (decisions.md section 7).
+/// Longest name of a node, pool, cohort, queue, class, job or task (docs/policy.md section 7).
 pub const MAX_NAME_LEN: usize = 63;
 /// Distinct resource names a cluster may use. Keeps per-node accounting in fixed-size arrays.
 pub const MAX_RESOURCE_KINDS: usize = 8;

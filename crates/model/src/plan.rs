@@ -36,7 +36,7 @@ pub enum Decision {
     /// The running attempt reached its time limit: stop it like a victim of its mode; it
     /// then ends Failed.
     TimeLimit { job: JobId, attempt: u32 },
-    /// A starving job reserves these replicas in `pool` (decisions.md section 9); it waits
+    /// A starving job reserves these replicas in `pool` (docs/policy.md section 9); it waits
     /// for `waits_for` to end.
     Reserve { job: JobId, pool: Name, replicas: Vec<ReplicaAlloc>, waits_for: Vec<JobId> },
     /// The job's reservation no longer holds (its queue's limits would not admit it).

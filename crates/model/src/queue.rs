@@ -1,5 +1,5 @@
 //! Queues (Run:ai projects, Kueue ClusterQueues) and the cohorts they sit in.
-//! decisions.md sections 1, 4 and 6 give the semantics; this file only holds the data.
+//! docs/policy.md sections 1, 4 and 6 give the semantics; this file only holds the data.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! Scheduler settings kept in the replicated state (so that every replica, and `baton sim`,
 //! decides alike and an operator can change them at run time), and the reservations of
-//! decisions.md section 9.
+//! docs/policy.md section 9.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +9,7 @@ use crate::job::JobId;
 use crate::limits::MAX_RESERVE_AFTER_MS;
 use crate::name::Name;
 
-/// decisions.md section 9's default `reserve_after`: five minutes.
+/// docs/policy.md section 9's default `reserve_after`: five minutes.
 pub const DEFAULT_RESERVE_AFTER_MS: u64 = 300_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,7 +39,7 @@ impl SchedulerSettings {
     }
 }
 
-/// Resources held in one pool for a starving job (decisions.md section 9), until it starts
+/// Resources held in one pool for a starving job (docs/policy.md section 9), until it starts
 /// there or elsewhere, is cancelled or paused, or its queue's limits no longer admit it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolReservation {

@@ -60,7 +60,7 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     plan
 }
 
-/// Running jobs past their time limit are stopped (decisions.md section 9). What they hold
+/// Running jobs past their time limit are stopped (docs/policy.md section 9). What they hold
 /// frees only once they have stopped; meanwhile, as `State::apply` will, the view stops
 /// charging them and they are no one's victims.
 fn stop_at_time_limits(view: &mut View, plan: &mut Plan) {

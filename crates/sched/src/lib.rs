@@ -6,7 +6,7 @@
 //!
 //! Layout:
 //! - `cycle`: the loop: resume suspended jobs, then decide each pending job in order.
-//! - `order`: the order of pending jobs (decisions.md section 2).
+//! - `order`: the order of pending jobs (docs/policy.md section 2).
 //! - `view`, `index`: the working copy of the ledger and a free-GPU bucket index.
 //! - `needs`, `pack`, `nodes`: what a job needs and gang placement (section 3).
 //! - `failures`, `nofit`, `reason`'s caches: what a cycle learns as it goes (room and

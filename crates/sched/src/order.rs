@@ -1,4 +1,4 @@
-//! The order in which a cycle considers pending jobs (decisions.md section 2).
+//! The order in which a cycle considers pending jobs (docs/policy.md section 2).
 //!
 //! Within a queue, jobs go by priority, then submission (a requeued job keeps its original
 //! submission time), then name. Across queues, the head job of each queue competes: heads

@@ -1,6 +1,6 @@
 //! Gang placement: all replicas or none, a replica never spanning nodes. Within a pool it
 //! keeps a gang on the fewest nodes, then the fewest racks, fuller nodes first, and between
-//! equal nodes the one whose name sorts first (decisions.md section 3).
+//! equal nodes the one whose name sorts first (docs/policy.md section 3).
 //!
 //! Replicas of a task are identical, so taking the nodes that can host the most replicas
 //! first gives the fewest nodes; the last part of a task goes to the fullest node that can

@@ -57,7 +57,7 @@ pub(crate) enum OpGen {
         mode: u8,
         topology: u8,
         min_runtime: bool,
-        /// Tens of seconds (decisions.md section 9).
+        /// Tens of seconds (docs/policy.md section 9).
         time_limit: Option<u8>,
     },
     Finish(u8),
@@ -395,7 +395,7 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
     Ok(())
 }
 
-/// decisions.md section 4's gate: a job whose own request exceeds its queue's nominal in a
+/// docs/policy.md section 4's gate: a job whose own request exceeds its queue's nominal in a
 /// (pool, kind) where it lacks room (the pool has less free than it asks, or its queue's
 /// limits stop it there) preempts nothing, not even in its own queue, unless borrowing
 /// within the cohort or fair sharing lets it borrow.

@@ -1,4 +1,4 @@
-//! Starving jobs' reservations and backfill (decisions.md section 9).
+//! Starving jobs' reservations and backfill (docs/policy.md section 9).
 //!
 //! A reservation lives in the replicated state (`State::pool_reservations`): the node set is
 //! chosen once, when it is made, and must not move as jobs come and go. Each cycle rebuilds

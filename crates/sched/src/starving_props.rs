@@ -1,4 +1,4 @@
-//! Property tests for decisions.md section 9 on random clusters: a gang submitted behind a
+//! Property tests for docs/policy.md section 9 on random clusters: a gang submitted behind a
 //! stream of one-GPU jobs of the same queue and priority (so it can never preempt them).
 //! Checked through the real `State::apply` and `cycle`, a second at a time:
 //! - a starving gang that qualifies (Pending for `reserve_after`, no room now, room on an

@@ -1,4 +1,4 @@
-//! decisions.md section 9 on a live cluster: the leader's cycle stops a job at its time limit
+//! docs/policy.md section 9 on a live cluster: the leader's cycle stops a job at its time limit
 //! through the agent's ordinary STOP and the job ends Failed; `reserve_after` changes at run
 //! time, and a starving job's reservation shows in `cluster info` and on the job.
 

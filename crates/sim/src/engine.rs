@@ -236,7 +236,7 @@ impl<'s> Engine<'s> {
     }
 
     /// The next instant a pending job without a reservation reaches `reserve_after` (a cycle
-    /// runs then, decisions.md section 8).
+    /// runs then, docs/policy.md section 8).
     fn next_starving(&self) -> Option<u64> {
         let after = self.state.scheduler().reserve_after_ms?;
         // Only jobs Pending since after `now - after` reach it after now; the earliest such

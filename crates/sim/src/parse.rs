@@ -46,7 +46,7 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
     Ok(Scenario { file: file.to_string(), name, scheduler, classes, nodes, cohorts, queues, timeline, expect })
 }
 
-/// The `scheduler:` block: `reserve_after` in seconds, or `never` (decisions.md section 9).
+/// The `scheduler:` block: `reserve_after` in seconds, or `never` (docs/policy.md section 9).
 fn parse_scheduler(cx: &Cx, node: &Node) -> R<At<SchedulerSettings>> {
     let mut f = cx.map(node, "scheduler")?;
     let mut settings = SchedulerSettings::default();

@@ -48,7 +48,7 @@ pub enum ClusterCmd {
 #[derive(Args, Debug)]
 pub struct SetArgs {
     /// How long a job that cannot be placed even by preemption waits before it reserves
-    /// resources (e.g. 5m), or `never` (decisions.md section 9).
+    /// resources (e.g. 5m), or `never` (docs/policy.md section 9).
     #[arg(long, value_parser = parse_reserve_after)]
     pub reserve_after: Option<ReserveAfter>,
     /// Whether jobs may run as root (`--run-as root`); agents also need --allow-root.

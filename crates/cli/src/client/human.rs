@@ -57,7 +57,7 @@ fn duration_ms(text: &str) -> Result<u64, String> {
     Ok(total)
 }
 
-/// decisions.md section 9's `reserve_after`: a duration, or `never` (no reservations).
+/// docs/policy.md section 9's `reserve_after`: a duration, or `never` (no reservations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReserveAfter(pub Option<u64>);
 

@@ -144,7 +144,7 @@ pub fn is_zero(v: &Vector) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolAcct {
     pub name: Name,
-    /// Ready, uncordoned nodes only (decisions.md section 1).
+    /// Ready, uncordoned nodes only (docs/policy.md section 1).
     pub capacity: Vector,
     /// Every registered node, whatever its status: what the pool could ever hold.
     pub total: Vector,

@@ -1,7 +1,7 @@
 //! Quota accounting: per queue and pool, usage against nominal, borrow and lend limits; per
 //! tree, what is lent and borrowed; per pool, what the trees draw from unowned capacity.
 //!
-//! The rule (decisions.md section 1): a queue may go above nominal by borrowing its tree's
+//! The rule (docs/policy.md section 1): a queue may go above nominal by borrowing its tree's
 //! unused lendable quota and the root's unowned capacity, up to its borrow limit. Each tree
 //! draws from the unowned capacity what its borrowing exceeds its own lendable quota, and at
 //! least what its non-preemptible jobs use above nominal (they never use another queue's
@@ -253,7 +253,7 @@ impl Ledger {
             .all(|(p, d)| (0..MAX_RESOURCE_KINDS).all(|k| q.usage[*p][k].saturating_add(d[k]) <= q.nominal[*p][k]))
     }
 
-    /// Dominant borrowed fraction, divided by weight (decisions.md section 6), with `extra`
+    /// Dominant borrowed fraction, divided by weight (docs/policy.md section 6), with `extra`
     /// added to and `less` removed from its usage. Everything above nominal counts, unowned
     /// capacity included; the denominator is the tree's lendable nominal quota only, so
     /// borrowing where the tree lends nothing is an infinite share, as is any borrowing by a

@@ -18,7 +18,7 @@ use crate::job::{JobId, JobState, PreemptionMode, StopWhy, Stopping};
 use crate::limits::MAX_EVENTS_PER_JOB;
 use crate::name::Name;
 
-/// The reason a job stopped at its time limit gives (decisions.md section 9's words).
+/// The reason a job stopped at its time limit gives (docs/policy.md section 9's words).
 pub const TIME_LIMIT: &str = "time limit";
 
 pub(crate) fn clip(s: String) -> String {

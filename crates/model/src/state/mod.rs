@@ -77,7 +77,7 @@ struct Data {
     jobs: CowTree<JobId, Job>,
     job_names: CowTree<Name, JobId>,
     reservations: BTreeMap<JobId, Reservation>,
-    /// Starving jobs' reservations (decisions.md section 9), at most one per pool.
+    /// Starving jobs' reservations (docs/policy.md section 9), at most one per pool.
     pool_reservations: BTreeMap<Name, PoolReservation>,
     scheduler: SchedulerSettings,
     request_ids: CowTree<String, JobId>,
@@ -250,7 +250,7 @@ impl State {
     pub fn reservations(&self) -> &BTreeMap<JobId, Reservation> {
         &self.d.reservations
     }
-    /// Starving jobs' reservations by pool (decisions.md section 9).
+    /// Starving jobs' reservations by pool (docs/policy.md section 9).
     pub fn pool_reservations(&self) -> &BTreeMap<Name, PoolReservation> {
         &self.d.pool_reservations
     }

@@ -1,4 +1,4 @@
-//! The scheduler's settings and starving jobs' reservations (decisions.md section 9). The
+//! The scheduler's settings and starving jobs' reservations (docs/policy.md section 9). The
 //! scheduler decides when a reservation is made or no longer admitted; the state drops it
 //! itself when the job starts, is preempted for, cancelled or paused, or a node under it
 //! is lost.

@@ -1,6 +1,6 @@
-//! Submission: a job is refused here only when no allowed pool could ever hold it (decisions.md
-//! section 7). A job that only its queue's limits hold back is accepted and waits, since
-//! quotas can change.
+//! Submission: a job is refused here only when no allowed pool could ever hold it
+//! (docs/policy.md section 7). A job that only its queue's limits hold back is accepted and
+//! waits, since quotas can change.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

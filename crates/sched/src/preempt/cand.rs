@@ -1,4 +1,4 @@
-//! Who may be preempted for a job (decisions.md section 4) and in what order victims are
+//! Who may be preempted for a job (docs/policy.md section 4) and in what order victims are
 //! preferred (section 5).
 
 use std::cmp::{Ordering, Reverse};
@@ -121,9 +121,9 @@ pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &
     (reclaim || borrow || fs).then(|| cand(false))
 }
 
-/// Not in decisions.md (see docs/policy.md, "Not yet settled"): taking `c` leaves its queue
-/// at or above its guarantee wherever `c` uses something. Asked only when a preemptor that
-/// will be within nominal preempts under fair sharing because its queue's
+/// Not in the contract (docs/policy.md section 6, "Departures not yet settled"): taking `c`
+/// leaves its queue at or above its guarantee wherever `c` uses something. Asked only when a
+/// preemptor that will be within nominal preempts under fair sharing because its queue's
 /// `reclaim_within_cohort` does not allow it: taking the victim's queue below its guarantee
 /// there lets that queue's jobs come back by borrowing, and the three preempt in a circle.
 fn leaves_guarantee(l: &Ledger, c: &Cand) -> bool {
@@ -148,7 +148,7 @@ impl Ctx<'_> {
         self.lacks.iter().all(|&(p, k)| q.usage[p][k].saturating_add(self.requested(p, k)) <= q.nominal[p][k])
     }
 
-    /// decisions.md section 4's gate on preempting at all, own queue included: where the job
+    /// docs/policy.md section 4's gate on preempting at all, own queue included: where the job
     /// lacks room, its own request (not its queue's usage plus it) must fit within its
     /// queue's nominal, unless borrowing within the cohort or fair sharing lets it borrow.
     /// Returns the first (pool, kind) that forbids it, or `None` when the job may preempt.
@@ -199,8 +199,8 @@ impl Ctx<'_> {
     }
 
     fn fair_share_allows(&self, l: &Ledger, c: &Cand) -> bool {
-        // Not in decisions.md (see docs/policy.md, "Not yet settled"): the victim's queue
-        // must have a share strictly above the preemptor queue's share now. Without it,
+        // Not in the contract (docs/policy.md section 6, "Departures not yet settled"): the
+        // victim's queue must have a share strictly above the preemptor queue's share now. Without it,
         // equal shares (two queues of weight 0 that borrow, both infinite) pass section 6's
         // "no higher than" each in turn, and take the same GPUs from each other forever.
         if l.share(self.queue, &[], &[]) >= l.share(c.queue, &[], &[]) {

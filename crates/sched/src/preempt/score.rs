@@ -1,4 +1,4 @@
-//! Comparing victim sets across placements and pools (decisions.md section 5): fewest
+//! Comparing victim sets across placements and pools (docs/policy.md section 5): fewest
 //! victims from the preemptor's own queue, then the victims' priorities from the highest
 //! down, then fewer victims, less lost work, the victims' ranks, fewer racks, node order.
 //! Jobs already leaving cost nothing.
