@@ -63,3 +63,76 @@ fn action(job: &Job) -> Option<Action> {
         JobState::Pending | JobState::Paused | JobState::Succeeded | JobState::Failed | JobState::Cancelled => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use baton_model::command::{Command, Op};
+    use baton_model::fixture::{gpu_job, gpu_node};
+    use baton_model::job::TaskSpec;
+    use baton_model::queue::{PoolQuota, QueueSpec};
+    use baton_model::resources::Resources;
+
+    use super::*;
+
+    fn apply(s: &mut State, now_ms: u64, op: Op) {
+        s.apply(Command { now_ms, op }).expect("the command applies");
+    }
+
+    /// Two 4-GPU nodes, a queue owning all 8 GPUs, and a two-replica job of 4 GPUs each
+    /// placed by a real cycle: one replica per node.
+    fn running_gang() -> (State, u64) {
+        let mut s = State::default();
+        apply(&mut s, 1_000, Op::RegisterNodes(vec![gpu_node("n1", 4), gpu_node("n2", 4)]));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
+        apply(&mut s, 1_000, Op::PutQueue(q));
+        let mut spec = gpu_job("gang", "q", 4);
+        spec.tasks = vec![TaskSpec { replicas: 2, ..spec.tasks[0].clone() }];
+        spec.grace_ms = 7_000;
+        apply(&mut s, 2_000, Op::Submit { spec, request_id: None });
+        let plan = baton_sched::cycle(&s, 2_000);
+        apply(&mut s, 2_000, Op::ApplyPlan(plan));
+        let id = s.job_by_name("gang").expect("submitted").id;
+        assert_eq!(s.jobs()[&id].state, JobState::Running);
+        (s, id)
+    }
+
+    #[test]
+    fn a_running_gang_is_one_ranked_run_per_replica_on_its_nodes() {
+        let (s, id) = running_gang();
+        let d = desired(&s);
+        assert_eq!(d.keys().map(|n| n.as_str()).collect::<Vec<_>>(), ["n1", "n2"]);
+        let all: Vec<&Assignment> = d.values().flatten().collect();
+        let mut ranks: Vec<u32> = all.iter().map(|a| a.rank).collect();
+        ranks.sort();
+        assert_eq!(ranks, [0, 1]);
+        for a in all {
+            assert_eq!((a.job_id, a.attempt, a.world_size), (id, 1, 2));
+            assert_eq!(a.action, Action::Run as i32);
+            assert_eq!(a.gpus.len(), 4);
+            assert_eq!(a.checkpoint_signal, baton_proto::DEFAULT_CHECKPOINT_SIGNAL);
+            assert_eq!((a.grace_ms, a.resume, a.run_as.as_str()), (0, false, ""), "no stop, no checkpoint, no token");
+        }
+    }
+
+    #[test]
+    fn a_pausing_job_is_told_to_stop_with_its_grace_as_a_duration() {
+        let (mut s, id) = running_gang();
+        apply(&mut s, 50_000, Op::Pause { job: id });
+        let d = desired(&s);
+        let all: Vec<&Assignment> = d.values().flatten().collect();
+        assert_eq!(all.len(), 2);
+        for a in all {
+            assert_eq!(a.action, Action::Stop as i32);
+            assert_eq!(a.grace_ms, 7_000, "the grace, not a deadline on the leader's clock");
+        }
+    }
+
+    #[test]
+    fn a_cancelled_job_is_desired_nowhere() {
+        let (mut s, id) = running_gang();
+        apply(&mut s, 3_000, Op::Cancel { job: id });
+        assert!(desired(&s).is_empty(), "{:?}", desired(&s));
+    }
+}
