@@ -593,6 +593,20 @@ fn token_create_sends_only_the_hash_with_the_callers_token_and_prints_the_token_
 }
 
 #[test]
+fn token_grant_admin_asks_for_a_queue_admin_grant() {
+    let fake = Fake::with(|_| {});
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["token", "grant", "0123", "--queue", "a", "--admin", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("administering queue a granted to token 0123"), "{out}");
+    let (r, _) = run(&["token", "grant", "0123", "--queue", "b", "--server", &server.addr()]);
+    r.unwrap();
+    let sent: Vec<(String, bool, bool)> =
+        fake.state().grant_requests.iter().map(|g| (g.queue.clone(), g.admin, g.revoke)).collect();
+    assert_eq!(sent, [("a".to_string(), true, false), ("b".to_string(), false, false)]);
+}
+
+#[test]
 fn whoami_prints_the_user_roles_and_queues() {
     let server = serve_baton(Fake::with(|_| {}));
     let (r, out) = run(&["whoami", "--server", &server.addr()]);

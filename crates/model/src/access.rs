@@ -71,6 +71,11 @@ pub struct Token {
     /// Set when revoked; a revoked token is kept (so it reads as revoked, not unknown)
     /// until room is needed for new ones.
     pub revoked_ms: Option<u64>,
+    /// Queues this token's user administers: they may submit there, see every job's private
+    /// data there and cancel, pause and resume any job there (Op::GrantQueueAdmin). Written
+    /// in its own part of a snapshot ([`QueueAdmins`]), so snapshots from before it load.
+    #[serde(skip)]
+    pub admin_of: BTreeSet<Name>,
 }
 
 impl Token {
@@ -87,9 +92,17 @@ impl Token {
         self.spec.queues.contains(queue)
     }
 
-    /// May see `job`'s private data (environment, logs): its owner, operators, admins.
+    /// Administers `queue` (see [`Token::admin_of`]).
+    pub fn administers(&self, queue: &Name) -> bool {
+        self.admin_of.contains(queue)
+    }
+
+    /// May see `job`'s private data (environment, logs): its owner, its queue's admins,
+    /// operators, admins.
     pub fn may_see_private(&self, job: &Job, owner: Option<&Name>) -> bool {
-        self.any_job() || (owner == Some(&self.spec.user) && self.granted(&job.spec.queue))
+        self.any_job()
+            || self.administers(&job.spec.queue)
+            || (owner == Some(&self.spec.user) && self.granted(&job.spec.queue))
     }
 
     fn roles_text(&self) -> String {
@@ -156,7 +169,14 @@ impl Access {
         if self.tokens.len() >= MAX_TOKENS && !self.forget_oldest_revoked() {
             return Err(ApplyError::Limit(format!("at most {MAX_TOKENS} tokens; revoke unused ones first")));
         }
-        let token = Token { id: token_id(&hash), spec, created_ms: now_ms, created_by: by, revoked_ms: None };
+        let token = Token {
+            id: token_id(&hash),
+            spec,
+            created_ms: now_ms,
+            created_by: by,
+            revoked_ms: None,
+            admin_of: BTreeSet::new(),
+        };
         self.tokens.insert(hash, token);
         Ok(())
     }
@@ -198,6 +218,39 @@ impl Access {
         Ok(())
     }
 
+    /// Makes a token's user an admin of `queue`, or takes that back.
+    pub(crate) fn grant_admin(&mut self, id: &str, queue: Name, granted: bool) -> Result<(), ApplyError> {
+        let t = self.by_id_mut(id)?;
+        if granted && !t.admin_of.contains(&queue) && t.admin_of.len() >= MAX_GRANTS_PER_TOKEN {
+            return Err(ApplyError::Limit(format!("at most {MAX_GRANTS_PER_TOKEN} administered queues per token")));
+        }
+        if granted {
+            t.admin_of.insert(queue);
+        } else {
+            t.admin_of.remove(&queue);
+        }
+        Ok(())
+    }
+
+    /// The queue admin grants, as a snapshot writes them.
+    pub(crate) fn queue_admins(&self) -> QueueAdmins {
+        let grants = self.tokens.iter().filter(|(_, t)| !t.admin_of.is_empty());
+        QueueAdmins(grants.map(|(h, t)| (*h, t.admin_of.clone())).collect())
+    }
+
+    /// Puts back the grants a snapshot wrote beside the tokens; a grant for a token the
+    /// snapshot does not hold is an inconsistency.
+    pub(crate) fn restore_queue_admins(&mut self, admins: QueueAdmins) -> Result<(), String> {
+        for (hash, queues) in admins.0 {
+            let t = self
+                .tokens
+                .get_mut(&hash)
+                .ok_or_else(|| format!("queue admin grant for unknown token {}", token_id(&hash)))?;
+            t.admin_of = queues;
+        }
+        Ok(())
+    }
+
     pub(crate) fn request(&self, user: &Name, rid: &str) -> Option<JobId> {
         self.request_ids.get(&(user.clone(), rid.to_string())).copied()
     }
@@ -213,6 +266,11 @@ impl Access {
         }
     }
 }
+
+/// The queue admin grants of every token that has any, by token hash: the part of a
+/// snapshot after the tenancy part.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueAdmins(Vec<(TokenHash, BTreeSet<Name>)>);
 
 /// Maps whose keys are not strings, as a list of pairs: JSON (the simulator's and the
 /// tests' format) takes only string keys, and binary formats encode both alike.
@@ -282,6 +340,7 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
         Op::Cancel { .. } | Op::Pause { .. } | Op::Resume { .. } => match job {
             None => Ok(()), // unknown: the command itself says so
             Some(_) if token.any_job() => Ok(()),
+            Some((j, _)) if token.administers(&j.spec.queue) => Ok(()),
             Some((j, owner)) => own_job(token, op, j, owner),
         },
         _ => Err(needs(Role::Admin)),
@@ -289,16 +348,21 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
 }
 
 fn may_submit(token: &Token, spec: &crate::job::JobSpec) -> Result<(), ApplyError> {
-    if token.any_job() || token.granted(&spec.queue) { Ok(()) } else { Err(no_grant(token, &spec.queue)) }
+    if token.any_job() || token.granted(&spec.queue) || token.administers(&spec.queue) {
+        Ok(())
+    } else {
+        Err(no_grant(token, &spec.queue))
+    }
 }
 
 fn own_job(token: &Token, op: &Op, job: &Job, owner: Option<&Name>) -> Result<(), ApplyError> {
     if owner != Some(&token.spec.user) {
         let whose = owner.map_or("no user (submitted without a token)".to_string(), |o| format!("user {o}"));
         return Err(ApplyError::PermissionDenied(format!(
-            "job {} belongs to {whose}; {} needs its owner, an operator or an admin (user {} has {})",
+            "job {} belongs to {whose}; {} needs its owner, an admin of queue {}, an operator or an admin (user {} has {})",
             job.spec.name,
             op.name(),
+            job.spec.queue,
             token.spec.user,
             token.roles_text()
         )));

@@ -139,6 +139,14 @@ pub enum Op {
     },
     /// Changes the cluster's tenancy settings (admins only).
     SetTenancy(TenancySettings),
+    // After the tenancy operations, so logs written before it decode.
+    /// Makes a token's user an admin of a queue (its jobs' private data; cancel, pause and
+    /// resume of any of its jobs), or takes that back. Admins only.
+    GrantQueueAdmin {
+        id: String,
+        queue: Name,
+        granted: bool,
+    },
 }
 
 impl Op {
@@ -185,6 +193,7 @@ impl Op {
                 | Op::GrantQueue { .. }
                 | Op::SubmitRunAs { .. }
                 | Op::SetTenancy(_)
+                | Op::GrantQueueAdmin { .. }
         )
     }
 
@@ -217,6 +226,7 @@ impl Op {
             Op::GrantQueue { .. } => "GrantQueue",
             Op::SubmitRunAs { .. } => "Submit",
             Op::SetTenancy(_) => "SetTenancy",
+            Op::GrantQueueAdmin { .. } => "GrantQueueAdmin",
         }
     }
 }

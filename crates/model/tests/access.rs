@@ -202,7 +202,7 @@ fn only_client_commands_may_be_wrapped() {
 }
 
 #[test]
-fn private_data_is_for_the_owner_operators_and_admins() {
+fn private_data_is_for_the_owner_queue_admins_operators_and_admins() {
     let mut s = cluster();
     let id = submit(&mut s, ALICE, "j", "a", None).unwrap();
     let job = s.job(id).unwrap();
@@ -212,6 +212,56 @@ fn private_data_is_for_the_owner_operators_and_admins() {
     assert!(!tokens["bob"].may_see_private(job, owner));
     assert!(tokens["ops"].may_see_private(job, owner));
     assert!(tokens["root-admin"].may_see_private(job, owner));
+}
+
+const CAROL: TokenHash = [5; 32];
+
+/// `cluster()` with carol, a user of queue `b` and the admin of queue `a`.
+fn with_a_queue_admin() -> State {
+    let mut s = cluster();
+    apply(&mut s, as_(ADMIN, Op::AddToken { hash: CAROL, spec: spec("carol", &[], &["b"]) })).unwrap();
+    let grant = Op::GrantQueueAdmin { id: token_id(&CAROL), queue: Name::lit("a"), granted: true };
+    apply(&mut s, as_(ADMIN, grant)).unwrap();
+    s
+}
+
+#[test]
+fn a_queue_admin_sees_and_acts_on_every_job_of_that_queue_only() {
+    let mut s = with_a_queue_admin();
+    let in_a = submit(&mut s, ALICE, "ja", "a", None).unwrap();
+    let in_b = submit(&mut s, OPERATOR, "jb", "b", None).unwrap();
+    let carol = s.access().tokens().find(|t| t.spec.user.as_str() == "carol").unwrap().clone();
+    assert!(carol.may_see_private(s.job(in_a).unwrap(), s.access().owner(in_a)));
+    assert!(
+        !carol.may_see_private(s.job(in_b).unwrap(), s.access().owner(in_b)),
+        "b is only granted, not administered"
+    );
+    let e = refused(&mut s, as_(CAROL, Op::Cancel { job: in_b }), denied);
+    assert!(e.contains("an admin of queue b"), "{e}");
+    apply(&mut s, as_(CAROL, Op::Pause { job: in_a })).unwrap();
+    apply(&mut s, as_(CAROL, Op::Resume { job: in_a })).unwrap();
+    apply(&mut s, as_(CAROL, Op::Cancel { job: in_a })).unwrap();
+    // Administering a queue lets one submit to it without a grant.
+    submit(&mut s, CAROL, "mine", "a", None).unwrap();
+    // Nothing beyond the queue: no configuration, no nodes.
+    refused(&mut s, as_(CAROL, Op::PutQueue(queue("a"))), denied);
+    refused(&mut s, as_(CAROL, Op::Cordon { node: Name::lit("n1"), cordoned: true }), denied);
+}
+
+#[test]
+fn only_admins_grant_queue_admin_and_the_grant_can_be_taken_back() {
+    let mut s = with_a_queue_admin();
+    let grant = |granted| Op::GrantQueueAdmin { id: token_id(&BOB), queue: Name::lit("a"), granted };
+    for token in [ALICE, OPERATOR, CAROL] {
+        let e = refused(&mut s, as_(token, grant(true)), denied);
+        assert!(e.contains("GrantQueueAdmin needs role admin"), "{e}");
+    }
+    let unknown = Op::GrantQueueAdmin { id: token_id(&BOB), queue: Name::lit("nope"), granted: true };
+    refused(&mut s, as_(ADMIN, unknown), |e| matches!(e, ApplyError::Unknown { .. }));
+    let id = submit(&mut s, ALICE, "j", "a", None).unwrap();
+    let take_back = Op::GrantQueueAdmin { id: token_id(&CAROL), queue: Name::lit("a"), granted: false };
+    apply(&mut s, as_(ADMIN, take_back)).unwrap();
+    refused(&mut s, as_(CAROL, Op::Cancel { job: id }), denied);
 }
 
 #[test]

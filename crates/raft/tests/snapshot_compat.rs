@@ -47,14 +47,65 @@ fn a_snapshot_from_before_tenancy_loads_with_default_settings() {
         queues: Default::default(),
     };
     s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec } }).unwrap();
-    // The layout before tenancy is the current one without its last part: serde writes a
-    // tuple as its parts one after another.
+    // The layout before tenancy is the current one without its last two parts (tenancy, then
+    // queue admins): serde writes a tuple as its parts one after another.
     let bytes = encode(&s).unwrap();
-    let tail = encode(&baton_model::tenancy::Tenancy::default()).unwrap().len();
+    let tail = encode(&baton_model::tenancy::Tenancy::default()).unwrap().len()
+        + encode(&baton_model::access::QueueAdmins::default()).unwrap().len();
     let before_tenancy = &bytes[..bytes.len() - tail];
     assert!(decode::<State>(before_tenancy).is_err(), "the current layout alone cannot read it");
     let back = decode_state(before_tenancy).unwrap();
     assert_eq!(back, s);
     assert!(back.access().enforced());
     assert_eq!(*back.tenancy().settings(), baton_model::tenancy::TenancySettings::default());
+}
+
+/// A state with tokens and one token administering queue `q`.
+fn with_a_queue_admin() -> (State, String) {
+    let mut s = decode_state(BEFORE_TOKENS).unwrap();
+    let admin = baton_model::access::TokenSpec {
+        user: Name::lit("admin"),
+        roles: [Role::Admin].into_iter().collect(),
+        queues: Default::default(),
+    };
+    s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec: admin } }).unwrap();
+    let carol = baton_model::access::TokenSpec {
+        user: Name::lit("carol"),
+        roles: Default::default(),
+        queues: [Name::lit("q")].into(),
+    };
+    s.apply(Command { now_ms: 5_000, op: as_admin(Op::AddToken { hash: [8; 32], spec: carol }) }).unwrap();
+    let id = baton_model::access::token_id(&[8; 32]);
+    let grant = Op::GrantQueueAdmin { id: id.clone(), queue: Name::lit("q"), granted: true };
+    s.apply(Command { now_ms: 5_000, op: as_admin(grant) }).unwrap();
+    (s, id)
+}
+
+fn as_admin(op: Op) -> Op {
+    Op::As { token: [7; 32], op: Box::new(op) }
+}
+
+#[test]
+fn queue_admin_grants_round_trip_through_a_snapshot() {
+    let (s, id) = with_a_queue_admin();
+    let back = decode_state(&encode(&s).unwrap()).unwrap();
+    assert_eq!(back, s);
+    let carol = back.access().tokens().find(|t| t.id == id).unwrap();
+    assert!(carol.administers(&Name::lit("q")), "the grant is in the snapshot");
+    let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(json, s, "JSON (the simulator's format) keeps it too");
+}
+
+#[test]
+fn a_snapshot_from_before_queue_admins_loads_with_no_grants() {
+    let (mut s, id) = with_a_queue_admin();
+    let revoke = Op::GrantQueueAdmin { id: id.clone(), queue: Name::lit("q"), granted: false };
+    s.apply(Command { now_ms: 6_000, op: as_admin(revoke) }).unwrap();
+    let bytes = encode(&s).unwrap();
+    let tail = encode(&baton_model::access::QueueAdmins::default()).unwrap().len();
+    let before = &bytes[..bytes.len() - tail];
+    assert!(decode::<State>(before).is_err(), "the current layout alone cannot read it");
+    let back = decode_state(before).unwrap();
+    assert_eq!(back, s);
+    assert!(back.access().tokens().all(|t| t.admin_of.is_empty()));
 }

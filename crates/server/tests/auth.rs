@@ -165,6 +165,36 @@ async fn another_users_environment_is_hidden() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_admin_sees_and_cancels_other_users_jobs_in_that_queue_only() {
+    let (cluster, _agent) = setup(1).await;
+    let addr = &cluster.addrs()[0];
+    let mut admin = client(addr, Some(ADMIN)).await;
+    let mut alice = client(addr, Some(ALICE)).await;
+    let mut bob = client(addr, Some(BOB)).await;
+    alice.submit(submit("j", "a", "")).await.unwrap();
+    let bob_id = bob.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    let grant = GrantQueueRequest { id: bob_id.clone(), queue: "a".into(), revoke: false, admin: true };
+    let e = alice.grant_queue(grant.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "only admins grant: {e:?}");
+    admin.grant_queue(grant).await.unwrap();
+    let me = bob.who_am_i(Empty {}).await.unwrap().into_inner();
+    assert_eq!(me.admin_of, ["a"]);
+    let listed = admin.list_tokens(Empty {}).await.unwrap().into_inner().tokens;
+    assert_eq!(listed.iter().find(|t| t.id == bob_id).unwrap().admin_of, ["a"]);
+    // Bob now sees alice's environment in queue a and may cancel her job there.
+    let seen = bob.get_job(job_ref("j")).await.unwrap().into_inner();
+    assert!(!seen.env_hidden, "a queue admin sees the environment");
+    assert_eq!(seen.spec.unwrap().env.get("SECRET").map(String::as_str), Some("s3"));
+    bob.cancel_job(job_ref("j")).await.unwrap();
+    // Not in queue b, which he does not administer.
+    admin.submit(submit("k", "b", "")).await.unwrap();
+    assert!(bob.get_job(job_ref("k")).await.unwrap().into_inner().env_hidden);
+    let e = bob.cancel_job(job_ref("k")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("an admin of queue b"), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_id_another_user_used_makes_a_new_job() {
     let (cluster, _agent) = setup(1).await;
     let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;

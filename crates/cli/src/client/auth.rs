@@ -105,11 +105,15 @@ pub enum TokenCommand {
     },
     /// Revoke a token by its id (from `baton token list`); every replica refuses it at once.
     Revoke { id: String },
-    /// Grant a token's user a queue, or with --revoke take the grant back.
+    /// Grant a token's user a queue, or with --revoke take the grant back. With --admin the
+    /// user administers the queue: sees every job's environment and logs there, and may
+    /// cancel, pause and resume any job there.
     Grant {
         id: String,
         #[arg(long)]
         queue: String,
+        #[arg(long)]
+        admin: bool,
         #[arg(long)]
         revoke: bool,
     },
@@ -129,20 +133,22 @@ pub async fn run(conn: &Conn, a: &TokenArgs, out: &mut dyn Write) -> Result<(), 
                 .await?;
             print_ack(out, &ack, &format!("token {id} revoked"))
         }
-        TokenCommand::Grant { id, queue, revoke } => {
-            let req = GrantQueueRequest { id: id.clone(), queue: queue.clone(), revoke: *revoke };
+        TokenCommand::Grant { id, queue, admin, revoke } => {
+            let req = GrantQueueRequest { id: id.clone(), queue: queue.clone(), revoke: *revoke, admin: *admin };
             let ack = conn
                 .call(Subject::Token, id, |mut c| {
                     let r = req.clone();
                     async move { c.grant_queue(r).await }
                 })
                 .await?;
+            let what = if *admin { format!("administering queue {queue}") } else { format!("queue {queue}") };
             let done = if *revoke { "no longer granted" } else { "granted" };
-            print_ack(out, &ack, &format!("queue {queue} {done} to token {id}"))
+            print_ack(out, &ack, &format!("{what} {done} to token {id}"))
         }
         TokenCommand::List => {
             let reply = conn.call(Subject::Token, "", |mut c| async move { c.list_tokens(Empty {}).await }).await?;
-            writeln!(out, "{:<16}  {:<16}  {:<15}  {:<20}  STATUS", "ID", "USER", "ROLES", "QUEUES")?;
+            let head = ("ID", "USER", "ROLES", "QUEUES", "ADMIN OF");
+            writeln!(out, "{:<16}  {:<16}  {:<15}  {:<20}  {:<20}  STATUS", head.0, head.1, head.2, head.3, head.4)?;
             for t in &reply.tokens {
                 writeln!(out, "{}", row(t))?;
             }
@@ -154,7 +160,14 @@ pub async fn run(conn: &Conn, a: &TokenArgs, out: &mut dyn Write) -> Result<(), 
 fn row(t: &TokenInfo) -> String {
     let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(",") };
     let status = if t.revoked_ms.is_some() { "revoked" } else { "active" };
-    format!("{:<16}  {:<16}  {:<15}  {:<20}  {status}", t.id, t.user, list(&t.roles), list(&t.queues))
+    format!(
+        "{:<16}  {:<16}  {:<15}  {:<20}  {:<20}  {status}",
+        t.id,
+        t.user,
+        list(&t.roles),
+        list(&t.queues),
+        list(&t.admin_of)
+    )
 }
 
 async fn create(
@@ -198,6 +211,9 @@ pub async fn whoami(conn: &Conn, out: &mut dyn Write) -> Result<(), ClientError>
     writeln!(out, "user {} (token {})", me.user, me.token_id)?;
     writeln!(out, "roles: {}", list(&me.roles))?;
     writeln!(out, "queues: {}", list(&me.queues))?;
+    if !me.admin_of.is_empty() {
+        writeln!(out, "administers queues: {}", me.admin_of.join(", "))?;
+    }
     if me.run_as_refused.is_empty() {
         writeln!(out, "jobs run as Unix user {} unless a submit names another (--run-as)", me.run_as)?;
     } else {

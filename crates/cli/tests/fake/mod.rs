@@ -35,6 +35,7 @@ pub struct State {
     /// The `authorization` metadata of the token calls, in order.
     pub authorizations: Vec<String>,
     pub token_requests: Vec<v1::CreateTokenRequest>,
+    pub grant_requests: Vec<v1::GrantQueueRequest>,
     pub revoked: Vec<String>,
     /// The job references cancel, pause and resume were called with.
     pub acted_on: Vec<v1::JobRef>,
@@ -292,8 +293,9 @@ impl Baton for Fake {
         s.revoked.push(r.into_inner().id);
         Ok(Response::new(v1::Ack::default()))
     }
-    async fn grant_queue(&self, _: Request<v1::GrantQueueRequest>) -> Answer<v1::Ack> {
-        let _s = self.enter("GrantQueue")?;
+    async fn grant_queue(&self, r: Request<v1::GrantQueueRequest>) -> Answer<v1::Ack> {
+        let mut s = self.enter("GrantQueue")?;
+        s.grant_requests.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
     }
     async fn list_tokens(&self, _: Request<v1::Empty>) -> Answer<v1::ListTokensReply> {

@@ -63,6 +63,13 @@ impl State {
         self.access.grant(id, queue, granted)
     }
 
+    pub(super) fn grant_queue_admin(&mut self, id: &str, queue: Name, granted: bool) -> Result<(), ApplyError> {
+        if granted && !self.d.queues.contains_key(&queue) {
+            return Err(ApplyError::unknown("queue", &queue));
+        }
+        self.access.grant_admin(id, queue, granted)
+    }
+
     /// `message`, naming the user whose command is being applied, if any.
     pub(super) fn by_actor(&self, message: String) -> String {
         match &self.actor {

@@ -24,9 +24,10 @@ use submit::Submitter;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::access::Access;
+use crate::access::{Access, QueueAdmins};
 use crate::alloc::ReplicaAlloc;
 use crate::class::{PriorityClass, default_classes};
 use crate::command::{Applied, Command, Op, Outcome, Response};
@@ -217,6 +218,7 @@ impl State {
             Op::RevokeToken { id } => done(self.access.revoke(&id, self.d.now_ms)),
             Op::GrantQueue { id, queue, granted } => done(self.grant_queue(&id, queue, granted)),
             Op::SetTenancy(settings) => done(self.set_tenancy(settings, ev)),
+            Op::GrantQueueAdmin { id, queue, granted } => done(self.grant_queue_admin(&id, queue, granted)),
         }
     }
 
@@ -278,18 +280,30 @@ impl State {
     }
 }
 
-/// Only the replicated data is written, `d`, `access` then `tenancy`; the ledger is rebuilt
-/// when read back.
+/// Only the replicated data is written, `d`, `access`, `tenancy`, then the queue admin
+/// grants; the ledger is rebuilt when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access, &self.tenancy).serialize(s)
+        (&self.d, &self.access, &self.tenancy, self.access.queue_admins()).serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
+        let (d, mut access, tenancy, admins) = <(Data, Access, Tenancy, QueueAdmins)>::deserialize(de)?;
+        access.restore_queue_admins(admins).map_err(|e| D::Error::custom(format!("inconsistent state: {e}")))?;
         State::from_parts(d, access, tenancy)
+    }
+}
+
+/// A state as snapshots before queue admins wrote it: data, identity and tenancy. Tried
+/// when the current layout fails; no token administers a queue.
+pub struct PreQueueAdminsState(pub State);
+
+impl<'de> Deserialize<'de> for PreQueueAdminsState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
+        State::from_parts(d, access, tenancy).map(PreQueueAdminsState)
     }
 }
 

@@ -29,7 +29,14 @@ pub async fn create(api: &Api, who: &Caller, r: CreateTokenRequest) -> Result<Re
     let spec = TokenSpec { user, roles, queues };
     api.write(who, Op::AddToken { hash, spec: spec.clone() }).await?;
     let creator = who.token().map(|t| t.spec.user.clone());
-    let token = Token { id: token_id(&hash), spec, created_ms: 0, created_by: creator, revoked_ms: None };
+    let token = Token {
+        id: token_id(&hash),
+        spec,
+        created_ms: 0,
+        created_by: creator,
+        revoked_ms: None,
+        admin_of: Default::default(),
+    };
     Ok(Response::new(info(&token)))
 }
 
@@ -39,7 +46,12 @@ pub async fn revoke(api: &Api, who: &Caller, r: TokenRef) -> Result<Response<Ack
 
 pub async fn grant(api: &Api, who: &Caller, r: GrantQueueRequest) -> Result<Response<Ack>, Status> {
     let queue = convert::name(&r.queue, "queue").map_err(status::from_convert)?;
-    api.ack(who, Op::GrantQueue { id: r.id, queue, granted: !r.revoke }).await
+    let op = if r.admin {
+        Op::GrantQueueAdmin { id: r.id, queue, granted: !r.revoke }
+    } else {
+        Op::GrantQueue { id: r.id, queue, granted: !r.revoke }
+    };
+    api.ack(who, op).await
 }
 
 pub async fn list(api: &Api, who: &Caller) -> Result<Response<ListTokensReply>, Status> {
@@ -68,6 +80,7 @@ pub async fn who_am_i(api: &Api, who: &Caller) -> Result<Response<WhoAmIReply>, 
         auth: true,
         run_as,
         run_as_refused,
+        admin_of: i.admin_of,
     };
     Ok(Response::new(reply))
 }
@@ -81,5 +94,6 @@ fn info(t: &Token) -> TokenInfo {
         created_ms: t.created_ms,
         created_by: t.created_by.as_ref().map(|u| u.to_string()).unwrap_or_default(),
         revoked_ms: t.revoked_ms,
+        admin_of: t.admin_of.iter().map(|q| q.to_string()).collect(),
     }
 }
