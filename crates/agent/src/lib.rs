@@ -24,7 +24,8 @@
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
 //! - `run_as`: which Unix user a replica runs as (`--run-as-allow`, `--run-as-self`), resolved
 //!   on this node, and the drop to it before exec.
-//! - `journal`: the durable state (sled).
+//! - `journal`: the durable state; `journal_store`: where it lives (sled, synced to stable
+//!   storage; a simulated disk for power-loss, full-disk and slow-disk tests).
 //! - `logfiles`, `logs_server`, `logs_client`: replica logs, their retention, the AgentLogs
 //!   service and the `fetch_logs` helper.
 //! - `metrics`: what `GET /metrics` exposes (`--metrics-listen`).
@@ -38,6 +39,7 @@ pub mod error;
 pub mod fence;
 pub mod inventory;
 pub mod journal;
+pub mod journal_store;
 pub mod launch;
 pub mod leader;
 pub mod lease;
