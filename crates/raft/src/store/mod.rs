@@ -17,7 +17,7 @@ pub use kv::{KvError, KvStore, Space, Write};
 pub use kv_mem::MemKv;
 pub use kv_power_loss::{PowerCut, PowerLossDisk, PowerLossKv};
 pub use kv_sled::SledKv;
-pub use log_store::{LogReader, LogStore};
+pub use log_store::{LastLog, LogReader, LogStore};
 pub use snapshot_record::StoredSnapshot;
 pub use state_machine::{SmShared, SnapshotBuilder, StateMachineStore};
 
