@@ -58,7 +58,7 @@ pub mod signal;
 pub mod supervisor;
 pub mod workload;
 
-pub use agent::{Agent, run, start, start_with_inventory};
+pub use agent::{Agent, run, start, start_with_inventory, start_with_journal};
 pub use config::AgentConfig;
 pub use error::{AgentError, InventoryError, JournalError, LogsError};
 pub use logs_client::fetch_logs;

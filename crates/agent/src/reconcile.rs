@@ -41,6 +41,8 @@ pub struct Inputs {
     pub pruned: BTreeSet<ReplicaKey>,
     /// Replicas an earlier directive wanted started that wait for their GPUs.
     pub deferred: BTreeSet<ReplicaKey>,
+    /// Why the journal cannot be written now, if it cannot.
+    pub journal_failing: Option<String>,
 }
 
 /// One thing to do for one replica, in the order given.
@@ -80,6 +82,9 @@ pub enum Ignored {
     LeaseExpired,
     /// A RUN of a replica that is being stopped: it does not restart here.
     BeingStopped,
+    /// A RUN while the journal cannot be written: a start or a resume must be journaled
+    /// before it happens. Done once the journal takes writes again.
+    JournalFailing(String),
 }
 
 impl std::fmt::Display for Ignored {
@@ -90,6 +95,9 @@ impl std::fmt::Display for Ignored {
             Ignored::UnknownAction(a) => write!(f, "unknown action {a}"),
             Ignored::LeaseExpired => write!(f, "not started or resumed: the lease ran out"),
             Ignored::BeingStopped => write!(f, "a RUN of a replica that is being stopped; it does not restart here"),
+            Ignored::JournalFailing(why) => {
+                write!(f, "not started or resumed until the journal takes writes again: {why}")
+            }
         }
     }
 }
@@ -184,9 +192,14 @@ fn plan_run<'a>(
         // nothing starts or resumes until a leader renews the lease.
         return Some(Act::Ignore { key, why: Ignored::LeaseExpired });
     }
+    let refused =
+        inputs.journal_failing.as_ref().map(|why| Act::Ignore { key, why: Ignored::JournalFailing(why.clone()) });
     let Some(known) = inputs.replicas.get(&key) else {
         if inputs.pruned.contains(&key) {
             return Some(Act::Ignore { key, why: Ignored::FinishedHere });
+        }
+        if refused.is_some() {
+            return refused;
         }
         if gpu_holder(&key, &a.gpus, held).is_some() {
             deferred.insert(key);
@@ -197,7 +210,7 @@ fn plan_run<'a>(
         return Some(Act::Start(key));
     };
     match known.phase {
-        Phase::Suspended => Some(Act::Resume(key)),
+        Phase::Suspended => refused.or(Some(Act::Resume(key))),
         Phase::Running | Phase::Finished => None,
         Phase::Stopping | Phase::Killing => Some(Act::Ignore { key, why: Ignored::BeingStopped }),
     }

@@ -29,6 +29,9 @@ pub struct Reporter {
     /// Where the replicas' watchdogs read the lease.
     pub lease_file: PathBuf,
     pub metrics: Arc<crate::metrics::AgentMetrics>,
+    /// The fence last read from the journal, for a moment it cannot be read (a failing
+    /// journal is being opened again).
+    pub fence: crate::fence::Fence,
 }
 
 impl Reporter {
@@ -75,21 +78,19 @@ impl Reporter {
 
     /// Whether observations are still waiting after this report; `None` if the replica did
     /// not take it (refused, timed out, or a deposed leader).
-    async fn report_once(&self, addr: &str, channel: tonic::transport::Channel) -> Option<bool> {
-        let pending = match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!("{e}");
-                return Some(false);
-            }
-        };
-        let fence = match self.journal.fence() {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::error!("{e}");
-                return Some(false);
-            }
-        };
+    ///
+    /// A journal that cannot be read or written does not stop the heartbeat: the lease must
+    /// go on covering what runs here. Observations it cannot read wait for the next report.
+    async fn report_once(&mut self, addr: &str, channel: tonic::transport::Channel) -> Option<bool> {
+        let pending = self.journal.pending(MAX_OBSERVATIONS_PER_REPORT).unwrap_or_else(|e| {
+            tracing::warn!("{e}; this report carries no observations");
+            Vec::new()
+        });
+        match self.journal.fence() {
+            Ok(f) => self.fence = f,
+            Err(e) => tracing::warn!("{e}; reporting the term last read from it"),
+        }
+        let fence = self.fence;
         let term_seen = fence.term;
         let seqs: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
         let req = ReportRequest {
@@ -125,10 +126,18 @@ impl Reporter {
                 return Some(false);
             }
         };
-        let remembered = if next != fence { self.journal.remember(next) } else { Ok(()) };
-        if let Err(e) = remembered.and_then(|_| self.journal.ack(&seqs)) {
-            tracing::error!("{e}");
-            return Some(false);
+        if next != fence {
+            // A new term or leader is on stable storage before its lease is taken.
+            if let Err(e) = self.journal.remember(next) {
+                tracing::error!("{e}");
+                return Some(false);
+            }
+            self.fence = next;
+        }
+        if let Err(e) = self.journal.ack(&seqs) {
+            // They are sent again, as after a report that timed out; the leader takes a repeated
+            // observation as the same one.
+            tracing::warn!("{e}; acknowledged observations are sent again");
         }
         self.metrics.report(true);
         self.renew(sent_at_ms, reply.lease_ms);
