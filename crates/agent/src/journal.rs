@@ -175,7 +175,7 @@ impl Journal {
     /// whether the disk took it.
     fn change<T>(&self, f: impl FnOnce() -> Result<T, JournalError>) -> Result<T, JournalError> {
         let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let result = f().and_then(|v| self.store.flush().map(|_| v).map_err(|e| self.io(e)));
+        let result = f().and_then(|v| self.sync().map(|_| v));
         let mut failing = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
         match &result {
             Err(e @ JournalError::Io { .. }) => {
@@ -188,6 +188,18 @@ impl Journal {
             Err(_) => {}
         }
         result
+    }
+
+    /// The store's flush, which may take long on a slow disk: on a multi-threaded runtime the
+    /// worker hands its other tasks (the heartbeat among them) to another thread first.
+    fn sync(&self) -> Result<(), JournalError> {
+        let flush = || self.store.flush().map_err(|e| self.io(e));
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(flush)
+            }
+            _ => flush(),
+        }
     }
 
     /// Why the journal cannot be written, while it cannot.
