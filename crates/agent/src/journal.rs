@@ -145,6 +145,8 @@ const TERM_KEY: &[u8] = b"term";
 const LEADER_KEY: &[u8] = b"leader";
 /// Written to learn whether the disk takes writes again.
 const PROBE_KEY: &[u8] = b"probe";
+/// The boot id of the machine when the agent last started.
+const BOOT_KEY: &[u8] = b"boot";
 
 impl Journal {
     /// Opens (or creates) the sled journal at `path`.
@@ -298,6 +300,16 @@ impl Journal {
             }
             self.raise_term_unflushed(f.term).map(drop)
         })
+    }
+
+    /// The machine's boot id when an agent last started on this journal (`None` in journals
+    /// written before it was recorded).
+    pub fn last_boot(&self) -> Result<Option<String>, JournalError> {
+        Ok(self.get(Tree::Meta, BOOT_KEY)?.map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    pub fn note_boot(&self, boot_id: &str) -> Result<(), JournalError> {
+        self.change(|| self.insert(Tree::Meta, BOOT_KEY, boot_id.as_bytes()))
     }
 
     pub fn max_attempt(&self, job_id: u64) -> Result<Option<u32>, JournalError> {

@@ -16,6 +16,7 @@ use baton_proto::v1::{Action, Assignment, Directive};
 use crate::checkpoint::written_after;
 use crate::fence::{Fence, Refused};
 use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
+use crate::launch::Unjournaled;
 use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS, MTIME_SLACK_MS};
 
 /// What the supervisor knows of one replica it tracks.
@@ -287,6 +288,19 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
         }
         Phase::Killing => Some(Ending::Killed),
         Phase::Finished => None,
+    }
+}
+
+/// What a restarted agent makes of a replica journaled without its pid, from the `traces`
+/// it found of it (`launch::find_unjournaled`); `same_boot`: the machine has not restarted
+/// since the agent journaled it. No trace proves it never started only within one boot:
+/// the wrapper's `.started` marker is not synced, and a power cut takes it with the page
+/// cache. After a restart of the machine such a replica may have run, so it counts as
+/// ended (its exit unknown, reported as killed) and no RUN of its attempt starts it again.
+pub fn without_pid(traces: Unjournaled, same_boot: bool) -> Unjournaled {
+    match traces {
+        Unjournaled::NeverStarted if !same_boot => Unjournaled::Ended,
+        other => other,
     }
 }
 

@@ -144,10 +144,13 @@ impl Supervisor {
             metrics: settings.metrics,
             unjournaled: Vec::new(),
         };
+        // Unknown on either side counts as a restart of the machine: the cautious reading.
+        let boot = crate::procfs::boot_id();
+        let same_boot = boot.is_some() && sup.journal.last_boot()? == boot;
         for mut rec in sup.journal.replicas()? {
             let key = rec.key;
             if rec.phase != Phase::Finished && rec.pid == 0 {
-                match launch::find_unjournaled(&rec.exit_file) {
+                match reconcile::without_pid(launch::find_unjournaled(&rec.exit_file), same_boot) {
                     Unjournaled::Running { pid, start_time } => {
                         // Spawned, then the agent went down before it journaled the pid.
                         rec.pid = pid;
@@ -191,6 +194,9 @@ impl Supervisor {
                 // so its group is not signalled.
                 sup.finish(&key, code, Leftovers::Leave)?;
             }
+        }
+        if let Some(boot) = boot.filter(|_| !same_boot) {
+            sup.journal.note_boot(&boot)?;
         }
         sup.publish();
         Ok((sup, Shared { running, observed, live_logs }))

@@ -14,7 +14,7 @@
 //! - the journal opens (it is never left unreadable);
 //! - the term is at least every term obeyed, and the attempt at least every one started;
 //! - every replica that was spawned has its record (or its pruned key), so no RUN of that
-//!   attempt starts it again;
+//!   attempt starts it again, also one whose pid was never journaled;
 //! - every replica that was sent its stop signal is journaled as stopping (or finished), so
 //!   the stop is not forgotten;
 //! - every observation journaled and not acknowledged is still pending.
@@ -24,6 +24,7 @@ use std::path::Path;
 
 use baton_agent::journal::{Journal, Phase, ReplicaKey, ReplicaRecord};
 use baton_agent::journal_store::SimDisk;
+use baton_agent::launch::Unjournaled;
 use baton_agent::reconcile::{self, Clock, Step};
 use baton_proto::v1::observation::What;
 use baton_proto::v1::{Exited, Observation};
@@ -134,10 +135,19 @@ fn run_steps(j: &Journal, w: &mut World, steps: Vec<Step>) -> Life {
 /// One life of the agent: restart on what the disk kept, then random operations until the
 /// power goes out or the operations run out.
 fn life(j: &Journal, w: &mut World, rng: &mut Rng) -> Life {
-    // Restart: a stop journaled but maybe not signalled is signalled now.
+    // Restart, after a power cut: every process is gone. A stop journaled but maybe not
+    // signalled is signalled now (to no effect). A replica journaled without its pid left
+    // no trace the cut did not take (the wrapper's marker was in the page cache): the
+    // supervisor asks `reconcile::without_pid` and drops the record of one never started.
     for rec in out(j.replicas())? {
         if rec.phase == Phase::Stopping && rec.pid != 0 {
             run_steps(j, w, reconcile::adopt_steps(&rec))?;
+        }
+        if rec.phase != Phase::Finished && rec.pid == 0 {
+            match reconcile::without_pid(Unjournaled::NeverStarted, false) {
+                Unjournaled::NeverStarted => out(j.remove_replica(&rec.key))?,
+                _ => out(j.put_replica(&ReplicaRecord { phase: Phase::Finished, ..rec }))?,
+            }
         }
     }
     for _ in 0..OPS_PER_LIFE {

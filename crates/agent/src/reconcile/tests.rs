@@ -458,3 +458,20 @@ fn nothing_starts_or_resumes_while_the_journal_fails() {
         ]
     );
 }
+
+/// Issue 10: a record without a pid and no trace of its wrapper means "never started" only
+/// if the machine has not restarted since: a power cut loses the unsynced start marker.
+#[test]
+fn no_trace_after_a_reboot_is_no_proof_that_a_replica_never_started() {
+    use crate::launch::Unjournaled::{Ended, NeverStarted, Running};
+    let running = Running { pid: 7, start_time: 9 };
+    for (traces, same_boot, want) in [
+        (NeverStarted, true, NeverStarted),
+        (NeverStarted, false, Ended),
+        (Ended, true, Ended),
+        (Ended, false, Ended),
+        (running, true, running),
+    ] {
+        assert_eq!(super::without_pid(traces, same_boot), want, "{traces:?}, same boot {same_boot}");
+    }
+}
