@@ -124,6 +124,12 @@ pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
 
 /// As `start`, with an inventory taken elsewhere.
 pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> Result<Agent, AgentError> {
+    prepare_dirs(&config)?;
+    let journal = Journal::open(&config.data_dir.join("journal"))?;
+    start_with_journal(config, inventory, journal).await
+}
+
+fn prepare_dirs(config: &AgentConfig) -> Result<(), AgentError> {
     config.validate().map_err(AgentError::Config)?;
     let checkpoint_root = config.checkpoint_root();
     for dir in [&config.data_dir, &checkpoint_root] {
@@ -132,7 +138,18 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
     if let crate::run_as::RunAsPolicy::Users(_) = &config.run_as {
         prepare_for_users(&config.data_dir, &checkpoint_root)?;
     }
-    let journal = Arc::new(Journal::open(&config.data_dir.join("journal"))?);
+    Ok(())
+}
+
+/// As `start_with_inventory`, on a journal opened elsewhere (a simulated disk in tests).
+pub async fn start_with_journal(
+    config: AgentConfig,
+    inventory: Inventory,
+    journal: Journal,
+) -> Result<Agent, AgentError> {
+    prepare_dirs(&config)?;
+    let checkpoint_root = config.checkpoint_root();
+    let journal = Arc::new(journal);
 
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
@@ -219,6 +236,8 @@ pub async fn start_with_inventory(config: AgentConfig, inventory: Inventory) -> 
         lease: lease_tx,
         lease_file,
         metrics: metrics.clone(),
+        fence: crate::fence::Fence::default(),
+        acking: None,
     };
     let view = View { running: shared.running.clone(), lease: lease_rx, nvml: None };
     let mut tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];

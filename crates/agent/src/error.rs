@@ -39,11 +39,11 @@ pub enum InventoryError {
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     #[error("cannot open the agent journal at {path}: {source}")]
-    Open { path: PathBuf, source: sled::Error },
+    Open { path: PathBuf, source: crate::journal_store::StoreError },
     #[error("the agent journal at {path} is unreadable ({what}): {detail}")]
     Corrupt { path: PathBuf, what: String, detail: String },
     #[error("cannot write the agent journal at {path}: {source}")]
-    Io { path: PathBuf, source: sled::Error },
+    Io { path: PathBuf, source: crate::journal_store::StoreError },
 }
 
 /// Why `fetch_logs` failed.

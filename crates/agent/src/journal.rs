@@ -1,9 +1,14 @@
-//! The agent's durable memory (sled at `<data-dir>/journal`, flushed after every write
-//! because sled only syncs every 500 ms by itself): the highest leader term seen, the
-//! highest attempt per job, every replica started here (pid and process start time), and
-//! the observations the leader has not acknowledged yet.
+//! The agent's durable memory (sled at `<data-dir>/journal`, see `journal_store`): the
+//! highest leader term seen, the highest attempt per job, every replica started here (pid
+//! and process start time), and the observations the leader has not acknowledged yet.
+//!
+//! Every change returns only once it is on stable storage (sled's flush and an
+//! `fdatasync`): the supervisor acts on it right after (spawns, signals, reports). When a
+//! change fails (a full disk, an I/O error) the journal says so ([`Journal::failing`]) until
+//! [`Journal::recover`] finds that the disk takes writes again.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use baton_proto::v1::Observation;
 use prost::Message;
@@ -11,10 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::JournalError;
 use crate::fence::Fence;
-use crate::limits::{
-    JOURNAL_LOCK_RETRY_MS as LOCK_RETRY_MS, JOURNAL_LOCK_TRIES as LOCK_TRIES, MAX_ATTEMPT_RECORDS,
-    MAX_PENDING_OBSERVATIONS, MAX_PRUNED_KEYS,
-};
+use crate::journal_store::{JournalStore, SledStore, StoreError, Tree};
+use crate::limits::{MAX_ATTEMPT_RECORDS, MAX_PENDING_OBSERVATIONS, MAX_PRUNED_KEYS};
 
 /// Identity of one replica of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -126,35 +129,35 @@ pub struct ReplicaRecord {
 }
 
 pub struct Journal {
+    /// For messages: the sled directory, or a test disk's name.
     path: PathBuf,
-    db: sled::Db,
-    meta: sled::Tree,
-    attempts: sled::Tree,
-    replicas: sled::Tree,
-    pending: sled::Tree,
-    pruned: sled::Tree,
+    store: Box<dyn JournalStore>,
+    /// Held by every change: the supervisor and the reporter both write, and a
+    /// read-modify-write (raising the term, numbering an observation) must not interleave.
+    writing: Mutex<()>,
+    /// The error of the last failed write or flush while no write has succeeded since.
+    failing: Mutex<Option<String>>,
 }
 
 const TERM_KEY: &[u8] = b"term";
 /// The leader first obeyed in a term: 16 bytes, (term, leader id); stale once the term
 /// moved on.
 const LEADER_KEY: &[u8] = b"leader";
+/// Written to learn whether the disk takes writes again.
+const PROBE_KEY: &[u8] = b"probe";
+/// The boot id of the machine when the agent last started.
+const BOOT_KEY: &[u8] = b"boot";
 
 impl Journal {
+    /// Opens (or creates) the sled journal at `path`.
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
-        let open_err = |source| JournalError::Open { path: path.to_path_buf(), source };
-        let db = open_db(path).map_err(open_err)?;
-        let tree =
-            |name: &str| db.open_tree(name).map_err(|source| JournalError::Open { path: path.to_path_buf(), source });
-        let journal = Journal {
-            path: path.to_path_buf(),
-            meta: tree("meta")?,
-            attempts: tree("attempts")?,
-            replicas: tree("replicas")?,
-            pending: tree("pending")?,
-            pruned: tree("pruned")?,
-            db,
-        };
+        let store = SledStore::open(path).map_err(|source| JournalError::Open { path: path.to_path_buf(), source })?;
+        Journal::with_store(path, Box::new(store))
+    }
+
+    /// The journal on another store (a simulated disk in tests); `path` names it in errors.
+    pub fn with_store(path: &Path, store: Box<dyn JournalStore>) -> Result<Journal, JournalError> {
+        let journal = Journal { path: path.to_path_buf(), store, writing: Mutex::new(()), failing: Mutex::new(None) };
         // Read everything once so a damaged journal is refused at start, naming the path.
         journal.fence()?;
         journal.replicas()?;
@@ -162,7 +165,7 @@ impl Journal {
         Ok(journal)
     }
 
-    fn io(&self, source: sled::Error) -> JournalError {
+    fn io(&self, source: StoreError) -> JournalError {
         JournalError::Io { path: self.path.clone(), source }
     }
 
@@ -170,49 +173,113 @@ impl Journal {
         JournalError::Corrupt { path: self.path.clone(), what: what.to_string(), detail: detail.to_string() }
     }
 
-    fn flush(&self) -> Result<(), JournalError> {
-        self.db.flush().map(|_| ()).map_err(|e| self.io(e))
+    /// Runs one change (its writes and the flush that makes them durable) and records
+    /// whether the disk took it.
+    fn change<T>(&self, f: impl FnOnce() -> Result<T, JournalError>) -> Result<T, JournalError> {
+        let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = f().and_then(|v| self.sync().map(|_| v));
+        let mut failing = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
+        match &result {
+            Err(e @ JournalError::Io { .. }) => {
+                if failing.is_none() {
+                    tracing::error!("{e}; no new replica starts here until the journal takes writes again");
+                }
+                *failing = Some(e.to_string());
+            }
+            Ok(_) => *failing = None,
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// The store's flush, which may take long on a slow disk: on a multi-threaded runtime the
+    /// worker hands its other tasks (the heartbeat among them) to another thread first.
+    fn sync(&self) -> Result<(), JournalError> {
+        let flush = || self.store.flush().map_err(|e| self.io(e));
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(flush)
+            }
+            _ => flush(),
+        }
+    }
+
+    /// Why the journal cannot be written, while it cannot.
+    pub fn failing(&self) -> Option<String> {
+        self.failing.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// While the journal is failing: opens its store again and tries a write. True once it
+    /// takes writes again; what was not durable when it failed is gone (the caller writes it
+    /// again).
+    pub fn recover(&self) -> Result<bool, JournalError> {
+        if self.failing().is_none() {
+            return Ok(false);
+        }
+        {
+            let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+            self.store.reopen().map_err(|e| self.io(e))?;
+        }
+        self.change(|| self.store.insert(Tree::Meta, PROBE_KEY, &[]).map_err(|e| self.io(e)))?;
+        tracing::info!(path = %self.path.display(), "the journal takes writes again");
+        Ok(true)
+    }
+
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, JournalError> {
+        self.store.get(tree, key).map_err(|e| self.io(e))
+    }
+
+    fn insert(&self, tree: Tree, key: &[u8], value: &[u8]) -> Result<(), JournalError> {
+        self.store.insert(tree, key, value).map_err(|e| self.io(e))
+    }
+
+    fn remove(&self, tree: Tree, key: &[u8]) -> Result<(), JournalError> {
+        self.store.remove(tree, key).map_err(|e| self.io(e))
+    }
+
+    fn len(&self, tree: Tree) -> Result<usize, JournalError> {
+        self.store.len(tree).map_err(|e| self.io(e))
+    }
+
+    /// Removes the lowest keys of `tree` until at most `max` remain.
+    fn trim(&self, tree: Tree, max: usize) -> Result<(), JournalError> {
+        let excess = self.len(tree)?.saturating_sub(max);
+        if excess == 0 {
+            return Ok(());
+        }
+        for (k, _) in self.store.scan(tree, excess).map_err(|e| self.io(e))? {
+            self.remove(tree, &k)?;
+        }
+        Ok(())
     }
 
     pub fn term(&self) -> Result<u64, JournalError> {
-        match self.meta.get(TERM_KEY).map_err(|e| self.io(e))? {
+        match self.get(Tree::Meta, TERM_KEY)? {
             None => Ok(0),
-            Some(v) => Ok(u64::from_be_bytes(v.as_ref().try_into().map_err(|_| self.corrupt("term", "not 8 bytes"))?)),
+            Some(v) => {
+                Ok(u64::from_be_bytes(v.as_slice().try_into().map_err(|_| self.corrupt("term", "not 8 bytes"))?))
+            }
         }
     }
 
     /// Raises the highest term seen to `term` (never lowers it); returns the result.
     pub fn raise_term(&self, term: u64) -> Result<u64, JournalError> {
-        let mut bad = false;
-        let new = self
-            .meta
-            .update_and_fetch(TERM_KEY, |old| {
-                let cur = match old.map(<[u8; 8]>::try_from) {
-                    None => 0,
-                    Some(Ok(b)) => u64::from_be_bytes(b),
-                    Some(Err(_)) => {
-                        bad = true;
-                        0
-                    }
-                };
-                Some(cur.max(term).to_be_bytes().to_vec())
-            })
-            .map_err(|e| self.io(e))?;
-        if bad {
-            return Err(self.corrupt("term", "not 8 bytes"));
-        }
-        self.flush()?;
-        let b: [u8; 8] = new.as_deref().and_then(|v| v.try_into().ok()).unwrap_or([0; 8]);
-        Ok(u64::from_be_bytes(b))
+        self.change(|| self.raise_term_unflushed(term))
+    }
+
+    fn raise_term_unflushed(&self, term: u64) -> Result<u64, JournalError> {
+        let new = self.term()?.max(term);
+        self.insert(Tree::Meta, TERM_KEY, &new.to_be_bytes())?;
+        Ok(new)
     }
 
     /// The highest term seen and the leader first obeyed in it.
     pub fn fence(&self) -> Result<Fence, JournalError> {
         let term = self.term()?;
-        let leader_id = match self.meta.get(LEADER_KEY).map_err(|e| self.io(e))? {
+        let leader_id = match self.get(Tree::Meta, LEADER_KEY)? {
             None => None,
             Some(v) => {
-                let b: [u8; 16] = v.as_ref().try_into().map_err(|_| self.corrupt("leader", "not 16 bytes"))?;
+                let b: [u8; 16] = v.as_slice().try_into().map_err(|_| self.corrupt("leader", "not 16 bytes"))?;
                 let (t, id) = b.split_at(8);
                 let t = u64::from_be_bytes(t.try_into().expect("8 bytes"));
                 (t == term).then(|| u64::from_be_bytes(id.try_into().expect("8 bytes")))
@@ -224,20 +291,32 @@ impl Journal {
     /// Remembers a fence `Fence::check` accepted: the leader first, then the term, so a crash
     /// between the two leaves a leader entry that the old term makes stale.
     pub fn remember(&self, f: Fence) -> Result<(), JournalError> {
-        if let Some(id) = f.leader_id {
-            let mut b = [0u8; 16];
-            b[..8].copy_from_slice(&f.term.to_be_bytes());
-            b[8..].copy_from_slice(&id.to_be_bytes());
-            self.meta.insert(LEADER_KEY, &b).map_err(|e| self.io(e))?;
-        }
-        self.raise_term(f.term).map(drop)
+        self.change(|| {
+            if let Some(id) = f.leader_id {
+                let mut b = [0u8; 16];
+                b[..8].copy_from_slice(&f.term.to_be_bytes());
+                b[8..].copy_from_slice(&id.to_be_bytes());
+                self.insert(Tree::Meta, LEADER_KEY, &b)?;
+            }
+            self.raise_term_unflushed(f.term).map(drop)
+        })
+    }
+
+    /// The machine's boot id when an agent last started on this journal (`None` in journals
+    /// written before it was recorded).
+    pub fn last_boot(&self) -> Result<Option<String>, JournalError> {
+        Ok(self.get(Tree::Meta, BOOT_KEY)?.map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    pub fn note_boot(&self, boot_id: &str) -> Result<(), JournalError> {
+        self.change(|| self.insert(Tree::Meta, BOOT_KEY, boot_id.as_bytes()))
     }
 
     pub fn max_attempt(&self, job_id: u64) -> Result<Option<u32>, JournalError> {
-        match self.attempts.get(job_id.to_be_bytes()).map_err(|e| self.io(e))? {
+        match self.get(Tree::Attempts, &job_id.to_be_bytes())? {
             None => Ok(None),
             Some(v) => {
-                let b: [u8; 4] = v.as_ref().try_into().map_err(|_| self.corrupt("attempt", "not 4 bytes"))?;
+                let b: [u8; 4] = v.as_slice().try_into().map_err(|_| self.corrupt("attempt", "not 4 bytes"))?;
                 Ok(Some(u32::from_be_bytes(b)))
             }
         }
@@ -246,17 +325,15 @@ impl Journal {
     /// Remembers `attempt` as the highest for `job_id`. Bounded: past `MAX_ATTEMPT_RECORDS`
     /// jobs, the lowest job ids (the oldest jobs) are forgotten.
     pub fn set_max_attempt(&self, job_id: u64, attempt: u32) -> Result<(), JournalError> {
-        self.attempts.insert(job_id.to_be_bytes(), &attempt.to_be_bytes()).map_err(|e| self.io(e))?;
-        while self.attempts.len() > MAX_ATTEMPT_RECORDS {
-            self.attempts.pop_min().map_err(|e| self.io(e))?;
-        }
-        self.flush()
+        self.change(|| {
+            self.insert(Tree::Attempts, &job_id.to_be_bytes(), &attempt.to_be_bytes())?;
+            self.trim(Tree::Attempts, MAX_ATTEMPT_RECORDS)
+        })
     }
 
     pub fn replicas(&self) -> Result<Vec<ReplicaRecord>, JournalError> {
         let mut out = Vec::new();
-        for item in self.replicas.iter() {
-            let (_, v) = item.map_err(|e| self.io(e))?;
+        for (_, v) in self.store.scan(Tree::Replicas, usize::MAX).map_err(|e| self.io(e))? {
             out.push(serde_json::from_slice(&v).map_err(|e| self.corrupt("replica record", e))?);
         }
         Ok(out)
@@ -264,8 +341,7 @@ impl Journal {
 
     pub fn put_replica(&self, rec: &ReplicaRecord) -> Result<(), JournalError> {
         let v = serde_json::to_vec(rec).map_err(|e| self.corrupt("replica record", e))?;
-        self.replicas.insert(rec.key.bytes(), v).map_err(|e| self.io(e))?;
-        self.flush()
+        self.change(|| self.insert(Tree::Replicas, &rec.key.bytes(), &v))
     }
 
     /// Drops the record of a finished replica to keep the journal bounded, remembering its
@@ -273,21 +349,20 @@ impl Journal {
     /// only attempts older than the newest. Bounded: past `MAX_PRUNED_KEYS`, the lowest job
     /// ids (the oldest jobs, which no leader runs any more) are forgotten.
     pub fn prune_replica(&self, key: &ReplicaKey) -> Result<(), JournalError> {
-        self.pruned.insert(key.bytes(), &[]).map_err(|e| self.io(e))?;
-        while self.pruned.len() > MAX_PRUNED_KEYS {
-            self.pruned.pop_min().map_err(|e| self.io(e))?;
-        }
-        self.remove_replica(key)
+        self.change(|| {
+            self.insert(Tree::Pruned, &key.bytes(), &[])?;
+            self.trim(Tree::Pruned, MAX_PRUNED_KEYS)?;
+            self.remove(Tree::Replicas, &key.bytes())
+        })
     }
 
     /// Whether this replica finished here and its record was pruned.
     pub fn was_pruned(&self, key: &ReplicaKey) -> Result<bool, JournalError> {
-        self.pruned.contains_key(key.bytes()).map_err(|e| self.io(e))
+        Ok(self.get(Tree::Pruned, &key.bytes())?.is_some())
     }
 
     pub fn remove_replica(&self, key: &ReplicaKey) -> Result<(), JournalError> {
-        self.replicas.remove(key.bytes()).map_err(|e| self.io(e))?;
-        self.flush()
+        self.change(|| self.remove(Tree::Replicas, &key.bytes()))
     }
 
     /// Appends an observation. Past `MAX_PENDING_OBSERVATIONS` the oldest progress note
@@ -297,15 +372,19 @@ impl Journal {
     /// kept once, there is one per replica the node ran, and nothing starts once the lease
     /// ran out (so while no leader takes reports, the replicas do not grow).
     pub fn push_observation(&self, obs: &Observation) -> Result<(), JournalError> {
+        self.change(|| self.push_unflushed(obs))
+    }
+
+    fn push_unflushed(&self, obs: &Observation) -> Result<(), JournalError> {
         let progress = is_progress(obs);
         if !progress && self.pending(usize::MAX)?.iter().any(|(_, o)| o == obs) {
             return Ok(());
         }
-        if self.pending.len() >= MAX_PENDING_OBSERVATIONS {
+        if self.len(Tree::Pending)? >= MAX_PENDING_OBSERVATIONS {
             let oldest_note = self.pending(usize::MAX)?.into_iter().find(|(_, o)| is_progress(o)).map(|(seq, _)| seq);
             match oldest_note {
                 Some(seq) => {
-                    self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
+                    self.remove(Tree::Pending, &seq.to_be_bytes())?;
                     tracing::warn!(
                         "more than {MAX_PENDING_OBSERVATIONS} unacknowledged observations; dropped the oldest checkpoint note"
                     );
@@ -319,36 +398,40 @@ impl Journal {
                 None => {}
             }
         }
-        let next = match self.pending.last().map_err(|e| self.io(e))? {
+        let next = match self.store.last(Tree::Pending).map_err(|e| self.io(e))? {
             Some((k, _)) => seq_of(&k).map_err(|d| self.corrupt("observation key", d))? + 1,
             None => 1,
         };
-        self.pending.insert(next.to_be_bytes(), obs.encode_to_vec()).map_err(|e| self.io(e))?;
-        self.flush()
+        self.insert(Tree::Pending, &next.to_be_bytes(), &obs.encode_to_vec())
     }
 
     /// Up to `limit` unacknowledged observations, oldest first, with their sequence numbers.
     pub fn pending(&self, limit: usize) -> Result<Vec<(u64, Observation)>, JournalError> {
         let mut out = Vec::new();
-        for item in self.pending.iter().take(limit) {
-            let (k, v) = item.map_err(|e| self.io(e))?;
+        for (k, v) in self.store.scan(Tree::Pending, limit).map_err(|e| self.io(e))? {
             let seq = seq_of(&k).map_err(|d| self.corrupt("observation key", d))?;
-            let obs = Observation::decode(v.as_ref()).map_err(|e| self.corrupt("observation", e))?;
+            let obs = Observation::decode(v.as_slice()).map_err(|e| self.corrupt("observation", e))?;
             out.push((seq, obs));
         }
         Ok(out)
     }
 
     pub fn pending_len(&self) -> usize {
-        self.pending.len()
+        self.len(Tree::Pending).unwrap_or(0)
     }
 
     /// Drops acknowledged observations.
     pub fn ack(&self, seqs: &[u64]) -> Result<(), JournalError> {
-        for seq in seqs {
-            self.pending.remove(seq.to_be_bytes()).map_err(|e| self.io(e))?;
+        if seqs.is_empty() {
+            // Most heartbeats carry none: no sync for them.
+            return Ok(());
         }
-        self.flush()
+        self.change(|| {
+            for seq in seqs {
+                self.remove(Tree::Pending, &seq.to_be_bytes())?;
+            }
+            Ok(())
+        })
     }
 }
 
@@ -359,23 +442,6 @@ fn is_progress(obs: &Observation) -> bool {
 
 fn seq_of(k: &[u8]) -> Result<u64, &'static str> {
     Ok(u64::from_be_bytes(k.try_into().map_err(|_| "not 8 bytes")?))
-}
-
-/// Opens the database, waiting a bounded time for its file lock: a previous holder (an agent
-/// that is still exiting, or a handle just dropped whose flusher thread has not ended) keeps
-/// the lock for a moment after it is done with it.
-fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
-    let mut tries = 0;
-    loop {
-        match sled::Config::new().path(path).open() {
-            // sled 0.34 reports a held lock only in the message of an `Other` I/O error.
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && tries < LOCK_TRIES => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(LOCK_RETRY_MS));
-            }
-            other => return other,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -424,7 +490,7 @@ mod tests {
             |job_id| Observation { what: Some(What::Checkpointed(Checkpointed { job_id, attempt: 1, rank: 0 })) };
         j.push_observation(&ckpt(9)).unwrap();
         for i in 0..MAX_PENDING_OBSERVATIONS as u64 - 1 {
-            j.pending.insert((i + 2).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
+            j.store.insert(Tree::Pending, &(i + 2).to_be_bytes(), &exited(i).encode_to_vec()).unwrap();
         }
         assert_eq!(j.pending_len(), MAX_PENDING_OBSERVATIONS);
         j.push_observation(&exited(99_998)).unwrap();
@@ -445,7 +511,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(&dir.path().join("journal")).unwrap();
         for i in 0..MAX_PENDING_OBSERVATIONS as u64 {
-            j.pending.insert((i + 1).to_be_bytes(), exited(i).encode_to_vec()).unwrap();
+            j.store.insert(Tree::Pending, &(i + 1).to_be_bytes(), &exited(i).encode_to_vec()).unwrap();
         }
         j.push_observation(&exited(99_999)).unwrap();
         let all = j.pending(usize::MAX).unwrap();
@@ -463,11 +529,11 @@ mod tests {
         let j = Journal::open(&dir.path().join("journal")).unwrap();
         let key = |job_id| ReplicaKey { job_id, attempt: 1, rank: 0 };
         for id in 0..MAX_PRUNED_KEYS as u64 + 1 {
-            j.pruned.insert(key(id).bytes(), &[]).unwrap();
+            j.store.insert(Tree::Pruned, &key(id).bytes(), &[]).unwrap();
         }
         j.prune_replica(&key(u64::MAX)).unwrap();
         assert!(j.was_pruned(&key(u64::MAX)).unwrap());
-        assert_eq!(j.pruned.len(), MAX_PRUNED_KEYS);
+        assert_eq!(j.len(Tree::Pruned).unwrap(), MAX_PRUNED_KEYS);
         assert!(!j.was_pruned(&key(0)).unwrap() && !j.was_pruned(&key(1)).unwrap(), "the oldest go");
         assert!(j.was_pruned(&key(2)).unwrap());
     }

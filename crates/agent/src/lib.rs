@@ -26,7 +26,8 @@
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
 //! - `run_as`: which Unix user a replica runs as (`--run-as-allow`, `--run-as-self`), resolved
 //!   on this node, and the drop to it before exec.
-//! - `journal`: the durable state (sled).
+//! - `journal`: the durable state; `journal_store`: where it lives (sled, synced to stable
+//!   storage; a simulated disk for power-loss, full-disk and slow-disk tests).
 //! - `logfiles`, `logs_server`, `logs_client`: replica logs, their retention, the AgentLogs
 //!   service and the `fetch_logs` helper.
 //! - `metrics`: what `GET /metrics` exposes (`--metrics-listen`).
@@ -41,6 +42,7 @@ pub mod error;
 pub mod fence;
 pub mod inventory;
 pub mod journal;
+pub mod journal_store;
 pub mod launch;
 pub mod leader;
 pub mod lease;
@@ -59,7 +61,7 @@ pub mod signal;
 pub mod supervisor;
 pub mod workload;
 
-pub use agent::{Agent, run, start, start_with_inventory};
+pub use agent::{Agent, run, start, start_with_inventory, start_with_journal};
 pub use config::AgentConfig;
 pub use error::{AgentError, InventoryError, JournalError, LogsError};
 pub use logs_client::fetch_logs;

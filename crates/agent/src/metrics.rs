@@ -40,6 +40,8 @@ pub struct AgentMetrics {
     stop_seconds: Histogram,
     reports_sent: Counter,
     reports_failed: Counter,
+    journal_failing: Gauge,
+    runs_refused: Counter,
     gpu_utilization_ratio: Family<Labels, GaugeF>,
     gpu_memory_used_bytes: Family<Labels, Gauge>,
     gpu_memory_total_bytes: Family<Labels, Gauge>,
@@ -64,6 +66,8 @@ impl AgentMetrics {
             stop_seconds: Histogram::new(exponential_buckets(0.05, 3.0, 10)),
             reports_sent: Counter::default(),
             reports_failed: Counter::default(),
+            journal_failing: Gauge::default(),
+            runs_refused: Counter::default(),
             gpu_utilization_ratio: Family::default(),
             gpu_memory_used_bytes: Family::default(),
             gpu_memory_total_bytes: Family::default(),
@@ -107,6 +111,16 @@ impl AgentMetrics {
             self.reports_failed.clone(),
         );
         r.register(
+            "baton_agent_journal_failing",
+            "1 while the journal cannot be written (a full disk, an I/O error): nothing new starts here",
+            self.journal_failing.clone(),
+        );
+        r.register(
+            "baton_agent_runs_refused",
+            "RUNs not started or resumed because the journal could not be written",
+            self.runs_refused.clone(),
+        );
+        r.register(
             GPU_METRIC_NAMES[0],
             "GPU busy fraction over NVML's last sample period (0..1)",
             self.gpu_utilization_ratio.clone(),
@@ -125,6 +139,14 @@ impl AgentMetrics {
         let cause = if lease_expired { "lease_expired" } else { "directed" };
         self.stops.get_or_create(&vec![("cause", cause.to_string())]).inc();
         self.stop_seconds.observe(seconds);
+    }
+
+    pub fn journal_failing(&self, failing: bool) {
+        self.journal_failing.set(i64::from(failing));
+    }
+
+    pub fn run_refused(&self) {
+        self.runs_refused.inc();
     }
 
     pub fn report(&self, accepted: bool) {

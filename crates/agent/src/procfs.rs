@@ -44,6 +44,13 @@ pub fn process_group(pid: u32) -> Option<u32> {
     text[text.rfind(')')? + 1..].split_whitespace().nth(2)?.parse().ok()
 }
 
+/// This boot of the machine (`/proc/sys/kernel/random/boot_id`); `None` where it cannot be
+/// read.
+pub fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(id.trim().to_string()).filter(|id| !id.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

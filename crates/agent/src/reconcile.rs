@@ -16,6 +16,7 @@ use baton_proto::v1::{Action, Assignment, Directive};
 use crate::checkpoint::written_after;
 use crate::fence::{Fence, Refused};
 use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
+use crate::launch::Unjournaled;
 use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS, MTIME_SLACK_MS};
 
 /// What the supervisor knows of one replica it tracks.
@@ -41,6 +42,8 @@ pub struct Inputs {
     pub pruned: BTreeSet<ReplicaKey>,
     /// Replicas an earlier directive wanted started that wait for their GPUs.
     pub deferred: BTreeSet<ReplicaKey>,
+    /// Why the journal cannot be written now, if it cannot.
+    pub journal_failing: Option<String>,
 }
 
 /// One thing to do for one replica, in the order given.
@@ -80,6 +83,9 @@ pub enum Ignored {
     LeaseExpired,
     /// A RUN of a replica that is being stopped: it does not restart here.
     BeingStopped,
+    /// A RUN while the journal cannot be written: a start or a resume must be journaled
+    /// before it happens. Done once the journal takes writes again.
+    JournalFailing(String),
 }
 
 impl std::fmt::Display for Ignored {
@@ -90,6 +96,9 @@ impl std::fmt::Display for Ignored {
             Ignored::UnknownAction(a) => write!(f, "unknown action {a}"),
             Ignored::LeaseExpired => write!(f, "not started or resumed: the lease ran out"),
             Ignored::BeingStopped => write!(f, "a RUN of a replica that is being stopped; it does not restart here"),
+            Ignored::JournalFailing(why) => {
+                write!(f, "not started or resumed until the journal takes writes again: {why}")
+            }
         }
     }
 }
@@ -184,9 +193,14 @@ fn plan_run<'a>(
         // nothing starts or resumes until a leader renews the lease.
         return Some(Act::Ignore { key, why: Ignored::LeaseExpired });
     }
+    let refused =
+        inputs.journal_failing.as_ref().map(|why| Act::Ignore { key, why: Ignored::JournalFailing(why.clone()) });
     let Some(known) = inputs.replicas.get(&key) else {
         if inputs.pruned.contains(&key) {
             return Some(Act::Ignore { key, why: Ignored::FinishedHere });
+        }
+        if refused.is_some() {
+            return refused;
         }
         if gpu_holder(&key, &a.gpus, held).is_some() {
             deferred.insert(key);
@@ -197,7 +211,7 @@ fn plan_run<'a>(
         return Some(Act::Start(key));
     };
     match known.phase {
-        Phase::Suspended => Some(Act::Resume(key)),
+        Phase::Suspended => refused.or(Some(Act::Resume(key))),
         Phase::Running | Phase::Finished => None,
         Phase::Stopping | Phase::Killing => Some(Act::Ignore { key, why: Ignored::BeingStopped }),
     }
@@ -274,6 +288,19 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
         }
         Phase::Killing => Some(Ending::Killed),
         Phase::Finished => None,
+    }
+}
+
+/// What a restarted agent makes of a replica journaled without its pid, from the `traces`
+/// it found of it (`launch::find_unjournaled`); `same_boot`: the machine has not restarted
+/// since the agent journaled it. No trace proves it never started only within one boot:
+/// the wrapper's `.started` marker is not synced, and a power cut takes it with the page
+/// cache. After a restart of the machine such a replica may have run, so it counts as
+/// ended (its exit unknown, reported as killed) and no RUN of its attempt starts it again.
+pub fn without_pid(traces: Unjournaled, same_boot: bool) -> Unjournaled {
+    match traces {
+        Unjournaled::NeverStarted if !same_boot => Unjournaled::Ended,
+        other => other,
     }
 }
 

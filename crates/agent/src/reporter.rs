@@ -29,6 +29,12 @@ pub struct Reporter {
     /// Where the replicas' watchdogs read the lease.
     pub lease_file: PathBuf,
     pub metrics: Arc<crate::metrics::AgentMetrics>,
+    /// The fence last read from the journal, for a moment it cannot be read (a failing
+    /// journal is being opened again).
+    pub fence: crate::fence::Fence,
+    /// The acknowledged observations being dropped from the journal, and their sequence
+    /// numbers.
+    pub acking: Option<(tokio::task::JoinHandle<()>, Vec<u64>)>,
 }
 
 impl Reporter {
@@ -59,6 +65,44 @@ impl Reporter {
         }
     }
 
+    /// Drops acknowledged observations from the journal off the heartbeat's path: a slow disk
+    /// (a sync that takes seconds) must not hold back the next report, and the lease with
+    /// it. One drop at a time; reports leave out what is being dropped, and carry it again if
+    /// the drop failed (as after a report that timed out: the leader takes a repeated
+    /// observation as the same one). True if a drop started now.
+    fn ack_later(&mut self, seqs: Vec<u64>) -> bool {
+        if seqs.is_empty() || self.acking.as_ref().is_some_and(|(h, _)| !h.is_finished()) {
+            return false;
+        }
+        let journal = self.journal.clone();
+        let dropping = seqs.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            if let Err(e) = journal.ack(&dropping) {
+                tracing::warn!("{e}; acknowledged observations are sent again");
+            }
+        });
+        self.acking = Some((task, seqs));
+        true
+    }
+
+    /// Up to `MAX_OBSERVATIONS_PER_REPORT` unacknowledged observations, leaving out those
+    /// being dropped now.
+    fn pending(&self) -> Vec<(u64, baton_proto::v1::Observation)> {
+        let dropping: &[u64] = match &self.acking {
+            Some((task, seqs)) if !task.is_finished() => seqs,
+            _ => &[],
+        };
+        match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT + dropping.len()) {
+            Ok(p) => {
+                p.into_iter().filter(|(seq, _)| !dropping.contains(seq)).take(MAX_OBSERVATIONS_PER_REPORT).collect()
+            }
+            Err(e) => {
+                tracing::warn!("{e}; this report carries no observations");
+                Vec::new()
+            }
+        }
+    }
+
     /// Extends the lease and tells the watchdogs; a lease file that cannot be written leaves
     /// them with the old expiry (they stop their replicas early: safe).
     fn renew(&self, sent_at_ms: u64, lease_ms: u64) {
@@ -75,21 +119,16 @@ impl Reporter {
 
     /// Whether observations are still waiting after this report; `None` if the replica did
     /// not take it (refused, timed out, or a deposed leader).
-    async fn report_once(&self, addr: &str, channel: tonic::transport::Channel) -> Option<bool> {
-        let pending = match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!("{e}");
-                return Some(false);
-            }
-        };
-        let fence = match self.journal.fence() {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::error!("{e}");
-                return Some(false);
-            }
-        };
+    ///
+    /// A journal that cannot be read or written does not stop the heartbeat: the lease must
+    /// go on covering what runs here. Observations it cannot read wait for the next report.
+    async fn report_once(&mut self, addr: &str, channel: tonic::transport::Channel) -> Option<bool> {
+        let pending = self.pending();
+        match self.journal.fence() {
+            Ok(f) => self.fence = f,
+            Err(e) => tracing::warn!("{e}; reporting the term last read from it"),
+        }
+        let fence = self.fence;
         let term_seen = fence.term;
         let seqs: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
         let req = ReportRequest {
@@ -125,13 +164,18 @@ impl Reporter {
                 return Some(false);
             }
         };
-        let remembered = if next != fence { self.journal.remember(next) } else { Ok(()) };
-        if let Err(e) = remembered.and_then(|_| self.journal.ack(&seqs)) {
-            tracing::error!("{e}");
-            return Some(false);
+        if next != fence {
+            // A new term or leader is on stable storage before its lease is taken.
+            if let Err(e) = self.journal.remember(next) {
+                tracing::error!("{e}");
+                return Some(false);
+            }
+            self.fence = next;
         }
         self.metrics.report(true);
         self.renew(sent_at_ms, reply.lease_ms);
-        Some(self.journal.pending_len() > 0 && !seqs.is_empty())
+        let acking = self.ack_later(seqs);
+        // More waiting than one report carries: send the rest once these are dropped.
+        Some(acking && self.journal.pending_len() > MAX_OBSERVATIONS_PER_REPORT)
     }
 }

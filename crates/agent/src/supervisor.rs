@@ -26,7 +26,8 @@ use crate::lease::Lease;
 use crate::lease_file::boot_ms;
 use crate::limits::{
     CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
-    SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
+    MAX_PENDING_OBSERVATIONS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS,
+    WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
 use crate::reconcile::{self, Act, Clock, Ended, Ending, Ignored, Known, Step};
@@ -86,6 +87,9 @@ pub struct Supervisor {
     /// misfit is logged once, not on every directive.
     fit_checked: Option<(u64, u64)>,
     metrics: Arc<crate::metrics::AgentMetrics>,
+    /// Observations made while the journal could not take them, oldest first; journaled
+    /// once it can (bounded by `MAX_PENDING_OBSERVATIONS`).
+    unjournaled: Vec<Observation>,
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -138,11 +142,15 @@ impl Supervisor {
             last_directive: None,
             fit_checked: None,
             metrics: settings.metrics,
+            unjournaled: Vec::new(),
         };
+        // Unknown on either side counts as a restart of the machine: the cautious reading.
+        let boot = crate::procfs::boot_id();
+        let same_boot = boot.is_some() && sup.journal.last_boot()? == boot;
         for mut rec in sup.journal.replicas()? {
             let key = rec.key;
             if rec.phase != Phase::Finished && rec.pid == 0 {
-                match launch::find_unjournaled(&rec.exit_file) {
+                match reconcile::without_pid(launch::find_unjournaled(&rec.exit_file), same_boot) {
                     Unjournaled::Running { pid, start_time } => {
                         // Spawned, then the agent went down before it journaled the pid.
                         rec.pid = pid;
@@ -187,6 +195,9 @@ impl Supervisor {
                 sup.finish(&key, code, Leftovers::Leave)?;
             }
         }
+        if let Some(boot) = boot.filter(|_| !same_boot) {
+            sup.journal.note_boot(&boot)?;
+        }
         sup.publish();
         Ok((sup, Shared { running, observed, live_logs }))
     }
@@ -196,18 +207,67 @@ impl Supervisor {
         let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
+            let done = tokio::select! {
                 d = directives.recv() => match d {
-                    Some(d) => self.on_directive(d)?,
+                    Some(d) => self.on_directive(d),
                     None => break,
                 },
-                Some(ev) = self.events_rx.recv() => self.on_exit(ev)?,
-                _ = tick.tick() => self.on_tick()?,
-                Some(_) = self.waits.join_next(), if !self.waits.is_empty() => {}
-            }
+                Some(ev) = self.events_rx.recv() => self.on_exit(ev),
+                _ = tick.tick() => self.on_tick(),
+                Some(_) = self.waits.join_next(), if !self.waits.is_empty() => Ok(()),
+            };
+            self.survive(done)?;
         }
         self.waits.abort_all();
         Ok(())
+    }
+
+    /// A journal that cannot be written (a full disk, an I/O error) does not stop the
+    /// supervisor: what runs stays supervised, nothing new starts (`reconcile`), and what
+    /// could not be journaled is done again once the journal takes writes (`on_tick`). A
+    /// journal that cannot be read correctly does stop it.
+    fn survive(&mut self, done: Result<(), JournalError>) -> Result<(), JournalError> {
+        match done {
+            Err(e @ JournalError::Io { .. }) => {
+                self.metrics.journal_failing(true);
+                tracing::warn!("{e}; retried once the journal takes writes again");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Once a failing journal takes writes again: journals what runs here as the supervisor
+    /// knows it (the journal lost what it could not write), the observations made meanwhile,
+    /// the stops the lease asked for, and applies the newest directive again.
+    fn recover_journal(&mut self) -> Result<(), JournalError> {
+        if self.journal.failing().is_none() || !self.journal.recover()? {
+            return Ok(());
+        }
+        let records: Vec<ReplicaRecord> = self.replicas.values().map(|r| r.rec.clone()).collect();
+        for rec in &records {
+            self.journal.put_replica(rec)?;
+        }
+        while let Some(obs) = self.unjournaled.first() {
+            self.journal.push_observation(obs)?;
+            self.unjournaled.remove(0);
+            self.observed.notify_one();
+        }
+        self.metrics.journal_failing(false);
+        if self.fenced && self.lease_expired() {
+            self.stop_for_the_lease()?;
+        }
+        match self.last_directive.take() {
+            Some(d) if !self.fenced => {
+                let result = self.apply(&d);
+                self.last_directive = Some(d);
+                result
+            }
+            other => {
+                self.last_directive = other;
+                Ok(())
+            }
+        }
     }
 
     fn on_directive(&mut self, d: Directive) -> Result<(), JournalError> {
@@ -262,6 +322,7 @@ impl Supervisor {
                 .map(|(k, r)| (*k, Known { phase: r.rec.phase, outcome: r.rec.outcome, gpus: r.rec.gpus.clone() }))
                 .collect(),
             deferred: self.deferred.keys().copied().collect(),
+            journal_failing: self.journal.failing(),
             ..Default::default()
         };
         // Bounded by MAX_ASSIGNMENTS_PER_DIRECTIVE; a longer directive is refused by `plan`.
@@ -311,6 +372,11 @@ impl Supervisor {
             }
             Act::Ignore { key, why: why @ Ignored::LeaseExpired } => {
                 tracing::debug!(?key, "{why}");
+                Ok(())
+            }
+            Act::Ignore { key, why: why @ Ignored::JournalFailing(_) } => {
+                self.metrics.run_refused();
+                tracing::warn!(?key, "{why}");
                 Ok(())
             }
             Act::Ignore { key, why } => {
@@ -386,9 +452,10 @@ impl Supervisor {
 
     /// Starts the deferred replicas whose GPUs are free now.
     fn start_deferred(&mut self) -> Result<(), JournalError> {
-        if self.lease_expired() {
+        if self.lease_expired() || self.journal.failing().is_some() {
             // The next tick stops everything and forgets what waits; an exit noticed in
-            // between must not start anything meanwhile.
+            // between must not start anything meanwhile. Nor does anything start while the
+            // journal cannot record it first.
             return Ok(());
         }
         let ready: Vec<ReplicaKey> =
@@ -446,7 +513,9 @@ impl Supervisor {
             Ok(started) => {
                 rec.pid = started.pid;
                 rec.start_time = crate::procfs::start_time(started.pid).unwrap_or(0);
-                self.journal.put_replica(&rec)?;
+                // It runs now: supervised whether or not its pid is journaled (a restarted
+                // agent finds it by its exit file path; a recovered journal gets the record).
+                let journaled = self.journal.put_replica(&rec);
                 tracing::info!(?key, job = a.job, pid = started.pid, "started");
                 let tx = self.events_tx.clone();
                 let (key2, pid) = (*key, started.pid);
@@ -463,7 +532,7 @@ impl Supervisor {
                 self.replicas
                     .insert(*key, Replica { rec, signal, newest_checkpoint_ms: newest, started, signal_again: None });
                 self.set_live(key, true);
-                Ok(())
+                journaled
             }
             Err(e) => {
                 tracing::warn!(?key, job = a.job, "cannot start: {e}");
@@ -518,12 +587,15 @@ impl Supervisor {
         }
         // Journaled first, as a stop is: the deadline's SIGKILL covers a crash before SIGTERM.
         let was_suspended = r.rec.phase == Phase::Suspended;
-        r.rec.phase = Phase::Killing;
-        r.rec.kill_deadline_unix_ms = now_unix_ms() + self.kill_grace_ms;
-        r.rec.kill_deadline_boot_ms = boot_ms() + self.kill_grace_ms;
-        r.signal_again = signal_again(r.started, libc::SIGTERM);
-        let rec = r.rec.clone();
+        let rec = ReplicaRecord {
+            phase: Phase::Killing,
+            kill_deadline_unix_ms: now_unix_ms() + self.kill_grace_ms,
+            kill_deadline_boot_ms: boot_ms() + self.kill_grace_ms,
+            ..r.rec.clone()
+        };
         self.journal.put_replica(&rec)?;
+        r.rec = rec.clone();
+        r.signal_again = signal_again(r.started, libc::SIGTERM);
         signal_group(rec.pid, libc::SIGTERM);
         if was_suspended {
             signal_group(rec.pid, libc::SIGCONT);
@@ -595,13 +667,18 @@ impl Supervisor {
         r.rec.phase = Phase::Finished;
         let rec = r.rec.clone();
         tracing::info!(?key, code, outcome = ?rec.outcome, "replica ended");
-        self.journal.put_replica(&rec)?;
-        launch::remove_markers(&rec.exit_file);
-        self.set_live(key, false);
-        if let Some(obs) = obs {
-            self.observe(obs)?;
+        let journaled = self.journal.put_replica(&rec);
+        if journaled.is_ok() {
+            // Kept otherwise: an agent restarted before the journal recovers reads the exit
+            // from them again.
+            launch::remove_markers(&rec.exit_file);
         }
-        Ok(())
+        self.set_live(key, false);
+        let observed = match obs {
+            Some(obs) => self.observe(obs),
+            None => Ok(()),
+        };
+        journaled.and(observed)
     }
 
     fn lease_expired(&self) -> bool {
@@ -616,18 +693,7 @@ impl Supervisor {
             self.fenced = true;
             self.metrics.lease_expired();
             self.deferred.clear();
-            let running: Vec<(ReplicaKey, i32)> = self
-                .replicas
-                .iter()
-                .filter(|(_, r)| matches!(r.rec.phase, Phase::Running | Phase::Suspended))
-                .map(|(k, r)| (*k, r.signal))
-                .collect();
-            if !running.is_empty() {
-                tracing::warn!(replicas = running.len(), "the lease ran out: checkpoint-then-stop of everything here");
-            }
-            for (key, signal) in running {
-                self.begin_stop(&key, signal, LEASE_STOP_GRACE_MS, StopCause::LeaseExpired)?;
-            }
+            self.stop_for_the_lease()?;
         } else if !expired && self.fenced {
             self.fenced = false;
             tracing::info!("the lease is renewed");
@@ -640,7 +706,30 @@ impl Supervisor {
         Ok(())
     }
 
+    /// Checkpoint-then-stop of every replica still running or suspended here.
+    fn stop_for_the_lease(&mut self) -> Result<(), JournalError> {
+        let running: Vec<(ReplicaKey, i32)> = self
+            .replicas
+            .iter()
+            .filter(|(_, r)| matches!(r.rec.phase, Phase::Running | Phase::Suspended))
+            .map(|(k, r)| (*k, r.signal))
+            .collect();
+        if !running.is_empty() {
+            tracing::warn!(replicas = running.len(), "the lease ran out: checkpoint-then-stop of everything here");
+        }
+        for (key, signal) in running {
+            self.begin_stop(&key, signal, LEASE_STOP_GRACE_MS, StopCause::LeaseExpired)?;
+        }
+        Ok(())
+    }
+
     fn on_tick(&mut self) -> Result<(), JournalError> {
+        if let Err(e) = self.recover_journal() {
+            tracing::debug!("the journal still cannot be written: {e}");
+        }
+        // The reporter's writes fail there too: the gauge follows the journal, not the errors
+        // this task saw.
+        self.metrics.journal_failing(self.journal.failing().is_some());
         self.check_lease()?;
         let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
@@ -728,10 +817,31 @@ impl Supervisor {
         Ok(())
     }
 
+    /// Journals an observation for the reporter; one the journal cannot take now waits in
+    /// memory until it can (an agent restarted meanwhile finds the replica's end again).
     fn observe(&mut self, obs: Observation) -> Result<(), JournalError> {
-        self.journal.push_observation(&obs)?;
-        self.observed.notify_one();
-        Ok(())
+        if self.journal.failing().is_some() {
+            self.keep_unjournaled(obs);
+            return Ok(());
+        }
+        match self.journal.push_observation(&obs) {
+            Ok(()) => {
+                self.observed.notify_one();
+                Ok(())
+            }
+            Err(e) => {
+                self.keep_unjournaled(obs);
+                Err(e)
+            }
+        }
+    }
+
+    fn keep_unjournaled(&mut self, obs: Observation) {
+        if self.unjournaled.len() >= MAX_PENDING_OBSERVATIONS {
+            tracing::warn!("more than {MAX_PENDING_OBSERVATIONS} observations wait for the journal; the oldest goes");
+            self.unjournaled.remove(0);
+        }
+        self.unjournaled.push(obs);
     }
 
     fn set_live(&self, key: &ReplicaKey, live: bool) {

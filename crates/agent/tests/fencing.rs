@@ -303,6 +303,9 @@ async fn a_replica_journaled_but_never_spawned_starts_when_still_wanted() {
         };
         journal.put_replica(&rec).unwrap();
         journal.set_max_attempt(1, 1).unwrap();
+        // The agent went down in this boot of the machine (no power cut): no trace of the
+        // wrapper then proves it was never spawned.
+        journal.note_boot(&baton_agent::procfs::boot_id().expect("a boot id")).unwrap();
     }
     gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;

@@ -8,7 +8,8 @@
 //! every `heartbeat_interval_ms`, a voter that has not heard from a leader for
 //! `election_timeout_min_ms` asks the other voters whether they would take part in an
 //! election now. A voter says yes only if it has not heard from a leader for that long
-//! either, is not leading, and the asker's log is at least as long as its own. With a
+//! either, is not leading, and the asker's log is at least as up to date as its own (Raft's
+//! election restriction: a later last term, or the same last term and at least as long). With a
 //! majority of yeses (its own included) the timer is switched on and openraft elects as
 //! usual (the real vote still checks terms and logs). A replica that cannot reach a quorum
 //! therefore never campaigns, and rejoins under the leader and term it left.
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::net::peers::Peers;
+use crate::store::LastLog;
 use crate::types::{NodeId, Raft, RaftMetrics};
 
 /// What a replica that wants to campaign says about itself.
@@ -31,6 +33,16 @@ use crate::types::{NodeId, Raft, RaftMetrics};
 pub struct PreVote {
     pub term: u64,
     pub last_log_index: Option<u64>,
+    /// The term of the asker's last log entry (0 for an empty log).
+    pub last_log_term: u64,
+}
+
+/// The asker's log is at least as up to date as ours, `mine` being our last log entry's
+/// (term, index): Raft's election restriction, which the real vote applies. The last term
+/// comes first: comparing indexes alone lets a log with a long tail from an old term
+/// outrank the newer, committed entries.
+pub fn log_up_to_date(ask: &PreVote, mine: (u64, Option<u64>)) -> bool {
+    (ask.last_log_term, ask.last_log_index) >= mine
 }
 
 /// When this replica last heard from a leader it follows. tokio's clock, so simulated time
@@ -42,15 +54,23 @@ pub(crate) struct Campaign {
     held_until: Mutex<Option<Instant>>,
     /// How long without a leader before an election may start.
     quiet: Duration,
+    /// This replica's last log entry.
+    log: LastLog,
 }
 
 impl Campaign {
-    pub(crate) fn new(election_timeout_min_ms: u64) -> Campaign {
+    pub(crate) fn new(election_timeout_min_ms: u64, log: LastLog) -> Campaign {
         Campaign {
             leader_heard_at: Mutex::new(None),
             held_until: Mutex::new(None),
             quiet: Duration::from_millis(election_timeout_min_ms),
+            log,
         }
+    }
+
+    /// (term, index) of this replica's last log entry; (0, None) for an empty log.
+    fn last_log(&self) -> (u64, Option<u64>) {
+        self.log.get().map_or((0, None), |id| (id.leader_id.term, Some(id.index)))
     }
 
     /// Holds this replica's own campaigns back for `d`, while leadership moves to another.
@@ -78,7 +98,7 @@ impl Campaign {
             && !self.held_back()
             && self.leaderless()
             && ask.term >= m.current_term
-            && ask.last_log_index >= m.last_log_index
+            && log_up_to_date(ask, self.last_log())
     }
 }
 
@@ -116,9 +136,39 @@ async fn may_campaign(raft: &Raft, campaign: &Campaign, peers: &Peers, self_id: 
     if !voters.contains_key(&self_id) {
         return false;
     }
-    let ask = PreVote { term: m.current_term + 1, last_log_index: m.last_log_index };
+    let (last_log_term, last_log_index) = campaign.last_log();
+    let ask = PreVote { term: m.current_term + 1, last_log_index, last_log_term };
     let asks =
         voters.iter().filter(|(id, _)| **id != self_id).map(|(id, addr)| peers.pre_vote(*id, addr, &ask, timeout));
     let yes = 1 + futures::future::join_all(asks).await.into_iter().filter(|granted| *granted).count();
     yes * 2 > voters.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(last_log_term: u64, last_log_index: u64) -> PreVote {
+        PreVote { term: 9, last_log_index: Some(last_log_index), last_log_term }
+    }
+
+    /// Raft's election restriction compares the last entries' terms first. A replica whose
+    /// log ends in a long tail of an old term (term 1 up to index 10, never committed) must
+    /// not outrank one holding the newer, committed entries (term 2 up to index 6): with
+    /// index alone, the first passed every pre-vote and lost every real vote, and the second
+    /// never passed a pre-vote, so the two of a three-voter cluster elected nobody.
+    #[test]
+    fn a_later_last_term_is_more_up_to_date_than_a_longer_log() {
+        let (stale, current) = ((1, Some(10)), (2, Some(6)));
+        assert!(log_up_to_date(&ask(2, 6), stale), "the current log must win the stale voter's pre-vote");
+        assert!(!log_up_to_date(&ask(1, 10), current), "the stale log must not win the current voter's pre-vote");
+        // Same last term: the longer log is more up to date.
+        assert!(log_up_to_date(&ask(2, 7), current));
+        assert!(!log_up_to_date(&ask(2, 5), current));
+        assert!(log_up_to_date(&ask(2, 6), current), "equal logs grant");
+        // An empty log is behind any entry; two empty logs are equal.
+        let empty = PreVote { term: 9, last_log_index: None, last_log_term: 0 };
+        assert!(!log_up_to_date(&empty, (1, Some(1))));
+        assert!(log_up_to_date(&empty, (0, None)));
+    }
 }

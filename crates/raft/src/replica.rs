@@ -262,6 +262,7 @@ impl Replica {
         };
         let log = LogStore::open(kv.clone(), config.settings.log_write_queue_len)?;
         let disk = log.disk_health();
+        let last_log = log.last_log();
         let sm = StateMachineStore::open(kv.clone())?;
         let shared = sm.shared();
         let peers =
@@ -271,7 +272,7 @@ impl Replica {
             .await
             .map_err(|e| OpenError::Raft(e.to_string()))?;
         let batcher = batcher::start(raft.clone(), &config.settings);
-        let campaign = Arc::new(Campaign::new(config.settings.election_timeout_min_ms));
+        let campaign = Arc::new(Campaign::new(config.settings.election_timeout_min_ms, last_log));
         let guard_every = Duration::from_millis(config.settings.heartbeat_interval_ms);
         campaign::start(raft.clone(), campaign.clone(), peers.clone(), config.node_id, guard_every);
         let racks = Arc::new(Racks::default());

@@ -423,3 +423,55 @@ fn how_an_ended_replica_is_recorded() {
         assert_eq!(ending(&rec, e), want, "{:?} {:?}", rec.phase, e);
     }
 }
+
+/// Issue 10: an agent whose journal cannot be written starts and resumes nothing (it could
+/// not record the start first), and still stops, suspends and kills what runs.
+#[test]
+fn nothing_starts_or_resumes_while_the_journal_fails() {
+    let failing = Some("cannot write the agent journal at j: No space left on device (os error 28)".to_string());
+    let why = Ignored::JournalFailing(failing.clone().unwrap());
+    let i = Inputs {
+        journal_failing: failing,
+        ..inputs(vec![
+            (key(1, 1), known(Phase::Suspended, None, &[0])),
+            (key(2, 1), known(Phase::Running, None, &[1])),
+            (key(3, 1), known(Phase::Running, None, &[2])),
+            (key(4, 1), known(Phase::Running, None, &[3])),
+        ])
+    };
+    let d = directive(
+        1,
+        vec![
+            assign(1, 1, Action::Run, &[0]),
+            assign(2, 1, Action::Run, &[1]),
+            assign(3, 1, Action::Stop, &[2]),
+            assign(5, 1, Action::Run, &[4]),
+        ],
+    );
+    assert_eq!(
+        acts(&d, &i),
+        vec![
+            Act::Kill(key(4, 1)),
+            Act::Ignore { key: key(1, 1), why: why.clone() },
+            Act::Stop(key(3, 1)),
+            Act::Ignore { key: key(5, 1), why },
+        ]
+    );
+}
+
+/// Issue 10: a record without a pid and no trace of its wrapper means "never started" only
+/// if the machine has not restarted since: a power cut loses the unsynced start marker.
+#[test]
+fn no_trace_after_a_reboot_is_no_proof_that_a_replica_never_started() {
+    use crate::launch::Unjournaled::{Ended, NeverStarted, Running};
+    let running = Running { pid: 7, start_time: 9 };
+    for (traces, same_boot, want) in [
+        (NeverStarted, true, NeverStarted),
+        (NeverStarted, false, Ended),
+        (Ended, true, Ended),
+        (Ended, false, Ended),
+        (running, true, running),
+    ] {
+        assert_eq!(super::without_pid(traces, same_boot), want, "{traces:?}, same boot {same_boot}");
+    }
+}

@@ -299,3 +299,17 @@ pub fn stop_causes_of(obs: &[Observation], job_id: u64) -> Vec<baton_proto::v1::
         })
         .collect()
 }
+
+/// A blocking scrape for use inside `wait_for`'s synchronous check.
+pub fn blocking_scrape(addr: std::net::SocketAddr) -> std::collections::BTreeMap<String, f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let body = reply.split_once("\r\n\r\n").unwrap().1;
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' ').map(|(k, v)| (k.to_string(), v.parse().unwrap_or(f64::NAN))))
+        .collect()
+}

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use super::kv::{KvError, KvStore, Space, Write};
-use super::sled_sync::{DiskSync, SyncCounts};
+use baton_durable::{DiskSync, SyncCounts};
 
 struct Open {
     db: sled::Db,

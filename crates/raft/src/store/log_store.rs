@@ -64,6 +64,18 @@ pub struct LogReader {
     view: SharedView,
 }
 
+/// The id of the last entry in the log (the purged one if none is left), as it is now:
+/// the pre-vote compares it. Cheap to clone.
+#[derive(Clone)]
+pub struct LastLog(SharedView);
+
+impl LastLog {
+    pub fn get(&self) -> Option<LogId> {
+        let v = self.0.read();
+        v.entries.last_key_value().map(|(_, e)| e.log_id).or(v.purged)
+    }
+}
+
 /// The log store handed to openraft.
 #[derive(Clone)]
 pub struct LogStore {
@@ -123,6 +135,10 @@ impl LogStore {
         let health = DiskHealth::default();
         let writer = LogWriter::start(kv, write_queue_len, health.clone())?;
         Ok(LogStore { view: SharedView(Arc::new(RwLock::new(view))), writer: Arc::new(writer), health })
+    }
+
+    pub fn last_log(&self) -> LastLog {
+        LastLog(self.view.clone())
     }
 
     /// Whether the log's disk takes writes now.

@@ -8,17 +8,16 @@ mod kv_power_loss;
 mod kv_sled;
 mod log_store;
 mod log_writer;
-mod sled_sync;
 mod snapshot_record;
 mod state_machine;
 
+pub use baton_durable::SyncCounts;
 pub use disk_health::DiskHealth;
 pub use kv::{KvError, KvStore, Space, Write};
 pub use kv_mem::MemKv;
 pub use kv_power_loss::{PowerCut, PowerLossDisk, PowerLossKv};
 pub use kv_sled::SledKv;
-pub use log_store::{LogReader, LogStore};
-pub use sled_sync::SyncCounts;
+pub use log_store::{LastLog, LogReader, LogStore};
 pub use snapshot_record::StoredSnapshot;
 pub use state_machine::{SmShared, SnapshotBuilder, StateMachineStore};
 

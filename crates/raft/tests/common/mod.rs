@@ -9,7 +9,7 @@ use std::time::Duration;
 use baton_model::class::PriorityClass;
 use baton_model::{Command, Name, Op, State};
 use baton_raft::metrics::Role;
-use baton_raft::replica::{Replica, ReplicaConfig};
+use baton_raft::replica::{Replica, ReplicaConfig, Storage};
 use baton_raft::settings::RaftSettings;
 use baton_raft::types::NodeId;
 use tokio::net::TcpListener;
@@ -57,9 +57,22 @@ pub async fn listener() -> (TcpListener, String) {
 impl Node {
     /// Opens the replica in `dir` and serves it on `listener`.
     pub async fn start(id: NodeId, cluster: &str, dir: &Path, listener: TcpListener, settings: RaftSettings) -> Node {
+        Node::start_on(id, cluster, dir, listener, settings, Storage::Disk(dir.to_path_buf())).await
+    }
+
+    /// As `start`, on `storage` (a store of the test's own).
+    pub async fn start_on(
+        id: NodeId,
+        cluster: &str,
+        dir: &Path,
+        listener: TcpListener,
+        settings: RaftSettings,
+        storage: Storage,
+    ) -> Node {
         let addr = listener.local_addr().expect("local addr").to_string();
         let mut config = ReplicaConfig::new(id, cluster, addr.clone(), dir);
         config.settings = settings;
+        config.storage = storage;
         let replica = Replica::open(config).await.expect("open replica");
         let (stop, stopped) = oneshot::channel::<()>();
         let serving = replica.clone();

@@ -1,4 +1,5 @@
-//! Makes what sled flushed reach stable storage.
+//! Makes what sled flushed reach stable storage. Both of baton's sled databases need it:
+//! the raft log (`baton-raft`) and the agent's journal (`baton-agent`).
 //!
 //! On Linux sled 0.34 ends a flush with `sync_file_range`, which starts and waits for the
 //! page writes of its data file but neither flushes the device's write cache nor persists
@@ -27,7 +28,7 @@ fn failed(path: &Path) -> impl FnOnce(std::io::Error) -> SyncError + '_ {
 }
 
 /// Syncs one sled database directory.
-pub(crate) struct DiskSync {
+pub struct DiskSync {
     data_path: PathBuf,
     /// sled's data file, opened a second time: `fdatasync` works on the file, not on the
     /// descriptor that wrote it.
@@ -51,7 +52,7 @@ pub struct SyncCounts {
 impl DiskSync {
     /// Opens sled's files in `dir` (after sled opened the database) and syncs the directory
     /// entries sled created, so the files themselves survive a power cut.
-    pub(crate) fn open(dir: &Path) -> Result<DiskSync, SyncError> {
+    pub fn open(dir: &Path) -> Result<DiskSync, SyncError> {
         let data_path = dir.join("db");
         let data = File::open(&data_path).map_err(failed(&data_path))?;
         sync_dir(dir)?;
@@ -69,7 +70,7 @@ impl DiskSync {
     }
 
     /// Puts everything sled has flushed on stable storage.
-    pub(crate) fn sync(&self) -> Result<(), SyncError> {
+    pub fn sync(&self) -> Result<(), SyncError> {
         let blobs = self.sync_new_blobs()?;
         self.data.sync_data().map_err(failed(&self.data_path))?;
         let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
@@ -78,7 +79,7 @@ impl DiskSync {
         Ok(())
     }
 
-    pub(crate) fn counts(&self) -> SyncCounts {
+    pub fn counts(&self) -> SyncCounts {
         *self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -120,6 +121,6 @@ impl DiskSync {
 }
 
 /// `fsync` on a directory persists the names in it (a new file is lost without it).
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), SyncError> {
+pub fn sync_dir(dir: &Path) -> Result<(), SyncError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(failed(dir))
 }
