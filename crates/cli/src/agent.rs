@@ -65,6 +65,10 @@ pub struct AgentArgs {
     /// Run every job as this agent's own user, whatever it names (development, containers).
     #[arg(long)]
     run_as_self: bool,
+    /// Send baton's tracing spans (each job's decision path) to an OpenTelemetry collector
+    /// over OTLP/gRPC at this address, http://HOST:PORT (off unless given; docs/metrics.md).
+    #[arg(long, env = crate::otel::ENDPOINT_VAR, value_name = "URL", value_parser = crate::otel::parse_endpoint)]
+    otlp_endpoint: Option<String>,
     /// Print this node's GPU inventory as JSON and exit.
     #[arg(long, hide = true)]
     inventory_only: bool,
@@ -185,6 +189,7 @@ pub fn run(args: AgentArgs) -> ExitCode {
             }
         };
     }
+    let otlp_endpoint = args.otlp_endpoint.clone();
     let config = match config(args) {
         Ok(c) => c,
         Err(e) => {
@@ -192,10 +197,19 @@ pub fn run(args: AgentArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = crate::logging::init() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
-    }
+    let export = otlp_endpoint.map(|endpoint| crate::otel::Export {
+        endpoint,
+        service: "baton-agent",
+        instance: config.name.clone(),
+    });
+    // Kept to the end of `run`: dropping it sends the spans still queued.
+    let _export = match crate::logging::init(export.as_ref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     crate::tls::log_transport(&config.transport, "this agent");
     log_run_as(&config.run_as);
     let runtime = match tokio::runtime::Runtime::new() {

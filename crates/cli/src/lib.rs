@@ -11,6 +11,7 @@ pub mod client;
 pub mod dev;
 pub mod init;
 pub mod logging;
+pub mod otel;
 pub mod replica_id;
 pub mod server;
 pub mod sim;

@@ -76,6 +76,10 @@ pub struct ServerArgs {
     /// Raft election timeout, lower bound (the upper bound is twice it).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
+    /// Send baton's tracing spans (each job's decision path) to an OpenTelemetry collector
+    /// over OTLP/gRPC at this address, http://HOST:PORT (off unless given; docs/metrics.md).
+    #[arg(long, env = crate::otel::ENDPOINT_VAR, value_name = "URL", value_parser = crate::otel::parse_endpoint)]
+    pub otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub security: crate::tls::TransportArgs,
 }
@@ -158,10 +162,19 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
 }
 
 pub fn run(args: ServerArgs) -> ExitCode {
-    if let Err(e) = crate::logging::init() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
-    }
+    let export = args.otlp_endpoint.as_ref().map(|endpoint| crate::otel::Export {
+        endpoint: endpoint.clone(),
+        service: "baton-server",
+        instance: args.id.to_string(),
+    });
+    // Kept to the end of `run`: dropping it sends the spans still queued.
+    let _export = match crate::logging::init(export.as_ref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let config = match config(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -194,7 +207,7 @@ pub fn run(args: ServerArgs) -> ExitCode {
                 }
             },
         };
-        tracing::info!(id = args.id, listen = %args.listen, metrics = ?args.metrics_listen, "baton server starting");
+        tracing::info!(id = args.id, listen = %args.listen, metrics = ?args.metrics_listen, otlp = ?args.otlp_endpoint, "baton server starting");
         match baton_server::run_with_metrics(config, listener, metrics, crate::logging::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -6,6 +6,11 @@
 //! the test fails saying so, unless `BATON_SKIP_BROWSER=1`, where it prints SKIPPED.
 //! With `BATON_DASHBOARD_SCREENSHOTS=DIR` it also writes the screenshots docs/dashboard.md
 //! shows into DIR.
+//!
+//! Live updates are checked in a page kept open: Chromium is driven over its DevTools
+//! protocol (`--remote-debugging-port`, a websocket), the test reads `document.body.innerText`
+//! and the DOM with `Runtime.evaluate` while it submits and preempts jobs, and the page must
+//! show each change without being reloaded.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -148,6 +153,112 @@ impl Dev {
     }
 }
 
+/// A page kept open in headless Chromium, read over the DevTools protocol.
+struct LivePage {
+    _browser: Kill,
+    socket: tungstenite::WebSocket<std::net::TcpStream>,
+    next_id: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl LivePage {
+    /// Opens `url`; Chromium picks a free debugging port and writes it into the profile
+    /// directory's `DevToolsActivePort`.
+    fn open(url: &str) -> LivePage {
+        let profile = tempfile::tempdir().unwrap();
+        let child = Command::new(CHROMIUM)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0", "--no-first-run"])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let browser = Kill(child);
+        let active = profile.path().join("DevToolsActivePort");
+        let port = poll("Chromium's DevTools port", || {
+            std::fs::read_to_string(&active).ok().and_then(|t| t.lines().next().and_then(|l| l.parse::<u16>().ok()))
+        });
+        let ws = poll("the page's DevTools target", || page_target(port));
+        let path = ws.find("/devtools/").map(|i| ws[i..].to_string()).expect(&ws);
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let (socket, _) = tungstenite::client(format!("ws://127.0.0.1:{port}{path}"), stream).unwrap();
+        LivePage { _browser: browser, socket, next_id: 0, _profile: profile }
+    }
+
+    /// The value of JavaScript `expression` in the page.
+    fn eval(&mut self, expression: &str) -> serde_json::Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let call = serde_json::json!({
+            "id": id,
+            "method": "Runtime.evaluate",
+            "params": { "expression": expression, "returnByValue": true },
+        });
+        self.socket.send(tungstenite::Message::text(call.to_string())).unwrap();
+        loop {
+            let message = self.socket.read().unwrap();
+            let Ok(text) = message.to_text() else { continue };
+            let reply: serde_json::Value = serde_json::from_str(text).unwrap();
+            if reply["id"] == id {
+                assert!(reply["result"]["exceptionDetails"].is_null(), "{expression}: {reply}");
+                return reply["result"]["result"]["value"].clone();
+            }
+        }
+    }
+
+    /// Waits until `expression` is true in the page; fails with the page's text otherwise.
+    fn until(&mut self, what: &str, expression: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.eval(expression) != serde_json::Value::Bool(true) {
+            let text = self.eval(r#"document.body?.innerText ?? "(no page yet)""#);
+            assert!(Instant::now() < deadline, "{what}: not shown within 60 s; the page shows:\n{text}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The websocket URL of the first page target Chromium lists, once it lists one.
+fn page_target(port: u16) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"GET /json/list HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    // Chromium keeps the connection open: the body is as long as Content-Length says.
+    let mut reader = BufReader::new(s);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    let targets: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    let page = targets.as_array()?.iter().find(|t| t["type"] == "page")?;
+    page["webSocketDebuggerUrl"].as_str().map(str::to_string)
+}
+
+/// Asks `get` every 100 ms for up to 30 s.
+fn poll<T>(what: &str, mut get: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = get() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: none within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Headless, as root in a container (no sandbox), waiting up to 5 s of page time for the
 /// page's requests and timers before it dumps or shoots.
 fn chromium() -> Command {
@@ -169,11 +280,23 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
     let dev = Dev::start();
     // team-a is guaranteed 8 GPUs; `low` borrows the other 8 of the cluster's 16.
     dev.baton(&["queue", "create", "team-a", "--gpus", "8"]);
+    // A page opened before any job exists, following the event stream; a mark in its
+    // window tells that it is the same page at the end (a reload would drop the mark).
+    let mut page = LivePage::open(&format!("{}#token={}", dev.base, dev.token));
+    page.until(
+        "the page loaded and follows the events",
+        r#"document.body?.dataset.loaded === "1" && document.getElementById("live")?.textContent === "live""#,
+    );
+    page.eval("window.batonTestMark = 42");
     let work = [BATON, "workload", "--steps", "1000000", "--step-ms", "50"];
     let low =
         ["submit", "--name", "low", "--queue", "team-a", "--class", "train", "--gpus", "8", "--replicas", "2", "--"];
     dev.baton(&[&low[..], &work[..]].concat());
     dev.until("low runs", |d| d.job("low")["state"] == "Running");
+    page.until(
+        "low, submitted after the page loaded, running",
+        r#"document.querySelector('tr[data-job="low"]')?.dataset.state === "Running""#,
+    );
 
     let running = |dom: &str| dom.contains(r#"<tr data-job="low" data-state="Running">"#);
     let dom = dev.dom("", |dom| running(dom) && count(dom, r#"data-job="low" title"#) == 16);
@@ -195,6 +318,12 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
     let high = ["submit", "--name", "high", "--queue", "team-a", "--class", "inference", "--gpus", "8", "--"];
     dev.baton(&[&high[..], &work[..]].concat());
     dev.until("high runs", |d| d.job("high")["state"] == "Running");
+    page.until(
+        "the preemption, in the page opened before it",
+        r#"(document.body?.innerText ?? "").includes("preempted by high")"#,
+    );
+    page.until("high running", r#"document.querySelector('tr[data-job="high"]')?.dataset.state === "Running""#);
+    assert_eq!(page.eval("window.batonTestMark"), 42, "the page was not reloaded: it updated from the event stream");
 
     let preempted = |dom: &str| dom.contains(r#"<tr data-kind="Preempted">"#) && dom.contains(r#"data-end="Stopped""#);
     let dom = dev.dom("&job=low", |dom| preempted(dom) && count(dom, r#"data-job="high" title"#) == 8);

@@ -28,6 +28,7 @@ fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
     let child = Command::new(BATON)
         .args(["dev", "--port", &base.to_string(), "--dir"])
         .arg(dir.path())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -48,6 +49,7 @@ fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
         }
     }
     assert_eq!(urls.len(), 5, "3 replicas and 2 agents:\n{text}");
+    assert!(text.contains("traces: not exported (--otlp-endpoint http://HOST:4317"), "the OTLP flag is named:\n{text}");
     for url in &urls {
         let body = get(url);
         assert!(body.contains("# TYPE baton_"), "{url} answered:\n{body}");

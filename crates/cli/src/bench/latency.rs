@@ -37,7 +37,7 @@ pub fn run(rounds: u32, port: u16) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let mut children = match Children::start(tmp.path(), port, 8).await {
+        let mut children = match Children::start(tmp.path(), port, 8, None).await {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -34,6 +34,11 @@ pub struct DevArgs {
     /// Where data and logs go (default: a new temporary directory, removed on exit).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Every replica and agent sends its tracing spans (each job's decision path) to the
+    /// OpenTelemetry collector at this address over OTLP/gRPC, http://HOST:PORT
+    /// (docs/metrics.md).
+    #[arg(long, env = crate::otel::ENDPOINT_VAR, value_name = "URL", value_parser = crate::otel::parse_endpoint)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Replicas in a dev cluster: the smallest that survives losing one.
@@ -60,11 +65,15 @@ pub fn run(args: DevArgs) -> ExitCode {
         Err(e) => return fail(format!("cannot start the runtime: {e}")),
     };
     rt.block_on(async move {
-        let mut children = match Children::start(&dir, args.port, args.gpus).await {
+        let mut children = match Children::start(&dir, args.port, args.gpus, args.otlp_endpoint.as_deref()).await {
             Ok(c) => c,
             Err(e) => return fail(e),
         };
-        let code = if args.demo { demo::play(&children, &dir).await } else { serve(&children, &dir).await };
+        let code = if args.demo {
+            demo::play(&children, &dir).await
+        } else {
+            serve(&children, &dir, args.otlp_endpoint.as_deref()).await
+        };
         children.stop(Duration::from_secs(5)).await;
         code
     })
@@ -75,7 +84,7 @@ fn fail(e: String) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
+async fn serve(children: &Children, dir: &std::path::Path, otlp: Option<&str>) -> ExitCode {
     let servers = children.servers().join(",");
     println!("baton dev: {REPLICAS} replicas and {AGENTS} agents with development GPUs are up.");
     println!("  data and logs: {}", dir.display());
@@ -84,6 +93,10 @@ async fn serve(children: &Children, dir: &std::path::Path) -> ExitCode {
     }
     if let Some(url) = children.dashboard_url() {
         println!("  dashboard: {url}   (any replica's metrics address serves it; docs/dashboard.md)");
+    }
+    match otlp {
+        Some(url) => println!("  traces: sent over OTLP to {url}   (docs/metrics.md, \"OpenTelemetry\")"),
+        None => println!("  traces: not exported (--otlp-endpoint http://HOST:4317 sends them to a collector)"),
     }
     println!();
     println!("In another shell:");

@@ -67,6 +67,7 @@ fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, 
         // The flags given here choose the transport, not what the user's shell exports.
         .env_remove("BATON_INSECURE")
         .env_remove("BATON_TLS_DIR")
+        .env_remove(crate::otel::ENDPOINT_VAR)
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(err)
@@ -131,9 +132,13 @@ impl Access {
 }
 
 impl Children {
-    /// The dev cluster: replicas and agents with mutual TLS and an admin token.
-    pub async fn start(dir: &Path, port: u16, gpus: u32) -> Result<Children, String> {
-        let extra = ["--cycle-interval-ms".to_string(), "200".to_string()];
+    /// The dev cluster: replicas and agents with mutual TLS and an admin token; each sends
+    /// its spans to the OTLP collector at `otlp` when given.
+    pub async fn start(dir: &Path, port: u16, gpus: u32, otlp: Option<&str>) -> Result<Children, String> {
+        let otlp: Vec<String> =
+            otlp.map(|url| vec!["--otlp-endpoint".to_string(), url.to_string()]).unwrap_or_default();
+        let mut extra = vec!["--cycle-interval-ms".to_string(), "200".to_string()];
+        extra.extend(otlp.iter().cloned());
         let mut children = Children::start_replicas(dir, port, &extra, Security::Dev).await?;
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
         let logs = dir.join("logs");
@@ -141,7 +146,7 @@ impl Children {
         let tls = dir.join("tls");
         for i in 1..=AGENTS {
             let name = format!("node-{i}");
-            let args = vec![
+            let mut args: Vec<String> = vec![
                 "agent".into(),
                 "--server".into(),
                 children.servers.join(","),
@@ -160,6 +165,7 @@ impl Children {
                 // A development cluster runs as the invoking user: jobs run as it too.
                 "--run-as-self".into(),
             ];
+            args.extend(otlp.iter().cloned());
             children.metrics.push((format!("agent {name}"), metrics_url(metrics_base + REPLICAS + i - 1)));
             children.procs.push(spawn(&exe, &format!("agent {name}"), &args, logs.join(format!("{name}.log")))?);
         }

@@ -29,13 +29,15 @@ pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Respons
         u => Some(UnixUser::new(u).map_err(|e| Status::invalid_argument(format!("run_as: {e}")))?),
     };
     // The first step of the job's decision path (docs/metrics.md, "Tracing"); its id is
-    // known once the submit commits.
+    // known once the submit commits. A retried submit that found its job is marked
+    // `duplicate`: the first one is the root of the job's exported trace.
     let term = api.ctx.replica.metrics().term;
-    let span = tracing::info_span!("submit", job = tracing::field::Empty, name = %spec.name, term);
+    let span = tracing::info_span!("submit", job = tracing::field::Empty, name = %spec.name, term, duplicate = tracing::field::Empty);
     let applied = api.write(who, Op::SubmitRunAs { spec, request_id, run_as }).instrument(span.clone()).await?;
     match applied.outcome {
         Outcome::Submitted { job, name, duplicate } => {
             span.record("job", job);
+            span.record("duplicate", duplicate);
             Ok(Response::new(SubmitReply { id: job, name: name.to_string(), duplicate }))
         }
         other => Err(Status::internal(format!("submit answered {other:?}"))),
