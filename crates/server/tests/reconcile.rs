@@ -33,15 +33,49 @@ fn running(a: &Assignment) -> Running {
     }
 }
 
+/// The agent's report that rank `a` stopped (without a checkpoint).
+fn stopped(a: &Assignment) -> What {
+    What::Stopped(Stopped { job_id: a.job_id, attempt: a.attempt, rank: a.rank, checkpointed: false, cause: 0 })
+}
+
+/// A cancelled job's GPUs stay held until its agent reports its process gone (issue 9, the
+/// completing state): the directive tells the agent to stop it, the job says it is
+/// completing, and a job that needs those GPUs waits until the agent's report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_agent_reports_it_stopped() {
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
+    c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
+    let d = agent.until("j is told to stop", |d| has(d, "j", Action::Stop)).await;
+    let stop = d.assignments.iter().find(|x| x.job == "j").unwrap();
+    assert_eq!((stop.attempt, stop.rank, stop.grace_ms), (a.attempt, a.rank, 5_000), "{stop:?}");
+    let j = wait_state(&mut c, "j", "Cancelled").await;
+    assert!(j.reason.contains("completing: waiting for 1 rank"), "reason: {}", j.reason);
+
+    // All 8 GPUs of n1: 4 of them are still j's until its agent says it stopped.
+    c.submit(submit_of(gpu_job("big", "team-a", "train", 8))).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let big = wait_state(&mut c, "big", "Pending").await;
+    assert!(big.reason.contains("most free GPUs on one node: 4"), "reason: {}", big.reason);
+
+    agent.report(vec![stopped(&a)]).await.unwrap();
+    agent
+        .until("big runs and j is gone", |d| has(d, "big", Action::Run) && !d.assignments.iter().any(|x| x.job == "j"))
+        .await;
+    let j = wait_state(&mut c, "j", "Cancelled").await;
+    assert!(!j.reason.contains("completing"), "reason: {}", j.reason);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
     let j = a.job_id;
     c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
-    agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|a| a.job == "j")).await;
+    agent.until("j is told to stop", |d| has(d, "j", Action::Stop)).await;
     let reason = "pid 4242 in D state after SIGKILL".to_string();
     let stuck = What::Unkillable(Unkillable { job_id: j, attempt: 1, rank: 0, reason: reason.clone() });
     agent.report(vec![stuck]).await.unwrap();
+    // The node takes no new work, so the stuck rank is let go: j is no longer completing.
+    agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|a| a.job == "j")).await;
 
     let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
     assert_eq!(n.status, "Unhealthy", "{n:?}");
@@ -63,9 +97,11 @@ async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
 async fn a_process_that_runs_where_the_model_does_not_place_it_is_recorded() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
     c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
+    agent.until("j is told to stop", |d| has(d, "j", Action::Stop)).await;
+    agent.report(vec![stopped(&a)]).await.unwrap();
     agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|x| x.job == "j")).await;
 
-    // The agent keeps saying it runs j, as one that missed the directive would (its
+    // The agent keeps saying it runs j, as one that lost track of it would (its
     // background heartbeats, which list nothing, are silenced: one reporter per node).
     agent.silence();
     let still = running(&a);

@@ -5,9 +5,11 @@
 //!
 //! Layout: `config` (classes, cohorts, queues, nodes), `submit` (validation of new jobs),
 //! `lifecycle` (every job transition, keeping the ledger in step), `apply_plan` (the plan
-//! checker), `reserve` (settings and starving jobs' reservations), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank).
+//! checker), `reserve` (settings and starving jobs' reservations), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank),
+//! `completing` (ranks of an ended attempt that still hold their GPUs until reported gone).
 
 mod apply_plan;
+mod completing;
 mod config;
 mod identity;
 mod integrity;
@@ -19,6 +21,7 @@ pub mod submit;
 mod tenancy;
 
 pub use apply_plan::demand_of;
+pub use completing::{Completing, CompletingRanks};
 pub use reserve::backfills;
 use submit::Submitter;
 
@@ -99,6 +102,10 @@ pub struct State {
     /// Tenancy settings and the user each job runs as: serialized after `access`, so a
     /// snapshot written before them is `(d, access)` ([`PreTenancyState`]).
     tenancy: Tenancy,
+    /// Ranks of ended attempts that still hold their share of a node until reported gone:
+    /// serialized after `tenancy`, so a snapshot written before it is `(d, access,
+    /// tenancy)` ([`PreCompletingState`]).
+    completing: Completing,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -133,8 +140,14 @@ impl State {
             now_ms: 0,
             retain_finished: DEFAULT_RETAINED_FINISHED_JOBS,
         };
-        let mut s =
-            State { d, access: Access::default(), tenancy: Tenancy::default(), ledger: Ledger::default(), actor: None };
+        let mut s = State {
+            d,
+            access: Access::default(),
+            tenancy: Tenancy::default(),
+            completing: Completing::new(),
+            ledger: Ledger::default(),
+            actor: None,
+        };
         s.rebuild_ledger();
         s
     }
@@ -205,8 +218,10 @@ impl State {
             Op::Cancel { job } => done(self.cancel(job, ev)),
             Op::Pause { job } => done(self.pause(job, ev)),
             Op::Resume { job } => done(self.unpause(job, ev)),
-            Op::JobExited { job, attempt, exit_code } => done(self.exited(job, attempt, exit_code, ev)),
-            Op::JobStopped { job, attempt, checkpointed } => done(self.stopped(job, attempt, checkpointed, ev)),
+            Op::JobExited { job, attempt, exit_code } => done(self.whole_job_exited(job, attempt, exit_code, ev)),
+            Op::JobStopped { job, attempt, checkpointed } => {
+                done(self.whole_job_stopped(job, attempt, checkpointed, ev))
+            }
             Op::JobCheckpointed { job, attempt } => done(self.checkpointed(job, attempt)),
             Op::Report { node, observations } => self.report(&node, observations, ev),
             Op::ApplyPlan(plan) => Ok(self.apply_plan(plan, ev)),
@@ -278,18 +293,30 @@ impl State {
     }
 }
 
-/// Only the replicated data is written, `d`, `access` then `tenancy`; the ledger is rebuilt
-/// when read back.
+/// Only the replicated data is written, `d`, `access`, `tenancy` then `completing`; the
+/// ledger is rebuilt when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access, &self.tenancy).serialize(s)
+        (&self.d, &self.access, &self.tenancy, &self.completing).serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let (d, access, tenancy, completing) = <(Data, Access, Tenancy, Completing)>::deserialize(de)?;
+        State::from_parts(d, access, tenancy, completing)
+    }
+}
+
+/// A state as snapshots before the completing state wrote it: `(d, access, tenancy)`. Read
+/// like [`PreTenancyState`]; nothing is completing (those builds freed a job's shares as its
+/// attempt ended).
+pub struct PreCompletingState(pub State);
+
+impl<'de> Deserialize<'de> for PreCompletingState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
-        State::from_parts(d, access, tenancy)
+        State::from_parts(d, access, tenancy, Completing::new()).map(PreCompletingState)
     }
 }
 
@@ -301,7 +328,7 @@ pub struct PreTenancyState(pub State);
 impl<'de> Deserialize<'de> for PreTenancyState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access) = <(Data, Access)>::deserialize(de)?;
-        State::from_parts(d, access, Tenancy::default()).map(PreTenancyState)
+        State::from_parts(d, access, Tenancy::default(), Completing::new()).map(PreTenancyState)
     }
 }
 
@@ -314,14 +341,20 @@ pub struct PreAccessState(pub State);
 impl<'de> Deserialize<'de> for PreAccessState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        State::from_parts(d, Access::default(), Tenancy::default()).map(PreAccessState)
+        State::from_parts(d, Access::default(), Tenancy::default(), Completing::new()).map(PreAccessState)
     }
 }
 
 impl State {
-    fn from_parts<E: serde::de::Error>(d: Data, access: Access, tenancy: Tenancy) -> Result<State, E> {
+    fn from_parts<E: serde::de::Error>(
+        d: Data,
+        access: Access,
+        tenancy: Tenancy,
+        completing: Completing,
+    ) -> Result<State, E> {
         d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        let mut s = State { d, access, tenancy, ledger: Ledger::default(), actor: None };
+        d.check_completing(&completing).map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
+        let mut s = State { d, access, tenancy, completing, ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -330,6 +363,9 @@ impl State {
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
-        self.d == other.d && self.access == other.access && self.tenancy == other.tenancy
+        self.d == other.d
+            && self.access == other.access
+            && self.tenancy == other.tenancy
+            && self.completing == other.completing
     }
 }
