@@ -199,3 +199,48 @@ fn a_requeued_job_cancelled_while_completing_keeps_its_old_ranks_held() {
     assert!(report(&mut s, "n2", stopped(g, 1)).is_empty());
     assert!(free(&s, "n2"));
 }
+
+fn lease_stop(job: JobId, rank: u32) -> Observed {
+    Observed::LeaseExpired { job, attempt: 1, rank, checkpointed: true }
+}
+
+/// An agent cut off for longer than the heartbeat timeout stops its rank with a checkpoint
+/// (its lease ran out) and reports it once it is back, after its node was declared lost and
+/// the job requeued: the checkpoint counts for the next attempt once every rank of the
+/// attempt has saved its work (issue 9).
+#[test]
+fn a_lease_stop_reported_after_its_node_was_lost_gives_the_next_attempt_its_checkpoint() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    assert!(!s.job(g).unwrap().has_checkpoint);
+    // n2's agent stops rank 1 (it is completing) and its checkpoint signal saved its work.
+    let saved = Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true };
+    assert!(report(&mut s, "n2", saved).is_empty());
+    assert!(!s.job(g).unwrap().has_checkpoint, "rank 0's work is not known to be saved yet");
+    // n1's agent comes back and reports its lease stop: a rank on the wrong node is ignored.
+    assert_eq!(report(&mut s, "n2", lease_stop(g, 0)).len(), 1, "rank 0 ran on n1");
+    assert!(report(&mut s, "n1", lease_stop(g, 0)).is_empty());
+    let j = s.job(g).unwrap();
+    assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true));
+    let e = j.events.back().unwrap();
+    assert!(e.message.contains("reported late") && e.message.contains("n1"), "{}", e.message);
+}
+
+#[test]
+fn a_late_checkpoint_changes_nothing_once_a_newer_attempt_started_or_in_mode_requeue() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    report(&mut s, "n2", Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true });
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Ready });
+    let replicas = vec![on(0, "n1"), on(1, "n2")];
+    decide(&mut s, Decision::Place { job: g, attempt: 2, replicas }).expect("attempt 2 starts");
+    // Attempt 2 started from the checkpoint known then; it is not changed under it.
+    assert_eq!(report(&mut s, "n1", lease_stop(g, 0)).len(), 1);
+    assert!(!s.job(g).unwrap().has_checkpoint);
+
+    let (mut s, g) = gang(PreemptionMode::Requeue, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    report(&mut s, "n2", Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true });
+    report(&mut s, "n1", lease_stop(g, 0));
+    assert!(!s.job(g).unwrap().has_checkpoint, "mode requeue starts over");
+}

@@ -29,8 +29,9 @@ use crate::types::NodeId;
 pub const IDENTITY_FILE: &str = "cluster.id";
 const HEADER: &str = "baton-raft identity v1";
 /// The format this build writes. 1: before the field existed. 2: the same encodings, marked.
-/// 3: a snapshot's state ends with the completing ranks (builds of format 2 cannot read it;
-/// this build reads a format-2 snapshot as nothing completing).
+/// 3: a snapshot's state ends with what ended attempts leave behind (the completing ranks,
+/// the last placements); builds of format 2 cannot read it, this build reads a format-2
+/// snapshot as nothing left behind.
 /// A build that changes an encoding raises it and keeps reading the older ones it can.
 pub const DATA_FORMAT: u32 = 3;
 /// The oldest format this build reads.

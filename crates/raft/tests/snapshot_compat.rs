@@ -51,7 +51,7 @@ fn a_snapshot_from_before_tenancy_loads_with_default_settings() {
     // then the completing ranks): serde writes a tuple as its parts one after another.
     let bytes = encode(&s).unwrap();
     let tail = encode(&baton_model::tenancy::Tenancy::default()).unwrap().len()
-        + encode(&baton_model::state::Completing::new()).unwrap().len();
+        + encode(&baton_model::state::Aftermath::default()).unwrap().len();
     let before_tenancy = &bytes[..bytes.len() - tail];
     assert!(decode::<State>(before_tenancy).is_err(), "the current layout alone cannot read it");
     let back = decode_state(before_tenancy).unwrap();
@@ -89,7 +89,7 @@ fn a_snapshot_from_before_the_completing_state_loads_with_nothing_completing() {
     let node = back.completing(job).unwrap().ranks[&0].node.clone();
     before.apply(Command { now_ms: 7_000, op: Op::Report { node, observations: vec![gone] } }).unwrap();
     let bytes = encode(&before).unwrap();
-    let tail = encode(&baton_model::state::Completing::new()).unwrap().len();
+    let tail = encode(&baton_model::state::Aftermath::default()).unwrap().len();
     let format_2 = &bytes[..bytes.len() - tail];
     assert!(decode::<State>(format_2).is_err(), "the current layout alone cannot read it");
     let back = decode_state(format_2).unwrap();

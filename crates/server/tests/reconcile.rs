@@ -65,6 +65,28 @@ async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_agent_reports_it_stop
     assert!(!j.reason.contains("completing"), "reason: {}", j.reason);
 }
 
+/// An agent cut off for longer than the heartbeat timeout: its node is declared lost and j
+/// goes back to the queue (n1 is the only node). Its lease stop saved j's work; once it is
+/// back, its report of that stop is committed before n1 is ready again, and j's next attempt
+/// resumes from that checkpoint instead of starting over (issue 9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_stop_reported_after_the_node_was_lost_gives_the_next_attempt_its_checkpoint() {
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
+    agent.silence();
+    wait_state(&mut c, "j", "Pending").await;
+    let lease_stop = What::Stopped(Stopped {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        rank: a.rank,
+        checkpointed: true,
+        cause: StopCause::LeaseExpired as i32,
+    });
+    agent.report(vec![lease_stop]).await.unwrap();
+    let d = agent.until("j runs again", |d| d.assignments.iter().any(|x| x.job == "j" && x.attempt > a.attempt)).await;
+    let next = d.assignments.iter().find(|x| x.job == "j").unwrap();
+    assert!(next.resume, "resumes from the lease stop's checkpoint: {next:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;

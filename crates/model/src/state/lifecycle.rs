@@ -72,6 +72,7 @@ impl State {
             self.ledger.unreserve(id, true);
         }
         self.drop_pool_reservation(id);
+        self.forget_placement(id);
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
         self.assert_room(id, &shares);
@@ -137,6 +138,7 @@ impl State {
     /// rank not yet reported gone, which stays held until it is (`completing.rs`). A victim
     /// that is completing still stands between its preemptor and the reserved resources.
     fn release(&mut self, id: JobId) {
+        self.remember_placement(id);
         // A requeued job may be completing already (and be cancelled now): it keeps that.
         let completing = self.begin_completing(id) || self.completing(id).is_some();
         if !completing {
@@ -194,6 +196,7 @@ impl State {
         self.release(id);
         self.drop_pool_reservation(id);
         let now = self.d.now_ms;
+        self.forget_placement(id);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = state;
         job.exit_code = exit_code;
@@ -211,7 +214,7 @@ impl State {
             let Some(old) = self.d.finished_order.pop_front() else {
                 break;
             };
-            if self.completing.contains_key(&old) {
+            if self.after.completing.contains_key(&old) {
                 keep.push(old);
                 continue;
             }

@@ -6,7 +6,8 @@
 //! Layout: `config` (classes, cohorts, queues, nodes), `submit` (validation of new jobs),
 //! `lifecycle` (every job transition, keeping the ledger in step), `apply_plan` (the plan
 //! checker), `reserve` (settings and starving jobs' reservations), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank),
-//! `completing` (ranks of an ended attempt that still hold their GPUs until reported gone).
+//! `completing` (ranks of an ended attempt that still hold their GPUs until reported gone,
+//! and a late report of the checkpoint a requeued job's last attempt wrote).
 
 mod apply_plan;
 mod completing;
@@ -21,7 +22,7 @@ pub mod submit;
 mod tenancy;
 
 pub use apply_plan::demand_of;
-pub use completing::{Completing, CompletingRanks};
+pub use completing::{Aftermath, Completing, CompletingRanks, LastPlaced};
 pub use reserve::backfills;
 use submit::Submitter;
 
@@ -102,10 +103,11 @@ pub struct State {
     /// Tenancy settings and the user each job runs as: serialized after `access`, so a
     /// snapshot written before them is `(d, access)` ([`PreTenancyState`]).
     tenancy: Tenancy,
-    /// Ranks of ended attempts that still hold their share of a node until reported gone:
-    /// serialized after `tenancy`, so a snapshot written before it is `(d, access,
-    /// tenancy)` ([`PreCompletingState`]).
-    completing: Completing,
+    /// What ended attempts leave behind: ranks that still hold their share of a node until
+    /// reported gone, and where a requeued job's last attempt ran. Serialized after
+    /// `tenancy`, so a snapshot written before it is `(d, access, tenancy)`
+    /// ([`PreCompletingState`]).
+    after: Aftermath,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -144,7 +146,7 @@ impl State {
             d,
             access: Access::default(),
             tenancy: Tenancy::default(),
-            completing: Completing::new(),
+            after: Aftermath::default(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -293,18 +295,18 @@ impl State {
     }
 }
 
-/// Only the replicated data is written, `d`, `access`, `tenancy` then `completing`; the
+/// Only the replicated data is written, `d`, `access`, `tenancy` then `after`; the
 /// ledger is rebuilt when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access, &self.tenancy, &self.completing).serialize(s)
+        (&self.d, &self.access, &self.tenancy, &self.after).serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        let (d, access, tenancy, completing) = <(Data, Access, Tenancy, Completing)>::deserialize(de)?;
-        State::from_parts(d, access, tenancy, completing)
+        let (d, access, tenancy, after) = <(Data, Access, Tenancy, Aftermath)>::deserialize(de)?;
+        State::from_parts(d, access, tenancy, after)
     }
 }
 
@@ -316,7 +318,7 @@ pub struct PreCompletingState(pub State);
 impl<'de> Deserialize<'de> for PreCompletingState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
-        State::from_parts(d, access, tenancy, Completing::new()).map(PreCompletingState)
+        State::from_parts(d, access, tenancy, Aftermath::default()).map(PreCompletingState)
     }
 }
 
@@ -328,7 +330,7 @@ pub struct PreTenancyState(pub State);
 impl<'de> Deserialize<'de> for PreTenancyState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access) = <(Data, Access)>::deserialize(de)?;
-        State::from_parts(d, access, Tenancy::default(), Completing::new()).map(PreTenancyState)
+        State::from_parts(d, access, Tenancy::default(), Aftermath::default()).map(PreTenancyState)
     }
 }
 
@@ -341,7 +343,7 @@ pub struct PreAccessState(pub State);
 impl<'de> Deserialize<'de> for PreAccessState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        State::from_parts(d, Access::default(), Tenancy::default(), Completing::new()).map(PreAccessState)
+        State::from_parts(d, Access::default(), Tenancy::default(), Aftermath::default()).map(PreAccessState)
     }
 }
 
@@ -350,11 +352,11 @@ impl State {
         d: Data,
         access: Access,
         tenancy: Tenancy,
-        completing: Completing,
+        after: Aftermath,
     ) -> Result<State, E> {
         d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        d.check_completing(&completing).map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        let mut s = State { d, access, tenancy, completing, ledger: Ledger::default(), actor: None };
+        d.check_completing(&after.completing).map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
+        let mut s = State { d, access, tenancy, after, ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -363,9 +365,6 @@ impl State {
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
-        self.d == other.d
-            && self.access == other.access
-            && self.tenancy == other.tenancy
-            && self.completing == other.completing
+        self.d == other.d && self.access == other.access && self.tenancy == other.tenancy && self.after == other.after
     }
 }

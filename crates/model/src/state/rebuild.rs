@@ -122,7 +122,7 @@ impl State {
     /// occupants (completing ranks included), then held shares, then recorded lends, then
     /// reservations.
     fn charge_jobs(&mut self) {
-        let completing: Vec<JobId> = self.completing.keys().copied().collect();
+        let completing: Vec<JobId> = self.after.completing.keys().copied().collect();
         for id in completing {
             self.charge_completing(id);
         }

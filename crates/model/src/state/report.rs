@@ -47,11 +47,16 @@ impl State {
     }
 
     fn observe(&mut self, node: &Name, o: Observed, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        // A late report of the checkpoint a stop of the job's last attempt wrote.
+        let late = self.late_checkpoint(node, &o, ev);
         // A rank of an attempt that has ended in the model, reported gone: its share is free.
         if !matches!(o, Observed::Unkillable { .. })
             && let Some(done) = self.observe_completing(node, &o)
         {
             return done;
+        }
+        if late {
+            return Ok(());
         }
         match o {
             Observed::Exited { job, attempt, rank, exit_code } => {
@@ -149,7 +154,8 @@ impl State {
         if !matches!(j.state, JobState::Running | JobState::Suspended) {
             return Err(self.wrong_state(job, "stopping for an expired lease"));
         }
-        self.note_gone(job, rank);
+        // Gone; whether it saved its work counts for a late report of the other ranks'.
+        self.d.jobs.get_mut(&job).expect("checked").ended_ranks.insert(rank, checkpointed);
         if checkpointed {
             self.d.jobs.get_mut(&job).expect("checked").has_checkpoint = true;
         }
