@@ -138,8 +138,9 @@ starts=$(witness starts | grep -c '^long ' || true)
 violations=$(witness violations || true)
 twice=$(grep -E 'at once|given to two' <<<"$violations" || true)
 [ -z "$twice" ] || fail "witnessed: $twice"
-# Known and not a double run: a checkpoint the cut-off attempt wrote when its lease ran out is
-# not known to the leader, so the next attempt may start from zero (docs/protocol.md).
+# Known and not a double run: the checkpoint the cut-off attempt wrote when its lease ran out
+# is reported only once agent-1 is back, after the next attempt started on gpu-2 from the last
+# checkpoint known then, which may be none (docs/protocol.md, "reported late").
 [ -z "$violations" ] || echo "smoke: note: the witness also saw: $violations"
 client cancel long >/dev/null
 echo "smoke: long moved from rack 1 to rack 2 ($starts starts), never two attempts at once; rack 1 rejoined"

@@ -105,9 +105,9 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
 /// watchdog stopped it): the job never runs two attempts at once, nor shares a GPU.
 ///
 /// Not asserted: that the next attempt resumes from the checkpoint the watchdog's stop made.
-/// The stalled agent cannot tell the leader about it before the node is declared lost, so
-/// the next attempt starts from the last checkpoint the leader knows of (see "Agent lease
-/// and watchdog" in docs/protocol.md).
+/// The stalled agent reports it only once it runs again, after the next attempt started on
+/// the other node from the last checkpoint the leader knew of (see "reported late" in
+/// docs/protocol.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_agent_never_lets_a_job_run_twice() {
     let nodes = [NodeArgs::gpus("n1", "", 4), NodeArgs::gpus("n2", "", 4)];
@@ -141,6 +141,46 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
         violations.lines().filter(|l| l.contains(" at once") || l.contains("two processes")).collect();
     assert!(broken.is_empty(), "the witness saw:\n{violations}");
     assert_eq!(done.state, "Succeeded", "{done:?}");
+}
+
+/// Issue 9, the completing state, with real processes: a cancelled job whose process takes
+/// a while to exit after its checkpoint signal keeps its GPUs, says it is completing, and
+/// the job waiting for those GPUs is placed only once the process is gone (before, the model
+/// placed it at once and the agent held it back while the model said Running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_process_is_gone() {
+    let c = Cluster::start(BATON.as_ref(), &[NodeArgs::gpus("n1", "", 4)]).await;
+    let mut api = c.client().await;
+    api.put_queue(gpu_queue("q", 8)).await.unwrap();
+    let marks = c.path("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let (started, exited) = (marks.join("slow-started"), marks.join("slow-exited"));
+    // On SIGTERM (its checkpoint signal) it takes 5 s to save and exit.
+    let slow = format!(
+        "touch {}; trap 'sleep 5; touch {}; exit 0' TERM; while true; do sleep 0.1; done",
+        started.display(),
+        exited.display()
+    );
+    let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+    let submit = |name: &str, command: Vec<String>| SubmitRequest {
+        spec: Some(gpu_job(name, "q", "", 1, 4, command)),
+        request_id: name.into(),
+        run_as: String::new(),
+    };
+    api.submit(submit("slow", sh(&slow))).await.unwrap();
+    c.wait_job("slow", "running", |j| j.state == "Running").await;
+    while !started.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    api.cancel_job(JobRef { name: "slow".into(), ..Default::default() }).await.unwrap();
+    api.submit(submit("next", sh("sleep 30"))).await.unwrap();
+    let cancelled = c.wait_job("slow", "completing", |j| j.state == "Cancelled").await;
+    assert!(exited.exists() || cancelled.reason.contains("completing: waiting for 1 rank"), "{cancelled:?}");
+    c.wait_job("next", "running", |j| j.state == "Running").await;
+    assert!(exited.exists(), "next was placed on GPUs slow's process still held");
+    let slow = c.wait_job("slow", "done completing", |j| !j.reason.contains("completing")).await;
+    assert_eq!(slow.state, "Cancelled");
 }
 
 async fn wait_file_lines(path: &std::path::Path, n: usize) {

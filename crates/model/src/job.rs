@@ -208,7 +208,8 @@ pub struct Job {
     pub stopping: Option<Stopping>,
     /// Ranks of the current attempt that have ended without ending the job (stopped, or
     /// exited 0 while rank 0 runs on), and whether each left a checkpoint. A stop completes
-    /// once every rank is here; replicated, so the tally survives a failover.
+    /// once every rank is here; replicated, so the tally survives a failover. Also the ranks
+    /// whose end ends the attempt (an exit, a lost node): the rest become completing.
     pub ended_ranks: BTreeMap<u32, bool>,
     /// The job that last preempted this one, until it starts again.
     pub preempted_by: Option<JobId>,

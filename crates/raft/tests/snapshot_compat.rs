@@ -47,10 +47,12 @@ fn a_snapshot_from_before_tenancy_loads_with_default_settings() {
         queues: Default::default(),
     };
     s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec } }).unwrap();
-    // The layout before tenancy is the current one without its last two parts (tenancy, then
-    // queue admins): serde writes a tuple as its parts one after another.
+    // The layout before tenancy is the current one without its last three parts (tenancy,
+    // the completing ranks, the queue admins): serde writes a tuple as its parts one after
+    // another.
     let bytes = encode(&s).unwrap();
     let tail = encode(&baton_model::tenancy::Tenancy::default()).unwrap().len()
+        + encode(&baton_model::state::Aftermath::default()).unwrap().len()
         + encode(&baton_model::access::QueueAdmins::default()).unwrap().len();
     let before_tenancy = &bytes[..bytes.len() - tail];
     assert!(decode::<State>(before_tenancy).is_err(), "the current layout alone cannot read it");
@@ -96,16 +98,40 @@ fn queue_admin_grants_round_trip_through_a_snapshot() {
     assert_eq!(json, s, "JSON (the simulator's format) keeps it too");
 }
 
+/// Snapshots of data format 2 end with the tenancy part; format 3 adds the completing ranks
+/// and the queue admin grants after it. A format-2 snapshot loads with nothing completing;
+/// a state with a completing job round trips with it.
 #[test]
-fn a_snapshot_from_before_queue_admins_loads_with_no_grants() {
-    let (mut s, id) = with_a_queue_admin();
-    let revoke = Op::GrantQueueAdmin { id: id.clone(), queue: Name::lit("q"), granted: false };
-    s.apply(Command { now_ms: 6_000, op: as_admin(revoke) }).unwrap();
+fn a_snapshot_from_before_the_completing_state_loads_with_nothing_completing() {
+    let mut s = decode_state(BEFORE_TOKENS).unwrap();
+    let job = s.job_by_name("train").unwrap().id;
+    let node = s.nodes().keys().next().unwrap().clone();
+    let gpus = s.job(job).unwrap().spec.tasks[0].resources.gpus() as u32;
+    let replicas = vec![baton_model::alloc::ReplicaAlloc { task: 0, index: 0, node, gpus: (0..gpus).collect() }];
+    let place = baton_model::plan::Decision::Place { job, attempt: 1, replicas };
+    let plan = baton_model::plan::Plan { based_on: s.applied(), decisions: vec![place] };
+    let placed = s.apply(Command { now_ms: 5_000, op: Op::ApplyPlan(plan) }).unwrap();
+    assert!(matches!(placed.outcome, Outcome::PlanApplied { accepted: 1, .. }), "{:?}", placed.outcome);
+    s.apply(Command { now_ms: 6_000, op: Op::Cancel { job } }).unwrap();
+    assert_eq!(s.completing_ranks(job), 1, "cancelled, its rank not reported gone yet");
+
     let bytes = encode(&s).unwrap();
-    let tail = encode(&baton_model::access::QueueAdmins::default()).unwrap().len();
-    let before = &bytes[..bytes.len() - tail];
-    assert!(decode::<State>(before).is_err(), "the current layout alone cannot read it");
-    let back = decode_state(before).unwrap();
+    let back = decode_state(&bytes).unwrap();
     assert_eq!(back, s);
-    assert!(back.access().tokens().all(|t| t.admin_of.is_empty()));
+    assert_eq!(back.completing_ranks(job), 1);
+    assert_eq!(back.ledger().digest(), s.ledger().digest(), "the rank's GPUs are held after a restore too");
+
+    // The layout before: the same without its last two parts (each empty one is one byte).
+    let mut before = s.clone();
+    let gone = baton_model::command::Observed::Stopped { job, attempt: 1, rank: 0, checkpointed: false };
+    let node = back.completing(job).unwrap().ranks[&0].node.clone();
+    before.apply(Command { now_ms: 7_000, op: Op::Report { node, observations: vec![gone] } }).unwrap();
+    let bytes = encode(&before).unwrap();
+    let tail = encode(&baton_model::state::Aftermath::default()).unwrap().len()
+        + encode(&baton_model::access::QueueAdmins::default()).unwrap().len();
+    let format_2 = &bytes[..bytes.len() - tail];
+    assert!(decode::<State>(format_2).is_err(), "the current layout alone cannot read it");
+    let back = decode_state(format_2).unwrap();
+    assert_eq!(back, before);
+    assert_eq!(back.completing_ranks(job), 0);
 }

@@ -243,7 +243,8 @@ struct Planner {
 fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner, holds: &Holds) -> Outcome {
     let (job, q, needs) = (c.job, c.queue, &*c.needs);
     if let Some(r) = view.state.reservations().get(&c.id) {
-        let waiting = r.victims.iter().filter(|v| view.state.job(**v).is_some_and(|j| j.state.is_active())).count();
+        // A victim whose ranks are still being stopped (completing) holds its GPUs too.
+        let waiting = r.victims.iter().filter(|v| view.state.still_holds(**v)).count();
         if waiting == 0 {
             let shares = view.state.shares(job, &r.replicas);
             view.occupy(job, q, &shares);

@@ -133,7 +133,10 @@ impl<'a> Order<'a> {
         let mut keys: Option<Vec<(u128, u128, u32)>> = Some(Vec::with_capacity(most));
         let mut per_queue = vec![0usize; view.ledger.queues.len()];
         let mut buf = Vec::with_capacity(32);
-        for j in view.state.jobs().values().filter(|j| j.state == JobState::Pending) {
+        // A requeued job whose last attempt's ranks are still being stopped (completing)
+        // waits: placing it would run two attempts at once.
+        let waiting = |j: &&Job| j.state == JobState::Pending && view.state.completing(j.id).is_none();
+        for j in view.state.jobs().values().filter(waiting) {
             if let Some(k) = keys.as_mut() {
                 match packed_key(j, &mut buf) {
                     Some((high, low)) => k.push((high, low, pending.len() as u32)),

@@ -248,10 +248,12 @@ pub(crate) fn check_state(s: &State) -> Result<(), String> {
                 expected
             ));
         }
-        if !j.state.is_active() {
+        if !j.state.is_active() && s.completing(j.id).is_none() {
             continue;
         }
-        for r in &j.replicas {
+        // The ranks of an ended attempt still being stopped hold their GPUs too.
+        let completing = s.completing(j.id).map(|c| c.ranks.values().collect::<Vec<_>>()).unwrap_or_default();
+        for r in j.replicas.iter().chain(completing) {
             let need = l.kinds.vector_lossy(&j.spec.tasks[r.task as usize].resources);
             let e = used.entry(r.node.clone()).or_insert(([0; MAX_RESOURCE_KINDS], 0));
             for k in 0..MAX_RESOURCE_KINDS {
@@ -501,6 +503,24 @@ pub(crate) fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
     Err("no steady state after 200 cycles".into())
 }
 
+/// Reports every completing rank stopped, one report per node, as its agent would.
+pub(crate) fn complete_all(s: &mut State, now_ms: u64) -> Result<(), String> {
+    let mut by_node: BTreeMap<Name, Vec<baton_model::command::Observed>> = BTreeMap::new();
+    for (&job, c) in s.all_completing() {
+        for (&rank, r) in &c.ranks {
+            let o = baton_model::command::Observed::Stopped { job, attempt: c.attempt, rank, checkpointed: false };
+            by_node.entry(r.node.clone()).or_default().push(o);
+        }
+    }
+    for (node, observations) in by_node {
+        match cmd(s, now_ms, Op::Report { node, observations }).map_err(|e| e.to_string())?.outcome {
+            baton_model::command::Outcome::Reported { ignored } if ignored.is_empty() => {}
+            other => return Err(format!("completing ranks not released: {other:?}")),
+        }
+    }
+    check_state(s)
+}
+
 pub(crate) fn run(w: &World) -> Result<State, String> {
     let mut s = configure(w);
     let mut submitted = 0usize;
@@ -516,6 +536,9 @@ pub(crate) fn run(w: &World) -> Result<State, String> {
 /// Applies one generated operation (`submitted` counts the jobs so far) and stops at once
 /// what it set stopping.
 pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: u64, op: &OpGen) -> Result<(), String> {
+    // The ranks the previous operation left completing have been stopped by now: the
+    // cycles in between ran with their GPUs held.
+    complete_all(s, now_ms)?;
     {
         let n = *submitted;
         let pick = |i: u8| Name::lit(&format!("j{}", i as usize % n.max(1)));

@@ -6,49 +6,73 @@
 use std::collections::BTreeMap;
 
 use baton_model::State;
+use baton_model::alloc::ReplicaAlloc;
 use baton_model::job::{Job, JobState, PreemptionMode, StopWhy};
 use baton_model::name::Name;
 use baton_proto::v1::{Action, Assignment};
 
 /// Every node with something to run, stop or keep suspended, and its assignments ordered
 /// by (job id, rank). Nodes without work are absent (their agents get an empty directive).
+///
+/// The ranks of an ended attempt that are completing (not reported gone yet) are sent as
+/// STOP with the job's grace: the agent stops each (or reports one it never ran as stopped),
+/// and its report frees the rank's GPUs in the model.
 pub fn desired(state: &State) -> BTreeMap<Name, Vec<Assignment>> {
     let mut out: BTreeMap<Name, Vec<Assignment>> = BTreeMap::new();
     for job in state.jobs().values() {
-        let Some(action) = action(job) else { continue };
-        // The granted grace as a duration: the agent counts it from when it first acts on
-        // the stop, so no leader's clock (nor a failover) shortens it.
-        let grace_ms = job.stopping.map_or(0, |s| s.deadline_ms.saturating_sub(s.requested_ms));
-        let run_as = state.tenancy().run_as(job.id).map(|u| u.to_string()).unwrap_or_default();
-        // The model's rank order: its gang rules check reports against it.
-        let replicas = job.ranked();
-        let world_size = replicas.len() as u32;
-        for (rank, r) in replicas.into_iter().enumerate() {
-            let a = Assignment {
-                job_id: job.id,
-                job: job.spec.name.to_string(),
-                attempt: job.attempt,
-                task: r.task,
-                replica: r.index,
-                rank: rank as u32,
-                world_size,
-                action: action as i32,
-                gpus: r.gpus.clone(),
-                command: job.spec.command.clone(),
-                env: job.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                checkpoint_signal: job
-                    .spec
-                    .checkpoint_signal
-                    .clone()
-                    .unwrap_or_else(|| baton_proto::DEFAULT_CHECKPOINT_SIGNAL.into()),
-                grace_ms,
-                resume: job.has_checkpoint,
-                run_as: run_as.clone(),
-            };
-            out.entry(r.node.clone()).or_default().push(a);
+        if let Some(action) = action(job) {
+            // The granted grace as a duration: the agent counts it from when it first acts
+            // on the stop, so no leader's clock (nor a failover) shortens it.
+            let grace_ms = job.stopping.map_or(0, |s| s.deadline_ms.saturating_sub(s.requested_ms));
+            // The model's rank order: its gang rules check reports against it.
+            let replicas = job.ranked();
+            let world_size = replicas.len() as u32;
+            for (rank, r) in replicas.into_iter().enumerate() {
+                let a = assignment(state, job, (job.attempt, rank as u32, world_size), r, action, grace_ms);
+                out.entry(r.node.clone()).or_default().push(a);
+            }
+        } else if let Some(c) = state.completing(job.id) {
+            let world_size = job.spec.replica_count();
+            for (&rank, r) in &c.ranks {
+                let a = assignment(state, job, (c.attempt, rank, world_size), r, Action::Stop, job.spec.grace_ms);
+                out.entry(r.node.clone()).or_default().push(a);
+            }
         }
     }
     out
+}
+
+/// One rank's assignment; `at` is (attempt, rank, world size).
+fn assignment(
+    state: &State,
+    job: &Job,
+    at: (u32, u32, u32),
+    r: &ReplicaAlloc,
+    action: Action,
+    grace_ms: u64,
+) -> Assignment {
+    let (attempt, rank, world_size) = at;
+    Assignment {
+        job_id: job.id,
+        job: job.spec.name.to_string(),
+        attempt,
+        task: r.task,
+        replica: r.index,
+        rank,
+        world_size,
+        action: action as i32,
+        gpus: r.gpus.clone(),
+        command: job.spec.command.clone(),
+        env: job.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        checkpoint_signal: job
+            .spec
+            .checkpoint_signal
+            .clone()
+            .unwrap_or_else(|| baton_proto::DEFAULT_CHECKPOINT_SIGNAL.into()),
+        grace_ms,
+        resume: job.has_checkpoint,
+        run_as: state.tenancy().run_as(job.id).map(|u| u.to_string()).unwrap_or_default(),
+    }
 }
 
 /// What the agents should do with a job's processes; `None`: nothing may run.
@@ -66,33 +90,38 @@ fn action(job: &Job) -> Option<Action> {
 
 #[cfg(test)]
 mod tests {
-    use baton_model::command::{Command, Op};
-    use baton_model::fixture::{gpu_job, gpu_node};
+    use super::*;
+    use baton_model::command::{Command, Observed, Op};
+    use baton_model::fixture::{self, gpu_job, gpu_node};
     use baton_model::job::TaskSpec;
+    use baton_model::plan::{Decision, Plan};
     use baton_model::queue::{PoolQuota, QueueSpec};
     use baton_model::resources::Resources;
 
-    use super::*;
-
-    fn apply(s: &mut State, now_ms: u64, op: Op) {
+    fn apply_at(s: &mut State, now_ms: u64, op: Op) {
         s.apply(Command { now_ms, op }).expect("the command applies");
+    }
+
+    fn apply(s: &mut State, op: Op) {
+        let now_ms = s.now_ms() + 1_000;
+        apply_at(s, now_ms, op);
     }
 
     /// Two 4-GPU nodes, a queue owning all 8 GPUs, and a two-replica job of 4 GPUs each
     /// placed by a real cycle: one replica per node.
     fn running_gang() -> (State, u64) {
         let mut s = State::default();
-        apply(&mut s, 1_000, Op::RegisterNodes(vec![gpu_node("n1", 4), gpu_node("n2", 4)]));
+        apply_at(&mut s, 1_000, Op::RegisterNodes(vec![gpu_node("n1", 4), gpu_node("n2", 4)]));
         let mut q = QueueSpec::named("q");
         q.quotas
             .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
-        apply(&mut s, 1_000, Op::PutQueue(q));
+        apply_at(&mut s, 1_000, Op::PutQueue(q));
         let mut spec = gpu_job("gang", "q", 4);
         spec.tasks = vec![TaskSpec { replicas: 2, ..spec.tasks[0].clone() }];
         spec.grace_ms = 7_000;
-        apply(&mut s, 2_000, Op::Submit { spec, request_id: None });
+        apply_at(&mut s, 2_000, Op::Submit { spec, request_id: None });
         let plan = baton_sched::cycle(&s, 2_000);
-        apply(&mut s, 2_000, Op::ApplyPlan(plan));
+        apply_at(&mut s, 2_000, Op::ApplyPlan(plan));
         let id = s.job_by_name("gang").expect("submitted").id;
         assert_eq!(s.jobs()[&id].state, JobState::Running);
         (s, id)
@@ -119,7 +148,7 @@ mod tests {
     #[test]
     fn a_pausing_job_is_told_to_stop_with_its_grace_as_a_duration() {
         let (mut s, id) = running_gang();
-        apply(&mut s, 50_000, Op::Pause { job: id });
+        apply_at(&mut s, 50_000, Op::Pause { job: id });
         let d = desired(&s);
         let all: Vec<&Assignment> = d.values().flatten().collect();
         assert_eq!(all.len(), 2);
@@ -129,10 +158,30 @@ mod tests {
         }
     }
 
+    /// A cancelled job's ranks stay in their nodes' directives, as STOP with the job's grace,
+    /// until each is reported gone: until then the agent is told to stop them, not to forget
+    /// them (and the model keeps their GPUs held).
     #[test]
-    fn a_cancelled_job_is_desired_nowhere() {
-        let (mut s, id) = running_gang();
-        apply(&mut s, 3_000, Op::Cancel { job: id });
-        assert!(desired(&s).is_empty(), "{:?}", desired(&s));
+    fn a_completing_rank_is_sent_as_a_stop_until_it_is_reported_gone() {
+        let mut s = State::new();
+        apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 4)]));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 4)]), ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        apply(&mut s, Op::Submit { spec: fixture::gpu_job("j", "q", 4), request_id: None });
+        let replicas = vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: vec![0, 1, 2, 3] }];
+        let plan = Plan { based_on: s.applied(), decisions: vec![Decision::Place { job: 1, attempt: 1, replicas }] };
+        apply(&mut s, Op::ApplyPlan(plan));
+        assert_eq!(desired(&s)[&Name::lit("n1")][0].action, Action::Run as i32);
+
+        apply(&mut s, Op::Cancel { job: 1 });
+        let a = &desired(&s)[&Name::lit("n1")][0];
+        assert_eq!((a.job_id, a.attempt, a.rank, a.action), (1, 1, 0, Action::Stop as i32));
+        assert_eq!((a.grace_ms, a.gpus.as_slice()), (1_000, &[0, 1, 2, 3][..]));
+
+        let gone = Observed::Stopped { job: 1, attempt: 1, rank: 0, checkpointed: false };
+        apply(&mut s, Op::Report { node: Name::lit("n1"), observations: vec![gone] });
+        assert!(!desired(&s).contains_key(&Name::lit("n1")), "nothing left to stop");
     }
 }

@@ -67,9 +67,6 @@ impl AgentGateway for Gateway {
             return Err(Status::not_found(format!("node {:?} is not registered; attach first", node.as_str())));
         };
         self.ctx.liveness.touch(&node);
-        if status == NodeStatus::Lost {
-            self.write(Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await?;
-        }
         let strays = match self.ctx.hub.current(&node, term) {
             Some(published) => {
                 let settle = Duration::from_millis(self.ctx.settings.resend_ms);
@@ -81,6 +78,11 @@ impl AgentGateway for Gateway {
             None => Vec::new(),
         };
         self.observe(&node, req.observations, strays).await?;
+        // Only once what the node reports is committed: a lease stop's checkpoint, reported
+        // after the node was declared lost, is known before anything is placed there again.
+        if status == NodeStatus::Lost {
+            self.write(Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await?;
+        }
         let lease_ms = self.lease(arrived).await;
         Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms }))
     }

@@ -33,15 +33,71 @@ fn running(a: &Assignment) -> Running {
     }
 }
 
+/// The agent's report that rank `a` stopped (without a checkpoint).
+fn stopped(a: &Assignment) -> What {
+    What::Stopped(Stopped { job_id: a.job_id, attempt: a.attempt, rank: a.rank, checkpointed: false, cause: 0 })
+}
+
+/// A cancelled job's GPUs stay held until its agent reports its process gone (issue 9, the
+/// completing state): the directive tells the agent to stop it, the job says it is
+/// completing, and a job that needs those GPUs waits until the agent's report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_agent_reports_it_stopped() {
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
+    c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
+    let d = agent.until("j is told to stop", |d| has(d, "j", Action::Stop)).await;
+    let stop = d.assignments.iter().find(|x| x.job == "j").unwrap();
+    assert_eq!((stop.attempt, stop.rank, stop.grace_ms), (a.attempt, a.rank, 5_000), "{stop:?}");
+    let j = wait_state(&mut c, "j", "Cancelled").await;
+    assert!(j.reason.contains("completing: waiting for 1 rank"), "reason: {}", j.reason);
+
+    // All 8 GPUs of n1: 4 of them are still j's until its agent says it stopped.
+    c.submit(submit_of(gpu_job("big", "team-a", "train", 8))).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let big = wait_state(&mut c, "big", "Pending").await;
+    assert!(big.reason.contains("most free GPUs on one node: 4"), "reason: {}", big.reason);
+
+    agent.report(vec![stopped(&a)]).await.unwrap();
+    agent
+        .until("big runs and j is gone", |d| has(d, "big", Action::Run) && !d.assignments.iter().any(|x| x.job == "j"))
+        .await;
+    let j = wait_state(&mut c, "j", "Cancelled").await;
+    assert!(!j.reason.contains("completing"), "reason: {}", j.reason);
+}
+
+/// An agent cut off for longer than the heartbeat timeout: its node is declared lost and j
+/// goes back to the queue (n1 is the only node). Its lease stop saved j's work; once it is
+/// back, its report of that stop is committed before n1 is ready again, and j's next attempt
+/// resumes from that checkpoint instead of starting over (issue 9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_stop_reported_after_the_node_was_lost_gives_the_next_attempt_its_checkpoint() {
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
+    agent.silence();
+    wait_state(&mut c, "j", "Pending").await;
+    let lease_stop = What::Stopped(Stopped {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        rank: a.rank,
+        checkpointed: true,
+        cause: StopCause::LeaseExpired as i32,
+    });
+    agent.report(vec![lease_stop]).await.unwrap();
+    let d = agent.until("j runs again", |d| d.assignments.iter().any(|x| x.job == "j" && x.attempt > a.attempt)).await;
+    let next = d.assignments.iter().find(|x| x.job == "j").unwrap();
+    assert!(next.resume, "resumes from the lease stop's checkpoint: {next:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
     let j = a.job_id;
     c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
-    agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|a| a.job == "j")).await;
+    agent.until("j is told to stop", |d| has(d, "j", Action::Stop)).await;
     let reason = "pid 4242 in D state after SIGKILL".to_string();
     let stuck = What::Unkillable(Unkillable { job_id: j, attempt: 1, rank: 0, reason: reason.clone() });
     agent.report(vec![stuck]).await.unwrap();
+    // The node takes no new work, so the stuck rank is let go: j is no longer completing.
+    agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|a| a.job == "j")).await;
 
     let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
     assert_eq!(n.status, "Unhealthy", "{n:?}");
@@ -63,9 +119,11 @@ async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
 async fn a_process_that_runs_where_the_model_does_not_place_it_is_recorded() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
     c.cancel_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap();
+    agent.until("j is told to stop", |d| has(d, "j", Action::Stop)).await;
+    agent.report(vec![stopped(&a)]).await.unwrap();
     agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|x| x.job == "j")).await;
 
-    // The agent keeps saying it runs j, as one that missed the directive would (its
+    // The agent keeps saying it runs j, as one that lost track of it would (its
     // background heartbeats, which list nothing, are silenced: one reporter per node).
     agent.silence();
     let still = running(&a);

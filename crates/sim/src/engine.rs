@@ -269,10 +269,34 @@ impl<'s> Engine<'s> {
                 for e in &applied.events {
                     self.observe(e);
                 }
+                self.complete_at_once()?;
                 Ok(applied.outcome)
             }
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// The simulator's agents stop a process the moment they are told to: the ranks an
+    /// ended attempt left completing are reported stopped at once (one report per node),
+    /// so their GPUs are free before the next cycle, as before the completing state existed.
+    fn complete_at_once(&mut self) -> Result<(), String> {
+        let mut by_node: BTreeMap<Name, Vec<Observed>> = BTreeMap::new();
+        for (&job, c) in self.state.all_completing() {
+            for (&rank, r) in &c.ranks {
+                let o = Observed::Stopped { job, attempt: c.attempt, rank, checkpointed: false };
+                by_node.entry(r.node.clone()).or_default().push(o);
+            }
+        }
+        for (node, observations) in by_node {
+            let op = Op::Report { node, observations };
+            let applied = self.state.apply(Command { now_ms: self.now_ms, op }).map_err(|e| e.to_string())?;
+            if let Outcome::Reported { ignored } = applied.outcome
+                && let Some((_, why)) = ignored.into_iter().next()
+            {
+                return Err(format!("a completing rank was not released: {why}"));
+            }
+        }
+        Ok(())
     }
 
     /// Keeps the simulator's work accounting and counters in step with what happened.

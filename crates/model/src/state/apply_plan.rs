@@ -130,12 +130,15 @@ impl State {
         if attempt != job.attempt + 1 {
             return Err(format!("job {} would start attempt {attempt}, expected {}", job.spec.name, job.attempt + 1));
         }
+        if let Some(why) = self.completing_reason(id) {
+            return Err(format!("job {} is {why}", job.spec.name));
+        }
         let shares = self.check_replicas(id, replicas)?;
         if let Some(r) = self.d.reservations.get(&id) {
             if r.replicas != replicas {
                 return Err("a reserved job must start where it was reserved".into());
             }
-            let waiting = r.victims.iter().filter(|v| self.d.jobs.get(v).is_some_and(|j| j.state.is_active())).count();
+            let waiting = r.victims.iter().filter(|v| self.still_holds(**v)).count();
             if waiting > 0 {
                 return Err(format!("{waiting} victims have not stopped yet"));
             }
@@ -159,6 +162,9 @@ impl State {
         let job = self.d.jobs.get(&id).ok_or("unknown job")?;
         if job.state != JobState::Pending || self.d.reservations.contains_key(&id) {
             return Err(format!("job {} is not waiting to be placed", job.spec.name));
+        }
+        if let Some(why) = self.completing_reason(id) {
+            return Err(format!("job {} is {why}", job.spec.name));
         }
         if victims.is_empty() {
             return Err("a preemption needs victims".into());

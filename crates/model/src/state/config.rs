@@ -110,6 +110,15 @@ impl State {
         if let Some(j) = self.d.jobs.values().find(|j| &j.spec.queue == name && !j.state.is_finished()) {
             return Err(ApplyError::InUse(format!("queue {name} still has unfinished job {}", j.spec.name)));
         }
+        // A completing job's ranks are charged to its queue until they are gone.
+        if let Some(j) =
+            self.d.jobs.values().find(|j| &j.spec.queue == name && self.after.completing.contains_key(&j.id))
+        {
+            return Err(ApplyError::InUse(format!(
+                "queue {name} still has job {} completing (its processes are being stopped)",
+                j.spec.name
+            )));
+        }
         self.d.queues.remove(name);
         self.rebuild_ledger();
         Ok(())

@@ -44,6 +44,20 @@ impl Data {
         Ok(())
     }
 
+    /// A completing job exists, its queue too (its ranks are charged to it), and its ranks
+    /// name tasks it has.
+    pub(super) fn check_completing(&self, completing: &super::Completing) -> Result<(), String> {
+        for (id, c) in completing {
+            let job = self.jobs.get(id).ok_or(format!("completing job {id} does not exist"))?;
+            if !self.queues.contains_key(&job.spec.queue) {
+                return Err(format!("completing job {id} is in queue {}, which does not exist", job.spec.queue));
+            }
+            let ranks: Vec<ReplicaAlloc> = c.ranks.values().cloned().collect();
+            check_replicas(*id, job, &ranks)?;
+        }
+        Ok(())
+    }
+
     fn check_reservation(&self, id: u64, r: &Reservation) -> Result<(), String> {
         let job = self.jobs.get(&id).filter(|_| r.job == id).ok_or(format!("reservation {id} is for no such job"))?;
         check_replicas(id, job, &r.replicas)

@@ -9,6 +9,9 @@
 //!    |  (checkpoint,    |  \--stopped (pause)--> Paused --unpause--> Pending
 //!    |   requeue)       \--stopped (cancel)--> Cancelled
 //! ```
+//!
+//! As an attempt ends, its ranks not yet reported gone stay completing, holding their
+//! shares, whatever state the job moved to (`completing.rs`).
 
 use super::State;
 use crate::alloc::{Lend, ReplicaAlloc, mask_to_gpus};
@@ -69,6 +72,7 @@ impl State {
             self.ledger.unreserve(id, true);
         }
         self.drop_pool_reservation(id);
+        self.forget_placement(id);
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
         self.assert_room(id, &shares);
@@ -130,15 +134,26 @@ impl State {
         self.ledger.set_leaving(id, true);
     }
 
-    /// The job no longer holds anything on any node.
+    /// The job's attempt has ended: it no longer holds anything, except the share of each
+    /// rank not yet reported gone, which stays held until it is (`completing.rs`). A victim
+    /// that is completing still stands between its preemptor and the reserved resources.
     fn release(&mut self, id: JobId) {
-        self.forget_victim(id);
+        self.remember_placement(id);
+        // A requeued job may be completing already (and be cancelled now): it keeps that.
+        let completing = self.begin_completing(id) || self.completing(id).is_some();
+        if !completing {
+            self.forget_victim(id);
+        }
         self.ledger.vacate(id);
+        if completing {
+            self.charge_completing(id);
+        }
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.replicas.clear();
         job.lent_from.clear();
         job.stopping = None;
         job.suspended_for = None;
+        job.ended_ranks.clear();
         if self.d.reservations.contains_key(&id) {
             self.drop_reservation(id);
         }
@@ -158,7 +173,7 @@ impl State {
 
     /// A victim has stopped (or gone): it no longer stands between its preemptor and the
     /// resources reserved for it, even if it is placed again later.
-    fn forget_victim(&mut self, id: JobId) {
+    pub(super) fn forget_victim(&mut self, id: JobId) {
         let preemptors: Vec<JobId> =
             self.d.reservations.values().filter(|r| r.victims.contains(&id)).map(|r| r.job).collect();
         for p in preemptors {
@@ -181,16 +196,28 @@ impl State {
         self.release(id);
         self.drop_pool_reservation(id);
         let now = self.d.now_ms;
+        self.forget_placement(id);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = state;
         job.exit_code = exit_code;
         job.finished_ms = Some(now);
         job.reason.clear();
         self.d.finished_order.push_back(id);
+        self.prune_finished();
+    }
+
+    /// Forgets the oldest finished jobs beyond the retention, except completing ones (their
+    /// ranks still hold a share of a node; they go once done, at the next prune).
+    pub(super) fn prune_finished(&mut self) {
+        let mut keep = Vec::new();
         while self.d.finished_order.len() > self.d.retain_finished {
             let Some(old) = self.d.finished_order.pop_front() else {
                 break;
             };
+            if self.after.completing.contains_key(&old) {
+                keep.push(old);
+                continue;
+            }
             self.access.owners.remove(&old);
             self.tenancy.run_as.remove(&old);
             if let Some(j) = self.d.jobs.remove(&old)
@@ -198,6 +225,9 @@ impl State {
             {
                 self.d.job_names.remove(&j.spec.name);
             }
+        }
+        for id in keep.into_iter().rev() {
+            self.d.finished_order.push_front(id);
         }
     }
 
@@ -342,6 +372,8 @@ impl State {
                 let job = self.d.jobs.get_mut(&id).expect("job");
                 job.state = JobState::Suspended;
                 job.stopping = None;
+                // Stopped in place, not gone: a later cancel leaves every rank completing.
+                job.ended_ranks.clear();
                 job.suspended_for = lend_to;
                 job.reason = format!("suspended in place for {by_name}; resumes when it is gone");
                 self.job_event(
@@ -395,8 +427,8 @@ impl State {
             }
             _ => {}
         }
-        // A running job's process is killed by its agent, which sees the attempt is no
-        // longer assigned to it and kills it before it starts anything else there.
+        // A running job's ranks are completing: their agents are told to stop them, and
+        // their GPUs stay held until each is reported gone (`completing.rs`).
         self.finish(id, JobState::Cancelled, None);
         self.job_event(id, EventKind::Cancelled, "cancelled by a person".into(), ev);
         Ok(())
@@ -451,8 +483,21 @@ impl State {
     }
 
     /// The node is gone: what ran there goes back to the queue, from its last checkpoint.
+    /// Nothing of the node runs any more (docs/protocol.md, the lease argument): its ranks
+    /// are gone; a job's ranks on other nodes are completing until their agents stop them.
     pub(crate) fn lose_jobs_on(&mut self, node: &Name, ev: &mut Vec<Event>) {
+        self.lose_completing_on(node);
         for id in self.jobs_on(node) {
+            let on_node: Vec<u32> = self.d.jobs[&id]
+                .ranked()
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.node == *node)
+                .map(|(rank, _)| rank as u32)
+                .collect();
+            for rank in on_node {
+                self.note_gone(id, rank);
+            }
             let job = &self.d.jobs[&id];
             let cancel = matches!(
                 job.stopping,

@@ -5,9 +5,12 @@
 //!
 //! Layout: `config` (classes, cohorts, queues, nodes), `submit` (validation of new jobs),
 //! `lifecycle` (every job transition, keeping the ledger in step), `apply_plan` (the plan
-//! checker), `reserve` (settings and starving jobs' reservations), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank).
+//! checker), `reserve` (settings and starving jobs' reservations), `rebuild` (the ledger from scratch), `report` (an agent's report, per rank),
+//! `completing` (ranks of an ended attempt that still hold their GPUs until reported gone,
+//! and a late report of the checkpoint a requeued job's last attempt wrote).
 
 mod apply_plan;
+mod completing;
 mod config;
 mod identity;
 mod integrity;
@@ -19,6 +22,7 @@ pub mod submit;
 mod tenancy;
 
 pub use apply_plan::demand_of;
+pub use completing::{Aftermath, Completing, CompletingRanks, LastPlaced};
 pub use reserve::backfills;
 use submit::Submitter;
 
@@ -100,6 +104,11 @@ pub struct State {
     /// Tenancy settings and the user each job runs as: serialized after `access`, so a
     /// snapshot written before them is `(d, access)` ([`PreTenancyState`]).
     tenancy: Tenancy,
+    /// What ended attempts leave behind: ranks that still hold their share of a node until
+    /// reported gone, and where a requeued job's last attempt ran. Serialized after
+    /// `tenancy`, so a snapshot written before it is `(d, access, tenancy)`
+    /// ([`PreCompletingState`]).
+    after: Aftermath,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -134,8 +143,14 @@ impl State {
             now_ms: 0,
             retain_finished: DEFAULT_RETAINED_FINISHED_JOBS,
         };
-        let mut s =
-            State { d, access: Access::default(), tenancy: Tenancy::default(), ledger: Ledger::default(), actor: None };
+        let mut s = State {
+            d,
+            access: Access::default(),
+            tenancy: Tenancy::default(),
+            after: Aftermath::default(),
+            ledger: Ledger::default(),
+            actor: None,
+        };
         s.rebuild_ledger();
         s
     }
@@ -206,8 +221,10 @@ impl State {
             Op::Cancel { job } => done(self.cancel(job, ev)),
             Op::Pause { job } => done(self.pause(job, ev)),
             Op::Resume { job } => done(self.unpause(job, ev)),
-            Op::JobExited { job, attempt, exit_code } => done(self.exited(job, attempt, exit_code, ev)),
-            Op::JobStopped { job, attempt, checkpointed } => done(self.stopped(job, attempt, checkpointed, ev)),
+            Op::JobExited { job, attempt, exit_code } => done(self.whole_job_exited(job, attempt, exit_code, ev)),
+            Op::JobStopped { job, attempt, checkpointed } => {
+                done(self.whole_job_stopped(job, attempt, checkpointed, ev))
+            }
             Op::JobCheckpointed { job, attempt } => done(self.checkpointed(job, attempt)),
             Op::Report { node, observations } => self.report(&node, observations, ev),
             Op::ApplyPlan(plan) => Ok(self.apply_plan(plan, ev)),
@@ -280,30 +297,33 @@ impl State {
     }
 }
 
-/// Only the replicated data is written, `d`, `access`, `tenancy`, then the queue admin
-/// grants; the ledger is rebuilt when read back.
+/// Only the replicated data is written, `d`, `access`, `tenancy`, `after`, then the queue
+/// admin grants; the ledger is rebuilt when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access, &self.tenancy, self.access.queue_admins()).serialize(s)
+        (&self.d, &self.access, &self.tenancy, &self.after, self.access.queue_admins()).serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        let (d, mut access, tenancy, admins) = <(Data, Access, Tenancy, QueueAdmins)>::deserialize(de)?;
+        let (d, mut access, tenancy, after, admins) =
+            <(Data, Access, Tenancy, Aftermath, QueueAdmins)>::deserialize(de)?;
         access.restore_queue_admins(admins).map_err(|e| D::Error::custom(format!("inconsistent state: {e}")))?;
-        State::from_parts(d, access, tenancy)
+        State::from_parts(d, access, tenancy, after)
     }
 }
 
-/// A state as snapshots before queue admins wrote it: data, identity and tenancy. Tried
-/// when the current layout fails; no token administers a queue.
-pub struct PreQueueAdminsState(pub State);
+/// A state as snapshots before the completing state and queue admins wrote it: `(d, access,
+/// tenancy)`. Read like [`PreTenancyState`]: nothing is completing (those builds freed a
+/// job's shares as its attempt ended) and no token administers a queue. (Both parts came in
+/// one release, so no snapshot holds one without the other.)
+pub struct PreCompletingState(pub State);
 
-impl<'de> Deserialize<'de> for PreQueueAdminsState {
+impl<'de> Deserialize<'de> for PreCompletingState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
-        State::from_parts(d, access, tenancy).map(PreQueueAdminsState)
+        State::from_parts(d, access, tenancy, Aftermath::default()).map(PreCompletingState)
     }
 }
 
@@ -315,7 +335,7 @@ pub struct PreTenancyState(pub State);
 impl<'de> Deserialize<'de> for PreTenancyState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access) = <(Data, Access)>::deserialize(de)?;
-        State::from_parts(d, access, Tenancy::default()).map(PreTenancyState)
+        State::from_parts(d, access, Tenancy::default(), Aftermath::default()).map(PreTenancyState)
     }
 }
 
@@ -328,14 +348,20 @@ pub struct PreAccessState(pub State);
 impl<'de> Deserialize<'de> for PreAccessState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        State::from_parts(d, Access::default(), Tenancy::default()).map(PreAccessState)
+        State::from_parts(d, Access::default(), Tenancy::default(), Aftermath::default()).map(PreAccessState)
     }
 }
 
 impl State {
-    fn from_parts<E: serde::de::Error>(d: Data, access: Access, tenancy: Tenancy) -> Result<State, E> {
+    fn from_parts<E: serde::de::Error>(
+        d: Data,
+        access: Access,
+        tenancy: Tenancy,
+        after: Aftermath,
+    ) -> Result<State, E> {
         d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        let mut s = State { d, access, tenancy, ledger: Ledger::default(), actor: None };
+        d.check_completing(&after.completing).map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
+        let mut s = State { d, access, tenancy, after, ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -344,6 +370,6 @@ impl State {
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
-        self.d == other.d && self.access == other.access && self.tenancy == other.tenancy
+        self.d == other.d && self.access == other.access && self.tenancy == other.tenancy && self.after == other.after
     }
 }

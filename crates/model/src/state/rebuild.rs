@@ -119,8 +119,13 @@ impl State {
     }
 
     /// Charges every job that holds something, in an order that makes lends derivable:
-    /// occupants, then held shares, then recorded lends, then reservations.
+    /// occupants (completing ranks included), then held shares, then recorded lends, then
+    /// reservations.
     fn charge_jobs(&mut self) {
+        let completing: Vec<JobId> = self.after.completing.keys().copied().collect();
+        for id in completing {
+            self.charge_completing(id);
+        }
         let jobs: Vec<_> = self.d.jobs.values().filter(|j| !j.replicas.is_empty()).map(|j| j.id).collect();
         for &id in &jobs {
             let job = &self.d.jobs[&id];

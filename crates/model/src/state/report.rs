@@ -8,7 +8,9 @@
 //! - a stop completes once every rank has stopped or ended, and the job counts as
 //!   checkpointed only if every one of them left its work saved.
 //!
-//! The tally lives in the job (`Job::ended_ranks`), so it survives a failover.
+//! The tally lives in the job (`Job::ended_ranks`), so it survives a failover. An
+//! observation of a rank left completing by an ended attempt frees its share first
+//! (`completing.rs`).
 
 use super::State;
 use super::lifecycle::clip;
@@ -45,10 +47,23 @@ impl State {
     }
 
     fn observe(&mut self, node: &Name, o: Observed, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        // A late report of the checkpoint a stop of the job's last attempt wrote.
+        let late = self.late_checkpoint(node, &o, ev);
+        // A rank of an attempt that has ended in the model, reported gone: its share is free.
+        if !matches!(o, Observed::Unkillable { .. })
+            && let Some(done) = self.observe_completing(node, &o)
+        {
+            return done;
+        }
+        if late {
+            return Ok(());
+        }
         match o {
             Observed::Exited { job, attempt, rank, exit_code } => {
                 self.check_rank_placed(node, job, attempt, rank)?;
                 if rank == 0 || exit_code != 0 {
+                    self.check_active(job, "exiting")?;
+                    self.note_gone(job, rank);
                     return self.exited(job, attempt, exit_code, ev);
                 }
                 if !self.d.jobs[&job].state.is_active() {
@@ -84,6 +99,7 @@ impl State {
                 let why = format!(
                     "rank {rank} of attempt {attempt}: its agent on node {node} no longer reports it running ({missing_ms} ms) and reported no exit"
                 );
+                self.note_gone(job, rank);
                 self.requeue_running(job, why, ev);
                 Ok(())
             }
@@ -101,12 +117,17 @@ impl State {
                 self.job_event(job, EventKind::Stray, message, ev);
                 Ok(())
             }
-            Observed::Unkillable { job, attempt, rank, reason } => {
-                self.mark_unhealthy(node, job, attempt, rank, &reason, ev);
+            Observed::Unkillable { job, attempt, rank, ref reason } => {
+                self.mark_unhealthy(node, job, attempt, rank, reason, ev);
+                // The node takes no new work, so what the stuck process holds is given to
+                // nobody: a completing rank is let go (the bound on completing).
+                let _ = self.observe_completing(node, &o);
                 Ok(())
             }
             Observed::NotStarted { job, attempt, rank, exit_code, reason } => {
                 self.check_rank_placed(node, job, attempt, rank)?;
+                self.check_active(job, "failing")?;
+                self.note_gone(job, rank);
                 let why = format!("rank {rank} could not start on node {node}: {reason}");
                 self.failed_with(job, attempt, exit_code, why, ev)
             }
@@ -133,6 +154,8 @@ impl State {
         if !matches!(j.state, JobState::Running | JobState::Suspended) {
             return Err(self.wrong_state(job, "stopping for an expired lease"));
         }
+        // Gone; whether it saved its work counts for a late report of the other ranks'.
+        self.d.jobs.get_mut(&job).expect("checked").ended_ranks.insert(rank, checkpointed);
         if checkpointed {
             self.d.jobs.get_mut(&job).expect("checked").has_checkpoint = true;
         }
@@ -173,7 +196,8 @@ impl State {
         }
     }
 
-    /// Records that `rank` ended; completes a stop in progress once every rank has.
+    /// Records that `rank` ended; completes a stop in progress once every rank has (the
+    /// tally is cleared as the job lets go of its shares, or is suspended).
     fn rank_ended(&mut self, id: JobId, rank: u32, saved: bool, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
         let job = self.d.jobs.get_mut(&id).expect("checked by the caller");
         job.ended_ranks.insert(rank, saved);
@@ -183,8 +207,28 @@ impl State {
         }
         let all_saved = job.ended_ranks.values().all(|s| *s);
         let attempt = job.attempt;
-        job.ended_ranks.clear();
         self.stopped(id, attempt, all_saved, ev)
+    }
+
+    /// `rank`'s process is gone (it ended the job's attempt, or was lost): it does not
+    /// become completing when the attempt ends. Whether it saved its work does not matter
+    /// then: the attempt is over.
+    pub(super) fn note_gone(&mut self, id: JobId, rank: u32) {
+        if let Some(job) = self.d.jobs.get_mut(&id) {
+            job.ended_ranks.entry(rank).or_insert(false);
+        }
+    }
+
+    /// Every rank of the job's attempt is gone (a whole-job report of the agent era).
+    pub(super) fn note_all_gone(&mut self, id: JobId) {
+        let world = self.d.jobs.get(&id).map_or(0, |j| j.replicas.len() as u32);
+        for rank in 0..world {
+            self.note_gone(id, rank);
+        }
+    }
+
+    fn check_active(&self, id: JobId, action: &str) -> Result<(), ApplyError> {
+        if self.d.jobs[&id].state.is_active() { Ok(()) } else { Err(self.wrong_state(id, action)) }
     }
 }
 
@@ -430,8 +474,10 @@ mod tests {
         assert!(j.reason.contains("lease") && j.reason.contains("n1"), "{}", j.reason);
         let ev = applied.events.last().expect("an event");
         assert!(matches!(ev.kind, EventKind::Requeued) && ev.message.contains("lease"), "{ev:?}");
-        // The other rank's stop, coming later, is stale: nothing changes.
-        assert_eq!(report(&mut s, "n2", vec![lease_expired(job, 1, true)]).len(), 1);
+        // The other rank's stop, coming later, only frees its GPUs (it was completing).
+        assert_eq!(s.completing_ranks(job), 1);
+        assert!(report(&mut s, "n2", vec![lease_expired(job, 1, true)]).is_empty());
+        assert_eq!(s.completing_ranks(job), 0);
         assert_eq!(s.job(job).unwrap().state, JobState::Pending);
 
         // Without a checkpoint written, it starts over.

@@ -40,6 +40,9 @@ impl State {
         if job.state != JobState::Pending {
             return Err(format!("job {} is {}", job.spec.name, job.state.as_str()));
         }
+        if let Some(why) = self.completing_reason(id) {
+            return Err(format!("job {} is {why}", job.spec.name));
+        }
         if let Some(r) = self.d.pool_reservations.get(pool) {
             return Err(format!("pool {pool} already holds a reservation for {}", self.name_of(r.job)));
         }

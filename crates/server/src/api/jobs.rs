@@ -68,6 +68,10 @@ pub async fn resolve(api: &Api, r: &JobRef) -> Result<JobId, Status> {
 fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> v1::Job {
     let by = j.preempted_by.and_then(|id| s.job(id)).map(|p| &p.spec.name);
     let mut out = job_to_proto(j, with_events, by);
+    // A completing job says so first: its GPUs are held until its processes are gone.
+    if let Some(completing) = s.completing_reason(j.id) {
+        out.reason = if out.reason.is_empty() { completing } else { format!("{completing}; {}", out.reason) };
+    }
     out.reservation = s.pool_reservation_of(j.id).map(|r| pool_reservation_to_proto(r, s));
     let owner = s.access().owner(j.id);
     out.owner = owner.map(|o| o.to_string()).unwrap_or_default();

@@ -1,0 +1,270 @@
+//! The completing state (as Slurm's CG): a job's GPUs stay held until its processes are gone.
+//!
+//! Whatever ends a job's attempt in the model (a cancel, a rank exiting non-zero, rank 0's
+//! exit, a time limit cut short, a vanished rank, a lease stop, a lost node) moves the job on
+//! at once (its state, its events), but each placed rank whose process has not been reported
+//! gone keeps its share of its node, as an occupant that charges no quota (`leaving`), until:
+//! - its agent reports it gone: `Stopped`, `Exited`, `LeaseExpired`, `Vanished` or
+//!   `NotStarted` for that attempt and rank, from the node it was placed on (the directive
+//!   tells the agent to stop it: `server::desired` sends completing ranks as STOP);
+//! - its node is declared lost: by then nothing of the node runs (the lease argument in
+//!   docs/protocol.md);
+//! - its agent reports it `Unkillable`: the node is marked unhealthy and takes no new work,
+//!   so nothing is placed on what the stuck process holds; the job is let go.
+//!
+//! Meanwhile the job is not placed again (two attempts would run at once), a finished job is
+//! not pruned, and a preemptor waiting for it as a victim keeps waiting.
+//!
+//! Replicated, serialized after the tenancy part of the state (snapshots written before it
+//! existed read as nothing completing).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::State;
+use crate::alloc::ReplicaAlloc;
+use crate::command::Observed;
+use crate::error::ApplyError;
+use crate::event::Event;
+use crate::job::{JobId, JobState};
+use crate::name::Name;
+
+/// The ranks of one job's last attempt that still hold their share of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletingRanks {
+    pub attempt: u32,
+    /// When the attempt ended in the model.
+    pub since_ms: u64,
+    /// Rank to where it was placed.
+    pub ranks: BTreeMap<u32, ReplicaAlloc>,
+}
+
+/// Every completing job's ranks, by job.
+pub type Completing = BTreeMap<JobId, CompletingRanks>;
+
+/// Where a requeued (or paused) job's last attempt ran, and which of its ranks have been
+/// reported to have saved their work since it ended (`late_checkpoint`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastPlaced {
+    pub attempt: u32,
+    /// Rank to the node it ran on.
+    pub ranks: BTreeMap<u32, Name>,
+    /// Ranks whose stop saved their work.
+    pub saved: BTreeSet<u32>,
+}
+
+/// What ended attempts leave behind, replicated: the completing ranks, and the last
+/// placement of each job waiting to be placed again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Aftermath {
+    pub completing: Completing,
+    pub last_placed: BTreeMap<JobId, LastPlaced>,
+}
+
+impl State {
+    /// The ranks of `id` that still hold their share of a node, if any.
+    pub fn completing(&self, id: JobId) -> Option<&CompletingRanks> {
+        self.after.completing.get(&id)
+    }
+
+    /// How many ranks of `id` have not been reported gone yet.
+    pub fn completing_ranks(&self, id: JobId) -> usize {
+        self.after.completing.get(&id).map_or(0, |c| c.ranks.len())
+    }
+
+    /// Every completing job, by id.
+    pub fn all_completing(&self) -> &Completing {
+        &self.after.completing
+    }
+
+    /// The job still holds a share of a node: it runs (or stops), or is completing. A
+    /// preemptor waits for such a victim.
+    pub fn still_holds(&self, id: JobId) -> bool {
+        self.after.completing.contains_key(&id) || self.d.jobs.get(&id).is_some_and(|j| j.state.is_active())
+    }
+
+    /// What `baton list` and `describe` say of a completing job.
+    pub fn completing_reason(&self, id: JobId) -> Option<String> {
+        let c = self.after.completing.get(&id)?;
+        let n = c.ranks.len();
+        let mut nodes: Vec<&str> = c.ranks.values().map(|r| r.node.as_str()).collect();
+        nodes.dedup();
+        let ranks = if n == 1 { "rank" } else { "ranks" };
+        Some(format!("completing: waiting for {n} {ranks} of attempt {} to stop (on {})", c.attempt, nodes.join(", ")))
+    }
+
+    /// `JobExited` (a whole-job report of the agent era): every rank is gone.
+    pub(super) fn whole_job_exited(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        code: i32,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        self.check_attempt(id, attempt)?;
+        if !self.d.jobs[&id].state.is_active() {
+            return Err(self.wrong_state(id, "exiting"));
+        }
+        self.note_all_gone(id);
+        self.exited(id, attempt, code, ev)
+    }
+
+    /// `JobStopped` (a whole-job report of the agent era): every rank is gone.
+    pub(super) fn whole_job_stopped(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        checkpointed: bool,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        self.check_attempt(id, attempt)?;
+        let j = &self.d.jobs[&id];
+        if j.state != JobState::Preempting || j.stopping.is_none() {
+            return Err(self.wrong_state(id, "stopping"));
+        }
+        self.note_all_gone(id);
+        self.stopped(id, attempt, checkpointed, ev)
+    }
+
+    /// Called as the job's attempt ends in the model, before its shares are vacated: the
+    /// ranks not recorded as ended become completing. Returns whether any did.
+    pub(super) fn begin_completing(&mut self, id: JobId) -> bool {
+        let job = &self.d.jobs[&id];
+        let ranks: BTreeMap<u32, ReplicaAlloc> = job
+            .ranked()
+            .into_iter()
+            .enumerate()
+            .map(|(rank, r)| (rank as u32, r.clone()))
+            .filter(|(rank, _)| !job.ended_ranks.contains_key(rank))
+            .collect();
+        if ranks.is_empty() {
+            return false;
+        }
+        let c = CompletingRanks { attempt: job.attempt, since_ms: self.d.now_ms, ranks };
+        self.after.completing.insert(id, c);
+        true
+    }
+
+    /// Charges the completing ranks of `id` to their nodes (its other shares are vacated).
+    pub(super) fn charge_completing(&mut self, id: JobId) {
+        let Some(c) = self.after.completing.get(&id) else { return };
+        let job = &self.d.jobs[&id];
+        let replicas: Vec<ReplicaAlloc> = c.ranks.values().cloned().collect();
+        let shares = self.shares(job, &replicas);
+        let (q, np) = self.queue_and_np(job);
+        self.ledger.occupy(id, q, np, &shares);
+        self.ledger.set_leaving(id, true);
+    }
+
+    /// If `o` reports a completing rank gone (from the node it was placed on, for its
+    /// attempt), releases it: `Some(Ok)`. `Some(Err)`: it names a completing job's rank but
+    /// not as placed. `None`: not about a completing job; the caller goes on.
+    pub(super) fn observe_completing(&mut self, node: &Name, o: &Observed) -> Option<Result<(), ApplyError>> {
+        let (job, attempt, rank) = match *o {
+            Observed::Exited { job, attempt, rank, .. }
+            | Observed::Stopped { job, attempt, rank, .. }
+            | Observed::Vanished { job, attempt, rank, .. }
+            | Observed::LeaseExpired { job, attempt, rank, .. }
+            | Observed::NotStarted { job, attempt, rank, .. }
+            | Observed::Unkillable { job, attempt, rank, .. } => (job, attempt, rank),
+            Observed::Checkpointed { .. } | Observed::Stray { .. } => return None,
+        };
+        let c = self.after.completing.get(&job)?;
+        if c.attempt != attempt {
+            return Some(Err(ApplyError::StaleAttempt { job, attempt, current: c.attempt }));
+        }
+        if c.ranks.get(&rank).is_none_or(|r| r.node != *node) {
+            let what = format!("rank {rank}");
+            return Some(Err(ApplyError::NotPlaced { job, attempt, what, node: node.to_string() }));
+        }
+        self.rank_gone(job, |r, placed| r == rank && placed.node == *node);
+        Some(Ok(()))
+    }
+
+    /// The node is lost: nothing of it runs any more, its completing ranks are gone.
+    pub(super) fn lose_completing_on(&mut self, node: &Name) {
+        let jobs: Vec<JobId> = self
+            .after
+            .completing
+            .iter()
+            .filter(|(_, c)| c.ranks.values().any(|r| r.node == *node))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in jobs {
+            self.rank_gone(id, |_, placed| placed.node == *node);
+        }
+    }
+
+    /// Drops the ranks of `id` that `gone` picks and charges the rest; once none is left the
+    /// job no longer stands in its preemptor's way, and may be pruned if it has finished.
+    fn rank_gone(&mut self, id: JobId, gone: impl Fn(u32, &ReplicaAlloc) -> bool) {
+        let Some(c) = self.after.completing.get_mut(&id) else { return };
+        c.ranks.retain(|&rank, placed| !gone(rank, placed));
+        let empty = c.ranks.is_empty();
+        self.ledger.vacate(id);
+        if !empty {
+            self.charge_completing(id);
+            return;
+        }
+        self.after.completing.remove(&id);
+        self.forget_victim(id);
+        self.prune_finished();
+    }
+}
+
+impl State {
+    /// Remembers where the job's attempt ran as it ends (`release`), for a late report of
+    /// the checkpoint its stop wrote; the ranks already known to have saved their work count.
+    pub(super) fn remember_placement(&mut self, id: JobId) {
+        let job = &self.d.jobs[&id];
+        if job.replicas.is_empty() {
+            return;
+        }
+        let ranks = job.ranked().into_iter().enumerate().map(|(rank, r)| (rank as u32, r.node.clone())).collect();
+        let saved = job.ended_ranks.iter().filter(|(_, saved)| **saved).map(|(rank, _)| *rank).collect();
+        self.after.last_placed.insert(id, LastPlaced { attempt: job.attempt, ranks, saved });
+    }
+
+    /// The job starts again, or has finished: a late report of an older stop changes nothing.
+    pub(super) fn forget_placement(&mut self, id: JobId) {
+        self.after.last_placed.remove(&id);
+    }
+
+    /// A stop that saved its work, reported after the job went back to the queue (an agent
+    /// cut off for longer than the heartbeat timeout reports its lease stop once it is back,
+    /// after its node was declared lost). It counts for the job's last attempt, from the node
+    /// that rank ran on, while no newer attempt has started (one that runs must not be changed
+    /// under it; it started from the checkpoint known then). Once every rank of that attempt
+    /// has saved its work, the next attempt resumes from it (not in mode requeue, which starts
+    /// over). Returns whether the report was such a one.
+    pub(super) fn late_checkpoint(&mut self, node: &Name, o: &Observed, ev: &mut Vec<Event>) -> bool {
+        let (job, attempt, rank) = match *o {
+            Observed::Stopped { job, attempt, rank, checkpointed: true }
+            | Observed::LeaseExpired { job, attempt, rank, checkpointed: true } => (job, attempt, rank),
+            _ => return false,
+        };
+        let Some(j) = self.d.jobs.get(&job) else { return false };
+        let waiting = matches!(j.state, JobState::Pending | JobState::Paused) && j.attempt == attempt;
+        let Some(lp) = self.after.last_placed.get_mut(&job).filter(|lp| waiting && lp.attempt == attempt) else {
+            return false;
+        };
+        if lp.ranks.get(&rank) != Some(node) {
+            return false;
+        }
+        lp.saved.insert(rank);
+        let all = lp.saved.len() == lp.ranks.len();
+        let resumable = j.spec.preemption_mode != crate::job::PreemptionMode::Requeue;
+        if all && resumable && !j.has_checkpoint {
+            let now = self.d.now_ms;
+            let j = self.d.jobs.get_mut(&job).expect("checked");
+            j.has_checkpoint = true;
+            j.progress_mark_ms = now;
+            let message = format!(
+                "attempt {attempt}'s stop saved its work (reported late, by node {node}): the next attempt resumes from it"
+            );
+            self.job_event(job, crate::event::EventKind::Stopped { checkpointed: true }, message, ev);
+        }
+        true
+    }
+}

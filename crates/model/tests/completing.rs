@@ -1,0 +1,246 @@
+//! A job's GPUs stay held until its processes are gone (a completing state, as Slurm's CG):
+//! whatever ends a job in the model (a cancel, a rank's failure, rank 0's exit, a time limit,
+//! a requeue), the ranks whose agents have not reported them gone keep their GPUs, and
+//! another job is not placed on them, until each is reported gone (stopped, exited, or its
+//! node declared lost, or unkillable: then the node is taken out of scheduling).
+
+use baton_model::alloc::ReplicaAlloc;
+use baton_model::command::{Command, Observed, Op, Outcome};
+use baton_model::fixture;
+use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, TaskSpec};
+use baton_model::node::NodeStatus;
+use baton_model::plan::{Decision, Plan};
+use baton_model::queue::{PoolQuota, QueueSpec};
+use baton_model::resources::Resources;
+use baton_model::{Name, State};
+
+fn apply(s: &mut State, op: Op) -> Outcome {
+    let now_ms = s.now_ms() + 1_000;
+    s.apply(Command { now_ms, op }).unwrap_or_else(|e| panic!("refused: {e}")).outcome
+}
+
+fn decide(s: &mut State, d: Decision) -> Result<(), String> {
+    let based_on = s.applied();
+    match apply(s, Op::ApplyPlan(Plan { based_on, decisions: vec![d] })) {
+        Outcome::PlanApplied { accepted: 1, .. } => Ok(()),
+        Outcome::PlanApplied { rejected, .. } => Err(rejected.into_iter().map(|(_, why)| why).collect()),
+        other => panic!("a plan gave {other:?}"),
+    }
+}
+
+fn submit(s: &mut State, spec: JobSpec) -> JobId {
+    match apply(s, Op::Submit { spec, request_id: None }) {
+        Outcome::Submitted { job, .. } => job,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Nodes n1 and n2 of 4 GPUs each, queue `q`, and a two-rank gang `g` running with rank 0 on
+/// all of n1 and rank 1 on all of n2.
+fn gang(mode: PreemptionMode, time_limit_ms: Option<u64>) -> (State, JobId) {
+    let mut s = State::new();
+    apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 4), fixture::gpu_node("n2", 4)]));
+    let mut q = QueueSpec::named("q");
+    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 16)]), ..Default::default() });
+    apply(&mut s, Op::PutQueue(q));
+    let mut spec = JobSpec { preemption_mode: mode, time_limit_ms, ..fixture::gpu_job("g", "q", 4) };
+    spec.tasks = vec![TaskSpec { replicas: 2, ..spec.tasks[0].clone() }];
+    let job = submit(&mut s, spec);
+    let replicas = (0..2).map(|i| on(i, &format!("n{}", i + 1))).collect();
+    decide(&mut s, Decision::Place { job, attempt: 1, replicas }).expect("the gang starts");
+    (s, job)
+}
+
+fn on(index: u32, node: &str) -> ReplicaAlloc {
+    ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: vec![0, 1, 2, 3] }
+}
+
+/// Whether `node`'s GPUs are all free in the ledger (what the scheduler plans with).
+fn free(s: &State, node: &str) -> bool {
+    let n = s.ledger().node(node).expect("a node");
+    s.ledger().nodes[n].free_gpus == 0b1111
+}
+
+/// Tries to place a new one-replica 4-GPU job on all of `node`.
+fn place_other(s: &mut State, name: &str, node: &str) -> Result<(), String> {
+    let job = submit(s, fixture::gpu_job(name, "q", 4));
+    decide(s, Decision::Place { job, attempt: 1, replicas: vec![on(0, node)] })
+}
+
+fn report(s: &mut State, node: &str, o: Observed) -> Vec<(u32, String)> {
+    match apply(s, Op::Report { node: Name::lit(node), observations: vec![o] }) {
+        Outcome::Reported { ignored } => ignored,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn stopped(job: JobId, rank: u32) -> Observed {
+    Observed::Stopped { job, attempt: 1, rank, checkpointed: false }
+}
+
+#[test]
+fn a_cancelled_jobs_gpus_stay_held_until_each_rank_is_reported_stopped() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::Cancel { job: g });
+    assert_eq!(s.job(g).unwrap().state, JobState::Cancelled);
+    assert!(!free(&s, "n1") && !free(&s, "n2"), "its processes still run: the GPUs are not free");
+    let why = place_other(&mut s, "next", "n1").expect_err("n1's GPUs are still held");
+    assert!(why.contains("no longer fits on node n1"), "{why}");
+    assert_eq!(s.completing_ranks(g), 2);
+
+    assert!(report(&mut s, "n1", stopped(g, 0)).is_empty());
+    assert!(free(&s, "n1") && !free(&s, "n2"));
+    place_other(&mut s, "next2", "n1").expect("rank 0 is gone: n1 is free");
+    assert!(report(&mut s, "n2", stopped(g, 1)).is_empty());
+    assert!(free(&s, "n2"));
+    assert_eq!(s.completing_ranks(g), 0);
+    assert_eq!(s.job(g).unwrap().state, JobState::Cancelled, "the job's end does not change");
+}
+
+#[test]
+fn a_rank_failing_leaves_the_others_completing_and_their_exit_changes_nothing() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    report(&mut s, "n2", Observed::Exited { job: g, attempt: 1, rank: 1, exit_code: 3 });
+    assert_eq!(s.job(g).unwrap().state, JobState::Failed);
+    assert!(free(&s, "n2"), "rank 1 exited: its GPUs are free");
+    assert!(!free(&s, "n1"), "rank 0 still runs until its agent stops it");
+    assert!(report(&mut s, "n1", Observed::Exited { job: g, attempt: 1, rank: 0, exit_code: 0 }).is_empty());
+    assert!(free(&s, "n1"));
+    let j = s.job(g).unwrap();
+    assert_eq!((j.state, j.exit_code), (JobState::Failed, Some(3)), "rank 0's later exit 0 does not end it again");
+}
+
+#[test]
+fn rank_0s_exit_leaves_the_other_ranks_completing() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    report(&mut s, "n1", Observed::Exited { job: g, attempt: 1, rank: 0, exit_code: 0 });
+    assert_eq!(s.job(g).unwrap().state, JobState::Succeeded);
+    assert!(free(&s, "n1") && !free(&s, "n2"));
+    // A report from the wrong node, or of another attempt, changes nothing.
+    let wrong = report(&mut s, "n1", stopped(g, 1));
+    assert_eq!(wrong.len(), 1, "rank 1 runs on n2");
+    let stale = report(&mut s, "n2", Observed::Stopped { job: g, attempt: 7, rank: 1, checkpointed: false });
+    assert_eq!(stale.len(), 1);
+    assert!(!free(&s, "n2"));
+    assert!(report(&mut s, "n2", stopped(g, 1)).is_empty());
+    assert!(free(&s, "n2"));
+}
+
+#[test]
+fn a_requeued_job_is_placed_again_only_once_its_old_ranks_are_gone() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    report(&mut s, "n1", Observed::Vanished { job: g, attempt: 1, rank: 0, missing_ms: 9_000 });
+    assert_eq!(s.job(g).unwrap().state, JobState::Pending);
+    assert!(free(&s, "n1") && !free(&s, "n2"));
+    let replicas = vec![on(0, "n1"), on(1, "n2")];
+    let why = decide(&mut s, Decision::Place { job: g, attempt: 2, replicas: replicas.clone() })
+        .expect_err("attempt 1's rank 1 still runs: attempt 2 must not start");
+    assert!(why.contains("completing"), "{why}");
+    assert!(report(&mut s, "n2", stopped(g, 1)).is_empty());
+    decide(&mut s, Decision::Place { job: g, attempt: 2, replicas }).expect("both ranks are gone");
+    assert_eq!(s.job(g).unwrap().state, JobState::Running);
+}
+
+#[test]
+fn a_lost_node_releases_its_ranks_at_once_and_the_others_complete() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    assert_eq!(s.job(g).unwrap().state, JobState::Pending);
+    assert_eq!(s.completing_ranks(g), 1, "rank 0's node is lost: nothing of it runs (the lease argument)");
+    assert!(!free(&s, "n2"));
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n2"), status: NodeStatus::Lost });
+    assert_eq!(s.completing_ranks(g), 0);
+}
+
+#[test]
+fn a_time_limit_stop_cut_short_by_a_lost_node_keeps_the_other_rank_completing() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, Some(1_000));
+    decide(&mut s, Decision::TimeLimit { job: g, attempt: 1 }).expect("past its limit");
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    assert_eq!(s.job(g).unwrap().state, JobState::Failed);
+    assert!(!free(&s, "n2"), "rank 1 is still stopping");
+    assert!(report(&mut s, "n2", stopped(g, 1)).is_empty());
+    assert!(free(&s, "n2"));
+}
+
+#[test]
+fn an_unkillable_completing_rank_takes_its_node_out_and_lets_the_job_go() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::Cancel { job: g });
+    let stuck = Observed::Unkillable { job: g, attempt: 1, rank: 1, reason: "stuck in D state".into() };
+    assert!(report(&mut s, "n2", stuck).is_empty());
+    let n2 = &s.nodes()[&Name::lit("n2")];
+    assert!(n2.unhealthy.as_deref().is_some_and(|w| w.contains("stuck in D state")), "{:?}", n2.unhealthy);
+    assert_eq!(s.completing_ranks(g), 1, "only rank 0 is left to stop");
+    let why = place_other(&mut s, "next", "n2").expect_err("an unhealthy node takes no new work");
+    assert!(why.contains("not schedulable"), "{why}");
+}
+
+#[test]
+fn a_stop_that_completes_leaves_nothing_completing() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::Pause { job: g });
+    report(&mut s, "n1", stopped(g, 0));
+    report(&mut s, "n2", stopped(g, 1));
+    assert_eq!(s.job(g).unwrap().state, JobState::Paused);
+    assert_eq!(s.completing_ranks(g), 0);
+    assert!(free(&s, "n1") && free(&s, "n2"));
+}
+
+#[test]
+fn a_requeued_job_cancelled_while_completing_keeps_its_old_ranks_held() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    assert_eq!(s.job(g).unwrap().state, JobState::Pending);
+    apply(&mut s, Op::Cancel { job: g });
+    assert_eq!(s.job(g).unwrap().state, JobState::Cancelled);
+    assert_eq!(s.completing_ranks(g), 1);
+    assert!(!free(&s, "n2"), "rank 1 still runs on n2");
+    assert!(report(&mut s, "n2", stopped(g, 1)).is_empty());
+    assert!(free(&s, "n2"));
+}
+
+fn lease_stop(job: JobId, rank: u32) -> Observed {
+    Observed::LeaseExpired { job, attempt: 1, rank, checkpointed: true }
+}
+
+/// An agent cut off for longer than the heartbeat timeout stops its rank with a checkpoint
+/// (its lease ran out) and reports it once it is back, after its node was declared lost and
+/// the job requeued: the checkpoint counts for the next attempt once every rank of the
+/// attempt has saved its work (issue 9).
+#[test]
+fn a_lease_stop_reported_after_its_node_was_lost_gives_the_next_attempt_its_checkpoint() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    assert!(!s.job(g).unwrap().has_checkpoint);
+    // n2's agent stops rank 1 (it is completing) and its checkpoint signal saved its work.
+    let saved = Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true };
+    assert!(report(&mut s, "n2", saved).is_empty());
+    assert!(!s.job(g).unwrap().has_checkpoint, "rank 0's work is not known to be saved yet");
+    // n1's agent comes back and reports its lease stop: a rank on the wrong node is ignored.
+    assert_eq!(report(&mut s, "n2", lease_stop(g, 0)).len(), 1, "rank 0 ran on n1");
+    assert!(report(&mut s, "n1", lease_stop(g, 0)).is_empty());
+    let j = s.job(g).unwrap();
+    assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true));
+    let e = j.events.back().unwrap();
+    assert!(e.message.contains("reported late") && e.message.contains("n1"), "{}", e.message);
+}
+
+#[test]
+fn a_late_checkpoint_changes_nothing_once_a_newer_attempt_started_or_in_mode_requeue() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    report(&mut s, "n2", Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true });
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Ready });
+    let replicas = vec![on(0, "n1"), on(1, "n2")];
+    decide(&mut s, Decision::Place { job: g, attempt: 2, replicas }).expect("attempt 2 starts");
+    // Attempt 2 started from the checkpoint known then; it is not changed under it.
+    assert_eq!(report(&mut s, "n1", lease_stop(g, 0)).len(), 1);
+    assert!(!s.job(g).unwrap().has_checkpoint);
+
+    let (mut s, g) = gang(PreemptionMode::Requeue, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    report(&mut s, "n2", Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true });
+    report(&mut s, "n1", lease_stop(g, 0));
+    assert!(!s.job(g).unwrap().has_checkpoint, "mode requeue starts over");
+}
