@@ -189,14 +189,14 @@ async fn put(conn: &Conn, q: v1::Queue) -> Result<v1::Ack, ClientError> {
 }
 
 fn read_file(path: &std::path::Path) -> Result<(String, String), ClientError> {
-    baton_sim::files::read_text(path).map_err(|e| usage_err(e.to_string()))
+    baton_spec::files::read_text(path).map_err(|e| usage_err(e.to_string()))
 }
 
 /// The queue `create` would write, checked before anything is sent.
 pub fn new_queue(e: &QueueEdit) -> Result<v1::Queue, ClientError> {
     if let Some(path) = &e.file {
         let (file, text) = read_file(path)?;
-        let spec = baton_sim::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
+        let spec = baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
         return Ok(convert::queue_to_proto(&spec));
     }
     let name = e.name.clone().ok_or_else(|| usage_err("give the queue's name, or -f queue.yaml"))?;
@@ -210,7 +210,7 @@ pub fn updated_queue(current: &v1::Queue, e: &QueueEdit) -> Result<v1::Queue, Cl
     if let Some(path) = &e.file {
         let (file, text) = read_file(path)?;
         let base = convert::queue_from_proto(current).map_err(|e| usage_err(format!("the current queue: {e}")))?;
-        let spec = baton_sim::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
+        let spec = baton_spec::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
         return Ok(convert::queue_to_proto(&spec));
     }
     let mut q = current.clone();
@@ -244,7 +244,7 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
                 (Some(n), _) => n.clone(),
                 (None, Some(path)) => {
                     let (file, text) = read_file(path)?;
-                    baton_sim::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?.name.to_string()
+                    baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?.name.to_string()
                 }
                 (None, None) => return Err(usage_err("give the queue's name, or -f queue.yaml")),
             };

@@ -143,7 +143,7 @@ pub fn build_spec(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
 }
 
 fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<JobSpec, ClientError> {
-    let mut spec = baton_sim::parse_job_file(path).map_err(|e| usage(e.to_string()))?;
+    let mut spec = baton_spec::parse_job_file(path).map_err(|e| usage(e.to_string()))?;
     if !a.command.is_empty() {
         if !spec.command.is_empty() {
             return Err(usage(format!(
