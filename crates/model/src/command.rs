@@ -139,6 +139,17 @@ pub enum Op {
     },
     /// Changes the cluster's tenancy settings (admins only).
     SetTenancy(TenancySettings),
+    // The compare-and-set queue writes come last, so logs written before them decode.
+    /// Create a queue; refused (`Exists`) if one of that name is there, so of two creates
+    /// of one name exactly one lands.
+    CreateQueue(QueueSpec),
+    /// Replace a queue only if it is still at `revision`, the one the writer read
+    /// ([`crate::State::queue_revision`]); refused (`Conflict`, naming both) otherwise, so a
+    /// change made between the read and this write is never silently undone.
+    UpdateQueue {
+        spec: QueueSpec,
+        revision: u64,
+    },
 }
 
 impl Op {
@@ -185,6 +196,8 @@ impl Op {
                 | Op::GrantQueue { .. }
                 | Op::SubmitRunAs { .. }
                 | Op::SetTenancy(_)
+                | Op::CreateQueue(_)
+                | Op::UpdateQueue { .. }
         )
     }
 
@@ -217,6 +230,8 @@ impl Op {
             Op::GrantQueue { .. } => "GrantQueue",
             Op::SubmitRunAs { .. } => "Submit",
             Op::SetTenancy(_) => "SetTenancy",
+            Op::CreateQueue(_) => "CreateQueue",
+            Op::UpdateQueue { .. } => "UpdateQueue",
         }
     }
 }

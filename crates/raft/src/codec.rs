@@ -76,16 +76,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// Decodes a snapshot's state: the current layout, or one written before tenancy existed
-/// (without the tenancy part, which then starts with its defaults), or before tokens (the
-/// data alone; the identity part starts empty too). An older layout is tried only when the
+/// Decodes a snapshot's state: the current layout, or one written before queue revisions
+/// (every queue then at revision 0), or before tenancy existed (without the tenancy part,
+/// which then starts with its defaults), or before tokens (the data alone; the identity part
+/// starts empty too). An older layout is tried only when the
 /// newer ones fail, and must use every byte, so a current snapshot is never read as an old
 /// one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
-    use baton_model::state::{PreAccessState, PreTenancyState};
+    use baton_model::state::{PreAccessState, PreRevisionsState, PreTenancyState};
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreTenancyState>(bytes)
+        decode::<PreRevisionsState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreTenancyState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreAccessState>(bytes).map(|old| old.0))
             .map_err(|_| current)
     })

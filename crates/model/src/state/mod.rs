@@ -99,6 +99,11 @@ pub struct State {
     /// Tenancy settings and the user each job runs as: serialized after `access`, so a
     /// snapshot written before them is `(d, access)` ([`PreTenancyState`]).
     tenancy: Tenancy,
+    /// Each queue's revision: the count of commands applied when it was last written (so
+    /// never reused, not even by a queue deleted and made again). Serialized after
+    /// `tenancy`; a snapshot written before it is read as [`PreRevisionsState`], its queues
+    /// at revision 0.
+    queue_revisions: BTreeMap<Name, u64>,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -133,8 +138,14 @@ impl State {
             now_ms: 0,
             retain_finished: DEFAULT_RETAINED_FINISHED_JOBS,
         };
-        let mut s =
-            State { d, access: Access::default(), tenancy: Tenancy::default(), ledger: Ledger::default(), actor: None };
+        let mut s = State {
+            d,
+            access: Access::default(),
+            tenancy: Tenancy::default(),
+            queue_revisions: BTreeMap::new(),
+            ledger: Ledger::default(),
+            actor: None,
+        };
         s.rebuild_ledger();
         s
     }
@@ -217,6 +228,8 @@ impl State {
             Op::RevokeToken { id } => done(self.access.revoke(&id, self.d.now_ms)),
             Op::GrantQueue { id, queue, granted } => done(self.grant_queue(&id, queue, granted)),
             Op::SetTenancy(settings) => done(self.set_tenancy(settings, ev)),
+            Op::CreateQueue(q) => done(self.create_queue(q, ev)),
+            Op::UpdateQueue { spec, revision } => done(self.update_queue(spec, revision, ev)),
         }
     }
 
@@ -276,20 +289,36 @@ impl State {
     pub fn tenancy(&self) -> &Tenancy {
         &self.tenancy
     }
+    /// The revision of queue `name` (what `UpdateQueue` must name), `None` if there is no
+    /// such queue. A queue not written since before revisions existed is at 0.
+    pub fn queue_revision(&self, name: &Name) -> Option<u64> {
+        self.d.queues.contains_key(name).then(|| self.queue_revisions.get(name).copied().unwrap_or(0))
+    }
 }
 
-/// Only the replicated data is written, `d`, `access` then `tenancy`; the ledger is rebuilt
-/// when read back.
+/// Only the replicated data is written, `d`, `access`, `tenancy` then the queue revisions;
+/// the ledger is rebuilt when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access, &self.tenancy).serialize(s)
+        (&self.d, &self.access, &self.tenancy, &self.queue_revisions).serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let (d, access, tenancy, revisions) = <(Data, Access, Tenancy, BTreeMap<Name, u64>)>::deserialize(de)?;
+        State::from_parts(d, access, tenancy, revisions)
+    }
+}
+
+/// A state as snapshots before queue revisions wrote it: `(d, access, tenancy)`. Read like
+/// [`PreAccessState`]; every queue is then at revision 0, and its next write moves it on.
+pub struct PreRevisionsState(pub State);
+
+impl<'de> Deserialize<'de> for PreRevisionsState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
-        State::from_parts(d, access, tenancy)
+        State::from_parts(d, access, tenancy, BTreeMap::new()).map(PreRevisionsState)
     }
 }
 
@@ -301,7 +330,7 @@ pub struct PreTenancyState(pub State);
 impl<'de> Deserialize<'de> for PreTenancyState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access) = <(Data, Access)>::deserialize(de)?;
-        State::from_parts(d, access, Tenancy::default()).map(PreTenancyState)
+        State::from_parts(d, access, Tenancy::default(), BTreeMap::new()).map(PreTenancyState)
     }
 }
 
@@ -314,14 +343,22 @@ pub struct PreAccessState(pub State);
 impl<'de> Deserialize<'de> for PreAccessState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        State::from_parts(d, Access::default(), Tenancy::default()).map(PreAccessState)
+        State::from_parts(d, Access::default(), Tenancy::default(), BTreeMap::new()).map(PreAccessState)
     }
 }
 
 impl State {
-    fn from_parts<E: serde::de::Error>(d: Data, access: Access, tenancy: Tenancy) -> Result<State, E> {
+    fn from_parts<E: serde::de::Error>(
+        d: Data,
+        access: Access,
+        tenancy: Tenancy,
+        queue_revisions: BTreeMap<Name, u64>,
+    ) -> Result<State, E> {
         d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        let mut s = State { d, access, tenancy, ledger: Ledger::default(), actor: None };
+        if let Some(name) = queue_revisions.keys().find(|q| !d.queues.contains_key(*q)) {
+            return Err(E::custom(format!("inconsistent state: a revision for queue {name}, which does not exist")));
+        }
+        let mut s = State { d, access, tenancy, queue_revisions, ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -330,6 +367,9 @@ impl State {
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
-        self.d == other.d && self.access == other.access && self.tenancy == other.tenancy
+        self.d == other.d
+            && self.access == other.access
+            && self.tenancy == other.tenancy
+            && self.queue_revisions == other.queue_revisions
     }
 }
