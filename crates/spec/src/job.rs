@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use baton_model::class::DEFAULT_CLASS;
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
@@ -36,7 +37,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
     let queue = cx.name(qnode, &f.field_path("queue"))?;
     let (priority, priority_line) = match f.opt("priority") {
         Some(n) => (priority(cx, n, &f.field_path("priority"))?, n.line),
-        None => (PriorityRef::Class(Name::lit("train")), f.line),
+        None => (PriorityRef::Class(Name::lit(DEFAULT_CLASS)), f.line),
     };
     let tasks = tasks(cx, &mut f)?;
     let pools = f.opt("pools").map(|n| cx.names(n, &f.field_path("pools"))).transpose()?;
