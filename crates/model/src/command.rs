@@ -14,6 +14,7 @@ use crate::name::Name;
 use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
 use crate::queue::{Cohort, QueueSpec};
+use crate::rejection::Rejection;
 use crate::scheduler::SchedulerSettings;
 use crate::tenancy::{TenancySettings, UnixUser};
 
@@ -292,7 +293,7 @@ pub enum Outcome {
     PlanApplied {
         accepted: u32,
         /// Index of each rejected decision and why.
-        rejected: Vec<(u32, String)>,
+        rejected: Vec<(u32, Rejection)>,
         /// Commands applied between the state the plan was computed from (`based_on`) and
         /// this one: how stale it was, which is why decisions get refused.
         stale_by: u64,
