@@ -83,7 +83,7 @@ fn submit_by_flags_sends_the_job_the_flags_describe() {
 }
 
 #[test]
-fn submit_defaults_leave_class_and_grace_to_the_server_and_retry_is_idempotent() {
+fn submit_defaults_are_left_to_the_server_and_retry_is_idempotent() {
     let fake = Fake::default();
     let server = serve_baton(fake.clone());
     let args =
@@ -96,6 +96,9 @@ fn submit_defaults_leave_class_and_grace_to_the_server_and_retry_is_idempotent()
     let s = fake.state();
     let spec = s.submits[0].spec.as_ref().unwrap();
     assert_eq!((spec.priority_class.as_str(), spec.priority_value, spec.grace_ms), ("", None, None));
+    // The preemption mode and the checkpoint signal too: the server fills them.
+    assert_eq!((spec.preemption_mode.as_str(), spec.checkpoint_signal.as_str()), ("", ""));
+    assert_eq!((spec.topology.as_str(), spec.time_limit_ms, spec.pools.len()), ("", None, 0));
     assert_eq!(spec.tasks[0].resources.as_ref().unwrap().amounts["gpu"], 1);
 }
 

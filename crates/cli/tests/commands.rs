@@ -167,6 +167,7 @@ fn queue_team_a() -> v1::QueueUsage {
         }],
         pending: 1,
         running: 3,
+        revision: 7,
     }
 }
 
@@ -176,14 +177,15 @@ fn queue_update_changes_only_the_fields_given() {
     let server = serve_baton(fake.clone());
     let (r, out) = run(&["queue", "update", "team-a", "--gpus", "4", "--lend-limit", "2", "--server", &server.addr()]);
     r.unwrap();
-    assert_eq!(out, "queue team-a written\n");
+    assert_eq!(out, "queue team-a updated\n");
     let s = fake.state();
-    assert_eq!(s.calls, vec!["ListQueues", "PutQueue"]);
+    assert_eq!(s.calls, vec!["ListQueues", "UpdateQueue"]);
     let before = queue_team_a().queue.unwrap();
     let mut expected = before.clone();
     expected.quotas[0].nominal = resources(&[("gpu", 4), ("cpu", 64)]);
     expected.quotas[0].lend_limit = [("gpu".to_string(), 2)].into();
-    assert_eq!(s.put_queues, vec![expected]);
+    assert_eq!(s.updated_queues, vec![(expected, 7)], "sent with the revision it read");
+    assert!(s.put_queues.is_empty());
     drop(s);
 
     // From a file: what it names changes, the rest stays.
@@ -192,32 +194,71 @@ fn queue_update_changes_only_the_fields_given() {
     std::fs::write(&path, "name: team-a\nweight: 5\n").unwrap();
     let (r, _) = run(&["queue", "update", "-f", path.to_str().unwrap(), "--server", &server.addr()]);
     r.unwrap();
-    let put = fake.state().put_queues[1].clone();
-    assert_eq!(put.weight, 5.0);
+    let (put, revision) = fake.state().updated_queues[1].clone();
+    assert_eq!((put.weight, revision), (5.0, 8));
     assert_eq!(
         (put.cohort.as_str(), put.ordering.as_str(), put.max_priority_threshold),
         ("org", "StrictFIFO", Some(50))
     );
-    assert_eq!(put.quotas, before.quotas);
+    assert_eq!(put.quotas[0].nominal, resources(&[("gpu", 4), ("cpu", 64)]));
 
     let (r, _) = run(&["queue", "update", "ghost", "--weight", "1", "--server", &server.addr()]);
     assert_eq!(r.unwrap_err().to_string(), "unknown queue \"ghost\"; see baton queue list");
 }
 
 #[test]
-fn queue_create_refuses_an_existing_queue_and_checks_fields() {
+fn a_queue_update_racing_another_write_redoes_its_change_on_what_that_write_left() {
+    let other = v1::Queue { weight: 9.0, ..queue_team_a().queue.unwrap() };
+    let fake = Fake::with(|s| {
+        s.queues.push(queue_team_a());
+        s.interfering_writes.push(other);
+    });
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["queue", "update", "team-a", "--gpus", "4", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "queue team-a updated\n");
+    let s = fake.state();
+    assert_eq!(s.calls, vec!["ListQueues", "UpdateQueue", "ListQueues", "UpdateQueue"]);
+    let now = s.queues[0].queue.clone().unwrap();
+    assert_eq!(now.weight, 9.0, "the other client's change is kept");
+    assert_eq!(now.quotas[0].nominal, resources(&[("gpu", 4), ("cpu", 64)]), "and so is this one's");
+    assert_eq!(s.updated_queues.iter().map(|(_, r)| *r).collect::<Vec<_>>(), vec![8]);
+}
+
+#[test]
+fn a_queue_update_that_meets_another_write_every_time_gives_up_and_says_so() {
+    let fake = Fake::with(|s| {
+        s.queues.push(queue_team_a());
+        s.interfering_writes = vec![queue_team_a().queue.unwrap(); 10];
+    });
+    let server = serve_baton(fake.clone());
+    let (r, _) = run(&["queue", "update", "team-a", "--weight", "3", "--server", &server.addr()]);
+    let e = r.unwrap_err().to_string();
+    assert!(e.starts_with("queue team-a changed under each of 5 tries to update it"), "{e}");
+    assert!(e.contains("revision 11 then 12") && e.contains("baton queue get team-a"), "{e}");
+    let s = fake.state();
+    assert_eq!(s.calls.len(), 10, "five reads and five writes: {:?}", s.calls);
+    assert!(s.updated_queues.is_empty());
+}
+
+#[test]
+fn queue_create_refuses_an_existing_queue_and_leaves_defaults_to_the_server() {
     let fake = Fake::with(|s| s.queues.push(queue_team_a()));
     let server = serve_baton(fake.clone());
     let (r, _) = run(&["queue", "create", "team-a", "--gpus", "1", "--server", &server.addr()]);
-    assert!(r.unwrap_err().to_string().contains("already exists"));
+    let e = r.unwrap_err().to_string();
+    assert_eq!(e, "queue team-a already exists; change it with baton queue update");
+    assert_eq!(fake.state().calls, vec!["CreateQueue"], "refused by the server, not by a list first");
     let (r, _) = run(&["queue", "create", "b", "--max-priority-threshold", "5", "--server", &server.addr()]);
     assert!(r.unwrap_err().to_string().contains("max_priority_threshold"));
     let (r, out) = run(&["queue", "create", "b", "--gpus", "2", "--cohort", "org", "--server", &server.addr()]);
     r.unwrap();
-    assert_eq!(out, "queue b written\n");
-    let put = fake.state().put_queues[0].clone();
-    assert_eq!((put.name.as_str(), put.cohort.as_str()), ("b", "org"));
-    assert_eq!(put.quotas[0].nominal, resources(&[("gpu", 2)]));
+    assert_eq!(out, "queue b created\n");
+    let sent = fake.state().created_queues[0].clone();
+    assert_eq!((sent.name.as_str(), sent.cohort.as_str()), ("b", "org"));
+    assert_eq!(sent.quotas[0].nominal, resources(&[("gpu", 2)]));
+    // What the flags did not say is left empty for the server to fill.
+    assert_eq!((sent.weight, sent.ordering.as_str(), sent.within_queue.as_str()), (0.0, "", ""));
 }
 
 #[test]

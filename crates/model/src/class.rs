@@ -12,12 +12,15 @@ pub struct PriorityClass {
 }
 
 /// Run:ai's four classes (seed 000): inference and build are never preempted and never borrow.
+/// The class a job gets when it names none: by the API, `baton submit` and scenario files.
+pub const DEFAULT_CLASS: &str = "train";
+
 pub fn default_classes() -> Vec<PriorityClass> {
     let class = |name: &str, value, preemptible| PriorityClass { name: Name::lit(name), value, preemptible };
     vec![
         class("inference", 125, false),
         class("build", 100, false),
         class("interactive", 75, true),
-        class("train", 50, true),
+        class(DEFAULT_CLASS, 50, true),
     ]
 }

@@ -14,6 +14,7 @@ use crate::name::Name;
 use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
 use crate::queue::{Cohort, QueueSpec};
+use crate::rejection::Rejection;
 use crate::scheduler::SchedulerSettings;
 use crate::tenancy::{TenancySettings, UnixUser};
 
@@ -147,6 +148,17 @@ pub enum Op {
         queue: Name,
         granted: bool,
     },
+    // The compare-and-set queue writes come last, so logs written before them decode.
+    /// Create a queue; refused (`Exists`) if one of that name is there, so of two creates
+    /// of one name exactly one lands.
+    CreateQueue(QueueSpec),
+    /// Replace a queue only if it is still at `revision`, the one the writer read
+    /// ([`crate::State::queue_revision`]); refused (`Conflict`, naming both) otherwise, so a
+    /// change made between the read and this write is never silently undone.
+    UpdateQueue {
+        spec: QueueSpec,
+        revision: u64,
+    },
 }
 
 impl Op {
@@ -194,6 +206,8 @@ impl Op {
                 | Op::SubmitRunAs { .. }
                 | Op::SetTenancy(_)
                 | Op::GrantQueueAdmin { .. }
+                | Op::CreateQueue(_)
+                | Op::UpdateQueue { .. }
         )
     }
 
@@ -227,6 +241,8 @@ impl Op {
             Op::SubmitRunAs { .. } => "Submit",
             Op::SetTenancy(_) => "SetTenancy",
             Op::GrantQueueAdmin { .. } => "GrantQueueAdmin",
+            Op::CreateQueue(_) => "CreateQueue",
+            Op::UpdateQueue { .. } => "UpdateQueue",
         }
     }
 }
@@ -287,7 +303,7 @@ pub enum Outcome {
     PlanApplied {
         accepted: u32,
         /// Index of each rejected decision and why.
-        rejected: Vec<(u32, String)>,
+        rejected: Vec<(u32, Rejection)>,
         /// Commands applied between the state the plan was computed from (`based_on`) and
         /// this one: how stale it was, which is why decisions get refused.
         stale_by: u64,

@@ -29,6 +29,13 @@ pub enum ApplyError {
     /// A valid token without the role or queue grant the command needs.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// A compare-and-set write whose object changed since the writer read it. Last, so
+    /// responses encoded before it decode.
+    #[error(
+        "{kind} {name:?} changed since it was read: the write was based on revision {read}, it is now at \
+         revision {current}; read it again and redo the change"
+    )]
+    Conflict { kind: String, name: String, read: u64, current: u64 },
 }
 
 impl ApplyError {

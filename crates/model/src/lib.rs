@@ -10,7 +10,8 @@
 //! - `name`, `quantity`, `resources`: validated names (natural order), exact quantities in
 //!   Kubernetes notation (CPUs held in thousandths).
 //! - `class`, `node`, `queue`, `job`, `alloc`: configuration and job records.
-//! - `command`, `plan`, `event`, `error`: what goes in and comes out of `apply`.
+//! - `command`, `plan`, `event`, `error`: what goes in and comes out of `apply`;
+//!   `rejection`: why the plan checker refused a decision (a closed set).
 //! - `scheduler`: the scheduler's settings and starving jobs' reservations (section 9).
 //! - `cow_tree`: the ordered map of the state's large collections, whose clone (a snapshot)
 //!   shares its contents until they change.
@@ -42,6 +43,7 @@ pub mod node;
 pub mod plan;
 pub mod quantity;
 pub mod queue;
+pub mod rejection;
 pub mod resources;
 pub mod runnable;
 pub mod scheduler;

@@ -23,7 +23,7 @@ fn decide(s: &mut State, d: Decision) -> Result<(), String> {
     let based_on = s.applied();
     match apply(s, Op::ApplyPlan(Plan { based_on, decisions: vec![d] })) {
         Outcome::PlanApplied { accepted: 1, .. } => Ok(()),
-        Outcome::PlanApplied { rejected, .. } => Err(rejected.into_iter().map(|(_, why)| why).collect()),
+        Outcome::PlanApplied { rejected, .. } => Err(rejected.into_iter().map(|(_, why)| why.to_string()).collect()),
         other => panic!("a plan gave {other:?}"),
     }
 }

@@ -8,6 +8,7 @@ use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode};
 use baton_model::node::NodeSpec;
 use baton_model::plan::{Decision, Plan, Victim};
 use baton_model::queue::{PoolQuota, QueueSpec};
+use baton_model::rejection::Rejection;
 use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::{Name, State};
@@ -46,7 +47,7 @@ fn decide(s: &mut State, d: Decision) -> Result<(), String> {
     let based_on = s.applied();
     match apply(s, Op::ApplyPlan(Plan { based_on, decisions: vec![d] })) {
         Outcome::PlanApplied { accepted: 1, rejected, .. } if rejected.is_empty() => Ok(()),
-        Outcome::PlanApplied { rejected, .. } => Err(rejected.into_iter().map(|(_, why)| why).collect()),
+        Outcome::PlanApplied { rejected, .. } => Err(rejected.into_iter().map(|(_, why)| why.to_string()).collect()),
         other => panic!("a plan gave {other:?}"),
     }
 }
@@ -128,7 +129,9 @@ fn a_plan_from_a_state_not_yet_reached_is_refused_whole() {
         Plan { based_on: ahead, decisions: vec![Decision::Place { job: late, attempt: 1, replicas: on("n2", &[0]) }] };
     let Outcome::PlanApplied { accepted, rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
     assert_eq!(accepted, 0);
-    assert!(rejected[0].1.contains("has applied only"), "{rejected:?}");
+    let why = &rejected[0].1;
+    assert!(matches!(why, Rejection::FromTheFuture { .. }), "{rejected:?}");
+    assert!(why.to_string().contains("has applied only"), "{why}");
     assert_eq!(s.job(late).unwrap().state, JobState::Pending);
 }
 

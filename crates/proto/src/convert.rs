@@ -37,8 +37,8 @@ fn bad(field: &str, message: impl ToString) -> ConvertError {
     ConvertError { field: field.to_string(), message: message.to_string() }
 }
 
-/// The class a job gets when it names none (as in scenario files).
-pub const DEFAULT_CLASS: &str = "train";
+/// The class a job gets when it names none (the model's definition).
+pub use baton_model::class::DEFAULT_CLASS;
 
 pub fn name(text: &str, field: &str) -> R<Name> {
     Name::new(text).map_err(|e| bad(field, e))

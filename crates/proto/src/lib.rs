@@ -1,7 +1,8 @@
 //! baton's gRPC contracts, generated from the top-level `proto/` directory (package
 //! `baton.v1`): the client API (`baton.proto`, service `Baton`), the agent protocol
 //! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`); and
-//! `scrape`, the plain-HTTP `GET /metrics` endpoint both replicas and agents serve.
+//! `scrape`, the plain-HTTP `GET /metrics` endpoint both replicas and agents serve; and
+//! `reason`, the typed reason a refusal carries for clients to act on.
 
 /// Largest gRPC message any baton client or server (API, agent gateway, agent logs) sends
 /// or accepts. Clients and servers set both directions from this one constant so that
@@ -17,6 +18,7 @@ pub use baton_model::job::DEFAULT_CHECKPOINT_SIGNAL;
 
 pub mod convert;
 pub mod make;
+pub mod reason;
 pub mod scrape;
 pub mod tls;
 

@@ -77,11 +77,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 }
 
 /// Decodes a snapshot's state: the current layout, or one written before the completing
-/// ranks and queue admins existed (data format 2: nothing is completing, no queue admins),
-/// or before tenancy existed (without the tenancy part, which then starts with its
-/// defaults), or before tokens (the data alone; the identity part starts empty too). An older layout is tried only when the
-/// newer ones fail, and must use every byte, so a current snapshot is never read as an old
-/// one.
+/// ranks, queue admins and queue revisions existed (data format 2: nothing is completing, no
+/// queue admins, every queue at revision 0), or before tenancy existed (without the tenancy
+/// part, which then starts with its defaults), or before tokens (the data alone; the
+/// identity part starts empty too). An older layout is tried only when the newer ones fail,
+/// and must use every byte, so a current snapshot is never read as an old one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
     use baton_model::state::{PreAccessState, PreCompletingState, PreTenancyState};
     decode::<baton_model::State>(bytes).or_else(|current| {

@@ -47,13 +47,14 @@ fn a_snapshot_from_before_tenancy_loads_with_default_settings() {
         queues: Default::default(),
     };
     s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec } }).unwrap();
-    // The layout before tenancy is the current one without its last three parts (tenancy,
-    // the completing ranks, the queue admins): serde writes a tuple as its parts one after
-    // another.
+    // The layout before tenancy is the current one without its last four parts (tenancy, the
+    // completing ranks, the queue admins, the queue revisions): serde writes a tuple as its
+    // parts one after another.
     let bytes = encode(&s).unwrap();
     let tail = encode(&baton_model::tenancy::Tenancy::default()).unwrap().len()
         + encode(&baton_model::state::Aftermath::default()).unwrap().len()
-        + encode(&baton_model::access::QueueAdmins::default()).unwrap().len();
+        + encode(&baton_model::access::QueueAdmins::default()).unwrap().len()
+        + encode(&std::collections::BTreeMap::<Name, u64>::new()).unwrap().len();
     let before_tenancy = &bytes[..bytes.len() - tail];
     assert!(decode::<State>(before_tenancy).is_err(), "the current layout alone cannot read it");
     let back = decode_state(before_tenancy).unwrap();
@@ -98,8 +99,8 @@ fn queue_admin_grants_round_trip_through_a_snapshot() {
     assert_eq!(json, s, "JSON (the simulator's format) keeps it too");
 }
 
-/// Snapshots of data format 2 end with the tenancy part; format 3 adds the completing ranks
-/// and the queue admin grants after it. A format-2 snapshot loads with nothing completing;
+/// Snapshots of data format 2 end with the tenancy part; format 3 adds the completing ranks,
+/// the queue admin grants and the queue revisions after it. A format-2 snapshot loads with nothing completing;
 /// a state with a completing job round trips with it.
 #[test]
 fn a_snapshot_from_before_the_completing_state_loads_with_nothing_completing() {
@@ -121,17 +122,41 @@ fn a_snapshot_from_before_the_completing_state_loads_with_nothing_completing() {
     assert_eq!(back.completing_ranks(job), 1);
     assert_eq!(back.ledger().digest(), s.ledger().digest(), "the rank's GPUs are held after a restore too");
 
-    // The layout before: the same without its last two parts (each empty one is one byte).
+    // The layout before: the same without its last three parts (each empty one is one byte).
     let mut before = s.clone();
     let gone = baton_model::command::Observed::Stopped { job, attempt: 1, rank: 0, checkpointed: false };
     let node = back.completing(job).unwrap().ranks[&0].node.clone();
     before.apply(Command { now_ms: 7_000, op: Op::Report { node, observations: vec![gone] } }).unwrap();
     let bytes = encode(&before).unwrap();
     let tail = encode(&baton_model::state::Aftermath::default()).unwrap().len()
-        + encode(&baton_model::access::QueueAdmins::default()).unwrap().len();
+        + encode(&baton_model::access::QueueAdmins::default()).unwrap().len()
+        + encode(&std::collections::BTreeMap::<Name, u64>::new()).unwrap().len();
     let format_2 = &bytes[..bytes.len() - tail];
     assert!(decode::<State>(format_2).is_err(), "the current layout alone cannot read it");
     let back = decode_state(format_2).unwrap();
     assert_eq!(back, before);
     assert_eq!(back.completing_ranks(job), 0);
+}
+
+#[test]
+fn a_snapshot_from_before_queue_revisions_loads_with_its_queues_at_revision_0() {
+    let s = decode_state(BEFORE_TOKENS).unwrap();
+    let q = Name::lit("q");
+    assert_eq!(s.queue_revision(&q), Some(0));
+    // The layout before revisions (data format 2) is the current one without its last three
+    // parts.
+    let bytes = encode(&s).unwrap();
+    let tail = encode(&baton_model::state::Aftermath::default()).unwrap().len()
+        + encode(&baton_model::access::QueueAdmins::default()).unwrap().len()
+        + encode(&std::collections::BTreeMap::<Name, u64>::new()).unwrap().len();
+    let before_revisions = &bytes[..bytes.len() - tail];
+    assert!(decode::<State>(before_revisions).is_err(), "the current layout alone cannot read it");
+    let mut back = decode_state(before_revisions).unwrap();
+    assert_eq!(back, s);
+    // An update that read revision 0 lands, and moves the queue past 0.
+    let spec = back.queues()[&q].clone();
+    back.apply(Command { now_ms: 5_000, op: Op::UpdateQueue { spec, revision: 0 } }).unwrap();
+    assert!(back.queue_revision(&q).unwrap() > 0);
+    let again = decode_state(&encode(&back).unwrap()).unwrap();
+    assert_eq!(again.queue_revision(&q), back.queue_revision(&q));
 }

@@ -305,7 +305,9 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
             wait(plan, job, reason::leaving(leaving));
             Outcome::Waits
         }
-        Err(why) => {
+        Err(refusal) => {
+            // Becomes the job's reason: words from here on, and the failure cache keeps them.
+            let why = refusal.to_string();
             if let Some(k) = key {
                 planner.failures.record(k, c, &why);
             }

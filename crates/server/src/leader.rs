@@ -119,6 +119,11 @@ fn trigger(m: &RaftMetrics) -> Trigger {
 
 /// Waits until the applied index moves or the leadership changes (not for any metrics
 /// change); returns at once if the channel closed, so the caller sees the replica stopped.
+/// A plan's refused decisions as logged: each decision's index and why, in words.
+fn words(rejected: &[(u32, baton_model::rejection::Rejection)]) -> Vec<String> {
+    rejected.iter().map(|(i, why)| format!("{i}: {why}")).collect()
+}
+
 #[cfg(test)]
 async fn state_changed(metrics: &mut watch::Receiver<RaftMetrics>) {
     let since = trigger(&metrics.borrow_and_update());
@@ -197,10 +202,12 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
         }
         match outcome {
             Some(Outcome::PlanApplied { accepted: 0, rejected, stale_by }) => {
+                let rejected = words(&rejected);
                 tracing::debug!(decisions = n, stale_by, ?rejected, "plan refused whole");
                 refused = Some(ctx.replica.read_local(|s| s.applied()));
             }
             Some(Outcome::PlanApplied { accepted, rejected, stale_by }) if !rejected.is_empty() => {
+                let rejected = words(&rejected);
                 tracing::debug!(accepted, stale_by, ?rejected, "plan partly refused");
             }
             _ => {}

@@ -3,6 +3,7 @@
 
 use baton_model::error::ApplyError;
 use baton_proto::convert::ConvertError;
+use baton_proto::reason::Reason;
 use baton_raft::{MembershipError, ReadError, WriteError};
 use tonic::{Code, Status};
 
@@ -22,8 +23,8 @@ pub fn from_write(e: WriteError) -> Status {
         }
         WriteError::Stopped => Status::unavailable("this replica is shutting down; use another"),
         WriteError::Encode(_) => Status::internal(e.to_string()),
-        // Worded with "no leader" so that clients wait and retry, as during an election.
-        WriteError::Transferring { .. } => Status::unavailable(e.to_string()),
+        // Marked as no leader so that clients wait and retry, as during an election.
+        WriteError::Transferring { .. } => baton_proto::reason::no_leader_with(&e.to_string()),
     }
 }
 
@@ -70,21 +71,23 @@ pub fn from_apply(e: ApplyError) -> Status {
         ApplyError::InUse(_)
         | ApplyError::WrongState { .. }
         | ApplyError::StaleAttempt { .. }
-        | ApplyError::NotPlaced { .. } => Code::FailedPrecondition,
+        | ApplyError::NotPlaced { .. }
+        | ApplyError::Conflict { .. } => Code::FailedPrecondition,
         ApplyError::Limit(_) => Code::ResourceExhausted,
         ApplyError::Unauthenticated(_) => Code::Unauthenticated,
         ApplyError::PermissionDenied(_) => Code::PermissionDenied,
     };
-    Status::new(code, e.to_string())
+    let conflict = matches!(e, ApplyError::Conflict { .. });
+    let status = Status::new(code, e.to_string());
+    if conflict { Reason::Conflict.mark(status) } else { status }
 }
 
 pub fn from_convert(e: ConvertError) -> Status {
     Status::invalid_argument(e.to_string())
 }
 
-pub fn no_leader() -> Status {
-    Status::unavailable("no leader yet (an election may be under way); retry in a moment")
-}
+/// The UNAVAILABLE clients retry, marked with its reason (one definition, shared with them).
+pub use baton_proto::reason::no_leader;
 
 /// For calls only the leader serves: FAILED_PRECONDITION with the leader's address in
 /// the `baton-leader` metadata (empty when none is known).

@@ -558,7 +558,7 @@ impl<'s> Engine<'s> {
         let cx = Cx { file: &self.s.file };
         let mut f = cx.map(patch, "update_queue").map_err(|e| e.to_string())?;
         let _ = f.opt("name");
-        let spec = crate::parse::queue_fields(&cx, &mut f, base).map_err(|e| e.to_string())?;
+        let spec = baton_spec::queue::queue_fields(&cx, &mut f, base).map_err(|e| e.to_string())?;
         self.apply(Op::PutQueue(spec)).map(drop)
     }
 

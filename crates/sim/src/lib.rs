@@ -2,21 +2,18 @@
 //! scenario file on a virtual clock, and checks the file's expectations.
 //!
 //! Layout:
-//! - `yaml`, `de`: a YAML tree with line numbers, and typed reading with errors that name
-//!   file, line and field.
+//! - `yaml`, `de`, `files`: re-exported from `baton-spec`, which also reads the queue and job
+//!   shapes that scenarios share with the `baton` client's files.
 //! - `scenario`, `parse`, `parse_timeline`, `parse_expect`, `hostlist`: the file format
 //!   (spec/scenario.md).
-//! - `files`: single job and queue files for the `baton` client (`submit -f`, `queue create -f`).
 //! - `validate`: cross-references and impossible requests, before anything runs.
 //! - `engine`: the virtual clock and the loop around `State::apply` and `cycle`.
 //! - `expect`, `output`: expectations, `-o json` and the readable timeline.
 //! - `trace`, `synth`, `stats`: trace mode (a CSV of jobs against a cluster file), synthetic
 //!   traces, and the per-queue figures of a run (docs/trace.md).
 
-pub mod de;
 pub mod engine;
 pub mod expect;
-pub mod files;
 pub mod hostlist;
 pub mod output;
 pub mod parse;
@@ -28,8 +25,8 @@ pub mod stats;
 pub mod synth;
 pub mod trace;
 pub mod validate;
-pub mod yaml;
 
+pub use baton_spec::{de, files, yaml};
 pub use de::InputError;
 pub use engine::SimError;
 pub use expect::Failure;

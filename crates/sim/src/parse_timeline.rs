@@ -1,15 +1,10 @@
 //! The timeline: steps in `at` order, each doing one thing.
 
-use std::collections::BTreeMap;
-
-use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
-use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
 
 use crate::de::{Cx, R};
-use crate::parse::choice;
-use crate::scenario::{Action, At, Step, Submit};
-use crate::yaml::{Node, Yaml};
+use crate::scenario::{Action, At, Step};
+use crate::yaml::Node;
 
 const VERBS: [&str; 11] = [
     "submit",
@@ -66,7 +61,7 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
     let target =
         |cx: &Cx, n: &Node| -> R<At<Name>> { Ok(At { v: cx.name(n, &vpath)?, line: n.line, path: vpath.clone() }) };
     let action = match verb {
-        "submit" => Action::Submit(Box::new(parse_submit(cx, f.req("submit")?, &vpath)?)),
+        "submit" => Action::Submit(Box::new(baton_spec::job::parse_submit(cx, f.req("submit")?, &vpath)?)),
         "finish" => Action::Finish(target(cx, f.req("finish")?)?),
         "fail" => Action::Fail(target(cx, f.req("fail")?)?),
         "cancel" => Action::Cancel(target(cx, f.req("cancel")?)?),
@@ -86,7 +81,7 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
                 path: uf.field_path("name"),
             };
             // Check the fields now against a blank queue, so bad input stops the run before it starts.
-            crate::parse::queue_fields(cx, &mut uf, baton_model::queue::QueueSpec::named(name.v.as_str()))?;
+            baton_spec::queue::queue_fields(cx, &mut uf, baton_model::queue::QueueSpec::named(name.v.as_str()))?;
             uf.finish()?;
             Action::UpdateQueue(name, n.clone())
         }
@@ -97,152 +92,4 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
     }
     f.finish()?;
     Ok(Step { at_ms, line: node.line, path: path.to_string(), action })
-}
-
-/// A job as a scenario's `submit` (and `baton submit -f job.yaml`) writes it.
-pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
-    let mut f = cx.map(node, path)?;
-    let name = cx.name(f.req("name")?, &f.field_path("name"))?;
-    let qnode = f.req("queue")?;
-    let queue = cx.name(qnode, &f.field_path("queue"))?;
-    let (priority, priority_line) = match f.opt("priority") {
-        Some(n) => (priority(cx, n, &f.field_path("priority"))?, n.line),
-        None => (PriorityRef::Class(Name::lit("train")), f.line),
-    };
-    let tasks = tasks(cx, &mut f)?;
-    let pools = f.opt("pools").map(|n| cx.names(n, &f.field_path("pools"))).transpose()?;
-    let topology = match f.opt("topology") {
-        Some(n) => {
-            Some(choice(cx, n, &f.field_path("topology"), &[("node", Topology::Node), ("rack", Topology::Rack)])?)
-        }
-        None => None,
-    };
-    let modes = [
-        ("checkpoint", PreemptionMode::Checkpoint),
-        ("requeue", PreemptionMode::Requeue),
-        ("cancel", PreemptionMode::Cancel),
-        ("suspend", PreemptionMode::Suspend),
-    ];
-    let preemption_mode = match f.opt("preemption_mode") {
-        Some(n) => choice(cx, n, &f.field_path("preemption_mode"), &modes)?,
-        None => PreemptionMode::Checkpoint,
-    };
-    let ms = |f: &mut crate::de::Fields, key: &'static str| -> R<Option<u64>> {
-        let p = f.field_path(key);
-        f.opt(key).map(|n| cx.seconds(n, &p)).transpose()
-    };
-    let grace_ms = ms(&mut f, "grace")?.unwrap_or(DEFAULT_GRACE_MS);
-    let checkpoint_time_ms = ms(&mut f, "checkpoint_time")?.unwrap_or(0);
-    let min_runtime_ms = ms(&mut f, "min_runtime")?.unwrap_or(0);
-    let duration_ms = ms(&mut f, "duration")?;
-    let time_limit_ms = match f.opt("time_limit") {
-        Some(n) => match cx.seconds(n, &f.field_path("time_limit"))? {
-            0 => return Err(cx.err(n.line, &f.field_path("time_limit"), "must be above 0 seconds")),
-            t => Some(t),
-        },
-        None => None,
-    };
-    let command = match f.opt("command") {
-        Some(n) => cx
-            .seq(n, &f.field_path("command"))?
-            .iter()
-            .map(|a| cx.text(a, &f.field_path("command")))
-            .collect::<R<Vec<_>>>()?,
-        None => Vec::new(),
-    };
-    let env = match f.opt("env") {
-        Some(n) => {
-            let p = f.field_path("env");
-            let mut ef = cx.map(n, &p)?;
-            ef.take_all()
-                .into_iter()
-                .map(|(k, _, v)| Ok((k.clone(), cx.text(v, &format!("{p}.{k}"))?)))
-                .collect::<R<BTreeMap<_, _>>>()?
-        }
-        None => BTreeMap::new(),
-    };
-    let checkpoint_signal =
-        f.opt("checkpoint_signal").map(|n| cx.text(n, &f.field_path("checkpoint_signal"))).transpose()?;
-    f.finish()?;
-    let spec = JobSpec {
-        name,
-        queue,
-        priority,
-        tasks,
-        pools,
-        topology,
-        preemption_mode,
-        grace_ms,
-        min_runtime_ms,
-        time_limit_ms,
-        command,
-        env,
-        checkpoint_signal,
-    };
-    Ok(Submit {
-        spec,
-        duration_ms,
-        checkpoint_time_ms,
-        checkpoint_interval_ms: None,
-        queue_line: qnode.line,
-        priority_line,
-    })
-}
-
-/// A class name, or an integer (then the job is preemptible).
-fn priority(cx: &Cx, node: &Node, path: &str) -> R<PriorityRef> {
-    if let Yaml::Scalar { text, plain: true } = &node.v
-        && let Ok(v) = text.parse::<i64>()
-    {
-        let v = i32::try_from(v).map_err(|_| cx.err(node.line, path, format!("{v} is out of range")))?;
-        return Ok(PriorityRef::Value(v));
-    }
-    Ok(PriorityRef::Class(cx.name(node, path)?))
-}
-
-fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<Vec<TaskSpec>> {
-    let short = f.has("resources") || f.has("replicas");
-    if short && f.has("tasks") {
-        return Err(cx.err(f.line, &f.field_path("tasks"), "use either resources/replicas or tasks, not both"));
-    }
-    if let Some(n) = f.opt("tasks") {
-        let p = f.field_path("tasks");
-        let mut out = Vec::new();
-        for (i, t) in cx.seq(n, &p)?.iter().enumerate() {
-            let tp = format!("{p}[{i}]");
-            let mut tf = cx.map(t, &tp)?;
-            let name = cx.name(tf.req("name")?, &tf.field_path("name"))?;
-            let replicas = match tf.opt("replicas") {
-                Some(r) => cx.count(r, &tf.field_path("replicas"))?,
-                None => 1,
-            };
-            let resources = cx.resources(tf.req("resources")?, &tf.field_path("resources"))?;
-            let pools = tf.opt("pools").map(|x| cx.names(x, &tf.field_path("pools"))).transpose()?;
-            tf.finish()?;
-            if replicas == 0 {
-                return Err(cx.err(t.line, &format!("{tp}.replicas"), "a task needs at least one replica"));
-            }
-            out.push(TaskSpec { name, replicas, resources, pools });
-        }
-        if out.is_empty() {
-            return Err(cx.err(n.line, &p, "a job needs at least one task"));
-        }
-        return Ok(out);
-    }
-    let line = f.line;
-    let rnode = f
-        .opt("resources")
-        .ok_or_else(|| cx.err(line, &f.field_path("resources"), "a job needs resources (or tasks)"))?;
-    let resources = cx.resources(rnode, &f.field_path("resources"))?;
-    let replicas = match f.opt("replicas") {
-        Some(r) => {
-            let v = cx.count(r, &f.field_path("replicas"))?;
-            if v == 0 {
-                return Err(cx.err(r.line, &f.field_path("replicas"), "a job needs at least one replica"));
-            }
-            v
-        }
-        None => 1,
-    };
-    Ok(vec![TaskSpec { name: Name::lit("main"), replicas, resources, pools: None }])
 }

@@ -1,12 +1,13 @@
 //! A scenario: the cluster, a timeline of steps and expectations (spec/scenario.md).
 
 use baton_model::class::PriorityClass;
-use baton_model::job::JobSpec;
 use baton_model::job::JobState;
 use baton_model::name::Name;
 use baton_model::node::NodeSpec;
 use baton_model::queue::{Cohort, QueueSpec};
 use baton_model::resources::Resources;
+
+pub use baton_spec::job::Submit;
 
 use crate::yaml::Node;
 
@@ -39,21 +40,6 @@ pub struct Step {
     pub line: usize,
     pub path: String,
     pub action: Action,
-}
-
-#[derive(Debug, Clone)]
-pub struct Submit {
-    pub spec: JobSpec,
-    /// Seconds of work to finish; `None`: runs until told.
-    pub duration_ms: Option<u64>,
-    /// How long the job takes to checkpoint and exit after its signal.
-    pub checkpoint_time_ms: u64,
-    /// Trace jobs: how often the job writes a checkpoint on its own; a stop that is not a
-    /// checkpoint keeps the work up to the last one. `None`: only checkpoints on a signal.
-    pub checkpoint_interval_ms: Option<u64>,
-    /// Lines of fields that name other things, for precise errors.
-    pub queue_line: usize,
-    pub priority_line: usize,
 }
 
 #[derive(Debug, Clone)]

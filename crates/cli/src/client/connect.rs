@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use baton_proto::reason::Reason;
 use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::baton_client::BatonClient;
 use tokio::time::Instant;
@@ -139,8 +140,9 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// Read from the status's typed reason, never from its wording.
 fn is_no_leader(s: &Status) -> bool {
-    s.message().to_ascii_lowercase().contains("no leader")
+    Reason::of(s) == Some(Reason::NoLeader)
 }
 
 impl Conn {
@@ -228,7 +230,7 @@ impl Conn {
                     *self.current.lock().expect("not poisoned") = Some((i, ch));
                     return Ok(reply.into_inner());
                 }
-                Err(s) if s.code() == Code::Unavailable && is_no_leader(&s) => {
+                Err(s) if is_no_leader(&s) => {
                     // The replica is up but cannot serve writes (or linearizable reads) until an
                     // election ends: wait and ask again, the next replica first.
                     trail.no_leader = true;

@@ -160,6 +160,7 @@ impl ToData for v1::QueueUsage {
             "pools": self.pools.to_data(),
             "pending": self.pending,
             "running": self.running,
+            "revision": self.revision,
         })
     }
 }

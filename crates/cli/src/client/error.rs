@@ -1,6 +1,7 @@
 //! What can go wrong talking to a cluster, each case worded so a person knows what to do next.
 //! gRPC statuses become these at the edge (`from_status`); the binary prints them once.
 
+use baton_proto::reason::Reason;
 use tonic::Code;
 
 #[derive(Debug, thiserror::Error)]
@@ -24,9 +25,21 @@ pub enum ClientError {
     /// The server refused a field (its message names it).
     #[error("invalid request: {0}")]
     InvalidArgument(String),
+    /// A create of a name that is taken (worded as any other status was before).
+    #[error("already exists: {0}")]
+    Exists(String),
+    /// A write that named the revision it read was refused: the object changed since.
+    #[error("refused: {0}")]
+    Conflict(String),
     /// Any other status the server gave: its code and message.
     #[error("{code}: {message}")]
     Server { code: String, message: String },
+    /// `queue update` met another write between its read and its write on every try.
+    #[error(
+        "queue {name} changed under each of {tries} tries to update it ({last}); see what changes it \
+         with baton queue get {name}, then run the update again"
+    )]
+    KeptChanging { name: String, tries: u32, last: String },
     /// Bad flags or a bad file, found before anything was sent.
     #[error("{0}")]
     Usage(String),
@@ -80,6 +93,8 @@ impl ClientError {
                 ClientError::NotFound { what, name: name.to_string(), see }
             }
             Code::InvalidArgument => ClientError::InvalidArgument(message),
+            Code::AlreadyExists => ClientError::Exists(message),
+            _ if Reason::of(status) == Some(Reason::Conflict) => ClientError::Conflict(message),
             code => ClientError::Server { code: code_name(code).to_string(), message },
         }
     }

@@ -1,6 +1,9 @@
-//! `baton queue list|get|create|update|delete`. A queue is written whole (PutQueue), so
-//! `update` reads the queue as it is, changes only the fields given (flags or a file), and
-//! writes it back.
+//! `baton queue list|get|create|update|delete`. `create` is refused by the replicated state
+//! if the name is taken (CreateQueue). A queue is written whole, so `update` reads the queue
+//! and its revision, changes only the fields given (flags or a file), and writes it back
+//! naming that revision (UpdateQueue); if another write landed in between, it reads again
+//! and redoes the change, up to `MAX_UPDATE_TRIES` times. The server fills the fields a new
+//! queue leaves out, and `get` shows what it sent.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -89,6 +92,10 @@ pub struct QueueEdit {
     pub max_priority_threshold: Option<i32>,
 }
 
+/// Reads and writes one `queue update` tries while other writes keep landing between them;
+/// past this the user is told to run it again (a queue changed this often needs a look).
+pub const MAX_UPDATE_TRIES: u32 = 5;
+
 fn usage_err(msg: impl Into<String>) -> ClientError {
     ClientError::Usage(msg.into())
 }
@@ -173,36 +180,72 @@ pub fn apply_flags(q: &mut v1::Queue, e: &QueueEdit) -> Result<(), ClientError> 
     Ok(())
 }
 
-/// Checks the queue as the server will, and sends it in its normalized form.
-fn checked(q: &v1::Queue) -> Result<v1::Queue, ClientError> {
-    let spec = convert::queue_from_proto(q).map_err(|e| usage_err(e.to_string()))?;
-    Ok(convert::queue_to_proto(&spec))
+/// Checks the queue with the server's own conversion, so a mistake is reported before
+/// anything is sent; the queue is sent as given, and the server fills what it leaves out.
+fn checked(q: v1::Queue) -> Result<v1::Queue, ClientError> {
+    convert::queue_from_proto(&q).map_err(|e| usage_err(e.to_string()))?;
+    Ok(q)
 }
 
-async fn put(conn: &Conn, q: v1::Queue) -> Result<v1::Ack, ClientError> {
+async fn create(conn: &Conn, q: v1::Queue) -> Result<v1::Ack, ClientError> {
     let name = q.name.clone();
     conn.call(Subject::Queue, &name, |mut c| {
         let q = q.clone();
-        async move { c.put_queue(q).await }
+        async move { c.create_queue(q).await }
     })
     .await
 }
 
+async fn update(conn: &Conn, q: v1::Queue, revision: u64) -> Result<v1::Ack, ClientError> {
+    let name = q.name.clone();
+    let request = v1::UpdateQueueRequest { queue: Some(q), revision };
+    conn.call(Subject::Queue, &name, |mut c| {
+        let r = request.clone();
+        async move { c.update_queue(r).await }
+    })
+    .await
+}
+
+/// What one `queue update` did.
+enum Updated {
+    Unchanged,
+    Written(v1::Ack),
+}
+
+/// Read, change, write naming the revision read; again from the read when another write
+/// landed in between.
+async fn update_with_retries(conn: &Conn, name: &str, e: &QueueEdit) -> Result<Updated, ClientError> {
+    let mut last = None;
+    for _ in 0..MAX_UPDATE_TRIES {
+        let read = get_queue(conn, name).await?;
+        let current = read.queue.unwrap_or_default();
+        let q = updated_queue(&current, e)?;
+        if q == current {
+            return Ok(Updated::Unchanged);
+        }
+        match update(conn, q, read.revision).await {
+            Err(ClientError::Conflict(why)) => last = Some(why),
+            other => return other.map(Updated::Written),
+        }
+    }
+    Err(ClientError::KeptChanging { name: name.to_string(), tries: MAX_UPDATE_TRIES, last: last.unwrap_or_default() })
+}
+
 fn read_file(path: &std::path::Path) -> Result<(String, String), ClientError> {
-    baton_sim::files::read_text(path).map_err(|e| usage_err(e.to_string()))
+    baton_spec::files::read_text(path).map_err(|e| usage_err(e.to_string()))
 }
 
 /// The queue `create` would write, checked before anything is sent.
 pub fn new_queue(e: &QueueEdit) -> Result<v1::Queue, ClientError> {
     if let Some(path) = &e.file {
         let (file, text) = read_file(path)?;
-        let spec = baton_sim::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
+        let spec = baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
         return Ok(convert::queue_to_proto(&spec));
     }
     let name = e.name.clone().ok_or_else(|| usage_err("give the queue's name, or -f queue.yaml"))?;
     let mut q = v1::Queue { name, ..Default::default() };
     apply_flags(&mut q, e)?;
-    checked(&q)
+    checked(q)
 }
 
 /// The queue `update` would write: `current` with the file's or the flags' fields changed.
@@ -210,12 +253,12 @@ pub fn updated_queue(current: &v1::Queue, e: &QueueEdit) -> Result<v1::Queue, Cl
     if let Some(path) = &e.file {
         let (file, text) = read_file(path)?;
         let base = convert::queue_from_proto(current).map_err(|e| usage_err(format!("the current queue: {e}")))?;
-        let spec = baton_sim::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
+        let spec = baton_spec::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
         return Ok(convert::queue_to_proto(&spec));
     }
     let mut q = current.clone();
     apply_flags(&mut q, e)?;
-    checked(&q)
+    checked(q)
 }
 
 pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), ClientError> {
@@ -232,11 +275,13 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
         }
         QueueCmd::Create(e) => {
             let q = new_queue(e)?;
-            if list_queues(conn).await?.iter().any(|u| u.queue.as_ref().is_some_and(|x| x.name == q.name)) {
-                return Err(usage_err(format!("queue {} already exists; change it with baton queue update", q.name)));
-            }
             let name = q.name.clone();
-            let ack = put(conn, q).await?;
+            let ack = match create(conn, q).await {
+                Err(ClientError::Exists(_)) => {
+                    return Err(usage_err(format!("queue {name} already exists; change it with baton queue update")));
+                }
+                other => other?,
+            };
             print_ack(out, &ack, &format!("queue {name} created"))
         }
         QueueCmd::Update(e) => {
@@ -244,18 +289,14 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
                 (Some(n), _) => n.clone(),
                 (None, Some(path)) => {
                     let (file, text) = read_file(path)?;
-                    baton_sim::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?.name.to_string()
+                    baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?.name.to_string()
                 }
                 (None, None) => return Err(usage_err("give the queue's name, or -f queue.yaml")),
             };
-            let current = get_queue(conn, &name).await?.queue.unwrap_or_default();
-            let q = updated_queue(&current, e)?;
-            if q == current {
-                writeln!(out, "queue {name} unchanged")?;
-                return Ok(());
+            match update_with_retries(conn, &name, e).await? {
+                Updated::Unchanged => Ok(writeln!(out, "queue {name} unchanged")?),
+                Updated::Written(ack) => print_ack(out, &ack, &format!("queue {name} updated")),
             }
-            let ack = put(conn, q).await?;
-            print_ack(out, &ack, &format!("queue {name} updated"))
         }
         QueueCmd::Delete { name } => {
             let r = v1::NameRef { name: name.clone() };
@@ -270,21 +311,18 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
     }
 }
 
+/// The queue as the server sent it: the server fills every field, so nothing here stands
+/// in for a default of its own.
 pub fn queue_text(u: &v1::QueueUsage) -> String {
     let default = v1::Queue::default();
     let q = u.queue.as_ref().unwrap_or(&default);
-    let or = |s: &str, d: &str| if s.is_empty() { d.to_string() } else { s.to_string() };
     let mut s = String::new();
     let _ = writeln!(s, "Name:        {}", q.name);
-    let _ = writeln!(s, "Cohort:      {}", or(&q.cohort, "-"));
-    let _ = writeln!(s, "Weight:      {}", if q.weight == 0.0 { 1.0 } else { q.weight });
-    let _ = writeln!(s, "Ordering:    {}", or(&q.ordering, "BestEffortFIFO"));
-    let _ = writeln!(
-        s,
-        "Preemption:  within queue {}, reclaim within cohort {}",
-        or(&q.within_queue, "LowerPriority"),
-        or(&q.reclaim_within_cohort, "Any")
-    );
+    let _ = writeln!(s, "Cohort:      {}", if q.cohort.is_empty() { "-" } else { &q.cohort });
+    let _ = writeln!(s, "Weight:      {}", q.weight);
+    let _ = writeln!(s, "Ordering:    {}", q.ordering);
+    let _ =
+        writeln!(s, "Preemption:  within queue {}, reclaim within cohort {}", q.within_queue, q.reclaim_within_cohort);
     let borrow = match (q.borrow_within_cohort, q.max_priority_threshold) {
         (false, _) => "never".to_string(),
         (true, None) => "yes, victims of lower priority".to_string(),
@@ -292,6 +330,7 @@ pub fn queue_text(u: &v1::QueueUsage) -> String {
     };
     let _ = writeln!(s, "Borrow by preempting in cohort: {borrow}");
     let _ = writeln!(s, "Jobs:        {} running, {} pending", u.running, u.pending);
+    let _ = writeln!(s, "Revision:    {}", u.revision);
     s.push_str("Quotas:\n");
     for pq in &q.quotas {
         let lim = |m: &HashMap<String, u64>| {

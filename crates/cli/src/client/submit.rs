@@ -7,8 +7,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::path::PathBuf;
 
-use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
-use baton_model::limits::{DEFAULT_GRACE_MS, MAX_REQUEST_ID_LEN};
+use baton_model::job::JobSpec;
+use baton_model::limits::MAX_REQUEST_ID_LEN;
 use baton_model::name::Name;
 use baton_model::quantity::parse_quantity;
 use baton_model::resources::Resources;
@@ -110,10 +110,12 @@ fn quantity(resource: &str, text: &str, flag: &str) -> Result<u64, ClientError> 
 }
 
 /// The job the flags (or the file and the flags) describe, as sent; nothing is sent when
-/// this fails.
+/// this fails. From flags, what the user did not choose is left empty for the server to fill
+/// (class, grace, preemption mode, checkpoint signal); a file is read as the simulator reads
+/// it (spec/scenario.md), its defaults included.
 pub fn build_spec(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
     let mut spec = match &a.file {
-        Some(path) => from_file(a, path)?,
+        Some(path) => convert::job_spec_to_proto(&from_file(a, path)?),
         None => from_flags(a)?,
     };
     if spec.command.is_empty() {
@@ -124,26 +126,16 @@ pub fn build_spec(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
         }));
     }
     if let Some(n) = &a.name {
-        spec.name = flag_name(n, "--name")?;
+        spec.name = flag_name(n, "--name")?.to_string();
     }
     if let Some(q) = &a.queue {
-        spec.queue = flag_name(q, "--queue")?;
+        spec.queue = flag_name(q, "--queue")?.to_string();
     }
-    let mut proto = convert::job_spec_to_proto(&spec);
-    if a.file.is_none() {
-        // Leave what the user did not choose to the server's defaults.
-        if a.class.is_none() && a.priority.is_none() {
-            proto.priority_class.clear();
-        }
-        if a.grace.is_none() {
-            proto.grace_ms = None;
-        }
-    }
-    Ok(proto)
+    Ok(spec)
 }
 
 fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<JobSpec, ClientError> {
-    let mut spec = baton_sim::parse_job_file(path).map_err(|e| usage(e.to_string()))?;
+    let mut spec = baton_spec::parse_job_file(path).map_err(|e| usage(e.to_string()))?;
     if !a.command.is_empty() {
         if !spec.command.is_empty() {
             return Err(usage(format!(
@@ -156,14 +148,8 @@ fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<JobSpec, ClientEr
     Ok(spec)
 }
 
-fn from_flags(a: &SubmitArgs) -> Result<JobSpec, ClientError> {
-    let name = a.name.as_deref().ok_or_else(|| usage("--name is required (or give the job with -f job.yaml)"))?;
-    let queue = a.queue.as_deref().ok_or_else(|| usage("--queue is required (or give the job with -f job.yaml)"))?;
-    let priority = match (&a.class, a.priority) {
-        (Some(c), _) => PriorityRef::Class(flag_name(c, "--class")?),
-        (None, Some(v)) => PriorityRef::Value(v),
-        (None, None) => PriorityRef::Class(Name::lit(convert::DEFAULT_CLASS)),
-    };
+/// One task of `--replicas` (default 1) replicas of `--gpus` (default 1), `--cpu`, `--memory`.
+fn flag_task(a: &SubmitArgs) -> Result<v1::TaskSpec, ClientError> {
     let mut resources = Resources::new();
     resources.set("gpu", a.gpus.unwrap_or(1));
     if let Some(c) = &a.cpu {
@@ -176,33 +162,35 @@ fn from_flags(a: &SubmitArgs) -> Result<JobSpec, ClientError> {
     if replicas == 0 {
         return Err(usage("--replicas: a job needs at least one replica"));
     }
-    let pools = if a.pools.is_empty() {
-        None
-    } else {
-        Some(a.pools.iter().map(|p| flag_name(p, "--pool")).collect::<Result<Vec<_>, _>>()?)
-    };
-    let topology = a.topology.as_deref().map(|t| if t == "rack" { Topology::Rack } else { Topology::Node });
-    let preemption_mode = match a.preemption_mode.as_deref() {
-        Some("requeue") => PreemptionMode::Requeue,
-        Some("cancel") => PreemptionMode::Cancel,
-        Some("suspend") => PreemptionMode::Suspend,
-        _ => PreemptionMode::Checkpoint,
-    };
+    Ok(v1::TaskSpec {
+        name: FLAG_TASK_NAME.to_string(),
+        replicas,
+        resources: Some(convert::resources_to_proto(&resources)),
+        pools: Vec::new(),
+    })
+}
+
+fn from_flags(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
+    let name = a.name.as_deref().ok_or_else(|| usage("--name is required (or give the job with -f job.yaml)"))?;
+    let queue = a.queue.as_deref().ok_or_else(|| usage("--queue is required (or give the job with -f job.yaml)"))?;
+    let priority_class = a.class.as_deref().map(|c| flag_name(c, "--class")).transpose()?;
+    let pools = a.pools.iter().map(|p| flag_name(p, "--pool").map(|n| n.to_string())).collect::<Result<Vec<_>, _>>()?;
     let env: BTreeMap<String, String> = parse_env(&a.env).map_err(usage)?;
-    Ok(JobSpec {
-        name: flag_name(name, "--name")?,
-        queue: flag_name(queue, "--queue")?,
-        priority,
-        tasks: vec![TaskSpec { name: Name::lit(FLAG_TASK_NAME), replicas, resources, pools: None }],
+    Ok(v1::JobSpec {
+        name: flag_name(name, "--name")?.to_string(),
+        queue: flag_name(queue, "--queue")?.to_string(),
+        priority_class: priority_class.map(|c| c.to_string()).unwrap_or_default(),
+        priority_value: a.priority,
+        tasks: vec![flag_task(a)?],
         pools,
-        topology,
-        preemption_mode,
-        grace_ms: a.grace.unwrap_or(DEFAULT_GRACE_MS),
+        topology: a.topology.clone().unwrap_or_default(),
+        preemption_mode: a.preemption_mode.clone().unwrap_or_default(),
+        grace_ms: a.grace,
         min_runtime_ms: a.min_runtime.unwrap_or(0),
         time_limit_ms: a.time_limit,
         command: a.command.clone(),
-        env,
-        checkpoint_signal: a.checkpoint_signal.clone(),
+        env: env.into_iter().collect(),
+        checkpoint_signal: a.checkpoint_signal.clone().unwrap_or_default(),
     })
 }
 

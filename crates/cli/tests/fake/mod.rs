@@ -29,6 +29,11 @@ pub struct State {
     /// The request id of every Submit call, refused ones included.
     pub submit_request_ids: Vec<String>,
     pub put_queues: Vec<v1::Queue>,
+    pub created_queues: Vec<v1::Queue>,
+    /// Each UpdateQueue that landed, with the revision it named.
+    pub updated_queues: Vec<(v1::Queue, u64)>,
+    /// Writes of other clients, one landing just before each UpdateQueue is checked.
+    pub interfering_writes: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
     pub tenancy_sets: Vec<v1::TenancySettings>,
@@ -44,7 +49,8 @@ pub struct State {
     pub nodes: Vec<v1::Node>,
     pub events: Vec<v1::Event>,
     pub info: v1::ClusterInfoReply,
-    /// Answer this many calls UNAVAILABLE "no leader yet" before serving (u32::MAX: always).
+    /// Answer this many calls UNAVAILABLE for want of a leader before serving (u32::MAX:
+    /// always).
     pub no_leader_for: u32,
     request_ids: HashMap<String, (u64, String)>,
 }
@@ -70,7 +76,8 @@ impl Fake {
             if s.no_leader_for != u32::MAX {
                 s.no_leader_for -= 1;
             }
-            return Err(Status::unavailable("no leader yet"));
+            // Worded without "no leader": a client must act on the reason, not the words.
+            return Err(baton_proto::reason::no_leader_with("leadership is moving; retry shortly"));
         }
         Ok(s)
     }
@@ -186,6 +193,41 @@ impl Baton for Fake {
         let q = r.into_inner();
         s.put_queues.push(q.clone());
         ack(format!("queue {} written", q.name))
+    }
+
+    async fn create_queue(&self, r: Request<v1::Queue>) -> Answer<v1::Ack> {
+        let mut s = self.enter("CreateQueue")?;
+        let q = r.into_inner();
+        if s.queues.iter().any(|u| u.queue.as_ref().is_some_and(|x| x.name == q.name)) {
+            return Err(Status::already_exists(format!("queue {:?} already exists", q.name)));
+        }
+        s.created_queues.push(q.clone());
+        ack(format!("queue {} created", q.name))
+    }
+
+    /// Compare-and-set as a replica does it; each of `interfering_writes` first lands as
+    /// another client's write made between this client's read and its write.
+    async fn update_queue(&self, r: Request<v1::UpdateQueueRequest>) -> Answer<v1::Ack> {
+        let mut s = self.enter("UpdateQueue")?;
+        let r = r.into_inner();
+        let q = r.queue.unwrap_or_default();
+        let interfering = if s.interfering_writes.is_empty() { None } else { Some(s.interfering_writes.remove(0)) };
+        let Some(u) = s.queues.iter_mut().find(|u| u.queue.as_ref().is_some_and(|x| x.name == q.name)) else {
+            return Err(Status::not_found(format!("unknown queue {:?}", q.name)));
+        };
+        if let Some(other) = interfering {
+            u.queue = Some(other);
+            u.revision += 1;
+        }
+        if u.revision != r.revision {
+            let msg =
+                format!("queue {:?} changed since it was read: revision {} then {}", q.name, r.revision, u.revision);
+            return Err(baton_proto::reason::Reason::Conflict.mark(Status::failed_precondition(msg)));
+        }
+        u.queue = Some(q.clone());
+        u.revision += 1;
+        s.updated_queues.push((q.clone(), r.revision));
+        ack(format!("queue {} updated", q.name))
     }
 
     async fn delete_queue(&self, r: Request<v1::NameRef>) -> Answer<v1::Ack> {

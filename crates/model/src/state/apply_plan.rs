@@ -12,21 +12,18 @@ use crate::job::{JobId, JobState, StopWhy, Topology};
 use crate::ledger::{Share, Vector, add, fits};
 use crate::limits::MAX_DECISIONS_PER_PLAN;
 use crate::plan::{Decision, Plan, Victim};
+use crate::rejection::Rejection;
 
 impl State {
     pub(crate) fn apply_plan(&mut self, plan: Plan, ev: &mut Vec<Event>) -> Outcome {
         // `applied` already counts this command: the state the plan could have been computed
         // from had applied at most one fewer.
         let Some(stale_by) = (self.d.applied - 1).checked_sub(plan.based_on) else {
-            let why = format!(
-                "the plan is based on {} commands applied, but this state has applied only {}",
-                plan.based_on,
-                self.d.applied - 1
-            );
+            let why = Rejection::FromTheFuture { based_on: plan.based_on, applied: self.d.applied - 1 };
             return Outcome::PlanApplied { accepted: 0, rejected: vec![(0, why)], stale_by: 0 };
         };
         if plan.decisions.len() > MAX_DECISIONS_PER_PLAN {
-            let why = format!("a plan may hold at most {MAX_DECISIONS_PER_PLAN} decisions");
+            let why = Rejection::TooManyDecisions { max: MAX_DECISIONS_PER_PLAN };
             return Outcome::PlanApplied { accepted: 0, rejected: vec![(0, why)], stale_by };
         }
         let mut accepted = 0;
@@ -40,7 +37,7 @@ impl State {
         Outcome::PlanApplied { accepted, rejected, stale_by }
     }
 
-    fn apply_decision(&mut self, d: Decision, ev: &mut Vec<Event>) -> Result<(), String> {
+    fn apply_decision(&mut self, d: Decision, ev: &mut Vec<Event>) -> Result<(), Rejection> {
         match d {
             Decision::Resume { job, attempt } => {
                 self.check_resume(job, attempt)?;
@@ -55,9 +52,9 @@ impl State {
                 self.preempt(job, &victims, replicas, shares, &message, ev);
             }
             Decision::Wait { job, reason } => {
-                let j = self.d.jobs.get(&job).ok_or("unknown job")?;
+                let j = self.d.jobs.get(&job).ok_or(Rejection::UnknownJob)?;
                 if j.state.is_finished() {
-                    return Err(format!("job {} has finished", j.spec.name));
+                    return Err(Rejection::Finished { job: j.spec.name.clone() });
                 }
                 self.set_reason(job, reason);
             }
@@ -67,7 +64,7 @@ impl State {
             }
             Decision::Unreserve { job, reason } => {
                 if self.pool_reservation_of(job).is_none() {
-                    return Err(format!("job {} holds no reservation", self.name_of(job)));
+                    return Err(Rejection::NoReservation { job: self.name_of(job) });
                 }
                 self.unreserve_pool(job, &reason, ev);
                 self.set_reason(job, reason);
@@ -80,39 +77,39 @@ impl State {
         Ok(())
     }
 
-    fn check_time_limit(&self, id: JobId, attempt: u32) -> Result<(), String> {
-        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+    fn check_time_limit(&self, id: JobId, attempt: u32) -> Result<(), Rejection> {
+        let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
         if job.state != JobState::Running || job.attempt != attempt {
-            return Err(format!("job {} is {} at attempt {}", job.spec.name, job.state.as_str(), job.attempt));
+            return Err(wrong_attempt(job));
         }
         match job.time_limit_at() {
             Some(at) if at <= self.d.now_ms => Ok(()),
-            Some(at) => Err(format!("job {} reaches its time limit only at {at} ms", job.spec.name)),
-            None => Err(format!("job {} has no time limit", job.spec.name)),
+            Some(at_ms) => Err(Rejection::TimeLimitLater { job: job.spec.name.clone(), at_ms }),
+            None => Err(Rejection::NoTimeLimit { job: job.spec.name.clone() }),
         }
     }
 
-    fn check_resume(&self, id: JobId, attempt: u32) -> Result<(), String> {
-        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+    fn check_resume(&self, id: JobId, attempt: u32) -> Result<(), Rejection> {
+        let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
         if job.state != JobState::Suspended || job.attempt != attempt {
-            return Err(format!("job {} is {} at attempt {}", job.spec.name, job.state.as_str(), job.attempt));
+            return Err(wrong_attempt(job));
         }
         if let Some(by) = job.suspended_for
             && self.holds(by)
         {
-            return Err(format!("job {} still runs on its resources", self.name_of(by)));
+            return Err(Rejection::StillRunsOnItsResources { job: self.name_of(by) });
         }
         let ready =
             |r: &&ReplicaAlloc| self.d.nodes.get(&r.node).is_some_and(|n| n.status == crate::node::NodeStatus::Ready);
         if let Some(r) = job.replicas.iter().find(|r| !ready(r)) {
-            return Err(format!("node {} is not ready", r.node));
+            return Err(Rejection::NodeNotReady { node: r.node.clone() });
         }
         // A suspended job charges no quota; running again is an admission like any other.
         let shares = self.shares(job, &job.replicas);
         let (q, np) = self.queue_and_np(job);
         self.ledger
             .check_admission(q, &demand_of(&self.ledger, &shares), np)
-            .map_err(|b| b.describe(&self.ledger, q))?;
+            .map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
         Ok(())
     }
 
@@ -122,25 +119,26 @@ impl State {
             || self.d.jobs.get(&id).is_some_and(|j| j.state.is_active() || j.state == JobState::Suspended)
     }
 
-    fn check_place(&self, id: JobId, attempt: u32, replicas: &[ReplicaAlloc]) -> Result<(), String> {
-        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+    fn check_place(&self, id: JobId, attempt: u32, replicas: &[ReplicaAlloc]) -> Result<(), Rejection> {
+        let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
         if job.state != JobState::Pending {
-            return Err(format!("job {} is {}", job.spec.name, job.state.as_str()));
+            return Err(Rejection::WrongState { job: job.spec.name.clone(), state: job.state });
         }
         if attempt != job.attempt + 1 {
-            return Err(format!("job {} would start attempt {attempt}, expected {}", job.spec.name, job.attempt + 1));
+            let expected = job.attempt + 1;
+            return Err(Rejection::NotNextAttempt { job: job.spec.name.clone(), attempt, expected });
         }
         if let Some(why) = self.completing_reason(id) {
-            return Err(format!("job {} is {why}", job.spec.name));
+            return Err(Rejection::Completing { job: job.spec.name.clone(), why });
         }
         let shares = self.check_replicas(id, replicas)?;
         if let Some(r) = self.d.reservations.get(&id) {
             if r.replicas != replicas {
-                return Err("a reserved job must start where it was reserved".into());
+                return Err(Rejection::NotWhereReserved);
             }
             let waiting = r.victims.iter().filter(|v| self.still_holds(**v)).count();
             if waiting > 0 {
-                return Err(format!("{waiting} victims have not stopped yet"));
+                return Err(Rejection::VictimsStillStopping { waiting });
             }
         }
         self.check_fit(id, &shares, &[])?;
@@ -148,7 +146,7 @@ impl State {
         if !self.d.reservations.contains_key(&id) {
             let (q, np) = self.queue_and_np(job);
             let demand = demand_of(&self.ledger, &shares);
-            self.ledger.check_admission(q, &demand, np).map_err(|b| b.describe(&self.ledger, q))?;
+            self.ledger.check_admission(q, &demand, np).map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
         }
         Ok(())
     }
@@ -158,21 +156,21 @@ impl State {
         id: JobId,
         victims: &[Victim],
         replicas: &[ReplicaAlloc],
-    ) -> Result<Vec<Share>, String> {
-        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+    ) -> Result<Vec<Share>, Rejection> {
+        let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
         if job.state != JobState::Pending || self.d.reservations.contains_key(&id) {
-            return Err(format!("job {} is not waiting to be placed", job.spec.name));
+            return Err(Rejection::NotWaiting { job: job.spec.name.clone() });
         }
         if let Some(why) = self.completing_reason(id) {
-            return Err(format!("job {} is {why}", job.spec.name));
+            return Err(Rejection::Completing { job: job.spec.name.clone(), why });
         }
         if victims.is_empty() {
-            return Err("a preemption needs victims".into());
+            return Err(Rejection::NoVictims);
         }
         let mut seen = BTreeSet::new();
         for v in victims {
             if v.job == id || !seen.insert(v.job) {
-                return Err("victims must be distinct other jobs".into());
+                return Err(Rejection::VictimsNotDistinct);
             }
             self.check_victim(v)?;
         }
@@ -184,28 +182,29 @@ impl State {
         let (q, np) = self.queue_and_np(job);
         let demand = demand_of(&self.ledger, &shares);
         let verdict = self.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np));
-        verdict.map_err(|b| b.describe(&self.ledger, q))?;
+        verdict.map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
         Ok(shares)
     }
 
     /// A victim runs the named attempt, may be preempted, and is past its minimum runtime.
-    fn check_victim(&self, v: &Victim) -> Result<(), String> {
-        let j = self.d.jobs.get(&v.job).ok_or("unknown victim")?;
+    fn check_victim(&self, v: &Victim) -> Result<(), Rejection> {
+        let j = self.d.jobs.get(&v.job).ok_or(Rejection::UnknownVictim)?;
+        let job = j.spec.name.clone();
         if j.state != JobState::Running || j.attempt != v.attempt {
-            return Err(format!("victim {} is {} at attempt {}", j.spec.name, j.state.as_str(), j.attempt));
+            return Err(Rejection::VictimWrongAttempt { job, state: j.state, attempt: j.attempt });
         }
         if !j.preemptible {
-            return Err(format!("victim {} is not preemptible", j.spec.name));
+            return Err(Rejection::VictimNotPreemptible { job });
         }
         if self.d.now_ms < j.started_ms.saturating_add(j.spec.min_runtime_ms) {
-            return Err(format!("victim {} is inside its minimum runtime", j.spec.name));
+            return Err(Rejection::VictimInMinRuntime { job });
         }
         Ok(())
     }
 
     /// Replicas cover every task exactly once, on schedulable nodes of the task's pools, with
     /// the right GPU count and the job's topology; returns per-node shares.
-    pub(crate) fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, String> {
+    pub(crate) fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, Rejection> {
         let job = &self.d.jobs[&id];
         let spec = &job.spec;
         let mut want: Vec<(u32, u32)> = spec
@@ -218,33 +217,33 @@ impl State {
         want.sort_unstable();
         got.sort_unstable();
         if want != got {
-            return Err("replicas do not cover the job's tasks exactly once".into());
+            return Err(Rejection::ReplicasDoNotCover);
         }
         let mut racks = BTreeSet::new();
         let mut nodes = BTreeSet::new();
         for r in replicas {
-            let n = self.ledger.node(r.node.as_str()).ok_or_else(|| format!("unknown node {}", r.node))?;
+            let n = self.ledger.node(r.node.as_str()).ok_or_else(|| Rejection::UnknownNode { node: r.node.clone() })?;
             let acct = &self.ledger.nodes[n];
             if !acct.schedulable {
-                return Err(format!("node {} is not schedulable", r.node));
+                return Err(Rejection::NodeNotSchedulable { node: r.node.clone() });
             }
             if !self.task_pools(spec, r.task as usize).contains(&acct.pool) {
-                return Err(format!("node {} is not in an allowed pool", r.node));
+                return Err(Rejection::PoolNotAllowed { node: r.node.clone() });
             }
             let task = &spec.tasks[r.task as usize];
             if r.gpus.len() as u64 != task.resources.gpus() || r.gpus.iter().any(|&g| u64::from(g) >= acct.capacity[0])
             {
-                return Err(format!("replica {} of task {} has the wrong GPUs", r.index, task.name));
+                return Err(Rejection::WrongGpus { index: r.index, task: task.name.clone() });
             }
             racks.insert(acct.rack);
             nodes.insert(n);
         }
         match spec.topology {
             Some(Topology::Node) if nodes.len() > 1 => {
-                return Err("topology node: the gang spans nodes".into());
+                return Err(Rejection::SpansNodes);
             }
             Some(Topology::Rack) if racks.len() > 1 => {
-                return Err("topology rack: the gang spans racks".into());
+                return Err(Rejection::SpansRacks);
             }
             _ => {}
         }
@@ -252,17 +251,17 @@ impl State {
         let gpu_total: usize = replicas.iter().map(|r| r.gpus.len()).sum();
         let distinct: u32 = shares.iter().map(|s| s.2.count_ones()).sum();
         if distinct as usize != gpu_total {
-            return Err("two replicas were given the same GPU".into());
+            return Err(Rejection::SameGpu);
         }
         Ok(shares)
     }
 
-    fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), String> {
+    fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), Rejection> {
         for &(n, ref amount, gpus) in shares {
             let node = &self.ledger.nodes[n];
             let (free, free_gpus) = node.free_for(Some(id), removed);
             if !fits(amount, &free) || gpus & !free_gpus != 0 {
-                return Err(format!("it no longer fits on node {}", node.name));
+                return Err(Rejection::NoLongerFits { node: node.name.clone() });
             }
         }
         Ok(())
@@ -314,6 +313,11 @@ impl State {
         let plural = if n == 1 { "" } else { "s" };
         self.set_reason(id, format!("waiting for {n} victim{plural} to stop; their resources are held for it"));
     }
+}
+
+/// A job found in another state or attempt than the decision names.
+fn wrong_attempt(job: &crate::job::Job) -> Rejection {
+    Rejection::WrongAttempt { job: job.spec.name.clone(), state: job.state, attempt: job.attempt }
 }
 
 /// Per-pool totals of a set of shares, as the quota check wants them.

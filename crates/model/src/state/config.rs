@@ -88,6 +88,7 @@ impl State {
             check_names(quota.lend_limit.keys().map(String::as_str), &field("lend_limit"))?;
         }
         let name = q.name.clone();
+        self.queue_revisions.insert(name.clone(), self.d.applied);
         self.d.queues.insert(q.name.clone(), q);
         self.rebuild_ledger();
         if existed {
@@ -120,8 +121,25 @@ impl State {
             )));
         }
         self.d.queues.remove(name);
+        self.queue_revisions.remove(name);
         self.rebuild_ledger();
         Ok(())
+    }
+
+    pub(crate) fn create_queue(&mut self, q: QueueSpec, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        if self.d.queues.contains_key(&q.name) {
+            return Err(ApplyError::Exists { kind: "queue".into(), name: q.name.to_string() });
+        }
+        self.put_queue(q, ev)
+    }
+
+    /// `put_queue` if the queue is still at `read`, the revision its writer read.
+    pub(crate) fn update_queue(&mut self, q: QueueSpec, read: u64, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        let current = self.queue_revision(&q.name).ok_or_else(|| ApplyError::unknown("queue", &q.name))?;
+        if current != read {
+            return Err(ApplyError::Conflict { kind: "queue".into(), name: q.name.to_string(), read, current });
+        }
+        self.put_queue(q, ev)
     }
 
     /// Agents register their nodes (or re-register with new facts); many at once when a

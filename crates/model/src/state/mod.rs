@@ -109,6 +109,11 @@ pub struct State {
     /// `tenancy`, so a snapshot written before it is `(d, access, tenancy)`
     /// ([`PreCompletingState`]).
     after: Aftermath,
+    /// Each queue's revision: the count of commands applied when it was last written (so
+    /// never reused, not even by a queue deleted and made again). Serialized last; a
+    /// snapshot written before it is read as [`PreCompletingState`], its queues at
+    /// revision 0.
+    queue_revisions: BTreeMap<Name, u64>,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -148,6 +153,7 @@ impl State {
             access: Access::default(),
             tenancy: Tenancy::default(),
             after: Aftermath::default(),
+            queue_revisions: BTreeMap::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -236,6 +242,8 @@ impl State {
             Op::GrantQueue { id, queue, granted } => done(self.grant_queue(&id, queue, granted)),
             Op::SetTenancy(settings) => done(self.set_tenancy(settings, ev)),
             Op::GrantQueueAdmin { id, queue, granted } => done(self.grant_queue_admin(&id, queue, granted)),
+            Op::CreateQueue(q) => done(self.create_queue(q, ev)),
+            Op::UpdateQueue { spec, revision } => done(self.update_queue(spec, revision, ev)),
         }
     }
 
@@ -295,35 +303,42 @@ impl State {
     pub fn tenancy(&self) -> &Tenancy {
         &self.tenancy
     }
+    /// The revision of queue `name` (what `UpdateQueue` must name), `None` if there is no
+    /// such queue. A queue not written since before revisions existed is at 0.
+    pub fn queue_revision(&self, name: &Name) -> Option<u64> {
+        self.d.queues.contains_key(name).then(|| self.queue_revisions.get(name).copied().unwrap_or(0))
+    }
 }
 
-/// Only the replicated data is written, `d`, `access`, `tenancy`, `after`, then the queue
-/// admin grants; the ledger is rebuilt when read back.
+/// Only the replicated data is written, `d`, `access`, `tenancy`, `after`, the queue admin
+/// grants, then the queue revisions; the ledger is rebuilt when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access, &self.tenancy, &self.after, self.access.queue_admins()).serialize(s)
+        (&self.d, &self.access, &self.tenancy, &self.after, self.access.queue_admins(), &self.queue_revisions)
+            .serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        let (d, mut access, tenancy, after, admins) =
-            <(Data, Access, Tenancy, Aftermath, QueueAdmins)>::deserialize(de)?;
+        let (d, mut access, tenancy, after, admins, revisions) =
+            <(Data, Access, Tenancy, Aftermath, QueueAdmins, BTreeMap<Name, u64>)>::deserialize(de)?;
         access.restore_queue_admins(admins).map_err(|e| D::Error::custom(format!("inconsistent state: {e}")))?;
-        State::from_parts(d, access, tenancy, after)
+        State::from_parts(d, access, tenancy, after, revisions)
     }
 }
 
-/// A state as snapshots before the completing state and queue admins wrote it: `(d, access,
-/// tenancy)`. Read like [`PreTenancyState`]: nothing is completing (those builds freed a
-/// job's shares as its attempt ended) and no token administers a queue. (Both parts came in
-/// one release, so no snapshot holds one without the other.)
+/// A state as snapshots before the completing state, queue admins and queue revisions wrote
+/// it: `(d, access, tenancy)`. Read like [`PreTenancyState`]: nothing is completing (those
+/// builds freed a job's shares as its attempt ended), no token administers a queue, and
+/// every queue is at revision 0 (its next write moves it on). (The three parts came in one
+/// release, so no snapshot holds some of them without the others.)
 pub struct PreCompletingState(pub State);
 
 impl<'de> Deserialize<'de> for PreCompletingState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access, tenancy) = <(Data, Access, Tenancy)>::deserialize(de)?;
-        State::from_parts(d, access, tenancy, Aftermath::default()).map(PreCompletingState)
+        State::from_parts(d, access, tenancy, Aftermath::default(), BTreeMap::new()).map(PreCompletingState)
     }
 }
 
@@ -335,7 +350,7 @@ pub struct PreTenancyState(pub State);
 impl<'de> Deserialize<'de> for PreTenancyState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let (d, access) = <(Data, Access)>::deserialize(de)?;
-        State::from_parts(d, access, Tenancy::default(), Aftermath::default()).map(PreTenancyState)
+        State::from_parts(d, access, Tenancy::default(), Aftermath::default(), BTreeMap::new()).map(PreTenancyState)
     }
 }
 
@@ -348,7 +363,8 @@ pub struct PreAccessState(pub State);
 impl<'de> Deserialize<'de> for PreAccessState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let d = Data::deserialize(de)?;
-        State::from_parts(d, Access::default(), Tenancy::default(), Aftermath::default()).map(PreAccessState)
+        State::from_parts(d, Access::default(), Tenancy::default(), Aftermath::default(), BTreeMap::new())
+            .map(PreAccessState)
     }
 }
 
@@ -358,10 +374,14 @@ impl State {
         access: Access,
         tenancy: Tenancy,
         after: Aftermath,
+        queue_revisions: BTreeMap<Name, u64>,
     ) -> Result<State, E> {
         d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
         d.check_completing(&after.completing).map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        let mut s = State { d, access, tenancy, after, ledger: Ledger::default(), actor: None };
+        if let Some(name) = queue_revisions.keys().find(|q| !d.queues.contains_key(*q)) {
+            return Err(E::custom(format!("inconsistent state: a revision for queue {name}, which does not exist")));
+        }
+        let mut s = State { d, access, tenancy, after, queue_revisions, ledger: Ledger::default(), actor: None };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -370,6 +390,10 @@ impl State {
 impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
-        self.d == other.d && self.access == other.access && self.tenancy == other.tenancy && self.after == other.after
+        self.d == other.d
+            && self.access == other.access
+            && self.tenancy == other.tenancy
+            && self.after == other.after
+            && self.queue_revisions == other.queue_revisions
     }
 }

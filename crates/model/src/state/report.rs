@@ -357,7 +357,7 @@ mod tests {
         job
     }
 
-    fn reserve(s: &mut State, job: JobId, node: &str) -> Vec<(u32, String)> {
+    fn reserve(s: &mut State, job: JobId, node: &str) -> Vec<(u32, crate::rejection::Rejection)> {
         let replicas = vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit(node), gpus: (0..8).collect() }];
         let d = Decision::Reserve { job, pool: Name::lit("default"), replicas, waits_for: vec![1] };
         let Outcome::PlanApplied { rejected, .. } =
@@ -375,11 +375,13 @@ mod tests {
         assert!(reserve(&mut s, w, "n1").is_empty());
         assert_eq!(s.pool_reservation_of(w).unwrap().pool.as_str(), "default");
         let refused = reserve(&mut s, x, "n2");
-        assert!(refused[0].1.contains("already holds a reservation for w"), "{refused:?}");
+        let (pool, holder) = (Name::lit("default"), Name::lit("w"));
+        assert_eq!(refused[0].1, crate::rejection::Rejection::PoolAlreadyReserved { pool, holder });
+        assert!(refused[0].1.to_string().contains("already holds a reservation for w"), "{refused:?}");
         apply(&mut s, Op::SetScheduler(SchedulerSettings { reserve_after_ms: None }));
         assert!(s.pool_reservations().is_empty());
         let refused = reserve(&mut s, x, "n2");
-        assert!(refused[0].1.contains("turned off"), "{refused:?}");
+        assert_eq!(refused[0].1, crate::rejection::Rejection::ReservationsOff);
     }
 
     #[test]

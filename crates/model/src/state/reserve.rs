@@ -10,6 +10,7 @@ use crate::event::{Event, EventKind};
 use crate::job::{Job, JobId, JobState};
 use crate::ledger::{Ledger, Share, fits, min};
 use crate::name::Name;
+use crate::rejection::Rejection;
 use crate::scheduler::{PoolReservation, SchedulerSettings};
 
 /// Whether `job`, started at `now_ms`, may use a reservation's resources open to jobs that
@@ -32,26 +33,31 @@ impl State {
         Ok(())
     }
 
-    pub(crate) fn check_pool_reserve(&self, id: JobId, pool: &Name, replicas: &[ReplicaAlloc]) -> Result<(), String> {
-        let job = self.d.jobs.get(&id).ok_or("unknown job")?;
+    pub(crate) fn check_pool_reserve(
+        &self,
+        id: JobId,
+        pool: &Name,
+        replicas: &[ReplicaAlloc],
+    ) -> Result<(), Rejection> {
+        let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
         if self.d.scheduler.reserve_after_ms.is_none() {
-            return Err("reservations are turned off".into());
+            return Err(Rejection::ReservationsOff);
         }
         if job.state != JobState::Pending {
-            return Err(format!("job {} is {}", job.spec.name, job.state.as_str()));
+            return Err(Rejection::WrongState { job: job.spec.name.clone(), state: job.state });
         }
         if let Some(why) = self.completing_reason(id) {
-            return Err(format!("job {} is {why}", job.spec.name));
+            return Err(Rejection::Completing { job: job.spec.name.clone(), why });
         }
         if let Some(r) = self.d.pool_reservations.get(pool) {
-            return Err(format!("pool {pool} already holds a reservation for {}", self.name_of(r.job)));
+            return Err(Rejection::PoolAlreadyReserved { pool: pool.clone(), holder: self.name_of(r.job) });
         }
         if self.pool_reservation_of(id).is_some() || self.d.reservations.contains_key(&id) {
-            return Err(format!("job {} already holds a reservation", job.spec.name));
+            return Err(Rejection::AlreadyReserved { job: job.spec.name.clone() });
         }
         self.check_replicas(id, replicas)?;
         if let Some(r) = replicas.iter().find(|r| self.d.nodes.get(&r.node).is_none_or(|n| &n.spec.pool != pool)) {
-            return Err(format!("node {} is not in pool {pool}", r.node));
+            return Err(Rejection::NodeNotInPool { node: r.node.clone(), pool: pool.clone() });
         }
         Ok(())
     }
@@ -120,7 +126,7 @@ impl State {
     /// the part of its other resources free now), except one that ends in time; a preemption
     /// never does. A preemptor whose room is already held for it is not stopped here: that
     /// room was its own first.
-    pub(crate) fn check_reservations(&self, id: JobId, shares: &[Share], victims: &[JobId]) -> Result<(), String> {
+    pub(crate) fn check_reservations(&self, id: JobId, shares: &[Share], victims: &[JobId]) -> Result<(), Rejection> {
         let preempting = !victims.is_empty();
         if self.d.reservations.contains_key(&id) {
             return Ok(());
@@ -137,13 +143,13 @@ impl State {
             if !preempting && backfills(job, self.d.now_ms, self.backfill_until(&self.ledger, r)) {
                 continue;
             }
-            let what = if same_queue {
-                format!("its queue {} waits behind", job.spec.queue)
-            } else {
-                "it would take resources reserved for".to_string()
-            };
-            let how = if preempting { "a preemption never backfills" } else { "it does not end in time to backfill" };
-            return Err(format!("{what} {}'s reservation in pool {}; {how}", holder.spec.name, r.pool));
+            return Err(Rejection::TakesReserved {
+                holder: holder.spec.name.clone(),
+                pool: r.pool.clone(),
+                queue: job.spec.queue.clone(),
+                same_queue,
+                preempting,
+            });
         }
         Ok(())
     }

@@ -13,6 +13,7 @@
 
 mod cand;
 mod onnode;
+mod refusal;
 mod score;
 mod walk;
 
@@ -27,6 +28,7 @@ use baton_model::state::submit::replicas_fitting;
 
 use cand::{Cand, Ctx, eligible};
 use onnode::{OnNode, OnNodes};
+pub use refusal::NoPreemption;
 use score::Score;
 
 use crate::index::RackKey;
@@ -62,7 +64,7 @@ struct Best {
     assignment: Vec<usize>,
 }
 
-pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String> {
+pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPreemption> {
     let jq = view.ledger.queue(job.spec.queue.as_str()).expect("queue exists");
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
@@ -75,7 +77,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
         return Err(why);
     }
     if view.active().is_empty() {
-        return Err("no running job may be preempted for it".into());
+        return Err(NoPreemption::NoCandidates);
     }
     let pools = needs.all_pools();
     let own: Vec<Cand> = view
@@ -94,7 +96,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
         .chain(own)
         .collect();
     if cands.is_empty() {
-        return Err("no running job may be preempted for it".into());
+        return Err(NoPreemption::NoCandidates);
     }
     let on_node = OnNodes::new(view, &cands);
     let mut best: Option<Best> = None;
@@ -132,7 +134,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, String
         }
     }
     let Some(best) = best else {
-        return Err("preempting the jobs it may preempt would not make room".into());
+        return Err(NoPreemption::NoRoom);
     };
     let leaving = best.victims.iter().filter(|&&i| cands[i].leaving).count();
     if leaving > 0 {
@@ -538,17 +540,15 @@ fn gather(
 }
 
 /// Why the gate forbids preempting at all, naming where the request exceeds nominal.
-fn gate_reason(view: &View, ctx: &Ctx, (p, k): (usize, usize)) -> String {
+fn gate_reason(view: &View, ctx: &Ctx, (p, k): (usize, usize)) -> NoPreemption {
     let l = &view.ledger;
-    let kind = l.kinds.name(k);
-    let h = |v: u64| Human { resource: kind, value: v };
-    format!(
-        "may not preempt: its request of {} {kind} in pool {} exceeds queue {}'s nominal of {} {kind}, and neither borrow_within_cohort nor fair sharing lets it borrow",
-        h(ctx.requested(p, k)),
-        l.pools[p].name,
-        l.queues[ctx.queue].name,
-        h(l.queues[ctx.queue].nominal[p][k]),
-    )
+    NoPreemption::Forbidden {
+        requested: ctx.requested(p, k),
+        nominal: l.queues[ctx.queue].nominal[p][k],
+        resource: l.kinds.name(k).to_string(),
+        pool: l.pools[p].name.clone(),
+        queue: l.queues[ctx.queue].name.clone(),
+    }
 }
 
 /// The rule that allows the preemption, in words for the victims' events.

@@ -3,6 +3,7 @@
 use baton_model::State;
 use baton_model::command::{Op, Outcome};
 use baton_model::job::{Job, JobId, JobState};
+use baton_model::limits::MAX_REQUEST_ID_LEN;
 use baton_model::tenancy::UnixUser;
 use baton_proto::convert::{job_spec_from_proto, job_to_proto, pool_reservation_to_proto};
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
@@ -13,9 +14,6 @@ use tracing::Instrument;
 use super::Api;
 use crate::auth::Caller;
 use crate::status;
-
-/// Longest client request id kept for idempotency.
-pub const MAX_REQUEST_ID_LEN: usize = 128;
 
 pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Response<SubmitReply>, Status> {
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;

@@ -135,6 +135,14 @@ impl Baton for Api {
         let who = self.caller(r.metadata()).await?;
         objects::put_queue(self, &who, r.into_inner()).await
     }
+    async fn create_queue(&self, r: Request<Queue>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        objects::create_queue(self, &who, r.into_inner()).await
+    }
+    async fn update_queue(&self, r: Request<UpdateQueueRequest>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        objects::update_queue(self, &who, r.into_inner()).await
+    }
     async fn delete_queue(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
         let name = objects::name(&r.into_inner().name)?;

@@ -5,7 +5,7 @@ use baton_model::name::Name;
 use baton_proto::convert::{
     self, class_from_proto, class_to_proto, cohort_from_proto, cohort_to_proto, queue_from_proto,
 };
-use baton_proto::v1::{Ack, Cohort, ListClassesReply, ListCohortsReply, PriorityClass, Queue};
+use baton_proto::v1::{Ack, Cohort, ListClassesReply, ListCohortsReply, PriorityClass, Queue, UpdateQueueRequest};
 use tonic::{Response, Status};
 
 use super::Api;
@@ -19,6 +19,17 @@ pub fn name(text: &str) -> Result<Name, Status> {
 pub async fn put_queue(api: &Api, who: &Caller, q: Queue) -> Result<Response<Ack>, Status> {
     let q = queue_from_proto(&q).map_err(status::from_convert)?;
     api.ack(who, Op::PutQueue(q)).await
+}
+
+pub async fn create_queue(api: &Api, who: &Caller, q: Queue) -> Result<Response<Ack>, Status> {
+    let q = queue_from_proto(&q).map_err(status::from_convert)?;
+    api.ack(who, Op::CreateQueue(q)).await
+}
+
+pub async fn update_queue(api: &Api, who: &Caller, r: UpdateQueueRequest) -> Result<Response<Ack>, Status> {
+    let q = r.queue.ok_or_else(|| Status::invalid_argument("queue is missing"))?;
+    let spec = queue_from_proto(&q).map_err(status::from_convert)?;
+    api.ack(who, Op::UpdateQueue { spec, revision: r.revision }).await
 }
 
 pub async fn put_cohort(api: &Api, who: &Caller, c: Cohort) -> Result<Response<Ack>, Status> {

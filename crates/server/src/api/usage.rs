@@ -75,6 +75,7 @@ pub fn queues(state: &State) -> Vec<QueueUsage> {
                 pools: pools.into_values().collect(),
                 pending,
                 running,
+                revision: state.queue_revision(&q.name).unwrap_or_default(),
             }
         })
         .collect()

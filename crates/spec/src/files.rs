@@ -41,14 +41,14 @@ pub fn parse_job(file: &str, text: &str) -> Result<JobSpec, InputError> {
             }
         }
     }
-    Ok(crate::parse_timeline::parse_submit(&cx, &root, "")?.spec)
+    Ok(crate::job::parse_submit(&cx, &root, "")?.spec)
 }
 
 /// A queue in the shape of an entry of a scenario's `queues`, from text.
 pub fn parse_queue(file: &str, text: &str) -> Result<QueueSpec, InputError> {
     let cx = Cx { file };
     let root = document(&cx, text)?;
-    crate::parse::parse_queue(&cx, &root, "")
+    crate::queue::parse_queue(&cx, &root, "")
 }
 
 /// A queue file applied onto the queue as it is now (`baton queue update -f`): fields the
@@ -63,7 +63,7 @@ pub fn parse_queue_update(file: &str, text: &str, current: QueueSpec) -> Result<
         let msg = format!("the file updates queue {name}, not {}", current.name);
         return Err(cx.err(name_node.line, "name", msg));
     }
-    let q = crate::parse::queue_fields(&cx, &mut f, current)?;
+    let q = crate::queue::queue_fields(&cx, &mut f, current)?;
     f.finish()?;
     Ok(q)
 }
