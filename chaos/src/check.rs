@@ -7,7 +7,7 @@ use std::path::Path;
 
 use baton_proto::v1::{Event, Job};
 
-use crate::faults::{Fault, Moment};
+use crate::faults::{Fault, Mix, Moment};
 use crate::history::{self, Op, Start, Summary};
 
 /// A run at least this long must have a fault land in a non-idle protocol state.
@@ -28,6 +28,8 @@ pub struct Landed {
 /// What the run produced, to judge.
 pub struct Evidence<'a> {
     pub seconds: u64,
+    /// Which faults the run drew from.
+    pub mix: Mix,
     pub faults: &'a [Landed],
     /// The final state of every job the cluster lists.
     pub jobs: &'a [Job],
@@ -43,6 +45,7 @@ pub struct Evidence<'a> {
 
 pub struct Report {
     pub seconds: u64,
+    pub mix: Mix,
     pub faults: Vec<String>,
     pub faults_by_kind: BTreeMap<&'static str, usize>,
     pub faults_by_moment: BTreeMap<&'static str, usize>,
@@ -98,6 +101,7 @@ impl Report {
         violations.extend(vacuous(e, resumed));
         Report {
             seconds: e.seconds,
+            mix: e.mix,
             faults: e.faults.iter().map(|l| format!("{:>6.1} s  {} [{}]", l.at_s, l.fault, l.moment.name())).collect(),
             faults_by_kind: count(e.faults.iter().map(|l| l.fault.kind())),
             faults_by_moment,
@@ -236,7 +240,7 @@ fn read_lines(path: &Path) -> Vec<String> {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "chaos run of {} s: {} faults", self.seconds, self.faults.len())?;
+        writeln!(f, "chaos run of {} s: {} faults ({})", self.seconds, self.faults.len(), self.mix.describe())?;
         for fault in &self.faults {
             writeln!(f, "  {fault}")?;
         }
@@ -292,6 +296,7 @@ mod tests {
         let idle = [landed(Moment::Idle), landed(Moment::Idle)];
         let evidence = |seconds, faults| Evidence {
             seconds,
+            mix: Mix::All,
             faults,
             jobs: &[],
             witness: dir.path(),
