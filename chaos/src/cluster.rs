@@ -54,12 +54,37 @@ pub struct Timing {
     pub heartbeat_timeout_ms: u64,
     pub resend_ms: u64,
     pub lease_ms: u64,
+    /// Replica `i`'s wall clock runs this many seconds ahead (negative: behind) of the
+    /// machine's, by libfaketime ([`libfaketime`]); none past the end, or 0, runs true.
+    pub clock_offsets_s: Vec<i64>,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing { cycle_interval_ms: 50, heartbeat_timeout_ms: 3000, resend_ms: 500, lease_ms: 1_200 }
+        Timing {
+            cycle_interval_ms: 50,
+            heartbeat_timeout_ms: 3000,
+            resend_ms: 500,
+            lease_ms: 1_200,
+            clock_offsets_s: Vec::new(),
+        }
     }
+}
+
+/// Where libfaketime's library for threaded programs is, or an error naming the package.
+pub fn libfaketime() -> Result<PathBuf, String> {
+    let candidates = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    ];
+    candidates.iter().map(PathBuf::from).find(|p| p.is_file()).ok_or_else(|| {
+        format!(
+            "clock offsets need libfaketime (Debian package libfaketime), found at none of {}",
+            candidates.join(", ")
+        )
+    })
 }
 
 struct Proc {
@@ -69,6 +94,8 @@ struct Proc {
     paused: bool,
     /// The network namespace it runs in, when the cluster is partitionable.
     netns: Option<String>,
+    /// Environment it runs with besides the harness's (libfaketime's, for a clock offset).
+    env: Vec<(String, String)>,
 }
 
 /// The replicas' addresses and how to reach them (mutual TLS, as the `chaos` client).
@@ -154,7 +181,7 @@ fn signal(child: &Child, sig: libc::c_int) {
 
 impl Proc {
     fn new(args: Vec<String>, log: PathBuf) -> Proc {
-        Proc { args, log, child: None, paused: false, netns: None }
+        Proc { args, log, child: None, paused: false, netns: None, env: Vec::new() }
     }
 
     fn spawn(&mut self, baton: &Path) {
@@ -171,6 +198,7 @@ impl Proc {
         };
         let child = cmd
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info,openraft=warn")
             .env_remove("BATON_INSECURE")
             .env_remove("BATON_TLS_DIR")
@@ -303,6 +331,7 @@ impl Cluster {
         }
         let mut p = Proc::new(args, self.path(&format!("replica-{id}.log")));
         p.netns = self.net.as_ref().map(|net| net.namespace(&replica_label(id as usize - 1)).to_string());
+        p.env = self.clock_env(id as usize - 1);
         p.spawn(&self.baton);
         self.replicas.push(p);
         self.replica_racks.push(rack.map(str::to_string));
@@ -327,6 +356,22 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(20));
         }
         (self.replicas.len() - 1, addr)
+    }
+
+    /// libfaketime's environment for replica `i`'s clock offset, if it has one. Only the wall
+    /// clock is moved: a host's monotonic clock is its own, and nothing compares it across
+    /// hosts.
+    fn clock_env(&self, i: usize) -> Vec<(String, String)> {
+        let offset_s = self.timing.clock_offsets_s.get(i).copied().unwrap_or(0);
+        if offset_s == 0 {
+            return Vec::new();
+        }
+        let lib = libfaketime().unwrap_or_else(|e| panic!("{e}"));
+        vec![
+            ("LD_PRELOAD".into(), lib.display().to_string()),
+            ("FAKETIME".into(), format!("{offset_s:+}s")),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ]
     }
 
     pub fn path(&self, p: &str) -> PathBuf {

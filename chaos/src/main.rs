@@ -26,6 +26,9 @@ struct Args {
     /// Inject network partitions only (no process kills or pauses).
     #[arg(long)]
     only_partitions: bool,
+    /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind (needs libfaketime).
+    #[arg(long)]
+    clock_offsets: bool,
 }
 
 fn main() -> ExitCode {
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
     }
     let mut cfg = baton_chaos::Config::new(baton, args.seconds, args.seed);
     cfg.keep_dir = args.keep_dir;
+    cfg.clock_offsets = args.clock_offsets;
     cfg.mix = match (args.no_partitions, args.only_partitions) {
         (true, _) => baton_chaos::faults::Mix::Processes,
         (false, true) => baton_chaos::faults::Mix::Partitions,

@@ -51,11 +51,27 @@ pub struct Config {
     pub keep_dir: bool,
     /// Which faults to draw; all but `Mix::Processes` need network namespaces (root).
     pub mix: Mix,
+    /// Replica 2's wall clock runs `CLOCK_OFFSET_S` ahead of the others', replica 3's as
+    /// much behind (libfaketime), for the whole run.
+    pub clock_offsets: bool,
 }
+
+/// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
+/// more than the heartbeat timeout, the lease and a stop's grace together.
+pub const CLOCK_OFFSET_S: i64 = 7;
 
 impl Config {
     pub fn new(baton: impl Into<PathBuf>, seconds: u64, seed: u64) -> Config {
-        Config { baton: baton.into(), seconds, seed, nodes: 3, gpus_per_node: 4, keep_dir: false, mix: Mix::All }
+        Config {
+            baton: baton.into(),
+            seconds,
+            seed,
+            nodes: 3,
+            gpus_per_node: 4,
+            keep_dir: false,
+            mix: Mix::All,
+            clock_offsets: false,
+        }
     }
 }
 
@@ -64,7 +80,11 @@ impl Config {
 pub async fn run(cfg: &Config) -> Result<Report, String> {
     let nodes: Vec<NodeArgs> =
         (1..=cfg.nodes).map(|i| NodeArgs::gpus(&format!("n{i}"), &format!("rack-{i}"), cfg.gpus_per_node)).collect();
-    let timing = Timing::default();
+    let mut timing = Timing::default();
+    if cfg.clock_offsets {
+        crate::cluster::libfaketime()?;
+        timing.clock_offsets_s = vec![0, CLOCK_OFFSET_S, -CLOCK_OFFSET_S];
+    }
     let mut c = if cfg.mix.partitions() {
         Cluster::start_partitionable(&cfg.baton, &nodes, &timing).await?
     } else {
@@ -112,6 +132,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let report = Report::judge(&Evidence {
         seconds: cfg.seconds,
         mix: cfg.mix,
+        clock_offsets_s: &timing.clock_offsets_s,
         faults: &landed,
         jobs: &jobs,
         witness: &witness,
