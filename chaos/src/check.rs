@@ -7,7 +7,7 @@ use std::path::Path;
 
 use baton_proto::v1::{Event, Job};
 
-use crate::faults::{Fault, Moment};
+use crate::faults::{Fault, Mix, Moment};
 use crate::history::{self, Op, Start, Summary};
 
 /// A run at least this long must have a fault land in a non-idle protocol state.
@@ -28,6 +28,10 @@ pub struct Landed {
 /// What the run produced, to judge.
 pub struct Evidence<'a> {
     pub seconds: u64,
+    /// Which faults the run drew from.
+    pub mix: Mix,
+    /// Replica `i`'s wall clock offset (seconds; none or 0: true).
+    pub clock_offsets_s: &'a [i64],
     pub faults: &'a [Landed],
     /// The final state of every job the cluster lists.
     pub jobs: &'a [Job],
@@ -43,9 +47,14 @@ pub struct Evidence<'a> {
 
 pub struct Report {
     pub seconds: u64,
+    pub mix: Mix,
+    pub clock_offsets_s: Vec<i64>,
     pub faults: Vec<String>,
     pub faults_by_kind: BTreeMap<&'static str, usize>,
     pub faults_by_moment: BTreeMap<&'static str, usize>,
+    /// Each kind of fault by the protocol state it landed in (a leader kill right after a
+    /// preemption, a deposed leader while a stop was in flight, ...).
+    pub faults_by_kind_and_moment: BTreeMap<(&'static str, &'static str), usize>,
     /// Jobs whose submit the cluster acknowledged.
     pub acknowledged: usize,
     pub succeeded: usize,
@@ -98,9 +107,12 @@ impl Report {
         violations.extend(vacuous(e, resumed));
         Report {
             seconds: e.seconds,
+            mix: e.mix,
+            clock_offsets_s: e.clock_offsets_s.to_vec(),
             faults: e.faults.iter().map(|l| format!("{:>6.1} s  {} [{}]", l.at_s, l.fault, l.moment.name())).collect(),
             faults_by_kind: count(e.faults.iter().map(|l| l.fault.kind())),
             faults_by_moment,
+            faults_by_kind_and_moment: count(e.faults.iter().map(|l| (l.fault.kind(), l.moment.name()))),
             acknowledged: acked.len(),
             succeeded,
             cancelled,
@@ -236,7 +248,14 @@ fn read_lines(path: &Path) -> Vec<String> {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "chaos run of {} s: {} faults", self.seconds, self.faults.len())?;
+        writeln!(f, "chaos run of {} s: {} faults ({})", self.seconds, self.faults.len(), self.mix.describe())?;
+        let offsets: Vec<String> = (self.clock_offsets_s.iter().enumerate())
+            .filter(|(_, o)| **o != 0)
+            .map(|(i, o)| format!("replica {} {o:+} s", i + 1))
+            .collect();
+        if !offsets.is_empty() {
+            writeln!(f, "replica clocks offset (libfaketime): {}", offsets.join(", "))?;
+        }
         for fault in &self.faults {
             writeln!(f, "  {fault}")?;
         }
@@ -247,6 +266,10 @@ impl fmt::Display for Report {
         writeln!(f, "faults by protocol state:")?;
         for (moment, n) in &self.faults_by_moment {
             writeln!(f, "  {n:>4}  {moment}")?;
+        }
+        writeln!(f, "faults by kind and protocol state:")?;
+        for ((kind, moment), n) in &self.faults_by_kind_and_moment {
+            writeln!(f, "  {n:>4}  {kind} [{moment}]")?;
         }
         writeln!(
             f,
@@ -292,6 +315,8 @@ mod tests {
         let idle = [landed(Moment::Idle), landed(Moment::Idle)];
         let evidence = |seconds, faults| Evidence {
             seconds,
+            mix: Mix::All,
+            clock_offsets_s: &[],
             faults,
             jobs: &[],
             witness: dir.path(),

@@ -2,6 +2,10 @@
 //! processes, on loopback ports, with data in a temporary directory. Replicas and agents can
 //! be killed (SIGKILL), restarted and paused (SIGSTOP, then SIGCONT).
 //!
+//! With [`Cluster::start_partitionable`] every process runs in a network namespace of its own
+//! (`net`), so that the links between them can be cut ([`Cluster::set_network`]); replica `i`
+//! is then in rack `rack-i`, with the agents of that rack.
+//!
 //! It panics, naming the logs' directory, when the cluster does not come up or answer in
 //! time: it serves tests and the chaos harness, where that is a failed run.
 
@@ -11,6 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use baton_proto::tls::{REPLICA_HOST, Transport};
+
+use crate::net::{self, Net, Rule};
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef};
 use tonic::transport::Channel;
@@ -48,12 +54,37 @@ pub struct Timing {
     pub heartbeat_timeout_ms: u64,
     pub resend_ms: u64,
     pub lease_ms: u64,
+    /// Replica `i`'s wall clock runs this many seconds ahead (negative: behind) of the
+    /// machine's, by libfaketime ([`libfaketime`]); none past the end, or 0, runs true.
+    pub clock_offsets_s: Vec<i64>,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing { cycle_interval_ms: 50, heartbeat_timeout_ms: 3000, resend_ms: 500, lease_ms: 1_200 }
+        Timing {
+            cycle_interval_ms: 50,
+            heartbeat_timeout_ms: 3000,
+            resend_ms: 500,
+            lease_ms: 1_200,
+            clock_offsets_s: Vec::new(),
+        }
     }
+}
+
+/// Where libfaketime's library for threaded programs is, or an error naming the package.
+pub fn libfaketime() -> Result<PathBuf, String> {
+    let candidates = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    ];
+    candidates.iter().map(PathBuf::from).find(|p| p.is_file()).ok_or_else(|| {
+        format!(
+            "clock offsets need libfaketime (Debian package libfaketime), found at none of {}",
+            candidates.join(", ")
+        )
+    })
 }
 
 struct Proc {
@@ -61,6 +92,10 @@ struct Proc {
     log: PathBuf,
     child: Option<Child>,
     paused: bool,
+    /// The network namespace it runs in, when the cluster is partitionable.
+    netns: Option<String>,
+    /// Environment it runs with besides the harness's (libfaketime's, for a clock offset).
+    env: Vec<(String, String)>,
 }
 
 /// The replicas' addresses and how to reach them (mutual TLS, as the `chaos` client).
@@ -76,7 +111,56 @@ pub struct Cluster {
     baton: PathBuf,
     timing: Timing,
     replicas: Vec<Proc>,
+    replica_racks: Vec<Option<String>>,
     agents: BTreeMap<String, (NodeArgs, Proc)>,
+    /// The processes' private network, when partitionable; dropped (removed) after the
+    /// processes are killed.
+    net: Option<Net>,
+}
+
+/// Port every replica listens on in a partitionable cluster (each has an address of its own).
+const NET_REPLICA_PORT: u16 = 7100;
+/// Port every agent serves its jobs' logs on there.
+const NET_AGENT_PORT: u16 = 7200;
+
+/// The network label of replica `i` (0-based).
+pub fn replica_label(i: usize) -> String {
+    format!("replica-{}", i + 1)
+}
+
+/// The network label of the agent of node `name`.
+pub fn agent_label(name: &str) -> String {
+    format!("agent-{name}")
+}
+
+/// Who is where, by network label, for building network faults.
+#[derive(Clone, Debug, Default)]
+pub struct Topology {
+    /// Replica `i`'s label, by index.
+    pub replicas: Vec<String>,
+    /// Agents' labels, with their node's name and rack.
+    pub agents: Vec<(String, String)>,
+    /// Replica `i`'s rack, by index (`None`: no rack).
+    pub replica_racks: Vec<Option<String>>,
+}
+
+impl Topology {
+    /// Every label, the harness's ([`net::HOST`]) too.
+    pub fn everyone(&self) -> Vec<String> {
+        let mut all = self.replicas.clone();
+        all.extend(self.agents.iter().map(|(l, _)| l.clone()));
+        all.push(net::HOST.into());
+        all
+    }
+
+    /// Replica `i` and the agents of its rack.
+    pub fn rack_of(&self, i: usize) -> Vec<String> {
+        let mut members = vec![self.replicas[i].clone()];
+        if let Some(rack) = &self.replica_racks[i] {
+            members.extend(self.agents.iter().filter(|(_, r)| r == rack).map(|(l, _)| l.clone()));
+        }
+        members
+    }
 }
 
 fn free_port() -> String {
@@ -97,13 +181,24 @@ fn signal(child: &Child, sig: libc::c_int) {
 
 impl Proc {
     fn new(args: Vec<String>, log: PathBuf) -> Proc {
-        Proc { args, log, child: None, paused: false }
+        Proc { args, log, child: None, paused: false, netns: None, env: Vec::new() }
     }
 
     fn spawn(&mut self, baton: &Path) {
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("a log file");
-        let child = Command::new(baton)
+        // `ip netns exec` execs the program in place: the child's pid is baton's, so
+        // signals reach it.
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(baton);
+                c
+            }
+            None => Command::new(baton),
+        };
+        let child = cmd
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info,openraft=warn")
             .env_remove("BATON_INSECURE")
             .env_remove("BATON_TLS_DIR")
@@ -149,8 +244,27 @@ impl Cluster {
     /// Like [`Cluster::start_with`], replica `i` started with `--rack racks[i]` (none past
     /// the end of `racks`).
     pub async fn start_racked(baton: &Path, nodes: &[NodeArgs], t: &Timing, racks: &[&str]) -> Cluster {
+        Cluster::start_on(baton, nodes, t, racks, None).await
+    }
+
+    /// Like [`Cluster::start_with`], every process in a network namespace of its own, so
+    /// that links can be cut; replica `i` in rack `rack-i`. An error names what is missing
+    /// when partitions cannot be made here (not root, no `ip netns`, no `nft`).
+    pub async fn start_partitionable(baton: &Path, nodes: &[NodeArgs], t: &Timing) -> Result<Cluster, String> {
+        let mut labels: Vec<String> = (0..REPLICAS).map(replica_label).collect();
+        labels.extend(nodes.iter().map(|n| agent_label(&n.name)));
+        let net = Net::create(&labels.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let racks: Vec<String> = (1..=REPLICAS).map(|i| format!("rack-{i}")).collect();
+        let racks: Vec<&str> = racks.iter().map(String::as_str).collect();
+        Ok(Cluster::start_on(baton, nodes, t, &racks, Some(net)).await)
+    }
+
+    async fn start_on(baton: &Path, nodes: &[NodeArgs], t: &Timing, racks: &[&str], net: Option<Net>) -> Cluster {
         let dir = tempfile::Builder::new().prefix("baton-e2e-").tempdir().expect("a temporary directory");
-        let servers: Vec<String> = (0..REPLICAS).map(|_| free_port()).collect();
+        let servers: Vec<String> = match &net {
+            Some(net) => (0..REPLICAS).map(|i| format!("{}:{NET_REPLICA_PORT}", net.addr(&replica_label(i)))).collect(),
+            None => (0..REPLICAS).map(|_| free_port()).collect(),
+        };
         let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
         let tls = make_certificates(baton, &dir.path().join("tls"), nodes);
         let transport = Transport::load(&tls.join("client-chaos")).expect("the chaos client's certificate");
@@ -160,7 +274,9 @@ impl Cluster {
             baton: baton.to_path_buf(),
             timing: t.clone(),
             replicas: Vec::new(),
+            replica_racks: Vec::new(),
             agents: BTreeMap::new(),
+            net,
         };
         for (i, addr) in servers.iter().enumerate() {
             let rack = racks.get(i).copied();
@@ -169,7 +285,8 @@ impl Cluster {
         c.leader().await;
         for n in nodes {
             let args = c.agent_args(n);
-            let p = Proc::new(args, c.path(&format!("agent-{}.log", n.name)));
+            let mut p = Proc::new(args, c.path(&format!("agent-{}.log", n.name)));
+            p.netns = c.net.as_ref().map(|net| net.namespace(&agent_label(&n.name)).to_string());
             c.agents.insert(n.name.clone(), (n.clone(), p));
             c.start_agent(&n.name);
         }
@@ -213,14 +330,18 @@ impl Cluster {
             args.extend(strings(&["--rack", rack]));
         }
         let mut p = Proc::new(args, self.path(&format!("replica-{id}.log")));
+        p.netns = self.net.as_ref().map(|net| net.namespace(&replica_label(id as usize - 1)).to_string());
+        p.env = self.clock_env(id as usize - 1);
         p.spawn(&self.baton);
         self.replicas.push(p);
+        self.replica_racks.push(rack.map(str::to_string));
     }
 
     /// Starts a new replica `id` (with its own certificate and an empty data directory) that
     /// belongs to no membership yet: `baton cluster add-replica` adds it. Returns its index
     /// and its address, which clients of this `Cluster` use from now on too, once it listens.
     pub fn spawn_new_replica(&mut self, id: u64, rack: Option<&str>) -> (usize, String) {
+        assert!(self.net.is_none(), "a partitionable cluster has a namespace for its first replicas only");
         let ca = self.path("tls/ca").display().to_string();
         let out = self.path(&format!("tls/replica-{id}")).display().to_string();
         let args = strings(&["tls", "cert", "create", "--server", &id.to_string(), "--ca-dir", &ca, "--out-dir", &out]);
@@ -237,13 +358,35 @@ impl Cluster {
         (self.replicas.len() - 1, addr)
     }
 
+    /// libfaketime's environment for replica `i`'s clock offset, if it has one. Only the wall
+    /// clock is moved: a host's monotonic clock is its own, and nothing compares it across
+    /// hosts.
+    fn clock_env(&self, i: usize) -> Vec<(String, String)> {
+        let offset_s = self.timing.clock_offsets_s.get(i).copied().unwrap_or(0);
+        if offset_s == 0 {
+            return Vec::new();
+        }
+        let lib = libfaketime().unwrap_or_else(|e| panic!("{e}"));
+        vec![
+            ("LD_PRELOAD".into(), lib.display().to_string()),
+            ("FAKETIME".into(), format!("{offset_s:+}s")),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ]
+    }
+
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
 
     fn agent_args(&self, n: &NodeArgs) -> Vec<String> {
+        let listen = match &self.net {
+            Some(net) => format!("{}:{NET_AGENT_PORT}", net.addr(&agent_label(&n.name))),
+            None => "127.0.0.1:0".into(),
+        };
         strings(&[
             "agent",
+            "--listen",
+            &listen,
             // The chaos cluster runs without tokens: its jobs name no user.
             "--run-as-self",
             "--server",
@@ -301,6 +444,29 @@ impl Cluster {
     /// SIGSTOP (`true`) or SIGCONT (`false`) replica `i`: to the others it is cut off.
     pub fn pause_replica(&mut self, i: usize, paused: bool) {
         self.replicas[i].pause(paused);
+    }
+
+    /// Whether links can be cut ([`Cluster::start_partitionable`]).
+    pub fn partitionable(&self) -> bool {
+        self.net.is_some()
+    }
+
+    /// Who is where, by network label.
+    pub fn topology(&self) -> Topology {
+        Topology {
+            replicas: (0..self.replicas.len()).map(replica_label).collect(),
+            agents: self.agents.iter().map(|(name, (n, _))| (agent_label(name), n.rack.clone())).collect(),
+            replica_racks: self.replica_racks.clone(),
+        }
+    }
+
+    /// Puts the network `rules` in force, replacing those before (`&[]` heals every link).
+    /// Panics in a cluster that is not partitionable, or when the rules cannot be set.
+    pub fn set_network(&self, rules: &[Rule]) {
+        let net = self.net.as_ref().expect("a partitionable cluster (Cluster::start_partitionable)");
+        if let Err(e) = net.apply(rules) {
+            panic!("cannot set the network's rules: {e}; logs in {}", self.dir.path().display());
+        }
     }
 
     pub fn agent_names(&self) -> Vec<String> {

@@ -4,6 +4,14 @@
 //! are placed elsewhere while the agent's lease and the replicas' watchdogs must already have
 //! stopped their processes.
 //!
+//! Network faults (in a partitionable cluster, `cluster::Cluster::start_partitionable`) cut
+//! links by dropping packets in the switch between the processes' namespaces: a replica cut
+//! off from everyone; the leader cut off from its peers but not from its agents nor clients
+//! (it is deposed without knowing it, and agents must stop obeying it within their lease); an
+//! agent cut off past the heartbeat timeout; a whole rack (a replica and its agents) cut off;
+//! one-way cuts; a link that loses a share of its packets. Which of the two families a run
+//! draws from is its [`Mix`].
+//!
 //! A fault is either injected when its turn comes, or timed by protocol state: the harness
 //! watches the jobs through the API and injects when it sees the state it waits for
 //! (`Moment`), within `MOMENT_WAIT_MS`. Every fault is labelled with the moment it landed in.
@@ -16,7 +24,8 @@ use baton_proto::v1::ListJobsRequest;
 use baton_proto::v1::baton_client::BatonClient;
 use tonic::transport::Channel;
 
-use crate::cluster::{Cluster, REPLICAS, Servers, connect_any};
+use crate::cluster::{Cluster, REPLICAS, Servers, Topology, agent_label, connect_any, replica_label};
+use crate::net::{Rule, cut_between, one_way};
 use crate::rng::Rng;
 
 /// How long a fault timed by protocol state waits for its moment before it is injected
@@ -28,6 +37,47 @@ const WATCH_POLL_MS: u64 = 10;
 const WATCH_CALL_MS: u64 = 500;
 /// Share of faults timed by protocol state rather than by the clock alone.
 const TIMED_PERCENT: u64 = 50;
+/// Share of network faults in a run that mixes both families.
+const NETWORK_PERCENT: u64 = 50;
+
+/// Which faults a run draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mix {
+    /// Process faults and network faults, half and half.
+    All,
+    /// Process faults only (kills and pauses): no network namespaces needed.
+    Processes,
+    /// Network faults only.
+    Partitions,
+}
+
+impl Mix {
+    pub fn partitions(self) -> bool {
+        self != Mix::Processes
+    }
+
+    /// How a run's summary says which faults it drew from.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mix::All => "process faults and network partitions",
+            Mix::Processes => "process faults only: network partitions were off (--no-partitions)",
+            Mix::Partitions => "network partitions only (--only-partitions)",
+        }
+    }
+}
+
+/// A one-way cut: who stops hearing whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OneWay {
+    /// The leader receives nothing from its peers; they still receive from it.
+    LeaderDeaf { replica: usize },
+    /// The leader's peers receive nothing from it; it still receives from them.
+    LeaderMute { replica: usize },
+    /// An agent receives nothing from the replicas; its reports still reach them.
+    AgentDeaf { name: String },
+    /// No replica receives the agent's reports; it still receives from them.
+    AgentMute { name: String },
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
@@ -45,6 +95,18 @@ pub enum Fault {
     /// SIGSTOP an agent past the heartbeat timeout (its processes keep running unless its
     /// lease and their watchdog stop them), then SIGCONT.
     StallAgent { name: String },
+    /// Cut a replica (the leader, when `leader`) off from everyone: peers, agents, clients.
+    Isolate { replica: usize, leader: bool },
+    /// Cut the leader off from its peers only: its agents and clients still reach it.
+    DeposeLeader { replica: usize },
+    /// Cut an agent off from every replica past the heartbeat timeout: its node is lost.
+    CutAgent { name: String },
+    /// Cut replica `replica` and the agents of its rack off from everyone else.
+    CutRack { replica: usize },
+    /// An asymmetric cut.
+    OneWay(OneWay),
+    /// `percent` of the packets to and from a replica or an agent (by network label) lost.
+    Lossy { who: String, percent: u32 },
 }
 
 impl Fault {
@@ -58,6 +120,40 @@ impl Fault {
             Fault::KillAgent { .. } => "kill agent (short)",
             Fault::KillAgentLong { .. } => "kill agent past the heartbeat timeout",
             Fault::StallAgent { .. } => "stop agent past the heartbeat timeout",
+            Fault::Isolate { leader: true, .. } => "cut off the leader",
+            Fault::Isolate { leader: false, .. } => "cut off a follower",
+            Fault::DeposeLeader { .. } => "cut the leader from its peers, not its agents",
+            Fault::CutAgent { .. } => "cut off an agent past the heartbeat timeout",
+            Fault::CutRack { .. } => "cut off a rack (a replica and its agents)",
+            Fault::OneWay(_) => "one-way cut",
+            Fault::Lossy { .. } => "lossy link",
+        }
+    }
+
+    /// The network rules that make this fault (none for a process fault).
+    pub fn rules(&self, t: &Topology) -> Vec<Rule> {
+        let others = |me: &[String]| -> Vec<String> { t.everyone().into_iter().filter(|l| !me.contains(l)).collect() };
+        let peers = |r: usize| -> Vec<String> { t.replicas.iter().filter(|l| **l != t.replicas[r]).cloned().collect() };
+        let me = |r: usize| vec![t.replicas[r].clone()];
+        match self {
+            Fault::Isolate { replica, .. } => cut_between(&me(*replica), &others(&me(*replica))),
+            Fault::DeposeLeader { replica } => cut_between(&me(*replica), &peers(*replica)),
+            Fault::CutAgent { name } => cut_between(&[agent_label(name)], &t.replicas),
+            Fault::CutRack { replica } => {
+                let rack = t.rack_of(*replica);
+                cut_between(&rack, &others(&rack))
+            }
+            Fault::OneWay(OneWay::LeaderDeaf { replica }) => one_way(&peers(*replica), &me(*replica)),
+            Fault::OneWay(OneWay::LeaderMute { replica }) => one_way(&me(*replica), &peers(*replica)),
+            Fault::OneWay(OneWay::AgentDeaf { name }) => one_way(&t.replicas, &[agent_label(name)]),
+            Fault::OneWay(OneWay::AgentMute { name }) => one_way(&[agent_label(name)], &t.replicas),
+            Fault::Lossy { who, percent } => vec![Rule::Loss { who: who.clone(), percent: *percent }],
+            Fault::KillReplica { .. }
+            | Fault::PauseReplica { .. }
+            | Fault::KillNewLeader { .. }
+            | Fault::KillAgent { .. }
+            | Fault::KillAgentLong { .. }
+            | Fault::StallAgent { .. } => Vec::new(),
         }
     }
 }
@@ -74,6 +170,21 @@ impl fmt::Display for Fault {
             Fault::KillAgent { name } => write!(f, "killed agent {name}"),
             Fault::KillAgentLong { name } => write!(f, "killed agent {name} past the heartbeat timeout"),
             Fault::StallAgent { name } => write!(f, "stopped agent {name} past the heartbeat timeout"),
+            Fault::Isolate { replica, leader } => write!(f, "cut off replica {}{}", replica + 1, role(leader)),
+            Fault::DeposeLeader { replica } => {
+                write!(f, "cut replica {} (the leader) from its peers, not from its agents", replica + 1)
+            }
+            Fault::CutAgent { name } => write!(f, "cut off agent {name} past the heartbeat timeout"),
+            Fault::CutRack { replica } => write!(f, "cut off rack {0} (replica {0} and its agents)", replica + 1),
+            Fault::OneWay(OneWay::LeaderDeaf { replica }) => {
+                write!(f, "one-way cut: replica {} (the leader) hears no peer", replica + 1)
+            }
+            Fault::OneWay(OneWay::LeaderMute { replica }) => {
+                write!(f, "one-way cut: no peer hears replica {} (the leader)", replica + 1)
+            }
+            Fault::OneWay(OneWay::AgentDeaf { name }) => write!(f, "one-way cut: agent {name} hears no replica"),
+            Fault::OneWay(OneWay::AgentMute { name }) => write!(f, "one-way cut: no replica hears agent {name}"),
+            Fault::Lossy { who, percent } => write!(f, "{who}'s link loses {percent}% of its packets"),
         }
     }
 }
@@ -132,16 +243,18 @@ pub struct Faults {
     heartbeat_timeout_ms: u64,
     servers: Servers,
     watcher: Option<BatonClient<Channel>>,
+    mix: Mix,
 }
 
 impl Faults {
-    pub fn new(seed: u64, heartbeat_timeout_ms: u64, servers: &Servers) -> Faults {
+    pub fn new(seed: u64, heartbeat_timeout_ms: u64, servers: &Servers, mix: Mix) -> Faults {
         Faults {
             rng: Rng::new(seed ^ 0xfa17),
             max_agent_outage_ms: heartbeat_timeout_ms / 2,
             heartbeat_timeout_ms,
             servers: servers.clone(),
             watcher: None,
+            mix,
         }
     }
 
@@ -170,6 +283,44 @@ impl Faults {
 
     /// The fault for `roll` (0 to 99): the weights of the mix.
     async fn draw(&mut self, c: &Cluster, roll: u64) -> Fault {
+        let network = match self.mix {
+            Mix::All => self.rng.chance(NETWORK_PERCENT),
+            Mix::Processes => false,
+            Mix::Partitions => true,
+        };
+        if network { self.draw_network(c, roll).await } else { self.draw_process(c, roll).await }
+    }
+
+    /// A network fault for `roll` (0 to 99).
+    async fn draw_network(&mut self, c: &Cluster, roll: u64) -> Fault {
+        let agents = c.agent_names();
+        let agent = agents[self.rng.range(0, agents.len() as u64 - 1) as usize].clone();
+        let leader = c.leader().await;
+        let replica = self.rng.range(0, REPLICAS as u64 - 1) as usize;
+        let variant = self.rng.range(0, 3);
+        if roll < 15 {
+            Fault::Isolate { replica, leader: replica == leader }
+        } else if roll < 35 {
+            Fault::DeposeLeader { replica: leader }
+        } else if roll < 55 {
+            Fault::CutAgent { name: agent }
+        } else if roll < 70 {
+            Fault::CutRack { replica }
+        } else if roll < 90 {
+            Fault::OneWay(match variant {
+                0 => OneWay::LeaderDeaf { replica: leader },
+                1 => OneWay::LeaderMute { replica: leader },
+                2 => OneWay::AgentDeaf { name: agent },
+                _ => OneWay::AgentMute { name: agent },
+            })
+        } else {
+            let who = if variant < 2 { replica_label(leader) } else { agent_label(&agent) };
+            Fault::Lossy { who, percent: self.rng.range(20, 50) as u32 }
+        }
+    }
+
+    /// A process fault for `roll` (0 to 99).
+    async fn draw_process(&mut self, c: &Cluster, roll: u64) -> Fault {
         let agents = c.agent_names();
         let agent = agents[self.rng.range(0, agents.len() as u64 - 1) as usize].clone();
         if roll < 50 {
@@ -233,8 +384,29 @@ impl Faults {
                 tokio::time::sleep(Duration::from_millis(long_ms)).await;
                 c.pause_agent(name, false);
             }
+            ref network => {
+                let cut_ms = self.cut_ms(network, long_ms);
+                c.set_network(&network.rules(&c.topology()));
+                tokio::time::sleep(Duration::from_millis(cut_ms)).await;
+                c.set_network(&[]);
+            }
         }
         fault
+    }
+
+    /// How long a network fault lasts: past the heartbeat timeout (`long_ms`) for those
+    /// meant to get a node declared lost, else long enough for an election and for agents'
+    /// leases to matter.
+    fn cut_ms(&mut self, fault: &Fault, long_ms: u64) -> u64 {
+        let t = self.heartbeat_timeout_ms;
+        match fault {
+            Fault::CutAgent { .. } | Fault::CutRack { .. } => long_ms,
+            Fault::DeposeLeader { .. } | Fault::OneWay(OneWay::AgentDeaf { .. } | OneWay::AgentMute { .. }) => {
+                self.rng.range(t / 2, 2 * t)
+            }
+            Fault::Lossy { .. } => self.rng.range(2_000, 5_000),
+            _ => self.rng.range(1_000, 4_000),
+        }
     }
 
     /// Watches the jobs until `target` is seen (at once for `Idle`), or `MOMENT_WAIT_MS`
@@ -281,6 +453,7 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::HOST;
 
     fn seen(running: &[u64], preempting: &[u64]) -> Seen {
         Seen { running: running.iter().copied().collect(), preempting: preempting.iter().copied().collect() }
@@ -294,5 +467,72 @@ mod tests {
         assert_eq!(moment_between(&seen(&[], &[1]), &seen(&[2], &[1])), Moment::StopInFlight);
         // A job that left Running is no placement.
         assert_eq!(moment_between(&seen(&[1, 2], &[]), &seen(&[1], &[])), Moment::Idle);
+    }
+
+    fn topology() -> Topology {
+        Topology {
+            replicas: (0..3).map(replica_label).collect(),
+            agents: (1..=3).map(|i| (agent_label(&format!("n{i}")), format!("rack-{i}"))).collect(),
+            replica_racks: (1..=3).map(|i| Some(format!("rack-{i}"))).collect(),
+        }
+    }
+
+    fn drops(rules: &[Rule]) -> BTreeSet<(String, String)> {
+        rules
+            .iter()
+            .filter_map(|r| match r {
+                Rule::Drop { from, to } => Some((from.clone(), to.clone())),
+                Rule::Loss { .. } => None,
+            })
+            .collect()
+    }
+
+    fn has(rules: &[Rule], from: &str, to: &str) -> bool {
+        drops(rules).contains(&(from.to_string(), to.to_string()))
+    }
+
+    #[test]
+    fn a_deposed_leader_keeps_its_agents_and_clients_but_loses_its_peers() {
+        let r = Fault::DeposeLeader { replica: 0 }.rules(&topology());
+        for peer in ["replica-2", "replica-3"] {
+            assert!(has(&r, "replica-1", peer) && has(&r, peer, "replica-1"), "{peer} still reaches the leader");
+        }
+        assert_eq!(r.len(), 4, "nothing else is cut: {r:?}");
+    }
+
+    #[test]
+    fn a_cut_off_rack_keeps_its_own_links_and_loses_the_rest() {
+        let r = Fault::CutRack { replica: 1 }.rules(&topology());
+        assert!(!has(&r, "replica-2", "agent-n2") && !has(&r, "agent-n2", "replica-2"), "inside the rack");
+        for outside in ["replica-1", "replica-3", "agent-n1", "agent-n3", HOST] {
+            for inside in ["replica-2", "agent-n2"] {
+                assert!(has(&r, inside, outside) && has(&r, outside, inside), "{inside} - {outside}");
+            }
+        }
+        assert!(!has(&r, "replica-1", "agent-n1"), "the other racks keep their links");
+    }
+
+    #[test]
+    fn an_isolated_replica_or_cut_agent_loses_what_it_should() {
+        let r = Fault::Isolate { replica: 2, leader: true }.rules(&topology());
+        assert_eq!(r.len(), 2 * 6, "every other process and the clients, both ways");
+        assert!(has(&r, HOST, "replica-3") && has(&r, "agent-n3", "replica-3"));
+        let r = Fault::CutAgent { name: "n1".into() }.rules(&topology());
+        assert_eq!(r.len(), 2 * 3, "every replica, both ways: {r:?}");
+        assert!(!has(&r, "agent-n1", HOST));
+    }
+
+    #[test]
+    fn one_way_cuts_drop_a_single_direction() {
+        let t = topology();
+        let deaf = Fault::OneWay(OneWay::LeaderDeaf { replica: 0 }).rules(&t);
+        assert!(has(&deaf, "replica-2", "replica-1") && !has(&deaf, "replica-1", "replica-2"));
+        let mute = Fault::OneWay(OneWay::LeaderMute { replica: 0 }).rules(&t);
+        assert!(has(&mute, "replica-1", "replica-2") && !has(&mute, "replica-2", "replica-1"));
+        let deaf = Fault::OneWay(OneWay::AgentDeaf { name: "n2".into() }).rules(&t);
+        assert!(has(&deaf, "replica-3", "agent-n2") && !has(&deaf, "agent-n2", "replica-3"));
+        let mute = Fault::OneWay(OneWay::AgentMute { name: "n2".into() }).rules(&t);
+        assert!(has(&mute, "agent-n2", "replica-3") && !has(&mute, "replica-3", "agent-n2"));
+        assert!(Fault::KillAgent { name: "n2".into() }.rules(&t).is_empty(), "a process fault cuts nothing");
     }
 }

@@ -28,6 +28,7 @@ pub mod cluster;
 pub mod faults;
 pub mod history;
 pub mod load;
+pub mod net;
 mod rng;
 pub mod run;
 

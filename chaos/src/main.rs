@@ -19,6 +19,16 @@ struct Args {
     /// Keep the run's directory (logs and witness records) even when it passes.
     #[arg(long)]
     keep_dir: bool,
+    /// Inject process faults only. Without it the run needs network namespaces (root, `ip`,
+    /// `nft`) for its network partitions, and fails, naming what is missing, without them.
+    #[arg(long, conflicts_with = "only_partitions")]
+    no_partitions: bool,
+    /// Inject network partitions only (no process kills or pauses).
+    #[arg(long)]
+    only_partitions: bool,
+    /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind (needs libfaketime).
+    #[arg(long)]
+    clock_offsets: bool,
 }
 
 fn main() -> ExitCode {
@@ -42,6 +52,12 @@ fn main() -> ExitCode {
     }
     let mut cfg = baton_chaos::Config::new(baton, args.seconds, args.seed);
     cfg.keep_dir = args.keep_dir;
+    cfg.clock_offsets = args.clock_offsets;
+    cfg.mix = match (args.no_partitions, args.only_partitions) {
+        (true, _) => baton_chaos::faults::Mix::Processes,
+        (false, true) => baton_chaos::faults::Mix::Partitions,
+        (false, false) => baton_chaos::faults::Mix::All,
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -49,7 +65,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = rt.block_on(baton_chaos::run(&cfg));
+    let report = match rt.block_on(baton_chaos::run(&cfg)) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     print!("{report}");
     if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::check::{Evidence, Landed, Report, attempt_of_violation, attempts_after_node_loss};
 use crate::cluster::{Cluster, NodeArgs, Servers, Timing, connect_any};
-use crate::faults::Faults;
+use crate::faults::{Faults, Mix};
 use crate::history::{History, Op, OpKind, Outcome, now_ms};
 use crate::load::{self, Load};
 use crate::rng::Rng;
@@ -49,19 +49,47 @@ pub struct Config {
     pub gpus_per_node: u64,
     /// Keep the run's directory (logs, witness records) and print where it is.
     pub keep_dir: bool,
+    /// Which faults to draw; all but `Mix::Processes` need network namespaces (root).
+    pub mix: Mix,
+    /// Replica 2's wall clock runs `CLOCK_OFFSET_S` ahead of the others', replica 3's as
+    /// much behind (libfaketime), for the whole run.
+    pub clock_offsets: bool,
 }
+
+/// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
+/// more than the heartbeat timeout, the lease and a stop's grace together.
+pub const CLOCK_OFFSET_S: i64 = 7;
 
 impl Config {
     pub fn new(baton: impl Into<PathBuf>, seconds: u64, seed: u64) -> Config {
-        Config { baton: baton.into(), seconds, seed, nodes: 3, gpus_per_node: 4, keep_dir: false }
+        Config {
+            baton: baton.into(),
+            seconds,
+            seed,
+            nodes: 3,
+            gpus_per_node: 4,
+            keep_dir: false,
+            mix: Mix::All,
+            clock_offsets: false,
+        }
     }
 }
 
-pub async fn run(cfg: &Config) -> Report {
+/// The run's verdict; an error, naming what is missing, when the faults it is to draw
+/// cannot be made here (network partitions without root, `ip netns` or `nft`).
+pub async fn run(cfg: &Config) -> Result<Report, String> {
     let nodes: Vec<NodeArgs> =
         (1..=cfg.nodes).map(|i| NodeArgs::gpus(&format!("n{i}"), &format!("rack-{i}"), cfg.gpus_per_node)).collect();
-    let timing = Timing::default();
-    let mut c = Cluster::start_with(&cfg.baton, &nodes, &timing).await;
+    let mut timing = Timing::default();
+    if cfg.clock_offsets {
+        crate::cluster::libfaketime()?;
+        timing.clock_offsets_s = vec![0, CLOCK_OFFSET_S, -CLOCK_OFFSET_S];
+    }
+    let mut c = if cfg.mix.partitions() {
+        Cluster::start_partitionable(&cfg.baton, &nodes, &timing).await?
+    } else {
+        Cluster::start_with(&cfg.baton, &nodes, &timing).await
+    };
     let witness = c.path("witness");
     std::fs::create_dir_all(&witness).expect("a witness directory");
     let (cohort, queues) = load::setup(cfg.gpus_per_node * cfg.nodes as u64);
@@ -80,7 +108,7 @@ pub async fn run(cfg: &Config) -> Report {
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
 
-    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers);
+    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix);
     let mut landed = Vec::new();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(cfg.seconds) {
@@ -103,6 +131,8 @@ pub async fn run(cfg: &Config) -> Report {
     let after_node_loss = after_node_loss(&c, &witness).await;
     let report = Report::judge(&Evidence {
         seconds: cfg.seconds,
+        mix: cfg.mix,
+        clock_offsets_s: &timing.clock_offsets_s,
         faults: &landed,
         jobs: &jobs,
         witness: &witness,
@@ -115,7 +145,7 @@ pub async fn run(cfg: &Config) -> Report {
         c.dir.disable_cleanup(true);
         eprintln!("chaos: the run's directory is kept at {}", c.dir.path().display());
     }
-    report
+    Ok(report)
 }
 
 /// Submits until told to stop, a job every 0.6 to 1.4 s: about what 12 GPUs get through, so

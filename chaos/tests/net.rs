@@ -1,0 +1,118 @@
+//! The partition network on this machine's kernel: a cut drops packets (one direction or
+//! both), a heal lets them through again, and dropping the network removes its namespaces.
+//! Needs root, `ip` and `nft` (as CI has); `BATON_CHAOS_NO_PARTITIONS=1` says to run without
+//! them, and the test then does nothing but say so.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use baton_chaos::net::{HOST, Net, Rule, cut_between, one_way};
+
+const PORT: u16 = 7300;
+/// A connect that gets no answer within this is taken as cut (the cut drops the SYN, so no
+/// answer ever comes; a live link answers within microseconds).
+const CONNECT_MS: u64 = 1_000;
+
+fn off() -> bool {
+    if std::env::var("BATON_CHAOS_NO_PARTITIONS").is_ok_and(|v| v == "1") {
+        eprintln!("network partitions are off (BATON_CHAOS_NO_PARTITIONS=1): not tested");
+        return true;
+    }
+    false
+}
+
+/// Runs `f` on a thread that entered namespace `ns` (a socket made there stays there).
+fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let file = std::fs::File::open(format!("/run/netns/{ns}")).expect("the namespace's file");
+    std::thread::spawn(move || {
+        // SAFETY: setns(2) moves this thread only into the network namespace the open file
+        // names; the file outlives the call.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .expect("the thread in the namespace")
+}
+
+fn listen(net: &Net, label: &str) -> TcpListener {
+    let addr = SocketAddr::from((net.addr(label), PORT));
+    in_ns(net.namespace(label), move || TcpListener::bind(addr).expect("a listener"))
+}
+
+/// Whether `from` (a label, or [`HOST`]) can open a connection to `to`'s listener.
+fn reaches(net: &Net, from: &str, to: &str) -> bool {
+    let addr = SocketAddr::from((net.addr(to), PORT));
+    let connect = move || TcpStream::connect_timeout(&addr, Duration::from_millis(CONNECT_MS)).is_ok();
+    if from == HOST { connect() } else { in_ns(net.namespace(from), connect) }
+}
+
+fn labels(l: &[&str]) -> Vec<String> {
+    l.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn cuts_drop_packets_heals_let_them_through_and_the_network_is_removed_after() {
+    if off() {
+        return;
+    }
+    let net = Net::create(&["a", "b", "c"]).unwrap_or_else(|e| panic!("{e}"));
+    let _listeners: Vec<TcpListener> = ["a", "b", "c"].iter().map(|l| listen(&net, l)).collect();
+    assert!(reaches(&net, "a", "b") && reaches(&net, HOST, "c"), "every link is up at first");
+
+    net.apply(&cut_between(&labels(&["a"]), &labels(&["b", HOST]))).unwrap();
+    assert!(!reaches(&net, "a", "b") && !reaches(&net, "b", "a"), "a and b are cut both ways");
+    assert!(!reaches(&net, HOST, "a"), "a is cut from the host");
+    assert!(reaches(&net, "a", "c") && reaches(&net, "b", "c"), "c is cut from no one");
+
+    // One way: c's packets to a vanish; a's to c pass, but c's answers (its SYN-ACK) do not,
+    // so a connection from either side fails, as over a real one-way link.
+    net.apply(&one_way(&labels(&["c"]), &labels(&["a"]))).unwrap();
+    assert!(reaches(&net, "a", "b"), "the earlier cut was replaced");
+    assert!(!reaches(&net, "c", "a") && !reaches(&net, "a", "c"));
+
+    net.apply(&[Rule::Loss { who: "b".into(), percent: 100 }]).unwrap();
+    assert!(!reaches(&net, "a", "b"), "a link that loses every packet carries none");
+
+    net.apply(&[]).unwrap();
+    assert!(reaches(&net, "c", "a") && reaches(&net, "a", "b") && reaches(&net, HOST, "a"), "healed");
+
+    let namespaces = [net.namespace("a").to_string(), net.namespace("c").to_string()];
+    drop(_listeners);
+    drop(net);
+    let left =
+        String::from_utf8(std::process::Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    for ns in namespaces {
+        assert!(!left.lines().any(|l| l.split_whitespace().next() == Some(&ns)), "{ns} is left: {left}");
+    }
+}
+
+#[test]
+fn a_network_is_removed_when_its_run_panics() {
+    if off() {
+        return;
+    }
+    let ns = std::panic::catch_unwind(|| {
+        let net = Net::create(&["a"]).unwrap_or_else(|e| panic!("{e}"));
+        let ns = net.namespace("a").to_string();
+        std::panic::panic_any(ns);
+    })
+    .expect_err("the run panicked");
+    let ns = ns.downcast::<String>().expect("the namespace's name");
+    assert!(!std::path::Path::new(&format!("/run/netns/{ns}")).exists(), "{ns} outlived the panic");
+}
+
+#[test]
+fn what_a_killed_run_left_behind_is_removed_by_the_next() {
+    if off() {
+        return;
+    }
+    // Above the kernel's largest process id (2^22): no live process owns it.
+    let stale = "bc4194399x0-sw";
+    let made = std::process::Command::new("ip").args(["netns", "add", stale]).status().unwrap();
+    assert!(made.success(), "ip netns add {stale}");
+    let net = Net::create(&["a"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!std::path::Path::new(&format!("/run/netns/{stale}")).exists(), "{stale} was not removed");
+    drop(net);
+}
