@@ -237,7 +237,7 @@ pub async fn start_with_journal(
         lease_file,
         metrics: metrics.clone(),
         fence: crate::fence::Fence::default(),
-        acking: None,
+        acked: Arc::default(),
     };
     let view = View { running: shared.running.clone(), lease: lease_rx, nvml: None };
     let mut tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];

@@ -44,6 +44,9 @@ pub const SIGNAL_AGAIN_AFTER_MS: u64 = 200;
 /// `JOURNAL_LOCK_RETRY_MS` (2 s): a previous holder releases it a moment after it is done.
 pub const JOURNAL_LOCK_TRIES: u32 = 100;
 pub const JOURNAL_LOCK_RETRY_MS: u64 = 20;
+/// A journal that cannot be written is reopened and tried again after a pause that doubles
+/// from one tick up to this: reopening sled reads its whole log.
+pub const JOURNAL_RETRY_MAX_MS: u64 = 5_000;
 /// How often the supervisor looks at deadlines, adopted processes and log sizes.
 pub const TICK_MS: u64 = 100;
 /// How often running replicas' checkpoint directories are scanned for new files.

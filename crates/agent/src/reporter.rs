@@ -2,8 +2,9 @@
 //! observed, send the running replicas and the unacknowledged observations to the replica
 //! the directive stream is attached to. An OK reply acknowledges what was sent.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
@@ -32,9 +33,38 @@ pub struct Reporter {
     /// The fence last read from the journal, for a moment it cannot be read (a failing
     /// journal is being opened again).
     pub fence: crate::fence::Fence,
-    /// The acknowledged observations being dropped from the journal, and their sequence
-    /// numbers.
-    pub acking: Option<(tokio::task::JoinHandle<()>, Vec<u64>)>,
+    /// Observations the leader acknowledged that are still in the journal.
+    pub acked: Arc<Mutex<Acked>>,
+}
+
+/// Acknowledged observations on their way out of the journal.
+#[derive(Default)]
+pub struct Acked {
+    /// Their sequence numbers.
+    seqs: BTreeSet<u64>,
+    /// A drop runs (it takes whatever is here until nothing is).
+    dropping: bool,
+}
+
+/// Drops acknowledged observations until none is left, then says it no longer runs.
+fn drop_acked(journal: &Journal, acked: &Mutex<Acked>) {
+    loop {
+        let seqs: Vec<u64> = {
+            let mut a = acked.lock().unwrap_or_else(PoisonError::into_inner);
+            if a.seqs.is_empty() {
+                a.dropping = false;
+                return;
+            }
+            a.seqs.iter().copied().collect()
+        };
+        if let Err(e) = journal.ack(&seqs) {
+            tracing::warn!("{e}; acknowledged observations are sent again");
+        }
+        let mut a = acked.lock().unwrap_or_else(PoisonError::into_inner);
+        for seq in &seqs {
+            a.seqs.remove(seq);
+        }
+    }
 }
 
 impl Reporter {
@@ -67,40 +97,37 @@ impl Reporter {
 
     /// Drops acknowledged observations from the journal off the heartbeat's path: a slow disk
     /// (a sync that takes seconds) must not hold back the next report, and the lease with
-    /// it. One drop at a time; reports leave out what is being dropped, and carry it again if
-    /// the drop failed (as after a report that timed out: the leader takes a repeated
-    /// observation as the same one). True if a drop started now.
-    fn ack_later(&mut self, seqs: Vec<u64>) -> bool {
-        if seqs.is_empty() || self.acking.as_ref().is_some_and(|(h, _)| !h.is_finished()) {
-            return false;
+    /// it. One drop runs at a time and takes everything acknowledged meanwhile; reports leave
+    /// out what is acknowledged, and carry it again if its drop failed (as after a report
+    /// that timed out: the leader takes a repeated observation as the same one).
+    fn drop_later(&self, seqs: Vec<u64>) {
+        if seqs.is_empty() {
+            return;
         }
-        let journal = self.journal.clone();
-        let dropping = seqs.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            if let Err(e) = journal.ack(&dropping) {
-                tracing::warn!("{e}; acknowledged observations are sent again");
-            }
-        });
-        self.acking = Some((task, seqs));
-        true
+        let mut acked = self.acked.lock().unwrap_or_else(PoisonError::into_inner);
+        acked.seqs.extend(seqs);
+        if acked.dropping {
+            return;
+        }
+        acked.dropping = true;
+        let (journal, acked) = (self.journal.clone(), self.acked.clone());
+        tokio::task::spawn_blocking(move || drop_acked(&journal, &acked));
     }
 
-    /// Up to `MAX_OBSERVATIONS_PER_REPORT` unacknowledged observations, leaving out those
-    /// being dropped now.
+    /// Up to `MAX_OBSERVATIONS_PER_REPORT` observations the leader has not acknowledged.
     fn pending(&self) -> Vec<(u64, baton_proto::v1::Observation)> {
-        let dropping: &[u64] = match &self.acking {
-            Some((task, seqs)) if !task.is_finished() => seqs,
-            _ => &[],
-        };
-        match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT + dropping.len()) {
-            Ok(p) => {
-                p.into_iter().filter(|(seq, _)| !dropping.contains(seq)).take(MAX_OBSERVATIONS_PER_REPORT).collect()
-            }
+        let acked = self.acked.lock().unwrap_or_else(PoisonError::into_inner).seqs.clone();
+        match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT + acked.len()) {
+            Ok(p) => p.into_iter().filter(|(seq, _)| !acked.contains(seq)).take(MAX_OBSERVATIONS_PER_REPORT).collect(),
             Err(e) => {
                 tracing::warn!("{e}; this report carries no observations");
                 Vec::new()
             }
         }
+    }
+
+    fn acked_len(&self) -> usize {
+        self.acked.lock().unwrap_or_else(PoisonError::into_inner).seqs.len()
     }
 
     /// Extends the lease and tells the watchdogs; a lease file that cannot be written leaves
@@ -174,8 +201,9 @@ impl Reporter {
         }
         self.metrics.report(true);
         self.renew(sent_at_ms, reply.lease_ms);
-        let acking = self.ack_later(seqs);
-        // More waiting than one report carries: send the rest once these are dropped.
-        Some(acking && self.journal.pending_len() > MAX_OBSERVATIONS_PER_REPORT)
+        let sent = seqs.len();
+        self.drop_later(seqs);
+        // More waiting than this report carried: send the rest right away.
+        Some(sent == MAX_OBSERVATIONS_PER_REPORT && self.journal.pending_len() > self.acked_len())
     }
 }

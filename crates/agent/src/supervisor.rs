@@ -25,9 +25,9 @@ use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs, U
 use crate::lease::Lease;
 use crate::lease_file::boot_ms;
 use crate::limits::{
-    CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
-    MAX_PENDING_OBSERVATIONS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS,
-    WATCHDOG_SLACK_MS,
+    CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, JOURNAL_RETRY_MAX_MS, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE,
+    MAX_FINISHED_RECORDS, MAX_PENDING_OBSERVATIONS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS,
+    WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
 use crate::reconcile::{self, Act, Clock, Ended, Ending, Ignored, Known, Step};
@@ -90,6 +90,8 @@ pub struct Supervisor {
     /// Observations made while the journal could not take them, oldest first; journaled
     /// once it can (bounded by `MAX_PENDING_OBSERVATIONS`).
     unjournaled: Vec<Observation>,
+    /// When a failing journal is tried next, and the pause after that.
+    journal_retry: (Instant, Duration),
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -143,6 +145,7 @@ impl Supervisor {
             fit_checked: None,
             metrics: settings.metrics,
             unjournaled: Vec::new(),
+            journal_retry: (Instant::now(), Duration::from_millis(TICK_MS)),
         };
         // Unknown on either side counts as a restart of the machine: the cautious reading.
         let boot = crate::procfs::boot_id();
@@ -241,7 +244,16 @@ impl Supervisor {
     /// knows it (the journal lost what it could not write), the observations made meanwhile,
     /// the stops the lease asked for, and applies the newest directive again.
     fn recover_journal(&mut self) -> Result<(), JournalError> {
-        if self.journal.failing().is_none() || !self.journal.recover()? {
+        let (at, pause) = self.journal_retry;
+        if self.journal.failing().is_none() {
+            self.journal_retry = (at, Duration::from_millis(TICK_MS));
+            return Ok(());
+        }
+        if Instant::now() < at {
+            return Ok(());
+        }
+        self.journal_retry = (Instant::now() + pause, (pause * 2).min(Duration::from_millis(JOURNAL_RETRY_MAX_MS)));
+        if !self.journal.recover()? {
             return Ok(());
         }
         let records: Vec<ReplicaRecord> = self.replicas.values().map(|r| r.rec.clone()).collect();

@@ -65,8 +65,8 @@ async fn an_agent_that_cannot_journal_starts_nothing_new_and_resumes_by_itself()
     assert!(read_pid(&pid2).is_none(), "job 2 started although the journal still fails");
 
     disk.set_fault(None);
-    wait_for(5, "job 2 started once the disk takes writes", || read_pid(&pid2)).await;
-    wait_for(5, "job 1's exit reported", || exited_of(&gw.observations(), 1).contains(&3).then_some(())).await;
+    wait_for(15, "job 2 started once the disk takes writes", || read_pid(&pid2)).await;
+    wait_for(15, "job 1's exit reported", || exited_of(&gw.observations(), 1).contains(&3).then_some(())).await;
     wait_for(5, "the gauge cleared", || (blocking_scrape(metrics)["baton_agent_journal_failing"] == 0.0).then_some(()))
         .await;
     agent.shutdown().await.unwrap();
