@@ -55,22 +55,30 @@ pub fn init(export: Option<&crate::otel::Export>) -> Result<Option<crate::otel::
     let spans = if spans_from_env()? { FmtSpan::CLOSE } else { FmtSpan::NONE };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let pipeline = export.map(crate::otel::Pipeline::start).transpose()?;
+    let Some(export) = export else {
+        // Without export, one global filter: callsites it disables are never asked again.
+        let builder =
+            tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_span_events(spans);
+        // A second init (tests calling commands in one process) keeps the first subscriber.
+        let _ = match format {
+            LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+            LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
+        };
+        return Ok(None);
+    };
+    let pipeline = crate::otel::Pipeline::start(export)?;
     // Only baton's own spans (the decision path's, docs/metrics.md) are exported, whatever
     // RUST_LOG lets the logs show: the libraries' spans are many per request.
-    let otel = pipeline.as_ref().map(|p| {
-        tracing_opentelemetry::layer()
-            .with_tracer(p.tracer())
-            .with_filter(tracing_subscriber::filter::Targets::new().with_target("baton", tracing::Level::INFO))
-    });
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(pipeline.tracer())
+        .with_filter(tracing_subscriber::filter::Targets::new().with_target("baton", tracing::Level::INFO));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_span_events(spans);
     let fmt = match format {
         LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).boxed(),
         LogFormat::Json => fmt.json().with_current_span(true).with_span_list(true).boxed(),
     };
-    // A second init (tests calling commands in one process) keeps the first subscriber.
     let _ = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel).try_init();
-    Ok(pipeline)
+    Ok(Some(pipeline))
 }
 
 /// Completes on Ctrl-C or SIGTERM.
