@@ -106,11 +106,11 @@ fn decision_path_spans_are_logged_when_asked() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
         let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-        if v["span"]["name"] == "commit" && v["span"]["op"] == "PutQueue" {
+        if v["span"]["name"] == "commit" && v["span"]["op"] == "CreateQueue" {
             assert_eq!(v["fields"]["message"], "close", "{line}");
             assert!(v["span"]["term"].as_u64().is_some_and(|t| t >= 1), "{line}");
             return;
         }
     }
-    panic!("no log line for the commit span of PutQueue within 10 s of the queue's creation");
+    panic!("no log line for the commit span of CreateQueue within 10 s of the queue's creation");
 }
