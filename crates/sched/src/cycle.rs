@@ -27,8 +27,9 @@ pub const MAX_PREEMPTION_PLANS_PER_CYCLE: usize = 256;
 pub fn cycle(state: &State, now_ms: u64) -> Plan {
     let mut view = View::new(state, now_ms);
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
-    stop_at_time_limits(&mut view, &mut plan);
-    resume_suspended(&mut view, &mut plan);
+    let (over, suspended) = over_limit_and_suspended(state, now_ms);
+    stop_at_time_limits(&mut view, &over, &mut plan);
+    resume_suspended(&mut view, &suspended, &mut plan);
     let mut holds = Holds::load(&mut view, &mut plan);
     let mut order = Order::new(&view);
     // At most one decision per pending job: room for all of them up front.
@@ -60,14 +61,25 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
     plan
 }
 
-/// Running jobs past their time limit are stopped (docs/policy.md section 9). What they hold
-/// frees only once they have stopped; meanwhile, as `State::apply` will, the view stops
-/// charging them and they are no one's victims.
-fn stop_at_time_limits(view: &mut View, plan: &mut Plan) {
-    let now_ms = view.now_ms;
-    let over = |j: &&Job| j.state == JobState::Running && j.time_limit_at().is_some_and(|at| at <= now_ms);
-    let state = view.state;
-    for job in state.jobs().values().filter(over) {
+/// Running jobs past their time limit, and suspended jobs, in id order: one pass over every
+/// job (a backlog of thousands, at every cycle) finds both.
+fn over_limit_and_suspended(state: &State, now_ms: u64) -> (Vec<&Job>, Vec<&Job>) {
+    let (mut over, mut suspended) = (Vec::new(), Vec::new());
+    for j in state.jobs().values() {
+        match j.state {
+            JobState::Running if j.time_limit_at().is_some_and(|at| at <= now_ms) => over.push(j),
+            JobState::Suspended => suspended.push(j),
+            _ => {}
+        }
+    }
+    (over, suspended)
+}
+
+/// Running jobs past their time limit (`over`) are stopped (docs/policy.md section 9).
+/// What they hold frees only once they have stopped; meanwhile, as `State::apply` will, the
+/// view stops charging them and they are no one's victims.
+fn stop_at_time_limits(view: &mut View, over: &[&Job], plan: &mut Plan) {
+    for &job in over {
         plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
         view.ledger.set_leaving(job.id, true);
         view.taken.insert(job.id);
@@ -77,11 +89,10 @@ fn stop_at_time_limits(view: &mut View, plan: &mut Plan) {
 
 /// Suspended jobs whose preemptor no longer holds anything run again in place, once their
 /// queue may take their resources again (a suspended job charges no quota).
-fn resume_suspended(view: &mut View, plan: &mut Plan) {
+fn resume_suspended(view: &mut View, suspended: &[&Job], plan: &mut Plan) {
     let state = view.state;
-    let gone = |j: &&Job| j.suspended_for.is_none_or(|by| !state.holds(by));
-    let suspended: Vec<&Job> = state.jobs().values().filter(|j| j.state == JobState::Suspended).filter(gone).collect();
-    for job in suspended {
+    let gone = |j: &&&Job| j.suspended_for.is_none_or(|by| !state.holds(by));
+    for &job in suspended.iter().filter(gone) {
         if let Some(r) = job.replicas.iter().find(|r| state.nodes()[&r.node].status != NodeStatus::Ready) {
             wait(plan, job, format!("suspended in place; node {} is not ready", r.node));
             continue;

@@ -163,6 +163,12 @@ impl Buckets {
         self.counts_from(min_free).rev().flat_map(|b| self.by_free[b].iter().map(|p| self.node(p)))
     }
 
+    /// Nodes with at least `min_free` free GPUs, with their free GPU count: fullest first,
+    /// then natural order.
+    pub fn with_free(&self, min_free: u64) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.counts_from(min_free).flat_map(move |b| self.by_free[b].iter().map(move |p| (self.node(p), b as u64)))
+    }
+
     /// An upper bound on how many replicas of `gpus` GPUs these nodes could host (GPUs only).
     pub fn gpu_room(&self, gpus: u64) -> u64 {
         if gpus == 0 {

@@ -21,12 +21,45 @@ pub struct View<'a> {
     /// on first use (`active()`): a cycle that plans no preemption never needs them, and
     /// gathering them reads every running job.
     active: OnceCell<Vec<Running>>,
+    /// `active`'s positions by queue and its leaving jobs' positions, built on first use.
+    groups: OnceCell<Groups>,
     /// Running jobs this cycle stops at their time limit (leaving, as `active` shows them).
     timed_out: Vec<JobId>,
     /// Free resources per pool over schedulable nodes, kept up to date as the cycle decides.
     pub pool_free: Vec<Vector>,
     /// What each node contributes to `pool_free`.
     counted: Vec<Vector>,
+}
+
+/// Positions in `View::active()`, ascending (so in id order): per queue, and of the jobs
+/// already leaving. A preemption plan looks at its own queue's jobs and at the queues that
+/// could give up some, not at every running job (thousands, on a busy cluster, for each of
+/// up to `MAX_PREEMPTION_PLANS_PER_CYCLE` plans a cycle).
+#[derive(Debug, Default)]
+pub struct Groups {
+    pub by_queue: Vec<Vec<u32>>,
+    pub leaving: Vec<u32>,
+}
+
+impl Groups {
+    fn of(active: &[Running], queues: usize) -> Groups {
+        let mut g = Groups { by_queue: vec![Vec::new(); queues], leaving: Vec::new() };
+        for (i, r) in active.iter().enumerate() {
+            if g.by_queue.len() <= r.queue {
+                g.by_queue.resize(r.queue + 1, Vec::new());
+            }
+            g.by_queue[r.queue].push(i as u32);
+            if r.leaving {
+                g.leaving.push(i as u32);
+            }
+        }
+        g
+    }
+
+    /// Positions of queue `q`'s jobs.
+    pub fn of_queue(&self, q: usize) -> &[u32] {
+        self.by_queue.get(q).map_or(&[], |v| v.as_slice())
+    }
 }
 
 /// What preemption planning needs of a running (or stopping) job, gathered once a cycle.
@@ -54,8 +87,8 @@ impl<'a> View<'a> {
         for (n, free) in counted.iter().enumerate() {
             add(&mut pool_free[ledger.nodes[n].pool], free);
         }
-        let (active, timed_out) = (OnceCell::new(), Vec::new());
-        View { state, ledger, index, now_ms, taken: BTreeSet::new(), active, timed_out, pool_free, counted }
+        let (active, groups, timed_out) = (OnceCell::new(), OnceCell::new(), Vec::new());
+        View { state, ledger, index, now_ms, taken: BTreeSet::new(), active, groups, timed_out, pool_free, counted }
     }
 
     /// Jobs running or stopping when the cycle began, in id order. Read from the state's
@@ -82,10 +115,19 @@ impl<'a> View<'a> {
         })
     }
 
+    /// `active()` grouped by queue, and its leaving jobs.
+    pub fn groups(&self) -> &Groups {
+        self.groups.get_or_init(|| Groups::of(self.active(), self.ledger.queues.len()))
+    }
+
     /// A running job is stopped at its time limit this cycle: it is leaving.
     pub fn time_out(&mut self, id: JobId) {
         match self.active.get_mut() {
-            Some(active) => active.iter_mut().filter(|r| r.job == id).for_each(|r| r.leaving = true),
+            Some(active) => {
+                active.iter_mut().filter(|r| r.job == id).for_each(|r| r.leaving = true);
+                // Its leaving list is out of date: gather it again on next use.
+                self.groups.take();
+            }
             None => self.timed_out.push(id),
         }
     }
@@ -147,6 +189,12 @@ impl<'a> View<'a> {
         sub(total, &self.counted[n]);
         add(total, &now);
         self.counted[n] = now;
+    }
+
+    /// Node `n`'s free resources if it is schedulable, else nothing (what it adds to its
+    /// pool's `pool_free`).
+    pub fn free_counted(&self, n: usize) -> &Vector {
+        &self.counted[n]
     }
 
     pub fn queue_np(&self, job: &Job) -> (usize, bool) {

@@ -44,6 +44,8 @@ pub struct Outcome {
     pub stats: stats::Collector,
     pub cap_gpu_ms: u128,
     pub quota_gpus: Vec<u64>,
+    /// Scheduling cycles the run took.
+    pub cycles: u64,
 }
 
 impl Outcome {
@@ -55,6 +57,7 @@ impl Outcome {
             stats: run.stats,
             cap_gpu_ms: run.cap_gpu_ms,
             quota_gpus: run.quota_gpus,
+            cycles: run.cycles,
         }
     }
 

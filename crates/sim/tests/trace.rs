@@ -153,3 +153,15 @@ fn a_generated_trace_runs_the_same_twice() {
     assert_eq!(one.queue_stats(), two.queue_stats());
     assert_eq!(one.report.summary.finished, 300);
 }
+
+#[test]
+fn an_instant_whose_jobs_all_wait_takes_one_cycle() {
+    // One 8-GPU node; two 8-GPU jobs of 100 s at t=0 and t=10. t=0: a cycle places the
+    // first, the next finds nothing to do (2). t=10: a cycle says why the second waits; a
+    // plan of waits changes only reasons, so no second cycle runs (1). t=100: the first
+    // ends; a cycle places the second, the next finds nothing (2). t=200: the second ends;
+    // a cycle finds nothing (1).
+    let (o, _) = run(&cluster(1, 8), "0,a,train,8,1,100,,\n10,a,train,8,1,100,,\n");
+    assert_eq!(o.report.summary.end, Secs(200_000));
+    assert_eq!(o.cycles, 6);
+}

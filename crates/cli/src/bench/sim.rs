@@ -23,9 +23,9 @@ pub fn run(
         }
     };
     println!(
-        "| jobs | simulated end (s) | preemptions | finished | wall (s) | CPU (s) | longest wait of a {BIG_GANG_GPUS}+ GPU gang (s) |"
+        "| jobs | simulated end (s) | preemptions | finished | cycles | wall (s) | CPU (s) | longest wait of a {BIG_GANG_GPUS}+ GPU gang (s) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for &n in sizes {
         let jobs = match crate::sim::generated(&file, &cluster, n, seed, load)
             .and_then(|t| baton_sim::trace::parse("generated", &t).map_err(|e| e.to_string()))
@@ -50,10 +50,11 @@ pub fn run(
         let gang_wait =
             outcome.stats.jobs.values().filter(|j| j.gpus >= BIG_GANG_GPUS).map(|j| j.wait_ms(end)).max().unwrap_or(0);
         println!(
-            "| {n} | {} | {} | {} | {wall:.1} | {cpu:.1} | {} |",
+            "| {n} | {} | {} | {} | {} | {wall:.1} | {cpu:.1} | {} |",
             s.end,
             s.preemptions,
             s.finished,
+            outcome.cycles,
             gang_wait / 1000
         );
     }

@@ -80,21 +80,29 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
         return Err(NoPreemption::NoCandidates);
     }
     let pools = needs.all_pools();
+    let active = view.active();
     let own: Vec<Cand> = view
-        .active()
+        .groups()
+        .of_queue(jq)
         .iter()
-        .filter(|r| r.queue == jq && in_pools(view, r, &pools))
+        .map(|&i| &active[i as usize])
+        .filter(|r| in_pools(view, r, &pools))
         .filter_map(|r| eligible(view, job, jq, &policy, r))
         .collect();
     let useful = contributing_queues(view, job, jq, &policy, needs, &own);
-    let cands: Vec<Cand> = view
-        .active()
-        .iter()
-        .filter(|r| r.queue != jq && (useful[r.queue] || r.leaving))
+    let active = view.active();
+    let cands: Vec<Cand> = others(view, jq, &useful)
+        .into_iter()
+        .map(|i| &active[i as usize])
         .filter(|r| in_pools(view, r, &pools))
         .filter_map(|r| eligible(view, job, jq, &policy, r))
         .chain(own)
         .collect();
+    debug_assert_eq!(
+        cands.iter().map(|c| c.job).collect::<Vec<_>>(),
+        cands_by_scan(view, job, jq, &policy, &pools, &useful),
+        "preemption candidates by queue and by a scan of every running job"
+    );
     if cands.is_empty() {
         return Err(NoPreemption::NoCandidates);
     }
@@ -144,6 +152,37 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
     let message = describe(view, &ctx, &best.victims.iter().map(|&i| &cands[i]).collect::<Vec<_>>());
     let victims = best.victims.iter().map(|&i| cands[i].job).collect();
     Ok(Planned::Preempt { victims, packing: best.packing, message })
+}
+
+/// Positions in `view.active()` of other queues' jobs that may be candidates: every job of
+/// a `useful` queue, and the jobs already leaving; in id order, as a scan would find them.
+fn others(view: &View, jq: usize, useful: &[bool]) -> Vec<u32> {
+    let (active, groups) = (view.active(), view.groups());
+    let useful_q = |q: usize| q != jq && useful.get(q).copied().unwrap_or(false);
+    let mut at: Vec<u32> =
+        groups.by_queue.iter().enumerate().filter(|(q, _)| useful_q(*q)).flat_map(|(_, v)| v.iter().copied()).collect();
+    at.extend(groups.leaving.iter().copied().filter(|&i| {
+        let q = active[i as usize].queue;
+        q != jq && !useful_q(q)
+    }));
+    at.sort_unstable();
+    at
+}
+
+/// The candidates `plan` gathers, by a scan of every running job (debug builds compare).
+fn cands_by_scan(
+    view: &View,
+    job: &Job,
+    jq: usize,
+    policy: &PreemptionPolicy,
+    pools: &[usize],
+    useful: &[bool],
+) -> Vec<JobId> {
+    let eligible_in = |r: &&Running| in_pools(view, r, pools) && eligible(view, job, jq, policy, r).is_some();
+    let all = view.active().iter();
+    let others = all.clone().filter(|r| r.queue != jq && (useful[r.queue] || r.leaving)).filter(eligible_in);
+    let own = all.filter(|r| r.queue == jq).filter(eligible_in);
+    others.chain(own).map(|r| r.job).collect()
 }
 
 fn in_pools(view: &View, r: &Running, pools: &[usize]) -> bool {
@@ -259,19 +298,33 @@ fn short_on_nodes(view: &View, needs: &Needs, a: &[usize]) -> Vec<(usize, usize)
     let mut out = Vec::new();
     for (t, &p) in needs.tasks.iter().zip(a) {
         for k in (0..MAX_RESOURCE_KINDS).filter(|&k| t.need[k] > 0) {
-            let hosts: u64 = view
-                .ledger
-                .nodes
-                .iter()
-                .filter(|n| n.pool == p && n.schedulable)
-                .map(|n| if k == 0 { u64::from(n.free_gpu_count()).min(n.free[0]) } else { n.free[k] } / t.need[k])
-                .sum();
+            let hosts = hosts_of_kind(view, p, k, t.need[k]);
+            debug_assert_eq!(hosts, hosts_of_kind_by_scan(view, p, k, t.need[k]), "hosts of kind {k} in pool {p}");
             if hosts < u64::from(t.replicas) && !out.contains(&(p, k)) {
                 out.push((p, k));
             }
         }
     }
     out
+}
+
+/// How many replicas needing `need` of kind `k` pool `p`'s schedulable nodes could host,
+/// counting that kind alone (GPUs: the fewer of free GPU indices and free amount). From the
+/// node index: only nodes with enough free GPUs count for GPUs, and the scan of every node
+/// (a thousand, for each preemption plan) is left to debug builds' cross-check.
+fn hosts_of_kind(view: &View, p: usize, k: usize, need: u64) -> u64 {
+    let nodes = &view.index.pools[p].all;
+    if k == 0 {
+        nodes.with_free(need).map(|(n, free)| free.min(view.free_counted(n)[0]) / need).sum()
+    } else {
+        nodes.with_free(0).map(|(n, _)| view.free_counted(n)[k] / need).sum()
+    }
+}
+
+/// `hosts_of_kind` by a scan of every node.
+fn hosts_of_kind_by_scan(view: &View, p: usize, k: usize, need: u64) -> u64 {
+    let nodes = view.ledger.nodes.iter().filter(|n| n.pool == p && n.schedulable);
+    nodes.map(|n| if k == 0 { u64::from(n.free_gpu_count()).min(n.free[0]) } else { n.free[k] } / need).sum()
 }
 
 /// A node's quick estimate, compared like `Score` but without allocating: own-queue
