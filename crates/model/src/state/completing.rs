@@ -103,9 +103,7 @@ impl State {
         ev: &mut Vec<Event>,
     ) -> Result<(), ApplyError> {
         self.check_attempt(id, attempt)?;
-        if !self.d.jobs[&id].state.is_active() {
-            return Err(self.wrong_state(id, "exiting"));
-        }
+        self.check_active(id, "exiting")?;
         self.note_all_gone(id);
         self.exited(id, attempt, code, ev)
     }
@@ -119,10 +117,7 @@ impl State {
         ev: &mut Vec<Event>,
     ) -> Result<(), ApplyError> {
         self.check_attempt(id, attempt)?;
-        let j = &self.d.jobs[&id];
-        if j.state != JobState::Preempting || j.stopping.is_none() {
-            return Err(self.wrong_state(id, "stopping"));
-        }
+        self.check_stopping(id)?;
         self.note_all_gone(id);
         self.stopped(id, attempt, checkpointed, ev)
     }

@@ -252,15 +252,28 @@ impl State {
 
     pub(crate) fn exited(&mut self, id: JobId, attempt: u32, code: i32, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
         self.check_attempt(id, attempt)?;
-        if !self.d.jobs[&id].state.is_active() {
-            return Err(self.wrong_state(id, "exiting"));
-        }
+        self.check_active(id, "exiting")?;
         if code == 0 {
             self.finish(id, JobState::Succeeded, Some(0));
             self.job_event(id, EventKind::Succeeded, "exited 0".into(), ev);
             Ok(())
         } else {
             self.failed_with(id, attempt, code, format!("exited with code {code}"), ev)
+        }
+    }
+
+    /// Refuses `action` on a job that is no longer active (pending, running, stopping or
+    /// suspended), naming its state.
+    pub(super) fn check_active(&self, id: JobId, action: &str) -> Result<(), ApplyError> {
+        if self.d.jobs[&id].state.is_active() { Ok(()) } else { Err(self.wrong_state(id, action)) }
+    }
+
+    /// The stop a job is being stopped for; refused unless it is Preempting with one.
+    pub(super) fn check_stopping(&self, id: JobId) -> Result<Stopping, ApplyError> {
+        let job = &self.d.jobs[&id];
+        match (job.state, job.stopping) {
+            (JobState::Preempting, Some(stopping)) => Ok(stopping),
+            _ => Err(self.wrong_state(id, "stopping")),
         }
     }
 
@@ -274,9 +287,7 @@ impl State {
         ev: &mut Vec<Event>,
     ) -> Result<(), ApplyError> {
         self.check_attempt(id, attempt)?;
-        if !self.d.jobs[&id].state.is_active() {
-            return Err(self.wrong_state(id, "failing"));
-        }
+        self.check_active(id, "failing")?;
         self.finish(id, JobState::Failed, Some(code));
         self.job_event(id, EventKind::Failed { exit_code: code }, why, ev);
         Ok(())
@@ -284,11 +295,9 @@ impl State {
 
     pub(crate) fn checkpointed(&mut self, id: JobId, attempt: u32) -> Result<(), ApplyError> {
         self.check_attempt(id, attempt)?;
+        self.check_active(id, "checkpointing")?;
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
-        if !job.state.is_active() {
-            return Err(self.wrong_state(id, "checkpointing"));
-        }
         job.has_checkpoint = true;
         job.progress_mark_ms = now;
         Ok(())
@@ -303,10 +312,7 @@ impl State {
         ev: &mut Vec<Event>,
     ) -> Result<(), ApplyError> {
         self.check_attempt(id, attempt)?;
-        let job = &self.d.jobs[&id];
-        let (JobState::Preempting, Some(stopping)) = (job.state, job.stopping) else {
-            return Err(self.wrong_state(id, "stopping"));
-        };
+        let stopping = self.check_stopping(id)?;
         let saved = if checkpointed { "with a checkpoint" } else { "without a checkpoint" };
         match stopping.why {
             StopWhy::Paused => {

@@ -66,17 +66,12 @@ impl State {
                     self.note_gone(job, rank);
                     return self.exited(job, attempt, exit_code, ev);
                 }
-                if !self.d.jobs[&job].state.is_active() {
-                    return Err(self.wrong_state(job, "exiting"));
-                }
+                self.check_active(job, "exiting")?;
                 self.rank_ended(job, rank, true, ev)
             }
             Observed::Stopped { job, attempt, rank, checkpointed } => {
                 self.check_rank_placed(node, job, attempt, rank)?;
-                let j = &self.d.jobs[&job];
-                if j.state != JobState::Preempting || j.stopping.is_none() {
-                    return Err(self.wrong_state(job, "stopping"));
-                }
+                self.check_stopping(job)?;
                 self.rank_ended(job, rank, checkpointed, ev)
             }
             Observed::Checkpointed { job, attempt } => {
@@ -225,10 +220,6 @@ impl State {
         for rank in 0..world {
             self.note_gone(id, rank);
         }
-    }
-
-    fn check_active(&self, id: JobId, action: &str) -> Result<(), ApplyError> {
-        if self.d.jobs[&id].state.is_active() { Ok(()) } else { Err(self.wrong_state(id, action)) }
     }
 }
 
