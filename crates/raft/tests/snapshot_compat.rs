@@ -9,6 +9,16 @@ use baton_raft::codec::{decode, decode_state, encode};
 
 const BEFORE_TOKENS: &[u8] = include_bytes!("fixtures/state-before-tokens.bin");
 
+/// Bootstraps the admin token (hash `[7; 32]`) that `as_admin` writes with.
+fn add_admin_token(s: &mut State) {
+    let spec = baton_model::access::TokenSpec {
+        user: Name::lit("admin"),
+        roles: [Role::Admin].into_iter().collect(),
+        queues: Default::default(),
+    };
+    s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec } }).unwrap();
+}
+
 #[test]
 fn a_snapshot_from_before_tokens_loads_with_no_tokens() {
     assert!(decode::<State>(BEFORE_TOKENS).is_err(), "the current layout alone cannot read it");
@@ -21,12 +31,7 @@ fn a_snapshot_from_before_tokens_loads_with_no_tokens() {
 #[test]
 fn a_state_with_tokens_round_trips_and_old_request_ids_still_answer() {
     let mut s = decode_state(BEFORE_TOKENS).unwrap();
-    let spec = baton_model::access::TokenSpec {
-        user: Name::lit("admin"),
-        roles: [Role::Admin].into_iter().collect(),
-        queues: Default::default(),
-    };
-    s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec } }).unwrap();
+    add_admin_token(&mut s);
     let bytes = encode(&s).unwrap();
     let back = decode_state(&bytes).unwrap();
     assert_eq!(back, s);
@@ -41,12 +46,7 @@ fn a_state_with_tokens_round_trips_and_old_request_ids_still_answer() {
 #[test]
 fn a_snapshot_from_before_tenancy_loads_with_default_settings() {
     let mut s = decode_state(BEFORE_TOKENS).unwrap();
-    let spec = baton_model::access::TokenSpec {
-        user: Name::lit("admin"),
-        roles: [Role::Admin].into_iter().collect(),
-        queues: Default::default(),
-    };
-    s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec } }).unwrap();
+    add_admin_token(&mut s);
     // The layout before tenancy is the current one without its last four parts (tenancy, the
     // completing ranks, the queue admins, the queue revisions): serde writes a tuple as its
     // parts one after another.
@@ -66,12 +66,7 @@ fn a_snapshot_from_before_tenancy_loads_with_default_settings() {
 /// A state with tokens and one token administering queue `q`.
 fn with_a_queue_admin() -> (State, String) {
     let mut s = decode_state(BEFORE_TOKENS).unwrap();
-    let admin = baton_model::access::TokenSpec {
-        user: Name::lit("admin"),
-        roles: [Role::Admin].into_iter().collect(),
-        queues: Default::default(),
-    };
-    s.apply(Command { now_ms: 5_000, op: Op::AddToken { hash: [7; 32], spec: admin } }).unwrap();
+    add_admin_token(&mut s);
     let carol = baton_model::access::TokenSpec {
         user: Name::lit("carol"),
         roles: Default::default(),
