@@ -35,22 +35,29 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 /// the job in its process group: once the lease file's expiry (ms on CLOCK_BOOTTIME, which
 /// `/proc/uptime` shows) plus the slack has passed, it leaves a marker next to the exit
 /// file (`.lease`), sends the stop signal to the group, waits the grace and kills the group.
-/// Without a lease file it does nothing (no lease was granted yet).
+/// Without a lease file it does nothing (no lease was granted yet); a lease file that
+/// disappears after it was read (the agent's data directory was removed) counts as a lease
+/// run out. The marker is written with `true`, not `:`: a failed redirection on a special
+/// built-in ends a POSIX shell, and with the replica's directory gone that ended the
+/// watchdog instead of the replica.
 const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
 f=$1 l=$2 s=$3 g=$4 p=$5 k=$6
 shift 6
 : > "$f.started"
 watchdog() {
   trap : 1 2 3 10 12 14 15
+  e=
   while :; do
     sleep "$p"
-    e=
-    read -r e b < "$l" 2>/dev/null
-    case $e in ''|*[!0-9]*) continue ;; esac
+    n=
+    read -r n b < "$l" 2>/dev/null
+    case $n in ''|*[!0-9]*) ;; *) e=$n ;; esac
+    [ -n "$e" ] && [ ! -e "$l" ] && e=0
+    [ -z "$e" ] && continue
     read -r u i < /proc/uptime
     now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
     [ "$now" -lt $(( e + k )) ] && continue
-    : > "$f.lease"
+    true > "$f.lease" 2>/dev/null
     kill -"$s" 0
     sleep "$g"
     kill -9 0

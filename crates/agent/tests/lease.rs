@@ -167,3 +167,35 @@ async fn replies_from_another_leader_of_the_same_term_do_not_renew_the_lease() {
     wait_for(5, "the replica stopped by the lease", || (!alive(p)).then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Found after test runs: replicas kept running for hours once their agent's data directory
+/// was removed. The watchdog treated a missing lease file as "no lease granted yet" and
+/// waited for one forever; and with the replica's own directory gone, marking the stop
+/// failed in a way that ended the watchdog itself. A lease file that disappears after it
+/// was read means the agent is gone for good: the replica is stopped at once, however long
+/// its last lease had left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_stops_a_replica_whose_agents_data_directory_was_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("agent");
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(&data, &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    // A lease far longer than this test: only the file's disappearance can stop the replica.
+    gw.grant_lease_ms(600_000);
+    let now = gw.report_count();
+    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
+
+    // The watchdog reads the lease file once a poll: let it see this lease before the
+    // directory goes (a replica whose watchdog never saw a lease waits for one).
+    tokio::time::sleep(std::time::Duration::from_millis(3 * baton_agent::limits::WATCHDOG_POLL_MS)).await;
+    agent.shutdown().await.unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
+    wait_for(10, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
+}
