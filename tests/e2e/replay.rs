@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use baton_model::job::JobState;
 use baton_proto::convert::{class_to_proto, cohort_to_proto, job_spec_to_proto, queue_to_proto};
+use baton_proto::reason::Reason;
 use baton_proto::v1::{CordonRequest, Empty, JobRef, ListJobsRequest, SubmitRequest};
 use baton_sim::scenario::{Action, Expect, JobExpect, Scenario};
 
@@ -120,28 +121,42 @@ impl Replay {
     }
 }
 
+/// Runs one client call, asking again (on a fresh connection) while the cluster answers "no
+/// leader": an election, or under load a leader whose check of its quorum missed; such a
+/// refusal changed nothing, so the retry cannot act twice.
+macro_rules! call {
+    ($c:expr, |$api:ident| $call:expr) => {{
+        let deadline = Instant::now() + Duration::from_millis(SETTLE_MS);
+        loop {
+            let mut $api = $c.client().await;
+            match $call.await {
+                Err(s) if Reason::of(&s) == Some(Reason::NoLeader) && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                r => break r.unwrap().into_inner(),
+            }
+        }
+    }};
+}
+
 async fn step(c: &mut Cluster, a: &Action) {
-    let mut api = c.client().await;
+    let job = |name: &str| JobRef { name: name.to_string(), ..Default::default() };
     match a {
         Action::Submit(sub) => {
             let mut spec = job_spec_to_proto(&sub.spec);
             spec.command = command(c, sub.spec.name.as_str(), sub.duration_ms);
             let req =
                 SubmitRequest { spec: Some(spec), request_id: format!("e2e-{}", sub.spec.name), run_as: String::new() };
-            api.submit(req).await.unwrap();
+            call!(c, |api| api.submit(req.clone()));
         }
         Action::Finish(j) => touch(c, &format!("finish-{}", j.v)),
         Action::Fail(j) => touch(c, &format!("fail-{}", j.v)),
-        Action::Cancel(j) => {
-            drop(api.cancel_job(JobRef { name: j.v.to_string(), ..Default::default() }).await.unwrap())
-        }
-        Action::Pause(j) => drop(api.pause_job(JobRef { name: j.v.to_string(), ..Default::default() }).await.unwrap()),
-        Action::Resume(j) => {
-            drop(api.resume_job(JobRef { name: j.v.to_string(), ..Default::default() }).await.unwrap())
-        }
-        Action::Cordon(n) => drop(api.cordon(CordonRequest { node: n.v.to_string(), cordoned: true }).await.unwrap()),
+        Action::Cancel(j) => drop(call!(c, |api| api.cancel_job(job(&j.v.to_string())))),
+        Action::Pause(j) => drop(call!(c, |api| api.pause_job(job(&j.v.to_string())))),
+        Action::Resume(j) => drop(call!(c, |api| api.resume_job(job(&j.v.to_string())))),
+        Action::Cordon(n) => drop(call!(c, |api| api.cordon(CordonRequest { node: n.v.to_string(), cordoned: true }))),
         Action::Uncordon(n) => {
-            drop(api.cordon(CordonRequest { node: n.v.to_string(), cordoned: false }).await.unwrap())
+            drop(call!(c, |api| api.cordon(CordonRequest { node: n.v.to_string(), cordoned: false })))
         }
         Action::NodeDown(n) => c.kill_agent(n.v.as_str()),
         Action::NodeUp(n) => c.start_agent(n.v.as_str()),

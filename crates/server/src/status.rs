@@ -56,9 +56,10 @@ pub fn from_read(e: ReadError) -> Status {
         ReadError::NoLeader => no_leader(),
         ReadError::NotLeader { leader_addr, .. } => not_leader(&leader_addr),
         ReadError::Stopped => Status::unavailable("this replica is shutting down; use another"),
-        ReadError::QuorumLost(_) | ReadError::ForwardFailed { .. } | ReadError::Timeout { .. } => {
-            Status::unavailable(e.to_string())
-        }
+        // Nothing was read or written, and no replica can confirm it leads right now: a
+        // client waits and asks again, as while an election runs.
+        ReadError::QuorumLost(_) => no_leader_with(&e.to_string()),
+        ReadError::ForwardFailed { .. } | ReadError::Timeout { .. } => Status::unavailable(e.to_string()),
         ReadError::Encode(_) => Status::internal(e.to_string()),
     }
 }
@@ -87,7 +88,7 @@ pub fn from_convert(e: ConvertError) -> Status {
 }
 
 /// The UNAVAILABLE clients retry, marked with its reason (one definition, shared with them).
-pub use baton_proto::reason::no_leader;
+pub use baton_proto::reason::{no_leader, no_leader_with};
 
 /// For calls only the leader serves: FAILED_PRECONDITION with the leader's address in
 /// the `baton-leader` metadata (empty when none is known).
@@ -98,4 +99,19 @@ pub fn not_leader(leader_addr: &str) -> Status {
         s.metadata_mut().insert(LEADER_METADATA, v);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under load a leader's check of its quorum misses now and then; clients retry "no
+    /// leader" by themselves, so this refusal must say it is one (e2e replays failed on it).
+    #[test]
+    fn a_read_whose_leadership_check_missed_a_quorum_is_retried_as_no_leader() {
+        let s = from_read(ReadError::QuorumLost("timeout".into()));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(Reason::of(&s), Some(Reason::NoLeader), "{s:?}");
+        assert!(s.message().contains("could not confirm"), "{}", s.message());
+    }
 }
