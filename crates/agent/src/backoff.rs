@@ -6,6 +6,8 @@
 //! half its step plus a random share of the other half ("equal jitter"), the step doubling
 //! from [`MIN_BACKOFF_MS`] up to [`MAX_BACKOFF_MS`]. Each agent draws from its own seed.
 
+use baton_rng::SplitMix64;
+
 use crate::limits::{MAX_BACKOFF_MS, MIN_BACKOFF_MS, REATTACH_SPREAD_MS};
 
 /// The delays between one agent's attach attempts.
@@ -14,13 +16,13 @@ pub struct Backoff {
     step_ms: u64,
     /// True after a stream was lost: the next wait is spread over the whole window.
     after_loss: bool,
-    rng: u64,
+    rng: SplitMix64,
 }
 
 impl Backoff {
     /// A backoff whose random draws come from `seed` (see [`seed_for`]).
     pub fn new(seed: u64) -> Backoff {
-        Backoff { step_ms: MIN_BACKOFF_MS, after_loss: false, rng: seed }
+        Backoff { step_ms: MIN_BACKOFF_MS, after_loss: false, rng: SplitMix64::new(seed) }
     }
 
     /// A stream that was served ended: the next wait spreads this agent's reattach.
@@ -32,23 +34,14 @@ impl Backoff {
     /// The wait before the next attempt, in ms; each call is one more failure.
     pub fn next_delay_ms(&mut self) -> u64 {
         let delay_ms = if std::mem::take(&mut self.after_loss) {
-            self.draw(REATTACH_SPREAD_MS + 1)
+            self.rng.below(REATTACH_SPREAD_MS + 1)
         } else {
             let half = self.step_ms / 2;
-            half + self.draw(self.step_ms - half + 1)
+            half + self.rng.below(self.step_ms - half + 1)
         };
         self.step_ms = (self.step_ms * 2).min(MAX_BACKOFF_MS);
         debug_assert!(delay_ms <= MAX_BACKOFF_MS.max(REATTACH_SPREAD_MS));
         delay_ms
-    }
-
-    /// Uniform in `0..n` (n > 0), by splitmix64: small, and the same on every platform.
-    fn draw(&mut self, n: u64) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
     }
 }
 

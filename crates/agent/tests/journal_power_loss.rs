@@ -28,29 +28,13 @@ use baton_agent::launch::Unjournaled;
 use baton_agent::reconcile::{self, Clock, Step};
 use baton_proto::v1::observation::What;
 use baton_proto::v1::{Exited, Observation};
+use baton_rng::SplitMix64;
 
 /// Seeds run; each goes through `LIVES` power cuts.
 const SEEDS: u64 = 1_000;
 const LIVES: u64 = 6;
 /// Operations of the agent per life, at most (the power usually goes out before).
 const OPS_PER_LIFE: u64 = 40;
-
-/// splitmix64: a seed replays a run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What the world outside the journal has seen.
 #[derive(Default)]
@@ -134,7 +118,7 @@ fn run_steps(j: &Journal, w: &mut World, steps: Vec<Step>) -> Life {
 
 /// One life of the agent: restart on what the disk kept, then random operations until the
 /// power goes out or the operations run out.
-fn life(j: &Journal, w: &mut World, rng: &mut Rng) -> Life {
+fn life(j: &Journal, w: &mut World, rng: &mut SplitMix64) -> Life {
     // Restart, after a power cut: every process is gone. A stop journaled but maybe not
     // signalled is signalled now (to no effect). A replica journaled without its pid left
     // no trace the cut did not take (the wrapper's marker was in the page cache): the
@@ -228,7 +212,7 @@ fn the_journal_keeps_its_promises_through_power_cuts() {
     let mut cuts = 0u64;
     let mut lost_writes = 0u64;
     for seed in 0..SEEDS {
-        let mut rng = Rng(seed);
+        let mut rng = SplitMix64::new(seed);
         let disk = SimDisk::new();
         let mut world = World::default();
         for _ in 0..LIVES {
@@ -237,7 +221,7 @@ fn the_journal_keeps_its_promises_through_power_cuts() {
             check(&journal, &world, seed);
             disk.power_out_after(rng.below(OPS_PER_LIFE * 3));
             let _ = life(&journal, &mut world, &mut rng);
-            lost_writes += disk.power_loss(rng.next()) as u64;
+            lost_writes += disk.power_loss(rng.next_u64()) as u64;
             cuts += 1;
         }
         let journal = Journal::with_store(Path::new("sim-journal"), Box::new(disk.open())).unwrap();

@@ -20,6 +20,7 @@ use baton_raft::metrics::Role;
 use baton_raft::replica::{Replica, ReplicaConfig, SharedStore, Storage};
 use baton_raft::store::PowerLossDisk;
 use baton_raft::types::NodeId;
+use baton_rng::SplitMix64;
 use common::{has, put, settings};
 use sim_net::{SimStream, host_name, sim_dialer};
 
@@ -35,23 +36,6 @@ const WRITERS: usize = 8;
 const WRITE_PAUSE_MS: u64 = 20;
 /// Simulated milliseconds between two power cuts, at least and at most.
 const CUT_GAP_MS: (u64, u64) = (300, 1_500);
-
-/// splitmix64: the seeded schedule of power cuts and what each cut keeps.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn between(&mut self, (low, high): (u64, u64)) -> u64 {
-        low + self.next() % (high - low + 1)
-    }
-}
 
 type Handles = Arc<Mutex<BTreeMap<NodeId, Replica>>>;
 
@@ -180,10 +164,11 @@ fn run_seed(seed: u64) -> usize {
     let stop = Arc::new(AtomicBool::new(false));
     sim.client("writer", write_then_verify(handles.clone(), acked.clone(), stop.clone()));
 
-    let mut rng = Rng(seed);
+    // The seeded schedule of power cuts and what each cut keeps.
+    let mut rng = SplitMix64::new(seed);
     let mut leaders = BTreeMap::new();
     let mut cuts = 0;
-    let mut next_cut_ms = 2_000 + rng.between(CUT_GAP_MS);
+    let mut next_cut_ms = 2_000 + rng.range(CUT_GAP_MS.0, CUT_GAP_MS.1);
     loop {
         let done = sim.step().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         check_one_leader_per_term(&handles, &mut leaders).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
@@ -193,16 +178,16 @@ fn run_seed(seed: u64) -> usize {
         let now_ms = sim.elapsed().as_millis() as u64;
         if cuts < CUTS_PER_SEED && now_ms >= next_cut_ms {
             let victims: Vec<NodeId> =
-                if cuts < CUTS_PER_SEED / 2 { vec![1 + rng.next() % REPLICAS] } else { (1..=REPLICAS).collect() };
+                if cuts < CUTS_PER_SEED / 2 { vec![1 + rng.next_u64() % REPLICAS] } else { (1..=REPLICAS).collect() };
             for &v in &victims {
                 sim.crash(host_name(v));
-                disks[(v - 1) as usize].power_loss(rng.next());
+                disks[(v - 1) as usize].power_loss(rng.next_u64());
             }
             for &v in &victims {
                 sim.bounce(host_name(v));
             }
             cuts += 1;
-            next_cut_ms = now_ms + rng.between(CUT_GAP_MS);
+            next_cut_ms = now_ms + rng.range(CUT_GAP_MS.0, CUT_GAP_MS.1);
         } else if cuts == CUTS_PER_SEED && now_ms >= next_cut_ms {
             stop.store(true, Ordering::SeqCst);
         }

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use baton_model::name::Name;
+use baton_rng::SplitMix64 as Rng;
 
 use crate::trace::{COLUMNS, MAX_ROW_SECONDS, MAX_TRACE_JOBS};
 
@@ -77,7 +78,7 @@ struct Row {
 /// The trace as CSV text, header first.
 pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
     check(spec)?;
-    let mut rng = Rng(spec.seed);
+    let mut rng = Rng::new(spec.seed);
     let mut rows: Vec<Row> = (0..spec.jobs).map(|_| job(&mut rng, spec)).collect();
     let asked: f64 = rows.iter().map(|r| (r.shape.0 * u64::from(r.shape.1)) as f64 * r.duration_s as f64).sum();
     let mean_gap_s = asked / (spec.load * spec.cluster_gpus as f64) / spec.jobs as f64;
@@ -128,7 +129,7 @@ fn check(spec: &GenSpec) -> Result<(), GenError> {
 
 fn job(rng: &mut Rng, spec: &GenSpec) -> Row {
     let queue = pick_queue(rng, spec.queues.len());
-    let class = if spec.classes.len() == 1 || rng.unit() < 0.8 { 0 } else { 1 + rng.below(spec.classes.len() - 1) };
+    let class = if spec.classes.len() == 1 || rng.unit() < 0.8 { 0 } else { 1 + below(rng, spec.classes.len() - 1) };
     let shape = fit_shape(pick_shape(rng), spec);
     let duration = duration_s(rng);
     let time_limit_s = (rng.unit() < TIME_LIMIT_SHARE).then(|| {
@@ -153,7 +154,7 @@ fn pick_queue(rng: &mut Rng, n: usize) -> usize {
 }
 
 fn pick_shape(rng: &mut Rng) -> (u64, u32) {
-    let mut x = rng.below(1000) as u32;
+    let mut x = below(rng, 1000) as u32;
     for (shape, w) in SHAPES {
         if x < w {
             return shape;
@@ -175,7 +176,7 @@ fn duration_s(rng: &mut Rng) -> f64 {
         // Pareto by inversion: scale / U^(1/alpha).
         TAIL_SCALE_S / (1.0 - rng.unit()).powf(1.0 / TAIL_ALPHA)
     } else {
-        DURATION_MEDIAN_S * (DURATION_SIGMA * rng.normal()).exp()
+        DURATION_MEDIAN_S * (DURATION_SIGMA * normal(rng)).exp()
     };
     d.clamp(1.0, MAX_DURATION_S)
 }
@@ -193,32 +194,16 @@ fn next_arrival(rng: &mut Rng, mut t: f64, mean_gap_s: f64) -> f64 {
     }
 }
 
-/// splitmix64: small, fast and the same on every platform and version.
-struct Rng(u64);
+/// In `0..n`, scaled from [0, 1) (the traces were first generated this way; a seed must
+/// keep giving the same trace).
+fn below(rng: &mut Rng, n: usize) -> usize {
+    (rng.unit() * n as f64) as usize
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.unit() * n as f64) as usize
-    }
-
-    /// Standard normal (Box-Muller).
-    fn normal(&mut self) -> f64 {
-        let u = 1.0 - self.unit();
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
-    }
+/// Standard normal (Box-Muller).
+fn normal(rng: &mut Rng) -> f64 {
+    let u = 1.0 - rng.unit();
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * rng.unit()).cos()
 }
 
 #[cfg(test)]
