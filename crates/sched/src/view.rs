@@ -5,7 +5,7 @@ use std::cell::OnceCell;
 use std::collections::BTreeSet;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{Ledger, Share, Vector, ZERO, add, sub};
+use baton_model::ledger::{Ledger, Removed, Share, Vector, ZERO, add, sub};
 use baton_model::state::State;
 
 use crate::index::Index;
@@ -136,31 +136,17 @@ impl<'a> View<'a> {
         &self.state.jobs()[&id]
     }
 
-    /// A job of queue `q` starts on these shares (mirrors `State::apply` of a Place).
+    /// A job of queue `q` starts on these shares: the change `State::apply` makes of a Place.
     pub fn occupy(&mut self, job: &Job, q: usize, shares: &[Share]) {
-        let np = !job.preemptible;
-        if self.state.reservations().contains_key(&job.id) {
-            self.ledger.unreserve(job.id, true);
-        }
-        self.ledger.occupy(job.id, q, np, shares);
+        self.ledger.place(job.id, q, !job.preemptible, shares);
         self.reindex(shares);
     }
 
-    /// Resources are held for a preemptor of queue `q` (mirrors `State::apply` of a Preempt).
+    /// Resources are held for a preemptor of queue `q` while its victims stop: the change
+    /// `State::apply` makes of a Preempt.
     pub fn reserve(&mut self, job: &Job, q: usize, shares: &[Share], victims: &[JobId]) {
-        let np = !job.preemptible;
-        self.ledger.reserve(job.id, q, np, shares, victims);
-        // Mirrors `State::apply`: victims stop being charged; one that will be suspended in
-        // place lends its reserved part now.
-        let mut suspending = Vec::new();
-        for &v in victims {
-            self.ledger.set_leaving(v, true);
-            if self.job(v).spec.preemption_mode_when_preempted() == baton_model::job::PreemptionMode::Suspend {
-                suspending.push(v);
-            }
-        }
-        self.ledger.lend_for_reservation(job.id, &suspending);
-
+        let jobs = self.state.jobs();
+        self.ledger.preempt(job.id, q, !job.preemptible, shares, victims, |v| jobs[&v].spec.suspends_when_preempted());
         self.taken.extend(victims.iter().copied());
         self.reindex(shares);
     }
@@ -200,6 +186,18 @@ impl<'a> View<'a> {
     pub fn queue_np(&self, job: &Job) -> (usize, bool) {
         // The view's ledger is a clone of the state's: the same indices.
         self.state.queue_and_np(job)
+    }
+
+    /// Runs `f` on the view as if `jobs` had stopped (their queue usage out of the ledger),
+    /// then puts their usage back: `Ledger::without` for a question that needs the view.
+    pub fn without<R>(&mut self, jobs: impl IntoIterator<Item = JobId>, f: impl FnOnce(&View) -> R) -> R {
+        let mut removed = Removed::default();
+        for job in jobs {
+            self.ledger.remove(&mut removed, job);
+        }
+        let r = f(self);
+        self.ledger.put_back_all(removed);
+        r
     }
 
     /// Free for `job` on node `n` with the jobs in `removed` gone.

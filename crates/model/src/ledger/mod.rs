@@ -4,6 +4,9 @@
 //! restore, and kept up to date incrementally as jobs start, stop, suspend and resume. Both
 //! the plan applier (in `State::apply`) and the scheduler (on its own clone) ask it the same
 //! two questions: what is free on a node for a given job, and may a queue take a demand.
+//! What a decision changes (a job placed, a job preempting) and the scoped "as if these
+//! jobs had stopped" are written once, in `change.rs`: `State::apply` and the scheduler's
+//! working copy both call them.
 //! The scheduler clones the ledger every cycle, so its large tables are copy-on-write
 //! (`cow.rs`): a clone shares them, and a change copies one chunk of 64 entries.
 //!
@@ -15,17 +18,19 @@
 //! - *tree*: the lending group of a queue, its top-level cohort (or the queues directly
 //!   under the root). The root's *unowned* capacity is shared by all trees.
 
+mod change;
 mod cow;
 mod fxhash;
 mod node;
 mod ops;
 mod quota;
 
+pub use change::Removed;
 pub use cow::{CowMap, CowVec};
 pub use fxhash::FxMap;
 pub use node::{NodeAcct, NodeReservation, Occupant};
 pub use ops::Share;
-pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct, Undo};
+pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -282,7 +282,7 @@ impl State {
         let mut deadline = self.d.now_ms;
         for v in victims {
             let mode = self.d.jobs[&v.job].spec.preemption_mode_when_preempted();
-            self.begin_stop(v.job, StopWhy::Preempted { by: id, mode });
+            self.mark_stopping(v.job, StopWhy::Preempted { by: id, mode });
             let victim = self.d.jobs.get_mut(&v.job).expect("victim");
             victim.preempted_by = Some(id);
             deadline = deadline.max(victim.stopping.map_or(0, |s| s.deadline_ms));
@@ -292,13 +292,8 @@ impl State {
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
         let victim_ids: Vec<JobId> = victims.iter().map(|v| v.job).collect();
-        self.ledger.reserve(id, q, np, &shares, &victim_ids);
-        let suspending: Vec<JobId> = victim_ids
-            .iter()
-            .copied()
-            .filter(|v| self.d.jobs[v].spec.preemption_mode_when_preempted() == crate::job::PreemptionMode::Suspend)
-            .collect();
-        self.ledger.lend_for_reservation(id, &suspending);
+        let jobs = &self.d.jobs;
+        self.ledger.preempt(id, q, np, &shares, &victim_ids, |v| jobs[&v].spec.suspends_when_preempted());
         let now = self.d.now_ms;
 
         let r = Reservation {

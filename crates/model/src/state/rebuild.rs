@@ -165,9 +165,7 @@ impl State {
                 .jobs
                 .values()
                 .filter(|j| {
-                    j.suspended_for == Some(r.job)
-                        || r.victims.contains(&j.id)
-                            && j.spec.preemption_mode_when_preempted() == crate::job::PreemptionMode::Suspend
+                    j.suspended_for == Some(r.job) || r.victims.contains(&j.id) && j.spec.suspends_when_preempted()
                 })
                 .map(|j| j.id)
                 .collect();

@@ -206,10 +206,10 @@ fn contributing_queues(
     needs: &Needs,
     own: &[Cand],
 ) -> Vec<bool> {
-    let undo = view.ledger.remove_usages(own.iter().map(|c| c.job));
     let reclaim_possible = policy.reclaim_within_cohort != ReclaimWithinCohort::Never
-        && needs.assignments.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger));
-    view.ledger.undo(undo);
+        && view.without(own.iter().map(|c| c.job), |view| {
+            needs.assignments.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger))
+        });
     let cohort_rules = view.ledger.queues[jq].fair_sharing || policy.borrow_within_cohort.is_some();
     let demand: Vec<&(usize, Vector)> = needs.demands.iter().flatten().collect();
     let l = &view.ledger;
