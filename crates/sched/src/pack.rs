@@ -66,15 +66,15 @@ impl Packing {
         ordered.sort_unstable();
         for (task, index, n) in ordered {
             let need = &needs.tasks[task as usize].need;
-            let pos = match shares.iter().position(|s| s.0 == n) {
+            let pos = match shares.iter().position(|s| s.node == n) {
                 Some(p) => p,
                 None => {
-                    shares.push((n, ZERO, 0));
+                    shares.push(Share { node: n, amount: ZERO, gpus: 0 });
                     shares.len() - 1
                 }
             };
             let (_, free_mask) = nodes.free(n);
-            let mut avail = free_mask & !shares[pos].2;
+            let mut avail = free_mask & !shares[pos].gpus;
             let mut gpus = Vec::with_capacity(need[0] as usize);
             for _ in 0..need[0] {
                 let g = avail.trailing_zeros();
@@ -82,8 +82,8 @@ impl Packing {
                 gpus.push(g);
             }
             let s = &mut shares[pos];
-            add(&mut s.1, need);
-            s.2 |= baton_model::alloc::gpu_mask(&gpus);
+            add(&mut s.amount, need);
+            s.gpus |= baton_model::alloc::gpu_mask(&gpus);
             out.push(ReplicaAlloc { task, index, node: node_name(n), gpus });
         }
         (out, shares)

@@ -162,7 +162,7 @@ impl<'a> View<'a> {
 
     fn reindex(&mut self, shares: &[Share]) {
         for s in shares {
-            self.refresh(s.0);
+            self.refresh(s.node);
         }
     }
 

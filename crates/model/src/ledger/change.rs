@@ -48,7 +48,7 @@ impl Ledger {
     }
 
     fn assert_room(&self, job: JobId, shares: &[Share]) {
-        for (n, amount, gpus) in shares {
+        for Share { node: n, amount, gpus } in shares {
             let node = &self.nodes[*n];
             let (free, free_gpus) = node.free_for(Some(job), &[]);
             assert!(
@@ -224,7 +224,7 @@ mod tests {
         let mut l = s.ledger().clone();
         let (victim, preemptor) = (running[0], 99);
         let (q0, q1) = (l.queue("q0").unwrap(), l.queue("q1").unwrap());
-        let shares: Vec<Share> = vec![(0, l.nodes[0].capacity, 0xff)];
+        let shares: Vec<Share> = vec![Share { node: 0, amount: l.nodes[0].capacity, gpus: 0xff }];
         l.preempt(preemptor, q1, false, &shares, &[victim], |_| false);
         assert_eq!((l.queues[q0].usage[0][0], l.queues[q1].usage[0][0]), (0, 8));
         assert_eq!(l.nodes[0].free_for(Some(preemptor), &[]).1, 0, "the victim still runs there");
@@ -250,7 +250,7 @@ mod tests {
         let mut amount = l.nodes[0].capacity;
         amount[0] = 1;
         // GPU 0 is the running job's.
-        l.place(99, 0, false, &[(0, amount, 0b1)]);
+        l.place(99, 0, false, &[Share { node: 0, amount, gpus: 0b1 }]);
     }
 
     #[test]

@@ -266,7 +266,7 @@ impl Ledger {
     /// checker and the scheduler both ask this, so they agree on who may backfill.
     pub fn reservation_occupants(&self, job: JobId, shares: &[Share]) -> Vec<JobId> {
         let mut out = Vec::new();
-        for (n, amount, gpus) in shares {
+        for Share { node: n, amount, gpus } in shares {
             let mut others = *amount;
             others[0] = 0;
             let node = &self.nodes[*n];

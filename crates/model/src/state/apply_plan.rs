@@ -249,7 +249,7 @@ impl State {
         }
         let shares = self.shares(job, replicas);
         let gpu_total: usize = replicas.iter().map(|r| r.gpus.len()).sum();
-        let distinct: u32 = shares.iter().map(|s| s.2.count_ones()).sum();
+        let distinct: u32 = shares.iter().map(|s| s.gpus.count_ones()).sum();
         if distinct as usize != gpu_total {
             return Err(Rejection::SameGpu);
         }
@@ -257,7 +257,7 @@ impl State {
     }
 
     fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), Rejection> {
-        for &(n, ref amount, gpus) in shares {
+        for &Share { node: n, ref amount, gpus } in shares {
             let node = &self.ledger.nodes[n];
             let (free, free_gpus) = node.free_for(Some(id), removed);
             if !fits(amount, &free) || gpus & !free_gpus != 0 {
@@ -318,7 +318,7 @@ fn wrong_attempt(job: &crate::job::Job) -> Rejection {
 /// Per-pool totals of a set of shares, as the quota check wants them.
 pub fn demand_of(ledger: &crate::ledger::Ledger, shares: &[Share]) -> Vec<(usize, Vector)> {
     let mut out: Vec<(usize, Vector)> = Vec::new();
-    for (n, amount, _) in shares {
+    for Share { node: n, amount, .. } in shares {
         let pool = ledger.nodes[*n].pool;
         match out.iter_mut().find(|(p, _)| *p == pool) {
             Some((_, v)) => add(v, amount),

@@ -75,7 +75,7 @@ impl State {
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);
         self.ledger.place(id, q, np, &shares);
-        let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         let lent_from = self
             .ledger
             .lent_to(id, &nodes)

@@ -157,8 +157,8 @@ impl State {
     /// Would `shares` (once `victims` are gone) use reserved GPUs, or leave a reserved node
     /// without the part of the other reserved resources that is free there now?
     fn takes_reserved(&self, shares: &[Share], reserved: &[Share], victims: &[JobId]) -> bool {
-        shares.iter().any(|(n, amount, gpus)| {
-            reserved.iter().filter(|r| r.0 == *n).any(|(_, want, want_gpus)| {
+        shares.iter().any(|Share { node: n, amount, gpus }| {
+            reserved.iter().filter(|r| r.node == *n).any(|Share { amount: want, gpus: want_gpus, .. }| {
                 let node = &self.ledger.nodes[*n];
                 let mut held = min(want, &node.free);
                 held[0] = 0;
