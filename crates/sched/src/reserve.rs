@@ -7,7 +7,7 @@
 //! latest end of the jobs occupying the rest says which time-limited jobs may backfill.
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{FxMap, NodeReservation, Share, Vector, ZERO, add, fits, min};
+use baton_model::ledger::{FxMap, GPU_KIND, NodeReservation, Share, Vector, ZERO, add, fits, min};
 use baton_model::plan::{Decision, Plan};
 use baton_model::scheduler::PoolReservation;
 use baton_model::state::submit::replicas_fitting;
@@ -136,7 +136,7 @@ fn block(view: &mut View, h: &mut Hold) {
         // GPUs the job does not need would count as taken.
         let gpus = gpus & mask;
         let mut amount = min(amount, &free);
-        amount[0] = u64::from(gpus.count_ones());
+        amount[GPU_KIND] = u64::from(gpus.count_ones());
         let r = NodeReservation { job: h.job, amount, gpus, victims: Vec::new() };
         node.reservations.push(r);
         node.refresh();
@@ -290,7 +290,7 @@ fn walk_all(
     let nodes: Vec<usize> = (0..view.ledger.nodes.len())
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
         .collect();
-    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
+    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[GPU_KIND] * u64::from(t.replicas)).sum();
     let mut fit = Fit::new(view, job.id, needs, a, &nodes);
     // Packing is the expensive part: try it only once enough GPUs would be free in the pool
     // (counted as jobs are taken, not recomputed over every node).
@@ -413,7 +413,7 @@ impl<'v, 'a> Fit<'v, 'a> {
     fn hosts(&self, c: &Count, n: usize) -> u64 {
         let gone = |j: JobId| c.gone.contains_key(&j);
         let (mut free, mask) = self.view.ledger.nodes[n].free_for_gone(Some(self.job), &gone);
-        free[0] = free[0].min(u64::from(mask.count_ones()));
+        free[GPU_KIND] = free[GPU_KIND].min(u64::from(mask.count_ones()));
         replicas_fitting(&c.need, &free)
     }
 

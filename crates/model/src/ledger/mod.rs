@@ -43,6 +43,10 @@ use crate::resources::{GPU, Resources};
 /// Quantities indexed by kind.
 pub type Vector = [u64; MAX_RESOURCE_KINDS];
 
+/// The kind of `gpu`: always the first (`Kinds::new`), so a vector's GPU count is
+/// `v[GPU_KIND]`. GPUs are also tracked by index (a mask per node), which no other kind is.
+pub const GPU_KIND: usize = 0;
+
 pub const ZERO: Vector = [0; MAX_RESOURCE_KINDS];
 
 /// Resource names in index order: `gpu` first, then by name.
@@ -268,12 +272,12 @@ impl Ledger {
         let mut out = Vec::new();
         for Share { node: n, amount, gpus } in shares {
             let mut others = *amount;
-            others[0] = 0;
+            others[GPU_KIND] = 0;
             let node = &self.nodes[*n];
             let short = !fits(&others, &node.free_for(Some(job), &[]).0);
             for o in node.occupants.iter().filter(|o| !o.held) {
                 let on_gpus = o.gpus & gpus != 0;
-                let on_rest = short && o.amount.iter().skip(1).any(|&x| x > 0);
+                let on_rest = short && o.amount.iter().enumerate().any(|(k, &x)| k != GPU_KIND && x > 0);
                 if (on_gpus || on_rest) && !out.contains(&o.job) {
                     out.push(o.job);
                 }

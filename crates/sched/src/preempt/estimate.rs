@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{Vector, add, fits, sub};
+use baton_model::ledger::{GPU_KIND, Vector, add, fits, sub};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::state::submit::replicas_fitting;
 
@@ -69,7 +69,7 @@ fn estimate(
     order: &mut Vec<usize>,
 ) -> Option<(Quick, u64)> {
     let (mut free, mask) = view.free_for(n, job, &[]);
-    free[0] = free[0].min(u64::from(mask.count_ones()));
+    free[GPU_KIND] = free[GPU_KIND].min(u64::from(mask.count_ones()));
     let mut all = free;
     for (_, amount) in on {
         add(&mut all, amount);
@@ -152,7 +152,7 @@ pub fn touched_sets(
     let replicas: u64 = needs.tasks.iter().map(|t| u64::from(t.replicas)).sum();
     let idle: Vec<usize> = view.index.pools[pool]
         .all
-        .emptiest_first(need[0])
+        .emptiest_first(need[GPU_KIND])
         .filter(|&n| !on_node.contains(n))
         .take(replicas as usize)
         .collect();
@@ -239,7 +239,7 @@ fn primary_need(needs: &Needs, single: bool) -> (usize, Vector) {
     let i = (0..needs.tasks.len())
         .max_by(|&a, &b| {
             let (x, y) = (&needs.tasks[a].need, &needs.tasks[b].need);
-            x[0].cmp(&y[0]).then(x.iter().sum::<u64>().cmp(&y.iter().sum::<u64>())).then(b.cmp(&a))
+            x[GPU_KIND].cmp(&y[GPU_KIND]).then(x.iter().sum::<u64>().cmp(&y.iter().sum::<u64>())).then(b.cmp(&a))
         })
         .unwrap_or(0);
     (i, needs.tasks[i].need)

@@ -22,7 +22,7 @@ mod walk;
 use std::collections::BTreeSet;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::Vector;
+use baton_model::ledger::{GPU_KIND, Vector};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::quantity::Human;
 use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort};
@@ -312,8 +312,8 @@ fn short_on_nodes(view: &View, needs: &Needs, a: &[usize]) -> Vec<(usize, usize)
 /// (a thousand, for each preemption plan) is left to debug builds' cross-check.
 fn hosts_of_kind(view: &View, p: usize, k: usize, need: u64) -> u64 {
     let nodes = &view.index.pools[p].all;
-    if k == 0 {
-        nodes.with_free(need).map(|(n, free)| free.min(view.free_counted(n)[0]) / need).sum()
+    if k == GPU_KIND {
+        nodes.with_free(need).map(|(n, free)| free.min(view.free_counted(n)[GPU_KIND]) / need).sum()
     } else {
         nodes.with_free(0).map(|(n, _)| view.free_counted(n)[k] / need).sum()
     }
@@ -322,7 +322,9 @@ fn hosts_of_kind(view: &View, p: usize, k: usize, need: u64) -> u64 {
 /// `hosts_of_kind` by a scan of every node.
 fn hosts_of_kind_by_scan(view: &View, p: usize, k: usize, need: u64) -> u64 {
     let nodes = view.ledger.nodes.iter().filter(|n| n.pool == p && n.schedulable);
-    nodes.map(|n| if k == 0 { u64::from(n.free_gpu_count()).min(n.free[0]) } else { n.free[k] } / need).sum()
+    nodes
+        .map(|n| if k == GPU_KIND { u64::from(n.free_gpu_count()).min(n.free[GPU_KIND]) } else { n.free[k] } / need)
+        .sum()
 }
 
 /// Why the gate forbids preempting at all, naming where the request exceeds nominal.
