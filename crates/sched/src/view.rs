@@ -20,7 +20,7 @@ pub struct View<'a> {
     /// Jobs running or stopping when the cycle began: the only possible victims. Gathered
     /// on first use (`active()`): a cycle that plans no preemption never needs them, and
     /// gathering them reads every running job.
-    active: OnceCell<Vec<Running>>,
+    active: OnceCell<Vec<ActiveJob>>,
     /// `active`'s positions by queue and its leaving jobs' positions, built on first use.
     groups: OnceCell<Groups>,
     /// Running jobs this cycle stops at their time limit (leaving, as `active` shows them).
@@ -42,7 +42,7 @@ pub struct Groups {
 }
 
 impl Groups {
-    fn of(active: &[Running], queues: usize) -> Groups {
+    fn of(active: &[ActiveJob], queues: usize) -> Groups {
         let mut g = Groups { by_queue: vec![Vec::new(); queues], leaving: Vec::new() };
         for (i, r) in active.iter().enumerate() {
             if g.by_queue.len() <= r.queue {
@@ -62,9 +62,11 @@ impl Groups {
     }
 }
 
-/// What preemption planning needs of a running (or stopping) job, gathered once a cycle.
+/// What preemption planning needs of an active job (Running or Preempting, as
+/// `JobState::is_active` says), gathered once a cycle. Named apart from `JobState::Running`:
+/// it covers stopping jobs too.
 #[derive(Debug, Clone)]
-pub struct Running {
+pub struct ActiveJob {
     pub job: JobId,
     pub queue: usize,
     /// Being preempted or paused already.
@@ -93,14 +95,14 @@ impl<'a> View<'a> {
 
     /// Jobs running or stopping when the cycle began, in id order. Read from the state's
     /// ledger, not the view's: the cycle's changes must not show.
-    pub fn active(&self) -> &[Running] {
+    pub fn active(&self) -> &[ActiveJob] {
         self.active.get_or_init(|| {
             let charges = &self.state.ledger().charges;
             self.state
                 .jobs()
                 .values()
                 .filter(|j| j.state.is_active())
-                .map(|j| Running {
+                .map(|j| ActiveJob {
                     job: j.id,
                     queue: charges.get(&j.id).map_or(0, |c| c.queue),
                     leaving: j.is_leaving() || self.timed_out.contains(&j.id),

@@ -36,7 +36,7 @@ use score::Score;
 use crate::index::RackKey;
 use crate::needs::Needs;
 use crate::pack::Packing;
-use crate::view::{Running, View};
+use crate::view::{ActiveJob, View};
 
 /// Node sets (whole pool, then racks by estimate) walked exactly for a gang once one
 /// has found victims; before that, every set is tried, so a feasible plan is never missed.
@@ -176,14 +176,14 @@ fn cands_by_scan(
     pools: &[usize],
     useful: &[bool],
 ) -> Vec<JobId> {
-    let eligible_in = |r: &&Running| in_pools(view, r, pools) && eligible(view, job, jq, policy, r).is_some();
+    let eligible_in = |r: &&ActiveJob| in_pools(view, r, pools) && eligible(view, job, jq, policy, r).is_some();
     let all = view.active().iter();
     let others = all.clone().filter(|r| r.queue != jq && (useful[r.queue] || r.leaving)).filter(eligible_in);
     let own = all.filter(|r| r.queue == jq).filter(eligible_in);
     others.chain(own).map(|r| r.job).collect()
 }
 
-fn in_pools(view: &View, r: &Running, pools: &[usize]) -> bool {
+fn in_pools(view: &View, r: &ActiveJob, pools: &[usize]) -> bool {
     // Every node is in some pool: with all of them wanted there is nothing to look up.
     if pools.len() == view.ledger.pools.len() {
         return true;
