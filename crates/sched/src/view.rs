@@ -185,6 +185,9 @@ impl<'a> View<'a> {
         &self.counted[n]
     }
 
+    /// The job's queue index and whether it is not preemptible, by `State::queue_and_np`'s
+    /// one rule: a live job's queue exists, and one that does not is a broken invariant
+    /// (it panics, naming both). Every sched site that needs a job's queue asks this.
     pub fn queue_np(&self, job: &Job) -> (usize, bool) {
         // The view's ledger is a clone of the state's: the same indices.
         self.state.queue_and_np(job)

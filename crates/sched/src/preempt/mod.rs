@@ -63,7 +63,7 @@ struct Best {
 }
 
 pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPreemption> {
-    let jq = view.ledger.queue(job.spec.queue.as_str()).expect("queue exists");
+    let jq = view.queue_np(job).0;
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
     // The gate comes first: a job it forbids preempts nothing, whatever runs.
