@@ -1,5 +1,6 @@
 //! The scheduler's working copy of the cluster for one cycle: a clone of the ledger that it
-//! changes as it decides (the same operations `apply` will perform), plus the node index.
+//! changes as it decides, by the same calls `apply` makes (`Ledger::place`,
+//! `Ledger::preempt`, `Ledger::unhold`), plus the node index.
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
