@@ -90,6 +90,12 @@ impl JobSpec {
             mode => mode,
         }
     }
+
+    /// Preempted, it is suspended in place: it keeps its shares, and lends the part its
+    /// preemptor reserved to that preemptor.
+    pub fn suspends_when_preempted(&self) -> bool {
+        self.preemption_mode_when_preempted() == PreemptionMode::Suspend
+    }
 }
 
 impl JobSpec {

@@ -3,7 +3,7 @@
 //! say why it waits.
 
 use baton_model::job::{Job, JobId, JobState};
-use baton_model::ledger::{Admission, QuotaBlock};
+use baton_model::ledger::{Admission, Ledger, QuotaBlock};
 use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan, Victim};
 use baton_model::state::{State, demand_of};
@@ -25,6 +25,12 @@ pub const MAX_PREEMPTION_PLANS_PER_CYCLE: usize = 256;
 /// Computes the plan for one cycle over `state` at time `now_ms`. Pure: the same state and
 /// time give the same plan.
 pub fn cycle(state: &State, now_ms: u64) -> Plan {
+    decide_all(state, now_ms).0
+}
+
+/// The cycle's plan, and its working copy of the ledger as its decisions left it: what
+/// `State::apply` of the plan should charge (the property tests compare the two).
+pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
     let mut view = View::new(state, now_ms);
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
     let (over, suspended) = over_limit_and_suspended(state, now_ms);
@@ -58,7 +64,7 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);
     }
-    plan
+    (plan, view.ledger)
 }
 
 /// Running jobs past their time limit, and suspended jobs, in id order: one pass over every

@@ -53,7 +53,7 @@ impl<'a> Candidate<'a> {
         Candidate {
             job,
             id: job.id,
-            queue: view.ledger.queue(job.spec.queue.as_str()).expect("queue of a job exists"),
+            queue: view.queue_np(job).0,
             preemptible: job.preemptible,
             priority: job.priority,
             submitted: job.submitted_key(),

@@ -8,7 +8,7 @@
 
 use baton_model::alloc::ReplicaAlloc;
 use baton_model::job::Topology;
-use baton_model::ledger::{Share, Vector, ZERO, add, sub};
+use baton_model::ledger::{GPU_KIND, Share, Vector, ZERO, add, sub};
 use baton_model::name::Name;
 use baton_model::state::submit::replicas_fitting;
 
@@ -66,24 +66,24 @@ impl Packing {
         ordered.sort_unstable();
         for (task, index, n) in ordered {
             let need = &needs.tasks[task as usize].need;
-            let pos = match shares.iter().position(|s| s.0 == n) {
+            let pos = match shares.iter().position(|s| s.node == n) {
                 Some(p) => p,
                 None => {
-                    shares.push((n, ZERO, 0));
+                    shares.push(Share { node: n, amount: ZERO, gpus: 0 });
                     shares.len() - 1
                 }
             };
             let (_, free_mask) = nodes.free(n);
-            let mut avail = free_mask & !shares[pos].2;
-            let mut gpus = Vec::with_capacity(need[0] as usize);
-            for _ in 0..need[0] {
+            let mut avail = free_mask & !shares[pos].gpus;
+            let mut gpus = Vec::with_capacity(need[GPU_KIND] as usize);
+            for _ in 0..need[GPU_KIND] {
                 let g = avail.trailing_zeros();
                 avail &= !(1u64 << g);
                 gpus.push(g);
             }
             let s = &mut shares[pos];
-            add(&mut s.1, need);
-            s.2 |= baton_model::alloc::gpu_mask(&gpus);
+            add(&mut s.amount, need);
+            s.gpus |= baton_model::alloc::gpu_mask(&gpus);
             out.push(ReplicaAlloc { task, index, node: node_name(n), gpus });
         }
         (out, shares)
@@ -116,7 +116,7 @@ fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Op
             add(&mut total, &t.need);
         }
     }
-    let n = nodes.fullest_first(pool, None, total[0]).find(|&n| fits_free(&nodes.free(n), &total))?;
+    let n = nodes.fullest_first(pool, None, total[GPU_KIND]).find(|&n| fits_free(&nodes.free(n), &total))?;
     let replicas = needs
         .tasks
         .iter()
@@ -135,8 +135,9 @@ fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize], enough: O
     racks.dedup();
     let mut best: Option<Packing> = None;
     for r in racks {
-        let room =
-            |(t, &p): (&crate::needs::TaskNeed, &usize)| nodes.gpu_room(p, Some(r), t.need[0]) >= u64::from(t.replicas);
+        let room = |(t, &p): (&crate::needs::TaskNeed, &usize)| {
+            nodes.gpu_room(p, Some(r), t.need[GPU_KIND]) >= u64::from(t.replicas)
+        };
         if !needs.tasks.iter().zip(assignment).all(room) {
             continue;
         }
@@ -153,7 +154,7 @@ fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize], enough: O
 
 fn fits_free(free: &(Vector, u64), need: &Vector) -> bool {
     let mut f = free.0;
-    f[0] = f[0].min(u64::from(free.1.count_ones()));
+    f[GPU_KIND] = f[GPU_KIND].min(u64::from(free.1.count_ones()));
     need.iter().zip(&f).all(|(n, f)| n <= f)
 }
 
@@ -171,7 +172,7 @@ impl<'n, N: Nodes> Packer<'n, N> {
 
     fn avail(&self, n: usize) -> Vector {
         let (mut free, mask) = self.nodes.free(n);
-        free[0] = free[0].min(u64::from(mask.count_ones()));
+        free[GPU_KIND] = free[GPU_KIND].min(u64::from(mask.count_ones()));
         if let Some((_, u)) = self.used.iter().find(|(m, _)| *m == n) {
             sub(&mut free, u);
         }
@@ -206,7 +207,10 @@ impl<'n, N: Nodes> Packer<'n, N> {
         // Biggest replicas first: they are the hardest to place.
         order.sort_by(|&a, &b| {
             let (x, y) = (&needs.tasks[a].need, &needs.tasks[b].need);
-            y[0].cmp(&x[0]).then_with(|| y.iter().sum::<u64>().cmp(&x.iter().sum::<u64>())).then(a.cmp(&b))
+            y[GPU_KIND]
+                .cmp(&x[GPU_KIND])
+                .then_with(|| y.iter().sum::<u64>().cmp(&x.iter().sum::<u64>()))
+                .then(a.cmp(&b))
         });
         for t in order {
             self.place_task(t, &needs.tasks[t].need, u64::from(needs.tasks[t].replicas), assignment[t], rack)?;
@@ -239,14 +243,14 @@ impl<'n, N: Nodes> Packer<'n, N> {
 
     /// The fullest unused node that can host `count` replicas.
     fn fullest_hosting(&self, pool: usize, rack: Option<RackKey>, need: &Vector, count: u64) -> Option<usize> {
-        let min_gpus = need[0].saturating_mul(count);
+        let min_gpus = need[GPU_KIND].saturating_mul(count);
         self.nodes.fullest_first(pool, rack, min_gpus).find(|&n| !self.is_used(n) && self.hosts(n, need) >= count)
     }
 
     /// The unused node that can host the most replicas (the emptiest), and how many.
     fn emptiest(&self, pool: usize, rack: Option<RackKey>, need: &Vector) -> Option<(usize, u64)> {
         let mut best: Option<(usize, u64)> = None;
-        for n in self.nodes.emptiest_first(pool, rack, need[0]) {
+        for n in self.nodes.emptiest_first(pool, rack, need[GPU_KIND]) {
             if self.is_used(n) {
                 continue;
             }
@@ -255,7 +259,7 @@ impl<'n, N: Nodes> Packer<'n, N> {
                 continue;
             }
             // GPU-bound replicas: the first node in emptiest order hosts the most.
-            if need[0] > 0 {
+            if need[GPU_KIND] > 0 {
                 return Some((n, c));
             }
             if best.is_none_or(|(_, b)| c > b) {

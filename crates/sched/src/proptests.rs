@@ -477,7 +477,7 @@ fn apply_checked(s: &mut State, now_ms: u64, plan: &Plan) -> Result<(), String> 
 pub(crate) fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
     for _ in 0..200 {
         crate::preempt::on_nodes_agree(&View::new(s, now_ms))?;
-        let plan = cycle(s, now_ms);
+        let (plan, planned) = crate::cycle::decide_all(s, now_ms);
         if plan != cycle(s, now_ms) {
             return Err("the same state gave two different plans".into());
         }
@@ -493,6 +493,14 @@ pub(crate) fn settle(s: &mut State, now_ms: u64) -> Result<(), String> {
             return Ok(());
         }
         apply_checked(s, now_ms, &plan)?;
+        // The scheduler changed its copy of the ledger as `apply` would: the same usage.
+        if planned.usage_parts() != s.ledger().usage_parts() {
+            return Err(format!(
+                "queue usage as the cycle left it differs from the state's after its plan:\n{:?}\n{:?}",
+                planned.queues,
+                s.ledger().queues
+            ));
+        }
         let stopping: Vec<(JobId, u32)> =
             s.jobs().values().filter(|j| j.state == JobState::Preempting).map(|j| (j.id, j.attempt)).collect();
         for (job, attempt) in stopping {

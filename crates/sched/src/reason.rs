@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use baton_model::ledger::FxMap;
 
 use baton_model::job::Topology;
-use baton_model::ledger::{QuotaBlock, Vector, ZERO, add};
+use baton_model::ledger::{GPU_KIND, QuotaBlock, Vector, ZERO, add};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 
 use crate::needs::Needs;
@@ -34,7 +34,7 @@ pub fn no_room(view: &View, needs: &Needs) -> String {
     if replicas == 1 {
         let need = &needs.tasks[0].need;
         let most = view.index.pools[pool].all.max_free();
-        if need[0] > 0 {
+        if need[GPU_KIND] > 0 {
             return format!(
                 "no node in pool {pool_name} has {} free (most free GPUs on one node: {most})",
                 describe(view, need)

@@ -7,7 +7,7 @@
 //! latest end of the jobs occupying the rest says which time-limited jobs may backfill.
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{FxMap, NodeReservation, Share, Vector, ZERO, add, fits, min};
+use baton_model::ledger::{FxMap, GPU_KIND, NodeReservation, Share, Vector, ZERO, add, fits, min};
 use baton_model::plan::{Decision, Plan};
 use baton_model::scheduler::PoolReservation;
 use baton_model::state::submit::replicas_fitting;
@@ -47,7 +47,7 @@ impl Holds {
             let job = view.job(r.job);
             let (q, np) = view.queue_np(job);
             let shares = view.state.shares(job, &r.replicas);
-            let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+            let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
             if let Err(why) = admitted_without_own(view, q, np, &shares, &nodes) {
                 let reason = format!("its reservation on {} no longer holds: {why}", where_of(r));
                 plan.decisions.push(Decision::Unreserve { job: r.job, reason });
@@ -79,7 +79,7 @@ impl Holds {
     /// The job whose reserved GPUs `shares` would use, if any other than `job`.
     pub fn overlapping(&self, job: JobId, shares: &[Share]) -> Option<JobId> {
         let hit = |h: &&Hold| {
-            h.job != job && shares.iter().any(|(n, _, g)| h.shares.iter().any(|(m, _, r)| m == n && g & r != 0))
+            h.job != job && shares.iter().any(|s| h.shares.iter().any(|r| r.node == s.node && s.gpus & r.gpus != 0))
         };
         self.list.iter().find(hit).map(|h| h.job)
     }
@@ -100,7 +100,7 @@ impl Holds {
     /// Are the reserved resources free for the reserving job (quota included)?
     pub fn ready(&self, view: &View, i: usize, job: &Job) -> bool {
         let h = &self.list[i];
-        let room = h.shares.iter().all(|(n, amount, gpus)| {
+        let room = h.shares.iter().all(|Share { node: n, amount, gpus }| {
             let (free, mask) = view.free_for(*n, h.job, &[]);
             fits(amount, &free) && gpus & !mask == 0
         });
@@ -129,14 +129,14 @@ fn block(view: &mut View, h: &mut Hold) {
     if h.blocked {
         return;
     }
-    for (n, amount, gpus) in &h.shares {
+    for Share { node: n, amount, gpus } in &h.shares {
         let node = &mut view.ledger.nodes[*n];
         let (free, mask) = (node.free, node.free_gpus);
         // GPUs by index: the count blocked must be the reserved GPUs that are free, or free
         // GPUs the job does not need would count as taken.
         let gpus = gpus & mask;
         let mut amount = min(amount, &free);
-        amount[0] = u64::from(gpus.count_ones());
+        amount[GPU_KIND] = u64::from(gpus.count_ones());
         let r = NodeReservation { job: h.job, amount, gpus, victims: Vec::new() };
         node.reservations.push(r);
         node.refresh();
@@ -149,7 +149,7 @@ fn unblock(view: &mut View, h: &mut Hold) {
     if !h.blocked {
         return;
     }
-    for (n, _, _) in &h.shares {
+    for Share { node: n, .. } in &h.shares {
         let node = &mut view.ledger.nodes[*n];
         node.reservations.retain(|r| !(r.job == h.job && r.victims.is_empty()));
         node.refresh();
@@ -237,7 +237,7 @@ impl Seen {
 /// it were the jobs running there gone, and its queue would admit it.
 pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan, seen: &mut Seen) -> bool {
     let taken_pools: Vec<usize> =
-        holds.list.iter().filter_map(|h| h.shares.first().map(|s| view.ledger.nodes[s.0].pool)).collect();
+        holds.list.iter().filter_map(|h| h.shares.first().map(|s| view.ledger.nodes[s.node].pool)).collect();
     let (q, np) = (c.queue, !c.preemptible);
     for a in &c.needs.assignments {
         let pool = a[0];
@@ -290,7 +290,7 @@ fn walk_all(
     let nodes: Vec<usize> = (0..view.ledger.nodes.len())
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
         .collect();
-    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[0] * u64::from(t.replicas)).sum();
+    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[GPU_KIND] * u64::from(t.replicas)).sum();
     let mut fit = Fit::new(view, job.id, needs, a, &nodes);
     // Packing is the expensive part: try it only once enough GPUs would be free in the pool
     // (counted as jobs are taken, not recomputed over every node).
@@ -413,7 +413,7 @@ impl<'v, 'a> Fit<'v, 'a> {
     fn hosts(&self, c: &Count, n: usize) -> u64 {
         let gone = |j: JobId| c.gone.contains_key(&j);
         let (mut free, mask) = self.view.ledger.nodes[n].free_for_gone(Some(self.job), &gone);
-        free[0] = free[0].min(u64::from(mask.count_ones()));
+        free[GPU_KIND] = free[GPU_KIND].min(u64::from(mask.count_ones()));
         replicas_fitting(&c.need, &free)
     }
 

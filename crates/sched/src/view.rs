@@ -1,11 +1,12 @@
 //! The scheduler's working copy of the cluster for one cycle: a clone of the ledger that it
-//! changes as it decides (the same operations `apply` will perform), plus the node index.
+//! changes as it decides, by the same calls `apply` makes (`Ledger::place`,
+//! `Ledger::preempt`, `Ledger::unhold`), plus the node index.
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{Ledger, Share, Vector, ZERO, add, sub};
+use baton_model::ledger::{Ledger, Removed, Share, Vector, ZERO, add, sub};
 use baton_model::state::State;
 
 use crate::index::Index;
@@ -20,7 +21,7 @@ pub struct View<'a> {
     /// Jobs running or stopping when the cycle began: the only possible victims. Gathered
     /// on first use (`active()`): a cycle that plans no preemption never needs them, and
     /// gathering them reads every running job.
-    active: OnceCell<Vec<Running>>,
+    active: OnceCell<Vec<ActiveJob>>,
     /// `active`'s positions by queue and its leaving jobs' positions, built on first use.
     groups: OnceCell<Groups>,
     /// Running jobs this cycle stops at their time limit (leaving, as `active` shows them).
@@ -42,7 +43,7 @@ pub struct Groups {
 }
 
 impl Groups {
-    fn of(active: &[Running], queues: usize) -> Groups {
+    fn of(active: &[ActiveJob], queues: usize) -> Groups {
         let mut g = Groups { by_queue: vec![Vec::new(); queues], leaving: Vec::new() };
         for (i, r) in active.iter().enumerate() {
             if g.by_queue.len() <= r.queue {
@@ -62,9 +63,11 @@ impl Groups {
     }
 }
 
-/// What preemption planning needs of a running (or stopping) job, gathered once a cycle.
+/// What preemption planning needs of an active job (Running or Preempting, as
+/// `JobState::is_active` says), gathered once a cycle. Named apart from `JobState::Running`:
+/// it covers stopping jobs too.
 #[derive(Debug, Clone)]
-pub struct Running {
+pub struct ActiveJob {
     pub job: JobId,
     pub queue: usize,
     /// Being preempted or paused already.
@@ -93,14 +96,14 @@ impl<'a> View<'a> {
 
     /// Jobs running or stopping when the cycle began, in id order. Read from the state's
     /// ledger, not the view's: the cycle's changes must not show.
-    pub fn active(&self) -> &[Running] {
+    pub fn active(&self) -> &[ActiveJob] {
         self.active.get_or_init(|| {
             let charges = &self.state.ledger().charges;
             self.state
                 .jobs()
                 .values()
                 .filter(|j| j.state.is_active())
-                .map(|j| Running {
+                .map(|j| ActiveJob {
                     job: j.id,
                     queue: charges.get(&j.id).map_or(0, |c| c.queue),
                     leaving: j.is_leaving() || self.timed_out.contains(&j.id),
@@ -136,31 +139,17 @@ impl<'a> View<'a> {
         &self.state.jobs()[&id]
     }
 
-    /// A job of queue `q` starts on these shares (mirrors `State::apply` of a Place).
+    /// A job of queue `q` starts on these shares: the change `State::apply` makes of a Place.
     pub fn occupy(&mut self, job: &Job, q: usize, shares: &[Share]) {
-        let np = !job.preemptible;
-        if self.state.reservations().contains_key(&job.id) {
-            self.ledger.unreserve(job.id, true);
-        }
-        self.ledger.occupy(job.id, q, np, shares);
+        self.ledger.place(job.id, q, !job.preemptible, shares);
         self.reindex(shares);
     }
 
-    /// Resources are held for a preemptor of queue `q` (mirrors `State::apply` of a Preempt).
+    /// Resources are held for a preemptor of queue `q` while its victims stop: the change
+    /// `State::apply` makes of a Preempt.
     pub fn reserve(&mut self, job: &Job, q: usize, shares: &[Share], victims: &[JobId]) {
-        let np = !job.preemptible;
-        self.ledger.reserve(job.id, q, np, shares, victims);
-        // Mirrors `State::apply`: victims stop being charged; one that will be suspended in
-        // place lends its reserved part now.
-        let mut suspending = Vec::new();
-        for &v in victims {
-            self.ledger.set_leaving(v, true);
-            if self.job(v).spec.preemption_mode_when_preempted() == baton_model::job::PreemptionMode::Suspend {
-                suspending.push(v);
-            }
-        }
-        self.ledger.lend_for_reservation(job.id, &suspending);
-
+        let jobs = self.state.jobs();
+        self.ledger.preempt(job.id, q, !job.preemptible, shares, victims, |v| jobs[&v].spec.suspends_when_preempted());
         self.taken.extend(victims.iter().copied());
         self.reindex(shares);
     }
@@ -176,7 +165,7 @@ impl<'a> View<'a> {
 
     fn reindex(&mut self, shares: &[Share]) {
         for s in shares {
-            self.refresh(s.0);
+            self.refresh(s.node);
         }
     }
 
@@ -197,9 +186,24 @@ impl<'a> View<'a> {
         &self.counted[n]
     }
 
+    /// The job's queue index and whether it is not preemptible, by `State::queue_and_np`'s
+    /// one rule: a live job's queue exists, and one that does not is a broken invariant
+    /// (it panics, naming both). Every sched site that needs a job's queue asks this.
     pub fn queue_np(&self, job: &Job) -> (usize, bool) {
         // The view's ledger is a clone of the state's: the same indices.
         self.state.queue_and_np(job)
+    }
+
+    /// Runs `f` on the view as if `jobs` had stopped (their queue usage out of the ledger),
+    /// then puts their usage back: `Ledger::without` for a question that needs the view.
+    pub fn without<R>(&mut self, jobs: impl IntoIterator<Item = JobId>, f: impl FnOnce(&View) -> R) -> R {
+        let mut removed = Removed::default();
+        for job in jobs {
+            self.ledger.remove(&mut removed, job);
+        }
+        let r = f(self);
+        self.ledger.put_back_all(removed);
+        r
     }
 
     /// Free for `job` on node `n` with the jobs in `removed` gone.

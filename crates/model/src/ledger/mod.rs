@@ -4,6 +4,9 @@
 //! restore, and kept up to date incrementally as jobs start, stop, suspend and resume. Both
 //! the plan applier (in `State::apply`) and the scheduler (on its own clone) ask it the same
 //! two questions: what is free on a node for a given job, and may a queue take a demand.
+//! What a decision changes (a job placed, a job preempting) and the scoped "as if these
+//! jobs had stopped" are written once, in `change.rs`: `State::apply` and the scheduler's
+//! working copy both call them.
 //! The scheduler clones the ledger every cycle, so its large tables are copy-on-write
 //! (`cow.rs`): a clone shares them, and a change copies one chunk of 64 entries.
 //!
@@ -15,17 +18,19 @@
 //! - *tree*: the lending group of a queue, its top-level cohort (or the queues directly
 //!   under the root). The root's *unowned* capacity is shared by all trees.
 
+mod change;
 mod cow;
 mod fxhash;
 mod node;
 mod ops;
 mod quota;
 
+pub use change::Removed;
 pub use cow::{CowMap, CowVec};
 pub use fxhash::FxMap;
 pub use node::{NodeAcct, NodeReservation, Occupant};
 pub use ops::Share;
-pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct, Undo};
+pub use quota::{Admission, QueueAcct, QuotaBlock, TreeAcct};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -37,6 +42,10 @@ use crate::resources::{GPU, Resources};
 
 /// Quantities indexed by kind.
 pub type Vector = [u64; MAX_RESOURCE_KINDS];
+
+/// The kind of `gpu`: always the first (`Kinds::new`), so a vector's GPU count is
+/// `v[GPU_KIND]`. GPUs are also tracked by index (a mask per node), which no other kind is.
+pub const GPU_KIND: usize = 0;
 
 pub const ZERO: Vector = [0; MAX_RESOURCE_KINDS];
 
@@ -261,14 +270,14 @@ impl Ledger {
     /// checker and the scheduler both ask this, so they agree on who may backfill.
     pub fn reservation_occupants(&self, job: JobId, shares: &[Share]) -> Vec<JobId> {
         let mut out = Vec::new();
-        for (n, amount, gpus) in shares {
+        for Share { node: n, amount, gpus } in shares {
             let mut others = *amount;
-            others[0] = 0;
+            others[GPU_KIND] = 0;
             let node = &self.nodes[*n];
             let short = !fits(&others, &node.free_for(Some(job), &[]).0);
             for o in node.occupants.iter().filter(|o| !o.held) {
                 let on_gpus = o.gpus & gpus != 0;
-                let on_rest = short && o.amount.iter().skip(1).any(|&x| x > 0);
+                let on_rest = short && o.amount.iter().enumerate().any(|(k, &x)| k != GPU_KIND && x > 0);
                 if (on_gpus || on_rest) && !out.contains(&o.job) {
                     out.push(o.job);
                 }

@@ -1,6 +1,6 @@
 //! Per-node accounting: who occupies what, what is reserved, and what is free for whom.
 
-use super::{Vector, ZERO, add, sub};
+use super::{GPU_KIND, Vector, ZERO, add, sub};
 use crate::job::JobId;
 use crate::name::Name;
 
@@ -46,7 +46,7 @@ pub struct NodeAcct {
 
 impl NodeAcct {
     pub fn new(name: Name, pool: usize, rack: Option<usize>, schedulable: bool, capacity: Vector) -> NodeAcct {
-        let gpus = capacity[0];
+        let gpus = capacity[GPU_KIND];
         let all_gpus = if gpus >= 64 { u64::MAX } else { (1u64 << gpus) - 1 };
         let mut n = NodeAcct {
             name,
@@ -169,7 +169,7 @@ mod tests {
 
     fn v(gpu: u64, cpu: u64) -> Vector {
         let mut x = ZERO;
-        x[0] = gpu;
+        x[GPU_KIND] = gpu;
         x[1] = cpu;
         x
     }

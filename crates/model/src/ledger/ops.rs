@@ -4,8 +4,15 @@
 use super::{JobCharge, Ledger, NodeReservation, Occupant, Vector, ZERO, min, sub};
 use crate::job::JobId;
 
-/// One job's share of one node: (node index, amount, GPU mask).
-pub type Share = (usize, Vector, u64);
+/// One job's share of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// The node's index in the ledger.
+    pub node: usize,
+    pub amount: Vector,
+    /// The GPUs it holds there, by index.
+    pub gpus: u64,
+}
 
 impl Ledger {
     fn ensure_charge(&mut self, job: JobId, queue: usize, np: bool, nodes: &[usize]) {
@@ -41,9 +48,9 @@ impl Ledger {
 
     /// A job starts using these shares (one per node).
     pub fn occupy(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share]) {
-        let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         self.ensure_charge(job, queue, np, &nodes);
-        for &(n, amount, gpus) in shares {
+        for &Share { node: n, amount, gpus } in shares {
             let o = Occupant { job, amount, gpus, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 };
             self.nodes[n].occupants.push(o);
         }
@@ -155,9 +162,9 @@ impl Ledger {
 
     /// Holds shares for a preemptor while `victims` stop. Counts in its queue's usage.
     pub fn reserve(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share], victims: &[JobId]) {
-        let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         self.ensure_charge(job, queue, np, &nodes);
-        for &(n, amount, gpus) in shares {
+        for &Share { node: n, amount, gpus } in shares {
             let r = NodeReservation { job, amount, gpus, victims: victims.to_vec() };
             self.nodes[n].reservations.push(r);
         }

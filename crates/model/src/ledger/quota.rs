@@ -149,12 +149,6 @@ impl QuotaBlock {
     }
 }
 
-/// What a hypothetical removal changed, so it can be put back exactly.
-#[derive(Debug, Clone)]
-pub struct Undo {
-    entries: Vec<(usize, usize, Vector, bool, bool)>,
-}
-
 impl Ledger {
     /// Adds (`plus`) or removes an amount from a queue's usage in a pool, keeping the tree
     /// sums and the pool's unowned draw consistent.
@@ -289,44 +283,6 @@ impl Ledger {
             }
         }
         best
-    }
-
-    /// Takes a job's usage out of its queue as if it had stopped. Returns what `undo` needs.
-    pub fn remove_usage(&mut self, job: JobId) -> Undo {
-        let mut entries = Vec::new();
-        let Some(ch) = self.charges.get(&job).cloned() else {
-            return Undo { entries };
-        };
-        for (p, v) in &ch.usage {
-            self.adjust_usage(ch.queue, *p, v, ch.not_preemptible, false);
-            entries.push((ch.queue, *p, *v, ch.not_preemptible, false));
-        }
-        Undo { entries }
-    }
-
-    /// Takes several jobs' usage out of their queues at once; `undo` puts it all back.
-    pub fn remove_usages(&mut self, jobs: impl IntoIterator<Item = JobId>) -> Undo {
-        let mut all = Undo { entries: Vec::new() };
-        for job in jobs {
-            all.entries.extend(self.remove_usage(job).entries);
-        }
-        all
-    }
-
-    /// Runs `f` on the ledger as if `jobs` had stopped (their queue usage gone), then puts
-    /// their usage back exactly: the scoped form of "remove, check, undo", so no caller can
-    /// forget the undo.
-    pub fn without<R>(&mut self, jobs: impl IntoIterator<Item = JobId>, f: impl FnOnce(&mut Ledger) -> R) -> R {
-        let undo = self.remove_usages(jobs);
-        let r = f(self);
-        self.undo(undo);
-        r
-    }
-
-    pub fn undo(&mut self, undo: Undo) {
-        for (q, p, v, np, plus) in undo.entries.into_iter().rev() {
-            self.adjust_usage(q, p, &v, np, !plus);
-        }
     }
 
     /// The usage a job's occupants and reservations amount to, per pool.

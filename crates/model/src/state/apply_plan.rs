@@ -9,7 +9,7 @@ use crate::alloc::ReplicaAlloc;
 use crate::command::Outcome;
 use crate::event::{Event, EventKind};
 use crate::job::{JobId, JobState, StopWhy, Topology};
-use crate::ledger::{Share, Vector, add, fits};
+use crate::ledger::{GPU_KIND, Share, Vector, add, fits};
 use crate::limits::MAX_DECISIONS_PER_PLAN;
 use crate::plan::{Decision, Plan, Victim};
 use crate::rejection::Rejection;
@@ -231,7 +231,8 @@ impl State {
                 return Err(Rejection::PoolNotAllowed { node: r.node.clone() });
             }
             let task = &spec.tasks[r.task as usize];
-            if r.gpus.len() as u64 != task.resources.gpus() || r.gpus.iter().any(|&g| u64::from(g) >= acct.capacity[0])
+            if r.gpus.len() as u64 != task.resources.gpus()
+                || r.gpus.iter().any(|&g| u64::from(g) >= acct.capacity[GPU_KIND])
             {
                 return Err(Rejection::WrongGpus { index: r.index, task: task.name.clone() });
             }
@@ -249,7 +250,7 @@ impl State {
         }
         let shares = self.shares(job, replicas);
         let gpu_total: usize = replicas.iter().map(|r| r.gpus.len()).sum();
-        let distinct: u32 = shares.iter().map(|s| s.2.count_ones()).sum();
+        let distinct: u32 = shares.iter().map(|s| s.gpus.count_ones()).sum();
         if distinct as usize != gpu_total {
             return Err(Rejection::SameGpu);
         }
@@ -257,7 +258,7 @@ impl State {
     }
 
     fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), Rejection> {
-        for &(n, ref amount, gpus) in shares {
+        for &Share { node: n, ref amount, gpus } in shares {
             let node = &self.ledger.nodes[n];
             let (free, free_gpus) = node.free_for(Some(id), removed);
             if !fits(amount, &free) || gpus & !free_gpus != 0 {
@@ -282,7 +283,7 @@ impl State {
         let mut deadline = self.d.now_ms;
         for v in victims {
             let mode = self.d.jobs[&v.job].spec.preemption_mode_when_preempted();
-            self.begin_stop(v.job, StopWhy::Preempted { by: id, mode });
+            self.mark_stopping(v.job, StopWhy::Preempted { by: id, mode });
             let victim = self.d.jobs.get_mut(&v.job).expect("victim");
             victim.preempted_by = Some(id);
             deadline = deadline.max(victim.stopping.map_or(0, |s| s.deadline_ms));
@@ -292,13 +293,8 @@ impl State {
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
         let victim_ids: Vec<JobId> = victims.iter().map(|v| v.job).collect();
-        self.ledger.reserve(id, q, np, &shares, &victim_ids);
-        let suspending: Vec<JobId> = victim_ids
-            .iter()
-            .copied()
-            .filter(|v| self.d.jobs[v].spec.preemption_mode_when_preempted() == crate::job::PreemptionMode::Suspend)
-            .collect();
-        self.ledger.lend_for_reservation(id, &suspending);
+        let jobs = &self.d.jobs;
+        self.ledger.preempt(id, q, np, &shares, &victim_ids, |v| jobs[&v].spec.suspends_when_preempted());
         let now = self.d.now_ms;
 
         let r = Reservation {
@@ -323,7 +319,7 @@ fn wrong_attempt(job: &crate::job::Job) -> Rejection {
 /// Per-pool totals of a set of shares, as the quota check wants them.
 pub fn demand_of(ledger: &crate::ledger::Ledger, shares: &[Share]) -> Vec<(usize, Vector)> {
     let mut out: Vec<(usize, Vector)> = Vec::new();
-    for (n, amount, _) in shares {
+    for Share { node: n, amount, .. } in shares {
         let pool = ledger.nodes[*n].pool;
         match out.iter_mut().find(|(p, _)| *p == pool) {
             Some((_, v)) => add(v, amount),

@@ -67,18 +67,15 @@ impl State {
 
     /// Starts the next attempt. The caller has checked that it fits.
     pub(crate) fn start_job(&mut self, id: JobId, attempt: u32, replicas: Vec<ReplicaAlloc>, ev: &mut Vec<Event>) {
-        let reserved = self.d.reservations.remove(&id).is_some();
-        if reserved {
-            self.ledger.unreserve(id, true);
-        }
+        // A preemptor's reservation becomes its occupancy (the ledger gives it up in `place`).
+        self.d.reservations.remove(&id);
         self.drop_pool_reservation(id);
         self.forget_placement(id);
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
-        self.assert_room(id, &shares);
         let (q, np) = self.queue_and_np(job);
-        self.ledger.occupy(id, q, np, &shares);
-        let nodes: Vec<usize> = shares.iter().map(|s| s.0).collect();
+        self.ledger.place(id, q, np, &shares);
+        let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         let lent_from = self
             .ledger
             .lent_to(id, &nodes)
@@ -110,28 +107,19 @@ impl State {
         self.job_event(id, EventKind::Started { attempt, nodes }, message, ev);
     }
 
-    /// Never over-allocate: the plan checker has made sure the job fits, and the ledger's
-    /// arithmetic saturates at zero, so a start that did not fit would go unseen. Checked
-    /// in every build: a replica that acted on it would run two jobs on one GPU.
-    fn assert_room(&self, id: JobId, shares: &[crate::ledger::Share]) {
-        for (n, amount, gpus) in shares {
-            let node = &self.ledger.nodes[*n];
-            let (free, free_gpus) = node.free_for(Some(id), &[]);
-            assert!(
-                crate::ledger::fits(amount, &free) && gpus & !free_gpus == 0,
-                "job {id} would over-allocate node {}: needs {amount:?} GPUs {gpus:#x}, free {free:?} GPUs {free_gpus:#x}",
-                node.name
-            );
-        }
-    }
-
     /// Running -> Preempting: the agent will signal it and report when it stopped.
     pub(crate) fn begin_stop(&mut self, id: JobId, why: StopWhy) {
+        self.mark_stopping(id, why);
+        self.ledger.set_leaving(id, true);
+    }
+
+    /// `begin_stop` without the ledger's part, for a caller whose ledger change covers it
+    /// (a preemption: `Ledger::preempt`).
+    pub(crate) fn mark_stopping(&mut self, id: JobId, why: StopWhy) {
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = JobState::Preempting;
         job.stopping = Some(Stopping { why, requested_ms: now, deadline_ms: now.saturating_add(job.spec.grace_ms) });
-        self.ledger.set_leaving(id, true);
     }
 
     /// The job's attempt has ended: it no longer holds anything, except the share of each

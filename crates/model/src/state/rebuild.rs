@@ -165,9 +165,7 @@ impl State {
                 .jobs
                 .values()
                 .filter(|j| {
-                    j.suspended_for == Some(r.job)
-                        || r.victims.contains(&j.id)
-                            && j.spec.preemption_mode_when_preempted() == crate::job::PreemptionMode::Suspend
+                    j.suspended_for == Some(r.job) || r.victims.contains(&j.id) && j.spec.suspends_when_preempted()
                 })
                 .map(|j| j.id)
                 .collect();
@@ -185,12 +183,12 @@ impl State {
             let task = &job.spec.tasks[r.task as usize];
             let amount: Vector = self.ledger.kinds.vector_lossy(&task.resources);
             let gpus = crate::alloc::gpu_mask(&r.gpus);
-            match out.iter_mut().find(|s| s.0 == n) {
+            match out.iter_mut().find(|s| s.node == n) {
                 Some(s) => {
-                    add(&mut s.1, &amount);
-                    s.2 |= gpus;
+                    add(&mut s.amount, &amount);
+                    s.gpus |= gpus;
                 }
-                None => out.push((n, amount, gpus)),
+                None => out.push(Share { node: n, amount, gpus }),
             }
         }
         out

@@ -8,7 +8,7 @@ use crate::alloc::ReplicaAlloc;
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
 use crate::job::{Job, JobId, JobState};
-use crate::ledger::{Ledger, Share, fits, min};
+use crate::ledger::{GPU_KIND, Ledger, Share, fits, min};
 use crate::name::Name;
 use crate::rejection::Rejection;
 use crate::scheduler::{PoolReservation, SchedulerSettings};
@@ -157,15 +157,15 @@ impl State {
     /// Would `shares` (once `victims` are gone) use reserved GPUs, or leave a reserved node
     /// without the part of the other reserved resources that is free there now?
     fn takes_reserved(&self, shares: &[Share], reserved: &[Share], victims: &[JobId]) -> bool {
-        shares.iter().any(|(n, amount, gpus)| {
-            reserved.iter().filter(|r| r.0 == *n).any(|(_, want, want_gpus)| {
+        shares.iter().any(|Share { node: n, amount, gpus }| {
+            reserved.iter().filter(|r| r.node == *n).any(|Share { amount: want, gpus: want_gpus, .. }| {
                 let node = &self.ledger.nodes[*n];
                 let mut held = min(want, &node.free);
-                held[0] = 0;
+                held[GPU_KIND] = 0;
                 let mut left = node.free_for(None, victims).0;
                 crate::ledger::sub(&mut left, &held);
                 let mut rest = *amount;
-                rest[0] = 0;
+                rest[GPU_KIND] = 0;
                 gpus & want_gpus != 0 || !fits(&rest, &left)
             })
         })

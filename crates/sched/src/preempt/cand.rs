@@ -7,7 +7,7 @@ use baton_model::job::{Job, JobId};
 use baton_model::ledger::{Ledger, Vector};
 use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort, WithinQueue};
 
-use crate::view::{Running, View};
+use crate::view::{ActiveJob, View};
 
 /// A running (or already stopping) job that might make room.
 #[derive(Debug, Clone)]
@@ -73,7 +73,7 @@ pub struct Ctx<'j> {
 }
 
 /// A job `v` could ever be a victim of `j` under the queues' policies.
-pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &Running) -> Option<Cand> {
+pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &ActiveJob) -> Option<Cand> {
     if v.job == j.id || view.taken.contains(&v.job) {
         return None;
     }

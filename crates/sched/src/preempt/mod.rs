@@ -2,47 +2,45 @@
 //!
 //! 1. Candidates: jobs the queues' policies could ever allow as victims, plus jobs already
 //!    leaving (being preempted or paused).
-//! 2. Placements to try: every node is scored by the victims it alone would need for one
-//!    replica (a quick estimate); touched node sets are built from the best nodes, over the
-//!    whole pool and within each rack. Idle capacity scores best, so it is used first.
-//! 3. On each touched set the exact walk (quota and policy rules included) finds a minimal
-//!    victim set; the sets are compared by `Score` and the best wins.
+//! 2. Placements to try (`estimate.rs`): every node is scored by the victims it alone
+//!    would need for one replica (a quick estimate); touched node sets are built from the
+//!    best nodes, over the whole pool and within each rack. Idle capacity scores best, so
+//!    it is used first.
+//! 3. On each touched set the exact walk (`walk.rs`; quota and policy rules included)
+//!    finds a minimal victim set; the sets are compared by `Score` and the best wins.
 //!
 //! If the best set includes jobs already leaving, the job waits for them rather than
 //! preempting more now: their resources are on their way back.
 
 mod cand;
+mod estimate;
 mod onnode;
 mod refusal;
 mod score;
 mod walk;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{Vector, add, fits};
+use baton_model::ledger::{GPU_KIND, Vector};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::quantity::Human;
 use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort};
-use baton_model::state::submit::replicas_fitting;
 
 use cand::{Cand, Ctx, eligible};
-use onnode::{OnNode, OnNodes};
+use estimate::touched_sets;
+use onnode::OnNodes;
 pub use refusal::NoPreemption;
 use score::Score;
 
 use crate::index::RackKey;
 use crate::needs::Needs;
 use crate::pack::Packing;
-use crate::view::{Running, View};
+use crate::view::{ActiveJob, View};
 
-/// How many single-node placements get the exact walk after the quick estimate.
-const EXACT_SINGLE_NODE_WALKS: usize = 16;
 /// Node sets (whole pool, then racks by estimate) walked exactly for a gang once one
 /// has found victims; before that, every set is tried, so a feasible plan is never missed.
 const MAX_RACK_WALKS: usize = 8;
-/// Most nodes one touched set may hold.
-const MAX_TOUCHED_NODES: usize = 512;
 
 pub enum Planned {
     Preempt {
@@ -65,7 +63,7 @@ struct Best {
 }
 
 pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPreemption> {
-    let jq = view.ledger.queue(job.spec.queue.as_str()).expect("queue exists");
+    let jq = view.queue_np(job).0;
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
     // The gate comes first: a job it forbids preempts nothing, whatever runs.
@@ -178,14 +176,14 @@ fn cands_by_scan(
     pools: &[usize],
     useful: &[bool],
 ) -> Vec<JobId> {
-    let eligible_in = |r: &&Running| in_pools(view, r, pools) && eligible(view, job, jq, policy, r).is_some();
+    let eligible_in = |r: &&ActiveJob| in_pools(view, r, pools) && eligible(view, job, jq, policy, r).is_some();
     let all = view.active().iter();
     let others = all.clone().filter(|r| r.queue != jq && (useful[r.queue] || r.leaving)).filter(eligible_in);
     let own = all.filter(|r| r.queue == jq).filter(eligible_in);
     others.chain(own).map(|r| r.job).collect()
 }
 
-fn in_pools(view: &View, r: &Running, pools: &[usize]) -> bool {
+fn in_pools(view: &View, r: &ActiveJob, pools: &[usize]) -> bool {
     // Every node is in some pool: with all of them wanted there is nothing to look up.
     if pools.len() == view.ledger.pools.len() {
         return true;
@@ -206,10 +204,10 @@ fn contributing_queues(
     needs: &Needs,
     own: &[Cand],
 ) -> Vec<bool> {
-    let undo = view.ledger.remove_usages(own.iter().map(|c| c.job));
     let reclaim_possible = policy.reclaim_within_cohort != ReclaimWithinCohort::Never
-        && needs.assignments.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger));
-    view.ledger.undo(undo);
+        && view.without(own.iter().map(|c| c.job), |view| {
+            needs.assignments.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger))
+        });
     let cohort_rules = view.ledger.queues[jq].fair_sharing || policy.borrow_within_cohort.is_some();
     let demand: Vec<&(usize, Vector)> = needs.demands.iter().flatten().collect();
     let l = &view.ledger;
@@ -314,8 +312,8 @@ fn short_on_nodes(view: &View, needs: &Needs, a: &[usize]) -> Vec<(usize, usize)
 /// (a thousand, for each preemption plan) is left to debug builds' cross-check.
 fn hosts_of_kind(view: &View, p: usize, k: usize, need: u64) -> u64 {
     let nodes = &view.index.pools[p].all;
-    if k == 0 {
-        nodes.with_free(need).map(|(n, free)| free.min(view.free_counted(n)[0]) / need).sum()
+    if k == GPU_KIND {
+        nodes.with_free(need).map(|(n, free)| free.min(view.free_counted(n)[GPU_KIND]) / need).sum()
     } else {
         nodes.with_free(0).map(|(n, _)| view.free_counted(n)[k] / need).sum()
     }
@@ -324,272 +322,9 @@ fn hosts_of_kind(view: &View, p: usize, k: usize, need: u64) -> u64 {
 /// `hosts_of_kind` by a scan of every node.
 fn hosts_of_kind_by_scan(view: &View, p: usize, k: usize, need: u64) -> u64 {
     let nodes = view.ledger.nodes.iter().filter(|n| n.pool == p && n.schedulable);
-    nodes.map(|n| if k == 0 { u64::from(n.free_gpu_count()).min(n.free[0]) } else { n.free[k] } / need).sum()
-}
-
-/// A node's quick estimate, compared like `Score` but without allocating: own-queue
-/// victims, highest victim priority and how many at it, victims, lost work, best rank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Quick {
-    own: u16,
-    top: i64,
-    at_top: u16,
-    count: u16,
-    lost: u128,
-    /// Position of the best-ranked victim among all candidates (`u32::MAX`: none).
-    best: u32,
-}
-
-impl Quick {
-    /// Adds another node's estimate, as the victims of both together would score.
-    fn add(&mut self, o: &Quick) {
-        self.own += o.own;
-        self.count += o.count;
-        self.lost += o.lost;
-        match o.top.cmp(&self.top) {
-            std::cmp::Ordering::Greater => (self.top, self.at_top) = (o.top, o.at_top),
-            std::cmp::Ordering::Equal => self.at_top += o.at_top,
-            std::cmp::Ordering::Less => {}
-        }
-        self.best = self.best.min(o.best);
-    }
-}
-
-/// The candidates with each one's position in rank order.
-struct Ranked<'c> {
-    cands: &'c [Cand],
-    rank: Vec<u32>,
-}
-
-/// A node's quick estimate: the victims it alone would need to host `need` (static rank, no
-/// quota), or `None` if it could not even with every candidate gone; with how many replicas
-/// it could host then.
-fn estimate(
-    view: &View,
-    job: JobId,
-    n: usize,
-    need: &Vector,
-    ranked: &Ranked,
-    on: &OnNode,
-    order: &mut Vec<usize>,
-) -> Option<(Quick, u64)> {
-    let (mut free, mask) = view.free_for(n, job, &[]);
-    free[0] = free[0].min(u64::from(mask.count_ones()));
-    let mut all = free;
-    for (_, amount) in on {
-        add(&mut all, amount);
-    }
-    let hosts = replicas_fitting(need, &all);
-    if hosts == 0 {
-        return None;
-    }
-    order.clear();
-    order.extend(0..on.len());
-    order.sort_unstable_by_key(|&i| ranked.rank[on[i].0]);
-    let mut acc = free;
-    let mut taken = 0;
-    while taken < order.len() && !fits(need, &acc) {
-        add(&mut acc, &on[order[taken]].1);
-        taken += 1;
-    }
-    order.truncate(taken);
-    for idx in (0..order.len()).rev() {
-        let mut without = acc;
-        baton_model::ledger::sub(&mut without, &on[order[idx]].1);
-        if fits(need, &without) {
-            acc = without;
-            order.remove(idx);
-        }
-    }
-    let (cands, rank) = (ranked.cands, &ranked.rank);
-    let mut q = Quick { own: 0, top: i64::MIN, at_top: 0, count: 0, lost: 0, best: u32::MAX };
-    for &i in order.iter() {
-        let c = &cands[on[i].0];
-        q.best = q.best.min(rank[on[i].0]);
-        if c.leaving {
-            continue;
-        }
-        q.own += u16::from(c.own);
-        q.count += 1;
-        q.lost += c.lost_work(view.now_ms);
-        match i64::from(c.priority).cmp(&q.top) {
-            std::cmp::Ordering::Greater => (q.top, q.at_top) = (i64::from(c.priority), 1),
-            std::cmp::Ordering::Equal => q.at_top += 1,
-            std::cmp::Ordering::Less => {}
-        }
-    }
-    Some((q, hosts))
-}
-
-/// Node sets to walk for an assignment, best estimates first.
-fn touched_sets(
-    view: &View,
-    job: &Job,
-    needs: &Needs,
-    a: &[usize],
-    cands: &[Cand],
-    on_node: &OnNodes,
-) -> Vec<Vec<usize>> {
-    let single = needs.tasks.iter().map(|t| t.replicas).sum::<u32>() == 1
-        || needs.topology.is_some_and(|t| t == baton_model::job::Topology::Node);
-    let (primary, need) = primary_need(needs, single);
-    let pool = a[primary];
-    let mut scored: Vec<Scored> = Vec::new();
-    let mut order = Vec::new();
-    // Each candidate's position in rank order, so estimates compare small integers.
-    let mut by_rank: Vec<usize> = (0..cands.len()).collect();
-    by_rank.sort_by_cached_key(|&i| cands[i].rank_bits());
-    let mut rank = vec![0u32; cands.len()];
-    for (pos, &i) in by_rank.iter().enumerate() {
-        rank[i] = pos as u32;
-    }
-    let ranked = Ranked { cands, rank };
-    for (n, on) in on_node.iter() {
-        let node = &view.ledger.nodes[n];
-        if node.pool == pool
-            && node.schedulable
-            && let Some((q, h)) = estimate(view, job.id, n, &need, &ranked, on, &mut order)
-        {
-            scored.push((q, node.free_gpu_count(), n, h));
-        }
-    }
-    // Idle capacity: nodes that host a replica with no victim at all.
-    let replicas: u64 = needs.tasks.iter().map(|t| u64::from(t.replicas)).sum();
-    let idle: Vec<usize> = view.index.pools[pool]
-        .all
-        .emptiest_first(need[0])
-        .filter(|&n| !on_node.contains(n))
-        .take(replicas as usize)
-        .collect();
-    for n in idle {
-        if let Some((q, h)) = estimate(view, job.id, n, &need, &ranked, &[], &mut order) {
-            scored.push((q, view.ledger.nodes[n].free_gpu_count(), n, h));
-        }
-    }
-    if single && scored.len() > EXACT_SINGLE_NODE_WALKS {
-        scored.select_nth_unstable(EXACT_SINGLE_NODE_WALKS);
-        scored.truncate(EXACT_SINGLE_NODE_WALKS);
-    }
-    if single {
-        scored.sort_unstable();
-        return scored.iter().map(|s| vec![s.2]).collect();
-    }
-    let other_pools: Vec<usize> = a.iter().copied().filter(|&p| p != pool).collect();
-    let extra = extra_nodes(view, &other_pools, on_node);
-    let want = replicas_of(needs, primary);
-    // A gather stops after `want` nodes (each hosts a replica) or MAX_TOUCHED_NODES: only
-    // that many best nodes of each rack, and of the whole pool, need to be in order.
-    let keep = (want.min(MAX_TOUCHED_NODES as u64) as usize).max(1);
-    let mut by_rack: BTreeMap<RackKey, Vec<Scored>> = BTreeMap::new();
-    for s in scored {
-        by_rack.entry(view.ledger.nodes[s.2].rack).or_default().push(s);
-    }
-    for best in by_rack.values_mut() {
-        best_in_order(best, keep);
-    }
-    let mut best: Vec<Scored> = by_rack.values().flatten().copied().collect();
-    best_in_order(&mut best, keep);
-    let mut sets = Vec::new();
-    if let Some((s, _)) = gather(&best, None, view, want, &extra) {
-        sets.push(s);
-    }
-    // Within racks: the racks whose best nodes look cheapest, a bounded number of them.
-    if by_rack.len() > 1 || needs.topology.is_some() {
-        let mut per_rack: Vec<(Quick, Vec<usize>)> = by_rack
-            .iter()
-            .filter_map(|(&r, best)| gather(best, Some(r), view, want, &extra).map(|(s, q)| (q, s)))
-            .collect();
-        per_rack.sort_unstable();
-        sets.extend(per_rack.into_iter().map(|(_, s)| s));
-    }
-    sets.dedup();
-    sets
-}
-
-/// A node's estimate, its free GPUs, the node, and the replicas it could host.
-type Scored = (Quick, u32, usize, u64);
-
-/// Leaves the `keep` smallest, in order (all of them if fewer).
-fn best_in_order(v: &mut Vec<Scored>, keep: usize) {
-    if v.len() > keep {
-        v.select_nth_unstable(keep - 1);
-        v.truncate(keep);
-    }
-    v.sort_unstable();
-}
-
-fn replicas_of(needs: &Needs, task: usize) -> u64 {
-    u64::from(needs.tasks[task].replicas)
-}
-
-/// The task with the biggest replica, and its need (the whole gang for single-node jobs).
-fn primary_need(needs: &Needs, single: bool) -> (usize, Vector) {
-    if single {
-        let mut total = [0u64; MAX_RESOURCE_KINDS];
-        for t in &needs.tasks {
-            for _ in 0..t.replicas {
-                add(&mut total, &t.need);
-            }
-        }
-        return (0, total);
-    }
-    let i = (0..needs.tasks.len())
-        .max_by(|&a, &b| {
-            let (x, y) = (&needs.tasks[a].need, &needs.tasks[b].need);
-            x[0].cmp(&y[0]).then(x.iter().sum::<u64>().cmp(&y.iter().sum::<u64>())).then(b.cmp(&a))
-        })
-        .unwrap_or(0);
-    (i, needs.tasks[i].need)
-}
-
-/// Nodes in the assignment's other pools (for gangs whose tasks span pools): all of them,
-/// bounded, since the primary task's estimate says nothing about them.
-fn extra_nodes(view: &View, pools: &[usize], on_node: &OnNodes) -> Vec<usize> {
-    let mut out: Vec<usize> = view
-        .ledger
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| pools.contains(&n.pool) && n.schedulable)
-        .map(|(i, _)| i)
-        .collect();
-    out.sort_by_key(|&n| (!on_node.contains(n), n));
-    out.truncate(MAX_TOUCHED_NODES);
-    out
-}
-
-/// Best-estimated nodes (in a rack, if given) until they could host the primary task's
-/// replicas with every candidate on them gone.
-/// Best-estimated nodes (in a rack, if given) until they could host the primary task's
-/// replicas with every candidate on them gone; with their estimates added up.
-fn gather(
-    scored: &[Scored],
-    rack: Option<RackKey>,
-    view: &View,
-    replicas: u64,
-    extra: &[usize],
-) -> Option<(Vec<usize>, Quick)> {
-    let mut nodes = Vec::new();
-    let mut hosts: u64 = 0;
-    let mut total = Quick { own: 0, top: i64::MIN, at_top: 0, count: 0, lost: 0, best: u32::MAX };
-    for &(q, _, n, h) in scored {
-        if rack.is_some_and(|r| view.ledger.nodes[n].rack != r) {
-            continue;
-        }
-        nodes.push(n);
-        total.add(&q);
-        hosts = hosts.saturating_add(h);
-        if hosts >= replicas || nodes.len() >= MAX_TOUCHED_NODES {
-            break;
-        }
-    }
-    if hosts < replicas {
-        return None;
-    }
-    nodes.extend(extra.iter().filter(|n| rack.is_none_or(|r| view.ledger.nodes[**n].rack == r)));
-    nodes.sort_unstable();
-    nodes.dedup();
-    Some((nodes, total))
+    nodes
+        .map(|n| if k == GPU_KIND { u64::from(n.free_gpu_count()).min(n.free[GPU_KIND]) } else { n.free[k] } / need)
+        .sum()
 }
 
 /// Why the gate forbids preempting at all, naming where the request exceeds nominal.

@@ -2,10 +2,8 @@
 //! order until the job fits, then give back, in reverse rank order, every victim it can do
 //! without, until none can be given back. What remains is minimal.
 
-use std::collections::BTreeMap;
-
 use baton_model::job::JobId;
-use baton_model::ledger::Undo;
+use baton_model::ledger::Removed;
 
 use super::cand::{Cand, Ctx};
 use crate::needs::Needs;
@@ -44,7 +42,8 @@ pub fn walk(
     on: &[usize],
 ) -> Option<Walked> {
     let mut taken: Vec<usize> = Vec::new();
-    let mut undos: BTreeMap<usize, Undo> = BTreeMap::new();
+    // Taken victims' usage is out of the ledger while the walk looks for room.
+    let mut removed = Removed::default();
     let ids = |t: &[usize]| -> Vec<JobId> { t.iter().map(|&i| cands[i].job).collect() };
     loop {
         if fits(view, ctx, needs, assignment, nodes, &ids(&taken)).is_some() {
@@ -56,15 +55,15 @@ pub fn walk(
             .filter(|i| !taken.contains(i) && ctx.valid(&view.ledger, &cands[*i]))
             .min_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[a], &cands[b]));
         let Some(i) = next else {
-            restore(view, undos);
+            view.ledger.put_back_all(removed);
             return None;
         };
-        undos.insert(i, view.ledger.remove_usage(cands[i].job));
+        view.ledger.remove(&mut removed, cands[i].job);
         taken.push(i);
     }
-    fill_back(view, ctx, needs, assignment, nodes, cands, &mut taken, &mut undos);
+    fill_back(view, ctx, needs, assignment, nodes, cands, &mut taken, &mut removed);
     let packing = fits(view, ctx, needs, assignment, nodes, &ids(&taken));
-    restore(view, undos);
+    view.ledger.put_back_all(removed);
     taken.sort_by(|&a, &b| cands[a].rank().cmp(&cands[b].rank()));
     packing.map(|packing| Walked { victims: taken, packing })
 }
@@ -78,22 +77,22 @@ fn fill_back(
     nodes: &[usize],
     cands: &[Cand],
     taken: &mut Vec<usize>,
-    undos: &mut BTreeMap<usize, Undo>,
+    removed: &mut Removed,
 ) {
     loop {
         let mut order = taken.clone();
         order.sort_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[b], &cands[a]));
         let mut returned = false;
         for i in order {
-            view.ledger.undo(undos.remove(&i).expect("taken victim has an undo"));
+            view.ledger.put_back(removed, cands[i].job);
             let rest: Vec<usize> = taken.iter().copied().filter(|&t| t != i).collect();
             let rest_ids: Vec<JobId> = rest.iter().map(|&t| cands[t].job).collect();
-            let still_valid = valid_in_order(view, ctx, cands, &rest, undos);
+            let still_valid = valid_in_order(view, ctx, cands, &rest, removed);
             if still_valid && fits(view, ctx, needs, assignment, nodes, &rest_ids).is_some() {
                 *taken = rest;
                 returned = true;
             } else {
-                undos.insert(i, view.ledger.remove_usage(cands[i].job));
+                view.ledger.remove(removed, cands[i].job);
             }
         }
         if !returned {
@@ -104,15 +103,10 @@ fn fill_back(
 
 /// Whether `set` could have been taken in rank order, each victim valid at its turn with
 /// the ones before it gone. Leaves every victim of `set` taken again.
-fn valid_in_order(
-    view: &mut View,
-    ctx: &Ctx,
-    cands: &[Cand],
-    set: &[usize],
-    undos: &mut BTreeMap<usize, Undo>,
-) -> bool {
+fn valid_in_order(view: &mut View, ctx: &Ctx, cands: &[Cand], set: &[usize], removed: &mut Removed) -> bool {
     for t in set {
-        view.ledger.undo(undos.remove(t).expect("taken victim has an undo"));
+        debug_assert!(removed.contains(cands[*t].job), "a taken victim's usage is out of the ledger");
+        view.ledger.put_back(removed, cands[*t].job);
     }
     let mut left: Vec<usize> = set.to_vec();
     let mut ok = true;
@@ -122,13 +116,7 @@ fn valid_in_order(
             .expect("not empty");
         let t = left.remove(pos);
         ok &= ctx.valid(&view.ledger, &cands[t]);
-        undos.insert(t, view.ledger.remove_usage(cands[t].job));
+        view.ledger.remove(removed, cands[t].job);
     }
     ok
-}
-
-fn restore(view: &mut View, undos: BTreeMap<usize, Undo>) {
-    for (_, u) in undos.into_iter().rev() {
-        view.ledger.undo(u);
-    }
 }
