@@ -199,7 +199,8 @@ impl Proc {
         let child = cmd
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "info,openraft=warn")
+            // The agents also log each directive they obey (its term and leader).
+            .env("RUST_LOG", "info,openraft=warn,baton_agent::directives=debug")
             .env_remove("BATON_INSECURE")
             .env_remove("BATON_TLS_DIR")
             .stdin(Stdio::null())
@@ -473,8 +474,9 @@ impl Cluster {
         self.agents.keys().cloned().collect()
     }
 
-    /// Replica `i` if it runs (not paused) and answers.
-    async fn answering(&self, i: usize) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
+    /// A client of replica `i` and what it says of the cluster, if it runs (not paused) and
+    /// answers. A leader cut off from its peers still says it leads until it hears otherwise.
+    pub async fn answering(&self, i: usize) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
         if !self.replicas[i].answers() {
             return None;
         }
@@ -516,6 +518,28 @@ impl Cluster {
                 }
             }
             assert!(Instant::now() < deadline, "no leader within {WAIT_S} s; logs in {}", self.dir.path().display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Index of a leading replica other than `deposed` (one cut off from its peers still
+    /// believes it leads) and what it says of the cluster (its term, its id).
+    pub async fn leader_other_than(&self, deposed: usize) -> (usize, ClusterInfoReply) {
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        loop {
+            for i in (0..self.replicas.len()).filter(|&i| i != deposed) {
+                if let Some((_, info)) = self.answering(i).await
+                    && info.leader_id != 0
+                    && info.leader_id == info.answered_by
+                {
+                    return (i, info);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no new leader within {WAIT_S} s; logs in {}",
+                self.dir.path().display()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
