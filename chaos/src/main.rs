@@ -26,7 +26,9 @@ struct Args {
     /// Inject network partitions only (no process kills or pauses).
     #[arg(long)]
     only_partitions: bool,
-    /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind (needs libfaketime).
+    /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind, n1's agent's 5 s
+    /// ahead and n2's 5 s behind, each stepped to the opposite offset halfway through the
+    /// run (needs libfaketime).
     #[arg(long)]
     clock_offsets: bool,
 }

@@ -228,7 +228,8 @@ async fn thirty_seconds_of_chaos_break_no_promise() {
 
 /// The same with network partitions only: replicas, the leader from its peers (not its
 /// agents), agents and whole racks cut off, one-way cuts, lossy links; every process in a
-/// network namespace of its own; replica 2's clock 7 s ahead, replica 3's 7 s behind. It
+/// network namespace of its own; replica 2's clock 7 s ahead, replica 3's 7 s behind, n1's
+/// agent's 5 s ahead and n2's 5 s behind, each stepped to the opposite offset halfway. It
 /// needs root, `ip`, `nft` and libfaketime, and fails naming what is missing without them; `BATON_CHAOS_NO_PARTITIONS=1` says to run without them, and this
 /// test then does nothing but say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
