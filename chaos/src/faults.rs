@@ -49,11 +49,15 @@ pub enum Mix {
     Processes,
     /// Network faults only.
     Partitions,
+    /// Leader kills only, each as soon as a preemption is seen committed (within
+    /// `MOMENT_WAIT_MS`), one after another: the count of kills landing mid-preemption grows
+    /// as fast as the load preempts. No network namespaces needed.
+    PreemptionKills,
 }
 
 impl Mix {
     pub fn partitions(self) -> bool {
-        self != Mix::Processes
+        matches!(self, Mix::All | Mix::Partitions)
     }
 
     /// How a run's summary says which faults it drew from.
@@ -62,6 +66,7 @@ impl Mix {
             Mix::All => "process faults and network partitions",
             Mix::Processes => "process faults only: network partitions were off (--no-partitions)",
             Mix::Partitions => "network partitions only (--only-partitions)",
+            Mix::PreemptionKills => "leader kills right after preemptions commit only (--preemption-kills)",
         }
     }
 }
@@ -258,14 +263,24 @@ impl Faults {
         }
     }
 
-    /// Time between the end of one fault and the start of the next.
+    /// Time between the end of one fault and the start of the next. Leader kills timed by
+    /// preemptions follow each other sooner: the wait for the next preemption spaces them.
     pub fn pause_before_next(&mut self) -> Duration {
+        if self.mix == Mix::PreemptionKills {
+            return Duration::from_millis(self.rng.range(200, 600));
+        }
         Duration::from_millis(self.rng.range(1_000, 2_500))
     }
 
     /// Injects one fault, waits out its outage and heals it; returns what it did and the
     /// moment it landed in.
     pub async fn inject(&mut self, c: &mut Cluster) -> (Fault, Moment) {
+        if self.mix == Mix::PreemptionKills {
+            let moment = self.wait_for(Moment::AfterPreemption).await;
+            let leader = c.leader().await;
+            let fault = self.strike(c, Fault::KillReplica { replica: leader, leader: true }).await;
+            return (fault, moment);
+        }
         let roll = self.rng.range(0, 99);
         let target = if self.rng.chance(TIMED_PERCENT) {
             [Moment::AfterPlacement, Moment::AfterPreemption, Moment::StopInFlight][self.rng.range(0, 2) as usize]
@@ -287,6 +302,7 @@ impl Faults {
             Mix::All => self.rng.chance(NETWORK_PERCENT),
             Mix::Processes => false,
             Mix::Partitions => true,
+            Mix::PreemptionKills => false,
         };
         if network { self.draw_network(c, roll).await } else { self.draw_process(c, roll).await }
     }
