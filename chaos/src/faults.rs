@@ -31,6 +31,9 @@ use crate::rng::Rng;
 /// How long a fault timed by protocol state waits for its moment before it is injected
 /// anyway (labelled with what was seen then).
 const MOMENT_WAIT_MS: u64 = 4_000;
+/// The same for a leader kill of `Mix::PreemptionKills`: long enough that nearly every kill
+/// lands right after a preemption (the load preempts every few seconds).
+const PREEMPTION_WAIT_MS: u64 = 20_000;
 /// Between two looks at the jobs while waiting for a moment.
 const WATCH_POLL_MS: u64 = 10;
 /// Bound on one look at the jobs.
@@ -50,7 +53,7 @@ pub enum Mix {
     /// Network faults only.
     Partitions,
     /// Leader kills only, each as soon as a preemption is seen committed (within
-    /// `MOMENT_WAIT_MS`), one after another: the count of kills landing mid-preemption grows
+    /// `PREEMPTION_WAIT_MS`), one after another: the count of kills landing mid-preemption grows
     /// as fast as the load preempts. No network namespaces needed.
     PreemptionKills,
 }
@@ -276,7 +279,7 @@ impl Faults {
     /// moment it landed in.
     pub async fn inject(&mut self, c: &mut Cluster) -> (Fault, Moment) {
         if self.mix == Mix::PreemptionKills {
-            let moment = self.wait_for(Moment::AfterPreemption).await;
+            let moment = self.wait_for(Moment::AfterPreemption, PREEMPTION_WAIT_MS).await;
             let leader = c.leader().await;
             let fault = self.strike(c, Fault::KillReplica { replica: leader, leader: true }).await;
             return (fault, moment);
@@ -287,7 +290,7 @@ impl Faults {
         } else {
             Moment::Idle
         };
-        let moment = self.wait_for(target).await;
+        let moment = self.wait_for(target, MOMENT_WAIT_MS).await;
         // The leader is looked up after the wait: it may have changed meanwhile.
         let fault = self.draw(c, roll).await;
         match self.strike(c, fault).await {
@@ -425,10 +428,10 @@ impl Faults {
         }
     }
 
-    /// Watches the jobs until `target` is seen (at once for `Idle`), or `MOMENT_WAIT_MS`
+    /// Watches the jobs until `target` is seen (at once for `Idle`), or `wait_ms`
     /// passed; the moment seen last.
-    async fn wait_for(&mut self, target: Moment) -> Moment {
-        let deadline = Instant::now() + Duration::from_millis(MOMENT_WAIT_MS);
+    async fn wait_for(&mut self, target: Moment, wait_ms: u64) -> Moment {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut before = self.look().await;
         loop {
             tokio::time::sleep(Duration::from_millis(WATCH_POLL_MS)).await;
