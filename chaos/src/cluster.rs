@@ -57,6 +57,8 @@ pub struct Timing {
     /// Replica `i`'s wall clock runs this many seconds ahead (negative: behind) of the
     /// machine's, by libfaketime ([`libfaketime`]); none past the end, or 0, runs true.
     pub clock_offsets_s: Vec<i64>,
+    /// The same for the agent of the `i`-th node given to the cluster.
+    pub agent_clock_offsets_s: Vec<i64>,
 }
 
 impl Default for Timing {
@@ -67,6 +69,7 @@ impl Default for Timing {
             resend_ms: 500,
             lease_ms: 1_200,
             clock_offsets_s: Vec::new(),
+            agent_clock_offsets_s: Vec::new(),
         }
     }
 }
@@ -199,7 +202,8 @@ impl Proc {
         let child = cmd
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "info,openraft=warn")
+            // The agents also log each directive they obey (its term and leader).
+            .env("RUST_LOG", "info,openraft=warn,baton_agent::directives=debug")
             .env_remove("BATON_INSECURE")
             .env_remove("BATON_TLS_DIR")
             .stdin(Stdio::null())
@@ -283,10 +287,12 @@ impl Cluster {
             c.spawn_replica_process((i + 1) as u64, addr, Some(&members.join(",")), rack);
         }
         c.leader().await;
-        for n in nodes {
+        for (i, n) in nodes.iter().enumerate() {
             let args = c.agent_args(n);
             let mut p = Proc::new(args, c.path(&format!("agent-{}.log", n.name)));
             p.netns = c.net.as_ref().map(|net| net.namespace(&agent_label(&n.name)).to_string());
+            let offset_s = c.timing.agent_clock_offsets_s.get(i).copied().unwrap_or(0);
+            p.env = c.clock_env(&agent_label(&n.name), offset_s);
             c.agents.insert(n.name.clone(), (n.clone(), p));
             c.start_agent(&n.name);
         }
@@ -331,7 +337,8 @@ impl Cluster {
         }
         let mut p = Proc::new(args, self.path(&format!("replica-{id}.log")));
         p.netns = self.net.as_ref().map(|net| net.namespace(&replica_label(id as usize - 1)).to_string());
-        p.env = self.clock_env(id as usize - 1);
+        let offset_s = self.timing.clock_offsets_s.get(id as usize - 1).copied().unwrap_or(0);
+        p.env = self.clock_env(&replica_label(id as usize - 1), offset_s);
         p.spawn(&self.baton);
         self.replicas.push(p);
         self.replica_racks.push(rack.map(str::to_string));
@@ -358,20 +365,37 @@ impl Cluster {
         (self.replicas.len() - 1, addr)
     }
 
-    /// libfaketime's environment for replica `i`'s clock offset, if it has one. Only the wall
-    /// clock is moved: a host's monotonic clock is its own, and nothing compares it across
-    /// hosts.
-    fn clock_env(&self, i: usize) -> Vec<(String, String)> {
-        let offset_s = self.timing.clock_offsets_s.get(i).copied().unwrap_or(0);
+    /// libfaketime's environment for the process labelled `label` whose wall clock runs
+    /// `offset_s` off, if it does. Only the wall clock is moved: a host's monotonic and boot
+    /// clocks are its own, and nothing compares them across hosts. The offset is read from a
+    /// file (again at most a second after it changes), so [`Cluster::step_clock`] can step it.
+    fn clock_env(&self, label: &str, offset_s: i64) -> Vec<(String, String)> {
         if offset_s == 0 {
             return Vec::new();
         }
         let lib = libfaketime().unwrap_or_else(|e| panic!("{e}"));
+        let file = self.clock_file(label);
+        if !file.exists() {
+            write_offset(&file, offset_s);
+        }
         vec![
             ("LD_PRELOAD".into(), lib.display().to_string()),
-            ("FAKETIME".into(), format!("{offset_s:+}s")),
+            ("FAKETIME_TIMESTAMP_FILE".into(), file.display().to_string()),
+            ("FAKETIME_CACHE_DURATION".into(), "1".into()),
             ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
         ]
+    }
+
+    fn clock_file(&self, label: &str) -> PathBuf {
+        self.path(&format!("clock-{label}"))
+    }
+
+    /// Steps the wall clock of the process labelled `label` to `offset_s` off the machine's
+    /// (within a second): an NTP step. Panics unless it was started with a clock offset.
+    pub fn step_clock(&self, label: &str, offset_s: i64) {
+        let file = self.clock_file(label);
+        assert!(file.exists(), "{label} runs on the machine's clock; only a process started with an offset steps");
+        write_offset(&file, offset_s);
     }
 
     pub fn path(&self, p: &str) -> PathBuf {
@@ -473,8 +497,9 @@ impl Cluster {
         self.agents.keys().cloned().collect()
     }
 
-    /// Replica `i` if it runs (not paused) and answers.
-    async fn answering(&self, i: usize) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
+    /// A client of replica `i` and what it says of the cluster, if it runs (not paused) and
+    /// answers. A leader cut off from its peers still says it leads until it hears otherwise.
+    pub async fn answering(&self, i: usize) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
         if !self.replicas[i].answers() {
             return None;
         }
@@ -516,6 +541,28 @@ impl Cluster {
                 }
             }
             assert!(Instant::now() < deadline, "no leader within {WAIT_S} s; logs in {}", self.dir.path().display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Index of a leading replica other than `deposed` (one cut off from its peers still
+    /// believes it leads) and what it says of the cluster (its term, its id).
+    pub async fn leader_other_than(&self, deposed: usize) -> (usize, ClusterInfoReply) {
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        loop {
+            for i in (0..self.replicas.len()).filter(|&i| i != deposed) {
+                if let Some((_, info)) = self.answering(i).await
+                    && info.leader_id != 0
+                    && info.leader_id == info.answered_by
+                {
+                    return (i, info);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no new leader within {WAIT_S} s; logs in {}",
+                self.dir.path().display()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -568,6 +615,13 @@ impl Drop for Cluster {
         // Jobs run in their own sessions and outlive a killed agent: end them too.
         let _ = Command::new("pkill").arg("-KILL").arg("-f").arg(self.dir.path().display().to_string()).status();
     }
+}
+
+/// Writes libfaketime's offset file in one rename, so that no reader sees half of it.
+fn write_offset(file: &Path, offset_s: i64) {
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, format!("{offset_s:+}s\n")).expect("a clock offset file");
+    std::fs::rename(&tmp, file).expect("a clock offset file");
 }
 
 /// A client of any of `servers` that knows a leader, trying each once with a short bound

@@ -31,6 +31,9 @@ use crate::rng::Rng;
 /// How long a fault timed by protocol state waits for its moment before it is injected
 /// anyway (labelled with what was seen then).
 const MOMENT_WAIT_MS: u64 = 4_000;
+/// The same for a leader kill of `Mix::PreemptionKills`: long enough that nearly every kill
+/// lands right after a preemption (the load preempts every few seconds).
+const PREEMPTION_WAIT_MS: u64 = 20_000;
 /// Between two looks at the jobs while waiting for a moment.
 const WATCH_POLL_MS: u64 = 10;
 /// Bound on one look at the jobs.
@@ -49,11 +52,15 @@ pub enum Mix {
     Processes,
     /// Network faults only.
     Partitions,
+    /// Leader kills only, each as soon as a preemption is seen committed (within
+    /// `PREEMPTION_WAIT_MS`), one after another: the count of kills landing mid-preemption grows
+    /// as fast as the load preempts. No network namespaces needed.
+    PreemptionKills,
 }
 
 impl Mix {
     pub fn partitions(self) -> bool {
-        self != Mix::Processes
+        matches!(self, Mix::All | Mix::Partitions)
     }
 
     /// How a run's summary says which faults it drew from.
@@ -62,6 +69,7 @@ impl Mix {
             Mix::All => "process faults and network partitions",
             Mix::Processes => "process faults only: network partitions were off (--no-partitions)",
             Mix::Partitions => "network partitions only (--only-partitions)",
+            Mix::PreemptionKills => "leader kills right after preemptions commit only (--preemption-kills)",
         }
     }
 }
@@ -258,21 +266,31 @@ impl Faults {
         }
     }
 
-    /// Time between the end of one fault and the start of the next.
+    /// Time between the end of one fault and the start of the next. Leader kills timed by
+    /// preemptions follow each other sooner: the wait for the next preemption spaces them.
     pub fn pause_before_next(&mut self) -> Duration {
+        if self.mix == Mix::PreemptionKills {
+            return Duration::from_millis(self.rng.range(200, 600));
+        }
         Duration::from_millis(self.rng.range(1_000, 2_500))
     }
 
     /// Injects one fault, waits out its outage and heals it; returns what it did and the
     /// moment it landed in.
     pub async fn inject(&mut self, c: &mut Cluster) -> (Fault, Moment) {
+        if self.mix == Mix::PreemptionKills {
+            let moment = self.wait_for(Moment::AfterPreemption, PREEMPTION_WAIT_MS).await;
+            let leader = c.leader().await;
+            let fault = self.strike(c, Fault::KillReplica { replica: leader, leader: true }).await;
+            return (fault, moment);
+        }
         let roll = self.rng.range(0, 99);
         let target = if self.rng.chance(TIMED_PERCENT) {
             [Moment::AfterPlacement, Moment::AfterPreemption, Moment::StopInFlight][self.rng.range(0, 2) as usize]
         } else {
             Moment::Idle
         };
-        let moment = self.wait_for(target).await;
+        let moment = self.wait_for(target, MOMENT_WAIT_MS).await;
         // The leader is looked up after the wait: it may have changed meanwhile.
         let fault = self.draw(c, roll).await;
         match self.strike(c, fault).await {
@@ -287,6 +305,7 @@ impl Faults {
             Mix::All => self.rng.chance(NETWORK_PERCENT),
             Mix::Processes => false,
             Mix::Partitions => true,
+            Mix::PreemptionKills => false,
         };
         if network { self.draw_network(c, roll).await } else { self.draw_process(c, roll).await }
     }
@@ -409,10 +428,10 @@ impl Faults {
         }
     }
 
-    /// Watches the jobs until `target` is seen (at once for `Idle`), or `MOMENT_WAIT_MS`
+    /// Watches the jobs until `target` is seen (at once for `Idle`), or `wait_ms`
     /// passed; the moment seen last.
-    async fn wait_for(&mut self, target: Moment) -> Moment {
-        let deadline = Instant::now() + Duration::from_millis(MOMENT_WAIT_MS);
+    async fn wait_for(&mut self, target: Moment, wait_ms: u64) -> Moment {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut before = self.look().await;
         loop {
             tokio::time::sleep(Duration::from_millis(WATCH_POLL_MS)).await;

@@ -24,9 +24,15 @@ struct Args {
     #[arg(long, conflicts_with = "only_partitions")]
     no_partitions: bool,
     /// Inject network partitions only (no process kills or pauses).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "preemption_kills")]
     only_partitions: bool,
-    /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind (needs libfaketime).
+    /// Kill the leader right after each preemption commits, and nothing else (no network
+    /// namespaces needed): many leader kills mid-preemption in a short run.
+    #[arg(long, conflicts_with = "no_partitions")]
+    preemption_kills: bool,
+    /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind, n1's agent's 5 s
+    /// ahead and n2's 5 s behind, each stepped to the opposite offset halfway through the
+    /// run (needs libfaketime).
     #[arg(long)]
     clock_offsets: bool,
 }
@@ -53,10 +59,11 @@ fn main() -> ExitCode {
     let mut cfg = baton_chaos::Config::new(baton, args.seconds, args.seed);
     cfg.keep_dir = args.keep_dir;
     cfg.clock_offsets = args.clock_offsets;
-    cfg.mix = match (args.no_partitions, args.only_partitions) {
-        (true, _) => baton_chaos::faults::Mix::Processes,
-        (false, true) => baton_chaos::faults::Mix::Partitions,
-        (false, false) => baton_chaos::faults::Mix::All,
+    cfg.mix = match (args.no_partitions, args.only_partitions, args.preemption_kills) {
+        (_, _, true) => baton_chaos::faults::Mix::PreemptionKills,
+        (true, _, _) => baton_chaos::faults::Mix::Processes,
+        (false, true, _) => baton_chaos::faults::Mix::Partitions,
+        (false, false, false) => baton_chaos::faults::Mix::All,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -52,13 +52,17 @@ pub struct Config {
     /// Which faults to draw; all but `Mix::Processes` need network namespaces (root).
     pub mix: Mix,
     /// Replica 2's wall clock runs `CLOCK_OFFSET_S` ahead of the others', replica 3's as
-    /// much behind (libfaketime), for the whole run.
+    /// much behind, node n1's agent's `AGENT_CLOCK_OFFSET_S` ahead and n2's as much behind
+    /// (libfaketime); halfway through the run each of these clocks steps to the opposite
+    /// offset (an NTP step of twice the offset, backwards for replica 2 and n1).
     pub clock_offsets: bool,
 }
 
 /// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
 /// more than the heartbeat timeout, the lease and a stop's grace together.
 pub const CLOCK_OFFSET_S: i64 = 7;
+/// The clock offset of the agents of n1 (ahead) and n2 (behind) with `Config::clock_offsets`.
+pub const AGENT_CLOCK_OFFSET_S: i64 = 5;
 
 impl Config {
     pub fn new(baton: impl Into<PathBuf>, seconds: u64, seed: u64) -> Config {
@@ -84,6 +88,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     if cfg.clock_offsets {
         crate::cluster::libfaketime()?;
         timing.clock_offsets_s = vec![0, CLOCK_OFFSET_S, -CLOCK_OFFSET_S];
+        timing.agent_clock_offsets_s = vec![AGENT_CLOCK_OFFSET_S, -AGENT_CLOCK_OFFSET_S];
     }
     let mut c = if cfg.mix.partitions() {
         Cluster::start_partitionable(&cfg.baton, &nodes, &timing).await?
@@ -111,7 +116,16 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix);
     let mut landed = Vec::new();
     let start = Instant::now();
+    let mut stepped = !cfg.clock_offsets;
     while start.elapsed() < Duration::from_secs(cfg.seconds) {
+        if !stepped && start.elapsed() >= Duration::from_secs(cfg.seconds) / 2 {
+            stepped = true;
+            step_clocks(&c, &timing, &nodes);
+            eprintln!(
+                "chaos: every offset clock stepped to the opposite offset at {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
+        }
         tokio::time::sleep(faults.pause_before_next()).await;
         let at_s = start.elapsed().as_secs_f64();
         let (fault, moment) = faults.inject(&mut c).await;
@@ -146,6 +160,16 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         eprintln!("chaos: the run's directory is kept at {}", c.dir.path().display());
     }
     Ok(report)
+}
+
+/// Steps every clock that runs off the machine's to the opposite offset.
+fn step_clocks(c: &Cluster, timing: &Timing, nodes: &[NodeArgs]) {
+    for (i, &offset_s) in timing.clock_offsets_s.iter().enumerate().filter(|(_, o)| **o != 0) {
+        c.step_clock(&crate::cluster::replica_label(i), -offset_s);
+    }
+    for (n, &offset_s) in nodes.iter().zip(&timing.agent_clock_offsets_s).filter(|(_, o)| **o != 0) {
+        c.step_clock(&crate::cluster::agent_label(&n.name), -offset_s);
+    }
 }
 
 /// Submits until told to stop, a job every 0.6 to 1.4 s: about what 12 GPUs get through, so

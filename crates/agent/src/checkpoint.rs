@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::limits::{MAX_CHECKPOINT_SCAN_DEPTH, MAX_CHECKPOINT_SCAN_ENTRIES, MTIME_SLACK_MS};
+use crate::limits::{MAX_CHECKPOINT_SCAN_DEPTH, MAX_CHECKPOINT_SCAN_ENTRIES};
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_unix_ms() -> u64 {
@@ -38,10 +38,12 @@ fn scan(dir: &Path, depth: usize, seen: &mut usize, newest: &mut u64) {
     }
 }
 
-/// Whether a checkpoint was written after the signal sent at `signal_ms`, given the newest
-/// file before it (`before_ms`) and now (`after_ms`).
-pub fn written_after(signal_ms: u64, before_ms: u64, after_ms: u64) -> bool {
-    after_ms > before_ms && after_ms + MTIME_SLACK_MS >= signal_ms
+/// Whether a checkpoint was written since the checkpoint signal, given the newest file's time
+/// when the signal went out (`before_ms`, scanned right before it) and now (`after_ms`).
+/// Both are file times, on the file system's clock: the agent's wall clock, which may be
+/// off from it (a shared file system's server, an NTP step), is never compared with them.
+pub fn written_after(before_ms: u64, after_ms: u64) -> bool {
+    after_ms > before_ms
 }
 
 #[cfg(test)]
@@ -82,10 +84,10 @@ mod tests {
     }
 
     #[test]
-    fn only_newer_files_after_the_signal_count() {
-        assert!(written_after(1_000, 500, 1_001));
-        assert!(!written_after(1_000, 500, 500), "nothing new");
-        assert!(!written_after(1_000, 0, 900), "an old file written before the signal");
-        assert!(written_after(1_000, 0, 995), "within the timestamp slack");
+    fn only_files_newer_than_the_newest_at_the_signal_count() {
+        assert!(written_after(500, 1_001));
+        assert!(!written_after(500, 500), "nothing new");
+        assert!(!written_after(900, 400), "an older file (another rank's, restored) is not a new checkpoint");
+        assert!(written_after(0, 900), "the first file of an empty directory");
     }
 }

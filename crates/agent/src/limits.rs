@@ -56,9 +56,9 @@ pub const CHECKPOINT_POLL_MS: u64 = 1_000;
 pub const MAX_CHECKPOINT_SCAN_ENTRIES: usize = 10_000;
 /// Directory depth of a checkpoint scan.
 pub const MAX_CHECKPOINT_SCAN_DEPTH: usize = 4;
-/// Coarse file timestamps can lag the wall clock by a tick: a file written right after the
-/// checkpoint signal may carry an mtime slightly before it. Files newer than this much
-/// before the signal (and newer than anything there before it) count as written after it.
+/// Coarse file timestamps can lag the wall clock by a tick: for a replica its watchdog
+/// stopped, a file newer than this much before the replica's start counts as this attempt's.
+/// (A stop's checkpoint is judged on file times alone: `checkpoint::written_after`.)
 pub const MTIME_SLACK_MS: u64 = 20;
 /// Default size of one log file after which output is dropped with a note.
 pub const DEFAULT_LOG_CAP_BYTES: u64 = 64 * 1024 * 1024;

@@ -278,12 +278,12 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
         }
         Phase::Running | Phase::Suspended => Some(Ending::Exited { code: e.code }),
         Phase::Stopping => {
-            let (signal_ms, before_ms, lease_expired) = match rec.stop {
-                Some(s) => (s.signal_unix_ms, s.newest_before_unix_ms, s.lease_expired),
+            let (before_ms, lease_expired) = match rec.stop {
+                Some(s) => (s.newest_before_unix_ms, s.lease_expired),
                 // A record without its stop: only a file written from now on would count.
-                None => (e.now_unix_ms, u64::MAX, false),
+                None => (u64::MAX, false),
             };
-            let checkpointed = written_after(signal_ms, before_ms, newest);
+            let checkpointed = written_after(before_ms, newest);
             Some(Ending::Stopped { checkpointed, lease_expired })
         }
         Phase::Killing => Some(Ending::Killed),

@@ -289,6 +289,9 @@ impl Supervisor {
     }
 
     fn apply(&mut self, d: &Directive) -> Result<(), JournalError> {
+        // Read before the lease is: a directive obeyed under a lease was obeyed no later
+        // than this instant, which a test compares with when a leader was deposed.
+        let at_unix_ms = now_unix_ms();
         let inputs = self.inputs(d)?;
         let plan = match reconcile::plan(d, &inputs) {
             Ok(plan) => plan,
@@ -297,6 +300,17 @@ impl Supervisor {
                 return Ok(());
             }
         };
+        // Which leader this node obeys, directive by directive (`leased`: under a lease, so
+        // its RUNs count; without one only its stops do). Off by default: one line per resend.
+        tracing::debug!(
+            target: DIRECTIVES_LOG,
+            term = d.term,
+            leader_id = d.leader_id,
+            leased = !inputs.lease_expired,
+            assignments = d.assignments.len(),
+            at_unix_ms,
+            "obeys a directive"
+        );
         if let Some(fence) = plan.remember {
             self.journal.remember(fence)?;
         }
@@ -959,6 +973,11 @@ fn signal_again(started: Option<Instant>, sig: i32) -> Option<(Instant, i32)> {
     let young = started.is_some_and(|t| t.elapsed() < Duration::from_millis(SIGNAL_RACE_WINDOW_MS));
     young.then(|| (Instant::now() + Duration::from_millis(SIGNAL_AGAIN_AFTER_MS), sig))
 }
+
+/// Log target of the line each obeyed directive writes at debug level (its term, leader,
+/// whether under a lease): `RUST_LOG=info,baton_agent::directives=debug` shows which leader
+/// a node obeyed and when, as the deposed-leader test reads it.
+pub const DIRECTIVES_LOG: &str = "baton_agent::directives";
 
 /// The stop bound of the timing argument (docs/protocol.md, "Agent lease and watchdog"): the
 /// watchdog's slack and poll interval, then the stop's grace.

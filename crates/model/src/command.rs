@@ -274,6 +274,14 @@ pub enum Observed {
     /// could not be run): the job fails as for `Exited`, and its event says why. (Last, so
     /// logs written before it decode.)
     NotStarted { job: JobId, attempt: u32, rank: u32, exit_code: i32, reason: String },
+    /// As `LeaseExpired` (which `checkpointed` means the same as: the whole job has a
+    /// checkpoint, by what the leader knows), and whether this rank's own stop saved its
+    /// work (`rank_saved`). The model remembers each rank's own save, so that the other
+    /// ranks' stops, reported later, can complete a checkpoint of the whole gang; with
+    /// `LeaseExpired` a rank whose gang was not known to be saved yet was remembered as not
+    /// saved, and its next attempt started from zero although every rank had saved its work.
+    /// (Last, so logs written before it decode.)
+    LeaseStopped { job: JobId, attempt: u32, rank: u32, checkpointed: bool, rank_saved: bool },
 }
 
 impl Observed {
@@ -286,7 +294,8 @@ impl Observed {
             | Observed::Stray { job, .. }
             | Observed::Vanished { job, .. }
             | Observed::LeaseExpired { job, .. }
-            | Observed::NotStarted { job, .. } => *job,
+            | Observed::NotStarted { job, .. }
+            | Observed::LeaseStopped { job, .. } => *job,
         }
     }
 }

@@ -244,3 +244,28 @@ fn a_late_checkpoint_changes_nothing_once_a_newer_attempt_started_or_in_mode_req
     report(&mut s, "n1", lease_stop(g, 0));
     assert!(!s.job(g).unwrap().has_checkpoint, "mode requeue starts over");
 }
+
+/// Both nodes of a running gang lost their leases and each lease stop saved its rank's
+/// work; the first report came before the leader knew of the other rank's save, so it says
+/// the job as a whole is not checkpointed. The rank's own save is remembered, and the other
+/// rank's stop, reported once the job is back in the queue, completes the checkpoint (issue
+/// 9, a start from zero under load although every rank wrote a checkpoint).
+#[test]
+fn a_gangs_lease_stops_reported_one_by_one_give_the_next_attempt_its_checkpoint() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    let first = Observed::LeaseStopped { job: g, attempt: 1, rank: 0, checkpointed: false, rank_saved: true };
+    assert!(report(&mut s, "n1", first).is_empty());
+    let j = s.job(g).unwrap();
+    assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, false), "rank 1's save is not known yet");
+    let second = Observed::LeaseStopped { job: g, attempt: 1, rank: 1, checkpointed: true, rank_saved: true };
+    assert!(report(&mut s, "n2", second).is_empty());
+    assert!(s.job(g).unwrap().has_checkpoint, "every rank saved its work");
+
+    // A rank whose lease stop saved nothing leaves the gang without a checkpoint.
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    let lost = Observed::LeaseStopped { job: g, attempt: 1, rank: 0, checkpointed: false, rank_saved: false };
+    report(&mut s, "n1", lost);
+    let saved = Observed::LeaseStopped { job: g, attempt: 1, rank: 1, checkpointed: true, rank_saved: true };
+    report(&mut s, "n2", saved);
+    assert!(!s.job(g).unwrap().has_checkpoint, "rank 0 saved nothing");
+}

@@ -193,11 +193,12 @@ impl Gateway {
                 Some(What::Stopped(s)) if s.cause() == StopCause::LeaseExpired => {
                     tracing::warn!(node = %node, job_id = s.job_id, attempt = s.attempt, rank = s.rank, "the agent's lease ran out; it stopped this replica");
                     let all_saved = s.checkpointed && self.all_saved(node, s.job_id, s.attempt, s.rank);
-                    observed.push(Observed::LeaseExpired {
+                    observed.push(Observed::LeaseStopped {
                         job: s.job_id,
                         attempt: s.attempt,
                         rank: s.rank,
                         checkpointed: all_saved,
+                        rank_saved: s.checkpointed,
                     })
                 }
                 Some(What::Stopped(s)) => observed.push(Observed::Stopped {

@@ -103,3 +103,34 @@ async fn a_gang_has_a_checkpoint_once_every_rank_reported_one() {
     let job = wait_state(&mut c, "g", "Running").await;
     assert!(job.has_checkpoint, "every rank saved its work");
 }
+
+/// The agent's report that `rank` of attempt 1 was stopped by its lease running out, after
+/// it saved its work.
+fn lease_stopped(job_id: u64, rank: u32) -> What {
+    What::Stopped(Stopped { job_id, attempt: 1, checkpointed: true, rank, cause: StopCause::LeaseExpired as i32 })
+}
+
+/// Issue 9, "started from zero although every rank wrote a checkpoint" (chaos, heavy load):
+/// both nodes of a gang lost their leases, and each lease stop saved its rank's work. The
+/// first report came while the other rank had not reported yet, so it was committed as a
+/// stop without a checkpoint and the rank was remembered as not saved; the second, a late
+/// one for the requeued job, could then never complete the set, and the next attempt
+/// started from zero. Each rank's own save is what the model must remember.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gang_whose_ranks_each_saved_on_a_lease_stop_resumes() {
+    let cluster = Cluster::start(1).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("research", 8)).await.unwrap();
+    let mut n1 = FakeAgent::attach(&cluster.addrs(), node("n1", 4)).await;
+    let mut n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 4)).await;
+    c.submit(submit_of(gang("g", "research", "train"))).await.unwrap();
+    let d1 = n1.until("a rank of g runs on n1", |d| d.assignments.iter().any(|a| a.job == "g")).await;
+    let d2 = n2.until("a rank of g runs on n2", |d| d.assignments.iter().any(|a| a.job == "g")).await;
+    let (a1, a2) = (d1.assignments[0].clone(), d2.assignments[0].clone());
+    n1.report(vec![lease_stopped(a1.job_id, a1.rank)]).await.unwrap();
+    wait_state(&mut c, "g", "Pending").await;
+    n2.report(vec![lease_stopped(a2.job_id, a2.rank)]).await.unwrap();
+    let d = n1.until("g runs again", |d| d.assignments.iter().any(|a| a.job == "g" && a.attempt > 1)).await;
+    let next = d.assignments.iter().find(|a| a.job == "g").unwrap();
+    assert!(next.resume, "every rank saved its work on its lease stop: {next:?}");
+}

@@ -424,6 +424,32 @@ fn how_an_ended_replica_is_recorded() {
     }
 }
 
+/// File times are on the file system's clock, the stop's signal time on the agent's wall
+/// clock. An agent 5 s ahead (chaos, seed 1, agents' clock offsets: "started from zero
+/// although every rank wrote a checkpoint") reported a stop whose checkpoint was written
+/// right after the signal as a stop without one; one 5 s behind must not count a file
+/// that was there before the signal either.
+#[test]
+fn a_stops_checkpoint_is_judged_on_file_times_alone() {
+    let before_ms = NOW.unix_ms - 60_000;
+    let stopping = stop_steps(&record(Phase::Running), libc::SIGTERM, 3_000, false, before_ms, NOW);
+    let Step::Journal(rec) = stopping.last().unwrap().clone() else { panic!() };
+    let ended = |newest_ms| Ended {
+        code: 0,
+        watchdog_stopped: false,
+        newest_checkpoint_unix_ms: newest_ms,
+        now_unix_ms: NOW.unix_ms + 1_000,
+    };
+    let saved = Some(Ending::Stopped { checkpointed: true, lease_expired: false });
+    let unsaved = Some(Ending::Stopped { checkpointed: false, lease_expired: false });
+    // Written 0.1 s after the signal, by a file system clock 5 s behind the agent's.
+    assert_eq!(ending(&rec, ended(NOW.unix_ms - 5_000 + 100)), saved);
+    // By one 5 s ahead.
+    assert_eq!(ending(&rec, ended(NOW.unix_ms + 5_000 + 100)), saved);
+    // Nothing newer than what was there when the signal went out.
+    assert_eq!(ending(&rec, ended(before_ms)), unsaved);
+}
+
 /// Issue 10: an agent whose journal cannot be written starts and resumes nothing (it could
 /// not record the start first), and still stops, suspends and kills what runs.
 #[test]

@@ -162,6 +162,7 @@ impl State {
             | Observed::Vanished { job, attempt, rank, .. }
             | Observed::LeaseExpired { job, attempt, rank, .. }
             | Observed::NotStarted { job, attempt, rank, .. }
+            | Observed::LeaseStopped { job, attempt, rank, .. }
             | Observed::Unkillable { job, attempt, rank, .. } => (job, attempt, rank),
             Observed::Checkpointed { .. } | Observed::Stray { .. } => return None,
         };
@@ -236,7 +237,8 @@ impl State {
     pub(super) fn late_checkpoint(&mut self, node: &Name, o: &Observed, ev: &mut Vec<Event>) -> bool {
         let (job, attempt, rank) = match *o {
             Observed::Stopped { job, attempt, rank, checkpointed: true }
-            | Observed::LeaseExpired { job, attempt, rank, checkpointed: true } => (job, attempt, rank),
+            | Observed::LeaseExpired { job, attempt, rank, checkpointed: true }
+            | Observed::LeaseStopped { job, attempt, rank, rank_saved: true, .. } => (job, attempt, rank),
             _ => return false,
         };
         let Some(j) = self.d.jobs.get(&job) else { return false };

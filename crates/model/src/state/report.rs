@@ -21,6 +21,16 @@ use crate::job::{JobId, JobState};
 use crate::limits::MAX_OBSERVATIONS_PER_REPORT;
 use crate::name::Name;
 
+/// A rank's lease stop as reported: `checkpointed`, the whole job has a checkpoint (by what
+/// the leader knew); `rank_saved`, this rank's stop saved its work.
+#[derive(Debug, Clone, Copy)]
+struct LeaseStop {
+    attempt: u32,
+    rank: u32,
+    checkpointed: bool,
+    rank_saved: bool,
+}
+
 impl State {
     pub(crate) fn report(
         &mut self,
@@ -100,7 +110,12 @@ impl State {
             }
             Observed::LeaseExpired { job, attempt, rank, checkpointed } => {
                 self.check_rank_placed(node, job, attempt, rank)?;
-                self.lease_expired(node, job, attempt, rank, checkpointed, ev)
+                let stop = LeaseStop { attempt, rank, checkpointed, rank_saved: checkpointed };
+                self.lease_expired(node, job, stop, ev)
+            }
+            Observed::LeaseStopped { job, attempt, rank, checkpointed, rank_saved } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                self.lease_expired(node, job, LeaseStop { attempt, rank, checkpointed, rank_saved }, ev)
             }
             Observed::Stray { job, attempt, rank } => {
                 if !self.d.jobs.contains_key(&job) {
@@ -137,24 +152,26 @@ impl State {
         &mut self,
         node: &Name,
         job: JobId,
-        attempt: u32,
-        rank: u32,
-        checkpointed: bool,
+        stop: LeaseStop,
         ev: &mut Vec<Event>,
     ) -> Result<(), ApplyError> {
+        let LeaseStop { attempt, rank, checkpointed, rank_saved } = stop;
         let j = &self.d.jobs[&job];
         if j.state == JobState::Preempting && j.stopping.is_some() {
-            return self.rank_ended(job, rank, checkpointed, ev);
+            // The stop's own tally asks every rank whether it saved its work.
+            return self.rank_ended(job, rank, rank_saved, ev);
         }
         if !matches!(j.state, JobState::Running | JobState::Suspended) {
             return Err(self.wrong_state(job, "stopping for an expired lease"));
         }
-        // Gone; whether it saved its work counts for a late report of the other ranks'.
-        self.d.jobs.get_mut(&job).expect("checked").ended_ranks.insert(rank, checkpointed);
+        // Gone; whether it saved its work counts for a late report of the other ranks'
+        // (`late_checkpoint` reads it back once the job is requeued).
+        let j = self.d.jobs.get_mut(&job).expect("checked");
+        j.ended_ranks.insert(rank, rank_saved);
         if checkpointed {
-            self.d.jobs.get_mut(&job).expect("checked").has_checkpoint = true;
+            j.has_checkpoint = true;
         }
-        let saved = if checkpointed { "after a checkpoint" } else { "without a checkpoint" };
+        let saved = if rank_saved { "after a checkpoint" } else { "without a checkpoint" };
         let why = format!(
             "rank {rank} of attempt {attempt}: its agent on node {node} was cut off from the leader for a whole lease and stopped it {saved}"
         );
