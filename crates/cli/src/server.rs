@@ -84,7 +84,9 @@ pub struct ServerArgs {
     pub security: crate::tls::TransportArgs,
 }
 
-fn parse_rack(text: &str) -> Result<String, String> {
+/// A `--rack` value: 1 to `MAX_RACK_BYTES` letters, digits, `.`, `_` or `-` (also checked on
+/// the deployment files by the tests).
+pub fn parse_rack(text: &str) -> Result<String, String> {
     let max = baton_raft::MAX_RACK_BYTES;
     if text.is_empty() || text.len() > max {
         return Err(format!("a rack name has 1 to {max} characters, {text:?} has {}", text.len()));

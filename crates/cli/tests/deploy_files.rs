@@ -2,7 +2,7 @@
 //! with flags: each flag they use must exist on the command, and every file must give the
 //! same ports, so that a renamed flag or a moved port breaks this test instead of a deployment.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use baton_cli::agent::AgentArgs;
@@ -26,18 +26,40 @@ fn long_flags<A: Args>(name: &'static str) -> BTreeSet<String> {
     cmd.get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect()
 }
 
-/// One invocation found in a file: where, which command, its arguments after the command.
+/// One invocation found in a file: where, which command, its arguments after the command,
+/// and (Kubernetes) the container's environment: a variable's value, or `fieldRef:PATH`
+/// for one read through the downward API.
 struct Invocation {
     file: String,
     command: String,
     args: Vec<String>,
+    env: BTreeMap<String, String>,
 }
 
 /// `[init, --, /usr/local/bin/baton, agent, ...]` and `[server, ...]` both name their command;
 /// the words after it are its arguments.
 fn invocation(file: &str, words: &[String]) -> Option<Invocation> {
     let at = words.iter().position(|w| w == "server" || w == "agent")?;
-    Some(Invocation { file: file.into(), command: words[at].clone(), args: words[at + 1..].to_vec() })
+    Some(Invocation {
+        file: file.into(),
+        command: words[at].clone(),
+        args: words[at + 1..].to_vec(),
+        env: BTreeMap::new(),
+    })
+}
+
+fn container_env(c: &Yaml) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for e in c["env"].as_vec().into_iter().flatten() {
+        let name = e["name"].as_str().expect("an env entry without a name").to_string();
+        let value = match (e["value"].as_str(), e["valueFrom"]["fieldRef"]["fieldPath"].as_str()) {
+            (Some(v), _) => v.to_string(),
+            (None, Some(path)) => format!("fieldRef:{path}"),
+            _ => String::new(),
+        };
+        env.insert(name, value);
+    }
+    env
 }
 
 fn strings(y: &Yaml) -> Vec<String> {
@@ -55,7 +77,7 @@ fn kubernetes_invocations() -> Vec<Invocation> {
     for file in ["deploy/kubernetes/replicas.yaml", "deploy/kubernetes/agents.yaml"] {
         for doc in YamlLoader::load_from_str(&read(file)).expect("manifest parses") {
             for c in doc["spec"]["template"]["spec"]["containers"].as_vec().into_iter().flatten() {
-                found.extend(invocation(file, &strings(&c["args"])));
+                found.extend(invocation(file, &strings(&c["args"])).map(|i| Invocation { env: container_env(c), ..i }));
             }
         }
     }
@@ -234,5 +256,56 @@ fn every_agent_says_who_its_jobs_run_as() {
     for inv in &agents {
         let says = inv.args.iter().any(|a| a == "--run-as-self" || a == "--run-as-allow");
         assert!(says, "{}: `baton agent` needs --run-as-allow USERS or --run-as-self", inv.file);
+    }
+}
+
+/// The pod label a Kubernetes replica's rack is read from must be the one its anti-affinity
+/// spreads the replicas over: `cluster info` then shows the failure domains the scheduler
+/// actually kept apart.
+fn replica_spread_key() -> String {
+    let docs = YamlLoader::load_from_str(&read("deploy/kubernetes/replicas.yaml")).expect("manifest parses");
+    let set = docs.iter().find(|d| d["kind"].as_str() == Some("StatefulSet")).expect("a StatefulSet");
+    let terms = &set["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    terms[0]["topologyKey"].as_str().expect("a required anti-affinity with a topologyKey").to_string()
+}
+
+/// The rack an invocation gives, resolved: a literal, a systemd environment file's value,
+/// or a Kubernetes variable set from the downward API (`fieldRef:PATH`).
+fn rack(inv: &Invocation) -> String {
+    let value =
+        value_of(inv, "--rack").unwrap_or_else(|| panic!("{}: `baton {}` has no --rack", inv.file, inv.command));
+    match value.strip_prefix("$(").and_then(|v| v.strip_suffix(')')) {
+        Some(var) => inv
+            .env
+            .get(var)
+            .cloned()
+            .unwrap_or_else(|| panic!("{}: --rack uses $({var}), which the container does not set", inv.file)),
+        None => address(inv, "--rack"),
+    }
+}
+
+/// Every replica and every agent says which rack it is in, in every deployment: replicas so
+/// that `cluster info` shows whether losing a rack keeps a quorum, agents for rack-aware
+/// placement.
+#[test]
+fn every_replica_and_agent_is_given_its_rack() {
+    let spread = replica_spread_key();
+    for inv in all_invocations() {
+        let rack = rack(&inv);
+        match rack.strip_prefix("fieldRef:") {
+            Some(path) => {
+                let label = format!("metadata.labels['{spread}']");
+                assert_eq!(
+                    path, label,
+                    "{}: `baton {}` reads its rack from {path}, not the label the replicas are spread over",
+                    inv.file, inv.command
+                );
+            }
+            None => {
+                if let Err(e) = baton_cli::server::parse_rack(&rack) {
+                    panic!("{}: `baton {}` --rack {rack:?}: {e}", inv.file, inv.command);
+                }
+            }
+        }
     }
 }

@@ -114,7 +114,8 @@ impl Gateway {
         if self.ctx.quorum.confirm_since(&self.ctx.replica, arrived, within).await { lease_ms } else { 0 }
     }
 
-    /// Registers the node unless the state already has it, ready, with the same facts.
+    /// Registers the node unless the state already has it, ready, with the same facts; with
+    /// the other nodes attaching at the same time (`registrar`).
     async fn register(&self, spec: &NodeSpec) -> Result<(), Status> {
         let known = self.ctx.replica.read_local(|s| {
             s.nodes().get(&spec.name).is_some_and(|n| n.spec == *spec && n.status == NodeStatus::Ready)
@@ -122,7 +123,7 @@ impl Gateway {
         if known {
             return Ok(());
         }
-        self.write(Op::RegisterNode(spec.clone())).await.map(drop)
+        self.ctx.registrar.register(spec.clone()).await
     }
 
     /// The number of ranks of the job's current attempt if it is `attempt` and `rank` of it

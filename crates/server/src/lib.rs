@@ -9,6 +9,7 @@
 //! - `leader`: while leading: cycle -> propose plan -> publish desired assignments;
 //!   heartbeat timeouts; ticks.
 //! - `desired`: what each node should run, a pure function of the state.
+//! - `registrar`: the registrations of agents that attach together, as one command.
 //! - `hub`, `liveness`, `quorum`, `strays`, `vanished`, `checkpoints`: the leader's in-memory
 //!   views (agent streams, heartbeats, when a quorum last confirmed this leader, replicas
 //!   running unplaced, replicas no longer reported, ranks that saved their work since the
@@ -37,6 +38,7 @@ mod leader;
 mod liveness;
 pub mod metrics;
 mod quorum;
+mod registrar;
 pub mod settings;
 pub mod status;
 mod strays;
@@ -124,6 +126,7 @@ pub(crate) struct Ctx {
     pub(crate) hub: hub::Hub,
     pub(crate) liveness: liveness::Liveness,
     pub(crate) quorum: quorum::Quorum,
+    pub(crate) registrar: registrar::Registrar,
     pub(crate) strays: strays::Strays,
     pub(crate) checkpoints: checkpoints::Checkpoints,
     pub(crate) vanished: vanished::Vanished,
@@ -182,6 +185,7 @@ pub async fn run_with_metrics(
         hub: hub::Hub::default(),
         liveness: liveness::Liveness::default(),
         quorum: quorum::Quorum::default(),
+        registrar: registrar::Registrar::new(replica.clone()),
         strays: strays::Strays::default(),
         checkpoints: checkpoints::Checkpoints::default(),
         vanished: vanished::Vanished::default(),
