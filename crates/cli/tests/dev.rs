@@ -22,7 +22,7 @@ impl Drop for Kill {
 #[test]
 fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
     // Below Linux's ephemeral range (32768-60999), where other tests' outgoing connections
-    // take ports; apart from the e2e demo's range (20,000-30,105).
+    // take ports; apart from the e2e demo's range (20,000-29,700).
     // Six ports from the base: three API and three peer ports.
     let base = 10_000 + (std::process::id() % 1_500) as u16 * 6;
     let dir = tempfile::tempdir().unwrap();
