@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end check of the container deployment: builds the image, starts
-# deploy/compose.yaml (3 replicas, 2 agents), runs a 2x8-GPU gang to completion, has an
+# deploy/compose.yaml (3 replicas with raft on peer ports, 2 agents), runs a 2x8-GPU gang to completion, has an
 # interactive job reclaim GPUs from a borrowing training gang (it checkpoints, waits and
 # resumes from its checkpoint), kills the leader's container, runs another gang through the
 # surviving replicas, brings the killed replica back and checks it rejoins; then removes
@@ -62,6 +62,11 @@ client cluster info | matches 'transport: mutual TLS' || fail "the cluster does 
 # Each replica says which rack it is in (learned from the replicas themselves, within seconds).
 racks_known() { client cluster info -o json | tr -d ' \n' | matches '"rack":"rack-1".*"rack":"rack-2".*"rack":"rack-3"'; }
 wait_for 30 "every replica's rack shows in cluster info" racks_known
+# Raft runs on each replica's peer port (7170), which serves nothing to clients.
+client cluster info | matches 'server-1:7070 (peer server-1:7170)' || fail "cluster info shows no peer address"
+if client cluster info --server server-1:7170 --timeout 3s >/dev/null 2>&1; then
+  fail "the peer port answered a client"
+fi
 # Without a certificate the cluster does not answer.
 if docker run --rm --network "${project}_fabric" -e BATON_INSECURE=1 \
   -e BATON_SERVER=server-1:7070 "${BATON_IMAGE:-baton:latest}" cluster info --timeout 3s >/dev/null 2>&1; then

@@ -19,7 +19,38 @@ use baton_proto::tls::{REPLICA_HOST, Transport};
 use crate::net::{self, Net, Rule};
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+/// A client of the cluster's API, calling with the admin token.
+pub type Client = BatonClient<InterceptedService<Channel, Bearer>>;
+
+/// Adds `authorization: Bearer TOKEN` to every call: the cluster runs with tokens, as a
+/// real one does.
+#[derive(Clone)]
+pub struct Bearer(MetadataValue<Ascii>);
+
+impl Bearer {
+    fn new(token: &str) -> Bearer {
+        Bearer(format!("Bearer {token}").parse().expect("a token is ASCII"))
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+// Never the token itself in a log or a panic message.
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Bearer(..)")
+    }
+}
 
 /// Replicas in the cluster: the smallest that survives losing one.
 pub const REPLICAS: usize = 3;
@@ -101,11 +132,13 @@ struct Proc {
     env: Vec<(String, String)>,
 }
 
-/// The replicas' addresses and how to reach them (mutual TLS, as the `chaos` client).
+/// The replicas' addresses and how to reach them (mutual TLS, as the `chaos` client, with the
+/// admin token).
 #[derive(Clone, Debug)]
 pub struct Servers {
     pub addrs: Vec<String>,
     pub transport: Transport,
+    pub bearer: Bearer,
 }
 
 pub struct Cluster {
@@ -272,9 +305,10 @@ impl Cluster {
         let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
         let tls = make_certificates(baton, &dir.path().join("tls"), nodes);
         let transport = Transport::load(&tls.join("client-chaos")).expect("the chaos client's certificate");
+        let token = write_admin_token(&dir.path().join(ADMIN_TOKEN_FILE));
         let mut c = Cluster {
             dir,
-            servers: Servers { addrs: servers.clone(), transport },
+            servers: Servers { addrs: servers.clone(), transport, bearer: Bearer::new(&token) },
             baton: baton.to_path_buf(),
             timing: t.clone(),
             replicas: Vec::new(),
@@ -287,6 +321,7 @@ impl Cluster {
             c.spawn_replica_process((i + 1) as u64, addr, Some(&members.join(",")), rack);
         }
         c.leader().await;
+        c.wait_admin_token().await;
         for (i, n) in nodes.iter().enumerate() {
             let args = c.agent_args(n);
             let mut p = Proc::new(args, c.path(&format!("agent-{}.log", n.name)));
@@ -324,10 +359,11 @@ impl Cluster {
             &t.lease_ms.to_string(),
             "--tls-dir",
             &tls,
-            // The suite checks scheduling under faults; tokens are tested in the server's
-            // and the CLI's tests.
-            "--auth",
-            "none",
+            // Tokens on, as in production: every replica makes the harness's token the
+            // first admin of a cluster that has none (the first to commit it wins; the
+            // others find the cluster has a token and leave it).
+            "--bootstrap-admin-token-file",
+            &self.path(ADMIN_TOKEN_FILE).display().to_string(),
         ]);
         if let Some(members) = bootstrap {
             args.extend(strings(&["--bootstrap", members]));
@@ -411,7 +447,7 @@ impl Cluster {
             "agent",
             "--listen",
             &listen,
-            // The chaos cluster runs without tokens: its jobs name no user.
+            // Jobs name the admin token's user, `admin`; they run as the agent's own user.
             "--run-as-self",
             "--server",
             &self.servers.addrs.join(","),
@@ -499,11 +535,35 @@ impl Cluster {
 
     /// A client of replica `i` and what it says of the cluster, if it runs (not paused) and
     /// answers. A leader cut off from its peers still says it leads until it hears otherwise.
-    pub async fn answering(&self, i: usize) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
+    pub async fn answering(&self, i: usize) -> Option<(Client, ClusterInfoReply)> {
         if !self.replicas[i].answers() {
             return None;
         }
-        probe(&self.servers.addrs[i], &self.servers.transport).await
+        probe(&self.servers.addrs[i], &self.servers).await
+    }
+
+    /// The file holding the admin token every call of this harness carries (for the CLI's
+    /// `BATON_TOKEN_FILE`).
+    pub fn token_file(&self) -> PathBuf {
+        self.path(ADMIN_TOKEN_FILE)
+    }
+
+    /// Waits until the admin token is committed: `cluster info` answers without a token, so a
+    /// leader may be known before the bootstrap admin is.
+    async fn wait_admin_token(&self) {
+        let deadline = Instant::now() + Duration::from_secs(WAIT_S);
+        loop {
+            let mut c = self.client().await;
+            if c.who_am_i(Empty {}).await.is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the admin token was never committed; logs in {}",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Replica `i`'s applied index, if it runs and answers `cluster info` (which it does once
@@ -513,7 +573,7 @@ impl Cluster {
     }
 
     /// A client of a replica that knows the leader.
-    pub async fn client(&self) -> BatonClient<Channel> {
+    pub async fn client(&self) -> Client {
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);
         loop {
             for i in 0..self.replicas.len() {
@@ -626,9 +686,9 @@ fn write_offset(file: &Path, offset_s: i64) {
 
 /// A client of any of `servers` that knows a leader, trying each once with a short bound
 /// (for callers that run beside fault injection and cannot borrow the `Cluster`).
-pub async fn connect_any(servers: &Servers) -> Option<BatonClient<Channel>> {
+pub async fn connect_any(servers: &Servers) -> Option<Client> {
     for addr in &servers.addrs {
-        if let Some((c, info)) = probe(addr, &servers.transport).await
+        if let Some((c, info)) = probe(addr, servers).await
             && info.leader_id != 0
         {
             return Some(c);
@@ -639,14 +699,35 @@ pub async fn connect_any(servers: &Servers) -> Option<BatonClient<Channel>> {
 
 /// A client of the replica at `addr` and what it says of the cluster, each step bounded by
 /// `PROBE_MS`.
-async fn probe(addr: &str, transport: &Transport) -> Option<(BatonClient<Channel>, ClusterInfoReply)> {
+async fn probe(addr: &str, servers: &Servers) -> Option<(Client, ClusterInfoReply)> {
     let bound = Duration::from_millis(PROBE_MS);
-    let ep = transport.endpoint(addr, REPLICA_HOST).ok()?;
-    let c = BatonClient::new(tokio::time::timeout(bound, ep.connect()).await.ok()?.ok()?);
+    let ep = servers.transport.endpoint(addr, REPLICA_HOST).ok()?;
+    let channel = tokio::time::timeout(bound, ep.connect()).await.ok()?.ok()?;
+    let c = BatonClient::with_interceptor(channel, servers.bearer.clone());
     let max = baton_proto::MAX_MESSAGE_BYTES;
     let mut c = c.max_decoding_message_size(max).max_encoding_message_size(max);
     let info = tokio::time::timeout(bound, c.cluster_info(Empty {})).await.ok()?.ok()?.into_inner();
     Some((c, info))
+}
+
+/// The admin token's file, in the cluster's directory.
+const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// A new random token in `path` (readable by this user only), as `baton dev` makes one.
+fn write_admin_token(path: &Path) -> String {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("random bytes");
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+    writeln!(f, "{token}").expect("the token is written");
+    token
 }
 
 /// A CA and one certificate per replica, agent and the `chaos` client under `dir`, made with

@@ -21,8 +21,6 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use baton_proto::v1::ListJobsRequest;
-use baton_proto::v1::baton_client::BatonClient;
-use tonic::transport::Channel;
 
 use crate::cluster::{Cluster, REPLICAS, Servers, Topology, agent_label, connect_any, replica_label};
 use crate::net::{Rule, cut_between, one_way};
@@ -250,7 +248,7 @@ pub struct Faults {
     max_agent_outage_ms: u64,
     heartbeat_timeout_ms: u64,
     servers: Servers,
-    watcher: Option<BatonClient<Channel>>,
+    watcher: Option<crate::cluster::Client>,
     mix: Mix,
 }
 

@@ -206,7 +206,7 @@ async fn submit_load(
 /// (nothing was sent), else the outcome.
 async fn try_call<F, Fut>(servers: &Servers, kind: OpKind, key: &str, history: &History, call: F) -> Option<Outcome>
 where
-    F: FnOnce(baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>) -> Fut,
+    F: FnOnce(crate::cluster::Client) -> Fut,
     Fut: std::future::Future<Output = Result<(), tonic::Status>>,
 {
     let client = connect_any(servers).await?;

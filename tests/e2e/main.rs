@@ -203,7 +203,8 @@ async fn wait_file_lines(path: &std::path::Path, n: usize) {
 fn the_dev_demo_plays_seed_000_to_the_end() {
     // Below Linux's ephemeral range (32768-60999), where other tests' outgoing connections
     // take ports (a replica found its port taken and exited); apart from dev.rs's range.
-    let base = 20_000 + (std::process::id() % 2_000) as u16 * 5;
+    // Six ports from the base (three API, three peer), metrics from base + 100: 20,000-29,700.
+    let base = 20_000 + (std::process::id() % 1_600) as u16 * 6;
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(BATON)
         .args(["dev", "--demo", "--port", &base.to_string(), "--dir"])

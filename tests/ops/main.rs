@@ -14,20 +14,21 @@ use baton_proto::v1::{Empty, ListJobsRequest, SubmitRequest};
 /// The binary under test.
 const BATON: &str = env!("CARGO_BIN_EXE_baton");
 
-/// `baton ARGS` as an operator runs it against `c` (its client certificate, no token: the
-/// test cluster runs with `--auth none`).
+/// `baton ARGS` as an operator runs it against `c` (its client certificate and the cluster's
+/// admin token).
 async fn baton(c: &Cluster, args: &[&str]) -> Output {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let servers = c.servers.addrs.join(",");
     let tls = c.path("tls/client-chaos");
+    let token_file = c.token_file();
     tokio::task::spawn_blocking(move || {
         std::process::Command::new(BATON)
             .args(&args)
             .args(["--timeout", "40s"])
             .env("BATON_SERVER", servers)
             .env("BATON_TLS_DIR", tls)
+            .env("BATON_TOKEN_FILE", token_file)
             .env_remove("BATON_INSECURE")
-            .env_remove("BATON_TOKEN_FILE")
             .env_remove("BATON_TOKEN")
             .output()
             .expect("baton runs")
@@ -257,7 +258,7 @@ fn a_replica_refuses_a_data_directory_of_a_future_format_naming_file_and_version
     assert!(err.contains(&file) && err.contains(&format!("format {future}")), "{err}");
 }
 
-/// `baton ARGS` with `token` (the cluster has tokens from its first one on).
+/// `baton ARGS` with `token` instead of the admin token.
 async fn with_token(c: &Cluster, token: &str, args: &[&str]) -> Output {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let servers = c.servers.addrs.join(",");

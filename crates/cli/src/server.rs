@@ -23,9 +23,20 @@ pub struct ServerArgs {
     /// Address to listen on for clients, agents and other replicas.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub listen: String,
-    /// Address the others reach this replica at (default: --listen).
+    /// Address clients and agents reach this replica at (default: --listen); what a replica
+    /// that does not lead redirects them to.
     #[arg(long)]
     pub advertise: Option<String>,
+    /// Serve the raft transport on this address of its own (HOST:PORT), where only replica
+    /// certificates are taken; --listen then serves clients and agents only. Without it, raft
+    /// shares --listen (as before the peer port existed). Every replica of a cluster may
+    /// choose on its own: the membership records both addresses of each.
+    #[arg(long, env = "BATON_PEER_LISTEN")]
+    pub peer_listen: Option<String>,
+    /// Address the other replicas reach this replica's raft transport at (default:
+    /// --peer-listen). Only with --peer-listen.
+    #[arg(long, env = "BATON_PEER_ADVERTISE", requires = "peer_listen")]
+    pub peer_advertise: Option<String>,
     /// Where the log and snapshots live (created on first start).
     #[arg(long)]
     pub data_dir: PathBuf,
@@ -38,7 +49,8 @@ pub struct ServerArgs {
     #[arg(long, value_parser = parse_rack)]
     pub rack: Option<String>,
     /// First membership of a new cluster, as ID=HOST:PORT,... (give it to one replica, or to
-    /// all: a cluster that already has a membership ignores it).
+    /// all: a cluster that already has a membership ignores it). A replica with a peer port
+    /// of its own is ID=API_HOST:PORT/PEER_HOST:PORT (its --advertise and --peer-advertise).
     #[arg(long)]
     pub bootstrap: Option<String>,
     /// The leader runs a scheduling cycle at least this often, and at once on every change.
@@ -123,12 +135,30 @@ fn write_new_token(path: &Path) -> std::io::Result<()> {
     writeln!(f, "{token}")
 }
 
+/// This replica's addresses as the others reach it: the API address, and the peer address
+/// (the API address when raft shares its port).
+fn advertised(a: &ServerArgs) -> Result<baton_raft::Addrs, String> {
+    let api = a.advertise.clone().unwrap_or_else(|| a.listen.clone());
+    let peer = a.peer_advertise.clone().or_else(|| a.peer_listen.clone()).unwrap_or_else(|| api.clone());
+    let addrs = baton_raft::Addrs { api, peer };
+    baton_raft::Addrs::check_member(&addrs.to_member()).map_err(|e| format!("--advertise/--peer-advertise: {e}"))?;
+    if a.peer_listen.is_some() && addrs.peer == addrs.api {
+        return Err(format!(
+            "--peer-listen: the peer address {} is the API address; give raft a port of its own or leave --peer-listen out",
+            addrs.peer
+        ));
+    }
+    Ok(addrs)
+}
+
 pub fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, String> {
     let mut members = BTreeMap::new();
     for m in text.split(',').filter(|m| !m.is_empty()) {
         let (id, addr) = m.split_once('=').ok_or_else(|| format!("--bootstrap: {m:?} is not ID=HOST:PORT"))?;
         let id = id.trim().parse::<u64>().map_err(|e| format!("--bootstrap: replica id {id:?}: {e}"))?;
-        if members.insert(id, addr.trim().to_string()).is_some() {
+        let addr = addr.trim();
+        baton_raft::Addrs::check_member(addr).map_err(|e| format!("--bootstrap: replica {id}: {e}"))?;
+        if members.insert(id, addr.to_string()).is_some() {
             return Err(format!("--bootstrap: replica {id} is listed twice"));
         }
     }
@@ -139,8 +169,7 @@ pub fn parse_members(text: &str) -> Result<BTreeMap<u64, String>, String> {
 }
 
 fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
-    let advertise = a.advertise.clone().unwrap_or_else(|| a.listen.clone());
-    let mut replica = ReplicaConfig::new(a.id, a.cluster_id.clone(), advertise, a.data_dir.clone());
+    let mut replica = ReplicaConfig::new(a.id, a.cluster_id.clone(), advertised(a)?.to_member(), a.data_dir.clone());
     replica.settings.election_timeout_min_ms = a.election_timeout_ms;
     replica.settings.election_timeout_max_ms = a.election_timeout_ms * 2;
     replica.rack = a.rack.clone();
@@ -199,6 +228,16 @@ pub fn run(args: ServerArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let peer = match &args.peer_listen {
+            None => None,
+            Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    eprintln!("error: cannot listen on {addr} (--peer-listen): {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+        };
         let metrics = match &args.metrics_listen {
             None => None,
             Some(addr) => match tokio::net::TcpListener::bind(addr).await {
@@ -209,8 +248,9 @@ pub fn run(args: ServerArgs) -> ExitCode {
                 }
             },
         };
-        tracing::info!(id = args.id, listen = %args.listen, metrics = ?args.metrics_listen, otlp = ?args.otlp_endpoint, "baton server starting");
-        match baton_server::run_with_metrics(config, listener, metrics, crate::logging::shutdown_signal()).await {
+        tracing::info!(id = args.id, listen = %args.listen, peer_listen = ?args.peer_listen, metrics = ?args.metrics_listen, otlp = ?args.otlp_endpoint, "baton server starting");
+        let listeners = baton_server::Listeners { api: listener, peer, metrics };
+        match baton_server::run_on(config, listeners, crate::logging::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -239,6 +279,35 @@ mod tests {
         assert_eq!(bootstrap_admin(&path).unwrap(), hash);
         std::fs::write(&path, "\n").unwrap();
         assert!(bootstrap_admin(&path).unwrap_err().contains("holds no token"));
+    }
+
+    #[test]
+    fn bootstrap_members_may_give_a_peer_address_and_a_malformed_one_is_refused_by_name() {
+        let m = parse_members("1=h1:7070/h1:7170,2=h2:7070").unwrap();
+        assert_eq!(baton_raft::Addrs::parse(&m[&1]).peer, "h1:7170");
+        assert_eq!(baton_raft::Addrs::parse(&m[&2]).peer, "h2:7070");
+        let e = parse_members("1=h1:7070/h1:7170/x").unwrap_err();
+        assert!(e.contains("replica 1") && e.contains("more than one '/'"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_port_that_is_the_api_port_is_refused() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            server: ServerArgs,
+        }
+        let args = |extra: &[&str]| {
+            let mut v = vec!["baton", "--id", "1", "--data-dir", "d", "--listen", "h:7070"];
+            v.extend_from_slice(extra);
+            Cli::try_parse_from(v).unwrap().server
+        };
+        let a = advertised(&args(&["--peer-listen", "0.0.0.0:7170", "--peer-advertise", "h:7170"])).unwrap();
+        assert_eq!(a.to_member(), "h:7070/h:7170");
+        assert_eq!(advertised(&args(&[])).unwrap().to_member(), "h:7070");
+        let e = advertised(&args(&["--peer-listen", "h:7070"])).unwrap_err();
+        assert!(e.contains("--peer-listen") && e.contains("is the API address"), "{e}");
     }
 
     #[test]

@@ -323,6 +323,7 @@ fn cluster_info_names_a_failing_replica_and_why() {
             replicas: vec![v1::Replica {
                 id: 2,
                 addr: "10.0.0.2:7070".into(),
+                peer_addr: "10.0.0.2:7071".into(),
                 role: "Follower".into(),
                 failure: "disk failing: /var/lib/baton/raft.sled: No space left on device".into(),
                 rack: "rack-b".into(),
@@ -337,10 +338,13 @@ fn cluster_info_names_a_failing_replica_and_why() {
     let row = out.lines().find(|l| l.contains("10.0.0.2:7070")).expect("a row for replica 2");
     assert!(row.contains("FAILED: disk failing") && row.contains("No space left on device"), "{out}");
     assert!(row.contains("rack-b"), "{out}");
+    // Raft on a peer port of its own: both addresses are shown.
+    assert!(row.contains("10.0.0.2:7070 (peer 10.0.0.2:7071)"), "{out}");
     assert!(out.contains("transport: mutual TLS"), "{out}");
     let (r, out) = run(&["cluster", "info", "--server", &server.addr(), "-o", "json"]);
     r.unwrap();
     assert!(out.contains("\"failure\": \"disk failing"), "{out}");
+    assert!(out.contains("\"peer_addr\": \"10.0.0.2:7071\""), "{out}");
     assert!(out.contains("\"insecure\": false"), "{out}");
 }
 

@@ -60,8 +60,9 @@ struct Dev {
 impl Dev {
     fn start() -> Dev {
         // Below Linux's ephemeral range (32768-60999) and apart from the ranges of the dev
-        // test (10,000-20,000) and the e2e demo (20,000-30,105).
-        let base = 30_200 + (std::process::id() % 400) as u16 * 5;
+        // test (10,000-20,000) and the e2e demo (20,000-29,700); six ports from the base
+        // (three API, three peer), metrics from base + 100.
+        let base = 30_200 + (std::process::id() % 330) as u16 * 6;
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(BATON)
             .args(["dev", "--port", &base.to_string(), "--dir"])

@@ -162,12 +162,17 @@ fn every_deployment_listens_on_the_same_ports() {
 fn every_replica_is_in_the_first_membership_it_is_given() {
     for inv in all_invocations().iter().filter(|i| i.command == "server" && !i.file.contains("systemd")) {
         let members = baton_cli::server::parse_members(value_of(inv, "--bootstrap").expect("--bootstrap")).unwrap();
-        let advertise = value_of(inv, "--advertise").expect("--advertise");
+        // Every deployment runs raft on a peer port: members are API/PEER.
+        let api = value_of(inv, "--advertise").expect("--advertise");
+        let peer = value_of(inv, "--peer-advertise").expect("--peer-advertise");
         // Kubernetes advertises $(POD_NAME)...: any member of that shape is this pod.
-        let shape = advertise.replace("$(POD_NAME)", "");
+        let same = |member: &str, advertised: &str| {
+            member == advertised
+                || (advertised.contains("$(POD_NAME)") && member.ends_with(&advertised.replace("$(POD_NAME)", "")))
+        };
         assert!(
-            members.values().any(|m| m == advertise || (advertise.contains("$(POD_NAME)") && m.ends_with(&shape))),
-            "{}: replica advertising {advertise} is not in --bootstrap {members:?}",
+            members.values().map(|m| baton_raft::Addrs::parse(m)).any(|m| same(&m.api, api) && same(&m.peer, peer)),
+            "{}: replica advertising {api} (peer {peer}) is not in --bootstrap {members:?}",
             inv.file
         );
     }

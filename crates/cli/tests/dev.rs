@@ -22,8 +22,9 @@ impl Drop for Kill {
 #[test]
 fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
     // Below Linux's ephemeral range (32768-60999), where other tests' outgoing connections
-    // take ports; apart from the e2e demo's range (20,000-30,105).
-    let base = 10_000 + (std::process::id() % 2_000) as u16 * 5;
+    // take ports; apart from the e2e demo's range (20,000-29,700).
+    // Six ports from the base: three API and three peer ports.
+    let base = 10_000 + (std::process::id() % 1_500) as u16 * 6;
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(BATON)
         .args(["dev", "--port", &base.to_string(), "--dir"])
@@ -99,6 +100,8 @@ fn dev_cluster_speaks_only_mutual_tls(text: &str) {
     let info = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(info.contains("transport: mutual TLS"), "{info}");
+    // Raft runs on peer ports of its own, beside the API ports clients are given.
+    assert_eq!(info.matches(" (peer 127.0.0.1:").count(), 3, "{info}");
     let out = cli(&[("BATON_INSECURE", "1")]);
     assert!(!out.status.success(), "plain TCP got an answer: {}", String::from_utf8_lossy(&out.stdout));
 }

@@ -120,8 +120,9 @@ impl Dev {
     /// `baton dev` sending its spans to `otlp`; `slot` keeps the two tests' ports apart.
     fn start(otlp: &str, slot: u16) -> Dev {
         // Below Linux's ephemeral range (32768-60999), above the dashboard test's ports
-        // (30,200-32,200), with room for the metrics ports (+100 to +104).
-        let base = 32_300 + (std::process::id() % 35) as u16 * 10 + slot * 5;
+        // (30,200-32,600), with room for six ports (three API, three peer) and the metrics
+        // ports (+100 to +104).
+        let base = 32_300 + (std::process::id() % 30) as u16 * 12 + slot * 6;
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(BATON)
             .args(["dev", "--port", &base.to_string(), "--otlp-endpoint", otlp, "--dir"])

@@ -91,9 +91,10 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, limits: Limits, in_fli
                         }
                         Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
                             let e = match (f.leader_id, f.leader_node) {
-                                (Some(leader_id), Some(node)) => {
-                                    WriteError::NotLeader { leader_id, leader_addr: node.addr }
-                                }
+                                (Some(leader_id), Some(node)) => WriteError::NotLeader {
+                                    leader_id,
+                                    leader_addr: crate::addrs::Addrs::parse(&node.addr).api,
+                                },
                                 _ => WriteError::NoLeader,
                             };
                             answer_all(replies, e);

@@ -131,8 +131,10 @@ async fn may_campaign(raft: &Raft, campaign: &Campaign, peers: &Peers, self_id: 
         return false;
     }
     let membership = m.membership_config.membership();
-    let voters: BTreeMap<NodeId, String> =
-        membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone()))).collect();
+    let voters: BTreeMap<NodeId, String> = membership
+        .voter_ids()
+        .filter_map(|id| membership.get_node(&id).map(|n| (id, crate::addrs::Addrs::parse(&n.addr).peer)))
+        .collect();
     if !voters.contains_key(&self_id) {
         return false;
     }

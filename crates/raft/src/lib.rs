@@ -19,6 +19,8 @@
 //! - [`membership`]: the changes an operator asks for (add, remove, transfer leadership)
 //!   and their rules; [`transfer`]: handing leadership over, which openraft 0.9 lacks.
 //! - `racks`: each member's rack, asked in the background for `cluster info`.
+//! - [`addrs`]: a member's API and peer addresses, both in the one string the membership
+//!   keeps.
 //! - [`backup`]: the backup file (`baton snapshot save`) and restoring it into a new cluster.
 //! - [`datadir`], [`identity`]: the data directory and its `cluster.id` file.
 //! - [`codec`]: bincode and checksummed records.
@@ -28,6 +30,7 @@
 // move the allocation.
 #![allow(clippy::result_large_err)]
 
+pub mod addrs;
 pub mod backup;
 mod batcher;
 pub mod campaign;
@@ -45,6 +48,7 @@ pub mod store;
 pub mod transfer;
 pub mod types;
 
+pub use addrs::Addrs;
 pub use error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
 pub use membership::{Change, MIN_VOTERS};
 pub use metrics::{ReplicaMetrics, Role};

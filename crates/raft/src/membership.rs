@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::addrs::Addrs;
 use crate::error::MembershipError;
 use crate::metrics::ReplicaMetrics;
 use crate::replica::Replica;
@@ -43,7 +44,8 @@ impl Replica {
     /// leader's view once it is made.
     pub async fn change_membership(&self, change: Change) -> Result<ReplicaMetrics, MembershipError> {
         let m = self.metrics();
-        match (m.leader_id, m.leader_addr) {
+        let leader = m.leader_id.and_then(|id| m.members.get(&id));
+        match (m.leader_id, leader) {
             (None, _) => Err(MembershipError::NoLeader),
             (Some(id), _) if id == self.id() => self.change_here(change).await,
             (Some(leader_id), None) => Err(MembershipError::ForwardFailed {
@@ -51,10 +53,10 @@ impl Replica {
                 leader_addr: String::new(),
                 reason: "the leader's address is not in the membership".into(),
             }),
-            (Some(leader_id), Some(addr)) => {
+            (Some(leader_id), Some(at)) => {
                 // Adding waits for catch-up and promotion; a transfer for catch-up and an election.
                 let timeout = Duration::from_millis(self.settings().membership_timeout_ms.saturating_mul(2));
-                self.core().peers.forward_membership(leader_id, &addr, &change, timeout).await
+                self.core().peers.forward_membership(leader_id, at, &change, timeout).await
             }
         }
     }
@@ -71,15 +73,17 @@ impl Replica {
         Ok(self.metrics())
     }
 
-    /// Adds replica `id` at `addr` as a learner, waits until it caught up, makes it a voter.
+    /// Adds replica `id` at `addr` (`API` or `API/PEER`, see [`crate::addrs`]) as a learner,
+    /// waits until it caught up, makes it a voter.
     pub async fn add_replica(&self, id: NodeId, addr: &str) -> Result<(), MembershipError> {
         self.require_leader()?;
+        let new = Addrs::check_member(addr).map_err(MembershipError::Refused)?;
         let m = self.metrics();
         if let Some(at) = m.members.get(&id) {
-            return Err(MembershipError::DuplicateId { id, addr: at.clone() });
+            return Err(MembershipError::DuplicateId { id, addr: at.to_string() });
         }
-        if let Some((other, _)) = m.members.iter().find(|(_, at)| at.as_str() == addr) {
-            return Err(MembershipError::DuplicateAddr { addr: addr.to_string(), id: *other });
+        if let Some((other, _)) = m.members.iter().find(|(_, at)| at.overlaps(&new)) {
+            return Err(MembershipError::DuplicateAddr { addr: new.to_string(), id: *other });
         }
         self.add_learner(id, addr).await?;
         self.promote(id).await

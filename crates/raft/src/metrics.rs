@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 
+use crate::addrs::Addrs;
 use crate::types::{NodeId, RaftMetrics};
 
 /// A replica's role in the cluster.
@@ -24,9 +25,12 @@ pub struct ReplicaMetrics {
     pub role: Role,
     pub term: u64,
     pub leader_id: Option<NodeId>,
+    /// The leader's API address: where clients and agents are redirected.
     pub leader_addr: Option<String>,
-    /// Every member (voters and learners) and its address.
-    pub members: BTreeMap<NodeId, String>,
+    /// The leader's peer address: where this replica forwards writes and reads.
+    pub leader_peer_addr: Option<String>,
+    /// Every member (voters and learners) and its addresses.
+    pub members: BTreeMap<NodeId, Addrs>,
     pub voters: BTreeSet<NodeId>,
     pub learners: BTreeSet<NodeId>,
     pub last_log_index: Option<u64>,
@@ -40,7 +44,7 @@ pub struct ReplicaMetrics {
 impl ReplicaMetrics {
     pub(crate) fn from_raft(m: &RaftMetrics) -> ReplicaMetrics {
         let membership = m.membership_config.membership();
-        let members: BTreeMap<NodeId, String> = membership.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
+        let members: BTreeMap<NodeId, Addrs> = membership.nodes().map(|(id, n)| (*id, Addrs::parse(&n.addr))).collect();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
         let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
         let role = match m.state {
@@ -55,7 +59,8 @@ impl ReplicaMetrics {
             role,
             term: m.current_term,
             leader_id: m.current_leader,
-            leader_addr: m.current_leader.and_then(|l| members.get(&l).cloned()),
+            leader_addr: m.current_leader.and_then(|l| members.get(&l)).map(|a| a.api.clone()),
+            leader_peer_addr: m.current_leader.and_then(|l| members.get(&l)).map(|a| a.peer.clone()),
             members,
             voters,
             learners,

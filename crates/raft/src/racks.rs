@@ -53,7 +53,11 @@ pub(crate) fn start(raft: Raft, racks: Arc<Racks>, peers: Arc<Peers>, self_id: N
             let members: BTreeMap<NodeId, String> = {
                 let m = raft.metrics();
                 let m = m.borrow();
-                m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect()
+                m.membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(id, n)| (*id, crate::addrs::Addrs::parse(&n.addr).peer))
+                    .collect()
             };
             racks.keep_only(&members);
             let refresh = round % REFRESH_ROUNDS == 0;

@@ -16,6 +16,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpIncoming};
 
+use crate::addrs::Addrs;
 use crate::batcher::{self, Pending};
 use crate::campaign::{self, Campaign};
 use crate::codec::encoded_len;
@@ -79,7 +80,8 @@ pub struct ReplicaConfig {
     /// Shared by every replica of one cluster; stored in the data directory and carried on
     /// every RPC.
     pub cluster_id: String,
-    /// The `host:port` other replicas reach this one at.
+    /// Where others reach this replica, as the membership records it: `API` (raft on the
+    /// API port) or `API/PEER` (a peer port of its own; see [`crate::addrs`]).
     pub advertise_addr: String,
     pub storage: Storage,
     pub settings: RaftSettings,
@@ -145,13 +147,13 @@ impl Core {
         Duration::from_millis(self.settings.request_timeout_ms)
     }
 
-    /// The leader this replica knows of, and its address.
-    fn leader(&self) -> Option<(NodeId, Option<String>)> {
+    /// The leader this replica knows of, and its addresses.
+    fn leader(&self) -> Option<(NodeId, Option<Addrs>)> {
         let m = self.raft.metrics();
         let m = m.borrow();
         let id = m.current_leader?;
-        let addr = m.membership_config.membership().get_node(&id).map(|n| n.addr.clone());
-        Some((id, addr))
+        let addrs = m.membership_config.membership().get_node(&id).map(|n| Addrs::parse(&n.addr));
+        Some((id, addrs))
     }
 
     /// Proposes `cmd` on this replica, which must be the leader. Never forwards.
@@ -173,7 +175,7 @@ impl Core {
         }
         if !self.is_leader() {
             return Err(match self.leader() {
-                Some((leader_id, Some(leader_addr))) => WriteError::NotLeader { leader_id, leader_addr },
+                Some((leader_id, Some(at))) => WriteError::NotLeader { leader_id, leader_addr: at.api },
                 _ => WriteError::NoLeader,
             });
         }
@@ -231,7 +233,9 @@ impl Core {
             Ok((read_log_id, _applied)) => Ok(read_log_id),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
                 Err(match (f.leader_id, f.leader_node) {
-                    (Some(leader_id), Some(node)) => ReadError::NotLeader { leader_id, leader_addr: node.addr },
+                    (Some(leader_id), Some(node)) => {
+                        ReadError::NotLeader { leader_id, leader_addr: Addrs::parse(&node.addr).api }
+                    }
                     _ => ReadError::NoLeader,
                 })
             }
@@ -331,7 +335,7 @@ impl Replica {
                 let rack = if *id == self.core.id {
                     Some(self.core.rack.clone().unwrap_or_default())
                 } else {
-                    self.core.racks.get(*id, addr)
+                    self.core.racks.get(*id, &addr.peer)
                 };
                 (*id, rack)
             })
@@ -419,7 +423,7 @@ impl Replica {
                 leader_addr: String::new(),
                 reason: "the leader's address is not in the membership".into(),
             }),
-            Some((leader_id, Some(addr))) => {
+            Some((leader_id, Some(at))) => {
                 let limit = self.core.settings.max_command_bytes;
                 let bytes = encoded_len(&cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
                 if bytes > limit {
@@ -431,7 +435,7 @@ impl Replica {
                     .write_slots
                     .try_acquire()
                     .map_err(|_| WriteError::Overloaded { limit: self.core.settings.max_pending_writes })?;
-                self.core.peers.forward_write(leader_id, &addr, &cmd, self.core.request_timeout()).await
+                self.core.peers.forward_write(leader_id, &at, &cmd, self.core.request_timeout()).await
             }
         }
     }
@@ -464,8 +468,8 @@ impl Replica {
                     reason: "the leader's address is not in the membership".into(),
                 });
             }
-            Some((leader_id, Some(addr))) => {
-                self.core.peers.read_index(leader_id, &addr, self.core.request_timeout()).await?
+            Some((leader_id, Some(at))) => {
+                self.core.peers.read_index(leader_id, &at.peer, self.core.request_timeout()).await?
             }
         };
         if let Some(id) = read_index {
@@ -498,8 +502,8 @@ impl Replica {
     pub(crate) fn require_leader(&self) -> Result<(), MembershipError> {
         match self.core.leader() {
             Some((id, _)) if id == self.core.id => Ok(()),
-            Some((leader_id, addr)) => {
-                Err(MembershipError::NotLeader { leader_id, leader_addr: addr.unwrap_or_default() })
+            Some((leader_id, at)) => {
+                Err(MembershipError::NotLeader { leader_id, leader_addr: at.map(|a| a.api).unwrap_or_default() })
             }
             None => Err(MembershipError::NoLeader),
         }
@@ -514,7 +518,9 @@ impl Replica {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(match (f.leader_id, f.leader_node) {
-                    (Some(leader_id), Some(n)) => MembershipError::NotLeader { leader_id, leader_addr: n.addr },
+                    (Some(leader_id), Some(n)) => {
+                        MembershipError::NotLeader { leader_id, leader_addr: Addrs::parse(&n.addr).api }
+                    }
                     _ => MembershipError::NoLeader,
                 })
             }
@@ -525,16 +531,17 @@ impl Replica {
         }
     }
 
-    /// Adds replica `id` at `addr` as a learner and waits until it has caught up. The
-    /// replica is asked who it is first: one of another cluster, or another replica at that
-    /// address, is refused.
+    /// Adds replica `id` at `addr` (`API` or `API/PEER`) as a learner and waits until it has
+    /// caught up. The replica is asked who it is first, at its peer address: one of another
+    /// cluster, or another replica at that address, is refused.
     pub async fn add_learner(&self, id: NodeId, addr: &str) -> Result<(), MembershipError> {
         self.require_leader()?;
+        let peer = Addrs::check_member(addr).map_err(MembershipError::Refused)?.peer;
         let timeout = Duration::from_millis(self.core.settings.rpc_timeout_ms);
         let who = self
             .core
             .peers
-            .identify(addr, timeout)
+            .identify(&peer, timeout)
             .await
             .map_err(|e| MembershipError::Unreachable { addr: addr.to_string(), reason: e.to_string() })?;
         if who.cluster_id != self.core.cluster_id {

@@ -134,7 +134,10 @@ impl Replica {
             let m = core.raft.metrics();
             let m = m.borrow();
             let membership = m.membership_config.membership();
-            membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone()))).collect()
+            membership
+                .voter_ids()
+                .filter_map(|id| membership.get_node(&id).map(|n| (id, crate::addrs::Addrs::parse(&n.addr).peer)))
+                .collect()
         };
         let timeout = Duration::from_millis(core.settings.rpc_timeout_ms);
         let sends = voters

@@ -220,3 +220,47 @@ async fn concurrent_writes_are_batched_and_each_gets_its_own_response() {
         n.stop().await;
     }
 }
+
+/// A replica with a peer port of its own is added by both its addresses (`API/PEER`): raft
+/// reaches it at the peer address, a replica that does not lead sends clients to its API
+/// address, writes are forwarded to it at the peer address, and a member's address in
+/// either place is refused to another replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_with_a_peer_port_is_reached_there_and_redirects_name_its_api_address() {
+    use baton_raft::{Addrs, ReplicaConfig};
+    let root = tempfile::tempdir().unwrap();
+    let nodes = cluster(root.path(), 3, settings()).await;
+    let leader = leader_of(&nodes).await;
+    let leading = &nodes.iter().find(|n| n.id == leader).unwrap().replica;
+
+    // Replica 4 serves raft on its peer listener; nothing serves its API address here, so a
+    // replica that dialed it for raft would never reach it.
+    let (peer_listener, peer) = listener().await;
+    let api = "127.0.0.1:9".to_string();
+    let addrs = Addrs { api: api.clone(), peer: peer.clone() };
+    let mut config = ReplicaConfig::new(4, CLUSTER, addrs.to_member(), root.path().join("r4"));
+    config.settings = settings();
+    let fourth = baton_raft::Replica::open(config).await.unwrap();
+    let serving = fourth.clone();
+    tokio::spawn(async move { serving.run(peer_listener, std::future::pending()).await.unwrap() });
+
+    leading.add_replica(4, &addrs.to_member()).await.expect("replica 4 joins at its peer address");
+    assert_eq!(leading.metrics().members[&4], addrs);
+    let e = leading.add_replica(5, &format!("127.0.0.1:8/{peer}")).await.unwrap_err();
+    assert!(e.to_string().contains(&peer) && e.to_string().contains("replica 4"), "{e}");
+
+    // Replica 4 leads: the others forward writes to its peer address, and redirect to its
+    // API address.
+    leading.transfer_leader(Some(4)).await.expect("leadership goes to replica 4");
+    wait_for("replica 4 leads", || (fourth.metrics().role == Role::Leader).then_some(())).await;
+    let follower = &nodes[0].replica;
+    wait_for("replica 1 follows replica 4", || (follower.metrics().leader_id == Some(4)).then_some(())).await;
+    follower.write(put("through-4")).await.expect("forwarded to replica 4").expect("applied");
+    assert!(fourth.read_local(|s| has(s, "through-4")));
+    match follower.write_on_leader(put("redirected")).await {
+        Err(WriteError::NotLeader { leader_id: 4, leader_addr }) => assert_eq!(leader_addr, api),
+        other => panic!("expected a redirect to replica 4's API address, got {other:?}"),
+    }
+    let m = follower.metrics();
+    assert_eq!((m.leader_addr.as_deref(), m.leader_peer_addr.as_deref()), (Some(api.as_str()), Some(peer.as_str())));
+}

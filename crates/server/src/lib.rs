@@ -2,8 +2,9 @@
 //! leader loop, on top of the replicated state in `baton_raft`.
 //!
 //! Layout, one concept per module:
-//! - [`run`]: serve everything on one listener until shutdown (raft transport, `Baton`,
-//!   `AgentGateway`); tests drive a whole replica through it.
+//! - [`run`], [`run_on`]: serve everything until shutdown: `Baton` and `AgentGateway` on the
+//!   API listener, the raft transport on the peer listener when there is one (replica
+//!   certificates only), else on the API listener too; tests drive a whole replica through it.
 //! - `api`: the client API (`proto/baton.proto`); any replica answers.
 //! - `gateway`: the agent protocol (`proto/agent.proto`); the leader answers.
 //! - `leader`: while leading: cycle -> propose plan -> publish desired assignments;
@@ -137,6 +138,8 @@ pub(crate) struct Ctx {
     pub(crate) log_slots: Arc<tokio::sync::Semaphore>,
     /// Open watch streams per client identity (`max_watch_streams_per_client`).
     pub(crate) watchers: Arc<api::watchers::Watchers>,
+    /// Log streams read through this replica per client identity (`max_log_streams_per_client`).
+    pub(crate) log_readers: Arc<api::watchers::Watchers>,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -157,6 +160,17 @@ impl Ctx {
     }
 }
 
+/// Where a replica serves.
+pub struct Listeners {
+    /// The client API and the agent gateway, and the raft transport when `peer` is none.
+    pub api: TcpListener,
+    /// The raft transport on a port of its own (`--peer-listen`), which then serves nothing
+    /// else, and `api` serves no raft.
+    pub peer: Option<TcpListener>,
+    /// `GET /metrics` and the dashboard (`--metrics-listen`).
+    pub metrics: Option<TcpListener>,
+}
+
 /// Opens the replica, serves raft, the client API and the agent gateway on `listener`, and
 /// runs the leader loop, until `shutdown` completes.
 pub async fn run(
@@ -174,6 +188,17 @@ pub async fn run_with_metrics(
     metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    run_on(config, Listeners { api: listener, peer: None, metrics }, shutdown).await
+}
+
+/// Opens the replica, serves on `listeners` and runs the leader loop until `shutdown`
+/// completes.
+pub async fn run_on(
+    config: ServerConfig,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let Listeners { api: listener, peer, metrics } = listeners;
     config.settings.validate().map_err(ServerError::Settings)?;
     let dialer = tls::raft_dialer(&config.transport, &config.replica);
     let replica = Replica::open_with(config.replica, dialer).await?;
@@ -192,7 +217,8 @@ pub async fn run_with_metrics(
         metrics: Arc::new(metrics::Metrics::new()),
         watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
         log_slots: Arc::new(tokio::sync::Semaphore::new(log_streams)),
-        watchers: Arc::default(),
+        watchers: Arc::new(api::watchers::Watchers::watch_streams()),
+        log_readers: Arc::new(api::watchers::Watchers::log_streams()),
         closing: tokio::sync::watch::channel(false).0,
         transport: config.transport.clone(),
     });
@@ -232,15 +258,39 @@ pub async fn run_with_metrics(
         closing.hub.set_leading(None);
     };
     let mut closed = ctx.closing.subscribe();
-    let serve = config
+    // With a peer port, raft is served there alone and the API port serves no raft: a
+    // firewall can then keep the peer port to the replicas' hosts.
+    let (raft_on_api, peer_serve) = match peer {
+        None => (Some(raft), None),
+        Some(peer) => {
+            let mut closed = ctx.closing.subscribe();
+            let serve = config
+                .transport
+                .server()?
+                .concurrency_limit_per_connection(1_024)
+                .tcp_nodelay(true)
+                .add_service(raft)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(peer), async move {
+                    let _ = closed.wait_for(|c| *c).await;
+                });
+            (None, Some(serve))
+        }
+    };
+    let api_serve = config
         .transport
         .server()?
         .concurrency_limit_per_connection(1_024)
         .tcp_nodelay(true)
-        .add_service(raft)
+        .add_optional_service(raft_on_api)
         .add_service(api)
         .add_service(gateway)
         .serve_with_incoming_shutdown(incoming, shutdown);
+    let serve = async move {
+        match peer_serve {
+            None => api_serve.await,
+            Some(peer_serve) => tokio::try_join!(api_serve, peer_serve).map(|_| ()),
+        }
+    };
     let mut failure = None;
     // Requests still in flight get a bounded time to finish once shutdown begins.
     let served = tokio::select! {

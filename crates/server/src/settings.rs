@@ -23,6 +23,9 @@ pub struct ServerSettings {
     pub max_watch_streams_per_client: usize,
     /// Log streams (`JobLogs`) read through this replica at once.
     pub max_log_streams: usize,
+    /// Log streams one client identity may read through this replica at once: one user
+    /// following many logs cannot take every slot of `max_log_streams`.
+    pub max_log_streams_per_client: usize,
     /// Whether client calls need a token (`--auth`).
     pub auth: crate::auth::AuthMode,
     /// SHA-256 of a token this replica makes the cluster's first admin (user `admin`) if the
@@ -41,6 +44,7 @@ impl Default for ServerSettings {
             max_watch_streams: 1_024,
             max_watch_streams_per_client: 64,
             max_log_streams: 256,
+            max_log_streams_per_client: 32,
             auth: crate::auth::AuthMode::default(),
             bootstrap_admin: None,
         }
@@ -78,6 +82,7 @@ impl ServerSettings {
             ("max_watch_streams", self.max_watch_streams),
             ("max_watch_streams_per_client", self.max_watch_streams_per_client),
             ("max_log_streams", self.max_log_streams),
+            ("max_log_streams_per_client", self.max_log_streams_per_client),
         ] {
             if v == 0 {
                 return Err(format!("{name} must be above 0"));

@@ -390,7 +390,7 @@ async fn membership_changes_and_backups_need_an_admin() {
         assert_eq!(e.code(), Code::PermissionDenied, "{what}: {e:?}");
         assert!(e.message().contains(what) && e.message().contains("needs role admin"), "{}", e.message());
     };
-    let add = AddReplicaRequest { id: 2, addr: "127.0.0.1:1".into() };
+    let add = AddReplicaRequest { id: 2, addr: "127.0.0.1:1".into(), peer_addr: String::new() };
     denied(alice.add_replica(add).await.unwrap_err(), "AddReplica");
     denied(alice.remove_replica(ReplicaRef { id: 1 }).await.unwrap_err(), "RemoveReplica");
     denied(alice.transfer_leader(ReplicaRef { id: 0 }).await.unwrap_err(), "TransferLeader");
@@ -405,4 +405,62 @@ async fn membership_changes_and_backups_need_an_admin() {
     let backup = baton_raft::backup::Backup::from_bytes(&bytes, std::path::Path::new("stream")).unwrap();
     let state = baton_raft::codec::decode_state(&backup.state).unwrap();
     assert!(state.queues().len() == 2 && backup.index > 0, "the backup holds the queues made in setup");
+}
+
+/// An agent's log service whose every log stays open and silent until its reader goes.
+struct OpenLogs;
+
+#[tonic::async_trait]
+impl baton_proto::v1::agent_logs_server::AgentLogs for OpenLogs {
+    type LogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogChunk, tonic::Status>>;
+
+    async fn logs(&self, _r: tonic::Request<LogsRequest>) -> Result<tonic::Response<Self::LogsStream>, tonic::Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        // The sender lives as long as the stream's reader: the log never ends by itself.
+        tokio::spawn(async move { tx.closed().await });
+        Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn log_streams_are_bounded_per_user_and_the_refusal_names_the_bound() {
+    let logs_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let logs_addr = logs_listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(baton_proto::v1::agent_logs_server::AgentLogsServer::new(OpenLogs))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(logs_listener)),
+    );
+    let base = ServerSettings { max_log_streams_per_client: 2, ..common::settings() };
+    let (cluster, _agent) = setup_with(1, base).await;
+    let with_logs = NodeInfo { agent_addr: logs_addr, ..node("n2", 8) };
+    let _agent2 = FakeAgent::attach(&cluster.addrs(), with_logs).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut bob = client(&cluster.addrs()[0], Some(BOB)).await;
+    alice.submit(submit("aj", "a", "")).await.unwrap();
+    bob.submit(submit("bj", "a", "")).await.unwrap();
+    let logs = |job: &str| JobLogsRequest {
+        node: "n2".into(),
+        logs: Some(LogsRequest { job: job.into(), follow: true, ..Default::default() }),
+    };
+    let first = alice.job_logs(logs("aj")).await.unwrap().into_inner();
+    let _second = alice.job_logs(logs("aj")).await.unwrap().into_inner();
+    let Err(e) = alice.job_logs(logs("aj")).await else { panic!("a third log stream of alice's was taken") };
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("user alice has 2 log streams open")
+            && e.message().contains("max_log_streams_per_client 2"),
+        "{}",
+        e.message()
+    );
+    // Another user is not held back by alice's streams.
+    let _bob = bob.job_logs(logs("bj")).await.unwrap().into_inner();
+    // A closed stream frees its slot, even while no chunk flows.
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Err(e) = alice.job_logs(logs("aj")).await {
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(std::time::Instant::now() < deadline, "the closed log stream's slot was never freed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

@@ -36,6 +36,10 @@ pub enum ClusterCmd {
         id: u64,
         /// The new replica's HOST:PORT (its --advertise address).
         addr: String,
+        /// Its peer HOST:PORT (its --peer-advertise address) when it serves raft on a port of
+        /// its own (--peer-listen); without it, raft is reached at ADDR.
+        #[arg(long)]
+        peer_addr: Option<String>,
     },
     /// Remove replica ID (not the leader; at least 3 voters must remain). Stop its process
     /// afterwards.
@@ -70,8 +74,9 @@ pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<()
             emit(out, *output, &reply, info_text)
         }
         ClusterCmd::Set(set) => run_set(conn, set, out).await,
-        ClusterCmd::AddReplica { id, addr } => {
-            let r = v1::AddReplicaRequest { id: *id, addr: addr.clone() };
+        ClusterCmd::AddReplica { id, addr, peer_addr } => {
+            let r =
+                v1::AddReplicaRequest { id: *id, addr: addr.clone(), peer_addr: peer_addr.clone().unwrap_or_default() };
             let reply = conn
                 .call(Subject::Other, "", |mut c| {
                     let r = r.clone();
@@ -184,7 +189,13 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
             why => format!("{} FAILED: {why}", rep.role),
         };
         let rack = if rep.rack.is_empty() { "-".to_string() } else { rep.rack.clone() };
-        t.row(vec![format!("  {}", rep.id), rep.addr.clone(), rack, role]);
+        // The peer address only when raft has a port of its own: single-port clusters read as before.
+        let addr = match rep.peer_addr.as_str() {
+            "" => rep.addr.clone(),
+            peer if peer == rep.addr => rep.addr.clone(),
+            peer => format!("{} (peer {peer})", rep.addr),
+        };
+        t.row(vec![format!("  {}", rep.id), addr, rack, role]);
     }
     s.push_str(&t.render());
     s.push_str("\npools (used/capacity):\n");

@@ -210,7 +210,14 @@ impl ToData for v1::Node {
 
 impl ToData for v1::Replica {
     fn to_data(&self) -> Value {
-        json!({ "id": self.id, "addr": self.addr, "role": self.role, "failure": self.failure, "rack": self.rack })
+        json!({
+            "id": self.id,
+            "addr": self.addr,
+            "peer_addr": self.peer_addr,
+            "role": self.role,
+            "failure": self.failure,
+            "rack": self.rack,
+        })
     }
 }
 

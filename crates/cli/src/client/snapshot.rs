@@ -42,8 +42,9 @@ pub enum SnapshotCmd {
         #[arg(long)]
         cluster_id: String,
         /// The address the new replica will be reached at (its `baton server --advertise`,
-        /// or --listen).
-        #[arg(long)]
+        /// or --listen); with a peer port of its own (--peer-listen),
+        /// API_HOST:PORT/PEER_HOST:PORT (its --advertise and --peer-advertise).
+        #[arg(long, value_parser = parse_member)]
         advertise: String,
     },
 }
@@ -56,6 +57,10 @@ pub async fn run(conn: &Conn, a: &SnapshotArgs, out: &mut dyn Write) -> Result<(
 }
 
 /// `snapshot restore`, which reaches no cluster.
+fn parse_member(text: &str) -> Result<String, String> {
+    baton_raft::Addrs::check_member(text).map(|_| text.to_string())
+}
+
 pub fn restore_offline(cmd: &SnapshotCmd, out: &mut dyn Write) -> Result<(), ClientError> {
     match cmd {
         SnapshotCmd::Save { .. } => Err(ClientError::Usage("snapshot save needs a cluster".into())),

@@ -24,7 +24,8 @@ pub struct DevArgs {
     /// resumed from it) and print its timeline, then stop.
     #[arg(long)]
     pub demo: bool,
-    /// First port; replicas listen on it and the next two. `/metrics` is served from
+    /// First port; replicas listen on it and the next two for clients and agents, and on
+    /// the three after those for each other (raft's peer ports). `/metrics` is served from
     /// this port + 100 on: the replicas', then the agents'.
     #[arg(long, default_value_t = 7070)]
     pub port: u16,

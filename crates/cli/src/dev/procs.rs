@@ -185,7 +185,10 @@ impl Children {
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
         let servers: Vec<String> = (0..REPLICAS).map(|i| format!("127.0.0.1:{}", port + i)).collect();
-        let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        // Raft on peer ports of their own, the next three, as a production cluster should run.
+        let peers: Vec<String> = (0..REPLICAS).map(|i| format!("127.0.0.1:{}", port + REPLICAS + i)).collect();
+        let members: Vec<String> =
+            servers.iter().zip(&peers).enumerate().map(|(i, (a, p))| format!("{}={a}/{p}", i + 1)).collect();
         // Every metrics port, the last agent's included, must fit in a u16.
         let metrics_base =
             port.checked_add(METRICS_PORT_OFFSET + REPLICAS + AGENTS).map(|_| port + METRICS_PORT_OFFSET).ok_or_else(
@@ -203,6 +206,8 @@ impl Children {
                 id.clone(),
                 "--listen".into(),
                 addr.clone(),
+                "--peer-listen".into(),
+                peers[i].clone(),
                 "--data-dir".into(),
                 data.display().to_string(),
                 "--bootstrap".into(),

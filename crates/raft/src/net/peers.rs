@@ -11,6 +11,7 @@ use baton_proto::v1::{IdentifyReply, IdentifyRequest, RaftRequest};
 use tonic::transport::Channel;
 
 use super::dialer::Dialer;
+use crate::addrs::Addrs;
 use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
 use crate::error::{MembershipError, ReadError, WriteError};
@@ -165,18 +166,18 @@ impl Peers {
     pub async fn forward_write(
         &self,
         leader_id: NodeId,
-        leader_addr: &str,
+        leader: &Addrs,
         cmd: &Command,
         timeout: Duration,
     ) -> Result<Response, WriteError> {
         let payload = encode(cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
-        let failed =
-            |reason: String| WriteError::ForwardFailed { leader_id, leader_addr: leader_addr.to_string(), reason };
-        let reply = match self.call(Rpc::ForwardWrite, leader_id, leader_addr, payload, timeout).await {
+        let failed = |reason: String| WriteError::ForwardFailed { leader_id, leader_addr: leader.peer.clone(), reason };
+        let reply = match self.call(Rpc::ForwardWrite, leader_id, &leader.peer, payload, timeout).await {
             Ok(r) => r,
-            // Nothing was sent: the caller can safely send the write to the leader itself.
+            // Nothing was sent: the caller can safely send the write to the leader itself, at
+            // the leader's API address.
             Err(CallError::Dial(_)) => {
-                return Err(WriteError::NotLeader { leader_id, leader_addr: leader_addr.to_string() });
+                return Err(WriteError::NotLeader { leader_id, leader_addr: leader.api.clone() });
             }
             Err(e) => return Err(failed(e.to_string())),
         };
@@ -188,17 +189,17 @@ impl Peers {
     pub async fn forward_membership(
         &self,
         leader_id: NodeId,
-        leader_addr: &str,
+        leader: &Addrs,
         change: &Change,
         timeout: Duration,
     ) -> Result<ReplicaMetrics, MembershipError> {
         let failed =
-            |reason: String| MembershipError::ForwardFailed { leader_id, leader_addr: leader_addr.to_string(), reason };
+            |reason: String| MembershipError::ForwardFailed { leader_id, leader_addr: leader.peer.clone(), reason };
         let payload = encode(change).map_err(|e| failed(e.to_string()))?;
-        let reply = match self.call(Rpc::Membership, leader_id, leader_addr, payload, timeout).await {
+        let reply = match self.call(Rpc::Membership, leader_id, &leader.peer, payload, timeout).await {
             Ok(r) => r,
             Err(CallError::Dial(_)) => {
-                return Err(MembershipError::NotLeader { leader_id, leader_addr: leader_addr.to_string() });
+                return Err(MembershipError::NotLeader { leader_id, leader_addr: leader.api.clone() });
             }
             Err(e) => return Err(failed(e.to_string())),
         };

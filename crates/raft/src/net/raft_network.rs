@@ -38,7 +38,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerLink;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerLink {
-        PeerLink { peers: self.peers.clone(), target, addr: node.addr.clone() }
+        PeerLink { peers: self.peers.clone(), target, addr: crate::addrs::Addrs::parse(&node.addr).peer }
     }
 }
 

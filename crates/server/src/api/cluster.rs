@@ -50,7 +50,7 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
             };
             let failure = if *id == m.node_id { failure.clone().unwrap_or_default() } else { String::new() };
             let rack = racks.get(id).cloned().flatten().unwrap_or_else(|| RACK_UNKNOWN.into());
-            Replica { id: *id, addr: addr.clone(), role: role.into(), failure, rack }
+            Replica { id: *id, addr: addr.api.clone(), peer_addr: addr.peer.clone(), role: role.into(), failure, rack }
         })
         .collect();
     Ok(Response::new(ClusterInfoReply {

@@ -23,13 +23,21 @@ const LOG_BUFFER_CHUNKS: usize = 16;
 /// Longest wait for an agent to answer a log request.
 const AGENT_DIAL_TIMEOUT_MS: u64 = 3_000;
 
-pub async fn job_logs(api: &Api, who: &Caller, r: JobLogsRequest) -> Result<Response<LogStream>, Status> {
+pub async fn job_logs(
+    api: &Api,
+    who: &Caller,
+    identity: String,
+    r: JobLogsRequest,
+) -> Result<Response<LogStream>, Status> {
     let mut logs = r.logs.ok_or_else(|| Status::invalid_argument("logs: missing"))?;
     let (addr, job_id) = allowed_agent(api, who, &r.node, &logs.job).await?;
     // Agents keep logs by job id. The id is the one of the job whose rights were just
     // checked, whatever the client sent: an id of its own choosing would read another
     // job's logs under the name of one the caller may read.
     logs.job_id = job_id;
+    // Held by the stream's task, like the replica-wide slot: both free when the stream ends
+    // or its client goes.
+    let client_slot = api.ctx.log_readers.acquire(identity, api.ctx.settings.max_log_streams_per_client)?;
     let slot = api.ctx.log_slots.clone().try_acquire_owned().map_err(|_| {
         Status::resource_exhausted(format!(
             "{} log streams are open on this replica (max_log_streams); close one or read through another replica",
@@ -40,7 +48,7 @@ pub async fn job_logs(api: &Api, who: &Caller, r: JobLogsRequest) -> Result<Resp
     let (tx, rx) = mpsc::channel(LOG_BUFFER_CHUNKS);
     let mut closing = api.ctx.closing.subscribe();
     tokio::spawn(async move {
-        let _slot = slot;
+        let _slots = (slot, client_slot);
         loop {
             let next = tokio::select! {
                 next = upstream.message() => next,

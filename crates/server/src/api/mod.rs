@@ -156,7 +156,8 @@ impl Baton for Api {
     }
     async fn job_logs(&self, r: Request<JobLogsRequest>) -> Result<Response<LogStream>, Status> {
         let who = self.caller(r.metadata()).await?;
-        logs::job_logs(self, &who, r.into_inner()).await
+        let identity = watchers::identity(&who, r.extensions().get::<baton_proto::tls::PeerId>());
+        logs::job_logs(self, &who, identity, r.into_inner()).await
     }
 
     async fn put_queue(&self, r: Request<Queue>) -> Result<Response<Ack>, Status> {
@@ -239,7 +240,12 @@ impl Baton for Api {
     async fn add_replica(&self, r: Request<AddReplicaRequest>) -> Result<Response<MembershipReply>, Status> {
         let who = self.caller(r.metadata()).await?;
         let r = r.into_inner();
-        cluster::change(self, &who, "AddReplica", baton_raft::Change::Add { id: r.id, addr: r.addr }).await
+        let addr = match r.peer_addr.as_str() {
+            "" => r.addr,
+            peer => baton_raft::Addrs { api: r.addr, peer: peer.to_string() }.to_member(),
+        };
+        baton_raft::Addrs::check_member(&addr).map_err(Status::invalid_argument)?;
+        cluster::change(self, &who, "AddReplica", baton_raft::Change::Add { id: r.id, addr }).await
     }
     async fn remove_replica(&self, r: Request<ReplicaRef>) -> Result<Response<MembershipReply>, Status> {
         let who = self.caller(r.metadata()).await?;

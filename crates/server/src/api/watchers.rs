@@ -1,5 +1,6 @@
-//! Watch streams per client identity (`max_watch_streams_per_client`), so that one user
-//! cannot take every watch slot of a replica.
+//! Streams per client identity: watch streams (`max_watch_streams_per_client`) and log
+//! streams (`max_log_streams_per_client`), so that one user cannot take every slot of a
+//! replica.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,10 +9,16 @@ use tonic::Status;
 
 use crate::auth::Caller;
 
-/// Open watch streams by identity. An identity is removed when its last stream closes, so
-/// the map never holds more entries than streams are open (bounded by `max_watch_streams`).
-#[derive(Default)]
-pub struct Watchers(Mutex<HashMap<String, usize>>);
+/// Open streams of one kind by identity. An identity is removed when its last stream
+/// closes, so the map never holds more entries than streams are open (bounded by the
+/// replica's own bound on that kind, `max_watch_streams` or `max_log_streams`).
+pub struct Watchers {
+    open: Mutex<HashMap<String, usize>>,
+    /// What a slot is, for the refusal ("watch streams").
+    what: &'static str,
+    /// The setting that bounds it, for the refusal ("max_watch_streams_per_client").
+    setting: &'static str,
+}
 
 /// One open stream of an identity; dropping it frees the slot.
 pub struct WatcherSlot {
@@ -20,13 +27,28 @@ pub struct WatcherSlot {
 }
 
 impl Watchers {
+    /// Watch streams, bounded by `max_watch_streams_per_client`.
+    pub fn watch_streams() -> Watchers {
+        Watchers::new("watch streams", "max_watch_streams_per_client")
+    }
+
+    /// Log streams read through this replica, bounded by `max_log_streams_per_client`.
+    pub fn log_streams() -> Watchers {
+        Watchers::new("log streams", "max_log_streams_per_client")
+    }
+
+    fn new(what: &'static str, setting: &'static str) -> Watchers {
+        Watchers { open: Mutex::default(), what, setting }
+    }
+
     /// A slot for `who`, or RESOURCE_EXHAUSTED naming the bound.
     pub fn acquire(self: &Arc<Self>, who: String, max: usize) -> Result<WatcherSlot, Status> {
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let n = open.entry(who.clone()).or_default();
         if *n >= max {
+            let (what, setting) = (self.what, self.setting);
             return Err(Status::resource_exhausted(format!(
-                "{who} has {n} watch streams open on this replica (max_watch_streams_per_client {max}); close one first"
+                "{who} has {n} {what} open on this replica ({setting} {max}); close one first"
             )));
         }
         *n += 1;
@@ -36,7 +58,7 @@ impl Watchers {
 
 impl Drop for WatcherSlot {
     fn drop(&mut self) {
-        let mut open = self.watchers.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.watchers.open.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = open.get_mut(&self.who) {
             *n -= 1;
             if *n == 0 {

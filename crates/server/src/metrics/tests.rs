@@ -42,6 +42,7 @@ fn raft_metrics() -> baton_raft::ReplicaMetrics {
         term: 4,
         leader_id: Some(1),
         leader_addr: None,
+        leader_peer_addr: None,
         members: Default::default(),
         voters: Default::default(),
         learners: Default::default(),
