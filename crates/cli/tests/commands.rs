@@ -262,6 +262,35 @@ fn queue_create_refuses_an_existing_queue_and_leaves_defaults_to_the_server() {
 }
 
 #[test]
+fn cohort_create_is_decided_by_the_server_not_by_a_list_first() {
+    let fake = Fake::with(|s| s.cohorts.push(v1::Cohort { name: "org".into(), ..Default::default() }));
+    let server = serve_baton(fake.clone());
+    let (r, _) = run(&["cohort", "create", "org", "--fair-sharing", "--server", &server.addr()]);
+    assert_eq!(r.unwrap_err().to_string(), "cohort org already exists");
+    assert_eq!(fake.state().calls, vec!["CreateCohort"]);
+    assert!(!fake.state().cohorts[0].fair_sharing, "the existing cohort is left as it was");
+    let (r, out) = run(&["cohort", "create", "lab", "--parent", "org", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "cohort lab created\n");
+    assert_eq!(fake.state().cohorts[1], v1::Cohort { name: "lab".into(), parent: "org".into(), fair_sharing: false });
+}
+
+#[test]
+fn class_create_is_decided_by_the_server_not_by_a_list_first() {
+    let urgent = v1::PriorityClass { name: "urgent".into(), value: 900, preemptible: false };
+    let fake = Fake::with(|s| s.classes.push(urgent.clone()));
+    let server = serve_baton(fake.clone());
+    let (r, _) = run(&["class", "create", "urgent", "--value", "5", "--server", &server.addr()]);
+    assert_eq!(r.unwrap_err().to_string(), "priority class urgent already exists");
+    assert_eq!(fake.state().calls, vec!["CreateClass"]);
+    assert_eq!(fake.state().classes, vec![urgent]);
+    let (r, out) = run(&["class", "create", "batch", "--value", "-3", "--preemptible", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "priority class batch created\n");
+    assert_eq!(fake.state().classes[1], v1::PriorityClass { name: "batch".into(), value: -3, preemptible: true });
+}
+
+#[test]
 fn cluster_info_shows_use_against_nominal_with_borrowing() {
     let fake = Fake::with(|s| {
         s.info = v1::ClusterInfoReply {
@@ -589,13 +618,13 @@ fn cohorts_and_classes_are_created_after_checking_names() {
     let addr = server.addr();
     let (r, out) = run(&["cohort", "create", "org", "--fair-sharing", "--server", &addr]);
     r.unwrap();
-    assert_eq!(out, "cohort written\n");
+    assert_eq!(out, "cohort org created\n");
     let (r, _) = run(&["class", "create", "bad name", "--value", "5", "--server", &addr]);
     assert!(r.unwrap_err().to_string().contains("class.name"));
     let (r, out) = run(&["class", "list", "--server", &addr]);
     r.unwrap();
     assert_eq!(out, "no priority classes\n");
-    assert_eq!(fake.state().calls, vec!["ListCohorts", "PutCohort", "ListClasses"]);
+    assert_eq!(fake.state().calls, vec!["CreateCohort", "ListClasses"], "a bad name never reaches the server");
 }
 
 #[test]

@@ -46,6 +46,9 @@ pub struct State {
     pub acted_on: Vec<v1::JobRef>,
     pub jobs: Vec<v1::Job>,
     pub queues: Vec<v1::QueueUsage>,
+    /// What ListCohorts and ListClasses answer; CreateCohort and CreateClass add to them.
+    pub cohorts: Vec<v1::Cohort>,
+    pub classes: Vec<v1::PriorityClass>,
     pub nodes: Vec<v1::Node>,
     pub events: Vec<v1::Event>,
     pub info: v1::ClusterInfoReply,
@@ -250,9 +253,19 @@ impl Baton for Fake {
         ack("cohort deleted".into())
     }
 
+    async fn create_cohort(&self, r: Request<v1::Cohort>) -> Answer<v1::Ack> {
+        let mut s = self.enter("CreateCohort")?;
+        let c = r.into_inner();
+        if s.cohorts.iter().any(|x| x.name == c.name) {
+            return Err(Status::already_exists(format!("cohort {:?} already exists", c.name)));
+        }
+        s.cohorts.push(c.clone());
+        ack(format!("cohort {} created", c.name))
+    }
+
     async fn list_cohorts(&self, _r: Request<v1::Empty>) -> Answer<v1::ListCohortsReply> {
-        let _s = self.enter("ListCohorts")?;
-        Ok(Response::new(v1::ListCohortsReply::default()))
+        let s = self.enter("ListCohorts")?;
+        Ok(Response::new(v1::ListCohortsReply { cohorts: s.cohorts.clone() }))
     }
 
     async fn put_class(&self, _r: Request<v1::PriorityClass>) -> Answer<v1::Ack> {
@@ -265,9 +278,19 @@ impl Baton for Fake {
         ack("class deleted".into())
     }
 
+    async fn create_class(&self, r: Request<v1::PriorityClass>) -> Answer<v1::Ack> {
+        let mut s = self.enter("CreateClass")?;
+        let c = r.into_inner();
+        if s.classes.iter().any(|x| x.name == c.name) {
+            return Err(Status::already_exists(format!("priority class {:?} already exists", c.name)));
+        }
+        s.classes.push(c.clone());
+        ack(format!("priority class {} created", c.name))
+    }
+
     async fn list_classes(&self, _r: Request<v1::Empty>) -> Answer<v1::ListClassesReply> {
-        let _s = self.enter("ListClasses")?;
-        Ok(Response::new(v1::ListClassesReply::default()))
+        let s = self.enter("ListClasses")?;
+        Ok(Response::new(v1::ListClassesReply { classes: s.classes.clone() }))
     }
 
     async fn list_nodes(&self, _r: Request<v1::Empty>) -> Answer<v1::ListNodesReply> {
