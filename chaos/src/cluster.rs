@@ -18,7 +18,8 @@ use baton_proto::tls::{REPLICA_HOST, Transport};
 
 use crate::net::{self, Net, Rule};
 use baton_proto::v1::baton_client::BatonClient;
-use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef};
+use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef, NodeStatus};
+use baton_proto::words::Word;
 use tonic::transport::Channel;
 
 /// Replicas in the cluster: the smallest that survives losing one.
@@ -532,7 +533,7 @@ impl Cluster {
         let mut c = self.client().await;
         loop {
             if let Ok(r) = c.list_nodes(Empty {}).await
-                && r.get_ref().nodes.iter().filter(|x| x.status == "Ready").count() >= n
+                && r.get_ref().nodes.iter().filter(|x| x.status() == NodeStatus::Ready).count() >= n
             {
                 return;
             }
@@ -550,7 +551,12 @@ impl Cluster {
                 if ok(&j) {
                     return j;
                 }
-                assert!(Instant::now() < deadline, "{job}: {what} never held; it is {} ({})", j.state, j.reason);
+                assert!(
+                    Instant::now() < deadline,
+                    "{job}: {what} never held; it is {} ({})",
+                    j.state().word(),
+                    j.reason
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

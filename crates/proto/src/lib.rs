@@ -2,7 +2,8 @@
 //! `baton.v1`): the client API (`baton.proto`, service `Baton`), the agent protocol
 //! (`agent.proto`, service `AgentGateway`) and the raft transport (`raft.proto`); and
 //! `scrape`, the plain-HTTP `GET /metrics` endpoint both replicas and agents serve; and
-//! `reason`, the typed reason a refusal carries for clients to act on.
+//! `reason`, the typed reason a refusal carries for clients to act on; and `words`, the
+//! words the CLI and the dashboard show for the API's enums.
 
 /// Largest gRPC message any baton client or server (API, agent gateway, agent logs) sends
 /// or accepts. Clients and servers set both directions from this one constant so that
@@ -21,6 +22,7 @@ pub mod make;
 pub mod reason;
 pub mod scrape;
 pub mod tls;
+pub mod words;
 
 /// Package `baton.v1`.
 pub mod v1 {

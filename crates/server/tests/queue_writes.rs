@@ -25,7 +25,7 @@ async fn two_updates_from_one_read_cannot_both_land() {
     assert!(read_a.revision > 0);
 
     let weight = Queue { weight: 2.0, ..read_a.queue.clone().unwrap() };
-    let strict = Queue { ordering: "StrictFIFO".into(), ..read_b.queue.clone().unwrap() };
+    let strict = Queue { ordering: QueueOrdering::StrictFifo.into(), ..read_b.queue.clone().unwrap() };
     a.update_queue(UpdateQueueRequest { queue: Some(weight), revision: read_a.revision }).await.unwrap();
     let now = read(&mut a).await.revision;
     let e = b.update_queue(UpdateQueueRequest { queue: Some(strict), revision: read_b.revision }).await.unwrap_err();
@@ -33,7 +33,7 @@ async fn two_updates_from_one_read_cannot_both_land() {
     let based = format!("based on revision {}, it is now at revision {now}", read_b.revision);
     assert!(e.message().contains(&based), "{}", e.message());
     let after = read(&mut a).await.queue.unwrap();
-    assert_eq!((after.weight, after.ordering.as_str()), (2.0, "BestEffortFIFO"), "A's change is kept");
+    assert_eq!((after.weight, after.ordering()), (2.0, QueueOrdering::BestEffortFifo), "A's change is kept");
 
     let gone = UpdateQueueRequest { queue: Some(queue("ghost", 1)), revision: 0 };
     assert_eq!(a.update_queue(gone).await.unwrap_err().code(), Code::NotFound);
