@@ -14,6 +14,13 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// an agent or client that should talk to the leader instead.
 pub const LEADER_METADATA: &str = "baton-leader";
 
+/// The metadata key a client's token travels in, as `Bearer TOKEN` (docs/security.md): the
+/// CLI writes it, a replica reads it, the dashboard turns its HTTP header into it.
+pub const AUTHORIZATION_METADATA: &str = "authorization";
+
+/// What comes before the token in [`AUTHORIZATION_METADATA`].
+pub const BEARER_PREFIX: &str = "Bearer ";
+
 /// The signal that asks a job to checkpoint when its spec names none (the model's default).
 pub use baton_model::job::DEFAULT_CHECKPOINT_SIGNAL;
 

@@ -152,7 +152,7 @@ async fn caller(api: &Api, r: &Request) -> Result<Caller, Status> {
     if let Some(value) = &r.bearer {
         let value: MetadataValue<_> =
             value.parse().map_err(|_| Status::unauthenticated("the Authorization header is not text"))?;
-        meta.insert("authorization", value);
+        meta.insert(baton_proto::AUTHORIZATION_METADATA, value);
     }
     api.caller(&meta).await.map_err(|s| match s.code() {
         Code::Unauthenticated => Status::unauthenticated(format!(
