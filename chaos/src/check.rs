@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
-use baton_proto::v1::{Event, Job};
+use baton_proto::v1::{Event, Job, JobState};
+use baton_proto::words::Word;
 
 use crate::faults::{Fault, Mix, Moment};
 use crate::history::{self, Op, Start, Summary};
@@ -87,11 +88,13 @@ impl Report {
         for name in &acked {
             match by_name.get(name.as_str()) {
                 None => violations.push(format!("acknowledged job {name} is lost: the cluster does not list it")),
-                Some(j) if j.state == "Succeeded" => succeeded += 1,
-                Some(j) if j.state == "Cancelled" && cancelled_ok.contains(name) => cancelled += 1,
+                Some(j) if j.state() == JobState::Succeeded => succeeded += 1,
+                Some(j) if j.state() == JobState::Cancelled && cancelled_ok.contains(name) => cancelled += 1,
                 Some(j) => violations.push(format!(
                     "acknowledged job {name} did not succeed: {} after attempt {} ({})",
-                    j.state, j.attempt, j.reason
+                    j.state().word(),
+                    j.attempt,
+                    j.reason
                 )),
             }
         }

@@ -18,7 +18,8 @@ use baton_proto::tls::{REPLICA_HOST, Transport};
 
 use crate::net::{self, Net, Rule};
 use baton_proto::v1::baton_client::BatonClient;
-use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef};
+use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef, NodeStatus};
+use baton_proto::words::Word;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -639,7 +640,7 @@ impl Cluster {
         let mut c = self.client().await;
         loop {
             if let Ok(r) = c.list_nodes(Empty {}).await
-                && r.get_ref().nodes.iter().filter(|x| x.status == "Ready").count() >= n
+                && r.get_ref().nodes.iter().filter(|x| x.status() == NodeStatus::Ready).count() >= n
             {
                 return;
             }
@@ -657,7 +658,12 @@ impl Cluster {
                 if ok(&j) {
                     return j;
                 }
-                assert!(Instant::now() < deadline, "{job}: {what} never held; it is {} ({})", j.state, j.reason);
+                assert!(
+                    Instant::now() < deadline,
+                    "{job}: {what} never held; it is {} ({})",
+                    j.state().word(),
+                    j.reason
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

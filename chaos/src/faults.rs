@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use baton_proto::v1::ListJobsRequest;
+use baton_proto::v1::{JobState, ListJobsRequest};
 
 use crate::cluster::{Cluster, REPLICAS, Servers, Topology, agent_label, connect_any, replica_label};
 use crate::net::{Rule, cut_between, one_way};
@@ -451,7 +451,10 @@ impl Faults {
             self.watcher = connect_any(&self.servers).await;
         }
         let api = self.watcher.as_mut()?;
-        let req = ListJobsRequest { states: vec!["Running".into(), "Preempting".into()], ..Default::default() };
+        let req = ListJobsRequest {
+            states: vec![JobState::Running.into(), JobState::Preempting.into()],
+            ..Default::default()
+        };
         let reply = tokio::time::timeout(Duration::from_millis(WATCH_CALL_MS), api.list_jobs(req)).await;
         let Ok(Ok(reply)) = reply else {
             // The replica is gone or paused: the next look finds another.
@@ -460,7 +463,7 @@ impl Faults {
         };
         let mut seen = Seen::default();
         for j in reply.into_inner().jobs {
-            let set = if j.state == "Preempting" { &mut seen.preempting } else { &mut seen.running };
+            let set = if j.state() == JobState::Preempting { &mut seen.preempting } else { &mut seen.running };
             set.insert(j.id);
         }
         Some(seen)

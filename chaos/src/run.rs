@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeSet;
 
-use baton_proto::v1::{JobRef, ListJobsRequest, SubmitRequest};
+use baton_proto::v1::{JobRef, JobState, ListJobsRequest, SubmitRequest};
 use tokio::task::JoinHandle;
 
 use crate::check::{Evidence, Landed, Report, attempt_of_violation, attempts_after_node_loss};
@@ -295,7 +295,7 @@ async fn drain(c: &Cluster, acked: &[String]) -> Vec<baton_proto::v1::Job> {
             let is_ended = |name: &String| {
                 jobs.iter().any(|j| {
                     j.spec.as_ref().is_some_and(|s| &s.name == name)
-                        && matches!(j.state.as_str(), "Succeeded" | "Failed" | "Cancelled")
+                        && matches!(j.state(), JobState::Succeeded | JobState::Failed | JobState::Cancelled)
                 })
             };
             let ended = acked.iter().filter(|n| is_ended(n)).count();

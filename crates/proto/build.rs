@@ -3,6 +3,19 @@
 
 use std::path::PathBuf;
 
+/// Every enum field of the API's messages, and its enum.
+const ENUM_FIELDS: [(&str, &str); 9] = [
+    (".baton.v1.JobSpec.topology", "Topology"),
+    (".baton.v1.JobSpec.preemption_mode", "PreemptionMode"),
+    (".baton.v1.Job.state", "JobState"),
+    (".baton.v1.ListJobsRequest.states", "JobState"),
+    (".baton.v1.Queue.ordering", "QueueOrdering"),
+    (".baton.v1.Queue.within_queue", "WithinQueue"),
+    (".baton.v1.Queue.reclaim_within_cohort", "ReclaimWithinCohort"),
+    (".baton.v1.Node.status", "NodeStatus"),
+    (".baton.v1.Replica.role", "ReplicaRole"),
+];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let proto_dir = manifest.join("../../proto");
@@ -13,10 +26,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(files, [&proto_dir])?;
     // Serialize on every message: the replicas' dashboard answers its JSON endpoints with
     // the same messages the gRPC API returns (docs/dashboard.md).
-    tonic_prost_build::configure()
-        .type_attribute(".", "#[derive(serde::Serialize)]")
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(fds)?;
+    let mut config = tonic_prost_build::configure().type_attribute(".", "#[derive(serde::Serialize)]");
+    // An enum field is an i32 in the generated message; its JSON is its word, as the dashboard
+    // and its scripts read it (src/words.rs).
+    for (field, enum_name) in ENUM_FIELDS {
+        let with = if field.ends_with("states") { "serialize_words" } else { "serialize_word" };
+        let attr = format!("#[serde(serialize_with = \"crate::words::{with}::<crate::v1::{enum_name}, _>\")]");
+        config = config.field_attribute(field, attr);
+    }
+    config.build_client(true).build_server(true).compile_fds(fds)?;
     Ok(())
 }

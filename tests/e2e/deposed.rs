@@ -124,7 +124,7 @@ async fn agents_stop_obeying_a_leader_cut_from_its_peers_and_obey_the_new_one() 
     for name in &jobs {
         loop {
             let j = api.get_job(JobRef { name: name.clone(), ..Default::default() }).await.unwrap().into_inner();
-            if j.state == "Running" {
+            if j.state() == baton_proto::v1::JobState::Running {
                 placed_on.extend(j.placements.iter().map(|p| p.node.clone()));
                 break;
             }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use baton_chaos::cluster::{Cluster, NodeArgs};
 use baton_chaos::faults::Mix;
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::{JobLogsRequest, JobRef, LogsRequest, SubmitRequest};
+use baton_proto::v1::{JobLogsRequest, JobRef, JobState, LogsRequest, SubmitRequest};
 use replay::{Replay, load};
 
 /// The binary under test.
@@ -62,14 +62,14 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     let script = format!("echo \"$BATON_ATTEMPT\" >> '{}'; exec sleep 600", starts.display());
     let spec = gpu_job("long", "q", "", 1, 2, vec!["sh".into(), "-c".into(), script]);
     api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into(), run_as: String::new() }).await.unwrap();
-    c.wait_job("long", "running", |j| j.state == "Running").await;
+    c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     wait_file_lines(&starts, 1).await;
 
     c.kill_agent("n1");
     c.start_agent("n1");
     // Several heartbeats and directive resends after the restart.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let j = c.wait_job("long", "still running, attempt 1", |j| j.state == "Running").await;
+    let j = c.wait_job("long", "still running, attempt 1", |j| j.state() == JobState::Running).await;
     assert_eq!(j.attempt, 1);
     let lines = std::fs::read_to_string(&starts).unwrap();
     assert_eq!(lines.lines().count(), 1, "the job started once: {lines:?}");
@@ -86,11 +86,11 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
     api.put_queue(gpu_queue("q", 1)).await.unwrap();
     let spec = gpu_job("hello", "q", "", 1, 1, vec!["echo".into(), "hello from the job".into()]);
     api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }).await.unwrap();
-    c.wait_job("hello", "succeeded", |j| j.state == "Succeeded").await;
+    c.wait_job("hello", "succeeded", |j| j.state() == JobState::Succeeded).await;
     let spec = gpu_job("other", "q", "", 1, 1, vec!["echo".into(), "another job's output".into()]);
     let other = api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() });
     let other = other.await.unwrap().into_inner().id;
-    c.wait_job("other", "succeeded", |j| j.state == "Succeeded").await;
+    c.wait_job("other", "succeeded", |j| j.state() == JobState::Succeeded).await;
     // The replica reads the logs of the job whose rights it checked, by that job's id,
     // whatever id the client sent (here another job's).
     let logs = LogsRequest { job: "hello".into(), job_id: other, ..Default::default() };
@@ -126,7 +126,7 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
             .collect();
     let spec = gpu_job("long", "q", "", 1, 4, command);
     api.submit(SubmitRequest { spec: Some(spec), request_id: "long".into(), run_as: String::new() }).await.unwrap();
-    let j = c.wait_job("long", "running", |j| j.state == "Running").await;
+    let j = c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     let node = j.placements[0].node.clone();
     // Some steps and a checkpoint or two.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
@@ -138,12 +138,13 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     c.pause_agent(&node, false);
 
-    let done = c.wait_job("long", "succeeded", |j| j.state == "Succeeded" || j.state == "Failed").await;
+    let done =
+        c.wait_job("long", "succeeded", |j| j.state() == JobState::Succeeded || j.state() == JobState::Failed).await;
     let violations = std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
     let broken: Vec<&str> =
         violations.lines().filter(|l| l.contains(" at once") || l.contains("two processes")).collect();
     assert!(broken.is_empty(), "the witness saw:\n{violations}");
-    assert_eq!(done.state, "Succeeded", "{done:?}");
+    assert_eq!(done.state(), JobState::Succeeded, "{done:?}");
 }
 
 /// Issue 9, the completing state, with real processes: a cancelled job whose process takes
@@ -171,19 +172,19 @@ async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_process_is_gone() {
         run_as: String::new(),
     };
     api.submit(submit("slow", sh(&slow))).await.unwrap();
-    c.wait_job("slow", "running", |j| j.state == "Running").await;
+    c.wait_job("slow", "running", |j| j.state() == JobState::Running).await;
     while !started.exists() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
     api.cancel_job(JobRef { name: "slow".into(), ..Default::default() }).await.unwrap();
     api.submit(submit("next", sh("sleep 30"))).await.unwrap();
-    let cancelled = c.wait_job("slow", "completing", |j| j.state == "Cancelled").await;
+    let cancelled = c.wait_job("slow", "completing", |j| j.state() == JobState::Cancelled).await;
     assert!(exited.exists() || cancelled.reason.contains("completing: waiting for 1 rank"), "{cancelled:?}");
-    c.wait_job("next", "running", |j| j.state == "Running").await;
+    c.wait_job("next", "running", |j| j.state() == JobState::Running).await;
     assert!(exited.exists(), "next was placed on GPUs slow's process still held");
     let slow = c.wait_job("slow", "done completing", |j| !j.reason.contains("completing")).await;
-    assert_eq!(slow.state, "Cancelled");
+    assert_eq!(slow.state(), JobState::Cancelled);
 }
 
 async fn wait_file_lines(path: &std::path::Path, n: usize) {

@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use baton_model::job::JobState;
-use baton_proto::convert::{class_to_proto, cohort_to_proto, job_spec_to_proto, queue_to_proto};
+use baton_proto::convert::{class_to_proto, cohort_to_proto, job_spec_to_proto, job_state_from_proto, queue_to_proto};
 use baton_proto::reason::Reason;
 use baton_proto::v1::{CordonRequest, Empty, JobRef, ListJobsRequest, SubmitRequest};
+use baton_proto::words::Word;
 use baton_sim::scenario::{Action, Expect, JobExpect, Scenario};
 
 use baton_chaos::cluster::{Cluster, NodeArgs};
@@ -260,7 +260,7 @@ fn check(
     assert!(e.placed_on.is_empty(), "line {}: placed_on is not replayed end to end", e.line);
     for at in &e.counts {
         let (st, want) = at.v;
-        let got = jobs.iter().filter(|j| JobState::parse(&j.state) == Some(st)).count();
+        let got = jobs.iter().filter(|j| job_state_from_proto(j.state()) == Some(st)).count();
         if got != want as usize {
             f.push(format!("{got} jobs are {}, expected {want}", st.as_str()));
         }
@@ -274,9 +274,9 @@ fn check_job(f: &mut Vec<String>, name: &str, j: &baton_proto::v1::Job, want: &J
         "job {name}: only state, gpus, attempt and preempted_by are replayed end to end"
     );
     if let Some(s) = want.state
-        && j.state != s.as_str()
+        && job_state_from_proto(j.state()) != Some(s)
     {
-        f.push(format!("{name} is {}, expected {}", j.state, s.as_str()));
+        f.push(format!("{name} is {}, expected {}", j.state().word(), s.as_str()));
     }
     let gpus: usize = j.placements.iter().map(|p| p.gpus.len()).sum();
     if let Some(g) = want.gpus

@@ -9,7 +9,7 @@ use std::process::Output;
 
 use baton_chaos::cluster::{Cluster, NodeArgs, Timing};
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::{Empty, ListJobsRequest, SubmitRequest};
+use baton_proto::v1::{Empty, JobState, ListJobsRequest, SubmitRequest};
 
 /// The binary under test.
 const BATON: &str = env!("CARGO_BIN_EXE_baton");
@@ -125,7 +125,7 @@ async fn replicas_join_leave_and_lead_in_turn_while_jobs_run() {
     let mut api = c.client().await;
     api.put_queue(gpu_queue("q", 8)).await.unwrap();
     submit_long(&c, "long").await;
-    let long = c.wait_job("long", "running", |j| j.state == "Running").await;
+    let long = c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
 
     // Add replica 4: it joins as a learner, catches up, becomes a voter.
     let (_, addr4) = c.spawn_new_replica(4, Some("rack-d"));
@@ -166,9 +166,9 @@ async fn replicas_join_leave_and_lead_in_turn_while_jobs_run() {
     // Nothing acknowledged is lost, and the first job ran through it all, never restarted.
     assert_eq!(job_names(&c).await, ["after-add", "after-replace", "after-transfer", "long"]);
     for j in ["after-add", "after-transfer", "after-replace"] {
-        c.wait_job(j, "running", |j| j.state == "Running").await;
+        c.wait_job(j, "running", |j| j.state() == JobState::Running).await;
     }
-    let now = c.wait_job("long", "still running", |j| j.state == "Running").await;
+    let now = c.wait_job("long", "still running", |j| j.state() == JobState::Running).await;
     assert_eq!(now.attempt, long.attempt, "the job was never restarted");
     let nodes = c.client().await.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
     assert_eq!(nodes.len(), 1);
@@ -213,7 +213,7 @@ async fn a_rolling_restart_onto_this_build_loses_no_acknowledged_write() {
     let mut c = Cluster::start_with(BATON.as_ref(), std::slice::from_ref(&node), &t).await;
     c.client().await.put_queue(gpu_queue("q", 8)).await.unwrap();
     submit_long(&c, "long").await;
-    let long = c.wait_job("long", "running", |j| j.state == "Running").await;
+    let long = c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     let mut acknowledged = vec!["long".to_string()];
     // Followers first, then the leader once leadership moved away from it.
     let leader = c.leader().await;
@@ -235,7 +235,7 @@ async fn a_rolling_restart_onto_this_build_loses_no_acknowledged_write() {
     }
     acknowledged.sort();
     assert_eq!(job_names(&c).await, acknowledged);
-    let now = c.wait_job("long", "still running", |j| j.state == "Running").await;
+    let now = c.wait_job("long", "still running", |j| j.state() == JobState::Running).await;
     assert_eq!(now.attempt, long.attempt, "the job was never restarted");
 }
 
@@ -301,7 +301,7 @@ async fn a_snapshot_saved_from_a_live_cluster_restores_into_a_new_cluster() {
     let c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
     c.client().await.put_queue(gpu_queue("q", 8)).await.unwrap();
     submit_long(&c, "long").await;
-    c.wait_job("long", "running", |j| j.state == "Running").await;
+    c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     let said = ok(&c, &["token", "create", "--user", "ops", "--role", "admin"]).await;
     let token = said.lines().last().expect("the token line").trim().to_string();
     ok_with(&c, &token, &["token", "create", "--user", "alice", "--queue", "q"]).await;

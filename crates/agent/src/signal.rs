@@ -1,12 +1,12 @@
 //! Signal names and delivery to a replica's process group.
 
-/// Parses "SIGTERM", "TERM", "sigusr1", or a number; empty means SIGTERM (the default
-/// checkpoint signal).
+use baton_proto::DEFAULT_CHECKPOINT_SIGNAL;
+
+/// Parses "SIGTERM", "TERM", "sigusr1", or a number; empty means the default checkpoint
+/// signal ([`DEFAULT_CHECKPOINT_SIGNAL`], the model's one definition of it).
 pub fn parse_signal(name: &str) -> Result<i32, String> {
     let s = name.trim();
-    if s.is_empty() {
-        return Ok(libc::SIGTERM);
-    }
+    let s = if s.is_empty() { DEFAULT_CHECKPOINT_SIGNAL } else { s };
     if let Ok(n) = s.parse::<i32>() {
         return if (1..=64).contains(&n) { Ok(n) } else { Err(format!("signal {s}: out of range")) };
     }
@@ -27,6 +27,21 @@ pub fn parse_signal(name: &str) -> Result<i32, String> {
         _ => return Err(format!("unknown signal {s:?} (use a name like SIGTERM or SIGUSR1)")),
     };
     Ok(sig)
+}
+
+/// The default checkpoint signal's number: what a replica is asked to checkpoint with when
+/// its assignment names no signal, or one this agent does not know.
+pub fn default_signal() -> i32 {
+    parse_signal(DEFAULT_CHECKPOINT_SIGNAL).expect("the default checkpoint signal is a known name")
+}
+
+/// The signal that asks a replica to checkpoint and the name it is known by (what the
+/// replica is told): `name`, or the default when it is empty; an unknown name is an error
+/// (the caller falls back to the default and says so).
+pub fn checkpoint_signal(name: &str) -> Result<(i32, String), String> {
+    let sig = parse_signal(name)?;
+    let name = name.trim();
+    Ok((sig, if name.is_empty() { DEFAULT_CHECKPOINT_SIGNAL } else { name }.to_string()))
 }
 
 /// Sends `sig` to every process of group `pgid`. A group that is gone is not an error.
@@ -67,5 +82,16 @@ mod tests {
         assert_eq!(parse_signal("15"), Ok(15));
         assert!(parse_signal("SIGBOGUS").unwrap_err().contains("SIGBOGUS"));
         assert!(parse_signal("99").is_err());
+    }
+
+    #[test]
+    fn an_empty_name_is_the_models_default_signal() {
+        let default = parse_signal(DEFAULT_CHECKPOINT_SIGNAL).unwrap();
+        assert_eq!(parse_signal(""), Ok(default));
+        assert_eq!(parse_signal("  "), Ok(default));
+        assert_eq!(default_signal(), default);
+        assert_eq!(checkpoint_signal(""), Ok((default, DEFAULT_CHECKPOINT_SIGNAL.to_string())));
+        assert_eq!(checkpoint_signal("usr1"), Ok((libc::SIGUSR1, "usr1".to_string())));
+        assert!(checkpoint_signal("SIGBOGUS").is_err());
     }
 }

@@ -31,7 +31,7 @@ use crate::limits::{
 };
 use crate::logfiles;
 use crate::reconcile::{self, Act, Clock, Ended, Ending, Ignored, Known, Step};
-use crate::signal::{group_alive, parse_signal, signal_group};
+use crate::signal::{checkpoint_signal, default_signal, group_alive, parse_signal, signal_group};
 
 /// A replica's process ended (the wrapper exited with this code).
 #[derive(Debug)]
@@ -171,7 +171,7 @@ impl Supervisor {
             }
             let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, rec.key.job_id);
             let replica = Replica {
-                signal: libc::SIGTERM,
+                signal: default_signal(),
                 newest_checkpoint_ms: newest_mtime_ms(&ckpt),
                 rec,
                 started: None,
@@ -431,7 +431,7 @@ impl Supervisor {
         self.journal.put_replica(&rec)?;
         self.replicas.insert(
             *key,
-            Replica { rec, signal: libc::SIGTERM, newest_checkpoint_ms: 0, started: None, signal_again: None },
+            Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None },
         );
         self.observe(stopped(key, false, StopCause::Directed))
     }
@@ -514,17 +514,10 @@ impl Supervisor {
         // its traces (it ran and ended), or none (never spawned: it may start then).
         let mut rec = self.record(key, a, Phase::Running);
         self.journal.put_replica(&rec)?;
-        let (signal, signal_name) = match parse_signal(&a.checkpoint_signal) {
-            Ok(s) => {
-                let name =
-                    if a.checkpoint_signal.is_empty() { DEFAULT_CHECKPOINT_SIGNAL } else { &a.checkpoint_signal };
-                (s, name.to_string())
-            }
-            Err(e) => {
-                tracing::warn!(job = a.job, "{e}; using {DEFAULT_CHECKPOINT_SIGNAL}");
-                (libc::SIGTERM, DEFAULT_CHECKPOINT_SIGNAL.to_string())
-            }
-        };
+        let (signal, signal_name) = checkpoint_signal(&a.checkpoint_signal).unwrap_or_else(|e| {
+            tracing::warn!(job = a.job, "{e}; using {DEFAULT_CHECKPOINT_SIGNAL}");
+            (default_signal(), DEFAULT_CHECKPOINT_SIGNAL.to_string())
+        });
         let active: HashSet<u64> =
             self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.key.job_id).collect();
         logfiles::retain(&self.data_dir, a.job_id, &active);

@@ -74,7 +74,10 @@ fn submit_by_flags_sends_the_job_the_flags_describe() {
     // CPUs travel in thousandths.
     assert_eq!((r["gpu"], r["cpu"], r["memory"]), (4, 2500, 64 << 30));
     assert_eq!(spec.pools, vec!["a100", "h100"]);
-    assert_eq!((spec.topology.as_str(), spec.preemption_mode.as_str()), ("rack", "suspend"));
+    assert_eq!(
+        (spec.topology(), spec.preemption_mode()),
+        (baton_proto::v1::Topology::Rack, baton_proto::v1::PreemptionMode::Suspend)
+    );
     assert_eq!((spec.grace_ms, spec.min_runtime_ms), (Some(120_000), 30_000));
     assert_eq!(spec.time_limit_ms, Some(5_400_000));
     assert_eq!(spec.command, vec!["python", "train.py", "--lr", "3e-4"]);
@@ -97,8 +100,14 @@ fn submit_defaults_are_left_to_the_server_and_retry_is_idempotent() {
     let spec = s.submits[0].spec.as_ref().unwrap();
     assert_eq!((spec.priority_class.as_str(), spec.priority_value, spec.grace_ms), ("", None, None));
     // The preemption mode and the checkpoint signal too: the server fills them.
-    assert_eq!((spec.preemption_mode.as_str(), spec.checkpoint_signal.as_str()), ("", ""));
-    assert_eq!((spec.topology.as_str(), spec.time_limit_ms, spec.pools.len()), ("", None, 0));
+    assert_eq!(
+        (spec.preemption_mode(), spec.checkpoint_signal.as_str()),
+        (baton_proto::v1::PreemptionMode::Unspecified, "")
+    );
+    assert_eq!(
+        (spec.topology(), spec.time_limit_ms, spec.pools.len()),
+        (baton_proto::v1::Topology::Unspecified, None, 0)
+    );
     assert_eq!(spec.tasks[0].resources.as_ref().unwrap().amounts["gpu"], 1);
 }
 
@@ -169,7 +178,7 @@ fn bad_flags_are_refused_before_sending() {
             vec!["submit", "--server", &addr, "--name", "a", "--queue", "q", "--grace", "soon", "--", "x"],
             "bad duration",
         ),
-        (vec!["list", "--server", &addr, "--state", "Sleeping"], "not a job state"),
+        (vec!["list", "--server", &addr, "--state", "Sleeping"], "\"Sleeping\" is not one of Pending, Running"),
     ] {
         let out = baton(&args);
         assert!(!out.status.success(), "{args:?}");

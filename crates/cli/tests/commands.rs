@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use baton_cli::client::ClientError;
 use baton_proto::v1;
-use fake::{Fake, FakeAgent, dead_addr, job, node, resources, run, serve_agent, serve_baton};
+use fake::{Fake, FakeAgent, dead_addr, job, node, parse_error, resources, run, serve_agent, serve_baton};
 
 #[test]
 fn fails_over_to_the_second_address_when_the_first_is_down() {
@@ -154,9 +154,9 @@ fn queue_team_a() -> v1::QueueUsage {
                 lend_limit: Default::default(),
             }],
             weight: 2.0,
-            ordering: "StrictFIFO".into(),
-            within_queue: "Never".into(),
-            reclaim_within_cohort: "LowerPriority".into(),
+            ordering: v1::QueueOrdering::StrictFifo.into(),
+            within_queue: v1::WithinQueue::Never.into(),
+            reclaim_within_cohort: v1::ReclaimWithinCohort::LowerPriority.into(),
             borrow_within_cohort: true,
             max_priority_threshold: Some(50),
         }),
@@ -197,8 +197,8 @@ fn queue_update_changes_only_the_fields_given() {
     let (put, revision) = fake.state().updated_queues[1].clone();
     assert_eq!((put.weight, revision), (5.0, 8));
     assert_eq!(
-        (put.cohort.as_str(), put.ordering.as_str(), put.max_priority_threshold),
-        ("org", "StrictFIFO", Some(50))
+        (put.cohort.as_str(), put.ordering(), put.max_priority_threshold),
+        ("org", v1::QueueOrdering::StrictFifo, Some(50))
     );
     assert_eq!(put.quotas[0].nominal, resources(&[("gpu", 4), ("cpu", 64)]));
 
@@ -258,7 +258,37 @@ fn queue_create_refuses_an_existing_queue_and_leaves_defaults_to_the_server() {
     assert_eq!((sent.name.as_str(), sent.cohort.as_str()), ("b", "org"));
     assert_eq!(sent.quotas[0].nominal, resources(&[("gpu", 2)]));
     // What the flags did not say is left empty for the server to fill.
-    assert_eq!((sent.weight, sent.ordering.as_str(), sent.within_queue.as_str()), (0.0, "", ""));
+    let unspecified = (v1::QueueOrdering::Unspecified, v1::WithinQueue::Unspecified);
+    assert_eq!((sent.weight, (sent.ordering(), sent.within_queue())), (0.0, unspecified));
+}
+
+#[test]
+fn cohort_create_is_decided_by_the_server_not_by_a_list_first() {
+    let fake = Fake::with(|s| s.cohorts.push(v1::Cohort { name: "org".into(), ..Default::default() }));
+    let server = serve_baton(fake.clone());
+    let (r, _) = run(&["cohort", "create", "org", "--fair-sharing", "--server", &server.addr()]);
+    assert_eq!(r.unwrap_err().to_string(), "cohort org already exists");
+    assert_eq!(fake.state().calls, vec!["CreateCohort"]);
+    assert!(!fake.state().cohorts[0].fair_sharing, "the existing cohort is left as it was");
+    let (r, out) = run(&["cohort", "create", "lab", "--parent", "org", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "cohort lab created\n");
+    assert_eq!(fake.state().cohorts[1], v1::Cohort { name: "lab".into(), parent: "org".into(), fair_sharing: false });
+}
+
+#[test]
+fn class_create_is_decided_by_the_server_not_by_a_list_first() {
+    let urgent = v1::PriorityClass { name: "urgent".into(), value: 900, preemptible: false };
+    let fake = Fake::with(|s| s.classes.push(urgent.clone()));
+    let server = serve_baton(fake.clone());
+    let (r, _) = run(&["class", "create", "urgent", "--value", "5", "--server", &server.addr()]);
+    assert_eq!(r.unwrap_err().to_string(), "priority class urgent already exists");
+    assert_eq!(fake.state().calls, vec!["CreateClass"]);
+    assert_eq!(fake.state().classes, vec![urgent]);
+    let (r, out) = run(&["class", "create", "batch", "--value", "-3", "--preemptible", "--server", &server.addr()]);
+    r.unwrap();
+    assert_eq!(out, "priority class batch created\n");
+    assert_eq!(fake.state().classes[1], v1::PriorityClass { name: "batch".into(), value: -3, preemptible: true });
 }
 
 #[test]
@@ -267,8 +297,18 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
         s.info = v1::ClusterInfoReply {
             cluster_id: "c1".into(),
             replicas: vec![
-                v1::Replica { id: 1, addr: "10.0.0.1:7070".into(), role: "Leader".into(), ..Default::default() },
-                v1::Replica { id: 2, addr: "10.0.0.2:7070".into(), role: "Follower".into(), ..Default::default() },
+                v1::Replica {
+                    id: 1,
+                    addr: "10.0.0.1:7070".into(),
+                    role: v1::ReplicaRole::Leader.into(),
+                    ..Default::default()
+                },
+                v1::Replica {
+                    id: 2,
+                    addr: "10.0.0.2:7070".into(),
+                    role: v1::ReplicaRole::Follower.into(),
+                    ..Default::default()
+                },
             ],
             leader_id: 1,
             leader_addr: "10.0.0.1:7070".into(),
@@ -324,7 +364,7 @@ fn cluster_info_names_a_failing_replica_and_why() {
                 id: 2,
                 addr: "10.0.0.2:7070".into(),
                 peer_addr: "10.0.0.2:7071".into(),
-                role: "Follower".into(),
+                role: v1::ReplicaRole::Follower.into(),
                 failure: "disk failing: /var/lib/baton/raft.sled: No space left on device".into(),
                 rack: "rack-b".into(),
             }],
@@ -552,6 +592,63 @@ fn describe_shows_a_starving_jobs_reservation_and_a_time_limit() {
 }
 
 #[test]
+fn describe_shows_the_preemption_the_server_holds_and_no_default_of_its_own() {
+    let fake = Fake::with(|s| {
+        let mut said = job(1, "said", "team-a", "Running", &[]);
+        let spec = said.spec.as_mut().unwrap();
+        spec.set_preemption_mode(v1::PreemptionMode::Requeue);
+        spec.set_topology(v1::Topology::Rack);
+        spec.grace_ms = Some(10_000);
+        s.jobs.push(said);
+        // A server that said nothing: the CLI must not fill in checkpoint or 30s.
+        s.jobs.push(job(2, "silent", "team-a", "Pending", &[]));
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["describe", "said", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("Preemption:  requeue, grace 10s\n"), "{out}");
+    assert!(out.contains("Topology:    one rack\n"), "{out}");
+    assert!(out.contains("State:       Running\n"), "{out}");
+    let (r, out) = run(&["describe", "silent", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("Preemption:  -\n"), "{out}");
+    assert!(!out.contains("Topology"), "{out}");
+}
+
+#[test]
+fn queue_and_submit_flags_take_the_words_of_the_apis_enums() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    let (r, _) = run(&[
+        "queue",
+        "create",
+        "b",
+        "--ordering",
+        "strictfifo",
+        "--reclaim-within-cohort",
+        "Never",
+        "--server",
+        &addr,
+    ]);
+    r.unwrap();
+    let sent = fake.state().created_queues[0].clone();
+    assert_eq!(
+        (sent.ordering(), sent.reclaim_within_cohort()),
+        (v1::QueueOrdering::StrictFifo, v1::ReclaimWithinCohort::Never)
+    );
+    let e = parse_error(&["queue", "create", "c", "--ordering", "fifo", "--server", &addr]);
+    assert!(e.contains("\"fifo\" is not one of BestEffortFIFO, StrictFIFO"), "{e}");
+    let (r, _) = run(&["list", "--state", "RUNNING", "--state", "paused", "--server", &addr]);
+    r.unwrap();
+    let e = parse_error(&["list", "--state", "sleeping", "--server", &addr]);
+    assert!(e.contains("\"sleeping\" is not one of Pending, Running, Preempting"), "{e}");
+    let e = parse_error(&["submit", "--name", "j", "--queue", "q", "--preemption-mode", "pause", "--server", &addr]);
+    assert!(e.contains("\"pause\" is not one of checkpoint, requeue, cancel, suspend"), "{e}");
+    assert_eq!(fake.state().calls, vec!["CreateQueue", "ListJobs"], "bad words never reach the server");
+}
+
+#[test]
 fn describe_shows_the_job_and_with_events_its_history() {
     let fake = Fake::with(|s| {
         let mut j = job(1, "train-1", "team-a", "Running", &[("n1", &[0, 1, 2, 3])]);
@@ -593,13 +690,13 @@ fn cohorts_and_classes_are_created_after_checking_names() {
     let addr = server.addr();
     let (r, out) = run(&["cohort", "create", "org", "--fair-sharing", "--server", &addr]);
     r.unwrap();
-    assert_eq!(out, "cohort written\n");
+    assert_eq!(out, "cohort org created\n");
     let (r, _) = run(&["class", "create", "bad name", "--value", "5", "--server", &addr]);
     assert!(r.unwrap_err().to_string().contains("class.name"));
     let (r, out) = run(&["class", "list", "--server", &addr]);
     r.unwrap();
     assert_eq!(out, "no priority classes\n");
-    assert_eq!(fake.state().calls, vec!["ListCohorts", "PutCohort", "ListClasses"]);
+    assert_eq!(fake.state().calls, vec!["CreateCohort", "ListClasses"], "a bad name never reaches the server");
 }
 
 #[test]

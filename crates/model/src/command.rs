@@ -159,6 +159,13 @@ pub enum Op {
         spec: QueueSpec,
         revision: u64,
     },
+    // The create-if-absent writes of cohorts and classes come last, so logs written before
+    // them decode.
+    /// Create a cohort; refused (`Exists`) if one of that name is there, so of two creates
+    /// of one name exactly one lands.
+    CreateCohort(Cohort),
+    /// Create a priority class; refused (`Exists`) if one of that name is there.
+    CreateClass(PriorityClass),
 }
 
 impl Op {
@@ -208,6 +215,8 @@ impl Op {
                 | Op::GrantQueueAdmin { .. }
                 | Op::CreateQueue(_)
                 | Op::UpdateQueue { .. }
+                | Op::CreateCohort(_)
+                | Op::CreateClass(_)
         )
     }
 
@@ -243,6 +252,8 @@ impl Op {
             Op::GrantQueueAdmin { .. } => "GrantQueueAdmin",
             Op::CreateQueue(_) => "CreateQueue",
             Op::UpdateQueue { .. } => "UpdateQueue",
+            Op::CreateCohort(_) => "CreateCohort",
+            Op::CreateClass(_) => "CreateClass",
         }
     }
 }

@@ -1,14 +1,15 @@
 //! Conversions between `baton_model` types and their `baton.v1` messages.
 //!
-//! Model to message never fails. Message to model validates every name and enum word and
+//! Model to message never fails. Message to model validates every name and enum value and
 //! names the field that is wrong, so a client's mistake reads like the simulator's errors
-//! ("spec.tasks[0].name: ...").
+//! ("spec.tasks[0].name: ..."). The model's closed sets and the API's enums are mapped here
+//! and only here, by exhaustive matches; their words are in `crate::words`.
 
 use std::collections::BTreeMap;
 
 use baton_model::class::PriorityClass;
 use baton_model::event::{Event, EventKind};
-use baton_model::job::{Job, JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
+use baton_model::job::{Job, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
 use baton_model::node::{GpuInfo, Node, NodeSpec, NodeStatus};
@@ -22,6 +23,7 @@ use baton_model::state::State;
 use baton_model::tenancy::TenancySettings;
 
 use crate::v1;
+use crate::words::Word;
 
 /// A message field that does not make a valid model value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,15 +58,10 @@ fn strs(list: &[Name]) -> Vec<String> {
     list.iter().map(|n| n.to_string()).collect()
 }
 
-/// Picks the variant a word names, case-insensitively; empty picks `default`.
-fn word<T: Copy>(text: &str, field: &str, choices: &[(&str, T)], default: T) -> R<T> {
-    if text.is_empty() {
-        return Ok(default);
-    }
-    choices.iter().find(|(w, _)| w.eq_ignore_ascii_case(text)).map(|(_, v)| *v).ok_or_else(|| {
-        let words: Vec<&str> = choices.iter().map(|(w, _)| *w).collect();
-        bad(field, format!("{text:?} is not one of {}", words.join(", ")))
-    })
+/// The enum value of a message's raw field; a number this build does not know (a newer
+/// client's) is refused naming the field and the values it knows.
+fn closed<T: Word>(raw: i32, field: &str) -> R<T> {
+    T::try_from(raw).map_err(|_| bad(field, format!("{raw} is not one of {}", T::words())))
 }
 
 pub fn resources_to_proto(r: &Resources) -> v1::Resources {
@@ -84,16 +81,79 @@ fn resources_from_proto(r: Option<&v1::Resources>, field: &str) -> R<Resources> 
     r.map_or(Ok(Resources::new()), |r| resources_from_map(&r.amounts, field))
 }
 
-const TOPOLOGIES: [(&str, Topology); 2] = [("node", Topology::Node), ("rack", Topology::Rack)];
-const MODES: [(&str, PreemptionMode); 4] = [
-    ("checkpoint", PreemptionMode::Checkpoint),
-    ("requeue", PreemptionMode::Requeue),
-    ("cancel", PreemptionMode::Cancel),
-    ("suspend", PreemptionMode::Suspend),
-];
+pub fn job_state_to_proto(s: JobState) -> v1::JobState {
+    match s {
+        JobState::Pending => v1::JobState::Pending,
+        JobState::Running => v1::JobState::Running,
+        JobState::Preempting => v1::JobState::Preempting,
+        JobState::Suspended => v1::JobState::Suspended,
+        JobState::Paused => v1::JobState::Paused,
+        JobState::Succeeded => v1::JobState::Succeeded,
+        JobState::Failed => v1::JobState::Failed,
+        JobState::Cancelled => v1::JobState::Cancelled,
+    }
+}
 
-fn word_of<T: PartialEq>(choices: &[(&'static str, T)], value: &T) -> String {
-    choices.iter().find(|(_, v)| v == value).map_or(String::new(), |(w, _)| w.to_string())
+/// `None` for the unspecified value, which names no state.
+pub fn job_state_from_proto(s: v1::JobState) -> Option<JobState> {
+    Some(match s {
+        v1::JobState::Unspecified => return None,
+        v1::JobState::Pending => JobState::Pending,
+        v1::JobState::Running => JobState::Running,
+        v1::JobState::Preempting => JobState::Preempting,
+        v1::JobState::Suspended => JobState::Suspended,
+        v1::JobState::Paused => JobState::Paused,
+        v1::JobState::Succeeded => JobState::Succeeded,
+        v1::JobState::Failed => JobState::Failed,
+        v1::JobState::Cancelled => JobState::Cancelled,
+    })
+}
+
+/// The states a job list asks for; the unspecified value is refused like an unknown one.
+pub fn job_states_from_proto(raw: &[i32], field: &str) -> R<Vec<JobState>> {
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, r) in raw.iter().enumerate() {
+        let field = format!("{field}[{i}]");
+        let state = job_state_from_proto(closed(*r, &field)?)
+            .ok_or_else(|| bad(&field, format!("unspecified is not one of {}", v1::JobState::words())))?;
+        out.push(state);
+    }
+    Ok(out)
+}
+
+fn topology_to_proto(t: Option<Topology>) -> v1::Topology {
+    match t {
+        None => v1::Topology::Unspecified,
+        Some(Topology::Node) => v1::Topology::Node,
+        Some(Topology::Rack) => v1::Topology::Rack,
+    }
+}
+
+fn topology_from_proto(t: v1::Topology) -> Option<Topology> {
+    match t {
+        v1::Topology::Unspecified => None,
+        v1::Topology::Node => Some(Topology::Node),
+        v1::Topology::Rack => Some(Topology::Rack),
+    }
+}
+
+fn mode_to_proto(m: PreemptionMode) -> v1::PreemptionMode {
+    match m {
+        PreemptionMode::Checkpoint => v1::PreemptionMode::Checkpoint,
+        PreemptionMode::Requeue => v1::PreemptionMode::Requeue,
+        PreemptionMode::Cancel => v1::PreemptionMode::Cancel,
+        PreemptionMode::Suspend => v1::PreemptionMode::Suspend,
+    }
+}
+
+/// Unspecified: the default mode, checkpoint.
+fn mode_from_proto(m: v1::PreemptionMode) -> PreemptionMode {
+    match m {
+        v1::PreemptionMode::Unspecified | v1::PreemptionMode::Checkpoint => PreemptionMode::Checkpoint,
+        v1::PreemptionMode::Requeue => PreemptionMode::Requeue,
+        v1::PreemptionMode::Cancel => PreemptionMode::Cancel,
+        v1::PreemptionMode::Suspend => PreemptionMode::Suspend,
+    }
 }
 
 pub fn job_spec_to_proto(s: &JobSpec) -> v1::JobSpec {
@@ -108,8 +168,8 @@ pub fn job_spec_to_proto(s: &JobSpec) -> v1::JobSpec {
         priority_value,
         tasks: s.tasks.iter().map(task_to_proto).collect(),
         pools: s.pools.as_deref().map(strs).unwrap_or_default(),
-        topology: s.topology.map(|t| word_of(&TOPOLOGIES, &t)).unwrap_or_default(),
-        preemption_mode: word_of(&MODES, &s.preemption_mode),
+        topology: topology_to_proto(s.topology).into(),
+        preemption_mode: mode_to_proto(s.preemption_mode).into(),
         grace_ms: Some(s.grace_ms),
         min_runtime_ms: s.min_runtime_ms,
         time_limit_ms: s.time_limit_ms,
@@ -140,11 +200,7 @@ pub fn job_spec_from_proto(s: &v1::JobSpec) -> R<JobSpec> {
     }
     let tasks: R<Vec<TaskSpec>> =
         s.tasks.iter().enumerate().map(|(i, t)| task_from_proto(t, &format!("spec.tasks[{i}]"))).collect();
-    let topology = if s.topology.is_empty() {
-        None
-    } else {
-        Some(word(&s.topology, "spec.topology", &TOPOLOGIES, Topology::Node)?)
-    };
+    let topology = topology_from_proto(closed(s.topology, "spec.topology")?);
     let signal = (!s.checkpoint_signal.is_empty()).then(|| s.checkpoint_signal.clone());
     Ok(JobSpec {
         name: name(&s.name, "spec.name")?,
@@ -153,7 +209,7 @@ pub fn job_spec_from_proto(s: &v1::JobSpec) -> R<JobSpec> {
         tasks: tasks?,
         pools: if s.pools.is_empty() { None } else { Some(names(&s.pools, "spec.pools")?) },
         topology,
-        preemption_mode: word(&s.preemption_mode, "spec.preemption_mode", &MODES, PreemptionMode::Checkpoint)?,
+        preemption_mode: mode_from_proto(closed(s.preemption_mode, "spec.preemption_mode")?),
         grace_ms: s.grace_ms.unwrap_or(DEFAULT_GRACE_MS),
         min_runtime_ms: s.min_runtime_ms,
         time_limit_ms: s.time_limit_ms,
@@ -194,7 +250,7 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
     v1::Job {
         id: j.id,
         spec: Some(job_spec_to_proto(&j.spec)),
-        state: j.state.as_str().to_string(),
+        state: job_state_to_proto(j.state).into(),
         priority: j.priority,
         preemptible: j.preemptible,
         attempt: j.attempt,
@@ -259,18 +315,55 @@ pub fn scheduler_from_proto(s: &v1::SchedulerSettings) -> R<SchedulerSettings> {
     Ok(settings)
 }
 
-const ORDERINGS: [(&str, QueueOrdering); 2] =
-    [("BestEffortFIFO", QueueOrdering::BestEffortFIFO), ("StrictFIFO", QueueOrdering::StrictFIFO)];
-const WITHIN: [(&str, WithinQueue); 3] = [
-    ("Never", WithinQueue::Never),
-    ("LowerPriority", WithinQueue::LowerPriority),
-    ("LowerOrNewerEqualPriority", WithinQueue::LowerOrNewerEqualPriority),
-];
-const RECLAIM: [(&str, ReclaimWithinCohort); 3] = [
-    ("Never", ReclaimWithinCohort::Never),
-    ("LowerPriority", ReclaimWithinCohort::LowerPriority),
-    ("Any", ReclaimWithinCohort::Any),
-];
+fn ordering_to_proto(o: QueueOrdering) -> v1::QueueOrdering {
+    match o {
+        QueueOrdering::BestEffortFIFO => v1::QueueOrdering::BestEffortFifo,
+        QueueOrdering::StrictFIFO => v1::QueueOrdering::StrictFifo,
+    }
+}
+
+/// Unspecified: the model's default; so for the two below.
+fn ordering_from_proto(o: v1::QueueOrdering) -> QueueOrdering {
+    match o {
+        v1::QueueOrdering::Unspecified => QueueOrdering::default(),
+        v1::QueueOrdering::BestEffortFifo => QueueOrdering::BestEffortFIFO,
+        v1::QueueOrdering::StrictFifo => QueueOrdering::StrictFIFO,
+    }
+}
+
+fn within_to_proto(w: WithinQueue) -> v1::WithinQueue {
+    match w {
+        WithinQueue::Never => v1::WithinQueue::Never,
+        WithinQueue::LowerPriority => v1::WithinQueue::LowerPriority,
+        WithinQueue::LowerOrNewerEqualPriority => v1::WithinQueue::LowerOrNewerEqualPriority,
+    }
+}
+
+fn within_from_proto(w: v1::WithinQueue) -> WithinQueue {
+    match w {
+        v1::WithinQueue::Unspecified => WithinQueue::default(),
+        v1::WithinQueue::Never => WithinQueue::Never,
+        v1::WithinQueue::LowerPriority => WithinQueue::LowerPriority,
+        v1::WithinQueue::LowerOrNewerEqualPriority => WithinQueue::LowerOrNewerEqualPriority,
+    }
+}
+
+fn reclaim_to_proto(r: ReclaimWithinCohort) -> v1::ReclaimWithinCohort {
+    match r {
+        ReclaimWithinCohort::Never => v1::ReclaimWithinCohort::Never,
+        ReclaimWithinCohort::LowerPriority => v1::ReclaimWithinCohort::LowerPriority,
+        ReclaimWithinCohort::Any => v1::ReclaimWithinCohort::Any,
+    }
+}
+
+fn reclaim_from_proto(r: v1::ReclaimWithinCohort) -> ReclaimWithinCohort {
+    match r {
+        v1::ReclaimWithinCohort::Unspecified => ReclaimWithinCohort::default(),
+        v1::ReclaimWithinCohort::Never => ReclaimWithinCohort::Never,
+        v1::ReclaimWithinCohort::LowerPriority => ReclaimWithinCohort::LowerPriority,
+        v1::ReclaimWithinCohort::Any => ReclaimWithinCohort::Any,
+    }
+}
 
 fn limits_to_proto(m: &BTreeMap<String, u64>) -> std::collections::HashMap<String, u64> {
     m.iter().map(|(k, v)| (k.clone(), *v)).collect()
@@ -302,9 +395,9 @@ pub fn queue_to_proto(q: &QueueSpec) -> v1::Queue {
         cohort: q.cohort.as_ref().map(|c| c.to_string()).unwrap_or_default(),
         quotas,
         weight: q.weight,
-        ordering: word_of(&ORDERINGS, &q.ordering),
-        within_queue: word_of(&WITHIN, &q.preemption.within_queue),
-        reclaim_within_cohort: word_of(&RECLAIM, &q.preemption.reclaim_within_cohort),
+        ordering: ordering_to_proto(q.ordering).into(),
+        within_queue: within_to_proto(q.preemption.within_queue).into(),
+        reclaim_within_cohort: reclaim_to_proto(q.preemption.reclaim_within_cohort).into(),
         borrow_within_cohort: borrow.is_some(),
         max_priority_threshold: borrow.and_then(|b| b.max_priority_threshold),
     }
@@ -331,13 +424,8 @@ pub fn queue_from_proto(q: &v1::Queue) -> R<QueueSpec> {
         return Err(bad("queue.max_priority_threshold", "only applies with borrow_within_cohort"));
     }
     let preemption = PreemptionPolicy {
-        within_queue: word(&q.within_queue, "queue.within_queue", &WITHIN, WithinQueue::default())?,
-        reclaim_within_cohort: word(
-            &q.reclaim_within_cohort,
-            "queue.reclaim_within_cohort",
-            &RECLAIM,
-            ReclaimWithinCohort::default(),
-        )?,
+        within_queue: within_from_proto(closed(q.within_queue, "queue.within_queue")?),
+        reclaim_within_cohort: reclaim_from_proto(closed(q.reclaim_within_cohort, "queue.reclaim_within_cohort")?),
         borrow_within_cohort: q
             .borrow_within_cohort
             .then_some(BorrowWithinCohort { max_priority_threshold: q.max_priority_threshold }),
@@ -347,7 +435,7 @@ pub fn queue_from_proto(q: &v1::Queue) -> R<QueueSpec> {
         cohort: opt_name(&q.cohort, "queue.cohort")?,
         quotas,
         weight: if q.weight == 0.0 { 1.0 } else { q.weight },
-        ordering: word(&q.ordering, "queue.ordering", &ORDERINGS, QueueOrdering::default())?,
+        ordering: ordering_from_proto(closed(q.ordering, "queue.ordering")?),
         preemption,
     })
 }
@@ -398,9 +486,11 @@ pub fn node_to_proto(n: &Node) -> v1::Node {
         resources: Some(resources_to_proto(&s.resources)),
         gpus: s.gpus.iter().map(gpu_to_proto).collect(),
         status: match (&n.unhealthy, n.status) {
-            (Some(_), NodeStatus::Ready) => "Unhealthy".into(),
-            (_, status) => format!("{status:?}"),
-        },
+            (Some(_), NodeStatus::Ready) => v1::NodeStatus::Unhealthy,
+            (None, NodeStatus::Ready) => v1::NodeStatus::Ready,
+            (_, NodeStatus::Lost) => v1::NodeStatus::Lost,
+        }
+        .into(),
         cordoned: n.cordoned,
         used: None,
         jobs: Vec::new(),
@@ -502,10 +592,10 @@ mod tests {
         p.tasks[0].name = "bad name".into();
         assert_eq!(job_spec_from_proto(&p).unwrap_err().field, "spec.tasks[0].name");
         let mut p = job_spec_to_proto(&spec());
-        p.preemption_mode = "pause".into();
+        p.preemption_mode = 99;
         let e = job_spec_from_proto(&p).unwrap_err();
         assert_eq!(e.field, "spec.preemption_mode");
-        assert!(e.message.contains("checkpoint, requeue, cancel, suspend"), "{e}");
+        assert_eq!(e.message, "99 is not one of checkpoint, requeue, cancel, suspend");
         let mut p = job_spec_to_proto(&spec());
         p.priority_class = "train".into();
         assert_eq!(job_spec_from_proto(&p).unwrap_err().field, "spec.priority_value");
@@ -516,11 +606,38 @@ mod tests {
         let mut p = job_spec_to_proto(&spec());
         p.priority_value = None;
         p.grace_ms = None;
-        p.preemption_mode.clear();
+        p.preemption_mode = v1::PreemptionMode::Unspecified.into();
+        p.topology = v1::Topology::Unspecified.into();
         let s = job_spec_from_proto(&p).unwrap();
         assert_eq!(s.priority, PriorityRef::Class(Name::lit(DEFAULT_CLASS)));
         assert_eq!(s.grace_ms, DEFAULT_GRACE_MS);
         assert_eq!(s.preemption_mode, PreemptionMode::Checkpoint);
+        assert_eq!(s.topology, None);
+    }
+
+    #[test]
+    fn every_job_state_maps_both_ways_and_unknown_states_are_named() {
+        for s in JobState::ALL {
+            assert_eq!(job_state_from_proto(job_state_to_proto(s)), Some(s));
+        }
+        let raw = [v1::JobState::Running as i32, v1::JobState::Paused as i32];
+        assert_eq!(job_states_from_proto(&raw, "states"), Ok(vec![JobState::Running, JobState::Paused]));
+        let e = job_states_from_proto(&[v1::JobState::Running as i32, 42], "states").unwrap_err();
+        assert_eq!(e.field, "states[1]");
+        let e = job_states_from_proto(&[0], "states").unwrap_err();
+        assert!(e.message.starts_with("unspecified is not one of Pending, Running"), "{e}");
+    }
+
+    #[test]
+    fn queue_defaults_fill_unspecified_policies_and_unknown_ones_are_named() {
+        let q = queue_from_proto(&v1::Queue { name: "q".into(), ..Default::default() }).unwrap();
+        assert_eq!(q, QueueSpec::named("q"));
+        let bad = v1::Queue { name: "q".into(), reclaim_within_cohort: 7, ..Default::default() };
+        let e = queue_from_proto(&bad).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            ("queue.reclaim_within_cohort", "7 is not one of Never, LowerPriority, Any")
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ fn job_bytes() -> Vec<u8> {
     let mut j = gpu_job("train-1", "q", "train", 2, 4, vec!["python".into(), "train.py".into()]);
     j.env.insert("A".into(), "1".into());
     j.pools.push("default".into());
-    j.topology = "node".into();
+    j.topology = v1::Topology::Node.into();
     j.checkpoint_signal = "SIGUSR1".into();
     j.encode_to_vec()
 }
@@ -23,7 +23,7 @@ fn job_bytes() -> Vec<u8> {
 fn queue_bytes() -> Vec<u8> {
     let mut q = gpu_queue("q", 8);
     q.cohort = "lab".into();
-    q.ordering = "StrictFIFO".into();
+    q.ordering = v1::QueueOrdering::StrictFifo.into();
     q.max_priority_threshold = Some(10);
     q.encode_to_vec()
 }
@@ -95,8 +95,8 @@ proptest! {
         grace_ms in proptest::option::of(any::<u64>()),
         min_runtime_ms in any::<u64>(),
         priority_value in proptest::option::of(any::<i32>()),
-        topology in "[a-z]{0,5}",
-        mode in "[a-z]{0,10}",
+        topology in prop_oneof![0..4i32, any::<i32>()],
+        mode in prop_oneof![0..6i32, any::<i32>()],
         env_key in ".{0,8}",
         resource in prop_oneof![Just("gpu".to_string()), Just("default".to_string()), ".{0,8}"],
         weight in any::<f64>(),

@@ -30,7 +30,7 @@ async fn a_job_runs_on_an_agent_and_finishes() {
     let a = &d.assignments[0];
     assert_eq!((a.attempt, a.gpus.len(), a.rank, a.world_size), (1, 4, 0, 1));
     assert!(d.term > 0);
-    wait_state(&mut c, "train-1", "Running").await;
+    wait_state(&mut c, "train-1", JobState::Running).await;
 
     agent
         .report(vec![What::Exited(Exited {
@@ -42,7 +42,7 @@ async fn a_job_runs_on_an_agent_and_finishes() {
         })])
         .await
         .unwrap();
-    let j = wait_state(&mut c, "train-1", "Succeeded").await;
+    let j = wait_state(&mut c, "train-1", JobState::Succeeded).await;
     assert_eq!(j.exit_code, Some(0));
     agent.until("nothing left to run", |d| d.assignments.is_empty()).await;
 }
@@ -72,7 +72,7 @@ async fn a_preemption_checkpoints_the_victim_then_starts_the_preemptor() {
         .await
         .unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run) && !d.assignments.iter().any(|a| a.job == "low")).await;
-    let j = wait_state(&mut c, "low", "Pending").await;
+    let j = wait_state(&mut c, "low", JobState::Pending).await;
     assert!(j.has_checkpoint, "the victim resumes from its checkpoint");
     assert_eq!(j.preempted_by, "high");
 }
@@ -86,13 +86,13 @@ async fn a_silent_agent_loses_its_node_and_its_jobs_are_requeued() {
     c.submit(submit_of(gpu_job("j", "team-a", "train", 2))).await.unwrap();
     agent.until("j runs", |d| has(d, "j", Action::Run)).await;
     agent.silence();
-    let j = wait_state(&mut c, "j", "Pending").await;
+    let j = wait_state(&mut c, "j", JobState::Pending).await;
     // The reason is the scheduler's by now; the history says why it was requeued.
     let requeued = j.events.iter().find(|e| e.kind == "Requeued");
     let requeued = requeued.unwrap_or_else(|| panic!("no Requeued event in {:?}", j.events));
     assert!(requeued.message.contains("node n1 was lost"), "requeued because: {}", requeued.message);
     let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
-    assert_eq!(nodes[0].status, "Lost");
+    assert_eq!(nodes[0].status(), NodeStatus::Lost);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -111,7 +111,7 @@ async fn followers_send_agents_to_the_leader_and_answer_clients_clearly() {
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(err.message().contains("unknown job \"nope\""), "{}", err.message());
     let mut bad = gpu_job("x", "team-a", "train", 1);
-    bad.preemption_mode = "pause".into();
+    bad.preemption_mode = 99;
     let err = c.submit(submit_of(bad)).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().starts_with("spec.preemption_mode"), "{}", err.message());
@@ -148,5 +148,5 @@ async fn a_new_leader_resends_the_stop_and_finishes_the_preemption() {
         .unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run)).await;
     let mut c = baton_proto::v1::baton_client::BatonClient::connect(format!("http://{}", survivors[0])).await.unwrap();
-    assert!(wait_state(&mut c, "low", "Pending").await.has_checkpoint);
+    assert!(wait_state(&mut c, "low", JobState::Pending).await.has_checkpoint);
 }

@@ -35,7 +35,7 @@ async fn a_rank_that_exited_0_before_the_stop_counts_as_stopped() {
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     agent.report(vec![stopped(low_id, 0)]).await.unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run)).await;
-    assert!(wait_state(&mut c, "low", "Pending").await.has_checkpoint);
+    assert!(wait_state(&mut c, "low", JobState::Pending).await.has_checkpoint);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -76,10 +76,10 @@ async fn an_observation_from_a_node_the_rank_is_not_placed_on_is_ignored() {
     let exited = What::Exited(Exited { job_id: j, attempt: 1, rank: 0, exit_code: 1, reason: String::new() });
     n2.report(vec![exited.clone()]).await.unwrap();
     n1.report(vec![What::Checkpointed(Checkpointed { job_id: j, attempt: 1, rank: 0 })]).await.unwrap();
-    let job = wait_state(&mut c, "j", "Running").await;
+    let job = wait_state(&mut c, "j", JobState::Running).await;
     assert!(job.has_checkpoint, "n1's own observation still counts");
     n1.report(vec![exited]).await.unwrap();
-    wait_state(&mut c, "j", "Failed").await;
+    wait_state(&mut c, "j", JobState::Failed).await;
 }
 
 /// A job counted as checkpointed (so its next attempt resumed, every rank with
@@ -97,10 +97,10 @@ async fn a_gang_has_a_checkpoint_once_every_rank_reported_one() {
     let id = d.assignments[0].job_id;
     let rank0 = Checkpointed { job_id: id, attempt: 1, ..Default::default() };
     agent.report(vec![What::Checkpointed(rank0)]).await.unwrap();
-    let job = wait_state(&mut c, "g", "Running").await;
+    let job = wait_state(&mut c, "g", JobState::Running).await;
     assert!(!job.has_checkpoint, "rank 1 has not saved its work");
     agent.report(vec![What::Checkpointed(Checkpointed { rank: 1, ..rank0 })]).await.unwrap();
-    let job = wait_state(&mut c, "g", "Running").await;
+    let job = wait_state(&mut c, "g", JobState::Running).await;
     assert!(job.has_checkpoint, "every rank saved its work");
 }
 
@@ -128,7 +128,7 @@ async fn a_gang_whose_ranks_each_saved_on_a_lease_stop_resumes() {
     let d2 = n2.until("a rank of g runs on n2", |d| d.assignments.iter().any(|a| a.job == "g")).await;
     let (a1, a2) = (d1.assignments[0].clone(), d2.assignments[0].clone());
     n1.report(vec![lease_stopped(a1.job_id, a1.rank)]).await.unwrap();
-    wait_state(&mut c, "g", "Pending").await;
+    wait_state(&mut c, "g", JobState::Pending).await;
     n2.report(vec![lease_stopped(a2.job_id, a2.rank)]).await.unwrap();
     let d = n1.until("g runs again", |d| d.assignments.iter().any(|a| a.job == "g" && a.attempt > 1)).await;
     let next = d.assignments.iter().find(|a| a.job == "g").unwrap();

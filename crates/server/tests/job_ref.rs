@@ -32,5 +32,9 @@ async fn a_cancel_of_an_old_id_does_not_touch_a_new_job_with_the_same_name() {
     assert!(err.message().contains("999999"), "{}", err.message());
     let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(j.id, new);
-    assert!(j.state == "Pending" || j.state == "Running", "the new job is untouched, yet it is {}", j.state);
+    assert!(
+        j.state() == JobState::Pending || j.state() == JobState::Running,
+        "the new job is untouched, yet it is {}",
+        j.state().word()
+    );
 }

@@ -25,7 +25,7 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
     c.submit(submit_of(low)).await.unwrap();
     let d = n1.until("low runs", |d| has(d, "low", Action::Run)).await;
     let low_id = d.assignments[0].job_id;
-    wait_state(&mut c, "low", "Running").await;
+    wait_state(&mut c, "low", JobState::Running).await;
 
     let high = gpu_job("high", "prod", "inference", 8);
     c.submit(submit_of(high)).await.unwrap();
@@ -36,12 +36,12 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
 
     let mut n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 8)).await;
     n2.until("low resumes on n2", |d| has(d, "low", Action::Run)).await;
-    wait_state(&mut c, "low", "Running").await;
+    wait_state(&mut c, "low", JobState::Running).await;
     n2.silence();
-    wait_state(&mut c, "low", "Pending").await;
+    wait_state(&mut c, "low", JobState::Pending).await;
     let mut n3 = FakeAgent::attach(&cluster.addrs(), node("n3", 8)).await;
     n3.until("low runs on n3", |d| has(d, "low", Action::Run)).await;
-    wait_state(&mut c, "low", "Running").await;
+    wait_state(&mut c, "low", JobState::Running).await;
 
     let scrapes = settled(&cluster).await;
     let story_s = started.elapsed().as_secs_f64();

@@ -48,20 +48,20 @@ async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_agent_reports_it_stop
     let d = agent.until("j is told to stop", |d| has(d, "j", Action::Stop)).await;
     let stop = d.assignments.iter().find(|x| x.job == "j").unwrap();
     assert_eq!((stop.attempt, stop.rank, stop.grace_ms), (a.attempt, a.rank, 5_000), "{stop:?}");
-    let j = wait_state(&mut c, "j", "Cancelled").await;
+    let j = wait_state(&mut c, "j", JobState::Cancelled).await;
     assert!(j.reason.contains("completing: waiting for 1 rank"), "reason: {}", j.reason);
 
     // All 8 GPUs of n1: 4 of them are still j's until its agent says it stopped.
     c.submit(submit_of(gpu_job("big", "team-a", "train", 8))).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let big = wait_state(&mut c, "big", "Pending").await;
+    let big = wait_state(&mut c, "big", JobState::Pending).await;
     assert!(big.reason.contains("most free GPUs on one node: 4"), "reason: {}", big.reason);
 
     agent.report(vec![stopped(&a)]).await.unwrap();
     agent
         .until("big runs and j is gone", |d| has(d, "big", Action::Run) && !d.assignments.iter().any(|x| x.job == "j"))
         .await;
-    let j = wait_state(&mut c, "j", "Cancelled").await;
+    let j = wait_state(&mut c, "j", JobState::Cancelled).await;
     assert!(!j.reason.contains("completing"), "reason: {}", j.reason);
 }
 
@@ -73,7 +73,7 @@ async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_agent_reports_it_stop
 async fn a_lease_stop_reported_after_the_node_was_lost_gives_the_next_attempt_its_checkpoint() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
     agent.silence();
-    wait_state(&mut c, "j", "Pending").await;
+    wait_state(&mut c, "j", JobState::Pending).await;
     let lease_stop = What::Stopped(Stopped {
         job_id: a.job_id,
         attempt: a.attempt,
@@ -100,19 +100,19 @@ async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
     agent.until("j is no longer wanted", |d| !d.assignments.iter().any(|a| a.job == "j")).await;
 
     let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
-    assert_eq!(n.status, "Unhealthy", "{n:?}");
+    assert_eq!(n.status(), NodeStatus::Unhealthy, "{n:?}");
     assert!(n.unhealthy.contains("job") && n.unhealthy.contains(&reason), "{}", n.unhealthy);
     c.submit(submit_of(gpu_job("next", "team-a", "train", 4))).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let next = wait_state(&mut c, "next", "Pending").await;
+    let next = wait_state(&mut c, "next", JobState::Pending).await;
     // It waits because the unhealthy node offers nothing, not for some other reason.
     assert!(next.reason.contains("most free GPUs on one node: 0"), "reason: {}", next.reason);
 
     // A person fixed the node: uncordon clears the mark and work is placed there again.
     c.cordon(CordonRequest { node: "n1".into(), cordoned: false }).await.unwrap();
     let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
-    assert_eq!((n.status.as_str(), n.unhealthy.as_str()), ("Ready", ""));
-    wait_state(&mut c, "next", "Running").await;
+    assert_eq!((n.status(), n.unhealthy.as_str()), (NodeStatus::Ready, ""));
+    wait_state(&mut c, "next", JobState::Running).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -135,7 +135,7 @@ async fn a_process_that_runs_where_the_model_does_not_place_it_is_recorded() {
         if let Some(e) = strays.first() {
             assert_eq!(strays.len(), 1, "recorded once, not on every report: {strays:?}");
             assert!(e.message.contains("n1") && e.message.contains("told to stop"), "{}", e.message);
-            assert_eq!(j.state, "Cancelled", "the event changes nothing else");
+            assert_eq!(j.state(), JobState::Cancelled, "the event changes nothing else");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no Stray event within 5 s: {:?}", j.events);
@@ -154,13 +154,18 @@ async fn a_replica_its_agent_stops_reporting_is_requeued_with_the_reason() {
         agent.report_running(vec![], vec![]).await.unwrap();
         let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
         // Requeued: Pending, or already placed again as a new attempt.
-        if j.state != "Running" || j.attempt > a.attempt {
+        if j.state() != JobState::Running || j.attempt > a.attempt {
             break j;
         }
         assert!(std::time::Instant::now() < deadline, "j still Running 6 s after its agent stopped reporting it");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
-    assert!(j.state == "Pending" || j.state == "Running", "requeued, not failed: {} ({})", j.state, j.reason);
+    assert!(
+        j.state() == JobState::Pending || j.state() == JobState::Running,
+        "requeued, not failed: {} ({})",
+        j.state().word(),
+        j.reason
+    );
     let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
     assert!(e.message.contains("n1") && e.message.contains("no longer reports"), "{}", e.message);
 }
@@ -183,9 +188,9 @@ async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
 
     let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
     assert!(
-        j.state == "Pending" || (j.state == "Running" && j.attempt > a.attempt),
+        j.state() == JobState::Pending || (j.state() == JobState::Running && j.attempt > a.attempt),
         "requeued: {} attempt {} ({})",
-        j.state,
+        j.state().word(),
         j.attempt,
         j.reason
     );

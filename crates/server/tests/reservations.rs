@@ -25,7 +25,7 @@ async fn a_job_at_its_time_limit_is_stopped_by_its_agent_and_ends_failed() {
     agent.until("capped is told to stop at its time limit", |d| has(d, "capped", Action::Stop)).await;
     let stopped = Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0 };
     agent.report(vec![What::Stopped(stopped)]).await.unwrap();
-    let j = wait_state(&mut c, "capped", "Failed").await;
+    let j = wait_state(&mut c, "capped", JobState::Failed).await;
     assert_eq!(j.reason, "time limit");
     assert!(j.has_checkpoint, "the checkpoint written on the way is kept");
     assert_eq!(j.attempt, 1, "not requeued");
@@ -71,7 +71,7 @@ async fn reserve_after_set_at_run_time_gives_a_starving_job_a_reservation_client
         assert!(tokio::time::Instant::now() < deadline, "small never waited behind the reservation: {j:?}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
-    assert_eq!(small.state, "Pending");
+    assert_eq!(small.state(), JobState::Pending);
 
     // never turns reservations off: the reservation goes, and small starts.
     c.set_scheduler(SchedulerSettings { reserve_after_ms: None }).await.unwrap();

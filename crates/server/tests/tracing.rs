@@ -90,7 +90,7 @@ async fn a_submit_to_start_path_is_one_chain_of_spans_carrying_job_attempt_and_t
     let mut spec = gpu_job("traced", "research", "train", 2);
     spec.command = vec!["sleep".into(), "30".into()];
     let id = c.submit(submit_of(spec)).await.unwrap().into_inner().id;
-    wait_state(&mut c, "traced", "Running").await;
+    wait_state(&mut c, "traced", JobState::Running).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while capture.of("agent_start", id).is_empty() {
         assert!(

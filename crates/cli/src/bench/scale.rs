@@ -327,7 +327,8 @@ pub async fn wait_ready(servers: &[String], n: usize, timeout: Duration) -> Resu
     let mut c = client(channel(&servers[0]).await?);
     loop {
         if let Ok(nodes) = c.list_nodes(Empty {}).await {
-            let ready = nodes.get_ref().nodes.iter().filter(|x| x.status == "Ready").count();
+            let ready =
+                nodes.get_ref().nodes.iter().filter(|x| x.status() == baton_proto::v1::NodeStatus::Ready).count();
             if ready >= n {
                 return Ok(());
             }

@@ -35,7 +35,9 @@ impl Bearer {
                 baton_server::auth::MAX_TOKEN_LEN
             )));
         }
-        let value = format!("Bearer {t}").parse().map_err(|_| ClientError::Usage(format!("{from}: not a token")))?;
+        let value = format!("{}{t}", baton_proto::BEARER_PREFIX)
+            .parse()
+            .map_err(|_| ClientError::Usage(format!("{from}: not a token")))?;
         Ok(Bearer(Some(value)))
     }
 }
@@ -43,7 +45,7 @@ impl Bearer {
 impl Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
+            req.metadata_mut().insert(baton_proto::AUTHORIZATION_METADATA, v.clone());
         }
         Ok(req)
     }

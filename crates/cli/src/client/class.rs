@@ -58,17 +58,20 @@ pub async fn run(conn: &Conn, a: &ClassArgs, out: &mut dyn Write) -> Result<(), 
         ClassCmd::Create { name, value, preemptible } => {
             let c = v1::PriorityClass { name: name.clone(), value: *value, preemptible: *preemptible };
             convert::class_from_proto(&c).map_err(|e| ClientError::Usage(e.to_string()))?;
-            let existing =
-                conn.call(Subject::Other, "", |mut c| async move { c.list_classes(v1::Empty {}).await }).await?;
-            if existing.classes.iter().any(|x| &x.name == name) {
-                return Err(ClientError::Usage(format!("priority class {name} already exists")));
-            }
-            let ack = conn
+            // The server refuses a taken name (decided in the replicated state), so two
+            // concurrent creates cannot both land as a list-then-put would let them.
+            let created = conn
                 .call(Subject::Class, name, |mut cl| {
                     let c = c.clone();
-                    async move { cl.put_class(c).await }
+                    async move { cl.create_class(c).await }
                 })
-                .await?;
+                .await;
+            let ack = match created {
+                Err(ClientError::Exists(_)) => {
+                    return Err(ClientError::Usage(format!("priority class {name} already exists")));
+                }
+                other => other?,
+            };
             print_ack(out, &ack, &format!("priority class {name} created"))
         }
         ClassCmd::Delete { name } => {

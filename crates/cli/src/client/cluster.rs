@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use baton_proto::v1;
+use baton_proto::words::Word;
 use clap::{Args, Subcommand};
 
 use crate::client::error::{ClientError, Subject};
@@ -185,8 +186,8 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
     for rep in &r.replicas {
         // A failing replica says so in its role column, with why, so it cannot be missed.
         let role = match rep.failure.as_str() {
-            "" => rep.role.clone(),
-            why => format!("{} FAILED: {why}", rep.role),
+            "" => rep.role().word().to_string(),
+            why => format!("{} FAILED: {why}", rep.role().word()),
         };
         let rack = if rep.rack.is_empty() { "-".to_string() } else { rep.rack.clone() };
         // The peer address only when raft has a port of its own: single-port clusters read as before.

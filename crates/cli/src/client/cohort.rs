@@ -65,15 +65,17 @@ pub async fn run(conn: &Conn, a: &CohortArgs, out: &mut dyn Write) -> Result<(),
                 fair_sharing: *fair_sharing,
             };
             convert::cohort_from_proto(&c).map_err(|e| ClientError::Usage(e.to_string()))?;
-            if list_cohorts(conn).await?.cohorts.iter().any(|x| &x.name == name) {
-                return Err(ClientError::Usage(format!("cohort {name} already exists")));
-            }
-            let ack = conn
+            // The server refuses a taken name (see `baton class create`).
+            let created = conn
                 .call(Subject::Cohort, name, |mut cl| {
                     let c = c.clone();
-                    async move { cl.put_cohort(c).await }
+                    async move { cl.create_cohort(c).await }
                 })
-                .await?;
+                .await;
+            let ack = match created {
+                Err(ClientError::Exists(_)) => return Err(ClientError::Usage(format!("cohort {name} already exists"))),
+                other => other?,
+            };
             print_ack(out, &ack, &format!("cohort {name} created"))
         }
         CohortCmd::Delete { name } => {

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use baton_proto::v1;
+use baton_proto::words::Word;
 use serde_json::{Map, Value, json};
 
 pub trait ToData {
@@ -55,8 +56,8 @@ impl ToData for v1::JobSpec {
             "priority_value": self.priority_value,
             "tasks": self.tasks.to_data(),
             "pools": self.pools,
-            "topology": self.topology,
-            "preemption_mode": self.preemption_mode,
+            "topology": self.topology().word(),
+            "preemption_mode": self.preemption_mode().word(),
             "grace_ms": self.grace_ms,
             "min_runtime_ms": self.min_runtime_ms,
             "command": self.command,
@@ -91,7 +92,7 @@ impl ToData for v1::Job {
         json!({
             "id": self.id,
             "spec": self.spec.to_data(),
-            "state": self.state,
+            "state": self.state().word(),
             "priority": self.priority,
             "preemptible": self.preemptible,
             "attempt": self.attempt,
@@ -138,9 +139,9 @@ impl ToData for v1::Queue {
             "cohort": self.cohort,
             "quotas": self.quotas.to_data(),
             "weight": self.weight,
-            "ordering": self.ordering,
-            "within_queue": self.within_queue,
-            "reclaim_within_cohort": self.reclaim_within_cohort,
+            "ordering": self.ordering().word(),
+            "within_queue": self.within_queue().word(),
+            "reclaim_within_cohort": self.reclaim_within_cohort().word(),
             "borrow_within_cohort": self.borrow_within_cohort,
             "max_priority_threshold": self.max_priority_threshold,
         })
@@ -198,7 +199,7 @@ impl ToData for v1::Node {
             "labels": map(&self.labels),
             "resources": self.resources.to_data(),
             "gpus": self.gpus.to_data(),
-            "status": self.status,
+            "status": self.status().word(),
             "cordoned": self.cordoned,
             "used": self.used.to_data(),
             "jobs": self.jobs,
@@ -214,7 +215,7 @@ impl ToData for v1::Replica {
             "id": self.id,
             "addr": self.addr,
             "peer_addr": self.peer_addr,
-            "role": self.role,
+            "role": self.role().word(),
             "failure": self.failure,
             "rack": self.rack,
         })

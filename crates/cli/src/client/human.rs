@@ -1,10 +1,12 @@
 //! Values for people: durations in and out (`30s`, `2m`, `3m12s`), UTC timestamps
-//! (`2026-11-22T10:00:01.234Z`) and resource amounts (`gpu 8, memory 512Gi`).
+//! (`2026-11-22T10:00:01.234Z`) and resource amounts (`gpu 8, memory 512Gi`); the words of
+//! the API's enums in flags (`--state running`, `--ordering StrictFIFO`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_model::quantity::Human;
+use baton_proto::words::Word;
 
 /// The longest duration a flag accepts: a week, as the model bounds durations.
 pub const MAX_DURATION_MS: u64 = baton_model::limits::MAX_DURATION_MS;
@@ -234,6 +236,12 @@ pub fn usage(used: Option<&baton_proto::v1::Resources>, bound: Option<&baton_pro
         s.push_str(&format!("  (borrowing {})", over.join(", ")));
     }
     s
+}
+
+/// A flag's word as its proto enum, case-insensitively (a clap value parser); a wrong
+/// word is refused listing the words (`baton_proto::words` defines them).
+pub fn parse_word<T: Word>(text: &str) -> Result<T, String> {
+    T::from_word(text).ok_or_else(|| format!("{text:?} is not one of {}", T::words()))
 }
 
 #[cfg(test)]

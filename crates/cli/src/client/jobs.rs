@@ -4,11 +4,12 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use baton_model::limits::MAX_JOBS;
-use baton_proto::v1;
+use baton_proto::v1::{self, JobState};
+use baton_proto::words::Word;
 use clap::Args;
 
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{age, now_ms, placements, resources, span, timestamp};
+use crate::client::human::{age, now_ms, parse_word, placements, resources, span, timestamp};
 use crate::client::output::{Format, Table};
 use crate::client::{Conn, ConnArgs, emit, print_ack};
 
@@ -20,9 +21,9 @@ pub struct ListArgs {
     #[arg(long)]
     pub queue: Option<String>,
     /// Only jobs in this state (Pending, Running, Preempting, Suspended, Paused, Succeeded,
-    /// Failed, Cancelled); repeatable.
-    #[arg(long = "state")]
-    pub states: Vec<String>,
+    /// Failed, Cancelled; any case); repeatable.
+    #[arg(long = "state", value_parser = parse_word::<v1::JobState>)]
+    pub states: Vec<v1::JobState>,
     /// Only jobs with replicas on this node.
     #[arg(long)]
     pub node: Option<String>,
@@ -54,10 +55,6 @@ pub struct JobArgs {
     pub job: String,
 }
 
-/// Job states as the server names them, for checking `--state` before sending.
-pub const STATES: [&str; 8] =
-    ["Pending", "Running", "Preempting", "Suspended", "Paused", "Succeeded", "Failed", "Cancelled"];
-
 pub async fn get_job(conn: &Conn, job: &str) -> Result<v1::Job, ClientError> {
     let r = v1::JobRef { name: job.to_string(), ..Default::default() };
     conn.call(Subject::Job, job, |mut c| {
@@ -68,16 +65,9 @@ pub async fn get_job(conn: &Conn, job: &str) -> Result<v1::Job, ClientError> {
 }
 
 pub async fn list(conn: &Conn, a: &ListArgs, out: &mut dyn Write) -> Result<(), ClientError> {
-    let mut states = Vec::new();
-    for s in &a.states {
-        let known = STATES.iter().find(|k| k.eq_ignore_ascii_case(s)).ok_or_else(|| {
-            ClientError::Usage(format!("--state {s:?} is not a job state; use one of {}", STATES.join(", ")))
-        })?;
-        states.push(known.to_string());
-    }
     let base = v1::ListJobsRequest {
         queue: a.queue.clone().unwrap_or_default(),
-        states,
+        states: a.states.iter().map(|s| i32::from(*s)).collect(),
         node: a.node.clone().unwrap_or_default(),
         ..Default::default()
     };
@@ -139,7 +129,9 @@ pub fn jobs_table(reply: &v1::ListJobsReply, now: u64) -> String {
     for j in &reply.jobs {
         let spec = j.spec.as_ref();
         let reason = match (j.exit_code, j.reason.is_empty()) {
-            (Some(code), _) if j.state == "Failed" || j.state == "Succeeded" => format!("exit {code}"),
+            (Some(code), _) if j.state() == JobState::Failed || j.state() == JobState::Succeeded => {
+                format!("exit {code}")
+            }
             (_, false) => j.reason.clone(),
             _ if !j.preempted_by.is_empty() => format!("preempted by {}", j.preempted_by),
             _ => String::new(),
@@ -148,7 +140,7 @@ pub fn jobs_table(reply: &v1::ListJobsReply, now: u64) -> String {
             j.id.to_string(),
             spec.map_or(String::new(), |s| s.name.clone()),
             spec.map_or(String::new(), |s| s.queue.clone()),
-            j.state.clone(),
+            j.state().word().to_string(),
             j.priority.to_string(),
             job_gpus(spec).to_string(),
             age(j.submitted_ms, now),
@@ -177,7 +169,14 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     let mut rows: Vec<(&str, String)> = vec![
         ("Name", format!("{} (id {})", s.name, j.id)),
         ("Queue", s.queue.clone()),
-        ("State", if j.attempt > 0 { format!("{} (attempt {})", j.state, j.attempt) } else { j.state.clone() }),
+        (
+            "State",
+            if j.attempt > 0 {
+                format!("{} (attempt {})", j.state().word(), j.attempt)
+            } else {
+                j.state().word().into()
+            },
+        ),
     ];
     let class =
         if s.priority_class.is_empty() { "raw value".to_string() } else { format!("class {}", s.priority_class) };
@@ -189,11 +188,18 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
         rows.push(("Task", format!("{}: {} x ({r}){pools}", t.name, t.replicas)));
     }
     rows.push(("Pools", if s.pools.is_empty() { "any".into() } else { s.pools.join(", ") }));
-    if !s.topology.is_empty() {
-        rows.push(("Topology", format!("one {}", s.topology)));
+    if s.topology() != v1::Topology::Unspecified {
+        rows.push(("Topology", format!("one {}", s.topology().word())));
     }
-    let mode = if s.preemption_mode.is_empty() { "checkpoint" } else { &s.preemption_mode };
-    let mut pre = format!("{mode}, grace {}", s.grace_ms.map_or("30s".into(), span));
+    // As the server holds it: the server fills the mode and the grace of a job that named
+    // neither, so a default written here could only drift from the server's.
+    let mut pre = match s.preemption_mode().word() {
+        "" => "-".to_string(),
+        mode => mode.to_string(),
+    };
+    if let Some(grace_ms) = s.grace_ms {
+        pre.push_str(&format!(", grace {}", span(grace_ms)));
+    }
     if s.min_runtime_ms > 0 {
         pre.push_str(&format!(", min runtime {}", span(s.min_runtime_ms)));
     }

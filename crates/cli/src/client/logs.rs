@@ -6,6 +6,7 @@
 use std::io::Write;
 
 use baton_proto::v1;
+use baton_proto::words::Word;
 use clap::Args;
 use tonic::Code;
 
@@ -58,12 +59,17 @@ fn candidate_nodes(job: &v1::Job, a: &LogsArgs) -> Result<Vec<String>, ClientErr
     }
     if job.attempt == 0 {
         let why = if job.reason.is_empty() { String::new() } else { format!(": {}", job.reason) };
-        return Err(logs_err(format!("job {} never started, so it has no logs yet (state {}{why})", a.job, job.state)));
+        return Err(logs_err(format!(
+            "job {} never started, so it has no logs yet (state {}{why})",
+            a.job,
+            job.state().word()
+        )));
     }
     Err(logs_err(format!(
         "job {} has no record of where attempt {attempt} ran (state {}; the job's event history keeps only \
          its newest events); name the node whose agent kept its logs with --node",
-        a.job, job.state
+        a.job,
+        job.state().word()
     )))
 }
 

@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use baton_proto::v1;
+use baton_proto::words::Word;
 use clap::Args;
 
 use crate::client::error::{ClientError, Subject};
@@ -50,7 +51,7 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
     }
     let mut t = Table::new(&["NAME", "POOL", "RACK", "STATUS", "GPU", "CPU", "MEMORY", "JOBS", "SEEN", "AGENT"]);
     for n in nodes {
-        let mut status = n.status.clone();
+        let mut status = n.status().word().to_string();
         if n.cordoned {
             status.push_str(",Cordoned");
         }

@@ -11,12 +11,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use baton_model::node::DEFAULT_POOL;
+use baton_proto::words::Word;
 use baton_proto::{convert, v1};
 use clap::{Args, Subcommand};
 
 use crate::client::cluster::queue_usage_table;
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{amount, usage};
+use crate::client::human::{amount, parse_word, usage};
 use crate::client::output::Format;
 use crate::client::{Conn, ConnArgs, emit, print_ack};
 
@@ -75,15 +76,17 @@ pub struct QueueEdit {
     /// Fair-share weight.
     #[arg(long, conflicts_with = "file")]
     pub weight: Option<f64>,
-    /// Order of the queue's pending jobs: StrictFIFO holds later jobs behind the head.
-    #[arg(long, value_parser = ["BestEffortFIFO", "StrictFIFO"], conflicts_with = "file")]
-    pub ordering: Option<String>,
-    /// Preemption of the queue's own jobs for a higher-priority one.
-    #[arg(long, value_parser = ["Never", "LowerPriority", "LowerOrNewerEqualPriority"], conflicts_with = "file")]
-    pub within_queue: Option<String>,
-    /// Reclaiming its lent quota by preempting borrowers.
-    #[arg(long, value_parser = ["Never", "LowerPriority", "Any"], conflicts_with = "file")]
-    pub reclaim_within_cohort: Option<String>,
+    /// Order of the queue's pending jobs (BestEffortFIFO, StrictFIFO): StrictFIFO holds later
+    /// jobs behind the head.
+    #[arg(long, value_parser = parse_word::<v1::QueueOrdering>, conflicts_with = "file")]
+    pub ordering: Option<v1::QueueOrdering>,
+    /// Preemption of the queue's own jobs for a higher-priority one (Never, LowerPriority,
+    /// LowerOrNewerEqualPriority).
+    #[arg(long, value_parser = parse_word::<v1::WithinQueue>, conflicts_with = "file")]
+    pub within_queue: Option<v1::WithinQueue>,
+    /// Reclaiming its lent quota by preempting borrowers (Never, LowerPriority, Any).
+    #[arg(long, value_parser = parse_word::<v1::ReclaimWithinCohort>, conflicts_with = "file")]
+    pub reclaim_within_cohort: Option<v1::ReclaimWithinCohort>,
     /// Borrow by preempting lower-priority jobs in the cohort (true or false).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", conflicts_with = "file")]
     pub borrow_within_cohort: Option<bool>,
@@ -159,14 +162,14 @@ pub fn apply_flags(q: &mut v1::Queue, e: &QueueEdit) -> Result<(), ClientError> 
     if let Some(w) = e.weight {
         q.weight = w;
     }
-    if let Some(o) = &e.ordering {
-        q.ordering = o.clone();
+    if let Some(o) = e.ordering {
+        q.set_ordering(o);
     }
-    if let Some(w) = &e.within_queue {
-        q.within_queue = w.clone();
+    if let Some(w) = e.within_queue {
+        q.set_within_queue(w);
     }
-    if let Some(r) = &e.reclaim_within_cohort {
-        q.reclaim_within_cohort = r.clone();
+    if let Some(r) = e.reclaim_within_cohort {
+        q.set_reclaim_within_cohort(r);
     }
     if let Some(b) = e.borrow_within_cohort {
         q.borrow_within_cohort = b;
@@ -320,9 +323,9 @@ pub fn queue_text(u: &v1::QueueUsage) -> String {
     let _ = writeln!(s, "Name:        {}", q.name);
     let _ = writeln!(s, "Cohort:      {}", if q.cohort.is_empty() { "-" } else { &q.cohort });
     let _ = writeln!(s, "Weight:      {}", q.weight);
-    let _ = writeln!(s, "Ordering:    {}", q.ordering);
-    let _ =
-        writeln!(s, "Preemption:  within queue {}, reclaim within cohort {}", q.within_queue, q.reclaim_within_cohort);
+    let _ = writeln!(s, "Ordering:    {}", q.ordering().word());
+    let (within, reclaim) = (q.within_queue().word(), q.reclaim_within_cohort().word());
+    let _ = writeln!(s, "Preemption:  within queue {within}, reclaim within cohort {reclaim}");
     let borrow = match (q.borrow_within_cohort, q.max_priority_threshold) {
         (false, _) => "never".to_string(),
         (true, None) => "yes, victims of lower priority".to_string(),

@@ -19,7 +19,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{parse_duration_ms, parse_env, parse_time_limit_ms};
+use crate::client::human::{parse_duration_ms, parse_env, parse_time_limit_ms, parse_word};
 use crate::client::output::{Format, data_text};
 use crate::client::{Conn, ConnArgs};
 
@@ -61,11 +61,12 @@ pub struct SubmitArgs {
     #[arg(long = "pool", conflicts_with = "file")]
     pub pools: Vec<String>,
     /// Keep the gang on one node or one rack.
-    #[arg(long, value_parser = ["node", "rack"], conflicts_with = "file")]
-    pub topology: Option<String>,
-    /// What preemption does to this job.
-    #[arg(long, value_parser = ["checkpoint", "requeue", "cancel", "suspend"], conflicts_with = "file")]
-    pub preemption_mode: Option<String>,
+    #[arg(long, value_parser = parse_word::<v1::Topology>, conflicts_with = "file")]
+    pub topology: Option<v1::Topology>,
+    /// What preemption does to this job (checkpoint, requeue, cancel, suspend) [default: the
+    /// server's, checkpoint].
+    #[arg(long, value_parser = parse_word::<v1::PreemptionMode>, conflicts_with = "file")]
+    pub preemption_mode: Option<v1::PreemptionMode>,
     /// Time to checkpoint after the signal before a kill (e.g. 30s, 2m) [default: 30s].
     #[arg(long, value_parser = parse_duration_ms, conflicts_with = "file")]
     pub grace: Option<u64>,
@@ -183,8 +184,8 @@ fn from_flags(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
         priority_value: a.priority,
         tasks: vec![flag_task(a)?],
         pools,
-        topology: a.topology.clone().unwrap_or_default(),
-        preemption_mode: a.preemption_mode.clone().unwrap_or_default(),
+        topology: a.topology.unwrap_or_default().into(),
+        preemption_mode: a.preemption_mode.unwrap_or_default().into(),
         grace_ms: a.grace,
         min_runtime_ms: a.min_runtime.unwrap_or(0),
         time_limit_ms: a.time_limit,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::client::connect::Api;
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::*;
+use baton_proto::words::Word;
 
 /// The whole story must end within this; otherwise the demo says where it stuck.
 const DEMO_TIMEOUT_MS: u64 = 60_000;
@@ -55,15 +56,15 @@ async fn story(children: &super::Children, dir: &Path) -> Result<(), String> {
     }
     println!("project-a submits a 2x8-GPU training gang (over its quota: the GPUs are idle).");
     super::submit(&mut c, job(TRAIN, "project-a", "train", 2, 1_000_000)).await?;
-    wait(&mut c, TRAIN, |j| j.state == "Running").await?;
+    wait(&mut c, TRAIN, |j| j.state() == JobState::Running).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     println!("project-b wants its guaranteed 8 GPUs for an interactive workspace.");
     super::submit(&mut c, job(JUPYTER, "project-b", "interactive", 1, 40)).await?;
-    wait(&mut c, JUPYTER, |j| j.state == "Running").await?;
-    let victim = wait(&mut c, TRAIN, |j| j.state == "Pending").await?;
+    wait(&mut c, JUPYTER, |j| j.state() == JobState::Running).await?;
+    let victim = wait(&mut c, TRAIN, |j| j.state() == JobState::Pending).await?;
     println!("the training gang checkpointed: has_checkpoint = {}", victim.has_checkpoint);
-    wait(&mut c, JUPYTER, |j| j.state == "Succeeded").await?;
-    let resumed = wait(&mut c, TRAIN, |j| j.state == "Running" && j.attempt == 2).await?;
+    wait(&mut c, JUPYTER, |j| j.state() == JobState::Succeeded).await?;
+    let resumed = wait(&mut c, TRAIN, |j| j.state() == JobState::Running && j.attempt == 2).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     printer.abort();
     println!();
@@ -95,7 +96,7 @@ async fn wait(c: &mut Api, job: &str, ok: impl Fn(&Job) -> bool) -> Result<Job, 
             return Ok(j);
         }
         if Instant::now() > deadline {
-            return Err(format!("{job} is still {} ({})", j.state, j.reason));
+            return Err(format!("{job} is still {} ({})", j.state().word(), j.reason));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

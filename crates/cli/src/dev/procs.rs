@@ -299,7 +299,8 @@ impl Children {
                     continue;
                 }
                 let Ok(nodes) = c.list_nodes(Empty {}).await else { continue };
-                let ready = nodes.get_ref().nodes.iter().filter(|n| n.status == "Ready").count();
+                let ready =
+                    nodes.get_ref().nodes.iter().filter(|n| n.status() == baton_proto::v1::NodeStatus::Ready).count();
                 if nodes_ok(ready) {
                     return Ok(());
                 }

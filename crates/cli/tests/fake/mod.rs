@@ -46,6 +46,9 @@ pub struct State {
     pub acted_on: Vec<v1::JobRef>,
     pub jobs: Vec<v1::Job>,
     pub queues: Vec<v1::QueueUsage>,
+    /// What ListCohorts and ListClasses answer; CreateCohort and CreateClass add to them.
+    pub cohorts: Vec<v1::Cohort>,
+    pub classes: Vec<v1::PriorityClass>,
     pub nodes: Vec<v1::Node>,
     pub events: Vec<v1::Event>,
     pub info: v1::ClusterInfoReply,
@@ -123,7 +126,7 @@ impl Baton for Fake {
             .jobs
             .iter()
             .filter(|j| r.queue.is_empty() || j.spec.as_ref().is_some_and(|sp| sp.queue == r.queue))
-            .filter(|j| r.states.is_empty() || r.states.iter().any(|st| st.eq_ignore_ascii_case(&j.state)))
+            .filter(|j| r.states.is_empty() || r.states.contains(&j.state))
             .cloned()
             .collect();
         Ok(Response::new(v1::ListJobsReply { jobs, truncated: false, ..Default::default() }))
@@ -250,9 +253,19 @@ impl Baton for Fake {
         ack("cohort deleted".into())
     }
 
+    async fn create_cohort(&self, r: Request<v1::Cohort>) -> Answer<v1::Ack> {
+        let mut s = self.enter("CreateCohort")?;
+        let c = r.into_inner();
+        if s.cohorts.iter().any(|x| x.name == c.name) {
+            return Err(Status::already_exists(format!("cohort {:?} already exists", c.name)));
+        }
+        s.cohorts.push(c.clone());
+        ack(format!("cohort {} created", c.name))
+    }
+
     async fn list_cohorts(&self, _r: Request<v1::Empty>) -> Answer<v1::ListCohortsReply> {
-        let _s = self.enter("ListCohorts")?;
-        Ok(Response::new(v1::ListCohortsReply::default()))
+        let s = self.enter("ListCohorts")?;
+        Ok(Response::new(v1::ListCohortsReply { cohorts: s.cohorts.clone() }))
     }
 
     async fn put_class(&self, _r: Request<v1::PriorityClass>) -> Answer<v1::Ack> {
@@ -265,9 +278,19 @@ impl Baton for Fake {
         ack("class deleted".into())
     }
 
+    async fn create_class(&self, r: Request<v1::PriorityClass>) -> Answer<v1::Ack> {
+        let mut s = self.enter("CreateClass")?;
+        let c = r.into_inner();
+        if s.classes.iter().any(|x| x.name == c.name) {
+            return Err(Status::already_exists(format!("priority class {:?} already exists", c.name)));
+        }
+        s.classes.push(c.clone());
+        ack(format!("priority class {} created", c.name))
+    }
+
     async fn list_classes(&self, _r: Request<v1::Empty>) -> Answer<v1::ListClassesReply> {
-        let _s = self.enter("ListClasses")?;
-        Ok(Response::new(v1::ListClassesReply::default()))
+        let s = self.enter("ListClasses")?;
+        Ok(Response::new(v1::ListClassesReply { classes: s.classes.clone() }))
     }
 
     async fn list_nodes(&self, _r: Request<v1::Empty>) -> Answer<v1::ListNodesReply> {
@@ -482,7 +505,7 @@ pub fn job(id: u64, name: &str, queue: &str, state: &str, placements: &[(&str, &
             command: vec!["python".into(), "train.py".into()],
             ..Default::default()
         }),
-        state: state.into(),
+        state: baton_proto::words::Word::from_word(state).map_or(0, |s: v1::JobState| s.into()),
         priority: 100,
         preemptible: true,
         attempt: u32::from(!placements.is_empty()),
@@ -497,7 +520,7 @@ pub fn node(name: &str, agent_addr: &str) -> v1::Node {
         name: name.into(),
         pool: "default".into(),
         resources: resources(&[("gpu", 8)]),
-        status: "Ready".into(),
+        status: v1::NodeStatus::Ready.into(),
         agent_addr: agent_addr.into(),
         ..Default::default()
     }
@@ -506,16 +529,7 @@ pub fn node(name: &str, agent_addr: &str) -> v1::Node {
 /// Parses a client command line as the binary would and runs it in-process, returning what
 /// it printed.
 pub fn run(args: &[&str]) -> (Result<(), baton_cli::client::ClientError>, String) {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        cmd: baton_cli::client::ClientCommand,
-    }
-    // The fakes serve plain TCP; the flag goes right after the command's name, before any
-    // `--` that starts a job's command line.
-    let args = args.iter().take(1).chain(&["--insecure"]).chain(args.iter().skip(1)).copied();
-    let cli = Cli::try_parse_from(std::iter::once("baton").chain(args)).expect("arguments parse");
+    let cli = parse(args).expect("arguments parse");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut out = Vec::new();
     let result = rt.block_on(async {
@@ -523,6 +537,28 @@ pub fn run(args: &[&str]) -> (Result<(), baton_cli::client::ClientError>, String
         baton_cli::client::run(&conn, &cli.cmd, &mut out).await
     });
     (result, String::from_utf8(out).unwrap())
+}
+
+/// Why the command line `args` does not parse (clap's message); panics if it does.
+pub fn parse_error(args: &[&str]) -> String {
+    match parse(args) {
+        Ok(_) => panic!("{args:?} parsed"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: baton_cli::client::ClientCommand,
+}
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    use clap::Parser;
+    // The fakes serve plain TCP; the flag goes right after the command's name, before any
+    // `--` that starts a job's command line.
+    let args = args.iter().take(1).chain(&["--insecure"]).chain(args.iter().skip(1)).copied();
+    Cli::try_parse_from(std::iter::once("baton").chain(args))
 }
 
 /// The real binary, run to completion.

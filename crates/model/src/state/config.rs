@@ -24,6 +24,15 @@ impl State {
         Ok(())
     }
 
+    /// `put_class` unless the name is taken: decided here, in the replicated state, so of
+    /// two creates of one name exactly one lands.
+    pub(crate) fn create_class(&mut self, c: PriorityClass) -> Result<(), ApplyError> {
+        if self.d.classes.contains_key(&c.name) {
+            return Err(ApplyError::Exists { kind: "priority class".into(), name: c.name.to_string() });
+        }
+        self.put_class(c)
+    }
+
     pub(crate) fn delete_class(&mut self, name: &Name) -> Result<(), ApplyError> {
         // Jobs keep the priority resolved at submission, so nothing depends on the class.
         self.d.classes.remove(name).map(|_| ()).ok_or_else(|| ApplyError::unknown("priority class", name))
@@ -51,6 +60,14 @@ impl State {
         self.d.cohorts.insert(c.name.clone(), c);
         self.rebuild_ledger();
         Ok(())
+    }
+
+    /// `put_cohort` unless the name is taken (see `create_class`).
+    pub(crate) fn create_cohort(&mut self, c: Cohort) -> Result<(), ApplyError> {
+        if self.d.cohorts.contains_key(&c.name) {
+            return Err(ApplyError::Exists { kind: "cohort".into(), name: c.name.to_string() });
+        }
+        self.put_cohort(c)
     }
 
     pub(crate) fn delete_cohort(&mut self, name: &Name) -> Result<(), ApplyError> {

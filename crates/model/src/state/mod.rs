@@ -244,6 +244,8 @@ impl State {
             Op::GrantQueueAdmin { id, queue, granted } => done(self.grant_queue_admin(&id, queue, granted)),
             Op::CreateQueue(q) => done(self.create_queue(q, ev)),
             Op::UpdateQueue { spec, revision } => done(self.update_queue(spec, revision, ev)),
+            Op::CreateCohort(c) => done(self.create_cohort(c)),
+            Op::CreateClass(c) => done(self.create_class(c)),
         }
     }
 

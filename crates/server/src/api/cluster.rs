@@ -9,7 +9,7 @@ use baton_proto::convert::{
     pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto, tenancy_from_proto, tenancy_to_proto,
 };
 use baton_proto::v1::{
-    Ack, ClusterInfoReply, MembershipReply, Replica, SchedulerSettings, SnapshotChunk, TenancySettings,
+    Ack, ClusterInfoReply, MembershipReply, Replica, ReplicaRole, SchedulerSettings, SnapshotChunk, TenancySettings,
 };
 use tonic::{Response, Status};
 
@@ -40,13 +40,13 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         .iter()
         .map(|(id, addr)| {
             let role = if Some(*id) == m.leader_id {
-                "Leader"
+                ReplicaRole::Leader
             } else if m.learners.contains(id) {
-                "Learner"
+                ReplicaRole::Learner
             } else if m.voters.contains(id) {
-                "Follower"
+                ReplicaRole::Follower
             } else {
-                "Unknown"
+                ReplicaRole::Unknown
             };
             let failure = if *id == m.node_id { failure.clone().unwrap_or_default() } else { String::new() };
             let rack = racks.get(id).cloned().flatten().unwrap_or_else(|| RACK_UNKNOWN.into());

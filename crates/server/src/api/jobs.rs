@@ -2,10 +2,10 @@
 
 use baton_model::State;
 use baton_model::command::{Op, Outcome};
-use baton_model::job::{Job, JobId, JobState};
+use baton_model::job::{Job, JobId};
 use baton_model::limits::MAX_REQUEST_ID_LEN;
 use baton_model::tenancy::UnixUser;
-use baton_proto::convert::{job_spec_from_proto, job_to_proto, pool_reservation_to_proto};
+use baton_proto::convert::{job_spec_from_proto, job_states_from_proto, job_to_proto, pool_reservation_to_proto};
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use prost::Message;
 use tonic::{Response, Status};
@@ -90,14 +90,7 @@ pub async fn get(api: &Api, who: &Caller, r: JobRef) -> Result<Response<v1::Job>
 }
 
 pub async fn list(api: &Api, who: &Caller, r: ListJobsRequest) -> Result<Response<ListJobsReply>, Status> {
-    let mut states = Vec::new();
-    for (i, st) in r.states.iter().enumerate() {
-        let parsed = JobState::parse(st).ok_or_else(|| {
-            let all: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-            Status::invalid_argument(format!("states[{i}]: {st:?} is not one of {}", all.join(", ")))
-        })?;
-        states.push(parsed);
-    }
+    let states = job_states_from_proto(&r.states, "states").map_err(status::from_convert)?;
     let page = page_size(r.page_size, api.ctx.settings.max_list_jobs)?;
     let after = page_start(&r.page_token)?;
     let limit = if r.limit == 0 { page } else { page.min(r.limit as usize) };

@@ -185,6 +185,10 @@ impl Baton for Api {
         let who = self.caller(r.metadata()).await?;
         objects::put_cohort(self, &who, r.into_inner()).await
     }
+    async fn create_cohort(&self, r: Request<Cohort>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        objects::create_cohort(self, &who, r.into_inner()).await
+    }
     async fn delete_cohort(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
         let name = objects::name(&r.into_inner().name)?;
@@ -197,6 +201,10 @@ impl Baton for Api {
     async fn put_class(&self, r: Request<PriorityClass>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
         objects::put_class(self, &who, r.into_inner()).await
+    }
+    async fn create_class(&self, r: Request<PriorityClass>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        objects::create_class(self, &who, r.into_inner()).await
     }
     async fn delete_class(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;

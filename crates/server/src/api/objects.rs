@@ -37,6 +37,16 @@ pub async fn put_cohort(api: &Api, who: &Caller, c: Cohort) -> Result<Response<A
     api.ack(who, Op::PutCohort(c)).await
 }
 
+pub async fn create_cohort(api: &Api, who: &Caller, c: Cohort) -> Result<Response<Ack>, Status> {
+    let c = cohort_from_proto(&c).map_err(status::from_convert)?;
+    api.ack(who, Op::CreateCohort(c)).await
+}
+
+pub async fn create_class(api: &Api, who: &Caller, c: PriorityClass) -> Result<Response<Ack>, Status> {
+    let c = class_from_proto(&c).map_err(status::from_convert)?;
+    api.ack(who, Op::CreateClass(c)).await
+}
+
 pub async fn put_class(api: &Api, who: &Caller, c: PriorityClass) -> Result<Response<Ack>, Status> {
     let c = class_from_proto(&c).map_err(status::from_convert)?;
     api.ack(who, Op::PutClass(c)).await

@@ -14,6 +14,7 @@ pub mod tokens;
 
 use baton_model::access::{Role, Token, TokenHash};
 use baton_model::command::Op;
+use baton_proto::{AUTHORIZATION_METADATA, BEARER_PREFIX};
 use sha2::{Digest, Sha256};
 use tonic::Status;
 use tonic::metadata::MetadataMap;
@@ -119,7 +120,7 @@ pub async fn bootstrap_admin(replica: baton_raft::Replica, hash: TokenHash) {
 
 /// The token in `authorization: Bearer TOKEN`, or why there is none.
 pub fn bearer(meta: &MetadataMap) -> Result<&str, Status> {
-    let value = meta.get("authorization").ok_or_else(|| {
+    let value = meta.get(AUTHORIZATION_METADATA).ok_or_else(|| {
         Status::unauthenticated(
             "missing `authorization: Bearer TOKEN` metadata; set BATON_TOKEN or pass --token-file \
              (an admin makes tokens with `baton token create`)",
@@ -127,7 +128,7 @@ pub fn bearer(meta: &MetadataMap) -> Result<&str, Status> {
     })?;
     let text = value.to_str().map_err(|_| Status::unauthenticated("the authorization metadata is not text"))?;
     let token = text
-        .strip_prefix("Bearer ")
+        .strip_prefix(BEARER_PREFIX)
         .ok_or_else(|| Status::unauthenticated("the authorization metadata must read `Bearer TOKEN`"))?
         .trim();
     if token.is_empty() || token.len() > MAX_TOKEN_LEN {

@@ -24,7 +24,8 @@ use std::time::Duration;
 use baton_model::event::Event as ModelEvent;
 use baton_proto::convert::event_to_proto;
 use baton_proto::scrape;
-use baton_proto::v1::{JobRef, ListJobsRequest, ListQueuesReply};
+use baton_proto::v1::{JobRef, JobState, ListJobsRequest, ListQueuesReply};
+use baton_proto::words::Word;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -151,7 +152,7 @@ async fn caller(api: &Api, r: &Request) -> Result<Caller, Status> {
     if let Some(value) = &r.bearer {
         let value: MetadataValue<_> =
             value.parse().map_err(|_| Status::unauthenticated("the Authorization header is not text"))?;
-        meta.insert("authorization", value);
+        meta.insert(baton_proto::AUTHORIZATION_METADATA, value);
     }
     api.caller(&meta).await.map_err(|s| match s.code() {
         Code::Unauthenticated => Status::unauthenticated(format!(
@@ -202,9 +203,14 @@ fn jobs_page(r: &Request) -> Result<ListJobsRequest, Status> {
     if !after.is_empty() && after.parse::<u64>().is_err() {
         return Err(Status::invalid_argument(format!("after {after:?}: a job id (the `next` of the last page)")));
     }
-    let states = r.param("state").unwrap_or("").split(',').filter(|s| !s.is_empty()).map(str::to_string);
+    let words = r.param("state").unwrap_or("").split(',').filter(|s| !s.is_empty());
     // More names than there are states can only repeat some.
-    let states = states.take(baton_model::job::JobState::ALL.len() + 1).collect();
+    let mut states = Vec::new();
+    for word in words.take(JobState::ALL.len() + 1) {
+        let state = JobState::from_word(word)
+            .ok_or_else(|| Status::invalid_argument(format!("state {word:?} is not one of {}", JobState::words())))?;
+        states.push(state.into());
+    }
     Ok(ListJobsRequest { page_size: limit as u32, page_token: after, states, ..Default::default() })
 }
 
@@ -331,7 +337,12 @@ mod tests {
         assert_eq!((page.page_size as usize, page.page_token.as_str()), (DEFAULT_JOBS_PER_PAGE, ""));
         let page = jobs_page(&request("/api/jobs?after=41&limit=500&state=Running,Preempting")).unwrap();
         assert_eq!((page.page_size, page.page_token.as_str()), (500, "41"));
-        assert_eq!(page.states, ["Running", "Preempting"]);
+        assert_eq!(page.states().collect::<Vec<_>>(), [JobState::Running, JobState::Preempting]);
+        let e = jobs_page(&request("/api/jobs?state=Running,Sleeping")).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "state \"Sleeping\" is not one of Pending, Running, Preempting, Suspended, Paused, Succeeded, Failed, Cancelled"
+        );
         for bad in ["limit=501", "limit=0", "limit=x"] {
             let e = jobs_page(&request(&format!("/api/jobs?{bad}"))).unwrap_err();
             assert!(e.message().contains("1 to 500 jobs"), "{bad}: {}", e.message());

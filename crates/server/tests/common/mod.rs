@@ -10,6 +10,8 @@ use ::baton_server::{ServerConfig, ServerSettings};
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
+#[allow(unused_imports)]
+pub use baton_proto::words::Word;
 use baton_raft::{RaftSettings, ReplicaConfig, Storage};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -142,15 +144,16 @@ pub fn gpu_job(name: &str, queue: &str, class: &str, gpus: u64) -> JobSpec {
 #[allow(unused_imports)]
 pub use baton_proto::make::gpu_queue as queue;
 
-pub async fn wait_state(c: &mut BatonClient<Channel>, job: &str, state: &str) -> Job {
+pub async fn wait_state(c: &mut BatonClient<Channel>, job: &str, state: JobState) -> Job {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(j) = c.get_job(JobRef { name: job.into(), ..Default::default() }).await {
             let j = j.into_inner();
-            if j.state == state {
+            if j.state() == state {
                 return j;
             }
-            assert!(Instant::now() < deadline, "job {job} is {} ({}), not {state}, after 10 s", j.state, j.reason);
+            let (is, want) = (j.state().word(), state.word());
+            assert!(Instant::now() < deadline, "job {job} is {is} ({}), not {want}, after 10 s", j.reason);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
