@@ -42,6 +42,8 @@ async fn slurm_preempt_modes_replays_with_real_processes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_preemption_changes_no_outcome() {
     let c = Replay { kill_leader_at_ms: Some(10_000) }.run(&load(&scenario("runai-preemption"))).await;
+    // The replay ends once the state says attempt 2 runs; its process starts a moment later.
+    wait_file_lines(&c.path("starts-large-training-job"), 2).await;
     let starts = std::fs::read_to_string(c.path("starts-large-training-job")).unwrap();
     assert_eq!(starts.lines().collect::<Vec<_>>(), ["1", "2"], "each attempt started exactly once");
     // Checkpoint directories are keyed by job id (a name can be reused by a newer job).
