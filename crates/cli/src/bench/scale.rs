@@ -12,14 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use baton_proto::make::gpu_queue;
 use baton_proto::v1::Empty;
 use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::load::Caller;
 use super::simagents::{self, Fleet, Seen};
-use super::submit::{QUEUE, channel, client, leader, submit_request};
+use super::submit::{channel, client, leader, submit_request};
 use super::{percentiles_line, procstat, runtime};
 use crate::dev::METRICS_PORT_OFFSET;
 use crate::dev::procs::{Children, Security};
@@ -129,10 +128,7 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
         a.election_timeout_ms, a.nodes, a.gpus, a.racks, a.backlog, a.clients, a.run_ms, a.heartbeat_ms
     );
     let capacity = u64::from(a.nodes) * u64::from(a.gpus);
-    client(channel(&servers[0]).await?)
-        .put_queue(gpu_queue(QUEUE, capacity))
-        .await
-        .map_err(|e| e.message().to_string())?;
+    super::submit::bench_queue(&servers[0], capacity).await?;
     let seen = Arc::new(Seen::new(a.nodes));
     let fleet = Fleet {
         nodes: a.nodes,

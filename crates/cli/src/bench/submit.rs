@@ -108,6 +108,22 @@ pub async fn channel(addr: &str) -> Result<Channel, String> {
         .map_err(|e| format!("cannot connect to {addr}: {e}"))
 }
 
+/// The benchmark's queue, able to hold `capacity` GPUs of work, and the cluster's bounds on
+/// unfinished jobs raised to their most: a backlog is what the benchmarks measure, and
+/// the default bound (10,000 per queue) would turn most submits into refusals.
+pub async fn bench_queue(server: &str, capacity: u64) -> Result<(), String> {
+    let mut c = client(channel(server).await?);
+    c.put_queue(gpu_queue(QUEUE, capacity)).await.map_err(|e| e.message().to_string())?;
+    let most = baton_model::limits::MAX_JOBS as u32;
+    let bounds = baton_proto::v1::TenancySettings {
+        allow_root_jobs: None,
+        max_jobs_per_user: Some(most),
+        max_jobs_per_queue: Some(most),
+    };
+    c.set_tenancy(bounds).await.map_err(|e| e.message().to_string())?;
+    Ok(())
+}
+
 pub fn client(ch: Channel) -> BatonClient<Channel> {
     BatonClient::new(ch)
         .max_decoding_message_size(baton_proto::MAX_MESSAGE_BYTES)
@@ -170,10 +186,7 @@ async fn load_baton(a: &SubmitArgs, children: &Children) -> Result<(), String> {
         servers: servers.clone(),
     };
     let capacity = u64::from(a.nodes) * u64::from(GPUS_PER_NODE);
-    client(channel(&servers[0]).await?)
-        .put_queue(gpu_queue(QUEUE, capacity))
-        .await
-        .map_err(|e| e.message().to_string())?;
+    bench_queue(&servers[0], capacity).await?;
     simagents::start(fleet, Arc::new(Seen::new(a.nodes)))?;
     wait_ready(&servers, a.nodes as usize, Duration::from_secs(READY_TIMEOUT_S)).await?;
     let mut callers = Vec::new();
