@@ -95,42 +95,24 @@ impl<'a> View<'a> {
     /// ledger, not the view's: the cycle's changes must not show.
     pub fn active(&self) -> &[Running] {
         self.active.get_or_init(|| {
-            let active: Vec<Running> =
-                self.charged_jobs().filter(|j| j.state.is_active()).map(|j| self.running(j)).collect();
-            if cfg!(debug_assertions) {
-                let scanned: Vec<JobId> =
-                    self.state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.id).collect();
-                let gathered: Vec<JobId> = active.iter().map(|r| r.job).collect();
-                assert_eq!(gathered, scanned, "running jobs read from the charges differ from a scan of every job");
-            }
-            active
+            let charges = &self.state.ledger().charges;
+            self.state
+                .jobs()
+                .values()
+                .filter(|j| j.state.is_active())
+                .map(|j| Running {
+                    job: j.id,
+                    queue: charges.get(&j.id).map_or(0, |c| c.queue),
+                    leaving: j.is_leaving() || self.timed_out.contains(&j.id),
+                    preemptible: j.preemptible,
+                    protected_until_ms: j.started_ms.saturating_add(j.spec.min_runtime_ms),
+                    priority: j.priority,
+                    progress_mark_ms: j.progress_mark_ms,
+                    submitted: j.submitted_key(),
+                    gpus: j.gpus(),
+                })
+                .collect()
         })
-    }
-
-    /// Jobs the state's ledger charges, in id order. A running or stopping job always holds a
-    /// charge (it occupies its nodes), so these include every active job without reading
-    /// the backlog: tens of thousands of pending jobs on a busy cluster, against thousands
-    /// charged.
-    fn charged_jobs(&self) -> impl Iterator<Item = &'a Job> + use<'a, '_> {
-        let mut ids: Vec<JobId> = self.state.ledger().charges.iter().map(|(id, _)| *id).collect();
-        ids.sort_unstable();
-        let jobs = self.state.jobs();
-        ids.into_iter().filter_map(move |id| jobs.get(&id))
-    }
-
-    fn running(&self, j: &Job) -> Running {
-        let charges = &self.state.ledger().charges;
-        Running {
-            job: j.id,
-            queue: charges.get(&j.id).map_or(0, |c| c.queue),
-            leaving: j.is_leaving() || self.timed_out.contains(&j.id),
-            preemptible: j.preemptible,
-            protected_until_ms: j.started_ms.saturating_add(j.spec.min_runtime_ms),
-            priority: j.priority,
-            progress_mark_ms: j.progress_mark_ms,
-            submitted: j.submitted_key(),
-            gpus: j.gpus(),
-        }
     }
 
     /// `active()` grouped by queue, and its leaving jobs.
