@@ -186,14 +186,12 @@ fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Pl
     let backfills = holds.backfills(c.job, view.now_ms);
     let own = holds.of_queue(c.queue, c.id);
     if let Some(i) = own.filter(|i| !backfills.contains(i)) {
-        let h = &holds.list[i];
-        let why = format!(
-            "waiting behind {}'s reservation on {}: no other job of queue {} starts while it holds, except one with a time limit that ends in time",
-            view.job(h.job).spec.name,
-            h.where_,
-            c.job.spec.queue
-        );
-        wait_for(plan, c.id, c.reason, why);
+        // The reason is the same for every job of the queue: built once per cycle, copied
+        // only for a job whose reason changes (most of the queue's backlog keeps it).
+        let why = &holds.list[i].behind;
+        if c.reason != why {
+            plan.decisions.push(Decision::Wait { job: c.id, reason: why.clone() });
+        }
         return Outcome::Waits;
     }
     if backfills.is_empty() {

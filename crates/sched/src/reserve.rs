@@ -29,6 +29,8 @@ pub struct Hold {
     pub backfill_until_ms: Option<u64>,
     /// "n1, n2 (pool p)": how reasons name it.
     pub where_: String,
+    /// Why the other jobs of its queue wait behind it.
+    pub behind: String,
     blocked: bool,
 }
 
@@ -55,7 +57,11 @@ impl Holds {
             }
             let backfill_until_ms = view.state.backfill_until(&view.ledger, r);
             let where_ = where_of(r);
-            let mut h = Hold { job: r.job, queue: q, shares, backfill_until_ms, where_, blocked: false };
+            let behind = format!(
+                "waiting behind {}'s reservation on {where_}: no other job of queue {} starts while it holds, except one with a time limit that ends in time",
+                job.spec.name, job.spec.queue
+            );
+            let mut h = Hold { job: r.job, queue: q, shares, backfill_until_ms, where_, behind, blocked: false };
             block(view, &mut h);
             holds.list.push(h);
         }
@@ -160,18 +166,33 @@ fn unblock(view: &mut View, h: &mut Hold) {
 
 /// Would the job's queue admit it once its own queue's jobs on `nodes` had ended?
 fn admitted_without_own(view: &mut View, q: usize, np: bool, shares: &[Share], nodes: &[usize]) -> Result<(), String> {
-    let own = own_on(view, &running(view), q, nodes);
+    let own = own_on(view, q, nodes);
     admitted_without(view, own, q, np, shares)
 }
 
-/// Of the `running` jobs, those of queue `q` on `nodes`.
-fn own_on(view: &View, running: &[(JobId, usize)], q: usize, nodes: &[usize]) -> Vec<JobId> {
-    running
-        .iter()
-        .copied()
-        .filter(|&(j, jq)| jq == q && nodes.iter().any(|&n| view.ledger.nodes[n].occupant(j).is_some()))
-        .map(|(j, _)| j)
-        .collect()
+/// The jobs running in the view (as `running` has them) of queue `q` with a share on
+/// `nodes`, in id order. Read from those nodes' occupants: every cycle asks this for each
+/// reservation, and gathering every running job for it cost a pass over all of them.
+fn own_on(view: &View, q: usize, nodes: &[usize]) -> Vec<JobId> {
+    let ledger = &view.ledger;
+    let runs = |j: JobId| {
+        ledger.charges.get(&j).is_some_and(|ch| {
+            ch.queue == q && ch.nodes.iter().any(|&n| ledger.nodes[n].occupant(j).is_some_and(|o| !o.held))
+        })
+    };
+    let mut own: Vec<JobId> =
+        nodes.iter().flat_map(|&n| ledger.nodes[n].occupants.iter().map(|o| o.job)).filter(|&j| runs(j)).collect();
+    own.sort_unstable();
+    own.dedup();
+    if cfg!(debug_assertions) {
+        let scanned: Vec<JobId> = running(view)
+            .into_iter()
+            .filter(|&(j, jq)| jq == q && nodes.iter().any(|&n| ledger.nodes[n].occupant(j).is_some()))
+            .map(|(j, _)| j)
+            .collect();
+        assert_eq!(own, scanned, "a reservation's own-queue jobs differ from a scan of every running job");
+    }
+    own
 }
 
 /// Would queue `q` admit `shares` were the jobs of `own` gone?
@@ -251,7 +272,7 @@ pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan, seen
         let names = |n: usize| view.ledger.nodes[n].name.clone();
         let (replicas, shares) = packing.allocate(&set, &c.needs, names);
         let nodes = packing.nodes();
-        let own = own_on(view, seen.running(view), q, &nodes);
+        let own = own_on(view, q, &nodes);
         if admitted_without(view, own, q, np, &shares).is_err() {
             continue;
         }
