@@ -9,6 +9,9 @@
 //! working copy both call them.
 //! The scheduler clones the ledger every cycle, so its large tables are copy-on-write
 //! (`cow.rs`): a clone shares them, and a change copies one chunk of 64 entries.
+//! It also counts each queue's and each owner's unfinished jobs (`UnfinishedJobs`), so that
+//! a submit checks the per-queue and per-user bounds without walking every job. Those
+//! maps are cloned whole with the ledger: one entry per queue and per user with jobs.
 //!
 //! Vocabulary:
 //! - *kind*: a resource name interned to an index; `gpu` is always kind 0.
