@@ -383,3 +383,48 @@ fn unix_user_names_are_checked() {
         assert!(UnixUser::new(bad).is_err(), "{bad:?}");
     }
 }
+
+/// The unfinished jobs of each queue and user, counted by scanning every job.
+fn scanned_unfinished(s: &State) -> (BTreeMap<Name, u32>, BTreeMap<Name, u32>) {
+    let (mut per_queue, mut per_user) = (BTreeMap::new(), BTreeMap::new());
+    for j in s.jobs().values().filter(|j| !j.state.is_finished()) {
+        *per_queue.entry(j.spec.queue.clone()).or_insert(0) += 1;
+        if let Some(user) = s.access().owner(j.id) {
+            *per_user.entry(user.clone()).or_insert(0) += 1;
+        }
+    }
+    (per_queue, per_user)
+}
+
+#[test]
+fn the_bounds_count_unfinished_jobs_kept_up_to_date_which_match_a_scan_and_a_rebuild() {
+    let mut s = cluster();
+    s.set_retain_finished(1);
+    let mut alices = Vec::new();
+    for i in 0..4 {
+        alices.push(submit_as(&mut s, ALICE, &format!("a{i}"), "a", None).unwrap());
+        submit(&mut s, BOB, &format!("b{i}"), "a", None).unwrap();
+    }
+    submit(&mut s, ADMIN, "admin-b", "b", None).unwrap();
+    // Finished jobs stop counting, and pruning them (retention 1) changes nothing.
+    for id in &alices[..3] {
+        apply(&mut s, as_(ALICE, Op::Cancel { job: *id })).unwrap();
+    }
+    let counts = s.ledger().unfinished.clone();
+    assert_eq!(counts.of_user(&Name::lit("alice")), 1);
+    assert_eq!(counts.of_user(&Name::lit("bob")), 4);
+    assert_eq!(counts.of_queue(&Name::lit("a")), 5);
+    assert_eq!(counts.of_queue(&Name::lit("b")), 1);
+    assert_eq!((counts.per_queue.clone(), counts.per_user.clone()), scanned_unfinished(&s));
+    s.ledger_consistent().unwrap();
+    // A state read back from a snapshot counts the same.
+    let back: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(back.ledger().unfinished, counts);
+    // The bound uses the count: alice, with one unfinished job, may submit one more.
+    apply(&mut s, as_(ADMIN, Op::SetTenancy(TenancySettings { max_jobs_per_user: 2, ..TenancySettings::default() })))
+        .unwrap();
+    submit_as(&mut s, ALICE, "a-last", "a", None).unwrap();
+    let op = Op::SubmitRunAs { spec: job("a-over", "a"), request_id: None, run_as: None };
+    let e = refused(&mut s, as_(ALICE, op), limited);
+    assert!(e.contains("user alice has 2 unfinished jobs"), "{e}");
+}

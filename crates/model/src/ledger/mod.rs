@@ -9,6 +9,9 @@
 //! working copy both call them.
 //! The scheduler clones the ledger every cycle, so its large tables are copy-on-write
 //! (`cow.rs`): a clone shares them, and a change copies one chunk of 64 entries.
+//! It also counts each queue's and each owner's unfinished jobs (`UnfinishedJobs`), so that
+//! a submit checks the per-queue and per-user bounds without walking every job. Those
+//! maps are cloned whole with the ledger: one entry per queue and per user with jobs.
 //!
 //! Vocabulary:
 //! - *kind*: a resource name interned to an index; `gpu` is always kind 0.
@@ -212,6 +215,55 @@ pub struct Ledger {
     pub queue_ix: FxMap<String, usize>,
     pub trees: Vec<TreeAcct>,
     pub charges: CowMap<JobCharge>,
+    /// Unfinished jobs per queue and per owner, for the per-queue and per-user bounds a
+    /// submit checks: kept up to date by submit and finish so a submit does not scan
+    /// every job (with a backlog of tens of thousands that scan was most of an apply).
+    pub unfinished: UnfinishedJobs,
+}
+
+/// How many unfinished (not succeeded, failed or cancelled) jobs each queue and each
+/// owner holds; a name with none is absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnfinishedJobs {
+    pub per_queue: BTreeMap<Name, u32>,
+    pub per_user: BTreeMap<Name, u32>,
+}
+
+impl UnfinishedJobs {
+    pub fn of_queue(&self, queue: &Name) -> u32 {
+        self.per_queue.get(queue).copied().unwrap_or(0)
+    }
+
+    pub fn of_user(&self, user: &Name) -> u32 {
+        self.per_user.get(user).copied().unwrap_or(0)
+    }
+
+    /// A job that is not finished now exists (submitted, or found by a rebuild).
+    pub fn add(&mut self, queue: &Name, owner: Option<&Name>) {
+        *self.per_queue.entry(queue.clone()).or_insert(0) += 1;
+        if let Some(user) = owner {
+            *self.per_user.entry(user.clone()).or_insert(0) += 1;
+        }
+    }
+
+    /// An unfinished job has finished.
+    pub fn remove(&mut self, queue: &Name, owner: Option<&Name>) {
+        decrement(&mut self.per_queue, queue);
+        if let Some(user) = owner {
+            decrement(&mut self.per_user, user);
+        }
+    }
+}
+
+/// Counts one fewer under `key`, dropping the entry at zero (so a rebuild, which never
+/// makes a zero entry, compares equal).
+fn decrement(map: &mut BTreeMap<Name, u32>, key: &Name) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
 }
 
 impl Ledger {
@@ -247,6 +299,7 @@ impl Ledger {
         for p in &self.pools {
             out += &format!("pool {p:?}\n");
         }
+        out += &format!("unfinished {:?}\n", self.unfinished);
         out
     }
 }

@@ -186,6 +186,9 @@ impl State {
         let now = self.d.now_ms;
         self.forget_placement(id);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
+        if !job.state.is_finished() {
+            self.ledger.unfinished.remove(&job.spec.queue, self.access.owners.get(&id));
+        }
         job.state = state;
         job.exit_code = exit_code;
         job.finished_ms = Some(now);

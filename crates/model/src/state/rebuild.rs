@@ -55,6 +55,9 @@ impl State {
             l.nodes.push(NodeAcct::new(node.spec.name.clone(), pool, rack, node.schedulable(), cap));
         }
         self.build_queues(&mut l);
+        for j in self.d.jobs.values().filter(|j| !j.state.is_finished()) {
+            l.unfinished.add(&j.spec.queue, self.access.owner(j.id));
+        }
         self.ledger = l;
         self.charge_jobs();
     }

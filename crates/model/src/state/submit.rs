@@ -88,6 +88,7 @@ impl State {
             finished_ms: None,
             events: VecDeque::new(),
         };
+        self.ledger.unfinished.add(&job.spec.queue, self.actor.as_ref());
         self.d.jobs.insert(id, job);
         self.d.job_names.insert(name.clone(), id);
         if let Some(user) = self.actor.clone() {

@@ -55,16 +55,9 @@ impl State {
     /// as the settings allow, naming the setting and its value.
     pub(super) fn check_job_bounds(&self, spec: &JobSpec) -> Result<(), ApplyError> {
         let s = self.tenancy.settings;
-        let unfinished = self.d.jobs.values().filter(|j| !j.state.is_finished());
-        let (mut of_user, mut in_queue) = (0u32, 0u32);
-        for j in unfinished {
-            if self.actor.is_some() && self.access.owner(j.id) == self.actor.as_ref() {
-                of_user += 1;
-            }
-            if j.spec.queue == spec.queue {
-                in_queue += 1;
-            }
-        }
+        let counts = &self.ledger.unfinished;
+        let of_user = self.actor.as_ref().map_or(0, |u| counts.of_user(u));
+        let in_queue = counts.of_queue(&spec.queue);
         if let Some(user) = &self.actor
             && of_user >= s.max_jobs_per_user
         {
