@@ -97,6 +97,17 @@ impl Holds {
         }
     }
 
+    /// Reservation `i`'s job has started (at its reservation or elsewhere): that drops the
+    /// reservation (section 9), as `State::apply` drops it when it applies the Place. Its
+    /// block leaves the view, and the job's charge is worked out again without it: a
+    /// placement made while the block stood counts the block as the job's own reservation,
+    /// which the state, holding no block, never charges.
+    pub fn drop_started(&mut self, view: &mut View, i: usize) {
+        let mut h = self.list.remove(i);
+        unblock(view, &mut h);
+        view.ledger.unreserve(h.job, true);
+    }
+
     /// Are the reserved resources free for the reserving job (quota included)?
     pub fn ready(&self, view: &View, i: usize, job: &Job) -> bool {
         let h = &self.list[i];
