@@ -234,7 +234,6 @@ fn decide_reserving(
         planner.no_fit.clear();
         let replicas = view.state.pool_reservation_of(c.id).map(|r| r.replicas.clone()).unwrap_or_default();
         view.occupy(c.job, c.queue, &holds.list[i].shares);
-        holds.drop_started(view, i);
         plan.decisions.push(Decision::Place { job: c.id, attempt: c.job.attempt + 1, replicas });
         return Outcome::Placed;
     }
