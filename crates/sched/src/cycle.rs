@@ -237,10 +237,10 @@ fn decide_reserving(
         plan.decisions.push(Decision::Place { job: c.id, attempt: c.job.attempt + 1, replicas });
         return Outcome::Placed;
     }
-    // Packed with its block standing (the block does not keep its own job out), then the
-    // reservation is dropped: it fits elsewhere without preemption.
+    // Packed with its block standing (the block does not keep its own job out); its charge
+    // must not take the block over.
     if !c.needs.assignments.is_empty() && try_place(view, c, plan, planner) {
-        holds.drop_started(view, i);
+        holds.recharge_started(view, i);
         return Outcome::Placed;
     }
     let why = reserve::reserved_reason(&holds.list[i].where_, holds.waiting_for(view, i));
