@@ -235,7 +235,10 @@ fn decide_reserving(
         plan.decisions.push(Decision::Place { job: c.id, attempt: c.job.attempt + 1, replicas });
         return Outcome::Placed;
     }
+    // Packed with its block standing (the block does not keep its own job out); its charge
+    // must not take the block over.
     if !c.needs.assignments.is_empty() && try_place(view, c, plan, planner) {
+        holds.recharge_started(view, i);
         return Outcome::Placed;
     }
     let why = reserve::reserved_reason(&holds.list[i].where_, holds.waiting_for(view, i));
@@ -363,4 +366,82 @@ fn place(view: &mut View, plan: &mut Plan, q: usize, job: &Job, needs: &Needs, p
     let (replicas, shares) = p.allocate(&IndexNodes { view }, needs, names);
     view.occupy(job, q, &shares);
     plan.decisions.push(Decision::Place { job: job.id, attempt: job.attempt + 1, replicas });
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_model::alloc::ReplicaAlloc;
+    use baton_model::command::{Command, Op, Outcome};
+    use baton_model::fixture::{gpu_job, gpu_node};
+    use baton_model::job::JobSpec;
+    use baton_model::name::Name;
+    use baton_model::queue::{PoolQuota, QueueSpec};
+    use baton_model::resources::Resources;
+    use baton_model::scheduler::SchedulerSettings;
+
+    use super::*;
+
+    fn apply(s: &mut State, op: Op) -> Outcome {
+        s.apply(Command { now_ms: 1_000, op }).unwrap_or_else(|e| panic!("refused: {e}")).outcome
+    }
+
+    fn submit(s: &mut State, name: &str, gpus: u64, cpus: u64) -> JobId {
+        let mut spec: JobSpec = gpu_job(name, "q", gpus);
+        spec.tasks[0].resources = Resources::of(&[("gpu", gpus), ("cpu", cpus)]);
+        match apply(s, Op::Submit { spec, request_id: None }) {
+            Outcome::Submitted { job, .. } => job,
+            other => panic!("not submitted: {other:?}"),
+        }
+    }
+
+    fn on_n0(gpus: &[u32]) -> Vec<ReplicaAlloc> {
+        vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n0"), gpus: gpus.to_vec() }]
+    }
+
+    fn apply_plan(s: &mut State, decisions: Vec<Decision>) {
+        let plan = Plan { based_on: s.applied(), decisions };
+        match apply(s, Op::ApplyPlan(plan)) {
+            Outcome::PlanApplied { rejected, .. } if rejected.is_empty() => {}
+            other => panic!("plan not applied: {other:?}"),
+        }
+    }
+
+    /// Section 9: a job holding a reservation that fits elsewhere without preemption starts
+    /// there, which drops its reservation. The cycle blocks the reserved resources in its
+    /// working ledger; the job's placement must not take that block over as a charge (the
+    /// state charges it only what it occupies).
+    #[test]
+    fn a_reserving_job_placed_beside_its_reservation_is_charged_only_what_it_occupies() {
+        let mut s = State::new();
+        let mut node = gpu_node("n0", 4);
+        node.resources = Resources::of(&[("gpu", 4), ("cpu", 8)]);
+        apply(&mut s, Op::RegisterNode(node));
+        let mut q = QueueSpec::named("q");
+        let quota = PoolQuota { nominal: Resources::of(&[("gpu", 4), ("cpu", 8)]), ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        apply(&mut s, Op::PutQueue(q));
+        apply(&mut s, Op::SetScheduler(SchedulerSettings { reserve_after_ms: Some(3_600_000) }));
+        let (a, b) = (submit(&mut s, "a", 2, 1), submit(&mut s, "b", 2, 1));
+        let r = submit(&mut s, "r", 2, 1);
+        apply_plan(
+            &mut s,
+            vec![
+                Decision::Place { job: a, attempt: 1, replicas: on_n0(&[0, 1]) },
+                Decision::Place { job: b, attempt: 1, replicas: on_n0(&[2, 3]) },
+                Decision::Reserve { job: r, pool: Name::lit("default"), replicas: on_n0(&[0, 1]), waits_for: vec![a] },
+            ],
+        );
+        apply(&mut s, Op::JobExited { job: b, attempt: 1, exit_code: 0 });
+
+        // `a` still holds the reserved GPUs; GPUs 2 and 3 are free beside them.
+        let (plan, planned) = decide_all(&s, 2_000);
+        assert!(
+            plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == r)),
+            "r fits beside its reservation: {plan:?}"
+        );
+        let mut after = s.clone();
+        after.apply(Command { now_ms: 2_000, op: Op::ApplyPlan(plan) }).expect("applied");
+        assert_eq!(planned.charges.get(&r), after.ledger().charges.get(&r), "r's charge");
+        assert!(planned.usage_parts() == after.ledger().usage_parts(), "queue usage as the cycle left it");
+    }
 }

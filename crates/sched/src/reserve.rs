@@ -103,6 +103,18 @@ impl Holds {
         }
     }
 
+    /// Reservation `i`'s job has started beside its reserved resources. A placement made
+    /// while the block stood counts the block as the job's own reservation, which the state,
+    /// holding no block, never charges: the block is lifted, the job's charge worked out
+    /// again without it, and the block put back, so the rest of the cycle still sees the
+    /// reserved resources blocked, as it always has (the next cycle sees them free).
+    pub fn recharge_started(&mut self, view: &mut View, i: usize) {
+        let h = &mut self.list[i];
+        unblock(view, h);
+        view.ledger.unreserve(h.job, true);
+        block(view, h);
+    }
+
     /// Are the reserved resources free for the reserving job (quota included)?
     pub fn ready(&self, view: &View, i: usize, job: &Job) -> bool {
         let h = &self.list[i];
