@@ -12,6 +12,8 @@
 //! and the DOM with `Runtime.evaluate` while it submits and preempts jobs, and the page must
 //! show each change without being reloaded.
 
+mod dev_output;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -73,19 +75,8 @@ impl Dev {
             .unwrap();
         let out = child.stdout.take().unwrap();
         let child = Kill(child);
-        let mut text = String::new();
-        for line in BufReader::new(out).lines() {
-            let line = line.unwrap();
-            text.push_str(&line);
-            text.push('\n');
-            if line.starts_with("Press Ctrl-C") {
-                break;
-            }
-        }
-        let word = |prefix: &str| {
-            let line = text.lines().map(str::trim).find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{text}"));
-            line[prefix.len()..].split_whitespace().next().unwrap().to_string()
-        };
+        let text = dev_output::until_ready(out);
+        let word = |prefix: &str| dev_output::word(&text, prefix);
         let url = word("dashboard: ");
         let (base, token) = url.split_once("#token=").unwrap_or_else(|| panic!("no token in {url}"));
         let env = ["BATON_SERVER", "BATON_TLS_DIR", "BATON_TOKEN_FILE"]

@@ -4,7 +4,8 @@
 //! trace, with `job`, `attempt` and `term` (docs/metrics.md, "OpenTelemetry"). A collector
 //! that never answers stops nothing: the cluster runs a job and stops as usual.
 
-use std::io::{BufRead, BufReader};
+mod dev_output;
+
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -134,19 +135,8 @@ impl Dev {
             .unwrap();
         let out = child.stdout.take().unwrap();
         let child = Kill(Some(child));
-        let mut text = String::new();
-        for line in BufReader::new(out).lines() {
-            let line = line.unwrap();
-            text.push_str(&line);
-            text.push('\n');
-            if line.starts_with("Press Ctrl-C") {
-                break;
-            }
-        }
-        let word = |prefix: &str| {
-            let line = text.lines().map(str::trim).find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{text}"));
-            line[prefix.len()..].split_whitespace().next().unwrap().to_string()
-        };
+        let text = dev_output::until_ready(out);
+        let word = |prefix: &str| dev_output::word(&text, prefix);
         let env = ["BATON_SERVER", "BATON_TLS_DIR", "BATON_TOKEN_FILE"]
             .map(|v| (v.to_string(), word(&format!("export {v}="))))
             .to_vec();
