@@ -47,13 +47,42 @@ fn checkpoint_path() -> Option<PathBuf> {
 
 /// Writes `step attempt`: the attempt tells a whole gang's checkpoint from ranks that
 /// checkpointed in different attempts.
-fn save(step: u64) -> Result<PathBuf, String> {
+/// With a witness, the checkpoint is recorded once it is in place (after the rename).
+fn save(step: u64, witness: Option<&Path>) -> Result<PathBuf, String> {
     let path = checkpoint_path().ok_or("BATON_CHECKPOINT_DIR is not set")?;
     let tmp = path.with_extension("ckpt.tmp");
     let attempt = env("BATON_ATTEMPT");
     std::fs::write(&tmp, format!("{step} {attempt}\n")).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, &path).map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
+    if let Some(dir) = witness {
+        append(&dir.join("checkpoints"), &format!("{} {step} {}", who_fields(), wall_ms()));
+    }
     Ok(path)
+}
+
+/// `job attempt rank node`, the first fields of every witness record.
+fn who_fields() -> String {
+    format!("{} {} {} {}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"), env("BATON_NODE"))
+}
+
+/// The wall clock in milliseconds, shared with the chaos harness on the same machine.
+fn wall_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+}
+
+/// Records an exit 0 at `step` (`finished` or `stopped`).
+fn record_end(witness: Option<&Path>, step: u64, how: &str) {
+    if let Some(dir) = witness {
+        append(&dir.join("ends"), &format!("{} {step} {how} {}", who_fields(), wall_ms()));
+    }
+}
+
+/// The steps this rank runs: `other_ranks_steps` for every rank but 0, when given.
+pub fn steps_of_rank(steps: u64, other_ranks_steps: Option<u64>, rank: &str) -> u64 {
+    match other_ranks_steps {
+        Some(other) if rank != "0" => other,
+        _ => steps,
+    }
 }
 
 fn load() -> Result<u64, String> {
@@ -116,7 +145,8 @@ fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
 }
 
 /// Runs the workload; returns the process exit code.
-pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
+pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Option<&Path>) -> i32 {
+    let steps = steps_of_rank(steps, other_ranks_steps, &env("BATON_RANK"));
     let who = format!("{} attempt {} rank {}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"));
     let _held = match witness.map(witness_locks).transpose() {
         Ok(held) => held,
@@ -156,20 +186,20 @@ pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
             append(&dir.join("violations"), &v);
         }
         // The wall clock, shared with the chaos harness on the same machine: it orders a
-        // start against the harness's client operations (a start after a cancel).
-        let at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-        let (job, attempt, rank, node) = (env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"), env("BATON_NODE"));
-        let line = format!("{job} {attempt} {rank} {node} {step} {at_ms}");
-        append(&dir.join("starts"), &line);
+        // start against the harness's client operations (a start after a cancel) and the
+        // checkpoints written before it (the newest is the one to resume from).
+        let how = if resume { "resume" } else { "fresh" };
+        append(&dir.join("starts"), &format!("{} {step} {} {how}", who_fields(), wall_ms()));
     }
     while step < steps {
         let until = Instant::now() + Duration::from_millis(step_ms);
         loop {
             if SIGNALLED.load(Ordering::SeqCst) != 0 {
-                return match save(step) {
+                return match save(step, witness) {
                     Ok(_) => {
                         let _ = writeln!(out, "checkpointed at step {step}");
                         let _ = out.flush();
+                        record_end(witness, step, "stopped");
                         0
                     }
                     Err(e) => {
@@ -191,10 +221,11 @@ pub fn run(steps: u64, step_ms: u64, witness: Option<&Path>) -> i32 {
     // A rank that exits 0 counts as stopped with its work saved: its gang may be resumed
     // later (another rank was cut off), and this rank must then find its work.
     if std::env::var_os("BATON_CHECKPOINT_DIR").is_some()
-        && let Err(e) = save(step)
+        && let Err(e) = save(step, witness)
     {
         eprintln!("workload: cannot save the finished work: {e}");
         return 1;
     }
+    record_end(witness, step, "finished");
     0
 }

@@ -80,6 +80,9 @@ pub struct AgentArgs {
 pub struct WorkloadArgs {
     #[arg(long, default_value_t = 100)]
     steps: u64,
+    /// Steps of every rank but rank 0 (default: `--steps`): a gang whose ranks finish apart.
+    #[arg(long)]
+    other_ranks_steps: Option<u64>,
     #[arg(long, default_value_t = 100)]
     step_ms: u64,
     /// Check the cluster's promises with locks in this directory (the chaos harness).
@@ -88,7 +91,10 @@ pub struct WorkloadArgs {
 }
 
 pub fn workload(args: WorkloadArgs) -> ExitCode {
-    ExitCode::from(baton_agent::workload::run(args.steps, args.step_ms, args.witness.as_deref()).clamp(0, 255) as u8)
+    ExitCode::from(
+        baton_agent::workload::run(args.steps, args.other_ranks_steps, args.step_ms, args.witness.as_deref())
+            .clamp(0, 255) as u8,
+    )
 }
 
 fn config(args: AgentArgs) -> Result<AgentConfig, String> {

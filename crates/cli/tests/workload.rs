@@ -46,6 +46,18 @@ fn workload_checkpoints_on_its_signal_and_resumes() {
 /// of node n1; checkpoints go to `ckpt`. A first attempt runs until signalled, later ones a step.
 fn witnessed(witness: &std::path::Path, ckpt: &std::path::Path, job: &str, attempt: u32, gpus: &str) -> Command {
     let steps = if attempt == 1 { "100000" } else { "1" };
+    witnessed_steps(witness, ckpt, job, attempt, gpus, steps)
+}
+
+/// `witnessed` with `steps` steps.
+fn witnessed_steps(
+    witness: &std::path::Path,
+    ckpt: &std::path::Path,
+    job: &str,
+    attempt: u32,
+    gpus: &str,
+    steps: &str,
+) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
     c.args(["workload", "--steps", steps, "--step-ms", "5", "--witness"])
         .arg(witness)
@@ -177,4 +189,52 @@ fn agent_needs_to_be_told_who_jobs_run_as() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
+}
+
+/// The chaos checker judges resumes and successes on what the witness records besides its
+/// starts: each checkpoint written, each exit 0 with the last step, and whether a start was
+/// told to resume. A rank other than 0 runs `--other-ranks-steps`.
+#[test]
+fn the_witness_records_checkpoints_ends_and_how_each_start_began() {
+    let dir = tempfile::tempdir().unwrap();
+    let (witness, ckpt) = (dir.path().join("witness"), dir.path().join("ckpt"));
+    std::fs::create_dir_all(&witness).unwrap();
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let read = |name: &str| std::fs::read_to_string(witness.join(name)).unwrap_or_default();
+    // Attempt 1 runs until signalled, attempt 2 resumes and runs one more step.
+    let mut first = witnessed(&witness, &ckpt, "a", 1, "0").stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "step 1");
+    // SAFETY: kill has no memory effects; the pid is our child's.
+    unsafe { libc::kill(first.id() as i32, libc::SIGUSR1) };
+    assert!(first.wait().unwrap().success());
+    let saved: u64 = read("checkpoints").split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert!(saved >= 1, "{}", read("checkpoints"));
+    let mut resumed = witnessed_steps(&witness, &ckpt, "a", 2, "0", &(saved + 1).to_string());
+    resumed.env("BATON_RESUME", "1");
+    assert!(resumed.output().unwrap().status.success());
+    // Rank 1 of another job runs its own number of steps.
+    let mut short = witnessed_steps(&witness, &ckpt, "b", 2, "1", "5");
+    short.args(["--other-ranks-steps", "2"]).env("BATON_RANK", "1");
+    assert!(short.output().unwrap().status.success());
+
+    let fields = |text: String| -> Vec<Vec<String>> {
+        text.lines().map(|l| l.split_whitespace().map(str::to_string).collect()).collect()
+    };
+    let starts = fields(read("starts"));
+    let how: Vec<&str> = starts.iter().map(|f| f[6].as_str()).collect();
+    assert_eq!(how, ["fresh", "resume", "fresh"], "{starts:?}");
+    assert_eq!(starts[1][4], saved.to_string(), "attempt 2 resumed from the checkpoint");
+    // `job attempt rank node step at-ms`: attempt 1's stop, then each finish's save.
+    let ckpts = fields(read("checkpoints"));
+    let written: Vec<String> = ckpts.iter().map(|f| f[..5].join(" ")).collect();
+    assert_eq!(written, [format!("a 1 0 n1 {saved}"), format!("a 2 0 n1 {}", saved + 1), "b 2 1 n1 2".into()]);
+    // `job attempt rank node last-step how at-ms`.
+    let ends = fields(read("ends"));
+    let ended: Vec<String> = ends.iter().map(|f| f[..6].join(" ")).collect();
+    assert_eq!(
+        ended,
+        [format!("a 1 0 n1 {saved} stopped"), format!("a 2 0 n1 {} finished", saved + 1), "b 2 1 n1 2 finished".into()]
+    );
+    assert!(ends.iter().all(|f| f[6].parse::<u64>().is_ok()), "{ends:?}");
 }
