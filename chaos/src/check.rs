@@ -10,12 +10,34 @@ use baton_proto::words::Word;
 
 use crate::faults::{Fault, Mix, Moment};
 use crate::history::{self, Op, Start, Summary};
+use crate::observe::Quiescence;
 
 /// A run at least this long must have a fault land in a non-idle protocol state.
 pub const MIN_SECONDS_FOR_MOMENTS: u64 = 60;
 
 /// The witness's line for a start from zero although the gang had a whole checkpoint.
 const STARTED_FROM_ZERO: &str = "started from zero although every rank wrote a checkpoint";
+
+/// Slack between a placement's time (the leader's wall clock, stamped into the command
+/// before it is proposed) and a start's (the workload's wall clock), beyond the replicas'
+/// clock offsets: both are whole milliseconds read on the same clock, so only rounding.
+pub const PLACEMENT_SLACK_MS: u64 = 2;
+
+/// Heartbeat timeouts a preemption may take past its grace (`preemption_bound_ms`).
+pub const PREEMPTION_BOUND_HEARTBEATS: u64 = 4;
+
+/// How long past its grace a preemption may take to end. A stop that cannot complete (its
+/// agent stopped, killed or cut off; no leader to commit its report) ends by the node's loss,
+/// a heartbeat timeout `T` after the agent's last report, once a leader commits the requeue.
+/// The longest fault keeps an agent away for 2 T, an election follows a leader's loss within
+/// about T, and a preemption can straddle two faults (each healed before the next, 1-2.5 s
+/// apart): 4 T covers them; a stop that hangs until some other timeout does not end within it.
+pub fn preemption_bound_ms(heartbeat_timeout_ms: u64) -> u64 {
+    PREEMPTION_BOUND_HEARTBEATS * heartbeat_timeout_ms
+}
+
+/// A preemption's grace when its job names none (the API's default, `JobSpec.grace_ms`).
+pub const DEFAULT_GRACE_MS: u64 = 30_000;
 
 /// A fault as injected: when (seconds into the run), what, and the protocol state it
 /// landed in.
@@ -44,6 +66,12 @@ pub struct Evidence<'a> {
     pub after_node_loss: &'a BTreeSet<(String, u32)>,
     /// Slack for a start after an acknowledged cancel (see `history::check_cancels`).
     pub cancel_slack_ms: u64,
+    /// Every listed job's events (`GetJob`), by name.
+    pub events: &'a BTreeMap<String, Vec<Event>>,
+    /// How long past its grace a preemption may take to end (see `preemptions_end`).
+    pub preemption_bound_ms: u64,
+    /// What the cluster looked like once the load drained.
+    pub quiescence: &'a Quiescence,
 }
 
 pub struct Report {
@@ -69,6 +97,20 @@ pub struct Report {
     /// again, a known limit (docs/protocol.md, "The timing argument"), not a broken promise.
     pub redone: Vec<String>,
     pub history: Summary,
+    /// Starts judged against their job's committed placement, and those that could not be
+    /// (the job's bounded event history no longer holds the attempt's placement).
+    pub placements_judged: usize,
+    pub placements_unjudged: usize,
+    /// Preemptions that ended, and the longest of them past its grace (job, ms).
+    pub preemptions_ended: usize,
+    pub longest_past_grace: Option<(String, i64)>,
+    /// Resumes checked against the newest checkpoint, and Succeeded jobs against their steps.
+    pub resumes_checked: usize,
+    pub successes_checked: usize,
+    /// Looks at the cluster until it was quiescent (the model's running set equal to the
+    /// processes', every replica at one index and state), and that index.
+    pub quiescent_after_looks: usize,
+    pub quiescent_index: Option<u64>,
     /// Broken promises; empty for a good run.
     pub violations: Vec<String>,
 }
@@ -101,6 +143,17 @@ impl Report {
         let starts = read_starts(e.witness, &mut violations);
         let resumed = starts.iter().filter(|s| s.first_step > 0).count();
         violations.extend(started_twice(&starts));
+        let placed = placed_before_start(&starts, e.events, placement_tolerance_ms(e.clock_offsets_s));
+        violations.extend(placed.violations);
+        let stops = preemptions_end(e.jobs, e.events, e.preemption_bound_ms, clock_spread_ms(e.clock_offsets_s));
+        violations.extend(stops.violations);
+        let checkpoints = read_checkpoints(e.witness, &mut violations);
+        let ends = read_ends(e.witness, &mut violations);
+        let (resume_violations, resumes_checked) = resumed_from_newest(&starts, &checkpoints);
+        violations.extend(resume_violations);
+        let (step_violations, successes_checked) = succeeded_ran_all_steps(e.jobs, &ends);
+        violations.extend(step_violations);
+        violations.extend(e.quiescence.violations());
         let listed = count_names(e.jobs);
         violations.extend(history::check_submits(e.ops, &listed));
         let plain: Vec<Start> = starts.iter().map(|s| s.start.clone()).collect();
@@ -124,6 +177,14 @@ impl Report {
             starts: starts.len(),
             redone,
             history: history::summary(e.ops, cancels.raced),
+            placements_judged: placed.judged,
+            placements_unjudged: placed.unjudged,
+            preemptions_ended: stops.ended,
+            longest_past_grace: stops.longest_past_grace,
+            resumes_checked,
+            successes_checked,
+            quiescent_after_looks: e.quiescence.looks,
+            quiescent_index: e.quiescence.agreed_index(),
             violations,
         }
     }
@@ -195,30 +256,291 @@ fn count<K: Ord>(keys: impl Iterator<Item = K>) -> BTreeMap<K, usize> {
     n
 }
 
-struct WitnessedStart {
-    start: Start,
-    rank: String,
-    first_step: u64,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessedStart {
+    pub start: Start,
+    pub rank: String,
+    pub node: String,
+    pub first_step: u64,
+    /// Told to resume (`BATON_RESUME`); a record without the field: when it did not start
+    /// from zero.
+    pub resume: bool,
 }
 
-/// `DIR/starts`: `job attempt rank node first-step at-ms`.
+/// `DIR/starts`: `job attempt rank node first-step at-ms how` (`how`: `resume` or `fresh`).
 fn read_starts(witness: &Path, violations: &mut Vec<String>) -> Vec<WitnessedStart> {
-    let mut starts = Vec::new();
-    for line in read_lines(&witness.join("starts")) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let parsed = match f[..] {
-            [job, attempt, rank, _node, first, at_ms] => (|| {
-                let start = Start { job: job.into(), attempt: attempt.parse().ok()?, at_ms: at_ms.parse().ok()? };
-                Some(WitnessedStart { start, rank: rank.into(), first_step: first.parse().ok()? })
-            })(),
-            _ => None,
+    read_records(&witness.join("starts"), "start", violations, |f| {
+        let (job, attempt, rank, node, first, at_ms) =
+            (f.first()?, f.get(1)?, f.get(2)?, f.get(3)?, f.get(4)?, f.get(5)?);
+        let first_step = first.parse().ok()?;
+        let resume = match f.get(6..)? {
+            [] => first_step > 0,
+            ["resume"] => true,
+            ["fresh"] => false,
+            _ => return None,
         };
-        match parsed {
-            Some(s) => starts.push(s),
-            None => violations.push(format!("unreadable start record {line:?}")),
+        let start = Start { job: job.to_string(), attempt: attempt.parse().ok()?, at_ms: at_ms.parse().ok()? };
+        Some(WitnessedStart { start, rank: rank.to_string(), node: node.to_string(), first_step, resume })
+    })
+}
+
+/// A checkpoint a workload wrote (`DIR/checkpoints`: `job attempt rank node step at-ms`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenCheckpoint {
+    pub job: String,
+    pub attempt: u32,
+    pub rank: String,
+    pub step: u64,
+    pub at_ms: u64,
+}
+
+fn read_checkpoints(witness: &Path, violations: &mut Vec<String>) -> Vec<WrittenCheckpoint> {
+    read_records(&witness.join("checkpoints"), "checkpoint", violations, |f| match f {
+        [job, attempt, rank, _node, step, at_ms] => Some(WrittenCheckpoint {
+            job: job.to_string(),
+            attempt: attempt.parse().ok()?,
+            rank: rank.to_string(),
+            step: step.parse().ok()?,
+            at_ms: at_ms.parse().ok()?,
+        }),
+        _ => None,
+    })
+}
+
+/// An exit 0 a workload recorded (`DIR/ends`: `job attempt rank node last-step how at-ms`,
+/// `how` `finished` after its last step or `stopped` on the checkpoint signal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessedEnd {
+    pub job: String,
+    pub attempt: u32,
+    pub rank: String,
+    pub last_step: u64,
+    pub finished: bool,
+}
+
+fn read_ends(witness: &Path, violations: &mut Vec<String>) -> Vec<WitnessedEnd> {
+    read_records(&witness.join("ends"), "end", violations, |f| match f {
+        [job, attempt, rank, _node, last, how, at_ms] => {
+            at_ms.parse::<u64>().ok()?;
+            let finished = match *how {
+                "finished" => true,
+                "stopped" => false,
+                _ => return None,
+            };
+            let (attempt, last_step) = (attempt.parse().ok()?, last.parse().ok()?);
+            Some(WitnessedEnd { job: job.to_string(), attempt, rank: rank.to_string(), last_step, finished })
+        }
+        _ => None,
+    })
+}
+
+/// The records of a witness file, one a line; a line `parse` cannot read is a violation (a
+/// workload that recorded nonsense is broken, and what it meant cannot be checked).
+fn read_records<T>(
+    path: &Path,
+    what: &str,
+    violations: &mut Vec<String>,
+    parse: impl Fn(&[&str]) -> Option<T>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    for line in read_lines(path) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match parse(&f) {
+            Some(r) => out.push(r),
+            None => violations.push(format!("unreadable {what} record {line:?}")),
         }
     }
-    starts
+    out
+}
+
+/// The tolerance of `placed_before_start`: a placement is stamped with the leader's wall
+/// clock, which runs up to the largest replica offset ahead of the workloads' (the offsets
+/// step to their opposites halfway, so either sign may lead).
+pub fn placement_tolerance_ms(clock_offsets_s: &[i64]) -> u64 {
+    let ahead_s = clock_offsets_s.iter().map(|o| o.unsigned_abs()).max().unwrap_or(0);
+    ahead_s * 1_000 + PLACEMENT_SLACK_MS
+}
+
+/// How far apart two replicas' wall clocks may be: a preemption's start and end may be
+/// stamped by different leaders.
+pub fn clock_spread_ms(clock_offsets_s: &[i64]) -> u64 {
+    let (lo, hi) = (clock_offsets_s.iter().copied().chain([0]).min(), clock_offsets_s.iter().copied().chain([0]).max());
+    let spread_s = hi.unwrap_or(0) - lo.unwrap_or(0);
+    // Halfway every offset steps to its opposite: a clock may be judged against its own
+    // earlier reading from the other side.
+    let own_step_s = clock_offsets_s.iter().map(|o| 2 * o.unsigned_abs()).max().unwrap_or(0);
+    spread_s.unsigned_abs().max(own_step_s) * 1_000
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PlacementCheck {
+    pub violations: Vec<String>,
+    pub judged: usize,
+    pub unjudged: usize,
+}
+
+/// Every start is preceded by its committed placement: the job's events hold a `Started`
+/// for that attempt (an event is in the replicated state, so its command committed), naming
+/// the start's node, stamped no later than the start plus `tolerance_ms`. The leader stamps
+/// the time into the plan before it proposes it, so the stamp is a lower bound of the commit
+/// and a start earlier than it acted on a placement not yet committed. A job's history keeps
+/// its newest `MAX_EVENTS_PER_JOB` events: when it no longer starts with `Submitted`, an
+/// attempt whose placement fell out is not judged.
+pub fn placed_before_start(
+    starts: &[WitnessedStart],
+    events: &BTreeMap<String, Vec<Event>>,
+    tolerance_ms: u64,
+) -> PlacementCheck {
+    let mut out = PlacementCheck::default();
+    for s in starts {
+        let who = format!("{} attempt {} rank {} on {}", s.start.job, s.start.attempt, s.rank, s.node);
+        let Some(evs) = events.get(&s.start.job) else {
+            out.violations.push(format!("{who} started, but the cluster lists no such job"));
+            continue;
+        };
+        let placed = evs.iter().find(|e| e.kind == "Started" && e.attempt == s.start.attempt);
+        let Some(placed) = placed else {
+            if evs.first().is_some_and(|e| e.kind == "Submitted") {
+                out.violations.push(format!("{who} started at {} without a committed placement", s.start.at_ms));
+                out.judged += 1;
+            } else {
+                out.unjudged += 1;
+            }
+            continue;
+        };
+        out.judged += 1;
+        if !placed.nodes.contains(&s.node) {
+            out.violations.push(format!("{who} started on a node its placement does not name ({:?})", placed.nodes));
+        } else if s.start.at_ms + tolerance_ms < placed.at_ms {
+            out.violations.push(format!(
+                "{who} started {} ms before its placement was stamped (tolerance {tolerance_ms} ms)",
+                placed.at_ms - s.start.at_ms
+            ));
+        }
+    }
+    out
+}
+
+/// Events that end a preemption: the victim stopped (and went back to the queue, was
+/// suspended or cancelled), or its job ended or went back to the queue for another reason
+/// (its node was lost).
+const PREEMPTION_ENDS: [&str; 7] = ["Stopped", "Requeued", "Suspended", "Cancelled", "Succeeded", "Failed", "TimedOut"];
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PreemptionCheck {
+    pub violations: Vec<String>,
+    pub ended: usize,
+    /// The preemption that took longest past its grace: (job, ms; negative when within it).
+    pub longest_past_grace: Option<(String, i64)>,
+}
+
+/// Every preemption ends within its grace plus `bound_ms`: from a `Preempted` event to the
+/// next event that ends it, on the leaders' wall clocks (`spread_ms` apart at most). A job
+/// still Preempting when the run ends broke the promise outright.
+pub fn preemptions_end(
+    jobs: &[Job],
+    events: &BTreeMap<String, Vec<Event>>,
+    bound_ms: u64,
+    spread_ms: u64,
+) -> PreemptionCheck {
+    let mut out = PreemptionCheck::default();
+    for job in jobs {
+        let Some(spec) = &job.spec else { continue };
+        let grace_ms = spec.grace_ms.unwrap_or(DEFAULT_GRACE_MS);
+        let limit_ms = grace_ms + bound_ms + spread_ms;
+        let mut since: Option<&Event> = None;
+        for e in events.get(&spec.name).map(Vec::as_slice).unwrap_or_default() {
+            if e.kind == "Preempted" {
+                since = since.or(Some(e));
+            } else if PREEMPTION_ENDS.contains(&e.kind.as_str())
+                && let Some(start) = since.take()
+            {
+                out.ended += 1;
+                let took_ms = e.at_ms as i64 - start.at_ms as i64;
+                let past_ms = took_ms - grace_ms as i64;
+                if out.longest_past_grace.as_ref().is_none_or(|(_, l)| past_ms > *l) {
+                    out.longest_past_grace = Some((spec.name.clone(), past_ms));
+                }
+                if took_ms > limit_ms as i64 {
+                    out.violations.push(format!(
+                        "the preemption of {} ({}) ended {took_ms} ms after it began ({}): more than its grace {grace_ms} ms plus {bound_ms} ms (and {spread_ms} ms of clock spread)",
+                        spec.name, start.message, e.kind
+                    ));
+                }
+            }
+        }
+        if let Some(start) = since
+            && job.state() == JobState::Preempting
+        {
+            out.violations.push(format!(
+                "the preemption of {} ({}) never ended: still Preempting when the run ended",
+                spec.name, start.message
+            ));
+        }
+    }
+    out
+}
+
+/// A resume starts from the newest checkpoint written: a start told to resume begins at the
+/// step of the newest checkpoint that an earlier attempt of the same rank wrote before it
+/// (the records are on one machine's clock; ties go to the later record). Returns the
+/// violations and how many resumes were checked.
+pub fn resumed_from_newest(starts: &[WitnessedStart], checkpoints: &[WrittenCheckpoint]) -> (Vec<String>, usize) {
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for s in starts.iter().filter(|s| s.resume) {
+        checked += 1;
+        let newest = checkpoints
+            .iter()
+            .filter(|c| c.job == s.start.job && c.rank == s.rank && c.attempt < s.start.attempt)
+            .filter(|c| c.at_ms <= s.start.at_ms)
+            .max_by_key(|c| c.at_ms);
+        let who = format!("{} attempt {} rank {}", s.start.job, s.start.attempt, s.rank);
+        match newest {
+            None => violations.push(format!("{who} was told to resume, but no earlier attempt wrote a checkpoint")),
+            Some(c) if c.step != s.first_step => violations.push(format!(
+                "{who} resumed from step {}, not from the newest checkpoint (step {} of attempt {})",
+                s.first_step, c.step, c.attempt
+            )),
+            Some(_) => {}
+        }
+    }
+    (violations, checked)
+}
+
+/// The steps rank `rank` of a job runs, from its command (`baton workload --steps N
+/// [--other-ranks-steps M]`); `None` for another command.
+pub fn steps_of(command: &[String], rank: &str) -> Option<u64> {
+    let value = |flag: &str| command.iter().position(|a| a == flag).and_then(|i| command.get(i + 1)?.parse().ok());
+    let steps = value("--steps")?;
+    Some(if rank == "0" { steps } else { value("--other-ranks-steps").unwrap_or(steps) })
+}
+
+/// A job counted Succeeded ran all its steps: rank 0 of its last attempt (whose exit is the
+/// job's) recorded that it finished at the step its command asked for. A rank stopped
+/// mid-work and reported as a success would have recorded `stopped`, or a lower step.
+/// Returns the violations and how many jobs were checked.
+pub fn succeeded_ran_all_steps(jobs: &[Job], ends: &[WitnessedEnd]) -> (Vec<String>, usize) {
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for job in jobs.iter().filter(|j| j.state() == JobState::Succeeded) {
+        let Some(spec) = &job.spec else { continue };
+        let Some(steps) = steps_of(&spec.command, "0") else { continue };
+        checked += 1;
+        let who = format!("{} attempt {} rank 0", spec.name, job.attempt);
+        let end = ends.iter().rfind(|e| e.job == spec.name && e.attempt == job.attempt && e.rank == "0");
+        match end {
+            None => violations.push(format!("{} is Succeeded, but {who} recorded no exit 0", spec.name)),
+            Some(e) if !e.finished || e.last_step != steps => violations.push(format!(
+                "{} is Succeeded, but {who} {} at step {} of {steps}",
+                spec.name,
+                if e.finished { "finished" } else { "was stopped" },
+                e.last_step
+            )),
+            Some(_) => {}
+        }
+    }
+    (violations, checked)
 }
 
 fn started_twice(starts: &[WitnessedStart]) -> Vec<String> {
@@ -285,6 +607,27 @@ impl fmt::Display for Report {
             "history: {} submits, {} cancels ({} acknowledged), {} tries of unknown outcome, {} starts raced a cancel",
             h.submits, h.cancels, h.cancels_acked, h.unknown, h.raced_cancel
         )?;
+        writeln!(
+            f,
+            "checks: {} starts judged against their committed placement ({} not: history too short); {} preemptions ended{}; {} resumes against the newest checkpoint; {} successes against their steps",
+            self.placements_judged,
+            self.placements_unjudged,
+            self.preemptions_ended,
+            match &self.longest_past_grace {
+                Some((job, ms)) => format!(" (longest past its grace: {job}, {ms} ms)"),
+                None => String::new(),
+            },
+            self.resumes_checked,
+            self.successes_checked
+        )?;
+        match self.quiescent_index {
+            Some(index) => writeln!(
+                f,
+                "quiescent after {} looks: the model runs what the processes run, every replica at index {index} with the same state",
+                self.quiescent_after_looks
+            )?,
+            None => writeln!(f, "not quiescent after {} looks", self.quiescent_after_looks)?,
+        }
         if !self.redone.is_empty() {
             writeln!(f, "{} starts from zero after a node loss (work redone, a known limit):", self.redone.len())?;
             for r in &self.redone {
@@ -315,6 +658,8 @@ mod tests {
     fn a_long_run_whose_faults_all_landed_while_nothing_happened_is_vacuous() {
         let dir = tempfile::tempdir().unwrap();
         let none = BTreeSet::new();
+        let events = BTreeMap::new();
+        let quiet = Quiescence::default();
         let idle = [landed(Moment::Idle), landed(Moment::Idle)];
         let evidence = |seconds, faults| Evidence {
             seconds,
@@ -326,6 +671,9 @@ mod tests {
             ops: &[],
             after_node_loss: &none,
             cancel_slack_ms: 0,
+            events: &events,
+            preemption_bound_ms: 0,
+            quiescence: &quiet,
         };
         let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
         assert_eq!(v, ["the run proved nothing: no fault landed in a non-idle protocol state"]);
@@ -380,5 +728,211 @@ mod tests {
         let (violations, redone) = witnessed(dir.path(), &lost);
         assert_eq!(redone, [lines[0]]);
         assert_eq!(violations, [lines[1], lines[2], lines[3]]);
+    }
+
+    fn started(attempt: u32, nodes: &[&str], at_ms: u64) -> Event {
+        Event {
+            kind: "Started".into(),
+            attempt,
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            at_ms,
+            ..Default::default()
+        }
+    }
+
+    fn at(kind: &str, at_ms: u64) -> Event {
+        Event { kind: kind.into(), at_ms, message: format!("{kind} at {at_ms}"), ..Default::default() }
+    }
+
+    fn start(job: &str, attempt: u32, rank: &str, node: &str, at_ms: u64) -> WitnessedStart {
+        WitnessedStart {
+            start: Start { job: job.into(), attempt, at_ms },
+            rank: rank.into(),
+            node: node.into(),
+            first_step: 0,
+            resume: false,
+        }
+    }
+
+    #[test]
+    fn every_start_is_preceded_by_its_committed_placement() {
+        let events: BTreeMap<String, Vec<Event>> = [
+            ("a".to_string(), vec![at("Submitted", 900), started(1, &["n1", "n2"], 1_000)]),
+            // Its history lost its first events (bounded): an attempt not in it is not judged.
+            ("b".to_string(), vec![at("Requeued", 900), started(7, &["n1"], 1_000)]),
+        ]
+        .into();
+        let fine = [start("a", 1, "0", "n1", 1_001), start("a", 1, "1", "n2", 1_500), start("b", 7, "0", "n1", 1_200)];
+        let ok = placed_before_start(&fine, &events, 2);
+        assert_eq!(ok, PlacementCheck { violations: vec![], judged: 3, unjudged: 0 });
+        let bad = [
+            start("a", 1, "0", "n3", 1_001),
+            start("a", 2, "0", "n1", 2_000),
+            start("a", 1, "1", "n2", 990),
+            start("b", 3, "0", "n1", 500),
+            start("c", 1, "0", "n1", 500),
+        ];
+        let found = placed_before_start(&bad, &events, 2);
+        assert_eq!(
+            found.violations,
+            [
+                "a attempt 1 rank 0 on n3 started on a node its placement does not name ([\"n1\", \"n2\"])",
+                "a attempt 2 rank 0 on n1 started at 2000 without a committed placement",
+                "a attempt 1 rank 1 on n2 started 10 ms before its placement was stamped (tolerance 2 ms)",
+                "c attempt 1 rank 0 on n1 started, but the cluster lists no such job",
+            ]
+        );
+        assert_eq!((found.judged, found.unjudged), (3, 1));
+        // A leader whose clock runs 7 s ahead stamps placements up to 7 s late.
+        let tolerance = placement_tolerance_ms(&[0, 7, -7]);
+        assert_eq!(tolerance, 7_002);
+        assert!(placed_before_start(&bad[2..3], &events, tolerance).violations.is_empty());
+    }
+
+    fn job(name: &str, state: JobState, attempt: u32, grace_ms: Option<u64>, command: &[&str]) -> Job {
+        let mut spec =
+            baton_proto::make::gpu_job(name, "batch", "train", 1, 2, command.iter().map(|a| a.to_string()).collect());
+        spec.grace_ms = grace_ms;
+        let mut j = Job { spec: Some(spec), attempt, ..Default::default() };
+        j.set_state(state);
+        j
+    }
+
+    #[test]
+    fn every_preemption_ends_within_its_grace_plus_the_bound() {
+        let jobs = [
+            job("a", JobState::Running, 3, Some(5_000), &[]),
+            job("b", JobState::Pending, 2, None, &[]),
+            job("c", JobState::Preempting, 1, Some(5_000), &[]),
+        ];
+        let events: BTreeMap<String, Vec<Event>> = [
+            (
+                "a".to_string(),
+                vec![
+                    at("Preempted", 1_000),
+                    at("Stopped", 1_040),
+                    at("Requeued", 1_040),
+                    at("Preempted", 9_000),
+                    at("Requeued", 26_001),
+                ],
+            ),
+            ("b".to_string(), vec![at("Preempted", 1_000), at("Stopped", 31_000 + 12_000)]),
+            ("c".to_string(), vec![at("Preempted", 1_000)]),
+        ]
+        .into();
+        let found = preemptions_end(&jobs, &events, 12_000, 0);
+        assert_eq!(
+            found.violations,
+            [
+                "the preemption of a (Preempted at 9000) ended 17001 ms after it began (Requeued): more than its grace 5000 ms plus 12000 ms (and 0 ms of clock spread)",
+                "the preemption of c (Preempted at 1000) never ended: still Preempting when the run ended",
+            ]
+        );
+        assert_eq!(found.ended, 3);
+        assert_eq!(found.longest_past_grace, Some(("a".to_string(), 12_001)), "b took its default grace and 12 s");
+        // Stamped by two leaders whose clocks are 14 s apart.
+        assert_eq!(
+            preemptions_end(&jobs[..1], &events, 12_000, clock_spread_ms(&[0, 7, -7])).violations,
+            Vec::<String>::new()
+        );
+        assert_eq!(clock_spread_ms(&[0, 7, -7]), 14_000);
+        assert_eq!(clock_spread_ms(&[]), 0);
+    }
+
+    fn ckpt(job: &str, attempt: u32, rank: &str, step: u64, at_ms: u64) -> WrittenCheckpoint {
+        WrittenCheckpoint { job: job.into(), attempt, rank: rank.into(), step, at_ms }
+    }
+
+    #[test]
+    fn a_resume_starts_from_the_newest_checkpoint_written() {
+        let written = [ckpt("a", 1, "0", 10, 100), ckpt("a", 1, "1", 12, 100), ckpt("a", 2, "0", 25, 300)];
+        let resumed = |attempt, rank: &str, first_step, at_ms| WitnessedStart {
+            first_step,
+            resume: true,
+            ..start("a", attempt, rank, "n1", at_ms)
+        };
+        let fine = [
+            resumed(2, "0", 10, 200),
+            resumed(2, "1", 12, 200),
+            resumed(3, "0", 25, 400),
+            start("a", 4, "0", "n1", 500),
+        ];
+        assert_eq!(resumed_from_newest(&fine, &written), (vec![], 3), "a fresh start is not a resume");
+        let stale = [resumed(3, "0", 10, 400), resumed(3, "1", 0, 400), resumed(1, "0", 0, 50)];
+        assert_eq!(
+            resumed_from_newest(&stale, &written).0,
+            [
+                "a attempt 3 rank 0 resumed from step 10, not from the newest checkpoint (step 25 of attempt 2)",
+                "a attempt 3 rank 1 resumed from step 0, not from the newest checkpoint (step 12 of attempt 1)",
+                "a attempt 1 rank 0 was told to resume, but no earlier attempt wrote a checkpoint",
+            ]
+        );
+    }
+
+    fn end(job: &str, attempt: u32, rank: &str, last_step: u64, finished: bool) -> WitnessedEnd {
+        WitnessedEnd { job: job.into(), attempt, rank: rank.into(), last_step, finished }
+    }
+
+    #[test]
+    fn a_job_counted_succeeded_ran_all_its_steps() {
+        let cmd = ["baton", "workload", "--steps", "40", "--other-ranks-steps", "15"];
+        let jobs = [
+            job("a", JobState::Succeeded, 2, None, &cmd),
+            job("b", JobState::Succeeded, 1, None, &cmd),
+            job("c", JobState::Succeeded, 3, None, &cmd),
+            job("d", JobState::Succeeded, 1, None, &cmd),
+            job("e", JobState::Failed, 1, None, &cmd),
+            job("f", JobState::Succeeded, 1, None, &["sleep", "1"]),
+        ];
+        let ends = [
+            end("a", 1, "0", 12, false),
+            end("a", 2, "1", 15, true),
+            end("a", 2, "0", 40, true),
+            end("b", 1, "0", 12, false),
+            end("c", 3, "0", 39, true),
+            end("e", 1, "0", 3, false),
+        ];
+        let (violations, checked) = succeeded_ran_all_steps(&jobs, &ends);
+        assert_eq!(
+            violations,
+            [
+                "b is Succeeded, but b attempt 1 rank 0 was stopped at step 12 of 40",
+                "c is Succeeded, but c attempt 3 rank 0 finished at step 39 of 40",
+                "d is Succeeded, but d attempt 1 rank 0 recorded no exit 0",
+            ]
+        );
+        assert_eq!(checked, 4, "a, b, c, d: not the failed job, nor one that runs no workload");
+        let args: Vec<String> = cmd.iter().map(|a| a.to_string()).collect();
+        assert_eq!(
+            (steps_of(&args, "0"), steps_of(&args, "1"), steps_of(&args[..4], "1")),
+            (Some(40), Some(15), Some(40))
+        );
+    }
+
+    #[test]
+    fn the_witness_records_are_read_and_nonsense_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write("starts", "a 2 1 n2 17 1000 resume\nb 1 0 n1 0 1000 fresh\nc 1 0 n1 5 1000\nd 1 0 n1 x 1000 fresh\n");
+        write("checkpoints", "a 1 1 n1 17 900\nbroken\n");
+        write("ends", "a 2 1 n2 40 finished 1500\na 2 0 n1 3 crashed 1500\n");
+        let mut v = Vec::new();
+        let starts = read_starts(dir.path(), &mut v);
+        let how: Vec<(&str, bool)> = starts.iter().map(|s| (s.start.job.as_str(), s.resume)).collect();
+        assert_eq!(
+            how,
+            [("a", true), ("b", false), ("c", true)],
+            "a record without the field: resumed when past step 0"
+        );
+        assert_eq!(read_checkpoints(dir.path(), &mut v), [ckpt("a", 1, "1", 17, 900)]);
+        assert_eq!(read_ends(dir.path(), &mut v), [end("a", 2, "1", 40, true)]);
+        assert_eq!(
+            v,
+            [
+                "unreadable start record \"d 1 0 n1 x 1000 fresh\"",
+                "unreadable checkpoint record \"broken\"",
+                "unreadable end record \"a 2 0 n1 3 crashed 1500\"",
+            ]
+        );
     }
 }

@@ -15,6 +15,8 @@
 //! - `faults`: the fault schedule, drawn from a seed, and the protocol state each landed in.
 //! - `history`: submits and cancels with invoke/complete times and outcomes, and the checks
 //!   on them (an acknowledged submit exists once, nothing starts after an acknowledged cancel).
+//! - `observe`: what the checks read from the cluster after the load: every job's events,
+//!   and the cluster at quiescence (running sets, each replica's state and index).
 //! - `check`: the verdict: violations the jobs recorded, every acknowledged job succeeded,
 //!   no attempt started twice, the history checks, and the run was not vacuous (faults
 //!   happened, jobs resumed from checkpoints, faults landed in non-idle protocol states).
@@ -29,6 +31,7 @@ pub mod faults;
 pub mod history;
 pub mod load;
 pub mod net;
+pub mod observe;
 mod rng;
 pub mod run;
 

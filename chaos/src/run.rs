@@ -143,6 +143,9 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         ops.iter().filter(|o| o.kind == OpKind::Submit && o.outcome == Outcome::Ok).map(|o| o.key.clone()).collect();
     let jobs = drain(&c, &acked).await;
     let after_node_loss = after_node_loss(&c, &witness).await;
+    // Quiescence first: the events read after it include the last stops.
+    let quiescence = crate::observe::quiescence(&c, &witness, c.servers.addrs.len()).await;
+    let events = crate::observe::events_of(&c, &jobs).await;
     let report = Report::judge(&Evidence {
         seconds: cfg.seconds,
         mix: cfg.mix,
@@ -153,6 +156,9 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         ops: &ops,
         after_node_loss: &after_node_loss,
         cancel_slack_ms: timing.lease_ms + CANCEL_START_SLACK_MS,
+        events: &events,
+        preemption_bound_ms: crate::check::preemption_bound_ms(timing.heartbeat_timeout_ms),
+        quiescence: &quiescence,
     });
     if cfg.keep_dir || !report.ok() {
         // Kept for a post-mortem: the replicas' and agents' logs, the witness records.

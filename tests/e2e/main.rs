@@ -264,4 +264,6 @@ async fn chaos_run(mix: Mix) {
     cfg.clock_offsets = mix == Mix::Partitions;
     let report = baton_chaos::run(&cfg).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(report.ok(), "seed {seed}:\n{report}");
+    // What was checked, for the log of a passing run (`--nocapture`).
+    eprintln!("seed {seed}:\n{report}");
 }
