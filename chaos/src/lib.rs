@@ -18,7 +18,10 @@
 //! - `observe`: what the checks read from the cluster after the load: every job's events,
 //!   and the cluster at quiescence (running sets, each replica's state and index).
 //! - `check`: the verdict: violations the jobs recorded, every acknowledged job succeeded,
-//!   no attempt started twice, the history checks, and the run was not vacuous (faults
+//!   no attempt started twice, the history checks, every start after its committed
+//!   placement, every preemption ended within its grace plus a bound, the cluster quiescent
+//!   (processes as the model says, replicas at one state and index), Succeeded jobs ran all
+//!   their steps, resumes from the newest checkpoint, and the run was not vacuous (faults
 //!   happened, jobs resumed from checkpoints, faults landed in non-idle protocol states).
 //! - `run`: the whole run.
 //!
