@@ -8,12 +8,17 @@
 use std::path::Path;
 
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::{Cohort, PreemptionMode, Queue, SubmitRequest};
+use baton_proto::v1::{Cohort, JobSpec, PreemptionMode, Queue, SubmitRequest};
 
 use crate::rng::Rng;
 
 /// Each step of a workload, in milliseconds.
 const STEP_MS: u64 = 50;
+/// The grace every job gets to checkpoint once signalled. The workload saves within a
+/// step's poll (10 ms); 5 s leaves room for a loaded machine while keeping the verdict's
+/// preemption bound (grace plus 4 heartbeat timeouts) tight: the API's default, 30 s,
+/// would let a stop hang for 42 s before it counts.
+pub const GRACE_MS: u64 = 5_000;
 /// Share of two-rank gangs whose rank 1 runs fewer steps than rank 0 (a third to a half).
 const UNEVEN_PERCENT: u64 = 40;
 /// Share of gangs that ask for preemption mode `suspend`.
@@ -84,7 +89,7 @@ impl Load {
         let name = format!("{kind}-{}", self.made);
         let mut command = self.command.clone();
         command.push(steps.to_string());
-        let spec = gpu_job(&name, queue, class, replicas, gpus, command);
+        let spec = JobSpec { grace_ms: Some(GRACE_MS), ..gpu_job(&name, queue, class, replicas, gpus, command) };
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
         SubmitRequest { spec: Some(spec), request_id: name, run_as: String::new() }
