@@ -461,6 +461,8 @@ impl Supervisor {
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
             gpus: a.gpus.clone(),
             started_unix_ms: now_unix_ms(),
+            // Scanned before the intent is journaled, so before the replica can write.
+            newest_checkpoint_at_start_unix_ms: Some(newest_checkpoint_ms(&self.checkpoint_root, key)),
         }
     }
 
