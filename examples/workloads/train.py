@@ -25,8 +25,13 @@ def request_stop(signum, frame):
 
 
 def checkpoint_path():
+    # The rank's own directory: only files there count as this rank's checkpoint (the ranks
+    # of a gang share BATON_CHECKPOINT_DIR). An agent that does not set it: the job's one.
     rank = os.environ.get("BATON_RANK", "0")
-    return os.path.join(os.environ["BATON_CHECKPOINT_DIR"], f"rank-{rank}.ckpt")
+    job_dir = os.environ["BATON_CHECKPOINT_DIR"]
+    rank_dir = os.environ.get("BATON_RANK_CHECKPOINT_DIR", os.path.join(job_dir, f"rank-{rank}"))
+    os.makedirs(rank_dir, exist_ok=True)
+    return os.path.join(rank_dir, f"rank-{rank}.ckpt")
 
 
 def save(step):

@@ -15,11 +15,40 @@ pub fn now_unix_ms() -> u64 {
 pub fn newest_mtime_ms(dir: &Path) -> u64 {
     let mut newest = 0;
     let mut seen = 0;
-    scan(dir, 0, &mut seen, &mut newest);
+    scan(dir, 0, false, &mut seen, &mut newest);
     newest
 }
 
-fn scan(dir: &Path, depth: usize, seen: &mut usize, newest: &mut u64) {
+/// A rank's own checkpoint directory inside its job's: `rank-<r>`.
+pub fn rank_dir_name(rank: u32) -> String {
+    format!("rank-{rank}")
+}
+
+/// Whether `name` is a rank's directory name (`rank-` and decimal digits).
+fn is_rank_dir_name(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .and_then(|n| n.strip_prefix("rank-"))
+        .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The newest mtime (Unix ms) of the files that count as `rank`'s checkpoint in the job
+/// directory `job_dir`; 0 when there is none. Those are the files of its own directory
+/// (`rank-<r>`), and the job directory's files outside every rank's directory: the ranks of a
+/// gang share the job directory (one file system for all nodes), so another rank's save in
+/// its own directory must not count as this rank's, while a file of the job directory
+/// itself cannot be told apart (a job written before rank directories, or one rank saving
+/// for all) and counts for every rank, as it always did. Both scans share the bounds on
+/// entries and depth (the rank's directory is one level down).
+pub fn newest_rank_mtime_ms(job_dir: &Path, rank: u32) -> u64 {
+    let mut newest = 0;
+    let mut seen = 0;
+    scan(job_dir, 0, true, &mut seen, &mut newest);
+    scan(&job_dir.join(rank_dir_name(rank)), 1, false, &mut seen, &mut newest);
+    newest
+}
+
+/// `skip_rank_dirs`: leave out the ranks' directories directly under `dir`.
+fn scan(dir: &Path, depth: usize, skip_rank_dirs: bool, seen: &mut usize, newest: &mut u64) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         *seen += 1;
@@ -28,8 +57,11 @@ fn scan(dir: &Path, depth: usize, seen: &mut usize, newest: &mut u64) {
         }
         let Ok(meta) = entry.metadata() else { continue };
         if meta.is_dir() {
+            if skip_rank_dirs && is_rank_dir_name(&entry.file_name()) {
+                continue;
+            }
             if depth + 1 < MAX_CHECKPOINT_SCAN_DEPTH {
-                scan(&entry.path(), depth + 1, seen, newest);
+                scan(&entry.path(), depth + 1, false, seen, newest);
             }
         } else if meta.is_file() {
             let ms = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64);
@@ -81,6 +113,34 @@ mod tests {
         touch(&deep.join("too-deep.ckpt"), 3_000_000);
         touch(&dir.path().join("top.ckpt"), 1_000_000);
         assert_eq!(newest_mtime_ms(dir.path()), 1_000_000);
+    }
+
+    /// Chaos, seed 21: rank 0 of a gang was killed before it saved anything, and was
+    /// reported stopped with a checkpoint because rank 1, on another node of the shared
+    /// file system, wrote its file into the same job directory 20 ms after rank 0's signal.
+    #[test]
+    fn another_ranks_files_in_the_shared_job_directory_do_not_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path();
+        std::fs::create_dir_all(job.join("rank-0")).unwrap();
+        std::fs::create_dir_all(job.join("rank-1/sub")).unwrap();
+        std::fs::create_dir_all(job.join("rank-12")).unwrap();
+        touch(&job.join("rank-1/ckpt"), 2_000_000);
+        touch(&job.join("rank-1/sub/more"), 2_100_000);
+        touch(&job.join("rank-12/ckpt"), 2_200_000);
+        assert_eq!(newest_rank_mtime_ms(job, 0), 0, "rank 0 saved nothing");
+        assert_eq!(newest_rank_mtime_ms(job, 1), 2_100_000);
+        assert_eq!(newest_rank_mtime_ms(job, 12), 2_200_000, "rank-1 is not a prefix of rank-12");
+        touch(&job.join("rank-0/ckpt"), 1_500_000);
+        assert_eq!(newest_rank_mtime_ms(job, 0), 1_500_000);
+        // A file of the job directory itself (a job that does not use its ranks'
+        // directories, or one rank that saves for all) counts for every rank.
+        touch(&job.join("model.pt"), 1_800_000);
+        std::fs::create_dir_all(job.join("shared")).unwrap();
+        touch(&job.join("shared/opt.pt"), 1_900_000);
+        assert_eq!(newest_rank_mtime_ms(job, 0), 1_900_000);
+        assert_eq!(newest_rank_mtime_ms(job, 1), 2_100_000);
+        assert_eq!(newest_rank_mtime_ms(job, 3), 1_900_000, "a rank without a directory of its own yet");
     }
 
     #[test]

@@ -126,6 +126,11 @@ pub struct ReplicaRecord {
     /// recorded): a checkpoint file newer than this was written by this attempt.
     #[serde(default)]
     pub started_unix_ms: u64,
+    /// The newest file of its rank's checkpoint (a file time, 0: none) when it was started
+    /// (`None` in journals written before it was recorded): a file newer than this was
+    /// written by this attempt, judged without the agent's wall clock.
+    #[serde(default)]
+    pub newest_checkpoint_at_start_unix_ms: Option<u64>,
 }
 
 pub struct Journal {
@@ -453,6 +458,17 @@ mod tests {
         Observation {
             what: Some(What::Exited(Exited { job_id, attempt: 1, rank: 0, exit_code: 0, reason: String::new() })),
         }
+    }
+
+    /// A record as journals before `newest_checkpoint_at_start_unix_ms` wrote it still reads
+    /// (an agent upgraded while its replicas run re-adopts them).
+    #[test]
+    fn a_record_without_the_newest_checkpoint_at_its_start_reads_as_none() {
+        let old = r#"{"key":{"job_id":1,"attempt":2,"rank":0},"job":"a","task":0,"replica":0,"pid":42,
+            "start_time":7,"phase":"Running","stop":null,"kill_deadline_unix_ms":0,"outcome":null,
+            "exit_file":"exit","gpus":[0],"started_unix_ms":1000}"#;
+        let rec: ReplicaRecord = serde_json::from_str(old).unwrap();
+        assert_eq!((rec.started_unix_ms, rec.newest_checkpoint_at_start_unix_ms), (1_000, None));
     }
 
     #[test]

@@ -88,6 +88,13 @@ pub fn checkpoint_dir(checkpoint_root: &Path, job_id: u64) -> PathBuf {
     checkpoint_root.join(format!("job-{job_id}"))
 }
 
+/// A rank's own checkpoint directory inside its job's (`job-<id>/rank-<r>`): only the
+/// files there (and the job directory's own, outside every rank's) count as that rank's
+/// checkpoint (`checkpoint::newest_rank_mtime_ms`).
+pub fn rank_checkpoint_dir(checkpoint_root: &Path, job_id: u64, rank: u32) -> PathBuf {
+    checkpoint_dir(checkpoint_root, job_id).join(crate::checkpoint::rank_dir_name(rank))
+}
+
 /// The exit file of one replica, in a directory of its own: the wrapper runs as the job's
 /// user and writes its markers and exit file there, so that directory (and only it) is the
 /// user's.
@@ -173,7 +180,13 @@ fn host_env() -> impl Iterator<Item = (&'static str, std::ffi::OsString)> {
 }
 
 /// The environment a replica gets on top of `HOST_ENV`.
-pub fn replica_env(a: &Assignment, node: &str, checkpoint_dir: &Path, signal_name: &str) -> BTreeMap<String, String> {
+pub fn replica_env(
+    a: &Assignment,
+    node: &str,
+    checkpoint_dir: &Path,
+    rank_checkpoint_dir: &Path,
+    signal_name: &str,
+) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
     env.insert("CUDA_VISIBLE_DEVICES".into(), gpus.join(","));
@@ -184,6 +197,7 @@ pub fn replica_env(a: &Assignment, node: &str, checkpoint_dir: &Path, signal_nam
     env.insert("BATON_NODE".into(), node.to_string());
     env.insert("BATON_WORLD_SIZE".into(), a.world_size.to_string());
     env.insert("BATON_CHECKPOINT_DIR".into(), checkpoint_dir.display().to_string());
+    env.insert("BATON_RANK_CHECKPOINT_DIR".into(), rank_checkpoint_dir.display().to_string());
     env.insert("BATON_CHECKPOINT_SIGNAL".into(), signal_name.to_string());
     env.remove("BATON_RESUME");
     if a.resume {
@@ -251,6 +265,9 @@ fn try_start(
     let ckpt = checkpoint_dir(dirs.checkpoint_root, a.job_id);
     std::fs::create_dir_all(&ckpt).map_err(|e| fail("cannot create", &ckpt, e))?;
     own_path(&ckpt, who.as_ref(), 0o700).map_err(|e| fail("cannot hand over", &ckpt, e))?;
+    let rank_ckpt = rank_checkpoint_dir(dirs.checkpoint_root, a.job_id, a.rank);
+    std::fs::create_dir_all(&rank_ckpt).map_err(|e| fail("cannot create", &rank_ckpt, e))?;
+    own_path(&rank_ckpt, who.as_ref(), 0o700).map_err(|e| fail("cannot hand over", &rank_ckpt, e))?;
     let exit = exit_file(dirs.data_dir, a.job_id, a.attempt, a.rank);
     remove_markers(&exit);
     if let Some(parent) = exit.parent() {
@@ -268,7 +285,7 @@ fn try_start(
         cmd.env("HOME", &w.home).env("USER", &w.name).env("LOGNAME", &w.name);
         cmd.current_dir(if Path::new(&w.home).is_dir() { Path::new(&w.home) } else { Path::new("/") });
     }
-    cmd.envs(replica_env(a, dirs.node, &ckpt, signal_name));
+    cmd.envs(replica_env(a, dirs.node, &ckpt, &rank_ckpt, signal_name));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     let drop_to = who.map(|w| (w.uid, w.gid, w.groups));
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no

@@ -57,8 +57,9 @@ pub const MAX_CHECKPOINT_SCAN_ENTRIES: usize = 10_000;
 /// Directory depth of a checkpoint scan.
 pub const MAX_CHECKPOINT_SCAN_DEPTH: usize = 4;
 /// Coarse file timestamps can lag the wall clock by a tick: for a replica its watchdog
-/// stopped, a file newer than this much before the replica's start counts as this attempt's.
-/// (A stop's checkpoint is judged on file times alone: `checkpoint::written_after`.)
+/// stopped, journaled before the newest checkpoint file at its start was recorded, a file
+/// newer than this much before the replica's start counts as this attempt's. (Otherwise a
+/// stop's checkpoint is judged on file times alone: `checkpoint::written_after`.)
 pub const MTIME_SLACK_MS: u64 = 20;
 /// Default size of one log file after which output is dropped with a note.
 pub const DEFAULT_LOG_CAP_BYTES: u64 = 64 * 1024 * 1024;

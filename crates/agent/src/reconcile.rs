@@ -272,8 +272,14 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
     match rec.phase {
         Phase::Running | Phase::Suspended if e.watchdog_stopped => {
             // Not the job's own exit. Any checkpoint this attempt wrote counts, also one
-            // written while no agent watched (the leader may not know of it yet).
-            let checkpointed = newest > 0 && newest + MTIME_SLACK_MS >= rec.started_unix_ms;
+            // written while no agent watched (the leader may not know of it yet): a file
+            // newer than the newest at its start, file times against file times, as for a
+            // stop. A record journaled before that was recorded has only its start on the
+            // agent's wall clock.
+            let checkpointed = match rec.newest_checkpoint_at_start_unix_ms {
+                Some(before_ms) => written_after(before_ms, newest),
+                None => newest > 0 && newest + MTIME_SLACK_MS >= rec.started_unix_ms,
+            };
             Some(Ending::Stopped { checkpointed, lease_expired: true })
         }
         Phase::Running | Phase::Suspended => Some(Ending::Exited { code: e.code }),

@@ -6,7 +6,7 @@
 //! are no locks around replica state; others see snapshots (`Running` list, live log set).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use baton_proto::v1::{
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::checkpoint::{newest_mtime_ms, now_unix_ms};
+use crate::checkpoint::{newest_rank_mtime_ms, now_unix_ms};
 use crate::error::JournalError;
 use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord};
 use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs, Unjournaled};
@@ -169,10 +169,9 @@ impl Supervisor {
                     }
                 }
             }
-            let ckpt = launch::checkpoint_dir(&sup.checkpoint_root, rec.key.job_id);
             let replica = Replica {
                 signal: default_signal(),
-                newest_checkpoint_ms: newest_mtime_ms(&ckpt),
+                newest_checkpoint_ms: newest_checkpoint_ms(&sup.checkpoint_root, &key),
                 rec,
                 started: None,
                 signal_again: None,
@@ -462,6 +461,8 @@ impl Supervisor {
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
             gpus: a.gpus.clone(),
             started_unix_ms: now_unix_ms(),
+            // Scanned before the intent is journaled, so before the replica can write.
+            newest_checkpoint_at_start_unix_ms: Some(newest_checkpoint_ms(&self.checkpoint_root, key)),
         }
     }
 
@@ -521,7 +522,6 @@ impl Supervisor {
         let active: HashSet<u64> =
             self.replicas.values().filter(|r| r.rec.phase != Phase::Finished).map(|r| r.rec.key.job_id).collect();
         logfiles::retain(&self.data_dir, a.job_id, &active);
-        let ckpt = launch::checkpoint_dir(&self.checkpoint_root, a.job_id);
         let dirs = LaunchDirs {
             data_dir: &self.data_dir,
             checkpoint_root: &self.checkpoint_root,
@@ -546,7 +546,7 @@ impl Supervisor {
                     };
                     let _ = tx.send(ExitEvent { key: key2, pid, code }).await;
                 });
-                let newest = newest_mtime_ms(&ckpt);
+                let newest = newest_checkpoint_ms(&self.checkpoint_root, key);
                 let started = Some(Instant::now());
                 self.replicas
                     .insert(*key, Replica { rec, signal, newest_checkpoint_ms: newest, started, signal_again: None });
@@ -573,7 +573,7 @@ impl Supervisor {
         cause: StopCause,
     ) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        let before = newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id));
+        let before = newest_checkpoint_ms(&self.checkpoint_root, key);
         let now = Clock { unix_ms: now_unix_ms(), boot_ms: boot_ms() };
         let lease_expired = cause == StopCause::LeaseExpired;
         let steps = reconcile::stop_steps(&r.rec, signal, grace_ms, lease_expired, before, now);
@@ -649,7 +649,7 @@ impl Supervisor {
         let seen = Ended {
             code,
             watchdog_stopped: launch::lease_marker(&r.rec.exit_file).exists(),
-            newest_checkpoint_unix_ms: newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, key.job_id)),
+            newest_checkpoint_unix_ms: newest_checkpoint_ms(&self.checkpoint_root, key),
             now_unix_ms: now_unix_ms(),
         };
         let Some(ending) = reconcile::ending(&r.rec, seen) else { return Ok(()) };
@@ -813,16 +813,14 @@ impl Supervisor {
     }
 
     fn poll_checkpoints(&mut self) -> Result<(), JournalError> {
-        let mut newest_by_job: BTreeMap<u64, u64> = BTreeMap::new();
-        // Per rank: the job counts as checkpointed once every rank has reported one.
+        // Per rank, on the rank's own files: the job counts as checkpointed once every rank
+        // has reported one, and another rank's save must not count as this one's.
         let mut fresh: HashSet<ReplicaKey> = HashSet::new();
         for r in self.replicas.values_mut() {
             if r.rec.phase != Phase::Running {
                 continue;
             }
-            let newest = *newest_by_job
-                .entry(r.rec.key.job_id)
-                .or_insert_with(|| newest_mtime_ms(&launch::checkpoint_dir(&self.checkpoint_root, r.rec.key.job_id)));
+            let newest = newest_checkpoint_ms(&self.checkpoint_root, &r.rec.key);
             if newest > r.newest_checkpoint_ms {
                 r.newest_checkpoint_ms = newest;
                 fresh.insert(r.rec.key);
@@ -945,6 +943,11 @@ impl Supervisor {
 enum Leftovers {
     Kill,
     Leave,
+}
+
+/// The newest file that counts as `key`'s rank's checkpoint (0: none).
+fn newest_checkpoint_ms(checkpoint_root: &Path, key: &ReplicaKey) -> u64 {
+    newest_rank_mtime_ms(&launch::checkpoint_dir(checkpoint_root, key.job_id), key.rank)
 }
 
 fn stopped(key: &ReplicaKey, checkpointed: bool, cause: StopCause) -> Observation {

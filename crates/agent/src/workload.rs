@@ -1,8 +1,9 @@
 //! The test workload behind `baton workload --steps N --step-ms M`: a preemptible job in
 //! miniature. It counts steps, printing `step i`. On SIGTERM or SIGUSR1 it writes the
-//! number of finished steps to `$BATON_CHECKPOINT_DIR/rank-<BATON_RANK>.ckpt` (a temp file,
-//! then a rename, so a reader never sees half a checkpoint), prints
-//! `checkpointed at step i` and exits 0. After its last step it saves a checkpoint too: a
+//! number of finished steps to `rank-<BATON_RANK>.ckpt` in `$BATON_RANK_CHECKPOINT_DIR`
+//! (`$BATON_CHECKPOINT_DIR/rank-<BATON_RANK>`, the rank's own directory; a temp file, then
+//! a rename, so a reader never sees half a checkpoint), prints `checkpointed at step i` and
+//! exits 0. After its last step it saves a checkpoint too: a
 //! rank that exits 0 counts as stopped with its work saved. Exiting 0 after a checkpoint is safe: the agent
 //! sent the signal, so it reports the replica as `Stopped` (not as `Exited` with success).
 //! With `BATON_RESUME` set it starts from the step in its checkpoint and prints
@@ -36,13 +37,22 @@ extern "C" fn on_signal(sig: libc::c_int) {
 /// How often the loop looks at the signal flag while it sleeps through a step.
 const SIGNAL_POLL_MS: u64 = 10;
 
+/// Rank `rank`'s checkpoint file, in that rank's own directory of the job's checkpoint
+/// directory: the agent counts only files there as the rank's save (a gang's ranks share the
+/// job directory).
 fn rank_checkpoint_path(rank: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("BATON_CHECKPOINT_DIR")?;
-    Some(PathBuf::from(dir).join(format!("rank-{rank}.ckpt")))
+    Some(PathBuf::from(dir).join(format!("rank-{rank}")).join(format!("rank-{rank}.ckpt")))
 }
 
+/// This rank's checkpoint file: in `BATON_RANK_CHECKPOINT_DIR`, the directory the agent
+/// gave it (the same as `rank_checkpoint_path` says; an agent older than it gives none).
 fn checkpoint_path() -> Option<PathBuf> {
-    rank_checkpoint_path(&std::env::var("BATON_RANK").unwrap_or_else(|_| "0".to_string()))
+    let rank = std::env::var("BATON_RANK").unwrap_or_else(|_| "0".to_string());
+    match std::env::var_os("BATON_RANK_CHECKPOINT_DIR") {
+        Some(dir) => Some(PathBuf::from(dir).join(format!("rank-{rank}.ckpt"))),
+        None => rank_checkpoint_path(&rank),
+    }
 }
 
 /// Writes `step attempt`: the attempt tells a whole gang's checkpoint from ranks that
@@ -50,6 +60,9 @@ fn checkpoint_path() -> Option<PathBuf> {
 /// With a witness, the checkpoint is recorded once it is in place (after the rename).
 fn save(step: u64, witness: Option<&Path>) -> Result<PathBuf, String> {
     let path = checkpoint_path().ok_or("BATON_CHECKPOINT_DIR is not set")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
     let tmp = path.with_extension("ckpt.tmp");
     let attempt = env("BATON_ATTEMPT");
     std::fs::write(&tmp, format!("{step} {attempt}\n")).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;

@@ -78,6 +78,7 @@ fn record(key: ReplicaKey) -> ReplicaRecord {
         exit_file: Path::new("/nonexistent/exit").to_path_buf(),
         gpus: vec![key.rank],
         started_unix_ms: 1,
+        newest_checkpoint_at_start_unix_ms: None,
     }
 }
 

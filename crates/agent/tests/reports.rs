@@ -67,3 +67,49 @@ async fn a_checkpoint_written_while_running_is_reported() {
     wait_for(5, "killed", || (!alive(p)).then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Chaos, seed 21: the ranks of a gang share the job's checkpoint directory (one file system
+/// for all nodes). Rank 0 was killed before it saved anything, and its stop was reported as
+/// checkpointed because rank 1, on another node, saved into that directory right after
+/// rank 0's signal; the next attempt told rank 0 to resume from nothing. A stop counts only
+/// the rank's own files: those in `$BATON_RANK_CHECKPOINT_DIR`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_counts_only_the_ranks_own_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let (pid1, pid2) = (dir.path().join("pid1"), dir.path().join("pid2"));
+    let _reaper = Reaper(vec![pid1.clone(), pid2.clone()]);
+    // Job 1's rank 0 saves nothing of its own; what appears after its signal is rank 1's.
+    let others = format!(
+        "trap 'mkdir -p \"$BATON_CHECKPOINT_DIR/rank-1\"; echo 5 > \"$BATON_CHECKPOINT_DIR/rank-1/ckpt\"; exit 0' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid1.display()
+    );
+    // Job 2's rank 0 saves into its own directory.
+    let own = format!(
+        "trap 'echo 5 > \"$BATON_RANK_CHECKPOINT_DIR/ckpt\"; exit 0' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid2.display()
+    );
+    let runs = vec![assignment(1, 1, Action::Run, &others), assignment(2, 1, Action::Run, &own)];
+    gw.set(1, runs.clone());
+    wait_for(5, "started", || read_pid(&pid1).zip(read_pid(&pid2))).await;
+    let stops = runs
+        .into_iter()
+        .map(|mut a| {
+            a.action = Action::Stop as i32;
+            a
+        })
+        .collect();
+    gw.set(1, stops);
+    wait_for(10, "both stopped", || {
+        let obs = gw.observations();
+        (!stopped_of(&obs, 1).is_empty() && !stopped_of(&obs, 2).is_empty()).then_some(())
+    })
+    .await;
+    let obs = gw.observations();
+    assert_eq!(stopped_of(&obs, 1), vec![false], "another rank's checkpoint is not this rank's");
+    assert_eq!(stopped_of(&obs, 2), vec![true], "its own is");
+    let rank_dir = dir.path().join("checkpoints/job-2/rank-0/ckpt");
+    assert!(rank_dir.exists(), "BATON_RANK_CHECKPOINT_DIR is job-<id>/rank-<r> under the root");
+    agent.shutdown().await.unwrap();
+}

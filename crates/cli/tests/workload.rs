@@ -9,6 +9,7 @@ fn workload_checkpoints_on_its_signal_and_resumes() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["workload", "--steps", "100000", "--step-ms", "5"])
         .env("BATON_CHECKPOINT_DIR", dir.path())
+        .env("BATON_RANK_CHECKPOINT_DIR", dir.path().join("rank-3"))
         .env("BATON_RANK", "3")
         .env("BATON_ATTEMPT", "4")
         .env_remove("BATON_RESUME")
@@ -26,12 +27,14 @@ fn workload_checkpoints_on_its_signal_and_resumes() {
     let last = rest.last().expect("a final line");
     let step: u64 = last.strip_prefix("checkpointed at step ").expect(last).parse().unwrap();
     assert!(step >= 2);
-    let saved = std::fs::read_to_string(dir.path().join("rank-3.ckpt")).unwrap();
+    // In the rank's own directory: only files there count as this rank's save.
+    let saved = std::fs::read_to_string(dir.path().join("rank-3/rank-3.ckpt")).unwrap();
     assert_eq!(saved.trim(), format!("{step} 4"), "the step and the attempt that wrote it");
 
     let out = Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["workload", "--steps", &(step + 2).to_string(), "--step-ms", "1"])
         .env("BATON_CHECKPOINT_DIR", dir.path())
+        .env("BATON_RANK_CHECKPOINT_DIR", dir.path().join("rank-3"))
         .env("BATON_RANK", "3")
         .env("BATON_RESUME", "1")
         .output()
@@ -68,6 +71,7 @@ fn witnessed_steps(
         .env("BATON_NODE", "n1")
         .env("CUDA_VISIBLE_DEVICES", gpus)
         .env("BATON_CHECKPOINT_DIR", ckpt)
+        .env("BATON_RANK_CHECKPOINT_DIR", ckpt.join("rank-0"))
         .env_remove("BATON_RESUME");
     c
 }

@@ -269,3 +269,37 @@ fn a_gangs_lease_stops_reported_one_by_one_give_the_next_attempt_its_checkpoint(
     report(&mut s, "n2", saved);
     assert!(!s.job(g).unwrap().has_checkpoint, "rank 0 saved nothing");
 }
+
+/// Whether the next attempt of a gang is told to resume (`has_checkpoint`, sent as the
+/// assignments' `resume`) after the ranks' stops: only once every rank has a checkpoint of
+/// the same or a later attempt than the one the job would resume from. Chaos seed 21 told a
+/// rank to resume although it had saved nothing, because another rank had.
+#[test]
+fn a_gang_is_told_to_resume_only_when_every_rank_saved_its_work() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    let stop = |rank, attempt, checkpointed| Observed::Stopped { job: g, attempt, rank, checkpointed };
+    apply(&mut s, Op::Pause { job: g });
+    assert!(report(&mut s, "n1", stop(0, 1, false)).is_empty());
+    assert!(report(&mut s, "n2", stop(1, 1, true)).is_empty());
+    let j = s.job(g).unwrap();
+    assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, false), "rank 0 saved nothing");
+
+    // Attempt 2: both ranks save; the next attempt resumes.
+    apply(&mut s, Op::Resume { job: g });
+    decide(&mut s, Decision::Place { job: g, attempt: 2, replicas: vec![on(0, "n1"), on(1, "n2")] }).unwrap();
+    apply(&mut s, Op::Pause { job: g });
+    report(&mut s, "n1", stop(0, 2, true));
+    assert!(!s.job(g).unwrap().has_checkpoint, "rank 1 has not stopped yet");
+    report(&mut s, "n2", stop(1, 2, true));
+    assert!(s.job(g).unwrap().has_checkpoint, "every rank saved attempt 2");
+
+    // Attempt 3: rank 1 saves nothing new. Each rank still has attempt 2's checkpoint (rank 0
+    // a later one), so the gang still resumes, from what each rank has.
+    apply(&mut s, Op::Resume { job: g });
+    decide(&mut s, Decision::Place { job: g, attempt: 3, replicas: vec![on(0, "n1"), on(1, "n2")] }).unwrap();
+    apply(&mut s, Op::Pause { job: g });
+    report(&mut s, "n1", stop(0, 3, true));
+    report(&mut s, "n2", stop(1, 3, false));
+    let j = s.job(g).unwrap();
+    assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, true));
+}

@@ -134,3 +134,46 @@ async fn a_gang_whose_ranks_each_saved_on_a_lease_stop_resumes() {
     let next = d.assignments.iter().find(|a| a.job == "g").unwrap();
     assert!(next.resume, "every rank saved its work on its lease stop: {next:?}");
 }
+
+/// Chaos, seed 21 (`told to resume, but its checkpoint is unreadable`): rank 0 of a gang was
+/// stopped before it saved anything while rank 1 saved its work. The next attempt must not
+/// tell the ranks to resume: rank 0 has nothing to resume from. Once both ranks saved on a
+/// later stop, it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gang_whose_rank_saved_nothing_on_its_stop_is_not_told_to_resume() {
+    let cluster = Cluster::start(1).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("research", 8)).await.unwrap();
+    let mut n1 = FakeAgent::attach(&cluster.addrs(), node("n1", 4)).await;
+    let mut n2 = FakeAgent::attach(&cluster.addrs(), node("n2", 4)).await;
+    c.submit(submit_of(gang("g", "research", "train"))).await.unwrap();
+    let runs = |attempt: u32| move |d: &Directive| d.assignments.iter().any(|a| a.job == "g" && a.attempt == attempt);
+    let d1 = n1.until("rank 0 of g runs on n1", runs(1)).await;
+    n2.until("rank 1 of g runs on n2", runs(1)).await;
+    let id = d1.assignments[0].job_id;
+    let g = || JobRef { name: "g".into(), id };
+    let stop = |attempt, rank, checkpointed| {
+        What::Stopped(Stopped { job_id: id, attempt, checkpointed, rank, cause: StopCause::Directed as i32 })
+    };
+
+    c.pause_job(g()).await.unwrap();
+    n1.until("g is told to stop on n1", |d| has(d, "g", Action::Stop)).await;
+    let (r0, r1) = (d1.assignments[0].rank, 1 - d1.assignments[0].rank);
+    n1.report(vec![stop(1, r0, false)]).await.unwrap();
+    n2.report(vec![stop(1, r1, true)]).await.unwrap();
+    assert!(!wait_state(&mut c, "g", JobState::Paused).await.has_checkpoint);
+    c.resume_job(g()).await.unwrap();
+    let d = n1.until("g runs again", runs(2)).await;
+    let next = d.assignments.iter().find(|a| a.job == "g").unwrap();
+    assert!(!next.resume, "rank {r0} saved nothing: {next:?}");
+
+    n2.until("rank 1 of g runs again on n2", runs(2)).await;
+    c.pause_job(g()).await.unwrap();
+    n1.until("g is told to stop again", |d| has(d, "g", Action::Stop)).await;
+    n1.report(vec![stop(2, r0, true)]).await.unwrap();
+    n2.report(vec![stop(2, r1, true)]).await.unwrap();
+    assert!(wait_state(&mut c, "g", JobState::Paused).await.has_checkpoint);
+    c.resume_job(g()).await.unwrap();
+    let d = n1.until("g runs a third time", runs(3)).await;
+    assert!(d.assignments.iter().find(|a| a.job == "g").unwrap().resume, "every rank saved attempt 2");
+}

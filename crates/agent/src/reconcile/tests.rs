@@ -220,6 +220,7 @@ fn record(phase: Phase) -> ReplicaRecord {
         exit_file: "exit".into(),
         gpus: vec![0],
         started_unix_ms: 1,
+        newest_checkpoint_at_start_unix_ms: None,
     }
 }
 
@@ -448,6 +449,42 @@ fn a_stops_checkpoint_is_judged_on_file_times_alone() {
     assert_eq!(ending(&rec, ended(NOW.unix_ms + 5_000 + 100)), saved);
     // Nothing newer than what was there when the signal went out.
     assert_eq!(ending(&rec, ended(before_ms)), unsaved);
+}
+
+/// A replica its watchdog stopped (the agent was gone for a whole lease) counts as
+/// checkpointed when a file of its rank's is newer than the newest one when it started:
+/// file times against file times. Its start time is on the agent's wall clock, which may be
+/// off from the file system's (a shared file system's server, an NTP step); with the agent
+/// 5 s ahead, a save 1 s after the start looked older than the start, and with it 5 s
+/// behind, an earlier attempt's file looked newer.
+#[test]
+fn a_watchdog_stops_checkpoint_is_judged_on_file_times_alone() {
+    let started = |newest_at_start| ReplicaRecord {
+        started_unix_ms: NOW.unix_ms,
+        newest_checkpoint_at_start_unix_ms: Some(newest_at_start),
+        ..record(Phase::Running)
+    };
+    let watchdog_stopped = |newest_ms| Ended {
+        code: 143,
+        watchdog_stopped: true,
+        newest_checkpoint_unix_ms: newest_ms,
+        now_unix_ms: NOW.unix_ms + 2_000,
+    };
+    let saved = Some(Ending::Stopped { checkpointed: true, lease_expired: true });
+    let unsaved = Some(Ending::Stopped { checkpointed: false, lease_expired: true });
+    // The file system's clock 5 s behind the agent's: saved 1 s after the start, an earlier
+    // attempt's file 10 s before it.
+    let behind = NOW.unix_ms - 5_000;
+    assert_eq!(ending(&started(behind - 10_000), watchdog_stopped(behind + 1_000)), saved);
+    assert_eq!(ending(&started(0), watchdog_stopped(behind + 1_000)), saved, "the rank's first file");
+    // 5 s ahead: nothing written since the start, the earlier attempt's file 1 s before it.
+    let ahead = NOW.unix_ms + 5_000;
+    assert_eq!(ending(&started(ahead - 1_000), watchdog_stopped(ahead - 1_000)), unsaved);
+    assert_eq!(ending(&started(0), watchdog_stopped(0)), unsaved, "no file at all");
+    // A record journaled before the newest file at the start was: the start time, as then.
+    let old = ReplicaRecord { started_unix_ms: NOW.unix_ms, ..record(Phase::Running) };
+    assert_eq!(ending(&old, watchdog_stopped(NOW.unix_ms + 100)), saved);
+    assert_eq!(ending(&old, watchdog_stopped(NOW.unix_ms - 1_000)), unsaved);
 }
 
 /// Issue 10: an agent whose journal cannot be written starts and resumes nothing (it could
