@@ -10,6 +10,7 @@
 //! - [`replica`]: [`replica::Replica`], the API the server uses: open, serve, write, read,
 //!   membership, metrics, shutdown.
 //! - `batcher`: concurrent writes waiting together share one log entry.
+//! - `forwarder`: a follower's writes waiting together go to the leader in one call.
 //! - [`stats`]: counts of what the write path did (batches, appends, flushes, forwards).
 //! - [`store`]: the small [`store::KvStore`] trait (sled on disk, memory for tests), the log
 //!   store with its writer thread (group commit: flush before acknowledging), and the state
@@ -38,6 +39,7 @@ pub mod campaign;
 pub mod codec;
 pub mod datadir;
 pub mod error;
+mod forwarder;
 pub mod identity;
 pub mod membership;
 pub mod metrics;

@@ -22,6 +22,7 @@ use crate::campaign::{self, Campaign};
 use crate::codec::encoded_len;
 use crate::datadir;
 use crate::error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
+use crate::forwarder::{self, Forward};
 use crate::identity::check_cluster_id;
 use crate::metrics::ReplicaMetrics;
 use crate::net::dialer::Dialer;
@@ -135,6 +136,7 @@ pub(crate) struct Core {
     transferring: Mutex<Option<NodeId>>,
     write_slots: Semaphore,
     batcher: mpsc::Sender<Pending>,
+    forwarder: mpsc::Sender<Forward>,
     stats: SharedStats,
 }
 
@@ -144,6 +146,15 @@ pub struct Replica {
     core: Arc<Core>,
 }
 
+/// The leader `raft` knows of, and its addresses.
+pub(crate) fn known_leader(raft: &Raft) -> Option<(NodeId, Option<Addrs>)> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    let id = m.current_leader?;
+    let addrs = m.membership_config.membership().get_node(&id).map(|n| Addrs::parse(&n.addr));
+    Some((id, addrs))
+}
+
 impl Core {
     fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.settings.request_timeout_ms)
@@ -151,11 +162,7 @@ impl Core {
 
     /// The leader this replica knows of, and its addresses.
     fn leader(&self) -> Option<(NodeId, Option<Addrs>)> {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        let id = m.current_leader?;
-        let addrs = m.membership_config.membership().get_node(&id).map(|n| Addrs::parse(&n.addr));
-        Some((id, addrs))
+        known_leader(&self.raft)
     }
 
     /// Proposes `cmd` on this replica, which must be the leader. Never forwards.
@@ -280,6 +287,7 @@ impl Replica {
             .await
             .map_err(|e| OpenError::Raft(e.to_string()))?;
         let batcher = batcher::start(raft.clone(), &config.settings, stats.clone());
+        let forwarder = forwarder::start(raft.clone(), peers.clone(), &config.settings, stats.clone());
         let campaign = Arc::new(Campaign::new(config.settings.election_timeout_min_ms, last_log));
         let guard_every = Duration::from_millis(config.settings.heartbeat_interval_ms);
         campaign::start(raft.clone(), campaign.clone(), peers.clone(), config.node_id, guard_every);
@@ -299,6 +307,7 @@ impl Replica {
                 rack: config.rack,
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
                 batcher,
+                forwarder,
                 stats,
                 settings: config.settings,
                 raft,
@@ -428,7 +437,7 @@ impl Replica {
                 leader_addr: String::new(),
                 reason: "the leader's address is not in the membership".into(),
             }),
-            Some((leader_id, Some(at))) => {
+            Some((_, Some(_))) => {
                 let limit = self.core.settings.max_command_bytes;
                 let bytes = encoded_len(&cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
                 if bytes > limit {
@@ -441,7 +450,17 @@ impl Replica {
                     .try_acquire()
                     .map_err(|_| WriteError::Overloaded { limit: self.core.settings.max_pending_writes })?;
                 self.core.stats.forwarded();
-                self.core.peers.forward_write(leader_id, &at, &cmd, self.core.request_timeout()).await
+                // To the forwarder, which sends the writes waiting together in one call (to
+                // the leader it knows then).
+                let (reply, answer) = oneshot::channel();
+                let timeout_ms = self.core.settings.request_timeout_ms;
+                let wait = async {
+                    self.core.forwarder.send(Forward { cmd, bytes, reply }).await.map_err(|_| WriteError::Stopped)?;
+                    answer.await.map_err(|_| WriteError::Stopped)?
+                };
+                tokio::time::timeout(self.core.request_timeout(), wait)
+                    .await
+                    .map_err(|_| WriteError::Timeout { timeout_ms })?
             }
         }
     }

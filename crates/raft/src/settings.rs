@@ -50,6 +50,9 @@ pub struct RaftSettings {
     /// is replicated, so a batch cut while another waits for its flush only waits in line,
     /// holding writes that could have joined it.
     pub max_batches_unflushed: usize,
+    /// Calls forwarding writes from this replica to the leader at once; writes that arrive
+    /// meanwhile wait and go together in the next call.
+    pub max_forwards_in_flight: usize,
     /// Log changes waiting for the log writer thread; appending waits when it is full.
     pub log_write_queue_len: usize,
 }
@@ -75,6 +78,7 @@ impl Default for RaftSettings {
             max_batch_bytes: 16 << 20,
             max_batches_in_flight: 8,
             max_batches_unflushed: 1,
+            max_forwards_in_flight: 4,
             log_write_queue_len: 65_536,
         }
     }
@@ -133,6 +137,7 @@ impl RaftSettings {
         at_least("max_batch_commands", self.max_batch_commands as u64, 1)?;
         at_least("max_batches_in_flight", self.max_batches_in_flight as u64, 1)?;
         at_least("max_batches_unflushed", self.max_batches_unflushed as u64, 1)?;
+        at_least("max_forwards_in_flight", self.max_forwards_in_flight as u64, 1)?;
         at_least("max_batch_bytes", self.max_batch_bytes as u64, self.max_command_bytes as u64)?;
         at_least("log_write_queue_len", self.log_write_queue_len as u64, 1)?;
         let before = |field, value: u64, other, other_value: u64| {

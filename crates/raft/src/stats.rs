@@ -1,6 +1,6 @@
 //! Counts of what the write path did on one replica: batches proposed and how many commands
 //! they carried, log appends and the flushes that made them durable, writes forwarded to the
-//! leader. Divided by the number of writes they give the cost of one write (flushes per
+//! leader and the calls that carried them. Divided by the number of writes they give the cost of one write (flushes per
 //! write, entries per write) whatever the machine's speed, which a rate measured on a loaded
 //! machine does not. Plain atomic counters, so that counting adds no lock to the write path.
 
@@ -30,6 +30,8 @@ pub struct WriteCounts {
     pub log_flushes: u64,
     /// Client writes this replica sent on to the leader.
     pub writes_forwarded: u64,
+    /// Calls that carried them (writes that waited together share one).
+    pub forward_calls: u64,
 }
 
 /// The live counters, shared by the batcher, the log store and the replica.
@@ -44,6 +46,7 @@ pub(crate) struct WriteStats {
     log_entries_appended: AtomicU64,
     log_flushes: AtomicU64,
     writes_forwarded: AtomicU64,
+    forward_calls: AtomicU64,
 }
 
 pub(crate) type SharedStats = Arc<WriteStats>;
@@ -61,6 +64,7 @@ impl WriteStats {
             log_entries_appended: get(&self.log_entries_appended),
             log_flushes: get(&self.log_flushes),
             writes_forwarded: get(&self.writes_forwarded),
+            forward_calls: get(&self.forward_calls),
         }
     }
 
@@ -91,5 +95,9 @@ impl WriteStats {
 
     pub(crate) fn forwarded(&self) {
         self.writes_forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn forward_called(&self) {
+        self.forward_calls.fetch_add(1, Ordering::Relaxed);
     }
 }

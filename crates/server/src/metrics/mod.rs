@@ -70,6 +70,7 @@ pub struct Metrics {
     raft_log_entries_appended: Counter,
     raft_log_flushes: Counter,
     raft_writes_forwarded: Counter,
+    raft_forward_calls: Counter,
     apply_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     // Counted from applied events.
     admissions: Family<Labels, Counter>,
@@ -125,6 +126,7 @@ impl Metrics {
             raft_log_entries_appended: Counter::default(),
             raft_log_flushes: Counter::default(),
             raft_writes_forwarded: Counter::default(),
+            raft_forward_calls: Counter::default(),
             apply_seconds: Family::new_with_constructor(apply_histogram),
             admissions: Family::default(),
             preemptions: Family::default(),
@@ -263,6 +265,11 @@ impl Metrics {
             self.raft_writes_forwarded.clone(),
         );
         r.register(
+            "baton_raft_forward_calls",
+            "Calls that carried this replica's forwarded writes to the leader",
+            self.raft_forward_calls.clone(),
+        );
+        r.register(
             "baton_apply_seconds",
             "Time one command took to apply to this replica's state, by kind",
             self.apply_seconds.clone(),
@@ -350,6 +357,7 @@ impl Metrics {
         self.raft_log_entries_appended.inner().store(w.log_entries_appended, Relaxed);
         self.raft_log_flushes.inner().store(w.log_flushes, Relaxed);
         self.raft_writes_forwarded.inner().store(w.writes_forwarded, Relaxed);
+        self.raft_forward_calls.inner().store(w.forward_calls, Relaxed);
     }
 
     /// One command of kind `kind` (an operation's name: a few dozen values) took `seconds`

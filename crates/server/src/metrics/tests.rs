@@ -83,6 +83,7 @@ fn write_counters_are_the_replicas_and_apply_times_go_by_kind() {
         log_entries_appended: 13,
         log_flushes: 11,
         writes_forwarded: 5,
+        forward_calls: 2,
     };
     let text = m.render(&baton_model::State::new(), &raft_metrics(), &writes);
     for want in [
@@ -94,6 +95,7 @@ fn write_counters_are_the_replicas_and_apply_times_go_by_kind() {
         "baton_raft_log_entries_appended_total 13",
         "baton_raft_log_flushes_total 11",
         "baton_raft_writes_forwarded_total 5",
+        "baton_raft_forward_calls_total 2",
         "baton_apply_seconds_count{kind=\"Submit\"} 2",
         "baton_apply_seconds_count{kind=\"ApplyPlan\"} 1",
     ] {
