@@ -2,8 +2,18 @@
 //!
 //! Writes that wait together go into one entry, so they share one append, one flush on
 //! every replica and one round of replication. A batch is cut when it reaches
-//! `max_batch_commands` or `max_batch_bytes`; at most `max_batches_in_flight` batches are
-//! proposed and not yet applied, and the next batch grows while they are.
+//! `max_batch_commands` or `max_batch_bytes`.
+//!
+//! When to cut: openraft 0.9's core appends the leader's entries one at a time and waits for
+//! each flush before it takes the next message (and before it replicates the entry), so the
+//! leader's log flushes are a serial line every write passes through. A batch proposed
+//! while an earlier one waits for its flush only queues behind it as an entry of its own,
+//! costing a flush of its own, and writes arriving meanwhile must wait for a third. So the
+//! next batch is cut only once the previous one is flushed on the leader
+//! (`max_batches_unflushed`, 1 by default; the log store fires the batch's [`FlushSignal`]),
+//! and everything that arrived during that flush goes into it. Replication and apply
+//! overlap with the next flush; `max_batches_in_flight` bounds the batches proposed and not
+//! yet answered.
 
 use std::sync::Arc;
 
@@ -13,7 +23,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::WriteError;
 use crate::settings::RaftSettings;
-use crate::types::{CommandBatch, Raft};
+use crate::stats::SharedStats;
+use crate::types::{CommandBatch, FlushSignal, Raft};
 
 /// One client write waiting to be proposed.
 pub(crate) struct Pending {
@@ -23,11 +34,14 @@ pub(crate) struct Pending {
 }
 
 /// Starts the batching task for `raft`; it ends when the returned sender is dropped.
-pub(crate) fn start(raft: Raft, settings: &RaftSettings) -> mpsc::Sender<Pending> {
+pub(crate) fn start(raft: Raft, settings: &RaftSettings, stats: SharedStats) -> mpsc::Sender<Pending> {
     let (tx, rx) = mpsc::channel(settings.max_pending_writes);
     let limits = Limits { commands: settings.max_batch_commands, bytes: settings.max_batch_bytes };
-    let in_flight = Arc::new(Semaphore::new(settings.max_batches_in_flight));
-    tokio::spawn(run(raft, rx, limits, in_flight));
+    let slots = Slots {
+        in_flight: Arc::new(Semaphore::new(settings.max_batches_in_flight)),
+        unflushed: Arc::new(Semaphore::new(settings.max_batches_unflushed)),
+    };
+    tokio::spawn(run(raft, rx, limits, slots, stats));
     tx
 }
 
@@ -36,7 +50,16 @@ struct Limits {
     bytes: usize,
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, limits: Limits, in_flight: Arc<Semaphore>) {
+/// Permits a batch needs before it is cut.
+struct Slots {
+    /// Held until the batch is answered.
+    in_flight: Arc<Semaphore>,
+    /// Held until the batch is flushed on the leader, or answered if that comes first (a
+    /// batch refused before it reached the log).
+    unflushed: Arc<Semaphore>,
+}
+
+async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, limits: Limits, slots: Slots, stats: SharedStats) {
     let mut carried: Option<Pending> = None;
     loop {
         let first = match carried.take() {
@@ -46,10 +69,15 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, limits: Limits, in_fli
                 None => return,
             },
         };
-        // Wait for a slot before collecting: the batch grows while earlier ones commit.
-        let Ok(slot) = in_flight.clone().acquire_owned().await else {
+        // Wait for the permits before collecting: the batch grows while the previous one
+        // is flushed.
+        let Ok(slot) = slots.in_flight.clone().acquire_owned().await else {
             return;
         };
+        let Ok(unflushed) = slots.unflushed.clone().acquire_owned().await else {
+            return;
+        };
+        let flushed = FlushSignal::holding(unflushed);
         let mut bytes = first.bytes;
         let mut batch = vec![first];
         while batch.len() < limits.commands {
@@ -66,11 +94,14 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, limits: Limits, in_fli
             }
         }
         let (commands, replies): (Vec<Command>, Vec<_>) = batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
-        match raft.client_write_ff(CommandBatch { commands }).await {
+        stats.batch_proposed(commands.len());
+        let answered = Answered { stats: stats.clone(), flushed: flushed.clone() };
+        match raft.client_write_ff(CommandBatch { commands, flushed }).await {
             Err(_) => answer_all(replies, WriteError::Stopped),
             Ok(committed) => {
                 tokio::spawn(async move {
                     let _slot = slot;
+                    let _answered = answered;
                     match committed.await {
                         Ok(Ok(resp)) => {
                             let responses = resp.data.responses;
@@ -107,6 +138,20 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, limits: Limits, in_fli
                 });
             }
         }
+    }
+}
+
+/// Takes a batch off the in-flight count, and gives its unflushed permit back if the log
+/// store has not, when dropped: however the batch's task ends.
+struct Answered {
+    stats: SharedStats,
+    flushed: FlushSignal,
+}
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        self.flushed.release();
+        self.stats.batch_answered();
     }
 }
 

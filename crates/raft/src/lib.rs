@@ -10,6 +10,8 @@
 //! - [`replica`]: [`replica::Replica`], the API the server uses: open, serve, write, read,
 //!   membership, metrics, shutdown.
 //! - `batcher`: concurrent writes waiting together share one log entry.
+//! - `forwarder`: a follower's writes waiting together go to the leader in one call.
+//! - [`stats`]: counts of what the write path did (batches, appends, flushes, forwards).
 //! - [`store`]: the small [`store::KvStore`] trait (sled on disk, memory for tests), the log
 //!   store with its writer thread (group commit: flush before acknowledging), and the state
 //!   machine with its snapshots.
@@ -37,6 +39,7 @@ pub mod campaign;
 pub mod codec;
 pub mod datadir;
 pub mod error;
+mod forwarder;
 pub mod identity;
 pub mod membership;
 pub mod metrics;
@@ -44,6 +47,7 @@ pub mod net;
 mod racks;
 pub mod replica;
 pub mod settings;
+pub mod stats;
 pub mod store;
 pub mod transfer;
 pub mod types;
@@ -55,3 +59,4 @@ pub use metrics::{ReplicaMetrics, Role};
 pub use racks::MAX_RACK_BYTES;
 pub use replica::{Bootstrap, Replica, ReplicaConfig, Storage};
 pub use settings::RaftSettings;
+pub use stats::WriteCounts;

@@ -22,6 +22,7 @@ use crate::campaign::{self, Campaign};
 use crate::codec::encoded_len;
 use crate::datadir;
 use crate::error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
+use crate::forwarder::{self, Forward};
 use crate::identity::check_cluster_id;
 use crate::metrics::ReplicaMetrics;
 use crate::net::dialer::Dialer;
@@ -30,6 +31,7 @@ use crate::net::raft_network::NetworkFactory;
 use crate::net::service::RaftService;
 use crate::racks::{self, Racks};
 use crate::settings::RaftSettings;
+use crate::stats::{SharedStats, WriteCounts};
 use crate::store::{DiskHealth, KvStore, LogStore, MemKv, SmShared, StateMachineStore};
 use crate::types::{LogId, NodeId, Raft, RaftMetrics};
 
@@ -134,12 +136,23 @@ pub(crate) struct Core {
     transferring: Mutex<Option<NodeId>>,
     write_slots: Semaphore,
     batcher: mpsc::Sender<Pending>,
+    forwarder: mpsc::Sender<Forward>,
+    stats: SharedStats,
 }
 
 /// One member of the cluster. Cheap to clone.
 #[derive(Clone)]
 pub struct Replica {
     core: Arc<Core>,
+}
+
+/// The leader `raft` knows of, and its addresses.
+pub(crate) fn known_leader(raft: &Raft) -> Option<(NodeId, Option<Addrs>)> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    let id = m.current_leader?;
+    let addrs = m.membership_config.membership().get_node(&id).map(|n| Addrs::parse(&n.addr));
+    Some((id, addrs))
 }
 
 impl Core {
@@ -149,11 +162,7 @@ impl Core {
 
     /// The leader this replica knows of, and its addresses.
     fn leader(&self) -> Option<(NodeId, Option<Addrs>)> {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        let id = m.current_leader?;
-        let addrs = m.membership_config.membership().get_node(&id).map(|n| Addrs::parse(&n.addr));
-        Some((id, addrs))
+        known_leader(&self.raft)
     }
 
     /// Proposes `cmd` on this replica, which must be the leader. Never forwards.
@@ -184,6 +193,7 @@ impl Core {
         let timeout_ms = self.settings.request_timeout_ms;
         let wait = async {
             self.batcher.send(pending).await.map_err(|_| WriteError::Stopped)?;
+            self.stats.queued();
             answer.await.map_err(|_| WriteError::Stopped)?
         };
         tokio::time::timeout(self.request_timeout(), wait).await.map_err(|_| WriteError::Timeout { timeout_ms })?
@@ -265,6 +275,7 @@ impl Replica {
             Storage::Store(s) => s.0.clone(),
         };
         let log = LogStore::open(kv.clone(), config.settings.log_write_queue_len)?;
+        let stats = log.stats();
         let disk = log.disk_health();
         let last_log = log.last_log();
         let sm = StateMachineStore::open(kv.clone())?;
@@ -275,7 +286,8 @@ impl Replica {
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(|e| OpenError::Raft(e.to_string()))?;
-        let batcher = batcher::start(raft.clone(), &config.settings);
+        let batcher = batcher::start(raft.clone(), &config.settings, stats.clone());
+        let forwarder = forwarder::start(raft.clone(), peers.clone(), &config.settings, stats.clone());
         let campaign = Arc::new(Campaign::new(config.settings.election_timeout_min_ms, last_log));
         let guard_every = Duration::from_millis(config.settings.heartbeat_interval_ms);
         campaign::start(raft.clone(), campaign.clone(), peers.clone(), config.node_id, guard_every);
@@ -295,6 +307,8 @@ impl Replica {
                 rack: config.rack,
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
                 batcher,
+                forwarder,
+                stats,
                 settings: config.settings,
                 raft,
                 sm: shared,
@@ -423,7 +437,7 @@ impl Replica {
                 leader_addr: String::new(),
                 reason: "the leader's address is not in the membership".into(),
             }),
-            Some((leader_id, Some(at))) => {
+            Some((_, Some(_))) => {
                 let limit = self.core.settings.max_command_bytes;
                 let bytes = encoded_len(&cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
                 if bytes > limit {
@@ -435,7 +449,18 @@ impl Replica {
                     .write_slots
                     .try_acquire()
                     .map_err(|_| WriteError::Overloaded { limit: self.core.settings.max_pending_writes })?;
-                self.core.peers.forward_write(leader_id, &at, &cmd, self.core.request_timeout()).await
+                self.core.stats.forwarded();
+                // To the forwarder, which sends the writes waiting together in one call (to
+                // the leader it knows then).
+                let (reply, answer) = oneshot::channel();
+                let timeout_ms = self.core.settings.request_timeout_ms;
+                let wait = async {
+                    self.core.forwarder.send(Forward { cmd, bytes, reply }).await.map_err(|_| WriteError::Stopped)?;
+                    answer.await.map_err(|_| WriteError::Stopped)?
+                };
+                tokio::time::timeout(self.core.request_timeout(), wait)
+                    .await
+                    .map_err(|_| WriteError::Timeout { timeout_ms })?
             }
         }
     }
@@ -492,6 +517,12 @@ impl Replica {
     /// falls behind gets `RecvError::Lagged`).
     pub fn subscribe_events(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<[baton_model::event::Event]>> {
         self.core.sm.subscribe_events()
+    }
+
+    /// Has `observer` told how long each command this replica applies from now on took, by
+    /// kind (for an apply-time histogram).
+    pub fn observe_applies(&self, observer: crate::store::ApplyObserver) {
+        self.core.sm.observe_applies(observer);
     }
 
     /// The index of the last entry applied to this replica's state.
@@ -592,6 +623,17 @@ impl Replica {
         )
         .await;
         self.membership_result(r)
+    }
+
+    /// What this replica's write path has done since it started (see [`WriteCounts`]).
+    pub fn write_counts(&self) -> WriteCounts {
+        self.core.stats.counts()
+    }
+
+    /// This replica's current term: [`Replica::metrics`]' `term` without copying the
+    /// membership, for a caller that needs nothing else (one per request).
+    pub fn term(&self) -> u64 {
+        self.core.raft.metrics().borrow().current_term
     }
 
     /// This replica's view of itself and the cluster, now.

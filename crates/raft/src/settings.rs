@@ -42,8 +42,17 @@ pub struct RaftSettings {
     pub max_batch_commands: usize,
     /// Encoded bytes of the commands in one log entry.
     pub max_batch_bytes: usize,
-    /// Batches proposed and not yet applied; the next batch fills up meanwhile.
+    /// Batches proposed and not yet applied (a bound on memory: `max_batches_unflushed`
+    /// paces the proposals).
     pub max_batches_in_flight: usize,
+    /// Batches proposed and not yet flushed by the leader's log; the next batch fills up
+    /// meanwhile. openraft 0.9 flushes the leader's entries one at a time, each before it
+    /// is replicated, so a batch cut while another waits for its flush only waits in line,
+    /// holding writes that could have joined it.
+    pub max_batches_unflushed: usize,
+    /// Calls forwarding writes from this replica to the leader at once; writes that arrive
+    /// meanwhile wait and go together in the next call.
+    pub max_forwards_in_flight: usize,
     /// Log changes waiting for the log writer thread; appending waits when it is full.
     pub log_write_queue_len: usize,
 }
@@ -67,7 +76,9 @@ impl Default for RaftSettings {
             max_pending_writes: 65_536,
             max_batch_commands: 4_096,
             max_batch_bytes: 16 << 20,
-            max_batches_in_flight: 2,
+            max_batches_in_flight: 8,
+            max_batches_unflushed: 1,
+            max_forwards_in_flight: 4,
             log_write_queue_len: 65_536,
         }
     }
@@ -125,6 +136,8 @@ impl RaftSettings {
         at_least("max_pending_writes", self.max_pending_writes as u64, 1)?;
         at_least("max_batch_commands", self.max_batch_commands as u64, 1)?;
         at_least("max_batches_in_flight", self.max_batches_in_flight as u64, 1)?;
+        at_least("max_batches_unflushed", self.max_batches_unflushed as u64, 1)?;
+        at_least("max_forwards_in_flight", self.max_forwards_in_flight as u64, 1)?;
         at_least("max_batch_bytes", self.max_batch_bytes as u64, self.max_command_bytes as u64)?;
         at_least("log_write_queue_len", self.log_write_queue_len as u64, 1)?;
         let before = |field, value: u64, other, other_value: u64| {

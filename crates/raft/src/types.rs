@@ -1,9 +1,11 @@
 //! The openraft type configuration: what the log carries and what applying it returns.
 
 use std::io::Cursor;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use baton_model::{Command, Response};
 use serde::{Deserialize, Serialize};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// What one log entry carries: the commands that arrived together, applied in order.
 ///
@@ -13,6 +15,52 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CommandBatch {
     pub commands: Vec<Command>,
+    /// Fired by the leader's log store once this entry is flushed, so the batcher can cut
+    /// the next batch (see `batcher`). Never written: the log format is `commands` alone.
+    #[serde(skip)]
+    pub(crate) flushed: FlushSignal,
+}
+
+impl CommandBatch {
+    pub fn new(commands: Vec<Command>) -> CommandBatch {
+        CommandBatch { commands, flushed: FlushSignal::default() }
+    }
+}
+
+/// Holds the batcher's permit for one proposed batch until the batch is flushed (or
+/// answered, whichever comes first). Cloning shares the permit; releasing it once releases
+/// it for every clone. Equal to every other signal: it is not part of the entry's value.
+#[derive(Clone, Default)]
+pub(crate) struct FlushSignal(Option<Arc<Mutex<Option<OwnedSemaphorePermit>>>>);
+
+impl FlushSignal {
+    pub(crate) fn holding(permit: OwnedSemaphorePermit) -> FlushSignal {
+        FlushSignal(Some(Arc::new(Mutex::new(Some(permit)))))
+    }
+
+    /// Gives the permit back; later calls (and calls on clones) do nothing.
+    pub(crate) fn release(&self) {
+        if let Some(p) = &self.0 {
+            p.lock().unwrap_or_else(PoisonError::into_inner).take();
+        }
+    }
+
+    /// Takes the signal out, leaving none: an entry kept in memory must not hold a permit.
+    pub(crate) fn take(&mut self) -> FlushSignal {
+        FlushSignal(self.0.take())
+    }
+}
+
+impl PartialEq for FlushSignal {
+    fn eq(&self, _: &FlushSignal) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for FlushSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FlushSignal")
+    }
 }
 
 /// What applying a [`CommandBatch`] returns: one model [`Response`] per command, in order.

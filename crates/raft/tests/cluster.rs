@@ -216,6 +216,19 @@ async fn concurrent_writes_are_batched_and_each_gets_its_own_response() {
     let m = leader_node.replica.metrics();
     // Fewer entries than writes: concurrent writes shared entries.
     assert!(m.last_log_index.unwrap() < 300, "300 concurrent writes took {:?} log entries", m.last_log_index);
+    // The write counters agree: the followers forwarded their writes, the leader proposed
+    // all 300 in fewer batches, and flushed its log fewer times than it took writes.
+    let counts = leader_node.replica.write_counts();
+    let followers: Vec<_> = nodes.iter().filter(|n| n.id != leader).map(|n| n.replica.write_counts()).collect();
+    let forwarded: u64 = followers.iter().map(|c| c.writes_forwarded).sum();
+    let calls: u64 = followers.iter().map(|c| c.forward_calls).sum();
+    assert_eq!(forwarded, 200, "every write sent to a follower is forwarded");
+    // Writes that waited together on a follower went to the leader in one call.
+    assert!(calls < forwarded / 2, "200 forwarded writes took {calls} calls");
+    assert_eq!(counts.writes_forwarded, 0);
+    assert_eq!((counts.writes_queued, counts.commands_proposed), (300, 300), "{counts:?}");
+    assert!(counts.batches_proposed < 300 && counts.log_flushes < 300, "{counts:?}");
+    assert_eq!(counts.batches_in_flight, 0, "{counts:?}");
     for n in nodes {
         n.stop().await;
     }

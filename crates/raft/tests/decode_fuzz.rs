@@ -73,7 +73,7 @@ fn state_bytes() -> Vec<u8> {
 
 fn append_bytes() -> Vec<u8> {
     let log_id = LogId::new(CommittedLeaderId::new(3, 1), 7);
-    let entry = Entry::<TypeConfig> { log_id, payload: EntryPayload::Normal(CommandBatch { commands: commands() }) };
+    let entry = Entry::<TypeConfig> { log_id, payload: EntryPayload::Normal(CommandBatch::new(commands())) };
     let rpc = AppendEntriesRequest::<TypeConfig> {
         vote: Vote::new_committed(3, 1),
         prev_log_id: Some(LogId::new(CommittedLeaderId::new(3, 1), 6)),

@@ -260,3 +260,34 @@ async fn a_forwarded_write_carries_the_leaders_time_not_the_senders() {
     assert!(node.replica.read_local(|s| has(s, "forged")), "the write itself is applied");
     node.stop().await;
 }
+
+/// Several writes forwarded in one call are checked one by one as a single forwarded write
+/// is: a leader-only operation among them is refused, the others are applied with the
+/// leader's time, and each answer comes back in its place.
+#[tokio::test]
+async fn writes_forwarded_together_are_each_checked_and_answered_in_order() {
+    let root = tempfile::tempdir().unwrap();
+    let node = single(&root.path().join("a"), CLUSTER, settings()).await;
+    let forged = Command { now_ms: 4_000_000_000_000, ..put("together-1") };
+    let cmds = vec![forged, Command { now_ms: 4_000_000_000_000, op: Op::Tick }, put("together-2")];
+    let mut client = RaftTransportClient::connect(format!("http://{}", node.addr)).await.unwrap();
+    let reply = client
+        .forward_writes(RaftRequest {
+            cluster_id: CLUSTER.into(),
+            from_node_id: 2,
+            to_node_id: 1,
+            payload: baton_raft::codec::encode(&cmds).unwrap(),
+        })
+        .await
+        .unwrap();
+    let answers: Vec<Result<baton_model::Response, WriteError>> =
+        baton_raft::codec::decode(&reply.into_inner().payload).unwrap();
+    assert_eq!(answers.len(), 3);
+    assert!(matches!(answers[0], Ok(Ok(_))), "{:?}", answers[0]);
+    assert!(matches!(answers[1], Err(WriteError::LeaderOnly { .. })), "{:?}", answers[1]);
+    assert!(matches!(answers[2], Ok(Ok(_))), "{:?}", answers[2]);
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    assert!(node.replica.read_local(|s| s.now_ms()) <= wall, "the sender's clock reached the state");
+    assert!(node.replica.read_local(|s| has(s, "together-1") && has(s, "together-2")));
+    node.stop().await;
+}

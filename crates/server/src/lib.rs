@@ -222,6 +222,8 @@ pub async fn run_on(
         closing: tokio::sync::watch::channel(false).0,
         transport: config.transport.clone(),
     });
+    let timing = ctx.metrics.clone();
+    replica.observe_applies(Arc::new(move |kind, took| timing.observe_apply(kind, took.as_secs_f64())));
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
     let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l)));

@@ -73,6 +73,9 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
         assert!(lost > 0.0 && lost <= 8.0 * story_s, "{addr}: 8 GPUs for part of the story, got {lost}");
         assert_eq!(v("baton_metrics_events_missed_total"), 0.0, "{addr}");
         assert_eq!(v("baton_raft_apply_lag_entries"), 0.0, "{addr}");
+        // Each replica applied the two submits itself, and timed them.
+        assert_eq!(v("baton_apply_seconds_count{kind=\"Submit\"}"), 2.0, "{addr}");
+        assert!(v("baton_raft_log_flushes_total") > 0.0, "{addr}: its log was flushed");
     }
     let leaders: Vec<&String> =
         scrapes.iter().filter(|(_, s)| s["baton_raft_is_leader"] == 1.0).map(|(a, _)| a).collect();
@@ -80,6 +83,11 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
     let ids: BTreeSet<u64> = scrapes.values().map(|s| s["baton_raft_leader_id"] as u64).collect();
     assert_eq!(ids.len(), 1, "every replica names the same leader: {ids:?}");
     let lead = &scrapes[leaders[0]];
+    // The leader proposed every write in batches; the followers forwarded theirs to it.
+    let proposed = lead["baton_raft_batches_proposed_total"];
+    assert!(proposed > 0.0 && lead["baton_raft_batch_commands_total"] >= proposed);
+    let forwarded: f64 = scrapes.values().map(|s| s["baton_raft_writes_forwarded_total"]).sum();
+    assert!(forwarded <= lead["baton_raft_writes_queued_total"], "forwarded writes are queued on the leader");
     assert!(lead["baton_cycle_seconds_count"] > 0.0);
     assert!(lead["baton_plans_proposed_total"] >= 4.0, "place low, preempt for high, place low twice more");
     assert!(lead["baton_cycle_decisions_total{kind=\"preempt\"}"] >= 1.0);

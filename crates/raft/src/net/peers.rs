@@ -33,6 +33,7 @@ pub enum Rpc {
     InstallSnapshot,
     Vote,
     ForwardWrite,
+    ForwardWrites,
     ReadIndex,
     PreVote,
     Membership,
@@ -109,6 +110,7 @@ impl Peers {
                 Rpc::InstallSnapshot => client.install_snapshot(req).await,
                 Rpc::Vote => client.vote(req).await,
                 Rpc::ForwardWrite => client.forward_write(req).await,
+                Rpc::ForwardWrites => client.forward_writes(req).await,
                 Rpc::ReadIndex => client.read_index(req).await,
                 Rpc::PreVote => client.pre_vote(req).await,
                 Rpc::Membership => client.membership(req).await,
@@ -130,6 +132,8 @@ impl Peers {
                         | tonic::Code::PermissionDenied
                         | tonic::Code::NotFound
                         | tonic::Code::AlreadyExists
+                        // A replica of an older build, without the call.
+                        | tonic::Code::Unimplemented
                 );
                 if !answered {
                     self.forget(addr);
@@ -182,6 +186,33 @@ impl Peers {
             Err(e) => return Err(failed(e.to_string())),
         };
         decode::<Result<Response, WriteError>>(&reply).map_err(|e| failed(e.to_string()))?
+    }
+
+    /// Sends client writes that waited together to the leader in one call; the leader
+    /// answers each, in order, as [`Peers::forward_write`] would. `Ok(None)`: the leader
+    /// does not know the call (an older build); nothing was applied, send them one by one.
+    pub async fn forward_writes(
+        &self,
+        leader_id: NodeId,
+        leader: &Addrs,
+        cmds: &[Command],
+        timeout: Duration,
+    ) -> Result<Option<Vec<Result<Response, WriteError>>>, WriteError> {
+        let payload = encode(&cmds).map_err(|e| WriteError::Encode(e.to_string()))?;
+        let failed = |reason: String| WriteError::ForwardFailed { leader_id, leader_addr: leader.peer.clone(), reason };
+        let reply = match self.call(Rpc::ForwardWrites, leader_id, &leader.peer, payload, timeout).await {
+            Ok(r) => r,
+            Err(CallError::Status(s)) if s.code() == tonic::Code::Unimplemented => return Ok(None),
+            Err(CallError::Dial(_)) => {
+                return Err(WriteError::NotLeader { leader_id, leader_addr: leader.api.clone() });
+            }
+            Err(e) => return Err(failed(e.to_string())),
+        };
+        let answers: Vec<Result<Response, WriteError>> = decode(&reply).map_err(|e| failed(e.to_string()))?;
+        if answers.len() != cmds.len() {
+            return Err(failed(format!("{} answers to {} writes", answers.len(), cmds.len())));
+        }
+        Ok(Some(answers))
     }
 
     /// Sends a membership change to the leader, which makes it without forwarding further.

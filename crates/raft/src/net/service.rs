@@ -120,6 +120,20 @@ impl RaftTransport for RaftService {
         reply(&self.admit_forwarded(from, cmd).await)
     }
 
+    async fn forward_writes(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let (from, cmds): (_, Vec<Command>) = self.take(req)?;
+        let limit = self.core.settings.max_batch_commands;
+        if cmds.len() > limit {
+            return Err(Status::invalid_argument(format!(
+                "{} forwarded writes from replica {from}, over max_batch_commands {limit}",
+                cmds.len()
+            )));
+        }
+        // All at once, so that they reach the batcher together and share a batch.
+        let answers = futures::future::join_all(cmds.into_iter().map(|c| self.admit_forwarded(from, c))).await;
+        reply(&answers)
+    }
+
     async fn read_index(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
         let req = req.into_inner();
         self.admit(&req)?;

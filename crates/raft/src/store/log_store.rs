@@ -11,7 +11,7 @@ use std::ops::{Bound, Range, RangeBounds};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError};
+use openraft::{AnyError, EntryPayload, LogState, OptionalSend, RaftLogReader, StorageIOError};
 
 use super::StoreError;
 use super::disk_health::DiskHealth;
@@ -19,6 +19,7 @@ use super::kv::{KvStore, Space, Write, meta_key};
 use super::log_writer::LogWriter;
 use super::snapshot_record::StoredSnapshot;
 use crate::codec::{seal, unseal};
+use crate::stats::{SharedStats, WriteStats};
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 /// Entries checked per read while verifying the log at start.
@@ -82,6 +83,7 @@ pub struct LogStore {
     view: SharedView,
     writer: Arc<LogWriter>,
     health: DiskHealth,
+    stats: SharedStats,
 }
 
 fn index_range(range: &impl RangeBounds<u64>) -> Range<u64> {
@@ -133,8 +135,14 @@ impl LogStore {
     pub fn open(kv: Arc<dyn KvStore>, write_queue_len: usize) -> Result<LogStore, StoreError> {
         let view = load(kv.as_ref())?;
         let health = DiskHealth::default();
-        let writer = LogWriter::start(kv, write_queue_len, health.clone())?;
-        Ok(LogStore { view: SharedView(Arc::new(RwLock::new(view))), writer: Arc::new(writer), health })
+        let stats = Arc::new(WriteStats::default());
+        let writer = LogWriter::start(kv, write_queue_len, health.clone(), stats.clone())?;
+        Ok(LogStore { view: SharedView(Arc::new(RwLock::new(view))), writer: Arc::new(writer), health, stats })
+    }
+
+    /// The replica's write counters; this store counts its appends and flushes there.
+    pub(crate) fn stats(&self) -> SharedStats {
+        self.stats.clone()
     }
 
     pub fn last_log(&self) -> LastLog {
@@ -305,18 +313,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = Vec::new();
         let mut added = Vec::new();
-        for entry in entries {
+        let mut signals = Vec::new();
+        for mut entry in entries {
+            // Out of the entry before it is kept: the view holds entries until they are
+            // purged, and must not hold the batcher's permits with them.
+            if let EntryPayload::Normal(b) = &mut entry.payload {
+                signals.push(b.flushed.take());
+            }
             let rec = seal(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, any(e)))?;
             batch.push(Write::Put(Space::Log, entry.log_id.index, rec));
             added.push(entry);
         }
+        self.stats.appended(added.len());
         {
             let mut v = self.view.write();
             for e in added {
                 v.entries.insert(e.log_id.index, e);
             }
         }
-        self.writer.append(batch, callback).await.map_err(|e| StorageIOError::write_logs(any(e)).into())
+        self.writer.append(batch, callback, signals).await.map_err(|e| StorageIOError::write_logs(any(e)).into())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {

@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::disk_health::DiskHealth;
 use super::kv::{KvError, KvStore, Space, Write};
-use crate::types::TypeConfig;
+use crate::stats::WriteStats;
+use crate::types::{FlushSignal, TypeConfig};
 
 /// Changes written and acknowledged after one flush, at most.
 const MAX_GROUP: usize = 4_096;
@@ -39,7 +40,8 @@ enum Job {
 }
 
 enum Done {
-    Appended(LogFlushed<TypeConfig>),
+    /// openraft's callback, and the batcher's signals of the batches among the entries.
+    Appended(LogFlushed<TypeConfig>, Vec<FlushSignal>),
     Barrier(oneshot::Sender<Result<(), KvError>>),
 }
 
@@ -54,7 +56,7 @@ fn io_error(e: &KvError) -> std::io::Error {
 }
 
 /// The writer thread: ends when the log store (the only sender) is dropped.
-fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth) {
+fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth, stats: &WriteStats) {
     while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
@@ -71,10 +73,17 @@ fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth) {
         }
         // Only acknowledgements need the disk; other changes ride along with the next
         // flush (or sled's own, within 500 ms).
-        let result = write_retrying(store, &batch, !acks.is_empty(), health);
+        let flush = !acks.is_empty();
+        let result = write_retrying(store, &batch, flush, health);
+        if flush && result.is_ok() {
+            stats.flushed();
+        }
         for done in acks {
             match done {
-                Done::Appended(cb) => cb.log_io_completed(result.as_ref().map(|_| ()).map_err(io_error)),
+                Done::Appended(cb, signals) => {
+                    cb.log_io_completed(result.as_ref().map(|_| ()).map_err(io_error));
+                    signals.iter().for_each(FlushSignal::release);
+                }
                 Done::Barrier(tx) => {
                     let _ = tx.send(result.clone());
                 }
@@ -115,7 +124,12 @@ fn write_retrying(store: &dyn KvStore, batch: &[Write], flush: bool, health: &Di
 }
 
 impl LogWriter {
-    pub(crate) fn start(kv: Arc<dyn KvStore>, queue_len: usize, health: DiskHealth) -> Result<LogWriter, KvError> {
+    pub(crate) fn start(
+        kv: Arc<dyn KvStore>,
+        queue_len: usize,
+        health: DiskHealth,
+        stats: Arc<WriteStats>,
+    ) -> Result<LogWriter, KvError> {
         if !kv.is_durable() {
             return Ok(LogWriter { tx: None, kv });
         }
@@ -123,7 +137,7 @@ impl LogWriter {
         let store = kv.clone();
         std::thread::Builder::new()
             .name("baton-raft-log".into())
-            .spawn(move || run(store.as_ref(), rx, &health))
+            .spawn(move || run(store.as_ref(), rx, &health, &stats))
             .map_err(|e| KvError {
                 location: kv.location(Space::Log),
                 message: format!("cannot start the log writer thread: {e}"),
@@ -136,7 +150,10 @@ impl LogWriter {
             None => {
                 self.kv.write(&writes)?;
                 match done {
-                    Some(Done::Appended(cb)) => cb.log_io_completed(Ok(())),
+                    Some(Done::Appended(cb, signals)) => {
+                        cb.log_io_completed(Ok(()));
+                        signals.iter().for_each(FlushSignal::release);
+                    }
                     Some(Done::Barrier(tx)) => {
                         let _ = tx.send(Ok(()));
                     }
@@ -153,9 +170,15 @@ impl LogWriter {
         self.send(writes, None).await
     }
 
-    /// Writes `writes` and fires `cb` once they (and everything before) are durable.
-    pub(crate) async fn append(&self, writes: Vec<Write>, cb: LogFlushed<TypeConfig>) -> Result<(), KvError> {
-        self.send(writes, Some(Done::Appended(cb))).await
+    /// Writes `writes` and fires `cb` and `signals` once they (and everything before) are
+    /// durable.
+    pub(crate) async fn append(
+        &self,
+        writes: Vec<Write>,
+        cb: LogFlushed<TypeConfig>,
+        signals: Vec<FlushSignal>,
+    ) -> Result<(), KvError> {
+        self.send(writes, Some(Done::Appended(cb, signals))).await
     }
 
     /// Writes `writes` and returns once they (and everything before) are durable.

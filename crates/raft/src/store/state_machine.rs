@@ -7,9 +7,10 @@
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
-use baton_model::State;
 use baton_model::event::Event;
+use baton_model::{Op, State};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
@@ -26,6 +27,18 @@ fn any(e: impl std::fmt::Display) -> AnyError {
 /// Applied batches of events a slow watcher may fall behind by.
 pub const EVENT_BUFFER: usize = 4_096;
 
+/// Told, after each applied entry, how long each of its commands took to apply, by kind
+/// (the operation's name; an operation made with a token counts as the one it carries).
+pub type ApplyObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
+
+/// The kind of command `op` is, for [`ApplyObserver`].
+fn kind(op: &Op) -> &'static str {
+    match op {
+        Op::As { op, .. } => op.name(),
+        other => other.name(),
+    }
+}
+
 struct Data {
     state: State,
     last_applied: Option<LogId>,
@@ -41,6 +54,7 @@ pub struct SmShared {
     data: RwLock<Data>,
     current: Mutex<Option<StoredSnapshot>>,
     snapshot_seq: AtomicU64,
+    on_apply: RwLock<Option<ApplyObserver>>,
 }
 
 impl SmShared {
@@ -77,6 +91,15 @@ impl SmShared {
     pub fn encode_state(&self) -> (u64, Result<Vec<u8>, crate::codec::CodecError>) {
         let d = self.read_data();
         (d.last_applied.map_or(0, |l| l.index), encode(&d.state))
+    }
+
+    /// Has `observer` told of every command applied from now on (replacing any before).
+    pub fn observe_applies(&self, observer: ApplyObserver) {
+        *self.on_apply.write().unwrap_or_else(PoisonError::into_inner) = Some(observer);
+    }
+
+    fn apply_observer(&self) -> Option<ApplyObserver> {
+        self.on_apply.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     pub fn last_applied(&self) -> Option<LogId> {
@@ -121,6 +144,7 @@ impl StateMachineStore {
                 data: RwLock::new(data),
                 current: Mutex::new(stored),
                 snapshot_seq: AtomicU64::new(0),
+                on_apply: RwLock::new(None),
             }),
         })
     }
@@ -209,6 +233,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let observer = self.shared.apply_observer();
+        // Timed under the lock, told after it: the observer may take locks of its own.
+        let mut timings = Vec::new();
         let mut d = self.shared.write_data()?;
         let mut out = Vec::new();
         let mut events = Vec::new();
@@ -217,7 +244,19 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             match entry.payload {
                 EntryPayload::Blank => out.push(ResponseBatch::default()),
                 EntryPayload::Normal(batch) => {
-                    let responses: Vec<_> = batch.commands.into_iter().map(|cmd| d.state.apply(cmd)).collect();
+                    let responses: Vec<_> = batch
+                        .commands
+                        .into_iter()
+                        .map(|cmd| {
+                            if observer.is_none() {
+                                return d.state.apply(cmd);
+                            }
+                            let (what, started) = (kind(&cmd.op), Instant::now());
+                            let r = d.state.apply(cmd);
+                            timings.push((what, started.elapsed()));
+                            r
+                        })
+                        .collect();
                     trace_starts(&d.state, &entry.log_id, &responses);
                     events.extend(responses.iter().flatten().flat_map(|a| a.events.iter().cloned()));
                     out.push(ResponseBatch { responses });
@@ -229,6 +268,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             }
         }
         drop(d);
+        if let Some(observe) = observer {
+            for (what, took) in timings {
+                observe(what, took);
+            }
+        }
         self.shared.publish(events);
         Ok(out)
     }

@@ -29,7 +29,7 @@ pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Respons
     // The first step of the job's decision path (docs/metrics.md, "Tracing"); its id is
     // known once the submit commits. A retried submit that found its job is marked
     // `duplicate`: the first one is the root of the job's exported trace.
-    let term = api.ctx.replica.metrics().term;
+    let term = api.ctx.replica.term();
     let span = tracing::info_span!("submit", job = tracing::field::Empty, name = %spec.name, term, duplicate = tracing::field::Empty);
     let applied = api.write(who, Op::SubmitRunAs { spec, request_id, run_as }).instrument(span.clone()).await?;
     match applied.outcome {

@@ -83,7 +83,7 @@ impl Api {
     /// Commits `op` as `who` and returns what it produced, or the state machine's refusal
     /// (which re-checks `who`'s token and permissions) as a status.
     pub(crate) async fn write(&self, who: &Caller, op: Op) -> Result<Applied, Status> {
-        let span = crate::trace::commit_span(op.name(), self.ctx.replica.metrics().term);
+        let span = crate::trace::commit_span(op.name(), self.ctx.replica.term());
         let cmd = Command { now_ms: now_ms(), op: who.wrap(op) };
         let response = self.ctx.replica.write(cmd).instrument(span.clone()).await.map_err(status::from_write)?;
         let applied = response.map_err(status::from_apply)?;

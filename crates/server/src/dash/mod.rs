@@ -143,7 +143,8 @@ async fn answer(ctx: &Arc<Ctx>, mut stream: TcpStream) -> std::io::Result<Stream
 
 fn render_metrics(ctx: &Ctx) -> String {
     let raft = ctx.replica.metrics();
-    ctx.replica.read_local(|s| ctx.metrics.render(s, &raft))
+    let writes = ctx.replica.write_counts();
+    ctx.replica.read_local(|s| ctx.metrics.render(s, &raft, &writes))
 }
 
 /// Who calls: the request's bearer token checked as the API checks its metadata.

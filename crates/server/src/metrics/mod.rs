@@ -6,7 +6,9 @@
 //!   every replica answers the same for the same applied index;
 //! - counters of what the log did (`count_events`): each replica counts the events its own
 //!   applies produce, so replicas that applied the same entries since they started agree;
-//! - the leader loop's activity (`observe_cycle`): only the leader runs cycles.
+//! - the leader loop's activity (`observe_cycle`): only the leader runs cycles;
+//! - this replica's write path (`refresh_writes`, from the raft crate's counters) and the
+//!   time each applied command took (`observe_apply`).
 
 mod events;
 mod state;
@@ -59,6 +61,17 @@ pub struct Metrics {
     raft_apply_lag_entries: Gauge,
     raft_snapshot_index: Gauge,
     raft_term_changes: Counter,
+    // The write path.
+    raft_writes_queued: Counter,
+    raft_batches_proposed: Counter,
+    raft_batch_commands: Counter,
+    raft_batches_in_flight: Gauge,
+    raft_log_appends: Counter,
+    raft_log_entries_appended: Counter,
+    raft_log_flushes: Counter,
+    raft_writes_forwarded: Counter,
+    raft_forward_calls: Counter,
+    apply_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     // Counted from applied events.
     admissions: Family<Labels, Counter>,
     preemptions: Family<Labels, Counter>,
@@ -105,6 +118,16 @@ impl Metrics {
             raft_apply_lag_entries: Gauge::default(),
             raft_snapshot_index: Gauge::default(),
             raft_term_changes: Counter::default(),
+            raft_writes_queued: Counter::default(),
+            raft_batches_proposed: Counter::default(),
+            raft_batch_commands: Counter::default(),
+            raft_batches_in_flight: Gauge::default(),
+            raft_log_appends: Counter::default(),
+            raft_log_entries_appended: Counter::default(),
+            raft_log_flushes: Counter::default(),
+            raft_writes_forwarded: Counter::default(),
+            raft_forward_calls: Counter::default(),
+            apply_seconds: Family::new_with_constructor(apply_histogram),
             admissions: Family::default(),
             preemptions: Family::default(),
             checkpoints_written: Counter::default(),
@@ -201,6 +224,56 @@ impl Metrics {
             "Term changes this replica has seen since it started (elections)",
             self.raft_term_changes.clone(),
         );
+        r.register(
+            "baton_raft_writes_queued",
+            "Client writes this replica took to propose as leader (its own and forwarded ones)",
+            self.raft_writes_queued.clone(),
+        );
+        r.register(
+            "baton_raft_batches_proposed",
+            "Batches of client writes this replica proposed as leader, one log entry each",
+            self.raft_batches_proposed.clone(),
+        );
+        r.register(
+            "baton_raft_batch_commands",
+            "Commands the proposed batches carried",
+            self.raft_batch_commands.clone(),
+        );
+        r.register(
+            "baton_raft_batches_in_flight",
+            "Batches proposed and not yet answered",
+            self.raft_batches_in_flight.clone(),
+        );
+        r.register(
+            "baton_raft_log_appends",
+            "Appends to this replica's raft log (a leader's proposals, a follower's replicated entries)",
+            self.raft_log_appends.clone(),
+        );
+        r.register(
+            "baton_raft_log_entries_appended",
+            "Entries appended to this replica's raft log",
+            self.raft_log_entries_appended.clone(),
+        );
+        r.register(
+            "baton_raft_log_flushes",
+            "Flushes of this replica's raft log to stable storage (fsync)",
+            self.raft_log_flushes.clone(),
+        );
+        r.register(
+            "baton_raft_writes_forwarded",
+            "Client writes this replica forwarded to the leader",
+            self.raft_writes_forwarded.clone(),
+        );
+        r.register(
+            "baton_raft_forward_calls",
+            "Calls that carried this replica's forwarded writes to the leader",
+            self.raft_forward_calls.clone(),
+        );
+        r.register(
+            "baton_apply_seconds",
+            "Time one command took to apply to this replica's state, by kind",
+            self.apply_seconds.clone(),
+        );
         r.register("baton_admissions", "Job attempts started (placed or resumed), by queue", self.admissions.clone());
         r.register(
             "baton_preemptions",
@@ -244,11 +317,17 @@ impl Metrics {
     }
 
     /// The text a scrape returns, with the state gauges recomputed from `state`.
-    pub fn render(&self, state: &baton_model::State, raft: &baton_raft::ReplicaMetrics) -> String {
+    pub fn render(
+        &self,
+        state: &baton_model::State,
+        raft: &baton_raft::ReplicaMetrics,
+        writes: &baton_raft::WriteCounts,
+    ) -> String {
         // A scrape that panicked mid-render left nothing inconsistent that refresh does not redo.
         let _one_at_a_time = self.rendering.lock().unwrap_or_else(|p| p.into_inner());
         self.refresh_state(state);
         self.refresh_raft(raft);
+        self.refresh_writes(writes);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
@@ -267,6 +346,26 @@ impl Metrics {
         self.raft_snapshot_index.set(to_i64(m.snapshot_index.unwrap_or(0)));
     }
 
+    /// The raft crate counts (atomics on the write path, no lock); a scrape copies them.
+    fn refresh_writes(&self, w: &baton_raft::WriteCounts) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.raft_writes_queued.inner().store(w.writes_queued, Relaxed);
+        self.raft_batches_proposed.inner().store(w.batches_proposed, Relaxed);
+        self.raft_batch_commands.inner().store(w.commands_proposed, Relaxed);
+        self.raft_batches_in_flight.set(to_i64(w.batches_in_flight));
+        self.raft_log_appends.inner().store(w.log_appends, Relaxed);
+        self.raft_log_entries_appended.inner().store(w.log_entries_appended, Relaxed);
+        self.raft_log_flushes.inner().store(w.log_flushes, Relaxed);
+        self.raft_writes_forwarded.inner().store(w.writes_forwarded, Relaxed);
+        self.raft_forward_calls.inner().store(w.forward_calls, Relaxed);
+    }
+
+    /// One command of kind `kind` (an operation's name: a few dozen values) took `seconds`
+    /// to apply.
+    pub fn observe_apply(&self, kind: &'static str, seconds: f64) {
+        self.apply_seconds.get_or_create(&vec![("kind", kind.to_string())]).observe(seconds);
+    }
+
     /// One leader cycle: how long it took, how many jobs it looked at, what it decided.
     pub fn observe_cycle(&self, seconds: f64, considered: usize, decisions: &[baton_model::plan::Decision]) {
         self.cycle_seconds.observe(seconds);
@@ -281,6 +380,12 @@ impl Metrics {
         self.plans_proposed.inc();
         self.placements_accepted.inc_by(accepted);
     }
+}
+
+/// 1 us .. about 4 s: a submit applies in microseconds, a plan over a large state in
+/// milliseconds, and a walk over every job (a bug) shows up in the top buckets.
+fn apply_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000001, 4.0, 12))
 }
 
 fn to_i64(v: u64) -> i64 {

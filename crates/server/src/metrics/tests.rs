@@ -15,7 +15,7 @@ fn typed(text: &str) -> BTreeSet<String> {
 fn every_exposed_metric_has_help_and_type() {
     let m = Metrics::new();
     m.observe_cycle(0.01, 3, &[]);
-    let text = m.render(&baton_model::State::new(), &raft_metrics());
+    let text = m.render(&baton_model::State::new(), &raft_metrics(), &Default::default());
     let types = typed(&text);
     let helps: BTreeSet<String> = text
         .lines()
@@ -55,7 +55,7 @@ fn raft_metrics() -> baton_raft::ReplicaMetrics {
 
 #[test]
 fn raft_gauges_show_term_leader_and_apply_lag() {
-    let text = Metrics::new().render(&baton_model::State::new(), &raft_metrics());
+    let text = Metrics::new().render(&baton_model::State::new(), &raft_metrics(), &Default::default());
     for want in [
         "baton_raft_term 4",
         "baton_raft_is_leader 0",
@@ -65,6 +65,46 @@ fn raft_gauges_show_term_leader_and_apply_lag() {
     ] {
         assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
     }
+}
+
+#[test]
+fn write_counters_are_the_replicas_and_apply_times_go_by_kind() {
+    let m = Metrics::new();
+    m.observe_apply("Submit", 0.000_02);
+    m.observe_apply("Submit", 0.000_03);
+    m.observe_apply("ApplyPlan", 0.002);
+    let writes = baton_raft::WriteCounts {
+        writes_queued: 300,
+        batches_proposed: 12,
+        commands_proposed: 290,
+        batches_in_flight: 2,
+        batches_in_flight_max: 3,
+        log_appends: 12,
+        log_entries_appended: 13,
+        log_flushes: 11,
+        writes_forwarded: 5,
+        forward_calls: 2,
+    };
+    let text = m.render(&baton_model::State::new(), &raft_metrics(), &writes);
+    for want in [
+        "baton_raft_writes_queued_total 300",
+        "baton_raft_batches_proposed_total 12",
+        "baton_raft_batch_commands_total 290",
+        "baton_raft_batches_in_flight 2",
+        "baton_raft_log_appends_total 12",
+        "baton_raft_log_entries_appended_total 13",
+        "baton_raft_log_flushes_total 11",
+        "baton_raft_writes_forwarded_total 5",
+        "baton_raft_forward_calls_total 2",
+        "baton_apply_seconds_count{kind=\"Submit\"} 2",
+        "baton_apply_seconds_count{kind=\"ApplyPlan\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+    }
+    // A later scrape shows the counts as they are then, not added up.
+    let text =
+        m.render(&baton_model::State::new(), &raft_metrics(), &baton_raft::WriteCounts { log_flushes: 12, ..writes });
+    assert!(text.lines().any(|l| l == "baton_raft_log_flushes_total 12"), "{text}");
 }
 
 mod state_gauges {
@@ -119,7 +159,7 @@ mod state_gauges {
         assert_eq!(t[&key("borrower")], QueuePool { nominal: 0, used: 8, borrowed: 8, lent: 0 });
         assert_eq!(t[&key("lender")], QueuePool { nominal: 8, used: 0, borrowed: 0, lent: 8 });
 
-        let text = Metrics::new().render(&s, &raft_metrics());
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
         for want in [
             "baton_queue_gpus_lent{queue=\"lender\",pool=\"default\"} 8",
             "baton_queue_pending_jobs{queue=\"borrower\"} 1",
@@ -137,7 +177,7 @@ mod state_gauges {
         for i in 0..=MAX_QUEUE_POOL_SERIES {
             apply(&mut s, Op::PutQueue(gpu_queue(&format!("q{i:05}"), None, 1)));
         }
-        let text = Metrics::new().render(&s, &raft_metrics());
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
         let series = text.lines().filter(|l| l.starts_with("baton_queue_gpus_nominal{")).count();
         assert_eq!(series, MAX_QUEUE_POOL_SERIES);
         assert!(text.lines().any(|l| l == "baton_metrics_series_dropped 1"));
@@ -158,7 +198,7 @@ mod state_gauges {
         m.count(&s, &event(EventKind::Preempted { by: Name::lit("waits") }));
         m.count(&s, &event(EventKind::Suspended { by: Name::lit("waits") }));
         m.count(&s, &event(EventKind::Preempted { by: Name::lit("gone") }));
-        let text = m.render(&s, &raft_metrics());
+        let text = m.render(&s, &raft_metrics(), &Default::default());
         for want in [
             "baton_preemptions_total{reason=\"priority\",mode=\"checkpoint\"} 1",
             "baton_preemptions_total{reason=\"priority\",mode=\"suspend\"} 1",
