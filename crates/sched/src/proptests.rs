@@ -374,7 +374,7 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let assignment: Vec<usize> = (0..needs.tasks.len())
+    let pool_choice: Vec<usize> = (0..needs.tasks.len())
         .map(|t| {
             let r = replicas.iter().find(|r| r.task as usize == t).unwrap();
             view.ledger.nodes[view.ledger.node(r.node.as_str()).unwrap()].pool
@@ -383,10 +383,10 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
     let (q, np) = view.queue_np(j);
     for skip in victims {
         let removed: Vec<JobId> = victims.iter().map(|v| v.job).filter(|&v| v != skip.job).collect();
-        let demand = needs.demand(&assignment);
+        let demand = needs.demand(&pool_choice);
         let quota_ok = view.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np).is_ok());
         let set = SetNodes::new(&view, *job, &removed, &nodes);
-        if quota_ok && pack(&set, &needs, &assignment).is_some() {
+        if quota_ok && pack(&set, &needs, &pool_choice).is_some() {
             return Err(format!(
                 "preempting for {} did not need victim {}",
                 j.spec.name,
