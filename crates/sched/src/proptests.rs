@@ -18,6 +18,7 @@ use baton_model::queue::{BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, Recla
 use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::state::{State, demand_of};
+use baton_model::word::Word;
 use proptest::prelude::*;
 
 use crate::cycle;
@@ -180,11 +181,8 @@ pub(crate) fn configure(w: &World) -> State {
             spec.quotas.insert(Name::lit(&format!("p{p}")), quota);
         }
         spec.weight = f64::from(q.weight);
-        spec.preemption.within_queue =
-            [WithinQueue::Never, WithinQueue::LowerPriority, WithinQueue::LowerOrNewerEqualPriority][q.within as usize];
-        spec.preemption.reclaim_within_cohort =
-            [ReclaimWithinCohort::Never, ReclaimWithinCohort::LowerPriority, ReclaimWithinCohort::Any]
-                [q.reclaim as usize];
+        spec.preemption.within_queue = WithinQueue::ALL[q.within as usize];
+        spec.preemption.reclaim_within_cohort = ReclaimWithinCohort::ALL[q.reclaim as usize];
         spec.preemption.borrow_within_cohort = q.bwc.map(|t| BorrowWithinCohort { max_priority_threshold: Some(t) });
         cmd(&mut s, 0, Op::PutQueue(spec)).unwrap();
     }
@@ -655,8 +653,9 @@ pub(crate) fn to_yaml(w: &World) -> String {
                 s + "}"
             })
             .collect();
-        let within = ["Never", "LowerPriority", "LowerOrNewerEqualPriority"][q.within as usize];
-        let reclaim = ["Never", "LowerPriority", "Any"][q.reclaim as usize];
+        // The model's words, as a person writes them in a scenario.
+        let within = WithinQueue::ALL[q.within as usize].word();
+        let reclaim = ReclaimWithinCohort::ALL[q.reclaim as usize].word();
         let bwc =
             q.bwc.map_or("Never".to_string(), |t| format!("{{policy: LowerPriority, max_priority_threshold: {t}}}"));
         y += &format!(
