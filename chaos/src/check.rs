@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
-use baton_proto::v1::{Event, Job, JobState};
+use baton_proto::v1::{Event, EventKind, Job, JobState};
 use baton_proto::words::Word;
 
 use crate::faults::{Fault, Mix, Moment};
@@ -215,9 +215,9 @@ pub fn attempts_after_node_loss(events: &[Event]) -> BTreeSet<u32> {
     let mut found = BTreeSet::new();
     let mut lost = false;
     for e in events {
-        match e.kind.as_str() {
-            "Requeued" if e.message.contains("was lost") || e.message.contains("lease") => lost = true,
-            "Started" => {
+        match e.kind() {
+            EventKind::Requeued if e.message.contains("was lost") || e.message.contains("lease") => lost = true,
+            EventKind::Started => {
                 if lost {
                     found.insert(e.attempt);
                 }
@@ -692,6 +692,7 @@ mod tests {
     }
 
     fn event(kind: &str, message: &str, attempt: u32) -> Event {
+        let kind = EventKind::from_word(kind).expect("an event kind");
         Event { kind: kind.into(), message: message.into(), attempt, ..Default::default() }
     }
 

@@ -3,17 +3,21 @@
 
 use std::path::PathBuf;
 
-/// Every enum field of the API's messages, and its enum.
-const ENUM_FIELDS: [(&str, &str); 9] = [
-    (".baton.v1.JobSpec.topology", "Topology"),
-    (".baton.v1.JobSpec.preemption_mode", "PreemptionMode"),
-    (".baton.v1.Job.state", "JobState"),
-    (".baton.v1.ListJobsRequest.states", "JobState"),
-    (".baton.v1.Queue.ordering", "QueueOrdering"),
-    (".baton.v1.Queue.within_queue", "WithinQueue"),
-    (".baton.v1.Queue.reclaim_within_cohort", "ReclaimWithinCohort"),
-    (".baton.v1.Node.status", "NodeStatus"),
-    (".baton.v1.Replica.role", "ReplicaRole"),
+/// Every enum field of the API's messages, its enum, and whether it is repeated.
+const ENUM_FIELDS: [(&str, &str, bool); 13] = [
+    (".baton.v1.JobSpec.topology", "Topology", false),
+    (".baton.v1.JobSpec.preemption_mode", "PreemptionMode", false),
+    (".baton.v1.Job.state", "JobState", false),
+    (".baton.v1.ListJobsRequest.states", "JobState", true),
+    (".baton.v1.Queue.ordering", "QueueOrdering", false),
+    (".baton.v1.Queue.within_queue", "WithinQueue", false),
+    (".baton.v1.Queue.reclaim_within_cohort", "ReclaimWithinCohort", false),
+    (".baton.v1.Node.status", "NodeStatus", false),
+    (".baton.v1.Replica.role", "ReplicaRole", false),
+    (".baton.v1.Event.kind", "EventKind", false),
+    (".baton.v1.CreateTokenRequest.roles", "TokenRole", true),
+    (".baton.v1.TokenInfo.roles", "TokenRole", true),
+    (".baton.v1.WhoAmIReply.roles", "TokenRole", true),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,8 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = tonic_prost_build::configure().type_attribute(".", "#[derive(serde::Serialize)]");
     // An enum field is an i32 in the generated message; its JSON is its word, as the dashboard
     // and its scripts read it (src/words.rs).
-    for (field, enum_name) in ENUM_FIELDS {
-        let with = if field.ends_with("states") { "serialize_words" } else { "serialize_word" };
+    for (field, enum_name, repeated) in ENUM_FIELDS {
+        let with = if repeated { "serialize_words" } else { "serialize_word" };
         let attr = format!("#[serde(serialize_with = \"crate::words::{with}::<crate::v1::{enum_name}, _>\")]");
         config = config.field_attribute(field, attr);
     }

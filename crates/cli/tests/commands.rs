@@ -447,7 +447,7 @@ fn logs_cluster(agent_addr: &str, second: &str) -> Fake {
         done.attempt = 2;
         for (attempt, node) in [(1, "n1"), (2, "n2")] {
             done.events.push(v1::Event {
-                kind: "Started".into(),
+                kind: v1::EventKind::Started.into(),
                 nodes: vec![node.into()],
                 attempt,
                 ..Default::default()
@@ -526,7 +526,7 @@ fn watch_prints_one_line_per_event_and_says_when_the_stream_ends() {
             at_ms: 1_795_341_601_234,
             job: "train-1".into(),
             node: String::new(),
-            kind: "Started".into(),
+            kind: v1::EventKind::Started.into(),
             message: "attempt 1 started on n1[0-3]".into(),
             ..Default::default()
         });
@@ -534,7 +534,7 @@ fn watch_prints_one_line_per_event_and_says_when_the_stream_ends() {
             at_ms: 1_795_341_602_000,
             job: String::new(),
             node: "n2".into(),
-            kind: "NodeLost".into(),
+            kind: v1::EventKind::NodeLost.into(),
             message: "node n2 lost".into(),
             ..Default::default()
         });
@@ -657,7 +657,7 @@ fn describe_shows_the_job_and_with_events_its_history() {
             at_ms: 1_795_341_601_234,
             job: "train-1".into(),
             node: "n1".into(),
-            kind: "Started".into(),
+            kind: v1::EventKind::Started.into(),
             message: "attempt 1 started".into(),
             ..Default::default()
         });

@@ -8,13 +8,11 @@
 
 use std::time::Instant;
 
+use baton_model::State;
 use baton_model::command::{Command, Op};
 use baton_model::fixture;
 use baton_model::limits::MAX_JOBS;
-use baton_model::queue::{PoolQuota, QueueSpec};
-use baton_model::resources::Resources;
 use baton_model::tenancy::TenancySettings;
-use baton_model::{Name, State};
 
 const MEASURED_SUBMITS: usize = 1_000;
 
@@ -31,9 +29,7 @@ fn main() {
     let max_backlog: usize = std::env::args().nth(1).map_or(40_000, |a| a.parse().expect("MAX_BACKLOG: a number"));
     let mut s = State::new();
     apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 8)]));
-    let mut q = QueueSpec::named("a");
-    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
-    apply(&mut s, Op::PutQueue(q));
+    apply(&mut s, Op::PutQueue(fixture::gpu_queue("a", 8)));
     let most = u32::try_from(MAX_JOBS).unwrap_or(u32::MAX);
     let bounds = TenancySettings { max_jobs_per_queue: most, max_jobs_per_user: most, ..TenancySettings::default() };
     apply(&mut s, Op::SetTenancy(bounds));

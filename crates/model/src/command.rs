@@ -70,6 +70,9 @@ pub enum Op {
     Pause {
         job: JobId,
     },
+    /// A person resumes a paused job (`baton resume`): it goes back to the queue and starts
+    /// from its checkpoint when placed (event `Unpaused`). Not a suspended job's resume in
+    /// place, which is the scheduler's `Decision::ResumeInPlace` (event `Resumed`).
     Resume {
         job: JobId,
     },

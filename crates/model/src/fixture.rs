@@ -1,5 +1,5 @@
-//! Plain specs for tests: a one-task GPU job and a GPU node in pool `default`, every other
-//! field at its everyday value, so that a test spells out only what it is about
+//! Plain specs for tests: a one-task GPU job, a GPU node and a queue with a GPU quota in pool
+//! `default`, every other field at its everyday value, so that a test spells out only what it is about
 //! (`JobSpec { env, ..gpu_job("j", "q", 1) }`).
 
 use std::collections::BTreeMap;
@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
 use crate::name::Name;
 use crate::node::NodeSpec;
+use crate::queue::{PoolQuota, QueueSpec};
 use crate::resources::Resources;
 
 /// Job `name` in `queue`: one replica of `gpus` GPUs, priority 1, checkpoint mode, 1 s grace,
@@ -32,6 +33,14 @@ pub fn gpu_job(name: &str, queue: &str, gpus: u64) -> JobSpec {
         checkpoint_signal: None,
         time_limit_ms: None,
     }
+}
+
+/// Queue `name` with a nominal quota of `gpus` GPUs in pool `default`, no cohort, every
+/// other field at its default (`QueueSpec { cohort, ..gpu_queue("q", 8) }` for more).
+pub fn gpu_queue(name: &str, gpus: u64) -> QueueSpec {
+    let mut q = QueueSpec::named(name);
+    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", gpus)]), ..Default::default() });
+    q
 }
 
 /// Node `name` in pool `default` with `gpus` GPUs (no inventory), no rack, no labels, no agent.

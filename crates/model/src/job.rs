@@ -162,8 +162,9 @@ impl JobState {
         }
     }
 
+    /// Case-insensitive, as every word (`crate::word`).
     pub fn parse(s: &str) -> Option<JobState> {
-        JobState::ALL.into_iter().find(|st| st.as_str().eq_ignore_ascii_case(s))
+        <JobState as crate::word::Word>::from_word(s)
     }
 }
 

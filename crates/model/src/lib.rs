@@ -22,6 +22,7 @@
 //! - `access`: tokens, users, roles and queue grants; who may apply which command.
 //! - `runnable`: checks on the command and environment an agent will exec.
 //! - `tenancy`: the Unix user each job runs as, and the bounds on jobs per user and queue.
+//! - `word`: the one spelling of each closed set's values (states, modes, orderings, roles).
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
 // reads better there than zipped iterators.
@@ -49,6 +50,7 @@ pub mod runnable;
 pub mod scheduler;
 pub mod state;
 pub mod tenancy;
+pub mod word;
 
 pub use command::{Applied, Command, Op, Outcome, Response};
 pub use error::ApplyError;

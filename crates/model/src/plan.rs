@@ -25,8 +25,11 @@ pub struct Victim {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {
-    /// A suspended job whose preemptor is gone runs again on its own resources.
-    Resume { job: JobId, attempt: u32 },
+    /// A suspended job whose preemptor is gone runs again on its own resources (not a
+    /// person's resume of a paused job, `Op::Resume`; not a restart from a checkpoint).
+    /// Named `Resume` in the log, as before the rename.
+    #[serde(rename = "Resume")]
+    ResumeInPlace { job: JobId, attempt: u32 },
     /// Start the next attempt of a pending job on these replicas.
     Place { job: JobId, attempt: u32, replicas: Vec<ReplicaAlloc> },
     /// Stop `victims` so that `job` can run on `replicas`, which are reserved for it meanwhile.
@@ -46,7 +49,7 @@ pub enum Decision {
 impl Decision {
     pub fn kind(&self) -> &'static str {
         match self {
-            Decision::Resume { .. } => "resume",
+            Decision::ResumeInPlace { .. } => "resume",
             Decision::Place { .. } => "place",
             Decision::Preempt { .. } => "preempt",
             Decision::Wait { .. } => "wait",
@@ -58,7 +61,7 @@ impl Decision {
 
     pub fn job(&self) -> JobId {
         match self {
-            Decision::Resume { job, .. }
+            Decision::ResumeInPlace { job, .. }
             | Decision::Place { job, .. }
             | Decision::Preempt { job, .. }
             | Decision::Wait { job, .. }

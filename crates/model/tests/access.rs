@@ -8,9 +8,7 @@ use baton_model::access::{Role, TokenHash, TokenSpec, token_id};
 use baton_model::command::{Command, Op, Outcome};
 use baton_model::fixture;
 use baton_model::job::JobSpec;
-use baton_model::node::NodeSpec;
-use baton_model::queue::{PoolQuota, QueueSpec};
-use baton_model::resources::Resources;
+use baton_model::queue::QueueSpec;
 use baton_model::tenancy::{TenancySettings, UnixUser};
 use baton_model::{Applied, ApplyError, Name, State};
 
@@ -36,9 +34,7 @@ fn spec(user: &str, roles: &[Role], queues: &[&str]) -> TokenSpec {
 }
 
 fn queue(name: &str) -> QueueSpec {
-    let mut q = QueueSpec::named(name);
-    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
-    q
+    fixture::gpu_queue(name, 8)
 }
 
 fn job(name: &str, queue: &str) -> JobSpec {
@@ -50,16 +46,7 @@ fn job(name: &str, queue: &str) -> JobSpec {
 /// bob granted `a`, an operator.
 fn cluster() -> State {
     let mut s = State::default();
-    let node = NodeSpec {
-        name: Name::lit("n1"),
-        pool: Name::lit("default"),
-        rack: None,
-        labels: BTreeMap::new(),
-        resources: Resources::of(&[("gpu", 8)]),
-        gpus: Vec::new(),
-        agent_addr: String::new(),
-    };
-    apply(&mut s, Op::RegisterNodes(vec![node])).unwrap();
+    apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 8)])).unwrap();
     apply(&mut s, Op::AddToken { hash: ADMIN, spec: spec("root-admin", &[Role::Admin], &[]) }).unwrap();
     for q in ["a", "b"] {
         apply(&mut s, as_(ADMIN, Op::PutQueue(queue(q)))).unwrap();

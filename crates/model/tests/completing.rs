@@ -10,8 +10,6 @@ use baton_model::fixture;
 use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, TaskSpec};
 use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan};
-use baton_model::queue::{PoolQuota, QueueSpec};
-use baton_model::resources::Resources;
 use baton_model::{Name, State};
 
 fn apply(s: &mut State, op: Op) -> Outcome {
@@ -40,9 +38,7 @@ fn submit(s: &mut State, spec: JobSpec) -> JobId {
 fn gang(mode: PreemptionMode, time_limit_ms: Option<u64>) -> (State, JobId) {
     let mut s = State::new();
     apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 4), fixture::gpu_node("n2", 4)]));
-    let mut q = QueueSpec::named("q");
-    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 16)]), ..Default::default() });
-    apply(&mut s, Op::PutQueue(q));
+    apply(&mut s, Op::PutQueue(fixture::gpu_queue("q", 16)));
     let mut spec = JobSpec { preemption_mode: mode, time_limit_ms, ..fixture::gpu_job("g", "q", 4) };
     spec.tasks = vec![TaskSpec { replicas: 2, ..spec.tasks[0].clone() }];
     let job = submit(&mut s, spec);

@@ -7,8 +7,6 @@ use baton_model::job::JobSpec;
 use baton_model::limits::MAX_CLOCK_MS;
 use baton_model::name::NameError;
 use baton_model::node::NodeSpec;
-use baton_model::queue::{PoolQuota, QueueSpec};
-use baton_model::resources::Resources;
 use baton_model::{ApplyError, Name, State};
 
 fn apply(s: &mut State, now_ms: u64, op: Op) -> Result<(), ApplyError> {
@@ -23,9 +21,7 @@ fn node(name: &str) -> NodeSpec {
 fn cluster() -> State {
     let mut s = State::default();
     apply(&mut s, 1_000, Op::RegisterNodes(vec![node("n1")])).unwrap();
-    let mut q = QueueSpec::named("q");
-    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
-    apply(&mut s, 1_000, Op::PutQueue(q)).unwrap();
+    apply(&mut s, 1_000, Op::PutQueue(fixture::gpu_queue("q", 8))).unwrap();
     s
 }
 

@@ -7,9 +7,8 @@ use baton_model::fixture;
 use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode};
 use baton_model::node::NodeSpec;
 use baton_model::plan::{Decision, Plan, Victim};
-use baton_model::queue::{PoolQuota, QueueSpec};
+use baton_model::queue::QueueSpec;
 use baton_model::rejection::Rejection;
-use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::{Name, State};
 
@@ -23,9 +22,7 @@ fn node(name: &str) -> NodeSpec {
 }
 
 fn queue(name: &str) -> QueueSpec {
-    let mut q = QueueSpec::named(name);
-    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
-    q
+    fixture::gpu_queue(name, 8)
 }
 
 fn spec(name: &str, queue: &str, gpus: u64, time_limit_ms: Option<u64>) -> JobSpec {

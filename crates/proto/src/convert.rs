@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use baton_model::access::Role;
 use baton_model::class::PriorityClass;
 use baton_model::event::{Event, EventKind};
 use baton_model::job::{Job, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
@@ -129,7 +130,7 @@ fn topology_to_proto(t: Option<Topology>) -> v1::Topology {
     }
 }
 
-fn topology_from_proto(t: v1::Topology) -> Option<Topology> {
+pub(crate) fn topology_from_proto(t: v1::Topology) -> Option<Topology> {
     match t {
         v1::Topology::Unspecified => None,
         v1::Topology::Node => Some(Topology::Node),
@@ -147,7 +148,7 @@ fn mode_to_proto(m: PreemptionMode) -> v1::PreemptionMode {
 }
 
 /// Unspecified: the default mode, checkpoint.
-fn mode_from_proto(m: v1::PreemptionMode) -> PreemptionMode {
+pub(crate) fn mode_from_proto(m: v1::PreemptionMode) -> PreemptionMode {
     match m {
         v1::PreemptionMode::Unspecified | v1::PreemptionMode::Checkpoint => PreemptionMode::Checkpoint,
         v1::PreemptionMode::Requeue => PreemptionMode::Requeue,
@@ -228,6 +229,93 @@ fn task_from_proto(t: &v1::TaskSpec, field: &str) -> R<TaskSpec> {
     })
 }
 
+pub fn role_to_proto(r: Role) -> v1::TokenRole {
+    match r {
+        Role::Admin => v1::TokenRole::Admin,
+        Role::Operator => v1::TokenRole::Operator,
+    }
+}
+
+pub fn role_from_proto(r: v1::TokenRole) -> Option<Role> {
+    match r {
+        v1::TokenRole::Unspecified => None,
+        v1::TokenRole::Admin => Some(Role::Admin),
+        v1::TokenRole::Operator => Some(Role::Operator),
+    }
+}
+
+/// A request's roles; an unspecified or unknown one is refused naming its index.
+pub fn roles_from_proto(raw: &[i32], field: &str) -> R<std::collections::BTreeSet<Role>> {
+    let mut out = std::collections::BTreeSet::new();
+    for (i, r) in raw.iter().enumerate() {
+        let role: v1::TokenRole = closed(*r, &format!("{field}[{i}]"))?;
+        out.insert(role_from_proto(role).ok_or_else(|| bad(&format!("{field}[{i}]"), "a role is needed"))?);
+    }
+    Ok(out)
+}
+
+pub fn event_kind_to_proto(k: &EventKind) -> v1::EventKind {
+    match k {
+        EventKind::Submitted => v1::EventKind::Submitted,
+        EventKind::Started { .. } => v1::EventKind::Started,
+        EventKind::Preempted { .. } => v1::EventKind::Preempted,
+        EventKind::Stopped { .. } => v1::EventKind::Stopped,
+        EventKind::Requeued => v1::EventKind::Requeued,
+        EventKind::Stray => v1::EventKind::Stray,
+        EventKind::Suspended { .. } => v1::EventKind::Suspended,
+        EventKind::Resumed => v1::EventKind::Resumed,
+        EventKind::Paused => v1::EventKind::Paused,
+        EventKind::Unpaused => v1::EventKind::Unpaused,
+        EventKind::Succeeded => v1::EventKind::Succeeded,
+        EventKind::Failed { .. } => v1::EventKind::Failed,
+        EventKind::Cancelled => v1::EventKind::Cancelled,
+        EventKind::TimeLimit => v1::EventKind::TimeLimit,
+        EventKind::TimedOut => v1::EventKind::TimedOut,
+        EventKind::Reserved => v1::EventKind::Reserved,
+        EventKind::Unreserved => v1::EventKind::Unreserved,
+        EventKind::NodeRegistered => v1::EventKind::NodeRegistered,
+        EventKind::NodeLost => v1::EventKind::NodeLost,
+        EventKind::NodeReady => v1::EventKind::NodeReady,
+        EventKind::NodeCordoned => v1::EventKind::NodeCordoned,
+        EventKind::NodeUncordoned => v1::EventKind::NodeUncordoned,
+        EventKind::NodeUnhealthy => v1::EventKind::NodeUnhealthy,
+        EventKind::QueueUpdated { .. } => v1::EventKind::QueueUpdated,
+    }
+}
+
+/// The model's kind an API kind stands for, with empty details: only to read its word
+/// (`EventKind::type_name`, the one spelling). None for the API's own kinds (Lagged).
+pub(crate) fn event_kind_for_word(k: v1::EventKind) -> Option<EventKind> {
+    let nobody = || Name::lit("nobody");
+    Some(match k {
+        v1::EventKind::Unspecified | v1::EventKind::Lagged => return None,
+        v1::EventKind::Submitted => EventKind::Submitted,
+        v1::EventKind::Started => EventKind::Started { attempt: 0, nodes: BTreeMap::new() },
+        v1::EventKind::Preempted => EventKind::Preempted { by: nobody() },
+        v1::EventKind::Stopped => EventKind::Stopped { checkpointed: false },
+        v1::EventKind::Requeued => EventKind::Requeued,
+        v1::EventKind::Stray => EventKind::Stray,
+        v1::EventKind::Suspended => EventKind::Suspended { by: nobody() },
+        v1::EventKind::Resumed => EventKind::Resumed,
+        v1::EventKind::Paused => EventKind::Paused,
+        v1::EventKind::Unpaused => EventKind::Unpaused,
+        v1::EventKind::Succeeded => EventKind::Succeeded,
+        v1::EventKind::Failed => EventKind::Failed { exit_code: 0 },
+        v1::EventKind::Cancelled => EventKind::Cancelled,
+        v1::EventKind::TimeLimit => EventKind::TimeLimit,
+        v1::EventKind::TimedOut => EventKind::TimedOut,
+        v1::EventKind::Reserved => EventKind::Reserved,
+        v1::EventKind::Unreserved => EventKind::Unreserved,
+        v1::EventKind::NodeRegistered => EventKind::NodeRegistered,
+        v1::EventKind::NodeLost => EventKind::NodeLost,
+        v1::EventKind::NodeReady => EventKind::NodeReady,
+        v1::EventKind::NodeCordoned => EventKind::NodeCordoned,
+        v1::EventKind::NodeUncordoned => EventKind::NodeUncordoned,
+        v1::EventKind::NodeUnhealthy => EventKind::NodeUnhealthy,
+        v1::EventKind::QueueUpdated => EventKind::QueueUpdated { queue: nobody() },
+    })
+}
+
 pub fn event_to_proto(e: &Event) -> v1::Event {
     let (nodes, attempt) = match &e.kind {
         EventKind::Started { attempt, nodes } => (nodes.keys().map(|n| n.to_string()).collect(), *attempt),
@@ -237,7 +325,7 @@ pub fn event_to_proto(e: &Event) -> v1::Event {
         at_ms: e.at_ms,
         job: e.job.as_ref().map(|n| n.to_string()).unwrap_or_default(),
         node: e.node.as_ref().map(|n| n.to_string()).unwrap_or_default(),
-        kind: e.kind.type_name().to_string(),
+        kind: event_kind_to_proto(&e.kind).into(),
         message: e.message.clone(),
         nodes,
         attempt,
@@ -323,7 +411,7 @@ fn ordering_to_proto(o: QueueOrdering) -> v1::QueueOrdering {
 }
 
 /// Unspecified: the model's default; so for the two below.
-fn ordering_from_proto(o: v1::QueueOrdering) -> QueueOrdering {
+pub(crate) fn ordering_from_proto(o: v1::QueueOrdering) -> QueueOrdering {
     match o {
         v1::QueueOrdering::Unspecified => QueueOrdering::default(),
         v1::QueueOrdering::BestEffortFifo => QueueOrdering::BestEffortFIFO,
@@ -339,7 +427,7 @@ fn within_to_proto(w: WithinQueue) -> v1::WithinQueue {
     }
 }
 
-fn within_from_proto(w: v1::WithinQueue) -> WithinQueue {
+pub(crate) fn within_from_proto(w: v1::WithinQueue) -> WithinQueue {
     match w {
         v1::WithinQueue::Unspecified => WithinQueue::default(),
         v1::WithinQueue::Never => WithinQueue::Never,
@@ -356,7 +444,7 @@ fn reclaim_to_proto(r: ReclaimWithinCohort) -> v1::ReclaimWithinCohort {
     }
 }
 
-fn reclaim_from_proto(r: v1::ReclaimWithinCohort) -> ReclaimWithinCohort {
+pub(crate) fn reclaim_from_proto(r: v1::ReclaimWithinCohort) -> ReclaimWithinCohort {
     match r {
         v1::ReclaimWithinCohort::Unspecified => ReclaimWithinCohort::default(),
         v1::ReclaimWithinCohort::Never => ReclaimWithinCohort::Never,

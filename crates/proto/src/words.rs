@@ -1,15 +1,18 @@
 //! The words of the API's closed sets (the proto enums): what the CLI prints and parses,
 //! what `-o json` and the dashboard's JSON carry, and what error messages list. One
-//! definition per set: a job state's word is the model's own (`JobState::as_str`); the
-//! others are written once here.
+//! definition per set: where the model has the set (job states, modes, orderings, roles),
+//! the word is the model's own (`baton_model::word`); the API's own sets (node status,
+//! replica role, the watch's Lagged) are written once here.
 //!
 //! An unspecified or unknown value (a number a newer replica sent) has the empty word, as
 //! the empty string these fields were before they became enums.
 
+use baton_model::word::Word as ModelWord;
 use serde::Serializer;
 
 use crate::v1::{
-    JobState, NodeStatus, PreemptionMode, QueueOrdering, ReclaimWithinCohort, ReplicaRole, Topology, WithinQueue,
+    EventKind, JobState, NodeStatus, PreemptionMode, QueueOrdering, ReclaimWithinCohort, ReplicaRole, TokenRole,
+    Topology, WithinQueue,
 };
 
 /// A proto enum shown and read as a word.
@@ -58,9 +61,12 @@ impl Word for JobState {
         JobState::Cancelled,
     ];
     fn word(self) -> &'static str {
-        crate::convert::job_state_from_proto(self).map_or("", baton_model::job::JobState::as_str)
+        crate::convert::job_state_from_proto(self).map_or("", ModelWord::word)
     }
 }
+
+// The sets the model has: each value's word is the model's (`baton_model::word`), so a
+// scenario file, a job file, a flag and the API spell it alike. Unspecified has none.
 
 impl Word for PreemptionMode {
     const ALL: &'static [Self] =
@@ -68,10 +74,7 @@ impl Word for PreemptionMode {
     fn word(self) -> &'static str {
         match self {
             PreemptionMode::Unspecified => "",
-            PreemptionMode::Checkpoint => "checkpoint",
-            PreemptionMode::Requeue => "requeue",
-            PreemptionMode::Cancel => "cancel",
-            PreemptionMode::Suspend => "suspend",
+            v => crate::convert::mode_from_proto(v).word(),
         }
     }
 }
@@ -79,11 +82,7 @@ impl Word for PreemptionMode {
 impl Word for Topology {
     const ALL: &'static [Self] = &[Topology::Node, Topology::Rack];
     fn word(self) -> &'static str {
-        match self {
-            Topology::Unspecified => "",
-            Topology::Node => "node",
-            Topology::Rack => "rack",
-        }
+        crate::convert::topology_from_proto(self).map_or("", ModelWord::word)
     }
 }
 
@@ -92,8 +91,7 @@ impl Word for QueueOrdering {
     fn word(self) -> &'static str {
         match self {
             QueueOrdering::Unspecified => "",
-            QueueOrdering::BestEffortFifo => "BestEffortFIFO",
-            QueueOrdering::StrictFifo => "StrictFIFO",
+            v => crate::convert::ordering_from_proto(v).word(),
         }
     }
 }
@@ -104,9 +102,7 @@ impl Word for WithinQueue {
     fn word(self) -> &'static str {
         match self {
             WithinQueue::Unspecified => "",
-            WithinQueue::Never => "Never",
-            WithinQueue::LowerPriority => "LowerPriority",
-            WithinQueue::LowerOrNewerEqualPriority => "LowerOrNewerEqualPriority",
+            v => crate::convert::within_from_proto(v).word(),
         }
     }
 }
@@ -117,9 +113,52 @@ impl Word for ReclaimWithinCohort {
     fn word(self) -> &'static str {
         match self {
             ReclaimWithinCohort::Unspecified => "",
-            ReclaimWithinCohort::Never => "Never",
-            ReclaimWithinCohort::LowerPriority => "LowerPriority",
-            ReclaimWithinCohort::Any => "Any",
+            v => crate::convert::reclaim_from_proto(v).word(),
+        }
+    }
+}
+
+impl Word for TokenRole {
+    const ALL: &'static [Self] = &[TokenRole::Admin, TokenRole::Operator];
+    fn word(self) -> &'static str {
+        crate::convert::role_from_proto(self).map_or("", ModelWord::word)
+    }
+}
+
+impl Word for EventKind {
+    const ALL: &'static [Self] = &[
+        EventKind::Submitted,
+        EventKind::Started,
+        EventKind::Preempted,
+        EventKind::Stopped,
+        EventKind::Requeued,
+        EventKind::Stray,
+        EventKind::Suspended,
+        EventKind::Resumed,
+        EventKind::Paused,
+        EventKind::Unpaused,
+        EventKind::Succeeded,
+        EventKind::Failed,
+        EventKind::Cancelled,
+        EventKind::TimeLimit,
+        EventKind::TimedOut,
+        EventKind::Reserved,
+        EventKind::Unreserved,
+        EventKind::NodeRegistered,
+        EventKind::NodeLost,
+        EventKind::NodeReady,
+        EventKind::NodeCordoned,
+        EventKind::NodeUncordoned,
+        EventKind::NodeUnhealthy,
+        EventKind::QueueUpdated,
+        EventKind::Lagged,
+    ];
+    /// The model's `EventKind::type_name`; the API's own Lagged is spelt here.
+    fn word(self) -> &'static str {
+        match self {
+            EventKind::Unspecified => "",
+            EventKind::Lagged => "Lagged",
+            k => crate::convert::event_kind_for_word(k).map_or("", |m| m.type_name()),
         }
     }
 }
@@ -179,6 +218,44 @@ mod tests {
         round_trips::<ReclaimWithinCohort>();
         round_trips::<NodeStatus>();
         round_trips::<ReplicaRole>();
+        round_trips::<TokenRole>();
+        round_trips::<EventKind>();
+    }
+
+    /// The API lists a set's values as the model does, each by the model's word.
+    fn same_words<P: Word, M: ModelWord>() {
+        let api: Vec<&str> = P::ALL.iter().map(|v| v.word()).collect();
+        let model: Vec<&str> = M::ALL.iter().map(|v| v.word()).collect();
+        assert_eq!(api, model);
+    }
+
+    #[test]
+    fn the_sets_the_model_has_have_its_words() {
+        same_words::<JobState, baton_model::job::JobState>();
+        same_words::<PreemptionMode, baton_model::job::PreemptionMode>();
+        same_words::<Topology, baton_model::job::Topology>();
+        same_words::<QueueOrdering, baton_model::queue::QueueOrdering>();
+        same_words::<WithinQueue, baton_model::queue::WithinQueue>();
+        same_words::<ReclaimWithinCohort, baton_model::queue::ReclaimWithinCohort>();
+    }
+
+    #[test]
+    fn every_event_kind_has_its_models_word_and_every_value_is_listed() {
+        let mut listed = EventKind::ALL.to_vec();
+        listed.sort_by_key(|k| *k as i32);
+        let numbers: Vec<i32> = listed.iter().map(|k| *k as i32).collect();
+        assert_eq!(numbers, (1..=EventKind::Lagged as i32).collect::<Vec<_>>(), "every value but unspecified, once");
+        let ev = |kind| baton_model::event::Event { at_ms: 0, job: None, node: None, kind, message: String::new() };
+        let started = ev(baton_model::event::EventKind::Started { attempt: 2, nodes: Default::default() });
+        assert_eq!(EventKind::word_of(crate::convert::event_to_proto(&started).kind), "Started");
+        let failed = ev(baton_model::event::EventKind::Failed { exit_code: 3 });
+        assert_eq!(EventKind::word_of(crate::convert::event_to_proto(&failed).kind), "Failed");
+        for k in EventKind::ALL.iter().filter(|k| **k != EventKind::Lagged) {
+            let model = crate::convert::event_kind_for_word(*k).expect("a model kind");
+            assert_eq!(crate::convert::event_kind_to_proto(&model), *k, "{k:?} maps back");
+        }
+        let e = crate::v1::Event { kind: EventKind::NodeLost as i32, ..Default::default() };
+        assert_eq!(serde_json::to_value(&e).unwrap()["kind"], "NodeLost");
     }
 
     #[test]

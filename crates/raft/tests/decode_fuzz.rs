@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use baton_model::command::{Command, Op};
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
 use baton_model::node::NodeSpec;
-use baton_model::queue::{PoolQuota, QueueSpec};
 use baton_model::resources::Resources;
 use baton_model::{Name, State};
 use baton_raft::campaign::PreVote;
@@ -52,8 +51,7 @@ fn job(name: &str) -> JobSpec {
 }
 
 fn commands() -> Vec<Command> {
-    let mut q = QueueSpec::named("q");
-    q.quotas.insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
+    let q = baton_model::fixture::gpu_queue("q", 8);
     [Op::RegisterNodes(vec![node("n1"), node("n2")]), Op::PutQueue(q), Op::Submit { spec: job("j"), request_id: None }]
         .into_iter()
         .map(|op| Command { now_ms: 1_000, op })

@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 
 use baton_model::command::{Command, Op};
+use baton_model::fixture;
 use baton_model::job::{JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec};
 use baton_model::limits::MAX_NODES_PER_COMMAND;
 use baton_model::name::Name;
 use baton_model::node::NodeSpec;
 use baton_model::plan::Decision;
-use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
+use baton_model::queue::{Cohort, QueueSpec};
 use baton_model::resources::Resources;
 use baton_model::state::State;
 use baton_sched::cycle;
@@ -56,17 +57,13 @@ pub fn cluster(nodes: usize, racks: usize) -> State {
     }
     let per_queue = (nodes as u64 * 8 - 64) / 200;
     for q in 0..200 {
-        let mut spec = QueueSpec::named(&format!("q{q}"));
-        spec.cohort = Some(Name::lit(&format!("c{}", q / 10)));
-        let quota = PoolQuota { nominal: Resources::of(&[("gpu", per_queue)]), ..Default::default() };
-        spec.quotas.insert(Name::lit("default"), quota);
+        let spec = QueueSpec {
+            cohort: Some(Name::lit(&format!("c{}", q / 10))),
+            ..fixture::gpu_queue(&format!("q{q}"), per_queue)
+        };
         apply(&mut s, Op::PutQueue(spec));
     }
-    let mut urgent = QueueSpec::named("urgent");
-    urgent
-        .quotas
-        .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 64)]), ..Default::default() });
-    apply(&mut s, Op::PutQueue(urgent));
+    apply(&mut s, Op::PutQueue(fixture::gpu_queue("urgent", 64)));
     s
 }
 

@@ -87,7 +87,7 @@ fn over_limit_and_suspended(state: &State, now_ms: u64) -> (Vec<&Job>, Vec<&Job>
 fn stop_at_time_limits(view: &mut View, over: &[&Job], plan: &mut Plan) {
     for &job in over {
         plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
-        view.ledger.set_leaving(job.id, true);
+        view.ledger.begin_stop(job.id);
         view.taken.insert(job.id);
         view.time_out(job.id);
     }
@@ -108,7 +108,7 @@ fn resume_suspended(view: &mut View, suspended: &[&Job], plan: &mut Plan) {
         match view.ledger.check_admission(q, &demand_of(&view.ledger, &shares), np) {
             Ok(_) => {
                 view.unhold(job.id);
-                plan.decisions.push(Decision::Resume { job: job.id, attempt: job.attempt });
+                plan.decisions.push(Decision::ResumeInPlace { job: job.id, attempt: job.attempt });
             }
             Err(b) => {
                 let why = format!(
@@ -200,7 +200,7 @@ fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Pl
     // Backfill: the reserved resources are open to this job for placement only.
     holds.unblock(view, &backfills);
     planner.no_fit.clear();
-    let placed = !c.needs.assignments.is_empty() && try_place(view, c, plan, planner);
+    let placed = !c.needs.pool_choices.is_empty() && try_place(view, c, plan, planner);
     holds.reblock(view, &backfills);
     planner.no_fit.clear();
     if placed {
@@ -237,7 +237,7 @@ fn decide_reserving(
     }
     // Packed with its block standing (the block does not keep its own job out); its charge
     // must not take the block over.
-    if !c.needs.assignments.is_empty() && try_place(view, c, plan, planner) {
+    if !c.needs.pool_choices.is_empty() && try_place(view, c, plan, planner) {
         holds.recharge_started(view, i);
         return Outcome::Placed;
     }
@@ -253,7 +253,7 @@ struct Planner {
     reasons: reason::Reasons,
     /// Shapes that found no room this cycle.
     no_fit: NoFit,
-    /// Quota verdicts per pool assignment of the job being decided (reused).
+    /// Quota verdicts per pool choice of the job being decided (reused).
     verdicts: Vec<Result<Admission, QuotaBlock>>,
 }
 
@@ -279,7 +279,7 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
         wait(plan, job, reason::victims_stopping(waiting));
         return Outcome::Waits;
     }
-    if needs.assignments.is_empty() {
+    if needs.pool_choices.is_empty() {
         wait_for(plan, c.id, c.reason, "none of its pools has a node".into());
         return Outcome::Waits;
     }
@@ -335,9 +335,9 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
     }
 }
 
-/// Places the job without preemption if it fits: quota first (cheap), once per assignment;
+/// Places the job without preemption if it fits: quota first (cheap), once per pool choice;
 /// then placement, first where the queue stays within nominal, then where it borrows; each
-/// assignment is packed at most once. Leaves the quota verdicts in `planner.verdicts`.
+/// pool choice is packed at most once. Leaves the quota verdicts in `planner.verdicts`.
 fn try_place(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> bool {
     let (job, q, needs) = (c.job, c.queue, &*c.needs);
     let np = !c.preemptible;
@@ -345,7 +345,7 @@ fn try_place(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Plan
     verdicts.clear();
     verdicts.extend(needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)));
     for borrowing in [false, true] {
-        for (a, verdict) in needs.assignments.iter().zip(planner.verdicts.iter()) {
+        for (a, verdict) in needs.pool_choices.iter().zip(planner.verdicts.iter()) {
             if !verdict.is_ok_and(|adm| adm.borrows == borrowing) || planner.no_fit.known(needs, a) {
                 continue;
             }

@@ -15,14 +15,14 @@ use crate::order::Candidate;
 /// Failures remembered per (queue, pools, kind of job); the oldest is forgotten first.
 const MAX_FAILURES_PER_KEY: usize = 64;
 
-/// What a failure may speak for: the same queue, kind of job and pool assignments. It
-/// borrows the assignments, so that a lookup (once per waiting job) allocates nothing.
+/// What a failure may speak for: the same queue, kind of job and pool choices. It
+/// borrows the pool choices, so that a lookup (once per waiting job) allocates nothing.
 #[derive(Debug, Clone, Copy)]
 pub struct Key<'n> {
     queue: usize,
     not_preemptible: bool,
     topology: Option<Topology>,
-    assignments: &'n [Vec<usize>],
+    pool_choices: &'n [Vec<usize>],
 }
 
 struct Failure {
@@ -32,25 +32,30 @@ struct Failure {
     why: String,
 }
 
-/// Failures of jobs with these pool assignments.
-type ByAssignments = (Vec<Vec<usize>>, Vec<Failure>);
+/// Failures of jobs with these pool choices.
+type ByPoolChoices = (Vec<Vec<usize>>, Vec<Failure>);
 
 #[derive(Default)]
 pub struct Failures {
-    /// By (queue, not preemptible, topology), then by pool assignments.
-    by_key: FxMap<(usize, bool, Option<Topology>), Vec<ByAssignments>>,
+    /// By (queue, not preemptible, topology), then by pool choices.
+    by_key: FxMap<(usize, bool, Option<Topology>), Vec<ByPoolChoices>>,
 }
 
 impl Failures {
     /// Only single-replica jobs are compared (a gang's shape is more than one vector).
     pub fn key(needs: &Needs, queue: usize, np: bool) -> Option<Key<'_>> {
         let single = needs.tasks.len() == 1 && needs.tasks[0].replicas == 1;
-        single.then_some(Key { queue, not_preemptible: np, topology: needs.topology, assignments: &needs.assignments })
+        single.then_some(Key {
+            queue,
+            not_preemptible: np,
+            topology: needs.topology,
+            pool_choices: &needs.pool_choices,
+        })
     }
 
     fn list(&self, key: &Key) -> Option<&Vec<Failure>> {
         let lists = self.by_key.get(&(key.queue, key.not_preemptible, key.topology))?;
-        lists.iter().find(|(a, _)| a.as_slice() == key.assignments).map(|(_, l)| l)
+        lists.iter().find(|(a, _)| a.as_slice() == key.pool_choices).map(|(_, l)| l)
     }
 
     /// Why a dominating job found no victims, if one did.
@@ -66,10 +71,10 @@ impl Failures {
 
     pub fn record(&mut self, key: Key, c: &Candidate, why: &str) {
         let lists = self.by_key.entry((key.queue, key.not_preemptible, key.topology)).or_default();
-        let at = match lists.iter().position(|(a, _)| a.as_slice() == key.assignments) {
+        let at = match lists.iter().position(|(a, _)| a.as_slice() == key.pool_choices) {
             Some(i) => i,
             None => {
-                lists.push((key.assignments.to_vec(), Vec::new()));
+                lists.push((key.pool_choices.to_vec(), Vec::new()));
                 lists.len() - 1
             }
         };

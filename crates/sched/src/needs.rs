@@ -1,5 +1,5 @@
 //! What a job needs, in the ledger's dense terms: per task a vector per replica and the
-//! pools it may use, and the pool assignments to try in preference order.
+//! pools it may use, and the pool choices to try in preference order.
 
 use baton_model::ledger::FxMap;
 use std::rc::Rc;
@@ -21,9 +21,9 @@ pub struct TaskNeed {
 pub struct Needs {
     pub tasks: Vec<TaskNeed>,
     pub topology: Option<Topology>,
-    /// Pool assignments (one pool per task) in the job's preference order.
-    pub assignments: Vec<Vec<usize>>,
-    /// Each assignment's demand per pool, computed once.
+    /// Pool choices (one pool per task) in the job's preference order.
+    pub pool_choices: Vec<Vec<usize>>,
+    /// Each pool choice's demand per pool, computed once.
     pub demands: Vec<Vec<(usize, Vector)>>,
 }
 
@@ -50,25 +50,25 @@ impl Needs {
                 all
             }
         };
-        let mut assignments: Vec<Vec<usize>> = Vec::new();
+        let mut pool_choices: Vec<Vec<usize>> = Vec::new();
         for p in preference {
             let a: Option<Vec<usize>> =
                 tasks.iter().map(|t| if t.pools.contains(&p) { Some(p) } else { t.pools.first().copied() }).collect();
             if let Some(a) = a
-                && !assignments.contains(&a)
+                && !pool_choices.contains(&a)
             {
-                assignments.push(a);
+                pool_choices.push(a);
             }
         }
-        let mut needs = Needs { tasks, topology: job.spec.topology, assignments, demands: Vec::new() };
-        needs.demands = needs.assignments.iter().map(|a| needs.demand(a)).collect();
+        let mut needs = Needs { tasks, topology: job.spec.topology, pool_choices, demands: Vec::new() };
+        needs.demands = needs.pool_choices.iter().map(|a| needs.demand(a)).collect();
         needs
     }
 
-    /// Per-pool totals for an assignment, as the quota check wants them.
-    pub fn demand(&self, assignment: &[usize]) -> Vec<(usize, Vector)> {
+    /// Per-pool totals for a pool choice, as the quota check wants them.
+    pub fn demand(&self, pool_choice: &[usize]) -> Vec<(usize, Vector)> {
         let mut out: Vec<(usize, Vector)> = Vec::new();
-        for (t, &p) in self.tasks.iter().zip(assignment) {
+        for (t, &p) in self.tasks.iter().zip(pool_choice) {
             let mut total = ZERO;
             for _ in 0..t.replicas {
                 add(&mut total, &t.need);
@@ -81,9 +81,9 @@ impl Needs {
         out
     }
 
-    /// The pools any assignment touches.
+    /// The pools any pool choice touches.
     pub fn all_pools(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = self.assignments.iter().flatten().copied().collect();
+        let mut v: Vec<usize> = self.pool_choices.iter().flatten().copied().collect();
         v.sort_unstable();
         v.dedup();
         v

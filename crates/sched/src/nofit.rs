@@ -2,7 +2,7 @@
 //! nothing a cycle decides gives any back (victims keep their nodes until they stop). For a
 //! job with one task, packing fails exactly when the nodes it may use cannot host all its
 //! replicas (see `pack`), which stays true as room shrinks. So once a shape found no room
-//! under a pool assignment, later jobs of the same shape skip packing there this cycle.
+//! under a pool choice, later jobs of the same shape skip packing there this cycle.
 //!
 //! Gangs of several tasks are not remembered: their greedy packing is not monotone in room.
 
@@ -20,16 +20,16 @@ pub struct NoFit {
 }
 
 impl NoFit {
-    fn shape(needs: &Needs, assignment: &[usize]) -> Option<Shape> {
-        match (needs.tasks.as_slice(), assignment) {
+    fn shape(needs: &Needs, pool_choice: &[usize]) -> Option<Shape> {
+        match (needs.tasks.as_slice(), pool_choice) {
             ([t], &[pool]) => Some((t.need, t.replicas, needs.topology, pool)),
             _ => None,
         }
     }
 
-    /// Packing `needs` under `assignment` already failed this cycle.
-    pub fn known(&self, needs: &Needs, assignment: &[usize]) -> bool {
-        !self.shapes.is_empty() && Self::shape(needs, assignment).is_some_and(|s| self.shapes.contains_key(&s))
+    /// Packing `needs` under `pool_choice` already failed this cycle.
+    pub fn known(&self, needs: &Needs, pool_choice: &[usize]) -> bool {
+        !self.shapes.is_empty() && Self::shape(needs, pool_choice).is_some_and(|s| self.shapes.contains_key(&s))
     }
 
     /// Forgets everything (room may have come back).
@@ -37,9 +37,9 @@ impl NoFit {
         self.shapes.clear();
     }
 
-    /// Packing `needs` under `assignment` just failed.
-    pub fn record(&mut self, needs: &Needs, assignment: &[usize]) {
-        if let Some(s) = Self::shape(needs, assignment) {
+    /// Packing `needs` under `pool_choice` just failed.
+    pub fn record(&mut self, needs: &Needs, pool_choice: &[usize]) {
+        if let Some(s) = Self::shape(needs, pool_choice) {
             self.shapes.insert(s, ());
         }
     }

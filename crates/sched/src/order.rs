@@ -236,7 +236,6 @@ mod tests {
     use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
     use baton_model::name::Name;
     use baton_model::node::NodeSpec;
-    use baton_model::queue::{PoolQuota, QueueSpec};
     use baton_model::resources::Resources;
     use baton_model::state::State;
 
@@ -260,10 +259,7 @@ mod tests {
             agent_addr: String::new(),
         };
         apply(&mut s, Op::RegisterNodes(vec![node]));
-        let mut q = QueueSpec::named("q");
-        q.quotas
-            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
-        apply(&mut s, Op::PutQueue(q));
+        apply(&mut s, Op::PutQueue(baton_model::fixture::gpu_queue("q", 8)));
         for name in names {
             let spec = JobSpec {
                 name: Name::lit(name),

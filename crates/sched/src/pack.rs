@@ -90,24 +90,24 @@ impl Packing {
     }
 }
 
-/// Places the whole gang under `assignment` (a pool per task), or says it cannot.
-pub fn pack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Option<Packing> {
+/// Places the whole gang under `pool_choice` (a pool per task), or says it cannot.
+pub fn pack<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> Option<Packing> {
     match needs.topology {
-        Some(Topology::Node) => pack_one_node(nodes, needs, assignment),
-        Some(Topology::Rack) => best_rack(nodes, needs, assignment, None),
+        Some(Topology::Node) => pack_one_node(nodes, needs, pool_choice),
+        Some(Topology::Rack) => best_rack(nodes, needs, pool_choice, None),
         None => {
-            let global = Packer::new(nodes).run(needs, assignment, None)?;
+            let global = Packer::new(nodes).run(needs, pool_choice, None)?;
             if global.racks(nodes) <= 1 {
                 return Some(global);
             }
-            Some(best_rack(nodes, needs, assignment, Some(global.nodes().len())).unwrap_or(global))
+            Some(best_rack(nodes, needs, pool_choice, Some(global.nodes().len())).unwrap_or(global))
         }
     }
 }
 
-fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Option<Packing> {
-    let pool = *assignment.first()?;
-    if assignment.iter().any(|&p| p != pool) {
+fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> Option<Packing> {
+    let pool = *pool_choice.first()?;
+    if pool_choice.iter().any(|&p| p != pool) {
         return None;
     }
     let mut total = ZERO;
@@ -129,8 +129,8 @@ fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize]) -> Op
 /// With `enough`, the first rack (in rack order) that holds the gang on at most that many
 /// nodes; without, the rack that holds it on the fewest nodes (the first on a tie). Racks
 /// whose free GPUs cannot hold the gang are skipped without packing.
-fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize], enough: Option<usize>) -> Option<Packing> {
-    let mut racks: Vec<RackKey> = assignment.iter().flat_map(|&p| nodes.racks(p)).collect();
+fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], enough: Option<usize>) -> Option<Packing> {
+    let mut racks: Vec<RackKey> = pool_choice.iter().flat_map(|&p| nodes.racks(p)).collect();
     racks.sort_by_key(|r| r.map_or(usize::MAX, |x| x));
     racks.dedup();
     let mut best: Option<Packing> = None;
@@ -138,10 +138,10 @@ fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, assignment: &[usize], enough: O
         let room = |(t, &p): (&crate::needs::TaskNeed, &usize)| {
             nodes.gpu_room(p, Some(r), t.need[GPU_KIND]) >= u64::from(t.replicas)
         };
-        if !needs.tasks.iter().zip(assignment).all(room) {
+        if !needs.tasks.iter().zip(pool_choice).all(room) {
             continue;
         }
-        let Some(p) = Packer::new(nodes).run(needs, assignment, Some(r)) else { continue };
+        let Some(p) = Packer::new(nodes).run(needs, pool_choice, Some(r)) else { continue };
         if enough.is_some_and(|n| p.nodes().len() <= n) {
             return Some(p);
         }
@@ -202,7 +202,7 @@ impl<'n, N: Nodes> Packer<'n, N> {
         }
     }
 
-    fn run(mut self, needs: &Needs, assignment: &[usize], rack: Option<RackKey>) -> Option<Packing> {
+    fn run(mut self, needs: &Needs, pool_choice: &[usize], rack: Option<RackKey>) -> Option<Packing> {
         let mut order: Vec<usize> = (0..needs.tasks.len()).collect();
         // Biggest replicas first: they are the hardest to place.
         order.sort_by(|&a, &b| {
@@ -213,7 +213,7 @@ impl<'n, N: Nodes> Packer<'n, N> {
                 .then(a.cmp(&b))
         });
         for t in order {
-            self.place_task(t, &needs.tasks[t].need, u64::from(needs.tasks[t].replicas), assignment[t], rack)?;
+            self.place_task(t, &needs.tasks[t].need, u64::from(needs.tasks[t].replicas), pool_choice[t], rack)?;
         }
         Some(Packing { replicas: self.out })
     }

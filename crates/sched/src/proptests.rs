@@ -18,6 +18,7 @@ use baton_model::queue::{BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, Recla
 use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::state::{State, demand_of};
+use baton_model::word::Word;
 use proptest::prelude::*;
 
 use crate::cycle;
@@ -180,11 +181,8 @@ pub(crate) fn configure(w: &World) -> State {
             spec.quotas.insert(Name::lit(&format!("p{p}")), quota);
         }
         spec.weight = f64::from(q.weight);
-        spec.preemption.within_queue =
-            [WithinQueue::Never, WithinQueue::LowerPriority, WithinQueue::LowerOrNewerEqualPriority][q.within as usize];
-        spec.preemption.reclaim_within_cohort =
-            [ReclaimWithinCohort::Never, ReclaimWithinCohort::LowerPriority, ReclaimWithinCohort::Any]
-                [q.reclaim as usize];
+        spec.preemption.within_queue = WithinQueue::ALL[q.within as usize];
+        spec.preemption.reclaim_within_cohort = ReclaimWithinCohort::ALL[q.reclaim as usize];
         spec.preemption.borrow_within_cohort = q.bwc.map(|t| BorrowWithinCohort { max_priority_threshold: Some(t) });
         cmd(&mut s, 0, Op::PutQueue(spec)).unwrap();
     }
@@ -374,7 +372,7 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let assignment: Vec<usize> = (0..needs.tasks.len())
+    let pool_choice: Vec<usize> = (0..needs.tasks.len())
         .map(|t| {
             let r = replicas.iter().find(|r| r.task as usize == t).unwrap();
             view.ledger.nodes[view.ledger.node(r.node.as_str()).unwrap()].pool
@@ -383,10 +381,10 @@ fn check_minimal(before: &State, now_ms: u64, d: &Decision) -> Result<(), String
     let (q, np) = view.queue_np(j);
     for skip in victims {
         let removed: Vec<JobId> = victims.iter().map(|v| v.job).filter(|&v| v != skip.job).collect();
-        let demand = needs.demand(&assignment);
+        let demand = needs.demand(&pool_choice);
         let quota_ok = view.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np).is_ok());
         let set = SetNodes::new(&view, *job, &removed, &nodes);
-        if quota_ok && pack(&set, &needs, &assignment).is_some() {
+        if quota_ok && pack(&set, &needs, &pool_choice).is_some() {
             return Err(format!(
                 "preempting for {} did not need victim {}",
                 j.spec.name,
@@ -655,8 +653,9 @@ pub(crate) fn to_yaml(w: &World) -> String {
                 s + "}"
             })
             .collect();
-        let within = ["Never", "LowerPriority", "LowerOrNewerEqualPriority"][q.within as usize];
-        let reclaim = ["Never", "LowerPriority", "Any"][q.reclaim as usize];
+        // The model's words, as a person writes them in a scenario.
+        let within = WithinQueue::ALL[q.within as usize].word();
+        let reclaim = ReclaimWithinCohort::ALL[q.reclaim as usize].word();
         let bwc =
             q.bwc.map_or("Never".to_string(), |t| format!("{{policy: LowerPriority, max_priority_threshold: {t}}}"));
         y += &format!(

@@ -25,9 +25,9 @@ fn describe(view: &View, v: &Vector) -> String {
     view.ledger.kinds.resources(v).to_string()
 }
 
-/// No room without preemption, for the job's first pool assignment.
+/// No room without preemption, for the job's first pool choice.
 pub fn no_room(view: &View, needs: &Needs) -> String {
-    let a = &needs.assignments[0];
+    let a = &needs.pool_choices[0];
     let pool = a[0];
     let pool_name = &view.ledger.pools[pool].name;
     let replicas: u32 = needs.tasks.iter().map(|t| t.replicas).sum();
@@ -72,7 +72,7 @@ impl Reasons {
     }
 
     pub fn no_room(&mut self, view: &View, needs: &Needs) -> Cow<'_, str> {
-        let pool = needs.assignments[0][0];
+        let pool = needs.pool_choices[0][0];
         let mut total = ZERO;
         for t in &needs.tasks {
             for _ in 0..t.replicas {

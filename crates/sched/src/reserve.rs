@@ -111,7 +111,7 @@ impl Holds {
     pub fn recharge_started(&mut self, view: &mut View, i: usize) {
         let h = &mut self.list[i];
         unblock(view, h);
-        view.ledger.unreserve(h.job, true);
+        view.ledger.give_up_reservation(h.job);
         block(view, h);
     }
 
@@ -272,7 +272,7 @@ pub fn make(view: &mut View, holds: &Holds, c: &Candidate, plan: &mut Plan, seen
     let taken_pools: Vec<usize> =
         holds.list.iter().filter_map(|h| h.shares.first().map(|s| view.ledger.nodes[s.node].pool)).collect();
     let (q, np) = (c.queue, !c.preemptible);
-    for a in &c.needs.assignments {
+    for a in &c.needs.pool_choices {
         let pool = a[0];
         if a.iter().any(|&p| p != pool) || taken_pools.contains(&pool) {
             continue;

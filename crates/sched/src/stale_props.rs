@@ -69,7 +69,7 @@ fn set_quota(s: &mut State, w: &World, queue: u8, nominal_gpu: u8, now_ms: u64) 
     for (pool, quota) in spec.quotas.iter_mut() {
         // Never below what the queue already uses: what runs may exceed its borrow limit
         // then, an invariant of `check_state` no plan is to blame for.
-        let used = l.pool(pool.as_str()).map_or(0, |p| l.queues[q].usage[p][0]);
+        let used = l.pool(pool.as_str()).map_or(0, |p| l.queues[q].usage[p][baton_model::ledger::GPU_KIND]);
         quota.nominal = Resources::of(&[("gpu", u64::from(nominal_gpu).max(used))]);
     }
     // Refused only when the spec is invalid, which changes nothing.
@@ -152,7 +152,7 @@ fn check_reported(before: &State, after: &State, d: &Decision, taken: bool) -> R
         Decision::TimeLimit { job: id, attempt } => {
             job(before, *id) == Some((JobState::Running, *attempt)) && job(after, *id) != job(before, *id)
         }
-        Decision::Resume { job: id, .. } => {
+        Decision::ResumeInPlace { job: id, .. } => {
             job(before, *id).is_some_and(|(st, _)| st == JobState::Suspended)
                 && job(after, *id).is_some_and(|(st, _)| st == JobState::Running)
         }

@@ -14,7 +14,6 @@ use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, PriorityRef, Ta
 use baton_model::name::Name;
 use baton_model::node::NodeSpec;
 use baton_model::plan::Decision;
-use baton_model::queue::{PoolQuota, QueueSpec};
 use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::state::State;
@@ -93,11 +92,8 @@ fn configure(w: &Stream) -> Result<State, String> {
         };
         apply(&mut s, 0, Op::RegisterNode(spec))?;
     }
-    let mut q = QueueSpec::named("q");
     let total = u64::from(w.nodes) * u64::from(w.gpus_per_node);
-    q.quotas
-        .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", total)]), ..Default::default() });
-    apply(&mut s, 0, Op::PutQueue(q))?;
+    apply(&mut s, 0, Op::PutQueue(baton_model::fixture::gpu_queue("q", total)))?;
     let settings = SchedulerSettings { reserve_after_ms: Some(w.reserve_after_s * 1000) };
     apply(&mut s, 0, Op::SetScheduler(settings))?;
     Ok(s)

@@ -1,6 +1,7 @@
 //! The scheduler's working copy of the cluster for one cycle: a clone of the ledger that it
 //! changes as it decides, by the same calls `apply` makes (`Ledger::place`,
-//! `Ledger::preempt`, `Ledger::unhold`), plus the node index.
+//! `Ledger::preempt`, `Ledger::begin_stop`, `Ledger::resume_in_place`; the ledger's
+//! lower-level steps are private to `model`), plus the node index.
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
@@ -94,18 +95,18 @@ impl<'a> View<'a> {
         View { state, ledger, index, now_ms, taken: BTreeSet::new(), active, groups, timed_out, pool_free, counted }
     }
 
-    /// Jobs running or stopping when the cycle began, in id order. Read from the state's
-    /// ledger, not the view's: the cycle's changes must not show.
+    /// Jobs running or stopping when the cycle began, in id order. Read from the state, not
+    /// the view's ledger: the cycle's changes must not show. A job's queue is found by the
+    /// one rule every site uses (`queue_np`): a live job's queue exists.
     pub fn active(&self) -> &[ActiveJob] {
         self.active.get_or_init(|| {
-            let charges = &self.state.ledger().charges;
             self.state
                 .jobs()
                 .values()
                 .filter(|j| j.state.is_active())
                 .map(|j| ActiveJob {
                     job: j.id,
-                    queue: charges.get(&j.id).map_or(0, |c| c.queue),
+                    queue: self.queue_np(j).0,
                     leaving: j.is_leaving() || self.timed_out.contains(&j.id),
                     preemptible: j.preemptible,
                     protected_until_ms: j.started_ms.saturating_add(j.spec.min_runtime_ms),
@@ -157,7 +158,7 @@ impl<'a> View<'a> {
     /// A suspended job runs again in place.
     pub fn unhold(&mut self, job: JobId) {
         let nodes = self.ledger.charges.get(&job).map(|c| c.nodes.clone()).unwrap_or_default();
-        self.ledger.unhold(job);
+        self.ledger.resume_in_place(job);
         for n in nodes {
             self.refresh(n);
         }

@@ -95,8 +95,6 @@ mod tests {
     use baton_model::fixture::{self, gpu_job, gpu_node};
     use baton_model::job::TaskSpec;
     use baton_model::plan::{Decision, Plan};
-    use baton_model::queue::{PoolQuota, QueueSpec};
-    use baton_model::resources::Resources;
 
     fn apply_at(s: &mut State, now_ms: u64, op: Op) {
         s.apply(Command { now_ms, op }).expect("the command applies");
@@ -112,10 +110,7 @@ mod tests {
     fn running_gang() -> (State, u64) {
         let mut s = State::default();
         apply_at(&mut s, 1_000, Op::RegisterNodes(vec![gpu_node("n1", 4), gpu_node("n2", 4)]));
-        let mut q = QueueSpec::named("q");
-        q.quotas
-            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 8)]), ..Default::default() });
-        apply_at(&mut s, 1_000, Op::PutQueue(q));
+        apply_at(&mut s, 1_000, Op::PutQueue(fixture::gpu_queue("q", 8)));
         let mut spec = gpu_job("gang", "q", 4);
         spec.tasks = vec![TaskSpec { replicas: 2, ..spec.tasks[0].clone() }];
         spec.grace_ms = 7_000;
@@ -165,10 +160,7 @@ mod tests {
     fn a_completing_rank_is_sent_as_a_stop_until_it_is_reported_gone() {
         let mut s = State::new();
         apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 4)]));
-        let mut q = QueueSpec::named("q");
-        q.quotas
-            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 4)]), ..Default::default() });
-        apply(&mut s, Op::PutQueue(q));
+        apply(&mut s, Op::PutQueue(fixture::gpu_queue("q", 4)));
         apply(&mut s, Op::Submit { spec: fixture::gpu_job("j", "q", 4), request_id: None });
         let replicas = vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: vec![0, 1, 2, 3] }];
         let plan = Plan { based_on: s.applied(), decisions: vec![Decision::Place { job: 1, attempt: 1, replicas }] };

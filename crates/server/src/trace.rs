@@ -32,7 +32,7 @@ pub fn record_outcome(span: &Span, outcome: &Outcome) {
 /// keeps waiting is decided again each time: neither is a step of a path).
 pub fn cycle_span(term: u64, decisions: &[Decision]) -> Span {
     let traced = |d: &Decision| match d {
-        Decision::Place { attempt, .. } | Decision::Resume { attempt, .. } => Some(Some(*attempt)),
+        Decision::Place { attempt, .. } | Decision::ResumeInPlace { attempt, .. } => Some(Some(*attempt)),
         Decision::Preempt { .. } => Some(None),
         _ => None,
     };

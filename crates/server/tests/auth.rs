@@ -141,7 +141,7 @@ async fn cancelling_another_users_job_is_denied() {
     assert!(e.message().contains("belongs to user alice"), "{}", e.message());
     let after = alice.get_job(job_ref("j")).await.unwrap().into_inner();
     assert_ne!(after.state(), JobState::Cancelled);
-    assert!(after.events.iter().all(|e| e.kind != "Cancelled"), "{:?}", after.events);
+    assert!(after.events.iter().all(|e| e.kind() != baton_proto::v1::EventKind::Cancelled), "{:?}", after.events);
     alice.cancel_job(job_ref("j")).await.unwrap();
 }
 

@@ -88,7 +88,7 @@ async fn a_silent_agent_loses_its_node_and_its_jobs_are_requeued() {
     agent.silence();
     let j = wait_state(&mut c, "j", JobState::Pending).await;
     // The reason is the scheduler's by now; the history says why it was requeued.
-    let requeued = j.events.iter().find(|e| e.kind == "Requeued");
+    let requeued = j.events.iter().find(|e| e.kind() == baton_proto::v1::EventKind::Requeued);
     let requeued = requeued.unwrap_or_else(|| panic!("no Requeued event in {:?}", j.events));
     assert!(requeued.message.contains("node n1 was lost"), "requeued because: {}", requeued.message);
     let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;

@@ -131,7 +131,7 @@ async fn a_process_that_runs_where_the_model_does_not_place_it_is_recorded() {
     loop {
         agent.report_running(vec![still], vec![]).await.unwrap();
         let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
-        let strays: Vec<_> = j.events.iter().filter(|e| e.kind == "Stray").collect();
+        let strays: Vec<_> = j.events.iter().filter(|e| e.kind() == baton_proto::v1::EventKind::Stray).collect();
         if let Some(e) = strays.first() {
             assert_eq!(strays.len(), 1, "recorded once, not on every report: {strays:?}");
             assert!(e.message.contains("n1") && e.message.contains("told to stop"), "{}", e.message);
@@ -166,7 +166,7 @@ async fn a_replica_its_agent_stops_reporting_is_requeued_with_the_reason() {
         j.state().word(),
         j.reason
     );
-    let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
+    let e = j.events.iter().find(|e| e.kind() == baton_proto::v1::EventKind::Requeued).expect("a Requeued event");
     assert!(e.message.contains("n1") && e.message.contains("no longer reports"), "{}", e.message);
 }
 
@@ -194,7 +194,7 @@ async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
         j.attempt,
         j.reason
     );
-    let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
+    let e = j.events.iter().find(|e| e.kind() == baton_proto::v1::EventKind::Requeued).expect("a Requeued event");
     assert!(e.message.contains("n1") && e.message.contains("lease"), "{}", e.message);
     // The next attempt resumes from the checkpoint the first one wrote.
     let d = agent.until("j runs again", |d| d.assignments.iter().any(|x| x.job == "j" && x.attempt > a.attempt)).await;

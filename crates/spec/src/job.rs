@@ -9,7 +9,7 @@ use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
 
 use crate::de::{Cx, R};
-use crate::queue::choice;
+use crate::queue::word;
 use crate::yaml::{Node, Yaml};
 
 /// A job in the `submit` shape: the spec, and what only the simulator reads (a real job runs
@@ -41,20 +41,9 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
     };
     let tasks = tasks(cx, &mut f)?;
     let pools = f.opt("pools").map(|n| cx.names(n, &f.field_path("pools"))).transpose()?;
-    let topology = match f.opt("topology") {
-        Some(n) => {
-            Some(choice(cx, n, &f.field_path("topology"), &[("node", Topology::Node), ("rack", Topology::Rack)])?)
-        }
-        None => None,
-    };
-    let modes = [
-        ("checkpoint", PreemptionMode::Checkpoint),
-        ("requeue", PreemptionMode::Requeue),
-        ("cancel", PreemptionMode::Cancel),
-        ("suspend", PreemptionMode::Suspend),
-    ];
+    let topology = f.opt("topology").map(|n| word::<Topology>(cx, n, &f.field_path("topology"))).transpose()?;
     let preemption_mode = match f.opt("preemption_mode") {
-        Some(n) => choice(cx, n, &f.field_path("preemption_mode"), &modes)?,
+        Some(n) => word(cx, n, &f.field_path("preemption_mode"))?,
         None => PreemptionMode::Checkpoint,
     };
     let ms = |f: &mut crate::de::Fields, key: &'static str| -> R<Option<u64>> {

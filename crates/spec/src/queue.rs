@@ -5,15 +5,20 @@ use std::collections::BTreeMap;
 
 use baton_model::name::Name;
 use baton_model::node::DEFAULT_POOL;
-use baton_model::queue::{
-    BorrowWithinCohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, WithinQueue,
-};
+use baton_model::queue::{BorrowWithinCohort, PoolQuota, PreemptionPolicy, QueueSpec};
+use baton_model::word::Word;
 
 use crate::de::{Cx, Fields, R};
 use crate::yaml::Node;
 
-/// One of a fixed set of words.
-pub fn choice<T: Copy>(cx: &Cx, node: &Node, path: &str, options: &[(&str, T)]) -> R<T> {
+/// A value of a closed set, by its one spelling (`baton_model::word`).
+pub fn word<T: Word>(cx: &Cx, node: &Node, path: &str) -> R<T> {
+    let t = cx.text(node, path)?;
+    T::from_word(&t).ok_or_else(|| cx.err(node.line, path, format!("{t:?} is not one of: {}", T::words())))
+}
+
+/// One of a fixed set of words that is no closed set of the model's (a field's own spelling).
+fn choice<T: Copy>(cx: &Cx, node: &Node, path: &str, options: &[(&str, T)]) -> R<T> {
     let t = cx.text(node, path)?;
     options.iter().find(|(k, _)| k.eq_ignore_ascii_case(&t)).map(|(_, v)| *v).ok_or_else(|| {
         let names: Vec<&str> = options.iter().map(|(k, _)| *k).collect();
@@ -69,8 +74,7 @@ pub fn queue_fields(cx: &Cx, f: &mut Fields, mut q: QueueSpec) -> R<QueueSpec> {
         q.weight = w;
     }
     if let Some(n) = f.opt("ordering") {
-        let opts = [("BestEffortFIFO", QueueOrdering::BestEffortFIFO), ("StrictFIFO", QueueOrdering::StrictFIFO)];
-        q.ordering = choice(cx, n, &f.field_path("ordering"), &opts)?;
+        q.ordering = word(cx, n, &f.field_path("ordering"))?;
     }
     if let Some(n) = f.opt("preemption") {
         q.preemption = preemption(cx, n, &f.field_path("preemption"), q.preemption)?;
@@ -103,20 +107,10 @@ fn pool_quotas(cx: &Cx, node: &Node, path: &str) -> R<BTreeMap<Name, PoolQuota>>
 fn preemption(cx: &Cx, node: &Node, path: &str, mut p: PreemptionPolicy) -> R<PreemptionPolicy> {
     let mut f = cx.map(node, path)?;
     if let Some(n) = f.opt("within_queue") {
-        let opts = [
-            ("Never", WithinQueue::Never),
-            ("LowerPriority", WithinQueue::LowerPriority),
-            ("LowerOrNewerEqualPriority", WithinQueue::LowerOrNewerEqualPriority),
-        ];
-        p.within_queue = choice(cx, n, &f.field_path("within_queue"), &opts)?;
+        p.within_queue = word(cx, n, &f.field_path("within_queue"))?;
     }
     if let Some(n) = f.opt("reclaim_within_cohort") {
-        let opts = [
-            ("Never", ReclaimWithinCohort::Never),
-            ("LowerPriority", ReclaimWithinCohort::LowerPriority),
-            ("Any", ReclaimWithinCohort::Any),
-        ];
-        p.reclaim_within_cohort = choice(cx, n, &f.field_path("reclaim_within_cohort"), &opts)?;
+        p.reclaim_within_cohort = word(cx, n, &f.field_path("reclaim_within_cohort"))?;
     }
     if let Some(n) = f.opt("borrow_within_cohort") {
         p.borrow_within_cohort = borrow_within_cohort(cx, n, &f.field_path("borrow_within_cohort"))?;

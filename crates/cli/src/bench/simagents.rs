@@ -21,12 +21,12 @@ use baton_proto::v1::{
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
 
+// Most observations held unacknowledged by one simulated node: the real agent's bound.
+use baton_agent::limits::MAX_PENDING_OBSERVATIONS;
 use baton_proto::LEADER_METADATA;
 
 /// Attach streams that share one connection (below HTTP/2 servers' usual stream limits).
 const NODES_PER_CONNECTION: usize = 100;
-/// Most observations held unacknowledged by one simulated node.
-const MAX_PENDING_OBSERVATIONS: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub struct Fleet {

@@ -5,12 +5,14 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-use baton_proto::v1::{CreateTokenRequest, Empty, GrantQueueRequest, TokenInfo, TokenRef};
+use baton_proto::v1::{CreateTokenRequest, Empty, GrantQueueRequest, TokenInfo, TokenRef, TokenRole};
+use baton_proto::words::Word;
 use clap::{Args, Subcommand};
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::Interceptor;
 
 use super::error::{ClientError, Subject};
+use super::human::parse_word;
 use super::{Conn, ConnArgs, print_ack};
 
 /// Longest token file read (a token is 64 hex digits; anything much longer is the wrong file).
@@ -99,8 +101,8 @@ pub enum TokenCommand {
         #[arg(long)]
         user: String,
         /// admin or operator (repeat for both).
-        #[arg(long = "role")]
-        roles: Vec<String>,
+        #[arg(long = "role", value_parser = parse_word::<TokenRole>)]
+        roles: Vec<TokenRole>,
         /// A queue the user may submit to and act on their own jobs in (repeatable).
         #[arg(long = "queue")]
         queues: Vec<String>,
@@ -159,6 +161,11 @@ pub async fn run(conn: &Conn, a: &TokenArgs, out: &mut dyn Write) -> Result<(), 
     }
 }
 
+/// A token's roles by their words.
+fn role_words(raw: &[i32]) -> Vec<String> {
+    raw.iter().map(|r| TokenRole::word_of(*r).to_string()).collect()
+}
+
 fn row(t: &TokenInfo) -> String {
     let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(",") };
     let status = if t.revoked_ms.is_some() { "revoked" } else { "active" };
@@ -166,7 +173,7 @@ fn row(t: &TokenInfo) -> String {
         "{:<16}  {:<16}  {:<15}  {:<20}  {:<20}  {status}",
         t.id,
         t.user,
-        list(&t.roles),
+        list(&role_words(&t.roles)),
         list(&t.queues),
         list(&t.admin_of)
     )
@@ -175,7 +182,7 @@ fn row(t: &TokenInfo) -> String {
 async fn create(
     conn: &Conn,
     user: &str,
-    roles: &[String],
+    roles: &[TokenRole],
     queues: &[String],
     out: &mut dyn Write,
 ) -> Result<(), ClientError> {
@@ -183,7 +190,7 @@ async fn create(
     let req = CreateTokenRequest {
         hash: baton_server::auth::hash_token(&token).to_vec(),
         user: user.to_string(),
-        roles: roles.to_vec(),
+        roles: roles.iter().map(|r| i32::from(*r)).collect(),
         queues: queues.to_vec(),
     };
     let info = conn
@@ -211,7 +218,7 @@ pub async fn whoami(conn: &Conn, out: &mut dyn Write) -> Result<(), ClientError>
     }
     let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
     writeln!(out, "user {} (token {})", me.user, me.token_id)?;
-    writeln!(out, "roles: {}", list(&me.roles))?;
+    writeln!(out, "roles: {}", list(&role_words(&me.roles)))?;
     writeln!(out, "queues: {}", list(&me.queues))?;
     if !me.admin_of.is_empty() {
         writeln!(out, "administers queues: {}", me.admin_of.join(", "))?;

@@ -79,7 +79,7 @@ impl ToData for v1::Event {
             "at_ms": self.at_ms,
             "job": self.job,
             "node": self.node,
-            "kind": self.kind,
+            "kind": v1::EventKind::word_of(self.kind),
             "message": self.message,
             "nodes": self.nodes,
             "attempt": self.attempt,

@@ -240,6 +240,11 @@ pub fn usage(used: Option<&baton_proto::v1::Resources>, bound: Option<&baton_pro
 
 /// A flag's word as its proto enum, case-insensitively (a clap value parser); a wrong
 /// word is refused listing the words (`baton_proto::words` defines them).
+/// An event's kind by its word (docs/cli.md); empty for a kind this build does not know.
+pub fn event_kind(e: &baton_proto::v1::Event) -> &'static str {
+    baton_proto::v1::EventKind::word_of(e.kind)
+}
+
 pub fn parse_word<T: Word>(text: &str) -> Result<T, String> {
     T::from_word(text).ok_or_else(|| format!("{text:?} is not one of {}", T::words()))
 }

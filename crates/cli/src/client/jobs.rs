@@ -9,7 +9,7 @@ use baton_proto::words::Word;
 use clap::Args;
 
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{age, now_ms, parse_word, placements, resources, span, timestamp};
+use crate::client::human::{age, event_kind, now_ms, parse_word, placements, resources, span, timestamp};
 use crate::client::output::{Format, Table};
 use crate::client::{Conn, ConnArgs, emit, print_ack};
 
@@ -259,7 +259,7 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
         let mut t = Table::new(&["  TIME", "KIND", "NODE", "MESSAGE"]);
         for e in &j.events {
             let node = if e.nodes.is_empty() { dash(&e.node) } else { e.nodes.join(",") };
-            t.row(vec![format!("  {}", timestamp(e.at_ms)), e.kind.clone(), node, e.message.clone()]);
+            t.row(vec![format!("  {}", timestamp(e.at_ms)), event_kind(e).into(), node, e.message.clone()]);
         }
         text.push_str(&t.render());
     }

@@ -53,7 +53,11 @@ fn candidate_nodes(job: &v1::Job, a: &LogsArgs) -> Result<Vec<String>, ClientErr
         return Ok(job.placements.iter().map(|p| p.node.clone()).collect());
     }
     // An attempt that no longer runs: its Started event says where it ran.
-    let started = job.events.iter().rev().find(|e| e.kind == "Started" && e.attempt == attempt && !e.nodes.is_empty());
+    let started = job
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.kind() == v1::EventKind::Started && e.attempt == attempt && !e.nodes.is_empty());
     if let Some(e) = started {
         return Ok(e.nodes.clone());
     }

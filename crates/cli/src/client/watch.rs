@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::client::data::ToData;
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::timestamp;
+use crate::client::human::{event_kind, timestamp};
 use crate::client::output::{Format, yaml_text};
 use crate::client::{Conn, ConnArgs};
 
@@ -33,7 +33,7 @@ pub fn event_line(e: &v1::Event) -> String {
         (true, false) => e.node.as_str(),
         (true, true) => "-",
     };
-    format!("{}  {}  {subject}  {}\n", timestamp(e.at_ms), e.kind, e.message)
+    format!("{}  {}  {subject}  {}\n", timestamp(e.at_ms), event_kind(e), e.message)
 }
 
 fn render(format: Format, e: &v1::Event) -> String {
@@ -86,7 +86,7 @@ mod tests {
             at_ms: 1_795_341_601_234,
             job: "train-1".into(),
             node: String::new(),
-            kind: "Started".into(),
+            kind: v1::EventKind::Started.into(),
             message: "attempt 1 started on n1[0-3]".into(),
             ..Default::default()
         };

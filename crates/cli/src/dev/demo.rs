@@ -46,7 +46,13 @@ async fn story(children: &super::Children, dir: &Path) -> Result<(), String> {
     let printer = tokio::spawn(async move {
         while let Ok(Some(e)) = events.message().await {
             if !e.job.is_empty() {
-                println!("{:>7.1}s  {:<10} {:<20} {}", t0.elapsed().as_secs_f64(), e.kind, e.job, e.message);
+                println!(
+                    "{:>7.1}s  {:<10} {:<20} {}",
+                    t0.elapsed().as_secs_f64(),
+                    crate::client::human::event_kind(&e),
+                    e.job,
+                    e.message
+                );
             }
         }
     });

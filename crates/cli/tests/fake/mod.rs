@@ -95,7 +95,7 @@ impl Fake {
 }
 
 fn ack(message: String) -> Answer<v1::Ack> {
-    Ok(Response::new(v1::Ack { events: vec![v1::Event { kind: "Ack".into(), message, ..Default::default() }] }))
+    Ok(Response::new(v1::Ack { events: vec![v1::Event { message, ..Default::default() }] }))
 }
 
 #[tonic::async_trait]

@@ -19,11 +19,46 @@ impl Ledger {
     /// arithmetic saturates at zero, so a start that did not fit would go unseen. Checked in
     /// every build: a replica that acted on it would run two jobs on one GPU.
     pub fn place(&mut self, job: JobId, queue: usize, not_preemptible: bool, shares: &[Share]) {
+        self.give_up_reservation(job);
+        self.assert_room(job, shares);
+        self.occupy(job, queue, not_preemptible, shares);
+    }
+
+    /// A preemptor that starts gives up the reservation held for it, keeping what its
+    /// suspended victims lend it (it is about to run on those shares). Nothing when it holds
+    /// none. The first step of `place`; the scheduler also takes it alone when a job starts
+    /// beside a reservation the cycle still blocks.
+    pub fn give_up_reservation(&mut self, job: JobId) {
         if self.charges.get(&job).is_some_and(|c| c.reserved) {
             self.unreserve(job, true);
         }
-        self.assert_room(job, shares);
-        self.occupy(job, queue, not_preemptible, shares);
+    }
+
+    /// A running job begins to stop (its time limit, a pause, a node's drain): it leaves its
+    /// queue's usage at once, while its nodes stay taken until it has really stopped.
+    ///
+    /// Outside `model` these changes are the only way to change the ledger:
+    ///
+    /// ```
+    /// let mut ledger = baton_model::ledger::Ledger::default();
+    /// ledger.begin_stop(7);
+    /// ledger.resume_in_place(7);
+    /// ledger.give_up_reservation(7);
+    /// ```
+    ///
+    /// and the steps they are made of cannot be called from there:
+    ///
+    /// ```compile_fail
+    /// let mut ledger = baton_model::ledger::Ledger::default();
+    /// ledger.set_leaving(7, true);
+    /// ```
+    pub fn begin_stop(&mut self, job: JobId) {
+        self.set_leaving(job, true);
+    }
+
+    /// A job suspended in place runs again on its own shares (its preemptor is gone).
+    pub fn resume_in_place(&mut self, job: JobId) {
+        self.unhold(job);
     }
 
     /// Job `job` of queue `queue` preempts `victims` for `shares`: the shares are reserved
@@ -163,10 +198,10 @@ mod tests {
     use crate::alloc::ReplicaAlloc;
     use crate::command::{Command, Op, Outcome};
     use crate::fixture::{gpu_job, gpu_node};
+    use crate::ledger::GPU_KIND;
     use crate::name::Name;
     use crate::plan::{Decision, Plan};
-    use crate::queue::{Cohort, PoolQuota, QueueSpec};
-    use crate::resources::Resources;
+    use crate::queue::{Cohort, QueueSpec};
     use crate::state::State;
 
     fn apply(s: &mut State, op: Op) -> Outcome {
@@ -181,10 +216,7 @@ mod tests {
         apply(&mut s, Op::RegisterNodes((0..nodes).map(|i| gpu_node(&format!("n{i}"), 8)).collect()));
         apply(&mut s, Op::PutCohort(Cohort { name: Name::lit("c"), parent: None, fair_sharing: false }));
         for (i, &gpus) in nominal.iter().enumerate() {
-            let mut q = QueueSpec::named(&format!("q{i}"));
-            q.cohort = Some(Name::lit("c"));
-            let quota = PoolQuota { nominal: Resources::of(&[("gpu", gpus)]), ..Default::default() };
-            q.quotas.insert(Name::lit("default"), quota);
+            let q = QueueSpec { cohort: Some(Name::lit("c")), ..crate::fixture::gpu_queue(&format!("q{i}"), gpus) };
             apply(&mut s, Op::PutQueue(q));
         }
         let mut running = Vec::new();
@@ -226,7 +258,7 @@ mod tests {
         let (q0, q1) = (l.queue("q0").unwrap(), l.queue("q1").unwrap());
         let shares: Vec<Share> = vec![Share { node: 0, amount: l.nodes[0].capacity, gpus: 0xff }];
         l.preempt(preemptor, q1, false, &shares, &[victim], |_| false);
-        assert_eq!((l.queues[q0].usage[0][0], l.queues[q1].usage[0][0]), (0, 8));
+        assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, 8));
         assert_eq!(l.nodes[0].free_for(Some(preemptor), &[]).1, 0, "the victim still runs there");
         l.vacate(victim);
         assert_eq!(
@@ -238,7 +270,7 @@ mod tests {
         l.place(preemptor, q1, false, &shares);
         assert!(l.nodes[0].reservations.is_empty(), "the reservation became its occupancy");
         assert!(!l.charges.get(&preemptor).unwrap().reserved);
-        assert_eq!((l.queues[q0].usage[0][0], l.queues[q1].usage[0][0]), (0, 8));
+        assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, 8));
     }
 
     #[test]
@@ -248,7 +280,7 @@ mod tests {
         assert_eq!(running.len(), 1);
         let mut l = s.ledger().clone();
         let mut amount = l.nodes[0].capacity;
-        amount[0] = 1;
+        amount[GPU_KIND] = 1;
         // GPU 0 is the running job's.
         l.place(99, 0, false, &[Share { node: 0, amount, gpus: 0b1 }]);
     }

@@ -1,5 +1,9 @@
 //! Incremental updates: a job occupies, vacates, is held (suspended) or unheld (resumed),
 //! and preemptors reserve. Each op fixes the affected nodes' caches and queues' usage.
+//!
+//! These are the steps the ledger's changes (`change.rs`) are made of, and the rebuild's;
+//! they are crate-private so that a caller outside `model` (the scheduler's view) can only
+//! make the changes `State::apply` makes, through the one API in `change.rs`.
 
 use super::{JobCharge, Ledger, NodeReservation, Occupant, Vector, ZERO, min, sub};
 use crate::job::JobId;
@@ -47,7 +51,7 @@ impl Ledger {
     }
 
     /// A job starts using these shares (one per node).
-    pub fn occupy(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share]) {
+    pub(crate) fn occupy(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share]) {
         let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         self.ensure_charge(job, queue, np, &nodes);
         for &Share { node: n, amount, gpus } in shares {
@@ -61,7 +65,7 @@ impl Ledger {
     }
 
     /// A job stops holding anything on nodes. Shares lent to it go back to their holders.
-    pub fn vacate(&mut self, job: JobId) {
+    pub(crate) fn vacate(&mut self, job: JobId) {
         let Some(ch) = self.charges.get(&job).cloned() else {
             return;
         };
@@ -86,7 +90,7 @@ impl Ledger {
     }
 
     /// A job starts (or stops) leaving: see `JobCharge::leaving`.
-    pub fn set_leaving(&mut self, job: JobId, leaving: bool) {
+    pub(crate) fn set_leaving(&mut self, job: JobId, leaving: bool) {
         if let Some(ch) = self.charges.get_mut(&job) {
             ch.leaving = leaving;
         }
@@ -95,7 +99,7 @@ impl Ledger {
 
     /// A job's shares are held in place (suspended). If it was preempted for `lend_to`,
     /// the part of its shares that job has reserved is lent to it.
-    pub fn hold(&mut self, job: JobId, lend_to: Option<JobId>) {
+    pub(crate) fn hold(&mut self, job: JobId, lend_to: Option<JobId>) {
         let Some(ch) = self.charges.get(&job).cloned() else {
             return;
         };
@@ -142,7 +146,7 @@ impl Ledger {
     }
 
     /// A held job runs again on its own shares.
-    pub fn unhold(&mut self, job: JobId) {
+    pub(crate) fn unhold(&mut self, job: JobId) {
         let Some(ch) = self.charges.get(&job).cloned() else {
             return;
         };
@@ -161,7 +165,7 @@ impl Ledger {
     }
 
     /// Holds shares for a preemptor while `victims` stop. Counts in its queue's usage.
-    pub fn reserve(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share], victims: &[JobId]) {
+    pub(crate) fn reserve(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share], victims: &[JobId]) {
         let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         self.ensure_charge(job, queue, np, &nodes);
         for &Share { node: n, amount, gpus } in shares {
@@ -176,7 +180,7 @@ impl Ledger {
 
     /// Drops a preemptor's reservation. With `keep_lends`, shares lent to it stay lent
     /// (it is about to occupy them); without, they go back to their holders.
-    pub fn unreserve(&mut self, job: JobId, keep_lends: bool) {
+    pub(crate) fn unreserve(&mut self, job: JobId, keep_lends: bool) {
         let Some(ch) = self.charges.get(&job).cloned() else {
             return;
         };
@@ -217,7 +221,7 @@ impl Ledger {
 
     /// Sets how much of `holder`'s held share on node `n` is lent to `borrower` (used when
     /// rebuilding from a placed borrower's recorded lends).
-    pub fn set_lend(&mut self, n: usize, holder: JobId, borrower: JobId, amount: Vector, gpus: u64) {
+    pub(crate) fn set_lend(&mut self, n: usize, holder: JobId, borrower: JobId, amount: Vector, gpus: u64) {
         if let Some(o) = self.nodes[n].occupants.iter_mut().find(|o| o.job == holder && o.held) {
             o.lent_to = Some(borrower);
             o.lent_amount = amount;
@@ -230,7 +234,7 @@ impl Ledger {
     /// Lends to a reserved preemptor the shares of the jobs suspended for it, or being
     /// suspended for it (`holders`), on its reserved nodes. Lent parts are charged to the
     /// preemptor's reservation, not to the holders' queues.
-    pub fn lend_for_reservation(&mut self, job: JobId, holders: &[JobId]) {
+    pub(crate) fn lend_for_reservation(&mut self, job: JobId, holders: &[JobId]) {
         let Some(ch) = self.charges.get(&job).cloned() else {
             return;
         };
@@ -253,7 +257,7 @@ impl Ledger {
     }
 
     /// A victim has stopped: it no longer covers any part of `preemptor`'s reservation.
-    pub fn forget_victim(&mut self, preemptor: JobId, victim: JobId) {
+    pub(crate) fn forget_victim(&mut self, preemptor: JobId, victim: JobId) {
         let Some(ch) = self.charges.get(&preemptor).cloned() else {
             return;
         };

@@ -39,7 +39,7 @@ impl State {
 
     fn apply_decision(&mut self, d: Decision, ev: &mut Vec<Event>) -> Result<(), Rejection> {
         match d {
-            Decision::Resume { job, attempt } => {
+            Decision::ResumeInPlace { job, attempt } => {
                 self.check_resume(job, attempt)?;
                 self.resume_suspended(job, ev);
             }

@@ -110,7 +110,7 @@ impl State {
     /// Running -> Preempting: the agent will signal it and report when it stopped.
     pub(crate) fn begin_stop(&mut self, id: JobId, why: StopWhy) {
         self.mark_stopping(id, why);
-        self.ledger.set_leaving(id, true);
+        self.ledger.begin_stop(id);
     }
 
     /// `begin_stop` without the ledger's part, for a caller whose ledger change covers it
@@ -468,7 +468,7 @@ impl State {
 
     /// A suspended job whose preemptor is gone runs again in place. The caller checked it.
     pub(crate) fn resume_suspended(&mut self, id: JobId, ev: &mut Vec<Event>) {
-        self.ledger.unhold(id);
+        self.ledger.resume_in_place(id);
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job");
         job.state = JobState::Running;

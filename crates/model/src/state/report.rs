@@ -254,7 +254,6 @@ mod tests {
     use crate::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
     use crate::node::NodeSpec;
     use crate::plan::{Decision, Plan};
-    use crate::queue::{PoolQuota, QueueSpec};
     use crate::resources::Resources;
     use crate::scheduler::SchedulerSettings;
 
@@ -283,10 +282,7 @@ mod tests {
     fn gang_limited(time_limit_ms: Option<u64>) -> (State, JobId) {
         let mut s = State::default();
         apply(&mut s, Op::RegisterNodes(vec![node("n1"), node("n2")]));
-        let mut q = QueueSpec::named("q");
-        q.quotas
-            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 16)]), ..Default::default() });
-        apply(&mut s, Op::PutQueue(q));
+        apply(&mut s, Op::PutQueue(crate::fixture::gpu_queue("q", 16)));
         let spec = JobSpec {
             name: Name::lit("g"),
             queue: Name::lit("q"),
@@ -550,10 +546,7 @@ mod tests {
     fn a_gpu_job_in_suspend_mode_is_checkpointed_and_stopped_not_suspended() {
         let mut s = State::default();
         apply(&mut s, Op::RegisterNodes(vec![node("n1")]));
-        let mut q = QueueSpec::named("q");
-        q.quotas
-            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 16)]), ..Default::default() });
-        apply(&mut s, Op::PutQueue(q));
+        apply(&mut s, Op::PutQueue(crate::fixture::gpu_queue("q", 16)));
         let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 8);
         let plan = Plan {
             based_on: s.applied(),
@@ -647,9 +640,9 @@ mod tests {
         let (mut s, job) = gang();
         let before = s.ledger.digest();
         let q = s.ledger.queue("q").unwrap();
-        let inside = s.ledger.without([job], |l| l.queues[q].usage[0][0]);
+        let inside = s.ledger.without([job], |l| l.queues[q].usage[0][crate::ledger::GPU_KIND]);
         assert_eq!(inside, 0, "the gang's 16 GPUs are not charged inside");
-        assert_eq!(s.ledger.queues[q].usage[0][0], 16);
+        assert_eq!(s.ledger.queues[q].usage[0][crate::ledger::GPU_KIND], 16);
         assert_eq!(s.ledger.digest(), before, "put back exactly");
     }
 }

@@ -56,11 +56,11 @@ impl Cand {
     }
 }
 
-/// The preemptor and what it needs, for one pool assignment.
+/// The preemptor and what it needs, for one pool choice.
 pub struct Ctx<'j> {
     pub job: &'j Job,
     /// The pool of each task.
-    pub assignment: Vec<usize>,
+    pub pool_choice: Vec<usize>,
     pub queue: usize,
     pub np: bool,
     pub policy: PreemptionPolicy,

@@ -116,7 +116,7 @@ fn estimate(
     Some((q, hosts))
 }
 
-/// Node sets to walk for an assignment, best estimates first.
+/// Node sets to walk for a pool choice, best estimates first.
 pub fn touched_sets(
     view: &View,
     job: &Job,
@@ -245,7 +245,7 @@ fn primary_need(needs: &Needs, single: bool) -> (usize, Vector) {
     (i, needs.tasks[i].need)
 }
 
-/// Nodes in the assignment's other pools (for gangs whose tasks span pools): all of them,
+/// Nodes in the pool choice's other pools (for gangs whose tasks span pools): all of them,
 /// bounded, since the primary task's estimate says nothing about them.
 fn extra_nodes(view: &View, pools: &[usize], on_node: &OnNodes) -> Vec<usize> {
     let mut out: Vec<usize> = view

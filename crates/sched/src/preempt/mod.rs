@@ -59,7 +59,7 @@ struct Best {
     victims: Vec<usize>,
     packing: Packing,
     weak: bool,
-    assignment: Vec<usize>,
+    pool_choice: Vec<usize>,
 }
 
 pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPreemption> {
@@ -68,7 +68,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
     let policy = spec.preemption;
     // The gate comes first: a job it forbids preempts nothing, whatever runs.
     let mut ctxs: Vec<Ctx> =
-        needs.assignments.iter().map(|a| context(view, job, jq, policy, needs, a, false)).collect();
+        needs.pool_choices.iter().map(|a| context(view, job, jq, policy, needs, a, false)).collect();
     let first_forbidden = ctxs.first().and_then(|c| c.forbidding(&view.ledger).map(|pk| gate_reason(view, c, pk)));
     ctxs.retain(|c| c.forbidding(&view.ledger).is_none());
     if let Some(why) = first_forbidden.filter(|_| ctxs.is_empty()) {
@@ -110,7 +110,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
         for ctx in &mut ctxs {
             ctx.weak = weak;
             let ctx = &*ctx;
-            let a = &ctx.assignment;
+            let a = &ctx.pool_choice;
             for (tried, nodes) in touched_sets(view, job, needs, a, &cands, &on_node).into_iter().enumerate() {
                 // Sets come best-estimated first; once one has worked, a few more suffice.
                 if tried > MAX_RACK_WALKS && best.is_some() {
@@ -130,7 +130,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
                 let racks = used.iter().map(|&n| view.ledger.nodes[n].rack).collect::<BTreeSet<RackKey>>().len() as u32;
                 let score = Score::of(&vs, view.now_ms, racks, used);
                 if best.as_ref().is_none_or(|b| score < b.score) {
-                    best = Some(Best { score, victims: w.victims, packing: w.packing, weak, assignment: a.clone() });
+                    best = Some(Best { score, victims: w.victims, packing: w.packing, weak, pool_choice: a.clone() });
                 }
             }
         }
@@ -146,7 +146,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
     if leaving > 0 {
         return Ok(Planned::WaitForLeaving { leaving });
     }
-    let ctx = context(view, job, jq, policy, needs, &best.assignment, best.weak);
+    let ctx = context(view, job, jq, policy, needs, &best.pool_choice, best.weak);
     let message = describe(view, &ctx, &best.victims.iter().map(|&i| &cands[i]).collect::<Vec<_>>());
     let victims = best.victims.iter().map(|&i| cands[i].job).collect();
     Ok(Planned::Preempt { victims, packing: best.packing, message })
@@ -194,7 +194,7 @@ fn in_pools(view: &View, r: &ActiveJob, pools: &[usize]) -> bool {
 
 /// Other queues whose running jobs could be victims at all: they borrow somewhere the job
 /// needs, and either the job could reclaim (its queue, with every own-queue candidate gone,
-/// would be within nominal where it lacks room in some pool assignment) or the queue is in
+/// would be within nominal where it lacks room in some pool choice) or the queue is in
 /// the job's cohort tree, where borrowing within the cohort or fair sharing may apply.
 fn contributing_queues(
     view: &mut View,
@@ -206,7 +206,7 @@ fn contributing_queues(
 ) -> Vec<bool> {
     let reclaim_possible = policy.reclaim_within_cohort != ReclaimWithinCohort::Never
         && view.without(own.iter().map(|c| c.job), |view| {
-            needs.assignments.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger))
+            needs.pool_choices.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger))
         });
     let cohort_rules = view.ledger.queues[jq].fair_sharing || policy.borrow_within_cohort.is_some();
     let demand: Vec<&(usize, Vector)> = needs.demands.iter().flatten().collect();
@@ -236,7 +236,7 @@ fn context<'j>(
     let lacks = lacks_room(view, jq, needs, a, &demand, !job.preemptible);
     Ctx {
         job,
-        assignment: a.to_vec(),
+        pool_choice: a.to_vec(),
         queue: jq,
         np: !job.preemptible,
         policy,

@@ -23,20 +23,20 @@ fn fits(
     view: &View,
     ctx: &Ctx,
     needs: &Needs,
-    assignment: &[usize],
+    pool_choice: &[usize],
     nodes: &[usize],
     removed: &[JobId],
 ) -> Option<Packing> {
     view.ledger.check_admission(ctx.queue, &ctx.demand, ctx.np).ok()?;
     let set = SetNodes::new(view, ctx.job.id, removed, nodes);
-    pack(&set, needs, assignment)
+    pack(&set, needs, pool_choice)
 }
 
 pub fn walk(
     view: &mut View,
     ctx: &Ctx,
     needs: &Needs,
-    assignment: &[usize],
+    pool_choice: &[usize],
     nodes: &[usize],
     cands: &[Cand],
     on: &[usize],
@@ -46,7 +46,7 @@ pub fn walk(
     let mut removed = Removed::default();
     let ids = |t: &[usize]| -> Vec<JobId> { t.iter().map(|&i| cands[i].job).collect() };
     loop {
-        if fits(view, ctx, needs, assignment, nodes, &ids(&taken)).is_some() {
+        if fits(view, ctx, needs, pool_choice, nodes, &ids(&taken)).is_some() {
             break;
         }
         let next = on
@@ -61,8 +61,8 @@ pub fn walk(
         view.ledger.remove(&mut removed, cands[i].job);
         taken.push(i);
     }
-    fill_back(view, ctx, needs, assignment, nodes, cands, &mut taken, &mut removed);
-    let packing = fits(view, ctx, needs, assignment, nodes, &ids(&taken));
+    fill_back(view, ctx, needs, pool_choice, nodes, cands, &mut taken, &mut removed);
+    let packing = fits(view, ctx, needs, pool_choice, nodes, &ids(&taken));
     view.ledger.put_back_all(removed);
     taken.sort_by(|&a, &b| cands[a].rank().cmp(&cands[b].rank()));
     packing.map(|packing| Walked { victims: taken, packing })
@@ -73,7 +73,7 @@ fn fill_back(
     view: &mut View,
     ctx: &Ctx,
     needs: &Needs,
-    assignment: &[usize],
+    pool_choice: &[usize],
     nodes: &[usize],
     cands: &[Cand],
     taken: &mut Vec<usize>,
@@ -88,7 +88,7 @@ fn fill_back(
             let rest: Vec<usize> = taken.iter().copied().filter(|&t| t != i).collect();
             let rest_ids: Vec<JobId> = rest.iter().map(|&t| cands[t].job).collect();
             let still_valid = valid_in_order(view, ctx, cands, &rest, removed);
-            if still_valid && fits(view, ctx, needs, assignment, nodes, &rest_ids).is_some() {
+            if still_valid && fits(view, ctx, needs, pool_choice, nodes, &rest_ids).is_some() {
                 *taken = rest;
                 returned = true;
             } else {

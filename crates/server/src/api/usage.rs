@@ -98,7 +98,6 @@ mod tests {
     use baton_model::fixture;
     use baton_model::job::{JobSpec, PreemptionMode};
     use baton_model::plan::{Decision, Plan, Victim};
-    use baton_model::queue::{PoolQuota, QueueSpec};
 
     use super::*;
 
@@ -123,9 +122,7 @@ mod tests {
         let node = fixture::gpu_node("n1", 4);
         apply(&mut s, Op::RegisterNodes(vec![node]));
         for q in ["a", "b"] {
-            let mut q = QueueSpec::named(q);
-            let quota = PoolQuota { nominal: Resources::of(&[("gpu", 4)]), ..Default::default() };
-            q.quotas.insert(Name::lit("default"), quota);
+            let q = baton_model::fixture::gpu_queue(q, 4);
             apply(&mut s, Op::PutQueue(q));
         }
         apply(&mut s, Op::Submit { spec: spec("low", "a"), request_id: None });
@@ -155,7 +152,11 @@ mod tests {
         let l = s.ledger();
         for name in ["a", "b"] {
             let q = l.queue(name).unwrap();
-            assert_eq!(by_name[name], l.queues[q].usage.iter().map(|v| v[0]).sum::<u64>(), "queue {name}");
+            assert_eq!(
+                by_name[name],
+                l.queues[q].usage.iter().map(|v| v[baton_model::ledger::GPU_KIND]).sum::<u64>(),
+                "queue {name}"
+            );
         }
         let running: BTreeMap<String, u32> =
             queues(&s).iter().map(|q| (q.queue.as_ref().unwrap().name.clone(), q.running)).collect();

@@ -62,7 +62,7 @@ pub async fn watch(api: &Api, identity: String, r: WatchRequest) -> Result<Respo
                 Ok(b) => b,
                 Err(RecvError::Lagged(n)) => {
                     let lag = Event {
-                        kind: "Lagged".into(),
+                        kind: baton_proto::v1::EventKind::Lagged.into(),
                         message: format!("missed {n} batches of events"),
                         ..Default::default()
                     };

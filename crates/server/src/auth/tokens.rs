@@ -16,12 +16,7 @@ pub async fn create(api: &Api, who: &Caller, r: CreateTokenRequest) -> Result<Re
             Status::invalid_argument(format!("hash: {} bytes; the SHA-256 of a token is 32", r.hash.len()))
         })?;
     let user = convert::name(&r.user, "user").map_err(status::from_convert)?;
-    let mut roles = std::collections::BTreeSet::new();
-    for (i, text) in r.roles.iter().enumerate() {
-        let role = Role::parse(text)
-            .ok_or_else(|| Status::invalid_argument(format!("roles[{i}]: {text:?} is not admin or operator")))?;
-        roles.insert(role);
-    }
+    let roles = convert::roles_from_proto(&r.roles, "roles").map_err(status::from_convert)?;
     let mut queues = std::collections::BTreeSet::new();
     for (i, q) in r.queues.iter().enumerate() {
         queues.insert(convert::name(q, &format!("queues[{i}]")).map_err(status::from_convert)?);
@@ -89,7 +84,7 @@ fn info(t: &Token) -> TokenInfo {
     TokenInfo {
         id: t.id.clone(),
         user: t.spec.user.to_string(),
-        roles: t.spec.roles.iter().map(|r| r.as_str().to_string()).collect(),
+        roles: t.spec.roles.iter().map(|r| i32::from(convert::role_to_proto(*r))).collect(),
         queues: t.spec.queues.iter().map(|q| q.to_string()).collect(),
         created_ms: t.created_ms,
         created_by: t.created_by.as_ref().map(|u| u.to_string()).unwrap_or_default(),

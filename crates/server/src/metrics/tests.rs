@@ -112,8 +112,7 @@ mod state_gauges {
     use baton_model::command::{Command, Op};
     use baton_model::fixture;
     use baton_model::job::JobSpec;
-    use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
-    use baton_model::resources::Resources;
+    use baton_model::queue::{Cohort, QueueSpec};
     use baton_model::{Name, State};
 
     use super::super::state::{QueuePool, queue_pools};
@@ -124,11 +123,7 @@ mod state_gauges {
     }
 
     fn gpu_queue(name: &str, cohort: Option<&str>, gpus: u64) -> QueueSpec {
-        let mut q = QueueSpec::named(name);
-        q.cohort = cohort.map(Name::lit);
-        let quota = PoolQuota { nominal: Resources::of(&[("gpu", gpus)]), ..Default::default() };
-        q.quotas.insert(Name::lit("default"), quota);
-        q
+        QueueSpec { cohort: cohort.map(Name::lit), ..baton_model::fixture::gpu_queue(name, gpus) }
     }
 
     fn job(name: &str, queue: &str, gpus: u64) -> JobSpec {
