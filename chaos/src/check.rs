@@ -398,9 +398,9 @@ pub fn placed_before_start(
             out.violations.push(format!("{who} started, but the cluster lists no such job"));
             continue;
         };
-        let placed = evs.iter().find(|e| e.kind == "Started" && e.attempt == s.start.attempt);
+        let placed = evs.iter().find(|e| e.kind() == EventKind::Started && e.attempt == s.start.attempt);
         let Some(placed) = placed else {
-            if evs.first().is_some_and(|e| e.kind == "Submitted") {
+            if evs.first().is_some_and(|e| e.kind() == EventKind::Submitted) {
                 out.violations.push(format!("{who} started at {} without a committed placement", s.start.at_ms));
                 out.judged += 1;
             } else {
@@ -424,7 +424,15 @@ pub fn placed_before_start(
 /// Events that end a preemption: the victim stopped (and went back to the queue, was
 /// suspended or cancelled), or its job ended or went back to the queue for another reason
 /// (its node was lost).
-const PREEMPTION_ENDS: [&str; 7] = ["Stopped", "Requeued", "Suspended", "Cancelled", "Succeeded", "Failed", "TimedOut"];
+const PREEMPTION_ENDS: [EventKind; 7] = [
+    EventKind::Stopped,
+    EventKind::Requeued,
+    EventKind::Suspended,
+    EventKind::Cancelled,
+    EventKind::Succeeded,
+    EventKind::Failed,
+    EventKind::TimedOut,
+];
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct PreemptionCheck {
@@ -450,9 +458,9 @@ pub fn preemptions_end(
         let limit_ms = grace_ms + bound_ms + spread_ms;
         let mut since: Option<&Event> = None;
         for e in events.get(&spec.name).map(Vec::as_slice).unwrap_or_default() {
-            if e.kind == "Preempted" {
+            if e.kind() == EventKind::Preempted {
                 since = since.or(Some(e));
-            } else if PREEMPTION_ENDS.contains(&e.kind.as_str())
+            } else if PREEMPTION_ENDS.contains(&e.kind())
                 && let Some(start) = since.take()
             {
                 out.ended += 1;
@@ -464,7 +472,7 @@ pub fn preemptions_end(
                 if took_ms > limit_ms as i64 {
                     out.violations.push(format!(
                         "the preemption of {} ({}) ended {took_ms} ms after it began ({}): more than its grace {grace_ms} ms plus {bound_ms} ms (and {spread_ms} ms of clock spread)",
-                        spec.name, start.message, e.kind
+                        spec.name, start.message, e.kind().word()
                     ));
                 }
             }
@@ -733,7 +741,7 @@ mod tests {
 
     fn started(attempt: u32, nodes: &[&str], at_ms: u64) -> Event {
         Event {
-            kind: "Started".into(),
+            kind: EventKind::Started.into(),
             attempt,
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
             at_ms,
@@ -742,7 +750,9 @@ mod tests {
     }
 
     fn at(kind: &str, at_ms: u64) -> Event {
-        Event { kind: kind.into(), at_ms, message: format!("{kind} at {at_ms}"), ..Default::default() }
+        let word = kind;
+        let kind = EventKind::from_word(word).expect("an event kind");
+        Event { kind: kind.into(), at_ms, message: format!("{word} at {at_ms}"), ..Default::default() }
     }
 
     fn start(job: &str, attempt: u32, rank: &str, node: &str, at_ms: u64) -> WitnessedStart {
