@@ -212,27 +212,33 @@ impl Core {
 
     /// What every member (voters and learners: a learner that cannot decode an entry never
     /// catches up to vote) reads, as this replica last heard it.
+    ///
+    /// A member never heard from that was asked and did not answer (down, cut off) is left
+    /// out: it takes no entries now, and holding writes for it would take away the one
+    /// failure a cluster survives. It is asked every second and counts from its first answer.
     fn member_formats(&self) -> Vec<(NodeId, Reads)> {
         let m = self.raft.metrics();
         let m = m.borrow();
         m.membership_config
             .membership()
             .nodes()
-            .map(|(id, n)| {
-                let reads = if *id == self.id {
-                    Reads::Format(self.max_format)
-                } else {
-                    let peer = Addrs::parse(&n.addr).peer;
-                    self.racks.get(*id, &peer).map_or(Reads::Unknown, |h| Reads::Format(h.format))
-                };
-                (*id, reads)
+            .filter_map(|(id, n)| {
+                if *id == self.id {
+                    return Some((*id, Reads::Format(self.max_format)));
+                }
+                let peer = Addrs::parse(&n.addr).peer;
+                match self.racks.get(*id, &peer) {
+                    Some(h) => Some((*id, Reads::Format(h.format))),
+                    None if self.racks.is_silent(*id, &peer) => None,
+                    None => Some((*id, Reads::Unknown)),
+                }
             })
             .collect()
     }
 
     /// Refuses `op` if some member cannot decode it ([`baton_model::format`]). A member not
-    /// heard from yet (just after an election or a restart) is asked at once and waited for,
-    /// up to [`FORMAT_WAIT_MS`]; one that reads an older format refuses the write at once.
+    /// asked yet (just after this replica started) is asked at once and waited for, up to
+    /// [`FORMAT_WAIT_MS`]; one that reads an older format refuses the write at once.
     async fn formats_allow(&self, op: &baton_model::Op) -> Result<(), WriteError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(FORMAT_WAIT_MS);
         loop {
