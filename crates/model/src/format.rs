@@ -174,6 +174,19 @@ impl Observed {
             Observed::LeaseStopped { .. } => 4,
         }
     }
+
+    /// This observation as a cluster whose members read only up to `format` can take it:
+    /// a lease stop becomes the older `LeaseExpired` (the same outcome, without the rank's
+    /// own save, which only completes a gang's checkpoint from ranks reported later). Agents'
+    /// reports must not wait for an upgrade: a refused report renews no lease.
+    pub fn for_format(self, format: u32) -> Observed {
+        match self {
+            Observed::LeaseStopped { job, attempt, rank, checkpointed, .. } if format < 4 => {
+                Observed::LeaseExpired { job, attempt, rank, checkpointed }
+            }
+            other => other,
+        }
+    }
 }
 
 /// The variant names of enum `T`, in declaration order (the order its encoding numbers

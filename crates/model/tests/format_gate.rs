@@ -208,6 +208,18 @@ fn a_command_newer_than_a_members_format_is_refused_naming_it() {
 }
 
 #[test]
+fn a_lease_stop_goes_as_a_lease_expiry_to_members_of_format_3() {
+    let stop = Observed::LeaseStopped { job: 7, attempt: 2, rank: 1, checkpointed: true, rank_saved: true };
+    assert_eq!(stop.clone().for_format(4), stop);
+    let older = Observed::LeaseExpired { job: 7, attempt: 2, rank: 1, checkpointed: true };
+    assert_eq!(stop.for_format(3), older);
+    // Every observation comes out readable by the format it was given.
+    for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
+        assert!(obs(i).for_format(3).format() <= 3, "{:?}", obs(i));
+    }
+}
+
+#[test]
 fn a_member_not_heard_from_is_behind_for_a_gated_command() {
     let create = Op::As { token: [0; 32], op: Box::new(Op::CreateCohort(cohort())) };
     let err = format::check(&create, [(1, Reads::Format(4)), (5, Reads::Unknown)]).unwrap_err();

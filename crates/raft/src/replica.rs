@@ -433,6 +433,17 @@ impl Replica {
             .collect()
     }
 
+    /// The oldest data format a member reads, as the format gate sees it now (a member not
+    /// heard from yet counts as [`UNREPORTED_FORMAT`]): what the leader can commit without
+    /// waiting for an upgrade.
+    pub fn oldest_format(&self) -> u32 {
+        let reads = self.core.member_formats().into_iter().map(|(_, r)| match r {
+            Reads::Format(f) => f,
+            Reads::Unknown => UNREPORTED_FORMAT,
+        });
+        reads.min().unwrap_or(self.core.max_format)
+    }
+
     pub(crate) fn core(&self) -> &Core {
         &self.core
     }

@@ -67,3 +67,40 @@ async fn a_command_newer_than_a_replica_reads_is_refused_until_it_is_upgraded() 
     assert!(queue_names(&mut c).await.contains(&"team-b".to_string()));
     c.submit(submit_of(gpu_job("j2", "team-b", "train", 1))).await.unwrap();
 }
+
+/// An agent's lease stop is an observation of format 4; mid-upgrade it goes as the older
+/// lease expiry, so the report (and with it the agent's lease) does not wait for the upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_stop_report_is_taken_while_a_replica_reads_an_older_format() {
+    let cluster = Cluster::start_configured(3, settings(), |id, rc| {
+        if id == 2 {
+            rc.max_format = DATA_FORMAT - 1;
+        }
+    })
+    .await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 4))).await.unwrap();
+    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    let a = d.assignments[0].clone();
+    let stop = observation::What::Stopped(Stopped {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        rank: a.rank,
+        checkpointed: false,
+        cause: StopCause::LeaseExpired as i32,
+    });
+    agent.report(vec![stop]).await.expect("the report is taken");
+    // Requeued (and perhaps placed again at once, as a next attempt).
+    let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
+    assert!(
+        j.state() == JobState::Pending || (j.state() == JobState::Running && j.attempt > a.attempt),
+        "requeued: {} attempt {} ({})",
+        j.state().word(),
+        j.attempt,
+        j.reason
+    );
+    let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
+    assert!(e.message.contains("lease"), "{}", e.message);
+}
