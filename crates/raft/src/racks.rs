@@ -8,18 +8,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use baton_model::format::{DATA_FORMAT, UNREPORTED_FORMAT};
+use baton_model::format::UNREPORTED_FORMAT;
 use tokio::sync::Notify;
 
 use crate::net::peers::Peers;
 use crate::types::{NodeId, Raft};
 
-/// How often members not heard from yet, or reading an older format than this build, are
-/// asked (so an upgraded replica is seen within about this long).
+/// How often every member is asked: a replica restarted on another build (or with another
+/// `--max-format` or `--rack`) is seen within about this long. One small call per member.
 const ASK_EVERY_MS: u64 = 1_000;
-/// Every this many rounds, members already heard from are asked again (a replica restarted
-/// with another `--rack`).
-const REFRESH_ROUNDS: u64 = 30;
 /// Longest rack name accepted (the CLI refuses longer ones; this bounds what a peer sends).
 pub const MAX_RACK_BYTES: usize = 63;
 /// Longest build version kept from a peer's answer.
@@ -81,7 +78,7 @@ pub(crate) fn start(raft: Raft, racks: Arc<Racks>, peers: Arc<Peers>, self_id: N
     let mut metrics = raft.metrics();
     tokio::spawn(async move {
         let every = Duration::from_millis(ASK_EVERY_MS);
-        for round in 1u64.. {
+        loop {
             tokio::select! {
                 () = tokio::time::sleep(every) => {}
                 () = racks.wake.notified() => {}
@@ -97,14 +94,9 @@ pub(crate) fn start(raft: Raft, racks: Arc<Racks>, peers: Arc<Peers>, self_id: N
                     .collect()
             };
             racks.keep_only(&members);
-            let refresh = round % REFRESH_ROUNDS == 0;
             let asks = members
                 .iter()
-                .filter(|(id, addr)| {
-                    // A member reading an older format is asked every round: the leader holds
-                    // newer commands until it is seen upgraded.
-                    **id != self_id && (refresh || racks.get(**id, addr).is_none_or(|h| h.format < DATA_FORMAT))
-                })
+                .filter(|(id, _)| **id != self_id)
                 .map(|(id, addr)| ask(&racks, &peers, *id, addr, every));
             futures::future::join_all(asks).await;
         }
