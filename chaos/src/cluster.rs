@@ -502,6 +502,16 @@ impl Cluster {
         self.replicas[i].spawn(&baton);
     }
 
+    /// Starts replica `i` again on its data directory from another binary (a previous build,
+    /// in an upgrade test) with `extra` arguments, this time only (`start_replica` starts it
+    /// as before).
+    pub fn start_replica_from(&mut self, i: usize, baton: &Path, extra: &[&str]) {
+        let args = self.replicas[i].args.clone();
+        self.replicas[i].args.extend(strings(extra));
+        self.replicas[i].spawn(baton);
+        self.replicas[i].args = args;
+    }
+
     /// SIGSTOP (`true`) or SIGCONT (`false`) replica `i`: to the others it is cut off.
     pub fn pause_replica(&mut self, i: usize, paused: bool) {
         self.replicas[i].pause(paused);

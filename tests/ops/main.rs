@@ -86,6 +86,52 @@ async fn cluster_info_shows_each_replicas_rack() {
     assert!(row.contains(" - "), "a replica without --rack shows '-': {table}");
 }
 
+/// Mid-upgrade with the real binary: replica 3 restarted saying it reads only format 3 (as a
+/// replica of the previous build would): `cluster info` shows it, commands of format 3 still
+/// commit, a command of format 4 is refused naming replica 3, and once replica 3 is back on
+/// this build's format the same command commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reading_an_older_format_holds_back_newer_commands_until_upgraded() {
+    use baton_raft::identity::DATA_FORMAT;
+    let older = DATA_FORMAT - 1;
+    let mut c = Cluster::start(BATON.as_ref(), &[]).await;
+    c.kill_replica(2);
+    c.start_replica_from(2, BATON.as_ref(), &["--max-format", &older.to_string()]);
+    // The leader is the one that must have heard it (each replica asks the others about once
+    // a second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let leader = c.leader().await;
+        let heard = c.answering(leader).await.map(|(_, info)| info.replicas.iter().map(|r| r.format).collect());
+        if heard == Some(vec![DATA_FORMAT, DATA_FORMAT, older]) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the leader never heard replica 3's format: {heard:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let table = ok(&c, &["cluster", "info"]).await;
+    assert!(table.contains("VERSION") && table.contains("FORMAT"), "{table}");
+
+    let mut api = c.client().await;
+    api.put_queue(gpu_queue("q", 8)).await.expect("a command of format 1 commits");
+    let e = api.create_queue(gpu_queue("newer", 1)).await.expect_err("a command of format 4 waits");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    let behind = format!("replica 3 (reads formats up to {older})");
+    assert!(e.message().contains("CreateQueue needs data format") && e.message().contains(&behind), "{e:?}");
+
+    c.kill_replica(2);
+    c.start_replica(2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let mut api = c.client().await;
+        match api.create_queue(gpu_queue("newer", 1)).await {
+            Ok(_) => break,
+            Err(e) => assert!(std::time::Instant::now() < deadline, "still refused after the upgrade: {e:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// Submits `name` (1 GPU, runs until killed) and returns once the cluster acknowledged it.
 async fn submit_long(c: &Cluster, name: &str) {
     let mut api = c.client().await;

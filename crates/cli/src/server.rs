@@ -48,6 +48,12 @@ pub struct ServerArgs {
     /// `_` and `-`, at most 63.
     #[arg(long, value_parser = parse_rack)]
     pub rack: Option<String>,
+    /// For tests and upgrade rehearsals: say this replica reads data formats only up to N
+    /// (from 3 to this build's), as a replica of an older build would. The leader then holds
+    /// back commands of newer formats, naming this replica (docs/ops.md). It does not change
+    /// what this build decodes.
+    #[arg(long, value_name = "N", default_value_t = baton_raft::identity::DATA_FORMAT)]
+    pub max_format: u32,
     /// First membership of a new cluster, as ID=HOST:PORT,... (give it to one replica, or to
     /// all: a cluster that already has a membership ignores it). A replica with a peer port
     /// of its own is ID=API_HOST:PORT/PEER_HOST:PORT (its --advertise and --peer-advertise).
@@ -173,6 +179,7 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
     replica.settings.election_timeout_min_ms = a.election_timeout_ms;
     replica.settings.election_timeout_max_ms = a.election_timeout_ms * 2;
     replica.rack = a.rack.clone();
+    replica.max_format = a.max_format;
     let bootstrap = a.bootstrap.as_deref().map(parse_members).transpose()?;
     let settings = ServerSettings {
         cycle_interval_ms: a.cycle_interval_ms,

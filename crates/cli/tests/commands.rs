@@ -360,14 +360,24 @@ fn cluster_info_names_a_failing_replica_and_why() {
     let fake = Fake::with(|s| {
         s.info = v1::ClusterInfoReply {
             cluster_id: "c1".into(),
-            replicas: vec![v1::Replica {
-                id: 2,
-                addr: "10.0.0.2:7070".into(),
-                peer_addr: "10.0.0.2:7071".into(),
-                role: v1::ReplicaRole::Follower.into(),
-                failure: "disk failing: /var/lib/baton/raft.sled: No space left on device".into(),
-                rack: "rack-b".into(),
-            }],
+            replicas: vec![
+                v1::Replica {
+                    id: 2,
+                    addr: "10.0.0.2:7070".into(),
+                    peer_addr: "10.0.0.2:7071".into(),
+                    role: v1::ReplicaRole::Follower.into(),
+                    failure: "disk failing: /var/lib/baton/raft.sled: No space left on device".into(),
+                    rack: "rack-b".into(),
+                    version: "0.1.0".into(),
+                    format: 4,
+                },
+                v1::Replica {
+                    id: 3,
+                    addr: "10.0.0.3:7070".into(),
+                    role: v1::ReplicaRole::Follower.into(),
+                    ..Default::default()
+                },
+            ],
             answered_by: 2,
             ..Default::default()
         }
@@ -378,13 +388,18 @@ fn cluster_info_names_a_failing_replica_and_why() {
     let row = out.lines().find(|l| l.contains("10.0.0.2:7070")).expect("a row for replica 2");
     assert!(row.contains("FAILED: disk failing") && row.contains("No space left on device"), "{out}");
     assert!(row.contains("rack-b"), "{out}");
+    assert!(out.contains("VERSION") && out.contains("FORMAT"), "{out}");
+    assert!(row.contains(" 0.1.0 ") && row.contains(" 4 "), "each replica's build and data format: {out}");
     // Raft on a peer port of its own: both addresses are shown.
     assert!(row.contains("10.0.0.2:7070 (peer 10.0.0.2:7071)"), "{out}");
+    let row = out.lines().find(|l| l.contains("10.0.0.3:7070")).expect("a row for replica 3");
+    assert!(row.contains(" ? "), "a replica not heard from yet shows '?': {out}");
     assert!(out.contains("transport: mutual TLS"), "{out}");
     let (r, out) = run(&["cluster", "info", "--server", &server.addr(), "-o", "json"]);
     r.unwrap();
     assert!(out.contains("\"failure\": \"disk failing"), "{out}");
     assert!(out.contains("\"peer_addr\": \"10.0.0.2:7071\""), "{out}");
+    assert!(out.contains("\"format\": 4") && out.contains("\"version\": \"0.1.0\""), "{out}");
     assert!(out.contains("\"insecure\": false"), "{out}");
 }
 

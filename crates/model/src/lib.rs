@@ -19,6 +19,7 @@
 //! - `state`: the state machine and its transitions.
 //! - `limits`: every bound, in one place.
 //! - `fixture`: plain job and node specs for tests.
+//! - `format`: the data format each command needs, and the gate on what members read.
 //! - `access`: tokens, users, roles and queue grants; who may apply which command.
 //! - `runnable`: checks on the command and environment an agent will exec.
 //! - `tenancy`: the Unix user each job runs as, and the bounds on jobs per user and queue.
@@ -36,6 +37,7 @@ pub mod cow_tree;
 pub mod error;
 pub mod event;
 pub mod fixture;
+pub mod format;
 pub mod job;
 pub mod ledger;
 pub mod limits;

@@ -36,6 +36,8 @@ pub enum OpenError {
         "{file}: the data directory is in format {found}, older than this build reads (formats from {oldest}); open it with an older build first, which upgrades it"
     )]
     FormatTooOld { file: PathBuf, found: u32, oldest: u32 },
+    #[error("--max-format {given} is outside the formats this build can stand for ({oldest} to {newest})")]
+    MaxFormat { given: u32, oldest: u32, newest: u32 },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{path}: {reason}")]
@@ -83,6 +85,10 @@ pub enum WriteError {
     /// elected (about two election timeouts).
     #[error("no leader for a moment: leadership is moving to replica {to}; retry shortly")]
     Transferring { to: NodeId },
+    /// The command needs a newer data format than some member reads: committed, it would
+    /// stop that member (it could not decode the entry). Retry once they are upgraded.
+    #[error(transparent)]
+    FormatBehind(#[from] baton_model::format::FormatBehind),
 }
 
 /// Why a linearizable read was not served.

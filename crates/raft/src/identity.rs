@@ -6,7 +6,7 @@
 //! baton-raft identity v1
 //! cluster_id=prod-east
 //! node_id=2
-//! format=3
+//! format=4
 //! crc32=1a2b3c4d
 //! ```
 //!
@@ -28,12 +28,9 @@ use crate::types::NodeId;
 
 pub const IDENTITY_FILE: &str = "cluster.id";
 const HEADER: &str = "baton-raft identity v1";
-/// The format this build writes. 1: before the field existed. 2: the same encodings, marked.
-/// 3: a snapshot's state ends with what ended attempts leave behind (the completing ranks,
-/// the last placements); builds of format 2 cannot read it, this build reads a format-2
-/// snapshot as nothing left behind.
-/// A build that changes an encoding raises it and keeps reading the older ones it can.
-pub const DATA_FORMAT: u32 = 3;
+/// The format this build writes and the newest it reads: the model's, which says what each
+/// format added and the rule for raising it ([`baton_model::format`]).
+pub use baton_model::format::DATA_FORMAT;
 /// The oldest format this build reads.
 pub const OLDEST_READABLE_FORMAT: u32 = 1;
 /// Longest cluster id.

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use baton_model::format::{self, DATA_FORMAT, Reads, UNREPORTED_FORMAT};
 use baton_model::{Command, Response, State};
 use baton_proto::v1::raft_transport_server::RaftTransportServer;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
@@ -39,6 +40,15 @@ use crate::types::{LogId, NodeId, Raft, RaftMetrics};
 /// check that misses its quorum by chance misses five in a row only when something is
 /// really wrong (7% of checks missed on the slow links of `tests/partition.rs`).
 pub const READ_CHECK_ATTEMPTS: u32 = 5;
+
+/// This build's version, reported to the other replicas and shown by `cluster info`.
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Longest a write of a newer format waits to hear which formats members not heard from
+/// yet read (they are asked at once; an answer takes one round trip).
+pub const FORMAT_WAIT_MS: u64 = 3_000;
+/// How often such a write looks again.
+const FORMAT_POLL_MS: u64 = 20;
 
 /// What openraft answers to a membership change.
 type MembershipWrite = Result<
@@ -89,6 +99,11 @@ pub struct ReplicaConfig {
     pub settings: RaftSettings,
     /// The rack this replica runs in (`--rack`), reported to the others; None: not given.
     pub rack: Option<String>,
+    /// The newest data format this replica says it reads: [`DATA_FORMAT`], or lower to act
+    /// as an older build for tests and upgrade rehearsals (`--max-format`); from
+    /// [`UNREPORTED_FORMAT`] to [`DATA_FORMAT`]. It changes what the leader holds back, not
+    /// what this build decodes.
+    pub max_format: u32,
 }
 
 impl ReplicaConfig {
@@ -106,6 +121,7 @@ impl ReplicaConfig {
             storage: Storage::Disk(data_dir.into()),
             settings: RaftSettings::default(),
             rack: None,
+            max_format: DATA_FORMAT,
         }
     }
 }
@@ -124,6 +140,8 @@ pub(crate) struct Core {
     pub(crate) cluster_id: String,
     pub(crate) addr: String,
     pub(crate) rack: Option<String>,
+    /// The newest data format this replica says it reads ([`ReplicaConfig::max_format`]).
+    pub(crate) max_format: u32,
     pub(crate) settings: RaftSettings,
     pub(crate) raft: Raft,
     sm: Arc<SmShared>,
@@ -188,6 +206,9 @@ impl Core {
                 _ => WriteError::NoLeader,
             });
         }
+        if cmd.op.format() > UNREPORTED_FORMAT {
+            self.formats_allow(&cmd.op).await?;
+        }
         let (reply, answer) = oneshot::channel();
         let pending = Pending { cmd, bytes, reply };
         let timeout_ms = self.settings.request_timeout_ms;
@@ -197,6 +218,51 @@ impl Core {
             answer.await.map_err(|_| WriteError::Stopped)?
         };
         tokio::time::timeout(self.request_timeout(), wait).await.map_err(|_| WriteError::Timeout { timeout_ms })?
+    }
+
+    /// What every member (voters and learners: a learner that cannot decode an entry never
+    /// catches up to vote) reads, as this replica last heard it.
+    ///
+    /// A member never heard from that was asked and did not answer (down, cut off) is left
+    /// out: it takes no entries now, and holding writes for it would take away the one
+    /// failure a cluster survives. It is asked every second and counts from its first answer.
+    fn member_formats(&self) -> Vec<(NodeId, Reads)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config
+            .membership()
+            .nodes()
+            .filter_map(|(id, n)| {
+                if *id == self.id {
+                    return Some((*id, Reads::Format(self.max_format)));
+                }
+                let peer = Addrs::parse(&n.addr).peer;
+                match self.racks.get(*id, &peer) {
+                    Some(h) => Some((*id, Reads::Format(h.format))),
+                    None if self.racks.is_silent(*id, &peer) => None,
+                    None => Some((*id, Reads::Unknown)),
+                }
+            })
+            .collect()
+    }
+
+    /// Refuses `op` if some member cannot decode it ([`baton_model::format`]). A member not
+    /// asked yet (just after this replica started) is asked at once and waited for, up to
+    /// [`FORMAT_WAIT_MS`]; one that reads an older format refuses the write at once.
+    async fn formats_allow(&self, op: &baton_model::Op) -> Result<(), WriteError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(FORMAT_WAIT_MS);
+        loop {
+            let err = match format::check(op, self.member_formats()) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let waiting = err.behind.iter().all(|(_, r)| *r == Reads::Unknown);
+            if !waiting || tokio::time::Instant::now() >= deadline {
+                return Err(WriteError::FormatBehind(err));
+            }
+            self.racks.ask_now();
+            tokio::time::sleep(Duration::from_millis(FORMAT_POLL_MS)).await;
+        }
     }
 
     /// The applied state encoded, and its index.
@@ -268,6 +334,13 @@ impl Replica {
     /// Like [`Replica::open`], reaching peers through `dialer`.
     pub async fn open_with(config: ReplicaConfig, dialer: Dialer) -> Result<Replica, OpenError> {
         check_cluster_id(&config.cluster_id)?;
+        if !(UNREPORTED_FORMAT..=DATA_FORMAT).contains(&config.max_format) {
+            return Err(OpenError::MaxFormat {
+                given: config.max_format,
+                oldest: UNREPORTED_FORMAT,
+                newest: DATA_FORMAT,
+            });
+        }
         let raft_config = config.settings.to_openraft(&config.cluster_id)?;
         let kv: Arc<dyn KvStore> = match &config.storage {
             Storage::Disk(dir) => datadir::open(dir, &config.cluster_id, config.node_id)?,
@@ -305,6 +378,7 @@ impl Replica {
                 cluster_id: config.cluster_id,
                 addr: config.advertise_addr,
                 rack: config.rack,
+                max_format: config.max_format,
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
                 batcher,
                 forwarder,
@@ -349,11 +423,39 @@ impl Replica {
                 let rack = if *id == self.core.id {
                     Some(self.core.rack.clone().unwrap_or_default())
                 } else {
-                    self.core.racks.get(*id, &addr.peer)
+                    self.core.racks.get(*id, &addr.peer).map(|h| h.rack)
                 };
                 (*id, rack)
             })
             .collect()
+    }
+
+    /// Each member's build as last heard from it: the newest data format it reads, and its
+    /// version (empty from a build that does not say).
+    pub fn builds(&self) -> BTreeMap<NodeId, Option<(u32, String)>> {
+        let m = self.metrics();
+        m.members
+            .iter()
+            .map(|(id, addr)| {
+                let build = if *id == self.core.id {
+                    Some((self.core.max_format, BUILD_VERSION.to_string()))
+                } else {
+                    self.core.racks.get(*id, &addr.peer).map(|h| (h.format, h.version))
+                };
+                (*id, build)
+            })
+            .collect()
+    }
+
+    /// The oldest data format a member reads, as the format gate sees it now (a member not
+    /// heard from yet counts as [`UNREPORTED_FORMAT`]): what the leader can commit without
+    /// waiting for an upgrade.
+    pub fn oldest_format(&self) -> u32 {
+        let reads = self.core.member_formats().into_iter().map(|(_, r)| match r {
+            Reads::Format(f) => f,
+            Reads::Unknown => UNREPORTED_FORMAT,
+        });
+        reads.min().unwrap_or(self.core.max_format)
     }
 
     pub(crate) fn core(&self) -> &Core {

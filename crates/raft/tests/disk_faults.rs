@@ -79,6 +79,7 @@ async fn single(disk: Arc<FaultyKv>) -> Replica {
         // Short, so the write caught by the fault gives up waiting quickly.
         settings: RaftSettings { request_timeout_ms: 500, ..RaftSettings::default() },
         rack: None,
+        max_format: baton_raft::identity::DATA_FORMAT,
     };
     let replica = Replica::open(config).await.expect("open replica");
     replica.bootstrap(BTreeMap::from([(1, "127.0.0.1:1".to_string())])).await.unwrap();
@@ -144,6 +145,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
         storage: Storage::Store(SharedStore(disk)),
         settings: RaftSettings::default(),
         rack: None,
+        max_format: baton_raft::identity::DATA_FORMAT,
     })
     .await
     .expect("reopen");
@@ -175,6 +177,7 @@ async fn a_failed_sync_stops_the_replica_and_a_restart_recovers() {
         storage: Storage::Store(SharedStore(disk)),
         settings: RaftSettings::default(),
         rack: None,
+        max_format: baton_raft::identity::DATA_FORMAT,
     })
     .await
     .expect("reopen after the failed sync");

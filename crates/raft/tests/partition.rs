@@ -44,6 +44,7 @@ fn add_replicas(sim: &mut turmoil::Sim<'_>, n: u64, handles: &Handles) {
                     storage: Storage::Memory,
                     settings: settings(),
                     rack: None,
+                    max_format: baton_raft::identity::DATA_FORMAT,
                 };
                 let replica = Replica::open_with(config, sim_dialer()).await?;
                 handles.lock().unwrap().insert(id, replica.clone());

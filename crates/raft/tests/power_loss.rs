@@ -60,6 +60,7 @@ fn add_replicas(sim: &mut turmoil::Sim<'_>, disks: &[PowerLossDisk], handles: &H
                     storage: Storage::Store(store),
                     settings: settings(),
                     rack: None,
+                    max_format: baton_raft::identity::DATA_FORMAT,
                 };
                 let replica = Replica::open_with(config, sim_dialer()).await?;
                 handles.lock().unwrap().insert(id, replica.clone());

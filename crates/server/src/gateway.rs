@@ -231,6 +231,12 @@ impl Gateway {
             tracing::warn!(node = %node, observation = ?stray, "what the agent runs differs from its directive");
             observed.push(stray);
         }
+        // Mid-upgrade, a member may not read the newest observations: they go as the older
+        // ones it reads, so that reports (and the agent's lease) never wait for an upgrade.
+        let reads = self.ctx.replica.oldest_format();
+        if reads < baton_model::format::DATA_FORMAT {
+            observed = observed.into_iter().map(|o| o.for_format(reads)).collect();
+        }
         for chunk in observed.chunks(MAX_OBSERVATIONS_PER_REPORT) {
             let op = Op::Report { node: node.clone(), observations: chunk.to_vec() };
             if let Some(Outcome::Reported { ignored }) = self.write(op).await? {

@@ -25,6 +25,8 @@ pub fn from_write(e: WriteError) -> Status {
         WriteError::Encode(_) => Status::internal(e.to_string()),
         // Marked as no leader so that clients wait and retry, as during an election.
         WriteError::Transferring { .. } => baton_proto::reason::no_leader_with(&e.to_string()),
+        // Not retried by clients on their own: it lasts until an operator upgrades replicas.
+        WriteError::FormatBehind(_) => Status::failed_precondition(e.to_string()),
     }
 }
 

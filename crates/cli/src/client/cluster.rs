@@ -182,7 +182,7 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
         let _ = writeln!(s, "{}", tenancy_text(t));
     }
     s.push_str("\nreplicas:\n");
-    let mut t = Table::new(&["  ID", "ADDRESS", "RACK", "ROLE"]);
+    let mut t = Table::new(&["  ID", "ADDRESS", "RACK", "VERSION", "FORMAT", "ROLE"]);
     for rep in &r.replicas {
         // A failing replica says so in its role column, with why, so it cannot be missed.
         let role = match rep.failure.as_str() {
@@ -196,7 +196,10 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
             peer if peer == rep.addr => rep.addr.clone(),
             peer => format!("{} (peer {peer})", rep.addr),
         };
-        t.row(vec![format!("  {}", rep.id), addr, rack, role]);
+        // 0 and empty: not heard from that replica yet.
+        let version = if rep.version.is_empty() { "?".to_string() } else { rep.version.clone() };
+        let format = if rep.format == 0 { "?".to_string() } else { rep.format.to_string() };
+        t.row(vec![format!("  {}", rep.id), addr, rack, version, format, role]);
     }
     s.push_str(&t.render());
     s.push_str("\npools (used/capacity):\n");

@@ -218,6 +218,8 @@ impl ToData for v1::Replica {
             "role": self.role().word(),
             "failure": self.failure,
             "rack": self.rack,
+            "version": self.version,
+            "format": self.format,
         })
     }
 }

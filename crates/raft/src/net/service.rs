@@ -152,6 +152,8 @@ impl RaftTransport for RaftService {
             cluster_id: self.core.cluster_id.clone(),
             node_id: self.core.id,
             rack: self.core.rack.clone().unwrap_or_default(),
+            max_format: self.core.max_format,
+            version: crate::replica::BUILD_VERSION.to_string(),
         }))
     }
 

@@ -17,6 +17,8 @@ use super::{Api, usage};
 
 /// The rack shown for a replica not heard from yet (a rack name cannot be it).
 const RACK_UNKNOWN: &str = "?";
+/// The version shown for a replica of a build that does not send it (before it was sent).
+const VERSION_UNSAID: &str = "?";
 
 pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
     let m = api.ctx.replica.metrics();
@@ -35,6 +37,7 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
         None => api.read(summary).await?,
     };
     let racks = api.ctx.replica.racks();
+    let builds = api.ctx.replica.builds();
     let replicas = m
         .members
         .iter()
@@ -50,7 +53,21 @@ pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
             };
             let failure = if *id == m.node_id { failure.clone().unwrap_or_default() } else { String::new() };
             let rack = racks.get(id).cloned().flatten().unwrap_or_else(|| RACK_UNKNOWN.into());
-            Replica { id: *id, addr: addr.api.clone(), peer_addr: addr.peer.clone(), role: role.into(), failure, rack }
+            let (format, version) = match builds.get(id).cloned().flatten() {
+                Some((format, v)) if v.is_empty() => (format, VERSION_UNSAID.to_string()),
+                Some(build) => build,
+                None => (0, String::new()),
+            };
+            Replica {
+                id: *id,
+                addr: addr.api.clone(),
+                peer_addr: addr.peer.clone(),
+                role: role.into(),
+                failure,
+                rack,
+                format,
+                version,
+            }
         })
         .collect();
     Ok(Response::new(ClusterInfoReply {

@@ -28,6 +28,41 @@ pub struct Replica {
 pub struct Cluster {
     pub replicas: Vec<Replica>,
     pub dir: tempfile::TempDir,
+    settings: ServerSettings,
+}
+
+/// Starts replica `id` of cluster `test` on `listener`, its data under `dir`.
+async fn spawn(
+    dir: &std::path::Path,
+    id: u64,
+    listener: tokio::net::TcpListener,
+    bootstrap: Option<BTreeMap<u64, String>>,
+    settings: ServerSettings,
+    configure: &impl Fn(u64, &mut ReplicaConfig),
+) -> Replica {
+    let addr = listener.local_addr().unwrap().to_string();
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_addr = metrics.local_addr().unwrap().to_string();
+    let mut rc = ReplicaConfig::new(id, "test", addr.clone(), dir.join(format!("r{id}")));
+    rc.storage = Storage::Disk(dir.join(format!("r{id}")));
+    rc.settings = RaftSettings::default();
+    configure(id, &mut rc);
+    let config = ServerConfig {
+        replica: rc,
+        bootstrap,
+        settings,
+        scheduler: None,
+        transport: baton_proto::tls::Transport::Insecure,
+    };
+    let (stop, rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        ::baton_server::run_with_metrics(config, listener, Some(metrics), async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+    });
+    Replica { addr, metrics: metrics_addr, stop: Some(stop), task: Some(task) }
 }
 
 /// Fast timings, and no authentication: these tests are about scheduling (tests/auth.rs
@@ -49,6 +84,15 @@ impl Cluster {
     }
 
     pub async fn start_with(n: u64, settings: ServerSettings) -> Cluster {
+        Cluster::start_configured(n, settings, |_, _| {}).await
+    }
+
+    /// A cluster whose replica configs `configure` changes first (by replica id).
+    pub async fn start_configured(
+        n: u64,
+        settings: ServerSettings,
+        configure: impl Fn(u64, &mut ReplicaConfig),
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut listeners = Vec::new();
         for _ in 0..n {
@@ -58,37 +102,22 @@ impl Cluster {
         let members: BTreeMap<u64, String> = addrs.iter().enumerate().map(|(i, a)| (i as u64 + 1, a.clone())).collect();
         let mut replicas = Vec::new();
         for (i, listener) in listeners.into_iter().enumerate() {
-            let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let metrics_addr = metrics.local_addr().unwrap().to_string();
             let id = i as u64 + 1;
-            let mut rc = ReplicaConfig::new(id, "test", addrs[i].clone(), dir.path().join(format!("r{id}")));
-            rc.storage = Storage::Disk(dir.path().join(format!("r{id}")));
-            rc.settings = RaftSettings::default();
-            let config = ServerConfig {
-                replica: rc,
-                bootstrap: (id == 1).then(|| members.clone()),
-                settings: settings.clone(),
-                scheduler: None,
-                transport: baton_proto::tls::Transport::Insecure,
-            };
-            let (stop, rx) = oneshot::channel();
-            let task = tokio::spawn(async move {
-                ::baton_server::run_with_metrics(config, listener, Some(metrics), async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-            });
-            replicas.push(Replica {
-                addr: addrs[i].clone(),
-                metrics: metrics_addr,
-                stop: Some(stop),
-                task: Some(task),
-            });
+            let bootstrap = (id == 1).then(|| members.clone());
+            replicas.push(spawn(dir.path(), id, listener, bootstrap, settings.clone(), &configure).await);
         }
-        let c = Cluster { replicas, dir };
+        let c = Cluster { replicas, dir, settings };
         c.leader().await;
         c
+    }
+
+    /// Starts replica `i` again (after [`Cluster::kill`]) on its address and data directory,
+    /// with its config changed by `configure`.
+    pub async fn restart(&mut self, i: usize, configure: impl Fn(u64, &mut ReplicaConfig)) {
+        assert!(self.replicas[i].stop.is_none(), "replica {i} still runs");
+        let listener = tokio::net::TcpListener::bind(&self.replicas[i].addr).await.unwrap();
+        let r = spawn(self.dir.path(), i as u64 + 1, listener, None, self.settings.clone(), &configure).await;
+        self.replicas[i] = r;
     }
 
     pub async fn client(&self, i: usize) -> BatonClient<Channel> {

@@ -1,0 +1,247 @@
+//! Data formats: which format introduced each command, and the gate that keeps a leader from
+//! committing a command some member of the cluster cannot decode.
+//!
+//! The log carries [`Op`]s encoded by their variant's position (bincode), so a build decodes
+//! exactly the variants it was built with: a variant added later fails to decode there, and a
+//! replica that cannot decode a committed entry can follow the log no further. During a
+//! rolling upgrade replicas of two builds run side by side, so the leader must not commit a
+//! command that a member's build lacks. Each build knows the newest format it reads
+//! ([`DATA_FORMAT`]), each replica reports it to the others (the raft crate's Identify call),
+//! and [`check`] refuses a command that needs a newer format than some member reads.
+//!
+//! The rule, for whoever changes an encoding:
+//! - a new `Op` or `Observed` variant goes at the end of its enum and gets the format after
+//!   the newest one a build exists of: raise [`DATA_FORMAT`] and give it that number in
+//!   [`Op::format`] / [`Observed::format`] (the `format_gate` test freezes what each released
+//!   format reads, so a variant cannot join an older format);
+//! - a change to a type an existing variant carries changes that variant's encoding for every
+//!   build: add a new variant carrying the new type instead (as `SubmitRunAs` did `Submit`);
+//! - a new snapshot layout (the `State`'s encoding) also raises [`DATA_FORMAT`]; the gate
+//!   does not cover it (see docs/ops.md): the leader sends snapshots in its own layout.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Observed, Op};
+
+/// The newest data format this build reads and writes: the log's commands, the snapshot's
+/// layout, the raft records. 1: before the field existed. 2: the same encodings, marked.
+/// 3: snapshots also record the completing ranks and the last placements; `SubmitRunAs`,
+/// `SetTenancy` and `Observed::NotStarted`. 4: the first format whose builds report it and
+/// hold back what others cannot read; `GrantQueueAdmin`, the create-if-absent and
+/// compare-and-set writes (`CreateQueue`, `UpdateQueue`, `CreateCohort`, `CreateClass`) and
+/// `Observed::LeaseStopped`, which builds marked format 3 did not all read.
+pub const DATA_FORMAT: u32 = 4;
+
+/// The format taken for a member that says nothing about it: a build from before replicas
+/// reported their format (they read at least format 3's commands when they read format-3
+/// snapshots), or one not heard from yet. A command of this format or older is never held.
+pub const UNREPORTED_FORMAT: u32 = 3;
+
+/// Longest list of members named in one refusal (clusters have 3 to 7 voters; the bound is
+/// for a membership that grew by mistake).
+pub const MAX_NAMED_MEMBERS: usize = 16;
+
+/// What the leader knows of the newest format a member reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reads {
+    /// It said so (or, a build from before reporting, said nothing: [`UNREPORTED_FORMAT`]).
+    Format(u32),
+    /// Not heard from yet: it may read only [`UNREPORTED_FORMAT`].
+    Unknown,
+}
+
+impl Reads {
+    fn reads(self, format: u32) -> bool {
+        match self {
+            Reads::Format(f) => format <= f,
+            Reads::Unknown => format <= UNREPORTED_FORMAT,
+        }
+    }
+}
+
+impl std::fmt::Display for Reads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reads::Format(n) => write!(f, "reads formats up to {n}"),
+            Reads::Unknown => write!(f, "not heard from yet"),
+        }
+    }
+}
+
+/// A command refused because a member of the cluster could not decode it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error(
+    "{op} needs data format {needs}, which {} not read yet: upgrade {} (every replica must read a command before the cluster commits it); commands of older formats still work",
+    describe(behind),
+    names(behind)
+)]
+pub struct FormatBehind {
+    /// The command (the one inside `As`) that needs the format.
+    pub op: String,
+    pub needs: u32,
+    /// The members behind, by replica id, with what they read (at most
+    /// [`MAX_NAMED_MEMBERS`]).
+    pub behind: Vec<(u64, Reads)>,
+}
+
+fn describe(behind: &[(u64, Reads)]) -> String {
+    let list: Vec<String> = behind.iter().map(|(id, r)| format!("replica {id} ({r})")).collect();
+    let verb = if behind.len() == 1 { "does" } else { "do" };
+    format!("{} {verb}", list.join(", "))
+}
+
+fn names(behind: &[(u64, Reads)]) -> String {
+    let ids: Vec<String> = behind.iter().map(|(id, _)| format!("replica {id}")).collect();
+    ids.join(", ")
+}
+
+/// Refuses `op` if a member in `members` (replica id, what it reads) cannot decode it.
+pub fn check(op: &Op, members: impl IntoIterator<Item = (u64, Reads)>) -> Result<(), FormatBehind> {
+    let needs = op.format();
+    if needs <= UNREPORTED_FORMAT {
+        return Ok(());
+    }
+    let behind: Vec<(u64, Reads)> =
+        members.into_iter().filter(|(_, r)| !r.reads(needs)).take(MAX_NAMED_MEMBERS).collect();
+    if behind.is_empty() {
+        return Ok(());
+    }
+    Err(FormatBehind { op: op.innermost_name().to_string(), needs, behind })
+}
+
+impl Op {
+    /// The data format that introduced this command: a replica decodes it only if it reads
+    /// that format. A command carrying others (`As`, `Report`) takes the newest of them.
+    /// Every variant has its line here (no wildcard), so a new one cannot be added without
+    /// deciding its format.
+    pub fn format(&self) -> u32 {
+        match self {
+            Op::As { op, .. } => op.format(),
+            Op::Report { observations, .. } => observations.iter().map(Observed::format).max().unwrap_or(1),
+            Op::PutClass(_)
+            | Op::DeleteClass { .. }
+            | Op::PutCohort(_)
+            | Op::DeleteCohort { .. }
+            | Op::PutQueue(_)
+            | Op::DeleteQueue { .. }
+            | Op::RegisterNode(_)
+            | Op::RegisterNodes(_)
+            | Op::SetNodeStatus { .. }
+            | Op::Cordon { .. }
+            | Op::Submit { .. }
+            | Op::Cancel { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::JobExited { .. }
+            | Op::JobStopped { .. }
+            | Op::JobCheckpointed { .. }
+            | Op::ApplyPlan(_)
+            | Op::SetScheduler(_)
+            | Op::Tick
+            | Op::AddToken { .. }
+            | Op::RevokeToken { .. }
+            | Op::GrantQueue { .. } => 1,
+            Op::SubmitRunAs { .. } | Op::SetTenancy(_) => 3,
+            Op::GrantQueueAdmin { .. }
+            | Op::CreateQueue(_)
+            | Op::UpdateQueue { .. }
+            | Op::CreateCohort(_)
+            | Op::CreateClass(_) => 4,
+        }
+    }
+
+    /// The name of the command itself, unwrapped from `As`.
+    fn innermost_name(&self) -> &'static str {
+        match self {
+            Op::As { op, .. } => op.innermost_name(),
+            other => other.name(),
+        }
+    }
+}
+
+impl Observed {
+    /// The data format that introduced this observation (see [`Op::format`]).
+    pub fn format(&self) -> u32 {
+        match self {
+            Observed::Exited { .. }
+            | Observed::Stopped { .. }
+            | Observed::Checkpointed { .. }
+            | Observed::Unkillable { .. }
+            | Observed::Stray { .. }
+            | Observed::Vanished { .. }
+            | Observed::LeaseExpired { .. } => 1,
+            Observed::NotStarted { .. } => 3,
+            Observed::LeaseStopped { .. } => 4,
+        }
+    }
+
+    /// This observation as a cluster whose members read only up to `format` can take it:
+    /// a lease stop becomes the older `LeaseExpired` (the same outcome, without the rank's
+    /// own save, which only completes a gang's checkpoint from ranks reported later). Agents'
+    /// reports must not wait for an upgrade: a refused report renews no lease.
+    pub fn for_format(self, format: u32) -> Observed {
+        match self {
+            Observed::LeaseStopped { job, attempt, rank, checkpointed, .. } if format < 4 => {
+                Observed::LeaseExpired { job, attempt, rank, checkpointed }
+            }
+            other => other,
+        }
+    }
+}
+
+/// The variant names of enum `T`, in declaration order (the order its encoding numbers
+/// them), as serde's derive lists them. For tests that check a table covers every variant.
+pub fn variant_names<T: serde::de::DeserializeOwned>() -> Vec<&'static str> {
+    match T::deserialize(Probe) {
+        Err(ProbeError::Variants(names)) => names.to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// A deserializer that answers nothing but, asked for an enum, reports its variants.
+struct Probe;
+
+#[derive(Debug)]
+enum ProbeError {
+    Variants(&'static [&'static str]),
+    NotEnum,
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeError::Variants(v) => write!(f, "an enum of {} variants", v.len()),
+            ProbeError::NotEnum => write!(f, "not an enum"),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+impl serde::de::Error for ProbeError {
+    fn custom<M: std::fmt::Display>(_msg: M) -> ProbeError {
+        ProbeError::NotEnum
+    }
+}
+
+impl<'de> serde::Deserializer<'de> for Probe {
+    type Error = ProbeError;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _visitor: V) -> Result<V::Value, ProbeError> {
+        Err(ProbeError::NotEnum)
+    }
+
+    fn deserialize_enum<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        variants: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, ProbeError> {
+        Err(ProbeError::Variants(variants))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+        unit unit_struct newtype_struct seq tuple tuple_struct map struct identifier ignored_any
+    }
+}

@@ -1,0 +1,231 @@
+//! The format gate: which data format introduced each command, and the refusal of a command
+//! that a member of the cluster cannot decode yet.
+
+use std::collections::BTreeSet;
+
+use baton_model::access::TokenSpec;
+use baton_model::class::PriorityClass;
+use baton_model::command::Observed;
+use baton_model::fixture::{gpu_job, gpu_node};
+use baton_model::format::{self, DATA_FORMAT, FormatBehind, Reads};
+use baton_model::node::NodeStatus;
+use baton_model::queue::{Cohort, QueueSpec};
+use baton_model::scheduler::SchedulerSettings;
+use baton_model::tenancy::TenancySettings;
+use baton_model::{Name, Op, Plan};
+
+/// What each format number's builds read, frozen once a build of that format exists: every
+/// `Op` variant, in declaration order (the encoding's tag), with the format that introduced
+/// it. A variant added later needs a format newer than every one listed in `RELEASED`.
+const OP_FORMATS: &[(&str, u32)] = &[
+    ("PutClass", 1),
+    ("DeleteClass", 1),
+    ("PutCohort", 1),
+    ("DeleteCohort", 1),
+    ("PutQueue", 1),
+    ("DeleteQueue", 1),
+    ("RegisterNode", 1),
+    ("RegisterNodes", 1),
+    ("SetNodeStatus", 1),
+    ("Cordon", 1),
+    ("Submit", 1),
+    ("Cancel", 1),
+    ("Pause", 1),
+    ("Resume", 1),
+    ("JobExited", 1),
+    ("JobStopped", 1),
+    ("JobCheckpointed", 1),
+    ("Report", 1),
+    ("ApplyPlan", 1),
+    ("SetScheduler", 1),
+    ("Tick", 1),
+    ("As", 1),
+    ("AddToken", 1),
+    ("RevokeToken", 1),
+    ("GrantQueue", 1),
+    ("SubmitRunAs", 3),
+    ("SetTenancy", 3),
+    ("GrantQueueAdmin", 4),
+    ("CreateQueue", 4),
+    ("UpdateQueue", 4),
+    ("CreateCohort", 4),
+    ("CreateClass", 4),
+];
+
+const OBSERVED_FORMATS: &[(&str, u32)] = &[
+    ("Exited", 1),
+    ("Stopped", 1),
+    ("Checkpointed", 1),
+    ("Unkillable", 1),
+    ("Stray", 1),
+    ("Vanished", 1),
+    ("LeaseExpired", 1),
+    ("NotStarted", 3),
+    ("LeaseStopped", 4),
+];
+
+/// The newest format some build has been released with, and how many `Op` and `Observed`
+/// variants it reads. Raise it (add a line) when a build of a newer format exists.
+const RELEASED: (u32, usize, usize) = (4, 32, 9);
+
+fn obs(i: usize) -> Observed {
+    let all = vec![
+        Observed::Exited { job: 1, attempt: 1, rank: 0, exit_code: 0 },
+        Observed::Stopped { job: 1, attempt: 1, rank: 0, checkpointed: true },
+        Observed::Checkpointed { job: 1, attempt: 1 },
+        Observed::Unkillable { job: 1, attempt: 1, rank: 0, reason: "d state".into() },
+        Observed::Stray { job: 1, attempt: 1, rank: 0 },
+        Observed::Vanished { job: 1, attempt: 1, rank: 0, missing_ms: 5 },
+        Observed::LeaseExpired { job: 1, attempt: 1, rank: 0, checkpointed: false },
+        Observed::NotStarted { job: 1, attempt: 1, rank: 0, exit_code: 127, reason: "no user".into() },
+        Observed::LeaseStopped { job: 1, attempt: 1, rank: 0, checkpointed: false, rank_saved: true },
+    ];
+    all[i].clone()
+}
+
+fn class() -> PriorityClass {
+    PriorityClass { name: Name::lit("c"), value: 1, preemptible: true }
+}
+
+fn cohort() -> Cohort {
+    Cohort { name: Name::lit("co"), parent: None, fair_sharing: false }
+}
+
+fn token() -> TokenSpec {
+    TokenSpec { user: Name::lit("u"), roles: BTreeSet::new(), queues: BTreeSet::new() }
+}
+
+/// One value of every `Op` variant.
+fn ops() -> Vec<Op> {
+    let q = Name::lit("q");
+    vec![
+        Op::PutClass(class()),
+        Op::DeleteClass { name: q.clone() },
+        Op::PutCohort(cohort()),
+        Op::DeleteCohort { name: q.clone() },
+        Op::PutQueue(QueueSpec::named("q")),
+        Op::DeleteQueue { name: q.clone() },
+        Op::RegisterNode(gpu_node("n", 1)),
+        Op::RegisterNodes(vec![gpu_node("n", 1)]),
+        Op::SetNodeStatus { node: q.clone(), status: NodeStatus::Lost },
+        Op::Cordon { node: q.clone(), cordoned: true },
+        Op::Submit { spec: gpu_job("j", "q", 1), request_id: None },
+        Op::Cancel { job: 1 },
+        Op::Pause { job: 1 },
+        Op::Resume { job: 1 },
+        Op::JobExited { job: 1, attempt: 1, exit_code: 0 },
+        Op::JobStopped { job: 1, attempt: 1, checkpointed: true },
+        Op::JobCheckpointed { job: 1, attempt: 1 },
+        Op::Report { node: q.clone(), observations: vec![obs(0)] },
+        Op::ApplyPlan(Plan::default()),
+        Op::SetScheduler(SchedulerSettings::default()),
+        Op::Tick,
+        Op::As { token: [0; 32], op: Box::new(Op::Cancel { job: 1 }) },
+        Op::AddToken { hash: [0; 32], spec: token() },
+        Op::RevokeToken { id: "abc".into() },
+        Op::GrantQueue { id: "abc".into(), queue: q.clone(), granted: true },
+        Op::SubmitRunAs { spec: gpu_job("j", "q", 1), request_id: None, run_as: None },
+        Op::SetTenancy(TenancySettings::default()),
+        Op::GrantQueueAdmin { id: "abc".into(), queue: q.clone(), granted: true },
+        Op::CreateQueue(QueueSpec::named("q")),
+        Op::UpdateQueue { spec: QueueSpec::named("q"), revision: 1 },
+        Op::CreateCohort(cohort()),
+        Op::CreateClass(class()),
+    ]
+}
+
+/// The variant's name as `Debug` writes it.
+fn variant(debug: String) -> String {
+    debug.chars().take_while(|c| c.is_ascii_alphanumeric()).collect()
+}
+
+/// The variant names serde knows, in declaration order: the list the encoding uses.
+fn serde_variants<T: serde::de::DeserializeOwned>() -> Vec<&'static str> {
+    format::variant_names::<T>()
+}
+
+#[test]
+fn every_op_variant_has_a_format_in_declaration_order() {
+    let declared = serde_variants::<Op>();
+    let listed: Vec<&str> = OP_FORMATS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(declared, listed, "a new Op variant goes at the end and gets a line in OP_FORMATS");
+    let samples = ops();
+    let sampled: Vec<String> = samples.iter().map(|op| variant(format!("{op:?}"))).collect();
+    assert_eq!(sampled, listed, "ops() has one value of each variant, in order");
+    for (op, (name, want)) in samples.iter().zip(OP_FORMATS) {
+        assert_eq!(op.format(), *want, "{name}");
+    }
+}
+
+#[test]
+fn every_observation_has_a_format_in_declaration_order() {
+    let declared = serde_variants::<Observed>();
+    let listed: Vec<&str> = OBSERVED_FORMATS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(declared, listed, "a new Observed variant goes at the end and gets a line in OBSERVED_FORMATS");
+    for (i, (name, want)) in OBSERVED_FORMATS.iter().enumerate() {
+        assert_eq!(variant(format!("{:?}", obs(i))), *name);
+        assert_eq!(obs(i).format(), *want, "{name}");
+    }
+}
+
+#[test]
+fn a_variant_newer_than_a_released_format_needs_a_newer_format() {
+    let (released, ops_then, observed_then) = RELEASED;
+    for (name, f) in OP_FORMATS.iter().skip(ops_then).chain(OBSERVED_FORMATS.iter().skip(observed_then)) {
+        assert!(
+            *f > released,
+            "{name} came after builds of format {released} existed: it needs format {}",
+            released + 1
+        );
+    }
+    let newest = OP_FORMATS.iter().chain(OBSERVED_FORMATS).map(|(_, f)| *f).max().unwrap();
+    assert_eq!(DATA_FORMAT, newest, "DATA_FORMAT is the newest format any variant needs");
+}
+
+#[test]
+fn a_command_takes_the_newest_format_of_what_it_carries() {
+    let wrapped = Op::As { token: [0; 32], op: Box::new(Op::CreateQueue(QueueSpec::named("q"))) };
+    assert_eq!(wrapped.format(), 4);
+    let report = Op::Report { node: Name::lit("n"), observations: vec![obs(0), obs(7)] };
+    assert_eq!(report.format(), 3);
+}
+
+#[test]
+fn a_command_newer_than_a_members_format_is_refused_naming_it() {
+    let create = Op::CreateQueue(QueueSpec::named("q"));
+    let members = [(1, Reads::Format(4)), (2, Reads::Format(3)), (3, Reads::Format(4))];
+    let err = format::check(&create, members).unwrap_err();
+    assert_eq!(err, FormatBehind { op: "CreateQueue".into(), needs: 4, behind: vec![(2, Reads::Format(3))] });
+    let text = err.to_string();
+    assert!(text.contains("CreateQueue needs data format 4"), "{text}");
+    assert!(text.contains("replica 2 (reads formats up to 3)"), "{text}");
+
+    // What the oldest member reads still goes through.
+    let submit = Op::SubmitRunAs { spec: gpu_job("j", "q", 1), request_id: None, run_as: None };
+    assert_eq!(format::check(&submit, members), Ok(()));
+    // Once every member reads it, so does the newer command.
+    assert_eq!(format::check(&create, [(1, Reads::Format(4)), (2, Reads::Format(4))]), Ok(()));
+}
+
+#[test]
+fn a_lease_stop_goes_as_a_lease_expiry_to_members_of_format_3() {
+    let stop = Observed::LeaseStopped { job: 7, attempt: 2, rank: 1, checkpointed: true, rank_saved: true };
+    assert_eq!(stop.clone().for_format(4), stop);
+    let older = Observed::LeaseExpired { job: 7, attempt: 2, rank: 1, checkpointed: true };
+    assert_eq!(stop.for_format(3), older);
+    // Every observation comes out readable by the format it was given.
+    for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
+        assert!(obs(i).for_format(3).format() <= 3, "{:?}", obs(i));
+    }
+}
+
+#[test]
+fn a_member_not_heard_from_is_behind_for_a_gated_command() {
+    let create = Op::As { token: [0; 32], op: Box::new(Op::CreateCohort(cohort())) };
+    let err = format::check(&create, [(1, Reads::Format(4)), (5, Reads::Unknown)]).unwrap_err();
+    assert_eq!(err.op, "CreateCohort");
+    assert_eq!(err.behind, vec![(5, Reads::Unknown)]);
+    assert!(err.to_string().contains("replica 5 (not heard from yet)"), "{err}");
+    // A command every build of the oldest reported format reads needs no answer.
+    assert_eq!(format::check(&Op::Tick, [(5, Reads::Unknown)]), Ok(()));
+}

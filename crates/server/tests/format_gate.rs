@@ -1,0 +1,106 @@
+//! The format gate through the API: three replicas, one of which says it reads an older data
+//! format (as a replica of the previous build would, mid-upgrade). Commands that format has
+//! commit; a newer one is refused naming that replica, until it is upgraded (restarted
+//! saying the newer format), after which the same command commits.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use baton_model::format::DATA_FORMAT;
+use baton_proto::v1::*;
+use common::*;
+use tonic::Code;
+
+async fn queue_names(c: &mut baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>) -> Vec<String> {
+    let queues = c.list_queues(Empty {}).await.unwrap().into_inner().queues;
+    queues.into_iter().filter_map(|q| q.queue.map(|q| q.name)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_newer_than_a_replica_reads_is_refused_until_it_is_upgraded() {
+    let older = DATA_FORMAT - 1;
+    let mut cluster = Cluster::start_configured(3, settings(), |id, rc| {
+        if id == 3 {
+            rc.max_format = older;
+        }
+    })
+    .await;
+    let mut c = cluster.client(0).await;
+    let _agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+
+    // What the older format reads commits: a queue put (format 1) and a submit (format 3).
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    c.submit(submit_of(gpu_job("j1", "team-a", "train", 1))).await.unwrap();
+
+    // A create-if-absent queue write came with format 4: refused, naming replica 3.
+    let e = c.create_queue(queue("team-b", 1)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let needs = format!("CreateQueue needs data format {DATA_FORMAT}");
+    assert!(e.message().contains(&needs), "{}", e.message());
+    let behind = format!("replica 3 (reads formats up to {older})");
+    assert!(e.message().contains(&behind), "{}", e.message());
+    assert!(!e.message().contains("replica 1 ") && !e.message().contains("replica 2 "), "{}", e.message());
+    assert!(!queue_names(&mut c).await.contains(&"team-b".to_string()));
+
+    // `cluster info` shows what each replica reads and its build.
+    let info = c.cluster_info(Empty {}).await.unwrap().into_inner();
+    let formats: Vec<(u64, u32)> = info.replicas.iter().map(|r| (r.id, r.format)).collect();
+    assert_eq!(formats, vec![(1, DATA_FORMAT), (2, DATA_FORMAT), (3, older)]);
+    assert!(info.replicas.iter().all(|r| r.version == env!("CARGO_PKG_VERSION")), "{:?}", info.replicas);
+
+    // Replica 3 is upgraded: restarted saying the newest format. The leader hears it and the
+    // same command commits (an election may intervene if replica 3 led).
+    cluster.kill(2).await;
+    cluster.restart(2, |_, _| {}).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.create_queue(queue("team-b", 1)).await {
+            Ok(_) => break,
+            Err(e) => {
+                let retry = matches!(e.code(), Code::FailedPrecondition | Code::Unavailable);
+                assert!(retry && Instant::now() < deadline, "still refused: {e:?}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(queue_names(&mut c).await.contains(&"team-b".to_string()));
+    c.submit(submit_of(gpu_job("j2", "team-b", "train", 1))).await.unwrap();
+}
+
+/// An agent's lease stop is an observation of format 4; mid-upgrade it goes as the older
+/// lease expiry, so the report (and with it the agent's lease) does not wait for the upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_stop_report_is_taken_while_a_replica_reads_an_older_format() {
+    let cluster = Cluster::start_configured(3, settings(), |id, rc| {
+        if id == 2 {
+            rc.max_format = DATA_FORMAT - 1;
+        }
+    })
+    .await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 4))).await.unwrap();
+    let d = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    let a = d.assignments[0].clone();
+    let stop = observation::What::Stopped(Stopped {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        rank: a.rank,
+        checkpointed: false,
+        cause: StopCause::LeaseExpired as i32,
+    });
+    agent.report(vec![stop]).await.expect("the report is taken");
+    // Requeued (and perhaps placed again at once, as a next attempt).
+    let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
+    assert!(
+        j.state() == JobState::Pending || (j.state() == JobState::Running && j.attempt > a.attempt),
+        "requeued: {} attempt {} ({})",
+        j.state().word(),
+        j.attempt,
+        j.reason
+    );
+    let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
+    assert!(e.message.contains("lease"), "{}", e.message);
+}
