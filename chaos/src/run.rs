@@ -56,6 +56,9 @@ pub struct Config {
     /// (libfaketime); halfway through the run each of these clocks steps to the opposite
     /// offset (an NTP step of twice the offset, backwards for replica 2 and n1).
     pub clock_offsets: bool,
+    /// Brisk faults (`Faults::brisk`): the next fault once the cluster is whole again after
+    /// the last, shorter outages above the same lower bounds.
+    pub brisk: bool,
 }
 
 /// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
@@ -75,6 +78,7 @@ impl Config {
             keep_dir: false,
             mix: Mix::All,
             clock_offsets: false,
+            brisk: false,
         }
     }
 }
@@ -113,7 +117,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
 
-    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix);
+    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix).brisk(cfg.brisk);
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
@@ -130,6 +134,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         let at_s = start.elapsed().as_secs_f64();
         let (fault, moment) = faults.inject(&mut c).await;
         landed.push(Landed { at_s, fault, moment });
+        faults.settle(&c).await;
     }
     stop.store(true, Ordering::SeqCst);
     if let Ok(cancels) = submitter.await {
