@@ -59,8 +59,9 @@ pub const REPLICAS: usize = 3;
 /// Bound on one call to a replica while looking for one that answers: a paused replica
 /// accepts connections and never answers.
 const PROBE_MS: u64 = 500;
-/// How long the cluster may take to elect a leader, register agents, or reach a job state.
-const WAIT_S: u64 = 20;
+/// How long the cluster may take to elect a leader, register agents, or reach a job state:
+/// generous, for a loaded machine (several chaos runs at once); only a failure waits it out.
+const WAIT_S: u64 = 60;
 
 /// A node as the agent offers it.
 #[derive(Clone, Debug)]

@@ -10,6 +10,9 @@ use clap::{Parser, Subcommand};
 /// Bound on the runs one `--runs` starts at once: each is a cluster of six processes and its
 /// jobs, and a machine holds `baton_chaos::slot::SLOTS` clusters.
 const MAX_RUNS: u64 = 32;
+/// Between the starts of two runs of `--runs`: clusters that start together on a small
+/// machine elect their leaders slowly.
+const STAGGER_MS: u64 = 3_000;
 
 #[derive(Parser, Debug)]
 #[command(name = "baton-chaos", about = "Inject faults into a local baton cluster and check its promises")]
@@ -199,6 +202,9 @@ fn many(args: &Args, baton: &Path) -> ExitCode {
     );
     let mut children = Vec::new();
     for seed in args.seed..args.seed + args.runs {
+        if seed != args.seed {
+            std::thread::sleep(std::time::Duration::from_millis(STAGGER_MS));
+        }
         let json = out.join(format!("seed-{seed}.json"));
         let _ = std::fs::remove_file(&json);
         let log = match std::fs::File::create(out.join(format!("seed-{seed}.log"))) {
