@@ -653,7 +653,7 @@ impl Cluster {
             if self.is_whole().await {
                 return true;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         false
     }
