@@ -9,7 +9,7 @@
 //! It panics, naming the logs' directory, when the cluster does not come up or answer in
 //! time: it serves tests and the chaos harness, where that is a failed run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use baton_proto::tls::{REPLICA_HOST, Transport};
 
 use crate::net::{self, Net, Rule};
+use crate::slot::Slot;
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::{ClusterInfoReply, Empty, Job, JobRef, NodeStatus};
 use baton_proto::words::Word;
@@ -58,8 +59,9 @@ pub const REPLICAS: usize = 3;
 /// Bound on one call to a replica while looking for one that answers: a paused replica
 /// accepts connections and never answers.
 const PROBE_MS: u64 = 500;
-/// How long the cluster may take to elect a leader, register agents, or reach a job state.
-const WAIT_S: u64 = 20;
+/// How long the cluster may take to elect a leader, register agents, or reach a job state:
+/// generous, for a loaded machine (several chaos runs at once); only a failure waits it out.
+const WAIT_S: u64 = 60;
 
 /// A node as the agent offers it.
 #[derive(Clone, Debug)]
@@ -151,8 +153,10 @@ pub struct Cluster {
     replica_racks: Vec<Option<String>>,
     agents: BTreeMap<String, (NodeArgs, Proc)>,
     /// The processes' private network, when partitionable; dropped (removed) after the
-    /// processes are killed.
+    /// processes are killed. It holds the cluster's slot.
     net: Option<Net>,
+    /// The slot of a loopback cluster (its ports), held until the processes are killed.
+    slot: Option<Slot>,
 }
 
 /// Port every replica listens on in a partitionable cluster (each has an address of its own).
@@ -200,9 +204,13 @@ impl Topology {
     }
 }
 
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-    l.local_addr().expect("a bound address").to_string()
+/// Loopback address `i` of the cluster's slot (see `slot`: ports no other cluster and no
+/// outgoing connection takes, also while the replica that listens there is down).
+fn slot_addr(slot: &Slot, i: usize) -> String {
+    let port = slot.port(i).unwrap_or_else(|| {
+        panic!("a loopback cluster has {} replica ports, not {}", crate::slot::PORTS_PER_SLOT, i + 1)
+    });
+    format!("127.0.0.1:{port}")
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
@@ -299,9 +307,16 @@ impl Cluster {
 
     async fn start_on(baton: &Path, nodes: &[NodeArgs], t: &Timing, racks: &[&str], net: Option<Net>) -> Cluster {
         let dir = tempfile::Builder::new().prefix("baton-e2e-").tempdir().expect("a temporary directory");
-        let servers: Vec<String> = match &net {
-            Some(net) => (0..REPLICAS).map(|i| format!("{}:{NET_REPLICA_PORT}", net.addr(&replica_label(i)))).collect(),
-            None => (0..REPLICAS).map(|_| free_port()).collect(),
+        let slot = match net {
+            Some(_) => None,
+            None => Some(Slot::take(crate::slot::ports_free).unwrap_or_else(|e| panic!("{e}"))),
+        };
+        let servers: Vec<String> = match (&net, &slot) {
+            (Some(net), _) => {
+                (0..REPLICAS).map(|i| format!("{}:{NET_REPLICA_PORT}", net.addr(&replica_label(i)))).collect()
+            }
+            (None, Some(slot)) => (0..REPLICAS).map(|i| slot_addr(slot, i)).collect(),
+            (None, None) => unreachable!("a loopback cluster takes a slot"),
         };
         let members: Vec<String> = servers.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
         let tls = make_certificates(baton, &dir.path().join("tls"), nodes);
@@ -316,6 +331,7 @@ impl Cluster {
             replica_racks: Vec::new(),
             agents: BTreeMap::new(),
             net,
+            slot,
         };
         for (i, addr) in servers.iter().enumerate() {
             let rack = racks.get(i).copied();
@@ -391,7 +407,8 @@ impl Cluster {
         let args = strings(&["tls", "cert", "create", "--server", &id.to_string(), "--ca-dir", &ca, "--out-dir", &out]);
         let made = Command::new(&self.baton).args(&args).output().expect("baton tls runs");
         assert!(made.status.success(), "baton {args:?}: {}", String::from_utf8_lossy(&made.stderr));
-        let addr = free_port();
+        let slot = self.slot.as_ref().expect("a loopback cluster holds a slot");
+        let addr = slot_addr(slot, self.replicas.len());
         self.spawn_replica_process(id, &addr, None, rack);
         self.servers.addrs.push(addr.clone());
         let deadline = Instant::now() + Duration::from_secs(WAIT_S);
@@ -638,6 +655,40 @@ impl Cluster {
         }
     }
 
+    /// Waits until the cluster is whole, at most `wait_ms`: every replica runs, answers and
+    /// names the same leader, and every node is ready. False when it was not in time.
+    pub async fn wait_whole(&self, wait_ms: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        while Instant::now() < deadline {
+            if self.is_whole().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        false
+    }
+
+    async fn is_whole(&self) -> bool {
+        let mut leaders = BTreeSet::new();
+        let mut client = None;
+        for i in 0..self.replicas.len() {
+            let Some((c, info)) = self.answering(i).await else { return false };
+            leaders.insert(info.leader_id);
+            if info.leader_id == info.answered_by {
+                client = Some(c);
+            }
+        }
+        let (Some(mut c), 1) = (client, leaders.len()) else { return false };
+        let bound = Duration::from_millis(PROBE_MS);
+        match tokio::time::timeout(bound, c.list_nodes(Empty {})).await {
+            Ok(Ok(r)) => {
+                let nodes = &r.get_ref().nodes;
+                nodes.len() == self.agents.len() && nodes.iter().all(|n| n.status() == NodeStatus::Ready)
+            }
+            _ => false,
+        }
+    }
+
     /// SIGKILL the leader; returns its index.
     pub async fn kill_leader(&mut self) -> usize {
         let i = self.leader().await;
@@ -708,6 +759,20 @@ pub async fn connect_any(servers: &Servers) -> Option<Client> {
             && info.leader_id != 0
         {
             return Some(c);
+        }
+    }
+    None
+}
+
+/// A client of the leading replica among `servers` and its index, trying each once with a
+/// short bound.
+pub async fn connect_leader(servers: &Servers) -> Option<(Client, usize)> {
+    for (i, addr) in servers.addrs.iter().enumerate() {
+        if let Some((c, info)) = probe(addr, servers).await
+            && info.leader_id != 0
+            && info.leader_id == info.answered_by
+        {
+            return Some((c, i));
         }
     }
     None

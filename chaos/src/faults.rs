@@ -20,9 +20,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use baton_proto::v1::{JobState, ListJobsRequest};
+use baton_proto::v1::{Empty, JobState, ListJobsRequest};
 
-use crate::cluster::{Cluster, REPLICAS, Servers, Topology, agent_label, connect_any, replica_label};
+use crate::cluster::{Cluster, REPLICAS, Servers, Topology, agent_label, connect_any, connect_leader, replica_label};
 use crate::net::{Rule, cut_between, one_way};
 use crate::rng::Rng;
 
@@ -40,6 +40,30 @@ const WATCH_CALL_MS: u64 = 500;
 const TIMED_PERCENT: u64 = 50;
 /// Share of network faults in a run that mixes both families.
 const NETWORK_PERCENT: u64 = 50;
+/// With `Faults::brisk`: how long to wait, at most, for the cluster to be whole again after
+/// a fault is healed (every replica answering, one leader, every node ready) before the
+/// next; and the pause after that. Together at most the 2.5 s of the usual pause: on a
+/// loaded machine a cluster may take long to look whole (a look opens a connection to each
+/// replica), and brisk faults are never sparser than the usual ones.
+const WHOLE_WAIT_MS: u64 = 2_000;
+const BRISK_PAUSE_MS: (u64, u64) = (200, 500);
+/// `Mix::PreemptionKills`: how long the killed leader stays down. From 0: a leader restarted
+/// at once often takes up its own term again before its followers campaign (its vote was
+/// committed), a different failover from one where another replica takes over, which a
+/// longer outage lets happen; the old 0.5-2 s drew only the second kind.
+const PREEMPTION_KILL_OUTAGE_MS: (u64, u64) = (0, 2_000);
+
+/// `Fault::kind` of a single leader kill (the kind counted right after a preemption).
+pub const LEADER_KILL: &str = "kill leader";
+
+/// The partition kinds issue 9 lists, each with the `Fault::kind`s it counts.
+pub const PARTITION_KINDS: [(&str, &[&str]); 5] = [
+    ("a replica cut off (the leader or a follower)", &["cut off the leader", "cut off a follower"]),
+    ("the leader cut from its peers, not its agents", &["cut the leader from its peers, not its agents"]),
+    ("an agent cut off past the heartbeat timeout", &["cut off an agent past the heartbeat timeout"]),
+    ("a whole rack cut off", &["cut off a rack (a replica and its agents)"]),
+    ("a one-way cut", &["one-way cut"]),
+];
 
 /// Which faults a run draws from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +74,10 @@ pub enum Mix {
     Processes,
     /// Network faults only.
     Partitions,
+    /// The five partition kinds of issue 9 only, a fifth each: a replica cut off, the leader
+    /// cut from its peers, an agent cut off past the heartbeat timeout, a rack cut off, a
+    /// one-way cut. No lossy link, no process fault.
+    Cuts,
     /// Leader kills only, each as soon as a preemption is seen committed (within
     /// `PREEMPTION_WAIT_MS`), one after another: the count of kills landing mid-preemption grows
     /// as fast as the load preempts. No network namespaces needed.
@@ -58,7 +86,7 @@ pub enum Mix {
 
 impl Mix {
     pub fn partitions(self) -> bool {
-        matches!(self, Mix::All | Mix::Partitions)
+        matches!(self, Mix::All | Mix::Partitions | Mix::Cuts)
     }
 
     /// How a run's summary says which faults it drew from.
@@ -67,6 +95,7 @@ impl Mix {
             Mix::All => "process faults and network partitions",
             Mix::Processes => "process faults only: network partitions were off (--no-partitions)",
             Mix::Partitions => "network partitions only (--only-partitions)",
+            Mix::Cuts => "the five partition kinds of issue 9 only, a fifth each (--only-cuts)",
             Mix::PreemptionKills => "leader kills right after preemptions commit only (--preemption-kills)",
         }
     }
@@ -119,7 +148,7 @@ impl Fault {
     /// The fault's kind, for counts.
     pub fn kind(&self) -> &'static str {
         match self {
-            Fault::KillReplica { leader: true, .. } => "kill leader",
+            Fault::KillReplica { leader: true, .. } => LEADER_KILL,
             Fault::KillReplica { leader: false, .. } => "kill follower",
             Fault::PauseReplica { .. } => "pause leader",
             Fault::KillNewLeader { .. } => "kill leader, then the new leader",
@@ -195,6 +224,13 @@ impl fmt::Display for Fault {
     }
 }
 
+/// `Mix::Cuts`: a roll (0 to 99) moved onto the rolls of `Faults::draw_network` that draw
+/// the five partition kinds, a fifth of the rolls each (the lossy link's rolls, 90 and
+/// above, are never drawn).
+fn cuts_roll(roll: u64) -> u64 {
+    [0, 20, 40, 60, 75][(roll.min(99) / 20) as usize]
+}
+
 /// The protocol state a fault landed in, as the harness saw the jobs just before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Moment {
@@ -248,8 +284,15 @@ pub struct Faults {
     max_agent_outage_ms: u64,
     heartbeat_timeout_ms: u64,
     servers: Servers,
-    watcher: Option<crate::cluster::Client>,
+    /// The watcher's client, the replica it is connected to, and whether that replica led
+    /// when connected (with `Mix::PreemptionKills` the watcher connects to the leader, so
+    /// that the kill needs no new connection).
+    watcher: Option<(crate::cluster::Client, usize, bool)>,
     mix: Mix,
+    /// Shorter pauses between faults, each once the cluster is whole again after the last
+    /// (see `Faults::brisk`), and shorter outages, none below the lower bounds that make
+    /// the fault what it is.
+    brisk: bool,
 }
 
 impl Faults {
@@ -261,16 +304,38 @@ impl Faults {
             servers: servers.clone(),
             watcher: None,
             mix,
+            brisk: false,
         }
     }
 
+    /// Brisk faults: after each heal the next fault waits only until the cluster is whole
+    /// again (every replica answers and names the same leader, every node is ready), then
+    /// 0.2-0.5 s instead of 1-2.5 s; outages keep their lower bounds (past the heartbeat
+    /// timeout, past the lease) and lose most of their upper ones. Each fault is still
+    /// healed before the next, and what is checked is the same.
+    pub fn brisk(mut self, on: bool) -> Faults {
+        self.brisk = on;
+        self
+    }
+
     /// Time between the end of one fault and the start of the next. Leader kills timed by
-    /// preemptions follow each other sooner: the wait for the next preemption spaces them.
+    /// preemptions follow each other at once: the wait for the next preemption spaces them.
     pub fn pause_before_next(&mut self) -> Duration {
         if self.mix == Mix::PreemptionKills {
-            return Duration::from_millis(self.rng.range(200, 600));
+            return Duration::ZERO;
+        }
+        if self.brisk {
+            return Duration::from_millis(self.rng.range(BRISK_PAUSE_MS.0, BRISK_PAUSE_MS.1));
         }
         Duration::from_millis(self.rng.range(1_000, 2_500))
+    }
+
+    /// With brisk faults, waits (at most `WHOLE_WAIT_MS`) until the cluster is whole again;
+    /// without, returns at once (the fixed pause covers it).
+    pub async fn settle(&self, c: &Cluster) {
+        if self.brisk && self.mix != Mix::PreemptionKills && !c.wait_whole(WHOLE_WAIT_MS).await {
+            eprintln!("chaos: the cluster was not whole {WHOLE_WAIT_MS} ms after a heal; the next fault goes on");
+        }
     }
 
     /// Injects one fault, waits out its outage and heals it; returns what it did and the
@@ -278,7 +343,12 @@ impl Faults {
     pub async fn inject(&mut self, c: &mut Cluster) -> (Fault, Moment) {
         if self.mix == Mix::PreemptionKills {
             let moment = self.wait_for(Moment::AfterPreemption, PREEMPTION_WAIT_MS).await;
-            let leader = c.leader().await;
+            // The watcher looks at the leader: kill it if it still leads (one call on the
+            // open connection), else look the leader up.
+            let leader = match self.watched_leader().await {
+                Some(i) => i,
+                None => c.leader().await,
+            };
             let fault = self.strike(c, Fault::KillReplica { replica: leader, leader: true }).await;
             return (fault, moment);
         }
@@ -302,10 +372,14 @@ impl Faults {
         let network = match self.mix {
             Mix::All => self.rng.chance(NETWORK_PERCENT),
             Mix::Processes => false,
-            Mix::Partitions => true,
+            Mix::Partitions | Mix::Cuts => true,
             Mix::PreemptionKills => false,
         };
-        if network { self.draw_network(c, roll).await } else { self.draw_process(c, roll).await }
+        if !network {
+            return self.draw_process(c, roll).await;
+        }
+        let roll = if self.mix == Mix::Cuts { cuts_roll(roll) } else { roll };
+        self.draw_network(c, roll).await
     }
 
     /// A network fault for `roll` (0 to 99).
@@ -364,8 +438,13 @@ impl Faults {
 
     /// Does the fault, waits out its outage and heals it.
     async fn strike(&mut self, c: &mut Cluster, fault: Fault) -> Fault {
-        let long_ms = self.rng.range(self.heartbeat_timeout_ms + 500, 2 * self.heartbeat_timeout_ms);
-        let outage = Duration::from_millis(self.rng.range(500, 2_000));
+        let t = self.heartbeat_timeout_ms;
+        let long_ms = self.rng.range(t + 500, if self.brisk { (t + 500).max(t * 3 / 2) } else { 2 * t });
+        let outage = match self.mix {
+            Mix::PreemptionKills => self.rng.range(PREEMPTION_KILL_OUTAGE_MS.0, PREEMPTION_KILL_OUTAGE_MS.1),
+            _ => self.rng.range(500, 2_000),
+        };
+        let outage = Duration::from_millis(outage);
         match fault {
             Fault::KillReplica { replica, .. } => {
                 c.kill_replica(replica);
@@ -416,13 +495,15 @@ impl Faults {
     /// leases to matter.
     fn cut_ms(&mut self, fault: &Fault, long_ms: u64) -> u64 {
         let t = self.heartbeat_timeout_ms;
+        // Brisk: the same lower bounds, shorter upper ones.
+        let (up_t, up_lossy_ms, up_ms) = if self.brisk { (t, 3_500, 2_500) } else { (2 * t, 5_000, 4_000) };
         match fault {
             Fault::CutAgent { .. } | Fault::CutRack { .. } => long_ms,
             Fault::DeposeLeader { .. } | Fault::OneWay(OneWay::AgentDeaf { .. } | OneWay::AgentMute { .. }) => {
-                self.rng.range(t / 2, 2 * t)
+                self.rng.range(t / 2, up_t)
             }
-            Fault::Lossy { .. } => self.rng.range(2_000, 5_000),
-            _ => self.rng.range(1_000, 4_000),
+            Fault::Lossy { .. } => self.rng.range(2_000, up_lossy_ms),
+            _ => self.rng.range(1_000, up_ms),
         }
     }
 
@@ -445,12 +526,29 @@ impl Faults {
         }
     }
 
-    /// The running and preempting jobs, from any replica that answers.
+    /// The replica the watcher looks at, if it led when connected and still says it leads
+    /// (one call on the open connection, bounded by `WATCH_CALL_MS`).
+    async fn watched_leader(&mut self) -> Option<usize> {
+        let (api, i, led) = self.watcher.as_mut()?;
+        if !*led {
+            return None;
+        }
+        let call = tokio::time::timeout(Duration::from_millis(WATCH_CALL_MS), api.cluster_info(Empty {}));
+        let info = call.await.ok()?.ok()?.into_inner();
+        (info.leader_id != 0 && info.leader_id == info.answered_by).then_some(*i)
+    }
+
+    /// The running and preempting jobs, from any replica that answers (the leader, with
+    /// `Mix::PreemptionKills`).
     async fn look(&mut self) -> Option<Seen> {
         if self.watcher.is_none() {
-            self.watcher = connect_any(&self.servers).await;
+            self.watcher = if self.mix == Mix::PreemptionKills {
+                connect_leader(&self.servers).await.map(|(c, i)| (c, i, true))
+            } else {
+                connect_any(&self.servers).await.map(|c| (c, 0, false))
+            };
         }
-        let api = self.watcher.as_mut()?;
+        let (api, _, _) = self.watcher.as_mut()?;
         let req = ListJobsRequest {
             states: vec![JobState::Running.into(), JobState::Preempting.into()],
             ..Default::default()
@@ -487,6 +585,20 @@ mod tests {
         assert_eq!(moment_between(&seen(&[], &[1]), &seen(&[2], &[1])), Moment::StopInFlight);
         // A job that left Running is no placement.
         assert_eq!(moment_between(&seen(&[1, 2], &[]), &seen(&[1], &[])), Moment::Idle);
+    }
+
+    #[test]
+    fn cuts_draw_each_partition_kind_a_fifth_of_the_time_and_no_lossy_link() {
+        let mut counts = std::collections::BTreeMap::new();
+        for roll in 0..100 {
+            *counts.entry(cuts_roll(roll)).or_insert(0) += 1;
+        }
+        // The thresholds of `draw_network`: <15 isolate, <35 depose, <55 agent, <70 rack,
+        // <90 one-way, else lossy.
+        let kinds: Vec<(u64, u32)> = counts.into_iter().collect();
+        assert_eq!(kinds, [(0, 20), (20, 20), (40, 20), (60, 20), (75, 20)]);
+        assert!(kinds.iter().all(|(r, _)| *r < 90), "a lossy link drawn");
+        assert_eq!(PARTITION_KINDS.len(), kinds.len());
     }
 
     fn topology() -> Topology {

@@ -24,9 +24,12 @@
 //!   their steps, resumes from the newest checkpoint, and the run was not vacuous (faults
 //!   happened, jobs resumed from checkpoints, faults landed in non-idle protocol states).
 //! - `run`: the whole run.
+//! - `slot`: what one cluster holds for itself (loopback ports, a subnet, names), so that
+//!   several runs at once on one machine do not interfere.
+//! - `sum`: a run's counts as JSON and the sum of several runs' (`--json`, `--runs`, `sum`).
 //!
-//! `baton-chaos --seconds 300 --seed 7` runs it from the command line; `tests/e2e` runs a
-//! short one in CI.
+//! `baton-chaos --seconds 300 --seed 7` runs it from the command line (`--runs 4` runs four
+//! seeds at once and sums them); `tests/e2e` runs a short one in CI.
 
 pub mod check;
 pub mod cluster;
@@ -37,6 +40,8 @@ pub mod net;
 pub mod observe;
 mod rng;
 pub mod run;
+pub mod slot;
+pub mod sum;
 
 pub use check::Report;
 pub use run::{Config, run};

@@ -1,19 +1,32 @@
 //! `baton-chaos`: a chaos run from the command line (see the crate's documentation).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
-use clap::Parser;
+use baton_chaos::sum::Tally;
+use clap::{Parser, Subcommand};
+
+/// Bound on the runs one `--runs` starts at once: each is a cluster of six processes and its
+/// jobs, and a machine holds `baton_chaos::slot::SLOTS` clusters.
+const MAX_RUNS: u64 = 32;
+/// Between the starts of two runs of `--runs`: clusters that start together on a small
+/// machine elect their leaders slowly.
+const STAGGER_MS: u64 = 3_000;
 
 #[derive(Parser, Debug)]
 #[command(name = "baton-chaos", about = "Inject faults into a local baton cluster and check its promises")]
+#[command(args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Cmd>,
     /// The baton binary (default: `baton` beside this program).
     #[arg(long)]
     baton: Option<PathBuf>,
     /// How long to inject faults.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
+    /// The run's seed; with `--runs N`, the first of N seeds in a row.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Keep the run's directory (logs and witness records) even when it passes.
@@ -21,26 +34,61 @@ struct Args {
     keep_dir: bool,
     /// Inject process faults only. Without it the run needs network namespaces (root, `ip`,
     /// `nft`) for its network partitions, and fails, naming what is missing, without them.
-    #[arg(long, conflicts_with = "only_partitions")]
+    #[arg(long, conflicts_with_all = ["only_partitions", "only_cuts"])]
     no_partitions: bool,
     /// Inject network partitions only (no process kills or pauses).
-    #[arg(long, conflicts_with = "preemption_kills")]
+    #[arg(long, conflicts_with_all = ["preemption_kills", "only_cuts"])]
     only_partitions: bool,
+    /// Inject only the five partition kinds of issue 9, a fifth each: a replica cut off, the
+    /// leader cut from its peers, an agent cut off past the heartbeat timeout, a rack cut
+    /// off, a one-way cut (no lossy link, no process fault).
+    #[arg(long, conflicts_with = "preemption_kills")]
+    only_cuts: bool,
     /// Kill the leader right after each preemption commits, and nothing else (no network
     /// namespaces needed): many leader kills mid-preemption in a short run.
     #[arg(long, conflicts_with = "no_partitions")]
     preemption_kills: bool,
+    /// Brisk faults: the next fault as soon as the cluster is whole again after the last
+    /// (every replica answers and names one leader, every node ready) and 0.2-0.5 s more,
+    /// instead of 1-2.5 s; outages keep their lower bounds, lose most of their upper ones.
+    #[arg(long)]
+    brisk: bool,
     /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind, n1's agent's 5 s
     /// ahead and n2's 5 s behind, each stepped to the opposite offset halfway through the
     /// run (needs libfaketime).
     #[arg(long)]
     clock_offsets: bool,
+    /// Also write the run's counts (faults by kind and protocol state, jobs, violations) to
+    /// FILE as JSON, for `baton-chaos sum`.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Run N seeds at once (`--seed`, `--seed`+1, ...), each its own cluster and process,
+    /// and print their sum; each run's output and counts go to `--out`.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_RUNS))]
+    runs: u64,
+    /// With `--runs`: the directory for each run's output (`seed-N.log`) and counts
+    /// (`seed-N.json`); default a new directory under the temporary one.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Sum the counts of runs (`--json` files): faults by kind and protocol state, leader
+    /// kills right after a preemption, partitions of each kind, jobs, violations.
+    Sum {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let baton = match args.baton {
-        Some(b) => b,
+    if let Some(Cmd::Sum { files }) = &args.command {
+        return sum(files);
+    }
+    let baton = match &args.baton {
+        Some(b) => b.clone(),
         None => match std::env::current_exe() {
             Ok(me) => me.with_file_name("baton"),
             Err(e) => {
@@ -56,14 +104,24 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if args.runs > 1 {
+        return many(&args, &baton);
+    }
+    one(&args, baton)
+}
+
+fn one(args: &Args, baton: PathBuf) -> ExitCode {
+    let started = Instant::now();
     let mut cfg = baton_chaos::Config::new(baton, args.seconds, args.seed);
     cfg.keep_dir = args.keep_dir;
     cfg.clock_offsets = args.clock_offsets;
-    cfg.mix = match (args.no_partitions, args.only_partitions, args.preemption_kills) {
-        (_, _, true) => baton_chaos::faults::Mix::PreemptionKills,
-        (true, _, _) => baton_chaos::faults::Mix::Processes,
-        (false, true, _) => baton_chaos::faults::Mix::Partitions,
-        (false, false, false) => baton_chaos::faults::Mix::All,
+    cfg.brisk = args.brisk;
+    cfg.mix = match (args.no_partitions, args.only_partitions, args.only_cuts, args.preemption_kills) {
+        (_, _, _, true) => baton_chaos::faults::Mix::PreemptionKills,
+        (true, _, _, _) => baton_chaos::faults::Mix::Processes,
+        (false, true, _, _) => baton_chaos::faults::Mix::Partitions,
+        (false, false, true, _) => baton_chaos::faults::Mix::Cuts,
+        (false, false, false, false) => baton_chaos::faults::Mix::All,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -80,5 +138,124 @@ fn main() -> ExitCode {
         }
     };
     print!("{report}");
+    if let Some(path) = &args.json
+        && let Err(e) = Tally::of(&report, args.seed, started.elapsed().as_secs_f64()).write(path)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// The arguments of one run of `--runs`: these, for `seed`, writing its counts to `json`.
+fn child_args(args: &Args, baton: &Path, seed: u64, json: &Path) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "--baton".into(),
+        baton.display().to_string(),
+        "--seconds".into(),
+        args.seconds.to_string(),
+        "--seed".into(),
+        seed.to_string(),
+        "--json".into(),
+        json.display().to_string(),
+    ];
+    let flags = [
+        (args.keep_dir, "--keep-dir"),
+        (args.no_partitions, "--no-partitions"),
+        (args.only_partitions, "--only-partitions"),
+        (args.only_cuts, "--only-cuts"),
+        (args.preemption_kills, "--preemption-kills"),
+        (args.brisk, "--brisk"),
+        (args.clock_offsets, "--clock-offsets"),
+    ];
+    a.extend(flags.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.to_string()));
+    a
+}
+
+/// `--runs N`: N runs at once, each a process of this program with its own cluster (see
+/// `baton_chaos::slot` for why they do not interfere), then their sum.
+fn many(args: &Args, baton: &Path) -> ExitCode {
+    let out = match &args.out {
+        Some(dir) => std::fs::create_dir_all(dir).map(|()| dir.clone()),
+        None => tempfile::Builder::new().prefix("baton-chaos-runs-").tempdir().map(|d| d.keep()),
+    };
+    let out = match out {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("error: cannot make the runs' directory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let me = match std::env::current_exe() {
+        Ok(me) => me,
+        Err(e) => {
+            eprintln!("error: cannot find this program ({e})");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "chaos: {} runs at once, seeds {}..={}; output in {}",
+        args.runs,
+        args.seed,
+        args.seed + args.runs - 1,
+        out.display()
+    );
+    let mut children = Vec::new();
+    for seed in args.seed..args.seed + args.runs {
+        if seed != args.seed {
+            std::thread::sleep(std::time::Duration::from_millis(STAGGER_MS));
+        }
+        let json = out.join(format!("seed-{seed}.json"));
+        let _ = std::fs::remove_file(&json);
+        let log = match std::fs::File::create(out.join(format!("seed-{seed}.log"))) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: cannot make seed {seed}'s log: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let spawned = log.try_clone().and_then(|err| {
+            std::process::Command::new(&me)
+                .args(child_args(args, baton, seed, &json))
+                .stdin(std::process::Stdio::null())
+                .stdout(log)
+                .stderr(err)
+                .spawn()
+        });
+        match spawned {
+            Ok(child) => children.push((seed, json, child)),
+            Err(e) => {
+                eprintln!("error: cannot start the run of seed {seed}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut total = Tally::default();
+    for (seed, json, mut child) in children {
+        let status = child.wait();
+        let tally = match Tally::read(&json) {
+            Ok(t) => t,
+            Err(e) => Tally::no_report(seed, &format!("{e} ({status:?}); see seed-{seed}.log")),
+        };
+        eprintln!("chaos: seed {seed} done: {} faults, {} violations", tally.faults, tally.violations.len());
+        total.add(&tally);
+    }
+    print!("{total}");
+    println!("each run's output and counts: {}", out.display());
+    if total.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn sum(files: &[PathBuf]) -> ExitCode {
+    let mut total = Tally::default();
+    for f in files {
+        match Tally::read(f) {
+            Ok(t) => total.add(&t),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    print!("{total}");
+    if total.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -9,33 +9,30 @@
 //! with Docker bridged frames pass through the machine's iptables `FORWARD` chain, whose
 //! policy there is DROP.
 //!
-//! Names start with `bc<pid>x<n>` (this process's id, the n-th network of the process): a
-//! [`Net`] removes what it made when dropped (also when the run panics), and a new one first
-//! removes what runs of processes that no longer exist left behind (killed before their
-//! cleanup). Needs root, `ip` (iproute2) and `nft` (nftables); [`preflight`] names what is
-//! missing.
+//! A network holds a [`Slot`] (`slot`), so that networks made at once by several processes
+//! never share a subnet or a name: its subnet is the slot's /28, its names start with
+//! `bcs<slot>`. A [`Net`] removes what it made when dropped (also when the run panics), and
+//! a new one first removes what carries the number of a slot no one holds (left by a run
+//! killed before its cleanup); a live run holds its slot, so nothing of it is removed. Needs
+//! root, `ip` (iproute2) and `nft` (nftables); [`preflight`] names what is missing.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::slot::{SLOTS, Slot};
 
 /// Label of the harness's own end of the network (clients, the fault watcher).
 pub const HOST: &str = "host";
 /// The network addresses come from 198.18.0.0/15 (RFC 2544, for tests of network devices),
-/// one /28 per network: the host, the bridge's spare, up to 13 processes.
+/// one /28 per slot: the host, the bridge's spare, up to 13 processes.
 const BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
-const SUBNETS: u32 = 1 << 13;
 const SUBNET_SIZE: u32 = 16;
 /// Processes one network holds: a /28 less the network, broadcast and host addresses.
 pub const MAX_MEMBERS: usize = 13;
-const PREFIX: &str = "bc";
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
-/// Held while a network of this process picks its subnet and takes the host's address in
-/// it, so that two made at once (tests in parallel) do not pick the same.
-static PICKING: Mutex<()> = Mutex::new(());
+/// Names of ours are `bcs<slot>-sw` (the switch), `bcs<slot>-<i>` (a process), `bcs<slot>h`
+/// (the host's veth): 15 bytes at most, a link name's limit.
+const PREFIX: &str = "bcs";
 
 /// A network fault between labelled ends, in force until replaced.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -88,8 +85,10 @@ pub fn preflight() -> Option<String> {
 /// The private network of one run. Dropping it removes its namespaces and links.
 pub struct Net {
     tag: String,
+    /// Held while the network exists; declared last, so released after `drop` removed it.
     addrs: BTreeMap<String, Ipv4Addr>,
     namespaces: BTreeMap<String, String>,
+    slot: Slot,
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -130,16 +129,18 @@ impl Net {
         if let Some(missing) = preflight() {
             return Err(missing);
         }
-        remove_leftovers();
-        let tag = format!("{PREFIX}{}x{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
-        let mut net = Net { tag, addrs: BTreeMap::new(), namespaces: BTreeMap::new() };
+        // A slot whose subnet something else of the machine uses is passed over; what a
+        // dead run of a slot left behind is removed first, so its subnet reads as free.
+        let slot = Slot::take(|n| {
+            remove_leftovers(n);
+            subnet_free(subnet(n))
+        })?;
+        remove_leftovers_of_free_slots(slot.number());
+        let base = subnet(slot.number());
+        let tag = format!("{PREFIX}{}", slot.number());
+        let mut net = Net { tag, addrs: BTreeMap::new(), namespaces: BTreeMap::new(), slot };
         // From here on, a failure drops `net`, which removes what was made.
-        let base = {
-            let _picking = PICKING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let base = free_subnet();
-            net.make_switch(base)?;
-            base
-        };
+        net.make_switch(base)?;
         for (i, label) in labels.iter().enumerate() {
             net.plug(i, label, Ipv4Addr::from(base + 2 + i as u32))?;
         }
@@ -178,6 +179,11 @@ impl Net {
         ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
         self.addrs.insert(label.into(), addr);
         Ok(())
+    }
+
+    /// The slot the network holds (its subnet and names).
+    pub fn slot(&self) -> u32 {
+        self.slot.number()
     }
 
     /// The address of `label` (or of [`HOST`]).
@@ -222,39 +228,59 @@ fn ruleset(rules: &[Rule], addrs: &BTreeMap<String, Ipv4Addr>) -> Result<String,
     Ok(s)
 }
 
-/// The first /28 of the range that no address of this machine's namespace falls in.
-fn free_subnet() -> u32 {
-    let used = output("ip", &["-o", "-4", "addr", "show"]);
-    let start = std::process::id() % SUBNETS;
-    (0..SUBNETS)
-        .map(|k| BASE + ((start + k) % SUBNETS) * SUBNET_SIZE)
-        .find(|base| (0..SUBNET_SIZE).all(|h| !used.contains(&format!("inet {}/", Ipv4Addr::from(base + h)))))
-        .unwrap_or(BASE)
+/// The first address of slot `n`'s /28.
+fn subnet(n: u32) -> u32 {
+    BASE + n * SUBNET_SIZE
 }
 
-/// The process id a name of ours carries (`bc<pid>x<n>...`).
+/// Whether no address of this machine's namespace falls in the /28 at `base`.
+fn subnet_free(base: u32) -> bool {
+    let used = output("ip", &["-o", "-4", "addr", "show"]);
+    (0..SUBNET_SIZE).all(|h| !used.contains(&format!("inet {}/", Ipv4Addr::from(base + h))))
+}
+
+/// The slot a name of ours carries (`bcs<slot>-...` or `bcs<slot>h`).
 fn owner(name: &str) -> Option<u32> {
     let rest = name.strip_prefix(PREFIX)?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    if rest[digits.len()..].starts_with('x') { digits.parse().ok() } else { None }
+    let after = &rest[digits.len()..];
+    let ours = after.starts_with('-') || after == "h";
+    if ours { digits.parse().ok().filter(|n| *n < SLOTS) } else { None }
 }
 
-fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Removes namespaces and links of ours whose process is gone.
-fn remove_leftovers() {
+/// Our namespaces and the machine's links of ours, each with its slot.
+fn names_of_ours() -> Vec<(u32, bool, String)> {
+    let mut names = Vec::new();
     for line in output("ip", &["netns", "list"]).lines() {
         let name = line.split_whitespace().next().unwrap_or_default();
-        if owner(name).is_some_and(|pid| !alive(pid)) {
-            let _ = ip(&["netns", "del", name]);
+        if let Some(n) = owner(name) {
+            names.push((n, true, name.to_string()));
         }
     }
     for line in output("ip", &["-o", "link", "show"]).lines() {
         let name = line.split(':').nth(1).unwrap_or_default().trim().split('@').next().unwrap_or_default();
-        if owner(name).is_some_and(|pid| !alive(pid)) {
-            let _ = ip(&["link", "del", name]);
+        if let Some(n) = owner(name) {
+            names.push((n, false, name.to_string()));
+        }
+    }
+    names
+}
+
+/// Removes the namespaces and links of slot `n`, which the caller holds: a dead run's.
+fn remove_leftovers(n: u32) {
+    for (_, is_ns, name) in names_of_ours().into_iter().filter(|(owner, _, _)| *owner == n) {
+        let _ = if is_ns { ip(&["netns", "del", &name]) } else { ip(&["link", "del", &name]) };
+    }
+}
+
+/// Removes what runs killed before their cleanup left behind in slots other than `mine`:
+/// only of a slot whose lock can be taken (no live process holds it), while holding it.
+fn remove_leftovers_of_free_slots(mine: u32) {
+    let slots: std::collections::BTreeSet<u32> =
+        names_of_ours().into_iter().map(|(n, _, _)| n).filter(|n| *n != mine).collect();
+    for n in slots {
+        if let Ok(Some(_held)) = Slot::try_take(n) {
+            remove_leftovers(n);
         }
     }
 }
@@ -308,11 +334,23 @@ mod tests {
     }
 
     #[test]
-    fn only_names_of_ours_with_a_process_id_are_leftovers_candidates() {
-        assert_eq!(owner("bc1234x0-sw"), Some(1234));
-        assert_eq!(owner("bc1234x0h"), Some(1234));
-        assert_eq!(owner("bc1234-sw"), None, "no run number: not ours");
+    fn only_names_of_ours_with_a_slot_are_leftovers_candidates() {
+        assert_eq!(owner("bcs12-sw"), Some(12));
+        assert_eq!(owner("bcs12-3"), Some(12));
+        assert_eq!(owner("bcs12h"), Some(12));
+        assert_eq!(owner("bcs12"), None, "nothing after the slot: not ours");
+        assert_eq!(owner("bcs12x"), None);
+        assert_eq!(owner("bcs4000-sw"), None, "no such slot");
+        assert_eq!(owner("bc1234x0-sw"), None, "another naming");
         assert_eq!(owner("bcast"), None);
         assert_eq!(owner("docker0"), None);
+    }
+
+    #[test]
+    fn slots_have_disjoint_subnets_in_the_test_range() {
+        assert_eq!(Ipv4Addr::from(subnet(0)), Ipv4Addr::new(198, 18, 0, 0));
+        assert_eq!(Ipv4Addr::from(subnet(1)), Ipv4Addr::new(198, 18, 0, 16));
+        let last = Ipv4Addr::from(subnet(SLOTS - 1) + SUBNET_SIZE - 1);
+        assert!(last < Ipv4Addr::new(198, 20, 0, 0), "{last} is past 198.18.0.0/15");
     }
 }

@@ -18,6 +18,8 @@ use crate::history::{History, Op, OpKind, Outcome, now_ms};
 use crate::load::{self, Load};
 use crate::rng::Rng;
 
+/// Tries of one setup call (the cohort, a queue) while the cluster is unavailable.
+const SETUP_TRIES: u32 = 150;
 /// Attempts at one submit before giving up on it (it then counts as not acknowledged).
 const SUBMIT_TRIES: u32 = 50;
 const SUBMIT_RETRY_MS: u64 = 200;
@@ -56,6 +58,9 @@ pub struct Config {
     /// (libfaketime); halfway through the run each of these clocks steps to the opposite
     /// offset (an NTP step of twice the offset, backwards for replica 2 and n1).
     pub clock_offsets: bool,
+    /// Brisk faults (`Faults::brisk`): the next fault once the cluster is whole again after
+    /// the last, shorter outages above the same lower bounds.
+    pub brisk: bool,
 }
 
 /// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
@@ -75,6 +80,7 @@ impl Config {
             keep_dir: false,
             mix: Mix::All,
             clock_offsets: false,
+            brisk: false,
         }
     }
 }
@@ -98,10 +104,17 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let witness = c.path("witness");
     std::fs::create_dir_all(&witness).expect("a witness directory");
     let (cohort, queues) = load::setup(cfg.gpus_per_node * cfg.nodes as u64);
-    let mut api = c.client().await;
-    api.put_cohort(cohort).await.expect("the cohort is created");
+    setup_call(&c, "the cohort is created", |mut api| {
+        let cohort = cohort.clone();
+        async move { api.put_cohort(cohort).await.map(|_| ()) }
+    })
+    .await;
     for q in queues {
-        api.put_queue(q).await.expect("the queues are created");
+        setup_call(&c, "the queues are created", |mut api| {
+            let q = q.clone();
+            async move { api.put_queue(q).await.map(|_| ()) }
+        })
+        .await;
     }
 
     let mut load = Load::new(cfg.seed, &cfg.baton, &witness);
@@ -113,7 +126,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
 
-    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix);
+    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix).brisk(cfg.brisk);
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
@@ -130,6 +143,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         let at_s = start.elapsed().as_secs_f64();
         let (fault, moment) = faults.inject(&mut c).await;
         landed.push(Landed { at_s, fault, moment });
+        faults.settle(&c).await;
     }
     stop.store(true, Ordering::SeqCst);
     if let Ok(cancels) = submitter.await {
@@ -166,6 +180,25 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         eprintln!("chaos: the run's directory is kept at {}", c.dir.path().display());
     }
     Ok(report)
+}
+
+/// Makes one setup call (a put, which may be repeated), again while the cluster is
+/// unavailable: on a loaded machine (several runs at once) a new leader may not have heard
+/// from a quorum yet. Panics, naming the logs, after `SETUP_TRIES`.
+async fn setup_call<F, Fut>(c: &Cluster, what: &str, call: F)
+where
+    F: Fn(crate::cluster::Client) -> Fut,
+    Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+{
+    for try_no in 1..=SETUP_TRIES {
+        match call(c.client().await).await {
+            Ok(()) => return,
+            Err(status) if status.code() == tonic::Code::Unavailable && try_no < SETUP_TRIES => {
+                tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await;
+            }
+            Err(status) => panic!("{what}: {status}; logs in {}", c.dir.path().display()),
+        }
+    }
 }
 
 /// Steps every clock that runs off the machine's to the opposite offset.

@@ -108,11 +108,82 @@ fn what_a_killed_run_left_behind_is_removed_by_the_next() {
     if off() {
         return;
     }
-    // Above the kernel's largest process id (2^22): no live process owns it.
-    let stale = "bc4194399x0-sw";
-    let made = std::process::Command::new("ip").args(["netns", "add", stale]).status().unwrap();
+    // The last slot: no run of these tests holds it (they take the lowest free ones).
+    let n = baton_chaos::slot::SLOTS - 1;
+    let stale = format!("bcs{n}-sw");
+    let made = std::process::Command::new("ip").args(["netns", "add", &stale]).status().unwrap();
     assert!(made.success(), "ip netns add {stale}");
     let net = Net::create(&["a"]).unwrap_or_else(|e| panic!("{e}"));
     assert!(!std::path::Path::new(&format!("/run/netns/{stale}")).exists(), "{stale} was not removed");
+    drop(net);
+}
+
+/// Set in the child process of `networks_of_two_processes_at_once_stay_apart`.
+const CHILD_ENV: &str = "BATON_CHAOS_NET_CHILD";
+
+/// The other process of `networks_of_two_processes_at_once_stay_apart`: makes a network,
+/// prints its slot, the namespace and address of its member `b`, and holds the network
+/// until its standard input closes (or it is killed).
+#[test]
+#[ignore = "a helper: another test runs it in a child process"]
+fn child_holding_a_network() {
+    if std::env::var(CHILD_ENV).is_err() {
+        return;
+    }
+    let net = Net::create(&["a", "b"]).unwrap_or_else(|e| panic!("{e}"));
+    println!("NET {} {} {}", net.slot(), net.namespace("b"), net.addr("b"));
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
+    drop(net);
+}
+
+fn exists(ns: &str) -> bool {
+    std::path::Path::new(&format!("/run/netns/{ns}")).exists()
+}
+
+#[test]
+fn networks_of_two_processes_at_once_stay_apart() {
+    if off() {
+        return;
+    }
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_holding_a_network", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the child test process");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // The test harness prints the test's name on the same line, before it.
+    let line = lines
+        .find_map(|l| l.ok().and_then(|l| l.split_once("NET ").map(|(_, rest)| rest.to_string())))
+        .expect("the child's network");
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (their_slot, their_ns, their_addr) = (fields[0].to_string(), fields[1].to_string(), fields[2].to_string());
+
+    // A network made while the other process holds its own: another slot, subnet and
+    // names, and the other's namespaces are not taken for a dead run's leftovers.
+    let net = Net::create(&["a", "b"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(net.slot().to_string(), their_slot);
+    assert_ne!(net.namespace("b"), their_ns);
+    let (mine, theirs): (std::net::Ipv4Addr, std::net::Ipv4Addr) = (net.addr("b"), their_addr.parse().unwrap());
+    assert_ne!(u32::from(mine) >> 4, u32::from(theirs) >> 4, "{mine} and {theirs} share a /28");
+    assert!(exists(&their_ns), "the live process's namespace {their_ns} was removed");
+    let _listeners: Vec<TcpListener> = ["a", "b"].iter().map(|l| listen(&net, l)).collect();
+    assert!(reaches(&net, "a", "b") && reaches(&net, HOST, "a"), "this network works beside the other");
+
+    // Killed before its cleanup, the other process leaves its network behind; the next
+    // network made removes it. That one has no member `b`, so whichever slot it takes (the
+    // freed one, again, if no other test holds it), the namespace is not made again.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(exists(&their_ns), "a killed process cleans nothing");
+    let next = Net::create(&["a"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!exists(&their_ns), "{their_ns} of the killed process was left behind");
+    let _listener = listen(&next, "a");
+    assert!(reaches(&next, HOST, "a"), "the next network works");
+    drop(next);
     drop(net);
 }
