@@ -4,6 +4,26 @@
 //! - `deposed`: agents leave a leader cut off from its peers for the new one.
 //! - `replay`: seed scenarios on a scaled clock, checked like the simulator checks them.
 
+/// Runs one client call, asking again (on a fresh connection) while the cluster answers "no
+/// leader" (an election, or under load a leader whose check of its quorum missed) or sends
+/// the call to the leader (the replica asked stopped leading meanwhile): such a refusal
+/// changed nothing, so the retry cannot act twice. Gives up after `NO_LEADER_RETRY_MS` and
+/// fails the test with the last refusal.
+macro_rules! call {
+    ($c:expr, |$api:ident| $call:expr) => {{
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis($crate::NO_LEADER_RETRY_MS);
+        loop {
+            let mut $api = $c.client().await;
+            match $call.await {
+                Err(s) if $crate::leaderless(&s) && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                r => break r.unwrap().into_inner(),
+            }
+        }
+    }};
+}
+
 mod deposed;
 mod replay;
 
@@ -14,6 +34,15 @@ use baton_chaos::faults::Mix;
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::{JobLogsRequest, JobRef, JobState, LogsRequest, SubmitRequest};
 use replay::{Replay, load};
+
+/// How long a client call is retried while the cluster says it has no leader.
+const NO_LEADER_RETRY_MS: u64 = 8_000;
+
+/// Whether a refusal says only that the replica asked could not act for want of a leader.
+fn leaderless(s: &tonic::Status) -> bool {
+    use baton_proto::reason::Reason;
+    Reason::of(s) == Some(Reason::NoLeader) || s.metadata().contains_key(baton_proto::LEADER_METADATA)
+}
 
 /// The binary under test.
 pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
@@ -47,9 +76,8 @@ async fn killing_the_leader_mid_preemption_changes_no_outcome() {
     let starts = std::fs::read_to_string(c.path("starts-large-training-job")).unwrap();
     assert_eq!(starts.lines().collect::<Vec<_>>(), ["1", "2"], "each attempt started exactly once");
     // Checkpoint directories are keyed by job id (a name can be reused by a newer job).
-    let mut api = c.client().await;
     let job = JobRef { name: "large-training-job".into(), ..Default::default() };
-    let id = api.get_job(job).await.unwrap().into_inner().id;
+    let id = call!(c, |api| api.get_job(job.clone())).id;
     let ckpt = std::fs::read_to_string(c.path(&format!("checkpoints/job-{id}/step"))).unwrap();
     assert!(ckpt.trim().parse::<u32>().is_ok(), "the victim wrote its checkpoint: {ckpt:?}");
 }
@@ -58,12 +86,15 @@ async fn killing_the_leader_mid_preemption_changes_no_outcome() {
 async fn a_restarted_agent_does_not_start_a_job_twice() {
     let node = NodeArgs { name: "n1".into(), pool: "default".into(), rack: String::new(), gpus: 4, cpu: 0, memory: 0 };
     let mut c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
-    let mut api = c.client().await;
-    api.put_queue(gpu_queue("q", 4)).await.unwrap();
+    call!(c, |api| api.put_queue(gpu_queue("q", 4)));
     let starts = c.path("starts");
     let script = format!("echo \"$BATON_ATTEMPT\" >> '{}'; exec sleep 600", starts.display());
     let spec = gpu_job("long", "q", "", 1, 2, vec!["sh".into(), "-c".into(), script]);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: "once".into(), run_as: String::new() }).await.unwrap();
+    call!(c, |api| api.submit(SubmitRequest {
+        spec: Some(spec.clone()),
+        request_id: "once".into(),
+        run_as: String::new()
+    }));
     c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     wait_file_lines(&starts, 1).await;
 
@@ -75,7 +106,7 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     assert_eq!(j.attempt, 1);
     let lines = std::fs::read_to_string(&starts).unwrap();
     assert_eq!(lines.lines().count(), 1, "the job started once: {lines:?}");
-    api.cancel_job(JobRef { name: "long".into(), ..Default::default() }).await.unwrap();
+    call!(c, |api| api.cancel_job(JobRef { name: "long".into(), ..Default::default() }));
 }
 
 /// Logs are read through a replica, which reads them from the node's real agent (agents serve
@@ -84,19 +115,26 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
 async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
     let node = NodeArgs { name: "n1".into(), pool: "default".into(), rack: String::new(), gpus: 1, cpu: 0, memory: 0 };
     let c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
-    let mut api = c.client().await;
-    api.put_queue(gpu_queue("q", 1)).await.unwrap();
+    call!(c, |api| api.put_queue(gpu_queue("q", 1)));
     let spec = gpu_job("hello", "q", "", 1, 1, vec!["echo".into(), "hello from the job".into()]);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }).await.unwrap();
+    call!(c, |api| api.submit(SubmitRequest {
+        spec: Some(spec.clone()),
+        request_id: String::new(),
+        run_as: String::new()
+    }));
     c.wait_job("hello", "succeeded", |j| j.state() == JobState::Succeeded).await;
     let spec = gpu_job("other", "q", "", 1, 1, vec!["echo".into(), "another job's output".into()]);
-    let other = api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() });
-    let other = other.await.unwrap().into_inner().id;
+    let other = call!(c, |api| api.submit(SubmitRequest {
+        spec: Some(spec.clone()),
+        request_id: String::new(),
+        run_as: String::new()
+    }))
+    .id;
     c.wait_job("other", "succeeded", |j| j.state() == JobState::Succeeded).await;
     // The replica reads the logs of the job whose rights it checked, by that job's id,
     // whatever id the client sent (here another job's).
     let logs = LogsRequest { job: "hello".into(), job_id: other, ..Default::default() };
-    let mut stream = api.job_logs(JobLogsRequest { node: "n1".into(), logs: Some(logs) }).await.unwrap().into_inner();
+    let mut stream = call!(c, |api| api.job_logs(JobLogsRequest { node: "n1".into(), logs: Some(logs.clone()) }));
     let mut text = Vec::new();
     while let Some(chunk) = stream.message().await.unwrap() {
         text.extend(chunk.data);
@@ -117,8 +155,7 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
 async fn a_stalled_agent_never_lets_a_job_run_twice() {
     let nodes = [NodeArgs::gpus("n1", "", 4), NodeArgs::gpus("n2", "", 4)];
     let mut c = Cluster::start(BATON.as_ref(), &nodes).await;
-    let mut api = c.client().await;
-    api.put_queue(gpu_queue("q", 8)).await.unwrap();
+    call!(c, |api| api.put_queue(gpu_queue("q", 8)));
     let witness = c.path("witness");
     std::fs::create_dir_all(&witness).unwrap();
     let command: Vec<String> =
@@ -127,7 +164,11 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
             .map(|s| s.to_string())
             .collect();
     let spec = gpu_job("long", "q", "", 1, 4, command);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: "long".into(), run_as: String::new() }).await.unwrap();
+    call!(c, |api| api.submit(SubmitRequest {
+        spec: Some(spec.clone()),
+        request_id: "long".into(),
+        run_as: String::new()
+    }));
     let j = c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     let node = j.placements[0].node.clone();
     // Some steps and a checkpoint or two.
@@ -156,8 +197,7 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_process_is_gone() {
     let c = Cluster::start(BATON.as_ref(), &[NodeArgs::gpus("n1", "", 4)]).await;
-    let mut api = c.client().await;
-    api.put_queue(gpu_queue("q", 8)).await.unwrap();
+    call!(c, |api| api.put_queue(gpu_queue("q", 8)));
     let marks = c.path("marks");
     std::fs::create_dir_all(&marks).unwrap();
     let (started, exited) = (marks.join("slow-started"), marks.join("slow-exited"));
@@ -173,14 +213,14 @@ async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_process_is_gone() {
         request_id: name.into(),
         run_as: String::new(),
     };
-    api.submit(submit("slow", sh(&slow))).await.unwrap();
+    call!(c, |api| api.submit(submit("slow", sh(&slow))));
     c.wait_job("slow", "running", |j| j.state() == JobState::Running).await;
     while !started.exists() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    api.cancel_job(JobRef { name: "slow".into(), ..Default::default() }).await.unwrap();
-    api.submit(submit("next", sh("sleep 30"))).await.unwrap();
+    call!(c, |api| api.cancel_job(JobRef { name: "slow".into(), ..Default::default() }));
+    call!(c, |api| api.submit(submit("next", sh("sleep 30"))));
     let cancelled = c.wait_job("slow", "completing", |j| j.state() == JobState::Cancelled).await;
     assert!(exited.exists() || cancelled.reason.contains("completing: waiting for 1 rank"), "{cancelled:?}");
     c.wait_job("next", "running", |j| j.state() == JobState::Running).await;

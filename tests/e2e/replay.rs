@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use baton_proto::convert::{class_to_proto, cohort_to_proto, job_spec_to_proto, job_state_from_proto, queue_to_proto};
-use baton_proto::reason::Reason;
 use baton_proto::v1::{CordonRequest, Empty, JobRef, ListJobsRequest, SubmitRequest};
 use baton_proto::words::Word;
 use baton_sim::scenario::{Action, Expect, JobExpect, Scenario};
@@ -119,24 +118,6 @@ impl Replay {
         }
         c
     }
-}
-
-/// Runs one client call, asking again (on a fresh connection) while the cluster answers "no
-/// leader": an election, or under load a leader whose check of its quorum missed; such a
-/// refusal changed nothing, so the retry cannot act twice.
-macro_rules! call {
-    ($c:expr, |$api:ident| $call:expr) => {{
-        let deadline = Instant::now() + Duration::from_millis(SETTLE_MS);
-        loop {
-            let mut $api = $c.client().await;
-            match $call.await {
-                Err(s) if Reason::of(&s) == Some(Reason::NoLeader) && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                r => break r.unwrap().into_inner(),
-            }
-        }
-    }};
 }
 
 async fn step(c: &mut Cluster, a: &Action) {
