@@ -101,6 +101,6 @@ async fn a_lease_stop_report_is_taken_while_a_replica_reads_an_older_format() {
         j.attempt,
         j.reason
     );
-    let e = j.events.iter().find(|e| e.kind == "Requeued").expect("a Requeued event");
+    let e = j.events.iter().find(|e| e.kind() == baton_proto::v1::EventKind::Requeued).expect("a Requeued event");
     assert!(e.message.contains("lease"), "{}", e.message);
 }
