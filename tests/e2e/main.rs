@@ -6,6 +6,7 @@
 
 mod deposed;
 mod replay;
+mod tls_reload;
 
 use std::time::Duration;
 
