@@ -210,12 +210,10 @@ pub fn revoke(args: &RevokeArgs) -> Result<String, TlsCmdError> {
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(rcgen_err("reading ca.pem"))?;
     let ca_der = baton_proto::tls::first_cert_der(&ca_pem)
         .map_err(|d| TlsCmdError::Usage(format!("{}: {d}", args.ca_dir.join(CA_CERT_FILE).display())))?;
-    let ca_subject = x509_parser::parse_x509_certificate(&ca_der)
-        .map_err(|e| TlsCmdError::Usage(format!("{}: {e}", args.ca_dir.join(CA_CERT_FILE).display())))?
-        .1
-        .subject()
-        .as_raw()
-        .to_vec();
+    let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der)
+        .map_err(|e| TlsCmdError::Usage(format!("{}: {e}", args.ca_dir.join(CA_CERT_FILE).display())))?;
+    let ca_subject = ca_cert.subject().as_raw().to_vec();
+    let ca_key_id = key_id(&ca_cert, true);
     let crl_path = args.ca_dir.join(CA_CRL_FILE);
     let now = time::OffsetDateTime::now_utc();
     // What the list says now: (serial, when it was revoked), and its number.
@@ -243,7 +241,10 @@ pub fn revoke(args: &RevokeArgs) -> Result<String, TlsCmdError> {
         let bad = |d: String| TlsCmdError::Usage(format!("{}: {d}", path.display()));
         let der = baton_proto::tls::first_cert_der(&read(&path)?).map_err(bad)?;
         let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| bad(e.to_string()))?;
-        if cert.issuer().as_raw() != ca_subject.as_slice() {
+        // Two CAs may bear the same name (every `baton tls ca create` names itself alike):
+        // the key identifiers tell them apart.
+        let other_key = matches!((&ca_key_id, key_id(&cert, false)), (Some(a), Some(b)) if *a != b);
+        if cert.issuer().as_raw() != ca_subject.as_slice() || other_key {
             return Err(bad(format!("issued by {}, not by this CA", cert.issuer())));
         }
         let who = baton_proto::tls::identity_of(&der).map(|p| p.to_string()).unwrap_or_else(|e| e);
@@ -289,6 +290,16 @@ pub fn revoke(args: &RevokeArgs) -> Result<String, TlsCmdError> {
         crl_path.display(),
         entries.len()
     ))
+}
+
+/// A certificate's own key identifier (`subject`), or that of the key that signed it.
+fn key_id(cert: &x509_parser::certificate::X509Certificate<'_>, subject: bool) -> Option<Vec<u8>> {
+    use x509_parser::extensions::ParsedExtension;
+    cert.extensions().iter().find_map(|ext| match ext.parsed_extension() {
+        ParsedExtension::SubjectKeyIdentifier(id) if subject => Some(id.0.to_vec()),
+        ParsedExtension::AuthorityKeyIdentifier(aki) if !subject => aki.key_identifier.as_ref().map(|id| id.0.to_vec()),
+        _ => None,
+    })
 }
 
 fn show(dir: &Path) -> Result<String, TlsCmdError> {
