@@ -529,6 +529,23 @@ impl Cluster {
         self.replicas[i].args = args;
     }
 
+    /// The process id of replica `i` (0-based), while it runs.
+    pub fn replica_pid(&self, i: usize) -> Option<u32> {
+        self.replicas[i].child.as_ref().map(Child::id)
+    }
+
+    /// Sends `sig` to replica `i` (SIGHUP: reload its certificates).
+    pub fn signal_replica(&self, i: usize, sig: libc::c_int) {
+        if let Some(c) = &self.replicas[i].child {
+            signal(c, sig);
+        }
+    }
+
+    /// What replica `i` has logged so far.
+    pub fn replica_log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.replicas[i].log).unwrap_or_default()
+    }
+
     /// SIGSTOP (`true`) or SIGCONT (`false`) replica `i`: to the others it is cut off.
     pub fn pause_replica(&mut self, i: usize, paused: bool) {
         self.replicas[i].pause(paused);

@@ -26,6 +26,7 @@ macro_rules! call {
 
 mod deposed;
 mod replay;
+mod tls_reload;
 
 use std::time::Duration;
 

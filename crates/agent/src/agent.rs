@@ -8,7 +8,6 @@ use baton_proto::v1::agent_logs_server::AgentLogsServer;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
 
 use crate::config::AgentConfig;
 use crate::error::AgentError;
@@ -191,14 +190,14 @@ pub async fn start_with_journal(
 
     let (logs_stop, logs_stopped) = oneshot::channel::<()>();
     let service = LogsService { data_dir: config.data_dir.clone(), live: shared.live_logs.clone() };
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = config.transport.incoming(listener);
     let logs_service = AgentLogsServer::new(service)
         .max_decoding_message_size(crate::limits::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(crate::limits::MAX_MESSAGE_BYTES);
     // Under TLS only replicas may read logs: they check the reader's token first (logs are
     // the job's private data); clients read through them (`JobLogs`).
     let logs_service = InterceptedService::new(logs_service, guard(config.transport.clone(), LOG_READERS));
-    let mut server = config.transport.server().map_err(|e| AgentError::Tls(e.to_string()))?;
+    let mut server = config.transport.server();
     let logs_server = tokio::spawn(server.add_service(logs_service).serve_with_incoming_shutdown(incoming, async {
         let _ = logs_stopped.await;
     }));

@@ -102,11 +102,18 @@ impl Follower {
         tracing::info!(addr, "attached");
         let _ = self.attached.send(Some((addr.to_string(), channel)));
         let mut served = false;
+        // A reload of this agent's certificates: attach again, so that the replica sees the
+        // new certificate and the reporter uses the new channel.
+        let mut reloads = self.transport.reloads();
         loop {
             let msg = tokio::select! {
                 m = stream.message() => m,
                 _ = self.reattach.notified() => {
                     return if served { Attach::Served } else { Attach::Failed("deposed leader".into()) };
+                }
+                () = reloaded(&mut reloads) => {
+                    tracing::info!(addr, "certificates reloaded; attaching again with them");
+                    return Attach::Served;
                 }
             };
             match msg {
@@ -129,6 +136,17 @@ impl Follower {
                 }
             }
         }
+    }
+}
+
+/// Returns when `reloads` says the certificates were reloaded; never without TLS.
+async fn reloaded(reloads: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let changed = match reloads {
+        Some(r) => r.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -6,6 +6,7 @@
 mod common;
 
 #[path = "../../proto/testing/test_ca.rs"]
+#[allow(dead_code)] // what makes CRLs and rotated certificates is the server's tests'
 mod test_ca;
 
 use std::path::Path;

@@ -225,6 +225,11 @@ pub fn run(args: AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let reloads = runtime.block_on(async { crate::tls::reload_on_sighup(&config.transport, "this agent") });
+    if let Err(e) = reloads {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     match runtime.block_on(baton_agent::run(config, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

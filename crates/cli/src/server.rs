@@ -257,6 +257,10 @@ pub fn run(args: ServerArgs) -> ExitCode {
         };
         tracing::info!(id = args.id, listen = %args.listen, peer_listen = ?args.peer_listen, metrics = ?args.metrics_listen, otlp = ?args.otlp_endpoint, "baton server starting");
         let listeners = baton_server::Listeners { api: listener, peer, metrics };
+        if let Err(e) = crate::tls::reload_on_sighup(&config.transport, "this replica") {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
         match baton_server::run_on(config, listeners, crate::logging::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -52,7 +52,29 @@ pub enum TlsCommand {
     /// (DIR/agent-NODE) and client (DIR/client-NAME), keeping whatever already exists: for a
     /// container's init step or a test cluster. Run it where the CA key may live.
     Init(InitArgs),
+    /// Revoke certificates: add them to the CA's revocation list, CA/crl.pem (made if
+    /// missing; without --cert it is signed again as it is). Copy it as crl.pem into every
+    /// replica's and agent's --tls-dir and send them SIGHUP: they refuse those certificates.
+    Revoke(RevokeArgs),
 }
+
+#[derive(clap::Args, Debug)]
+pub struct RevokeArgs {
+    /// The CA directory (ca.pem and ca.key); crl.pem is written there.
+    #[arg(long)]
+    pub ca_dir: PathBuf,
+    /// A certificate to revoke: its PEM file, or a --tls-dir holding it as cert.pem.
+    #[arg(long = "cert")]
+    pub certs: Vec<PathBuf>,
+    /// Until when the list says it is current (peers do not refuse an older list).
+    #[arg(long, default_value_t = DEFAULT_CERT_DAYS)]
+    pub days: u32,
+}
+
+/// The revocation list a CA directory keeps, next to ca.pem.
+pub const CA_CRL_FILE: &str = "crl.pem";
+/// Certificates one revocation list may name (its size stays under what services read).
+pub const MAX_REVOKED: usize = 10_000;
 
 #[derive(clap::Args, Debug)]
 pub struct InitArgs {
@@ -156,6 +178,7 @@ pub fn run(args: TlsArgs) -> ExitCode {
             .map(|who| format!("wrote the certificate of {who} to {} (use --tls-dir {0})", a.out_dir.display())),
         TlsCommand::Cert(CertCommand::Show(a)) => show(&a.dir),
         TlsCommand::Init(a) => init(&a),
+        TlsCommand::Revoke(a) => revoke(&a),
     };
     match done {
         Ok(line) => {
@@ -177,6 +200,106 @@ fn init(a: &InitArgs) -> Result<String, TlsCmdError> {
     let ids: Vec<u64> = (1..=a.replicas).collect();
     dev_pki(&a.dir, &ids, &a.agents, &a.clients)?;
     Ok(format!("certificates are in {} (one directory per identity, for --tls-dir)", a.dir.display()))
+}
+
+/// Adds `args.certs` to `CA/crl.pem`, keeping what it listed, with the next CRL number.
+pub fn revoke(args: &RevokeArgs) -> Result<String, TlsCmdError> {
+    check_days(args.days)?;
+    let ca_pem = read(&args.ca_dir.join(CA_CERT_FILE))?;
+    let ca_key = KeyPair::from_pem(&read(&args.ca_dir.join(CA_KEY_FILE))?).map_err(rcgen_err("reading ca.key"))?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(rcgen_err("reading ca.pem"))?;
+    let ca_der = baton_proto::tls::first_cert_der(&ca_pem)
+        .map_err(|d| TlsCmdError::Usage(format!("{}: {d}", args.ca_dir.join(CA_CERT_FILE).display())))?;
+    let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der)
+        .map_err(|e| TlsCmdError::Usage(format!("{}: {e}", args.ca_dir.join(CA_CERT_FILE).display())))?;
+    let ca_subject = ca_cert.subject().as_raw().to_vec();
+    let ca_key_id = key_id(&ca_cert, true);
+    let crl_path = args.ca_dir.join(CA_CRL_FILE);
+    let now = time::OffsetDateTime::now_utc();
+    // What the list says now: (serial, when it was revoked), and its number.
+    let (mut entries, number) = match std::fs::read_to_string(&crl_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0u64),
+        Err(source) => return Err(TlsCmdError::Io { path: crl_path, source }),
+        Ok(pem) => {
+            let bad = |d: String| TlsCmdError::Usage(format!("{}: {d}", crl_path.display()));
+            let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| bad(e.to_string()))?;
+            let (_, crl) = x509_parser::parse_x509_crl(&block.contents).map_err(|e| bad(e.to_string()))?;
+            let number = crl.crl_number().and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+            let entries: Vec<(Vec<u8>, time::OffsetDateTime)> = crl
+                .iter_revoked_certificates()
+                .map(|r| {
+                    let at = time::OffsetDateTime::from_unix_timestamp(r.revocation_date.timestamp()).unwrap_or(now);
+                    (r.raw_serial().to_vec(), at)
+                })
+                .collect();
+            (entries, number)
+        }
+    };
+    let mut added = Vec::new();
+    for given in &args.certs {
+        let path = if given.is_dir() { given.join(CERT_FILE) } else { given.clone() };
+        let bad = |d: String| TlsCmdError::Usage(format!("{}: {d}", path.display()));
+        let der = baton_proto::tls::first_cert_der(&read(&path)?).map_err(bad)?;
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| bad(e.to_string()))?;
+        // Two CAs may bear the same name (every `baton tls ca create` names itself alike):
+        // the key identifiers tell them apart.
+        let other_key = matches!((&ca_key_id, key_id(&cert, false)), (Some(a), Some(b)) if *a != b);
+        if cert.issuer().as_raw() != ca_subject.as_slice() || other_key {
+            return Err(bad(format!("issued by {}, not by this CA", cert.issuer())));
+        }
+        let who = baton_proto::tls::identity_of(&der).map(|p| p.to_string()).unwrap_or_else(|e| e);
+        let serial = cert.raw_serial().to_vec();
+        if !entries.iter().any(|(s, _)| *s == serial) {
+            entries.push((serial, now));
+        }
+        added.push(format!("{who} (serial {})", cert.raw_serial_as_string()));
+    }
+    if entries.len() > MAX_REVOKED {
+        return Err(TlsCmdError::Usage(format!(
+            "{} revoked certificates; a list holds at most {MAX_REVOKED}",
+            entries.len()
+        )));
+    }
+    let params = rcgen::CertificateRevocationListParams {
+        this_update: now - time::Duration::seconds(BACKDATE_SECS),
+        next_update: now + time::Duration::days(i64::from(args.days)),
+        crl_number: rcgen::SerialNumber::from(number + 1),
+        issuing_distribution_point: None,
+        revoked_certs: entries
+            .iter()
+            .map(|(serial, at)| rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from_slice(serial),
+                revocation_time: *at,
+                reason_code: None,
+                invalidity_date: None,
+            })
+            .collect(),
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    };
+    let crl = params.signed_by(&issuer).map_err(rcgen_err("signing the revocation list"))?;
+    let pem = crl.pem().map_err(rcgen_err("writing the revocation list"))?;
+    // The list is public and replaced whole: written beside, then renamed over the old one.
+    let tmp = args.ca_dir.join(format!(".{CA_CRL_FILE}.new"));
+    let _ = std::fs::remove_file(&tmp);
+    write_new(&tmp, &pem, false)?;
+    std::fs::rename(&tmp, &crl_path).map_err(|source| TlsCmdError::Io { path: crl_path.clone(), source })?;
+    let what =
+        if added.is_empty() { "no certificate added".to_string() } else { format!("revoked {}", added.join(", ")) };
+    Ok(format!(
+        "{what}; {} lists {} certificates: copy it as crl.pem into every replica's and agent's --tls-dir, then send them SIGHUP",
+        crl_path.display(),
+        entries.len()
+    ))
+}
+
+/// A certificate's own key identifier (`subject`), or that of the key that signed it.
+fn key_id(cert: &x509_parser::certificate::X509Certificate<'_>, subject: bool) -> Option<Vec<u8>> {
+    use x509_parser::extensions::ParsedExtension;
+    cert.extensions().iter().find_map(|ext| match ext.parsed_extension() {
+        ParsedExtension::SubjectKeyIdentifier(id) if subject => Some(id.0.to_vec()),
+        ParsedExtension::AuthorityKeyIdentifier(aki) if !subject => aki.key_identifier.as_ref().map(|id| id.0.to_vec()),
+        _ => None,
+    })
 }
 
 fn show(dir: &Path) -> Result<String, TlsCmdError> {
@@ -401,6 +524,38 @@ pub fn log_transport(t: &baton_proto::tls::Transport, what: &str) {
             tracing::info!(identity = %f.own, dir = %f.dir.display(), "{what} uses mutual TLS")
         }
     }
+}
+
+/// Reads the `--tls-dir` again on every SIGHUP and puts it in force for new connections,
+/// or logs why not and keeps what is in force (`Tls::reload` checks the files). Installed
+/// under `--insecure` too, so that a SIGHUP meant for a reload never kills the process.
+pub fn reload_on_sighup(t: &baton_proto::tls::Transport, what: &'static str) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup()).map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+    let t = t.clone();
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let baton_proto::tls::Transport::Tls(tls) = &t else {
+                tracing::info!("{what} got SIGHUP: nothing to reload (--insecure)");
+                continue;
+            };
+            match tls.reload() {
+                Ok(now) => tracing::info!(
+                    dir = %tls.dir.display(),
+                    identity = %tls.own,
+                    serial = %now.serial,
+                    not_after_unix_s = now.not_after_unix_s,
+                    revoked = now.revoked_count(),
+                    "{what} reloaded its certificates (SIGHUP): new connections use them"
+                ),
+                Err(e) => tracing::error!(
+                    dir = %tls.dir.display(),
+                    "{what} refused to reload its certificates (SIGHUP): {e}; the ones in force stay"
+                ),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Refuses to run as a role or name other than the certificate says (a replica started

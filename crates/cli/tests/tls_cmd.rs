@@ -202,3 +202,35 @@ fn init_makes_every_identity_once_and_keeps_them_on_a_second_run() {
     assert_eq!(std::fs::read(d.join("replica-1/key.pem")).unwrap(), key, "a second run replaced a key");
     assert!(!d.join("replica-3").exists());
 }
+
+/// `baton tls revoke` keeps what the CA's list already holds, and a directory holding the
+/// list takes effect: that certificate is refused by `Tls::load`'s own check, another is not.
+#[test]
+fn revoke_adds_to_the_cas_list_and_refuses_a_certificate_of_another_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ca, other) = (tmp.path().join("ca"), tmp.path().join("other"));
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    ok(&["tls", "ca", "create", "--dir", s(&other)]);
+    for (name, ca_dir) in [("a", &ca), ("b", &ca), ("c", &ca), ("x", &other)] {
+        let out = tmp.path().join(name);
+        ok(&["tls", "cert", "create", "--agent", name, "--ca-dir", s(ca_dir), "--out-dir", s(&out)]);
+    }
+    let said = ok(&["tls", "revoke", "--ca-dir", s(&ca), "--cert", s(&tmp.path().join("a"))]);
+    assert!(said.contains("agent \"a\"") && said.contains("lists 1 certificates"), "{said}");
+    let said = ok(&["tls", "revoke", "--ca-dir", s(&ca), "--cert", s(&tmp.path().join("b").join("cert.pem"))]);
+    assert!(said.contains("lists 2 certificates"), "the second revocation forgot the first: {said}");
+    let err = refused(&["tls", "revoke", "--ca-dir", s(&ca), "--cert", s(&tmp.path().join("x"))]);
+    assert!(err.contains("not by this CA"), "{err}");
+    // With the list in its directory, a's own certificate no longer loads; c's does.
+    for (name, loads) in [("a", false), ("c", true)] {
+        let dir = tmp.path().join(name);
+        std::fs::copy(ca.join("crl.pem"), dir.join("crl.pem")).unwrap();
+        match TlsFiles::load(&dir).and_then(|_| baton_proto::tls::Tls::load(&dir)) {
+            Ok(_) => assert!(loads, "{name}: a revoked certificate loaded"),
+            Err(e) => {
+                assert!(!loads, "{name}: {e}");
+                assert!(e.to_string().contains("crl.pem"), "{e}");
+            }
+        }
+    }
+}

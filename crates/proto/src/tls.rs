@@ -11,8 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
+
+mod reload;
+mod serve;
+
+pub use reload::{Loaded, Tls};
+pub use serve::{Conn, ConnInfo, MAX_PENDING_HANDSHAKES};
 
 /// The cluster's CA certificate in a `--tls-dir`.
 pub const CA_CERT_FILE: &str = "ca.pem";
@@ -20,6 +26,11 @@ pub const CA_CERT_FILE: &str = "ca.pem";
 pub const CERT_FILE: &str = "cert.pem";
 /// This process's private key (PEM) in a `--tls-dir`.
 pub const KEY_FILE: &str = "key.pem";
+/// The certificate revocation list in a `--tls-dir` (optional): certificates it lists are
+/// refused by every service of the process.
+pub const CRL_FILE: &str = "crl.pem";
+/// A CRL larger than this is refused (about 40,000 revoked certificates).
+pub const MAX_CRL_BYTES: u64 = 4 * 1024 * 1024;
 /// The DNS name every replica certificate carries and every caller of a replica verifies.
 pub const REPLICA_HOST: &str = "replica.baton";
 /// The DNS name every agent certificate carries and every caller of an agent verifies.
@@ -79,6 +90,8 @@ pub enum TlsError {
     TooLarge { path: PathBuf, bytes: u64 },
     #[error("{path}: {detail}")]
     Certificate { path: PathBuf, detail: String },
+    #[error("{path}: the certificate is for {found}, but this process is {own}")]
+    Identity { path: PathBuf, found: PeerId, own: PeerId },
 }
 
 /// Reads the identity a DER certificate's subject names (OU = role, CN = name).
@@ -114,6 +127,8 @@ pub struct TlsFiles {
     ca_pem: String,
     cert_pem: String,
     key_pem: String,
+    /// `crl.pem`, when the directory has one.
+    crl_pem: Option<String>,
     /// Who this process's own certificate says it is.
     pub own: PeerId,
 }
@@ -125,44 +140,49 @@ impl std::fmt::Debug for TlsFiles {
 }
 
 fn read_pem(dir: &Path, file: &str) -> Result<String, TlsError> {
+    read_bounded(dir, file, MAX_PEM_BYTES)
+}
+
+fn read_bounded(dir: &Path, file: &str, max_bytes: u64) -> Result<String, TlsError> {
     let path = dir.join(file);
     let read = |source| TlsError::Read { path: path.clone(), source };
     let bytes = std::fs::metadata(&path).map_err(read)?.len();
-    if bytes > MAX_PEM_BYTES {
+    if bytes > max_bytes {
         return Err(TlsError::TooLarge { path, bytes });
     }
-    std::fs::read_to_string(&path).map_err(read)
+    // Read through a bound too: the file may have grown since its size was taken.
+    let mut text = String::new();
+    use std::io::Read;
+    std::fs::File::open(&path).map_err(read)?.take(max_bytes + 1).read_to_string(&mut text).map_err(read)?;
+    if text.len() as u64 > max_bytes {
+        return Err(TlsError::TooLarge { path, bytes: text.len() as u64 });
+    }
+    Ok(text)
 }
 
 impl TlsFiles {
-    /// Reads `ca.pem`, `cert.pem` and `key.pem` from `dir` and the identity `cert.pem` names.
+    /// Reads `ca.pem`, `cert.pem`, `key.pem` and, when there is one, `crl.pem` from `dir`,
+    /// and the identity `cert.pem` names.
     pub fn load(dir: &Path) -> Result<TlsFiles, TlsError> {
         let ca_pem = read_pem(dir, CA_CERT_FILE)?;
         let cert_pem = read_pem(dir, CERT_FILE)?;
         let key_pem = read_pem(dir, KEY_FILE)?;
+        let crl_pem = match read_bounded(dir, CRL_FILE, MAX_CRL_BYTES) {
+            Ok(text) => Some(text),
+            Err(TlsError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
         let bad = |file: &str, detail: String| TlsError::Certificate { path: dir.join(file), detail };
         first_cert_der(&ca_pem).map_err(|d| bad(CA_CERT_FILE, d))?;
         let own = first_cert_der(&cert_pem).and_then(|der| identity_of(&der)).map_err(|d| bad(CERT_FILE, d))?;
         if !key_pem.contains("PRIVATE KEY-----") {
             return Err(bad(KEY_FILE, "no PEM private key in it".into()));
         }
-        Ok(TlsFiles { dir: dir.to_path_buf(), ca_pem, cert_pem, key_pem, own })
+        Ok(TlsFiles { dir: dir.to_path_buf(), ca_pem, cert_pem, key_pem, crl_pem, own })
     }
 
     fn identity(&self) -> Identity {
         Identity::from_pem(&self.cert_pem, &self.key_pem)
-    }
-
-    /// The server side: this certificate, and callers' certificates checked against the CA.
-    /// A caller without a certificate still completes the handshake, so that each service
-    /// can refuse it with UNAUTHENTICATED and say what is missing; a certificate from
-    /// another CA fails the handshake.
-    pub fn server(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new()
-            .identity(self.identity())
-            .client_ca_root(Certificate::from_pem(&self.ca_pem))
-            .client_auth_optional(true)
-            .timeout(Duration::from_millis(HANDSHAKE_TIMEOUT_MS))
     }
 
     /// The client side: trust only the cluster's CA, verify the server under `host`
@@ -177,10 +197,11 @@ impl TlsFiles {
 }
 
 /// How a process talks to the others: mutual TLS, or plain TCP when `--insecure` says so.
+/// Clones share one [`Tls`], so a reload is seen by every holder.
 #[derive(Debug, Clone)]
 pub enum Transport {
     Insecure,
-    Tls(Arc<TlsFiles>),
+    Tls(Arc<Tls>),
 }
 
 impl Transport {
@@ -190,7 +211,24 @@ impl Transport {
 
     /// Reads a `--tls-dir` into a TLS transport.
     pub fn load(dir: &Path) -> Result<Transport, TlsError> {
-        Ok(Transport::Tls(Arc::new(TlsFiles::load(dir)?)))
+        Ok(Transport::Tls(Arc::new(Tls::load(dir)?)))
+    }
+
+    /// How many reloads have taken effect; a connection cached under another number was
+    /// made with older files. Always 0 for plain TCP.
+    pub fn generation(&self) -> u64 {
+        match self {
+            Transport::Insecure => 0,
+            Transport::Tls(tls) => tls.generation(),
+        }
+    }
+
+    /// Wakes on every reload that takes effect; `None` for plain TCP, which never reloads.
+    pub fn reloads(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            Transport::Insecure => None,
+            Transport::Tls(tls) => Some(tls.subscribe()),
+        }
     }
 
     /// An endpoint for `addr` (`host:port`, or a URI whose scheme is replaced), verified as
@@ -203,31 +241,37 @@ impl Transport {
         }
         match self {
             Transport::Insecure => Endpoint::from_shared(format!("http://{bare}")).map_err(|e| e.to_string()),
-            Transport::Tls(files) => Endpoint::from_shared(format!("https://{bare}"))
-                .and_then(|e| e.tls_config(files.client(host)))
+            // The files in force now: a reload changes what the next endpoint presents.
+            Transport::Tls(tls) => Endpoint::from_shared(format!("https://{bare}"))
+                .and_then(|e| e.tls_config(tls.current().files.client(host)))
                 .map_err(|e| e.to_string()),
         }
     }
 
-    /// A server builder, with TLS when this transport has it.
-    pub fn server(&self) -> Result<tonic::transport::Server, tonic::transport::Error> {
-        let builder = tonic::transport::Server::builder();
-        match self {
-            Transport::Insecure => Ok(builder),
-            Transport::Tls(files) => builder.tls_config(files.server()),
-        }
+    /// A server builder. TLS is not configured on it: serve [`Transport::incoming`], whose
+    /// connections are accepted with the configuration in force when each arrives.
+    pub fn server(&self) -> tonic::transport::Server {
+        tonic::transport::Server::builder()
     }
+}
+
+/// The caller's certificate (DER), if it presented one: from our own acceptor's
+/// [`ConnInfo`], or from tonic's when a test serves with tonic's TLS.
+fn peer_cert<T>(req: &Request<T>) -> Option<Vec<u8>> {
+    let ours = req.extensions().get::<ConnInfo>().and_then(|i| i.certs.clone());
+    let certs = ours.or_else(|| req.peer_certs())?;
+    certs.first().map(|c| c.as_ref().to_vec())
 }
 
 /// The identity the caller's certificate names; UNAUTHENTICATED when it presented none.
 pub fn caller<T>(req: &Request<T>) -> Result<PeerId, Status> {
-    let certs = req.peer_certs().filter(|c| !c.is_empty()).ok_or_else(|| {
+    let der = peer_cert(req).ok_or_else(|| {
         Status::unauthenticated(
             "no client certificate: this cluster requires mutual TLS; give the caller a certificate \
              from the cluster's CA (`baton tls cert create`, then --tls-dir)",
         )
     })?;
-    identity_of(&certs[0]).map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))
+    identity_of(&der).map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))
 }
 
 /// Lets through only callers whose certificate has one of `roles`, under TLS; adds their
@@ -238,6 +282,19 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
         return Ok(req);
     }
     let who = caller(&req)?;
+    // Revocation is checked here, on every call, rather than in the handshake: the caller
+    // learns why, and a connection opened before the reload that revoked it is refused too.
+    let revoked = match (transport, peer_cert(&req)) {
+        (Transport::Tls(tls), Some(der)) => tls.current().revoked_serial(&der),
+        _ => None,
+    };
+    if let Some(serial) = revoked {
+        tracing::warn!(caller = %who, serial, "refused a call: the caller's certificate is revoked");
+        return Err(Status::unauthenticated(format!(
+            "the caller's certificate ({who}, serial {serial}) is revoked by this cluster's {CRL_FILE}; \
+             the holder needs a new certificate (`baton tls cert create`)"
+        )));
+    }
     if !roles.contains(&who.role) {
         let wanted: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
         return Err(Status::permission_denied(format!(
@@ -285,10 +342,11 @@ mod tests {
             ca_pem: String::new(),
             cert_pem: String::new(),
             key_pem: "-----BEGIN PRIVATE KEY-----\nsecret\n".into(),
+            crl_pem: None,
             own: PeerId { role: Role::Replica, name: "1".into() },
         };
         assert!(!format!("{files:?}").contains("secret"), "Debug shows the key");
-        let e = require(&Transport::Tls(Arc::new(files)), &[Role::Replica], Request::new(())).unwrap_err();
+        let e = caller(&Request::new(())).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
     }
 

@@ -56,7 +56,6 @@ use baton_proto::v1::agent_gateway_server::AgentGatewayServer;
 use baton_proto::v1::baton_server::BatonServer;
 use baton_raft::{Replica, ReplicaConfig, Role};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 
@@ -252,7 +251,7 @@ pub async fn run_on(
     let raft = InterceptedService::new(replica.service(), guard(t.clone(), tls::RAFT_CALLERS));
     let api = InterceptedService::new(api, guard(t.clone(), tls::API_CALLERS));
     let gateway = InterceptedService::new(gateway, guard(t.clone(), tls::GATEWAY_CALLERS));
-    let incoming = TcpListenerStream::new(listener);
+    let incoming = config.transport.incoming(listener);
     let closing = ctx.clone();
     let shutdown = async move {
         shutdown.await;
@@ -268,11 +267,10 @@ pub async fn run_on(
             let mut closed = ctx.closing.subscribe();
             let serve = config
                 .transport
-                .server()?
+                .server()
                 .concurrency_limit_per_connection(1_024)
-                .tcp_nodelay(true)
                 .add_service(raft)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(peer), async move {
+                .serve_with_incoming_shutdown(config.transport.incoming(peer), async move {
                     let _ = closed.wait_for(|c| *c).await;
                 });
             (None, Some(serve))
@@ -280,9 +278,8 @@ pub async fn run_on(
     };
     let api_serve = config
         .transport
-        .server()?
+        .server()
         .concurrency_limit_per_connection(1_024)
-        .tcp_nodelay(true)
         .add_optional_service(raft_on_api)
         .add_service(api)
         .add_service(gateway)

@@ -26,6 +26,10 @@ pub struct ServerSettings {
     /// Log streams one client identity may read through this replica at once: one user
     /// following many logs cannot take every slot of `max_log_streams`.
     pub max_log_streams_per_client: usize,
+    /// Bytes of log one `JobLogs` stream relays at most; then it ends with RESOURCE_EXHAUSTED
+    /// naming the bound and where the log goes on. A followed log of a chatty job would
+    /// otherwise hold a slot and this replica's bandwidth for as long as the job writes.
+    pub max_log_stream_bytes: u64,
     /// Whether client calls need a token (`--auth`).
     pub auth: crate::auth::AuthMode,
     /// SHA-256 of a token this replica makes the cluster's first admin (user `admin`) if the
@@ -45,6 +49,7 @@ impl Default for ServerSettings {
             max_watch_streams_per_client: 64,
             max_log_streams: 256,
             max_log_streams_per_client: 32,
+            max_log_stream_bytes: 1 << 30,
             auth: crate::auth::AuthMode::default(),
             bootstrap_admin: None,
         }
@@ -74,6 +79,9 @@ impl ServerSettings {
                 "lease_ms ({}) must be at most half of heartbeat_timeout_ms ({}): an agent whose lease ran out needs the rest to stop its work before its node is declared lost",
                 self.lease_ms, self.heartbeat_timeout_ms
             ));
+        }
+        if self.max_log_stream_bytes == 0 {
+            return Err("max_log_stream_bytes must be above 0".into());
         }
         if self.max_list_jobs == 0 {
             return Err("max_list_jobs must be above 0".into());

@@ -464,3 +464,65 @@ async fn log_streams_are_bounded_per_user_and_the_refusal_names_the_bound() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// An agent's log service that writes `chunks` chunks of 1,000 bytes, then ends the log.
+struct ChattyLogs {
+    chunks: u64,
+}
+
+#[tonic::async_trait]
+impl baton_proto::v1::agent_logs_server::AgentLogs for ChattyLogs {
+    type LogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogChunk, tonic::Status>>;
+
+    async fn logs(&self, _r: tonic::Request<LogsRequest>) -> Result<tonic::Response<Self::LogsStream>, tonic::Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let chunks = self.chunks;
+        tokio::spawn(async move {
+            for i in 0..chunks {
+                let chunk = LogChunk { attempt: 1, offset: i * 1_000, data: vec![b'x'; 1_000] };
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_log_stream_ends_at_its_byte_bound_naming_it_and_where_the_log_goes_on() {
+    let logs_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let logs_addr = logs_listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(baton_proto::v1::agent_logs_server::AgentLogsServer::new(ChattyLogs { chunks: 100 }))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(logs_listener)),
+    );
+    let base = ServerSettings { max_log_stream_bytes: 4_500, ..common::settings() };
+    let (cluster, _agent) = setup_with(1, base).await;
+    let with_logs = NodeInfo { agent_addr: logs_addr, ..node("n2", 8) };
+    let _agent2 = FakeAgent::attach(&cluster.addrs(), with_logs).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    alice.submit(submit("aj", "a", "")).await.unwrap();
+    let req = JobLogsRequest {
+        node: "n2".into(),
+        logs: Some(LogsRequest { job: "aj".into(), follow: true, ..Default::default() }),
+    };
+    let mut stream = alice.job_logs(req).await.unwrap().into_inner();
+    let mut relayed = 0usize;
+    let end = loop {
+        match stream.message().await {
+            Ok(Some(chunk)) => relayed += chunk.data.len(),
+            Ok(None) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    assert_eq!(relayed, 4_000, "the stream relayed more than max_log_stream_bytes, or less");
+    let e = end.expect("the stream ended without saying it reached its bound");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("max_log_stream_bytes (4500)") && e.message().contains("byte 4000"),
+        "{}",
+        e.message()
+    );
+}

@@ -27,6 +27,9 @@ struct Setup {
     addr: String,
     ca: Ca,
     dir: tempfile::TempDir,
+    /// The replica's `--tls-dir` and its transport, which a test reloads as SIGHUP would.
+    server_dir: PathBuf,
+    server: Transport,
 }
 
 impl Setup {
@@ -36,7 +39,9 @@ impl Setup {
         let ca = Ca::new("test CA");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let transport = ca.transport(dir.path(), "replica", "1");
+        let server_dir = ca.issue(dir.path(), "replica", "1");
+        let transport = Transport::load(&server_dir).unwrap();
+        let server = transport.clone();
         let config = ServerConfig {
             replica: ReplicaConfig::new(1, "tls", addr.clone(), dir.path().join("r1")),
             bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
@@ -46,7 +51,7 @@ impl Setup {
             transport,
         };
         tokio::spawn(async move { baton_server::run(config, listener, std::future::pending()).await.unwrap() });
-        let s = Setup { addr, ca, dir };
+        let s = Setup { addr, ca, dir, server_dir, server };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let mut c = s.api("client", "admin").await;
@@ -240,4 +245,156 @@ async fn a_ca_bundle_lets_old_and_new_certificates_meet_during_rotation() {
     }
     let new_only = Transport::load(&new.issue(dir.path(), "client", "bob")).unwrap();
     assert!(new_only.endpoint(&addr, REPLICA_HOST).unwrap().connect().await.is_err());
+}
+
+impl Setup {
+    /// The serial of the certificate the replica presents to a new connection.
+    async fn served_serial(&self) -> String {
+        use tokio_rustls::rustls;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls::pki_types::CertificateDer::from(test_ca::der_of(self.ca.pem()))).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from(REPLICA_HOST).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
+        let der = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+        x509_parser::parse_x509_certificate(&der).unwrap().1.raw_serial_as_string()
+    }
+
+    /// Puts `from`'s certificate and key (and `crl`, when given) in the replica's directory.
+    fn install(&self, from: &std::path::Path, crl: Option<&str>) {
+        for f in ["cert.pem", "key.pem"] {
+            std::fs::copy(from.join(f), self.server_dir.join(f)).unwrap();
+        }
+        if let Some(crl) = crl {
+            std::fs::write(self.server_dir.join("crl.pem"), crl).unwrap();
+        }
+    }
+
+    fn reload(&self) -> Result<(), String> {
+        let Transport::Tls(tls) = &self.server else { unreachable!("the setup serves TLS") };
+        tls.reload().map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+fn serial_of(dir: &std::path::Path) -> String {
+    let der = test_ca::der_of(&std::fs::read_to_string(dir.join("cert.pem")).unwrap());
+    x509_parser::parse_x509_certificate(&der).unwrap().1.raw_serial_as_string()
+}
+
+/// A reload puts a new certificate in force for new connections, while the process serves on;
+/// files that are wrong for this replica are refused, naming the file and why, and the
+/// certificate in force stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_serves_the_new_certificate_and_a_bad_one_keeps_the_old() {
+    let s = Setup::start().await;
+    let old = serial_of(&s.server_dir);
+    assert_eq!(s.served_serial().await, old);
+    let before_reload = s.api("client", "alice").await;
+
+    let rotated = s.ca.issue_into(s.dir.path(), "replica", "1", "-rotated");
+    s.install(&rotated, None);
+    // Until the reload the old certificate is served: the files alone change nothing.
+    assert_eq!(s.served_serial().await, old);
+    s.reload().unwrap();
+    let new = serial_of(&rotated);
+    assert_ne!(new, old);
+    assert_eq!(s.served_serial().await, new, "a new connection did not get the new certificate");
+    assert_eq!(s.queues().await, vec!["q".to_string()], "a client could not reach the rotated replica");
+    // A connection made before the reload keeps working.
+    let mut c = before_reload;
+    c.cluster_info(Empty {}).await.unwrap();
+
+    // Another replica's certificate: refused, naming cert.pem and both identities.
+    s.install(&s.ca.issue(s.dir.path(), "replica", "2"), None);
+    let e = s.reload().unwrap_err();
+    assert!(e.contains("cert.pem") && e.contains("replica \"2\"") && e.contains("replica \"1\""), "{e}");
+    assert_eq!(s.served_serial().await, new);
+    // A key that does not go with the certificate.
+    let third = s.ca.issue_into(s.dir.path(), "replica", "1", "-third");
+    std::fs::copy(third.join("cert.pem"), s.server_dir.join("cert.pem")).unwrap();
+    std::fs::copy(rotated.join("key.pem"), s.server_dir.join("key.pem")).unwrap();
+    let e = s.reload().unwrap_err();
+    assert!(e.contains("key.pem") && e.contains("does not go with cert.pem"), "{e}");
+    assert_eq!(s.served_serial().await, new);
+    // An unreadable file.
+    std::fs::remove_file(s.server_dir.join("key.pem")).unwrap();
+    let e = s.reload().unwrap_err();
+    assert!(e.contains("key.pem"), "{e}");
+    // A certificate for this replica, but from another CA.
+    let other = Ca::new("another CA").issue(s.dir.path(), "replica", "1");
+    s.install(&other, None);
+    let e = s.reload().unwrap_err();
+    assert!(e.contains("cert.pem") && e.contains("does not verify against ca.pem"), "{e}");
+    // A CRL revoking this replica's own certificate.
+    s.install(&third, Some(&s.ca.crl(&[&third])));
+    let e = s.reload().unwrap_err();
+    assert!(e.contains("cert.pem") && e.contains("crl.pem"), "{e}");
+    assert_eq!(s.served_serial().await, new, "a refused reload changed the certificate served");
+    assert_eq!(s.queues().await, vec!["q".to_string()]);
+}
+
+/// A CRL put in force by a reload keeps a revoked agent from attaching, and refuses the
+/// reports of one that attached before the reload; other agents are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_agent_certificate_cannot_attach_after_a_reload() {
+    let s = Setup::start().await;
+    let revoked = s.ca.issue(s.dir.path(), "agent", "n1");
+    let early = s.ca.issue(s.dir.path(), "agent", "n3");
+    // n3 attaches before the reload, on a connection that stays open.
+    let mut gw3 = AgentGatewayClient::new(s.channel(&Transport::load(&early).unwrap()).await.unwrap());
+    let stream = gw3.attach(AttachRequest { node: Some(node("n3")), term_seen: 0 }).await.unwrap();
+    // Before the reload the certificate to be revoked still connects.
+    assert!(s.channel(&Transport::load(&revoked).unwrap()).await.is_ok());
+
+    std::fs::write(s.server_dir.join("crl.pem"), s.ca.crl(&[&revoked, &early])).unwrap();
+    s.reload().unwrap();
+
+    let attached = match s.channel(&Transport::load(&revoked).unwrap()).await {
+        Err(e) => Err(format!("{e:?}")),
+        Ok(ch) => AgentGatewayClient::new(ch)
+            .attach(AttachRequest { node: Some(node("n1")), term_seen: 0 })
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+    };
+    let e = attached.expect_err("a revoked agent certificate attached");
+    assert!(e.to_lowercase().contains("revoked"), "the refusal does not say the certificate is revoked: {e}");
+    let e = gw3.report(ReportRequest { node: "n3".into(), ..Default::default() }).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("revoked") && e.message().contains("agent \"n3\""), "{e}");
+    // An agent whose certificate is not listed attaches as before.
+    let ch = s.channel(&s.transport("agent", "n2")).await.unwrap();
+    let _n2 = AgentGatewayClient::new(ch).attach(AttachRequest { node: Some(node("n2")), term_seen: 0 }).await.unwrap();
+    assert_eq!(s.nodes().await, vec!["n2".to_string(), "n3".to_string()], "n1 registered");
+    drop(stream);
+}
+
+/// The same for a client: no new connection, and a connection opened before the reload is
+/// refused on its next call, so nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_client_certificate_is_refused_after_a_reload() {
+    let s = Setup::start().await;
+    let mallory = s.ca.issue(s.dir.path(), "client", "mallory");
+    let mut open = BatonClient::new(s.channel(&Transport::load(&mallory).unwrap()).await.unwrap());
+    open.cluster_info(Empty {}).await.unwrap();
+
+    std::fs::write(s.server_dir.join("crl.pem"), s.ca.crl(&[&mallory])).unwrap();
+    s.reload().unwrap();
+
+    let fresh = match s.channel(&Transport::load(&mallory).unwrap()).await {
+        Err(e) => Err(format!("{e:?}")),
+        Ok(ch) => BatonClient::new(ch).put_queue(gpu_queue("fresh", 1)).await.map(|_| ()).map_err(|e| e.to_string()),
+    };
+    let e = fresh.expect_err("a revoked client certificate connected");
+    assert!(e.to_lowercase().contains("revoked"), "the refusal does not say the certificate is revoked: {e}");
+    let e = open.put_queue(gpu_queue("open", 1)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("revoked") && e.message().contains("client \"mallory\""), "{e}");
+    assert_eq!(s.queues().await, vec!["q".to_string()], "a revoked client changed the queues");
 }

@@ -7,11 +7,15 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
 type DialFn = dyn Fn(&str) -> Result<Channel, String> + Send + Sync;
+type EpochFn = dyn Fn() -> u64 + Send + Sync;
 
 /// Makes lazily connecting channels to `host:port` addresses.
 #[derive(Clone)]
 pub struct Dialer {
     dial: Arc<DialFn>,
+    /// Changes when channels dialed before would be dialed differently now (certificates
+    /// reloaded): cached channels of another epoch are dropped.
+    epoch: Arc<EpochFn>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -35,18 +39,32 @@ impl Dialer {
 
     /// Mutual TLS when `transport` has it (the peer must hold a replica certificate of the
     /// same CA, and this replica presents its own), plain TCP otherwise.
+    /// A reload of the certificates changes its epoch, so that the next call to each peer
+    /// dials with the new ones.
     pub fn secured(transport: baton_proto::tls::Transport, connect_timeout: Duration) -> Dialer {
+        let generation = transport.clone();
         Dialer::custom(move |addr| {
             let e = transport
                 .endpoint(addr, baton_proto::tls::REPLICA_HOST)
                 .map_err(|e| format!("invalid replica address {addr:?}: {e}"))?;
             Ok(e.connect_timeout(connect_timeout).tcp_nodelay(true).http2_adaptive_window(true).connect_lazy())
         })
+        .with_epoch(move || generation.generation())
     }
 
     /// Any way of making a channel; the function must not block.
     pub fn custom(f: impl Fn(&str) -> Result<Channel, String> + Send + Sync + 'static) -> Dialer {
-        Dialer { dial: Arc::new(f) }
+        Dialer { dial: Arc::new(f), epoch: Arc::new(|| 0) }
+    }
+
+    /// The same dialer, whose channels are dropped from caches when `epoch` changes.
+    pub fn with_epoch(self, epoch: impl Fn() -> u64 + Send + Sync + 'static) -> Dialer {
+        Dialer { epoch: Arc::new(epoch), ..self }
+    }
+
+    /// Channels cached under another epoch must be dialed again.
+    pub fn epoch(&self) -> u64 {
+        (self.epoch)()
     }
 
     pub fn dial(&self, addr: &str) -> Result<Channel, String> {

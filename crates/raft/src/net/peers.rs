@@ -46,7 +46,8 @@ pub struct Peers {
     pub self_id: NodeId,
     pub max_message_bytes: usize,
     dialer: Dialer,
-    clients: Mutex<HashMap<String, Client>>,
+    /// Each client with the dialer's epoch it was dialed in.
+    clients: Mutex<HashMap<String, (u64, Client)>>,
 }
 
 /// A failed call: the gRPC status, or a channel that could not be made.
@@ -69,11 +70,17 @@ impl Peers {
         Peers { cluster_id, self_id, max_message_bytes, dialer, clients: Mutex::new(HashMap::new()) }
     }
 
-    /// A client for `addr`, connecting lazily.
+    /// A client for `addr`, connecting lazily. One dialed before the certificates were
+    /// reloaded is dropped and dialed again, so the peer sees the new certificate.
     pub fn client(&self, addr: &str) -> Result<Client, CallError> {
+        let epoch = self.dialer.epoch();
         let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(c) = clients.get(addr) {
-            return Ok(c.clone());
+        match clients.get(addr) {
+            Some((e, c)) if *e == epoch => return Ok(c.clone()),
+            Some(_) => {
+                clients.retain(|_, (e, _)| *e == epoch);
+            }
+            None => {}
         }
         if clients.len() >= MAX_CACHED_PEERS {
             clients.clear();
@@ -82,7 +89,7 @@ impl Peers {
         let client = RaftTransportClient::new(channel)
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes);
-        clients.insert(addr.to_string(), client.clone());
+        clients.insert(addr.to_string(), (epoch, client.clone()));
         Ok(client)
     }
 

@@ -47,8 +47,10 @@ pub async fn job_logs(
     let mut upstream = open(api, &r.node, &addr, logs).await?;
     let (tx, rx) = mpsc::channel(LOG_BUFFER_CHUNKS);
     let mut closing = api.ctx.closing.subscribe();
+    let max_bytes = api.ctx.settings.max_log_stream_bytes;
     tokio::spawn(async move {
         let _slots = (slot, client_slot);
+        let mut relayed: u64 = 0;
         loop {
             let next = tokio::select! {
                 next = upstream.message() => next,
@@ -56,7 +58,17 @@ pub async fn job_logs(
                 () = tx.closed() => return,
             };
             let item: Result<LogChunk, Status> = match next {
-                Ok(Some(chunk)) => Ok(chunk),
+                Ok(Some(chunk)) if relayed.saturating_add(chunk.data.len() as u64) > max_bytes => {
+                    Err(Status::resource_exhausted(format!(
+                        "this log stream relayed {relayed} bytes, the replica's bound \
+                         (max_log_stream_bytes ({max_bytes})); the log goes on at byte {}: ask for it again",
+                        chunk.offset
+                    )))
+                }
+                Ok(Some(chunk)) => {
+                    relayed = relayed.saturating_add(chunk.data.len() as u64);
+                    Ok(chunk)
+                }
                 Ok(None) => return,
                 Err(s) => Err(s),
             };
