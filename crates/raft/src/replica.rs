@@ -156,6 +156,9 @@ pub(crate) struct Core {
     batcher: mpsc::Sender<Pending>,
     forwarder: mpsc::Sender<Forward>,
     stats: SharedStats,
+    /// The last log id in this replica's log when it opened: no linearizable read served
+    /// here waits for less (see [`Core::read_index_here`]).
+    read_floor: Option<LogId>,
 }
 
 /// One member of the cluster. Cheap to clone.
@@ -290,6 +293,29 @@ impl Core {
     /// replica leads, so a missed check is tried again, up to [`READ_CHECK_ATTEMPTS`] in
     /// all. Each try is a fresh round of heartbeats, so a retry proves leadership as well as
     /// the first try would; a leader that really lost its quorum misses every one.
+    ///
+    /// The index is never below [`Core::read_floor`], the last log id this replica held when
+    /// it opened. openraft answers max(first entry of this leader's term, committed), which
+    /// is not enough for a leader restarted quickly: it finds its own committed vote and
+    /// leads again in the same term without an election, so the first entry of its term is
+    /// old, and its committed index is the one stored before it stopped, which may lag (the
+    /// log store saves it without waiting for a flush). Entries of its term that were
+    /// committed, acknowledged and applied before the stop may lie above both, and a read
+    /// would miss them. Such entries are in its log: a leader appends what it proposes to
+    /// its own log, and an append is acknowledged only once flushed.
+    ///
+    /// Taking the larger of the two log ids (compared term first, then index) is safe:
+    /// - The floor's leader id is never above the vote's: a replica stores a leader's vote
+    ///   before that leader's entries, and votes only grow.
+    /// - The floor of the same leader id (the restored leader): entries this leader
+    ///   proposed, which no one truncates while it leads; it commits them by leading, so
+    ///   the wait ends, and every entry acknowledged in its term before the stop is at or
+    ///   below its last log entry, hence covered.
+    /// - A floor of an earlier leader (any replica elected since it opened, including a
+    ///   follower whose uncommitted tail a later leader truncated): the new leader's first
+    ///   entry has a higher leader id and wins, whatever the indexes, so the read waits for
+    ///   nothing that may have been truncated; openraft's own argument covers it (an entry
+    ///   of its own term committed means everything before it is).
     pub(crate) async fn read_index_here(&self) -> Result<Option<LogId>, ReadError> {
         let mut attempt = 1;
         loop {
@@ -298,7 +324,7 @@ impl Core {
                     tracing::debug!(attempt, %why, "leadership check missed a quorum; checking again");
                     attempt += 1;
                 }
-                other => return other,
+                other => return other.map(|read_log_id| read_log_id.max(self.read_floor)),
             }
         }
     }
@@ -351,6 +377,7 @@ impl Replica {
         let stats = log.stats();
         let disk = log.disk_health();
         let last_log = log.last_log();
+        let read_floor = last_log.get();
         let sm = StateMachineStore::open(kv.clone())?;
         let shared = sm.shared();
         let peers =
@@ -392,6 +419,7 @@ impl Replica {
                 peers,
                 racks,
                 transferring: Mutex::new(None),
+                read_floor,
             }),
         })
     }

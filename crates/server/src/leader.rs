@@ -138,7 +138,9 @@ async fn changed_since(metrics: &mut watch::Receiver<RaftMetrics>, since: Trigge
 
 /// Whether this replica may direct agents now. A linearizable read proves leadership to a
 /// quorum and waits until the state holds every entry committed before it, this term's
-/// first entry included, so the first publish is built from the whole committed state. It
+/// first entry included, and every entry this replica's log held when it opened (a leader
+/// restarted in its own term: `read_index_here` in the raft crate), so the first publish is
+/// built from the whole committed state. It
 /// is repeated once the last proof is half a lease old; a check that goes unanswered is
 /// tried again for up to a lease (`Quorum::confirm`), and without a proof by then the hub
 /// stops leading (the agents' streams end, their leases are not renewed) until one comes back.
