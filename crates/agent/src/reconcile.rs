@@ -63,6 +63,13 @@ pub enum Act {
     ReportStopped { key: ReplicaKey, checkpointed: bool },
     /// A STOP of a replica killed as unwanted: it counts as stopped without a checkpoint.
     KilledCountsAsStopped(ReplicaKey),
+    /// A RUN of a replica that ended here without its own exit (killed as no longer
+    /// wanted, stopped, or pruned): report it ended, cause `KilledHere`, so that a leader
+    /// that still counts it running requeues the job instead of waiting for it for good.
+    ReportKilledHere { key: ReplicaKey, checkpointed: bool },
+    /// A RUN of a replica whose own exit ended its job (rank 0, or a non-zero code): report
+    /// that exit again; the leader that holds it running may have missed it.
+    ReportExited { key: ReplicaKey, code: i32 },
     /// SIGSTOP a running replica and report it stopped.
     Suspend(ReplicaKey),
     /// A SUSPEND of a replica that never ran here: report it stopped.
@@ -197,7 +204,9 @@ fn plan_run<'a>(
         inputs.journal_failing.as_ref().map(|why| Act::Ignore { key, why: Ignored::JournalFailing(why.clone()) });
     let Some(known) = inputs.replicas.get(&key) else {
         if inputs.pruned.contains(&key) {
-            return Some(Act::Ignore { key, why: Ignored::FinishedHere });
+            // It finished here; how is forgotten. Asked to run it, the leader has missed its
+            // end (or is stale, and then the report is ignored as not placed).
+            return Some(Act::ReportKilledHere { key, checkpointed: false });
         }
         if refused.is_some() {
             return refused;
@@ -212,8 +221,24 @@ fn plan_run<'a>(
     };
     match known.phase {
         Phase::Suspended => refused.or(Some(Act::Resume(key))),
-        Phase::Running | Phase::Finished => None,
+        Phase::Running => None,
+        Phase::Finished => run_of_finished(key, known.outcome),
         Phase::Stopping | Phase::Killing => Some(Act::Ignore { key, why: Ignored::BeingStopped }),
+    }
+}
+
+/// A RUN of a replica that finished here: it never starts again (the attempt fence), but a
+/// leader that sends it believes it runs, and would hold the job Running with no process, so
+/// it is told how the replica ended.
+fn run_of_finished(key: ReplicaKey, outcome: Option<Outcome>) -> Option<Act> {
+    match outcome {
+        // Its own exit ends the job: said again.
+        Some(Outcome::Exited { code }) if key.rank == 0 || code != 0 => Some(Act::ReportExited { key, code }),
+        // A rank other than 0 that exited 0 is done by design while the gang goes on; its
+        // exit was reported, and saying it again on every resend would change nothing.
+        Some(Outcome::Exited { .. }) => Some(Act::Ignore { key, why: Ignored::FinishedHere }),
+        Some(Outcome::Stopped { checkpointed }) => Some(Act::ReportKilledHere { key, checkpointed }),
+        Some(Outcome::Killed) | None => Some(Act::ReportKilledHere { key, checkpointed: false }),
     }
 }
 

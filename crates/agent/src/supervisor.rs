@@ -390,6 +390,22 @@ impl Supervisor {
                 self.journal.put_replica(&rec)?;
                 self.observe(stopped(&key, false, StopCause::Directed))
             }
+            Act::ReportKilledHere { key, checkpointed } => {
+                tracing::warn!(?key, "a RUN of a replica that ended here without its own exit; reporting its end");
+                self.observe(stopped(&key, checkpointed, StopCause::KilledHere))
+            }
+            Act::ReportExited { key, code } => {
+                tracing::warn!(?key, code, "a RUN of a replica whose exit ended its job; reporting that exit again");
+                self.observe(Observation {
+                    what: Some(What::Exited(Exited {
+                        job_id: key.job_id,
+                        attempt: key.attempt,
+                        rank: key.rank,
+                        exit_code: code,
+                        reason: String::new(),
+                    })),
+                })
+            }
             Act::Suspend(key) => self.suspend(&key),
             Act::SuspendNeverRan(key) => {
                 tracing::warn!(?key, "asked to suspend a replica that never ran here");

@@ -454,3 +454,30 @@ async fn a_stop_journaled_but_not_signalled_before_a_crash_is_signalled_after_it
     assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
     agent.shutdown().await.unwrap();
 }
+
+/// Seed 201 of the chaos suite, with a real process: a directive from a stale state leaves
+/// job 1 out, so the agent kills it as no longer wanted (which reports nothing); then the
+/// leader's state catches up and its directive says RUN for that same attempt. The agent
+/// does not start it again, and answers with its end (`KILLED_HERE`), so that the leader
+/// does not hold the job Running with no process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_a_replica_killed_as_unwanted_is_answered_with_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let started = dir.path().join("started");
+    let run = assignment(1, 1, Action::Run, &format!("echo $$ >> {}; exec sleep 30", started.display()));
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&started)).await;
+    gw.set(1, vec![]);
+    wait_for(5, "killed once unwanted", || (!alive(pid)).then_some(())).await;
+    assert!(stop_causes_of(&gw.observations(), 1).is_empty(), "a kill reports nothing: {:?}", gw.observations());
+
+    gw.set(1, vec![run]);
+    wait_for(5, "its end reported", || {
+        stop_causes_of(&gw.observations(), 1).contains(&baton_proto::v1::StopCause::KilledHere).then_some(())
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(&started).unwrap().lines().count(), 1, "started once");
+    agent.shutdown().await.unwrap();
+}

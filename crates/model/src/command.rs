@@ -296,6 +296,14 @@ pub enum Observed {
     /// saved, and its next attempt started from zero although every rank had saved its work.
     /// (Last, so logs written before it decode.)
     LeaseStopped { job: JobId, attempt: u32, rank: u32, checkpointed: bool, rank_saved: bool },
+    /// The rank ended on its node without its own exit, and its agent was then asked to run
+    /// that attempt again, which it never does: it killed the rank as no longer wanted (a
+    /// directive, e.g. from a leader whose state lagged, did not place it there), stopped
+    /// it, or finished it and forgot how. Killing reports nothing, so without this a leader
+    /// that caught up would hold the job Running with no process for good. A running job
+    /// goes back to the queue from its checkpoint (not its failure); in a stop in progress
+    /// it is that rank's stop, saved as `rank_saved` says. (Last, so older logs decode.)
+    KilledHere { job: JobId, attempt: u32, rank: u32, rank_saved: bool },
 }
 
 impl Observed {
@@ -309,7 +317,8 @@ impl Observed {
             | Observed::Vanished { job, .. }
             | Observed::LeaseExpired { job, .. }
             | Observed::NotStarted { job, .. }
-            | Observed::LeaseStopped { job, .. } => *job,
+            | Observed::LeaseStopped { job, .. }
+            | Observed::KilledHere { job, .. } => *job,
         }
     }
 }

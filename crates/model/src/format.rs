@@ -29,8 +29,9 @@ use crate::command::{Observed, Op};
 /// `SetTenancy` and `Observed::NotStarted`. 4: the first format whose builds report it and
 /// hold back what others cannot read; `GrantQueueAdmin`, the create-if-absent and
 /// compare-and-set writes (`CreateQueue`, `UpdateQueue`, `CreateCohort`, `CreateClass`) and
-/// `Observed::LeaseStopped`, which builds marked format 3 did not all read.
-pub const DATA_FORMAT: u32 = 4;
+/// `Observed::LeaseStopped`, which builds marked format 3 did not all read. 5:
+/// `Observed::KilledHere`.
+pub const DATA_FORMAT: u32 = 5;
 
 /// The format taken for a member that says nothing about it: a build from before replicas
 /// reported their format (they read at least format 3's commands when they read format-3
@@ -172,17 +173,24 @@ impl Observed {
             | Observed::LeaseExpired { .. } => 1,
             Observed::NotStarted { .. } => 3,
             Observed::LeaseStopped { .. } => 4,
+            Observed::KilledHere { .. } => 5,
         }
     }
 
     /// This observation as a cluster whose members read only up to `format` can take it:
     /// a lease stop becomes the older `LeaseExpired` (the same outcome, without the rank's
-    /// own save, which only completes a gang's checkpoint from ranks reported later). Agents'
+    /// own save, which only completes a gang's checkpoint from ranks reported later); a
+    /// rank killed here becomes `Vanished`. Agents'
     /// reports must not wait for an upgrade: a refused report renews no lease.
     pub fn for_format(self, format: u32) -> Observed {
         match self {
             Observed::LeaseStopped { job, attempt, rank, checkpointed, .. } if format < 4 => {
                 Observed::LeaseExpired { job, attempt, rank, checkpointed }
+            }
+            // The older observation of a rank gone without an exit: the same requeue, with an
+            // event that says less (and, in a stop in progress, ignored).
+            Observed::KilledHere { job, attempt, rank, .. } if format < 5 => {
+                Observed::Vanished { job, attempt, rank, missing_ms: 0 }
             }
             other => other,
         }

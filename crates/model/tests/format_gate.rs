@@ -62,6 +62,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
     ("LeaseExpired", 1),
     ("NotStarted", 3),
     ("LeaseStopped", 4),
+    ("KilledHere", 5),
 ];
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
@@ -79,6 +80,7 @@ fn obs(i: usize) -> Observed {
         Observed::LeaseExpired { job: 1, attempt: 1, rank: 0, checkpointed: false },
         Observed::NotStarted { job: 1, attempt: 1, rank: 0, exit_code: 127, reason: "no user".into() },
         Observed::LeaseStopped { job: 1, attempt: 1, rank: 0, checkpointed: false, rank_saved: true },
+        Observed::KilledHere { job: 1, attempt: 1, rank: 0, rank_saved: false },
     ];
     all[i].clone()
 }
@@ -216,6 +218,17 @@ fn a_lease_stop_goes_as_a_lease_expiry_to_members_of_format_3() {
     // Every observation comes out readable by the format it was given.
     for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
         assert!(obs(i).for_format(3).format() <= 3, "{:?}", obs(i));
+    }
+}
+
+#[test]
+fn a_rank_killed_here_goes_as_a_vanished_one_to_members_of_format_4() {
+    let killed = Observed::KilledHere { job: 7, attempt: 2, rank: 1, rank_saved: false };
+    assert_eq!(killed.clone().for_format(5), killed);
+    let older = Observed::Vanished { job: 7, attempt: 2, rank: 1, missing_ms: 0 };
+    assert_eq!(killed.for_format(4), older);
+    for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
+        assert!(obs(i).for_format(4).format() <= 4, "{:?}", obs(i));
     }
 }
 

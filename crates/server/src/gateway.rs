@@ -202,6 +202,18 @@ impl Gateway {
                         rank_saved: s.checkpointed,
                     })
                 }
+                // Asked to run a replica that ended there without its own exit (killed as
+                // no longer wanted, e.g. by a directive from a stale state): the model
+                // requeues the job, or counts it as the rank's stop in a stop in progress.
+                Some(What::Stopped(s)) if s.cause() == StopCause::KilledHere => {
+                    tracing::warn!(node = %node, job_id = s.job_id, attempt = s.attempt, rank = s.rank, "the agent was asked to run a replica that already ended there");
+                    observed.push(Observed::KilledHere {
+                        job: s.job_id,
+                        attempt: s.attempt,
+                        rank: s.rank,
+                        rank_saved: s.checkpointed,
+                    })
+                }
                 Some(What::Stopped(s)) => observed.push(Observed::Stopped {
                     job: s.job_id,
                     attempt: s.attempt,

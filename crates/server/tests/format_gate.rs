@@ -17,9 +17,13 @@ async fn queue_names(c: &mut baton_proto::v1::baton_client::BatonClient<tonic::t
     queues.into_iter().filter_map(|q| q.queue.map(|q| q.name)).collect()
 }
 
+/// The data format that brought `CreateQueue` (the model's format table says so).
+const CREATE_QUEUE_FORMAT: u32 = 4;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_command_newer_than_a_replica_reads_is_refused_until_it_is_upgraded() {
-    let older = DATA_FORMAT - 1;
+    // The format before the one that brought CreateQueue.
+    let older = CREATE_QUEUE_FORMAT - 1;
     let mut cluster = Cluster::start_configured(3, settings(), |id, rc| {
         if id == 3 {
             rc.max_format = older;
@@ -36,7 +40,7 @@ async fn a_command_newer_than_a_replica_reads_is_refused_until_it_is_upgraded() 
     // A create-if-absent queue write came with format 4: refused, naming replica 3.
     let e = c.create_queue(queue("team-b", 1)).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
-    let needs = format!("CreateQueue needs data format {DATA_FORMAT}");
+    let needs = format!("CreateQueue needs data format {CREATE_QUEUE_FORMAT}");
     assert!(e.message().contains(&needs), "{}", e.message());
     let behind = format!("replica 3 (reads formats up to {older})");
     assert!(e.message().contains(&behind), "{}", e.message());
@@ -72,9 +76,22 @@ async fn a_command_newer_than_a_replica_reads_is_refused_until_it_is_upgraded() 
 /// lease expiry, so the report (and with it the agent's lease) does not wait for the upgrade.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lease_stop_report_is_taken_while_a_replica_reads_an_older_format() {
+    report_taken_while_a_replica_reads(3, StopCause::LeaseExpired, "lease").await;
+}
+
+/// A rank killed here is an observation of format 5; mid-upgrade it goes as the older
+/// vanished rank: the same requeue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_here_report_is_taken_while_a_replica_reads_an_older_format() {
+    report_taken_while_a_replica_reads(4, StopCause::KilledHere, "no longer reports").await;
+}
+
+/// Replica 2 reads formats up to `older`; n1's agent reports j's replica stopped with
+/// `cause`: the report is taken and j requeued, its event saying `why`.
+async fn report_taken_while_a_replica_reads(older: u32, cause: StopCause, why: &str) {
     let cluster = Cluster::start_configured(3, settings(), |id, rc| {
         if id == 2 {
-            rc.max_format = DATA_FORMAT - 1;
+            rc.max_format = older;
         }
     })
     .await;
@@ -89,7 +106,7 @@ async fn a_lease_stop_report_is_taken_while_a_replica_reads_an_older_format() {
         attempt: a.attempt,
         rank: a.rank,
         checkpointed: false,
-        cause: StopCause::LeaseExpired as i32,
+        cause: cause as i32,
     });
     agent.report(vec![stop]).await.expect("the report is taken");
     // Requeued (and perhaps placed again at once, as a next attempt).
@@ -102,5 +119,5 @@ async fn a_lease_stop_report_is_taken_while_a_replica_reads_an_older_format() {
         j.reason
     );
     let e = j.events.iter().find(|e| e.kind() == baton_proto::v1::EventKind::Requeued).expect("a Requeued event");
-    assert!(e.message.contains("lease"), "{}", e.message);
+    assert!(e.message.contains(why), "{}", e.message);
 }

@@ -201,3 +201,37 @@ async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
     let next = d.assignments.iter().find(|x| x.job == "j").unwrap();
     assert!(next.resume, "resumes from its checkpoint: {next:?}");
 }
+
+/// Seed 201 of the chaos suite (issue 9): a leader directing from a stale state had n1's
+/// agent kill j's replica as no longer wanted, which reports nothing; once the leader caught
+/// up its directive said RUN for that same attempt, which an agent never starts again. The
+/// agent answers such a RUN with the replica's end (cause KILLED_HERE), and j goes back to
+/// the queue, with an event saying why, instead of staying Running with no process and its
+/// GPUs held. It is not j's failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_of_a_replica_its_agent_killed_as_unwanted_requeues_the_job() {
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
+    // The RUN still comes for the attempt the agent killed: it says that replica ended here.
+    agent.until("j is told to run", |d| has(d, "j", Action::Run)).await;
+    let killed = What::Stopped(Stopped {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        rank: a.rank,
+        checkpointed: false,
+        cause: StopCause::KilledHere as i32,
+    });
+    agent.report(vec![killed]).await.unwrap();
+
+    let j = c.get_job(JobRef { name: "j".into(), ..Default::default() }).await.unwrap().into_inner();
+    assert!(
+        j.state() == JobState::Pending || (j.state() == JobState::Running && j.attempt > a.attempt),
+        "requeued, not left Running nor failed: {} attempt {} ({})",
+        j.state().word(),
+        j.attempt,
+        j.reason
+    );
+    let e = j.events.iter().find(|e| e.kind() == baton_proto::v1::EventKind::Requeued).expect("a Requeued event");
+    assert!(e.message.contains("n1") && e.message.contains("killed"), "{}", e.message);
+    // Its GPUs are given out again: the next attempt runs.
+    agent.until("j runs again", |d| d.assignments.iter().any(|x| x.job == "j" && x.attempt > a.attempt)).await;
+}

@@ -72,6 +72,7 @@ type Case = (Vec<(ReplicaKey, Known)>, bool, Vec<Assignment>, Vec<Act>);
 fn table() {
     use Action::{Run, Stop, Suspend};
     let running = |gpus: &[u32]| known(Phase::Running, None, gpus);
+    let rank1 = ReplicaKey { rank: 1, ..key(1, 1) };
     let cases: Vec<Case> = vec![
         // A new RUN on free GPUs starts.
         (vec![], false, vec![assign(1, 1, Run, &[0, 1])], vec![Act::Start(key(1, 1))]),
@@ -142,6 +143,46 @@ fn table() {
             vec![assign(1, 1, Stop, &[0])],
             vec![],
         ),
+        // A RUN of a replica that ended here (seed 201 of the chaos suite: killed as no
+        // longer wanted by a directive from a stale state, then RUN again once the leader
+        // caught up): the leader is told it ended, not left to hold the job Running.
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Killed), &[0]))],
+            false,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::ReportKilledHere { key: key(1, 1), checkpointed: false }],
+        ),
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Stopped { checkpointed: true }), &[0]))],
+            false,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::ReportKilledHere { key: key(1, 1), checkpointed: true }],
+        ),
+        (
+            vec![(key(1, 1), known(Phase::Finished, None, &[0]))],
+            false,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::ReportKilledHere { key: key(1, 1), checkpointed: false }],
+        ),
+        // Its own exit that ends the job is said again; rank 1's exit 0 is done by design.
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Exited { code: 3 }), &[0]))],
+            false,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::ReportExited { key: key(1, 1), code: 3 }],
+        ),
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Exited { code: 0 }), &[0]))],
+            false,
+            vec![assign(1, 1, Run, &[0])],
+            vec![Act::ReportExited { key: key(1, 1), code: 0 }],
+        ),
+        (
+            vec![(rank1, known(Phase::Finished, Some(Outcome::Exited { code: 0 }), &[0]))],
+            false,
+            vec![Assignment { rank: 1, ..assign(1, 1, Run, &[0]) }],
+            vec![Act::Ignore { key: rank1, why: Ignored::FinishedHere }],
+        ),
         // A stop is carried out also after the lease ran out.
         (vec![(key(1, 1), running(&[0]))], true, vec![assign(1, 1, Stop, &[0])], vec![Act::Stop(key(1, 1))]),
         // SUSPEND.
@@ -164,7 +205,7 @@ fn table() {
 }
 
 #[test]
-fn older_attempts_and_pruned_finished_ones_are_not_started() {
+fn older_attempts_and_pruned_finished_ones_are_not_started_and_a_pruned_ones_end_is_reported() {
     let mut i = inputs(vec![]);
     i.max_attempts.insert(1, 3);
     i.pruned.insert(key(2, 1));
@@ -178,7 +219,8 @@ fn older_attempts_and_pruned_finished_ones_are_not_started() {
         vec![
             Act::Ignore { key: key(1, 2), why: Ignored::OlderAttempt { newest: 3 } },
             Act::Start(key(1, 3)),
-            Act::Ignore { key: key(2, 1), why: Ignored::FinishedHere },
+            // It finished here and its record is gone: a RUN of it is answered with its end.
+            Act::ReportKilledHere { key: key(2, 1), checkpointed: false },
         ]
     );
     assert!(!p.wanted.contains(&key(1, 2)), "an older attempt is not wanted (a running one is killed)");
@@ -324,7 +366,10 @@ proptest! {
             let key = match act {
                 Act::Kill(k) | Act::Start(k) | Act::Resume(k) | Act::Stop(k) | Act::StopNeverRan(k)
                 | Act::KilledCountsAsStopped(k) | Act::Suspend(k) | Act::SuspendNeverRan(k) => *k,
-                Act::ReportStopped { key, .. } | Act::Ignore { key, .. } => *key,
+                Act::ReportStopped { key, .. }
+                | Act::ReportKilledHere { key, .. }
+                | Act::ReportExited { key, .. }
+                | Act::Ignore { key, .. } => *key,
             };
             // An older attempt is refused, and killed if it runs here: two acts, one key.
             if matches!(act, Act::Ignore { why: Ignored::OlderAttempt { .. }, .. }) {

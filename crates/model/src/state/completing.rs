@@ -163,6 +163,7 @@ impl State {
             | Observed::LeaseExpired { job, attempt, rank, .. }
             | Observed::NotStarted { job, attempt, rank, .. }
             | Observed::LeaseStopped { job, attempt, rank, .. }
+            | Observed::KilledHere { job, attempt, rank, .. }
             | Observed::Unkillable { job, attempt, rank, .. } => (job, attempt, rank),
             Observed::Checkpointed { .. } | Observed::Stray { .. } => return None,
         };

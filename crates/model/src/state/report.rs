@@ -21,6 +21,16 @@ use crate::job::{JobId, JobState};
 use crate::limits::MAX_OBSERVATIONS_PER_REPORT;
 use crate::name::Name;
 
+/// How a rank was lost without its own exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// Its agent's lease ran out and it was stopped.
+    LeaseExpired,
+    /// Its agent killed it (or stopped it) when not asked by the leader that holds it
+    /// running, and reports so when asked to run it.
+    KilledHere,
+}
+
 /// A rank's lease stop as reported: `checkpointed`, the whole job has a checkpoint (by what
 /// the leader knew); `rank_saved`, this rank's stop saved its work.
 #[derive(Debug, Clone, Copy)]
@@ -117,6 +127,21 @@ impl State {
                 self.check_rank_placed(node, job, attempt, rank)?;
                 self.lease_expired(node, job, LeaseStop { attempt, rank, checkpointed, rank_saved }, ev)
             }
+            Observed::KilledHere { job, attempt, rank, rank_saved } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                let j = &self.d.jobs[&job];
+                if j.state == JobState::Running && j.ended_ranks.contains_key(&rank) {
+                    // It exited 0 and was reported: gone by design, not lost.
+                    return Err(ApplyError::invalid("observations", format!("rank {rank} of job {job} already ended")));
+                }
+                self.rank_lost(
+                    node,
+                    job,
+                    Lost::KilledHere,
+                    LeaseStop { attempt, rank, checkpointed: false, rank_saved },
+                    ev,
+                )
+            }
             Observed::Stray { job, attempt, rank } => {
                 if !self.d.jobs.contains_key(&job) {
                     return Err(ApplyError::unknown("job", job));
@@ -155,6 +180,20 @@ impl State {
         stop: LeaseStop,
         ev: &mut Vec<Event>,
     ) -> Result<(), ApplyError> {
+        self.rank_lost(node, job, Lost::LeaseExpired, stop, ev)
+    }
+
+    /// A rank gone without its own exit and without a stop the leader asked for (`cause`
+    /// says how): in a stop in progress it is that rank's stop; a job that runs (or is
+    /// suspended) goes back to the queue, from its checkpoint if it has one.
+    fn rank_lost(
+        &mut self,
+        node: &Name,
+        job: JobId,
+        cause: Lost,
+        stop: LeaseStop,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
         let LeaseStop { attempt, rank, checkpointed, rank_saved } = stop;
         let j = &self.d.jobs[&job];
         if j.state == JobState::Preempting && j.stopping.is_some() {
@@ -162,7 +201,11 @@ impl State {
             return self.rank_ended(job, rank, rank_saved, ev);
         }
         if !matches!(j.state, JobState::Running | JobState::Suspended) {
-            return Err(self.wrong_state(job, "stopping for an expired lease"));
+            let action = match cause {
+                Lost::LeaseExpired => "stopping for an expired lease",
+                Lost::KilledHere => "requeueing a replica killed on its node",
+            };
+            return Err(self.wrong_state(job, action));
         }
         // Gone; whether it saved its work counts for a late report of the other ranks'
         // (`late_checkpoint` reads it back once the job is requeued).
@@ -172,9 +215,14 @@ impl State {
             j.has_checkpoint = true;
         }
         let saved = if rank_saved { "after a checkpoint" } else { "without a checkpoint" };
-        let why = format!(
-            "rank {rank} of attempt {attempt}: its agent on node {node} was cut off from the leader for a whole lease and stopped it {saved}"
-        );
+        let why = match cause {
+            Lost::LeaseExpired => format!(
+                "rank {rank} of attempt {attempt}: its agent on node {node} was cut off from the leader for a whole lease and stopped it {saved}"
+            ),
+            Lost::KilledHere => format!(
+                "rank {rank} of attempt {attempt}: its agent on node {node} ended it without its own exit (killed as no longer wanted there, by a directive that did not place it) and cannot run that attempt again"
+            ),
+        };
         self.requeue_running(job, why, ev);
         Ok(())
     }
@@ -465,6 +513,38 @@ mod tests {
 
     fn lease_expired(job: JobId, rank: u32, checkpointed: bool) -> Observed {
         Observed::LeaseExpired { job, attempt: 1, rank, checkpointed }
+    }
+
+    /// Seed 201 of the chaos suite (issue 9): an agent killed a rank as no longer wanted
+    /// (told so from a stale state) and, asked to run that attempt again, reports it ended
+    /// there. The job goes back to the queue from its checkpoint, with an event saying why;
+    /// it is not the job's failure. A rank that already exited 0, or a stale attempt, changes
+    /// nothing; in a stop in progress it counts as that rank's stop.
+    #[test]
+    fn a_rank_killed_here_requeues_the_job_from_its_checkpoint() {
+        let killed = |job, attempt, rank| Observed::KilledHere { job, attempt, rank, rank_saved: false };
+        let (mut s, job) = gang();
+        assert!(report(&mut s, "n1", vec![Observed::Checkpointed { job, attempt: 1 }]).is_empty());
+        report(&mut s, "n2", vec![Observed::Exited { job, attempt: 1, rank: 1, exit_code: 0 }]);
+        let ignored = report(&mut s, "n2", vec![killed(job, 1, 1), killed(job, 7, 0)]);
+        assert!(ignored.len() == 2 && ignored[0].1.contains("already ended"), "{ignored:?}");
+        assert_eq!(s.job(job).unwrap().state, JobState::Running);
+
+        let op = Op::Report { node: Name::lit("n1"), observations: vec![killed(job, 1, 0)] };
+        let applied = s.apply(Command { now_ms: 1_000, op }).unwrap();
+        assert_eq!(applied.outcome, Outcome::Reported { ignored: Vec::new() });
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true), "{}", j.reason);
+        assert!(j.reason.contains("killed") && j.reason.contains("n1"), "{}", j.reason);
+        let ev = applied.events.last().expect("an event");
+        assert!(matches!(ev.kind, EventKind::Requeued) && ev.message.contains("no longer wanted"), "{ev:?}");
+
+        let (mut s, job) = gang();
+        apply(&mut s, Op::Pause { job });
+        assert!(report(&mut s, "n1", vec![stopped(job, 0)]).is_empty());
+        assert!(report(&mut s, "n2", vec![killed(job, 1, 1)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, false), "rank 1 saved nothing");
     }
 
     /// An agent whose lease ran out stopped its rank (issue 9): the job must not stay
