@@ -309,11 +309,16 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
         }
         Phase::Running | Phase::Suspended => Some(Ending::Exited { code: e.code }),
         Phase::Stopping => {
-            let (before_ms, lease_expired) = match rec.stop {
+            let (at_signal_ms, lease_expired) = match rec.stop {
                 Some(s) => (s.newest_before_unix_ms, s.lease_expired),
                 // A record without its stop: only a file written from now on would count.
                 None => (u64::MAX, false),
             };
+            // Any checkpoint this attempt wrote is one to resume from, also one written
+            // just before the signal (a rank that saved and exited as the stop came: chaos
+            // seed 3003). A record journaled before the newest file at its start was
+            // recorded counts only what was written since the signal, as then.
+            let before_ms = rec.newest_checkpoint_at_start_unix_ms.map_or(at_signal_ms, |s| s.min(at_signal_ms));
             let checkpointed = written_after(before_ms, newest);
             Some(Ending::Stopped { checkpointed, lease_expired })
         }

@@ -448,7 +448,8 @@ fn how_an_ended_replica_is_recorded() {
         (started_at(10_000), seen(0, true, 20_000), Some(Ending::Stopped { checkpointed: true, lease_expired: true })),
         (started_at(10_000), seen(0, true, 5_000), Some(Ending::Stopped { checkpointed: false, lease_expired: true })),
         (started_at(10_000), seen(0, true, 0), Some(Ending::Stopped { checkpointed: false, lease_expired: true })),
-        // A stop: checkpointed if a file newer than before the signal was written.
+        // A stop: checkpointed if this attempt wrote a file (a record without the newest at
+        // its start, as these: since the signal).
         (
             stopping(false),
             seen(0, false, NOW.unix_ms + 10),
@@ -582,4 +583,36 @@ fn no_trace_after_a_reboot_is_no_proof_that_a_replica_never_started() {
     ] {
         assert_eq!(super::without_pid(traces, same_boot), want, "{traces:?}, same boot {same_boot}");
     }
+}
+
+/// Chaos, seed 3003 (`--preemption-kills`): rank 0 of a gang saved its last checkpoint and
+/// exited 0, and a preemption's stop reached its agent 4 ms later. The stop counted only
+/// files newer than the newest when its signal went out, so the rank was reported stopped
+/// without a checkpoint, and the model started the whole gang again from zero although
+/// every rank had saved in that attempt. What the model needs to know is whether this
+/// attempt left a checkpoint to resume from: a file newer than the newest at its start.
+#[test]
+fn a_stop_counts_every_checkpoint_this_attempt_wrote() {
+    let at_start_ms = NOW.unix_ms - 120_000;
+    let saved_before_signal_ms = NOW.unix_ms - 4;
+    let running = ReplicaRecord { newest_checkpoint_at_start_unix_ms: Some(at_start_ms), ..record(Phase::Running) };
+    let steps = stop_steps(&running, libc::SIGTERM, 3_000, false, saved_before_signal_ms, NOW);
+    let Step::Journal(stopping) = steps.last().unwrap().clone() else { panic!() };
+    let ended = |newest_ms| Ended {
+        code: 0,
+        watchdog_stopped: false,
+        newest_checkpoint_unix_ms: newest_ms,
+        now_unix_ms: NOW.unix_ms + 10,
+    };
+    let saved = Some(Ending::Stopped { checkpointed: true, lease_expired: false });
+    let unsaved = Some(Ending::Stopped { checkpointed: false, lease_expired: false });
+    assert_eq!(ending(&stopping, ended(saved_before_signal_ms)), saved, "saved 4 ms before the signal");
+    assert_eq!(ending(&stopping, ended(NOW.unix_ms + 5)), saved, "saved after the signal");
+    // Only what an earlier attempt left: nothing to resume this attempt's work from.
+    assert_eq!(ending(&stopping, ended(at_start_ms)), unsaved);
+    assert_eq!(ending(&stopping, ended(0)), unsaved);
+    // A record journaled before the newest file at the start was: files since the signal.
+    let old = ReplicaRecord { newest_checkpoint_at_start_unix_ms: None, ..stopping };
+    assert_eq!(ending(&old, ended(saved_before_signal_ms)), unsaved);
+    assert_eq!(ending(&old, ended(NOW.unix_ms + 5)), saved);
 }
