@@ -13,6 +13,16 @@
 pub struct Lease {
     /// Monotonic ms at which it ends; `None` before the first grant.
     expires_at_ms: Option<u64>,
+    /// The newest leader state a grant came from (see [`Lease::floor`]).
+    floor: Floor,
+}
+
+/// How new a leader's state is: its term, then how many commands it had applied
+/// (`ReportReply.state_index`, `Directive.state_index`). Ordered term first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Floor {
+    pub term: u64,
+    pub state_index: u64,
 }
 
 /// What the lease says about the replicas at a given time.
@@ -30,7 +40,21 @@ pub enum Standing {
 impl Lease {
     /// A lease that ends at `expires_at_ms` (one a previous run of the agent held).
     pub fn until(expires_at_ms: u64) -> Lease {
-        Lease { expires_at_ms: Some(expires_at_ms) }
+        Lease { expires_at_ms: Some(expires_at_ms), floor: Floor::default() }
+    }
+
+    /// Records that a grant came from a leader whose state was `from` when it granted it.
+    /// Never lowered: an older reply arriving late says nothing newer.
+    pub fn granted_from(&mut self, from: Floor) {
+        self.floor = self.floor.max(from);
+    }
+
+    /// The newest leader state a grant came from. An agent whose lease ran out obeys, once
+    /// it is renewed, no directive built from an older state: a leader that declared the
+    /// node lost has placed its jobs elsewhere since, and a directive sent before (read
+    /// off the connection after a stall) still asks for them here.
+    pub fn floor(&self) -> Floor {
+        self.floor
     }
 
     /// Records a reply to a report sent at `sent_at_ms` that granted `lease_ms` (0: none).
@@ -115,6 +139,16 @@ mod tests {
             }
             assert_eq!(l.standing(*now), *want, "grants {grants:?} at {now}");
         }
+    }
+
+    #[test]
+    fn the_floor_is_the_newest_state_granted_from_term_first() {
+        let mut l = Lease::default();
+        assert_eq!(l.floor(), Floor::default());
+        for (term, state_index) in [(1, 9), (1, 4), (2, 3), (1, 50)] {
+            l.granted_from(Floor { term, state_index });
+        }
+        assert_eq!(l.floor(), Floor { term: 2, state_index: 3 });
     }
 
     #[test]

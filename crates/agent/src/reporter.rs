@@ -13,7 +13,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::journal::Journal;
 use crate::leader::Attached;
-use crate::lease::Lease;
+use crate::lease::{Floor, Lease};
 use crate::lease_file::{self, boot_ms};
 use crate::limits::{MAX_MESSAGE_BYTES, MAX_OBSERVATIONS_PER_REPORT, REATTACH_AFTER_FAILED_REPORTS, REPORT_TIMEOUT_MS};
 
@@ -132,9 +132,12 @@ impl Reporter {
 
     /// Extends the lease and tells the watchdogs; a lease file that cannot be written leaves
     /// them with the old expiry (they stop their replicas early: safe).
-    fn renew(&self, sent_at_ms: u64, lease_ms: u64) {
+    fn renew(&self, sent_at_ms: u64, lease_ms: u64, from: Floor) {
         let mut lease = *self.lease.borrow();
         lease.grant(sent_at_ms, lease_ms);
+        if lease_ms > 0 {
+            lease.granted_from(from);
+        }
         if lease == *self.lease.borrow() {
             return;
         }
@@ -200,7 +203,7 @@ impl Reporter {
             self.fence = next;
         }
         self.metrics.report(true);
-        self.renew(sent_at_ms, reply.lease_ms);
+        self.renew(sent_at_ms, reply.lease_ms, Floor { term: reply.term, state_index: reply.state_index });
         let sent = seqs.len();
         self.drop_later(seqs);
         // More waiting than this report carried: send the rest right away.

@@ -22,7 +22,7 @@ use crate::checkpoint::{newest_rank_mtime_ms, now_unix_ms};
 use crate::error::JournalError;
 use crate::journal::{Journal, Outcome, Phase, ReplicaKey, ReplicaRecord};
 use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs, Unjournaled};
-use crate::lease::Lease;
+use crate::lease::{Floor, Lease};
 use crate::lease_file::boot_ms;
 use crate::limits::{
     CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, JOURNAL_RETRY_MAX_MS, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE,
@@ -81,6 +81,10 @@ pub struct Supervisor {
     lease: watch::Receiver<Lease>,
     /// The replicas were stopped for the lease that ran out; cleared by a renewal.
     fenced: bool,
+    /// After a renewal that ended a lapse: the leader state the renewal came from. No
+    /// directive built from an older state is obeyed (`Lease::floor`); cleared by the first
+    /// one that is as new.
+    obey_from: Option<Floor>,
     /// The newest directive accepted, applied again when a renewed lease lets replicas start.
     last_directive: Option<Directive>,
     /// The (lease_ms, heartbeat_timeout_ms) last checked against the timing argument, so a
@@ -141,6 +145,7 @@ impl Supervisor {
             last_checkpoint_poll: Instant::now(),
             lease: settings.lease,
             fenced: false,
+            obey_from: None,
             last_directive: None,
             fit_checked: None,
             metrics: settings.metrics,
@@ -288,6 +293,14 @@ impl Supervisor {
     }
 
     fn apply(&mut self, d: &Directive) -> Result<(), JournalError> {
+        if let Some(floor) = self.obey_from {
+            let built = Floor { term: d.term, state_index: d.state_index };
+            if built < floor {
+                tracing::info!(?built, ?floor, "waits for a directive as new as the state its lease was renewed from");
+                return Ok(());
+            }
+            self.obey_from = None;
+        }
         // Read before the lease is: a directive obeyed under a lease was obeyed no later
         // than this instant, which a test compares with when a leader was deposed.
         let at_unix_ms = now_unix_ms();
@@ -731,6 +744,7 @@ impl Supervisor {
             self.stop_for_the_lease()?;
         } else if !expired && self.fenced {
             self.fenced = false;
+            self.obey_from = Some(self.lease.borrow().floor());
             tracing::info!("the lease is renewed");
             if let Some(d) = self.last_directive.take() {
                 let result = self.apply(&d);

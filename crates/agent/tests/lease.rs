@@ -199,3 +199,48 @@ async fn the_watchdog_stops_a_replica_whose_agents_data_directory_was_removed() 
     std::fs::remove_dir_all(&data).unwrap();
     wait_for(10, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
 }
+
+/// Chaos, seed 6 (`--no-partitions`): an agent stopped past the heartbeat timeout had its
+/// node declared lost, and the job's next attempt started on another node. Continued, the
+/// agent read a directive sent before its stall (attempt 1 on this node), stopped
+/// everything as its lease had run out, and once the leader renewed the lease applied that
+/// directive and started attempt 1 beside attempt 2. A renewed lease covers only a
+/// directive built from a state at least as new as the renewing reply's: the leader's state
+/// had moved on to index 7, so a list built at index 5 is not obeyed, and the list built at
+/// 7 is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_lease_obeys_no_directive_older_than_the_leaders_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.metrics_listen = Some("127.0.0.1:0".into());
+    let agent = start_agent(c).await;
+    let metrics = agent.metrics_addr().expect("metrics served");
+    let (stale, fresh) = (dir.path().join("stale"), dir.path().join("fresh"));
+    let _reaper = Reaper(vec![stale.clone(), fresh.clone()]);
+    let forever = |pid: &std::path::Path| format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display());
+    gw.set(1, vec![]);
+    granted(&gw).await;
+
+    gw.stall_reports(true);
+    wait_for(5, "the lease ran out", || {
+        (blocking_scrape(metrics)["baton_agent_lease_expiries_total"] >= 1.0).then_some(())
+    })
+    .await;
+    // Read off the connection after the stall, sent before it.
+    gw.send_built_at(1, 5, vec![assignment(1, 1, Action::Run, &forever(&stale))]);
+    gw.set_reply_state_index(7);
+    let now = gw.report_count();
+    gw.stall_reports(false);
+    wait_for(5, "the lease renewed", || {
+        (gw.report_count() >= now + 3 && blocking_scrape(metrics)["baton_agent_lease_seconds_left"] > 0.0).then_some(())
+    })
+    .await;
+    assert!(!stale.exists(), "started a directive older than the state its lease was renewed from");
+
+    gw.send_built_at(1, 7, vec![assignment(2, 1, Action::Run, &forever(&fresh))]);
+    let p = wait_for(5, "the current directive obeyed", || read_pid(&fresh)).await;
+    assert!(alive(p));
+    assert!(!stale.exists());
+    agent.shutdown().await.unwrap();
+}

@@ -71,8 +71,8 @@ impl AgentGateway for Gateway {
             Some(published) => {
                 let settle = Duration::from_millis(self.ctx.settings.resend_ms);
                 let bound = Duration::from_millis(self.ctx.settings.heartbeat_timeout_ms);
-                let mut found = self.ctx.strays.check(&node, &published, &req.running, settle);
-                found.extend(self.ctx.vanished.check(&node, &published, &req.running, bound));
+                let mut found = self.ctx.strays.check(&node, &published.assignments, &req.running, settle);
+                found.extend(self.ctx.vanished.check(&node, &published.assignments, &req.running, bound));
                 found
             }
             None => Vec::new(),
@@ -84,7 +84,10 @@ impl AgentGateway for Gateway {
             self.write(Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await?;
         }
         let lease_ms = self.lease(arrived).await;
-        Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms }))
+        // Read after the proof and after this node's return was committed: a directive
+        // built from a state this new knows whatever happened to the node meanwhile.
+        let state_index = self.ctx.replica.read_local(|s| s.applied());
+        Ok(Response::new(ReportReply { term, leader_id: self.ctx.replica.id(), lease_ms, state_index }))
     }
 }
 
@@ -297,13 +300,14 @@ async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sende
     let mut directed = crate::trace::Directed::default();
     loop {
         if let Some(current) = ctx.hub.current(&node, term) {
-            directed.note(&node, term, &current);
+            directed.note(&node, term, &current.assignments);
             let directive = Directive {
                 term,
                 leader_id: ctx.replica.id(),
-                assignments: current.as_ref().clone(),
+                assignments: current.assignments.as_ref().clone(),
                 heartbeat_timeout_ms: ctx.settings.heartbeat_timeout_ms,
                 lease_ms: ctx.settings.lease_ms,
+                state_index: current.state_index,
             };
             if tx.send(Ok(directive)).await.is_err() {
                 return;

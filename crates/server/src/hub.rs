@@ -15,10 +15,12 @@ use tokio::sync::watch;
 
 pub type Assignments = Arc<Vec<Assignment>>;
 
-/// A node's assignments and the term they were published in.
+/// A node's assignments, the term they were published in, and how new the state of the
+/// latest round that published them was (`State::applied`).
 #[derive(Clone)]
 pub struct Published {
     pub term: u64,
+    pub state_index: u64,
     pub assignments: Assignments,
 }
 
@@ -50,30 +52,35 @@ impl Hub {
         nodes.entry(node.clone()).or_insert_with(|| watch::channel(None).0).subscribe()
     }
 
-    /// Sets every known node's assignments for `term` (`nodes` lists them all; those
-    /// missing from `desired` get none). Agents are woken only where something changed.
-    pub fn publish(&self, term: u64, nodes: &[Name], mut desired: BTreeMap<Name, Vec<Assignment>>) {
+    /// Sets every known node's assignments for `term`, built from a state that had applied
+    /// `state_index` commands (`nodes` lists them all; those missing from `desired` get
+    /// none). Agents are woken only where something changed; an unchanged list takes the
+    /// newer `state_index` quietly, for the next resend.
+    pub fn publish(&self, term: u64, state_index: u64, nodes: &[Name], mut desired: BTreeMap<Name, Vec<Assignment>>) {
         let mut map = self.lock();
         let known: HashSet<&Name> = nodes.iter().collect();
         map.retain(|name, tx| known.contains(name) || tx.receiver_count() > 0);
         for name in nodes {
             let next = desired.remove(name).unwrap_or_default();
             let tx = map.entry(name.clone()).or_insert_with(|| watch::channel(None).0);
-            tx.send_if_modified(|cur| {
-                let same = cur.as_ref().is_some_and(|p| p.term == term && *p.assignments == next);
-                if !same {
-                    *cur = Some(Published { term, assignments: Arc::new(next) });
+            tx.send_if_modified(|cur| match cur {
+                Some(p) if p.term == term && *p.assignments == next => {
+                    p.state_index = p.state_index.max(state_index);
+                    false
                 }
-                !same
+                _ => {
+                    *cur = Some(Published { term, state_index, assignments: Arc::new(next) });
+                    true
+                }
             });
         }
     }
 
-    /// The assignments `node` has in `term`; `None` until this term has published them.
-    pub fn current(&self, node: &Name, term: u64) -> Option<Assignments> {
+    /// What `node` has in `term`; `None` until this term has published it.
+    pub fn current(&self, node: &Name, term: u64) -> Option<Published> {
         let map = self.lock();
         let slot = map.get(node)?.borrow();
-        slot.as_ref().filter(|p| p.term == term).map(|p| p.assignments.clone())
+        slot.as_ref().filter(|p| p.term == term).cloned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Name, Slot>> {
@@ -94,14 +101,14 @@ mod tests {
         let hub = Hub::default();
         let n1 = Name::lit("n1");
         hub.set_leading(Some(1));
-        hub.publish(1, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        hub.publish(1, 0, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
         hub.set_leading(None);
         hub.set_leading(Some(3));
         // Neither the list of term 1 nor an empty default ("run nothing") may be served.
         assert!(hub.current(&n1, 3).is_none(), "term 3 serves a list before publishing");
         assert!(hub.current(&Name::lit("n2"), 3).is_none(), "an unpublished node gets no default");
-        hub.publish(3, std::slice::from_ref(&n1), BTreeMap::new());
-        assert_eq!(hub.current(&n1, 3).map(|a| a.len()), Some(0), "once published, an empty list is meant");
+        hub.publish(3, 0, std::slice::from_ref(&n1), BTreeMap::new());
+        assert_eq!(hub.current(&n1, 3).map(|p| p.assignments.len()), Some(0), "once published, an empty list is meant");
     }
 
     #[test]
@@ -109,12 +116,31 @@ mod tests {
         let hub = Hub::default();
         let n1 = Name::lit("n1");
         let mut rx = hub.subscribe(&n1);
-        hub.publish(1, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        hub.publish(1, 0, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
         assert!(rx.has_changed().unwrap());
         rx.mark_unchanged();
-        hub.publish(1, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        hub.publish(1, 0, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
         assert!(!rx.has_changed().unwrap(), "an equal list in the same term wakes nobody");
-        hub.publish(2, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
+        hub.publish(2, 0, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
         assert!(rx.has_changed().unwrap());
+    }
+
+    /// Resends carry how new the state of the latest round was, also when the list did not
+    /// change: an agent whose lease was renewed from a state that new waits for one.
+    #[test]
+    fn an_unchanged_list_takes_the_newer_state_index_without_waking_anyone() {
+        let hub = Hub::default();
+        let n1 = Name::lit("n1");
+        let mut rx = hub.subscribe(&n1);
+        let list = || BTreeMap::from([(n1.clone(), vec![run(7)])]);
+        hub.publish(1, 5, std::slice::from_ref(&n1), list());
+        rx.mark_unchanged();
+        hub.publish(1, 9, std::slice::from_ref(&n1), list());
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(hub.current(&n1, 1).map(|p| p.state_index), Some(9));
+        // A round that read an older state (none does, but rounds may overlap a failover)
+        // never takes it back.
+        hub.publish(1, 7, std::slice::from_ref(&n1), list());
+        assert_eq!(hub.current(&n1, 1).map(|p| p.state_index), Some(9));
     }
 }

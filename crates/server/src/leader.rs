@@ -32,6 +32,8 @@ struct Round {
     nodes: Vec<Name>,
     ready: Vec<Name>,
     tick_due: bool,
+    /// `State::applied` of the state the round read.
+    state_index: u64,
 }
 
 pub async fn run(ctx: Arc<Ctx>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -185,6 +187,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             nodes: s.nodes().keys().cloned().collect(),
             ready: s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect(),
             tick_due: s.reservations().values().any(|res| res.deadline_ms < now),
+            state_index: s.applied(),
         };
         (r, desired(s))
     })
@@ -194,7 +197,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     };
     let thought = began.elapsed();
     let cycle = crate::trace::cycle_span(term, &r.plan.decisions);
-    ctx.hub.publish(term, &r.nodes, wanted);
+    ctx.hub.publish(term, r.state_index, &r.nodes, wanted);
     let mut refused = None;
     if !r.plan.decisions.is_empty() {
         let n = r.plan.decisions.len();

@@ -112,3 +112,26 @@ async fn a_report_from_a_node_that_never_attached_is_refused_by_name() {
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(err.message().contains("\"ghost\"") && err.message().contains("attach"), "{}", err.message());
 }
+
+/// A report's reply says how new the leader's state was when it granted the lease, and an
+/// agent whose lease had lapsed obeys only a directive at least that new: one must come,
+/// also while nothing changes for the node (resends carry the newest round's state), or the
+/// agent would wait forever. And each directive is no newer than the state it was built
+/// from: a report answered later says as much or more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_directive_as_new_as_a_leases_state_follows_every_report() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut c = cluster.client(leader).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 4))).await.unwrap();
+    let first = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    assert!(first.state_index > 0, "a directive without its state: {first:?}");
+    for _ in 0..3 {
+        let reply = agent.report(vec![]).await.unwrap();
+        assert!(reply.lease_ms > 0 && reply.state_index >= first.state_index, "{reply:?} after {first:?}");
+        let want = (reply.term, reply.state_index);
+        agent.until("a directive as new as the lease", |d| (d.term, d.state_index) >= want).await;
+    }
+}

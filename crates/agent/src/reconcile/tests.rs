@@ -24,7 +24,7 @@ fn assign(job_id: u64, attempt: u32, action: Action, gpus: &[u32]) -> Assignment
 }
 
 fn directive(term: u64, assignments: Vec<Assignment>) -> Directive {
-    Directive { term, leader_id: 1, assignments, heartbeat_timeout_ms: 5_000, lease_ms: 2_000 }
+    Directive { term, leader_id: 1, assignments, heartbeat_timeout_ms: 5_000, lease_ms: 2_000, state_index: 0 }
 }
 
 fn known(phase: Phase, outcome: Option<Outcome>, gpus: &[u32]) -> Known {

@@ -39,6 +39,8 @@ pub struct FakeGateway {
     lease_ms: Arc<std::sync::atomic::AtomicU64>,
     /// The leader id report replies carry.
     reply_leader: Arc<std::sync::atomic::AtomicU64>,
+    /// The `state_index` report replies carry (how new the leader's state is).
+    reply_state_index: Arc<std::sync::atomic::AtomicU64>,
 }
 
 type DirectiveStream = Pin<Box<dyn Stream<Item = Result<Directive, Status>> + Send>>;
@@ -65,7 +67,8 @@ impl AgentGateway for FakeGateway {
         self.seen.lock().unwrap().reports.push(request.into_inner());
         let lease_ms = self.lease_ms.load(std::sync::atomic::Ordering::SeqCst);
         let leader_id = self.reply_leader.load(std::sync::atomic::Ordering::SeqCst);
-        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id, lease_ms }))
+        let state_index = self.reply_state_index.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(Response::new(ReportReply { term: *self.reply_term.lock().unwrap(), leader_id, lease_ms, state_index }))
     }
 }
 
@@ -88,6 +91,7 @@ impl Gateway {
             stall_reports: Arc::default(),
             lease_ms: Arc::default(),
             reply_leader: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+            reply_state_index: Arc::default(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -113,7 +117,27 @@ impl Gateway {
             assignments,
             heartbeat_timeout_ms: 5_000,
             lease_ms: 0,
+            state_index: 0,
         }));
+    }
+
+    /// Sends a directive built from a state that had applied `state_index` commands,
+    /// without changing the term the fake answers reports with.
+    pub fn send_built_at(&self, term: u64, state_index: u64, assignments: Vec<Assignment>) {
+        self.fake.directive.send_replace(Some(Directive {
+            term,
+            leader_id: 1,
+            assignments,
+            heartbeat_timeout_ms: 5_000,
+            lease_ms: 0,
+            state_index,
+        }));
+    }
+
+    /// The `state_index` report replies carry from now on: the leader's state has moved on
+    /// to it, whether or not a directive built from it was sent yet.
+    pub fn set_reply_state_index(&self, state_index: u64) {
+        self.fake.reply_state_index.store(state_index, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Sends a directive without changing the term the fake answers reports with.
@@ -129,6 +153,7 @@ impl Gateway {
             assignments,
             heartbeat_timeout_ms: 5_000,
             lease_ms: 0,
+            state_index: 0,
         }));
     }
 
