@@ -319,6 +319,66 @@ async fn a_rolling_restart_onto_this_build_loses_no_acknowledged_write() {
     assert_eq!(now.attempt, long.attempt, "the job was never restarted");
 }
 
+/// Waits until the leader has heard each replica say the format it reads, as `formats`.
+async fn wait_leader_heard(c: &Cluster, formats: &[u32]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let leader = c.leader().await;
+        let heard: Option<Vec<u32>> =
+            c.answering(leader).await.map(|(_, info)| info.replicas.iter().map(|r| r.format).collect());
+        if heard.as_deref() == Some(formats) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the leader heard {heard:?}, not {formats:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A rolling upgrade from the format before this build's: three replicas reading one format
+/// less (`--max-format`, as the previous build), a job running and submits throughout, each
+/// restarted in turn on this build's format (the leader last, after handing leadership
+/// over). No acknowledged job is lost, the running one keeps its attempt, and the leader
+/// then sees every member read the newest format, so nothing is held back any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_from_the_format_before_loses_no_job_and_opens_the_newest_format() {
+    use baton_raft::identity::DATA_FORMAT;
+    let older = DATA_FORMAT - 1;
+    let node = NodeArgs::gpus("n1", "", 8);
+    let t = Timing { heartbeat_timeout_ms: 6_000, lease_ms: 3_000, ..Timing::default() };
+    let mut c = Cluster::start_with(BATON.as_ref(), std::slice::from_ref(&node), &t).await;
+    for i in 0..3 {
+        c.kill_replica(i);
+        c.start_replica_from(i, BATON.as_ref(), &["--max-format", &older.to_string()]);
+        wait_caught_up(&c, i).await;
+    }
+    wait_leader_heard(&c, &[older; 3]).await;
+    c.client().await.put_queue(gpu_queue("q", 8)).await.unwrap();
+    submit_long(&c, "long").await;
+    let long = c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
+    let mut acknowledged = vec!["long".to_string()];
+
+    let leader = c.leader().await;
+    let order: Vec<usize> = (0..3).filter(|i| *i != leader).chain([leader]).collect();
+    for i in order {
+        if i == leader {
+            ok(&c, &["cluster", "transfer-leader"]).await;
+        }
+        c.kill_replica(i);
+        let name = format!("while-{}-down", i + 1);
+        submit_long(&c, &name).await;
+        acknowledged.push(name);
+        c.start_replica(i);
+        wait_caught_up(&c, i).await;
+    }
+    wait_leader_heard(&c, &[DATA_FORMAT; 3]).await;
+    // The newest commands the API has go through (format 4's create-if-absent writes).
+    c.client().await.create_queue(gpu_queue("after-upgrade", 1)).await.expect("the newest commands commit");
+    acknowledged.sort();
+    assert_eq!(job_names(&c).await, acknowledged);
+    let now = c.wait_job("long", "still running", |j| j.state() == JobState::Running).await;
+    assert_eq!(now.attempt, long.attempt, "the job was never restarted");
+}
+
 #[test]
 fn a_replica_refuses_a_data_directory_of_a_future_format_naming_file_and_version() {
     use baton_raft::identity::{DATA_FORMAT, IDENTITY_FILE, Identity};
