@@ -197,7 +197,8 @@ async fn replica_state(c: &Cluster, i: usize) -> Result<ReplicaState, String> {
 
 /// The applied index a backup file (`baton snapshot save`) was taken at: after the 8-byte
 /// magic, the format (u32) and the record's crc32, the record is bincode (standard: varint
-/// integers) of `{ cluster_id: String, index: u64, state: bytes }`.
+/// integers) of `{ cluster_id: String, index: u64, state: bytes, format: u32 }` (format 2 of the
+/// file; format 1 had no `format`).
 pub fn backup_index(bytes: &[u8]) -> Option<u64> {
     if bytes.get(..8)? != b"BATONBAK" {
         return None;

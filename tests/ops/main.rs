@@ -221,6 +221,39 @@ async fn replicas_join_leave_and_lead_in_turn_while_jobs_run() {
     assert_eq!(nodes.len(), 1);
 }
 
+/// Waits until something listens at `addr`.
+async fn wait_listening(c: &Cluster, addr: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "nothing listens at {addr}; logs in {}", c.dir.path().display());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `cluster add-replica` asks the new replica which data format it reads before changing
+/// anything: one that reads older than what the cluster already committed (here a format-4
+/// command) is refused, naming both, and the membership stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reading_older_than_the_cluster_uses_is_not_added() {
+    let mut c = Cluster::start(BATON.as_ref(), &[]).await;
+    c.client().await.create_queue(gpu_queue("q", 8)).await.expect("a command of format 4 commits");
+    let (i, addr4) = c.spawn_new_replica(4, None);
+    c.kill_replica(i);
+    c.start_replica_from(i, BATON.as_ref(), &["--max-format", "3"]);
+    wait_listening(&c, &addr4).await;
+    let e = refused(&c, &["cluster", "add-replica", "4", &addr4]).await;
+    assert!(e.contains("replica 4") && e.contains("reads data formats up to 3, older than format"), "{e}");
+    let info = info_json(&c).await;
+    assert_eq!(info["replicas"].as_array().map(Vec::len), Some(3), "no learner was added: {info}");
+
+    // The same replica on this build's format joins.
+    c.kill_replica(i);
+    c.start_replica(i);
+    wait_listening(&c, &addr4).await;
+    ok(&c, &["cluster", "add-replica", "4", &addr4]).await;
+    assert_eq!(voters(&info_json(&c).await), [1, 2, 3, 4]);
+}
+
 /// Waits until replica `i` answers and has applied as far as the leader had when asked.
 async fn wait_caught_up(c: &Cluster, i: usize) {
     let target = info_json(c).await["applied_index"].as_u64().unwrap_or(0);
@@ -280,6 +313,66 @@ async fn a_rolling_restart_onto_this_build_loses_no_acknowledged_write() {
         let format = baton_raft::identity::Identity::read(&dir).unwrap().unwrap().format;
         assert_eq!(format, baton_raft::identity::DATA_FORMAT, "this build marks the directory it read");
     }
+    acknowledged.sort();
+    assert_eq!(job_names(&c).await, acknowledged);
+    let now = c.wait_job("long", "still running", |j| j.state() == JobState::Running).await;
+    assert_eq!(now.attempt, long.attempt, "the job was never restarted");
+}
+
+/// Waits until the leader has heard each replica say the format it reads, as `formats`.
+async fn wait_leader_heard(c: &Cluster, formats: &[u32]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let leader = c.leader().await;
+        let heard: Option<Vec<u32>> =
+            c.answering(leader).await.map(|(_, info)| info.replicas.iter().map(|r| r.format).collect());
+        if heard.as_deref() == Some(formats) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the leader heard {heard:?}, not {formats:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A rolling upgrade from the format before this build's: three replicas reading one format
+/// less (`--max-format`, as the previous build), a job running and submits throughout, each
+/// restarted in turn on this build's format (the leader last, after handing leadership
+/// over). No acknowledged job is lost, the running one keeps its attempt, and the leader
+/// then sees every member read the newest format, so nothing is held back any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_from_the_format_before_loses_no_job_and_opens_the_newest_format() {
+    use baton_raft::identity::DATA_FORMAT;
+    let older = DATA_FORMAT - 1;
+    let node = NodeArgs::gpus("n1", "", 8);
+    let t = Timing { heartbeat_timeout_ms: 6_000, lease_ms: 3_000, ..Timing::default() };
+    let mut c = Cluster::start_with(BATON.as_ref(), std::slice::from_ref(&node), &t).await;
+    for i in 0..3 {
+        c.kill_replica(i);
+        c.start_replica_from(i, BATON.as_ref(), &["--max-format", &older.to_string()]);
+        wait_caught_up(&c, i).await;
+    }
+    wait_leader_heard(&c, &[older; 3]).await;
+    c.client().await.put_queue(gpu_queue("q", 8)).await.unwrap();
+    submit_long(&c, "long").await;
+    let long = c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
+    let mut acknowledged = vec!["long".to_string()];
+
+    let leader = c.leader().await;
+    let order: Vec<usize> = (0..3).filter(|i| *i != leader).chain([leader]).collect();
+    for i in order {
+        if i == leader {
+            ok(&c, &["cluster", "transfer-leader"]).await;
+        }
+        c.kill_replica(i);
+        let name = format!("while-{}-down", i + 1);
+        submit_long(&c, &name).await;
+        acknowledged.push(name);
+        c.start_replica(i);
+        wait_caught_up(&c, i).await;
+    }
+    wait_leader_heard(&c, &[DATA_FORMAT; 3]).await;
+    // The newest commands the API has go through (format 4's create-if-absent writes).
+    c.client().await.create_queue(gpu_queue("after-upgrade", 1)).await.expect("the newest commands commit");
     acknowledged.sort();
     assert_eq!(job_names(&c).await, acknowledged);
     let now = c.wait_job("long", "still running", |j| j.state() == JobState::Running).await;
@@ -356,7 +449,7 @@ async fn a_snapshot_saved_from_a_live_cluster_restores_into_a_new_cluster() {
     let file = c.path("backup.snap");
     let file_arg = file.display().to_string();
     let said = ok_with(&c, &token, &["snapshot", "save", &file_arg]).await;
-    assert!(said.contains("index") && said.contains("format 1"), "{said}");
+    assert!(said.contains("index") && said.contains("format 2") && said.contains("data format"), "{said}");
 
     // Refusals: same cluster id, a corrupted file, a file of a future format.
     let data = c.path("restored-1");
@@ -388,6 +481,19 @@ async fn a_snapshot_saved_from_a_live_cluster_restores_into_a_new_cluster() {
     let out = run(restore(&bad.display().to_string(), "restored"));
     let e = text(&out.stderr);
     assert!(!out.status.success() && e.contains("bad.snap") && e.contains("format 9"), "{e}");
+    // A file written by a newer build, whose state needs a data format this build lacks.
+    {
+        use baton_raft::backup::Backup;
+        use baton_raft::identity::DATA_FORMAT;
+        let saved = Backup::from_bytes(&std::fs::read(&file).unwrap(), &file).unwrap();
+        let newer = c.path("newer.snap");
+        let future = Backup { format: DATA_FORMAT + 1, ..saved };
+        std::fs::write(&newer, future.to_bytes().unwrap()).unwrap();
+        let out = run(restore(&newer.display().to_string(), "restored"));
+        let e = text(&out.stderr);
+        let both = (format!("needs data format {}", DATA_FORMAT + 1), format!("formats up to {DATA_FORMAT}"));
+        assert!(!out.status.success() && e.contains("newer.snap") && e.contains(&both.0) && e.contains(&both.1), "{e}");
+    }
     assert!(!data.exists(), "a refused restore leaves nothing behind");
 
     let out = run(restore(&file_arg, "restored"));

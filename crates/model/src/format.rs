@@ -16,8 +16,10 @@
 //!   format reads, so a variant cannot join an older format);
 //! - a change to a type an existing variant carries changes that variant's encoding for every
 //!   build: add a new variant carrying the new type instead (as `SubmitRunAs` did `Submit`);
-//! - a new snapshot layout (the `State`'s encoding) also raises [`DATA_FORMAT`]; the gate
-//!   does not cover it (see docs/ops.md): the leader sends snapshots in its own layout.
+//! - a new snapshot layout (the `State`'s encoding) also raises [`DATA_FORMAT`] and makes
+//!   [`STATE_LAYOUT_FORMAT`] that format. The gate does not cover snapshots: the leader
+//!   sends its own layout, stamped with the format its state needs, and a replica that
+//!   reads less refuses it (the raft crate; see docs/ops.md).
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +34,11 @@ use crate::command::{Observed, Op};
 /// `Observed::LeaseStopped`, which builds marked format 3 did not all read. 5:
 /// `Observed::KilledHere`.
 pub const DATA_FORMAT: u32 = 5;
+
+/// The format of the snapshot layout this build writes (the `State`'s encoding; builds
+/// marked format 3 did not all write it): a snapshot needs at least it, and the newest
+/// format of the commands committed into its state beyond it.
+pub const STATE_LAYOUT_FORMAT: u32 = 4;
 
 /// The format taken for a member that says nothing about it: a build from before replicas
 /// reported their format (they read at least format 3's commands when they read format-3

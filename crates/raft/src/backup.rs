@@ -4,7 +4,9 @@
 //! The file: 8 bytes `BATONBAK`, the format version (u32, little-endian), then a checksummed
 //! record ([`crate::codec::seal`]: crc32, then bincode) of a [`Backup`]. The version comes
 //! before the record so that a file of a newer format is refused by number, not by a
-//! decoding error.
+//! decoding error. Version 2 adds the data format the state needs ([`Backup::format`]);
+//! a version-1 file, written before, is taken as needing [`UNSTAMPED_FORMAT`]. A backup
+//! needing a newer data format than this build reads is refused, naming both.
 //!
 //! Restoring seeds an empty data directory with the backup as the replica's snapshot, under a
 //! NEW cluster id and with a membership of that one replica: the restored cluster never talks
@@ -19,12 +21,15 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{decode_state, seal, unseal};
 use crate::datadir;
 use crate::error::ReadError;
+use crate::identity::DATA_FORMAT;
 use crate::replica::Replica;
-use crate::store::StoredSnapshot;
+use crate::store::{StoredSnapshot, UNSTAMPED_FORMAT, stamped};
 use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership};
 
 /// The backup format this build writes, and the newest it reads.
-pub const BACKUP_FORMAT: u32 = 1;
+pub const BACKUP_FORMAT: u32 = 2;
+/// The backup format before the data format was recorded in it.
+const BACKUP_FORMAT_UNSTAMPED: u32 = 1;
 const MAGIC: &[u8; 8] = b"BATONBAK";
 const HEADER_BYTES: usize = 12;
 
@@ -37,6 +42,16 @@ pub struct Backup {
     pub index: u64,
     /// bincode of `baton_model::State`.
     pub state: Vec<u8>,
+    /// The data format the state needs (the newest the cluster had used).
+    pub format: u32,
+}
+
+/// A backup as version 1 wrote it, without the data format.
+#[derive(Deserialize)]
+struct BackupV1 {
+    cluster_id: String,
+    index: u64,
+    state: Vec<u8>,
 }
 
 /// Why a backup file cannot be used, or a restore cannot be made.
@@ -48,6 +63,10 @@ pub enum BackupError {
     TooNew { file: PathBuf, found: u32 },
     #[error("{file}: damaged or truncated: {reason}")]
     Damaged { file: PathBuf, reason: String },
+    #[error(
+        "{file}: the snapshot needs data format {needs}, newer than this build reads (formats up to {DATA_FORMAT}); restore it with a build that reads format {needs}"
+    )]
+    DataTooNew { file: PathBuf, needs: u32 },
     #[error("the restored cluster needs a new cluster id: {id:?} is the id of the cluster the snapshot was taken from")]
     SameClusterId { id: String },
     #[error("{dir}: not empty; restore into a new, empty data directory")]
@@ -82,7 +101,17 @@ impl Backup {
             return Err(BackupError::TooNew { file, found });
         }
         let damaged = |reason: String| BackupError::Damaged { file: file.clone(), reason };
-        let backup: Backup = unseal(&bytes[HEADER_BYTES..]).map_err(|e| damaged(e.to_string()))?;
+        let record = &bytes[HEADER_BYTES..];
+        let backup = if found == BACKUP_FORMAT_UNSTAMPED {
+            let old: BackupV1 = unseal(record).map_err(|e| damaged(e.to_string()))?;
+            Backup { cluster_id: old.cluster_id, index: old.index, state: old.state, format: UNSTAMPED_FORMAT }
+        } else {
+            unseal::<Backup>(record).map_err(|e| damaged(e.to_string()))?
+        };
+        // Before decoding: a newer build's state may not decode here at all.
+        if backup.format > DATA_FORMAT {
+            return Err(BackupError::DataTooNew { file, needs: backup.format });
+        }
         decode_state(&backup.state).map_err(|e| damaged(format!("the state does not decode: {e}")))?;
         Ok(backup)
     }
@@ -93,9 +122,9 @@ impl Replica {
     /// the index it reflects.
     pub async fn backup(&self) -> Result<Backup, ReadError> {
         self.read(|_| ()).await?;
-        let (index, state) = self.core().sm_snapshot();
+        let (index, format, state) = self.core().sm_snapshot();
         let state = state.map_err(|e| ReadError::Encode(e.to_string()))?;
-        Ok(Backup { cluster_id: self.cluster_id().to_string(), index, state })
+        Ok(Backup { cluster_id: self.cluster_id().to_string(), index, state, format })
     }
 }
 
@@ -117,7 +146,7 @@ pub fn restore(backup: &Backup, dir: &Path, cluster_id: &str, node_id: NodeId, a
     let meta = SnapshotMeta {
         last_log_id: Some(log_id),
         last_membership: StoredMembership::new(Some(log_id), membership),
-        snapshot_id: format!("restored-{}-{}", backup.cluster_id, backup.index),
+        snapshot_id: stamped(&format!("restored-{}-{}", backup.cluster_id, backup.index), backup.format),
     };
     let saved = StoredSnapshot { meta, data: backup.state.clone() }.save(kv.as_ref());
     let closed = kv.close();
@@ -132,7 +161,46 @@ mod tests {
     use crate::codec::encode;
 
     fn backup() -> Backup {
-        Backup { cluster_id: "prod".into(), index: 42, state: encode(&baton_model::State::new()).unwrap() }
+        Backup { cluster_id: "prod".into(), index: 42, state: encode(&baton_model::State::new()).unwrap(), format: 3 }
+    }
+
+    #[test]
+    fn a_backup_needing_a_newer_data_format_is_refused_naming_both() {
+        let newer = Backup { format: DATA_FORMAT + 1, ..backup() };
+        let err = Backup::from_bytes(&newer.to_bytes().unwrap(), Path::new("b.snap")).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, BackupError::DataTooNew { .. }), "{text}");
+        let both = (format!("data format {}", DATA_FORMAT + 1), format!("formats up to {DATA_FORMAT}"));
+        assert!(text.contains("b.snap") && text.contains(&both.0) && text.contains(&both.1), "{text}");
+    }
+
+    #[test]
+    fn a_version_1_file_reads_as_needing_the_unstamped_format() {
+        #[derive(Serialize)]
+        struct V1 {
+            cluster_id: String,
+            index: u64,
+            state: Vec<u8>,
+        }
+        let b = backup();
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(
+            &seal(&V1 { cluster_id: b.cluster_id.clone(), index: b.index, state: b.state.clone() }).unwrap(),
+        );
+        let read = Backup::from_bytes(&bytes, Path::new("old.snap")).unwrap();
+        assert_eq!(read, Backup { format: UNSTAMPED_FORMAT, ..b });
+    }
+
+    #[test]
+    fn a_restored_snapshot_keeps_the_format_its_state_needs() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("r1");
+        restore(&Backup { format: 4, ..backup() }, &dir, "new", 1, "h:1").unwrap();
+        let kv = datadir::open(&dir, "new", 1).unwrap();
+        let stored = StoredSnapshot::load(kv.as_ref()).unwrap().unwrap();
+        assert_eq!(crate::store::format_of(&stored.meta.snapshot_id), 4, "{}", stored.meta.snapshot_id);
+        kv.close().unwrap();
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub enum MembershipError {
     Refused(String),
     #[error("the replica is shutting down")]
     Stopped,
+    #[error(
+        "replica {id} at {addr} reads data formats up to {reads}, older than format {used}, which this cluster already uses: upgrade it (or start it without --max-format) before adding it"
+    )]
+    FormatBehind { id: NodeId, addr: String, reads: u32, used: u32 },
     #[error("replica {id} is already a member (at {addr}); remove it first to add it again")]
     DuplicateId { id: NodeId, addr: String },
     #[error("{addr} is already the address of replica {id}")]

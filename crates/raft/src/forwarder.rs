@@ -6,7 +6,11 @@
 //! that wait together now go in one `ForwardWrites` call (up to `max_batch_commands` and
 //! `max_batch_bytes`), at most `max_forwards_in_flight` calls at once; the next call grows
 //! while they are out. The leader hands them to its batcher together, so they also share a
-//! log entry there. A leader of an older build, which lacks the call, gets them one by one.
+//! log entry there. A leader of an older build, which lacks the call, gets them one by one,
+//! and so does a leader that refuses the call as a whole (more writes than its own
+//! `max_batch_commands`): nothing was applied then. A call that fails otherwise may have
+//! been applied: each of its writes is answered once as failed ("may or may not have been
+//! applied") and never sent again, so none is applied twice.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -152,6 +152,9 @@ pub(crate) struct Core {
     racks: Arc<Racks>,
     /// While leadership is handed to this replica, writes are refused.
     transferring: Mutex<Option<NodeId>>,
+    /// The last snapshot this replica refused because it needs a newer data format than it
+    /// reads (why, in words), for operators and tests; None: none refused since it started.
+    pub(crate) snapshot_refused: Mutex<Option<String>>,
     write_slots: Semaphore,
     batcher: mpsc::Sender<Pending>,
     forwarder: mpsc::Sender<Forward>,
@@ -268,9 +271,15 @@ impl Core {
         }
     }
 
-    /// The applied state encoded, and its index.
-    pub(crate) fn sm_snapshot(&self) -> (u64, Result<Vec<u8>, crate::codec::CodecError>) {
+    /// The applied state encoded, its index, and the data format it needs.
+    pub(crate) fn sm_snapshot(&self) -> (u64, u32, Result<Vec<u8>, crate::codec::CodecError>) {
         self.sm.encode_state()
+    }
+
+    /// The data format the applied state needs: the newest this cluster has used (see
+    /// `store::snapshot_record`).
+    pub(crate) fn format_used(&self) -> u32 {
+        self.sm.format_used()
     }
 
     pub(crate) fn set_transferring(&self, to: Option<NodeId>) {
@@ -419,6 +428,7 @@ impl Replica {
                 peers,
                 racks,
                 transferring: Mutex::new(None),
+                snapshot_refused: Mutex::new(None),
                 read_floor,
             }),
         })
@@ -655,6 +665,18 @@ impl Replica {
         self.core.sm.observe_applies(observer);
     }
 
+    /// The data format this replica's applied state needs: the newest format of anything
+    /// the cluster committed into it, never below the snapshot layout's.
+    pub fn format_used(&self) -> u32 {
+        self.core.format_used()
+    }
+
+    /// Why this replica last refused a snapshot from the leader (it needs a newer data
+    /// format than this replica reads); None if it refused none since it started.
+    pub fn snapshot_refused(&self) -> Option<String> {
+        self.core.snapshot_refused.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// The index of the last entry applied to this replica's state.
     pub fn applied_index(&self) -> Option<u64> {
         self.core.sm.last_applied().map(|l| l.index)
@@ -714,6 +736,14 @@ impl Replica {
         }
         if who.node_id != id {
             return Err(MembershipError::WrongNode { addr: addr.to_string(), expected: id, found: who.node_id });
+        }
+        // Checked before any change: a member that cannot read what the cluster committed
+        // would stop at the first such entry or snapshot, and the gate would then hold back
+        // every newer command for it.
+        let reads = if who.max_format == 0 { UNREPORTED_FORMAT } else { who.max_format };
+        let used = self.format_used();
+        if reads < used {
+            return Err(MembershipError::FormatBehind { id, addr: addr.to_string(), reads, used });
         }
         let r = tokio::time::timeout(
             Duration::from_millis(self.core.settings.membership_timeout_ms),

@@ -49,7 +49,8 @@ pub fn from_membership(e: MembershipError) -> Status {
         | MembershipError::RemoveLeader(_)
         | MembershipError::NotVoter(_)
         | MembershipError::NoOtherVoter
-        | MembershipError::TransferFailed { .. } => Status::failed_precondition(e.to_string()),
+        | MembershipError::TransferFailed { .. }
+        | MembershipError::FormatBehind { .. } => Status::failed_precondition(e.to_string()),
     }
 }
 

@@ -108,11 +108,12 @@ async fn save(conn: &Conn, file: &Path, out: &mut dyn Write) -> Result<(), Clien
     write_durably(file, &bytes)?;
     writeln!(
         out,
-        "saved cluster {:?} at index {} to {} ({} bytes, format {BACKUP_FORMAT}, checksum verified)",
+        "saved cluster {:?} at index {} to {} ({} bytes, format {BACKUP_FORMAT}, data format {}, checksum verified)",
         backup.cluster_id,
         backup.index,
         file.display(),
-        bytes.len()
+        bytes.len(),
+        backup.format
     )?;
     Ok(())
 }

@@ -196,8 +196,12 @@ impl Peers {
     }
 
     /// Sends client writes that waited together to the leader in one call; the leader
-    /// answers each, in order, as [`Peers::forward_write`] would. `Ok(None)`: the leader
-    /// does not know the call (an older build); nothing was applied, send them one by one.
+    /// answers each, in order, as [`Peers::forward_write`] would. `Ok(None)`: nothing was
+    /// applied, send them one by one: the leader does not know the call (an older build), or
+    /// refused it as a whole before applying any (INVALID_ARGUMENT: more writes than its
+    /// `max_batch_commands`, which may be smaller than this replica's, or a call it cannot
+    /// decode). Any other failure may come after the leader applied them: each is answered
+    /// as failed, "may or may not have been applied", and none is sent again.
     pub async fn forward_writes(
         &self,
         leader_id: NodeId,
@@ -209,7 +213,12 @@ impl Peers {
         let failed = |reason: String| WriteError::ForwardFailed { leader_id, leader_addr: leader.peer.clone(), reason };
         let reply = match self.call(Rpc::ForwardWrites, leader_id, &leader.peer, payload, timeout).await {
             Ok(r) => r,
-            Err(CallError::Status(s)) if s.code() == tonic::Code::Unimplemented => return Ok(None),
+            Err(CallError::Status(s))
+                if matches!(s.code(), tonic::Code::Unimplemented | tonic::Code::InvalidArgument) =>
+            {
+                tracing::debug!(leader_id, code = ?s.code(), message = s.message(), "forwarding the writes one by one");
+                return Ok(None);
+            }
             Err(CallError::Dial(_)) => {
                 return Err(WriteError::NotLeader { leader_id, leader_addr: leader.api.clone() });
             }

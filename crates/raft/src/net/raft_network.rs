@@ -93,6 +93,11 @@ impl PeerLink {
             Err(CallError::Status(s))
                 if matches!(s.code(), tonic::Code::FailedPrecondition | tonic::Code::Unavailable) =>
             {
+                if matches!(rpc, Rpc::InstallSnapshot) {
+                    // A snapshot refused (one newer than the replica reads) holds that
+                    // replica back until it is upgraded: an operator must see it.
+                    tracing::warn!(target_node = self.target, addr = %self.addr, message = s.message(), "snapshot refused");
+                }
                 tracing::debug!(
                     target_node = self.target,
                     addr = %self.addr,

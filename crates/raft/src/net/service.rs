@@ -48,6 +48,24 @@ impl RaftService {
         Ok(())
     }
 
+    /// Refuses, before taking any of it, a snapshot that needs a newer data format than this
+    /// replica reads: installed, its state would not decode (or, under `--max-format`, the
+    /// rehearsal would not be one). Nothing is changed here; the leader retries later, and
+    /// an upgraded replica takes it.
+    fn readable(&self, from: NodeId, snapshot_id: &str) -> Result<(), Status> {
+        let needs = crate::store::format_of(snapshot_id);
+        if needs <= self.core.max_format {
+            return Ok(());
+        }
+        let why = format!(
+            "snapshot {snapshot_id} from replica {from} needs data format {needs}, but replica {} reads formats up to {}: refused, this replica keeps what it had; upgrade it to a build that reads format {needs}",
+            self.core.id, self.core.max_format
+        );
+        tracing::warn!(from, needs, reads = self.core.max_format, "{why}");
+        *self.core.snapshot_refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why.clone());
+        Err(Status::failed_precondition(why))
+    }
+
     fn take<T: DeserializeOwned>(&self, req: Request<RaftRequest>) -> Result<(NodeId, T), Status> {
         let req = req.into_inner();
         self.admit(&req)?;
@@ -107,6 +125,7 @@ impl RaftTransport for RaftService {
                 rpc.meta.snapshot_id
             )));
         }
+        self.readable(from, &rpc.meta.snapshot_id)?;
         reply(&self.core.raft.install_snapshot(rpc).await)
     }
 

@@ -2,7 +2,9 @@
 //!
 //! The state lives in memory; it is rebuilt at start from the latest snapshot plus the
 //! committed log after it. A snapshot is the bincode of `State`, stored with its metadata
-//! as one checksummed record.
+//! as one checksummed record, stamped with the data format its state needs (see
+//! `snapshot_record`): the newest of the snapshot it started from and of every command
+//! applied since.
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,13 +12,14 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGua
 use std::time::{Duration, Instant};
 
 use baton_model::event::Event;
+use baton_model::format::STATE_LAYOUT_FORMAT;
 use baton_model::{Op, State};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
 use super::StoreError;
 use super::kv::KvStore;
-use super::snapshot_record::StoredSnapshot;
+use super::snapshot_record::{StoredSnapshot, format_of, stamped};
 use crate::codec::{decode_state, encode};
 use crate::types::{Entry, LogId, ResponseBatch, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
@@ -43,6 +46,8 @@ struct Data {
     state: State,
     last_applied: Option<LogId>,
     membership: StoredMembership,
+    /// The data format `state` needs: what a snapshot of it is stamped with.
+    format: u32,
 }
 
 /// The state machine's data, shared between openraft's state-machine task and readers.
@@ -87,10 +92,16 @@ impl SmShared {
         }
     }
 
-    /// The applied state encoded, with the index it reflects, read under one lock.
-    pub fn encode_state(&self) -> (u64, Result<Vec<u8>, crate::codec::CodecError>) {
+    /// The applied state encoded, with the index it reflects and the data format it needs,
+    /// read under one lock.
+    pub fn encode_state(&self) -> (u64, u32, Result<Vec<u8>, crate::codec::CodecError>) {
         let d = self.read_data();
-        (d.last_applied.map_or(0, |l| l.index), encode(&d.state))
+        (d.last_applied.map_or(0, |l| l.index), d.format, encode(&d.state))
+    }
+
+    /// The data format the applied state needs: the newest this cluster has used.
+    pub fn format_used(&self) -> u32 {
+        self.read_data().format
     }
 
     /// Has `observer` told of every command applied from now on (replacing any before).
@@ -126,7 +137,12 @@ impl StateMachineStore {
     pub fn open(kv: Arc<dyn KvStore>) -> Result<StateMachineStore, StoreError> {
         let stored = StoredSnapshot::load(kv.as_ref())?;
         let data = match &stored {
-            None => Data { state: State::new(), last_applied: None, membership: StoredMembership::default() },
+            None => Data {
+                state: State::new(),
+                last_applied: None,
+                membership: StoredMembership::default(),
+                format: STATE_LAYOUT_FORMAT,
+            },
             Some(s) => Data {
                 state: decode_state(&s.data).map_err(|e| StoreError::Corrupt {
                     location: kv.location(super::kv::Space::Snapshot),
@@ -135,6 +151,7 @@ impl StateMachineStore {
                 })?,
                 last_applied: s.meta.last_log_id,
                 membership: s.meta.last_membership.clone(),
+                format: format_of(&s.meta.snapshot_id),
             },
         };
         Ok(StateMachineStore {
@@ -185,15 +202,16 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (state, last_applied, membership) = {
+        let (state, last_applied, membership, format) = {
             let d = self.shared.read_data();
-            (d.state.clone(), d.last_applied, d.membership.clone())
+            (d.state.clone(), d.last_applied, d.membership.clone(), d.format)
         };
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
-        let snapshot_id = match last_applied {
+        let name = match last_applied {
             Some(l) => format!("{}-{}-{seq}", l.leader_id.term, l.index),
             None => format!("empty-{seq}"),
         };
+        let snapshot_id = stamped(&name, format);
         let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
         let data = off_runtime(self.shared.kv.is_durable(), move || encode(&state))
             .await
@@ -248,6 +266,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         .commands
                         .into_iter()
                         .map(|cmd| {
+                            d.format = d.format.max(cmd.op.format());
                             if observer.is_none() {
                                 return d.state.apply(cmd);
                             }
@@ -304,6 +323,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             d.state = state;
             d.last_applied = meta.last_log_id;
             d.membership = meta.last_membership.clone();
+            d.format = format_of(&meta.snapshot_id);
         }
         self.shared.set_current_snapshot(stored);
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");

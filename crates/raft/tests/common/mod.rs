@@ -73,6 +73,11 @@ impl Node {
         let mut config = ReplicaConfig::new(id, cluster, addr.clone(), dir);
         config.settings = settings;
         config.storage = storage;
+        Node::serve(id, dir, listener, config).await
+    }
+
+    async fn serve(id: NodeId, dir: &Path, listener: TcpListener, config: ReplicaConfig) -> Node {
+        let addr = config.advertise_addr.clone();
         let replica = Replica::open(config).await.expect("open replica");
         let (stop, stopped) = oneshot::channel::<()>();
         let serving = replica.clone();
@@ -85,6 +90,21 @@ impl Node {
                 .expect("serve raft");
         });
         Node { id, addr, dir: dir.to_path_buf(), replica, stop: Some(stop), server: Some(server) }
+    }
+
+    /// As `start`, saying it reads data formats only up to `max_format` (`--max-format`).
+    pub async fn start_reading(
+        id: NodeId,
+        dir: &Path,
+        listener: TcpListener,
+        settings: RaftSettings,
+        max_format: u32,
+    ) -> Node {
+        let addr = listener.local_addr().expect("local addr").to_string();
+        let mut config = ReplicaConfig::new(id, CLUSTER, addr.clone(), dir);
+        config.settings = settings;
+        config.max_format = max_format;
+        Node::serve(id, dir, listener, config).await
     }
 
     /// Stops raft and the server, and releases the data directory.
