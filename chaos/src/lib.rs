@@ -12,6 +12,7 @@
 //! - `load`: the jobs: borrowing training gangs and the interactive jobs that reclaim their
 //!   GPUs; every job is `baton workload --witness DIR`, which holds a lock per GPU and per job
 //!   rank while it runs and records violations (see `baton_agent::workload`).
+//! - `disk`: slow disks, a replica's writes throttled through a cgroup of its own.
 //! - `faults`: the fault schedule, drawn from a seed, and the protocol state each landed in.
 //! - `history`: submits and cancels with invoke/complete times and outcomes, and the checks
 //!   on them (an acknowledged submit exists once, nothing starts after an acknowledged cancel).
@@ -33,6 +34,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod disk;
 pub mod faults;
 pub mod history;
 pub mod load;

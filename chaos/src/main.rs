@@ -58,6 +58,12 @@ struct Args {
     /// run (needs libfaketime).
     #[arg(long)]
     clock_offsets: bool,
+    /// Leave slow disks out of the process faults. With them (the default) a run that draws
+    /// process faults needs root, a block IO cgroup controller (v1 blkio or v2 io) and the
+    /// temporary directory on a block device, and fails up front, naming what is missing,
+    /// without them.
+    #[arg(long)]
+    no_slow_disks: bool,
     /// Also write the run's counts (faults by kind and protocol state, jobs, violations) to
     /// FILE as JSON, for `baton-chaos sum`.
     #[arg(long, value_name = "FILE")]
@@ -116,6 +122,7 @@ fn one(args: &Args, baton: PathBuf) -> ExitCode {
     cfg.keep_dir = args.keep_dir;
     cfg.clock_offsets = args.clock_offsets;
     cfg.brisk = args.brisk;
+    cfg.slow_disks = !args.no_slow_disks;
     cfg.mix = match (args.no_partitions, args.only_partitions, args.only_cuts, args.preemption_kills) {
         (_, _, _, true) => baton_chaos::faults::Mix::PreemptionKills,
         (true, _, _, _) => baton_chaos::faults::Mix::Processes,
@@ -167,6 +174,7 @@ fn child_args(args: &Args, baton: &Path, seed: u64, json: &Path) -> Vec<String> 
         (args.preemption_kills, "--preemption-kills"),
         (args.brisk, "--brisk"),
         (args.clock_offsets, "--clock-offsets"),
+        (args.no_slow_disks, "--no-slow-disks"),
     ];
     a.extend(flags.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.to_string()));
     a

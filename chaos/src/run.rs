@@ -61,6 +61,10 @@ pub struct Config {
     /// Brisk faults (`Faults::brisk`): the next fault once the cluster is whole again after
     /// the last, shorter outages above the same lower bounds.
     pub brisk: bool,
+    /// Slow disks among the process faults (`crate::disk`; needs root, a block IO cgroup
+    /// controller and the temporary directory on a block device: the run fails up front,
+    /// naming what is missing, without them). Off for mixes without process faults.
+    pub slow_disks: bool,
 }
 
 /// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
@@ -81,6 +85,7 @@ impl Config {
             mix: Mix::All,
             clock_offsets: false,
             brisk: false,
+            slow_disks: false,
         }
     }
 }
@@ -95,6 +100,11 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         crate::cluster::libfaketime()?;
         timing.clock_offsets_s = vec![0, CLOCK_OFFSET_S, -CLOCK_OFFSET_S];
         timing.agent_clock_offsets_s = vec![AGENT_CLOCK_OFFSET_S, -AGENT_CLOCK_OFFSET_S];
+    }
+    let slow_disks = cfg.slow_disks && cfg.mix.process_faults();
+    if slow_disks {
+        // Refused before the cluster starts; the cluster's directory is made under it.
+        crate::disk::check(&std::env::temp_dir()).map_err(|e| e.to_string())?;
     }
     let mut c = if cfg.mix.partitions() {
         Cluster::start_partitionable(&cfg.baton, &nodes, &timing).await?
@@ -126,7 +136,16 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
 
-    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix).brisk(cfg.brisk);
+    let disk = match slow_disks {
+        true => Some(crate::disk::SlowDisk::new(c.dir.path()).map_err(|e| e.to_string())?),
+        false => None,
+    };
+    match &disk {
+        Some(d) => eprintln!("chaos: slow disks on, device {} of the replicas' data", d.device()),
+        None => eprintln!("chaos: slow disks off"),
+    }
+    let mut faults =
+        Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix).brisk(cfg.brisk).slow_disks(disk);
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
