@@ -95,6 +95,8 @@ pub enum Mix {
     /// `PREEMPTION_WAIT_MS`), one after another: the count of kills landing mid-preemption grows
     /// as fast as the load preempts. No network namespaces needed.
     PreemptionKills,
+    /// Slow disks only (a replica's writes throttled for a while, leader or follower).
+    SlowDisks,
 }
 
 impl Mix {
@@ -104,7 +106,7 @@ impl Mix {
 
     /// Whether the run draws process faults (kills, pauses, slow disks).
     pub fn process_faults(self) -> bool {
-        matches!(self, Mix::All | Mix::Processes)
+        matches!(self, Mix::All | Mix::Processes | Mix::SlowDisks)
     }
 
     /// How a run's summary says which faults it drew from.
@@ -115,6 +117,7 @@ impl Mix {
             Mix::Partitions => "network partitions only (--only-partitions)",
             Mix::Cuts => "the five partition kinds of issue 9 only, a fifth each (--only-cuts)",
             Mix::PreemptionKills => "leader kills right after preemptions commit only (--preemption-kills)",
+            Mix::SlowDisks => "slow disks only (--only-slow-disks)",
         }
     }
 }
@@ -410,6 +413,7 @@ impl Faults {
             Mix::Processes => false,
             Mix::Partitions | Mix::Cuts => true,
             Mix::PreemptionKills => false,
+            Mix::SlowDisks => return self.draw_slow_disk(c).await,
         };
         if !network {
             return self.draw_process(c, roll).await;
@@ -452,10 +456,7 @@ impl Faults {
         let agent = agents[self.rng.range(0, agents.len() as u64 - 1) as usize].clone();
         // Drawn only when the run has slow disks, so that a run without draws as before.
         if self.slow_disk.is_some() && self.rng.chance(SLOW_DISK_PERCENT) {
-            let leader = c.leader().await;
-            let replica = self.rng.range(0, REPLICAS as u64 - 1) as usize;
-            let iops = self.rng.range(SLOW_DISK_IOPS.0, SLOW_DISK_IOPS.1) as u32;
-            return Fault::SlowDisk { replica, leader: replica == leader, iops };
+            return self.draw_slow_disk(c).await;
         }
         if roll < 50 {
             let leader = c.leader().await;
@@ -477,6 +478,14 @@ impl Faults {
         } else {
             Fault::StallAgent { name: agent }
         }
+    }
+
+    /// A slow disk of any replica, the leader or a follower.
+    async fn draw_slow_disk(&mut self, c: &Cluster) -> Fault {
+        let leader = c.leader().await;
+        let replica = self.rng.range(0, REPLICAS as u64 - 1) as usize;
+        let iops = self.rng.range(SLOW_DISK_IOPS.0, SLOW_DISK_IOPS.1) as u32;
+        Fault::SlowDisk { replica, leader: replica == leader, iops }
     }
 
     /// Does the fault, waits out its outage and heals it.
@@ -543,9 +552,13 @@ impl Faults {
     async fn slow_disk_for(&self, c: &Cluster, replica: usize, iops: u32, slow_ms: u64) {
         let disk = self.slow_disk.as_ref().expect("slow disks drawn only when the run has them");
         let Some(pid) = c.replica_pid(replica) else { return };
+        let before = disk.writes().unwrap_or_else(|e| panic!("{e}"));
         disk.slow(pid, iops).unwrap_or_else(|e| panic!("{e}"));
         tokio::time::sleep(Duration::from_millis(slow_ms)).await;
         disk.restore(pid).unwrap_or_else(|e| panic!("{e}"));
+        // What the fault did, for the log: the writes that waited their turn.
+        let through = disk.writes().unwrap_or_else(|e| panic!("{e}")) - before;
+        eprintln!("chaos: replica {} wrote {through} times through its slow disk in {slow_ms} ms", replica + 1);
     }
 
     /// How long a network fault lasts: past the heartbeat timeout (`long_ms`) for those

@@ -62,8 +62,11 @@ struct Args {
     /// process faults needs root, a block IO cgroup controller (v1 blkio or v2 io) and the
     /// temporary directory on a block device, and fails up front, naming what is missing,
     /// without them.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "only_slow_disks")]
     no_slow_disks: bool,
+    /// Inject slow disks only (needs what slow disks need, see `--no-slow-disks`).
+    #[arg(long, conflicts_with_all = ["no_partitions", "only_partitions", "only_cuts", "preemption_kills"])]
+    only_slow_disks: bool,
     /// Also write the run's counts (faults by kind and protocol state, jobs, violations) to
     /// FILE as JSON, for `baton-chaos sum`.
     #[arg(long, value_name = "FILE")]
@@ -124,6 +127,7 @@ fn one(args: &Args, baton: PathBuf) -> ExitCode {
     cfg.brisk = args.brisk;
     cfg.slow_disks = !args.no_slow_disks;
     cfg.mix = match (args.no_partitions, args.only_partitions, args.only_cuts, args.preemption_kills) {
+        _ if args.only_slow_disks => baton_chaos::faults::Mix::SlowDisks,
         (_, _, _, true) => baton_chaos::faults::Mix::PreemptionKills,
         (true, _, _, _) => baton_chaos::faults::Mix::Processes,
         (false, true, _, _) => baton_chaos::faults::Mix::Partitions,
@@ -175,6 +179,7 @@ fn child_args(args: &Args, baton: &Path, seed: u64, json: &Path) -> Vec<String> 
         (args.brisk, "--brisk"),
         (args.clock_offsets, "--clock-offsets"),
         (args.no_slow_disks, "--no-slow-disks"),
+        (args.only_slow_disks, "--only-slow-disks"),
     ];
     a.extend(flags.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.to_string()));
     a

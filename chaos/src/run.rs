@@ -51,7 +51,8 @@ pub struct Config {
     pub gpus_per_node: u64,
     /// Keep the run's directory (logs, witness records) and print where it is.
     pub keep_dir: bool,
-    /// Which faults to draw; all but `Mix::Processes` need network namespaces (root).
+    /// Which faults to draw; all but `Mix::Processes`, `Mix::PreemptionKills` and
+    /// `Mix::SlowDisks` need network namespaces (root).
     pub mix: Mix,
     /// Replica 2's wall clock runs `CLOCK_OFFSET_S` ahead of the others', replica 3's as
     /// much behind, node n1's agent's `AGENT_CLOCK_OFFSET_S` ahead and n2's as much behind
@@ -93,15 +94,18 @@ impl Config {
 /// The run's verdict; an error, naming what is missing, when the faults it is to draw
 /// cannot be made here (network partitions without root, `ip netns` or `nft`).
 pub async fn run(cfg: &Config) -> Result<Report, String> {
-    let nodes: Vec<NodeArgs> =
-        (1..=cfg.nodes).map(|i| NodeArgs::gpus(&format!("n{i}"), &format!("rack-{i}"), cfg.gpus_per_node)).collect();
+    let node = |i: usize| NodeArgs {
+        cpu: load::CPUS_PER_NODE,
+        ..NodeArgs::gpus(&format!("n{i}"), &format!("rack-{i}"), cfg.gpus_per_node)
+    };
+    let nodes: Vec<NodeArgs> = (1..=cfg.nodes).map(node).collect();
     let mut timing = Timing::default();
     if cfg.clock_offsets {
         crate::cluster::libfaketime()?;
         timing.clock_offsets_s = vec![0, CLOCK_OFFSET_S, -CLOCK_OFFSET_S];
         timing.agent_clock_offsets_s = vec![AGENT_CLOCK_OFFSET_S, -AGENT_CLOCK_OFFSET_S];
     }
-    let slow_disks = cfg.slow_disks && cfg.mix.process_faults();
+    let slow_disks = (cfg.slow_disks || cfg.mix == Mix::SlowDisks) && cfg.mix.process_faults();
     if slow_disks {
         // Refused before the cluster starts; the cluster's directory is made under it.
         crate::disk::check(&std::env::temp_dir()).map_err(|e| e.to_string())?;
@@ -113,7 +117,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     };
     let witness = c.path("witness");
     std::fs::create_dir_all(&witness).expect("a witness directory");
-    let (cohort, queues) = load::setup(cfg.gpus_per_node * cfg.nodes as u64);
+    let (cohort, queues) = load::setup(cfg.gpus_per_node * cfg.nodes as u64, load::CPUS_PER_NODE * cfg.nodes as u64);
     setup_call(&c, "the cohort is created", |mut api| {
         let cohort = cohort.clone();
         async move { api.put_cohort(cohort).await.map(|_| ()) }
@@ -132,6 +136,10 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     // Training gangs fill the cluster first, so that interactive jobs must reclaim.
     for _ in 0..cfg.nodes {
         submit(&c.servers, load.train(), &history).await;
+    }
+    // And CPU jobs fill every node's CPUs, so that the first `cpu-urgent` must suspend some.
+    for _ in 0..load::CPUS_PER_NODE * cfg.nodes as u64 {
+        submit(&c.servers, load.sleepy(), &history).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
