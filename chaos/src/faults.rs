@@ -248,7 +248,7 @@ impl fmt::Display for Fault {
             Fault::OneWay(OneWay::AgentMute { name }) => write!(f, "one-way cut: no replica hears agent {name}"),
             Fault::Lossy { who, percent } => write!(f, "{who}'s link loses {percent}% of its packets"),
             Fault::SlowDisk { replica, leader, iops } => {
-                write!(f, "slowed replica {}{}'s disk to {iops} writes a second", replica + 1, role(leader))
+                write!(f, "slowed the disk of replica {}{} to {iops} writes a second", replica + 1, role(leader))
             }
         }
     }

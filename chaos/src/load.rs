@@ -7,8 +7,8 @@
 //!
 //! Jobs without GPUs are really suspended in place (SIGSTOP, then SIGCONT in the same
 //! attempt): `sleepy` jobs of `batch` ask for one CPU, in mode `suspend`, and `cpu-urgent`
-//! jobs of `prod` for two whole nodes' CPUs, which nodes holding `sleepy` jobs cannot give
-//! without suspending them.
+//! jobs of `prod` for every CPU of the harness's three nodes, which they cannot have while
+//! any `sleepy` job runs without suspending it.
 
 use std::path::Path;
 
@@ -29,12 +29,14 @@ const UNEVEN_PERCENT: u64 = 40;
 /// Share of gangs that ask for preemption mode `suspend`.
 const SUSPEND_PERCENT: u64 = 20;
 /// The CPUs each node offers (an accounting, not the machine's): a `sleepy` job asks for
-/// one, each of a `cpu-urgent` job's two ranks for all of a node's.
+/// one, each of a `cpu-urgent` job's ranks for all of a node's.
 pub const CPUS_PER_NODE: u64 = 2;
 /// Shares of the mix (of 100) for the CPU-only jobs: `sleepy` (suspended in place when
 /// preempted) and `cpu-urgent` (their preemptors).
-const SLEEPY_PERCENT: u64 = 25;
-const CPU_URGENT_PERCENT: u64 = 10;
+const SLEEPY_PERCENT: u64 = 30;
+const CPU_URGENT_PERCENT: u64 = 15;
+/// A `cpu-urgent` job's ranks: one per node of the harness (`run::Config::new`'s three).
+const CPU_URGENT_RANKS: u32 = 3;
 
 /// The cohort and queues a run needs; `gpus` is the cluster's total.
 /// `prod` owns the CPUs as well (`cpus`), so that `batch`'s CPU jobs borrow them too.
@@ -118,16 +120,16 @@ impl Load {
         req
     }
 
-    /// A CPU-only job of `prod` that wants two whole nodes' CPUs (two ranks): 0.5 to 1.5
-    /// seconds of work. With `sleepy` jobs on two nodes or more it must suspend some.
+    /// A CPU-only job of `prod` that wants every node's CPUs (`CPU_URGENT_RANKS` ranks): 0.5
+    /// to 1.5 seconds of work. It suspends every `sleepy` job that runs.
     pub fn cpu_urgent(&mut self) -> SubmitRequest {
         let steps = self.rng.range(10, 30);
-        let mut req = self.job("cpu-urgent", "prod", "interactive", 2, 0, steps);
+        let mut req = self.job("cpu-urgent", "prod", "interactive", CPU_URGENT_RANKS, 0, steps);
         req.spec.as_mut().expect("a spec").tasks[0].resources = Some(cpus(CPUS_PER_NODE));
         req
     }
 
-    /// The next job of the mix: a quarter `sleepy`, a tenth `cpu-urgent`; of the rest, a
+    /// The next job of the mix: 30 % `sleepy`, 15 % `cpu-urgent`; of the rest, a
     /// third interactive, the others training gangs.
     pub fn any(&mut self) -> SubmitRequest {
         let roll = self.rng.range(0, 99);
@@ -184,7 +186,7 @@ mod tests {
         assert_eq!(CPUS_PER_NODE * cpus_per_rank(&sleepy), node_cpus());
         let urgent = load.cpu_urgent();
         assert_eq!(cpus_per_rank(&urgent), node_cpus());
-        assert_eq!(urgent.spec.as_ref().unwrap().tasks[0].replicas, 2);
+        assert_eq!(urgent.spec.as_ref().unwrap().tasks[0].replicas, CPU_URGENT_RANKS);
         // `prod` owns every node's CPUs, `batch` none.
         let (_, queues) = setup(12, 3 * CPUS_PER_NODE);
         let owned = |q: &Queue| q.quotas[0].nominal.as_ref().unwrap().amounts["cpu"];
