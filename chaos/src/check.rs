@@ -437,13 +437,15 @@ pub struct SuspendCheck {
 
 /// A job suspended in place and resumed in place (`Suspended`, then `Resumed` with no
 /// `Started` between) is one attempt with one process per rank, stopped and continued
-/// (SIGSTOP, SIGCONT): no process of the job may start between its suspension and `slack_ms`
-/// after its resumption (the witnesses' clock against the leaders'). A second start of the
-/// same rank is `started_twice`'s; this one also catches a resume made as a new attempt.
+/// (SIGSTOP, SIGCONT): no process of the job may start while it is suspended. The events are
+/// stamped on the leaders' clocks, the starts on the machine's, up to `tolerance_ms` apart,
+/// so only a start more than that after the suspension's stamp and as much before the
+/// resumption's counts (with clock offsets a short suspension is not judged). A second start
+/// of the same rank is `started_twice`'s; this one also catches a process of another attempt.
 pub fn suspended_in_place(
     events: &BTreeMap<String, Vec<Event>>,
     starts: &[WitnessedStart],
-    slack_ms: u64,
+    tolerance_ms: u64,
 ) -> SuspendCheck {
     let mut out = SuspendCheck::default();
     for (name, evs) in events {
@@ -458,10 +460,9 @@ pub fn suspended_in_place(
                 EventKind::Resumed => {
                     let Some(s) = since.take() else { continue };
                     out.resumed += 1;
-                    let (from_ms, to_ms) = (s.at_ms.saturating_sub(slack_ms), e.at_ms + slack_ms);
+                    let (after_ms, before_ms) = (s.at_ms + tolerance_ms, e.at_ms.saturating_sub(tolerance_ms));
                     let restarted = starts.iter().filter(|w| w.start.job == *name);
-                    for w in restarted.filter(|w| (from_ms..=to_ms).contains(&w.start.at_ms) && w.start.at_ms > s.at_ms)
-                    {
+                    for w in restarted.filter(|w| w.start.at_ms > after_ms && w.start.at_ms < before_ms) {
                         out.violations.push(format!(
                             "{name} attempt {} rank {} started at {} while suspended in place ({} to {}): resumed by a new process, not continued",
                             w.start.attempt, w.rank, w.start.at_ms, s.at_ms, e.at_ms
@@ -881,13 +882,20 @@ mod tests {
         let fine: Vec<WitnessedStart> = one.iter().chain(&renewed).cloned().collect();
         let ok = suspended_in_place(&events, &fine, 2);
         assert_eq!(ok, SuspendCheck { violations: vec![], suspensions: 2, resumed: 1 });
-        // Resumed by a new process (the same attempt or another), also just after `Resumed`.
-        for restart in [start("sleepy-1", 1, "0", "n1", 4_000), start("sleepy-1", 2, "0", "n1", 5_001)] {
+        // A process of the job (this attempt or another) started while it was suspended.
+        for restart in [start("sleepy-1", 1, "0", "n1", 4_000), start("sleepy-1", 2, "0", "n1", 2_103)] {
             let starts: Vec<WitnessedStart> = fine.iter().chain([&restart]).cloned().collect();
             let found = suspended_in_place(&events, &starts, 2);
             assert_eq!(found.violations.len(), 1, "{restart:?} passed");
             assert!(found.violations[0].contains("resumed by a new process"), "{:?}", found.violations);
         }
+        // A leader 7 s behind stamped the suspension 7 s early: the first start, 5 s after
+        // the stamp, may well come before the suspension.
+        let late = [start("sleepy-1", 1, "0", "n1", 7_100)];
+        assert!(suspended_in_place(&events, &late, 7_002).violations.is_empty(), "judged across clocks apart");
+        assert_eq!(suspended_in_place(&events, &late, 2).violations.len(), 0, "after the resumption");
+        let inside = [start("sleepy-1", 1, "0", "n1", 4_900)];
+        assert_eq!(suspended_in_place(&events, &inside, 2).violations.len(), 1, "judged without offsets");
     }
 
     fn job(name: &str, state: JobState, attempt: u32, grace_ms: Option<u64>, command: &[&str]) -> Job {

@@ -3,9 +3,11 @@
 //! leader or another replica is killed (SIGKILL) and restarted, paused (SIGSTOP) so that it is
 //! cut off and deposed, then let go (SIGCONT); the leader and then the new leader are killed;
 //! an agent is killed and restarted, briefly or past the heartbeat timeout, or stopped past
-//! it. Half the faults wait for a protocol state (a placement or preemption just committed, a
-//! stop in flight). Then it checks DESIGN.md's invariants on what the jobs themselves
-//! witnessed and on the history of client operations.
+//! it; a replica's disk is slowed for a few seconds (`disk`). The load includes CPU-only
+//! jobs suspended in place (SIGSTOP, SIGCONT) by their preemptors. Half the faults wait for a
+//! protocol state (a placement or preemption just committed, a stop in flight). Then it
+//! checks DESIGN.md's invariants on what the jobs themselves witnessed and on the history of
+//! client operations.
 //!
 //! Layout:
 //! - `cluster`: starting, killing, pausing the processes (also used by `tests/e2e`).
