@@ -103,6 +103,9 @@ pub struct Report {
     pub placements_unjudged: usize,
     /// Preemptions that ended, and the longest of them past its grace (job, ms).
     pub preemptions_ended: usize,
+    /// Jobs suspended in place (`Suspended` events), and of those resumed in place.
+    pub suspensions: usize,
+    pub resumed_in_place: usize,
     pub longest_past_grace: Option<(String, i64)>,
     /// Resumes checked against the newest checkpoint, and Succeeded jobs against their steps.
     pub resumes_checked: usize,
@@ -147,6 +150,8 @@ impl Report {
         violations.extend(placed.violations);
         let stops = preemptions_end(e.jobs, e.events, e.preemption_bound_ms, clock_spread_ms(e.clock_offsets_s));
         violations.extend(stops.violations);
+        let suspended = suspended_in_place(e.events, &starts, placement_tolerance_ms(e.clock_offsets_s));
+        violations.extend(suspended.violations);
         let checkpoints = read_checkpoints(e.witness, &mut violations);
         let ends = read_ends(e.witness, &mut violations);
         let (resume_violations, resumes_checked) = resumed_from_newest(&starts, &checkpoints);
@@ -180,6 +185,8 @@ impl Report {
             placements_judged: placed.judged,
             placements_unjudged: placed.unjudged,
             preemptions_ended: stops.ended,
+            suspensions: suspended.suspensions,
+            resumed_in_place: suspended.resumed,
             longest_past_grace: stops.longest_past_grace,
             resumes_checked,
             successes_checked,
@@ -421,6 +428,54 @@ pub fn placed_before_start(
     out
 }
 
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SuspendCheck {
+    pub violations: Vec<String>,
+    pub suspensions: usize,
+    pub resumed: usize,
+}
+
+/// A job suspended in place and resumed in place (`Suspended`, then `Resumed` with no
+/// `Started` between) is one attempt with one process per rank, stopped and continued
+/// (SIGSTOP, SIGCONT): no process of the job may start while it is suspended. The events are
+/// stamped on the leaders' clocks, the starts on the machine's, up to `tolerance_ms` apart,
+/// so only a start more than that after the suspension's stamp and as much before the
+/// resumption's counts (with clock offsets a short suspension is not judged). A second start
+/// of the same rank is `started_twice`'s; this one also catches a process of another attempt.
+pub fn suspended_in_place(
+    events: &BTreeMap<String, Vec<Event>>,
+    starts: &[WitnessedStart],
+    tolerance_ms: u64,
+) -> SuspendCheck {
+    let mut out = SuspendCheck::default();
+    for (name, evs) in events {
+        let mut since: Option<&Event> = None;
+        for e in evs {
+            match e.kind() {
+                EventKind::Suspended => {
+                    out.suspensions += 1;
+                    since = Some(e);
+                }
+                EventKind::Started | EventKind::Requeued => since = None,
+                EventKind::Resumed => {
+                    let Some(s) = since.take() else { continue };
+                    out.resumed += 1;
+                    let (after_ms, before_ms) = (s.at_ms + tolerance_ms, e.at_ms.saturating_sub(tolerance_ms));
+                    let restarted = starts.iter().filter(|w| w.start.job == *name);
+                    for w in restarted.filter(|w| w.start.at_ms > after_ms && w.start.at_ms < before_ms) {
+                        out.violations.push(format!(
+                            "{name} attempt {} rank {} started at {} while suspended in place ({} to {}): resumed by a new process, not continued",
+                            w.start.attempt, w.rank, w.start.at_ms, s.at_ms, e.at_ms
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 /// Events that end a preemption: the victim stopped (and went back to the queue, was
 /// suspended or cancelled), or its job ended or went back to the queue for another reason
 /// (its node was lost).
@@ -617,7 +672,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "checks: {} starts judged against their committed placement ({} not: history too short); {} preemptions ended{}; {} resumes against the newest checkpoint; {} successes against their steps",
+            "checks: {} starts judged against their committed placement ({} not: history too short); {} preemptions ended{}; {} suspended in place, {} of them resumed in place with no new process; {} resumes against the newest checkpoint; {} successes against their steps",
             self.placements_judged,
             self.placements_unjudged,
             self.preemptions_ended,
@@ -625,6 +680,8 @@ impl fmt::Display for Report {
                 Some((job, ms)) => format!(" (longest past its grace: {job}, {ms} ms)"),
                 None => String::new(),
             },
+            self.suspensions,
+            self.resumed_in_place,
             self.resumes_checked,
             self.successes_checked
         )?;
@@ -798,6 +855,47 @@ mod tests {
         let tolerance = placement_tolerance_ms(&[0, 7, -7]);
         assert_eq!(tolerance, 7_002);
         assert!(placed_before_start(&bad[2..3], &events, tolerance).violations.is_empty());
+    }
+
+    #[test]
+    fn a_job_resumed_in_place_keeps_its_one_process() {
+        let events: BTreeMap<String, Vec<Event>> = [
+            (
+                "sleepy-1".to_string(),
+                vec![started(1, &["n1"], 1_000), at("Preempted", 2_000), at("Suspended", 2_100), at("Resumed", 5_000)],
+            ),
+            // Suspended, then requeued (its node lost) and placed again: a new attempt is right.
+            (
+                "sleepy-2".to_string(),
+                vec![
+                    started(1, &["n2"], 1_000),
+                    at("Suspended", 2_000),
+                    at("Requeued", 3_000),
+                    started(2, &["n3"], 3_500),
+                    at("Resumed", 9_000),
+                ],
+            ),
+        ]
+        .into();
+        let one = [start("sleepy-1", 1, "0", "n1", 1_001), start("sleepy-2", 1, "0", "n2", 1_001)];
+        let renewed = [start("sleepy-2", 2, "0", "n3", 3_600)];
+        let fine: Vec<WitnessedStart> = one.iter().chain(&renewed).cloned().collect();
+        let ok = suspended_in_place(&events, &fine, 2);
+        assert_eq!(ok, SuspendCheck { violations: vec![], suspensions: 2, resumed: 1 });
+        // A process of the job (this attempt or another) started while it was suspended.
+        for restart in [start("sleepy-1", 1, "0", "n1", 4_000), start("sleepy-1", 2, "0", "n1", 2_103)] {
+            let starts: Vec<WitnessedStart> = fine.iter().chain([&restart]).cloned().collect();
+            let found = suspended_in_place(&events, &starts, 2);
+            assert_eq!(found.violations.len(), 1, "{restart:?} passed");
+            assert!(found.violations[0].contains("resumed by a new process"), "{:?}", found.violations);
+        }
+        // A leader 7 s behind stamped the suspension 7 s early: the first start, 5 s after
+        // the stamp, may well come before the suspension.
+        let late = [start("sleepy-1", 1, "0", "n1", 7_100)];
+        assert!(suspended_in_place(&events, &late, 7_002).violations.is_empty(), "judged across clocks apart");
+        assert_eq!(suspended_in_place(&events, &late, 2).violations.len(), 0, "after the resumption");
+        let inside = [start("sleepy-1", 1, "0", "n1", 4_900)];
+        assert_eq!(suspended_in_place(&events, &inside, 2).violations.len(), 1, "judged without offsets");
     }
 
     fn job(name: &str, state: JobState, attempt: u32, grace_ms: Option<u64>, command: &[&str]) -> Job {

@@ -93,6 +93,13 @@ pub struct Timing {
     pub clock_offsets_s: Vec<i64>,
     /// The same for the agent of the `i`-th node given to the cluster.
     pub agent_clock_offsets_s: Vec<i64>,
+    /// Replica `i`'s clocks, wall and monotonic alike, run this many thousandths fast
+    /// (negative: slow), by libfaketime's rate; none past the end, or 0, run true. A rate
+    /// moves the monotonic clocks too, so it is never combined with an offset (which would
+    /// move them as well, and step them backwards).
+    pub clock_rates_permille: Vec<i64>,
+    /// The same for the agent of the `i`-th node.
+    pub agent_clock_rates_permille: Vec<i64>,
 }
 
 impl Default for Timing {
@@ -104,6 +111,8 @@ impl Default for Timing {
             lease_ms: 1_200,
             clock_offsets_s: Vec::new(),
             agent_clock_offsets_s: Vec::new(),
+            clock_rates_permille: Vec::new(),
+            agent_clock_rates_permille: Vec::new(),
         }
     }
 }
@@ -344,7 +353,8 @@ impl Cluster {
             let mut p = Proc::new(args, c.path(&format!("agent-{}.log", n.name)));
             p.netns = c.net.as_ref().map(|net| net.namespace(&agent_label(&n.name)).to_string());
             let offset_s = c.timing.agent_clock_offsets_s.get(i).copied().unwrap_or(0);
-            p.env = c.clock_env(&agent_label(&n.name), offset_s);
+            let rate = c.timing.agent_clock_rates_permille.get(i).copied().unwrap_or(0);
+            p.env = c.clock_env(&agent_label(&n.name), offset_s, rate);
             c.agents.insert(n.name.clone(), (n.clone(), p));
             c.start_agent(&n.name);
         }
@@ -391,7 +401,8 @@ impl Cluster {
         let mut p = Proc::new(args, self.path(&format!("replica-{id}.log")));
         p.netns = self.net.as_ref().map(|net| net.namespace(&replica_label(id as usize - 1)).to_string());
         let offset_s = self.timing.clock_offsets_s.get(id as usize - 1).copied().unwrap_or(0);
-        p.env = self.clock_env(&replica_label(id as usize - 1), offset_s);
+        let rate = self.timing.clock_rates_permille.get(id as usize - 1).copied().unwrap_or(0);
+        p.env = self.clock_env(&replica_label(id as usize - 1), offset_s, rate);
         p.spawn(&self.baton);
         self.replicas.push(p);
         self.replica_racks.push(rack.map(str::to_string));
@@ -420,23 +431,28 @@ impl Cluster {
     }
 
     /// libfaketime's environment for the process labelled `label` whose wall clock runs
-    /// `offset_s` off, if it does. Only the wall clock is moved: a host's monotonic and boot
-    /// clocks are its own, and nothing compares them across hosts. The offset is read from a
-    /// file (again at most a second after it changes), so [`Cluster::step_clock`] can step it.
-    fn clock_env(&self, label: &str, offset_s: i64) -> Vec<(String, String)> {
-        if offset_s == 0 {
+    /// `offset_s` off, or whose clocks run `rate_permille` fast or slow, if either. An offset
+    /// moves only the wall clock: a host's monotonic and boot clocks are its own, and nothing
+    /// compares them across hosts. A rate moves the monotonic clocks too: the leases, grace
+    /// periods and timeouts are counted on them, and their rate is the drift `D` of the
+    /// timing argument. The spec is read from a file (again at most a second after it
+    /// changes), so [`Cluster::step_clock`] can step an offset.
+    fn clock_env(&self, label: &str, offset_s: i64, rate_permille: i64) -> Vec<(String, String)> {
+        if offset_s == 0 && rate_permille == 0 {
             return Vec::new();
         }
+        assert!(offset_s == 0 || rate_permille == 0, "{label}: a clock rate is never combined with an offset");
         let lib = libfaketime().unwrap_or_else(|e| panic!("{e}"));
         let file = self.clock_file(label);
         if !file.exists() {
-            write_offset(&file, offset_s);
+            write_spec(&file, &faketime_spec(offset_s, rate_permille));
         }
+        let fake_monotonic = if rate_permille == 0 { "1" } else { "0" };
         vec![
             ("LD_PRELOAD".into(), lib.display().to_string()),
             ("FAKETIME_TIMESTAMP_FILE".into(), file.display().to_string()),
             ("FAKETIME_CACHE_DURATION".into(), "1".into()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), fake_monotonic.into()),
         ]
     }
 
@@ -449,7 +465,7 @@ impl Cluster {
     pub fn step_clock(&self, label: &str, offset_s: i64) {
         let file = self.clock_file(label);
         assert!(file.exists(), "{label} runs on the machine's clock; only a process started with an offset steps");
-        write_offset(&file, offset_s);
+        write_spec(&file, &faketime_spec(offset_s, 0));
     }
 
     pub fn path(&self, p: &str) -> PathBuf {
@@ -761,11 +777,21 @@ impl Drop for Cluster {
     }
 }
 
-/// Writes libfaketime's offset file in one rename, so that no reader sees half of it.
-fn write_offset(file: &Path, offset_s: i64) {
+/// libfaketime's spec of a clock `offset_s` off the machine's, running `rate_permille`
+/// thousandths fast (negative: slow): "+7s", or "+0s x1.005".
+pub fn faketime_spec(offset_s: i64, rate_permille: i64) -> String {
+    if rate_permille == 0 {
+        return format!("{offset_s:+}s");
+    }
+    let rate = 1_000 + rate_permille;
+    format!("{offset_s:+}s x{}.{:03}", rate / 1_000, rate % 1_000)
+}
+
+/// Writes libfaketime's spec file in one rename, so that no reader sees half of it.
+fn write_spec(file: &Path, spec: &str) {
     let tmp = file.with_extension("tmp");
-    std::fs::write(&tmp, format!("{offset_s:+}s\n")).expect("a clock offset file");
-    std::fs::rename(&tmp, file).expect("a clock offset file");
+    std::fs::write(&tmp, format!("{spec}\n")).expect("a clock spec file");
+    std::fs::rename(&tmp, file).expect("a clock spec file");
 }
 
 /// A client of any of `servers` that knows a leader, trying each once with a short bound
@@ -846,4 +872,18 @@ fn make_certificates(baton: &Path, dir: &Path, nodes: &[NodeArgs]) -> PathBuf {
         run(&strings(&["tls", "cert", "create", &flag, &name, "--ca-dir", &ca, "--out-dir", &out]));
     }
     dir.to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::faketime_spec;
+
+    #[test]
+    fn clock_specs_are_written_as_libfaketime_reads_them() {
+        assert_eq!(faketime_spec(7, 0), "+7s");
+        assert_eq!(faketime_spec(-7, 0), "-7s");
+        assert_eq!(faketime_spec(0, 5), "+0s x1.005");
+        assert_eq!(faketime_spec(0, -5), "+0s x0.995");
+        assert_eq!(faketime_spec(0, 50), "+0s x1.050");
+    }
 }

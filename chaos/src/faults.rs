@@ -12,6 +12,11 @@
 //! one-way cuts; a link that loses a share of its packets. Which of the two families a run
 //! draws from is its [`Mix`].
 //!
+//! A slow disk (with `Faults::slow_disks`, among the process faults) throttles one replica's
+//! writes to a few a second for a few seconds (`crate::disk`): its fsyncs, raft's appends and
+//! votes, take tens of milliseconds each, so a slow leader commits slowly and a slow
+//! follower falls behind.
+//!
 //! A fault is either injected when its turn comes, or timed by protocol state: the harness
 //! watches the jobs through the API and injects when it sees the state it waits for
 //! (`Moment`), within `MOMENT_WAIT_MS`. Every fault is labelled with the moment it landed in.
@@ -23,6 +28,7 @@ use std::time::{Duration, Instant};
 use baton_proto::v1::{Empty, JobState, ListJobsRequest};
 
 use crate::cluster::{Cluster, REPLICAS, Servers, Topology, agent_label, connect_any, connect_leader, replica_label};
+use crate::disk::SlowDisk;
 use crate::net::{Rule, cut_between, one_way};
 use crate::rng::Rng;
 
@@ -52,6 +58,13 @@ const BRISK_PAUSE_MS: (u64, u64) = (200, 500);
 /// committed), a different failover from one where another replica takes over, which a
 /// longer outage lets happen; the old 0.5-2 s drew only the second kind.
 const PREEMPTION_KILL_OUTAGE_MS: (u64, u64) = (0, 2_000);
+/// Share of process faults that are slow disks, when a run has them (the other process
+/// faults keep their shares among the rest).
+const SLOW_DISK_PERCENT: u64 = 12;
+/// A slow disk's write IOs a second (each fsync is at least one), and how long it lasts.
+const SLOW_DISK_IOPS: (u64, u64) = (10, 20);
+const SLOW_DISK_MS: (u64, u64) = (2_000, 5_000);
+const SLOW_DISK_BRISK_MS: (u64, u64) = (2_000, 3_500);
 
 /// `Fault::kind` of a single leader kill (the kind counted right after a preemption).
 pub const LEADER_KILL: &str = "kill leader";
@@ -82,11 +95,18 @@ pub enum Mix {
     /// `PREEMPTION_WAIT_MS`), one after another: the count of kills landing mid-preemption grows
     /// as fast as the load preempts. No network namespaces needed.
     PreemptionKills,
+    /// Slow disks only (a replica's writes throttled for a while, leader or follower).
+    SlowDisks,
 }
 
 impl Mix {
     pub fn partitions(self) -> bool {
         matches!(self, Mix::All | Mix::Partitions | Mix::Cuts)
+    }
+
+    /// Whether the run draws process faults (kills, pauses, slow disks).
+    pub fn process_faults(self) -> bool {
+        matches!(self, Mix::All | Mix::Processes | Mix::SlowDisks)
     }
 
     /// How a run's summary says which faults it drew from.
@@ -97,6 +117,7 @@ impl Mix {
             Mix::Partitions => "network partitions only (--only-partitions)",
             Mix::Cuts => "the five partition kinds of issue 9 only, a fifth each (--only-cuts)",
             Mix::PreemptionKills => "leader kills right after preemptions commit only (--preemption-kills)",
+            Mix::SlowDisks => "slow disks only (--only-slow-disks)",
         }
     }
 }
@@ -142,6 +163,9 @@ pub enum Fault {
     OneWay(OneWay),
     /// `percent` of the packets to and from a replica or an agent (by network label) lost.
     Lossy { who: String, percent: u32 },
+    /// Replica `replica`'s disk (the leader's, when `leader`) allows `iops` writes a second
+    /// for the outage, then is restored.
+    SlowDisk { replica: usize, leader: bool, iops: u32 },
 }
 
 impl Fault {
@@ -162,6 +186,8 @@ impl Fault {
             Fault::CutRack { .. } => "cut off a rack (a replica and its agents)",
             Fault::OneWay(_) => "one-way cut",
             Fault::Lossy { .. } => "lossy link",
+            Fault::SlowDisk { leader: true, .. } => "slow disk of the leader",
+            Fault::SlowDisk { leader: false, .. } => "slow disk of a follower",
         }
     }
 
@@ -188,7 +214,8 @@ impl Fault {
             | Fault::KillNewLeader { .. }
             | Fault::KillAgent { .. }
             | Fault::KillAgentLong { .. }
-            | Fault::StallAgent { .. } => Vec::new(),
+            | Fault::StallAgent { .. }
+            | Fault::SlowDisk { .. } => Vec::new(),
         }
     }
 }
@@ -220,6 +247,9 @@ impl fmt::Display for Fault {
             Fault::OneWay(OneWay::AgentDeaf { name }) => write!(f, "one-way cut: agent {name} hears no replica"),
             Fault::OneWay(OneWay::AgentMute { name }) => write!(f, "one-way cut: no replica hears agent {name}"),
             Fault::Lossy { who, percent } => write!(f, "{who}'s link loses {percent}% of its packets"),
+            Fault::SlowDisk { replica, leader, iops } => {
+                write!(f, "slowed the disk of replica {}{} to {iops} writes a second", replica + 1, role(leader))
+            }
         }
     }
 }
@@ -293,6 +323,8 @@ pub struct Faults {
     /// (see `Faults::brisk`), and shorter outages, none below the lower bounds that make
     /// the fault what it is.
     brisk: bool,
+    /// The cgroup that slows a replica's disk, when the run has slow disks.
+    slow_disk: Option<SlowDisk>,
 }
 
 impl Faults {
@@ -305,7 +337,14 @@ impl Faults {
             watcher: None,
             mix,
             brisk: false,
+            slow_disk: None,
         }
+    }
+
+    /// Slow disks among the process faults (`SLOW_DISK_PERCENT` of them), made with `disk`.
+    pub fn slow_disks(mut self, disk: Option<SlowDisk>) -> Faults {
+        self.slow_disk = disk;
+        self
     }
 
     /// Brisk faults: after each heal the next fault waits only until the cluster is whole
@@ -374,6 +413,7 @@ impl Faults {
             Mix::Processes => false,
             Mix::Partitions | Mix::Cuts => true,
             Mix::PreemptionKills => false,
+            Mix::SlowDisks => return self.draw_slow_disk(c).await,
         };
         if !network {
             return self.draw_process(c, roll).await;
@@ -414,6 +454,10 @@ impl Faults {
     async fn draw_process(&mut self, c: &Cluster, roll: u64) -> Fault {
         let agents = c.agent_names();
         let agent = agents[self.rng.range(0, agents.len() as u64 - 1) as usize].clone();
+        // Drawn only when the run has slow disks, so that a run without draws as before.
+        if self.slow_disk.is_some() && self.rng.chance(SLOW_DISK_PERCENT) {
+            return self.draw_slow_disk(c).await;
+        }
         if roll < 50 {
             let leader = c.leader().await;
             if roll < 20 {
@@ -434,6 +478,14 @@ impl Faults {
         } else {
             Fault::StallAgent { name: agent }
         }
+    }
+
+    /// A slow disk of any replica, the leader or a follower.
+    async fn draw_slow_disk(&mut self, c: &Cluster) -> Fault {
+        let leader = c.leader().await;
+        let replica = self.rng.range(0, REPLICAS as u64 - 1) as usize;
+        let iops = self.rng.range(SLOW_DISK_IOPS.0, SLOW_DISK_IOPS.1) as u32;
+        Fault::SlowDisk { replica, leader: replica == leader, iops }
     }
 
     /// Does the fault, waits out its outage and heals it.
@@ -480,6 +532,11 @@ impl Faults {
                 tokio::time::sleep(Duration::from_millis(long_ms)).await;
                 c.pause_agent(name, false);
             }
+            Fault::SlowDisk { replica, iops, .. } => {
+                let (low, high) = if self.brisk { SLOW_DISK_BRISK_MS } else { SLOW_DISK_MS };
+                let slow_ms = self.rng.range(low, high);
+                self.slow_disk_for(c, replica, iops, slow_ms).await;
+            }
             ref network => {
                 let cut_ms = self.cut_ms(network, long_ms);
                 c.set_network(&network.rules(&c.topology()));
@@ -488,6 +545,20 @@ impl Faults {
             }
         }
         fault
+    }
+
+    /// Slows replica `replica`'s disk for `slow_ms`, then restores it. Panics (the cgroup
+    /// removed as the harness unwinds) when the cgroup refuses what the run's check allowed.
+    async fn slow_disk_for(&self, c: &Cluster, replica: usize, iops: u32, slow_ms: u64) {
+        let disk = self.slow_disk.as_ref().expect("slow disks drawn only when the run has them");
+        let Some(pid) = c.replica_pid(replica) else { return };
+        let before = disk.writes().unwrap_or_else(|e| panic!("{e}"));
+        disk.slow(pid, iops).unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_millis(slow_ms)).await;
+        disk.restore(pid).unwrap_or_else(|e| panic!("{e}"));
+        // What the fault did, for the log: the writes that waited their turn.
+        let through = disk.writes().unwrap_or_else(|e| panic!("{e}")) - before;
+        eprintln!("chaos: replica {} wrote {through} times through its slow disk in {slow_ms} ms", replica + 1);
     }
 
     /// How long a network fault lasts: past the heartbeat timeout (`long_ms`) for those

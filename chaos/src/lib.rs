@@ -3,15 +3,18 @@
 //! leader or another replica is killed (SIGKILL) and restarted, paused (SIGSTOP) so that it is
 //! cut off and deposed, then let go (SIGCONT); the leader and then the new leader are killed;
 //! an agent is killed and restarted, briefly or past the heartbeat timeout, or stopped past
-//! it. Half the faults wait for a protocol state (a placement or preemption just committed, a
-//! stop in flight). Then it checks DESIGN.md's invariants on what the jobs themselves
-//! witnessed and on the history of client operations.
+//! it; a replica's disk is slowed for a few seconds (`disk`). The load includes CPU-only
+//! jobs suspended in place (SIGSTOP, SIGCONT) by their preemptors. Half the faults wait for a
+//! protocol state (a placement or preemption just committed, a stop in flight). Then it
+//! checks DESIGN.md's invariants on what the jobs themselves witnessed and on the history of
+//! client operations.
 //!
 //! Layout:
 //! - `cluster`: starting, killing, pausing the processes (also used by `tests/e2e`).
 //! - `load`: the jobs: borrowing training gangs and the interactive jobs that reclaim their
 //!   GPUs; every job is `baton workload --witness DIR`, which holds a lock per GPU and per job
 //!   rank while it runs and records violations (see `baton_agent::workload`).
+//! - `disk`: slow disks, a replica's writes throttled through a cgroup of its own.
 //! - `faults`: the fault schedule, drawn from a seed, and the protocol state each landed in.
 //! - `history`: submits and cancels with invoke/complete times and outcomes, and the checks
 //!   on them (an acknowledged submit exists once, nothing starts after an acknowledged cancel).
@@ -33,6 +36,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod disk;
 pub mod faults;
 pub mod history;
 pub mod load;

@@ -4,11 +4,16 @@
 //! gangs' ranks finish apart (rank 1 exits 0 while rank 0 runs on: issue 9's item 4), and
 //! some gangs ask for preemption mode `suspend`, which a job with GPUs gets as checkpoint
 //! and stop (docs/policy.md: a stopped CUDA process keeps its GPU memory).
+//!
+//! Jobs without GPUs are really suspended in place (SIGSTOP, then SIGCONT in the same
+//! attempt): `sleepy` jobs of `batch` ask for one CPU, in mode `suspend`, and `cpu-urgent`
+//! jobs of `prod` for every CPU of the harness's three nodes, which they cannot have while
+//! any `sleepy` job runs without suspending it.
 
 use std::path::Path;
 
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::{Cohort, JobSpec, PreemptionMode, Queue, SubmitRequest};
+use baton_proto::v1::{Cohort, JobSpec, PreemptionMode, Queue, Resources, SubmitRequest};
 
 use crate::rng::Rng;
 
@@ -23,12 +28,37 @@ pub const GRACE_MS: u64 = 5_000;
 const UNEVEN_PERCENT: u64 = 40;
 /// Share of gangs that ask for preemption mode `suspend`.
 const SUSPEND_PERCENT: u64 = 20;
+/// The CPUs each node offers (an accounting, not the machine's): a `sleepy` job asks for
+/// one, each of a `cpu-urgent` job's ranks for all of a node's.
+pub const CPUS_PER_NODE: u64 = 2;
+/// Shares of the mix (of 100) for the CPU-only jobs: `sleepy` (suspended in place when
+/// preempted) and `cpu-urgent` (their preemptors).
+const SLEEPY_PERCENT: u64 = 30;
+const CPU_URGENT_PERCENT: u64 = 15;
+/// A `cpu-urgent` job's ranks: one per node of the harness (`run::Config::new`'s three).
+const CPU_URGENT_RANKS: u32 = 3;
 
 /// The cohort and queues a run needs; `gpus` is the cluster's total.
-pub fn setup(gpus: u64) -> (Cohort, Vec<Queue>) {
+/// `prod` owns the CPUs as well (`cpus`), so that `batch`'s CPU jobs borrow them too.
+pub fn setup(gpus: u64, cpus: u64) -> (Cohort, Vec<Queue>) {
     let cohort = Cohort { name: "lab".into(), ..Default::default() };
-    let queue = |name: &str, nominal: u64| Queue { cohort: "lab".into(), ..gpu_queue(name, nominal) };
-    (cohort, vec![queue("prod", gpus), queue("batch", 0)])
+    let queue = |name: &str, nominal_gpus: u64, nominal_cpus: u64| {
+        let mut q = Queue { cohort: "lab".into(), ..gpu_queue(name, nominal_gpus) };
+        if let Some(n) = q.quotas[0].nominal.as_mut() {
+            n.amounts.insert("cpu".into(), nominal_cpus * MILLI_PER_CPU);
+        }
+        q
+    };
+    (cohort, vec![queue("prod", gpus, cpus), queue("batch", 0, 0)])
+}
+
+/// The wire carries CPUs in thousandths (docs/policy.md, "Quantities"); an agent offers
+/// whole CPUs.
+const MILLI_PER_CPU: u64 = 1_000;
+
+/// Resources of `n` CPUs and nothing else.
+fn cpus(n: u64) -> Resources {
+    Resources { amounts: [("cpu".to_string(), n * MILLI_PER_CPU)].into() }
 }
 
 /// Draws the run's jobs.
@@ -79,9 +109,39 @@ impl Load {
         self.job("urgent", "prod", "interactive", 1, gpus, steps)
     }
 
-    /// The next job of the mix: mostly training, a third interactive.
+    /// A CPU-only job of `batch` in mode `suspend`: one CPU, 4 to 8 seconds of work. Its
+    /// preemption suspends it in place (SIGSTOP) and resumes it there (SIGCONT).
+    pub fn sleepy(&mut self) -> SubmitRequest {
+        let steps = self.rng.range(80, 160);
+        let mut req = self.job("sleepy", "batch", "train", 1, 0, steps);
+        let spec = req.spec.as_mut().expect("a spec");
+        spec.tasks[0].resources = Some(cpus(1));
+        spec.set_preemption_mode(PreemptionMode::Suspend);
+        req
+    }
+
+    /// A CPU-only job of `prod` that wants every node's CPUs (`CPU_URGENT_RANKS` ranks): 0.5
+    /// to 1.5 seconds of work. It suspends every `sleepy` job that runs.
+    pub fn cpu_urgent(&mut self) -> SubmitRequest {
+        let steps = self.rng.range(10, 30);
+        let mut req = self.job("cpu-urgent", "prod", "interactive", CPU_URGENT_RANKS, 0, steps);
+        req.spec.as_mut().expect("a spec").tasks[0].resources = Some(cpus(CPUS_PER_NODE));
+        req
+    }
+
+    /// The next job of the mix: 30 % `sleepy`, 15 % `cpu-urgent`; of the rest, a
+    /// third interactive, the others training gangs.
     pub fn any(&mut self) -> SubmitRequest {
-        if self.rng.chance(35) { self.interactive() } else { self.train() }
+        let roll = self.rng.range(0, 99);
+        if roll < SLEEPY_PERCENT {
+            self.sleepy()
+        } else if roll < SLEEPY_PERCENT + CPU_URGENT_PERCENT {
+            self.cpu_urgent()
+        } else if self.rng.chance(35) {
+            self.interactive()
+        } else {
+            self.train()
+        }
     }
 
     fn job(&mut self, kind: &str, queue: &str, class: &str, replicas: u32, gpus: u64, steps: u64) -> SubmitRequest {
@@ -93,5 +153,43 @@ impl Load {
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
         SubmitRequest { spec: Some(spec), request_id: name, run_as: String::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_proto::convert::{job_spec_from_proto, node_from_agent};
+    use baton_proto::v1::NodeInfo;
+
+    /// What the model holds of a node offering `CPUS_PER_NODE` CPUs (as the harness starts it).
+    fn node_cpus() -> u64 {
+        let info = NodeInfo {
+            name: "n1".into(),
+            resources: [("cpu".to_string(), CPUS_PER_NODE), ("gpu".to_string(), 4)].into(),
+            ..Default::default()
+        };
+        node_from_agent(&info).unwrap().resources.get("cpu")
+    }
+
+    fn cpus_per_rank(req: &SubmitRequest) -> u64 {
+        let spec = job_spec_from_proto(req.spec.as_ref().unwrap()).unwrap();
+        assert_eq!(spec.tasks[0].resources.get("gpu"), 0, "a CPU job asks for no GPU");
+        spec.tasks[0].resources.get("cpu")
+    }
+
+    #[test]
+    fn a_node_holds_two_sleepy_jobs_or_one_rank_of_a_cpu_urgent_job() {
+        let mut load = Load::new(1, Path::new("baton"), Path::new("witness"));
+        let sleepy = load.sleepy();
+        assert_eq!(sleepy.spec.as_ref().unwrap().preemption_mode(), PreemptionMode::Suspend);
+        assert_eq!(CPUS_PER_NODE * cpus_per_rank(&sleepy), node_cpus());
+        let urgent = load.cpu_urgent();
+        assert_eq!(cpus_per_rank(&urgent), node_cpus());
+        assert_eq!(urgent.spec.as_ref().unwrap().tasks[0].replicas, CPU_URGENT_RANKS);
+        // `prod` owns every node's CPUs, `batch` none.
+        let (_, queues) = setup(12, 3 * CPUS_PER_NODE);
+        let owned = |q: &Queue| q.quotas[0].nominal.as_ref().unwrap().amounts["cpu"];
+        assert_eq!((owned(&queues[0]), owned(&queues[1])), (3 * node_cpus(), 0));
     }
 }

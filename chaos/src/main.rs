@@ -56,8 +56,21 @@ struct Args {
     /// Run replica 2's wall clock 7 s ahead and replica 3's 7 s behind, n1's agent's 5 s
     /// ahead and n2's 5 s behind, each stepped to the opposite offset halfway through the
     /// run (needs libfaketime).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "clock_rates")]
     clock_offsets: bool,
+    /// Run replica 2's clocks (wall, monotonic, boot) 1 % fast and replica 3's 1 % slow, the
+    /// agents' true: the drift `D` of the timing argument (needs libfaketime).
+    #[arg(long)]
+    clock_rates: bool,
+    /// Leave slow disks out of the process faults. With them (the default) a run that draws
+    /// process faults needs root, a block IO cgroup controller (v1 blkio or v2 io) and the
+    /// temporary directory on a block device, and fails up front, naming what is missing,
+    /// without them.
+    #[arg(long, conflicts_with = "only_slow_disks")]
+    no_slow_disks: bool,
+    /// Inject slow disks only (needs what slow disks need, see `--no-slow-disks`).
+    #[arg(long, conflicts_with_all = ["no_partitions", "only_partitions", "only_cuts", "preemption_kills"])]
+    only_slow_disks: bool,
     /// Also write the run's counts (faults by kind and protocol state, jobs, violations) to
     /// FILE as JSON, for `baton-chaos sum`.
     #[arg(long, value_name = "FILE")]
@@ -115,8 +128,11 @@ fn one(args: &Args, baton: PathBuf) -> ExitCode {
     let mut cfg = baton_chaos::Config::new(baton, args.seconds, args.seed);
     cfg.keep_dir = args.keep_dir;
     cfg.clock_offsets = args.clock_offsets;
+    cfg.clock_rates = args.clock_rates;
     cfg.brisk = args.brisk;
+    cfg.slow_disks = !args.no_slow_disks;
     cfg.mix = match (args.no_partitions, args.only_partitions, args.only_cuts, args.preemption_kills) {
+        _ if args.only_slow_disks => baton_chaos::faults::Mix::SlowDisks,
         (_, _, _, true) => baton_chaos::faults::Mix::PreemptionKills,
         (true, _, _, _) => baton_chaos::faults::Mix::Processes,
         (false, true, _, _) => baton_chaos::faults::Mix::Partitions,
@@ -167,6 +183,9 @@ fn child_args(args: &Args, baton: &Path, seed: u64, json: &Path) -> Vec<String> 
         (args.preemption_kills, "--preemption-kills"),
         (args.brisk, "--brisk"),
         (args.clock_offsets, "--clock-offsets"),
+        (args.clock_rates, "--clock-rates"),
+        (args.no_slow_disks, "--no-slow-disks"),
+        (args.only_slow_disks, "--only-slow-disks"),
     ];
     a.extend(flags.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.to_string()));
     a

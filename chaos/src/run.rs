@@ -51,21 +51,37 @@ pub struct Config {
     pub gpus_per_node: u64,
     /// Keep the run's directory (logs, witness records) and print where it is.
     pub keep_dir: bool,
-    /// Which faults to draw; all but `Mix::Processes` need network namespaces (root).
+    /// Which faults to draw; all but `Mix::Processes`, `Mix::PreemptionKills` and
+    /// `Mix::SlowDisks` need network namespaces (root).
     pub mix: Mix,
     /// Replica 2's wall clock runs `CLOCK_OFFSET_S` ahead of the others', replica 3's as
     /// much behind, node n1's agent's `AGENT_CLOCK_OFFSET_S` ahead and n2's as much behind
     /// (libfaketime); halfway through the run each of these clocks steps to the opposite
     /// offset (an NTP step of twice the offset, backwards for replica 2 and n1).
     pub clock_offsets: bool,
+    /// Replica 2's clocks (wall, monotonic and boot) run `CLOCK_RATE_PERMILLE` thousandths
+    /// fast and replica 3's as much slow (libfaketime's rate): the drift `D` of the timing
+    /// argument, between a leader and the agents, which run true. Not with `clock_offsets`.
+    pub clock_rates: bool,
     /// Brisk faults (`Faults::brisk`): the next fault once the cluster is whole again after
     /// the last, shorter outages above the same lower bounds.
     pub brisk: bool,
+    /// Slow disks among the process faults (`crate::disk`; needs root, a block IO cgroup
+    /// controller and the temporary directory on a block device: the run fails up front,
+    /// naming what is missing, without them). Off for mixes without process faults.
+    pub slow_disks: bool,
 }
 
 /// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
 /// more than the heartbeat timeout, the lease and a stop's grace together.
 pub const CLOCK_OFFSET_S: i64 = 7;
+/// With `Config::clock_rates`: how many thousandths fast or slow replicas' clocks run: the
+/// 1 % that `D` allows. A fast leader is the direction the timing argument fears (it counts
+/// the heartbeat timeout short). The agents run true: libfaketime's faked monotonic and boot
+/// clocks start from another base (about the wall clock's), and an agent's lease file, in
+/// boot time, is read by the watchdog of each of its replicas, which runs in the jobs'
+/// clean environment on the machine's clock: the lease would look fresh for ever.
+pub const CLOCK_RATE_PERMILLE: i64 = 10;
 /// The clock offset of the agents of n1 (ahead) and n2 (behind) with `Config::clock_offsets`.
 pub const AGENT_CLOCK_OFFSET_S: i64 = 5;
 
@@ -80,7 +96,9 @@ impl Config {
             keep_dir: false,
             mix: Mix::All,
             clock_offsets: false,
+            clock_rates: false,
             brisk: false,
+            slow_disks: false,
         }
     }
 }
@@ -88,13 +106,29 @@ impl Config {
 /// The run's verdict; an error, naming what is missing, when the faults it is to draw
 /// cannot be made here (network partitions without root, `ip netns` or `nft`).
 pub async fn run(cfg: &Config) -> Result<Report, String> {
-    let nodes: Vec<NodeArgs> =
-        (1..=cfg.nodes).map(|i| NodeArgs::gpus(&format!("n{i}"), &format!("rack-{i}"), cfg.gpus_per_node)).collect();
+    let node = |i: usize| NodeArgs {
+        cpu: load::CPUS_PER_NODE,
+        ..NodeArgs::gpus(&format!("n{i}"), &format!("rack-{i}"), cfg.gpus_per_node)
+    };
+    let nodes: Vec<NodeArgs> = (1..=cfg.nodes).map(node).collect();
     let mut timing = Timing::default();
     if cfg.clock_offsets {
         crate::cluster::libfaketime()?;
         timing.clock_offsets_s = vec![0, CLOCK_OFFSET_S, -CLOCK_OFFSET_S];
         timing.agent_clock_offsets_s = vec![AGENT_CLOCK_OFFSET_S, -AGENT_CLOCK_OFFSET_S];
+    }
+    if cfg.clock_rates {
+        if cfg.clock_offsets {
+            return Err("clock rates are not combined with clock offsets".into());
+        }
+        crate::cluster::libfaketime()?;
+        timing.clock_rates_permille = vec![0, CLOCK_RATE_PERMILLE, -CLOCK_RATE_PERMILLE];
+    }
+    let cluster_started = Instant::now();
+    let slow_disks = (cfg.slow_disks || cfg.mix == Mix::SlowDisks) && cfg.mix.process_faults();
+    if slow_disks {
+        // Refused before the cluster starts; the cluster's directory is made under it.
+        crate::disk::check(&std::env::temp_dir()).map_err(|e| e.to_string())?;
     }
     let mut c = if cfg.mix.partitions() {
         Cluster::start_partitionable(&cfg.baton, &nodes, &timing).await?
@@ -103,7 +137,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     };
     let witness = c.path("witness");
     std::fs::create_dir_all(&witness).expect("a witness directory");
-    let (cohort, queues) = load::setup(cfg.gpus_per_node * cfg.nodes as u64);
+    let (cohort, queues) = load::setup(cfg.gpus_per_node * cfg.nodes as u64, load::CPUS_PER_NODE * cfg.nodes as u64);
     setup_call(&c, "the cohort is created", |mut api| {
         let cohort = cohort.clone();
         async move { api.put_cohort(cohort).await.map(|_| ()) }
@@ -123,10 +157,23 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     for _ in 0..cfg.nodes {
         submit(&c.servers, load.train(), &history).await;
     }
+    // And CPU jobs fill every node's CPUs, so that the first `cpu-urgent` must suspend some.
+    for _ in 0..load::CPUS_PER_NODE * cfg.nodes as u64 {
+        submit(&c.servers, load.sleepy(), &history).await;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
 
-    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix).brisk(cfg.brisk);
+    let disk = match slow_disks {
+        true => Some(crate::disk::SlowDisk::new(c.dir.path()).map_err(|e| e.to_string())?),
+        false => None,
+    };
+    match &disk {
+        Some(d) => eprintln!("chaos: slow disks on, device {} of the replicas' data", d.device()),
+        None => eprintln!("chaos: slow disks off"),
+    }
+    let mut faults =
+        Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix).brisk(cfg.brisk).slow_disks(disk);
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
@@ -160,10 +207,14 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     // Quiescence first: the events read after it include the last stops.
     let quiescence = crate::observe::quiescence(&c, &witness, c.servers.addrs.len()).await;
     let events = crate::observe::events_of(&c, &jobs).await;
+    // A clock that runs at another rate has drifted off by the end: the checks that allow
+    // for wall clocks apart count that as an offset.
+    let drifted_s = drifted_offsets_s(&timing.clock_rates_permille, cluster_started.elapsed());
+    let offsets_s = if cfg.clock_rates { &drifted_s } else { &timing.clock_offsets_s };
     let report = Report::judge(&Evidence {
         seconds: cfg.seconds,
         mix: cfg.mix,
-        clock_offsets_s: &timing.clock_offsets_s,
+        clock_offsets_s: offsets_s,
         faults: &landed,
         jobs: &jobs,
         witness: &witness,
@@ -199,6 +250,13 @@ where
             Err(status) => panic!("{what}: {status}; logs in {}", c.dir.path().display()),
         }
     }
+}
+
+/// How far (whole seconds, rounded up, signed) clocks running `rates_permille` fast or
+/// slow since the cluster started have drifted off the machine's after `elapsed`.
+fn drifted_offsets_s(rates_permille: &[i64], elapsed: Duration) -> Vec<i64> {
+    let ms = elapsed.as_millis() as u64;
+    rates_permille.iter().map(|r| r.signum() * (r.unsigned_abs() * ms).div_ceil(1_000_000) as i64).collect()
 }
 
 /// Steps every clock that runs off the machine's to the opposite offset.
@@ -347,5 +405,18 @@ async fn drain(c: &Cluster, acked: &[String]) -> Vec<baton_proto::v1::Job> {
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_at_another_rate_drifts_by_its_rate_times_the_run() {
+        let rates = [0, 5, -5];
+        assert_eq!(drifted_offsets_s(&rates, Duration::from_secs(120)), [0, 1, -1]);
+        assert_eq!(drifted_offsets_s(&rates, Duration::from_secs(201)), [0, 2, -2], "rounded up");
+        assert_eq!(drifted_offsets_s(&[50], Duration::from_secs(600)), [30]);
     }
 }

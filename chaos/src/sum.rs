@@ -45,6 +45,12 @@ pub struct Tally {
     pub starts: u64,
     pub resumed: u64,
     pub redone: u64,
+    /// Jobs suspended in place, and of those resumed in place (absent from the files of
+    /// runs made before they were counted).
+    #[serde(default)]
+    pub suspensions: u64,
+    #[serde(default)]
+    pub resumed_in_place: u64,
     /// Each violation, after the seed of its run.
     pub violations: Vec<String>,
 }
@@ -76,6 +82,8 @@ impl Tally {
             starts: n(report.starts),
             resumed: n(report.resumed),
             redone: n(report.redone.len()),
+            suspensions: n(report.suspensions),
+            resumed_in_place: n(report.resumed_in_place),
             violations: report.violations.iter().map(|v| format!("seed {seed}: {v}")).collect(),
         };
         t.runs.push(RunLine {
@@ -124,6 +132,8 @@ impl Tally {
         self.rerun += other.rerun;
         self.starts += other.starts;
         self.resumed += other.resumed;
+        self.suspensions += other.suspensions;
+        self.resumed_in_place += other.resumed_in_place;
         self.redone += other.redone;
         self.violations.extend(other.violations.iter().cloned());
     }
@@ -195,8 +205,16 @@ impl fmt::Display for Tally {
         }
         writeln!(
             f,
-            "jobs: {} acknowledged, {} succeeded, {} cancelled, {} ran more than once; {} replica starts, {} resumed from a checkpoint; {} starts from zero after a node loss (work redone)",
-            self.acknowledged, self.succeeded, self.cancelled, self.rerun, self.starts, self.resumed, self.redone
+            "jobs: {} acknowledged, {} succeeded, {} cancelled, {} ran more than once; {} replica starts, {} resumed from a checkpoint; {} starts from zero after a node loss (work redone); {} suspended in place, {} resumed in place",
+            self.acknowledged,
+            self.succeeded,
+            self.cancelled,
+            self.rerun,
+            self.starts,
+            self.resumed,
+            self.redone,
+            self.suspensions,
+            self.resumed_in_place
         )?;
         writeln!(f, "per seed (faults, leader kills right after a preemption, violations, wall time):")?;
         for r in &self.runs {
@@ -238,6 +256,8 @@ mod tests {
             acknowledged: 10,
             succeeded: 9,
             cancelled: 1,
+            suspensions: 3,
+            resumed_in_place: 2,
             violations: violations.iter().map(|v| format!("seed {seed}: {v}")).collect(),
             ..Tally::default()
         };
@@ -267,6 +287,7 @@ mod tests {
         let text = sum.to_string();
         assert!(text.contains("leader kills right after a preemption: 12"), "{text}");
         assert!(text.contains("seed 100: train-3 ran twice"), "{text}");
+        assert!(text.contains("6 suspended in place, 4 resumed in place"), "{text}");
     }
 
     #[test]
@@ -278,6 +299,11 @@ mod tests {
         assert_eq!(Tally::read(&path).unwrap(), t);
         std::fs::write(&path, "{").unwrap();
         assert!(Tally::read(&path).unwrap_err().contains("no run's counts"));
+        // A run's counts from before suspensions were counted still read.
+        let mut old: serde_json::Value = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        old.as_object_mut().unwrap().remove("suspensions");
+        std::fs::write(&path, old.to_string()).unwrap();
+        assert_eq!(Tally::read(&path).unwrap().suspensions, 0);
         let lost = Tally::no_report(4, "exit status 101");
         assert!(!lost.ok() && lost.runs[0].seed == 4);
     }
