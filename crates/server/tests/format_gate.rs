@@ -145,4 +145,11 @@ async fn a_queue_visibility_waits_for_replicas_of_format_5() {
     c.create_queue(queue("private", 1)).await.unwrap();
     let e = c.update_queue(UpdateQueueRequest { queue: Some(own), revision: 0 }).await.unwrap_err();
     assert!(e.message().contains("UpdateQueueVisible needs data format 6"), "{}", e.message());
+    // A client writes back the whole queue it read, visibility included: unchanged, that is
+    // the format-4 update, and it goes through.
+    let read = c.list_queues(Empty {}).await.unwrap().into_inner().queues;
+    let read = read.into_iter().find(|u| u.queue.as_ref().unwrap().name == "private").unwrap();
+    let q = Queue { weight: 3.0, ..read.queue.unwrap() };
+    assert_eq!(q.visibility(), JobVisibility::All);
+    c.update_queue(UpdateQueueRequest { queue: Some(q), revision: read.revision }).await.unwrap();
 }

@@ -43,13 +43,17 @@ pub async fn create_queue(api: &Api, who: &Caller, q: Queue) -> Result<Response<
     }
 }
 
-/// Without a visibility, the format-4 command, which leaves it as it is.
+/// Without a visibility, or with the one the queue has, the format-4 command, which leaves
+/// it as it is: clients write back the whole queue they read, visibility included, and
+/// such an update must keep working while a replica of an older build is in the cluster.
+/// The revision makes this exact: a visibility changed since the read moved it on, and
+/// the update is refused.
 pub async fn update_queue(api: &Api, who: &Caller, r: UpdateQueueRequest) -> Result<Response<Ack>, Status> {
     let q = r.queue.ok_or_else(|| Status::invalid_argument("queue is missing"))?;
-    let visibility = visibility(&q)?;
     let spec = queue_from_proto(&q).map_err(status::from_convert)?;
     let revision = r.revision;
-    match visibility {
+    let current = api.read(|s| s.queue_visibility(&spec.name)).await?;
+    match visibility(&q)?.filter(|v| *v != current) {
         None => api.ack(who, Op::UpdateQueue { spec, revision }).await,
         Some(visibility) => api.ack(who, Op::UpdateQueueVisible { spec, revision, visibility }).await,
     }
