@@ -4,13 +4,14 @@
 use std::path::PathBuf;
 
 /// Every enum field of the API's messages, its enum, and whether it is repeated.
-const ENUM_FIELDS: [(&str, &str, bool); 13] = [
+const ENUM_FIELDS: [(&str, &str, bool); 14] = [
     (".baton.v1.JobSpec.topology", "Topology", false),
     (".baton.v1.JobSpec.preemption_mode", "PreemptionMode", false),
     (".baton.v1.Job.state", "JobState", false),
     (".baton.v1.ListJobsRequest.states", "JobState", true),
     (".baton.v1.Queue.ordering", "QueueOrdering", false),
     (".baton.v1.Queue.within_queue", "WithinQueue", false),
+    (".baton.v1.Queue.visibility", "JobVisibility", false),
     (".baton.v1.Queue.reclaim_within_cohort", "ReclaimWithinCohort", false),
     (".baton.v1.Node.status", "NodeStatus", false),
     (".baton.v1.Replica.role", "ReplicaRole", false),

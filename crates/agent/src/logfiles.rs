@@ -78,9 +78,42 @@ fn retain_bounded(data_dir: &Path, job_id: u64, active: &HashSet<u64>, max_jobs:
     }
 }
 
-/// Opens a log file for appending (created if needed).
+/// Opens a log file for appending (created if needed). Never through a link: the agent
+/// hands the file to the job's user, and a link's target would be handed over instead.
 pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new().create(true).append(true).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
+/// Opens a replica's log for reading. Nothing below `<data-dir>/logs` may be a link (the
+/// `logs` directory itself may, an operator's choice of disk), and the log must be a plain
+/// file: a link there, however it got there, would serve whatever it points to (a file
+/// only root may read) to whoever may read the job's logs. `NotFound` for all of these.
+pub fn open_log(data_dir: &Path, job_id: u64, attempt: u32, rank: u32, stream: &str) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    for dir in [job_dir(data_dir, job_id), attempt_dir(data_dir, job_id, attempt)] {
+        if !std::fs::symlink_metadata(&dir)?.is_dir() {
+            return Err(not_plain(&dir, "a directory"));
+        }
+    }
+    let path = log_path(data_dir, job_id, attempt, rank, stream);
+    // O_NONBLOCK: a FIFO put there would otherwise hold the open until a writer comes.
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| if e.raw_os_error() == Some(libc::ELOOP) { not_plain(&path, "a file") } else { e })?;
+    if !f.metadata()?.is_file() {
+        return Err(not_plain(&path, "a file"));
+    }
+    Ok(f)
+}
+
+fn not_plain(path: &Path, what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!("{} is not {what} (a link is never followed)", path.display()),
+    )
 }
 
 fn cap_note(cap_bytes: u64) -> String {
@@ -90,12 +123,14 @@ fn cap_note(cap_bytes: u64) -> String {
 /// Cuts `path` back to `cap_bytes` plus a note when it grew past that. Idempotent: a file
 /// already ending at the note is only cut back to it.
 pub fn enforce_cap(path: &Path, cap_bytes: u64) -> std::io::Result<()> {
-    let len = std::fs::metadata(path)?.len();
-    if len <= cap_bytes {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never through a link: cutting back a link's target would truncate another file.
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.is_file() || meta.len() <= cap_bytes {
         return Ok(());
     }
     let note = cap_note(cap_bytes);
-    let mut f = OpenOptions::new().read(true).write(true).open(path)?;
+    let mut f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
     let mut head = vec![0u8; note.len()];
     f.seek(SeekFrom::Start(cap_bytes))?;
     let noted = f.read_exact(&mut head).is_ok() && head == note.as_bytes();
@@ -128,6 +163,18 @@ mod tests {
         let text = std::fs::read(&path).unwrap();
         assert_eq!(text.len(), 1024 + note.len());
         assert!(text.ends_with(note.as_bytes()));
+    }
+
+    #[test]
+    fn a_link_for_a_log_file_is_neither_cut_back_nor_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("someone-elses-file");
+        std::fs::write(&other, [b'x'; 3000]).unwrap();
+        let path = dir.path().join("rank-0.stdout");
+        std::os::unix::fs::symlink(&other, &path).unwrap();
+        enforce_cap(&path, 1024).unwrap();
+        assert_eq!(std::fs::metadata(&other).unwrap().len(), 3000, "the link's target is untouched");
+        assert!(open_append(&path).is_err(), "a launch never hands a link's target to the job's user");
     }
 
     #[test]

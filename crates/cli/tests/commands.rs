@@ -159,6 +159,7 @@ fn queue_team_a() -> v1::QueueUsage {
             reclaim_within_cohort: v1::ReclaimWithinCohort::LowerPriority.into(),
             borrow_within_cohort: true,
             max_priority_threshold: Some(50),
+            visibility: v1::JobVisibility::Names.into(),
         }),
         pools: vec![v1::PoolUsage {
             pool: "default".into(),
@@ -201,6 +202,7 @@ fn queue_update_changes_only_the_fields_given() {
         ("org", v1::QueueOrdering::StrictFifo, Some(50))
     );
     assert_eq!(put.quotas[0].nominal, resources(&[("gpu", 4), ("cpu", 64)]));
+    assert_eq!(put.visibility(), v1::JobVisibility::Names, "a file does not say, so it stays");
 
     let (r, _) = run(&["queue", "update", "ghost", "--weight", "1", "--server", &server.addr()]);
     assert_eq!(r.unwrap_err().to_string(), "unknown queue \"ghost\"; see baton queue list");
@@ -815,4 +817,34 @@ fn token_revoke_names_the_token_by_id_and_sends_the_callers_token() {
         (s.revoked.clone(), s.authorizations.clone()),
         (vec!["3f2a9c0e1b7d4a65".to_string()], vec!["Bearer admin-secret".to_string()])
     );
+}
+
+#[test]
+fn queue_visibility_is_set_by_create_and_update_and_shown_by_get() {
+    let fake = Fake::with(|s| s.queues.push(queue_team_a()));
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    let (r, _) = run(&["queue", "create", "b", "--visibility", "own", "--server", &addr]);
+    r.unwrap();
+    assert_eq!(fake.state().created_queues[0].visibility(), v1::JobVisibility::Own);
+    let (r, _) = run(&["queue", "create", "c", "--server", &addr]);
+    r.unwrap();
+    let sent = fake.state().created_queues[1].visibility();
+    assert_eq!(sent, v1::JobVisibility::Unspecified, "left to the server (all)");
+    let (r, _) = run(&["queue", "update", "team-a", "--visibility", "all", "--server", &addr]);
+    r.unwrap();
+    let (sent, revision) = fake.state().updated_queues[0].clone();
+    assert_eq!((sent.visibility(), sent.weight, revision), (v1::JobVisibility::All, 2.0, 7));
+    // With a file too: the file says nothing of it, the flag does.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.yaml");
+    std::fs::write(&path, "name: team-a\nweight: 5\n").unwrap();
+    let (r, _) = run(&["queue", "update", "-f", path.to_str().unwrap(), "--visibility", "own", "--server", &addr]);
+    r.unwrap();
+    assert_eq!(fake.state().updated_queues[1].0.visibility(), v1::JobVisibility::Own);
+    let (r, out) = run(&["queue", "get", "team-a", "--server", &addr]);
+    r.unwrap();
+    assert!(out.contains("Visibility:  own (what its users see of others' jobs)"), "{out}");
+    let e = parse_error(&["queue", "create", "d", "--visibility", "secret", "--server", &addr]);
+    assert!(e.contains("\"secret\" is not one of all, names, own"), "{e}");
 }

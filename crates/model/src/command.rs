@@ -13,7 +13,7 @@ use crate::job::{JobId, JobSpec};
 use crate::name::Name;
 use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
-use crate::queue::{Cohort, QueueSpec};
+use crate::queue::{Cohort, QueueSpec, Visibility};
 use crate::rejection::Rejection;
 use crate::scheduler::SchedulerSettings;
 use crate::tenancy::{TenancySettings, UnixUser};
@@ -169,6 +169,20 @@ pub enum Op {
     CreateCohort(Cohort),
     /// Create a priority class; refused (`Exists`) if one of that name is there.
     CreateClass(PriorityClass),
+    // The queue writes that set who sees others' jobs come last, so logs written before
+    // them decode. `CreateQueue` and `UpdateQueue` leave the visibility as it is (a new
+    // queue's is `Visibility::All`); these set it in the same command as the rest.
+    /// `CreateQueue`, with the queue's visibility.
+    CreateQueueVisible {
+        spec: QueueSpec,
+        visibility: Visibility,
+    },
+    /// `UpdateQueue`, with the queue's visibility.
+    UpdateQueueVisible {
+        spec: QueueSpec,
+        revision: u64,
+        visibility: Visibility,
+    },
 }
 
 impl Op {
@@ -220,6 +234,8 @@ impl Op {
                 | Op::UpdateQueue { .. }
                 | Op::CreateCohort(_)
                 | Op::CreateClass(_)
+                | Op::CreateQueueVisible { .. }
+                | Op::UpdateQueueVisible { .. }
         )
     }
 
@@ -257,6 +273,8 @@ impl Op {
             Op::UpdateQueue { .. } => "UpdateQueue",
             Op::CreateCohort(_) => "CreateCohort",
             Op::CreateClass(_) => "CreateClass",
+            Op::CreateQueueVisible { .. } => "CreateQueueVisible",
+            Op::UpdateQueueVisible { .. } => "UpdateQueueVisible",
         }
     }
 }

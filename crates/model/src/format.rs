@@ -32,8 +32,11 @@ use crate::command::{Observed, Op};
 /// hold back what others cannot read; `GrantQueueAdmin`, the create-if-absent and
 /// compare-and-set writes (`CreateQueue`, `UpdateQueue`, `CreateCohort`, `CreateClass`) and
 /// `Observed::LeaseStopped`, which builds marked format 3 did not all read. 5:
-/// `Observed::KilledHere`.
-pub const DATA_FORMAT: u32 = 5;
+/// `Observed::KilledHere`. 6: `CreateQueueVisible`, `UpdateQueueVisible`, and snapshots
+/// that record the queues' visibility (written in format 5's layout while every queue has
+/// the default, so a format-5 follower reads them until a visibility is set, which the gate
+/// holds back until every member reads format 6).
+pub const DATA_FORMAT: u32 = 6;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest
@@ -155,6 +158,7 @@ impl Op {
             | Op::UpdateQueue { .. }
             | Op::CreateCohort(_)
             | Op::CreateClass(_) => 4,
+            Op::CreateQueueVisible { .. } | Op::UpdateQueueVisible { .. } => 6,
         }
     }
 

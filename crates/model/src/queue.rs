@@ -94,3 +94,35 @@ impl QueueSpec {
         self.quotas.iter().find(|(k, _)| k.as_str() == pool).map(|(_, q)| q.nominal.clone()).unwrap_or_default()
     }
 }
+
+/// What a queue shows of a job to a caller who is neither its owner, nor an admin of the
+/// queue, nor an operator or admin (docs/security.md, "Who sees which jobs"). Those always
+/// see everything; a job's private data (environment, logs) is never shown to others.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Visibility {
+    /// Others' jobs are listed in full, without their private data (the behaviour of
+    /// clusters from before the setting, so the default).
+    #[default]
+    All,
+    /// Others' jobs are listed with their id, name, queue, state and owner only; their
+    /// events carry no message and no nodes.
+    Names,
+    /// Others' jobs are not shown at all: not listed, not found, no events.
+    Own,
+}
+
+impl Visibility {
+    pub const ALL: [Visibility; 3] = [Visibility::All, Visibility::Names, Visibility::Own];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Visibility::All => "all",
+            Visibility::Names => "names",
+            Visibility::Own => "own",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Visibility> {
+        Visibility::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}

@@ -9,7 +9,7 @@ use baton_model::command::Observed;
 use baton_model::fixture::{gpu_job, gpu_node};
 use baton_model::format::{self, DATA_FORMAT, FormatBehind, Reads};
 use baton_model::node::NodeStatus;
-use baton_model::queue::{Cohort, QueueSpec};
+use baton_model::queue::{Cohort, QueueSpec, Visibility};
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::tenancy::TenancySettings;
 use baton_model::{Name, Op, Plan};
@@ -50,6 +50,8 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("UpdateQueue", 4),
     ("CreateCohort", 4),
     ("CreateClass", 4),
+    ("CreateQueueVisible", 6),
+    ("UpdateQueueVisible", 6),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -67,7 +69,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.
-const RELEASED: (u32, usize, usize) = (4, 32, 9);
+const RELEASED: (u32, usize, usize) = (5, 32, 10);
 
 fn obs(i: usize) -> Observed {
     let all = vec![
@@ -133,6 +135,8 @@ fn ops() -> Vec<Op> {
         Op::UpdateQueue { spec: QueueSpec::named("q"), revision: 1 },
         Op::CreateCohort(cohort()),
         Op::CreateClass(class()),
+        Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own },
+        Op::UpdateQueueVisible { spec: QueueSpec::named("q"), revision: 1, visibility: Visibility::Names },
     ]
 }
 
@@ -241,4 +245,18 @@ fn a_member_not_heard_from_is_behind_for_a_gated_command() {
     assert!(err.to_string().contains("replica 5 (not heard from yet)"), "{err}");
     // A command every build of the oldest reported format reads needs no answer.
     assert_eq!(format::check(&Op::Tick, [(5, Reads::Unknown)]), Ok(()));
+}
+
+#[test]
+fn a_queue_write_with_a_visibility_waits_for_members_of_format_5() {
+    let create = Op::As {
+        token: [0; 32],
+        op: Box::new(Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own }),
+    };
+    let err = format::check(&create, [(1, Reads::Format(6)), (2, Reads::Format(5))]).unwrap_err();
+    assert_eq!(err, FormatBehind { op: "CreateQueueVisible".into(), needs: 6, behind: vec![(2, Reads::Format(5))] });
+    // The same queue written without a visibility goes through: it is format 4's command.
+    let plain = Op::As { token: [0; 32], op: Box::new(Op::CreateQueue(QueueSpec::named("q"))) };
+    assert_eq!(format::check(&plain, [(1, Reads::Format(6)), (2, Reads::Format(5))]), Ok(()));
+    assert_eq!(format::check(&create, [(1, Reads::Format(6)), (2, Reads::Format(6))]), Ok(()));
 }

@@ -3,7 +3,7 @@
 //! two creates of one name, exactly one lands.
 
 use baton_model::command::{Command, Op};
-use baton_model::queue::{QueueOrdering, QueueSpec};
+use baton_model::queue::{QueueOrdering, QueueSpec, Visibility};
 use baton_model::{ApplyError, Name, State};
 
 fn apply(s: &mut State, op: Op) -> Result<(), ApplyError> {
@@ -70,4 +70,51 @@ fn revisions_are_never_reused_and_an_update_needs_the_queue() {
     assert!(again > put, "{again} after {put}");
     let e = apply(&mut s, Op::UpdateQueue { spec: QueueSpec::named("q"), revision: first }).unwrap_err();
     assert!(matches!(e, ApplyError::Conflict { read, current, .. } if read == first && current == again));
+}
+
+#[test]
+fn a_queue_keeps_its_visibility_through_writes_without_one_and_a_new_queue_starts_at_all() {
+    let mut s = State::default();
+    let name = Name::lit("q");
+    apply(&mut s, Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own }).unwrap();
+    assert_eq!(s.queue_visibility(&name), Visibility::Own);
+    // A write that says nothing of it (an older client's) leaves it as it is.
+    let revision = s.queue_revision(&name).unwrap();
+    apply(&mut s, Op::UpdateQueue { spec: QueueSpec { weight: 2.0, ..QueueSpec::named("q") }, revision }).unwrap();
+    apply(&mut s, Op::PutQueue(QueueSpec::named("q"))).unwrap();
+    assert_eq!(s.queue_visibility(&name), Visibility::Own);
+    let revision = s.queue_revision(&name).unwrap();
+    let spec = QueueSpec::named("q");
+    apply(&mut s, Op::UpdateQueueVisible { spec, revision, visibility: Visibility::Names }).unwrap();
+    assert_eq!(s.queue_visibility(&name), Visibility::Names);
+    // A refused update (stale revision) changes neither the queue nor its visibility.
+    let e =
+        apply(&mut s, Op::UpdateQueueVisible { spec: QueueSpec::named("q"), revision, visibility: Visibility::All });
+    assert!(matches!(e, Err(ApplyError::Conflict { .. })), "{e:?}");
+    assert_eq!(s.queue_visibility(&name), Visibility::Names);
+    // Deleted and made again, the queue starts at the default, as every new queue does.
+    apply(&mut s, Op::DeleteQueue { name: name.clone() }).unwrap();
+    assert_eq!(s.queue_visibility(&name), Visibility::All);
+    apply(&mut s, Op::CreateQueue(QueueSpec::named("q"))).unwrap();
+    assert_eq!(s.queue_visibility(&name), Visibility::All);
+    // A refused create (the name is taken) sets nothing.
+    let e = apply(&mut s, Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own });
+    assert!(matches!(e, Err(ApplyError::Exists { .. })), "{e:?}");
+    assert_eq!(s.queue_visibility(&name), Visibility::All);
+}
+
+#[test]
+fn only_an_admin_sets_a_queues_visibility() {
+    let mut s = State::default();
+    apply(&mut s, Op::PutQueue(QueueSpec::named("p"))).unwrap();
+    let spec = baton_model::access::TokenSpec {
+        user: Name::lit("ann"),
+        roles: Default::default(),
+        queues: [Name::lit("p")].into_iter().collect(),
+    };
+    apply(&mut s, Op::AddToken { hash: [1; 32], spec }).unwrap();
+    let op = Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own };
+    let e = apply(&mut s, Op::As { token: [1; 32], op: Box::new(op) }).unwrap_err();
+    assert!(e.to_string().contains("CreateQueueVisible needs role admin"), "{e}");
+    assert!(!s.queues().contains_key(&Name::lit("q")));
 }

@@ -16,7 +16,8 @@ use baton_model::name::Name;
 use baton_model::node::{GpuInfo, Node, NodeSpec, NodeStatus};
 use baton_model::quantity::{MAX_QUANTITY, units_per_one};
 use baton_model::queue::{
-    BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, WithinQueue,
+    BorrowWithinCohort, Cohort, PoolQuota, PreemptionPolicy, QueueOrdering, QueueSpec, ReclaimWithinCohort, Visibility,
+    WithinQueue,
 };
 use baton_model::resources::{Resources, validate_resource_name};
 use baton_model::scheduler::{PoolReservation, SchedulerSettings};
@@ -488,6 +489,26 @@ pub fn queue_to_proto(q: &QueueSpec) -> v1::Queue {
         reclaim_within_cohort: reclaim_to_proto(q.preemption.reclaim_within_cohort).into(),
         borrow_within_cohort: borrow.is_some(),
         max_priority_threshold: borrow.and_then(|b| b.max_priority_threshold),
+        // Not part of the spec: whoever lists queues sets it from the state.
+        visibility: v1::JobVisibility::Unspecified.into(),
+    }
+}
+
+pub fn visibility_to_proto(v: Visibility) -> v1::JobVisibility {
+    match v {
+        Visibility::All => v1::JobVisibility::All,
+        Visibility::Names => v1::JobVisibility::Names,
+        Visibility::Own => v1::JobVisibility::Own,
+    }
+}
+
+/// `None` when unspecified (a write that leaves it as it is).
+pub fn visibility_from_proto(v: v1::JobVisibility) -> Option<Visibility> {
+    match v {
+        v1::JobVisibility::Unspecified => None,
+        v1::JobVisibility::All => Some(Visibility::All),
+        v1::JobVisibility::Names => Some(Visibility::Names),
+        v1::JobVisibility::Own => Some(Visibility::Own),
     }
 }
 

@@ -11,8 +11,8 @@ use baton_model::word::Word as ModelWord;
 use serde::Serializer;
 
 use crate::v1::{
-    EventKind, JobState, NodeStatus, PreemptionMode, QueueOrdering, ReclaimWithinCohort, ReplicaRole, TokenRole,
-    Topology, WithinQueue,
+    EventKind, JobState, JobVisibility, NodeStatus, PreemptionMode, QueueOrdering, ReclaimWithinCohort, ReplicaRole,
+    TokenRole, Topology, WithinQueue,
 };
 
 /// A proto enum shown and read as a word.
@@ -104,6 +104,13 @@ impl Word for WithinQueue {
             WithinQueue::Unspecified => "",
             v => crate::convert::within_from_proto(v).word(),
         }
+    }
+}
+
+impl Word for JobVisibility {
+    const ALL: &'static [Self] = &[JobVisibility::All, JobVisibility::Names, JobVisibility::Own];
+    fn word(self) -> &'static str {
+        crate::convert::visibility_from_proto(self).map_or("", baton_model::queue::Visibility::as_str)
     }
 }
 

@@ -155,3 +155,28 @@ fn a_snapshot_from_before_queue_revisions_loads_with_its_queues_at_revision_0() 
     let again = decode_state(&encode(&back).unwrap()).unwrap();
     assert_eq!(again.queue_revision(&q), back.queue_revision(&q));
 }
+
+/// Data format 6 adds the queues' visibility after the revisions, written only while some
+/// queue has one set: a state with none is format 5's layout, which a format-5 follower
+/// reads; one with a visibility set round trips with it, and the older layout's reader
+/// refuses it rather than drop it.
+#[test]
+fn queue_visibility_round_trips_and_a_state_without_one_keeps_the_older_layout() {
+    use baton_model::queue::Visibility;
+    use baton_model::state::PreVisibilityState;
+    let (mut s, _) = with_a_queue_admin();
+    let without = encode(&s).unwrap();
+    assert!(decode::<PreVisibilityState>(&without).is_ok(), "no visibility set: format 5's layout");
+    assert_eq!(decode_state(&without).unwrap(), s);
+    let revision = s.queue_revision(&Name::lit("q")).unwrap();
+    let op =
+        Op::UpdateQueueVisible { spec: s.queues()[&Name::lit("q")].clone(), revision, visibility: Visibility::Own };
+    s.apply(Command { now_ms: 5_000, op: as_admin(op) }).unwrap();
+    let with = encode(&s).unwrap();
+    assert!(decode::<PreVisibilityState>(&with).is_err(), "the older layout's reader cannot drop the setting");
+    let back = decode_state(&with).unwrap();
+    assert_eq!(back, s);
+    assert_eq!(back.queue_visibility(&Name::lit("q")), Visibility::Own);
+    let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(json.queue_visibility(&Name::lit("q")), Visibility::Own, "JSON keeps it too");
+}

@@ -121,3 +121,35 @@ async fn report_taken_while_a_replica_reads(older: u32, cause: StopCause, why: &
     let e = j.events.iter().find(|e| e.kind() == baton_proto::v1::EventKind::Requeued).expect("a Requeued event");
     assert!(e.message.contains(why), "{}", e.message);
 }
+
+/// Setting a queue's visibility came with format 6; mid-upgrade it is refused naming the
+/// replica behind, while queue writes that leave it out (or ask for the default) go through
+/// as the format-4 commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_visibility_waits_for_replicas_of_format_5() {
+    let cluster = Cluster::start_configured(3, settings(), |id, rc| {
+        if id == 3 {
+            rc.max_format = 5;
+        }
+    })
+    .await;
+    let mut c = cluster.client(0).await;
+    let own = Queue { visibility: JobVisibility::Own.into(), ..queue("private", 1) };
+    let e = c.create_queue(own.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("CreateQueueVisible needs data format 6"), "{}", e.message());
+    assert!(e.message().contains("replica 3 (reads formats up to 5)"), "{}", e.message());
+    assert!(!queue_names(&mut c).await.contains(&"private".to_string()));
+    let all = Queue { visibility: JobVisibility::All.into(), ..queue("open", 1) };
+    c.create_queue(all).await.unwrap();
+    c.create_queue(queue("private", 1)).await.unwrap();
+    let e = c.update_queue(UpdateQueueRequest { queue: Some(own), revision: 0 }).await.unwrap_err();
+    assert!(e.message().contains("UpdateQueueVisible needs data format 6"), "{}", e.message());
+    // A client writes back the whole queue it read, visibility included: unchanged, that is
+    // the format-4 update, and it goes through.
+    let read = c.list_queues(Empty {}).await.unwrap().into_inner().queues;
+    let read = read.into_iter().find(|u| u.queue.as_ref().unwrap().name == "private").unwrap();
+    let q = Queue { weight: 3.0, ..read.queue.unwrap() };
+    assert_eq!(q.visibility(), JobVisibility::All);
+    c.update_queue(UpdateQueueRequest { queue: Some(q), revision: read.revision }).await.unwrap();
+}

@@ -93,6 +93,11 @@ pub struct QueueEdit {
     /// With --borrow-within-cohort: only victims below this priority.
     #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
     pub max_priority_threshold: Option<i32>,
+    /// What the queue shows of others' jobs to its users (all: everything but their
+    /// environment and logs; names: id, name, state and owner; own: nothing). Owners, the
+    /// queue's admins, operators and admins see everything. A new queue's is all.
+    #[arg(long, value_parser = parse_word::<v1::JobVisibility>)]
+    pub visibility: Option<v1::JobVisibility>,
 }
 
 /// Reads and writes one `queue update` tries while other writes keep landing between them;
@@ -137,6 +142,7 @@ fn set_limit(m: &mut HashMap<String, u64>, value: Option<u64>) {
 
 /// Applies the flags given onto `q`, leaving every other field as it is.
 pub fn apply_flags(q: &mut v1::Queue, e: &QueueEdit) -> Result<(), ClientError> {
+    set_visibility(q, e);
     if let Some(c) = &e.cohort {
         q.cohort = c.clone();
     }
@@ -181,6 +187,13 @@ pub fn apply_flags(q: &mut v1::Queue, e: &QueueEdit) -> Result<(), ClientError> 
         q.max_priority_threshold = Some(t);
     }
     Ok(())
+}
+
+/// `--visibility`, which also goes with a file (a scenario's queue has no such field).
+fn set_visibility(q: &mut v1::Queue, e: &QueueEdit) {
+    if let Some(v) = e.visibility {
+        q.visibility = v.into();
+    }
 }
 
 /// Checks the queue with the server's own conversion, so a mistake is reported before
@@ -243,7 +256,9 @@ pub fn new_queue(e: &QueueEdit) -> Result<v1::Queue, ClientError> {
     if let Some(path) = &e.file {
         let (file, text) = read_file(path)?;
         let spec = baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
-        return Ok(convert::queue_to_proto(&spec));
+        let mut q = convert::queue_to_proto(&spec);
+        set_visibility(&mut q, e);
+        return Ok(q);
     }
     let name = e.name.clone().ok_or_else(|| usage_err("give the queue's name, or -f queue.yaml"))?;
     let mut q = v1::Queue { name, ..Default::default() };
@@ -257,7 +272,10 @@ pub fn updated_queue(current: &v1::Queue, e: &QueueEdit) -> Result<v1::Queue, Cl
         let (file, text) = read_file(path)?;
         let base = convert::queue_from_proto(current).map_err(|e| usage_err(format!("the current queue: {e}")))?;
         let spec = baton_spec::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
-        return Ok(convert::queue_to_proto(&spec));
+        // The file does not say; the queue keeps what it has unless the flag says.
+        let mut q = v1::Queue { visibility: current.visibility, ..convert::queue_to_proto(&spec) };
+        set_visibility(&mut q, e);
+        return Ok(q);
     }
     let mut q = current.clone();
     apply_flags(&mut q, e)?;
@@ -332,6 +350,12 @@ pub fn queue_text(u: &v1::QueueUsage) -> String {
         (true, Some(t)) => format!("yes, victims below priority {t}"),
     };
     let _ = writeln!(s, "Borrow by preempting in cohort: {borrow}");
+    // A server from before the setting sends none: its queues show everything (all).
+    let visibility = match q.visibility() {
+        v1::JobVisibility::Unspecified => "all",
+        v => v.word(),
+    };
+    let _ = writeln!(s, "Visibility:  {visibility} (what its users see of others' jobs)");
     let _ = writeln!(s, "Jobs:        {} running, {} pending", u.running, u.pending);
     let _ = writeln!(s, "Revision:    {}", u.revision);
     s.push_str("Quotas:\n");

@@ -15,7 +15,7 @@ use crate::limits::{
 };
 use crate::name::Name;
 use crate::node::{Node, NodeSpec, NodeStatus};
-use crate::queue::{Cohort, QueueSpec};
+use crate::queue::{Cohort, QueueSpec, Visibility};
 use crate::resources::validate_resource_name;
 
 impl State {
@@ -139,6 +139,8 @@ impl State {
         }
         self.d.queues.remove(name);
         self.queue_revisions.remove(name);
+        // A queue made again under this name starts at the default, like any new queue.
+        self.queue_visibility.remove(name);
         self.rebuild_ledger();
         Ok(())
     }
@@ -157,6 +159,43 @@ impl State {
             return Err(ApplyError::Conflict { kind: "queue".into(), name: q.name.to_string(), read, current });
         }
         self.put_queue(q, ev)
+    }
+
+    /// `create_queue`, then its visibility (nothing changes if the create is refused).
+    pub(crate) fn create_queue_visible(
+        &mut self,
+        q: QueueSpec,
+        visibility: Visibility,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        let name = q.name.clone();
+        self.create_queue(q, ev)?;
+        self.set_visibility(name, visibility);
+        Ok(())
+    }
+
+    /// `update_queue`, then its visibility (nothing changes if the update is refused).
+    pub(crate) fn update_queue_visible(
+        &mut self,
+        q: QueueSpec,
+        read: u64,
+        visibility: Visibility,
+        ev: &mut Vec<Event>,
+    ) -> Result<(), ApplyError> {
+        let name = q.name.clone();
+        self.update_queue(q, read, ev)?;
+        self.set_visibility(name, visibility);
+        Ok(())
+    }
+
+    /// Only queues off the default are kept, so a state where none is set writes the older
+    /// snapshot layout.
+    fn set_visibility(&mut self, queue: Name, v: Visibility) {
+        if v == Visibility::default() {
+            self.queue_visibility.remove(&queue);
+        } else {
+            self.queue_visibility.insert(queue, v);
+        }
     }
 
     /// Agents register their nodes (or re-register with new facts); many at once when a

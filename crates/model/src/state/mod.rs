@@ -43,7 +43,7 @@ use crate::ledger::Ledger;
 use crate::limits::{DEFAULT_RETAINED_FINISHED_JOBS, MAX_CLOCK_MS};
 use crate::name::Name;
 use crate::node::Node;
-use crate::queue::{Cohort, QueueSpec};
+use crate::queue::{Cohort, QueueSpec, Visibility};
 use crate::scheduler::{PoolReservation, SchedulerSettings};
 use crate::tenancy::Tenancy;
 
@@ -114,6 +114,10 @@ pub struct State {
     /// snapshot written before it is read as [`PreCompletingState`], its queues at
     /// revision 0.
     queue_revisions: BTreeMap<Name, u64>,
+    /// Each queue's visibility, for the queues not at the default (`Visibility::All`).
+    /// Serialized after the revisions, and only when it holds any: a snapshot without it
+    /// is format 5's layout ([`PreVisibilityState`]), which a format-5 follower still reads.
+    queue_visibility: BTreeMap<Name, Visibility>,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -154,6 +158,7 @@ impl State {
             tenancy: Tenancy::default(),
             after: Aftermath::default(),
             queue_revisions: BTreeMap::new(),
+            queue_visibility: BTreeMap::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -246,6 +251,10 @@ impl State {
             Op::UpdateQueue { spec, revision } => done(self.update_queue(spec, revision, ev)),
             Op::CreateCohort(c) => done(self.create_cohort(c)),
             Op::CreateClass(c) => done(self.create_class(c)),
+            Op::CreateQueueVisible { spec, visibility } => done(self.create_queue_visible(spec, visibility, ev)),
+            Op::UpdateQueueVisible { spec, revision, visibility } => {
+                done(self.update_queue_visible(spec, revision, visibility, ev))
+            }
         }
     }
 
@@ -310,23 +319,102 @@ impl State {
     pub fn queue_revision(&self, name: &Name) -> Option<u64> {
         self.d.queues.contains_key(name).then(|| self.queue_revisions.get(name).copied().unwrap_or(0))
     }
+    /// What queue `name` shows of others' jobs (the default for a queue never set, and for
+    /// one that does not exist).
+    pub fn queue_visibility(&self, name: &Name) -> Visibility {
+        self.queue_visibility.get(name).copied().unwrap_or_default()
+    }
 }
 
 /// Only the replicated data is written, `d`, `access`, `tenancy`, `after`, the queue admin
-/// grants, then the queue revisions; the ledger is rebuilt when read back.
+/// grants, the queue revisions, then the queues' visibility if any queue has one set; the
+/// ledger is rebuilt when read back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.d, &self.access, &self.tenancy, &self.after, self.access.queue_admins(), &self.queue_revisions)
-            .serialize(s)
+        let admins = self.access.queue_admins();
+        let (d, access, tenancy, after, revisions) =
+            (&self.d, &self.access, &self.tenancy, &self.after, &self.queue_revisions);
+        // Format 5's layout while no queue has a visibility set: a follower of that format
+        // still reads the snapshot (a visibility is set only once every member reads format 6).
+        if self.queue_visibility.is_empty() {
+            (d, access, tenancy, after, admins, revisions).serialize(s)
+        } else {
+            (d, access, tenancy, after, admins, revisions, &self.queue_visibility).serialize(s)
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for State {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        let (d, mut access, tenancy, after, admins, revisions) =
+        de.deserialize_tuple(STATE_PARTS, StateVisitor)
+    }
+}
+
+/// Parts of a state as this build writes it with a visibility set.
+const STATE_PARTS: usize = 7;
+
+/// Reads the parts in order; the last (the queues' visibility) may be missing in a
+/// self-describing format (JSON, the simulator's), where a state with none set ends before
+/// it. Binary formats ask for every part: one written without it fails here and is read as
+/// [`PreVisibilityState`].
+struct StateVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StateVisitor {
+    type Value = State;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a state of {} or {STATE_PARTS} parts", STATE_PARTS - 1)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<State, A::Error> {
+        fn part<'de, T: Deserialize<'de>, A: serde::de::SeqAccess<'de>>(seq: &mut A, i: usize) -> Result<T, A::Error> {
+            seq.next_element()?.ok_or_else(|| A::Error::invalid_length(i, &StateVisitor))
+        }
+        let d = part(&mut seq, 0)?;
+        let access = part(&mut seq, 1)?;
+        let tenancy = part(&mut seq, 2)?;
+        let after = part(&mut seq, 3)?;
+        let admins = part(&mut seq, 4)?;
+        let revisions = part(&mut seq, 5)?;
+        let visibility: BTreeMap<Name, Visibility> = seq.next_element()?.unwrap_or_default();
+        let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
+        s.restore_visibility(visibility)?;
+        Ok(s)
+    }
+}
+
+/// A state as snapshots wrote it before queues had a visibility, and as they still write it
+/// while no queue has one set: every queue shows others' jobs as before
+/// (`Visibility::All`). Tried when the current layout fails.
+pub struct PreVisibilityState(pub State);
+
+impl<'de> Deserialize<'de> for PreVisibilityState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let (d, access, tenancy, after, admins, revisions) =
             <(Data, Access, Tenancy, Aftermath, QueueAdmins, BTreeMap<Name, u64>)>::deserialize(de)?;
-        access.restore_queue_admins(admins).map_err(|e| D::Error::custom(format!("inconsistent state: {e}")))?;
+        State::with_admins(d, access, tenancy, after, admins, revisions).map(PreVisibilityState)
+    }
+}
+
+impl State {
+    fn with_admins<E: serde::de::Error>(
+        d: Data,
+        mut access: Access,
+        tenancy: Tenancy,
+        after: Aftermath,
+        admins: QueueAdmins,
+        revisions: BTreeMap<Name, u64>,
+    ) -> Result<State, E> {
+        access.restore_queue_admins(admins).map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
         State::from_parts(d, access, tenancy, after, revisions)
+    }
+
+    fn restore_visibility<E: serde::de::Error>(&mut self, v: BTreeMap<Name, Visibility>) -> Result<(), E> {
+        if let Some(name) = v.keys().find(|q| !self.d.queues.contains_key(*q)) {
+            return Err(E::custom(format!("inconsistent state: a visibility for queue {name}, which does not exist")));
+        }
+        self.queue_visibility = v;
+        Ok(())
     }
 }
 
@@ -383,7 +471,16 @@ impl State {
         if let Some(name) = queue_revisions.keys().find(|q| !d.queues.contains_key(*q)) {
             return Err(E::custom(format!("inconsistent state: a revision for queue {name}, which does not exist")));
         }
-        let mut s = State { d, access, tenancy, after, queue_revisions, ledger: Ledger::default(), actor: None };
+        let mut s = State {
+            d,
+            access,
+            tenancy,
+            after,
+            queue_revisions,
+            queue_visibility: BTreeMap::new(),
+            ledger: Ledger::default(),
+            actor: None,
+        };
         s.rebuild_ledger();
         Ok(s)
     }
@@ -397,5 +494,6 @@ impl PartialEq for State {
             && self.tenancy == other.tenancy
             && self.after == other.after
             && self.queue_revisions == other.queue_revisions
+            && self.queue_visibility == other.queue_visibility
     }
 }

@@ -12,6 +12,7 @@ use tonic::{Response, Status};
 use tracing::Instrument;
 
 use super::Api;
+use super::visible::{self, View};
 use crate::auth::Caller;
 use crate::status;
 
@@ -61,9 +62,13 @@ pub async fn resolve(api: &Api, r: &JobRef) -> Result<JobId, Status> {
     api.read(|s| find(s, &r.name).map(|j| j.id)).await?.ok_or_else(|| unknown(&r.name))
 }
 
-/// The job as `who` may see it: its environment (secrets, often) only for its owner,
-/// operators and admins.
-fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> v1::Job {
+/// The job as `who` may see it (`None`: not at all): its environment (secrets, often) only
+/// for those who see its private data, the rest as its queue's visibility allows.
+fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> Option<v1::Job> {
+    let view = visible::view(s, who, j);
+    if view == View::Hidden {
+        return None;
+    }
     let by = j.preempted_by.and_then(|id| s.job(id)).map(|p| &p.spec.name);
     let mut out = job_to_proto(j, with_events, by);
     // A completing job says so first: its GPUs are held until its processes are gone.
@@ -74,18 +79,18 @@ fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> v1::Job {
     let owner = s.access().owner(j.id);
     out.owner = owner.map(|o| o.to_string()).unwrap_or_default();
     out.run_as = s.tenancy().run_as(j.id).map(|u| u.to_string()).unwrap_or_default();
-    if let Some(t) = who.token()
-        && !t.may_see_private(j, owner)
+    if view != View::Private
         && let Some(spec) = out.spec.as_mut()
     {
         spec.env.clear();
         out.env_hidden = true;
     }
-    out
+    Some(if view == View::Names { visible::names_only(out) } else { out })
 }
 
 pub async fn get(api: &Api, who: &Caller, r: JobRef) -> Result<Response<v1::Job>, Status> {
-    let job = api.read(|s| find(s, &r.name).map(|j| to_proto(s, who, j, true))).await?;
+    // A job the caller may not see is answered as one that does not exist.
+    let job = api.read(|s| find(s, &r.name).and_then(|j| to_proto(s, who, j, true))).await?;
     job.map(Response::new).ok_or_else(|| unknown(&r.name))
 }
 
@@ -103,8 +108,13 @@ pub async fn list(api: &Api, who: &Caller, r: ListJobsRequest) -> Result<Respons
             });
             let mut jobs = Vec::new();
             let mut bytes = 0;
-            for j in matched.by_ref().take(limit) {
-                let job = to_proto(s, who, j, false);
+            // Jobs the caller may not see are skipped, not counted against the page.
+            // A job shown by name only does not say where it runs: a node filter skips it.
+            let mut visible = matched
+                .by_ref()
+                .filter(|j| r.node.is_empty() || visible::view(s, who, j) != View::Names)
+                .filter_map(|j| to_proto(s, who, j, false));
+            for job in visible.by_ref().take(limit) {
                 bytes += job.encoded_len();
                 jobs.push(job);
                 // Stop early rather than send a page the client cannot decode.
@@ -112,7 +122,7 @@ pub async fn list(api: &Api, who: &Caller, r: ListJobsRequest) -> Result<Respons
                     break;
                 }
             }
-            (jobs, matched.next().is_some())
+            (jobs, visible.next().is_some())
         })
         .await?;
     // The token names the last job sent; it is not a cursor into server memory, so any

@@ -15,6 +15,7 @@ mod logs;
 pub(crate) mod nodes;
 mod objects;
 pub mod usage;
+mod visible;
 mod watch;
 pub(crate) mod watchers;
 
@@ -152,7 +153,7 @@ impl Baton for Api {
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {
         let who = self.caller(r.metadata()).await?;
         let identity = watchers::identity(&who, r.extensions().get::<baton_proto::tls::PeerId>());
-        watch::watch(self, identity, r.into_inner()).await
+        watch::watch(self, who, identity, r.into_inner()).await
     }
     async fn job_logs(&self, r: Request<JobLogsRequest>) -> Result<Response<LogStream>, Status> {
         let who = self.caller(r.metadata()).await?;
@@ -178,6 +179,7 @@ impl Baton for Api {
         self.ack(&who, Op::DeleteQueue { name }).await
     }
     async fn list_queues(&self, r: Request<Empty>) -> Result<Response<ListQueuesReply>, Status> {
+        // The queues' settings are shown to any caller, their visibility included.
         self.caller(r.metadata()).await?;
         Ok(Response::new(ListQueuesReply { queues: self.read(usage::queues).await? }))
     }

@@ -8,8 +8,8 @@ use baton_model::job::{Job, JobState};
 use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::resources::Resources;
-use baton_proto::convert::resources_to_proto;
-use baton_proto::v1::{PoolUsage, QueueUsage};
+use baton_proto::convert::{self, resources_to_proto};
+use baton_proto::v1::{self, PoolUsage, QueueUsage};
 
 /// Each replica's resources by the pool of its node.
 fn by_pool(state: &State, job: &Job) -> Vec<(Name, Resources)> {
@@ -71,7 +71,10 @@ pub fn queues(state: &State) -> Vec<QueueUsage> {
             }
             let (pending, running) = counts.get(&q.name).copied().unwrap_or_default();
             QueueUsage {
-                queue: Some(baton_proto::convert::queue_to_proto(q)),
+                queue: Some(v1::Queue {
+                    visibility: convert::visibility_to_proto(state.queue_visibility(&q.name)).into(),
+                    ..convert::queue_to_proto(q)
+                }),
                 pools: pools.into_values().collect(),
                 pending,
                 running,

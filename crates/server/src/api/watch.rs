@@ -11,12 +11,14 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
 
+use super::visible::{self, View};
 use super::{Api, EventStream};
+use crate::auth::Caller;
 
 /// Events buffered per watcher between this replica and the client.
 const WATCH_BUFFER: usize = 1_024;
 
-pub async fn watch(api: &Api, identity: String, r: WatchRequest) -> Result<Response<EventStream>, Status> {
+pub async fn watch(api: &Api, who: Caller, identity: String, r: WatchRequest) -> Result<Response<EventStream>, Status> {
     // Held by the stream's task: the slots free when the stream ends or its client goes.
     let client_slot = api.ctx.watchers.acquire(identity, api.ctx.settings.max_watch_streams_per_client)?;
     let slot = api.ctx.watch_slots.clone().try_acquire_owned().map_err(|_| {
@@ -36,7 +38,7 @@ pub async fn watch(api: &Api, identity: String, r: WatchRequest) -> Result<Respo
                 .flat_map(|j| j.events.iter())
                 .collect();
             all.sort_by_key(|e| e.at_ms);
-            all.into_iter().map(event_to_proto).collect()
+            all.into_iter().filter_map(|e| shown(s, &who, e)).collect()
         })
         .await?
     } else {
@@ -44,6 +46,7 @@ pub async fn watch(api: &Api, identity: String, r: WatchRequest) -> Result<Respo
     };
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     let mut closing = api.ctx.closing.subscribe();
+    let ctx = api.ctx.clone();
     tokio::spawn(async move {
         let _slots = (slot, client_slot);
         for e in replay {
@@ -73,12 +76,25 @@ pub async fn watch(api: &Api, identity: String, r: WatchRequest) -> Result<Respo
                 }
                 Err(RecvError::Closed) => return,
             };
-            for e in batch.iter().filter(|e| job.is_empty() || e.job.as_ref().is_some_and(|n| n.as_str() == job)) {
-                if tx.send(Ok(event_to_proto(e))).await.is_err() {
+            let wanted = batch.iter().filter(|e| job.is_empty() || e.job.as_ref().is_some_and(|n| n.as_str() == job));
+            // Judged against this replica's state, which has applied the batch: its jobs are
+            // there (the token's rights are those of when the stream opened).
+            let out: Vec<Event> = ctx.replica.read_local(|s| wanted.filter_map(|e| shown(s, &who, e)).collect());
+            for e in out {
+                if tx.send(Ok(e)).await.is_err() {
                     return;
                 }
             }
         }
     });
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+}
+
+/// The event as `who` may see it, or `None`.
+fn shown(s: &baton_model::State, who: &Caller, e: &ModelEvent) -> Option<Event> {
+    match visible::event_view(s, who, e) {
+        View::Hidden => None,
+        View::Names => Some(visible::event_names_only(event_to_proto(e))),
+        View::Private | View::Public => Some(event_to_proto(e)),
+    }
 }

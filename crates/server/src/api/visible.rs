@@ -1,0 +1,69 @@
+//! What a caller sees of a job: everything (its owner, an admin of its queue, operators,
+//! admins, `--auth none`), or what the job's queue shows to others (docs/security.md, "Who
+//! sees which jobs"). Get, list and watch all ask here, so they agree.
+
+use baton_model::State;
+use baton_model::event::Event;
+use baton_model::job::Job;
+use baton_model::queue::Visibility;
+use baton_proto::v1;
+
+use crate::auth::Caller;
+
+/// How much of one job a caller sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// Everything, its private data (environment, logs) included.
+    Private,
+    /// Everything but its private data.
+    Public,
+    /// Id, name, queue, state and owner.
+    Names,
+    /// Nothing: as if it did not exist.
+    Hidden,
+}
+
+/// What `who` sees of `job`.
+pub fn view(s: &State, who: &Caller, job: &Job) -> View {
+    let Some(t) = who.token() else {
+        return View::Private;
+    };
+    let owner = s.access().owner(job.id);
+    if t.may_see_private(job, owner) {
+        return View::Private;
+    }
+    // An owner whose grant was taken back still sees their job, without its private data
+    // (as before visibility existed).
+    if owner == Some(&t.spec.user) {
+        return View::Public;
+    }
+    match s.queue_visibility(&job.spec.queue) {
+        Visibility::All => View::Public,
+        Visibility::Names => View::Names,
+        Visibility::Own => View::Hidden,
+    }
+}
+
+/// What `who` sees of an event: as of its job (an event of a job no longer kept is shown
+/// only to those who see every job); events of no job (queues, nodes) are shown as before.
+pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
+    let Some(name) = &e.job else {
+        return View::Private;
+    };
+    match s.job_by_name(name.as_str()) {
+        Some(j) => view(s, who, j),
+        None if who.token().is_none_or(|t| t.any_job()) => View::Private,
+        None => View::Hidden,
+    }
+}
+
+/// The job with only what [`View::Names`] shows.
+pub fn names_only(full: v1::Job) -> v1::Job {
+    let spec = full.spec.map(|s| v1::JobSpec { name: s.name, queue: s.queue, ..Default::default() });
+    v1::Job { id: full.id, spec, state: full.state, owner: full.owner, env_hidden: true, ..Default::default() }
+}
+
+/// The event with only what [`View::Names`] shows: when, which job, what kind.
+pub fn event_names_only(full: v1::Event) -> v1::Event {
+    v1::Event { at_ms: full.at_ms, job: full.job, kind: full.kind, ..Default::default() }
+}

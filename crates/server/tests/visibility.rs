@@ -1,0 +1,236 @@
+//! Who sees which jobs (issue 11): a queue's visibility decides what it shows of a job to a
+//! user who is neither its owner, an admin of its queue, an operator nor an admin: `all`
+//! (the job without its private data), `names` (id, name, queue, state, owner) or `own`
+//! (nothing). Checked through the real API: get, list, watch (replayed and live).
+
+mod common;
+
+use ::baton_server::ServerSettings;
+use ::baton_server::auth::{AuthMode, hash_token};
+use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::*;
+use common::*;
+use tonic::Code;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+const ADMIN: &str = "admin-secret";
+const ALICE: &str = "alice-secret";
+const BOB: &str = "bob-secret";
+const CAROL: &str = "carol-secret";
+
+/// The queues, named after their visibility.
+const QUEUES: [(&str, JobVisibility); 3] =
+    [("all", JobVisibility::All), ("names", JobVisibility::Names), ("own", JobVisibility::Own)];
+
+#[derive(Clone)]
+struct Bearer(String);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", format!("Bearer {}", self.0).parse().unwrap());
+        Ok(req)
+    }
+}
+
+type Client = BatonClient<InterceptedService<Channel, Bearer>>;
+
+async fn client(addr: &str, token: &str) -> Client {
+    let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    BatonClient::with_interceptor(ch, Bearer(token.to_string()))
+}
+
+/// Tokens on; queues `all`, `names` and `own` (each with that visibility, set at create);
+/// alice, bob and carol users of all three, carol also an admin of queue `own`; alice has a
+/// job with a secret in each queue (`j-all`, `j-names`, `j-own`).
+async fn setup() -> (Cluster, FakeAgent) {
+    let settings =
+        ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    let cluster = Cluster::start_with(1, settings).await;
+    let mut admin = client(&cluster.addrs()[0], ADMIN).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while admin.who_am_i(Empty {}).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "the bootstrap admin token never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for (q, v) in QUEUES {
+        admin.create_queue(Queue { visibility: v.into(), ..queue(q, 8) }).await.unwrap();
+    }
+    for (token, user) in [(ALICE, "alice"), (BOB, "bob"), (CAROL, "carol")] {
+        let queues = QUEUES.iter().map(|(q, _)| q.to_string()).collect();
+        let req = CreateTokenRequest { hash: hash_token(token).to_vec(), user: user.into(), roles: vec![], queues };
+        admin.create_token(req).await.unwrap();
+    }
+    let carol = client(&cluster.addrs()[0], CAROL).await.who_am_i(Empty {}).await.unwrap().into_inner();
+    let grant = GrantQueueRequest { id: carol.token_id, queue: "own".into(), revoke: false, admin: true };
+    admin.grant_queue(grant).await.unwrap();
+    let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    let mut alice = client(&cluster.addrs()[0], ALICE).await;
+    for (q, _) in QUEUES {
+        alice.submit(secret_job(&format!("j-{q}"), q)).await.unwrap();
+    }
+    (cluster, agent)
+}
+
+fn secret_job(name: &str, queue: &str) -> SubmitRequest {
+    let mut spec = gpu_job(name, queue, "train", 1);
+    spec.env.insert("SECRET".into(), "s3".into());
+    submit_of(spec)
+}
+
+fn job_ref(name: &str) -> JobRef {
+    JobRef { name: name.into(), ..Default::default() }
+}
+
+fn name_of(j: &Job) -> &str {
+    j.spec.as_ref().map_or("", |s| s.name.as_str())
+}
+
+async fn listed(c: &mut Client) -> Vec<Job> {
+    c.list_jobs(ListJobsRequest::default()).await.unwrap().into_inner().jobs
+}
+
+/// The job as a user who may see everything of it sees it: its command and its secret.
+fn assert_full_with_secret(j: &Job) {
+    let spec = j.spec.as_ref().unwrap();
+    assert!(!j.env_hidden && spec.env.get("SECRET").map(String::as_str) == Some("s3"), "{j:?}");
+    assert!(!spec.command.is_empty(), "{j:?}");
+}
+
+/// Everything but the private data.
+fn assert_full_without_secret(j: &Job) {
+    let spec = j.spec.as_ref().unwrap();
+    assert!(j.env_hidden && spec.env.is_empty(), "{j:?}");
+    assert!(!spec.command.is_empty() && !spec.tasks.is_empty(), "{j:?}");
+}
+
+/// Id, name, queue, state and owner; nothing else.
+fn assert_names_only(j: &Job, queue: &str) {
+    let spec = j.spec.as_ref().unwrap();
+    assert!(j.id != 0 && j.owner == "alice" && spec.queue == queue, "{j:?}");
+    assert_ne!(j.state, 0, "the state is shown: {j:?}");
+    assert!(j.env_hidden && spec.env.is_empty() && spec.command.is_empty() && spec.tasks.is_empty(), "{j:?}");
+    assert!(j.events.is_empty() && j.reason.is_empty() && j.run_as.is_empty(), "{j:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_user_sees_others_jobs_only_as_each_queue_allows() {
+    let (cluster, _agent) = setup().await;
+    let mut bob = client(&cluster.addrs()[0], BOB).await;
+    let jobs = listed(&mut bob).await;
+    let names: Vec<&str> = jobs.iter().map(name_of).collect();
+    assert_eq!(names, ["j-all", "j-names"], "a job in an `own` queue is not listed to others");
+    assert_full_without_secret(&jobs[0]);
+    assert_names_only(&jobs[1], "names");
+    assert_full_without_secret(&bob.get_job(job_ref("j-all")).await.unwrap().into_inner());
+    assert_names_only(&bob.get_job(job_ref("j-names")).await.unwrap().into_inner(), "names");
+    let e = bob.get_job(job_ref("j-own")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "as for a job that does not exist: {e:?}");
+    let absent = bob.get_job(job_ref("no-such-job")).await.unwrap_err();
+    assert_eq!(e.message(), absent.message().replace("no-such-job", "j-own"));
+    // Filtering by the queue shows nothing more.
+    let own = ListJobsRequest { queue: "own".into(), ..Default::default() };
+    assert!(bob.list_jobs(own).await.unwrap().into_inner().jobs.is_empty());
+    // The queues say what they show.
+    let queues = bob.list_queues(Empty {}).await.unwrap().into_inner().queues;
+    for (q, v) in QUEUES {
+        let got = queues.iter().find(|u| u.queue.as_ref().unwrap().name == q).unwrap();
+        assert_eq!(got.queue.as_ref().unwrap().visibility(), v, "{q}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_owner_the_queues_admin_and_admins_see_everything() {
+    let (cluster, _agent) = setup().await;
+    let addr = &cluster.addrs()[0];
+    for token in [ALICE, ADMIN] {
+        let mut c = client(addr, token).await;
+        let jobs = listed(&mut c).await;
+        assert_eq!(jobs.iter().map(name_of).collect::<Vec<_>>(), ["j-all", "j-names", "j-own"], "{token}");
+        for (q, _) in QUEUES {
+            let j = c.get_job(job_ref(&format!("j-{q}"))).await.unwrap().into_inner();
+            assert_full_with_secret(&j);
+            assert!(!j.events.is_empty(), "{j:?}");
+        }
+    }
+    // Carol administers queue `own` only: there she sees all; elsewhere, what others see.
+    let mut carol = client(addr, CAROL).await;
+    let jobs = listed(&mut carol).await;
+    assert_eq!(jobs.iter().map(name_of).collect::<Vec<_>>(), ["j-all", "j-names", "j-own"]);
+    assert_full_with_secret(&carol.get_job(job_ref("j-own")).await.unwrap().into_inner());
+    assert_names_only(&carol.get_job(job_ref("j-names")).await.unwrap().into_inner(), "names");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queues_visibility_changes_with_an_update_and_stays_through_one_without_it() {
+    let (cluster, _agent) = setup().await;
+    let mut admin = client(&cluster.addrs()[0], ADMIN).await;
+    let mut bob = client(&cluster.addrs()[0], BOB).await;
+    let read = |queues: Vec<QueueUsage>| queues.into_iter().find(|u| u.queue.as_ref().unwrap().name == "own").unwrap();
+    let own = read(admin.list_queues(Empty {}).await.unwrap().into_inner().queues);
+    // An update that leaves the field out (an older client's) keeps the queue private.
+    let mut q = own.queue.clone().unwrap();
+    q.visibility = JobVisibility::Unspecified.into();
+    q.weight = 2.0;
+    admin.update_queue(UpdateQueueRequest { queue: Some(q.clone()), revision: own.revision }).await.unwrap();
+    assert!(bob.get_job(job_ref("j-own")).await.is_err());
+    let own = read(admin.list_queues(Empty {}).await.unwrap().into_inner().queues);
+    q.visibility = JobVisibility::All.into();
+    admin.update_queue(UpdateQueueRequest { queue: Some(q), revision: own.revision }).await.unwrap();
+    assert_full_without_secret(&bob.get_job(job_ref("j-own")).await.unwrap().into_inner());
+    // A put cannot set it (it would not be checked against what was read).
+    let put = Queue { visibility: JobVisibility::Own.into(), ..queue("own", 8) };
+    let e = admin.put_queue(put).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("visibility"), "{}", e.message());
+}
+
+/// Events until one of job `until` arrives (bounded by a deadline).
+async fn events_until(stream: &mut tonic::Streaming<Event>, until: &str) -> Vec<Event> {
+    let mut seen = Vec::new();
+    let deadline = std::time::Duration::from_secs(10);
+    loop {
+        let e = tokio::time::timeout(deadline, stream.message()).await.expect("no event of the marker job").unwrap();
+        let e = e.expect("the stream ended");
+        let done = e.job == until;
+        seen.push(e);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_shows_others_events_only_as_each_queue_allows() {
+    let (cluster, _agent) = setup().await;
+    let addr = &cluster.addrs()[0];
+    let mut bob = client(addr, BOB).await;
+    let mut admin = client(addr, ADMIN).await;
+    let replay = WatchRequest { replay: true, ..Default::default() };
+    let mut bobs = bob.watch(replay.clone()).await.unwrap().into_inner();
+    let mut admins = admin.watch(replay).await.unwrap().into_inner();
+    // Live events after the replayed ones; the last one marks the end of what to read.
+    let mut alice = client(addr, ALICE).await;
+    for (q, _) in QUEUES {
+        alice.submit(secret_job(&format!("late-{q}"), q)).await.unwrap();
+    }
+    alice.submit(secret_job("marker", "all")).await.unwrap();
+    let seen = events_until(&mut bobs, "marker").await;
+    let jobs: std::collections::BTreeSet<&str> = seen.iter().map(|e| e.job.as_str()).collect();
+    assert_eq!(
+        jobs.into_iter().collect::<Vec<_>>(),
+        ["j-all", "j-names", "late-all", "late-names", "marker"],
+        "no event of a job in an `own` queue: {seen:?}"
+    );
+    for e in &seen {
+        if e.job.ends_with("-names") {
+            assert!(e.message.is_empty() && e.nodes.is_empty(), "names only: {e:?}");
+        } else {
+            assert!(!e.message.is_empty(), "{e:?}");
+        }
+    }
+    let seen = events_until(&mut admins, "marker").await;
+    assert!(seen.iter().any(|e| e.job == "j-own") && seen.iter().any(|e| e.job == "late-own"), "{seen:?}");
+    assert!(seen.iter().all(|e| !e.message.is_empty()), "{seen:?}");
+}
