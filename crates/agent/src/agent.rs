@@ -238,7 +238,8 @@ pub async fn start_with_journal(
         fence: crate::fence::Fence::default(),
         acked: Arc::default(),
     };
-    let view = View { running: shared.running.clone(), lease: lease_rx, nvml: None };
+    let view =
+        View { running: shared.running.clone(), lease: lease_rx, nvml: None, transport: config.transport.clone() };
     let mut tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];
     let (metrics_open, metrics_closing) = watch::channel(false);
     let metrics_addr = match metrics_listener {

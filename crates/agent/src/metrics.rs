@@ -28,6 +28,8 @@ pub const GPU_METRIC_NAMES: [&str; 4] = [
     "baton_agent_gpu_memory_total_bytes",
     "baton_agent_gpu_temperature_celsius",
 ];
+/// The certificates' expiry, present only under TLS (not under `--insecure`).
+pub const TLS_METRIC_NAME: &str = "baton_agent_tls_not_after_seconds";
 type GaugeF = Gauge<f64, AtomicU64>;
 
 /// Counters the agent's tasks bump.
@@ -42,6 +44,7 @@ pub struct AgentMetrics {
     reports_failed: Counter,
     journal_failing: Gauge,
     runs_refused: Counter,
+    tls_not_after: Family<Labels, Gauge>,
     gpu_utilization_ratio: Family<Labels, GaugeF>,
     gpu_memory_used_bytes: Family<Labels, Gauge>,
     gpu_memory_total_bytes: Family<Labels, Gauge>,
@@ -67,6 +70,7 @@ impl AgentMetrics {
             reports_sent: Counter::default(),
             reports_failed: Counter::default(),
             journal_failing: Gauge::default(),
+            tls_not_after: Family::default(),
             runs_refused: Counter::default(),
             gpu_utilization_ratio: Family::default(),
             gpu_memory_used_bytes: Family::default(),
@@ -109,6 +113,11 @@ impl AgentMetrics {
             "baton_agent_reports_failed",
             "Reports refused, timed out or answered by a replica that does not lead",
             self.reports_failed.clone(),
+        );
+        r.register(
+            TLS_METRIC_NAME,
+            "When the certificate this agent serves (cert=own) and the first CA certificate of its bundle to expire (cert=ca) expire, in Unix seconds, as of the latest reload; absent under --insecure",
+            self.tls_not_after.clone(),
         );
         r.register(
             "baton_agent_journal_failing",
@@ -164,6 +173,11 @@ impl AgentMetrics {
             Standing::NeverGranted | Standing::Expired { .. } => 0,
         };
         self.lease_seconds_left.set(left_ms as f64 / 1000.0);
+        // Read at each scrape, so that a reload (SIGHUP) shows at once.
+        if let Some(n) = view.transport.not_after() {
+            self.tls_not_after.get_or_create(&vec![("cert", "own".to_string())]).set(n.own_unix_s);
+            self.tls_not_after.get_or_create(&vec![("cert", "ca".to_string())]).set(n.ca_unix_s);
+        }
         if let Some(nvml) = &view.nvml {
             self.refresh_gpus(nvml);
         }
@@ -197,6 +211,8 @@ pub struct View {
     pub lease: watch::Receiver<Lease>,
     /// `None` without an NVIDIA driver: the GPU metrics are then absent.
     pub nvml: Option<nvml_wrapper::Nvml>,
+    /// The certificates in force, for their expiry.
+    pub transport: baton_proto::tls::Transport,
 }
 
 /// NVML if a driver is present; says once why the GPU metrics are absent otherwise.
@@ -243,7 +259,7 @@ mod tests {
         m.stopped(true, 2.0);
         let (_, running) = watch::channel(vec![Running::default()]);
         let (_, lease) = watch::channel(Lease::default());
-        let text = render(&m, &View { running, lease, nvml: None });
+        let text = render(&m, &View { running, lease, nvml: None, transport: baton_proto::tls::Transport::Insecure });
         for want in [
             "baton_agent_replica_stops_total{cause=\"directed\"} 1",
             "baton_agent_replica_stops_total{cause=\"lease_expired\"} 2",

@@ -204,9 +204,26 @@ pub enum Transport {
     Tls(Arc<Tls>),
 }
 
+/// When the certificates in force expire, in Unix seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAfter {
+    /// This process's own certificate.
+    pub own_unix_s: i64,
+    /// The first CA certificate of the bundle to expire.
+    pub ca_unix_s: i64,
+}
+
 impl Transport {
     pub fn is_tls(&self) -> bool {
         matches!(self, Transport::Tls(_))
+    }
+
+    /// When the certificates in force now expire (after the latest reload); `None` under
+    /// `--insecure`.
+    pub fn not_after(&self) -> Option<NotAfter> {
+        let Transport::Tls(tls) = self else { return None };
+        let now = tls.current();
+        Some(NotAfter { own_unix_s: now.not_after_unix_s, ca_unix_s: now.ca_not_after_unix_s })
     }
 
     /// Reads a `--tls-dir` into a TLS transport.

@@ -58,6 +58,9 @@ impl Ca {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
         params.serial_number = Some(SerialNumber::from(serial));
+        // Each certificate expires in a year of its own, so that a test can tell which one
+        // is in force from its expiry.
+        params.not_after = rcgen::date_time_ymd(2040 + serial as i32, 1, 1);
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         let out = dir.join(format!("{}-{role}-{name}{suffix}", self.name));

@@ -301,7 +301,11 @@ async fn a_reload_serves_the_new_certificate_and_a_bad_one_keeps_the_old() {
     s.install(&rotated, None);
     // Until the reload the old certificate is served: the files alone change nothing.
     assert_eq!(s.served_serial().await, old);
+    let expiry = s.server.not_after().expect("under TLS");
     s.reload().unwrap();
+    let after = s.server.not_after().expect("under TLS");
+    assert!(after.own_unix_s > expiry.own_unix_s, "the expiry shown is not the new certificate's: {after:?}");
+    assert_eq!(after.ca_unix_s, expiry.ca_unix_s, "same CA");
     let new = serial_of(&rotated);
     assert_ne!(new, old);
     assert_eq!(s.served_serial().await, new, "a new connection did not get the new certificate");

@@ -31,6 +31,9 @@ pub struct Loaded {
     /// This process's certificate: its serial (hex) and when it expires (Unix seconds).
     pub serial: String,
     pub not_after_unix_s: i64,
+    /// When the first CA certificate of the bundle to expire does (Unix seconds): past it,
+    /// certificates it issued stop verifying.
+    pub ca_not_after_unix_s: i64,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -56,8 +59,12 @@ impl Loaded {
         let dir = files.dir.clone();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
+        let mut ca_not_after_unix_s = i64::MAX;
         for der in CertificateDer::pem_slice_iter(files.ca_pem.as_bytes()) {
             let der = der.map_err(|e| bad(&dir, CA_CERT_FILE, format!("not PEM: {e}")))?;
+            let (_, ca) = x509_parser::parse_x509_certificate(&der)
+                .map_err(|e| bad(&dir, CA_CERT_FILE, format!("not an X.509 certificate: {e}")))?;
+            ca_not_after_unix_s = ca_not_after_unix_s.min(ca.validity().not_after.timestamp());
             roots.add(der).map_err(|e| bad(&dir, CA_CERT_FILE, format!("not a usable CA certificate: {e}")))?;
         }
         if roots.is_empty() {
@@ -119,7 +126,16 @@ impl Loaded {
             .with_single_cert(chain.clone(), key)
             .map_err(|e| bad(&dir, KEY_FILE, format!("does not go with {CERT_FILE}: {e}")))?;
         server.alpn_protocols = vec![ALPN_H2.to_vec()];
-        Ok(Loaded { files, server: Arc::new(server), verifier: checking, chain, revoked, serial, not_after_unix_s })
+        Ok(Loaded {
+            files,
+            server: Arc::new(server),
+            verifier: checking,
+            chain,
+            revoked,
+            serial,
+            not_after_unix_s,
+            ca_not_after_unix_s,
+        })
     }
 
     /// Whether this process's own certificate verifies against its own CA bundle and CRL the

@@ -144,6 +144,7 @@ async fn answer(ctx: &Arc<Ctx>, mut stream: TcpStream) -> std::io::Result<Stream
 fn render_metrics(ctx: &Ctx) -> String {
     let raft = ctx.replica.metrics();
     let writes = ctx.replica.write_counts();
+    ctx.metrics.set_tls_not_after(ctx.transport.not_after());
     ctx.replica.read_local(|s| ctx.metrics.render(s, &raft, &writes))
 }
 

@@ -34,6 +34,9 @@ pub const MAX_QUEUE_POOL_SERIES: usize = 2_000;
 
 type GaugeF = Gauge<f64, AtomicU64>;
 
+/// The certificates' expiry, present only under TLS (not under `--insecure`).
+pub const TLS_METRIC_NAME: &str = "baton_tls_not_after_seconds";
+
 /// A replica's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -52,6 +55,8 @@ pub struct Metrics {
     nodes: Family<Labels, Gauge>,
     series_dropped: Gauge,
     state_applied_index: Gauge,
+    // This process's certificates.
+    tls_not_after: Family<Labels, Gauge>,
     // Raft.
     raft_term: Gauge,
     raft_is_leader: Gauge,
@@ -109,6 +114,7 @@ impl Metrics {
             pool_gpus_capacity: Family::default(),
             nodes: Family::default(),
             series_dropped: Gauge::default(),
+            tls_not_after: Family::default(),
             state_applied_index: Gauge::default(),
             raft_term: Gauge::default(),
             raft_is_leader: Gauge::default(),
@@ -182,6 +188,11 @@ impl Metrics {
         );
         r.register("baton_pool_gpus_capacity", "GPUs of the pool's ready nodes", self.pool_gpus_capacity.clone());
         r.register("baton_nodes", "Nodes by status", self.nodes.clone());
+        r.register(
+            TLS_METRIC_NAME,
+            "When the certificate this replica serves (cert=own) and the first CA certificate of its bundle to expire (cert=ca) expire, in Unix seconds, as of the latest reload; absent under --insecure",
+            self.tls_not_after.clone(),
+        );
         r.register(
             "baton_metrics_series_dropped",
             "Queue and pool series left out of this scrape by the series bound",
@@ -332,6 +343,14 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+
+    /// The expiry of the certificates in force (`Transport::not_after`, read at each scrape
+    /// so that a reload shows at once); `None` under `--insecure` leaves the family empty.
+    pub fn set_tls_not_after(&self, not_after: Option<baton_proto::tls::NotAfter>) {
+        let Some(n) = not_after else { return };
+        self.tls_not_after.get_or_create(&vec![("cert", "own".to_string())]).set(n.own_unix_s);
+        self.tls_not_after.get_or_create(&vec![("cert", "ca".to_string())]).set(n.ca_unix_s);
     }
 
     fn refresh_raft(&self, m: &baton_raft::ReplicaMetrics) {

@@ -205,3 +205,18 @@ mod state_gauges {
         }
     }
 }
+
+#[test]
+fn the_certificates_expiry_is_shown_only_under_tls() {
+    let m = Metrics::new();
+    m.set_tls_not_after(None);
+    let text = m.render(&baton_model::State::new(), &raft_metrics(), &Default::default());
+    assert!(!text.contains("baton_tls_not_after_seconds{"), "a series under --insecure:\n{text}");
+    m.set_tls_not_after(Some(baton_proto::tls::NotAfter { own_unix_s: 1_900_000_000, ca_unix_s: 2_000_000_000 }));
+    let text = m.render(&baton_model::State::new(), &raft_metrics(), &Default::default());
+    for want in
+        ["baton_tls_not_after_seconds{cert=\"own\"} 1900000000", "baton_tls_not_after_seconds{cert=\"ca\"} 2000000000"]
+    {
+        assert!(text.contains(want), "no {want:?} in\n{text}");
+    }
+}
