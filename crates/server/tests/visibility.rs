@@ -234,3 +234,30 @@ async fn watch_shows_others_events_only_as_each_queue_allows() {
     assert!(seen.iter().any(|e| e.job == "j-own") && seen.iter().any(|e| e.job == "late-own"), "{seen:?}");
     assert!(seen.iter().all(|e| !e.message.is_empty()), "{seen:?}");
 }
+
+/// A job hidden from a caller is as unknown to a cancel, pause or resume as to a get: the
+/// refusal must not say whose it is, nor that it exists. Others' jobs in a visible queue
+/// are still refused as someone else's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acting_on_a_hidden_job_is_answered_as_for_one_that_does_not_exist() {
+    let (cluster, _agent) = setup().await;
+    let mut bob = client(&cluster.addrs()[0], BOB).await;
+    let missing = bob.cancel_job(JobRef { name: "no-such-job".into(), ..Default::default() }).await.unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    let mut alice = client(&cluster.addrs()[0], ALICE).await;
+    let own_id = alice.get_job(JobRef { name: "j-own".into(), ..Default::default() }).await.unwrap().into_inner().id;
+    for r in [JobRef { name: "j-own".into(), ..Default::default() }, JobRef { id: own_id, ..Default::default() }] {
+        for e in [
+            bob.cancel_job(r.clone()).await.unwrap_err(),
+            bob.pause_job(r.clone()).await.unwrap_err(),
+            bob.resume_job(r.clone()).await.unwrap_err(),
+        ] {
+            assert_eq!(e.code(), Code::NotFound, "{r:?}: {e:?}");
+            assert!(!e.message().contains("alice"), "names the owner: {e:?}");
+        }
+    }
+    let e = bob.cancel_job(JobRef { name: "j-all".into(), ..Default::default() }).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    // Its owner still acts on it.
+    alice.cancel_job(JobRef { name: "j-own".into(), ..Default::default() }).await.unwrap();
+}

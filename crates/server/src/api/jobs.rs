@@ -53,13 +53,16 @@ fn unknown(key: &str) -> Status {
 }
 
 /// The job a cancel, pause or resume acts on: `r.id` when set, else the name (or id as
-/// text) resolved once here; the command then carries the id, never the name.
-pub async fn resolve(api: &Api, r: &JobRef) -> Result<JobId, Status> {
+/// text) resolved once here; the command then carries the id, never the name. A job
+/// hidden from `who` (its queue's visibility `own`) is unknown, as to a get: refused as
+/// someone else's, the answer would say that it exists and whose it is.
+pub async fn resolve(api: &Api, who: &Caller, r: &JobRef) -> Result<JobId, Status> {
+    let seen = |s: &State, j: &Job| visible::view(s, who, j) != View::Hidden;
     if r.id != 0 {
-        let known = api.read(|s| s.job(r.id).is_some()).await?;
+        let known = api.read(|s| s.job(r.id).is_some_and(|j| seen(s, j))).await?;
         return if known { Ok(r.id) } else { Err(unknown(&r.id.to_string())) };
     }
-    api.read(|s| find(s, &r.name).map(|j| j.id)).await?.ok_or_else(|| unknown(&r.name))
+    api.read(|s| find(s, &r.name).filter(|j| seen(s, j)).map(|j| j.id)).await?.ok_or_else(|| unknown(&r.name))
 }
 
 /// The job as `who` may see it (`None`: not at all): its environment (secrets, often) only

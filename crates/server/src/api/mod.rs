@@ -137,17 +137,17 @@ impl Baton for Api {
     }
     async fn cancel_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
-        let job = jobs::resolve(self, &r.into_inner()).await?;
+        let job = jobs::resolve(self, &who, &r.into_inner()).await?;
         self.ack(&who, Op::Cancel { job }).await
     }
     async fn pause_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
-        let job = jobs::resolve(self, &r.into_inner()).await?;
+        let job = jobs::resolve(self, &who, &r.into_inner()).await?;
         self.ack(&who, Op::Pause { job }).await
     }
     async fn resume_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
-        let job = jobs::resolve(self, &r.into_inner()).await?;
+        let job = jobs::resolve(self, &who, &r.into_inner()).await?;
         self.ack(&who, Op::Resume { job }).await
     }
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {
