@@ -134,13 +134,14 @@ impl State {
                     // It exited 0 and was reported: gone by design, not lost.
                     return Err(ApplyError::invalid("observations", format!("rank {rank} of job {job} already ended")));
                 }
-                self.rank_lost(
-                    node,
-                    job,
-                    Lost::KilledHere,
-                    LeaseStop { attempt, rank, checkpointed: false, rank_saved },
-                    ev,
-                )
+                // A rank that saved its work before it ended here (a lease stop whose own
+                // report was lost) completes the job's checkpoint once every other rank of the
+                // attempt has ended saved too.
+                let others_saved = (0..j.ranked().len() as u32)
+                    .filter(|&r| r != rank)
+                    .all(|r| j.ended_ranks.get(&r).copied().unwrap_or(false));
+                let checkpointed = rank_saved && others_saved;
+                self.rank_lost(node, job, Lost::KilledHere, LeaseStop { attempt, rank, checkpointed, rank_saved }, ev)
             }
             Observed::Stray { job, attempt, rank } => {
                 if !self.d.jobs.contains_key(&job) {
@@ -545,6 +546,27 @@ mod tests {
         assert!(report(&mut s, "n2", vec![killed(job, 1, 1)]).is_empty());
         let j = s.job(job).unwrap();
         assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, false), "rank 1 saved nothing");
+    }
+
+    /// CI, e2e partitions seed 1: an agent whose lease ran out stopped a job's only rank
+    /// with a checkpoint; asked by a new leader to run that attempt again, it reported the
+    /// rank ended there (`KilledHere`) with its save. The model ignored the save and the job
+    /// started again from zero. A rank killed here that saved its work counts as saved:
+    /// once every rank of the attempt has, the job resumes from it.
+    #[test]
+    fn a_rank_killed_here_after_saving_its_work_gives_the_job_its_checkpoint() {
+        let killed_saved = |job, rank| Observed::KilledHere { job, attempt: 1, rank, rank_saved: true };
+        let (mut s, job) = gang();
+        report(&mut s, "n2", vec![Observed::Exited { job, attempt: 1, rank: 1, exit_code: 0 }]);
+        assert!(report(&mut s, "n1", vec![killed_saved(job, 0)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true), "{}", j.reason);
+
+        // Only one rank saved: not a checkpoint of the job (yet).
+        let (mut s, job) = gang();
+        assert!(report(&mut s, "n1", vec![killed_saved(job, 0)]).is_empty());
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, false), "{}", j.reason);
     }
 
     /// An agent whose lease ran out stopped its rank (issue 9): the job must not stay
