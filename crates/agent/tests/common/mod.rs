@@ -111,27 +111,13 @@ impl Gateway {
     /// Sends the whole desired state of the node.
     pub fn set(&self, term: u64, assignments: Vec<Assignment>) {
         *self.fake.reply_term.lock().unwrap() = term;
-        self.fake.directive.send_replace(Some(Directive {
-            term,
-            leader_id: 1,
-            assignments,
-            heartbeat_timeout_ms: 5_000,
-            lease_ms: 0,
-            state_index: 0,
-        }));
+        self.send(Directive { term, leader_id: 1, assignments, ..directive() });
     }
 
     /// Sends a directive built from a state that had applied `state_index` commands,
     /// without changing the term the fake answers reports with.
     pub fn send_built_at(&self, term: u64, state_index: u64, assignments: Vec<Assignment>) {
-        self.fake.directive.send_replace(Some(Directive {
-            term,
-            leader_id: 1,
-            assignments,
-            heartbeat_timeout_ms: 5_000,
-            lease_ms: 0,
-            state_index,
-        }));
+        self.send(Directive { term, leader_id: 1, assignments, state_index, ..directive() });
     }
 
     /// The `state_index` report replies carry from now on: the leader's state has moved on
@@ -147,14 +133,11 @@ impl Gateway {
 
     /// Sends a directive as leader `leader_id`, without changing the reply term.
     pub fn send_from(&self, term: u64, leader_id: u64, assignments: Vec<Assignment>) {
-        self.fake.directive.send_replace(Some(Directive {
-            term,
-            leader_id,
-            assignments,
-            heartbeat_timeout_ms: 5_000,
-            lease_ms: 0,
-            state_index: 0,
-        }));
+        self.send(Directive { term, leader_id, assignments, ..directive() });
+    }
+
+    fn send(&self, d: Directive) {
+        self.fake.directive.send_replace(Some(d));
     }
 
     /// The term the fake answers reports with (a deposed leader answers a lower one).
@@ -205,6 +188,11 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// What every directive of the fake says besides its term, leader and assignments.
+fn directive() -> Directive {
+    Directive { heartbeat_timeout_ms: 5_000, ..Default::default() }
 }
 
 pub fn config(dir: &Path, servers: &[SocketAddr]) -> AgentConfig {

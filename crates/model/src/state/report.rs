@@ -134,14 +134,13 @@ impl State {
                     // It exited 0 and was reported: gone by design, not lost.
                     return Err(ApplyError::invalid("observations", format!("rank {rank} of job {job} already ended")));
                 }
-                // A rank that saved its work before it ended here (a lease stop whose own
-                // report was lost) completes the job's checkpoint once every other rank of the
-                // attempt has ended saved too.
-                let others_saved = (0..j.ranked().len() as u32)
-                    .filter(|&r| r != rank)
-                    .all(|r| j.ended_ranks.get(&r).copied().unwrap_or(false));
-                let checkpointed = rank_saved && others_saved;
-                self.rank_lost(node, job, Lost::KilledHere, LeaseStop { attempt, rank, checkpointed, rank_saved }, ev)
+                self.rank_lost(
+                    node,
+                    job,
+                    Lost::KilledHere,
+                    LeaseStop { attempt, rank, checkpointed: false, rank_saved },
+                    ev,
+                )
             }
             Observed::Stray { job, attempt, rank } => {
                 if !self.d.jobs.contains_key(&job) {
@@ -212,7 +211,12 @@ impl State {
         // (`late_checkpoint` reads it back once the job is requeued).
         let j = self.d.jobs.get_mut(&job).expect("checked");
         j.ended_ranks.insert(rank, rank_saved);
-        if checkpointed {
+        // The same tally as a stop's: once every rank of the attempt has ended saved (a rank
+        // killed here after its lease stop saved, whose own report was lost), the job has
+        // its checkpoint, whatever this report says of the whole job.
+        let world = j.replicas.len().max(1);
+        let all_saved = j.ended_ranks.len() >= world && j.ended_ranks.values().all(|s| *s);
+        if checkpointed || all_saved {
             j.has_checkpoint = true;
         }
         let saved = if rank_saved { "after a checkpoint" } else { "without a checkpoint" };
