@@ -138,7 +138,9 @@ async fn a_restarted_agent_readopts_its_replicas_and_reports_exits_it_missed() {
 
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     wait_for(5, "job 2's exit reported", || (!exited_of(&gw.observations(), 2).is_empty()).then_some(())).await;
-    assert_eq!(exited_of(&gw.observations(), 2), vec![7]);
+    // Said once or more: the fake keeps asking to RUN job 2, and a RUN of a replica whose
+    // exit ended its job is answered with that exit again (reports are at least once).
+    assert_one_code(&exited_of(&gw.observations(), 2), 7);
     wait_for(5, "job 1 reported running", || {
         gw.last_report().filter(|r| r.running.iter().any(|x| x.job_id == 1 && x.phase() == ReplicaPhase::Running))
     })
@@ -149,7 +151,7 @@ async fn a_restarted_agent_readopts_its_replicas_and_reports_exits_it_missed() {
     // The adopted replica's own exit is noticed and reported with its code.
     std::fs::write(&go1, b"").unwrap();
     wait_for(5, "job 1's exit reported", || (!exited_of(&gw.observations(), 1).is_empty()).then_some(())).await;
-    assert_eq!(exited_of(&gw.observations(), 1), vec![5]);
+    assert_one_code(&exited_of(&gw.observations(), 1), 5);
     assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 2, "nothing started twice");
     agent.shutdown().await.unwrap();
 }
@@ -480,4 +482,9 @@ async fn a_run_of_a_replica_killed_as_unwanted_is_answered_with_its_end() {
     .await;
     assert_eq!(std::fs::read_to_string(&started).unwrap().lines().count(), 1, "started once");
     agent.shutdown().await.unwrap();
+}
+
+/// Every report of a replica's exit says `code`, and there is at least one.
+fn assert_one_code(codes: &[i32], code: i32) {
+    assert!(!codes.is_empty() && codes.iter().all(|c| *c == code), "exit codes reported: {codes:?}");
 }
