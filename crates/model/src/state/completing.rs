@@ -27,7 +27,7 @@ use crate::alloc::ReplicaAlloc;
 use crate::command::Observed;
 use crate::error::ApplyError;
 use crate::event::Event;
-use crate::job::{JobId, JobState};
+use crate::job::JobId;
 use crate::name::Name;
 
 /// The ranks of one job's last attempt that still hold their share of a node.
@@ -52,6 +52,13 @@ pub struct LastPlaced {
     pub ranks: BTreeMap<u32, Name>,
     /// Ranks whose stop saved their work.
     pub saved: BTreeSet<u32>,
+}
+
+impl LastPlaced {
+    /// Every rank is known to have saved its work: no late report can add to it.
+    pub fn complete(&self) -> bool {
+        self.saved.len() == self.ranks.len()
+    }
 }
 
 /// What ended attempts leave behind, replicated: the completing ranks, and the last
@@ -213,28 +220,49 @@ impl State {
 impl State {
     /// Remembers where the job's attempt ran as it ends (`release`), for a late report of
     /// the checkpoint its stop wrote; the ranks already known to have saved their work count.
+    /// One attempt per job is remembered: this one, unless every rank's end is known (each
+    /// reported it, none is completing or was on a lost node) while an older attempt still
+    /// waits for a late save (chaos seeds 5001 and 5003: a lost attempt's save reported after
+    /// the next attempt was preempted). A later report can change nothing of this one then.
     pub(super) fn remember_placement(&mut self, id: JobId) {
         let job = &self.d.jobs[&id];
         if job.replicas.is_empty() {
             return;
         }
-        let ranks = job.ranked().into_iter().enumerate().map(|(rank, r)| (rank as u32, r.node.clone())).collect();
+        let ranks: BTreeMap<u32, Name> =
+            job.ranked().into_iter().enumerate().map(|(rank, r)| (rank as u32, r.node.clone())).collect();
+        let lost = |node: &Name| self.d.nodes.get(node).is_none_or(|n| n.status == crate::node::NodeStatus::Lost);
+        let known = ranks.iter().all(|(rank, node)| job.ended_ranks.contains_key(rank) && !lost(node));
+        let older_waits = self.after.last_placed.get(&id).is_some_and(|lp| lp.attempt < job.attempt && !lp.complete());
+        if known && older_waits {
+            return;
+        }
         let saved = job.ended_ranks.iter().filter(|(_, saved)| **saved).map(|(rank, _)| *rank).collect();
         self.after.last_placed.insert(id, LastPlaced { attempt: job.attempt, ranks, saved });
     }
 
-    /// The job starts again, or has finished: a late report of an older stop changes nothing.
+    /// The job has finished: a late report of an older stop changes nothing.
     pub(super) fn forget_placement(&mut self, id: JobId) {
         self.after.last_placed.remove(&id);
     }
 
-    /// A stop that saved its work, reported after the job went back to the queue (an agent
-    /// cut off for longer than the heartbeat timeout reports its lease stop once it is back,
-    /// after its node was declared lost). It counts for the job's last attempt, from the node
-    /// that rank ran on, while no newer attempt has started (one that runs must not be changed
-    /// under it; it started from the checkpoint known then). Once every rank of that attempt
-    /// has saved its work, the next attempt resumes from it (not in mode requeue, which starts
-    /// over). Returns whether the report was such a one.
+    /// The job starts again: the attempt remembered is kept while some of its ranks may
+    /// still be reported to have saved their work (the next attempts resume from it).
+    pub(super) fn keep_placement_while_waiting(&mut self, id: JobId) {
+        if self.after.last_placed.get(&id).is_some_and(LastPlaced::complete) {
+            self.forget_placement(id);
+        }
+    }
+
+    /// A stop that saved its work, reported late: an agent cut off for longer than the
+    /// heartbeat timeout reports its lease stop once it is back, after its node was declared
+    /// lost and the job requeued, perhaps after a newer attempt started. It counts for the
+    /// attempt remembered (`remember_placement`), from the node that rank ran on, while the
+    /// job has not finished. Once every rank of that attempt has saved its work, the
+    /// attempts after it resume from it (not in mode requeue, which starts over): every rank
+    /// holds that checkpoint or a newer one a later attempt wrote, the rule a gang resumes
+    /// by. An attempt that runs is not changed (it was started as it was). Returns whether
+    /// the report was such a one.
     pub(super) fn late_checkpoint(&mut self, node: &Name, o: &Observed, ev: &mut Vec<Event>) -> bool {
         let (job, attempt, rank) = match *o {
             Observed::Stopped { job, attempt, rank, checkpointed: true }
@@ -243,15 +271,15 @@ impl State {
             _ => return false,
         };
         let Some(j) = self.d.jobs.get(&job) else { return false };
-        let waiting = matches!(j.state, JobState::Pending | JobState::Paused) && j.attempt == attempt;
-        let Some(lp) = self.after.last_placed.get_mut(&job).filter(|lp| waiting && lp.attempt == attempt) else {
+        let remembered = !j.state.is_finished() && j.attempt >= attempt;
+        let Some(lp) = self.after.last_placed.get_mut(&job).filter(|lp| remembered && lp.attempt == attempt) else {
             return false;
         };
         if lp.ranks.get(&rank) != Some(node) {
             return false;
         }
         lp.saved.insert(rank);
-        let all = lp.saved.len() == lp.ranks.len();
+        let all = lp.complete();
         let resumable = j.spec.preemption_mode != crate::job::PreemptionMode::Requeue;
         if all && resumable && !j.has_checkpoint {
             let now = self.d.now_ms;
@@ -259,7 +287,7 @@ impl State {
             j.has_checkpoint = true;
             j.progress_mark_ms = now;
             let message = format!(
-                "attempt {attempt}'s stop saved its work (reported late, by node {node}): the next attempt resumes from it"
+                "attempt {attempt}'s stop saved its work (reported late, by node {node}): the attempts after it resume from it"
             );
             self.job_event(job, crate::event::EventKind::Stopped { checkpointed: true }, message, ev);
         }

@@ -70,7 +70,7 @@ impl State {
         // A preemptor's reservation becomes its occupancy (the ledger gives it up in `place`).
         self.d.reservations.remove(&id);
         self.drop_pool_reservation(id);
-        self.forget_placement(id);
+        self.keep_placement_while_waiting(id);
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);

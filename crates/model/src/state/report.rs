@@ -73,7 +73,8 @@ impl State {
         if !matches!(o, Observed::Unkillable { .. })
             && let Some(done) = self.observe_completing(node, &o)
         {
-            return done;
+            // A late save of an older attempt whose newer one is completing counted above.
+            return if late { Ok(()) } else { done };
         }
         if late {
             return Ok(());
