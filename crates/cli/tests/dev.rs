@@ -166,3 +166,64 @@ fn a_child_that_exits_at_start_is_named_with_the_end_of_its_log() {
     assert!(!out.status.success());
     assert!(err.contains("replica 1 exited") && err.contains("--metrics-listen"), "{err}");
 }
+
+/// `baton dev` killed outright (SIGKILL: a timeout, the OOM killer) cannot stop its
+/// children itself; they stop because the kernel tells them their parent is gone, instead
+/// of running on and holding the ports of the next run (a benchmark killed by `timeout`
+/// once left a replica running).
+#[test]
+fn a_dev_cluster_killed_outright_takes_its_replicas_and_agents_with_it() {
+    // Another base than the test above, which runs at the same time in this process.
+    let base = 10_000 + ((std::process::id() + 750) % 1_500) as u16 * 6;
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(BATON)
+        .args(["dev", "--port", &base.to_string(), "--dir"])
+        .arg(dir.path())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut dev = Kill(child);
+    let out = dev.0.stdout.take().unwrap();
+    for line in BufReader::new(out).lines() {
+        if line.unwrap().starts_with("Press Ctrl-C") {
+            break;
+        }
+    }
+    let children = children_of(dev.0.id());
+    assert_eq!(children.len(), 5, "3 replicas and 2 agents: {children:?}");
+    // SAFETY: kill(2) on the child this test started.
+    unsafe { libc::kill(dev.0.id() as i32, libc::SIGKILL) };
+    let _ = dev.0.wait();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut left = children.clone();
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        left.retain(|&pid| alive(pid));
+    }
+    assert!(left.is_empty(), "still running after `baton dev` was killed: {left:?}");
+}
+
+/// Pids of the processes whose parent is `parent` (from /proc).
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // After the command name in parentheses: state, then the parent's pid.
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        if rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Whether `pid` runs (a zombie waiting for its reaper counts as gone).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().next() != Some("Z")))
+        .unwrap_or(false)
+}

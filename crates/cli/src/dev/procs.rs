@@ -62,7 +62,12 @@ fn admin_token(dir: &Path) -> Result<(String, PathBuf), String> {
 fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, String> {
     let file = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
-    let child = Command::new(exe)
+    let mut command = Command::new(exe);
+    // SAFETY: between fork and exec the closure only calls prctl, which is async-signal-safe.
+    unsafe {
+        command.pre_exec(die_with_parent);
+    }
+    let child = command
         .args(args)
         // The flags given here choose the transport, not what the user's shell exports.
         .env_remove("BATON_INSECURE")
@@ -75,6 +80,16 @@ fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, 
         .spawn()
         .map_err(|e| format!("cannot start {name}: {e}"))?;
     Ok(Proc { name: name.to_string(), child, log })
+}
+
+/// Asks the kernel to send the child SIGTERM when the thread that started it ends: a
+/// benchmark or `baton dev` killed outright (a timeout's SIGKILL, OOM) would otherwise leave
+/// its replicas and agents running, holding their ports for the next run. The spawning
+/// thread is the runtime's (main or worker), which lives as long as the process.
+fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and touches no memory.
+    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) };
+    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
 /// How a cluster started here is secured.
