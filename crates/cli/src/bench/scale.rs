@@ -4,8 +4,11 @@
 //! 2. a backlog submitted through the API: submissions/s and submit latency;
 //! 3. placing the backlog: time until every job has been told to run on a node, and
 //!    submit-to-running per job (submit sent -> the node's directive says run);
+//!    meanwhile each replica's apply lag, sampled from its /metrics;
 //! 4. steady state with the jobs running: leader CPU and memory, directive and report bytes/s;
-//! 5. a leader kill: time until every node has a directive of a newer term (reattached to the
+//! 5. preemption: urgent jobs submitted at once into the (full) cluster, submit-to-running of
+//!    each, its victim's stop included;
+//! 6. a leader kill: time until every node has a directive of a newer term (reattached to the
 //!    new leader and sent its whole desired state), and nodes declared lost meanwhile.
 
 use std::sync::Arc;
@@ -18,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::load::Caller;
 use super::simagents::{self, Fleet, Seen};
-use super::submit::{channel, client, leader, submit_request};
+use super::submit::{Backlog, channel, client, leader, submit_of_class};
 use super::{percentiles_line, procstat, runtime};
 use crate::dev::METRICS_PORT_OFFSET;
 use crate::dev::procs::{Children, Security};
@@ -57,6 +60,10 @@ pub struct ScaleArgs {
     /// machine short of CPU a longer one keeps the load from causing elections.
     #[arg(long, default_value_t = baton_raft::RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
+    /// Urgent one-GPU jobs (class `interactive`, above the backlog's `train`) submitted at
+    /// once after the steady state: in a full cluster each preempts a running job. 0: skip.
+    #[arg(long, default_value_t = 100)]
+    pub preemptors: u32,
     /// Skip the leader kill.
     #[arg(long)]
     pub no_kill: bool,
@@ -67,6 +74,11 @@ pub struct ScaleArgs {
 
 const MAX_NODES: u32 = 100_000;
 const MAX_CLIENTS: u32 = 4_096;
+const MAX_PREEMPTORS: u32 = 100_000;
+/// Clients that submit the urgent jobs (each sends its share back to back).
+const PREEMPTOR_CLIENTS: u32 = 16;
+/// How often the apply-lag sampler reads every replica's /metrics.
+const LAG_SAMPLE_MS: u64 = 250;
 /// How often the benchmark looks at the progress it waits for.
 const POLL_MS: u64 = 10;
 /// The servers' heartbeat timeout (their default): after a leader kill the benchmark waits
@@ -98,6 +110,9 @@ fn check(a: &ScaleArgs) -> Result<(), String> {
     }
     if a.clients == 0 || a.clients > MAX_CLIENTS {
         return Err(format!("--clients {}: must be 1 to {MAX_CLIENTS}", a.clients));
+    }
+    if a.preemptors > MAX_PREEMPTORS {
+        return Err(format!("--preemptors {}: must be 0 to {MAX_PREEMPTORS}", a.preemptors));
     }
     if a.backlog == 0 {
         return Err("--backlog: must be above 0".into());
@@ -146,10 +161,15 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
     let (_, name) = leader(&servers).await?;
     let pid = children.pid(&name).ok_or("the leader is not running")?;
     let usage = Usage::start(pid, &seen);
+    let cycles_before = cycles(a.port, &name).await;
+    let lag = Lag::start(a.port);
     let first_submit = Instant::now();
-    let acknowledged = submit_backlog(a, &servers, &seen).await?;
-    let placed = wait_started(&seen, acknowledged, first_submit, timeout).await;
+    let acknowledged = submit_backlog(a, &servers, &seen, Backlog::Train, a.backlog, a.clients).await?;
+    // A backlog larger than the cluster leaves the rest waiting: all that fits is the goal.
+    let fits = acknowledged.min(capacity);
+    let placed = wait_started(&seen, fits, first_submit, timeout).await;
     let placing = usage.stop(pid, &seen);
+    let lag = lag.stop().await;
     println!(
         "placing: {} of {acknowledged} acknowledged jobs running {:.1} s after the first submit",
         placed.0, placed.1
@@ -158,18 +178,27 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
     if now_leader != name {
         println!("  (the leader changed from {name} to {now_leader} meanwhile: the CPU below is {name}'s)");
     }
-    if placed.0 < acknowledged {
-        println!("  (not all placed within --timeout-s {}; capacity is {capacity} GPUs)", a.timeout_s);
+    if placed.0 < fits {
+        println!("  (not all that fits placed within --timeout-s {}; capacity is {capacity} GPUs)", a.timeout_s);
     }
     let mut ms = std::mem::take(&mut *seen.to_running_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     println!("  submit -> running {}", percentiles_line(&mut ms));
     placing.print("  while submitting and placing");
+    lag.print("  apply lag while submitting and placing");
+    print_cycles(a.port, &name, cycles_before, "  while submitting and placing").await;
 
     let (_, name) = leader(&servers).await?;
     let pid = children.pid(&name).ok_or("the leader is not running")?;
     let usage = Usage::start(pid, &seen);
+    let cycles_before = cycles(a.port, &name).await;
     tokio::time::sleep(Duration::from_secs(a.steady_s)).await;
     usage.stop(pid, &seen).print(&format!("steady state, jobs running, leader {name}"));
+    print_cycles(a.port, &name, cycles_before, "  steady state").await;
+    if a.preemptors > 0 {
+        let cycles_before = cycles(a.port, &name).await;
+        preemption(a, &servers, &seen, timeout).await?;
+        print_cycles(a.port, &name, cycles_before, "  while preempting").await;
+    }
     if !a.no_kill {
         let (_, name) = leader(&servers).await?;
         leader_kill(a, children, &seen, &name).await?;
@@ -238,13 +267,21 @@ impl Window {
     }
 }
 
-/// Submits the backlog from `a.clients` clients sharing one counter; the jobs acknowledged.
-async fn submit_backlog(a: &ScaleArgs, servers: &[String], seen: &Arc<Seen>) -> Result<u64, String> {
-    let left = Arc::new(AtomicU64::new(u64::from(a.backlog)));
+/// Submits `jobs` jobs of `kind` from `clients` clients sharing one counter; the jobs
+/// acknowledged.
+async fn submit_backlog(
+    a: &ScaleArgs,
+    servers: &[String],
+    seen: &Arc<Seen>,
+    kind: Backlog,
+    jobs: u32,
+    clients: u32,
+) -> Result<u64, String> {
+    let left = Arc::new(AtomicU64::new(u64::from(jobs)));
     let mut callers = Vec::new();
-    for id in 0..a.clients {
+    for id in 0..clients.min(a.clients) {
         let addr = &servers[id as usize % servers.len()];
-        callers.push(Backlog { client: client(channel(addr).await?), id, seen: seen.clone() });
+        callers.push(Submitter { client: client(channel(addr).await?), id, kind, seen: seen.clone() });
     }
     let t = Instant::now();
     let out = drive_until_empty(callers, &left).await;
@@ -264,15 +301,16 @@ async fn submit_backlog(a: &ScaleArgs, servers: &[String], seen: &Arc<Seen>) -> 
     Ok(out.0)
 }
 
-struct Backlog {
+struct Submitter {
     client: baton_proto::v1::baton_client::BatonClient<tonic::transport::Channel>,
     id: u32,
+    kind: Backlog,
     seen: Arc<Seen>,
 }
 
-impl Caller for Backlog {
+impl Caller for Submitter {
     async fn call(&mut self, seq: u64) -> Result<(), String> {
-        let req = submit_request(self.id, seq);
+        let req = submit_of_class(self.kind, self.id, seq);
         if let Some(spec) = &req.spec {
             self.seen.submitted_now(spec.name.clone());
         }
@@ -281,7 +319,7 @@ impl Caller for Backlog {
 }
 
 /// Runs the callers until `left` jobs have been taken; (ok, errors, latencies, first error).
-async fn drive_until_empty(callers: Vec<Backlog>, left: &Arc<AtomicU64>) -> (u64, u64, Vec<f64>, Option<String>) {
+async fn drive_until_empty(callers: Vec<Submitter>, left: &Arc<AtomicU64>) -> (u64, u64, Vec<f64>, Option<String>) {
     let mut tasks = Vec::new();
     for mut c in callers {
         let left = left.clone();
@@ -316,6 +354,103 @@ async fn drive_until_empty(callers: Vec<Backlog>, left: &Arc<AtomicU64>) -> (u64
         }
     }
     total
+}
+
+/// Urgent jobs submitted at once into the running cluster: each preempts a running backlog
+/// job when the cluster is full. Submit-to-running of each includes its victim's stop (the
+/// signal in a directive, the simulated agent's report of its checkpoint, the commit) and its
+/// own placement.
+async fn preemption(a: &ScaleArgs, servers: &[String], seen: &Arc<Seen>, timeout: Duration) -> Result<(), String> {
+    let stopped_before = seen.stopped.load(Ordering::Relaxed);
+    let started_before = seen.started.load(Ordering::Relaxed);
+    // Starts of backlog jobs still waiting would mix in; only the urgent jobs' are kept.
+    drop(std::mem::take(&mut *seen.to_running_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
+    seen.forget_submitted();
+    let t = Instant::now();
+    let acknowledged = submit_backlog(a, servers, seen, Backlog::Urgent, a.preemptors, PREEMPTOR_CLIENTS).await?;
+    let started = wait_urgent(seen, started_before, acknowledged, t, timeout).await;
+    let stops = seen.stopped.load(Ordering::Relaxed) - stopped_before;
+    println!(
+        "preemption: {} of {acknowledged} urgent jobs running {:.2} s after the first submit; {stops} running jobs stopped for them",
+        started.0, started.1
+    );
+    let mut ms = std::mem::take(&mut *seen.to_running_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    println!("  urgent submit -> running {}", percentiles_line(&mut ms));
+    Ok(())
+}
+
+/// (urgent jobs started, seconds since `t`) once all `n` started or at the timeout: the
+/// backlog's first starts were forgotten, so every start counted now is an urgent job's.
+async fn wait_urgent(seen: &Seen, before: u64, n: u64, t: Instant, timeout: Duration) -> (u64, f64) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let started = seen.started.load(Ordering::Relaxed) - before;
+        if started >= n || Instant::now() > deadline {
+            return (started, t.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+/// Samples every replica's apply lag while a phase runs: `baton_raft_apply_lag_entries`
+/// (entries appended but not applied) and how far each replica's applied index is behind
+/// the furthest one's.
+struct Lag {
+    task: tokio::task::JoinHandle<LagSeen>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct LagSeen {
+    samples: u64,
+    /// Most entries appended but not applied, on any replica.
+    most_unapplied: u64,
+    /// Most entries a replica's applied index was behind the furthest replica's.
+    most_behind: u64,
+}
+
+impl Lag {
+    fn start(port: u16) -> Lag {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut seen = LagSeen::default();
+            while !*stopped.borrow() {
+                seen.sample(port).await;
+                let _ = tokio::time::timeout(Duration::from_millis(LAG_SAMPLE_MS), stopped.changed()).await;
+            }
+            seen
+        });
+        Lag { task, stop }
+    }
+
+    async fn stop(self) -> LagSeen {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+impl LagSeen {
+    async fn sample(&mut self, port: u16) {
+        let mut applied = Vec::new();
+        for i in 0..3 {
+            let Some(text) = metrics(port, i).await else { continue };
+            if let Some(n) = value(&text, "baton_raft_apply_lag_entries") {
+                self.most_unapplied = self.most_unapplied.max(n);
+            }
+            applied.extend(value(&text, "baton_raft_applied_index"));
+        }
+        if let (Some(hi), Some(lo)) = (applied.iter().max(), applied.iter().min()) {
+            self.most_behind = self.most_behind.max(hi - lo);
+        }
+        self.samples += 1;
+    }
+
+    fn print(&self, what: &str) {
+        println!(
+            "{what}: at most {} entries appended but not applied on a replica, a replica at most {} entries behind the furthest ({} samples, every {LAG_SAMPLE_MS} ms)",
+            self.most_unapplied, self.most_behind, self.samples
+        );
+    }
 }
 
 pub async fn wait_ready(servers: &[String], n: usize, timeout: Duration) -> Result<(), String> {
@@ -389,16 +524,52 @@ async fn leader_kill(a: &ScaleArgs, children: &mut Children, seen: &Seen, name: 
 
 /// `baton_nodes_lost` of replica `index` (0-based), from its /metrics.
 async fn nodes_lost(port: u16, index: usize) -> Option<u64> {
-    let addr = format!("127.0.0.1:{}", port + METRICS_PORT_OFFSET + index as u16);
-    let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body)).await.ok()?.ok()?;
-    counter(&body, "baton_nodes_lost")
+    value(&metrics(port, index).await?, "baton_nodes_lost")
 }
 
-/// The value of counter `name` in a Prometheus text exposition (`name_total` or `name`).
-fn counter(text: &str, name: &str) -> Option<u64> {
+/// Replica `index`'s (0-based) /metrics text.
+async fn metrics(port: u16, index: usize) -> Option<String> {
+    let addr = format!("127.0.0.1:{}", port + METRICS_PORT_OFFSET + index as u16);
+    let read = async {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.ok()?;
+        Some(body)
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.ok()?
+}
+
+/// Replica `name`'s ("replica N") scheduling cycles so far: (count, seconds in them), from
+/// its `baton_cycle_seconds` histogram.
+async fn cycles(port: u16, name: &str) -> Option<(f64, f64)> {
+    let index = name.trim_start_matches("replica ").parse::<usize>().ok()?.checked_sub(1)?;
+    let text = metrics(port, index).await?;
+    Some((float(&text, "baton_cycle_seconds_count")?, float(&text, "baton_cycle_seconds_sum")?))
+}
+
+/// Prints the cycles `name` ran since `before` (from `cycles`), if both reads worked.
+async fn print_cycles(port: u16, name: &str, before: Option<(f64, f64)>, what: &str) {
+    let (Some((n0, s0)), Some((n1, s1))) = (before, cycles(port, name).await) else {
+        println!("{what}: the leader's cycles could not be read from its /metrics");
+        return;
+    };
+    let n = n1 - n0;
+    let mean_ms = if n > 0.0 { (s1 - s0) / n * 1000.0 } else { 0.0 };
+    println!("{what}: {n:.0} scheduling cycles on {name}, {:.1} s in them, {mean_ms:.1} ms each on average", s1 - s0);
+}
+
+/// The value of `name` as a float (histogram sums are).
+fn float(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (key, value) = l.split_once(' ')?;
+        (key == name).then(|| value.trim().parse::<f64>().ok())?
+    })
+}
+
+/// The value of counter or gauge `name` in a Prometheus text exposition (`name_total` or
+/// `name`, without labels).
+fn value(text: &str, name: &str) -> Option<u64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
         let (key, value) = l.split_once(' ')?;
         (key == name || key == format!("{name}_total")).then(|| value.trim().parse::<f64>().ok().map(|v| v as u64))?
@@ -412,8 +583,8 @@ mod tests {
     #[test]
     fn a_counter_is_read_with_or_without_its_total_suffix() {
         let text = "# HELP baton_nodes_lost Nodes declared lost\nbaton_nodes_lost_total 3\nbaton_other 9\n";
-        assert_eq!(counter(text, "baton_nodes_lost"), Some(3));
-        assert_eq!(counter("baton_nodes_lost 2\n", "baton_nodes_lost"), Some(2));
-        assert_eq!(counter("baton_other 9\n", "baton_nodes_lost"), None);
+        assert_eq!(value(text, "baton_nodes_lost"), Some(3));
+        assert_eq!(value("baton_nodes_lost 2\n", "baton_nodes_lost"), Some(2));
+        assert_eq!(value("baton_other 9\n", "baton_nodes_lost"), None);
     }
 }

@@ -82,6 +82,11 @@ impl Seen {
         self.lock_submitted().insert(job, Instant::now());
     }
 
+    /// Forgets the jobs submitted and not started yet: their starts are no longer counted.
+    pub fn forget_submitted(&self) {
+        self.lock_submitted().clear();
+    }
+
     fn lock_submitted(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
         self.submitted.lock().unwrap_or_else(PoisonError::into_inner)
     }

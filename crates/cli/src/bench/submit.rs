@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::SubmitRequest;
 use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::{Queue, SubmitRequest, WithinQueue};
 use clap::Args;
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
@@ -94,8 +94,27 @@ fn check(a: &SubmitArgs) -> Result<(), String> {
 
 /// The submit every client sends: a one-GPU job with a unique name.
 pub fn submit_request(client: u32, seq: u64) -> SubmitRequest {
-    let name = format!("c{client}-{seq}");
-    let spec = gpu_job(&name, QUEUE, "train", 1, 1, vec!["sleep".into(), "3600".into()]);
+    submit_of_class(Backlog::Train, client, seq)
+}
+
+/// Which jobs a benchmark client submits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backlog {
+    /// The backlog: class `train` (the default), named `c<client>-<seq>`.
+    Train,
+    /// Urgent work that preempts the backlog: class `interactive` (priority 75, above
+    /// `train`'s 50), named `u<client>-<seq>`.
+    Urgent,
+}
+
+/// A one-GPU job of `kind` with a name unique to the client and sequence number.
+pub fn submit_of_class(kind: Backlog, client: u32, seq: u64) -> SubmitRequest {
+    let (prefix, class) = match kind {
+        Backlog::Train => ("c", baton_model::class::DEFAULT_CLASS),
+        Backlog::Urgent => ("u", "interactive"),
+    };
+    let name = format!("{prefix}{client}-{seq}");
+    let spec = gpu_job(&name, QUEUE, class, 1, 1, vec!["sleep".into(), "3600".into()]);
     SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() }
 }
 
@@ -113,7 +132,9 @@ pub async fn channel(addr: &str) -> Result<Channel, String> {
 /// the default bound (10,000 per queue) would turn most submits into refusals.
 pub async fn bench_queue(server: &str, capacity: u64) -> Result<(), String> {
     let mut c = client(channel(server).await?);
-    c.put_queue(gpu_queue(QUEUE, capacity)).await.map_err(|e| e.message().to_string())?;
+    // Urgent jobs (`Backlog::Urgent`) preempt the backlog's lower-priority ones.
+    let queue = Queue { within_queue: WithinQueue::LowerPriority.into(), ..gpu_queue(QUEUE, capacity) };
+    c.put_queue(queue).await.map_err(|e| e.message().to_string())?;
     let most = baton_model::limits::MAX_JOBS as u32;
     let bounds = baton_proto::v1::TenancySettings {
         allow_root_jobs: None,
