@@ -3,8 +3,10 @@
 //! without a trace (for example it died while its agent was down). Once that lasts longer
 //! than a bound, the leader commits `Observed::Vanished` and the model requeues the job.
 //! Only replicas the agent has listed at least once count: a replica it has not started yet
-//! (or an agent that lists nothing) is never declared vanished. In the leader's memory only,
-//! bounded by `MAX_TRACKED`.
+//! (or an agent that lists nothing) is never declared vanished. In the leader's memory only:
+//! per node (a report looks at its own node's replicas only, so its cost does not grow
+//! with the cluster), at most `MAX_TRACKED_NODES` nodes and, per node, the replicas its
+//! directive says run (bounded by the directive's size).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
@@ -14,36 +16,45 @@ use baton_model::command::Observed;
 use baton_model::name::Name;
 use baton_proto::v1::{Action, Assignment, Running};
 
-/// Replicas tracked at once; beyond it the map starts over.
-pub const MAX_TRACKED: usize = 65_536;
+/// Nodes tracked at once: as many as a cluster may have. Beyond it (nodes removed and others
+/// added) tracking starts over, which only delays a declaration.
+pub const MAX_TRACKED_NODES: usize = baton_model::limits::MAX_NODES;
 
-/// (node, job id, attempt, rank).
-type Key = (Name, u64, u32, u32);
+/// (job id, attempt, rank) of a replica on one node.
+type Key = (u64, u32, u32);
 
 #[derive(Default)]
 pub struct Vanished {
-    /// Replicas seen running; `Some(since)` while they are missing from the reports.
-    seen: Mutex<HashMap<Key, Option<Instant>>>,
+    /// Per node, the replicas seen running; `Some(since)` while they are missing from the
+    /// reports.
+    seen: Mutex<HashMap<Name, HashMap<Key, Option<Instant>>>>,
 }
 
 impl Vanished {
     /// The replicas of `node` to declare vanished now.
     pub fn check(&self, node: &Name, published: &[Assignment], running: &[Running], bound: Duration) -> Vec<Observed> {
         let now = Instant::now();
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.len() >= MAX_TRACKED {
-            seen.clear();
-        }
-        let listed: HashSet<(u64, u32, u32)> = running.iter().map(|r| (r.job_id, r.attempt, r.rank)).collect();
-        let wanted: Vec<Key> = published
+        // In the directive's order, so that declarations come out in it.
+        let in_order: Vec<Key> = published
             .iter()
             .filter(|a| a.action == Action::Run as i32)
-            .map(|a| (node.clone(), a.job_id, a.attempt, a.rank))
+            .map(|a| (a.job_id, a.attempt, a.rank))
             .collect();
-        seen.retain(|k, _| k.0 != *node || wanted.contains(k));
+        let wanted: HashSet<Key> = in_order.iter().copied().collect();
+        let mut nodes = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if wanted.is_empty() {
+            nodes.remove(node);
+            return Vec::new();
+        }
+        if nodes.len() >= MAX_TRACKED_NODES && !nodes.contains_key(node) {
+            nodes.clear();
+        }
+        let seen = nodes.entry(node.clone()).or_default();
+        seen.retain(|k, _| wanted.contains(k));
+        let listed: HashSet<Key> = running.iter().map(|r| (r.job_id, r.attempt, r.rank)).collect();
         let mut out = Vec::new();
-        for key in wanted {
-            if listed.contains(&(key.1, key.2, key.3)) {
+        for key in in_order {
+            if listed.contains(&key) {
                 seen.insert(key, None);
                 continue;
             }
@@ -52,7 +63,7 @@ impl Vanished {
             let missing_ms = now.duration_since(since).as_millis() as u64;
             if missing_ms >= bound.as_millis() as u64 {
                 seen.remove(&key);
-                out.push(Observed::Vanished { job: key.1, attempt: key.2, rank: key.3, missing_ms });
+                out.push(Observed::Vanished { job: key.0, attempt: key.1, rank: key.2, missing_ms });
             }
         }
         out
@@ -81,5 +92,31 @@ mod tests {
         assert!(matches!(out.as_slice(), [Observed::Vanished { job: 1, attempt: 1, rank: 0, .. }]), "{out:?}");
         // Job 2 was never listed: never declared vanished.
         assert!(v.check(&n1, &placed, &[], bound).is_empty());
+    }
+
+    /// A large cluster runs more replicas than one map of every replica held (65,536): the
+    /// map started over and forgot them, so a replica gone from a big cluster never
+    /// vanished. Tracking is per node now, bounded by the nodes a cluster may have.
+    #[test]
+    fn a_replica_vanishes_in_a_cluster_running_more_than_65536_replicas() {
+        let v = Vanished::default();
+        let bound = Duration::from_millis(1);
+        let (nodes, per_node) = (700u64, 100u64);
+        let placed_on =
+            |n: u64| -> Vec<Assignment> { (0..per_node).map(|j| run_assignment(n * per_node + j)).collect() };
+        let listed = |a: &[Assignment]| -> Vec<Running> {
+            a.iter().map(|a| Running { job_id: a.job_id, attempt: 1, ..Default::default() }).collect()
+        };
+        for n in 0..nodes {
+            let placed = placed_on(n);
+            assert!(v.check(&Name::lit(&format!("n{n}")), &placed, &listed(&placed), bound).is_empty());
+        }
+        // Node 0 no longer lists job 0, and still does not once the bound has passed.
+        let placed = placed_on(0);
+        let first = v.check(&Name::lit("n0"), &placed, &listed(&placed[1..]), bound);
+        assert!(first.is_empty(), "missing, not for long yet: {first:?}");
+        std::thread::sleep(Duration::from_millis(5));
+        let out = v.check(&Name::lit("n0"), &placed, &listed(&placed[1..]), bound);
+        assert!(matches!(out.as_slice(), [Observed::Vanished { job: 0, .. }]), "{out:?}");
     }
 }
