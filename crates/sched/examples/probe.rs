@@ -1,7 +1,9 @@
 //! One-shot timing of the scheduling cycle on a generated cluster, for profiling:
 //! `cargo run --release -p baton-sched --example probe -- 10000` (nodes; 5 jobs per node);
 //! a second argument `first` runs only the first cycle, `gang` only the 64-GPU gang's
-//! preemption cycle on the full 10,000-node cluster; a third argument repeats that cycle.
+//! preemption cycle on the full 10,000-node cluster, `urgent` the cycle that plans 100
+//! one-GPU preemptions on a full cluster of one-GPU jobs (`baton bench scale`'s preemption
+//! phase); a third argument repeats that cycle.
 //! `plans` prints the plans of the first two cycles and of the gang's cycle as JSON.
 //! The benchmark (`cargo bench -p baton-sched`) gives the figures; this gives a quick look.
 
@@ -40,8 +42,49 @@ fn timed<T>(mut f: impl FnMut() -> T) -> String {
     format!("min {:?} median {:?} ({} runs)", runs[0], runs[runs.len() / 2], runs.len())
 }
 
+/// `baton bench scale`'s preemption phase as one state: `nodes` nodes of 32 GPUs full of
+/// one-GPU `train` jobs of one queue, 4,000 more waiting, and 100 one-GPU `interactive`
+/// jobs that can run only by preempting (the queue preempts lower priorities).
+fn urgent_cluster(nodes: usize) -> baton_model::state::State {
+    use baton_model::fixture;
+    use baton_model::queue::WithinQueue;
+    let mut s = baton_model::state::State::new();
+    s.set_retain_finished(0);
+    let specs: Vec<_> = (0..nodes).map(|i| fixture::gpu_node(&format!("n{i}"), 32)).collect();
+    for chunk in specs.chunks(baton_model::limits::MAX_NODES_PER_COMMAND) {
+        apply(&mut s, Op::RegisterNodes(chunk.to_vec()));
+    }
+    let mut q = fixture::gpu_queue("bench", nodes as u64 * 32);
+    q.preemption.within_queue = WithinQueue::LowerPriority;
+    apply(&mut s, Op::PutQueue(q));
+    let one_gpu = |name: String, class: &str| baton_model::job::JobSpec {
+        priority: baton_model::job::PriorityRef::Class(baton_model::Name::lit(class)),
+        ..fixture::gpu_job(&name, "bench", 1)
+    };
+    for i in 0..nodes * 32 + 4_000 {
+        apply(&mut s, Op::Submit { spec: one_gpu(format!("c{i}"), "train"), request_id: None });
+    }
+    let plan = cycle(&s, NOW_MS);
+    apply(&mut s, Op::ApplyPlan(plan));
+    for i in 0..100 {
+        apply(&mut s, Op::Submit { spec: one_gpu(format!("u{i}"), "interactive"), request_id: None });
+    }
+    s
+}
+
 fn main() {
     let nodes: usize = std::env::args().nth(1).map_or(10_000, |a| a.parse().expect("a node count"));
+    if std::env::args().nth(2).as_deref() == Some("urgent") {
+        // The cycle that plans 100 one-GPU preemptions in a full cluster of one-GPU jobs.
+        let s = urgent_cluster(nodes);
+        let plan = cycle(&s, NOW_MS);
+        let preempts = plan.decisions.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count();
+        println!("urgent cycle: {preempts} preemptions, {}", timed(|| measured(&s)));
+        let mut after = s.clone();
+        apply(&mut after, Op::ApplyPlan(plan));
+        println!("the cycle after it (victims leaving) {}", timed(|| measured(&after)));
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("gang") {
         // Only the cycle that plans the 64-GPU gang's preemption on the full cluster, for
         // profilers (collect `probe::measured`); the cluster is always 10,000 nodes.

@@ -204,21 +204,34 @@ fn contributing_queues(
     needs: &Needs,
     own: &[Cand],
 ) -> Vec<bool> {
+    let demand: Vec<&(usize, Vector)> = needs.demands.iter().flatten().collect();
+    let borrowing: Vec<bool> = view
+        .ledger
+        .queues
+        .iter()
+        .enumerate()
+        .map(|(q, acct)| {
+            q != jq && demand.iter().any(|(p, d)| (0..MAX_RESOURCE_KINDS).any(|k| d[k] > 0 && acct.borrowing_in(*p, k)))
+        })
+        .collect();
+    // No other queue borrows where the job needs: none contributes, whatever the rules. The
+    // reclaim check below takes every own-queue candidate out of the ledger and puts it back,
+    // the cost of the whole plan when the job's queue runs thousands of jobs: skipped then.
+    if !borrowing.contains(&true) {
+        return borrowing;
+    }
     let reclaim_possible = policy.reclaim_within_cohort != ReclaimWithinCohort::Never
         && view.without(own.iter().map(|c| c.job), |view| {
             needs.pool_choices.iter().any(|a| context(view, job, jq, *policy, needs, a, false).reclaiming(&view.ledger))
         });
     let cohort_rules = view.ledger.queues[jq].fair_sharing || policy.borrow_within_cohort.is_some();
-    let demand: Vec<&(usize, Vector)> = needs.demands.iter().flatten().collect();
     let l = &view.ledger;
     l.queues
         .iter()
-        .enumerate()
-        .map(|(q, acct)| {
-            let borrows =
-                demand.iter().any(|(p, d)| (0..MAX_RESOURCE_KINDS).any(|k| d[k] > 0 && acct.borrowing_in(*p, k)));
+        .zip(borrowing)
+        .map(|(acct, borrows)| {
             let same_tree = acct.tree == l.queues[jq].tree;
-            q != jq && borrows && (reclaim_possible || (same_tree && cohort_rules))
+            borrows && (reclaim_possible || (same_tree && cohort_rules))
         })
         .collect()
 }
