@@ -272,23 +272,47 @@ pub struct WitnessedStart {
     /// Told to resume (`BATON_RESUME`); a record without the field: when it did not start
     /// from zero.
     pub resume: bool,
+    /// When the agent launched the process (`BATON_LAUNCHED_AT_MS`), if the record says.
+    pub launched_ms: Option<u64>,
 }
 
-/// `DIR/starts`: `job attempt rank node first-step at-ms how` (`how`: `resume` or `fresh`).
+impl WitnessedStart {
+    /// When the process came to be: its launch, or, for a record that does not say, when it
+    /// wrote the record.
+    pub fn born_ms(&self) -> u64 {
+        self.launched_ms.unwrap_or(self.start.at_ms)
+    }
+}
+
+/// `DIR/starts`: `job attempt rank node first-step at-ms how launched-ms` (`how`: `resume`
+/// or `fresh`; `launched-ms`: `-` when the agent did not say; older records end earlier).
 fn read_starts(witness: &Path, violations: &mut Vec<String>) -> Vec<WitnessedStart> {
     read_records(&witness.join("starts"), "start", violations, |f| {
         let (job, attempt, rank, node, first, at_ms) =
             (f.first()?, f.get(1)?, f.get(2)?, f.get(3)?, f.get(4)?, f.get(5)?);
         let first_step = first.parse().ok()?;
-        let resume = match f.get(6..)? {
-            [] => first_step > 0,
-            ["resume"] => true,
-            ["fresh"] => false,
+        let (resume, launched_ms) = match f.get(6..)? {
+            [] => (first_step > 0, None),
+            [how] => (resume_of(how)?, None),
+            [how, launched] => (resume_of(how)?, launched_of(launched)?),
             _ => return None,
         };
         let start = Start { job: job.to_string(), attempt: attempt.parse().ok()?, at_ms: at_ms.parse().ok()? };
-        Some(WitnessedStart { start, rank: rank.to_string(), node: node.to_string(), first_step, resume })
+        Some(WitnessedStart { start, rank: rank.to_string(), node: node.to_string(), first_step, resume, launched_ms })
     })
+}
+
+fn resume_of(how: &str) -> Option<bool> {
+    match how {
+        "resume" => Some(true),
+        "fresh" => Some(false),
+        _ => None,
+    }
+}
+
+/// `Some(None)` for `-`; `None` (a malformed record) for anything but `-` or a number.
+fn launched_of(field: &str) -> Option<Option<u64>> {
+    if field == "-" { Some(None) } else { field.parse().ok().map(Some) }
 }
 
 /// A checkpoint a workload wrote (`DIR/checkpoints`: `job attempt rank node step at-ms`).
@@ -462,7 +486,9 @@ pub fn suspended_in_place(
                     out.resumed += 1;
                     let (after_ms, before_ms) = (s.at_ms + tolerance_ms, e.at_ms.saturating_sub(tolerance_ms));
                     let restarted = starts.iter().filter(|w| w.start.job == *name);
-                    for w in restarted.filter(|w| w.start.at_ms > after_ms && w.start.at_ms < before_ms) {
+                    // By the process's launch: one launched just before the suspension
+                    // may run its first line (the record) only once continued.
+                    for w in restarted.filter(|w| w.born_ms() > after_ms && w.born_ms() < before_ms) {
                         out.violations.push(format!(
                             "{name} attempt {} rank {} started at {} while suspended in place ({} to {}): resumed by a new process, not continued",
                             w.start.attempt, w.rank, w.start.at_ms, s.at_ms, e.at_ms
@@ -819,6 +845,7 @@ mod tests {
             node: node.into(),
             first_step: 0,
             resume: false,
+            launched_ms: None,
         }
     }
 
@@ -896,6 +923,12 @@ mod tests {
         assert_eq!(suspended_in_place(&events, &late, 2).violations.len(), 0, "after the resumption");
         let inside = [start("sleepy-1", 1, "0", "n1", 4_900)];
         assert_eq!(suspended_in_place(&events, &inside, 2).violations.len(), 1, "judged without offsets");
+        // Chaos seed 6000: launched 13 ms before the suspension and stopped before it wrote
+        // its record, which it wrote only when continued (for its lease stop): one process.
+        let continued = WitnessedStart { launched_ms: Some(2_087), ..start("sleepy-1", 1, "0", "n1", 3_500) };
+        assert!(suspended_in_place(&events, &[continued], 2).violations.is_empty(), "judged by its launch");
+        let relaunched = WitnessedStart { launched_ms: Some(3_400), ..start("sleepy-1", 1, "0", "n1", 3_500) };
+        assert_eq!(suspended_in_place(&events, &[relaunched], 2).violations.len(), 1, "launched while suspended");
     }
 
     fn job(name: &str, state: JobState, attempt: u32, grace_ms: Option<u64>, command: &[&str]) -> Job {
@@ -958,6 +991,7 @@ mod tests {
         let resumed = |attempt, rank: &str, first_step, at_ms| WitnessedStart {
             first_step,
             resume: true,
+            launched_ms: None,
             ..start("a", attempt, rank, "n1", at_ms)
         };
         let fine = [

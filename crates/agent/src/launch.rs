@@ -199,6 +199,10 @@ pub fn replica_env(
     env.insert("BATON_CHECKPOINT_DIR".into(), checkpoint_dir.display().to_string());
     env.insert("BATON_RANK_CHECKPOINT_DIR".into(), rank_checkpoint_dir.display().to_string());
     env.insert("BATON_CHECKPOINT_SIGNAL".into(), signal_name.to_string());
+    // When the agent launched the process, by the node's clock: a process stopped right
+    // after its launch (a suspension) runs its first line much later.
+    let launched_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    env.insert("BATON_LAUNCHED_AT_MS".into(), launched_ms.to_string());
     env.remove("BATON_RESUME");
     if a.resume {
         env.insert("BATON_RESUME".into(), "1".into());

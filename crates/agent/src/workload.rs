@@ -202,7 +202,12 @@ pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Op
         // start against the harness's client operations (a start after a cancel) and the
         // checkpoints written before it (the newest is the one to resume from).
         let how = if resume { "resume" } else { "fresh" };
-        append(&dir.join("starts"), &format!("{} {step} {} {how}", who_fields(), wall_ms()));
+        // Last, when the agent launched the process: the record itself may be written much
+        // later (a process suspended right after its launch runs its first line only once
+        // continued).
+        let launched = env("BATON_LAUNCHED_AT_MS");
+        let launched = if launched.is_empty() { "-".to_string() } else { launched };
+        append(&dir.join("starts"), &format!("{} {step} {} {how} {launched}", who_fields(), wall_ms()));
     }
     while step < steps {
         let until = Instant::now() + Duration::from_millis(step_ms);

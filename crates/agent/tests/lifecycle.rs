@@ -47,6 +47,13 @@ async fn run_starts_the_replica_with_its_environment_and_reports_its_exit() {
     ] {
         assert!(env.lines().any(|l| l == line), "missing {line:?} in\n{env}");
     }
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let launched: u64 = env
+        .lines()
+        .find_map(|l| l.strip_prefix("BATON_LAUNCHED_AT_MS="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no BATON_LAUNCHED_AT_MS in\n{env}"));
+    assert!(launched <= now_ms && now_ms - launched < 60_000, "launched at {launched}, now {now_ms}");
     assert!(ckpt_dir.is_dir(), "the checkpoint directory is created");
     let stderr = std::fs::read_to_string(dir.path().join("logs/job-2/1/rank-0.stderr")).unwrap();
     assert!(stderr.contains("no-such-command-for-baton"), "the reason is in the stderr log: {stderr}");
