@@ -135,8 +135,8 @@ const AGENT_WAIT_MS: u64 = 20_000;
 /// reports every 100 ms in the harness).
 const REPORTS_AGAIN: f64 = 5.0;
 
-/// A TLS cluster of one node whose agent runs `long`, a job whose process writes its pid to
-/// `pids` and sleeps (`exec`, so the pid is the sleep's).
+/// A TLS cluster of one node whose agent runs `long`, a job whose process (a shell) writes
+/// its pid to `pids` and runs until it is stopped.
 struct AgentScene {
     c: Cluster,
     agent_pid: u32,
@@ -149,7 +149,9 @@ impl AgentScene {
         let mut c = Cluster::start(Path::new(BATON), &[NodeArgs::gpus(NODE, "", 4)]).await;
         call!(c, |api| api.put_queue(gpu_queue("q", 4)));
         let pids = c.path("pids");
-        let script = format!("echo $$ >> '{}'; exec sleep 600", pids.display());
+        // No `exec sleep`: the shell stays, and its command line names the cluster's
+        // directory, by which the harness ends the jobs a dropped cluster leaves.
+        let script = format!("echo $$ >> '{}'; while :; do sleep 1; done", pids.display());
         let spec = gpu_job("long", "q", "", 1, 1, vec!["sh".into(), "-c".into(), script]);
         call!(c, |api| api.submit(SubmitRequest {
             spec: Some(spec.clone()),
