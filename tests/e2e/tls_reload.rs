@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 
 use baton_chaos::cluster::{Cluster, NodeArgs};
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::tls::REPLICA_HOST;
+use baton_proto::tls::{AGENT_HOST, REPLICA_HOST};
 use baton_proto::v1::{Empty, JobRef, JobState, NodeStatus, SubmitRequest};
 use tokio_rustls::rustls;
 
 use crate::{BATON, wait_file_lines};
 
-/// The serial of the certificate the replica at `addr` presents to a new connection.
-async fn served_serial(addr: &str, ca_pem: &str) -> String {
+/// The serial of the certificate the replica (`REPLICA_HOST`) or agent (`AGENT_HOST`) at
+/// `addr` presents to a new connection.
+async fn served_serial(addr: &str, ca_pem: &str, host: &str) -> String {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(rustls::pki_types::CertificateDer::from(baton_proto::tls::first_cert_der(ca_pem).unwrap())).unwrap();
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -26,7 +27,7 @@ async fn served_serial(addr: &str, ca_pem: &str) -> String {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from(REPLICA_HOST).unwrap();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).unwrap();
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
     serial_of_der(&tls.get_ref().1.peer_certificates().unwrap()[0])
 }
@@ -80,7 +81,7 @@ async fn sighup_rotates_a_replicas_certificate_and_a_crl_refuses_a_revoked_clien
     let addr = c.servers.addrs[0].clone();
     let pid = c.replica_pid(0).unwrap();
     let old = serial_of(&dir1);
-    assert_eq!(served_serial(&addr, &ca_pem).await, old);
+    assert_eq!(served_serial(&addr, &ca_pem, REPLICA_HOST).await, old);
 
     // Rotate: a new certificate for replica 1, put in place, then SIGHUP.
     let rotated = tls.join("replica-1-rotated");
@@ -91,7 +92,11 @@ async fn sighup_rotates_a_replicas_certificate_and_a_crl_refuses_a_revoked_clien
     logged(&c, 0, "reloaded its certificates", 1).await;
     let new = serial_of(&rotated);
     assert_ne!(new, old);
-    assert_eq!(served_serial(&addr, &ca_pem).await, new, "a new connection did not get the new certificate");
+    assert_eq!(
+        served_serial(&addr, &ca_pem, REPLICA_HOST).await,
+        new,
+        "a new connection did not get the new certificate"
+    );
     assert_eq!(c.replica_pid(0), Some(pid));
     assert!(alive(pid), "the replica exited on SIGHUP");
     let info =
@@ -106,7 +111,7 @@ async fn sighup_rotates_a_replicas_certificate_and_a_crl_refuses_a_revoked_clien
     let log = c.replica_log(0);
     let line = log.lines().find(|l| l.contains("refused to reload")).unwrap();
     assert!(line.contains("cert.pem") && line.contains("client \"chaos\""), "{line}");
-    assert_eq!(served_serial(&addr, &ca_pem).await, new);
+    assert_eq!(served_serial(&addr, &ca_pem, REPLICA_HOST).await, new);
     assert!(alive(pid));
     install(&rotated, &dir1);
 
@@ -227,6 +232,15 @@ impl AgentScene {
         }
     }
 
+    /// The serial of the certificate the agent's log service presents to a new connection
+    /// (a replica's view of it: replicas dial there for jobs' logs).
+    async fn served_serial(&self) -> String {
+        let nodes = call!(self.c, |api| api.list_nodes(Empty {})).nodes;
+        let node = nodes.iter().find(|n| n.name == NODE).expect("the node is listed");
+        let ca_pem = std::fs::read_to_string(self.c.path("tls/ca/ca.pem")).unwrap();
+        served_serial(&node.agent_addr, &ca_pem, AGENT_HOST).await
+    }
+
     async fn own_not_after_s(&self) -> f64 {
         self.metric("baton_agent_tls_not_after_seconds{cert=\"own\"}").await
     }
@@ -285,6 +299,7 @@ async fn sighup_rotates_an_agents_certificate_while_its_job_runs() {
     std::fs::copy(dir.join("cert.pem"), &old_pem).unwrap();
     let old_not_after = a.own_not_after_s().await;
     assert_eq!(old_not_after, not_after_of(&dir));
+    assert_eq!(a.served_serial().await, old_serial);
 
     // Another validity than the harness's certificates, so that the expiry the metrics
     // show tells the two apart.
@@ -301,6 +316,7 @@ async fn sighup_rotates_an_agents_certificate_while_its_job_runs() {
     // Two reports accepted after that attach: the second began after the first ended, with
     // the channel the new attach made (a report already in flight on the old one is done).
     a.reports_accepted(2.0).await;
+    assert_eq!(a.served_serial().await, new_serial, "a new connection to the agent did not get the new certificate");
     let new_not_after = not_after_of(&rotated);
     assert_ne!(new_not_after, old_not_after);
     let deadline = Instant::now() + Duration::from_millis(AGENT_WAIT_MS);
@@ -338,6 +354,7 @@ async fn an_agent_refuses_another_nodes_or_another_cas_certificate_and_keeps_wor
     let s = |p: &Path| p.display().to_string();
     let in_force = a.own_not_after_s().await;
     assert_eq!(in_force, not_after_of(&dir));
+    let serial = serial_of(&dir);
 
     let other = tls.join("agent-other-node");
     let ca = s(&tls.join("ca"));
@@ -361,5 +378,6 @@ async fn an_agent_refuses_another_nodes_or_another_cas_certificate_and_keeps_wor
     assert!(!log.contains("reloaded its certificates"), "a refused reload was put in force:\n{log}");
     assert!(!log.contains("attaching again"), "a refused reload made the agent attach again:\n{log}");
     assert_eq!(a.own_not_after_s().await, in_force, "the certificate in force changed");
+    assert_eq!(a.served_serial().await, serial, "a new connection to the agent got another certificate");
     a.keeps_working("after-refusals").await;
 }
