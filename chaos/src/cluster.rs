@@ -1,6 +1,8 @@
 //! A real cluster on this machine: `baton server` x3 and one `baton agent` per node, as child
 //! processes, on loopback ports, with data in a temporary directory. Replicas and agents can
-//! be killed (SIGKILL), restarted and paused (SIGSTOP, then SIGCONT).
+//! be killed (SIGKILL), restarted, paused (SIGSTOP, then SIGCONT) and sent other signals
+//! (SIGHUP: reload certificates); their logs are files in that directory, and an agent's
+//! metrics are read at the address it prints (loopback clusters).
 //!
 //! With [`Cluster::start_partitionable`] every process runs in a network namespace of its own
 //! (`net`), so that the links between them can be cut ([`Cluster::set_network`]); replica `i`
@@ -167,6 +169,9 @@ pub struct Cluster {
     /// The slot of a loopback cluster (its ports), held until the processes are killed.
     slot: Option<Slot>,
 }
+
+/// How long [`Cluster::agent_metrics`] waits for an agent's answer.
+const SCRAPE_TIMEOUT_MS: u64 = 2_000;
 
 /// Port every replica listens on in a partitionable cluster (each has an address of its own).
 const NET_REPLICA_PORT: u16 = 7100;
@@ -477,7 +482,7 @@ impl Cluster {
             Some(net) => format!("{}:{NET_AGENT_PORT}", net.addr(&agent_label(&n.name))),
             None => "127.0.0.1:0".into(),
         };
-        strings(&[
+        let mut args = strings(&[
             "agent",
             "--listen",
             &listen,
@@ -505,12 +510,70 @@ impl Cluster {
             "100",
             "--tls-dir",
             &self.path(&format!("tls/agent-{}", n.name)).display().to_string(),
-        ])
+        ]);
+        // Metrics on a port of the kernel's choosing, which the agent prints in its log
+        // (`Cluster::agent_metrics` reads it there). Loopback clusters only: in a namespace of
+        // its own, the agent's loopback is out of the test's reach.
+        if self.net.is_none() {
+            args.extend(strings(&["--metrics-listen", "127.0.0.1:0"]));
+        }
+        args
     }
 
     pub fn start_agent(&mut self, name: &str) {
         let baton = self.baton.clone();
         self.agents.get_mut(name).expect("a known agent").1.spawn(&baton);
+    }
+
+    /// The process id of node `name`'s agent while it runs (`None` once it has exited).
+    pub fn agent_pid(&mut self, name: &str) -> Option<u32> {
+        let child = self.agents.get_mut(name).expect("a known agent").1.child.as_mut()?;
+        matches!(child.try_wait(), Ok(None)).then(|| child.id())
+    }
+
+    /// Sends `sig` to node `name`'s agent (SIGHUP: reload its certificates).
+    pub fn signal_agent(&self, name: &str, sig: libc::c_int) {
+        if let Some(c) = &self.agents.get(name).expect("a known agent").1.child {
+            signal(c, sig);
+        }
+    }
+
+    /// What node `name`'s agent has logged so far (every start of it, appended).
+    pub fn agent_log(&self, name: &str) -> String {
+        std::fs::read_to_string(&self.agents.get(name).expect("a known agent").1.log).unwrap_or_default()
+    }
+
+    /// `GET /metrics` of node `name`'s agent: the body, or why there is none (no metrics URL
+    /// in its log yet, the agent does not answer, not a 200). It is served at the address
+    /// its latest start printed (`metrics_url=`); loopback clusters only.
+    pub async fn agent_metrics(&self, name: &str) -> Result<String, String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let log = self.agent_log(name);
+        let addr = log
+            .lines()
+            .filter_map(|l| l.split_once("metrics_url=http://"))
+            .filter_map(|(_, rest)| rest.split_once("/metrics"))
+            .map(|(addr, _)| addr.to_string())
+            .next_back()
+            .ok_or_else(|| format!("agent {name} printed no metrics_url= (yet)"))?;
+        let ask = async {
+            let mut s = tokio::net::TcpStream::connect(&addr).await?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: baton\r\nConnection: close\r\n\r\n").await?;
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).await?;
+            Ok::<String, std::io::Error>(reply)
+        };
+        let reply = tokio::time::timeout(Duration::from_millis(SCRAPE_TIMEOUT_MS), ask)
+            .await
+            .map_err(|_| format!("agent {name}'s metrics at {addr}: no answer within {SCRAPE_TIMEOUT_MS} ms"))?
+            .map_err(|e| format!("agent {name}'s metrics at {addr}: {e}"))?;
+        let (head, body) = reply
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("agent {name}'s metrics at {addr}: no end of the head"))?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("agent {name}'s metrics at {addr}: {head}"));
+        }
+        Ok(body.to_string())
     }
 
     /// SIGKILL, as a crash.
