@@ -81,8 +81,26 @@ fn main() {
         let preempts = plan.decisions.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count();
         println!("urgent cycle: {preempts} preemptions, {}", timed(|| measured(&s)));
         let mut after = s.clone();
+        let victims: Vec<_> = plan
+            .decisions
+            .iter()
+            .flat_map(|d| match d {
+                Decision::Preempt { victims, .. } => victims.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
         apply(&mut after, Op::ApplyPlan(plan));
         println!("the cycle after it (victims leaving) {}", timed(|| measured(&after)));
+        // Each victim's agent reports it stopped with a checkpoint: the next cycle places the
+        // preemptors on what they freed.
+        for v in victims {
+            let node = after.job(v.job).expect("a victim").replicas[0].node.clone();
+            let stopped = baton_model::command::Observed::Stopped { job: v.job, attempt: v.attempt, rank: 0, checkpointed: true };
+            apply(&mut after, Op::Report { node, observations: vec![stopped] });
+        }
+        let plan = cycle(&after, NOW_MS);
+        let placed = plan.decisions.iter().filter(|d| matches!(d, Decision::Place { .. })).count();
+        println!("once the victims stopped: {placed} placements, {}", timed(|| measured(&after)));
         return;
     }
     if std::env::args().nth(2).as_deref() == Some("gang") {
