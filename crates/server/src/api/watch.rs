@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_model::event::Event as ModelEvent;
-use baton_proto::convert::event_to_proto;
 use baton_proto::v1::{Event, WatchRequest};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
@@ -18,7 +17,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
 
-use super::visible::{self, View};
+use super::visible::shown;
 use super::{Api, EventStream};
 use crate::auth::{Caller, STREAM_RECHECK_MS};
 
@@ -131,13 +130,4 @@ pub async fn watch(
         }
     });
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-}
-
-/// The event as `who` may see it, or `None`.
-fn shown(s: &baton_model::State, who: &Caller, e: &ModelEvent) -> Option<Event> {
-    match visible::event_view(s, who, e) {
-        View::Hidden => None,
-        View::Names => Some(visible::event_names_only(event_to_proto(e))),
-        View::Private | View::Public => Some(event_to_proto(e)),
-    }
 }
