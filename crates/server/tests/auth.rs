@@ -526,3 +526,169 @@ async fn a_log_stream_ends_at_its_byte_bound_naming_it_and_where_the_log_goes_on
         e.message()
     );
 }
+
+/// How the stream `s` ends, with every event it sent first (bounded: a stream still open
+/// after `STREAM_END_WAIT` fails the test, naming what it sent).
+async fn until_end<T: std::fmt::Debug>(s: &mut tonic::Streaming<T>) -> (Vec<T>, Option<tonic::Status>) {
+    let deadline = tokio::time::Instant::now() + STREAM_END_WAIT;
+    let mut sent = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, s.message()).await {
+            Ok(Ok(Some(m))) => sent.push(m),
+            Ok(Ok(None)) => return (sent, None),
+            Ok(Err(e)) => return (sent, Some(e)),
+            Err(_) => panic!("the stream was still open {STREAM_END_WAIT:?} after the revocation; it sent {sent:?}"),
+        }
+    }
+}
+
+/// Longest wait for a stream to end once its token lost its rights.
+const STREAM_END_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Events of `s` until one of job `job` (bounded).
+async fn until_event_of(s: &mut tonic::Streaming<Event>, job: &str) -> Vec<Event> {
+    let deadline = tokio::time::Instant::now() + STREAM_END_WAIT;
+    let mut seen = Vec::new();
+    loop {
+        let e = tokio::time::timeout_at(deadline, s.message())
+            .await
+            .unwrap_or_else(|_| panic!("no event of job {job} within {STREAM_END_WAIT:?}; saw {seen:?}"))
+            .expect("the stream failed")
+            .expect("the stream ended");
+        let done = e.job == job;
+        seen.push(e);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_tokens_watch_ends_unauthenticated_and_sends_nothing_applied_after() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut watch = alice.watch(WatchRequest::default()).await.unwrap().into_inner();
+    // Alice sees the events of others' jobs in queue a (its visibility is `all`).
+    admin.submit(submit("before", "a", "")).await.unwrap();
+    until_event_of(&mut watch, "before").await;
+    let id = alice.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    admin.revoke_token(TokenRef { id: id.clone() }).await.unwrap();
+    // Every event of this job is applied after the revocation.
+    admin.submit(submit("after", "a", "")).await.unwrap();
+    let (sent, end) = until_end(&mut watch).await;
+    assert!(sent.iter().all(|e| e.job != "after"), "an event applied after the revocation was sent: {sent:?}");
+    let e = end.expect("the stream ended without saying why");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains(&format!("token {id} of user alice was revoked")), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_tokens_silent_watch_ends_too() {
+    let (cluster, _agent) = setup(1).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut watch = alice.watch(WatchRequest::default()).await.unwrap().into_inner();
+    let id = alice.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    // The revocation makes no event: nothing wakes the stream but its own re-check.
+    admin.revoke_token(TokenRef { id }).await.unwrap();
+    let (_, end) = until_end(&mut watch).await;
+    let e = end.expect("the stream ended without saying why");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("revoked"), "{}", e.message());
+}
+
+/// An agent's log service whose one log relays what the test sends into `feed`, and stays
+/// open until its reader goes.
+struct FedLogs {
+    feed: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Result<LogChunk, tonic::Status>>>>,
+}
+
+#[tonic::async_trait]
+impl baton_proto::v1::agent_logs_server::AgentLogs for FedLogs {
+    type LogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogChunk, tonic::Status>>;
+
+    async fn logs(&self, _r: tonic::Request<LogsRequest>) -> Result<tonic::Response<Self::LogsStream>, tonic::Status> {
+        let rx = self.feed.lock().unwrap().take().ok_or_else(|| tonic::Status::internal("the one log was read"))?;
+        Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+}
+
+/// Setup, with node n2 whose agent serves one log fed by the returned sender, alice's job
+/// `aj` and her follow stream of its log.
+async fn fed_log_stream()
+-> (Cluster, Vec<FakeAgent>, tokio::sync::mpsc::Sender<Result<LogChunk, tonic::Status>>, tonic::Streaming<LogChunk>) {
+    let (feed, rx) = tokio::sync::mpsc::channel(4);
+    let logs_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let logs_addr = logs_listener.local_addr().unwrap().to_string();
+    let service = FedLogs { feed: std::sync::Mutex::new(Some(rx)) };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(baton_proto::v1::agent_logs_server::AgentLogsServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(logs_listener)),
+    );
+    let (cluster, agent) = setup(1).await;
+    let with_logs = NodeInfo { agent_addr: logs_addr, ..node("n2", 8) };
+    let agent2 = FakeAgent::attach(&cluster.addrs(), with_logs).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    alice.submit(submit("aj", "a", "")).await.unwrap();
+    let req = JobLogsRequest {
+        node: "n2".into(),
+        logs: Some(LogsRequest { job: "aj".into(), follow: true, ..Default::default() }),
+    };
+    let stream = alice.job_logs(req).await.unwrap().into_inner();
+    (cluster, vec![agent, agent2], feed, stream)
+}
+
+fn chunk(offset: u64, text: &str) -> LogChunk {
+    LogChunk { attempt: 1, offset, data: text.as_bytes().to_vec() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_tokens_log_stream_ends_unauthenticated_and_relays_nothing_after() {
+    let (cluster, _agents, feed, mut logs) = fed_log_stream().await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    feed.send(Ok(chunk(0, "before\n"))).await.unwrap();
+    let first = tokio::time::timeout(STREAM_END_WAIT, logs.message()).await.expect("no first chunk");
+    assert_eq!(first.unwrap().unwrap().data, b"before\n");
+    let id = alice.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    admin.revoke_token(TokenRef { id: id.clone() }).await.unwrap();
+    // The agent goes on writing; the replica has applied the revocation (it acknowledged it).
+    feed.send(Ok(chunk(7, "after\n"))).await.unwrap();
+    let (sent, end) = until_end(&mut logs).await;
+    assert!(sent.is_empty(), "a chunk was relayed after the revocation: {sent:?}");
+    let e = end.expect("the stream ended without saying why");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains(&format!("token {id} of user alice was revoked")), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_tokens_silent_log_stream_ends_too() {
+    let (cluster, _agents, _feed, mut logs) = fed_log_stream().await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let id = alice.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    admin.revoke_token(TokenRef { id }).await.unwrap();
+    let (sent, end) = until_end(&mut logs).await;
+    assert!(sent.is_empty(), "{sent:?}");
+    let e = end.expect("the stream ended without saying why");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("revoked"), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_log_stream_ends_when_its_reader_loses_the_grant_that_let_them_read_it() {
+    let (cluster, _agents, feed, mut logs) = fed_log_stream().await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let id = alice.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    // An owner reads their job's logs only while granted its queue (docs/security.md).
+    admin.grant_queue(GrantQueueRequest { id, queue: "a".into(), revoke: true, admin: false }).await.unwrap();
+    feed.send(Ok(chunk(0, "after\n"))).await.unwrap();
+    let (sent, end) = until_end(&mut logs).await;
+    assert!(sent.is_empty(), "a chunk was relayed after the grant was taken back: {sent:?}");
+    let e = end.expect("the stream ended without saying why");
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("the logs of job aj") && e.message().contains("user alice"), "{}", e.message());
+}

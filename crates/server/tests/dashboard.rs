@@ -254,3 +254,53 @@ async fn the_event_stream_carries_applied_events_and_is_bounded_per_replica() {
     let mut other = open_events(&cluster.replicas[0].metrics, ALICE).await;
     assert_eq!(other.next_line().await.unwrap().unwrap(), "HTTP/1.1 200 OK");
 }
+
+/// The lines of the event stream until `until` (bounded), its head included.
+async fn lines_until(lines: &mut tokio::io::Lines<BufReader<tokio::net::TcpStream>>, until: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let wait = Duration::from_secs(10);
+    let found = tokio::time::timeout(wait, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains(until);
+            seen.push(line);
+            if done {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(found == Ok(true), "no line with {until} within {wait:?} (or the stream ended); saw {seen:?}");
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_tokens_event_stream_is_refused_and_sends_nothing_applied_after() {
+    let (cluster, _agent, mut admin, mut alice) = setup().await;
+    let http = &cluster.replicas[1].metrics;
+    let mut lines = open_events(http, ALICE).await;
+    admin.submit(submit("before")).await.unwrap();
+    until_event(&mut lines, "\"job\":\"before\"").await;
+    let id = alice.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    admin.revoke_token(TokenRef { id: id.clone() }).await.unwrap();
+    // Every event of this job is applied after the revocation, on every replica.
+    admin.submit(submit("after")).await.unwrap();
+    let seen = lines_until(&mut lines, "event: refused").await;
+    assert!(seen.iter().all(|l| !l.contains("\"job\":\"after\"")), "sent after the revocation: {seen:?}");
+    let why = lines.next_line().await.unwrap().unwrap_or_default();
+    assert!(why.contains(&format!("token {id} of user alice was revoked")), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_event_stream_shows_others_events_only_as_their_queue_allows() {
+    let (cluster, _agent, mut admin, _alice) = setup().await;
+    let hidden = Queue { visibility: JobVisibility::Own.into(), ..queue("hidden", 8) };
+    admin.create_queue(hidden).await.unwrap();
+    let mut lines = open_events(&cluster.replicas[0].metrics, BOB).await;
+    let mut secret = gpu_job("secret", "hidden", "train", 1);
+    secret.env.insert("SECRET".into(), "s3".into());
+    admin.submit(submit_of(secret)).await.unwrap();
+    admin.submit(submit("marker")).await.unwrap();
+    let seen = lines_until(&mut lines, "\"job\":\"marker\"").await;
+    assert!(seen.iter().all(|l| !l.contains("\"job\":\"secret\"")), "a hidden job's event was sent: {seen:?}");
+}

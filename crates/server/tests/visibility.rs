@@ -261,3 +261,24 @@ async fn acting_on_a_hidden_job_is_answered_as_for_one_that_does_not_exist() {
     // Its owner still acts on it.
     alice.cancel_job(JobRef { name: "j-own".into(), ..Default::default() }).await.unwrap();
 }
+
+/// Rights that shrink count on a watch already open: once carol no longer administers queue
+/// `own`, its jobs' events are hidden from her stream as from a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_shows_only_what_the_callers_rights_show_now() {
+    let (cluster, _agent) = setup().await;
+    let addr = &cluster.addrs()[0];
+    let mut carol = client(addr, CAROL).await;
+    let mut admin = client(addr, ADMIN).await;
+    let mut alice = client(addr, ALICE).await;
+    let mut watch = carol.watch(WatchRequest::default()).await.unwrap().into_inner();
+    alice.submit(secret_job("before-own", "own")).await.unwrap();
+    let seen = events_until(&mut watch, "before-own").await;
+    assert!(seen.iter().any(|e| e.job == "before-own" && !e.message.is_empty()), "{seen:?}");
+    let id = carol.who_am_i(Empty {}).await.unwrap().into_inner().token_id;
+    admin.grant_queue(GrantQueueRequest { id, queue: "own".into(), revoke: true, admin: true }).await.unwrap();
+    alice.submit(secret_job("after-own", "own")).await.unwrap();
+    alice.submit(secret_job("marker", "all")).await.unwrap();
+    let seen = events_until(&mut watch, "marker").await;
+    assert!(seen.iter().all(|e| e.job != "after-own"), "an event hidden by carol's rights now was sent: {seen:?}");
+}

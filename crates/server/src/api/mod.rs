@@ -7,6 +7,7 @@
 //! - `nodes`: list, cordon, drain.
 //! - `cluster`: replicas, leader, term, usage.
 //! - `watch`: the event stream.
+//! - `visible`: what a caller sees of a job and of its events (get, list, watch, dashboard).
 //! - `usage`: capacity and usage arithmetic shared by the above.
 
 pub(crate) mod cluster;
@@ -15,7 +16,7 @@ mod logs;
 pub(crate) mod nodes;
 mod objects;
 pub mod usage;
-mod visible;
+pub(crate) mod visible;
 mod watch;
 pub(crate) mod watchers;
 

@@ -1,6 +1,7 @@
 //! What a caller sees of a job: everything (its owner, an admin of its queue, operators,
 //! admins, `--auth none`), or what the job's queue shows to others (docs/security.md, "Who
-//! sees which jobs"). Get, list and watch all ask here, so they agree.
+//! sees which jobs"). Get, list, watch and the dashboard's event stream all ask here, so they
+//! agree.
 
 use baton_model::State;
 use baton_model::event::Event;
@@ -54,6 +55,15 @@ pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
         Some(j) => view(s, who, j),
         None if who.token().is_none_or(|t| t.any_job()) => View::Private,
         None => View::Hidden,
+    }
+}
+
+/// The event as `who` may see it, or `None`.
+pub fn shown(s: &State, who: &Caller, e: &Event) -> Option<v1::Event> {
+    match event_view(s, who, e) {
+        View::Hidden => None,
+        View::Names => Some(event_names_only(baton_proto::convert::event_to_proto(e))),
+        View::Private | View::Public => Some(baton_proto::convert::event_to_proto(e)),
     }
 }
 

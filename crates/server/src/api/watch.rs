@@ -1,24 +1,35 @@
 //! `Watch`: events as this replica applies them. A watcher that falls more than the event
 //! buffer behind gets a `Lagged` event saying how many batches it missed, then continues.
+//!
+//! The caller is checked again before each batch is sent, against the state the batch is
+//! judged by, and every `STREAM_RECHECK_MS` while no event flows ([`Caller::refresh`]): a
+//! revoked token's stream ends with UNAUTHENTICATED and sends nothing applied after the
+//! revocation; one whose grants shrank sends from then on only what they still show.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use baton_model::event::Event as ModelEvent;
-use baton_proto::convert::event_to_proto;
 use baton_proto::v1::{Event, WatchRequest};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
 
-use super::visible::{self, View};
+use super::visible::shown;
 use super::{Api, EventStream};
-use crate::auth::Caller;
+use crate::auth::{Caller, STREAM_RECHECK_MS};
 
 /// Events buffered per watcher between this replica and the client.
 const WATCH_BUFFER: usize = 1_024;
 
-pub async fn watch(api: &Api, who: Caller, identity: String, r: WatchRequest) -> Result<Response<EventStream>, Status> {
+pub async fn watch(
+    api: &Api,
+    mut who: Caller,
+    identity: String,
+    r: WatchRequest,
+) -> Result<Response<EventStream>, Status> {
     // Held by the stream's task: the slots free when the stream ends or its client goes.
     let client_slot = api.ctx.watchers.acquire(identity, api.ctx.settings.max_watch_streams_per_client)?;
     let slot = api.ctx.watch_slots.clone().try_acquire_owned().map_err(|_| {
@@ -49,15 +60,35 @@ pub async fn watch(api: &Api, who: Caller, identity: String, r: WatchRequest) ->
     let ctx = api.ctx.clone();
     tokio::spawn(async move {
         let _slots = (slot, client_slot);
-        for e in replay {
-            if tx.send(Ok(e)).await.is_err() {
+        // Judged when the stream opened; the token is checked again before each part of
+        // them is sent, so a long replay to a slow client ends soon after a revocation.
+        let mut replay = replay.into_iter().peekable();
+        while replay.peek().is_some() {
+            if let Err(s) = ctx.replica.read_local(|s| who.refresh(s)) {
+                let _ = tx.send(Err(s)).await;
                 return;
             }
+            for e in replay.by_ref().take(WATCH_BUFFER) {
+                if tx.send(Ok(e)).await.is_err() {
+                    return;
+                }
+            }
         }
+        let mut recheck = tokio::time::interval(Duration::from_millis(STREAM_RECHECK_MS));
+        recheck.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 next = events.recv() => next,
-                _ = closing.wait_for(|c| *c) => return,
+                // A revocation makes no event: a quiet stream must look for itself.
+                _ = recheck.tick() => match ctx.replica.read_local(|s| who.refresh(s)) {
+                    Ok(()) => continue,
+                    Err(s) => {
+                        let _ = tx.send(Err(s)).await;
+                        return;
+                    }
+                },
+                // Its output (a guard, not Send) must not live across the awaits above.
+                () = async { let _ = closing.wait_for(|c| *c).await; } => return,
                 // A client that went away is noticed even while no event flows.
                 () = tx.closed() => return,
             };
@@ -77,9 +108,20 @@ pub async fn watch(api: &Api, who: Caller, identity: String, r: WatchRequest) ->
                 Err(RecvError::Closed) => return,
             };
             let wanted = batch.iter().filter(|e| job.is_empty() || e.job.as_ref().is_some_and(|n| n.as_str() == job));
-            // Judged against this replica's state, which has applied the batch: its jobs are
-            // there (the token's rights are those of when the stream opened).
-            let out: Vec<Event> = ctx.replica.read_local(|s| wanted.filter_map(|e| shown(s, &who, e)).collect());
+            // Judged against this replica's state, which has applied the batch (its jobs are
+            // there), with the caller's rights in that same state: a revocation applied
+            // before any event of the batch is in it, so no event after it is sent.
+            let out: Result<Vec<Event>, Status> = ctx.replica.read_local(|s| {
+                who.refresh(s)?;
+                Ok(wanted.filter_map(|e| shown(s, &who, e)).collect())
+            });
+            let out = match out {
+                Ok(out) => out,
+                Err(s) => {
+                    let _ = tx.send(Err(s)).await;
+                    return;
+                }
+            };
             for e in out {
                 if tx.send(Ok(e)).await.is_err() {
                     return;
@@ -88,13 +130,4 @@ pub async fn watch(api: &Api, who: Caller, identity: String, r: WatchRequest) ->
         }
     });
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-}
-
-/// The event as `who` may see it, or `None`.
-fn shown(s: &baton_model::State, who: &Caller, e: &ModelEvent) -> Option<Event> {
-    match visible::event_view(s, who, e) {
-        View::Hidden => None,
-        View::Names => Some(visible::event_names_only(event_to_proto(e))),
-        View::Private | View::Public => Some(event_to_proto(e)),
-    }
 }

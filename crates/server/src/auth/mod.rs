@@ -8,10 +8,16 @@
 //! its token has at that point of the log, and a write without a token is refused by every
 //! replica once the cluster has one.
 //!
+//! Streams (`Watch`, `JobLogs`) authenticate once like any call, then check their caller
+//! again against this replica's applied state ([`Caller::refresh`]) before each batch they
+//! send and every [`STREAM_RECHECK_MS`] while nothing flows: a revoked token's stream ends
+//! with UNAUTHENTICATED, and one whose grants shrank sends only what the grants left show.
+//!
 //! - `tokens`: the gRPC methods for tokens and `WhoAmI`.
 
 pub mod tokens;
 
+use baton_model::State;
 use baton_model::access::{Role, Token, TokenHash};
 use baton_model::command::Op;
 use baton_proto::{AUTHORIZATION_METADATA, BEARER_PREFIX};
@@ -47,6 +53,12 @@ pub const MAX_TOKEN_LEN: usize = 512;
 /// The user a bootstrap token names.
 pub const BOOTSTRAP_ADMIN: &str = "admin";
 
+/// How often an open watch or log stream checks its caller again while nothing flows, so
+/// that a stream whose token was revoked ends within this of this replica applying the
+/// revocation even when no event or log line comes to wake it (a revocation makes no event).
+/// Each check is a lookup in the applied state, no round to a quorum.
+pub const STREAM_RECHECK_MS: u64 = 1_000;
+
 /// SHA-256 of a token: what the cluster stores and compares.
 pub fn hash_token(token: &str) -> TokenHash {
     Sha256::digest(token.as_bytes()).into()
@@ -77,6 +89,29 @@ impl Caller {
         match self {
             Caller::Open => None,
             Caller::Token { token, .. } => Some(token),
+        }
+    }
+
+    /// The caller of a stream opened earlier, as `s` knows it now: its token with the roles
+    /// and grants `s` gives it (a grant taken back counts from here on), or UNAUTHENTICATED
+    /// once the token is revoked or forgotten, or, for a caller let in without a token, once
+    /// the cluster has tokens. Checked against this replica's applied state, not
+    /// linearizably: what a stream sends was judged against that same state, so nothing
+    /// applied after the revocation is sent, and a lookup is cheap enough for every batch.
+    pub fn refresh(&mut self, s: &State) -> Result<(), Status> {
+        match self {
+            Caller::Open if s.access().enforced() => Err(Status::unauthenticated(
+                "this cluster has tokens now, and this stream was opened without one; open it again with a token",
+            )),
+            Caller::Open => Ok(()),
+            Caller::Token { hash, token } => {
+                let now = s.access().authenticate(hash).map_err(crate::status::from_apply)?;
+                // Cloned only when its rights changed: most checks find them as they were.
+                if *now != *token {
+                    *token = now.clone();
+                }
+                Ok(())
+            }
         }
     }
 
@@ -145,6 +180,63 @@ mod tests {
     fn the_hash_is_sha256() {
         let h = hash_token("abc");
         assert_eq!(baton_model::access::token_id(&h), "ba7816bf8f01cfea");
+    }
+
+    /// Writes `op` as the cluster's admin (a cluster with tokens takes no bare command).
+    fn as_admin(s: &mut State, now_ms: u64, op: Op) {
+        let op = Op::As { token: hash_token("admin"), op: Box::new(op) };
+        s.apply(baton_model::Command { now_ms, op }).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// A cluster with an admin, queues a and b, and alice, a user of both.
+    fn state_with_alice(hash: TokenHash) -> State {
+        let mut s = State::default();
+        let admin = baton_model::access::TokenSpec {
+            user: baton_model::Name::lit("admin"),
+            roles: [Role::Admin].into_iter().collect(),
+            queues: Default::default(),
+        };
+        let op = Op::AddToken { hash: hash_token("admin"), spec: admin };
+        s.apply(baton_model::Command { now_ms: 1, op }).unwrap();
+        for q in ["a", "b"] {
+            as_admin(&mut s, 1, Op::PutQueue(baton_model::fixture::gpu_queue(q, 8)));
+        }
+        let spec = baton_model::access::TokenSpec {
+            user: baton_model::Name::lit("alice"),
+            roles: Default::default(),
+            queues: [baton_model::Name::lit("a"), baton_model::Name::lit("b")].into_iter().collect(),
+        };
+        as_admin(&mut s, 1, Op::AddToken { hash, spec });
+        s
+    }
+
+    fn alice(s: &State, hash: TokenHash) -> Caller {
+        Caller::Token { hash, token: s.access().authenticate(&hash).unwrap().clone() }
+    }
+
+    #[test]
+    fn a_refreshed_caller_has_the_grants_of_now_and_a_revoked_one_is_unauthenticated() {
+        let hash = hash_token("alice-secret");
+        let mut s = state_with_alice(hash);
+        let mut who = alice(&s, hash);
+        let id = baton_model::access::token_id(&hash);
+        as_admin(&mut s, 2, Op::GrantQueue { id: id.clone(), queue: baton_model::Name::lit("b"), granted: false });
+        who.refresh(&s).unwrap();
+        let queues: Vec<&str> = who.token().unwrap().spec.queues.iter().map(|q| q.as_str()).collect();
+        assert_eq!(queues, ["a"]);
+        as_admin(&mut s, 3, Op::RevokeToken { id: id.clone() });
+        let e = who.refresh(&s).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(e.message().contains(&format!("token {id} of user alice was revoked")), "{}", e.message());
+    }
+
+    #[test]
+    fn a_caller_let_in_without_a_token_is_refused_once_the_cluster_has_tokens() {
+        let mut open = Caller::Open;
+        open.refresh(&State::default()).unwrap();
+        let e = open.refresh(&state_with_alice(hash_token("t"))).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(e.message().contains("this cluster has tokens now"), "{}", e.message());
     }
 
     #[test]

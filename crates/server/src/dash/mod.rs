@@ -7,7 +7,9 @@
 //!   same messages (and the same access rules: another user's environment stays hidden) as
 //!   the gRPC API's ClusterInfo, ListQueues, ListJobs, GetJob and ListNodes.
 //! - `/api/events`: a `text/event-stream` of the events this replica applies, as `Watch`
-//!   streams them; the page refreshes what it shows when one arrives.
+//!   streams them (each event as its job's queue shows it to the caller, the caller checked
+//!   again before each batch and every `STREAM_RECHECK_MS`, as a watch is); the page
+//!   refreshes what it shows when one arrives.
 //!
 //! Every `/api/` endpoint needs what listing needs in the API: a live token
 //! (`Authorization: Bearer TOKEN`), unless the cluster has none and this replica runs with
@@ -22,9 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_model::event::Event as ModelEvent;
-use baton_proto::convert::event_to_proto;
 use baton_proto::scrape;
-use baton_proto::v1::{JobRef, JobState, ListJobsRequest, ListQueuesReply};
+use baton_proto::v1::{Event, JobRef, JobState, ListJobsRequest, ListQueuesReply};
 use baton_proto::words::Word;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -35,8 +36,8 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
 use crate::Ctx;
-use crate::api::{self, Api};
-use crate::auth::Caller;
+use crate::api::{self, Api, visible};
+use crate::auth::{Caller, STREAM_RECHECK_MS};
 use request::Request;
 
 /// Jobs one `/api/jobs` page holds when the page asks for no `limit`.
@@ -48,7 +49,7 @@ pub const MAX_EVENT_STREAMS: usize = 8;
 /// Longest event one stream message carries, JSON included; a longer event message is cut.
 pub const MAX_EVENT_BYTES: usize = 4 * 1024;
 /// An open event stream sends a comment this often, so that a client that went away is
-/// noticed, and checks again that its token is still live.
+/// noticed.
 pub const KEEPALIVE_MS: u64 = 15_000;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -76,7 +77,7 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
             let answered = tokio::time::timeout(timeout, answer(&ctx, stream)).await;
             drop(slot);
             // An event stream outlives the request timeout: it keeps only its own slot.
-            if let Ok(Ok(Some((stream, r, who)))) = answered {
+            if let Ok(Ok(Some((stream, who)))) = answered {
                 let Ok(slot) = streams.try_acquire_owned() else {
                     let why = format!(
                         "{MAX_EVENT_STREAMS} event streams are open on this replica; close a dashboard tab or use another replica"
@@ -84,7 +85,7 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
                     let _ = reply(stream, json_error(Code::Unavailable, &why)).await;
                     return;
                 };
-                let _ = events(&ctx, stream, &r, &who).await;
+                let _ = events(&ctx, stream, who).await;
                 drop(slot);
             }
         });
@@ -104,9 +105,9 @@ impl Reply {
     }
 }
 
-/// An event stream is handed back (with its request and caller) to be served outside the
-/// request timeout; every other request is answered here.
-type Streaming = Option<(TcpStream, Request, Caller)>;
+/// An event stream is handed back (with its caller) to be served outside the request
+/// timeout; every other request is answered here.
+type Streaming = Option<(TcpStream, Caller)>;
 
 async fn answer(ctx: &Arc<Ctx>, mut stream: TcpStream) -> std::io::Result<Streaming> {
     let head = scrape::read_head(&mut stream).await?;
@@ -128,7 +129,7 @@ async fn answer(ctx: &Arc<Ctx>, mut stream: TcpStream) -> std::io::Result<Stream
         "/app.js" => Reply::ok("text/javascript; charset=utf-8", APP_JS),
         "/app.css" => Reply::ok("text/css; charset=utf-8", APP_CSS),
         "/api/events" => match caller(&api, &r).await {
-            Ok(who) => return Ok(Some((stream, r, who))),
+            Ok(who) => return Ok(Some((stream, who))),
             Err(s) => status_reply(&s),
         },
         p if p.starts_with("/api/") => match json(&api, &r).await {
@@ -258,11 +259,13 @@ async fn reply(mut stream: TcpStream, r: Reply) -> std::io::Result<()> {
     stream.shutdown().await
 }
 
-/// `/api/events`: every event this replica applies from now on, one `data:` line of JSON
-/// (a `Watch` event) each, until the client goes, its token stops being live or the server
-/// closes. A client that falls behind gets an `event: lagged` saying how many batches it
-/// missed (the page then reloads everything).
-async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, r: &Request, who: &Caller) -> std::io::Result<()> {
+/// `/api/events`: every event this replica applies from now on that the caller may see, as
+/// `Watch` shows it, one `data:` line of JSON (a `Watch` event) each, until the client goes,
+/// its token stops being live (`event: refused` saying why, checked as a watch checks it:
+/// before each batch, against the state the batch is judged by, and every
+/// [`STREAM_RECHECK_MS`]) or the server closes. A client that falls behind gets an
+/// `event: lagged` saying how many batches it missed (the page then reloads everything).
+async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, mut who: Caller) -> std::io::Result<()> {
     let mut events = ctx.replica.subscribe_events();
     let mut closing = ctx.closing.subscribe();
     stream
@@ -270,15 +273,18 @@ async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, r: &Request, who: &Caller
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n: events follow\n\n",
         )
         .await?;
-    let api = Api { ctx: ctx.clone() };
     let mut keepalive = tokio::time::interval(Duration::from_millis(KEEPALIVE_MS));
+    let mut recheck = tokio::time::interval(Duration::from_millis(STREAM_RECHECK_MS));
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let next = tokio::select! {
             next = events.recv() => next,
+            // A revocation makes no event: a quiet stream must look for itself.
+            _ = recheck.tick() => match ctx.replica.read_local(|s| who.refresh(s)) {
+                Ok(()) => continue,
+                Err(s) => return refused(&mut stream, &s).await,
+            },
             _ = keepalive.tick() => {
-                if matches!(who, Caller::Token { .. }) && caller(&api, r).await.is_err() {
-                    return stream.write_all(b"event: refused\ndata: the token is no longer live\n\n").await;
-                }
                 stream.write_all(b": keepalive\n\n").await?;
                 continue;
             }
@@ -293,16 +299,31 @@ async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, r: &Request, who: &Caller
             }
             Err(RecvError::Closed) => return Ok(()),
         };
-        for e in batch.iter() {
-            stream.write_all(event_message(e).as_bytes()).await?;
+        // As a watch judges its batches: the caller's rights in the state that applied them.
+        let shown: Result<Vec<Event>, Status> = ctx.replica.read_local(|s| {
+            who.refresh(s)?;
+            Ok(batch.iter().filter_map(|e| visible::shown(s, &who, e)).collect())
+        });
+        match shown {
+            Ok(shown) => {
+                for e in shown {
+                    stream.write_all(event_message(e).as_bytes()).await?;
+                }
+            }
+            Err(s) => return refused(&mut stream, &s).await,
         }
     }
 }
 
+/// The stream's last message: the caller's token is no longer live, and why.
+async fn refused(stream: &mut TcpStream, why: &Status) -> std::io::Result<()> {
+    let why = why.message().replace(['\r', '\n'], " ");
+    stream.write_all(format!("event: refused\ndata: {why}\n\n").as_bytes()).await
+}
+
 /// One event as a stream message, at most [`MAX_EVENT_BYTES`]: an event whose text makes
 /// it longer has its text cut (at a character boundary) and marked with an ellipsis.
-fn event_message(e: &ModelEvent) -> String {
-    let mut event = event_to_proto(e);
+fn event_message(mut event: Event) -> String {
     loop {
         // Serializing a message of strings and numbers cannot fail.
         let data = serde_json::to_string(&event).unwrap_or_default();
@@ -328,6 +349,7 @@ mod tests {
     use super::*;
     use baton_model::event::EventKind;
     use baton_model::name::Name;
+    use baton_proto::convert::event_to_proto;
 
     fn request(target: &str) -> Request {
         request::parse(&format!("GET {target} HTTP/1.1\r\n\r\n")).unwrap()
@@ -362,11 +384,11 @@ mod tests {
             kind: EventKind::Submitted,
             message: "é".repeat(10 * MAX_EVENT_BYTES),
         };
-        let m = event_message(&e);
+        let m = event_message(event_to_proto(&e));
         assert!(m.len() <= MAX_EVENT_BYTES, "{}", m.len());
         assert!(m.starts_with("data: {") && m.ends_with("}\n\n") && m.contains('…'));
         let short = ModelEvent { message: "short".into(), ..e };
-        assert!(event_message(&short).contains("\"message\":\"short\""));
+        assert!(event_message(event_to_proto(&short)).contains("\"message\":\"short\""));
     }
 
     #[test]
