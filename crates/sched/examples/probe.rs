@@ -95,7 +95,8 @@ fn main() {
         // preemptors on what they freed.
         for v in victims {
             let node = after.job(v.job).expect("a victim").replicas[0].node.clone();
-            let stopped = baton_model::command::Observed::Stopped { job: v.job, attempt: v.attempt, rank: 0, checkpointed: true };
+            let stopped =
+                baton_model::command::Observed::Stopped { job: v.job, attempt: v.attempt, rank: 0, checkpointed: true };
             apply(&mut after, Op::Report { node, observations: vec![stopped] });
         }
         let plan = cycle(&after, NOW_MS);

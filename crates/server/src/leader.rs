@@ -3,7 +3,8 @@
 //! 1. publishes each node's desired assignments to the agent hub,
 //! 2. runs a scheduling cycle on a snapshot of the applied state, off the state's lock and
 //!    the async workers, and proposes the plan (which `apply` re-checks: the plan is
-//!    optimistic),
+//!    optimistic); once some of it is applied, publishes again, so that its placements and
+//!    stops go out at once,
 //! 3. declares nodes whose agents went silent lost,
 //! 4. writes a `Tick` when reservations may have expired.
 //!
@@ -205,6 +206,9 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
         if let Some(Outcome::PlanApplied { accepted, .. }) = &outcome {
             ctx.metrics.observe_plan(*accepted as u64);
         }
+        if let Some(Outcome::PlanApplied { accepted: 1.., .. }) = &outcome {
+            publish_applied(ctx, term).await;
+        }
         match outcome {
             Some(Outcome::PlanApplied { accepted: 0, rejected, stale_by }) => {
                 let rejected = words(&rejected);
@@ -228,6 +232,18 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
         write(ctx, Op::Tick).await;
     }
     (refused, thought)
+}
+
+/// Publishes the desired state of the state as applied now, with this round's plan: its
+/// placements and stops go to the agents at once. The round published what it read
+/// before its plan, and the next round comes only with another change or the cycle
+/// interval, then after its own cycle: a second a hop at 1,000 nodes under load.
+async fn publish_applied(ctx: &Ctx, term: u64) {
+    let built =
+        on_applied_state(&ctx.replica, |s| (s.applied(), s.nodes().keys().cloned().collect::<Vec<_>>(), desired(s)));
+    if let Some((state_index, nodes, wanted)) = built.await {
+        ctx.hub.publish(term, state_index, &nodes, wanted);
+    }
 }
 
 /// Runs `think` on a snapshot of the applied state, on a blocking thread. The snapshot is

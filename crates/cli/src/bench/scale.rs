@@ -376,7 +376,22 @@ async fn preemption(a: &ScaleArgs, servers: &[String], seen: &Arc<Seen>, timeout
     );
     let mut ms = std::mem::take(&mut *seen.to_running_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     println!("  urgent submit -> running {}", percentiles_line(&mut ms));
+    print_timeline(&servers[0], "u0-0").await;
     Ok(())
+}
+
+/// The events of job `name` as committed, in ms after its first: where its time went.
+async fn print_timeline(server: &str, name: &str) {
+    let Ok(ch) = channel(server).await else { return };
+    let r = baton_proto::v1::JobRef { name: name.to_string(), ..Default::default() };
+    let Ok(job) = client(ch).get_job(r).await else {
+        println!("  (the events of {name} could not be read)");
+        return;
+    };
+    let events = &job.get_ref().events;
+    let first = events.first().map_or(0, |e| e.at_ms);
+    let line: Vec<String> = events.iter().map(|e| format!("+{} ms {}", e.at_ms - first, e.message)).collect();
+    println!("  {name}'s events: {}", line.join("; "));
 }
 
 /// (urgent jobs started, seconds since `t`) once all `n` started or at the timeout: the
