@@ -19,6 +19,19 @@ impl Drop for Kill {
     }
 }
 
+/// `baton dev` on ports from `base` with its files in `dir`, its output piped.
+fn spawn_dev(base: u16, dir: &std::path::Path) -> Kill {
+    let child = Command::new(BATON)
+        .args(["dev", "--port", &base.to_string(), "--dir"])
+        .arg(dir)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Kill(child)
+}
+
 #[test]
 fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
     // Below Linux's ephemeral range (32768-60999), where other tests' outgoing connections
@@ -26,15 +39,7 @@ fn dev_prints_a_metrics_url_for_every_replica_and_agent_and_each_answers() {
     // Six ports from the base: three API and three peer ports.
     let base = 10_000 + (std::process::id() % 1_500) as u16 * 6;
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(BATON)
-        .args(["dev", "--port", &base.to_string(), "--dir"])
-        .arg(dir.path())
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut dev = Kill(child);
+    let mut dev = spawn_dev(base, dir.path());
     let out = dev.0.stdout.take().unwrap();
     let mut urls = Vec::new();
     let mut text = String::new();
@@ -176,15 +181,7 @@ fn a_dev_cluster_killed_outright_takes_its_replicas_and_agents_with_it() {
     // Another base than the test above, which runs at the same time in this process.
     let base = 10_000 + ((std::process::id() + 750) % 1_500) as u16 * 6;
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(BATON)
-        .args(["dev", "--port", &base.to_string(), "--dir"])
-        .arg(dir.path())
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut dev = Kill(child);
+    let mut dev = spawn_dev(base, dir.path());
     let out = dev.0.stdout.take().unwrap();
     for line in BufReader::new(out).lines() {
         if line.unwrap().starts_with("Press Ctrl-C") {

@@ -222,6 +222,18 @@ fn a_lease_stop_reported_after_its_node_was_lost_gives_the_next_attempt_its_chec
     assert!(e.message.contains("reported late") && e.message.contains("n1"), "{}", e.message);
 }
 
+/// The gang's attempt 1 lost rank 0 with n1 (its save not reported yet) while rank 1's stop
+/// on n2 saved; n1 is back and attempt 2 runs on both, from zero.
+fn attempt_2_after_n1_was_lost() -> (State, JobId) {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    report(&mut s, "n2", Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true });
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Ready });
+    decide(&mut s, Decision::Place { job: g, attempt: 2, replicas: vec![on(0, "n1"), on(1, "n2")] })
+        .expect("attempt 2 starts");
+    (s, g)
+}
+
 /// A late report of an older attempt's save, while a newer attempt runs from zero: the
 /// running attempt is not changed (it was started as it was), but the files of the older
 /// attempt's stop are on every rank's disk, at least as new as any the job had, so the
@@ -229,12 +241,7 @@ fn a_lease_stop_reported_after_its_node_was_lost_gives_the_next_attempt_its_chec
 /// that attempt or a later one). Not in mode requeue, which starts over.
 #[test]
 fn a_late_checkpoint_counts_for_the_attempts_after_a_newer_one_started_but_not_in_mode_requeue() {
-    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
-    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
-    report(&mut s, "n2", Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true });
-    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Ready });
-    let replicas = vec![on(0, "n1"), on(1, "n2")];
-    decide(&mut s, Decision::Place { job: g, attempt: 2, replicas }).expect("attempt 2 starts");
+    let (mut s, g) = attempt_2_after_n1_was_lost();
     assert!(report(&mut s, "n2", lease_stop(g, 0)).len() == 1, "rank 0 ran on n1");
     assert!(report(&mut s, "n1", lease_stop(g, 0)).is_empty());
     let j = s.job(g).unwrap();
@@ -255,11 +262,7 @@ fn a_late_checkpoint_counts_for_the_attempts_after_a_newer_one_started_but_not_i
 /// although every rank's checkpoint (attempt 1's) was on disk.
 #[test]
 fn an_older_attempts_save_reported_after_a_newer_attempt_stopped_gives_the_next_its_checkpoint() {
-    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
-    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
-    report(&mut s, "n2", Observed::Stopped { job: g, attempt: 1, rank: 1, checkpointed: true });
-    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Ready });
-    decide(&mut s, Decision::Place { job: g, attempt: 2, replicas: vec![on(0, "n1"), on(1, "n2")] }).unwrap();
+    let (mut s, g) = attempt_2_after_n1_was_lost();
     assert!(!s.job(g).unwrap().has_checkpoint, "attempt 2 starts from zero");
     apply(&mut s, Op::Pause { job: g });
     let stop = |rank| Observed::Stopped { job: g, attempt: 2, rank, checkpointed: false };
