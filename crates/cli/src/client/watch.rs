@@ -66,19 +66,34 @@ pub async fn run(conn: &Conn, a: &WatchArgs, out: &mut dyn Write) -> Result<(), 
                         .into(),
                 ));
             }
-            Err(s) => {
-                return Err(ClientError::Stream(format!(
-                    "the watch broke: {}; run baton watch again, with --replay to see what was missed",
-                    s.message()
-                )));
-            }
+            Err(s) => return Err(ClientError::Stream(broken(&s))),
         }
+    }
+}
+
+/// What to say of a watch the replica ended with an error: retrying helps, except when the
+/// caller's token no longer lets it in (revoked, or its rights taken back).
+fn broken(s: &tonic::Status) -> String {
+    match s.code() {
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => format!(
+            "the watch was ended: {}; this token no longer lets you watch (baton whoami says who you are)",
+            s.message()
+        ),
+        _ => format!("the watch broke: {}; run baton watch again, with --replay to see what was missed", s.message()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_ended_for_a_revoked_token_does_not_say_to_run_it_again() {
+        let revoked = broken(&tonic::Status::unauthenticated("token 3 of user alice was revoked"));
+        assert!(revoked.contains("was revoked") && !revoked.contains("again"), "{revoked}");
+        let lost = broken(&tonic::Status::unavailable("connection reset"));
+        assert!(lost.contains("run baton watch again"), "{lost}");
+    }
 
     #[test]
     fn event_lines_read_as_documented() {
