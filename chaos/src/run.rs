@@ -187,9 +187,9 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
             );
         }
         tokio::time::sleep(faults.pause_before_next()).await;
-        let at_s = start.elapsed().as_secs_f64();
+        let (at_s, at_ms) = (start.elapsed().as_secs_f64(), crate::history::now_ms());
         let (fault, moment) = faults.inject(&mut c).await;
-        landed.push(Landed { at_s, fault, moment });
+        landed.push(Landed { at_s, at_ms, fault, moment });
         faults.settle(&c).await;
     }
     stop.store(true, Ordering::SeqCst);
