@@ -245,6 +245,13 @@ pub async fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// A replica's end was reported at least once, every time as `want`: reports are at least
+/// once, and a directive that reaches an agent after the replica ended (a restart's first
+/// directive, a resend) is answered with that end again.
+pub fn said_once_or_more<T: PartialEq + std::fmt::Debug>(got: &[T], want: T) {
+    assert!(!got.is_empty() && got.iter().all(|g| *g == want), "reported {got:?}, wanted {want:?} once or more");
+}
+
 pub fn stopped_of(obs: &[Observation], job_id: u64) -> Vec<bool> {
     obs.iter()
         .filter_map(|o| match &o.what {
