@@ -18,8 +18,15 @@ use common::*;
 
 const USER: &str = "baton-test-runas";
 
-/// The test user, created if missing (idempotent: a concurrent creation is fine too).
+/// The test user, created if missing, once per test process: the tests run at once, and two
+/// `useradd`s at once can each write the user database from what it read before the other
+/// wrote (CI: a test read the user as 999:995, and its job ran as 995:994).
 fn ensure_user() -> baton_agent::run_as::Identity {
+    static USER_ONCE: std::sync::OnceLock<baton_agent::run_as::Identity> = std::sync::OnceLock::new();
+    USER_ONCE.get_or_init(create_user).clone()
+}
+
+fn create_user() -> baton_agent::run_as::Identity {
     if let Some(who) = lookup_user(USER).unwrap() {
         return who;
     }
