@@ -117,6 +117,12 @@ async fn a_submit_to_start_path_is_one_chain_of_spans_carrying_job_attempt_and_t
     let plan = one("plan");
     assert_eq!(plan.parent.as_deref(), Some("cycle"), "a plan decision is a child of its cycle: {plan:?}");
     assert_eq!(plan.fields.get("decision").map(String::as_str), Some("place"), "{plan:?}");
+    // The agent may start the job before the third replica applies the start: a quorum's
+    // commit sends the directive (the leader publishes once its plan is applied).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while capture.of("apply", id).len() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let apply = capture.of("apply", id);
     assert_eq!(apply.len(), 3, "each replica applies the start: {apply:#?}");
     let directive = one("directive");
