@@ -456,16 +456,18 @@ pub fn placed_before_start(
     out
 }
 
-/// The bound for one preemption from `begin_ms` to `end_ms`. `bound_ms` covers two faults
+/// The bound for one preemption that began at `begin_ms`. `bound_ms` covers two faults
 /// (`preemption_bound_ms`: each keeps an agent or a leader away for up to half of it); a
-/// brisk run can land more inside one preemption (seed 6101: an agent unheard, its leader cut
-/// from its peers, the agent cut off, within 11 s), and each one beyond two, landed while the
-/// preemption ran or less than a fault's length before it began, adds a fault's share.
-fn bound_for(bound_ms: u64, faults_ms: &[u64], begin_ms: u64, end_ms: u64) -> u64 {
+/// brisk run can land more within one preemption (seed 6101: an agent unheard, its leader cut
+/// from its peers, the agent cut off, within 11 s), and each one beyond two adds a fault's
+/// share. Counted in a fixed window, from a fault's length before the preemption began to
+/// where the base bound ends: faults landing later do not count, or a preemption that hangs
+/// in a brisk run would widen its own bound with every fault that lands while it hangs.
+fn bound_for(bound_ms: u64, faults_ms: &[u64], begin_ms: u64, grace_ms: u64) -> u64 {
     let per_fault_ms = bound_ms / 2;
-    let from_ms = begin_ms.saturating_sub(per_fault_ms);
-    let during = faults_ms.iter().filter(|&&f| f >= from_ms && f <= end_ms).count() as u64;
-    bound_ms + per_fault_ms * during.saturating_sub(2)
+    let (from_ms, to_ms) = (begin_ms.saturating_sub(per_fault_ms), begin_ms + grace_ms + bound_ms);
+    let within = faults_ms.iter().filter(|&&f| f >= from_ms && f <= to_ms).count() as u64;
+    bound_ms + per_fault_ms * within.saturating_sub(2)
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -564,7 +566,7 @@ pub fn preemptions_end(
                 out.ended += 1;
                 let took_ms = e.at_ms as i64 - start.at_ms as i64;
                 let past_ms = took_ms - grace_ms as i64;
-                let bound_ms = bound_for(bound_ms, faults_ms, start.at_ms, e.at_ms);
+                let bound_ms = bound_for(bound_ms, faults_ms, start.at_ms, grace_ms);
                 let limit_ms = grace_ms + bound_ms + spread_ms;
                 if out.longest_past_grace.as_ref().is_none_or(|(_, l)| past_ms > *l) {
                     out.longest_past_grace = Some((spec.name.clone(), past_ms));
@@ -1004,6 +1006,13 @@ mod tests {
         assert!(preemptions_end(&jobs[..1], &events, 12_000, &three, 0).violations.is_empty());
         let two = [1_000, 12_000, 20_000];
         assert_eq!(preemptions_end(&jobs[..1], &events, 12_000, &two, 0).violations.len(), 1);
+        // A preemption that hangs while faults keep landing: those after its base bound ran
+        // out (from 1 s + 5 s + 12 s) do not widen it.
+        let hung = [job("d", JobState::Pending, 2, Some(5_000), &[])];
+        let ended_late: BTreeMap<String, Vec<Event>> =
+            [("d".to_string(), vec![at("Preempted", 1_000), at("Requeued", 60_000)])].into();
+        let later: Vec<u64> = (0..10).map(|i| 20_000 + i * 4_000).collect();
+        assert_eq!(preemptions_end(&hung, &ended_late, 12_000, &later, 0).violations.len(), 1);
     }
 
     fn ckpt(job: &str, attempt: u32, rank: &str, step: u64, at_ms: u64) -> WrittenCheckpoint {
