@@ -167,7 +167,7 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
     let acknowledged = submit_backlog(a, &servers, &seen, Backlog::Train, a.backlog, a.clients).await?;
     // A backlog larger than the cluster leaves the rest waiting: all that fits is the goal.
     let fits = acknowledged.min(capacity);
-    let placed = wait_started(&seen, fits, first_submit, timeout).await;
+    let placed = wait_started(&seen, 0, fits, first_submit, timeout).await;
     let placing = usage.stop(pid, &seen);
     let lag = lag.stop().await;
     println!(
@@ -181,8 +181,7 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
     if placed.0 < fits {
         println!("  (not all that fits placed within --timeout-s {}; capacity is {capacity} GPUs)", a.timeout_s);
     }
-    let mut ms = std::mem::take(&mut *seen.to_running_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-    println!("  submit -> running {}", percentiles_line(&mut ms));
+    println!("  submit -> running {}", percentiles_line(&mut seen.take_to_running_ms()));
     placing.print("  while submitting and placing");
     lag.print("  apply lag while submitting and placing");
     print_cycles(a.port, &name, cycles_before, "  while submitting and placing").await;
@@ -364,18 +363,17 @@ async fn preemption(a: &ScaleArgs, servers: &[String], seen: &Arc<Seen>, timeout
     let stopped_before = seen.stopped.load(Ordering::Relaxed);
     let started_before = seen.started.load(Ordering::Relaxed);
     // Starts of backlog jobs still waiting would mix in; only the urgent jobs' are kept.
-    drop(std::mem::take(&mut *seen.to_running_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
+    seen.take_to_running_ms();
     seen.forget_submitted();
     let t = Instant::now();
     let acknowledged = submit_backlog(a, servers, seen, Backlog::Urgent, a.preemptors, PREEMPTOR_CLIENTS).await?;
-    let started = wait_urgent(seen, started_before, acknowledged, t, timeout).await;
+    let started = wait_started(seen, started_before, acknowledged, t, timeout).await;
     let stops = seen.stopped.load(Ordering::Relaxed) - stopped_before;
     println!(
         "preemption: {} of {acknowledged} urgent jobs running {:.2} s after the first submit; {stops} running jobs stopped for them",
         started.0, started.1
     );
-    let mut ms = std::mem::take(&mut *seen.to_running_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-    println!("  urgent submit -> running {}", percentiles_line(&mut ms));
+    println!("  urgent submit -> running {}", percentiles_line(&mut seen.take_to_running_ms()));
     print_timeline(&servers[0], "u0-0").await;
     Ok(())
 }
@@ -392,19 +390,6 @@ async fn print_timeline(server: &str, name: &str) {
     let first = events.first().map_or(0, |e| e.at_ms);
     let line: Vec<String> = events.iter().map(|e| format!("+{} ms {}", e.at_ms - first, e.message)).collect();
     println!("  {name}'s events: {}", line.join("; "));
-}
-
-/// (urgent jobs started, seconds since `t`) once all `n` started or at the timeout: the
-/// backlog's first starts were forgotten, so every start counted now is an urgent job's.
-async fn wait_urgent(seen: &Seen, before: u64, n: u64, t: Instant, timeout: Duration) -> (u64, f64) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let started = seen.started.load(Ordering::Relaxed) - before;
-        if started >= n || Instant::now() > deadline {
-            return (started, t.elapsed().as_secs_f64());
-        }
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    }
 }
 
 /// Samples every replica's apply lag while a phase runs: `baton_raft_apply_lag_entries`
@@ -486,13 +471,14 @@ pub async fn wait_ready(servers: &[String], n: usize, timeout: Duration) -> Resu
     }
 }
 
-/// (jobs started, seconds since `first_submit`) once all `n` started or at the timeout.
-async fn wait_started(seen: &Seen, n: u64, first_submit: Instant, timeout: Duration) -> (u64, f64) {
+/// (jobs started beyond `before`, seconds since `since`) once `n` more started or at the
+/// timeout. Only jobs whose submit is remembered count (`Seen::first_start`).
+async fn wait_started(seen: &Seen, before: u64, n: u64, since: Instant, timeout: Duration) -> (u64, f64) {
     let deadline = Instant::now() + timeout;
     loop {
-        let started = seen.started.load(Ordering::Relaxed);
+        let started = seen.started.load(Ordering::Relaxed) - before;
         if started >= n || Instant::now() > deadline {
-            return (started, first_submit.elapsed().as_secs_f64());
+            return (started, since.elapsed().as_secs_f64());
         }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
@@ -585,10 +571,7 @@ fn float(text: &str, name: &str) -> Option<f64> {
 /// The value of counter or gauge `name` in a Prometheus text exposition (`name_total` or
 /// `name`, without labels).
 fn value(text: &str, name: &str) -> Option<u64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (key, value) = l.split_once(' ')?;
-        (key == name || key == format!("{name}_total")).then(|| value.trim().parse::<f64>().ok().map(|v| v as u64))?
-    })
+    float(text, name).or_else(|| float(text, &format!("{name}_total"))).map(|v| v as u64)
 }
 
 #[cfg(test)]

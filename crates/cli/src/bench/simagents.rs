@@ -82,6 +82,11 @@ impl Seen {
         self.lock_submitted().insert(job, Instant::now());
     }
 
+    /// The submit-to-running times gathered so far, leaving none.
+    pub fn take_to_running_ms(&self) -> Vec<f64> {
+        std::mem::take(&mut *self.to_running_ms.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// Forgets the jobs submitted and not started yet: their starts are no longer counted.
     pub fn forget_submitted(&self) {
         self.lock_submitted().clear();
