@@ -3,8 +3,8 @@
 //! 1. publishes each node's desired assignments to the agent hub,
 //! 2. runs a scheduling cycle on a snapshot of the applied state, off the state's lock and
 //!    the async workers, and proposes the plan (which `apply` re-checks: the plan is
-//!    optimistic); once some of it is applied, publishes again, so that its placements and
-//!    stops go out at once,
+//!    optimistic); once some of it is applied, publishes the state with it instead of the
+//!    one read, so that its placements and stops go out at once,
 //! 3. declares nodes whose agents went silent lost,
 //! 4. writes a `Tick` when reservations may have expired.
 //!
@@ -198,8 +198,10 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     };
     let thought = began.elapsed();
     let cycle = crate::trace::cycle_span(term, &r.plan.decisions);
-    ctx.hub.publish(term, r.state_index, &r.nodes, wanted);
     let mut refused = None;
+    // What the round read goes out unless its plan is applied: then the state with the plan,
+    // which holds all of it, does (each changed node is sent one directive, not two).
+    let mut published = false;
     if !r.plan.decisions.is_empty() {
         let n = r.plan.decisions.len();
         let outcome = write(ctx, Op::ApplyPlan(r.plan)).instrument(cycle).await;
@@ -207,7 +209,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             ctx.metrics.observe_plan(*accepted as u64);
         }
         if let Some(Outcome::PlanApplied { accepted: 1.., .. }) = &outcome {
-            publish_applied(ctx, term).await;
+            published = publish_applied(ctx, term).await;
         }
         match outcome {
             Some(Outcome::PlanApplied { accepted: 0, rejected, stale_by }) => {
@@ -221,6 +223,9 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             }
             _ => {}
         }
+    }
+    if !published {
+        ctx.hub.publish(term, r.state_index, &r.nodes, wanted);
     }
     let timeout = Duration::from_millis(ctx.settings.heartbeat_timeout_ms);
     ctx.liveness.retain(&r.nodes);
@@ -237,13 +242,14 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
 /// Publishes the desired state of the state as applied now, with this round's plan: its
 /// placements and stops go to the agents at once. The round published what it read
 /// before its plan, and the next round comes only with another change or the cycle
-/// interval, then after its own cycle: a second a hop at 1,000 nodes under load.
-async fn publish_applied(ctx: &Ctx, term: u64) {
+/// interval, then after its own cycle: a second a hop at 1,000 nodes under load. Whether
+/// it published (not when the runtime shuts down).
+async fn publish_applied(ctx: &Ctx, term: u64) -> bool {
     let built =
         on_applied_state(&ctx.replica, |s| (s.applied(), s.nodes().keys().cloned().collect::<Vec<_>>(), desired(s)));
-    if let Some((state_index, nodes, wanted)) = built.await {
-        ctx.hub.publish(term, state_index, &nodes, wanted);
-    }
+    let Some((state_index, nodes, wanted)) = built.await else { return false };
+    ctx.hub.publish(term, state_index, &nodes, wanted);
+    true
 }
 
 /// Runs `think` on a snapshot of the applied state, on a blocking thread. The snapshot is
