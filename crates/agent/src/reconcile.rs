@@ -72,7 +72,8 @@ pub enum Act {
     ReportExited { key: ReplicaKey, code: i32 },
     /// SIGSTOP a running replica and report it stopped.
     Suspend(ReplicaKey),
-    /// A SUSPEND of a replica that never ran here: report it stopped.
+    /// A SUSPEND of a replica that never ran here: as `StopNeverRan`, remember it stopped (a
+    /// later RUN of it starts nothing) and report it.
     SuspendNeverRan(ReplicaKey),
     /// Nothing is done for this assignment; `why` is logged.
     Ignore { key: ReplicaKey, why: Ignored },

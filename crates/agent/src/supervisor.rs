@@ -420,10 +420,16 @@ impl Supervisor {
                 })
             }
             Act::Suspend(key) => self.suspend(&key),
-            Act::SuspendNeverRan(key) => {
-                tracing::warn!(?key, "asked to suspend a replica that never ran here");
-                self.observe(stopped(&key, false, StopCause::Directed))
-            }
+            // Ended here as a STOP of it would be: a RUN of it that comes later (sent
+            // before the SUSPEND, or the leader resuming what it counts as suspended) must
+            // not start a process the leader holds stopped (chaos seed 6301).
+            Act::SuspendNeverRan(key) => match assignment(&key) {
+                Some(a) => {
+                    tracing::warn!(?key, "asked to suspend a replica that never ran here; it ends here unstarted");
+                    self.stop_never_ran(&key, a)
+                }
+                None => Ok(()),
+            },
             Act::Ignore { key, why: why @ Ignored::LeaseExpired } => {
                 tracing::debug!(?key, "{why}");
                 Ok(())

@@ -3,7 +3,7 @@
 
 mod common;
 
-use baton_proto::v1::{Action, ReplicaPhase};
+use baton_proto::v1::{Action, Assignment, ReplicaPhase};
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,5 +485,33 @@ async fn a_run_of_a_replica_killed_as_unwanted_is_answered_with_its_end() {
     })
     .await;
     assert_eq!(std::fs::read_to_string(&started).unwrap().lines().count(), 1, "started once");
+    agent.shutdown().await.unwrap();
+}
+
+/// Issue 9, chaos seed 6301: a SUSPEND reached the agent before the RUN of the same attempt
+/// (it had lost its lease when the job was placed, so the RUN waited). The agent answered
+/// that it never ran here and the leader counted the job suspended in place; the RUN that
+/// came after started the attempt's one process while the job was held suspended, its GPUs
+/// lent to the preemptor. A SUSPEND of a replica that never ran ends that replica here, as a
+/// STOP does: a later RUN of it is answered with its end and starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let started = dir.path().join("started");
+    let run = assignment(1, 1, Action::Run, &format!("echo $$ >> {}; exec sleep 30", started.display()));
+    gw.set(1, vec![Assignment { action: Action::Suspend as i32, ..run.clone() }]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    wait_for(5, "the suspension answered", || (!stop_causes_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+
+    // A marker job after it, so we know the RUN was handled.
+    let marker = dir.path().join("marker");
+    gw.set(1, vec![run, assignment(2, 1, Action::Run, &format!("echo $$ > {}", marker.display()))]);
+    wait_for(5, "the marker job ran", || read_pid(&marker)).await;
+    wait_for(5, "its end reported", || {
+        stop_causes_of(&gw.observations(), 1).contains(&baton_proto::v1::StopCause::KilledHere).then_some(())
+    })
+    .await;
+    assert!(!started.exists(), "attempt 1 started after it was suspended as never run here");
     agent.shutdown().await.unwrap();
 }
