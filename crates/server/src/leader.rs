@@ -168,6 +168,12 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
         tracing::info!(term, "leading: the state holds every earlier commit; directing agents");
         let nodes: Vec<Name> = ctx.replica.read_local(|s| s.nodes().keys().cloned().collect());
         ctx.liveness.reset(&nodes);
+        // The first directives are published before any agent may attach, from the state
+        // the proof caught up with: not after this term's first cycle, which with a large
+        // backlog added its length to every failover.
+        if !publish_applied(ctx, term).await {
+            return false;
+        }
         ctx.hub.set_leading(Some(term));
     }
     true
@@ -401,6 +407,23 @@ mod tests {
         assert!(applied_meanwhile, "the apply waited for the cycle to end");
         assert_eq!(seen, before, "the cycle saw the state as of its start");
         assert_eq!(replica.read_local(|s| s.applied()), before + 1);
+    }
+
+    /// A new leader's first directives are built from the committed state as soon as a
+    /// quorum has confirmed it, not after its first cycle: that cycle (hundreds of ms with a
+    /// large backlog) was part of every failover, the agents reattached and waiting.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_leader_directs_before_its_first_cycle() {
+        let (replica, _stop) = lone_leader().await;
+        let node = baton_model::fixture::gpu_node("n1", 8);
+        let register = Command { now_ms: 1, op: Op::RegisterNode(node.clone()) };
+        replica.write(register).await.expect("committed").expect("applied");
+        let term = replica.metrics().term;
+        let settings = crate::ServerSettings::default();
+        let ctx = crate::Ctx::new(replica.clone(), settings, baton_proto::tls::Transport::Insecure);
+        assert!(directing(&ctx, term).await, "a lone leader is confirmed by itself");
+        let first = ctx.hub.current(&node.name, term).expect("a directive for n1 before any round");
+        assert_eq!(first.state_index, replica.read_local(|s| s.applied()));
     }
 
     fn openraft_log_id(term: u64, index: u64) -> baton_raft::types::LogId {

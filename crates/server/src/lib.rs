@@ -146,6 +146,29 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// A context for `replica` with nothing shared yet: no agent, watcher or stream.
+    pub(crate) fn new(replica: Replica, settings: ServerSettings, transport: Transport) -> Ctx {
+        let (watch_streams, log_streams) = (settings.max_watch_streams, settings.max_log_streams);
+        Ctx {
+            registrar: registrar::Registrar::new(replica.clone()),
+            replica,
+            settings,
+            hub: hub::Hub::default(),
+            liveness: liveness::Liveness::default(),
+            quorum: quorum::Quorum::default(),
+            strays: strays::Strays::default(),
+            checkpoints: checkpoints::Checkpoints::default(),
+            vanished: vanished::Vanished::default(),
+            metrics: Arc::new(metrics::Metrics::new()),
+            watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
+            log_slots: Arc::new(tokio::sync::Semaphore::new(log_streams)),
+            watchers: Arc::new(api::watchers::Watchers::watch_streams()),
+            log_readers: Arc::new(api::watchers::Watchers::log_streams()),
+            closing: tokio::sync::watch::channel(false).0,
+            transport,
+        }
+    }
+
     /// This replica's term if it leads; otherwise the status that sends the caller to the leader.
     pub(crate) fn require_leader(&self) -> Result<u64, Status> {
         let m = self.replica.metrics();
@@ -201,26 +224,7 @@ pub async fn run_on(
     config.settings.validate().map_err(ServerError::Settings)?;
     let dialer = tls::raft_dialer(&config.transport, &config.replica);
     let replica = Replica::open_with(config.replica, dialer).await?;
-    let watch_streams = config.settings.max_watch_streams;
-    let log_streams = config.settings.max_log_streams;
-    let ctx = Arc::new(Ctx {
-        replica: replica.clone(),
-        settings: config.settings,
-        hub: hub::Hub::default(),
-        liveness: liveness::Liveness::default(),
-        quorum: quorum::Quorum::default(),
-        registrar: registrar::Registrar::new(replica.clone()),
-        strays: strays::Strays::default(),
-        checkpoints: checkpoints::Checkpoints::default(),
-        vanished: vanished::Vanished::default(),
-        metrics: Arc::new(metrics::Metrics::new()),
-        watch_slots: Arc::new(tokio::sync::Semaphore::new(watch_streams)),
-        log_slots: Arc::new(tokio::sync::Semaphore::new(log_streams)),
-        watchers: Arc::new(api::watchers::Watchers::watch_streams()),
-        log_readers: Arc::new(api::watchers::Watchers::log_streams()),
-        closing: tokio::sync::watch::channel(false).0,
-        transport: config.transport.clone(),
-    });
+    let ctx = Arc::new(Ctx::new(replica.clone(), config.settings, config.transport.clone()));
     let timing = ctx.metrics.clone();
     replica.observe_applies(Arc::new(move |kind, took| timing.observe_apply(kind, took.as_secs_f64())));
     let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));

@@ -490,6 +490,8 @@ async fn leader_kill(a: &ScaleArgs, children: &mut Children, seen: &Seen, name: 
     let survivors: Vec<usize> = (0..servers.len()).filter(|i| format!("replica {}", i + 1) != name).collect();
     let lost_before = nodes_lost(a.port, survivors[0]).await.unwrap_or(0);
     let t = Instant::now();
+    let killed_at_ms = seen.since_epoch_ms();
+    let failures_before = seen.attach_failures.load(Ordering::Relaxed);
     children.kill(name).await?;
     let deadline = t + Duration::from_secs(a.timeout_s);
     let mut all = false;
@@ -507,6 +509,7 @@ async fn leader_kill(a: &ScaleArgs, children: &mut Children, seen: &Seen, name: 
         a.nodes,
         if all { "" } else { " (timed out)" }
     );
+    failover_timeline(seen, old_term, killed_at_ms, failures_before);
     tokio::time::sleep(Duration::from_millis(HEARTBEAT_TIMEOUT_MS + LOST_MARGIN_MS)).await;
     let survivor_addrs: Vec<String> = survivors.iter().map(|i| servers[*i].clone()).collect();
     let (_, new_leader) = leader(&survivor_addrs).await?;
@@ -521,6 +524,25 @@ async fn leader_kill(a: &ScaleArgs, children: &mut Children, seen: &Seen, name: 
         None => println!("  nodes declared lost: the new leader's /metrics could not be read"),
     }
     Ok(())
+}
+
+/// Where a failover's time goes, per node moved to the new term, counted from the kill: its
+/// reattach accepted, then its first directive of the new term (the first of which is no
+/// earlier than the new leader's first publish); and how many attaches failed meanwhile.
+fn failover_timeline(seen: &Seen, old_term: u64, killed_at_ms: u64, failures_before: u64) {
+    let moved: Vec<usize> =
+        (0..seen.term_of.len()).filter(|i| seen.term_of[*i].load(Ordering::Relaxed) > old_term).collect();
+    let after_kill = |v: &[AtomicU64]| -> Vec<f64> {
+        moved.iter().map(|i| v[*i].load(Ordering::Relaxed).saturating_sub(killed_at_ms) as f64).collect()
+    };
+    let (mut attached, mut directed) = (after_kill(&seen.attached_at_ms), after_kill(&seen.term_began_ms));
+    let first = directed.iter().copied().fold(f64::INFINITY, f64::min);
+    println!("  reattach accepted after the kill: {}", percentiles_line(&mut attached));
+    println!("  first directive of the new term:  {}   (first at {first:.1} ms)", percentiles_line(&mut directed));
+    println!(
+        "  attaches failed or redirected meanwhile: {}",
+        seen.attach_failures.load(Ordering::Relaxed).saturating_sub(failures_before)
+    );
 }
 
 /// `baton_nodes_lost` of replica `index` (0-based), from its /metrics.

@@ -56,6 +56,12 @@ pub struct Seen {
     pub term_of: Vec<AtomicU64>,
     /// Per node: when it last received a directive, in ms since `epoch`.
     pub directed_at_ms: Vec<AtomicU64>,
+    /// Per node: when it first received a directive of its current term, in ms since `epoch`.
+    pub term_began_ms: Vec<AtomicU64>,
+    /// Per node: when its last attach was accepted, in ms since `epoch`.
+    pub attached_at_ms: Vec<AtomicU64>,
+    /// Attaches refused or failed (a replica down, not leading yet, or redirecting).
+    pub attach_failures: AtomicU64,
     pub epoch: Option<Instant>,
 }
 
@@ -64,12 +70,14 @@ impl Seen {
         Seen {
             term_of: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             directed_at_ms: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            term_began_ms: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            attached_at_ms: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             epoch: Some(Instant::now()),
             ..Seen::default()
         }
     }
 
-    fn since_epoch_ms(&self) -> u64 {
+    pub fn since_epoch_ms(&self) -> u64 {
         self.epoch.map_or(0, |e| e.elapsed().as_millis() as u64)
     }
 
@@ -211,11 +219,12 @@ impl SimNode {
             let Some(ch) = channels.get(&addr, self.index) else { continue };
             match self.attached(ch, &addr, &f, &seen).await {
                 Ok(Attached::Redirect(leader)) => {
+                    seen.attach_failures.fetch_add(1, Ordering::Relaxed);
                     hint = Some(leader);
                     continue;
                 }
                 Ok(Attached::Lost) => backoff.lost(),
-                Err(()) => {}
+                Err(()) => _ = seen.attach_failures.fetch_add(1, Ordering::Relaxed),
             }
             // The same jittered backoff as `baton agent`, so the reattach measured is the one
             // real agents make.
@@ -239,6 +248,7 @@ impl SimNode {
             }
             _ => return Err(()),
         };
+        seen.attached_at_ms[self.index as usize].store(seen.since_epoch_ms(), Ordering::Relaxed);
         let beat = Duration::from_millis(f.heartbeat_ms);
         let mut next_beat = tokio::time::Instant::now() + beat;
         let mut failed_reports = 0u32;
@@ -313,8 +323,11 @@ impl SimNode {
         seen.directives.fetch_add(1, Ordering::Relaxed);
         seen.directive_bytes.fetch_add(d.encoded_len() as u64, Ordering::Relaxed);
         let i = self.index as usize;
-        seen.directed_at_ms[i].store(seen.since_epoch_ms(), Ordering::Relaxed);
-        seen.term_of[i].store(d.term, Ordering::Relaxed);
+        let now_ms = seen.since_epoch_ms();
+        seen.directed_at_ms[i].store(now_ms, Ordering::Relaxed);
+        if seen.term_of[i].swap(d.term, Ordering::Relaxed) != d.term {
+            seen.term_began_ms[i].store(now_ms, Ordering::Relaxed);
+        }
         let before = self.pending.len();
         let wanted: std::collections::HashSet<(u64, u32)> = d.assignments.iter().map(|a| (a.job_id, a.rank)).collect();
         // Absent from the directive: must not run here (cancelled, or moved away).
