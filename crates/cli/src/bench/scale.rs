@@ -67,6 +67,9 @@ pub struct ScaleArgs {
     /// Skip the leader kill.
     #[arg(long)]
     pub no_kill: bool,
+    /// Keep the replicas' directory (their data and logs) and say where it is.
+    #[arg(long)]
+    pub keep_dir: bool,
     /// First port of the local cluster.
     #[arg(long, default_value_t = 7370)]
     pub port: u16,
@@ -129,8 +132,10 @@ async fn bench(a: ScaleArgs) -> Result<(), String> {
     let mut children = Children::start_replicas(tmp.path(), a.port, &extra, Security::Insecure).await?;
     let result = phases(&a, &mut children).await;
     children.stop(Duration::from_secs(5)).await;
-    if result.is_err() {
-        eprintln!("replica logs were in {} (removed on exit)", tmp.path().display());
+    if a.keep_dir {
+        eprintln!("replica data and logs kept in {}", tmp.keep().display());
+    } else if result.is_err() {
+        eprintln!("replica logs were in {} (removed on exit; --keep-dir keeps them)", tmp.path().display());
     }
     result
 }
