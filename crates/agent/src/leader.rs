@@ -1,5 +1,6 @@
 //! Following the leader: attach to any replica, go where a follower points
-//! (FAILED_PRECONDITION with `baton-leader` metadata), back off between failures, and
+//! (FAILED_PRECONDITION with `baton-leader` metadata), back off between rounds of failures
+//! (`dialing`), and
 //! forward each directive to the supervisor. The replica the stream is attached to is
 //! published so that reports go to the same one.
 
@@ -11,10 +12,11 @@ use baton_proto::v1::{AttachRequest, Directive, NodeInfo};
 use tokio::sync::{Notify, mpsc, watch};
 use tonic::transport::Channel;
 
-use crate::backoff::{Backoff, seed_for};
+use crate::backoff::seed_for;
+use crate::dialing::{Dialing, Tried};
 use crate::endpoint::connect;
 use crate::journal::Journal;
-use crate::limits::{ATTACH_TIMEOUT_MS, MAX_HINTS_IN_A_ROW, MAX_MESSAGE_BYTES};
+use crate::limits::{ATTACH_TIMEOUT_MS, MAX_MESSAGE_BYTES};
 
 /// Response metadata key in which a follower names the leader.
 pub use baton_proto::LEADER_METADATA;
@@ -37,37 +39,26 @@ pub struct Follower {
 impl Follower {
     /// Runs until the supervisor goes away.
     pub async fn run(self) {
-        let mut backoff = Backoff::new(seed_for(&self.node.name));
-        let mut next = 0usize;
-        let mut hint: Option<String> = None;
-        let mut hints_in_a_row = 0u32;
+        let mut dialing = Dialing::new(self.servers.clone(), 0, seed_for(&self.node.name));
         loop {
-            let addr = match hint.take() {
-                Some(h) => h,
-                None => {
-                    let a = self.servers[next % self.servers.len()].clone();
-                    next = next.wrapping_add(1);
-                    a
-                }
-            };
-            match self.attach_once(&addr).await {
+            let addr = dialing.next_addr();
+            let tried = match self.attach_once(&addr).await {
                 Attach::Closed => return,
-                Attach::Served => backoff.lost(),
+                Attach::Served => Tried::Served,
                 Attach::Redirect(leader) => {
                     tracing::info!(from = addr, to = leader, "not the leader; following its hint");
-                    hint = Some(leader);
-                    hints_in_a_row += 1;
-                    // Following a fresh hint is no failure: go at once.
-                    if hints_in_a_row <= MAX_HINTS_IN_A_ROW {
-                        let _ = self.attached.send(None);
-                        continue;
-                    }
+                    Tried::Redirect(leader)
                 }
-                Attach::Failed(why) => tracing::debug!(addr, "attach failed: {why}"),
-            }
-            hints_in_a_row = 0;
+                Attach::Failed(why) => {
+                    tracing::debug!(addr, "attach failed: {why}");
+                    Tried::Failed
+                }
+            };
             let _ = self.attached.send(None);
-            tokio::time::sleep(Duration::from_millis(backoff.next_delay_ms())).await;
+            let wait_ms = dialing.wait_ms(tried);
+            if wait_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+            }
         }
     }
 

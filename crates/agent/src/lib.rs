@@ -12,8 +12,9 @@
 //! - `config`, `error`, `limits`: configuration, typed errors, every bound.
 //! - `inventory`, `node`: the GPUs (NVML or development GPUs) and the NodeInfo sent.
 //! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations;
-//!   `backoff`: the jittered waits between attach attempts, so agents that lost a leader
-//!   together do not all dial the next one together.
+//!   `dialing`: which replica to dial next, and `backoff`: the jittered waits between
+//!   rounds of attach attempts, so agents that lost a leader together do not all dial the
+//!   next one together.
 //! - `lease`, `fence`: pure rules: how long the agent may run replicas without a proven
 //!   leader, and which leader's directives it obeys; `lease_file`: the lease as replicas' watchdogs read it.
 //! - `reconcile`: the supervisor's decisions, pure: what a directive means for the replicas
@@ -37,6 +38,7 @@ pub mod agent;
 pub mod backoff;
 pub mod checkpoint;
 pub mod config;
+pub mod dialing;
 pub mod endpoint;
 pub mod error;
 pub mod fence;

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use baton_agent::backoff::{Backoff, seed_for};
+use baton_agent::backoff::seed_for;
+use baton_agent::dialing::{Dialing, Tried};
 use baton_agent::limits::{ATTACH_TIMEOUT_MS, REPORT_TIMEOUT_MS};
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
 use baton_proto::v1::observation::What;
@@ -208,27 +209,24 @@ impl SimNode {
     }
 
     async fn run(mut self, f: Fleet, channels: Arc<Channels>, seen: Arc<Seen>) {
-        let mut next = self.index as usize;
-        let mut hint: Option<String> = None;
-        let mut backoff = Backoff::new(seed_for(&self.info.name));
+        let mut dialing = Dialing::new(f.servers.clone(), self.index as usize + 1, seed_for(&self.info.name));
         loop {
-            let addr = hint.take().unwrap_or_else(|| {
-                next = next.wrapping_add(1);
-                f.servers[next % f.servers.len()].clone()
-            });
+            let addr = dialing.next_addr();
             let Some(ch) = channels.get(&addr, self.index) else { continue };
-            match self.attached(ch, &addr, &f, &seen).await {
-                Ok(Attached::Redirect(leader)) => {
-                    seen.attach_failures.fetch_add(1, Ordering::Relaxed);
-                    hint = Some(leader);
-                    continue;
-                }
-                Ok(Attached::Lost) => backoff.lost(),
-                Err(()) => _ = seen.attach_failures.fetch_add(1, Ordering::Relaxed),
+            let tried = match self.attached(ch, &addr, &f, &seen).await {
+                Ok(Attached::Redirect(leader)) => Tried::Redirect(leader),
+                Ok(Attached::Lost) => Tried::Served,
+                Err(()) => Tried::Failed,
+            };
+            if tried != Tried::Served {
+                seen.attach_failures.fetch_add(1, Ordering::Relaxed);
             }
-            // The same jittered backoff as `baton agent`, so the reattach measured is the one
-            // real agents make.
-            tokio::time::sleep(Duration::from_millis(backoff.next_delay_ms())).await;
+            // The same dialing and jittered backoff as `baton agent`, so the reattach
+            // measured is the one real agents make.
+            let wait_ms = dialing.wait_ms(tried);
+            if wait_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+            }
         }
     }
 
