@@ -6,9 +6,11 @@
 //! - `scale`: N simulated agents (`simagents`) and submitting clients against 3 replicas,
 //!   a backlog to place, and a leader kill.
 //! - `sim`: trace-mode simulation speed (no cluster: the simulator on one core).
+//! - `clients`: submitting clients in processes of their own, for `scale`.
 //! - `load`: the closed-loop client driver shared by `submit` and `scale`; `etcd`: the one
 //!   etcd call the anchor needs; `procstat`: a process's CPU and memory from /proc.
 
+mod clients;
 mod etcd;
 mod latency;
 mod load;
@@ -45,6 +47,9 @@ pub enum BenchWhat {
     /// 3 local replicas, N simulated agents and submitting clients: throughput, time to
     /// place a backlog, submit-to-running, leader CPU and memory, and a leader kill.
     Scale(scale::ScaleArgs),
+    /// One process of submitting clients, started by `scale --client-procs` (internal).
+    #[command(hide = true)]
+    Clients(clients::ClientsArgs),
     /// Trace-mode simulation speed: generated traces of each size on a cluster file, one
     /// after another on one core (BENCHMARKS.md, "Simulation speed").
     Sim {
@@ -70,6 +75,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         BenchWhat::Latency { rounds, port } => latency::run(rounds, port),
         BenchWhat::Submit(a) => submit::run(a),
         BenchWhat::Scale(a) => scale::run(a),
+        BenchWhat::Clients(a) => clients::run(a),
         BenchWhat::Sim { cluster, jobs, seed, load, reserve_after } => {
             sim::run(&cluster, &jobs, seed, load, reserve_after)
         }

@@ -19,6 +19,7 @@ use baton_proto::v1::Empty;
 use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::clients;
 use super::load::Caller;
 use super::simagents::{self, Fleet, Seen};
 use super::submit::{Backlog, channel, client, leader, submit_of_class};
@@ -67,6 +68,10 @@ pub struct ScaleArgs {
     /// Skip the leader kill.
     #[arg(long)]
     pub no_kill: bool,
+    /// Submit from this many client processes of their own (the clients split between
+    /// them); 0: from tasks in the benchmark's own process.
+    #[arg(long, default_value_t = 0)]
+    pub client_procs: u32,
     /// Keep the replicas' directory (their data and logs) and say where it is.
     #[arg(long)]
     pub keep_dir: bool,
@@ -120,6 +125,9 @@ fn check(a: &ScaleArgs) -> Result<(), String> {
     if a.backlog == 0 {
         return Err("--backlog: must be above 0".into());
     }
+    if a.client_procs > clients::MAX_CLIENT_PROCS {
+        return Err(format!("--client-procs {}: at most {}", a.client_procs, clients::MAX_CLIENT_PROCS));
+    }
     if a.heartbeat_ms == 0 || a.heartbeat_ms >= HEARTBEAT_TIMEOUT_MS {
         return Err(format!("--heartbeat-ms {}: must be 1 to {}", a.heartbeat_ms, HEARTBEAT_TIMEOUT_MS - 1));
     }
@@ -147,6 +155,9 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
         "baton bench scale: 3 replicas (election timeout {} ms), {} simulated nodes x {} GPUs in {} racks, backlog {} one-GPU jobs, {} clients, jobs run {} ms, heartbeat {} ms",
         a.election_timeout_ms, a.nodes, a.gpus, a.racks, a.backlog, a.clients, a.run_ms, a.heartbeat_ms
     );
+    if a.client_procs > 0 {
+        println!("  the clients run in {} processes of their own", a.client_procs.min(a.clients));
+    }
     let capacity = u64::from(a.nodes) * u64::from(a.gpus);
     super::submit::bench_queue(&servers[0], capacity).await?;
     let seen = Arc::new(Seen::new(a.nodes));
@@ -281,15 +292,22 @@ async fn submit_backlog(
     jobs: u32,
     clients: u32,
 ) -> Result<u64, String> {
-    let left = Arc::new(AtomicU64::new(u64::from(jobs)));
-    let mut callers = Vec::new();
-    for id in 0..clients.min(a.clients) {
-        let addr = &servers[id as usize % servers.len()];
-        callers.push(Submitter { client: client(channel(addr).await?), id, kind, seen: seen.clone() });
-    }
-    let t = Instant::now();
-    let out = drive_until_empty(callers, &left).await;
-    let took = t.elapsed();
+    let clients = clients.min(a.clients);
+    let (out, took) = if a.client_procs > 0 {
+        seen.keep_early.store(true, Ordering::Relaxed);
+        let procs = a.client_procs.min(clients);
+        let (d, took) = clients::submit_from_processes(servers, seen, kind, u64::from(jobs), clients, procs).await?;
+        ((d.ok, d.errors, d.latencies_ms, d.first_error), took)
+    } else {
+        let left = Arc::new(AtomicU64::new(u64::from(jobs)));
+        let mut callers = Vec::new();
+        for id in 0..clients {
+            let addr = &servers[id as usize % servers.len()];
+            callers.push(Submitter { client: client(channel(addr).await?), id, kind, seen: seen.clone() });
+        }
+        let t = Instant::now();
+        (drive_until_empty(callers, &left).await, t.elapsed())
+    };
     println!(
         "submitting: {} acknowledged in {:.1} s ({:.0}/s), {} errors",
         out.0,

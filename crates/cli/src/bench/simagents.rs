@@ -64,7 +64,14 @@ pub struct Seen {
     /// Attaches refused or failed (a replica down, not leading yet, or redirecting).
     pub attach_failures: AtomicU64,
     pub epoch: Option<Instant>,
+    /// Starts of jobs whose submit was not known yet (a client process's `sent` line read
+    /// after the start), kept while `keep_early` is set, up to `MAX_EARLY_STARTS`.
+    pub early: Mutex<HashMap<String, Instant>>,
+    pub keep_early: std::sync::atomic::AtomicBool,
 }
+
+/// Most starts kept while their submits are not known yet.
+const MAX_EARLY_STARTS: usize = 1_000_000;
 
 impl Seen {
     pub fn new(nodes: u32) -> Seen {
@@ -96,9 +103,22 @@ impl Seen {
         std::mem::take(&mut *self.to_running_ms.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// A job submitted by another process at `unix_us` (its clock and ours are the machine's).
+    pub fn submitted_at(&self, job: String, unix_us: u64) {
+        let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+        let ago = Duration::from_micros((now_us as u64).saturating_sub(unix_us));
+        let sent = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
+        let early = self.early.lock().unwrap_or_else(PoisonError::into_inner).remove(&job);
+        match early {
+            Some(started) => self.count_start(started.saturating_duration_since(sent)),
+            None => _ = self.lock_submitted().insert(job, sent),
+        }
+    }
+
     /// Forgets the jobs submitted and not started yet: their starts are no longer counted.
     pub fn forget_submitted(&self) {
         self.lock_submitted().clear();
+        self.early.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     fn lock_submitted(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
@@ -106,11 +126,23 @@ impl Seen {
     }
 
     fn first_start(&self, job: &str) {
-        if let Some(t) = self.lock_submitted().remove(job) {
-            let ms = t.elapsed().as_secs_f64() * 1000.0;
-            self.to_running_ms.lock().unwrap_or_else(PoisonError::into_inner).push(ms);
-            self.started.fetch_add(1, Ordering::Relaxed);
+        let submitted = self.lock_submitted().remove(job);
+        match submitted {
+            Some(t) => self.count_start(t.elapsed()),
+            None if self.keep_early.load(Ordering::Relaxed) => {
+                let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
+                if early.len() < MAX_EARLY_STARTS {
+                    early.insert(job.to_string(), Instant::now());
+                }
+            }
+            None => {}
         }
+    }
+
+    fn count_start(&self, to_running: Duration) {
+        let ms = to_running.as_secs_f64() * 1000.0;
+        self.to_running_ms.lock().unwrap_or_else(PoisonError::into_inner).push(ms);
+        self.started.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -416,6 +448,26 @@ mod tests {
 
     fn directive(term: u64, assignments: Vec<Assignment>) -> Directive {
         Directive { term, assignments, ..Default::default() }
+    }
+
+    /// A client process's `sent` line may be read after its job started: the start waits for
+    /// it and is timed from the submit, once; without client processes it is not kept.
+    #[test]
+    fn a_start_before_its_submit_is_known_is_timed_from_the_submit() {
+        let seen = Seen::new(1);
+        seen.first_start("j1");
+        assert!(seen.early.lock().unwrap().is_empty(), "kept only with client processes");
+        seen.keep_early.store(true, Ordering::Relaxed);
+        seen.first_start("j2");
+        let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+        seen.submitted_at("j2".into(), now_us - 300_000);
+        seen.submitted_at("j3".into(), now_us);
+        assert_eq!(seen.started.load(Ordering::Relaxed), 1);
+        let ms = seen.take_to_running_ms();
+        assert!(ms.len() == 1 && (290.0..1_000.0).contains(&ms[0]), "{ms:?}");
+        seen.first_start("j3");
+        assert_eq!(seen.started.load(Ordering::Relaxed), 2, "j3 was known before it started");
+        assert!(seen.early.lock().unwrap().is_empty());
     }
 
     #[test]

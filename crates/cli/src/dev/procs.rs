@@ -86,7 +86,7 @@ fn spawn(exe: &Path, name: &str, args: &[String], log: PathBuf) -> Result<Proc, 
 /// benchmark or `baton dev` killed outright (a timeout's SIGKILL, OOM) would otherwise leave
 /// its replicas and agents running, holding their ports for the next run. The spawning
 /// thread is the runtime's (main or worker), which lives as long as the process.
-fn die_with_parent() -> std::io::Result<()> {
+pub(crate) fn die_with_parent() -> std::io::Result<()> {
     // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and touches no memory.
     let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) };
     if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
