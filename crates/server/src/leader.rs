@@ -196,7 +196,10 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             tick_due: s.reservations().values().any(|res| res.deadline_ms < now),
             state_index: s.applied(),
         };
-        (r, desired(s))
+        // A plan's state goes out once applied (below); only a round that plans nothing
+        // publishes what it read. Built once, not twice: it costs a pass over every job.
+        let wanted = r.plan.decisions.is_empty().then(|| desired(s));
+        (r, wanted)
     })
     .await
     else {
@@ -205,17 +208,15 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     let thought = began.elapsed();
     let cycle = crate::trace::cycle_span(term, &r.plan.decisions);
     let mut refused = None;
-    // What the round read goes out unless its plan is applied: then the state with the plan,
-    // which holds all of it, does (each changed node is sent one directive, not two).
-    let mut published = false;
-    if !r.plan.decisions.is_empty() {
+    // What the round read goes out if it planned nothing; else the state after its plan
+    // (which holds all of it: each changed node is sent one directive, not two).
+    if let Some(wanted) = wanted {
+        ctx.hub.publish(term, r.state_index, &r.nodes, wanted);
+    } else {
         let n = r.plan.decisions.len();
         let outcome = write(ctx, Op::ApplyPlan(r.plan)).instrument(cycle).await;
         if let Some(Outcome::PlanApplied { accepted, .. }) = &outcome {
             ctx.metrics.observe_plan(*accepted as u64);
-        }
-        if let Some(Outcome::PlanApplied { accepted: 1.., .. }) = &outcome {
-            published = publish_applied(ctx, term).await;
         }
         match outcome {
             Some(Outcome::PlanApplied { accepted: 0, rejected, stale_by }) => {
@@ -229,9 +230,9 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             }
             _ => {}
         }
-    }
-    if !published {
-        ctx.hub.publish(term, r.state_index, &r.nodes, wanted);
+        // Also after a refused plan or a failed write: the state as applied now is at
+        // least as new as the one read.
+        publish_applied(ctx, term).await;
     }
     let timeout = Duration::from_millis(ctx.settings.heartbeat_timeout_ms);
     ctx.liveness.retain(&r.nodes);
