@@ -8,9 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use baton_proto::v1::{Empty, Event, Job, JobRef, JobState, ListJobsRequest};
+use baton_proto::v1::{Empty, Event, Job, JobRef, JobState, ListJobsReply, ListJobsRequest};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Client, Cluster};
 
 /// Tries at reading one job's events before it is left out (the checks then say so).
 const EVENT_TRIES: u32 = 5;
@@ -22,6 +22,48 @@ const RETRY_MS: u64 = 500;
 const QUIESCENCE_LOOKS: usize = 40;
 /// Bound on one call of a look (a snapshot of a few megabytes on a loaded machine).
 const CALL_MS: u64 = 5_000;
+
+/// Pages read at most by `list_all`: 1,000 jobs a page, far more than a run submits.
+const MAX_PAGES: usize = 1_000;
+
+/// Every job `req` matches, page after page (a page holds 1,000 by default: a run longer
+/// than about 1,100 s submits more, and the checks read only the first page, finding every
+/// later job "lost"). Each page's call is bounded by `CALL_MS`.
+pub async fn list_all(api: &Client, req: ListJobsRequest) -> Result<Vec<Job>, String> {
+    pages(|page_token| {
+        // A clone shares the connection; each page's call owns its own.
+        let mut api = api.clone();
+        let req = ListJobsRequest { page_token, ..req.clone() };
+        async move {
+            match tokio::time::timeout(Duration::from_millis(CALL_MS), api.list_jobs(req)).await {
+                Ok(Ok(r)) => Ok(r.into_inner()),
+                Ok(Err(status)) => Err(status.message().to_string()),
+                Err(_) => Err(format!("no answer to a job list within {CALL_MS} ms")),
+            }
+        }
+    })
+    .await
+}
+
+/// The jobs of every page `fetch` gives, from the first (empty token) until one names no
+/// next page.
+async fn pages<F, Fut>(mut fetch: F) -> Result<Vec<Job>, String>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<ListJobsReply, String>>,
+{
+    let mut jobs = Vec::new();
+    let mut page_token = String::new();
+    for _ in 0..MAX_PAGES {
+        let reply = fetch(page_token).await?;
+        jobs.extend(reply.jobs);
+        if reply.next_page_token.is_empty() {
+            return Ok(jobs);
+        }
+        page_token = reply.next_page_token;
+    }
+    Err(format!("more than {MAX_PAGES} pages of jobs"))
+}
 
 /// Each listed job's events (`GetJob` holds them, `ListJobs` does not), by name; a job whose
 /// events could not be read is left out.
@@ -133,11 +175,10 @@ pub async fn quiescence(c: &Cluster, witness: &Path, replicas: usize) -> Quiesce
 
 async fn look(c: &Cluster, witness: &Path, replicas: usize) -> Quiescence {
     let mut q = Quiescence { processes_running: processes_running(witness), ..Default::default() };
-    let mut api = c.client().await;
+    let api = c.client().await;
     let states = [JobState::Running, JobState::Preempting, JobState::Suspended].map(i32::from).to_vec();
-    let list = api.list_jobs(ListJobsRequest { states, ..Default::default() });
-    match tokio::time::timeout(Duration::from_millis(CALL_MS), list).await {
-        Ok(Ok(r)) => q.model_running = ranks_of(&r.into_inner().jobs, &finished(witness)),
+    match list_all(&api, ListJobsRequest { states, ..Default::default() }).await {
+        Ok(jobs) => q.model_running = ranks_of(&jobs, &finished(witness)),
         // Unknown: a set no process matches, so the look is not taken as quiescent.
         _ => q.model_running = [("?".to_string(), "the job list could not be read".to_string())].into(),
     }
@@ -294,6 +335,26 @@ mod tests {
 
     fn at(index: u64, hash: u64) -> Result<ReplicaState, String> {
         Ok(ReplicaState { index, hash })
+    }
+
+    /// Chaos seeds 6400-6403 (1,300 s each, about 1,220 jobs): the checks read only the
+    /// first page of 1,000 jobs and found every later one lost.
+    #[test]
+    fn every_page_of_jobs_is_read() {
+        let all: Vec<Job> = (1..=2_500).map(|id| Job { id, ..Default::default() }).collect();
+        let fetch = |token: String| {
+            let from: usize = token.parse().unwrap_or(0);
+            let to = (from + 1_000).min(all.len());
+            let next = if to < all.len() { to.to_string() } else { String::new() };
+            let reply = ListJobsReply { jobs: all[from..to].to_vec(), next_page_token: next, ..Default::default() };
+            async move { Ok::<_, String>(reply) }
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let read = rt.block_on(pages(fetch)).unwrap();
+        assert_eq!(read.len(), 2_500);
+        assert_eq!(read.last().map(|j| j.id), Some(2_500));
+        let failing = |_: String| async { Err::<ListJobsReply, _>("down".to_string()) };
+        assert_eq!(rt.block_on(pages(failing)), Err("down".to_string()));
     }
 
     #[test]

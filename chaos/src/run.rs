@@ -386,9 +386,8 @@ async fn drain(c: &Cluster, acked: &[String]) -> Vec<baton_proto::v1::Job> {
     let start = Instant::now();
     let (mut ended_before, mut progress) = (0, Instant::now());
     loop {
-        let mut api = c.client().await;
-        if let Ok(r) = api.list_jobs(ListJobsRequest::default()).await {
-            let jobs = r.into_inner().jobs;
+        let api = c.client().await;
+        if let Ok(jobs) = crate::observe::list_all(&api, ListJobsRequest::default()).await {
             let is_ended = |name: &String| {
                 jobs.iter().any(|j| {
                     j.spec.as_ref().is_some_and(|s| &s.name == name)

@@ -229,6 +229,7 @@ pub async fn start_with_journal(
         heartbeat_ms: config.heartbeat_ms,
         journal,
         running: shared.running.clone(),
+        awaiting: shared.awaiting,
         observed: shared.observed,
         attached: attached_rx,
         reattach,

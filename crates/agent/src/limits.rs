@@ -49,6 +49,11 @@ pub const JOURNAL_LOCK_RETRY_MS: u64 = 20;
 pub const JOURNAL_RETRY_MAX_MS: u64 = 5_000;
 /// How often the supervisor looks at deadlines, adopted processes and log sizes.
 pub const TICK_MS: u64 = 100;
+/// How often the supervisor applies its last directive again on its own. A leader sends a
+/// node's directive when it changes (or when the agent asks for a newer one), not on a
+/// timer; what a directive left for later (a RUN that came while its replica was still
+/// being killed, ...) is decided again this often, as a resend from the leader did.
+pub const REAPPLY_MS: u64 = 2_000;
 /// How often running replicas' checkpoint directories are scanned for new files.
 pub const CHECKPOINT_POLL_MS: u64 = 1_000;
 /// Entries looked at in one scan of a checkpoint directory (recursive), so a huge one

@@ -236,7 +236,7 @@ fn run_of_finished(key: ReplicaKey, outcome: Option<Outcome>) -> Option<Act> {
         // Its own exit ends the job: said again.
         Some(Outcome::Exited { code }) if key.rank == 0 || code != 0 => Some(Act::ReportExited { key, code }),
         // A rank other than 0 that exited 0 is done by design while the gang goes on; its
-        // exit was reported, and saying it again on every resend would change nothing.
+        // exit was reported, and saying it again each time the RUN is applied would change nothing.
         Some(Outcome::Exited { .. }) => Some(Act::Ignore { key, why: Ignored::FinishedHere }),
         Some(Outcome::Stopped { checkpointed }) => Some(Act::ReportKilledHere { key, checkpointed }),
         Some(Outcome::Killed) | None => Some(Act::ReportKilledHere { key, checkpointed: false }),

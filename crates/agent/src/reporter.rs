@@ -22,6 +22,8 @@ pub struct Reporter {
     pub heartbeat_ms: u64,
     pub journal: Arc<Journal>,
     pub running: watch::Receiver<Vec<Running>>,
+    /// The state index of the directive the supervisor waits for (0: none).
+    pub awaiting: watch::Receiver<u64>,
     pub observed: Arc<Notify>,
     pub attached: watch::Receiver<Attached>,
     pub reattach: Arc<Notify>,
@@ -166,6 +168,7 @@ impl Reporter {
             term_seen,
             running: self.running.borrow().clone(),
             observations: pending.into_iter().map(|(_, o)| o).collect(),
+            awaiting_state_index: *self.awaiting.borrow(),
         };
         let mut client = AgentGatewayClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
         // The lease counts from here: the leader proves its leadership after this moment.

@@ -26,7 +26,7 @@ use crate::lease::{Floor, Lease};
 use crate::lease_file::boot_ms;
 use crate::limits::{
     CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, JOURNAL_RETRY_MAX_MS, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE,
-    MAX_FINISHED_RECORDS, MAX_PENDING_OBSERVATIONS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS,
+    MAX_FINISHED_RECORDS, MAX_PENDING_OBSERVATIONS, REAPPLY_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS,
     WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
@@ -74,6 +74,8 @@ pub struct Supervisor {
     events_tx: mpsc::Sender<ExitEvent>,
     events_rx: mpsc::Receiver<ExitEvent>,
     running_tx: watch::Sender<Vec<Running>>,
+    /// `obey_from`'s state index, for the reporter (0: none).
+    awaiting_tx: watch::Sender<u64>,
     observed: Arc<Notify>,
     live_logs: LiveLogs,
     last_checkpoint_poll: Instant,
@@ -87,6 +89,8 @@ pub struct Supervisor {
     obey_from: Option<Floor>,
     /// The newest directive accepted, applied again when a renewed lease lets replicas start.
     last_directive: Option<Directive>,
+    /// When the last directive was last applied (`REAPPLY_MS`).
+    applied_at: Instant,
     /// The (lease_ms, heartbeat_timeout_ms) last checked against the timing argument, so a
     /// misfit is logged once, not on every directive.
     fit_checked: Option<(u64, u64)>,
@@ -101,6 +105,9 @@ pub struct Supervisor {
 /// What the supervisor shares with the reporter and the logs server.
 pub struct Shared {
     pub running: watch::Receiver<Vec<Running>>,
+    /// The state index of the directive the supervisor waits for since its lease was
+    /// renewed (0: none): the reporter asks the leader for it.
+    pub awaiting: watch::Receiver<u64>,
     pub observed: Arc<Notify>,
     pub live_logs: LiveLogs,
 }
@@ -123,6 +130,7 @@ impl Supervisor {
     pub fn new(journal: Arc<Journal>, settings: Settings) -> Result<(Supervisor, Shared), JournalError> {
         let (events_tx, events_rx) = mpsc::channel(crate::limits::EVENT_BUFFER);
         let (running_tx, running) = watch::channel(Vec::new());
+        let (awaiting_tx, awaiting) = watch::channel(0);
         let observed = Arc::new(Notify::new());
         let live_logs: LiveLogs = Arc::default();
         let mut sup = Supervisor {
@@ -140,6 +148,7 @@ impl Supervisor {
             events_tx,
             events_rx,
             running_tx,
+            awaiting_tx,
             observed: observed.clone(),
             live_logs: live_logs.clone(),
             last_checkpoint_poll: Instant::now(),
@@ -147,6 +156,7 @@ impl Supervisor {
             fenced: false,
             obey_from: None,
             last_directive: None,
+            applied_at: Instant::now(),
             fit_checked: None,
             metrics: settings.metrics,
             unjournaled: Vec::new(),
@@ -206,7 +216,7 @@ impl Supervisor {
             sup.journal.note_boot(&boot)?;
         }
         sup.publish();
-        Ok((sup, Shared { running, observed, live_logs }))
+        Ok((sup, Shared { running, awaiting, observed, live_logs }))
     }
 
     /// Runs until `directives` closes (the agent shuts down). Processes keep running.
@@ -273,17 +283,7 @@ impl Supervisor {
         if self.fenced && self.lease_expired() {
             self.stop_for_the_lease()?;
         }
-        match self.last_directive.take() {
-            Some(d) if !self.fenced => {
-                let result = self.apply(&d);
-                self.last_directive = Some(d);
-                result
-            }
-            other => {
-                self.last_directive = other;
-                Ok(())
-            }
-        }
+        if self.fenced { Ok(()) } else { self.apply_last() }
     }
 
     fn on_directive(&mut self, d: Directive) -> Result<(), JournalError> {
@@ -293,13 +293,14 @@ impl Supervisor {
     }
 
     fn apply(&mut self, d: &Directive) -> Result<(), JournalError> {
+        self.applied_at = Instant::now();
         if let Some(floor) = self.obey_from {
             let built = Floor { term: d.term, state_index: d.state_index };
             if built < floor {
                 tracing::info!(?built, ?floor, "waits for a directive as new as the state its lease was renewed from");
                 return Ok(());
             }
-            self.obey_from = None;
+            self.set_obey_from(None);
         }
         // Read before the lease is: a directive obeyed under a lease was obeyed no later
         // than this instant, which a test compares with when a leader was deposed.
@@ -735,6 +736,29 @@ impl Supervisor {
         journaled.and(observed)
     }
 
+    /// Applies the last directive again once `REAPPLY_MS` has passed without one.
+    fn reapply(&mut self) -> Result<(), JournalError> {
+        if self.fenced || self.applied_at.elapsed() < Duration::from_millis(REAPPLY_MS) {
+            return Ok(());
+        }
+        self.apply_last()
+    }
+
+    /// Applies the newest directive again, if there is one.
+    fn apply_last(&mut self) -> Result<(), JournalError> {
+        let Some(d) = self.last_directive.take() else { return Ok(()) };
+        let result = self.apply(&d);
+        self.last_directive = Some(d);
+        result
+    }
+
+    /// Obeys from now on only directives built from a state at least `floor`; the reporter
+    /// asks the leader for one, since an unchanged directive is not sent again unasked.
+    fn set_obey_from(&mut self, floor: Option<Floor>) {
+        self.obey_from = floor;
+        self.awaiting_tx.send_replace(floor.map_or(0, |f| f.state_index));
+    }
+
     fn lease_expired(&self) -> bool {
         self.lease.borrow().expired(boot_ms())
     }
@@ -750,13 +774,10 @@ impl Supervisor {
             self.stop_for_the_lease()?;
         } else if !expired && self.fenced {
             self.fenced = false;
-            self.obey_from = Some(self.lease.borrow().floor());
+            let floor = self.lease.borrow().floor();
+            self.set_obey_from(Some(floor));
             tracing::info!("the lease is renewed");
-            if let Some(d) = self.last_directive.take() {
-                let result = self.apply(&d);
-                self.last_directive = Some(d);
-                result?;
-            }
+            self.apply_last()?;
         }
         Ok(())
     }
@@ -786,6 +807,7 @@ impl Supervisor {
         // this task saw.
         self.metrics.journal_failing(self.journal.failing().is_some());
         self.check_lease()?;
+        self.reapply()?;
         let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
         let mut again = Vec::new();

@@ -515,3 +515,32 @@ async fn a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing() {
     assert!(!started.exists(), "attempt 1 started after it was suspended as never run here");
     agent.shutdown().await.unwrap();
 }
+
+/// A leader sends a node's directive when it changes, not again on a timer: what one
+/// directive left for later is decided again by the agent on its own. Here the RUN of job 1
+/// comes back while the agent is still killing it as unwanted (it ignores SIGTERM), so the
+/// RUN is ignored; once the kill ends, the same directive, never sent again, is answered
+/// with the replica's end (`KILLED_HERE`), and the leader does not hold the job Running
+/// with no process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_ignored_while_its_replica_was_being_killed_is_answered_once_the_kill_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let started = dir.path().join("started");
+    let cmd = format!("trap '' TERM; echo $$ >> {}; while :; do sleep 0.05; done", started.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = wait_for(5, "started", || read_pid(&started)).await;
+    gw.set(1, vec![]);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(alive(pid), "SIGTERM is ignored: the kill waits for its grace");
+    gw.set(1, vec![run]);
+    wait_for(5, "killed after its grace", || (!alive(pid)).then_some(())).await;
+    wait_for(5, "its end reported without another directive", || {
+        stop_causes_of(&gw.observations(), 1).contains(&baton_proto::v1::StopCause::KilledHere).then_some(())
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(&started).unwrap().lines().count(), 1, "started once");
+    agent.shutdown().await.unwrap();
+}

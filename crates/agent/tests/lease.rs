@@ -237,10 +237,16 @@ async fn a_renewed_lease_obeys_no_directive_older_than_the_leaders_state() {
     })
     .await;
     assert!(!stale.exists(), "started a directive older than the state its lease was renewed from");
+    // It asks for a newer one: a leader sends an unchanged directive again only when asked.
+    wait_for(5, "the agent asks for a directive as new as its lease", || {
+        (gw.last_report()?.awaiting_state_index == 7).then_some(())
+    })
+    .await;
 
     gw.send_built_at(1, 7, vec![assignment(2, 1, Action::Run, &forever(&fresh))]);
     let p = wait_for(5, "the current directive obeyed", || read_pid(&fresh)).await;
     assert!(alive(p));
     assert!(!stale.exists());
+    wait_for(5, "it no longer asks", || (gw.last_report()?.awaiting_state_index == 0).then_some(())).await;
     agent.shutdown().await.unwrap();
 }

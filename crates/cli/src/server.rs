@@ -65,7 +65,9 @@ pub struct ServerArgs {
     /// An agent silent this long has its node declared lost.
     #[arg(long, default_value_t = ServerSettings::default().heartbeat_timeout_ms)]
     pub heartbeat_timeout_ms: u64,
-    /// The leader re-sends each agent its directive at least this often.
+    /// How long an agent's report may lag the directive that changed what its node runs
+    /// (a replica still reported this long after its directive dropped it is a stray).
+    /// Directives are sent when they change or the agent asks, not on this timer.
     #[arg(long, default_value_t = ServerSettings::default().resend_ms)]
     pub resend_ms: u64,
     /// How long an acknowledged report keeps an agent's lease; an agent that has none

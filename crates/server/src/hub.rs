@@ -55,7 +55,7 @@ impl Hub {
     /// Sets every known node's assignments for `term`, built from a state that had applied
     /// `state_index` commands (`nodes` lists them all; those missing from `desired` get
     /// none). Agents are woken only where something changed; an unchanged list takes the
-    /// newer `state_index` quietly, for the next resend.
+    /// newer `state_index` quietly, for the next time the list is sent (asked, or rarely).
     pub fn publish(&self, term: u64, state_index: u64, nodes: &[Name], mut desired: BTreeMap<Name, Vec<Assignment>>) {
         let mut map = self.lock();
         let known: HashSet<&Name> = nodes.iter().collect();
@@ -73,6 +73,13 @@ impl Hub {
                     true
                 }
             });
+        }
+    }
+
+    /// Wakes `node`'s stream, which sends what it has again (its agent asked for it).
+    pub fn nudge(&self, node: &Name) {
+        if let Some(tx) = self.lock().get(node) {
+            tx.send_modify(|_| {});
         }
     }
 

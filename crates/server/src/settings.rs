@@ -8,7 +8,10 @@ pub struct ServerSettings {
     pub cycle_interval_ms: u64,
     /// An agent silent for this long has its node declared lost (its jobs are requeued).
     pub heartbeat_timeout_ms: u64,
-    /// The leader re-sends each agent its directive at least this often.
+    /// How long a report may lag the directive that changed what the node runs: a replica
+    /// still reported this long after its directive dropped it is a stray (`strays`).
+    /// (It was also how often an unchanged directive was sent again; it is now sent when it
+    /// changes or the agent asks: `gateway::UNCHANGED_RESEND_MS`.)
     pub resend_ms: u64,
     /// How long a report the leader acknowledges keeps the agent's lease (proto/agent.proto).
     /// At most half the heartbeat timeout: the other half bounds how long the agent's own
@@ -70,7 +73,7 @@ impl ServerSettings {
         }
         if self.resend_ms >= self.heartbeat_timeout_ms {
             return Err(format!(
-                "resend_ms ({}) must be below heartbeat_timeout_ms ({}): agents beat as often as they hear",
+                "resend_ms ({}) must be below heartbeat_timeout_ms ({}): a stray is told apart before its node could be declared lost",
                 self.resend_ms, self.heartbeat_timeout_ms
             ));
         }

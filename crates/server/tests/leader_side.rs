@@ -35,9 +35,11 @@ async fn a_new_leader_never_sends_a_directive_that_drops_a_running_job() {
     cluster.kill(leader).await;
     drop(agent);
     let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    // Every directive of the new leader, from the first, keeps j running.
+    // Every directive of the new leader, from the first, keeps j running (after the
+    // first, each is asked for, as an agent waiting for a newer state does).
     for _ in 0..5 {
         let d = agent.until("any directive", |_| true).await;
+        agent.report_awaiting(1).await.unwrap();
         assert!(has(&d, "j", Action::Run), "the new leader's directive drops j: {d:?}");
     }
 }
@@ -92,6 +94,7 @@ async fn a_stop_carries_the_whole_grace_as_a_duration_on_every_resend() {
     c.submit(submit_of(gpu_job("high", "prod", "inference", 8))).await.unwrap();
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
+    agent.report_awaiting(1).await.unwrap();
     let d = agent.until("a resent stop", |d| has(d, "low", Action::Stop)).await;
     let stop = d.assignments.iter().find(|a| a.job == "low").unwrap();
     // gpu_job grants 5 s; the agent counts it from when it first acts on the stop.
@@ -113,13 +116,13 @@ async fn a_report_from_a_node_that_never_attached_is_refused_by_name() {
     assert!(err.message().contains("\"ghost\"") && err.message().contains("attach"), "{}", err.message());
 }
 
-/// A report's reply says how new the leader's state was when it granted the lease, and an
-/// agent whose lease had lapsed obeys only a directive at least that new: one must come,
-/// also while nothing changes for the node (resends carry the newest round's state), or the
-/// agent would wait forever. And each directive is no newer than the state it was built
-/// from: a report answered later says as much or more.
+/// An agent whose lease was renewed after it ran out obeys only a directive built from a
+/// state at least as new as the renewing reply's, and asks for one in its reports: it comes
+/// also while nothing changes for the node (the leader sends an unchanged directive again
+/// only when asked, or rarely), or the agent would wait for good. And each directive is no
+/// newer than the state it was built from: a report answered later says as much or more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_directive_as_new_as_a_leases_state_follows_every_report() {
+async fn a_directive_as_new_as_a_leases_state_follows_a_report_that_asks_for_it() {
     let cluster = Cluster::start(3).await;
     let leader = cluster.leader().await;
     let mut c = cluster.client(leader).await;
@@ -129,11 +132,37 @@ async fn a_directive_as_new_as_a_leases_state_follows_every_report() {
     let first = agent.until("j runs", |d| has(d, "j", Action::Run)).await;
     assert!(first.state_index > 0, "a directive without its state: {first:?}");
     for _ in 0..3 {
+        // Something commits that this node's list does not show.
+        c.put_queue(queue("team-b", 1)).await.unwrap();
         let reply = agent.report(vec![]).await.unwrap();
         assert!(reply.lease_ms > 0 && reply.state_index >= first.state_index, "{reply:?} after {first:?}");
         let want = (reply.term, reply.state_index);
-        agent.until("a directive as new as the lease", |d| (d.term, d.state_index) >= want).await;
+        agent.report_awaiting(reply.state_index).await.unwrap();
+        let d = agent.until("a directive as new as the lease", |d| (d.term, d.state_index) >= want).await;
+        assert!(has(&d, "j", Action::Run), "{d:?}");
     }
+}
+
+/// Unchanged, a node's directive is not sent again unasked (every 2 s at 10,000 nodes was
+/// 5,000 directives a second that changed nothing): after the first, nothing comes while
+/// nothing changes for the node, though the cluster's state moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unchanged_directive_is_not_sent_again_unasked() {
+    let cluster = Cluster::start(1).await;
+    let leader = cluster.leader().await;
+    let mut c = cluster.client(leader).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(submit_of(gpu_job("j", "team-a", "train", 4))).await.unwrap();
+    agent.until("j runs", |d| has(d, "j", Action::Run)).await;
+    // Past the old resend interval (2 s), with commits and reports meanwhile.
+    for i in 0..6 {
+        c.put_queue(queue(&format!("other-{i}"), 1)).await.unwrap();
+        agent.report(vec![]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let again = agent.next_within(Duration::from_millis(100)).await;
+    assert!(again.is_none(), "an unchanged directive was sent again unasked: {again:?}");
 }
 
 /// A round's placements go to their agents as soon as its plan commits. Before, a round

@@ -417,6 +417,8 @@ impl SimNode {
             term_seen: self.term_seen,
             running: self.replicas.values().map(|r| r.running).collect(),
             observations: self.pending[..n].to_vec(),
+            // A simulated node keeps no lease, so it never waits for a newer state.
+            awaiting_state_index: 0,
         };
         seen.reports.fetch_add(1, Ordering::Relaxed);
         seen.report_bytes.fetch_add(req.encoded_len() as u64, Ordering::Relaxed);

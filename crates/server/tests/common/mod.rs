@@ -267,6 +267,12 @@ impl FakeAgent {
         }
     }
 
+    /// The next directive, if one came or comes within `within`.
+    pub async fn next_within(&mut self, within: Duration) -> Option<Directive> {
+        let m = tokio::time::timeout(within, self.directives.message()).await.ok()?;
+        Some(m.expect("directive stream failed").expect("directive stream ended"))
+    }
+
     pub async fn report(&self, observations: Vec<observation::What>) -> Result<ReportReply, tonic::Status> {
         self.report_running(vec![], observations).await
     }
@@ -277,11 +283,25 @@ impl FakeAgent {
         running: Vec<Running>,
         observations: Vec<observation::What>,
     ) -> Result<ReportReply, tonic::Status> {
-        let mut c = AgentGatewayClient::connect(format!("http://{}", self.leader)).await.unwrap();
         let observations = observations.into_iter().map(|w| Observation { what: Some(w) }).collect();
-        c.report(ReportRequest { node: self.node.name.clone(), term_seen: 0, running, observations })
+        self.send_report(ReportRequest { node: self.node.name.clone(), running, observations, ..Default::default() })
             .await
-            .map(|r| r.into_inner())
+    }
+
+    /// A report with nothing new that asks for a directive built from a state at least
+    /// `state_index` new, as an agent whose lease was renewed after it ran out does.
+    pub async fn report_awaiting(&self, state_index: u64) -> Result<ReportReply, tonic::Status> {
+        self.send_report(ReportRequest {
+            node: self.node.name.clone(),
+            awaiting_state_index: state_index,
+            ..Default::default()
+        })
+        .await
+    }
+
+    async fn send_report(&self, req: ReportRequest) -> Result<ReportReply, tonic::Status> {
+        let mut c = AgentGatewayClient::connect(format!("http://{}", self.leader)).await.unwrap();
+        c.report(req).await.map(|r| r.into_inner())
     }
 }
 
