@@ -572,9 +572,11 @@ pub fn preemptions_end(
                     out.longest_past_grace = Some((spec.name.clone(), past_ms));
                 }
                 if took_ms > limit_ms as i64 {
+                    let during =
+                        events.get(&spec.name).map(|evs| timeline(evs, start.at_ms, e.at_ms)).unwrap_or_default();
                     out.violations.push(format!(
-                        "the preemption of {} ({}) ended {took_ms} ms after it began ({}): more than its grace {grace_ms} ms plus {bound_ms} ms (and {spread_ms} ms of clock spread)",
-                        spec.name, start.message, e.kind().word()
+                        "the preemption of {} ({}) ended {took_ms} ms after it began ({}): more than its grace {grace_ms} ms plus {bound_ms} ms (and {spread_ms} ms of clock spread); began at unix ms {}; its events then: {during}",
+                        spec.name, start.message, e.kind().word(), start.at_ms
                     ));
                 }
             }
@@ -589,6 +591,20 @@ pub fn preemptions_end(
         }
     }
     out
+}
+
+/// Events listed at most by `timeline`.
+const TIMELINE_EVENTS: usize = 24;
+
+/// The events from `from_ms` to `to_ms`, each as `+MS Kind node: message`, counted from
+/// `from_ms`: what a violation's reader needs to tell what held the job up.
+fn timeline(events: &[Event], from_ms: u64, to_ms: u64) -> String {
+    let within = events.iter().filter(|e| (from_ms..=to_ms).contains(&e.at_ms));
+    let words: Vec<String> = within
+        .take(TIMELINE_EVENTS)
+        .map(|e| format!("+{} {} {}: {}", e.at_ms - from_ms, e.kind().word(), e.node, e.message))
+        .collect();
+    words.join("; ")
 }
 
 /// A resume starts from the newest checkpoint written: a start told to resume begins at the
@@ -987,7 +1003,7 @@ mod tests {
         assert_eq!(
             found.violations,
             [
-                "the preemption of a (Preempted at 9000) ended 17001 ms after it began (Requeued): more than its grace 5000 ms plus 12000 ms (and 0 ms of clock spread)",
+                "the preemption of a (Preempted at 9000) ended 17001 ms after it began (Requeued): more than its grace 5000 ms plus 12000 ms (and 0 ms of clock spread); began at unix ms 9000; its events then: +0 Preempted : Preempted at 9000; +17001 Requeued : Requeued at 26001",
                 "the preemption of c (Preempted at 1000) never ended: still Preempting when the run ended",
             ]
         );
