@@ -10,8 +10,8 @@
 
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::AtomicU64;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use std::io::Write;
@@ -19,13 +19,11 @@ use std::sync::{Mutex, PoisonError};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::load::Caller;
+use super::load::{Caller, Outcome, drive_until_taken};
 use super::runtime;
 use super::simagents::Seen;
 use super::submit::{Backlog, channel, client, submit_of_class};
 
-/// Most latencies one process keeps; later calls are still counted.
-const MAX_SAMPLES: usize = 1_000_000;
 /// Most client processes one benchmark starts.
 pub const MAX_CLIENT_PROCS: u32 = 64;
 
@@ -47,26 +45,6 @@ pub struct ClientsArgs {
     /// Submit urgent jobs (class `interactive`) instead of the backlog's.
     #[arg(long)]
     pub urgent: bool,
-}
-
-/// What one process did.
-#[derive(Debug, Default)]
-pub struct Done {
-    pub ok: u64,
-    pub errors: u64,
-    pub first_error: Option<String>,
-    pub latencies_ms: Vec<f64>,
-}
-
-impl Done {
-    fn add(&mut self, o: Done) {
-        self.ok += o.ok;
-        self.errors += o.errors;
-        if self.first_error.is_none() {
-            self.first_error = o.first_error;
-        }
-        self.latencies_ms.extend(o.latencies_ms);
-    }
 }
 
 pub fn run(a: ClientsArgs) -> ExitCode {
@@ -121,39 +99,13 @@ impl Caller for Submitter {
 async fn submit_all(a: ClientsArgs) -> Result<(), String> {
     let kind = if a.urgent { Backlog::Urgent } else { Backlog::Train };
     let out: Out = Arc::new(Mutex::new(std::io::BufWriter::new(std::io::stdout())));
-    let left = Arc::new(AtomicU64::new(a.jobs));
-    let mut tasks = Vec::new();
+    let mut callers = Vec::new();
     for i in 0..a.clients {
         let id = a.first_client + i;
         let addr = &a.servers[id as usize % a.servers.len()];
-        let mut c = Submitter { client: client(channel(addr).await?), id, kind, out: out.clone() };
-        let left = left.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut done = Done::default();
-            let mut seq = 0;
-            while left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
-                let t = Instant::now();
-                match c.call(seq).await {
-                    Ok(()) => {
-                        done.ok += 1;
-                        if done.latencies_ms.len() < MAX_SAMPLES {
-                            done.latencies_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-                        }
-                    }
-                    Err(e) => {
-                        done.errors += 1;
-                        done.first_error.get_or_insert(e);
-                    }
-                }
-                seq += 1;
-            }
-            done
-        }));
+        callers.push(Submitter { client: client(channel(addr).await?), id, kind, out: out.clone() });
     }
-    let mut total = Done::default();
-    for t in tasks {
-        total.add(t.await.map_err(|e| format!("a client task failed: {e}"))?);
-    }
+    let total = drive_until_taken(callers, Arc::new(AtomicU64::new(a.jobs))).await;
     let mut out = out.lock().unwrap_or_else(PoisonError::into_inner);
     let written = (|| -> std::io::Result<()> {
         for ms in &total.latencies_ms {
@@ -178,7 +130,7 @@ pub async fn submit_from_processes(
     jobs: u64,
     clients: u32,
     procs: u32,
-) -> Result<(Done, Duration), String> {
+) -> Result<Outcome, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let procs = procs.clamp(1, clients.max(1));
     let t = Instant::now();
@@ -209,11 +161,12 @@ pub async fn submit_from_processes(
         let seen = seen.clone();
         readers.push(tokio::spawn(async move { read_client(child, stdout, &seen).await }));
     }
-    let mut total = Done::default();
+    let mut total = Outcome::default();
     for r in readers {
         total.add(r.await.map_err(|e| format!("reading a client process failed: {e}"))??);
     }
-    Ok((total, t.elapsed()))
+    total.elapsed = t.elapsed();
+    Ok(total)
 }
 
 /// Reads one client process's lines until it ends; its result.
@@ -221,9 +174,9 @@ async fn read_client(
     mut child: tokio::process::Child,
     stdout: tokio::process::ChildStdout,
     seen: &Seen,
-) -> Result<Done, String> {
+) -> Result<Outcome, String> {
     let mut lines = BufReader::new(stdout).lines();
-    let mut done = Done::default();
+    let mut done = Outcome::default();
     let mut ended = false;
     while let Some(line) = lines.next_line().await.map_err(|e| format!("a client process's output: {e}"))? {
         let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));

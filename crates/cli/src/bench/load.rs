@@ -3,6 +3,8 @@
 //! each call's latency.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// One client's calls; `seq` numbers them from 0 for this client.
@@ -23,6 +25,33 @@ pub struct Outcome {
 impl Outcome {
     pub fn per_s(&self) -> f64 {
         self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Adds another caller's (or process's) counts and latencies; `elapsed` stays.
+    pub fn add(&mut self, o: Outcome) {
+        self.ok += o.ok;
+        self.errors += o.errors;
+        if self.first_error.is_none() {
+            self.first_error = o.first_error;
+        }
+        self.latencies_ms.extend(o.latencies_ms);
+    }
+
+    /// Makes call `seq` of `c` and counts how it went.
+    async fn count<C: Caller>(&mut self, c: &mut C, seq: u64) {
+        let t = Instant::now();
+        match c.call(seq).await {
+            Ok(()) => {
+                self.ok += 1;
+                if self.latencies_ms.len() < MAX_SAMPLES_PER_CLIENT {
+                    self.latencies_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+            }
+        }
     }
 }
 
@@ -49,19 +78,7 @@ pub async fn drive<C: Caller>(callers: Vec<C>, duration: Duration) -> Outcome {
             let end = Instant::now() + duration;
             let mut seq = 1;
             while Instant::now() < end {
-                let t = Instant::now();
-                match c.call(seq).await {
-                    Ok(()) => {
-                        out.ok += 1;
-                        if out.latencies_ms.len() < MAX_SAMPLES_PER_CLIENT {
-                            out.latencies_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-                        }
-                    }
-                    Err(e) => {
-                        out.errors += 1;
-                        out.first_error.get_or_insert(e);
-                    }
-                }
+                out.count(&mut c, seq).await;
                 seq += 1;
             }
             out
@@ -72,12 +89,33 @@ pub async fn drive<C: Caller>(callers: Vec<C>, duration: Duration) -> Outcome {
     let mut total = Outcome::default();
     for t in tasks {
         let Ok(o) = t.await else { continue };
-        total.ok += o.ok;
-        total.errors += o.errors;
-        if total.first_error.is_none() {
-            total.first_error = o.first_error;
-        }
-        total.latencies_ms.extend(o.latencies_ms);
+        total.add(o);
+    }
+    total.elapsed = began.elapsed();
+    total
+}
+
+/// Runs every caller at once, each making calls back to back, until `left` calls have been
+/// taken between them; what they did, and how long it took.
+pub async fn drive_until_taken<C: Caller>(callers: Vec<C>, left: Arc<AtomicU64>) -> Outcome {
+    let began = Instant::now();
+    let mut tasks = Vec::new();
+    for mut c in callers {
+        let left = left.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Outcome::default();
+            let mut seq = 0;
+            while left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+                out.count(&mut c, seq).await;
+                seq += 1;
+            }
+            out
+        }));
+    }
+    let mut total = Outcome::default();
+    for t in tasks {
+        let Ok(o) = t.await else { continue };
+        total.add(o);
     }
     total.elapsed = began.elapsed();
     total

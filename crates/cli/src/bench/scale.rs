@@ -20,7 +20,7 @@ use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::clients;
-use super::load::Caller;
+use super::load::{Caller, drive_until_taken};
 use super::simagents::{self, Fleet, Seen};
 use super::submit::{Backlog, channel, client, leader, submit_of_class};
 use super::{percentiles_line, procstat, runtime};
@@ -293,34 +293,32 @@ async fn submit_backlog(
     clients: u32,
 ) -> Result<u64, String> {
     let clients = clients.min(a.clients);
-    let (out, took) = if a.client_procs > 0 {
+    let out = if a.client_procs > 0 {
         seen.keep_early.store(true, Ordering::Relaxed);
         let procs = a.client_procs.min(clients);
-        let (d, took) = clients::submit_from_processes(servers, seen, kind, u64::from(jobs), clients, procs).await?;
-        ((d.ok, d.errors, d.latencies_ms, d.first_error), took)
+        clients::submit_from_processes(servers, seen, kind, u64::from(jobs), clients, procs).await?
     } else {
-        let left = Arc::new(AtomicU64::new(u64::from(jobs)));
         let mut callers = Vec::new();
         for id in 0..clients {
             let addr = &servers[id as usize % servers.len()];
             callers.push(Submitter { client: client(channel(addr).await?), id, kind, seen: seen.clone() });
         }
-        let t = Instant::now();
-        (drive_until_empty(callers, &left).await, t.elapsed())
+        drive_until_taken(callers, Arc::new(AtomicU64::new(u64::from(jobs)))).await
     };
+    let took = out.elapsed;
     println!(
         "submitting: {} acknowledged in {:.1} s ({:.0}/s), {} errors",
-        out.0,
+        out.ok,
         took.as_secs_f64(),
-        out.0 as f64 / took.as_secs_f64(),
-        out.1
+        out.per_s(),
+        out.errors
     );
-    let mut lat = out.2;
+    let mut lat = out.latencies_ms;
     println!("  submit latency {}", percentiles_line(&mut lat));
-    if let Some(e) = out.3 {
+    if let Some(e) = out.first_error {
         println!("  first error: {e}");
     }
-    Ok(out.0)
+    Ok(out.ok)
 }
 
 struct Submitter {
@@ -338,44 +336,6 @@ impl Caller for Submitter {
         }
         self.client.submit(req).await.map(drop).map_err(|e| e.message().to_string())
     }
-}
-
-/// Runs the callers until `left` jobs have been taken; (ok, errors, latencies, first error).
-async fn drive_until_empty(callers: Vec<Submitter>, left: &Arc<AtomicU64>) -> (u64, u64, Vec<f64>, Option<String>) {
-    let mut tasks = Vec::new();
-    for mut c in callers {
-        let left = left.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut ok, mut errors, mut lat, mut first) = (0u64, 0u64, Vec::new(), None);
-            let mut seq = 0;
-            while left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
-                let t = Instant::now();
-                match c.call(seq).await {
-                    Ok(()) => {
-                        ok += 1;
-                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
-                    }
-                    Err(e) => {
-                        errors += 1;
-                        first.get_or_insert(e);
-                    }
-                }
-                seq += 1;
-            }
-            (ok, errors, lat, first)
-        }));
-    }
-    let mut total = (0, 0, Vec::new(), None);
-    for t in tasks {
-        let Ok((ok, errors, lat, first)) = t.await else { continue };
-        total.0 += ok;
-        total.1 += errors;
-        total.2.extend(lat);
-        if total.3.is_none() {
-            total.3 = first;
-        }
-    }
-    total
 }
 
 /// Urgent jobs submitted at once into the running cluster: each preempts a running backlog
