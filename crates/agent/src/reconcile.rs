@@ -259,6 +259,9 @@ fn plan_suspend(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
     match inputs.replicas.get(&key) {
         None => Some(Act::SuspendNeverRan(key)),
         Some(k) if k.phase == Phase::Running => Some(Act::Suspend(key)),
+        // It ended here (its lease stop, say, whose report the leader missed): answered as
+        // a STOP of it, or the leader holds the job Preempting until the node is lost.
+        Some(k) if k.phase == Phase::Finished => plan_stop(key, inputs),
         Some(_) => None,
     }
 }

@@ -189,6 +189,21 @@ fn table() {
         (vec![], false, vec![assign(1, 1, Suspend, &[0])], vec![Act::SuspendNeverRan(key(1, 1))]),
         (vec![(key(1, 1), running(&[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![Act::Suspend(key(1, 1))]),
         (vec![(key(1, 1), known(Phase::Suspended, None, &[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![]),
+        // A SUSPEND of a replica that already ended here (its lease stop, say, whose report
+        // the leader missed) is answered as a STOP of it: the leader holds the job
+        // Preempting until it hears the replica stopped (chaos seeds 6602, 6603).
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Stopped { checkpointed: true }), &[0]))],
+            false,
+            vec![assign(1, 1, Suspend, &[0])],
+            vec![Act::ReportStopped { key: key(1, 1), checkpointed: true }],
+        ),
+        (
+            vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Killed), &[0]))],
+            true,
+            vec![assign(1, 1, Suspend, &[0])],
+            vec![Act::KilledCountsAsStopped(key(1, 1))],
+        ),
         // An unknown action.
         (
             vec![],

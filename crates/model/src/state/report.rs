@@ -692,6 +692,63 @@ mod tests {
         assert_eq!(requeue.preemption_mode_when_preempted(), PreemptionMode::Requeue);
     }
 
+    fn decide(s: &mut State, d: Decision) {
+        let plan = Plan { based_on: s.applied(), decisions: vec![d] };
+        let Outcome::PlanApplied { rejected, .. } = apply(s, Op::ApplyPlan(plan)) else { panic!() };
+        assert!(rejected.is_empty(), "{rejected:?}");
+    }
+
+    /// A CPU job `low` in mode suspend, preempted by `high` on n1 (one CPU), suspended in
+    /// place, and resumed in place once `high` ended: attempt 1 runs again.
+    fn resumed_in_place() -> (State, JobId) {
+        let mut s = State::default();
+        let n1 = NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node("n1") };
+        apply(&mut s, Op::RegisterNodes(vec![n1]));
+        let mut q = crate::queue::QueueSpec::named("q");
+        let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 1)]), ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        apply(&mut s, Op::PutQueue(q));
+        let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 0);
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
+        let high = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 0);
+        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+        decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "test".into() });
+        let suspended = Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
+        assert!(report(&mut s, "n1", vec![suspended]).is_empty());
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+        decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
+        let done = Observed::Exited { job: high, attempt: 1, rank: 0, exit_code: 0 };
+        assert!(report(&mut s, "n1", vec![done]).is_empty());
+        decide(&mut s, Decision::ResumeInPlace { job: low, attempt: 1 });
+        let j = s.job(low).unwrap();
+        assert_eq!((j.state, j.attempt), (JobState::Running, 1));
+        (s, low)
+    }
+
+    /// A job suspended and resumed in place runs the same attempt again: its agent's lease
+    /// stop (with its work saved) requeues it, and in a later preemption counts as its stop,
+    /// not as a late save of an ended attempt (`late_checkpoint`). Written while looking for
+    /// why chaos seeds 6401, 6403, 6602 and 6603 held `sleepy` jobs (mode suspend) Preempting
+    /// until their node was lost; it passed before any change, so that is not the cause.
+    #[test]
+    fn a_lease_stop_of_an_attempt_resumed_in_place_requeues_it() {
+        let (mut s, low) = resumed_in_place();
+        let lease_stop = Observed::LeaseStopped { job: low, attempt: 1, rank: 0, checkpointed: true, rank_saved: true };
+        assert!(report(&mut s, "n1", vec![lease_stop]).is_empty());
+        let j = s.job(low).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true), "{}", j.reason);
+
+        // Preempted again after its resumption, its stop (a checkpoint-then-stop here) ends
+        // the preemption.
+        let (mut s, low) = resumed_in_place();
+        let high = one_replica(&mut s, "high2", PreemptionMode::Checkpoint, 0);
+        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+        decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "again".into() });
+        let expired = Observed::LeaseExpired { job: low, attempt: 1, rank: 0, checkpointed: true };
+        assert!(report(&mut s, "n1", vec![expired]).is_empty());
+        assert_ne!(s.job(low).unwrap().state, JobState::Preempting, "the stop was not counted");
+    }
+
     #[test]
     fn a_rank_that_could_not_start_fails_the_job_and_its_event_says_why() {
         let (mut s, job) = gang();
