@@ -211,7 +211,9 @@ async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_run_of_a_replica_its_agent_killed_as_unwanted_requeues_the_job() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
-    // The RUN still comes for the attempt the agent killed: it says that replica ended here.
+    // The RUN still comes for the attempt the agent killed (sent again when asked): it says
+    // that replica ended here.
+    agent.report_awaiting(1).await.unwrap();
     agent.until("j is told to run", |d| has(d, "j", Action::Run)).await;
     let killed = What::Stopped(Stopped {
         job_id: a.job_id,
