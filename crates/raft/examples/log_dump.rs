@@ -9,15 +9,14 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use baton_model::command::{Observed, Op};
+use baton_model::command::Op;
 use baton_model::plan::Decision;
 use baton_raft::store::{LogStore, SledKv};
 use openraft::storage::RaftLogReader;
 
 fn names_job(op: &Op, job: u64) -> bool {
-    let observed = |o: &Observed| format!("{o:?}").contains(&format!("job: {job},"));
     match op {
-        Op::Report { observations, .. } => observations.iter().any(observed),
+        Op::Report { observations, .. } => observations.iter().any(|o| o.job() == job),
         Op::ApplyPlan(plan) => plan.decisions.iter().any(|d| match d {
             Decision::Preempt { job: j, victims, .. } => *j == job || victims.iter().any(|v| v.job == job),
             other => other.job() == job,

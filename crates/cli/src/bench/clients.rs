@@ -8,15 +8,13 @@
 //! `error TEXT` line with its first error if any, and last `result OK ERRORS`. The benchmark
 //! reads them as they come.
 
+use std::io::Write;
 use std::process::{ExitCode, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use std::io::Write;
-use std::sync::{Mutex, PoisonError};
-
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::load::{Caller, Outcome, drive_until_taken};
@@ -68,7 +66,8 @@ pub fn run(a: ClientsArgs) -> ExitCode {
     }
 }
 
-fn unix_us() -> u64 {
+/// Now, in µs since the Unix epoch: the clock a client process and the benchmark share.
+pub fn unix_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 

@@ -104,14 +104,16 @@ impl Seen {
     }
 
     /// A job submitted by another process at `unix_us` (its clock and ours are the machine's).
+    /// Under the submits' lock, as `first_start` looks: a start and its submit that cross
+    /// are counted once, whichever comes first.
     pub fn submitted_at(&self, job: String, unix_us: u64) {
-        let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
-        let ago = Duration::from_micros((now_us as u64).saturating_sub(unix_us));
+        let ago = Duration::from_micros(super::clients::unix_us().saturating_sub(unix_us));
         let sent = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
+        let mut submitted = self.lock_submitted();
         let early = self.early.lock().unwrap_or_else(PoisonError::into_inner).remove(&job);
         match early {
             Some(started) => self.count_start(started.saturating_duration_since(sent)),
-            None => _ = self.lock_submitted().insert(job, sent),
+            None => _ = submitted.insert(job, sent),
         }
     }
 
@@ -126,8 +128,8 @@ impl Seen {
     }
 
     fn first_start(&self, job: &str) {
-        let submitted = self.lock_submitted().remove(job);
-        match submitted {
+        let mut submitted = self.lock_submitted();
+        match submitted.remove(job) {
             Some(t) => self.count_start(t.elapsed()),
             None if self.keep_early.load(Ordering::Relaxed) => {
                 let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
