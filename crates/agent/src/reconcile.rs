@@ -63,9 +63,10 @@ pub enum Act {
     ReportStopped { key: ReplicaKey, checkpointed: bool },
     /// A STOP of a replica killed as unwanted: it counts as stopped without a checkpoint.
     KilledCountsAsStopped(ReplicaKey),
-    /// A RUN of a replica that ended here without its own exit (killed as no longer
-    /// wanted, stopped, or pruned): report it ended, cause `KilledHere`, so that a leader
-    /// that still counts it running requeues the job instead of waiting for it for good.
+    /// A RUN (or a SUSPEND) of a replica that ended here without its own exit (killed as no
+    /// longer wanted, stopped, or pruned): report it ended, cause `KilledHere`, so that a
+    /// leader that still counts it running (or being suspended) requeues the job instead of
+    /// waiting for it for good.
     ReportKilledHere { key: ReplicaKey, checkpointed: bool },
     /// A RUN of a replica whose own exit ended its job (rank 0, or a non-zero code): report
     /// that exit again; the leader that holds it running may have missed it.
@@ -73,7 +74,8 @@ pub enum Act {
     /// SIGSTOP a running replica and report it stopped.
     Suspend(ReplicaKey),
     /// A SUSPEND of a replica that never ran here: as `StopNeverRan`, remember it stopped (a
-    /// later RUN of it starts nothing) and report it.
+    /// later RUN of it starts nothing), and report it ended here (`KilledHere`): there is
+    /// nothing to resume in place.
     SuspendNeverRan(ReplicaKey),
     /// Nothing is done for this assignment; `why` is logged.
     Ignore { key: ReplicaKey, why: Ignored },
@@ -259,9 +261,15 @@ fn plan_suspend(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
     match inputs.replicas.get(&key) {
         None => Some(Act::SuspendNeverRan(key)),
         Some(k) if k.phase == Phase::Running => Some(Act::Suspend(key)),
-        // It ended here (its lease stop, say, whose report the leader missed): answered as
-        // a STOP of it, or the leader holds the job Preempting until the node is lost.
-        Some(k) if k.phase == Phase::Finished => plan_stop(key, inputs),
+        // It ended here (its lease stop, say, whose report the leader missed): its end is
+        // told, or the leader holds the job Preempting until the node is lost. Told as
+        // `KilledHere`, not as stopped: a job suspended with no process would never resume.
+        Some(k) if k.phase == Phase::Finished => match k.outcome {
+            Some(Outcome::Stopped { checkpointed }) => Some(Act::ReportKilledHere { key, checkpointed }),
+            Some(Outcome::Killed) | None => Some(Act::ReportKilledHere { key, checkpointed: false }),
+            // Its own exit, reported as such, is what the leader needs.
+            Some(Outcome::Exited { .. }) => None,
+        },
         Some(_) => None,
     }
 }

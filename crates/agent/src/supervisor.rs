@@ -393,7 +393,7 @@ impl Supervisor {
                 self.begin_stop(&key, signal, a.grace_ms, StopCause::Directed)
             }
             Act::StopNeverRan(key) => match assignment(&key) {
-                Some(a) => self.stop_never_ran(&key, a),
+                Some(a) => self.stop_never_ran(&key, a, StopCause::Directed),
                 None => Ok(()),
             },
             Act::ReportStopped { key, checkpointed } => self.observe(stopped(&key, checkpointed, StopCause::Directed)),
@@ -405,7 +405,10 @@ impl Supervisor {
                 self.observe(stopped(&key, false, StopCause::Directed))
             }
             Act::ReportKilledHere { key, checkpointed } => {
-                tracing::warn!(?key, "a RUN of a replica that ended here without its own exit; reporting its end");
+                tracing::warn!(
+                    ?key,
+                    "a RUN or SUSPEND of a replica that ended here without its own exit; reporting its end"
+                );
                 self.observe(stopped(&key, checkpointed, StopCause::KilledHere))
             }
             Act::ReportExited { key, code } => {
@@ -427,7 +430,7 @@ impl Supervisor {
             Act::SuspendNeverRan(key) => match assignment(&key) {
                 Some(a) => {
                     tracing::warn!(?key, "asked to suspend a replica that never ran here; it ends here unstarted");
-                    self.stop_never_ran(&key, a)
+                    self.stop_never_ran(&key, a, StopCause::KilledHere)
                 }
                 None => Ok(()),
             },
@@ -458,8 +461,9 @@ impl Supervisor {
     }
 
     /// Never ran here: nothing to checkpoint. Remembered as stopped so a later RUN of the
-    /// same attempt does not start it and a repeated STOP re-reports the same.
-    fn stop_never_ran(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+    /// same attempt does not start it and a repeated STOP re-reports the same. Reported with
+    /// `cause`: `KilledHere` for a SUSPEND (there is nothing to resume in place).
+    fn stop_never_ran(&mut self, key: &ReplicaKey, a: &Assignment, cause: StopCause) -> Result<(), JournalError> {
         self.note_attempt(key)?;
         let rec = self.record(key, a, Phase::Finished);
         let rec = ReplicaRecord { outcome: Some(Outcome::Stopped { checkpointed: false }), ..rec };
@@ -468,7 +472,7 @@ impl Supervisor {
             *key,
             Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None },
         );
-        self.observe(stopped(key, false, StopCause::Directed))
+        self.observe(stopped(key, false, cause))
     }
 
     fn suspend(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {

@@ -493,7 +493,8 @@ async fn a_run_of_a_replica_killed_as_unwanted_is_answered_with_its_end() {
 /// that it never ran here and the leader counted the job suspended in place; the RUN that
 /// came after started the attempt's one process while the job was held suspended, its GPUs
 /// lent to the preemptor. A SUSPEND of a replica that never ran ends that replica here, as a
-/// STOP does: a later RUN of it is answered with its end and starts nothing.
+/// STOP does: a later RUN of it is answered with its end and starts nothing. The SUSPEND is
+/// answered as ended here (`KILLED_HERE`), not as stopped in place: nothing is there to resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -503,6 +504,9 @@ async fn a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing() {
     gw.set(1, vec![Assignment { action: Action::Suspend as i32, ..run.clone() }]);
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     wait_for(5, "the suspension answered", || (!stop_causes_of(&gw.observations(), 1).is_empty()).then_some(())).await;
+    // As ended here, not as stopped in place: there is nothing to resume.
+    let causes = stop_causes_of(&gw.observations(), 1);
+    assert!(causes.iter().all(|c| *c == baton_proto::v1::StopCause::KilledHere), "{causes:?}");
 
     // A marker job after it, so we know the RUN was handled.
     let marker = dir.path().join("marker");

@@ -190,19 +190,20 @@ fn table() {
         (vec![(key(1, 1), running(&[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![Act::Suspend(key(1, 1))]),
         (vec![(key(1, 1), known(Phase::Suspended, None, &[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![]),
         // A SUSPEND of a replica that already ended here (its lease stop, say, whose report
-        // the leader missed) is answered as a STOP of it: the leader holds the job
-        // Preempting until it hears the replica stopped (chaos seeds 6602, 6603).
+        // the leader missed) is answered with its end, as killed here, not as suspended: the
+        // leader holds the job Preempting until it hears (chaos seeds 6602, 6603), and would
+        // hold it Suspended with no process if told it was stopped in place.
         (
             vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Stopped { checkpointed: true }), &[0]))],
             false,
             vec![assign(1, 1, Suspend, &[0])],
-            vec![Act::ReportStopped { key: key(1, 1), checkpointed: true }],
+            vec![Act::ReportKilledHere { key: key(1, 1), checkpointed: true }],
         ),
         (
             vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Killed), &[0]))],
             true,
             vec![assign(1, 1, Suspend, &[0])],
-            vec![Act::KilledCountsAsStopped(key(1, 1))],
+            vec![Act::ReportKilledHere { key: key(1, 1), checkpointed: false }],
         ),
         // An unknown action.
         (

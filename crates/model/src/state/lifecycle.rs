@@ -479,12 +479,28 @@ impl State {
         self.job_event(id, EventKind::Resumed, "resumed in place".into(), ev);
     }
 
+    /// `id` is being stopped in place (a preemption in mode suspend).
+    pub(super) fn being_suspended(&self, id: JobId) -> bool {
+        let stopping = self.d.jobs.get(&id).and_then(|j| j.stopping);
+        matches!(stopping, Some(Stopping { why: StopWhy::Preempted { mode: PreemptionMode::Suspend, .. }, .. }))
+    }
+
+    /// A suspension's tally counts ranks stopped in place as ended; their processes are
+    /// still there. Forgotten when the suspension cannot complete (a rank of it is gone), so
+    /// that those ranks are completing, holding their share until reported gone.
+    pub(super) fn forget_suspension_tally(&mut self, id: JobId) {
+        if self.being_suspended(id) {
+            self.d.jobs.get_mut(&id).expect("job exists").ended_ranks.clear();
+        }
+    }
+
     /// The node is gone: what ran there goes back to the queue, from its last checkpoint.
     /// Nothing of the node runs any more (docs/protocol.md, the lease argument): its ranks
     /// are gone; a job's ranks on other nodes are completing until their agents stop them.
     pub(crate) fn lose_jobs_on(&mut self, node: &Name, ev: &mut Vec<Event>) {
         self.lose_completing_on(node);
         for id in self.jobs_on(node) {
+            self.forget_suspension_tally(id);
             let on_node: Vec<u32> = self.d.jobs[&id]
                 .ranked()
                 .iter()

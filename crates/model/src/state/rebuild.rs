@@ -168,7 +168,10 @@ impl State {
                 .jobs
                 .values()
                 .filter(|j| {
-                    j.suspended_for == Some(r.job) || r.victims.contains(&j.id) && j.spec.suspends_when_preempted()
+                    // A victim being suspended lends; one requeued meanwhile (a rank of it
+                    // was lost) whose suspended ranks are completing does not.
+                    let suspending = j.state == JobState::Preempting && j.spec.suspends_when_preempted();
+                    j.suspended_for == Some(r.job) || r.victims.contains(&j.id) && suspending
                 })
                 .map(|j| j.id)
                 .collect();

@@ -197,11 +197,16 @@ impl State {
     ) -> Result<(), ApplyError> {
         let LeaseStop { attempt, rank, checkpointed, rank_saved } = stop;
         let j = &self.d.jobs[&job];
-        if j.state == JobState::Preempting && j.stopping.is_some() {
+        if j.state == JobState::Preempting && j.stopping.is_some() && !self.being_suspended(job) {
             // The stop's own tally asks every rank whether it saved its work.
             return self.rank_ended(job, rank, rank_saved, ev);
         }
-        if !matches!(j.state, JobState::Running | JobState::Suspended) {
+        // A job being suspended cannot resume in place without this rank's process: it goes
+        // back to the queue, not to Suspended (chaos seed 6603). Its ranks already suspended
+        // keep their processes, so they are completing, not gone.
+        self.forget_suspension_tally(job);
+        let j = &self.d.jobs[&job];
+        if !matches!(j.state, JobState::Running | JobState::Suspended | JobState::Preempting) {
             let action = match cause {
                 Lost::LeaseExpired => "stopping for an expired lease",
                 Lost::KilledHere => "requeueing a replica killed on its node",
@@ -747,6 +752,77 @@ mod tests {
         let expired = Observed::LeaseExpired { job: low, attempt: 1, rank: 0, checkpointed: true };
         assert!(report(&mut s, "n1", vec![expired]).is_empty());
         assert_ne!(s.job(low).unwrap().state, JobState::Preempting, "the stop was not counted");
+    }
+
+    /// A CPU job `low` of `ranks` replicas, one CPU on each of n1.., in mode suspend,
+    /// preempted by `high` on n1: its ranks are being suspended (Preempting).
+    fn being_suspended(ranks: u32) -> (State, JobId, JobId) {
+        let mut s = State::default();
+        let cpu_node = |i: u32| NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node(&format!("n{}", i + 1)) };
+        apply(&mut s, Op::RegisterNodes((0..ranks).map(cpu_node).collect()));
+        let mut q = crate::queue::QueueSpec::named("q");
+        let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", ranks as u64)]), ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        apply(&mut s, Op::PutQueue(q));
+        let mut spec = one_replica_spec("low", PreemptionMode::Suspend, 0);
+        spec.tasks[0].replicas = ranks;
+        let Outcome::Submitted { job: low, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else {
+            panic!()
+        };
+        let replicas = (0..ranks)
+            .map(|i| ReplicaAlloc { task: 0, index: i, node: Name::lit(&format!("n{}", i + 1)), gpus: Vec::new() })
+            .collect();
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas });
+        let high = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 0);
+        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+        decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "test".into() });
+        assert_eq!(s.job(low).unwrap().state, JobState::Preempting);
+        (s, low, high)
+    }
+
+    /// A rank of a job being suspended that its agent stopped for an expired lease (or
+    /// reports killed there) is gone, not suspended: the job cannot resume in place, so it
+    /// goes back to the queue, from the checkpoint its lease stop wrote, and its preemptor
+    /// is placed. Chaos seed 6603 (`sleepy-470`): the lease stop completed the suspension,
+    /// and the job was held Suspended with no process, and Preempting when preempted again.
+    #[test]
+    fn a_rank_lost_while_its_job_was_being_suspended_requeues_the_job() {
+        let lease_stop =
+            |low| Observed::LeaseStopped { job: low, attempt: 1, rank: 0, checkpointed: true, rank_saved: true };
+        let killed = |low| Observed::KilledHere { job: low, attempt: 1, rank: 0, rank_saved: false };
+        for (gone, saved) in [(lease_stop as fn(JobId) -> Observed, true), (killed, false)] {
+            let (mut s, low, high) = being_suspended(1);
+            assert!(report(&mut s, "n1", vec![gone(low)]).is_empty());
+            let j = s.job(low).unwrap();
+            assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, saved), "{:?}: {}", gone(low), j.reason);
+            assert!(j.reason.contains("node n1"), "{}", j.reason);
+            assert_eq!(s.completing_ranks(low), 0, "its process is gone");
+            decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
+            assert_eq!(s.job(high).unwrap().state, JobState::Running);
+        }
+    }
+
+    /// A gang being suspended whose other rank is lost (its lease stop, or its node): the
+    /// ranks already suspended keep their processes (stopped, not gone), so they stay
+    /// completing, holding their share, until their agents report them gone.
+    #[test]
+    fn a_gang_being_suspended_that_loses_a_rank_keeps_its_suspended_ranks_completing() {
+        let suspended = |low| Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
+        let (mut s, low, _) = being_suspended(2);
+        assert!(report(&mut s, "n1", vec![suspended(low)]).is_empty());
+        let lease_stop =
+            Observed::LeaseStopped { job: low, attempt: 1, rank: 1, checkpointed: false, rank_saved: true };
+        assert!(report(&mut s, "n2", vec![lease_stop]).is_empty());
+        assert_eq!(s.job(low).unwrap().state, JobState::Pending);
+        let c = s.completing(low).expect("rank 0 is suspended on n1, not gone");
+        assert_eq!(c.ranks.keys().copied().collect::<Vec<_>>(), vec![0]);
+
+        let (mut s, low, _) = being_suspended(2);
+        assert!(report(&mut s, "n1", vec![suspended(low)]).is_empty());
+        apply(&mut s, Op::SetNodeStatus { node: Name::lit("n2"), status: crate::node::NodeStatus::Lost });
+        assert_eq!(s.job(low).unwrap().state, JobState::Pending);
+        let c = s.completing(low).expect("rank 0 is suspended on n1, not gone");
+        assert_eq!(c.ranks.keys().copied().collect::<Vec<_>>(), vec![0]);
     }
 
     #[test]
