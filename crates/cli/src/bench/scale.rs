@@ -72,6 +72,10 @@ pub struct ScaleArgs {
     /// them); 0: from tasks in the benchmark's own process.
     #[arg(long, default_value_t = 0)]
     pub client_procs: u32,
+    /// Also print submit-to-running of the backlog by the second its submits were sent
+    /// (where a tail comes from).
+    #[arg(long)]
+    pub by_second: bool,
     /// Keep the replicas' directory (their data and logs) and say where it is.
     #[arg(long)]
     pub keep_dir: bool,
@@ -180,6 +184,7 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
     let cycles_before = cycles(a.port, &name).await;
     let lag = Lag::start(a.port);
     let first_submit = Instant::now();
+    let first_submit_ms = seen.since_epoch_ms();
     let acknowledged = submit_backlog(a, &servers, &seen, Backlog::Train, a.backlog, a.clients).await?;
     // A backlog larger than the cluster leaves the rest waiting: all that fits is the goal.
     let fits = acknowledged.min(capacity);
@@ -197,7 +202,14 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
     if placed.0 < fits {
         println!("  (not all that fits placed within --timeout-s {}; capacity is {capacity} GPUs)", a.timeout_s);
     }
-    println!("  submit -> running {}", percentiles_line(&mut seen.take_to_running_ms()));
+    let starts = seen.take_starts();
+    println!(
+        "  submit -> running {}",
+        percentiles_line(&mut starts.iter().map(|s| s.to_running_ms).collect::<Vec<_>>())
+    );
+    if a.by_second {
+        print_by_second(&starts, first_submit_ms);
+    }
     placing.print("  while submitting and placing");
     lag.print("  apply lag while submitting and placing");
     print_cycles(a.port, &name, cycles_before, "  while submitting and placing").await;
@@ -219,6 +231,17 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
         leader_kill(a, children, &seen, &name).await?;
     }
     Ok(())
+}
+
+/// Submit-to-running by the second (from `from_ms`) the submits were sent.
+fn print_by_second(starts: &[simagents::Start], from_ms: u64) {
+    let mut by: std::collections::BTreeMap<u64, Vec<f64>> = std::collections::BTreeMap::new();
+    for s in starts {
+        by.entry(s.sent_ms.saturating_sub(from_ms) / 1000).or_default().push(s.to_running_ms);
+    }
+    for (second, mut ms) in by {
+        println!("    submitted in second {second:>3}: {:>6} jobs, {}", ms.len(), percentiles_line(&mut ms));
+    }
 }
 
 /// The leader's CPU seconds and the fleet's counters at the start of a window.

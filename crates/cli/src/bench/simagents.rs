@@ -44,8 +44,9 @@ pub struct Fleet {
 pub struct Seen {
     /// Job name -> when its submit was sent; a job's first start takes it out.
     pub submitted: Mutex<HashMap<String, Instant>>,
-    /// Submit-to-running of every first start, in ms.
-    pub to_running_ms: Mutex<Vec<f64>>,
+    /// Every first start: when its submit was sent (ms since `epoch`) and its
+    /// submit-to-running in ms.
+    pub to_running: Mutex<Vec<Start>>,
     pub started: AtomicU64,
     pub exited: AtomicU64,
     pub stopped: AtomicU64,
@@ -68,6 +69,14 @@ pub struct Seen {
     /// after the start), kept while `keep_early` is set, up to `MAX_EARLY_STARTS`.
     pub early: Mutex<HashMap<String, Instant>>,
     pub keep_early: std::sync::atomic::AtomicBool,
+}
+
+/// A job's first start as the fleet saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Start {
+    /// When its submit was sent, in ms since `Seen::epoch`.
+    pub sent_ms: u64,
+    pub to_running_ms: f64,
 }
 
 /// Most starts kept while their submits are not known yet.
@@ -100,7 +109,12 @@ impl Seen {
 
     /// The submit-to-running times gathered so far, leaving none.
     pub fn take_to_running_ms(&self) -> Vec<f64> {
-        std::mem::take(&mut *self.to_running_ms.lock().unwrap_or_else(PoisonError::into_inner))
+        self.take_starts().into_iter().map(|s| s.to_running_ms).collect()
+    }
+
+    /// The first starts gathered so far, leaving none.
+    pub fn take_starts(&self) -> Vec<Start> {
+        std::mem::take(&mut *self.to_running.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// A job submitted by another process at `unix_us` (its clock and ours are the machine's).
@@ -112,7 +126,7 @@ impl Seen {
         let mut submitted = self.lock_submitted();
         let early = self.early.lock().unwrap_or_else(PoisonError::into_inner).remove(&job);
         match early {
-            Some(started) => self.count_start(started.saturating_duration_since(sent)),
+            Some(started) => self.count_start(sent, started.saturating_duration_since(sent)),
             None => _ = submitted.insert(job, sent),
         }
     }
@@ -130,7 +144,7 @@ impl Seen {
     fn first_start(&self, job: &str) {
         let mut submitted = self.lock_submitted();
         match submitted.remove(job) {
-            Some(t) => self.count_start(t.elapsed()),
+            Some(t) => self.count_start(t, t.elapsed()),
             None if self.keep_early.load(Ordering::Relaxed) => {
                 let mut early = self.early.lock().unwrap_or_else(PoisonError::into_inner);
                 if early.len() < MAX_EARLY_STARTS {
@@ -141,9 +155,10 @@ impl Seen {
         }
     }
 
-    fn count_start(&self, to_running: Duration) {
-        let ms = to_running.as_secs_f64() * 1000.0;
-        self.to_running_ms.lock().unwrap_or_else(PoisonError::into_inner).push(ms);
+    fn count_start(&self, sent: Instant, to_running: Duration) {
+        let sent_ms = self.epoch.map_or(0, |e| sent.saturating_duration_since(e).as_millis() as u64);
+        let start = Start { sent_ms, to_running_ms: to_running.as_secs_f64() * 1000.0 };
+        self.to_running.lock().unwrap_or_else(PoisonError::into_inner).push(start);
         self.started.fetch_add(1, Ordering::Relaxed);
     }
 }
