@@ -235,13 +235,18 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
 
 /// Submit-to-running by the second (from `from_ms`) the submits were sent.
 fn print_by_second(starts: &[simagents::Start], from_ms: u64) {
+    for (second, mut ms) in by_second(starts, from_ms) {
+        println!("    submitted in second {second:>3}: {:>6} jobs, {}", ms.len(), percentiles_line(&mut ms));
+    }
+}
+
+/// Submit-to-running times grouped by the second (from `from_ms`) their submits were sent.
+fn by_second(starts: &[simagents::Start], from_ms: u64) -> std::collections::BTreeMap<u64, Vec<f64>> {
     let mut by: std::collections::BTreeMap<u64, Vec<f64>> = std::collections::BTreeMap::new();
     for s in starts {
         by.entry(s.sent_ms.saturating_sub(from_ms) / 1000).or_default().push(s.to_running_ms);
     }
-    for (second, mut ms) in by {
-        println!("    submitted in second {second:>3}: {:>6} jobs, {}", ms.len(), percentiles_line(&mut ms));
-    }
+    by
 }
 
 /// The leader's CPU seconds and the fleet's counters at the start of a window.
@@ -612,5 +617,14 @@ mod tests {
         assert_eq!(value(text, "baton_nodes_lost"), Some(3));
         assert_eq!(value("baton_nodes_lost 2\n", "baton_nodes_lost"), Some(2));
         assert_eq!(value("baton_other 9\n", "baton_nodes_lost"), None);
+    }
+
+    #[test]
+    fn starts_are_grouped_by_the_second_their_submits_were_sent_from_the_first() {
+        let start = |sent_ms, to_running_ms| simagents::Start { sent_ms, to_running_ms };
+        let starts = [start(5_000, 10.0), start(5_999, 20.0), start(6_000, 30.0), start(4_000, 40.0)];
+        let by = by_second(&starts, 5_000);
+        let want: Vec<(u64, Vec<f64>)> = vec![(0, vec![10.0, 20.0, 40.0]), (1, vec![30.0])];
+        assert_eq!(by.into_iter().collect::<Vec<_>>(), want, "one sent before the first counts in second 0");
     }
 }
