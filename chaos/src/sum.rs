@@ -179,7 +179,8 @@ impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{} runs, {} s of faults in all, {} faults", self.runs.len(), self.seconds, self.faults)?;
         for (mix, runs) in &self.mixes {
-            writeln!(f, "  {runs} of {mix}")?;
+            let n = if *runs == 1 { "1 run".to_string() } else { format!("{runs} runs") };
+            writeln!(f, "  {n} with {mix}")?;
         }
         writeln!(f, "leader kills right after a preemption: {}", self.kills_after_preemption())?;
         let parts = self.partitions();
