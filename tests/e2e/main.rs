@@ -89,7 +89,8 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     let mut c = Cluster::start(BATON.as_ref(), std::slice::from_ref(&node)).await;
     call!(c, |api| api.put_queue(gpu_queue("q", 4)));
     let starts = c.path("starts");
-    let script = format!("echo \"$BATON_ATTEMPT\" >> '{}'; exec sleep 600", starts.display());
+    // The shell's pid is the sleep's (exec): the test waits for it to be gone at the end.
+    let script = format!("echo \"$BATON_ATTEMPT $$\" >> '{}'; exec sleep 600", starts.display());
     let spec = gpu_job("long", "q", "", 1, 2, vec!["sh".into(), "-c".into(), script]);
     call!(c, |api| api.submit(SubmitRequest {
         spec: Some(spec.clone()),
@@ -108,6 +109,14 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
     let lines = std::fs::read_to_string(&starts).unwrap();
     assert_eq!(lines.lines().count(), 1, "the job started once: {lines:?}");
     call!(c, |api| api.cancel_job(JobRef { name: "long".into(), ..Default::default() }));
+    // Its process ends with the cancel, not left behind when the cluster goes.
+    let pid: i32 = lines.split_whitespace().nth(1).and_then(|p| p.parse().ok()).expect("the job's pid");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // SAFETY: kill(2) with signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(std::time::Instant::now() < deadline, "the cancelled job's process {pid} still runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Logs are read through a replica, which reads them from the node's real agent (agents serve
