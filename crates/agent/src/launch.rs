@@ -34,7 +34,8 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 /// grace and its poll interval (seconds, "1.000"), the slack (ms), then the command. The watchdog runs beside
 /// the job in its process group: once the lease file's expiry (ms on CLOCK_BOOTTIME, which
 /// `/proc/uptime` shows) plus the slack has passed, it leaves a marker next to the exit
-/// file (`.lease`), sends the stop signal to the group, waits the grace and kills the group.
+/// file (`.lease`), continues the group (a suspended replica takes its stop signal as a
+/// running one does), sends the stop signal to the group, waits the grace and kills the group.
 /// Without a lease file it does nothing (no lease was granted yet); a lease file that
 /// disappears after it was read (the agent's data directory was removed) counts as a lease
 /// run out. The marker is written with `true`, not `:`: a failed redirection on a special
@@ -58,6 +59,7 @@ watchdog() {
     now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
     [ "$now" -lt $(( e + k )) ] && continue
     true > "$f.lease" 2>/dev/null
+    kill -CONT 0
     kill -"$s" 0
     sleep "$g"
     kill -9 0
@@ -161,6 +163,21 @@ pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
         Unjournaled::Ended
     } else {
         Unjournaled::NeverStarted
+    }
+}
+
+/// Continues the watchdog of the replica whose wrapper leads group `pgid` (and the `sleep`
+/// it waits on) after a SIGSTOP of the whole group suspended the replica: the watchdog must
+/// go on watching the lease, or a suspended replica whose agent dies outlives the lease and
+/// holds what it holds after its node is declared lost (chaos seed 7002). The watchdog is
+/// the wrapper's fork, with the same command line (`find_unjournaled`).
+pub fn continue_watchdog(pgid: u32, exit_file: &Path) {
+    let found = crate::procfs::find_by_arg(exit_file.as_os_str().as_encoded_bytes());
+    let watchdogs = found.into_iter().filter(|&pid| pid != pgid && crate::procfs::process_group(pid) == Some(pgid));
+    for watchdog in watchdogs {
+        for pid in crate::procfs::children_of(watchdog).into_iter().chain([watchdog]) {
+            crate::signal::signal_process(pid, libc::SIGCONT);
+        }
     }
 }
 

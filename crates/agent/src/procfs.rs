@@ -38,6 +38,20 @@ pub fn find_by_arg(arg: &[u8]) -> Vec<u32> {
     found
 }
 
+/// Live processes whose parent is `pid` (field 4 of their /proc/<pid>/stat). Bounded by the
+/// processes of the machine (pid_max).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let parent = |child: u32| -> Option<u32> {
+        let text = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+        text[text.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|&child| parent(child) == Some(pid))
+        .collect()
+}
+
 /// Field 5 of /proc/<pid>/stat: the process group id.
 pub fn process_group(pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -54,6 +68,16 @@ pub fn boot_id() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_the_children_of_a_process() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let found = children_of(std::process::id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(found.contains(&child.id()), "{found:?} lacks {}", child.id());
+        assert!(!children_of(child.id()).contains(&std::process::id()));
+    }
 
     #[test]
     fn reads_own_stat() {

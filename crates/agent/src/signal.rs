@@ -60,6 +60,21 @@ pub fn signal_group(pgid: u32, sig: i32) {
     }
 }
 
+/// Sends `sig` to the one process `pid`.
+pub fn signal_process(pid: u32, sig: i32) {
+    if pid <= 1 {
+        return;
+    }
+    // SAFETY: kill has no memory effects; a positive pid addresses that process only.
+    let rc = unsafe { libc::kill(pid as i32, sig) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ESRCH) {
+            tracing::warn!(pid, sig, "cannot signal process: {err}");
+        }
+    }
+}
+
 /// Whether any process of group `pgid` still exists.
 pub fn group_alive(pgid: u32) -> bool {
     if pgid <= 1 {

@@ -478,6 +478,8 @@ impl Supervisor {
     fn suspend(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         signal_group(r.rec.pid, libc::SIGSTOP);
+        // Not its watchdog: it stops the replica if this agent dies while it is suspended.
+        launch::continue_watchdog(r.rec.pid, &r.rec.exit_file);
         r.rec.phase = Phase::Suspended;
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;

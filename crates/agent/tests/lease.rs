@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use baton_proto::v1::{Action, StopCause};
+use baton_proto::v1::{Action, Assignment, StopCause};
 use common::*;
 
 /// The lease the fake leader grants in these tests; its directives say the heartbeat
@@ -84,6 +84,46 @@ async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
     .await;
     assert!(exited_of(&gw.observations()[obs_before..], 1).is_empty(), "{:?}", gw.observations());
     agent.shutdown().await.unwrap();
+}
+
+/// Chaos seed 7002 (stop 26): a replica suspended in place (SIGSTOP of its process group)
+/// when its agent died stayed stopped, holding what it held, after the lease ran out and
+/// the node was declared lost: the SIGSTOP had stopped its watchdog too. The job, placed
+/// again, met its old process (the witness: two attempts at once). The watchdog keeps
+/// watching a suspended replica, and once the lease runs out it continues the replica and
+/// stops it as a running one, with its checkpoint signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_stops_a_suspended_replica_whose_agent_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    let saved = dir.path().join("saved");
+    let job = format!(
+        "echo $$ > {}; trap 'echo 1 > {}; exit 0' TERM; while :; do sleep 0.05; done",
+        pid.display(),
+        saved.display()
+    );
+    let run = assignment(1, 1, Action::Run, &job);
+    gw.set(1, vec![run.clone()]);
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    granted(&gw).await;
+    gw.set(1, vec![Assignment { action: Action::Suspend as i32, ..run }]);
+    wait_for(5, "job 1 suspended", || (process_state(p) == Some('T')).then_some(())).await;
+
+    agent.shutdown().await.unwrap();
+    let gone = Instant::now();
+    wait_for(5, "the suspended replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
+    let took = gone.elapsed();
+    assert!(took < Duration::from_millis(HEARTBEAT_TIMEOUT_MS), "stopped {took:?} after the agent went");
+    assert!(saved.exists(), "continued before its stop signal, it saved its work");
+}
+
+/// The state letter of /proc/<pid>/stat (`T`: stopped).
+fn process_state(pid: impl std::fmt::Display) -> Option<char> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }
 
 /// Found by the chaos run: the watchdog stopped a replica while its agent was down, the job

@@ -1,9 +1,10 @@
 //! Prints a stopped replica's raft log, one entry a line: index, term, and each command's
-//! kind; `--job ID` also prints the commands that name that job (reports, plans). For
-//! reading what a replica held after a chaos run kept its directory.
+//! kind; `--job ID` also prints the commands that name that job (reports, plans), and
+//! `--detail FROM-TO` every command of the entries FROM to TO (indexes). For reading what a
+//! replica held after a chaos run kept its directory.
 //!
 //! ```text
-//! log_dump DATA_DIR [--job ID]
+//! log_dump DATA_DIR [--job ID] [--detail FROM-TO]
 //! ```
 
 use std::process::ExitCode;
@@ -28,10 +29,14 @@ fn names_job(op: &Op, job: u64) -> bool {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(dir) = args.first() else {
-        eprintln!("usage: log_dump DATA_DIR [--job ID]");
+        eprintln!("usage: log_dump DATA_DIR [--job ID] [--detail FROM-TO]");
         return ExitCode::FAILURE;
     };
     let job: Option<u64> = args.iter().position(|a| a == "--job").and_then(|i| args.get(i + 1)?.parse().ok());
+    let detail: Option<(u64, u64)> = args.iter().position(|a| a == "--detail").and_then(|i| {
+        let (from, to) = args.get(i + 1)?.split_once('-')?;
+        Some((from.parse().ok()?, to.parse().ok()?))
+    });
     let kv = match SledKv::open(&std::path::Path::new(dir).join("raft.sled")) {
         Ok(kv) => Arc::new(kv),
         Err(e) => {
@@ -60,8 +65,11 @@ fn main() -> ExitCode {
             openraft::EntryPayload::Normal(batch) => {
                 let kinds: Vec<&str> = batch.commands.iter().map(|c| c.op.name()).collect();
                 println!("{index} t{term} {}", kinds.join(","));
-                if let Some(job) = job {
-                    for c in batch.commands.iter().filter(|c| names_job(&c.op, job)) {
+                let in_detail = detail.is_some_and(|(from, to)| (from..=to).contains(&index));
+                if job.is_some() || in_detail {
+                    let named =
+                        |c: &&baton_model::command::Command| in_detail || job.is_some_and(|j| names_job(&c.op, j));
+                    for c in batch.commands.iter().filter(named) {
                         println!("    at {} ms: {:?}", c.now_ms, c.op);
                     }
                 }
