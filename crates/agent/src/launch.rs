@@ -166,20 +166,39 @@ pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
     }
 }
 
-/// Continues the watchdog of the replica whose wrapper leads group `pgid` (and the `sleep`
-/// it waits on) after a SIGSTOP of the whole group suspended the replica: the watchdog must
-/// go on watching the lease, or a suspended replica whose agent dies outlives the lease and
-/// holds what it holds after its node is declared lost (chaos seed 7002). The watchdog is
-/// the wrapper's fork, with the same command line (`find_unjournaled`).
-pub fn continue_watchdog(pgid: u32, exit_file: &Path) {
+/// Suspends the replica whose wrapper leads group `pgid`: SIGSTOP to every process of the
+/// group but the wrapper (it only waits) and its watchdog (the wrapper's fork, with the same
+/// command line, and the `sleep` it waits on). The watchdog must go on watching the lease:
+/// a suspended replica whose agent dies is then stopped when the lease runs out, instead of
+/// outliving its node and holding what it holds when the job is placed again (chaos seed
+/// 7002). Not one SIGSTOP of the whole group and a SIGCONT of the watchdog after it: an
+/// agent that died between the two left the watchdog stopped (the same seed, again).
+/// A process forked by one not stopped yet is found by the next pass; a stopped one forks
+/// nothing more, so the passes end (at most `MAX_SUSPEND_PASSES`).
+pub fn suspend_replica(pgid: u32, exit_file: &Path) {
+    // The wrapper has the same command line; the job is its child, and is not spared.
     let found = crate::procfs::find_by_arg(exit_file.as_os_str().as_encoded_bytes());
-    let watchdogs = found.into_iter().filter(|&pid| pid != pgid && crate::procfs::process_group(pid) == Some(pgid));
-    for watchdog in watchdogs {
-        for pid in crate::procfs::children_of(watchdog).into_iter().chain([watchdog]) {
-            crate::signal::signal_process(pid, libc::SIGCONT);
+    let watchdogs: Vec<u32> = found.into_iter().filter(|&pid| pid != pgid).collect();
+    let spared =
+        |m: &crate::procfs::Member| m.pid == pgid || watchdogs.contains(&m.pid) || watchdogs.contains(&m.parent);
+    let mut signalled: Vec<u32> = Vec::new();
+    for _ in 0..MAX_SUSPEND_PASSES {
+        let members = crate::procfs::group_members(pgid);
+        let fresh: Vec<u32> =
+            members.iter().filter(|m| !spared(m) && !signalled.contains(&m.pid)).map(|m| m.pid).collect();
+        if fresh.is_empty() {
+            return;
+        }
+        for pid in fresh {
+            crate::signal::signal_process(pid, libc::SIGSTOP);
+            signalled.push(pid);
         }
     }
+    tracing::warn!(pgid, "the replica's processes kept forking while being suspended; some may still run");
 }
+
+/// Passes of `suspend_replica` over the group: each stops what the last one found forked.
+const MAX_SUSPEND_PASSES: usize = 16;
 
 /// Reads the exit code the wrapper wrote, if it did.
 pub fn read_exit_file(path: &Path) -> Option<i32> {

@@ -38,17 +38,31 @@ pub fn find_by_arg(arg: &[u8]) -> Vec<u32> {
     found
 }
 
-/// Live processes whose parent is `pid` (field 4 of their /proc/<pid>/stat). Bounded by the
-/// processes of the machine (pid_max).
-pub fn children_of(pid: u32) -> Vec<u32> {
+/// A process of a group, as /proc/<pid>/stat shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub pid: u32,
+    /// Field 4: its parent.
+    pub parent: u32,
+    /// Field 3: its state letter (`T`: stopped, `Z`: a zombie).
+    pub state: char,
+}
+
+/// The live processes of process group `pgid`. Bounded by the processes of the machine
+/// (pid_max).
+pub fn group_members(pgid: u32) -> Vec<Member> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let parent = |child: u32| -> Option<u32> {
-        let text = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
-        text[text.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+    let member = |pid: u32| -> Option<Member> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+        let state = fields.first()?.chars().next()?;
+        let parent = fields.get(1)?.parse().ok()?;
+        let group: u32 = fields.get(2)?.parse().ok()?;
+        (group == pgid && state != 'Z' && state != 'X').then_some(Member { pid, parent, state })
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter(|&child| parent(child) == Some(pid))
+        .filter_map(member)
         .collect()
 }
 
@@ -70,13 +84,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_the_children_of_a_process() {
+    fn lists_the_members_of_a_process_group() {
         let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let found = children_of(std::process::id());
+        let me = process_group(std::process::id()).unwrap();
+        let found = group_members(me);
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(found.contains(&child.id()), "{found:?} lacks {}", child.id());
-        assert!(!children_of(child.id()).contains(&std::process::id()));
+        let child_member = found.iter().find(|m| m.pid == child.id()).copied();
+        assert_eq!(child_member.map(|m| m.parent), Some(std::process::id()), "{found:?}");
+        assert!(group_members(u32::MAX).is_empty());
     }
 
     #[test]

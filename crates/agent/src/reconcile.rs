@@ -393,13 +393,14 @@ pub fn stop_steps(
         signalled: false,
     };
     let intent = ReplicaRecord { phase: Phase::Stopping, stop: Some(stop), ..rec.clone() };
-    let mut steps = vec![Step::Journal(intent.clone()), Step::Signal { pid: rec.pid, signal }];
-    if rec.phase == Phase::Suspended {
-        // A stopped process cannot handle its checkpoint signal until it runs again.
-        steps.push(Step::Signal { pid: rec.pid, signal: libc::SIGCONT });
-    }
-    steps.push(Step::Journal(signalled(intent)));
-    steps
+    // A stopped process cannot handle its checkpoint signal until it runs again: suspended,
+    // or journaled running by an agent that died while it suspended it.
+    vec![
+        Step::Journal(intent.clone()),
+        Step::Signal { pid: rec.pid, signal },
+        Step::Signal { pid: rec.pid, signal: libc::SIGCONT },
+        Step::Journal(signalled(intent)),
+    ]
 }
 
 fn signalled(mut rec: ReplicaRecord) -> ReplicaRecord {

@@ -477,9 +477,8 @@ impl Supervisor {
 
     fn suspend(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        signal_group(r.rec.pid, libc::SIGSTOP);
         // Not its watchdog: it stops the replica if this agent dies while it is suspended.
-        launch::continue_watchdog(r.rec.pid, &r.rec.exit_file);
+        launch::suspend_replica(r.rec.pid, &r.rec.exit_file);
         r.rec.phase = Phase::Suspended;
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
@@ -647,7 +646,6 @@ impl Supervisor {
             return Ok(());
         }
         // Journaled first, as a stop is: the deadline's SIGKILL covers a crash before SIGTERM.
-        let was_suspended = r.rec.phase == Phase::Suspended;
         let rec = ReplicaRecord {
             phase: Phase::Killing,
             kill_deadline_unix_ms: now_unix_ms() + self.kill_grace_ms,
@@ -658,9 +656,9 @@ impl Supervisor {
         r.rec = rec.clone();
         r.signal_again = signal_again(r.started, libc::SIGTERM);
         signal_group(rec.pid, libc::SIGTERM);
-        if was_suspended {
-            signal_group(rec.pid, libc::SIGCONT);
-        }
+        // Also when journaled running: an agent that died while suspending it may have
+        // stopped some of its processes and journaled nothing.
+        signal_group(rec.pid, libc::SIGCONT);
         tracing::info!(?key, "no longer wanted here: SIGTERM, SIGKILL after {} ms", self.kill_grace_ms);
         Ok(())
     }
