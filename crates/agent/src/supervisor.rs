@@ -354,7 +354,9 @@ impl Supervisor {
     fn inputs(&self, d: &Directive) -> Result<reconcile::Inputs, JournalError> {
         let mut inputs = reconcile::Inputs {
             fence: self.journal.fence()?,
-            lease_expired: self.lease_expired(),
+            // Fenced until the tick takes in a renewal with its floor (`check_lease`): a
+            // directive read in between was sent before the lease ran out (chaos seed 7002).
+            lease_expired: self.fenced || self.lease_expired(),
             replicas: self
                 .replicas
                 .iter()

@@ -240,6 +240,45 @@ async fn the_watchdog_stops_a_replica_whose_agents_data_directory_was_removed() 
     wait_for(10, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
 }
 
+/// Chaos seed 7002 (stop 26, clock offsets): an agent stalled past its lease woke, stopped
+/// everything, and a reply renewing its lease arrived; a directive read off the connection
+/// just after (sent before the stall) was obeyed before the agent's next tick had taken in
+/// the renewal and the floor that comes with it, and started an attempt the leader had
+/// already replaced (`urgent-225` attempt 1 after attempt 2 had run). Until the agent has
+/// taken in a renewal, it obeys a directive as without a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.metrics_listen = Some("127.0.0.1:0".into());
+    let agent = start_agent(c).await;
+    let metrics = agent.metrics_addr().expect("metrics served");
+    let stale = dir.path().join("stale");
+    let _reaper = Reaper(vec![stale.clone()]);
+    gw.set(1, vec![]);
+    granted(&gw).await;
+    for round in 1..=5u32 {
+        gw.stall_reports(true);
+        wait_for(5, "the lease ran out", || {
+            (blocking_scrape(metrics)["baton_agent_lease_expiries_total"] >= f64::from(round)).then_some(())
+        })
+        .await;
+        gw.set_reply_state_index(7 + u64::from(round));
+        gw.stall_reports(false);
+        wait_for(5, "the lease renewed", || {
+            (blocking_scrape(metrics)["baton_agent_lease_seconds_left"] > 0.0).then_some(())
+        })
+        .await;
+        let cmd = format!("echo $$ >> {}; exec sleep 30", stale.display());
+        gw.send_built_at(1, 5, vec![assignment(1, 1, Action::Run, &cmd)]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!stale.exists(), "round {round}: started a directive older than the state its lease was renewed from");
+        gw.send_built_at(1, 7 + u64::from(round), vec![]);
+    }
+    agent.shutdown().await.unwrap();
+}
+
 /// Chaos, seed 6 (`--no-partitions`): an agent stopped past the heartbeat timeout had its
 /// node declared lost, and the job's next attempt started on another node. Continued, the
 /// agent read a directive sent before its stall (attempt 1 on this node), stopped
