@@ -14,6 +14,16 @@ use common::*;
 const LEASE_MS: u64 = 800;
 const HEARTBEAT_TIMEOUT_MS: u64 = 5_000;
 
+/// A fake leader and an agent that serves its metrics (where its lease is read).
+async fn with_metrics(dir: &std::path::Path) -> (Gateway, baton_agent::Agent, std::net::SocketAddr) {
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir, &[gw.addr]);
+    c.metrics_listen = Some("127.0.0.1:0".into());
+    let agent = start_agent(c).await;
+    let metrics = agent.metrics_addr().expect("metrics served");
+    (gw, agent, metrics)
+}
+
 async fn granted(gw: &Gateway) {
     gw.grant_lease_ms(LEASE_MS);
     let now = gw.report_count();
@@ -249,11 +259,7 @@ async fn the_watchdog_stops_a_replica_whose_agents_data_directory_was_removed() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.metrics_listen = Some("127.0.0.1:0".into());
-    let agent = start_agent(c).await;
-    let metrics = agent.metrics_addr().expect("metrics served");
+    let (gw, agent, metrics) = with_metrics(dir.path()).await;
     let stale = dir.path().join("stale");
     let _reaper = Reaper(vec![stale.clone()]);
     gw.set(1, vec![]);
@@ -290,11 +296,7 @@ async fn a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_noth
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_lease_obeys_no_directive_older_than_the_leaders_state() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.metrics_listen = Some("127.0.0.1:0".into());
-    let agent = start_agent(c).await;
-    let metrics = agent.metrics_addr().expect("metrics served");
+    let (gw, agent, metrics) = with_metrics(dir.path()).await;
     let (stale, fresh) = (dir.path().join("stale"), dir.path().join("fresh"));
     let _reaper = Reaper(vec![stale.clone(), fresh.clone()]);
     let forever = |pid: &std::path::Path| format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display());
