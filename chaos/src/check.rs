@@ -57,6 +57,8 @@ pub struct Evidence<'a> {
     pub mix: Mix,
     /// Replica `i`'s wall clock offset (seconds; none or 0: true).
     pub clock_offsets_s: &'a [i64],
+    /// The agents' wall clock offsets (seconds): a process's launch stamp is on its agent's.
+    pub agent_clock_offsets_s: &'a [i64],
     pub faults: &'a [Landed],
     /// The final state of every job the cluster lists.
     pub jobs: &'a [Job],
@@ -148,13 +150,14 @@ impl Report {
         let starts = read_starts(e.witness, &mut violations);
         let resumed = starts.iter().filter(|s| s.first_step > 0).count();
         violations.extend(started_twice(&starts));
-        let placed = placed_before_start(&starts, e.events, placement_tolerance_ms(e.clock_offsets_s));
+        let launch_tolerance_ms = launch_tolerance_ms(e.clock_offsets_s, e.agent_clock_offsets_s);
+        let placed = placed_before_start(&starts, e.events, launch_tolerance_ms);
         violations.extend(placed.violations);
         let faults_ms: Vec<u64> = e.faults.iter().map(|f| f.at_ms).collect();
         let stops =
             preemptions_end(e.jobs, e.events, e.preemption_bound_ms, &faults_ms, clock_spread_ms(e.clock_offsets_s));
         violations.extend(stops.violations);
-        let suspended = suspended_in_place(e.events, &starts, placement_tolerance_ms(e.clock_offsets_s));
+        let suspended = suspended_in_place(e.events, &starts, launch_tolerance_ms);
         violations.extend(suspended.violations);
         let checkpoints = read_checkpoints(e.witness, &mut violations);
         let ends = read_ends(e.witness, &mut violations);
@@ -394,6 +397,15 @@ fn read_records<T>(
 pub fn placement_tolerance_ms(clock_offsets_s: &[i64]) -> u64 {
     let ahead_s = clock_offsets_s.iter().map(|o| o.unsigned_abs()).max().unwrap_or(0);
     ahead_s * 1_000 + PLACEMENT_SLACK_MS
+}
+
+/// How far apart a leader's stamp and a process's launch stamp (its agent's clock) may be:
+/// the replicas' tolerance plus the agents' largest offset. Chaos seed 7102 (stop 26): a
+/// leader 7 s behind and an agent 5 s ahead were 12 s apart, and a start 4 s before its
+/// job's suspension was judged as made while it was suspended.
+pub fn launch_tolerance_ms(clock_offsets_s: &[i64], agent_clock_offsets_s: &[i64]) -> u64 {
+    let agent_ahead_s = agent_clock_offsets_s.iter().map(|o| o.unsigned_abs()).max().unwrap_or(0);
+    placement_tolerance_ms(clock_offsets_s) + agent_ahead_s * 1_000
 }
 
 /// How far apart two replicas' wall clocks may be: a preemption's start and end may be
@@ -793,6 +805,7 @@ mod tests {
             seconds,
             mix: Mix::All,
             clock_offsets_s: &[],
+            agent_clock_offsets_s: &[],
             faults,
             jobs: &[],
             witness: dir.path(),
@@ -919,6 +932,23 @@ mod tests {
         let tolerance = placement_tolerance_ms(&[0, 7, -7]);
         assert_eq!(tolerance, 7_002);
         assert!(placed_before_start(&bad[2..3], &events, tolerance).violations.is_empty());
+    }
+
+    /// Chaos seed 7102 (stop 26): `sleepy-133` suspended on a leader's clock 7 s behind
+    /// (stamped 39,951), its process launched on an agent's clock 5 s ahead (stamped 47,765,
+    /// 42,783 on the machine's, 4.2 s before the suspension): 7.8 s apart, judged as a
+    /// start while suspended with the replicas' tolerance alone.
+    #[test]
+    fn a_launch_stamped_on_an_agents_clock_ahead_is_judged_with_the_agents_offset() {
+        let events: BTreeMap<String, Vec<Event>> =
+            [("sleepy-133".to_string(), vec![at("Suspended", 39_951), at("Resumed", 56_646)])].into();
+        let launched = WitnessedStart { launched_ms: Some(47_765), ..start("sleepy-133", 1, "0", "n1", 42_783) };
+        let replicas = [0, 7, -7];
+        let judged =
+            |agents: &[i64]| suspended_in_place(&events, &[launched.clone()], launch_tolerance_ms(&replicas, agents));
+        assert_eq!(judged(&[]).violations.len(), 1, "without the agents' offsets, as before");
+        assert!(judged(&[5, -5]).violations.is_empty(), "{:?}", judged(&[5, -5]).violations);
+        assert_eq!(launch_tolerance_ms(&replicas, &[5, -5]), 12_000 + PLACEMENT_SLACK_MS);
     }
 
     #[test]

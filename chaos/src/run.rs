@@ -215,6 +215,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         seconds: cfg.seconds,
         mix: cfg.mix,
         clock_offsets_s: offsets_s,
+        agent_clock_offsets_s: &timing.agent_clock_offsets_s,
         faults: &landed,
         jobs: &jobs,
         witness: &witness,
