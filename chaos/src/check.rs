@@ -944,8 +944,9 @@ mod tests {
             [("sleepy-133".to_string(), vec![at("Suspended", 39_951), at("Resumed", 56_646)])].into();
         let launched = WitnessedStart { launched_ms: Some(47_765), ..start("sleepy-133", 1, "0", "n1", 42_783) };
         let replicas = [0, 7, -7];
-        let judged =
-            |agents: &[i64]| suspended_in_place(&events, &[launched.clone()], launch_tolerance_ms(&replicas, agents));
+        let judged = |agents: &[i64]| {
+            suspended_in_place(&events, std::slice::from_ref(&launched), launch_tolerance_ms(&replicas, agents))
+        };
         assert_eq!(judged(&[]).violations.len(), 1, "without the agents' offsets, as before");
         assert!(judged(&[5, -5]).violations.is_empty(), "{:?}", judged(&[5, -5]).violations);
         assert_eq!(launch_tolerance_ms(&replicas, &[5, -5]), 12_000 + PLACEMENT_SLACK_MS);
