@@ -44,8 +44,6 @@ pub struct Member {
     pub pid: u32,
     /// Field 4: its parent.
     pub parent: u32,
-    /// Field 3: its state letter (`T`: stopped, `Z`: a zombie).
-    pub state: char,
 }
 
 /// The live processes of process group `pgid`. Bounded by the processes of the machine
@@ -58,7 +56,7 @@ pub fn group_members(pgid: u32) -> Vec<Member> {
         let state = fields.first()?.chars().next()?;
         let parent = fields.get(1)?.parse().ok()?;
         let group: u32 = fields.get(2)?.parse().ok()?;
-        (group == pgid && state != 'Z' && state != 'X').then_some(Member { pid, parent, state })
+        (group == pgid && state != 'Z' && state != 'X').then_some(Member { pid, parent })
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))

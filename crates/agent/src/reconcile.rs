@@ -230,9 +230,9 @@ fn plan_run<'a>(
     }
 }
 
-/// A RUN of a replica that finished here: it never starts again (the attempt fence), but a
-/// leader that sends it believes it runs, and would hold the job Running with no process, so
-/// it is told how the replica ended.
+/// A RUN (or a SUSPEND) of a replica that finished here: it never starts again (the attempt
+/// fence), but a leader that sends it believes it runs, and would hold the job Running (or
+/// Preempting) with no process, so it is told how the replica ended.
 fn run_of_finished(key: ReplicaKey, outcome: Option<Outcome>) -> Option<Act> {
     match outcome {
         // Its own exit ends the job: said again.
@@ -262,14 +262,9 @@ fn plan_suspend(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
         None => Some(Act::SuspendNeverRan(key)),
         Some(k) if k.phase == Phase::Running => Some(Act::Suspend(key)),
         // It ended here (its lease stop, say, whose report the leader missed): its end is
-        // told, or the leader holds the job Preempting until the node is lost. Told as
-        // `KilledHere`, not as stopped: a job suspended with no process would never resume.
-        Some(k) if k.phase == Phase::Finished => match k.outcome {
-            Some(Outcome::Stopped { checkpointed }) => Some(Act::ReportKilledHere { key, checkpointed }),
-            Some(Outcome::Killed) | None => Some(Act::ReportKilledHere { key, checkpointed: false }),
-            // Its own exit, reported as such, is what the leader needs.
-            Some(Outcome::Exited { .. }) => None,
-        },
+        // told as to a RUN, or the leader holds the job Preempting until the node is lost.
+        // As `KilledHere`, not as stopped: a job suspended with no process would never resume.
+        Some(k) if k.phase == Phase::Finished => run_of_finished(key, k.outcome),
         Some(_) => None,
     }
 }

@@ -46,31 +46,27 @@ pub fn checkpoint_signal(name: &str) -> Result<(i32, String), String> {
 
 /// Sends `sig` to every process of group `pgid`. A group that is gone is not an error.
 pub fn signal_group(pgid: u32, sig: i32) {
-    if pgid <= 1 {
-        // kill(-1) or kill(0) would hit far more than the replica.
-        return;
-    }
-    // SAFETY: kill has no memory effects; a negative pid addresses the process group.
-    let rc = unsafe { libc::kill(-(pgid as i32), sig) };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::ESRCH) {
-            tracing::warn!(pgid, sig, "cannot signal process group: {err}");
-        }
-    }
+    // A negative pid addresses the process group.
+    send(pgid, -(pgid as i32), sig);
 }
 
 /// Sends `sig` to the one process `pid`.
 pub fn signal_process(pid: u32, sig: i32) {
-    if pid <= 1 {
+    send(pid, pid as i32, sig);
+}
+
+/// kill(2) of `to` (`id`, the pid or group it names), except of pids 0 and 1: kill(-1) or kill(0)
+/// would hit far more than the replica. A target already gone is not an error.
+fn send(id: u32, to: i32, sig: i32) {
+    if id <= 1 {
         return;
     }
-    // SAFETY: kill has no memory effects; a positive pid addresses that process only.
-    let rc = unsafe { libc::kill(pid as i32, sig) };
+    // SAFETY: kill has no memory effects.
+    let rc = unsafe { libc::kill(to, sig) };
     if rc != 0 {
         let err = std::io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::ESRCH) {
-            tracing::warn!(pid, sig, "cannot signal process: {err}");
+            tracing::warn!(to, sig, "cannot signal: {err}");
         }
     }
 }
