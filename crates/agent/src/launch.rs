@@ -27,7 +27,12 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 
 /// Signals the wrapper outlives: HUP INT QUIT USR1 USR2 ALRM TERM (numbers, portable `trap`).
 ///
-/// It first leaves a marker next to the exit file (`.started`): a replica whose pid the
+/// It first checks the lease once more: an agent stopped (or slowed) between deciding to
+/// start the replica and spawning it may spawn it after its lease ran out, when the leader
+/// may have declared the node lost and placed the job elsewhere (chaos seeds 7201, 7203).
+/// If the lease file of this boot says the lease has run out, it leaves the watchdog's
+/// marker (`.lease`, reported as a lease stop) and exits 127 without running the command.
+/// Then it leaves a marker next to the exit file (`.started`): a replica whose pid the
 /// agent did not journal before it went down is then known to have run.
 ///
 /// Arguments: the exit file, the lease file, the stop signal (a number), the watchdog's
@@ -44,6 +49,22 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
 f=$1 l=$2 s=$3 g=$4 p=$5 k=$6
 shift 6
+now_ms() {
+  read -r u i < /proc/uptime
+  now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
+}
+e= b= id=
+read -r e b 2>/dev/null < "$l"
+read -r id 2>/dev/null < /proc/sys/kernel/random/boot_id
+case $e in ''|*[!0-9]*) e= ;; esac
+if [ -n "$e" ] && [ "$b" = "$id" ]; then
+  now_ms
+  if [ "$now" -ge "$e" ]; then
+    true > "$f.lease" 2>/dev/null
+    printf '127\n' > "$f.tmp" && mv -f "$f.tmp" "$f"
+    exit 127
+  fi
+fi
 : > "$f.started"
 watchdog() {
   trap : 1 2 3 10 12 14 15
@@ -55,8 +76,7 @@ watchdog() {
     case $n in ''|*[!0-9]*) ;; *) e=$n ;; esac
     [ -n "$e" ] && [ ! -e "$l" ] && e=0
     [ -z "$e" ] && continue
-    read -r u i < /proc/uptime
-    now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
+    now_ms
     [ "$now" -lt $(( e + k )) ] && continue
     true > "$f.lease" 2>/dev/null
     kill -CONT 0

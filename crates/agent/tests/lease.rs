@@ -196,6 +196,49 @@ async fn nothing_starts_while_the_lease_has_run_out() {
     agent.shutdown().await.unwrap();
 }
 
+/// Chaos seeds 7201 and 7203 (stop 27, the full fault mix): an agent stopped past the
+/// heartbeat timeout just as it obeyed a RUN, its lease still held when it decided, went on
+/// after the node was declared lost and spawned the replica, beside the attempt that had
+/// replaced it on another node (the witness: two attempts at once, and an attempt 1 that
+/// started after attempt 2 had saved its work). The lease is checked again as late as can
+/// be, by the replica's wrapper before it runs the command: here the lease file says the
+/// lease ran out (time that passed while the agent was stopped), though the agent, which
+/// decided before, holds it. Nothing runs, and the start is reported as a lease stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_spawned_after_the_lease_ran_out_does_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let ran = dir.path().join("ran");
+    let _reaper = Reaper(vec![ran.clone()]);
+    gw.set(1, vec![]);
+    // A lease far longer than this test: the agent holds it throughout.
+    gw.grant_lease_ms(600_000);
+    let now = gw.report_count();
+    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
+    // No renewal rewrites the file from here (a report answered before the stall has had
+    // its time); it says what the clock would say after a stall.
+    gw.stall_reports(true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut ended = baton_agent::lease::Lease::default();
+    ended.grant(baton_agent::lease_file::boot_ms().saturating_sub(5_000), 1_000);
+    baton_agent::lease_file::write(&baton_agent::lease_file::path(dir.path()), &ended).unwrap();
+
+    gw.set(1, vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", ran.display()))]);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!ran.exists(), "the replica ran although the lease file said the lease had run out");
+
+    gw.stall_reports(false);
+    wait_for(10, "the start reported as a lease stop", || {
+        stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
+    })
+    .await;
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!ran.exists(), "started again once the lease was renewed");
+    agent.shutdown().await.unwrap();
+}
+
 /// Only the leader the agent follows renews its lease: replies of the same term from another
 /// leader id (one of the two is not the leader Raft elected) are refused, so the lease runs
 /// out and the replicas stop, as when no leader answers.
