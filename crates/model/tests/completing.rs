@@ -277,6 +277,39 @@ fn an_older_attempts_save_reported_after_a_newer_attempt_stopped_gives_the_next_
     assert!(e.message.contains("attempt 1") && e.message.contains("reported late"), "{}", e.message);
 }
 
+/// Chaos seed 7604 (stop 27, the full fault mix): attempt 1's rank 0 ran to its end and
+/// exited 0 while its agent was stopped; its node was declared lost and the job requeued;
+/// the agent, back, reported the exit just after attempt 2 was placed, and the model
+/// ignored it as stale: the job ran again from zero, twice, although its work was done. A
+/// late exit 0 of rank 0 of the attempt remembered, from the node it ran on, ends the job
+/// Succeeded, as rank 0's exit ends a job; the newer attempt's ranks are told to stop and
+/// hold their GPUs until reported gone, as for a cancel. A late failure changes nothing:
+/// the job is being retried.
+#[test]
+fn a_late_exit_0_of_rank_0_of_the_remembered_attempt_ends_the_job_succeeded() {
+    let (mut s, g) = attempt_2_after_n1_was_lost();
+    let exit = |rank, exit_code| Observed::Exited { job: g, attempt: 1, rank, exit_code };
+    assert_eq!(report(&mut s, "n2", exit(0, 0)).len(), 1, "rank 0 ran on n1");
+    assert_eq!(report(&mut s, "n2", exit(1, 0)).len(), 1, "rank 1's exit is not the job's");
+    assert_eq!(report(&mut s, "n1", exit(0, 3)).len(), 1, "a late failure is not the job's end");
+    assert_eq!(s.job(g).unwrap().state, JobState::Running);
+    assert!(report(&mut s, "n1", exit(0, 0)).is_empty());
+    let j = s.job(g).unwrap();
+    assert_eq!((j.state, j.exit_code), (JobState::Succeeded, Some(0)));
+    let e = j.events.back().unwrap();
+    assert!(e.message.contains("attempt 1") && e.message.contains("reported late"), "{}", e.message);
+    assert_eq!(s.completing_ranks(g), 2, "attempt 2's ranks are stopped, their GPUs held until gone");
+    assert!(!report(&mut s, "n1", exit(0, 0)).is_empty(), "once finished, nothing more");
+
+    // Reported while the job waits in the queue: it is done, and never placed again.
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+    assert_eq!(s.job(g).unwrap().state, JobState::Pending);
+    assert!(report(&mut s, "n1", Observed::Exited { job: g, attempt: 1, rank: 0, exit_code: 0 }).is_empty());
+    assert_eq!(s.job(g).unwrap().state, JobState::Succeeded);
+    assert_eq!(s.completing_ranks(g), 1, "rank 1 on n2 is still told to stop");
+}
+
 /// A newer attempt cut short by a lost node is the one whose late saves count from then on
 /// (its files are the newer); an older attempt's late report changes nothing.
 #[test]

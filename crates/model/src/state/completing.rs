@@ -254,6 +254,27 @@ impl State {
         }
     }
 
+    /// Rank 0 of the attempt remembered exited 0, reported late: its agent was stalled or
+    /// cut off while it ran to its end, and the job was requeued meanwhile, perhaps placed
+    /// again. The job's work is done: it ends Succeeded, as rank 0's exit ends a job, and a
+    /// newer attempt's ranks are told to stop and stay completing until reported gone, as
+    /// for a cancel (chaos seed 7604: the job ran again from zero, twice). Only from the
+    /// node rank 0 ran on, while the job has not finished. A late failure changes nothing:
+    /// the job is being retried. Returns whether the report was such a one.
+    pub(super) fn late_exit(&mut self, node: &Name, o: &Observed, ev: &mut Vec<Event>) -> bool {
+        let Observed::Exited { job, attempt, rank: 0, exit_code: 0 } = *o else { return false };
+        let Some(j) = self.d.jobs.get(&job) else { return false };
+        let remembered =
+            self.after.last_placed.get(&job).is_some_and(|lp| lp.attempt == attempt && lp.ranks.get(&0) == Some(node));
+        if j.state.is_finished() || !remembered {
+            return false;
+        }
+        self.finish(job, crate::job::JobState::Succeeded, Some(0));
+        let message = format!("attempt {attempt}'s rank 0 exited 0 (reported late, by node {node}): its work is done");
+        self.job_event(job, crate::event::EventKind::Succeeded, message, ev);
+        true
+    }
+
     /// A stop that saved its work, reported late: an agent cut off for longer than the
     /// heartbeat timeout reports its lease stop once it is back, after its node was declared
     /// lost and the job requeued, perhaps after a newer attempt started. It counts for the

@@ -180,7 +180,7 @@ impl State {
         }
     }
 
-    fn finish(&mut self, id: JobId, state: JobState, exit_code: Option<i32>) {
+    pub(super) fn finish(&mut self, id: JobId, state: JobState, exit_code: Option<i32>) {
         self.release(id);
         self.drop_pool_reservation(id);
         let now = self.d.now_ms;

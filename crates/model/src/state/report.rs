@@ -67,8 +67,9 @@ impl State {
     }
 
     fn observe(&mut self, node: &Name, o: Observed, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
-        // A late report of the checkpoint a stop of the job's last attempt wrote.
-        let late = self.late_checkpoint(node, &o, ev);
+        // A late report of the checkpoint a stop of the job's last attempt wrote, or of its
+        // rank 0's exit 0.
+        let late = self.late_checkpoint(node, &o, ev) || self.late_exit(node, &o, ev);
         // A rank of an attempt that has ended in the model, reported gone: its share is free.
         if !matches!(o, Observed::Unkillable { .. })
             && let Some(done) = self.observe_completing(node, &o)
