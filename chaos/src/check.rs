@@ -163,7 +163,7 @@ impl Report {
         let ends = read_ends(e.witness, &mut violations);
         let (resume_violations, resumes_checked) = resumed_from_newest(&starts, &checkpoints);
         violations.extend(resume_violations);
-        let (step_violations, successes_checked) = succeeded_ran_all_steps(e.jobs, &ends);
+        let (step_violations, successes_checked) = succeeded_ran_all_steps(e.jobs, e.events, &ends);
         violations.extend(step_violations);
         violations.extend(e.quiescence.violations());
         let listed = count_names(e.jobs);
@@ -224,23 +224,32 @@ pub fn attempt_of_violation(line: &str) -> Option<(&str, u32)> {
 }
 
 /// The attempts of a job, from its events in order, that were placed after a requeue
-/// because its node was lost or its lease ran out.
+/// because its node was lost or its lease ran out, and before the leader learned of a
+/// checkpoint since: each of them was told to start as the leader knew the job. Not only
+/// the first: one preempted before it ran leaves the next as uninformed (chaos seed 7301:
+/// attempt 1's save was reported 20 ms after attempt 3 was placed, attempt 2 having been
+/// preempted at once). The leader knows of a checkpoint from a stop that saved one (a
+/// `Stopped` event with a checkpoint, or saying a late report saved the work) or a requeue
+/// that resumes from one.
 pub fn attempts_after_node_loss(events: &[Event]) -> BTreeSet<u32> {
     let mut found = BTreeSet::new();
     let mut lost = false;
     for e in events {
         match e.kind() {
             EventKind::Requeued if e.message.contains("was lost") || e.message.contains("lease") => lost = true,
-            EventKind::Started => {
-                if lost {
-                    found.insert(e.attempt);
-                }
-                lost = false;
+            EventKind::Stopped | EventKind::Requeued if knows_a_checkpoint(&e.message) => lost = false,
+            EventKind::Started if lost => {
+                found.insert(e.attempt);
             }
             _ => {}
         }
     }
     found
+}
+
+/// Whether a stop's or requeue's event says the job has a checkpoint to resume from.
+fn knows_a_checkpoint(message: &str) -> bool {
+    ["with a checkpoint", "saved its work", "from its checkpoint"].iter().any(|m| message.contains(m))
 }
 
 /// Request ids of the submits the cluster acknowledged, in order.
@@ -654,19 +663,24 @@ pub fn steps_of(command: &[String], rank: &str) -> Option<u64> {
     Some(if rank == "0" { steps } else { value("--other-ranks-steps").unwrap_or(steps) })
 }
 
-/// A job counted Succeeded ran all its steps: rank 0 of its last attempt (whose exit is the
-/// job's) recorded that it finished at the step its command asked for. A rank stopped
-/// mid-work and reported as a success would have recorded `stopped`, or a lower step.
-/// Returns the violations and how many jobs were checked.
-pub fn succeeded_ran_all_steps(jobs: &[Job], ends: &[WitnessedEnd]) -> (Vec<String>, usize) {
+/// A job counted Succeeded ran all its steps: rank 0 of the attempt whose exit ended it
+/// (`succeeded_attempt`) recorded that it finished at the step its command asked for. A rank
+/// stopped mid-work and reported as a success would have recorded `stopped`, or a lower
+/// step. Returns the violations and how many jobs were checked.
+pub fn succeeded_ran_all_steps(
+    jobs: &[Job],
+    events: &BTreeMap<String, Vec<Event>>,
+    ends: &[WitnessedEnd],
+) -> (Vec<String>, usize) {
     let mut violations = Vec::new();
     let mut checked = 0;
     for job in jobs.iter().filter(|j| j.state() == JobState::Succeeded) {
         let Some(spec) = &job.spec else { continue };
         let Some(steps) = steps_of(&spec.command, "0") else { continue };
         checked += 1;
-        let who = format!("{} attempt {} rank 0", spec.name, job.attempt);
-        let end = ends.iter().rfind(|e| e.job == spec.name && e.attempt == job.attempt && e.rank == "0");
+        let attempt = succeeded_attempt(job, events.get(&spec.name).map_or(&[][..], Vec::as_slice));
+        let who = format!("{} attempt {attempt} rank 0", spec.name);
+        let end = ends.iter().rfind(|e| e.job == spec.name && e.attempt == attempt && e.rank == "0");
         match end {
             None => violations.push(format!("{} is Succeeded, but {who} recorded no exit 0", spec.name)),
             Some(e) if !e.finished || e.last_step != steps => violations.push(format!(
@@ -679,6 +693,17 @@ pub fn succeeded_ran_all_steps(jobs: &[Job], ends: &[WitnessedEnd]) -> (Vec<Stri
         }
     }
     (violations, checked)
+}
+
+/// The attempt whose rank 0's exit ended a Succeeded job: its last one, unless the model
+/// ended it on an older attempt's exit reported late (`attempt N's rank 0 exited 0
+/// (reported late, ...)`: that attempt ran to its end while its agent was cut off, and a
+/// newer one was placed meanwhile).
+pub fn succeeded_attempt(job: &Job, events: &[Event]) -> u32 {
+    let last = events.iter().rfind(|e| e.kind() == EventKind::Succeeded);
+    last.filter(|e| e.message.contains("reported late"))
+        .and_then(|e| e.message.split("attempt ").nth(1)?.split('\'').next()?.parse().ok())
+        .unwrap_or(job.attempt)
 }
 
 fn started_twice(starts: &[WitnessedStart]) -> Vec<String> {
@@ -852,8 +877,27 @@ mod tests {
                 0,
             ),
             event("Started", "", 4),
+            event("Stopped", "stopped with a checkpoint", 0),
+            event("Started", "", 5),
         ];
         assert_eq!(attempts_after_node_loss(&events), [2, 4].into());
+
+        // Seed 7301: attempt 2, placed after the loss, was preempted before it ran; attempt 3
+        // was placed before attempt 1's save was reported, attempt 4 after.
+        let events = [
+            event("Started", "", 1),
+            event("Requeued", "node n1 was lost; back in the queue", 0),
+            event("Started", "", 2),
+            event("Stopped", "stopped without a checkpoint", 0),
+            event("Started", "", 3),
+            event(
+                "Stopped",
+                "attempt 1's stop saved its work (reported late, by node n1): the attempts after it resume from it",
+                0,
+            ),
+            event("Started", "", 4),
+        ];
+        assert_eq!(attempts_after_node_loss(&events), [2, 3].into());
     }
 
     #[test]
@@ -1107,6 +1151,8 @@ mod tests {
             job("d", JobState::Succeeded, 1, None, &cmd),
             job("e", JobState::Failed, 1, None, &cmd),
             job("f", JobState::Succeeded, 1, None, &["sleep", "1"]),
+            job("g", JobState::Succeeded, 3, None, &cmd),
+            job("h", JobState::Succeeded, 3, None, &cmd),
         ];
         let ends = [
             end("a", 1, "0", 12, false),
@@ -1115,17 +1161,28 @@ mod tests {
             end("b", 1, "0", 12, false),
             end("c", 3, "0", 39, true),
             end("e", 1, "0", 3, false),
+            end("g", 1, "0", 40, true),
+            end("g", 3, "0", 12, false),
+            end("h", 1, "0", 12, false),
+            end("h", 3, "0", 40, true),
         ];
-        let (violations, checked) = succeeded_ran_all_steps(&jobs, &ends);
+        // g and h ended on attempt 1's exit, reported after attempt 3 was placed.
+        let late = vec![
+            event("started", "", 3),
+            event("succeeded", "attempt 1's rank 0 exited 0 (reported late, by node n1): its work is done", 0),
+        ];
+        let events = BTreeMap::from([("g".to_string(), late.clone()), ("h".to_string(), late)]);
+        let (violations, checked) = succeeded_ran_all_steps(&jobs, &events, &ends);
         assert_eq!(
             violations,
             [
                 "b is Succeeded, but b attempt 1 rank 0 was stopped at step 12 of 40",
                 "c is Succeeded, but c attempt 3 rank 0 finished at step 39 of 40",
                 "d is Succeeded, but d attempt 1 rank 0 recorded no exit 0",
+                "h is Succeeded, but h attempt 1 rank 0 was stopped at step 12 of 40",
             ]
         );
-        assert_eq!(checked, 4, "a, b, c, d: not the failed job, nor one that runs no workload");
+        assert_eq!(checked, 6, "a, b, c, d, g, h: not the failed job, nor one that runs no workload");
         let args: Vec<String> = cmd.iter().map(|a| a.to_string()).collect();
         assert_eq!(
             (steps_of(&args, "0"), steps_of(&args, "1"), steps_of(&args[..4], "1")),
