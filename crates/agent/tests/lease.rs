@@ -24,6 +24,13 @@ async fn with_metrics(dir: &std::path::Path) -> (Gateway, baton_agent::Agent, st
     (gw, agent, metrics)
 }
 
+/// Writes the lease file of `data_dir` as a lease that ran out 4 s ago (granted 5 s ago for 1 s).
+fn write_lease_ended_4s_ago(data_dir: &std::path::Path) {
+    let mut ended = baton_agent::lease::Lease::default();
+    ended.grant(baton_agent::lease_file::boot_ms().saturating_sub(5_000), 1_000);
+    baton_agent::lease_file::write(&baton_agent::lease_file::path(data_dir), &ended).unwrap();
+}
+
 async fn granted(gw: &Gateway) {
     gw.grant_lease_ms(LEASE_MS);
     let now = gw.report_count();
@@ -175,9 +182,7 @@ async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_starts_while_the_lease_has_run_out() {
     let dir = tempfile::tempdir().unwrap();
-    let mut ended = baton_agent::lease::Lease::default();
-    ended.grant(baton_agent::lease_file::boot_ms().saturating_sub(5_000), 1_000);
-    baton_agent::lease_file::write(&baton_agent::lease_file::path(dir.path()), &ended).unwrap();
+    write_lease_ended_4s_ago(dir.path());
     let gw = Gateway::start(None).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
@@ -220,9 +225,7 @@ async fn a_replica_spawned_after_the_lease_ran_out_does_not_run() {
     // its time); it says what the clock would say after a stall.
     gw.stall_reports(true);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut ended = baton_agent::lease::Lease::default();
-    ended.grant(baton_agent::lease_file::boot_ms().saturating_sub(5_000), 1_000);
-    baton_agent::lease_file::write(&baton_agent::lease_file::path(dir.path()), &ended).unwrap();
+    write_lease_ended_4s_ago(dir.path());
 
     gw.set(1, vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", ran.display()))]);
     tokio::time::sleep(Duration::from_millis(1_000)).await;
