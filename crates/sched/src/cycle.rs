@@ -265,6 +265,12 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
         let waiting = r.victims.iter().filter(|v| view.state.still_holds(**v)).count();
         if waiting == 0 {
             let shares = view.state.shares(job, &r.replicas);
+            // Apply refuses a start that does not fit (`check_fit`), and the view asserts it.
+            if let Some(i) = view.ledger.lacks_room(job.id, &shares) {
+                let node = &view.ledger.nodes[shares[i].node].name;
+                wait(plan, job, reason::reserved_room_held(view.state, node.as_str()));
+                return Outcome::Waits;
+            }
             view.occupy(job, q, &shares);
             // Its reservation becomes its occupancy: the same room, but forget what did not
             // fit rather than lean on that.
@@ -443,5 +449,82 @@ mod tests {
         after.apply(Command { now_ms: 2_000, op: Op::ApplyPlan(plan) }).expect("applied");
         assert_eq!(planned.charges.get(&r), after.ledger().charges.get(&r), "r's charge");
         assert!(planned.usage_parts() == after.ledger().usage_parts(), "queue usage as the cycle left it");
+    }
+
+    /// A gang suspended in place for a preemptor (it lends its CPUs), then requeued because
+    /// its other node was lost: its rank still suspended on the reserved node is completing,
+    /// holding that node's CPU until its agent reports it gone, and lends nothing any more.
+    /// It is no longer among the reservation's victims (it stopped), so the preemptor must
+    /// still wait for it. Chaos seed 7700: the cycle placed the preemptor and the leader's
+    /// scheduling task panicked at "would over-allocate node", on two leaders in turn.
+    #[test]
+    fn a_preemptor_waits_for_a_suspended_victims_rank_left_completing_by_a_lost_node() {
+        use baton_model::command::Observed;
+        use baton_model::job::PreemptionMode;
+        use baton_model::node::{NodeSpec, NodeStatus};
+        use baton_model::plan::Victim;
+
+        let mut s = State::new();
+        for n in ["n0", "n1"] {
+            apply(&mut s, Op::RegisterNode(NodeSpec { resources: Resources::of(&[("cpu", 1_000)]), ..gpu_node(n, 0) }));
+        }
+        let mut q = QueueSpec::named("q");
+        q.quotas.insert(
+            Name::lit("default"),
+            PoolQuota { nominal: Resources::of(&[("cpu", 2_000)]), ..Default::default() },
+        );
+        apply(&mut s, Op::PutQueue(q));
+        let cpu_job = |name: &str, replicas: u32, priority: i32, mode: PreemptionMode| {
+            let mut spec = gpu_job(name, "q", 0);
+            spec.tasks[0].replicas = replicas;
+            spec.tasks[0].resources = Resources::of(&[("cpu", 1_000)]);
+            spec.priority = baton_model::job::PriorityRef::Value(priority);
+            spec.preemption_mode = mode;
+            spec
+        };
+        let low =
+            match apply(&mut s, Op::Submit { spec: cpu_job("low", 2, 1, PreemptionMode::Suspend), request_id: None }) {
+                Outcome::Submitted { job, .. } => job,
+                other => panic!("not submitted: {other:?}"),
+            };
+        let rank = |index: u32, node: &str| ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() };
+        apply_plan(
+            &mut s,
+            vec![Decision::Place { job: low, attempt: 1, replicas: vec![rank(0, "n0"), rank(1, "n1")] }],
+        );
+        let high = match apply(
+            &mut s,
+            Op::Submit { spec: cpu_job("high", 1, 100, PreemptionMode::Checkpoint), request_id: None },
+        ) {
+            Outcome::Submitted { job, .. } => job,
+            other => panic!("not submitted: {other:?}"),
+        };
+        let victims = vec![Victim { job: low, attempt: 1 }];
+        let replicas = vec![rank(0, "n0")];
+        apply_plan(&mut s, vec![Decision::Preempt { job: high, victims, replicas, message: "test".into() }]);
+        for (index, node) in [(0, "n0"), (1, "n1")] {
+            let suspended = Observed::Stopped { job: low, attempt: 1, rank: index, checkpointed: false };
+            apply(&mut s, Op::Report { node: Name::lit(node), observations: vec![suspended] });
+        }
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+        apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+        assert_eq!(s.job(low).unwrap().state, JobState::Pending);
+        assert!(s.completing(low).is_some(), "rank 0 is still suspended on n0");
+
+        let plan = cycle(&s, 2_000);
+        assert!(
+            !plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == high)),
+            "n0's CPU is still held by low's rank 0: {plan:?}"
+        );
+        apply_plan(&mut s, plan.decisions);
+        let why = &s.job(high).unwrap().reason;
+        assert!(why.contains("waiting for ranks of low still being stopped on node n0"), "{why}");
+        let gone = Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
+        apply(&mut s, Op::Report { node: Name::lit("n0"), observations: vec![gone] });
+        let plan = cycle(&s, 3_000);
+        assert!(
+            plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == high)),
+            "once it is gone, high is placed: {plan:?}"
+        );
     }
 }

@@ -8,12 +8,37 @@ use baton_model::job::Topology;
 use baton_model::ledger::{GPU_KIND, QuotaBlock, Vector, ZERO, add};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 
+use baton_model::state::State;
+
 use crate::needs::Needs;
 use crate::view::View;
+
+/// Jobs named in one reason at most: a reason is a line a person reads.
+const MAX_NAMED: usize = 3;
 
 pub fn victims_stopping(n: usize) -> String {
     let s = if n == 1 { "" } else { "s" };
     format!("waiting for {n} victim{s} to stop; their resources are held for it")
+}
+
+/// A preemptor whose victims have stopped, on a node where something else still holds part
+/// of its reserved room: ranks of an ended attempt not yet reported gone (a victim suspended
+/// in place there whose job was requeued when another of its nodes was lost).
+pub fn reserved_room_held(state: &State, node: &str) -> String {
+    let mut held_by: Vec<&str> = state
+        .all_completing()
+        .iter()
+        .filter(|(_, c)| c.ranks.values().any(|r| r.node.as_str() == node))
+        .filter_map(|(id, _)| state.job(*id).map(|j| j.spec.name.as_str()))
+        .collect();
+    held_by.truncate(MAX_NAMED);
+    match held_by.as_slice() {
+        [] => format!("its victims have stopped; waiting for its reserved room on node {node} to be released"),
+        names => format!(
+            "its victims have stopped; waiting for ranks of {} still being stopped on node {node}",
+            names.join(", ")
+        ),
+    }
 }
 
 pub fn leaving(n: usize) -> String {

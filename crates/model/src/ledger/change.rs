@@ -82,12 +82,24 @@ impl Ledger {
         self.lend_for_reservation(job, &suspending);
     }
 
+    /// The first of `shares` that job `job` could not start on now (its own reservation and
+    /// what is lent to it count as its own), by index into `shares`: what `place` asserts
+    /// never happens. The scheduler asks it of a preemptor whose victims have all stopped,
+    /// since something other than its victims can still hold the reserved room (a suspended
+    /// victim's rank left completing when its job was requeued).
+    pub fn lacks_room(&self, job: JobId, shares: &[Share]) -> Option<usize> {
+        shares.iter().position(|Share { node: n, amount, gpus }| {
+            let (free, free_gpus) = self.nodes[*n].free_for(Some(job), &[]);
+            !fits(amount, &free) || gpus & !free_gpus != 0
+        })
+    }
+
     fn assert_room(&self, job: JobId, shares: &[Share]) {
-        for Share { node: n, amount, gpus } in shares {
+        if let Some(i) = self.lacks_room(job, shares) {
+            let Share { node: n, amount, gpus } = &shares[i];
             let node = &self.nodes[*n];
             let (free, free_gpus) = node.free_for(Some(job), &[]);
-            assert!(
-                fits(amount, &free) && gpus & !free_gpus == 0,
+            panic!(
                 "job {job} would over-allocate node {}: needs {amount:?} GPUs {gpus:#x}, free {free:?} GPUs {free_gpus:#x}",
                 node.name
             );
