@@ -38,6 +38,7 @@ mod hub;
 mod leader;
 mod liveness;
 pub mod metrics;
+mod panicked;
 mod quorum;
 mod registrar;
 pub mod settings;
@@ -117,6 +118,10 @@ pub enum ServerError {
     /// replica can serve nothing any more, so the server ends rather than limp.
     #[error("this replica's raft stopped ({0}); restart it once the cause is fixed")]
     ReplicaFailed(String),
+    /// The leader loop panicked (a broken invariant in a scheduling cycle): the server ends
+    /// rather than stay a leader that schedules nothing.
+    #[error("this replica's leader loop panicked ({0}); the server stopped so that another replica leads")]
+    LeaderPanicked(String),
 }
 
 /// What the services and the leader loop share.
@@ -227,7 +232,7 @@ pub async fn run_on(
     let ctx = Arc::new(Ctx::new(replica.clone(), config.settings, config.transport.clone()));
     let timing = ctx.metrics.clone();
     replica.observe_applies(Arc::new(move |kind, took| timing.observe_apply(kind, took.as_secs_f64())));
-    let leader = tokio::spawn(leader::run(ctx.clone(), ctx.closing.subscribe()));
+    let (leader, mut leader_panic) = panicked::spawn_watched(leader::run(ctx.clone(), ctx.closing.subscribe()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
     let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l)));
     if let Some(members) = config.bootstrap {
@@ -300,7 +305,13 @@ pub async fn run_on(
         r = serve => r,
         reason = replica.failed() => {
             tracing::error!(reason = %reason, "raft stopped; this replica can serve nothing more and stops");
-            failure = Some(reason);
+            failure = Some(ServerError::ReplicaFailed(reason));
+            Ok(())
+        }
+        // Closed without a message when the loop ends at shutdown: the branch is then off.
+        Ok(why) = &mut leader_panic => {
+            tracing::error!(panic = %why, "the leader loop panicked; this replica stops so that another leads");
+            failure = Some(ServerError::LeaderPanicked(why));
             Ok(())
         }
         () = async {
@@ -320,7 +331,7 @@ pub async fn run_on(
     replica.shutdown().await;
     served?;
     match failure {
-        Some(reason) => Err(ServerError::ReplicaFailed(reason)),
+        Some(e) => Err(e),
         None => Ok(()),
     }
 }
