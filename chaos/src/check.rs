@@ -39,6 +39,9 @@ pub fn preemption_bound_ms(heartbeat_timeout_ms: u64) -> u64 {
 /// A preemption's grace when its job names none (the API's default, `JobSpec.grace_ms`).
 pub const DEFAULT_GRACE_MS: u64 = 30_000;
 
+/// Panics listed one by one; a process that panics in a loop is summed up after these.
+const MAX_PANICS_LISTED: usize = 20;
+
 /// A fault as injected: when (seconds into the run), what, and the protocol state it
 /// landed in.
 #[derive(Debug, Clone)]
@@ -76,6 +79,8 @@ pub struct Evidence<'a> {
     pub preemption_bound_ms: u64,
     /// What the cluster looked like once the load drained.
     pub quiescence: &'a Quiescence,
+    /// Every log the run's processes wrote, by file name, and its text.
+    pub logs: &'a [(String, String)],
 }
 
 pub struct Report {
@@ -172,6 +177,7 @@ impl Report {
         let cancels = history::check_cancels(e.ops, &plain, e.cancel_slack_ms);
         violations.extend(cancels.violations);
         let faults_by_moment = count(e.faults.iter().map(|l| l.moment.name()));
+        violations.extend(panics(e.logs));
         violations.extend(vacuous(e, resumed));
         Report {
             seconds: e.seconds,
@@ -706,6 +712,32 @@ pub fn succeeded_attempt(job: &Job, events: &[Event]) -> u32 {
         .unwrap_or(job.attempt)
 }
 
+/// Panics, as the processes logged them: a panic is a broken assertion, a violation whatever
+/// the run recovered from it. A replica whose scheduling cycle panicked went on as a leader
+/// that schedules nothing (seed 7700); its stall was seen only as jobs not done.
+pub fn panics(logs: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut more = 0usize;
+    for (name, text) in logs {
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if let Some((_, at)) = line.split_once(" panicked at ") {
+                // The message follows the location, on the next line.
+                let message = lines.next().unwrap_or_default();
+                if found.len() < MAX_PANICS_LISTED {
+                    found.push(format!("{name}: a process panicked at {at} {message}"));
+                } else {
+                    more += 1;
+                }
+            }
+        }
+    }
+    if more > 0 {
+        found.push(format!("and {more} more panics"));
+    }
+    found
+}
+
 fn started_twice(starts: &[WitnessedStart]) -> Vec<String> {
     let seen = count(starts.iter().map(|s| (s.start.job.as_str(), s.start.attempt, s.rank.as_str())));
     seen.into_iter()
@@ -840,6 +872,7 @@ mod tests {
             events: &events,
             preemption_bound_ms: 0,
             quiescence: &quiet,
+            logs: &[],
         };
         let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
         assert_eq!(v, ["the run proved nothing: no fault landed in a non-idle protocol state"]);
@@ -847,6 +880,23 @@ mod tests {
         let one_hit = [landed(Moment::Idle), landed(Moment::StopInFlight)];
         assert!(vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &one_hit), 1).is_empty());
         assert_eq!(vacuous(&evidence(10, &[]), 0).len(), 2, "no fault, no resume");
+    }
+
+    #[test]
+    fn a_panic_in_any_log_is_a_violation_that_says_where_and_what() {
+        let replica = "INFO leading\nthread 'tokio-runtime-worker' panicked at crates/model/src/ledger/change.rs:89:13:\njob 619 would over-allocate node n3\nINFO after";
+        let logs = [("replica-1.log".to_string(), replica.to_string()), ("agent-n1.log".into(), "INFO fine\n".into())];
+        assert_eq!(
+            panics(&logs),
+            [
+                "replica-1.log: a process panicked at crates/model/src/ledger/change.rs:89:13: job 619 would over-allocate node n3"
+            ]
+        );
+        assert!(panics(&logs[1..]).is_empty());
+        let many = "x panicked at a.rs:1:1:\nboom\n".repeat(MAX_PANICS_LISTED + 5);
+        let listed = panics(&[("replica-2.log".into(), many)]);
+        assert_eq!(listed.len(), MAX_PANICS_LISTED + 1);
+        assert!(listed.last().unwrap().contains("5 more panics"), "{listed:?}");
     }
 
     #[test]

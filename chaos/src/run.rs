@@ -211,6 +211,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     // for wall clocks apart count that as an offset.
     let drifted_s = drifted_offsets_s(&timing.clock_rates_permille, cluster_started.elapsed());
     let offsets_s = if cfg.clock_rates { &drifted_s } else { &timing.clock_offsets_s };
+    let logs = logs_in(c.dir.path());
     let report = Report::judge(&Evidence {
         seconds: cfg.seconds,
         mix: cfg.mix,
@@ -225,6 +226,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         events: &events,
         preemption_bound_ms: crate::check::preemption_bound_ms(timing.heartbeat_timeout_ms),
         quiescence: &quiescence,
+        logs: &logs,
     });
     if cfg.keep_dir || !report.ok() {
         // Kept for a post-mortem: the replicas' and agents' logs, the witness records.
@@ -232,6 +234,22 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         eprintln!("chaos: the run's directory is kept at {}", c.dir.path().display());
     }
     Ok(report)
+}
+
+/// Every `*.log` the run's processes wrote in `dir` (replicas and agents), by file name.
+fn logs_in(dir: &std::path::Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut logs: Vec<(String, String)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok().filter(|n| n.ends_with(".log"))?;
+            // Lossy: a log cut off mid-character by a kill is still read.
+            let text = String::from_utf8_lossy(&std::fs::read(e.path()).ok()?).into_owned();
+            Some((name, text))
+        })
+        .collect();
+    logs.sort();
+    logs
 }
 
 /// Makes one setup call (a put, which may be repeated), again while the cluster is
