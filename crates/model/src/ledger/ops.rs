@@ -70,10 +70,16 @@ impl Ledger {
             return;
         };
         let mut holders = Vec::new();
+        let charges = &self.charges;
         for &n in &ch.nodes {
             let node = &mut self.nodes[n];
             node.occupants.retain(|o| o.job != job);
             for o in node.occupants.iter_mut().filter(|o| o.lent_to == Some(job)) {
+                // A lender's ranks being stopped (`keep_lend`) hold their whole share again;
+                // a suspended lender stays held.
+                if charges.get(&o.job).is_some_and(|c| c.leaving) {
+                    o.held = false;
+                }
                 o.lent_to = None;
                 o.lent_amount = ZERO;
                 o.lent_gpus = 0;
@@ -217,6 +223,36 @@ impl Ledger {
             }
         }
         out
+    }
+
+    /// What `holder`'s held shares lend to jobs that run on them (not to a reservation), per
+    /// node: (node, borrower, amount, gpus).
+    pub(crate) fn lent_by_to_running(&self, holder: JobId) -> Vec<(usize, JobId, Vector, u64)> {
+        let Some(ch) = self.charges.get(&holder) else { return Vec::new() };
+        let mut out = Vec::new();
+        for &n in &ch.nodes {
+            let node = &self.nodes[n];
+            if let Some(o) = node.occupant(holder).filter(|o| o.held)
+                && let Some(b) = o.lent_to.filter(|&b| node.reservation(b).is_none())
+            {
+                out.push((n, b, o.lent_amount, o.lent_gpus));
+            }
+        }
+        out
+    }
+
+    /// `holder`'s share on node `n`, held by its ranks still being stopped there, goes on
+    /// lending `borrower` what it lent while suspended: those processes are stopped until
+    /// they are gone, and the borrower runs on the lent part.
+    pub(crate) fn keep_lend(&mut self, n: usize, holder: JobId, borrower: JobId, amount: Vector, gpus: u64) {
+        if let Some(o) = self.nodes[n].occupants.iter_mut().find(|o| o.job == holder) {
+            o.held = true;
+            o.lent_to = Some(borrower);
+            o.lent_amount = amount;
+            o.lent_gpus = gpus;
+        }
+        self.settle(holder);
+        self.nodes[n].refresh();
     }
 
     /// Sets how much of `holder`'s held share on node `n` is lent to `borrower` (used when

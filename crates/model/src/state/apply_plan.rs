@@ -113,9 +113,10 @@ impl State {
         Ok(())
     }
 
-    /// The job holds resources or has them reserved.
+    /// The job holds resources or has them reserved (its ranks still being stopped hold them).
     pub fn holds(&self, id: JobId) -> bool {
         self.d.reservations.contains_key(&id)
+            || self.after.completing.contains_key(&id)
             || self.d.jobs.get(&id).is_some_and(|j| j.state.is_active() || j.state == JobState::Suspended)
     }
 

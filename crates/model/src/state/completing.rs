@@ -159,6 +159,62 @@ impl State {
         self.ledger.set_leaving(id, true);
     }
 
+    /// A job suspended in place lent its share to the job that preempted it, which runs on
+    /// it (`lends`, read before its shares were vacated). Its ranks still being stopped (it
+    /// was cancelled, or requeued when another of its nodes was lost) are stopped processes
+    /// until they are gone: each goes on lending its part, and holds only the rest; counted
+    /// whole, the lent part would be charged to its node twice. A lend whose rank is gone
+    /// ends, and the borrower's record of it too, so that a rebuild agrees.
+    pub(super) fn keep_lends(&mut self, id: JobId, lends: &[(usize, JobId, crate::ledger::Vector, u64)]) {
+        for &(n, borrower, amount, gpus) in lends {
+            let name = self.ledger.nodes[n].name.clone();
+            let still_here = self.after.completing.get(&id).is_some_and(|c| c.ranks.values().any(|r| r.node == name));
+            if still_here {
+                self.ledger.keep_lend(n, id, borrower, amount, gpus);
+            } else if let Some(b) = self.d.jobs.get_mut(&borrower) {
+                b.lent_from.retain(|l| !(l.from == id && l.node == name));
+            }
+        }
+    }
+
+    /// A job that ran on what jobs suspended for it lent it, and has ended: its ranks still
+    /// being stopped run on that part until they are gone, so the lenders stay suspended
+    /// and go on lending it there (the borrower keeps its record of those lends). Once none
+    /// of its ranks is left, the lenders are free to resume in place. Resuming them at once
+    /// ran both on the lent part (a property test: a cancelled preemptor's victim resumed
+    /// beside the preemptor's ranks still being stopped).
+    pub(super) fn keep_borrowed(&mut self, id: JobId) {
+        let nodes: Vec<Name> = match self.after.completing.get(&id) {
+            Some(c) => c.ranks.values().map(|r| r.node.clone()).collect(),
+            None => Vec::new(),
+        };
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        job.lent_from.retain(|l| nodes.contains(&l.node));
+        if nodes.is_empty() {
+            self.release_suspended_for(id);
+            return;
+        }
+        for lend in job.lent_from.clone() {
+            self.restore_lend(id, &lend);
+        }
+    }
+
+    /// Records in the ledger what `lend` lent borrower `id`: a suspended lender's held share
+    /// lends it, and so does a lender's share held by its ranks still being stopped
+    /// (`keep_lends`). The incremental path and a rebuild both go through here.
+    pub(super) fn restore_lend(&mut self, id: JobId, lend: &crate::alloc::Lend) {
+        let Some(n) = self.ledger.node(lend.node.as_str()) else { return };
+        let amount = self.ledger.kinds.vector_lossy(&lend.resources);
+        let gpus = crate::alloc::gpu_mask(&lend.gpus);
+        let completing_here =
+            self.after.completing.get(&lend.from).is_some_and(|c| c.ranks.values().any(|r| r.node == lend.node));
+        if completing_here {
+            self.ledger.keep_lend(n, lend.from, id, amount, gpus);
+        } else {
+            self.ledger.set_lend(n, lend.from, id, amount, gpus);
+        }
+    }
+
     /// If `o` reports a completing rank gone (from the node it was placed on, for its
     /// attempt), releases it: `Some(Ok)`. `Some(Err)`: it names a completing job's rank but
     /// not as placed. `None`: not about a completing job; the caller goes on.
@@ -206,12 +262,19 @@ impl State {
         let Some(c) = self.after.completing.get_mut(&id) else { return };
         c.ranks.retain(|&rank, placed| !gone(rank, placed));
         let empty = c.ranks.is_empty();
+        let lends = self.ledger.lent_by_to_running(id);
         self.ledger.vacate(id);
         if !empty {
             self.charge_completing(id);
+        }
+        self.keep_lends(id, &lends);
+        if empty {
+            self.after.completing.remove(&id);
+        }
+        self.keep_borrowed(id);
+        if !empty {
             return;
         }
-        self.after.completing.remove(&id);
         self.forget_victim(id);
         self.prune_finished();
     }

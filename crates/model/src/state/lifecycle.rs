@@ -132,25 +132,26 @@ impl State {
         if !completing {
             self.forget_victim(id);
         }
+        let lends = self.ledger.lent_by_to_running(id);
         self.ledger.vacate(id);
         if completing {
             self.charge_completing(id);
         }
+        self.keep_lends(id, &lends);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.replicas.clear();
-        job.lent_from.clear();
         job.stopping = None;
         job.suspended_for = None;
         job.ended_ranks.clear();
         if self.d.reservations.contains_key(&id) {
             self.drop_reservation(id);
         }
-        self.release_suspended_for(id);
+        self.keep_borrowed(id);
     }
 
     /// `id` no longer holds what jobs suspended for it lent it: they are free to resume in
     /// place, and will not lend to it again if it is placed later.
-    fn release_suspended_for(&mut self, id: JobId) {
+    pub(super) fn release_suspended_for(&mut self, id: JobId) {
         let Some(job) = self.d.jobs.get_mut(&id) else { return };
         for v in std::mem::take(&mut job.suspended_victims) {
             if let Some(victim) = self.d.jobs.get_mut(&v).filter(|j| j.suspended_for == Some(id)) {

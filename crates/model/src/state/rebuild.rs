@@ -144,15 +144,12 @@ impl State {
                 }
             }
         }
-        for &id in &jobs {
-            let job = &self.d.jobs[&id];
-            for lend in job.lent_from.clone() {
-                let Some(n) = self.ledger.node(lend.node.as_str()) else {
-                    continue;
-                };
-                let amount = self.ledger.kinds.vector_lossy(&lend.resources);
-                let gpus = crate::alloc::gpu_mask(&lend.gpus);
-                self.ledger.set_lend(n, lend.from, id, amount, gpus);
+        // Borrowers that run, and those that ended and whose ranks are still being stopped
+        // (`keep_borrowed`).
+        let borrowers: Vec<JobId> = self.d.jobs.values().filter(|j| !j.lent_from.is_empty()).map(|j| j.id).collect();
+        for id in borrowers {
+            for lend in self.d.jobs[&id].lent_from.clone() {
+                self.restore_lend(id, &lend);
             }
         }
         let reservations: Vec<_> = self.d.reservations.values().cloned().collect();

@@ -755,6 +755,75 @@ mod tests {
         assert_ne!(s.job(low).unwrap().state, JobState::Preempting, "the stop was not counted");
     }
 
+    /// n1 with two CPUs, one of them `filler`'s; `low` (mode suspend, one CPU) suspended in
+    /// place for `high` (one CPU), which runs on the CPU `low` lent it. Returns (low, high,
+    /// filler).
+    fn preemptor_on_lent_cpu() -> (State, JobId, JobId, JobId) {
+        let mut s = State::default();
+        let n1 = NodeSpec { resources: Resources::of(&[("cpu", 2)]), ..node("n1") };
+        apply(&mut s, Op::RegisterNodes(vec![n1]));
+        let mut q = crate::queue::QueueSpec::named("q");
+        let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 2)]), ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        apply(&mut s, Op::PutQueue(q));
+        let filler = one_replica(&mut s, "filler", PreemptionMode::Checkpoint, 0);
+        decide(&mut s, Decision::Place { job: filler, attempt: 1, replicas: on_n1(0) });
+        let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 0);
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
+        let high = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 0);
+        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+        decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "test".into() });
+        let suspended = Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
+        assert!(report(&mut s, "n1", vec![suspended]).is_empty());
+        decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
+        assert_eq!(s.job(high).unwrap().lent_from.len(), 1, "high runs on low's CPU");
+        (s, low, high, filler)
+    }
+
+    /// A preemptor running on what its suspended victim lent it is cancelled: its rank,
+    /// until reported gone, still runs on that CPU, so the victim stays suspended until
+    /// then. Found by `scheduling_keeps_every_invariant` run with more cases: the victim
+    /// resumed in place at once, and n1's CPU was given to both.
+    #[test]
+    fn a_suspended_victim_resumes_only_once_its_cancelled_preemptors_ranks_are_gone() {
+        let (mut s, low, high, _) = preemptor_on_lent_cpu();
+        apply(&mut s, Op::Cancel { job: high });
+        assert_eq!(s.completing_ranks(high), 1);
+        assert!(s.holds(high), "its rank being stopped holds what it ran on");
+        let resume = || Plan { based_on: 0, decisions: vec![Decision::ResumeInPlace { job: low, attempt: 1 }] };
+        let plan = Plan { based_on: s.applied(), ..resume() };
+        let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
+        assert_eq!(rejected.len(), 1, "high's rank still runs on low's CPU");
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+
+        let gone = Observed::Stopped { job: high, attempt: 1, rank: 0, checkpointed: false };
+        assert!(report(&mut s, "n1", vec![gone]).is_empty());
+        assert!(s.job(high).unwrap().lent_from.is_empty(), "the lend ended with the rank");
+        decide(&mut s, Decision::ResumeInPlace { job: low, attempt: 1 });
+        assert_eq!(s.job(low).unwrap().state, JobState::Running);
+    }
+
+    /// A suspended victim whose preemptor runs on its lent CPU is cancelled: its rank, a
+    /// stopped process until reported gone, holds only what it did not lend. Counted whole,
+    /// the lent CPU was charged to n1 twice, and n1 looked full to a job that fits beside.
+    #[test]
+    fn a_cancelled_suspended_victims_rank_being_stopped_goes_on_lending_its_preemptor() {
+        let (mut s, low, high, filler) = preemptor_on_lent_cpu();
+        apply(&mut s, Op::Cancel { job: low });
+        assert_eq!(s.completing_ranks(low), 1, "its stopped process is still there");
+        assert!(
+            report(&mut s, "n1", vec![Observed::Exited { job: filler, attempt: 1, rank: 0, exit_code: 0 }]).is_empty()
+        );
+        let next = one_replica(&mut s, "next", PreemptionMode::Checkpoint, 0);
+        // n1: high's CPU (lent by low's stopped rank) and the CPU filler left.
+        decide(&mut s, Decision::Place { job: next, attempt: 1, replicas: on_n1(0) });
+
+        let gone = Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
+        assert!(report(&mut s, "n1", vec![gone]).is_empty());
+        assert!(s.job(high).unwrap().lent_from.is_empty(), "the lend ended with the rank");
+        assert_eq!(s.job(high).unwrap().state, JobState::Running);
+    }
+
     /// A CPU job `low` of `ranks` replicas, one CPU on each of n1.., in mode suspend,
     /// preempted by `high` on n1: its ranks are being suspended (Preempting).
     fn being_suspended(ranks: u32) -> (State, JobId, JobId) {
