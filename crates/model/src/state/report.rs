@@ -790,8 +790,7 @@ mod tests {
         apply(&mut s, Op::Cancel { job: high });
         assert_eq!(s.completing_ranks(high), 1);
         assert!(s.holds(high), "its rank being stopped holds what it ran on");
-        let resume = || Plan { based_on: 0, decisions: vec![Decision::ResumeInPlace { job: low, attempt: 1 }] };
-        let plan = Plan { based_on: s.applied(), ..resume() };
+        let plan = Plan { based_on: s.applied(), decisions: vec![Decision::ResumeInPlace { job: low, attempt: 1 }] };
         let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
         assert_eq!(rejected.len(), 1, "high's rank still runs on low's CPU");
         assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
