@@ -704,24 +704,37 @@ mod tests {
         assert!(rejected.is_empty(), "{rejected:?}");
     }
 
+    /// Node n1 with `cpus` CPUs (no GPUs), and queue `q` with as many.
+    fn cpu_node_n1(cpus: u64) -> State {
+        let mut s = State::default();
+        let n1 = NodeSpec { resources: Resources::of(&[("cpu", cpus)]), ..node("n1") };
+        apply(&mut s, Op::RegisterNodes(vec![n1]));
+        let mut q = crate::queue::QueueSpec::named("q");
+        let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", cpus)]), ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        apply(&mut s, Op::PutQueue(q));
+        s
+    }
+
+    /// A CPU job `low` in mode suspend placed on n1, then preempted by `high` (one CPU each)
+    /// and suspended in place there: it lends `high` its CPU. Returns (low, high).
+    fn low_suspended_for_high(s: &mut State) -> (JobId, JobId) {
+        let low = one_replica(s, "low", PreemptionMode::Suspend, 0);
+        decide(s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
+        let high = one_replica(s, "high", PreemptionMode::Checkpoint, 0);
+        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+        decide(s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "test".into() });
+        let suspended = Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
+        assert!(report(s, "n1", vec![suspended]).is_empty());
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+        (low, high)
+    }
+
     /// A CPU job `low` in mode suspend, preempted by `high` on n1 (one CPU), suspended in
     /// place, and resumed in place once `high` ended: attempt 1 runs again.
     fn resumed_in_place() -> (State, JobId) {
-        let mut s = State::default();
-        let n1 = NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node("n1") };
-        apply(&mut s, Op::RegisterNodes(vec![n1]));
-        let mut q = crate::queue::QueueSpec::named("q");
-        let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 1)]), ..Default::default() };
-        q.quotas.insert(Name::lit("default"), quota);
-        apply(&mut s, Op::PutQueue(q));
-        let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 0);
-        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
-        let high = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 0);
-        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
-        decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "test".into() });
-        let suspended = Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
-        assert!(report(&mut s, "n1", vec![suspended]).is_empty());
-        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+        let mut s = cpu_node_n1(1);
+        let (low, high) = low_suspended_for_high(&mut s);
         decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
         let done = Observed::Exited { job: high, attempt: 1, rank: 0, exit_code: 0 };
         assert!(report(&mut s, "n1", vec![done]).is_empty());
@@ -759,22 +772,10 @@ mod tests {
     /// place for `high` (one CPU), which runs on the CPU `low` lent it. Returns (low, high,
     /// filler).
     fn preemptor_on_lent_cpu() -> (State, JobId, JobId, JobId) {
-        let mut s = State::default();
-        let n1 = NodeSpec { resources: Resources::of(&[("cpu", 2)]), ..node("n1") };
-        apply(&mut s, Op::RegisterNodes(vec![n1]));
-        let mut q = crate::queue::QueueSpec::named("q");
-        let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 2)]), ..Default::default() };
-        q.quotas.insert(Name::lit("default"), quota);
-        apply(&mut s, Op::PutQueue(q));
+        let mut s = cpu_node_n1(2);
         let filler = one_replica(&mut s, "filler", PreemptionMode::Checkpoint, 0);
         decide(&mut s, Decision::Place { job: filler, attempt: 1, replicas: on_n1(0) });
-        let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 0);
-        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
-        let high = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 0);
-        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
-        decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "test".into() });
-        let suspended = Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
-        assert!(report(&mut s, "n1", vec![suspended]).is_empty());
+        let (low, high) = low_suspended_for_high(&mut s);
         decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
         assert_eq!(s.job(high).unwrap().lent_from.len(), 1, "high runs on low's CPU");
         (s, low, high, filler)
