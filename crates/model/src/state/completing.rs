@@ -168,8 +168,7 @@ impl State {
     pub(super) fn keep_lends(&mut self, id: JobId, lends: &[(usize, JobId, crate::ledger::Vector, u64)]) {
         for &(n, borrower, amount, gpus) in lends {
             let name = self.ledger.nodes[n].name.clone();
-            let still_here = self.after.completing.get(&id).is_some_and(|c| c.ranks.values().any(|r| r.node == name));
-            if still_here {
+            if self.completing_on(id, &name) {
                 self.ledger.keep_lend(n, id, borrower, amount, gpus);
             } else if let Some(b) = self.d.jobs.get_mut(&borrower) {
                 b.lent_from.retain(|l| !(l.from == id && l.node == name));
@@ -199,6 +198,11 @@ impl State {
         }
     }
 
+    /// A rank of `id` not yet reported gone is on `node`.
+    fn completing_on(&self, id: JobId, node: &Name) -> bool {
+        self.after.completing.get(&id).is_some_and(|c| c.ranks.values().any(|r| r.node == *node))
+    }
+
     /// Records in the ledger what `lend` lent borrower `id`: a suspended lender's held share
     /// lends it, and so does a lender's share held by its ranks still being stopped
     /// (`keep_lends`). The incremental path and a rebuild both go through here.
@@ -206,9 +210,7 @@ impl State {
         let Some(n) = self.ledger.node(lend.node.as_str()) else { return };
         let amount = self.ledger.kinds.vector_lossy(&lend.resources);
         let gpus = crate::alloc::gpu_mask(&lend.gpus);
-        let completing_here =
-            self.after.completing.get(&lend.from).is_some_and(|c| c.ranks.values().any(|r| r.node == lend.node));
-        if completing_here {
+        if self.completing_on(lend.from, &lend.node) {
             self.ledger.keep_lend(n, lend.from, id, amount, gpus);
         } else {
             self.ledger.set_lend(n, lend.from, id, amount, gpus);
