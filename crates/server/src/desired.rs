@@ -72,7 +72,15 @@ fn assignment(
         grace_ms,
         resume: job.has_checkpoint,
         run_as: state.tenancy().run_as(job.id).map(|u| u.to_string()).unwrap_or_default(),
+        awaiting_suspended: awaiting_suspended(job, action, rank),
     }
+}
+
+/// A suspension in progress whose `rank` has not been reported suspended yet. The agent
+/// answers such a SUSPEND also when it holds the replica suspended already: it may have
+/// missed a resume in place since the suspension it reported (chaos seed 9600).
+fn awaiting_suspended(job: &Job, action: Action, rank: u32) -> bool {
+    action == Action::Suspend && job.state == JobState::Preempting && !job.ended_ranks.contains_key(&rank)
 }
 
 /// What the agents should do with a job's processes; `None`: nothing may run.
@@ -94,7 +102,11 @@ mod tests {
     use baton_model::command::{Command, Observed, Op};
     use baton_model::fixture::{self, gpu_job, gpu_node};
     use baton_model::job::TaskSpec;
-    use baton_model::plan::{Decision, Plan};
+    use baton_model::job::{JobSpec, PriorityRef};
+    use baton_model::node::NodeSpec;
+    use baton_model::plan::{Decision, Plan, Victim};
+    use baton_model::queue::{PoolQuota, QueueSpec};
+    use baton_model::resources::Resources;
 
     fn apply_at(s: &mut State, now_ms: u64, op: Op) {
         s.apply(Command { now_ms, op }).expect("the command applies");
@@ -150,6 +162,77 @@ mod tests {
         for a in all {
             assert_eq!(a.action, Action::Stop as i32);
             assert_eq!(a.grace_ms, 7_000, "the grace, not a deadline on the leader's clock");
+        }
+    }
+
+    /// One CPU on n1, a queue owning it, and job `name` of one replica of one CPU in mode
+    /// suspend at `priority`.
+    fn cpu_job(s: &mut State, name: &str, priority: i32) -> u64 {
+        let spec = JobSpec {
+            priority: PriorityRef::Value(priority),
+            preemption_mode: PreemptionMode::Suspend,
+            tasks: vec![TaskSpec { resources: Resources::of(&[("cpu", 1)]), ..gpu_job(name, "q", 0).tasks[0].clone() }],
+            ..gpu_job(name, "q", 0)
+        };
+        apply(s, Op::Submit { spec, request_id: None });
+        s.job_by_name(name).expect("submitted").id
+    }
+
+    fn decide(s: &mut State, d: Decision) {
+        apply(s, Op::ApplyPlan(Plan { based_on: s.applied(), decisions: vec![d] }));
+    }
+
+    fn the_one_on_n1(s: &State) -> Assignment {
+        let d = desired(s);
+        let [a] = d[&Name::lit("n1")].as_slice() else { panic!("one assignment on n1: {d:?}") };
+        a.clone()
+    }
+
+    /// Chaos seed 9600: `low` suspended in place for `high`, resumed in place once `high`
+    /// ended, and suspended again for `urgent` before its agent saw the resume. Each SUSPEND
+    /// of a suspension in progress says the leader awaits the rank's report; that of a
+    /// suspension recorded does not, so an agent that holds the replica suspended answers
+    /// the second suspension and only it.
+    #[test]
+    fn a_suspend_awaits_the_ranks_report_only_while_the_suspension_is_in_progress() {
+        let mut s = State::new();
+        let n1 = NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..gpu_node("n1", 0) };
+        apply(&mut s, Op::RegisterNodes(vec![n1]));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("cpu", 1)]), ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        let on_n1 = || vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: vec![] }];
+        let low = cpu_job(&mut s, "low", 1);
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1() });
+        let suspended = Op::Report {
+            node: Name::lit("n1"),
+            observations: vec![Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false }],
+        };
+        let victims = vec![Victim { job: low, attempt: 1 }];
+        for (round, preemptor) in ["high", "urgent"].into_iter().enumerate() {
+            let high = cpu_job(&mut s, preemptor, 10);
+            let message = "test".to_string();
+            let (job, victims, replicas) = (high, victims.clone(), on_n1());
+            decide(&mut s, Decision::Preempt { job, victims, replicas, message });
+            let a = the_one_on_n1(&s);
+            assert_eq!(
+                (a.job_id, a.action, a.awaiting_suspended),
+                (low, Action::Suspend as i32, true),
+                "round {round}"
+            );
+            apply(&mut s, suspended.clone());
+            assert_eq!(s.jobs()[&low].state, JobState::Suspended);
+            let a = &desired(&s)[&Name::lit("n1")];
+            assert!(a.iter().all(|a| !a.awaiting_suspended), "recorded suspended: {a:?}");
+            if round == 0 {
+                decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1() });
+                let done = Observed::Exited { job: high, attempt: 1, rank: 0, exit_code: 0 };
+                apply(&mut s, Op::Report { node: Name::lit("n1"), observations: vec![done] });
+                decide(&mut s, Decision::ResumeInPlace { job: low, attempt: 1 });
+                let a = the_one_on_n1(&s);
+                assert_eq!((a.action, a.awaiting_suspended), (Action::Run as i32, false));
+            }
         }
     }
 
