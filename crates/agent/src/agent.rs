@@ -238,6 +238,7 @@ pub async fn start_with_journal(
         metrics: metrics.clone(),
         fence: crate::fence::Fence::default(),
         acked: Arc::default(),
+        suspensions: shared.suspensions,
     };
     let view =
         View { running: shared.running.clone(), lease: lease_rx, nvml: None, transport: config.transport.clone() };

@@ -23,6 +23,8 @@
 //!   is reported. Tested with tables and properties, without processes.
 //! - `supervisor`: the executor: it reads the journal, the lease and its replica table, asks
 //!   `reconcile`, and does the IO (spawns, signals, /proc, files, the journal, observations).
+//! - `suspensions`: which reported suspensions the leader has recorded, and as of which state
+//!   (a SUSPEND it still awaits of a replica held suspended is answered only if new).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
 //! - `run_as`: which Unix user a replica runs as (`--run-as-allow`, `--run-as-self`), resolved
@@ -61,6 +63,7 @@ pub mod reporter;
 pub mod run_as;
 pub mod signal;
 pub mod supervisor;
+pub mod suspensions;
 pub mod workload;
 
 pub use agent::{Agent, run, start, start_with_inventory, start_with_journal};

@@ -18,6 +18,7 @@ use crate::fence::{Fence, Refused};
 use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
 use crate::launch::Unjournaled;
 use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS, MTIME_SLACK_MS};
+use crate::suspensions::Answer;
 
 /// What the supervisor knows of one replica it tracks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +45,9 @@ pub struct Inputs {
     pub deferred: BTreeSet<ReplicaKey>,
     /// Why the journal cannot be written now, if it cannot.
     pub journal_failing: Option<String>,
+    /// Of the replicas held suspended: where the report of their suspension stands (none:
+    /// not reported since this agent started).
+    pub suspensions: BTreeMap<ReplicaKey, Answer>,
 }
 
 /// One thing to do for one replica, in the order given.
@@ -73,6 +77,9 @@ pub enum Act {
     ReportExited { key: ReplicaKey, code: i32 },
     /// SIGSTOP a running replica and report it stopped.
     Suspend(ReplicaKey),
+    /// A SUSPEND the leader still awaits of a replica held suspended here: report it
+    /// suspended again (a resume in place between two suspensions was missed here).
+    ReportSuspended(ReplicaKey),
     /// A SUSPEND of a replica that never ran here: as `StopNeverRan`, remember it stopped (a
     /// later RUN of it starts nothing), and report it ended here (`KilledHere`): there is
     /// nothing to resume in place.
@@ -182,7 +189,7 @@ pub fn plan(d: &Directive, inputs: &Inputs) -> Result<Plan, DirectiveRefused> {
             }
             Ok(Action::Suspend) => {
                 plan.deferred.remove(key);
-                plan_suspend(*key, inputs)
+                plan_suspend(*key, a, d.state_index, inputs)
             }
             _ => Some(Act::Ignore { key: *key, why: Ignored::UnknownAction(a.action) }),
         };
@@ -257,15 +264,32 @@ fn plan_stop(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
     }
 }
 
-fn plan_suspend(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
+fn plan_suspend(key: ReplicaKey, a: &Assignment, state_index: u64, inputs: &Inputs) -> Option<Act> {
     match inputs.replicas.get(&key) {
         None => Some(Act::SuspendNeverRan(key)),
         Some(k) if k.phase == Phase::Running => Some(Act::Suspend(key)),
+        Some(k) if k.phase == Phase::Suspended && a.awaiting_suspended => {
+            new_suspension(inputs.suspensions.get(&key), state_index).then_some(Act::ReportSuspended(key))
+        }
         // It ended here (its lease stop, say, whose report the leader missed): its end is
         // told as to a RUN, or the leader holds the job Preempting until the node is lost.
         // As `KilledHere`, not as stopped: a job suspended with no process would never resume.
         Some(k) if k.phase == Phase::Finished => run_of_finished(key, k.outcome),
         Some(_) => None,
+    }
+}
+
+/// A SUSPEND the leader awaits, of a replica held suspended, in a directive built from a
+/// state that had applied `state_index` commands, is a new suspension (this agent missed a
+/// resume in place since the one it reported; chaos seed 9600) when the leader had
+/// recorded the report of the earlier one by then. One whose report is still on its way
+/// is answered by it; a repeat would arrive later, and count as whatever stop of the job is
+/// in progress then. Not reported since this agent started: said again, once.
+fn new_suspension(answer: Option<&Answer>, state_index: u64) -> bool {
+    match answer {
+        None => true,
+        Some(Answer::InFlight) => false,
+        Some(Answer::Recorded { state_index: recorded }) => state_index >= *recorded,
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Reporter {
     pub fence: crate::fence::Fence,
     /// Observations the leader acknowledged that are still in the journal.
     pub acked: Arc<Mutex<Acked>>,
+    /// Told the state index at which each reported suspension was acknowledged.
+    pub suspensions: Arc<crate::suspensions::Suspensions>,
 }
 
 /// Acknowledged observations on their way out of the journal.
@@ -163,6 +165,7 @@ impl Reporter {
         let fence = self.fence;
         let term_seen = fence.term;
         let seqs: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
+        let stops = crate::suspensions::stops_in(pending.iter().map(|(_, o)| o));
         let req = ReportRequest {
             node: self.node.clone(),
             term_seen,
@@ -207,6 +210,8 @@ impl Reporter {
         }
         self.metrics.report(true);
         self.renew(sent_at_ms, reply.lease_ms, Floor { term: reply.term, state_index: reply.state_index });
+        // Read after this report's observations were committed.
+        self.suspensions.acknowledged(&stops, reply.state_index);
         let sent = seqs.len();
         self.drop_later(seqs);
         // More waiting than this report carried: send the rest right away.

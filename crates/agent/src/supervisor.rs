@@ -32,6 +32,7 @@ use crate::limits::{
 use crate::logfiles;
 use crate::reconcile::{self, Act, Clock, Ended, Ending, Ignored, Known, Step};
 use crate::signal::{checkpoint_signal, default_signal, group_alive, parse_signal, signal_group};
+use crate::suspensions::Suspensions;
 
 /// A replica's process ended (the wrapper exited with this code).
 #[derive(Debug)]
@@ -100,6 +101,8 @@ pub struct Supervisor {
     unjournaled: Vec<Observation>,
     /// When a failing journal is tried next, and the pause after that.
     journal_retry: (Instant, Duration),
+    /// Suspensions reported, and whether the leader has recorded them (the reporter says).
+    suspensions: Arc<Suspensions>,
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -110,6 +113,7 @@ pub struct Shared {
     pub awaiting: watch::Receiver<u64>,
     pub observed: Arc<Notify>,
     pub live_logs: LiveLogs,
+    pub suspensions: Arc<Suspensions>,
 }
 
 pub struct Settings {
@@ -161,6 +165,7 @@ impl Supervisor {
             metrics: settings.metrics,
             unjournaled: Vec::new(),
             journal_retry: (Instant::now(), Duration::from_millis(TICK_MS)),
+            suspensions: Arc::default(),
         };
         // Unknown on either side counts as a restart of the machine: the cautious reading.
         let boot = crate::procfs::boot_id();
@@ -216,7 +221,8 @@ impl Supervisor {
             sup.journal.note_boot(&boot)?;
         }
         sup.publish();
-        Ok((sup, Shared { running, awaiting, observed, live_logs }))
+        let suspensions = sup.suspensions.clone();
+        Ok((sup, Shared { running, awaiting, observed, live_logs, suspensions }))
     }
 
     /// Runs until `directives` closes (the agent shuts down). Processes keep running.
@@ -364,6 +370,11 @@ impl Supervisor {
                 .collect(),
             deferred: self.deferred.keys().copied().collect(),
             journal_failing: self.journal.failing(),
+            suspensions: {
+                let held = |k: &ReplicaKey| self.replicas.get(k).is_some_and(|r| r.rec.phase == Phase::Suspended);
+                self.suspensions.retain(held);
+                self.suspensions.snapshot()
+            },
             ..Default::default()
         };
         // Bounded by MAX_ASSIGNMENTS_PER_DIRECTIVE; a longer directive is refused by `plan`.
@@ -426,6 +437,11 @@ impl Supervisor {
                 })
             }
             Act::Suspend(key) => self.suspend(&key),
+            Act::ReportSuspended(key) => {
+                tracing::info!(?key, "a new suspension of a replica already suspended here; reporting it suspended");
+                self.suspensions.reported(key);
+                self.observe(stopped(&key, false, StopCause::Directed))
+            }
             // Ended here as a STOP of it would be: a RUN of it that comes later (sent
             // before the SUSPEND, or the leader resuming what it counts as suspended) must
             // not start a process the leader holds stopped (chaos seed 6301).
@@ -456,6 +472,7 @@ impl Supervisor {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         signal_group(r.rec.pid, libc::SIGCONT);
         r.rec.phase = Phase::Running;
+        self.suspensions.forget(key);
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
         tracing::info!(?key, "resumed a suspended replica (SIGCONT)");
@@ -485,6 +502,7 @@ impl Supervisor {
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
         tracing::info!(?key, "suspended (SIGSTOP)");
+        self.suspensions.reported(*key);
         self.observe(stopped(key, false, StopCause::Directed))
     }
 

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use baton_proto::v1::{Action, ReplicaPhase};
+use baton_proto::v1::{Action, Assignment, ReplicaPhase};
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,6 +177,45 @@ async fn suspend_stops_the_group_and_run_continues_it() {
     gw.set(1, vec![run]);
     wait_for(5, "running again", || matches!(proc_state(pid), Some('S' | 'R')).then_some(())).await;
     assert!(exited_of(&gw.observations(), 1).is_empty());
+    gw.set(1, vec![]);
+    wait_for(5, "the replica killed", || (!alive(pid)).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
+
+/// Chaos seed 9600: the leader resumed a suspended replica in place and suspended it again
+/// before any directive between the two reached the agent. The agent saw one SUSPEND after
+/// another, held the replica suspended, and said nothing, so the new suspension waited for
+/// its report until the lease ran out. A SUSPEND the leader still awaits, in a directive
+/// built once the earlier report was recorded, is answered again; one built before is not
+/// (the earlier report answers it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_the_leader_awaits_of_a_replica_held_suspended_is_reported_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let suspend = Assignment { action: Action::Suspend as i32, awaiting_suspended: true, ..run };
+    gw.set_reply_state_index(20);
+    gw.send_built_at(1, 10, vec![suspend.clone()]);
+    wait_for(5, "the first suspension reported", || (stopped_of(&gw.observations(), 1).len() == 1).then_some(())).await;
+    // Built before that report was recorded (at 20): the report answers it. Then recorded:
+    // the SUSPEND of a suspended job asks nothing more.
+    gw.send_built_at(1, 15, vec![suspend.clone()]);
+    gw.send_built_at(1, 20, vec![Assignment { awaiting_suspended: false, ..suspend.clone() }]);
+    let reports = gw.report_count();
+    wait_for(5, "two reports after those directives", || (gw.report_count() > reports + 1).then_some(())).await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![false], "held suspended, nothing more to say");
+    // Resumed in place and suspended again; the agent sees only the second SUSPEND.
+    gw.send_built_at(1, 30, vec![suspend]);
+    wait_for(5, "the second suspension reported", || (stopped_of(&gw.observations(), 1).len() == 2).then_some(()))
+        .await;
+    assert_eq!(stopped_of(&gw.observations(), 1), vec![false, false]);
+    assert_eq!(proc_state(pid), Some('T'), "still suspended, never resumed");
     gw.set(1, vec![]);
     wait_for(5, "the replica killed", || (!alive(pid)).then_some(())).await;
     agent.shutdown().await.unwrap();

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::fence::{Fence, Refused};
 use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord};
+use crate::suspensions::Answer;
 
 fn key(job_id: u64, attempt: u32) -> ReplicaKey {
     ReplicaKey { job_id, attempt, rank: 0 }
@@ -189,6 +190,22 @@ fn table() {
         (vec![], false, vec![assign(1, 1, Suspend, &[0])], vec![Act::SuspendNeverRan(key(1, 1))]),
         (vec![(key(1, 1), running(&[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![Act::Suspend(key(1, 1))]),
         (vec![(key(1, 1), known(Phase::Suspended, None, &[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![]),
+        // A suspension the leader still awaits, of a replica held suspended here: a resume
+        // in place between two suspensions may have been missed, so it is said again
+        // (chaos seed 9600), also after the lease ran out.
+        (
+            vec![(key(1, 1), known(Phase::Suspended, None, &[0]))],
+            true,
+            vec![Assignment { awaiting_suspended: true, ..assign(1, 1, Suspend, &[0]) }],
+            vec![Act::ReportSuspended(key(1, 1))],
+        ),
+        // Being stopped, it is not suspended: its stop ends in its own report.
+        (
+            vec![(key(1, 1), known(Phase::Stopping, None, &[0]))],
+            false,
+            vec![Assignment { awaiting_suspended: true, ..assign(1, 1, Suspend, &[0]) }],
+            vec![],
+        ),
         // A SUSPEND of a replica that already ended here (its lease stop, say, whose report
         // the leader missed) is answered with its end, as killed here, not as suspended: the
         // leader holds the job Preempting until it hears (chaos seeds 6602, 6603), and would
@@ -218,6 +235,30 @@ fn table() {
         let d = directive(1, assignments.clone());
         assert_eq!(acts(&d, &i), want, "replicas {replicas:?}, lease expired {lease_expired}, {assignments:?}");
     }
+}
+
+/// Chaos seed 9600: a SUSPEND the leader awaits of a replica held suspended here is a new
+/// suspension only if the directive was built once the earlier report was recorded. One
+/// built before, or while that report is on its way, is answered by it: a repeat would come
+/// later, and could count as whatever stop of the job is in progress then.
+#[test]
+fn a_suspend_the_leader_awaits_is_answered_again_only_if_it_is_a_new_suspension() {
+    let held = vec![(key(1, 1), known(Phase::Suspended, None, &[0]))];
+    let awaited = vec![Assignment { awaiting_suspended: true, ..assign(1, 1, Action::Suspend, &[0]) }];
+    let at = |state_index: u64, answer: Option<Answer>| {
+        let mut i = inputs(held.clone());
+        i.suspensions.extend(answer.map(|a| (key(1, 1), a)));
+        acts(&Directive { state_index, ..directive(1, awaited.clone()) }, &i)
+    };
+    let again = vec![Act::ReportSuspended(key(1, 1))];
+    assert_eq!(at(5, None), again, "not reported since this agent started");
+    assert_eq!(at(5, Some(Answer::InFlight)), vec![], "its report is on its way");
+    let recorded = Some(Answer::Recorded { state_index: 10 });
+    assert_eq!(at(9, recorded), vec![], "built before the report was recorded");
+    assert_eq!(at(10, recorded), again, "built from a state that had recorded it, and still awaiting");
+    assert_eq!(at(12, recorded), again);
+    let not_awaited = Directive { state_index: 12, ..directive(1, vec![assign(1, 1, Action::Suspend, &[0])]) };
+    assert_eq!(acts(&not_awaited, &inputs(held.clone())), vec![], "recorded: nothing to say");
 }
 
 #[test]
@@ -355,7 +396,7 @@ fn arb_gpus() -> impl Strategy<Value = Vec<u32>> {
 prop_compose! {
     fn arb_case()(
         replicas in proptest::collection::btree_map((1u64..6, 1u32..4), (arb_phase(), arb_gpus()), 0..6),
-        assignments in proptest::collection::vec((1u64..6, 1u32..4, arb_action(), arb_gpus()), 0..8),
+        assignments in proptest::collection::vec((1u64..6, 1u32..4, arb_action(), arb_gpus(), any::<bool>()), 0..8),
         max_attempts in proptest::collection::btree_map(1u64..6, 1u32..4, 0..4),
         lease_expired in any::<bool>(),
     ) -> (Inputs, Directive) {
@@ -365,7 +406,10 @@ prop_compose! {
         for ((job, attempt), (phase, gpus)) in replicas {
             i.replicas.insert(key(job, attempt), known(phase, None, &gpus));
         }
-        let d = directive(1, assignments.into_iter().map(|(j, a, act, g)| assign(j, a, act, &g)).collect());
+        let assignments = assignments
+            .into_iter()
+            .map(|(j, a, act, g, awaiting_suspended)| Assignment { awaiting_suspended, ..assign(j, a, act, &g) });
+        let d = directive(1, assignments.collect());
         (i, d)
     }
 }
@@ -384,7 +428,8 @@ proptest! {
         for act in &p.acts {
             let key = match act {
                 Act::Kill(k) | Act::Start(k) | Act::Resume(k) | Act::Stop(k) | Act::StopNeverRan(k)
-                | Act::KilledCountsAsStopped(k) | Act::Suspend(k) | Act::SuspendNeverRan(k) => *k,
+                | Act::KilledCountsAsStopped(k) | Act::Suspend(k) | Act::SuspendNeverRan(k)
+                | Act::ReportSuspended(k) => *k,
                 Act::ReportStopped { key, .. }
                 | Act::ReportKilledHere { key, .. }
                 | Act::ReportExited { key, .. }
@@ -405,6 +450,12 @@ proptest! {
                     taken.extend(&a.gpus);
                 }
                 Act::Resume(_) => prop_assert!(!i.lease_expired),
+                // Said only of a replica held suspended, and only while the leader awaits it.
+                Act::ReportSuspended(k) => {
+                    prop_assert_eq!(i.replicas[k].phase, Phase::Suspended);
+                    let a = d.assignments.iter().rev().find(|a| key_of(a) == *k).unwrap();
+                    prop_assert!(a.awaiting_suspended && a.action == Action::Suspend as i32);
+                }
                 Act::Kill(k) => prop_assert!(!p.wanted.contains(k)),
                 _ => {}
             }

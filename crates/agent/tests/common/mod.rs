@@ -228,6 +228,7 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         grace_ms: 2_000,
         resume: false,
         run_as: String::new(),
+        awaiting_suspended: false,
     }
 }
 

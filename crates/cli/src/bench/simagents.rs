@@ -402,7 +402,8 @@ impl SimNode {
                     self.replicas.remove(&key);
                     self.stopped(&a, true, seen);
                 }
-                (Action::Suspend, Some(p)) if p != ReplicaPhase::Suspended as i32 => {
+                // As the agent: a suspension the leader still awaits is answered again.
+                (Action::Suspend, Some(p)) if p != ReplicaPhase::Suspended as i32 || a.awaiting_suspended => {
                     if let Some(r) = self.replicas.get_mut(&key) {
                         r.running.phase = ReplicaPhase::Suspended as i32;
                     }
