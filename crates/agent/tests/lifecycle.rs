@@ -7,6 +7,31 @@ use std::time::Duration;
 use baton_proto::v1::{Action, Assignment, ReplicaPhase};
 use common::*;
 
+/// An agent following a fake leader that runs job 1's replica: a shell loop that first runs
+/// `prefix` (a trap, say) and writes its pid. Bind `_dir` and `_reaper` by name: they hold
+/// the agent's directory and kill what is left at the end of the test.
+struct Looping {
+    _dir: tempfile::TempDir,
+    _reaper: Reaper,
+    gw: Gateway,
+    agent: baton_agent::Agent,
+    pid: i32,
+    run: Assignment,
+}
+
+async fn looping(prefix: &str) -> Looping {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid_file = dir.path().join("pid");
+    let reaper = Reaper(vec![pid_file.clone()]);
+    let cmd = format!("{prefix}echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    Looping { _dir: dir, _reaper: reaper, gw, agent, pid, run }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_starts_the_replica_with_its_environment_and_reports_its_exit() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,15 +157,7 @@ async fn stop_checkpoints_then_resumes_from_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_ignoring_its_signal_is_killed_after_grace() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let pid_file = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
-    let run = assignment(1, 1, Action::Run, &cmd);
-    gw.set(1, vec![run.clone()]);
-    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let Looping { gw, agent, pid, run, _dir, _reaper } = looping("trap '' TERM; ").await;
     let mut stop = run;
     stop.action = Action::Stop as i32;
     stop.grace_ms = 300;
@@ -155,15 +172,7 @@ async fn a_replica_ignoring_its_signal_is_killed_after_grace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suspend_stops_the_group_and_run_continues_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let pid_file = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
-    let run = assignment(1, 1, Action::Run, &cmd);
-    gw.set(1, vec![run.clone()]);
-    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let Looping { gw, agent, pid, run, _dir, _reaper } = looping("").await;
     let mut suspend = run.clone();
     suspend.action = Action::Suspend as i32;
     gw.set(1, vec![suspend]);
@@ -190,15 +199,7 @@ async fn suspend_stops_the_group_and_run_continues_it() {
 /// (the earlier report answers it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspend_the_leader_awaits_of_a_replica_held_suspended_is_reported_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let pid_file = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
-    let run = assignment(1, 1, Action::Run, &cmd);
-    gw.set(1, vec![run.clone()]);
-    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let Looping { gw, agent, pid, run, _dir, _reaper } = looping("").await;
     let suspend = Assignment { action: Action::Suspend as i32, awaiting_suspended: true, ..run };
     gw.set_reply_state_index(20);
     gw.send_built_at(1, 10, vec![suspend.clone()]);
@@ -223,14 +224,7 @@ async fn a_suspend_the_leader_awaits_of_a_replica_held_suspended_is_reported_aga
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_absent_from_the_directive_is_killed_without_a_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let pid_file = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
-    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
-    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let Looping { gw, agent, pid, _dir, _reaper, .. } = looping("").await;
     gw.set(1, vec![]);
     wait_for(5, "the replica killed", || (!alive(pid)).then_some(())).await;
     wait_for(5, "a report with nothing running", || gw.last_report().filter(|r| r.running.is_empty())).await;
@@ -330,15 +324,7 @@ async fn two_jobs_sharing_a_name_get_separate_checkpoint_directories() {
 /// STOP with less (here none): the agent keeps the deadline it started with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_stop_with_less_grace_does_not_shorten_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let pid_file = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid_file.clone()]);
-    let cmd = format!("trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
-    let run = assignment(1, 1, Action::Run, &cmd);
-    gw.set(1, vec![run.clone()]);
-    let pid = wait_for(5, "the replica's pid", || read_pid(&pid_file)).await;
+    let Looping { gw, agent, pid, run, _dir, _reaper } = looping("trap '' TERM; ").await;
     let mut stop = run;
     stop.action = Action::Stop as i32;
     stop.grace_ms = 1_500;
