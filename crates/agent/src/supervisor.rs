@@ -370,11 +370,9 @@ impl Supervisor {
                 .collect(),
             deferred: self.deferred.keys().copied().collect(),
             journal_failing: self.journal.failing(),
-            suspensions: {
-                let held = |k: &ReplicaKey| self.replicas.get(k).is_some_and(|r| r.rec.phase == Phase::Suspended);
-                self.suspensions.retain(held);
-                self.suspensions.snapshot()
-            },
+            suspensions: self
+                .suspensions
+                .held(|k| self.replicas.get(k).is_some_and(|r| r.rec.phase == Phase::Suspended)),
             ..Default::default()
         };
         // Bounded by MAX_ASSIGNMENTS_PER_DIRECTIVE; a longer directive is refused by `plan`.
@@ -439,8 +437,7 @@ impl Supervisor {
             Act::Suspend(key) => self.suspend(&key),
             Act::ReportSuspended(key) => {
                 tracing::info!(?key, "a new suspension of a replica already suspended here; reporting it suspended");
-                self.suspensions.reported(key);
-                self.observe(stopped(&key, false, StopCause::Directed))
+                self.report_suspended(key)
             }
             // Ended here as a STOP of it would be: a RUN of it that comes later (sent
             // before the SUSPEND, or the leader resuming what it counts as suspended) must
@@ -472,7 +469,6 @@ impl Supervisor {
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         signal_group(r.rec.pid, libc::SIGCONT);
         r.rec.phase = Phase::Running;
-        self.suspensions.forget(key);
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
         tracing::info!(?key, "resumed a suspended replica (SIGCONT)");
@@ -502,8 +498,13 @@ impl Supervisor {
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
         tracing::info!(?key, "suspended (SIGSTOP)");
-        self.suspensions.reported(*key);
-        self.observe(stopped(key, false, StopCause::Directed))
+        self.report_suspended(*key)
+    }
+
+    /// Noted before it is journaled, so the reporter's acknowledgement finds it.
+    fn report_suspended(&mut self, key: ReplicaKey) -> Result<(), JournalError> {
+        self.suspensions.reported(key);
+        self.observe(stopped(&key, false, StopCause::Directed))
     }
 
     fn record(&self, key: &ReplicaKey, a: &Assignment, phase: Phase) -> ReplicaRecord {

@@ -25,8 +25,8 @@ pub enum Answer {
     Recorded { state_index: u64 },
 }
 
-/// Shared by the supervisor and the reporter. Bounded by the replicas the supervisor tracks:
-/// it forgets a key when the replica resumes or its record goes (`retain`).
+/// Shared by the supervisor and the reporter. Bounded by the replicas held suspended: each
+/// read (`held`) forgets the others.
 #[derive(Debug, Default)]
 pub struct Suspensions {
     answers: Mutex<BTreeMap<ReplicaKey, Answer>>,
@@ -49,18 +49,12 @@ impl Suspensions {
         }
     }
 
-    /// `key` is no longer suspended (resumed, or ended).
-    pub fn forget(&self, key: &ReplicaKey) {
-        self.lock().remove(key);
-    }
-
-    pub fn snapshot(&self) -> BTreeMap<ReplicaKey, Answer> {
-        self.lock().clone()
-    }
-
-    /// Only what is still suspended here needs an answer: this keeps the map bounded.
-    pub fn retain(&self, keep: impl Fn(&ReplicaKey) -> bool) {
-        self.lock().retain(|k, _| keep(k));
+    /// The answers of the replicas `suspended` says are still held suspended; the others
+    /// (resumed, stopped, gone) are forgotten.
+    pub fn held(&self, suspended: impl Fn(&ReplicaKey) -> bool) -> BTreeMap<ReplicaKey, Answer> {
+        let mut answers = self.lock();
+        answers.retain(|k, _| suspended(k));
+        answers.clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ReplicaKey, Answer>> {
@@ -91,10 +85,10 @@ mod tests {
         let s = Suspensions::default();
         let key = ReplicaKey { job_id: 1, attempt: 1, rank: 0 };
         s.reported(key);
-        assert_eq!(s.snapshot()[&key], Answer::InFlight);
+        assert_eq!(s.held(|_| true)[&key], Answer::InFlight);
         s.acknowledged(&stops_in([stopped(1), stopped(2)].iter()), 40);
-        assert_eq!(s.snapshot().into_iter().collect::<Vec<_>>(), [(key, Answer::Recorded { state_index: 40 })]);
-        s.forget(&key);
-        assert!(s.snapshot().is_empty());
+        assert_eq!(s.held(|_| true).into_iter().collect::<Vec<_>>(), [(key, Answer::Recorded { state_index: 40 })]);
+        assert!(s.held(|_| false).is_empty(), "resumed: forgotten");
+        assert!(s.held(|_| true).is_empty());
     }
 }

@@ -212,9 +212,8 @@ mod tests {
         let victims = vec![Victim { job: low, attempt: 1 }];
         for (round, preemptor) in ["high", "urgent"].into_iter().enumerate() {
             let high = cpu_job(&mut s, preemptor, 10);
-            let message = "test".to_string();
-            let (job, victims, replicas) = (high, victims.clone(), on_n1());
-            decide(&mut s, Decision::Preempt { job, victims, replicas, message });
+            let (victims, message) = (victims.clone(), "test".to_string());
+            decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(), message });
             let a = the_one_on_n1(&s);
             assert_eq!(
                 (a.job_id, a.action, a.awaiting_suspended),
