@@ -1,7 +1,7 @@
 //! The partition network on this machine's kernel: a cut drops packets (one direction or
 //! both), a heal lets them through again, and dropping the network removes its namespaces.
-//! Needs root, `ip` and `nft` (as CI has); `BATON_CHAOS_NO_PARTITIONS=1` says to run without
-//! them, and the test then does nothing but say so.
+//! Needs root, `ip` and `nft`, so a plain `cargo test` ignores these tests; `./test.sh` runs
+//! them where it is root and has both.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -13,14 +13,6 @@ const PORT: u16 = 7300;
 /// A connect that gets no answer within this is taken as cut (the cut drops the SYN, so no
 /// answer ever comes; a live link answers within microseconds).
 const CONNECT_MS: u64 = 1_000;
-
-fn off() -> bool {
-    if std::env::var("BATON_CHAOS_NO_PARTITIONS").is_ok_and(|v| v == "1") {
-        eprintln!("network partitions are off (BATON_CHAOS_NO_PARTITIONS=1): not tested");
-        return true;
-    }
-    false
-}
 
 /// Runs `f` on a thread that entered namespace `ns` (a socket made there stays there).
 fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -53,10 +45,8 @@ fn labels(l: &[&str]) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root, ip and nft: ./test.sh runs it as root"]
 fn cuts_drop_packets_heals_let_them_through_and_the_network_is_removed_after() {
-    if off() {
-        return;
-    }
     let net = Net::create(&["a", "b", "c"]).unwrap_or_else(|e| panic!("{e}"));
     let _listeners: Vec<TcpListener> = ["a", "b", "c"].iter().map(|l| listen(&net, l)).collect();
     assert!(reaches(&net, "a", "b") && reaches(&net, HOST, "c"), "every link is up at first");
@@ -89,10 +79,8 @@ fn cuts_drop_packets_heals_let_them_through_and_the_network_is_removed_after() {
 }
 
 #[test]
+#[ignore = "needs root, ip and nft: ./test.sh runs it as root"]
 fn a_network_is_removed_when_its_run_panics() {
-    if off() {
-        return;
-    }
     let ns = std::panic::catch_unwind(|| {
         let net = Net::create(&["a"]).unwrap_or_else(|e| panic!("{e}"));
         let ns = net.namespace("a").to_string();
@@ -104,10 +92,8 @@ fn a_network_is_removed_when_its_run_panics() {
 }
 
 #[test]
+#[ignore = "needs root, ip and nft: ./test.sh runs it as root"]
 fn what_a_killed_run_left_behind_is_removed_by_the_next() {
-    if off() {
-        return;
-    }
     // The last slot: no run of these tests holds it (they take the lowest free ones).
     let n = baton_chaos::slot::SLOTS - 1;
     let stale = format!("bcs{n}-sw");
@@ -142,10 +128,8 @@ fn exists(ns: &str) -> bool {
 }
 
 #[test]
+#[ignore = "needs root, ip and nft: ./test.sh runs it as root"]
 fn networks_of_two_processes_at_once_stay_apart() {
-    if off() {
-        return;
-    }
     use std::io::BufRead;
     use std::process::{Command, Stdio};
     let mut child = Command::new(std::env::current_exe().unwrap())

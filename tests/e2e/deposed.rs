@@ -78,10 +78,8 @@ async fn wait_all_obey(c: &Cluster, names: &[String], term: u64, leader_id: u64,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, ip and nft: ./test.sh runs it as root"]
 async fn agents_stop_obeying_a_leader_cut_from_its_peers_and_obey_the_new_one() {
-    if crate::partitions_off() {
-        return;
-    }
     let _one_at_a_time = crate::CHAOS_RUNS.lock().await;
     let nodes: Vec<NodeArgs> = (1..=3).map(|i| NodeArgs::gpus(&format!("n{i}"), &format!("rack-{i}"), 4)).collect();
     let t = Timing::default();

@@ -2,8 +2,8 @@
 //! user's uid and groups, its logs and checkpoints are the user's alone, and a user this
 //! agent does not allow (root included) fails the start with the reason in its log.
 //!
-//! Needs root, as the tests run here and in CI: it creates the system user it runs jobs as
-//! (`useradd`, once; never removed, other runs share it).
+//! Needs root: it creates the system user it runs jobs as (`useradd`, once; never removed,
+//! other runs share it). A plain `cargo test` ignores these tests; `./test.sh` runs them as root.
 
 mod common;
 
@@ -53,6 +53,7 @@ fn allowing(users: &[&str], allow_root: bool) -> RunAsPolicy {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: ./test.sh runs it as root"]
 async fn a_replica_runs_with_its_users_uid_and_groups_and_owns_its_files() {
     let who = ensure_user();
     let dir = data_dir();
@@ -85,6 +86,7 @@ async fn a_replica_runs_with_its_users_uid_and_groups_and_owns_its_files() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: ./test.sh runs it as root"]
 async fn a_user_the_agent_does_not_allow_fails_its_start_with_the_reason() {
     ensure_user();
     let dir = data_dir();
@@ -127,6 +129,7 @@ async fn a_user_the_agent_does_not_allow_fails_its_start_with_the_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: ./test.sh runs it as root"]
 async fn root_runs_only_where_the_agent_allows_root() {
     let dir = data_dir();
     let gw = Gateway::start(None).await;
@@ -143,6 +146,7 @@ async fn root_runs_only_where_the_agent_allows_root() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: ./test.sh runs it as root"]
 async fn an_agent_for_users_refuses_a_data_directory_they_cannot_reach() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();

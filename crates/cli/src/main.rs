@@ -38,9 +38,11 @@ enum Command {
     Workload(agent::WorkloadArgs),
 }
 
-/// Commands that print and end (`baton sim ... | head`) die quietly of SIGPIPE when their
-/// reader goes away, as other Unix tools do; Rust ignores SIGPIPE, which turns the closed pipe
-/// into a panic in `print!`. Long-running commands keep ignoring it.
+/// `baton sim ... | head` dies quietly of SIGPIPE when its reader goes away, as other Unix
+/// tools do; Rust ignores SIGPIPE, which turns the closed pipe into a panic in `print!`. The
+/// client commands keep ignoring it: they write through `Write` and end quietly on a broken
+/// pipe, and a server that closes their connection (a TLS server asked for plain HTTP/2)
+/// must be an error that says what to do, not a silent death of the process.
 fn quiet_on_closed_pipe() {
     // SAFETY: restores the default disposition of one signal before any thread starts.
     unsafe {
@@ -50,7 +52,7 @@ fn quiet_on_closed_pipe() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Sim(_) | Command::Client(_)) {
+    if matches!(cli.command, Command::Sim(_)) {
         quiet_on_closed_pipe();
     }
     match cli.command {

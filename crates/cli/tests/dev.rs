@@ -109,6 +109,11 @@ fn dev_cluster_speaks_only_mutual_tls(text: &str) {
     assert_eq!(info.matches(" (peer 127.0.0.1:").count(), 3, "{info}");
     let out = cli(&[("BATON_INSECURE", "1")]);
     assert!(!out.status.success(), "plain TCP got an answer: {}", String::from_utf8_lossy(&out.stdout));
+    // Refused with what to do, as an error of the command: not a death by SIGPIPE (status
+    // 141, nothing printed) when the TLS replica hangs up on the plain client.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("requires TLS") && err.contains("BATON_TLS_DIR"), "{err}");
 }
 
 /// The commands dev prints work as printed: with its admin token file, as the admin; without

@@ -54,4 +54,24 @@ fn cluster_info_of_a_replica_served_with_insecure_says_insecure() {
     };
     assert!(info.contains("transport: INSECURE (plain TCP, no certificates"), "{info}");
     assert!(!info.contains("mutual TLS"), "{info}");
+    tls_client_is_told_the_replica_is_plain(&api, dir.path());
+}
+
+/// A client with certificates, against this plain replica, is told to pass --insecure
+/// instead of "received corrupt message of type InvalidContentType".
+fn tls_client_is_told_the_replica_is_plain(api: &str, dir: &std::path::Path) {
+    let tls = dir.join("tls");
+    let made = Command::new(BATON)
+        .args(["tls", "init", "--dir", tls.to_str().unwrap(), "--replicas", "1", "--clients", "c"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let out = Command::new(BATON)
+        .args(["cluster", "info", "--timeout", "5s", "--server", api])
+        .env("BATON_TLS_DIR", tls.join("client-c"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not speak TLS") && err.contains("--insecure"), "{err}");
 }

@@ -17,6 +17,7 @@ use tonic::{Code, Status};
 
 use crate::client::auth::Bearer;
 use crate::client::error::{ClientError, Subject};
+use crate::client::mismatch;
 
 /// Where a replica listens when neither `--server` nor `BATON_SERVER` says.
 pub const DEFAULT_SERVER: &str = "127.0.0.1:7070";
@@ -217,6 +218,9 @@ impl Conn {
                 Some(c) => c,
                 None => match dial(addr, &self.transport, REPLICA_HOST).await {
                     Ok(c) => c,
+                    Err(why) if self.transport.is_tls() && mismatch::is_plain_answer(&why) => {
+                        return Err(ClientError::TlsMismatch(mismatch::plain_server_hint(addr)));
+                    }
                     Err(why) => {
                         tries[i] += 1;
                         trail.failed(addr, why);
@@ -229,6 +233,9 @@ impl Conn {
                 Ok(reply) => {
                     *self.current.lock().expect("not poisoned") = Some((i, ch));
                     return Ok(reply.into_inner());
+                }
+                Err(s) if self.is_tls_refusal(&s, addr).await => {
+                    return Err(ClientError::TlsMismatch(mismatch::tls_server_hint(addr)));
                 }
                 Err(s) if is_no_leader(&s) => {
                     // The replica is up but cannot serve writes (or linearizable reads) until an
@@ -253,6 +260,18 @@ impl Conn {
                 Err(s) => return Err(ClientError::from_status(&s, subject, name)),
             }
         }
+    }
+}
+
+impl Conn {
+    /// Whether a failed call of this plain client met a replica that speaks TLS: it hangs up
+    /// on the HTTP/2 preface, which the call sees as a transport error, so the address is
+    /// asked once more, by a probe that reads the answer.
+    async fn is_tls_refusal(&self, s: &Status, addr: &str) -> bool {
+        let transport_failure = matches!(s.code(), Code::Unknown | Code::Unavailable | Code::Internal)
+            && !is_no_leader(s)
+            && (s.message().contains("transport error") || s.message().contains("h2 protocol error"));
+        !self.transport.is_tls() && transport_failure && mismatch::speaks_tls(addr).await
     }
 }
 

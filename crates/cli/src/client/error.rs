@@ -15,6 +15,9 @@ pub enum ClientError {
          check --server (or BATON_SERVER) and that `baton server` runs there"
     )]
     Unreachable { tried: String, last: String },
+    /// The client and the replica disagree about TLS; the text says which way and what to do.
+    #[error("{0}")]
+    TlsMismatch(String),
     /// The whole call ran past `--timeout`.
     #[error(
         "no answer within {secs}s (tried {tried}); the cluster may be overloaded or partitioned, retry or raise --timeout"
@@ -95,9 +98,20 @@ impl ClientError {
             Code::InvalidArgument => ClientError::InvalidArgument(message),
             Code::AlreadyExists => ClientError::Exists(message),
             _ if Reason::of(status) == Some(Reason::Conflict) => ClientError::Conflict(message),
-            code => ClientError::Server { code: code_name(code).to_string(), message },
+            code => {
+                let code = code_name(code);
+                let message = unrepeated(code, &message).to_string();
+                ClientError::Server { code: code.to_string(), message }
+            }
         }
     }
+}
+
+/// The server's message without a leading `"{code}: "`: the model words its refusals
+/// ("permission denied: ...") as the status code does, and the two together read
+/// "permission denied: permission denied: ...".
+fn unrepeated<'a>(code: &str, message: &'a str) -> &'a str {
+    message.strip_prefix(code).and_then(|rest| rest.strip_prefix(": ")).unwrap_or(message)
 }
 
 /// Status codes as people read them in gRPC docs.
@@ -120,5 +134,24 @@ pub fn code_name(code: Code) -> &'static str {
         Code::Unavailable => "unavailable",
         Code::DataLoss => "data loss",
         Code::Unauthenticated => "unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_its_code_once() {
+        let status = tonic::Status::permission_denied("permission denied: queue team-b is not yours");
+        let e = ClientError::from_status(&status, Subject::Job, "j");
+        assert_eq!(e.to_string(), "permission denied: queue team-b is not yours");
+        let status = tonic::Status::unauthenticated("unauthenticated: the token is revoked");
+        let e = ClientError::from_status(&status, Subject::Job, "j");
+        assert_eq!(e.to_string(), "unauthenticated: the token is revoked");
+        // A message that merely starts with the same word keeps it.
+        let status = tonic::Status::permission_denied("permission denied by the queue's policy");
+        let e = ClientError::from_status(&status, Subject::Job, "j");
+        assert_eq!(e.to_string(), "permission denied: permission denied by the queue's policy");
     }
 }

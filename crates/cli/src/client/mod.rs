@@ -20,6 +20,7 @@ pub mod error;
 pub mod human;
 pub mod jobs;
 pub mod logs;
+pub mod mismatch;
 pub mod nodes;
 pub mod output;
 pub mod queue;
