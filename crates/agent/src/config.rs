@@ -43,6 +43,10 @@ pub struct AgentConfig {
     /// Who replicas run as. `new` gives the agent's own user (what tests and development
     /// want); `baton agent` makes the operator choose (`--run-as-allow` or `--run-as-self`).
     pub run_as: crate::run_as::RunAsPolicy,
+    /// How replicas are held: a cgroup each, or process groups (`--containment`).
+    pub containment: crate::cgroup::ContainmentMode,
+    /// Where the replicas' cgroups go; `None`: beside the agent's own cgroup.
+    pub cgroup_root: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -66,6 +70,8 @@ impl AgentConfig {
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
             transport: baton_proto::tls::Transport::Insecure,
             run_as: crate::run_as::RunAsPolicy::AgentUser,
+            containment: crate::cgroup::ContainmentMode::Auto,
+            cgroup_root: None,
         }
     }
 

@@ -19,6 +19,8 @@ pub enum AgentError {
     LogsServer(String),
     #[error("TLS for the logs server: {0}")]
     Tls(String),
+    #[error("--containment: {0}")]
+    Cgroup(#[from] crate::cgroup::CgroupError),
     #[error("an agent task failed: {0}")]
     Task(String),
 }

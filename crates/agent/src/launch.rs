@@ -102,6 +102,8 @@ pub struct LaunchDirs<'a> {
     pub node: &'a str,
     /// Who replicas may run as here.
     pub run_as: &'a RunAsPolicy,
+    /// The replica's own cgroup; `None`: its process group only.
+    pub cgroup: Option<crate::cgroup::ReplicaCgroup>,
 }
 
 /// A job's checkpoint directory, keyed by its id: a name is reused once its job ended, and a
@@ -335,6 +337,12 @@ fn try_start(
         own_path(parent, who.as_ref(), 0o700).map_err(|e| fail("cannot hand over", parent, e))?;
     }
 
+    // Opened here, joined by the child before it runs anything of the job: its processes are
+    // in the cgroup from their first instruction, and none can leave it.
+    let cgroup_procs = match &dirs.cgroup {
+        Some(c) => Some(c.create().map_err(|e| StartError(format!("cannot make the replica's cgroup: {e}")))?),
+        None => None,
+    };
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
@@ -351,10 +359,14 @@ fn try_start(
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no
     // terminal signals reach it, and the whole group is signalled at once by its pgid. Then
     // the job's user, before anything of the job runs.
-    // SAFETY: setsid and the calls in `drop_to` are async-signal-safe and touch only what
-    // the parent allocated before the fork.
+    // SAFETY: the cgroup join (write(2)), setsid and the calls in `drop_to` are
+    // async-signal-safe and touch only what the parent allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            // First, while still root: the cgroup's files are the agent's.
+            if let Some(procs) = &cgroup_procs {
+                crate::cgroup::join_in_child(procs)?;
+            }
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }

@@ -38,6 +38,7 @@
 
 pub mod agent;
 pub mod backoff;
+pub mod cgroup;
 pub mod checkpoint;
 pub mod config;
 pub mod dialing;

@@ -106,3 +106,7 @@ pub const WATCHDOG_POLL_MS: u64 = 200;
 /// The bound on how much faster the agent's clock may run than the leader's over a lease,
 /// as a divisor: 1/100 (1 %), far above what any quartz oscillator drifts (100 ppm).
 pub const CLOCK_DRIFT_DIVISOR: u64 = 100;
+
+/// Cgroups of ended replicas the supervisor keeps trying to remove; more wait for the sweep
+/// at the agent's next start (a cgroup holding a process in uninterruptible sleep stays).
+pub const MAX_DYING_CGROUPS: usize = 1_024;

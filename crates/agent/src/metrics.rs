@@ -43,6 +43,7 @@ pub struct AgentMetrics {
     reports_sent: Counter,
     reports_failed: Counter,
     journal_failing: Gauge,
+    process_group_only: Gauge,
     runs_refused: Counter,
     tls_not_after: Family<Labels, Gauge>,
     gpu_utilization_ratio: Family<Labels, GaugeF>,
@@ -70,6 +71,7 @@ impl AgentMetrics {
             reports_sent: Counter::default(),
             reports_failed: Counter::default(),
             journal_failing: Gauge::default(),
+            process_group_only: Gauge::default(),
             tls_not_after: Family::default(),
             runs_refused: Counter::default(),
             gpu_utilization_ratio: Family::default(),
@@ -125,6 +127,11 @@ impl AgentMetrics {
             self.journal_failing.clone(),
         );
         r.register(
+            "baton_agent_process_group_only",
+            "1 when replicas are held by process groups only (no cgroup v2 here, or --containment process-group): a process that leaves its group escapes stops and kills",
+            self.process_group_only.clone(),
+        );
+        r.register(
             "baton_agent_runs_refused",
             "RUNs not started or resumed because the journal could not be written",
             self.runs_refused.clone(),
@@ -148,6 +155,11 @@ impl AgentMetrics {
         let cause = if lease_expired { "lease_expired" } else { "directed" };
         self.stops.get_or_create(&vec![("cause", cause.to_string())]).inc();
         self.stop_seconds.observe(seconds);
+    }
+
+    /// Says that replicas here are held by process groups only (the weaker mode).
+    pub fn process_group_only(&self, weak: bool) {
+        self.process_group_only.set(i64::from(weak));
     }
 
     pub fn journal_failing(&self, failing: bool) {

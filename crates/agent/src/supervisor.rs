@@ -59,6 +59,10 @@ struct Replica {
 
 pub struct Supervisor {
     journal: Arc<Journal>,
+    /// Where each replica's cgroup goes; `None`: process groups only.
+    cgroups: Option<crate::cgroup::CgroupRoot>,
+    /// Cgroups of ended replicas killed but not empty yet: removed by a later tick.
+    dying_cgroups: Vec<crate::cgroup::ReplicaCgroup>,
     node: String,
     data_dir: PathBuf,
     checkpoint_root: PathBuf,
@@ -117,6 +121,8 @@ pub struct Shared {
 }
 
 pub struct Settings {
+    /// Where each replica's cgroup goes; `None`: process groups only.
+    pub cgroups: Option<crate::cgroup::CgroupRoot>,
     /// This node's name.
     pub node: String,
     pub data_dir: PathBuf,
@@ -139,6 +145,8 @@ impl Supervisor {
         let live_logs: LiveLogs = Arc::default();
         let mut sup = Supervisor {
             journal,
+            cgroups: settings.cgroups,
+            dying_cgroups: Vec::new(),
             node: settings.node,
             data_dir: settings.data_dir,
             checkpoint_root: settings.checkpoint_root,
@@ -219,6 +227,9 @@ impl Supervisor {
         }
         if let Some(boot) = boot.filter(|_| !same_boot) {
             sup.journal.note_boot(&boot)?;
+        }
+        if let Some(root) = &sup.cgroups {
+            root.remove_empty_children();
         }
         sup.publish();
         let suspensions = sup.suspensions.clone();
@@ -589,6 +600,7 @@ impl Supervisor {
             checkpoint_root: &self.checkpoint_root,
             node: &self.node,
             run_as: &self.run_as,
+            cgroup: cgroup_of(&self.cgroups, key),
         };
         match launch::start(a, &dirs, &signal_name, signal) {
             Ok(started) => {
@@ -706,6 +718,16 @@ impl Supervisor {
             // Whatever the job left behind in its group (children) goes with it. The group
             // id cannot have been reused while members of it remain.
             signal_group(r.rec.pid, libc::SIGKILL);
+        }
+        // And whatever left the group (setsid, a double fork): its cgroup holds it. The cgroup
+        // is this replica's alone, so unlike a pid it is safe to kill even after a restart.
+        if let Some(c) = cgroup_of(&self.cgroups, key) {
+            kill_cgroup(&c);
+            // Bounded: a cgroup that never empties (a process in uninterruptible sleep) is
+            // left to the next start's sweep once this many wait.
+            if c.dir().exists() && self.dying_cgroups.len() < crate::limits::MAX_DYING_CGROUPS {
+                self.dying_cgroups.push(c);
+            }
         }
         let seen = Ended {
             code,
@@ -833,6 +855,11 @@ impl Supervisor {
         self.metrics.journal_failing(self.journal.failing().is_some());
         self.check_lease()?;
         self.reapply()?;
+        // Killed on the replica's end; gone once their last process has died.
+        self.dying_cgroups.retain(|c| {
+            let _ = c.kill();
+            c.remove().is_err()
+        });
         let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
         let mut again = Vec::new();
@@ -855,6 +882,10 @@ impl Supervisor {
             };
             if past_deadline && group_alive(rec.pid) {
                 signal_group(rec.pid, libc::SIGKILL);
+            }
+            if past_deadline && let Some(c) = cgroup_of(&self.cgroups, key) {
+                // Also the processes that left the group: only the cgroup still holds them.
+                let _ = c.kill();
             }
             if let Some((at, sig)) = r.signal_again
                 && Instant::now() >= at
@@ -1029,6 +1060,23 @@ enum Leftovers {
 }
 
 /// The newest file that counts as `key`'s rank's checkpoint (0: none).
+/// The cgroup of replica `key` under `root`, if replicas have cgroups here.
+fn cgroup_of(root: &Option<crate::cgroup::CgroupRoot>, key: &ReplicaKey) -> Option<crate::cgroup::ReplicaCgroup> {
+    root.as_ref().map(|r| r.replica(key.job_id, key.attempt, key.rank))
+}
+
+/// Kills what is left in a replica's cgroup and removes the cgroup once empty (a process
+/// takes a moment to die after SIGKILL: `prune_finished` removes what is still there).
+fn kill_cgroup(c: &crate::cgroup::ReplicaCgroup) {
+    if !c.dir().exists() {
+        return;
+    }
+    if let Err(e) = c.kill() {
+        tracing::warn!("{e}");
+    }
+    let _ = c.remove();
+}
+
 fn newest_checkpoint_ms(checkpoint_root: &Path, key: &ReplicaKey) -> u64 {
     newest_rank_mtime_ms(&launch::checkpoint_dir(checkpoint_root, key.job_id), key.rank)
 }

@@ -65,6 +65,16 @@ pub struct AgentArgs {
     /// Run every job as this agent's own user, whatever it names (development, containers).
     #[arg(long)]
     run_as_self: bool,
+    /// How replicas are held: `cgroup` (a cgroup v2 each, killed whole; refuses to start
+    /// without a writable v2 hierarchy), `process-group` (the weaker mode: a process that
+    /// leaves its group escapes), or `auto` (cgroup where the host allows it, else process
+    /// groups, said in the log and by baton_agent_process_group_only on /metrics).
+    #[arg(long, env = "BATON_CONTAINMENT", default_value = "auto", value_parser = baton_agent::cgroup::ContainmentMode::parse)]
+    containment: baton_agent::cgroup::ContainmentMode,
+    /// The cgroup v2 directory under which each replica's cgroup is made (default: beside the
+    /// agent's own cgroup, `baton-NODE-HASH`). Systemd units give one with Delegate=yes.
+    #[arg(long, env = "BATON_CGROUP_ROOT", value_name = "DIR")]
+    cgroup_root: Option<std::path::PathBuf>,
     /// Send baton's tracing spans (each job's decision path) to an OpenTelemetry collector
     /// over OTLP/gRPC at this address, http://HOST:PORT (off unless given; docs/metrics.md).
     #[arg(long, env = crate::otel::ENDPOINT_VAR, value_name = "URL", value_parser = crate::otel::parse_endpoint)]
@@ -123,6 +133,8 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.cpu = args.cpu;
     c.memory_bytes = memory_bytes;
     c.checkpoint_root = args.checkpoint_root;
+    c.containment = args.containment;
+    c.cgroup_root = args.cgroup_root;
     c.listen = args.listen;
     c.heartbeat_ms = args.heartbeat_ms;
     c.metrics_listen = args.metrics_listen;

@@ -1,0 +1,104 @@
+//! Replicas held by the kernel (`--containment cgroup`): each replica runs in a cgroup of its
+//! own from its first instruction, and a process that leaves the replica's process group
+//! (`setsid`) is killed with the replica all the same.
+//!
+//! Needs root and a writable cgroup v2 hierarchy, so the tests that make cgroups are ignored by
+//! a plain `cargo test`; `./test.sh` runs them as root. The refusal without one runs anywhere.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use baton_agent::cgroup::ContainmentMode;
+use baton_proto::v1::Action;
+use common::*;
+
+/// A cgroup root of this test's own under the v2 hierarchy, removed at the end.
+struct TestRoot(PathBuf);
+
+impl TestRoot {
+    fn new(name: &str) -> TestRoot {
+        let mount = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(Path::new)
+            .find(|m| m.join("cgroup.kill").exists() || m.join("cgroup.subtree_control").exists())
+            .expect("a cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified");
+        TestRoot(mount.join(format!("baton-test-{name}-{}", std::process::id())))
+    }
+}
+
+impl Drop for TestRoot {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.0) else { return };
+        for e in entries.flatten() {
+            let _ = std::fs::write(e.path().join("cgroup.kill"), "1");
+            for _ in 0..50 {
+                if std::fs::remove_dir(e.path()).is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn cgroup_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and a writable cgroup v2 hierarchy: ./test.sh runs it as root"]
+async fn a_process_that_left_its_group_is_killed_with_its_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = TestRoot::new("escape");
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.containment = ContainmentMode::Cgroup;
+    c.cgroup_root = Some(root.0.clone());
+    let _agent = start_agent(c).await;
+    let (escaped, main) = (dir.path().join("escaped"), dir.path().join("main"));
+    let _reaper = Reaper(vec![escaped.clone(), main.clone()]);
+    // The child leaves the replica's session and process group, as a daemonizing tool does.
+    let cmd = format!(
+        "setsid sh -c 'echo $$ > {}; exec sleep 600' & echo $$ > {}; exec sleep 600",
+        escaped.display(),
+        main.display()
+    );
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let escaped_pid = wait_for(5, "the escaped child's pid", || read_pid(&escaped)).await;
+    let main_pid = wait_for(5, "the replica's pid", || read_pid(&main)).await;
+    let replica_cgroup = "/1-1-0";
+    assert!(cgroup_of(main_pid).contains(replica_cgroup), "{}", cgroup_of(main_pid));
+    assert!(cgroup_of(escaped_pid).contains(replica_cgroup), "setsid left the cgroup: {}", cgroup_of(escaped_pid));
+    assert_ne!(proc_pgid(escaped_pid), proc_pgid(main_pid), "the child did not leave the group");
+
+    // Cancelled: absent from the next directive.
+    gw.set(1, vec![]);
+    wait_for(10, "the escaped child killed with its replica", || (!alive(escaped_pid)).then_some(())).await;
+    assert!(!alive(main_pid));
+    wait_for(10, "the replica's cgroup removed", || (!root.0.join("1-1-0").exists()).then_some(())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containment_cgroup_without_a_usable_hierarchy_refuses_to_start_and_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_cgroup = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.containment = ContainmentMode::Cgroup;
+    c.cgroup_root = Some(not_a_cgroup.path().to_path_buf());
+    let inv = baton_agent::inventory::development_inventory(&c.name, 4);
+    let err = match baton_agent::start_with_inventory(c, inv).await {
+        Ok(_) => panic!("an agent started without its containment"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("--containment") && err.contains("--containment process-group"), "{err}");
+}
+
+/// The process group of `pid`, from /proc.
+fn proc_pgid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis: state, ppid, pgrp.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+}
