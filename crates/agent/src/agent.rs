@@ -176,12 +176,8 @@ pub async fn start_with_journal(
         ),
         None => None,
     };
-    let cgroups = crate::cgroup::resolve(
-        config.containment,
-        config.cgroup_root.as_deref(),
-        &config.name,
-        &config.data_dir,
-    )?;
+    let cgroups =
+        crate::cgroup::resolve(config.containment, config.cgroup_root.as_deref(), &config.name, &config.data_dir)?;
     metrics.process_group_only(cgroups.is_none());
     let settings = Settings {
         cgroups,

@@ -253,6 +253,12 @@ impl Supervisor {
             self.survive(done)?;
         }
         self.waits.abort_all();
+        // Replicas outlive the agent in their cgroups; an agent that leaves none removes its
+        // root (rmdir(2) refuses one that still has children).
+        if let Some(root) = &self.cgroups {
+            root.remove_empty_children();
+            let _ = std::fs::remove_dir(root.dir());
+        }
         Ok(())
     }
 

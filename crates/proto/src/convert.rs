@@ -56,6 +56,29 @@ fn names(list: &[String], field: &str) -> R<Vec<Name>> {
     list.iter().enumerate().map(|(i, n)| name(n, &format!("{field}[{i}]"))).collect()
 }
 
+/// Pools a job or task may name at most: more is no preference order a person writes, and
+/// each job keeps its list in the replicated state.
+pub const MAX_POOLS_PER_JOB: usize = 64;
+
+/// A job's or task's pool list: valid names, each once, at most `MAX_POOLS_PER_JOB`; empty is
+/// any pool.
+fn pool_list(list: &[String], field: &str) -> R<Option<Vec<Name>>> {
+    if list.is_empty() {
+        return Ok(None);
+    }
+    if list.len() > MAX_POOLS_PER_JOB {
+        return Err(bad(field, format!("{} pools; at most {MAX_POOLS_PER_JOB}", list.len())));
+    }
+    let pools = names(list, field)?;
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, p) in pools.iter().enumerate() {
+        if !seen.insert(p) {
+            return Err(bad(&format!("{field}[{i}]"), format!("pool {p} appears twice")));
+        }
+    }
+    Ok(Some(pools))
+}
+
 fn strs(list: &[Name]) -> Vec<String> {
     list.iter().map(|n| n.to_string()).collect()
 }
@@ -209,7 +232,7 @@ pub fn job_spec_from_proto(s: &v1::JobSpec) -> R<JobSpec> {
         queue: name(&s.queue, "spec.queue")?,
         priority,
         tasks: tasks?,
-        pools: if s.pools.is_empty() { None } else { Some(names(&s.pools, "spec.pools")?) },
+        pools: pool_list(&s.pools, "spec.pools")?,
         topology,
         preemption_mode: mode_from_proto(closed(s.preemption_mode, "spec.preemption_mode")?),
         grace_ms: s.grace_ms.unwrap_or(DEFAULT_GRACE_MS),
@@ -226,7 +249,7 @@ fn task_from_proto(t: &v1::TaskSpec, field: &str) -> R<TaskSpec> {
         name: name(&t.name, &format!("{field}.name"))?,
         replicas: t.replicas,
         resources: resources_from_proto(t.resources.as_ref(), &format!("{field}.resources"))?,
-        pools: if t.pools.is_empty() { None } else { Some(names(&t.pools, &format!("{field}.pools"))?) },
+        pools: pool_list(&t.pools, &format!("{field}.pools"))?,
     })
 }
 
@@ -765,5 +788,18 @@ mod tests {
         );
         q.preemption.borrow_within_cohort = Some(BorrowWithinCohort { max_priority_threshold: Some(50) });
         assert_eq!(queue_from_proto(&queue_to_proto(&q)).unwrap(), q);
+    }
+
+    #[test]
+    fn a_pool_list_with_a_pool_twice_or_too_many_pools_is_refused_naming_the_field() {
+        let twice: Vec<String> = vec!["a100".into(), "h100".into(), "a100".into()];
+        let err = pool_list(&twice, "spec.pools").unwrap_err();
+        assert_eq!(err.field, "spec.pools[2]");
+        assert!(err.message.contains("appears twice"), "{err}");
+        let many: Vec<String> = (0..=MAX_POOLS_PER_JOB).map(|i| format!("p{i}")).collect();
+        let err = pool_list(&many, "tasks[0].pools").unwrap_err();
+        assert_eq!(err.field, "tasks[0].pools");
+        assert_eq!(pool_list(&[], "spec.pools").unwrap(), None);
+        assert_eq!(pool_list(&twice[..2], "spec.pools").unwrap().map(|p| p.len()), Some(2));
     }
 }

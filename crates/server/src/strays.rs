@@ -4,7 +4,7 @@
 //! reported `resend_ms` after first seen (a report may cross the directive that drops it).
 //! In the leader's memory only, bounded by `MAX_TRACKED`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -12,40 +12,54 @@ use baton_model::command::Observed;
 use baton_model::name::Name;
 use baton_proto::v1::{Assignment, ReplicaPhase, Running};
 
-/// Replicas tracked at once; beyond it the map starts over (a stray is seen again).
+/// Replicas tracked at once, all nodes together; beyond it the map starts over (a stray is
+/// seen again).
 pub const MAX_TRACKED: usize = 65_536;
 
-/// (node, job id, attempt, rank).
-type Key = (Name, u64, u32, u32);
+/// (job id, attempt, rank) on one node.
+type Key = (u64, u32, u32);
+
+/// When each stray of one node was first seen, and whether it has been recorded.
+type Seen = HashMap<Key, (Instant, bool)>;
 
 #[derive(Default)]
 pub struct Strays {
-    /// When each stray was first seen, and whether it has been recorded.
-    seen: Mutex<HashMap<Key, (Instant, bool)>>,
+    /// Per node: a report touches only its own node's entries. Under a std mutex held for
+    /// one report's work, which is linear in what the report and the directive list (a
+    /// report of an agent listing 65,536 replicas must not stall every other report).
+    seen: Mutex<HashMap<Name, Seen>>,
 }
 
 impl Strays {
     /// The strays of `node` to record now, given what it was last sent and what it reports.
     pub fn check(&self, node: &Name, published: &[Assignment], running: &[Running], settle: Duration) -> Vec<Observed> {
         let now = Instant::now();
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.len() >= MAX_TRACKED {
-            seen.clear();
-        }
-        let stray: Vec<Key> = running
+        let placed: HashSet<Key> = published.iter().map(|a| (a.job_id, a.attempt, a.rank)).collect();
+        let stray: HashSet<Key> = running
             .iter()
             .filter(|r| r.phase != ReplicaPhase::Stopping as i32)
-            .filter(|r| !published.iter().any(|a| (a.job_id, a.attempt, a.rank) == (r.job_id, r.attempt, r.rank)))
-            .map(|r| (node.clone(), r.job_id, r.attempt, r.rank))
+            .map(|r| (r.job_id, r.attempt, r.rank))
+            .filter(|k| !placed.contains(k))
             .collect();
-        seen.retain(|k, _| k.0 != *node || stray.contains(k));
+        let mut all = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if all.values().map(HashMap::len).sum::<usize>() + stray.len() > MAX_TRACKED {
+            all.clear();
+        }
+        let seen = all.entry(node.clone()).or_default();
+        seen.retain(|k, _| stray.contains(k));
+        // In the report's order of keys, so the observations recorded do not depend on hashing.
+        let mut stray: Vec<Key> = stray.into_iter().collect();
+        stray.sort_unstable();
         let mut out = Vec::new();
         for key in stray {
-            let (first, recorded) = seen.entry(key.clone()).or_insert((now, false));
+            let (first, recorded) = seen.entry(key).or_insert((now, false));
             if !*recorded && now.duration_since(*first) >= settle {
                 *recorded = true;
-                out.push(Observed::Stray { job: key.1, attempt: key.2, rank: key.3 });
+                out.push(Observed::Stray { job: key.0, attempt: key.1, rank: key.2 });
             }
+        }
+        if seen.is_empty() {
+            all.remove(node);
         }
         out
     }
@@ -71,5 +85,34 @@ mod tests {
         let out = s.check(&n1, &placed, &running, Duration::from_millis(50));
         assert_eq!(out, vec![Observed::Stray { job: 2, attempt: 1, rank: 0 }]);
         assert!(s.check(&n1, &placed, &running, Duration::from_millis(50)).is_empty(), "recorded once");
+    }
+
+    #[test]
+    fn a_report_touches_only_its_own_nodes_strays() {
+        let s = Strays::default();
+        let (n1, n2) = (Name::lit("n1"), Name::lit("n2"));
+        let running = vec![run(2, ReplicaPhase::Running)];
+        assert!(s.check(&n1, &[], &running, Duration::ZERO).len() == 1);
+        // n2's report without the replica does not forget n1's (already recorded) stray.
+        assert!(s.check(&n2, &[], &[], Duration::ZERO).is_empty());
+        assert!(s.check(&n1, &[], &running, Duration::ZERO).is_empty(), "n1's stray is still recorded");
+        // n1's report without it forgets it: seen again later, it is recorded again.
+        assert!(s.check(&n1, &[], &[], Duration::ZERO).is_empty());
+        assert_eq!(s.check(&n1, &[], &running, Duration::ZERO).len(), 1);
+    }
+
+    /// The largest report an agent may send against the largest directive: linear work (the
+    /// old check compared every reported replica with every placed one, and every tracked
+    /// stray with every reported one: 2^32 comparisons here).
+    #[test]
+    fn a_maximal_report_is_checked_in_linear_work() {
+        let s = Strays::default();
+        let n1 = Name::lit("n1");
+        let n = 65_536u64;
+        let placed: Vec<Assignment> =
+            (0..n).map(|j| Assignment { job_id: j, attempt: 1, ..Default::default() }).collect();
+        let running: Vec<Running> = (n / 2..n + n / 2).map(|j| run(j, ReplicaPhase::Running)).collect();
+        let out = s.check(&n1, &placed, &running, Duration::ZERO);
+        assert_eq!(out.len(), (n / 2) as usize, "the replicas reported but not placed");
     }
 }

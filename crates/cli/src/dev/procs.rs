@@ -42,20 +42,27 @@ pub struct Children {
     metrics: Vec<(String, String)>,
 }
 
-/// A new admin token, written to `dir/admin.token` readable by this user only.
+/// A new admin token, written to `dir/admin.token` readable by this user only. Written to
+/// a new file (never an existing one, never through a link: `--dir` may name a directory
+/// others can write, where `admin.token` could be a link to a file of this user's), then
+/// renamed over the name, which replaces a link instead of following it.
 fn admin_token(dir: &Path) -> Result<(String, PathBuf), String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let token = new_token().map_err(|e| format!("cannot make a token: {e}"))?;
     let path = dir.join("admin.token");
+    let fresh = dir.join(format!(".admin.token.{}", std::process::id()));
+    let _ = std::fs::remove_file(&fresh);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
-        .open(&path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    writeln!(f, "{token}").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .open(&fresh)
+        .map_err(|e| format!("cannot create {}: {e}", fresh.display()))?;
+    writeln!(f, "{token}").map_err(|e| format!("cannot write {}: {e}", fresh.display()))?;
+    std::fs::rename(&fresh, &path)
+        .map_err(|e| format!("cannot rename {} to {}: {e}", fresh.display(), path.display()))?;
     Ok((token, path))
 }
 
@@ -388,4 +395,24 @@ fn alive(pid: u32) -> bool {
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admin_token_replaces_a_link_instead_of_writing_through_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("admin.token")).unwrap();
+        let (token, path) = admin_token(dir.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n", "written through the link");
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_file(), "admin.token is still a link");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), token);
+    }
 }
