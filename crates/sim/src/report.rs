@@ -23,8 +23,10 @@ pub const MAX_POINTS_PER_SERIES: usize = 2_000;
 pub const MAX_SERIES: usize = 24;
 
 const WIDTH: f64 = 900.0;
-const HEIGHT: f64 = 320.0;
-const MARGIN: (f64, f64, f64, f64) = (60.0, 20.0, 30.0, 40.0); // left, right, top, bottom
+const PLOT_HEIGHT: f64 = 250.0;
+const MARGIN: (f64, f64, f64) = (60.0, 20.0, 40.0); // left, right, bottom
+/// Room above the plot for the chart's title.
+const TITLE_HEIGHT: f64 = 40.0;
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
 /// One line of a chart.
@@ -74,20 +76,15 @@ impl Report {
         let _ = write!(
             out,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>\n\
-             <style>body{{font-family:sans-serif;margin:2em;color:#222}}figure{{margin:1.5em 0}}\
-             figcaption{{font-weight:bold;margin-bottom:.3em}}</style></head><body>\n<h1>{title}</h1>\n"
+             <style>body{{font-family:sans-serif;margin:2em;color:#222}}figure{{margin:1.5em 0}}</style>\
+             </head><body>\n<h1>{title}</h1>\n"
         );
         if self.left_out_queues > 0 {
             let _ = writeln!(out, "<p>{} queues past the first {MAX_SERIES} are not drawn.</p>", self.left_out_queues);
         }
+        // Each SVG draws its own title, so a figure needs no caption to repeat it.
         for c in &self.charts {
-            let _ = writeln!(
-                out,
-                "<figure id=\"{}\"><figcaption>{}</figcaption>\n{}</figure>",
-                c.id,
-                esc(&c.title),
-                svg(c)
-            );
+            let _ = writeln!(out, "<figure id=\"{}\">\n{}</figure>", c.id, svg(c));
         }
         out.push_str("</body></html>\n");
         out
@@ -204,24 +201,51 @@ fn thin(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
+/// Where a chart's data lands: its data ranges and the plot's top edge (what sits above the
+/// plot decides how far down it starts).
+struct Frame {
+    x_min: f64,
+    x_max: f64,
+    y_max: f64,
+    top: f64,
+}
+
+impl Frame {
+    fn of(c: &Chart, thinned: &[Vec<(f64, f64)>], top: f64) -> Frame {
+        let all = thinned.iter().flatten();
+        let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max).max(c.marks.iter().map(|m| m.0).fold(0.0, f64::max));
+        let x_min = all.clone().map(|p| p.0).fold(f64::INFINITY, f64::min).min(x_max);
+        let y_max = all.map(|p| p.1).fold(0.0, f64::max).max(1.0);
+        // A run of one instant still gets a second of width, so nothing divides by zero.
+        let x_max = if x_max > x_min { x_max } else { x_min + 1.0 };
+        Frame { x_min, x_max, y_max, top }
+    }
+
+    fn bottom(&self) -> f64 {
+        self.top + PLOT_HEIGHT
+    }
+
+    fn height(&self) -> f64 {
+        self.bottom() + MARGIN.2
+    }
+
+    fn px(&self, x: f64) -> f64 {
+        MARGIN.0 + (x - self.x_min) / (self.x_max - self.x_min) * (WIDTH - MARGIN.0 - MARGIN.1)
+    }
+
+    fn py(&self, y: f64) -> f64 {
+        self.bottom() - y / self.y_max * PLOT_HEIGHT
+    }
+}
+
 /// One chart as an SVG document (no XML declaration, so it can go inline).
 pub fn svg(c: &Chart) -> String {
     let thinned: Vec<Vec<(f64, f64)>> = c.series.iter().map(|s| thin(&s.points)).collect();
-    let all = thinned.iter().flatten();
-    let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max).max(c.marks.iter().map(|m| m.0).fold(0.0, f64::max));
-    let x_min = all.clone().map(|p| p.0).fold(f64::INFINITY, f64::min).min(x_max);
-    let y_max = all.map(|p| p.1).fold(0.0, f64::max);
-    let (x_min, x_max, y_max) = (x_min.min(x_max), if x_max > x_min { x_max } else { x_min + 1.0 }, y_max.max(1.0));
-    let (l, r, t, b) = MARGIN;
-    let px = |x: f64| l + (x - x_min) / (x_max - x_min) * (WIDTH - l - r);
-    let py = |y: f64| HEIGHT - b - y / y_max * (HEIGHT - t - b);
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" \
-         data-chart=\"{}\">\n<title>{}</title>\n",
-        c.id,
-        esc(&c.title)
-    );
-    axes(&mut out, c, (x_min, x_max, y_max), &px, &py);
+    let f = Frame::of(c, &thinned, TITLE_HEIGHT);
+    let mut out = String::new();
+    heading(&mut out, c, &f);
+    axes(&mut out, c, &f);
+    let r = MARGIN.1;
     for (i, (s, pts)) in c.series.iter().zip(&thinned).enumerate() {
         let color = COLORS[s.color % COLORS.len()];
         let dash = if s.dashed { " stroke-dasharray=\"6 4\"" } else { "" };
@@ -229,9 +253,9 @@ pub fn svg(c: &Chart) -> String {
         let mut drawn = Vec::new();
         for (k, &(x, y)) in pts.iter().enumerate() {
             if s.steps && k > 0 {
-                drawn.push(format!("{:.1},{:.1}", px(x), py(pts[k - 1].1)));
+                drawn.push(format!("{:.1},{:.1}", f.px(x), f.py(pts[k - 1].1)));
             }
-            drawn.push(format!("{:.1},{:.1}", px(x), py(y)));
+            drawn.push(format!("{:.1},{:.1}", f.px(x), f.py(y)));
         }
         let _ = writeln!(
             out,
@@ -240,7 +264,7 @@ pub fn svg(c: &Chart) -> String {
             drawn.join(" "),
             data.join(" "),
             WIDTH - r - 150.0,
-            t + 12.0 * (i as f64 + 1.0),
+            f.top + 12.0 * (i as f64 + 1.0),
             name = esc(&s.name),
         );
     }
@@ -253,10 +277,10 @@ pub fn svg(c: &Chart) -> String {
                  stroke=\"{}\" stroke-width=\"1\"/>",
                 num(*x),
                 esc(queue),
-                px(*x),
-                px(*x),
-                HEIGHT - b,
-                HEIGHT - b + 8.0,
+                f.px(*x),
+                f.px(*x),
+                f.bottom(),
+                f.bottom() + 8.0,
                 COLORS[color % COLORS.len()]
             );
         }
@@ -266,42 +290,48 @@ pub fn svg(c: &Chart) -> String {
     out
 }
 
-fn axes(
-    out: &mut String,
-    c: &Chart,
-    (x_min, x_max, y_max): (f64, f64, f64),
-    px: &dyn Fn(f64) -> f64,
-    py: &dyn Fn(f64) -> f64,
-) {
-    let (l, r, t, b) = MARGIN;
+/// The `<svg>` element and the chart's title twice: as `<title>`, the accessible name a
+/// screen reader announces, and as drawn text, since a viewer shows no `<title>` and the SVG
+/// files beside the page have no caption of their own.
+fn heading(out: &mut String, c: &Chart, f: &Frame) {
+    let (id, title, h) = (c.id, esc(&c.title), f.height());
+    let _ = write!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{h}\" viewBox=\"0 0 {WIDTH} {h}\" \
+         font-family=\"sans-serif\" role=\"img\" aria-labelledby=\"{id}-title\" data-chart=\"{id}\">\n\
+         <title id=\"{id}-title\">{title}</title>\n\
+         <text class=\"chart-title\" x=\"{}\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{title}</text>\n",
+        MARGIN.0
+    );
+}
+
+fn axes(out: &mut String, c: &Chart, f: &Frame) {
+    let (l, r, _) = MARGIN;
+    let (top, bottom, h) = (f.top, f.bottom(), f.height());
     let _ = writeln!(
         out,
-        "<g class=\"axes\" font-size=\"11\"><line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#444\"/>\
-         <line x1=\"{l}\" y1=\"{t}\" x2=\"{l}\" y2=\"{}\" stroke=\"#444\"/>\
+        "<g class=\"axes\" font-size=\"11\"><line x1=\"{l}\" y1=\"{bottom}\" x2=\"{}\" y2=\"{bottom}\" stroke=\"#444\"/>\
+         <line x1=\"{l}\" y1=\"{top}\" x2=\"{l}\" y2=\"{bottom}\" stroke=\"#444\"/>\
          <text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\
-         <text x=\"12\" y=\"{:.1}\" transform=\"rotate(-90 12 {:.1})\" text-anchor=\"middle\">{}</text>",
-        HEIGHT - b,
+         <text x=\"12\" y=\"{mid:.1}\" transform=\"rotate(-90 12 {mid:.1})\" text-anchor=\"middle\">{}</text>",
         WIDTH - r,
-        HEIGHT - b,
-        HEIGHT - b,
         (l + WIDTH - r) / 2.0,
-        HEIGHT - 5.0,
+        h - 5.0,
         c.x_label,
-        HEIGHT / 2.0,
-        HEIGHT / 2.0,
-        c.y_label
+        c.y_label,
+        mid = (top + bottom) / 2.0,
     );
     for i in 0..=4 {
-        let x = x_min + (x_max - x_min) * f64::from(i) / 4.0;
-        let y = y_max * f64::from(i) / 4.0;
+        let x = f.x_min + (f.x_max - f.x_min) * f64::from(i) / 4.0;
+        let y = f.y_max * f64::from(i) / 4.0;
         let _ = write!(
             out,
             "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            px(x),
-            HEIGHT - b + 20.0,
+            f.px(x),
+            bottom + 20.0,
             num(x),
             l - 4.0,
-            py(y) + 4.0,
+            f.py(y) + 4.0,
             num(y)
         );
     }

@@ -88,3 +88,29 @@ fn the_report_is_written_with_one_svg_per_chart() {
     assert!(svg.starts_with("<?xml") && svg.contains("data-series=\"b quota\""));
     assert!(std::fs::read_to_string(&page).unwrap().contains("<svg"));
 }
+
+/// The text of the first element that starts with `open` in `svg`.
+fn text_of<'a>(svg: &'a str, open: &str) -> &'a str {
+    let start = svg.find(open).unwrap_or_else(|| panic!("no {open} in {svg}"));
+    let rest = &svg[start..];
+    let body = &rest[rest.find('>').unwrap() + 1..];
+    &body[..body.find('<').unwrap()]
+}
+
+#[test]
+fn each_chart_has_a_visible_title_and_an_accessible_one() {
+    let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
+    let html = baton_sim::report::Report::of(&o).html();
+    for id in ["gpu-usage", "pending", "wait"] {
+        let svg = chart(&html, id);
+        let svg = &svg[svg.find("<svg").unwrap()..];
+        // The accessible name is the svg's first child and names the chart by its id.
+        let title = text_of(svg, "<title");
+        assert!(svg[svg.find('>').unwrap() + 1..].trim_start().starts_with("<title"), "{id}");
+        assert!(svg.contains(&format!("aria-labelledby=\"{id}-title\"")) && svg.contains("role=\"img\""), "{id}");
+        assert_eq!(attr(&svg[svg.find("<title").unwrap()..], "id"), format!("{id}-title"));
+        // The same words are drawn above the plot, so a standalone SVG reads on its own.
+        assert_eq!(text_of(svg, "<text class=\"chart-title\""), title, "{id}");
+    }
+    assert!(text_of(chart(&html, "gpu-usage"), "<text class=\"chart-title\"").starts_with("GPUs in use per queue"));
+}
