@@ -25,8 +25,14 @@ pub const MAX_SERIES: usize = 24;
 const WIDTH: f64 = 900.0;
 const PLOT_HEIGHT: f64 = 250.0;
 const MARGIN: (f64, f64, f64) = (60.0, 20.0, 40.0); // left, right, bottom
-/// Room above the plot for the chart's title.
-const TITLE_HEIGHT: f64 = 40.0;
+/// The legend's rows start below the title; the plot starts below the legend.
+const LEGEND_TOP: f64 = 30.0;
+const LEGEND_ROW: f64 = 16.0;
+const LEGEND_GAP: f64 = 14.0;
+/// A legend entry's line sample, and a rough width of one label character at font-size 11
+/// (the legend wraps by it; there is no text measuring without a renderer).
+const SAMPLE: f64 = 28.0;
+const CHAR_WIDTH: f64 = 6.5;
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
 /// One line of a chart.
@@ -238,35 +244,38 @@ impl Frame {
     }
 }
 
+/// How a series' line is drawn; its legend sample is drawn the same way, so that the two
+/// can be matched by eye.
+struct Stroke {
+    color: &'static str,
+    dash: Option<&'static str>,
+}
+
+impl Stroke {
+    fn of(s: &Series) -> Stroke {
+        Stroke { color: COLORS[s.color % COLORS.len()], dash: s.dashed.then_some("6 4") }
+    }
+
+    fn attrs(&self) -> String {
+        let dash = self.dash.map(|d| format!(" stroke-dasharray=\"{d}\"")).unwrap_or_default();
+        format!("stroke=\"{}\" stroke-width=\"1.5\"{dash}", self.color)
+    }
+}
+
 /// One chart as an SVG document (no XML declaration, so it can go inline).
 pub fn svg(c: &Chart) -> String {
     let thinned: Vec<Vec<(f64, f64)>> = c.series.iter().map(|s| thin(&s.points)).collect();
-    let f = Frame::of(c, &thinned, TITLE_HEIGHT);
+    let strokes: Vec<Stroke> = c.series.iter().map(Stroke::of).collect();
+    let labels: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+    let places = legend_places(&labels);
+    let rows = places.last().map_or(0, |p| p.1 + 1);
+    let f = Frame::of(c, &thinned, LEGEND_TOP + rows as f64 * LEGEND_ROW + LEGEND_GAP);
     let mut out = String::new();
     heading(&mut out, c, &f);
     axes(&mut out, c, &f);
-    let r = MARGIN.1;
-    for (i, (s, pts)) in c.series.iter().zip(&thinned).enumerate() {
-        let color = COLORS[s.color % COLORS.len()];
-        let dash = if s.dashed { " stroke-dasharray=\"6 4\"" } else { "" };
-        let data: Vec<String> = pts.iter().map(|(x, y)| format!("{},{}", num(*x), num(*y))).collect();
-        let mut drawn = Vec::new();
-        for (k, &(x, y)) in pts.iter().enumerate() {
-            if s.steps && k > 0 {
-                drawn.push(format!("{:.1},{:.1}", f.px(x), f.py(pts[k - 1].1)));
-            }
-            drawn.push(format!("{:.1},{:.1}", f.px(x), f.py(y)));
-        }
-        let _ = writeln!(
-            out,
-            "<g class=\"series\" data-series=\"{name}\"><polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"{dash} \
-             points=\"{}\" data-points=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{color}\">{name}</text></g>",
-            drawn.join(" "),
-            data.join(" "),
-            WIDTH - r - 150.0,
-            f.top + 12.0 * (i as f64 + 1.0),
-            name = esc(&s.name),
-        );
+    legend(&mut out, &labels, &strokes, &places);
+    for ((s, pts), stroke) in c.series.iter().zip(&thinned).zip(&strokes) {
+        series_line(&mut out, s, pts, stroke, &f);
     }
     if !c.marks.is_empty() {
         out.push_str("<g class=\"preemptions\">\n");
@@ -288,6 +297,60 @@ pub fn svg(c: &Chart) -> String {
     }
     out.push_str("</svg>\n");
     out
+}
+
+fn series_line(out: &mut String, s: &Series, pts: &[(f64, f64)], stroke: &Stroke, f: &Frame) {
+    let data: Vec<String> = pts.iter().map(|(x, y)| format!("{},{}", num(*x), num(*y))).collect();
+    let mut drawn = Vec::new();
+    for (k, &(x, y)) in pts.iter().enumerate() {
+        if s.steps && k > 0 {
+            drawn.push(format!("{:.1},{:.1}", f.px(x), f.py(pts[k - 1].1)));
+        }
+        drawn.push(format!("{:.1},{:.1}", f.px(x), f.py(y)));
+    }
+    let _ = writeln!(
+        out,
+        "<g class=\"series\" data-series=\"{}\"><polyline fill=\"none\" {} points=\"{}\" data-points=\"{}\"/></g>",
+        esc(&s.name),
+        stroke.attrs(),
+        drawn.join(" "),
+        data.join(" "),
+    );
+}
+
+/// Each legend entry's left edge and row: entries run left to right above the plot (where
+/// they hide no data) and wrap at the plot's width, so many queues take more rows.
+fn legend_places(labels: &[&str]) -> Vec<(f64, usize)> {
+    let (mut x, mut row) = (MARGIN.0, 0);
+    let mut places = Vec::with_capacity(labels.len());
+    for l in labels {
+        let w = SAMPLE + 6.0 + l.chars().count() as f64 * CHAR_WIDTH + 18.0;
+        if x > MARGIN.0 && x + w > WIDTH - MARGIN.1 {
+            (x, row) = (MARGIN.0, row + 1);
+        }
+        places.push((x, row));
+        x += w;
+    }
+    places
+}
+
+/// Each entry: a short line drawn as its series is (colour and dashes), then its name.
+fn legend(out: &mut String, labels: &[&str], strokes: &[Stroke], places: &[(f64, usize)]) {
+    out.push_str("<g class=\"legend\" font-size=\"11\" fill=\"#222\">\n");
+    for ((label, stroke), &(x, row)) in labels.iter().zip(strokes).zip(places) {
+        let y = LEGEND_TOP + row as f64 * LEGEND_ROW + LEGEND_ROW / 2.0;
+        let _ = writeln!(
+            out,
+            "<g class=\"legend-entry\" data-series=\"{name}\"><line x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" {}/>\
+             <text x=\"{:.1}\" y=\"{:.1}\">{name}</text></g>",
+            x + SAMPLE,
+            stroke.attrs(),
+            x + SAMPLE + 6.0,
+            y + 4.0,
+            name = esc(label),
+        );
+    }
+    out.push_str("</g>\n");
 }
 
 /// The `<svg>` element and the chart's title twice: as `<title>`, the accessible name a

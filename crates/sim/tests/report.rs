@@ -114,3 +114,35 @@ fn each_chart_has_a_visible_title_and_an_accessible_one() {
     }
     assert!(text_of(chart(&html, "gpu-usage"), "<text class=\"chart-title\"").starts_with("GPUs in use per queue"));
 }
+
+/// The value of attribute `name` in the first element starting with `open`, if it has one.
+fn attr_in(text: &str, open: &str, name: &str) -> Option<String> {
+    let el = &text[text.find(open).unwrap_or_else(|| panic!("no {open}"))..];
+    let el = &el[..el.find('>').unwrap()];
+    el.contains(&format!(" {name}=\"")).then(|| attr(el, &format!(" {name}")).to_string())
+}
+
+#[test]
+fn each_legend_entry_shows_its_series_line_beside_its_name_above_the_plot() {
+    let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
+    let html = baton_sim::report::Report::of(&o).html();
+    for id in ["gpu-usage", "pending", "wait"] {
+        let svg = chart(&html, id);
+        let plot_top: f64 = attr(&svg[svg.find("<g class=\"axes\"").unwrap()..], " y1").parse().unwrap();
+        let entries: Vec<&str> = svg.split("<g class=\"legend-entry\" data-series=\"").skip(1).collect();
+        let names: Vec<&str> = entries.iter().map(|e| e.split('"').next().unwrap()).collect();
+        assert_eq!(names, series(svg).keys().collect::<Vec<_>>(), "{id}: one entry per series");
+        for (name, entry) in names.iter().zip(&entries) {
+            let entry = &entry[..entry.find("</g>").unwrap()];
+            let line = &svg[svg.find(&format!("data-series=\"{name}\"><polyline")).unwrap()..];
+            for a in ["stroke", "stroke-dasharray", "stroke-dashoffset"] {
+                assert_eq!(attr_in(entry, "<line", a), attr_in(line, "<polyline", a), "{id} {name}: {a}");
+            }
+            assert_eq!(text_of(entry, "<text"), *name);
+            let y: f64 = attr_in(entry, "<line", "y1").unwrap().parse().unwrap();
+            assert!(y < plot_top, "{id} {name}: the legend sits above the plot, hiding none of it");
+        }
+    }
+    let usage = chart(&html, "gpu-usage");
+    assert!(attr_in(&usage[usage.find("data-series=\"a quota\"").unwrap()..], "<line", "stroke-dasharray").is_some());
+}
