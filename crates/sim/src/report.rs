@@ -33,12 +33,17 @@ const LEGEND_GAP: f64 = 14.0;
 /// (the legend wraps by it; there is no text measuring without a renderer).
 const SAMPLE: f64 = 28.0;
 const CHAR_WIDTH: f64 = 6.5;
+/// A quota line's dash; lines closer than `SAME_ROW` pixels read as one line.
+const DASH: f64 = 6.0;
+const SAME_ROW: f64 = 2.0;
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
 /// One line of a chart.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
     pub name: String,
+    /// The queue it belongs to (a quota line's label names it).
+    pub queue: String,
     pub points: Vec<(f64, f64)>,
     /// A quota line rather than a measured one.
     pub dashed: bool,
@@ -122,11 +127,12 @@ fn usage_chart(c: &Collector, quota: &[u64], shown: usize) -> Chart {
     let start = c.samples.first().map_or(0.0, |s| secs(s.at_ms));
     for q in 0..shown {
         let points = c.samples.iter().map(|s| (secs(s.at_ms), s.used_gpus[q] as f64)).collect();
-        series.push(Series { name: c.queues[q].to_string(), points, dashed: false, steps: true, color: q });
+        let queue = c.queues[q].to_string();
+        series.push(Series { name: queue.clone(), queue: queue.clone(), points, dashed: false, steps: true, color: q });
         if let Some(&nominal) = quota.get(q).filter(|&&n| n > 0) {
             let points = vec![(start, nominal as f64), (end, nominal as f64)];
-            let name = format!("{} quota", c.queues[q]);
-            series.push(Series { name, points, dashed: true, steps: false, color: q });
+            let name = format!("{queue} quota");
+            series.push(Series { name, queue, points, dashed: true, steps: false, color: q });
         }
     }
     let marks = c
@@ -149,6 +155,7 @@ fn pending_chart(c: &Collector, shown: usize) -> Chart {
     let series = (0..shown)
         .map(|q| Series {
             name: c.queues[q].to_string(),
+            queue: c.queues[q].to_string(),
             points: c.samples.iter().map(|s| (secs(s.at_ms), s.pending[q] as f64)).collect(),
             dashed: false,
             steps: true,
@@ -181,7 +188,8 @@ fn wait_chart(c: &Collector, o: &Outcome, shown: usize) -> Chart {
             w.sort_unstable();
             let n = w.len() as f64;
             let points = w.iter().enumerate().map(|(i, &ms)| (secs(ms), (i + 1) as f64 / n)).collect();
-            Series { name: c.queues[q].to_string(), points, dashed: false, steps: true, color: q }
+            let queue = c.queues[q].to_string();
+            Series { name: queue.clone(), queue, points, dashed: false, steps: true, color: q }
         })
         .collect();
     Chart {
@@ -248,28 +256,92 @@ impl Frame {
 /// can be matched by eye.
 struct Stroke {
     color: &'static str,
-    dash: Option<&'static str>,
+    dash: Option<String>,
+    /// Where the dash pattern starts; the legend leaves it out, so that its short sample
+    /// always begins with a dash.
+    offset: f64,
 }
 
 impl Stroke {
-    fn of(s: &Series) -> Stroke {
-        Stroke { color: COLORS[s.color % COLORS.len()], dash: s.dashed.then_some("6 4") }
+    fn attrs(&self, with_offset: bool) -> String {
+        let mut out = format!("stroke=\"{}\" stroke-width=\"1.5\"", self.color);
+        if let Some(d) = &self.dash {
+            let _ = write!(out, " stroke-dasharray=\"{d}\"");
+        }
+        if with_offset && self.offset != 0.0 {
+            let _ = write!(out, " stroke-dashoffset=\"{}\"", num(self.offset));
+        }
+        out
     }
+}
 
-    fn attrs(&self) -> String {
-        let dash = self.dash.map(|d| format!(" stroke-dasharray=\"{d}\"")).unwrap_or_default();
-        format!("stroke=\"{}\" stroke-width=\"1.5\"{dash}", self.color)
+/// The strokes of a chart's series. Quota lines on one pixel row would hide each other, so
+/// each of a row's n lines draws one dash in n, at its own place in the pattern: along the
+/// row the queues' colours take turns, and every one of them shows.
+fn strokes(c: &Chart, rows: &[Vec<usize>]) -> Vec<Stroke> {
+    let mut out: Vec<Stroke> = c
+        .series
+        .iter()
+        .map(|s| {
+            let dash = s.dashed.then(|| format!("{DASH} 4"));
+            Stroke { color: COLORS[s.color % COLORS.len()], dash, offset: 0.0 }
+        })
+        .collect();
+    for row in rows.iter().filter(|r| r.len() > 1) {
+        for (k, &i) in row.iter().enumerate() {
+            out[i].dash = Some(format!("{DASH} {}", DASH * (row.len() - 1) as f64));
+            out[i].offset = DASH * k as f64;
+        }
+    }
+    out
+}
+
+/// The quota (dashed, level) lines grouped by the pixel row they land on, top row first,
+/// each row's series in chart order.
+fn quota_rows(c: &Chart, f: &Frame) -> Vec<Vec<usize>> {
+    let mut level: Vec<(f64, usize)> = (c.series.iter().enumerate())
+        .filter(|(_, s)| s.dashed)
+        .filter_map(|(i, s)| Some((f.py(s.points.first()?.1), i)))
+        .collect();
+    level.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut rows: Vec<(f64, Vec<usize>)> = Vec::new();
+    for (y, i) in level {
+        match rows.last_mut() {
+            Some((top, row)) if y - *top < SAME_ROW => row.push(i),
+            _ => rows.push((y, vec![i])),
+        }
+    }
+    rows.into_iter().map(|(_, mut row)| (row.sort_unstable(), row).1).collect()
+}
+
+/// One label per quota row at the plot's right end, naming its queues ("quota a, b"): the
+/// legend cannot say which queues share a line. Labels are stacked from the bottom up so
+/// that close rows' labels do not overprint each other.
+fn quota_labels(out: &mut String, c: &Chart, rows: &[Vec<usize>], f: &Frame) {
+    let mut above = f64::INFINITY;
+    for row in rows.iter().rev() {
+        let y = f.py(c.series[row[0]].points[0].1);
+        above = (y - 4.0).min(above - 12.0);
+        let queues: Vec<&str> = row.iter().map(|&i| c.series[i].queue.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "<text class=\"quota-label\" x=\"{:.1}\" y=\"{above:.1}\" text-anchor=\"end\" font-size=\"10\" fill=\"#444\" \
+             stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">quota {}</text>",
+            WIDTH - MARGIN.1 - 2.0,
+            esc(&queues.join(", "))
+        );
     }
 }
 
 /// One chart as an SVG document (no XML declaration, so it can go inline).
 pub fn svg(c: &Chart) -> String {
     let thinned: Vec<Vec<(f64, f64)>> = c.series.iter().map(|s| thin(&s.points)).collect();
-    let strokes: Vec<Stroke> = c.series.iter().map(Stroke::of).collect();
     let labels: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
     let places = legend_places(&labels);
     let rows = places.last().map_or(0, |p| p.1 + 1);
     let f = Frame::of(c, &thinned, LEGEND_TOP + rows as f64 * LEGEND_ROW + LEGEND_GAP);
+    let quotas = quota_rows(c, &f);
+    let strokes = strokes(c, &quotas);
     let mut out = String::new();
     heading(&mut out, c, &f);
     axes(&mut out, c, &f);
@@ -277,6 +349,7 @@ pub fn svg(c: &Chart) -> String {
     for ((s, pts), stroke) in c.series.iter().zip(&thinned).zip(&strokes) {
         series_line(&mut out, s, pts, stroke, &f);
     }
+    quota_labels(&mut out, c, &quotas, &f);
     if !c.marks.is_empty() {
         out.push_str("<g class=\"preemptions\">\n");
         for (x, color, queue) in &c.marks {
@@ -312,7 +385,7 @@ fn series_line(out: &mut String, s: &Series, pts: &[(f64, f64)], stroke: &Stroke
         out,
         "<g class=\"series\" data-series=\"{}\"><polyline fill=\"none\" {} points=\"{}\" data-points=\"{}\"/></g>",
         esc(&s.name),
-        stroke.attrs(),
+        stroke.attrs(true),
         drawn.join(" "),
         data.join(" "),
     );
@@ -344,7 +417,7 @@ fn legend(out: &mut String, labels: &[&str], strokes: &[Stroke], places: &[(f64,
             "<g class=\"legend-entry\" data-series=\"{name}\"><line x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" {}/>\
              <text x=\"{:.1}\" y=\"{:.1}\">{name}</text></g>",
             x + SAMPLE,
-            stroke.attrs(),
+            stroke.attrs(false),
             x + SAMPLE + 6.0,
             y + 4.0,
             name = esc(label),

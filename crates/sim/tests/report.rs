@@ -135,7 +135,8 @@ fn each_legend_entry_shows_its_series_line_beside_its_name_above_the_plot() {
         for (name, entry) in names.iter().zip(&entries) {
             let entry = &entry[..entry.find("</g>").unwrap()];
             let line = &svg[svg.find(&format!("data-series=\"{name}\"><polyline")).unwrap()..];
-            for a in ["stroke", "stroke-dasharray", "stroke-dashoffset"] {
+            // Not the dash offset: a sample starts with a dash, so that it shows one.
+            for a in ["stroke", "stroke-dasharray"] {
                 assert_eq!(attr_in(entry, "<line", a), attr_in(line, "<polyline", a), "{id} {name}: {a}");
             }
             assert_eq!(text_of(entry, "<text"), *name);
@@ -145,4 +146,53 @@ fn each_legend_entry_shows_its_series_line_beside_its_name_above_the_plot() {
     }
     let usage = chart(&html, "gpu-usage");
     assert!(attr_in(&usage[usage.find("data-series=\"a quota\"").unwrap()..], "<line", "stroke-dasharray").is_some());
+}
+
+/// Where along a dashed line (in one period of its pattern) its one dash is drawn:
+/// (start, end, period), from `stroke-dasharray="DASH GAP"` and `stroke-dashoffset`.
+fn dash_slot(polyline: &str) -> (f64, f64, f64) {
+    let dash = attr_in(polyline, "<polyline", "stroke-dasharray").expect("a quota line is dashed");
+    let (d, g) = dash.split_once(' ').unwrap();
+    let (d, g): (f64, f64) = (d.parse().unwrap(), g.parse().unwrap());
+    let offset: f64 = attr_in(polyline, "<polyline", "stroke-dashoffset").map_or(0.0, |o| o.parse().unwrap());
+    let start = (-offset).rem_euclid(d + g);
+    (start, start + d, d + g)
+}
+
+/// Each quota label's text and baseline.
+fn quota_labels(svg: &str) -> Vec<(String, f64)> {
+    let labels = svg.split("<text class=\"quota-label\"").skip(1);
+    labels.map(|l| (text_of(l, "").to_string(), attr(l, " y").parse().unwrap())).collect()
+}
+
+#[test]
+fn equal_quotas_interleave_their_dashes_and_share_one_label() {
+    let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
+    let html = baton_sim::report::Report::of(&o).html();
+    let usage = chart(&html, "gpu-usage");
+    let line = |name: &str| &usage[usage.find(&format!("data-series=\"{name}\"><polyline")).unwrap()..];
+    let (a, b) = (dash_slot(line("a quota")), dash_slot(line("b quota")));
+    // One pattern, each line's dash in its own part of it: every stretch of the line shows
+    // a's colour, then b's, so neither hides the other.
+    assert_eq!(a.2, b.2);
+    let drawn = |p: (f64, f64, f64), t: f64| (t - p.0).rem_euclid(p.2) < p.1 - p.0;
+    let steps = (0..(a.2 * 4.0) as usize).map(|i| i as f64 / 4.0);
+    assert!(steps.clone().all(|t| !(drawn(a, t) && drawn(b, t))), "dashes overlap: {a:?} {b:?}");
+    assert!(a.1 > a.0 && b.1 > b.0 && steps.clone().any(|t| drawn(a, t)) && steps.clone().any(|t| drawn(b, t)));
+    let drawn_at = attr_in(line("a quota"), "<polyline", "points").unwrap();
+    let y: f64 = drawn_at.split([',', ' ']).nth(1).unwrap().parse().unwrap();
+    let labels = quota_labels(usage);
+    assert_eq!(labels.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(), ["quota a, b"]);
+    assert!((y - 16.0..y).contains(&labels[0].1), "the label sits just above its line at {y}: {labels:?}");
+
+    // Quotas that differ keep the plain dash and a label each.
+    let text = SCENARIO.replace("{name: b, quota: {gpu: 8}}", "{name: b, quota: {gpu: 4}}");
+    let o = baton_sim::run("reclaim.yaml", &text).unwrap();
+    let html = baton_sim::report::Report::of(&o).html();
+    let usage = chart(&html, "gpu-usage");
+    let mut labels: Vec<String> = quota_labels(usage).into_iter().map(|l| l.0).collect();
+    labels.sort();
+    assert_eq!(labels, ["quota a", "quota b"]);
+    let b = &usage[usage.find("data-series=\"b quota\"><polyline").unwrap()..];
+    assert_eq!(dash_slot(b), (0.0, 6.0, 10.0));
 }
