@@ -33,6 +33,8 @@ const LEGEND_GAP: f64 = 14.0;
 /// (the legend wraps by it; there is no text measuring without a renderer).
 const SAMPLE: f64 = 28.0;
 const CHAR_WIDTH: f64 = 6.5;
+/// The legend's words for preemption marks.
+const MARK_LABEL: &str = "preemption (in the victim queue's colour)";
 /// A quota line's dash; lines closer than `SAME_ROW` pixels read as one line.
 const DASH: f64 = 6.0;
 const SAME_ROW: f64 = 2.0;
@@ -60,8 +62,30 @@ pub struct Chart {
     pub x_label: &'static str,
     pub y_label: &'static str,
     pub series: Vec<Series>,
-    /// Preemptions: (seconds, series color index, queue name).
-    pub marks: Vec<(f64, usize, String)>,
+    /// Preemptions, marked across the plot at their instant.
+    pub marks: Vec<Mark>,
+}
+
+/// A preemption as a chart marks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// Seconds.
+    pub t: f64,
+    pub victim: String,
+    /// The victim's queue and its series colour.
+    pub queue: String,
+    pub color: usize,
+    pub by: String,
+    /// The preemptor's queue, if the preemptor is still known.
+    pub by_queue: Option<String>,
+}
+
+impl Mark {
+    /// What a reader hovering the mark (or a screen reader) is told.
+    fn title(&self) -> String {
+        let by_queue = self.by_queue.as_ref().map(|q| format!(" (queue {q})")).unwrap_or_default();
+        format!("{} (queue {}) preempted by {}{by_queue} at t={} s", self.victim, self.queue, self.by, num(self.t))
+    }
 }
 
 /// The charts of one run.
@@ -135,15 +159,20 @@ fn usage_chart(c: &Collector, quota: &[u64], shown: usize) -> Chart {
             series.push(Series { name, queue, points, dashed: true, steps: false, color: q });
         }
     }
-    let marks = c
-        .preempted_at
-        .iter()
-        .filter(|(_, q)| *q < shown)
-        .map(|&(t, q)| (secs(t), q, c.queues[q].to_string()))
+    let name = |q: usize| c.queues[q].to_string();
+    let marks = (c.preempted.iter().filter(|p| p.queue < shown))
+        .map(|p| Mark {
+            t: secs(p.at_ms),
+            victim: p.victim.to_string(),
+            queue: name(p.queue),
+            color: p.queue,
+            by: p.by.to_string(),
+            by_queue: p.by_queue.map(name),
+        })
         .collect();
     Chart {
         id: "gpu-usage",
-        title: "GPUs in use per queue (dashed: quota; ticks: preemptions of that queue's jobs)".into(),
+        title: "GPUs in use per queue, against quota, with preemptions".into(),
         x_label: "time (s)",
         y_label: "GPUs",
         series,
@@ -227,7 +256,7 @@ struct Frame {
 impl Frame {
     fn of(c: &Chart, thinned: &[Vec<(f64, f64)>], top: f64) -> Frame {
         let all = thinned.iter().flatten();
-        let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max).max(c.marks.iter().map(|m| m.0).fold(0.0, f64::max));
+        let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max).max(c.marks.iter().map(|m| m.t).fold(0.0, f64::max));
         let x_min = all.clone().map(|p| p.0).fold(f64::INFINITY, f64::min).min(x_max);
         let y_max = all.map(|p| p.1).fold(0.0, f64::max).max(1.0);
         // A run of one instant still gets a second of width, so nothing divides by zero.
@@ -314,6 +343,39 @@ fn quota_rows(c: &Chart, f: &Frame) -> Vec<Vec<usize>> {
     rows.into_iter().map(|(_, mut row)| (row.sort_unstable(), row).1).collect()
 }
 
+/// Each preemption: a faint guide across the plot at its instant, in the victim queue's
+/// colour (so it lines up with that queue's drop), and a marker just above the plot, where
+/// it covers no data and is big enough to hover for its title.
+fn preemption_marks(out: &mut String, marks: &[Mark], f: &Frame) {
+    if marks.is_empty() {
+        return;
+    }
+    out.push_str("<g class=\"preemptions\">\n");
+    for m in marks {
+        let (x, color) = (f.px(m.t), COLORS[m.color % COLORS.len()]);
+        let _ = writeln!(
+            out,
+            "<g class=\"preemption\" data-t=\"{}\" data-queue=\"{}\" data-victim=\"{}\" data-by=\"{}\"><title>{}</title>\
+             <line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{}\" y2=\"{}\" stroke=\"{color}\" stroke-width=\"1\" stroke-dasharray=\"2 3\"/>\
+             <path d=\"{}\" fill=\"{color}\"/></g>",
+            num(m.t),
+            esc(&m.queue),
+            esc(&m.victim),
+            esc(&m.by),
+            esc(&m.title()),
+            f.top,
+            f.bottom(),
+            marker(x, f.top - 8.0),
+        );
+    }
+    out.push_str("</g>\n");
+}
+
+/// A small triangle pointing down at `x`, its base on `y`.
+fn marker(x: f64, y: f64) -> String {
+    format!("M{:.1},{y:.1} L{:.1},{y:.1} L{x:.1},{:.1} Z", x - 4.5, x + 4.5, y + 7.0)
+}
+
 /// One label per quota row at the plot's right end, naming its queues ("quota a, b"): the
 /// legend cannot say which queues share a line. Labels are stacked from the bottom up so
 /// that close rows' labels do not overprint each other.
@@ -336,7 +398,10 @@ fn quota_labels(out: &mut String, c: &Chart, rows: &[Vec<usize>], f: &Frame) {
 /// One chart as an SVG document (no XML declaration, so it can go inline).
 pub fn svg(c: &Chart) -> String {
     let thinned: Vec<Vec<(f64, f64)>> = c.series.iter().map(|s| thin(&s.points)).collect();
-    let labels: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+    let mut labels: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+    if !c.marks.is_empty() {
+        labels.push(MARK_LABEL);
+    }
     let places = legend_places(&labels);
     let rows = places.last().map_or(0, |p| p.1 + 1);
     let f = Frame::of(c, &thinned, LEGEND_TOP + rows as f64 * LEGEND_ROW + LEGEND_GAP);
@@ -350,24 +415,7 @@ pub fn svg(c: &Chart) -> String {
         series_line(&mut out, s, pts, stroke, &f);
     }
     quota_labels(&mut out, c, &quotas, &f);
-    if !c.marks.is_empty() {
-        out.push_str("<g class=\"preemptions\">\n");
-        for (x, color, queue) in &c.marks {
-            let _ = writeln!(
-                out,
-                "<line class=\"preemption\" data-t=\"{}\" data-queue=\"{}\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" \
-                 stroke=\"{}\" stroke-width=\"1\"/>",
-                num(*x),
-                esc(queue),
-                f.px(*x),
-                f.px(*x),
-                f.bottom(),
-                f.bottom() + 8.0,
-                COLORS[color % COLORS.len()]
-            );
-        }
-        out.push_str("</g>\n");
-    }
+    preemption_marks(&mut out, &c.marks, &f);
     out.push_str("</svg>\n");
     out
 }
@@ -407,7 +455,21 @@ fn legend_places(labels: &[&str]) -> Vec<(f64, usize)> {
     places
 }
 
-/// Each entry: a short line drawn as its series is (colour and dashes), then its name.
+/// The legend entry for preemption marks (after the series' entries).
+fn mark_entry(out: &mut String, x: f64, row: usize) {
+    let y = LEGEND_TOP + row as f64 * LEGEND_ROW + LEGEND_ROW / 2.0;
+    let _ = writeln!(
+        out,
+        "<g class=\"legend-entry\" data-mark=\"preemption\"><path d=\"{}\" fill=\"#666\"/>\
+         <text x=\"{:.1}\" y=\"{:.1}\">{MARK_LABEL}</text></g>",
+        marker(x + SAMPLE / 2.0, y - 3.5),
+        x + SAMPLE + 6.0,
+        y + 4.0,
+    );
+}
+
+/// Each entry: a short line drawn as its series is (colour and dashes), then its name; a
+/// label past the series' is the preemption marks' entry.
 fn legend(out: &mut String, labels: &[&str], strokes: &[Stroke], places: &[(f64, usize)]) {
     out.push_str("<g class=\"legend\" font-size=\"11\" fill=\"#222\">\n");
     for ((label, stroke), &(x, row)) in labels.iter().zip(strokes).zip(places) {
@@ -422,6 +484,9 @@ fn legend(out: &mut String, labels: &[&str], strokes: &[Stroke], places: &[(f64,
             y + 4.0,
             name = esc(label),
         );
+    }
+    if let Some(&(x, row)) = places.get(strokes.len()) {
+        mark_entry(out, x, row);
     }
     out.push_str("</g>\n");
 }

@@ -58,11 +58,8 @@ fn a_scenario_report_draws_usage_against_quota_pending_preemptions_and_waits() {
     assert_eq!([at(&s["a"], 0.0), at(&s["a"], 10.0), at(&s["a"], 60.0), at(&s["a"], 160.0)], [16.0, 8.0, 16.0, 0.0]);
     assert_eq!([at(&s["b"], 10.0), at(&s["b"], 60.0)], [4.0, 0.0]);
     assert!(s["a quota"].iter().all(|p| p.1 == 8.0));
-    let marks: Vec<(&str, &str)> = usage
-        .split("<line class=\"preemption\" ")
-        .skip(1)
-        .map(|l| (attr(l, "data-t"), attr(l, "data-queue")))
-        .collect();
+    let marks: Vec<(&str, &str)> =
+        usage.split("<g class=\"preemption\" ").skip(1).map(|l| (attr(l, "data-t"), attr(l, "data-queue"))).collect();
     assert_eq!(marks, [("10", "a")]);
 
     let pending = series(chart(&html, "pending"));
@@ -115,6 +112,13 @@ fn each_chart_has_a_visible_title_and_an_accessible_one() {
     assert!(text_of(chart(&html, "gpu-usage"), "<text class=\"chart-title\"").starts_with("GPUs in use per queue"));
 }
 
+/// The plot's top and bottom edge: where its y axis (the axes' second line) starts and ends.
+fn plot_box(svg: &str) -> (f64, f64) {
+    let axes = &svg[svg.find("<g class=\"axes\"").unwrap()..];
+    let y_axis = &axes[axes.find("/>").unwrap()..];
+    (attr(y_axis, " y1").parse().unwrap(), attr(y_axis, " y2").parse().unwrap())
+}
+
 /// The value of attribute `name` in the first element starting with `open`, if it has one.
 fn attr_in(text: &str, open: &str, name: &str) -> Option<String> {
     let el = &text[text.find(open).unwrap_or_else(|| panic!("no {open}"))..];
@@ -128,7 +132,7 @@ fn each_legend_entry_shows_its_series_line_beside_its_name_above_the_plot() {
     let html = baton_sim::report::Report::of(&o).html();
     for id in ["gpu-usage", "pending", "wait"] {
         let svg = chart(&html, id);
-        let plot_top: f64 = attr(&svg[svg.find("<g class=\"axes\"").unwrap()..], " y1").parse().unwrap();
+        let plot_top = plot_box(svg).0;
         let entries: Vec<&str> = svg.split("<g class=\"legend-entry\" data-series=\"").skip(1).collect();
         let names: Vec<&str> = entries.iter().map(|e| e.split('"').next().unwrap()).collect();
         assert_eq!(names, series(svg).keys().collect::<Vec<_>>(), "{id}: one entry per series");
@@ -195,4 +199,34 @@ fn equal_quotas_interleave_their_dashes_and_share_one_label() {
     assert_eq!(labels, ["quota a", "quota b"]);
     let b = &usage[usage.find("data-series=\"b quota\"><polyline").unwrap()..];
     assert_eq!(dash_slot(b), (0.0, 6.0, 10.0));
+}
+
+#[test]
+fn each_preemption_is_marked_over_the_usage_plot_naming_victim_and_preemptor() {
+    let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
+    // Which of a's two jobs is the victim is the scheduler's choice; the timeline says.
+    let events = o.report.steps.iter().flat_map(|s| &s.events);
+    let victim = events.filter(|e| e.kind == "Preempted").map(|e| e.job.clone().unwrap()).next().unwrap();
+    let html = baton_sim::report::Report::of(&o).html();
+    let usage = chart(&html, "gpu-usage");
+    let marks: Vec<&str> = usage.split("<g class=\"preemption\" ").skip(1).collect();
+    assert_eq!(marks.len(), 1);
+    let m = &marks[0][..marks[0].find("</g>").unwrap()];
+    let named = [attr(m, "data-t"), attr(m, "data-queue"), attr(m, "data-victim"), attr(m, "data-by")];
+    assert_eq!(named, ["10", "a", victim.as_str(), "b1"]);
+    // Hovering the mark (or a screen reader) says who lost GPUs to whom, and when.
+    let title = format!("{victim} (queue a) preempted by b1 (queue b) at t=10 s");
+    assert_eq!(text_of(m, "<title"), title);
+    // A guide across the plot at t=10 (px 111.2 of 60..880 for 0..160 s), in a's colour.
+    assert_eq!([attr_in(m, "<line", "x1"), attr_in(m, "<line", "x2")], [Some("111.2".into()), Some("111.2".into())]);
+    let (top, bottom) = plot_box(usage);
+    let y = |a: &str| attr_in(m, "<line", a).unwrap().parse::<f64>().unwrap();
+    assert_eq!((y("y1"), y("y2")), (top, bottom));
+    assert_eq!(attr_in(m, "<line", "stroke").as_deref(), Some("#1f77b4"));
+    assert!(m.contains("<path"), "a marker at the top of the guide: {m}");
+    // The legend says what the marks are; charts without preemptions have none.
+    assert!(usage.contains("<g class=\"legend-entry\" data-mark=\"preemption\">"));
+    for id in ["pending", "wait"] {
+        assert!(!chart(&html, id).contains("preemption"), "{id}");
+    }
 }
