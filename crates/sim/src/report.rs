@@ -411,7 +411,10 @@ pub fn svg(c: &Chart) -> String {
     heading(&mut out, c, &f);
     axes(&mut out, c, &f);
     legend(&mut out, &labels, &strokes, &places);
-    for ((s, pts), stroke) in c.series.iter().zip(&thinned).zip(&strokes) {
+    // Quota lines last, on top: a queue's usage may run along another queue's quota, and
+    // would hide it.
+    let lines = c.series.iter().zip(&thinned).zip(&strokes);
+    for ((s, pts), stroke) in lines.clone().filter(|l| !l.0.0.dashed).chain(lines.filter(|l| l.0.0.dashed)) {
         series_line(&mut out, s, pts, stroke, &f);
     }
     quota_labels(&mut out, c, &quotas, &f);

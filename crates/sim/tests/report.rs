@@ -202,6 +202,18 @@ fn equal_quotas_interleave_their_dashes_and_share_one_label() {
 }
 
 #[test]
+fn quota_lines_are_drawn_over_every_usage_line() {
+    let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
+    let html = baton_sim::report::Report::of(&o).html();
+    let usage = chart(&html, "gpu-usage");
+    // Drawn later is drawn on top: a queue's usage running along another queue's quota
+    // (b's at a's, say) must not hide that quota's dashes.
+    let drawn: Vec<&str> =
+        usage.split("<g class=\"series\" data-series=\"").skip(1).map(|p| p.split('"').next().unwrap()).collect();
+    assert_eq!(drawn, ["a", "b", "a quota", "b quota"]);
+}
+
+#[test]
 fn each_preemption_is_marked_over_the_usage_plot_naming_victim_and_preemptor() {
     let o = baton_sim::run("reclaim.yaml", SCENARIO).unwrap();
     // Which of a's two jobs is the victim is the scheduler's choice; the timeline says.
