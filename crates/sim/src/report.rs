@@ -35,8 +35,9 @@ const SAMPLE: f64 = 28.0;
 const CHAR_WIDTH: f64 = 6.5;
 /// The legend's words for preemption marks.
 const MARK_LABEL: &str = "preemption (in the victim queue's colour)";
-/// A quota line's dash; lines closer than `SAME_ROW` pixels read as one line.
+/// A quota line's dash and gap; lines closer than `SAME_ROW` pixels read as one line.
 const DASH: f64 = 6.0;
+const GAP: f64 = 4.0;
 const SAME_ROW: f64 = 2.0;
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
@@ -281,45 +282,48 @@ impl Frame {
     }
 }
 
-/// How a series' line is drawn; its legend sample is drawn the same way, so that the two
-/// can be matched by eye.
+/// How a series' line is drawn; its legend sample is drawn alike, so that the two can be
+/// matched by eye.
 struct Stroke {
     color: &'static str,
-    dash: Option<String>,
-    /// Where the dash pattern starts; the legend leaves it out, so that its short sample
-    /// always begins with a dash.
-    offset: f64,
+    dashed: bool,
+    /// This line's turn `k` of `n` quota lines on one pixel row.
+    turn: (usize, usize),
 }
 
 impl Stroke {
-    fn attrs(&self, with_offset: bool) -> String {
+    /// The stroke attributes of the line, or of its legend `sample`. Lines on one row of n
+    /// draw one dash in n, each at its own place, so that along the row the queues' colours
+    /// take turns and every one shows; a sample shows the plain dash, since one dash in n
+    /// would leave its few pixels nearly blank.
+    fn attrs(&self, sample: bool) -> String {
         let mut out = format!("stroke=\"{}\" stroke-width=\"1.5\"", self.color);
-        if let Some(d) = &self.dash {
-            let _ = write!(out, " stroke-dasharray=\"{d}\"");
-        }
-        if with_offset && self.offset != 0.0 {
-            let _ = write!(out, " stroke-dashoffset=\"{}\"", num(self.offset));
+        match (self.dashed, self.turn) {
+            (false, _) => {}
+            (true, (k, n)) if n > 1 && !sample => {
+                let _ = write!(out, " stroke-dasharray=\"{} {}\"", num(DASH), num(DASH * (n - 1) as f64));
+                if k > 0 {
+                    let _ = write!(out, " stroke-dashoffset=\"{}\"", num(DASH * k as f64));
+                }
+            }
+            (true, _) => {
+                let _ = write!(out, " stroke-dasharray=\"{} {}\"", num(DASH), num(GAP));
+            }
         }
         out
     }
 }
 
-/// The strokes of a chart's series. Quota lines on one pixel row would hide each other, so
-/// each of a row's n lines draws one dash in n, at its own place in the pattern: along the
-/// row the queues' colours take turns, and every one of them shows.
+/// The strokes of a chart's series, given its quota lines' rows.
 fn strokes(c: &Chart, rows: &[Vec<usize>]) -> Vec<Stroke> {
     let mut out: Vec<Stroke> = c
         .series
         .iter()
-        .map(|s| {
-            let dash = s.dashed.then(|| format!("{DASH} 4"));
-            Stroke { color: COLORS[s.color % COLORS.len()], dash, offset: 0.0 }
-        })
+        .map(|s| Stroke { color: COLORS[s.color % COLORS.len()], dashed: s.dashed, turn: (0, 1) })
         .collect();
-    for row in rows.iter().filter(|r| r.len() > 1) {
+    for row in rows {
         for (k, &i) in row.iter().enumerate() {
-            out[i].dash = Some(format!("{DASH} {}", DASH * (row.len() - 1) as f64));
-            out[i].offset = DASH * k as f64;
+            out[i].turn = (k, row.len());
         }
     }
     out
@@ -436,7 +440,7 @@ fn series_line(out: &mut String, s: &Series, pts: &[(f64, f64)], stroke: &Stroke
         out,
         "<g class=\"series\" data-series=\"{}\"><polyline fill=\"none\" {} points=\"{}\" data-points=\"{}\"/></g>",
         esc(&s.name),
-        stroke.attrs(true),
+        stroke.attrs(false),
         drawn.join(" "),
         data.join(" "),
     );
@@ -482,7 +486,7 @@ fn legend(out: &mut String, labels: &[&str], strokes: &[Stroke], places: &[(f64,
             "<g class=\"legend-entry\" data-series=\"{name}\"><line x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" {}/>\
              <text x=\"{:.1}\" y=\"{:.1}\">{name}</text></g>",
             x + SAMPLE,
-            stroke.attrs(false),
+            stroke.attrs(true),
             x + SAMPLE + 6.0,
             y + 4.0,
             name = esc(label),
