@@ -21,7 +21,7 @@ use crate::de::Cx;
 use crate::expect::{Failure, check};
 use crate::output::{self, EventOut, Report, Secs, StepOut, Summary};
 use crate::scenario::{Action, Scenario, Step};
-use crate::stats::{Collector, JobRec, Sample};
+use crate::stats::{Collector, JobRec, Preemption, Sample};
 
 /// Cycles one instant may take before the simulator gives up (a scheduler bug).
 pub const MAX_CYCLES_PER_INSTANT: usize = 10_000;
@@ -360,12 +360,21 @@ impl<'s> Engine<'s> {
             EventKind::Preempted { by } => {
                 self.preemptions += 1;
                 self.stats.preemptions[q] += 1;
-                self.stats.preempted_at.push((now, q));
-                let name = e.job.clone().expect("job event");
-                self.victims.entry(by.clone()).or_default().push(name);
+                let victim = e.job.clone().expect("job event");
+                self.victims.entry(by.clone()).or_default().push(victim.clone());
+                self.record_preemption(victim, q, by.clone());
             }
             _ => {}
         }
+    }
+
+    /// Keeps a preemption for the report, with the preemptor's queue so that a reader sees
+    /// which queue took the GPUs.
+    fn record_preemption(&mut self, victim: Name, queue: usize, by: Name) {
+        let by_queue = self.state.job_by_name(by.as_str()).map(|j| j.spec.queue.clone());
+        let by_queue = by_queue.map(|bq| self.queue_index(&bq));
+        let at_ms = self.now_ms;
+        self.stats.preempted.push(Preemption { at_ms, victim, queue, by, by_queue });
     }
 
     /// Changes a job's work and keeps its finish time in `finishes`.

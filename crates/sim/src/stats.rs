@@ -71,6 +71,18 @@ pub struct Sample {
     pub pending: Vec<u64>,
 }
 
+/// One preemption: when, who lost their GPUs and to whom (the usage chart marks each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    pub at_ms: u64,
+    pub victim: Name,
+    /// The victim's queue index.
+    pub queue: usize,
+    pub by: Name,
+    /// The preemptor's queue index, if the preemptor is still known.
+    pub by_queue: Option<usize>,
+}
+
 /// What the engine accumulates while it runs.
 #[derive(Debug, Clone, Default)]
 pub struct Collector {
@@ -78,8 +90,8 @@ pub struct Collector {
     pub jobs: BTreeMap<u64, JobRec>,
     pub used_gpu_ms: Vec<u128>,
     pub preemptions: Vec<u64>,
-    /// (instant, victim's queue) of every preemption.
-    pub preempted_at: Vec<(u64, usize)>,
+    /// Every preemption, in order.
+    pub preempted: Vec<Preemption>,
     pub lost_gpu_ms: Vec<u128>,
     pub samples: Vec<Sample>,
     /// Smallest spacing between two kept samples; doubles when the samples are thinned.
