@@ -1,0 +1,162 @@
+"""The jobs API against a real `baton dev` cluster (conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, List
+
+import pytest
+
+from baton_client import AlreadyExists, Client, Event, JobState
+
+WAIT_S = 60
+
+
+def long_job(admin: Client, queue: str, name: str) -> int:
+    """A job that runs until stopped, once it runs; its id."""
+    s = admin.submit(name, queue, ["sh", "-c", "echo started; exec sleep 600"], grace=2)
+    admin.wait(s.id, states=[JobState.RUNNING], timeout=WAIT_S)
+    return s.id
+
+
+def test_whoami_names_the_admin_token(admin: Client) -> None:
+    me = admin.whoami()
+    assert me.auth
+    assert "admin" in me.roles
+
+
+def test_a_second_create_of_a_queue_is_refused(admin: Client, queue: str) -> None:
+    assert queue in admin.queues()
+    with pytest.raises(AlreadyExists) as e:
+        admin.create_queue(queue, gpus=1)
+    assert queue in e.value.details
+
+
+def test_a_job_runs_and_its_output_is_read_back(admin: Client, queue: str, name: str) -> None:
+    s = admin.submit(name, queue, ["sh", "-c", "echo hi; echo oops >&2"])
+    assert s.name == name and s.id > 0 and not s.duplicate
+    job = admin.wait(s.id, timeout=WAIT_S)
+    assert job.state == JobState.SUCCEEDED, job
+    assert job.exit_code == 0
+    assert job.attempt == 1
+    assert job.command == ["sh", "-c", "echo hi; echo oops >&2"]
+    assert admin.logs(name) == "hi\n"
+    assert admin.logs(s.id, stderr=True) == "oops\n"
+    assert b"".join(admin.iter_logs(name)) == b"hi\n"
+
+
+def test_a_failing_job_ends_failed_with_its_exit_code(admin: Client, queue: str, name: str) -> None:
+    s = admin.submit(name, queue, ["sh", "-c", "exit 3"])
+    job = admin.wait(s.id, timeout=WAIT_S)
+    assert job.state == JobState.FAILED
+    assert job.exit_code == 3
+
+
+def test_a_retried_submit_returns_the_first_job(admin: Client, queue: str, name: str) -> None:
+    first = admin.submit(name, queue, ["true"], request_id="req-" + name)
+    again = admin.submit(name, queue, ["true"], request_id="req-" + name)
+    assert again.duplicate
+    assert again.id == first.id
+
+
+def test_list_and_describe(admin: Client, queue: str, name: str) -> None:
+    s = admin.submit(name, queue, ["sh", "-c", "echo listed"], env={"GREETING": "hello"}, gpus=2)
+    admin.wait(s.id, timeout=WAIT_S)
+
+    listed = {j.id: j for j in admin.list(queue=queue)}
+    assert s.id in listed
+    j = listed[s.id]
+    assert (j.name, j.queue, j.state, j.gpus) == (name, queue, JobState.SUCCEEDED, 2)
+    assert j.events == [], "a list carries no histories"
+
+    assert s.id in [j.id for j in admin.list(states=["Succeeded"])]
+    assert s.id not in [j.id for j in admin.list(states=[JobState.RUNNING, JobState.PENDING])]
+    assert len(admin.list(limit=1)) == 1
+
+    by_name = admin.describe(name)
+    by_id = admin.describe(s.id)
+    assert by_name.id == by_id.id == s.id
+    assert by_name.env == {"GREETING": "hello"}
+    assert by_name.owner == admin.whoami().user
+    kinds = [e.kind for e in by_name.events]
+    assert kinds[0] == "Submitted" and "Started" in kinds and kinds[-1] == "Succeeded", kinds
+    started = [e for e in by_name.events if e.kind == "Started"][0]
+    assert started.attempt == 1 and started.nodes
+
+
+def test_cancel_stops_a_running_job(admin: Client, queue: str, name: str) -> None:
+    job_id = long_job(admin, queue, name)
+    events = admin.cancel(name)
+    assert [e.kind for e in events] == ["Cancelled"]
+    job = admin.wait(job_id, timeout=WAIT_S)
+    assert job.state == JobState.CANCELLED
+    assert "started" in admin.logs(job_id)
+
+
+def test_pause_holds_a_job_until_resumed(admin: Client, queue: str, name: str) -> None:
+    job_id = long_job(admin, queue, name)
+    admin.pause(job_id)
+    paused = admin.wait(job_id, states=["paused"], timeout=WAIT_S)  # words, any case
+    assert paused.placements == []
+    events = admin.resume(job_id)
+    assert "Unpaused" in [e.kind for e in events]
+    running = admin.wait(job_id, states=[JobState.RUNNING], timeout=WAIT_S)
+    assert running.attempt == 2
+    kinds = [e.kind for e in admin.describe(job_id).events]
+    assert kinds.count("Started") == 2 and "Paused" in kinds, kinds
+    admin.cancel(job_id)
+    assert admin.wait(job_id, timeout=WAIT_S).state == JobState.CANCELLED
+
+
+def test_watch_replays_a_finished_jobs_history(admin: Client, queue: str, name: str) -> None:
+    s = admin.submit(name, queue, ["true"])
+    admin.wait(s.id, timeout=WAIT_S)
+    seen: List[Event] = []
+    events = admin.watch(name, replay=True)
+    for e in events:
+        seen.append(e)
+        if e.kind == "Succeeded":
+            break
+    events.close()
+    assert [e.kind for e in seen] == ["Submitted", "Started", "Succeeded"]
+    assert all(e.job == name for e in seen)
+
+
+def test_watch_sees_events_as_they_commit(admin: Client, queue: str, name: str) -> None:
+    events = admin.watch()  # every job's: open before the job exists
+    seen: List[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        for e in events:
+            if e.job == name:
+                seen.append(e.kind)
+                if e.kind == "Succeeded":
+                    break
+        done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    admin.submit(name, queue, ["true"])
+    assert done.wait(WAIT_S), "saw only %s" % seen
+    events.close()
+    assert seen == ["Submitted", "Started", "Succeeded"]
+
+
+def test_the_client_reads_the_settings_from_the_environment(
+    cluster: Any, queue: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k, v in cluster.env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("BATON_TOKEN", raising=False)
+    monkeypatch.delenv("BATON_INSECURE", raising=False)
+    with Client() as c:
+        assert c.settings.servers == cluster.servers.split(",")
+        s = c.submit(name, queue, ["true"])
+        assert c.wait(s.id, timeout=WAIT_S).state == JobState.SUCCEEDED
+
+
+def test_a_dead_replica_first_in_the_list_is_passed_over(cluster: Any, closed_port: int) -> None:
+    servers = "127.0.0.1:%d,%s" % (closed_port, cluster.servers)
+    with cluster.client(servers=servers, timeout=20) as c:
+        assert c.whoami().user
