@@ -232,11 +232,11 @@ pub fn attempt_of_violation(line: &str) -> Option<(&str, u32)> {
 /// The attempts of a job, from its events in order, that were placed after a requeue
 /// because its node was lost or its lease ran out, and before the leader learned of a
 /// checkpoint since: each of them was told to start as the leader knew the job. Not only
-/// the first: one preempted before it ran leaves the next as uninformed (chaos seed 7301:
-/// attempt 1's save was reported 20 ms after attempt 3 was placed, attempt 2 having been
-/// preempted at once). The leader knows of a checkpoint from a stop that saved one (a
-/// `Stopped` event with a checkpoint, or saying a late report saved the work) or a requeue
-/// that resumes from one.
+/// the first: one preempted before it ran leaves the next as uninformed (a partitions run
+/// had attempt 1's save reported 20 ms after attempt 3 was placed, attempt 2 having been
+/// preempted at once: `tests::only_an_attempt_placed_after_a_node_loss_counts_as_one`). The
+/// leader knows of a checkpoint from a stop that saved one (a `Stopped` event with a
+/// checkpoint, or saying a late report saved the work) or a requeue that resumes from one.
 pub fn attempts_after_node_loss(events: &[Event]) -> BTreeSet<u32> {
     let mut found = BTreeSet::new();
     let mut lost = false;
@@ -415,9 +415,10 @@ pub fn placement_tolerance_ms(clock_offsets_s: &[i64]) -> u64 {
 }
 
 /// How far apart a leader's stamp and a process's launch stamp (its agent's clock) may be:
-/// the replicas' tolerance plus the agents' largest offset. Chaos seed 7102 (stop 26): a
+/// the replicas' tolerance plus the agents' largest offset. In a run with clocks offset, a
 /// leader 7 s behind and an agent 5 s ahead were 12 s apart, and a start 4 s before its
-/// job's suspension was judged as made while it was suspended.
+/// job's suspension was judged as made while it was suspended
+/// (`tests::a_launch_stamped_on_an_agents_clock_ahead_is_judged_with_the_agents_offset`).
 pub fn launch_tolerance_ms(clock_offsets_s: &[i64], agent_clock_offsets_s: &[i64]) -> u64 {
     let agent_ahead_s = agent_clock_offsets_s.iter().map(|o| o.unsigned_abs()).max().unwrap_or(0);
     placement_tolerance_ms(clock_offsets_s) + agent_ahead_s * 1_000
@@ -485,11 +486,13 @@ pub fn placed_before_start(
 
 /// The bound for one preemption that began at `begin_ms`. `bound_ms` covers two faults
 /// (`preemption_bound_ms`: each keeps an agent or a leader away for up to half of it); a
-/// brisk run can land more within one preemption (seed 6101: an agent unheard, its leader cut
-/// from its peers, the agent cut off, within 11 s), and each one beyond two adds a fault's
-/// share. Counted in a fixed window, from a fault's length before the preemption began to
-/// where the base bound ends: faults landing later do not count, or a preemption that hangs
-/// in a brisk run would widen its own bound with every fault that lands while it hangs.
+/// brisk run can land more within one preemption (one saw an agent unheard, its leader cut
+/// from its peers and the agent cut off, within 11 s:
+/// `tests::every_preemption_ends_within_its_grace_plus_the_bound`), and each one beyond two
+/// adds a fault's share. Counted in a fixed window, from a fault's length before the
+/// preemption began to where the base bound ends: faults landing later do not count, or a
+/// preemption that hangs in a brisk run would widen its own bound with every fault that
+/// lands while it hangs.
 fn bound_for(bound_ms: u64, faults_ms: &[u64], begin_ms: u64, grace_ms: u64) -> u64 {
     let per_fault_ms = bound_ms / 2;
     let (from_ms, to_ms) = (begin_ms.saturating_sub(per_fault_ms), begin_ms + grace_ms + bound_ms);
@@ -714,7 +717,8 @@ pub fn succeeded_attempt(job: &Job, events: &[Event]) -> u32 {
 
 /// Panics, as the processes logged them: a panic is a broken assertion, a violation whatever
 /// the run recovered from it. A replica whose scheduling cycle panicked went on as a leader
-/// that schedules nothing (seed 7700); its stall was seen only as jobs not done.
+/// that schedules nothing, and its stall was seen only as jobs not done
+/// (`tests::a_panic_in_any_log_is_a_violation_that_says_where_and_what`).
 pub fn panics(logs: &[(String, String)]) -> Vec<String> {
     let mut found = Vec::new();
     let mut more = 0usize;
@@ -932,8 +936,9 @@ mod tests {
         ];
         assert_eq!(attempts_after_node_loss(&events), [2, 4].into());
 
-        // Seed 7301: attempt 2, placed after the loss, was preempted before it ran; attempt 3
-        // was placed before attempt 1's save was reported, attempt 4 after.
+        // As a partitions run found it (chaos/README.md, "Found so far"): attempt 2, placed
+        // after the loss, was preempted before it ran; attempt 3 was placed before attempt
+        // 1's save was reported, attempt 4 after.
         let events = [
             event("Started", "", 1),
             event("Requeued", "node n1 was lost; back in the queue", 0),
@@ -1028,10 +1033,11 @@ mod tests {
         assert!(placed_before_start(&bad[2..3], &events, tolerance).violations.is_empty());
     }
 
-    /// Chaos seed 7102 (stop 26): `sleepy-133` suspended on a leader's clock 7 s behind
-    /// (stamped 39,951), its process launched on an agent's clock 5 s ahead (stamped 47,765,
-    /// 42,783 on the machine's, 4.2 s before the suspension): 7.8 s apart, judged as a
-    /// start while suspended with the replicas' tolerance alone.
+    /// A full-mix run with clocks offset (chaos/README.md, "Found so far"): `sleepy-133`
+    /// suspended on a leader's clock 7 s behind (stamped 39,951), its process launched on an
+    /// agent's clock 5 s ahead (stamped 47,765, 42,783 on the machine's, 4.2 s before the
+    /// suspension): 7.8 s apart, judged as a start while suspended with the replicas'
+    /// tolerance alone.
     #[test]
     fn a_launch_stamped_on_an_agents_clock_ahead_is_judged_with_the_agents_offset() {
         let events: BTreeMap<String, Vec<Event>> =
@@ -1085,8 +1091,9 @@ mod tests {
         assert_eq!(suspended_in_place(&events, &late, 2).violations.len(), 0, "after the resumption");
         let inside = [start("sleepy-1", 1, "0", "n1", 4_900)];
         assert_eq!(suspended_in_place(&events, &inside, 2).violations.len(), 1, "judged without offsets");
-        // Chaos seed 6000: launched 13 ms before the suspension and stopped before it wrote
-        // its record, which it wrote only when continued (for its lease stop): one process.
+        // A partitions run (chaos/README.md, "Found so far"): launched 13 ms before the
+        // suspension and stopped before it wrote its record, which it wrote only when
+        // continued (for its lease stop): one process.
         let continued = WitnessedStart { launched_ms: Some(2_087), ..start("sleepy-1", 1, "0", "n1", 3_500) };
         assert!(suspended_in_place(&events, &[continued], 2).violations.is_empty(), "judged by its launch");
         let relaunched = WitnessedStart { launched_ms: Some(3_400), ..start("sleepy-1", 1, "0", "n1", 3_500) };

@@ -6,8 +6,8 @@
 //! it; a replica's disk is slowed for a few seconds (`disk`). The load includes CPU-only
 //! jobs suspended in place (SIGSTOP, SIGCONT) by their preemptors. Half the faults wait for a
 //! protocol state (a placement or preemption just committed, a stop in flight). Then it
-//! checks DESIGN.md's invariants on what the jobs themselves witnessed and on the history of
-//! client operations.
+//! checks baton's promises (chaos/README.md, "The promises") on what the jobs themselves
+//! witnessed and on the history of client operations.
 //!
 //! Layout:
 //! - `cluster`: starting, killing, pausing the processes (also used by `tests/e2e`).

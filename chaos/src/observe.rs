@@ -337,8 +337,8 @@ mod tests {
         Ok(ReplicaState { index, hash })
     }
 
-    /// Chaos seeds 6400-6403 (1,300 s each, about 1,220 jobs): the checks read only the
-    /// first page of 1,000 jobs and found every later one lost.
+    /// Chaos runs of 1,300 s submitted about 1,220 jobs each: the checks read only the first
+    /// page of 1,000 jobs and found every later one lost (chaos/README.md, "Found so far").
     #[test]
     fn every_page_of_jobs_is_read() {
         let all: Vec<Job> = (1..=2_500).map(|id| Job { id, ..Default::default() }).collect();

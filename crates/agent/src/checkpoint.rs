@@ -115,9 +115,10 @@ mod tests {
         assert_eq!(newest_mtime_ms(dir.path()), 1_000_000);
     }
 
-    /// Chaos, seed 21: rank 0 of a gang was killed before it saved anything, and was
-    /// reported stopped with a checkpoint because rank 1, on another node of the shared
-    /// file system, wrote its file into the same job directory 20 ms after rank 0's signal.
+    /// Found by a chaos run with leader kills (chaos/README.md, "Found so far"): rank 0 of
+    /// a gang was killed before it saved anything, and was reported stopped with a
+    /// checkpoint because rank 1, on another node of the shared file system, wrote its file
+    /// into the same job directory 20 ms after rank 0's signal.
     #[test]
     fn another_ranks_files_in_the_shared_job_directory_do_not_count() {
         let dir = tempfile::tempdir().unwrap();

@@ -29,7 +29,8 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 ///
 /// It first checks the lease once more: an agent stopped (or slowed) between deciding to
 /// start the replica and spawning it may spawn it after its lease ran out, when the leader
-/// may have declared the node lost and placed the job elsewhere (chaos seeds 7201, 7203).
+/// may have declared the node lost and placed the job elsewhere (`tests/lease.rs`,
+/// `a_replica_spawned_after_the_lease_ran_out_does_not_run`).
 /// If the lease file of this boot says the lease has run out, it leaves the watchdog's
 /// marker (`.lease`, reported as a lease stop) and exits 127 without running the command.
 /// Then it leaves a marker next to the exit file (`.started`): a replica whose pid the
@@ -192,9 +193,11 @@ pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
 /// group but the wrapper (it only waits) and its watchdog (the wrapper's fork, with the same
 /// command line, and the `sleep` it waits on). The watchdog must go on watching the lease:
 /// a suspended replica whose agent dies is then stopped when the lease runs out, instead of
-/// outliving its node and holding what it holds when the job is placed again (chaos seed
-/// 7002). Not one SIGSTOP of the whole group and a SIGCONT of the watchdog after it: an
-/// agent that died between the two left the watchdog stopped (the same seed, again).
+/// outliving its node and holding what it holds when the job is placed again
+/// (`tests/lease.rs`, `the_watchdog_stops_a_suspended_replica_whose_agent_is_gone`). Not
+/// one SIGSTOP of the whole group and a SIGCONT of the watchdog after it: an agent that
+/// died between the two left the watchdog stopped (a chaos run found both, chaos/README.md,
+/// "Found so far").
 /// A process forked by one not stopped yet is found by the next pass; a stopped one forks
 /// nothing more, so the passes end (at most `MAX_SUSPEND_PASSES`).
 pub fn suspend_replica(pgid: u32, exit_file: &Path) {

@@ -281,10 +281,12 @@ fn plan_suspend(key: ReplicaKey, a: &Assignment, state_index: u64, inputs: &Inpu
 
 /// A SUSPEND the leader awaits, of a replica held suspended, in a directive built from a
 /// state that had applied `state_index` commands, is a new suspension (this agent missed a
-/// resume in place since the one it reported; chaos seed 9600) when the leader had
-/// recorded the report of the earlier one by then. One whose report is still on its way
-/// is answered by it; a repeat would arrive later, and count as whatever stop of the job is
-/// in progress then. Not reported since this agent started: said again, once.
+/// resume in place since the one it reported, see
+/// `tests::a_suspend_the_leader_awaits_is_answered_again_only_if_it_is_a_new_suspension`)
+/// when the leader had recorded the report of the earlier one by then. One whose report is
+/// still on its way is answered by it; a repeat would arrive later, and count as whatever
+/// stop of the job is in progress then. Not reported since this agent started: said again,
+/// once.
 fn new_suspension(answer: Option<&Answer>, state_index: u64) -> bool {
     match answer {
         None => true,
@@ -346,9 +348,10 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
                 None => (u64::MAX, false),
             };
             // Any checkpoint this attempt wrote is one to resume from, also one written
-            // just before the signal (a rank that saved and exited as the stop came: chaos
-            // seed 3003). A record journaled before the newest file at its start was
-            // recorded counts only what was written since the signal, as then.
+            // just before the signal (a rank that saved and exited as the stop came:
+            // `tests::a_stop_counts_every_checkpoint_this_attempt_wrote`). A record journaled
+            // before the newest file at its start was recorded counts only what was written
+            // since the signal, as then.
             let before_ms = rec.newest_checkpoint_at_start_unix_ms.map_or(at_signal_ms, |s| s.min(at_signal_ms));
             let checkpointed = written_after(before_ms, newest);
             Some(Ending::Stopped { checkpointed, lease_expired })

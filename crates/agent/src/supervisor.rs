@@ -378,7 +378,8 @@ impl Supervisor {
         let mut inputs = reconcile::Inputs {
             fence: self.journal.fence()?,
             // Fenced until the tick takes in a renewal with its floor (`check_lease`): a
-            // directive read in between was sent before the lease ran out (chaos seed 7002).
+            // directive read in between was sent before the lease ran out (`tests/lease.rs`,
+            // `a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing`).
             lease_expired: self.fenced || self.lease_expired(),
             replicas: self
                 .replicas
@@ -458,7 +459,8 @@ impl Supervisor {
             }
             // Ended here as a STOP of it would be: a RUN of it that comes later (sent
             // before the SUSPEND, or the leader resuming what it counts as suspended) must
-            // not start a process the leader holds stopped (chaos seed 6301).
+            // not start a process the leader holds stopped (`tests/fencing.rs`,
+            // `a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing`).
             Act::SuspendNeverRan(key) => match assignment(&key) {
                 Some(a) => {
                     tracing::warn!(?key, "asked to suspend a replica that never ran here; it ends here unstarted");

@@ -461,11 +461,12 @@ async fn a_stop_journaled_but_not_signalled_before_a_crash_is_signalled_after_it
     agent.shutdown().await.unwrap();
 }
 
-/// Seed 201 of the chaos suite, with a real process: a directive from a stale state leaves
-/// job 1 out, so the agent kills it as no longer wanted (which reports nothing); then the
-/// leader's state catches up and its directive says RUN for that same attempt. The agent
-/// does not start it again, and answers with its end (`KILLED_HERE`), so that the leader
-/// does not hold the job Running with no process.
+/// A chaos run with leader kills found this (chaos/README.md, "Found so far"); here with a
+/// real process: a directive from a stale state leaves job 1 out, so the agent kills it as
+/// no longer wanted (which reports nothing); then the leader's state catches up and its
+/// directive says RUN for that same attempt. The agent does not start it again, and answers
+/// with its end (`KILLED_HERE`), so that the leader does not hold the job Running with no
+/// process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_a_replica_killed_as_unwanted_is_answered_with_its_end() {
     let dir = tempfile::tempdir().unwrap();
@@ -488,13 +489,14 @@ async fn a_run_of_a_replica_killed_as_unwanted_is_answered_with_its_end() {
     agent.shutdown().await.unwrap();
 }
 
-/// Issue 9, chaos seed 6301: a SUSPEND reached the agent before the RUN of the same attempt
-/// (it had lost its lease when the job was placed, so the RUN waited). The agent answered
-/// that it never ran here and the leader counted the job suspended in place; the RUN that
-/// came after started the attempt's one process while the job was held suspended, its GPUs
-/// lent to the preemptor. A SUSPEND of a replica that never ran ends that replica here, as a
-/// STOP does: a later RUN of it is answered with its end and starts nothing. The SUSPEND is
-/// answered as ended here (`KILLED_HERE`), not as stopped in place: nothing is there to resume.
+/// Issue 9, found by a chaos partitions run (chaos/README.md, "Found so far"): a SUSPEND
+/// reached the agent before the RUN of the same attempt (it had lost its lease when the job
+/// was placed, so the RUN waited). The agent answered that it never ran here and the leader
+/// counted the job suspended in place; the RUN that came after started the attempt's one
+/// process while the job was held suspended, its GPUs lent to the preemptor. A SUSPEND of a
+/// replica that never ran ends that replica here, as a STOP does: a later RUN of it is
+/// answered with its end and starts nothing. The SUSPEND is answered as ended here
+/// (`KILLED_HERE`), not as stopped in place: nothing is there to resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();

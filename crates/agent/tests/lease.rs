@@ -103,12 +103,13 @@ async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
     agent.shutdown().await.unwrap();
 }
 
-/// Chaos seed 7002 (stop 26): a replica suspended in place (SIGSTOP of its process group)
-/// when its agent died stayed stopped, holding what it held, after the lease ran out and
-/// the node was declared lost: the SIGSTOP had stopped its watchdog too. The job, placed
-/// again, met its old process (the witness: two attempts at once). The watchdog keeps
-/// watching a suspended replica, and once the lease runs out it continues the replica and
-/// stops it as a running one, with its checkpoint signal.
+/// Found by a chaos run of the full fault mix (chaos/README.md, "Found so far"): a replica
+/// suspended in place (SIGSTOP of its process group) when its agent died stayed stopped,
+/// holding what it held, after the lease ran out and the node was declared lost: the
+/// SIGSTOP had stopped its watchdog too. The job, placed again, met its old process (the
+/// witness: two attempts at once). The watchdog keeps watching a suspended replica, and
+/// once the lease runs out it continues the replica and stops it as a running one, with its
+/// checkpoint signal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_stops_a_suspended_replica_whose_agent_is_gone() {
     let dir = tempfile::tempdir().unwrap();
@@ -201,14 +202,15 @@ async fn nothing_starts_while_the_lease_has_run_out() {
     agent.shutdown().await.unwrap();
 }
 
-/// Chaos seeds 7201 and 7203 (stop 27, the full fault mix): an agent stopped past the
-/// heartbeat timeout just as it obeyed a RUN, its lease still held when it decided, went on
-/// after the node was declared lost and spawned the replica, beside the attempt that had
-/// replaced it on another node (the witness: two attempts at once, and an attempt 1 that
-/// started after attempt 2 had saved its work). The lease is checked again as late as can
-/// be, by the replica's wrapper before it runs the command: here the lease file says the
-/// lease ran out (time that passed while the agent was stopped), though the agent, which
-/// decided before, holds it. Nothing runs, and the start is reported as a lease stop.
+/// Found twice by chaos runs of the full fault mix (chaos/README.md, "Found so far"): an
+/// agent stopped past the heartbeat timeout just as it obeyed a RUN, its lease still held
+/// when it decided, went on after the node was declared lost and spawned the replica,
+/// beside the attempt that had replaced it on another node (the witness: two attempts at
+/// once, and an attempt 1 that started after attempt 2 had saved its work). The lease is
+/// checked again as late as can be, by the replica's wrapper before it runs the command:
+/// here the lease file says the lease ran out (time that passed while the agent was
+/// stopped), though the agent, which decided before, holds it. Nothing runs, and the start
+/// is reported as a lease stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_spawned_after_the_lease_ran_out_does_not_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -296,12 +298,13 @@ async fn the_watchdog_stops_a_replica_whose_agents_data_directory_was_removed() 
     wait_for(10, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
 }
 
-/// Chaos seed 7002 (stop 26, clock offsets): an agent stalled past its lease woke, stopped
-/// everything, and a reply renewing its lease arrived; a directive read off the connection
-/// just after (sent before the stall) was obeyed before the agent's next tick had taken in
-/// the renewal and the floor that comes with it, and started an attempt the leader had
-/// already replaced (`urgent-225` attempt 1 after attempt 2 had run). Until the agent has
-/// taken in a renewal, it obeys a directive as without a lease.
+/// Found by a full-mix chaos run with clocks offset (chaos/README.md, "Found so far"): an
+/// agent stalled past its lease woke, stopped everything, and a reply renewing its lease
+/// arrived; a directive read off the connection just after (sent before the stall) was
+/// obeyed before the agent's next tick had taken in the renewal and the floor that comes
+/// with it, and started an attempt the leader had already replaced (`urgent-225` attempt 1
+/// after attempt 2 had run). Until the agent has taken in a renewal, it obeys a directive
+/// as without a lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -331,14 +334,14 @@ async fn a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_noth
     agent.shutdown().await.unwrap();
 }
 
-/// Chaos, seed 6 (`--no-partitions`): an agent stopped past the heartbeat timeout had its
-/// node declared lost, and the job's next attempt started on another node. Continued, the
-/// agent read a directive sent before its stall (attempt 1 on this node), stopped
-/// everything as its lease had run out, and once the leader renewed the lease applied that
-/// directive and started attempt 1 beside attempt 2. A renewed lease covers only a
-/// directive built from a state at least as new as the renewing reply's: the leader's state
-/// had moved on to index 7, so a list built at index 5 is not obeyed, and the list built at
-/// 7 is.
+/// Found by a chaos run of process faults (chaos/README.md, "Found so far"): an agent
+/// stopped past the heartbeat timeout had its node declared lost, and the job's next
+/// attempt started on another node. Continued, the agent read a directive sent before its
+/// stall (attempt 1 on this node), stopped everything as its lease had run out, and once
+/// the leader renewed the lease applied that directive and started attempt 1 beside
+/// attempt 2. A renewed lease covers only a directive built from a state at least as new as the
+/// renewing reply's: the leader's state had moved on to index 7, so a list built at index 5
+/// is not obeyed, and the list built at 7 is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_lease_obeys_no_directive_older_than_the_leaders_state() {
     let dir = tempfile::tempdir().unwrap();

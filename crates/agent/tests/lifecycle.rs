@@ -191,12 +191,13 @@ async fn suspend_stops_the_group_and_run_continues_it() {
     agent.shutdown().await.unwrap();
 }
 
-/// Chaos seed 9600: the leader resumed a suspended replica in place and suspended it again
-/// before any directive between the two reached the agent. The agent saw one SUSPEND after
-/// another, held the replica suspended, and said nothing, so the new suspension waited for
-/// its report until the lease ran out. A SUSPEND the leader still awaits, in a directive
-/// built once the earlier report was recorded, is answered again; one built before is not
-/// (the earlier report answers it).
+/// Found by a chaos run with leader kills (chaos/README.md, "Found so far"): the leader
+/// resumed a suspended replica in place and suspended it again before any directive between
+/// the two reached the agent. The agent saw one SUSPEND after another, held the replica
+/// suspended, and said nothing, so the new suspension waited for its report until the lease
+/// ran out. A SUSPEND the leader still awaits, in a directive built once the earlier report
+/// was recorded, is answered again; one built before is not (the earlier report answers
+/// it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspend_the_leader_awaits_of_a_replica_held_suspended_is_reported_again() {
     let Looping { gw, agent, pid, run, _dir, _reaper } = looping("").await;

@@ -68,11 +68,12 @@ async fn a_checkpoint_written_while_running_is_reported() {
     agent.shutdown().await.unwrap();
 }
 
-/// Chaos, seed 21: the ranks of a gang share the job's checkpoint directory (one file system
-/// for all nodes). Rank 0 was killed before it saved anything, and its stop was reported as
-/// checkpointed because rank 1, on another node, saved into that directory right after
-/// rank 0's signal; the next attempt told rank 0 to resume from nothing. A stop counts only
-/// the rank's own files: those in `$BATON_RANK_CHECKPOINT_DIR`.
+/// Found by a chaos run with leader kills (chaos/README.md, "Found so far"): the ranks of a
+/// gang share the job's checkpoint directory (one file system for all nodes). Rank 0 was
+/// killed before it saved anything, and its stop was reported as checkpointed because rank
+/// 1, on another node, saved into that directory right after rank 0's signal; the next
+/// attempt told rank 0 to resume from nothing. A stop counts only the rank's own files:
+/// those in `$BATON_RANK_CHECKPOINT_DIR`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_counts_only_the_ranks_own_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

@@ -21,7 +21,7 @@ pub enum Format {
 pub struct SimArgs {
     #[command(subcommand)]
     what: Option<SimWhat>,
-    /// Scenario files (spec/scenario.md).
+    /// Scenario files (docs/scenario-format.md).
     #[arg(required = true)]
     files: Vec<String>,
     /// Output format.

@@ -158,8 +158,9 @@ fn agent_refuses_bad_flags_naming_them() {
 
 /// A rank that exits 0 counts as stopped with its work saved (docs/protocol.md, "A report is
 /// one command"): told to resume later, as when another rank of its gang was cut off, it
-/// must find its work. Found by chaos seed 3 (`told to resume, but its checkpoint is
-/// unreadable` for a rank that had finished).
+/// must find its work. Found by a chaos run with agents killed past the heartbeat timeout
+/// (`told to resume, but its checkpoint is unreadable` for a rank that had finished;
+/// chaos/README.md, "Found so far").
 #[test]
 fn a_workload_that_finished_saves_its_work_for_a_resume() {
     let dir = tempfile::tempdir().unwrap();

@@ -254,12 +254,12 @@ fn a_late_checkpoint_counts_for_the_attempts_after_a_newer_one_started_but_not_i
     assert!(!s.job(g).unwrap().has_checkpoint, "mode requeue starts over");
 }
 
-/// Chaos seeds 5001 and 5003 (partitions): attempt 1 stopped with its work saved while its
-/// agent was cut off; the node was declared lost and attempt 2 started from zero (the
-/// leader knew of no checkpoint: work done again, a known limit); attempt 2 was preempted at
-/// once and stopped without a checkpoint of its own; the cut-off agent's report of attempt
-/// 1's save came only then, and was ignored as stale, so attempt 3 also started from zero
-/// although every rank's checkpoint (attempt 1's) was on disk.
+/// Found by chaos partitions runs (chaos/README.md, "Found so far"): attempt 1 stopped with
+/// its work saved while its agent was cut off; the node was declared lost and attempt 2
+/// started from zero (the leader knew of no checkpoint: work done again, a known limit);
+/// attempt 2 was preempted at once and stopped without a checkpoint of its own; the cut-off
+/// agent's report of attempt 1's save came only then, and was ignored as stale, so attempt
+/// 3 also started from zero although every rank's checkpoint (attempt 1's) was on disk.
 #[test]
 fn an_older_attempts_save_reported_after_a_newer_attempt_stopped_gives_the_next_its_checkpoint() {
     let (mut s, g) = attempt_2_after_n1_was_lost();
@@ -277,14 +277,14 @@ fn an_older_attempts_save_reported_after_a_newer_attempt_stopped_gives_the_next_
     assert!(e.message.contains("attempt 1") && e.message.contains("reported late"), "{}", e.message);
 }
 
-/// Chaos seed 7604 (stop 27, the full fault mix): attempt 1's rank 0 ran to its end and
-/// exited 0 while its agent was stopped; its node was declared lost and the job requeued;
-/// the agent, back, reported the exit just after attempt 2 was placed, and the model
-/// ignored it as stale: the job ran again from zero, twice, although its work was done. A
-/// late exit 0 of rank 0 of the attempt remembered, from the node it ran on, ends the job
-/// Succeeded, as rank 0's exit ends a job; the newer attempt's ranks are told to stop and
-/// hold their GPUs until reported gone, as for a cancel. A late failure changes nothing:
-/// the job is being retried.
+/// Found by a chaos run of the full fault mix (chaos/README.md, "Found so far"): attempt
+/// 1's rank 0 ran to its end and exited 0 while its agent was stopped; its node was
+/// declared lost and the job requeued; the agent, back, reported the exit just after
+/// attempt 2 was placed, and the model ignored it as stale: the job ran again from zero,
+/// twice, although its work was done. A late exit 0 of rank 0 of the attempt remembered,
+/// from the node it ran on, ends the job Succeeded, as rank 0's exit ends a job; the newer
+/// attempt's ranks are told to stop and hold their GPUs until reported gone, as for a
+/// cancel. A late failure changes nothing: the job is being retried.
 #[test]
 fn a_late_exit_0_of_rank_0_of_the_remembered_attempt_ends_the_job_succeeded() {
     let (mut s, g) = attempt_2_after_n1_was_lost();
@@ -356,8 +356,9 @@ fn a_gangs_lease_stops_reported_one_by_one_give_the_next_attempt_its_checkpoint(
 
 /// Whether the next attempt of a gang is told to resume (`has_checkpoint`, sent as the
 /// assignments' `resume`) after the ranks' stops: only once every rank has a checkpoint of
-/// the same or a later attempt than the one the job would resume from. Chaos seed 21 told a
-/// rank to resume although it had saved nothing, because another rank had.
+/// the same or a later attempt than the one the job would resume from. A chaos run with
+/// leader kills told a rank to resume although it had saved nothing, because another rank
+/// had (chaos/README.md, "Found so far").
 #[test]
 fn a_gang_is_told_to_resume_only_when_every_rank_saved_its_work() {
     let (mut s, g) = gang(PreemptionMode::Checkpoint, None);

@@ -455,8 +455,9 @@ mod tests {
     /// its other node was lost: its rank still suspended on the reserved node is completing,
     /// holding that node's CPU until its agent reports it gone, and lends nothing any more.
     /// It is no longer among the reservation's victims (it stopped), so the preemptor must
-    /// still wait for it. Chaos seed 7700: the cycle placed the preemptor and the leader's
-    /// scheduling task panicked at "would over-allocate node", on two leaders in turn.
+    /// still wait for it. Found by a chaos partitions run (chaos/README.md, "Found so far"):
+    /// the cycle placed the preemptor and the leader's scheduling task panicked at "would
+    /// over-allocate node", on two leaders in turn.
     #[test]
     fn a_preemptor_waits_for_a_suspended_victims_rank_left_completing_by_a_lost_node() {
         use baton_model::command::Observed;

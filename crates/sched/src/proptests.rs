@@ -79,7 +79,8 @@ pub(crate) struct World {
     pub(crate) ops: Vec<OpGen>,
     /// Victims that stopped are left so until after the next operation, as when their
     /// stops are reported and a node is lost before the next cycle: a preemptor may then
-    /// find its reserved room held by a victim's ranks left completing (chaos seed 7700).
+    /// find its reserved room held by a victim's ranks left completing (`cycle.rs`:
+    /// `tests::a_preemptor_waits_for_a_suspended_victims_rank_left_completing_by_a_lost_node`).
     pub(crate) linger: bool,
 }
 

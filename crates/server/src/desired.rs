@@ -78,7 +78,8 @@ fn assignment(
 
 /// A suspension in progress whose `rank` has not been reported suspended yet. The agent
 /// answers such a SUSPEND also when it holds the replica suspended already: it may have
-/// missed a resume in place since the suspension it reported (chaos seed 9600).
+/// missed a resume in place since the suspension it reported
+/// (`tests::a_suspend_awaits_the_ranks_report_only_while_the_suspension_is_in_progress`).
 fn awaiting_suspended(job: &Job, action: Action, rank: u32) -> bool {
     action == Action::Suspend && job.state == JobState::Preempting && !job.ended_ranks.contains_key(&rank)
 }
@@ -188,8 +189,9 @@ mod tests {
         a.clone()
     }
 
-    /// Chaos seed 9600: `low` suspended in place for `high`, resumed in place once `high`
-    /// ended, and suspended again for `urgent` before its agent saw the resume. Each SUSPEND
+    /// Found by a chaos run with leader kills (chaos/README.md, "Found so far"): `low`
+    /// suspended in place for `high`, resumed in place once `high` ended, and suspended
+    /// again for `urgent` before its agent saw the resume. Each SUSPEND
     /// of a suspension in progress says the leader awaits the rank's report; that of a
     /// suspension recorded does not, so an agent that holds the replica suspended answers
     /// the second suspension and only it.

@@ -1,8 +1,9 @@
 //! A task whose panic must end the server: the leader loop. Before this, a panic in a
 //! scheduling cycle ended only the leader's task, and the replica went on as a leader that
-//! never scheduled, directed no agent and kept its leadership (chaos seed 7700): the whole
-//! cluster stalled with every replica up. Ending the process lets another replica lead and
-//! a supervisor (systemd, compose) restart this one.
+//! never scheduled, directed no agent and kept its leadership: the whole cluster stalled
+//! with every replica up (a chaos partitions run, chaos/README.md, "Found so far"). Ending
+//! the process lets another replica lead and a supervisor (systemd, compose) restart this
+//! one.
 
 use std::any::Any;
 use std::future::Future;

@@ -135,10 +135,11 @@ async fn a_gang_whose_ranks_each_saved_on_a_lease_stop_resumes() {
     assert!(next.resume, "every rank saved its work on its lease stop: {next:?}");
 }
 
-/// Chaos, seed 21 (`told to resume, but its checkpoint is unreadable`): rank 0 of a gang was
-/// stopped before it saved anything while rank 1 saved its work. The next attempt must not
-/// tell the ranks to resume: rank 0 has nothing to resume from. Once both ranks saved on a
-/// later stop, it does.
+/// Found by a chaos run with leader kills (`told to resume, but its checkpoint is
+/// unreadable`; chaos/README.md, "Found so far"): rank 0 of a gang was stopped before it
+/// saved anything while rank 1 saved its work. The next attempt must not tell the ranks to
+/// resume: rank 0 has nothing to resume from. Once both ranks saved on a later stop, it
+/// does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gang_whose_rank_saved_nothing_on_its_stop_is_not_told_to_resume() {
     let cluster = Cluster::start(1).await;

@@ -202,12 +202,13 @@ async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
     assert!(next.resume, "resumes from its checkpoint: {next:?}");
 }
 
-/// Seed 201 of the chaos suite (issue 9): a leader directing from a stale state had n1's
-/// agent kill j's replica as no longer wanted, which reports nothing; once the leader caught
-/// up its directive said RUN for that same attempt, which an agent never starts again. The
-/// agent answers such a RUN with the replica's end (cause KILLED_HERE), and j goes back to
-/// the queue, with an event saying why, instead of staying Running with no process and its
-/// GPUs held. It is not j's failure.
+/// Found by a chaos run with leader kills (issue 9; chaos/README.md, "Found so far"): a
+/// leader directing from a stale state had n1's agent kill j's replica as no longer wanted,
+/// which reports nothing; once the leader caught up its directive said RUN for that same
+/// attempt, which an agent never starts again. The agent answers such a RUN with the
+/// replica's end (cause KILLED_HERE), and j goes back to the queue, with an event saying
+/// why, instead of staying Running with no process and its GPUs held. It is not j's
+/// failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_run_of_a_replica_its_agent_killed_as_unwanted_requeues_the_job() {
     let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;

@@ -5,7 +5,7 @@
 //! - `yaml`, `de`, `files`: re-exported from `baton-spec`, which also reads the queue and job
 //!   shapes that scenarios share with the `baton` client's files.
 //! - `scenario`, `parse`, `parse_timeline`, `parse_expect`, `hostlist`: the file format
-//!   (spec/scenario.md).
+//!   (docs/scenario-format.md).
 //! - `validate`: cross-references and impossible requests, before anything runs.
 //! - `engine`: the virtual clock and the loop around `State::apply` and `cycle`.
 //! - `expect`, `output`: expectations, `-o json` and the readable timeline.

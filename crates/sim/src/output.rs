@@ -1,4 +1,5 @@
-//! The simulator's output: `-o json` (spec/scenario.md) and the readable timeline.
+//! The simulator's output: `-o json` (docs/scenario-format.md, "Output") and the readable
+//! timeline.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

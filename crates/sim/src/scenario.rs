@@ -1,4 +1,4 @@
-//! A scenario: the cluster, a timeline of steps and expectations (spec/scenario.md).
+//! A scenario: the cluster, a timeline of steps and expectations (docs/scenario-format.md).
 
 use baton_model::class::PriorityClass;
 use baton_model::job::JobState;

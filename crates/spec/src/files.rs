@@ -1,4 +1,4 @@
-//! Single-object files for the `baton` client, in the scenario's shapes (spec/scenario.md), read
+//! Single-object files for the `baton` client, in the scenario's shapes (docs/scenario-format.md), read
 //! with the same reader so errors name file, line and field exactly as the simulator does:
 //! a job (`baton submit -f job.yaml`) is a timeline `submit`, a queue (`baton queue create -f`)
 //! is an entry of `queues`.

@@ -1,5 +1,5 @@
 //! A job as a scenario's timeline `submit` and `baton submit -f job.yaml` write it
-//! (spec/scenario.md).
+//! (docs/scenario-format.md, "A job").
 
 use std::collections::BTreeMap;
 

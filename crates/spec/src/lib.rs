@@ -1,4 +1,4 @@
-//! The YAML shapes a person writes (spec/scenario.md), read once for both readers: the
+//! The YAML shapes a person writes (docs/scenario-format.md), read once for both readers: the
 //! `baton` client (`submit -f job.yaml`, `queue create|update -f queue.yaml`) and the
 //! simulator (`baton sim`, whose scenarios hold the same shapes). Depends only on the model,
 //! so the client does not depend on the simulator.

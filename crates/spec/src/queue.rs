@@ -1,5 +1,5 @@
 //! A queue as a scenario's `queues` entry, an `update_queue` step and `baton queue create|update
-//! -f` write it (spec/scenario.md).
+//! -f` write it (docs/scenario-format.md, "queues").
 
 use std::collections::BTreeMap;
 

@@ -144,9 +144,10 @@ fn table() {
             vec![assign(1, 1, Stop, &[0])],
             vec![],
         ),
-        // A RUN of a replica that ended here (seed 201 of the chaos suite: killed as no
-        // longer wanted by a directive from a stale state, then RUN again once the leader
-        // caught up): the leader is told it ended, not left to hold the job Running.
+        // A RUN of a replica that ended here (killed as no longer wanted by a directive from
+        // a stale state, then RUN again once the leader caught up; a chaos run with leader
+        // kills found it, chaos/README.md, "Found so far"): the leader is told it ended, not
+        // left to hold the job Running.
         (
             vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Killed), &[0]))],
             false,
@@ -192,7 +193,8 @@ fn table() {
         (vec![(key(1, 1), known(Phase::Suspended, None, &[0]))], false, vec![assign(1, 1, Suspend, &[0])], vec![]),
         // A suspension the leader still awaits, of a replica held suspended here: a resume
         // in place between two suspensions may have been missed, so it is said again
-        // (chaos seed 9600), also after the lease ran out.
+        // (`a_suspend_the_leader_awaits_is_answered_again_only_if_it_is_a_new_suspension`),
+        // also after the lease ran out.
         (
             vec![(key(1, 1), known(Phase::Suspended, None, &[0]))],
             true,
@@ -208,8 +210,9 @@ fn table() {
         ),
         // A SUSPEND of a replica that already ended here (its lease stop, say, whose report
         // the leader missed) is answered with its end, as killed here, not as suspended: the
-        // leader holds the job Preempting until it hears (chaos seeds 6602, 6603), and would
-        // hold it Suspended with no process if told it was stopped in place.
+        // leader holds the job Preempting until it hears (a chaos partitions run found it
+        // waiting until the node was lost; chaos/README.md, "Found so far"), and would hold
+        // it Suspended with no process if told it was stopped in place.
         (
             vec![(key(1, 1), known(Phase::Finished, Some(Outcome::Stopped { checkpointed: true }), &[0]))],
             false,
@@ -237,10 +240,11 @@ fn table() {
     }
 }
 
-/// Chaos seed 9600: a SUSPEND the leader awaits of a replica held suspended here is a new
-/// suspension only if the directive was built once the earlier report was recorded. One
-/// built before, or while that report is on its way, is answered by it: a repeat would come
-/// later, and could count as whatever stop of the job is in progress then.
+/// Found by a chaos run with leader kills (chaos/README.md, "Found so far"): a SUSPEND the
+/// leader awaits of a replica held suspended here is a new suspension only if the directive
+/// was built once the earlier report was recorded. One built before, or while that report
+/// is on its way, is answered by it: a repeat would come later, and could count as whatever
+/// stop of the job is in progress then.
 #[test]
 fn a_suspend_the_leader_awaits_is_answered_again_only_if_it_is_a_new_suspension() {
     let held = vec![(key(1, 1), known(Phase::Suspended, None, &[0]))];
@@ -339,7 +343,8 @@ fn a_stop_is_journaled_before_its_signal() {
     assert_eq!((stop.deadline_unix_ms, stop.deadline_boot_ms), (NOW.unix_ms + 3_000, NOW.boot_ms + 3_000));
     assert_eq!(steps[1], Step::Signal { pid: 42, signal: libc::SIGUSR1 });
     // Continued also when journaled running: an agent that died while suspending it may
-    // have stopped it and journaled nothing (chaos seed 7002).
+    // have stopped it and journaled nothing (`tests/lease.rs`,
+    // `the_watchdog_stops_a_suspended_replica_whose_agent_is_gone`).
     assert_eq!(steps[2], Step::Signal { pid: 42, signal: libc::SIGCONT });
     let Step::Journal(done) = &steps[3] else { panic!("marked signalled last: {steps:?}") };
     assert!(done.stop.unwrap().signalled);
@@ -542,10 +547,10 @@ fn how_an_ended_replica_is_recorded() {
 }
 
 /// File times are on the file system's clock, the stop's signal time on the agent's wall
-/// clock. An agent 5 s ahead (chaos, seed 1, agents' clock offsets: "started from zero
-/// although every rank wrote a checkpoint") reported a stop whose checkpoint was written
-/// right after the signal as a stop without one; one 5 s behind must not count a file
-/// that was there before the signal either.
+/// clock. An agent 5 s ahead (the e2e partitions run with the agents' clocks offset:
+/// "started from zero although every rank wrote a checkpoint") reported a stop whose
+/// checkpoint was written right after the signal as a stop without one; one 5 s behind must
+/// not count a file that was there before the signal either.
 #[test]
 fn a_stops_checkpoint_is_judged_on_file_times_alone() {
     let before_ms = NOW.unix_ms - 60_000;
@@ -655,12 +660,13 @@ fn no_trace_after_a_reboot_is_no_proof_that_a_replica_never_started() {
     }
 }
 
-/// Chaos, seed 3003 (`--preemption-kills`): rank 0 of a gang saved its last checkpoint and
-/// exited 0, and a preemption's stop reached its agent 4 ms later. The stop counted only
-/// files newer than the newest when its signal went out, so the rank was reported stopped
-/// without a checkpoint, and the model started the whole gang again from zero although
-/// every rank had saved in that attempt. What the model needs to know is whether this
-/// attempt left a checkpoint to resume from: a file newer than the newest at its start.
+/// Found by a chaos run with leader kills (chaos/README.md, "Found so far"): rank 0 of a
+/// gang saved its last checkpoint and exited 0, and a preemption's stop reached its agent
+/// 4 ms later. The stop counted only files newer than the newest when its signal went out, so
+/// the rank was reported stopped without a checkpoint, and the model started the whole gang
+/// again from zero although every rank had saved in that attempt. What the model needs to
+/// know is whether this attempt left a checkpoint to resume from: a file newer than the
+/// newest at its start.
 #[test]
 fn a_stop_counts_every_checkpoint_this_attempt_wrote() {
     let at_start_ms = NOW.unix_ms - 120_000;

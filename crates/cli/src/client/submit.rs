@@ -113,7 +113,7 @@ fn quantity(resource: &str, text: &str, flag: &str) -> Result<u64, ClientError> 
 /// The job the flags (or the file and the flags) describe, as sent; nothing is sent when
 /// this fails. From flags, what the user did not choose is left empty for the server to fill
 /// (class, grace, preemption mode, checkpoint signal); a file is read as the simulator reads
-/// it (spec/scenario.md), its defaults included.
+/// it (docs/scenario-format.md, "A job"), its defaults included.
 pub fn build_spec(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
     let mut spec = match &a.file {
         Some(path) => convert::job_spec_to_proto(&from_file(a, path)?),

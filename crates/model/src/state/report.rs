@@ -203,8 +203,9 @@ impl State {
             return self.rank_ended(job, rank, rank_saved, ev);
         }
         // A job being suspended cannot resume in place without this rank's process: it goes
-        // back to the queue, not to Suspended (chaos seed 6603). Its ranks already suspended
-        // keep their processes, so they are completing, not gone.
+        // back to the queue, not to Suspended, where it would wait with no process behind it
+        // (`tests::a_rank_lost_while_its_job_was_being_suspended_requeues_the_job`). Its ranks
+        // already suspended keep their processes, so they are completing, not gone.
         self.forget_suspension_tally(job);
         let j = &self.d.jobs[&job];
         if !matches!(j.state, JobState::Running | JobState::Suspended | JobState::Preempting) {
@@ -527,11 +528,12 @@ mod tests {
         Observed::LeaseExpired { job, attempt: 1, rank, checkpointed }
     }
 
-    /// Seed 201 of the chaos suite (issue 9): an agent killed a rank as no longer wanted
-    /// (told so from a stale state) and, asked to run that attempt again, reports it ended
-    /// there. The job goes back to the queue from its checkpoint, with an event saying why;
-    /// it is not the job's failure. A rank that already exited 0, or a stale attempt, changes
-    /// nothing; in a stop in progress it counts as that rank's stop.
+    /// Found by a chaos run with leader kills (issue 9; chaos/README.md, "Found so far"):
+    /// an agent killed a rank as no longer wanted (told so from a stale state) and, asked
+    /// to run that attempt again, reports it ended there. The job goes back to the queue
+    /// from its checkpoint, with an event saying why; it is not the job's failure. A rank
+    /// that already exited 0, or a stale attempt, changes nothing; in a stop in progress it
+    /// counts as that rank's stop.
     #[test]
     fn a_rank_killed_here_requeues_the_job_from_its_checkpoint() {
         let killed = |job, attempt, rank| Observed::KilledHere { job, attempt, rank, rank_saved: false };
@@ -559,11 +561,12 @@ mod tests {
         assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, false), "rank 1 saved nothing");
     }
 
-    /// CI, e2e partitions seed 1: an agent whose lease ran out stopped a job's only rank
-    /// with a checkpoint; asked by a new leader to run that attempt again, it reported the
-    /// rank ended there (`KilledHere`) with its save. The model ignored the save and the job
-    /// started again from zero. A rank killed here that saved its work counts as saved:
-    /// once every rank of the attempt has, the job resumes from it.
+    /// Found by the e2e partitions run (chaos/README.md, "Found so far"): an agent whose
+    /// lease ran out stopped a job's only rank with a checkpoint; asked by a new leader to
+    /// run that attempt again, it reported the rank ended there (`KilledHere`) with its
+    /// save. The model ignored the save and the job started again from zero. A rank killed
+    /// here that saved its work counts as saved: once every rank of the attempt has, the
+    /// job resumes from it.
     #[test]
     fn a_rank_killed_here_after_saving_its_work_gives_the_job_its_checkpoint() {
         let killed_saved = |job, rank| Observed::KilledHere { job, attempt: 1, rank, rank_saved: true };
@@ -747,8 +750,9 @@ mod tests {
     /// A job suspended and resumed in place runs the same attempt again: its agent's lease
     /// stop (with its work saved) requeues it, and in a later preemption counts as its stop,
     /// not as a late save of an ended attempt (`late_checkpoint`). Written while looking for
-    /// why chaos seeds 6401, 6403, 6602 and 6603 held `sleepy` jobs (mode suspend) Preempting
-    /// until their node was lost; it passed before any change, so that is not the cause.
+    /// why chaos runs held suspend-mode jobs Preempting until their node was lost
+    /// (chaos/README.md, "Found so far"); it passed before any change, so that is not the
+    /// cause.
     #[test]
     fn a_lease_stop_of_an_attempt_resumed_in_place_requeues_it() {
         let (mut s, low) = resumed_in_place();
@@ -853,8 +857,9 @@ mod tests {
     /// A rank of a job being suspended that its agent stopped for an expired lease (or
     /// reports killed there) is gone, not suspended: the job cannot resume in place, so it
     /// goes back to the queue, from the checkpoint its lease stop wrote, and its preemptor
-    /// is placed. Chaos seed 6603 (`sleepy-470`): the lease stop completed the suspension,
-    /// and the job was held Suspended with no process, and Preempting when preempted again.
+    /// is placed. Found by a chaos partitions run (chaos/README.md, "Found so far"): the
+    /// lease stop completed the suspension, and the job was held Suspended with no process,
+    /// and Preempting when preempted again.
     #[test]
     fn a_rank_lost_while_its_job_was_being_suspended_requeues_the_job() {
         let lease_stop =
