@@ -89,7 +89,11 @@ impl CgroupRoot {
         let mount = v2_mount()?;
         let own = own_v2_path().unwrap_or_default();
         let parent = mount.join(own.trim_start_matches('/'));
-        CgroupRoot::at(&parent.join(format!("baton-{node}-{:08x}", short_hash(data_dir))))
+        // The absolute path: two agents given the same relative `--data-dir` from different
+        // working directories must not share a root (and a job id of one would name a cgroup
+        // of the other's).
+        let data_dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+        CgroupRoot::at(&parent.join(format!("baton-{node}-{:08x}", short_hash(&data_dir))))
     }
 
     pub fn dir(&self) -> &Path {

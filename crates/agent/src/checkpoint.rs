@@ -47,6 +47,13 @@ pub fn newest_rank_mtime_ms(job_dir: &Path, rank: u32) -> u64 {
     newest
 }
 
+/// Whether every rank of a job of `world_size` ranks has a checkpoint under `job_dir` (in
+/// its own directory, or the job directory's files that count for every rank): the job has
+/// a complete checkpoint to resume from.
+pub fn complete(job_dir: &Path, world_size: u32) -> bool {
+    (0..world_size.max(1)).all(|rank| newest_rank_mtime_ms(job_dir, rank) > 0)
+}
+
 /// `skip_rank_dirs`: leave out the ranks' directories directly under `dir`.
 fn scan(dir: &Path, depth: usize, skip_rank_dirs: bool, seen: &mut usize, newest: &mut u64) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };

@@ -31,8 +31,10 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 /// start the replica and spawning it may spawn it after its lease ran out, when the leader
 /// may have declared the node lost and placed the job elsewhere (`tests/lease.rs`,
 /// `a_replica_spawned_after_the_lease_ran_out_does_not_run`).
-/// If the lease file of this boot says the lease has run out, it leaves the watchdog's
-/// marker (`.lease`, reported as a lease stop) and exits 127 without running the command.
+/// Unless a lease file of this boot says a lease is held (none at all: the agent was never
+/// granted one, or its file is from before a reboot; or it has run out), it leaves the
+/// watchdog's marker (`.lease`, reported as a lease stop) and exits 127 without running the
+/// command: the agent, the wrapper and the watchdog agree that nothing starts unleased.
 /// Then it leaves a marker next to the exit file (`.started`): a replica whose pid the
 /// agent did not journal before it went down is then known to have run.
 ///
@@ -54,17 +56,18 @@ now_ms() {
   read -r u i < /proc/uptime
   now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
 }
-e= b= id=
+e= b= id= held=
 read -r e b 2>/dev/null < "$l"
 read -r id 2>/dev/null < /proc/sys/kernel/random/boot_id
 case $e in ''|*[!0-9]*) e= ;; esac
 if [ -n "$e" ] && [ "$b" = "$id" ]; then
   now_ms
-  if [ "$now" -ge "$e" ]; then
-    true > "$f.lease" 2>/dev/null
-    printf '127\n' > "$f.tmp" && mv -f "$f.tmp" "$f"
-    exit 127
-  fi
+  [ "$now" -lt "$e" ] && held=1
+fi
+if [ -z "$held" ]; then
+  true > "$f.lease" 2>/dev/null
+  printf '127\n' > "$f.tmp" && mv -f "$f.tmp" "$f"
+  exit 127
 fi
 : > "$f.started"
 watchdog() {
@@ -243,6 +246,7 @@ fn host_env() -> impl Iterator<Item = (&'static str, std::ffi::OsString)> {
 /// The environment a replica gets on top of `HOST_ENV`.
 pub fn replica_env(
     a: &Assignment,
+    resume: bool,
     node: &str,
     checkpoint_dir: &Path,
     rank_checkpoint_dir: &Path,
@@ -265,10 +269,29 @@ pub fn replica_env(
     let launched_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     env.insert("BATON_LAUNCHED_AT_MS".into(), launched_ms.to_string());
     env.remove("BATON_RESUME");
-    if a.resume {
+    if resume {
         env.insert("BATON_RESUME".into(), "1".into());
     }
     env
+}
+
+/// Whether the replica resumes: the leader knows of a checkpoint, or it asked this agent to
+/// look (a checkpoint may exist that no report brought) and every rank has one in the job's
+/// directory (shared storage: the ranks saved on whatever node they ran).
+pub fn resumes(a: &Assignment, checkpoint_dir: &Path) -> bool {
+    if a.resume {
+        return true;
+    }
+    let found = a.resume_if_checkpointed && crate::checkpoint::complete(checkpoint_dir, a.world_size);
+    if found {
+        tracing::info!(
+            job = a.job,
+            attempt = a.attempt,
+            rank = a.rank,
+            "resumes from a checkpoint the leader was not told of"
+        );
+    }
+    found
 }
 
 /// A started replica.
@@ -356,7 +379,7 @@ fn try_start(
         cmd.env("HOME", &w.home).env("USER", &w.name).env("LOGNAME", &w.name);
         cmd.current_dir(if Path::new(&w.home).is_dir() { Path::new(&w.home) } else { Path::new("/") });
     }
-    cmd.envs(replica_env(a, dirs.node, &ckpt, &rank_ckpt, signal_name));
+    cmd.envs(replica_env(a, resumes(a, &ckpt), dirs.node, &ckpt, &rank_ckpt, signal_name));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     let drop_to = who.map(|w| (w.uid, w.gid, w.groups));
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no

@@ -35,6 +35,10 @@ pub struct Inputs {
     pub fence: Fence,
     /// The lease was granted once and has run out.
     pub lease_expired: bool,
+    /// No lease was ever granted to this run of the agent (it just started, or its first
+    /// report got no answer): nothing starts or resumes before one is. Replicas a previous
+    /// run left are stopped by their watchdogs when that run's lease runs out.
+    pub lease_never_granted: bool,
     /// Replicas the supervisor tracks, finished ones included.
     pub replicas: BTreeMap<ReplicaKey, Known>,
     /// The highest attempt journaled per job of the directive.
@@ -98,6 +102,8 @@ pub enum Ignored {
     UnknownAction(i32),
     /// A RUN while the lease has run out: nothing starts or resumes.
     LeaseExpired,
+    /// A RUN before any lease was granted: nothing starts or resumes.
+    NoLease,
     /// A RUN of a replica that is being stopped: it does not restart here.
     BeingStopped,
     /// A RUN while the journal cannot be written: a start or a resume must be journaled
@@ -112,6 +118,7 @@ impl std::fmt::Display for Ignored {
             Ignored::FinishedHere => write!(f, "a RUN of a replica that already finished here"),
             Ignored::UnknownAction(a) => write!(f, "unknown action {a}"),
             Ignored::LeaseExpired => write!(f, "not started or resumed: the lease ran out"),
+            Ignored::NoLease => write!(f, "not started or resumed: no lease was granted yet"),
             Ignored::BeingStopped => write!(f, "a RUN of a replica that is being stopped; it does not restart here"),
             Ignored::JournalFailing(why) => {
                 write!(f, "not started or resumed until the journal takes writes again: {why}")
@@ -209,6 +216,12 @@ fn plan_run<'a>(
         // Maybe the leader has declared this node lost and placed the job elsewhere:
         // nothing starts or resumes until a leader renews the lease.
         return Some(Act::Ignore { key, why: Ignored::LeaseExpired });
+    }
+    if inputs.lease_never_granted {
+        // A leader may have placed the job here and, since, elsewhere: the agent learns which
+        // leader it may obey only with a grant (a node that attached and was cut off at once
+        // must not start what it was told before the cut).
+        return Some(Act::Ignore { key, why: Ignored::NoLease });
     }
     let refused =
         inputs.journal_failing.as_ref().map(|why| Act::Ignore { key, why: Ignored::JournalFailing(why.clone()) });

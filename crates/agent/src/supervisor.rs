@@ -61,6 +61,9 @@ pub struct Supervisor {
     journal: Arc<Journal>,
     /// Where each replica's cgroup goes; `None`: process groups only.
     cgroups: Option<crate::cgroup::CgroupRoot>,
+    /// A lease was granted to this run, or held by a previous run in this boot: RUNs may
+    /// start replicas (`reconcile::Inputs::lease_never_granted`).
+    lease_granted: bool,
     /// Cgroups of ended replicas killed but not empty yet: removed by a later tick.
     dying_cgroups: Vec<crate::cgroup::ReplicaCgroup>,
     node: String,
@@ -143,10 +146,14 @@ impl Supervisor {
         let (awaiting_tx, awaiting) = watch::channel(0);
         let observed = Arc::new(Notify::new());
         let live_logs: LiveLogs = Arc::default();
+        // A previous run's lease of this boot (loaded from its file) binds what it left
+        // running and counts as granted.
+        let lease_granted = settings.lease.borrow().expires_at_ms().is_some();
         let mut sup = Supervisor {
             journal,
             cgroups: settings.cgroups,
             dying_cgroups: Vec::new(),
+            lease_granted,
             node: settings.node,
             data_dir: settings.data_dir,
             checkpoint_root: settings.checkpoint_root,
@@ -381,6 +388,7 @@ impl Supervisor {
             // directive read in between was sent before the lease ran out (`tests/lease.rs`,
             // `a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing`).
             lease_expired: self.fenced || self.lease_expired(),
+            lease_never_granted: self.lease.borrow().expires_at_ms().is_none(),
             replicas: self
                 .replicas
                 .iter()
@@ -821,6 +829,12 @@ impl Supervisor {
     /// Stops every replica once the lease has run out; once a leader renews it, applies the
     /// newest directive again so that what it wants starts.
     fn check_lease(&mut self) -> Result<(), JournalError> {
+        if !self.lease_granted && self.lease.borrow().expires_at_ms().is_some() {
+            // The first grant: what the newest directive wants may start now.
+            self.lease_granted = true;
+            tracing::info!("a lease is granted");
+            self.apply_last()?;
+        }
         let expired = self.lease_expired();
         if expired && !self.fenced {
             self.fenced = true;

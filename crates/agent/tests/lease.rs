@@ -14,9 +14,17 @@ use common::*;
 const LEASE_MS: u64 = 800;
 const HEARTBEAT_TIMEOUT_MS: u64 = 5_000;
 
+/// A fake leader granting `LEASE_MS` from its first reply (a grant never shortens a lease
+/// held, so a longer first one would outlast the test).
+async fn leased() -> Gateway {
+    let gw = Gateway::start(None).await;
+    gw.grant_lease_ms(LEASE_MS);
+    gw
+}
+
 /// A fake leader and an agent that serves its metrics (where its lease is read).
 async fn with_metrics(dir: &std::path::Path) -> (Gateway, baton_agent::Agent, std::net::SocketAddr) {
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let mut c = config(dir, &[gw.addr]);
     c.metrics_listen = Some("127.0.0.1:0".into());
     let agent = start_agent(c).await;
@@ -40,7 +48,7 @@ async fn granted(gw: &Gateway) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_stops_when_no_leader_renews_the_lease() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
@@ -73,7 +81,7 @@ async fn a_replica_stops_when_no_leader_renews_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
@@ -113,7 +121,7 @@ async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_stops_a_suspended_replica_whose_agent_is_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
@@ -151,7 +159,7 @@ fn process_state(pid: impl std::fmt::Display) -> Option<char> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
@@ -184,7 +192,8 @@ async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone(
 async fn nothing_starts_while_the_lease_has_run_out() {
     let dir = tempfile::tempdir().unwrap();
     write_lease_ended_4s_ago(dir.path());
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
+    gw.grant_lease_ms(0);
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
     gw.set(
@@ -214,7 +223,7 @@ async fn nothing_starts_while_the_lease_has_run_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_spawned_after_the_lease_ran_out_does_not_run() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let ran = dir.path().join("ran");
     let _reaper = Reaper(vec![ran.clone()]);
@@ -244,13 +253,69 @@ async fn a_replica_spawned_after_the_lease_ran_out_does_not_run() {
     agent.shutdown().await.unwrap();
 }
 
+/// An agent that was never granted a lease (it just started, or its first report got no
+/// answer) starts nothing: a leader may have placed the job here, lost the node and placed it
+/// elsewhere since. Before, only a lease that had run out held starts back, and a first
+/// start, a reboot or a lost first reply followed by a cut left two copies running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_starts_before_a_lease_is_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = leased().await;
+    gw.grant_lease_ms(0);
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let now = gw.report_count();
+    wait_for(5, "reports answered without a lease", || (gw.report_count() >= now + 3).then_some(())).await;
+    assert!(!pid.exists(), "started before any lease was granted");
+
+    gw.grant_lease_ms(LEASE_MS);
+    let p = wait_for(5, "started once a lease is granted", || read_pid(&pid)).await;
+    assert!(alive(p));
+    agent.shutdown().await.unwrap();
+}
+
+/// The wrapper agrees: a replica spawned while no lease file is there (the agent decided
+/// under a lease, and the file is gone by the spawn: removed by hand, or never written on
+/// this boot) does not run, and its start is reported as a lease stop. Before, the wrapper
+/// skipped its check without a file and the watchdog waited for one forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_spawned_without_a_lease_file_does_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = leased().await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let ran = dir.path().join("ran");
+    let _reaper = Reaper(vec![ran.clone()]);
+    gw.set(1, vec![]);
+    gw.grant_lease_ms(600_000);
+    let now = gw.report_count();
+    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
+    gw.stall_reports(true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    std::fs::remove_file(baton_agent::lease_file::path(dir.path())).unwrap();
+
+    gw.set(1, vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", ran.display()))]);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!ran.exists(), "the replica ran although no lease file was there");
+    gw.stall_reports(false);
+    wait_for(10, "the start reported as a lease stop", || {
+        stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
+    })
+    .await;
+    agent.shutdown().await.unwrap();
+}
+
 /// Only the leader the agent follows renews its lease: replies of the same term from another
 /// leader id (one of the two is not the leader Raft elected) are refused, so the lease runs
 /// out and the replicas stop, as when no leader answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_from_another_leader_of_the_same_term_do_not_renew_the_lease() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
@@ -276,7 +341,7 @@ async fn replies_from_another_leader_of_the_same_term_do_not_renew_the_lease() {
 async fn the_watchdog_stops_a_replica_whose_agents_data_directory_was_removed() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("agent");
-    let gw = Gateway::start(None).await;
+    let gw = leased().await;
     let agent = start_agent(config(&data, &[gw.addr])).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);

@@ -85,6 +85,36 @@ async fn run_starts_the_replica_with_its_environment_and_reports_its_exit() {
     agent.shutdown().await.unwrap();
 }
 
+/// A job whose node was lost while its agent stalled: the stalled agent's watchdog saved
+/// every rank as the lease ran out, and no report told the leader. The next attempt finds
+/// the checkpoint in the job's directory and resumes from it, where before it started from
+/// zero; it does not resume while a rank has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_resumes_from_a_complete_checkpoint_the_leader_was_not_told_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let _agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let job_dir = dir.path().join("checkpoints").join("job-1");
+    std::fs::create_dir_all(job_dir.join("rank-0")).unwrap();
+    std::fs::write(job_dir.join("rank-0").join("state"), "step 40").unwrap();
+    let env_of = |attempt: u32| dir.path().join(format!("env-{attempt}"));
+    let run = |attempt: u32, rank: u32| {
+        let mut a =
+            assignment(1, attempt, Action::Run, &format!("env > {}.tmp; mv {0}.tmp {0}", env_of(attempt).display()));
+        (a.rank, a.world_size, a.resume, a.resume_if_checkpointed) = (rank, 2, false, true);
+        a
+    };
+    // Rank 1 saved nothing yet: attempt 2 of rank 0 starts over.
+    gw.set(1, vec![run(2, 0)]);
+    let env = wait_for(5, "attempt 2's environment", || std::fs::read_to_string(env_of(2)).ok()).await;
+    assert!(!env.contains("BATON_RESUME"), "resumed from an incomplete checkpoint: {env}");
+    std::fs::create_dir_all(job_dir.join("rank-1")).unwrap();
+    std::fs::write(job_dir.join("rank-1").join("state"), "step 40").unwrap();
+    gw.set(1, vec![run(3, 0)]);
+    let env = wait_for(5, "attempt 3's environment", || std::fs::read_to_string(env_of(3)).ok()).await;
+    assert!(env.lines().any(|l| l == "BATON_RESUME=1"), "did not resume from the complete checkpoint: {env}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_is_unset_without_a_checkpoint_and_reports_carry_running_replicas() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,11 +32,11 @@ async fn scrape(addr: std::net::SocketAddr) -> BTreeMap<String, f64> {
 async fn an_agent_exposes_its_replicas_stops_lease_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start(None).await;
+    gw.grant_lease_ms(800);
     let mut c = config(dir.path(), &[gw.addr]);
     c.metrics_listen = Some("127.0.0.1:0".into());
     let agent = start_agent(c).await;
     let addr = agent.metrics_addr().expect("metrics served");
-    gw.grant_lease_ms(800);
 
     let run = assignment(1, 1, Action::Run, "trap 'exit 0' TERM; while :; do sleep 0.02; done");
     gw.set(1, vec![run.clone()]);

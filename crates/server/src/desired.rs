@@ -71,9 +71,19 @@ fn assignment(
             .unwrap_or_else(|| baton_proto::DEFAULT_CHECKPOINT_SIGNAL.into()),
         grace_ms,
         resume: job.has_checkpoint,
+        resume_if_checkpointed: resume_if_checkpointed(job, attempt),
         run_as: state.tenancy().run_as(job.id).map(|u| u.to_string()).unwrap_or_default(),
         awaiting_suspended: awaiting_suspended(job, action, rank),
     }
+}
+
+/// Whether the agent should look for a checkpoint the leader was never told of: docs/policy.md
+/// says a job whose node is lost resumes from its newest complete checkpoint, and a node cut
+/// off or stalled saves its replicas as its lease runs out, before the node is declared lost,
+/// with no report to say so. A first attempt has nothing to resume; a job in mode requeue
+/// starts over by choice.
+fn resume_if_checkpointed(job: &Job, attempt: u32) -> bool {
+    !job.has_checkpoint && attempt > 1 && job.spec.preemption_mode != PreemptionMode::Requeue
 }
 
 /// A suspension in progress whose `rank` has not been reported suspended yet. The agent
@@ -151,6 +161,21 @@ mod tests {
             assert_eq!(a.checkpoint_signal, baton_proto::DEFAULT_CHECKPOINT_SIGNAL);
             assert_eq!((a.grace_ms, a.resume, a.run_as.as_str()), (0, false, ""), "no stop, no checkpoint, no token");
         }
+    }
+
+    /// A job whose node was lost resumes from its newest complete checkpoint (docs/policy.md),
+    /// also one no report told the leader of: its next attempts ask the agent to look.
+    #[test]
+    fn a_later_attempt_without_a_known_checkpoint_asks_the_agent_to_look_for_one() {
+        let (s, id) = running_gang();
+        let mut job = s.jobs()[&id].clone();
+        assert!(!resume_if_checkpointed(&job, 1), "a first attempt has nothing to resume");
+        assert!(resume_if_checkpointed(&job, 2));
+        job.has_checkpoint = true;
+        assert!(!resume_if_checkpointed(&job, 2), "resume says it already");
+        job.has_checkpoint = false;
+        job.spec.preemption_mode = PreemptionMode::Requeue;
+        assert!(!resume_if_checkpointed(&job, 2), "mode requeue starts over");
     }
 
     #[test]

@@ -59,6 +59,23 @@ fn directives_of_deposed_or_other_leaders_are_refused_whole() {
     assert_eq!(same.remember, None, "nothing new to journal");
 }
 
+/// A RUN before any lease was granted starts nothing, and resumes nothing.
+#[test]
+fn nothing_starts_or_resumes_before_a_lease_is_granted() {
+    let suspended = vec![(key(2, 1), known(Phase::Suspended, None, &[1]))];
+    let mut ins = inputs(suspended);
+    ins.lease_never_granted = true;
+    let d = directive(1, vec![assign(1, 1, Action::Run, &[0]), assign(2, 1, Action::Run, &[1])]);
+    let got = plan(&d, &ins).unwrap();
+    assert_eq!(
+        got.acts,
+        vec![
+            Act::Ignore { key: key(1, 1), why: Ignored::NoLease },
+            Act::Ignore { key: key(2, 1), why: Ignored::NoLease }
+        ]
+    );
+}
+
 #[test]
 fn too_many_assignments_are_refused() {
     let many = (0..=MAX_ASSIGNMENTS_PER_DIRECTIVE as u64).map(|j| assign(j + 1, 1, Action::Run, &[])).collect();

@@ -89,7 +89,8 @@ impl Gateway {
             follower_of,
             reply_term: Arc::new(Mutex::new(1)),
             stall_reports: Arc::default(),
-            lease_ms: Arc::default(),
+            // Granted by default, as a leader does: an agent starts nothing before a grant.
+            lease_ms: Arc::new(std::sync::atomic::AtomicU64::new(DEFAULT_FAKE_LEASE_MS)),
             reply_leader: Arc::new(std::sync::atomic::AtomicU64::new(1)),
             reply_state_index: Arc::default(),
         };
@@ -195,6 +196,10 @@ fn directive() -> Directive {
     Directive { heartbeat_timeout_ms: 5_000, ..Default::default() }
 }
 
+/// The lease the fake grants unless a test says otherwise: long enough that no test runs
+/// into it unasked.
+pub const DEFAULT_FAKE_LEASE_MS: u64 = 120_000;
+
 pub fn config(dir: &Path, servers: &[SocketAddr]) -> AgentConfig {
     let mut c = AgentConfig::new("node-a", dir);
     c.servers = servers.iter().map(|a| a.to_string()).collect();
@@ -229,6 +234,7 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         resume: false,
         run_as: String::new(),
         awaiting_suspended: false,
+        resume_if_checkpointed: false,
     }
 }
 
