@@ -33,9 +33,19 @@ for prog in "$bin" /bin/sh; do
     cp -L "$lib" "$root$lib"
   done
 done
-# Names for the user the processes run as (tools that look the user up find one).
-echo 'root:x:0:0:root:/root:/bin/sh' > "$root/etc/passwd"
-echo 'root:x:0:' > "$root/etc/group"
+# Names for the users the processes run as: root (replicas and agents) and the two users
+# deploy/compose.yaml's agents run jobs as (`--run-as-allow admin,alice`), so that no job
+# runs as root there. A site gives the agents its own users instead.
+cat > "$root/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+admin:x:1000:1000:baton admin:/tmp:/bin/sh
+alice:x:1001:1001:alice:/tmp:/bin/sh
+PASSWD
+cat > "$root/etc/group" <<'GROUP'
+root:x:0:
+admin:x:1000:
+alice:x:1001:
+GROUP
 chmod 1777 "$root/tmp"
 
 cp deploy/Dockerfile "$ctx/Dockerfile"

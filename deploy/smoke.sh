@@ -73,6 +73,22 @@ if docker run --rm --network "${project}_fabric" -e BATON_INSECURE=1 \
   fail "a client without a certificate was answered"
 fi
 
+# A job runs as its user (admin, uid 1000), not as root, and can read no key: not its agent's
+# (root's, mode 0600), not the CA's (not mounted: each process mounts only its own certificate
+# directory), not the agent's journal or the replicas' admin token.
+client queue create keys --gpus 0
+client submit --name keys --queue keys --gpus 0 -- sh -c '
+  while read -r k v rest; do [ "$k" = Uid: ] && echo "uid $v"; done < /proc/self/status
+  for f in /tls/key.pem /tls/ca/ca.key /var/lib/baton/agent/journal/conf /var/lib/baton/admin.token; do
+    if (read -r x < "$f") 2>/dev/null; then echo "READ $f"; else echo "cannot read $f"; fi
+  done' >/dev/null
+wait_for 60 "the keys job succeeds" succeeded keys
+keys=$(client logs keys)
+matches '^uid 1000$' <<<"$keys" || fail "the job did not run as admin (uid 1000): $keys"
+! matches 'READ' <<<"$keys" || fail "a job read a key: $keys"
+matches 'cannot read /tls/key.pem' <<<"$keys" || fail "the job's probe did not run: $keys"
+echo "smoke: jobs run as uid 1000 and read no key"
+
 client cohort create lab
 client queue create project-a --gpus 8 --cohort lab
 client queue create project-b --gpus 8 --cohort lab
@@ -115,8 +131,10 @@ echo "smoke: replica $old is back and has caught up"
 # Rack 1 is cut off from racks 2 and 3 while its agent runs a job; server-1 and agent-1 still
 # reach each other (a deposed leader may keep talking to the agents of its rack).
 client cordon gpu-2 >/dev/null
+# Jobs run as their users (admin here), who may write only their job's checkpoint directory:
+# the witness keeps its records there, shared by both agents.
 client submit --name long --queue project-a --gpus 8 -- \
-  baton workload --steps 100000 --step-ms 50 --witness /checkpoints/witness >/dev/null
+  sh -c 'exec baton workload --steps 100000 --step-ms 50 --witness "$BATON_CHECKPOINT_DIR/witness"' >/dev/null
 on_gpu_1() { client describe long -o json | matches '"gpu-1"' && state_is long Running; }
 wait_for 60 "long runs on gpu-1" on_gpu_1
 client uncordon gpu-2 >/dev/null
@@ -137,7 +155,8 @@ wait_for 90 "rack 1 rejoins (gpu-1 Ready, server-1 caught up)" rack_1_back
 sleep 3
 # The witness appends to `violations` only when two attempts or two processes on one GPU
 # held a lock at once; its `starts` lists every start.
-witness() { docker cp "$(compose ps -q agent-2):/checkpoints/witness/$1" - 2>/dev/null | tar -xO; }
+long_id=$(client describe long -o json | grep -o '"id": [0-9]*' | head -1 | grep -o '[0-9]*$')
+witness() { docker cp "$(compose ps -q agent-2):/checkpoints/job-$long_id/witness/$1" - 2>/dev/null | tar -xO; }
 starts=$(witness starts | grep -c '^long ' || true)
 [ "$starts" -ge 2 ] || fail "the witness saw $starts starts of long, expected 2 or more"
 violations=$(witness violations || true)

@@ -103,6 +103,11 @@ const LOG_READERS: &[Role] = &[Role::Replica];
 /// checkpoints under the checkpoint root: both must be reachable by them.
 fn prepare_for_users(data_dir: &std::path::Path, checkpoint_root: &std::path::Path) -> Result<(), AgentError> {
     use std::os::unix::fs::PermissionsExt;
+    // The journal holds what every job here runs (its commands): the agent's alone.
+    let journal = data_dir.join("journal");
+    std::fs::create_dir_all(&journal).map_err(|source| AgentError::CreateDir { path: journal.clone(), source })?;
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o700))
+        .map_err(|source| AgentError::CreateDir { path: journal.clone(), source })?;
     let run = data_dir.join("run");
     std::fs::create_dir_all(&run).map_err(|source| AgentError::CreateDir { path: run.clone(), source })?;
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o711))

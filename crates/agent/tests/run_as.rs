@@ -61,11 +61,16 @@ async fn a_replica_runs_with_its_users_uid_and_groups_and_owns_its_files() {
     let mut c = config(dir.path(), &[gw.addr]);
     c.run_as = allowing(&[USER], false);
     let agent = start_agent(c).await;
+    let journal = dir.path().join("journal");
     let mut a = assignment(
         1,
         1,
         Action::Run,
-        "id -u; id -g; echo \"home=$HOME user=$USER\"; touch \"$BATON_CHECKPOINT_DIR/step\"",
+        &format!(
+            "id -u; id -g; echo \"home=$HOME user=$USER\"; touch \"$BATON_CHECKPOINT_DIR/step\"; \
+             ls {} >/dev/null 2>&1 && echo journal-listed; true",
+            journal.display()
+        ),
     );
     a.run_as = USER.into();
     gw.set(1, vec![a]);
@@ -76,6 +81,9 @@ async fn a_replica_runs_with_its_users_uid_and_groups_and_owns_its_files() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..2], [who.uid.to_string(), who.gid.to_string()], "{out}");
     assert!(lines[2].contains(&format!("user={USER}")), "{out}");
+    // The journal holds every job's command: the agent's alone.
+    assert!(!out.contains("journal-listed"), "the job listed the agent's journal: {out}");
+    assert_eq!(std::fs::metadata(&journal).unwrap().mode() & 0o777, 0o700);
     let ckpt = dir.path().join("checkpoints").join("job-1");
     let meta = std::fs::metadata(&ckpt).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (who.uid, 0o700), "the checkpoint directory is the user's alone");

@@ -314,3 +314,31 @@ fn every_replica_and_agent_is_given_its_rack() {
         }
     }
 }
+
+/// The compose file hands no replica or agent (and so no job) the cluster's CA key or another
+/// process's key: only the one-shot `certs` step mounts the whole `./tls` tree; every replica
+/// and agent mounts its own certificate directory of it, read-only. Before, every agent
+/// mounted `./tls` whole and ran jobs as root (`--run-as-self`): a job could read
+/// `/tls/ca/ca.key` and mint any certificate.
+#[test]
+fn compose_mounts_each_process_only_its_own_certificate_directory() {
+    let docs = YamlLoader::load_from_str(&read("deploy/compose.yaml")).expect("compose.yaml parses");
+    let services = docs[0]["services"].as_hash().expect("compose.yaml has services");
+    let mut checked = 0;
+    for (name, s) in services {
+        let name = name.as_str().expect("a service name");
+        let Some(inv) = invocation("deploy/compose.yaml", &strings(&s["command"])) else { continue };
+        let tls_mounts: Vec<String> =
+            strings(&s["volumes"]).into_iter().filter(|v| v.starts_with("./tls")).collect();
+        assert_eq!(tls_mounts.len(), 1, "{name}: one certificate mount, got {tls_mounts:?}");
+        let (host, rest) = tls_mounts[0].split_once(':').expect("HOST:CONTAINER");
+        let own = host.strip_prefix("./tls/").unwrap_or_else(|| panic!("{name} mounts all of ./tls: {host}"));
+        assert!(!own.is_empty() && !own.contains('/') && own != "ca", "{name} mounts {host}");
+        assert!(rest.ends_with(":ro"), "{name}: its certificates are mounted read-only ({rest})");
+        if inv.command == "agent" {
+            assert!(!inv.args.iter().any(|a| a == "--run-as-self"), "{name} runs jobs as its own user (root)");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 5, "three replicas and two agents");
+}
