@@ -71,7 +71,7 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = ServerSettings::default().resend_ms)]
     pub resend_ms: u64,
     /// How long an acknowledged report keeps an agent's lease; an agent that has none
-    /// checkpoints-then-stops its work. At most half of --heartbeat-timeout-ms.
+    /// checkpoints-then-stops its work. At most half of --heartbeat-timeout-ms, and the lease plus the agents' stop bound (1.5 s) plus 1 % must stay below it.
     #[arg(long, default_value_t = ServerSettings::default().lease_ms)]
     pub lease_ms: u64,
     /// The scheduler setting reserve_after a cluster this replica bootstraps starts with: how

@@ -328,8 +328,7 @@ fn compose_mounts_each_process_only_its_own_certificate_directory() {
     for (name, s) in services {
         let name = name.as_str().expect("a service name");
         let Some(inv) = invocation("deploy/compose.yaml", &strings(&s["command"])) else { continue };
-        let tls_mounts: Vec<String> =
-            strings(&s["volumes"]).into_iter().filter(|v| v.starts_with("./tls")).collect();
+        let tls_mounts: Vec<String> = strings(&s["volumes"]).into_iter().filter(|v| v.starts_with("./tls")).collect();
         assert_eq!(tls_mounts.len(), 1, "{name}: one certificate mount, got {tls_mounts:?}");
         let (host, rest) = tls_mounts[0].split_once(':').expect("HOST:CONTAINER");
         let own = host.strip_prefix("./tls/").unwrap_or_else(|| panic!("{name} mounts all of ./tls: {host}"));

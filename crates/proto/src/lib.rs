@@ -10,6 +10,32 @@
 /// nothing a server may send is refused by the client decoding it.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
+/// The longest an agent takes, once its lease has run out, to have stopped everything its
+/// node runs (`S` of the timing argument, docs/protocol.md): its watchdog's slack and poll
+/// and the lease stop's grace. The leader refuses lease settings that leave no room for it;
+/// the agent's own bound is checked against it at compile time.
+pub const AGENT_STOP_BOUND_MS: u64 = 1_500;
+
+/// The bound on how much faster an agent's clock may run than the leader's over a lease, as
+/// a divisor: 1/100 (1 %), far above what any quartz oscillator drifts (100 ppm).
+pub const CLOCK_DRIFT_DIVISOR: u64 = 100;
+
+/// Whether a lease of `lease_ms` leaves an agent time to stop its work before the leader's
+/// `heartbeat_timeout_ms` declares its node lost: `L + S + D < T`, the timing argument of
+/// docs/protocol.md ("Agent lease and watchdog"). `Err` names the sum and its parts.
+pub fn lease_fits(lease_ms: u64, heartbeat_timeout_ms: u64) -> Result<(), String> {
+    let drift_ms = lease_ms.saturating_add(AGENT_STOP_BOUND_MS) / CLOCK_DRIFT_DIVISOR;
+    let total = lease_ms.saturating_add(AGENT_STOP_BOUND_MS).saturating_add(drift_ms);
+    if total < heartbeat_timeout_ms {
+        return Ok(());
+    }
+    Err(format!(
+        "lease_ms ({lease_ms}) + the agents' stop bound ({AGENT_STOP_BOUND_MS} ms) + clock drift ({drift_ms} ms) = \
+         {total} ms must be below heartbeat_timeout_ms ({heartbeat_timeout_ms}): an agent whose lease ran out must \
+         have stopped its work before its node is declared lost and its jobs placed elsewhere"
+    ))
+}
+
 /// The metadata key of a refusal that names the leader (`host:port`): a follower's answer to
 /// an agent or client that should talk to the leader instead.
 pub const LEADER_METADATA: &str = "baton-leader";

@@ -83,6 +83,7 @@ impl ServerSettings {
                 self.lease_ms, self.heartbeat_timeout_ms
             ));
         }
+        baton_proto::lease_fits(self.lease_ms, self.heartbeat_timeout_ms)?;
         if self.max_log_stream_bytes == 0 {
             return Err("max_log_stream_bytes must be above 0".into());
         }
@@ -113,11 +114,24 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_longer_than_half_the_heartbeat_timeout_is_refused_by_name() {
-        let s = ServerSettings { heartbeat_timeout_ms: 3_000, lease_ms: 1_501, ..ServerSettings::default() };
-        let e = s.validate().unwrap_err();
-        assert!(e.contains("lease_ms (1501)") && e.contains("heartbeat_timeout_ms (3000)"), "{e}");
+    fn a_lease_that_leaves_no_time_to_stop_before_the_node_is_lost_is_refused() {
+        // Half the timeout, as the old check allowed, but 1500 + 1500 + 30 >= 3000.
         let s = ServerSettings { heartbeat_timeout_ms: 3_000, lease_ms: 1_500, ..ServerSettings::default() };
+        let e = s.validate().unwrap_err();
+        assert!(
+            e.contains("lease_ms (1500)") && e.contains("3030 ms") && e.contains("heartbeat_timeout_ms (3000)"),
+            "{e}"
+        );
+        let s = ServerSettings { heartbeat_timeout_ms: 3_100, lease_ms: 1_500, ..ServerSettings::default() };
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn a_lease_longer_than_half_the_heartbeat_timeout_is_refused_by_name() {
+        let s = ServerSettings { heartbeat_timeout_ms: 4_000, lease_ms: 2_001, ..ServerSettings::default() };
+        let e = s.validate().unwrap_err();
+        assert!(e.contains("lease_ms (2001)") && e.contains("heartbeat_timeout_ms (4000)"), "{e}");
+        let s = ServerSettings { heartbeat_timeout_ms: 4_000, lease_ms: 2_000, ..ServerSettings::default() };
         s.validate().unwrap();
     }
 
