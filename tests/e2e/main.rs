@@ -152,15 +152,15 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
     assert_eq!(String::from_utf8_lossy(&text), "hello from the job\n");
 }
 
-/// Issue 9, as reported: a job runs, its node's agent is stopped (`kill -STOP`) for longer
-/// than the heartbeat timeout, the node is declared lost and the job starts on the other
-/// node. The first process must be gone by then (the agent's lease ran out and the replica's
-/// watchdog stopped it): the job never runs two attempts at once, nor shares a GPU.
+/// Issue 9, as reported: a job runs, its node's agent is stopped (`kill -STOP`) for 10 s,
+/// longer than the heartbeat timeout, the node is declared lost and the job starts on the
+/// other node. The first process must be gone by then (the agent's lease ran out and the
+/// replica's watchdog stopped it): the job never runs two attempts at once, nor shares a GPU.
 ///
-/// Not asserted: that the next attempt resumes from the checkpoint the watchdog's stop made.
-/// The stalled agent reports it only once it runs again, after the next attempt started on
-/// the other node from the last checkpoint the leader knew of (see "reported late" in
-/// docs/protocol.md).
+/// And no work is lost: the next attempt resumes from the checkpoint the watchdog's stop
+/// made, which the stalled agent could not report (docs/protocol.md, "No work lost after a
+/// stall"). Before, it started from zero: the witness said `started from zero although every
+/// rank wrote a checkpoint`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_agent_never_lets_a_job_run_twice() {
     let nodes = [NodeArgs::gpus("n1", "", 4), NodeArgs::gpus("n2", "", 4)];
@@ -185,18 +185,17 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
     tokio::time::sleep(Duration::from_millis(2_000)).await;
 
     c.pause_agent(&node, true);
+    let paused = std::time::Instant::now();
     // Past the heartbeat timeout (3 s): the node is lost and the job placed elsewhere.
     let moved = c.wait_job("long", "placed on the other node", |j| j.placements.iter().any(|p| p.node != node)).await;
     assert!(moved.attempt > j.attempt, "{moved:?}");
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    tokio::time::sleep(Duration::from_millis(10_000).saturating_sub(paused.elapsed())).await;
     c.pause_agent(&node, false);
 
     let done =
         c.wait_job("long", "succeeded", |j| j.state() == JobState::Succeeded || j.state() == JobState::Failed).await;
     let violations = std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
-    let broken: Vec<&str> =
-        violations.lines().filter(|l| l.contains(" at once") || l.contains("two processes")).collect();
-    assert!(broken.is_empty(), "the witness saw:\n{violations}");
+    assert!(violations.is_empty(), "the witness saw:\n{violations}");
     assert_eq!(done.state(), JobState::Succeeded, "{done:?}");
 }
 
