@@ -185,6 +185,63 @@ async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone(
     agent.shutdown().await.unwrap();
 }
 
+/// An agent started on `dir` under a fake leader granting no lease, told to RUN a looping
+/// job: nothing starts until the leader grants a lease, then the newest directive does.
+async fn nothing_starts_until_a_lease_is_granted(dir: &std::path::Path) {
+    let gw = leased().await;
+    gw.grant_lease_ms(0);
+    let pid = dir.join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(
+        1,
+        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
+    );
+    let agent = start_agent(config(dir, &[gw.addr])).await;
+    let now = gw.report_count();
+    wait_for(5, "reports answered without a lease", || (gw.report_count() >= now + 3).then_some(())).await;
+    assert!(!pid.exists(), "started without a lease held");
+
+    gw.grant_lease_ms(LEASE_MS);
+    let p = wait_for(5, "started once a lease is granted", || read_pid(&pid)).await;
+    assert!(alive(p));
+    agent.shutdown().await.unwrap();
+}
+
+/// An agent holding a lease far longer than the test whose reports then stall, and whose
+/// lease file `as_after_the_stall` changes as a stall would leave it: a RUN sent then must not
+/// run (the wrapper checks the file), and its start is reported as a lease stop.
+async fn a_run_spawned_with_the_lease_file_does_not_run(as_after_the_stall: impl FnOnce(&std::path::Path)) {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = leased().await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let ran = dir.path().join("ran");
+    let _reaper = Reaper(vec![ran.clone()]);
+    gw.set(1, vec![]);
+    // A lease far longer than this test: the agent holds it throughout.
+    gw.grant_lease_ms(600_000);
+    let now = gw.report_count();
+    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
+    // No renewal rewrites the file from here (a report answered before the stall has had
+    // its time).
+    gw.stall_reports(true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    as_after_the_stall(dir.path());
+
+    gw.set(1, vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", ran.display()))]);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!ran.exists(), "the replica ran although the lease file said no lease was held");
+
+    gw.stall_reports(false);
+    wait_for(10, "the start reported as a lease stop", || {
+        stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
+    })
+    .await;
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!ran.exists(), "started again once the lease was renewed");
+    agent.shutdown().await.unwrap();
+}
+
 /// Once the lease has run out (here: the previous run of the agent held one that ended
 /// while it was down), nothing starts: the leader may have placed the job elsewhere. A
 /// renewed lease lets the newest directive start.
@@ -192,23 +249,17 @@ async fn a_watchdog_stop_counts_the_checkpoint_written_while_the_agent_was_gone(
 async fn nothing_starts_while_the_lease_has_run_out() {
     let dir = tempfile::tempdir().unwrap();
     write_lease_ended_4s_ago(dir.path());
-    let gw = leased().await;
-    gw.grant_lease_ms(0);
-    let pid = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid.clone()]);
-    gw.set(
-        1,
-        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
-    );
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let now = gw.report_count();
-    wait_for(5, "reports answered without a lease", || (gw.report_count() >= now + 3).then_some(())).await;
-    assert!(!pid.exists(), "started with its lease run out");
+    nothing_starts_until_a_lease_is_granted(dir.path()).await;
+}
 
-    gw.grant_lease_ms(LEASE_MS);
-    let p = wait_for(5, "started once the lease is renewed", || read_pid(&pid)).await;
-    assert!(alive(p));
-    agent.shutdown().await.unwrap();
+/// An agent that was never granted a lease (it just started, or its first report got no
+/// answer) starts nothing: a leader may have placed the job here, lost the node and placed it
+/// elsewhere since. Before, only a lease that had run out held starts back, and a first
+/// start, a reboot or a lost first reply followed by a cut left two copies running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_starts_before_a_lease_is_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    nothing_starts_until_a_lease_is_granted(dir.path()).await;
 }
 
 /// Found twice by chaos runs of the full fault mix (chaos/README.md, "Found so far"): an
@@ -222,91 +273,19 @@ async fn nothing_starts_while_the_lease_has_run_out() {
 /// is reported as a lease stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_spawned_after_the_lease_ran_out_does_not_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = leased().await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let ran = dir.path().join("ran");
-    let _reaper = Reaper(vec![ran.clone()]);
-    gw.set(1, vec![]);
-    // A lease far longer than this test: the agent holds it throughout.
-    gw.grant_lease_ms(600_000);
-    let now = gw.report_count();
-    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
-    // No renewal rewrites the file from here (a report answered before the stall has had
-    // its time); it says what the clock would say after a stall.
-    gw.stall_reports(true);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    write_lease_ended_4s_ago(dir.path());
-
-    gw.set(1, vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", ran.display()))]);
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    assert!(!ran.exists(), "the replica ran although the lease file said the lease had run out");
-
-    gw.stall_reports(false);
-    wait_for(10, "the start reported as a lease stop", || {
-        stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
-    })
-    .await;
-    assert!(exited_of(&gw.observations(), 1).is_empty(), "{:?}", gw.observations());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!ran.exists(), "started again once the lease was renewed");
-    agent.shutdown().await.unwrap();
+    a_run_spawned_with_the_lease_file_does_not_run(write_lease_ended_4s_ago).await;
 }
 
-/// An agent that was never granted a lease (it just started, or its first report got no
-/// answer) starts nothing: a leader may have placed the job here, lost the node and placed it
-/// elsewhere since. Before, only a lease that had run out held starts back, and a first
-/// start, a reboot or a lost first reply followed by a cut left two copies running.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_starts_before_a_lease_is_granted() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = leased().await;
-    gw.grant_lease_ms(0);
-    let pid = dir.path().join("pid");
-    let _reaper = Reaper(vec![pid.clone()]);
-    gw.set(
-        1,
-        vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()))],
-    );
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let now = gw.report_count();
-    wait_for(5, "reports answered without a lease", || (gw.report_count() >= now + 3).then_some(())).await;
-    assert!(!pid.exists(), "started before any lease was granted");
-
-    gw.grant_lease_ms(LEASE_MS);
-    let p = wait_for(5, "started once a lease is granted", || read_pid(&pid)).await;
-    assert!(alive(p));
-    agent.shutdown().await.unwrap();
-}
-
-/// The wrapper agrees: a replica spawned while no lease file is there (the agent decided
-/// under a lease, and the file is gone by the spawn: removed by hand, or never written on
-/// this boot) does not run, and its start is reported as a lease stop. Before, the wrapper
-/// skipped its check without a file and the watchdog waited for one forever.
+/// The wrapper agrees with the agent: a replica spawned while no lease file is there (the
+/// agent decided under a lease, and the file is gone by the spawn: removed by hand, or never
+/// written on this boot) does not run either. Before, the wrapper skipped its check without
+/// a file and the watchdog waited for one forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_spawned_without_a_lease_file_does_not_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = leased().await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
-    let ran = dir.path().join("ran");
-    let _reaper = Reaper(vec![ran.clone()]);
-    gw.set(1, vec![]);
-    gw.grant_lease_ms(600_000);
-    let now = gw.report_count();
-    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
-    gw.stall_reports(true);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    std::fs::remove_file(baton_agent::lease_file::path(dir.path())).unwrap();
-
-    gw.set(1, vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", ran.display()))]);
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    assert!(!ran.exists(), "the replica ran although no lease file was there");
-    gw.stall_reports(false);
-    wait_for(10, "the start reported as a lease stop", || {
-        stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
+    a_run_spawned_with_the_lease_file_does_not_run(|dir| {
+        std::fs::remove_file(baton_agent::lease_file::path(dir)).unwrap();
     })
     .await;
-    agent.shutdown().await.unwrap();
 }
 
 /// Only the leader the agent follows renews its lease: replies of the same term from another
