@@ -160,7 +160,8 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
 /// And no work is lost: the next attempt resumes from the checkpoint the watchdog's stop
 /// made, which the stalled agent could not report (docs/protocol.md, "No work lost after a
 /// stall"). Before, it started from zero: the witness said `started from zero although every
-/// rank wrote a checkpoint`.
+/// rank wrote a checkpoint`. `BATON_STALL_MS` stops the agent longer (60000: the issue's
+/// second figure).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_agent_never_lets_a_job_run_twice() {
     let nodes = [NodeArgs::gpus("n1", "", 4), NodeArgs::gpus("n2", "", 4)];
@@ -189,7 +190,8 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
     // Past the heartbeat timeout (3 s): the node is lost and the job placed elsewhere.
     let moved = c.wait_job("long", "placed on the other node", |j| j.placements.iter().any(|p| p.node != node)).await;
     assert!(moved.attempt > j.attempt, "{moved:?}");
-    tokio::time::sleep(Duration::from_millis(10_000).saturating_sub(paused.elapsed())).await;
+    let stall_ms = std::env::var("BATON_STALL_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    tokio::time::sleep(Duration::from_millis(stall_ms).saturating_sub(paused.elapsed())).await;
     c.pause_agent(&node, false);
 
     let done =
