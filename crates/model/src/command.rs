@@ -187,8 +187,8 @@ pub enum Op {
 
 impl Op {
     /// Operations only the leader issues, from its own clock and its own view of the
-    /// cluster: plans, time passing, node liveness, and the agent-era job reports that
-    /// `Report` replaced. A replica refuses them when they arrive forwarded: no client or
+    /// cluster: plans, time passing, node liveness, the agents' registrations and reports
+    /// (its gateway alone takes them), and the agent-era job reports that `Report` replaced. A replica refuses them when they arrive forwarded: no client or
     /// agent request produces one, so a forwarded one is forged.
     pub fn leader_only(&self) -> bool {
         if let Op::As { op, .. } = self {
@@ -200,6 +200,11 @@ impl Op {
                 | Op::Tick
                 | Op::SetNodeStatus { .. }
                 | Op::RegisterNodes(_)
+                // What agents say of their nodes and their replicas: the leader's gateway
+                // writes these from an agent whose certificate names the node, never another
+                // replica; forwarded, one would forge any node's exits or shape.
+                | Op::RegisterNode(_)
+                | Op::Report { .. }
                 | Op::JobExited { .. }
                 | Op::JobStopped { .. }
                 | Op::JobCheckpointed { .. }

@@ -236,7 +236,9 @@ async fn a_forwarded_tick_is_refused_and_the_clock_stays() {
     let before = node.replica.read_local(|s| s.now_ms());
     let index = node.replica.metrics().last_log_index;
 
-    for op in [Op::Tick, Op::ApplyPlan(Plan { based_on: 0, decisions: Vec::new() })] {
+    let report = Op::Report { node: baton_model::name::Name::lit("n1"), observations: Vec::new() };
+    let register = Op::RegisterNode(baton_model::fixture::gpu_node("n1", 64));
+    for op in [Op::Tick, Op::ApplyPlan(Plan { based_on: 0, decisions: Vec::new() }), report, register] {
         let name = op.name();
         let err = forward(&node.addr, &Command { now_ms: 4_000_000_000_000, op }).await.unwrap_err();
         assert!(matches!(err, WriteError::LeaderOnly { .. }), "{name}: {err}");

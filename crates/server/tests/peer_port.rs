@@ -169,3 +169,18 @@ async fn the_peer_port_takes_only_replica_certificates_and_the_api_port_serves_n
     raft.forward_write(forged_write(1)).await.unwrap();
     assert_eq!(s.queues(0).await, vec!["forged".to_string(), "q".to_string()]);
 }
+
+/// One replica's certificate cannot speak as another replica: a request whose
+/// `from_node_id` is not the id its certificate names is refused before anything in it is
+/// decoded (before, `from_node_id` was taken on the sender's word).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_certificate_cannot_speak_as_another_replica() {
+    let s = Split::start(1).await;
+    s.leader().await;
+    let peer = s.addrs[0].peer.clone();
+    let mut raft = RaftTransportClient::new(s.channel(&peer, "replica", "3").await);
+    let e = raft.forward_write(forged_write(1)).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e}");
+    assert!(e.message().contains("replica 2") && e.message().contains("replica 3's"), "{e}");
+    assert!(s.queues(0).await.is_empty(), "the forged write was applied");
+}

@@ -67,8 +67,10 @@ impl RaftService {
     }
 
     fn take<T: DeserializeOwned>(&self, req: Request<RaftRequest>) -> Result<(NodeId, T), Status> {
+        let certified = certified_replica(&req);
         let req = req.into_inner();
         self.admit(&req)?;
+        check_sender(certified.as_deref(), req.from_node_id)?;
         let value = decode(&req.payload).map_err(|e| {
             Status::invalid_argument(format!("request from replica {} does not decode: {e}", req.from_node_id))
         })?;
@@ -99,6 +101,24 @@ fn wall_clock_ms() -> u64 {
 fn reply<T: Serialize>(value: &T) -> Result<GrpcResponse<RaftReply>, Status> {
     let payload = encode(value).map_err(|e| Status::internal(e.to_string()))?;
     Ok(GrpcResponse::new(RaftReply { payload }))
+}
+
+/// The replica id the caller's certificate names, under TLS (the peer port's guard put it in
+/// the request); `None` over plain TCP, where the operator chose to trust the network.
+fn certified_replica<T>(req: &Request<T>) -> Option<String> {
+    req.extensions().get::<baton_proto::tls::PeerId>().map(|p| p.name.clone())
+}
+
+/// Refuses a request whose `from_node_id` is not the replica its certificate names: one
+/// replica's certificate must not speak as another (a forwarded write, a membership change
+/// or a vote in another replica's name).
+fn check_sender(certified: Option<&str>, from: NodeId) -> Result<(), Status> {
+    match certified {
+        Some(name) if name != from.to_string() => Err(Status::permission_denied(format!(
+            "the request says it comes from replica {from}, but the caller's certificate is replica {name}'s"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 #[tonic::async_trait]
@@ -154,8 +174,10 @@ impl RaftTransport for RaftService {
     }
 
     async fn read_index(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
+        let certified = certified_replica(&req);
         let req = req.into_inner();
         self.admit(&req)?;
+        check_sender(certified.as_deref(), req.from_node_id)?;
         reply(&self.core.read_index_here().await)
     }
 
