@@ -416,17 +416,23 @@ fn own(f: &std::fs::File, who: Option<&Identity>, mode: u32) -> std::io::Result<
     f.set_permissions(std::fs::Permissions::from_mode(mode))
 }
 
-/// Gives a directory to the job's user (`None`: the agent's own) with `mode`. The link
-/// itself, never what it points to: a job's checkpoint root is shared storage.
+/// Gives a directory to the job's user (`None`: the agent's own) with `mode`: never what a
+/// link points to (a job's checkpoint root is shared storage, and the job may put a link
+/// where its directory was). Opened without following a link, then changed through the
+/// descriptor, so nothing swapped in after the open is touched.
 fn own_path(path: &Path, who: Option<&Identity>, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    if std::fs::symlink_metadata(path)?.file_type().is_symlink() {
-        return Err(std::io::Error::other("is a symbolic link"));
-    }
-    if let Some(w) = who {
-        std::os::unix::fs::lchown(path, Some(w.uid), Some(w.gid))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY).open(path).map_err(
+            |e| match e.raw_os_error() {
+                // Linux answers a link opened with both flags ENOTDIR, or ELOOP.
+                Some(libc::ELOOP | libc::ENOTDIR) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) => {
+                    std::io::Error::other("is a symbolic link")
+                }
+                _ => e,
+            },
+        )?;
+    own(&dir, who, mode)
 }
 
 /// Milliseconds as `sleep` takes them: "1.000".
@@ -438,4 +444,32 @@ fn seconds(ms: u64) -> String {
 pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(libc::SIGKILL))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A rank directory the job replaced by a link to another file is refused, and what the
+    /// link points to keeps its mode. The directory is opened without following links and
+    /// changed through that descriptor, so a link swapped in after the open changes nothing
+    /// either (before, the path was checked, then chmod-ed by name, which follows a link put
+    /// there in between; that race is not reproduced here, its window being one syscall).
+    #[test]
+    fn a_link_in_place_of_a_directory_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let rank = dir.path().join("rank-0");
+        std::os::unix::fs::symlink(&victim, &rank).unwrap();
+        let e = own_path(&rank, None, 0o700).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777, 0o755);
+        let real = dir.path().join("rank-1");
+        std::fs::create_dir(&real).unwrap();
+        own_path(&real, None, 0o700).unwrap();
+        assert_eq!(std::fs::metadata(&real).unwrap().permissions().mode() & 0o777, 0o700);
+    }
 }
