@@ -30,7 +30,7 @@ mod tls_reload;
 
 use std::time::Duration;
 
-use baton_chaos::cluster::{Cluster, NodeArgs};
+use baton_chaos::cluster::{Cluster, NodeArgs, Timing};
 use baton_chaos::faults::Mix;
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::{JobLogsRequest, JobRef, JobState, LogsRequest, SubmitRequest};
@@ -207,7 +207,12 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
 /// placed it at once and the agent held it back while the model said Running).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_process_is_gone() {
-    let c = Cluster::start(BATON.as_ref(), &[NodeArgs::gpus("n1", "", 4)]).await;
+    // A lease longer than the job's 5 s save: on a loaded machine (the other e2e tests at
+    // once) a renewal can come late, and a lease stop's 1 s grace kills the save. Seen once
+    // in a full run, `next` running while `slow` had written no save; a lease stop is the
+    // likely cause (the run's logs were not kept), not the completing rule this tests.
+    let t = Timing { heartbeat_timeout_ms: 15_000, lease_ms: 7_000, ..Timing::default() };
+    let c = Cluster::start_with(BATON.as_ref(), &[NodeArgs::gpus("n1", "", 4)], &t).await;
     call!(c, |api| api.put_queue(gpu_queue("q", 8)));
     let marks = c.path("marks");
     std::fs::create_dir_all(&marks).unwrap();
