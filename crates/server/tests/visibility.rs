@@ -282,3 +282,31 @@ async fn a_watch_shows_only_what_the_callers_rights_show_now() {
     let seen = events_until(&mut watch, "marker").await;
     assert!(seen.iter().all(|e| e.job != "after-own"), "an event hidden by carol's rights now was sent: {seen:?}");
 }
+
+/// A starving job's reservation shows in `cluster info`, which answers without a token too:
+/// its name only to those who may see the job. Before, anyone (no token at all) read the
+/// names of reserved jobs of `own` queues there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_info_names_a_reserved_job_only_to_those_who_may_see_it() {
+    let (cluster, _agent) = setup().await;
+    let addr = cluster.addrs()[0].clone();
+    let mut admin = client(&addr, ADMIN).await;
+    admin.set_scheduler(SchedulerSettings { reserve_after_ms: Some(300) }).await.unwrap();
+    // Alice's three jobs hold 3 of n1's 8 GPUs: an 8-GPU job of `own` starves and reserves.
+    client(&addr, ALICE).await.submit(submit_of(gpu_job("big-own", "own", "train", 8))).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut alice = client(&addr, ALICE).await;
+    while alice.cluster_info(Empty {}).await.unwrap().into_inner().reservations.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no reservation within 10 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let reserved = |info: ClusterInfoReply| info.reservations.into_iter().map(|r| r.job).collect::<Vec<_>>();
+    assert_eq!(reserved(alice.cluster_info(Empty {}).await.unwrap().into_inner()), ["big-own"], "its owner");
+    assert_eq!(reserved(admin.cluster_info(Empty {}).await.unwrap().into_inner()), ["big-own"], "an admin");
+    let mut bob = client(&addr, BOB).await;
+    let hidden = ::baton_server::api::HIDDEN_JOB;
+    assert_eq!(reserved(bob.cluster_info(Empty {}).await.unwrap().into_inner()), [hidden], "another user");
+    let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let anyone = BatonClient::new(ch).cluster_info(Empty {}).await.unwrap().into_inner();
+    assert_eq!(reserved(anyone), [hidden], "a caller without a token");
+}

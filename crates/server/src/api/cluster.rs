@@ -5,6 +5,8 @@ use baton_model::State;
 use baton_model::access::Role;
 use baton_model::command::Op;
 use baton_model::job::JobState;
+use baton_model::queue::Visibility;
+use baton_model::scheduler::PoolReservation;
 use baton_proto::convert::{
     pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto, tenancy_from_proto, tenancy_to_proto,
 };
@@ -20,11 +22,34 @@ const RACK_UNKNOWN: &str = "?";
 /// The version shown for a replica of a build that does not send it (before it was sent).
 const VERSION_UNSAID: &str = "?";
 
-pub async fn info(api: &Api) -> Result<Response<ClusterInfoReply>, Status> {
+/// Stands for the name of a reserved job the caller may not see (its queue shows others
+/// nothing, `--visibility own`): the reservation itself, its pool and nodes, is the cluster's.
+pub const HIDDEN_JOB: &str = "(a job you cannot see)";
+
+/// The reservations of `s` as `who` sees them (`None`: a caller without a valid token).
+fn reservations_seen(s: &State, who: Option<&Caller>) -> Vec<baton_proto::v1::PoolReservation> {
+    let hidden = |id| {
+        let Some(job) = s.job(id) else { return false };
+        match who {
+            Some(w) => super::visible::view(s, w, job) == super::visible::View::Hidden,
+            None => s.access().enforced() && s.queue_visibility(&job.spec.queue) == Visibility::Own,
+        }
+    };
+    let seen = |r: &PoolReservation| {
+        let mut p = pool_reservation_to_proto(r, s);
+        if hidden(r.job) {
+            p.job = HIDDEN_JOB.into();
+        }
+        p
+    };
+    s.pool_reservations().values().map(seen).collect()
+}
+
+pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInfoReply>, Status> {
     let m = api.ctx.replica.metrics();
     let summary = |s: &State| {
         let count = |st: JobState| s.jobs().values().filter(|j| j.state == st).count() as u32;
-        let reservations = s.pool_reservations().values().map(|r| pool_reservation_to_proto(r, s)).collect();
+        let reservations = reservations_seen(s, who);
         let scheduler = scheduler_to_proto(s.scheduler());
         let settings = (scheduler, tenancy_to_proto(s.tenancy().settings()));
         (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running), settings, reservations)

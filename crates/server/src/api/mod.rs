@@ -11,6 +11,7 @@
 //! - `usage`: capacity and usage arithmetic shared by the above.
 
 pub(crate) mod cluster;
+pub use cluster::HIDDEN_JOB;
 pub(crate) mod jobs;
 mod logs;
 pub(crate) mod nodes;
@@ -237,8 +238,11 @@ impl Baton for Api {
 
     /// Open to any caller, like a health check: replicas, leader, term and usage, no job
     /// data (probes and `baton dev` find the leader through it).
-    async fn cluster_info(&self, _: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
-        cluster::info(self).await
+    async fn cluster_info(&self, r: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
+        // Answered without a token too (operators and health checks ask it); a token, if
+        // any, says which reserved jobs the caller may see by name.
+        let who = self.caller(r.metadata()).await.ok();
+        cluster::info(self, who.as_ref()).await
     }
     async fn set_scheduler(&self, r: Request<SchedulerSettings>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;

@@ -171,7 +171,7 @@ async fn caller(api: &Api, r: &Request) -> Result<Caller, Status> {
 async fn json(api: &Api, r: &Request) -> Result<String, Status> {
     let who = caller(api, r).await?;
     match r.path.as_str() {
-        "/api/cluster" => to_json(&api::cluster::info(api).await?.into_inner()),
+        "/api/cluster" => to_json(&api::cluster::info(api, Some(&who)).await?.into_inner()),
         "/api/queues" => to_json(&ListQueuesReply { queues: api.read(api::usage::queues).await? }),
         "/api/nodes" => to_json(&api::nodes::list(api).await?.into_inner()),
         "/api/jobs" => to_json(&api::jobs::list(api, &who, jobs_page(r)?).await?.into_inner()),
