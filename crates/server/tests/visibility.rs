@@ -258,6 +258,12 @@ async fn acting_on_a_hidden_job_is_answered_as_for_one_that_does_not_exist() {
     }
     let e = bob.cancel_job(JobRef { name: "j-all".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    // Its logs too: not found, not "its owner's (user alice)" (before, the refusal named the
+    // owner of a job `get` said did not exist).
+    let logs = LogsRequest { job: "j-own".into(), ..Default::default() };
+    let e = bob.job_logs(JobLogsRequest { node: "n1".into(), logs: Some(logs) }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(!e.message().contains("alice"), "names the owner: {e:?}");
     // Its owner still acts on it.
     alice.cancel_job(JobRef { name: "j-own".into(), ..Default::default() }).await.unwrap();
 }

@@ -107,12 +107,18 @@ pub async fn job_logs(
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 
-/// The agent address of `node` and the job's id, once `who` may read `job`'s logs.
+/// The agent address of `node` and the job's id, once `who` may read `job`'s logs. A job
+/// the caller may not see at all is answered as one that does not exist, as `get` does:
+/// the refusal would name its owner.
 async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result<(String, u64), Status> {
     let token = who.token().cloned();
+    let who = who.clone();
     api.read(move |s| {
-        let j =
-            s.job_by_name(job).ok_or_else(|| Status::not_found(format!("unknown job {job:?}; see `baton list`")))?;
+        let unknown = || Status::not_found(format!("unknown job {job:?}; see `baton list`"));
+        let j = s.job_by_name(job).ok_or_else(unknown)?;
+        if super::visible::view(s, &who, j) == super::visible::View::Hidden {
+            return Err(unknown());
+        }
         may_read(s, token.as_ref(), j)?;
         let n = s
             .nodes()
