@@ -28,7 +28,8 @@ have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
 have_cgroup2() { [ -w /sys/fs/cgroup/cgroup.procs ] || [ -w /sys/fs/cgroup/unified/cgroup.procs ]; }
 have_blkio() { [ -d /sys/fs/cgroup/blkio ] || grep -qw io /sys/fs/cgroup/cgroup.controllers 2>/dev/null; }
 
-# What each group needs: a check, and the Debian package that brings it (none: not installable).
+# Installs the Debian packages that the groups below need and this machine lacks, where it
+# can; what it cannot install leaves those groups skipped, by name.
 install_missing() {
   local missing=""
   command -v chromium >/dev/null || missing="$missing chromium"

@@ -6,8 +6,9 @@
 //!
 //! Layout: `<root>/<job>-<attempt>-<rank>`, where `<root>` is `--cgroup-root` or, by default,
 //! `baton-<node>-<hash of the data directory>` inside the agent's own cgroup in the v2
-//! hierarchy (the subtree systemd's `Delegate=yes` hands to the service) (stable across agent restarts, so a restarted agent finds its replicas' cgroups;
-//! distinct per agent, so two agents on one host never share one).
+//! hierarchy (the subtree systemd's `Delegate=yes` hands to the service): stable across agent
+//! restarts, so a restarted agent finds its replicas' cgroups, and distinct per agent, so two
+//! agents on one host never share one.
 //!
 //! Modes (`--containment`): `cgroup` refuses to start without a writable v2 hierarchy that has
 //! `cgroup.kill` (Linux 5.14); `process-group` is the weaker mode of earlier versions, where a
@@ -67,7 +68,7 @@ impl CgroupRoot {
     /// `dir` itself, made if missing, checked usable (writable, with `cgroup.kill`).
     pub fn at(dir: &Path) -> Result<CgroupRoot, CgroupError> {
         std::fs::create_dir_all(dir).map_err(|e| unusable(dir, format!("cannot create it: {e}")))?;
-        for file in ["cgroup.procs", "cgroup.kill", "cgroup.events", "cgroup.freeze"] {
+        for file in ["cgroup.procs", "cgroup.kill"] {
             let path = dir.join(file);
             if !path.exists() {
                 return Err(unusable(dir, format!("has no {file} (not cgroup v2, or a kernel before 5.14)")));
@@ -161,14 +162,6 @@ pub struct ReplicaCgroup {
 }
 
 impl ReplicaCgroup {
-    pub fn at(dir: PathBuf) -> ReplicaCgroup {
-        ReplicaCgroup { dir }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Makes it (an existing one is reused: a replica started again after a crash before its
     /// spawn) and opens its `cgroup.procs` for the child to join before it runs anything.
     pub fn create(&self) -> Result<OwnedFd, CgroupError> {
@@ -179,36 +172,26 @@ impl ReplicaCgroup {
     }
 
     /// Kills every process in it at once (`cgroup.kill`), whatever group or session it is in.
+    /// A cgroup that is gone has nothing to kill.
     pub fn kill(&self) -> Result<(), CgroupError> {
-        self.write("cgroup.kill", "1")
-    }
-
-    /// Whether any process is left in it; a cgroup that is gone has none.
-    pub fn populated(&self) -> bool {
-        let path = self.dir.join("cgroup.events");
-        let Ok(text) = std::fs::read_to_string(path) else { return false };
-        text.lines().any(|l| l.trim() == "populated 1")
-    }
-
-    /// The pids in it (for logs and checks).
-    pub fn pids(&self) -> Vec<u32> {
-        let text = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-        text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-    }
-
-    /// Removes it once empty; a populated one stays (and says so).
-    pub fn remove(&self) -> Result<(), CgroupError> {
-        match std::fs::remove_dir(&self.dir) {
-            Ok(()) => Ok(()),
+        let path = self.dir.join("cgroup.kill");
+        match std::fs::OpenOptions::new().write(true).open(&path) {
+            Ok(mut f) => f.write_all(b"1").map_err(io(&path)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(CgroupError::Io { path: self.dir.clone(), source: e }),
+            Err(e) => Err(CgroupError::Io { path, source: e }),
         }
     }
 
-    fn write(&self, file: &str, value: &str) -> Result<(), CgroupError> {
-        let path = self.dir.join(file);
-        let mut f = std::fs::OpenOptions::new().write(true).open(&path).map_err(io(&path))?;
-        f.write_all(value.as_bytes()).map_err(io(&path))
+    /// Kills what is left in it and removes it; `false` while it is not gone yet (a process
+    /// takes a moment to die after SIGKILL, and rmdir(2) refuses a cgroup with processes).
+    pub fn kill_and_remove(&self) -> bool {
+        if let Err(e) = self.kill() {
+            tracing::warn!("{e}");
+        }
+        match std::fs::remove_dir(&self.dir) {
+            Ok(()) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
     }
 }
 

@@ -88,24 +88,6 @@ impl Lease {
     }
 }
 
-/// Why a lease configuration cannot keep the promise that nothing of a node runs once the
-/// leader declares it lost.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LeaseFitError {
-    #[error(
-        "lease_ms ({lease_ms}) + stop bound ({stop_ms} ms) + clock drift bound ({drift_ms} ms) must be below heartbeat_timeout_ms ({timeout_ms})"
-    )]
-    TooLong { lease_ms: u64, stop_ms: u64, drift_ms: u64, timeout_ms: u64 },
-}
-
-/// Checks the timing argument of docs/protocol.md: a lease, then the stop of everything the
-/// node runs, then the difference between the two machines' clock rates over that time,
-/// all end before the leader's heartbeat timeout declares the node lost.
-pub fn check_fit(lease_ms: u64, stop_ms: u64, drift_ms: u64, timeout_ms: u64) -> Result<(), LeaseFitError> {
-    let total = lease_ms.saturating_add(stop_ms).saturating_add(drift_ms);
-    if total < timeout_ms { Ok(()) } else { Err(LeaseFitError::TooLong { lease_ms, stop_ms, drift_ms, timeout_ms }) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,14 +131,6 @@ mod tests {
             l.granted_from(Floor { term, state_index });
         }
         assert_eq!(l.floor(), Floor { term: 2, state_index: 3 });
-    }
-
-    #[test]
-    fn the_fit_names_every_part() {
-        assert!(check_fit(2_000, 1_000, 500, 5_000).is_ok());
-        let e = check_fit(2_000, 2_500, 500, 5_000).unwrap_err().to_string();
-        assert!(e.contains("lease_ms (2000)") && e.contains("heartbeat_timeout_ms (5000)"), "{e}");
-        assert!(check_fit(u64::MAX, 1, 1, u64::MAX).is_err());
     }
 
     proptest! {

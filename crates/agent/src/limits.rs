@@ -103,13 +103,6 @@ pub const LEASE_STOP_GRACE_MS: u64 = 1_000;
 pub const WATCHDOG_SLACK_MS: u64 = 300;
 /// How often a replica's watchdog reads the lease file.
 pub const WATCHDOG_POLL_MS: u64 = 200;
-/// The bound on how much faster the agent's clock may run than the leader's over a lease,
-/// as a divisor (the leader's, shared: `baton_proto::CLOCK_DRIFT_DIVISOR`).
-pub const CLOCK_DRIFT_DIVISOR: u64 = baton_proto::CLOCK_DRIFT_DIVISOR;
-
-// The leader checks lease settings against the stop bound it knows; this agent's must not be
-// longer.
-const _: () = assert!(WATCHDOG_SLACK_MS + WATCHDOG_POLL_MS + LEASE_STOP_GRACE_MS <= baton_proto::AGENT_STOP_BOUND_MS);
 
 /// Cgroups of ended replicas the supervisor keeps trying to remove; more wait for the sweep
 /// at the agent's next start (a cgroup holding a process in uninterruptible sleep stays).

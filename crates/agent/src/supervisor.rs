@@ -25,9 +25,9 @@ use crate::launch::{self, EXIT_CODE_KILLED, EXIT_CODE_NOT_STARTED, LaunchDirs, U
 use crate::lease::{Floor, Lease};
 use crate::lease_file::boot_ms;
 use crate::limits::{
-    CHECKPOINT_POLL_MS, CLOCK_DRIFT_DIVISOR, JOURNAL_RETRY_MAX_MS, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE,
-    MAX_FINISHED_RECORDS, MAX_PENDING_OBSERVATIONS, REAPPLY_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS,
-    WATCHDOG_POLL_MS, WATCHDOG_SLACK_MS,
+    CHECKPOINT_POLL_MS, JOURNAL_RETRY_MAX_MS, LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_FINISHED_RECORDS,
+    MAX_PENDING_OBSERVATIONS, REAPPLY_MS, SIGNAL_AGAIN_AFTER_MS, SIGNAL_RACE_WINDOW_MS, TICK_MS, WATCHDOG_POLL_MS,
+    WATCHDOG_SLACK_MS,
 };
 use crate::logfiles;
 use crate::reconcile::{self, Act, Clock, Ended, Ending, Ignored, Known, Step};
@@ -737,13 +737,14 @@ impl Supervisor {
         }
         // And whatever left the group (setsid, a double fork): its cgroup holds it. The cgroup
         // is this replica's alone, so unlike a pid it is safe to kill even after a restart.
-        if let Some(c) = cgroup_of(&self.cgroups, key) {
-            kill_cgroup(&c);
+        if let Some(c) = cgroup_of(&self.cgroups, key)
+            && !c.kill_and_remove()
+            && !self.dying_cgroups.contains(&c)
             // Bounded: a cgroup that never empties (a process in uninterruptible sleep) is
             // left to the next start's sweep once this many wait.
-            if c.dir().exists() && self.dying_cgroups.len() < crate::limits::MAX_DYING_CGROUPS {
-                self.dying_cgroups.push(c);
-            }
+            && self.dying_cgroups.len() < crate::limits::MAX_DYING_CGROUPS
+        {
+            self.dying_cgroups.push(c);
         }
         let seen = Ended {
             code,
@@ -878,10 +879,7 @@ impl Supervisor {
         self.check_lease()?;
         self.reapply()?;
         // Killed on the replica's end; gone once their last process has died.
-        self.dying_cgroups.retain(|c| {
-            let _ = c.kill();
-            c.remove().is_err()
-        });
+        self.dying_cgroups.retain(|c| !c.kill_and_remove());
         let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
         let mut again = Vec::new();
@@ -1087,18 +1085,6 @@ fn cgroup_of(root: &Option<crate::cgroup::CgroupRoot>, key: &ReplicaKey) -> Opti
     root.as_ref().map(|r| r.replica(key.job_id, key.attempt, key.rank))
 }
 
-/// Kills what is left in a replica's cgroup and removes the cgroup once empty (a process
-/// takes a moment to die after SIGKILL: `prune_finished` removes what is still there).
-fn kill_cgroup(c: &crate::cgroup::ReplicaCgroup) {
-    if !c.dir().exists() {
-        return;
-    }
-    if let Err(e) = c.kill() {
-        tracing::warn!("{e}");
-    }
-    let _ = c.remove();
-}
-
 fn newest_checkpoint_ms(checkpoint_root: &Path, key: &ReplicaKey) -> u64 {
     newest_rank_mtime_ms(&launch::checkpoint_dir(checkpoint_root, key.job_id), key.rank)
 }
@@ -1132,14 +1118,17 @@ pub const DIRECTIVES_LOG: &str = "baton_agent::directives";
 /// watchdog's slack and poll interval, then the stop's grace.
 pub const LEASE_STOP_BOUND_MS: u64 = WATCHDOG_SLACK_MS + WATCHDOG_POLL_MS + LEASE_STOP_GRACE_MS;
 
+// The leader checks its lease settings against the stop bound it knows; this agent's must not
+// be longer.
+const _: () = assert!(LEASE_STOP_BOUND_MS <= baton_proto::AGENT_STOP_BOUND_MS);
+
 /// Says so (loudly) when the leader's lease and heartbeat timeout leave no room for this
 /// agent to stop its work before its node is declared lost.
 fn warn_if_the_lease_does_not_fit(d: &Directive) {
     if d.lease_ms == 0 || d.heartbeat_timeout_ms == 0 {
         return;
     }
-    let drift_ms = (d.lease_ms + LEASE_STOP_BOUND_MS) / CLOCK_DRIFT_DIVISOR;
-    if let Err(e) = crate::lease::check_fit(d.lease_ms, LEASE_STOP_BOUND_MS, drift_ms, d.heartbeat_timeout_ms) {
+    if let Err(e) = baton_proto::lease_fits(d.lease_ms, LEASE_STOP_BOUND_MS, d.heartbeat_timeout_ms) {
         tracing::error!("{e}: a job could run on two nodes at once; shorten the server's --lease-ms");
     }
 }

@@ -20,20 +20,40 @@ pub const AGENT_STOP_BOUND_MS: u64 = 1_500;
 /// a divisor: 1/100 (1 %), far above what any quartz oscillator drifts (100 ppm).
 pub const CLOCK_DRIFT_DIVISOR: u64 = 100;
 
-/// Whether a lease of `lease_ms` leaves an agent time to stop its work before the leader's
-/// `heartbeat_timeout_ms` declares its node lost: `L + S + D < T`, the timing argument of
-/// docs/protocol.md ("Agent lease and watchdog"). `Err` names the sum and its parts.
-pub fn lease_fits(lease_ms: u64, heartbeat_timeout_ms: u64) -> Result<(), String> {
-    let drift_ms = lease_ms.saturating_add(AGENT_STOP_BOUND_MS) / CLOCK_DRIFT_DIVISOR;
-    let total = lease_ms.saturating_add(AGENT_STOP_BOUND_MS).saturating_add(drift_ms);
+/// Whether a lease of `lease_ms` leaves an agent whose stop takes up to `stop_ms` time to
+/// stop its work before the leader's `heartbeat_timeout_ms` declares its node lost:
+/// `L + S + D < T`, the timing argument of docs/protocol.md ("Agent lease and watchdog").
+/// The leader checks its settings with [`AGENT_STOP_BOUND_MS`], an agent each directive with
+/// its own bound. `Err` names the sum and its parts.
+pub fn lease_fits(lease_ms: u64, stop_ms: u64, heartbeat_timeout_ms: u64) -> Result<(), String> {
+    let drift_ms = lease_ms.saturating_add(stop_ms) / CLOCK_DRIFT_DIVISOR;
+    let total = lease_ms.saturating_add(stop_ms).saturating_add(drift_ms);
     if total < heartbeat_timeout_ms {
         return Ok(());
     }
     Err(format!(
-        "lease_ms ({lease_ms}) + the agents' stop bound ({AGENT_STOP_BOUND_MS} ms) + clock drift ({drift_ms} ms) = \
-         {total} ms must be below heartbeat_timeout_ms ({heartbeat_timeout_ms}): an agent whose lease ran out must \
-         have stopped its work before its node is declared lost and its jobs placed elsewhere"
+        "lease_ms ({lease_ms}) + the agents' stop bound ({stop_ms} ms) + clock drift ({drift_ms} ms) = {total} ms \
+         must be below heartbeat_timeout_ms ({heartbeat_timeout_ms}): an agent whose lease ran out must have \
+         stopped its work before its node is declared lost and its jobs placed elsewhere"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_names_every_part() {
+        assert!(lease_fits(2_000, 1_000, 5_000).is_ok());
+        // 2000 + 3000 + 1 % of their sum = 5050.
+        let e = lease_fits(2_000, 3_000, 5_000).unwrap_err();
+        assert!(e.contains("lease_ms (2000)") && e.contains("heartbeat_timeout_ms (5000)"), "{e}");
+        assert!(
+            e.contains("stop bound (3000 ms)") && e.contains("clock drift (50 ms)") && e.contains("5050 ms"),
+            "{e}"
+        );
+        assert!(lease_fits(u64::MAX, 1, u64::MAX).is_err());
+    }
 }
 
 /// The metadata key of a refusal that names the leader (`host:port`): a follower's answer to

@@ -83,7 +83,7 @@ impl ServerSettings {
                 self.lease_ms, self.heartbeat_timeout_ms
             ));
         }
-        baton_proto::lease_fits(self.lease_ms, self.heartbeat_timeout_ms)?;
+        baton_proto::lease_fits(self.lease_ms, baton_proto::AGENT_STOP_BOUND_MS, self.heartbeat_timeout_ms)?;
         if self.max_log_stream_bytes == 0 {
             return Err("max_log_stream_bytes must be above 0".into());
         }

@@ -66,11 +66,17 @@ impl RaftService {
         Err(Status::failed_precondition(why))
     }
 
-    fn take<T: DeserializeOwned>(&self, req: Request<RaftRequest>) -> Result<(NodeId, T), Status> {
+    /// The request, once admitted and its sender checked against its certificate.
+    fn admitted(&self, req: Request<RaftRequest>) -> Result<RaftRequest, Status> {
         let certified = certified_replica(&req);
         let req = req.into_inner();
         self.admit(&req)?;
         check_sender(certified.as_deref(), req.from_node_id)?;
+        Ok(req)
+    }
+
+    fn take<T: DeserializeOwned>(&self, req: Request<RaftRequest>) -> Result<(NodeId, T), Status> {
+        let req = self.admitted(req)?;
         let value = decode(&req.payload).map_err(|e| {
             Status::invalid_argument(format!("request from replica {} does not decode: {e}", req.from_node_id))
         })?;
@@ -174,10 +180,7 @@ impl RaftTransport for RaftService {
     }
 
     async fn read_index(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
-        let certified = certified_replica(&req);
-        let req = req.into_inner();
-        self.admit(&req)?;
-        check_sender(certified.as_deref(), req.from_node_id)?;
+        self.admitted(req)?;
         reply(&self.core.read_index_here().await)
     }
 

@@ -111,7 +111,6 @@ pub async fn job_logs(
 /// the caller may not see at all is answered as one that does not exist, as `get` does:
 /// the refusal would name its owner.
 async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result<(String, u64), Status> {
-    let token = who.token().cloned();
     let who = who.clone();
     api.read(move |s| {
         let unknown = || Status::not_found(format!("unknown job {job:?}; see `baton list`"));
@@ -119,7 +118,7 @@ async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result
         if super::visible::view(s, &who, j) == super::visible::View::Hidden {
             return Err(unknown());
         }
-        may_read(s, token.as_ref(), j)?;
+        may_read(s, who.token(), j)?;
         let n = s
             .nodes()
             .iter()
