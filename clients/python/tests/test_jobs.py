@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, List
 
 import pytest
@@ -13,9 +14,16 @@ WAIT_S = 60
 
 
 def long_job(admin: Client, queue: str, name: str) -> int:
-    """A job that runs until stopped, once it runs; its id."""
+    """A job that runs until stopped, once its process has started; its id.
+
+    Running means placed: the agent starts the process only once it holds a lease, so
+    the job's own first line is what says its process is there."""
     s = admin.submit(name, queue, ["sh", "-c", "echo started; exec sleep 600"], grace=2)
     admin.wait(s.id, states=[JobState.RUNNING], timeout=WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while "started" not in admin.logs(s.id):
+        assert time.monotonic() < deadline, f"job {s.id} placed but its process never wrote"
+        time.sleep(0.05)
     return s.id
 
 
