@@ -104,6 +104,32 @@ pub struct ReplicaConfig {
     /// [`UNREPORTED_FORMAT`] to [`DATA_FORMAT`]. It changes what the leader holds back, not
     /// what this build decodes.
     pub max_format: u32,
+    /// The clock a forwarded write is stamped with on the leader.
+    pub clock: WallClock,
+}
+
+/// Milliseconds since the Unix epoch as this replica reads them: the system's clock, or a
+/// simulation's (whose runs must not depend on when they ran).
+#[derive(Clone)]
+pub struct WallClock(pub Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl WallClock {
+    pub fn system() -> WallClock {
+        WallClock(Arc::new(|| {
+            // 0 if the clock reads before 1970.
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+        }))
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WallClock({})", self.now_ms())
+    }
 }
 
 impl ReplicaConfig {
@@ -122,6 +148,7 @@ impl ReplicaConfig {
             settings: RaftSettings::default(),
             rack: None,
             max_format: DATA_FORMAT,
+            clock: WallClock::system(),
         }
     }
 }
@@ -142,6 +169,7 @@ pub(crate) struct Core {
     pub(crate) rack: Option<String>,
     /// The newest data format this replica says it reads ([`ReplicaConfig::max_format`]).
     pub(crate) max_format: u32,
+    pub(crate) clock: WallClock,
     pub(crate) settings: RaftSettings,
     pub(crate) raft: Raft,
     sm: Arc<SmShared>,
@@ -415,6 +443,7 @@ impl Replica {
                 addr: config.advertise_addr,
                 rack: config.rack,
                 max_format: config.max_format,
+                clock: config.clock.clone(),
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
                 batcher,
                 forwarder,

@@ -80,6 +80,7 @@ async fn single(disk: Arc<FaultyKv>) -> Replica {
         settings: RaftSettings { request_timeout_ms: 500, ..RaftSettings::default() },
         rack: None,
         max_format: baton_raft::identity::DATA_FORMAT,
+        clock: baton_raft::replica::WallClock::system(),
     };
     let replica = Replica::open(config).await.expect("open replica");
     replica.bootstrap(BTreeMap::from([(1, "127.0.0.1:1".to_string())])).await.unwrap();
@@ -146,6 +147,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
         settings: RaftSettings::default(),
         rack: None,
         max_format: baton_raft::identity::DATA_FORMAT,
+        clock: baton_raft::replica::WallClock::system(),
     })
     .await
     .expect("reopen");
@@ -178,6 +180,7 @@ async fn a_failed_sync_stops_the_replica_and_a_restart_recovers() {
         settings: RaftSettings::default(),
         rack: None,
         max_format: baton_raft::identity::DATA_FORMAT,
+        clock: baton_raft::replica::WallClock::system(),
     })
     .await
     .expect("reopen after the failed sync");

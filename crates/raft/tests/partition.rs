@@ -11,17 +11,16 @@
 //! after more than 20 s); now a cut-off replica does not campaign at all.
 
 mod common;
-mod sim_net;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_raft::metrics::Role;
+use baton_raft::net::sim::{SimStream, host_name, sim_dialer};
 use baton_raft::replica::{Replica, ReplicaConfig, Storage};
 use baton_raft::types::NodeId;
 use common::{has, put, settings};
-use sim_net::{SimStream, host_name, sim_dialer};
 
 const PORT: u16 = 9000;
 
@@ -45,6 +44,7 @@ fn add_replicas(sim: &mut turmoil::Sim<'_>, n: u64, handles: &Handles) {
                     settings: settings(),
                     rack: None,
                     max_format: baton_raft::identity::DATA_FORMAT,
+                    clock: baton_raft::replica::WallClock::system(),
                 };
                 let replica = Replica::open_with(config, sim_dialer()).await?;
                 handles.lock().unwrap().insert(id, replica.clone());

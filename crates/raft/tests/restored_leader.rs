@@ -16,19 +16,18 @@
 //! Election timeouts are long, so nobody campaigns while the test runs.
 
 mod common;
-mod sim_net;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_raft::metrics::Role;
+use baton_raft::net::sim::{SimStream, host_name, sim_dialer};
 use baton_raft::replica::{Replica, ReplicaConfig, SharedStore, Storage};
 use baton_raft::settings::RaftSettings;
 use baton_raft::store::PowerLossDisk;
 use baton_raft::types::NodeId;
 use common::{has, put};
-use sim_net::{SimStream, host_name, sim_dialer};
 
 const PORT: u16 = 9000;
 const REPLICAS: u64 = 3;
@@ -80,6 +79,7 @@ fn add_replicas(sim: &mut turmoil::Sim<'_>, disks: &[PowerLossDisk], handles: &H
                     settings: settings(),
                     rack: None,
                     max_format: baton_raft::identity::DATA_FORMAT,
+                    clock: baton_raft::replica::WallClock::system(),
                 };
                 let replica = Replica::open_with(config, sim_dialer()).await?;
                 {

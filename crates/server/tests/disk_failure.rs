@@ -80,6 +80,7 @@ async fn serve(disk: Arc<FaultyKv>) -> (String, BatonClient<Channel>, JoinHandle
             settings: RaftSettings { request_timeout_ms: 500, ..RaftSettings::default() },
             rack: None,
             max_format: baton_raft::identity::DATA_FORMAT,
+            clock: baton_raft::replica::WallClock::system(),
         },
         bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
         settings: ServerSettings { auth: baton_server::auth::AuthMode::None, ..ServerSettings::default() },

@@ -5,6 +5,7 @@ pub mod dialer;
 pub mod peers;
 pub mod raft_network;
 pub mod service;
+pub mod sim;
 
 pub use dialer::Dialer;
 pub use service::RaftService;

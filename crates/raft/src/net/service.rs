@@ -2,7 +2,6 @@
 //! (or to the replica, for forwarded writes and read-index requests).
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_model::Command;
 use baton_proto::v1::raft_transport_server::RaftTransport;
@@ -94,14 +93,9 @@ impl RaftService {
             tracing::warn!(from, op = cmd.op.name(), "forwarded leader-only operation refused");
             return Err(WriteError::LeaderOnly { op: cmd.op.name().to_string() });
         }
-        cmd.now_ms = wall_clock_ms();
+        cmd.now_ms = self.core.clock.now_ms();
         self.core.write_here(cmd).await
     }
-}
-
-/// Milliseconds since the Unix epoch by this replica's clock (0 if it reads before 1970).
-fn wall_clock_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn reply<T: Serialize>(value: &T) -> Result<GrpcResponse<RaftReply>, Status> {

@@ -78,6 +78,13 @@ pub trait KvStore: Send + Sync + 'static {
     /// Whether `flush` reaches a disk. A memory store acknowledges without waiting for it.
     fn is_durable(&self) -> bool;
 
+    /// Whether its reads, writes and flushes block a thread for real time (a disk): then the
+    /// log is written on a thread of its own and snapshots are built off the async runtime. A
+    /// simulated disk does not, so that a simulation's timing depends on its seed alone.
+    fn blocks(&self) -> bool {
+        self.is_durable()
+    }
+
     /// Where a space's records live, for error messages (a file path, or "memory").
     fn location(&self, space: Space) -> String;
 }

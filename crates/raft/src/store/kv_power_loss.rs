@@ -189,6 +189,10 @@ impl KvStore for PowerLossKv {
         true
     }
 
+    fn blocks(&self) -> bool {
+        false
+    }
+
     fn location(&self, space: Space) -> String {
         format!("{} ({})", self.disk.name, space.name())
     }

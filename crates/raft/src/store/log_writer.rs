@@ -46,7 +46,8 @@ enum Done {
 }
 
 pub(crate) struct LogWriter {
-    /// `None` when the store has no disk to wait for: changes are written inline.
+    /// `None` when the store does not block (memory, a simulated disk): changes are written
+    /// inline.
     tx: Option<mpsc::Sender<Job>>,
     kv: Arc<dyn KvStore>,
 }
@@ -130,7 +131,7 @@ impl LogWriter {
         health: DiskHealth,
         stats: Arc<WriteStats>,
     ) -> Result<LogWriter, KvError> {
-        if !kv.is_durable() {
+        if !kv.blocks() {
             return Ok(LogWriter { tx: None, kv });
         }
         let (tx, rx) = mpsc::channel::<Job>(queue_len.max(1));
@@ -149,6 +150,10 @@ impl LogWriter {
         match &self.tx {
             None => {
                 self.kv.write(&writes)?;
+                // A simulated disk is durable only once flushed, as a real one.
+                if done.is_some() && self.kv.is_durable() {
+                    self.kv.flush()?;
+                }
                 match done {
                     Some(Done::Appended(cb, signals)) => {
                         cb.log_io_completed(Ok(()));

@@ -176,8 +176,9 @@ fn to_snapshot(s: StoredSnapshot) -> Snapshot<TypeConfig> {
 }
 
 /// Runs `work` off the async threads when the store is on disk: serializing a large state
-/// and syncing it must not hold up heartbeats. The in-memory store (tests, simulations)
-/// runs it inline, so that under a simulated clock it takes simulated time, not real time.
+/// and syncing it must not hold up heartbeats. The in-memory and simulated stores (tests,
+/// simulations) run it inline, so that under a simulated clock it takes simulated time,
+/// not real time, and a seeded run gives one history.
 async fn off_runtime<T: Send + 'static>(
     durable: bool,
     work: impl FnOnce() -> T + Send + 'static,
@@ -188,7 +189,7 @@ async fn off_runtime<T: Send + 'static>(
 /// Saves a snapshot (see `off_runtime`).
 async fn persist(shared: Arc<SmShared>, stored: StoredSnapshot) -> Result<(), StorageError> {
     let signature = stored.meta.signature();
-    let durable = shared.kv.is_durable();
+    let durable = shared.kv.blocks();
     off_runtime(durable, move || stored.save(shared.kv.as_ref()))
         .await
         .map_err(|e| StorageIOError::write_snapshot(Some(signature.clone()), any(e)))?
@@ -213,7 +214,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let snapshot_id = stamped(&name, format);
         let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
-        let data = off_runtime(self.shared.kv.is_durable(), move || encode(&state))
+        let data = off_runtime(self.shared.kv.blocks(), move || encode(&state))
             .await
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?;

@@ -1,13 +1,13 @@
-//! Real gRPC over turmoil's simulated TCP, shared by the deterministic network tests
-//! (partitions, power cuts): the stream type tonic's server accepts, the dialer replicas
-//! connect with, and the host names replicas run on.
+//! Real gRPC over turmoil's simulated TCP, for deterministic simulations (the partition and
+//! power-cut tests, `baton-chaos sim`): the stream type tonic's server accepts, the dialer
+//! replicas connect with, and the host names replicas run on. Not used by a real replica.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use baton_raft::net::Dialer;
-use baton_raft::types::NodeId;
+use crate::net::Dialer;
+use crate::types::NodeId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 
@@ -40,7 +40,7 @@ impl AsyncWrite for SimStream {
 pub fn sim_dialer() -> Dialer {
     Dialer::custom(|addr| {
         let target = addr.to_string();
-        let endpoint = baton_raft::net::dialer::endpoint(addr, Duration::from_secs(1))?;
+        let endpoint = crate::net::dialer::endpoint(addr, Duration::from_secs(1))?;
         Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
             let target = target.clone();
             async move {
