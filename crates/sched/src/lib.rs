@@ -23,6 +23,7 @@
 mod cycle;
 mod failures;
 mod index;
+pub mod invariants;
 mod needs;
 mod nodes;
 mod nofit;

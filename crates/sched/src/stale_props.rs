@@ -15,7 +15,8 @@ use baton_model::state::State;
 use proptest::prelude::*;
 
 use crate::cycle;
-use crate::proptests::{OpGen, World, apply_op, check_state, cmd, op_gen, run, to_yaml, world};
+use crate::invariants::check_state;
+use crate::proptests::{OpGen, World, apply_op, cmd, op_gen, run, to_yaml, world};
 
 /// What happens between computing the plan and applying it.
 #[derive(Debug, Clone)]

@@ -1,0 +1,116 @@
+//! The invariants every state must hold, checked by the property tests after each change and
+//! by the whole-cluster simulator after each applied command on every replica.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_model::alloc::gpu_mask;
+use baton_model::job::{JobId, JobState};
+use baton_model::ledger::{Vector, ZERO, add};
+use baton_model::limits::MAX_RESOURCE_KINDS;
+use baton_model::name::Name;
+use baton_model::state::State;
+
+/// Every invariant of a state, whatever commands led to it: the ledger agrees with a
+/// rebuild, gangs are whole, no node is over-allocated and no GPU used twice (a suspended
+/// job's only by the job it lends them to), no queue borrows beyond its limit. The first
+/// broken one, named.
+pub fn check_state(s: &State) -> Result<(), String> {
+    s.ledger_consistent()?;
+    let l = s.ledger();
+    let mut used: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
+    for j in s.jobs().values() {
+        let expected = if matches!(j.state, JobState::Running | JobState::Preempting | JobState::Suspended) {
+            j.spec.replica_count() as usize
+        } else {
+            0
+        };
+        if j.replicas.len() != expected {
+            return Err(format!(
+                "job {} is {:?} with {} of {} replicas (gangs are all or nothing)",
+                j.spec.name,
+                j.state,
+                j.replicas.len(),
+                expected
+            ));
+        }
+        if !j.state.is_active() && s.completing(j.id).is_none() {
+            continue;
+        }
+        // The ranks of an ended attempt still being stopped hold their GPUs too.
+        let completing = s.completing(j.id).map(|c| c.ranks.values().collect::<Vec<_>>()).unwrap_or_default();
+        for r in j.replicas.iter().chain(completing) {
+            let mut need = l.kinds.vector_lossy(&j.spec.tasks[r.task as usize].resources);
+            let mut m = gpu_mask(&r.gpus);
+            if !j.state.is_active() {
+                // Ranks being stopped of a job that was suspended in place lend what they
+                // lent while suspended to the job that runs on it.
+                let (lent, lent_gpus) = lent_by(s, j.id, &r.node);
+                baton_model::ledger::sub(&mut need, &lent);
+                m &= !lent_gpus;
+            }
+            let e = used.entry(r.node.clone()).or_insert(([0; MAX_RESOURCE_KINDS], 0));
+            for k in 0..MAX_RESOURCE_KINDS {
+                e.0[k] += need[k];
+            }
+            if e.1 & m != 0 {
+                return Err(format!("a GPU on {} is used by two replicas at once", r.node));
+            }
+            e.1 |= m;
+        }
+    }
+    for (node, (amount, _)) in &used {
+        let cap = l.kinds.vector_lossy(&s.nodes()[node].spec.resources);
+        if (0..MAX_RESOURCE_KINDS).any(|k| amount[k] > cap[k]) {
+            return Err(format!("node {node} is over-allocated: {amount:?} > {cap:?}"));
+        }
+    }
+    // A suspended job's GPUs are used only by the job it lends them to.
+    for v in s.jobs().values().filter(|j| j.state == JobState::Suspended) {
+        for r in &v.replicas {
+            for other in s.jobs().values().filter(|j| j.state.is_active()) {
+                let theirs: BTreeSet<u32> =
+                    other.replicas.iter().filter(|x| x.node == r.node).flat_map(|x| x.gpus.clone()).collect();
+                let lent: BTreeSet<u32> = other
+                    .lent_from
+                    .iter()
+                    .filter(|x| x.from == v.id && x.node == r.node)
+                    .flat_map(|x| x.gpus.clone())
+                    .collect();
+                if let Some(g) = r.gpus.iter().find(|g| theirs.contains(g) && !lent.contains(g)) {
+                    return Err(format!(
+                        "suspended {}'s GPU {g} on {} is used by {}",
+                        v.spec.name, r.node, other.spec.name
+                    ));
+                }
+            }
+        }
+    }
+    for q in &l.queues {
+        for p in 0..l.pools.len() {
+            for k in 0..MAX_RESOURCE_KINDS {
+                if q.borrowed(p, k) > q.borrow_limit[p][k] {
+                    return Err(format!(
+                        "queue {} borrows {} > limit {}",
+                        q.name,
+                        q.borrowed(p, k),
+                        q.borrow_limit[p][k]
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What running jobs record as lent to them by `holder` on `node`.
+fn lent_by(s: &State, holder: JobId, node: &Name) -> (Vector, u64) {
+    let l = s.ledger();
+    let (mut amount, mut gpus) = (ZERO, 0u64);
+    for j in s.jobs().values().filter(|j| j.state.is_active()) {
+        for lend in j.lent_from.iter().filter(|x| x.from == holder && x.node == *node) {
+            add(&mut amount, &l.kinds.vector_lossy(&lend.resources));
+            gpus |= gpu_mask(&lend.gpus);
+        }
+    }
+    (amount, gpus)
+}
