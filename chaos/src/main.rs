@@ -93,12 +93,86 @@ enum Cmd {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// The whole cluster in a deterministic simulation (no processes, no real time): three
+    /// replicas, agents and a client over a simulated network, under faults drawn from each
+    /// seed. One line per seed with its history's digest (the same seed gives the same
+    /// digest), then a summary; a failing seed prints the command that replays it.
+    Sim {
+        /// Seeds to run, `A..B` (B excluded) or one seed.
+        #[arg(long, value_parser = parse_seeds)]
+        seeds: std::ops::Range<u64>,
+        /// Simulated minutes of load under faults per seed (settling comes on top).
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+        /// Nodes (each with an agent and 8 GPUs).
+        #[arg(long, default_value_t = 16)]
+        nodes: u64,
+        /// Simulated milliseconds one step advances.
+        #[arg(long, default_value_t = 10)]
+        tick_ms: u64,
+        /// No faults: the load alone.
+        #[arg(long)]
+        no_faults: bool,
+        /// Print each seed's last history lines, not only a failing one's.
+        #[arg(long)]
+        history: bool,
+    },
+}
+
+/// `A..B` or `A`.
+fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let bad = |why: &str| format!("--seeds {s:?}: {why} (give A..B, B excluded, or one seed)");
+    let (a, b) = match s.split_once("..") {
+        Some((a, b)) => (
+            a.parse::<u64>().map_err(|_| bad("A is not a number"))?,
+            b.parse::<u64>().map_err(|_| bad("B is not a number"))?,
+        ),
+        None => {
+            let a = s.parse::<u64>().map_err(|_| bad("not a number"))?;
+            (a, a.saturating_add(1))
+        }
+    };
+    if b <= a {
+        return Err(bad("the range is empty"));
+    }
+    if b - a > baton_simworld::seeds::MAX_SEEDS {
+        return Err(bad(&format!("more than {} seeds", baton_simworld::seeds::MAX_SEEDS)));
+    }
+    Ok(a..b)
+}
+
+fn sim(cmd: &Cmd) -> ExitCode {
+    let Cmd::Sim { seeds, minutes, nodes, tick_ms, no_faults, history } = cmd else { return ExitCode::FAILURE };
+    if *nodes == 0 || *minutes == 0 || *tick_ms == 0 {
+        eprintln!("error: --nodes, --minutes and --tick-ms must be at least 1");
+        return ExitCode::FAILURE;
+    }
+    if *nodes > baton_simworld::world::MAX_NODES || *minutes > baton_simworld::world::MAX_MINUTES {
+        eprintln!(
+            "error: at most {} nodes and {} minutes a seed",
+            baton_simworld::world::MAX_NODES,
+            baton_simworld::world::MAX_MINUTES
+        );
+        return ExitCode::FAILURE;
+    }
+    let opts = baton_simworld::Options {
+        minutes: *minutes,
+        nodes: *nodes,
+        tick_ms: *tick_ms,
+        faults: !no_faults,
+        ..baton_simworld::Options::default()
+    };
+    let summary = baton_simworld::seeds::run(seeds.clone(), &opts, *history, |l| println!("{l}"));
+    println!("{}", summary.text());
+    if summary.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(Cmd::Sum { files }) = &args.command {
-        return sum(files);
+    match &args.command {
+        Some(Cmd::Sum { files }) => return sum(files),
+        Some(cmd @ Cmd::Sim { .. }) => return sim(cmd),
+        None => {}
     }
     let baton = match &args.baton {
         Some(b) => b.clone(),

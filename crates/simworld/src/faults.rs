@@ -1,0 +1,188 @@
+//! The fault schedule, drawn from the seed: every few seconds of simulated time one fault,
+//! healed after a drawn while: a replica cut off from every host, a one-way cut between two
+//! replicas, an agent cut off from the replicas (past the heartbeat timeout or not), a
+//! replica's power cut (its disk keeps what was synced and a drawn part of the rest) and a
+//! later restart, an agent crash and restart, a rack's switch failing (a replica and a
+//! rack's agents cut off from the rest), a slow network. When the load ends, every
+//! fault heals at once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use baton_raft::net::sim::host_name;
+use baton_raft::store::PowerLossDisk;
+use baton_rng::SplitMix64;
+
+/// Simulated milliseconds between two faults, at least and at most.
+pub const GAP_MS: (u64, u64) = (2_000, 20_000);
+/// Faults healing at once, at most (each drawn fault waits while this many are active).
+pub const MAX_ACTIVE: usize = 4;
+/// The network's usual largest delay, and the largest a slow spell draws.
+pub const BASE_LATENCY_MS: u64 = 10;
+pub const SLOW_LATENCY_MS: u64 = 400;
+
+#[derive(Debug, Clone)]
+enum Heal {
+    Repair(String, String),
+    RepairOneWay(String, String),
+    Restart(String),
+    Latency,
+}
+
+pub struct Faults {
+    rng: SplitMix64,
+    replicas: u64,
+    nodes: u64,
+    next_ms: u64,
+    active: Vec<(u64, Heal)>,
+    pub counts: BTreeMap<&'static str, u64>,
+}
+
+pub fn agent_host(i: u64) -> String {
+    format!("n{i}")
+}
+
+/// Racks the nodes are spread over (node `i` is in rack `i % RACKS`).
+pub const RACKS: u64 = 4;
+
+fn in_rack(host: &str, rack: u64) -> bool {
+    host.strip_prefix('n').and_then(|i| i.parse::<u64>().ok()).is_some_and(|i| i % RACKS == rack)
+}
+
+impl Faults {
+    pub fn new(seed: u64, replicas: u64, nodes: u64) -> Faults {
+        let mut rng = SplitMix64::new(seed);
+        let next_ms = 5_000 + rng.range(GAP_MS.0, GAP_MS.1);
+        Faults { rng, replicas, nodes, next_ms, active: Vec::new(), counts: BTreeMap::new() }
+    }
+
+    fn replica(&mut self) -> String {
+        host_name(1 + self.rng.below(self.replicas))
+    }
+
+    fn agent(&mut self) -> String {
+        agent_host(1 + self.rng.below(self.nodes))
+    }
+
+    fn all_hosts(&self) -> Vec<String> {
+        (1..=self.replicas).map(host_name).chain((1..=self.nodes).map(agent_host)).collect()
+    }
+
+    /// Heals what is due, then injects the next fault if it is time; returns lines for the
+    /// history.
+    pub fn step(&mut self, sim: &mut turmoil::Sim<'_>, disks: &[PowerLossDisk], now_ms: u64) -> Vec<String> {
+        let mut lines = Vec::new();
+        let due: Vec<Heal> = self.active.iter().filter(|(at, _)| *at <= now_ms).map(|(_, h)| h.clone()).collect();
+        self.active.retain(|(at, _)| *at > now_ms);
+        for h in due {
+            lines.push(heal(sim, h));
+        }
+        if now_ms >= self.next_ms && self.active.len() < MAX_ACTIVE {
+            lines.push(self.inject(sim, disks, now_ms));
+            self.next_ms = now_ms + self.rng.range(GAP_MS.0, GAP_MS.1);
+        }
+        lines
+    }
+
+    /// Heals everything now.
+    pub fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>) -> Vec<String> {
+        self.active.drain(..).map(|(_, h)| heal(sim, h)).collect()
+    }
+
+    fn inject(&mut self, sim: &mut turmoil::Sim<'_>, disks: &[PowerLossDisk], now_ms: u64) -> String {
+        let (kind, line) = match self.rng.below(7) {
+            0 => {
+                let r = self.replica();
+                let hosts = self.all_hosts();
+                let for_ms = self.rng.range(500, 15_000);
+                for h in hosts.iter().filter(|h| **h != r) {
+                    sim.partition(r.as_str(), h.as_str());
+                    self.active.push((now_ms + for_ms, Heal::Repair(r.clone(), h.clone())));
+                }
+                ("isolate-replica", format!("{r} cut off from every host for {for_ms} ms"))
+            }
+            1 => {
+                let (a, b) = (self.replica(), self.replica());
+                if a == b {
+                    return "no fault (one-way cut drew one replica)".into();
+                }
+                let for_ms = self.rng.range(500, 10_000);
+                sim.partition_oneway(a.as_str(), b.as_str());
+                self.active.push((now_ms + for_ms, Heal::RepairOneWay(a.clone(), b.clone())));
+                ("one-way-cut", format!("{a} -> {b} cut for {for_ms} ms"))
+            }
+            2 => {
+                let n = self.agent();
+                let for_ms = self.rng.range(500, 20_000);
+                for r in 1..=self.replicas {
+                    sim.partition(n.as_str(), host_name(r).as_str());
+                    self.active.push((now_ms + for_ms, Heal::Repair(n.clone(), host_name(r))));
+                }
+                ("isolate-agent", format!("{n} cut off from the replicas for {for_ms} ms"))
+            }
+            3 => {
+                let i = 1 + self.rng.below(self.replicas);
+                let r = host_name(i);
+                sim.crash(r.as_str());
+                let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+                let down_ms = self.rng.range(0, 5_000);
+                self.active.push((now_ms + down_ms, Heal::Restart(r.clone())));
+                ("power-cut", format!("{r} loses power ({cut:?}), back in {down_ms} ms"))
+            }
+            4 => {
+                let n = self.agent();
+                sim.crash(n.as_str());
+                let down_ms = self.rng.range(0, 10_000);
+                self.active.push((now_ms + down_ms, Heal::Restart(n.clone())));
+                ("agent-crash", format!("{n}'s agent crashes, back in {down_ms} ms"))
+            }
+            5 => {
+                // A rack's switch fails: one replica and a rack's agents on one side.
+                let r = self.replica();
+                let rack = self.rng.below(RACKS);
+                let (inside, outside): (Vec<String>, Vec<String>) =
+                    self.all_hosts().into_iter().filter(|h| *h != r).partition(|h| in_rack(h, rack));
+                let for_ms = self.rng.range(1_000, 20_000);
+                for a in inside.iter().chain(std::iter::once(&r)) {
+                    for b in &outside {
+                        sim.partition(a.as_str(), b.as_str());
+                        self.active.push((now_ms + for_ms, Heal::Repair(a.clone(), b.clone())));
+                    }
+                }
+                ("rack-split", format!("{r} and rack {rack}'s agents cut off from the rest for {for_ms} ms"))
+            }
+            _ => {
+                let max_ms = self.rng.range(BASE_LATENCY_MS, SLOW_LATENCY_MS);
+                let for_ms = self.rng.range(1_000, 20_000);
+                sim.set_max_message_latency(Duration::from_millis(max_ms));
+                self.active.push((now_ms + for_ms, Heal::Latency));
+                ("slow-network", format!("messages take up to {max_ms} ms for {for_ms} ms"))
+            }
+        };
+        *self.counts.entry(kind).or_default() += 1;
+        format!("fault: {line}")
+    }
+}
+
+fn heal(sim: &mut turmoil::Sim<'_>, h: Heal) -> String {
+    match h {
+        Heal::Repair(a, b) => {
+            sim.repair(a.as_str(), b.as_str());
+            format!("heal: {a} <-> {b}")
+        }
+        Heal::RepairOneWay(a, b) => {
+            sim.repair_oneway(a.as_str(), b.as_str());
+            format!("heal: {a} -> {b}")
+        }
+        Heal::Restart(h) => {
+            if !sim.is_host_running(h.as_str()) {
+                sim.bounce(h.as_str());
+            }
+            format!("heal: {h} restarts")
+        }
+        Heal::Latency => {
+            sim.set_max_message_latency(Duration::from_millis(BASE_LATENCY_MS));
+            "heal: messages fast again".into()
+        }
+    }
+}

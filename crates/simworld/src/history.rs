@@ -1,0 +1,81 @@
+//! A run's history: every line goes into a digest (FNV-1a, 64 bits), the last
+//! `KEPT_LINES` are kept to print around a violation. Two runs of one seed must give the
+//! same digest: that is what makes a failing seed a replayable bug report.
+
+use std::collections::VecDeque;
+
+/// Lines kept for the report around a violation.
+pub const KEPT_LINES: usize = 200;
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+#[derive(Debug, Clone)]
+pub struct History {
+    digest: u64,
+    lines: u64,
+    last: VecDeque<String>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History { digest: FNV_OFFSET, lines: 0, last: VecDeque::with_capacity(KEPT_LINES) }
+    }
+}
+
+impl History {
+    /// Records `line` at simulated time `at_ms`.
+    pub fn record(&mut self, at_ms: u64, line: impl AsRef<str>) {
+        let text = format!("{}.{:03} {}", at_ms / 1000, at_ms % 1000, line.as_ref());
+        for b in text.bytes().chain(std::iter::once(b'\n')) {
+            self.digest = (self.digest ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+        }
+        self.lines += 1;
+        if self.last.len() == KEPT_LINES {
+            self.last.pop_front();
+        }
+        self.last.push_back(text);
+    }
+
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// The last lines, oldest first.
+    pub fn tail(&self) -> Vec<String> {
+        self.last.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_follows_every_line_and_its_time() {
+        let (mut a, mut b, mut c) = (History::default(), History::default(), History::default());
+        a.record(1, "x");
+        b.record(1, "x");
+        c.record(2, "x");
+        assert_eq!(a.digest(), b.digest());
+        assert_ne!(a.digest(), c.digest());
+        b.record(1, "y");
+        assert_ne!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn only_the_last_lines_are_kept() {
+        let mut h = History::default();
+        for i in 0..(KEPT_LINES as u64 + 5) {
+            h.record(i, format!("line {i}"));
+        }
+        let tail = h.tail();
+        assert_eq!(tail.len(), KEPT_LINES);
+        assert!(tail[0].ends_with("line 5"), "{}", tail[0]);
+        assert_eq!(h.lines(), KEPT_LINES as u64 + 5);
+    }
+}

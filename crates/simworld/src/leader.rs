@@ -1,0 +1,191 @@
+//! What a replica does while it leads, beyond the log: every `CYCLE_MS` it confirms that a
+//! quorum still follows it (a linearizable read), plans with the real scheduler and commits
+//! the plan, drops expired reservations, and declares silent nodes lost. It answers an
+//! agent's beat only while a confirmation is younger than half a lease: it commits the
+//! beat's observations as one report, then grants a lease with the node's directive
+//! (`baton_server::desired`, what the real leader sends).
+//!
+//! A new term starts every node's silence afresh, so a node is declared lost only after a
+//! whole heartbeat timeout under this leader.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use baton_model::command::{Command, Op};
+use baton_model::name::Name;
+use baton_model::node::NodeStatus;
+use baton_model::state::State;
+use baton_proto::v1::Action;
+use baton_raft::{Replica, Role};
+use turmoil::net::UdpSocket;
+
+use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS};
+use crate::truth::{Sabotage, Shared};
+use crate::wire::{self, Act, Beat, Grant, Work};
+
+#[derive(Default)]
+struct Leading {
+    /// The term this replica leads and directs agents in.
+    term: Option<u64>,
+    /// The last term it directed in (kept when it stops: what a deposed leader remembers).
+    last_term: Option<u64>,
+    /// When the newest quorum confirmation began.
+    confirmed_ms: u64,
+    last_beat_ms: BTreeMap<String, u64>,
+    /// Per (node, agent boot): the newest beat whose observations are committed.
+    acked: BTreeMap<(String, u64), u64>,
+}
+
+type Shared2 = Arc<Mutex<Leading>>;
+
+fn lock(l: &Shared2) -> std::sync::MutexGuard<'_, Leading> {
+    l.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs the leader's side of replica `replica` until the host stops.
+pub async fn run(replica: Replica, truth: Shared) -> std::io::Result<()> {
+    let leading = Shared2::default();
+    let sock = Arc::new(UdpSocket::bind(("0.0.0.0", wire::LEADER_PORT)).await?);
+    tokio::spawn(gateway(replica.clone(), leading.clone(), sock, truth.clone()));
+    loop {
+        tokio::time::sleep(Duration::from_millis(CYCLE_MS)).await;
+        if directing(&replica, &leading, &truth).await {
+            round(&replica, &leading, &truth).await;
+        }
+    }
+}
+
+async fn write(replica: &Replica, op: Op) -> bool {
+    let cmd = Command { now_ms: crate::wall_ms(), op };
+    matches!(
+        tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), replica.write_on_leader(cmd)).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Whether this replica leads, confirmed by a quorum now.
+async fn directing(replica: &Replica, leading: &Shared2, truth: &Shared) -> bool {
+    let m = replica.metrics();
+    if m.role != Role::Leader {
+        lock(leading).term = None;
+        return false;
+    }
+    let began = crate::now_ms();
+    let confirmed = replica.read(|_| ()).await.is_ok();
+    let mut l = lock(leading);
+    if !confirmed || replica.term() != m.term {
+        l.term = None;
+        return false;
+    }
+    l.confirmed_ms = began;
+    if l.term != Some(m.term) {
+        l.term = Some(m.term);
+        l.last_term = Some(m.term);
+        let nodes: Vec<String> = replica.read_local(|s| s.nodes().keys().map(|n| n.to_string()).collect());
+        l.last_beat_ms = nodes.into_iter().map(|n| (n, began)).collect();
+        truth.record(format!("r{} directs in term {}", replica.id(), m.term));
+    }
+    true
+}
+
+async fn round(replica: &Replica, leading: &Shared2, truth: &Shared) {
+    let now = crate::wall_ms();
+    let (plan, tick_due, ready) = replica.read_local(|s| {
+        let ready: Vec<String> =
+            s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.to_string()).collect();
+        (baton_sched::cycle(s, now), s.reservations().values().any(|r| r.deadline_ms < now), ready)
+    });
+    if !plan.decisions.is_empty() {
+        write(replica, Op::ApplyPlan(plan)).await;
+    }
+    if tick_due {
+        write(replica, Op::Tick).await;
+    }
+    let at = crate::now_ms();
+    let timeout_ms =
+        if truth.lock().sabotage == Some(Sabotage::EarlyLoss) { LEASE_MS / 2 } else { HEARTBEAT_TIMEOUT_MS };
+    let silent: Vec<String> = {
+        let l = lock(leading);
+        ready.into_iter().filter(|n| l.last_beat_ms.get(n).is_some_and(|b| at > b + timeout_ms)).collect()
+    };
+    for node in silent {
+        truth.record(format!("r{} declares {node} lost", replica.id()));
+        write(replica, Op::SetNodeStatus { node: Name::lit(&node), status: NodeStatus::Lost }).await;
+    }
+}
+
+/// Answers beats while this replica directs.
+async fn gateway(replica: Replica, leading: Shared2, sock: Arc<UdpSocket>, truth: Shared) {
+    let mut buf = vec![0u8; wire::MAX_DATAGRAM_BYTES];
+    while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+        let Some(beat) = wire::decode::<Beat>(&buf[..n]) else { continue };
+        let (replica, leading, sock, truth) = (replica.clone(), leading.clone(), sock.clone(), truth.clone());
+        tokio::spawn(async move {
+            if let Some(grant) = answer(&replica, &leading, &truth, beat).await {
+                let _ = sock.send_to(&wire::encode(&grant), (from.ip(), wire::AGENT_PORT)).await;
+            }
+        });
+    }
+}
+
+fn fresh(l: &Leading, truth: &Shared) -> Option<u64> {
+    if truth.lock().sabotage == Some(Sabotage::UnconfirmedGrants) {
+        return l.last_term;
+    }
+    l.term.filter(|_| crate::now_ms() < l.confirmed_ms + LEASE_MS / 2)
+}
+
+async fn answer(replica: &Replica, leading: &Shared2, truth: &Shared, beat: Beat) -> Option<Grant> {
+    let term = fresh(&lock(leading), truth)?;
+    lock(leading).last_beat_ms.insert(beat.node.clone(), crate::now_ms());
+    let node = Name::lit(&beat.node);
+    let lost = replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
+    if lost == Some(true) {
+        truth.record(format!("r{} finds {} back", replica.id(), beat.node));
+        write(replica, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await;
+    }
+    let key = (beat.node.clone(), beat.boot);
+    if !beat.observations.is_empty()
+        && write(replica, Op::Report { node: node.clone(), observations: beat.observations }).await
+    {
+        let mut l = lock(leading);
+        let acked = l.acked.entry(key.clone()).or_default();
+        *acked = (*acked).max(beat.seq);
+    }
+    // Still leading, and confirmed recently, after the writes.
+    let l = lock(leading);
+    if fresh(&l, truth) != Some(term) {
+        return None;
+    }
+    let acked_seq = l.acked.get(&key).copied().unwrap_or(0);
+    drop(l);
+    let work = replica.read_local(|s| directive(s, &node));
+    Some(Grant { term, leader: replica.id(), boot: beat.boot, seq: beat.seq, acked_seq, lease_ms: LEASE_MS, work })
+}
+
+/// The node's directive as the real leader computes it.
+fn directive(s: &State, node: &Name) -> Vec<Work> {
+    let mut all = baton_server::desired::desired(s);
+    all.remove(node)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|a| {
+            let act = match Action::try_from(a.action).ok()? {
+                Action::Run => Act::Run,
+                Action::Stop => Act::Stop,
+                Action::Suspend => Act::Suspend,
+                Action::Unspecified => return None,
+            };
+            Some(Work {
+                job: a.job_id,
+                name: a.job,
+                attempt: a.attempt,
+                rank: a.rank,
+                act,
+                gpus: a.gpus,
+                grace_ms: a.grace_ms,
+            })
+        })
+        .collect()
+}

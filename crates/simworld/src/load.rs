@@ -1,0 +1,270 @@
+//! The client: it sets the cluster up (a cohort, three queues, the nodes), then until the
+//! load ends submits jobs, cancels some, rewrites queues' quotas and reads, each through a
+//! replica drawn at random (a follower forwards to its leader). It remembers what was
+//! acknowledged, and checks that a linearizable read sees every write acknowledged before
+//! it; once the faults are healed, that every acknowledged write is in the state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use baton_model::command::{Command, Op, Outcome, Response};
+use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+use baton_model::name::Name;
+use baton_model::node::NodeSpec;
+use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
+use baton_model::resources::Resources;
+use baton_model::state::State;
+use baton_raft::Replica;
+use baton_rng::SplitMix64;
+
+use crate::replica::Handles;
+use crate::timing::{CHECKPOINT_MS, GRACE_MS, REQUEST_TIMEOUT_MS, SETTLE_MS, WORK_MS};
+use crate::truth::{JobWork, Shared};
+
+pub const QUEUES: [&str; 3] = ["q0", "q1", "q2"];
+pub const GPUS_PER_NODE: u64 = 8;
+/// Bound on the jobs one run submits.
+pub const MAX_JOBS: u64 = 5_000;
+
+/// What the client saw acknowledged.
+#[derive(Debug, Default)]
+struct Acked {
+    /// Job name to id.
+    submits: BTreeMap<String, u64>,
+    cancels: BTreeSet<u64>,
+    /// Per queue, every nominal quota written in order, with whether it was acknowledged.
+    quotas: BTreeMap<String, Vec<(u64, bool)>>,
+}
+
+pub struct Load {
+    pub handles: Handles,
+    pub truth: Shared,
+    pub seed: u64,
+    pub nodes: u64,
+    pub replicas: u64,
+    pub load_ms: u64,
+    /// Set when the load has ended: the faults stop and heal.
+    pub ended: Arc<AtomicBool>,
+}
+
+fn rng_for(seed: u64) -> SplitMix64 {
+    // Its own stream: the faults draw from the seed itself.
+    SplitMix64::new(seed ^ 0x6c6f_6164)
+}
+
+impl Load {
+    pub async fn run(self) -> turmoil::Result {
+        let mut rng = rng_for(self.seed);
+        let mut acked = Acked::default();
+        self.set_up(&mut rng).await;
+        let mut n = 0u64;
+        while crate::now_ms() < self.load_ms && n < MAX_JOBS {
+            tokio::time::sleep(Duration::from_millis(rng.range(200, 3_000))).await;
+            match rng.below(100) {
+                0..70 => {
+                    n += 1;
+                    self.submit(&mut rng, n, &mut acked).await;
+                }
+                70..85 => self.cancel(&mut rng, &mut acked).await,
+                85..95 => self.rewrite_quota(&mut rng, &mut acked).await,
+                _ => self.read_check(&mut rng, &acked).await,
+            }
+        }
+        self.ended.store(true, Ordering::SeqCst);
+        self.truth.record(format!("load ends: {} submits acknowledged", acked.submits.len()));
+        self.final_check(&acked).await;
+        Ok(())
+    }
+
+    fn pick(&self, rng: &mut SplitMix64) -> Option<Replica> {
+        let all = self.handles.all();
+        (!all.is_empty()).then(|| all[rng.below(all.len() as u64) as usize].clone())
+    }
+
+    /// One write through a random replica; its answer if it was committed in time.
+    async fn write(&self, rng: &mut SplitMix64, op: Op) -> Option<Response> {
+        let r = self.pick(rng)?;
+        let cmd = Command { now_ms: crate::wall_ms(), op };
+        match within(r.write(cmd)).await {
+            Some(Ok(resp)) => Some(resp),
+            _ => None,
+        }
+    }
+
+    /// Writes `op` until it is acknowledged (the setup must land).
+    async fn write_until_acked(&self, rng: &mut SplitMix64, op: Op) {
+        loop {
+            if self.write(rng, op.clone()).await.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn set_up(&self, rng: &mut SplitMix64) {
+        let cohort = Cohort { name: Name::lit("all"), parent: None, fair_sharing: false };
+        self.write_until_acked(rng, Op::PutCohort(cohort)).await;
+        let total = self.nodes * GPUS_PER_NODE;
+        // Two queues guaranteed most of the cluster; the third only borrows.
+        for (q, nominal) in QUEUES.iter().zip([total * 3 / 8, total * 3 / 8, 0]) {
+            self.write_until_acked(rng, Op::PutQueue(queue(q, nominal))).await;
+        }
+        let nodes = (1..=self.nodes)
+            .map(|i| NodeSpec {
+                name: Name::lit(&format!("n{i}")),
+                pool: Name::lit("default"),
+                rack: Some(Name::lit(&format!("rack{}", i % crate::faults::RACKS))),
+                labels: BTreeMap::new(),
+                resources: Resources::of(&[("gpu", GPUS_PER_NODE), ("cpu", 64)]),
+                gpus: Vec::new(),
+                agent_addr: String::new(),
+            })
+            .collect();
+        self.write_until_acked(rng, Op::RegisterNodes(nodes)).await;
+        self.truth.record("set up");
+    }
+
+    async fn submit(&self, rng: &mut SplitMix64, n: u64, acked: &mut Acked) {
+        let name = format!("j{n}");
+        let work = JobWork {
+            work_ms: rng.range(WORK_MS.0, WORK_MS.1),
+            checkpoint_ms: rng.range(CHECKPOINT_MS.0, CHECKPOINT_MS.1),
+        };
+        self.truth.lock().work.insert(name.clone(), work);
+        let spec = job(rng, &name);
+        let op = Op::Submit { spec, request_id: Some(format!("req-{n}")) };
+        if let Some(Ok(applied)) = self.write(rng, op).await {
+            if let Outcome::Submitted { job, .. } = applied.outcome {
+                self.truth.record(format!("submit {name} acknowledged: job {job}"));
+                acked.submits.insert(name, job);
+            }
+        }
+    }
+
+    async fn cancel(&self, rng: &mut SplitMix64, acked: &mut Acked) {
+        let ids: Vec<u64> = acked.submits.values().copied().collect();
+        if ids.is_empty() {
+            return;
+        }
+        let job = ids[rng.below(ids.len() as u64) as usize];
+        if let Some(Ok(_)) = self.write(rng, Op::Cancel { job }).await {
+            self.truth.record(format!("cancel of job {job} acknowledged"));
+            acked.cancels.insert(job);
+        }
+    }
+
+    async fn rewrite_quota(&self, rng: &mut SplitMix64, acked: &mut Acked) {
+        let q = QUEUES[rng.below(2) as usize];
+        let nominal = rng.range(1, self.nodes * GPUS_PER_NODE / 2);
+        let ok = matches!(self.write(rng, Op::PutQueue(queue(q, nominal))).await, Some(Ok(_)));
+        self.truth.record(format!("quota of {q} to {nominal}: acknowledged {ok}"));
+        acked.quotas.entry(q.to_string()).or_default().push((nominal, ok));
+    }
+
+    /// A linearizable read sees every submit acknowledged before it began.
+    async fn read_check(&self, rng: &mut SplitMix64, acked: &Acked) {
+        let Some(r) = self.pick(rng) else { return };
+        let expected = acked.submits.clone();
+        if let Some(Ok(missing)) = within(r.read(move |s| missing_jobs(s, &expected))).await {
+            if !missing.is_empty() {
+                let at = crate::now_ms();
+                self.truth
+                    .lock()
+                    .violation(at, format!("a linearizable read on r{} misses acknowledged {missing:?}", r.id()));
+            }
+        }
+    }
+
+    /// After the faults heal: every acknowledged write is in the state.
+    async fn final_check(&self, acked: &Acked) {
+        let deadline = crate::now_ms() + SETTLE_MS;
+        let mut rng = rng_for(self.seed.wrapping_add(1));
+        while crate::now_ms() < deadline {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let Some(r) = self.pick(&mut rng) else { continue };
+            let (submits, cancels, quotas) = (acked.submits.clone(), acked.cancels.clone(), acked.quotas.clone());
+            let read = r.read(move |s| lost_writes(s, &submits, &cancels, &quotas));
+            if let Some(Ok(lost)) = within(read).await {
+                let at = crate::now_ms();
+                let mut t = self.truth.lock();
+                for l in lost {
+                    t.violation(at, l);
+                }
+                t.history.record(at, "final read done");
+                return;
+            }
+        }
+        let at = crate::now_ms();
+        let replicas = crate::replica::describe(&self.handles);
+        self.truth
+            .lock()
+            .violation(at, format!("no linearizable read within {SETTLE_MS} ms after the faults healed; {replicas}"));
+    }
+}
+
+async fn within<T>(f: impl Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), f).await.ok()
+}
+
+fn queue(name: &str, nominal_gpus: u64) -> QueueSpec {
+    let mut q = QueueSpec::named(name);
+    q.cohort = Some(Name::lit("all"));
+    let quota = PoolQuota { nominal: Resources::of(&[("gpu", nominal_gpus)]), ..PoolQuota::default() };
+    q.quotas.insert(Name::lit("default"), quota);
+    q
+}
+
+fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
+    JobSpec {
+        name: Name::lit(name),
+        queue: Name::lit(QUEUES[rng.below(QUEUES.len() as u64) as usize]),
+        priority: PriorityRef::Value(rng.range(1, 100) as i32),
+        tasks: vec![TaskSpec {
+            name: Name::lit("main"),
+            replicas: rng.range(1, 3) as u32,
+            resources: Resources::of(&[("gpu", rng.range(1, GPUS_PER_NODE + 1)), ("cpu", 4)]),
+            pools: None,
+        }],
+        pools: None,
+        topology: None,
+        preemption_mode: if rng.chance(70) { PreemptionMode::Checkpoint } else { PreemptionMode::Requeue },
+        grace_ms: GRACE_MS,
+        min_runtime_ms: 0,
+        time_limit_ms: None,
+        command: vec!["work".into()],
+        env: BTreeMap::new(),
+        checkpoint_signal: None,
+    }
+}
+
+fn missing_jobs(s: &State, expected: &BTreeMap<String, u64>) -> Vec<String> {
+    expected.iter().filter(|(_, id)| s.job(**id).is_none()).map(|(n, _)| n.clone()).collect()
+}
+
+fn lost_writes(
+    s: &State,
+    submits: &BTreeMap<String, u64>,
+    cancels: &BTreeSet<u64>,
+    quotas: &BTreeMap<String, Vec<(u64, bool)>>,
+) -> Vec<String> {
+    let mut lost: Vec<String> =
+        missing_jobs(s, submits).into_iter().map(|n| format!("acknowledged submit of {n} lost")).collect();
+    for id in cancels {
+        if s.job(*id).is_some_and(|j| !j.state.is_finished()) {
+            lost.push(format!("job {id} runs on after its cancel was acknowledged"));
+        }
+    }
+    for (q, writes) in quotas {
+        // The last acknowledged value, or any written after it (those may have landed).
+        let Some(last) = writes.iter().rposition(|(_, ok)| *ok) else { continue };
+        let allowed: Vec<u64> = writes[last..].iter().map(|(v, _)| *v).collect();
+        let now = s.queues().get(&Name::lit(q)).map(|q| q.nominal("default").get("gpu"));
+        if !now.is_some_and(|v| allowed.contains(&v)) {
+            lost.push(format!("queue {q} has nominal {now:?} GPUs; acknowledged was {}", writes[last].0));
+        }
+    }
+    lost
+}

@@ -1,0 +1,31 @@
+//! Every interval and bound of the simulated cluster, in simulated milliseconds. The lease
+//! rules are the real ones: an agent's lease `LEASE_MS` counts from when it sent the beat a
+//! grant answers, its processes are stopped within `STOP_BOUND_MS` of it running out, and a
+//! leader declares a node lost after `HEARTBEAT_TIMEOUT_MS` of silence, which the timing
+//! argument (`baton_proto::lease_fits`) must accept.
+
+/// Commands carry `EPOCH_MS + simulated time`.
+pub const EPOCH_MS: u64 = 1_700_000_000_000;
+/// A leader plans this often.
+pub const CYCLE_MS: u64 = 500;
+/// An agent beats this often.
+pub const BEAT_MS: u64 = 400;
+/// How long a grant lets an agent run its processes.
+pub const LEASE_MS: u64 = 3_000;
+/// An agent stops its processes within this of its lease running out.
+pub const STOP_BOUND_MS: u64 = 1_500;
+/// A leader declares a node lost after this long without a beat.
+pub const HEARTBEAT_TIMEOUT_MS: u64 = 6_000;
+/// A client's write or read gives up after this long (it may still land).
+pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// A job's ranks run between these many milliseconds before exiting 0.
+pub const WORK_MS: (u64, u64) = (5_000, 120_000);
+/// A stopped rank writes its checkpoint within this many milliseconds.
+pub const CHECKPOINT_MS: (u64, u64) = (100, 4_000);
+/// The grace a job is given to checkpoint when preempted.
+pub const GRACE_MS: u64 = 3_000;
+/// After the load and the faults end, the cluster has this long to settle before the final
+/// checks (every acknowledged write visible, replicas at one state).
+pub const SETTLE_MS: u64 = 60_000;
+/// How often the step loop compares the replicas' states and checks their invariants.
+pub const CHECK_EVERY_MS: u64 = 100;

@@ -1,0 +1,192 @@
+//! What really ran where and when: the simulated processes, kept outside every host (a
+//! process outlives its agent's crash, as the real ones outlive it under their watchdog),
+//! and the exact checks on them. The simulator knows true time, so "two attempts of a job
+//! at once" means exactly that, with no tolerance.
+//!
+//! Also the node journals (what an agent finds again when it restarts: its processes, the
+//! ranks that ended, its lease), the run's history and its violations.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use baton_model::command::Observed;
+
+use crate::history::History;
+
+/// Violations one run records before it stops counting (the first ones say what broke).
+pub const MAX_VIOLATIONS: usize = 100;
+
+/// One rank of one attempt of a job, on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rank {
+    pub job: u64,
+    pub attempt: u32,
+    pub rank: u32,
+}
+
+impl std::fmt::Display for Rank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "job {} attempt {} rank {}", self.job, self.attempt, self.rank)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Process {
+    pub started_ms: u64,
+    /// When it exits on its own (if not stopped first).
+    pub exits_ms: u64,
+    pub gpus: Vec<u32>,
+    /// Stopped in place (it keeps its GPUs).
+    pub suspended: bool,
+}
+
+/// What a node's agent keeps on its disk.
+#[derive(Debug, Clone, Default)]
+pub struct Journal {
+    pub processes: BTreeMap<Rank, Process>,
+    /// Ranks that exited or were stopped here: never started again.
+    pub ended: BTreeSet<Rank>,
+    /// The lease, in simulated ms: processes may run until then.
+    pub lease_until_ms: u64,
+    /// Starts of the agent.
+    pub boots: u64,
+    /// What the watchdog stopped, for the agent to report.
+    pub unreported: Vec<Observed>,
+}
+
+/// How long a job's ranks work and take to checkpoint, drawn when it is submitted.
+#[derive(Debug, Clone, Copy)]
+pub struct JobWork {
+    pub work_ms: u64,
+    pub checkpoint_ms: u64,
+}
+
+/// A bug planted on purpose, to show that the checks find what they are meant to find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// Processes outlive their lease (a job that killed its watchdog).
+    NoWatchdog,
+    /// Leaders declare a node lost after half a lease (a heartbeat timeout the timing
+    /// argument refuses).
+    EarlyLoss,
+    /// Leaders grant leases without a recent quorum confirmation (a deposed leader keeps
+    /// directing).
+    UnconfirmedGrants,
+}
+
+#[derive(Debug, Default)]
+pub struct Truth {
+    pub sabotage: Option<Sabotage>,
+    pub journals: BTreeMap<String, Journal>,
+    pub work: BTreeMap<String, JobWork>,
+    pub history: History,
+    pub violations: Vec<String>,
+    pub starts: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct Shared(Arc<Mutex<Truth>>);
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, Truth> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn record(&self, line: impl AsRef<str>) {
+        self.lock().history.record(crate::now_ms(), line);
+    }
+}
+
+impl Truth {
+    pub fn violation(&mut self, at_ms: u64, what: String) {
+        self.history.record(at_ms, format!("VIOLATION {what}"));
+        if self.violations.len() < MAX_VIOLATIONS {
+            self.violations.push(format!("at {}.{:03} s: {what}", at_ms / 1000, at_ms % 1000));
+        }
+    }
+
+    /// `node` starts `r` on `gpus`, to exit on its own at `exits_ms`; checks that no other attempt of the job runs anywhere,
+    /// that this rank runs nowhere else, and that no process holds one of the GPUs.
+    pub fn start(&mut self, at_ms: u64, node: &str, r: Rank, gpus: &[u32], exits_ms: u64) {
+        let mut broken = BTreeSet::new();
+        for (n, j) in &self.journals {
+            for (other, p) in &j.processes {
+                if other.job == r.job && other.attempt != r.attempt {
+                    broken.insert(format!("{r} starts on {node} while attempt {} runs on {n}", other.attempt));
+                } else if other.job == r.job && other.rank == r.rank {
+                    broken.insert(format!("{r} starts on {node} while it runs on {n}"));
+                }
+                if n == node && p.gpus.iter().any(|g| gpus.contains(g)) {
+                    broken.insert(format!("{r} starts on GPUs {gpus:?} of {node} that {other} holds ({:?})", p.gpus));
+                }
+            }
+        }
+        for b in broken {
+            self.violation(at_ms, b);
+        }
+        self.starts += 1;
+        self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}"));
+        let journal = self.journals.entry(node.to_string()).or_default();
+        journal.processes.insert(r, Process { started_ms: at_ms, exits_ms, gpus: gpus.to_vec(), suspended: false });
+    }
+
+    /// The watchdog of every node: a process whose node's lease ran out is stopped then,
+    /// whether its agent runs or not (the real one lives outside the agent), and the agent
+    /// reports it when it can.
+    pub fn watchdog(&mut self, at_ms: u64) {
+        if self.sabotage == Some(Sabotage::NoWatchdog) {
+            return;
+        }
+        let lapsed: Vec<(String, Rank)> = self
+            .journals
+            .iter()
+            .filter(|(_, j)| at_ms >= j.lease_until_ms)
+            .flat_map(|(n, j)| j.processes.keys().map(move |r| (n.clone(), *r)))
+            .collect();
+        for (node, r) in lapsed {
+            self.end(at_ms, &node, r, "lease ran out");
+            let o = Observed::LeaseExpired { job: r.job, attempt: r.attempt, rank: r.rank, checkpointed: false };
+            self.journals.entry(node).or_default().unreported.push(o);
+        }
+    }
+
+    /// `node`'s process of `r` is gone (`why` says how).
+    pub fn end(&mut self, at_ms: u64, node: &str, r: Rank, why: &str) {
+        self.history.record(at_ms, format!("{node} ends {r}: {why}"));
+        let journal = self.journals.entry(node.to_string()).or_default();
+        journal.processes.remove(&r);
+        journal.ended.insert(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(job: u64, attempt: u32, rank: u32) -> Rank {
+        Rank { job, attempt, rank }
+    }
+
+    #[test]
+    fn a_second_attempt_while_the_first_runs_is_a_violation() {
+        let mut t = Truth::default();
+        t.start(10, "n1", rank(1, 1, 0), &[0], 1_000);
+        t.start(20, "n2", rank(1, 2, 0), &[0], 1_000);
+        assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
+        assert!(t.violations[0].contains("while attempt 1 runs on n1"), "{:?}", t.violations);
+    }
+
+    #[test]
+    fn a_gpu_held_twice_is_a_violation_and_an_ended_one_is_free() {
+        let mut t = Truth::default();
+        t.start(10, "n1", rank(1, 1, 0), &[0, 1], 1_000);
+        t.start(11, "n1", rank(2, 1, 0), &[1], 1_000);
+        assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
+        t.end(12, "n1", rank(1, 1, 0), "exited");
+        t.end(12, "n1", rank(2, 1, 0), "exited");
+        t.start(13, "n1", rank(3, 1, 0), &[1], 1_000);
+        t.start(14, "n2", rank(1, 2, 0), &[1], 1_000);
+        assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
+        assert!(t.journals["n1"].ended.contains(&rank(1, 1, 0)));
+    }
+}

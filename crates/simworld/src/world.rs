@@ -1,0 +1,251 @@
+//! One seeded run: the hosts, the step loop, and the checks after each step. Every
+//! `CHECK_EVERY_MS` of simulated time each running replica's state is encoded and hashed:
+//! two replicas at one applied count must hold one state, every state must hold the
+//! scheduler's invariants (`baton_sched::invariants`), and no two replicas may hold
+//! committed votes for two leaders of one term. The processes' checks run as they start
+//! (`truth`), the client's as it reads (`load`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use baton_raft::net::sim::host_name;
+use baton_raft::store::PowerLossDisk;
+use baton_raft::types::NodeId;
+
+use crate::faults::{self, Faults, agent_host};
+use crate::load::Load;
+use crate::replica::Handles;
+use crate::timing::{CHECK_EVERY_MS, SETTLE_MS};
+use crate::truth::{Sabotage, Shared};
+
+/// Applied counts whose state digest a run remembers, to compare replicas that reach them
+/// at different times.
+const MAX_DIGESTS_KEPT: usize = 100_000;
+/// Nodes one run simulates, at most (each is a host with an agent).
+pub const MAX_NODES: u64 = 1_000;
+/// Simulated minutes of load one run takes, at most (a week).
+pub const MAX_MINUTES: u64 = 7 * 24 * 60;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Simulated minutes of load under faults (the settling comes on top).
+    pub minutes: u64,
+    pub replicas: u64,
+    pub nodes: u64,
+    pub faults: bool,
+    /// Stop at the first violation, so the history's tail ends there.
+    pub stop_at_violation: bool,
+    /// Simulated time one step advances: the clock's resolution.
+    pub tick_ms: u64,
+    /// A bug to plant (the checks must find it).
+    pub sabotage: Option<Sabotage>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            minutes: 10,
+            replicas: 3,
+            nodes: 16,
+            faults: true,
+            stop_at_violation: true,
+            tick_ms: 10,
+            sabotage: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub seed: u64,
+    /// Of the whole history and the final state: equal for two runs of one seed.
+    pub digest: u64,
+    pub violations: Vec<String>,
+    /// The history's last lines (around the first violation when the run stopped there).
+    pub tail: Vec<String>,
+    pub applied: u64,
+    pub starts: u64,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub simulated_ms: u64,
+    pub wall_ms: u64,
+}
+
+/// What the step loop checks across replicas.
+#[derive(Default)]
+struct Checks {
+    last_applied: BTreeMap<NodeId, u64>,
+    digests: BTreeMap<u64, (u64, NodeId)>,
+    leaders: BTreeMap<u64, NodeId>,
+    reported: BTreeSet<String>,
+}
+
+pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
+    let began = Instant::now();
+    let load_ms = opts.minutes * 60_000;
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .tick_duration(Duration::from_millis(opts.tick_ms))
+        .simulation_duration(Duration::from_millis(load_ms + 2 * SETTLE_MS + 60_000))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(faults::BASE_LATENCY_MS))
+        .build();
+    let truth = Shared::default();
+    truth.lock().sabotage = opts.sabotage;
+    let handles = Handles::default();
+    let disks: Vec<PowerLossDisk> =
+        (1..=opts.replicas).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
+    add_hosts(&mut sim, opts, &disks, &handles, &truth);
+    let ended = Arc::new(AtomicBool::new(false));
+    let load = Load {
+        handles: handles.clone(),
+        truth: truth.clone(),
+        seed,
+        nodes: opts.nodes,
+        replicas: opts.replicas,
+        load_ms,
+        ended: ended.clone(),
+    };
+    sim.client("load", load.run());
+
+    let mut faults = Faults::new(seed, opts.replicas, opts.nodes);
+    let mut checks = Checks::default();
+    let mut next_check_ms = 0;
+    let mut healed = false;
+    loop {
+        let done = match sim.step() {
+            Ok(done) => done,
+            Err(e) => {
+                let at = crate::now_ms_of(&sim);
+                truth.lock().violation(at, format!("a host failed: {e}"));
+                break;
+            }
+        };
+        let now = crate::now_ms_of(&sim);
+        truth.lock().watchdog(now);
+        if opts.faults && !healed {
+            let lines = if ended.load(Ordering::SeqCst) {
+                healed = true;
+                faults.heal_all(&mut sim)
+            } else {
+                faults.step(&mut sim, &disks, now)
+            };
+            let mut t = truth.lock();
+            for l in lines {
+                t.history.record(now, l);
+            }
+        }
+        if now >= next_check_ms || done {
+            check_replicas(&mut sim, &handles, &truth, &mut checks, now);
+            next_check_ms = now + CHECK_EVERY_MS;
+        }
+        if done || (opts.stop_at_violation && !truth.lock().violations.is_empty()) {
+            break;
+        }
+    }
+    let applied = if truth.lock().violations.is_empty() {
+        converge(&mut sim, &handles, &truth, &mut checks)
+    } else {
+        checks.last_applied.values().copied().max().unwrap_or(0)
+    };
+    let t = truth.lock();
+    let digest = t.history.digest() ^ checks.digests.get(&applied).map_or(0, |d| d.0).rotate_left(17);
+    Outcome {
+        seed,
+        digest,
+        violations: t.violations.clone(),
+        tail: t.history.tail(),
+        applied,
+        starts: t.starts,
+        faults: faults.counts.clone(),
+        simulated_ms: crate::now_ms_of(&sim),
+        wall_ms: began.elapsed().as_millis() as u64,
+    }
+}
+
+fn add_hosts(sim: &mut turmoil::Sim<'_>, opts: &Options, disks: &[PowerLossDisk], handles: &Handles, truth: &Shared) {
+    let n = opts.replicas;
+    for id in 1..=n {
+        let (disk, handles, truth) = (disks[(id - 1) as usize].clone(), handles.clone(), truth.clone());
+        sim.host(host_name(id), move || crate::replica::run(id, n, disk.clone(), handles.clone(), truth.clone()));
+    }
+    let replicas: Vec<String> = (1..=n).map(host_name).collect();
+    for i in 1..=opts.nodes {
+        let (replicas, truth) = (replicas.clone(), truth.clone());
+        sim.host(agent_host(i), move || crate::agent::run(agent_host(i), replicas.clone(), truth.clone()));
+    }
+}
+
+/// Compares every running replica's state with what others held at the same applied count,
+/// checks its invariants, and checks one leader per term.
+fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks, now: u64) {
+    for r in handles.all() {
+        let id = r.id();
+        if !sim.is_host_running(host_name(id).as_str()) {
+            continue;
+        }
+        let vote = r.raft().metrics().borrow().vote;
+        if vote.is_committed() {
+            let term = vote.leader_id().term;
+            if let Some(leader) = vote.leader_id().voted_for() {
+                let seen = *c.leaders.entry(term).or_insert(leader);
+                if seen != leader {
+                    report(truth, c, now, format!("two leaders in term {term}: r{seen} and r{leader}"));
+                }
+            }
+        }
+        let applied = r.read_local(|s| s.applied());
+        if c.last_applied.get(&id) == Some(&applied) {
+            continue;
+        }
+        c.last_applied.insert(id, applied);
+        let (digest, broken) = r.read_local(|s| (state_digest(s), baton_sched::invariants::check_state(s).err()));
+        if let Some(e) = broken {
+            report(truth, c, now, format!("r{id}'s state at applied {applied} breaks an invariant: {e}"));
+        }
+        match c.digests.get(&applied) {
+            Some(&(d, other)) if d != digest => {
+                report(truth, c, now, format!("r{id} and r{other} hold different states at applied {applied}"));
+            }
+            Some(_) => {}
+            None => {
+                c.digests.insert(applied, (digest, id));
+                while c.digests.len() > MAX_DIGESTS_KEPT {
+                    c.digests.pop_first();
+                }
+            }
+        }
+    }
+}
+
+fn report(truth: &Shared, c: &mut Checks, now: u64, what: String) {
+    if c.reported.insert(what.clone()) {
+        truth.lock().violation(now, what);
+    }
+}
+
+fn state_digest(s: &baton_model::state::State) -> u64 {
+    let bytes = baton_raft::codec::encode(s).expect("a state always encodes");
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// After the load: steps until every replica holds one applied count (or `SETTLE_MS`
+/// passes, a violation), then returns it.
+fn converge(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks) -> u64 {
+    let deadline = crate::now_ms_of(sim) + SETTLE_MS;
+    loop {
+        let now = crate::now_ms_of(sim);
+        check_replicas(sim, handles, truth, c, now);
+        let applied: BTreeSet<u64> = handles.all().iter().map(|r| r.read_local(|s| s.applied())).collect();
+        if applied.len() == 1 {
+            return applied.into_iter().next().unwrap_or(0);
+        }
+        // The client has finished (so `step` says done): the hosts still run.
+        if now >= deadline || sim.step().is_err() {
+            let replicas = crate::replica::describe(handles);
+            truth.lock().violation(now, format!("replicas did not converge: applied counts {applied:?}; {replicas}"));
+            return applied.into_iter().max().unwrap_or(0);
+        }
+    }
+}
