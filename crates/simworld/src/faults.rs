@@ -2,7 +2,7 @@
 //! healed after a drawn while: a replica cut off from every host, a one-way cut between two
 //! replicas, an agent cut off from the replicas (past the heartbeat timeout or not), a
 //! replica's power cut (its disk keeps what was synced and a drawn part of the rest) and a
-//! later restart, an agent crash and restart, a rack's switch failing (a replica and a
+//! later restart, the leader's power blinking (back at once), an agent crash and restart, a rack's switch failing (a replica and a
 //! rack's agents cut off from the rest), a slow network. When the load ends, every
 //! fault heals at once.
 
@@ -70,7 +70,13 @@ impl Faults {
 
     /// Heals what is due, then injects the next fault if it is time; returns lines for the
     /// history.
-    pub fn step(&mut self, sim: &mut turmoil::Sim<'_>, disks: &[PowerLossDisk], now_ms: u64) -> Vec<String> {
+    pub fn step(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        disks: &[PowerLossDisk],
+        leader: Option<u64>,
+        now_ms: u64,
+    ) -> Vec<String> {
         let mut lines = Vec::new();
         let due: Vec<Heal> = self.active.iter().filter(|(at, _)| *at <= now_ms).map(|(_, h)| h.clone()).collect();
         self.active.retain(|(at, _)| *at > now_ms);
@@ -78,7 +84,7 @@ impl Faults {
             lines.push(heal(sim, h));
         }
         if now_ms >= self.next_ms && self.active.len() < MAX_ACTIVE {
-            lines.push(self.inject(sim, disks, now_ms));
+            lines.push(self.inject(sim, disks, leader, now_ms));
             self.next_ms = now_ms + self.rng.range(GAP_MS.0, GAP_MS.1);
         }
         lines
@@ -89,8 +95,14 @@ impl Faults {
         self.active.drain(..).map(|(_, h)| heal(sim, h)).collect()
     }
 
-    fn inject(&mut self, sim: &mut turmoil::Sim<'_>, disks: &[PowerLossDisk], now_ms: u64) -> String {
-        let (kind, line) = match self.rng.below(7) {
+    fn inject(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        disks: &[PowerLossDisk],
+        leader: Option<u64>,
+        now_ms: u64,
+    ) -> String {
+        let (kind, line) = match self.rng.below(8) {
             0 => {
                 let r = self.replica();
                 let hosts = self.all_hosts();
@@ -135,6 +147,16 @@ impl Faults {
                 let down_ms = self.rng.range(0, 10_000);
                 self.active.push((now_ms + down_ms, Heal::Restart(n.clone())));
                 ("agent-crash", format!("{n}'s agent crashes, back in {down_ms} ms"))
+            }
+            6 if leader.is_some() => {
+                // The leader's power blinks: back within an election timeout, it may find its
+                // own committed vote and lead again in the same term.
+                let i = leader.unwrap_or(1);
+                let r = host_name(i);
+                sim.crash(r.as_str());
+                let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+                sim.bounce(r.as_str());
+                ("leader-blink", format!("{r}, the leader, loses power ({cut:?}) and is back at once"))
             }
             5 => {
                 // A rack's switch fails: one replica and a rack's agents on one side.

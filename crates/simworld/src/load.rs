@@ -64,12 +64,12 @@ impl Load {
         while crate::now_ms() < self.load_ms && n < MAX_JOBS {
             tokio::time::sleep(Duration::from_millis(rng.range(200, 3_000))).await;
             match rng.below(100) {
-                0..70 => {
+                0..60 => {
                     n += 1;
                     self.submit(&mut rng, n, &mut acked).await;
                 }
-                70..85 => self.cancel(&mut rng, &mut acked).await,
-                85..95 => self.rewrite_quota(&mut rng, &mut acked).await,
+                60..72 => self.cancel(&mut rng, &mut acked).await,
+                72..80 => self.rewrite_quota(&mut rng, &mut acked).await,
                 _ => self.read_check(&mut rng, &acked).await,
             }
         }

@@ -113,6 +113,8 @@ pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
     let mut checks = Checks::default();
     let mut next_check_ms = 0;
     let mut healed = false;
+    // Who leads, as of the last check (looked up every `CHECK_EVERY_MS`, not every step).
+    let mut leader = None;
     loop {
         let done = match sim.step() {
             Ok(done) => done,
@@ -129,7 +131,7 @@ pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
                 healed = true;
                 faults.heal_all(&mut sim)
             } else {
-                faults.step(&mut sim, &disks, now)
+                faults.step(&mut sim, &disks, leader, now)
             };
             let mut t = truth.lock();
             for l in lines {
@@ -138,6 +140,7 @@ pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
         }
         if now >= next_check_ms || done {
             check_replicas(&mut sim, &handles, &truth, &mut checks, now);
+            leader = leader_of(&mut sim, &handles);
             next_check_ms = now + CHECK_EVERY_MS;
         }
         if done || (opts.stop_at_violation && !truth.lock().violations.is_empty()) {
@@ -217,6 +220,16 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
             }
         }
     }
+}
+
+/// The running replica that leads, if one does.
+fn leader_of(sim: &mut turmoil::Sim<'_>, handles: &Handles) -> Option<NodeId> {
+    handles
+        .all()
+        .iter()
+        .filter(|r| r.metrics().role == baton_raft::Role::Leader)
+        .map(|r| r.id())
+        .find(|id| sim.is_host_running(host_name(*id).as_str()))
 }
 
 fn report(truth: &Shared, c: &mut Checks, now: u64, what: String) {
