@@ -113,9 +113,16 @@ enum Cmd {
         /// No faults: the load alone.
         #[arg(long)]
         no_faults: bool,
+        /// Each replica's clock is off by up to this many milliseconds, either way.
+        #[arg(long, default_value_t = 5_000)]
+        clock_offset_ms: u64,
         /// Print each seed's last history lines, not only a failing one's.
         #[arg(long)]
         history: bool,
+        /// Run the one seed given here and print its outcome as JSON (what each seed's own
+        /// process does for the parent).
+        #[arg(long, hide = true)]
+        child: bool,
     },
 }
 
@@ -142,7 +149,9 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 }
 
 fn sim(cmd: &Cmd) -> ExitCode {
-    let Cmd::Sim { seeds, minutes, nodes, tick_ms, no_faults, history } = cmd else { return ExitCode::FAILURE };
+    let Cmd::Sim { seeds, minutes, nodes, tick_ms, no_faults, clock_offset_ms, history, child } = cmd else {
+        return ExitCode::FAILURE;
+    };
     if *nodes == 0 || *minutes == 0 || *tick_ms == 0 {
         eprintln!("error: --nodes, --minutes and --tick-ms must be at least 1");
         return ExitCode::FAILURE;
@@ -160,11 +169,53 @@ fn sim(cmd: &Cmd) -> ExitCode {
         nodes: *nodes,
         tick_ms: *tick_ms,
         faults: !no_faults,
+        clock_offset_ms: *clock_offset_ms,
         ..baton_simworld::Options::default()
     };
-    let summary = baton_simworld::seeds::run(seeds.clone(), &opts, *history, |l| println!("{l}"));
+    if *child {
+        let o = baton_simworld::run_seed(seeds.start, &opts);
+        println!("{}", serde_json::to_string(&o).expect("an outcome encodes"));
+        return ExitCode::SUCCESS;
+    }
+    let me = match std::env::current_exe() {
+        Ok(me) => me,
+        Err(e) => {
+            eprintln!("error: cannot find this program to run each seed in a process of its own: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let summary = baton_simworld::seeds::run_with(
+        seeds.clone(),
+        &opts,
+        *history,
+        |l| println!("{l}"),
+        |seed| seed_in_own_process(&me, seed, &opts),
+    );
     println!("{}", summary.text());
     if summary.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Runs `seed` in a child process; a child that fails is a violation of its own.
+fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::Options) -> baton_simworld::Outcome {
+    let out = std::process::Command::new(me)
+        .args(["sim", "--child", "--seeds", &seed.to_string()])
+        .args(["--minutes", &opts.minutes.to_string(), "--nodes", &opts.nodes.to_string()])
+        .args(["--tick-ms", &opts.tick_ms.to_string(), "--clock-offset-ms", &opts.clock_offset_ms.to_string()])
+        .args(if opts.faults { &[][..] } else { &["--no-faults"][..] })
+        .stderr(std::process::Stdio::inherit())
+        .output();
+    let parsed = out.as_ref().ok().and_then(|o| serde_json::from_slice::<baton_simworld::Outcome>(&o.stdout).ok());
+    parsed.unwrap_or_else(|| baton_simworld::Outcome {
+        seed,
+        digest: 0,
+        violations: vec![format!("the seed's process failed: {:?}", out.map(|o| o.status))],
+        tail: Vec::new(),
+        applied: 0,
+        starts: 0,
+        faults: Default::default(),
+        simulated_ms: 0,
+        wall_ms: 0,
+    })
 }
 
 fn main() -> ExitCode {

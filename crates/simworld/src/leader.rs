@@ -17,6 +17,7 @@ use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::state::State;
 use baton_proto::v1::Action;
+use baton_raft::replica::WallClock;
 use baton_raft::{Replica, Role};
 use turmoil::net::UdpSocket;
 
@@ -44,20 +45,20 @@ fn lock(l: &Shared2) -> std::sync::MutexGuard<'_, Leading> {
 }
 
 /// Runs the leader's side of replica `replica` until the host stops.
-pub async fn run(replica: Replica, truth: Shared) -> std::io::Result<()> {
+pub async fn run(replica: Replica, clock: WallClock, truth: Shared) -> std::io::Result<()> {
     let leading = Shared2::default();
     let sock = Arc::new(UdpSocket::bind(("0.0.0.0", wire::LEADER_PORT)).await?);
-    tokio::spawn(gateway(replica.clone(), leading.clone(), sock, truth.clone()));
+    tokio::spawn(gateway(replica.clone(), clock.clone(), leading.clone(), sock, truth.clone()));
     loop {
         tokio::time::sleep(Duration::from_millis(CYCLE_MS)).await;
         if directing(&replica, &leading, &truth).await {
-            round(&replica, &leading, &truth).await;
+            round(&replica, &clock, &leading, &truth).await;
         }
     }
 }
 
-async fn write(replica: &Replica, op: Op) -> bool {
-    let cmd = Command { now_ms: crate::wall_ms(), op };
+async fn write(replica: &Replica, clock: &WallClock, op: Op) -> bool {
+    let cmd = Command { now_ms: clock.now_ms(), op };
     matches!(
         tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), replica.write_on_leader(cmd)).await,
         Ok(Ok(_))
@@ -89,18 +90,18 @@ async fn directing(replica: &Replica, leading: &Shared2, truth: &Shared) -> bool
     true
 }
 
-async fn round(replica: &Replica, leading: &Shared2, truth: &Shared) {
-    let now = crate::wall_ms();
+async fn round(replica: &Replica, clock: &WallClock, leading: &Shared2, truth: &Shared) {
+    let now = clock.now_ms();
     let (plan, tick_due, ready) = replica.read_local(|s| {
         let ready: Vec<String> =
             s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.to_string()).collect();
         (baton_sched::cycle(s, now), s.reservations().values().any(|r| r.deadline_ms < now), ready)
     });
     if !plan.decisions.is_empty() {
-        write(replica, Op::ApplyPlan(plan)).await;
+        write(replica, clock, Op::ApplyPlan(plan)).await;
     }
     if tick_due {
-        write(replica, Op::Tick).await;
+        write(replica, clock, Op::Tick).await;
     }
     let at = crate::now_ms();
     let timeout_ms =
@@ -111,18 +112,19 @@ async fn round(replica: &Replica, leading: &Shared2, truth: &Shared) {
     };
     for node in silent {
         truth.record(format!("r{} declares {node} lost", replica.id()));
-        write(replica, Op::SetNodeStatus { node: Name::lit(&node), status: NodeStatus::Lost }).await;
+        write(replica, clock, Op::SetNodeStatus { node: Name::lit(&node), status: NodeStatus::Lost }).await;
     }
 }
 
 /// Answers beats while this replica directs.
-async fn gateway(replica: Replica, leading: Shared2, sock: Arc<UdpSocket>, truth: Shared) {
+async fn gateway(replica: Replica, clock: WallClock, leading: Shared2, sock: Arc<UdpSocket>, truth: Shared) {
     let mut buf = vec![0u8; wire::MAX_DATAGRAM_BYTES];
     while let Ok((n, from)) = sock.recv_from(&mut buf).await {
         let Some(beat) = wire::decode::<Beat>(&buf[..n]) else { continue };
-        let (replica, leading, sock, truth) = (replica.clone(), leading.clone(), sock.clone(), truth.clone());
+        let (replica, clock, leading, sock, truth) =
+            (replica.clone(), clock.clone(), leading.clone(), sock.clone(), truth.clone());
         tokio::spawn(async move {
-            if let Some(grant) = answer(&replica, &leading, &truth, beat).await {
+            if let Some(grant) = answer(&replica, &clock, &leading, &truth, beat).await {
                 let _ = sock.send_to(&wire::encode(&grant), (from.ip(), wire::AGENT_PORT)).await;
             }
         });
@@ -136,18 +138,18 @@ fn fresh(l: &Leading, truth: &Shared) -> Option<u64> {
     l.term.filter(|_| crate::now_ms() < l.confirmed_ms + LEASE_MS / 2)
 }
 
-async fn answer(replica: &Replica, leading: &Shared2, truth: &Shared, beat: Beat) -> Option<Grant> {
+async fn answer(replica: &Replica, clock: &WallClock, leading: &Shared2, truth: &Shared, beat: Beat) -> Option<Grant> {
     let term = fresh(&lock(leading), truth)?;
     lock(leading).last_beat_ms.insert(beat.node.clone(), crate::now_ms());
     let node = Name::lit(&beat.node);
     let lost = replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
     if lost == Some(true) {
         truth.record(format!("r{} finds {} back", replica.id(), beat.node));
-        write(replica, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await;
+        write(replica, clock, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await;
     }
     let key = (beat.node.clone(), beat.boot);
     if !beat.observations.is_empty()
-        && write(replica, Op::Report { node: node.clone(), observations: beat.observations }).await
+        && write(replica, clock, Op::Report { node: node.clone(), observations: beat.observations }).await
     {
         let mut l = lock(leading);
         let acked = l.acked.entry(key.clone()).or_default();

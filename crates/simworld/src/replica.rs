@@ -43,9 +43,10 @@ pub fn settings(id: NodeId) -> RaftSettings {
     RaftSettings { election_timeout_min_ms: min, election_timeout_max_ms: min + 1, ..RaftSettings::default() }
 }
 
-/// The simulated wall clock: every replica reads true simulated time (no offsets yet).
-pub fn clock() -> WallClock {
-    WallClock(Arc::new(crate::wall_ms))
+/// A replica's wall clock: true simulated time shifted by `offset_ms` (drawn per replica
+/// from the seed; its rate is true).
+pub fn clock(offset_ms: i64) -> WallClock {
+    WallClock(Arc::new(move || crate::wall_ms().saturating_add_signed(offset_ms)))
 }
 
 pub fn members(n: u64) -> BTreeMap<NodeId, String> {
@@ -53,7 +54,14 @@ pub fn members(n: u64) -> BTreeMap<NodeId, String> {
 }
 
 /// Runs replica `id` on `disk` until its host is crashed.
-pub async fn run(id: NodeId, n: u64, disk: PowerLossDisk, handles: Handles, truth: Shared) -> turmoil::Result {
+pub async fn run(
+    id: NodeId,
+    n: u64,
+    offset_ms: i64,
+    disk: PowerLossDisk,
+    handles: Handles,
+    truth: Shared,
+) -> turmoil::Result {
     let members = members(n);
     let config = ReplicaConfig {
         node_id: id,
@@ -63,7 +71,7 @@ pub async fn run(id: NodeId, n: u64, disk: PowerLossDisk, handles: Handles, trut
         settings: settings(id),
         rack: None,
         max_format: baton_raft::identity::DATA_FORMAT,
-        clock: crate::replica::clock(),
+        clock: clock(offset_ms),
     };
     let replica = Replica::open_with(config, sim_dialer()).await?;
     handles.put(replica.clone());
@@ -77,7 +85,7 @@ pub async fn run(id: NodeId, n: u64, disk: PowerLossDisk, handles: Handles, trut
         // Refused harmlessly when the disk already holds the cluster.
         let _ = replica.bootstrap(members.clone()).await;
     }
-    tokio::spawn(crate::leader::run(replica.clone(), truth));
+    tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms), truth));
     replica.serve_incoming(incoming, std::future::pending::<()>()).await?;
     Ok(())
 }
@@ -89,9 +97,17 @@ pub fn describe(handles: &Handles) -> String {
         .iter()
         .map(|r| {
             let m = r.metrics();
+            let raft = r.raft().metrics().borrow().clone();
             format!(
-                "r{}: {:?} term {} leader {:?} log {:?} applied {:?}",
-                m.node_id, m.role, m.term, m.leader_id, m.last_log_index, m.last_applied_index
+                "r{}: {:?} term {} leader {:?} log {:?} applied {:?} vote {} replication {:?}",
+                m.node_id,
+                m.role,
+                m.term,
+                m.leader_id,
+                m.last_log_index,
+                m.last_applied_index,
+                raft.vote,
+                raft.replication
             )
         })
         .collect();

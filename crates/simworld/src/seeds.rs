@@ -42,12 +42,13 @@ pub fn failure(o: &Outcome, opts: &Options) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "  replay: baton-chaos sim --seeds {}..{} --minutes {} --nodes {} --tick-ms {} --history",
+        "  replay: baton-chaos sim --seeds {}..{} --minutes {} --nodes {} --tick-ms {} --clock-offset-ms {} --history",
         o.seed,
         o.seed + 1,
         opts.minutes,
         opts.nodes,
-        opts.tick_ms
+        opts.tick_ms,
+        opts.clock_offset_ms
     );
     for v in &o.violations {
         let _ = writeln!(out, "  violation {v}");
@@ -59,11 +60,24 @@ pub fn history(o: &Outcome) -> String {
     o.tail.iter().map(|l| format!("    {l}\n")).collect()
 }
 
-/// Runs `seeds`, printing each line through `print`; the summary.
-pub fn run(seeds: Range<u64>, opts: &Options, show_history: bool, mut print: impl FnMut(&str)) -> Summary {
+/// Runs `seeds` in this process, printing each line through `print`; the summary.
+pub fn run(seeds: Range<u64>, opts: &Options, show_history: bool, print: impl FnMut(&str)) -> Summary {
+    run_with(seeds, opts, show_history, print, |seed| run_seed(seed, opts))
+}
+
+/// As `run`, each seed run by `one` (`baton-chaos sim` runs each in a process of its own: a
+/// run leaves state behind in the process, in the libraries under the replicas, that can
+/// change the history of a later seed; a seed replays alone only if it ran alone).
+pub fn run_with(
+    seeds: Range<u64>,
+    opts: &Options,
+    show_history: bool,
+    mut print: impl FnMut(&str),
+    mut one: impl FnMut(u64) -> Outcome,
+) -> Summary {
     let mut s = Summary::default();
     for seed in seeds {
-        let o = run_seed(seed, opts);
+        let o = one(seed);
         print(&line(&o));
         if !o.violations.is_empty() {
             print(failure(&o, opts).trim_end());

@@ -41,6 +41,8 @@ pub struct Options {
     pub tick_ms: u64,
     /// A bug to plant (the checks must find it).
     pub sabotage: Option<Sabotage>,
+    /// Each replica's wall clock is off by up to this much, either way (drawn per seed).
+    pub clock_offset_ms: u64,
 }
 
 impl Default for Options {
@@ -53,11 +55,12 @@ impl Default for Options {
             stop_at_violation: true,
             tick_ms: 10,
             sabotage: None,
+            clock_offset_ms: 5_000,
         }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub seed: u64,
     /// Of the whole history and the final state: equal for two runs of one seed.
@@ -67,7 +70,7 @@ pub struct Outcome {
     pub tail: Vec<String>,
     pub applied: u64,
     pub starts: u64,
-    pub faults: BTreeMap<&'static str, u64>,
+    pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
 }
@@ -81,7 +84,20 @@ struct Checks {
     reported: BTreeSet<String>,
 }
 
+/// Runs one seed on a thread of its own: what a thread keeps from an earlier run (the
+/// thread-local state of the runtime and of its libraries) must not change this one's
+/// history, or a seed run after another would not replay alone.
 pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
+    let opts = opts.clone();
+    std::thread::Builder::new()
+        .name(format!("sim-seed-{seed}"))
+        .spawn(move || run_seed_here(seed, &opts))
+        .expect("a thread for the seed")
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let began = Instant::now();
     let load_ms = opts.minutes * 60_000;
     let mut sim = turmoil::Builder::new()
@@ -96,7 +112,7 @@ pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
     let handles = Handles::default();
     let disks: Vec<PowerLossDisk> =
         (1..=opts.replicas).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
-    add_hosts(&mut sim, opts, &disks, &handles, &truth);
+    add_hosts(&mut sim, seed, opts, &disks, &handles, &truth);
     let ended = Arc::new(AtomicBool::new(false));
     let load = Load {
         handles: handles.clone(),
@@ -161,17 +177,30 @@ pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
         tail: t.history.tail(),
         applied,
         starts: t.starts,
-        faults: faults.counts.clone(),
+        faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
     }
 }
 
-fn add_hosts(sim: &mut turmoil::Sim<'_>, opts: &Options, disks: &[PowerLossDisk], handles: &Handles, truth: &Shared) {
+fn add_hosts(
+    sim: &mut turmoil::Sim<'_>,
+    seed: u64,
+    opts: &Options,
+    disks: &[PowerLossDisk],
+    handles: &Handles,
+    truth: &Shared,
+) {
     let n = opts.replicas;
+    let mut rng = baton_rng::SplitMix64::new(seed ^ 0x636c_6f63_6b73);
     for id in 1..=n {
         let (disk, handles, truth) = (disks[(id - 1) as usize].clone(), handles.clone(), truth.clone());
-        sim.host(host_name(id), move || crate::replica::run(id, n, disk.clone(), handles.clone(), truth.clone()));
+        let spread = 2 * opts.clock_offset_ms + 1;
+        let offset_ms = rng.below(spread) as i64 - opts.clock_offset_ms as i64;
+        truth.record(format!("r{id}'s clock is off by {offset_ms} ms"));
+        sim.host(host_name(id), move || {
+            crate::replica::run(id, n, offset_ms, disk.clone(), handles.clone(), truth.clone())
+        });
     }
     let replicas: Vec<String> = (1..=n).map(host_name).collect();
     for i in 1..=opts.nodes {
