@@ -184,7 +184,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let summary = baton_simworld::seeds::run_with(
+    let summary = baton_simworld::seeds::run(
         seeds.clone(),
         &opts,
         *history,

@@ -102,21 +102,23 @@ impl Agent {
         let named: BTreeMap<Rank, &Work> =
             work.iter().map(|w| (Rank { job: w.job, attempt: w.attempt, rank: w.rank }, w)).collect();
         let mut t = truth.lock();
-        let journal = t.journals.entry(self.node.clone()).or_default().clone();
-        for (r, _) in journal.processes.iter().filter(|(r, _)| !named.contains_key(r)) {
+        // Each process, and whether it is suspended, as the grant found them.
+        let running: BTreeMap<Rank, bool> =
+            t.journals.entry(self.node.clone()).or_default().processes.iter().map(|(r, p)| (*r, p.suspended)).collect();
+        for r in running.keys().filter(|r| !named.contains_key(r)) {
             t.end(now, &self.node, *r, "not in the directive: killed");
             self.stopping.remove(r);
         }
         for (r, w) in named {
-            let running = journal.processes.get(&r);
-            match (w.act, running) {
-                (Act::Run, Some(p)) if p.suspended => {
+            let ended = t.journals.get(&self.node).is_some_and(|j| j.ended.contains(&r));
+            match (w.act, running.get(&r).copied()) {
+                (Act::Run, Some(true)) => {
                     if let Some(p) = t.journals.get_mut(&self.node).and_then(|j| j.processes.get_mut(&r)) {
                         p.suspended = false;
                     }
                     t.history.record(now, format!("{} resumes {r}", self.node));
                 }
-                (Act::Run, None) if !journal.ended.contains(&r) => {
+                (Act::Run, None) if !ended => {
                     let work_ms = t.work.get(&w.name).map_or(30_000, |x| x.work_ms);
                     t.start(now, &self.node, r, &w.gpus, now + work_ms);
                 }
@@ -124,7 +126,7 @@ impl Agent {
                     let ckpt = t.work.get(&w.name).map_or(1_000, |x| x.checkpoint_ms);
                     self.stopping.insert(r, (now + ckpt.min(w.grace_ms), ckpt <= w.grace_ms));
                 }
-                (Act::Stop, None) if !journal.ended.contains(&r) => {
+                (Act::Stop, None) if !ended => {
                     // Never ran here: reported stopped so its GPUs are freed.
                     t.journals.entry(self.node.clone()).or_default().ended.insert(r);
                     self.observe(Observed::Stopped {
@@ -134,7 +136,7 @@ impl Agent {
                         checkpointed: false,
                     });
                 }
-                (Act::Suspend, Some(p)) if !p.suspended => {
+                (Act::Suspend, Some(false)) => {
                     if let Some(p) = t.journals.get_mut(&self.node).and_then(|j| j.processes.get_mut(&r)) {
                         p.suspended = true;
                     }

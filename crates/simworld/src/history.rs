@@ -10,6 +10,16 @@ pub const KEPT_LINES: usize = 200;
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
+/// FNV-1a of `bytes`, continuing from `h` (`fnv1a(FNV_OFFSET, ..)` starts afresh).
+fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
+}
+
+/// The 64-bit FNV-1a hash of `bytes`.
+pub fn hash(bytes: &[u8]) -> u64 {
+    fnv1a(FNV_OFFSET, bytes.iter().copied())
+}
+
 #[derive(Debug, Clone)]
 pub struct History {
     digest: u64,
@@ -27,9 +37,7 @@ impl History {
     /// Records `line` at simulated time `at_ms`.
     pub fn record(&mut self, at_ms: u64, line: impl AsRef<str>) {
         let text = format!("{}.{:03} {}", at_ms / 1000, at_ms % 1000, line.as_ref());
-        for b in text.bytes().chain(std::iter::once(b'\n')) {
-            self.digest = (self.digest ^ u64::from(b)).wrapping_mul(FNV_PRIME);
-        }
+        self.digest = fnv1a(self.digest, text.bytes().chain(std::iter::once(b'\n')));
         self.lines += 1;
         if self.last.len() == KEPT_LINES {
             self.last.pop_front();

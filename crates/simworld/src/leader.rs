@@ -38,15 +38,15 @@ struct Leading {
     acked: BTreeMap<(String, u64), u64>,
 }
 
-type Shared2 = Arc<Mutex<Leading>>;
+type Lead = Arc<Mutex<Leading>>;
 
-fn lock(l: &Shared2) -> std::sync::MutexGuard<'_, Leading> {
+fn lock(l: &Lead) -> std::sync::MutexGuard<'_, Leading> {
     l.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Runs the leader's side of replica `replica` until the host stops.
 pub async fn run(replica: Replica, clock: WallClock, truth: Shared) -> std::io::Result<()> {
-    let leading = Shared2::default();
+    let leading = Lead::default();
     let sock = Arc::new(UdpSocket::bind(("0.0.0.0", wire::LEADER_PORT)).await?);
     tokio::spawn(gateway(replica.clone(), clock.clone(), leading.clone(), sock, truth.clone()));
     loop {
@@ -66,7 +66,7 @@ async fn write(replica: &Replica, clock: &WallClock, op: Op) -> bool {
 }
 
 /// Whether this replica leads, confirmed by a quorum now.
-async fn directing(replica: &Replica, leading: &Shared2, truth: &Shared) -> bool {
+async fn directing(replica: &Replica, leading: &Lead, truth: &Shared) -> bool {
     let m = replica.metrics();
     if m.role != Role::Leader {
         lock(leading).term = None;
@@ -90,7 +90,7 @@ async fn directing(replica: &Replica, leading: &Shared2, truth: &Shared) -> bool
     true
 }
 
-async fn round(replica: &Replica, clock: &WallClock, leading: &Shared2, truth: &Shared) {
+async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Shared) {
     let now = clock.now_ms();
     let (plan, tick_due, ready) = replica.read_local(|s| {
         let ready: Vec<String> =
@@ -117,7 +117,7 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Shared2, truth: &
 }
 
 /// Answers beats while this replica directs.
-async fn gateway(replica: Replica, clock: WallClock, leading: Shared2, sock: Arc<UdpSocket>, truth: Shared) {
+async fn gateway(replica: Replica, clock: WallClock, leading: Lead, sock: Arc<UdpSocket>, truth: Shared) {
     let mut buf = vec![0u8; wire::MAX_DATAGRAM_BYTES];
     while let Ok((n, from)) = sock.recv_from(&mut buf).await {
         let Some(beat) = wire::decode::<Beat>(&buf[..n]) else { continue };
@@ -138,7 +138,7 @@ fn fresh(l: &Leading, truth: &Shared) -> Option<u64> {
     l.term.filter(|_| crate::now_ms() < l.confirmed_ms + LEASE_MS / 2)
 }
 
-async fn answer(replica: &Replica, clock: &WallClock, leading: &Shared2, truth: &Shared, beat: Beat) -> Option<Grant> {
+async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Shared, beat: Beat) -> Option<Grant> {
     let term = fresh(&lock(leading), truth)?;
     lock(leading).last_beat_ms.insert(beat.node.clone(), crate::now_ms());
     let node = Name::lit(&beat.node);

@@ -44,7 +44,6 @@ pub struct Load {
     pub truth: Shared,
     pub seed: u64,
     pub nodes: u64,
-    pub replicas: u64,
     pub load_ms: u64,
     /// Set when the load has ended: the faults stop and heal.
     pub ended: Arc<AtomicBool>,

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::ops::Range;
 
-use crate::world::{Options, Outcome, run_seed};
+use crate::world::{Options, Outcome};
 
 /// Seeds one call runs, at most.
 pub const MAX_SEEDS: u64 = 1_000_000;
@@ -60,15 +60,11 @@ pub fn history(o: &Outcome) -> String {
     o.tail.iter().map(|l| format!("    {l}\n")).collect()
 }
 
-/// Runs `seeds` in this process, printing each line through `print`; the summary.
-pub fn run(seeds: Range<u64>, opts: &Options, show_history: bool, print: impl FnMut(&str)) -> Summary {
-    run_with(seeds, opts, show_history, print, |seed| run_seed(seed, opts))
-}
-
-/// As `run`, each seed run by `one` (`baton-chaos sim` runs each in a process of its own: a
-/// run leaves state behind in the process, in the libraries under the replicas, that can
-/// change the history of a later seed; a seed replays alone only if it ran alone).
-pub fn run_with(
+/// Runs `seeds`, each by `one`, printing each line through `print`; the summary.
+/// `baton-chaos sim` runs each seed in a process of its own: a run leaves state behind in the
+/// process, in the libraries under the replicas, that can change the history of a later
+/// seed; a seed replays alone only if it ran alone.
+pub fn run(
     seeds: Range<u64>,
     opts: &Options,
     show_history: bool,

@@ -15,6 +15,9 @@ use crate::history::History;
 
 /// Violations one run records before it stops counting (the first ones say what broke).
 pub const MAX_VIOLATIONS: usize = 100;
+/// Ended ranks a node's journal remembers (the oldest jobs' are forgotten first): enough
+/// for every attempt a leader may still name.
+pub const MAX_ENDED_PER_NODE: usize = 4_096;
 
 /// One rank of one attempt of a job, on a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,7 +35,6 @@ impl std::fmt::Display for Rank {
 
 #[derive(Debug, Clone)]
 pub struct Process {
-    pub started_ms: u64,
     /// When it exits on its own (if not stopped first).
     pub exits_ms: u64,
     pub gpus: Vec<u32>,
@@ -127,7 +129,7 @@ impl Truth {
         self.starts += 1;
         self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}"));
         let journal = self.journals.entry(node.to_string()).or_default();
-        journal.processes.insert(r, Process { started_ms: at_ms, exits_ms, gpus: gpus.to_vec(), suspended: false });
+        journal.processes.insert(r, Process { exits_ms, gpus: gpus.to_vec(), suspended: false });
     }
 
     /// The watchdog of every node: a process whose node's lease ran out is stopped then,
@@ -156,6 +158,9 @@ impl Truth {
         let journal = self.journals.entry(node.to_string()).or_default();
         journal.processes.remove(&r);
         journal.ended.insert(r);
+        if journal.ended.len() > MAX_ENDED_PER_NODE {
+            journal.ended.pop_first();
+        }
     }
 }
 

@@ -114,15 +114,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         (1..=opts.replicas).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
     add_hosts(&mut sim, seed, opts, &disks, &handles, &truth);
     let ended = Arc::new(AtomicBool::new(false));
-    let load = Load {
-        handles: handles.clone(),
-        truth: truth.clone(),
-        seed,
-        nodes: opts.nodes,
-        replicas: opts.replicas,
-        load_ms,
-        ended: ended.clone(),
-    };
+    let load =
+        Load { handles: handles.clone(), truth: truth.clone(), seed, nodes: opts.nodes, load_ms, ended: ended.clone() };
     sim.client("load", load.run());
 
     let mut faults = Faults::new(seed, opts.replicas, opts.nodes);
@@ -268,8 +261,7 @@ fn report(truth: &Shared, c: &mut Checks, now: u64, what: String) {
 }
 
 fn state_digest(s: &baton_model::state::State) -> u64 {
-    let bytes = baton_raft::codec::encode(s).expect("a state always encodes");
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+    crate::history::hash(&baton_raft::codec::encode(s).expect("a state always encodes"))
 }
 
 /// After the load: steps until every replica holds one applied count (or `SETTLE_MS`
