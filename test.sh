@@ -64,8 +64,21 @@ trap 'rm -f "$log"' EXIT
 failed=0
 skipped=()
 
+# bounded SECONDS COMMAND...: COMMAND, killed with every test it started once it has run
+# SECONDS. A test that hangs would otherwise hold the run until CI's own limit, which says
+# nothing of which test it was; libtest has named it above ("running for over 60 seconds").
+bounded() {
+  local secs="$1"
+  shift
+  timeout --kill-after=30 "$secs" "$@"
+  local rc=$?
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] || return "$rc"
+  echo "== TIMED OUT after ${secs} s: $* (the test still running above hangs)"
+  return "$rc"
+}
+
 echo "== cargo test --workspace"
-cargo test --workspace --no-fail-fast 2>&1 | tee -a "$log"
+bounded 2700 cargo test --workspace --no-fail-fast 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 
 # group NAME WHY CHECK -- CARGO_TEST_ARGS...: runs the ignored tests of one group where CHECK
@@ -75,7 +88,7 @@ group() {
   shift 4
   if eval "$check"; then
     echo "== $name (cargo test $* -- --ignored)"
-    cargo test "$@" -- --ignored 2>&1 | tee -a "$log"
+    bounded 1200 cargo test "$@" -- --ignored 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || failed=1
   else
     # Each test by name: listing builds the tests but runs none.

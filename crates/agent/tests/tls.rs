@@ -10,6 +10,7 @@ mod common;
 mod test_ca;
 
 use std::path::Path;
+use std::time::Duration;
 
 use baton_proto::tls::{AGENT_HOST, Transport};
 use baton_proto::v1::LogsRequest;
@@ -32,24 +33,37 @@ fn missing_job() -> LogsRequest {
     LogsRequest { job: "nope".into(), job_id: 99, ..Default::default() }
 }
 
+/// How long one step of these tests may take: each is a handshake and one call on this
+/// machine, so a step that takes longer is a hang, reported by name instead of stalling the run.
+const STEP: Duration = Duration::from_secs(20);
+
+/// `fut`, or a panic naming `what` once it has taken [`STEP`].
+async fn step<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, fut).await.unwrap_or_else(|_| panic!("{what}: no outcome within {STEP:?}"))
+}
+
+/// A logs call through `ep`, connected within [`STEP`]: the status it was refused with.
+async fn refused(what: &str, ep: tonic::transport::Endpoint) -> tonic::Status {
+    let ch = step(what, ep.connect_timeout(STEP).connect()).await.unwrap();
+    step(what, AgentLogsClient::new(ch).logs(missing_job())).await.unwrap_err()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_service_takes_only_replica_certificates_of_the_clusters_ca() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("ca");
-    let agent = tls_agent(dir.path(), &ca, ("agent", "node-a")).await;
+    let agent = step("starting the agent", tls_agent(dir.path(), &ca, ("agent", "node-a"))).await;
     let addr = agent.logs_addr().to_string();
 
     // A replica of the CA gets past the certificate check: the job is simply not here.
     let t = ca.transport(dir.path(), "replica", "1");
-    let ch = t.endpoint(&addr, AGENT_HOST).unwrap().connect().await.unwrap();
-    let e = AgentLogsClient::new(ch).logs(missing_job()).await.unwrap_err();
+    let e = refused("a replica's call", t.endpoint(&addr, AGENT_HOST).unwrap()).await;
     assert_eq!(e.code(), Code::NotFound, "{e}");
 
     // Clients and agents read logs through a replica, which checks their token: refused here.
     for (role, name) in [("client", "alice"), ("agent", "node-b")] {
         let t = ca.transport(dir.path(), role, name);
-        let ch = t.endpoint(&addr, AGENT_HOST).unwrap().connect().await.unwrap();
-        let e = AgentLogsClient::new(ch).logs(missing_job()).await.unwrap_err();
+        let e = refused(role, t.endpoint(&addr, AGENT_HOST).unwrap()).await;
         assert_eq!(e.code(), Code::PermissionDenied, "{role}: {e}");
         assert!(e.message().contains("takes only replica certificates"), "{e}");
     }
@@ -57,22 +71,25 @@ async fn the_log_service_takes_only_replica_certificates_of_the_clusters_ca() {
     // No certificate: UNAUTHENTICATED, saying what is missing.
     let tls = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(ca.pem()))
-        .domain_name(AGENT_HOST);
+        .domain_name(AGENT_HOST)
+        .timeout(STEP);
     let ep = tonic::transport::Endpoint::from_shared(format!("https://{addr}")).unwrap();
-    let ch = ep.tls_config(tls).unwrap().connect().await.unwrap();
-    let e = AgentLogsClient::new(ch).logs(missing_job()).await.unwrap_err();
+    let e = refused("a call without a certificate", ep.tls_config(tls).unwrap()).await;
     assert_eq!(e.code(), Code::Unauthenticated, "{e}");
     assert!(e.message().contains("no client certificate"), "{e}");
 
     // Another CA's certificate: no handshake.
     let other = Ca::new("other");
     let t = other.transport(dir.path(), "client", "mallory");
-    assert!(t.endpoint(&addr, AGENT_HOST).unwrap().connect().await.is_err());
+    let ep = t.endpoint(&addr, AGENT_HOST).unwrap().connect_timeout(STEP);
+    assert!(step("another CA's handshake", ep.connect()).await.is_err());
 
-    // Plain TCP: no answer either.
-    let ch = Transport::Insecure.endpoint(&addr, AGENT_HOST).unwrap().connect().await;
-    if let Ok(ch) = ch {
-        assert!(AgentLogsClient::new(ch).logs(missing_job()).await.is_err());
+    // Plain TCP: no answer either. Whether the refusal comes at connecting or at the call
+    // depends on when the server's hang-up arrives; either way no answer may come back.
+    let ep = Transport::Insecure.endpoint(&addr, AGENT_HOST).unwrap().connect_timeout(STEP);
+    if let Ok(ch) = step("a plain TCP connection", ep.connect()).await {
+        let mut client = AgentLogsClient::new(ch);
+        assert!(step("a plain TCP call", client.logs(missing_job())).await.is_err());
     }
 }
 
