@@ -173,6 +173,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         ..baton_simworld::Options::default()
     };
     if *child {
+        trace_to_stderr();
         let o = baton_simworld::run_seed(seeds.start, &opts);
         println!("{}", serde_json::to_string(&o).expect("an outcome encodes"));
         return ExitCode::SUCCESS;
@@ -193,6 +194,24 @@ fn sim(cmd: &Cmd) -> ExitCode {
     );
     println!("{}", summary.text());
     if summary.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// With `BATON_SIM_LOG` set (a tracing filter, e.g. `openraft=debug`), a seed's process logs
+/// to stderr what its libraries trace, each line stamped with simulated milliseconds: how
+/// one replays a failing seed in detail.
+fn trace_to_stderr() {
+    struct SimTime;
+    impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+        fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+            write!(w, "{:>9}ms", baton_simworld::now_ms())
+        }
+    }
+    let Ok(filter) = std::env::var("BATON_SIM_LOG") else { return };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("warning: BATON_SIM_LOG={filter:?} is no tracing filter ({e}); logging nothing");
+        tracing_subscriber::EnvFilter::new("off")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_timer(SimTime).with_writer(std::io::stderr).init();
 }
 
 /// Runs `seed` in a child process; a child that fails is a violation of its own.

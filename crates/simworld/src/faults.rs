@@ -155,8 +155,15 @@ impl Faults {
                 let r = host_name(i);
                 sim.crash(r.as_str());
                 let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
-                sim.bounce(r.as_str());
-                ("leader-blink", format!("{r}, the leader, loses power ({cut:?}) and is back at once"))
+                // At once, or within the election timeouts (Docker restarts a container
+                // after 100 ms): either way before the followers give up on it.
+                let down_ms = self.rng.below(3) * 100;
+                if down_ms == 0 {
+                    sim.bounce(r.as_str());
+                } else {
+                    self.active.push((now_ms + down_ms, Heal::Restart(r.clone())));
+                }
+                ("leader-blink", format!("{r}, the leader, loses power ({cut:?}) and is back in {down_ms} ms"))
             }
             5 => {
                 // A rack's switch fails: one replica and a rack's agents on one side.

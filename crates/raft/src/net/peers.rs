@@ -104,6 +104,7 @@ impl Peers {
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         let mut client = self.client(addr)?;
+        let bytes = payload.len();
         let mut req = tonic::Request::new(RaftRequest {
             cluster_id: self.cluster_id.clone(),
             from_node_id: self.self_id,
@@ -126,6 +127,12 @@ impl Peers {
         };
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(reply)) => Ok(reply.into_inner().payload),
+            // tonic's own deadline (`set_timeout`) may fire first: the same timeout.
+            Ok(Err(status)) if ran_out_of_time(&status) => {
+                self.forget(addr);
+                tracing::debug!(?rpc, to, addr, ?timeout, bytes, "call timed out");
+                Err(CallError::Timeout(timeout))
+            }
             Ok(Err(status)) => {
                 // Only statuses the other replica sends as answers leave the connection
                 // trusted; a transport failure (reset, refused, a broken stream, a missed
@@ -152,7 +159,7 @@ impl Peers {
                 // The connection may be wedged (a partition that drops packets silently);
                 // the next call dials afresh.
                 self.forget(addr);
-                tracing::debug!(?rpc, to, addr, ?timeout, "call timed out");
+                tracing::debug!(?rpc, to, addr, ?timeout, bytes, "call timed out");
                 Err(CallError::Timeout(timeout))
             }
         }
@@ -291,4 +298,16 @@ impl Peers {
             .map_err(|e| failed(e.to_string()))?;
         decode::<Result<Option<LogId>, ReadError>>(&reply).map_err(|e| failed(e.to_string()))?
     }
+}
+
+/// Whether a call failed because tonic's deadline for it passed.
+fn ran_out_of_time(status: &tonic::Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = cause {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
