@@ -124,12 +124,14 @@ impl Gateway {
         if self.ctx.quorum.confirm_since(&self.ctx.replica, arrived, within).await { lease_ms } else { 0 }
     }
 
-    /// Registers the node unless the state already has it, ready, with the same facts; with
-    /// the other nodes attaching at the same time (`registrar`).
+    /// Registers the node unless the state already has it with the same facts; with the
+    /// other nodes attaching at the same time (`registrar`). A lost node that comes back
+    /// unchanged stays lost until its first report is committed (`report`): registering it
+    /// would make it ready at once, and work could be placed before what it reports of its
+    /// lease stops (their checkpoints) is known. One that comes back changed is registered
+    /// anew, ready.
     async fn register(&self, spec: &NodeSpec) -> Result<(), Status> {
-        let known = self.ctx.replica.read_local(|s| {
-            s.nodes().get(&spec.name).is_some_and(|n| n.spec == *spec && n.status == NodeStatus::Ready)
-        });
+        let known = self.ctx.replica.read_local(|s| s.nodes().get(&spec.name).is_some_and(|n| n.spec == *spec));
         if known {
             return Ok(());
         }

@@ -95,6 +95,33 @@ async fn a_silent_agent_loses_its_node_and_its_jobs_are_requeued() {
     assert_eq!(nodes[0].status(), NodeStatus::Lost);
 }
 
+/// Attaching is not coming back: a lost node is ready again only once its first report is
+/// committed, so nothing is placed there before what it says of its lease stops is known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_node_that_attaches_again_is_ready_only_after_its_first_report() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut c = cluster.client(leader).await;
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    agent.silence();
+    let status = |nodes: Vec<baton_proto::v1::Node>| nodes[0].status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while status(c.list_nodes(Empty {}).await.unwrap().into_inner().nodes) != NodeStatus::Lost {
+        assert!(std::time::Instant::now() < deadline, "n1 was never declared lost");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    let leader_addr = cluster.replicas[leader].addr.clone();
+    let mut g = AgentGatewayClient::connect(format!("http://{leader_addr}")).await.unwrap();
+    let _stream = g.attach(AttachRequest { node: Some(node("n1", 8)), term_seen: 0 }).await.unwrap();
+    let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
+    assert_eq!(status(nodes), NodeStatus::Lost, "attaching alone made the lost node ready");
+
+    g.report(ReportRequest { node: "n1".into(), ..Default::default() }).await.unwrap();
+    let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
+    assert_eq!(status(nodes), NodeStatus::Ready, "its first report committed, the node is back");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn followers_send_agents_to_the_leader_and_answer_clients_clearly() {
     let cluster = Cluster::start(3).await;
