@@ -104,6 +104,9 @@ enum Cmd {
         /// Simulated minutes of load under faults per seed (settling comes on top).
         #[arg(long, default_value_t = 10)]
         minutes: u64,
+        /// Simulated hours of load per seed, instead of `--minutes`.
+        #[arg(long, conflicts_with = "minutes")]
+        hours: Option<u64>,
         /// Nodes (each with an agent and 8 GPUs).
         #[arg(long, default_value_t = 16)]
         nodes: u64,
@@ -149,16 +152,17 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 }
 
 fn sim(cmd: &Cmd) -> ExitCode {
-    let Cmd::Sim { seeds, minutes, nodes, tick_ms, no_faults, clock_offset_ms, history, child } = cmd else {
+    let Cmd::Sim { seeds, minutes, hours, nodes, tick_ms, no_faults, clock_offset_ms, history, child } = cmd else {
         return ExitCode::FAILURE;
     };
+    let minutes = &hours.map_or(*minutes, |h| h.saturating_mul(60));
     if *nodes == 0 || *minutes == 0 || *tick_ms == 0 {
         eprintln!("error: --nodes, --minutes and --tick-ms must be at least 1");
         return ExitCode::FAILURE;
     }
     if *nodes > baton_simworld::world::MAX_NODES || *minutes > baton_simworld::world::MAX_MINUTES {
         eprintln!(
-            "error: at most {} nodes and {} minutes a seed",
+            "error: at most {} nodes and {} minutes (a week) a seed",
             baton_simworld::world::MAX_NODES,
             baton_simworld::world::MAX_MINUTES
         );

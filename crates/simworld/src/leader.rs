@@ -2,8 +2,9 @@
 //! quorum still follows it (a linearizable read), plans with the real scheduler and commits
 //! the plan, drops expired reservations, and declares silent nodes lost. It answers an
 //! agent's beat only while a confirmation is younger than half a lease: it commits the
-//! beat's observations as one report, then grants a lease with the node's directive
-//! (`baton_server::desired`, what the real leader sends).
+//! beat's observations as one report (a report that does not commit gets no answer), marks
+//! a lost node ready only after that, then grants a lease with the node's directive
+//! (`baton_server::desired`, what the real leader sends), as the server's gateway does.
 //!
 //! A new term starts every node's silence afresh, so a node is declared lost only after a
 //! whole heartbeat timeout under this leader.
@@ -143,17 +144,23 @@ async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sh
     lock(leading).last_beat_ms.insert(beat.node.clone(), crate::now_ms());
     let node = Name::lit(&beat.node);
     let lost = replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
-    if lost == Some(true) {
-        truth.record(format!("r{} finds {} back", replica.id(), beat.node));
-        write(replica, clock, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await;
-    }
     let key = (beat.node.clone(), beat.boot);
-    if !beat.observations.is_empty()
-        && write(replica, clock, Op::Report { node: node.clone(), observations: beat.observations }).await
-    {
+    // As the server's gateway: a report whose observations do not commit renews nothing.
+    if !beat.observations.is_empty() {
+        if !write(replica, clock, Op::Report { node: node.clone(), observations: beat.observations }).await {
+            return None;
+        }
         let mut l = lock(leading);
         let acked = l.acked.entry(key.clone()).or_default();
         *acked = (*acked).max(beat.seq);
+    }
+    // And a lost node is ready again only once what it reports (its lease stops'
+    // checkpoints) is committed, so nothing is placed there before.
+    if lost == Some(true) {
+        truth.record(format!("r{} finds {} back", replica.id(), beat.node));
+        if !write(replica, clock, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await {
+            return None;
+        }
     }
     // Still leading, and confirmed recently, after the writes.
     let l = lock(leading);
