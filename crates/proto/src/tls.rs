@@ -301,17 +301,8 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
     let who = caller(&req)?;
     // Revocation is checked here, on every call, rather than in the handshake: the caller
     // learns why, and a connection opened before the reload that revoked it is refused too.
-    let revoked = match (transport, peer_cert(&req)) {
-        (Transport::Tls(tls), Some(der)) => tls.current().revoked_serial(&der),
-        _ => None,
-    };
-    if let Some(serial) = revoked {
-        tracing::warn!(caller = %who, serial, "refused a call: the caller's certificate is revoked");
-        return Err(Status::unauthenticated(format!(
-            "the caller's certificate ({who}, serial {serial}) is revoked by this cluster's {CRL_FILE}; \
-             the holder needs a new certificate (`baton tls cert create`)"
-        )));
-    }
+    // A stream is one call: it checks again with a [`CertGuard`].
+    CertGuard::of(transport, &req).check()?;
     if !roles.contains(&who.role) {
         let wanted: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
         return Err(Status::permission_denied(format!(
@@ -321,6 +312,40 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
     }
     req.extensions_mut().insert(who);
     Ok(req)
+}
+
+/// The revocation check of [`require`], kept by a stream that outlives its call (an agent's
+/// `Attach`, a client's `Watch` or `JobLogs`): without it a certificate revoked by a reload
+/// would keep receiving until the stream ended on its own.
+#[derive(Clone)]
+pub struct CertGuard {
+    tls: Option<Arc<Tls>>,
+    /// The caller's certificate (DER) and the identity it names.
+    cert: Option<(Vec<u8>, PeerId)>,
+}
+
+impl CertGuard {
+    /// The guard of `req`'s caller; one that checks nothing under plain TCP or without a
+    /// certificate (`require` refused those already where it matters).
+    pub fn of<T>(transport: &Transport, req: &Request<T>) -> CertGuard {
+        let tls = match transport {
+            Transport::Tls(tls) => Some(tls.clone()),
+            Transport::Insecure => None,
+        };
+        let cert = peer_cert(req).and_then(|der| identity_of(&der).ok().map(|who| (der, who)));
+        CertGuard { tls, cert }
+    }
+
+    /// UNAUTHENTICATED, naming the certificate, once the files in force revoke it.
+    pub fn check(&self) -> Result<(), Status> {
+        let (Some(tls), Some((der, who))) = (&self.tls, &self.cert) else { return Ok(()) };
+        let Some(serial) = tls.current().revoked_serial(der) else { return Ok(()) };
+        tracing::warn!(caller = %who, serial, "refused a call: the caller's certificate is revoked");
+        Err(Status::unauthenticated(format!(
+            "the caller's certificate ({who}, serial {serial}) is revoked by this cluster's {CRL_FILE}; \
+             the holder needs a new certificate (`baton tls cert create`)"
+        )))
+    }
 }
 
 /// A tonic interceptor running [`require`].

@@ -11,7 +11,7 @@ use baton_model::limits::{MAX_OBSERVATIONS_PER_REPORT, MAX_REPORT_OBSERVATIONS, 
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
-use baton_proto::tls::PeerId;
+use baton_proto::tls::{CertGuard, PeerId};
 use baton_proto::v1::agent_gateway_server::AgentGateway;
 use baton_proto::v1::{
     AttachRequest, Directive, Observation, ReportReply, ReportRequest, StopCause, observation::What,
@@ -38,6 +38,7 @@ impl AgentGateway for Gateway {
     async fn attach(&self, req: Request<AttachRequest>) -> Result<Response<DirectiveStream>, Status> {
         let term = self.ctx.require_leader()?;
         let who = req.extensions().get::<PeerId>().cloned();
+        let cert = CertGuard::of(&self.ctx.transport, &req);
         let req = req.into_inner();
         not_deposed(req.term_seen, term)?;
         let info = req.node.ok_or_else(|| Status::invalid_argument("node: missing"))?;
@@ -48,7 +49,7 @@ impl AgentGateway for Gateway {
         self.ctx.liveness.touch(&node);
         tracing::info!(node = %node, term, "agent attached");
         let (tx, rx) = mpsc::channel(4);
-        tokio::spawn(stream_directives(self.ctx.clone(), node, term, tx));
+        tokio::spawn(stream_directives(self.ctx.clone(), node, term, cert, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -309,13 +310,26 @@ const UNCHANGED_RESEND_MS: u64 = 30_000;
 /// the agent asks (`Hub::nudge`), and every `UNCHANGED_RESEND_MS`; ends when the agent goes
 /// or this replica stops leading in `term`. Until the first publish nothing is sent: the
 /// agent holds what it runs.
-async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sender<Result<Directive, Status>>) {
+async fn stream_directives(
+    ctx: Arc<Ctx>,
+    node: Name,
+    term: u64,
+    cert: CertGuard,
+    tx: mpsc::Sender<Result<Directive, Status>>,
+) {
     let mut assignments = ctx.hub.subscribe(&node);
+    // A certificate revoked by a reload ends the stream: directives carry jobs' environments.
+    let mut recheck = tokio::time::interval(Duration::from_millis(crate::auth::STREAM_RECHECK_MS));
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leading = ctx.hub.leading();
     let mut closing = ctx.closing.subscribe();
     let resend = Duration::from_millis(UNCHANGED_RESEND_MS);
     let mut directed = crate::trace::Directed::default();
     loop {
+        if let Err(s) = cert.check() {
+            let _ = tx.send(Err(s)).await;
+            return;
+        }
         if let Some(current) = ctx.hub.current(&node, term) {
             directed.note(&node, term, &current.assignments);
             let directive = Directive {
@@ -339,6 +353,7 @@ async fn stream_directives(ctx: Arc<Ctx>, node: Name, term: u64, tx: mpsc::Sende
                 }
             }
             () = tokio::time::sleep(resend) => {}
+            _ = recheck.tick() => if cert.check().is_ok() { continue },
             _ = closing.wait_for(|c| *c) => return,
         }
     }

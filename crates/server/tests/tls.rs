@@ -402,3 +402,51 @@ async fn a_revoked_client_certificate_is_refused_after_a_reload() {
     assert!(e.message().contains("revoked") && e.message().contains("client \"mallory\""), "{e}");
     assert_eq!(s.queues().await, vec!["q".to_string()], "a revoked client changed the queues");
 }
+
+/// A reload that revokes a certificate ends the streams its holder has open: an agent's
+/// `Attach` (directives carry jobs' environments) and a client's `Watch`, each with
+/// UNAUTHENTICATED naming the certificate; a stream of a certificate not listed goes on.
+/// Before, they kept flowing until the leader changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_ends_the_open_streams_of_the_revoked_certificate() {
+    let s = Setup::start().await;
+    let agent = s.ca.issue(s.dir.path(), "agent", "n1");
+    let mallory = s.ca.issue(s.dir.path(), "client", "mallory");
+    let mut gw = AgentGatewayClient::new(s.channel(&Transport::load(&agent).unwrap()).await.unwrap());
+    let mut directives = gw.attach(AttachRequest { node: Some(node("n1")), term_seen: 0 }).await.unwrap().into_inner();
+    let mut api = BatonClient::new(s.channel(&Transport::load(&mallory).unwrap()).await.unwrap());
+    let watch = baton_proto::v1::WatchRequest::default();
+    let mut events = api.watch(watch.clone()).await.unwrap().into_inner();
+    let mut other = s.api("client", "reader").await.watch(watch).await.unwrap().into_inner();
+
+    std::fs::write(s.server_dir.join("crl.pem"), s.ca.crl(&[&agent, &mallory])).unwrap();
+    s.reload().unwrap();
+
+    let within = Duration::from_secs(10);
+    let end = tokio::time::timeout(within, async {
+        loop {
+            match directives.message().await {
+                Ok(Some(_)) => continue,
+                other => return other.map(|_| ()),
+            }
+        }
+    });
+    let e = end.await.expect("the revoked agent's directives kept coming").unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("revoked") && e.message().contains("agent \"n1\""), "{e}");
+    let end = tokio::time::timeout(within, async {
+        loop {
+            match events.message().await {
+                Ok(Some(_)) => continue,
+                other => return other.map(|_| ()),
+            }
+        }
+    });
+    let e = end.await.expect("the revoked client's watch stayed open").unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("revoked") && e.message().contains("client \"mallory\""), "{e}");
+    // A watcher whose certificate is not listed still gets events.
+    s.api("client", "admin").await.put_queue(gpu_queue("after", 1)).await.unwrap();
+    let next = tokio::time::timeout(within, other.message()).await.expect("the other watch went quiet");
+    assert!(next.unwrap().is_some(), "the other watch ended");
+}

@@ -37,6 +37,7 @@ pub async fn job_logs(
     api: &Api,
     who: &Caller,
     identity: String,
+    cert: baton_proto::tls::CertGuard,
     r: JobLogsRequest,
 ) -> Result<Response<LogStream>, Status> {
     let mut logs = r.logs.ok_or_else(|| Status::invalid_argument("logs: missing"))?;
@@ -61,7 +62,8 @@ pub async fn job_logs(
     let max_bytes = api.ctx.settings.max_log_stream_bytes;
     let (ctx, mut who) = (api.ctx.clone(), who.clone());
     // The caller's rights to this job's logs now, as this replica's applied state has them.
-    let mut still_allowed = move || ctx.replica.read_local(|s| may_still_read(s, &mut who, job_id, &job_name));
+    let mut still_allowed =
+        move || cert.check().and_then(|()| ctx.replica.read_local(|s| may_still_read(s, &mut who, job_id, &job_name)));
     tokio::spawn(async move {
         let _slots = (slot, client_slot);
         let mut relayed: u64 = 0;

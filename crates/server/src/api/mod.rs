@@ -155,12 +155,14 @@ impl Baton for Api {
     async fn watch(&self, r: Request<WatchRequest>) -> Result<Response<EventStream>, Status> {
         let who = self.caller(r.metadata()).await?;
         let identity = watchers::identity(&who, r.extensions().get::<baton_proto::tls::PeerId>());
-        watch::watch(self, who, identity, r.into_inner()).await
+        let cert = baton_proto::tls::CertGuard::of(&self.ctx.transport, &r);
+        watch::watch(self, who, identity, cert, r.into_inner()).await
     }
     async fn job_logs(&self, r: Request<JobLogsRequest>) -> Result<Response<LogStream>, Status> {
         let who = self.caller(r.metadata()).await?;
         let identity = watchers::identity(&who, r.extensions().get::<baton_proto::tls::PeerId>());
-        logs::job_logs(self, &who, identity, r.into_inner()).await
+        let cert = baton_proto::tls::CertGuard::of(&self.ctx.transport, &r);
+        logs::job_logs(self, &who, identity, cert, r.into_inner()).await
     }
 
     async fn put_queue(&self, r: Request<Queue>) -> Result<Response<Ack>, Status> {

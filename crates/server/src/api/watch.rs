@@ -20,6 +20,7 @@ use tonic::{Response, Status};
 use super::visible::shown;
 use super::{Api, EventStream};
 use crate::auth::{Caller, STREAM_RECHECK_MS};
+use baton_proto::tls::CertGuard;
 
 /// Events buffered per watcher between this replica and the client.
 const WATCH_BUFFER: usize = 1_024;
@@ -28,6 +29,7 @@ pub async fn watch(
     api: &Api,
     mut who: Caller,
     identity: String,
+    cert: CertGuard,
     r: WatchRequest,
 ) -> Result<Response<EventStream>, Status> {
     // Held by the stream's task: the slots free when the stream ends or its client goes.
@@ -64,7 +66,7 @@ pub async fn watch(
         // them is sent, so a long replay to a slow client ends soon after a revocation.
         let mut replay = replay.into_iter().peekable();
         while replay.peek().is_some() {
-            if let Err(s) = ctx.replica.read_local(|s| who.refresh(s)) {
+            if let Err(s) = cert.check().and_then(|()| ctx.replica.read_local(|s| who.refresh(s))) {
                 let _ = tx.send(Err(s)).await;
                 return;
             }
@@ -80,7 +82,7 @@ pub async fn watch(
             let next = tokio::select! {
                 next = events.recv() => next,
                 // A revocation makes no event: a quiet stream must look for itself.
-                _ = recheck.tick() => match ctx.replica.read_local(|s| who.refresh(s)) {
+                _ = recheck.tick() => match cert.check().and_then(|()| ctx.replica.read_local(|s| who.refresh(s))) {
                     Ok(()) => continue,
                     Err(s) => {
                         let _ = tx.send(Err(s)).await;
@@ -112,6 +114,7 @@ pub async fn watch(
             // there), with the caller's rights in that same state: a revocation applied
             // before any event of the batch is in it, so no event after it is sent.
             let out: Result<Vec<Event>, Status> = ctx.replica.read_local(|s| {
+                cert.check()?;
                 who.refresh(s)?;
                 Ok(wanted.filter_map(|e| shown(s, &who, e)).collect())
             });
