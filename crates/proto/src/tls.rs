@@ -302,7 +302,10 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
     // Revocation is checked here, on every call, rather than in the handshake: the caller
     // learns why, and a connection opened before the reload that revoked it is refused too.
     // A stream is one call: it checks again with a [`CertGuard`].
-    CertGuard::of(transport, &req).check()?;
+    if let Some(refusal) = CertGuard::of(transport, &req).revoked() {
+        tracing::warn!(caller = %who, "refused a call: the caller's certificate is revoked");
+        return Err(refusal);
+    }
     if !roles.contains(&who.role) {
         let wanted: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
         return Err(Status::permission_denied(format!(
@@ -337,14 +340,25 @@ impl CertGuard {
     }
 
     /// UNAUTHENTICATED, naming the certificate, once the files in force revoke it.
-    pub fn check(&self) -> Result<(), Status> {
-        let (Some(tls), Some((der, who))) = (&self.tls, &self.cert) else { return Ok(()) };
-        let Some(serial) = tls.current().revoked_serial(der) else { return Ok(()) };
-        tracing::warn!(caller = %who, serial, "refused a call: the caller's certificate is revoked");
-        Err(Status::unauthenticated(format!(
+    pub fn revoked(&self) -> Option<Status> {
+        let (Some(tls), Some((der, who))) = (&self.tls, &self.cert) else { return None };
+        let serial = tls.current().revoked_serial(der)?;
+        Some(Status::unauthenticated(format!(
             "the caller's certificate ({who}, serial {serial}) is revoked by this cluster's {CRL_FILE}; \
              the holder needs a new certificate (`baton tls cert create`)"
         )))
+    }
+
+    /// For a stream: [`CertGuard::revoked`] as an error, logged as the stream's end.
+    pub fn check(&self) -> Result<(), Status> {
+        match self.revoked() {
+            None => Ok(()),
+            Some(refusal) => {
+                let who = self.cert.as_ref().map(|(_, who)| who.to_string()).unwrap_or_default();
+                tracing::warn!(caller = %who, "ended a stream: its certificate was revoked since it opened");
+                Err(refusal)
+            }
+        }
     }
 }
 

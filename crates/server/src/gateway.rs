@@ -326,10 +326,6 @@ async fn stream_directives(
     let resend = Duration::from_millis(UNCHANGED_RESEND_MS);
     let mut directed = crate::trace::Directed::default();
     loop {
-        if let Err(s) = cert.check() {
-            let _ = tx.send(Err(s)).await;
-            return;
-        }
         if let Some(current) = ctx.hub.current(&node, term) {
             directed.note(&node, term, &current.assignments);
             let directive = Directive {
@@ -340,21 +336,39 @@ async fn stream_directives(
                 lease_ms: ctx.settings.lease_ms,
                 state_index: current.state_index,
             };
-            if tx.send(Ok(directive)).await.is_err() {
+            let next = cert.check().map(|()| directive);
+            let revoked = next.is_err();
+            if tx.send(next).await.is_err() || revoked {
                 return;
             }
         }
-        tokio::select! {
-            changed = assignments.changed() => if changed.is_err() { return },
-            changed = leading.changed() => {
-                if changed.is_err() || *leading.borrow() != Some(term) {
-                    tracing::info!(node = %node, term, "no longer leading; closing the agent's stream");
-                    return;
+        let resend_at = tokio::time::sleep(resend);
+        tokio::pin!(resend_at);
+        // Until something is worth sending: a check of the certificate sends nothing.
+        loop {
+            tokio::select! {
+                changed = assignments.changed() => if changed.is_err() { return } else { break },
+                changed = leading.changed() => {
+                    if changed.is_err() || *leading.borrow() != Some(term) {
+                        tracing::info!(node = %node, term, "no longer leading; closing the agent's stream");
+                        return;
+                    }
+                    break;
                 }
+                () = &mut resend_at => break,
+                _ = recheck.tick() => {
+                    // An agent gone already has nothing to be told.
+                    if tx.is_closed() {
+                        return;
+                    }
+                    if let Err(s) = cert.check() {
+                        let _ = tx.send(Err(s)).await;
+                        return;
+                    }
+                }
+                // Its output (a guard, not Send) must not live across the await above.
+                () = async { let _ = closing.wait_for(|c| *c).await; } => return,
             }
-            () = tokio::time::sleep(resend) => {}
-            _ = recheck.tick() => if cert.check().is_ok() { continue },
-            _ = closing.wait_for(|c| *c) => return,
         }
     }
 }
