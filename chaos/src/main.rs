@@ -155,12 +155,12 @@ fn sim(cmd: &Cmd) -> ExitCode {
     let Cmd::Sim { seeds, minutes, hours, nodes, tick_ms, no_faults, clock_offset_ms, history, child } = cmd else {
         return ExitCode::FAILURE;
     };
-    let minutes = &hours.map_or(*minutes, |h| h.saturating_mul(60));
-    if *nodes == 0 || *minutes == 0 || *tick_ms == 0 {
+    let minutes = hours.map_or(*minutes, |h| h.saturating_mul(60));
+    if *nodes == 0 || minutes == 0 || *tick_ms == 0 {
         eprintln!("error: --nodes, --minutes and --tick-ms must be at least 1");
         return ExitCode::FAILURE;
     }
-    if *nodes > baton_simworld::world::MAX_NODES || *minutes > baton_simworld::world::MAX_MINUTES {
+    if *nodes > baton_simworld::world::MAX_NODES || minutes > baton_simworld::world::MAX_MINUTES {
         eprintln!(
             "error: at most {} nodes and {} minutes (a week) a seed",
             baton_simworld::world::MAX_NODES,
@@ -169,7 +169,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let opts = baton_simworld::Options {
-        minutes: *minutes,
+        minutes,
         nodes: *nodes,
         tick_ms: *tick_ms,
         faults: !no_faults,

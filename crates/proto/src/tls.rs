@@ -218,6 +218,13 @@ impl Transport {
         matches!(self, Transport::Tls(_))
     }
 
+    fn tls(&self) -> Option<&Arc<Tls>> {
+        match self {
+            Transport::Tls(tls) => Some(tls),
+            Transport::Insecure => None,
+        }
+    }
+
     /// When the certificates in force now expire (after the latest reload); `None` under
     /// `--insecure`.
     pub fn not_after(&self) -> Option<NotAfter> {
@@ -302,7 +309,8 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
     // Revocation is checked here, on every call, rather than in the handshake: the caller
     // learns why, and a connection opened before the reload that revoked it is refused too.
     // A stream is one call: it checks again with a [`CertGuard`].
-    if let Some(refusal) = CertGuard::of(transport, &req).revoked() {
+    let guard = CertGuard { tls: transport.tls().cloned(), cert: peer_cert(&req).map(|der| (der, who.clone())) };
+    if let Some(refusal) = guard.revoked() {
         tracing::warn!(caller = %who, "refused a call: the caller's certificate is revoked");
         return Err(refusal);
     }
@@ -331,12 +339,8 @@ impl CertGuard {
     /// The guard of `req`'s caller; one that checks nothing under plain TCP or without a
     /// certificate (`require` refused those already where it matters).
     pub fn of<T>(transport: &Transport, req: &Request<T>) -> CertGuard {
-        let tls = match transport {
-            Transport::Tls(tls) => Some(tls.clone()),
-            Transport::Insecure => None,
-        };
         let cert = peer_cert(req).and_then(|der| identity_of(&der).ok().map(|who| (der, who)));
-        CertGuard { tls, cert }
+        CertGuard { tls: transport.tls().cloned(), cert }
     }
 
     /// UNAUTHENTICATED, naming the certificate, once the files in force revoke it.

@@ -127,13 +127,8 @@ impl Peers {
         };
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(reply)) => Ok(reply.into_inner().payload),
-            // tonic's own deadline (`set_timeout`) may fire first: the same timeout.
-            Ok(Err(status)) if ran_out_of_time(&status) => {
-                self.forget(addr);
-                tracing::debug!(?rpc, to, addr, ?timeout, bytes, "call timed out");
-                Err(CallError::Timeout(timeout))
-            }
-            Ok(Err(status)) => {
+            // tonic's own deadline (`set_timeout`) may fire first: the same timeout, below.
+            Ok(Err(status)) if !ran_out_of_time(&status) => {
                 // Only statuses the other replica sends as answers leave the connection
                 // trusted; a transport failure (reset, refused, a broken stream, a missed
                 // deadline) makes the next call dial afresh, or a connection broken by a
@@ -155,7 +150,7 @@ impl Peers {
                 tracing::debug!(?rpc, to, addr, code = ?status.code(), message = status.message(), "call failed");
                 Err(status.into())
             }
-            Err(_) => {
+            _ => {
                 // The connection may be wedged (a partition that drops packets silently);
                 // the next call dials afresh.
                 self.forget(addr);

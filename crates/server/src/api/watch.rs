@@ -113,10 +113,12 @@ pub async fn watch(
             // Judged against this replica's state, which has applied the batch (its jobs are
             // there), with the caller's rights in that same state: a revocation applied
             // before any event of the batch is in it, so no event after it is sent.
-            let out: Result<Vec<Event>, Status> = ctx.replica.read_local(|s| {
-                cert.check()?;
-                who.refresh(s)?;
-                Ok(wanted.filter_map(|e| shown(s, &who, e)).collect())
+            // The certificate first, outside the state's lock (it parses the certificate).
+            let out: Result<Vec<Event>, Status> = cert.check().and_then(|()| {
+                ctx.replica.read_local(|s| {
+                    who.refresh(s)?;
+                    Ok(wanted.filter_map(|e| shown(s, &who, e)).collect())
+                })
             });
             let out = match out {
                 Ok(out) => out,
