@@ -1,8 +1,8 @@
 //! Which node sets the exact walk tries, best first (step 2 of `preempt`'s plan). Every
 //! node is scored by the victims it alone would need for one replica: a quick estimate by
 //! static rank, without quota, compared like `Score`. Sets are gathered from the best
-//! nodes, over the whole pool and within each rack. Idle capacity scores best, so it is
-//! used first.
+//! nodes, over the whole pool, from a gang candidate's nodes onwards, and within each rack.
+//! Idle capacity scores best, so it is used first.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +21,8 @@ use crate::view::View;
 const EXACT_SINGLE_NODE_WALKS: usize = 16;
 /// Most nodes one touched set may hold.
 const MAX_TOUCHED_NODES: usize = 512;
+/// Most gang candidates whose nodes begin a touched set of their own.
+const MAX_GANG_SEEDS: usize = 8;
 
 /// A node's quick estimate, compared like `Score` but without allocating: own-queue
 /// victims, highest victim priority and how many at it, victims, lost work, best rank.
@@ -116,15 +118,16 @@ fn estimate(
     Some((q, hosts))
 }
 
+/// Node sets to walk for a pool choice, best estimates first: the whole pool's, then those
+/// begun by a gang candidate's nodes, then each rack's.
+pub struct Touched {
+    pub sets: Vec<Vec<usize>>,
+    /// How many sets are begun by a gang candidate (they follow the first).
+    pub gang_seeded: usize,
+}
+
 /// Node sets to walk for a pool choice, best estimates first.
-pub fn touched_sets(
-    view: &View,
-    job: &Job,
-    needs: &Needs,
-    a: &[usize],
-    cands: &[Cand],
-    on_node: &OnNodes,
-) -> Vec<Vec<usize>> {
+pub fn touched_sets(view: &View, job: &Job, needs: &Needs, a: &[usize], cands: &[Cand], on_node: &OnNodes) -> Touched {
     let single = needs.tasks.iter().map(|t| t.replicas).sum::<u32>() == 1
         || needs.topology.is_some_and(|t| t == baton_model::job::Topology::Node);
     let (primary, need) = primary_need(needs, single);
@@ -167,7 +170,7 @@ pub fn touched_sets(
     }
     if single {
         scored.sort_unstable();
-        return scored.iter().map(|s| vec![s.node]).collect();
+        return Touched { sets: scored.iter().map(|s| vec![s.node]).collect(), gang_seeded: 0 };
     }
     let other_pools: Vec<usize> = a.iter().copied().filter(|&p| p != pool).collect();
     let extra = extra_nodes(view, &other_pools, on_node);
@@ -175,6 +178,7 @@ pub fn touched_sets(
     // A gather stops after `want` nodes (each hosts a replica) or MAX_TOUCHED_NODES: only
     // that many best nodes of each rack, and of the whole pool, need to be in order.
     let keep = (want.min(MAX_TOUCHED_NODES as u64) as usize).max(1);
+    let seeds = gang_seeds(&scored, &ranked, on_node);
     let mut by_rack: BTreeMap<RackKey, Vec<Scored>> = BTreeMap::new();
     for s in scored {
         by_rack.entry(view.ledger.nodes[s.node].rack).or_default().push(s);
@@ -188,6 +192,17 @@ pub fn touched_sets(
     if let Some((s, _)) = gather(&best, None, view, want, &extra) {
         sets.push(s);
     }
+    let before_seeds = sets.len();
+    for seed in seeds {
+        let rest = best.iter().filter(|s| !seed.iter().any(|g| g.node == s.node));
+        let begun: Vec<Scored> = seed.iter().chain(rest).copied().collect();
+        if let Some((s, _)) = gather(&begun, None, view, want, &extra)
+            && !sets.contains(&s)
+        {
+            sets.push(s);
+        }
+    }
+    let gang_seeded = sets.len() - before_seeds;
     // Within racks: the racks whose best nodes look cheapest, a bounded number of them.
     if by_rack.len() > 1 || needs.topology.is_some() {
         let mut per_rack: Vec<(Quick, Vec<usize>)> = by_rack
@@ -198,7 +213,38 @@ pub fn touched_sets(
         sets.extend(per_rack.into_iter().map(|(_, s)| s));
     }
     sets.dedup();
-    sets
+    Touched { sets, gang_seeded }
+}
+
+/// The nodes of each gang candidate (on two or more of the scored nodes), best-ranked gangs
+/// first and at most `MAX_GANG_SEEDS` of them, each gang's nodes best-estimated first.
+///
+/// Why: a node's estimate counts the victims that node alone would need, so a gang victim
+/// costs one victim on each of its nodes and loses to later-started jobs that rank before
+/// it, though taking the gang alone may free a whole placement: one victim where the
+/// best nodes one by one need several (decisions.md section 5 compares the sets).
+fn gang_seeds(scored: &[Scored], ranked: &Ranked, on_node: &OnNodes) -> Vec<Vec<Scored>> {
+    let mut count = vec![0u32; ranked.cands.len()];
+    for s in scored {
+        for (i, _) in on_node.get(s.node) {
+            count[*i] += 1;
+        }
+    }
+    let mut gangs: Vec<usize> = (0..count.len()).filter(|&i| count[i] > 1).collect();
+    gangs.sort_unstable_by_key(|&i| ranked.rank[i]);
+    gangs.truncate(MAX_GANG_SEEDS);
+    let mut seeds = vec![Vec::new(); gangs.len()];
+    for s in scored {
+        for (i, _) in on_node.get(s.node) {
+            if let Some(g) = gangs.iter().position(|g| g == i) {
+                seeds[g].push(*s);
+            }
+        }
+    }
+    for seed in &mut seeds {
+        seed.sort_unstable();
+    }
+    seeds
 }
 
 /// A node's estimate, ordered by its fields in turn (the estimate, then free GPUs, then the

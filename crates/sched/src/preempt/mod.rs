@@ -4,8 +4,9 @@
 //!    leaving (being preempted or paused).
 //! 2. Placements to try (`estimate.rs`): every node is scored by the victims it alone
 //!    would need for one replica (a quick estimate); touched node sets are built from the
-//!    best nodes, over the whole pool and within each rack. Idle capacity scores best, so
-//!    it is used first.
+//!    best nodes, over the whole pool, from each of the best-ranked gang candidates' nodes
+//!    (a gang may free a whole placement alone), and within each rack. Idle capacity
+//!    scores best, so it is used first.
 //! 3. On each touched set the exact walk (`walk.rs`; quota and policy rules included)
 //!    finds a minimal victim set; the sets are compared by `Score` and the best wins.
 //!
@@ -111,9 +112,12 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
             ctx.weak = weak;
             let ctx = &*ctx;
             let a = &ctx.pool_choice;
-            for (tried, nodes) in touched_sets(view, job, needs, a, &cands, &on_node).into_iter().enumerate() {
+            let touched = touched_sets(view, job, needs, a, &cands, &on_node);
+            // Every gang-begun set is walked: the estimate cannot see what such a set saves.
+            let always = MAX_RACK_WALKS + touched.gang_seeded;
+            for (tried, nodes) in touched.sets.into_iter().enumerate() {
                 // Sets come best-estimated first; once one has worked, a few more suffice.
-                if tried > MAX_RACK_WALKS && best.is_some() {
+                if tried > always && best.is_some() {
                     break;
                 }
                 let on: Vec<usize> = nodes
