@@ -23,6 +23,14 @@ use crate::types::{LogId, NodeId};
 /// Connections kept open at once; past it the cache is emptied and refilled (peers are few,
 /// so this only bites when addresses churn).
 const MAX_CACHED_PEERS: usize = 256;
+/// How long a connection that failed once must have lived before it is dialed again;
+/// doubled with each failure in a row, up to `MAX_REDIAL_AFTER_MS`. Why: openraft retries a
+/// failed call at once, so dialing afresh after each failure dials a peer behind a partition
+/// 20 times a second.
+const MIN_REDIAL_AFTER_MS: u64 = 100;
+/// The longest a connection that keeps failing is kept before it is dialed again: the most
+/// a healed link waits for a fresh connection.
+const MAX_REDIAL_AFTER_MS: u64 = 1_000;
 
 pub type Client = RaftTransportClient<Channel>;
 
@@ -46,8 +54,31 @@ pub struct Peers {
     pub self_id: NodeId,
     pub max_message_bytes: usize,
     dialer: Dialer,
-    /// Each client with the dialer's epoch it was dialed in.
-    clients: Mutex<HashMap<String, (u64, Client)>>,
+    links: Mutex<HashMap<String, Link>>,
+}
+
+/// A cached connection to one address.
+struct Link {
+    /// The dialer's epoch it was dialed in.
+    epoch: u64,
+    client: Client,
+    dialed_at: tokio::time::Instant,
+    /// Calls over this address that failed in a row (carried over to a fresh dial).
+    failures: u32,
+    /// The next call dials afresh.
+    redial: bool,
+}
+
+impl Link {
+    /// Counts a failure; the connection is dialed again once it has lived long enough.
+    fn failed(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        let doublings = self.failures.saturating_sub(1).min(16);
+        let redial_after_ms = (MIN_REDIAL_AFTER_MS << doublings).min(MAX_REDIAL_AFTER_MS);
+        if self.dialed_at.elapsed() >= Duration::from_millis(redial_after_ms) {
+            self.redial = true;
+        }
+    }
 }
 
 /// A failed call: the gRPC status, or a channel that could not be made.
@@ -67,29 +98,34 @@ pub enum CallError {
 
 impl Peers {
     pub fn new(cluster_id: String, self_id: NodeId, max_message_bytes: usize, dialer: Dialer) -> Peers {
-        Peers { cluster_id, self_id, max_message_bytes, dialer, clients: Mutex::new(HashMap::new()) }
+        Peers { cluster_id, self_id, max_message_bytes, dialer, links: Mutex::new(HashMap::new()) }
+    }
+
+    fn links(&self) -> std::sync::MutexGuard<'_, HashMap<String, Link>> {
+        self.links.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A client for `addr`, connecting lazily. One dialed before the certificates were
     /// reloaded is dropped and dialed again, so the peer sees the new certificate.
     pub fn client(&self, addr: &str) -> Result<Client, CallError> {
         let epoch = self.dialer.epoch();
-        let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match clients.get(addr) {
-            Some((e, c)) if *e == epoch => return Ok(c.clone()),
-            Some(_) => {
-                clients.retain(|_, (e, _)| *e == epoch);
-            }
+        let mut links = self.links();
+        let mut failures = 0;
+        match links.get(addr) {
+            Some(l) if l.epoch == epoch && !l.redial => return Ok(l.client.clone()),
+            Some(l) if l.epoch == epoch => failures = l.failures,
+            Some(_) => links.retain(|_, l| l.epoch == epoch),
             None => {}
         }
-        if clients.len() >= MAX_CACHED_PEERS {
-            clients.clear();
+        if links.len() >= MAX_CACHED_PEERS && !links.contains_key(addr) {
+            links.clear();
         }
         let channel = self.dialer.dial(addr).map_err(CallError::Dial)?;
         let client = RaftTransportClient::new(channel)
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes);
-        clients.insert(addr.to_string(), (epoch, client.clone()));
+        let dialed_at = tokio::time::Instant::now();
+        links.insert(addr.to_string(), Link { epoch, client: client.clone(), dialed_at, failures, redial: false });
         Ok(client)
     }
 
@@ -126,12 +162,15 @@ impl Peers {
             }
         };
         match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(reply)) => Ok(reply.into_inner().payload),
+            Ok(Ok(reply)) => {
+                self.answered(addr);
+                Ok(reply.into_inner().payload)
+            }
             // tonic's own deadline (`set_timeout`) may fire first: the same timeout, below.
             Ok(Err(status)) if !ran_out_of_time(&status) => {
                 // Only statuses the other replica sends as answers leave the connection
                 // trusted; a transport failure (reset, refused, a broken stream, a missed
-                // deadline) makes the next call dial afresh, or a connection broken by a
+                // deadline) makes a later call dial afresh, or a connection broken by a
                 // partition could stay cached after the network heals.
                 let answered = matches!(
                     status.code(),
@@ -144,24 +183,34 @@ impl Peers {
                         // A replica of an older build, without the call.
                         | tonic::Code::Unimplemented
                 );
-                if !answered {
-                    self.forget(addr);
+                if answered {
+                    self.answered(addr);
+                } else {
+                    self.failed(addr);
                 }
                 tracing::debug!(?rpc, to, addr, code = ?status.code(), message = status.message(), "call failed");
                 Err(status.into())
             }
             _ => {
                 // The connection may be wedged (a partition that drops packets silently);
-                // the next call dials afresh.
-                self.forget(addr);
+                // a later call dials afresh.
+                self.failed(addr);
                 tracing::debug!(?rpc, to, addr, ?timeout, bytes, "call timed out");
                 Err(CallError::Timeout(timeout))
             }
         }
     }
 
-    fn forget(&self, addr: &str) {
-        self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(addr);
+    fn failed(&self, addr: &str) {
+        if let Some(l) = self.links().get_mut(addr) {
+            l.failed();
+        }
+    }
+
+    fn answered(&self, addr: &str) {
+        if let Some(l) = self.links().get_mut(addr) {
+            l.failures = 0;
+        }
     }
 
     /// Asks the replica at `addr` who it is.
@@ -305,4 +354,56 @@ fn ran_out_of_time(status: &tonic::Status) -> bool {
         cause = e.source();
     }
     false
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// A peer that takes connections and never answers: every call runs out of time.
+    pub(crate) async fn silent_peer() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        addr
+    }
+
+    /// openraft retries a call that timed out at once, and each timeout made the next call
+    /// dial afresh: 20 dials a second to a peer behind a partition at a 50 ms heartbeat (and,
+    /// in the simulator, ephemeral ports that wrapped onto connections still held). A
+    /// connection that keeps failing is now dialed again only after it has lived a while,
+    /// twice as long with each failure in a row, at most a second; the first failure after a
+    /// healthy spell still dials afresh at once.
+    #[tokio::test]
+    async fn a_peer_that_keeps_timing_out_is_dialed_again_at_most_once_a_second() {
+        let addr = silent_peer().await;
+        let dials = Arc::new(AtomicU32::new(0));
+        let counted = dials.clone();
+        let tcp = Dialer::tcp(Duration::from_secs(1));
+        let dialer = Dialer::custom(move |a| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tcp.dial(a)
+        });
+        let peers = Peers::new("c".into(), 1, 1 << 20, dialer);
+        let started = tokio::time::Instant::now();
+        let mut calls = 0;
+        while started.elapsed() < Duration::from_millis(2_500) {
+            let r = peers.call(Rpc::Vote, 2, &addr, Vec::new(), Duration::from_millis(50)).await;
+            assert!(matches!(r, Err(CallError::Timeout(_))), "a silent peer: {r:?}");
+            calls += 1;
+        }
+        let dials = dials.load(Ordering::SeqCst);
+        assert!(calls >= 40, "only {calls} calls ran in 2.5 s");
+        // The first dial, then one after 1.5 s of failures (100 + 200 + 400 + 800 ms of life
+        // bounded by the 1 s cap): 2 or 3 where every call used to dial.
+        assert!((2..=3).contains(&dials), "{dials} dials for {calls} calls that timed out");
+    }
 }

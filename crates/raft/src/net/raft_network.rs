@@ -171,19 +171,7 @@ mod tests {
 
     use super::*;
     use crate::net::dialer::Dialer;
-
-    /// A peer that takes connections and never answers: every call runs out of time.
-    async fn silent_peer() -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((conn, _)) = listener.accept().await {
-                held.push(conn);
-            }
-        });
-        addr
-    }
+    use crate::net::peers::tests::silent_peer;
 
     fn append(entries: u64) -> AppendEntriesRequest<TypeConfig> {
         let log_id = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
