@@ -15,6 +15,8 @@ pub struct Lease {
     expires_at_ms: Option<u64>,
     /// The newest leader state a grant came from (see [`Lease::floor`]).
     floor: Floor,
+    /// Grants that found the lease run out (see [`Lease::renew`]).
+    lapses: u64,
 }
 
 /// How new a leader's state is: its term, then how many commands it had applied
@@ -40,7 +42,7 @@ pub enum Standing {
 impl Lease {
     /// A lease that ends at `expires_at_ms` (one a previous run of the agent held).
     pub fn until(expires_at_ms: u64) -> Lease {
-        Lease { expires_at_ms: Some(expires_at_ms), floor: Floor::default() }
+        Lease { expires_at_ms: Some(expires_at_ms), floor: Floor::default(), lapses: 0 }
     }
 
     /// Records that a grant came from a leader whose state was `from` when it granted it.
@@ -66,6 +68,21 @@ impl Lease {
         }
         let end = sent_at_ms.saturating_add(lease_ms);
         self.expires_at_ms = Some(self.expires_at_ms.map_or(end, |cur| cur.max(end)));
+    }
+
+    /// [`Lease::grant`], received at `now_ms`: a grant that finds the lease run out counts
+    /// a lapse. Why: whoever acts on an expiry (the supervisor, on its tick) may look only
+    /// after the renewal, and must still act on the lapse it did not see as on an expiry.
+    pub fn renew(&mut self, sent_at_ms: u64, lease_ms: u64, now_ms: u64) {
+        if lease_ms > 0 && self.expired(now_ms) {
+            self.lapses += 1;
+        }
+        self.grant(sent_at_ms, lease_ms);
+    }
+
+    /// How many times a renewal found the lease run out.
+    pub fn lapses(&self) -> u64 {
+        self.lapses
     }
 
     /// Where the lease stands at `now_ms`.
@@ -131,6 +148,22 @@ mod tests {
             l.granted_from(Floor { term, state_index });
         }
         assert_eq!(l.floor(), Floor { term: 2, state_index: 3 });
+    }
+
+    #[test]
+    fn a_renewal_that_finds_the_lease_run_out_counts_a_lapse() {
+        let mut l = Lease::default();
+        l.renew(0, 2_000, 10);
+        assert_eq!(l.lapses(), 0, "a first grant ends no lapse");
+        l.renew(1_000, 2_000, 1_999);
+        assert_eq!(l.lapses(), 0, "renewed while held");
+        // Runs out at 3,000; a reply to a report sent before that arrives after it.
+        l.renew(2_900, 2_000, 3_000);
+        assert_eq!((l.lapses(), l.standing(3_000)), (1, Standing::Held { left_ms: 1_900 }));
+        l.renew(6_000, 0, 7_000);
+        assert_eq!(l.lapses(), 1, "a reply that grants nothing renews nothing");
+        l.renew(7_000, 2_000, 7_000);
+        assert_eq!(l.lapses(), 2);
     }
 
     proptest! {

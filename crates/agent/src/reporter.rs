@@ -138,7 +138,7 @@ impl Reporter {
     /// them with the old expiry (they stop their replicas early: safe).
     fn renew(&self, sent_at_ms: u64, lease_ms: u64, from: Floor) {
         let mut lease = *self.lease.borrow();
-        lease.grant(sent_at_ms, lease_ms);
+        lease.renew(sent_at_ms, lease_ms, boot_ms());
         if lease_ms > 0 {
             lease.granted_from(from);
         }

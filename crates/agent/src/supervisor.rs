@@ -91,6 +91,9 @@ pub struct Supervisor {
     lease: watch::Receiver<Lease>,
     /// The replicas were stopped for the lease that ran out; cleared by a renewal.
     fenced: bool,
+    /// The lease's lapses acted on (`Lease::lapses`): one more means the lease ran out and
+    /// was renewed between two ticks, unseen.
+    lapses_seen: u64,
     /// After a renewal that ended a lapse: the leader state the renewal came from. No
     /// directive built from an older state is obeyed (`Lease::floor`); cleared by the first
     /// one that is as new.
@@ -149,6 +152,7 @@ impl Supervisor {
         // A previous run's lease of this boot (loaded from its file) binds what it left
         // running and counts as granted.
         let lease_granted = settings.lease.borrow().expires_at_ms().is_some();
+        let lapses_seen = settings.lease.borrow().lapses();
         let mut sup = Supervisor {
             journal,
             cgroups: settings.cgroups,
@@ -173,6 +177,7 @@ impl Supervisor {
             last_checkpoint_poll: Instant::now(),
             lease: settings.lease,
             fenced: false,
+            lapses_seen,
             obey_from: None,
             last_directive: None,
             applied_at: Instant::now(),
@@ -387,7 +392,7 @@ impl Supervisor {
             // Fenced until the tick takes in a renewal with its floor (`check_lease`): a
             // directive read in between was sent before the lease ran out (`tests/lease.rs`,
             // `a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing`).
-            lease_expired: self.fenced || self.lease_expired(),
+            lease_expired: self.fenced || self.lease_expired() || self.lapse_unseen(),
             lease_never_granted: self.lease.borrow().expires_at_ms().is_none(),
             replicas: self
                 .replicas
@@ -827,6 +832,11 @@ impl Supervisor {
         self.lease.borrow().expired(boot_ms())
     }
 
+    /// The lease ran out and was renewed since the last tick, which saw it held.
+    fn lapse_unseen(&self) -> bool {
+        self.lease.borrow().lapses() > self.lapses_seen
+    }
+
     /// Stops every replica once the lease has run out; once a leader renews it, applies the
     /// newest directive again so that what it wants starts.
     fn check_lease(&mut self) -> Result<(), JournalError> {
@@ -837,12 +847,17 @@ impl Supervisor {
             self.apply_last()?;
         }
         let expired = self.lease_expired();
-        if expired && !self.fenced {
+        // A lapse renewed before this tick is acted on as an expiry: what ran past the
+        // lease stops, and the renewal's floor holds off directives built before it.
+        let lapsed = self.lapse_unseen();
+        self.lapses_seen = self.lease.borrow().lapses();
+        if (expired || lapsed) && !self.fenced {
             self.fenced = true;
             self.metrics.lease_expired();
             self.deferred.clear();
             self.stop_for_the_lease()?;
-        } else if !expired && self.fenced {
+        }
+        if !expired && self.fenced {
             self.fenced = false;
             let floor = self.lease.borrow().floor();
             self.set_obey_from(Some(floor));
@@ -1132,3 +1147,7 @@ fn warn_if_the_lease_does_not_fit(d: &Directive) {
         tracing::error!("{e}: a job could run on two nodes at once; shorten the server's --lease-ms");
     }
 }
+
+#[cfg(test)]
+#[path = "supervisor_tests.rs"]
+mod tests;

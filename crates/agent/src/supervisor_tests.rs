@@ -1,0 +1,97 @@
+//! The supervisor driven step by step: its tick and its directives called directly, so a
+//! lease can change between two ticks exactly as a test says.
+
+use std::sync::Arc;
+
+use baton_proto::v1::{Action, Assignment, Directive};
+use tokio::sync::watch;
+
+use super::{Settings, Supervisor};
+use crate::journal::{Journal, Phase, ReplicaKey};
+use crate::lease::{Floor, Lease};
+use crate::lease_file::boot_ms;
+
+fn run(job_id: u64, command: &str) -> Assignment {
+    Assignment {
+        job_id,
+        job: format!("job-{job_id}"),
+        attempt: 1,
+        world_size: 1,
+        action: Action::Run as i32,
+        gpus: vec![job_id as u32],
+        command: vec!["sh".into(), "-c".into(), command.into()],
+        grace_ms: 2_000,
+        ..Default::default()
+    }
+}
+
+fn built_at(state_index: u64, assignments: Vec<Assignment>) -> Directive {
+    Directive { term: 1, leader_id: 1, state_index, assignments, ..Default::default() }
+}
+
+fn supervisor(dir: &std::path::Path, lease: watch::Receiver<Lease>) -> Supervisor {
+    let journal = Arc::new(Journal::open(&dir.join("journal")).unwrap());
+    let settings = Settings {
+        cgroups: None,
+        node: "n1".into(),
+        data_dir: dir.to_path_buf(),
+        checkpoint_root: dir.join("checkpoints"),
+        kill_grace_ms: 500,
+        log_cap_bytes: 1 << 20,
+        lease,
+        metrics: Arc::new(crate::metrics::AgentMetrics::new()),
+        run_as: crate::run_as::RunAsPolicy::AgentUser,
+    };
+    Supervisor::new(journal, settings).unwrap().0
+}
+
+fn key(job_id: u64) -> ReplicaKey {
+    ReplicaKey { job_id, attempt: 1, rank: 0 }
+}
+
+/// Issue 31: a lease that ran out and was renewed between two ticks of the supervisor
+/// (100 ms apart) set neither the fence nor the floor: what ran past the lease kept
+/// running, and a directive built before the lapse (read off the connection after a stall)
+/// started work that the leader had placed elsewhere. The renewal counts the lapse
+/// (`Lease::renew`) and the next tick acts on it as on an expiry.
+#[tokio::test]
+async fn a_lapse_renewed_between_two_ticks_stops_what_runs_and_obeys_no_older_directive() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = boot_ms();
+    let mut lease = Lease::default();
+    lease.renew(now, 60_000, now);
+    lease.granted_from(Floor { term: 1, state_index: 3 });
+    // The reporter writes the lease file the replicas' watchdogs read; here the test does.
+    let lease_file = crate::lease_file::path(dir.path());
+    std::fs::create_dir_all(lease_file.parent().unwrap()).unwrap();
+    crate::lease_file::write(&lease_file, &lease).unwrap();
+    let (lease_tx, lease_rx) = watch::channel(lease);
+    let mut sup = supervisor(dir.path(), lease_rx);
+    sup.on_directive(built_at(5, vec![run(1, "exec sleep 30")])).unwrap();
+    assert_eq!(sup.replicas.get(&key(1)).map(|r| r.rec.phase), Some(Phase::Running));
+    let pgid = sup.replicas[&key(1)].rec.pid;
+
+    // Ran out 10 ms ago; the reply to a report sent just before lands before the next tick.
+    let mut lapsed = Lease::until(now.saturating_sub(10));
+    lapsed.granted_from(Floor { term: 1, state_index: 3 });
+    lapsed.renew(now.saturating_sub(20), 60_000, boot_ms());
+    lapsed.granted_from(Floor { term: 1, state_index: 7 });
+    assert_eq!(lapsed.lapses(), 1);
+    crate::lease_file::write(&lease_file, &lapsed).unwrap();
+    lease_tx.send_replace(lapsed);
+    let stale_pid = dir.path().join("stale");
+    let stale = format!("echo $$ > {}; exec sleep 30", stale_pid.display());
+    sup.on_directive(built_at(5, vec![run(1, "exec sleep 30"), run(2, &stale)])).unwrap();
+    sup.on_tick().unwrap();
+    sup.on_directive(built_at(5, vec![run(1, "exec sleep 30"), run(2, &stale)])).unwrap();
+
+    let phase = sup.replicas.get(&key(1)).map(|r| r.rec.phase);
+    let started = sup.replicas.contains_key(&key(2));
+    // Leave nothing running, whatever the assertions say.
+    for r in sup.replicas.values() {
+        crate::signal::signal_group(r.rec.pid, libc::SIGKILL);
+    }
+    crate::signal::signal_group(pgid, libc::SIGKILL);
+    assert_eq!(phase, Some(Phase::Stopping), "what ran past the lapse was not stopped");
+    assert!(!started && !stale_pid.exists(), "a directive built before the lapse started work");
+}
