@@ -24,6 +24,9 @@ pub struct ServerSettings {
     /// Watch streams one client identity (a token's user, or a certificate's name without
     /// tokens) may hold open on this replica at once.
     pub max_watch_streams_per_client: usize,
+    /// Events one `Watch { replay }` sends at most: the newest, after an event saying how
+    /// many older ones it left out (the cluster keeps up to 64 per job, for every job kept).
+    pub max_replay_events: usize,
     /// Log streams (`JobLogs`) read through this replica at once.
     pub max_log_streams: usize,
     /// Log streams one client identity may read through this replica at once: one user
@@ -50,6 +53,7 @@ impl Default for ServerSettings {
             max_list_jobs: 10_000,
             max_watch_streams: 1_024,
             max_watch_streams_per_client: 64,
+            max_replay_events: 100_000,
             max_log_streams: 256,
             max_log_streams_per_client: 32,
             max_log_stream_bytes: 1 << 30,
@@ -93,6 +97,7 @@ impl ServerSettings {
         for (name, v) in [
             ("max_watch_streams", self.max_watch_streams),
             ("max_watch_streams_per_client", self.max_watch_streams_per_client),
+            ("max_replay_events", self.max_replay_events),
             ("max_log_streams", self.max_log_streams),
             ("max_log_streams_per_client", self.max_log_streams_per_client),
         ] {

@@ -33,3 +33,41 @@ async fn a_watch_past_the_bound_is_refused_and_a_closed_one_frees_its_slot() {
         }
     }
 }
+
+/// Issue 39: `Watch { replay }` gathered and sorted every retained event (up to 64 per job,
+/// for every job kept) under the state's read lock, holding up apply, and sent them all. A
+/// replay now gathers from a snapshot, outside the lock, and holds the newest
+/// `max_replay_events`, after an event saying how many older ones it left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_holds_the_newest_events_up_to_its_bound_and_says_what_it_left_out() {
+    use tokio_stream::StreamExt;
+    let cluster = Cluster::start_with(1, ServerSettings { max_replay_events: 3, ..settings() }).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    let _agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    for i in 0..4 {
+        let spec = gpu_job(&format!("j{i}"), "team-a", "train", 1);
+        c.submit(baton_proto::v1::SubmitRequest {
+            spec: Some(spec),
+            request_id: format!("r{i}"),
+            run_as: String::new(),
+        })
+        .await
+        .unwrap();
+    }
+    // Settled first, so that no live event follows the replay.
+    for i in 0..4 {
+        wait_state(&mut c, &format!("j{i}"), baton_proto::v1::JobState::Running).await;
+    }
+    let mut stream = c.watch(WatchRequest { replay: true, ..Default::default() }).await.unwrap().into_inner();
+    let mut got = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(2), stream.next()).await {
+        got.push(e.unwrap());
+    }
+    let lagged = baton_proto::v1::EventKind::Lagged as i32;
+    assert_eq!(got.len(), 4, "the note and the 3 newest events: {got:?}");
+    assert_eq!(got[0].kind, lagged, "{got:?}");
+    assert!(got[0].message.contains("newest 3") && got[0].message.contains("max_replay_events"), "{}", got[0].message);
+    assert!(got[1..].iter().all(|e| e.kind != lagged), "{got:?}");
+    assert!(got[1..].windows(2).all(|w| w[0].at_ms <= w[1].at_ms), "in time order: {got:?}");
+}

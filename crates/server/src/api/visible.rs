@@ -60,7 +60,12 @@ pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
 
 /// The event as `who` may see it, or `None`.
 pub fn shown(s: &State, who: &Caller, e: &Event) -> Option<v1::Event> {
-    match event_view(s, who, e) {
+    seen_as(event_view(s, who, e), e)
+}
+
+/// The event as a caller with `view` of its job sees it, or `None`.
+pub fn seen_as(view: View, e: &Event) -> Option<v1::Event> {
+    match view {
         View::Hidden => None,
         View::Names => Some(event_names_only(baton_proto::convert::event_to_proto(e))),
         View::Private | View::Public => Some(baton_proto::convert::event_to_proto(e)),

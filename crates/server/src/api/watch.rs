@@ -17,7 +17,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
 
-use super::visible::shown;
+use super::visible::{View, seen_as, shown, view};
 use super::{Api, EventStream};
 use crate::auth::{Caller, STREAM_RECHECK_MS};
 use baton_proto::tls::CertGuard;
@@ -42,21 +42,8 @@ pub async fn watch(
     })?;
     let mut events = api.ctx.replica.subscribe_events();
     let job = r.job.clone();
-    let replay: Vec<Event> = if r.replay {
-        api.read(|s| {
-            let mut all: Vec<&ModelEvent> = s
-                .jobs()
-                .values()
-                .filter(|j| job.is_empty() || j.spec.name.as_str() == job)
-                .flat_map(|j| j.events.iter())
-                .collect();
-            all.sort_by_key(|e| e.at_ms);
-            all.into_iter().filter_map(|e| shown(s, &who, e)).collect()
-        })
-        .await?
-    } else {
-        Vec::new()
-    };
+    let replay: Vec<Event> =
+        if r.replay { replay(api, &who, &job, api.ctx.settings.max_replay_events).await? } else { Vec::new() };
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     let mut closing = api.ctx.closing.subscribe();
     let ctx = api.ctx.clone();
@@ -135,4 +122,48 @@ pub async fn watch(
         }
     });
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+}
+
+/// The events a replay sends. Gathered from a snapshot of the state (its collections are
+/// shared until they change, so the clone under the read lock copies pointers) on a
+/// blocking thread: gathering and sorting every retained event under the lock held up
+/// apply.
+async fn replay(api: &Api, who: &Caller, job: &str, max: usize) -> Result<Vec<Event>, Status> {
+    let state = api.read(|s| s.clone()).await?;
+    let (who, job) = (who.clone(), job.to_string());
+    tokio::task::spawn_blocking(move || newest_events(&state, &who, &job, max))
+        .await
+        .map_err(|e| Status::internal(format!("the replay failed: {e}")))
+}
+
+/// The newest `max` events `who` may see (of job `job`, or of every job if empty), oldest
+/// first, after an event saying how many older ones were left out, if any.
+fn newest_events(s: &baton_model::State, who: &Caller, job: &str, max: usize) -> Vec<Event> {
+    // Each with its job's view and its place in job order, which breaks ties of time.
+    let mut all: Vec<(u64, usize, View, &ModelEvent)> = s
+        .jobs()
+        .values()
+        .filter(|j| job.is_empty() || j.spec.name.as_str() == job)
+        .map(|j| (view(s, who, j), j))
+        .filter(|(v, _)| *v != View::Hidden)
+        .flat_map(|(v, j)| j.events.iter().map(move |e| (v, e)))
+        .enumerate()
+        .map(|(at, (v, e))| (e.at_ms, at, v, e))
+        .collect();
+    let total = all.len();
+    if total > max {
+        all.select_nth_unstable_by_key(total - max, |(t, at, ..)| (*t, *at));
+        all.drain(..total - max);
+    }
+    all.sort_unstable_by_key(|(t, at, ..)| (*t, *at));
+    let mut out = Vec::with_capacity(all.len() + 1);
+    if total > max {
+        out.push(Event {
+            kind: baton_proto::v1::EventKind::Lagged.into(),
+            message: format!("the replay holds the newest {max} of {total} events (max_replay_events)"),
+            ..Default::default()
+        });
+    }
+    out.extend(all.into_iter().filter_map(|(_, _, v, e)| seen_as(v, e)));
+    out
 }
