@@ -57,6 +57,16 @@ pub enum Rpc {
     TransferNote,
 }
 
+impl Rpc {
+    /// Whether a call of this kind waits out a pause after failures (`FAILURES_BEFORE_PAUSE`):
+    /// raft's own traffic, which openraft retries at every heartbeat. A client's forwarded
+    /// write or read goes out whenever the client asks: its answer (or its loss) is the
+    /// client's to see, and clients do not retry at heartbeat speed.
+    fn pauses(self) -> bool {
+        matches!(self, Rpc::AppendEntries | Rpc::InstallSnapshot | Rpc::Vote | Rpc::PreVote | Rpc::TransferNote)
+    }
+}
+
 /// Who calls and which cluster it belongs to.
 pub struct Peers {
     pub cluster_id: String,
@@ -162,7 +172,9 @@ impl Peers {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
-        self.may_try(addr)?;
+        if rpc.pauses() {
+            self.may_try(addr)?;
+        }
         let mut client = self.client(addr)?;
         let bytes = payload.len();
         let mut req = tonic::Request::new(RaftRequest {
@@ -272,9 +284,9 @@ impl Peers {
         let failed = |reason: String| WriteError::ForwardFailed { leader_id, leader_addr: leader.peer.clone(), reason };
         let reply = match self.call(Rpc::ForwardWrite, leader_id, &leader.peer, payload, timeout).await {
             Ok(r) => r,
-            // Nothing was sent (no channel, or a pause after failures): the caller can safely
-            // send the write to the leader itself, at the leader's API address.
-            Err(CallError::Dial(_) | CallError::Pausing { .. }) => {
+            // Nothing was sent: the caller can safely send the write to the leader itself, at
+            // the leader's API address.
+            Err(CallError::Dial(_)) => {
                 return Err(WriteError::NotLeader { leader_id, leader_addr: leader.api.clone() });
             }
             Err(e) => return Err(failed(e.to_string())),
@@ -306,7 +318,7 @@ impl Peers {
                 tracing::debug!(leader_id, code = ?s.code(), message = s.message(), "forwarding the writes one by one");
                 return Ok(None);
             }
-            Err(CallError::Dial(_) | CallError::Pausing { .. }) => {
+            Err(CallError::Dial(_)) => {
                 return Err(WriteError::NotLeader { leader_id, leader_addr: leader.api.clone() });
             }
             Err(e) => return Err(failed(e.to_string())),
@@ -332,7 +344,7 @@ impl Peers {
         let payload = encode(change).map_err(|e| failed(e.to_string()))?;
         let reply = match self.call(Rpc::Membership, leader_id, &leader.peer, payload, timeout).await {
             Ok(r) => r,
-            Err(CallError::Dial(_) | CallError::Pausing { .. }) => {
+            Err(CallError::Dial(_)) => {
                 return Err(MembershipError::NotLeader { leader_id, leader_addr: leader.api.clone() });
             }
             Err(e) => return Err(failed(e.to_string())),
