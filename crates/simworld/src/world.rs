@@ -25,6 +25,8 @@ use crate::truth::{Sabotage, Shared};
 const MAX_DIGESTS_KEPT: usize = 100_000;
 /// Nodes one run simulates, at most (each is a host with an agent).
 pub const MAX_NODES: u64 = 1_000;
+/// Ports a host's outgoing connections take (turmoil's default is 49152..=65535).
+const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = 10_000..=65_535;
 /// Simulated minutes of load one run takes, at most (a week).
 pub const MAX_MINUTES: u64 = 7 * 24 * 60;
 
@@ -106,6 +108,10 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         .simulation_duration(Duration::from_millis(load_ms + 2 * SETTLE_MS + 60_000))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(faults::BASE_LATENCY_MS))
+        // Every port a host does not listen on. Why: turmoil's TCP has no sequence numbers,
+        // so once a host's ports wrap, a dead connection's segment can reach a new
+        // connection on the same ports; the wider the range, the later that happens.
+        .ephemeral_ports(EPHEMERAL_PORTS)
         .build();
     let truth = Shared::default();
     truth.lock().sabotage = opts.sabotage;
