@@ -88,8 +88,6 @@ impl PeerLink {
                     timeout: d,
                 }));
             }
-            // Not sent, in a pause after failures in a row (`Peers`): openraft backs off too.
-            Err(e @ CallError::Pausing { .. }) => return Err(RPCError::Unreachable(Unreachable::new(&e))),
             // A replica of another cluster, or another replica now at this address, or no
             // connection at all: retrying at full speed cannot help, so openraft backs off.
             Err(CallError::Status(s))
