@@ -267,7 +267,7 @@ async fn publish_applied(ctx: &Ctx, term: u64) -> bool {
 /// re-checks it against the state it lands on (`Plan::based_on`).
 ///
 /// `None` when the runtime shuts down under it; a panic in `think` goes on in the caller.
-async fn on_applied_state<T: Send + 'static>(
+pub(crate) async fn on_applied_state<T: Send + 'static>(
     replica: &Replica,
     think: impl FnOnce(&State) -> T + Send + 'static,
 ) -> Option<T> {

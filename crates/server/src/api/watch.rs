@@ -124,16 +124,15 @@ pub async fn watch(
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 
-/// The events a replay sends. Gathered from a snapshot of the state (its collections are
-/// shared until they change, so the clone under the read lock copies pointers) on a
-/// blocking thread: gathering and sorting every retained event under the lock held up
-/// apply.
+/// The events a replay sends, gathered from a snapshot of the state on a blocking thread
+/// (`leader::on_applied_state`), after a linearizable read: gathering and sorting every
+/// retained event under the state's read lock held up apply.
 async fn replay(api: &Api, who: &Caller, job: &str, max: usize) -> Result<Vec<Event>, Status> {
-    let state = api.read(|s| s.clone()).await?;
+    api.read(|_| ()).await?;
     let (who, job) = (who.clone(), job.to_string());
-    tokio::task::spawn_blocking(move || newest_events(&state, &who, &job, max))
+    crate::leader::on_applied_state(&api.ctx.replica, move |s| newest_events(s, &who, &job, max))
         .await
-        .map_err(|e| Status::internal(format!("the replay failed: {e}")))
+        .ok_or_else(|| Status::unavailable("this replica is shutting down"))
 }
 
 /// The newest `max` events `who` may see (of job `job`, or of every job if empty), oldest
