@@ -2,8 +2,12 @@
 //! remember, and only then acts on the directive.
 //!
 //! - A term below the highest seen comes from a deposed leader: refused.
-//! - An equal term from another leader id is refused: Raft elects at most one leader per
-//!   term, so two ids in one term means one of them is not the leader this agent followed.
+//! - Within one term, a leader id below the one seen is refused and one above it is the new
+//!   leader. The replicas run openraft's default ("advanced") leader ids: `(term, node_id)`
+//!   ordered lexicographically, and a node grants its vote only to a greater one, so a
+//!   term may elect more than one leader and the one with the higher node id supersedes the
+//!   other. (The old rule, one leader per term, refused that legitimate second leader until
+//!   the next election: the simulator found agents ignoring a working leader for that long.)
 //! - A term more than `MAX_TERM_JUMP` above the highest seen is refused and never persisted:
 //!   remembering a damaged or hostile term near `u64::MAX` would make the agent refuse every
 //!   real leader from then on. Real terms grow by one per election; no cluster holds 2^32
@@ -14,7 +18,7 @@
 /// How far above the highest seen term a directive's term may be.
 pub const MAX_TERM_JUMP: u64 = 1 << 32;
 
-/// The highest term seen and the leader first seen in it (`None`: not known, e.g. a
+/// The highest term seen and the highest leader id seen in it (`None`: not known, e.g. a
 /// journal written before leader ids were remembered, or term 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Fence {
@@ -27,8 +31,8 @@ pub struct Fence {
 pub enum Refused {
     #[error("term {term} is below the highest seen ({seen}): a deposed leader")]
     LowerTerm { term: u64, seen: u64 },
-    #[error("term {term} comes from leader {leader_id}, but leader {first} was seen first in that term")]
-    OtherLeader { term: u64, leader_id: u64, first: u64 },
+    #[error("term {term} comes from leader {leader_id}, but leader {seen} was elected after it in that term")]
+    EarlierLeader { term: u64, leader_id: u64, seen: u64 },
     #[error("term {term} is more than 2^32 above the highest seen ({seen}): not believed, not remembered")]
     TooFarAhead { term: u64, seen: u64 },
 }
@@ -47,7 +51,7 @@ impl Fence {
             return Ok(Fence { term, leader_id: Some(leader_id) });
         }
         match self.leader_id {
-            Some(first) if first != leader_id => Err(Refused::OtherLeader { term, leader_id, first }),
+            Some(seen) if leader_id < seen => Err(Refused::EarlierLeader { term, leader_id, seen }),
             _ => Ok(Fence { term, leader_id: Some(leader_id) }),
         }
     }
@@ -75,8 +79,10 @@ mod tests {
             (fence(5, Some(7)), 6, 7, Ok(fence(6, Some(7)))),
             // Lower term: deposed.
             (fence(5, Some(7)), 4, 7, Err(Refused::LowerTerm { term: 4, seen: 5 })),
-            // Equal term, another leader: refused.
-            (fence(5, Some(7)), 5, 8, Err(Refused::OtherLeader { term: 5, leader_id: 8, first: 7 })),
+            // Equal term, a later leader (higher id): the new leader.
+            (fence(5, Some(7)), 5, 8, Ok(fence(5, Some(8)))),
+            // Equal term, an earlier leader (lower id): superseded, refused.
+            (fence(5, Some(7)), 5, 6, Err(Refused::EarlierLeader { term: 5, leader_id: 6, seen: 7 })),
             // Equal term, leader not known yet (older journal): remembered now.
             (fence(5, None), 5, 8, Ok(fence(5, Some(8)))),
             // Far ahead: refused.
@@ -90,26 +96,22 @@ mod tests {
     }
 
     proptest! {
-        /// Walking any sequence of messages, remembering only what is accepted: the term
-        /// never goes down, every accepted message has the highest term seen so far, and
-        /// within one term only one leader is ever accepted.
+        /// Walking any sequence of messages, remembering only what is accepted: the
+        /// `(term, leader_id)` remembered never goes down, every accepted message is at least
+        /// the highest seen so far, and every refused one is below it or too far ahead.
         #[test]
-        fn one_leader_per_term_and_terms_never_fall(
-            msgs in proptest::collection::vec((0u64..8, 0u64..3), 0..50)
-        ) {
+        fn leader_ids_never_fall(msgs in proptest::collection::vec((0u64..8, 0u64..3), 0..50)) {
             let mut f = Fence::default();
-            let mut accepted_in: std::collections::BTreeMap<u64, u64> = Default::default();
             for (term, leader) in msgs {
                 let before = f;
+                let seen = (before.term, before.leader_id.unwrap_or(0));
                 match f.check(term, leader) {
                     Ok(next) => {
-                        prop_assert!(next.term >= before.term);
-                        prop_assert_eq!(next.term, term);
-                        let first = *accepted_in.entry(term).or_insert(leader);
-                        prop_assert_eq!(first, leader, "two leaders accepted in term {}", term);
+                        prop_assert_eq!((next.term, next.leader_id), (term, Some(leader)));
+                        prop_assert!((term, leader) >= seen, "{:?} accepted after {:?}", (term, leader), seen);
                         f = next;
                     }
-                    Err(_) => prop_assert!(term < before.term || before.leader_id.is_some_and(|l| l != leader)),
+                    Err(_) => prop_assert!((term, leader) < seen),
                 }
             }
         }

@@ -288,11 +288,11 @@ async fn a_replica_spawned_without_a_lease_file_does_not_run() {
     .await;
 }
 
-/// Only the leader the agent follows renews its lease: replies of the same term from another
-/// leader id (one of the two is not the leader Raft elected) are refused, so the lease runs
-/// out and the replicas stop, as when no leader answers.
+/// Only the leader the agent follows renews its lease: replies of the same term from an
+/// earlier leader id (one superseded by the leader the agent follows, see `fence.rs`) are
+/// refused, so the lease runs out and the replicas stop, as when no leader answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replies_from_another_leader_of_the_same_term_do_not_renew_the_lease() {
+async fn replies_from_an_earlier_leader_of_the_same_term_do_not_renew_the_lease() {
     let dir = tempfile::tempdir().unwrap();
     let gw = leased().await;
     let agent = start_agent(config(dir.path(), &[gw.addr])).await;
@@ -305,7 +305,7 @@ async fn replies_from_another_leader_of_the_same_term_do_not_renew_the_lease() {
     let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
     granted(&gw).await;
 
-    gw.set_reply_leader(2);
+    gw.set_reply_leader(0);
     wait_for(5, "the replica stopped by the lease", || (!alive(p)).then_some(())).await;
     agent.shutdown().await.unwrap();
 }

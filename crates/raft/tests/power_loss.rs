@@ -1,8 +1,10 @@
 //! Power cuts: three replicas on turmoil, each on a simulated disk that keeps only what was
 //! synced (plus a random prefix of what was not) when its power is cut. A seeded schedule
 //! cuts the power of one replica at a time (a minority), then of all three at once, while a
-//! client keeps writing. No acknowledged write may be lost, and no two replicas may ever see
-//! two different leaders established in one term.
+//! client keeps writing. No acknowledged write may be lost, and no replica's established
+//! (committed) leader id may ever go back, across its power cuts too. (openraft's default
+//! leader ids `(term, node_id)` may establish two leaders in one term, the higher node id
+//! superseding the other, so "one leader per term" is not a property of this build.)
 //!
 //! CI runs a few seeds. A longer run:
 //! `BATON_POWER_LOSS_SEEDS=200 cargo test -p baton-raft --release --test power_loss`
@@ -83,20 +85,20 @@ fn leader(handles: &Handles) -> Option<Replica> {
     handles.lock().unwrap().values().find(|r| r.metrics().role == Role::Leader).cloned()
 }
 
-/// Records, for every term, the leader each replica holds an established (committed) vote
-/// for; two different ones in one term fail the run.
-fn check_one_leader_per_term(handles: &Handles, leaders: &mut BTreeMap<u64, NodeId>) -> Result<(), String> {
+/// Records the newest established leader id `(term, node_id)` each replica has held; one
+/// that goes back (a vote lost in a power cut, or granted to an older leader) fails the run.
+fn check_votes_never_go_back(handles: &Handles, newest: &mut BTreeMap<NodeId, (u64, NodeId)>) -> Result<(), String> {
     for r in handles.lock().unwrap().values() {
         let vote = r.raft().metrics().borrow().vote;
         if !vote.is_committed() {
             continue;
         }
-        let (term, id) =
-            (vote.leader_id().term, vote.leader_id().voted_for().expect("a committed vote names its leader"));
-        let seen = *leaders.entry(term).or_insert(id);
-        if seen != id {
-            return Err(format!("two leaders in term {term}: {seen} and {id} (replica {} holds the latter)", r.id()));
+        let held = (vote.leader_id().term, vote.leader_id().voted_for().expect("a committed vote names its leader"));
+        let before = *newest.entry(r.id()).or_insert(held);
+        if held < before {
+            return Err(format!("replica {}'s established leader went back from {before:?} to {held:?}", r.id()));
         }
+        newest.insert(r.id(), held);
     }
     Ok(())
 }
@@ -172,7 +174,7 @@ fn run_seed(seed: u64) -> usize {
     let mut next_cut_ms = 2_000 + rng.range(CUT_GAP_MS.0, CUT_GAP_MS.1);
     loop {
         let done = sim.step().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        check_one_leader_per_term(&handles, &mut leaders).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        check_votes_never_go_back(&handles, &mut leaders).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         if done {
             break;
         }
@@ -199,7 +201,7 @@ fn run_seed(seed: u64) -> usize {
 }
 
 #[test]
-fn power_cuts_lose_no_acknowledged_write_and_never_two_leaders_in_a_term() {
+fn power_cuts_lose_no_acknowledged_write_and_no_vote_goes_back() {
     let seeds = std::env::var("BATON_POWER_LOSS_SEEDS")
         .ok()
         .map(|s| s.parse::<u64>().expect("BATON_POWER_LOSS_SEEDS must be a whole number of seeds"))

@@ -50,8 +50,10 @@ fn directives_of_deposed_or_other_leaders_are_refused_whole() {
     let i = Inputs { fence: Fence { term: 5, leader_id: Some(1) }, ..Default::default() };
     let run = vec![assign(1, 1, Action::Run, &[0])];
     assert_eq!(plan(&directive(4, run.clone()), &i), Err(Refused::LowerTerm { term: 4, seen: 5 }.into()));
-    let other = Directive { leader_id: 2, ..directive(5, run.clone()) };
-    assert_eq!(plan(&other, &i), Err(Refused::OtherLeader { term: 5, leader_id: 2, first: 1 }.into()));
+    let earlier = Directive { leader_id: 0, ..directive(5, run.clone()) };
+    assert_eq!(plan(&earlier, &i), Err(Refused::EarlierLeader { term: 5, leader_id: 0, seen: 1 }.into()));
+    let later = plan(&Directive { leader_id: 2, ..directive(5, run.clone()) }, &i).unwrap();
+    assert_eq!(later.remember, Some(Fence { term: 5, leader_id: Some(2) }), "a later leader of the term is journaled");
     let p = plan(&directive(6, run), &i).unwrap();
     assert_eq!(p.remember, Some(Fence { term: 6, leader_id: Some(1) }), "a new term is journaled first");
     assert_eq!(p.acts, vec![Act::Start(key(1, 1))]);
