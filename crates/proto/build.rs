@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 /// Every enum field of the API's messages, its enum, and whether it is repeated.
-const ENUM_FIELDS: [(&str, &str, bool); 14] = [
+const ENUM_FIELDS: [(&str, &str, bool); 15] = [
     (".baton.v1.JobSpec.topology", "Topology", false),
     (".baton.v1.JobSpec.preemption_mode", "PreemptionMode", false),
     (".baton.v1.Job.state", "JobState", false),
@@ -19,6 +19,7 @@ const ENUM_FIELDS: [(&str, &str, bool); 14] = [
     (".baton.v1.CreateTokenRequest.roles", "TokenRole", true),
     (".baton.v1.TokenInfo.roles", "TokenRole", true),
     (".baton.v1.WhoAmIReply.roles", "TokenRole", true),
+    (".baton.v1.Dependency.when", "DependencyCondition", false),
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

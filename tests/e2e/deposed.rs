@@ -114,7 +114,14 @@ async fn agents_stop_obeying_a_leader_cut_from_its_peers_and_obey_the_new_one() 
     let jobs: Vec<String> = (1..=3).map(|i| format!("after-the-cut-{i}")).collect();
     for name in &jobs {
         let spec = gpu_job(name, "q", "", 1, 4, command.clone());
-        api.submit(SubmitRequest { spec: Some(spec), request_id: name.clone(), run_as: String::new() }).await.unwrap();
+        api.submit(SubmitRequest {
+            spec: Some(spec),
+            request_id: name.clone(),
+            run_as: String::new(),
+            after: Vec::new(),
+        })
+        .await
+        .unwrap();
     }
     wait_all_obey(&c, &names, new_term, new_id, "the new leader").await;
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -126,8 +126,12 @@ async fn step(c: &mut Cluster, a: &Action) {
         Action::Submit(sub) => {
             let mut spec = job_spec_to_proto(&sub.spec);
             spec.command = command(c, sub.spec.name.as_str(), sub.duration_ms);
-            let req =
-                SubmitRequest { spec: Some(spec), request_id: format!("e2e-{}", sub.spec.name), run_as: String::new() };
+            let req = SubmitRequest {
+                spec: Some(spec),
+                request_id: format!("e2e-{}", sub.spec.name),
+                run_as: String::new(),
+                after: Vec::new(),
+            };
             call!(c, |api| api.submit(req.clone()));
         }
         Action::Finish(j) => touch(c, &format!("finish-{}", j.v)),

@@ -161,7 +161,8 @@ impl AgentScene {
         call!(c, |api| api.submit(SubmitRequest {
             spec: Some(spec.clone()),
             request_id: "long".into(),
-            run_as: String::new()
+            run_as: String::new(),
+            after: Vec::new(),
         }));
         c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
         wait_file_lines(&pids, 1).await;
@@ -265,7 +266,8 @@ impl AgentScene {
         call!(self.c, |api| api.submit(SubmitRequest {
             spec: Some(spec.clone()),
             request_id: name.into(),
-            run_as: String::new()
+            run_as: String::new(),
+            after: Vec::new(),
         }));
         let done =
             self.c.wait_job(name, "ended", |j| matches!(j.state(), JobState::Succeeded | JobState::Failed)).await;

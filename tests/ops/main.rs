@@ -137,9 +137,14 @@ async fn a_replica_reading_an_older_format_holds_back_newer_commands_until_upgra
 async fn submit_long(c: &Cluster, name: &str) {
     let mut api = c.client().await;
     let spec = gpu_job(name, "q", "", 1, 1, vec!["sleep".into(), "600".into()]);
-    api.submit(SubmitRequest { spec: Some(spec), request_id: format!("req-{name}"), run_as: String::new() })
-        .await
-        .expect("submit acknowledged");
+    api.submit(SubmitRequest {
+        spec: Some(spec),
+        request_id: format!("req-{name}"),
+        run_as: String::new(),
+        after: Vec::new(),
+    })
+    .await
+    .expect("submit acknowledged");
 }
 
 async fn job_names(c: &Cluster) -> Vec<String> {

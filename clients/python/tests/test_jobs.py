@@ -8,7 +8,7 @@ from typing import Any, List
 
 import pytest
 
-from baton_client import AlreadyExists, Client, Event, JobState
+from baton_client import AlreadyExists, Client, ConfigError, Event, InvalidArgument, JobState
 
 WAIT_S = 60
 
@@ -65,6 +65,23 @@ def test_a_retried_submit_returns_the_first_job(admin: Client, queue: str, name:
     again = admin.submit(name, queue, ["true"], request_id="req-" + name)
     assert again.duplicate
     assert again.id == first.id
+
+
+def test_a_job_waits_for_its_dependency_then_runs(admin: Client, queue: str, name: str) -> None:
+    first = admin.submit(name + "-prep", queue, ["sh", "-c", "sleep 1"])
+    held = admin.submit(name, queue, ["true"], after=["ok:%s-prep" % name])
+    job = admin.describe(held.id)
+    assert job.state == JobState.PENDING, job
+    assert job.waiting_for == ["ok:%s-prep" % name], job
+    assert "waiting for %s-prep to succeed" % name in job.reason
+    assert admin.wait(first.id, timeout=WAIT_S).state == JobState.SUCCEEDED
+    job = admin.wait(held.id, timeout=WAIT_S)
+    assert job.state == JobState.SUCCEEDED, job
+    with pytest.raises(ConfigError):
+        admin.submit(name + "-bad", queue, ["true"], after=["soon:" + name])
+    with pytest.raises(InvalidArgument) as e:
+        admin.submit(name + "-bad", queue, ["true"], after=["ok:no-such-job"])
+    assert "after[0].job" in e.value.details
 
 
 def test_list_and_describe(admin: Client, queue: str, name: str) -> None:

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use baton_cli::client::ClientError;
 use baton_proto::v1;
+use baton_proto::words::Word;
 use fake::{Fake, FakeAgent, dead_addr, job, node, parse_error, resources, run, serve_agent, serve_baton};
 
 #[test]
@@ -847,4 +848,53 @@ fn queue_visibility_is_set_by_create_and_update_and_shown_by_get() {
     assert!(out.contains("Visibility:  own (what its users see of others' jobs)"), "{out}");
     let e = parse_error(&["queue", "create", "d", "--visibility", "secret", "--server", &addr]);
     assert!(e.contains("\"secret\" is not one of all, names, own"), "{e}");
+}
+
+#[test]
+fn submit_after_sends_the_dependencies_from_flags_and_file_and_refuses_bad_ones_before_sending() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    let base = ["submit", "--server", addr.as_str(), "--name", "train", "--queue", "q"];
+    let (r, _) = run(&[&base[..], &["--after", "ok:prep,any:17", "--after", "started:server", "--", "true"]].concat());
+    r.unwrap();
+    let deps: Vec<(String, &str)> = fake.state().submits[0]
+        .after
+        .iter()
+        .map(|d| (d.job.clone(), v1::DependencyCondition::word_of(d.when)))
+        .collect();
+    assert_eq!(deps, [("prep".into(), "ok"), ("17".into(), "any"), ("server".into(), "started")]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.yaml");
+    std::fs::write(
+        &path,
+        "name: eval\nqueue: q\nresources: {gpu: 1}\ncommand: [true]\nafter: [{job: train, when: notok}]\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let (r, _) = run(&["submit", "--server", &addr, "-f", p, "--after", "ok:prep"]);
+    r.unwrap();
+    let deps: Vec<String> = fake.state().submits[1].after.iter().map(|d| d.job.clone()).collect();
+    assert_eq!(deps, ["train", "prep"], "the file's, then the flag's");
+
+    for (bad, says) in [("soon:prep", "ok, any, notok, started"), ("prep", "WHEN:JOB"), ("ok:bad name", "bad name")] {
+        let (r, _) = run(&[&base[..], &["--after", bad, "--", "true"]].concat());
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("--after") && e.contains(says), "{bad}: {e}");
+    }
+    assert_eq!(fake.state().submits.len(), 2, "nothing sent for bad input");
+}
+
+#[test]
+fn describe_shows_what_a_held_job_waits_for() {
+    let fake = Fake::with(|s| {
+        let mut j = job(3, "train", "team-a", "Pending", &[]);
+        j.waiting_for = vec![v1::Dependency { job: "prep".into(), when: v1::DependencyCondition::Ok.into() }];
+        s.jobs.push(j);
+    });
+    let server = serve_baton(fake);
+    let (r, out) = run(&["describe", "train", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("Waits for:   ok:prep (held until they hold)"), "{out}");
 }

@@ -44,9 +44,14 @@ fn server_with_jobs(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Stri
         attach_node(&addr, deadline).await;
         for i in 0..JOBS {
             let spec = gpu_job(&format!("job-{i}"), "q", "train", 1, 1, vec!["true".into()]);
-            api.submit(SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() })
-                .await
-                .unwrap();
+            api.submit(SubmitRequest {
+                spec: Some(spec),
+                request_id: String::new(),
+                run_as: String::new(),
+                after: Vec::new(),
+            })
+            .await
+            .unwrap();
         }
         addr
     })

@@ -322,7 +322,7 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
         Op::Cordon { .. } if token.has(Role::Operator) => Ok(()),
         Op::Cordon { .. } => Err(needs(Role::Operator)),
         Op::Submit { spec, .. } => may_submit(token, spec),
-        Op::SubmitRunAs { spec, run_as, .. } => {
+        Op::SubmitRunAs { spec, run_as, .. } | Op::SubmitAfter { spec, run_as, .. } => {
             may_submit(token, spec)?;
             match run_as {
                 Some(u) if u.as_str() != token.spec.user.as_str() && !token.any_job() => {

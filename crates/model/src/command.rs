@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::access::{TokenHash, TokenSpec};
+use crate::after::After;
 use crate::class::PriorityClass;
 use crate::error::ApplyError;
 use crate::event::Event;
@@ -183,6 +184,16 @@ pub enum Op {
         revision: u64,
         visibility: Visibility,
     },
+    // After the visibility writes, so logs written before it decode.
+    /// `SubmitRunAs` of a job that waits for others (decisions.md section 13): each named
+    /// job must exist when this applies; the job is held until every dependency holds, and
+    /// cancelled once one no longer can.
+    SubmitAfter {
+        spec: JobSpec,
+        request_id: Option<String>,
+        run_as: Option<UnixUser>,
+        after: Vec<After>,
+    },
 }
 
 impl Op {
@@ -233,6 +244,7 @@ impl Op {
                 | Op::RevokeToken { .. }
                 | Op::GrantQueue { .. }
                 | Op::SubmitRunAs { .. }
+                | Op::SubmitAfter { .. }
                 | Op::SetTenancy(_)
                 | Op::GrantQueueAdmin { .. }
                 | Op::CreateQueue(_)
@@ -271,7 +283,7 @@ impl Op {
             Op::AddToken { .. } => "AddToken",
             Op::RevokeToken { .. } => "RevokeToken",
             Op::GrantQueue { .. } => "GrantQueue",
-            Op::SubmitRunAs { .. } => "Submit",
+            Op::SubmitRunAs { .. } | Op::SubmitAfter { .. } => "Submit",
             Op::SetTenancy(_) => "SetTenancy",
             Op::GrantQueueAdmin { .. } => "GrantQueueAdmin",
             Op::CreateQueue(_) => "CreateQueue",

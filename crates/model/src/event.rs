@@ -64,6 +64,8 @@ pub enum EventKind {
     QueueUpdated {
         queue: Name,
     },
+    /// Every dependency of a held job holds: it joins its queue (decisions.md section 13).
+    DependenciesMet,
 }
 
 impl EventKind {
@@ -93,6 +95,7 @@ impl EventKind {
             EventKind::NodeUncordoned => "NodeUncordoned",
             EventKind::NodeUnhealthy => "NodeUnhealthy",
             EventKind::QueueUpdated { .. } => "QueueUpdated",
+            EventKind::DependenciesMet => "DependenciesMet",
         }
     }
 }

@@ -30,6 +30,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod access;
+pub mod after;
 pub mod alloc;
 pub mod class;
 pub mod command;

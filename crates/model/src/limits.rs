@@ -10,6 +10,9 @@ pub const MAX_GPUS_PER_NODE: u64 = 64;
 pub const MAX_REPLICAS_PER_JOB: u32 = 4096;
 /// Task groups in one job.
 pub const MAX_TASKS_PER_JOB: usize = 64;
+/// Dependencies one job may wait for (decisions.md section 13): workflows chain a few
+/// steps; a wider fan-in belongs to an array.
+pub const MAX_DEPENDENCIES_PER_JOB: usize = 64;
 /// Events kept per job; older ones are dropped first.
 pub const MAX_EVENTS_PER_JOB: usize = 64;
 /// Client request ids remembered for idempotent submission; the oldest is forgotten first.

@@ -52,6 +52,7 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("CreateClass", 4),
     ("CreateQueueVisible", 6),
     ("UpdateQueueVisible", 6),
+    ("SubmitAfter", 7),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -69,7 +70,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.
-const RELEASED: (u32, usize, usize) = (5, 32, 10);
+const RELEASED: (u32, usize, usize) = (6, 34, 10);
 
 fn obs(i: usize) -> Observed {
     let all = vec![
@@ -137,6 +138,7 @@ fn ops() -> Vec<Op> {
         Op::CreateClass(class()),
         Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own },
         Op::UpdateQueueVisible { spec: QueueSpec::named("q"), revision: 1, visibility: Visibility::Names },
+        Op::SubmitAfter { spec: gpu_job("j", "q", 1), request_id: None, run_as: None, after: Vec::new() },
     ]
 }
 

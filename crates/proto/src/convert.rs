@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 
 use baton_model::access::Role;
+use baton_model::after::{After, JobRef, When};
 use baton_model::class::PriorityClass;
 use baton_model::event::{Event, EventKind};
-use baton_model::job::{Job, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
+use baton_model::job::{Job, JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
 use baton_model::node::{GpuInfo, Node, NodeSpec, NodeStatus};
@@ -304,6 +305,7 @@ pub fn event_kind_to_proto(k: &EventKind) -> v1::EventKind {
         EventKind::NodeUncordoned => v1::EventKind::NodeUncordoned,
         EventKind::NodeUnhealthy => v1::EventKind::NodeUnhealthy,
         EventKind::QueueUpdated { .. } => v1::EventKind::QueueUpdated,
+        EventKind::DependenciesMet => v1::EventKind::DependenciesMet,
     }
 }
 
@@ -337,6 +339,7 @@ pub(crate) fn event_kind_for_word(k: v1::EventKind) -> Option<EventKind> {
         v1::EventKind::NodeUncordoned => EventKind::NodeUncordoned,
         v1::EventKind::NodeUnhealthy => EventKind::NodeUnhealthy,
         v1::EventKind::QueueUpdated => EventKind::QueueUpdated { queue: nobody() },
+        v1::EventKind::DependenciesMet => EventKind::DependenciesMet,
     })
 }
 
@@ -379,6 +382,7 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
         owner: String::new(),
         env_hidden: false,
         run_as: String::new(),
+        waiting_for: Vec::new(),
     }
 }
 
@@ -515,6 +519,60 @@ pub fn queue_to_proto(q: &QueueSpec) -> v1::Queue {
         // Not part of the spec: whoever lists queues sets it from the state.
         visibility: v1::JobVisibility::Unspecified.into(),
     }
+}
+
+pub fn condition_to_proto(w: When) -> v1::DependencyCondition {
+    match w {
+        When::Ok => v1::DependencyCondition::Ok,
+        When::Any => v1::DependencyCondition::Any,
+        When::NotOk => v1::DependencyCondition::Notok,
+        When::Started => v1::DependencyCondition::Started,
+    }
+}
+
+pub fn condition_from_proto(c: v1::DependencyCondition) -> Option<When> {
+    match c {
+        v1::DependencyCondition::Unspecified => None,
+        v1::DependencyCondition::Ok => Some(When::Ok),
+        v1::DependencyCondition::Any => Some(When::Any),
+        v1::DependencyCondition::Notok => Some(When::NotOk),
+        v1::DependencyCondition::Started => Some(When::Started),
+    }
+}
+
+pub fn after_to_proto(a: &After) -> v1::Dependency {
+    v1::Dependency { job: a.job.to_string(), when: condition_to_proto(a.when).into() }
+}
+
+/// A submit's dependencies, each refused naming its index: a job that is all digits is an
+/// id, anything else must be a valid name; the condition must be given.
+pub fn after_from_proto(deps: &[v1::Dependency]) -> R<Vec<After>> {
+    deps.iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let field = format!("after[{i}]");
+            let when: v1::DependencyCondition = closed(d.when, &format!("{field}.when"))?;
+            let when = condition_from_proto(when)
+                .ok_or_else(|| bad(&format!("{field}.when"), "a condition is needed (ok, any, notok, started)"))?;
+            let job = match d.job.parse::<u64>() {
+                Ok(id) => JobRef::Id(id),
+                Err(_) => JobRef::Name(Name::new(d.job.as_str()).map_err(|e| bad(&format!("{field}.job"), e))?),
+            };
+            Ok(After { job, when })
+        })
+        .collect()
+}
+
+/// The dependencies of a held job that do not hold yet, by name.
+pub fn waits_to_proto(state: &State, id: JobId) -> Vec<v1::Dependency> {
+    state
+        .waits_of(id)
+        .iter()
+        .map(|w| v1::Dependency {
+            job: state.job(w.job).map_or_else(|| w.job.to_string(), |j| j.spec.name.to_string()),
+            when: condition_to_proto(w.when).into(),
+        })
+        .collect()
 }
 
 pub fn visibility_to_proto(v: Visibility) -> v1::JobVisibility {

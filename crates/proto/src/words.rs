@@ -11,8 +11,8 @@ use baton_model::word::Word as ModelWord;
 use serde::Serializer;
 
 use crate::v1::{
-    EventKind, JobState, JobVisibility, NodeStatus, PreemptionMode, QueueOrdering, ReclaimWithinCohort, ReplicaRole,
-    TokenRole, Topology, WithinQueue,
+    DependencyCondition, EventKind, JobState, JobVisibility, NodeStatus, PreemptionMode, QueueOrdering,
+    ReclaimWithinCohort, ReplicaRole, TokenRole, Topology, WithinQueue,
 };
 
 /// A proto enum shown and read as a word.
@@ -76,6 +76,14 @@ impl Word for PreemptionMode {
             PreemptionMode::Unspecified => "",
             v => crate::convert::mode_from_proto(v).word(),
         }
+    }
+}
+
+impl Word for DependencyCondition {
+    const ALL: &'static [Self] =
+        &[DependencyCondition::Ok, DependencyCondition::Any, DependencyCondition::Notok, DependencyCondition::Started];
+    fn word(self) -> &'static str {
+        crate::convert::condition_from_proto(self).map_or("", baton_model::after::When::as_str)
     }
 }
 

@@ -84,10 +84,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// identity part starts empty too). An older layout is tried only when the newer ones fail,
 /// and must use every byte, so a current snapshot is never read as an old one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
-    use baton_model::state::{PreAccessState, PreCompletingState, PreTenancyState, PreVisibilityState};
+    use baton_model::state::{PreAccessState, PreCompletingState, PreTenancyState, PreVisibilityState, PreWaitsState};
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreVisibilityState>(bytes)
+        decode::<PreWaitsState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreVisibilityState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreCompletingState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreTenancyState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreAccessState>(bytes).map(|old| old.0))

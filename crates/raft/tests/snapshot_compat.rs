@@ -180,3 +180,38 @@ fn queue_visibility_round_trips_and_a_state_without_one_keeps_the_older_layout()
     let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
     assert_eq!(json.queue_visibility(&Name::lit("q")), Visibility::Own, "JSON keeps it too");
 }
+
+/// Data format 7 adds the held jobs' dependencies after the visibility, written only while a
+/// job waits: with none waiting a snapshot keeps format 6's layout (with or without a
+/// visibility set); with one waiting it round trips with the wait, and the older layouts'
+/// readers refuse it rather than release the job.
+#[test]
+fn waiting_jobs_round_trip_and_a_state_without_one_keeps_the_older_layout() {
+    use baton_model::after::{After, JobRef, When};
+    use baton_model::fixture::gpu_job;
+    use baton_model::queue::Visibility;
+    use baton_model::state::{PreVisibilityState, PreWaitsState};
+    let (mut s, _) = with_a_queue_admin();
+    let submit = |name: &str, after: Vec<After>| {
+        as_admin(Op::SubmitAfter { spec: gpu_job(name, "q", 1), request_id: None, run_as: None, after })
+    };
+    s.apply(Command { now_ms: 5_000, op: submit("wf-prep", Vec::new()) }).unwrap();
+    let revision = s.queue_revision(&Name::lit("q")).unwrap();
+    let op =
+        Op::UpdateQueueVisible { spec: s.queues()[&Name::lit("q")].clone(), revision, visibility: Visibility::Names };
+    s.apply(Command { now_ms: 5_000, op: as_admin(op) }).unwrap();
+    let none_waits = encode(&s).unwrap();
+    assert!(decode::<PreWaitsState>(&none_waits).is_ok(), "nothing waits: format 6's layout");
+    let ok_prep = After { job: JobRef::Name(Name::lit("wf-prep")), when: When::Ok };
+    s.apply(Command { now_ms: 5_000, op: submit("wf-train", vec![ok_prep]) }).unwrap();
+    let train = s.job_by_name("wf-train").unwrap().id;
+    assert!(s.held(train));
+    let waiting = encode(&s).unwrap();
+    assert!(decode::<PreWaitsState>(&waiting).is_err(), "the older layout's reader cannot drop the wait");
+    assert!(decode::<PreVisibilityState>(&waiting).is_err());
+    let back = decode_state(&waiting).unwrap();
+    assert_eq!(back, s);
+    assert!(back.held(train));
+    let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert!(json.held(train), "JSON keeps it too");
+}

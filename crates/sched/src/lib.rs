@@ -37,6 +37,8 @@ mod view;
 pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
 
 #[cfg(test)]
+mod after_props;
+#[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod stale_props;

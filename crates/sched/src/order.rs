@@ -134,8 +134,11 @@ impl<'a> Order<'a> {
         let mut per_queue = vec![0usize; view.ledger.queues.len()];
         let mut buf = Vec::with_capacity(32);
         // A requeued job whose last attempt's ranks are still being stopped (completing)
-        // waits: placing it would run two attempts at once.
-        let waiting = |j: &&Job| j.state == JobState::Pending && view.state.completing(j.id).is_none();
+        // waits: placing it would run two attempts at once. A job held by its dependencies
+        // is not considered at all (decisions.md section 13), so it blocks no StrictFIFO
+        // queue and never starves.
+        let waiting =
+            |j: &&Job| j.state == JobState::Pending && view.state.completing(j.id).is_none() && !view.state.held(j.id);
         for j in view.state.jobs().values().filter(waiting) {
             if let Some(k) = keys.as_mut() {
                 match packed_key(j, &mut buf) {

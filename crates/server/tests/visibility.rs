@@ -316,3 +316,25 @@ async fn cluster_info_names_a_reserved_job_only_to_those_who_may_see_it() {
     let anyone = BatonClient::new(ch).cluster_info(Empty {}).await.unwrap().into_inner();
     assert_eq!(reserved(anyone), [hidden], "a caller without a token");
 }
+
+/// A user may wait only for jobs they see: a dependency on a job hidden from them is refused
+/// in the very words of one on a job that does not exist, and one on a job they see by name
+/// only is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dependency_on_a_hidden_job_is_refused_as_an_unknown_one() {
+    let (cluster, _agent) = setup().await;
+    let mut bob = client(&cluster.addrs()[0], BOB).await;
+    let waits_for = |job: &str| {
+        let dep = Dependency { job: job.into(), when: DependencyCondition::Any.into() };
+        SubmitRequest { after: vec![dep], ..submit_of(gpu_job("bobs", "all", "train", 1)) }
+    };
+    let hidden = bob.submit(waits_for("j-own")).await.unwrap_err();
+    let absent = bob.submit(waits_for("no-such-job")).await.unwrap_err();
+    assert_eq!(hidden.code(), absent.code());
+    assert_eq!(hidden.message(), absent.message().replace("no-such-job", "j-own"));
+    bob.submit(waits_for("j-names")).await.unwrap();
+    // carol administers queue `own`: she sees j-own, so she may wait for it.
+    let mut carol = client(&cluster.addrs()[0], CAROL).await;
+    let dep = Dependency { job: "j-own".into(), when: DependencyCondition::Any.into() };
+    carol.submit(SubmitRequest { after: vec![dep], ..submit_of(gpu_job("carols", "own", "train", 1)) }).await.unwrap();
+}

@@ -483,7 +483,7 @@ impl<'s> Engine<'s> {
 
     fn step(&mut self, step: &Step) {
         let result = match &step.action {
-            Action::Submit(sub) => self.apply(Op::Submit { spec: sub.spec.clone(), request_id: None }).map(|o| {
+            Action::Submit(sub) => self.apply(submit_op(sub)).map(|o| {
                 if let Outcome::Submitted { job, .. } = o {
                     let w = Work {
                         duration_ms: sub.duration_ms,
@@ -834,4 +834,15 @@ fn end_run(w: &mut Work, now: u64, checkpointed: bool) -> u64 {
 fn finish_at(w: &Work) -> Option<u64> {
     let (d, s) = (w.duration_ms?, w.run_start?);
     Some(s + d.saturating_sub(w.done_ms))
+}
+
+/// A scenario's submit: as before for a job that waits for none (the decisions of every
+/// scenario written before dependencies stay the same), `SubmitAfter` for one that does.
+fn submit_op(sub: &crate::scenario::Submit) -> Op {
+    let spec = sub.spec.clone();
+    if sub.after.is_empty() {
+        Op::Submit { spec, request_id: None }
+    } else {
+        Op::SubmitAfter { spec, request_id: None, run_as: None, after: sub.after.clone() }
+    }
 }

@@ -3,9 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use baton_model::after::JobRef;
 use baton_model::command::{Command, Op};
 use baton_model::error::ApplyError;
 use baton_model::job::PriorityRef;
+use baton_model::limits::MAX_DEPENDENCIES_PER_JOB;
 use baton_model::name::Name;
 use baton_model::state::State;
 
@@ -117,6 +119,7 @@ pub fn check_references(s: &Scenario, state: &State) -> R<()> {
         match &step.action {
             Action::Submit(sub) => {
                 check_submit(&cx, state, sub, step.line, &format!("{}.submit", step.path))?;
+                check_after(&cx, sub, &submitted, step.line, &format!("{}.submit.after", step.path))?;
                 if submitted.insert(sub.spec.name.clone(), i).is_some() {
                     return Err(cx.err(
                         step.line,
@@ -143,6 +146,34 @@ pub fn check_references(s: &Scenario, state: &State) -> R<()> {
         }
     }
     check_expectations(&cx, s, state, &submitted)
+}
+
+/// Each job a submit waits for is submitted by an earlier step (so a cycle of dependencies
+/// cannot be written), by name: ids are not known before the simulation runs.
+fn check_after(cx: &Cx, sub: &Submit, submitted: &BTreeMap<Name, usize>, line: usize, path: &str) -> R<()> {
+    for (i, a) in sub.after.iter().enumerate() {
+        let field = format!("{path}[{i}].job");
+        match &a.job {
+            JobRef::Id(id) => {
+                return Err(cx.err(
+                    line,
+                    &field,
+                    format!("{id}: name the job; ids are not known before the simulation runs"),
+                ));
+            }
+            JobRef::Name(n) if n == &sub.spec.name => {
+                return Err(cx.err(line, &field, format!("job {n} cannot wait for itself")));
+            }
+            JobRef::Name(n) if !submitted.contains_key(n) => {
+                return Err(cx.err(line, &field, format!("job {n} is not submitted before this step")));
+            }
+            JobRef::Name(_) => {}
+        }
+    }
+    if sub.after.len() > MAX_DEPENDENCIES_PER_JOB {
+        return Err(cx.err(line, path, format!("at most {MAX_DEPENDENCIES_PER_JOB} dependencies per job")));
+    }
+    Ok(())
 }
 
 fn check_submit(cx: &Cx, state: &State, sub: &Submit, line: usize, path: &str) -> R<()> {

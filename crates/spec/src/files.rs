@@ -27,7 +27,7 @@ pub enum FileError {
 }
 
 /// A job in the `submit` shape, from text; `file` names it in errors.
-pub fn parse_job(file: &str, text: &str) -> Result<JobSpec, InputError> {
+pub fn parse_job(file: &str, text: &str) -> Result<JobFile, InputError> {
     let cx = Cx { file };
     let root = document(&cx, text)?;
     if let Yaml::Map(entries) = &root.v {
@@ -41,7 +41,15 @@ pub fn parse_job(file: &str, text: &str) -> Result<JobSpec, InputError> {
             }
         }
     }
-    Ok(crate::job::parse_submit(&cx, &root, "")?.spec)
+    let submit = crate::job::parse_submit(&cx, &root, "")?;
+    Ok(JobFile { spec: submit.spec, after: submit.after })
+}
+
+/// What a job file gives: the job, and the jobs it waits for.
+#[derive(Debug, Clone)]
+pub struct JobFile {
+    pub spec: JobSpec,
+    pub after: Vec<baton_model::after::After>,
 }
 
 /// A queue in the shape of an entry of a scenario's `queues`, from text.
@@ -69,7 +77,7 @@ pub fn parse_queue_update(file: &str, text: &str, current: QueueSpec) -> Result<
 }
 
 /// [`parse_job`] on a file's contents.
-pub fn parse_job_file(path: &Path) -> Result<JobSpec, FileError> {
+pub fn parse_job_file(path: &Path) -> Result<JobFile, FileError> {
     let (file, text) = read(path)?;
     Ok(parse_job(&file, &text)?)
 }
@@ -120,7 +128,7 @@ mod tests {
     fn a_job_file_reads_like_a_scenario_submit() {
         let text = "name: train-1\nqueue: team-a\npriority: 7\nreplicas: 2\nresources: {gpu: 4, memory: 64Gi}\n\
                     command: [python, train.py]\nenv: {A: '1'}\ngrace: 45\n";
-        let s = parse_job("job.yaml", text).unwrap();
+        let s = parse_job("job.yaml", text).unwrap().spec;
         assert_eq!(s.name, Name::lit("train-1"));
         assert_eq!(s.priority, PriorityRef::Value(7));
         assert_eq!(s.tasks[0].replicas, 2);
@@ -138,6 +146,25 @@ mod tests {
         let e = parse_job("job.yaml", "name: a\nresources: {gpu: 1}\n").unwrap_err();
         assert_eq!(e.field, "queue");
         assert!(parse_job("job.yaml", "").unwrap_err().message.contains("empty"));
+    }
+
+    #[test]
+    fn a_job_file_names_the_jobs_it_waits_for_and_bad_ones_are_refused_by_field() {
+        use baton_model::after::{JobRef, When};
+        let head = "name: train\nqueue: q\nresources: {gpu: 1}\n";
+        let f = parse_job("job.yaml", &format!("{head}after: [{{job: prep, when: ok}}, \"any:17\"]\n")).unwrap();
+        assert_eq!(f.after.len(), 2);
+        assert_eq!((&f.after[0].job, f.after[0].when), (&JobRef::Name(Name::lit("prep")), When::Ok));
+        assert_eq!((&f.after[1].job, f.after[1].when), (&JobRef::Id(17), When::Any));
+        let e = parse_job("job.yaml", &format!("{head}after: [{{job: prep, when: soon}}]\n")).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (4, "after[0].when"));
+        assert!(e.message.contains("ok, any, notok, started"), "{e}");
+        let e = parse_job("job.yaml", &format!("{head}after: [{{job: prep}}]\n")).unwrap_err();
+        assert_eq!(e.field, "after[0].when");
+        let e = parse_job("job.yaml", &format!("{head}after: [\"prep\"]\n")).unwrap_err();
+        assert_eq!(e.field, "after[0]");
+        let e = parse_job("job.yaml", &format!("{head}after: [{{job: prep, when: ok, extra: 1}}]\n")).unwrap_err();
+        assert!(e.field.starts_with("after[0]"), "{e}");
     }
 
     #[test]

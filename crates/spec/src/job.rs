@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use baton_model::after::{After, JobRef, When};
 use baton_model::class::DEFAULT_CLASS;
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
@@ -17,6 +18,8 @@ use crate::yaml::{Node, Yaml};
 #[derive(Debug, Clone)]
 pub struct Submit {
     pub spec: JobSpec,
+    /// The jobs it waits for (decisions.md section 13); empty: none.
+    pub after: Vec<After>,
     /// Seconds of work to finish; `None`: runs until told.
     pub duration_ms: Option<u64>,
     /// How long the job takes to checkpoint and exit after its signal.
@@ -82,6 +85,10 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
     };
     let checkpoint_signal =
         f.opt("checkpoint_signal").map(|n| cx.text(n, &f.field_path("checkpoint_signal"))).transpose()?;
+    let after = match f.opt("after") {
+        Some(n) => dependencies(cx, n, &f.field_path("after"))?,
+        None => Vec::new(),
+    };
     f.finish()?;
     let spec = JobSpec {
         name,
@@ -100,12 +107,40 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
     };
     Ok(Submit {
         spec,
+        after,
         duration_ms,
         checkpoint_time_ms,
         checkpoint_interval_ms: None,
         queue_line: qnode.line,
         priority_line,
     })
+}
+
+/// `[{job: prep, when: ok}, "any:clean"]`: each a mapping, or the command line's `WHEN:JOB`.
+/// A job that is all digits is taken as an id.
+fn dependencies(cx: &Cx, node: &Node, path: &str) -> R<Vec<After>> {
+    let mut out = Vec::new();
+    for (i, item) in cx.seq(node, path)?.iter().enumerate() {
+        let ip = format!("{path}[{i}]");
+        if let Yaml::Scalar { text, .. } = &item.v {
+            out.push(After::parse(text).map_err(|e| cx.err(item.line, &ip, e))?);
+            continue;
+        }
+        let mut f = cx.map(item, &ip)?;
+        let jnode = f.req("job")?;
+        let job = match &jnode.v {
+            Yaml::Scalar { text, plain: true } if text.parse::<u64>().is_ok() => JobRef::Id(text.parse().unwrap_or(0)),
+            _ => JobRef::Name(cx.name(jnode, &f.field_path("job"))?),
+        };
+        let wnode = f.req("when")?;
+        let wtext = cx.text(wnode, &f.field_path("when"))?;
+        let when = When::parse(&wtext).ok_or_else(|| {
+            cx.err(wnode.line, &f.field_path("when"), format!("{wtext:?} is not one of ok, any, notok, started"))
+        })?;
+        f.finish()?;
+        out.push(After { job, when });
+    }
+    Ok(out)
 }
 
 /// A class name, or an integer (then the job is preemptible).

@@ -17,4 +17,4 @@ pub mod queue;
 pub mod yaml;
 
 pub use de::InputError;
-pub use files::{FileError, parse_job, parse_job_file, parse_queue, parse_queue_file, parse_queue_update};
+pub use files::{FileError, JobFile, parse_job, parse_job_file, parse_queue, parse_queue_file, parse_queue_update};

@@ -104,6 +104,7 @@ class Client:
         checkpoint_signal: Optional[str] = None,
         run_as: Optional[str] = None,
         request_id: Optional[str] = None,
+        after: Sequence[str] = (),
     ) -> Submitted:
         """Submits a job of one task (`replicas` replicas of `gpus` GPUs, `cpu` CPUs and
         `memory` bytes each) running `command` (a list of words: ["sh", "-c", "echo hi"]).
@@ -111,7 +112,9 @@ class Client:
         What is left out the server fills in: the class ("train"), the preemption mode
         ("checkpoint"), the grace (30 s), the checkpoint signal (SIGTERM). Durations are in
         seconds. A retried submit with the same `request_id` returns the first job (a fresh
-        id is made when none is given; it is in the result).
+        id is made when none is given; it is in the result). `after` names jobs to wait for
+        as "WHEN:JOB" ("ok:prep", "any:17"; WHEN is ok, any, notok or started): the job is
+        held until each holds, and cancelled once one no longer can.
         """
         if isinstance(command, (str, bytes)):
             raise ConfigError("command is a list of words, e.g. ['sh', '-c', 'echo hi'], not a string")
@@ -154,9 +157,26 @@ class Client:
             if ms is not None:
                 setattr(spec, field, ms)
         spec.min_runtime_ms = _ms(min_runtime, "min_runtime") or 0
-        req = pb.SubmitRequest(spec=spec, request_id=request_id, run_as=run_as or "")
+        req = pb.SubmitRequest(
+            spec=spec, request_id=request_id, run_as=run_as or "", after=self._dependencies(after)
+        )
         reply = self._conn.call("Submit", req)
         return Submitted(id=reply.id, name=reply.name, duplicate=reply.duplicate, request_id=request_id)
+
+    def _dependencies(self, after: Sequence[str]) -> List[Any]:
+        if isinstance(after, (str, bytes)):
+            raise ConfigError("after is a list of WHEN:JOB, e.g. ['ok:prep'], not a string")
+        out = []
+        for i, text in enumerate(after):
+            when, sep, job = text.partition(":")
+            if not sep or not job:
+                raise ConfigError("after[%d]: %r is not WHEN:JOB (e.g. ok:prep)" % (i, text))
+            try:
+                cond = enum_value(self._pb.DependencyCondition, when)
+            except ValueError as e:
+                raise ConfigError("after[%d]: %s" % (i, e)) from None
+            out.append(self._pb.Dependency(job=job, when=cond))
+        return out
 
     def describe(self, job: JobRef) -> Job:
         """The job, with its recent events."""

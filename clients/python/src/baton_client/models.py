@@ -30,8 +30,8 @@ def word(enum_type: Any, value: int) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-# Sets whose words are lower case (docs/cli.md): "checkpoint", "node", "admin", "own".
-_LOWER_WORDS = frozenset({"PreemptionMode", "Topology", "TokenRole", "JobVisibility"})
+# Sets whose words are lower case (docs/cli.md): "checkpoint", "node", "admin", "own", "ok".
+_LOWER_WORDS = frozenset({"PreemptionMode", "Topology", "TokenRole", "JobVisibility", "DependencyCondition"})
 
 
 def _prefix(enum_type: Any) -> str:
@@ -148,6 +148,8 @@ class Job:
     env_hidden: bool
     #: The job's recent history; filled by describe(), empty in list().
     events: List[Event] = field(default_factory=list)
+    #: What a held job still waits for, as "WHEN:JOB"; filled by describe().
+    waiting_for: List[str] = field(default_factory=list)
     raw: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -184,6 +186,7 @@ class Job:
             env=dict(spec.env),
             env_hidden=j.env_hidden,
             events=[Event.from_proto(e) for e in j.events],
+            waiting_for=["%s:%s" % (word(baton_pb2.DependencyCondition, d.when), d.job) for d in j.waiting_for],
             raw=j,
         )
 

@@ -245,6 +245,11 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     if !j.reason.is_empty() {
         rows.push(("Reason", j.reason.clone()));
     }
+    if !j.waiting_for.is_empty() {
+        let deps: Vec<String> =
+            j.waiting_for.iter().map(|d| format!("{}:{}", v1::DependencyCondition::word_of(d.when), d.job)).collect();
+        rows.push(("Waits for", format!("{} (held until they hold)", deps.join(", "))));
+    }
     if let Some(r) = &j.reservation {
         let what = format!("{} (pool {}); waiting for {} running jobs", r.nodes.join(", "), r.pool, r.waiting_for);
         rows.push(("Reservation", what));

@@ -7,8 +7,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::path::PathBuf;
 
-use baton_model::job::JobSpec;
-use baton_model::limits::MAX_REQUEST_ID_LEN;
+use baton_model::after::After;
+use baton_model::limits::{MAX_DEPENDENCIES_PER_JOB, MAX_REQUEST_ID_LEN};
 use baton_model::name::Name;
 use baton_model::quantity::parse_quantity;
 use baton_model::resources::Resources;
@@ -87,6 +87,11 @@ pub struct SubmitArgs {
     /// user needs role operator, root also the cluster's allow_root_jobs.
     #[arg(long, value_name = "USER")]
     pub run_as: Option<String>,
+    /// Jobs to wait for, as WHEN:JOB, comma-separated or repeated (e.g. ok:prep,any:clean):
+    /// ok (succeeded), any (ended), notok (failed or cancelled), started; JOB is a name or
+    /// an id. Adds to the file's `after:`.
+    #[arg(long, value_delimiter = ',', value_name = "WHEN:JOB")]
+    pub after: Vec<String>,
     /// Makes the submit idempotent; reuse it to retry safely [default: a fresh random id].
     #[arg(long)]
     pub request_id: Option<String>,
@@ -114,11 +119,17 @@ fn quantity(resource: &str, text: &str, flag: &str) -> Result<u64, ClientError> 
 /// this fails. From flags, what the user did not choose is left empty for the server to fill
 /// (class, grace, preemption mode, checkpoint signal); a file is read as the simulator reads
 /// it (docs/scenario-format.md, "A job"), its defaults included.
-pub fn build_spec(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
-    let mut spec = match &a.file {
-        Some(path) => convert::job_spec_to_proto(&from_file(a, path)?),
-        None => from_flags(a)?,
+pub fn build_spec(a: &SubmitArgs) -> Result<(v1::JobSpec, Vec<v1::Dependency>), ClientError> {
+    let (mut spec, mut after) = match &a.file {
+        Some(path) => {
+            let file = from_file(a, path)?;
+            (convert::job_spec_to_proto(&file.spec), file.after)
+        }
+        None => (from_flags(a)?, Vec::new()),
     };
+    for text in &a.after {
+        after.push(After::parse(text).map_err(|e| usage(format!("--after: {e}")))?);
+    }
     if spec.command.is_empty() {
         return Err(usage(match &a.file {
             Some(p) => format!("{} has no command: give it as `command:` in the file or after --", p.display()),
@@ -132,11 +143,15 @@ pub fn build_spec(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
     if let Some(q) = &a.queue {
         spec.queue = flag_name(q, "--queue")?.to_string();
     }
-    Ok(spec)
+    if after.len() > MAX_DEPENDENCIES_PER_JOB {
+        return Err(usage(format!("--after: at most {MAX_DEPENDENCIES_PER_JOB} dependencies per job")));
+    }
+    Ok((spec, after.iter().map(convert::after_to_proto).collect()))
 }
 
-fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<JobSpec, ClientError> {
-    let mut spec = baton_spec::parse_job_file(path).map_err(|e| usage(e.to_string()))?;
+fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<baton_spec::JobFile, ClientError> {
+    let mut file = baton_spec::parse_job_file(path).map_err(|e| usage(e.to_string()))?;
+    let spec = &mut file.spec;
     if !a.command.is_empty() {
         if !spec.command.is_empty() {
             return Err(usage(format!(
@@ -146,7 +161,7 @@ fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<JobSpec, ClientEr
         }
         spec.command = a.command.clone();
     }
-    Ok(spec)
+    Ok(file)
 }
 
 /// One task of `--replicas` (default 1) replicas of `--gpus` (default 1), `--cpu`, `--memory`.
@@ -208,7 +223,7 @@ pub fn fresh_request_id() -> String {
 }
 
 pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(), ClientError> {
-    let spec = build_spec(a)?;
+    let (spec, after) = build_spec(a)?;
     let run_as = match &a.run_as {
         Some(u) => UnixUser::new(u.as_str()).map_err(|e| usage(format!("--run-as: {e}")))?.to_string(),
         None => String::new(),
@@ -223,7 +238,7 @@ pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(),
     // Said before sending, so a user whose submit was cut off can retry with the same id.
     eprintln!("request id: {request_id}");
     let name = spec.name.clone();
-    let request = v1::SubmitRequest { spec: Some(spec), request_id: request_id.clone(), run_as };
+    let request = v1::SubmitRequest { spec: Some(spec), request_id: request_id.clone(), run_as, after };
     let reply = conn
         .call(Subject::Other, &name, |mut c| {
             let r = request.clone();

@@ -121,7 +121,12 @@ async fn serve(children: &Children, dir: &std::path::Path, otlp: Option<&str>) -
 
 /// Submits without a request id; the error is the server's message.
 pub(crate) async fn submit(c: &mut crate::client::connect::Api, spec: baton_proto::v1::JobSpec) -> Result<(), String> {
-    let req = baton_proto::v1::SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new() };
+    let req = baton_proto::v1::SubmitRequest {
+        spec: Some(spec),
+        request_id: String::new(),
+        run_as: String::new(),
+        after: Vec::new(),
+    };
     c.submit(req).await.map_err(|e| e.message().to_string())?;
     Ok(())
 }

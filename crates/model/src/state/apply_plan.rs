@@ -125,6 +125,9 @@ impl State {
         if job.state != JobState::Pending {
             return Err(Rejection::WrongState { job: job.spec.name.clone(), state: job.state });
         }
+        if self.held(id) {
+            return Err(Rejection::NotWaiting { job: job.spec.name.clone() });
+        }
         if attempt != job.attempt + 1 {
             let expected = job.attempt + 1;
             return Err(Rejection::NotNextAttempt { job: job.spec.name.clone(), attempt, expected });
@@ -159,7 +162,7 @@ impl State {
         replicas: &[ReplicaAlloc],
     ) -> Result<Vec<Share>, Rejection> {
         let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
-        if job.state != JobState::Pending || self.d.reservations.contains_key(&id) {
+        if job.state != JobState::Pending || self.d.reservations.contains_key(&id) || self.held(id) {
             return Err(Rejection::NotWaiting { job: job.spec.name.clone() });
         }
         if let Some(why) = self.completing_reason(id) {

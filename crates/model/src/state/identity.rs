@@ -35,6 +35,9 @@ impl State {
             _ => None,
         };
         authorize(t, &op, job)?;
+        if let Op::SubmitAfter { spec, after, .. } = &op {
+            self.check_dependencies_visible(t, &spec.name, after)?;
+        }
         let user = t.spec.user.clone();
         self.actor = Some(user.clone());
         let start = ev.len();
@@ -81,4 +84,28 @@ impl State {
 
 fn by(message: String, user: &Name) -> String {
     crate::event::clip_message(format!("{message} (by {user})"))
+}
+
+impl State {
+    /// A user may wait only for jobs they may see (docs/security.md, "Who sees which jobs"):
+    /// one hidden from them is refused as an unknown one.
+    fn check_dependencies_visible(
+        &self,
+        t: &crate::access::Token,
+        own_name: &Name,
+        after: &[crate::after::After],
+    ) -> Result<(), ApplyError> {
+        for (i, a) in after.iter().enumerate() {
+            let id = self.resolve_one(i, own_name, &a.job)?;
+            let job = &self.d.jobs[&id];
+            let owner = self.access.owner(id);
+            let seen = t.may_see_private(job, owner)
+                || owner == Some(&t.spec.user)
+                || self.queue_visibility(&job.spec.queue) != crate::queue::Visibility::Own;
+            if !seen {
+                return Err(super::waits::unknown_dependency(i, &a.job));
+            }
+        }
+        Ok(())
+    }
 }

@@ -105,6 +105,7 @@ impl State {
             format!("attempt {attempt} started")
         };
         self.job_event(id, EventKind::Started { attempt, nodes }, message, ev);
+        self.note_changed(id);
     }
 
     /// Running -> Preempting: the agent will signal it and report when it stopped.
@@ -195,6 +196,8 @@ impl State {
         job.finished_ms = Some(now);
         job.reason.clear();
         self.d.finished_order.push_back(id);
+        self.forget_waits(id);
+        self.note_changed(id);
         self.prune_finished();
     }
 
@@ -206,7 +209,9 @@ impl State {
             let Some(old) = self.d.finished_order.pop_front() else {
                 break;
             };
-            if self.after.completing.contains_key(&old) {
+            // Completing ranks hold a share of a node; a job waited for settles its waiters
+            // at the end of the command that ended it.
+            if self.after.completing.contains_key(&old) || self.wait_index.is_waited_for(old) {
                 keep.push(old);
                 continue;
             }

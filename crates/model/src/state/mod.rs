@@ -20,11 +20,14 @@ mod report;
 mod reserve;
 pub mod submit;
 mod tenancy;
+mod waits;
 
 pub use apply_plan::demand_of;
 pub use completing::{Aftermath, Completing, CompletingRanks, LastPlaced};
 pub use reserve::backfills;
 use submit::Submitter;
+use waits::WaitIndex;
+pub use waits::Waits;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -118,6 +121,12 @@ pub struct State {
     /// Serialized after the revisions, and only when it holds any: a snapshot without it
     /// is format 5's layout ([`PreVisibilityState`]), which a format-5 follower still reads.
     queue_visibility: BTreeMap<Name, Visibility>,
+    /// The dependencies of held jobs that do not hold yet (decisions.md section 13).
+    /// Serialized after the visibility, and only when a job waits: a snapshot without it
+    /// is format 6's layout ([`PreWaitsState`]), which a format-6 follower still reads.
+    waits: Waits,
+    /// Derived from `waits`; never stored.
+    wait_index: WaitIndex,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -159,6 +168,8 @@ impl State {
             after: Aftermath::default(),
             queue_revisions: BTreeMap::new(),
             queue_visibility: BTreeMap::new(),
+            waits: Waits::new(),
+            wait_index: WaitIndex::default(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -176,7 +187,13 @@ impl State {
         self.check_clock(&cmd)?;
         self.d.now_ms = self.d.now_ms.max(cmd.now_ms);
         let mut ev = Vec::new();
-        let outcome = self.dispatch(cmd.op, &mut ev)?;
+        let outcome = self.dispatch(cmd.op, &mut ev);
+        // Jobs that started or ended settle who waits for them, within the same command.
+        match outcome {
+            Ok(_) => self.settle_waiting(&mut ev),
+            Err(_) => self.wait_index.forget_changed(),
+        }
+        let outcome = outcome?;
         // The ledger is kept up to date in place, change by change; a rebuild from the
         // replicated data must agree. Too slow for release builds (a clone and a rebuild);
         // in debug builds after every command of a small state, and every
@@ -229,6 +246,9 @@ impl State {
             Op::Cordon { node, cordoned } => done(self.cordon(&node, cordoned, ev)),
             Op::Submit { spec, request_id } => self.submit(spec, request_id, Submitter::Legacy, ev),
             Op::SubmitRunAs { spec, request_id, run_as } => self.submit(spec, request_id, Submitter::RunAs(run_as), ev),
+            Op::SubmitAfter { spec, request_id, run_as, after } => {
+                self.submit_after(spec, request_id, run_as, after, ev)
+            }
             Op::Cancel { job } => done(self.cancel(job, ev)),
             Op::Pause { job } => done(self.pause(job, ev)),
             Op::Resume { job } => done(self.unpause(job, ev)),
@@ -327,8 +347,9 @@ impl State {
 }
 
 /// Only the replicated data is written, `d`, `access`, `tenancy`, `after`, the queue admin
-/// grants, the queue revisions, then the queues' visibility if any queue has one set; the
-/// ledger is rebuilt when read back.
+/// grants, the queue revisions, then the queues' visibility if any queue has one set or a
+/// job waits, then the waiting jobs' dependencies if any; the ledger is rebuilt when read
+/// back.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let admins = self.access.queue_admins();
@@ -336,10 +357,15 @@ impl Serialize for State {
             (&self.d, &self.access, &self.tenancy, &self.after, &self.queue_revisions);
         // Format 5's layout while no queue has a visibility set: a follower of that format
         // still reads the snapshot (a visibility is set only once every member reads format 6).
-        if self.queue_visibility.is_empty() {
+        // Format 6's layout while no job waits (dependencies are submitted only once every
+        // member reads format 7).
+        let visibility = &self.queue_visibility;
+        if !self.waits.is_empty() {
+            (d, access, tenancy, after, admins, revisions, visibility, &self.waits).serialize(s)
+        } else if visibility.is_empty() {
             (d, access, tenancy, after, admins, revisions).serialize(s)
         } else {
-            (d, access, tenancy, after, admins, revisions, &self.queue_visibility).serialize(s)
+            (d, access, tenancy, after, admins, revisions, visibility).serialize(s)
         }
     }
 }
@@ -350,20 +376,20 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with a visibility set.
-const STATE_PARTS: usize = 7;
+/// Parts of a state as this build writes it with a job waiting.
+const STATE_PARTS: usize = 8;
 
-/// Reads the parts in order; the last (the queues' visibility) may be missing in a
-/// self-describing format (JSON, the simulator's), where a state with none set ends before
-/// it. Binary formats ask for every part: one written without it fails here and is read as
-/// [`PreVisibilityState`].
+/// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
+/// missing in a self-describing format (JSON, the simulator's), where a state with none set
+/// ends before them. Binary formats ask for every part: one written without them fails
+/// here and is read as [`PreWaitsState`] or [`PreVisibilityState`].
 struct StateVisitor;
 
 impl<'de> serde::de::Visitor<'de> for StateVisitor {
     type Value = State;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "a state of {} or {STATE_PARTS} parts", STATE_PARTS - 1)
+        write!(f, "a state of {} to {STATE_PARTS} parts", STATE_PARTS - 2)
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<State, A::Error> {
@@ -377,9 +403,25 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let admins = part(&mut seq, 4)?;
         let revisions = part(&mut seq, 5)?;
         let visibility: BTreeMap<Name, Visibility> = seq.next_element()?.unwrap_or_default();
+        let waits: Waits = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_visibility(visibility)?;
+        s.restore_waits(waits)?;
         Ok(s)
+    }
+}
+
+/// A state as snapshots wrote it before jobs could wait for others, and as they still write
+/// it while none waits (with a queue's visibility set). Tried when the current layout fails.
+pub struct PreWaitsState(pub State);
+
+impl<'de> Deserialize<'de> for PreWaitsState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        type Parts = (Data, Access, Tenancy, Aftermath, QueueAdmins, BTreeMap<Name, u64>, BTreeMap<Name, Visibility>);
+        let (d, access, tenancy, after, admins, revisions, visibility) = Parts::deserialize(de)?;
+        let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
+        s.restore_visibility(visibility)?;
+        Ok(PreWaitsState(s))
     }
 }
 
@@ -414,6 +456,25 @@ impl State {
             return Err(E::custom(format!("inconsistent state: a visibility for queue {name}, which does not exist")));
         }
         self.queue_visibility = v;
+        Ok(())
+    }
+
+    /// Every held job exists and is unfinished, and every job it waits for exists.
+    fn restore_waits<E: serde::de::Error>(&mut self, waits: Waits) -> Result<(), E> {
+        for (id, list) in &waits {
+            let held = self.d.jobs.get(id).is_some_and(|j| !j.state.is_finished());
+            if !held || list.is_empty() {
+                return Err(E::custom(format!("inconsistent state: job {id} waits, but is not a held job")));
+            }
+            if let Some(w) = list.iter().find(|w| !self.d.jobs.contains_key(&w.job)) {
+                return Err(E::custom(format!(
+                    "inconsistent state: job {id} waits for job {}, which is not kept",
+                    w.job
+                )));
+            }
+        }
+        self.wait_index = WaitIndex::of(&waits);
+        self.waits = waits;
         Ok(())
     }
 }
@@ -478,6 +539,8 @@ impl State {
             after,
             queue_revisions,
             queue_visibility: BTreeMap::new(),
+            waits: Waits::new(),
+            wait_index: WaitIndex::default(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -495,5 +558,6 @@ impl PartialEq for State {
             && self.after == other.after
             && self.queue_revisions == other.queue_revisions
             && self.queue_visibility == other.queue_visibility
+            && self.waits == other.waits
     }
 }

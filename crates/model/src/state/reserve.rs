@@ -46,6 +46,9 @@ impl State {
         if job.state != JobState::Pending {
             return Err(Rejection::WrongState { job: job.spec.name.clone(), state: job.state });
         }
+        if self.held(id) {
+            return Err(Rejection::NotWaiting { job: job.spec.name.clone() });
+        }
         if let Some(why) = self.completing_reason(id) {
             return Err(Rejection::Completing { job: job.spec.name.clone(), why });
         }

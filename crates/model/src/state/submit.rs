@@ -107,6 +107,24 @@ impl State {
         Ok(Outcome::Submitted { job: id, name, duplicate: false })
     }
 
+    /// `Op::SubmitAfter`: the dependencies are resolved first (a refusal changes nothing),
+    /// then the job is submitted as by `SubmitRunAs` and held until they hold.
+    pub(crate) fn submit_after(
+        &mut self,
+        spec: JobSpec,
+        request_id: Option<String>,
+        run_as: Option<UnixUser>,
+        after: Vec<crate::after::After>,
+        ev: &mut Vec<Event>,
+    ) -> Result<Outcome, ApplyError> {
+        let waits = self.resolve_after(&spec.name, &after)?;
+        let outcome = self.submit(spec, request_id, Submitter::RunAs(run_as), ev)?;
+        if let Outcome::Submitted { job, duplicate: false, .. } = &outcome {
+            self.hold(*job, waits, ev);
+        }
+        Ok(outcome)
+    }
+
     /// The job a request id already made: the user's own ids when the submit carries a
     /// token, so one user's id never finds another user's job.
     fn known_request(&self, rid: &str) -> Option<u64> {

@@ -5,7 +5,10 @@ use baton_model::command::{Op, Outcome};
 use baton_model::job::{Job, JobId};
 use baton_model::limits::MAX_REQUEST_ID_LEN;
 use baton_model::tenancy::UnixUser;
-use baton_proto::convert::{job_spec_from_proto, job_states_from_proto, job_to_proto, pool_reservation_to_proto};
+use baton_proto::convert::{
+    after_from_proto, job_spec_from_proto, job_states_from_proto, job_to_proto, pool_reservation_to_proto,
+    waits_to_proto,
+};
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use prost::Message;
 use tonic::{Response, Status};
@@ -19,6 +22,7 @@ use crate::status;
 pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Response<SubmitReply>, Status> {
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;
     let spec = job_spec_from_proto(&spec).map_err(status::from_convert)?;
+    let after = after_from_proto(&r.after).map_err(status::from_convert)?;
     if r.request_id.len() > MAX_REQUEST_ID_LEN {
         return Err(Status::invalid_argument(format!("request_id: longer than {MAX_REQUEST_ID_LEN} bytes")));
     }
@@ -32,7 +36,13 @@ pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Respons
     // `duplicate`: the first one is the root of the job's exported trace.
     let term = api.ctx.replica.term();
     let span = tracing::info_span!("submit", job = tracing::field::Empty, name = %spec.name, term, duplicate = tracing::field::Empty);
-    let applied = api.write(who, Op::SubmitRunAs { spec, request_id, run_as }).instrument(span.clone()).await?;
+    // A job without dependencies goes as before, so it needs no newer data format.
+    let op = if after.is_empty() {
+        Op::SubmitRunAs { spec, request_id, run_as }
+    } else {
+        Op::SubmitAfter { spec, request_id, run_as, after }
+    };
+    let applied = api.write(who, op).instrument(span.clone()).await?;
     match applied.outcome {
         Outcome::Submitted { job, name, duplicate } => {
             span.record("job", job);
@@ -79,6 +89,9 @@ fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> Option<v1::J
         out.reason = if out.reason.is_empty() { completing } else { format!("{completing}; {}", out.reason) };
     }
     out.reservation = s.pool_reservation_of(j.id).map(|r| pool_reservation_to_proto(r, s));
+    if with_events {
+        out.waiting_for = waits_to_proto(s, j.id);
+    }
     let owner = s.access().owner(j.id);
     out.owner = owner.map(|o| o.to_string()).unwrap_or_default();
     out.run_as = s.tenancy().run_as(j.id).map(|u| u.to_string()).unwrap_or_default();

@@ -49,6 +49,7 @@ pub struct Metrics {
     queue_gpus_borrowed: Family<Labels, Gauge>,
     queue_gpus_lent: Family<Labels, Gauge>,
     queue_pending_jobs: Family<Labels, Gauge>,
+    queue_held_jobs: Family<Labels, Gauge>,
     queue_pending_gpus: Family<Labels, Gauge>,
     queue_running_jobs: Family<Labels, Gauge>,
     pool_gpus_capacity: Family<Labels, Gauge>,
@@ -109,6 +110,7 @@ impl Metrics {
             queue_gpus_borrowed: Family::default(),
             queue_gpus_lent: Family::default(),
             queue_pending_jobs: Family::default(),
+            queue_held_jobs: Family::default(),
             queue_pending_gpus: Family::default(),
             queue_running_jobs: Family::default(),
             pool_gpus_capacity: Family::default(),
@@ -176,6 +178,11 @@ impl Metrics {
             self.queue_gpus_lent.clone(),
         );
         r.register("baton_queue_pending_jobs", "Jobs waiting in the queue", self.queue_pending_jobs.clone());
+        r.register(
+            "baton_queue_held_jobs",
+            "Pending jobs of the queue held by their dependencies (never considered until they hold)",
+            self.queue_held_jobs.clone(),
+        );
         r.register(
             "baton_queue_pending_gpus",
             "GPUs the queue's waiting jobs ask for",

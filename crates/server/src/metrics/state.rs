@@ -23,6 +23,7 @@ type Key = (String, String);
 #[derive(Debug, Default, Clone, Copy)]
 struct JobCounts {
     pending: u64,
+    held: u64,
     pending_gpus: u64,
     running: u64,
 }
@@ -47,7 +48,7 @@ impl Metrics {
     }
 
     fn refresh_queues(&self, state: &State) {
-        for f in [&self.queue_pending_jobs, &self.queue_pending_gpus, &self.queue_running_jobs] {
+        for f in [&self.queue_pending_jobs, &self.queue_held_jobs, &self.queue_pending_gpus, &self.queue_running_jobs] {
             f.clear();
         }
         // One pass over the jobs (up to MAX_JOBS), not one per queue.
@@ -57,6 +58,7 @@ impl Metrics {
             match j.state {
                 JobState::Pending => {
                     c.pending += 1;
+                    c.held += u64::from(state.held(j.id));
                     c.pending_gpus += gpus_asked(j);
                 }
                 JobState::Running | JobState::Preempting => c.running += 1,
@@ -68,6 +70,7 @@ impl Metrics {
             let c = counts.get(q.as_str()).copied().unwrap_or_default();
             let l: Labels = vec![("queue", q.to_string())];
             self.queue_pending_jobs.get_or_create(&l).set(to_i64(c.pending));
+            self.queue_held_jobs.get_or_create(&l).set(to_i64(c.held));
             self.queue_pending_gpus.get_or_create(&l).set(to_i64(c.pending_gpus));
             self.queue_running_jobs.get_or_create(&l).set(to_i64(c.running));
         }

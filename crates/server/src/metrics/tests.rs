@@ -141,6 +141,8 @@ mod state_gauges {
         apply(&mut s, Op::PutQueue(gpu_queue("borrower", Some("c"), 0)));
         apply(&mut s, Op::Submit { spec: job("j", "borrower", 8), request_id: None });
         apply(&mut s, Op::Submit { spec: job("waits", "borrower", 2), request_id: None });
+        let after = vec![baton_model::after::After::parse("ok:j").unwrap()];
+        apply(&mut s, Op::SubmitAfter { spec: job("next", "borrower", 1), request_id: None, run_as: None, after });
         let plan = baton_sched::cycle(&s, 1_000);
         apply(&mut s, Op::ApplyPlan(plan));
         s
@@ -157,8 +159,10 @@ mod state_gauges {
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
         for want in [
             "baton_queue_gpus_lent{queue=\"lender\",pool=\"default\"} 8",
-            "baton_queue_pending_jobs{queue=\"borrower\"} 1",
-            "baton_queue_pending_gpus{queue=\"borrower\"} 2",
+            "baton_queue_pending_jobs{queue=\"borrower\"} 2",
+            "baton_queue_held_jobs{queue=\"borrower\"} 1",
+            "baton_queue_held_jobs{queue=\"lender\"} 0",
+            "baton_queue_pending_gpus{queue=\"borrower\"} 3",
             "baton_queue_running_jobs{queue=\"borrower\"} 1",
             "baton_pool_gpus_capacity{pool=\"default\"} 8",
         ] {
