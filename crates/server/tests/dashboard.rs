@@ -145,6 +145,13 @@ async fn the_page_and_the_json_endpoints_show_the_cluster_to_a_token_allowed_to_
     );
     let listed = get_json(http, "/api/jobs", BOB).await;
     assert!(!listed.to_string().contains("s3"), "a list shows no other user's environment: {listed}");
+
+    // A held job's page says what it waits for, in the API's words.
+    let dep = Dependency { job: "j1".into(), when: DependencyCondition::Ok.into() };
+    alice.submit(SubmitRequest { after: vec![dep], ..submit("j2") }).await.unwrap();
+    let held = get_json(http, "/api/jobs/j2", ALICE).await;
+    assert_eq!(held["waiting_for"], serde_json::json!([{"job": "j1", "when": "ok"}]), "{held}");
+    assert!(script.contains("waiting_for"), "the page shows it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -221,6 +221,7 @@ function showJob(j) {
   }, "#" + a.n + " " + (a.preempted ? "preempted" : a.end || "running")));
   const facts = h("p", {}, "queue " + j.spec.queue + " · priority " + j.priority + " · attempt " + j.attempt +
     " · " + (j.has_checkpoint ? "has a checkpoint" : "no checkpoint") + (j.reason ? " · " + j.reason : "") +
+    (j.waiting_for && j.waiting_for.length ? " · waits for " + j.waiting_for.map(d => d.when + ":" + d.job).join(", ") : "") +
     (j.env_hidden ? " · environment hidden (not yours)" : ""));
   const events = h("table", { class: "job-events" }, h("tr", {}, ["time", "event", "node", "what"].map(t => h("th", {}, t))),
     j.events.map(e => h("tr", { "data-kind": e.kind }, h("td", {}, time(e.at_ms)), h("td", {}, e.kind),
