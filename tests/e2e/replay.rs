@@ -130,7 +130,7 @@ async fn step(c: &mut Cluster, a: &Action) {
                 spec: Some(spec),
                 request_id: format!("e2e-{}", sub.spec.name),
                 run_as: String::new(),
-                after: Vec::new(),
+                after: sub.after.iter().map(baton_proto::convert::after_to_proto).collect(),
             };
             call!(c, |api| api.submit(req.clone()));
         }
@@ -146,6 +146,7 @@ async fn step(c: &mut Cluster, a: &Action) {
         Action::NodeDown(n) => c.kill_agent(n.v.as_str()),
         Action::NodeUp(n) => c.start_agent(n.v.as_str()),
         Action::UpdateQueue(..) => panic!("update_queue is not replayed end to end yet"),
+        Action::Maintenance(..) => panic!("maintenance is not replayed end to end yet"),
     }
 }
 

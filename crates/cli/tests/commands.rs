@@ -898,3 +898,46 @@ fn describe_shows_what_a_held_job_waits_for() {
     r.unwrap();
     assert!(out.contains("Waits for:   ok:prep (held until they hold)"), "{out}");
 }
+
+#[test]
+fn maintenance_create_expands_the_nodes_reads_the_times_and_list_and_delete_follow() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    let create = ["maintenance", "create", "fw", "--server", addr.as_str(), "--nodes", "g[1-3],h7"];
+    let (r, out) = run(&[&create[..], &["--start", "2026-12-01T02:00:00Z", "--end", "2026-12-01T06:30:00Z"]].concat());
+    r.unwrap();
+    assert!(
+        out.contains("maintenance window fw created: 2026-12-01T02:00:00.000Z to 2026-12-01T06:30:00.000Z"),
+        "{out}"
+    );
+    let w = fake.state().windows[0].clone();
+    assert_eq!(w.nodes, ["g1", "g2", "g3", "h7"]);
+    assert_eq!((w.start_ms, w.end_ms), (1_796_090_400_000, 1_796_106_600_000));
+
+    let (r, out) = run(&["maintenance", "list", "--server", &addr]);
+    r.unwrap();
+    assert!(out.contains("fw") && out.contains("ahead") && out.contains("g1,g2,g3,h7"), "{out}");
+    let (r, _) = run(&[&create[..], &["--start", "+1h", "--end", "+2h"]].concat());
+    assert!(r.unwrap_err().to_string().contains("already exists"));
+
+    for (start, end, says) in [
+        ("tomorrow", "+2h", "--start"),
+        ("+2h", "+1h", "is not after --start"),
+        ("+1h", "2026-12-01T25:00:00Z", "--end"),
+    ] {
+        let (r, _) =
+            run(&["maintenance", "create", "x", "--server", &addr, "--nodes", "g1", "--start", start, "--end", end]);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains(says), "{start} {end}: {e}");
+    }
+    let (r, _) =
+        run(&["maintenance", "create", "x", "--server", &addr, "--nodes", "g[3-1]", "--start", "+1h", "--end", "+2h"]);
+    assert!(r.unwrap_err().to_string().contains("--nodes"));
+    assert_eq!(fake.state().windows.len(), 1, "nothing sent for bad input");
+
+    let (r, out) = run(&["maintenance", "delete", "fw", "--server", &addr]);
+    r.unwrap();
+    assert!(out.contains("maintenance window fw deleted"), "{out}");
+    assert!(fake.state().windows.is_empty());
+}

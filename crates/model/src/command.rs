@@ -11,6 +11,7 @@ use crate::class::PriorityClass;
 use crate::error::ApplyError;
 use crate::event::Event;
 use crate::job::{JobId, JobSpec};
+use crate::maintenance::WindowSpec;
 use crate::name::Name;
 use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
@@ -194,6 +195,13 @@ pub enum Op {
         run_as: Option<UnixUser>,
         after: Vec<After>,
     },
+    /// A maintenance window (decisions.md section 14); refused (`Exists`) if one of that
+    /// name is there. Operators and admins.
+    CreateMaintenance(WindowSpec),
+    /// Forgets a window; one that started gives its nodes back at once.
+    DeleteMaintenance {
+        name: Name,
+    },
 }
 
 impl Op {
@@ -245,6 +253,8 @@ impl Op {
                 | Op::GrantQueue { .. }
                 | Op::SubmitRunAs { .. }
                 | Op::SubmitAfter { .. }
+                | Op::CreateMaintenance(_)
+                | Op::DeleteMaintenance { .. }
                 | Op::SetTenancy(_)
                 | Op::GrantQueueAdmin { .. }
                 | Op::CreateQueue(_)
@@ -284,6 +294,8 @@ impl Op {
             Op::RevokeToken { .. } => "RevokeToken",
             Op::GrantQueue { .. } => "GrantQueue",
             Op::SubmitRunAs { .. } | Op::SubmitAfter { .. } => "Submit",
+            Op::CreateMaintenance(_) => "CreateMaintenance",
+            Op::DeleteMaintenance { .. } => "DeleteMaintenance",
             Op::SetTenancy(_) => "SetTenancy",
             Op::GrantQueueAdmin { .. } => "GrantQueueAdmin",
             Op::CreateQueue(_) => "CreateQueue",

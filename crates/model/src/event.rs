@@ -66,6 +66,13 @@ pub enum EventKind {
     },
     /// Every dependency of a held job holds: it joins its queue (decisions.md section 13).
     DependenciesMet,
+    /// A maintenance window started: its nodes take no work until its end (section 14).
+    MaintenanceStarted,
+    /// A maintenance window ended (or was deleted while it ran): its nodes take work again.
+    MaintenanceEnded,
+    /// The job runs on a node whose maintenance window started: it is being stopped as in
+    /// mode checkpoint, and goes back to the queue once stopped (not a preemption).
+    MaintenanceStop,
 }
 
 impl EventKind {
@@ -96,6 +103,9 @@ impl EventKind {
             EventKind::NodeUnhealthy => "NodeUnhealthy",
             EventKind::QueueUpdated { .. } => "QueueUpdated",
             EventKind::DependenciesMet => "DependenciesMet",
+            EventKind::MaintenanceStarted => "MaintenanceStarted",
+            EventKind::MaintenanceEnded => "MaintenanceEnded",
+            EventKind::MaintenanceStop => "MaintenanceStop",
         }
     }
 }

@@ -35,9 +35,11 @@ use crate::command::{Observed, Op};
 /// `Observed::KilledHere`. 6: `CreateQueueVisible`, `UpdateQueueVisible`, and snapshots
 /// that record the queues' visibility (written in format 5's layout while every queue has
 /// the default, so a format-5 follower reads them until a visibility is set, which the gate
-/// holds back until every member reads format 6). 7: `SubmitAfter`, the event
-/// `DependenciesMet`, and snapshots that record the jobs waiting for others (written in
-/// format 6's layout while none waits).
+/// holds back until every member reads format 6). 7: `SubmitAfter`, `CreateMaintenance`,
+/// `DeleteMaintenance`, the events `DependenciesMet`, `MaintenanceStarted`,
+/// `MaintenanceEnded`, `MaintenanceStop`, `StopWhy::Maintenance`, and snapshots that record
+/// the jobs waiting for others and the maintenance windows (written in format 6's layout
+/// while there are none).
 pub const DATA_FORMAT: u32 = 7;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
@@ -161,7 +163,7 @@ impl Op {
             | Op::CreateCohort(_)
             | Op::CreateClass(_) => 4,
             Op::CreateQueueVisible { .. } | Op::UpdateQueueVisible { .. } => 6,
-            Op::SubmitAfter { .. } => 7,
+            Op::SubmitAfter { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } => 7,
         }
     }
 

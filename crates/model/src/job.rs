@@ -178,6 +178,9 @@ pub enum StopWhy {
     Paused,
     /// It ran past its `time_limit`; it ends Failed once stopped (a checkpoint is kept).
     TimeLimit,
+    /// A maintenance window started on one of its nodes (decisions.md section 14): it goes
+    /// back to the queue once stopped, from its checkpoint.
+    Maintenance,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

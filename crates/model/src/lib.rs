@@ -42,6 +42,7 @@ pub mod format;
 pub mod job;
 pub mod ledger;
 pub mod limits;
+pub mod maintenance;
 pub mod name;
 pub mod node;
 pub mod plan;

@@ -13,6 +13,9 @@ pub const MAX_TASKS_PER_JOB: usize = 64;
 /// Dependencies one job may wait for (decisions.md section 13): workflows chain a few
 /// steps; a wider fan-in belongs to an array.
 pub const MAX_DEPENDENCIES_PER_JOB: usize = 64;
+/// Maintenance windows a cluster holds at once (decisions.md section 14); past ones are
+/// forgotten at their end.
+pub const MAX_WINDOWS: usize = 1_000;
 /// Events kept per job; older ones are dropped first.
 pub const MAX_EVENTS_PER_JOB: usize = 64;
 /// Client request ids remembered for idempotent submission; the oldest is forgotten first.

@@ -46,6 +46,10 @@ pub enum Rejection {
     NodeNotReady { node: Name },
     #[error("node {node} is not schedulable")]
     NodeNotSchedulable { node: Name },
+    /// decisions.md section 14: before a window's start only a job whose time limit ends it
+    /// by then goes there; a reservation never takes such a node.
+    #[error("node {node} is held for maintenance window {window}, which starts before the job would end")]
+    MaintenanceAhead { node: Name, window: Name },
     #[error("node {node} is not in an allowed pool")]
     PoolNotAllowed { node: Name },
     #[error("replicas do not cover the job's tasks exactly once")]

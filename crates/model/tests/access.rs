@@ -158,6 +158,18 @@ fn queue_users_need_admin_for_configuration_and_operator_for_nodes() {
     let op = Op::AddToken { hash: [9; 32], spec: spec("alice", &[Role::Admin], &[]) };
     refused(&mut s, as_(OPERATOR, op), denied);
     apply(&mut s, as_(OPERATOR, Op::Cordon { node: Name::lit("n1"), cordoned: true })).unwrap();
+    let window = baton_model::maintenance::WindowSpec {
+        name: Name::lit("fw"),
+        nodes: vec![Name::lit("n1")],
+        start_ms: 100_000_000,
+        end_ms: 200_000_000,
+    };
+    let e = refused(&mut s, as_(ALICE, Op::CreateMaintenance(window.clone())), denied);
+    assert!(e.contains("CreateMaintenance needs role operator"), "{e}");
+    apply(&mut s, as_(OPERATOR, Op::CreateMaintenance(window))).unwrap();
+    let e = refused(&mut s, as_(ALICE, Op::DeleteMaintenance { name: Name::lit("fw") }), denied);
+    assert!(e.contains("DeleteMaintenance needs role operator"), "{e}");
+    apply(&mut s, as_(OPERATOR, Op::DeleteMaintenance { name: Name::lit("fw") })).unwrap();
 }
 
 #[test]

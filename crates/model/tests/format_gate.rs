@@ -53,6 +53,8 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("CreateQueueVisible", 6),
     ("UpdateQueueVisible", 6),
     ("SubmitAfter", 7),
+    ("CreateMaintenance", 7),
+    ("DeleteMaintenance", 7),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -139,6 +141,13 @@ fn ops() -> Vec<Op> {
         Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own },
         Op::UpdateQueueVisible { spec: QueueSpec::named("q"), revision: 1, visibility: Visibility::Names },
         Op::SubmitAfter { spec: gpu_job("j", "q", 1), request_id: None, run_as: None, after: Vec::new() },
+        Op::CreateMaintenance(baton_model::maintenance::WindowSpec {
+            name: q.clone(),
+            nodes: vec![q.clone()],
+            start_ms: 1,
+            end_ms: 2,
+        }),
+        Op::DeleteMaintenance { name: q.clone() },
     ]
 }
 

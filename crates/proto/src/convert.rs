@@ -13,6 +13,7 @@ use baton_model::class::PriorityClass;
 use baton_model::event::{Event, EventKind};
 use baton_model::job::{Job, JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
+use baton_model::maintenance::{Window, WindowSpec};
 use baton_model::name::Name;
 use baton_model::node::{GpuInfo, Node, NodeSpec, NodeStatus};
 use baton_model::quantity::{MAX_QUANTITY, units_per_one};
@@ -306,6 +307,9 @@ pub fn event_kind_to_proto(k: &EventKind) -> v1::EventKind {
         EventKind::NodeUnhealthy => v1::EventKind::NodeUnhealthy,
         EventKind::QueueUpdated { .. } => v1::EventKind::QueueUpdated,
         EventKind::DependenciesMet => v1::EventKind::DependenciesMet,
+        EventKind::MaintenanceStarted => v1::EventKind::MaintenanceStarted,
+        EventKind::MaintenanceEnded => v1::EventKind::MaintenanceEnded,
+        EventKind::MaintenanceStop => v1::EventKind::MaintenanceStop,
     }
 }
 
@@ -340,6 +344,9 @@ pub(crate) fn event_kind_for_word(k: v1::EventKind) -> Option<EventKind> {
         v1::EventKind::NodeUnhealthy => EventKind::NodeUnhealthy,
         v1::EventKind::QueueUpdated => EventKind::QueueUpdated { queue: nobody() },
         v1::EventKind::DependenciesMet => EventKind::DependenciesMet,
+        v1::EventKind::MaintenanceStarted => EventKind::MaintenanceStarted,
+        v1::EventKind::MaintenanceEnded => EventKind::MaintenanceEnded,
+        v1::EventKind::MaintenanceStop => EventKind::MaintenanceStop,
     })
 }
 
@@ -573,6 +580,29 @@ pub fn waits_to_proto(state: &State, id: JobId) -> Vec<v1::Dependency> {
             when: condition_to_proto(w.when).into(),
         })
         .collect()
+}
+
+pub fn window_to_proto(w: &Window) -> v1::MaintenanceWindow {
+    v1::MaintenanceWindow {
+        name: w.spec.name.to_string(),
+        nodes: w.spec.nodes.iter().map(|n| n.to_string()).collect(),
+        start_ms: w.spec.start_ms,
+        end_ms: w.spec.end_ms,
+        active: w.active,
+    }
+}
+
+/// A window to create: names checked, each refused naming its field; the times and nodes
+/// are the state's to check against the cluster.
+pub fn window_from_proto(w: &v1::MaintenanceWindow) -> R<WindowSpec> {
+    let name = Name::new(w.name.as_str()).map_err(|e| bad("name", e))?;
+    let nodes = w
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Name::new(n.as_str()).map_err(|e| bad(&format!("nodes[{i}]"), e)))
+        .collect::<R<Vec<Name>>>()?;
+    Ok(WindowSpec { name, nodes, start_ms: w.start_ms, end_ms: w.end_ms })
 }
 
 pub fn visibility_to_proto(v: Visibility) -> v1::JobVisibility {

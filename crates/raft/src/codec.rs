@@ -76,18 +76,24 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// Decodes a snapshot's state: the current layout (with the queues' visibility), or format
-/// 5's (without it: written before it existed, and still while no queue has one set), or one written before the completing
+/// Decodes a snapshot's state: the current layout (with maintenance windows), or the one
+/// before windows (with waiting jobs, written while there is no window), or the one before
+/// waiting jobs (with the queues' visibility, written while no job waits), or format 5's
+/// (without visibility: written before it existed, and still while no queue has one set),
+/// or one written before the completing
 /// ranks, queue admins and queue revisions existed (data format 2: nothing is completing, no
 /// queue admins, every queue at revision 0), or before tenancy existed (without the tenancy
 /// part, which then starts with its defaults), or before tokens (the data alone; the
 /// identity part starts empty too). An older layout is tried only when the newer ones fail,
 /// and must use every byte, so a current snapshot is never read as an old one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
-    use baton_model::state::{PreAccessState, PreCompletingState, PreTenancyState, PreVisibilityState, PreWaitsState};
+    use baton_model::state::{
+        PreAccessState, PreCompletingState, PreTenancyState, PreVisibilityState, PreWaitsState, PreWindowsState,
+    };
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreWaitsState>(bytes)
+        decode::<PreWindowsState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreWaitsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreVisibilityState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreCompletingState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreTenancyState>(bytes).map(|old| old.0))

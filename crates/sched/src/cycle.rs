@@ -53,7 +53,15 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
     let starving = |c: &Candidate| reserve_after_ms.is_some_and(|a| now_ms.saturating_sub(c.job.pending_since_ms) >= a);
     let mut stuck: Vec<Candidate> = Vec::new();
     while let Some(c) = order.next() {
+        let closed = crate::windows::close_for(&mut view, c.job);
+        let before = plan.decisions.len();
         let outcome = decide_held(&mut view, &c, &mut plan, &mut planner, &mut holds);
+        if outcome != Outcome::Placed
+            && let Some(note) = crate::windows::note(&view, c.job, &closed)
+        {
+            name_windows(&mut plan, before, c.job, &note);
+        }
+        crate::windows::reopen(&mut view, closed);
         order.after(&view, c.queue, c.job, outcome == Outcome::Placed);
         if outcome == Outcome::Stuck && stuck.len() < reserve::MAX_RESERVATION_WALKS_PER_CYCLE && starving(&c) {
             stuck.push(c);
@@ -123,6 +131,24 @@ fn resume_suspended(view: &mut View, suspended: &[&Job], plan: &mut Plan) {
 
 fn wait(plan: &mut Plan, job: &Job, reason: String) {
     wait_for(plan, job.id, &job.reason, reason);
+}
+
+/// A job that waits while maintenance windows take nodes from it says so (decisions.md
+/// section 14: reasons name the window): `note` goes after the reason the cycle gave it
+/// (its Wait decision from `from` on, or its unchanged reason when it pushed none).
+fn name_windows(plan: &mut Plan, from: usize, job: &Job, note: &str) {
+    let pushed =
+        plan.decisions[from..].iter().rposition(|d| matches!(d, Decision::Wait { job: j, .. } if *j == job.id));
+    let base = match pushed {
+        Some(i) => match plan.decisions.remove(from + i) {
+            Decision::Wait { reason, .. } => reason,
+            _ => unreachable!("matched a Wait above"),
+        },
+        None if job.reason.ends_with(note) => return,
+        None => job.reason.clone(),
+    };
+    let reason = format!("{base}; {note}");
+    wait(plan, job, reason);
 }
 
 /// The job keeps waiting for `reason`; `old` is its reason so far.

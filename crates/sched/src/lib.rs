@@ -15,6 +15,8 @@
 //!   (sections 4 to 6).
 //! - `reason`: why a job waits, in words a person can act on.
 //! - `reserve`: starving jobs' reservations and backfill (section 9).
+//! - `windows`: maintenance windows ahead, closed to the jobs that would not end before
+//!   them (decisions.md section 14).
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
 // reads better there than zipped iterators.
@@ -33,6 +35,7 @@ mod preempt;
 mod reason;
 mod reserve;
 mod view;
+mod windows;
 
 pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
 

@@ -322,6 +322,7 @@ fn walk_all(
 ) -> Option<(Packing, Vec<JobId>)> {
     let nodes: Vec<usize> = (0..view.ledger.nodes.len())
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
+        .filter(|&n| !crate::windows::ahead_on(view, n))
         .collect();
     let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[GPU_KIND] * u64::from(t.replicas)).sum();
     let mut fit = Fit::new(view, job.id, needs, a, &nodes);

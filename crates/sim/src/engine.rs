@@ -237,7 +237,8 @@ impl<'s> Engine<'s> {
         let after_now = (self.now_ms.saturating_add(1), 0)..;
         let protection = waiting.then(|| self.protections.range(after_now.clone()).next().map(|k| k.0)).flatten();
         let limit = self.limits.range(after_now).next().map(|k| k.0);
-        [stop, finish, protection, limit, self.next_starving()].into_iter().flatten().min()
+        let window = self.state.next_window_change_ms(self.now_ms);
+        [stop, finish, protection, limit, self.next_starving(), window].into_iter().flatten().min()
     }
 
     /// The next instant a pending job without a reservation reaches `reserve_after` (a cycle
@@ -318,6 +319,10 @@ impl<'s> Engine<'s> {
             self.account(id, e, has_checkpoint, &queue);
         }
         self.track(id);
+        // A window started under a running job: it gets its signal as a victim does.
+        if matches!(e.kind, EventKind::MaintenanceStop) {
+            self.schedule_victim(id);
+        }
     }
 
     /// The simulator's work accounting, counters and statistics for one event of job `id`.
@@ -517,6 +522,10 @@ impl<'s> Engine<'s> {
             Action::Cordon(n) => self.apply(Op::Cordon { node: n.v.clone(), cordoned: true }).map(drop),
             Action::Uncordon(n) => self.apply(Op::Cordon { node: n.v.clone(), cordoned: false }).map(drop),
             Action::UpdateQueue(q, patch) => self.update_queue(&q.v, patch),
+            Action::Maintenance(w) => {
+                self.cap_gpus = None;
+                self.apply(Op::CreateMaintenance(w.v.clone())).map(drop)
+            }
         };
         if let Err(why) = result {
             let job = match &step.action {
@@ -602,6 +611,8 @@ impl<'s> Engine<'s> {
             // Stopped, never suspended: it is to end; it checkpoints as its mode says.
             StopWhy::TimeLimit if job.spec.preemption_mode == suspend => baton_model::job::PreemptionMode::Requeue,
             StopWhy::TimeLimit => job.spec.preemption_mode,
+            // decisions.md section 14: as in mode checkpoint, whatever the job's mode.
+            StopWhy::Maintenance => baton_model::job::PreemptionMode::Checkpoint,
             StopWhy::Paused => return,
         };
         let ct = self.work.get(&id).map_or(0, |w| w.checkpoint_time_ms);
@@ -616,6 +627,14 @@ impl<'s> Engine<'s> {
     /// Jobs that reach their duration exit; victims whose time has come stop.
     fn fire_due(&mut self) -> bool {
         let mut fired = false;
+        // A maintenance window starts or ends: the leader's Tick moves it on.
+        if self.state.window_due(self.now_ms) {
+            self.cap_gpus = None;
+            if let Err(e) = self.apply(Op::Tick) {
+                self.refuse(None, format!("tick: {e}"));
+            }
+            fired = true;
+        }
         loop {
             let now = self.now_ms;
             // In id order, as a scan of all jobs would find them.

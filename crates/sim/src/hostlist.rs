@@ -28,6 +28,35 @@ pub fn expand(pattern: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Several host lists separated by commas outside brackets (`g[1-4],h7`), in order.
+pub fn expand_list(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let (mut depth, mut from) = (0usize, 0usize);
+    let mut parts = Vec::new();
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&list[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&list[from..]);
+    for p in parts {
+        if p.is_empty() {
+            return Err(format!("host list {list:?} has an empty name"));
+        }
+        out.extend(expand(p)?);
+        if out.len() > MAX_EXPANSION {
+            return Err(format!("host list {list:?} expands to more than {MAX_EXPANSION} names"));
+        }
+    }
+    Ok(out)
+}
+
 fn range(part: &str, pattern: &str) -> Result<Vec<String>, String> {
     let bad = || format!("host list {pattern:?}: {part:?} is not a number or a range like 1-4");
     let (lo, hi) = part.split_once('-').unwrap_or((part, part));

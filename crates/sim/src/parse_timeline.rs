@@ -1,12 +1,13 @@
 //! The timeline: steps in `at` order, each doing one thing.
 
+use baton_model::maintenance::WindowSpec;
 use baton_model::name::Name;
 
 use crate::de::{Cx, R};
 use crate::scenario::{Action, At, Step};
 use crate::yaml::Node;
 
-const VERBS: [&str; 11] = [
+const VERBS: [&str; 12] = [
     "submit",
     "finish",
     "fail",
@@ -18,6 +19,7 @@ const VERBS: [&str; 11] = [
     "cordon",
     "uncordon",
     "update_queue",
+    "maintenance",
 ];
 
 pub fn parse_timeline(cx: &Cx, node: &Node) -> R<Vec<Step>> {
@@ -38,6 +40,28 @@ pub fn parse_timeline(cx: &Cx, node: &Node) -> R<Vec<Step>> {
         out.push(step);
     }
     Ok(out)
+}
+
+/// `{name, nodes: "g[1-4]", start, end}` (decisions.md section 14), times in seconds.
+fn window(cx: &Cx, node: &Node, path: &str) -> R<WindowSpec> {
+    let mut f = cx.map(node, path)?;
+    let name = cx.name(f.req("name")?, &f.field_path("name"))?;
+    let nnode = f.req("nodes")?;
+    let npath = f.field_path("nodes");
+    let pattern = cx.text(nnode, &npath)?;
+    let nodes = crate::hostlist::expand_list(&pattern)
+        .map_err(|e| cx.err(nnode.line, &npath, e))?
+        .into_iter()
+        .map(|n| Name::new(n.as_str()).map_err(|e| cx.err(nnode.line, &npath, e.to_string())))
+        .collect::<R<Vec<Name>>>()?;
+    let start_ms = cx.seconds(f.req("start")?, &f.field_path("start"))?;
+    let enode = f.req("end")?;
+    let end_ms = cx.seconds(enode, &f.field_path("end"))?;
+    f.finish()?;
+    if end_ms <= start_ms {
+        return Err(cx.err(enode.line, &format!("{path}.end"), "a window ends after it starts"));
+    }
+    Ok(WindowSpec { name, nodes, start_ms, end_ms })
 }
 
 fn secs(ms: u64) -> String {
@@ -71,6 +95,11 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
         "node_up" => Action::NodeUp(target(cx, f.req("node_up")?)?),
         "cordon" => Action::Cordon(target(cx, f.req("cordon")?)?),
         "uncordon" => Action::Uncordon(target(cx, f.req("uncordon")?)?),
+        "maintenance" => Action::Maintenance(At {
+            v: window(cx, f.req("maintenance")?, &vpath)?,
+            line: node.line,
+            path: vpath.clone(),
+        }),
         _ => {
             let n = f.req("update_queue")?;
             let mut uf = cx.map(n, &vpath)?;

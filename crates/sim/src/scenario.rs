@@ -2,6 +2,7 @@
 
 use baton_model::class::PriorityClass;
 use baton_model::job::JobState;
+use baton_model::maintenance::WindowSpec;
 use baton_model::name::Name;
 use baton_model::node::NodeSpec;
 use baton_model::queue::{Cohort, QueueSpec};
@@ -56,6 +57,8 @@ pub enum Action {
     Uncordon(At<Name>),
     /// The queue to update and the fields to change, applied to the queue as it is then.
     UpdateQueue(At<Name>, Node),
+    /// A maintenance window (decisions.md section 14), created at this step.
+    Maintenance(At<WindowSpec>),
 }
 
 impl Action {
@@ -70,6 +73,7 @@ impl Action {
             Action::NodeDown(_) => "node_down",
             Action::NodeUp(_) => "node_up",
             Action::Cordon(_) => "cordon",
+            Action::Maintenance(_) => "maintenance",
             Action::Uncordon(_) => "uncordon",
             Action::UpdateQueue(..) => "update_queue",
         }

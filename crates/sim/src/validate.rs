@@ -138,6 +138,11 @@ pub fn check_references(s: &Scenario, state: &State) -> R<()> {
                     return Err(cx.err(n.line, &n.path, format!("node {} is not defined", n.v)));
                 }
             }
+            Action::Maintenance(w) => {
+                if let Some(n) = w.v.nodes.iter().find(|n| !state.nodes().contains_key(*n)) {
+                    return Err(cx.err(w.line, &format!("{}.nodes", w.path), format!("node {n} is not defined")));
+                }
+            }
             Action::UpdateQueue(q, _) => {
                 if !state.queues().contains_key(&q.v) {
                     return Err(cx.err(q.line, &q.path, format!("queue {} is not defined", q.v)));

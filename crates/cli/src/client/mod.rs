@@ -20,6 +20,7 @@ pub mod error;
 pub mod human;
 pub mod jobs;
 pub mod logs;
+pub mod maintenance;
 pub mod mismatch;
 pub mod nodes;
 pub mod output;
@@ -96,6 +97,8 @@ pub enum ClientCommand {
     Uncordon(nodes::NodeArgs),
     /// Cordon a node and let what runs there finish; it lists as drained once empty.
     Drain(nodes::NodeArgs),
+    /// Maintenance windows: nodes reserved from a start to an end (create, list, delete).
+    Maintenance(maintenance::MaintenanceArgs),
     /// The cluster as a whole.
     Cluster(cluster::ClusterArgs),
     /// Back up a live cluster's state to a file; restore one into a new cluster.
@@ -120,6 +123,7 @@ impl ClientCommand {
             ClientCommand::Class(a) => &a.conn,
             ClientCommand::Nodes(a) => &a.conn,
             ClientCommand::Cordon(a) | ClientCommand::Uncordon(a) | ClientCommand::Drain(a) => &a.conn,
+            ClientCommand::Maintenance(a) => &a.conn,
             ClientCommand::Cluster(a) => &a.conn,
             ClientCommand::Snapshot(a) => &a.conn,
             ClientCommand::Token(a) => &a.conn,
@@ -146,6 +150,7 @@ pub async fn run(conn: &Conn, cmd: &ClientCommand, out: &mut dyn Write) -> Resul
         ClientCommand::Cordon(a) => nodes::act(conn, nodes::Act::Cordon, a, out).await,
         ClientCommand::Uncordon(a) => nodes::act(conn, nodes::Act::Uncordon, a, out).await,
         ClientCommand::Drain(a) => nodes::act(conn, nodes::Act::Drain, a, out).await,
+        ClientCommand::Maintenance(a) => maintenance::run(conn, a, out).await,
         ClientCommand::Cluster(a) => cluster::run(conn, a, out).await,
         ClientCommand::Snapshot(a) => snapshot::run(conn, a, out).await,
         ClientCommand::Token(a) => auth::run(conn, a, out).await,

@@ -35,6 +35,7 @@ pub struct State {
     /// Writes of other clients, one landing just before each UpdateQueue is checked.
     pub interfering_writes: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
+    pub windows: Vec<v1::MaintenanceWindow>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
     pub tenancy_sets: Vec<v1::TenancySettings>,
     /// The `authorization` metadata of the token calls, in order.
@@ -311,6 +312,32 @@ impl Baton for Fake {
     async fn drain(&self, _r: Request<v1::NameRef>) -> Answer<v1::Ack> {
         let _s = self.enter("Drain")?;
         Ok(Response::new(v1::Ack::default()))
+    }
+
+    async fn create_maintenance(&self, r: Request<v1::MaintenanceWindow>) -> Answer<v1::Ack> {
+        let mut s = self.enter("CreateMaintenance")?;
+        let w = r.into_inner();
+        if s.windows.iter().any(|x| x.name == w.name) {
+            return Err(Status::already_exists(format!("maintenance window {:?} already exists", w.name)));
+        }
+        s.windows.push(w);
+        Ok(Response::new(v1::Ack::default()))
+    }
+
+    async fn delete_maintenance(&self, r: Request<v1::NameRef>) -> Answer<v1::Ack> {
+        let mut s = self.enter("DeleteMaintenance")?;
+        let name = r.into_inner().name;
+        let before = s.windows.len();
+        s.windows.retain(|w| w.name != name);
+        if s.windows.len() == before {
+            return Err(Status::not_found(format!("unknown maintenance window {name:?}")));
+        }
+        Ok(Response::new(v1::Ack::default()))
+    }
+
+    async fn list_maintenance(&self, _r: Request<v1::Empty>) -> Answer<v1::ListMaintenanceReply> {
+        let s = self.enter("ListMaintenance")?;
+        Ok(Response::new(v1::ListMaintenanceReply { windows: s.windows.clone() }))
     }
 
     async fn cluster_info(&self, _r: Request<v1::Empty>) -> Answer<v1::ClusterInfoReply> {

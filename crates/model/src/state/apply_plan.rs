@@ -231,6 +231,9 @@ impl State {
             if !acct.schedulable {
                 return Err(Rejection::NodeNotSchedulable { node: r.node.clone() });
             }
+            if let Some(w) = self.window_closed_to(job, &r.node) {
+                return Err(Rejection::MaintenanceAhead { node: r.node.clone(), window: w.spec.name.clone() });
+            }
             if !self.task_pools(spec, r.task as usize).contains(&acct.pool) {
                 return Err(Rejection::PoolNotAllowed { node: r.node.clone() });
             }

@@ -326,6 +326,13 @@ impl State {
                 self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
                 self.time_out(id, ev);
             }
+            StopWhy::Maintenance => {
+                self.mark_checkpoint(id, checkpointed);
+                let reason = self.maintenance_reason(id);
+                self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
+                self.requeue(id, true, reason);
+                self.job_event(id, EventKind::Requeued, "back in the queue after a maintenance stop".into(), ev);
+            }
         }
         Ok(())
     }
@@ -556,8 +563,10 @@ impl State {
         }
     }
 
-    /// Reservations whose victims outlived every bound are dropped; the preemptor re-plans.
-    pub(crate) fn tick(&mut self, _ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+    /// Time passed: maintenance windows start and end, and reservations whose victims
+    /// outlived every bound are dropped (the preemptor re-plans).
+    pub(crate) fn tick(&mut self, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+        self.advance_windows(ev);
         let now = self.d.now_ms;
         let expired: Vec<JobId> = self.d.reservations.values().filter(|r| r.deadline_ms < now).map(|r| r.job).collect();
         for id in expired {

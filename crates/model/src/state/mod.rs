@@ -15,6 +15,7 @@ mod config;
 mod identity;
 mod integrity;
 mod lifecycle;
+mod maintenance;
 mod rebuild;
 mod report;
 mod reserve;
@@ -24,6 +25,7 @@ mod waits;
 
 pub use apply_plan::demand_of;
 pub use completing::{Aftermath, Completing, CompletingRanks, LastPlaced};
+pub use maintenance::MAINTENANCE;
 pub use reserve::backfills;
 use submit::Submitter;
 use waits::WaitIndex;
@@ -44,6 +46,7 @@ use crate::event::Event;
 use crate::job::{Job, JobId};
 use crate::ledger::Ledger;
 use crate::limits::{DEFAULT_RETAINED_FINISHED_JOBS, MAX_CLOCK_MS};
+use crate::maintenance::Window;
 use crate::name::Name;
 use crate::node::Node;
 use crate::queue::{Cohort, QueueSpec, Visibility};
@@ -127,6 +130,9 @@ pub struct State {
     waits: Waits,
     /// Derived from `waits`; never stored.
     wait_index: WaitIndex,
+    /// Maintenance windows, started or ahead (decisions.md section 14). Serialized after
+    /// the waits, and only when there is one (then the waits too, maybe empty).
+    windows: BTreeMap<Name, Window>,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -170,6 +176,7 @@ impl State {
             queue_visibility: BTreeMap::new(),
             waits: Waits::new(),
             wait_index: WaitIndex::default(),
+            windows: BTreeMap::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -249,6 +256,8 @@ impl State {
             Op::SubmitAfter { spec, request_id, run_as, after } => {
                 self.submit_after(spec, request_id, run_as, after, ev)
             }
+            Op::CreateMaintenance(spec) => done(self.create_window(spec, ev)),
+            Op::DeleteMaintenance { name } => done(self.delete_window(&name, ev)),
             Op::Cancel { job } => done(self.cancel(job, ev)),
             Op::Pause { job } => done(self.pause(job, ev)),
             Op::Resume { job } => done(self.unpause(job, ev)),
@@ -360,7 +369,9 @@ impl Serialize for State {
         // Format 6's layout while no job waits (dependencies are submitted only once every
         // member reads format 7).
         let visibility = &self.queue_visibility;
-        if !self.waits.is_empty() {
+        if !self.windows.is_empty() {
+            (d, access, tenancy, after, admins, revisions, visibility, &self.waits, &self.windows).serialize(s)
+        } else if !self.waits.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, &self.waits).serialize(s)
         } else if visibility.is_empty() {
             (d, access, tenancy, after, admins, revisions).serialize(s)
@@ -376,8 +387,8 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with a job waiting.
-const STATE_PARTS: usize = 8;
+/// Parts of a state as this build writes it with a maintenance window.
+const STATE_PARTS: usize = 9;
 
 /// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
 /// missing in a self-describing format (JSON, the simulator's), where a state with none set
@@ -389,7 +400,7 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
     type Value = State;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "a state of {} to {STATE_PARTS} parts", STATE_PARTS - 2)
+        write!(f, "a state of {} to {STATE_PARTS} parts", STATE_PARTS - 3)
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<State, A::Error> {
@@ -404,10 +415,28 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let revisions = part(&mut seq, 5)?;
         let visibility: BTreeMap<Name, Visibility> = seq.next_element()?.unwrap_or_default();
         let waits: Waits = seq.next_element()?.unwrap_or_default();
+        let windows: BTreeMap<Name, Window> = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_visibility(visibility)?;
         s.restore_waits(waits)?;
+        s.restore_windows(windows)?;
         Ok(s)
+    }
+}
+
+/// A state as snapshots wrote it before maintenance windows, and as they still write it
+/// while there is none (with a job waiting). Tried when the current layout fails.
+pub struct PreWindowsState(pub State);
+
+impl<'de> Deserialize<'de> for PreWindowsState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        type Parts =
+            (Data, Access, Tenancy, Aftermath, QueueAdmins, BTreeMap<Name, u64>, BTreeMap<Name, Visibility>, Waits);
+        let (d, access, tenancy, after, admins, revisions, visibility, waits) = Parts::deserialize(de)?;
+        let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
+        s.restore_visibility(visibility)?;
+        s.restore_waits(waits)?;
+        Ok(PreWindowsState(s))
     }
 }
 
@@ -477,6 +506,24 @@ impl State {
         self.waits = waits;
         Ok(())
     }
+
+    /// Every window's nodes exist; a started window's nodes leave the capacity (a rebuild).
+    fn restore_windows<E: serde::de::Error>(&mut self, windows: BTreeMap<Name, Window>) -> Result<(), E> {
+        for w in windows.values() {
+            if let Some(n) = w.spec.nodes.iter().find(|n| !self.d.nodes.contains_key(*n)) {
+                let name = &w.spec.name;
+                return Err(E::custom(format!(
+                    "inconsistent state: window {name} holds node {n}, which does not exist"
+                )));
+            }
+        }
+        let started = windows.values().any(|w| w.active);
+        self.windows = windows;
+        if started {
+            self.rebuild_ledger();
+        }
+        Ok(())
+    }
 }
 
 /// A state as snapshots before the completing state, queue admins and queue revisions wrote
@@ -541,6 +588,7 @@ impl State {
             queue_visibility: BTreeMap::new(),
             waits: Waits::new(),
             wait_index: WaitIndex::default(),
+            windows: BTreeMap::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -559,5 +607,6 @@ impl PartialEq for State {
             && self.queue_revisions == other.queue_revisions
             && self.queue_visibility == other.queue_visibility
             && self.waits == other.waits
+            && self.windows == other.windows
     }
 }

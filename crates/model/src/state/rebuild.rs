@@ -48,11 +48,13 @@ impl State {
             for k in 0..MAX_RESOURCE_KINDS {
                 pa.largest_node[k] = pa.largest_node[k].max(cap[k]);
             }
-            if node.schedulable() {
+            // A node in a started maintenance window is out of the capacity, as a cordoned one.
+            let open = node.schedulable() && self.active_window_on(&node.spec.name).is_none();
+            if open {
                 add(&mut pa.capacity, &cap);
             }
             Arc::make_mut(&mut l.node_ix).insert(node.spec.name.to_string(), l.nodes.len());
-            l.nodes.push(NodeAcct::new(node.spec.name.clone(), pool, rack, node.schedulable(), cap));
+            l.nodes.push(NodeAcct::new(node.spec.name.clone(), pool, rack, open, cap));
         }
         self.build_queues(&mut l);
         for j in self.d.jobs.values().filter(|j| !j.state.is_finished()) {

@@ -59,6 +59,13 @@ impl State {
             return Err(Rejection::AlreadyReserved { job: job.spec.name.clone() });
         }
         self.check_replicas(id, replicas)?;
+        // A reservation holds its nodes until the job starts, however long that takes: never
+        // on a node whose window is ahead, whatever the job's time limit.
+        for r in replicas {
+            if let Some(w) = self.windows().values().find(|w| !w.active && w.holds(&r.node)) {
+                return Err(Rejection::MaintenanceAhead { node: r.node.clone(), window: w.spec.name.clone() });
+            }
+        }
         if let Some(r) = replicas.iter().find(|r| self.d.nodes.get(&r.node).is_none_or(|n| &n.spec.pool != pool)) {
             return Err(Rejection::NodeNotInPool { node: r.node.clone(), pool: pool.clone() });
         }

@@ -237,6 +237,21 @@ impl Baton for Api {
         let node = objects::name(&r.into_inner().name)?;
         self.ack(&who, Op::Cordon { node, cordoned: true }).await
     }
+    async fn create_maintenance(&self, r: Request<MaintenanceWindow>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let spec = baton_proto::convert::window_from_proto(&r.into_inner()).map_err(status::from_convert)?;
+        self.ack(&who, Op::CreateMaintenance(spec)).await
+    }
+    async fn delete_maintenance(&self, r: Request<NameRef>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let name = objects::name(&r.into_inner().name)?;
+        self.ack(&who, Op::DeleteMaintenance { name }).await
+    }
+    async fn list_maintenance(&self, r: Request<Empty>) -> Result<Response<ListMaintenanceReply>, Status> {
+        self.caller(r.metadata()).await?;
+        let windows = self.read(|s| s.windows().values().map(baton_proto::convert::window_to_proto).collect()).await?;
+        Ok(Response::new(ListMaintenanceReply { windows }))
+    }
 
     /// Open to any caller, like a health check: replicas, leader, term and usage, no job
     /// data (probes and `baton dev` find the leader through it).
