@@ -235,6 +235,8 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         tail: Vec::new(),
         applied: 0,
         starts: 0,
+        windows: 0,
+        waiting_submits: 0,
         faults: Default::default(),
         simulated_ms: 0,
         wall_ms: 0,

@@ -85,6 +85,8 @@ pub fn check_state(s: &State) -> Result<(), String> {
             }
         }
     }
+    check_waits(s)?;
+    check_windows(s)?;
     for q in &l.queues {
         for p in 0..l.pools.len() {
             for k in 0..MAX_RESOURCE_KINDS {
@@ -96,6 +98,50 @@ pub fn check_state(s: &State) -> Result<(), String> {
                         q.borrow_limit[p][k]
                     ));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// decisions.md section 13: a held job is unfinished and has never started, and waits only
+/// for what does not hold yet and still can (a dependency that held or broke is settled in
+/// the command that decided it).
+fn check_waits(s: &State) -> Result<(), String> {
+    use baton_model::after::{Standing, standing};
+    for (id, waits) in s.waits() {
+        let j = s.job(*id).ok_or_else(|| format!("job {id} waits but is not kept"))?;
+        if j.state.is_finished() || j.attempt > 0 || waits.is_empty() {
+            return Err(format!("job {} is held while {:?} at attempt {}", j.spec.name, j.state, j.attempt));
+        }
+        for w in waits {
+            let target = s.job(w.job).ok_or_else(|| format!("{} waits for job {}, not kept", j.spec.name, w.job))?;
+            let st = standing(w.when, target);
+            if st != Standing::Waits {
+                return Err(format!(
+                    "{} still waits for {} ({:?}), which stands {st:?}",
+                    j.spec.name, target.spec.name, w.when
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// decisions.md section 14: a started window's nodes are out of the capacity, and no job
+/// runs there (the command that starts a window begins the stop of what ran there, and
+/// nothing is placed there until its end).
+fn check_windows(s: &State) -> Result<(), String> {
+    let l = s.ledger();
+    for w in s.windows().values().filter(|w| w.active) {
+        for node in &w.spec.nodes {
+            if l.node(node.as_str()).is_some_and(|n| l.nodes[n].schedulable) {
+                return Err(format!("node {node} of started window {} is schedulable", w.spec.name));
+            }
+            let running =
+                |j: &&baton_model::job::Job| j.state == JobState::Running && j.replicas.iter().any(|r| &r.node == node);
+            if let Some(j) = s.jobs().values().find(running) {
+                return Err(format!("{} runs on {node} during maintenance window {}", j.spec.name, w.spec.name));
             }
         }
     }

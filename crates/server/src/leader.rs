@@ -193,8 +193,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             plan,
             nodes: s.nodes().keys().cloned().collect(),
             ready: s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect(),
-            // Time moves windows on too (decisions.md section 14): a Tick starts or ends them.
-            tick_due: s.reservations().values().any(|res| res.deadline_ms < now) || s.window_due(now),
+            tick_due: s.tick_due(now),
             state_index: s.applied(),
         };
         // A plan's state goes out once applied (below); only a round that plans nothing

@@ -96,7 +96,7 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     let (plan, tick_due, ready) = replica.read_local(|s| {
         let ready: Vec<String> =
             s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.to_string()).collect();
-        (baton_sched::cycle(s, now), s.reservations().values().any(|r| r.deadline_ms < now), ready)
+        (baton_sched::cycle(s, now), s.tick_due(now), ready)
     });
     if !plan.decisions.is_empty() {
         write(replica, clock, Op::ApplyPlan(plan)).await;

@@ -1,5 +1,7 @@
 //! The client: it sets the cluster up (a cohort, three queues, the nodes), then until the
-//! load ends submits jobs, cancels some, rewrites queues' quotas and reads, each through a
+//! load ends submits jobs (some waiting for earlier ones, decisions.md section 13), cancels
+//! some, rewrites queues' quotas, makes maintenance windows (section 14) and reads, each
+//! through a
 //! replica drawn at random (a follower forwards to its leader). It remembers what was
 //! acknowledged, and checks that a linearizable read sees every write acknowledged before
 //! it; once the faults are healed, that every acknowledged write is in the state.
@@ -10,8 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use baton_model::after::{After, JobRef, When};
 use baton_model::command::{Command, Op, Outcome, Response};
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
+use baton_model::maintenance::WindowSpec;
 use baton_model::name::Name;
 use baton_model::node::NodeSpec;
 use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
@@ -69,6 +73,7 @@ impl Load {
                 }
                 60..72 => self.cancel(&mut rng, &mut acked).await,
                 72..80 => self.rewrite_quota(&mut rng, &mut acked).await,
+                80..83 => self.maintenance(&mut rng, n).await,
                 _ => self.read_check(&mut rng, &acked).await,
             }
         }
@@ -134,13 +139,50 @@ impl Load {
         };
         self.truth.lock().work.insert(name.clone(), work);
         let spec = job(rng, &name);
-        let op = Op::Submit { spec, request_id: Some(format!("req-{n}")) };
+        let request_id = Some(format!("req-{n}"));
+        let earlier: Vec<&String> = acked.submits.keys().collect();
+        let mut waits = String::new();
+        let op = if !earlier.is_empty() && rng.chance(15) {
+            let on = earlier[rng.below(earlier.len() as u64) as usize].clone();
+            let when = When::ALL[rng.below(When::ALL.len() as u64) as usize];
+            waits = format!(" (after {}:{on})", when.as_str());
+            let after = vec![After { job: JobRef::Name(Name::lit(&on)), when }];
+            Op::SubmitAfter { spec, request_id, run_as: None, after }
+        } else {
+            Op::Submit { spec, request_id }
+        };
         if let Some(Ok(applied)) = self.write(rng, op).await {
             if let Outcome::Submitted { job, .. } = applied.outcome {
-                self.truth.record(format!("submit {name} acknowledged: job {job}"));
+                if !waits.is_empty() {
+                    self.truth.lock().waiting_submits += 1;
+                }
+                self.truth.record(format!("submit {name}{waits} acknowledged: job {job}"));
                 acked.submits.insert(name, job);
             }
         }
+    }
+
+    /// A window on one or two nodes, starting seconds to a minute from now for up to two
+    /// minutes; one that overlaps another is refused, and that is fine.
+    async fn maintenance(&self, rng: &mut SplitMix64, n: u64) {
+        let first = rng.range(1, self.nodes + 1);
+        let mut nodes = vec![Name::lit(&format!("n{first}"))];
+        if self.nodes > 1 && rng.chance(30) {
+            nodes.push(Name::lit(&format!("n{}", first % self.nodes + 1)));
+        }
+        let start_ms = crate::wall_ms() + rng.range(5_000, 60_000);
+        let end_ms = start_ms + rng.range(10_000, 120_000);
+        let name = Name::lit(&format!("w{n}-{}", rng.below(1_000)));
+        let spec = WindowSpec { name: name.clone(), nodes, start_ms, end_ms };
+        let answer = match self.write(rng, Op::CreateMaintenance(spec)).await {
+            Some(Ok(_)) => {
+                self.truth.lock().windows += 1;
+                "acknowledged".to_string()
+            }
+            Some(Err(e)) => format!("refused: {e}"),
+            None => "not acknowledged".to_string(),
+        };
+        self.truth.record(format!("maintenance window {name} on {first}: {answer}"));
     }
 
     async fn cancel(&self, rng: &mut SplitMix64, acked: &mut Acked) {
@@ -232,7 +274,8 @@ fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
         preemption_mode: if rng.chance(70) { PreemptionMode::Checkpoint } else { PreemptionMode::Requeue },
         grace_ms: GRACE_MS,
         min_runtime_ms: 0,
-        time_limit_ms: None,
+        // Some jobs declare a time limit, so a window ahead is open to them.
+        time_limit_ms: rng.chance(20).then(|| rng.range(WORK_MS.0, WORK_MS.1) * 2),
         command: vec!["work".into()],
         env: BTreeMap::new(),
         checkpoint_signal: None,

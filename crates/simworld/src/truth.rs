@@ -84,6 +84,10 @@ pub struct Truth {
     pub history: History,
     pub violations: Vec<String>,
     pub starts: u64,
+    /// Maintenance windows the client saw acknowledged.
+    pub windows: u64,
+    /// Submits with dependencies the client saw acknowledged.
+    pub waiting_submits: u64,
 }
 
 #[derive(Clone, Default)]

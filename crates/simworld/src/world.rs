@@ -72,6 +72,10 @@ pub struct Outcome {
     pub tail: Vec<String>,
     pub applied: u64,
     pub starts: u64,
+    /// Acknowledged maintenance windows and submits with dependencies: how much of
+    /// decisions.md sections 13 and 14 the seed exercised.
+    pub windows: u64,
+    pub waiting_submits: u64,
     pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
@@ -179,6 +183,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         tail: t.history.tail(),
         applied,
         starts: t.starts,
+        windows: t.windows,
+        waiting_submits: t.waiting_submits,
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,

@@ -36,6 +36,12 @@ impl State {
         self.windows.values().find(|w| w.holds(node) && w.closes_to(job, now))
     }
 
+    /// Time alone would change something, so the leader sends a `Tick`: a reservation whose
+    /// victims outlived its deadline, or a window whose start or end has come.
+    pub fn tick_due(&self, now_ms: u64) -> bool {
+        self.reservations().values().any(|r| r.deadline_ms < now_ms) || self.window_due(now_ms)
+    }
+
     /// A window starts or ends at or before `now_ms` and the state has not moved it on yet.
     pub fn window_due(&self, now_ms: u64) -> bool {
         self.windows.values().any(|w| (!w.active && w.spec.start_ms <= now_ms) || w.spec.end_ms <= now_ms)
