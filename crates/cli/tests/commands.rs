@@ -575,12 +575,16 @@ fn watch_prints_one_line_per_event_and_says_when_the_stream_ends() {
 
 #[test]
 fn nodes_cordon_and_acks() {
-    let fake = Fake::with(|s| s.nodes.push(node("n1", "10.0.0.5:7071")));
+    let fake = Fake::with(|s| {
+        s.nodes.push(node("n1", "10.0.0.5:7071"));
+        s.nodes.push(v1::Node { maintenance: "fw".into(), ..node("n2", "10.0.0.6:7071") });
+    });
     let server = serve_baton(fake.clone());
     let (r, out) = run(&["nodes", "--server", &server.addr()]);
     r.unwrap();
     assert!(out.starts_with("NAME"), "{out}");
     assert!(out.lines().nth(1).unwrap().contains("0/8"), "{out}");
+    assert!(out.lines().nth(2).unwrap().contains("Ready,Maintenance(fw)"), "{out}");
     let (r, out) = run(&["uncordon", "n1", "--server", &server.addr()]);
     r.unwrap();
     assert_eq!(out, "node n1 uncordoned\n");

@@ -717,6 +717,7 @@ pub fn node_to_proto(n: &Node) -> v1::Node {
         last_seen_ms_ago: None,
         agent_addr: s.agent_addr.clone(),
         unhealthy: n.unhealthy.clone().unwrap_or_default(),
+        maintenance: String::new(),
     }
 }
 

@@ -51,6 +51,8 @@ async fn a_window_stops_the_job_on_its_node_and_it_runs_again_after_the_end() {
     assert!(j.has_checkpoint && j.reason.contains("maintenance window fw holds n1"), "{}", j.reason);
     assert!(j.events.iter().any(|e| e.kind() == EventKind::MaintenanceStop), "{:?}", j.events);
     assert!(c.list_maintenance(Empty {}).await.unwrap().into_inner().windows[0].active);
+    let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
+    assert_eq!(nodes[0].maintenance, "fw", "baton nodes names the window");
 
     let d = agent.until("train runs again", |d| d.assignments.iter().any(|a| a.job == "train" && a.attempt == 2)).await;
     assert!(now_ms() >= start + 2_000, "not before the window's end: {d:?}");

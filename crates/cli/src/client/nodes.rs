@@ -55,6 +55,9 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
         if n.cordoned {
             status.push_str(",Cordoned");
         }
+        if !n.maintenance.is_empty() {
+            status.push_str(&format!(",Maintenance({})", n.maintenance));
+        }
         let unhealthy = n.gpus.iter().filter(|g| !g.healthy).count();
         if unhealthy > 0 {
             status.push_str(&format!(",{unhealthy} GPU unhealthy"));

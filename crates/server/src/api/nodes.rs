@@ -33,6 +33,8 @@ pub async fn list(api: &Api) -> Result<Response<ListNodesReply>, Status> {
                     let (u, jobs) = used.remove(&n.spec.name).unwrap_or_default();
                     p.used = Some(resources_to_proto(&u));
                     p.jobs = jobs;
+                    p.maintenance =
+                        s.active_window_on(&n.spec.name).map(|w| w.spec.name.to_string()).unwrap_or_default();
                     p
                 })
                 .collect::<Vec<_>>()

@@ -50,6 +50,7 @@ pub struct Metrics {
     queue_gpus_lent: Family<Labels, Gauge>,
     queue_pending_jobs: Family<Labels, Gauge>,
     queue_held_jobs: Family<Labels, Gauge>,
+    maintenance_windows: Family<Labels, Gauge>,
     queue_pending_gpus: Family<Labels, Gauge>,
     queue_running_jobs: Family<Labels, Gauge>,
     pool_gpus_capacity: Family<Labels, Gauge>,
@@ -111,6 +112,7 @@ impl Metrics {
             queue_gpus_lent: Family::default(),
             queue_pending_jobs: Family::default(),
             queue_held_jobs: Family::default(),
+            maintenance_windows: Family::default(),
             queue_pending_gpus: Family::default(),
             queue_running_jobs: Family::default(),
             pool_gpus_capacity: Family::default(),
@@ -178,6 +180,11 @@ impl Metrics {
             self.queue_gpus_lent.clone(),
         );
         r.register("baton_queue_pending_jobs", "Jobs waiting in the queue", self.queue_pending_jobs.clone());
+        r.register(
+            "baton_maintenance_windows",
+            "Maintenance windows by state: ahead, or started (their nodes take no work)",
+            self.maintenance_windows.clone(),
+        );
         r.register(
             "baton_queue_held_jobs",
             "Pending jobs of the queue held by their dependencies (never considered until they hold)",

@@ -45,6 +45,10 @@ impl Metrics {
         self.series_dropped.set(to_i64(table.len().saturating_sub(MAX_QUEUE_POOL_SERIES) as u64));
         self.refresh_queues(state);
         self.refresh_nodes(state);
+        let started = state.windows().values().filter(|w| w.active).count() as u64;
+        for (label, count) in [("ahead", state.windows().len() as u64 - started), ("started", started)] {
+            self.maintenance_windows.get_or_create(&vec![("state", label.to_string())]).set(to_i64(count));
+        }
     }
 
     fn refresh_queues(&self, state: &State) {

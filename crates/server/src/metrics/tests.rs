@@ -171,6 +171,23 @@ mod state_gauges {
     }
 
     #[test]
+    fn maintenance_windows_are_counted_by_state() {
+        let mut s = borrowing();
+        let window = |name: &str, start_ms: u64| baton_model::maintenance::WindowSpec {
+            name: Name::lit(name),
+            nodes: vec![Name::lit("n1")],
+            start_ms,
+            end_ms: start_ms + 1_000,
+        };
+        apply(&mut s, Op::CreateMaintenance(window("now", 500)));
+        apply(&mut s, Op::CreateMaintenance(window("later", 50_000)));
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
+        for want in ["baton_maintenance_windows{state=\"ahead\"} 1", "baton_maintenance_windows{state=\"started\"} 1"] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn queue_and_pool_series_stop_at_the_bound_and_say_how_many_were_left_out() {
         let mut s = State::default();
         for i in 0..=MAX_QUEUE_POOL_SERIES {
