@@ -50,6 +50,8 @@ pub enum Rejection {
     /// by then goes there; a reservation never takes such a node.
     #[error("node {node} is held for maintenance window {window}, which starts before the job would end")]
     MaintenanceAhead { node: Name, window: Name },
+    #[error("node {node} is in maintenance window {window}")]
+    InMaintenance { node: Name, window: Name },
     #[error("node {node} is not in an allowed pool")]
     PoolNotAllowed { node: Name },
     #[error("replicas do not cover the job's tasks exactly once")]

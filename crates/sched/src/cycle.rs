@@ -111,6 +111,11 @@ fn resume_suspended(view: &mut View, suspended: &[&Job], plan: &mut Plan) {
             wait(plan, job, format!("suspended in place; node {} is not ready", r.node));
             continue;
         }
+        if let Some((r, w)) = job.replicas.iter().find_map(|r| state.active_window_on(&r.node).map(|w| (r, w))) {
+            let why = format!("suspended in place; node {} is in maintenance window {}", r.node, w.spec.name);
+            wait(plan, job, why);
+            continue;
+        }
         let shares = state.shares(job, &job.replicas);
         let (q, np) = view.queue_np(job);
         match view.ledger.check_admission(q, &demand_of(&view.ledger, &shares), np) {

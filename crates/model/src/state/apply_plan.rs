@@ -104,6 +104,10 @@ impl State {
         if let Some(r) = job.replicas.iter().find(|r| !ready(r)) {
             return Err(Rejection::NodeNotReady { node: r.node.clone() });
         }
+        // Nothing runs on a node in a started window (decisions.md section 14).
+        if let Some((r, w)) = job.replicas.iter().find_map(|r| self.active_window_on(&r.node).map(|w| (r, w))) {
+            return Err(Rejection::InMaintenance { node: r.node.clone(), window: w.spec.name.clone() });
+        }
         // A suspended job charges no quota; running again is an admission like any other.
         let shares = self.shares(job, &job.replicas);
         let (q, np) = self.queue_and_np(job);

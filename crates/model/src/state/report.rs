@@ -747,6 +747,35 @@ mod tests {
         (s, low)
     }
 
+    /// A suspended victim does not resume in place on a node whose maintenance window has
+    /// started (decisions.md section 14: nothing runs there until its end), even once its
+    /// preemptor is gone; it does once the window ends. Found while writing section 14's
+    /// scenarios: the plan checker asked only that the node be Ready.
+    #[test]
+    fn a_suspended_victim_does_not_resume_in_place_during_a_maintenance_window() {
+        let mut s = cpu_node_n1(1);
+        let (low, high) = low_suspended_for_high(&mut s);
+        decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
+        let now = s.now_ms();
+        let window = crate::maintenance::WindowSpec {
+            name: Name::lit("fw"),
+            nodes: vec![Name::lit("n1")],
+            start_ms: now,
+            end_ms: now + 10_000,
+        };
+        apply(&mut s, Op::CreateMaintenance(window));
+        let stopped = Observed::Stopped { job: high, attempt: 1, rank: 0, checkpointed: true };
+        assert!(report(&mut s, "n1", vec![stopped]).is_empty());
+        assert!(!s.holds(high), "high was stopped for the window and requeued");
+        let plan = Plan { based_on: s.applied(), decisions: vec![Decision::ResumeInPlace { job: low, attempt: 1 }] };
+        let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
+        assert_eq!(rejected.len(), 1, "n1 is in window fw");
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+        s.apply(Command { now_ms: now + 10_000, op: Op::Tick }).unwrap();
+        decide(&mut s, Decision::ResumeInPlace { job: low, attempt: 1 });
+        assert_eq!(s.job(low).unwrap().state, JobState::Running);
+    }
+
     /// A job suspended and resumed in place runs the same attempt again: its agent's lease
     /// stop (with its work saved) requeues it, and in a later preemption counts as its stop,
     /// not as a late save of an ended attempt (`late_checkpoint`). Written while looking for
