@@ -185,3 +185,19 @@ def test_a_dead_replica_first_in_the_list_is_passed_over(cluster: Any, closed_po
     servers = "127.0.0.1:%d,%s" % (closed_port, cluster.servers)
     with cluster.client(servers=servers, timeout=20) as c:
         assert c.whoami().user
+
+
+def test_a_maintenance_window_is_created_listed_refused_when_bad_and_deleted(admin: Client) -> None:
+    start = time.time() + 3600
+    admin.create_maintenance("py-fw", ["node-2"], start, start + 600)
+    (w,) = [w for w in admin.maintenance() if w.name == "py-fw"]
+    assert (w.nodes, w.active, w.end_ms - w.start_ms) == (["node-2"], False, 600_000)
+    with pytest.raises(AlreadyExists):
+        admin.create_maintenance("py-fw", ["node-2"], start + 7200, start + 7800)
+    with pytest.raises(InvalidArgument) as e:
+        admin.create_maintenance("py-other", ["no-such-node"], start, start + 600)
+    assert "nodes[0]" in e.value.details
+    with pytest.raises(ConfigError):
+        admin.create_maintenance("py-other", "node-2", start, start + 600)
+    admin.delete_maintenance("py-fw")
+    assert not [w for w in admin.maintenance() if w.name == "py-fw"]

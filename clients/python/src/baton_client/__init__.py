@@ -25,7 +25,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .models import FINISHED_STATES, Event, Job, JobState, Placement, Submitted, WhoAmI
+from .models import FINISHED_STATES, Event, Job, JobState, MaintenanceWindow, Placement, Submitted, WhoAmI
 
 __version__ = "0.1.0"
 
@@ -42,6 +42,7 @@ __all__ = [
     "Job",
     "JobRef",
     "JobState",
+    "MaintenanceWindow",
     "NoLeader",
     "NoLogs",
     "NotFound",

@@ -11,7 +11,7 @@ import grpc
 
 from ._connect import Conn, Settings
 from .errors import BatonError, ConfigError, NoLogs, NotFound, Unavailable, from_rpc_error
-from .models import Event, Job, JobState, Submitted, WhoAmI, enum_value
+from .models import Event, Job, JobState, MaintenanceWindow, Submitted, WhoAmI, enum_value
 
 #: A job named by its name, or by its numeric id.
 JobRef = Union[str, int]
@@ -352,6 +352,30 @@ class Client:
     def queues(self) -> List[str]:
         """The queues' names."""
         return [u.queue.name for u in self._conn.call("ListQueues", self._pb.Empty()).queues]
+
+    def create_maintenance(self, name: str, nodes: Sequence[str], start: float, end: float) -> None:
+        """A maintenance window on `nodes` from `start` to `end` (Unix seconds; operators and
+        admins): before its start only jobs whose time limit ends them by then go there; at
+        its start what runs there is stopped and requeued; until its end they take nothing.
+        AlreadyExists if the name is taken; InvalidArgument names a bad field."""
+        if isinstance(nodes, (str, bytes)):
+            raise ConfigError("nodes is a list of node names, e.g. ['node-1'], not a string")
+        w = self._pb.MaintenanceWindow(
+            name=name,
+            nodes=list(nodes),
+            start_ms=_ms(start, "start") or 0,
+            end_ms=_ms(end, "end") or 0,
+        )
+        self._conn.call("CreateMaintenance", w)
+
+    def maintenance(self) -> List[MaintenanceWindow]:
+        """The windows ahead and started, by name."""
+        reply = self._conn.call("ListMaintenance", self._pb.Empty())
+        return [MaintenanceWindow.from_proto(w) for w in reply.windows]
+
+    def delete_maintenance(self, name: str) -> None:
+        """Forgets a window; a started one gives its nodes back at once."""
+        self._conn.call("DeleteMaintenance", self._pb.NameRef(name=name))
 
     def whoami(self) -> WhoAmI:
         """Who the client's token names."""

@@ -204,6 +204,22 @@ class Submitted:
 
 
 @dataclass
+class MaintenanceWindow:
+    """Nodes reserved for maintenance from `start_ms` to `end_ms` (Unix milliseconds)."""
+
+    name: str
+    nodes: List[str]
+    start_ms: int
+    end_ms: int
+    #: Started: its nodes take no work until its end.
+    active: bool
+
+    @classmethod
+    def from_proto(cls, w: Any) -> "MaintenanceWindow":
+        return cls(name=w.name, nodes=list(w.nodes), start_ms=w.start_ms, end_ms=w.end_ms, active=w.active)
+
+
+@dataclass
 class WhoAmI:
     """Who the client's token names."""
 
