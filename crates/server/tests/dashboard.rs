@@ -95,7 +95,7 @@ fn names(page: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_page_and_the_json_endpoints_show_the_cluster_to_a_token_allowed_to_list() {
-    let (cluster, mut agent, _admin, mut alice) = setup().await;
+    let (cluster, mut agent, mut admin, mut alice) = setup().await;
     alice.submit(submit("j1")).await.unwrap();
     agent.until("j1 runs", |d| has(d, "j1", Action::Run)).await;
     // A follower answers as well as the leader: reads go through the leader.
@@ -152,6 +152,20 @@ async fn the_page_and_the_json_endpoints_show_the_cluster_to_a_token_allowed_to_
     let held = get_json(http, "/api/jobs/j2", ALICE).await;
     assert_eq!(held["waiting_for"], serde_json::json!([{"job": "j1", "when": "ok"}]), "{held}");
     assert!(script.contains("waiting_for"), "the page shows it");
+
+    // A node in a started maintenance window says which, and the page shows it.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let w = MaintenanceWindow {
+        name: "fw".into(),
+        nodes: vec!["n1".into()],
+        start_ms: now_ms,
+        end_ms: now_ms + 600_000,
+        active: false,
+    };
+    admin.create_maintenance(w).await.unwrap();
+    let nodes = get_json(http, "/api/nodes", ALICE).await;
+    assert_eq!(nodes["nodes"][0]["maintenance"], "fw", "{nodes}");
+    assert!(script.contains("in maintenance window"), "the page shows it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -241,8 +241,9 @@ function showNodes(nodes, active) {
       return h("div", { class: "gpu" + (job ? " held" : "") + (g.healthy ? "" : " unhealthy"), "data-node": n.name, "data-gpu": g.i, "data-job": job || "", title: g.model },
         "GPU " + g.i, h("br"), job || h("span", { class: "muted" }, "free"));
     });
-    const status = n.status + (n.cordoned ? ", cordoned" : "") + (n.unhealthy ? ": " + n.unhealthy : "");
-    return h("div", { class: "node", "data-node": n.name, "data-status": n.status },
+    const status = n.status + (n.cordoned ? ", cordoned" : "") + (n.unhealthy ? ": " + n.unhealthy : "") +
+      (n.maintenance ? ", in maintenance window " + n.maintenance : "");
+    return h("div", { class: "node", "data-node": n.name, "data-status": n.status, "data-maintenance": n.maintenance || "" },
       h("div", {}, h("b", {}, n.name), " · pool " + n.pool + (n.rack ? " · rack " + n.rack : "") + " · " + status),
       h("div", { class: "grid" }, cells));
   });
