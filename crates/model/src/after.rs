@@ -55,6 +55,16 @@ pub enum JobRef {
     Name(Name),
 }
 
+impl JobRef {
+    /// A job by id when `text` is all digits, else by name (checked).
+    pub fn parse(text: &str) -> Result<JobRef, crate::name::NameError> {
+        match text.parse::<JobId>() {
+            Ok(id) => Ok(JobRef::Id(id)),
+            Err(_) => Name::new(text).map(JobRef::Name),
+        }
+    }
+}
+
 impl std::fmt::Display for JobRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -79,10 +89,7 @@ impl After {
         let when = When::parse(when.trim())
             .ok_or_else(|| format!("{when:?} in {s:?} is not one of ok, any, notok, started"))?;
         let job = job.trim();
-        let job = match job.parse::<JobId>() {
-            Ok(id) => JobRef::Id(id),
-            Err(_) => JobRef::Name(Name::new(job).map_err(|e| format!("job {job:?} in {s:?}: {e}"))?),
-        };
+        let job = JobRef::parse(job).map_err(|e| format!("job {job:?} in {s:?}: {e}"))?;
         Ok(After { job, when })
     }
 }

@@ -126,3 +126,16 @@ impl Visibility {
         Visibility::ALL.into_iter().find(|v| v.as_str() == s)
     }
 }
+
+/// How much of one job a caller sees (`State::job_view`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobView {
+    /// Everything, its private data (environment, logs) included.
+    Private,
+    /// Everything but its private data.
+    Public,
+    /// Id, name, queue, state and owner.
+    Names,
+    /// Nothing: as if it did not exist.
+    Hidden,
+}

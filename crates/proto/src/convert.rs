@@ -561,10 +561,7 @@ pub fn after_from_proto(deps: &[v1::Dependency]) -> R<Vec<After>> {
             let when: v1::DependencyCondition = closed(d.when, &format!("{field}.when"))?;
             let when = condition_from_proto(when)
                 .ok_or_else(|| bad(&format!("{field}.when"), "a condition is needed (ok, any, notok, started)"))?;
-            let job = match d.job.parse::<u64>() {
-                Ok(id) => JobRef::Id(id),
-                Err(_) => JobRef::Name(Name::new(d.job.as_str()).map_err(|e| bad(&format!("{field}.job"), e))?),
-            };
+            let job = JobRef::parse(&d.job).map_err(|e| bad(&format!("{field}.job"), e))?;
             Ok(After { job, when })
         })
         .collect()

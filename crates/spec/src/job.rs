@@ -128,10 +128,8 @@ fn dependencies(cx: &Cx, node: &Node, path: &str) -> R<Vec<After>> {
         }
         let mut f = cx.map(item, &ip)?;
         let jnode = f.req("job")?;
-        let job = match &jnode.v {
-            Yaml::Scalar { text, plain: true } if text.parse::<u64>().is_ok() => JobRef::Id(text.parse().unwrap_or(0)),
-            _ => JobRef::Name(cx.name(jnode, &f.field_path("job"))?),
-        };
+        let jtext = cx.text(jnode, &f.field_path("job"))?;
+        let job = JobRef::parse(&jtext).map_err(|e| cx.err(jnode.line, &f.field_path("job"), e.to_string()))?;
         let wnode = f.req("when")?;
         let wtext = cx.text(wnode, &f.field_path("when"))?;
         let when = When::parse(&wtext).ok_or_else(|| {

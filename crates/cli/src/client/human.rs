@@ -134,6 +134,52 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// `now`, `+DURATION` from `now_ms`, or a UTC time `YYYY-MM-DDTHH:MM[:SS[.mmm]]Z`.
+pub fn parse_instant_ms(text: &str, now_ms: u64) -> Result<u64, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("now") {
+        return Ok(now_ms);
+    }
+    if let Some(d) = t.strip_prefix('+') {
+        return Ok(now_ms.saturating_add(parse_duration_ms(d)?));
+    }
+    utc_ms(t).ok_or_else(|| format!("{t:?} is not a UTC time (2026-12-01T02:00:00Z), +DURATION (+2h) or now"))
+}
+
+fn utc_ms(t: &str) -> Option<u64> {
+    let t = t.strip_suffix('Z').or_else(|| t.strip_suffix('z'))?;
+    let (date, time) = t.split_once(['T', 't', ' '])?;
+    let mut d = date.split('-');
+    let (y, mo, day) = (d.next()?.parse::<i64>().ok()?, d.next()?.parse::<u32>().ok()?, d.next()?.parse::<u32>().ok()?);
+    if d.next().is_some() || !(1..=12).contains(&mo) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut p = hms.split(':');
+    let h = p.next()?.parse::<u64>().ok()?;
+    let m = p.next()?.parse::<u64>().ok()?;
+    let s = p.next().map_or(Some(0), |x| x.parse::<u64>().ok())?;
+    if p.next().is_some() || h > 23 || m > 59 || s > 59 || frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms = if frac.is_empty() { 0 } else { frac.parse::<u64>().ok()? * 10u64.pow(3 - frac.len() as u32) };
+    let days = days_from_civil(y, mo, day);
+    let secs = u64::try_from(days).ok()? * 86_400 + h * 3600 + m * 60 + s;
+    Some(secs * 1000 + ms)
+}
+
+/// (year, month, day) to days since 1970-01-01, the inverse of `civil_from_days` (H.
+/// Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Resource kinds in reading order: gpu, cpu, memory, then the rest by name.
 pub fn ordered(amounts: &HashMap<String, u64>) -> Vec<(&str, u64)> {
     let rank = |k: &str| match k {
@@ -261,6 +307,20 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn instants_read_utc_relative_and_now_and_round_trip_with_timestamp() {
+        let now = 1_764_000_000_000;
+        assert_eq!(parse_instant_ms("now", now), Ok(now));
+        assert_eq!(parse_instant_ms("+2h", now), Ok(now + 7_200_000));
+        for ms in [0, 951_782_400_000, 1_764_979_200_123, 4_102_444_800_000] {
+            assert_eq!(parse_instant_ms(&timestamp(ms), now), Ok(ms), "{}", timestamp(ms));
+        }
+        assert_eq!(parse_instant_ms("2026-12-01T02:00Z", now), Ok(1_796_090_400_000));
+        for bad in ["tomorrow", "2026-13-01T00:00:00Z", "2026-12-01T02:00:00", "2026-12-01T25:00:00Z", "+soon"] {
+            assert!(parse_instant_ms(bad, now).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations_parse() {

@@ -8,6 +8,7 @@ use crate::command::{Op, Outcome};
 use crate::error::ApplyError;
 use crate::event::Event;
 use crate::name::Name;
+use crate::queue::{JobView, Visibility};
 
 impl State {
     /// Once the cluster has tokens, a client command without one is refused, wherever it
@@ -87,8 +88,32 @@ fn by(message: String, user: &Name) -> String {
 }
 
 impl State {
-    /// A user may wait only for jobs they may see (docs/security.md, "Who sees which jobs"):
-    /// one hidden from them is refused as an unknown one.
+    /// What `token` (`None`: no token, `--auth none`) sees of `job`: everything for its
+    /// owner, an admin of its queue, operators and admins; for others what the job's queue
+    /// shows (docs/security.md, "Who sees which jobs"). The API, the dashboard and the
+    /// dependency check ask here, so they agree.
+    pub fn job_view(&self, token: Option<&crate::access::Token>, job: &crate::job::Job) -> JobView {
+        let Some(t) = token else {
+            return JobView::Private;
+        };
+        let owner = self.access.owner(job.id);
+        if t.may_see_private(job, owner) {
+            return JobView::Private;
+        }
+        // An owner whose grant was taken back still sees their job, without its private
+        // data (as before visibility existed).
+        if owner == Some(&t.spec.user) {
+            return JobView::Public;
+        }
+        match self.queue_visibility(&job.spec.queue) {
+            Visibility::All => JobView::Public,
+            Visibility::Names => JobView::Names,
+            Visibility::Own => JobView::Hidden,
+        }
+    }
+
+    /// A user may wait only for jobs they may see: one hidden from them is refused as an
+    /// unknown one.
     fn check_dependencies_visible(
         &self,
         t: &crate::access::Token,
@@ -97,12 +122,7 @@ impl State {
     ) -> Result<(), ApplyError> {
         for (i, a) in after.iter().enumerate() {
             let id = self.resolve_one(i, own_name, &a.job)?;
-            let job = &self.d.jobs[&id];
-            let owner = self.access.owner(id);
-            let seen = t.may_see_private(job, owner)
-                || owner == Some(&t.spec.user)
-                || self.queue_visibility(&job.spec.queue) != crate::queue::Visibility::Own;
-            if !seen {
+            if self.job_view(Some(t), &self.d.jobs[&id]) == JobView::Hidden {
                 return Err(super::waits::unknown_dependency(i, &a.job));
             }
         }

@@ -126,14 +126,17 @@ impl State {
             .filter(|w| !w.active && w.spec.start_ms <= now && now < w.spec.end_ms)
             .map(|w| w.spec.name.clone())
             .collect();
-        if ended.is_empty() && started.is_empty() {
-            return;
-        }
+        let mut nodes_changed = !started.is_empty();
         for name in &ended {
             let w = self.windows.remove(name).expect("listed above");
             if w.active {
                 self.window_event(&w, EventKind::MaintenanceEnded, "ended", ev);
+                nodes_changed = true;
             }
+        }
+        // A window that ended before it started (the leader was away) changes no node.
+        if !nodes_changed {
+            return;
         }
         for name in &started {
             let w = self.windows.get_mut(name).expect("listed above");

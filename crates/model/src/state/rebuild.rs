@@ -35,6 +35,9 @@ impl State {
         let racks: BTreeSet<Name> = d.nodes.values().filter_map(|n| n.spec.rack.clone()).collect();
         l.racks = racks.into_iter().collect();
 
+        // Nodes of started maintenance windows, once: a rebuild reads every node.
+        let in_window: BTreeSet<&Name> =
+            self.windows.values().filter(|w| w.active).flat_map(|w| w.spec.nodes.iter()).collect();
         for node in d.nodes.values() {
             let pool = l.pool_ix[node.spec.pool.as_str()];
             let rack = node.spec.rack.as_ref().and_then(|r| l.racks.iter().position(|x| x == r));
@@ -49,7 +52,7 @@ impl State {
                 pa.largest_node[k] = pa.largest_node[k].max(cap[k]);
             }
             // A node in a started maintenance window is out of the capacity, as a cordoned one.
-            let open = node.schedulable() && self.active_window_on(&node.spec.name).is_none();
+            let open = node.schedulable() && !in_window.contains(&node.spec.name);
             if open {
                 add(&mut pa.capacity, &cap);
             }

@@ -64,7 +64,7 @@ impl WaitIndex {
 impl State {
     /// The job waits for others: no cycle considers it and no plan may place it.
     pub fn held(&self, id: JobId) -> bool {
-        !self.waits.is_empty() && self.waits.contains_key(&id)
+        self.waits.contains_key(&id)
     }
 
     /// The dependencies of `id` that do not hold yet (empty when it is not held).
@@ -201,7 +201,7 @@ impl State {
             state.as_str(),
             w.when.describe()
         );
-        self.forget_waits(id);
+        // `finish` forgets its waits and notes it for its own waiters.
         self.finish(id, JobState::Cancelled, None);
         self.set_reason(id, why.clone());
         self.job_event(id, EventKind::Cancelled, why, ev);

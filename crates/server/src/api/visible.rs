@@ -6,43 +6,16 @@
 use baton_model::State;
 use baton_model::event::Event;
 use baton_model::job::Job;
-use baton_model::queue::Visibility;
 use baton_proto::v1;
 
 use crate::auth::Caller;
 
-/// How much of one job a caller sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    /// Everything, its private data (environment, logs) included.
-    Private,
-    /// Everything but its private data.
-    Public,
-    /// Id, name, queue, state and owner.
-    Names,
-    /// Nothing: as if it did not exist.
-    Hidden,
-}
+/// How much of one job a caller sees (the model's rule, `State::job_view`).
+pub use baton_model::queue::JobView as View;
 
 /// What `who` sees of `job`.
 pub fn view(s: &State, who: &Caller, job: &Job) -> View {
-    let Some(t) = who.token() else {
-        return View::Private;
-    };
-    let owner = s.access().owner(job.id);
-    if t.may_see_private(job, owner) {
-        return View::Private;
-    }
-    // An owner whose grant was taken back still sees their job, without its private data
-    // (as before visibility existed).
-    if owner == Some(&t.spec.user) {
-        return View::Public;
-    }
-    match s.queue_visibility(&job.spec.queue) {
-        Visibility::All => View::Public,
-        Visibility::Names => View::Names,
-        Visibility::Own => View::Hidden,
-    }
+    s.job_view(who.token(), job)
 }
 
 /// What `who` sees of an event: as of its job (an event of a job no longer kept is shown
