@@ -147,6 +147,11 @@ async fn step(c: &mut Cluster, a: &Action) {
         Action::NodeUp(n) => c.start_agent(n.v.as_str()),
         Action::UpdateQueue(..) => panic!("update_queue is not replayed end to end yet"),
         Action::Maintenance(..) => panic!("maintenance is not replayed end to end yet"),
+        Action::Gpu(g) => {
+            let (healthy, error) = (g.v.error.is_none(), g.v.error.clone().unwrap_or_default());
+            let req = baton_proto::v1::SetGpuHealthRequest { node: g.v.node.to_string(), gpu: g.v.gpu, healthy, error };
+            drop(call!(c, |api| api.set_gpu_health(req.clone())))
+        }
     }
 }
 

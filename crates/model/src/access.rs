@@ -319,10 +319,14 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
         ))
     };
     match op {
-        Op::Cordon { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } if token.has(Role::Operator) => {
+        Op::Cordon { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } | Op::SetGpuHealth { .. }
+            if token.has(Role::Operator) =>
+        {
             Ok(())
         }
-        Op::Cordon { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } => Err(needs(Role::Operator)),
+        Op::Cordon { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } | Op::SetGpuHealth { .. } => {
+            Err(needs(Role::Operator))
+        }
         Op::Submit { spec, .. } => may_submit(token, spec),
         Op::SubmitRunAs { spec, run_as, .. } | Op::SubmitAfter { spec, run_as, .. } => {
             may_submit(token, spec)?;

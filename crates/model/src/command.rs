@@ -202,6 +202,22 @@ pub enum Op {
     DeleteMaintenance {
         name: Name,
     },
+    // After the maintenance writes, so logs written before them decode.
+    /// An agent's word on one of its node's GPUs (decisions.md section 14): `fault` names
+    /// the error it found (through NVML, or its health check when `by_check`); `None` says
+    /// the health check passed, which clears only a fault the check found.
+    ReportGpu {
+        node: Name,
+        gpu: u32,
+        fault: Option<String>,
+        by_check: bool,
+    },
+    /// An operator marks a GPU unhealthy (`fault`) or healthy again (`None`).
+    SetGpuHealth {
+        node: Name,
+        gpu: u32,
+        fault: Option<String>,
+    },
 }
 
 impl Op {
@@ -224,6 +240,7 @@ impl Op {
                 // replica; forwarded, one would forge any node's exits or shape.
                 | Op::RegisterNode(_)
                 | Op::Report { .. }
+                | Op::ReportGpu { .. }
                 | Op::JobExited { .. }
                 | Op::JobStopped { .. }
                 | Op::JobCheckpointed { .. }
@@ -255,6 +272,7 @@ impl Op {
                 | Op::SubmitAfter { .. }
                 | Op::CreateMaintenance(_)
                 | Op::DeleteMaintenance { .. }
+                | Op::SetGpuHealth { .. }
                 | Op::SetTenancy(_)
                 | Op::GrantQueueAdmin { .. }
                 | Op::CreateQueue(_)
@@ -296,6 +314,8 @@ impl Op {
             Op::SubmitRunAs { .. } | Op::SubmitAfter { .. } => "Submit",
             Op::CreateMaintenance(_) => "CreateMaintenance",
             Op::DeleteMaintenance { .. } => "DeleteMaintenance",
+            Op::ReportGpu { .. } => "ReportGpu",
+            Op::SetGpuHealth { .. } => "SetGpuHealth",
             Op::SetTenancy(_) => "SetTenancy",
             Op::GrantQueueAdmin { .. } => "GrantQueueAdmin",
             Op::CreateQueue(_) => "CreateQueue",

@@ -73,6 +73,13 @@ pub enum EventKind {
     /// The job runs on a node whose maintenance window started: it is being stopped as in
     /// mode checkpoint, and goes back to the queue once stopped (not a preemption).
     MaintenanceStop,
+    /// A GPU of the node was found unhealthy (section 14): it takes no new work.
+    GpuUnhealthy,
+    /// An unhealthy GPU was cleared: it takes work again.
+    GpuHealthy,
+    /// The job runs on a GPU found unhealthy: it is being stopped as in mode checkpoint, and
+    /// goes back to the queue once stopped (not a preemption).
+    GpuFaultStop,
 }
 
 impl EventKind {
@@ -106,6 +113,9 @@ impl EventKind {
             EventKind::MaintenanceStarted => "MaintenanceStarted",
             EventKind::MaintenanceEnded => "MaintenanceEnded",
             EventKind::MaintenanceStop => "MaintenanceStop",
+            EventKind::GpuUnhealthy => "GpuUnhealthy",
+            EventKind::GpuHealthy => "GpuHealthy",
+            EventKind::GpuFaultStop => "GpuFaultStop",
         }
     }
 }

@@ -39,8 +39,10 @@ use crate::command::{Observed, Op};
 /// `DeleteMaintenance`, the events `DependenciesMet`, `MaintenanceStarted`,
 /// `MaintenanceEnded`, `MaintenanceStop`, `StopWhy::Maintenance`, and snapshots that record
 /// the jobs waiting for others and the maintenance windows (written in format 6's layout
-/// while there are none).
-pub const DATA_FORMAT: u32 = 7;
+/// while there are none). 8: `ReportGpu`, `SetGpuHealth`, the events `GpuUnhealthy`,
+/// `GpuHealthy`, `GpuFaultStop`, `StopWhy::GpuFault`, and snapshots that record the
+/// unhealthy GPUs (written in format 7's layout while there are none).
+pub const DATA_FORMAT: u32 = 8;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest
@@ -164,6 +166,7 @@ impl Op {
             | Op::CreateClass(_) => 4,
             Op::CreateQueueVisible { .. } | Op::UpdateQueueVisible { .. } => 6,
             Op::SubmitAfter { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } => 7,
+            Op::ReportGpu { .. } | Op::SetGpuHealth { .. } => 8,
         }
     }
 

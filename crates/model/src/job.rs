@@ -181,6 +181,9 @@ pub enum StopWhy {
     /// A maintenance window started on one of its nodes (decisions.md section 14): it goes
     /// back to the queue once stopped, from its checkpoint.
     Maintenance,
+    /// A GPU it runs on was found unhealthy (decisions.md section 14): it goes back to the
+    /// queue once stopped, from its checkpoint.
+    GpuFault,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -39,6 +39,7 @@ pub mod error;
 pub mod event;
 pub mod fixture;
 pub mod format;
+pub mod gpu_health;
 pub mod job;
 pub mod ledger;
 pub mod limits;

@@ -55,6 +55,8 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("SubmitAfter", 7),
     ("CreateMaintenance", 7),
     ("DeleteMaintenance", 7),
+    ("ReportGpu", 8),
+    ("SetGpuHealth", 8),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -72,7 +74,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.
-const RELEASED: (u32, usize, usize) = (6, 34, 10);
+const RELEASED: (u32, usize, usize) = (7, 37, 10);
 
 fn obs(i: usize) -> Observed {
     let all = vec![
@@ -148,6 +150,8 @@ fn ops() -> Vec<Op> {
             end_ms: 2,
         }),
         Op::DeleteMaintenance { name: q.clone() },
+        Op::ReportGpu { node: q.clone(), gpu: 0, fault: Some("XID 79".into()), by_check: false },
+        Op::SetGpuHealth { node: q.clone(), gpu: 0, fault: None },
     ]
 }
 

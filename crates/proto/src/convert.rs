@@ -310,6 +310,9 @@ pub fn event_kind_to_proto(k: &EventKind) -> v1::EventKind {
         EventKind::MaintenanceStarted => v1::EventKind::MaintenanceStarted,
         EventKind::MaintenanceEnded => v1::EventKind::MaintenanceEnded,
         EventKind::MaintenanceStop => v1::EventKind::MaintenanceStop,
+        EventKind::GpuUnhealthy => v1::EventKind::GpuUnhealthy,
+        EventKind::GpuHealthy => v1::EventKind::GpuHealthy,
+        EventKind::GpuFaultStop => v1::EventKind::GpuFaultStop,
     }
 }
 
@@ -347,6 +350,9 @@ pub(crate) fn event_kind_for_word(k: v1::EventKind) -> Option<EventKind> {
         v1::EventKind::MaintenanceStarted => EventKind::MaintenanceStarted,
         v1::EventKind::MaintenanceEnded => EventKind::MaintenanceEnded,
         v1::EventKind::MaintenanceStop => EventKind::MaintenanceStop,
+        v1::EventKind::GpuUnhealthy => EventKind::GpuUnhealthy,
+        v1::EventKind::GpuHealthy => EventKind::GpuHealthy,
+        v1::EventKind::GpuFaultStop => EventKind::GpuFaultStop,
     })
 }
 
@@ -602,6 +608,18 @@ pub fn window_from_proto(w: &v1::MaintenanceWindow) -> R<WindowSpec> {
     Ok(WindowSpec { name, nodes, start_ms: w.start_ms, end_ms: w.end_ms })
 }
 
+/// An operator's mark on a GPU: unhealthy with the error given, or healthy again.
+pub fn gpu_health_from_proto(r: &v1::SetGpuHealthRequest) -> R<baton_model::command::Op> {
+    let node = name(&r.node, "node")?;
+    let fault = match (r.healthy, r.error.trim()) {
+        (true, "") => None,
+        (true, _) => return Err(bad("error", "a GPU marked healthy has no error; leave it empty")),
+        (false, "") => return Err(bad("error", "say what is wrong with the GPU (e.g. \"XID 79\")")),
+        (false, e) => Some(e.to_string()),
+    };
+    Ok(baton_model::command::Op::SetGpuHealth { node, gpu: r.gpu, fault })
+}
+
 pub fn visibility_to_proto(v: Visibility) -> v1::JobVisibility {
     match v {
         Visibility::All => v1::JobVisibility::All,
@@ -715,7 +733,17 @@ pub fn node_to_proto(n: &Node) -> v1::Node {
         agent_addr: s.agent_addr.clone(),
         unhealthy: n.unhealthy.clone().unwrap_or_default(),
         maintenance: String::new(),
+        unhealthy_gpus: Vec::new(),
     }
+}
+
+/// A node's unhealthy GPUs, by index.
+pub fn gpu_faults_to_proto(faults: Option<&BTreeMap<u32, baton_model::gpu_health::GpuFault>>) -> Vec<v1::GpuFault> {
+    let Some(faults) = faults else { return Vec::new() };
+    faults
+        .iter()
+        .map(|(gpu, f)| v1::GpuFault { gpu: *gpu, error: f.error.clone(), since_ms: f.since_ms, by_check: f.by_check })
+        .collect()
 }
 
 /// An agent reports whole units (its CPU count, say); the state holds each resource in its

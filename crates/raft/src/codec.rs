@@ -76,7 +76,8 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// Decodes a snapshot's state: the current layout (with maintenance windows), or the one
+/// Decodes a snapshot's state: the current layout (with unhealthy GPUs), or the one before
+/// them (with maintenance windows, written while no GPU is unhealthy), or the one
 /// before windows (with waiting jobs, written while there is no window), or the one before
 /// waiting jobs (with the queues' visibility, written while no job waits), or format 5's
 /// (without visibility: written before it existed, and still while no queue has one set),
@@ -88,11 +89,13 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// and must use every byte, so a current snapshot is never read as an old one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
     use baton_model::state::{
-        PreAccessState, PreCompletingState, PreTenancyState, PreVisibilityState, PreWaitsState, PreWindowsState,
+        PreAccessState, PreCompletingState, PreGpuFaultsState, PreTenancyState, PreVisibilityState, PreWaitsState,
+        PreWindowsState,
     };
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreWindowsState>(bytes)
+        decode::<PreGpuFaultsState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreWindowsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreWaitsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreVisibilityState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreCompletingState>(bytes).map(|old| old.0))

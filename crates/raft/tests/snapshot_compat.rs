@@ -238,3 +238,30 @@ fn maintenance_windows_round_trip_and_a_state_without_one_keeps_the_older_layout
     assert!(back.active_window_on(&node).is_some());
     assert_eq!(back.ledger().pools[0].capacity, s.ledger().pools[0].capacity);
 }
+
+/// Data format 8 adds the unhealthy GPUs after the windows, written only while there is
+/// one: a state with one round trips through `decode_state` (the GPU stays out of the
+/// capacity), and one without keeps format 7's layout.
+#[test]
+fn unhealthy_gpus_round_trip_and_a_state_without_one_keeps_the_older_layout() {
+    use baton_model::state::PreGpuFaultsState;
+    let (mut s, _) = with_a_queue_admin();
+    let node = s.nodes().keys().next().unwrap().clone();
+    let capacity = s.ledger().pools[0].capacity;
+    let without = encode(&s).unwrap();
+    assert!(decode::<PreGpuFaultsState>(&without).is_err(), "nothing else written: format 5's layout");
+    assert_eq!(decode_state(&without).unwrap(), s);
+    let fault = Op::SetGpuHealth { node: node.clone(), gpu: 1, fault: Some("XID 79".into()) };
+    s.apply(Command { now_ms: 5_000, op: as_admin(fault) }).unwrap();
+    assert!(s.gpu_fault(&node, 1).is_some());
+    let with = encode(&s).unwrap();
+    assert!(decode::<PreGpuFaultsState>(&with).is_err(), "the older layout's reader cannot drop the fault");
+    let back = decode_state(&with).unwrap();
+    assert_eq!(back, s);
+    assert_eq!(back.gpu_fault(&node, 1).unwrap().error, "XID 79");
+    assert_eq!(back.ledger().pools[0].capacity[0], capacity[0] - 1, "the GPU stays out of the capacity");
+    let clear = Op::SetGpuHealth { node: node.clone(), gpu: 1, fault: None };
+    s.apply(Command { now_ms: 6_000, op: as_admin(clear) }).unwrap();
+    assert_eq!(s.ledger().pools[0].capacity, capacity);
+    assert_eq!(decode_state(&encode(&s).unwrap()).unwrap(), s);
+}

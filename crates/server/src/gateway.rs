@@ -249,6 +249,7 @@ impl Gateway {
                         reason: clip_message(u.reason),
                     })
                 }
+                Some(What::Gpu(g)) => self.gpu_health(node, g).await?,
                 None => return Err(Status::invalid_argument("observations: an observation without a kind")),
             }
         }
@@ -271,6 +272,33 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+
+    /// Commits what the agent found of one of its GPUs (decisions.md section 14), before
+    /// the rest of its report. Mid-upgrade, while a member cannot read it yet, it is logged
+    /// and dropped, so that reports (and the agent's lease) never wait for an upgrade: an
+    /// operator marks the GPU by hand (`baton gpu unhealthy`) until every replica reads it.
+    async fn gpu_health(&self, node: &Name, g: baton_proto::v1::GpuHealth) -> Result<(), Status> {
+        let fault = (!g.healthy).then(|| clip_message(g.error));
+        let op = Op::ReportGpu { node: node.clone(), gpu: g.gpu, fault, by_check: g.by_check };
+        if self.ctx.replica.oldest_format() < op.format() {
+            tracing::error!(node = %node, op = ?op, "a replica cannot record GPU health yet (upgrade it); not recorded");
+            return Ok(());
+        }
+        match &op {
+            Op::ReportGpu { fault: Some(error), .. } => {
+                tracing::error!(node = %node, gpu = g.gpu, error, "the agent found a GPU unhealthy")
+            }
+            _ => tracing::info!(node = %node, gpu = g.gpu, "the agent's health check passed on this GPU"),
+        }
+        match self.write(op).await {
+            // A GPU the node does not have: the agent's word is wrong, not its report.
+            Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                tracing::warn!(node = %node, gpu = g.gpu, "GPU health not recorded: {}", status.message());
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
     }
 
     /// Commits `op`. A report the state has moved past (a stale attempt, a job no longer

@@ -20,7 +20,7 @@ use baton_model::state::State;
 use crate::de::Cx;
 use crate::expect::{Failure, check};
 use crate::output::{self, EventOut, Report, Secs, StepOut, Summary};
-use crate::scenario::{Action, Scenario, Step};
+use crate::scenario::{Action, GpuMark, Scenario, Step};
 use crate::stats::{Collector, JobRec, Preemption, Sample};
 
 /// Cycles one instant may take before the simulator gives up (a scheduler bug).
@@ -319,8 +319,9 @@ impl<'s> Engine<'s> {
             self.account(id, e, has_checkpoint, &queue);
         }
         self.track(id);
-        // A window started under a running job: it gets its signal as a victim does.
-        if matches!(e.kind, EventKind::MaintenanceStop) {
+        // A window started under a running job, or its GPU failed: it gets its signal as a
+        // victim does.
+        if matches!(e.kind, EventKind::MaintenanceStop | EventKind::GpuFaultStop) {
             self.schedule_victim(id);
         }
     }
@@ -526,6 +527,11 @@ impl<'s> Engine<'s> {
                 self.cap_gpus = None;
                 self.apply(Op::CreateMaintenance(w.v.clone())).map(drop)
             }
+            Action::Gpu(g) => {
+                self.cap_gpus = None;
+                let GpuMark { node, gpu, error } = g.v.clone();
+                self.apply(Op::SetGpuHealth { node, gpu, fault: error }).map(drop)
+            }
         };
         if let Err(why) = result {
             let job = match &step.action {
@@ -612,7 +618,7 @@ impl<'s> Engine<'s> {
             StopWhy::TimeLimit if job.spec.preemption_mode == suspend => baton_model::job::PreemptionMode::Requeue,
             StopWhy::TimeLimit => job.spec.preemption_mode,
             // decisions.md section 14: as in mode checkpoint, whatever the job's mode.
-            StopWhy::Maintenance => baton_model::job::PreemptionMode::Checkpoint,
+            StopWhy::Maintenance | StopWhy::GpuFault => baton_model::job::PreemptionMode::Checkpoint,
             StopWhy::Paused => return,
         };
         let ct = self.work.get(&id).map_or(0, |w| w.checkpoint_time_ms);

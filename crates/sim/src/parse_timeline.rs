@@ -4,10 +4,10 @@ use baton_model::maintenance::WindowSpec;
 use baton_model::name::Name;
 
 use crate::de::{Cx, R};
-use crate::scenario::{Action, At, Step};
+use crate::scenario::{Action, At, GpuMark, Step};
 use crate::yaml::Node;
 
-const VERBS: [&str; 12] = [
+const VERBS: [&str; 14] = [
     "submit",
     "finish",
     "fail",
@@ -20,6 +20,8 @@ const VERBS: [&str; 12] = [
     "uncordon",
     "update_queue",
     "maintenance",
+    "gpu_unhealthy",
+    "gpu_healthy",
 ];
 
 pub fn parse_timeline(cx: &Cx, node: &Node) -> R<Vec<Step>> {
@@ -64,6 +66,26 @@ fn window(cx: &Cx, node: &Node, path: &str) -> R<WindowSpec> {
     Ok(WindowSpec { name, nodes, start_ms, end_ms })
 }
 
+/// `{node: g3, gpu: 2, error: "XID 79"}` (decisions.md section 14); `gpu_healthy` has no
+/// error.
+fn gpu_mark(cx: &Cx, node: &Node, path: &str, unhealthy: bool) -> R<GpuMark> {
+    let mut f = cx.map(node, path)?;
+    let name = cx.name(f.req("node")?, &f.field_path("node"))?;
+    let gpu = cx.count(f.req("gpu")?, &f.field_path("gpu"))?;
+    let error = if unhealthy {
+        let enode = f.req("error")?;
+        let error = cx.text(enode, &f.field_path("error"))?;
+        if error.trim().is_empty() {
+            return Err(cx.err(enode.line, &f.field_path("error"), "say what is wrong with the GPU (e.g. \"XID 79\")"));
+        }
+        Some(error)
+    } else {
+        None
+    };
+    f.finish()?;
+    Ok(GpuMark { node: name, gpu, error })
+}
+
 fn secs(ms: u64) -> String {
     if ms % 1000 == 0 { (ms / 1000).to_string() } else { format!("{}", ms as f64 / 1000.0) }
 }
@@ -100,6 +122,11 @@ fn parse_step(cx: &Cx, node: &Node, path: &str) -> R<Step> {
             line: node.line,
             path: vpath.clone(),
         }),
+        "gpu_unhealthy" | "gpu_healthy" => {
+            let n = f.req(if verb == "gpu_unhealthy" { "gpu_unhealthy" } else { "gpu_healthy" })?;
+            let v = gpu_mark(cx, n, &vpath, verb == "gpu_unhealthy")?;
+            Action::Gpu(At { v, line: n.line, path: vpath.clone() })
+        }
         _ => {
             let n = f.req("update_queue")?;
             let mut uf = cx.map(n, &vpath)?;

@@ -59,6 +59,17 @@ pub enum Action {
     UpdateQueue(At<Name>, Node),
     /// A maintenance window (decisions.md section 14), created at this step.
     Maintenance(At<WindowSpec>),
+    /// A GPU found unhealthy (`gpu_unhealthy`, with its error) or cleared (`gpu_healthy`),
+    /// decisions.md section 14.
+    Gpu(At<GpuMark>),
+}
+
+#[derive(Debug, Clone)]
+pub struct GpuMark {
+    pub node: Name,
+    pub gpu: u32,
+    /// `None`: healthy again.
+    pub error: Option<String>,
 }
 
 impl Action {
@@ -74,6 +85,8 @@ impl Action {
             Action::NodeUp(_) => "node_up",
             Action::Cordon(_) => "cordon",
             Action::Maintenance(_) => "maintenance",
+            Action::Gpu(g) if g.v.error.is_some() => "gpu_unhealthy",
+            Action::Gpu(_) => "gpu_healthy",
             Action::Uncordon(_) => "uncordon",
             Action::UpdateQueue(..) => "update_queue",
         }

@@ -143,6 +143,17 @@ pub fn check_references(s: &Scenario, state: &State) -> R<()> {
                     return Err(cx.err(w.line, &format!("{}.nodes", w.path), format!("node {n} is not defined")));
                 }
             }
+            Action::Gpu(g) => {
+                let gpus = state.nodes().get(&g.v.node).map(|n| n.spec.resources.gpus());
+                let Some(gpus) = gpus else {
+                    let msg = format!("node {} is not defined", g.v.node);
+                    return Err(cx.err(g.line, &format!("{}.node", g.path), msg));
+                };
+                if u64::from(g.v.gpu) >= gpus {
+                    let msg = format!("node {} has {gpus} GPUs; there is no GPU {}", g.v.node, g.v.gpu);
+                    return Err(cx.err(g.line, &format!("{}.gpu", g.path), msg));
+                }
+            }
             Action::UpdateQueue(q, _) => {
                 if !state.queues().contains_key(&q.v) {
                     return Err(cx.err(q.line, &q.path, format!("queue {} is not defined", q.v)));

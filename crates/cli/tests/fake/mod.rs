@@ -36,6 +36,8 @@ pub struct State {
     pub interfering_writes: Vec<v1::Queue>,
     pub cordons: Vec<v1::CordonRequest>,
     pub windows: Vec<v1::MaintenanceWindow>,
+    /// Every SetGpuHealth request, in order.
+    pub gpu_marks: Vec<v1::SetGpuHealthRequest>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
     pub tenancy_sets: Vec<v1::TenancySettings>,
     /// The `authorization` metadata of the token calls, in order.
@@ -332,6 +334,12 @@ impl Baton for Fake {
         if s.windows.len() == before {
             return Err(Status::not_found(format!("unknown maintenance window {name:?}")));
         }
+        Ok(Response::new(v1::Ack::default()))
+    }
+
+    async fn set_gpu_health(&self, r: Request<v1::SetGpuHealthRequest>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetGpuHealth")?;
+        s.gpu_marks.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
     }
 

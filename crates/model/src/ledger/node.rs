@@ -64,6 +64,19 @@ impl NodeAcct {
         n
     }
 
+    /// Takes GPUs out of service (unhealthy, decisions.md section 14): they leave the
+    /// node's capacity and its GPUs, and nothing is placed on them. What still runs there
+    /// keeps its share until it stops (the free amount saturates at zero meanwhile).
+    pub fn take_out_gpus(&mut self, mask: u64) {
+        let out = mask & self.all_gpus;
+        if out == 0 {
+            return;
+        }
+        self.all_gpus &= !out;
+        self.capacity[GPU_KIND] = self.capacity[GPU_KIND].saturating_sub(u64::from(out.count_ones()));
+        self.refresh();
+    }
+
     pub fn refresh(&mut self) {
         let (free, gpus) = self.compute_free(None, &[]);
         self.free = free;

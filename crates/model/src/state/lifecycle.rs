@@ -229,7 +229,7 @@ impl State {
     }
 
     /// Back to the queue. `keep_checkpoint`: resume from the last checkpoint next time.
-    fn requeue(&mut self, id: JobId, keep_checkpoint: bool, reason: String) {
+    pub(super) fn requeue(&mut self, id: JobId, keep_checkpoint: bool, reason: String) {
         self.release(id);
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
@@ -332,6 +332,13 @@ impl State {
                 self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
                 self.requeue(id, true, reason);
                 self.job_event(id, EventKind::Requeued, "back in the queue after a maintenance stop".into(), ev);
+            }
+            StopWhy::GpuFault => {
+                self.mark_checkpoint(id, checkpointed);
+                let reason = self.gpu_fault_reason(id);
+                self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
+                self.requeue(id, true, reason);
+                self.job_event(id, EventKind::Requeued, "back in the queue after its GPU failed".into(), ev);
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ mod config;
 mod identity;
 mod integrity;
 mod lifecycle;
+mod gpu_health;
 mod maintenance;
 mod rebuild;
 mod report;
@@ -46,6 +47,7 @@ use crate::event::Event;
 use crate::job::{Job, JobId};
 use crate::ledger::Ledger;
 use crate::limits::{DEFAULT_RETAINED_FINISHED_JOBS, MAX_CLOCK_MS};
+use crate::gpu_health::{GpuFaults, HealthSource};
 use crate::maintenance::Window;
 use crate::name::Name;
 use crate::node::Node;
@@ -133,6 +135,9 @@ pub struct State {
     /// Maintenance windows, started or ahead (decisions.md section 14). Serialized after
     /// the waits, and only when there is one (then the waits too, maybe empty).
     windows: BTreeMap<Name, Window>,
+    /// Unhealthy GPUs (decisions.md section 14). Serialized after the windows, and only
+    /// when there is one (then the waits and the windows too, maybe empty).
+    gpu_faults: GpuFaults,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -177,6 +182,7 @@ impl State {
             waits: Waits::new(),
             wait_index: WaitIndex::default(),
             windows: BTreeMap::new(),
+            gpu_faults: GpuFaults::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -258,6 +264,10 @@ impl State {
             }
             Op::CreateMaintenance(spec) => done(self.create_window(spec, ev)),
             Op::DeleteMaintenance { name } => done(self.delete_window(&name, ev)),
+            Op::ReportGpu { node, gpu, fault, by_check } => {
+                done(self.gpu_health(&node, gpu, fault, HealthSource::Agent { by_check }, ev))
+            }
+            Op::SetGpuHealth { node, gpu, fault } => done(self.gpu_health(&node, gpu, fault, HealthSource::Operator, ev)),
             Op::Cancel { job } => done(self.cancel(job, ev)),
             Op::Pause { job } => done(self.pause(job, ev)),
             Op::Resume { job } => done(self.unpause(job, ev)),
@@ -369,7 +379,10 @@ impl Serialize for State {
         // Format 6's layout while no job waits (dependencies are submitted only once every
         // member reads format 7).
         let visibility = &self.queue_visibility;
-        if !self.windows.is_empty() {
+        let (waits, windows) = (&self.waits, &self.windows);
+        if !self.gpu_faults.is_empty() {
+            (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
+        } else if !self.windows.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, &self.waits, &self.windows).serialize(s)
         } else if !self.waits.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, &self.waits).serialize(s)
@@ -387,8 +400,8 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with a maintenance window.
-const STATE_PARTS: usize = 9;
+/// Parts of a state as this build writes it with an unhealthy GPU.
+const STATE_PARTS: usize = 10;
 
 /// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
 /// missing in a self-describing format (JSON, the simulator's), where a state with none set
@@ -416,11 +429,40 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let visibility: BTreeMap<Name, Visibility> = seq.next_element()?.unwrap_or_default();
         let waits: Waits = seq.next_element()?.unwrap_or_default();
         let windows: BTreeMap<Name, Window> = seq.next_element()?.unwrap_or_default();
+        let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_visibility(visibility)?;
         s.restore_waits(waits)?;
         s.restore_windows(windows)?;
+        s.restore_gpu_faults(faults)?;
         Ok(s)
+    }
+}
+
+/// A state as snapshots wrote it before unhealthy GPUs were recorded, and as they still
+/// write it while there is none (with a maintenance window). Tried when the current layout
+/// fails.
+pub struct PreGpuFaultsState(pub State);
+
+impl<'de> Deserialize<'de> for PreGpuFaultsState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        type Parts = (
+            Data,
+            Access,
+            Tenancy,
+            Aftermath,
+            QueueAdmins,
+            BTreeMap<Name, u64>,
+            BTreeMap<Name, Visibility>,
+            Waits,
+            BTreeMap<Name, Window>,
+        );
+        let (d, access, tenancy, after, admins, revisions, visibility, waits, windows) = Parts::deserialize(de)?;
+        let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
+        s.restore_visibility(visibility)?;
+        s.restore_waits(waits)?;
+        s.restore_windows(windows)?;
+        Ok(PreGpuFaultsState(s))
     }
 }
 
@@ -524,6 +566,19 @@ impl State {
         }
         Ok(())
     }
+
+    /// Every unhealthy GPU's node exists; they leave the capacity (a rebuild).
+    fn restore_gpu_faults<E: serde::de::Error>(&mut self, faults: GpuFaults) -> Result<(), E> {
+        if let Some(n) = faults.keys().find(|n| !self.d.nodes.contains_key(*n)) {
+            return Err(E::custom(format!("inconsistent state: an unhealthy GPU of node {n}, which does not exist")));
+        }
+        if faults.is_empty() {
+            return Ok(());
+        }
+        self.gpu_faults = faults;
+        self.rebuild_ledger();
+        Ok(())
+    }
 }
 
 /// A state as snapshots before the completing state, queue admins and queue revisions wrote
@@ -589,6 +644,7 @@ impl State {
             waits: Waits::new(),
             wait_index: WaitIndex::default(),
             windows: BTreeMap::new(),
+            gpu_faults: GpuFaults::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -608,5 +664,6 @@ impl PartialEq for State {
             && self.queue_visibility == other.queue_visibility
             && self.waits == other.waits
             && self.windows == other.windows
+            && self.gpu_faults == other.gpu_faults
     }
 }

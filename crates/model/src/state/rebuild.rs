@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::State;
+use crate::gpu_health::mask_of;
 use crate::job::{JobId, JobState};
 use crate::ledger::{Kinds, Ledger, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add};
 use crate::limits::MAX_RESOURCE_KINDS;
@@ -53,11 +54,14 @@ impl State {
             }
             // A node in a started maintenance window is out of the capacity, as a cordoned one.
             let open = node.schedulable() && !in_window.contains(&node.spec.name);
+            // Unhealthy GPUs are out of the capacity and of the node's GPUs (section 14).
+            let mut acct = NodeAcct::new(node.spec.name.clone(), pool, rack, open, cap);
+            acct.take_out_gpus(mask_of(self.gpu_faults.get(&node.spec.name)));
             if open {
-                add(&mut pa.capacity, &cap);
+                add(&mut pa.capacity, &acct.capacity);
             }
             Arc::make_mut(&mut l.node_ix).insert(node.spec.name.to_string(), l.nodes.len());
-            l.nodes.push(NodeAcct::new(node.spec.name.clone(), pool, rack, open, cap));
+            l.nodes.push(acct);
         }
         self.build_queues(&mut l);
         for j in self.d.jobs.values().filter(|j| !j.state.is_finished()) {

@@ -247,6 +247,11 @@ impl Baton for Api {
         let name = objects::name(&r.into_inner().name)?;
         self.ack(&who, Op::DeleteMaintenance { name }).await
     }
+    async fn set_gpu_health(&self, r: Request<SetGpuHealthRequest>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        let op = baton_proto::convert::gpu_health_from_proto(&r.into_inner()).map_err(status::from_convert)?;
+        self.ack(&who, op).await
+    }
     async fn list_maintenance(&self, r: Request<Empty>) -> Result<Response<ListMaintenanceReply>, Status> {
         self.caller(r.metadata()).await?;
         let windows = self.read(|s| s.windows().values().map(baton_proto::convert::window_to_proto).collect()).await?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use baton_model::name::Name;
 use baton_model::resources::Resources;
-use baton_proto::convert::{node_to_proto, resources_to_proto};
+use baton_proto::convert::{gpu_faults_to_proto, node_to_proto, resources_to_proto};
 use baton_proto::v1::ListNodesReply;
 use tonic::{Response, Status};
 
@@ -35,6 +35,7 @@ pub async fn list(api: &Api) -> Result<Response<ListNodesReply>, Status> {
                     p.jobs = jobs;
                     p.maintenance =
                         s.active_window_on(&n.spec.name).map(|w| w.spec.name.to_string()).unwrap_or_default();
+                    p.unhealthy_gpus = gpu_faults_to_proto(s.gpu_faults().get(&n.spec.name));
                     p
                 })
                 .collect::<Vec<_>>()
