@@ -1,9 +1,8 @@
 //! Unhealthy GPUs in the state (decisions.md section 14). An agent reports a GPU failed
 //! (`ReportGpu`) or an operator marks it (`SetGpuHealth`): the GPU leaves its pool's
 //! capacity and takes no new work; jobs running on it are stopped as in mode `checkpoint`
-//! (signal, grace, kill; whatever their mode) and go back to the queue once stopped; a job
-//! suspended in place on it goes back at once, and a reservation that was to use it is
-//! dropped. Jobs on the node's other GPUs keep running. An operator clears the mark; a
+//! (signal, grace, kill; whatever their mode) and go back to the queue once stopped, and a
+//! reservation that was to use it is dropped. Jobs on the node's other GPUs keep running. An operator clears the mark; a
 //! passing health check clears a fault the check found, when the agent is allowed to.
 
 use super::State;
@@ -108,12 +107,12 @@ impl State {
     }
 
     /// What uses `gpu` of `node` lets go of it: running jobs stop as in mode checkpoint,
-    /// suspended ones go back to the queue, reservations on it are dropped.
+    /// reservations on it are dropped.
     fn stop_on_gpu(&mut self, node: &Name, gpu: u32, error: &str, ev: &mut Vec<Event>) {
         let bit = 1u64 << gpu;
         let on_gpu = |j: &crate::job::Job| j.replicas.iter().any(|r| &r.node == node && gpu_mask(&r.gpus) & bit != 0);
         let using: Vec<(JobId, JobState)> =
-            self.d.jobs.values().filter(|j| holds_gpus(j.state) && on_gpu(j)).map(|j| (j.id, j.state)).collect();
+            self.d.jobs.values().filter(|j| j.state.is_active() && on_gpu(j)).map(|j| (j.id, j.state)).collect();
         let why = format!("GPU {gpu} of node {node} is unhealthy ({error})");
         for (id, state) in using {
             match state {
@@ -122,12 +121,8 @@ impl State {
                     self.set_reason(id, format!("{why}; checkpointing before it stops"));
                     self.job_event(id, EventKind::GpuFaultStop, format!("{why}; stopping"), ev);
                 }
-                JobState::Suspended => {
-                    self.forget_suspension_tally(id);
-                    self.requeue(id, true, format!("{why}; waiting to be placed on healthy GPUs"));
-                    self.job_event(id, EventKind::Requeued, format!("{why} under it; back in the queue"), ev);
-                }
-                // Already stopping: its stop goes on as it was asked.
+                // Already stopping: its stop goes on as it was asked. (A job that uses GPUs
+                // is never suspended in place: decisions.md section 7.)
                 _ => {}
             }
         }
@@ -163,9 +158,4 @@ impl State {
     pub(crate) fn node_event(&self, node: &Name, kind: EventKind, message: String, ev: &mut Vec<Event>) {
         ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(node.clone()), kind, message: clip_message(message) });
     }
-}
-
-/// A job in this state has GPUs on its nodes (running, stopping, or suspended in place).
-fn holds_gpus(state: JobState) -> bool {
-    matches!(state, JobState::Running | JobState::Preempting | JobState::Suspended)
 }
