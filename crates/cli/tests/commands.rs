@@ -945,3 +945,39 @@ fn maintenance_create_expands_the_nodes_reads_the_times_and_list_and_delete_foll
     assert!(out.contains("maintenance window fw deleted"), "{out}");
     assert!(fake.state().windows.is_empty());
 }
+
+#[test]
+fn gpu_unhealthy_healthy_and_list_send_the_mark_and_show_it() {
+    let fault = v1::GpuFault { gpu: 5, error: "XID 79".into(), since_ms: 1_796_090_400_000, by_check: false };
+    let fake = Fake::with(|s| {
+        s.nodes.push(v1::Node { unhealthy_gpus: vec![fault.clone()], ..node("g1", "10.0.0.5:7071") });
+        s.nodes.push(node("g2", "10.0.0.6:7071"));
+    });
+    let server = serve_baton(fake.clone());
+    let addr = server.addr();
+    let (r, out) = run(&["gpu", "unhealthy", "g2", "3", "--error", "XID 48", "--server", &addr]);
+    r.unwrap();
+    assert!(out.contains("GPU 3 of node g2 marked unhealthy (XID 48)"), "{out}");
+    let (r, out) = run(&["gpu", "healthy", "g1", "5", "--server", &addr]);
+    r.unwrap();
+    assert!(out.contains("GPU 5 of node g1 is healthy"), "{out}");
+    let marks = fake.state().gpu_marks.clone();
+    let want = |node: &str, gpu, healthy, error: &str| v1::SetGpuHealthRequest {
+        node: node.into(),
+        gpu,
+        healthy,
+        error: error.into(),
+    };
+    assert_eq!(marks, vec![want("g2", 3, false, "XID 48"), want("g1", 5, true, "")]);
+    let (r, _) = run(&["gpu", "unhealthy", "g2", "3", "--error", " ", "--server", &addr]);
+    assert!(r.unwrap_err().to_string().contains("--error"));
+    assert_eq!(fake.state().gpu_marks.len(), 2, "nothing sent for bad input");
+
+    let (r, out) = run(&["gpu", "list", "--server", &addr]);
+    r.unwrap();
+    let row = out.lines().nth(1).unwrap();
+    assert!(row.contains("g1") && row.contains("5") && row.contains("2026-12-01T02:00:00.000Z") && row.contains("XID 79"), "{out}");
+    let (r, out) = run(&["nodes", "--server", &addr]);
+    r.unwrap();
+    assert!(out.lines().nth(1).unwrap().contains("Ready,GPU 5 unhealthy"), "{out}");
+}

@@ -20,6 +20,7 @@ pub mod error;
 pub mod human;
 pub mod jobs;
 pub mod logs;
+pub mod gpu;
 pub mod maintenance;
 pub mod mismatch;
 pub mod nodes;
@@ -99,6 +100,8 @@ pub enum ClientCommand {
     Drain(nodes::NodeArgs),
     /// Maintenance windows: nodes reserved from a start to an end (create, list, delete).
     Maintenance(maintenance::MaintenanceArgs),
+    /// Unhealthy GPUs: list them, clear one once fixed, or mark one by hand.
+    Gpu(gpu::GpuArgs),
     /// The cluster as a whole.
     Cluster(cluster::ClusterArgs),
     /// Back up a live cluster's state to a file; restore one into a new cluster.
@@ -124,6 +127,7 @@ impl ClientCommand {
             ClientCommand::Nodes(a) => &a.conn,
             ClientCommand::Cordon(a) | ClientCommand::Uncordon(a) | ClientCommand::Drain(a) => &a.conn,
             ClientCommand::Maintenance(a) => &a.conn,
+            ClientCommand::Gpu(a) => &a.conn,
             ClientCommand::Cluster(a) => &a.conn,
             ClientCommand::Snapshot(a) => &a.conn,
             ClientCommand::Token(a) => &a.conn,
@@ -151,6 +155,7 @@ pub async fn run(conn: &Conn, cmd: &ClientCommand, out: &mut dyn Write) -> Resul
         ClientCommand::Uncordon(a) => nodes::act(conn, nodes::Act::Uncordon, a, out).await,
         ClientCommand::Drain(a) => nodes::act(conn, nodes::Act::Drain, a, out).await,
         ClientCommand::Maintenance(a) => maintenance::run(conn, a, out).await,
+        ClientCommand::Gpu(a) => gpu::run(conn, a, out).await,
         ClientCommand::Cluster(a) => cluster::run(conn, a, out).await,
         ClientCommand::Snapshot(a) => snapshot::run(conn, a, out).await,
         ClientCommand::Token(a) => auth::run(conn, a, out).await,

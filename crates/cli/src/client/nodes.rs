@@ -45,6 +45,16 @@ fn of(n: &v1::Node, k: &str) -> String {
     if total == 0 && used == 0 { "-".into() } else { format!("{}/{}", amount(k, used), amount(k, total)) }
 }
 
+/// The indices of the node's GPUs out of service: marked unhealthy in the state, or
+/// reported unqueryable when the agent registered.
+fn unhealthy_gpus(n: &v1::Node) -> Vec<u32> {
+    let mut out: Vec<u32> = n.unhealthy_gpus.iter().map(|f| f.gpu).collect();
+    out.extend(n.gpus.iter().filter(|g| !g.healthy).map(|g| g.index));
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 pub fn nodes_table(nodes: &[v1::Node]) -> String {
     if nodes.is_empty() {
         return "no nodes registered\n".into();
@@ -58,9 +68,11 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
         if !n.maintenance.is_empty() {
             status.push_str(&format!(",Maintenance({})", n.maintenance));
         }
-        let unhealthy = n.gpus.iter().filter(|g| !g.healthy).count();
-        if unhealthy > 0 {
-            status.push_str(&format!(",{unhealthy} GPU unhealthy"));
+        let unhealthy = unhealthy_gpus(n);
+        if !unhealthy.is_empty() {
+            let list: Vec<String> = unhealthy.iter().map(u32::to_string).collect();
+            let s = if unhealthy.len() == 1 { "" } else { "s" };
+            status.push_str(&format!(",GPU{s} {} unhealthy", list.join(",")));
         }
         let jobs = match n.jobs.len() {
             0 => "-".to_string(),
