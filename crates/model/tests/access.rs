@@ -170,6 +170,13 @@ fn queue_users_need_admin_for_configuration_and_operator_for_nodes() {
     let e = refused(&mut s, as_(ALICE, Op::DeleteMaintenance { name: Name::lit("fw") }), denied);
     assert!(e.contains("DeleteMaintenance needs role operator"), "{e}");
     apply(&mut s, as_(OPERATOR, Op::DeleteMaintenance { name: Name::lit("fw") })).unwrap();
+    let mark = Op::SetGpuHealth { node: Name::lit("n1"), gpu: 0, fault: Some("XID 79".into()) };
+    let e = refused(&mut s, as_(ALICE, mark.clone()), denied);
+    assert!(e.contains("SetGpuHealth needs role operator"), "{e}");
+    apply(&mut s, as_(OPERATOR, mark)).unwrap();
+    // What an agent reports comes from the leader's gateway alone, never from a client.
+    let report = Op::ReportGpu { node: Name::lit("n1"), gpu: 1, fault: Some("XID 79".into()), by_check: false };
+    assert!(report.leader_only() && !report.from_client());
 }
 
 #[test]

@@ -61,8 +61,9 @@ pub fn no_room(view: &View, needs: &Needs) -> String {
         let most = view.index.pools[pool].all.max_free();
         if need[GPU_KIND] > 0 {
             return format!(
-                "no node in pool {pool_name} has {} free (most free GPUs on one node: {most})",
-                describe(view, need)
+                "no node in pool {pool_name} has {} free (most free GPUs on one node: {most}){}",
+                describe(view, need),
+                unhealthy(view, pool)
             );
         }
         return format!("no node in pool {pool_name} has {} free", describe(view, need));
@@ -79,9 +80,20 @@ pub fn no_room(view: &View, needs: &Needs) -> String {
         None => "",
     };
     format!(
-        "pool {pool_name} has no room for its gang of {replicas} replicas ({} in all){shape}",
-        describe(view, &total)
+        "pool {pool_name} has no room for its gang of {replicas} replicas ({} in all){shape}{}",
+        describe(view, &total),
+        unhealthy(view, pool)
     )
+}
+
+/// Says how many of the pool's GPUs are out of service, if any (decisions.md section 14):
+/// an operator reading why a job waits learns that fixing them would make room.
+fn unhealthy(view: &View, pool: usize) -> String {
+    match view.ledger.pools[pool].unhealthy_gpus {
+        0 => String::new(),
+        1 => "; 1 GPU of the pool is unhealthy (`baton gpu list`)".into(),
+        n => format!("; {n} GPUs of the pool are unhealthy (`baton gpu list`)"),
+    }
 }
 
 /// Reason texts already written this cycle: a long backlog has few distinct shapes.

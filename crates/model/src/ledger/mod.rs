@@ -169,6 +169,9 @@ pub struct PoolAcct {
     /// Distinct capacities of the pool's registered nodes, with how many nodes have each:
     /// "could this ever fit" questions cost O(shapes), not O(nodes).
     pub shapes: Vec<(Vector, u64)>,
+    /// GPUs of the pool's schedulable nodes out of service (decisions.md section 14), for
+    /// the reasons of jobs that wait for room.
+    pub unhealthy_gpus: u64,
 }
 
 impl PoolAcct {

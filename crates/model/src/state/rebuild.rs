@@ -31,6 +31,7 @@ impl State {
                 guaranteed: ZERO,
                 unowned_draw: ZERO,
                 shapes: Vec::new(),
+                unhealthy_gpus: 0,
             });
         }
         let racks: BTreeSet<Name> = d.nodes.values().filter_map(|n| n.spec.rack.clone()).collect();
@@ -59,6 +60,7 @@ impl State {
             acct.take_out_gpus(mask_of(self.gpu_faults.get(&node.spec.name)));
             if open {
                 add(&mut pa.capacity, &acct.capacity);
+                pa.unhealthy_gpus += cap[crate::ledger::GPU_KIND] - acct.capacity[crate::ledger::GPU_KIND];
             }
             Arc::make_mut(&mut l.node_ix).insert(node.spec.name.to_string(), l.nodes.len());
             l.nodes.push(acct);
