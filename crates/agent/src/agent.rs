@@ -35,6 +35,8 @@ pub struct Agent {
     failed: Option<oneshot::Receiver<String>>,
     tasks: Vec<JoinHandle<()>>,
     logs_server: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// Watches the GPUs' health until the agent shuts down (stopped when dropped).
+    _gpu_watch: Option<crate::health::WatchThread>,
 }
 
 impl Agent {
@@ -236,10 +238,10 @@ pub async fn start_with_journal(
     let reporter = Reporter {
         node: config.name.clone(),
         heartbeat_ms: config.heartbeat_ms,
-        journal,
+        journal: journal.clone(),
         running: shared.running.clone(),
         awaiting: shared.awaiting,
-        observed: shared.observed,
+        observed: shared.observed.clone(),
         attached: attached_rx,
         reattach,
         lease: lease_tx,
@@ -251,7 +253,18 @@ pub async fn start_with_journal(
     };
     let view =
         View { running: shared.running.clone(), lease: lease_rx, nvml: None, transport: config.transport.clone() };
+    let recorder = Arc::new(crate::health::Recorder::new(
+        journal.clone(),
+        shared.observed.clone(),
+        metrics.clone(),
+        inventory.gpus.len() as u32,
+    ));
+    let gpu_watch = watch_gpus(&config, &inventory, recorder.clone());
     let mut tasks = vec![tokio::spawn(follower.run()), tokio::spawn(reporter.run())];
+    if let Some(check) = config.health_check.clone() {
+        tracing::info!(command = check.command, interval_ms = check.interval_ms, "running the health check");
+        tasks.push(tokio::spawn(check.run(recorder)));
+    }
     let (metrics_open, metrics_closing) = watch::channel(false);
     let metrics_addr = match metrics_listener {
         Some(l) => {
@@ -274,7 +287,45 @@ pub async fn start_with_journal(
         failed: Some(failed),
         tasks,
         logs_server,
+        _gpu_watch: gpu_watch,
     })
+}
+
+/// Watches the GPUs: NVML's events and conditions where the inventory came from NVML, or
+/// the injection directory for development GPUs. A watch that cannot start is logged: the
+/// agent still runs jobs, and the health check (if any) still runs.
+fn watch_gpus(
+    config: &AgentConfig,
+    inventory: &Inventory,
+    recorder: Arc<crate::health::Recorder>,
+) -> Option<crate::health::WatchThread> {
+    let watch: Box<dyn crate::health::GpuWatch> = match inventory.source {
+        inventory::Source::Nvml => match crate::health::nvml::NvmlWatch::open() {
+            Ok(w) => Box::new(w),
+            Err(e) => {
+                tracing::error!("cannot watch the GPUs' health through NVML: {e}; faults are not reported");
+                return None;
+            }
+        },
+        inventory::Source::Development => match crate::health::injected::InjectedWatch::new(&config.data_dir) {
+            Ok(w) => Box::new(w),
+            Err(e) => {
+                tracing::warn!("cannot make the GPU fault injection directory: {e}; none can be injected");
+                return None;
+            }
+        },
+    };
+    // GPUs the driver could not query when the agent started are out of service from the start.
+    for g in inventory.gpus.iter().filter(|g| !g.healthy) {
+        recorder.fault(g.index, "the driver could not query it when the agent started", false);
+    }
+    match crate::health::WatchThread::spawn(watch, recorder) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::error!("cannot start the GPU health thread: {e}; faults are not reported");
+            None
+        }
+    }
 }
 
 /// NVML for the GPU metrics, only when the inventory itself came from NVML (development

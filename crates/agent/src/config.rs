@@ -47,6 +47,8 @@ pub struct AgentConfig {
     pub containment: crate::cgroup::ContainmentMode,
     /// Where the replicas' cgroups go; `None`: beside the agent's own cgroup.
     pub cgroup_root: Option<PathBuf>,
+    /// The operator's health-check program (`--health-check`), if any.
+    pub health_check: Option<crate::health::HealthCheck>,
 }
 
 impl AgentConfig {
@@ -72,6 +74,7 @@ impl AgentConfig {
             run_as: crate::run_as::RunAsPolicy::AgentUser,
             containment: crate::cgroup::ContainmentMode::Auto,
             cgroup_root: None,
+            health_check: None,
         }
     }
 
@@ -92,6 +95,14 @@ impl AgentConfig {
         }
         if self.heartbeat_ms == 0 || self.heartbeat_ms > 60_000 {
             return Err(format!("--heartbeat-ms {}: must be between 1 and 60000", self.heartbeat_ms));
+        }
+        if let Some(h) = &self.health_check {
+            if h.command.trim().is_empty() {
+                return Err("--health-check: the command is empty".into());
+            }
+            if !(100..=86_400_000).contains(&h.interval_ms) {
+                return Err(format!("--health-check-interval-ms {}: must be between 100 and 86400000", h.interval_ms));
+            }
         }
         if self.log_cap_bytes < 1024 {
             return Err(format!("log cap {} bytes: must be at least 1024", self.log_cap_bytes));

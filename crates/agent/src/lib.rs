@@ -34,6 +34,8 @@
 //! - `logfiles`, `logs_server`, `logs_client`: replica logs, their retention, the AgentLogs
 //!   service and the `fetch_logs` helper.
 //! - `metrics`: what `GET /metrics` exposes (`--metrics-listen`).
+//! - `health`: GPU faults (NVML, injected into development GPUs, the operator's health
+//!   check) recorded as observations for the leader (decisions.md section 14).
 //! - `workload`: the test workload behind `baton workload`.
 
 pub mod agent;
@@ -45,6 +47,7 @@ pub mod dialing;
 pub mod endpoint;
 pub mod error;
 pub mod fence;
+pub mod health;
 pub mod inventory;
 pub mod journal;
 pub mod journal_store;

@@ -22,11 +22,12 @@ use crate::lease_file::boot_ms;
 type Labels = Vec<(&'static str, String)>;
 
 /// The per-GPU families, present only where NVML is (queried names, as a scrape shows them).
-pub const GPU_METRIC_NAMES: [&str; 4] = [
+pub const GPU_METRIC_NAMES: [&str; 5] = [
     "baton_agent_gpu_utilization_ratio",
     "baton_agent_gpu_memory_used_bytes",
     "baton_agent_gpu_memory_total_bytes",
     "baton_agent_gpu_temperature_celsius",
+    "baton_agent_gpu_throttle_reasons",
 ];
 /// The certificates' expiry, present only under TLS (not under `--insecure`).
 pub const TLS_METRIC_NAME: &str = "baton_agent_tls_not_after_seconds";
@@ -50,6 +51,8 @@ pub struct AgentMetrics {
     gpu_memory_used_bytes: Family<Labels, Gauge>,
     gpu_memory_total_bytes: Family<Labels, Gauge>,
     gpu_temperature_celsius: Family<Labels, Gauge>,
+    gpu_throttle_reasons: Family<Labels, Gauge>,
+    gpu_faults: Family<Labels, Counter>,
 }
 
 impl Default for AgentMetrics {
@@ -78,6 +81,8 @@ impl AgentMetrics {
             gpu_memory_used_bytes: Family::default(),
             gpu_memory_total_bytes: Family::default(),
             gpu_temperature_celsius: Family::default(),
+            gpu_throttle_reasons: Family::default(),
+            gpu_faults: Family::default(),
         };
         m.register();
         m
@@ -144,6 +149,21 @@ impl AgentMetrics {
         r.register(GPU_METRIC_NAMES[1], "GPU memory in use", self.gpu_memory_used_bytes.clone());
         r.register(GPU_METRIC_NAMES[2], "GPU memory in all", self.gpu_memory_total_bytes.clone());
         r.register(GPU_METRIC_NAMES[3], "GPU core temperature", self.gpu_temperature_celsius.clone());
+        r.register(
+            GPU_METRIC_NAMES[4],
+            "Why the GPU's clocks are held down, as NVML's bitmask (0: not throttled; 0x20 software thermal, 0x40 hardware slowdown, 0x80 sync boost, ...)",
+            self.gpu_throttle_reasons.clone(),
+        );
+        r.register(
+            "baton_agent_gpu_faults",
+            "GPU faults found and reported to the leader (XID, ECC, lost, health check, injected), by GPU",
+            self.gpu_faults.clone(),
+        );
+    }
+
+    /// A fault was found on `gpu` (bounded: one series per GPU of the node).
+    pub fn gpu_fault(&self, gpu: u32) {
+        self.gpu_faults.get_or_create(&vec![("gpu", gpu.to_string())]).inc();
     }
 
     pub fn lease_expired(&self) {
@@ -212,6 +232,9 @@ impl AgentMetrics {
             let sensor = nvml_wrapper::enum_wrappers::device::TemperatureSensor::Gpu;
             if let Ok(t) = dev.temperature(sensor) {
                 self.gpu_temperature_celsius.get_or_create(&l).set(i64::from(t));
+            }
+            if let Ok(r) = dev.current_throttle_reasons() {
+                self.gpu_throttle_reasons.get_or_create(&l).set(i64::try_from(r.bits()).unwrap_or(i64::MAX));
             }
         }
     }

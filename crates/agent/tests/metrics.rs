@@ -80,6 +80,8 @@ async fn an_agent_exposes_its_replicas_stops_lease_and_reports() {
     exposed.extend(baton_agent::metrics::GPU_METRIC_NAMES.map(String::from));
     // Served with --insecure: no certificate to expire.
     exposed.insert(baton_agent::metrics::TLS_METRIC_NAME.to_string());
+    // Shown once a GPU fault is found (tests/gpu_health.rs injects one).
+    exposed.insert("baton_agent_gpu_faults_total".to_string());
     assert_eq!(documented_names(), exposed, "docs/metrics.md lists exactly the agent's metrics");
     agent.shutdown().await.unwrap();
 }

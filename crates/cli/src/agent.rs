@@ -75,6 +75,18 @@ pub struct AgentArgs {
     /// agent's own cgroup, `baton-NODE-HASH`). Systemd units give one with Delegate=yes.
     #[arg(long, env = "BATON_CGROUP_ROOT", value_name = "DIR")]
     cgroup_root: Option<std::path::PathBuf>,
+    /// The operator's GPU health check (like Slurm's HealthCheckProgram), run by `sh -c`
+    /// every --health-check-interval-ms. Exit 0 is healthy; otherwise each output line
+    /// `gpu N: what is wrong` marks GPU N unhealthy (no such line: every GPU of the node).
+    /// Unhealthy GPUs take no new work and their jobs are requeued.
+    #[arg(long, env = "BATON_HEALTH_CHECK", value_name = "CMD")]
+    health_check: Option<String>,
+    #[arg(long, default_value_t = 60_000, value_name = "MS")]
+    health_check_interval_ms: u64,
+    /// Let a passing health check clear the GPUs it had marked (without it, `baton gpu
+    /// healthy` does). NVML's findings are only ever cleared by a person.
+    #[arg(long)]
+    health_check_clears: bool,
     /// Send baton's tracing spans (each job's decision path) to an OpenTelemetry collector
     /// over OTLP/gRPC at this address, http://HOST:PORT (off unless given; docs/metrics.md).
     #[arg(long, env = crate::otel::ENDPOINT_VAR, value_name = "URL", value_parser = crate::otel::parse_endpoint)]
@@ -135,6 +147,16 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.checkpoint_root = args.checkpoint_root;
     c.containment = args.containment;
     c.cgroup_root = args.cgroup_root;
+    c.health_check = args.health_check.map(|command| baton_agent::health::HealthCheck {
+        command,
+        interval_ms: args.health_check_interval_ms,
+        // A check may take half its interval, at most five minutes.
+        timeout_ms: (args.health_check_interval_ms / 2).clamp(500, 300_000),
+        clears: args.health_check_clears,
+    });
+    if c.health_check.is_none() && args.health_check_clears {
+        return Err("--health-check-clears: give --health-check too".into());
+    }
     c.listen = args.listen;
     c.heartbeat_ms = args.heartbeat_ms;
     c.metrics_listen = args.metrics_listen;
