@@ -477,6 +477,17 @@ impl Cluster {
         self.dir.path().join(p)
     }
 
+    /// Injects a fault into development GPU `gpu` of node `name` (its agent reads it within
+    /// a poll and reports it to the leader): written aside, then renamed in whole.
+    pub fn inject_gpu_fault(&self, name: &str, gpu: u32, error: &str) {
+        let dir = self.path(&format!("agent-{name}"));
+        let faults = dir.join("gpu-faults");
+        std::fs::create_dir_all(&faults).expect("the fault directory");
+        let tmp = dir.join(format!("gpu-fault-{gpu}.tmp"));
+        std::fs::write(&tmp, error).expect("a fault written");
+        std::fs::rename(&tmp, faults.join(gpu.to_string())).expect("a fault injected");
+    }
+
     fn agent_args(&self, n: &NodeArgs) -> Vec<String> {
         let listen = match &self.net {
             Some(net) => format!("{}:{NET_AGENT_PORT}", net.addr(&agent_label(&n.name))),

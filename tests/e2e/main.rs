@@ -2,6 +2,7 @@
 //!
 //! - the cluster of processes comes from `baton_chaos::cluster` (the chaos harness's).
 //! - `deposed`: agents leave a leader cut off from its peers for the new one.
+//! - `gpu_health`: an XID on a gang's GPU requeues it from its checkpoint (section 14).
 //! - `replay`: seed scenarios on a scaled clock, checked like the simulator checks them.
 
 /// Runs one client call, asking again (on a fresh connection) while the cluster answers "no
@@ -25,6 +26,7 @@ macro_rules! call {
 }
 
 mod deposed;
+mod gpu_health;
 mod replay;
 mod tls_reload;
 
