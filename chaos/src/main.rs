@@ -237,6 +237,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         starts: 0,
         windows: 0,
         waiting_submits: 0,
+        gpu_faults: 0,
         faults: Default::default(),
         simulated_ms: 0,
         wall_ms: 0,

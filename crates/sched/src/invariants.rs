@@ -87,6 +87,7 @@ pub fn check_state(s: &State) -> Result<(), String> {
     }
     check_waits(s)?;
     check_windows(s)?;
+    check_gpu_faults(s)?;
     for q in &l.queues {
         for p in 0..l.pools.len() {
             for k in 0..MAX_RESOURCE_KINDS {
@@ -143,6 +144,28 @@ fn check_windows(s: &State) -> Result<(), String> {
             if let Some(j) = s.jobs().values().find(running) {
                 return Err(format!("{} runs on {node} during maintenance window {}", j.spec.name, w.spec.name));
             }
+        }
+    }
+    Ok(())
+}
+
+/// decisions.md section 14: no job runs on an unhealthy GPU (the command that records the
+/// fault begins the stop of what ran there, and nothing is placed there until it is
+/// cleared), and the GPU is out of its node's free GPUs.
+fn check_gpu_faults(s: &State) -> Result<(), String> {
+    let l = s.ledger();
+    for (node, faults) in s.gpu_faults() {
+        let bad = faults.keys().fold(0u64, |m, g| m | (1u64 << g));
+        if let Some(n) = l.node(node.as_str())
+            && l.nodes[n].free_gpus & bad != 0
+        {
+            return Err(format!("an unhealthy GPU of {node} is counted free"));
+        }
+        let on_bad = |j: &&baton_model::job::Job| {
+            j.state == JobState::Running && j.replicas.iter().any(|r| &r.node == node && gpu_mask(&r.gpus) & bad != 0)
+        };
+        if let Some(j) = s.jobs().values().find(on_bad) {
+            return Err(format!("{} runs on an unhealthy GPU of {node}", j.spec.name));
         }
     }
     Ok(())

@@ -74,6 +74,7 @@ impl Load {
                 60..72 => self.cancel(&mut rng, &mut acked).await,
                 72..80 => self.rewrite_quota(&mut rng, &mut acked).await,
                 80..83 => self.maintenance(&mut rng, n).await,
+                83..85 => self.gpu_fault(&mut rng).await,
                 _ => self.read_check(&mut rng, &acked).await,
             }
         }
@@ -183,6 +184,27 @@ impl Load {
             None => "not acknowledged".to_string(),
         };
         self.truth.record(format!("maintenance window {name} on {first}: {answer}"));
+    }
+
+    /// A GPU found unhealthy (decisions.md section 14), as an operator or an agent's report
+    /// records it; or, one time in three, a GPU cleared (most often one that was not marked,
+    /// which changes nothing).
+    async fn gpu_fault(&self, rng: &mut SplitMix64) {
+        let node = Name::lit(&format!("n{}", rng.range(1, self.nodes + 1)));
+        let gpu = rng.below(GPUS_PER_NODE) as u32;
+        let fault = (!rng.chance(33)).then(|| format!("XID {}", [48, 79, 94][rng.below(3) as usize]));
+        let what = if fault.is_some() { "unhealthy" } else { "healthy" };
+        let answer = match self.write(rng, Op::SetGpuHealth { node: node.clone(), gpu, fault }).await {
+            Some(Ok(_)) => {
+                if what == "unhealthy" {
+                    self.truth.lock().gpu_faults += 1;
+                }
+                "acknowledged".to_string()
+            }
+            Some(Err(e)) => format!("refused: {e}"),
+            None => "not acknowledged".to_string(),
+        };
+        self.truth.record(format!("GPU {gpu} of {node} {what}: {answer}"));
     }
 
     async fn cancel(&self, rng: &mut SplitMix64, acked: &mut Acked) {

@@ -86,6 +86,8 @@ pub struct Truth {
     pub starts: u64,
     /// Maintenance windows the client saw acknowledged.
     pub windows: u64,
+    /// GPUs the client saw marked unhealthy.
+    pub gpu_faults: u64,
     /// Submits with dependencies the client saw acknowledged.
     pub waiting_submits: u64,
 }

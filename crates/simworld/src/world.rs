@@ -76,6 +76,8 @@ pub struct Outcome {
     /// decisions.md sections 13 and 14 the seed exercised.
     pub windows: u64,
     pub waiting_submits: u64,
+    /// GPUs marked unhealthy (section 14).
+    pub gpu_faults: u64,
     pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
@@ -185,6 +187,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         starts: t.starts,
         windows: t.windows,
         waiting_submits: t.waiting_submits,
+        gpu_faults: t.gpu_faults,
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
