@@ -201,3 +201,17 @@ def test_a_maintenance_window_is_created_listed_refused_when_bad_and_deleted(adm
         admin.create_maintenance("py-other", "node-2", start, start + 600)
     admin.delete_maintenance("py-fw")
     assert not [w for w in admin.maintenance() if w.name == "py-fw"]
+
+
+def test_a_gpu_is_marked_unhealthy_listed_refused_when_bad_and_cleared(admin: Client) -> None:
+    admin.mark_gpu_unhealthy("node-2", 1, "XID 79")
+    (f,) = [f for f in admin.unhealthy_gpus() if f.node == "node-2"]
+    assert (f.gpu, f.error, f.by_check) == (1, "XID 79", False)
+    assert f.since_ms > 0
+    with pytest.raises(InvalidArgument) as e:
+        admin.mark_gpu_unhealthy("node-2", 99, "XID 79")
+    assert "gpu" in e.value.details
+    with pytest.raises(ConfigError):
+        admin.mark_gpu_unhealthy("node-2", 1, " ")
+    admin.mark_gpu_healthy("node-2", 1)
+    assert not [f for f in admin.unhealthy_gpus() if f.node == "node-2"]

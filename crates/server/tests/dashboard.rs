@@ -166,6 +166,14 @@ async fn the_page_and_the_json_endpoints_show_the_cluster_to_a_token_allowed_to_
     let nodes = get_json(http, "/api/nodes", ALICE).await;
     assert_eq!(nodes["nodes"][0]["maintenance"], "fw", "{nodes}");
     assert!(script.contains("in maintenance window"), "the page shows it");
+
+    // An unhealthy GPU is listed with its error, and the page marks its cell.
+    let mark = SetGpuHealthRequest { node: "n1".into(), gpu: 3, healthy: false, error: "XID 79".into() };
+    admin.set_gpu_health(mark).await.unwrap();
+    let nodes = get_json(http, "/api/nodes", ALICE).await;
+    assert_eq!(nodes["nodes"][0]["unhealthy_gpus"][0]["gpu"], 3, "{nodes}");
+    assert_eq!(nodes["nodes"][0]["unhealthy_gpus"][0]["error"], "XID 79", "{nodes}");
+    assert!(script.contains("unhealthy_gpus") && script.contains("data-fault"), "the page shows it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -25,7 +25,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .models import FINISHED_STATES, Event, Job, JobState, MaintenanceWindow, Placement, Submitted, WhoAmI
+from .models import FINISHED_STATES, Event, GpuFault, Job, JobState, MaintenanceWindow, Placement, Submitted, WhoAmI
 
 __version__ = "0.1.0"
 
@@ -38,6 +38,7 @@ __all__ = [
     "Event",
     "FINISHED_STATES",
     "FailedPrecondition",
+    "GpuFault",
     "InvalidArgument",
     "Job",
     "JobRef",

@@ -11,7 +11,7 @@ import grpc
 
 from ._connect import Conn, Settings
 from .errors import BatonError, ConfigError, NoLogs, NotFound, Unavailable, from_rpc_error
-from .models import Event, Job, JobState, MaintenanceWindow, Submitted, WhoAmI, enum_value
+from .models import Event, GpuFault, Job, JobState, MaintenanceWindow, Submitted, WhoAmI, enum_value
 
 #: A job named by its name, or by its numeric id.
 JobRef = Union[str, int]
@@ -376,6 +376,23 @@ class Client:
     def delete_maintenance(self, name: str) -> None:
         """Forgets a window; a started one gives its nodes back at once."""
         self._conn.call("DeleteMaintenance", self._pb.NameRef(name=name))
+
+    def unhealthy_gpus(self) -> List[GpuFault]:
+        """Every GPU out of service, by node and index."""
+        reply = self._conn.call("ListNodes", self._pb.Empty())
+        return [GpuFault.from_proto(n.name, f) for n in reply.nodes for f in n.unhealthy_gpus]
+
+    def mark_gpu_unhealthy(self, node: str, gpu: int, error: str) -> None:
+        """Takes GPU `gpu` of `node` out of service (operators and admins): the jobs on it are
+        stopped and requeued, and it takes no new work until `mark_gpu_healthy`.
+        InvalidArgument names a bad field (an unknown node, a GPU it does not have)."""
+        if not error or not error.strip():
+            raise ConfigError("error: say what is wrong with the GPU (e.g. 'XID 79')")
+        self._conn.call("SetGpuHealth", self._pb.SetGpuHealthRequest(node=node, gpu=gpu, healthy=False, error=error))
+
+    def mark_gpu_healthy(self, node: str, gpu: int) -> None:
+        """Clears GPU `gpu` of `node` once it is fixed (operators and admins)."""
+        self._conn.call("SetGpuHealth", self._pb.SetGpuHealthRequest(node=node, gpu=gpu, healthy=True))
 
     def whoami(self) -> WhoAmI:
         """Who the client's token names."""

@@ -220,6 +220,24 @@ class MaintenanceWindow:
 
 
 @dataclass
+class GpuFault:
+    """A GPU out of service (decisions.md section 14): it takes no new work until cleared."""
+
+    node: str
+    gpu: int
+    error: str
+    #: When it was found, in Unix milliseconds.
+    since_ms: int
+    #: Found by the node's health check (a passing check may clear it); otherwise only a
+    #: person clears it.
+    by_check: bool
+
+    @classmethod
+    def from_proto(cls, node: str, f: Any) -> "GpuFault":
+        return cls(node=node, gpu=f.gpu, error=f.error, since_ms=f.since_ms, by_check=f.by_check)
+
+
+@dataclass
 class WhoAmI:
     """Who the client's token names."""
 

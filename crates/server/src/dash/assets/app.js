@@ -234,12 +234,16 @@ function showNodes(nodes, active) {
   const holder = new Map();
   for (const j of active) for (const p of j.placements) for (const g of p.gpus) holder.set(p.node + "/" + g, j.spec.name);
   const cards = nodes.map(n => {
+    const faults = new Map((n.unhealthy_gpus || []).map(f => [f.gpu, f.error]));
     const indices = n.gpus.length ? n.gpus.map(g => ({ i: g.index, healthy: g.healthy, model: g.model }))
       : Array.from({ length: gpus(n.resources) }, (_, i) => ({ i, healthy: true, model: "" }));
     const cells = indices.map(g => {
       const job = holder.get(n.name + "/" + g.i);
-      return h("div", { class: "gpu" + (job ? " held" : "") + (g.healthy ? "" : " unhealthy"), "data-node": n.name, "data-gpu": g.i, "data-job": job || "", title: g.model },
-        "GPU " + g.i, h("br"), job || h("span", { class: "muted" }, "free"));
+      const fault = faults.get(g.i);
+      const healthy = g.healthy && fault === undefined;
+      return h("div", { class: "gpu" + (job ? " held" : "") + (healthy ? "" : " unhealthy"), "data-node": n.name, "data-gpu": g.i, "data-job": job || "",
+        "data-fault": fault || "", title: fault ? "unhealthy: " + fault : g.model },
+        "GPU " + g.i, h("br"), job || h("span", { class: "muted" }, fault ? "unhealthy" : "free"));
     });
     const status = n.status + (n.cordoned ? ", cordoned" : "") + (n.unhealthy ? ": " + n.unhealthy : "") +
       (n.maintenance ? ", in maintenance window " + n.maintenance : "");
