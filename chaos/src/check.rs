@@ -81,6 +81,9 @@ pub struct Evidence<'a> {
     pub quiescence: &'a Quiescence,
     /// Every log the run's processes wrote, by file name, and its text.
     pub logs: &'a [(String, String)],
+    /// The GPU faults injected, each with when the cluster listed it and when its clearing
+    /// was asked.
+    pub gpu_faults: &'a [crate::gpu_faults::Span],
 }
 
 pub struct Report {
@@ -123,6 +126,10 @@ pub struct Report {
     /// processes', every replica at one index and state), and that index.
     pub quiescent_after_looks: usize,
     pub quiescent_index: Option<u64>,
+    /// GPU faults injected, those the cluster listed, and starts judged against them.
+    pub gpu_faults: usize,
+    pub gpu_faults_seen: usize,
+    pub gpu_starts_judged: usize,
     /// Broken promises; empty for a good run.
     pub violations: Vec<String>,
 }
@@ -178,6 +185,8 @@ impl Report {
         violations.extend(cancels.violations);
         let faults_by_moment = count(e.faults.iter().map(|l| l.moment.name()));
         violations.extend(panics(e.logs));
+        let on_bad = placed_on_unhealthy(e.gpu_faults, &read_gpus(e.witness, &mut violations), e.events, launch_tolerance_ms);
+        violations.extend(on_bad.violations);
         violations.extend(vacuous(e, resumed));
         Report {
             seconds: e.seconds,
@@ -205,6 +214,9 @@ impl Report {
             successes_checked,
             quiescent_after_looks: e.quiescence.looks,
             quiescent_index: e.quiescence.agreed_index(),
+            gpu_faults: e.gpu_faults.len(),
+            gpu_faults_seen: e.gpu_faults.iter().filter(|s| s.seen_ms.is_some()).count(),
+            gpu_starts_judged: on_bad.judged,
             violations,
         }
     }
@@ -343,6 +355,69 @@ fn resume_of(how: &str) -> Option<bool> {
 /// `Some(None)` for `-`; `None` (a malformed record) for anything but `-` or a number.
 fn launched_of(field: &str) -> Option<Option<u64>> {
     if field == "-" { Some(None) } else { field.parse().ok().map(Some) }
+}
+
+/// The GPUs a start was given (`DIR/gpus`: `job attempt rank node gpus`, the GPUs comma
+/// separated, `-` for none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GivenGpus {
+    pub job: String,
+    pub attempt: u32,
+    pub node: String,
+    pub gpus: Vec<u32>,
+}
+
+fn read_gpus(witness: &Path, violations: &mut Vec<String>) -> Vec<GivenGpus> {
+    read_records(&witness.join("gpus"), "GPU record", violations, |f| match f {
+        [job, attempt, _rank, node, gpus] => Some(GivenGpus {
+            job: job.to_string(),
+            attempt: attempt.parse().ok()?,
+            node: node.to_string(),
+            gpus: if *gpus == "-" {
+                Vec::new()
+            } else {
+                gpus.split(',').map(|g| g.parse().ok()).collect::<Option<Vec<u32>>>()?
+            },
+        }),
+        _ => None,
+    })
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct UnhealthyCheck {
+    pub violations: Vec<String>,
+    /// Starts on a GPU that was injected a fault at some point, judged against it.
+    pub judged: usize,
+}
+
+/// decisions.md section 14: nothing is placed on a GPU from the commit of its fault until its
+/// clearing. A start whose attempt was placed (its `Started` event, on the leader's clock)
+/// more than `tolerance_ms` after the harness saw the fault listed, and as much before the
+/// harness asked to clear it, broke that.
+pub fn placed_on_unhealthy(
+    spans: &[crate::gpu_faults::Span],
+    given: &[GivenGpus],
+    events: &BTreeMap<String, Vec<Event>>,
+    tolerance_ms: u64,
+) -> UnhealthyCheck {
+    let mut out = UnhealthyCheck::default();
+    for g in given {
+        let placed_ms = events.get(&g.job).and_then(|evs| {
+            evs.iter().find(|e| e.kind() == EventKind::Started && e.attempt == g.attempt).map(|e| e.at_ms)
+        });
+        let Some(placed_ms) = placed_ms else { continue };
+        for s in spans.iter().filter(|s| s.node == g.node && g.gpus.contains(&s.gpu)) {
+            let Some(seen_ms) = s.seen_ms else { continue };
+            out.judged += 1;
+            if placed_ms > seen_ms + tolerance_ms && placed_ms + tolerance_ms < s.clear_asked_ms {
+                out.violations.push(format!(
+                    "{} attempt {} was placed on GPU {} of {} at {placed_ms}, while it was unhealthy (listed at {seen_ms}, cleared after {})",
+                    g.job, g.attempt, s.gpu, s.node, s.clear_asked_ms
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// A checkpoint a workload wrote (`DIR/checkpoints`: `job attempt rank node step at-ms`).
@@ -829,6 +904,11 @@ impl fmt::Display for Report {
             self.resumes_checked,
             self.successes_checked
         )?;
+        writeln!(
+            f,
+            "GPU faults: {} injected, {} listed unhealthy by the cluster; {} starts on those GPUs judged against them",
+            self.gpu_faults, self.gpu_faults_seen, self.gpu_starts_judged
+        )?;
         match self.quiescent_index {
             Some(index) => writeln!(
                 f,
@@ -885,6 +965,7 @@ mod tests {
             preemption_bound_ms: 0,
             quiescence: &quiet,
             logs: &[],
+            gpu_faults: &[],
         };
         let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
         assert_eq!(v, ["the run proved nothing: no fault landed in a non-idle protocol state"]);
@@ -987,6 +1068,30 @@ mod tests {
             at_ms,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_start_placed_on_a_gpu_between_its_fault_and_its_clearing_is_a_violation() {
+        use crate::gpu_faults::Span;
+        let span = Span { node: "n1".into(), gpu: 2, seen_ms: Some(10_000), clear_asked_ms: 20_000 };
+        let unseen = Span { seen_ms: None, ..span.clone() };
+        let given = |job: &str, gpus: Vec<u32>| GivenGpus { job: job.into(), attempt: 1, node: "n1".into(), gpus };
+        let events: BTreeMap<String, Vec<Event>> = [
+            ("before".to_string(), vec![started(1, &["n1"], 9_000)]),
+            ("during".to_string(), vec![started(1, &["n1"], 15_000)]),
+            ("after".to_string(), vec![started(1, &["n1"], 21_000)]),
+            ("elsewhere".to_string(), vec![started(1, &["n1"], 15_000)]),
+        ]
+        .into();
+        let records =
+            [given("before", vec![2, 3]), given("during", vec![1, 2]), given("after", vec![2]), given("elsewhere", vec![0, 1])];
+        let out = placed_on_unhealthy(std::slice::from_ref(&span), &records, &events, 500);
+        assert_eq!(out.judged, 3);
+        assert_eq!(out.violations.len(), 1, "{:?}", out.violations);
+        assert!(out.violations[0].starts_with("during attempt 1 was placed on GPU 2 of n1"), "{:?}", out.violations);
+        // Within the clocks' tolerance of either end, or a fault never listed: not judged a violation.
+        assert!(placed_on_unhealthy(&[span], &records, &events, 6_000).violations.is_empty());
+        assert_eq!(placed_on_unhealthy(&[unseen], &records, &events, 500), UnhealthyCheck::default());
     }
 
     fn at(kind: &str, at_ms: u64) -> Event {

@@ -15,6 +15,8 @@
 //!   GPUs; every job is `baton workload --witness DIR`, which holds a lock per GPU and per job
 //!   rank while it runs and records violations (see `baton_agent::workload`).
 //! - `disk`: slow disks, a replica's writes throttled through a cgroup of its own.
+//! - `gpu_faults`: XIDs injected into the agents' development GPUs during the load, each
+//!   cleared some seconds later (decisions.md section 14).
 //! - `faults`: the fault schedule, drawn from a seed, and the protocol state each landed in.
 //! - `history`: submits and cancels with invoke/complete times and outcomes, and the checks
 //!   on them (an acknowledged submit exists once, nothing starts after an acknowledged cancel).
@@ -38,6 +40,7 @@ pub mod check;
 pub mod cluster;
 pub mod disk;
 pub mod faults;
+pub mod gpu_faults;
 pub mod history;
 pub mod load;
 pub mod net;

@@ -163,6 +163,14 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let submitter = tokio::spawn(submit_load(c.servers.clone(), load, cfg.seed, history.clone(), stop.clone()));
+    let gpu_faults = crate::gpu_faults::Injector {
+        servers: c.servers.clone(),
+        dir: c.dir.path().to_path_buf(),
+        nodes: nodes.iter().map(|n| n.name.clone()).collect(),
+        gpus_per_node: cfg.gpus_per_node,
+        seed: cfg.seed,
+    };
+    let gpu_faulter = tokio::spawn(gpu_faults.run(stop.clone()));
 
     let disk = match slow_disks {
         true => Some(crate::disk::SlowDisk::new(c.dir.path()).map_err(|e| e.to_string())?),
@@ -193,6 +201,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         faults.settle(&c).await;
     }
     stop.store(true, Ordering::SeqCst);
+    let gpu_spans = gpu_faulter.await.unwrap_or_default();
     if let Ok(cancels) = submitter.await {
         for cancel in cancels {
             let _ = cancel.await;
@@ -227,6 +236,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         preemption_bound_ms: crate::check::preemption_bound_ms(timing.heartbeat_timeout_ms),
         quiescence: &quiescence,
         logs: &logs,
+        gpu_faults: &gpu_spans,
     });
     if cfg.keep_dir || !report.ok() {
         // Kept for a post-mortem: the replicas' and agents' logs, the witness records.

@@ -17,7 +17,8 @@
 //! `DIR/violations` and exits 3. It also records a resume without a readable checkpoint,
 //! and a start from zero although every rank of the gang checkpointed in one attempt (a
 //! checkpoint holds `step attempt`), and appends each start to
-//! `DIR/starts` (`job attempt rank node first-step at-ms`, the last on the wall clock).
+//! `DIR/starts` (`job attempt rank node first-step at-ms`, the last on the wall clock), and
+//! the GPUs it was given to `DIR/gpus` (`job attempt rank node gpus`).
 
 use std::fs::File;
 use std::io::Write;
@@ -208,6 +209,9 @@ pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Op
         let launched = env("BATON_LAUNCHED_AT_MS");
         let launched = if launched.is_empty() { "-".to_string() } else { launched };
         append(&dir.join("starts"), &format!("{} {step} {} {how} {launched}", who_fields(), wall_ms()));
+        // The GPUs it was given: no start may be placed on a GPU while it is unhealthy.
+        let gpus = env("CUDA_VISIBLE_DEVICES");
+        append(&dir.join("gpus"), &format!("{} {}", who_fields(), if gpus.is_empty() { "-" } else { &gpus }));
     }
     while step < steps {
         let until = Instant::now() + Duration::from_millis(step_ms);
