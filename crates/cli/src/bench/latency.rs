@@ -2,7 +2,9 @@
 //! real job processes, how long work takes to start and how fast a preemption goes:
 //! - submit -> running: from the submit call to the job's process printing its start;
 //! - preempt signal: from the high-priority submit to the victim's signal handler;
-//! - exit -> start: from the victim's handler (it exits right after) to the preemptor's start.
+//! - exit -> start: from the victim's handler (it exits right after) to the preemptor's start;
+//! - GPU fault -> stop signal: from an XID injected into a development GPU a job runs on
+//!   (decisions.md section 14) to that job's signal handler.
 //!
 //! Jobs stamp `date +%s%N` into files; every figure is wall-clock time on this machine.
 
@@ -117,11 +119,40 @@ async fn measure(children: &Children, dir: &Path, rounds: u32) -> Result<(), Str
         // Let the cancelled processes go before the next idle-cluster submit.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let mut fault = Vec::new();
+    for i in 0..rounds {
+        fault.push(gpu_fault_round(&mut c, dir, &stamps, i).await?);
+    }
     println!("rounds: {rounds} (2 agents x 8 development GPUs, 3 replicas, each job a 2x8-GPU gang)");
     report("submit -> running (idle cluster)", &mut start);
     report("high-priority submit -> victim's signal", &mut signal);
     report("victim's exit -> preemptor's start", &mut handoff);
+    report("GPU fault -> its job's stop signal", &mut fault);
     Ok(())
+}
+
+/// One round of the GPU-fault path: a gang runs, an XID is injected into one of its GPUs
+/// (the file its agent polls for), and the time to the gang's signal handler is taken. The
+/// GPU is cleared and the job cancelled before the next round.
+async fn gpu_fault_round(c: &mut Api, dir: &Path, stamps: &Path, i: u32) -> Result<f64, String> {
+    let name = format!("xid-{i}");
+    submit(c, job(&name, "lo", "train", stamps)).await?;
+    stamp(stamps.join(format!("{name}.start"))).await?;
+    let j = c.get_job(JobRef { name: name.clone(), ..Default::default() }).await.map_err(|e| e.message().to_string())?;
+    let p = j.into_inner().placements.into_iter().next().ok_or("the gang has no placement")?;
+    let gpu = *p.gpus.first().ok_or("the gang was given no GPU")?;
+    let agent_dir = dir.join(&p.node);
+    let (tmp, faults) = (agent_dir.join("xid.tmp"), agent_dir.join("gpu-faults"));
+    std::fs::create_dir_all(&faults).map_err(|e| e.to_string())?;
+    std::fs::write(&tmp, "XID 79 (benchmark)").map_err(|e| e.to_string())?;
+    let t = now_ms();
+    std::fs::rename(&tmp, faults.join(gpu.to_string())).map_err(|e| e.to_string())?;
+    let term = stamp(stamps.join(format!("{name}.term"))).await?;
+    let healthy = SetGpuHealthRequest { node: p.node.clone(), gpu, healthy: true, error: String::new() };
+    c.set_gpu_health(healthy).await.map_err(|e| e.message().to_string())?;
+    cancel(c, &name).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(term - t)
 }
 
 fn report(what: &str, ms: &mut [f64]) {
