@@ -185,7 +185,8 @@ impl Report {
         violations.extend(cancels.violations);
         let faults_by_moment = count(e.faults.iter().map(|l| l.moment.name()));
         violations.extend(panics(e.logs));
-        let on_bad = placed_on_unhealthy(e.gpu_faults, &read_gpus(e.witness, &mut violations), e.events, launch_tolerance_ms);
+        let on_bad =
+            placed_on_unhealthy(e.gpu_faults, &read_gpus(e.witness, &mut violations), e.events, launch_tolerance_ms);
         violations.extend(on_bad.violations);
         violations.extend(vacuous(e, resumed));
         Report {
@@ -1083,8 +1084,12 @@ mod tests {
             ("elsewhere".to_string(), vec![started(1, &["n1"], 15_000)]),
         ]
         .into();
-        let records =
-            [given("before", vec![2, 3]), given("during", vec![1, 2]), given("after", vec![2]), given("elsewhere", vec![0, 1])];
+        let records = [
+            given("before", vec![2, 3]),
+            given("during", vec![1, 2]),
+            given("after", vec![2]),
+            given("elsewhere", vec![0, 1]),
+        ];
         let out = placed_on_unhealthy(std::slice::from_ref(&span), &records, &events, 500);
         assert_eq!(out.judged, 3);
         assert_eq!(out.violations.len(), 1, "{:?}", out.violations);

@@ -88,9 +88,11 @@ impl Injector {
                 && let Ok(Ok(reply)) =
                     tokio::time::timeout(Duration::from_millis(2_000), api.list_nodes(Empty {})).await
             {
-                let listed = reply.into_inner().nodes.into_iter().any(|n| {
-                    n.name == node && n.unhealthy_gpus.iter().any(|f| f.gpu == gpu)
-                });
+                let listed = reply
+                    .into_inner()
+                    .nodes
+                    .into_iter()
+                    .any(|n| n.name == node && n.unhealthy_gpus.iter().any(|f| f.gpu == gpu));
                 if listed {
                     return Some(now_ms());
                 }

@@ -976,7 +976,10 @@ fn gpu_unhealthy_healthy_and_list_send_the_mark_and_show_it() {
     let (r, out) = run(&["gpu", "list", "--server", &addr]);
     r.unwrap();
     let row = out.lines().nth(1).unwrap();
-    assert!(row.contains("g1") && row.contains("5") && row.contains("2026-12-01T02:00:00.000Z") && row.contains("XID 79"), "{out}");
+    assert!(
+        row.contains("g1") && row.contains("5") && row.contains("2026-12-01T02:00:00.000Z") && row.contains("XID 79"),
+        "{out}"
+    );
     let (r, out) = run(&["nodes", "--server", &addr]);
     r.unwrap();
     assert!(out.lines().nth(1).unwrap().contains("Ready,GPU 5 unhealthy"), "{out}");

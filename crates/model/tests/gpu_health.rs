@@ -102,7 +102,8 @@ fn only_an_operator_or_a_check_that_found_it_clears_a_fault() {
 #[test]
 fn bad_marks_are_refused_naming_the_field_and_change_nothing() {
     let mut s = cluster();
-    for (op, field) in [(mark("n9", 0, "XID 79"), "node"), (mark("n1", 8, "XID 79"), "gpu"), (mark("n1", 0, "  "), "error")]
+    for (op, field) in
+        [(mark("n9", 0, "XID 79"), "node"), (mark("n1", 8, "XID 79"), "gpu"), (mark("n1", 0, "  "), "error")]
     {
         let e = apply(&mut s, 1_000, op.clone()).unwrap_err();
         assert!(matches!(&e, ApplyError::Invalid { field: f, .. } if f == field), "{op:?}: {e}");
@@ -116,7 +117,8 @@ fn bad_marks_are_refused_naming_the_field_and_change_nothing() {
 #[test]
 fn a_starving_jobs_reservation_on_a_failed_gpus_node_is_dropped() {
     let mut s = cluster();
-    apply(&mut s, 0, Op::SetScheduler(baton_model::scheduler::SchedulerSettings { reserve_after_ms: Some(0) })).unwrap();
+    apply(&mut s, 0, Op::SetScheduler(baton_model::scheduler::SchedulerSettings { reserve_after_ms: Some(0) }))
+        .unwrap();
     let busy = submit(&mut s, "busy", 2, PreemptionMode::Checkpoint);
     assert!(place(&mut s, busy, "n1", vec![0, 1]).is_empty());
     let big = submit(&mut s, "big", 8, PreemptionMode::Checkpoint);

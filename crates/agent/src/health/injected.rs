@@ -88,10 +88,7 @@ mod tests {
         std::fs::write(dir(tmp.path()).join("1"), "").unwrap();
         std::fs::write(dir(tmp.path()).join("notes.tmp"), "XID 48").unwrap();
         let found = w.poll(Duration::from_millis(1));
-        let want = vec![
-            Finding { gpu: 1, error: "injected fault".into() },
-            Finding { gpu: 3, error: "XID 79".into() },
-        ];
+        let want = vec![Finding { gpu: 1, error: "injected fault".into() }, Finding { gpu: 3, error: "XID 79".into() }];
         assert_eq!(found, want);
         assert!(w.poll(Duration::from_millis(1)).is_empty(), "read once");
     }

@@ -89,9 +89,15 @@ impl NvmlWatch {
             return Some(Finding { gpu, error: "double-bit ECC error".into() });
         }
         match data.event_data {
-            Some(XidError::Value(xid)) if CRITICAL_XIDS.contains(&xid) => Some(Finding { gpu, error: format!("XID {xid}") }),
+            Some(XidError::Value(xid)) if CRITICAL_XIDS.contains(&xid) => {
+                Some(Finding { gpu, error: format!("XID {xid}") })
+            }
             Some(XidError::Value(xid)) => {
-                tracing::warn!(gpu, xid, "XID {xid} on GPU {gpu}: an application error, not the GPU's; it stays in service");
+                tracing::warn!(
+                    gpu,
+                    xid,
+                    "XID {xid} on GPU {gpu}: an application error, not the GPU's; it stays in service"
+                );
                 None
             }
             Some(XidError::Unknown) | None => Some(Finding { gpu, error: "XID (unknown code)".into() }),
@@ -140,6 +146,9 @@ impl GpuWatch for NvmlWatch {
     }
 
     fn describe(&self) -> String {
-        format!("NVML, {} GPUs (critical XID events; ECC, retirement and bus state every {POLL_CONDITIONS_MS} ms)", self.count)
+        format!(
+            "NVML, {} GPUs (critical XID events; ECC, retirement and bus state every {POLL_CONDITIONS_MS} ms)",
+            self.count
+        )
     }
 }

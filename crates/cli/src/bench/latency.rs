@@ -138,7 +138,8 @@ async fn gpu_fault_round(c: &mut Api, dir: &Path, stamps: &Path, i: u32) -> Resu
     let name = format!("xid-{i}");
     submit(c, job(&name, "lo", "train", stamps)).await?;
     stamp(stamps.join(format!("{name}.start"))).await?;
-    let j = c.get_job(JobRef { name: name.clone(), ..Default::default() }).await.map_err(|e| e.message().to_string())?;
+    let j =
+        c.get_job(JobRef { name: name.clone(), ..Default::default() }).await.map_err(|e| e.message().to_string())?;
     let p = j.into_inner().placements.into_iter().next().ok_or("the gang has no placement")?;
     let gpu = *p.gpus.first().ok_or("the gang was given no GPU")?;
     let agent_dir = dir.join(&p.node);

@@ -111,20 +111,15 @@ impl State {
     fn stop_on_gpu(&mut self, node: &Name, gpu: u32, error: &str, ev: &mut Vec<Event>) {
         let bit = 1u64 << gpu;
         let on_gpu = |j: &crate::job::Job| j.replicas.iter().any(|r| &r.node == node && gpu_mask(&r.gpus) & bit != 0);
-        let using: Vec<(JobId, JobState)> =
-            self.d.jobs.values().filter(|j| j.state.is_active() && on_gpu(j)).map(|j| (j.id, j.state)).collect();
+        // A job already stopping goes on with its stop as it was asked; a job that uses GPUs
+        // is never suspended in place (decisions.md section 7).
+        let running: Vec<JobId> =
+            self.d.jobs.values().filter(|j| j.state == JobState::Running && on_gpu(j)).map(|j| j.id).collect();
         let why = format!("GPU {gpu} of node {node} is unhealthy ({error})");
-        for (id, state) in using {
-            match state {
-                JobState::Running => {
-                    self.begin_stop(id, StopWhy::GpuFault);
-                    self.set_reason(id, format!("{why}; checkpointing before it stops"));
-                    self.job_event(id, EventKind::GpuFaultStop, format!("{why}; stopping"), ev);
-                }
-                // Already stopping: its stop goes on as it was asked. (A job that uses GPUs
-                // is never suspended in place: decisions.md section 7.)
-                _ => {}
-            }
+        for id in running {
+            self.begin_stop(id, StopWhy::GpuFault);
+            self.set_reason(id, format!("{why}; checkpointing before it stops"));
+            self.job_event(id, EventKind::GpuFaultStop, format!("{why}; stopping"), ev);
         }
         let reserved: Vec<JobId> = self
             .d
@@ -156,6 +151,12 @@ impl State {
     }
 
     pub(crate) fn node_event(&self, node: &Name, kind: EventKind, message: String, ev: &mut Vec<Event>) {
-        ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(node.clone()), kind, message: clip_message(message) });
+        ev.push(Event {
+            at_ms: self.d.now_ms,
+            job: None,
+            node: Some(node.clone()),
+            kind,
+            message: clip_message(message),
+        });
     }
 }

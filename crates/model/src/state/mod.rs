@@ -12,10 +12,10 @@
 mod apply_plan;
 mod completing;
 mod config;
+mod gpu_health;
 mod identity;
 mod integrity;
 mod lifecycle;
-mod gpu_health;
 mod maintenance;
 mod rebuild;
 mod report;
@@ -44,10 +44,10 @@ use crate::command::{Applied, Command, Op, Outcome, Response};
 use crate::cow_tree::CowTree;
 use crate::error::ApplyError;
 use crate::event::Event;
+use crate::gpu_health::{GpuFaults, HealthSource};
 use crate::job::{Job, JobId};
 use crate::ledger::Ledger;
 use crate::limits::{DEFAULT_RETAINED_FINISHED_JOBS, MAX_CLOCK_MS};
-use crate::gpu_health::{GpuFaults, HealthSource};
 use crate::maintenance::Window;
 use crate::name::Name;
 use crate::node::Node;
@@ -267,7 +267,9 @@ impl State {
             Op::ReportGpu { node, gpu, fault, by_check } => {
                 done(self.gpu_health(&node, gpu, fault, HealthSource::Agent { by_check }, ev))
             }
-            Op::SetGpuHealth { node, gpu, fault } => done(self.gpu_health(&node, gpu, fault, HealthSource::Operator, ev)),
+            Op::SetGpuHealth { node, gpu, fault } => {
+                done(self.gpu_health(&node, gpu, fault, HealthSource::Operator, ev))
+            }
             Op::Cancel { job } => done(self.cancel(job, ev)),
             Op::Pause { job } => done(self.pause(job, ev)),
             Op::Resume { job } => done(self.unpause(job, ev)),
