@@ -134,3 +134,17 @@ fn a_starving_jobs_reservation_on_a_failed_gpus_node_is_dropped() {
     assert!(s.pool_reservation_of(big).is_none(), "its node can no longer hold it whole");
     assert_eq!(s.job(busy).unwrap().state, JobState::Running, "busy is not on GPU 5");
 }
+
+/// Found by the scheduler's property test: the plan checker judged a GPU index against the
+/// node's healthy count, so with GPU 0 unhealthy GPU 7 of an 8-GPU node was "wrong", and a
+/// job that fit on the healthy ones was refused at every cycle.
+#[test]
+fn the_healthy_gpus_above_an_unhealthy_one_take_work() {
+    let mut s = cluster();
+    apply(&mut s, 1_000, mark("n1", 0, "XID 79")).unwrap();
+    let seven = submit(&mut s, "seven", 7, PreemptionMode::Checkpoint);
+    assert_eq!(place(&mut s, seven, "n1", (1..8).collect()), vec![]);
+    let one = submit(&mut s, "one", 1, PreemptionMode::Checkpoint);
+    let refused = place(&mut s, one, "n1", vec![0]);
+    assert!(matches!(refused.as_slice(), [(0, Rejection::NoLongerFits { .. })]), "{refused:?}");
+}

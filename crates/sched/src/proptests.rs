@@ -67,6 +67,9 @@ pub(crate) enum OpGen {
     Resume(u8),
     NodeDown(u8),
     NodeUp(u8),
+    /// A GPU found unhealthy, or cleared (decisions.md section 14): node, GPU.
+    GpuFault(u8, u8),
+    GpuHealthy(u8, u8),
 }
 
 #[derive(Debug, Clone)]
@@ -132,7 +135,15 @@ pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
         1 => any::<u8>().prop_map(OpGen::Resume),
         1 => any::<u8>().prop_map(OpGen::NodeDown),
         1 => any::<u8>().prop_map(OpGen::NodeUp),
+        1 => (any::<u8>(), any::<u8>()).prop_map(|(n, g)| OpGen::GpuFault(n, g)),
+        1 => (any::<u8>(), any::<u8>()).prop_map(|(n, g)| OpGen::GpuHealthy(n, g)),
     ]
+}
+
+/// The node and GPU index a generated GPU step names (a GPU the node has, when it has one).
+fn gpu_of(w: &World, n: u8, g: u8) -> (String, u32) {
+    let i = n as usize % w.nodes.len();
+    (format!("n{i}"), u32::from(g) % u32::from(w.nodes[i].gpus.max(1)))
 }
 
 pub(crate) fn cmd(
@@ -519,6 +530,11 @@ pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: 
                 let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
                 cmd(s, now_ms, Op::SetNodeStatus { node, status: NodeStatus::Ready }).map(drop)
             }
+            OpGen::GpuFault(n, g) | OpGen::GpuHealthy(n, g) => {
+                let (node, gpu) = gpu_of(w, *n, *g);
+                let fault = matches!(op, OpGen::GpuFault(..)).then(|| "XID 79".to_string());
+                cmd(s, now_ms, Op::SetGpuHealth { node: Name::lit(&node), gpu, fault }).map(drop)
+            }
         };
         // Refusals (an impossible job, pausing a finished one) are fine; they change nothing.
         let _ = result;
@@ -653,6 +669,18 @@ pub(crate) fn to_yaml(w: &World) -> String {
 
             OpGen::NodeDown(i) => format!("node_down: n{}", *i as usize % w.nodes.len()),
             OpGen::NodeUp(i) => format!("node_up: n{}", *i as usize % w.nodes.len()),
+            // A node without GPUs refuses the step, and a file names only GPUs that exist.
+            OpGen::GpuFault(n, _) | OpGen::GpuHealthy(n, _) if w.nodes[*n as usize % w.nodes.len()].gpus == 0 => {
+                continue;
+            }
+            OpGen::GpuFault(n, g) => {
+                let (node, gpu) = gpu_of(w, *n, *g);
+                format!("gpu_unhealthy: {{node: {node}, gpu: {gpu}, error: XID 79}}")
+            }
+            OpGen::GpuHealthy(n, g) => {
+                let (node, gpu) = gpu_of(w, *n, *g);
+                format!("gpu_healthy: {{node: {node}, gpu: {gpu}}}")
+            }
         };
         y += &format!("  - {{at: {at}, {step}}}\n");
     }

@@ -9,7 +9,7 @@ use crate::alloc::ReplicaAlloc;
 use crate::command::Outcome;
 use crate::event::{Event, EventKind};
 use crate::job::{JobId, JobState, StopWhy, Topology};
-use crate::ledger::{GPU_KIND, Share, Vector, add, fits};
+use crate::ledger::{Share, Vector, add, fits};
 use crate::limits::MAX_DECISIONS_PER_PLAN;
 use crate::plan::{Decision, Plan, Victim};
 use crate::rejection::Rejection;
@@ -242,9 +242,10 @@ impl State {
                 return Err(Rejection::PoolNotAllowed { node: r.node.clone() });
             }
             let task = &spec.tasks[r.task as usize];
-            if r.gpus.len() as u64 != task.resources.gpus()
-                || r.gpus.iter().any(|&g| u64::from(g) >= acct.capacity[GPU_KIND])
-            {
+            // Against the GPUs the node has, unhealthy ones included: one of those is refused
+            // below as not free (the ledger's capacity counts only healthy ones).
+            let has = self.d.nodes.get(&r.node).map_or(0, |n| n.spec.resources.gpus());
+            if r.gpus.len() as u64 != task.resources.gpus() || r.gpus.iter().any(|&g| u64::from(g) >= has) {
                 return Err(Rejection::WrongGpus { index: r.index, task: task.name.clone() });
             }
             racks.insert(acct.rack);
