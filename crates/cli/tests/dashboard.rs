@@ -320,4 +320,11 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
     assert_eq!(count(&dom, r#"data-job="high" title"#), 8, "high holds 8 GPUs:\n{dom}");
     assert_eq!(count(&dom, r#"data-job="low" title"#), 0, "low holds none:\n{dom}");
     dev.screenshot("&job=low", "preemption.png", 1500);
+
+    // An unhealthy GPU is marked in its node's grid, in the page already open.
+    dev.baton(&["gpu", "unhealthy", "node-2", "7", "--error", "XID 79"]);
+    page.until(
+        "GPU 7 of node-2 marked unhealthy",
+        r#"document.querySelector('.gpu.unhealthy[data-node="node-2"][data-gpu="7"][data-fault="XID 79"]') !== null"#,
+    );
 }

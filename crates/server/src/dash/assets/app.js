@@ -242,7 +242,7 @@ function showNodes(nodes, active) {
       const fault = faults.get(g.i);
       const healthy = g.healthy && fault === undefined;
       return h("div", { class: "gpu" + (job ? " held" : "") + (healthy ? "" : " unhealthy"), "data-node": n.name, "data-gpu": g.i, "data-job": job || "",
-        "data-fault": fault || "", title: fault ? "unhealthy: " + fault : g.model },
+        title: fault ? "unhealthy: " + fault : g.model, "data-fault": fault || "" },
         "GPU " + g.i, h("br"), job || h("span", { class: "muted" }, fault ? "unhealthy" : "free"));
     });
     const status = n.status + (n.cordoned ? ", cordoned" : "") + (n.unhealthy ? ": " + n.unhealthy : "") +
