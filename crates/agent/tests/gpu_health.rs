@@ -1,7 +1,7 @@
 //! GPU health on a real agent (decisions.md section 14), without a GPU: a fault injected
 //! into a development GPU reaches the leader as an observation and counts on /metrics; the
 //! operator's health check fails the GPUs it names, and, allowed to, clears them when it
-//! passes again.
+//! passes again; a fault the leader has not acknowledged survives a restart of the agent.
 
 mod common;
 
@@ -81,4 +81,31 @@ async fn reqwest_free_scrape(addr: std::net::SocketAddr) -> String {
     let mut reply = String::new();
     s.read_to_string(&mut reply).await.unwrap();
     reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_not_yet_acknowledged_is_sent_by_the_restarted_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    gw.stall_reports(true);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    inject(dir.path(), 1, "uncorrectable ECC errors: 2");
+    let file = baton_agent::health::injected::dir(dir.path()).join("1");
+    wait_for(5, "the fault read", || (!file.exists()).then_some(())).await;
+    // Journaled right after it is read; give the thread that moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    agent.shutdown().await.unwrap();
+    assert!(gpu_reports(&gw).is_empty(), "no report got through");
+    gw.stall_reports(false);
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let got = wait_for(5, "the fault reported after the restart", || {
+        let r = gpu_reports(&gw);
+        (!r.is_empty()).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        got[0],
+        GpuHealth { gpu: 1, healthy: false, error: "uncorrectable ECC errors: 2".into(), by_check: false }
+    );
+    agent.shutdown().await.unwrap();
 }
