@@ -321,10 +321,16 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
     assert_eq!(count(&dom, r#"data-job="low" title"#), 0, "low holds none:\n{dom}");
     dev.screenshot("&job=low", "preemption.png", 1500);
 
-    // An unhealthy GPU is marked in its node's grid, in the page already open.
+    // A maintenance window ahead is listed, and an unhealthy GPU is marked in its node's
+    // grid, in the page already open (the GPU's event reloads it).
+    dev.baton(&["maintenance", "create", "fw", "--nodes", "node-1", "--start", "+2h", "--end", "+3h"]);
     dev.baton(&["gpu", "unhealthy", "node-2", "7", "--error", "XID 79"]);
     page.until(
         "GPU 7 of node-2 marked unhealthy",
         r#"document.querySelector('.gpu.unhealthy[data-node="node-2"][data-gpu="7"][data-fault="XID 79"]') !== null"#,
+    );
+    page.until(
+        "window fw listed ahead",
+        r#"document.querySelector('p.window[data-window="fw"][data-state="ahead"]') !== null"#,
     );
 }

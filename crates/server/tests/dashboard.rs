@@ -163,6 +163,9 @@ async fn the_page_and_the_json_endpoints_show_the_cluster_to_a_token_allowed_to_
         active: false,
     };
     admin.create_maintenance(w).await.unwrap();
+    let windows = get_json(http, "/api/maintenance", ALICE).await;
+    assert_eq!(windows["windows"][0]["name"], "fw", "{windows}");
+    assert!(script.contains("/api/maintenance") && script.contains("data-window"), "the page lists windows");
     let nodes = get_json(http, "/api/nodes", ALICE).await;
     assert_eq!(nodes["nodes"][0]["maintenance"], "fw", "{nodes}");
     assert!(script.contains("in maintenance window"), "the page shows it");

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use baton_model::event::Event as ModelEvent;
 use baton_proto::scrape;
-use baton_proto::v1::{Event, JobRef, JobState, ListJobsRequest, ListQueuesReply};
+use baton_proto::v1::{Event, JobRef, JobState, ListJobsRequest, ListMaintenanceReply, ListQueuesReply};
 use baton_proto::words::Word;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -174,6 +174,11 @@ async fn json(api: &Api, r: &Request) -> Result<String, Status> {
         "/api/cluster" => to_json(&api::cluster::info(api, Some(&who)).await?.into_inner()),
         "/api/queues" => to_json(&ListQueuesReply { queues: api.read(api::usage::queues).await? }),
         "/api/nodes" => to_json(&api::nodes::list(api).await?.into_inner()),
+        "/api/maintenance" => {
+            let windows =
+                api.read(|s| s.windows().values().map(baton_proto::convert::window_to_proto).collect()).await?;
+            to_json(&ListMaintenanceReply { windows })
+        }
         "/api/jobs" => to_json(&api::jobs::list(api, &who, jobs_page(r)?).await?.into_inner()),
         p => match p.strip_prefix("/api/jobs/") {
             Some(name) if !name.is_empty() && !name.contains('/') => {
@@ -181,7 +186,7 @@ async fn json(api: &Api, r: &Request) -> Result<String, Status> {
                 to_json(&api::jobs::get(api, &who, job).await?.into_inner())
             }
             _ => Err(Status::not_found(format!(
-                "no endpoint {p}; the endpoints are /api/cluster, /api/queues, /api/jobs, /api/jobs/NAME, /api/nodes, /api/events"
+                "no endpoint {p}; the endpoints are /api/cluster, /api/queues, /api/jobs, /api/jobs/NAME, /api/nodes, /api/maintenance, /api/events"
             ))),
         },
     }

@@ -75,12 +75,13 @@ function time(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
 
 async function reload() {
   try {
-    const [cluster, queues, jobs, active, nodes] = await Promise.all([
+    const [cluster, queues, jobs, active, nodes, maintenance] = await Promise.all([
       api("/api/cluster"),
       api("/api/queues"),
       api("/api/jobs?limit=" + JOBS_SHOWN + (jobsAfter ? "&after=" + jobsAfter : "")),
       api("/api/jobs?limit=500&state=Running,Preempting"),
       api("/api/nodes"),
+      api("/api/maintenance"),
     ]);
     $("login").hidden = true;
     $("app").hidden = false;
@@ -88,7 +89,7 @@ async function reload() {
     showCluster(cluster);
     showQueues(queues.queues);
     showJobs(jobs);
-    showNodes(nodes.nodes, active.jobs);
+    showNodes(nodes.nodes, active.jobs, maintenance.windows || []);
     if (selectedJob) showJob(await api("/api/jobs/" + encodeURIComponent(selectedJob)));
     document.body.dataset.loaded = "1";
   } catch (e) {
@@ -230,7 +231,14 @@ function showJob(j) {
   s.querySelector(".body").replaceChildren(facts, h("div", { class: "timeline" }, bars), events, close);
 }
 
-function showNodes(nodes, active) {
+// Maintenance windows ahead and started, one line each (decisions.md section 14).
+function windowLines(windows) {
+  return windows.map(w => h("p", { class: "window", "data-window": w.name, "data-state": w.active ? "started" : "ahead" },
+    "maintenance window " + w.name + " (" + w.nodes.join(", ") + "): " + new Date(w.start_ms).toLocaleString() +
+    " to " + new Date(w.end_ms).toLocaleString() + (w.active ? ", started: its nodes take no work" : ", ahead")));
+}
+
+function showNodes(nodes, active, windows) {
   const holder = new Map();
   for (const j of active) for (const p of j.placements) for (const g of p.gpus) holder.set(p.node + "/" + g, j.spec.name);
   const cards = nodes.map(n => {
@@ -251,7 +259,8 @@ function showNodes(nodes, active) {
       h("div", {}, h("b", {}, n.name), " · pool " + n.pool + (n.rack ? " · rack " + n.rack : "") + " · " + status),
       h("div", { class: "grid" }, cells));
   });
-  $("nodes").querySelector(".body").replaceChildren(...(cards.length ? cards : [h("p", { class: "muted" }, "No nodes.")]));
+  $("nodes").querySelector(".body").replaceChildren(...windowLines(windows),
+    ...(cards.length ? cards : [h("p", { class: "muted" }, "No nodes.")]));
 }
 
 function showEvent(e) {
