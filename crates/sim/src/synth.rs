@@ -8,7 +8,7 @@ use std::fmt::Write;
 use baton_model::name::Name;
 use baton_rng::SplitMix64 as Rng;
 
-use crate::trace::{COLUMNS, MAX_ROW_SECONDS, MAX_TRACE_JOBS};
+use crate::trace::{BASE_COLUMNS, COLUMNS, MAX_ROW_SECONDS, MAX_TRACE_JOBS};
 
 /// Gang shapes (GPUs per replica, replicas) and their weights in per mille: 70% one GPU.
 pub const SHAPES: [((u64, u32), u32); 7] =
@@ -88,7 +88,7 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
         r.submit_s = t as u64;
     }
     let mut out = String::with_capacity(spec.jobs * 40);
-    out.push_str(&COLUMNS.join(","));
+    out.push_str(&COLUMNS[..BASE_COLUMNS].join(","));
     out.push('\n');
     for r in &rows {
         let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();

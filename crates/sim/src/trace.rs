@@ -5,11 +5,12 @@
 //! checkpoint. The cluster comes from a scenario-style YAML file without a timeline; each row
 //! becomes a `submit` step, so the same engine and the same scheduler run it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use baton_model::after::{After, JobRef};
 use baton_model::error::ApplyError;
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
-use baton_model::limits::{DEFAULT_GRACE_MS, MAX_TIME_LIMIT_MS};
+use baton_model::limits::{DEFAULT_GRACE_MS, MAX_DEPENDENCIES_PER_JOB, MAX_TIME_LIMIT_MS};
 use baton_model::name::Name;
 use baton_model::resources::Resources;
 use baton_model::state::State;
@@ -25,9 +26,12 @@ pub const MAX_ROW_SECONDS: u64 = MAX_TIME_LIMIT_MS / 1000;
 /// Latest submit time: ten years after the trace starts.
 pub const MAX_SUBMIT_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
-/// The columns, in order; the first line of a trace names them exactly so.
-pub const COLUMNS: [&str; 8] =
-    ["submit", "queue", "class", "gpus", "replicas", "duration", "time_limit", "checkpoint_interval"];
+/// The columns, in order; the first line of a trace names them exactly so, with or without
+/// the last, `after` (dependencies, decisions.md section 13).
+pub const COLUMNS: [&str; 9] =
+    ["submit", "queue", "class", "gpus", "replicas", "duration", "time_limit", "checkpoint_interval", "after"];
+/// The columns every trace has: all but `after`.
+pub const BASE_COLUMNS: usize = 8;
 
 /// A row that cannot be used: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +63,8 @@ pub struct TraceJob {
     pub duration_ms: u64,
     pub time_limit_ms: Option<u64>,
     pub checkpoint_interval_ms: Option<u64>,
+    /// The earlier rows' jobs it waits for (`ok:j12;any:j15`), by name.
+    pub after: Vec<After>,
 }
 
 impl TraceJob {
@@ -81,16 +87,20 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
         return Err(err(1, None, format!("the trace is empty; its first line is the header {}", COLUMNS.join(","))));
     };
     let names: Vec<&str> = header.split(',').map(str::trim).collect();
-    if names != COLUMNS {
-        let msg = format!("the header must be exactly {} (found {header:?})", COLUMNS.join(","));
+    if names != COLUMNS && names != COLUMNS[..BASE_COLUMNS] {
+        let msg = format!(
+            "the header must be exactly {} (or without the last column, after; found {header:?})",
+            COLUMNS.join(",")
+        );
         return Err(err(hline, None, msg));
     }
+    let width = names.len();
     let mut jobs = Vec::new();
     for (n, l) in lines.filter(|(_, l)| !skip(l)) {
         if jobs.len() == MAX_TRACE_JOBS {
             return Err(err(n, None, format!("more than {MAX_TRACE_JOBS} jobs; split the trace")));
         }
-        jobs.push(row(n, l).map_err(|(c, m)| err(n, c, m))?);
+        jobs.push(row(n, l, width).map_err(|(c, m)| err(n, c, m))?);
     }
     Ok(jobs)
 }
@@ -103,11 +113,11 @@ fn skip(l: &str) -> bool {
 
 type RowResult<T> = Result<T, (Option<usize>, String)>;
 
-fn row(line: usize, l: &str) -> RowResult<TraceJob> {
+fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
     let cells: Vec<&str> = l.split(',').map(str::trim).collect();
-    if cells.len() != COLUMNS.len() {
-        let col = (cells.len() > COLUMNS.len()).then_some(COLUMNS.len() + 1);
-        return Err((col, format!("{} columns; expected {}", cells.len(), COLUMNS.len())));
+    if cells.len() != width {
+        let col = (cells.len() > width).then_some(width + 1);
+        return Err((col, format!("{} columns; expected {width}", cells.len())));
     }
     let at = |c: usize, m: String| (Some(c), m);
     let queue = Name::new(cells[1]).map_err(|e| at(2, e.to_string()))?;
@@ -129,7 +139,28 @@ fn row(line: usize, l: &str) -> RowResult<TraceJob> {
         duration_ms: seconds(cells[5], 6, MAX_ROW_SECONDS)?.max(1),
         time_limit_ms,
         checkpoint_interval_ms,
+        after: match cells.get(BASE_COLUMNS) {
+            Some(cell) => dependencies(cell)?,
+            None => Vec::new(),
+        },
     })
+}
+
+/// `ok:j12;any:j15`: dependencies on earlier rows' jobs, by name (`j<line>`); empty: none.
+fn dependencies(cell: &str) -> RowResult<Vec<After>> {
+    let col = Some(BASE_COLUMNS + 1);
+    let mut out = Vec::new();
+    for part in cell.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let a = After::parse(part).map_err(|e| (col, e))?;
+        if let JobRef::Id(id) = a.job {
+            return Err((col, format!("{id}: name the row's job (j<line>), not an id")));
+        }
+        out.push(a);
+    }
+    if out.len() > MAX_DEPENDENCIES_PER_JOB {
+        return Err((col, format!("{} dependencies; a job waits for at most {MAX_DEPENDENCIES_PER_JOB}", out.len())));
+    }
+    Ok(out)
 }
 
 fn whole(cell: &str, col: usize, min: u64, max: u64) -> RowResult<u64> {
@@ -198,17 +229,21 @@ pub fn attach(cluster: &mut Scenario, state: &State, trace_file: &str, jobs: &[T
     }
     let mut order: Vec<&TraceJob> = jobs.iter().collect();
     order.sort_by_key(|j| j.submit_ms);
+    let mut submitted: BTreeSet<Name> = BTreeSet::new();
     for j in order {
         let spec = spec(j);
-        check(state, &spec).map_err(|(column, message)| TraceError {
+        let refuse = |(column, message): (Option<usize>, String)| TraceError {
             file: trace_file.to_string(),
             line: j.line,
             column,
             message,
-        })?;
+        };
+        check(state, &spec).map_err(refuse)?;
+        check_after(j, &spec.name, &submitted).map_err(refuse)?;
+        submitted.insert(spec.name.clone());
         let sub = Submit {
             spec,
-            after: Vec::new(),
+            after: j.after.clone(),
             duration_ms: Some(j.duration_ms),
             checkpoint_time_ms: 0,
             checkpoint_interval_ms: j.checkpoint_interval_ms,
@@ -218,6 +253,23 @@ pub fn attach(cluster: &mut Scenario, state: &State, trace_file: &str, jobs: &[T
         let step =
             Step { at_ms: j.submit_ms, line: j.line, path: String::new(), action: Action::Submit(Box::new(sub)) };
         cluster.timeline.push(step);
+    }
+    Ok(())
+}
+
+/// Each dependency names a row submitted before this one (rows go in time order, so a cycle
+/// cannot be written), and not this row itself.
+fn check_after(j: &TraceJob, name: &Name, submitted: &BTreeSet<Name>) -> RowResult<()> {
+    let col = Some(BASE_COLUMNS + 1);
+    for a in &j.after {
+        let JobRef::Name(on) = &a.job else { continue };
+        if on == name {
+            return Err((col, format!("job {on} cannot wait for itself")));
+        }
+        if !submitted.contains(on) {
+            let msg = format!("job {on} is not submitted before this row (rows are submitted in time order)");
+            return Err((col, msg));
+        }
     }
     Ok(())
 }
@@ -265,6 +317,7 @@ mod tests {
             ("0,a,train,1,1,60,0,\n", 7, "above 0"),
             ("0,a,train,1,1,60,,abc\n", 8, "not a number"),
             ("0,a,train,1,1,60,,,9\n", 9, "9 columns"),
+            ("0,a,train,1,1,60,,,9,9\n", 9, "10 columns; expected 8"),
         ];
         for (row, col, text) in cases {
             let e = parse("t.csv", &format!("{HEADER}\n{row}")).unwrap_err();

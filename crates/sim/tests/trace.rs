@@ -165,3 +165,32 @@ fn an_instant_whose_jobs_all_wait_takes_one_cycle() {
     assert_eq!(o.report.summary.end, Secs(200_000));
     assert_eq!(o.cycles, 6);
 }
+
+#[test]
+fn a_row_waits_for_the_rows_its_after_column_names() {
+    // One 8-GPU node; rows are jobs j2 to j5 (their lines). j2 (8 GPUs, 100 s) runs first.
+    // j3 (8 GPUs, 10 s) waits for j2 to succeed: it starts at t=100, the moment the node
+    // frees, and ends at t=110. j4 (1 GPU) waits for j3 to fail, which never happens: it is
+    // cancelled at t=110 when j3 succeeds, never started. j5 (queue b) waits for j2 to start,
+    // which holds at once, but the node is full: it starts when j3 ends, at t=110, and ends
+    // at t=115.
+    let header = "submit,queue,class,gpus,replicas,duration,time_limit,checkpoint_interval,after\n";
+    let rows =
+        "0,a,train,8,1,100,,,\n1,a,train,8,1,10,,,ok:j2\n2,a,train,1,1,5,,,notok:j3\n3,b,train,8,1,5,,,started:j2\n";
+    let o = baton_sim::run_trace("c.yaml", &cluster(1, 8), "t.csv", &format!("{header}{rows}")).unwrap();
+    assert_eq!((o.report.summary.finished, o.report.summary.end), (3, Secs(115_000)), "{:?}", o.report.summary);
+    let s = o.queue_stats();
+    assert_eq!(queue(&s, "b").longest_wait, Secs(107_000), "j5 waited from t=3 to t=110");
+
+    // Bad dependencies are refused before anything runs, naming the line and the column.
+    for (rows, says) in [
+        ("0,a,train,1,1,5,,,ok:j2\n", "cannot wait for itself"),
+        ("0,a,train,1,1,5,,,ok:j3\n5,a,train,1,1,5,,,\n", "not submitted before this row"),
+        ("0,a,train,1,1,5,,,ok:7\n", "not an id"),
+        ("0,a,train,1,1,5,,,soon:j2\n", "ok, any, notok, started"),
+    ] {
+        let e = baton_sim::run_trace("c.yaml", &cluster(1, 8), "t.csv", &format!("{header}{rows}")).unwrap_err();
+        let e = e.to_string();
+        assert!(e.starts_with("t.csv:2: column 9 (after): ") && e.contains(says), "{rows}: {e}");
+    }
+}
