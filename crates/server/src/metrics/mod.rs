@@ -51,6 +51,7 @@ pub struct Metrics {
     queue_pending_jobs: Family<Labels, Gauge>,
     queue_held_jobs: Family<Labels, Gauge>,
     maintenance_windows: Family<Labels, Gauge>,
+    gpus_unhealthy: Gauge,
     queue_pending_gpus: Family<Labels, Gauge>,
     queue_running_jobs: Family<Labels, Gauge>,
     pool_gpus_capacity: Family<Labels, Gauge>,
@@ -113,6 +114,7 @@ impl Metrics {
             queue_pending_jobs: Family::default(),
             queue_held_jobs: Family::default(),
             maintenance_windows: Family::default(),
+            gpus_unhealthy: Gauge::default(),
             queue_pending_gpus: Family::default(),
             queue_running_jobs: Family::default(),
             pool_gpus_capacity: Family::default(),
@@ -180,6 +182,11 @@ impl Metrics {
             self.queue_gpus_lent.clone(),
         );
         r.register("baton_queue_pending_jobs", "Jobs waiting in the queue", self.queue_pending_jobs.clone());
+        r.register(
+            "baton_gpus_unhealthy",
+            "GPUs marked unhealthy (an agent's finding or an operator's mark): out of their pools' capacity until cleared",
+            self.gpus_unhealthy.clone(),
+        );
         r.register(
             "baton_maintenance_windows",
             "Maintenance windows by state: ahead, or started (their nodes take no work)",

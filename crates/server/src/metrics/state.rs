@@ -49,6 +49,8 @@ impl Metrics {
         for (label, count) in [("ahead", state.windows().len() as u64 - started), ("started", started)] {
             self.maintenance_windows.get_or_create(&vec![("state", label.to_string())]).set(to_i64(count));
         }
+        let unhealthy: usize = state.gpu_faults().values().map(|f| f.len()).sum();
+        self.gpus_unhealthy.set(to_i64(unhealthy as u64));
     }
 
     fn refresh_queues(&self, state: &State) {

@@ -188,6 +188,22 @@ mod state_gauges {
     }
 
     #[test]
+    fn unhealthy_gpus_are_counted() {
+        let mut s = borrowing();
+        assert!(
+            Metrics::new()
+                .render(&s, &raft_metrics(), &Default::default())
+                .lines()
+                .any(|l| l == "baton_gpus_unhealthy 0")
+        );
+        for gpu in [1, 3] {
+            apply(&mut s, Op::SetGpuHealth { node: Name::lit("n1"), gpu, fault: Some("XID 79".into()) });
+        }
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
+        assert!(text.lines().any(|l| l == "baton_gpus_unhealthy 2"), "{text}");
+    }
+
+    #[test]
     fn queue_and_pool_series_stop_at_the_bound_and_say_how_many_were_left_out() {
         let mut s = State::default();
         for i in 0..=MAX_QUEUE_POOL_SERIES {
