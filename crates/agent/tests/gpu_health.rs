@@ -46,7 +46,7 @@ async fn an_injected_fault_reaches_the_leader_and_counts_on_metrics() {
     .await;
     let want = GpuHealth { gpu: 2, healthy: false, error: "XID 79".into(), by_check: false };
     assert_eq!(got, vec![want], "GPU 9 is not on this node (4 GPUs): dropped");
-    let metrics = reqwest_free_scrape(agent.metrics_addr().unwrap()).await;
+    let metrics = scrape_reply(agent.metrics_addr().unwrap()).await;
     assert!(metrics.contains("baton_agent_gpu_faults_total{gpu=\"2\"} 1"), "{metrics}");
     agent.shutdown().await.unwrap();
 }
@@ -72,15 +72,6 @@ async fn the_health_check_fails_the_gpus_it_names_and_clears_them_when_allowed()
     ];
     assert_eq!(gpu_reports(&gw), want, "each change once, not at every run");
     agent.shutdown().await.unwrap();
-}
-
-async fn reqwest_free_scrape(addr: std::net::SocketAddr) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").await.unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).await.unwrap();
-    reply
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

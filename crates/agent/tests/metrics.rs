@@ -9,11 +9,7 @@ use baton_proto::v1::Action;
 use common::*;
 
 async fn scrape(addr: std::net::SocketAddr) -> BTreeMap<String, f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").await.unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).await.unwrap();
+    let reply = scrape_reply(addr).await;
     let (head, body) = reply.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let types: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("# TYPE ")).collect();

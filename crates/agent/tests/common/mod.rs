@@ -340,3 +340,13 @@ pub fn blocking_scrape(addr: std::net::SocketAddr) -> std::collections::BTreeMap
         .filter_map(|l| l.rsplit_once(' ').map(|(k, v)| (k.to_string(), v.parse().unwrap_or(f64::NAN))))
         .collect()
 }
+
+/// The whole HTTP reply of `GET /metrics` at `addr`, head and body.
+pub async fn scrape_reply(addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").await.unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).await.unwrap();
+    reply
+}
