@@ -60,7 +60,11 @@ impl Injector {
             let gpu = rng.below(self.gpus_per_node) as u32;
             self.inject(&node, gpu);
             let seen_ms = self.seen(&node, gpu).await;
-            tokio::time::sleep(Duration::from_millis(rng.range(OUTAGE_MS.0, OUTAGE_MS.1))).await;
+            // Cut short when the load ends, so that the drain does not wait for it.
+            let outage_ends = now_ms() + rng.range(OUTAGE_MS.0, OUTAGE_MS.1);
+            while now_ms() < outage_ends && !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            }
             let clear_asked_ms = now_ms();
             self.clear(&node, gpu).await;
             spans.push(Span { node, gpu, seen_ms, clear_asked_ms });
