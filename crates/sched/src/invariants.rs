@@ -154,8 +154,8 @@ fn check_windows(s: &State) -> Result<(), String> {
 /// cleared), and the GPU is out of its node's free GPUs.
 fn check_gpu_faults(s: &State) -> Result<(), String> {
     let l = s.ledger();
-    for (node, faults) in s.gpu_faults() {
-        let bad = faults.keys().fold(0u64, |m, g| m | (1u64 << g));
+    for node in s.gpu_faults().keys() {
+        let bad = s.unhealthy_gpus(node);
         if let Some(n) = l.node(node.as_str())
             && l.nodes[n].free_gpus & bad != 0
         {

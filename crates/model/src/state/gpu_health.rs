@@ -2,8 +2,9 @@
 //! (`ReportGpu`) or an operator marks it (`SetGpuHealth`): the GPU leaves its pool's
 //! capacity and takes no new work; jobs running on it are stopped as in mode `checkpoint`
 //! (signal, grace, kill; whatever their mode) and go back to the queue once stopped, and a
-//! reservation that was to use it is dropped. Jobs on the node's other GPUs keep running. An operator clears the mark; a
-//! passing health check clears a fault the check found, when the agent is allowed to.
+//! reservation that was to use it is dropped. Jobs on the node's other GPUs keep running.
+//! An operator clears the mark; a passing health check clears a fault the check found, when
+//! the agent is allowed to.
 
 use super::State;
 use crate::alloc::gpu_mask;
