@@ -58,8 +58,11 @@ async fn a_lagging_replica_reading_an_older_format_refuses_the_snapshot_and_keep
     assert!(why.contains("needs data format 5") && why.contains("reads formats up to 4"), "{why}");
 
     // It kept what it had: everything up to the format-5 command, none of the writes the
-    // snapshot carries.
-    assert_eq!(older.replica.applied_index(), Some(index));
+    // snapshot carries. (Its state is rebuilt at start from the committed log: when the
+    // commit index it had stored at its stop was one short, it stops just before that
+    // command, which it could not read anyway. Seen once in a full run on a busy machine.)
+    let kept = older.replica.applied_index();
+    assert!(kept == Some(index) || kept == Some(index - 1), "applied {kept:?}, the format-5 command at {index}");
     assert!(older.replica.read_local(|s| has(s, "early") && !has(s, "w99")));
 
     // Upgraded, it takes the snapshot.
