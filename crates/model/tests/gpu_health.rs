@@ -5,23 +5,15 @@
 //! clears only what a check found; only operators mark by hand.
 
 use baton_model::alloc::ReplicaAlloc;
-use baton_model::command::Command;
-use baton_model::fixture::{gpu_job, gpu_node, gpu_queue};
+use baton_model::fixture::gpu_job;
 use baton_model::job::{PreemptionMode, StopWhy};
 use baton_model::plan::{Decision, Plan};
 use baton_model::rejection::Rejection;
 use baton_model::{ApplyError, JobId, JobState, Name, Op, Outcome, State};
 
-fn apply(s: &mut State, now_ms: u64, op: Op) -> Result<Outcome, ApplyError> {
-    s.apply(Command { now_ms, op }).map(|a| a.outcome)
-}
+mod common;
 
-fn cluster() -> State {
-    let mut s = State::default();
-    apply(&mut s, 0, Op::RegisterNodes(vec![gpu_node("n1", 8), gpu_node("n2", 8)])).unwrap();
-    apply(&mut s, 0, Op::PutQueue(gpu_queue("q", 16))).unwrap();
-    s
-}
+use common::{apply, two_nodes_one_queue as cluster};
 
 fn submit(s: &mut State, name: &str, gpus: u64, mode: PreemptionMode) -> JobId {
     let spec = baton_model::JobSpec { preemption_mode: mode, ..gpu_job(name, "q", gpus) };

@@ -1,0 +1,20 @@
+//! Fixtures shared by the model's integration tests.
+
+#![allow(dead_code)]
+
+use baton_model::command::Command;
+use baton_model::fixture::{gpu_node, gpu_queue};
+use baton_model::{ApplyError, Op, Outcome, State};
+
+/// Applies `op` stamped `now_ms`; its outcome, or why it was refused.
+pub fn apply(s: &mut State, now_ms: u64, op: Op) -> Result<Outcome, ApplyError> {
+    s.apply(Command { now_ms, op }).map(|a| a.outcome)
+}
+
+/// Two 8-GPU nodes, `n1` and `n2`, and queue `q` guaranteed all 16 GPUs.
+pub fn two_nodes_one_queue() -> State {
+    let mut s = State::default();
+    apply(&mut s, 0, Op::RegisterNodes(vec![gpu_node("n1", 8), gpu_node("n2", 8)])).unwrap();
+    apply(&mut s, 0, Op::PutQueue(gpu_queue("q", 16))).unwrap();
+    s
+}
