@@ -29,7 +29,7 @@ pub fn mask_of(faults: Option<&BTreeMap<u32, GpuFault>>) -> u64 {
 }
 
 /// Where a GPU health change comes from: it decides what it may clear.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HealthSource {
     /// The node's agent, from NVML or the health check (`Op::ReportGpu`).
     Agent { by_check: bool },

@@ -7,7 +7,6 @@
 //! the agent is allowed to.
 
 use super::State;
-use crate::alloc::gpu_mask;
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind, clip_message};
 use crate::gpu_health::{GpuFault, GpuFaults, HealthSource, mask_of};
@@ -110,8 +109,7 @@ impl State {
     /// What uses `gpu` of `node` lets go of it: running jobs stop as in mode checkpoint,
     /// reservations on it are dropped.
     fn stop_on_gpu(&mut self, node: &Name, gpu: u32, error: &str, ev: &mut Vec<Event>) {
-        let bit = 1u64 << gpu;
-        let on_gpu = |j: &crate::job::Job| j.replicas.iter().any(|r| &r.node == node && gpu_mask(&r.gpus) & bit != 0);
+        let on_gpu = |j: &crate::job::Job| j.replicas.iter().any(|r| &r.node == node && r.gpus.contains(&gpu));
         // A job already stopping goes on with its stop as it was asked; a job that uses GPUs
         // is never suspended in place (decisions.md section 7).
         let running: Vec<JobId> =
@@ -126,7 +124,7 @@ impl State {
             .d
             .reservations
             .values()
-            .filter(|r| r.replicas.iter().any(|x| &x.node == node && gpu_mask(&x.gpus) & bit != 0))
+            .filter(|r| r.replicas.iter().any(|x| &x.node == node && x.gpus.contains(&gpu)))
             .map(|r| r.job)
             .collect();
         for id in reserved {

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::State;
-use crate::gpu_health::mask_of;
 use crate::job::{JobId, JobState};
 use crate::ledger::{Kinds, Ledger, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add};
 use crate::limits::MAX_RESOURCE_KINDS;
@@ -57,7 +56,7 @@ impl State {
             let open = node.schedulable() && !in_window.contains(&node.spec.name);
             // Unhealthy GPUs are out of the capacity and of the node's GPUs (section 14).
             let mut acct = NodeAcct::new(node.spec.name.clone(), pool, rack, open, cap);
-            acct.take_out_gpus(mask_of(self.gpu_faults.get(&node.spec.name)));
+            acct.take_out_gpus(self.unhealthy_gpus(&node.spec.name));
             if open {
                 add(&mut pa.capacity, &acct.capacity);
                 pa.unhealthy_gpus += cap[crate::ledger::GPU_KIND] - acct.capacity[crate::ledger::GPU_KIND];
