@@ -328,7 +328,9 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
             Err(needs(Role::Operator))
         }
         Op::Submit { spec, .. } => may_submit(token, spec),
-        Op::SubmitRunAs { spec, run_as, .. } | Op::SubmitAfter { spec, run_as, .. } => {
+        Op::SubmitRunAs { spec, run_as, .. }
+        | Op::SubmitAfter { spec, run_as, .. }
+        | Op::SubmitArray { spec, run_as, .. } => {
             may_submit(token, spec)?;
             match run_as {
                 Some(u) if u.as_str() != token.spec.user.as_str() && !token.any_job() => {
@@ -343,7 +345,7 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
                 _ => Ok(()),
             }
         }
-        Op::Cancel { .. } | Op::Pause { .. } | Op::Resume { .. } => match job {
+        Op::Cancel { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::CancelArray { .. } => match job {
             None => Ok(()), // unknown: the command itself says so
             Some(_) if token.any_job() => Ok(()),
             Some((j, _)) if token.administers(&j.spec.queue) => Ok(()),

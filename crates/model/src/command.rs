@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::access::{TokenHash, TokenSpec};
 use crate::after::After;
+use crate::array::ArraySpec;
 use crate::class::PriorityClass;
 use crate::error::ApplyError;
 use crate::event::Event;
@@ -218,6 +219,21 @@ pub enum Op {
         gpu: u32,
         fault: Option<String>,
     },
+    // After the GPU health writes, so logs written before them decode.
+    /// A job array (decisions.md section 13): one record; its elements `NAME-i` are created
+    /// as jobs as they come within reach of running. Checked as `SubmitAfter`, and for the
+    /// elements' names and environment.
+    SubmitArray {
+        spec: JobSpec,
+        array: ArraySpec,
+        request_id: Option<String>,
+        run_as: Option<UnixUser>,
+        after: Vec<After>,
+    },
+    /// Cancels every unfinished element of an array; no other is created.
+    CancelArray {
+        array: JobId,
+    },
 }
 
 impl Op {
@@ -270,6 +286,8 @@ impl Op {
                 | Op::GrantQueue { .. }
                 | Op::SubmitRunAs { .. }
                 | Op::SubmitAfter { .. }
+                | Op::SubmitArray { .. }
+                | Op::CancelArray { .. }
                 | Op::CreateMaintenance(_)
                 | Op::DeleteMaintenance { .. }
                 | Op::SetGpuHealth { .. }
@@ -312,6 +330,8 @@ impl Op {
             Op::RevokeToken { .. } => "RevokeToken",
             Op::GrantQueue { .. } => "GrantQueue",
             Op::SubmitRunAs { .. } | Op::SubmitAfter { .. } => "Submit",
+            Op::SubmitArray { .. } => "SubmitArray",
+            Op::CancelArray { .. } => "CancelArray",
             Op::CreateMaintenance(_) => "CreateMaintenance",
             Op::DeleteMaintenance { .. } => "DeleteMaintenance",
             Op::ReportGpu { .. } => "ReportGpu",

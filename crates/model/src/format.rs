@@ -41,8 +41,10 @@ use crate::command::{Observed, Op};
 /// the jobs waiting for others and the maintenance windows (written in format 6's layout
 /// while there are none). 8: `ReportGpu`, `SetGpuHealth`, the events `GpuUnhealthy`,
 /// `GpuHealthy`, `GpuFaultStop`, `StopWhy::GpuFault`, and snapshots that record the
-/// unhealthy GPUs (written in format 7's layout while there are none).
-pub const DATA_FORMAT: u32 = 8;
+/// unhealthy GPUs (written in format 7's layout while there are none). 9: `SubmitArray`,
+/// `CancelArray`, and snapshots that record the arrays (written in format 8's layout while
+/// there is none).
+pub const DATA_FORMAT: u32 = 9;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest
@@ -167,6 +169,7 @@ impl Op {
             Op::CreateQueueVisible { .. } | Op::UpdateQueueVisible { .. } => 6,
             Op::SubmitAfter { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } => 7,
             Op::ReportGpu { .. } | Op::SetGpuHealth { .. } => 8,
+            Op::SubmitArray { .. } | Op::CancelArray { .. } => 9,
         }
     }
 

@@ -32,6 +32,7 @@
 pub mod access;
 pub mod after;
 pub mod alloc;
+pub mod array;
 pub mod class;
 pub mod command;
 pub mod cow_tree;

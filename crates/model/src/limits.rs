@@ -13,6 +13,16 @@ pub const MAX_TASKS_PER_JOB: usize = 64;
 /// Dependencies one job may wait for (decisions.md section 13): workflows chain a few
 /// steps; a wider fan-in belongs to an array.
 pub const MAX_DEPENDENCIES_PER_JOB: usize = 64;
+/// Elements of one array (decisions.md section 13). Not created until they come within
+/// reach of running, so the bound is on indices, not on memory.
+pub const MAX_ARRAY_ELEMENTS: u32 = 1_000_000;
+/// Elements of one array created and never started yet, at most: enough for a cycle to
+/// start that many of them; each start makes room for the next (`state/arrays.rs`).
+pub const ARRAY_PENDING_WINDOW: u32 = 64;
+/// Arrays a cluster keeps at once, unfinished and finished.
+pub const MAX_ARRAYS: usize = 10_000;
+/// Finished arrays kept for `list` and dependencies; the oldest is forgotten first.
+pub const RETAINED_FINISHED_ARRAYS: usize = 1_000;
 /// Maintenance windows a cluster holds at once (decisions.md section 14); past ones are
 /// forgotten at their end.
 pub const MAX_WINDOWS: usize = 1_000;

@@ -57,6 +57,8 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("DeleteMaintenance", 7),
     ("ReportGpu", 8),
     ("SetGpuHealth", 8),
+    ("SubmitArray", 9),
+    ("CancelArray", 9),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -74,7 +76,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.
-const RELEASED: (u32, usize, usize) = (7, 37, 10);
+const RELEASED: (u32, usize, usize) = (8, 39, 10);
 
 fn obs(i: usize) -> Observed {
     let all = vec![
@@ -152,6 +154,14 @@ fn ops() -> Vec<Op> {
         Op::DeleteMaintenance { name: q.clone() },
         Op::ReportGpu { node: q.clone(), gpu: 0, fault: Some("XID 79".into()), by_check: false },
         Op::SetGpuHealth { node: q.clone(), gpu: 0, fault: None },
+        Op::SubmitArray {
+            spec: gpu_job("j", "q", 1),
+            array: baton_model::array::ArraySpec { first: 0, count: 10, max_running: Some(2) },
+            request_id: None,
+            run_as: None,
+            after: vec![],
+        },
+        Op::CancelArray { array: 1 },
     ]
 }
 

@@ -29,14 +29,20 @@ impl State {
             return Err(ApplyError::invalid("op", format!("As wraps only client commands; {} is not one", op.name())));
         }
         let t = self.access.authenticate(token)?;
+        // An array is judged as the job its elements will be (its queue, its owner).
+        let array = match &op {
+            Op::CancelArray { array } => self.array(*array).map(|a| self.array_as_job(a)),
+            _ => None,
+        };
         let job = match &op {
             Op::Cancel { job } | Op::Pause { job } | Op::Resume { job } => {
                 self.d.jobs.get(job).map(|j| (j, self.access.owner(*job)))
             }
+            Op::CancelArray { array: id } => array.as_ref().map(|j| (j, self.access.owner(*id))),
             _ => None,
         };
         authorize(t, &op, job)?;
-        if let Op::SubmitAfter { spec, after, .. } = &op {
+        if let Op::SubmitAfter { spec, after, .. } | Op::SubmitArray { spec, after, .. } = &op {
             self.check_dependencies_visible(t, &spec.name, after)?;
         }
         let user = t.spec.user.clone();
@@ -122,7 +128,11 @@ impl State {
     ) -> Result<(), ApplyError> {
         for (i, a) in after.iter().enumerate() {
             let id = self.resolve_one(i, own_name, &a.job)?;
-            if self.job_view(Some(t), &self.d.jobs[&id]) == JobView::Hidden {
+            let view = match self.d.jobs.get(&id) {
+                Some(j) => self.job_view(Some(t), j),
+                None => self.array(id).map_or(JobView::Hidden, |a| self.job_view(Some(t), &self.array_as_job(a))),
+            };
+            if view == JobView::Hidden {
                 return Err(super::waits::unknown_dependency(i, &a.job));
             }
         }

@@ -89,6 +89,7 @@ impl State {
             .collect();
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
+        let first = job.attempt == 0;
         job.state = JobState::Running;
         job.attempt = attempt;
         job.replicas = replicas;
@@ -106,6 +107,7 @@ impl State {
         };
         self.job_event(id, EventKind::Started { attempt, nodes }, message, ev);
         self.note_changed(id);
+        self.array_element_started(id, first);
     }
 
     /// Running -> Preempting: the agent will signal it and report when it stopped.
@@ -188,7 +190,8 @@ impl State {
         let now = self.d.now_ms;
         self.forget_placement(id);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
-        if !job.state.is_finished() {
+        let (was_finished, started) = (job.state.is_finished(), job.attempt > 0);
+        if !was_finished {
             self.ledger.unfinished.remove(&job.spec.queue, self.access.owners.get(&id));
         }
         job.state = state;
@@ -198,6 +201,9 @@ impl State {
         self.d.finished_order.push_back(id);
         self.forget_waits(id);
         self.note_changed(id);
+        if !was_finished {
+            self.array_element_ended(id, state, started);
+        }
         self.prune_finished();
     }
 
@@ -217,6 +223,7 @@ impl State {
             }
             self.access.owners.remove(&old);
             self.tenancy.run_as.remove(&old);
+            self.forget_element(old);
             if let Some(j) = self.d.jobs.remove(&old)
                 && self.d.job_names.get(&j.spec.name) == Some(&old)
             {
@@ -425,13 +432,16 @@ impl State {
         }
     }
 
+    /// The name of job or array `id`.
     pub(crate) fn name_of(&self, id: JobId) -> Name {
-        self.d.jobs.get(&id).map(|j| j.spec.name.clone()).unwrap_or_else(|| Name::lit("gone"))
+        let array = || self.array(id).map(|a| a.spec.name.clone());
+        self.d.jobs.get(&id).map(|j| j.spec.name.clone()).or_else(array).unwrap_or_else(|| Name::lit("gone"))
     }
 
     pub(crate) fn set_reason(&mut self, id: JobId, reason: String) {
-        if let Some(j) = self.d.jobs.get_mut(&id) {
-            j.reason = clip(reason);
+        match self.d.jobs.get_mut(&id) {
+            Some(j) => j.reason = clip(reason),
+            None => self.set_array_reason(id, reason),
         }
     }
 

@@ -10,6 +10,7 @@
 //! and a late report of the checkpoint a requeued job's last attempt wrote).
 
 mod apply_plan;
+mod arrays;
 mod completing;
 mod config;
 mod gpu_health;
@@ -25,6 +26,8 @@ mod tenancy;
 mod waits;
 
 pub use apply_plan::demand_of;
+use arrays::ArrayIndex;
+pub use arrays::Arrays;
 pub use completing::{Aftermath, Completing, CompletingRanks, LastPlaced};
 pub use maintenance::MAINTENANCE;
 pub use reserve::backfills;
@@ -138,6 +141,11 @@ pub struct State {
     /// Unhealthy GPUs (decisions.md section 14). Serialized after the windows, and only
     /// when there is one (then the waits and the windows too, maybe empty).
     gpu_faults: GpuFaults,
+    /// Job arrays (decisions.md section 13). Serialized after the unhealthy GPUs, and only
+    /// when there is one (then every part before, maybe empty).
+    arrays: Arrays,
+    /// Derived from `arrays`; never stored.
+    array_index: ArrayIndex,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -183,6 +191,8 @@ impl State {
             wait_index: WaitIndex::default(),
             windows: BTreeMap::new(),
             gpu_faults: GpuFaults::new(),
+            arrays: Arrays::default(),
+            array_index: ArrayIndex::default(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -201,10 +211,17 @@ impl State {
         self.d.now_ms = self.d.now_ms.max(cmd.now_ms);
         let mut ev = Vec::new();
         let outcome = self.dispatch(cmd.op, &mut ev);
-        // Jobs that started or ended settle who waits for them, within the same command.
+        // Jobs that started or ended settle who waits for them, and make room for the
+        // next elements of their arrays, within the same command.
         match outcome {
-            Ok(_) => self.settle_waiting(&mut ev),
-            Err(_) => self.wait_index.forget_changed(),
+            Ok(_) => {
+                self.settle_waiting(&mut ev);
+                self.fill_arrays(&mut ev);
+            }
+            Err(_) => {
+                self.wait_index.forget_changed();
+                self.array_index.forget_changed();
+            }
         }
         let outcome = outcome?;
         // The ledger is kept up to date in place, change by change; a rebuild from the
@@ -262,6 +279,10 @@ impl State {
             Op::SubmitAfter { spec, request_id, run_as, after } => {
                 self.submit_after(spec, request_id, run_as, after, ev)
             }
+            Op::SubmitArray { spec, array, request_id, run_as, after } => {
+                self.submit_array(spec, array, request_id, run_as, after, ev)
+            }
+            Op::CancelArray { array } => done(self.cancel_array(array, ev)),
             Op::CreateMaintenance(spec) => done(self.create_window(spec, ev)),
             Op::DeleteMaintenance { name } => done(self.delete_window(&name, ev)),
             Op::ReportGpu { node, gpu, fault, by_check } => {
@@ -381,8 +402,10 @@ impl Serialize for State {
         // Format 6's layout while no job waits (dependencies are submitted only once every
         // member reads format 7).
         let visibility = &self.queue_visibility;
-        let (waits, windows) = (&self.waits, &self.windows);
-        if !self.gpu_faults.is_empty() {
+        let (waits, windows, faults) = (&self.waits, &self.windows, &self.gpu_faults);
+        if !self.arrays.is_empty() {
+            (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, &self.arrays).serialize(s)
+        } else if !self.gpu_faults.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
         } else if !self.windows.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, &self.waits, &self.windows).serialize(s)
@@ -402,8 +425,8 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with an unhealthy GPU.
-const STATE_PARTS: usize = 10;
+/// Parts of a state as this build writes it with an array.
+const STATE_PARTS: usize = 11;
 
 /// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
 /// missing in a self-describing format (JSON, the simulator's), where a state with none set
@@ -415,7 +438,7 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
     type Value = State;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "a state of {} to {STATE_PARTS} parts", STATE_PARTS - 3)
+        write!(f, "a state of 6 to {STATE_PARTS} parts")
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<State, A::Error> {
@@ -432,12 +455,44 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let waits: Waits = seq.next_element()?.unwrap_or_default();
         let windows: BTreeMap<Name, Window> = seq.next_element()?.unwrap_or_default();
         let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
+        let arrays: Arrays = seq.next_element()?.unwrap_or_default();
+        let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
+        s.restore_visibility(visibility)?;
+        // The arrays first: a job may wait for one.
+        s.restore_arrays(arrays)?;
+        s.restore_waits(waits)?;
+        s.restore_windows(windows)?;
+        s.restore_gpu_faults(faults)?;
+        Ok(s)
+    }
+}
+
+/// A state as snapshots wrote it before arrays, and as they still write it while there is
+/// none (with an unhealthy GPU). Tried when the current layout fails.
+pub struct PreArraysState(pub State);
+
+impl<'de> Deserialize<'de> for PreArraysState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        type Parts = (
+            Data,
+            Access,
+            Tenancy,
+            Aftermath,
+            QueueAdmins,
+            BTreeMap<Name, u64>,
+            BTreeMap<Name, Visibility>,
+            Waits,
+            BTreeMap<Name, Window>,
+            GpuFaults,
+        );
+        let (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults) =
+            Parts::deserialize(de)?;
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_visibility(visibility)?;
         s.restore_waits(waits)?;
         s.restore_windows(windows)?;
         s.restore_gpu_faults(faults)?;
-        Ok(s)
+        Ok(PreArraysState(s))
     }
 }
 
@@ -532,14 +587,15 @@ impl State {
         Ok(())
     }
 
-    /// Every held job exists and is unfinished, and every job it waits for exists.
+    /// Every held job (or array) exists and is unfinished, and every job it waits for exists.
     fn restore_waits<E: serde::de::Error>(&mut self, waits: Waits) -> Result<(), E> {
         for (id, list) in &waits {
-            let held = self.d.jobs.get(id).is_some_and(|j| !j.state.is_finished());
+            let held = self.d.jobs.get(id).is_some_and(|j| !j.state.is_finished())
+                || self.array(*id).is_some_and(|a| !a.is_finished());
             if !held || list.is_empty() {
                 return Err(E::custom(format!("inconsistent state: job {id} waits, but is not a held job")));
             }
-            if let Some(w) = list.iter().find(|w| !self.d.jobs.contains_key(&w.job)) {
+            if let Some(w) = list.iter().find(|w| !self.d.jobs.contains_key(&w.job) && !self.is_array(w.job)) {
                 return Err(E::custom(format!(
                     "inconsistent state: job {id} waits for job {}, which is not kept",
                     w.job
@@ -647,6 +703,8 @@ impl State {
             wait_index: WaitIndex::default(),
             windows: BTreeMap::new(),
             gpu_faults: GpuFaults::new(),
+            arrays: Arrays::default(),
+            array_index: ArrayIndex::default(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -667,5 +725,6 @@ impl PartialEq for State {
             && self.waits == other.waits
             && self.windows == other.windows
             && self.gpu_faults == other.gpu_faults
+            && self.arrays == other.arrays
     }
 }

@@ -8,7 +8,8 @@ use super::State;
 use crate::command::Outcome;
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
-use crate::job::{Job, JobSpec, JobState, PriorityRef, Topology};
+use crate::job::{Job, JobId, JobSpec, JobState, PriorityRef, Topology};
+use crate::name::Name;
 use crate::ledger::{Vector, ZERO, add, fits};
 use crate::limits::{
     MAX_DURATION_MS, MAX_GPUS_PER_NODE, MAX_JOBS, MAX_REMEMBERED_REQUEST_IDS, MAX_REPLICAS_PER_JOB, MAX_REQUEST_ID_LEN,
@@ -36,18 +37,10 @@ impl State {
         submitter: Submitter,
         ev: &mut Vec<Event>,
     ) -> Result<Outcome, ApplyError> {
-        if let Some(rid) = &request_id {
-            if rid.is_empty() || rid.len() > MAX_REQUEST_ID_LEN {
-                return Err(ApplyError::invalid("request_id", format!("must be 1 to {MAX_REQUEST_ID_LEN} characters")));
-            }
-            if let Some(id) = self.known_request(rid) {
-                let name = self.d.jobs.get(&id).map(|j| j.spec.name.clone()).unwrap_or(spec.name);
-                return Ok(Outcome::Submitted { job: id, name, duplicate: true });
-            }
+        if let Some(duplicate) = self.repeated_request(request_id.as_deref(), &spec.name)? {
+            return Ok(duplicate);
         }
-        if self.d.jobs.len() >= MAX_JOBS {
-            return Err(ApplyError::Limit(format!("at most {MAX_JOBS} jobs are kept; wait for some to finish")));
-        }
+        self.check_room_for_a_job()?;
         let (priority, preemptible) = self.validate_submit(&spec)?;
         let run_as = match submitter {
             Submitter::Legacy => self.actor.as_ref().and_then(|a| UnixUser::new(a.as_str()).ok()),
@@ -57,54 +50,76 @@ impl State {
                 user
             }
         };
+        let id = self.next_id();
+        let seq = self.next_seq();
+        let name = spec.name.clone();
+        let owner = self.actor.clone();
+        let job = new_job(id, spec, (priority, preemptible), (self.d.now_ms, seq), self.d.now_ms);
+        self.insert_job(job, owner, run_as);
+        self.remember(request_id, id);
+        self.job_event(id, EventKind::Submitted, format!("submitted with priority {priority}"), ev);
+        Ok(Outcome::Submitted { job: id, name, duplicate: false })
+    }
+
+    /// The job (or array) a retried submit already made, if its request id is known;
+    /// refuses a malformed id.
+    pub(crate) fn repeated_request(
+        &self,
+        request_id: Option<&str>,
+        name: &crate::name::Name,
+    ) -> Result<Option<Outcome>, ApplyError> {
+        let Some(rid) = request_id else { return Ok(None) };
+        if rid.is_empty() || rid.len() > MAX_REQUEST_ID_LEN {
+            return Err(ApplyError::invalid("request_id", format!("must be 1 to {MAX_REQUEST_ID_LEN} characters")));
+        }
+        Ok(self.known_request(rid).map(|id| {
+            let name = self.d.jobs.get(&id).map(|j| j.spec.name.clone()).unwrap_or_else(|| name.clone());
+            Outcome::Submitted { job: id, name, duplicate: true }
+        }))
+    }
+
+    pub(crate) fn check_room_for_a_job(&self) -> Result<(), ApplyError> {
+        if self.d.jobs.len() >= MAX_JOBS {
+            return Err(ApplyError::Limit(format!("at most {MAX_JOBS} jobs are kept; wait for some to finish")));
+        }
+        Ok(())
+    }
+
+    /// The next job id (arrays take theirs from the same counter).
+    pub(crate) fn next_id(&mut self) -> JobId {
         let id = self.d.next_job_id;
         self.d.next_job_id += 1;
+        id
+    }
+
+    pub(crate) fn next_seq(&mut self) -> u64 {
         let seq = self.d.next_submit_seq;
         self.d.next_submit_seq += 1;
-        let now = self.d.now_ms;
-        let name = spec.name.clone();
-        let job = Job {
-            id,
-            spec,
-            priority,
-            preemptible,
-            submitted_ms: now,
-            submit_seq: seq,
-            state: JobState::Pending,
-            attempt: 0,
-            replicas: Vec::new(),
-            lent_from: Vec::new(),
-            started_ms: 0,
-            pending_since_ms: now,
-            progress_mark_ms: 0,
-            stopping: None,
-            ended_ranks: BTreeMap::new(),
-            preempted_by: None,
-            suspended_for: None,
-            suspended_victims: Vec::new(),
-            reason: "waiting for the next scheduling cycle".into(),
-            has_checkpoint: false,
-            exit_code: None,
-            finished_ms: None,
-            events: VecDeque::new(),
-        };
-        self.ledger.unfinished.add(&job.spec.queue, self.actor.as_ref());
+        seq
+    }
+
+    /// A new job joins the state, owned by `owner` and run as `run_as`.
+    pub(crate) fn insert_job(&mut self, job: Job, owner: Option<Name>, run_as: Option<UnixUser>) {
+        let (id, name) = (job.id, job.spec.name.clone());
+        self.ledger.unfinished.add(&job.spec.queue, owner.as_ref());
         self.d.jobs.insert(id, job);
-        self.d.job_names.insert(name.clone(), id);
-        if let Some(user) = self.actor.clone() {
+        self.d.job_names.insert(name, id);
+        if let Some(user) = owner {
             self.access.owners.insert(id, user);
         }
         if let Some(user) = run_as {
             self.tenancy.run_as.insert(id, user);
         }
+    }
+
+    /// Remembers a submit's request id, the user's own when it carries a token.
+    pub(crate) fn remember(&mut self, request_id: Option<String>, id: JobId) {
         if let Some(rid) = request_id {
             match self.actor.clone() {
                 Some(user) => self.access.remember_request(user, rid, id),
                 None => self.remember_request(rid, id),
             }
         }
-        self.job_event(id, EventKind::Submitted, format!("submitted with priority {priority}"), ev);
-        Ok(Outcome::Submitted { job: id, name, duplicate: false })
     }
 
     /// `Op::SubmitAfter`: the dependencies are resolved first (a refusal changes nothing),
@@ -151,6 +166,7 @@ impl State {
         {
             return Err(ApplyError::Exists { kind: "job".into(), name: spec.name.to_string() });
         }
+        self.check_name_free_of_arrays(&spec.name)?;
         if !self.d.queues.contains_key(&spec.queue) {
             return Err(ApplyError::unknown("queue", &spec.queue));
         }
@@ -281,6 +297,36 @@ impl State {
                 }
             }
         }
+    }
+}
+
+/// A pending job as submission (or an array's next element) makes it: `rank` is its
+/// resolved (priority, preemptible), `submitted` its (time, sequence).
+pub(crate) fn new_job(id: JobId, spec: JobSpec, rank: (i32, bool), submitted: (u64, u64), now_ms: u64) -> Job {
+    Job {
+        id,
+        spec,
+        priority: rank.0,
+        preemptible: rank.1,
+        submitted_ms: submitted.0,
+        submit_seq: submitted.1,
+        state: JobState::Pending,
+        attempt: 0,
+        replicas: Vec::new(),
+        lent_from: Vec::new(),
+        started_ms: 0,
+        pending_since_ms: now_ms,
+        progress_mark_ms: 0,
+        stopping: None,
+        ended_ranks: BTreeMap::new(),
+        preempted_by: None,
+        suspended_for: None,
+        suspended_victims: Vec::new(),
+        reason: "waiting for the next scheduling cycle".into(),
+        has_checkpoint: false,
+        exit_code: None,
+        finished_ms: None,
+        events: VecDeque::new(),
     }
 }
 

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::State;
-use crate::after::{After, JobRef, Standing, Wait, standing};
+use crate::after::{After, JobRef, Standing, Wait};
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
 use crate::job::{JobId, JobState};
@@ -109,8 +109,12 @@ impl State {
             JobRef::Name(n) if n == own_name => {
                 return Err(ApplyError::invalid(field, format!("job {n} cannot wait for itself")));
             }
-            JobRef::Name(n) => self.d.job_names.get(n).copied(),
-            JobRef::Id(id) => Some(*id).filter(|id| self.d.jobs.contains_key(id)),
+            // The newer of a job and an array of that name (both cannot be unfinished).
+            JobRef::Name(n) => {
+                let array = self.array_by_name(n.as_str()).map(|a| a.id);
+                self.d.job_names.get(n).copied().max(array)
+            }
+            JobRef::Id(id) => Some(*id).filter(|id| self.d.jobs.contains_key(id) || self.is_array(*id)),
         };
         id.ok_or_else(|| unknown_dependency(i, job))
     }
@@ -160,8 +164,7 @@ impl State {
         };
         let mut left = Vec::with_capacity(list.len());
         for w in &list {
-            let st = self.d.jobs.get(&w.job).map_or(Standing::Broken(JobState::Cancelled), |j| standing(w.when, j));
-            match st {
+            match self.standing_of(w.job, w.when) {
                 Standing::Holds => {}
                 Standing::Waits => left.push(*w),
                 Standing::Broken(state) => return self.cancel_unmet(id, *w, state, ev),
@@ -182,6 +185,11 @@ impl State {
     }
 
     fn release_held(&mut self, id: JobId, met: &[Wait], ev: &mut Vec<Event>) {
+        let what: Vec<String> = met.iter().map(|w| self.spelled(w)).collect();
+        let what = format!("dependencies hold: {}", what.join(", "));
+        if self.is_array(id) {
+            return self.release_array(id, what, ev);
+        }
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("a held job exists");
         if job.state == JobState::Pending {
@@ -189,8 +197,7 @@ impl State {
             job.pending_since_ms = now;
             job.reason = "its dependencies hold; waiting for the next scheduling cycle".into();
         }
-        let what: Vec<String> = met.iter().map(|w| self.spelled(w)).collect();
-        self.job_event(id, EventKind::DependenciesMet, format!("dependencies hold: {}", what.join(", ")), ev);
+        self.job_event(id, EventKind::DependenciesMet, what, ev);
     }
 
     fn cancel_unmet(&mut self, id: JobId, w: Wait, state: JobState, ev: &mut Vec<Event>) {
@@ -201,6 +208,9 @@ impl State {
             state.as_str(),
             w.when.describe()
         );
+        if self.is_array(id) {
+            return self.end_array(id, why, ev);
+        }
         // `finish` forgets its waits and notes it for its own waiters.
         self.finish(id, JobState::Cancelled, None);
         self.set_reason(id, why.clone());
