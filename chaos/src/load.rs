@@ -152,7 +152,7 @@ impl Load {
         let spec = JobSpec { grace_ms: Some(GRACE_MS), ..gpu_job(&name, queue, class, replicas, gpus, command) };
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
-        SubmitRequest { spec: Some(spec), request_id: name, run_as: String::new(), after: Vec::new() }
+        SubmitRequest { spec: Some(spec), request_id: name, run_as: String::new(), after: Vec::new(), array: None }
     }
 }
 

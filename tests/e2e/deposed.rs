@@ -119,6 +119,7 @@ async fn agents_stop_obeying_a_leader_cut_from_its_peers_and_obey_the_new_one() 
             request_id: name.clone(),
             run_as: String::new(),
             after: Vec::new(),
+            array: None,
         })
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use crate::BATON;
 fn submit(name: &str, replicas: u32, gpus: u64, command: Vec<String>) -> SubmitRequest {
     let mut spec = gpu_job(name, "q", "", replicas, gpus, command);
     spec.topology = baton_proto::v1::Topology::Node as i32;
-    SubmitRequest { spec: Some(spec), request_id: name.into(), run_as: String::new(), after: Vec::new() }
+    SubmitRequest { spec: Some(spec), request_id: name.into(), run_as: String::new(), after: Vec::new(), array: None }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

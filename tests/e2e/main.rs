@@ -99,6 +99,7 @@ async fn a_restarted_agent_does_not_start_a_job_twice() {
         request_id: "once".into(),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     }));
     c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     wait_file_lines(&starts, 1).await;
@@ -135,6 +136,7 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
         request_id: String::new(),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     }));
     c.wait_job("hello", "succeeded", |j| j.state() == JobState::Succeeded).await;
     let spec = gpu_job("other", "q", "", 1, 1, vec!["echo".into(), "another job's output".into()]);
@@ -143,6 +145,7 @@ async fn a_jobs_log_is_read_through_a_replica_from_its_agent() {
         request_id: String::new(),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     }))
     .id;
     c.wait_job("other", "succeeded", |j| j.state() == JobState::Succeeded).await;
@@ -185,6 +188,7 @@ async fn a_stalled_agent_never_lets_a_job_run_twice() {
         request_id: "long".into(),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     }));
     let j = c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
     let node = j.placements[0].node.clone();
@@ -235,6 +239,7 @@ async fn a_cancelled_jobs_gpus_are_given_out_only_once_its_process_is_gone() {
         request_id: name.into(),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     };
     call!(c, |api| api.submit(submit("slow", sh(&slow))));
     c.wait_job("slow", "running", |j| j.state() == JobState::Running).await;

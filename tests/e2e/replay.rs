@@ -131,6 +131,7 @@ async fn step(c: &mut Cluster, a: &Action) {
                 request_id: format!("e2e-{}", sub.spec.name),
                 run_as: String::new(),
                 after: sub.after.iter().map(baton_proto::convert::after_to_proto).collect(),
+                array: None,
             };
             call!(c, |api| api.submit(req.clone()));
         }

@@ -163,6 +163,7 @@ impl AgentScene {
             request_id: "long".into(),
             run_as: String::new(),
             after: Vec::new(),
+            array: None,
         }));
         c.wait_job("long", "running", |j| j.state() == JobState::Running).await;
         wait_file_lines(&pids, 1).await;
@@ -268,6 +269,7 @@ impl AgentScene {
             request_id: name.into(),
             run_as: String::new(),
             after: Vec::new(),
+            array: None,
         }));
         let done =
             self.c.wait_job(name, "ended", |j| matches!(j.state(), JobState::Succeeded | JobState::Failed)).await;

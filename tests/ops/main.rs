@@ -142,6 +142,7 @@ async fn submit_long(c: &Cluster, name: &str) {
         request_id: format!("req-{name}"),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     })
     .await
     .expect("submit acknowledged");

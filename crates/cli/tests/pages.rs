@@ -49,6 +49,7 @@ fn server_with_jobs(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Stri
                 request_id: String::new(),
                 run_as: String::new(),
                 after: Vec::new(),
+                array: None,
             })
             .await
             .unwrap();

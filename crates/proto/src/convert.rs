@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use baton_model::access::Role;
 use baton_model::after::{After, JobRef, When};
+use baton_model::array::{ArraySpec, JobArray};
 use baton_model::class::PriorityClass;
 use baton_model::event::{Event, EventKind};
 use baton_model::job::{Job, JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
@@ -396,6 +397,47 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
         env_hidden: false,
         run_as: String::new(),
         waiting_for: Vec::new(),
+        array: String::new(),
+        array_index: None,
+    }
+}
+
+/// An array request; the model checks the bounds and names the field.
+pub fn array_spec_from_proto(a: &v1::ArraySpec) -> ArraySpec {
+    ArraySpec { first: a.first, count: a.count, max_running: (a.max_running > 0).then_some(a.max_running) }
+}
+
+pub fn array_spec_to_proto(a: &ArraySpec) -> v1::ArraySpec {
+    v1::ArraySpec { first: a.first, count: a.count, max_running: a.max_running.unwrap_or(0) }
+}
+
+/// An array and where its elements stand (those not created yet are pending).
+pub fn job_array_to_proto(state: &State, a: &JobArray) -> v1::JobArray {
+    let (mut running, mut pending, mut other) = (0, a.not_created(), 0);
+    for j in a.live.values().filter_map(|id| state.job(*id)) {
+        match j.state {
+            JobState::Running => running += 1,
+            JobState::Pending => pending += 1,
+            _ => other += 1,
+        }
+    }
+    v1::JobArray {
+        id: a.id,
+        name: a.spec.name.to_string(),
+        queue: a.spec.queue.to_string(),
+        array: Some(array_spec_to_proto(&a.array)),
+        running,
+        pending,
+        other,
+        succeeded: a.tally.succeeded,
+        failed: a.tally.failed,
+        cancelled: a.tally.cancelled,
+        created: a.created,
+        reason: if a.not_created() > 0 { a.reason.clone() } else { String::new() },
+        owner: state.access().owner(a.id).map(|o| o.to_string()).unwrap_or_default(),
+        submitted_ms: a.submitted_ms,
+        finished_ms: a.finished_ms.unwrap_or(0),
+        cancelled_whole: a.cancelled,
     }
 }
 
@@ -579,7 +621,11 @@ pub fn waits_to_proto(state: &State, id: JobId) -> Vec<v1::Dependency> {
         .waits_of(id)
         .iter()
         .map(|w| v1::Dependency {
-            job: state.job(w.job).map_or_else(|| w.job.to_string(), |j| j.spec.name.to_string()),
+            job: state
+                .job(w.job)
+                .map(|j| j.spec.name.to_string())
+                .or_else(|| state.array(w.job).map(|a| a.spec.name.to_string()))
+                .unwrap_or_else(|| w.job.to_string()),
             when: condition_to_proto(w.when).into(),
         })
         .collect()

@@ -73,7 +73,7 @@ async fn setup_with(replicas: u64, base: ServerSettings) -> (Cluster, FakeAgent)
 fn submit(name: &str, queue: &str, rid: &str) -> SubmitRequest {
     let mut spec = gpu_job(name, queue, "train", 1);
     spec.env.insert("SECRET".into(), "s3".into());
-    SubmitRequest { spec: Some(spec), request_id: rid.into(), run_as: String::new(), after: Vec::new() }
+    SubmitRequest { spec: Some(spec), request_id: rid.into(), run_as: String::new(), after: Vec::new(), array: None }
 }
 
 fn job_ref(name: &str) -> JobRef {

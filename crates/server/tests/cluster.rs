@@ -21,6 +21,7 @@ async fn a_job_runs_on_an_agent_and_finishes() {
         request_id: "r-1".into(),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     };
     let first = c.submit(req.clone()).await.unwrap().into_inner();
     let again = c.submit(req).await.unwrap().into_inner();

@@ -52,6 +52,7 @@ async fn a_replay_holds_the_newest_events_up_to_its_bound_and_says_what_it_left_
             request_id: format!("r{i}"),
             run_as: String::new(),
             after: Vec::new(),
+            array: None,
         })
         .await
         .unwrap();

@@ -71,6 +71,9 @@ pub struct Engine<'s> {
     record_steps: bool,
     /// Every submitted job's id by name (events name jobs; a finished one may be pruned).
     ids: HashMap<Name, JobId>,
+    /// Each submitted array's elements' work, by the array's name: an element is created
+    /// inside a command (its `Submitted` event) and takes it then.
+    array_work: HashMap<Name, Work>,
     queue_ix: BTreeMap<Name, usize>,
     /// Jobs holding GPUs (Running or Preempting) and pending jobs, kept in step with the
     /// state from the events that name them, so that an instant costs no scan of all jobs.
@@ -127,6 +130,7 @@ impl<'s> Engine<'s> {
         Engine {
             record_steps: true,
             ids: HashMap::new(),
+            array_work: HashMap::new(),
             queue_ix: queues.iter().cloned().enumerate().map(|(i, q)| (q, i)).collect(),
             active: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -311,6 +315,9 @@ impl<'s> Engine<'s> {
             self.events.push(EventOut::of(e));
         }
         self.changed = true;
+        if matches!(e.kind, EventKind::Submitted) {
+            self.adopt_element(e);
+        }
         let Some(id) = e.job.as_ref().and_then(|n| self.ids.get(n)).copied() else {
             return;
         };
@@ -324,6 +331,18 @@ impl<'s> Engine<'s> {
         if matches!(e.kind, EventKind::MaintenanceStop | EventKind::GpuFaultStop) {
             self.schedule_victim(id);
         }
+    }
+
+    /// An array element just created takes its array's work, and is counted as submitted.
+    fn adopt_element(&mut self, e: &Event) {
+        let Some(job) = e.job.as_ref().and_then(|n| self.state.job_by_name(n.as_str())) else { return };
+        let Some((array, _)) = self.state.element_of(job.id) else { return };
+        let Some(w) = self.array_work.get(&array.spec.name).cloned() else { return };
+        let (id, name, queue, gpus) = (job.id, job.spec.name.clone(), job.spec.queue.clone(), job.spec.total().gpus());
+        self.work.insert(id, w);
+        self.ids.insert(name, id);
+        let q = self.queue_index(&queue);
+        self.stats.jobs.insert(id, JobRec::submitted(q, gpus, self.now_ms));
     }
 
     /// The simulator's work accounting, counters and statistics for one event of job `id`.
@@ -489,15 +508,13 @@ impl<'s> Engine<'s> {
 
     fn step(&mut self, step: &Step) {
         let result = match &step.action {
+            Action::Submit(sub) if sub.array.is_some() => {
+                self.array_work.insert(sub.spec.name.clone(), work_of(sub));
+                self.apply(submit_op(sub)).map(drop)
+            }
             Action::Submit(sub) => self.apply(submit_op(sub)).map(|o| {
                 if let Outcome::Submitted { job, .. } = o {
-                    let w = Work {
-                        duration_ms: sub.duration_ms,
-                        checkpoint_time_ms: sub.checkpoint_time_ms,
-                        checkpoint_interval_ms: sub.checkpoint_interval_ms,
-                        ..Work::default()
-                    };
-                    self.work.insert(job, w);
+                    self.work.insert(job, work_of(sub));
                     self.ids.insert(sub.spec.name.clone(), job);
                     let queue = self.queue_index(&sub.spec.queue);
                     let rec = JobRec::submitted(queue, sub.spec.total().gpus(), self.now_ms);
@@ -507,7 +524,10 @@ impl<'s> Engine<'s> {
             }),
             Action::Finish(j) => self.exit(&j.v, 0),
             Action::Fail(j) => self.exit(&j.v, 1),
-            Action::Cancel(j) => self.job_id(&j.v).and_then(|job| self.apply(Op::Cancel { job })).map(drop),
+            Action::Cancel(j) => match self.unfinished_array(&j.v) {
+                Some(array) => self.apply(Op::CancelArray { array }).map(drop),
+                None => self.job_id(&j.v).and_then(|job| self.apply(Op::Cancel { job })).map(drop),
+            },
             Action::Pause(j) => {
                 self.job_id(&j.v).and_then(|job| self.apply(Op::Pause { job })).map(|_| self.schedule_pause(&j.v))
             }
@@ -545,6 +565,11 @@ impl<'s> Engine<'s> {
     }
 
     /// The id of the job a scenario names (commands carry ids, as the live CLI sends them).
+    /// A `cancel:` of an array's name cancels the array.
+    fn unfinished_array(&self, name: &Name) -> Option<JobId> {
+        self.state.array_by_name(name.as_str()).filter(|a| !a.is_finished()).map(|a| a.id)
+    }
+
     fn job_id(&self, name: &Name) -> Result<JobId, String> {
         self.state.job_by_name(name.as_str()).map(|j| j.id).ok_or_else(|| format!("unknown job {:?}", name.as_str()))
     }
@@ -856,6 +881,16 @@ fn end_run(w: &mut Work, now: u64, checkpointed: bool) -> u64 {
     ran - kept
 }
 
+/// What the simulator knows of a submitted job's work before it runs.
+fn work_of(sub: &crate::scenario::Submit) -> Work {
+    Work {
+        duration_ms: sub.duration_ms,
+        checkpoint_time_ms: sub.checkpoint_time_ms,
+        checkpoint_interval_ms: sub.checkpoint_interval_ms,
+        ..Work::default()
+    }
+}
+
 fn finish_at(w: &Work) -> Option<u64> {
     let (d, s) = (w.duration_ms?, w.run_start?);
     Some(s + d.saturating_sub(w.done_ms))
@@ -865,6 +900,9 @@ fn finish_at(w: &Work) -> Option<u64> {
 /// scenario written before dependencies stay the same), `SubmitAfter` for one that does.
 fn submit_op(sub: &crate::scenario::Submit) -> Op {
     let spec = sub.spec.clone();
+    if let Some(array) = sub.array {
+        return Op::SubmitArray { spec, array, request_id: None, run_as: None, after: sub.after.clone() };
+    }
     if sub.after.is_empty() {
         Op::Submit { spec, request_id: None }
     } else {

@@ -120,6 +120,15 @@ pub fn check_references(s: &Scenario, state: &State) -> R<()> {
             Action::Submit(sub) => {
                 check_submit(&cx, state, sub, step.line, &format!("{}.submit", step.path))?;
                 check_after(&cx, sub, &submitted, step.line, &format!("{}.submit.after", step.path))?;
+                // An array's elements are named by the array's name and their index; `finish`,
+                // `fail` and expectations may name each.
+                if let Some(a) = &sub.array {
+                    for index in a.first..=a.last() {
+                        if let Ok(n) = baton_model::array::element_name(&sub.spec.name, index) {
+                            submitted.insert(n, i);
+                        }
+                    }
+                }
                 if submitted.insert(sub.spec.name.clone(), i).is_some() {
                     return Err(cx.err(
                         step.line,

@@ -42,7 +42,7 @@ pub fn parse_job(file: &str, text: &str) -> Result<JobFile, InputError> {
         }
     }
     let submit = crate::job::parse_submit(&cx, &root, "")?;
-    Ok(JobFile { spec: submit.spec, after: submit.after })
+    Ok(JobFile { spec: submit.spec, after: submit.after, array: submit.array })
 }
 
 /// What a job file gives: the job, and the jobs it waits for.
@@ -50,6 +50,8 @@ pub fn parse_job(file: &str, text: &str) -> Result<JobFile, InputError> {
 pub struct JobFile {
     pub spec: JobSpec,
     pub after: Vec<baton_model::after::After>,
+    /// Submitted as an array (decisions.md section 13).
+    pub array: Option<baton_model::array::ArraySpec>,
 }
 
 /// A queue in the shape of an entry of a scenario's `queues`, from text.

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use baton_model::after::{After, JobRef, When};
+use baton_model::array::ArraySpec;
 use baton_model::class::DEFAULT_CLASS;
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
@@ -20,6 +21,8 @@ pub struct Submit {
     pub spec: JobSpec,
     /// The jobs it waits for (decisions.md section 13); empty: none.
     pub after: Vec<After>,
+    /// Submitted as an array of jobs `NAME-i` (decisions.md section 13).
+    pub array: Option<ArraySpec>,
     /// Seconds of work to finish; `None`: runs until told.
     pub duration_ms: Option<u64>,
     /// How long the job takes to checkpoint and exit after its signal.
@@ -89,6 +92,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         Some(n) => dependencies(cx, n, &f.field_path("after"))?,
         None => Vec::new(),
     };
+    let array = f.opt("array").map(|n| array(cx, n, &f.field_path("array"))).transpose()?;
     f.finish()?;
     let spec = JobSpec {
         name,
@@ -108,6 +112,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
     Ok(Submit {
         spec,
         after,
+        array,
         duration_ms,
         checkpoint_time_ms,
         checkpoint_interval_ms: None,
@@ -139,6 +144,23 @@ fn dependencies(cx: &Cx, node: &Node, path: &str) -> R<Vec<After>> {
         out.push(After { job, when });
     }
     Ok(out)
+}
+
+/// `{count: N, max_running: M, first: F}` (`max_running` and `first`, 0, may be left out),
+/// or the command line's `0-999%50`.
+fn array(cx: &Cx, node: &Node, path: &str) -> R<ArraySpec> {
+    if let Yaml::Scalar { text, .. } = &node.v {
+        return ArraySpec::parse(text).map_err(|e| cx.err(node.line, path, e));
+    }
+    let mut f = cx.map(node, path)?;
+    let count = cx.count(f.req("count")?, &f.field_path("count"))?;
+    let first = f.opt("first").map(|n| cx.count(n, &f.field_path("first"))).transpose()?.unwrap_or(0);
+    let max_running = f.opt("max_running").map(|n| cx.count(n, &f.field_path("max_running"))).transpose()?;
+    f.finish()?;
+    let a = ArraySpec { first, count, max_running };
+    a.validate()
+        .map_err(|(field, e)| cx.err(node.line, &format!("{path}.{}", field.trim_start_matches("array.")), e))?;
+    Ok(a)
 }
 
 /// A class name, or an integer (then the job is preemptible).

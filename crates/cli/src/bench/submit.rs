@@ -115,7 +115,7 @@ pub fn submit_of_class(kind: Backlog, client: u32, seq: u64) -> SubmitRequest {
     };
     let name = format!("{prefix}{client}-{seq}");
     let spec = gpu_job(&name, QUEUE, class, 1, 1, vec!["sleep".into(), "3600".into()]);
-    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new(), after: Vec::new() }
+    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new(), after: Vec::new(), array: None }
 }
 
 pub async fn channel(addr: &str) -> Result<Channel, String> {

@@ -11,7 +11,7 @@ use clap::Args;
 use crate::client::error::{ClientError, Subject};
 use crate::client::human::{age, event_kind, now_ms, parse_word, placements, resources, span, timestamp};
 use crate::client::output::{Format, Table};
-use crate::client::{Conn, ConnArgs, emit, print_ack};
+use crate::client::{Conn, ConnArgs, arrays, emit, print_ack};
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
@@ -30,8 +30,21 @@ pub struct ListArgs {
     /// At most this many jobs [default: every matching job, fetched page by page].
     #[arg(long)]
     pub limit: Option<u32>,
+    /// Show each element of an array (those not created yet too) instead of one line per
+    /// array.
+    #[arg(long)]
+    pub expand: bool,
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Format,
+}
+
+/// What `baton list` shows: the jobs (every array element created so far among them) and,
+/// unless a state or node filter is given, the arrays.
+#[derive(serde::Serialize)]
+pub struct Listing {
+    #[serde(flatten)]
+    pub reply: v1::ListJobsReply,
+    pub arrays: Vec<v1::JobArray>,
 }
 
 #[derive(Args, Debug)]
@@ -72,7 +85,39 @@ pub async fn list(conn: &Conn, a: &ListArgs, out: &mut dyn Write) -> Result<(), 
         ..Default::default()
     };
     let reply = list_pages(conn, base, a.limit).await?;
-    emit(out, a.output, &reply, |r| jobs_table(r, now_ms()))
+    // Arrays are one line each; a state or node filter is about jobs, so it lists elements.
+    let filtered = !a.states.is_empty() || a.node.is_some();
+    let arrays = match filtered {
+        true => Vec::new(),
+        false => arrays::list_arrays(conn, a.queue.as_deref()).await?,
+    };
+    let listing = Listing { reply, arrays };
+    emit(out, a.output, &listing, |l| listing_table(l, a.expand, now_ms()))
+}
+
+/// Jobs, with each array as one line (or, `expand`, each of its elements).
+pub fn listing_table(l: &Listing, expand: bool, now: u64) -> String {
+    if l.reply.jobs.is_empty() && l.arrays.is_empty() {
+        return "no jobs match\n".into();
+    }
+    let mut t = Table::new(&JOB_COLUMNS);
+    for j in l.reply.jobs.iter().filter(|j| expand || j.array.is_empty() || l.arrays.is_empty()) {
+        t.row(job_row(j, now));
+    }
+    for a in &l.arrays {
+        if expand {
+            for r in arrays::not_created_rows(a, now) {
+                t.row(r);
+            }
+        } else {
+            t.row(arrays::row(a, now));
+        }
+    }
+    let mut s = t.render();
+    if l.reply.truncated {
+        s.push_str("(more jobs match than were returned; filter or raise --limit)\n");
+    }
+    s
 }
 
 /// Every job `base` matches, up to `limit` (or the model's job bound), page by page: one
@@ -125,34 +170,40 @@ pub fn jobs_table(reply: &v1::ListJobsReply, now: u64) -> String {
     if reply.jobs.is_empty() {
         return "no jobs match\n".into();
     }
-    let mut t = Table::new(&["ID", "NAME", "QUEUE", "STATE", "PRIORITY", "GPUS", "AGE", "NODES", "REASON"]);
+    let mut t = Table::new(&JOB_COLUMNS);
     for j in &reply.jobs {
-        let spec = j.spec.as_ref();
-        let reason = match (j.exit_code, j.reason.is_empty()) {
-            (Some(code), _) if j.state() == JobState::Failed || j.state() == JobState::Succeeded => {
-                format!("exit {code}")
-            }
-            (_, false) => j.reason.clone(),
-            _ if !j.preempted_by.is_empty() => format!("preempted by {}", j.preempted_by),
-            _ => String::new(),
-        };
-        t.row(vec![
-            j.id.to_string(),
-            spec.map_or(String::new(), |s| s.name.clone()),
-            spec.map_or(String::new(), |s| s.queue.clone()),
-            j.state().word().to_string(),
-            j.priority.to_string(),
-            job_gpus(spec).to_string(),
-            age(j.submitted_ms, now),
-            placements(&j.placements),
-            reason,
-        ]);
+        t.row(job_row(j, now));
     }
     let mut s = t.render();
     if reply.truncated {
         s.push_str("(more jobs match than were returned; filter or raise --limit)\n");
     }
     s
+}
+
+const JOB_COLUMNS: [&str; 9] = ["ID", "NAME", "QUEUE", "STATE", "PRIORITY", "GPUS", "AGE", "NODES", "REASON"];
+
+fn job_row(j: &v1::Job, now: u64) -> Vec<String> {
+    let spec = j.spec.as_ref();
+    let reason = match (j.exit_code, j.reason.is_empty()) {
+        (Some(code), _) if j.state() == JobState::Failed || j.state() == JobState::Succeeded => {
+            format!("exit {code}")
+        }
+        (_, false) => j.reason.clone(),
+        _ if !j.preempted_by.is_empty() => format!("preempted by {}", j.preempted_by),
+        _ => String::new(),
+    };
+    vec![
+        j.id.to_string(),
+        spec.map_or(String::new(), |s| s.name.clone()),
+        spec.map_or(String::new(), |s| s.queue.clone()),
+        j.state().word().to_string(),
+        j.priority.to_string(),
+        job_gpus(spec).to_string(),
+        age(j.submitted_ms, now),
+        placements(&j.placements),
+        reason,
+    ]
 }
 
 pub async fn describe(conn: &Conn, a: &DescribeArgs, out: &mut dyn Write) -> Result<(), ClientError> {
@@ -297,6 +348,11 @@ pub enum Act {
 pub async fn act(conn: &Conn, act: Act, a: &JobArgs, out: &mut dyn Write) -> Result<(), ClientError> {
     // Resolved once: every retry below names this job by id, so a retry after a lost answer
     // never reaches a newer job that reused the name.
+    if let Act::Cancel = act
+        && let Some(array) = arrays::find_unfinished(conn, &a.job).await?
+    {
+        return cancel_array(conn, &array, out).await;
+    }
     let by_name = v1::JobRef { name: a.job.clone(), id: 0 };
     let job = conn
         .call(Subject::Job, &a.job, |mut c| {
@@ -323,6 +379,19 @@ pub async fn act(conn: &Conn, act: Act, a: &JobArgs, out: &mut dyn Write) -> Res
         Act::Resume => "resumed",
     };
     print_ack(out, &ack, &format!("job {} {verb}", a.job))
+}
+
+/// Cancels every unfinished element of `array`; no other is created.
+async fn cancel_array(conn: &Conn, array: &v1::JobArray, out: &mut dyn Write) -> Result<(), ClientError> {
+    let r = v1::JobRef { name: array.name.clone(), id: array.id };
+    conn.call(Subject::Job, &array.name, |mut c| {
+        let r = r.clone();
+        async move { c.cancel_job(r).await }
+    })
+    .await?;
+    let live = array.running + array.pending + array.other;
+    writeln!(out, "array {} cancelled ({live} unfinished elements)", arrays::range_name(array))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //!   `watch`, `queue`, `cohort`, `class`, `nodes` (nodes, cordon, uncordon, drain), `cluster`.
 //! - `auth`: the token a command sends, `token` and `whoami`.
 
+pub mod arrays;
 pub mod auth;
 pub mod class;
 pub mod cluster;

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use baton_model::after::After;
+use baton_model::array::ArraySpec;
 use baton_model::limits::{MAX_DEPENDENCIES_PER_JOB, MAX_REQUEST_ID_LEN};
 use baton_model::name::Name;
 use baton_model::quantity::parse_quantity;
@@ -92,6 +93,11 @@ pub struct SubmitArgs {
     /// an id. Adds to the file's `after:`.
     #[arg(long, value_delimiter = ',', value_name = "WHEN:JOB")]
     pub after: Vec<String>,
+    /// Submit an array of jobs NAME-FIRST .. NAME-LAST, at most MAX running at once
+    /// (FIRST-LAST[%MAX], or N for 0-(N-1)); each element finds its index in
+    /// BATON_ARRAY_INDEX. Overrides the file's `array:`.
+    #[arg(long, value_name = "FIRST-LAST[%MAX]", value_parser = parse_array)]
+    pub array: Option<ArraySpec>,
     /// Makes the submit idempotent; reuse it to retry safely [default: a fresh random id].
     #[arg(long)]
     pub request_id: Option<String>,
@@ -119,14 +125,15 @@ fn quantity(resource: &str, text: &str, flag: &str) -> Result<u64, ClientError> 
 /// this fails. From flags, what the user did not choose is left empty for the server to fill
 /// (class, grace, preemption mode, checkpoint signal); a file is read as the simulator reads
 /// it (docs/scenario-format.md, "A job"), its defaults included.
-pub fn build_spec(a: &SubmitArgs) -> Result<(v1::JobSpec, Vec<v1::Dependency>), ClientError> {
-    let (mut spec, mut after) = match &a.file {
+pub fn build_spec(a: &SubmitArgs) -> Result<Built, ClientError> {
+    let (mut spec, mut after, file_array) = match &a.file {
         Some(path) => {
             let file = from_file(a, path)?;
-            (convert::job_spec_to_proto(&file.spec), file.after)
+            (convert::job_spec_to_proto(&file.spec), file.after, file.array)
         }
-        None => (from_flags(a)?, Vec::new()),
+        None => (from_flags(a)?, Vec::new(), None),
     };
+    let array = a.array.or(file_array).map(|x| convert::array_spec_to_proto(&x));
     for text in &a.after {
         after.push(After::parse(text).map_err(|e| usage(format!("--after: {e}")))?);
     }
@@ -146,7 +153,19 @@ pub fn build_spec(a: &SubmitArgs) -> Result<(v1::JobSpec, Vec<v1::Dependency>), 
     if after.len() > MAX_DEPENDENCIES_PER_JOB {
         return Err(usage(format!("--after: at most {MAX_DEPENDENCIES_PER_JOB} dependencies per job")));
     }
-    Ok((spec, after.iter().map(convert::after_to_proto).collect()))
+    Ok(Built { spec, after: after.iter().map(convert::after_to_proto).collect(), array })
+}
+
+/// What a submit sends: the job (an array's elements' spec), what it waits for, and the
+/// array, if it is one.
+pub struct Built {
+    pub spec: v1::JobSpec,
+    pub after: Vec<v1::Dependency>,
+    pub array: Option<v1::ArraySpec>,
+}
+
+fn parse_array(text: &str) -> Result<ArraySpec, String> {
+    ArraySpec::parse(text)
 }
 
 fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<baton_spec::JobFile, ClientError> {
@@ -223,7 +242,8 @@ pub fn fresh_request_id() -> String {
 }
 
 pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(), ClientError> {
-    let (spec, after) = build_spec(a)?;
+    let Built { spec, after, array } = build_spec(a)?;
+    let count = array.as_ref().map(|x| x.count);
     let run_as = match &a.run_as {
         Some(u) => UnixUser::new(u.as_str()).map_err(|e| usage(format!("--run-as: {e}")))?.to_string(),
         None => String::new(),
@@ -238,7 +258,7 @@ pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(),
     // Said before sending, so a user whose submit was cut off can retry with the same id.
     eprintln!("request id: {request_id}");
     let name = spec.name.clone();
-    let request = v1::SubmitRequest { spec: Some(spec), request_id: request_id.clone(), run_as, after };
+    let request = v1::SubmitRequest { spec: Some(spec), request_id: request_id.clone(), run_as, after, array };
     let reply = conn
         .call(Subject::Other, &name, |mut c| {
             let r = request.clone();
@@ -249,7 +269,10 @@ pub async fn run(conn: &Conn, a: &SubmitArgs, out: &mut dyn Write) -> Result<(),
     let text = match data_text(a.output, &data) {
         Some(t) => t,
         None if reply.duplicate => format!("job {} already submitted (same request id)\n", reply.name),
-        None => format!("submitted job {} (id {})\n", reply.name, reply.id),
+        None => match count {
+            Some(n) => format!("submitted array {} of {n} jobs (id {})\n", reply.name, reply.id),
+            None => format!("submitted job {} (id {})\n", reply.name, reply.id),
+        },
     };
     out.write_all(text.as_bytes())?;
     Ok(())

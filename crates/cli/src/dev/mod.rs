@@ -126,6 +126,7 @@ pub(crate) async fn submit(c: &mut crate::client::connect::Api, spec: baton_prot
         request_id: String::new(),
         run_as: String::new(),
         after: Vec::new(),
+        array: None,
     };
     c.submit(req).await.map_err(|e| e.message().to_string())?;
     Ok(())

@@ -48,6 +48,7 @@ pub struct State {
     /// The job references cancel, pause and resume were called with.
     pub acted_on: Vec<v1::JobRef>,
     pub jobs: Vec<v1::Job>,
+    pub arrays: Vec<v1::JobArray>,
     pub queues: Vec<v1::QueueUsage>,
     /// What ListCohorts and ListClasses answer; CreateCohort and CreateClass add to them.
     pub cohorts: Vec<v1::Cohort>,
@@ -133,6 +134,11 @@ impl Baton for Fake {
             .cloned()
             .collect();
         Ok(Response::new(v1::ListJobsReply { jobs, truncated: false, ..Default::default() }))
+    }
+
+    async fn list_arrays(&self, _r: Request<v1::ListArraysRequest>) -> Answer<v1::ListArraysReply> {
+        let s = self.enter("ListArrays")?;
+        Ok(Response::new(v1::ListArraysReply { arrays: s.arrays.clone() }))
     }
 
     async fn cancel_job(&self, r: Request<v1::JobRef>) -> Answer<v1::Ack> {

@@ -123,7 +123,11 @@ impl State {
         self.array_index.to_fill.insert(id);
         self.remember(request_id, id);
         let n = array.count;
-        ev.push(self.array_event(id, EventKind::Submitted, format!("array of {n} elements submitted ({})", array.spelled())));
+        ev.push(self.array_event(
+            id,
+            EventKind::Submitted,
+            format!("array of {n} elements submitted ({})", array.spelled()),
+        ));
         self.hold(id, waits, ev);
         Ok(Outcome::Submitted { job: id, name, duplicate: false })
     }
@@ -132,8 +136,9 @@ impl State {
     fn check_array(&self, spec: &JobSpec, array: &ArraySpec) -> Result<(i32, bool), ApplyError> {
         array.validate().map_err(|(field, e)| ApplyError::invalid(field, e))?;
         if self.arrays.records.len() >= MAX_ARRAYS {
-            self.prunable_array()
-                .ok_or_else(|| ApplyError::Limit(format!("at most {MAX_ARRAYS} arrays are kept; wait for some to finish")))?;
+            self.prunable_array().ok_or_else(|| {
+                ApplyError::Limit(format!("at most {MAX_ARRAYS} arrays are kept; wait for some to finish"))
+            })?;
         }
         element_name(&spec.name, array.last()).map_err(|e| ApplyError::invalid("name", e))?;
         if spec.env.len() >= MAX_ENV_VARS {

@@ -98,6 +98,11 @@ impl State {
     /// owner, an admin of its queue, operators and admins; for others what the job's queue
     /// shows (docs/security.md, "Who sees which jobs"). The API, the dashboard and the
     /// dependency check ask here, so they agree.
+    /// What `token` sees of an array: what it would see of its elements.
+    pub fn array_view(&self, token: Option<&crate::access::Token>, a: &crate::array::JobArray) -> JobView {
+        self.job_view(token, &self.array_as_job(a))
+    }
+
     pub fn job_view(&self, token: Option<&crate::access::Token>, job: &crate::job::Job) -> JobView {
         let Some(t) = token else {
             return JobView::Private;

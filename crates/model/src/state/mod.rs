@@ -404,7 +404,8 @@ impl Serialize for State {
         let visibility = &self.queue_visibility;
         let (waits, windows, faults) = (&self.waits, &self.windows, &self.gpu_faults);
         if !self.arrays.is_empty() {
-            (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, &self.arrays).serialize(s)
+            (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, &self.arrays)
+                .serialize(s)
         } else if !self.gpu_faults.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
         } else if !self.windows.is_empty() {

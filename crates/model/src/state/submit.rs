@@ -9,12 +9,12 @@ use crate::command::Outcome;
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
 use crate::job::{Job, JobId, JobSpec, JobState, PriorityRef, Topology};
-use crate::name::Name;
 use crate::ledger::{Vector, ZERO, add, fits};
 use crate::limits::{
     MAX_DURATION_MS, MAX_GPUS_PER_NODE, MAX_JOBS, MAX_REMEMBERED_REQUEST_IDS, MAX_REPLICAS_PER_JOB, MAX_REQUEST_ID_LEN,
     MAX_TASKS_PER_JOB, MAX_TIME_LIMIT_MS,
 };
+use crate::name::Name;
 use crate::quantity::Human;
 use crate::resources::validate_resource_name;
 use crate::runnable::{validate_command, validate_env};

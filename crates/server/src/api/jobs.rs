@@ -6,8 +6,8 @@ use baton_model::job::{Job, JobId};
 use baton_model::limits::MAX_REQUEST_ID_LEN;
 use baton_model::tenancy::UnixUser;
 use baton_proto::convert::{
-    after_from_proto, job_spec_from_proto, job_states_from_proto, job_to_proto, pool_reservation_to_proto,
-    waits_to_proto,
+    after_from_proto, array_spec_from_proto, job_array_to_proto, job_spec_from_proto, job_states_from_proto,
+    job_to_proto, pool_reservation_to_proto, waits_to_proto,
 };
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use prost::Message;
@@ -37,10 +37,10 @@ pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Respons
     let term = api.ctx.replica.term();
     let span = tracing::info_span!("submit", job = tracing::field::Empty, name = %spec.name, term, duplicate = tracing::field::Empty);
     // A job without dependencies goes as before, so it needs no newer data format.
-    let op = if after.is_empty() {
-        Op::SubmitRunAs { spec, request_id, run_as }
-    } else {
-        Op::SubmitAfter { spec, request_id, run_as, after }
+    let op = match r.array.as_ref().map(array_spec_from_proto) {
+        Some(array) => Op::SubmitArray { spec, array, request_id, run_as, after },
+        None if after.is_empty() => Op::SubmitRunAs { spec, request_id, run_as },
+        None => Op::SubmitAfter { spec, request_id, run_as, after },
     };
     let applied = api.write(who, op).instrument(span.clone()).await?;
     match applied.outcome {
@@ -75,6 +75,55 @@ pub async fn resolve(api: &Api, who: &Caller, r: &JobRef) -> Result<JobId, Statu
     api.read(|s| find(s, &r.name).filter(|j| seen(s, j)).map(|j| j.id)).await?.ok_or_else(|| unknown(&r.name))
 }
 
+/// What a cancel names: a job, or an array.
+pub enum Target {
+    Job(JobId),
+    Array(JobId),
+}
+
+/// A cancel's target: as `resolve`, except that a name (or id) that is an array's, newer
+/// than any job of that name, names the array.
+pub async fn resolve_cancel(api: &Api, who: &Caller, r: &JobRef) -> Result<Target, Status> {
+    let array = api
+        .read(|s| {
+            let a = match r.id {
+                0 => s.array_by_name(&r.name).or_else(|| r.name.parse().ok().and_then(|id| s.array(id))),
+                id => s.array(id),
+            }?;
+            let newer = find(s, &r.name).is_none_or(|j| j.id < a.id) || r.id == a.id;
+            (newer && array_seen(s, who, a)).then_some(a.id)
+        })
+        .await?;
+    match array {
+        Some(id) => Ok(Target::Array(id)),
+        None => resolve(api, who, r).await.map(Target::Job),
+    }
+}
+
+/// An array is seen as its elements are: by its queue's visibility, and its owner.
+fn array_seen(s: &State, who: &Caller, a: &baton_model::array::JobArray) -> bool {
+    visible::array_view(s, who, a) != View::Hidden
+}
+
+/// Arrays `who` may see, one line each.
+pub async fn list_arrays(
+    api: &Api,
+    who: &Caller,
+    r: v1::ListArraysRequest,
+) -> Result<Response<v1::ListArraysReply>, Status> {
+    let arrays = api
+        .read(|s| {
+            s.arrays()
+                .values()
+                .filter(|a| r.queue.is_empty() || a.spec.queue.as_str() == r.queue)
+                .filter(|a| array_seen(s, who, a))
+                .map(|a| job_array_to_proto(s, a))
+                .collect()
+        })
+        .await?;
+    Ok(Response::new(v1::ListArraysReply { arrays }))
+}
+
 /// The job as `who` may see it (`None`: not at all): its environment (secrets, often) only
 /// for those who see its private data, the rest as its queue's visibility allows.
 fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> Option<v1::Job> {
@@ -94,6 +143,10 @@ fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> Option<v1::J
     }
     let owner = s.access().owner(j.id);
     out.owner = owner.map(|o| o.to_string()).unwrap_or_default();
+    if let Some((a, index)) = s.element_of(j.id) {
+        out.array = a.spec.name.to_string();
+        out.array_index = Some(index);
+    }
     out.run_as = s.tenancy().run_as(j.id).map(|u| u.to_string()).unwrap_or_default();
     if view != View::Private
         && let Some(spec) = out.spec.as_mut()

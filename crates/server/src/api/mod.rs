@@ -139,8 +139,14 @@ impl Baton for Api {
     }
     async fn cancel_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;
-        let job = jobs::resolve(self, &who, &r.into_inner()).await?;
-        self.ack(&who, Op::Cancel { job }).await
+        match jobs::resolve_cancel(self, &who, &r.into_inner()).await? {
+            jobs::Target::Job(job) => self.ack(&who, Op::Cancel { job }).await,
+            jobs::Target::Array(array) => self.ack(&who, Op::CancelArray { array }).await,
+        }
+    }
+    async fn list_arrays(&self, r: Request<ListArraysRequest>) -> Result<Response<ListArraysReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        jobs::list_arrays(self, &who, r.into_inner()).await
     }
     async fn pause_job(&self, r: Request<JobRef>) -> Result<Response<Ack>, Status> {
         let who = self.caller(r.metadata()).await?;

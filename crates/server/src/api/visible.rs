@@ -18,6 +18,11 @@ pub fn view(s: &State, who: &Caller, job: &Job) -> View {
     s.job_view(who.token(), job)
 }
 
+/// What `who` sees of an array: what it would see of its elements.
+pub fn array_view(s: &State, who: &Caller, a: &baton_model::array::JobArray) -> View {
+    s.array_view(who.token(), a)
+}
+
 /// What `who` sees of an event: as of its job (an event of a job no longer kept is shown
 /// only to those who see every job); events of no job (queues, nodes) are shown as before.
 pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
@@ -26,6 +31,7 @@ pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
     };
     match s.job_by_name(name.as_str()) {
         Some(j) => view(s, who, j),
+        None if let Some(a) = s.array_by_name(name.as_str()) => array_view(s, who, a),
         None if who.token().is_none_or(|t| t.any_job()) => View::Private,
         None => View::Hidden,
     }

@@ -164,7 +164,7 @@ impl Cluster {
 
 /// A submit of `spec` without a request id, run as the caller's own user.
 pub fn submit_of(spec: JobSpec) -> SubmitRequest {
-    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new(), after: Vec::new() }
+    SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new(), after: Vec::new(), array: None }
 }
 
 pub fn gpu_job(name: &str, queue: &str, class: &str, gpus: u64) -> JobSpec {
