@@ -215,3 +215,26 @@ def test_a_gpu_is_marked_unhealthy_listed_refused_when_bad_and_cleared(admin: Cl
         admin.mark_gpu_unhealthy("node-2", 1, " ")
     admin.mark_gpu_healthy("node-2", 1)
     assert not [f for f in admin.unhealthy_gpus() if f.node == "node-2"]
+
+
+def test_an_array_runs_each_element_with_its_index_and_is_cancelled_whole(
+    admin: Client, queue: str, name: str
+) -> None:
+    done = admin.submit(name, queue, ["sh", "-c", "echo index=$BATON_ARRAY_INDEX"], array="3-5%2")
+    for i in (3, 4, 5):
+        job = admin.wait("%s-%d" % (name, i), timeout=WAIT_S)
+        assert job.state == JobState.SUCCEEDED, job
+        assert (job.array, job.array_index) == (name, i)
+        assert "index=%d" % i in admin.logs(job.id)
+    [a] = [a for a in admin.arrays() if a.id == done.id]
+    assert (a.first, a.count, a.max_running, a.succeeded, a.pending) == (3, 3, 2, 3, 0), a
+    long = admin.submit(name + "-long", queue, ["sleep", "600"], array="0-999%1")
+    admin.wait("%s-long-0" % name, states=["Running"], timeout=WAIT_S)
+    admin.cancel_array(name + "-long")
+    [a] = [a for a in admin.arrays() if a.id == long.id]
+    assert a.cancelled == 1000 and a.finished_ms > 0, a
+    with pytest.raises(ConfigError):
+        admin.submit(name + "-bad", queue, ["true"], array="9-5")
+    with pytest.raises(InvalidArgument) as e:
+        admin.submit(name + "-bad", queue, ["true"], array="0-2000000")
+    assert "array.count" in e.value.details

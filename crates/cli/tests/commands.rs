@@ -18,7 +18,7 @@ fn fails_over_to_the_second_address_when_the_first_is_down() {
     let (r, out) = run(&["list", "--server", &list]);
     r.unwrap();
     assert!(out.contains("train-1"), "{out}");
-    assert_eq!(fake.state().calls, vec!["ListJobs"]);
+    assert_eq!(fake.state().calls, vec!["ListJobs", "ListArrays"]);
 }
 
 #[test]

@@ -25,7 +25,18 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .models import FINISHED_STATES, Event, GpuFault, Job, JobState, MaintenanceWindow, Placement, Submitted, WhoAmI
+from .models import (
+    FINISHED_STATES,
+    Event,
+    GpuFault,
+    Job,
+    JobArray,
+    JobState,
+    MaintenanceWindow,
+    Placement,
+    Submitted,
+    WhoAmI,
+)
 
 __version__ = "0.1.0"
 
@@ -41,6 +52,7 @@ __all__ = [
     "GpuFault",
     "InvalidArgument",
     "Job",
+    "JobArray",
     "JobRef",
     "JobState",
     "MaintenanceWindow",

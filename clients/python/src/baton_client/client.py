@@ -11,7 +11,7 @@ import grpc
 
 from ._connect import Conn, Settings
 from .errors import BatonError, ConfigError, NoLogs, NotFound, Unavailable, from_rpc_error
-from .models import Event, GpuFault, Job, JobState, MaintenanceWindow, Submitted, WhoAmI, enum_value
+from .models import Event, GpuFault, Job, JobArray, JobState, MaintenanceWindow, Submitted, WhoAmI, enum_value
 
 #: A job named by its name, or by its numeric id.
 JobRef = Union[str, int]
@@ -105,6 +105,7 @@ class Client:
         run_as: Optional[str] = None,
         request_id: Optional[str] = None,
         after: Sequence[str] = (),
+        array: Optional[str] = None,
     ) -> Submitted:
         """Submits a job of one task (`replicas` replicas of `gpus` GPUs, `cpu` CPUs and
         `memory` bytes each) running `command` (a list of words: ["sh", "-c", "echo hi"]).
@@ -114,7 +115,9 @@ class Client:
         seconds. A retried submit with the same `request_id` returns the first job (a fresh
         id is made when none is given; it is in the result). `after` names jobs to wait for
         as "WHEN:JOB" ("ok:prep", "any:17"; WHEN is ok, any, notok or started): the job is
-        held until each holds, and cancelled once one no longer can.
+        held until each holds, and cancelled once one no longer can. `array` ("0-999%50":
+        FIRST-LAST, at most MAX running at once; or "N" for 0 to N-1) submits an array: jobs
+        NAME-FIRST .. NAME-LAST, each finding its index in BATON_ARRAY_INDEX.
         """
         if isinstance(command, (str, bytes)):
             raise ConfigError("command is a list of words, e.g. ['sh', '-c', 'echo hi'], not a string")
@@ -160,8 +163,38 @@ class Client:
         req = pb.SubmitRequest(
             spec=spec, request_id=request_id, run_as=run_as or "", after=self._dependencies(after)
         )
+        if array is not None:
+            req.array.CopyFrom(self._array(array))
         reply = self._conn.call("Submit", req)
         return Submitted(id=reply.id, name=reply.name, duplicate=reply.duplicate, request_id=request_id)
+
+    def _array(self, text: str) -> Any:
+        """FIRST-LAST[%MAX], or N for 0 to N-1; the server checks the bounds."""
+        rng, sep, most = str(text).partition("%")
+        first, dash, last = rng.partition("-")
+        try:
+            lo, hi = (int(first), int(last)) if dash else (0, int(first) - 1)
+            max_running = int(most) if sep else 0
+        except ValueError:
+            raise ConfigError("array: %r is not FIRST-LAST[%%MAX] (e.g. 0-999%%50)" % (text,)) from None
+        if hi < lo:
+            raise ConfigError("array: %r is empty or reversed" % (text,))
+        if sep and max_running < 1:
+            raise ConfigError("array: max_running in %r must be at least 1" % (text,))
+        return self._pb.ArraySpec(first=lo, count=hi - lo + 1, max_running=max_running)
+
+    def arrays(self, *, queue: Optional[str] = None) -> List[JobArray]:
+        """Arrays, one each: how many of its elements run, wait and ended."""
+        reply = self._conn.call("ListArrays", self._pb.ListArraysRequest(queue=queue or ""))
+        return [JobArray.from_proto(a) for a in reply.arrays]
+
+    def cancel_array(self, name: str) -> List[Event]:
+        """Cancels every unfinished element of the array; no other is created."""
+        found = [a for a in self.arrays() if a.name == name and not a.finished_ms]
+        if not found:
+            raise ConfigError("no unfinished array %s; see arrays()" % name)
+        ack = self._conn.call("CancelJob", self._pb.JobRef(name=name, id=found[-1].id))
+        return [Event.from_proto(e) for e in ack.events]
 
     def _dependencies(self, after: Sequence[str]) -> List[Any]:
         if isinstance(after, (str, bytes)):

@@ -150,6 +150,9 @@ class Job:
     events: List[Event] = field(default_factory=list)
     #: What a held job still waits for, as "WHEN:JOB"; filled by describe().
     waiting_for: List[str] = field(default_factory=list)
+    #: The array it is an element of ("" when none), and its index there.
+    array: str = ""
+    array_index: Optional[int] = None
     raw: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -187,7 +190,49 @@ class Job:
             env_hidden=j.env_hidden,
             events=[Event.from_proto(e) for e in j.events],
             waiting_for=["%s:%s" % (word(baton_pb2.DependencyCondition, d.when), d.job) for d in j.waiting_for],
+            array=j.array,
+            array_index=j.array_index if j.HasField("array_index") else None,
             raw=j,
+        )
+
+
+@dataclass
+class JobArray:
+    """An array and where its elements stand; those not created yet are pending."""
+
+    id: int
+    name: str
+    queue: str
+    first: int
+    count: int
+    #: 0: no bound but the cluster's.
+    max_running: int
+    running: int
+    pending: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    created: int
+    reason: str
+    finished_ms: int
+
+    @classmethod
+    def from_proto(cls, a: Any) -> "JobArray":
+        return cls(
+            id=a.id,
+            name=a.name,
+            queue=a.queue,
+            first=a.array.first,
+            count=a.array.count,
+            max_running=a.array.max_running,
+            running=a.running,
+            pending=a.pending,
+            succeeded=a.succeeded,
+            failed=a.failed,
+            cancelled=a.cancelled,
+            created=a.created,
+            reason=a.reason,
+            finished_ms=a.finished_ms,
         )
 
 

@@ -348,18 +348,22 @@ pub enum Act {
 pub async fn act(conn: &Conn, act: Act, a: &JobArgs, out: &mut dyn Write) -> Result<(), ClientError> {
     // Resolved once: every retry below names this job by id, so a retry after a lost answer
     // never reaches a newer job that reused the name.
-    if let Act::Cancel = act
-        && let Some(array) = arrays::find_unfinished(conn, &a.job).await?
-    {
-        return cancel_array(conn, &array, out).await;
-    }
     let by_name = v1::JobRef { name: a.job.clone(), id: 0 };
     let job = conn
         .call(Subject::Job, &a.job, |mut c| {
             let r = by_name.clone();
             async move { c.get_job(r).await }
         })
-        .await?;
+        .await;
+    // A name no unfinished job has may be an array's: cancel takes every element.
+    let unfinished = |j: &v1::Job| !matches!(j.state(), JobState::Succeeded | JobState::Failed | JobState::Cancelled);
+    if matches!(act, Act::Cancel)
+        && job.as_ref().map_or(true, |j| !unfinished(j))
+        && let Some(array) = arrays::find_unfinished(conn, &a.job).await?
+    {
+        return cancel_array(conn, &array, out).await;
+    }
+    let job = job?;
     let r = v1::JobRef { name: a.job.clone(), id: job.id };
     let ack = conn
         .call(Subject::Job, &a.job, |mut c| {

@@ -145,6 +145,9 @@ impl Baton for Fake {
         let mut s = self.enter("CancelJob")?;
         let r = r.into_inner();
         s.acted_on.push(r.clone());
+        if let Some(a) = s.arrays.iter().find(|a| a.id == r.id) {
+            return ack(format!("array {} cancelled", a.name));
+        }
         let j = Fake::find_job(&s, &r.name)?;
         ack(format!("job {} cancelled", j.spec.unwrap_or_default().name))
     }
