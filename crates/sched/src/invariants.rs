@@ -105,24 +105,31 @@ pub fn check_state(s: &State) -> Result<(), String> {
     Ok(())
 }
 
-/// decisions.md section 13: a held job is unfinished and has never started, and waits only
-/// for what does not hold yet and still can (a dependency that held or broke is settled in
-/// the command that decided it).
+/// decisions.md section 13: a held job is unfinished and has never started (a held array
+/// has no element yet), and waits only for what does not hold yet and still can (a
+/// dependency that held or broke is settled in the command that decided it).
 fn check_waits(s: &State) -> Result<(), String> {
     use baton_model::after::{Standing, standing};
     for (id, waits) in s.waits() {
-        let j = s.job(*id).ok_or_else(|| format!("job {id} waits but is not kept"))?;
-        if j.state.is_finished() || j.attempt > 0 || waits.is_empty() {
-            return Err(format!("job {} is held while {:?} at attempt {}", j.spec.name, j.state, j.attempt));
-        }
+        let name = match (s.job(*id), s.array(*id)) {
+            (Some(j), _) if j.state.is_finished() || j.attempt > 0 || waits.is_empty() => {
+                return Err(format!("job {} is held while {:?} at attempt {}", j.spec.name, j.state, j.attempt));
+            }
+            (Some(j), _) => &j.spec.name,
+            (None, Some(a)) if a.created > 0 || a.is_finished() => {
+                return Err(format!("array {} is held with {} elements created", a.spec.name, a.created));
+            }
+            (None, Some(a)) => &a.spec.name,
+            (None, None) => return Err(format!("job {id} waits but is not kept")),
+        };
         for w in waits {
-            let target = s.job(w.job).ok_or_else(|| format!("{} waits for job {}, not kept", j.spec.name, w.job))?;
-            let st = standing(w.when, target);
+            let (target, st) = match (s.job(w.job), s.array(w.job)) {
+                (Some(t), _) => (&t.spec.name, standing(w.when, t)),
+                (None, Some(a)) => (&a.spec.name, a.standing(w.when)),
+                (None, None) => return Err(format!("{name} waits for job {}, not kept", w.job)),
+            };
             if st != Standing::Waits {
-                return Err(format!(
-                    "{} still waits for {} ({:?}), which stands {st:?}",
-                    j.spec.name, target.spec.name, w.when
-                ));
+                return Err(format!("{name} still waits for {target} ({:?}), which stands {st:?}", w.when));
             }
         }
     }

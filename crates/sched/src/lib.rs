@@ -42,6 +42,8 @@ pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
 #[cfg(test)]
 mod after_props;
 #[cfg(test)]
+mod array_props;
+#[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod stale_props;
