@@ -153,6 +153,17 @@ async fn the_page_and_the_json_endpoints_show_the_cluster_to_a_token_allowed_to_
     assert_eq!(held["waiting_for"], serde_json::json!([{"job": "j1", "when": "ok"}]), "{held}");
     assert!(script.contains("waiting_for"), "the page shows it");
 
+    // An array is one line, its elements not created yet counted as pending; another user
+    // sees it as the queue shows jobs.
+    let array = Some(ArraySpec { first: 0, count: 500, max_running: 1 });
+    alice.submit(SubmitRequest { array, ..submit("sweep") }).await.unwrap();
+    let arrays = get_json(http, "/api/arrays", ALICE).await;
+    let a = &arrays["arrays"][0];
+    let waiting = a["pending"].as_u64().unwrap() + a["running"].as_u64().unwrap();
+    assert_eq!((a["name"].as_str(), waiting, a["created"].as_u64()), (Some("sweep"), 500, Some(1)), "{arrays}");
+    assert_eq!(a["array"]["max_running"], 1, "{arrays}");
+    assert!(script.contains("/api/arrays") && script.contains("data-array"), "the page lists arrays");
+
     // A node in a started maintenance window says which, and the page shows it.
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     let w = MaintenanceWindow {

@@ -180,13 +180,14 @@ async fn json(api: &Api, r: &Request) -> Result<String, Status> {
             to_json(&ListMaintenanceReply { windows })
         }
         "/api/jobs" => to_json(&api::jobs::list(api, &who, jobs_page(r)?).await?.into_inner()),
+        "/api/arrays" => to_json(&api::jobs::list_arrays(api, &who, Default::default()).await?.into_inner()),
         p => match p.strip_prefix("/api/jobs/") {
             Some(name) if !name.is_empty() && !name.contains('/') => {
                 let job = JobRef { id: 0, name: name.to_string() };
                 to_json(&api::jobs::get(api, &who, job).await?.into_inner())
             }
             _ => Err(Status::not_found(format!(
-                "no endpoint {p}; the endpoints are /api/cluster, /api/queues, /api/jobs, /api/jobs/NAME, /api/nodes, /api/maintenance, /api/events"
+                "no endpoint {p}; the endpoints are /api/cluster, /api/queues, /api/jobs, /api/jobs/NAME, /api/arrays, /api/nodes, /api/maintenance, /api/events"
             ))),
         },
     }

@@ -50,6 +50,8 @@ pub struct Metrics {
     queue_gpus_lent: Family<Labels, Gauge>,
     queue_pending_jobs: Family<Labels, Gauge>,
     queue_held_jobs: Family<Labels, Gauge>,
+    queue_array_waiting: Family<Labels, Gauge>,
+    arrays: Family<Labels, Gauge>,
     maintenance_windows: Family<Labels, Gauge>,
     gpus_unhealthy: Gauge,
     queue_pending_gpus: Family<Labels, Gauge>,
@@ -113,6 +115,8 @@ impl Metrics {
             queue_gpus_lent: Family::default(),
             queue_pending_jobs: Family::default(),
             queue_held_jobs: Family::default(),
+            queue_array_waiting: Family::default(),
+            arrays: Family::default(),
             maintenance_windows: Family::default(),
             gpus_unhealthy: Gauge::default(),
             queue_pending_gpus: Family::default(),
@@ -192,6 +196,12 @@ impl Metrics {
             "Maintenance windows by state: ahead, or started (their nodes take no work)",
             self.maintenance_windows.clone(),
         );
+        r.register(
+            "baton_queue_array_elements_waiting",
+            "Elements of the queue's arrays not created as jobs yet (pending, not in baton_queue_pending_jobs)",
+            self.queue_array_waiting.clone(),
+        );
+        r.register("baton_arrays", "Job arrays by state: unfinished, or finished and kept", self.arrays.clone());
         r.register(
             "baton_queue_held_jobs",
             "Pending jobs of the queue held by their dependencies (never considered until they hold)",

@@ -51,6 +51,24 @@ impl Metrics {
         }
         let unhealthy: usize = state.gpu_faults().values().map(|f| f.len()).sum();
         self.gpus_unhealthy.set(to_i64(unhealthy as u64));
+        self.refresh_arrays(state);
+    }
+
+    /// Arrays are bounded by MAX_ARRAYS; their elements not created yet, per queue.
+    fn refresh_arrays(&self, state: &State) {
+        self.queue_array_waiting.clear();
+        let mut waiting: BTreeMap<&str, u64> = state.queues().keys().map(|q| (q.as_str(), 0)).collect();
+        let finished = state.arrays().values().filter(|a| a.is_finished()).count() as u64;
+        for a in state.arrays().values() {
+            *waiting.entry(a.spec.queue.as_str()).or_default() += u64::from(a.not_created());
+        }
+        for (q, n) in waiting {
+            self.queue_array_waiting.get_or_create(&vec![("queue", q.to_string())]).set(to_i64(n));
+        }
+        let unfinished = state.arrays().len() as u64 - finished;
+        for (label, count) in [("unfinished", unfinished), ("finished", finished)] {
+            self.arrays.get_or_create(&vec![("state", label.to_string())]).set(to_i64(count));
+        }
     }
 
     fn refresh_queues(&self, state: &State) {

@@ -204,6 +204,22 @@ mod state_gauges {
     }
 
     #[test]
+    fn an_arrays_elements_not_created_yet_are_counted_per_queue() {
+        let mut s = borrowing();
+        let spec = baton_model::fixture::gpu_job("sweep", "lender", 1);
+        let array = baton_model::array::ArraySpec { first: 0, count: 1000, max_running: Some(10) };
+        apply(&mut s, Op::SubmitArray { spec, array, request_id: None, run_as: None, after: vec![] });
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
+        for want in [
+            "baton_queue_array_elements_waiting{queue=\"lender\"} 990",
+            "baton_arrays{state=\"unfinished\"} 1",
+            "baton_arrays{state=\"finished\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn queue_and_pool_series_stop_at_the_bound_and_say_how_many_were_left_out() {
         let mut s = State::default();
         for i in 0..=MAX_QUEUE_POOL_SERIES {

@@ -75,13 +75,14 @@ function time(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
 
 async function reload() {
   try {
-    const [cluster, queues, jobs, active, nodes, maintenance] = await Promise.all([
+    const [cluster, queues, jobs, active, nodes, maintenance, arrays] = await Promise.all([
       api("/api/cluster"),
       api("/api/queues"),
       api("/api/jobs?limit=" + JOBS_SHOWN + (jobsAfter ? "&after=" + jobsAfter : "")),
       api("/api/jobs?limit=500&state=Running,Preempting"),
       api("/api/nodes"),
       api("/api/maintenance"),
+      api("/api/arrays"),
     ]);
     $("login").hidden = true;
     $("app").hidden = false;
@@ -89,6 +90,7 @@ async function reload() {
     showCluster(cluster);
     showQueues(queues.queues);
     showJobs(jobs);
+    showArrays(arrays.arrays || []);
     showNodes(nodes.nodes, active.jobs, maintenance.windows || []);
     if (selectedJob) showJob(await api("/api/jobs/" + encodeURIComponent(selectedJob)));
     document.body.dataset.loaded = "1";
@@ -176,6 +178,22 @@ function showJobs(page) {
     jobsAfter ? h("button", { onclick: () => { jobsAfter = ""; reload(); } }, "first page") : null,
     page.truncated ? h("button", { onclick: () => { jobsAfter = page.next_page_token; reload(); } }, "next page") : null);
   $("jobs").querySelector(".body").replaceChildren(page.jobs.length ? table : h("p", { class: "muted" }, "No jobs."), nav);
+}
+
+// One line per array: its elements not created yet are pending without being jobs.
+function showArrays(arrays) {
+  $("arrays").hidden = arrays.length === 0;
+  const rows = arrays.map(a => {
+    const last = a.array.first + a.array.count - 1;
+    const done = a.succeeded + a.failed + a.cancelled;
+    const state = a.cancelled_whole ? "Cancelled" : a.finished_ms ? "Ended" : "Running";
+    return h("tr", { "data-array": a.name, "data-state": state },
+      h("td", {}, a.id), h("td", {}, a.name + "-[" + a.array.first + "-" + last + "]"), h("td", {}, a.queue),
+      h("td", {}, a.array.max_running || "none"), h("td", {}, a.running), h("td", {}, a.pending), h("td", {}, done),
+      h("td", {}, a.failed), h("td", { class: "reason" }, a.pending ? a.reason : ""));
+  });
+  const head = ["id", "array", "queue", "max running", "running", "pending", "done", "failed", "reason"];
+  $("arrays").querySelector(".body").replaceChildren(h("table", {}, h("tr", {}, head.map(t => h("th", {}, t))), rows));
 }
 
 function select(name) {
