@@ -59,6 +59,14 @@ async fn runai_preemption_replays_with_real_processes() {
     Replay { kill_leader_at_ms: None }.run(&load(&scenario("runai-preemption"))).await;
 }
 
+/// An array's elements are real processes, three at a time, each told its index; the job
+/// waiting for the whole array starts once the last succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_replays_with_real_processes() {
+    let path = format!("{}/../../examples/scenarios/array.yaml", env!("CARGO_MANIFEST_DIR"));
+    Replay { kill_leader_at_ms: None }.run(&load(&path)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn determined_priority_replays_with_real_processes() {
     Replay { kill_leader_at_ms: None }.run(&load(&scenario("determined-priority"))).await;

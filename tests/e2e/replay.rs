@@ -43,20 +43,21 @@ pub fn nodes(s: &Scenario) -> Vec<NodeArgs> {
 }
 
 /// The job's program: one loop turn per scenario second.
-fn command(c: &Cluster, name: &str, duration_ms: Option<u64>) -> Vec<String> {
+/// Its files are named after `$BATON_JOB`, so that each element of an array has its own.
+fn command(c: &Cluster, duration_ms: Option<u64>) -> Vec<String> {
     let steps = duration_ms.map_or(1_000_000, |d| d.div_ceil(1000));
-    let finish = c.path(&format!("finish-{name}")).display().to_string();
-    let fail = c.path(&format!("fail-{name}")).display().to_string();
-    let starts = c.path(&format!("starts-{name}")).display().to_string();
+    let dir = c.path("").display().to_string();
+    let (finish, fail, starts) =
+        (format!("{dir}/finish-$BATON_JOB"), format!("{dir}/fail-$BATON_JOB"), format!("{dir}/starts-$BATON_JOB"));
     let step_s = SCALE_MS as f64 / 1000.0;
     let script = format!(
-        r#"echo "$BATON_ATTEMPT" >> '{starts}'
+        r#"echo "$BATON_ATTEMPT" >> "{starts}"
 i=0
 [ -n "$BATON_RESUME" ] && [ -f "$BATON_CHECKPOINT_DIR/step" ] && i=$(cat "$BATON_CHECKPOINT_DIR/step")
 trap 'echo $i > "$BATON_CHECKPOINT_DIR/step.tmp" && mv "$BATON_CHECKPOINT_DIR/step.tmp" "$BATON_CHECKPOINT_DIR/step"; exit 0' TERM
 while [ $i -lt {steps} ]; do
-  [ -e '{finish}' ] && exit 0
-  [ -e '{fail}' ] && exit 1
+  [ -e "{finish}" ] && exit 0
+  [ -e "{fail}" ] && exit 1
   sleep {step_s}
   i=$((i+1))
 done"#
@@ -125,13 +126,13 @@ async fn step(c: &mut Cluster, a: &Action) {
     match a {
         Action::Submit(sub) => {
             let mut spec = job_spec_to_proto(&sub.spec);
-            spec.command = command(c, sub.spec.name.as_str(), sub.duration_ms);
+            spec.command = command(c, sub.duration_ms);
             let req = SubmitRequest {
                 spec: Some(spec),
                 request_id: format!("e2e-{}", sub.spec.name),
                 run_as: String::new(),
                 after: sub.after.iter().map(baton_proto::convert::after_to_proto).collect(),
-                array: None,
+                array: sub.array.as_ref().map(baton_proto::convert::array_spec_to_proto),
             };
             call!(c, |api| api.submit(req.clone()));
         }

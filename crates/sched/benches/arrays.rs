@@ -6,7 +6,8 @@
 //! - the leader's memory per pending element: the heap the state holds after that submit
 //!   beyond what it held before, divided by the elements (printed; a counting allocator).
 //! - `array/full-cluster-{without,with}-100k-pending`: a cycle on the full 10,000-node
-//!   cluster with nothing pending, without and with the array pending; and
+//!   cluster with nothing pending, without and with the array pending (and with one job of
+//!   an element's shape pending instead: `full-cluster-with-1-job-pending`); and
 //!   `array/full-cluster-42k-waiting-{without,with}-100k-pending`, the same with a backlog.
 
 mod cluster;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use baton_model::array::ArraySpec;
 use baton_model::command::Op;
+use baton_model::plan::Decision;
 use baton_model::state::State;
 use baton_sched::cycle;
 use cluster::*;
@@ -80,6 +82,26 @@ fn bench_submit(c: &mut Criterion) {
     g.finish();
 }
 
+/// What a cycle decides, by kind: the array's elements wait, they do not preempt.
+fn describe(what: &str, s: &State) {
+    let plan = cycle(s, NOW_MS);
+    let mut kinds: std::collections::BTreeMap<&str, usize> = Default::default();
+    for d in &plan.decisions {
+        let k = match d {
+            Decision::Place { .. } => "place",
+            Decision::Preempt { .. } => "preempt",
+            Decision::Wait { .. } => "wait",
+            _ => "other",
+        };
+        *kinds.entry(k).or_default() += 1;
+    }
+    eprintln!("array/{what}: {} pending jobs, decisions {kinds:?}", pending(s));
+}
+
+fn pending(s: &State) -> usize {
+    s.jobs().values().filter(|j| j.state == baton_model::job::JobState::Pending).count()
+}
+
 fn bench_cycle(c: &mut Criterion) {
     let mut g = c.benchmark_group("array");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
@@ -88,7 +110,16 @@ fn bench_cycle(c: &mut Criterion) {
     let gang = idle.job_by_name("big-gang").expect("the gang was submitted").id;
     apply(&mut idle, Op::Cancel { job: gang });
     let idle_with = with_array(&idle);
+    // One job of an element's shape pending: what the first pending job costs (it plans a
+    // preemption and finds none), which the array's elements pay once between them.
+    let mut idle_one = idle.clone();
+    let one = job("one".into(), "q7".into(), "train", 1, 1);
+    apply(&mut idle_one, Op::Submit { spec: one, request_id: None });
+    describe("full-cluster-without-100k-pending", &idle);
+    describe("full-cluster-with-1-job-pending", &idle_one);
+    describe("full-cluster-with-100k-pending", &idle_with);
     g.bench_function("full-cluster-without-100k-pending", |b| b.iter(|| black_box(cycle(black_box(&idle), NOW_MS))));
+    g.bench_function("full-cluster-with-1-job-pending", |b| b.iter(|| black_box(cycle(black_box(&idle_one), NOW_MS))));
     g.bench_function("full-cluster-with-100k-pending", |b| b.iter(|| black_box(cycle(black_box(&idle_with), NOW_MS))));
     let busy = with_backlog(10_000);
     let busy_with = with_array(&busy);

@@ -42,8 +42,11 @@ enum Act {
 }
 
 fn arrays() -> impl Strategy<Value = Vec<ArrayGen>> {
-    let one = (1u64..=2, 1u32..=90, proptest::option::of(1u32..=4))
-        .prop_map(|(gpus, count, max_running)| ArrayGen { gpus, count, max_running });
+    let one = (1u64..=2, 1u32..=90, proptest::option::of(1u32..=4)).prop_map(|(gpus, count, max_running)| ArrayGen {
+        gpus,
+        count,
+        max_running,
+    });
     proptest::collection::vec(one, 1..4)
 }
 

@@ -88,6 +88,7 @@ pub fn check_state(s: &State) -> Result<(), String> {
     check_waits(s)?;
     check_windows(s)?;
     check_gpu_faults(s)?;
+    check_arrays(s)?;
     for q in &l.queues {
         for p in 0..l.pools.len() {
             for k in 0..MAX_RESOURCE_KINDS {
@@ -131,6 +132,39 @@ fn check_waits(s: &State) -> Result<(), String> {
             if st != Standing::Waits {
                 return Err(format!("{name} still waits for {target} ({:?}), which stands {st:?}", w.when));
             }
+        }
+    }
+    Ok(())
+}
+
+/// decisions.md section 13: an array has at most `max_running` elements unfinished and at
+/// most the window of elements that never started; its live elements are its unfinished
+/// ones; it has ended exactly when every element has.
+fn check_arrays(s: &State) -> Result<(), String> {
+    use baton_model::limits::ARRAY_PENDING_WINDOW;
+    for a in s.arrays().values() {
+        let n = &a.spec.name;
+        let mut never_started = 0;
+        for (index, id) in &a.live {
+            let j = s.job(*id).ok_or_else(|| format!("element {index} of array {n} (job {id}) is not kept"))?;
+            if j.state.is_finished() || s.element_of(*id).map(|(x, i)| (x.id, i)) != Some((a.id, *index)) {
+                return Err(format!("element {index} of array {n} is live while {:?}", j.state));
+            }
+            never_started += u32::from(j.attempt == 0);
+        }
+        if a.array.max_running.is_some_and(|m| a.live.len() > m as usize) {
+            return Err(format!(
+                "array {n} has {} elements unfinished, max_running {:?}",
+                a.live.len(),
+                a.array.max_running
+            ));
+        }
+        if never_started > ARRAY_PENDING_WINDOW {
+            return Err(format!("array {n} has {never_started} elements created and never started"));
+        }
+        let ended = a.live.is_empty() && (a.cancelled || a.created == a.array.count);
+        if a.is_finished() != ended || a.tally.ended() > a.array.count {
+            return Err(format!("array {n}: finished {}, tally {:?}, {} live", a.is_finished(), a.tally, a.live.len()));
         }
     }
     Ok(())

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use baton_model::after::{After, JobRef, When};
+use baton_model::array::ArraySpec;
 use baton_model::command::{Command, Op, Outcome, Response};
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
 use baton_model::maintenance::WindowSpec;
@@ -38,6 +39,10 @@ pub const MAX_JOBS: u64 = 5_000;
 struct Acked {
     /// Job name to id.
     submits: BTreeMap<String, u64>,
+    /// Array name to id (decisions.md section 13).
+    arrays: BTreeMap<String, u64>,
+    /// Arrays whose cancel was acknowledged.
+    array_cancels: BTreeSet<u64>,
     cancels: BTreeSet<u64>,
     /// Per queue, every nominal quota written in order, with whether it was acknowledged.
     quotas: BTreeMap<String, Vec<(u64, bool)>>,
@@ -141,25 +146,52 @@ impl Load {
         self.truth.lock().work.insert(name.clone(), work);
         let spec = job(rng, &name);
         let request_id = Some(format!("req-{n}"));
-        let earlier: Vec<&String> = acked.submits.keys().collect();
+        let earlier: Vec<&String> = acked.submits.keys().chain(acked.arrays.keys()).collect();
         let mut waits = String::new();
-        let op = if !earlier.is_empty() && rng.chance(15) {
+        let mut after = Vec::new();
+        if !earlier.is_empty() && rng.chance(15) {
             let on = earlier[rng.below(earlier.len() as u64) as usize].clone();
             let when = When::ALL[rng.below(When::ALL.len() as u64) as usize];
             waits = format!(" (after {}:{on})", when.as_str());
-            let after = vec![After { job: JobRef::Name(Name::lit(&on)), when }];
-            Op::SubmitAfter { spec, request_id, run_as: None, after }
-        } else {
-            Op::Submit { spec, request_id }
+            after.push(After { job: JobRef::Name(Name::lit(&on)), when });
+        }
+        let array = rng.chance(10).then(|| array_spec(rng));
+        let op = match array {
+            Some(array) => {
+                self.elements_work(rng, &name, &array);
+                Op::SubmitArray { spec, array, request_id, run_as: None, after }
+            }
+            None if after.is_empty() => Op::Submit { spec, request_id },
+            None => Op::SubmitAfter { spec, request_id, run_as: None, after },
         };
-        if let Some(Ok(applied)) = self.write(rng, op).await {
-            if let Outcome::Submitted { job, .. } = applied.outcome {
-                if !waits.is_empty() {
-                    self.truth.lock().waiting_submits += 1;
-                }
+        let Some(Ok(applied)) = self.write(rng, op).await else { return };
+        let Outcome::Submitted { job, .. } = applied.outcome else { return };
+        let mut t = self.truth.lock();
+        t.waiting_submits += u64::from(!waits.is_empty());
+        match array {
+            Some(a) => {
+                t.arrays += 1;
+                drop(t);
+                self.truth.record(format!("array {name} {}{waits} acknowledged: id {job}", a.spelled()));
+                acked.arrays.insert(name, job);
+            }
+            None => {
+                drop(t);
                 self.truth.record(format!("submit {name}{waits} acknowledged: job {job}"));
                 acked.submits.insert(name, job);
             }
+        }
+    }
+
+    /// Each element's work, by its name (the agents look it up).
+    fn elements_work(&self, rng: &mut SplitMix64, name: &str, a: &ArraySpec) {
+        let mut t = self.truth.lock();
+        for index in a.first..=a.last() {
+            let work = JobWork {
+                work_ms: rng.range(WORK_MS.0, WORK_MS.1),
+                checkpoint_ms: rng.range(CHECKPOINT_MS.0, CHECKPOINT_MS.1),
+            };
+            t.work.insert(format!("{name}-{index}"), work);
         }
     }
 
@@ -208,6 +240,15 @@ impl Load {
     }
 
     async fn cancel(&self, rng: &mut SplitMix64, acked: &mut Acked) {
+        let arrays: Vec<u64> = acked.arrays.values().copied().collect();
+        if !arrays.is_empty() && rng.chance(20) {
+            let array = arrays[rng.below(arrays.len() as u64) as usize];
+            if let Some(Ok(_)) = self.write(rng, Op::CancelArray { array }).await {
+                self.truth.record(format!("cancel of array {array} acknowledged"));
+                acked.array_cancels.insert(array);
+            }
+            return;
+        }
         let ids: Vec<u64> = acked.submits.values().copied().collect();
         if ids.is_empty() {
             return;
@@ -249,7 +290,12 @@ impl Load {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let Some(r) = self.pick(&mut rng) else { continue };
             let (submits, cancels, quotas) = (acked.submits.clone(), acked.cancels.clone(), acked.quotas.clone());
-            let read = r.read(move |s| lost_writes(s, &submits, &cancels, &quotas));
+            let (arrays, array_cancels) = (acked.arrays.clone(), acked.array_cancels.clone());
+            let read = r.read(move |s| {
+                let mut lost = lost_writes(s, &submits, &cancels, &quotas);
+                lost.extend(lost_array_writes(s, &arrays, &array_cancels));
+                lost
+            });
             if let Some(Ok(lost)) = within(read).await {
                 let at = crate::now_ms();
                 let mut t = self.truth.lock();
@@ -302,6 +348,33 @@ fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
         env: BTreeMap::new(),
         checkpoint_signal: None,
     }
+}
+
+/// 2 to 12 elements, from 0 or from a few on, one time in three without `max_running`.
+fn array_spec(rng: &mut SplitMix64) -> ArraySpec {
+    let max_running = (!rng.chance(33)).then(|| rng.range(1, 4) as u32);
+    ArraySpec { first: rng.below(3) as u32 * 10, count: rng.range(2, 13) as u32, max_running }
+}
+
+/// Every acknowledged array is kept; a cancelled one has no unfinished element.
+fn lost_array_writes(s: &State, arrays: &BTreeMap<String, u64>, cancels: &BTreeSet<u64>) -> Vec<String> {
+    let mut lost: Vec<String> = arrays
+        .iter()
+        .filter(|(_, id)| s.array(**id).is_none())
+        .map(|(n, _)| format!("acknowledged array {n} lost"))
+        .collect();
+    for id in cancels {
+        if let Some(a) = s.array(*id)
+            && !a.live.is_empty()
+        {
+            lost.push(format!(
+                "array {} has {} unfinished elements after its cancel was acknowledged",
+                a.spec.name,
+                a.live.len()
+            ));
+        }
+    }
+    lost
 }
 
 fn missing_jobs(s: &State, expected: &BTreeMap<String, u64>) -> Vec<String> {

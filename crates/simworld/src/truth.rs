@@ -90,6 +90,8 @@ pub struct Truth {
     pub gpu_faults: u64,
     /// Submits with dependencies the client saw acknowledged.
     pub waiting_submits: u64,
+    /// Arrays the client saw acknowledged (decisions.md section 13).
+    pub arrays: u64,
 }
 
 #[derive(Clone, Default)]

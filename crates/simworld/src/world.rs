@@ -78,6 +78,8 @@ pub struct Outcome {
     pub waiting_submits: u64,
     /// GPUs marked unhealthy (section 14).
     pub gpu_faults: u64,
+    /// Acknowledged arrays (section 13).
+    pub arrays: u64,
     pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
@@ -188,6 +190,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         windows: t.windows,
         waiting_submits: t.waiting_submits,
         gpu_faults: t.gpu_faults,
+        arrays: t.arrays,
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
