@@ -62,6 +62,8 @@ struct TraceArgs {
     /// Offered load of --generate.
     #[arg(long, default_value_t = 0.9, requires = "generate")]
     load: f64,
+    #[command(flatten)]
+    workflows: WorkflowArgs,
     /// Replace the cluster file's `scheduler: reserve_after` (seconds, or `never`).
     #[arg(long, value_name = "SECONDS|never", value_parser = parse_reserve_after)]
     reserve_after: Option<ReserveAfter>,
@@ -111,6 +113,25 @@ struct GenArgs {
     /// Offered load: GPU time asked over GPU time the cluster has while jobs arrive.
     #[arg(long, default_value_t = 0.9)]
     load: f64,
+    #[command(flatten)]
+    workflows: WorkflowArgs,
+}
+
+/// Workflows in a generated trace (decisions.md section 13).
+#[derive(Args, Clone, Copy, Debug)]
+struct WorkflowArgs {
+    /// Share of generated jobs that wait for an earlier one (0 to 1).
+    #[arg(long, default_value_t = 0.0)]
+    after_share: f64,
+    /// Share of generated rows submitted as arrays of 2 to 100 jobs (0 to 1).
+    #[arg(long, default_value_t = 0.0)]
+    array_share: f64,
+}
+
+impl WorkflowArgs {
+    fn spec(self) -> baton_sim::synth::Workflows {
+        baton_sim::synth::Workflows { after_share: self.after_share, array_share: self.array_share }
+    }
 }
 
 pub fn run(args: SimArgs) -> ExitCode {
@@ -198,7 +219,7 @@ fn run_trace(t: &TraceArgs) -> Result<bool, String> {
             (file, jobs)
         }
         (None, Some(n)) => {
-            let text = generated(&cluster_file, &cluster, n, t.seed, t.load)?;
+            let text = generated_with(&cluster_file, &cluster, (n, t.seed, t.load), t.workflows.spec())?;
             let file = format!("generated({n} jobs, seed {})", t.seed);
             (file.clone(), baton_sim::trace::parse(&file, &text).map_err(|e| e.to_string())?)
         }
@@ -240,6 +261,16 @@ fn read_trace(path: &str) -> Result<(String, String), String> {
 
 /// A trace for the cluster file's queues, classes and GPUs.
 pub fn generated(file: &str, cluster: &str, jobs: usize, seed: u64, load: f64) -> Result<String, String> {
+    generated_with(file, cluster, (jobs, seed, load), Default::default())
+}
+
+/// `generated`, with workflows.
+fn generated_with(
+    file: &str,
+    cluster: &str,
+    (jobs, seed, load): (usize, u64, f64),
+    workflows: baton_sim::synth::Workflows,
+) -> Result<String, String> {
     let s = baton_sim::parse::parse(file, cluster).map_err(|e| e.to_string())?;
     let mut classes: Vec<Name> = s.classes.iter().map(|c| c.v.name.clone()).collect();
     if classes.is_empty() {
@@ -253,6 +284,7 @@ pub fn generated(file: &str, cluster: &str, jobs: usize, seed: u64, load: f64) -
         cluster_gpus: s.nodes.iter().map(|n| n.v.resources.gpus()).sum(),
         gpus_per_node: s.nodes.iter().map(|n| n.v.resources.gpus()).max().unwrap_or(0),
         load,
+        workflows,
     };
     baton_sim::synth::generate(&spec).map_err(|e| e.to_string())
 }
@@ -269,6 +301,7 @@ fn gen_trace(g: &GenArgs) -> Result<bool, String> {
         cluster_gpus: g.gpus,
         gpus_per_node: g.gpus_per_node,
         load: g.load,
+        workflows: g.workflows.spec(),
     };
     print!("{}", baton_sim::synth::generate(&spec).map_err(|e| e.to_string())?);
     Ok(true)

@@ -47,7 +47,25 @@ pub struct GenSpec {
     pub gpus_per_node: u64,
     /// Offered load: GPU time asked over GPU time the cluster has while jobs arrive.
     pub load: f64,
+    /// Share of rows that wait for an earlier row, and share submitted as arrays (decisions.md
+    /// section 13); 0 gives the trace this generator always gave.
+    pub workflows: Workflows,
 }
+
+/// How much of a generated trace is workflows. Drawn from a stream of their own, so the rows'
+/// shapes, durations and arrival times are those of the same seed without them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Workflows {
+    pub after_share: f64,
+    pub array_share: f64,
+}
+
+/// A dependency waits for one of this many rows before it (workflows are local in time), with
+/// condition ok four times in five, else any or started.
+pub const AFTER_WINDOW: usize = 50;
+/// An array has 2 to this many elements (log-uniform), half of them bounded by a `max_running`
+/// of 1 to a quarter of its elements.
+pub const MAX_GENERATED_ARRAY: u32 = 100;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GenError {
@@ -61,6 +79,8 @@ pub enum GenError {
     Load(f64),
     #[error("the cluster needs at least one GPU and at most 64 per node (got {0} GPUs, {1} per node)")]
     Gpus(u64, u64),
+    #[error("--{0} must be a share from 0 to 1, not {1}")]
+    Share(&'static str, f64),
 }
 
 /// One generated job, before it is written as a row.
@@ -73,6 +93,18 @@ struct Row {
     duration_s: u64,
     time_limit_s: Option<u64>,
     checkpoint_s: Option<u64>,
+    /// (earlier row's index, condition).
+    after: Option<(usize, &'static str)>,
+    /// (count, max_running).
+    array: Option<(u32, Option<u32>)>,
+}
+
+impl Row {
+    /// GPU-seconds the row asks (every element of an array).
+    fn asked(&self) -> f64 {
+        let n = self.array.map_or(1, |(count, _)| count);
+        (self.shape.0 * u64::from(self.shape.1)) as f64 * self.duration_s as f64 * f64::from(n)
+    }
 }
 
 /// The trace as CSV text, header first.
@@ -80,19 +112,24 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
     check(spec)?;
     let mut rng = Rng::new(spec.seed);
     let mut rows: Vec<Row> = (0..spec.jobs).map(|_| job(&mut rng, spec)).collect();
-    let asked: f64 = rows.iter().map(|r| (r.shape.0 * u64::from(r.shape.1)) as f64 * r.duration_s as f64).sum();
+    add_workflows(&mut rows, spec);
+    let asked: f64 = rows.iter().map(Row::asked).sum();
     let mean_gap_s = asked / (spec.load * spec.cluster_gpus as f64) / spec.jobs as f64;
     let mut t = 0.0;
     for r in &mut rows {
         t = next_arrival(&mut rng, t, mean_gap_s);
         r.submit_s = t as u64;
     }
+    let workflows = spec.workflows != Workflows::default();
+    let columns = if workflows { COLUMNS.len() } else { BASE_COLUMNS };
     let mut out = String::with_capacity(spec.jobs * 40);
-    out.push_str(&COLUMNS[..BASE_COLUMNS].join(","));
+    out.push_str(&COLUMNS[..columns].join(","));
     out.push('\n');
+    // A row is job j<line>: the header is line 1.
+    let line_of = |i: usize| i + 2;
     for r in &rows {
         let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{},{},{},{},{},{},{},{}",
             r.submit_s,
@@ -104,8 +141,47 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
             opt(r.time_limit_s),
             opt(r.checkpoint_s)
         );
+        if workflows {
+            let after = r.after.map(|(i, when)| format!("{when}:j{}", line_of(i))).unwrap_or_default();
+            let array = r.array.map(|(n, m)| spelled_array(n, m)).unwrap_or_default();
+            let _ = write!(out, ",{after},{array}");
+        }
+        out.push('\n');
     }
     Ok(out)
+}
+
+fn spelled_array(count: u32, max_running: Option<u32>) -> String {
+    match max_running {
+        Some(m) => format!("0-{}%{m}", count - 1),
+        None => format!("0-{}", count - 1),
+    }
+}
+
+/// Dependencies on earlier rows and arrays, from their own stream.
+fn add_workflows(rows: &mut [Row], spec: &GenSpec) {
+    let w = spec.workflows;
+    if w == Workflows::default() {
+        return;
+    }
+    let mut rng = Rng::new(spec.seed ^ 0x776f_726b_666c_6f77);
+    for i in 0..rows.len() {
+        if i > 0 && rng.unit() < w.after_share {
+            let back = 1 + below(&mut rng, AFTER_WINDOW.min(i));
+            let when = match below(&mut rng, 10) {
+                0 => "any",
+                1 => "started",
+                _ => "ok",
+            };
+            rows[i].after = Some((i - back, when));
+        }
+        if rng.unit() < w.array_share {
+            let count = (2.0 * (f64::from(MAX_GENERATED_ARRAY) / 2.0).powf(rng.unit())).round() as u32;
+            let count = count.clamp(2, MAX_GENERATED_ARRAY);
+            let max_running = (rng.unit() < 0.5).then(|| 1 + below(&mut rng, (count as usize / 4).max(1)) as u32);
+            rows[i].array = Some((count, max_running));
+        }
+    }
 }
 
 fn check(spec: &GenSpec) -> Result<(), GenError> {
@@ -124,6 +200,11 @@ fn check(spec: &GenSpec) -> Result<(), GenError> {
     if spec.cluster_gpus == 0 || spec.gpus_per_node == 0 || spec.gpus_per_node > 64 {
         return Err(GenError::Gpus(spec.cluster_gpus, spec.gpus_per_node));
     }
+    for (flag, share) in [("after-share", spec.workflows.after_share), ("array-share", spec.workflows.array_share)] {
+        if !(0.0..=1.0).contains(&share) {
+            return Err(GenError::Share(flag, share));
+        }
+    }
     Ok(())
 }
 
@@ -137,7 +218,8 @@ fn job(rng: &mut Rng, spec: &GenSpec) -> Row {
         ((duration * over / 60.0).ceil() as u64 * 60).min(MAX_ROW_SECONDS)
     });
     let checkpoint_s = (duration >= CHECKPOINT_MIN_S && rng.unit() < CHECKPOINT_SHARE).then_some(CHECKPOINT_INTERVAL_S);
-    Row { submit_s: 0, queue, class, shape, duration_s: duration.round().max(1.0) as u64, time_limit_s, checkpoint_s }
+    let duration_s = duration.round().max(1.0) as u64;
+    Row { submit_s: 0, queue, class, shape, duration_s, time_limit_s, checkpoint_s, after: None, array: None }
 }
 
 /// Queue i with weight 1/(i+1): a few busy queues and a tail of quiet ones.
@@ -220,6 +302,7 @@ mod tests {
             cluster_gpus: 800,
             gpus_per_node: 8,
             load: 0.9,
+            workflows: Workflows::default(),
         }
     }
 

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton_model::after::{After, JobRef};
+use baton_model::array::ArraySpec;
 use baton_model::error::ApplyError;
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
 use baton_model::limits::{DEFAULT_GRACE_MS, MAX_DEPENDENCIES_PER_JOB, MAX_TIME_LIMIT_MS};
@@ -26,12 +27,14 @@ pub const MAX_ROW_SECONDS: u64 = MAX_TIME_LIMIT_MS / 1000;
 /// Latest submit time: ten years after the trace starts.
 pub const MAX_SUBMIT_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
-/// The columns, in order; the first line of a trace names them exactly so, with or without
-/// the last, `after` (dependencies, decisions.md section 13).
-pub const COLUMNS: [&str; 9] =
-    ["submit", "queue", "class", "gpus", "replicas", "duration", "time_limit", "checkpoint_interval", "after"];
-/// The columns every trace has: all but `after`.
+/// The columns, in order; the first line of a trace names them exactly so, the last two,
+/// `after` and `array` (decisions.md section 13), optional (`array` only after `after`).
+pub const COLUMNS: [&str; 10] =
+    ["submit", "queue", "class", "gpus", "replicas", "duration", "time_limit", "checkpoint_interval", "after", "array"];
+/// The columns every trace has: all but `after` and `array`.
 pub const BASE_COLUMNS: usize = 8;
+/// The column of `array`, counted from 0.
+pub const ARRAY_COLUMN: usize = 9;
 
 /// A row that cannot be used: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,6 +68,8 @@ pub struct TraceJob {
     pub checkpoint_interval_ms: Option<u64>,
     /// The earlier rows' jobs it waits for (`ok:j12;any:j15`), by name.
     pub after: Vec<After>,
+    /// Submitted as an array of jobs `j<line>-i` (`0-99%10`).
+    pub array: Option<ArraySpec>,
 }
 
 impl TraceJob {
@@ -87,9 +92,9 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
         return Err(err(1, None, format!("the trace is empty; its first line is the header {}", COLUMNS.join(","))));
     };
     let names: Vec<&str> = header.split(',').map(str::trim).collect();
-    if names != COLUMNS && names != COLUMNS[..BASE_COLUMNS] {
+    if !(BASE_COLUMNS..=COLUMNS.len()).any(|n| names == COLUMNS[..n]) {
         let msg = format!(
-            "the header must be exactly {} (or without the last column, after; found {header:?})",
+            "the header must be exactly {} (or without the last column, array, or the last two; found {header:?})",
             COLUMNS.join(",")
         );
         return Err(err(hline, None, msg));
@@ -142,6 +147,10 @@ fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
         after: match cells.get(BASE_COLUMNS) {
             Some(cell) => dependencies(cell)?,
             None => Vec::new(),
+        },
+        array: match cells.get(ARRAY_COLUMN).filter(|c| !c.is_empty()) {
+            Some(cell) => Some(ArraySpec::parse(cell).map_err(|e| at(ARRAY_COLUMN + 1, e))?),
+            None => None,
         },
     })
 }
@@ -244,7 +253,7 @@ pub fn attach(cluster: &mut Scenario, state: &State, trace_file: &str, jobs: &[T
         let sub = Submit {
             spec,
             after: j.after.clone(),
-            array: None,
+            array: j.array,
             duration_ms: Some(j.duration_ms),
             checkpoint_time_ms: 0,
             checkpoint_interval_ms: j.checkpoint_interval_ms,

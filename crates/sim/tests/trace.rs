@@ -145,6 +145,7 @@ fn a_generated_trace_runs_the_same_twice() {
         cluster_gpus: 32,
         gpus_per_node: 8,
         load: 0.9,
+        workflows: Default::default(),
     };
     let text = baton_sim::synth::generate(&spec).unwrap();
     let c = cluster(4, 16);
@@ -193,4 +194,51 @@ fn a_row_waits_for_the_rows_its_after_column_names() {
         let e = e.to_string();
         assert!(e.starts_with("t.csv:2: column 9 (after): ") && e.contains(says), "{rows}: {e}");
     }
+}
+
+#[test]
+fn a_row_with_an_array_column_runs_its_elements_and_a_later_row_may_wait_for_them() {
+    // One 8-GPU node. j2 is an array of four 2-GPU elements, at most two at once, 10 s each:
+    // j2-0 and j2-1 run from 0 to 10, j2-2 and j2-3 from 10 to 20. j3 waits for the whole
+    // array to succeed: it runs from 20 to 25.
+    let header = "submit,queue,class,gpus,replicas,duration,time_limit,checkpoint_interval,after,array\n";
+    let rows = "0,a,train,2,1,10,,,,0-3%2\n0,a,train,8,1,5,,,ok:j2,\n";
+    let o = baton_sim::run_trace("c.yaml", &cluster(1, 8), "t.csv", &format!("{header}{rows}")).unwrap();
+    assert_eq!((o.report.summary.finished, o.report.summary.end), (5, Secs(25_000)), "{:?}", o.report.summary);
+    let s = o.queue_stats();
+    assert_eq!(queue(&s, "a").jobs, 5, "four elements and j3");
+    assert_eq!(queue(&s, "a").longest_wait, Secs(20_000), "j3 waited for the last element");
+
+    let e = baton_sim::run_trace("c.yaml", &cluster(1, 8), "t.csv", &format!("{header}0,a,train,1,1,5,,,,9-5\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("t.csv:2: column 10 (array): ") && e.contains("reversed"), "{e}");
+}
+
+#[test]
+fn a_generated_trace_with_workflows_keeps_the_same_rows_and_adds_dependencies_and_arrays() {
+    let spec = |workflows| baton_sim::synth::GenSpec {
+        jobs: 400,
+        seed: 9,
+        queues: vec![baton_model::name::Name::lit("a"), baton_model::name::Name::lit("b")],
+        classes: vec![baton_model::name::Name::lit("train")],
+        cluster_gpus: 32,
+        gpus_per_node: 8,
+        load: 0.9,
+        workflows,
+    };
+    let plain = baton_sim::synth::generate(&spec(Default::default())).unwrap();
+    let w = baton_sim::synth::Workflows { after_share: 0.3, array_share: 0.1 };
+    let with = baton_sim::synth::generate(&spec(w)).unwrap();
+    let jobs = baton_sim::trace::parse("t.csv", &with).unwrap();
+    let base = baton_sim::trace::parse("t.csv", &plain).unwrap();
+    assert_eq!(jobs.len(), base.len());
+    let waits = jobs.iter().filter(|j| !j.after.is_empty()).count();
+    let arrays = jobs.iter().filter(|j| j.array.is_some()).count();
+    assert!((80..=160).contains(&waits) && (20..=70).contains(&arrays), "{waits} wait, {arrays} arrays");
+    for (a, b) in jobs.iter().zip(&base) {
+        assert_eq!((a.queue.clone(), a.gpus(), a.duration_ms), (b.queue.clone(), b.gpus(), b.duration_ms));
+    }
+    let o = baton_sim::run_trace("c.yaml", &cluster(4, 16), "t.csv", &with).unwrap();
+    assert!(o.report.summary.finished > 0);
 }
