@@ -17,7 +17,7 @@ fn sweep() -> v1::JobArray {
         pending: 998,
         succeeded: 1,
         created: 2,
-        reason: "elements wait for room under the array's max_running (50)".into(),
+        reason: "at most 50 elements run at once (max_running); the next is created as one ends".into(),
         ..Default::default()
     }
 }
@@ -68,6 +68,15 @@ fn list_shows_an_array_as_one_line_and_expand_shows_each_element() {
     assert!(out.contains("sweep-1 "), "{out}");
     assert!(out.contains("sweep-2 ") && out.contains("sweep-999 "), "not created yet, shown pending: {out}");
     assert_eq!(out.lines().count(), 1 + 2 + 998, "a header, two jobs, 998 elements not created");
+}
+
+#[test]
+fn describe_of_an_element_names_its_array_and_index() {
+    let fake = with_an_array();
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["describe", "sweep-1", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("Array:") && out.contains("sweep, element 1 (BATON_ARRAY_INDEX=1)"), "{out}");
 }
 
 #[test]

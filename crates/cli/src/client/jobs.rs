@@ -274,6 +274,9 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     if !j.run_as.is_empty() {
         rows.push(("Runs as", format!("Unix user {}", j.run_as)));
     }
+    if let Some(index) = j.array_index.filter(|_| !j.array.is_empty()) {
+        rows.push(("Array", format!("{}, element {index} (BATON_ARRAY_INDEX={index})", j.array)));
+    }
     if !j.owner.is_empty() {
         rows.push(("Owner", j.owner.clone()));
     }

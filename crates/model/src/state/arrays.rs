@@ -112,7 +112,7 @@ impl State {
             live: BTreeMap::new(),
             tally: Default::default(),
             cancelled: false,
-            reason: format!("elements wait for room under the array's max_running ({})", spelled_max(&array)),
+            reason: waiting_reason(&array),
             finished_ms: None,
         };
         if let Some(user) = self.actor.clone() {
@@ -341,7 +341,7 @@ impl State {
     /// A held array's dependencies hold: its elements may be created.
     pub(crate) fn release_array(&mut self, id: JobId, what: String, ev: &mut Vec<Event>) {
         if let Some(a) = self.arrays.records.get_mut(&id) {
-            a.reason = format!("elements wait for room under the array's max_running ({})", spelled_max(&a.array));
+            a.reason = waiting_reason(&a.array);
         }
         self.array_index.to_fill.insert(id);
         ev.push(self.array_event(id, EventKind::DependenciesMet, what));
@@ -389,6 +389,10 @@ impl State {
     }
 }
 
-fn spelled_max(a: &ArraySpec) -> String {
-    a.max_running.map_or("none".into(), |m| m.to_string())
+/// Why elements not created yet wait: the array's bound, or (without one) the window.
+fn waiting_reason(a: &ArraySpec) -> String {
+    match a.max_running {
+        Some(m) => format!("at most {m} elements run at once (max_running); the next is created as one ends"),
+        None => format!("created as earlier elements start ({ARRAY_PENDING_WINDOW} wait as jobs at a time)"),
+    }
 }
