@@ -71,6 +71,19 @@ fn list_shows_an_array_as_one_line_and_expand_shows_each_element() {
 }
 
 #[test]
+fn describe_of_an_arrays_name_shows_the_array() {
+    let fake = with_an_array();
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["describe", "sweep", "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("Array:") && out.contains("sweep-[0-999] (id 40), unfinished"), "{out}");
+    assert!(out.contains("1000, at most 50 unfinished at once"), "{out}");
+    assert!(out.contains("1 running, 998 pending, 1 done"), "{out}");
+    let (r, _) = run(&["describe", "nope", "--server", &server.addr()]);
+    assert!(r.unwrap_err().to_string().contains("unknown job"), "a name of neither is unknown");
+}
+
+#[test]
 fn describe_of_an_element_names_its_array_and_index() {
     let fake = with_an_array();
     let server = serve_baton(fake.clone());

@@ -26,6 +26,52 @@ pub async fn find_unfinished(conn: &Conn, name: &str) -> Result<Option<v1::JobAr
     Ok(arrays.into_iter().rev().find(|a| (a.name == name || Some(a.id) == id) && a.finished_ms == 0))
 }
 
+/// The newest array of that name (or id), finished or not.
+pub async fn find(conn: &Conn, name: &str) -> Result<Option<v1::JobArray>, ClientError> {
+    let id: Option<u64> = name.parse().ok();
+    Ok(list_arrays(conn, None).await?.into_iter().rev().find(|a| a.name == name || Some(a.id) == id))
+}
+
+/// `baton describe` of an array.
+pub fn describe_text(a: &v1::JobArray, now: u64) -> String {
+    let spec = a.array.unwrap_or_default();
+    let max = if spec.max_running > 0 { spec.max_running.to_string() } else { "none".into() };
+    let state = if a.cancelled_whole {
+        "cancelled"
+    } else if a.finished_ms > 0 {
+        "ended"
+    } else {
+        "unfinished"
+    };
+    let mut rows = vec![
+        ("Array", format!("{} (id {}), {state}", range_name(a), a.id)),
+        ("Queue", a.queue.clone()),
+        ("Elements", format!("{}, at most {max} unfinished at once; {} created as jobs so far", spec.count, a.created)),
+        ("Counts", counts(a)),
+        ("Submitted", format!("{} ago", age(a.submitted_ms, now))),
+    ];
+    if !a.owner.is_empty() {
+        rows.push(("Owner", a.owner.clone()));
+    }
+    if !a.reason.is_empty() {
+        rows.push(("Waiting", a.reason.clone()));
+    }
+    let mut out = String::new();
+    for (k, v) in rows {
+        out.push_str(&format!("{:<12} {v}\n", format!("{k}:")));
+    }
+    out.push_str(&format!(
+        "Elements are jobs {}-{} .. {}-{}: `baton describe {}-{}`\n",
+        a.name,
+        spec.first,
+        a.name,
+        spec.first + spec.count.saturating_sub(1),
+        a.name,
+        spec.first
+    ));
+    out
+}
+
 /// `train-[0-999]`.
 pub fn range_name(a: &v1::JobArray) -> String {
     let spec = a.array.unwrap_or_default();

@@ -207,7 +207,13 @@ fn job_row(j: &v1::Job, now: u64) -> Vec<String> {
 }
 
 pub async fn describe(conn: &Conn, a: &DescribeArgs, out: &mut dyn Write) -> Result<(), ClientError> {
-    let mut job = get_job(conn, &a.job).await?;
+    // A name no job has may be an array's: describe shows the array.
+    let mut job = match get_job(conn, &a.job).await {
+        Err(ClientError::NotFound { .. }) if let Some(array) = arrays::find(conn, &a.job).await? => {
+            return emit(out, a.output, &array, |x| arrays::describe_text(x, now_ms()));
+        }
+        other => other?,
+    };
     if !a.events {
         job.events.clear();
     }

@@ -95,6 +95,13 @@ impl State {
         let run_as = self.resolve_run_as(run_as)?;
         self.check_job_bounds(&spec)?;
         let waits = self.resolve_after(&spec.name, &after)?;
+        // At the bound, the oldest finished array nothing waits for makes room (`check_array`
+        // refused the submit if there is none).
+        if self.arrays.records.len() >= MAX_ARRAYS
+            && let Some(old) = self.prunable_array()
+        {
+            self.forget_array(old);
+        }
         let id = self.next_id();
         let seq = self.next_seq();
         let name = spec.name.clone();
@@ -371,8 +378,16 @@ impl State {
     }
 
     /// Snapshots: every element kept is a job, every live element is unfinished and its
-    /// array's, and a held array waits for something.
+    /// array's, and every element an array lists as live is recorded as its.
     pub(super) fn restore_arrays<E: serde::de::Error>(&mut self, arrays: Arrays) -> Result<(), E> {
+        for a in arrays.records.values() {
+            if let Some((index, job)) = a.live.iter().find(|(i, j)| arrays.elements.get(j) != Some(&(a.id, **i))) {
+                return Err(E::custom(format!(
+                    "inconsistent state: element {index} of array {} (job {job}) is not recorded as its",
+                    a.id
+                )));
+            }
+        }
         for (job, (array, index)) in &arrays.elements {
             let a = arrays.records.get(array).ok_or_else(|| {
                 E::custom(format!("inconsistent state: job {job} is an element of array {array}, which is not kept"))
