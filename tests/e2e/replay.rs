@@ -263,9 +263,14 @@ fn check(
 
 fn check_job(f: &mut Vec<String>, name: &str, j: &baton_proto::v1::Job, want: &JobExpect) {
     assert!(
-        want.pool.is_none() && want.nodes.is_none() && want.queue.is_none() && want.reason.is_none(),
-        "job {name}: only state, gpus, attempt and preempted_by are replayed end to end"
+        want.pool.is_none() && want.nodes.is_none() && want.queue.is_none(),
+        "job {name}: only state, gpus, attempt, reason and preempted_by are replayed end to end"
     );
+    if let Some(r) = &want.reason
+        && !j.reason.contains(r.as_str())
+    {
+        f.push(format!("{name}'s reason is {:?}, expected it to contain {r:?}", j.reason));
+    }
     if let Some(s) = want.state
         && job_state_from_proto(j.state()) != Some(s)
     {
