@@ -210,6 +210,6 @@ mod tests {
         assert_eq!(split_element_name(&Name::lit("train-7")), Some((n.clone(), 7)));
         assert_eq!(split_element_name(&Name::lit("train-07")), None);
         assert_eq!(split_element_name(&Name::lit("train")), None);
-        assert!(element_name(&Name::new(&"x".repeat(60)).unwrap(), 1000).is_err());
+        assert!(element_name(&Name::new("x".repeat(60)).unwrap(), 1000).is_err());
     }
 }

@@ -16,7 +16,7 @@ use baton_model::name::Name;
 use baton_model::state::State;
 use proptest::prelude::*;
 
-use crate::proptests::{cmd, settle};
+use crate::proptests::{cmd, exit_nth_running, settle};
 
 #[derive(Debug, Clone)]
 struct JobGen {
@@ -129,14 +129,7 @@ fn run(world: &[JobGen], acts: &[Act]) -> Result<(), String> {
         check(&s, &ids, &deps)?;
         now_ms += 1_000;
         match *act {
-            Act::Exit(n, ok) => {
-                let running: Vec<(JobId, u32)> =
-                    s.jobs().values().filter(|j| j.state == JobState::Running).map(|j| (j.id, j.attempt)).collect();
-                if let Some(&(job, attempt)) = running.get(n % running.len().max(1)) {
-                    let exit_code = if ok { 0 } else { 1 };
-                    cmd(&mut s, now_ms, Op::JobExited { job, attempt, exit_code }).map_err(|e| e.to_string())?;
-                }
-            }
+            Act::Exit(n, ok) => exit_nth_running(&mut s, now_ms, n, ok)?,
             Act::Cancel(n) => {
                 let id = ids[n % ids.len()];
                 if !s.job(id).unwrap().state.is_finished() {

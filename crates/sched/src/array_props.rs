@@ -20,7 +20,7 @@ use baton_model::node::NodeStatus;
 use baton_model::state::State;
 use proptest::prelude::*;
 
-use crate::proptests::{cmd, settle};
+use crate::proptests::{cmd, exit_nth_running, settle};
 
 #[derive(Debug, Clone)]
 struct ArrayGen {
@@ -125,14 +125,7 @@ fn check(s: &State, arrays: &[JobId], waiters: &[JobId]) -> Result<(), String> {
 fn act(s: &mut State, now_ms: u64, act: &Act, arrays: &[JobId]) -> Result<(), String> {
     let e = |e: baton_model::ApplyError| e.to_string();
     match *act {
-        Act::Exit(n, ok) => {
-            let running: Vec<(JobId, u32)> =
-                s.jobs().values().filter(|j| j.state == JobState::Running).map(|j| (j.id, j.attempt)).collect();
-            if let Some(&(job, attempt)) = running.get(n % running.len().max(1)) {
-                let exit_code = if ok { 0 } else { 1 };
-                cmd(s, now_ms, Op::JobExited { job, attempt, exit_code }).map_err(e)?;
-            }
-        }
+        Act::Exit(n, ok) => exit_nth_running(s, now_ms, n, ok)?,
         Act::CancelJob(n) => {
             let live: Vec<JobId> = s.jobs().values().filter(|j| !j.state.is_finished()).map(|j| j.id).collect();
             if let Some(&job) = live.get(n % live.len().max(1)) {

@@ -146,6 +146,17 @@ fn gpu_of(w: &World, n: u8, g: u8) -> (String, u32) {
     (format!("n{i}"), u32::from(g) % u32::from(w.nodes[i].gpus.max(1)))
 }
 
+/// The `n`th running job (by id, modulo how many run) exits, 0 when `ok`; nothing if none runs.
+pub(crate) fn exit_nth_running(s: &mut State, now_ms: u64, n: usize, ok: bool) -> Result<(), String> {
+    let running: Vec<(JobId, u32)> =
+        s.jobs().values().filter(|j| j.state == JobState::Running).map(|j| (j.id, j.attempt)).collect();
+    if let Some(&(job, attempt)) = running.get(n % running.len().max(1)) {
+        let exit_code = if ok { 0 } else { 1 };
+        cmd(s, now_ms, Op::JobExited { job, attempt, exit_code }).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 pub(crate) fn cmd(
     state: &mut State,
     now_ms: u64,

@@ -54,12 +54,7 @@ async fn an_arrays_elements_run_max_running_at_a_time_across_a_failover_and_canc
     cluster.kill(old).await;
     let mut c = cluster.client((old + 1) % 3).await;
     let exited = What::Exited(Exited { job_id: first, attempt: 1, rank: 0, exit_code: 0, reason: String::new() });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    while agent.report(vec![exited.clone()]).await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "no leader took the element's exit");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let mut agent = report_to_the_new_leader(&cluster, node("n1", 8), exited).await;
     agent.until("sweep-12 runs", |d| has(d, "sweep-12", Action::Run)).await;
     let e = wait_state(&mut c, "sweep-12", JobState::Running).await;
     assert_eq!((e.array.as_str(), e.array_index), ("sweep", Some(12)));

@@ -39,13 +39,8 @@ async fn a_held_job_starts_when_its_dependency_succeeds_even_after_a_failover() 
     cluster.kill(old).await;
     let mut c = cluster.client((old + 1) % 3).await;
     let exited = What::Exited(Exited { job_id: prep, attempt: 1, rank: 0, exit_code: 0, reason: String::new() });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     // The agent's reports go to whichever replica leads now.
-    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    while agent.report(vec![exited.clone()]).await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "no leader took prep's exit");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let mut agent = report_to_the_new_leader(&cluster, node("n1", 8), exited).await;
     agent.until("train runs", |d| has(d, "train", Action::Run)).await;
     let j = wait_state(&mut c, "train", JobState::Running).await;
     assert!(j.events.iter().any(|e| e.kind() == EventKind::DependenciesMet), "{:?}", j.events);

@@ -165,7 +165,7 @@ fn add_workflows(rows: &mut [Row], spec: &GenSpec) {
         return;
     }
     let mut rng = Rng::new(spec.seed ^ 0x776f_726b_666c_6f77);
-    for i in 0..rows.len() {
+    for (i, row) in rows.iter_mut().enumerate() {
         if i > 0 && rng.unit() < w.after_share {
             let back = 1 + below(&mut rng, AFTER_WINDOW.min(i));
             let when = match below(&mut rng, 10) {
@@ -173,13 +173,13 @@ fn add_workflows(rows: &mut [Row], spec: &GenSpec) {
                 1 => "started",
                 _ => "ok",
             };
-            rows[i].after = Some((i - back, when));
+            row.after = Some((i - back, when));
         }
         if rng.unit() < w.array_share {
             let count = (2.0 * (f64::from(MAX_GENERATED_ARRAY) / 2.0).powf(rng.unit())).round() as u32;
             let count = count.clamp(2, MAX_GENERATED_ARRAY);
             let max_running = (rng.unit() < 0.5).then(|| 1 + below(&mut rng, (count as usize / 4).max(1)) as u32);
-            rows[i].array = Some((count, max_running));
+            row.array = Some((count, max_running));
         }
     }
 }

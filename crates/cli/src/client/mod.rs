@@ -70,7 +70,7 @@ impl ConnArgs {
 #[derive(Subcommand, Debug)]
 pub enum ClientCommand {
     /// Submit a job: `baton submit --name N --queue Q --gpus 8 -- python train.py`, or `-f job.yaml`.
-    Submit(submit::SubmitArgs),
+    Submit(Box<submit::SubmitArgs>),
     /// List jobs (filters combine).
     List(jobs::ListArgs),
     /// Show one job: spec, state, placement, why it waits, and with --events its history.

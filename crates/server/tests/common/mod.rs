@@ -162,6 +162,18 @@ impl Cluster {
     }
 }
 
+/// Reports `what` from a fresh attachment of `node` to whichever replica leads (after a
+/// leader was killed), retrying until one takes it; the attachment, for what follows.
+pub async fn report_to_the_new_leader(cluster: &Cluster, node: NodeInfo, what: observation::What) -> FakeAgent {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let agent = FakeAgent::attach(&cluster.addrs(), node).await;
+    while agent.report(vec![what.clone()]).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "no leader took the report");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    agent
+}
+
 /// A submit of `spec` without a request id, run as the caller's own user.
 pub fn submit_of(spec: JobSpec) -> SubmitRequest {
     SubmitRequest { spec: Some(spec), request_id: String::new(), run_as: String::new(), after: Vec::new(), array: None }
