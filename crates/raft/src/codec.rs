@@ -76,8 +76,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// Decodes a snapshot's state: the current layout (with unhealthy GPUs), or the one before
-/// them (with maintenance windows, written while no GPU is unhealthy), or the one
+/// Decodes a snapshot's state: the current layout (with arrays), or the one before them
+/// (with unhealthy GPUs, written while there is no array), or the one before unhealthy GPUs
+/// (with maintenance windows, written while no GPU is unhealthy), or the one
 /// before windows (with waiting jobs, written while there is no window), or the one before
 /// waiting jobs (with the queues' visibility, written while no job waits), or format 5's
 /// (without visibility: written before it existed, and still while no queue has one set),
@@ -89,12 +90,13 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// and must use every byte, so a current snapshot is never read as an old one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
     use baton_model::state::{
-        PreAccessState, PreCompletingState, PreGpuFaultsState, PreTenancyState, PreVisibilityState, PreWaitsState,
-        PreWindowsState,
+        PreAccessState, PreArraysState, PreCompletingState, PreGpuFaultsState, PreTenancyState, PreVisibilityState,
+        PreWaitsState, PreWindowsState,
     };
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreGpuFaultsState>(bytes)
+        decode::<PreArraysState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreGpuFaultsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreWindowsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreWaitsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreVisibilityState>(bytes).map(|old| old.0))
