@@ -434,3 +434,26 @@ fn the_bounds_count_unfinished_jobs_kept_up_to_date_which_match_a_scan_and_a_reb
     let e = refused(&mut s, as_(ALICE, op), limited);
     assert!(e.contains("user alice has 2 unfinished jobs"), "{e}");
 }
+
+/// An array is its owner's, as its elements are: another user of the queue may not submit
+/// one to a queue not granted, nor cancel it; its owner and an operator may. Its elements
+/// belong to its owner and run as its user.
+#[test]
+fn an_array_and_its_elements_are_its_submitters() {
+    let mut s = cluster();
+    let spec = job("sweep", "a");
+    let array = baton_model::array::ArraySpec { first: 0, count: 100, max_running: Some(2) };
+    let submit = |spec: JobSpec| Op::SubmitArray { spec, array, request_id: None, run_as: None, after: vec![] };
+    let why = refused(&mut s, as_(BOB, submit(job("other", "b"))), denied);
+    assert!(why.contains("no grant on queue b"), "{why}");
+    let Outcome::Submitted { job: id, .. } = apply(&mut s, as_(ALICE, submit(spec))).unwrap().outcome else {
+        panic!("not submitted")
+    };
+    let element = s.job_by_name("sweep-1").unwrap().id;
+    assert_eq!(s.access().owner(element).map(|n| n.as_str()), Some("alice"));
+    assert_eq!(s.tenancy().run_as(element).map(|u| u.as_str()), Some("alice"));
+    let why = refused(&mut s, as_(BOB, Op::CancelArray { array: id }), denied);
+    assert!(why.contains("belongs to user alice"), "{why}");
+    apply(&mut s, as_(OPERATOR, Op::CancelArray { array: id })).unwrap();
+    assert!(s.array(id).unwrap().cancelled);
+}
