@@ -21,6 +21,12 @@ pub const MAX_OPS: usize = 100_000;
 pub enum OpKind {
     Submit,
     Cancel,
+    /// The submit of an array: once acknowledged, each element's name is recorded as an
+    /// acknowledged `Submit` of its own (the checks judge jobs).
+    SubmitArray,
+    /// The cancel of an array: each element's name is recorded as a `Cancel` of its own,
+    /// with the same outcome.
+    CancelArray,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@
 use std::path::Path;
 
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::v1::{Cohort, JobSpec, PreemptionMode, Queue, Resources, SubmitRequest};
+use baton_proto::v1::{ArraySpec, Cohort, JobSpec, PreemptionMode, Queue, Resources, SubmitRequest};
 
 use crate::rng::Rng;
 
@@ -28,6 +28,9 @@ pub const GRACE_MS: u64 = 5_000;
 const UNEVEN_PERCENT: u64 = 40;
 /// Share of gangs that ask for preemption mode `suspend`.
 const SUSPEND_PERCENT: u64 = 20;
+/// Share of training submits that are arrays (decisions.md section 13) of 2 or 3 elements,
+/// one or two at a time: each element is a job the checks judge by its name.
+const ARRAY_PERCENT: u64 = 15;
 /// The CPUs each node offers (an accounting, not the machine's): a `sleepy` job asks for
 /// one, each of a `cpu-urgent` job's ranks for all of a node's.
 pub const CPUS_PER_NODE: u64 = 2;
@@ -98,6 +101,10 @@ impl Load {
         }
         if self.rng.chance(SUSPEND_PERCENT) {
             spec.set_preemption_mode(PreemptionMode::Suspend);
+        }
+        if self.rng.chance(ARRAY_PERCENT) {
+            let count = self.rng.range(2, 3) as u32;
+            req.array = Some(ArraySpec { first: 0, count, max_running: self.rng.range(1, 2) as u32 });
         }
         req
     }

@@ -316,12 +316,13 @@ async fn submit_load(
         let req = load.any();
         let name = req.request_id.clone();
         made += 1;
+        let names = req.array.is_some().then(|| elements(&req));
         if submit(&servers, req, &history).await && rng.chance(CANCEL_PERCENT) {
             let after = Duration::from_millis(rng.range(0, CANCEL_AFTER_MAX_MS));
             let (servers, history) = (servers.clone(), history.clone());
             cancels.push(tokio::spawn(async move {
                 tokio::time::sleep(after).await;
-                cancel(&servers, &name, &history).await;
+                cancel(&servers, &name, names.as_deref(), &history).await;
             }));
         }
     }
@@ -346,15 +347,35 @@ where
     Some(outcome)
 }
 
+/// The names of an array's elements (the submit's own name when it is no array).
+fn elements(req: &SubmitRequest) -> Vec<String> {
+    let name = &req.request_id;
+    match &req.array {
+        Some(a) => (a.first..a.first + a.count).map(|i| format!("{name}-{i}")).collect(),
+        None => vec![name.clone()],
+    }
+}
+
+/// Records one try for each element of an array, as `kind`, with `outcome`.
+fn record_elements(history: &History, kind: OpKind, names: &[String], outcome: &Outcome) {
+    let at = now_ms();
+    for n in names {
+        history.record(Op { kind, key: n.clone(), invoke_ms: at, complete_ms: at, outcome: outcome.clone() });
+    }
+}
+
 /// Submits with retries under the same request id; true once acknowledged.
 async fn submit(servers: &Servers, req: SubmitRequest, history: &History) -> bool {
     let name = req.request_id.clone();
+    let kind = if req.array.is_some() { OpKind::SubmitArray } else { OpKind::Submit };
     for _ in 0..SUBMIT_TRIES {
         let r = req.clone();
         let outcome =
-            try_call(servers, OpKind::Submit, &name, history, |mut c| async move { c.submit(r).await.map(|_| ()) })
-                .await;
+            try_call(servers, kind, &name, history, |mut c| async move { c.submit(r).await.map(|_| ()) }).await;
         if outcome == Some(Outcome::Ok) {
+            if kind == OpKind::SubmitArray {
+                record_elements(history, OpKind::Submit, &elements(&req), &Outcome::Ok);
+            }
             return true;
         }
         tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await;
@@ -363,20 +384,18 @@ async fn submit(servers: &Servers, req: SubmitRequest, history: &History) -> boo
     false
 }
 
-/// Cancels job `name` (unique in the run) until the cluster says it did, or says it will
-/// not (the job already ended); a replica that is not the leader is no answer.
-async fn cancel(servers: &Servers, name: &str, history: &History) {
+/// Cancels job `name` (unique in the run), or the array of that name and its `elements`,
+/// until the cluster says it did, or says it will not (the job already ended); a replica
+/// that is not the leader is no answer.
+async fn cancel(servers: &Servers, name: &str, elements: Option<&[String]>, history: &History) {
+    let kind = if elements.is_some() { OpKind::CancelArray } else { OpKind::Cancel };
     for _ in 0..CANCEL_TRIES {
         let job = JobRef { name: name.into(), ..Default::default() };
         let outcome =
-            try_call(
-                servers,
-                OpKind::Cancel,
-                name,
-                history,
-                |mut c| async move { c.cancel_job(job).await.map(|_| ()) },
-            )
-            .await;
+            try_call(servers, kind, name, history, |mut c| async move { c.cancel_job(job).await.map(|_| ()) }).await;
+        if let (Some(names), Some(o)) = (elements, &outcome) {
+            record_elements(history, OpKind::Cancel, names, o);
+        }
         match outcome {
             Some(Outcome::Ok) => return,
             Some(Outcome::Failed(why)) if !why.contains("not the leader") => return,
