@@ -186,6 +186,14 @@ mod tests {
     }
 
     #[test]
+    fn some_training_submits_are_small_arrays() {
+        let mut load = Load::new(1, Path::new("baton"), Path::new("witness"));
+        let arrays: Vec<ArraySpec> = (0..200).filter_map(|_| load.train().array).collect();
+        assert!((15..=50).contains(&arrays.len()), "{} arrays in 200 training submits", arrays.len());
+        assert!(arrays.iter().all(|a| (2..=3).contains(&a.count) && (1..=2).contains(&a.max_running)));
+    }
+
+    #[test]
     fn a_node_holds_two_sleepy_jobs_or_one_rank_of_a_cpu_urgent_job() {
         let mut load = Load::new(1, Path::new("baton"), Path::new("witness"));
         let sleepy = load.sleepy();

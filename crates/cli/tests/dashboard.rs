@@ -333,4 +333,12 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
         "window fw listed ahead",
         r#"document.querySelector('p.window[data-window="fw"][data-state="ahead"]') !== null"#,
     );
+
+    // An array is one line of the arrays table, its elements not created yet counted
+    // pending, in the page already open (its first element's event reloads it).
+    dev.baton(&["submit", "--name", "sweep", "--queue", "team-a", "--array", "0-99%1", "--", "true"]);
+    page.until(
+        "array sweep listed",
+        r#"(document.querySelector('tr[data-array="sweep"]')?.innerText ?? "").includes("sweep-[0-99]")"#,
+    );
 }
