@@ -97,12 +97,10 @@ impl Token {
         self.admin_of.contains(queue)
     }
 
-    /// May see `job`'s private data (environment, logs): its owner, its queue's admins,
-    /// operators, admins.
-    pub fn may_see_private(&self, job: &Job, owner: Option<&Name>) -> bool {
-        self.any_job()
-            || self.administers(&job.spec.queue)
-            || (owner == Some(&self.spec.user) && self.granted(&job.spec.queue))
+    /// May see the private data (environment, logs) of what `s` names: its owner, its
+    /// queue's admins, operators, admins.
+    pub fn may_see_private(&self, s: &Subject) -> bool {
+        self.any_job() || self.administers(s.queue) || (s.owner == Some(&self.spec.user) && self.granted(s.queue))
     }
 
     fn roles_text(&self) -> String {
@@ -303,9 +301,24 @@ fn validate_spec(spec: &TokenSpec) -> Result<(), ApplyError> {
     Ok(())
 }
 
-/// Why `token` may not apply `op`, if it may not. `job` is the job a job operation names
-/// (with its owner), looked up by the caller.
-pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> Result<(), ApplyError> {
+/// What a permission is judged on: a job, or an array as the jobs it makes (its name, its
+/// queue, its owner).
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    pub name: &'a Name,
+    pub queue: &'a Name,
+    pub owner: Option<&'a Name>,
+}
+
+impl<'a> Subject<'a> {
+    pub fn of_job(job: &'a Job, owner: Option<&'a Name>) -> Subject<'a> {
+        Subject { name: &job.spec.name, queue: &job.spec.queue, owner }
+    }
+}
+
+/// Why `token` may not apply `op`, if it may not. `subject` is the job (or array) an
+/// operation on one names, looked up by the caller.
+pub fn authorize(token: &Token, op: &Op, subject: Option<Subject>) -> Result<(), ApplyError> {
     if token.has(Role::Admin) {
         return Ok(());
     }
@@ -345,11 +358,11 @@ pub fn authorize(token: &Token, op: &Op, job: Option<(&Job, Option<&Name>)>) -> 
                 _ => Ok(()),
             }
         }
-        Op::Cancel { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::CancelArray { .. } => match job {
+        Op::Cancel { .. } | Op::Pause { .. } | Op::Resume { .. } | Op::CancelArray { .. } => match subject {
             None => Ok(()), // unknown: the command itself says so
             Some(_) if token.any_job() => Ok(()),
-            Some((j, _)) if token.administers(&j.spec.queue) => Ok(()),
-            Some((j, owner)) => own_job(token, op, j, owner),
+            Some(s) if token.administers(s.queue) => Ok(()),
+            Some(s) => own_job(token, op, s),
         },
         _ => Err(needs(Role::Admin)),
     }
@@ -363,20 +376,20 @@ fn may_submit(token: &Token, spec: &crate::job::JobSpec) -> Result<(), ApplyErro
     }
 }
 
-fn own_job(token: &Token, op: &Op, job: &Job, owner: Option<&Name>) -> Result<(), ApplyError> {
-    if owner != Some(&token.spec.user) {
-        let whose = owner.map_or("no user (submitted without a token)".to_string(), |o| format!("user {o}"));
+fn own_job(token: &Token, op: &Op, s: Subject) -> Result<(), ApplyError> {
+    if s.owner != Some(&token.spec.user) {
+        let whose = s.owner.map_or("no user (submitted without a token)".to_string(), |o| format!("user {o}"));
         return Err(ApplyError::PermissionDenied(format!(
             "job {} belongs to {whose}; {} needs its owner, an admin of queue {}, an operator or an admin (user {} has {})",
-            job.spec.name,
+            s.name,
             op.name(),
-            job.spec.queue,
+            s.queue,
             token.spec.user,
             token.roles_text()
         )));
     }
-    if !token.granted(&job.spec.queue) {
-        return Err(no_grant(token, &job.spec.queue));
+    if !token.granted(s.queue) {
+        return Err(no_grant(token, s.queue));
     }
     Ok(())
 }

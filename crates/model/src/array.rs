@@ -141,8 +141,8 @@ pub struct JobArray {
     /// Every element is ordered as if submitted now, then by index (its name).
     pub submitted_ms: u64,
     pub submit_seq: u64,
-    /// Whom its elements belong to, and run as.
-    pub owner: Option<Name>,
+    /// The Unix user its elements run as (they belong to the array's owner, in the state's
+    /// record of owners).
     pub run_as: Option<crate::tenancy::UnixUser>,
     /// Elements created so far: indices `first .. first + created`.
     pub created: u32,

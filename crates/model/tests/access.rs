@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use baton_model::access::{Role, TokenHash, TokenSpec, token_id};
+use baton_model::access::{Role, Subject, TokenHash, TokenSpec, token_id};
 use baton_model::command::{Command, Op, Outcome};
 use baton_model::fixture;
 use baton_model::job::JobSpec;
@@ -211,13 +211,12 @@ fn only_client_commands_may_be_wrapped() {
 fn private_data_is_for_the_owner_queue_admins_operators_and_admins() {
     let mut s = cluster();
     let id = submit(&mut s, ALICE, "j", "a", None).unwrap();
-    let job = s.job(id).unwrap();
-    let owner = s.access().owner(id);
+    let job = Subject::of_job(s.job(id).unwrap(), s.access().owner(id));
     let tokens: BTreeMap<&str, _> = s.access().tokens().map(|t| (t.spec.user.as_str(), t)).collect();
-    assert!(tokens["alice"].may_see_private(job, owner));
-    assert!(!tokens["bob"].may_see_private(job, owner));
-    assert!(tokens["ops"].may_see_private(job, owner));
-    assert!(tokens["root-admin"].may_see_private(job, owner));
+    assert!(tokens["alice"].may_see_private(&job));
+    assert!(!tokens["bob"].may_see_private(&job));
+    assert!(tokens["ops"].may_see_private(&job));
+    assert!(tokens["root-admin"].may_see_private(&job));
 }
 
 const CAROL: TokenHash = [5; 32];
@@ -237,11 +236,9 @@ fn a_queue_admin_sees_and_acts_on_every_job_of_that_queue_only() {
     let in_a = submit(&mut s, ALICE, "ja", "a", None).unwrap();
     let in_b = submit(&mut s, OPERATOR, "jb", "b", None).unwrap();
     let carol = s.access().tokens().find(|t| t.spec.user.as_str() == "carol").unwrap().clone();
-    assert!(carol.may_see_private(s.job(in_a).unwrap(), s.access().owner(in_a)));
-    assert!(
-        !carol.may_see_private(s.job(in_b).unwrap(), s.access().owner(in_b)),
-        "b is only granted, not administered"
-    );
+    let subject = |id| Subject::of_job(s.job(id).unwrap(), s.access().owner(id));
+    assert!(carol.may_see_private(&subject(in_a)));
+    assert!(!carol.may_see_private(&subject(in_b)), "b is only granted, not administered");
     let e = refused(&mut s, as_(CAROL, Op::Cancel { job: in_b }), denied);
     assert!(e.contains("an admin of queue b"), "{e}");
     apply(&mut s, as_(CAROL, Op::Pause { job: in_a })).unwrap();

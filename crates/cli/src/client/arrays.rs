@@ -19,14 +19,8 @@ pub async fn list_arrays(conn: &Conn, queue: Option<&str>) -> Result<Vec<v1::Job
     Ok(reply.arrays)
 }
 
-/// The array a cancel names, if `name` (or an id) is an unfinished array's.
-pub async fn find_unfinished(conn: &Conn, name: &str) -> Result<Option<v1::JobArray>, ClientError> {
-    let arrays = list_arrays(conn, None).await?;
-    let id: Option<u64> = name.parse().ok();
-    Ok(arrays.into_iter().rev().find(|a| (a.name == name || Some(a.id) == id) && a.finished_ms == 0))
-}
-
-/// The newest array of that name (or id), finished or not.
+/// The newest array of that name (or id), finished or not. A name is taken again only once
+/// its array finished, so an unfinished array of that name is the newest.
 pub async fn find(conn: &Conn, name: &str) -> Result<Option<v1::JobArray>, ClientError> {
     let id: Option<u64> = name.parse().ok();
     Ok(list_arrays(conn, None).await?.into_iter().rev().find(|a| a.name == name || Some(a.id) == id))

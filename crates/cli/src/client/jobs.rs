@@ -368,7 +368,7 @@ pub async fn act(conn: &Conn, act: Act, a: &JobArgs, out: &mut dyn Write) -> Res
     let unfinished = |j: &v1::Job| !matches!(j.state(), JobState::Succeeded | JobState::Failed | JobState::Cancelled);
     if matches!(act, Act::Cancel)
         && job.as_ref().map_or(true, |j| !unfinished(j))
-        && let Some(array) = arrays::find_unfinished(conn, &a.job).await?
+        && let Some(array) = arrays::find(conn, &a.job).await?.filter(|x| x.finished_ms == 0)
     {
         return cancel_array(conn, &array, out).await;
     }

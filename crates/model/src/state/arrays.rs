@@ -71,6 +71,13 @@ impl State {
         self.array_index.names.get(&name).and_then(|id| self.arrays.records.get(id))
     }
 
+    /// The newer of the job and the array called `name` (ids grow with submission, and both
+    /// cannot be unfinished at once): what a name in a dependency or a cancel means.
+    pub fn newest_named(&self, name: &Name) -> Option<JobId> {
+        let array = self.array_index.names.get(name).copied();
+        self.d.job_names.get(name).copied().max(array)
+    }
+
     /// The array a job is an element of, and its index.
     pub fn element_of(&self, job: JobId) -> Option<(&JobArray, u32)> {
         let (array, index) = self.arrays.elements.get(&job)?;
@@ -113,7 +120,6 @@ impl State {
             preemptible,
             submitted_ms: self.d.now_ms,
             submit_seq: seq,
-            owner: self.actor.clone(),
             run_as,
             created: 0,
             live: BTreeMap::new(),
@@ -296,7 +302,7 @@ impl State {
         spec.name = element_name(&a.spec.name, index).expect("checked at submission for the last index");
         spec.env.insert(ARRAY_INDEX_ENV.into(), index.to_string());
         let (rank, submitted) = ((a.priority, a.preemptible), (a.submitted_ms, a.submit_seq));
-        let (owner, run_as) = (a.owner.clone(), a.run_as.clone());
+        let (owner, run_as) = (self.access.owner(id).cloned(), a.run_as.clone());
         let array_name = a.spec.name.clone();
         let job = self.next_id();
         self.insert_job(new_job(job, spec, rank, submitted, self.d.now_ms), owner, run_as);
@@ -358,13 +364,6 @@ impl State {
         if let Some(a) = self.arrays.records.get_mut(&id) {
             a.reason = super::lifecycle::clip(reason);
         }
-    }
-
-    /// The array as the job its elements are (for who may see and change it).
-    pub(crate) fn array_as_job(&self, a: &JobArray) -> crate::job::Job {
-        let mut j = new_job(a.id, a.spec.clone(), (a.priority, a.preemptible), (a.submitted_ms, a.submit_seq), 0);
-        j.state = if a.is_finished() { JobState::Cancelled } else { JobState::Pending };
-        j
     }
 
     pub(crate) fn is_array(&self, id: JobId) -> bool {

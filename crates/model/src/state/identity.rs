@@ -3,10 +3,11 @@
 //! command's events and jobs then name the token's user.
 
 use super::State;
-use crate::access::{TokenHash, TokenSpec, authorize};
+use crate::access::{Subject, TokenHash, TokenSpec, authorize};
 use crate::command::{Op, Outcome};
 use crate::error::ApplyError;
 use crate::event::Event;
+use crate::job::JobId;
 use crate::name::Name;
 use crate::queue::{JobView, Visibility};
 
@@ -29,19 +30,12 @@ impl State {
             return Err(ApplyError::invalid("op", format!("As wraps only client commands; {} is not one", op.name())));
         }
         let t = self.access.authenticate(token)?;
-        // An array is judged as the job its elements will be (its queue, its owner).
-        let array = match &op {
-            Op::CancelArray { array } => self.array(*array).map(|a| self.array_as_job(a)),
+        let subject = match &op {
+            Op::Cancel { job } | Op::Pause { job } | Op::Resume { job } => self.job_subject(*job),
+            Op::CancelArray { array } => self.array_subject(*array),
             _ => None,
         };
-        let job = match &op {
-            Op::Cancel { job } | Op::Pause { job } | Op::Resume { job } => {
-                self.d.jobs.get(job).map(|j| (j, self.access.owner(*job)))
-            }
-            Op::CancelArray { array: id } => array.as_ref().map(|j| (j, self.access.owner(*id))),
-            _ => None,
-        };
-        authorize(t, &op, job)?;
+        authorize(t, &op, subject)?;
         if let Op::SubmitAfter { spec, after, .. } | Op::SubmitArray { spec, after, .. } = &op {
             self.check_dependencies_visible(t, &spec.name, after)?;
         }
@@ -100,23 +94,37 @@ impl State {
     /// dependency check ask here, so they agree.
     /// What `token` sees of an array: what it would see of its elements.
     pub fn array_view(&self, token: Option<&crate::access::Token>, a: &crate::array::JobArray) -> JobView {
-        self.job_view(token, &self.array_as_job(a))
+        self.view_of(token, self.array_subject(a.id).expect("a kept array"))
     }
 
     pub fn job_view(&self, token: Option<&crate::access::Token>, job: &crate::job::Job) -> JobView {
+        self.view_of(token, Subject::of_job(job, self.access.owner(job.id)))
+    }
+
+    /// Job `id` (kept) as permissions judge it.
+    fn job_subject(&self, id: JobId) -> Option<Subject<'_>> {
+        self.d.jobs.get(&id).map(|j| Subject::of_job(j, self.access.owner(id)))
+    }
+
+    /// Array `id` (kept) as permissions judge it: as the jobs it makes.
+    fn array_subject(&self, id: JobId) -> Option<Subject<'_>> {
+        let a = self.array(id)?;
+        Some(Subject { name: &a.spec.name, queue: &a.spec.queue, owner: self.access.owner(id) })
+    }
+
+    fn view_of(&self, token: Option<&crate::access::Token>, s: Subject) -> JobView {
         let Some(t) = token else {
             return JobView::Private;
         };
-        let owner = self.access.owner(job.id);
-        if t.may_see_private(job, owner) {
+        if t.may_see_private(&s) {
             return JobView::Private;
         }
         // An owner whose grant was taken back still sees their job, without its private
         // data (as before visibility existed).
-        if owner == Some(&t.spec.user) {
+        if s.owner == Some(&t.spec.user) {
             return JobView::Public;
         }
-        match self.queue_visibility(&job.spec.queue) {
+        match self.queue_visibility(s.queue) {
             Visibility::All => JobView::Public,
             Visibility::Names => JobView::Names,
             Visibility::Own => JobView::Hidden,
@@ -133,11 +141,8 @@ impl State {
     ) -> Result<(), ApplyError> {
         for (i, a) in after.iter().enumerate() {
             let id = self.resolve_one(i, own_name, &a.job)?;
-            let view = match self.d.jobs.get(&id) {
-                Some(j) => self.job_view(Some(t), j),
-                None => self.array(id).map_or(JobView::Hidden, |a| self.job_view(Some(t), &self.array_as_job(a))),
-            };
-            if view == JobView::Hidden {
+            let subject = self.job_subject(id).or_else(|| self.array_subject(id));
+            if subject.is_none_or(|s| self.view_of(Some(t), s) == JobView::Hidden) {
                 return Err(super::waits::unknown_dependency(i, &a.job));
             }
         }

@@ -458,13 +458,30 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
         let arrays: Arrays = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_visibility(visibility)?;
-        // The arrays first: a job may wait for one.
-        s.restore_arrays(arrays)?;
-        s.restore_waits(waits)?;
-        s.restore_windows(windows)?;
-        s.restore_gpu_faults(faults)?;
+        s.restore_tail(Tail { visibility, waits, windows, faults, arrays })?;
         Ok(s)
+    }
+}
+
+/// The parts after the queue revisions, each written only while it (or a later one) holds
+/// something: what an older layout lacks is empty.
+#[derive(Default)]
+struct Tail {
+    visibility: BTreeMap<Name, Visibility>,
+    waits: Waits,
+    windows: BTreeMap<Name, Window>,
+    faults: GpuFaults,
+    arrays: Arrays,
+}
+
+impl State {
+    fn restore_tail<E: serde::de::Error>(&mut self, t: Tail) -> Result<(), E> {
+        self.restore_visibility(t.visibility)?;
+        // The arrays before the waits: a job may wait for one.
+        self.restore_arrays(t.arrays)?;
+        self.restore_waits(t.waits)?;
+        self.restore_windows(t.windows)?;
+        self.restore_gpu_faults(t.faults)
     }
 }
 
@@ -489,10 +506,7 @@ impl<'de> Deserialize<'de> for PreArraysState {
         let (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults) =
             Parts::deserialize(de)?;
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_visibility(visibility)?;
-        s.restore_waits(waits)?;
-        s.restore_windows(windows)?;
-        s.restore_gpu_faults(faults)?;
+        s.restore_tail(Tail { visibility, waits, windows, faults, ..Tail::default() })?;
         Ok(PreArraysState(s))
     }
 }
@@ -517,9 +531,7 @@ impl<'de> Deserialize<'de> for PreGpuFaultsState {
         );
         let (d, access, tenancy, after, admins, revisions, visibility, waits, windows) = Parts::deserialize(de)?;
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_visibility(visibility)?;
-        s.restore_waits(waits)?;
-        s.restore_windows(windows)?;
+        s.restore_tail(Tail { visibility, waits, windows, ..Tail::default() })?;
         Ok(PreGpuFaultsState(s))
     }
 }
@@ -534,8 +546,7 @@ impl<'de> Deserialize<'de> for PreWindowsState {
             (Data, Access, Tenancy, Aftermath, QueueAdmins, BTreeMap<Name, u64>, BTreeMap<Name, Visibility>, Waits);
         let (d, access, tenancy, after, admins, revisions, visibility, waits) = Parts::deserialize(de)?;
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_visibility(visibility)?;
-        s.restore_waits(waits)?;
+        s.restore_tail(Tail { visibility, waits, ..Tail::default() })?;
         Ok(PreWindowsState(s))
     }
 }
@@ -549,7 +560,7 @@ impl<'de> Deserialize<'de> for PreWaitsState {
         type Parts = (Data, Access, Tenancy, Aftermath, QueueAdmins, BTreeMap<Name, u64>, BTreeMap<Name, Visibility>);
         let (d, access, tenancy, after, admins, revisions, visibility) = Parts::deserialize(de)?;
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_visibility(visibility)?;
+        s.restore_tail(Tail { visibility, ..Tail::default() })?;
         Ok(PreWaitsState(s))
     }
 }

@@ -109,11 +109,7 @@ impl State {
             JobRef::Name(n) if n == own_name => {
                 return Err(ApplyError::invalid(field, format!("job {n} cannot wait for itself")));
             }
-            // The newer of a job and an array of that name (both cannot be unfinished).
-            JobRef::Name(n) => {
-                let array = self.array_by_name(n.as_str()).map(|a| a.id);
-                self.d.job_names.get(n).copied().max(array)
-            }
+            JobRef::Name(n) => self.newest_named(n),
             JobRef::Id(id) => Some(*id).filter(|id| self.d.jobs.contains_key(id) || self.is_array(*id)),
         };
         id.ok_or_else(|| unknown_dependency(i, job))

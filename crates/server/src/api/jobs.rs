@@ -86,12 +86,12 @@ pub enum Target {
 pub async fn resolve_cancel(api: &Api, who: &Caller, r: &JobRef) -> Result<Target, Status> {
     let array = api
         .read(|s| {
-            let a = match r.id {
-                0 => s.array_by_name(&r.name).or_else(|| r.name.parse().ok().and_then(|id| s.array(id))),
-                id => s.array(id),
-            }?;
-            let newer = find(s, &r.name).is_none_or(|j| j.id < a.id) || r.id == a.id;
-            (newer && array_seen(s, who, a)).then_some(a.id)
+            let id = match r.id {
+                0 => baton_model::Name::new(r.name.as_str()).ok().and_then(|n| s.newest_named(&n)),
+                id => Some(id),
+            };
+            let id = id.or_else(|| r.name.parse().ok())?;
+            s.array(id).filter(|a| array_seen(s, who, a)).map(|a| a.id)
         })
         .await?;
     match array {

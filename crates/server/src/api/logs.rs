@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use baton_model::State;
-use baton_model::access::Token;
+use baton_model::access::{Subject, Token};
 use baton_model::job::Job;
 use baton_proto::v1::agent_logs_client::AgentLogsClient;
 use baton_proto::v1::{JobLogsRequest, LogChunk, LogsRequest};
@@ -140,7 +140,7 @@ async fn allowed_agent(api: &Api, who: &Caller, node: &str, job: &str) -> Result
 /// PERMISSION_DENIED unless `token` may read `j`'s logs (no token: `--auth none`, anyone).
 fn may_read(s: &State, token: Option<&Token>, j: &Job) -> Result<(), Status> {
     match token {
-        Some(t) if !t.may_see_private(j, s.access().owner(j.id)) => {
+        Some(t) if !t.may_see_private(&Subject::of_job(j, s.access().owner(j.id))) => {
             let owner = s.access().owner(j.id).map_or("no user".to_string(), |o| format!("user {o}"));
             Err(Status::permission_denied(format!(
                 "the logs of job {} are its owner's ({owner}), operators' and admins'; user {} is none of them",
