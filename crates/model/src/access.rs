@@ -343,7 +343,8 @@ pub fn authorize(token: &Token, op: &Op, subject: Option<Subject>) -> Result<(),
         Op::Submit { spec, .. } => may_submit(token, spec),
         Op::SubmitRunAs { spec, run_as, .. }
         | Op::SubmitAfter { spec, run_as, .. }
-        | Op::SubmitArray { spec, run_as, .. } => {
+        | Op::SubmitArray { spec, run_as, .. }
+        | Op::SubmitElastic { spec, run_as, .. } => {
             may_submit(token, spec)?;
             match run_as {
                 Some(u) if u.as_str() != token.spec.user.as_str() && !token.any_job() => {

@@ -234,6 +234,15 @@ pub enum Op {
     CancelArray {
         array: JobId,
     },
+    /// Submits an elastic gang (decisions.md section 13): task group `elastic.task` runs
+    /// with as many replicas as fit, down to `elastic.min_replicas`. Checked as `SubmitAfter`.
+    SubmitElastic {
+        spec: JobSpec,
+        elastic: crate::elastic::ElasticSpec,
+        request_id: Option<String>,
+        run_as: Option<UnixUser>,
+        after: Vec<After>,
+    },
 }
 
 impl Op {
@@ -288,6 +297,7 @@ impl Op {
                 | Op::SubmitAfter { .. }
                 | Op::SubmitArray { .. }
                 | Op::CancelArray { .. }
+                | Op::SubmitElastic { .. }
                 | Op::CreateMaintenance(_)
                 | Op::DeleteMaintenance { .. }
                 | Op::SetGpuHealth { .. }
@@ -329,7 +339,7 @@ impl Op {
             Op::AddToken { .. } => "AddToken",
             Op::RevokeToken { .. } => "RevokeToken",
             Op::GrantQueue { .. } => "GrantQueue",
-            Op::SubmitRunAs { .. } | Op::SubmitAfter { .. } => "Submit",
+            Op::SubmitRunAs { .. } | Op::SubmitAfter { .. } | Op::SubmitElastic { .. } => "Submit",
             Op::SubmitArray { .. } => "SubmitArray",
             Op::CancelArray { .. } => "CancelArray",
             Op::CreateMaintenance(_) => "CreateMaintenance",

@@ -80,6 +80,15 @@ pub enum EventKind {
     /// The job runs on a GPU found unhealthy: it is being stopped as in mode checkpoint, and
     /// goes back to the queue once stopped (not a preemption).
     GpuFaultStop,
+    /// An elastic gang started with another number of replicas than its last attempt had
+    /// (decisions.md section 13).
+    Resized {
+        from: u32,
+        to: u32,
+    },
+    /// More replicas of an elastic gang fit: it is being stopped as in mode checkpoint, to
+    /// be placed again with as many as then fit.
+    Growing,
 }
 
 impl EventKind {
@@ -116,6 +125,8 @@ impl EventKind {
             EventKind::GpuUnhealthy => "GpuUnhealthy",
             EventKind::GpuHealthy => "GpuHealthy",
             EventKind::GpuFaultStop => "GpuFaultStop",
+            EventKind::Resized { .. } => "Resized",
+            EventKind::Growing => "Growing",
         }
     }
 }

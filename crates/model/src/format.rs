@@ -42,8 +42,9 @@ use crate::command::{Observed, Op};
 /// while there are none). 8: `ReportGpu`, `SetGpuHealth`, the events `GpuUnhealthy`,
 /// `GpuHealthy`, `GpuFaultStop`, `StopWhy::GpuFault`, and snapshots that record the
 /// unhealthy GPUs (written in format 7's layout while there are none). 9: `SubmitArray`,
-/// `CancelArray`, and snapshots that record the arrays (written in format 8's layout while
-/// there is none).
+/// `CancelArray`, `SubmitElastic`, `Decision::Grow` (a plan carrying one needs format 9),
+/// `StopWhy::Grow`, the events `Resized` and `Growing`, and snapshots that record the arrays
+/// and the elastic gangs (written in format 8's layout while there is neither).
 pub const DATA_FORMAT: u32 = 9;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
@@ -137,6 +138,7 @@ impl Op {
         match self {
             Op::As { op, .. } => op.format(),
             Op::Report { observations, .. } => observations.iter().map(Observed::format).max().unwrap_or(1),
+            Op::ApplyPlan(plan) => plan.decisions.iter().map(crate::plan::Decision::format).max().unwrap_or(1),
             Op::PutClass(_)
             | Op::DeleteClass { .. }
             | Op::PutCohort(_)
@@ -154,7 +156,6 @@ impl Op {
             | Op::JobExited { .. }
             | Op::JobStopped { .. }
             | Op::JobCheckpointed { .. }
-            | Op::ApplyPlan(_)
             | Op::SetScheduler(_)
             | Op::Tick
             | Op::AddToken { .. }
@@ -169,7 +170,7 @@ impl Op {
             Op::CreateQueueVisible { .. } | Op::UpdateQueueVisible { .. } => 6,
             Op::SubmitAfter { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } => 7,
             Op::ReportGpu { .. } | Op::SetGpuHealth { .. } => 8,
-            Op::SubmitArray { .. } | Op::CancelArray { .. } => 9,
+            Op::SubmitArray { .. } | Op::CancelArray { .. } | Op::SubmitElastic { .. } => 9,
         }
     }
 

@@ -184,6 +184,9 @@ pub enum StopWhy {
     /// A GPU it runs on was found unhealthy (decisions.md section 14): it goes back to the
     /// queue once stopped, from its checkpoint.
     GpuFault,
+    /// More replicas of the elastic gang fit (decisions.md section 13): it goes back to the
+    /// queue once stopped, from its checkpoint, to be placed with as many as then fit.
+    Grow,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

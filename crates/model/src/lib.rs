@@ -23,6 +23,8 @@
 //! - `access`: tokens, users, roles and queue grants; who may apply which command.
 //! - `runnable`: checks on the command and environment an agent will exec.
 //! - `tenancy`: the Unix user each job runs as, and the bounds on jobs per user and queue.
+//! - `array`, `after`, `elastic`: workflows (decisions.md section 13): job arrays,
+//!   dependencies, elastic gangs' ranges.
 //! - `word`: the one spelling of each closed set's values (states, modes, orderings, roles).
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
@@ -36,6 +38,7 @@ pub mod array;
 pub mod class;
 pub mod command;
 pub mod cow_tree;
+pub mod elastic;
 pub mod error;
 pub mod event;
 pub mod fixture;

@@ -44,6 +44,10 @@ pub enum Decision {
     Reserve { job: JobId, pool: Name, replicas: Vec<ReplicaAlloc>, waits_for: Vec<JobId> },
     /// The job's reservation no longer holds (its queue's limits would not admit it).
     Unreserve { job: JobId, reason: String },
+    /// A running elastic gang below its `replicas` is stopped, to start again at once on
+    /// `replicas` (more than it runs with; its own resources among them) as its stop
+    /// completes (decisions.md section 13). Data format 9.
+    Grow { job: JobId, attempt: u32, replicas: Vec<ReplicaAlloc> },
 }
 
 impl Decision {
@@ -56,6 +60,7 @@ impl Decision {
             Decision::TimeLimit { .. } => "time limit",
             Decision::Reserve { .. } => "reserve",
             Decision::Unreserve { .. } => "unreserve",
+            Decision::Grow { .. } => "grow",
         }
     }
 
@@ -67,7 +72,16 @@ impl Decision {
             | Decision::Wait { job, .. }
             | Decision::TimeLimit { job, .. }
             | Decision::Reserve { job, .. }
-            | Decision::Unreserve { job, .. } => *job,
+            | Decision::Unreserve { job, .. }
+            | Decision::Grow { job, .. } => *job,
+        }
+    }
+
+    /// The data format that introduced this decision (see `Op::format`).
+    pub fn format(&self) -> u32 {
+        match self {
+            Decision::Grow { .. } => 9,
+            _ => 1,
         }
     }
 }

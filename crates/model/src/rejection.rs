@@ -89,6 +89,12 @@ pub enum Rejection {
     #[error("victim {job} is inside its minimum runtime")]
     VictimInMinRuntime { job: Name },
 
+    // Elastic gangs (decisions.md section 13).
+    #[error("an elastic gang runs with {min} to {max} replicas of its elastic task, not {got}")]
+    ElasticSize { got: u32, min: u32, max: u32 },
+    #[error("job {job} is not an elastic gang that may grow")]
+    NotElastic { job: Name },
+
     // Starving jobs' pool reservations.
     #[error("reservations are turned off")]
     ReservationsOff,

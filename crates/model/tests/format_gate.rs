@@ -59,6 +59,7 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("SetGpuHealth", 8),
     ("SubmitArray", 9),
     ("CancelArray", 9),
+    ("SubmitElastic", 9),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -162,6 +163,13 @@ fn ops() -> Vec<Op> {
             after: vec![],
         },
         Op::CancelArray { array: 1 },
+        Op::SubmitElastic {
+            spec: gpu_job("j", "q", 1),
+            elastic: baton_model::elastic::ElasticSpec { task: 0, min_replicas: 1 },
+            request_id: None,
+            run_as: None,
+            after: vec![],
+        },
     ]
 }
 
@@ -219,6 +227,12 @@ fn a_command_takes_the_newest_format_of_what_it_carries() {
     assert_eq!(wrapped.format(), 4);
     let report = Op::Report { node: Name::lit("n"), observations: vec![obs(0), obs(7)] };
     assert_eq!(report.format(), 3);
+    // A plan needs the newest format of its decisions: a growth (section 13) needs 9.
+    let wait = baton_model::plan::Decision::Wait { job: 1, reason: "r".into() };
+    let grow = baton_model::plan::Decision::Grow { job: 1, attempt: 1, replicas: vec![] };
+    let plan = |decisions| Op::ApplyPlan(Plan { based_on: 0, decisions });
+    assert_eq!(plan(vec![wait.clone()]).format(), 1);
+    assert_eq!(plan(vec![wait, grow]).format(), 9);
 }
 
 #[test]

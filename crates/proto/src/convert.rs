@@ -11,6 +11,7 @@ use baton_model::access::Role;
 use baton_model::after::{After, JobRef, When};
 use baton_model::array::{ArraySpec, JobArray};
 use baton_model::class::PriorityClass;
+use baton_model::elastic::ElasticSpec;
 use baton_model::event::{Event, EventKind};
 use baton_model::job::{Job, JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
@@ -213,7 +214,19 @@ fn task_to_proto(t: &TaskSpec) -> v1::TaskSpec {
         replicas: t.replicas,
         resources: Some(resources_to_proto(&t.resources)),
         pools: t.pools.as_deref().map(strs).unwrap_or_default(),
+        min_replicas: None,
     }
+}
+
+/// The elastic task of a submitted spec, if one names `min_replicas`; the model checks the
+/// range and names the field. More than one such task is refused here.
+pub fn elastic_from_proto(s: &v1::JobSpec) -> R<Option<ElasticSpec>> {
+    let mut named = s.tasks.iter().enumerate().filter_map(|(i, t)| t.min_replicas.map(|m| (i, m)));
+    let first = named.next().map(|(i, m)| ElasticSpec { task: i as u32, min_replicas: m });
+    if let Some((i, _)) = named.next() {
+        return Err(bad(&format!("spec.tasks[{i}].min_replicas"), "only one task group of a job may be elastic"));
+    }
+    Ok(first)
 }
 
 pub fn job_spec_from_proto(s: &v1::JobSpec) -> R<JobSpec> {
@@ -314,6 +327,8 @@ pub fn event_kind_to_proto(k: &EventKind) -> v1::EventKind {
         EventKind::GpuUnhealthy => v1::EventKind::GpuUnhealthy,
         EventKind::GpuHealthy => v1::EventKind::GpuHealthy,
         EventKind::GpuFaultStop => v1::EventKind::GpuFaultStop,
+        EventKind::Resized { .. } => v1::EventKind::Resized,
+        EventKind::Growing => v1::EventKind::Growing,
     }
 }
 
@@ -354,6 +369,8 @@ pub(crate) fn event_kind_for_word(k: v1::EventKind) -> Option<EventKind> {
         v1::EventKind::GpuUnhealthy => EventKind::GpuUnhealthy,
         v1::EventKind::GpuHealthy => EventKind::GpuHealthy,
         v1::EventKind::GpuFaultStop => EventKind::GpuFaultStop,
+        v1::EventKind::Resized => EventKind::Resized { from: 0, to: 0 },
+        v1::EventKind::Growing => EventKind::Growing,
     })
 }
 
@@ -399,6 +416,7 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
         waiting_for: Vec::new(),
         array: String::new(),
         array_index: None,
+        elastic_max_replicas: None,
     }
 }
 

@@ -21,7 +21,13 @@ pub fn gpu_job(name: &str, queue: &str, class: &str, replicas: u32, gpus: u64, c
         name: name.into(),
         queue: queue.into(),
         priority_class: class.into(),
-        tasks: vec![TaskSpec { name: "main".into(), replicas, resources: Some(self::gpus(gpus)), pools: vec![] }],
+        tasks: vec![TaskSpec {
+            name: "main".into(),
+            replicas,
+            resources: Some(self::gpus(gpus)),
+            pools: vec![],
+            min_replicas: None,
+        }],
         command,
         ..Default::default()
     }

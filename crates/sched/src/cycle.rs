@@ -2,6 +2,7 @@
 //! place it (first without borrowing, then by borrowing), or plan a preemption for it, or
 //! say why it waits.
 
+use baton_model::elastic::Elastic;
 use baton_model::job::{Job, JobId, JobState};
 use baton_model::ledger::{Admission, Ledger, QuotaBlock};
 use baton_model::node::NodeStatus;
@@ -68,6 +69,7 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
         }
     }
     reserve_for_first_starving(&mut view, &holds, &stuck, &mut plan);
+    crate::elastic::grow_one(&mut view, &mut plan);
     for (job, head) in order.held_back() {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);
@@ -323,6 +325,15 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
     if try_place(view, c, plan, planner) {
         return Outcome::Placed;
     }
+    // An elastic gang takes the largest size that fits, else preempts for its minimum.
+    let smaller = match view.state.elastic(c.id) {
+        Some(e) => match place_smaller(view, c, e, plan, planner) {
+            Ok(()) => return Outcome::Placed,
+            Err(min) => Some(min),
+        },
+        None => None,
+    };
+    let needs = smaller.as_ref().unwrap_or(needs);
     let np = !c.preemptible;
     let quota_block = planner.verdicts.iter().find_map(|v| v.err());
     let base = match quota_block {
@@ -376,8 +387,18 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
 /// then placement, first where the queue stays within nominal, then where it borrows; each
 /// pool choice is packed at most once. Leaves the quota verdicts in `planner.verdicts`.
 fn try_place(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner) -> bool {
-    let (job, q, needs) = (c.job, c.queue, &*c.needs);
-    let np = !c.preemptible;
+    match find_room(view, c, &c.needs, planner) {
+        Some(p) => {
+            place(view, plan, c.queue, c.job, &c.needs, &p);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Where the job fits with `needs` without preemption, as `try_place` looks.
+fn find_room(view: &View, c: &Candidate, needs: &Needs, planner: &mut Planner) -> Option<Packing> {
+    let (q, np) = (c.queue, !c.preemptible);
     let verdicts = &mut planner.verdicts;
     verdicts.clear();
     verdicts.extend(needs.demands.iter().map(|d| view.ledger.check_admission(q, d, np)));
@@ -387,15 +408,48 @@ fn try_place(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Plan
                 continue;
             }
             match pack(&IndexNodes { view }, needs, a) {
-                Some(p) => {
-                    place(view, plan, q, job, needs, &p);
-                    return true;
-                }
+                Some(p) => return Some(p),
                 None => planner.no_fit.record(needs, a),
             }
         }
     }
-    false
+    None
+}
+
+/// An elastic gang that does not fit whole starts with the largest size that fits
+/// (decisions.md section 13); `Err` gives its needs at its minimum, to preempt for.
+fn place_smaller(
+    view: &mut View,
+    c: &Candidate,
+    e: &Elastic,
+    plan: &mut Plan,
+    planner: &mut Planner,
+) -> Result<(), Needs> {
+    let at = |n: u32| crate::elastic::sized(&c.needs, e, n);
+    let mut found: Option<(Needs, Packing)> = None;
+    let size = crate::elastic::largest_fitting(e.min, e.max - 1, |n| {
+        let needs = at(n);
+        match find_room(view, c, &needs, planner) {
+            Some(p) => {
+                found = Some((needs, p));
+                true
+            }
+            None => false,
+        }
+    });
+    match (size, found) {
+        (Some(n), Some((needs, p))) if needs.tasks[e.task as usize].replicas == n => {
+            place(view, plan, c.queue, c.job, &needs, &p);
+            Ok(())
+        }
+        (Some(n), _) => {
+            let needs = at(n);
+            let p = find_room(view, c, &needs, planner).expect("a size found to fit still fits");
+            place(view, plan, c.queue, c.job, &needs, &p);
+            Ok(())
+        }
+        (None, _) => Err(at(e.min)),
+    }
 }
 
 fn place(view: &mut View, plan: &mut Plan, q: usize, job: &Job, needs: &Needs, p: &Packing) {

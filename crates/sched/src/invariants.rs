@@ -89,6 +89,7 @@ pub fn check_state(s: &State) -> Result<(), String> {
     check_windows(s)?;
     check_gpu_faults(s)?;
     check_arrays(s)?;
+    check_elastic(s)?;
     for q in &l.queues {
         for p in 0..l.pools.len() {
             for k in 0..MAX_RESOURCE_KINDS {
@@ -165,6 +166,32 @@ fn check_arrays(s: &State) -> Result<(), String> {
         let ended = a.live.is_empty() && (a.cancelled || a.created == a.array.count);
         if a.is_finished() != ended || a.tally.ended() > a.array.count {
             return Err(format!("array {n}: finished {}, tally {:?}, {} live", a.is_finished(), a.tally, a.live.len()));
+        }
+    }
+    Ok(())
+}
+
+/// decisions.md section 13: an elastic gang never runs below its minimum nor above its
+/// `replicas`; its spec holds the size it runs with, and its placement covers exactly that
+/// (ranks 0..size); a gang stopping to grow is being stopped, and only such a gang grows.
+fn check_elastic(s: &State) -> Result<(), String> {
+    for (&id, e) in s.elastic_gangs() {
+        let j = s.job(id).ok_or(format!("elastic job {id} is not kept"))?;
+        let n = &j.spec.name;
+        let size = e.size(&j.spec);
+        if !e.allows(size) {
+            return Err(format!("elastic gang {n}: its spec holds {size} replicas, range {}..={}", e.min, e.max));
+        }
+        if j.state.is_active() || j.state == JobState::Suspended {
+            let mut indices: Vec<u32> = j.replicas.iter().filter(|r| r.task == e.task).map(|r| r.index).collect();
+            indices.sort_unstable();
+            if indices != (0..size).collect::<Vec<_>>() {
+                return Err(format!("elastic gang {n} ({:?}) runs ranks {indices:?}, its spec says {size}", j.state));
+            }
+        }
+        let stopping_to_grow = j.stopping.is_some_and(|st| st.why == baton_model::job::StopWhy::Grow);
+        if s.growing_of(id).is_some() != stopping_to_grow {
+            return Err(format!("elastic gang {n} ({:?}): growing and its stop disagree", j.state));
         }
     }
     Ok(())

@@ -15,6 +15,8 @@
 //!   (sections 4 to 6).
 //! - `reason`: why a job waits, in words a person can act on.
 //! - `reserve`: starving jobs' reservations and backfill (section 9).
+//! - `elastic`: elastic gangs' sizes at admission and their growth (decisions.md
+//!   section 13).
 //! - `windows`: maintenance windows ahead, closed to the jobs that would not end before
 //!   them (decisions.md section 14).
 
@@ -23,6 +25,7 @@
 #![allow(clippy::needless_range_loop)]
 
 mod cycle;
+mod elastic;
 mod failures;
 mod index;
 pub mod invariants;
@@ -43,6 +46,8 @@ pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
 mod after_props;
 #[cfg(test)]
 mod array_props;
+#[cfg(test)]
+mod elastic_props;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -99,6 +99,10 @@ pub struct NeedsCache {
 
 impl NeedsCache {
     pub fn of(&mut self, view: &View, job: &Job) -> Rc<Needs> {
+        // An elastic gang is decided at its top size first (its spec holds its last size).
+        if let Some(e) = view.state.elastic(job.id) {
+            return Rc::new(crate::elastic::sized(&Needs::of(view, job), e, e.max));
+        }
         let spec = &job.spec;
         let simple = spec.tasks.len() == 1 && spec.pools.is_none() && spec.tasks[0].pools.is_none();
         if !simple {

@@ -150,7 +150,7 @@ fn check_reported(before: &State, after: &State, d: &Decision, taken: bool) -> R
         Decision::Reserve { job: id, .. } => {
             before.pool_reservation_of(*id).is_none() && after.pool_reservation_of(*id).is_some()
         }
-        Decision::TimeLimit { job: id, attempt } => {
+        Decision::TimeLimit { job: id, attempt } | Decision::Grow { job: id, attempt, .. } => {
             job(before, *id) == Some((JobState::Running, *attempt)) && job(after, *id) != job(before, *id)
         }
         Decision::ResumeInPlace { job: id, .. } => {

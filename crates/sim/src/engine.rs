@@ -326,9 +326,9 @@ impl<'s> Engine<'s> {
             self.account(id, e, has_checkpoint, &queue);
         }
         self.track(id);
-        // A window started under a running job, or its GPU failed: it gets its signal as a
-        // victim does.
-        if matches!(e.kind, EventKind::MaintenanceStop | EventKind::GpuFaultStop) {
+        // A window started under a running job, its GPU failed, or it stops to grow: it gets
+        // its signal as a victim does.
+        if matches!(e.kind, EventKind::MaintenanceStop | EventKind::GpuFaultStop | EventKind::Growing) {
             self.schedule_victim(id);
         }
     }
@@ -644,6 +644,11 @@ impl<'s> Engine<'s> {
             StopWhy::TimeLimit => job.spec.preemption_mode,
             // decisions.md section 14: as in mode checkpoint, whatever the job's mode.
             StopWhy::Maintenance | StopWhy::GpuFault => baton_model::job::PreemptionMode::Checkpoint,
+            // Section 13: a gang stops to grow as in mode checkpoint (requeue: as its mode).
+            StopWhy::Grow if job.spec.preemption_mode == baton_model::job::PreemptionMode::Requeue => {
+                baton_model::job::PreemptionMode::Requeue
+            }
+            StopWhy::Grow => baton_model::job::PreemptionMode::Checkpoint,
             StopWhy::Paused => return,
         };
         let ct = self.work.get(&id).map_or(0, |w| w.checkpoint_time_ms);
@@ -902,6 +907,9 @@ fn submit_op(sub: &crate::scenario::Submit) -> Op {
     let spec = sub.spec.clone();
     if let Some(array) = sub.array {
         return Op::SubmitArray { spec, array, request_id: None, run_as: None, after: sub.after.clone() };
+    }
+    if let Some(elastic) = sub.elastic {
+        return Op::SubmitElastic { spec, elastic, request_id: None, run_as: None, after: sub.after.clone() };
     }
     if sub.after.is_empty() {
         Op::Submit { spec, request_id: None }

@@ -254,6 +254,7 @@ pub fn attach(cluster: &mut Scenario, state: &State, trace_file: &str, jobs: &[T
             spec,
             after: j.after.clone(),
             array: j.array,
+            elastic: None,
             duration_ms: Some(j.duration_ms),
             checkpoint_time_ms: 0,
             checkpoint_interval_ms: j.checkpoint_interval_ms,

@@ -42,7 +42,7 @@ pub fn parse_job(file: &str, text: &str) -> Result<JobFile, InputError> {
         }
     }
     let submit = crate::job::parse_submit(&cx, &root, "")?;
-    Ok(JobFile { spec: submit.spec, after: submit.after, array: submit.array })
+    Ok(JobFile { spec: submit.spec, after: submit.after, array: submit.array, elastic: submit.elastic })
 }
 
 /// What a job file gives: the job, and the jobs it waits for.
@@ -52,6 +52,8 @@ pub struct JobFile {
     pub after: Vec<baton_model::after::After>,
     /// Submitted as an array (decisions.md section 13).
     pub array: Option<baton_model::array::ArraySpec>,
+    /// An elastic gang (decisions.md section 13).
+    pub elastic: Option<baton_model::elastic::ElasticSpec>,
 }
 
 /// A queue in the shape of an entry of a scenario's `queues`, from text.

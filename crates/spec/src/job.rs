@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use baton_model::after::{After, JobRef, When};
 use baton_model::array::ArraySpec;
 use baton_model::class::DEFAULT_CLASS;
+use baton_model::elastic::ElasticSpec;
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
@@ -23,6 +24,8 @@ pub struct Submit {
     pub after: Vec<After>,
     /// Submitted as an array of jobs `NAME-i` (decisions.md section 13).
     pub array: Option<ArraySpec>,
+    /// An elastic gang: the task group that may run with fewer replicas (section 13).
+    pub elastic: Option<ElasticSpec>,
     /// Seconds of work to finish; `None`: runs until told.
     pub duration_ms: Option<u64>,
     /// How long the job takes to checkpoint and exit after its signal.
@@ -45,7 +48,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         Some(n) => (priority(cx, n, &f.field_path("priority"))?, n.line),
         None => (PriorityRef::Class(Name::lit(DEFAULT_CLASS)), f.line),
     };
-    let tasks = tasks(cx, &mut f)?;
+    let (tasks, elastic) = tasks(cx, &mut f)?;
     let pools = f.opt("pools").map(|n| cx.names(n, &f.field_path("pools"))).transpose()?;
     let topology = f.opt("topology").map(|n| word::<Topology>(cx, n, &f.field_path("topology"))).transpose()?;
     let preemption_mode = match f.opt("preemption_mode") {
@@ -93,6 +96,10 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         None => Vec::new(),
     };
     let array = f.opt("array").map(|n| array(cx, n, &f.field_path("array"))).transpose()?;
+    if let (Some(_), Some(_)) = (&array, &elastic) {
+        let msg = "an array's elements cannot be elastic gangs (min_replicas); submit them one by one";
+        return Err(cx.err(f.line, &f.field_path("array"), msg));
+    }
     f.finish()?;
     let spec = JobSpec {
         name,
@@ -113,6 +120,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         spec,
         after,
         array,
+        elastic,
         duration_ms,
         checkpoint_time_ms,
         checkpoint_interval_ms: None,
@@ -174,13 +182,29 @@ fn priority(cx: &Cx, node: &Node, path: &str) -> R<PriorityRef> {
     Ok(PriorityRef::Class(cx.name(node, path)?))
 }
 
-fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<Vec<TaskSpec>> {
+/// `min_replicas` of a task of `replicas`: 1 to `replicas` (decisions.md section 13).
+fn min_replicas(cx: &Cx, node: &Node, path: &str, replicas: u32) -> R<u32> {
+    let min = cx.count(node, path)?;
+    if min == 0 || min > replicas {
+        let why =
+            if min == 0 { "must be at least 1".to_string() } else { format!("{min} is above replicas ({replicas})") };
+        return Err(cx.err(node.line, path, why));
+    }
+    Ok(min)
+}
+
+/// The job's tasks, and the one that is elastic (`min_replicas`), if any.
+fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<(Vec<TaskSpec>, Option<ElasticSpec>)> {
     let short = f.has("resources") || f.has("replicas");
     if short && f.has("tasks") {
         return Err(cx.err(f.line, &f.field_path("tasks"), "use either resources/replicas or tasks, not both"));
     }
     if let Some(n) = f.opt("tasks") {
+        if let Some(m) = f.opt("min_replicas") {
+            return Err(cx.err(m.line, &f.field_path("min_replicas"), "give min_replicas on the elastic task"));
+        }
         let p = f.field_path("tasks");
+        let mut elastic: Option<ElasticSpec> = None;
         let mut out = Vec::new();
         for (i, t) in cx.seq(n, &p)?.iter().enumerate() {
             let tp = format!("{p}[{i}]");
@@ -192,16 +216,24 @@ fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<Vec<TaskSpec>> {
             };
             let resources = cx.resources(tf.req("resources")?, &tf.field_path("resources"))?;
             let pools = tf.opt("pools").map(|x| cx.names(x, &tf.field_path("pools"))).transpose()?;
-            tf.finish()?;
             if replicas == 0 {
                 return Err(cx.err(t.line, &format!("{tp}.replicas"), "a task needs at least one replica"));
             }
+            if let Some(m) = tf.opt("min_replicas") {
+                let mp = tf.field_path("min_replicas");
+                if elastic.is_some() {
+                    return Err(cx.err(m.line, &mp, "only one task group of a job may be elastic"));
+                }
+                let min_replicas = min_replicas(cx, m, &mp, replicas)?;
+                elastic = Some(ElasticSpec { task: i as u32, min_replicas });
+            }
+            tf.finish()?;
             out.push(TaskSpec { name, replicas, resources, pools });
         }
         if out.is_empty() {
             return Err(cx.err(n.line, &p, "a job needs at least one task"));
         }
-        return Ok(out);
+        return Ok((out, elastic));
     }
     let line = f.line;
     let rnode = f
@@ -218,5 +250,11 @@ fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<Vec<TaskSpec>> {
         }
         None => 1,
     };
-    Ok(vec![TaskSpec { name: Name::lit("main"), replicas, resources, pools: None }])
+    let elastic = match f.opt("min_replicas") {
+        Some(m) => {
+            Some(ElasticSpec { task: 0, min_replicas: min_replicas(cx, m, &f.field_path("min_replicas"), replicas)? })
+        }
+        None => None,
+    };
+    Ok((vec![TaskSpec { name: Name::lit("main"), replicas, resources, pools: None }], elastic))
 }

@@ -58,6 +58,11 @@ pub struct SubmitArgs {
     /// Replicas in the gang, placed all at once or not at all [default: 1].
     #[arg(long, conflicts_with = "file")]
     pub replicas: Option<u32>,
+    /// An elastic gang: start with as many of --replicas as fit, down to this many; shrunk
+    /// and grown back between the two, each resize a new attempt from the checkpoint with
+    /// BATON_WORLD_SIZE set [default: not elastic].
+    #[arg(long, conflicts_with_all = ["file", "array"])]
+    pub min_replicas: Option<u32>,
     /// A pool the job may use; repeat in order of preference.
     #[arg(long = "pool", conflicts_with = "file")]
     pub pools: Vec<String>,
@@ -129,7 +134,11 @@ pub fn build_spec(a: &SubmitArgs) -> Result<Built, ClientError> {
     let (mut spec, mut after, file_array) = match &a.file {
         Some(path) => {
             let file = from_file(a, path)?;
-            (convert::job_spec_to_proto(&file.spec), file.after, file.array)
+            let mut spec = convert::job_spec_to_proto(&file.spec);
+            if let Some(e) = file.elastic {
+                spec.tasks[e.task as usize].min_replicas = Some(e.min_replicas);
+            }
+            (spec, file.after, file.array)
         }
         None => (from_flags(a)?, Vec::new(), None),
     };
@@ -197,11 +206,19 @@ fn flag_task(a: &SubmitArgs) -> Result<v1::TaskSpec, ClientError> {
     if replicas == 0 {
         return Err(usage("--replicas: a job needs at least one replica"));
     }
+    match a.min_replicas {
+        Some(0) => return Err(usage("--min-replicas: must be at least 1")),
+        Some(m) if m > replicas => {
+            return Err(usage(format!("--min-replicas: {m} is above --replicas ({replicas})")));
+        }
+        _ => {}
+    }
     Ok(v1::TaskSpec {
         name: FLAG_TASK_NAME.to_string(),
         replicas,
         resources: Some(convert::resources_to_proto(&resources)),
         pools: Vec::new(),
+        min_replicas: a.min_replicas,
     })
 }
 

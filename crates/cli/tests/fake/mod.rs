@@ -545,6 +545,7 @@ pub fn job(id: u64, name: &str, queue: &str, state: &str, placements: &[(&str, &
                 replicas: placements.len().max(1) as u32,
                 resources: resources(&[("gpu", 4)]),
                 pools: vec![],
+                min_replicas: None,
             }],
             command: vec!["python".into(), "train.py".into()],
             ..Default::default()

@@ -73,6 +73,10 @@ impl State {
                 self.check_time_limit(job, attempt)?;
                 self.stop_at_time_limit(job, ev);
             }
+            Decision::Grow { job, attempt, replicas } => {
+                self.check_grow(job, attempt, &replicas)?;
+                self.grow(job, replicas, ev);
+            }
         }
         Ok(())
     }
@@ -124,7 +128,7 @@ impl State {
             || self.d.jobs.get(&id).is_some_and(|j| j.state.is_active() || j.state == JobState::Suspended)
     }
 
-    fn check_place(&self, id: JobId, attempt: u32, replicas: &[ReplicaAlloc]) -> Result<(), Rejection> {
+    pub(super) fn check_place(&self, id: JobId, attempt: u32, replicas: &[ReplicaAlloc]) -> Result<(), Rejection> {
         let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
         if job.state != JobState::Pending {
             return Err(Rejection::WrongState { job: job.spec.name.clone(), state: job.state });
@@ -215,11 +219,18 @@ impl State {
     pub(crate) fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, Rejection> {
         let job = &self.d.jobs[&id];
         let spec = &job.spec;
+        // An elastic gang's elastic task may carry any size of its range (section 13).
+        let elastic = self.elastic.get(&id).map(|e| e.task);
+        let elastic_size = self.elastic_size_of(id, replicas).transpose()?;
+        let size = |t: usize, task: &crate::job::TaskSpec| match elastic_size {
+            Some(n) if elastic == Some(t as u32) => n,
+            _ => task.replicas,
+        };
         let mut want: Vec<(u32, u32)> = spec
             .tasks
             .iter()
             .enumerate()
-            .flat_map(|(t, task)| (0..task.replicas).map(move |i| (t as u32, i)))
+            .flat_map(|(t, task)| (0..size(t, task)).map(move |i| (t as u32, i)))
             .collect();
         let mut got: Vec<(u32, u32)> = replicas.iter().map(|r| (r.task, r.index)).collect();
         want.sort_unstable();
@@ -269,7 +280,7 @@ impl State {
         Ok(shares)
     }
 
-    fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), Rejection> {
+    pub(super) fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), Rejection> {
         for &Share { node: n, ref amount, gpus } in shares {
             let node = &self.ledger.nodes[n];
             let (free, free_gpus) = node.free_for(Some(id), removed);

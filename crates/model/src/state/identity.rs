@@ -36,7 +36,10 @@ impl State {
             _ => None,
         };
         authorize(t, &op, subject)?;
-        if let Op::SubmitAfter { spec, after, .. } | Op::SubmitArray { spec, after, .. } = &op {
+        if let Op::SubmitAfter { spec, after, .. }
+        | Op::SubmitArray { spec, after, .. }
+        | Op::SubmitElastic { spec, after, .. } = &op
+        {
             self.check_dependencies_visible(t, &spec.name, after)?;
         }
         let user = t.spec.user.clone();

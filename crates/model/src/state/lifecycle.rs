@@ -106,6 +106,7 @@ impl State {
             format!("attempt {attempt} started")
         };
         self.job_event(id, EventKind::Started { attempt, nodes }, message, ev);
+        self.take_placed_size(id, ev);
         self.note_changed(id);
         self.array_element_started(id, first);
     }
@@ -141,6 +142,8 @@ impl State {
             self.charge_completing(id);
         }
         self.keep_lends(id, &lends);
+        // A gang stopping to grow that ends otherwise (a lost node, a cancel) grows no more.
+        self.growing.remove(&id);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.replicas.clear();
         job.stopping = None;
@@ -224,6 +227,7 @@ impl State {
             self.access.owners.remove(&old);
             self.tenancy.run_as.remove(&old);
             self.forget_element(old);
+            self.elastic.remove(&old);
             if let Some(j) = self.d.jobs.remove(&old)
                 && self.d.job_names.get(&j.spec.name) == Some(&old)
             {
@@ -347,6 +351,7 @@ impl State {
                 self.requeue(id, true, reason);
                 self.job_event(id, EventKind::Requeued, "back in the queue after its GPU failed".into(), ev);
             }
+            StopWhy::Grow => self.grown_stopped(id, checkpointed, ev),
         }
         Ok(())
     }
@@ -368,7 +373,7 @@ impl State {
         self.job_event(id, EventKind::TimedOut, format!("failed: {TIME_LIMIT}"), ev);
     }
 
-    fn mark_checkpoint(&mut self, id: JobId, checkpointed: bool) {
+    pub(super) fn mark_checkpoint(&mut self, id: JobId, checkpointed: bool) {
         if checkpointed {
             let now = self.d.now_ms;
             let job = self.d.jobs.get_mut(&id).expect("job");

@@ -13,6 +13,7 @@ mod apply_plan;
 mod arrays;
 mod completing;
 mod config;
+mod elastic;
 mod gpu_health;
 mod identity;
 mod integrity;
@@ -29,6 +30,7 @@ pub use apply_plan::demand_of;
 use arrays::ArrayIndex;
 pub use arrays::Arrays;
 pub use completing::{Aftermath, Completing, CompletingRanks, LastPlaced};
+pub use elastic::{ElasticGangs, Growing};
 pub use maintenance::MAINTENANCE;
 pub use reserve::backfills;
 use submit::Submitter;
@@ -146,6 +148,11 @@ pub struct State {
     arrays: Arrays,
     /// Derived from `arrays`; never stored.
     array_index: ArrayIndex,
+    /// Elastic gangs' ranges (decisions.md section 13). Serialized with the arrays, in the
+    /// same part, written when either holds one.
+    elastic: ElasticGangs,
+    /// Gangs stopping to grow, and where each starts again: serialized with the arrays.
+    growing: Growing,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -193,6 +200,8 @@ impl State {
             gpu_faults: GpuFaults::new(),
             arrays: Arrays::default(),
             array_index: ArrayIndex::default(),
+            elastic: ElasticGangs::new(),
+            growing: Growing::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -283,6 +292,9 @@ impl State {
                 self.submit_array(spec, array, request_id, run_as, after, ev)
             }
             Op::CancelArray { array } => done(self.cancel_array(array, ev)),
+            Op::SubmitElastic { spec, elastic, request_id, run_as, after } => {
+                self.submit_elastic(spec, elastic, request_id, run_as, after, ev)
+            }
             Op::CreateMaintenance(spec) => done(self.create_window(spec, ev)),
             Op::DeleteMaintenance { name } => done(self.delete_window(&name, ev)),
             Op::ReportGpu { node, gpu, fault, by_check } => {
@@ -403,9 +415,9 @@ impl Serialize for State {
         // member reads format 7).
         let visibility = &self.queue_visibility;
         let (waits, windows, faults) = (&self.waits, &self.windows, &self.gpu_faults);
-        if !self.arrays.is_empty() {
-            (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, &self.arrays)
-                .serialize(s)
+        if !self.arrays.is_empty() || !self.elastic.is_empty() {
+            let workflows = (&self.arrays, &self.elastic, &self.growing);
+            (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows).serialize(s)
         } else if !self.gpu_faults.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
         } else if !self.windows.is_empty() {
@@ -456,9 +468,9 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let waits: Waits = seq.next_element()?.unwrap_or_default();
         let windows: BTreeMap<Name, Window> = seq.next_element()?.unwrap_or_default();
         let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
-        let arrays: Arrays = seq.next_element()?.unwrap_or_default();
+        let (arrays, elastic, growing): (Arrays, ElasticGangs, Growing) = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_tail(Tail { visibility, waits, windows, faults, arrays })?;
+        s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, growing })?;
         Ok(s)
     }
 }
@@ -472,6 +484,8 @@ struct Tail {
     windows: BTreeMap<Name, Window>,
     faults: GpuFaults,
     arrays: Arrays,
+    elastic: ElasticGangs,
+    growing: Growing,
 }
 
 impl State {
@@ -481,7 +495,9 @@ impl State {
         self.restore_arrays(t.arrays)?;
         self.restore_waits(t.waits)?;
         self.restore_windows(t.windows)?;
-        self.restore_gpu_faults(t.faults)
+        self.restore_gpu_faults(t.faults)?;
+        self.restore_elastic(t.elastic)?;
+        self.restore_growing(t.growing)
     }
 }
 
@@ -717,6 +733,8 @@ impl State {
             gpu_faults: GpuFaults::new(),
             arrays: Arrays::default(),
             array_index: ArrayIndex::default(),
+            elastic: ElasticGangs::new(),
+            growing: Growing::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -738,5 +756,7 @@ impl PartialEq for State {
             && self.windows == other.windows
             && self.gpu_faults == other.gpu_faults
             && self.arrays == other.arrays
+            && self.elastic == other.elastic
+            && self.growing == other.growing
     }
 }

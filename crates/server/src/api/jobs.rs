@@ -6,8 +6,8 @@ use baton_model::job::{Job, JobId};
 use baton_model::limits::MAX_REQUEST_ID_LEN;
 use baton_model::tenancy::UnixUser;
 use baton_proto::convert::{
-    after_from_proto, array_spec_from_proto, job_array_to_proto, job_spec_from_proto, job_states_from_proto,
-    job_to_proto, pool_reservation_to_proto, waits_to_proto,
+    after_from_proto, array_spec_from_proto, elastic_from_proto, job_array_to_proto, job_spec_from_proto,
+    job_states_from_proto, job_to_proto, pool_reservation_to_proto, waits_to_proto,
 };
 use baton_proto::v1::{self, JobRef, ListJobsReply, ListJobsRequest, SubmitReply, SubmitRequest};
 use prost::Message;
@@ -20,9 +20,10 @@ use crate::auth::Caller;
 use crate::status;
 
 pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Response<SubmitReply>, Status> {
-    let spec = r.spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;
-    let spec = job_spec_from_proto(&spec).map_err(status::from_convert)?;
+    let spec_proto = r.spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;
+    let spec = job_spec_from_proto(&spec_proto).map_err(status::from_convert)?;
     let after = after_from_proto(&r.after).map_err(status::from_convert)?;
+    let elastic = elastic_from_proto(&spec_proto).map_err(status::from_convert)?;
     if r.request_id.len() > MAX_REQUEST_ID_LEN {
         return Err(Status::invalid_argument(format!("request_id: longer than {MAX_REQUEST_ID_LEN} bytes")));
     }
@@ -37,10 +38,16 @@ pub async fn submit(api: &Api, who: &Caller, r: SubmitRequest) -> Result<Respons
     let term = api.ctx.replica.term();
     let span = tracing::info_span!("submit", job = tracing::field::Empty, name = %spec.name, term, duplicate = tracing::field::Empty);
     // A job without dependencies goes as before, so it needs no newer data format.
-    let op = match r.array.as_ref().map(array_spec_from_proto) {
-        Some(array) => Op::SubmitArray { spec, array, request_id, run_as, after },
-        None if after.is_empty() => Op::SubmitRunAs { spec, request_id, run_as },
-        None => Op::SubmitAfter { spec, request_id, run_as, after },
+    let op = match (r.array.as_ref().map(array_spec_from_proto), elastic) {
+        (Some(_), Some(_)) => {
+            return Err(Status::invalid_argument(
+                "spec.tasks.min_replicas: an array's elements cannot be elastic gangs (submit them one by one)",
+            ));
+        }
+        (Some(array), None) => Op::SubmitArray { spec, array, request_id, run_as, after },
+        (None, Some(elastic)) => Op::SubmitElastic { spec, elastic, request_id, run_as, after },
+        (None, None) if after.is_empty() => Op::SubmitRunAs { spec, request_id, run_as },
+        (None, None) => Op::SubmitAfter { spec, request_id, run_as, after },
     };
     let applied = api.write(who, op).instrument(span.clone()).await?;
     match applied.outcome {
@@ -143,6 +150,12 @@ fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> Option<v1::J
     }
     let owner = s.access().owner(j.id);
     out.owner = owner.map(|o| o.to_string()).unwrap_or_default();
+    if let Some(e) = s.elastic(j.id) {
+        out.elastic_max_replicas = Some(e.max);
+        if let Some(t) = out.spec.as_mut().and_then(|spec| spec.tasks.get_mut(e.task as usize)) {
+            t.min_replicas = Some(e.min);
+        }
+    }
     if let Some((a, index)) = s.element_of(j.id) {
         out.array = a.spec.name.to_string();
         out.array_index = Some(index);
