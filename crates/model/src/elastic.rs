@@ -7,8 +7,26 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::alloc::ReplicaAlloc;
 use crate::error::ApplyError;
-use crate::job::JobSpec;
+use crate::job::{JobId, JobSpec, PreemptionMode};
+
+/// The scheduler sees a gang's replicas above its minimum as a job of their own while it
+/// plans preemptions (section 13: "one candidate of their own"): that job's id is the
+/// gang's with this bit set. Job ids are counters far below it; nothing with this bit is
+/// ever stored.
+pub const EXCESS_BIT: JobId = 1 << 63;
+
+/// The id the scheduler gives gang `id`'s replicas above its minimum.
+pub fn excess_of(id: JobId) -> JobId {
+    debug_assert!(id & EXCESS_BIT == 0, "job ids stay below the excess bit");
+    id | EXCESS_BIT
+}
+
+/// The gang whose excess `id` is, if it is one.
+pub fn gang_of_excess(id: JobId) -> Option<JobId> {
+    (id & EXCESS_BIT != 0).then_some(id & !EXCESS_BIT)
+}
 
 /// What a submit asks: task group `task` may run with `min_replicas` up to its `replicas`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +81,21 @@ impl Elastic {
         let mut s = spec.clone();
         s.tasks[self.task as usize].replicas = n;
         s
+    }
+
+    /// A placement split into what a shrink keeps (every replica of other tasks, and ranks
+    /// below the minimum of the elastic task) and what it gives up (the rest).
+    pub fn kept_and_excess(&self, replicas: &[ReplicaAlloc]) -> (Vec<ReplicaAlloc>, Vec<ReplicaAlloc>) {
+        replicas.iter().cloned().partition(|r| r.task != self.task || r.index < self.min)
+    }
+
+    /// A gang whose replicas above its minimum may be taken alone: it runs above its
+    /// minimum, and a preemption in its mode stops it and leaves it able to start again.
+    /// Mode cancel ends it, and mode suspend (CPU jobs) keeps it in place, so such gangs
+    /// are only ever victims whole.
+    pub fn may_shrink(&self, spec: &JobSpec) -> bool {
+        let mode = spec.preemption_mode_when_preempted();
+        self.size(spec) > self.min && !matches!(mode, PreemptionMode::Cancel | PreemptionMode::Suspend)
     }
 
     /// "4 of 8 replicas (minimum 2)": what `describe` and events say of a size.

@@ -48,6 +48,16 @@ pub enum Decision {
     /// `replicas` (more than it runs with; its own resources among them) as its stop
     /// completes (decisions.md section 13). Data format 9.
     Grow { job: JobId, attempt: u32, replicas: Vec<ReplicaAlloc> },
+    /// `Preempt` that also takes elastic gangs' replicas above their minimum (`shrunk`,
+    /// decisions.md section 13): each is stopped in its mode and starts again at once on
+    /// the replicas it keeps (ranks below its minimum). Data format 9.
+    PreemptShrinking {
+        job: JobId,
+        victims: Vec<Victim>,
+        shrunk: Vec<Victim>,
+        replicas: Vec<ReplicaAlloc>,
+        message: String,
+    },
 }
 
 impl Decision {
@@ -61,6 +71,7 @@ impl Decision {
             Decision::Reserve { .. } => "reserve",
             Decision::Unreserve { .. } => "unreserve",
             Decision::Grow { .. } => "grow",
+            Decision::PreemptShrinking { .. } => "preempt",
         }
     }
 
@@ -73,14 +84,15 @@ impl Decision {
             | Decision::TimeLimit { job, .. }
             | Decision::Reserve { job, .. }
             | Decision::Unreserve { job, .. }
-            | Decision::Grow { job, .. } => *job,
+            | Decision::Grow { job, .. }
+            | Decision::PreemptShrinking { job, .. } => *job,
         }
     }
 
     /// The data format that introduced this decision (see `Op::format`).
     pub fn format(&self) -> u32 {
         match self {
-            Decision::Grow { .. } => 9,
+            Decision::Grow { .. } | Decision::PreemptShrinking { .. } => 9,
             _ => 1,
         }
     }

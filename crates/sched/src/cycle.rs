@@ -2,7 +2,7 @@
 //! place it (first without borrowing, then by borrowing), or plan a preemption for it, or
 //! say why it waits.
 
-use baton_model::elastic::Elastic;
+use baton_model::elastic::{Elastic, gang_of_excess};
 use baton_model::job::{Job, JobId, JobState};
 use baton_model::ledger::{Admission, Ledger, QuotaBlock};
 use baton_model::node::NodeStatus;
@@ -350,6 +350,30 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
         return Outcome::Waits;
     }
     planner.budget -= 1;
+    // Elastic gangs' replicas above their minimum are candidates of their own while the
+    // preemption is planned and reserved (decisions.md section 13).
+    view.split_excess();
+    // Owned: the reasons' cache that lends `base` is the planner's, which planning borrows.
+    let base = base.to_string();
+    let outcome = preempt_for(view, c, needs, plan, planner, holds, &base, key);
+    view.merge_excess();
+    outcome
+}
+
+/// Plans a preemption for the job (with `needs`) and reserves what it takes, or says why it
+/// waits.
+#[allow(clippy::too_many_arguments)]
+fn preempt_for(
+    view: &mut View,
+    c: &Candidate,
+    needs: &Needs,
+    plan: &mut Plan,
+    planner: &mut Planner,
+    holds: &Holds,
+    base: &str,
+    key: Option<crate::failures::Key>,
+) -> Outcome {
+    let (job, q) = (c.job, c.queue);
     match preempt::plan(view, job, needs) {
         Ok(Planned::Preempt { victims, packing, message }) => {
             let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
@@ -358,13 +382,20 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
             // Section 9: no job is placed on reserved resources, a preemptor included.
             if let Some(h) = holds.overlapping(job.id, &shares) {
                 let why = format!("it could only preempt its way onto GPUs reserved for {}", view.job(h).spec.name);
-                wait_because(plan, c, &base, &why);
+                wait_because(plan, c, base, &why);
                 return Outcome::Waits;
             }
-            let victims_with_attempts =
-                victims.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
+            let (whole, shrunk) = whole_and_shrunk(&victims);
+            let attempts =
+                |ids: &[JobId]| ids.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
+            let (victims_named, shrunk_named): (Vec<Victim>, Vec<Victim>) = (attempts(&whole), attempts(&shrunk));
             view.reserve(job, q, &shares, &victims);
-            plan.decisions.push(Decision::Preempt { job: job.id, victims: victims_with_attempts, replicas, message });
+            plan.decisions.push(if shrunk_named.is_empty() {
+                Decision::Preempt { job: job.id, victims: victims_named, replicas, message }
+            } else {
+                let (victims, shrunk) = (victims_named, shrunk_named);
+                Decision::PreemptShrinking { job: job.id, victims, shrunk, replicas, message }
+            });
             Outcome::Waits
         }
         Ok(Planned::WaitForLeaving { leaving }) => {
@@ -377,10 +408,19 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
             if let Some(k) = key {
                 planner.failures.record(k, c, &why);
             }
-            wait_because(plan, c, &base, &why);
+            wait_because(plan, c, base, &why);
             Outcome::Stuck
         }
     }
+}
+
+/// A preemption's victims as the state takes them: jobs stopped whole, in the planner's
+/// order, and gangs that only give up their replicas above their minimum (their excess part
+/// taken, the rest of the gang not).
+fn whole_and_shrunk(victims: &[JobId]) -> (Vec<JobId>, Vec<JobId>) {
+    let whole: Vec<JobId> = victims.iter().copied().filter(|&v| gang_of_excess(v).is_none()).collect();
+    let shrunk = victims.iter().filter_map(|&v| gang_of_excess(v)).filter(|g| !whole.contains(g)).collect();
+    (whole, shrunk)
 }
 
 /// Places the job without preemption if it fits: quota first (cheap), once per pool choice;

@@ -1,8 +1,9 @@
 //! Property tests for decisions.md section 13's elastic gangs, through the real
 //! `State::apply` and `cycle`: random gangs (some kept on one node, some protected by a
-//! minimum runtime) beside rigid jobs of random priorities on two nodes too small for all
-//! of them, while jobs exit, are cancelled, and lose their node, and time passes so gangs
-//! grow. After every command (`invariants::check_elastic`):
+//! minimum runtime) beside rigid jobs of random priorities, in two queues of one cohort
+//! that borrow from and reclaim from each other, on two nodes too small for all of them,
+//! while jobs exit, are cancelled, and lose their node, and time passes so gangs grow and,
+//! as victims, shrink. After every command (`invariants::check_elastic`):
 //! - an elastic gang never runs below its minimum, nor above its `replicas`;
 //! - its spec holds the size it runs with, and its placement covers exactly that;
 //! - a gang stopping to grow is named for it, and only then.
@@ -13,6 +14,7 @@ use baton_model::fixture::{gpu_job, gpu_node, gpu_queue};
 use baton_model::job::{JobId, PriorityRef, Topology};
 use baton_model::name::Name;
 use baton_model::node::NodeStatus;
+use baton_model::queue::Cohort;
 use baton_model::state::State;
 use proptest::prelude::*;
 
@@ -27,6 +29,9 @@ struct JobGen {
     priority: i32,
     on_one_node: bool,
     min_runtime_s: u64,
+    /// Queue a (else b): two queues of one cohort, each guaranteed half the GPUs, so
+    /// one's borrowed GPUs are reclaimed by the other, and gangs shrink.
+    in_a: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -43,16 +48,17 @@ enum Act {
 }
 
 fn job() -> impl Strategy<Value = JobGen> {
-    (1u64..=2, 1u32..=8, any::<bool>(), 0u32..8, 1i32..=3, any::<bool>(), prop_oneof![Just(0u64), Just(5)]).prop_map(
-        |(gpus, replicas, elastic, min, priority, on_one_node, min_runtime_s)| JobGen {
-            gpus,
-            replicas,
-            min: elastic.then_some(1 + min % replicas),
-            priority,
-            on_one_node,
-            min_runtime_s,
-        },
-    )
+    let shape = (1u64..=2, 1u32..=8, any::<bool>(), 0u32..8);
+    let rest = (1i32..=3, any::<bool>(), prop_oneof![Just(0u64), Just(5)], any::<bool>());
+    (shape, rest).prop_map(|((gpus, replicas, elastic, min), (priority, on_one_node, min_runtime_s, in_a))| JobGen {
+        gpus,
+        replicas,
+        min: elastic.then_some(1 + min % replicas),
+        priority,
+        on_one_node,
+        min_runtime_s,
+        in_a,
+    })
 }
 
 fn acts() -> impl Strategy<Value = Vec<Act>> {
@@ -69,7 +75,7 @@ fn acts() -> impl Strategy<Value = Vec<Act>> {
 }
 
 fn submit(s: &mut State, now_ms: u64, i: usize, g: &JobGen) -> Result<(), String> {
-    let mut spec = gpu_job(&format!("j{i}"), "q", g.gpus);
+    let mut spec = gpu_job(&format!("j{i}"), if g.in_a { "a" } else { "b" }, g.gpus);
     spec.tasks[0].replicas = g.replicas;
     spec.priority = PriorityRef::Value(g.priority);
     spec.min_runtime_ms = g.min_runtime_s * 1_000;
@@ -118,7 +124,13 @@ fn act(s: &mut State, now_ms: &mut u64, i: usize, a: &Act) -> Result<(), String>
 fn run(acts: &[Act]) -> Result<(), String> {
     let mut s = State::new();
     cmd(&mut s, 0, Op::RegisterNodes(vec![gpu_node("n1", 8), gpu_node("n2", 4)])).map_err(|e| e.to_string())?;
-    cmd(&mut s, 0, Op::PutQueue(gpu_queue("q", 12))).map_err(|e| e.to_string())?;
+    cmd(&mut s, 0, Op::PutCohort(Cohort { name: Name::lit("team"), parent: None, fair_sharing: false }))
+        .map_err(|e| e.to_string())?;
+    for q in ["a", "b"] {
+        let mut spec = gpu_queue(q, 6);
+        spec.cohort = Some(Name::lit("team"));
+        cmd(&mut s, 0, Op::PutQueue(spec)).map_err(|e| e.to_string())?;
+    }
     let mut now_ms = 1_000;
     for (i, a) in acts.iter().enumerate() {
         act(&mut s, &mut now_ms, i, a)?;

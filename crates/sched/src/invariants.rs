@@ -173,7 +173,8 @@ fn check_arrays(s: &State) -> Result<(), String> {
 
 /// decisions.md section 13: an elastic gang never runs below its minimum nor above its
 /// `replicas`; its spec holds the size it runs with, and its placement covers exactly that
-/// (ranks 0..size); a gang stopping to grow is being stopped, and only such a gang grows.
+/// (ranks 0..size); a gang to start again at once is stopping to grow or preempted (then
+/// it shrinks to exactly its minimum), and one stopping to grow knows where.
 fn check_elastic(s: &State) -> Result<(), String> {
     for (&id, e) in s.elastic_gangs() {
         let j = s.job(id).ok_or(format!("elastic job {id} is not kept"))?;
@@ -189,9 +190,20 @@ fn check_elastic(s: &State) -> Result<(), String> {
                 return Err(format!("elastic gang {n} ({:?}) runs ranks {indices:?}, its spec says {size}", j.state));
             }
         }
-        let stopping_to_grow = j.stopping.is_some_and(|st| st.why == baton_model::job::StopWhy::Grow);
-        if s.growing_of(id).is_some() != stopping_to_grow {
-            return Err(format!("elastic gang {n} ({:?}): growing and its stop disagree", j.state));
+        use baton_model::job::StopWhy;
+        let why = j.stopping.map(|st| st.why);
+        let restarts = s.restart_of(id).is_some();
+        let may_restart = matches!(why, Some(StopWhy::Grow | StopWhy::Preempted { .. }));
+        if restarts && !may_restart || why == Some(StopWhy::Grow) && !restarts {
+            return Err(format!(
+                "elastic gang {n} ({:?}, {why:?}): where it starts again and its stop disagree",
+                j.state
+            ));
+        }
+        if let Some(kept) = s.restart_of(id).filter(|_| matches!(why, Some(StopWhy::Preempted { .. })))
+            && kept.iter().filter(|r| r.task == e.task).count() as u32 != e.min
+        {
+            return Err(format!("elastic gang {n} shrinks to {} replicas, not its minimum {}", kept.len(), e.min));
         }
     }
     Ok(())

@@ -144,7 +144,7 @@ fn check_reported(before: &State, after: &State, d: &Decision, taken: bool) -> R
         Decision::Place { job: id, attempt, .. } => {
             job(before, *id).is_some_and(|(_, a)| a != *attempt) && job(after, *id).is_some_and(|(_, a)| a == *attempt)
         }
-        Decision::Preempt { job: id, .. } => {
+        Decision::Preempt { job: id, .. } | Decision::PreemptShrinking { job: id, .. } => {
             !before.reservations().contains_key(id) && after.reservations().contains_key(id)
         }
         Decision::Reserve { job: id, .. } => {
@@ -173,7 +173,9 @@ fn check_reported(before: &State, after: &State, d: &Decision, taken: bool) -> R
 fn check_not_on_reserved(before: &State, d: &Decision) -> Result<(), String> {
     let (id, replicas, preempt) = match d {
         Decision::Place { job, replicas, .. } => (*job, replicas, false),
-        Decision::Preempt { job, replicas, .. } => (*job, replicas, true),
+        Decision::Preempt { job, replicas, .. } | Decision::PreemptShrinking { job, replicas, .. } => {
+            (*job, replicas, true)
+        }
         _ => return Ok(()),
     };
     let j = before.job(id).expect("a placed job exists");

@@ -6,6 +6,7 @@
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
 
+use baton_model::elastic::{excess_of, gang_of_excess};
 use baton_model::job::{Job, JobId};
 use baton_model::ledger::{Ledger, Removed, Share, Vector, ZERO, add, sub};
 use baton_model::state::State;
@@ -31,6 +32,20 @@ pub struct View<'a> {
     pub pool_free: Vec<Vector>,
     /// What each node contributes to `pool_free`.
     counted: Vec<Vector>,
+    /// Running elastic gangs whose replicas above their minimum may be taken alone
+    /// (decisions.md section 13), gathered on first use; split off in the ledger as jobs of
+    /// their own only while a preemption is planned (`split_excess`, `merge_excess`).
+    excess: OnceCell<Vec<Excess>>,
+    split: bool,
+}
+
+/// A gang's replicas above its minimum, as the preemption planner sees them: a job of
+/// their own (`id`, the gang's with `EXCESS_BIT`).
+#[derive(Debug, Clone)]
+pub struct Excess {
+    pub gang: JobId,
+    pub id: JobId,
+    pub shares: Vec<Share>,
 }
 
 /// Positions in `View::active()`, ascending (so in id order): per queue, and of the jobs
@@ -92,7 +107,21 @@ impl<'a> View<'a> {
             add(&mut pool_free[ledger.nodes[n].pool], free);
         }
         let (active, groups, timed_out) = (OnceCell::new(), OnceCell::new(), Vec::new());
-        View { state, ledger, index, now_ms, taken: BTreeSet::new(), active, groups, timed_out, pool_free, counted }
+        let (excess, split) = (OnceCell::new(), false);
+        View {
+            state,
+            ledger,
+            index,
+            now_ms,
+            taken: BTreeSet::new(),
+            active,
+            groups,
+            timed_out,
+            pool_free,
+            counted,
+            excess,
+            split,
+        }
     }
 
     /// Jobs running or stopping when the cycle began, in id order. Read from the state, not
@@ -124,6 +153,54 @@ impl<'a> View<'a> {
         self.groups.get_or_init(|| Groups::of(self.active(), self.ledger.queues.len()))
     }
 
+    /// Gangs running above their minimum that may shrink, in id order (`Elastic::may_shrink`).
+    fn excess_list(&self) -> &[Excess] {
+        self.excess.get_or_init(|| {
+            let state = self.state;
+            let mut out = Vec::new();
+            for (&gang, e) in state.elastic_gangs() {
+                let Some(j) = state.job(gang) else { continue };
+                if j.state != baton_model::job::JobState::Running || j.is_leaving() || !e.may_shrink(&j.spec) {
+                    continue;
+                }
+                let (_, excess) = e.kept_and_excess(&j.replicas);
+                out.push(Excess { gang, id: excess_of(gang), shares: state.shares(j, &excess) });
+            }
+            out
+        })
+    }
+
+    /// The gangs' excess parts split off in the ledger now (empty outside `split_excess`).
+    pub fn excess(&self) -> &[Excess] {
+        if self.split { self.excess.get().map_or(&[], |v| v.as_slice()) } else { &[] }
+    }
+
+    /// Charges each shrinkable gang's replicas above its minimum to a job of their own in
+    /// the working ledger, so the preemption planner can take them alone. Gangs already
+    /// taken or stopping this cycle stay whole. Undone by `merge_excess`.
+    pub fn split_excess(&mut self) {
+        let list = self.excess_list().to_vec();
+        for x in &list {
+            let running = self.ledger.charges.get(&x.gang).is_some_and(|c| !c.leaving && !c.reserved);
+            if running && !self.taken.contains(&x.gang) {
+                self.ledger.split_off(x.gang, x.id, &x.shares);
+            }
+        }
+        self.split = true;
+    }
+
+    /// Puts the split parts back into their gangs (a part taken as a victim has made its
+    /// whole gang leave: `reserve`).
+    pub fn merge_excess(&mut self) {
+        if !std::mem::take(&mut self.split) {
+            return;
+        }
+        let list = self.excess.get().cloned().unwrap_or_default();
+        for x in list {
+            self.ledger.merge_into(x.id, x.gang);
+        }
+    }
+
     /// A running job is stopped at its time limit this cycle: it is leaving.
     pub fn time_out(&mut self, id: JobId) {
         match self.active.get_mut() {
@@ -147,11 +224,21 @@ impl<'a> View<'a> {
     }
 
     /// Resources are held for a preemptor of queue `q` while its victims stop: the change
-    /// `State::apply` makes of a Preempt.
+    /// `State::apply` makes of a Preempt. A victim may be a gang's excess part
+    /// (`split_excess`): the whole gang stops, as the state stops it.
     pub fn reserve(&mut self, job: &Job, q: usize, shares: &[Share], victims: &[JobId]) {
         let jobs = self.state.jobs();
-        self.ledger.preempt(job.id, q, !job.preemptible, shares, victims, |v| jobs[&v].spec.suspends_when_preempted());
-        self.taken.extend(victims.iter().copied());
+        let mut leaving: Vec<JobId> = victims.to_vec();
+        for x in self.excess() {
+            if victims.contains(&x.gang) || victims.contains(&x.id) {
+                leaving.extend([x.gang, x.id]);
+            }
+        }
+        leaving.sort_unstable();
+        leaving.dedup();
+        let suspends = |v: JobId| gang_of_excess(v).is_none() && jobs[&v].spec.suspends_when_preempted();
+        self.ledger.preempt(job.id, q, !job.preemptible, shares, &leaving, suspends);
+        self.taken.extend(leaving.iter().copied());
         self.reindex(shares);
     }
 

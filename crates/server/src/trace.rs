@@ -33,7 +33,7 @@ pub fn record_outcome(span: &Span, outcome: &Outcome) {
 pub fn cycle_span(term: u64, decisions: &[Decision]) -> Span {
     let traced = |d: &Decision| match d {
         Decision::Place { attempt, .. } | Decision::ResumeInPlace { attempt, .. } => Some(Some(*attempt)),
-        Decision::Preempt { .. } => Some(None),
+        Decision::Preempt { .. } | Decision::PreemptShrinking { .. } | Decision::Grow { .. } => Some(None),
         _ => None,
     };
     if !decisions.iter().any(|d| traced(d).is_some()) {

@@ -719,6 +719,9 @@ impl<'s> Engine<'s> {
                 .iter()
                 .flat_map(|d| match d {
                     Decision::Preempt { victims, .. } => victims.iter().map(|v| v.job).collect(),
+                    Decision::PreemptShrinking { victims, shrunk, .. } => {
+                        victims.iter().chain(shrunk).map(|v| v.job).collect()
+                    }
                     Decision::TimeLimit { job, .. } => vec![*job],
                     _ => Vec::new(),
                 })

@@ -7,7 +7,7 @@
 //! Also here: the scoped "as if these jobs had stopped" that preemption and the plan
 //! checker ask, which puts the ledger back exactly when the question is answered.
 
-use super::{Ledger, Share, Vector, fits};
+use super::{Ledger, Occupant, Share, Vector, ZERO, fits, sub};
 use crate::job::JobId;
 
 impl Ledger {
@@ -31,6 +31,66 @@ impl Ledger {
     pub fn give_up_reservation(&mut self, job: JobId) {
         if self.charges.get(&job).is_some_and(|c| c.reserved) {
             self.unreserve(job, true);
+        }
+    }
+
+    /// The scheduler's view only: the part `part` of running job `job`'s occupancy (within
+    /// what it occupies) is charged to `to` from now on, as a job of its own of the same
+    /// queue: an elastic gang's replicas above its minimum, a preemption candidate apart
+    /// from the rest of the gang (decisions.md section 13). Usage moves with it, so no
+    /// queue's usage and no node's free resources change.
+    pub fn split_off(&mut self, job: JobId, to: JobId, part: &[Share]) {
+        let Some(ch) = self.charges.get(&job).cloned() else { return };
+        debug_assert!(!ch.leaving && !ch.reserved, "only a running job's occupancy is split");
+        let nodes: Vec<usize> = part.iter().map(|s| s.node).collect();
+        self.ensure_charge(to, ch.queue, ch.not_preemptible, &nodes);
+        for &Share { node: n, amount, gpus } in part {
+            let node = &mut self.nodes[n];
+            let Some(o) = node.occupants.iter_mut().find(|o| o.job == job) else { continue };
+            debug_assert!(fits(&amount, &o.amount) && gpus & !o.gpus == 0, "a split takes only what the job holds");
+            sub(&mut o.amount, &amount);
+            o.gpus &= !gpus;
+            if o.amount == ZERO && o.gpus == 0 {
+                node.occupants.retain(|o| o.job != job);
+            }
+            let moved = Occupant { job: to, amount, gpus, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 };
+            node.occupants.push(moved);
+        }
+        self.settle(job);
+        self.settle(to);
+        for n in nodes {
+            self.nodes[n].refresh();
+        }
+    }
+
+    /// Undoes `split_off`: what `from` holds is `into`'s again. Both are leaving, or
+    /// neither (a preemption that takes either part stops the whole job).
+    pub fn merge_into(&mut self, from: JobId, into: JobId) {
+        let Some(ch) = self.charges.get(&from).cloned() else { return };
+        debug_assert!(
+            self.charges.get(&into).is_none_or(|c| c.leaving == ch.leaving),
+            "a split job merges back only when both parts are leaving or neither is"
+        );
+        self.ensure_charge(into, ch.queue, ch.not_preemptible, &ch.nodes);
+        for &n in &ch.nodes {
+            let node = &mut self.nodes[n];
+            let Some(pos) = node.occupants.iter().position(|o| o.job == from) else { continue };
+            let o = node.occupants.remove(pos);
+            match node.occupants.iter_mut().find(|x| x.job == into) {
+                Some(x) => {
+                    super::add(&mut x.amount, &o.amount);
+                    x.gpus |= o.gpus;
+                }
+                None => node.occupants.push(Occupant { job: into, ..o }),
+            }
+        }
+        if let Some(c) = self.charges.get_mut(&into) {
+            c.leaving = ch.leaving;
+        }
+        self.settle(from);
+        self.settle(into);
+        for n in ch.nodes {
+            self.nodes[n].refresh();
         }
     }
 
@@ -150,6 +210,22 @@ impl Ledger {
         let mut entries = Vec::new();
         if let Some(ch) = self.charges.get(&job).cloned() {
             for (p, v) in &ch.usage {
+                self.adjust_usage(ch.queue, *p, v, ch.not_preemptible, false);
+                entries.push(Taken { queue: ch.queue, pool: *p, amount: *v, not_preemptible: ch.not_preemptible });
+            }
+        }
+        removed.taken.push((job, entries));
+    }
+
+    /// Takes part of job `job`'s usage (`usage`, per pool, within what it is charged) out of
+    /// its queue's, as if that part had stopped: a gang shrinking to its minimum. Put back
+    /// like a whole job's (`put_back`, `put_back_all`).
+    pub fn remove_part(&mut self, removed: &mut Removed, job: JobId, usage: &[(usize, Vector)]) {
+        debug_assert!(!removed.contains(job), "job {job} removed twice: its usage would be taken out twice");
+        let mut entries = Vec::new();
+        if let Some(ch) = self.charges.get(&job).cloned() {
+            for (p, v) in usage {
+                debug_assert!(ch.usage.iter().any(|(cp, cv)| cp == p && fits(v, cv)), "a part within the charge");
                 self.adjust_usage(ch.queue, *p, v, ch.not_preemptible, false);
                 entries.push(Taken { queue: ch.queue, pool: *p, amount: *v, not_preemptible: ch.not_preemptible });
             }

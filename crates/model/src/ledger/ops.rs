@@ -19,7 +19,7 @@ pub struct Share {
 }
 
 impl Ledger {
-    fn ensure_charge(&mut self, job: JobId, queue: usize, np: bool, nodes: &[usize]) {
+    pub(super) fn ensure_charge(&mut self, job: JobId, queue: usize, np: bool, nodes: &[usize]) {
         let ch = self.charges.get_or_insert_with(job, || JobCharge {
             queue,
             not_preemptible: np,
@@ -36,7 +36,7 @@ impl Ledger {
     }
 
     /// Re-derives a job's usage and drops nodes where it has nothing left.
-    fn settle(&mut self, job: JobId) {
+    pub(super) fn settle(&mut self, job: JobId) {
         self.recharge(job);
         let accts = &self.nodes;
         let Some(ch) = self.charges.get_mut(&job) else {

@@ -48,8 +48,12 @@ impl State {
                 self.start_job(job, attempt, replicas, ev);
             }
             Decision::Preempt { job, victims, replicas, message } => {
-                let shares = self.check_preempt(job, &victims, &replicas)?;
-                self.preempt(job, &victims, replicas, shares, &message, ev);
+                let shares = self.check_preempt(job, &victims, &[], &replicas)?;
+                self.preempt(job, &victims, &[], replicas, shares, &message, ev);
+            }
+            Decision::PreemptShrinking { job, victims, shrunk, replicas, message } => {
+                let shares = self.check_preempt(job, &victims, &shrunk, &replicas)?;
+                self.preempt(job, &victims, &shrunk, replicas, shares, &message, ev);
             }
             Decision::Wait { job, reason } => {
                 let j = self.d.jobs.get(&job).ok_or(Rejection::UnknownJob)?;
@@ -163,10 +167,13 @@ impl State {
         Ok(())
     }
 
+    /// A preemption: `victims` stop whole; `shrunk` gangs give up only their replicas above
+    /// their minimum, so the preemptor's replicas must fit beside what those keep.
     fn check_preempt(
         &mut self,
         id: JobId,
         victims: &[Victim],
+        shrunk: &[Victim],
         replicas: &[ReplicaAlloc],
     ) -> Result<Vec<Share>, Rejection> {
         let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
@@ -176,26 +183,72 @@ impl State {
         if let Some(why) = self.completing_reason(id) {
             return Err(Rejection::Completing { job: job.spec.name.clone(), why });
         }
-        if victims.is_empty() {
+        if victims.is_empty() && shrunk.is_empty() {
             return Err(Rejection::NoVictims);
         }
         let mut seen = BTreeSet::new();
-        for v in victims {
+        for v in victims.iter().chain(shrunk) {
             if v.job == id || !seen.insert(v.job) {
                 return Err(Rejection::VictimsNotDistinct);
             }
             self.check_victim(v)?;
         }
+        let kept = self.check_shrunk(shrunk)?;
         let shares = self.check_replicas(id, replicas)?;
-        let removed: Vec<JobId> = victims.iter().map(|v| v.job).collect();
-        self.check_fit(id, &shares, &removed)?;
+        let removed: Vec<JobId> = victims.iter().chain(shrunk).map(|v| v.job).collect();
+        self.check_fit_beside(id, &shares, &removed, &kept)?;
         self.check_reservations(id, &shares, &removed)?;
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
         let demand = demand_of(&self.ledger, &shares);
-        let verdict = self.ledger.without(removed.iter().copied(), |l| l.check_admission(q, &demand, np));
+        let mut gone = crate::ledger::Removed::default();
+        for v in victims {
+            self.ledger.remove(&mut gone, v.job);
+        }
+        for (v, k) in shrunk.iter().zip(&kept) {
+            self.ledger.remove_part(&mut gone, v.job, &k.gives_up);
+        }
+        let verdict = self.ledger.check_admission(q, &demand, np);
+        self.ledger.put_back_all(gone);
         verdict.map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
         Ok(shares)
+    }
+
+    /// Each shrunk victim is an elastic gang that may shrink; what each keeps and gives up.
+    fn check_shrunk(&self, shrunk: &[Victim]) -> Result<Vec<Shrinking>, Rejection> {
+        let mut out = Vec::new();
+        for v in shrunk {
+            let j = &self.d.jobs[&v.job];
+            let Some(e) = self.elastic(v.job).filter(|e| e.may_shrink(&j.spec)) else {
+                return Err(Rejection::NotElastic { job: j.spec.name.clone() });
+            };
+            let (kept, excess) = e.kept_and_excess(&j.replicas);
+            let gives_up = demand_of(&self.ledger, &self.shares(j, &excess));
+            out.push(Shrinking { kept: self.shares(j, &kept), gives_up });
+        }
+        Ok(out)
+    }
+
+    /// `check_fit` with the removed jobs gone, except what shrunk gangs keep (`kept`).
+    fn check_fit_beside(
+        &self,
+        id: JobId,
+        shares: &[Share],
+        removed: &[JobId],
+        kept: &[Shrinking],
+    ) -> Result<(), Rejection> {
+        for &Share { node: n, ref amount, gpus } in shares {
+            let node = &self.ledger.nodes[n];
+            let (mut free, mut free_gpus) = node.free_for(Some(id), removed);
+            for k in kept.iter().flat_map(|k| &k.kept).filter(|k| k.node == n) {
+                crate::ledger::sub(&mut free, &k.amount);
+                free_gpus &= !k.gpus;
+            }
+            if !fits(amount, &free) || gpus & !free_gpus != 0 {
+                return Err(Rejection::NoLongerFits { node: node.name.clone() });
+            }
+        }
+        Ok(())
     }
 
     /// A victim runs the named attempt, may be preempted, and is past its minimum runtime.
@@ -291,10 +344,12 @@ impl State {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn preempt(
         &mut self,
         id: JobId,
         victims: &[Victim],
+        shrunk: &[Victim],
         replicas: Vec<ReplicaAlloc>,
         shares: Vec<Share>,
         message: &str,
@@ -304,14 +359,26 @@ impl State {
         self.drop_pool_reservation(id);
         let by = self.name_of(id);
         let mut deadline = self.d.now_ms;
-        for v in victims {
+        for v in shrunk {
+            self.shrink_to_minimum(v.job);
+        }
+        let victims: Vec<Victim> = victims.iter().chain(shrunk).cloned().collect();
+        for v in &victims {
+            let shrinking = self.restart_of(v.job).is_some();
             let mode = self.d.jobs[&v.job].spec.preemption_mode_when_preempted();
             self.mark_stopping(v.job, StopWhy::Preempted { by: id, mode });
             let victim = self.d.jobs.get_mut(&v.job).expect("victim");
             victim.preempted_by = Some(id);
             deadline = deadline.max(victim.stopping.map_or(0, |s| s.deadline_ms));
             victim.reason = format!("preempted by {by}: {message}");
-            self.job_event(v.job, EventKind::Preempted { by: by.clone() }, message.to_string(), ev);
+            let mut said = message.to_string();
+            if shrinking {
+                let e = self.elastic[&v.job];
+                let to = e.describe(e.min);
+                victim.reason = format!("preempted by {by}: {message}; shrinking to {to}");
+                said = format!("{message}; its replicas above its minimum are taken: it starts again with {to}");
+            }
+            self.job_event(v.job, EventKind::Preempted { by: by.clone() }, said, ev);
         }
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
@@ -332,6 +399,13 @@ impl State {
         let plural = if n == 1 { "" } else { "s" };
         self.set_reason(id, format!("waiting for {n} victim{plural} to stop; their resources are held for it"));
     }
+}
+
+/// A gang that gives up its replicas above its minimum to a preemptor: the shares it keeps
+/// (where the preemptor may not go) and the usage, per pool, it gives up.
+struct Shrinking {
+    kept: Vec<Share>,
+    gives_up: Vec<(usize, Vector)>,
 }
 
 /// A job found in another state or attempt than the decision names.

@@ -21,8 +21,8 @@ use crate::tenancy::UnixUser;
 /// The elastic jobs' ranges, by job.
 pub type ElasticGangs = BTreeMap<JobId, Elastic>;
 
-/// Gangs stopping to grow: where each starts again once stopped.
-pub type Growing = BTreeMap<JobId, Vec<ReplicaAlloc>>;
+/// Gangs stopping to grow or to shrink: where each starts again as its stop completes.
+pub type Restarts = BTreeMap<JobId, Vec<ReplicaAlloc>>;
 
 impl State {
     /// The range of elastic job `id`, if it is one.
@@ -30,9 +30,9 @@ impl State {
         self.elastic.get(&id)
     }
 
-    /// Where gang `id`, stopping to grow, starts again once stopped.
-    pub fn growing_of(&self, id: JobId) -> Option<&[ReplicaAlloc]> {
-        self.growing.get(&id).map(|r| r.as_slice())
+    /// Where gang `id`, stopping to grow or shrink, starts again once stopped.
+    pub fn restart_of(&self, id: JobId) -> Option<&[ReplicaAlloc]> {
+        self.restarts.get(&id).map(|r| r.as_slice())
     }
 
     /// Every elastic job kept, in id order.
@@ -136,7 +136,7 @@ impl State {
     /// keeping a checkpoint), then started on `replicas` (`grown_stopped`).
     pub(super) fn grow(&mut self, id: JobId, replicas: Vec<ReplicaAlloc>, ev: &mut Vec<Event>) {
         self.begin_stop(id, StopWhy::Grow);
-        self.growing.insert(id, replicas);
+        self.restarts.insert(id, replicas);
         let e = self.elastic[&id];
         let size = e.describe(e.size(&self.d.jobs[&id].spec));
         self.set_reason(id, format!("growing: stopping to start again with more than {size}"));
@@ -146,7 +146,7 @@ impl State {
     /// A job stopped to grow starts again at once where its `Grow` named, from its
     /// checkpoint unless its mode is requeue; if that no longer fits, it waits in the queue.
     pub(super) fn grown_stopped(&mut self, id: JobId, checkpointed: bool, ev: &mut Vec<Event>) {
-        let target = self.growing.remove(&id);
+        let target = self.restarts.remove(&id);
         let keep = self.d.jobs[&id].spec.preemption_mode != PreemptionMode::Requeue;
         if keep {
             self.mark_checkpoint(id, checkpointed);
@@ -154,27 +154,44 @@ impl State {
         let saved = if checkpointed { "with a checkpoint" } else { "without a checkpoint" };
         self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
         self.requeue(id, keep, "stopped to grow; waiting to be placed with as many replicas as fit".into());
-        let Some(replicas) = target else { return };
+        if let Some(replicas) = target {
+            self.start_again(id, replicas, "grow", ev);
+        }
+    }
+
+    /// A gang stopped to grow or shrink starts its next attempt at once on `replicas`, if
+    /// that placement still holds (`check_place`); else it waits in the queue, saying so.
+    pub(super) fn start_again(&mut self, id: JobId, replicas: Vec<ReplicaAlloc>, to: &str, ev: &mut Vec<Event>) {
         let attempt = self.d.jobs[&id].attempt + 1;
         match self.check_place(id, attempt, &replicas) {
             Ok(()) => self.start_job(id, attempt, replicas, ev),
             Err(why) => {
-                let reason = format!("stopped to grow, but its larger placement no longer holds ({why}); waiting");
+                let reason =
+                    format!("stopped to {to}, but where it was to start again no longer holds ({why}); waiting");
                 self.job_event(id, EventKind::Requeued, reason.clone(), ev);
                 self.set_reason(id, reason);
             }
         }
     }
 
-    /// Every gang stopping to grow is an elastic job being stopped for it.
-    pub(super) fn restore_growing<E: serde::de::Error>(&mut self, growing: Growing) -> Result<(), E> {
-        for id in growing.keys() {
+    /// The replicas a gang keeps when its replicas above its minimum are taken by a
+    /// preemption: it starts again on them once stopped (`victim_stopped`).
+    pub(super) fn shrink_to_minimum(&mut self, id: JobId) {
+        let e = self.elastic[&id];
+        let (kept, _) = e.kept_and_excess(&self.d.jobs[&id].replicas);
+        self.restarts.insert(id, kept);
+    }
+
+    /// Every gang to start again is an elastic job being stopped (to grow, or preempted).
+    pub(super) fn restore_restarts<E: serde::de::Error>(&mut self, restarts: Restarts) -> Result<(), E> {
+        for id in restarts.keys() {
             let stopping = self.d.jobs.get(id).and_then(|j| j.stopping).map(|s| s.why);
-            if stopping != Some(StopWhy::Grow) || !self.elastic.contains_key(id) {
-                return Err(E::custom(format!("inconsistent state: job {id} grows, but is not stopping to grow")));
+            let why_ok = matches!(stopping, Some(StopWhy::Grow | StopWhy::Preempted { .. }));
+            if !why_ok || !self.elastic.contains_key(id) {
+                return Err(E::custom(format!("inconsistent state: job {id} is to start again, but is not stopping")));
             }
         }
-        self.growing = growing;
+        self.restarts = restarts;
         Ok(())
     }
 

@@ -143,7 +143,7 @@ impl State {
         }
         self.keep_lends(id, &lends);
         // A gang stopping to grow that ends otherwise (a lost node, a cancel) grows no more.
-        self.growing.remove(&id);
+        self.restarts.remove(&id);
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.replicas.clear();
         job.stopping = None;
@@ -384,6 +384,8 @@ impl State {
 
     fn victim_stopped(&mut self, id: JobId, by: JobId, mode: PreemptionMode, checkpointed: bool, ev: &mut Vec<Event>) {
         let by_name = self.name_of(by);
+        // A shrinking gang (decisions.md section 13) starts again at once on what it kept.
+        let restart = self.restarts.remove(&id);
         let saved = if checkpointed { "with a checkpoint" } else { "without a checkpoint" };
         match mode {
             PreemptionMode::Suspend => {
@@ -432,7 +434,10 @@ impl State {
                 self.job_event(id, EventKind::Stopped { checkpointed }, format!("stopped {saved}"), ev);
                 let how =
                     if keep && self.d.jobs[&id].has_checkpoint { "resumes from its checkpoint" } else { "starts over" };
-                self.job_event(id, EventKind::Requeued, format!("back in the queue; {how}"), ev);
+                match restart {
+                    Some(kept) => self.start_again(id, kept, "shrink", ev),
+                    None => self.job_event(id, EventKind::Requeued, format!("back in the queue; {how}"), ev),
+                }
             }
         }
     }

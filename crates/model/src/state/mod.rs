@@ -30,7 +30,7 @@ pub use apply_plan::demand_of;
 use arrays::ArrayIndex;
 pub use arrays::Arrays;
 pub use completing::{Aftermath, Completing, CompletingRanks, LastPlaced};
-pub use elastic::{ElasticGangs, Growing};
+pub use elastic::{ElasticGangs, Restarts};
 pub use maintenance::MAINTENANCE;
 pub use reserve::backfills;
 use submit::Submitter;
@@ -151,8 +151,9 @@ pub struct State {
     /// Elastic gangs' ranges (decisions.md section 13). Serialized with the arrays, in the
     /// same part, written when either holds one.
     elastic: ElasticGangs,
-    /// Gangs stopping to grow, and where each starts again: serialized with the arrays.
-    growing: Growing,
+    /// Gangs stopping to grow or shrink, and where each starts again: serialized with the
+    /// arrays.
+    restarts: Restarts,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -201,7 +202,7 @@ impl State {
             arrays: Arrays::default(),
             array_index: ArrayIndex::default(),
             elastic: ElasticGangs::new(),
-            growing: Growing::new(),
+            restarts: Restarts::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -416,7 +417,7 @@ impl Serialize for State {
         let visibility = &self.queue_visibility;
         let (waits, windows, faults) = (&self.waits, &self.windows, &self.gpu_faults);
         if !self.arrays.is_empty() || !self.elastic.is_empty() {
-            let workflows = (&self.arrays, &self.elastic, &self.growing);
+            let workflows = (&self.arrays, &self.elastic, &self.restarts);
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows).serialize(s)
         } else if !self.gpu_faults.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
@@ -468,9 +469,9 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let waits: Waits = seq.next_element()?.unwrap_or_default();
         let windows: BTreeMap<Name, Window> = seq.next_element()?.unwrap_or_default();
         let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
-        let (arrays, elastic, growing): (Arrays, ElasticGangs, Growing) = seq.next_element()?.unwrap_or_default();
+        let (arrays, elastic, restarts): (Arrays, ElasticGangs, Restarts) = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, growing })?;
+        s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts })?;
         Ok(s)
     }
 }
@@ -485,7 +486,7 @@ struct Tail {
     faults: GpuFaults,
     arrays: Arrays,
     elastic: ElasticGangs,
-    growing: Growing,
+    restarts: Restarts,
 }
 
 impl State {
@@ -497,7 +498,7 @@ impl State {
         self.restore_windows(t.windows)?;
         self.restore_gpu_faults(t.faults)?;
         self.restore_elastic(t.elastic)?;
-        self.restore_growing(t.growing)
+        self.restore_restarts(t.restarts)
     }
 }
 
@@ -734,7 +735,7 @@ impl State {
             arrays: Arrays::default(),
             array_index: ArrayIndex::default(),
             elastic: ElasticGangs::new(),
-            growing: Growing::new(),
+            restarts: Restarts::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -757,6 +758,6 @@ impl PartialEq for State {
             && self.gpu_faults == other.gpu_faults
             && self.arrays == other.arrays
             && self.elastic == other.elastic
-            && self.growing == other.growing
+            && self.restarts == other.restarts
     }
 }

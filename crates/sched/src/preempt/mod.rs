@@ -102,6 +102,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
         cands_by_scan(view, job, jq, &policy, &pools, &useful),
         "preemption candidates by queue and by a scan of every running job"
     );
+    let cands = with_excess(view, cands);
     if cands.is_empty() {
         return Err(NoPreemption::NoCandidates);
     }
@@ -154,6 +155,22 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
     let message = describe(view, &ctx, &best.victims.iter().map(|&i| &cands[i]).collect::<Vec<_>>());
     let victims = best.victims.iter().map(|&i| cands[i].job).collect();
     Ok(Planned::Preempt { victims, packing: best.packing, message })
+}
+
+/// decisions.md section 13: each candidate gang's replicas above its minimum, split off in
+/// the ledger (`View::split_excess`), are a candidate of their own with the gang's own
+/// rank: before the rest of the gang (their larger id breaks the tie), losing what the
+/// whole gang loses (a shrink restarts every replica from the checkpoint).
+fn with_excess(view: &View, mut cands: Vec<Cand>) -> Vec<Cand> {
+    let split = |id: JobId| view.ledger.charges.get(&id).is_some();
+    let extra: Vec<Cand> = view
+        .excess()
+        .iter()
+        .filter(|x| split(x.id))
+        .filter_map(|x| cands.iter().find(|c| c.job == x.gang).map(|c| Cand { job: x.id, ..c.clone() }))
+        .collect();
+    cands.extend(extra);
+    cands
 }
 
 /// Positions in `view.active()` of other queues' jobs that may be candidates: every job of
