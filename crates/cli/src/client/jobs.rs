@@ -215,9 +215,26 @@ pub async fn describe(conn: &Conn, a: &DescribeArgs, out: &mut dyn Write) -> Res
         other => other?,
     };
     if !a.events {
-        job.events.clear();
+        // An elastic gang's resizes are shown whatever the flag (`Resizes:`).
+        job.events.retain(|e| e.kind() == v1::EventKind::Resized);
     }
     emit(out, a.output, &job, |j| describe_text(j, now_ms()))
+}
+
+/// Resizes shown in `describe`, the newest last.
+const RESIZES_SHOWN: usize = 5;
+
+/// An elastic gang's resizes, from its events: "8 -> 4 at 12:00:01; 4 -> 8 at 12:05:00".
+fn resizes(events: &[v1::Event]) -> Option<String> {
+    let all: Vec<String> = events
+        .iter()
+        .filter(|e| e.kind() == v1::EventKind::Resized)
+        .map(|e| format!("{} at {}", e.message, timestamp(e.at_ms)))
+        .collect();
+    let shown = &all[all.len().saturating_sub(RESIZES_SHOWN)..];
+    let earlier = all.len() - shown.len();
+    let more = if earlier > 0 { format!(" ({earlier} earlier)") } else { String::new() };
+    (!all.is_empty()).then(|| format!("{}{more}", shown.join("; ")))
 }
 
 pub fn describe_text(j: &v1::Job, now: u64) -> String {
@@ -242,7 +259,11 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     for t in &s.tasks {
         let r = t.resources.as_ref().map(|r| resources(&r.amounts)).unwrap_or_else(|| "-".into());
         let pools = if t.pools.is_empty() { String::new() } else { format!(" in {}", t.pools.join(", ")) };
-        rows.push(("Task", format!("{}: {} x ({r}){pools}", t.name, t.replicas)));
+        let elastic = match (t.min_replicas, j.elastic_max_replicas) {
+            (Some(min), Some(max)) => format!("; elastic: {min} to {max} replicas"),
+            _ => String::new(),
+        };
+        rows.push(("Task", format!("{}: {} x ({r}){pools}{elastic}", t.name, t.replicas)));
     }
     rows.push(("Pools", if s.pools.is_empty() { "any".into() } else { s.pools.join(", ") }));
     if s.topology() != v1::Topology::Unspecified {
@@ -295,6 +316,9 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     if !j.placements.is_empty() {
         rows.push(("Placement", placements(&j.placements)));
     }
+    if let Some(resizes) = resizes(&j.events) {
+        rows.push(("Resizes", resizes));
+    }
     rows.push(("Checkpoint", if j.has_checkpoint { "yes".into() } else { "none".into() }));
     if let Some(code) = j.exit_code {
         rows.push(("Exit code", code.to_string()));
@@ -319,7 +343,7 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     for (k, v) in rows {
         let _ = writeln!(text, "{:<width$}  {v}", format!("{k}:"), width = width);
     }
-    if !j.events.is_empty() {
+    if j.events.iter().any(|e| e.kind() != v1::EventKind::Resized) {
         text.push_str("Events:\n");
         let mut t = Table::new(&["  TIME", "KIND", "NODE", "MESSAGE"]);
         for e in &j.events {
