@@ -238,3 +238,13 @@ def test_an_array_runs_each_element_with_its_index_and_is_cancelled_whole(
     with pytest.raises(InvalidArgument) as e:
         admin.submit(name + "-bad", queue, ["true"], array="0-2000000")
     assert "array.count" in e.value.details
+
+
+def test_an_elastic_gang_runs_with_its_world_size_and_shows_its_range(admin: Client, queue: str, name: str) -> None:
+    admin.submit(name, queue, ["sh", "-c", "echo world=$BATON_WORLD_SIZE"], gpus=0, cpu=0.1, replicas=2, min_replicas=1)
+    job = admin.wait(name, timeout=WAIT_S)
+    assert job.state == JobState.SUCCEEDED, job
+    assert (job.min_replicas, job.max_replicas, job.replicas) == (1, 2, 2), job
+    assert "world=2" in admin.logs(job.id)
+    with pytest.raises(ConfigError):
+        admin.submit(name + "-bad", queue, ["true"], replicas=2, min_replicas=3)

@@ -341,4 +341,14 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
         "array sweep listed",
         r#"(document.querySelector('tr[data-array="sweep"]')?.innerText ?? "").includes("sweep-[0-99]")"#,
     );
+
+    // An elastic gang shows the size it runs with of its top: as many of its 8 replicas
+    // as the GPUs left hold.
+    let el =
+        ["submit", "--name", "el", "--queue", "team-a", "--gpus", "2", "--replicas", "8", "--min-replicas", "1", "--"];
+    dev.baton(&[&el[..], &work[..]].concat());
+    page.until(
+        "gang el listed with its size",
+        r#"/^[1-4]\/8$/.test(document.querySelector('tr[data-job="el"]')?.dataset.elastic ?? "")"#,
+    );
 }

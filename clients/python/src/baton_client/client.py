@@ -106,6 +106,7 @@ class Client:
         request_id: Optional[str] = None,
         after: Sequence[str] = (),
         array: Optional[str] = None,
+        min_replicas: Optional[int] = None,
     ) -> Submitted:
         """Submits a job of one task (`replicas` replicas of `gpus` GPUs, `cpu` CPUs and
         `memory` bytes each) running `command` (a list of words: ["sh", "-c", "echo hi"]).
@@ -117,7 +118,10 @@ class Client:
         as "WHEN:JOB" ("ok:prep", "any:17"; WHEN is ok, any, notok or started): the job is
         held until each holds, and cancelled once one no longer can. `array` ("0-999%50":
         FIRST-LAST, at most MAX running at once; or "N" for 0 to N-1) submits an array: jobs
-        NAME-FIRST .. NAME-LAST, each finding its index in BATON_ARRAY_INDEX.
+        NAME-FIRST .. NAME-LAST, each finding its index in BATON_ARRAY_INDEX. `min_replicas`
+        makes the job an elastic gang: it starts with as many of its `replicas` as fit, down
+        to `min_replicas`, is shrunk to that minimum as a victim and grown back when room
+        frees, each resize a new attempt from its checkpoint with BATON_WORLD_SIZE set.
         """
         if isinstance(command, (str, bytes)):
             raise ConfigError("command is a list of words, e.g. ['sh', '-c', 'echo hi'], not a string")
@@ -125,6 +129,8 @@ class Client:
             raise ConfigError("no command to run: give it as a list of words, e.g. ['python', 'train.py']")
         if replicas < 1:
             raise ConfigError("replicas: a job needs at least one replica")
+        if min_replicas is not None and not 1 <= min_replicas <= replicas:
+            raise ConfigError("min_replicas: %d is not between 1 and replicas (%d)" % (min_replicas, replicas))
         if request_id is None:
             request_id = uuid.uuid4().hex
         if not request_id or len(request_id) > MAX_REQUEST_ID_LEN:
@@ -148,6 +154,8 @@ class Client:
         )
         if priority is not None:
             spec.priority_value = priority
+        if min_replicas is not None:
+            spec.tasks[0].min_replicas = min_replicas
         try:
             if topology:
                 spec.topology = enum_value(pb.Topology, topology)

@@ -153,6 +153,11 @@ class Job:
     #: The array it is an element of ("" when none), and its index there.
     array: str = ""
     array_index: Optional[int] = None
+    #: An elastic gang's range: it runs with `replicas` (of its elastic task) between
+    #: `min_replicas` and `max_replicas`; None for a rigid job.
+    min_replicas: Optional[int] = None
+    max_replicas: Optional[int] = None
+    replicas: int = 1
     raw: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -166,6 +171,7 @@ class Job:
         spec = j.spec
         state_word = word(baton_pb2.JobState, j.state)
         gpus = sum(t.replicas * t.resources.amounts.get("gpu", 0) for t in spec.tasks)
+        elastic = next((t for t in spec.tasks if t.HasField("min_replicas")), None)
         return cls(
             id=j.id,
             name=spec.name,
@@ -192,6 +198,9 @@ class Job:
             waiting_for=["%s:%s" % (word(baton_pb2.DependencyCondition, d.when), d.job) for d in j.waiting_for],
             array=j.array,
             array_index=j.array_index if j.HasField("array_index") else None,
+            min_replicas=elastic.min_replicas if elastic is not None else None,
+            max_replicas=j.elastic_max_replicas if j.HasField("elastic_max_replicas") else None,
+            replicas=(elastic or spec.tasks[0]).replicas if spec.tasks else 0,
             raw=j,
         )
 

@@ -52,6 +52,7 @@ pub struct Metrics {
     queue_held_jobs: Family<Labels, Gauge>,
     queue_array_waiting: Family<Labels, Gauge>,
     arrays: Family<Labels, Gauge>,
+    queue_elastic_replicas: Family<Labels, Gauge>,
     maintenance_windows: Family<Labels, Gauge>,
     gpus_unhealthy: Gauge,
     queue_pending_gpus: Family<Labels, Gauge>,
@@ -117,6 +118,7 @@ impl Metrics {
             queue_held_jobs: Family::default(),
             queue_array_waiting: Family::default(),
             arrays: Family::default(),
+            queue_elastic_replicas: Family::default(),
             maintenance_windows: Family::default(),
             gpus_unhealthy: Gauge::default(),
             queue_pending_gpus: Family::default(),
@@ -202,6 +204,11 @@ impl Metrics {
             self.queue_array_waiting.clone(),
         );
         r.register("baton_arrays", "Job arrays by state: unfinished, or finished and kept", self.arrays.clone());
+        r.register(
+            "baton_queue_elastic_replicas",
+            "Replicas of the queue's running elastic gangs: running (what they run with), missing (up to their replicas: what growing would add)",
+            self.queue_elastic_replicas.clone(),
+        );
         r.register(
             "baton_queue_held_jobs",
             "Pending jobs of the queue held by their dependencies (never considered until they hold)",

@@ -52,6 +52,27 @@ impl Metrics {
         let unhealthy: usize = state.gpu_faults().values().map(|f| f.len()).sum();
         self.gpus_unhealthy.set(to_i64(unhealthy as u64));
         self.refresh_arrays(state);
+        self.refresh_elastic(state);
+    }
+
+    /// Running (and stopping) elastic gangs' replicas per queue: what they run with and
+    /// what they miss of their `replicas`. One pass over the elastic gangs kept.
+    fn refresh_elastic(&self, state: &State) {
+        self.queue_elastic_replicas.clear();
+        let mut per_queue: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for (&id, e) in state.elastic_gangs() {
+            let Some(j) = state.job(id).filter(|j| j.state.is_active()) else { continue };
+            let size = e.size(&j.spec);
+            let t = per_queue.entry(j.spec.queue.as_str()).or_default();
+            t.0 += u64::from(size);
+            t.1 += u64::from(e.max - size);
+        }
+        for (q, (running, missing)) in per_queue {
+            for (kind, n) in [("running", running), ("missing", missing)] {
+                let labels = vec![("queue", q.to_string()), ("kind", kind.to_string())];
+                self.queue_elastic_replicas.get_or_create(&labels).set(to_i64(n));
+            }
+        }
     }
 
     /// Arrays are bounded by MAX_ARRAYS; their elements not created yet, per queue.

@@ -220,6 +220,35 @@ mod state_gauges {
     }
 
     #[test]
+    fn elastic_gangs_replicas_are_counted_per_queue_running_and_missing() {
+        let mut s = State::default();
+        apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 8)]));
+        apply(&mut s, Op::PutQueue(gpu_queue("lender", None, 8)));
+        let mut spec = baton_model::fixture::gpu_job("train", "lender", 1);
+        spec.tasks[0].replicas = 8;
+        let elastic = baton_model::elastic::ElasticSpec { task: 0, min_replicas: 2 };
+        apply(&mut s, Op::SubmitElastic { spec, elastic, request_id: None, run_as: None, after: vec![] });
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
+        assert!(!text.contains("baton_queue_elastic_replicas{"), "a pending gang runs nothing: {text}");
+        let id = s.job_by_name("train").unwrap().id;
+        let replicas = (0..3)
+            .map(|i| baton_model::alloc::ReplicaAlloc { task: 0, index: i, node: Name::lit("n1"), gpus: vec![i] })
+            .collect();
+        let plan = baton_model::plan::Plan {
+            based_on: s.applied(),
+            decisions: vec![baton_model::plan::Decision::Place { job: id, attempt: 1, replicas }],
+        };
+        apply(&mut s, Op::ApplyPlan(plan));
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
+        for want in [
+            "baton_queue_elastic_replicas{queue=\"lender\",kind=\"running\"} 3",
+            "baton_queue_elastic_replicas{queue=\"lender\",kind=\"missing\"} 5",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn queue_and_pool_series_stop_at_the_bound_and_say_how_many_were_left_out() {
         let mut s = State::default();
         for i in 0..=MAX_QUEUE_POOL_SERIES {

@@ -167,9 +167,16 @@ function placements(j) {
   return j.placements.map(p => p.node + ":" + p.gpus.join(",")).join(" ");
 }
 
+// An elastic gang's size of its top (decisions.md section 13): "3/8", or "" for a rigid job.
+function elastic(j) {
+  const t = j.elastic_max_replicas ? j.spec.tasks.find(t => t.min_replicas) : null;
+  return t ? t.replicas + "/" + j.elastic_max_replicas : "";
+}
+
 function showJobs(page) {
-  const rows = page.jobs.map(j => h("tr", { "data-job": j.spec.name, "data-state": j.state, onclick: () => select(j.spec.name) },
-    h("td", {}, j.id), h("td", {}, j.spec.name), h("td", {}, j.spec.queue),
+  const rows = page.jobs.map(j => h("tr", { "data-job": j.spec.name, "data-state": j.state, "data-elastic": elastic(j),
+    onclick: () => select(j.spec.name) },
+    h("td", {}, j.id), h("td", {}, j.spec.name + (elastic(j) ? " (elastic " + elastic(j) + ")" : "")), h("td", {}, j.spec.queue),
     h("td", { class: "state state-" + j.state }, j.state), h("td", {}, j.attempt), h("td", {}, placements(j)),
     h("td", { class: "reason" }, j.preempted_by ? "preempted by " + j.preempted_by : j.reason),
     h("td", {}, j.owner)));
@@ -240,6 +247,7 @@ function showJob(j) {
   }, "#" + a.n + " " + (a.preempted ? "preempted" : a.end || "running")));
   const facts = h("p", {}, "queue " + j.spec.queue + " · priority " + j.priority + " · attempt " + j.attempt +
     " · " + (j.has_checkpoint ? "has a checkpoint" : "no checkpoint") + (j.reason ? " · " + j.reason : "") +
+    (elastic(j) ? " · elastic: " + elastic(j) + " replicas, at least " + j.spec.tasks.find(t => t.min_replicas).min_replicas : "") +
     (j.waiting_for && j.waiting_for.length ? " · waits for " + j.waiting_for.map(d => d.when + ":" + d.job).join(", ") : "") +
     (j.env_hidden ? " · environment hidden (not yours)" : ""));
   const events = h("table", { class: "job-events" }, h("tr", {}, ["time", "event", "node", "what"].map(t => h("th", {}, t))),
