@@ -126,11 +126,16 @@ struct WorkflowArgs {
     /// Share of generated rows submitted as arrays of 2 to 100 jobs (0 to 1).
     #[arg(long, default_value_t = 0.0)]
     array_share: f64,
+    /// Share of generated gangs (more than one replica) made elastic, each with a minimum of
+    /// 1 to one less than its replicas (0 to 1).
+    #[arg(long, default_value_t = 0.0)]
+    elastic_share: f64,
 }
 
 impl WorkflowArgs {
     fn spec(self) -> baton_sim::synth::Workflows {
-        baton_sim::synth::Workflows { after_share: self.after_share, array_share: self.array_share }
+        let (after_share, array_share, elastic_share) = (self.after_share, self.array_share, self.elastic_share);
+        baton_sim::synth::Workflows { after_share, array_share, elastic_share }
     }
 }
 

@@ -58,6 +58,9 @@ pub struct GenSpec {
 pub struct Workflows {
     pub after_share: f64,
     pub array_share: f64,
+    /// Share of gangs (rows of more than one replica, not arrays) made elastic, with a
+    /// minimum of 1 to `replicas - 1`.
+    pub elastic_share: f64,
 }
 
 /// A dependency waits for one of this many rows before it (workflows are local in time), with
@@ -97,6 +100,8 @@ struct Row {
     after: Option<(usize, &'static str)>,
     /// (count, max_running).
     array: Option<(u32, Option<u32>)>,
+    /// An elastic gang's minimum.
+    min_replicas: Option<u32>,
 }
 
 impl Row {
@@ -121,7 +126,13 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
         r.submit_s = t as u64;
     }
     let workflows = spec.workflows != Workflows::default();
-    let columns = if workflows { COLUMNS.len() } else { BASE_COLUMNS };
+    // Traces without elastic gangs keep the columns they had.
+    let elastic = spec.workflows.elastic_share > 0.0;
+    let columns = match (workflows, elastic) {
+        (false, _) => BASE_COLUMNS,
+        (true, false) => COLUMNS.len() - 1,
+        (true, true) => COLUMNS.len(),
+    };
     let mut out = String::with_capacity(spec.jobs * 40);
     out.push_str(&COLUMNS[..columns].join(","));
     out.push('\n');
@@ -145,6 +156,9 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
             let after = r.after.map(|(i, when)| format!("{when}:j{}", line_of(i))).unwrap_or_default();
             let array = r.array.map(|(n, m)| spelled_array(n, m)).unwrap_or_default();
             let _ = write!(out, ",{after},{array}");
+        }
+        if elastic {
+            let _ = write!(out, ",{}", r.min_replicas.map(|m| m.to_string()).unwrap_or_default());
         }
         out.push('\n');
     }
@@ -181,6 +195,10 @@ fn add_workflows(rows: &mut [Row], spec: &GenSpec) {
             let max_running = (rng.unit() < 0.5).then(|| 1 + below(&mut rng, (count as usize / 4).max(1)) as u32);
             row.array = Some((count, max_running));
         }
+        // Drawn only when asked for, so traces without elastic gangs stay what they were.
+        if w.elastic_share > 0.0 && rng.unit() < w.elastic_share && row.array.is_none() && row.shape.1 > 1 {
+            row.min_replicas = Some(1 + below(&mut rng, row.shape.1 as usize - 1) as u32);
+        }
     }
 }
 
@@ -200,7 +218,10 @@ fn check(spec: &GenSpec) -> Result<(), GenError> {
     if spec.cluster_gpus == 0 || spec.gpus_per_node == 0 || spec.gpus_per_node > 64 {
         return Err(GenError::Gpus(spec.cluster_gpus, spec.gpus_per_node));
     }
-    for (flag, share) in [("after-share", spec.workflows.after_share), ("array-share", spec.workflows.array_share)] {
+    let w = spec.workflows;
+    for (flag, share) in
+        [("after-share", w.after_share), ("array-share", w.array_share), ("elastic-share", w.elastic_share)]
+    {
         if !(0.0..=1.0).contains(&share) {
             return Err(GenError::Share(flag, share));
         }
@@ -219,7 +240,8 @@ fn job(rng: &mut Rng, spec: &GenSpec) -> Row {
     });
     let checkpoint_s = (duration >= CHECKPOINT_MIN_S && rng.unit() < CHECKPOINT_SHARE).then_some(CHECKPOINT_INTERVAL_S);
     let duration_s = duration.round().max(1.0) as u64;
-    Row { submit_s: 0, queue, class, shape, duration_s, time_limit_s, checkpoint_s, after: None, array: None }
+    let (after, array, min_replicas) = (None, None, None);
+    Row { submit_s: 0, queue, class, shape, duration_s, time_limit_s, checkpoint_s, after, array, min_replicas }
 }
 
 /// Queue i with weight 1/(i+1): a few busy queues and a tail of quiet ones.

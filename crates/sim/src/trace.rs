@@ -27,14 +27,28 @@ pub const MAX_ROW_SECONDS: u64 = MAX_TIME_LIMIT_MS / 1000;
 /// Latest submit time: ten years after the trace starts.
 pub const MAX_SUBMIT_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
-/// The columns, in order; the first line of a trace names them exactly so, the last two,
-/// `after` and `array` (decisions.md section 13), optional (`array` only after `after`).
-pub const COLUMNS: [&str; 10] =
-    ["submit", "queue", "class", "gpus", "replicas", "duration", "time_limit", "checkpoint_interval", "after", "array"];
-/// The columns every trace has: all but `after` and `array`.
+/// The columns, in order; the first line of a trace names them exactly so, the last three,
+/// `after`, `array` and `min_replicas` (decisions.md section 13), optional (each only after
+/// the one before it).
+pub const COLUMNS: [&str; 11] = [
+    "submit",
+    "queue",
+    "class",
+    "gpus",
+    "replicas",
+    "duration",
+    "time_limit",
+    "checkpoint_interval",
+    "after",
+    "array",
+    "min_replicas",
+];
+/// The columns every trace has: all but `after`, `array` and `min_replicas`.
 pub const BASE_COLUMNS: usize = 8;
 /// The column of `array`, counted from 0.
 pub const ARRAY_COLUMN: usize = 9;
+/// The column of `min_replicas` (an elastic gang), counted from 0.
+pub const ELASTIC_COLUMN: usize = 10;
 
 /// A row that cannot be used: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +84,8 @@ pub struct TraceJob {
     pub after: Vec<After>,
     /// Submitted as an array of jobs `j<line>-i` (`0-99%10`).
     pub array: Option<ArraySpec>,
+    /// An elastic gang of `replicas` that runs with at least this many.
+    pub min_replicas: Option<u32>,
 }
 
 impl TraceJob {
@@ -94,7 +110,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let names: Vec<&str> = header.split(',').map(str::trim).collect();
     if !(BASE_COLUMNS..=COLUMNS.len()).any(|n| names == COLUMNS[..n]) {
         let msg = format!(
-            "the header must be exactly {} (or without the last column, array, or the last two; found {header:?})",
+            "the header must be exactly {} (or without the last column, min_replicas, or the last two or three; found {header:?})",
             COLUMNS.join(",")
         );
         return Err(err(hline, None, msg));
@@ -150,6 +166,14 @@ fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
         },
         array: match cells.get(ARRAY_COLUMN).filter(|c| !c.is_empty()) {
             Some(cell) => Some(ArraySpec::parse(cell).map_err(|e| at(ARRAY_COLUMN + 1, e))?),
+            None => None,
+        },
+        min_replicas: match cells.get(ELASTIC_COLUMN).filter(|c| !c.is_empty()) {
+            Some(_) if cells.get(ARRAY_COLUMN).is_some_and(|c| !c.is_empty()) => {
+                let why = "an array's elements cannot be elastic gangs; leave one of array and min_replicas empty";
+                return Err(at(ELASTIC_COLUMN + 1, why.into()));
+            }
+            Some(cell) => Some(whole(cell, ELASTIC_COLUMN + 1, 1, u64::from(replicas))? as u32),
             None => None,
         },
     })
@@ -254,7 +278,7 @@ pub fn attach(cluster: &mut Scenario, state: &State, trace_file: &str, jobs: &[T
             spec,
             after: j.after.clone(),
             array: j.array,
-            elastic: None,
+            elastic: j.min_replicas.map(|min_replicas| baton_model::elastic::ElasticSpec { task: 0, min_replicas }),
             duration_ms: Some(j.duration_ms),
             checkpoint_time_ms: 0,
             checkpoint_interval_ms: j.checkpoint_interval_ms,

@@ -228,8 +228,9 @@ fn a_generated_trace_with_workflows_keeps_the_same_rows_and_adds_dependencies_an
         workflows,
     };
     let plain = baton_sim::synth::generate(&spec(Default::default())).unwrap();
-    let w = baton_sim::synth::Workflows { after_share: 0.3, array_share: 0.1 };
+    let w = baton_sim::synth::Workflows { after_share: 0.3, array_share: 0.1, elastic_share: 0.0 };
     let with = baton_sim::synth::generate(&spec(w)).unwrap();
+    assert!(with.starts_with(&format!("{}\n", baton_sim::trace::COLUMNS[..10].join(","))), "no elastic column");
     let jobs = baton_sim::trace::parse("t.csv", &with).unwrap();
     let base = baton_sim::trace::parse("t.csv", &plain).unwrap();
     assert_eq!(jobs.len(), base.len());
@@ -240,5 +241,54 @@ fn a_generated_trace_with_workflows_keeps_the_same_rows_and_adds_dependencies_an
         assert_eq!((a.queue.clone(), a.gpus(), a.duration_ms), (b.queue.clone(), b.gpus(), b.duration_ms));
     }
     let o = baton_sim::run_trace("c.yaml", &cluster(4, 16), "t.csv", &with).unwrap();
+    assert!(o.report.summary.finished > 0);
+}
+
+#[test]
+fn a_row_with_min_replicas_runs_as_an_elastic_gang_and_bad_ones_are_refused() {
+    // One 8-GPU node. j2 holds 4 GPUs for 10 s; j3 asks 8 one-GPU replicas, at least 2: it
+    // starts with the 4 left and grows to 8 when j2 ends at 10. Trace jobs are in mode
+    // requeue without a periodic checkpoint: growing starts it over, so its 100 s of work end
+    // at 110.
+    let header = "submit,queue,class,gpus,replicas,duration,time_limit,checkpoint_interval,after,array,min_replicas\n";
+    let rows = "0,a,train,4,1,10,,,,,\n0,a,train,1,8,100,,,,,2\n";
+    let o = baton_sim::run_trace("c.yaml", &cluster(1, 8), "t.csv", &format!("{header}{rows}")).unwrap();
+    assert_eq!((o.report.summary.finished, o.report.summary.end), (2, Secs(110_000)), "{:?}", o.report.summary);
+
+    for (row, says) in [
+        ("0,a,train,1,4,5,,,,,5\n", "column 11 (min_replicas): 5 is out of range 1..=4"),
+        ("0,a,train,1,4,5,,,,0-3,2\n", "column 11 (min_replicas): an array's elements cannot be elastic gangs"),
+    ] {
+        let e =
+            baton_sim::run_trace("c.yaml", &cluster(1, 8), "t.csv", &format!("{header}{row}")).unwrap_err().to_string();
+        assert!(e.starts_with("t.csv:2: ") && e.contains(says), "{e}");
+    }
+}
+
+#[test]
+fn a_generated_trace_with_elastic_gangs_adds_the_column_and_keeps_the_rows() {
+    let spec = |workflows| baton_sim::synth::GenSpec {
+        jobs: 400,
+        seed: 9,
+        queues: vec![baton_model::name::Name::lit("a")],
+        classes: vec![baton_model::name::Name::lit("train")],
+        cluster_gpus: 32,
+        gpus_per_node: 8,
+        load: 0.9,
+        workflows,
+    };
+    let plain =
+        baton_sim::trace::parse("t.csv", &baton_sim::synth::generate(&spec(Default::default())).unwrap()).unwrap();
+    let w = baton_sim::synth::Workflows { elastic_share: 0.5, ..Default::default() };
+    let text = baton_sim::synth::generate(&spec(w)).unwrap();
+    let jobs = baton_sim::trace::parse("t.csv", &text).unwrap();
+    let gangs = plain.iter().filter(|j| j.replicas > 1).count();
+    let elastic: Vec<_> = jobs.iter().filter_map(|j| j.min_replicas.map(|m| (m, j.replicas))).collect();
+    assert!(!elastic.is_empty() && elastic.len() < gangs, "{} of {gangs} gangs elastic", elastic.len());
+    assert!(elastic.iter().all(|&(m, r)| (1..r).contains(&m)), "{elastic:?}");
+    for (a, b) in jobs.iter().zip(&plain) {
+        assert_eq!((a.gpus(), a.duration_ms, a.submit_ms), (b.gpus(), b.duration_ms, b.submit_ms));
+    }
+    let o = baton_sim::run_trace("c.yaml", &cluster(4, 8), "t.csv", &text).unwrap();
     assert!(o.report.summary.finished > 0);
 }
