@@ -239,6 +239,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         waiting_submits: 0,
         gpu_faults: 0,
         arrays: 0,
+        elastic: 0,
         faults: Default::default(),
         simulated_ms: 0,
         wall_ms: 0,

@@ -67,6 +67,57 @@ async fn an_array_replays_with_real_processes() {
     Replay { kill_leader_at_ms: None }.run(&load(&path)).await;
 }
 
+/// An elastic gang of real processes (decisions.md section 13): 8 one-GPU ranks, at least
+/// 2. A preemptor takes the 4 GPUs its queue is guaranteed; the leader dies right after,
+/// in the middle of the shrink. The gang stops, starts again at once with its 2 lowest
+/// ranks, grows into the 2 GPUs left (4), and back to 8 when the preemptor ends: four
+/// attempts, none started by more ranks than its world size (a short one may be stopped
+/// before its processes start: its agent reports them not started), the first and the
+/// last by all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_gang_shrinks_and_grows_with_real_processes_across_a_leader_kill() {
+    let text = "name: elastic-replay
+nodes:
+  - {name: n1, resources: {gpu: 8}}
+cohorts:
+  - {name: team}
+queues:
+  - {name: a, cohort: team, quota: {gpu: 4}}
+  - {name: b, cohort: team, quota: {gpu: 4}}
+timeline:
+  - {at: 0, submit: {name: train, queue: b, priority: 10, replicas: 8, min_replicas: 2, resources: {gpu: 1}, duration: 1000}}
+  - {at: 20, submit: {name: urgent, queue: a, priority: 10, resources: {gpu: 4}, duration: 40}}
+expect:
+  - at: 0
+    jobs: {train: {state: Running, gpus: 8, attempt: 1}}
+  - at: 20
+    jobs: {urgent: {state: Running, gpus: 4}, train: {state: Running, gpus: 4, attempt: 3}}
+  - at: 70
+    jobs: {urgent: {state: Succeeded}, train: {state: Running, gpus: 8, attempt: 4}}
+";
+    let s = baton_sim::parse::parse("elastic-replay.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let outcome = baton_sim::run("elastic-replay.yaml", text).unwrap();
+    assert!(outcome.failures.is_empty(), "the simulator agrees: {:?}", outcome.failures);
+    let c = Replay { kill_leader_at_ms: Some(20_000) }.run(&s).await;
+    let starts = c.path("starts-train");
+    let per_attempt = || {
+        let mut n = std::collections::BTreeMap::new();
+        for a in std::fs::read_to_string(&starts).unwrap_or_default().lines() {
+            *n.entry(a.parse::<u32>().unwrap()).or_insert(0u32) += 1;
+        }
+        n
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while per_attempt().get(&4) != Some(&8) {
+        assert!(std::time::Instant::now() < deadline, "attempt 4's ranks did not all start: {:?}", per_attempt());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = per_attempt();
+    let sizes = [(1, 8), (2, 2), (3, 4), (4, 8)];
+    assert!(sizes.iter().all(|(a, size)| got.get(a).is_none_or(|n| n <= size)), "a rank started twice: {got:?}");
+    assert_eq!((got.get(&1), got.len()), (Some(&8), got.keys().filter(|a| **a <= 4).count()), "{got:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn determined_priority_replays_with_real_processes() {
     Replay { kill_leader_at_ms: None }.run(&load(&scenario("determined-priority"))).await;

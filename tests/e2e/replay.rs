@@ -127,6 +127,9 @@ async fn step(c: &mut Cluster, a: &Action) {
         Action::Submit(sub) => {
             let mut spec = job_spec_to_proto(&sub.spec);
             spec.command = command(c, sub.duration_ms);
+            if let Some(e) = sub.elastic {
+                spec.tasks[e.task as usize].min_replicas = Some(e.min_replicas);
+            }
             let req = SubmitRequest {
                 spec: Some(spec),
                 request_id: format!("e2e-{}", sub.spec.name),

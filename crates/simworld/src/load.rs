@@ -6,6 +6,7 @@
 //! acknowledged, and checks that a linearizable read sees every write acknowledged before
 //! it; once the faults are healed, that every acknowledged write is in the state.
 
+use baton_model::elastic::ElasticSpec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -156,18 +157,28 @@ impl Load {
             after.push(After { job: JobRef::Name(Name::lit(&on)), when });
         }
         let array = rng.chance(10).then(|| array_spec(rng));
-        let op = match array {
-            Some(array) => {
+        let mut spec = spec;
+        // One submit in six is an elastic gang of 2 to 4 replicas (section 13): shrunk as a
+        // victim, grown back, each resize a new attempt.
+        let elastic = (array.is_none() && rng.chance(16)).then(|| {
+            let replicas = rng.range(2, 5) as u32;
+            spec.tasks[0].replicas = replicas;
+            ElasticSpec { task: 0, min_replicas: rng.range(1, u64::from(replicas)) as u32 }
+        });
+        let op = match (array, elastic) {
+            (Some(array), _) => {
                 self.elements_work(rng, &name, &array);
                 Op::SubmitArray { spec, array, request_id, run_as: None, after }
             }
-            None if after.is_empty() => Op::Submit { spec, request_id },
-            None => Op::SubmitAfter { spec, request_id, run_as: None, after },
+            (None, Some(elastic)) => Op::SubmitElastic { spec, elastic, request_id, run_as: None, after },
+            (None, None) if after.is_empty() => Op::Submit { spec, request_id },
+            (None, None) => Op::SubmitAfter { spec, request_id, run_as: None, after },
         };
         let Some(Ok(applied)) = self.write(rng, op).await else { return };
         let Outcome::Submitted { job, .. } = applied.outcome else { return };
         let mut t = self.truth.lock();
         t.waiting_submits += u64::from(!waits.is_empty());
+        t.elastic += u64::from(elastic.is_some());
         match array {
             Some(a) => {
                 t.arrays += 1;

@@ -92,6 +92,8 @@ pub struct Truth {
     pub waiting_submits: u64,
     /// Arrays the client saw acknowledged (decisions.md section 13).
     pub arrays: u64,
+    /// Elastic gangs the client saw acknowledged (section 13).
+    pub elastic: u64,
 }
 
 #[derive(Clone, Default)]

@@ -78,8 +78,9 @@ pub struct Outcome {
     pub waiting_submits: u64,
     /// GPUs marked unhealthy (section 14).
     pub gpu_faults: u64,
-    /// Acknowledged arrays (section 13).
+    /// Acknowledged arrays and elastic gangs (section 13).
     pub arrays: u64,
+    pub elastic: u64,
     pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
@@ -191,6 +192,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         waiting_submits: t.waiting_submits,
         gpu_faults: t.gpu_faults,
         arrays: t.arrays,
+        elastic: t.elastic,
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
