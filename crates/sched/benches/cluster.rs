@@ -92,6 +92,12 @@ pub fn job(name: String, queue: String, class: &str, replicas: u32, gpus: u64) -
 
 /// The backlog: 80% single jobs of 1, 2, 4 or 8 GPUs, 20% gangs of 2 to 8 whole nodes.
 pub fn submit_backlog(s: &mut State, jobs: usize, seed: u64) {
+    submit_backlog_of(s, jobs, seed, false);
+}
+
+/// `submit_backlog`, its gangs elastic down to one node when `elastic` (decisions.md
+/// section 13): the same jobs, drawn the same way.
+pub fn submit_backlog_of(s: &mut State, jobs: usize, seed: u64, elastic: bool) {
     let mut rng = Lcg(seed);
     for i in 0..jobs {
         let queue = format!("q{}", rng.next(200));
@@ -101,7 +107,13 @@ pub fn submit_backlog(s: &mut State, jobs: usize, seed: u64) {
         } else {
             job(format!("job-{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
         };
-        apply(s, Op::Submit { spec, request_id: None });
+        let op = if elastic && spec.tasks[0].replicas > 1 {
+            let elastic = baton_model::elastic::ElasticSpec { task: 0, min_replicas: 1 };
+            Op::SubmitElastic { spec, elastic, request_id: None, run_as: None, after: Vec::new() }
+        } else {
+            Op::Submit { spec, request_id: None }
+        };
+        apply(s, op);
     }
 }
 
@@ -111,8 +123,13 @@ pub fn placements(s: &State) -> usize {
 
 /// The cluster after its backlog was placed and what could not be placed was cancelled.
 pub fn full_cluster() -> State {
+    full_cluster_of(false)
+}
+
+/// `full_cluster`, its gangs elastic (each may shrink to one node) when `elastic`.
+pub fn full_cluster_of(elastic: bool) -> State {
     let mut s = cluster(10_000, 40);
-    submit_backlog(&mut s, 50_000, 7);
+    submit_backlog_of(&mut s, 50_000, 7, elastic);
     let plan = cycle(&s, NOW_MS);
     apply(&mut s, Op::ApplyPlan(plan));
     let pending: Vec<_> = s.jobs().values().filter(|j| j.state == JobState::Pending).map(|j| j.id).collect();

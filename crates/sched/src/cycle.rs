@@ -351,8 +351,8 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
     }
     planner.budget -= 1;
     // Elastic gangs' replicas above their minimum are candidates of their own while the
-    // preemption is planned and reserved (decisions.md section 13).
-    view.split_excess();
+    // preemption is planned and reserved (decisions.md section 13): the planner splits them
+    // off (`View::split_excess`), and they are merged back here.
     // Owned: the reasons' cache that lends `base` is the planner's, which planning borrows.
     let base = base.to_string();
     let outcome = preempt_for(view, c, needs, plan, planner, holds, &base, key);

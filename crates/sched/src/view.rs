@@ -175,29 +175,34 @@ impl<'a> View<'a> {
         if self.split { self.excess.get().map_or(&[], |v| v.as_slice()) } else { &[] }
     }
 
-    /// Charges each shrinkable gang's replicas above its minimum to a job of their own in
-    /// the working ledger, so the preemption planner can take them alone. Gangs already
-    /// taken or stopping this cycle stay whole. Undone by `merge_excess`.
-    pub fn split_excess(&mut self) {
-        let list = self.excess_list().to_vec();
+    /// Charges the replicas above its minimum of each shrinkable gang among `candidates`
+    /// (ascending ids: a preemption's candidates) to a job of their own in the working
+    /// ledger, so the preemption planner can take them alone. Gangs already taken or
+    /// stopping this cycle stay whole. Undone by `merge_excess`.
+    pub fn split_excess(&mut self, candidates: &[JobId]) {
+        self.split = true;
+        if self.state.elastic_gangs().is_empty() {
+            return;
+        }
+        let list: Vec<Excess> =
+            self.excess_list().iter().filter(|x| candidates.binary_search(&x.gang).is_ok()).cloned().collect();
         for x in &list {
             let running = self.ledger.charges.get(&x.gang).is_some_and(|c| !c.leaving && !c.reserved);
             if running && !self.taken.contains(&x.gang) {
                 self.ledger.split_off(x.gang, x.id, &x.shares);
             }
         }
-        self.split = true;
     }
 
-    /// Puts the split parts back into their gangs (a part taken as a victim has made its
-    /// whole gang leave: `reserve`).
+    /// Puts the split parts back into their gangs (a part taken as a victim was merged back
+    /// as its whole gang began to leave: `reserve`).
     pub fn merge_excess(&mut self) {
         if !std::mem::take(&mut self.split) {
             return;
         }
-        let list = self.excess.get().cloned().unwrap_or_default();
-        for x in list {
-            self.ledger.merge_into(x.id, x.gang);
+        let split: Vec<(JobId, JobId)> = self.ledger.split_parts.iter().map(|(&gang, &part)| (part, gang)).collect();
+        for (part, gang) in split {
+            self.ledger.merge_into(part, gang);
         }
     }
 
@@ -228,16 +233,18 @@ impl<'a> View<'a> {
     /// (`split_excess`): the whole gang stops, as the state stops it.
     pub fn reserve(&mut self, job: &Job, q: usize, shares: &[Share], victims: &[JobId]) {
         let jobs = self.state.jobs();
-        let mut leaving: Vec<JobId> = victims.to_vec();
-        for x in self.excess() {
-            if victims.contains(&x.gang) || victims.contains(&x.id) {
-                leaving.extend([x.gang, x.id]);
-            }
-        }
+        // A gang whose part is taken stops whole: its part is merged back first, so that
+        // the gang leaves as the state makes it leave.
+        let mut leaving: Vec<JobId> = victims.iter().map(|&v| gang_of_excess(v).unwrap_or(v)).collect();
         leaving.sort_unstable();
         leaving.dedup();
-        let suspends = |v: JobId| gang_of_excess(v).is_none() && jobs[&v].spec.suspends_when_preempted();
-        self.ledger.preempt(job.id, q, !job.preemptible, shares, &leaving, suspends);
+        for &gang in &leaving {
+            if let Some(part) = self.ledger.split_parts.get(&gang).copied() {
+                self.ledger.merge_into(part, gang);
+                self.taken.insert(part);
+            }
+        }
+        self.ledger.preempt(job.id, q, !job.preemptible, shares, &leaving, |v| jobs[&v].spec.suspends_when_preempted());
         self.taken.extend(leaving.iter().copied());
         self.reindex(shares);
     }

@@ -7,7 +7,15 @@
 //! Also here: the scoped "as if these jobs had stopped" that preemption and the plan
 //! checker ask, which puts the ledger back exactly when the question is answered.
 
-use super::{Ledger, Occupant, Share, Vector, ZERO, fits, sub};
+use super::{JobCharge, Ledger, Occupant, Share, Vector, ZERO, fits, sub};
+
+/// Adds `amount` to pool `pool`'s entry of a per-pool list.
+fn add_to_pool(list: &mut Vec<(usize, Vector)>, pool: usize, amount: &Vector) {
+    match list.iter_mut().find(|(p, _)| *p == pool) {
+        Some((_, v)) => super::add(v, amount),
+        None => list.push((pool, *amount)),
+    }
+}
 use crate::job::JobId;
 
 impl Ledger {
@@ -35,15 +43,19 @@ impl Ledger {
     }
 
     /// The scheduler's view only: the part `part` of running job `job`'s occupancy (within
-    /// what it occupies) is charged to `to` from now on, as a job of its own of the same
-    /// queue: an elastic gang's replicas above its minimum, a preemption candidate apart
-    /// from the rest of the gang (decisions.md section 13). Usage moves with it, so no
-    /// queue's usage and no node's free resources change.
+    /// what it occupies) is held by `to` from now on, as a job of its own of the same queue:
+    /// an elastic gang's replicas above its minimum, a preemption candidate apart from the
+    /// rest of the gang (decisions.md section 13). No queue's usage and no node's free
+    /// resources change. `job`'s own charge is left as it was (a preemption plan splits
+    /// every candidate gang, thousands on a busy cluster, and unsharing their charges cost
+    /// more than the plan): what it stands for alone is its charge less `to`'s
+    /// (`charged_usage`). Undone by `merge_into`, before anything but taking it out of the
+    /// usage for a while (`remove`) is done to either part.
     pub fn split_off(&mut self, job: JobId, to: JobId, part: &[Share]) {
-        let Some(ch) = self.charges.get(&job).cloned() else { return };
+        let Some(ch) = self.charges.get(&job) else { return };
         debug_assert!(!ch.leaving && !ch.reserved, "only a running job's occupancy is split");
-        let nodes: Vec<usize> = part.iter().map(|s| s.node).collect();
-        self.ensure_charge(to, ch.queue, ch.not_preemptible, &nodes);
+        let (queue, not_preemptible) = (ch.queue, ch.not_preemptible);
+        let mut moved: Vec<(usize, Vector)> = Vec::new();
         for &Share { node: n, amount, gpus } in part {
             let node = &mut self.nodes[n];
             let Some(o) = node.occupants.iter_mut().find(|o| o.job == job) else { continue };
@@ -53,25 +65,25 @@ impl Ledger {
             if o.amount == ZERO && o.gpus == 0 {
                 node.occupants.retain(|o| o.job != job);
             }
-            let moved = Occupant { job: to, amount, gpus, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 };
-            node.occupants.push(moved);
+            let (held, lent_to, lent_amount, lent_gpus) = (false, None, ZERO, 0);
+            node.occupants.push(Occupant { job: to, amount, gpus, held, lent_to, lent_amount, lent_gpus });
+            add_to_pool(&mut moved, node.pool, &amount);
         }
-        self.settle(job);
-        self.settle(to);
-        for n in nodes {
-            self.nodes[n].refresh();
+        let nodes = part.iter().map(|s| s.node).collect();
+        let mut charge =
+            Some(JobCharge { queue, not_preemptible, usage: moved, nodes, reserved: false, leaving: false });
+        let slot = self.charges.get_or_insert_with(to, || charge.take().expect("made once"));
+        if let Some(c) = charge {
+            *slot = c;
         }
+        self.split_parts.insert(job, to);
     }
 
-    /// Undoes `split_off`: what `from` holds is `into`'s again. Both are leaving, or
-    /// neither (a preemption that takes either part stops the whole job).
+    /// Undoes `split_off`: what `from` holds is `into`'s again.
     pub fn merge_into(&mut self, from: JobId, into: JobId) {
-        let Some(ch) = self.charges.get(&from).cloned() else { return };
-        debug_assert!(
-            self.charges.get(&into).is_none_or(|c| c.leaving == ch.leaving),
-            "a split job merges back only when both parts are leaving or neither is"
-        );
-        self.ensure_charge(into, ch.queue, ch.not_preemptible, &ch.nodes);
+        let Some(ch) = self.charges.remove(&from) else { return };
+        debug_assert!(!ch.leaving, "a split part merges back before either part leaves");
+        self.split_parts.remove(&into);
         for &n in &ch.nodes {
             let node = &mut self.nodes[n];
             let Some(pos) = node.occupants.iter().position(|o| o.job == from) else { continue };
@@ -84,14 +96,21 @@ impl Ledger {
                 None => node.occupants.push(Occupant { job: into, ..o }),
             }
         }
-        if let Some(c) = self.charges.get_mut(&into) {
-            c.leaving = ch.leaving;
+    }
+
+    /// The usage job `job` stands for alone, per pool: its charge's, less a part split off
+    /// it (`split_off`).
+    pub fn charged_usage(&self, job: JobId) -> Vec<(usize, Vector)> {
+        let Some(ch) = self.charges.get(&job) else { return Vec::new() };
+        let mut usage = ch.usage.clone();
+        if let Some(part) = self.split_parts.get(&job) {
+            for (p, v) in self.charges.get(part).map(|c| c.usage.as_slice()).unwrap_or_default() {
+                if let Some((_, u)) = usage.iter_mut().find(|(up, _)| up == p) {
+                    sub(u, v);
+                }
+            }
         }
-        self.settle(from);
-        self.settle(into);
-        for n in ch.nodes {
-            self.nodes[n].refresh();
-        }
+        usage
     }
 
     /// A running job begins to stop (its time limit, a pause, a node's drain): it leaves its
@@ -208,10 +227,11 @@ impl Ledger {
     pub fn remove(&mut self, removed: &mut Removed, job: JobId) {
         debug_assert!(!removed.contains(job), "job {job} removed twice: its usage would be taken out twice");
         let mut entries = Vec::new();
-        if let Some(ch) = self.charges.get(&job).cloned() {
-            for (p, v) in &ch.usage {
-                self.adjust_usage(ch.queue, *p, v, ch.not_preemptible, false);
-                entries.push(Taken { queue: ch.queue, pool: *p, amount: *v, not_preemptible: ch.not_preemptible });
+        if let Some(ch) = self.charges.get(&job) {
+            let (queue, np) = (ch.queue, ch.not_preemptible);
+            for (p, v) in self.charged_usage(job) {
+                self.adjust_usage(queue, p, &v, np, false);
+                entries.push(Taken { queue, pool: p, amount: v, not_preemptible: np });
             }
         }
         removed.taken.push((job, entries));

@@ -218,6 +218,9 @@ pub struct Ledger {
     pub queue_ix: FxMap<String, usize>,
     pub trees: Vec<TreeAcct>,
     pub charges: CowMap<JobCharge>,
+    /// The scheduler's view only: parts split off jobs (`split_off`), by the job they were
+    /// split off; empty everywhere else.
+    pub split_parts: FxMap<JobId, JobId>,
     /// Unfinished jobs per queue and per owner, for the per-queue and per-user bounds a
     /// submit checks: kept up to date by submit and finish so a submit does not scan
     /// every job (with a backlog of tens of thousands that scan was most of an apply).

@@ -127,9 +127,11 @@ pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &
 /// `reclaim_within_cohort` does not allow it: taking the victim's queue below its guarantee
 /// there lets that queue's jobs come back by borrowing, and the three preempt in a circle.
 fn leaves_guarantee(l: &Ledger, c: &Cand) -> bool {
-    let Some(ch) = l.charges.get(&c.job) else { return true };
+    if l.charges.get(&c.job).is_none() {
+        return true;
+    }
     let q = &l.queues[c.queue];
-    ch.usage.iter().all(|(p, v)| {
+    l.charged_usage(c.job).iter().all(|(p, v)| {
         v.iter()
             .enumerate()
             .all(|(k, &amount)| amount == 0 || q.usage[*p][k].saturating_sub(amount) >= q.nominal[*p][k])
@@ -208,7 +210,7 @@ impl Ctx<'_> {
         }
         let mine = l.share(self.queue, &self.demand, &[]);
 
-        let usage = l.charges.get(&c.job).map(|ch| ch.usage.clone()).unwrap_or_default();
+        let usage = l.charged_usage(c.job);
         if self.weak { mine < l.share(c.queue, &[], &[]) } else { mine <= l.share(c.queue, &[], &usage) }
     }
 

@@ -102,6 +102,9 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
         cands_by_scan(view, job, jq, &policy, &pools, &useful),
         "preemption candidates by queue and by a scan of every running job"
     );
+    let mut ids: Vec<JobId> = cands.iter().map(|c| c.job).collect();
+    ids.sort_unstable();
+    view.split_excess(&ids);
     let cands = with_excess(view, cands);
     if cands.is_empty() {
         return Err(NoPreemption::NoCandidates);
@@ -163,11 +166,14 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
 /// whole gang loses (a shrink restarts every replica from the checkpoint).
 fn with_excess(view: &View, mut cands: Vec<Cand>) -> Vec<Cand> {
     let split = |id: JobId| view.ledger.charges.get(&id).is_some();
+    let mut by_id: Vec<(JobId, usize)> = cands.iter().enumerate().map(|(i, c)| (c.job, i)).collect();
+    by_id.sort_unstable();
+    let find = |gang: JobId| by_id.binary_search_by_key(&gang, |e| e.0).ok().map(|at| by_id[at].1);
     let extra: Vec<Cand> = view
         .excess()
         .iter()
         .filter(|x| split(x.id))
-        .filter_map(|x| cands.iter().find(|c| c.job == x.gang).map(|c| Cand { job: x.id, ..c.clone() }))
+        .filter_map(|x| find(x.gang).map(|i| Cand { job: x.id, ..cands[i].clone() }))
         .collect();
     cands.extend(extra);
     cands
