@@ -189,13 +189,18 @@ fn gang_and_preemptor(mode: PreemptionMode) -> (State, JobId, JobId) {
     apply(&mut s, 1_000, Op::SubmitElastic { spec, elastic, request_id: None, run_as: None, after: vec![] }).unwrap();
     let g = s.job_by_name("g").unwrap().id;
     place(&mut s, g, on("n1", 0..8)).unwrap();
+    let hi = submit_preemptor(&mut s);
+    (s, g, hi)
+}
+
+/// A job of priority 5 wanting 6 GPUs.
+fn submit_preemptor(s: &mut State) -> JobId {
     let mut spec = gpu_job("hi", "q", 6);
     spec.priority = PriorityRef::Value(5);
-    let Outcome::Submitted { job: hi, .. } = apply(&mut s, 2_000, Op::Submit { spec, request_id: None }).unwrap()
-    else {
-        panic!()
-    };
-    (s, g, hi)
+    match apply(s, 2_000, Op::Submit { spec, request_id: None }).unwrap() {
+        Outcome::Submitted { job, .. } => job,
+        other => panic!("{other:?}"),
+    }
 }
 
 fn shrink_for(hi: JobId, g: JobId, gpus: Vec<u32>) -> Decision {
@@ -235,12 +240,7 @@ fn a_gang_at_its_minimum_or_in_mode_cancel_is_never_shrunk() {
     let mut s = two_nodes_one_queue();
     let g = submit_gang(&mut s, "g", 8, 2).unwrap();
     place(&mut s, g, on("n1", 0..2)).unwrap();
-    let mut spec = gpu_job("hi", "q", 6);
-    spec.priority = PriorityRef::Value(5);
-    let Outcome::Submitted { job: hi, .. } = apply(&mut s, 2_000, Op::Submit { spec, request_id: None }).unwrap()
-    else {
-        panic!()
-    };
+    let hi = submit_preemptor(&mut s);
     let d = shrink_for(hi, g, (2..8).collect());
     assert!(matches!(decide(&mut s, 3_000, d), Err(Rejection::NotElastic { .. })), "at its minimum");
 }
