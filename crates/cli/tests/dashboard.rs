@@ -342,13 +342,13 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
         r#"(document.querySelector('tr[data-array="sweep"]')?.innerText ?? "").includes("sweep-[0-99]")"#,
     );
 
-    // An elastic gang shows the size it runs with of its top: as many of its 8 replicas
-    // as the GPUs left hold.
+    // An elastic gang's details show the size it runs with of its top: as many of its 8
+    // replicas as the GPUs left hold. (The sweep's elements fill the first page of jobs.)
     let el =
         ["submit", "--name", "el", "--queue", "team-a", "--gpus", "2", "--replicas", "8", "--min-replicas", "1", "--"];
     dev.baton(&[&el[..], &work[..]].concat());
-    page.until(
-        "gang el listed with its size",
-        r#"/^[1-4]\/8$/.test(document.querySelector('tr[data-job="el"]')?.dataset.elastic ?? "")"#,
-    );
+    dev.until("el runs", |d| d.job("el")["state"] == "Running");
+    let shown = |dom: &str| (1..=4).any(|n| dom.contains(&format!(" · elastic: {n}/8 replicas, at least 1")));
+    let dom = dev.dom("&job=el", shown);
+    assert!(shown(&dom), "el's details show its size:\n{dom}");
 }

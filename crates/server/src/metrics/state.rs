@@ -59,7 +59,8 @@ impl Metrics {
     /// what they miss of their `replicas`. One pass over the elastic gangs kept.
     fn refresh_elastic(&self, state: &State) {
         self.queue_elastic_replicas.clear();
-        let mut per_queue: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        // Every queue has its series, 0 without gangs, as the other per-queue gauges do.
+        let mut per_queue: BTreeMap<&str, (u64, u64)> = state.queues().keys().map(|q| (q.as_str(), (0, 0))).collect();
         for (&id, e) in state.elastic_gangs() {
             let Some(j) = state.job(id).filter(|j| j.state.is_active()) else { continue };
             let size = e.size(&j.spec);

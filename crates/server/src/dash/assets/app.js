@@ -174,8 +174,10 @@ function elastic(j) {
 }
 
 function showJobs(page) {
-  const rows = page.jobs.map(j => h("tr", { "data-job": j.spec.name, "data-state": j.state, "data-elastic": elastic(j),
-    onclick: () => select(j.spec.name) },
+  // A rigid job's row has no data-elastic.
+  const rowAttrs = j => Object.assign({ "data-job": j.spec.name, "data-state": j.state, onclick: () => select(j.spec.name) },
+    elastic(j) ? { "data-elastic": elastic(j) } : {});
+  const rows = page.jobs.map(j => h("tr", rowAttrs(j),
     h("td", {}, j.id), h("td", {}, j.spec.name + (elastic(j) ? " (elastic " + elastic(j) + ")" : "")), h("td", {}, j.spec.queue),
     h("td", { class: "state state-" + j.state }, j.state), h("td", {}, j.attempt), h("td", {}, placements(j)),
     h("td", { class: "reason" }, j.preempted_by ? "preempted by " + j.preempted_by : j.reason),
