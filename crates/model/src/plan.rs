@@ -90,10 +90,17 @@ impl Decision {
     }
 
     /// The data format that introduced this decision (see `Op::format`).
+    /// Every variant has its line (no wildcard), as in `Op::format`.
     pub fn format(&self) -> u32 {
         match self {
+            Decision::ResumeInPlace { .. }
+            | Decision::Place { .. }
+            | Decision::Preempt { .. }
+            | Decision::Wait { .. }
+            | Decision::TimeLimit { .. }
+            | Decision::Reserve { .. }
+            | Decision::Unreserve { .. } => 1,
             Decision::Grow { .. } | Decision::PreemptShrinking { .. } => 9,
-            _ => 1,
         }
     }
 }

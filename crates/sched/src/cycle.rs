@@ -466,29 +466,23 @@ fn place_smaller(
     planner: &mut Planner,
 ) -> Result<(), Needs> {
     let at = |n: u32| crate::elastic::sized(&c.needs, e, n);
+    // Bisection only moves up from a size that fits: the last one found is the largest.
     let mut found: Option<(Needs, Packing)> = None;
-    let size = crate::elastic::largest_fitting(e.min, e.max - 1, |n| {
+    crate::elastic::largest_fitting(e.min, e.max - 1, |n| {
         let needs = at(n);
-        match find_room(view, c, &needs, planner) {
-            Some(p) => {
-                found = Some((needs, p));
-                true
-            }
-            None => false,
+        let room = find_room(view, c, &needs, planner);
+        let fits = room.is_some();
+        if let Some(p) = room {
+            found = Some((needs, p));
         }
+        fits
     });
-    match (size, found) {
-        (Some(n), Some((needs, p))) if needs.tasks[e.task as usize].replicas == n => {
+    match found {
+        Some((needs, p)) => {
             place(view, plan, c.queue, c.job, &needs, &p);
             Ok(())
         }
-        (Some(n), _) => {
-            let needs = at(n);
-            let p = find_room(view, c, &needs, planner).expect("a size found to fit still fits");
-            place(view, plan, c.queue, c.job, &needs, &p);
-            Ok(())
-        }
-        (None, _) => Err(at(e.min)),
+        None => Err(at(e.min)),
     }
 }
 

@@ -74,9 +74,9 @@ pub fn grow_one(view: &mut View, plan: &mut Plan) {
         }
         if let Some(replicas) = larger_placement(view, job, e) {
             plan.decisions.push(Decision::Grow { job: id, attempt: job.attempt, replicas });
+            // As `State::apply` of the Grow: the gang leaves its queue's usage. Nothing is
+            // decided after growth, so nothing else of the view needs to know.
             view.ledger.begin_stop(id);
-            view.taken.insert(id);
-            view.time_out(id);
             return;
         }
     }

@@ -154,20 +154,18 @@ impl<'a> View<'a> {
     }
 
     /// Gangs running above their minimum that may shrink, in id order (`Elastic::may_shrink`).
-    fn excess_list(&self) -> &[Excess] {
-        self.excess.get_or_init(|| {
-            let state = self.state;
-            let mut out = Vec::new();
-            for (&gang, e) in state.elastic_gangs() {
-                let Some(j) = state.job(gang) else { continue };
-                if j.state != baton_model::job::JobState::Running || j.is_leaving() || !e.may_shrink(&j.spec) {
-                    continue;
-                }
-                let (_, excess) = e.kept_and_excess(&j.replicas);
-                out.push(Excess { gang, id: excess_of(gang), shares: state.shares(j, &excess) });
+    fn gather_excess(&self) -> Vec<Excess> {
+        let state = self.state;
+        let mut out = Vec::new();
+        for (&gang, e) in state.elastic_gangs() {
+            let Some(j) = state.job(gang) else { continue };
+            if j.state != baton_model::job::JobState::Running || j.is_leaving() || !e.may_shrink(&j.spec) {
+                continue;
             }
-            out
-        })
+            let (_, excess) = e.kept_and_excess(&j.replicas);
+            out.push(Excess { gang, id: excess_of(gang), shares: state.shares(j, &excess) });
+        }
+        out
     }
 
     /// The gangs' excess parts split off in the ledger now (empty outside `split_excess`).
@@ -184,14 +182,15 @@ impl<'a> View<'a> {
         if self.state.elastic_gangs().is_empty() {
             return;
         }
-        let list: Vec<Excess> =
-            self.excess_list().iter().filter(|x| candidates.binary_search(&x.gang).is_ok()).cloned().collect();
-        for x in &list {
+        // Gathered once a cycle; taken out while the ledger changes, then put back.
+        let list = self.excess.take().unwrap_or_else(|| self.gather_excess());
+        for x in list.iter().filter(|x| candidates.binary_search(&x.gang).is_ok()) {
             let running = self.ledger.charges.get(&x.gang).is_some_and(|c| !c.leaving && !c.reserved);
             if running && !self.taken.contains(&x.gang) {
                 self.ledger.split_off(x.gang, x.id, &x.shares);
             }
         }
+        let _ = self.excess.set(list);
     }
 
     /// Puts the split parts back into their gangs (a part taken as a victim was merged back

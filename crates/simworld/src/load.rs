@@ -145,7 +145,7 @@ impl Load {
             checkpoint_ms: rng.range(CHECKPOINT_MS.0, CHECKPOINT_MS.1),
         };
         self.truth.lock().work.insert(name.clone(), work);
-        let spec = job(rng, &name);
+        let mut spec = job(rng, &name);
         let request_id = Some(format!("req-{n}"));
         let earlier: Vec<&String> = acked.submits.keys().chain(acked.arrays.keys()).collect();
         let mut waits = String::new();
@@ -157,7 +157,6 @@ impl Load {
             after.push(After { job: JobRef::Name(Name::lit(&on)), when });
         }
         let array = rng.chance(10).then(|| array_spec(rng));
-        let mut spec = spec;
         // One submit in six is an elastic gang of 2 to 4 replicas (section 13): shrunk as a
         // victim, grown back, each resize a new attempt.
         let elastic = (array.is_none() && rng.chance(16)).then(|| {
