@@ -40,10 +40,17 @@ async fn an_xid_on_a_gpu_stops_its_job_and_spares_the_job_beside_it() {
     assert!(faults[0].error.contains("XID 79"));
     let stopped = What::Stopped(Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0 });
     agent.report(vec![stopped]).await.unwrap();
-    let j = wait_state(&mut c, "train", JobState::Pending).await;
+    let mut j = wait_state(&mut c, "train", JobState::Pending).await;
     assert!(j.has_checkpoint && j.preempted_by.is_empty(), "requeued from its checkpoint, not preempted: {j:?}");
     // The cycle that finds no room says why: no 4 healthy GPUs free, one being unhealthy.
-    assert!(j.reason.contains("most free GPUs on one node: 3); 1 GPU of the pool is unhealthy"), "{}", j.reason);
+    // Until that cycle has run, the reason is the requeue's.
+    let why = "most free GPUs on one node: 3); 1 GPU of the pool is unhealthy";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !j.reason.contains(why) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        j = c.get_job(JobRef { name: "train".into(), id: 0 }).await.unwrap().into_inner();
+    }
+    assert!(j.reason.contains(why), "{}", j.reason);
     let requeued = j.events.iter().find(|e| e.kind() == EventKind::Requeued).unwrap();
     assert!(requeued.message.contains("its GPU failed"), "{requeued:?}");
     assert!(j.events.iter().any(|e| e.kind() == EventKind::GpuFaultStop), "{:?}", j.events);
