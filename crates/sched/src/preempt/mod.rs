@@ -110,6 +110,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
         return Err(NoPreemption::NoCandidates);
     }
     let on_node = OnNodes::new(view, &cands);
+    let parts = walk::Parts::of(&cands);
     let mut best: Option<Best> = None;
     for weak in [false, true] {
         for ctx in &mut ctxs {
@@ -130,7 +131,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
-                let Some(w) = walk::walk(view, ctx, needs, a, &nodes, &cands, &on) else {
+                let Some(w) = walk::walk(view, ctx, needs, a, &nodes, &cands, &parts, &on) else {
                     continue;
                 };
                 let vs: Vec<&Cand> = w.victims.iter().map(|&i| &cands[i]).collect();

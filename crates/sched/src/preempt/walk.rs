@@ -2,6 +2,9 @@
 //! order until the job fits, then give back, in reverse rank order, every victim it can do
 //! without, until none can be given back. What remains is minimal.
 
+use std::collections::BTreeMap;
+
+use baton_model::elastic::gang_of_excess;
 use baton_model::job::JobId;
 use baton_model::ledger::Removed;
 
@@ -10,6 +13,34 @@ use crate::needs::Needs;
 use crate::nodes::SetNodes;
 use crate::pack::{Packing, pack};
 use crate::view::View;
+
+/// decisions.md section 13: which candidates are an elastic gang's part above its minimum
+/// and which the rest of that gang, by index. Taking the rest stops the whole gang, so its
+/// part is taken with it and never given back while the rest stays taken.
+#[derive(Default)]
+pub struct Parts {
+    part_of_rest: BTreeMap<usize, usize>,
+    rest_of_part: BTreeMap<usize, usize>,
+}
+
+impl Parts {
+    pub fn of(cands: &[Cand]) -> Parts {
+        let mut parts = Parts::default();
+        // Few parts among many candidates (none without elastic gangs): look them up.
+        let part_of_gang: BTreeMap<JobId, usize> =
+            cands.iter().enumerate().filter_map(|(i, c)| gang_of_excess(c.job).map(|g| (g, i))).collect();
+        if part_of_gang.is_empty() {
+            return parts;
+        }
+        for (rest, c) in cands.iter().enumerate() {
+            if let Some(&part) = part_of_gang.get(&c.job) {
+                parts.part_of_rest.insert(rest, part);
+                parts.rest_of_part.insert(part, rest);
+            }
+        }
+        parts
+    }
+}
 
 pub struct Walked {
     /// Indices into the candidate list, in rank order.
@@ -32,6 +63,7 @@ fn fits(
     pack(&set, needs, pool_choice)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn walk(
     view: &mut View,
     ctx: &Ctx,
@@ -39,6 +71,7 @@ pub fn walk(
     pool_choice: &[usize],
     nodes: &[usize],
     cands: &[Cand],
+    parts: &Parts,
     on: &[usize],
 ) -> Option<Walked> {
     let mut taken: Vec<usize> = Vec::new();
@@ -60,8 +93,12 @@ pub fn walk(
         };
         view.ledger.remove(&mut removed, cands[i].job);
         taken.push(i);
+        if let Some(&part) = parts.part_of_rest.get(&i).filter(|p| !taken.contains(p)) {
+            view.ledger.remove(&mut removed, cands[part].job);
+            taken.push(part);
+        }
     }
-    fill_back(view, ctx, needs, pool_choice, nodes, cands, &mut taken, &mut removed);
+    fill_back(view, ctx, needs, pool_choice, nodes, cands, parts, &mut taken, &mut removed);
     let packing = fits(view, ctx, needs, pool_choice, nodes, &ids(&taken));
     view.ledger.put_back_all(removed);
     taken.sort_by(|&a, &b| cands[a].rank().cmp(&cands[b].rank()));
@@ -76,6 +113,7 @@ fn fill_back(
     pool_choice: &[usize],
     nodes: &[usize],
     cands: &[Cand],
+    parts: &Parts,
     taken: &mut Vec<usize>,
     removed: &mut Removed,
 ) {
@@ -84,6 +122,10 @@ fn fill_back(
         order.sort_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[b], &cands[a]));
         let mut returned = false;
         for i in order {
+            // A gang's part stays taken while the rest of it is.
+            if parts.rest_of_part.get(&i).is_some_and(|rest| taken.contains(rest)) {
+                continue;
+            }
             view.ledger.put_back(removed, cands[i].job);
             let rest: Vec<usize> = taken.iter().copied().filter(|&t| t != i).collect();
             let rest_ids: Vec<JobId> = rest.iter().map(|&t| cands[t].job).collect();
