@@ -18,6 +18,7 @@ use crate::node::{NodeSpec, NodeStatus};
 use crate::plan::Plan;
 use crate::queue::{Cohort, QueueSpec, Visibility};
 use crate::rejection::Rejection;
+use crate::resources::Resources;
 use crate::scheduler::SchedulerSettings;
 use crate::tenancy::{TenancySettings, UnixUser};
 
@@ -243,6 +244,14 @@ pub enum Op {
         run_as: Option<UnixUser>,
         after: Vec<After>,
     },
+    /// Usage over time (decisions.md section 12): its half-life and its weights.
+    SetUsage(crate::usage::UsageSettings),
+    /// `max_per_user` of a queue (decisions.md section 12): resources one user's jobs in it
+    /// may hold at once; empty removes the limit.
+    SetUserLimit {
+        queue: Name,
+        limit: Resources,
+    },
 }
 
 impl Op {
@@ -309,6 +318,8 @@ impl Op {
                 | Op::CreateClass(_)
                 | Op::CreateQueueVisible { .. }
                 | Op::UpdateQueueVisible { .. }
+                | Op::SetUsage(_)
+                | Op::SetUserLimit { .. }
         )
     }
 
@@ -354,6 +365,8 @@ impl Op {
             Op::CreateClass(_) => "CreateClass",
             Op::CreateQueueVisible { .. } => "CreateQueueVisible",
             Op::UpdateQueueVisible { .. } => "UpdateQueueVisible",
+            Op::SetUsage(_) => "SetUsage",
+            Op::SetUserLimit { .. } => "SetUserLimit",
         }
     }
 }

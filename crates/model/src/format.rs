@@ -43,8 +43,9 @@ use crate::command::{Observed, Op};
 /// `GpuHealthy`, `GpuFaultStop`, `StopWhy::GpuFault`, and snapshots that record the
 /// unhealthy GPUs (written in format 7's layout while there are none). 9: `SubmitArray`,
 /// `CancelArray`, `SubmitElastic`, `Decision::Grow` (a plan carrying one needs format 9),
-/// `StopWhy::Grow`, the events `Resized` and `Growing`, and snapshots that record the arrays
-/// and the elastic gangs (written in format 8's layout while there is neither).
+/// `StopWhy::Grow`, the events `Resized` and `Growing`, `SetUsage`, `SetUserLimit`, and
+/// snapshots that record the arrays, the elastic gangs and usage over time (written in
+/// format 8's layout while there is none of them).
 pub const DATA_FORMAT: u32 = 9;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
@@ -170,7 +171,11 @@ impl Op {
             Op::CreateQueueVisible { .. } | Op::UpdateQueueVisible { .. } => 6,
             Op::SubmitAfter { .. } | Op::CreateMaintenance(_) | Op::DeleteMaintenance { .. } => 7,
             Op::ReportGpu { .. } | Op::SetGpuHealth { .. } => 8,
-            Op::SubmitArray { .. } | Op::CancelArray { .. } | Op::SubmitElastic { .. } => 9,
+            Op::SubmitArray { .. }
+            | Op::CancelArray { .. }
+            | Op::SubmitElastic { .. }
+            | Op::SetUsage(_)
+            | Op::SetUserLimit { .. } => 9,
         }
     }
 

@@ -25,6 +25,7 @@
 //! - `tenancy`: the Unix user each job runs as, and the bounds on jobs per user and queue.
 //! - `array`, `after`, `elastic`: workflows (decisions.md section 13): job arrays,
 //!   dependencies, elastic gangs' ranges.
+//! - `usage`: usage over time and per-user limits (decisions.md section 12).
 //! - `word`: the one spelling of each closed set's values (states, modes, orderings, roles).
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
@@ -59,6 +60,7 @@ pub mod runnable;
 pub mod scheduler;
 pub mod state;
 pub mod tenancy;
+pub mod usage;
 pub mod word;
 
 pub use command::{Applied, Command, Op, Outcome, Response};

@@ -114,6 +114,10 @@ pub enum Rejection {
         if *preempting { "a preemption never backfills" } else { "it does not end in time to backfill" }
     )]
     TakesReserved { holder: Name, pool: Name, queue: Name, same_queue: bool, preempting: bool },
+    /// Its user's jobs in its queue would hold more than the queue's `max_per_user`
+    /// (decisions.md section 12); the words name the user, queue and resource.
+    #[error("{0}")]
+    UserLimit(String),
 }
 
 #[cfg(test)]

@@ -60,6 +60,8 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("SubmitArray", 9),
     ("CancelArray", 9),
     ("SubmitElastic", 9),
+    ("SetUsage", 9),
+    ("SetUserLimit", 9),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -170,6 +172,8 @@ fn ops() -> Vec<Op> {
             run_as: None,
             after: vec![],
         },
+        Op::SetUsage(baton_model::usage::UsageSettings { half_life_ms: Some(86_400_000), ..Default::default() }),
+        Op::SetUserLimit { queue: q.clone(), limit: baton_model::resources::Resources::of(&[("gpu", 8)]) },
     ]
 }
 

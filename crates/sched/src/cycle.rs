@@ -120,9 +120,15 @@ fn resume_suspended(view: &mut View, suspended: &[&Job], plan: &mut Plan) {
         }
         let shares = state.shares(job, &job.replicas);
         let (q, np) = view.queue_np(job);
+        // A suspended job holds nothing its user's limit counts (section 12).
+        if let Some(why) = view.user_held.block(state, job, &State::holding(job)) {
+            wait(plan, job, format!("suspended in place; its user may hold no more now: {why}"));
+            continue;
+        }
         match view.ledger.check_admission(q, &demand_of(&view.ledger, &shares), np) {
             Ok(_) => {
                 view.unhold(job.id);
+                view.user_held.count(state, job, &job.replicas);
                 plan.decisions.push(Decision::ResumeInPlace { job: job.id, attempt: job.attempt });
             }
             Err(b) => {
@@ -260,11 +266,17 @@ fn decide_reserving(
     holds: &mut Holds,
     i: usize,
 ) -> Outcome {
+    // Section 12: a starving job is placed under its user's limit like any other.
+    if let Err(why) = user_limit(view, c) {
+        wait_for(plan, c.id, c.reason, why);
+        return Outcome::Waits;
+    }
     if holds.ready(view, i, c.job) {
         holds.unblock(view, &[i]);
         planner.no_fit.clear();
         let replicas = view.state.pool_reservation_of(c.id).map(|r| r.replicas.clone()).unwrap_or_default();
         view.occupy(c.job, c.queue, &holds.list[i].shares);
+        view.user_held.count(view.state, c.job, &replicas);
         plan.decisions.push(Decision::Place { job: c.id, attempt: c.job.attempt + 1, replicas });
         return Outcome::Placed;
     }
@@ -304,6 +316,7 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
                 wait(plan, job, reason::reserved_room_held(view.state, node.as_str()));
                 return Outcome::Waits;
             }
+            // Its user's limit counted its reservation already (`State::user_limit_block`).
             view.occupy(job, q, &shares);
             // Its reservation becomes its occupancy: the same room, but forget what did not
             // fit rather than lean on that.
@@ -322,12 +335,20 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
         wait_for(plan, c.id, c.reason, "none of its pools has a node".into());
         return Outcome::Waits;
     }
-    if try_place(view, c, plan, planner) {
+    // Section 12: a job its user's limit holds back waits; it does not preempt.
+    let capped = match user_limit(view, c) {
+        Ok(capped) => capped,
+        Err(why) => {
+            wait_for(plan, c.id, c.reason, why);
+            return Outcome::Waits;
+        }
+    };
+    if capped.is_none() && try_place(view, c, plan, planner) {
         return Outcome::Placed;
     }
     // An elastic gang takes the largest size that fits, else preempts for its minimum.
     let smaller = match view.state.elastic(c.id) {
-        Some(e) => match place_smaller(view, c, e, plan, planner) {
+        Some(e) => match place_smaller(view, c, e, capped.unwrap_or(e.max - 1), plan, planner) {
             Ok(()) => return Outcome::Placed,
             Err(min) => Some(min),
         },
@@ -360,6 +381,28 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
     outcome
 }
 
+/// Whether the job's user may hold what it asks under its queue's `max_per_user`: `Err`
+/// with the reason when not; `Ok(Some(n))` for an elastic gang the limit allows only `n`
+/// replicas of (below its whole size, at least its minimum).
+fn user_limit(view: &View, c: &Candidate) -> Result<Option<u32>, String> {
+    let state = view.state;
+    let Some(e) = state.elastic(c.id) else {
+        return match view.user_held.block(state, c.job, &crate::fair::demand(c.job)) {
+            Some(why) => Err(why),
+            None => Ok(None),
+        };
+    };
+    match view.user_held.elastic_size(state, c.job, e, false) {
+        None => Ok(None),
+        Some(n) if n >= e.max => Ok(None),
+        Some(n) if n >= e.min => Ok(Some(n)),
+        Some(_) => {
+            let at_min = crate::elastic::demand_at(c.job, e, e.min);
+            Err(view.user_held.block(state, c.job, &at_min).unwrap_or_else(|| "its user's limit".into()))
+        }
+    }
+}
+
 /// Plans a preemption for the job (with `needs`) and reserves what it takes, or says why it
 /// waits.
 #[allow(clippy::too_many_arguments)]
@@ -390,6 +433,7 @@ fn preempt_for(
                 |ids: &[JobId]| ids.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
             let (victims_named, shrunk_named): (Vec<Victim>, Vec<Victim>) = (attempts(&whole), attempts(&shrunk));
             view.reserve(job, q, &shares, &victims);
+            view.user_held.count(view.state, job, &replicas);
             plan.decisions.push(if shrunk_named.is_empty() {
                 Decision::Preempt { job: job.id, victims: victims_named, replicas, message }
             } else {
@@ -462,13 +506,14 @@ fn place_smaller(
     view: &mut View,
     c: &Candidate,
     e: &Elastic,
+    most: u32,
     plan: &mut Plan,
     planner: &mut Planner,
 ) -> Result<(), Needs> {
     let at = |n: u32| crate::elastic::sized(&c.needs, e, n);
     // Bisection only moves up from a size that fits: the last one found is the largest.
     let mut found: Option<(Needs, Packing)> = None;
-    crate::elastic::largest_fitting(e.min, e.max - 1, |n| {
+    crate::elastic::largest_fitting(e.min, most, |n| {
         let needs = at(n);
         let room = find_room(view, c, &needs, planner);
         let fits = room.is_some();
@@ -490,6 +535,7 @@ fn place(view: &mut View, plan: &mut Plan, q: usize, job: &Job, needs: &Needs, p
     let names = |n: usize| view.ledger.nodes[n].name.clone();
     let (replicas, shares) = p.allocate(&IndexNodes { view }, needs, names);
     view.occupy(job, q, &shares);
+    view.user_held.count(view.state, job, &replicas);
     plan.decisions.push(Decision::Place { job: job.id, attempt: job.attempt + 1, replicas });
 }
 

@@ -29,6 +29,18 @@ pub fn sized(needs: &Needs, e: &Elastic, n: u32) -> Needs {
     out
 }
 
+/// What the gang asks with `n` replicas of its elastic task.
+pub fn demand_at(job: &Job, e: &Elastic, n: u32) -> baton_model::resources::Resources {
+    let mut out = baton_model::resources::Resources::new();
+    for (i, t) in job.spec.tasks.iter().enumerate() {
+        let replicas = if i == e.task as usize { n } else { t.replicas };
+        for (k, q) in t.resources.iter() {
+            out.set(k, out.get(k).saturating_add(q.saturating_mul(u64::from(replicas))));
+        }
+    }
+    out
+}
+
 /// The largest size from `hi` down to `lo` for which `fits` holds, by bisection; `None`
 /// when not even `lo` does. `fits(lo)` is asked first, so when nothing fits the last answer
 /// is the smallest size's (at admission its quota verdicts give the job's reason).
@@ -69,10 +81,12 @@ pub fn grow_one(view: &mut View, plan: &mut Plan) {
     let state = view.state;
     for (&id, e) in state.elastic_gangs() {
         let Some(job) = state.job(id) else { continue };
-        if !may_grow(view, job, e) || !one_more_fits(view, job, e) {
+        // Section 12: never past what its user's limit allows.
+        let top = view.user_held.elastic_size(state, job, e, true).map_or(e.max, |n| n.min(e.max));
+        if !may_grow(view, job, e) || e.size(&job.spec) >= top || !one_more_fits(view, job, e) {
             continue;
         }
-        if let Some(replicas) = larger_placement(view, job, e) {
+        if let Some(replicas) = larger_placement(view, job, e, top) {
             plan.decisions.push(Decision::Grow { job: id, attempt: job.attempt, replicas });
             // As `State::apply` of the Grow: the gang leaves its queue's usage. Nothing is
             // decided after growth, so nothing else of the view needs to know.
@@ -85,7 +99,7 @@ pub fn grow_one(view: &mut View, plan: &mut Plan) {
 /// The largest placement above the gang's size that fits with its own resources counted
 /// free, over the nodes of its pools (a pack over a node set: asked only of a gang that
 /// one more replica fits, so at most once a cycle that grows).
-fn larger_placement(view: &mut View, job: &Job, e: &Elastic) -> Option<Vec<ReplicaAlloc>> {
+fn larger_placement(view: &mut View, job: &Job, e: &Elastic, top: u32) -> Option<Vec<ReplicaAlloc>> {
     let base = Needs::of(view, job);
     let pools = base.all_pools();
     let closed = crate::windows::close_for(view, job);
@@ -95,7 +109,7 @@ fn larger_placement(view: &mut View, job: &Job, e: &Elastic) -> Option<Vec<Repli
     crate::windows::reopen(view, closed);
     let (q, np) = view.queue_np(job);
     let mut found: Option<(Needs, Packing)> = None;
-    largest_fitting(e.size(&job.spec) + 1, e.max, |n| {
+    largest_fitting(e.size(&job.spec) + 1, top, |n| {
         let needs = sized(&base, e, n);
         let admitted = |view: &mut View, d: &[(usize, Vector)]| {
             view.ledger.without([job.id], |l| l.check_admission(q, d, np).is_ok())

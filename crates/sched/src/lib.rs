@@ -17,6 +17,7 @@
 //! - `reserve`: starving jobs' reservations and backfill (section 9).
 //! - `elastic`: elastic gangs' sizes at admission and their growth (decisions.md
 //!   section 13).
+//! - `fair`: usage over time and per-user limits (decisions.md section 12).
 //! - `windows`: maintenance windows ahead, closed to the jobs that would not end before
 //!   them (decisions.md section 14).
 
@@ -27,6 +28,7 @@
 mod cycle;
 mod elastic;
 mod failures;
+mod fair;
 mod index;
 pub mod invariants;
 mod needs;
@@ -54,3 +56,5 @@ mod proptests;
 mod stale_props;
 #[cfg(test)]
 mod starving_props;
+#[cfg(test)]
+mod usage_props;

@@ -6,6 +6,9 @@
 //! borrowers in fair-sharing cohorts, the queue with the lowest share goes first; then
 //! priority, submission and name. After a queue's head is decided the queue's next job
 //! competes with a fresh key, since its queue's usage (and so its tier and share) changed.
+//! With `usage_half_life` set (decisions.md section 12), borrowers of equal share go by
+//! their queue's decayed usage over its weight, and within a queue jobs of equal priority go
+//! by their user's decayed usage in it before submission (`fair.rs`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -15,15 +18,21 @@ use baton_model::job::{Job, JobId, JobState};
 use baton_model::name::natural_key_into;
 use baton_model::queue::QueueOrdering;
 
+use crate::fair::UsageAt;
 use crate::needs::{Needs, NeedsCache};
 use crate::view::View;
 
-/// A head's place among the heads, as integers compared in order: (tier, share), then
-/// (rank, queue). Ranks are unique, so the queue only keeps the key total.
-type HeadKey = (u128, u64);
+/// A head's place among the heads, as integers compared in order: (tier, share), then the
+/// queue's decayed usage over its weight (0 unless section 12 applies), then (rank, queue).
+/// Ranks are unique, so the queue only keeps the key total.
+type HeadKey = (u128, u64, u64);
 
-fn head_key(tier: u8, share: f64, rank: u32, queue: usize) -> HeadKey {
-    ((u128::from(tier) << 64) | u128::from(total_order_bits(share)), (u64::from(rank) << 32) | queue as u64)
+fn head_key(tier: u8, share: f64, usage: f64, rank: u32, queue: usize) -> HeadKey {
+    (
+        (u128::from(tier) << 64) | u128::from(total_order_bits(share)),
+        total_order_bits(usage),
+        (u64::from(rank) << 32) | queue as u64,
+    )
 }
 
 /// Bits of `x` whose unsigned order is `f64::total_cmp`'s order.
@@ -63,6 +72,28 @@ impl<'a> Candidate<'a> {
     }
 }
 
+/// Section 12: within one queue, jobs of equal priority go by their user's decayed usage
+/// in it (lower first), then by rank (submission, name). `jobs` is in rank order.
+fn by_user_usage(view: &View, usage: &UsageAt, jobs: &mut [Pending]) {
+    if jobs.len() < 2 {
+        return;
+    }
+    let keyed: Vec<(i64, u64, u32)> = jobs
+        .iter()
+        .map(|p| {
+            let used = usage.user(&view.state.usage_key(p.c.job));
+            (-i64::from(p.c.priority), total_order_bits(used), p.rank)
+        })
+        .collect();
+    // Ranks are unique: the keys are too, so the order is total.
+    let mut idx: Vec<usize> = (0..jobs.len()).collect();
+    idx.sort_unstable_by_key(|&i| keyed[i]);
+    let sorted: Vec<Pending> = idx.iter().map(|&i| Pending { c: jobs[i].c.clone(), rank: jobs[i].rank }).collect();
+    for (slot, p) in jobs.iter_mut().zip(sorted) {
+        *slot = p;
+    }
+}
+
 /// A candidate with its rank among all pending jobs.
 struct Pending<'a> {
     c: Candidate<'a>,
@@ -81,6 +112,8 @@ struct Line<'a> {
 pub struct Order<'a> {
     lines: Vec<Line<'a>>,
     heap: BinaryHeap<Reverse<HeadKey>>,
+    /// Decayed usage at the cycle's time; empty while section 12 is off.
+    usage: UsageAt,
 }
 
 /// (priority, submission) as one integer: higher priority first, then earlier submission.
@@ -174,7 +207,13 @@ impl<'a> Order<'a> {
         for (rank, c) in ranked.into_iter().enumerate() {
             lines[c.queue].jobs.push(Pending { c, rank: rank as u32 });
         }
-        let mut order = Order { lines, heap: BinaryHeap::with_capacity(view.ledger.queues.len()) };
+        let usage = if UsageAt::is_on(view.state) { UsageAt::of(view.state, view.now_ms) } else { UsageAt::default() };
+        if UsageAt::is_on(view.state) {
+            for line in &mut lines {
+                by_user_usage(view, &usage, &mut line.jobs);
+            }
+        }
+        let mut order = Order { lines, heap: BinaryHeap::with_capacity(view.ledger.queues.len()), usage };
         for q in 0..order.lines.len() {
             order.push_head(view, q);
         }
@@ -190,8 +229,15 @@ impl<'a> Order<'a> {
         let within = head.c.needs.demands.iter().any(|d| view.ledger.within_nominal(q, d));
         let rank = head.rank;
         let acct = &view.ledger.queues[q];
-        let share = if !within && acct.fair_sharing { view.ledger.share(q, &[], &[]) } else { 0.0 };
-        self.heap.push(Reverse(head_key(if within { 0 } else { 1 }, share, rank, q)));
+        let fair = !within && acct.fair_sharing;
+        let share = if fair { view.ledger.share(q, &[], &[]) } else { 0.0 };
+        let usage = if fair && !self.usage.by_queue.is_empty() {
+            let used = self.usage.queue(&acct.name);
+            if acct.weight > 0.0 { used / acct.weight } else { f64::INFINITY }
+        } else {
+            0.0
+        };
+        self.heap.push(Reverse(head_key(if within { 0 } else { 1 }, share, usage, rank, q)));
     }
 
     /// How many jobs are yet to be decided (or held back).
@@ -201,7 +247,7 @@ impl<'a> Order<'a> {
 
     /// The next job to decide.
     pub fn next(&mut self) -> Option<Candidate<'a>> {
-        let Reverse((_, low)) = self.heap.pop()?;
+        let Reverse((_, _, low)) = self.heap.pop()?;
         let q = (low & u64::from(u32::MAX)) as usize;
         let line = &mut self.lines[q];
         let head = &line.jobs[line.next];

@@ -11,6 +11,7 @@ use baton_model::job::{Job, JobId};
 use baton_model::ledger::{Ledger, Removed, Share, Vector, ZERO, add, sub};
 use baton_model::state::State;
 
+use crate::fair::UserHeld;
 use crate::index::Index;
 
 pub struct View<'a> {
@@ -37,6 +38,8 @@ pub struct View<'a> {
     /// their own only while a preemption is planned (`split_excess`, `merge_excess`).
     excess: OnceCell<Vec<Excess>>,
     split: bool,
+    /// What this cycle's decisions made each user hold, for per-user limits.
+    pub user_held: UserHeld,
 }
 
 /// A gang's replicas above its minimum, as the preemption planner sees them: a job of
@@ -121,6 +124,7 @@ impl<'a> View<'a> {
             counted,
             excess,
             split,
+            user_held: UserHeld::default(),
         }
     }
 

@@ -825,6 +825,7 @@ impl<'s> Engine<'s> {
             events: std::mem::take(&mut self.events),
             jobs: output::jobs(&self.state),
             queues: output::queues(&self.state),
+            users: output::users(&self.state),
         };
         self.steps.push(step);
     }
@@ -906,17 +907,19 @@ fn finish_at(w: &Work) -> Option<u64> {
 
 /// A scenario's submit: as before for a job that waits for none (the decisions of every
 /// scenario written before dependencies stay the same), `SubmitAfter` for one that does.
+/// A job with a `user` runs as that user (whose usage it counts for, section 12).
 fn submit_op(sub: &crate::scenario::Submit) -> Op {
     let spec = sub.spec.clone();
+    let run_as = sub.user.clone();
     if let Some(array) = sub.array {
-        return Op::SubmitArray { spec, array, request_id: None, run_as: None, after: sub.after.clone() };
+        return Op::SubmitArray { spec, array, request_id: None, run_as, after: sub.after.clone() };
     }
     if let Some(elastic) = sub.elastic {
-        return Op::SubmitElastic { spec, elastic, request_id: None, run_as: None, after: sub.after.clone() };
+        return Op::SubmitElastic { spec, elastic, request_id: None, run_as, after: sub.after.clone() };
     }
-    if sub.after.is_empty() {
+    if sub.after.is_empty() && run_as.is_none() {
         Op::Submit { spec, request_id: None }
     } else {
-        Op::SubmitAfter { spec, request_id: None, run_as: None, after: sub.after.clone() }
+        Op::SubmitAfter { spec, request_id: None, run_as, after: sub.after.clone() }
     }
 }

@@ -84,6 +84,16 @@ pub fn check(e: &Expect, state: &State, victims: &BTreeMap<Name, Vec<Name>>) -> 
         want.sort();
         c.expect(p.line, got == want, || format!("{name} runs on {}, expected {}", list(&got), list(&want)));
     }
+    let users = crate::output::users(state);
+    for u in &e.users {
+        let (name, want) = &u.v;
+        for (r, w) in want {
+            let got = users.get(name).and_then(|x| x.usage.get(r)).copied().unwrap_or(0.0);
+            // Written rounded: within a thousandth, or half a resource-second.
+            let close = (got - w).abs() <= (w.abs() * 1e-3).max(0.5);
+            c.expect(u.line, close, || format!("user {name}'s decayed {r} usage is {got:.3}, expected {w}"));
+        }
+    }
     for n in &e.counts {
         let (st, want) = n.v;
         let got = state.jobs().values().filter(|j| j.state == st).count();

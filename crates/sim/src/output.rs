@@ -43,6 +43,16 @@ pub struct StepOut {
     pub events: Vec<EventOut>,
     pub jobs: BTreeMap<Name, JobOut>,
     pub queues: BTreeMap<Name, QueueOut>,
+    /// Each user's decayed usage over all queues (decisions.md section 12), while a
+    /// half-life is set.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub users: BTreeMap<String, UserOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UserOut {
+    /// Decayed resource-seconds per resource, in whole units (GPU-seconds, CPU-seconds).
+    pub usage: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -197,6 +207,20 @@ pub fn jobs(state: &State) -> BTreeMap<Name, JobOut> {
             pool,
         };
         out.insert(j.spec.name.clone(), job);
+    }
+    out
+}
+
+/// Each user's decayed usage at the state's time, summed over the queues (section 12).
+pub fn users(state: &State) -> BTreeMap<String, UserOut> {
+    let usage = state.usage();
+    let mut out: BTreeMap<String, UserOut> = BTreeMap::new();
+    for key in usage.accounts().keys() {
+        let at = baton_model::usage::in_units(&usage.usage_at(key, state.now_ms()));
+        let user = out.entry(key.1.clone()).or_insert_with(|| UserOut { usage: BTreeMap::new() });
+        for (r, v) in at {
+            *user.usage.entry(r).or_insert(0.0) += v;
+        }
     }
     out
 }

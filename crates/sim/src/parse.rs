@@ -8,8 +8,11 @@ use baton_model::class::PriorityClass;
 use baton_model::name::Name;
 use baton_model::node::{DEFAULT_POOL, NodeSpec};
 use baton_model::queue::Cohort;
+use baton_model::queue::QueueSpec;
+use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
-use baton_spec::queue::parse_queue;
+use baton_model::usage::{UsageSettings, parse_weight};
+use baton_spec::queue::queue_fields;
 
 use crate::de::{Cx, InputError, R};
 use crate::hostlist;
@@ -25,13 +28,24 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
     let mut f = cx.map(&root, "")?;
     let name = f.opt("name").map(|n| cx.text(n, "name")).transpose()?;
     let classes = list(&cx, f.opt("priority_classes"), "priority_classes", parse_class)?;
-    let scheduler = f.opt("scheduler").map(|n| parse_scheduler(&cx, n)).transpose()?;
+    let (scheduler, usage) = match f.opt("scheduler") {
+        Some(n) => parse_scheduler(&cx, n)?,
+        None => (None, None),
+    };
     let nodes = match f.opt("nodes") {
         Some(n) => parse_nodes(&cx, n)?,
         None => Vec::new(),
     };
     let cohorts = list(&cx, f.opt("cohorts"), "cohorts", parse_cohort)?;
-    let queues = list(&cx, f.opt("queues"), "queues", parse_queue)?;
+    let with_limits = list(&cx, f.opt("queues"), "queues", parse_queue_with_limit)?;
+    let mut user_limits = Vec::new();
+    let mut queues = Vec::new();
+    for At { v: (q, limit), line, path } in with_limits {
+        if let Some(limit) = limit {
+            user_limits.push(At { v: (q.name.clone(), limit), line, path: format!("{path}.max_per_user") });
+        }
+        queues.push(At { v: q, line, path });
+    }
     let timeline = match f.opt("timeline") {
         Some(n) => parse_timeline(&cx, n)?,
         None => Vec::new(),
@@ -42,21 +56,67 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
         return Err(cx.err(root.line, "nodes", "a scenario needs at least one node"));
     }
     let expect = expect.into_iter().map(|e| e.v).collect();
-    Ok(Scenario { file: file.to_string(), name, scheduler, classes, nodes, cohorts, queues, timeline, expect })
+    Ok(Scenario {
+        file: file.to_string(),
+        name,
+        scheduler,
+        usage,
+        user_limits,
+        classes,
+        nodes,
+        cohorts,
+        queues,
+        timeline,
+        expect,
+    })
 }
 
-/// The `scheduler:` block: `reserve_after` in seconds, or `never` (docs/policy.md section 9).
-fn parse_scheduler(cx: &Cx, node: &Node) -> R<At<SchedulerSettings>> {
+type SchedulerBlock = (Option<At<SchedulerSettings>>, Option<At<UsageSettings>>);
+
+/// The `scheduler:` block: `reserve_after` in seconds, or `never` (docs/policy.md section
+/// 9); `usage_half_life` in seconds, or `off`, and `usage_weights` (decisions.md section 12).
+fn parse_scheduler(cx: &Cx, node: &Node) -> R<SchedulerBlock> {
     let mut f = cx.map(node, "scheduler")?;
     let mut settings = SchedulerSettings::default();
-    if let Some(n) = f.opt("reserve_after") {
+    let at = |path: &str| At { v: (), line: node.line, path: path.into() };
+    let reserve = f.opt("reserve_after");
+    if let Some(n) = reserve {
         let path = "scheduler.reserve_after";
         settings.reserve_after_ms =
             if cx.text(n, path).is_ok_and(|t| t == "never") { None } else { Some(cx.seconds(n, path)?) };
     }
+    let mut usage = UsageSettings::default();
+    let (half, weights) = (f.opt("usage_half_life"), f.opt("usage_weights"));
+    if let Some(n) = half {
+        let path = "scheduler.usage_half_life";
+        usage.half_life_ms = if cx.text(n, path).is_ok_and(|t| t == "off") { None } else { Some(cx.seconds(n, path)?) };
+    }
+    if let Some(n) = weights {
+        let path = "scheduler.usage_weights";
+        let mut wf = cx.map(n, path)?;
+        for (k, line, v) in wf.take_all() {
+            let p = format!("{path}.{k}");
+            let w = parse_weight(&cx.text(v, &p)?).map_err(|e| cx.err(line, &p, e))?;
+            usage.weights_milli.insert(k, w);
+        }
+    }
     f.finish()?;
     settings.validate().map_err(|e| cx.err(node.line, "scheduler.reserve_after", e))?;
-    Ok(At { v: settings, line: node.line, path: "scheduler".into() })
+    usage.validate().map_err(|e| cx.err(node.line, "scheduler.usage_half_life", e))?;
+    let a = at("scheduler");
+    let usage = (half.is_some() || weights.is_some()).then(|| At { v: usage, line: a.line, path: a.path.clone() });
+    Ok((Some(At { v: settings, line: a.line, path: a.path }), usage))
+}
+
+/// A `queues` entry, with its `max_per_user` (section 12) apart: the queue's own spec does
+/// not carry it (it is a command of its own, `SetUserLimit`).
+fn parse_queue_with_limit(cx: &Cx, node: &Node, path: &str) -> R<(QueueSpec, Option<Resources>)> {
+    let mut f = cx.map(node, path)?;
+    let limit = f.opt("max_per_user").map(|n| cx.resources(n, &f.field_path("max_per_user"))).transpose()?;
+    let name = cx.name(f.req("name")?, &f.field_path("name"))?;
+    let q = queue_fields(cx, &mut f, QueueSpec::named(name.as_str()))?;
+    f.finish()?;
+    Ok((q, limit))
 }
 
 fn list<T>(cx: &Cx, node: Option<&Node>, path: &str, each: impl Fn(&Cx, &Node, &str) -> R<T>) -> R<Vec<At<T>>> {

@@ -28,6 +28,14 @@ pub fn parse_expect(cx: &Cx, node: &Node, path: &str) -> R<Expect> {
     if let Some(n) = f.opt("placed_on") {
         e.placed_on = keyed(cx, n, &f.field_path("placed_on"), |cx, n, p| cx.names(n, p))?;
     }
+    if let Some(n) = f.opt("users") {
+        let p = f.field_path("users");
+        let mut uf = cx.map(n, &p)?;
+        for (user, line, v) in uf.take_all() {
+            let up = format!("{p}.{user}");
+            e.users.push(At { v: (user, user_usage(cx, v, &up)?), line, path: up });
+        }
+    }
     if let Some(n) = f.opt("counts") {
         let p = f.field_path("counts");
         let mut cf = cx.map(n, &p)?;
@@ -39,6 +47,21 @@ pub fn parse_expect(cx: &Cx, node: &Node, path: &str) -> R<Expect> {
     }
     f.finish()?;
     Ok(e)
+}
+
+/// `{usage: {gpu: 1800.0}}`: decayed resource-seconds per resource, in whole units.
+fn user_usage(cx: &Cx, node: &Node, path: &str) -> R<BTreeMap<String, f64>> {
+    let mut f = cx.map(node, path)?;
+    let n = f.req("usage")?;
+    let up = f.field_path("usage");
+    let mut rf = cx.map(n, &up)?;
+    let mut out = BTreeMap::new();
+    for (r, _, v) in rf.take_all() {
+        let value = cx.number(v, &format!("{up}.{r}"))?;
+        out.insert(r, value);
+    }
+    f.finish()?;
+    Ok(out)
 }
 
 /// A mapping from names to expectations about them.

@@ -26,6 +26,10 @@ pub struct Scenario {
     pub name: Option<String>,
     /// The `scheduler:` block; absent: the defaults.
     pub scheduler: Option<At<baton_model::scheduler::SchedulerSettings>>,
+    /// The `scheduler:` block's `usage_half_life` and `usage_weights` (section 12).
+    pub usage: Option<At<baton_model::usage::UsageSettings>>,
+    /// Queues' `max_per_user` (section 12).
+    pub user_limits: Vec<At<(Name, Resources)>>,
     /// Added to (or replacing) the four defaults.
     pub classes: Vec<At<PriorityClass>>,
     pub nodes: Vec<At<NodeSpec>>,
@@ -137,4 +141,6 @@ pub struct Expect {
     pub victims_count: Vec<At<(Name, u32)>>,
     pub placed_on: Vec<At<(Name, Vec<Name>)>>,
     pub counts: Vec<At<(JobState, u32)>>,
+    /// `users: {alice: {usage: {gpu: 1800.0}}}`: decayed resource-seconds (section 12).
+    pub users: Vec<At<(String, std::collections::BTreeMap<String, f64>)>>,
 }

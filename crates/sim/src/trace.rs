@@ -282,6 +282,7 @@ pub fn attach(cluster: &mut Scenario, state: &State, trace_file: &str, jobs: &[T
             duration_ms: Some(j.duration_ms),
             checkpoint_time_ms: 0,
             checkpoint_interval_ms: j.checkpoint_interval_ms,
+            user: None,
             queue_line: j.line,
             priority_line: j.line,
         };

@@ -24,6 +24,9 @@ pub fn configure(s: &Scenario) -> Result<State, InputError> {
     if let Some(sc) = &s.scheduler {
         apply(&mut state, Op::SetScheduler(sc.v), sc.line, &sc.path)?;
     }
+    if let Some(u) = &s.usage {
+        apply(&mut state, Op::SetUsage(u.v.clone()), u.line, &u.path)?;
+    }
     unique(&cx, s.classes.iter().map(|c| (&c.v.name, c.line, &c.path)), "priority class")?;
     for c in &s.classes {
         apply(&mut state, Op::PutClass(c.v.clone()), c.line, &c.path)?;
@@ -48,6 +51,10 @@ pub fn configure(s: &Scenario) -> Result<State, InputError> {
             ));
         }
         apply(&mut state, Op::PutQueue(q.v.clone()), q.line, &q.path)?;
+    }
+    for l in &s.user_limits {
+        let (queue, limit) = l.v.clone();
+        apply(&mut state, Op::SetUserLimit { queue, limit }, l.line, &l.path)?;
     }
     Ok(state)
 }

@@ -33,6 +33,9 @@ pub struct Submit {
     /// Trace jobs: how often the job writes a checkpoint on its own; a stop that is not a
     /// checkpoint keeps the work up to the last one. `None`: only checkpoints on a signal.
     pub checkpoint_interval_ms: Option<u64>,
+    /// Who submitted it (`user:`, decisions.md section 12): the Unix user it runs as, which
+    /// is the user its usage counts for when no token names one. `None`: the queue's name.
+    pub user: Option<baton_model::tenancy::UnixUser>,
     /// Lines of fields that name other things, for precise errors.
     pub queue_line: usize,
     pub priority_line: usize,
@@ -96,6 +99,16 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         None => Vec::new(),
     };
     let array = f.opt("array").map(|n| array(cx, n, &f.field_path("array"))).transpose()?;
+    let user = match f.opt("user") {
+        Some(n) => {
+            let t = cx.text(n, &f.field_path("user"))?;
+            Some(
+                baton_model::tenancy::UnixUser::new(t)
+                    .map_err(|e| cx.err(n.line, &f.field_path("user"), e.to_string()))?,
+            )
+        }
+        None => None,
+    };
     if let (Some(_), Some(_)) = (&array, &elastic) {
         let msg = "an array's elements cannot be elastic gangs (min_replicas); submit them one by one";
         return Err(cx.err(f.line, &f.field_path("array"), msg));
@@ -124,6 +137,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
         duration_ms,
         checkpoint_time_ms,
         checkpoint_interval_ms: None,
+        user,
         queue_line: qnode.line,
         priority_line,
     })

@@ -122,6 +122,7 @@ impl State {
         self.ledger
             .check_admission(q, &demand_of(&self.ledger, &shares), np)
             .map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
+        self.check_user_limit(id, &job.replicas, false)?;
         Ok(())
     }
 
@@ -159,10 +160,12 @@ impl State {
         }
         self.check_fit(id, &shares, &[])?;
         self.check_reservations(id, &shares, &[])?;
+        // A preemptor was admitted, its user's limit included, when its room was reserved.
         if !self.d.reservations.contains_key(&id) {
             let (q, np) = self.queue_and_np(job);
             let demand = demand_of(&self.ledger, &shares);
             self.ledger.check_admission(q, &demand, np).map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
+            self.check_user_limit(id, replicas, false)?;
         }
         Ok(())
     }
@@ -211,6 +214,9 @@ impl State {
         let verdict = self.ledger.check_admission(q, &demand, np);
         self.ledger.put_back_all(gone);
         verdict.map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
+        // A job never preempts to get under its user's limit (decisions.md section 12):
+        // its victims' holdings still count.
+        self.check_user_limit(id, replicas, false)?;
         Ok(shares)
     }
 

@@ -141,6 +141,7 @@ impl State {
         self.queue_revisions.remove(name);
         // A queue made again under this name starts at the default, like any new queue.
         self.queue_visibility.remove(name);
+        self.usage.forget_queue(name);
         self.rebuild_ledger();
         Ok(())
     }

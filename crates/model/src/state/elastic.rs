@@ -108,6 +108,7 @@ impl State {
         let demand = super::demand_of(&self.ledger, &shares);
         let verdict = self.ledger.without([id], |l| l.check_admission(q, &demand, np));
         verdict.map_err(|b| Rejection::Quota(b.describe(&self.ledger, q)))?;
+        self.check_user_limit(id, replicas, true)?;
         Ok(())
     }
 

@@ -107,6 +107,7 @@ impl State {
         };
         self.job_event(id, EventKind::Started { attempt, nodes }, message, ev);
         self.take_placed_size(id, ev);
+        self.usage_start(id);
         self.note_changed(id);
         self.array_element_started(id, first);
     }
@@ -130,6 +131,7 @@ impl State {
     /// rank not yet reported gone, which stays held until it is (`completing.rs`). A victim
     /// that is completing still stands between its preemptor and the reserved resources.
     fn release(&mut self, id: JobId) {
+        self.usage_stop(id);
         self.remember_placement(id);
         // A requeued job may be completing already (and be cancelled now): it keeps that.
         let completing = self.begin_completing(id) || self.completing(id).is_some();
@@ -390,6 +392,7 @@ impl State {
         match mode {
             PreemptionMode::Suspend => {
                 let lend_to = self.d.reservations.contains_key(&by).then_some(by);
+                self.usage_stop(id);
                 self.ledger.set_leaving(id, false);
                 self.ledger.hold(id, lend_to);
                 self.forget_victim(id);
@@ -516,6 +519,7 @@ impl State {
         job.started_ms = now;
         job.progress_mark_ms = now;
         job.reason.clear();
+        self.usage_start(id);
         self.job_event(id, EventKind::Resumed, "resumed in place".into(), ev);
     }
 
@@ -595,6 +599,7 @@ impl State {
     pub(crate) fn tick(&mut self, ev: &mut Vec<Event>) -> Result<(), ApplyError> {
         self.advance_windows(ev);
         let now = self.d.now_ms;
+        self.usage.bound(now);
         let expired: Vec<JobId> = self.d.reservations.values().filter(|r| r.deadline_ms < now).map(|r| r.job).collect();
         for id in expired {
             self.drop_reservation(id);

@@ -24,6 +24,7 @@ mod report;
 mod reserve;
 pub mod submit;
 mod tenancy;
+mod usage;
 mod waits;
 
 pub use apply_plan::demand_of;
@@ -59,6 +60,7 @@ use crate::node::Node;
 use crate::queue::{Cohort, QueueSpec, Visibility};
 use crate::scheduler::{PoolReservation, SchedulerSettings};
 use crate::tenancy::Tenancy;
+use crate::usage::{StoredUsage, Usage};
 
 /// How long after its victims' grace periods end a reservation is kept before the
 /// preemptor re-plans (covers an agent that reports late).
@@ -154,6 +156,10 @@ pub struct State {
     /// Gangs stopping to grow or shrink, and where each starts again: serialized with the
     /// arrays.
     restarts: Restarts,
+    /// Usage over time, its settings and the per-user limits (decisions.md section 12):
+    /// serialized with the arrays, in the same part, written when any of the three holds
+    /// something.
+    usage: Usage,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -203,6 +209,7 @@ impl State {
             array_index: ArrayIndex::default(),
             elastic: ElasticGangs::new(),
             restarts: Restarts::new(),
+            usage: Usage::default(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -240,7 +247,7 @@ impl State {
         // `DEBUG_LEDGER_CHECK_STRIDE`th of a large one, so long simulations stay usable.
         #[cfg(debug_assertions)]
         if (self.d.jobs.len() <= DEBUG_LEDGER_CHECK_MAX_JOBS || self.d.applied % DEBUG_LEDGER_CHECK_STRIDE == 0)
-            && let Err(diff) = self.ledger_consistent()
+            && let Err(diff) = self.ledger_consistent().and_then(|()| self.usage_consistent())
         {
             panic!("the ledger drifted from the state after a command:\n{diff}");
         }
@@ -330,6 +337,8 @@ impl State {
             Op::UpdateQueueVisible { spec, revision, visibility } => {
                 done(self.update_queue_visible(spec, revision, visibility, ev))
             }
+            Op::SetUsage(settings) => done(self.set_usage(settings, ev)),
+            Op::SetUserLimit { queue, limit } => done(self.set_user_limit(queue, limit)),
         }
     }
 
@@ -416,8 +425,8 @@ impl Serialize for State {
         // member reads format 7).
         let visibility = &self.queue_visibility;
         let (waits, windows, faults) = (&self.waits, &self.windows, &self.gpu_faults);
-        if !self.arrays.is_empty() || !self.elastic.is_empty() {
-            let workflows = (&self.arrays, &self.elastic, &self.restarts);
+        if !self.arrays.is_empty() || !self.elastic.is_empty() || !self.usage.is_empty() {
+            let workflows = (&self.arrays, &self.elastic, &self.restarts, self.usage.stored());
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows).serialize(s)
         } else if !self.gpu_faults.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
@@ -469,9 +478,10 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let waits: Waits = seq.next_element()?.unwrap_or_default();
         let windows: BTreeMap<Name, Window> = seq.next_element()?.unwrap_or_default();
         let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
-        let (arrays, elastic, restarts): (Arrays, ElasticGangs, Restarts) = seq.next_element()?.unwrap_or_default();
+        let (arrays, elastic, restarts, usage): (Arrays, ElasticGangs, Restarts, StoredUsage) =
+            seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts })?;
+        s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts, usage })?;
         Ok(s)
     }
 }
@@ -487,6 +497,7 @@ struct Tail {
     arrays: Arrays,
     elastic: ElasticGangs,
     restarts: Restarts,
+    usage: StoredUsage,
 }
 
 impl State {
@@ -498,7 +509,8 @@ impl State {
         self.restore_windows(t.windows)?;
         self.restore_gpu_faults(t.faults)?;
         self.restore_elastic(t.elastic)?;
-        self.restore_restarts(t.restarts)
+        self.restore_restarts(t.restarts)?;
+        self.restore_usage(t.usage)
     }
 }
 
@@ -736,6 +748,7 @@ impl State {
             array_index: ArrayIndex::default(),
             elastic: ElasticGangs::new(),
             restarts: Restarts::new(),
+            usage: Usage::default(),
             ledger: Ledger::default(),
             actor: None,
         };
