@@ -169,6 +169,7 @@ fn queue_team_a() -> v1::QueueUsage {
         }],
         pending: 1,
         running: 3,
+        max_per_user: resources(&[("gpu", 4)]),
         revision: 7,
     }
 }
@@ -339,11 +340,16 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
                 max_jobs_per_user: Some(1000),
                 max_jobs_per_queue: Some(10000),
             }),
+            usage: Some(v1::UsageSettings {
+                half_life_ms: Some(7 * 86_400_000),
+                weights_milli: [("gpu".to_string(), 1000), ("cpu".to_string(), 250)].into(),
+            }),
         }
     });
     let server = serve_baton(fake);
     let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
     r.unwrap();
+    assert!(out.contains("usage over time: half-life 7d00h, weights cpu 0.25, gpu 1"), "{out}");
     assert!(out.contains("reservations (reserve_after 5m00s):"), "{out}");
     assert!(out.contains("tenancy: root jobs refused, max_jobs_per_user 1000, max_jobs_per_queue 10000"), "{out}");
     let row = out.lines().find(|l| l.trim_start().starts_with("gang")).expect("a row for gang's reservation");
@@ -850,6 +856,7 @@ fn queue_visibility_is_set_by_create_and_update_and_shown_by_get() {
     let (r, out) = run(&["queue", "get", "team-a", "--server", &addr]);
     r.unwrap();
     assert!(out.contains("Visibility:  own (what its users see of others' jobs)"), "{out}");
+    assert!(out.contains("Per user:    gpu 4 (max_per_user)"), "{out}");
     let e = parse_error(&["queue", "create", "d", "--visibility", "secret", "--server", &addr]);
     assert!(e.contains("\"secret\" is not one of all, names, own"), "{e}");
 }

@@ -498,6 +498,41 @@ pub fn tenancy_from_proto(s: &v1::TenancySettings, current: &TenancySettings) ->
     Ok(settings)
 }
 
+/// The settings in force: a half-life of 0 when off, the weights with their default.
+pub fn usage_settings_to_proto(s: &baton_model::usage::UsageSettings) -> v1::UsageSettings {
+    v1::UsageSettings {
+        half_life_ms: Some(s.half_life_ms.unwrap_or(0)),
+        weights_milli: s.weights().into_iter().collect(),
+    }
+}
+
+/// The settings `s` asks for on top of `current`: an absent half-life keeps it (0 turns it
+/// off), empty weights keep them.
+pub fn usage_settings_from_proto(
+    s: &v1::UsageSettings,
+    current: &baton_model::usage::UsageSettings,
+) -> R<baton_model::usage::UsageSettings> {
+    let half_life_ms = match s.half_life_ms {
+        None => current.half_life_ms,
+        Some(0) => None,
+        Some(ms) => Some(ms),
+    };
+    let weights_milli = if s.weights_milli.is_empty() {
+        current.weights_milli.clone()
+    } else {
+        s.weights_milli.clone().into_iter().collect()
+    };
+    let settings = baton_model::usage::UsageSettings { half_life_ms, weights_milli };
+    settings.validate().map_err(|e| bad("usage", e))?;
+    Ok(settings)
+}
+
+/// A queue's `max_per_user`; empty removes it.
+pub fn user_limit_from_proto(r: &v1::UserLimitRequest) -> R<(baton_model::name::Name, Resources)> {
+    let queue = baton_model::name::Name::new(r.queue.as_str()).map_err(|e| bad("queue", e))?;
+    Ok((queue, resources_from_proto(r.limit.as_ref(), "limit")?))
+}
+
 pub fn scheduler_from_proto(s: &v1::SchedulerSettings) -> R<SchedulerSettings> {
     let settings = SchedulerSettings { reserve_after_ms: s.reserve_after_ms };
     settings.validate().map_err(|e| bad("reserve_after_ms", e))?;

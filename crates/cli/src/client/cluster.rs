@@ -10,7 +10,10 @@ use baton_proto::words::Word;
 use clap::{Args, Subcommand};
 
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{ReserveAfter, parse_reserve_after, reserve_after_text, usage};
+use crate::client::human::{
+    HalfLife, ReserveAfter, parse_half_life, parse_reserve_after, parse_weights, reserve_after_text, usage,
+    usage_settings_text,
+};
 use crate::client::output::{Format, Table};
 use crate::client::{Conn, ConnArgs, emit};
 
@@ -65,6 +68,14 @@ pub struct SetArgs {
     /// Unfinished jobs one queue may hold; further submits are refused.
     #[arg(long, value_name = "N")]
     pub max_jobs_per_queue: Option<u32>,
+    /// Usage over time (decisions.md section 12): how fast past use is forgotten (e.g. 7d),
+    /// or `off`. While set, users and queues that used less go first among equals.
+    #[arg(long, value_name = "DURATION|off", value_parser = parse_half_life)]
+    pub usage_half_life: Option<HalfLife>,
+    /// Weights of resources in usage, e.g. gpu=1,cpu=0.1 (resources not named weigh 0;
+    /// the default is gpu=1).
+    #[arg(long, value_name = "RESOURCE=WEIGHT,...", value_parser = parse_weights)]
+    pub usage_weights: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<(), ClientError> {
@@ -117,11 +128,26 @@ async fn run_set(conn: &Conn, a: &SetArgs, out: &mut dyn Write) -> Result<(), Cl
         max_jobs_per_queue: a.max_jobs_per_queue,
     };
     let any_tenancy = tenancy != v1::TenancySettings::default();
-    if a.reserve_after.is_none() && !any_tenancy {
+    let any_usage = a.usage_half_life.is_some() || a.usage_weights.is_some();
+    if a.reserve_after.is_none() && !any_tenancy && !any_usage {
         return Err(ClientError::Usage(
-            "nothing to set: give --reserve-after, --allow-root-jobs, --max-jobs-per-user or --max-jobs-per-queue"
+            "nothing to set: give --reserve-after, --allow-root-jobs, --max-jobs-per-user, --max-jobs-per-queue, \
+             --usage-half-life or --usage-weights"
                 .into(),
         ));
+    }
+    if any_usage {
+        let u = v1::UsageSettings {
+            half_life_ms: a.usage_half_life.map(|h| h.0.unwrap_or(0)),
+            weights_milli: a.usage_weights.clone().unwrap_or_default().into_iter().collect(),
+        };
+        conn.call(Subject::Other, "", |mut c| {
+            let u = u.clone();
+            async move { c.set_usage(u).await }
+        })
+        .await?;
+        let now = conn.call(Subject::Other, "", |mut c| async move { c.cluster_info(v1::Empty {}).await }).await?;
+        writeln!(out, "usage over time is now {}", now.usage.as_ref().map_or("off".into(), usage_settings_text))?;
     }
     if let Some(reserve_after) = &a.reserve_after {
         let s = v1::SchedulerSettings { reserve_after_ms: reserve_after.0 };
@@ -180,6 +206,9 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
     let _ = writeln!(s, "jobs: {} running, {} pending", r.jobs_running, r.jobs_pending);
     if let Some(t) = &r.tenancy {
         let _ = writeln!(s, "{}", tenancy_text(t));
+    }
+    if let Some(u) = &r.usage {
+        let _ = writeln!(s, "usage over time: {}", usage_settings_text(u));
     }
     s.push_str("\nreplicas:\n");
     let mut t = Table::new(&["  ID", "ADDRESS", "RACK", "VERSION", "FORMAT", "ROLE"]);

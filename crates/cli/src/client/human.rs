@@ -295,6 +295,70 @@ pub fn parse_word<T: Word>(text: &str) -> Result<T, String> {
     T::from_word(text).ok_or_else(|| format!("{text:?} is not one of {}", T::words()))
 }
 
+/// `--usage-half-life`: a duration, or `off` (decisions.md section 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HalfLife(pub Option<u64>);
+
+pub fn parse_half_life(text: &str) -> Result<HalfLife, String> {
+    if text.trim() == "off" {
+        return Ok(HalfLife(None));
+    }
+    let ms = duration_ms(text).map_err(|e| format!("{e}, or off"))?;
+    bounded(ms, text, baton_model::usage::MAX_HALF_LIFE_MS).map(|ms| HalfLife(Some(ms)))
+}
+
+/// `--usage-weights gpu=1,cpu=0.25`: weights in thousandths by resource.
+pub fn parse_weights(text: &str) -> Result<std::collections::BTreeMap<String, u64>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, w) =
+            part.split_once('=').ok_or_else(|| format!("{part:?}: expected RESOURCE=WEIGHT, e.g. gpu=1"))?;
+        baton_model::resources::validate_resource_name(name).map_err(|e| e.to_string())?;
+        out.insert(name.to_string(), baton_model::usage::parse_weight(w)?);
+    }
+    if out.is_empty() {
+        return Err("give at least one RESOURCE=WEIGHT, e.g. gpu=1".into());
+    }
+    Ok(out)
+}
+
+/// `--max-per-user gpu=8,cpu=64` or `none`: resources in the notation of `--cpu` and
+/// `--memory` (`none`: no limit, an empty set).
+pub fn parse_resource_list(text: &str) -> Result<baton_model::resources::Resources, String> {
+    let mut out = baton_model::resources::Resources::new();
+    if text.trim() == "none" {
+        return Ok(out);
+    }
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, q) =
+            part.split_once('=').ok_or_else(|| format!("{part:?}: expected RESOURCE=AMOUNT, e.g. gpu=8"))?;
+        baton_model::resources::validate_resource_name(name).map_err(|e| e.to_string())?;
+        let v = baton_model::quantity::parse_quantity(name, q).map_err(|e| e.to_string())?;
+        out.set(name, v);
+    }
+    if out.is_empty() {
+        return Err("give RESOURCE=AMOUNT pairs (e.g. gpu=8), or none".into());
+    }
+    Ok(out)
+}
+
+/// How `cluster info` shows usage over time: `off`, or `half-life 7d, weights gpu 1`.
+pub fn usage_settings_text(u: &baton_proto::v1::UsageSettings) -> String {
+    match u.half_life_ms {
+        None | Some(0) => "off".to_string(),
+        Some(ms) => {
+            let weights: Vec<String> = u
+                .weights_milli
+                .iter()
+                .collect::<std::collections::BTreeMap<_, _>>()
+                .into_iter()
+                .map(|(k, w)| format!("{k} {}", baton_model::usage::weight_text(*w)))
+                .collect();
+            format!("half-life {}, weights {}", span(ms), weights.join(", "))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

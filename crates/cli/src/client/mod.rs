@@ -9,6 +9,7 @@
 //! - `submit`, `jobs` (list, describe, cancel, pause, resume), `logs` (from the job's agent),
 //!   `watch`, `queue`, `cohort`, `class`, `nodes` (nodes, cordon, uncordon, drain), `cluster`.
 //! - `auth`: the token a command sends, `token` and `whoami`.
+//! - `fairshare`: `usage --decayed`, decayed usage per queue and user.
 
 pub mod arrays;
 pub mod auth;
@@ -18,6 +19,7 @@ pub mod cohort;
 pub mod connect;
 pub mod data;
 pub mod error;
+pub mod fairshare;
 pub mod gpu;
 pub mod human;
 pub mod jobs;
@@ -105,6 +107,8 @@ pub enum ClientCommand {
     Gpu(gpu::GpuArgs),
     /// The cluster as a whole.
     Cluster(cluster::ClusterArgs),
+    /// Usage per queue and user; `--decayed`: the fair-share view (decayed usage).
+    Usage(fairshare::UsageArgs),
     /// Back up a live cluster's state to a file; restore one into a new cluster.
     Snapshot(snapshot::SnapshotArgs),
     /// API tokens: create, revoke, grant a queue, list (admins).
@@ -130,6 +134,7 @@ impl ClientCommand {
             ClientCommand::Maintenance(a) => &a.conn,
             ClientCommand::Gpu(a) => &a.conn,
             ClientCommand::Cluster(a) => &a.conn,
+            ClientCommand::Usage(a) => &a.conn,
             ClientCommand::Snapshot(a) => &a.conn,
             ClientCommand::Token(a) => &a.conn,
             ClientCommand::Whoami(a) => &a.conn,
@@ -158,6 +163,7 @@ pub async fn run(conn: &Conn, cmd: &ClientCommand, out: &mut dyn Write) -> Resul
         ClientCommand::Maintenance(a) => maintenance::run(conn, a, out).await,
         ClientCommand::Gpu(a) => gpu::run(conn, a, out).await,
         ClientCommand::Cluster(a) => cluster::run(conn, a, out).await,
+        ClientCommand::Usage(a) => fairshare::run(conn, a, out).await,
         ClientCommand::Snapshot(a) => snapshot::run(conn, a, out).await,
         ClientCommand::Token(a) => auth::run(conn, a, out).await,
         ClientCommand::Whoami(_) => auth::whoami(conn, out).await,

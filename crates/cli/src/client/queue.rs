@@ -17,7 +17,7 @@ use clap::{Args, Subcommand};
 
 use crate::client::cluster::queue_usage_table;
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{amount, parse_word, usage};
+use crate::client::human::{amount, parse_resource_list, parse_word, usage};
 use crate::client::output::Format;
 use crate::client::{Conn, ConnArgs, emit, print_ack};
 
@@ -98,6 +98,10 @@ pub struct QueueEdit {
     /// queue's admins, operators and admins see everything. A new queue's is all.
     #[arg(long, value_parser = parse_word::<v1::JobVisibility>)]
     pub visibility: Option<v1::JobVisibility>,
+    /// Resources one user's jobs in the queue may hold at once, e.g. gpu=8 (decisions.md
+    /// section 12), or `none`. A job over it waits; it preempts nobody to get under it.
+    #[arg(long, value_name = "RESOURCE=AMOUNT,...|none", value_parser = parse_resource_list)]
+    pub max_per_user: Option<baton_model::resources::Resources>,
 }
 
 /// Reads and writes one `queue update` tries while other writes keep landing between them;
@@ -303,7 +307,8 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
                 }
                 other => other?,
             };
-            print_ack(out, &ack, &format!("queue {name} created"))
+            print_ack(out, &ack, &format!("queue {name} created"))?;
+            set_max_per_user(conn, &name, e, out).await
         }
         QueueCmd::Update(e) => {
             let name = match (&e.name, &e.file) {
@@ -315,9 +320,12 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
                 (None, None) => return Err(usage_err("give the queue's name, or -f queue.yaml")),
             };
             match update_with_retries(conn, &name, e).await? {
-                Updated::Unchanged => Ok(writeln!(out, "queue {name} unchanged")?),
-                Updated::Written(ack) => print_ack(out, &ack, &format!("queue {name} updated")),
+                // Only the limit given: it is all that changes.
+                Updated::Unchanged if e.max_per_user.is_some() => {}
+                Updated::Unchanged => writeln!(out, "queue {name} unchanged")?,
+                Updated::Written(ack) => print_ack(out, &ack, &format!("queue {name} updated"))?,
             }
+            set_max_per_user(conn, &name, e, out).await
         }
         QueueCmd::Delete { name } => {
             let r = v1::NameRef { name: name.clone() };
@@ -330,6 +338,27 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
             print_ack(out, &ack, &format!("queue {name} deleted"))
         }
     }
+}
+
+/// `--max-per-user`: a command of its own (`SetUserLimit`), after the queue's write.
+async fn set_max_per_user(conn: &Conn, name: &str, e: &QueueEdit, out: &mut dyn Write) -> Result<(), ClientError> {
+    let Some(limit) = &e.max_per_user else { return Ok(()) };
+    let r = v1::UserLimitRequest { queue: name.to_string(), limit: Some(convert::resources_to_proto(limit)) };
+    conn.call(Subject::Queue, name, |mut c| {
+        let r = r.clone();
+        async move { c.set_user_limit(r).await }
+    })
+    .await?;
+    writeln!(out, "queue {name}: max_per_user {}", limit_text(Some(&convert::resources_to_proto(limit))))?;
+    Ok(())
+}
+
+/// `gpu 8, cpu 64`, or `none`.
+pub fn limit_text(r: Option<&v1::Resources>) -> String {
+    let mut v: Vec<String> =
+        r.map_or(Vec::new(), |r| r.amounts.iter().map(|(k, n)| format!("{k} {}", amount(k, *n))).collect());
+    v.sort();
+    if v.is_empty() { "none".to_string() } else { v.join(", ") }
 }
 
 /// The queue as the server sent it: the server fills every field, so nothing here stands
@@ -357,6 +386,7 @@ pub fn queue_text(u: &v1::QueueUsage) -> String {
     };
     let _ = writeln!(s, "Visibility:  {visibility} (what its users see of others' jobs)");
     let _ = writeln!(s, "Jobs:        {} running, {} pending", u.running, u.pending);
+    let _ = writeln!(s, "Per user:    {} (max_per_user)", limit_text(u.max_per_user.as_ref()));
     let _ = writeln!(s, "Revision:    {}", u.revision);
     s.push_str("Quotas:\n");
     for pq in &q.quotas {

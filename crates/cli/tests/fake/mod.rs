@@ -40,6 +40,10 @@ pub struct State {
     pub gpu_marks: Vec<v1::SetGpuHealthRequest>,
     pub scheduler_sets: Vec<v1::SchedulerSettings>,
     pub tenancy_sets: Vec<v1::TenancySettings>,
+    pub usage_sets: Vec<v1::UsageSettings>,
+    pub user_limits: Vec<v1::UserLimitRequest>,
+    /// What GetUsage answers.
+    pub usage: v1::UsageReply,
     /// The `authorization` metadata of the token calls, in order.
     pub authorizations: Vec<String>,
     pub token_requests: Vec<v1::CreateTokenRequest>,
@@ -371,6 +375,20 @@ impl Baton for Fake {
         let mut s = self.enter("SetTenancy")?;
         s.tenancy_sets.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
+    }
+    async fn set_usage(&self, r: Request<v1::UsageSettings>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetUsage")?;
+        s.usage_sets.push(r.into_inner());
+        Ok(Response::new(v1::Ack::default()))
+    }
+    async fn set_user_limit(&self, r: Request<v1::UserLimitRequest>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetUserLimit")?;
+        s.user_limits.push(r.into_inner());
+        Ok(Response::new(v1::Ack::default()))
+    }
+    async fn get_usage(&self, _r: Request<v1::Empty>) -> Answer<v1::UsageReply> {
+        let s = self.enter("GetUsage")?;
+        Ok(Response::new(s.usage.clone()))
     }
     async fn save_snapshot(&self, _r: Request<v1::Empty>) -> Answer<SnapshotStream> {
         let _s = self.enter("SaveSnapshot")?;

@@ -8,10 +8,12 @@ use baton_model::job::JobState;
 use baton_model::queue::Visibility;
 use baton_model::scheduler::PoolReservation;
 use baton_proto::convert::{
-    pool_reservation_to_proto, scheduler_from_proto, scheduler_to_proto, tenancy_from_proto, tenancy_to_proto,
+    pool_reservation_to_proto, resources_to_proto, scheduler_from_proto, scheduler_to_proto, tenancy_from_proto,
+    tenancy_to_proto, usage_settings_from_proto, usage_settings_to_proto, user_limit_from_proto,
 };
 use baton_proto::v1::{
     Ack, ClusterInfoReply, MembershipReply, Replica, ReplicaRole, SchedulerSettings, SnapshotChunk, TenancySettings,
+    UsageReply, UsageRow, UsageSettings, UserLimitRequest,
 };
 use tonic::{Response, Status};
 
@@ -51,13 +53,14 @@ pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInf
         let count = |st: JobState| s.jobs().values().filter(|j| j.state == st).count() as u32;
         let reservations = reservations_seen(s, who);
         let scheduler = scheduler_to_proto(s.scheduler());
-        let settings = (scheduler, tenancy_to_proto(s.tenancy().settings()));
+        let settings =
+            (scheduler, tenancy_to_proto(s.tenancy().settings()), usage_settings_to_proto(s.usage().settings()));
         (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running), settings, reservations)
     };
     let failure = api.ctx.replica.failure_now();
     // A replica that cannot write cannot confirm a read index either; it answers from its
     // own (possibly stale) state so the operator learns what is wrong with it.
-    let (pools, queues, pending, running, (scheduler, tenancy), reservations) = match &failure {
+    let (pools, queues, pending, running, (scheduler, tenancy, usage), reservations) = match &failure {
         Some(_) => api.ctx.replica.read_local(summary),
         None => api.read(summary).await?,
     };
@@ -111,7 +114,57 @@ pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInf
         reservations,
         insecure: !api.ctx.transport.is_tls(),
         tenancy: Some(tenancy),
+        usage: Some(usage),
     }))
+}
+
+/// `cluster set --usage-half-life`, `--usage-weights`: what is not given keeps its value,
+/// read from the state this replica has applied (as `set_tenancy`).
+pub async fn set_usage(api: &Api, who: &Caller, s: UsageSettings) -> Result<Response<Ack>, Status> {
+    let current = api.read(|st| st.usage().settings().clone()).await?;
+    let settings = usage_settings_from_proto(&s, &current).map_err(crate::status::from_convert)?;
+    api.ack(who, Op::SetUsage(settings)).await
+}
+
+/// `queue update --max-per-user`.
+pub async fn set_user_limit(api: &Api, who: &Caller, r: UserLimitRequest) -> Result<Response<Ack>, Status> {
+    let (queue, limit) = user_limit_from_proto(&r).map_err(crate::status::from_convert)?;
+    api.ack(who, Op::SetUserLimit { queue, limit }).await
+}
+
+/// `baton usage --decayed`: each (queue, user)'s decayed usage at this replica's time, the
+/// rows `who` may see (its own user's, its queues' as their admin; all for operators).
+pub async fn get_usage(api: &Api, who: &Caller) -> Result<Response<UsageReply>, Status> {
+    let token = who.token().cloned();
+    let now_ms = crate::clock::now_ms();
+    let reply = api
+        .read(move |s| {
+            let usage = s.usage();
+            let weights = usage.settings().weights();
+            let sees = |queue: &baton_model::name::Name, user: &str| match &token {
+                None => true,
+                Some(t) => t.any_job() || t.spec.user.as_str() == user || t.administers(queue),
+            };
+            let at_ms = now_ms.max(s.now_ms());
+            let rows = usage
+                .accounts()
+                .keys()
+                .filter(|(q, u)| sees(q, u))
+                .map(|key| {
+                    let raw = usage.usage_at(key, at_ms);
+                    UsageRow {
+                        queue: key.0.to_string(),
+                        user: key.1.clone(),
+                        weighted: baton_model::usage::weighted(&raw, &weights),
+                        usage: baton_model::usage::in_units(&raw).into_iter().collect(),
+                        held: usage.held_by(key).map(resources_to_proto),
+                    }
+                })
+                .collect();
+            UsageReply { settings: Some(usage_settings_to_proto(usage.settings())), at_ms, rows }
+        })
+        .await?;
+    Ok(Response::new(reply))
 }
 
 /// `cluster set`: the scheduler's settings change through the log, like any other state.

@@ -280,6 +280,18 @@ impl Baton for Api {
         let who = self.caller(r.metadata()).await?;
         cluster::set_tenancy(self, &who, r.into_inner()).await
     }
+    async fn set_usage(&self, r: Request<UsageSettings>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::set_usage(self, &who, r.into_inner()).await
+    }
+    async fn set_user_limit(&self, r: Request<UserLimitRequest>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::set_user_limit(self, &who, r.into_inner()).await
+    }
+    async fn get_usage(&self, r: Request<Empty>) -> Result<Response<UsageReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::get_usage(self, &who).await
+    }
     async fn add_replica(&self, r: Request<AddReplicaRequest>) -> Result<Response<MembershipReply>, Status> {
         let who = self.caller(r.metadata()).await?;
         let r = r.into_inner();

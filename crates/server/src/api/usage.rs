@@ -78,6 +78,7 @@ pub fn queues(state: &State) -> Vec<QueueUsage> {
                 pools: pools.into_values().collect(),
                 pending,
                 running,
+                max_per_user: state.usage().limit(&q.name).map(resources_to_proto),
                 revision: state.queue_revision(&q.name).unwrap_or_default(),
             }
         })

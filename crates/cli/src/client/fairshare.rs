@@ -1,0 +1,118 @@
+//! `baton usage --decayed`: the fair-share view (decisions.md section 12), as Slurm's
+//! sshare: each queue's and user's decayed usage at the cluster's time, in resource-hours,
+//! weighted as the order compares them, and what each holds now.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use baton_proto::v1;
+use clap::{Args, ValueEnum};
+
+use crate::client::error::{ClientError, Subject};
+use crate::client::human::usage_settings_text;
+use crate::client::output::{Format, Table};
+use crate::client::queue::limit_text;
+use crate::client::{Conn, ConnArgs, emit};
+
+#[derive(Args, Debug)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// The fair-share view: usage decayed by the cluster's usage_half_life.
+    #[arg(long)]
+    pub decayed: bool,
+    /// One row per queue and user (the default), per user (over all queues) or per queue.
+    #[arg(long, value_enum, default_value = "pair")]
+    pub by: By,
+    /// Only this user's rows.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Only this queue's rows.
+    #[arg(long)]
+    pub queue: Option<String>,
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum By {
+    Pair,
+    User,
+    Queue,
+}
+
+pub async fn run(conn: &Conn, a: &UsageArgs, out: &mut dyn Write) -> Result<(), ClientError> {
+    if !a.decayed {
+        return Err(ClientError::Usage(
+            "GPU-hour totals come from accounting records, which this cluster does not keep; \
+             `baton usage --decayed` shows the fair-share view (decayed usage per queue and user)"
+                .into(),
+        ));
+    }
+    let reply = conn.call(Subject::Other, "", |mut c| async move { c.get_usage(v1::Empty {}).await }).await?;
+    let rows = grouped(&reply.rows, a);
+    if rows.is_empty() {
+        let settings = reply.settings.as_ref().map_or("off".into(), usage_settings_text);
+        let what = match (&a.user, &a.queue) {
+            (Some(u), _) => format!("for user {u} "),
+            (None, Some(q)) => format!("for queue {q} "),
+            (None, None) => String::new(),
+        };
+        writeln!(out, "no usage {what}to show (usage over time: {settings})")?;
+        return Ok(());
+    }
+    emit(out, a.output, rows.as_slice(), table)
+}
+
+/// The rows asked for, summed per user or per queue when `--by` says so.
+fn grouped(rows: &[v1::UsageRow], a: &UsageArgs) -> Vec<v1::UsageRow> {
+    let kept = rows
+        .iter()
+        .filter(|r| a.user.as_ref().is_none_or(|u| &r.user == u) && a.queue.as_ref().is_none_or(|q| &r.queue == q));
+    let mut out: BTreeMap<(String, String), v1::UsageRow> = BTreeMap::new();
+    for r in kept {
+        let key = match a.by {
+            By::Pair => (r.queue.clone(), r.user.clone()),
+            By::User => ("*".into(), r.user.clone()),
+            By::Queue => (r.queue.clone(), "*".into()),
+        };
+        let row = out.entry(key.clone()).or_insert_with(|| v1::UsageRow {
+            queue: key.0.clone(),
+            user: key.1.clone(),
+            ..Default::default()
+        });
+        row.weighted += r.weighted;
+        for (k, v) in &r.usage {
+            *row.usage.entry(k.clone()).or_insert(0.0) += v;
+        }
+        let held = row.held.get_or_insert_with(v1::Resources::default);
+        for (k, v) in r.held.iter().flat_map(|h| h.amounts.iter()) {
+            *held.amounts.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    let mut rows: Vec<v1::UsageRow> = out.into_values().collect();
+    // Heaviest first: who waits behind whom among equals.
+    rows.sort_by(|x, y| y.weighted.total_cmp(&x.weighted).then_with(|| (&x.queue, &x.user).cmp(&(&y.queue, &y.user))));
+    rows
+}
+
+fn table(rows: &[v1::UsageRow]) -> String {
+    let mut t = Table::new(&["QUEUE", "USER", "WEIGHTED", "DECAYED USAGE", "HOLDS NOW"]);
+    for r in rows {
+        let usage: Vec<String> = r
+            .usage
+            .iter()
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|(k, v)| format!("{k} {:.2}h", v / 3600.0))
+            .collect();
+        let usage = if usage.is_empty() { "-".to_string() } else { usage.join(", ") };
+        let held = match limit_text(r.held.as_ref()).as_str() {
+            "none" => "-".to_string(),
+            h => h.to_string(),
+        };
+        t.row(vec![r.queue.clone(), r.user.clone(), format!("{:.2}h", r.weighted / 3600.0), usage, held]);
+    }
+    t.render()
+}
