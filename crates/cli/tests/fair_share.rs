@@ -96,3 +96,18 @@ fn usage_decayed_prints_the_heaviest_first_and_sums_per_user() {
     let (r, _) = run(&["usage", "--server", &server.addr()]);
     assert!(r.unwrap_err().to_string().contains("--decayed"));
 }
+
+#[test]
+fn a_queue_files_max_per_user_is_set_after_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.yaml");
+    std::fs::write(&path, "name: lab\nquota: {gpu: 16}\nmax_per_user: {gpu: 8}\n").unwrap();
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let (r, out) = run(&["queue", "create", "-f", path.to_str().unwrap(), "--server", &server.addr()]);
+    r.unwrap();
+    assert!(out.contains("queue lab: max_per_user gpu 8"), "{out}");
+    let st = fake.state();
+    assert_eq!(st.calls.iter().filter(|c| *c == "CreateQueue" || *c == "SetUserLimit").count(), 2, "{:?}", st.calls);
+    assert_eq!(st.user_limits[0].limit.as_ref().unwrap().amounts["gpu"], 8);
+}

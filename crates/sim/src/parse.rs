@@ -8,11 +8,9 @@ use baton_model::class::PriorityClass;
 use baton_model::name::Name;
 use baton_model::node::{DEFAULT_POOL, NodeSpec};
 use baton_model::queue::Cohort;
-use baton_model::queue::QueueSpec;
-use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::usage::{UsageSettings, parse_weight};
-use baton_spec::queue::queue_fields;
+use baton_spec::queue::parse_queue;
 
 use crate::de::{Cx, InputError, R};
 use crate::hostlist;
@@ -37,7 +35,7 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
         None => Vec::new(),
     };
     let cohorts = list(&cx, f.opt("cohorts"), "cohorts", parse_cohort)?;
-    let with_limits = list(&cx, f.opt("queues"), "queues", parse_queue_with_limit)?;
+    let with_limits = list(&cx, f.opt("queues"), "queues", parse_queue)?;
     let mut user_limits = Vec::new();
     let mut queues = Vec::new();
     for At { v: (q, limit), line, path } in with_limits {
@@ -108,16 +106,7 @@ fn parse_scheduler(cx: &Cx, node: &Node) -> R<SchedulerBlock> {
     Ok((Some(At { v: settings, line: a.line, path: a.path }), usage))
 }
 
-/// A `queues` entry, with its `max_per_user` (section 12) apart: the queue's own spec does
-/// not carry it (it is a command of its own, `SetUserLimit`).
-fn parse_queue_with_limit(cx: &Cx, node: &Node, path: &str) -> R<(QueueSpec, Option<Resources>)> {
-    let mut f = cx.map(node, path)?;
-    let limit = f.opt("max_per_user").map(|n| cx.resources(n, &f.field_path("max_per_user"))).transpose()?;
-    let name = cx.name(f.req("name")?, &f.field_path("name"))?;
-    let q = queue_fields(cx, &mut f, QueueSpec::named(name.as_str()))?;
-    f.finish()?;
-    Ok((q, limit))
-}
+
 
 fn list<T>(cx: &Cx, node: Option<&Node>, path: &str, each: impl Fn(&Cx, &Node, &str) -> R<T>) -> R<Vec<At<T>>> {
     let Some(node) = node else {

@@ -1,4 +1,5 @@
-//! The client: it sets the cluster up (a cohort, three queues, the nodes), then until the
+//! The client: it sets the cluster up (a cohort, three queues, usage over time and a
+//! per-user limit, the nodes), then until the
 //! load ends submits jobs (some waiting for earlier ones, decisions.md section 13), cancels
 //! some, rewrites queues' quotas, makes maintenance windows (section 14) and reads, each
 //! through a
@@ -123,6 +124,13 @@ impl Load {
         for (q, nominal) in QUEUES.iter().zip([total * 3 / 8, total * 3 / 8, 0]) {
             self.write_until_acked(rng, Op::PutQueue(queue(q, nominal))).await;
         }
+        // Usage over time (decisions.md section 12): decayed usage orders equals, and the
+        // borrowing queue's users may hold a quarter of the cluster each; every replica must
+        // hold the same numbers (the state digests compare them).
+        let usage = baton_model::usage::UsageSettings { half_life_ms: Some(600_000), ..Default::default() };
+        self.write_until_acked(rng, Op::SetUsage(usage)).await;
+        let limit = Resources::of(&[("gpu", total / 4)]);
+        self.write_until_acked(rng, Op::SetUserLimit { queue: Name::lit(QUEUES[2]), limit }).await;
         let nodes = (1..=self.nodes)
             .map(|i| NodeSpec {
                 name: Name::lit(&format!("n{i}")),

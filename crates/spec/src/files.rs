@@ -13,7 +13,7 @@ use crate::yaml::{self, Node, Yaml};
 
 /// Fields a scenario's `submit` may carry that only mean something on the simulator's
 /// virtual clock; a real job runs its command for as long as it runs.
-const SIMULATOR_ONLY_JOB_FIELDS: [&str; 2] = ["duration", "checkpoint_time"];
+const SIMULATOR_ONLY_JOB_FIELDS: [&str; 3] = ["duration", "checkpoint_time", "user"];
 
 /// A file that could not be read, or that does not hold what it should.
 #[derive(Debug, thiserror::Error)]
@@ -35,8 +35,13 @@ pub fn parse_job(file: &str, text: &str) -> Result<JobFile, InputError> {
             if let Yaml::Scalar { text: key, .. } = &k.v
                 && SIMULATOR_ONLY_JOB_FIELDS.contains(&key.as_str())
             {
-                let msg = "only the simulator reads this (how long a simulated job takes); \
-                           a real job runs its command, so remove it";
+                let msg = if key == "user" {
+                    "only the simulator reads this (who submitted a simulated job); a real job counts for \
+                     the user of the token that submits it and runs as --run-as, so remove it"
+                } else {
+                    "only the simulator reads this (how long a simulated job takes); \
+                     a real job runs its command, so remove it"
+                };
                 return Err(cx.err(k.line, key, msg));
             }
         }
@@ -57,7 +62,7 @@ pub struct JobFile {
 }
 
 /// A queue in the shape of an entry of a scenario's `queues`, from text.
-pub fn parse_queue(file: &str, text: &str) -> Result<QueueSpec, InputError> {
+pub fn parse_queue(file: &str, text: &str) -> Result<crate::queue::QueueEntry, InputError> {
     let cx = Cx { file };
     let root = document(&cx, text)?;
     crate::queue::parse_queue(&cx, &root, "")
@@ -65,7 +70,11 @@ pub fn parse_queue(file: &str, text: &str) -> Result<QueueSpec, InputError> {
 
 /// A queue file applied onto the queue as it is now (`baton queue update -f`): fields the
 /// file leaves out keep their current values. The file's `name` must be `current`'s.
-pub fn parse_queue_update(file: &str, text: &str, current: QueueSpec) -> Result<QueueSpec, InputError> {
+pub fn parse_queue_update(
+    file: &str,
+    text: &str,
+    current: QueueSpec,
+) -> Result<crate::queue::QueueEntry, InputError> {
     let cx = Cx { file };
     let root = document(&cx, text)?;
     let mut f = cx.map(&root, "")?;
@@ -75,9 +84,10 @@ pub fn parse_queue_update(file: &str, text: &str, current: QueueSpec) -> Result<
         let msg = format!("the file updates queue {name}, not {}", current.name);
         return Err(cx.err(name_node.line, "name", msg));
     }
+    let limit = crate::queue::max_per_user(&cx, &mut f)?;
     let q = crate::queue::queue_fields(&cx, &mut f, current)?;
     f.finish()?;
-    Ok(q)
+    Ok((q, limit))
 }
 
 /// [`parse_job`] on a file's contents.
@@ -87,7 +97,7 @@ pub fn parse_job_file(path: &Path) -> Result<JobFile, FileError> {
 }
 
 /// [`parse_queue`] on a file's contents.
-pub fn parse_queue_file(path: &Path) -> Result<QueueSpec, FileError> {
+pub fn parse_queue_file(path: &Path) -> Result<crate::queue::QueueEntry, FileError> {
     let (file, text) = read(path)?;
     Ok(parse_queue(&file, &text)?)
 }
@@ -147,6 +157,8 @@ mod tests {
         assert_eq!((e.file.as_str(), e.line, e.field.as_str()), ("job.yaml", 3, "resources.gpu"));
         let e = parse_job("job.yaml", "name: a\nqueue: q\nresources: {gpu: 1}\nduration: 60\n").unwrap_err();
         assert_eq!((e.line, e.field.as_str()), (4, "duration"));
+        let e = parse_job("job.yaml", "name: a\nqueue: q\nuser: alice\nresources: {gpu: 1}\n").unwrap_err();
+        assert!(e.field == "user" && e.message.contains("the user of the token that submits it"), "{e}");
         let e = parse_job("job.yaml", "name: a\nresources: {gpu: 1}\n").unwrap_err();
         assert_eq!(e.field, "queue");
         assert!(parse_job("job.yaml", "").unwrap_err().message.contains("empty"));

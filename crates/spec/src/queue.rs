@@ -26,12 +26,23 @@ fn choice<T: Copy>(cx: &Cx, node: &Node, path: &str, options: &[(&str, T)]) -> R
     })
 }
 
-pub fn parse_queue(cx: &Cx, node: &Node, path: &str) -> R<QueueSpec> {
+/// A queue and its `max_per_user` (decisions.md section 12), which the queue's own spec
+/// does not carry: it is written by a command of its own (`SetUserLimit`).
+pub type QueueEntry = (QueueSpec, Option<baton_model::resources::Resources>);
+
+pub fn parse_queue(cx: &Cx, node: &Node, path: &str) -> R<QueueEntry> {
     let mut f = cx.map(node, path)?;
+    let limit = max_per_user(cx, &mut f)?;
     let name = cx.name(f.req("name")?, &f.field_path("name"))?;
     let q = queue_fields(cx, &mut f, QueueSpec::named(name.as_str()))?;
     f.finish()?;
-    Ok(q)
+    Ok((q, limit))
+}
+
+/// `max_per_user: {gpu: 8}`, if given.
+pub fn max_per_user(cx: &Cx, f: &mut Fields) -> R<Option<baton_model::resources::Resources>> {
+    let p = f.field_path("max_per_user");
+    f.opt("max_per_user").map(|n| cx.resources(n, &p)).transpose()
 }
 
 /// Applies a queue's fields onto `base`: a new queue starts from defaults, an

@@ -259,7 +259,7 @@ fn read_file(path: &std::path::Path) -> Result<(String, String), ClientError> {
 pub fn new_queue(e: &QueueEdit) -> Result<v1::Queue, ClientError> {
     if let Some(path) = &e.file {
         let (file, text) = read_file(path)?;
-        let spec = baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
+        let (spec, _) = baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
         let mut q = convert::queue_to_proto(&spec);
         set_visibility(&mut q, e);
         return Ok(q);
@@ -275,7 +275,7 @@ pub fn updated_queue(current: &v1::Queue, e: &QueueEdit) -> Result<v1::Queue, Cl
     if let Some(path) = &e.file {
         let (file, text) = read_file(path)?;
         let base = convert::queue_from_proto(current).map_err(|e| usage_err(format!("the current queue: {e}")))?;
-        let spec = baton_spec::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
+        let (spec, _) = baton_spec::parse_queue_update(&file, &text, base).map_err(|e| usage_err(e.to_string()))?;
         // The file does not say; the queue keeps what it has unless the flag says.
         let mut q = v1::Queue { visibility: current.visibility, ..convert::queue_to_proto(&spec) };
         set_visibility(&mut q, e);
@@ -315,13 +315,13 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
                 (Some(n), _) => n.clone(),
                 (None, Some(path)) => {
                     let (file, text) = read_file(path)?;
-                    baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?.name.to_string()
+                    baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?.0.name.to_string()
                 }
                 (None, None) => return Err(usage_err("give the queue's name, or -f queue.yaml")),
             };
             match update_with_retries(conn, &name, e).await? {
                 // Only the limit given: it is all that changes.
-                Updated::Unchanged if e.max_per_user.is_some() => {}
+                Updated::Unchanged if limit_of(e)?.is_some() => {}
                 Updated::Unchanged => writeln!(out, "queue {name} unchanged")?,
                 Updated::Written(ack) => print_ack(out, &ack, &format!("queue {name} updated"))?,
             }
@@ -342,7 +342,8 @@ pub async fn run(conn: &Conn, a: &QueueArgs, out: &mut dyn Write) -> Result<(), 
 
 /// `--max-per-user`: a command of its own (`SetUserLimit`), after the queue's write.
 async fn set_max_per_user(conn: &Conn, name: &str, e: &QueueEdit, out: &mut dyn Write) -> Result<(), ClientError> {
-    let Some(limit) = &e.max_per_user else { return Ok(()) };
+    let Some(limit) = limit_of(e)? else { return Ok(()) };
+    let limit = &limit;
     let r = v1::UserLimitRequest { queue: name.to_string(), limit: Some(convert::resources_to_proto(limit)) };
     conn.call(Subject::Queue, name, |mut c| {
         let r = r.clone();
@@ -351,6 +352,18 @@ async fn set_max_per_user(conn: &Conn, name: &str, e: &QueueEdit, out: &mut dyn 
     .await?;
     writeln!(out, "queue {name}: max_per_user {}", limit_text(Some(&convert::resources_to_proto(limit))))?;
     Ok(())
+}
+
+/// The `max_per_user` to set: the flag's, else the file's `max_per_user`, else none.
+fn limit_of(e: &QueueEdit) -> Result<Option<baton_model::resources::Resources>, ClientError> {
+    if let Some(l) = &e.max_per_user {
+        return Ok(Some(l.clone()));
+    }
+    let Some(path) = &e.file else { return Ok(None) };
+    let (file, text) = read_file(path)?;
+    // Read as a whole queue entry: an update's file has the same shape.
+    let (_, limit) = baton_spec::parse_queue(&file, &text).map_err(|e| usage_err(e.to_string()))?;
+    Ok(limit)
 }
 
 /// `gpu 8, cpu 64`, or `none`.
