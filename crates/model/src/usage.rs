@@ -271,6 +271,10 @@ impl Usage {
         }
         if held.is_empty() {
             self.held.remove(key);
+            // The hard bound holds between Ticks too; the account just went idle.
+            if self.accounts.len() > MAX_ACCOUNTS {
+                self.bound(now_ms);
+            }
         }
     }
 

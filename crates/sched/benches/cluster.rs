@@ -95,18 +95,35 @@ pub fn submit_backlog(s: &mut State, jobs: usize, seed: u64) {
     submit_backlog_of(s, jobs, seed, false);
 }
 
+/// `submit_backlog`, each job run as one of `users` Unix users `u0`.. (drawn after the
+/// job, so the jobs are the same): decisions.md section 12 orders them by user.
+pub fn submit_backlog_as(s: &mut State, jobs: usize, seed: u64, users: u64) {
+    let mut rng = Lcg(seed);
+    let mut who = Lcg(seed ^ 0x5eed);
+    for i in 0..jobs {
+        let spec = backlog_job(&mut rng, i);
+        let run_as = Some(baton_model::tenancy::UnixUser::new(format!("u{}", who.next(users))).unwrap());
+        apply(s, Op::SubmitAfter { spec, request_id: None, run_as, after: Vec::new() });
+    }
+}
+
+/// The `i`th job of a backlog drawn from `rng`.
+fn backlog_job(rng: &mut Lcg, i: usize) -> JobSpec {
+    let queue = format!("q{}", rng.next(200));
+    let class = if rng.next(2) == 0 { "train" } else { "interactive" };
+    if rng.next(10) < 2 {
+        job(format!("job-{i}"), queue, class, 2 + rng.next(7) as u32, 8)
+    } else {
+        job(format!("job-{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
+    }
+}
+
 /// `submit_backlog`, its gangs elastic down to one node when `elastic` (decisions.md
 /// section 13): the same jobs, drawn the same way.
 pub fn submit_backlog_of(s: &mut State, jobs: usize, seed: u64, elastic: bool) {
     let mut rng = Lcg(seed);
     for i in 0..jobs {
-        let queue = format!("q{}", rng.next(200));
-        let class = if rng.next(2) == 0 { "train" } else { "interactive" };
-        let spec = if rng.next(10) < 2 {
-            job(format!("job-{i}"), queue, class, 2 + rng.next(7) as u32, 8)
-        } else {
-            job(format!("job-{i}"), queue, class, 1, [1, 2, 4, 8][rng.next(4) as usize])
-        };
+        let spec = backlog_job(&mut rng, i);
         let op = if elastic && spec.tasks[0].replicas > 1 {
             let elastic = baton_model::elastic::ElasticSpec { task: 0, min_replicas: 1 };
             Op::SubmitElastic { spec, elastic, request_id: None, run_as: None, after: Vec::new() }

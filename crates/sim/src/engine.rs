@@ -825,7 +825,7 @@ impl<'s> Engine<'s> {
             events: std::mem::take(&mut self.events),
             jobs: output::jobs(&self.state),
             queues: output::queues(&self.state),
-            users: output::users(&self.state),
+            users: output::users(&self.state, self.now_ms),
         };
         self.steps.push(step);
     }

@@ -84,7 +84,7 @@ pub fn check(e: &Expect, state: &State, victims: &BTreeMap<Name, Vec<Name>>) -> 
         want.sort();
         c.expect(p.line, got == want, || format!("{name} runs on {}, expected {}", list(&got), list(&want)));
     }
-    let users = crate::output::users(state);
+    let users = crate::output::users(state, e.at_ms);
     for u in &e.users {
         let (name, want) = &u.v;
         for (r, w) in want {

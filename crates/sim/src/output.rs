@@ -211,12 +211,13 @@ pub fn jobs(state: &State) -> BTreeMap<Name, JobOut> {
     out
 }
 
-/// Each user's decayed usage at the state's time, summed over the queues (section 12).
-pub fn users(state: &State) -> BTreeMap<String, UserOut> {
+/// Each user's decayed usage at `now_ms` (the simulated instant: the state's clock is its
+/// last command's), summed over the queues (section 12).
+pub fn users(state: &State, now_ms: u64) -> BTreeMap<String, UserOut> {
     let usage = state.usage();
     let mut out: BTreeMap<String, UserOut> = BTreeMap::new();
     for key in usage.accounts().keys() {
-        let at = baton_model::usage::in_units(&usage.usage_at(key, state.now_ms()));
+        let at = baton_model::usage::in_units(&usage.usage_at(key, now_ms.max(state.now_ms())));
         let user = out.entry(key.1.clone()).or_insert_with(|| UserOut { usage: BTreeMap::new() });
         for (r, v) in at {
             *user.usage.entry(r).or_insert(0.0) += v;
