@@ -185,8 +185,11 @@ mod tests {
 
     #[test]
     fn queue_update_keeps_what_the_file_leaves_out() {
-        let q = parse_queue("q.yaml", "name: team-a\ncohort: org\nquota: {gpu: 8}\nweight: 2\n").unwrap();
-        let u = parse_queue_update("q.yaml", "name: team-a\nquota: {gpu: 4}\n", q.clone()).unwrap();
+        let (q, none) = parse_queue("q.yaml", "name: team-a\ncohort: org\nquota: {gpu: 8}\nweight: 2\n").unwrap();
+        assert_eq!(none, None);
+        let (u, limit) =
+            parse_queue_update("q.yaml", "name: team-a\nquota: {gpu: 4}\nmax_per_user: {gpu: 2}\n", q.clone()).unwrap();
+        assert_eq!(limit.map(|l| l.get("gpu")), Some(2), "max_per_user comes apart from the queue");
         assert_eq!(u.cohort, q.cohort);
         assert_eq!(u.weight, 2.0);
         assert_eq!(u.quotas[&Name::lit("default")].nominal.get("gpu"), 4);
