@@ -3,6 +3,8 @@
 //! the first cycle's placements ran for an hour (so every queue and user has usage), the
 //! next cycle with `usage_half_life` on and off. `fair/limits-on` adds a `max_per_user` to
 //! every queue (checked for every job decided). Throughput is jobs decided per second.
+//! Reservations are off: after an hour the backlog would be starving (docs/policy.md
+//! section 9), and `cycle/10k-nodes-full-42k-waiting` is the anchor without them.
 
 mod cluster;
 
@@ -23,6 +25,9 @@ const HOUR_MS: u64 = 3_600_000;
 
 fn ran_an_hour() -> State {
     let mut s = cluster(10_000, 40);
+    // Without reservations: jobs pending for the hour would be starving (section 9), and their
+    // reservation walks would cost more than what is measured here.
+    apply(&mut s, Op::SetScheduler(baton_model::scheduler::SchedulerSettings { reserve_after_ms: None }));
     apply(&mut s, Op::SetUsage(UsageSettings { half_life_ms: Some(7 * 24 * HOUR_MS), ..Default::default() }));
     submit_backlog_as(&mut s, 50_000, 7, 500);
     let plan = cycle(&s, NOW_MS);

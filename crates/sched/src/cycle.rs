@@ -384,7 +384,7 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
 /// Whether the job's user may hold what it asks under its queue's `max_per_user`: `Err`
 /// with the reason when not; `Ok(Some(n))` for an elastic gang the limit allows only `n`
 /// replicas of (below its whole size, at least its minimum).
-fn user_limit(view: &View, c: &Candidate) -> Result<Option<u32>, String> {
+fn user_limit(view: &mut View, c: &Candidate) -> Result<Option<u32>, String> {
     let state = view.state;
     let Some(e) = state.elastic(c.id) else {
         return match view.user_held.block(state, c.job, &crate::fair::demand(c.job)) {

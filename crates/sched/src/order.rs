@@ -78,10 +78,11 @@ fn by_user_usage(view: &View, usage: &UsageAt, jobs: &mut [Pending]) {
     if jobs.len() < 2 {
         return;
     }
+    let users = usage.of_queue(&jobs[0].c.job.spec.queue);
     let keyed: Vec<(i64, u64, u32)> = jobs
         .iter()
         .map(|p| {
-            let used = usage.user(&view.state.usage_key(p.c.job));
+            let used = users.and_then(|u| u.get(view.state.user_name(p.c.job))).copied().unwrap_or(0.0);
             (-i64::from(p.c.priority), total_order_bits(used), p.rank)
         })
         .collect();

@@ -27,13 +27,18 @@ impl State {
     /// user it runs as, else its queue's name (a job submitted without either, as in
     /// `baton sim` files that name no user).
     pub fn user_of(&self, id: JobId) -> String {
-        if let Some(owner) = self.access.owner(id) {
-            return owner.to_string();
+        self.d.jobs.get(&id).map(|j| self.user_name(j).to_string()).unwrap_or_default()
+    }
+
+    /// [`State::user_of`] without a copy, for a job the state holds.
+    pub fn user_name<'a>(&'a self, job: &'a Job) -> &'a str {
+        if let Some(owner) = self.access.owner(job.id) {
+            return owner.as_str();
         }
-        if let Some(u) = self.tenancy.run_as(id) {
-            return u.to_string();
+        if let Some(u) = self.tenancy.run_as(job.id) {
+            return u.as_str();
         }
-        self.d.jobs.get(&id).map(|j| j.spec.queue.to_string()).unwrap_or_default()
+        job.spec.queue.as_str()
     }
 
     pub fn usage_key(&self, job: &Job) -> AccountKey {
@@ -107,6 +112,15 @@ impl State {
             }
         }
         out
+    }
+
+    /// What `job`'s user may still take in its queue under `max_per_user`, per limited
+    /// resource (`None`: no limit there): the limit less what its jobs hold or have
+    /// reserved (its own reservation aside). A list, not `Resources`: a room of 0 is kept.
+    pub fn user_room(&self, job: &Job) -> Option<Vec<(String, u64)>> {
+        let limit = self.usage.limit(&job.spec.queue)?;
+        let held = self.held_and_reserved(&self.usage_key(job), job.id);
+        Some(limit.iter().map(|(k, max)| (k.to_string(), max.saturating_sub(held.get(k)))).collect())
     }
 
     /// Why `job` may not start holding `demand` more beside what its user's jobs in its
