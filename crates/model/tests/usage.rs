@@ -68,7 +68,8 @@ fn a_job_adds_what_it_holds_while_it_runs_and_nothing_once_it_ended() {
 fn the_plan_checker_refuses_a_placement_over_the_users_limit_and_takes_another_users() {
     let mut s = with_usage();
     apply(&mut s, 0, Op::SetUserLimit { queue: Name::lit("q"), limit: Resources::of(&[("gpu", 3)]) }).unwrap();
-    let (a1, a2, b1) = (submit_as(&mut s, "a1", "alice", 2), submit_as(&mut s, "a2", "alice", 2), submit_as(&mut s, "b1", "bob", 2));
+    let (a1, a2, b1) =
+        (submit_as(&mut s, "a1", "alice", 2), submit_as(&mut s, "a2", "alice", 2), submit_as(&mut s, "b1", "bob", 2));
     decide(&mut s, 0, Decision::Place { job: a1, attempt: 1, replicas: on_n1(&[0, 1]) }).unwrap();
     let why = decide(&mut s, 0, Decision::Place { job: a2, attempt: 1, replicas: on_n1(&[2, 3]) }).unwrap_err();
     assert_eq!(

@@ -1,8 +1,10 @@
 //! What usage over time (decisions.md section 12) costs a cycle (numbers in BENCHMARKS.md):
 //! the 10,000-node cluster of `cycle.rs`, its 50,000-job backlog run as 500 users, after
 //! the first cycle's placements ran for an hour (so every queue and user has usage), the
-//! next cycle with `usage_half_life` on and off. `fair/limits-on` adds a `max_per_user` to
-//! every queue (checked for every job decided). Throughput is jobs decided per second.
+//! next cycle with `usage_half_life` on and off. `fair/limits-loose` adds a `max_per_user`
+//! to every queue that binds nobody (checked for every job decided: its cost alone);
+//! `fair/limits-64` one of 64 GPUs, which holds jobs back (other jobs are placed in their
+//! stead: the cost of other decisions too). Throughput is jobs decided per second.
 //! Reservations are off: after an hour the backlog would be starving (docs/policy.md
 //! section 9), and `cycle/10k-nodes-full-42k-waiting` is the anchor without them.
 
@@ -40,18 +42,23 @@ fn bench_fair(c: &mut Criterion) {
     let on = ran_an_hour();
     let mut off = on.clone();
     off.apply(Command { now_ms: NOW_MS + HOUR_MS, op: Op::SetUsage(UsageSettings::default()) }).unwrap();
-    let mut limits = on.clone();
-    for q in 0..200 {
-        let op = Op::SetUserLimit { queue: Name::lit(&format!("q{q}")), limit: Resources::of(&[("gpu", 64)]) };
-        limits.apply(Command { now_ms: NOW_MS + HOUR_MS, op }).unwrap();
-    }
+    let limited = |gpus: u64| {
+        let mut s = on.clone();
+        for q in 0..200 {
+            let op = Op::SetUserLimit { queue: Name::lit(&format!("q{q}")), limit: Resources::of(&[("gpu", gpus)]) };
+            s.apply(Command { now_ms: NOW_MS + HOUR_MS, op }).unwrap();
+        }
+        s
+    };
+    let (loose, limits) = (limited(1_000_000), limited(64));
     let waiting = on.jobs().values().filter(|j| j.state == JobState::Pending).count();
     eprintln!("fair: {waiting} jobs waiting, {} accounts", on.usage().accounts().len());
     let now = NOW_MS + HOUR_MS;
     let mut g = c.benchmark_group("fair");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(waiting as u64));
-    for (name, s) in [("usage-off", &off), ("usage-on", &on), ("limits-on", &limits)] {
+    let cases = [("usage-off", &off), ("usage-on", &on), ("limits-loose", &loose), ("limits-64", &limits)];
+    for (name, s) in cases {
         eprintln!("fair/{name}: {} decisions", cycle(s, now).decisions.len());
         g.bench_function(name, |b| b.iter(|| black_box(cycle(black_box(s), now))));
     }

@@ -121,14 +121,15 @@ fn resume_suspended(view: &mut View, suspended: &[&Job], plan: &mut Plan) {
         let shares = state.shares(job, &job.replicas);
         let (q, np) = view.queue_np(job);
         // A suspended job holds nothing its user's limit counts (section 12).
-        if let Some(why) = view.user_held.block(state, job, &State::holding(job)) {
+        let holds = view.ledger.kinds.vector_lossy(&State::holding(job));
+        if let Some(why) = view.user_held.block(state, &view.ledger, job, q, &holds) {
             wait(plan, job, format!("suspended in place; its user may hold no more now: {why}"));
             continue;
         }
         match view.ledger.check_admission(q, &demand_of(&view.ledger, &shares), np) {
             Ok(_) => {
                 view.unhold(job.id);
-                view.user_held.count(state, job, &job.replicas);
+                view.user_held.count(state, &view.ledger, job, q, &job.replicas);
                 plan.decisions.push(Decision::ResumeInPlace { job: job.id, attempt: job.attempt });
             }
             Err(b) => {
@@ -276,7 +277,7 @@ fn decide_reserving(
         planner.no_fit.clear();
         let replicas = view.state.pool_reservation_of(c.id).map(|r| r.replicas.clone()).unwrap_or_default();
         view.occupy(c.job, c.queue, &holds.list[i].shares);
-        view.user_held.count(view.state, c.job, &replicas);
+        view.user_held.count(view.state, &view.ledger, c.job, c.queue, &replicas);
         plan.decisions.push(Decision::Place { job: c.id, attempt: c.job.attempt + 1, replicas });
         return Outcome::Placed;
     }
@@ -387,7 +388,8 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
 fn user_limit(view: &mut View, c: &Candidate) -> Result<Option<u32>, String> {
     let state = view.state;
     let Some(e) = state.elastic(c.id) else {
-        return match view.user_held.block(state, c.job, &crate::fair::demand(c.job)) {
+        let demand = crate::fair::demand(&c.needs);
+        return match view.user_held.block(state, &view.ledger, c.job, c.queue, &demand) {
             Some(why) => Err(why),
             None => Ok(None),
         };
@@ -397,8 +399,9 @@ fn user_limit(view: &mut View, c: &Candidate) -> Result<Option<u32>, String> {
         Some(n) if n >= e.max => Ok(None),
         Some(n) if n >= e.min => Ok(Some(n)),
         Some(_) => {
-            let at_min = crate::elastic::demand_at(c.job, e, e.min);
-            Err(view.user_held.block(state, c.job, &at_min).unwrap_or_else(|| "its user's limit".into()))
+            let at_min = crate::fair::demand(&crate::elastic::sized(&c.needs, e, e.min));
+            let why = view.user_held.block(state, &view.ledger, c.job, c.queue, &at_min);
+            Err(why.unwrap_or_else(|| "its user's limit".into()))
         }
     }
 }
@@ -433,7 +436,7 @@ fn preempt_for(
                 |ids: &[JobId]| ids.iter().map(|&v| Victim { job: v, attempt: view.job(v).attempt }).collect();
             let (victims_named, shrunk_named): (Vec<Victim>, Vec<Victim>) = (attempts(&whole), attempts(&shrunk));
             view.reserve(job, q, &shares, &victims);
-            view.user_held.count(view.state, job, &replicas);
+            view.user_held.count(view.state, &view.ledger, job, q, &replicas);
             plan.decisions.push(if shrunk_named.is_empty() {
                 Decision::Preempt { job: job.id, victims: victims_named, replicas, message }
             } else {
@@ -535,7 +538,7 @@ fn place(view: &mut View, plan: &mut Plan, q: usize, job: &Job, needs: &Needs, p
     let names = |n: usize| view.ledger.nodes[n].name.clone();
     let (replicas, shares) = p.allocate(&IndexNodes { view }, needs, names);
     view.occupy(job, q, &shares);
-    view.user_held.count(view.state, job, &replicas);
+    view.user_held.count(view.state, &view.ledger, job, q, &replicas);
     plan.decisions.push(Decision::Place { job: job.id, attempt: job.attempt + 1, replicas });
 }
 

@@ -29,18 +29,6 @@ pub fn sized(needs: &Needs, e: &Elastic, n: u32) -> Needs {
     out
 }
 
-/// What the gang asks with `n` replicas of its elastic task.
-pub fn demand_at(job: &Job, e: &Elastic, n: u32) -> baton_model::resources::Resources {
-    let mut out = baton_model::resources::Resources::new();
-    for (i, t) in job.spec.tasks.iter().enumerate() {
-        let replicas = if i == e.task as usize { n } else { t.replicas };
-        for (k, q) in t.resources.iter() {
-            out.set(k, out.get(k).saturating_add(q.saturating_mul(u64::from(replicas))));
-        }
-    }
-    out
-}
-
 /// The largest size from `hi` down to `lo` for which `fits` holds, by bisection; `None`
 /// when not even `lo` does. `fits(lo)` is asked first, so when nothing fits the last answer
 /// is the smallest size's (at admission its quota verdicts give the job's reason).

@@ -11,51 +11,89 @@ use std::collections::{BTreeMap, HashMap};
 use baton_model::alloc::ReplicaAlloc;
 use baton_model::elastic::Elastic;
 use baton_model::job::Job;
+use baton_model::ledger::{FxMap, Ledger, Vector, ZERO};
+use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::name::Name;
 use baton_model::resources::Resources;
 use baton_model::state::State;
 use baton_model::usage::{AccountKey, weighted};
 
+use crate::needs::Needs;
+
 /// What this cycle's decisions made users hold, per (queue, user), for queues with a limit,
-/// and the room each user has left, computed once a cycle per user asked about (a backlog
-/// asks for every job of a limited queue) and kept up to date by `count`.
+/// and the room each user has left per resource kind, computed once a cycle per user asked
+/// about (a backlog asks for every job of a limited queue) and kept up to date by `count`.
+/// Queues go by their ledger index and users by name in a hash map: names compared in
+/// natural order, for every job, cost more than the rest of the check.
 #[derive(Debug, Default)]
 pub struct UserHeld {
     extra: BTreeMap<AccountKey, Resources>,
-    /// Per limited resource, what is left (a list: a room of 0 must stay in it).
-    room: BTreeMap<Name, HashMap<String, Vec<(String, u64)>>>,
+    /// By queue index, once asked: each queue's limit per kind (`u64::MAX`: none), `None`
+    /// for a queue without one.
+    limits: Option<Vec<Option<Vector>>>,
+    /// By queue index: each asked user's room per kind.
+    room: Vec<FxMap<String, Vector>>,
 }
 
 impl UserHeld {
-    /// Why `job` may not start with `demand` under its user's limit, if it may not: the
-    /// state's words (`State::user_limit_block`), asked only for a job that does not fit.
-    pub fn block(&mut self, state: &State, job: &Job, demand: &Resources) -> Option<String> {
-        state.usage().limit(&job.spec.queue)?;
-        let user = state.user_name(job);
-        let fits = |room: &Vec<(String, u64)>| room.iter().all(|(k, left)| demand.get(k) <= *left);
-        let known = self.room.get(&job.spec.queue).and_then(|m| m.get(user)).map(fits);
-        let fits = match known {
-            Some(f) => f,
-            None => {
-                // Less what this cycle gave the user before anyone asked (a resumed job).
-                let mut room = state.user_room(job).unwrap_or_default();
-                if let Some(extra) = self.extra.get(&state.usage_key(job)) {
-                    for (k, left) in &mut room {
-                        *left = left.saturating_sub(extra.get(k));
+    fn limit_of(&mut self, state: &State, ledger: &Ledger, q: usize) -> Option<&Vector> {
+        let limits = self.limits.get_or_insert_with(|| {
+            let of = |name: &Name| {
+                let limit = state.usage().limit(name)?;
+                let mut v = [u64::MAX; MAX_RESOURCE_KINDS];
+                for (k, max) in limit.iter() {
+                    // A kind no node has: no job placed here can hold it.
+                    if let Some(i) = ledger.kinds.index(k) {
+                        v[i] = max;
                     }
                 }
-                let f = fits(&room);
-                self.room.entry(job.spec.queue.clone()).or_default().insert(user.to_string(), room);
-                f
+                Some(v)
+            };
+            ledger.queues.iter().map(|acct| of(&acct.name)).collect()
+        });
+        limits.get(q).and_then(Option::as_ref)
+    }
+
+    /// Why `job` (of queue index `q`) may not start with `demand` (per kind) under its
+    /// user's limit, if it may not: the state's words (`State::user_limit_block`), asked
+    /// only for a job that does not fit.
+    pub fn block(&mut self, state: &State, ledger: &Ledger, job: &Job, q: usize, demand: &Vector) -> Option<String> {
+        self.limit_of(state, ledger, q)?;
+        if self.room.len() <= q {
+            self.room.resize_with(ledger.queues.len().max(q + 1), FxMap::default);
+        }
+        let user = state.user_name(job);
+        let room = match self.room[q].get(user) {
+            Some(room) => *room,
+            None => {
+                let room = self.room_of(state, ledger, job);
+                self.room[q].insert(user.to_string(), room);
+                room
             }
         };
-        if fits {
+        if (0..MAX_RESOURCE_KINDS).all(|k| demand[k] <= room[k]) {
             return None;
         }
         let extra = self.extra.get(&state.usage_key(job));
-        let why = state.user_limit_block(job, demand, extra);
+        let why = state.user_limit_block(job, &ledger.kinds.resources(demand), extra);
         debug_assert!(why.is_some(), "the room and the state's rule disagree about {}", job.spec.name);
         why
+    }
+
+    /// The limit less what the user's jobs hold, have reserved, and were given this cycle.
+    fn room_of(&self, state: &State, ledger: &Ledger, job: &Job) -> Vector {
+        let mut room = [u64::MAX; MAX_RESOURCE_KINDS];
+        for (k, left) in state.user_room(job).unwrap_or_default() {
+            if let Some(i) = ledger.kinds.index(&k) {
+                room[i] = left;
+            }
+        }
+        for (k, q) in self.extra.get(&state.usage_key(job)).iter().flat_map(|e| e.iter()) {
+            if let Some(i) = ledger.kinds.index(k) {
+                room[i] = room[i].saturating_sub(q);
+            }
+        }
+        room
     }
 
     /// The most replicas of elastic gang `job`'s task its user's limit allows now.
@@ -65,31 +103,32 @@ impl UserHeld {
         state.user_limit_size(job, e, self.extra.get(&key), growing)
     }
 
-    /// `job` was placed on (or had room reserved at) `replicas` this cycle.
-    pub fn count(&mut self, state: &State, job: &Job, replicas: &[ReplicaAlloc]) {
-        if state.usage().limit(&job.spec.queue).is_none() {
+    /// `job` (of queue index `q`) was placed on (or had room reserved at) `replicas`.
+    pub fn count(&mut self, state: &State, ledger: &Ledger, job: &Job, q: usize, replicas: &[ReplicaAlloc]) {
+        if self.limit_of(state, ledger, q).is_none() {
             return;
         }
         let taken = State::holding_on(job, replicas);
         let held = self.extra.entry(state.usage_key(job)).or_default();
-        for (k, q) in taken.iter() {
-            held.set(k, held.get(k).saturating_add(q));
+        for (k, n) in taken.iter() {
+            held.set(k, held.get(k).saturating_add(n));
         }
-        let room = self.room.get_mut(&job.spec.queue).and_then(|m| m.get_mut(state.user_name(job)));
-        if let Some(room) = room {
-            for (k, left) in room.iter_mut() {
-                *left = left.saturating_sub(taken.get(k));
+        if let Some(room) = self.room.get_mut(q).and_then(|m| m.get_mut(state.user_name(job))) {
+            for (k, n) in taken.iter() {
+                if let Some(i) = ledger.kinds.index(k) {
+                    room[i] = room[i].saturating_sub(n);
+                }
             }
         }
     }
 }
 
-/// What a job asks at its size: each task's resources times its replicas.
-pub fn demand(job: &Job) -> Resources {
-    let mut out = Resources::new();
-    for t in &job.spec.tasks {
-        for (k, q) in t.resources.iter() {
-            out.set(k, out.get(k).saturating_add(q.saturating_mul(u64::from(t.replicas))));
+/// What a job asks with `needs`, per kind: each task's need times its replicas.
+pub fn demand(needs: &Needs) -> Vector {
+    let mut out = ZERO;
+    for t in &needs.tasks {
+        for k in 0..MAX_RESOURCE_KINDS {
+            out[k] = out[k].saturating_add(t.need[k].saturating_mul(u64::from(t.replicas)));
         }
     }
     out

@@ -106,8 +106,6 @@ fn parse_scheduler(cx: &Cx, node: &Node) -> R<SchedulerBlock> {
     Ok((Some(At { v: settings, line: a.line, path: a.path }), usage))
 }
 
-
-
 fn list<T>(cx: &Cx, node: Option<&Node>, path: &str, each: impl Fn(&Cx, &Node, &str) -> R<T>) -> R<Vec<At<T>>> {
     let Some(node) = node else {
         return Ok(Vec::new());

@@ -70,11 +70,7 @@ pub fn parse_queue(file: &str, text: &str) -> Result<crate::queue::QueueEntry, I
 
 /// A queue file applied onto the queue as it is now (`baton queue update -f`): fields the
 /// file leaves out keep their current values. The file's `name` must be `current`'s.
-pub fn parse_queue_update(
-    file: &str,
-    text: &str,
-    current: QueueSpec,
-) -> Result<crate::queue::QueueEntry, InputError> {
+pub fn parse_queue_update(file: &str, text: &str, current: QueueSpec) -> Result<crate::queue::QueueEntry, InputError> {
     let cx = Cx { file };
     let root = document(&cx, text)?;
     let mut f = cx.map(&root, "")?;
