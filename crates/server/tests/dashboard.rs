@@ -8,35 +8,14 @@ use std::time::{Duration, Instant};
 
 use ::baton_server::ServerSettings;
 use ::baton_server::auth::{AuthMode, hash_token};
-use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
 use common::*;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
 const ADMIN: &str = "admin-secret";
 const ALICE: &str = "alice-secret";
 const BOB: &str = "bob-secret";
-
-#[derive(Clone)]
-struct Bearer(String);
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", format!("Bearer {}", self.0).parse().unwrap());
-        Ok(req)
-    }
-}
-
-type Client = BatonClient<InterceptedService<Channel, Bearer>>;
-
-async fn client(addr: &str, token: &str) -> Client {
-    let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    BatonClient::with_interceptor(ch, Bearer(token.to_string()))
-}
 
 /// Tokens on; queue `a` (8 GPUs) for alice and bob; a node with 8 GPUs.
 async fn setup() -> (Cluster, FakeAgent, Client, Client) {

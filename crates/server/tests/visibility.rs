@@ -11,8 +11,6 @@ use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::*;
 use common::*;
 use tonic::Code;
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 const ADMIN: &str = "admin-secret";
@@ -23,23 +21,6 @@ const CAROL: &str = "carol-secret";
 /// The queues, named after their visibility.
 const QUEUES: [(&str, JobVisibility); 3] =
     [("all", JobVisibility::All), ("names", JobVisibility::Names), ("own", JobVisibility::Own)];
-
-#[derive(Clone)]
-struct Bearer(String);
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", format!("Bearer {}", self.0).parse().unwrap());
-        Ok(req)
-    }
-}
-
-type Client = BatonClient<InterceptedService<Channel, Bearer>>;
-
-async fn client(addr: &str, token: &str) -> Client {
-    let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    BatonClient::with_interceptor(ch, Bearer(token.to_string()))
-}
 
 /// Tokens on; queues `all`, `names` and `own` (each with that visibility, set at create);
 /// alice, bob and carol users of all three, carol also an admin of queue `own`; alice has a

@@ -354,3 +354,22 @@ pub fn samples(text: &str) -> BTreeMap<String, f64> {
         })
         .collect()
 }
+
+/// Sends `authorization: Bearer TOKEN` with every call.
+#[derive(Clone)]
+pub struct Bearer(pub String);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", format!("Bearer {}", self.0).parse().unwrap());
+        Ok(req)
+    }
+}
+
+/// A client of replica `addr` that sends `token`.
+pub type Client = BatonClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
+pub async fn client(addr: &str, token: &str) -> Client {
+    let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    BatonClient::with_interceptor(ch, Bearer(token.to_string()))
+}
