@@ -105,14 +105,21 @@ fn table(rows: &[v1::UsageRow]) -> String {
             .collect::<BTreeMap<_, _>>()
             .into_iter()
             .filter(|(_, v)| **v > 0.0)
-            .map(|(k, v)| format!("{k} {:.2}h", v / 3600.0))
+            .map(|(k, v)| format!("{k} {}", hours(*v)))
             .collect();
         let usage = if usage.is_empty() { "-".to_string() } else { usage.join(", ") };
         let held = match limit_text(r.held.as_ref()).as_str() {
             "none" => "-".to_string(),
             h => h.to_string(),
         };
-        t.row(vec![r.queue.clone(), r.user.clone(), format!("{:.2}h", r.weighted / 3600.0), usage, held]);
+        t.row(vec![r.queue.clone(), r.user.clone(), hours(r.weighted), usage, held]);
     }
     t.render()
+}
+
+/// Resource-seconds as hours: two decimals, four below a hundredth (a few GPU-seconds
+/// would read as nothing).
+fn hours(seconds: f64) -> String {
+    let h = seconds / 3600.0;
+    if h > 0.0 && h < 0.01 { format!("{h:.4}h") } else { format!("{h:.2}h") }
 }
