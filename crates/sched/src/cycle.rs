@@ -53,6 +53,8 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
     let reserve_after_ms = state.scheduler().reserve_after_ms;
     let starving = |c: &Candidate| reserve_after_ms.is_some_and(|a| now_ms.saturating_sub(c.job.pending_since_ms) >= a);
     let mut stuck: Vec<Candidate> = Vec::new();
+    // Lending trees with a job this cycle decided and did not place: no gang grows there.
+    let mut unplaced_trees = std::collections::BTreeSet::new();
     while let Some(c) = order.next() {
         let closed = crate::windows::close_for(&mut view, c.job);
         let before = plan.decisions.len();
@@ -64,12 +66,15 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
         }
         crate::windows::reopen(&mut view, closed);
         order.after(&view, c.queue, c.job, outcome == Outcome::Placed);
+        if outcome != Outcome::Placed {
+            unplaced_trees.insert(view.ledger.queues[c.queue].tree);
+        }
         if outcome == Outcome::Stuck && stuck.len() < reserve::MAX_RESERVATION_WALKS_PER_CYCLE && starving(&c) {
             stuck.push(c);
         }
     }
     reserve_for_first_starving(&mut view, &holds, &stuck, &mut plan);
-    crate::elastic::grow_one(&mut view, &mut plan);
+    crate::elastic::grow_one(&mut view, &mut plan, &unplaced_trees);
     for (job, head) in order.held_back() {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);

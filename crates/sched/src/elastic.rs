@@ -53,7 +53,7 @@ pub fn largest_fitting(lo: u32, hi: u32, mut fits: impl FnMut(u32) -> bool) -> O
 /// Section 13's growth: at most one gang a cycle, and only a cycle whose plan places,
 /// preempts and resumes nothing. One a cycle keeps two gangs from counting the same free
 /// GPUs; the next cycle looks again.
-pub fn grow_one(view: &mut View, plan: &mut Plan) {
+pub fn grow_one(view: &mut View, plan: &mut Plan, unplaced_trees: &std::collections::BTreeSet<usize>) {
     let placing = plan.decisions.iter().any(|d| {
         matches!(
             d,
@@ -69,12 +69,16 @@ pub fn grow_one(view: &mut View, plan: &mut Plan) {
     let state = view.state;
     for (&id, e) in state.elastic_gangs() {
         let Some(job) = state.job(id) else { continue };
+        // While a job of its lending tree waits, borrowed room is not idle: the waiting job
+        // may reclaim it at once, and with no minimum runtime the two would trade it without
+        // end. The gang then grows only within its queue's nominal quota.
+        let within_nominal = unplaced_trees.contains(&view.ledger.queues[view.queue_np(job).0].tree);
         // Section 12: never past what its user's limit allows.
         let top = view.user_held.elastic_size(state, job, e, true).map_or(e.max, |n| n.min(e.max));
         if !may_grow(view, job, e) || e.size(&job.spec) >= top || !one_more_fits(view, job, e) {
             continue;
         }
-        if let Some(replicas) = larger_placement(view, job, e, top) {
+        if let Some(replicas) = larger_placement(view, job, e, top, within_nominal) {
             plan.decisions.push(Decision::Grow { job: id, attempt: job.attempt, replicas });
             // As `State::apply` of the Grow: the gang leaves its queue's usage. Nothing is
             // decided after growth, so nothing else of the view needs to know.
@@ -87,7 +91,13 @@ pub fn grow_one(view: &mut View, plan: &mut Plan) {
 /// The largest placement above the gang's size that fits with its own resources counted
 /// free, over the nodes of its pools (a pack over a node set: asked only of a gang that
 /// one more replica fits, so at most once a cycle that grows).
-fn larger_placement(view: &mut View, job: &Job, e: &Elastic, top: u32) -> Option<Vec<ReplicaAlloc>> {
+fn larger_placement(
+    view: &mut View,
+    job: &Job,
+    e: &Elastic,
+    top: u32,
+    within_nominal: bool,
+) -> Option<Vec<ReplicaAlloc>> {
     let base = Needs::of(view, job);
     let pools = base.all_pools();
     let closed = crate::windows::close_for(view, job);
@@ -100,7 +110,8 @@ fn larger_placement(view: &mut View, job: &Job, e: &Elastic, top: u32) -> Option
     largest_fitting(e.size(&job.spec) + 1, top, |n| {
         let needs = sized(&base, e, n);
         let admitted = |view: &mut View, d: &[(usize, Vector)]| {
-            view.ledger.without([job.id], |l| l.check_admission(q, d, np).is_ok())
+            let verdict = view.ledger.without([job.id], |l| l.check_admission(q, d, np));
+            verdict.is_ok_and(|a| !(within_nominal && a.borrows))
         };
         for (a, d) in needs.pool_choices.iter().zip(&needs.demands) {
             if admitted(view, d)
