@@ -177,14 +177,15 @@ impl Usage {
         self.settings == UsageSettings::default() && self.accounts.is_empty() && self.limits.is_empty()
     }
 
-    pub fn stored(&self) -> StoredUsage {
-        (self.settings.clone(), self.accounts.clone(), self.limits.clone())
+    /// What a snapshot writes, borrowed (it serializes as [`StoredUsage`]).
+    pub fn stored(&self) -> (&UsageSettings, &BTreeMap<AccountKey, Account>, &BTreeMap<Name, Resources>) {
+        (&self.settings, &self.accounts, &self.limits)
     }
 
-    /// From a snapshot; `held` is rebuilt by the caller with [`Usage::start`] per running job.
-    pub fn restore(stored: StoredUsage) -> Usage {
+    /// From a snapshot, with `held` derived by the caller from the running jobs.
+    pub fn restore(stored: StoredUsage, held: BTreeMap<AccountKey, Resources>) -> Usage {
         let (settings, accounts, limits) = stored;
-        Usage { settings, accounts, limits, held: BTreeMap::new() }
+        Usage { settings, accounts, limits, held }
     }
 
     pub fn settings(&self) -> &UsageSettings {
@@ -246,12 +247,8 @@ impl Usage {
     /// A job of `key` started holding `res` at `now_ms`.
     pub fn start(&mut self, key: AccountKey, res: &Resources, now_ms: u64) {
         self.fold(&key, now_ms);
-        if res.is_empty() {
-            return;
-        }
-        let held = self.held.entry(key).or_default();
-        for (k, q) in res.iter() {
-            held.set(k, held.get(k).saturating_add(q));
+        if !res.is_empty() {
+            self.held.entry(key).or_default().add(res);
         }
     }
 
@@ -304,12 +301,6 @@ impl Usage {
         }
     }
 
-    /// `key`'s usage at `now_ms` weighted by `usage_weights`, in weighted resource-seconds
-    /// (a CPU-second counts as one, not a thousand).
-    pub fn weighted_at(&self, key: &AccountKey, now_ms: u64, weights: &BTreeMap<String, u64>) -> f64 {
-        weighted(&self.usage_at(key, now_ms), weights)
-    }
-
     /// Forgets idle accounts decayed below [`FORGET_BELOW`], then the most decayed idle ones
     /// beyond [`MAX_ACCOUNTS`].
     pub fn bound(&mut self, now_ms: u64) {
@@ -332,29 +323,6 @@ impl Usage {
                 self.accounts.remove(&k);
             }
         }
-    }
-
-    /// Rebuilt `held` differs from this one: the text of the first difference.
-    pub fn held_differs(&self, rebuilt: &Usage) -> Option<String> {
-        (self.held != rebuilt.held)
-            .then(|| format!("usage held incrementally {:?}, rebuilt {:?}", self.held, rebuilt.held))
-    }
-
-    /// A copy without `held`, for a rebuild.
-    pub fn without_held(&self) -> Usage {
-        Usage { held: BTreeMap::new(), ..self.clone() }
-    }
-
-    /// `held` from what each running job holds, leaving every account's time as it is.
-    pub fn rebuild_held(&mut self, pairs: impl IntoIterator<Item = (AccountKey, Resources)>) {
-        self.held.clear();
-        for (key, res) in pairs {
-            let held = self.held.entry(key).or_default();
-            for (k, q) in res.iter() {
-                held.set(k, held.get(k).saturating_add(q));
-            }
-        }
-        self.held.retain(|_, r| !r.is_empty());
     }
 }
 

@@ -109,10 +109,7 @@ impl UserHeld {
             return;
         }
         let taken = State::holding_on(job, replicas);
-        let held = self.extra.entry(state.usage_key(job)).or_default();
-        for (k, n) in taken.iter() {
-            held.set(k, held.get(k).saturating_add(n));
-        }
+        self.extra.entry(state.usage_key(job)).or_default().add(&taken);
         if let Some(room) = self.room.get_mut(q).and_then(|m| m.get_mut(state.user_name(job))) {
             for (k, n) in taken.iter() {
                 if let Some(i) = ledger.kinds.index(k) {
@@ -158,10 +155,6 @@ impl UsageAt {
             *out.by_queue.entry(key.0.clone()).or_insert(0.0) += w;
         }
         out
-    }
-
-    pub fn is_on(state: &State) -> bool {
-        state.usage().settings().half_life_ms.is_some()
     }
 
     /// The queue's users' usage, for looking up each of its jobs' users.

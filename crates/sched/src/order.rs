@@ -79,20 +79,11 @@ fn by_user_usage(view: &View, usage: &UsageAt, jobs: &mut [Pending]) {
         return;
     }
     let users = usage.of_queue(&jobs[0].c.job.spec.queue);
-    let keyed: Vec<(i64, u64, u32)> = jobs
-        .iter()
-        .map(|p| {
-            let used = users.and_then(|u| u.get(view.state.user_name(p.c.job))).copied().unwrap_or(0.0);
-            (-i64::from(p.c.priority), total_order_bits(used), p.rank)
-        })
-        .collect();
     // Ranks are unique: the keys are too, so the order is total.
-    let mut idx: Vec<usize> = (0..jobs.len()).collect();
-    idx.sort_unstable_by_key(|&i| keyed[i]);
-    let sorted: Vec<Pending> = idx.iter().map(|&i| Pending { c: jobs[i].c.clone(), rank: jobs[i].rank }).collect();
-    for (slot, p) in jobs.iter_mut().zip(sorted) {
-        *slot = p;
-    }
+    jobs.sort_by_cached_key(|p| {
+        let used = users.and_then(|u| u.get(view.state.user_name(p.c.job))).copied().unwrap_or(0.0);
+        (-i64::from(p.c.priority), total_order_bits(used), p.rank)
+    });
 }
 
 /// A candidate with its rank among all pending jobs.
@@ -208,8 +199,10 @@ impl<'a> Order<'a> {
         for (rank, c) in ranked.into_iter().enumerate() {
             lines[c.queue].jobs.push(Pending { c, rank: rank as u32 });
         }
-        let usage = if UsageAt::is_on(view.state) { UsageAt::of(view.state, view.now_ms) } else { UsageAt::default() };
-        if UsageAt::is_on(view.state) {
+        // Without accounts (section 12 off, or nobody ran yet) every user's usage is 0 and
+        // the rank order stands.
+        let usage = UsageAt::of(view.state, view.now_ms);
+        if !usage.by_user.is_empty() {
             for line in &mut lines {
                 by_user_usage(view, &usage, &mut line.jobs);
             }

@@ -156,10 +156,7 @@ fn check_limits(s: &State) -> Result<(), String> {
                 } else {
                     continue;
                 };
-            let held = per_user.entry(s.user_of(j.id)).or_default();
-            for (k, q) in State::holding_on(j, &replicas).iter() {
-                held.set(k, held.get(k) + q);
-            }
+            per_user.entry(s.user_of(j.id)).or_default().add(&State::holding_on(j, &replicas));
         }
         for (user, held) in per_user {
             if let Some((k, max)) = limit.iter().find(|(k, max)| held.get(k) > *max) {

@@ -337,7 +337,7 @@ impl State {
             Op::UpdateQueueVisible { spec, revision, visibility } => {
                 done(self.update_queue_visible(spec, revision, visibility, ev))
             }
-            Op::SetUsage(settings) => done(self.set_usage(settings, ev)),
+            Op::SetUsage(settings) => done(self.set_usage(settings)),
             Op::SetUserLimit { queue, limit } => done(self.set_user_limit(queue, limit)),
         }
     }

@@ -6,11 +6,12 @@
 //! work. A suspended job keeps its GPUs' memory, but it computes nothing and is charged no
 //! quota, so it uses nothing either.
 
+use std::collections::BTreeMap;
+
 use super::State;
 use crate::alloc::ReplicaAlloc;
 use crate::elastic::Elastic;
 use crate::error::ApplyError;
-use crate::event::Event;
 use crate::job::{Job, JobId, JobState};
 use crate::name::Name;
 use crate::rejection::Rejection;
@@ -42,7 +43,7 @@ impl State {
     }
 
     pub fn usage_key(&self, job: &Job) -> AccountKey {
-        (job.spec.queue.clone(), self.user_of(job.id))
+        (job.spec.queue.clone(), self.user_name(job).to_string())
     }
 
     /// What an attempt's replicas hold: each replica its task's resources.
@@ -54,9 +55,7 @@ impl State {
     pub fn holding_on(job: &Job, replicas: &[ReplicaAlloc]) -> Resources {
         let mut out = Resources::new();
         for r in replicas {
-            for (k, q) in job.spec.tasks[r.task as usize].resources.iter() {
-                out.set(k, out.get(k).saturating_add(q));
-            }
+            out.add(&job.spec.tasks[r.task as usize].resources);
         }
         out
     }
@@ -84,7 +83,7 @@ impl State {
         self.usage.stop(&key, &res, self.d.now_ms);
     }
 
-    pub(crate) fn set_usage(&mut self, s: UsageSettings, _ev: &mut Vec<Event>) -> Result<(), ApplyError> {
+    pub(crate) fn set_usage(&mut self, s: UsageSettings) -> Result<(), ApplyError> {
         s.validate().map_err(|e| ApplyError::invalid("usage", e))?;
         self.usage.set_settings(s, self.d.now_ms);
         Ok(())
@@ -105,10 +104,8 @@ impl State {
         let mut out = self.usage.held_by(key).cloned().unwrap_or_default();
         for r in self.d.reservations.values().filter(|r| r.job != except) {
             let Some(j) = self.d.jobs.get(&r.job) else { continue };
-            if j.spec.queue == key.0 && self.user_of(r.job) == key.1 {
-                for (k, q) in Self::holding_on(j, &r.replicas).iter() {
-                    out.set(k, out.get(k).saturating_add(q));
-                }
+            if j.spec.queue == key.0 && self.user_name(j) == key.1 {
+                out.add(&Self::holding_on(j, &r.replicas));
             }
         }
         out
@@ -153,8 +150,7 @@ impl State {
     /// `own`: the gang's current attempt is replaced (growth), so its holding does not count.
     pub fn user_limit_size(&self, job: &Job, e: &Elastic, extra: Option<&Resources>, own: bool) -> Option<u32> {
         let limit = self.usage.limit(&job.spec.queue)?;
-        let held = Some(self.held_and_reserved(&self.usage_key(job), job.id));
-        let held = held.as_ref();
+        let held = self.held_and_reserved(&self.usage_key(job), job.id);
         let mine = if own { Self::holding(job) } else { Resources::new() };
         let task = e.task as usize;
         let mut size = u32::MAX;
@@ -167,8 +163,7 @@ impl State {
                 .filter(|(i, _)| *i != task)
                 .map(|(_, t)| t.resources.get(k).saturating_mul(u64::from(t.replicas)))
                 .sum();
-            let used =
-                held.map_or(0, |h| h.get(k)).saturating_sub(mine.get(k)).saturating_add(extra.map_or(0, |x| x.get(k)));
+            let used = held.get(k).saturating_sub(mine.get(k)).saturating_add(extra.map_or(0, |x| x.get(k)));
             let per = job.spec.tasks[task].resources.get(k);
             let room = max.saturating_sub(used).saturating_sub(others);
             if let Some(n) = room.checked_div(per) {
@@ -203,27 +198,26 @@ impl State {
             return Err(E::custom(format!("inconsistent state: a max_per_user for queue {q}, which does not exist")));
         }
         stored.0.validate().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
-        self.usage = Usage::restore(stored);
-        self.rebuild_held();
+        self.usage = Usage::restore(stored, self.held_from_jobs());
         Ok(())
     }
 
-    /// `held` from the running jobs, without moving any account's time.
-    fn rebuild_held(&mut self) {
-        let mut fresh = self.usage.without_held();
-        let running = self.d.jobs.values().filter(|j| Self::uses(j.state));
-        let pairs: Vec<(AccountKey, Resources)> = running.map(|j| (self.usage_key(j), Self::holding(j))).collect();
-        fresh.rebuild_held(pairs);
-        self.usage = fresh;
+    /// What each (queue, user) pair's running jobs hold, from the jobs.
+    fn held_from_jobs(&self) -> BTreeMap<AccountKey, Resources> {
+        let mut held: BTreeMap<AccountKey, Resources> = BTreeMap::new();
+        for j in self.d.jobs.values().filter(|j| Self::uses(j.state)) {
+            held.entry(self.usage_key(j)).or_default().add(&Self::holding(j));
+        }
+        held.retain(|_, r| !r.is_empty());
+        held
     }
 
-    /// Debug check: `held` kept incrementally equals one rebuilt from the jobs.
+    /// Debug check: `held` kept incrementally equals what the jobs hold.
     pub(super) fn usage_consistent(&self) -> Result<(), String> {
-        let mut fresh = self.clone();
-        fresh.rebuild_held();
-        match self.usage.held_differs(&fresh.usage) {
-            Some(d) => Err(d),
-            None => Ok(()),
+        let rebuilt = self.held_from_jobs();
+        if self.usage.held() == &rebuilt {
+            return Ok(());
         }
+        Err(format!("usage held incrementally {:?}, rebuilt {:?}", self.usage.held(), rebuilt))
     }
 }
