@@ -344,12 +344,26 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
                 half_life_ms: Some(7 * 86_400_000),
                 weights_milli: [("gpu".to_string(), 1000), ("cpu".to_string(), 250)].into(),
             }),
+            accounting: Some(v1::AccountingInfo {
+                on: true,
+                retention_ms: 400 * 86_400_000,
+                records_made: 1234,
+                oldest_here_ms: 1_793_491_200_000,
+                newest_here: 1230,
+            }),
         }
     });
     let server = serve_baton(fake);
     let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
     r.unwrap();
     assert!(out.contains("usage over time: half-life 7d00h, weights cpu 0.25, gpu 1"), "{out}");
+    assert!(
+        out.contains(
+            "accounting: on, records kept 400d00h; 1234 made; this replica holds those that ended from \
+             2026-11-01T00:00:00.000Z (up to number 1230)"
+        ),
+        "{out}"
+    );
     assert!(out.contains("reservations (reserve_after 5m00s):"), "{out}");
     assert!(out.contains("tenancy: root jobs refused, max_jobs_per_user 1000, max_jobs_per_queue 10000"), "{out}");
     let row = out.lines().find(|l| l.trim_start().starts_with("gang")).expect("a row for gang's reservation");

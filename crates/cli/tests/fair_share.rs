@@ -93,8 +93,8 @@ fn usage_decayed_prints_the_heaviest_first_and_sums_per_user() {
     r.unwrap();
     let alice = out.lines().find(|l| l.contains("alice")).unwrap();
     assert!(alice.contains("3.00h") && alice.contains("gpu 4"), "summed over both queues: {out}");
-    let (r, _) = run(&["usage", "--server", &server.addr()]);
-    assert!(r.unwrap_err().to_string().contains("--decayed"));
+    let (r, _) = run(&["usage", "--by", "pair", "--server", &server.addr()]);
+    assert!(r.unwrap_err().to_string().contains("--by pair is for --decayed"));
 }
 
 #[test]

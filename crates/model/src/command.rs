@@ -252,6 +252,11 @@ pub enum Op {
         queue: Name,
         limit: Resources,
     },
+    /// Accounting's settings (issue 34): how long each replica keeps its records.
+    SetAccounting(crate::accounting::AccountingSettings),
+    /// Accounting on with its defaults, unless it is on: the leader's own command, written
+    /// once every member reads the format that carries records (see `accounting`).
+    StartAccounting,
 }
 
 impl Op {
@@ -267,6 +272,7 @@ impl Op {
             self,
             Op::ApplyPlan(_)
                 | Op::Tick
+                | Op::StartAccounting
                 | Op::SetNodeStatus { .. }
                 | Op::RegisterNodes(_)
                 // What agents say of their nodes and their replicas: the leader's gateway
@@ -320,6 +326,7 @@ impl Op {
                 | Op::UpdateQueueVisible { .. }
                 | Op::SetUsage(_)
                 | Op::SetUserLimit { .. }
+                | Op::SetAccounting(_)
         )
     }
 
@@ -367,6 +374,8 @@ impl Op {
             Op::UpdateQueueVisible { .. } => "UpdateQueueVisible",
             Op::SetUsage(_) => "SetUsage",
             Op::SetUserLimit { .. } => "SetUserLimit",
+            Op::SetAccounting(_) => "SetAccounting",
+            Op::StartAccounting => "StartAccounting",
         }
     }
 }

@@ -43,9 +43,10 @@ use crate::command::{Observed, Op};
 /// `GpuHealthy`, `GpuFaultStop`, `StopWhy::GpuFault`, and snapshots that record the
 /// unhealthy GPUs (written in format 7's layout while there are none). 9: `SubmitArray`,
 /// `CancelArray`, `SubmitElastic`, `Decision::Grow` (a plan carrying one needs format 9),
-/// `StopWhy::Grow`, the events `Resized` and `Growing`, `SetUsage`, `SetUserLimit`, and
-/// snapshots that record the arrays, the elastic gangs and usage over time (written in
-/// format 8's layout while there is none of them).
+/// `StopWhy::Grow`, the events `Resized` and `Growing`, `SetUsage`, `SetUserLimit`,
+/// `SetAccounting`, `StartAccounting`, and snapshots that record the arrays, the elastic
+/// gangs, usage over time and accounting (written in format 8's layout while there is none
+/// of them and accounting is off).
 pub const DATA_FORMAT: u32 = 9;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
@@ -175,7 +176,9 @@ impl Op {
             | Op::CancelArray { .. }
             | Op::SubmitElastic { .. }
             | Op::SetUsage(_)
-            | Op::SetUserLimit { .. } => 9,
+            | Op::SetUserLimit { .. }
+            | Op::SetAccounting(_)
+            | Op::StartAccounting => 9,
         }
     }
 

@@ -33,6 +33,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod access;
+pub mod accounting;
 pub mod after;
 pub mod alloc;
 pub mod array;

@@ -62,6 +62,8 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("SubmitElastic", 9),
     ("SetUsage", 9),
     ("SetUserLimit", 9),
+    ("SetAccounting", 9),
+    ("StartAccounting", 9),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -174,6 +176,8 @@ fn ops() -> Vec<Op> {
         },
         Op::SetUsage(baton_model::usage::UsageSettings { half_life_ms: Some(86_400_000), ..Default::default() }),
         Op::SetUserLimit { queue: q.clone(), limit: baton_model::resources::Resources::of(&[("gpu", 8)]) },
+        Op::SetAccounting(baton_model::accounting::AccountingSettings::default()),
+        Op::StartAccounting,
     ]
 }
 

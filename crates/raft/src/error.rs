@@ -40,6 +40,8 @@ pub enum OpenError {
     MaxFormat { given: u32, oldest: u32, newest: u32 },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Accounting(String),
     #[error("{path}: {reason}")]
     Io { path: PathBuf, reason: String },
     #[error("cannot start raft: {0}")]

@@ -47,6 +47,8 @@ pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Longest a write of a newer format waits to hear which formats members not heard from
 /// yet read (they are asked at once; an answer takes one round trip).
 pub const FORMAT_WAIT_MS: u64 = 3_000;
+/// The accounting store's directory inside a data directory.
+pub const ACCOUNTING_DIR: &str = "accounting";
 /// How often such a write looks again.
 const FORMAT_POLL_MS: u64 = 20;
 
@@ -415,7 +417,12 @@ impl Replica {
         let disk = log.disk_health();
         let last_log = log.last_log();
         let read_floor = last_log.get();
-        let sm = StateMachineStore::open(kv.clone())?;
+        let records = Arc::new(match &config.storage {
+            Storage::Disk(dir) => baton_accounting::RecordStore::open(&dir.join(ACCOUNTING_DIR))
+                .map_err(|e| OpenError::Accounting(e.to_string()))?,
+            Storage::Memory | Storage::Store(_) => baton_accounting::RecordStore::memory(),
+        });
+        let sm = StateMachineStore::open_with(kv.clone(), records)?;
         let shared = sm.shared();
         let peers =
             Arc::new(Peers::new(config.cluster_id.clone(), config.node_id, config.settings.max_message_bytes, dialer));
@@ -465,6 +472,11 @@ impl Replica {
 
     pub fn id(&self) -> NodeId {
         self.core.id
+    }
+
+    /// This replica's accounting records (issue 34).
+    pub fn records(&self) -> Arc<baton_accounting::RecordStore> {
+        self.core.sm.records().clone()
     }
 
     pub fn cluster_id(&self) -> &str {
@@ -878,6 +890,9 @@ impl Replica {
         }
         if let Err(e) = self.core.kv.close() {
             tracing::warn!(error = %e, "closing storage failed");
+        }
+        if let Err(e) = self.core.sm.records().close() {
+            tracing::warn!(error = %e, "closing the accounting store failed");
         }
     }
 }

@@ -63,6 +63,7 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
     let mut metrics = ctx.replica.watch();
     let interval = Duration::from_millis(ctx.settings.cycle_interval_ms);
     let mut idle_plan_at: Option<u64> = None;
+    let mut accounting_tried: Option<tokio::time::Instant> = None;
     loop {
         let m = ctx.replica.metrics();
         if m.role != Role::Leader || m.term != term || *shutdown.borrow() {
@@ -76,6 +77,7 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
             if idle_plan_at != Some(applied) {
                 (idle_plan_at, thought) = round(ctx, term).await;
             }
+            start_accounting(ctx, &mut accounting_tried).await;
         }
         let rest = rest_after(thought, interval);
         // What the round saw; changes from here on, its own plan's commit aside, count.
@@ -88,6 +90,33 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
             () = tokio::time::sleep(interval) => { idle_plan_at = None; }
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// How long a leader waits before it tries again to turn accounting on, while some member
+/// cannot read the format that carries it (a rolling upgrade under way).
+const ACCOUNTING_RETRY: Duration = Duration::from_secs(30);
+
+/// Turns accounting on (with its defaults) in a cluster where it is off: one upgraded from
+/// a build without it. The format gate refuses it until every member reads its format, so
+/// that no snapshot with records reaches a member that cannot read them.
+async fn start_accounting(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
+    if ctx.replica.read_local(|s| s.accounting().settings().is_some()) {
+        return;
+    }
+    if tried.is_some_and(|t| t.elapsed() < ACCOUNTING_RETRY) {
+        return;
+    }
+    *tried = Some(tokio::time::Instant::now());
+    let now_ms = now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
+    match ctx.replica.write(Command { now_ms, op: Op::StartAccounting }).await {
+        Ok(Ok(_)) => tracing::info!("accounting on: every attempt that ends from now on is recorded"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "accounting not turned on"),
+        Err(e) => tracing::info!(
+            error = %e,
+            retry_s = ACCOUNTING_RETRY.as_secs(),
+            "accounting stays off for now (a member may not read its format yet)"
+        ),
     }
 }
 

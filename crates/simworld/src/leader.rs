@@ -104,6 +104,10 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     if tick_due {
         write(replica, clock, Op::Tick).await;
     }
+    // As the server's leader: accounting on where it is off (every member here reads it).
+    if replica.read_local(|s| s.accounting().settings().is_none()) {
+        write(replica, clock, Op::StartAccounting).await;
+    }
     let at = crate::now_ms();
     let timeout_ms =
         if truth.lock().sabotage == Some(Sabotage::EarlyLoss) { LEASE_MS / 2 } else { HEARTBEAT_TIMEOUT_MS };

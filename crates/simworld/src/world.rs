@@ -81,6 +81,8 @@ pub struct Outcome {
     /// Acknowledged arrays and elastic gangs (section 13).
     pub arrays: u64,
     pub elastic: u64,
+    /// Accounting records made (issue 34): every replica's store holds each of them.
+    pub records: u64,
     pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
@@ -96,6 +98,8 @@ struct Checks {
     /// so "one leader per term" is not a property of this build; a vote that goes back is.
     leaders: BTreeMap<NodeId, (u64, NodeId)>,
     reported: BTreeSet<String>,
+    /// Accounting records made, as the replicas' states say after the load.
+    records: u64,
 }
 
 /// Runs one seed on a thread of its own: what a thread keeps from an earlier run (the
@@ -175,7 +179,9 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         }
     }
     let applied = if truth.lock().violations.is_empty() {
-        converge(&mut sim, &handles, &truth, &mut checks)
+        let applied = converge(&mut sim, &handles, &truth, &mut checks);
+        check_records(&mut sim, &handles, &truth, &mut checks);
+        applied
     } else {
         checks.last_applied.values().copied().max().unwrap_or(0)
     };
@@ -193,6 +199,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         gpu_faults: t.gpu_faults,
         arrays: t.arrays,
         elastic: t.elastic,
+        records: checks.records,
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
@@ -292,6 +299,40 @@ fn report(truth: &Shared, c: &mut Checks, now: u64, what: String) {
 
 fn state_digest(s: &baton_model::state::State) -> u64 {
     crate::history::hash(&baton_raft::codec::encode(s).expect("a state always encodes"))
+}
+
+/// After the load, with every replica at one applied count: each replica's accounting store
+/// holds every record the state made, and the same ones (issue 34). A replica's store here
+/// lives in memory: one restarted rebuilt it from its snapshot's newest records and its log,
+/// which hold them all while fewer than `RECENT_RECORDS` were made.
+fn check_records(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks) {
+    let now = crate::now_ms_of(sim);
+    let mut seen: Option<(u64, NodeId)> = None;
+    for r in handles.all() {
+        let id = r.id();
+        let made = r.read_local(|s| s.accounting().made());
+        c.records = c.records.max(made);
+        let store = r.records();
+        let all = store.query(&baton_accounting::Query::default(), |_| true);
+        let Ok(page) = all else {
+            report(truth, c, now, format!("r{id}'s accounting store cannot be read: {all:?}"));
+            continue;
+        };
+        let seqs: Vec<u64> = page.records.iter().map(|x| x.seq).collect();
+        let whole = seqs.len() as u64 == made && seqs.iter().copied().eq(1..=made);
+        if made as usize <= baton_model::accounting::RECENT_RECORDS && !page.more && !whole {
+            let held = seqs.len();
+            report(truth, c, now, format!("r{id}'s accounting store holds {held} of the {made} records made"));
+        }
+        let digest = crate::history::hash(format!("{:?}", page.records).as_bytes());
+        match seen {
+            Some((d, other)) if d != digest => {
+                report(truth, c, now, format!("r{id} and r{other} hold different accounting records"));
+            }
+            Some(_) => {}
+            None => seen = Some((digest, id)),
+        }
+    }
 }
 
 /// After the load: steps until every replica holds one applied count (or `SETTLE_MS`

@@ -40,6 +40,15 @@ pub struct SubmitArgs {
     /// Drive etcd at these endpoints (HOST:PORT,...) instead of starting baton replicas.
     #[arg(long)]
     pub etcd: Option<String>,
+    /// How long each placed job runs before its simulated agent reports it exited 0 (e.g.
+    /// 500ms): short runs end attempts, and so make accounting records, all through the
+    /// load. Default: longer than any run (placed jobs keep their GPUs).
+    #[arg(long, value_parser = crate::client::human::parse_duration_ms)]
+    pub run_ms: Option<u64>,
+    /// The data format the replicas stand for (`baton server --max-format`): 8 keeps
+    /// accounting off (its records need format 9), to measure side by side what it costs.
+    #[arg(long)]
+    pub max_format: Option<u32>,
 }
 
 /// Most clients one run may have (each is a connection and a task).
@@ -177,7 +186,8 @@ impl Caller for EtcdPutter {
 
 async fn against_baton(a: &SubmitArgs) -> Result<(), String> {
     let tmp = tempfile::Builder::new().prefix("baton-bench-").tempdir().map_err(|e| e.to_string())?;
-    let mut children = Children::start_replicas(tmp.path(), a.port, &[], Security::Insecure).await?;
+    let extra: Vec<String> = a.max_format.map(|f| vec!["--max-format".into(), f.to_string()]).unwrap_or_default();
+    let mut children = Children::start_replicas(tmp.path(), a.port, &extra, Security::Insecure).await?;
     let result = load_baton(a, &children).await;
     children.stop(Duration::from_secs(5)).await;
     result
@@ -202,7 +212,7 @@ async fn load_baton(a: &SubmitArgs, children: &Children) -> Result<(), String> {
         nodes: a.nodes,
         gpus: GPUS_PER_NODE,
         racks: 1,
-        run_ms: RUN_MS,
+        run_ms: a.run_ms.unwrap_or(RUN_MS),
         heartbeat_ms: baton_agent::config::AgentConfig::new("", "").heartbeat_ms,
         servers: servers.clone(),
     };
@@ -221,6 +231,11 @@ async fn load_baton(a: &SubmitArgs, children: &Children) -> Result<(), String> {
     let mut out = drive(callers, Duration::from_secs(a.seconds)).await;
     let cpu = procstat::cpu_s(pid).zip(cpu0).map(|(b, a)| b - a);
     print_outcome(&format!("baton ({} replicas)", servers.len()), a, &mut out);
+    let accounting = client(channel(&servers[0]).await?).cluster_info(baton_proto::v1::Empty {}).await;
+    if let Some(acc) = accounting.ok().and_then(|r| r.into_inner().accounting) {
+        let state = if acc.on { "on" } else { "off" };
+        println!("  accounting {state}: {} records made", acc.records_made);
+    }
     if let Some(cpu) = cpu {
         println!("  leader ({leader}) CPU: {:.2} cores", cpu / out.elapsed.as_secs_f64());
     }

@@ -11,8 +11,8 @@ use clap::{Args, Subcommand};
 
 use crate::client::error::{ClientError, Subject};
 use crate::client::human::{
-    HalfLife, ReserveAfter, parse_half_life, parse_reserve_after, parse_weights, reserve_after_text, usage,
-    usage_settings_text,
+    HalfLife, ReserveAfter, parse_half_life, parse_reserve_after, parse_retention_ms, parse_weights,
+    reserve_after_text, span, timestamp, usage, usage_settings_text,
 };
 use crate::client::output::{Format, Table};
 use crate::client::{Conn, ConnArgs, emit};
@@ -76,6 +76,10 @@ pub struct SetArgs {
     /// the default is gpu=1).
     #[arg(long, value_name = "RESOURCE=WEIGHT,...", value_parser = parse_weights)]
     pub usage_weights: Option<std::collections::BTreeMap<String, u64>>,
+    /// How long each replica keeps accounting records after their attempt ended (e.g.
+    /// 400d, the default; from 1d to 20 years).
+    #[arg(long, value_name = "DURATION", value_parser = parse_retention_ms)]
+    pub accounting_retention: Option<u64>,
 }
 
 pub async fn run(conn: &Conn, a: &ClusterArgs, out: &mut dyn Write) -> Result<(), ClientError> {
@@ -129,12 +133,17 @@ async fn run_set(conn: &Conn, a: &SetArgs, out: &mut dyn Write) -> Result<(), Cl
     };
     let any_tenancy = tenancy != v1::TenancySettings::default();
     let any_usage = a.usage_half_life.is_some() || a.usage_weights.is_some();
-    if a.reserve_after.is_none() && !any_tenancy && !any_usage {
+    if a.reserve_after.is_none() && !any_tenancy && !any_usage && a.accounting_retention.is_none() {
         return Err(ClientError::Usage(
             "nothing to set: give --reserve-after, --allow-root-jobs, --max-jobs-per-user, --max-jobs-per-queue, \
-             --usage-half-life or --usage-weights"
+             --usage-half-life, --usage-weights or --accounting-retention"
                 .into(),
         ));
+    }
+    if let Some(retention_ms) = a.accounting_retention {
+        let s = v1::AccountingSettings { retention_ms };
+        conn.call(Subject::Other, "", |mut c| async move { c.set_accounting(s).await }).await?;
+        writeln!(out, "accounting records are now kept for {}", span(retention_ms))?;
     }
     if any_usage {
         let u = v1::UsageSettings {
@@ -180,6 +189,23 @@ fn tenancy_text(t: &v1::TenancySettings) -> String {
     )
 }
 
+/// `on, records kept 400d00h; 1234 made; this replica holds them from 2026-11-02T10:00:00.000Z`.
+fn accounting_text(a: &v1::AccountingInfo) -> String {
+    if !a.on {
+        return "off (it turns on once every replica reads the format that carries it)".into();
+    }
+    let held = if a.oldest_here_ms == 0 {
+        "this replica holds none".to_string()
+    } else {
+        format!(
+            "this replica holds those that ended from {} (up to number {})",
+            timestamp(a.oldest_here_ms),
+            a.newest_here
+        )
+    };
+    format!("on, records kept {}; {} made; {held}", span(a.retention_ms), a.records_made)
+}
+
 /// `voters 2,3,4, learners none`.
 fn membership_text(r: &v1::MembershipReply) -> String {
     let list = |ids: &[u64]| {
@@ -209,6 +235,9 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
     }
     if let Some(u) = &r.usage {
         let _ = writeln!(s, "usage over time: {}", usage_settings_text(u));
+    }
+    if let Some(a) = &r.accounting {
+        let _ = writeln!(s, "accounting: {}", accounting_text(a));
     }
     s.push_str("\nreplicas:\n");
     let mut t = Table::new(&["  ID", "ADDRESS", "RACK", "VERSION", "FORMAT", "ROLE"]);

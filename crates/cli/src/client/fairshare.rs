@@ -1,6 +1,7 @@
-//! `baton usage --decayed`: the fair-share view (decisions.md section 12), as Slurm's
-//! sshare: each queue's and user's decayed usage at the cluster's time, in resource-hours,
-//! weighted as the order compares them, and what each holds now.
+//! `baton usage`: GPU-hours per user, queue or pool from accounting's records (as Slurm's
+//! sreport; `history.rs`), or with `--decayed` the fair-share view (decisions.md section
+//! 12), as Slurm's sshare: each queue's and user's decayed usage at the cluster's time, in
+//! resource-hours, weighted as the order compares them, and what each holds now.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -21,9 +22,16 @@ pub struct UsageArgs {
     /// The fair-share view: usage decayed by the cluster's usage_half_life.
     #[arg(long)]
     pub decayed: bool,
-    /// One row per queue and user (the default), per user (over all queues) or per queue.
-    #[arg(long, value_enum, default_value = "pair")]
-    pub by: By,
+    /// Rows per user (the default), queue or pool; with --decayed per queue and user (pair,
+    /// its default), user or queue.
+    #[arg(long, value_enum)]
+    pub by: Option<By>,
+    /// GPU-hours since: a span back from now (30d, 12h), a UTC time or now. Default: 30d.
+    #[arg(long, conflicts_with = "decayed")]
+    pub since: Option<String>,
+    /// GPU-hours until (same forms as --since). Default: now.
+    #[arg(long, conflicts_with = "decayed")]
+    pub until: Option<String>,
     /// Only this user's rows.
     #[arg(long)]
     pub user: Option<String>,
@@ -39,15 +47,32 @@ pub enum By {
     Pair,
     User,
     Queue,
+    Pool,
 }
 
 pub async fn run(conn: &Conn, a: &UsageArgs, out: &mut dyn Write) -> Result<(), ClientError> {
     if !a.decayed {
-        return Err(ClientError::Usage(
-            "GPU-hour totals come from accounting records, which this cluster does not keep; \
-             `baton usage --decayed` shows the fair-share view (decayed usage per queue and user)"
-                .into(),
-        ));
+        let by = match a.by.unwrap_or(By::User) {
+            By::User => "user",
+            By::Queue => "queue",
+            By::Pool => "pool",
+            By::Pair => {
+                return Err(ClientError::Usage(
+                    "--by pair is for --decayed; GPU-hours go by user, queue or pool".into(),
+                ));
+            }
+        };
+        if a.user.is_some() || a.queue.is_some() {
+            return Err(ClientError::Usage(
+                "--user and --queue filter the --decayed view; for one user's or queue's attempts see `baton history`"
+                    .into(),
+            ));
+        }
+        let since = a.since.as_deref().unwrap_or("30d");
+        return crate::client::history::totals(conn, by, since, a.until.as_deref(), a.output, out).await;
+    }
+    if a.by == Some(By::Pool) {
+        return Err(ClientError::Usage("--decayed goes by pair, user or queue; pools have no decayed usage".into()));
     }
     let reply = conn.call(Subject::Other, "", |mut c| async move { c.get_usage(v1::Empty {}).await }).await?;
     let rows = grouped(&reply.rows, a);
@@ -71,8 +96,8 @@ fn grouped(rows: &[v1::UsageRow], a: &UsageArgs) -> Vec<v1::UsageRow> {
         .filter(|r| a.user.as_ref().is_none_or(|u| &r.user == u) && a.queue.as_ref().is_none_or(|q| &r.queue == q));
     let mut out: BTreeMap<(String, String), v1::UsageRow> = BTreeMap::new();
     for r in kept {
-        let key = match a.by {
-            By::Pair => (r.queue.clone(), r.user.clone()),
+        let key = match a.by.unwrap_or(By::Pair) {
+            By::Pair | By::Pool => (r.queue.clone(), r.user.clone()),
             By::User => ("*".into(), r.user.clone()),
             By::Queue => (r.queue.clone(), "*".into()),
         };

@@ -307,6 +307,32 @@ pub fn parse_half_life(text: &str) -> Result<HalfLife, String> {
     bounded(ms, text, baton_model::usage::MAX_HALF_LIFE_MS).map(|ms| HalfLife(Some(ms)))
 }
 
+/// `--accounting-retention 400d`: how long each replica keeps its records.
+pub fn parse_retention_ms(text: &str) -> Result<u64, String> {
+    bounded(duration_ms(text)?, text, baton_model::accounting::MAX_RETENTION_MS)
+}
+
+/// The longest span `--since 30d` goes back: accounting's longest retention.
+const MAX_AGO_MS: u64 = baton_model::accounting::MAX_RETENTION_MS;
+
+/// `--since` and `--until`: a span back from `now_ms` (`7d`, `12h`), a UTC time
+/// (`2026-11-01T00:00:00Z`) or `now`; `flag` names the flag in errors.
+pub fn parse_time_back_ms(text: &str, now_ms: u64, flag: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("now") {
+        return Ok(now_ms);
+    }
+    if let Some(ms) = utc_ms(t) {
+        return Ok(ms);
+    }
+    match duration_ms(t).and_then(|ms| bounded(ms, t, MAX_AGO_MS)) {
+        Ok(ms) => Ok(now_ms.saturating_sub(ms)),
+        Err(_) => Err(format!(
+            "{flag} {text:?}: expected a span back from now (7d, 12h, 90m), a UTC time (2026-11-01T00:00:00Z) or now"
+        )),
+    }
+}
+
 /// `--usage-weights gpu=1,cpu=0.25`: weights in thousandths by resource.
 pub fn parse_weights(text: &str) -> Result<std::collections::BTreeMap<String, u64>, String> {
     let mut out = std::collections::BTreeMap::new();
@@ -361,6 +387,17 @@ pub fn usage_settings_text(u: &baton_proto::v1::UsageSettings) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn since_reads_a_span_back_a_utc_time_or_now_and_names_its_flag() {
+        let now = 1_800_000_000_000;
+        assert_eq!(parse_time_back_ms("7d", now, "--since"), Ok(now - 7 * 86_400_000));
+        assert_eq!(parse_time_back_ms("now", now, "--until"), Ok(now));
+        assert_eq!(parse_time_back_ms("2026-11-01T00:00:00Z", now, "--since"), Ok(1_793_491_200_000));
+        let e = parse_time_back_ms("last tuesday", now, "--since").unwrap_err();
+        assert!(e.starts_with("--since \"last tuesday\""), "{e}");
+        assert!(parse_time_back_ms("30000d", now, "--until").unwrap_err().starts_with("--until"));
+    }
     #[test]
     fn a_time_limit_may_be_as_long_as_the_model_allows_other_durations_a_week() {
         assert_eq!(parse_time_limit_ms("30d"), Ok(30 * 86_400_000));

@@ -9,7 +9,8 @@
 //! - `submit`, `jobs` (list, describe, cancel, pause, resume), `logs` (from the job's agent),
 //!   `watch`, `queue`, `cohort`, `class`, `nodes` (nodes, cordon, uncordon, drain), `cluster`.
 //! - `auth`: the token a command sends, `token` and `whoami`.
-//! - `fairshare`: `usage --decayed`, decayed usage per queue and user.
+//! - `fairshare`: `usage`, GPU-hours per user, queue or pool, and with `--decayed` decayed
+//!   usage per queue and user; `history`: accounting's record of each attempt.
 
 pub mod arrays;
 pub mod auth;
@@ -21,6 +22,7 @@ pub mod data;
 pub mod error;
 pub mod fairshare;
 pub mod gpu;
+pub mod history;
 pub mod human;
 pub mod jobs;
 pub mod logs;
@@ -107,8 +109,10 @@ pub enum ClientCommand {
     Gpu(gpu::GpuArgs),
     /// The cluster as a whole.
     Cluster(cluster::ClusterArgs),
-    /// Usage per queue and user; `--decayed`: the fair-share view (decayed usage).
+    /// GPU-hours per user, queue or pool; `--decayed`: the fair-share view (decayed usage).
     Usage(fairshare::UsageArgs),
+    /// Each attempt jobs ran: who, where, how long, how it ended (accounting's records).
+    History(history::HistoryArgs),
     /// Back up a live cluster's state to a file; restore one into a new cluster.
     Snapshot(snapshot::SnapshotArgs),
     /// API tokens: create, revoke, grant a queue, list (admins).
@@ -135,6 +139,7 @@ impl ClientCommand {
             ClientCommand::Gpu(a) => &a.conn,
             ClientCommand::Cluster(a) => &a.conn,
             ClientCommand::Usage(a) => &a.conn,
+            ClientCommand::History(a) => &a.conn,
             ClientCommand::Snapshot(a) => &a.conn,
             ClientCommand::Token(a) => &a.conn,
             ClientCommand::Whoami(a) => &a.conn,
@@ -164,6 +169,7 @@ pub async fn run(conn: &Conn, cmd: &ClientCommand, out: &mut dyn Write) -> Resul
         ClientCommand::Gpu(a) => gpu::run(conn, a, out).await,
         ClientCommand::Cluster(a) => cluster::run(conn, a, out).await,
         ClientCommand::Usage(a) => fairshare::run(conn, a, out).await,
+        ClientCommand::History(a) => history::history(conn, a, out).await,
         ClientCommand::Snapshot(a) => snapshot::run(conn, a, out).await,
         ClientCommand::Token(a) => auth::run(conn, a, out).await,
         ClientCommand::Whoami(_) => auth::whoami(conn, out).await,

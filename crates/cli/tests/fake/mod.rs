@@ -44,6 +44,13 @@ pub struct State {
     pub user_limits: Vec<v1::UserLimitRequest>,
     /// What GetUsage answers.
     pub usage: v1::UsageReply,
+    /// What `History` answers, and the requests it got.
+    pub history: v1::HistoryReply,
+    pub history_asked: Vec<v1::HistoryRequest>,
+    /// What `UsageTotals` answers, and the requests it got.
+    pub totals: v1::UsageTotalsReply,
+    pub totals_asked: Vec<v1::UsageTotalsRequest>,
+    pub accounting_sets: Vec<v1::AccountingSettings>,
     /// The `authorization` metadata of the token calls, in order.
     pub authorizations: Vec<String>,
     pub token_requests: Vec<v1::CreateTokenRequest>,
@@ -389,6 +396,21 @@ impl Baton for Fake {
     async fn get_usage(&self, _r: Request<v1::Empty>) -> Answer<v1::UsageReply> {
         let s = self.enter("GetUsage")?;
         Ok(Response::new(s.usage.clone()))
+    }
+    async fn history(&self, r: Request<v1::HistoryRequest>) -> Answer<v1::HistoryReply> {
+        let mut s = self.enter("History")?;
+        s.history_asked.push(r.into_inner());
+        Ok(Response::new(s.history.clone()))
+    }
+    async fn usage_totals(&self, r: Request<v1::UsageTotalsRequest>) -> Answer<v1::UsageTotalsReply> {
+        let mut s = self.enter("UsageTotals")?;
+        s.totals_asked.push(r.into_inner());
+        Ok(Response::new(s.totals.clone()))
+    }
+    async fn set_accounting(&self, r: Request<v1::AccountingSettings>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetAccounting")?;
+        s.accounting_sets.push(r.into_inner());
+        Ok(Response::new(v1::Ack::default()))
     }
     async fn save_snapshot(&self, _r: Request<v1::Empty>) -> Answer<SnapshotStream> {
         let _s = self.enter("SaveSnapshot")?;

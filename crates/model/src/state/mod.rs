@@ -9,6 +9,7 @@
 //! `completing` (ranks of an ended attempt that still hold their GPUs until reported gone,
 //! and a late report of the checkpoint a requeued job's last attempt wrote).
 
+mod accounting;
 mod apply_plan;
 mod arrays;
 mod completing;
@@ -44,6 +45,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::access::{Access, QueueAdmins};
+use crate::accounting::Accounting;
 use crate::alloc::ReplicaAlloc;
 use crate::class::{PriorityClass, default_classes};
 use crate::command::{Applied, Command, Op, Outcome, Response};
@@ -160,6 +162,12 @@ pub struct State {
     /// serialized with the arrays, in the same part, written when any of the three holds
     /// something.
     usage: Usage,
+    /// Accounting's settings and newest records (issue 34): serialized with the arrays, in
+    /// the same part, written when accounting is on.
+    accounting: Accounting,
+    /// Attempts the command being applied ended, their records not finished yet: set only
+    /// during `apply`, never stored.
+    ended: Vec<accounting::Ended>,
     ledger: Ledger,
     /// The user a command being applied was made by (its `As` token's): set only during
     /// `apply`, for events and ownership, never stored.
@@ -210,6 +218,8 @@ impl State {
             elastic: ElasticGangs::new(),
             restarts: Restarts::new(),
             usage: Usage::default(),
+            accounting: Accounting::default(),
+            ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -228,6 +238,8 @@ impl State {
         self.d.now_ms = self.d.now_ms.max(cmd.now_ms);
         let mut ev = Vec::new();
         let outcome = self.dispatch(cmd.op, &mut ev);
+        // Also after a refusal: a command refused part way may have ended an attempt.
+        self.close_records();
         // Jobs that started or ended settle who waits for them, and make room for the
         // next elements of their arrays, within the same command.
         match outcome {
@@ -339,6 +351,11 @@ impl State {
             }
             Op::SetUsage(settings) => done(self.set_usage(settings)),
             Op::SetUserLimit { queue, limit } => done(self.set_user_limit(queue, limit)),
+            Op::SetAccounting(settings) => done(self.set_accounting(settings)),
+            Op::StartAccounting => {
+                self.start_accounting();
+                Ok(Outcome::Done)
+            }
         }
     }
 
@@ -425,8 +442,9 @@ impl Serialize for State {
         // member reads format 7).
         let visibility = &self.queue_visibility;
         let (waits, windows, faults) = (&self.waits, &self.windows, &self.gpu_faults);
-        if !self.arrays.is_empty() || !self.elastic.is_empty() || !self.usage.is_empty() {
-            let workflows = (&self.arrays, &self.elastic, &self.restarts, self.usage.stored());
+        if !self.arrays.is_empty() || !self.elastic.is_empty() || !self.usage.is_empty() || !self.accounting.is_empty()
+        {
+            let workflows = (&self.arrays, &self.elastic, &self.restarts, self.usage.stored(), &self.accounting);
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows).serialize(s)
         } else if !self.gpu_faults.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
@@ -478,10 +496,10 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let waits: Waits = seq.next_element()?.unwrap_or_default();
         let windows: BTreeMap<Name, Window> = seq.next_element()?.unwrap_or_default();
         let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
-        let (arrays, elastic, restarts, usage): (Arrays, ElasticGangs, Restarts, StoredUsage) =
+        let (arrays, elastic, restarts, usage, accounting): (Arrays, ElasticGangs, Restarts, StoredUsage, Accounting) =
             seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
-        s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts, usage })?;
+        s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts, usage, accounting })?;
         Ok(s)
     }
 }
@@ -498,6 +516,7 @@ struct Tail {
     elastic: ElasticGangs,
     restarts: Restarts,
     usage: StoredUsage,
+    accounting: Accounting,
 }
 
 impl State {
@@ -510,7 +529,8 @@ impl State {
         self.restore_gpu_faults(t.faults)?;
         self.restore_elastic(t.elastic)?;
         self.restore_restarts(t.restarts)?;
-        self.restore_usage(t.usage)
+        self.restore_usage(t.usage)?;
+        self.restore_accounting(t.accounting)
     }
 }
 
@@ -749,6 +769,8 @@ impl State {
             elastic: ElasticGangs::new(),
             restarts: Restarts::new(),
             usage: Usage::default(),
+            accounting: Accounting::default(),
+            ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,
         };
@@ -772,5 +794,6 @@ impl PartialEq for State {
             && self.arrays == other.arrays
             && self.elastic == other.elastic
             && self.restarts == other.restarts
+            && self.accounting == other.accounting
     }
 }

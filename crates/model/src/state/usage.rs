@@ -81,6 +81,7 @@ impl State {
         }
         let (key, res) = (self.usage_key(job), Self::holding(job));
         self.usage.stop(&key, &res, self.d.now_ms);
+        self.attempt_ends(id);
     }
 
     pub(crate) fn set_usage(&mut self, s: UsageSettings) -> Result<(), ApplyError> {

@@ -1,5 +1,12 @@
 //! The replicated state machine: committed commands applied to `baton_model::State`.
 //!
+//! The accounting records the state makes as it applies commands go into this replica's
+//! record store (`baton_accounting`) after each entry; the newest ones the state keeps are
+//! written again when it opens and when it installs a snapshot (writing one again changes
+//! nothing), so that a replica that skipped commands by a snapshot still has their records.
+//! The store is synced before a snapshot is saved: the log a snapshot lets go of cannot
+//! make them again.
+//!
 //! The state lives in memory; it is rebuilt at start from the latest snapshot plus the
 //! committed log after it. A snapshot is the bincode of `State`, stored with its metadata
 //! as one checksummed record, stamped with the data format its state needs (see
@@ -11,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+use baton_accounting::RecordStore;
 use baton_model::event::Event;
 use baton_model::format::STATE_LAYOUT_FORMAT;
 use baton_model::{Op, State};
@@ -29,6 +37,10 @@ fn any(e: impl std::fmt::Display) -> AnyError {
 
 /// Applied batches of events a slow watcher may fall behind by.
 pub const EVENT_BUFFER: usize = 4_096;
+/// Records written between two prunings of the record store by age.
+const PRUNE_EVERY: u64 = 1_024;
+/// Records one pruning removes at most, so that it never holds an apply up for long.
+const PRUNE_AT_MOST: usize = 10_000;
 
 /// Told, after each applied entry, how long each of its commands took to apply, by kind
 /// (the operation's name; an operation made with a token counts as the one it carries).
@@ -48,6 +60,8 @@ struct Data {
     membership: StoredMembership,
     /// The data format `state` needs: what a snapshot of it is stamped with.
     format: u32,
+    /// The newest accounting record written into the record store.
+    records_written: u64,
 }
 
 /// The state machine's data, shared between openraft's state-machine task and readers.
@@ -57,6 +71,7 @@ pub struct SmShared {
     /// that falls more than `EVENT_BUFFER` batches behind is told it lagged.
     events: tokio::sync::broadcast::Sender<Arc<[Event]>>,
     data: RwLock<Data>,
+    records: Arc<RecordStore>,
     current: Mutex<Option<StoredSnapshot>>,
     snapshot_seq: AtomicU64,
     on_apply: RwLock<Option<ApplyObserver>>,
@@ -78,6 +93,50 @@ impl SmShared {
     /// Runs `f` on the applied state (as of the last applied entry; no consensus round).
     pub fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
         f(&self.read_data().state)
+    }
+
+    /// This replica's accounting records.
+    pub fn records(&self) -> &Arc<RecordStore> {
+        &self.records
+    }
+
+    /// Picks up from the newest record the store holds, after the state was loaded or
+    /// replaced by a snapshot, and writes what the state holds beyond it: those the log
+    /// no longer holds may be missing here.
+    fn resume_records(&self, d: &mut Data) {
+        let stored = self.records.newest_seq().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "accounting store unreadable; writing every record the state holds");
+            0
+        });
+        d.records_written = stored.min(d.state.accounting().made());
+        self.write_records(d);
+    }
+
+    /// Writes the records the state made since the last call; a failure is logged, never
+    /// raft's: accounting must not stop the cluster.
+    fn write_records(&self, d: &mut Data) {
+        let a = d.state.accounting();
+        if a.made() <= d.records_written {
+            return;
+        }
+        if let Some(oldest) = a.oldest_kept().filter(|&o| o > d.records_written + 1) {
+            tracing::warn!(
+                missing_from = d.records_written + 1,
+                missing_to = oldest - 1,
+                "accounting records the state no longer holds were never written here; they are missing from this replica's history"
+            );
+        }
+        let (before, now_ms) = (d.records_written, d.state.now_ms());
+        match self.records.put(a.after(before)) {
+            Ok(_) => d.records_written = a.made(),
+            Err(e) => tracing::error!(error = %e, "accounting records not written"),
+        }
+        if let Some(s) = a.settings()
+            && a.made() / PRUNE_EVERY != before / PRUNE_EVERY
+            && let Err(e) = self.records.prune(now_ms.saturating_sub(s.retention_ms), PRUNE_AT_MOST)
+        {
+            tracing::error!(error = %e, "old accounting records not pruned");
+        }
     }
 
     /// Events of commands applied from now on, on this replica.
@@ -133,8 +192,14 @@ pub struct StateMachineStore {
 }
 
 impl StateMachineStore {
-    /// Loads the latest snapshot, if any; a corrupt one stops the replica here.
+    /// Loads the latest snapshot, if any; a corrupt one stops the replica here. Records
+    /// are kept in memory.
     pub fn open(kv: Arc<dyn KvStore>) -> Result<StateMachineStore, StoreError> {
+        Self::open_with(kv, Arc::new(RecordStore::memory()))
+    }
+
+    /// As [`StateMachineStore::open`], writing accounting records into `records`.
+    pub fn open_with(kv: Arc<dyn KvStore>, records: Arc<RecordStore>) -> Result<StateMachineStore, StoreError> {
         let stored = StoredSnapshot::load(kv.as_ref())?;
         let data = match &stored {
             None => Data {
@@ -142,6 +207,7 @@ impl StateMachineStore {
                 last_applied: None,
                 membership: StoredMembership::default(),
                 format: STATE_LAYOUT_FORMAT,
+                records_written: 0,
             },
             Some(s) => Data {
                 state: decode_state(&s.data).map_err(|e| StoreError::Corrupt {
@@ -152,20 +218,24 @@ impl StateMachineStore {
                 last_applied: s.meta.last_log_id,
                 membership: s.meta.last_membership.clone(),
                 format: format_of(&s.meta.snapshot_id),
+                records_written: 0,
             },
         };
-        Ok(StateMachineStore {
-            shared: Arc::new(SmShared {
-                kv,
-                events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
-                data: RwLock::new(data),
-                current: Mutex::new(stored),
-                snapshot_seq: AtomicU64::new(0),
-                on_apply: RwLock::new(None),
-            }),
-        })
+        let shared = SmShared {
+            kv,
+            events: tokio::sync::broadcast::channel(EVENT_BUFFER).0,
+            data: RwLock::new(data),
+            records,
+            current: Mutex::new(stored),
+            snapshot_seq: AtomicU64::new(0),
+            on_apply: RwLock::new(None),
+        };
+        shared.resume_records(&mut shared.data.write().unwrap_or_else(PoisonError::into_inner));
+        Ok(StateMachineStore { shared: Arc::new(shared) })
     }
+}
 
+impl StateMachineStore {
     pub fn shared(&self) -> Arc<SmShared> {
         self.shared.clone()
     }
@@ -196,6 +266,17 @@ async fn persist(shared: Arc<SmShared>, stored: StoredSnapshot) -> Result<(), St
         .map_err(|e| StorageIOError::write_snapshot(Some(signature), any(e)).into())
 }
 
+/// Makes the accounting records written so far durable before a snapshot lets go of the
+/// log that made them (see `off_runtime`). A failure is logged: the snapshot goes on.
+async fn sync_records(shared: &Arc<SmShared>) {
+    let records = shared.records.clone();
+    match off_runtime(shared.kv.blocks(), move || records.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "accounting records not synced before a snapshot"),
+        Err(e) => tracing::error!(error = %e, "accounting records not synced before a snapshot"),
+    }
+}
+
 /// Builds snapshots from a copy of the state taken under a short read lock.
 pub struct SnapshotBuilder {
     shared: Arc<SmShared>,
@@ -219,6 +300,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(e)))?;
         let stored = StoredSnapshot { meta, data };
+        sync_records(&self.shared).await;
         persist(self.shared.clone(), stored.clone()).await?;
         self.shared.set_current_snapshot(stored.clone());
         tracing::info!(snapshot = %stored.meta.snapshot_id, bytes = stored.data.len(), "snapshot built");
@@ -280,6 +362,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     trace_starts(&d.state, &entry.log_id, &responses);
                     events.extend(responses.iter().flatten().flat_map(|a| a.events.iter().cloned()));
                     out.push(ResponseBatch { responses });
+                    self.shared.write_records(&mut d);
                 }
                 EntryPayload::Membership(m) => {
                     d.membership = StoredMembership::new(Some(entry.log_id), m);
@@ -325,6 +408,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             d.last_applied = meta.last_log_id;
             d.membership = meta.last_membership.clone();
             d.format = format_of(&meta.snapshot_id);
+            self.shared.resume_records(&mut d);
         }
         self.shared.set_current_snapshot(stored);
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");

@@ -49,18 +49,22 @@ fn reservations_seen(s: &State, who: Option<&Caller>) -> Vec<baton_proto::v1::Po
 
 pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInfoReply>, Status> {
     let m = api.ctx.replica.metrics();
+    let records = api.ctx.replica.records();
+    let here = (records.oldest_end_ms().ok().flatten().unwrap_or(0), records.newest_seq().unwrap_or(0));
     let summary = |s: &State| {
         let count = |st: JobState| s.jobs().values().filter(|j| j.state == st).count() as u32;
         let reservations = reservations_seen(s, who);
         let scheduler = scheduler_to_proto(s.scheduler());
         let settings =
             (scheduler, tenancy_to_proto(s.tenancy().settings()), usage_settings_to_proto(s.usage().settings()));
-        (usage::pools(s), usage::queues(s), count(JobState::Pending), count(JobState::Running), settings, reservations)
+        let accounting = super::history::info(s, here);
+        let counts = (count(JobState::Pending), count(JobState::Running));
+        (usage::pools(s), usage::queues(s), counts, settings, reservations, accounting)
     };
     let failure = api.ctx.replica.failure_now();
     // A replica that cannot write cannot confirm a read index either; it answers from its
     // own (possibly stale) state so the operator learns what is wrong with it.
-    let (pools, queues, pending, running, (scheduler, tenancy, usage), reservations) = match &failure {
+    let (pools, queues, (pending, running), (scheduler, tenancy, usage), reservations, accounting) = match &failure {
         Some(_) => api.ctx.replica.read_local(summary),
         None => api.read(summary).await?,
     };
@@ -115,6 +119,7 @@ pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInf
         insecure: !api.ctx.transport.is_tls(),
         tenancy: Some(tenancy),
         usage: Some(usage),
+        accounting: Some(accounting),
     }))
 }
 

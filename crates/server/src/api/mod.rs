@@ -6,12 +6,14 @@
 //! - `objects`: queues, cohorts, priority classes.
 //! - `nodes`: list, cordon, drain.
 //! - `cluster`: replicas, leader, term, usage.
+//! - `history`: accounting's records (`baton history`, `baton usage`).
 //! - `watch`: the event stream.
 //! - `visible`: what a caller sees of a job and of its events (get, list, watch, dashboard).
 //! - `usage`: capacity and usage arithmetic shared by the above.
 
 pub(crate) mod cluster;
 pub use cluster::HIDDEN_JOB;
+mod history;
 pub(crate) mod jobs;
 mod logs;
 pub(crate) mod nodes;
@@ -291,6 +293,18 @@ impl Baton for Api {
     async fn get_usage(&self, r: Request<Empty>) -> Result<Response<UsageReply>, Status> {
         let who = self.caller(r.metadata()).await?;
         cluster::get_usage(self, &who).await
+    }
+    async fn history(&self, r: Request<HistoryRequest>) -> Result<Response<HistoryReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        history::history(self, &who, r.into_inner()).await
+    }
+    async fn usage_totals(&self, r: Request<UsageTotalsRequest>) -> Result<Response<UsageTotalsReply>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        history::usage_totals(self, &who, r.into_inner()).await
+    }
+    async fn set_accounting(&self, r: Request<AccountingSettings>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        history::set_accounting(self, &who, r.into_inner()).await
     }
     async fn add_replica(&self, r: Request<AddReplicaRequest>) -> Result<Response<MembershipReply>, Status> {
         let who = self.caller(r.metadata()).await?;
