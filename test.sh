@@ -27,6 +27,8 @@ is_root() { [ "$(id -u)" = 0 ]; }
 have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
 have_cgroup2() { [ -w /sys/fs/cgroup/cgroup.procs ] || [ -w /sys/fs/cgroup/unified/cgroup.procs ]; }
 have_blkio() { [ -d /sys/fs/cgroup/blkio ] || grep -qw io /sys/fs/cgroup/cgroup.controllers 2>/dev/null; }
+# PostgreSQL's server binaries; as root the test runs them as user postgres (the package's).
+have_postgres() { ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && { ! is_root || id postgres >/dev/null 2>&1; }; }
 
 # Installs the Debian packages that the groups below need and this machine lacks, where it
 # can; what it cannot install leaves those groups skipped, by name.
@@ -36,6 +38,7 @@ install_missing() {
   command -v ip >/dev/null || missing="$missing iproute2"
   command -v nft >/dev/null || missing="$missing nftables"
   have_faketime || missing="$missing libfaketime"
+  have_postgres || missing="$missing postgresql"
   [ -n "$missing" ] || return 0
   local sudo=""
   if ! is_root; then
@@ -119,6 +122,9 @@ group "partitions under load (tests/e2e: thirty_seconds_of_partitions_break_no_p
   "needs root, ip, nft and libfaketime" \
   'is_root && command -v ip >/dev/null && command -v nft >/dev/null && have_faketime' \
   -- -p baton-cli --test e2e thirty_seconds_of_partitions_break_no_promise
+group "accounting into PostgreSQL (crates/server/tests/postgres.rs)" \
+  "needs PostgreSQL's server binaries (Debian's postgresql)" \
+  'have_postgres' -- -p baton-server --test postgres
 group "a deposed leader's agents (tests/e2e/deposed.rs)" \
   "needs root, ip and nft" \
   'is_root && command -v ip >/dev/null && command -v nft >/dev/null' \

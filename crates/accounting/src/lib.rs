@@ -20,5 +20,5 @@ pub mod store;
 mod trees;
 
 pub use error::AccountingError;
-pub use query::{By, MAX_PAGE, Page, Query, Total, Totals};
+pub use query::{By, MAX_BUCKETS, MAX_PAGE, Page, Query, Series, SeriesRow, Total, Totals};
 pub use store::RecordStore;

@@ -173,3 +173,125 @@ impl Totals {
         self.rows.into_values().map(|(t, jobs)| Total { jobs: jobs.len() as u64, ..t }).collect()
     }
 }
+
+/// Most buckets one series has (the dashboard draws a bar per bucket).
+pub const MAX_BUCKETS: usize = 366;
+/// Most keys one series names; the rest are summed under [`OTHERS`].
+pub const MAX_SERIES_KEYS: usize = 12;
+/// The key the keys beyond [`MAX_SERIES_KEYS`] are summed under.
+pub const OTHERS: &str = "(others)";
+
+/// GPU time per key and per bucket of a window: what the dashboard's usage page draws.
+pub struct Series {
+    by: By,
+    since_ms: u64,
+    bucket_ms: u64,
+    buckets: usize,
+    rows: BTreeMap<String, Vec<u64>>,
+}
+
+/// One key's GPU-milliseconds per bucket, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeriesRow {
+    pub key: String,
+    pub gpu_ms: Vec<u64>,
+}
+
+impl Series {
+    /// `buckets` equal buckets from `since_ms` to `until_ms` (at least 1 ms each).
+    pub fn new(by: By, since_ms: u64, until_ms: u64, buckets: usize) -> Result<Series, AccountingError> {
+        if since_ms >= until_ms {
+            return Err(AccountingError::Query(format!("since ({since_ms} ms) must be before until ({until_ms} ms)")));
+        }
+        if !(1..=MAX_BUCKETS).contains(&buckets) {
+            return Err(AccountingError::Query(format!("buckets must be from 1 to {MAX_BUCKETS}, not {buckets}")));
+        }
+        let bucket_ms = (until_ms - since_ms).div_ceil(buckets as u64).max(1);
+        Ok(Series { by, since_ms, bucket_ms, buckets, rows: BTreeMap::new() })
+    }
+
+    pub fn by(&self) -> By {
+        self.by
+    }
+
+    pub fn since_ms(&self) -> u64 {
+        self.since_ms
+    }
+
+    pub fn bucket_ms(&self) -> u64 {
+        self.bucket_ms
+    }
+
+    fn until_ms(&self) -> u64 {
+        self.since_ms + self.bucket_ms * self.buckets as u64
+    }
+
+    /// Spreads `gpus` GPUs held from `start_ms` to `end_ms` over the buckets they overlap.
+    pub fn add_span(&mut self, key: &str, gpus: u64, start_ms: u64, end_ms: u64) {
+        let (from, to) = (start_ms.max(self.since_ms), end_ms.min(self.until_ms()));
+        if from >= to || gpus == 0 {
+            return;
+        }
+        let buckets = self.buckets;
+        let row = self.rows.entry(key.to_string()).or_insert_with(|| vec![0; buckets]);
+        let mut at = from;
+        while at < to {
+            let i = ((at - self.since_ms) / self.bucket_ms) as usize;
+            let bucket_end = self.since_ms + (i as u64 + 1) * self.bucket_ms;
+            let part = bucket_end.min(to) - at;
+            row[i] = row[i].saturating_add(gpus.saturating_mul(part));
+            at += part;
+        }
+    }
+
+    pub fn add(&mut self, r: &AttemptRecord) {
+        let key = self.by.key(r).to_string();
+        self.add_span(&key, r.gpus, r.start_ms, r.end_ms);
+    }
+
+    /// The heaviest keys first, the rest summed under [`OTHERS`].
+    pub fn finish(self) -> Vec<SeriesRow> {
+        let mut rows: Vec<SeriesRow> = self.rows.into_iter().map(|(key, gpu_ms)| SeriesRow { key, gpu_ms }).collect();
+        rows.sort_by_key(|r| (std::cmp::Reverse(r.gpu_ms.iter().sum::<u64>()), r.key.clone()));
+        if rows.len() > MAX_SERIES_KEYS {
+            let rest = rows.split_off(MAX_SERIES_KEYS - 1);
+            let mut others = vec![0u64; self.buckets];
+            for r in rest {
+                for (o, v) in others.iter_mut().zip(r.gpu_ms) {
+                    *o = o.saturating_add(v);
+                }
+            }
+            rows.push(SeriesRow { key: OTHERS.into(), gpu_ms: others });
+        }
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_is_spread_over_the_buckets_it_overlaps() {
+        let mut s = Series::new(By::User, 1_000, 5_000, 4).unwrap();
+        s.add_span("alice", 2, 1_500, 3_250);
+        s.add_span("bob", 1, 0, 10_000);
+        let rows = s.finish();
+        assert_eq!(rows[0], SeriesRow { key: "bob".into(), gpu_ms: vec![1_000; 4] });
+        assert_eq!(rows[1], SeriesRow { key: "alice".into(), gpu_ms: vec![1_000, 2_000, 500, 0] });
+        assert!(Series::new(By::User, 5, 5, 1).is_err());
+        assert!(Series::new(By::User, 0, 5, MAX_BUCKETS + 1).is_err());
+    }
+
+    #[test]
+    fn keys_beyond_the_most_are_summed_as_others() {
+        let mut s = Series::new(By::Queue, 0, 100, 1).unwrap();
+        for i in 0..(MAX_SERIES_KEYS as u64 + 3) {
+            s.add_span(&format!("q{i:02}"), i + 1, 0, 100);
+        }
+        let rows = s.finish();
+        assert_eq!(rows.len(), MAX_SERIES_KEYS);
+        assert_eq!(rows.last().unwrap().key, OTHERS);
+        assert_eq!(rows.last().unwrap().gpu_ms, vec![100 * (1 + 2 + 3 + 4)]);
+    }
+}

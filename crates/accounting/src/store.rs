@@ -6,7 +6,7 @@ use std::path::Path;
 use baton_model::accounting::AttemptRecord;
 
 use crate::error::AccountingError;
-use crate::query::{By, MAX_PAGE, Page, Query, Total, Totals};
+use crate::query::{By, MAX_PAGE, Page, Query, Series, Total, Totals};
 use crate::trees::{Change, Tree, Trees};
 
 /// Keys read from an index per step of a query.
@@ -15,6 +15,9 @@ const STEP: usize = 512;
 /// A replica's accounting store.
 pub struct RecordStore {
     trees: Trees,
+    /// The greatest number written: records come in number order, so one above it needs no
+    /// lookup to know it is new.
+    newest: std::sync::atomic::AtomicU64,
 }
 
 fn end_seq(end_ms: u64, seq: u64) -> [u8; 16] {
@@ -46,12 +49,14 @@ fn decode(bytes: &[u8]) -> Result<AttemptRecord, AccountingError> {
 impl RecordStore {
     /// Opens (or creates) the store in directory `path`.
     pub fn open(path: &Path) -> Result<RecordStore, AccountingError> {
-        Ok(RecordStore { trees: Trees::open(path)? })
+        let store = RecordStore { trees: Trees::open(path)?, newest: Default::default() };
+        store.newest.store(store.newest_seq()?, std::sync::atomic::Ordering::Relaxed);
+        Ok(store)
     }
 
     /// A store that lives in memory only.
     pub fn memory() -> RecordStore {
-        RecordStore { trees: Trees::memory() }
+        RecordStore { trees: Trees::memory(), newest: Default::default() }
     }
 
     pub fn location(&self) -> String {
@@ -62,28 +67,39 @@ impl RecordStore {
     pub fn put<'a>(&self, records: impl IntoIterator<Item = &'a AttemptRecord>) -> Result<usize, AccountingError> {
         let mut changes: Vec<Change> = Vec::new();
         let mut written = 0;
+        let mut newest = self.newest.load(std::sync::atomic::Ordering::Relaxed);
         for r in records {
-            let seq = r.seq.to_be_bytes();
-            if self.trees.get(Tree::Seqs, &seq)?.is_some() {
+            let at = end_seq(r.end_ms, r.seq);
+            if r.seq <= newest && self.trees.get(Tree::Records, &at)?.is_some() {
                 continue;
             }
-            let at = end_seq(r.end_ms, r.seq);
+            newest = newest.max(r.seq);
             changes.push((Tree::ByUser, index_key(&r.user, r.end_ms, r.seq), Some(Vec::new())));
             changes.push((Tree::ByQueue, index_key(&r.queue, r.end_ms, r.seq), Some(Vec::new())));
             changes.push((Tree::Records, at.to_vec(), Some(encode(r)?)));
-            changes.push((Tree::Seqs, seq.to_vec(), Some(at.to_vec())));
             written += 1;
         }
         if !changes.is_empty() {
             self.trees.apply(changes)?;
         }
+        self.newest.fetch_max(newest, std::sync::atomic::Ordering::Relaxed);
         Ok(written)
+    }
+
+    /// Up to `limit` records numbered above `seq`, in number order (an exporter's next
+    /// batch); `end_ms` is when record `seq` ended (0 when not known: from the oldest).
+    pub fn after(&self, end_ms: u64, seq: u64, limit: usize) -> Result<Vec<AttemptRecord>, AccountingError> {
+        // A record numbered above `seq` ended at `end_ms` or later (numbers follow end times).
+        let from = end_seq(end_ms, seq.saturating_add(1));
+        let found = self.trees.range(Tree::Records, &from, &[0xff; 17], false, limit)?;
+        found.iter().map(|(_, v)| decode(v)).filter(|r| r.as_ref().map_or(true, |r| r.seq > seq)).collect()
     }
 
     /// The greatest record number written.
     pub fn newest_seq(&self) -> Result<u64, AccountingError> {
-        let key = self.trees.last_key(Tree::Seqs)?;
-        Ok(key.and_then(|k| k.try_into().ok()).map_or(0, u64::from_be_bytes))
+        // The last record by end time is the last by number.
+        let key = self.trees.last_key(Tree::Records)?;
+        Ok(key.and_then(|k| k.get(8..16).and_then(|b| b.try_into().ok())).map_or(0, u64::from_be_bytes))
     }
 
     /// When the oldest record held ended (`None`: none held).
@@ -94,7 +110,7 @@ impl RecordStore {
 
     /// Records held: a pass over them all (sled counts by iterating); for tests and tools.
     pub fn len(&self) -> Result<usize, AccountingError> {
-        self.trees.len(Tree::Seqs)
+        self.trees.len(Tree::Records)
     }
 
     pub fn is_empty(&self) -> Result<bool, AccountingError> {
@@ -168,6 +184,22 @@ impl RecordStore {
         })
     }
 
+    /// Adds the ended attempts that ran within `series`' window and that `allow` lets
+    /// through.
+    pub fn add_series(
+        &self,
+        series: &mut Series,
+        allow: impl Fn(&AttemptRecord) -> bool,
+    ) -> Result<(), AccountingError> {
+        let q = Query { since_ms: series.since_ms(), until_ms: u64::MAX, ..Query::default() };
+        self.scan_newest_first(&q, |r| {
+            if allow(&r) {
+                series.add(&r);
+            }
+            true
+        })
+    }
+
     /// GPU time and attempts per user, queue or pool within `[since_ms, until_ms)` (each
     /// attempt's part of it), of the ended attempts `allow` lets through.
     pub fn totals(
@@ -190,7 +222,6 @@ impl RecordStore {
             let r = decode(v)?;
             // Applied indexes first (`Trees::apply`): a removal cut short leaves the record,
             // which the next prune removes again.
-            changes.push((Tree::Seqs, r.seq.to_be_bytes().to_vec(), None));
             changes.push((Tree::Records, k.clone(), None));
             changes.push((Tree::ByUser, index_key(&r.user, r.end_ms, r.seq), None));
             changes.push((Tree::ByQueue, index_key(&r.queue, r.end_ms, r.seq), None));

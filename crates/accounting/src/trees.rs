@@ -11,10 +11,9 @@ use crate::error::AccountingError;
 /// The trees of a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Tree {
-    /// (end, seq) -> the record.
+    /// (end, seq) -> the record. Numbers follow end times (records are numbered in commit
+    /// order, and the state's clock never goes back), so this is also number order.
     Records,
-    /// seq -> (end, seq): which records are written, for idempotent writes.
-    Seqs,
     /// (user, 0, end, seq) -> ().
     ByUser,
     /// (queue, 0, end, seq) -> ().
@@ -22,24 +21,21 @@ pub(crate) enum Tree {
 }
 
 impl Tree {
-    /// In the order a write applies them: the indexes before the record, and `Seqs`, which
-    /// says a record is whole, last; a crash between them leaves a record that is written
-    /// again whole.
-    const ALL: [Tree; 4] = [Tree::ByUser, Tree::ByQueue, Tree::Records, Tree::Seqs];
+    /// In the order a write applies them: the indexes before the record, which says it is
+    /// whole; a crash between them leaves a record that is written again whole.
+    const ALL: [Tree; 3] = [Tree::ByUser, Tree::ByQueue, Tree::Records];
 
     fn index(self) -> usize {
         match self {
             Tree::ByUser => 0,
             Tree::ByQueue => 1,
             Tree::Records => 2,
-            Tree::Seqs => 3,
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Tree::Records => "records",
-            Tree::Seqs => "seqs",
             Tree::ByUser => "by_user",
             Tree::ByQueue => "by_queue",
         }

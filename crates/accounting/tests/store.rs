@@ -74,6 +74,11 @@ fn queries_answer(store: &RecordStore) {
     let by_pool = store.totals(By::Pool, 0, 10 * HOUR_MS, |_| true).unwrap();
     assert_eq!(by_pool.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(), vec!["default", "public"]);
 
+    let next: Vec<u64> = store.after(HOUR_MS, 1, 2).unwrap().iter().map(|r| r.seq).collect();
+    assert_eq!(next, vec![2, 3], "an exporter's next batch, in number order");
+    assert_eq!(store.after(0, 0, 10).unwrap().len(), 4, "from the oldest");
+    assert!(store.after(6 * HOUR_MS, 4, 10).unwrap().is_empty());
+
     assert_eq!(store.prune(2 * HOUR_MS + 1, 100).unwrap(), 2);
     assert_eq!(seqs(store, Query::default()), vec![3, 4]);
     assert_eq!(seqs(store, Query { user: Some("bob".into()), ..Query::default() }), Vec::<u64>::new());

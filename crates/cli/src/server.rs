@@ -93,6 +93,11 @@ pub struct ServerArgs {
     /// new token is written to it (readable by this user only).
     #[arg(long)]
     pub bootstrap_admin_token_file: Option<PathBuf>,
+    /// Copy accounting records into PostgreSQL while this replica leads: a connection
+    /// string (`host=db port=5432 user=baton dbname=baton password=...`, or a
+    /// `postgresql://` URL). The environment variable keeps a password out of `ps`.
+    #[arg(long, env = "BATON_ACCOUNTING_POSTGRES", hide_env_values = true)]
+    pub accounting_postgres: Option<String>,
     /// Raft election timeout, lower bound, in ms (the upper bound is a quarter above it,
     /// at least 150 ms above it). A dead leader is replaced after about 2.5 times this.
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
@@ -205,6 +210,7 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
         lease_ms: a.lease_ms,
         auth: a.auth,
         bootstrap_admin: a.bootstrap_admin_token_file.as_deref().map(bootstrap_admin).transpose()?,
+        accounting_postgres: a.accounting_postgres.clone(),
         ..ServerSettings::default()
     };
     let scheduler = a.reserve_after.map(|r| SchedulerSettings { reserve_after_ms: r.0 });

@@ -351,4 +351,19 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
     let shown = |dom: &str| (1..=4).any(|n| dom.contains(&format!(" · elastic: {n}/8 replicas, at least 1")));
     let dom = dev.dom("&job=el", shown);
     assert!(shown(&dom), "el's details show its size:\n{dom}");
+
+    // The usage page charts GPU time per queue from accounting's records (low's preempted
+    // attempt) and what runs now, and per user on a click.
+    page.until(
+        "team-a's GPU time charted",
+        r#"Number(document.querySelector('#usage [data-usage-key="team-a"]')?.dataset.gpuHours) > 0
+           && document.querySelectorAll('#usage .chart .segment').length > 0"#,
+    );
+    page.eval(r#"document.querySelector('[data-choose="by=user"]').click()"#);
+    page.until(
+        "GPU time charted per user",
+        r#"document.querySelector('[data-choose="by=user"]')?.className === "chosen"
+           && document.querySelector('#usage [data-usage-key]') !== null
+           && document.querySelector('#usage [data-usage-key="team-a"]') === null"#,
+    );
 }

@@ -215,6 +215,8 @@ impl Accounting {
     /// Numbers `r` and keeps it among the newest.
     pub(crate) fn push(&mut self, mut r: AttemptRecord) {
         debug_assert!(self.settings.is_some(), "records are made only while accounting is on");
+        // Stores rely on it: their order by end time is number order.
+        debug_assert!(self.recent.back().is_none_or(|last| last.end_ms <= r.end_ms), "records end in number order");
         self.made += 1;
         r.seq = self.made;
         if self.recent.len() == RECENT_RECORDS {
@@ -255,6 +257,9 @@ impl Accounting {
             if r.seq != first + i as u64 {
                 return Err(format!("accounting record {} out of order (expected {})", r.seq, first + i as u64));
             }
+        }
+        if let Some(w) = self.recent.iter().collect::<Vec<_>>().windows(2).find(|w| w[0].end_ms > w[1].end_ms) {
+            return Err(format!("accounting record {} ends before record {}", w[1].seq, w[0].seq));
         }
         Ok(())
     }

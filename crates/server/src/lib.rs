@@ -21,6 +21,7 @@
 //! - `dash`: the HTTP listener (`--metrics-listen`): `/metrics`, the web dashboard and its
 //!   JSON and event-stream endpoints.
 //! - `auth`: who calls the client API (bearer tokens), and the bootstrap admin.
+//! - [`export`]: accounting records copied into PostgreSQL while this replica leads.
 //! - `status`: errors as gRPC statuses, only at this edge.
 //! - `tls`: who may call which service under mutual TLS (the raft transport only replicas,
 //!   the gateway only agents, each as its own node).
@@ -33,6 +34,7 @@ mod checkpoints;
 pub mod clock;
 pub mod dash;
 pub mod desired;
+pub mod export;
 mod gateway;
 mod hub;
 mod leader;
@@ -235,6 +237,9 @@ pub async fn run_on(
     let (leader, mut leader_panic) = panicked::spawn_watched(leader::run(ctx.clone(), ctx.closing.subscribe()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
     let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l)));
+    if let Some(url) = ctx.settings.accounting_postgres.clone() {
+        tokio::spawn(export::run(ctx.clone(), url, ctx.closing.subscribe()));
+    }
     if let Some(members) = config.bootstrap {
         let outcome = replica.bootstrap(members).await?;
         tracing::info!(?outcome, "bootstrap");

@@ -41,6 +41,9 @@ pub struct ServerSettings {
     /// SHA-256 of a token this replica makes the cluster's first admin (user `admin`) if the
     /// cluster has no token yet (`--bootstrap-admin-token-file`).
     pub bootstrap_admin: Option<baton_model::access::TokenHash>,
+    /// Where the leader copies accounting records (`--accounting-postgres`): a PostgreSQL
+    /// connection string; `None`: nowhere (they stay in the replicas' stores).
+    pub accounting_postgres: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -59,6 +62,7 @@ impl Default for ServerSettings {
             max_log_stream_bytes: 1 << 30,
             auth: crate::auth::AuthMode::default(),
             bootstrap_admin: None,
+            accounting_postgres: None,
         }
     }
 }

@@ -213,7 +213,9 @@ impl State {
         held
     }
 
-    /// Debug check: `held` kept incrementally equals what the jobs hold.
+    /// Debug check: `held` kept incrementally equals what the jobs hold (debug builds run it
+    /// after every command; release builds never do).
+    #[cfg(debug_assertions)]
     pub(super) fn usage_consistent(&self) -> Result<(), String> {
         let rebuilt = self.held_from_jobs();
         if self.usage.held() == &rebuilt {

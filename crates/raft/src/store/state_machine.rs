@@ -37,6 +37,9 @@ fn any(e: impl std::fmt::Display) -> AnyError {
 
 /// Applied batches of events a slow watcher may fall behind by.
 pub const EVENT_BUFFER: usize = 4_096;
+/// Records made since the last write that make `apply` write them before its call ends: half
+/// the state's window of newest records, so none drops out of it unwritten.
+const RECORDS_WRITTEN_BY: usize = baton_model::accounting::RECENT_RECORDS / 2;
 /// Records written between two prunings of the record store by age.
 const PRUNE_EVERY: u64 = 1_024;
 /// Records one pruning removes at most, so that it never holds an apply up for long.
@@ -362,7 +365,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     trace_starts(&d.state, &entry.log_id, &responses);
                     events.extend(responses.iter().flatten().flat_map(|a| a.events.iter().cloned()));
                     out.push(ResponseBatch { responses });
-                    self.shared.write_records(&mut d);
+                    // Written once for the whole call (one batch per tree costs less than
+                    // one per entry), unless the state's window of newest records would
+                    // otherwise drop some before they are written.
+                    if d.state.accounting().made().saturating_sub(d.records_written) >= RECORDS_WRITTEN_BY as u64 {
+                        self.shared.write_records(&mut d);
+                    }
                 }
                 EntryPayload::Membership(m) => {
                     d.membership = StoredMembership::new(Some(entry.log_id), m);
@@ -370,6 +378,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 }
             }
         }
+        // Before the lock goes: a read that sees these entries applied finds their records.
+        self.shared.write_records(&mut d);
         drop(d);
         if let Some(observe) = observer {
             for (what, took) in timings {

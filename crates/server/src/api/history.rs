@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use baton_accounting::{AccountingError, By, MAX_PAGE, Query, RecordStore, Total, Totals};
+use baton_accounting::{AccountingError, By, MAX_PAGE, Query, RecordStore, Series, SeriesRow, Total, Totals};
 use baton_model::State;
 use baton_model::accounting::{AccountingSettings, AttemptRecord, Ending};
 use baton_model::command::Op;
@@ -138,7 +138,7 @@ pub fn record_to_proto(r: &AttemptRecord) -> v1::AttemptRecord {
     }
 }
 
-fn by_from(word: &str) -> Result<By, Status> {
+pub(crate) fn by_from(word: &str) -> Result<By, Status> {
     match word {
         "user" | "" => Ok(By::User),
         "queue" => Ok(By::Queue),
@@ -150,20 +150,9 @@ fn by_from(word: &str) -> Result<By, Status> {
 /// Adds the attempts running now, their GPU time within the window so far.
 fn add_running(s: &State, totals: &mut Totals, now_ms: u64, sees: &Sees) {
     let by = totals.by();
-    let key = |j: &Job| match by {
-        By::User => s.user_name(j).to_string(),
-        By::Queue => j.spec.queue.to_string(),
-        By::Pool => {
-            let mut pools: Vec<&str> =
-                j.nodes().keys().filter_map(|n| s.nodes().get(n)).map(|n| n.spec.pool.as_str()).collect();
-            pools.sort_unstable();
-            pools.dedup();
-            pools.join(",")
-        }
-    };
     for j in s.jobs().values().filter(|j| j.state.is_active()) {
         if sees.record(s.user_name(j), j.spec.queue.as_str()) {
-            totals.add_running(&key(j), j.id, j.gpus(), j.started_ms, now_ms);
+            totals.add_running(&key_of(s, j, by), j.id, j.gpus(), j.started_ms, now_ms);
         }
     }
 }
@@ -205,6 +194,70 @@ fn total_to_proto(t: &Total) -> v1::UsageTotal {
         preempted_gpu_ms: t.preempted_gpu_ms,
         lost_gpu_ms: t.lost_gpu_ms,
         running: t.running as u32,
+    }
+}
+
+/// The dashboard's usage page: GPU time per user, queue or pool in each bucket of a window.
+#[derive(Debug, serde::Serialize)]
+pub struct SeriesReply {
+    pub by: &'static str,
+    pub since_ms: u64,
+    pub bucket_ms: u64,
+    pub rows: Vec<SeriesRow>,
+}
+
+/// GPU time per `by` in `buckets` buckets from `since_ms` to `until_ms`: ended attempts
+/// from the records, running ones from the state, what `who` may see.
+pub async fn series(
+    api: &Api,
+    who: &Caller,
+    by: By,
+    since_ms: u64,
+    until_ms: u64,
+    buckets: usize,
+) -> Result<SeriesReply, Status> {
+    let mut series = Series::new(by, since_ms, until_ms, buckets).map_err(from_accounting)?;
+    let bucket_ms = series.bucket_ms();
+    let sees = Sees(who.token().cloned());
+    let seen = sees.clone();
+    let now_ms = crate::clock::now_ms();
+    let series = api
+        .read(move |s| {
+            let at_ms = now_ms.max(s.now_ms());
+            for j in s.jobs().values().filter(|j| j.state.is_active()) {
+                if seen.record(s.user_name(j), j.spec.queue.as_str()) {
+                    series.add_span(&key_of(s, j, by), j.gpus(), j.started_ms, at_ms);
+                }
+            }
+            series
+        })
+        .await?;
+    let rows = on_store(api.ctx.replica.records(), move |st| {
+        let mut series = series;
+        st.add_series(&mut series, |rec| sees.record(&rec.user, &rec.queue))?;
+        Ok(series.finish())
+    })
+    .await?;
+    let by = match by {
+        By::User => "user",
+        By::Queue => "queue",
+        By::Pool => "pool",
+    };
+    Ok(SeriesReply { by, since_ms, bucket_ms, rows })
+}
+
+/// What a running job counts under: its user, queue, or its nodes' pools.
+fn key_of(s: &State, j: &Job, by: By) -> String {
+    match by {
+        By::User => s.user_name(j).to_string(),
+        By::Queue => j.spec.queue.to_string(),
+        By::Pool => {
+            let mut pools: Vec<&str> =
+                j.nodes().keys().filter_map(|n| s.nodes().get(n)).map(|n| n.spec.pool.as_str()).collect();
+            pools.sort_unstable();
+            pools.dedup();
+            pools.join(",")
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 
 pub(crate) mod cluster;
 pub use cluster::HIDDEN_JOB;
-mod history;
+pub(crate) mod history;
 pub(crate) mod jobs;
 mod logs;
 pub(crate) mod nodes;

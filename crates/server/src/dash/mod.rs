@@ -6,6 +6,9 @@
 //! - `/api/cluster`, `/api/queues`, `/api/jobs`, `/api/jobs/NAME`, `/api/nodes`: JSON, the
 //!   same messages (and the same access rules: another user's environment stays hidden) as
 //!   the gRPC API's ClusterInfo, ListQueues, ListJobs, GetJob and ListNodes.
+//! - `/api/usage?by=queue|user|pool&days=7&buckets=7`: GPU time per queue, user or pool in
+//!   each bucket of the last days, from accounting's records and the attempts running now
+//!   (the rows `baton usage` would show the caller), for the usage page's charts.
 //! - `/api/events`: a `text/event-stream` of the events this replica applies, as `Watch`
 //!   streams them (each event as its job's queue shows it to the caller, the caller checked
 //!   again before each batch and every `STREAM_RECHECK_MS`, as a watch is); the page
@@ -181,16 +184,48 @@ async fn json(api: &Api, r: &Request) -> Result<String, Status> {
         }
         "/api/jobs" => to_json(&api::jobs::list(api, &who, jobs_page(r)?).await?.into_inner()),
         "/api/arrays" => to_json(&api::jobs::list_arrays(api, &who, Default::default()).await?.into_inner()),
+        "/api/usage" => {
+            let (by, days, buckets) = usage_params(r)?;
+            let until_ms = crate::clock::now_ms();
+            let since_ms = until_ms.saturating_sub(days * DAY_MS);
+            to_json(&api::history::series(api, &who, by, since_ms, until_ms, buckets).await?)
+        }
         p => match p.strip_prefix("/api/jobs/") {
             Some(name) if !name.is_empty() && !name.contains('/') => {
                 let job = JobRef { id: 0, name: name.to_string() };
                 to_json(&api::jobs::get(api, &who, job).await?.into_inner())
             }
             _ => Err(Status::not_found(format!(
-                "no endpoint {p}; the endpoints are /api/cluster, /api/queues, /api/jobs, /api/jobs/NAME, /api/arrays, /api/nodes, /api/maintenance, /api/events"
+                "no endpoint {p}; the endpoints are /api/cluster, /api/queues, /api/jobs, /api/jobs/NAME, /api/arrays, /api/nodes, /api/maintenance, /api/usage, /api/events"
             ))),
         },
     }
+}
+
+const DAY_MS: u64 = 86_400_000;
+/// Longest window the usage page draws: accounting's default retention.
+pub const MAX_USAGE_DAYS: u64 = 400;
+
+/// `/api/usage?by=queue|user|pool&days=N&buckets=M`: GPU time per queue (the default),
+/// user or pool over the last `days` (default 7), in `buckets` bars (default one a day).
+fn usage_params(r: &Request) -> Result<(baton_accounting::By, u64, usize), Status> {
+    let by = api::history::by_from(r.param("by").filter(|b| !b.is_empty()).unwrap_or("queue"))?;
+    let days = match r.param("days").filter(|d| !d.is_empty()) {
+        None => 7,
+        Some(d) => d
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..=MAX_USAGE_DAYS).contains(n))
+            .ok_or_else(|| Status::invalid_argument(format!("days {d:?}: from 1 to {MAX_USAGE_DAYS}")))?,
+    };
+    let buckets =
+        match r.param("buckets").filter(|b| !b.is_empty()) {
+            None => days as usize,
+            Some(b) => b.parse::<usize>().ok().filter(|n| (1..=baton_accounting::MAX_BUCKETS).contains(n)).ok_or_else(
+                || Status::invalid_argument(format!("buckets {b:?}: from 1 to {}", baton_accounting::MAX_BUCKETS)),
+            )?,
+        };
+    Ok((by, days, buckets))
 }
 
 /// `/api/jobs?after=ID&limit=N&state=S1,S2`: the jobs after id `after` (none: from the

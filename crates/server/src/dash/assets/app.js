@@ -16,6 +16,12 @@ const RECONNECT_MS = 3000;
 // Load again after this long when loading failed (no leader yet, say).
 const RETRY_MS = 2000;
 
+// The usage chart: GPU-hours per queue, user or pool, over the last days, one bar a day.
+let usageBy = "queue";
+let usageDays = 7;
+const USAGE_COLORS = ["#4a78c2", "#e0913a", "#2e7d32", "#b00020", "#7b4bb3", "#00838f", "#8a6d00", "#c2185b",
+  "#5d4037", "#455a64", "#9e9d24", "#9aa3ae"];
+
 let selectedJob = null;
 let jobsAfter = "";
 let reloadTimer = null;
@@ -75,9 +81,10 @@ function time(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
 
 async function reload() {
   try {
-    const [cluster, queues, jobs, active, nodes, maintenance, arrays] = await Promise.all([
+    const [cluster, queues, usage, jobs, active, nodes, maintenance, arrays] = await Promise.all([
       api("/api/cluster"),
       api("/api/queues"),
+      api("/api/usage?by=" + usageBy + "&days=" + usageDays),
       api("/api/jobs?limit=" + JOBS_SHOWN + (jobsAfter ? "&after=" + jobsAfter : "")),
       api("/api/jobs?limit=500&state=Running,Preempting"),
       api("/api/nodes"),
@@ -89,6 +96,7 @@ async function reload() {
     $("logout").hidden = !token();
     showCluster(cluster);
     showQueues(queues.queues);
+    showUsage(usage);
     showJobs(jobs);
     showArrays(arrays.arrays || []);
     showNodes(nodes.nodes, active.jobs, maintenance.windows || []);
@@ -161,6 +169,43 @@ function showQueues(queues) {
     h("span", { class: "borrowed" }), "borrowed", h("span", { class: "nominal" }), "nominal quota");
   const table = h("table", {}, h("tr", {}, ["queue", "pool", "GPUs", "", "jobs", "cohort"].map(t => h("th", {}, t))), rows);
   $("queues").querySelector(".body").replaceChildren(legend, table);
+}
+
+function gpuHours(ms) { return (ms / 3600000).toFixed(ms && ms < 36000 ? 4 : 2); }
+
+// Stacked bars, one per bucket (a day by default), a segment per queue, user or pool in GPU-hours,
+// from accounting's records and what runs now; a legend with each one's total.
+function showUsage(u) {
+  const choose = (what, value, label, current) => h("button", {
+    class: value === current ? "chosen" : "", "data-choose": what + "=" + value,
+    onclick: () => { if (what === "by") usageBy = value; else usageDays = value; reload(); },
+  }, label);
+  const controls = h("p", { class: "controls" },
+    ["queue", "user", "pool"].map(b => choose("by", b, "by " + b, usageBy)), " ",
+    [7, 30].map(d => choose("days", d, d + " days", usageDays)));
+  const buckets = u.rows.length ? u.rows[0].gpu_ms.length : 0;
+  let top = 1;
+  for (let i = 0; i < buckets; i++) top = Math.max(top, u.rows.reduce((s, r) => s + r.gpu_ms[i], 0));
+  const color = i => ({ background: USAGE_COLORS[i % USAGE_COLORS.length] });
+  const bars = Array.from({ length: buckets }, (_, i) => {
+    const from = u.since_ms + i * u.bucket_ms;
+    const segments = u.rows.map((r, k) => r.gpu_ms[i] ? h("span", {
+      class: "segment", style: Object.assign({ height: (100 * r.gpu_ms[i]) / top + "%" }, color(k)),
+      title: r.key + ": " + gpuHours(r.gpu_ms[i]) + " GPU-hours",
+    }) : null);
+    return h("div", { class: "column", "data-bucket": i, title: new Date(from).toLocaleDateString() }, segments);
+  });
+  const legend = u.rows.map((r, k) => {
+    const total = r.gpu_ms.reduce((a, b) => a + b, 0);
+    return h("span", { class: "key", "data-usage-key": r.key, "data-gpu-hours": gpuHours(total) },
+      h("span", { class: "swatch", style: color(k) }), r.key + " " + gpuHours(total) + " GPU-hours");
+  });
+  const body = u.rows.length
+    ? [h("div", { class: "chart", title: "peak " + gpuHours(top) + " GPU-hours a bar" }, bars), h("p", { class: "legend-usage" }, legend)]
+    : [h("p", { class: "muted" }, "No GPU time in the last " + usageDays + " days that you may see.")];
+  $("usage").querySelector(".body").replaceChildren(controls, ...body,
+    h("p", { class: "muted" }, "GPU-hours by " + u.by + ", one bar per " + Math.round(u.bucket_ms / 3600000) +
+      " h; `baton usage` and `baton history` give the numbers."));
 }
 
 function placements(j) {
