@@ -167,37 +167,33 @@ impl RecordStore {
         }
     }
 
-    /// Adds the ended attempts that ran within `totals`' window and that `allow` lets
-    /// through.
-    pub fn add_totals(
+    /// Calls `each` with every record that ended from `since_ms` on (any attempt that may
+    /// overlap a window starting there) that `allow` lets through.
+    fn each_since(
         &self,
-        totals: &mut Totals,
+        since_ms: u64,
         allow: impl Fn(&AttemptRecord) -> bool,
+        mut each: impl FnMut(&AttemptRecord),
     ) -> Result<(), AccountingError> {
-        // Every attempt that ended after the window began may overlap it.
-        let q = Query { since_ms: totals.since_ms(), until_ms: u64::MAX, ..Query::default() };
+        let q = Query { since_ms, until_ms: u64::MAX, ..Query::default() };
         self.scan_newest_first(&q, |r| {
             if allow(&r) {
-                totals.add(&r);
+                each(&r);
             }
             true
         })
     }
 
+    /// Adds the ended attempts that ran within `totals`' window and that `allow` lets
+    /// through.
+    pub fn add_totals(&self, t: &mut Totals, allow: impl Fn(&AttemptRecord) -> bool) -> Result<(), AccountingError> {
+        self.each_since(t.since_ms(), allow, |r| t.add(r))
+    }
+
     /// Adds the ended attempts that ran within `series`' window and that `allow` lets
     /// through.
-    pub fn add_series(
-        &self,
-        series: &mut Series,
-        allow: impl Fn(&AttemptRecord) -> bool,
-    ) -> Result<(), AccountingError> {
-        let q = Query { since_ms: series.since_ms(), until_ms: u64::MAX, ..Query::default() };
-        self.scan_newest_first(&q, |r| {
-            if allow(&r) {
-                series.add(&r);
-            }
-            true
-        })
+    pub fn add_series(&self, s: &mut Series, allow: impl Fn(&AttemptRecord) -> bool) -> Result<(), AccountingError> {
+        self.each_since(s.since_ms(), allow, |r| s.add(r))
     }
 
     /// GPU time and attempts per user, queue or pool within `[since_ms, until_ms)` (each

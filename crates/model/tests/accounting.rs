@@ -6,12 +6,10 @@ mod common;
 
 use baton_model::accounting::{AccountingSettings, Ending};
 use baton_model::alloc::ReplicaAlloc;
-use baton_model::fixture::gpu_job;
 use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan};
-use baton_model::tenancy::UnixUser;
 use baton_model::{JobId, Name, Op, Outcome, State};
-use common::{apply, two_nodes_one_queue};
+use common::{apply, submit_as, two_nodes_one_queue};
 
 const MINUTE_MS: u64 = 60_000;
 
@@ -23,15 +21,6 @@ fn accounting_on() -> State {
     let mut s = two_nodes_one_queue();
     apply(&mut s, 0, Op::StartAccounting).unwrap();
     s
-}
-
-fn submit_as(s: &mut State, name: &str, user: &str, gpus: u64) -> JobId {
-    let run_as = Some(UnixUser::new(user).unwrap());
-    let op = Op::SubmitAfter { spec: gpu_job(name, "q", gpus), request_id: None, run_as, after: vec![] };
-    match apply(s, 0, op).unwrap() {
-        Outcome::Submitted { job, .. } => job,
-        other => panic!("{other:?}"),
-    }
 }
 
 fn place(s: &mut State, now_ms: u64, job: JobId, attempt: u32, replicas: Vec<ReplicaAlloc>) {

@@ -6,25 +6,14 @@
 mod common;
 
 use baton_model::alloc::ReplicaAlloc;
-use baton_model::fixture::gpu_job;
 use baton_model::plan::{Decision, Plan};
 use baton_model::rejection::Rejection;
 use baton_model::resources::Resources;
-use baton_model::tenancy::UnixUser;
 use baton_model::usage::UsageSettings;
-use baton_model::{JobId, Name, Op, Outcome, State};
-use common::{apply, two_nodes_one_queue};
+use baton_model::{Name, Op, Outcome, State};
+use common::{apply, submit_as, two_nodes_one_queue};
 
 const HOUR_MS: u64 = 3_600_000;
-
-fn submit_as(s: &mut State, name: &str, user: &str, gpus: u64) -> JobId {
-    let run_as = Some(UnixUser::new(user).unwrap());
-    let op = Op::SubmitAfter { spec: gpu_job(name, "q", gpus), request_id: None, run_as, after: vec![] };
-    match apply(s, 0, op).unwrap() {
-        Outcome::Submitted { job, .. } => job,
-        other => panic!("{other:?}"),
-    }
-}
 
 fn on_n1(gpus: &[u32]) -> Vec<ReplicaAlloc> {
     vec![ReplicaAlloc { task: 0, index: 0, node: Name::lit("n1"), gpus: gpus.to_vec() }]

@@ -46,26 +46,15 @@ async fn history_and_totals_show_each_caller_its_own_attempts() {
         ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
     let cluster = Cluster::start_with(1, settings).await;
     let addr = cluster.addrs()[0].clone();
-    let mut admin = client(&addr, ADMIN).await;
+    let mut admin = admin_with_users(&addr, ADMIN, "lab", 8, &[(ALICE, "alice"), (BOB, "bob")]).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let info = admin.cluster_info(Empty {}).await.map(|r| r.into_inner());
-        let on = info.as_ref().is_ok_and(|i| i.accounting.as_ref().is_some_and(|a| a.on));
-        if on && admin.who_am_i(Empty {}).await.is_ok() {
+        let info = admin.cluster_info(Empty {}).await.unwrap().into_inner();
+        if info.accounting.as_ref().is_some_and(|a| a.on) {
             break;
         }
         assert!(Instant::now() < deadline, "accounting never turned on: {info:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    admin.create_queue(queue("lab", 8)).await.unwrap();
-    for (token, user) in [(ALICE, "alice"), (BOB, "bob")] {
-        let req = CreateTokenRequest {
-            hash: hash_token(token).to_vec(),
-            user: user.into(),
-            roles: vec![],
-            queues: vec!["lab".into()],
-        };
-        admin.create_token(req).await.unwrap();
     }
     let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
     let (mut alice, mut bob) = (client(&addr, ALICE).await, client(&addr, BOB).await);

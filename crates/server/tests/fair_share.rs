@@ -41,22 +41,7 @@ async fn a_users_limit_holds_its_job_and_usage_shows_each_caller_its_own_rows() 
         ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
     let cluster = Cluster::start_with(1, settings).await;
     let addr = cluster.addrs()[0].clone();
-    let mut admin = client(&addr, ADMIN).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while admin.who_am_i(Empty {}).await.is_err() {
-        assert!(Instant::now() < deadline, "the bootstrap admin token never committed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    admin.create_queue(queue("lab", 8)).await.unwrap();
-    for (token, user) in [(ALICE, "alice"), (BOB, "bob")] {
-        let req = CreateTokenRequest {
-            hash: hash_token(token).to_vec(),
-            user: user.into(),
-            roles: vec![],
-            queues: vec!["lab".into()],
-        };
-        admin.create_token(req).await.unwrap();
-    }
+    let mut admin = admin_with_users(&addr, ADMIN, "lab", 8, &[(ALICE, "alice"), (BOB, "bob")]).await;
     let hour = UsageSettings { half_life_ms: Some(3_600_000), weights_milli: [("gpu".to_string(), 1000)].into() };
     admin.set_usage(hour).await.unwrap();
     let limit = Resources { amounts: [("gpu".to_string(), 4)].into() };

@@ -373,3 +373,25 @@ pub async fn client(addr: &str, token: &str) -> Client {
     let ch = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
     BatonClient::with_interceptor(ch, Bearer(token.to_string()))
 }
+
+/// The bootstrap admin's client of replica `addr` once its token is committed, with queue
+/// `queue` of `gpus` GPUs and a token per `(token, user)` granted that queue.
+pub async fn admin_with_users(addr: &str, admin: &str, queue_name: &str, gpus: u64, users: &[(&str, &str)]) -> Client {
+    let mut c = client(addr, admin).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.who_am_i(Empty {}).await.is_err() {
+        assert!(Instant::now() < deadline, "the bootstrap admin token never committed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.create_queue(queue(queue_name, gpus)).await.unwrap();
+    for (token, user) in users {
+        let req = CreateTokenRequest {
+            hash: ::baton_server::auth::hash_token(token).to_vec(),
+            user: user.to_string(),
+            roles: vec![],
+            queues: vec![queue_name.into()],
+        };
+        c.create_token(req).await.unwrap();
+    }
+    c
+}
