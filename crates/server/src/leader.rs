@@ -95,7 +95,7 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
 
 /// How long a leader waits before it tries again to turn accounting on, while some member
 /// cannot read the format that carries it (a rolling upgrade under way).
-const ACCOUNTING_RETRY: Duration = Duration::from_secs(30);
+const ACCOUNTING_RETRY: Duration = Duration::from_secs(10);
 
 /// Turns accounting on (with its defaults) in a cluster where it is off: one upgraded from
 /// a build without it. The format gate refuses it until every member reads its format, so
@@ -107,16 +107,20 @@ async fn start_accounting(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
     if tried.is_some_and(|t| t.elapsed() < ACCOUNTING_RETRY) {
         return;
     }
+    let first = tried.is_none();
     *tried = Some(tokio::time::Instant::now());
     let now_ms = now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
     match ctx.replica.write(Command { now_ms, op: Op::StartAccounting }).await {
         Ok(Ok(_)) => tracing::info!("accounting on: every attempt that ends from now on is recorded"),
         Ok(Err(e)) => tracing::warn!(error = %e, "accounting not turned on"),
-        Err(e) => tracing::info!(
+        // Said once a term at info; then at debug, every retry, so an upgrade's hours do not
+        // fill the log.
+        Err(e) if first => tracing::info!(
             error = %e,
             retry_s = ACCOUNTING_RETRY.as_secs(),
             "accounting stays off for now (a member may not read its format yet)"
         ),
+        Err(e) => tracing::debug!(error = %e, "accounting still off"),
     }
 }
 

@@ -153,3 +153,38 @@ async fn a_queue_visibility_waits_for_replicas_of_format_5() {
     assert_eq!(q.visibility(), JobVisibility::All);
     c.update_queue(UpdateQueueRequest { queue: Some(q), revision: read.revision }).await.unwrap();
 }
+
+/// Accounting (issue 34) stays off while a replica reads only format 8, whose snapshots
+/// cannot carry records, and the leader turns it on by itself once that replica is upgraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn accounting_turns_on_only_once_every_replica_reads_its_format() {
+    let mut cluster = Cluster::start_configured(3, settings(), |id, rc| {
+        if id == 3 {
+            rc.max_format = 8;
+        }
+    })
+    .await;
+    let mut c = cluster.client(0).await;
+    let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.put_queue(queue("team-a", 8)).await.unwrap();
+    c.submit(submit_of(gpu_job("j1", "team-a", "train", 1))).await.unwrap();
+    let j1 = wait_state(&mut c, "j1", JobState::Running).await;
+    let exited = Exited { job_id: j1.id, attempt: 1, rank: 0, exit_code: 0, reason: String::new() };
+    agent.report(vec![observation::What::Exited(exited)]).await.unwrap();
+    wait_state(&mut c, "j1", JobState::Succeeded).await;
+    let accounting = |i: ClusterInfoReply| i.accounting.expect("cluster info says how accounting stands");
+    let off = accounting(c.cluster_info(Empty {}).await.unwrap().into_inner());
+    assert!(!off.on && off.records_made == 0, "{off:?}");
+
+    cluster.kill(2).await;
+    cluster.restart(2, |_, _| {}).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = c.cluster_info(Empty {}).await.map(|r| accounting(r.into_inner()));
+        if now.as_ref().is_ok_and(|a| a.on) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "accounting still off 30 s after the upgrade: {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
