@@ -85,7 +85,9 @@ bounded 2700 cargo test --workspace --no-fail-fast 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 
 # group NAME WHY CHECK -- CARGO_TEST_ARGS...: runs the ignored tests of one group where CHECK
-# holds, and records them as skipped, with WHY, where it does not.
+# holds, and records them as skipped, with WHY, where it does not. Each group names its test
+# target with `--workspace` (not `-p PACKAGE`): features are then unified as in the first
+# pass, whose builds it reuses; with `-p`, cargo rebuilt dozens of crates for each group.
 group() {
   local name="$1" why="$2" check="$3"
   shift 4
@@ -104,31 +106,31 @@ group() {
 
 group "the dashboard in a browser (crates/cli/tests/dashboard.rs)" \
   "needs Debian's chromium" \
-  'command -v chromium >/dev/null' -- -p baton-cli --test dashboard
+  'command -v chromium >/dev/null' -- --workspace --test dashboard
 group "jobs run as their users (crates/agent/tests/run_as.rs)" \
   "needs root (it creates a Unix user)" \
-  'is_root' -- -p baton-agent --test run_as
+  'is_root' -- --workspace --test run_as
 group "replicas in cgroups (crates/agent/tests/cgroups.rs)" \
   "needs root and a writable cgroup v2 hierarchy" \
-  'is_root && have_cgroup2' -- -p baton-agent --test cgroups
+  'is_root && have_cgroup2' -- --workspace --test cgroups
 group "the partition network (chaos/tests/net.rs)" \
   "needs root, ip (iproute2) and nft (nftables)" \
-  'is_root && command -v ip >/dev/null && command -v nft >/dev/null' -- -p baton-chaos --test net
+  'is_root && command -v ip >/dev/null && command -v nft >/dev/null' -- --workspace --test net
 group "slow disks (chaos/tests/disk.rs)" \
   "needs root and a block IO cgroup controller" \
   'is_root && have_blkio' \
-  -- -p baton-chaos --test disk
+  -- --workspace --test disk
 group "partitions under load (tests/e2e: thirty_seconds_of_partitions_break_no_promise)" \
   "needs root, ip, nft and libfaketime" \
   'is_root && command -v ip >/dev/null && command -v nft >/dev/null && have_faketime' \
-  -- -p baton-cli --test e2e thirty_seconds_of_partitions_break_no_promise
+  -- --workspace --test e2e thirty_seconds_of_partitions_break_no_promise
 group "accounting into PostgreSQL (crates/server/tests/postgres.rs)" \
   "needs PostgreSQL's server binaries (Debian's postgresql)" \
-  'have_postgres' -- -p baton-server --test postgres
+  'have_postgres' -- --workspace --test postgres
 group "a deposed leader's agents (tests/e2e/deposed.rs)" \
   "needs root, ip and nft" \
   'is_root && command -v ip >/dev/null && command -v nft >/dev/null' \
-  -- -p baton-cli --test e2e agents_stop_obeying_a_leader_cut_from_its_peers
+  -- --workspace --test e2e agents_stop_obeying_a_leader_cut_from_its_peers
 
 for s in "${skipped[@]}"; do
   echo "SKIPPED $s"
