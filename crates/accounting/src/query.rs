@@ -77,6 +77,25 @@ pub enum By {
 }
 
 impl By {
+    /// The word `--by` takes, and the API and the dashboard carry.
+    pub fn word(self) -> &'static str {
+        match self {
+            By::User => "user",
+            By::Queue => "queue",
+            By::Pool => "pool",
+        }
+    }
+
+    /// `user`, `queue` or `pool` (empty: `user`); otherwise why not, naming `--by`.
+    pub fn from_word(word: &str) -> Result<By, AccountingError> {
+        match word {
+            "user" | "" => Ok(By::User),
+            "queue" => Ok(By::Queue),
+            "pool" => Ok(By::Pool),
+            other => Err(AccountingError::Query(format!("--by {other:?}: one of user, queue, pool"))),
+        }
+    }
+
     pub fn key(self, r: &AttemptRecord) -> &str {
         match self {
             By::User => &r.user,

@@ -15,9 +15,6 @@ const STEP: usize = 512;
 /// A replica's accounting store.
 pub struct RecordStore {
     trees: Trees,
-    /// The greatest number written: records come in number order, so one above it needs no
-    /// lookup to know it is new.
-    newest: std::sync::atomic::AtomicU64,
 }
 
 fn end_seq(end_ms: u64, seq: u64) -> [u8; 16] {
@@ -49,14 +46,12 @@ fn decode(bytes: &[u8]) -> Result<AttemptRecord, AccountingError> {
 impl RecordStore {
     /// Opens (or creates) the store in directory `path`.
     pub fn open(path: &Path) -> Result<RecordStore, AccountingError> {
-        let store = RecordStore { trees: Trees::open(path)?, newest: Default::default() };
-        store.newest.store(store.newest_seq()?, std::sync::atomic::Ordering::Relaxed);
-        Ok(store)
+        Ok(RecordStore { trees: Trees::open(path)? })
     }
 
     /// A store that lives in memory only.
     pub fn memory() -> RecordStore {
-        RecordStore { trees: Trees::memory(), newest: Default::default() }
+        RecordStore { trees: Trees::memory() }
     }
 
     pub fn location(&self) -> String {
@@ -67,13 +62,11 @@ impl RecordStore {
     pub fn put<'a>(&self, records: impl IntoIterator<Item = &'a AttemptRecord>) -> Result<usize, AccountingError> {
         let mut changes: Vec<Change> = Vec::new();
         let mut written = 0;
-        let mut newest = self.newest.load(std::sync::atomic::Ordering::Relaxed);
         for r in records {
             let at = end_seq(r.end_ms, r.seq);
-            if r.seq <= newest && self.trees.get(Tree::Records, &at)?.is_some() {
+            if self.trees.get(Tree::Records, &at)?.is_some() {
                 continue;
             }
-            newest = newest.max(r.seq);
             changes.push((Tree::ByUser, index_key(&r.user, r.end_ms, r.seq), Some(Vec::new())));
             changes.push((Tree::ByQueue, index_key(&r.queue, r.end_ms, r.seq), Some(Vec::new())));
             changes.push((Tree::Records, at.to_vec(), Some(encode(r)?)));
@@ -82,7 +75,6 @@ impl RecordStore {
         if !changes.is_empty() {
             self.trees.apply(changes)?;
         }
-        self.newest.fetch_max(newest, std::sync::atomic::Ordering::Relaxed);
         Ok(written)
     }
 

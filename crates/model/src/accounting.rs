@@ -127,6 +127,15 @@ impl Ending {
         "resized",
     ];
 
+    /// The process's exit code, where the attempt ended by one (0 when it succeeded).
+    pub fn exit_code(&self) -> Option<i32> {
+        match self {
+            Ending::Failed { exit_code } => *exit_code,
+            Ending::Succeeded => Some(0),
+            _ => None,
+        }
+    }
+
     /// The preemptor, for an attempt a preemption ended.
     pub fn preempted_by(&self) -> Option<&str> {
         match self {
@@ -258,8 +267,8 @@ impl Accounting {
                 return Err(format!("accounting record {} out of order (expected {})", r.seq, first + i as u64));
             }
         }
-        if let Some(w) = self.recent.iter().collect::<Vec<_>>().windows(2).find(|w| w[0].end_ms > w[1].end_ms) {
-            return Err(format!("accounting record {} ends before record {}", w[1].seq, w[0].seq));
+        if let Some((a, b)) = self.recent.iter().zip(self.recent.iter().skip(1)).find(|(a, b)| a.end_ms > b.end_ms) {
+            return Err(format!("accounting record {} ends before record {}", b.seq, a.seq));
         }
         Ok(())
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_accounting::RecordStore;
-use baton_model::accounting::{AttemptRecord, Ending};
+use baton_model::accounting::AttemptRecord;
 use tokio_postgres::{Client, NoTls};
 
 use crate::Ctx;
@@ -188,11 +188,7 @@ fn params(cluster_id: &str, r: &AttemptRecord) -> Row {
         start_s: r.start_ms as f64 / 1000.0,
         end_s: r.end_ms as f64 / 1000.0,
         ending: r.ending.word().to_string(),
-        exit_code: match r.ending {
-            Ending::Failed { exit_code } => exit_code,
-            Ending::Succeeded => Some(0),
-            _ => None,
-        },
+        exit_code: r.ending.exit_code(),
         preempted_by: r.ending.preempted_by().map(str::to_string),
         detail: r.detail.clone(),
         gpu_seconds: r.gpu_ms() as f64 / 1000.0,

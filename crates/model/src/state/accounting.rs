@@ -6,7 +6,7 @@ use super::State;
 use crate::accounting::{Accounting, AccountingSettings, AttemptRecord, Ending, MAX_RECORD_NODES, clip_detail};
 use crate::error::ApplyError;
 use crate::event::EventKind;
-use crate::job::{JobId, JobState, PreemptionMode, StopWhy};
+use crate::job::{Job, JobId, JobState, PreemptionMode, StopWhy};
 
 /// An attempt that ended during the command being applied.
 #[derive(Debug, Clone)]
@@ -22,6 +22,16 @@ pub(super) struct Ended {
 impl State {
     pub fn accounting(&self) -> &Accounting {
         &self.accounting
+    }
+
+    /// The pools of the nodes `job` runs on, joined with `,` when more than one: what
+    /// accounting counts it under by pool.
+    pub fn pools_of(&self, job: &Job) -> String {
+        let mut pools: Vec<&str> =
+            job.replicas.iter().filter_map(|r| self.d.nodes.get(&r.node)).map(|n| n.spec.pool.as_str()).collect();
+        pools.sort_unstable();
+        pools.dedup();
+        pools.join(",")
     }
 
     pub(crate) fn set_accounting(&mut self, s: AccountingSettings) -> Result<(), ApplyError> {
@@ -45,10 +55,6 @@ impl State {
         }
         let job = &self.d.jobs[&id];
         let nodes = job.nodes();
-        let mut pools: Vec<&str> =
-            nodes.keys().filter_map(|n| self.d.nodes.get(n)).map(|n| n.spec.pool.as_str()).collect();
-        pools.sort_unstable();
-        pools.dedup();
         let record = AttemptRecord {
             seq: 0,
             job: id,
@@ -56,7 +62,7 @@ impl State {
             attempt: job.attempt,
             user: self.user_name(job).to_string(),
             queue: job.spec.queue.to_string(),
-            pool: pools.join(","),
+            pool: self.pools_of(job),
             nodes: nodes.keys().take(MAX_RECORD_NODES).map(|n| n.to_string()).collect(),
             gpus: job.gpus(),
             resources: Self::holding(job),

@@ -146,15 +146,12 @@ pub async fn get_usage(api: &Api, who: &Caller) -> Result<Response<UsageReply>, 
         .read(move |s| {
             let usage = s.usage();
             let weights = usage.settings().weights();
-            let sees = |queue: &baton_model::name::Name, user: &str| match &token {
-                None => true,
-                Some(t) => t.any_job() || t.spec.user.as_str() == user || t.administers(queue),
-            };
+            let sees = super::history::Sees(token);
             let at_ms = now_ms.max(s.now_ms());
             let rows = usage
                 .accounts()
                 .keys()
-                .filter(|(q, u)| sees(q, u))
+                .filter(|(q, u)| sees.of(q, u))
                 .map(|key| {
                     let raw = usage.usage_at(key, at_ms);
                     UsageRow {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use baton_accounting::{AccountingError, By, MAX_PAGE, Query, RecordStore, Series, SeriesRow, Total, Totals};
 use baton_model::State;
-use baton_model::accounting::{AccountingSettings, AttemptRecord, Ending};
+use baton_model::accounting::{AccountingSettings, AttemptRecord};
 use baton_model::command::Op;
 use baton_model::job::Job;
 use baton_model::name::Name;
@@ -23,15 +23,40 @@ use crate::auth::Caller;
 /// Records a history answers when the caller names no limit.
 pub const DEFAULT_LIMIT: usize = 1_000;
 
-/// Who may see which records: their own user's, their queues' as admin, all as operator.
+/// Who may see which user's usage and records: their own user's, their queues' as admin,
+/// all as operator or admin (or without tokens). `baton usage --decayed` shows the same.
 #[derive(Clone)]
-struct Sees(Option<baton_model::access::Token>);
+pub(crate) struct Sees(pub(crate) Option<baton_model::access::Token>);
 
 impl Sees {
-    fn record(&self, user: &str, queue: &str) -> bool {
+    pub(crate) fn of(&self, queue: &Name, user: &str) -> bool {
         match &self.0 {
             None => true,
-            Some(t) => t.any_job() || t.spec.user.as_str() == user || Name::new(queue).is_ok_and(|q| t.administers(&q)),
+            Some(t) => t.any_job() || t.spec.user.as_str() == user || t.administers(queue),
+        }
+    }
+
+    /// [`Sees::of`] for a record, whose queue is a string: made a name only when it decides.
+    fn record(&self, user: &str, queue: &str) -> bool {
+        match &self.0 {
+            Some(t) if !t.any_job() && t.spec.user.as_str() != user => {
+                Name::new(queue).is_ok_and(|q| t.administers(&q))
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Each attempt running now that `sees` lets through, with the key `by` counts it under.
+fn each_running(s: &State, by: By, sees: &Sees, mut f: impl FnMut(String, &Job)) {
+    for j in s.jobs().values().filter(|j| j.state.is_active()) {
+        if sees.of(&j.spec.queue, s.user_name(j)) {
+            let key = match by {
+                By::User => s.user_name(j).to_string(),
+                By::Queue => j.spec.queue.to_string(),
+                By::Pool => s.pools_of(j),
+            };
+            f(key, j);
         }
     }
 }
@@ -126,11 +151,7 @@ pub fn record_to_proto(r: &AttemptRecord) -> v1::AttemptRecord {
         start_ms: r.start_ms,
         end_ms: r.end_ms,
         ending: r.ending.word().to_string(),
-        exit_code: match r.ending {
-            Ending::Failed { exit_code } => exit_code,
-            Ending::Succeeded => Some(0),
-            _ => None,
-        },
+        exit_code: r.ending.exit_code(),
         preempted_by: r.ending.preempted_by().unwrap_or_default().to_string(),
         detail: r.detail.clone(),
         gpu_ms: r.gpu_ms(),
@@ -139,22 +160,7 @@ pub fn record_to_proto(r: &AttemptRecord) -> v1::AttemptRecord {
 }
 
 pub(crate) fn by_from(word: &str) -> Result<By, Status> {
-    match word {
-        "user" | "" => Ok(By::User),
-        "queue" => Ok(By::Queue),
-        "pool" => Ok(By::Pool),
-        other => Err(Status::invalid_argument(format!("--by {other:?}: one of user, queue, pool"))),
-    }
-}
-
-/// Adds the attempts running now, their GPU time within the window so far.
-fn add_running(s: &State, totals: &mut Totals, now_ms: u64, sees: &Sees) {
-    let by = totals.by();
-    for j in s.jobs().values().filter(|j| j.state.is_active()) {
-        if sees.record(s.user_name(j), j.spec.queue.as_str()) {
-            totals.add_running(&key_of(s, j, by), j.id, j.gpus(), j.started_ms, now_ms);
-        }
-    }
+    By::from_word(word).map_err(from_accounting)
 }
 
 pub async fn usage_totals(
@@ -169,8 +175,8 @@ pub async fn usage_totals(
     let seen = sees.clone();
     let totals = api
         .read(move |s| {
-            let mut t = Totals::new(by, since_ms, until_ms);
-            add_running(s, &mut t, now_ms.max(s.now_ms()), &seen);
+            let (mut t, at_ms) = (Totals::new(by, since_ms, until_ms), now_ms.max(s.now_ms()));
+            each_running(s, by, &seen, |key, j| t.add_running(&key, j.id, j.gpus(), j.started_ms, at_ms));
             t
         })
         .await?;
@@ -224,11 +230,7 @@ pub async fn series(
     let series = api
         .read(move |s| {
             let at_ms = now_ms.max(s.now_ms());
-            for j in s.jobs().values().filter(|j| j.state.is_active()) {
-                if seen.record(s.user_name(j), j.spec.queue.as_str()) {
-                    series.add_span(&key_of(s, j, by), j.gpus(), j.started_ms, at_ms);
-                }
-            }
+            each_running(s, by, &seen, |key, j| series.add_span(&key, j.gpus(), j.started_ms, at_ms));
             series
         })
         .await?;
@@ -238,27 +240,7 @@ pub async fn series(
         Ok(series.finish())
     })
     .await?;
-    let by = match by {
-        By::User => "user",
-        By::Queue => "queue",
-        By::Pool => "pool",
-    };
-    Ok(SeriesReply { by, since_ms, bucket_ms, rows })
-}
-
-/// What a running job counts under: its user, queue, or its nodes' pools.
-fn key_of(s: &State, j: &Job, by: By) -> String {
-    match by {
-        By::User => s.user_name(j).to_string(),
-        By::Queue => j.spec.queue.to_string(),
-        By::Pool => {
-            let mut pools: Vec<&str> =
-                j.nodes().keys().filter_map(|n| s.nodes().get(n)).map(|n| n.spec.pool.as_str()).collect();
-            pools.sort_unstable();
-            pools.dedup();
-            pools.join(",")
-        }
-    }
+    Ok(SeriesReply { by: by.word(), since_ms, bucket_ms, rows })
 }
 
 /// `cluster info`'s accounting line.
