@@ -388,3 +388,49 @@ fn a_gang_is_told_to_resume_only_when_every_rank_saved_its_work() {
     let j = s.job(g).unwrap();
     assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, true));
 }
+
+/// An agent can say anything of its own node, but not of jobs that never ran there: a stuck
+/// process of a job not placed on the node still takes the node out (the agent knows its
+/// processes), but the node's public event does not name that job (issue 39: an `Unkillable`
+/// for any job id put the job's name in a node event every user sees).
+#[test]
+fn an_unkillable_report_names_only_a_job_placed_on_its_node() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n3", 4)]));
+    let stuck = Observed::Unkillable { job: g, attempt: 1, rank: 0, reason: "stuck in D state".into() };
+    let applied = s
+        .apply(Command {
+            now_ms: s.now_ms() + 1_000,
+            op: Op::Report { node: Name::lit("n3"), observations: vec![stuck] },
+        })
+        .expect("a report of the node's own processes");
+    let n3 = &s.nodes()[&Name::lit("n3")];
+    let why = n3.unhealthy.as_deref().expect("a process that survived SIGKILL takes its node out");
+    assert!(!why.contains(" g ") && why.contains("not placed here"), "{why}");
+    assert!(applied.events.iter().all(|e| !e.message.contains("job g")), "{:?}", applied.events);
+    assert_eq!(s.job(g).unwrap().state, JobState::Running, "the job placed elsewhere is untouched");
+}
+
+/// A report may name thousands of processes: once the node is out, more stuck processes
+/// neither rebuild the ledger nor add events (issue 39: each distinct job rebuilt it).
+#[test]
+fn a_node_already_unhealthy_keeps_its_first_reason_and_adds_no_event() {
+    let (mut s, g) = gang(PreemptionMode::Checkpoint, None);
+    apply(&mut s, Op::Cancel { job: g });
+    let first = Observed::Unkillable { job: g, attempt: 1, rank: 1, reason: "stuck in D state".into() };
+    let many: Vec<Observed> = std::iter::once(first)
+        .chain((0..1_000).map(|i| Observed::Unkillable {
+            job: 10_000 + i,
+            attempt: 1,
+            rank: 0,
+            reason: format!("r{i}"),
+        }))
+        .collect();
+    let applied = s
+        .apply(Command { now_ms: s.now_ms() + 1_000, op: Op::Report { node: Name::lit("n2"), observations: many } })
+        .expect("a report");
+    let unhealthy = applied.events.iter().filter(|e| e.message.contains("is unhealthy")).count();
+    assert_eq!(unhealthy, 1, "{:?}", applied.events.iter().map(|e| &e.message).collect::<Vec<_>>());
+    let n2 = &s.nodes()[&Name::lit("n2")];
+    assert!(n2.unhealthy.as_deref().is_some_and(|w| w.contains("stuck in D state")), "{:?}", n2.unhealthy);
+}

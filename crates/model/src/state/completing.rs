@@ -198,6 +198,14 @@ impl State {
         }
     }
 
+    /// Rank `rank` of attempt `attempt` of `id` is completing on `node`.
+    pub(super) fn completing_rank_on(&self, node: &Name, id: JobId, attempt: u32, rank: u32) -> bool {
+        self.after
+            .completing
+            .get(&id)
+            .is_some_and(|c| c.attempt == attempt && c.ranks.get(&rank).is_some_and(|r| r.node == *node))
+    }
+
     /// A rank of `id` not yet reported gone is on `node`.
     fn completing_on(&self, id: JobId, node: &Name) -> bool {
         self.after.completing.get(&id).is_some_and(|c| c.ranks.values().any(|r| r.node == *node))

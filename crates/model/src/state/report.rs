@@ -155,7 +155,12 @@ impl State {
                 Ok(())
             }
             Observed::Unkillable { job, attempt, rank, ref reason } => {
-                self.mark_unhealthy(node, job, attempt, rank, reason, ev);
+                // The agent knows its own processes, so the node is taken out whatever the
+                // process is; but only a job placed here is named, or any agent could put
+                // any job's name in a public event.
+                let placed = self.check_rank_placed(node, job, attempt, rank).is_ok()
+                    || self.completing_rank_on(node, job, attempt, rank);
+                self.mark_unhealthy(node, placed.then_some(job), attempt, rank, reason, ev);
                 // The node takes no new work, so what the stuck process holds is given to
                 // nobody: a completing rank is let go (the bound on completing).
                 let _ = self.observe_completing(node, &o);
@@ -241,13 +246,27 @@ impl State {
     }
 
     /// The node keeps its jobs' accounting as it is but takes no new work.
-    fn mark_unhealthy(&mut self, node: &Name, job: JobId, attempt: u32, rank: u32, reason: &str, ev: &mut Vec<Event>) {
-        let name = self.d.jobs.get(&job).map_or_else(|| format!("#{job}"), |j| j.spec.name.to_string());
-        let why = clip(format!("job {name} attempt {attempt} rank {rank} could not be killed: {reason}"));
-        let n = self.d.nodes.get_mut(node).expect("checked by report");
-        if n.unhealthy.as_deref() == Some(why.as_str()) {
+    /// Takes `node` out of scheduling for a process that survived SIGKILL. A node already
+    /// out keeps its first reason: one report may name thousands of stuck processes, and
+    /// each would otherwise rebuild the ledger and add an event.
+    fn mark_unhealthy(
+        &mut self,
+        node: &Name,
+        placed: Option<JobId>,
+        attempt: u32,
+        rank: u32,
+        reason: &str,
+        ev: &mut Vec<Event>,
+    ) {
+        if self.d.nodes.get(node).expect("checked by report").unhealthy.is_some() {
             return;
         }
+        let what = match placed.and_then(|job| self.d.jobs.get(&job)) {
+            Some(j) => format!("job {} attempt {attempt} rank {rank}", j.spec.name),
+            None => "a process not placed here".to_string(),
+        };
+        let why = clip(format!("{what} could not be killed: {reason}"));
+        let n = self.d.nodes.get_mut(node).expect("checked by report");
         n.unhealthy = Some(why.clone());
         let message = clip(format!("node {node} is unhealthy: {why}; `baton uncordon {node}` once it is fixed"));
         ev.push(Event {
