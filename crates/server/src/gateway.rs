@@ -1,5 +1,6 @@
 //! The agent gateway (`AgentGateway` in `proto/agent.proto`), served by the leader only.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -174,6 +175,7 @@ impl Gateway {
     /// placement and applies the gang rules).
     async fn observe(&self, node: &Name, observations: Vec<Observation>, strays: Vec<Observed>) -> Result<(), Status> {
         let mut observed = Vec::with_capacity(observations.len() + strays.len());
+        let observations = self.gpu_findings(node, observations).await?;
         // The ranks whose lease stop saved their work count before any of them is judged:
         // the ranks of a gang on one node come in one report.
         for o in &observations {
@@ -249,7 +251,8 @@ impl Gateway {
                         reason: clip_message(u.reason),
                     })
                 }
-                Some(What::Gpu(g)) => self.gpu_health(node, g).await?,
+                // Committed first, by `gpu_findings`.
+                Some(What::Gpu(_)) => {}
                 None => return Err(Status::invalid_argument("observations: an observation without a kind")),
             }
         }
@@ -272,6 +275,32 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+
+    /// Commits the report's GPU findings, the last of each GPU the node has, and returns the
+    /// rest of the report. One write per GPU at most: a report may carry 65,536 findings,
+    /// and each was a raft write of its own, in turn, before the rest of the report.
+    async fn gpu_findings(&self, node: &Name, observations: Vec<Observation>) -> Result<Vec<Observation>, Status> {
+        let gpus = self.ctx.replica.read_local(|s| s.nodes().get(node).map_or(0, |n| n.spec.resources.gpus()));
+        let mut last = BTreeMap::new();
+        let mut unknown = 0usize;
+        let mut rest = Vec::with_capacity(observations.len());
+        for o in observations {
+            match o.what {
+                Some(What::Gpu(g)) if u64::from(g.gpu) < gpus => {
+                    last.insert(g.gpu, g);
+                }
+                Some(What::Gpu(_)) => unknown += 1,
+                _ => rest.push(o),
+            }
+        }
+        if unknown > 0 {
+            tracing::warn!(node = %node, unknown, gpus, "GPU findings for GPUs the node does not have; not recorded");
+        }
+        for g in last.into_values() {
+            self.gpu_health(node, g).await?;
+        }
+        Ok(rest)
     }
 
     /// Commits what the agent found of one of its GPUs (decisions.md section 14), before

@@ -93,3 +93,29 @@ async fn bad_gpu_marks_are_refused_naming_the_field() {
     let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
     assert!(nodes[0].unhealthy_gpus.is_empty());
 }
+
+/// A report may carry 65,536 observations; GPU findings were each a raft write of their own,
+/// in turn, before the rest of the report (issue 39: one agent could hold the log with one
+/// report). Now a report commits at most one finding per GPU, the last it carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_report_commits_at_most_one_gpu_finding_per_gpu() {
+    let cluster = Cluster::start(1).await;
+    let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    let applied = || async {
+        let text = scrape(&cluster.replicas[0].metrics).await;
+        samples(&text)["baton_raft_applied_index"]
+    };
+    let before = applied().await;
+    // Flips of every GPU, and GPUs the node does not have; the last word on GPU 2 is a fault.
+    let mut flips: Vec<What> =
+        (0..4_000).map(|i| gpu_report(i % 8, if i % 2 == 0 { "XID 48" } else { "" }, true)).collect();
+    flips.extend((0..1_000).map(|i| gpu_report(100 + i, "XID 79", false)));
+    flips.push(gpu_report(2, "XID 79: fell off the bus", false));
+    agent.report(flips).await.expect("the report is taken");
+    let writes = applied().await - before;
+    assert!(writes <= 9.0, "{writes} entries for one report of 8 GPUs");
+    let mut c = cluster.client(0).await;
+    let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
+    let faults: Vec<u32> = nodes[0].unhealthy_gpus.iter().map(|f| f.gpu).collect();
+    assert!(faults.contains(&2), "the last finding of GPU 2 is what holds: {faults:?}");
+}
