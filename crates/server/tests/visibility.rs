@@ -8,6 +8,7 @@ mod common;
 use ::baton_server::ServerSettings;
 use ::baton_server::auth::{AuthMode, hash_token};
 use baton_proto::v1::baton_client::BatonClient;
+use baton_proto::v1::observation::What;
 use baton_proto::v1::*;
 use common::*;
 use tonic::Code;
@@ -318,4 +319,62 @@ async fn a_dependency_on_a_hidden_job_is_refused_as_an_unknown_one() {
     let mut carol = client(&cluster.addrs()[0], CAROL).await;
     let dep = Dependency { job: "j-own".into(), when: DependencyCondition::Any.into() };
     carol.submit(SubmitRequest { after: vec![dep], ..submit_of(gpu_job("carols", "own", "train", 1)) }).await.unwrap();
+}
+
+/// A victim seen by others does not name a preemptor they may not see (issue 39: its
+/// `preempted_by`, its reason and its events named it): bob's borrowed job is preempted by
+/// alice's job of a queue that shows others nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_victim_does_not_name_a_preemptor_its_viewer_may_not_see() {
+    let settings =
+        ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
+    let cluster = Cluster::start_with(1, settings).await;
+    let addr = cluster.addrs()[0].clone();
+    let mut admin = client(&addr, ADMIN).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while admin.who_am_i(Empty {}).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "the bootstrap admin token never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    admin.create_queue(Queue { visibility: JobVisibility::All.into(), ..queue("open", 0) }).await.unwrap();
+    admin.create_queue(Queue { visibility: JobVisibility::Own.into(), ..queue("closed", 8) }).await.unwrap();
+    for (token, user, queues) in [(ALICE, "alice", vec!["open", "closed"]), (BOB, "bob", vec!["open"])] {
+        let queues = queues.into_iter().map(String::from).collect();
+        let req = CreateTokenRequest { hash: hash_token(token).to_vec(), user: user.into(), roles: vec![], queues };
+        admin.create_token(req).await.unwrap();
+    }
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    let mut bob = client(&addr, BOB).await;
+    bob.submit(submit_of(gpu_job("low", "open", "train", 8))).await.unwrap();
+    let d = agent.until("low runs", |d| has(d, "low", Action::Run)).await;
+    let low_id = d.assignments[0].job_id;
+    client(&addr, ALICE).await.submit(submit_of(gpu_job("secret-high", "closed", "inference", 8))).await.unwrap();
+    agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
+    let stopped = Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0 };
+    agent.report(vec![What::Stopped(stopped)]).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let seen_by_admin = loop {
+        let j = admin.get_job(job_ref("low")).await.unwrap().into_inner();
+        if j.state() == JobState::Pending || std::time::Instant::now() > deadline {
+            break j;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(seen_by_admin.preempted_by, "secret-high", "an admin sees who preempted it: {seen_by_admin:?}");
+
+    let j = bob.get_job(job_ref("low")).await.unwrap().into_inner();
+    assert_eq!(j.preempted_by, ::baton_server::api::HIDDEN_JOB, "{j:?}");
+    let texts: Vec<&str> =
+        std::iter::once(j.reason.as_str()).chain(j.events.iter().map(|e| e.message.as_str())).collect();
+    assert!(texts.iter().all(|t| !t.contains("secret-high")), "{texts:?}");
+    let req = WatchRequest { job: "low".into(), replay: true };
+    let mut stream = bob.watch(req).await.unwrap().into_inner();
+    let within = std::time::Duration::from_secs(10);
+    loop {
+        let e = tokio::time::timeout(within, stream.message()).await.expect("no Requeued event").unwrap().unwrap();
+        assert!(!e.message.contains("secret-high"), "{e:?}");
+        if e.kind() == EventKind::Requeued {
+            break;
+        }
+    }
 }

@@ -138,8 +138,16 @@ fn to_proto(s: &State, who: &Caller, j: &Job, with_events: bool) -> Option<v1::J
     if view == View::Hidden {
         return None;
     }
-    let by = j.preempted_by.and_then(|id| s.job(id)).map(|p| &p.spec.name);
-    let mut out = job_to_proto(j, with_events, by);
+    let by = j.preempted_by.and_then(|id| s.job(id));
+    let mut out = job_to_proto(j, with_events, by.map(|p| &p.spec.name));
+    // The preemptor is another job: named only to those who may see it.
+    if by.is_some_and(|p| visible::view(s, who, p) == View::Hidden) {
+        out.preempted_by = super::HIDDEN_JOB.to_string();
+    }
+    out.reason = visible::other_jobs_named(s, who, &out.reason);
+    for e in &mut out.events {
+        e.message = visible::other_jobs_named(s, who, &e.message);
+    }
     // A completing job says so first: its GPUs are held until its processes are gone.
     if let Some(completing) = s.completing_reason(j.id) {
         out.reason = if out.reason.is_empty() { completing } else { format!("{completing}; {}", out.reason) };

@@ -8,6 +8,7 @@ use baton_model::event::Event;
 use baton_model::job::Job;
 use baton_proto::v1;
 
+use super::HIDDEN_JOB;
 use crate::auth::Caller;
 
 /// How much of one job a caller sees (the model's rule, `State::job_view`).
@@ -39,15 +40,51 @@ pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
 
 /// The event as `who` may see it, or `None`.
 pub fn shown(s: &State, who: &Caller, e: &Event) -> Option<v1::Event> {
-    seen_as(event_view(s, who, e), e)
+    seen_as(s, who, event_view(s, who, e), e)
 }
 
-/// The event as a caller with `view` of its job sees it, or `None`.
-pub fn seen_as(view: View, e: &Event) -> Option<v1::Event> {
+/// The event as `who`, with `view` of its job, sees it, or `None`.
+pub fn seen_as(s: &State, who: &Caller, view: View, e: &Event) -> Option<v1::Event> {
     match view {
         View::Hidden => None,
         View::Names => Some(event_names_only(baton_proto::convert::event_to_proto(e))),
-        View::Private | View::Public => Some(baton_proto::convert::event_to_proto(e)),
+        View::Private | View::Public => {
+            let mut out = baton_proto::convert::event_to_proto(e);
+            out.message = other_jobs_named(s, who, &out.message);
+            Some(out)
+        }
+    }
+}
+
+/// Where the model's texts name another job than their own: its preemptor.
+const NAMING: [&str; 2] = ["preempted by ", "suspended for "];
+
+/// `text` with each job it names after [`NAMING`] replaced by [`HIDDEN_JOB`] where `who`
+/// may not see that job: a victim seen by others must not name a preemptor they may not see.
+pub fn other_jobs_named(s: &State, who: &Caller, text: &str) -> String {
+    if who.token().is_none_or(|t| t.any_job()) || !NAMING.iter().any(|p| text.contains(p)) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some((at, phrase)) = NAMING.iter().filter_map(|p| rest.find(p).map(|at| (at, p))).min() {
+        let (before, after) = rest.split_at(at + phrase.len());
+        out.push_str(before);
+        let len =
+            after.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))).unwrap_or(after.len());
+        let (name, tail) = after.split_at(len);
+        out.push_str(if job_seen(s, who, name) { name } else { HIDDEN_JOB });
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `who` sees the job (or array) called `name`.
+pub fn job_seen(s: &State, who: &Caller, name: &str) -> bool {
+    match s.job_by_name(name) {
+        Some(j) => view(s, who, j) != View::Hidden,
+        None => s.array_by_name(name).is_some_and(|a| array_view(s, who, a) != View::Hidden),
     }
 }
 

@@ -163,6 +163,6 @@ fn newest_events(s: &baton_model::State, who: &Caller, job: &str, max: usize) ->
             ..Default::default()
         });
     }
-    out.extend(all.into_iter().filter_map(|(_, _, v, e)| seen_as(v, e)));
+    out.extend(all.into_iter().filter_map(|(_, _, v, e)| seen_as(s, who, v, e)));
     out
 }
