@@ -44,9 +44,9 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 /// `/proc/uptime` shows) plus the slack has passed, it leaves a marker next to the exit
 /// file (`.lease`), continues the group (a suspended replica takes its stop signal as a
 /// running one does), sends the stop signal to the group, waits the grace and kills the group.
-/// Without a lease file it does nothing (no lease was granted yet); a lease file that
-/// disappears after it was read (the agent's data directory was removed) counts as a lease
-/// run out. The marker is written with `true`, not `:`: a failed redirection on a special
+/// It starts from the expiry the wrapper read: a lease file that disappears after that
+/// (the agent's data directory was removed), even before the watchdog's first poll, counts
+/// as a lease run out. The marker is written with `true`, not `:`: a failed redirection on a special
 /// built-in ends a POSIX shell, and with the replica's directory gone that ended the
 /// watchdog instead of the replica.
 const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
@@ -72,7 +72,6 @@ fi
 : > "$f.started"
 watchdog() {
   trap : 1 2 3 10 12 14 15
-  e=
   while :; do
     sleep "$p"
     n=

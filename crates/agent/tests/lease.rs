@@ -310,6 +310,34 @@ async fn replies_from_an_earlier_leader_of_the_same_term_do_not_renew_the_lease(
     agent.shutdown().await.unwrap();
 }
 
+/// The watchdog starts from the lease its wrapper checked: a lease file gone before the
+/// watchdog's first poll means the agent is gone, as one gone later does (issue 31). Before,
+/// the watchdog forgot the wrapper's reading and waited for a lease file forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_file_gone_before_the_watchdogs_first_poll_stops_the_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = leased().await;
+    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let pid = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid.clone()]);
+    gw.set(1, vec![]);
+    // A lease far longer than this test, then no renewal rewrites the file.
+    gw.grant_lease_ms(600_000);
+    let now = gw.report_count();
+    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
+    gw.stall_reports(true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The job itself removes the file as it starts, well within the watchdog's first poll.
+    let lease = baton_agent::lease_file::path(dir.path());
+    let command = format!("rm -f {}; echo $$ > {}; while :; do sleep 0.05; done", lease.display(), pid.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &command)]);
+    let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
+    wait_for(10, "the replica stopped by its watchdog", || (!alive(p)).then_some(())).await;
+    gw.stall_reports(false);
+    agent.shutdown().await.unwrap();
+}
+
 /// Found after test runs: replicas kept running for hours once their agent's data directory
 /// was removed. The watchdog treated a missing lease file as "no lease granted yet" and
 /// waited for one forever; and with the replica's own directory gone, marking the stop
