@@ -19,6 +19,8 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use crate::journal::ReplicaKey;
+
 /// What the operator asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainmentMode {
@@ -52,6 +54,17 @@ pub enum CgroupError {
     Unusable { path: PathBuf, why: String },
     #[error("cgroup {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("cgroup {path} still holds processes: a replica is never started beside another's")]
+    Populated { path: PathBuf },
+}
+
+/// The replica a cgroup's name `<job>-<attempt>-<rank>` names.
+fn parse_key(name: &str) -> Option<ReplicaKey> {
+    let mut parts = name.splitn(3, '-');
+    let job_id = parts.next()?.parse().ok()?;
+    let attempt = parts.next()?.parse().ok()?;
+    let rank = parts.next()?.parse().ok()?;
+    Some(ReplicaKey { job_id, attempt, rank })
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
@@ -104,6 +117,21 @@ impl CgroupRoot {
     /// The cgroup of one replica (not made yet).
     pub fn replica(&self, job_id: u64, attempt: u32, rank: u32) -> ReplicaCgroup {
         ReplicaCgroup { dir: self.dir.join(format!("{job_id}-{attempt}-{rank}")) }
+    }
+
+    /// The replica cgroups here that still hold processes, by the replica their names say
+    /// (`<job>-<attempt>-<rank>`), at most `max` of them.
+    pub fn populated_children(&self, max: usize) -> Vec<(ReplicaKey, ReplicaCgroup)> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let key = parse_key(e.file_name().to_str()?)?;
+                let cgroup = ReplicaCgroup { dir: e.path() };
+                cgroup.populated().then_some((key, cgroup))
+            })
+            .take(max)
+            .collect()
     }
 
     /// Removes the empty replica cgroups a run before this one left (an agent killed before it
@@ -162,10 +190,24 @@ pub struct ReplicaCgroup {
 }
 
 impl ReplicaCgroup {
-    /// Makes it (an existing one is reused: a replica started again after a crash before its
-    /// spawn) and opens its `cgroup.procs` for the child to join before it runs anything.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// It holds a process.
+    pub fn populated(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+    }
+
+    /// Makes it (an existing empty one is reused: a replica started again after a crash
+    /// before its spawn) and opens its `cgroup.procs` for the child to join before it runs
+    /// anything. One that holds processes is refused: joining it would make two replicas
+    /// one.
     pub fn create(&self) -> Result<OwnedFd, CgroupError> {
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
+        if self.populated() {
+            return Err(CgroupError::Populated { path: self.dir.clone() });
+        }
         let procs = self.dir.join("cgroup.procs");
         let f = std::fs::OpenOptions::new().write(true).open(&procs).map_err(io(&procs))?;
         Ok(f.into())
@@ -274,6 +316,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = CgroupRoot::at(dir.path()).unwrap_err().to_string();
         assert!(err.contains("has no cgroup.procs") && err.contains("--containment process-group"), "{err}");
+    }
+
+    #[test]
+    fn a_replica_cgroups_name_says_its_replica() {
+        assert_eq!(parse_key("12-3-0"), Some(ReplicaKey { job_id: 12, attempt: 3, rank: 0 }));
+        assert_eq!(parse_key(".baton-probe"), None);
+        assert_eq!(parse_key("12-3"), None);
     }
 
     #[test]

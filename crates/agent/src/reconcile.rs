@@ -49,6 +49,9 @@ pub struct Inputs {
     pub deferred: BTreeSet<ReplicaKey>,
     /// Why the journal cannot be written now, if it cannot.
     pub journal_failing: Option<String>,
+    /// Live replicas the journal did not know (it was lost with them running), killed and
+    /// not gone yet: what they hold is unknown, so nothing starts or resumes meanwhile.
+    pub unknown_live: usize,
     /// Of the replicas held suspended: where the report of their suspension stands (none:
     /// not reported since this agent started).
     pub suspensions: BTreeMap<ReplicaKey, Answer>,
@@ -109,6 +112,9 @@ pub enum Ignored {
     /// A RUN while the journal cannot be written: a start or a resume must be journaled
     /// before it happens. Done once the journal takes writes again.
     JournalFailing(String),
+    /// A RUN while replicas the journal did not know are being killed: what they hold is
+    /// unknown. Done once they are gone.
+    UnknownLive(usize),
 }
 
 impl std::fmt::Display for Ignored {
@@ -123,6 +129,10 @@ impl std::fmt::Display for Ignored {
             Ignored::JournalFailing(why) => {
                 write!(f, "not started or resumed until the journal takes writes again: {why}")
             }
+            Ignored::UnknownLive(n) => write!(
+                f,
+                "not started or resumed until {n} live replica cgroup(s) the journal did not know are gone (killed)"
+            ),
         }
     }
 }
@@ -223,8 +233,12 @@ fn plan_run<'a>(
         // must not start what it was told before the cut).
         return Some(Act::Ignore { key, why: Ignored::NoLease });
     }
-    let refused =
-        inputs.journal_failing.as_ref().map(|why| Act::Ignore { key, why: Ignored::JournalFailing(why.clone()) });
+    let refused = match &inputs.journal_failing {
+        Some(why) => Some(Act::Ignore { key, why: Ignored::JournalFailing(why.clone()) }),
+        None => {
+            (inputs.unknown_live > 0).then_some(Act::Ignore { key, why: Ignored::UnknownLive(inputs.unknown_live) })
+        }
+    };
     let Some(known) = inputs.replicas.get(&key) else {
         if inputs.pruned.contains(&key) {
             // It finished here; how is forgotten. Asked to run it, the leader has missed its

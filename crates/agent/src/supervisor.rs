@@ -66,6 +66,9 @@ pub struct Supervisor {
     lease_granted: bool,
     /// Cgroups of ended replicas killed but not empty yet: removed by a later tick.
     dying_cgroups: Vec<crate::cgroup::ReplicaCgroup>,
+    /// Cgroups of live replicas the journal did not know, killed at start and not empty yet:
+    /// nothing starts until they are gone (`reconcile::Inputs::unknown_live`).
+    unknown_cgroups: Vec<crate::cgroup::ReplicaCgroup>,
     node: String,
     data_dir: PathBuf,
     checkpoint_root: PathBuf,
@@ -157,6 +160,7 @@ impl Supervisor {
             journal,
             cgroups: settings.cgroups,
             dying_cgroups: Vec::new(),
+            unknown_cgroups: Vec::new(),
             lease_granted,
             node: settings.node,
             data_dir: settings.data_dir,
@@ -240,7 +244,8 @@ impl Supervisor {
         if let Some(boot) = boot.filter(|_| !same_boot) {
             sup.journal.note_boot(&boot)?;
         }
-        if let Some(root) = &sup.cgroups {
+        if let Some(root) = sup.cgroups.clone() {
+            sup.kill_unknown_replicas(&root)?;
             root.remove_empty_children();
         }
         sup.publish();
@@ -270,6 +275,53 @@ impl Supervisor {
         if let Some(root) = &self.cgroups {
             root.remove_empty_children();
             let _ = std::fs::remove_dir(root.dir());
+        }
+        Ok(())
+    }
+
+    /// Live replicas whose cgroups the journal does not know (it was deleted or lost while
+    /// they ran) are killed, not adopted: nothing says what they hold or how far their stop
+    /// went. Each is remembered as ended here, so a RUN of it is answered with its end
+    /// (`KilledHere`: the leader places the job again, from its newest checkpoint) instead of
+    /// starting a second copy; and nothing starts until they are gone.
+    fn kill_unknown_replicas(&mut self, root: &crate::cgroup::CgroupRoot) -> Result<(), JournalError> {
+        for (key, cgroup) in root.populated_children(crate::limits::MAX_DYING_CGROUPS) {
+            if self.replicas.get(&key).is_some_and(|r| r.rec.phase != Phase::Finished) {
+                continue;
+            }
+            tracing::error!(
+                ?key,
+                cgroup = %cgroup.dir().display(),
+                "a live replica the journal does not know (was the journal removed?): killed; nothing starts until it is gone"
+            );
+            if let Err(e) = cgroup.kill() {
+                tracing::warn!("{e}");
+            }
+            self.unknown_cgroups.push(cgroup);
+            if self.replicas.contains_key(&key) {
+                continue;
+            }
+            let rec = ReplicaRecord {
+                key,
+                job: String::new(),
+                task: 0,
+                replica: key.rank,
+                pid: 0,
+                start_time: 0,
+                phase: Phase::Finished,
+                stop: None,
+                kill_deadline_unix_ms: 0,
+                kill_deadline_boot_ms: 0,
+                outcome: Some(Outcome::Killed),
+                exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
+                gpus: Vec::new(),
+                started_unix_ms: 0,
+                newest_checkpoint_at_start_unix_ms: None,
+            };
+            self.journal.put_replica(&rec)?;
+            let replica =
+                Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None };
+            self.replicas.insert(key, replica);
         }
         Ok(())
     }
@@ -401,6 +453,7 @@ impl Supervisor {
                 .collect(),
             deferred: self.deferred.keys().copied().collect(),
             journal_failing: self.journal.failing(),
+            unknown_live: self.unknown_cgroups.len(),
             suspensions: self
                 .suspensions
                 .held(|k| self.replicas.get(k).is_some_and(|r| r.rec.phase == Phase::Suspended)),
@@ -895,6 +948,7 @@ impl Supervisor {
         self.reapply()?;
         // Killed on the replica's end; gone once their last process has died.
         self.dying_cgroups.retain(|c| !c.kill_and_remove());
+        self.unknown_cgroups.retain(|c| !c.kill_and_remove());
         let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
         let mut again = Vec::new();

@@ -80,6 +80,44 @@ async fn a_process_that_left_its_group_is_killed_with_its_replica() {
     wait_for(10, "the replica's cgroup removed", || (!root.0.join("1-1-0").exists()).then_some(())).await;
 }
 
+/// Issue 31: a journal deleted while its replicas live (the obvious remedy for a damaged
+/// one) made the agent start a second copy of a running replica, in the first one's cgroup.
+/// Now the agent finds live replicas it does not know by their cgroups, kills them, starts
+/// nothing until they are gone, and answers a RUN of one with its end (`KilledHere`, so
+/// the leader places the job again from its checkpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and a writable cgroup v2 hierarchy: ./test.sh runs it as root"]
+async fn a_journal_lost_beside_a_live_replica_starts_no_second_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = TestRoot::new("orphan");
+    let gw = Gateway::start(None).await;
+    let agent_config = || {
+        let mut c = config(dir.path(), &[gw.addr]);
+        c.containment = ContainmentMode::Cgroup;
+        c.cgroup_root = Some(root.0.clone());
+        c
+    };
+    let (starts, pid) = (dir.path().join("starts"), dir.path().join("pid"));
+    let _reaper = Reaper(vec![pid.clone()]);
+    let cmd = format!("echo $$ >> {}; echo $$ > {}; exec sleep 600", starts.display(), pid.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let agent = start_agent(agent_config()).await;
+    let first = wait_for(5, "the replica's pid", || read_pid(&pid)).await;
+    agent.shutdown().await.unwrap();
+    assert!(alive(first), "replicas outlive their agent");
+
+    std::fs::remove_dir_all(dir.path().join("journal")).unwrap();
+    let _agent = start_agent(agent_config()).await;
+    wait_for(10, "the unknown live replica killed", || (!alive(first)).then_some(())).await;
+    wait_for(10, "its RUN answered with its end", || {
+        stop_causes_of(&gw.observations(), 1).contains(&baton_proto::v1::StopCause::KilledHere).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let started = std::fs::read_to_string(&starts).unwrap();
+    assert_eq!(started.lines().count(), 1, "a second copy started: {started}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containment_cgroup_without_a_usable_hierarchy_refuses_to_start_and_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
