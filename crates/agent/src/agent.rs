@@ -192,6 +192,7 @@ pub async fn start_with_journal(
         data_dir: config.data_dir.clone(),
         checkpoint_root,
         kill_grace_ms: config.kill_grace_ms,
+        unkillable_after_ms: config.unkillable_after_ms,
         log_cap_bytes: config.log_cap_bytes,
         lease: lease_rx.clone(),
         metrics: metrics.clone(),

@@ -194,6 +194,25 @@ impl ReplicaCgroup {
         &self.dir
     }
 
+    /// Up to 8 of its processes with their states (`D` is uninterruptible sleep), for a
+    /// person: `pid 812 (D), pid 815 (D)`.
+    pub fn describe_processes(&self) -> String {
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<&str> = procs.split_whitespace().collect();
+        let mut shown: Vec<String> = pids
+            .iter()
+            .take(8)
+            .map(|p| {
+                let state = p.parse().ok().and_then(crate::procfs::stat).map_or('?', |(_, s)| s);
+                format!("pid {p} ({state})")
+            })
+            .collect();
+        if pids.len() > 8 {
+            shown.push(format!("and {} more", pids.len() - 8));
+        }
+        if shown.is_empty() { "no process listed".to_string() } else { shown.join(", ") }
+    }
+
     /// It holds a process.
     pub fn populated(&self) -> bool {
         std::fs::read_to_string(self.dir.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())

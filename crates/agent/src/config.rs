@@ -36,6 +36,9 @@ pub struct AgentConfig {
     pub heartbeat_ms: u64,
     /// Grace for replicas no longer wanted here: SIGTERM, then SIGKILL after this long.
     pub kill_grace_ms: u64,
+    /// How long a replica's processes may survive SIGKILL before it is reported
+    /// `Unkillable`.
+    pub unkillable_after_ms: u64,
     /// Size of one log file after which output is dropped with a note.
     pub log_cap_bytes: u64,
     /// Mutual TLS for the gateway it dials and the logs it serves, or plain TCP.
@@ -69,6 +72,7 @@ impl AgentConfig {
             metrics_listen: None,
             heartbeat_ms: 500,
             kill_grace_ms: DEFAULT_KILL_GRACE_MS,
+            unkillable_after_ms: crate::limits::DEFAULT_UNKILLABLE_AFTER_MS,
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
             transport: baton_proto::tls::Transport::Insecure,
             run_as: crate::run_as::RunAsPolicy::AgentUser,

@@ -107,3 +107,7 @@ pub const WATCHDOG_POLL_MS: u64 = 200;
 /// Cgroups of ended replicas the supervisor keeps trying to remove; more wait for the sweep
 /// at the agent's next start (a cgroup holding a process in uninterruptible sleep stays).
 pub const MAX_DYING_CGROUPS: usize = 1_024;
+/// How long a replica's processes may survive SIGKILL (a process in uninterruptible sleep,
+/// often a driver or file system hang) before the agent reports it `Unkillable`: its node then
+/// takes no new work and its GPUs stay held. Slurm's UnkillableStepTimeout defaults to 60 s.
+pub const DEFAULT_UNKILLABLE_AFTER_MS: u64 = 60_000;

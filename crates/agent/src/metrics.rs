@@ -46,6 +46,7 @@ pub struct AgentMetrics {
     journal_failing: Gauge,
     process_group_only: Gauge,
     runs_refused: Counter,
+    unkillable: Counter,
     tls_not_after: Family<Labels, Gauge>,
     gpu_utilization_ratio: Family<Labels, GaugeF>,
     gpu_memory_used_bytes: Family<Labels, Gauge>,
@@ -77,6 +78,7 @@ impl AgentMetrics {
             process_group_only: Gauge::default(),
             tls_not_after: Family::default(),
             runs_refused: Counter::default(),
+            unkillable: Counter::default(),
             gpu_utilization_ratio: Family::default(),
             gpu_memory_used_bytes: Family::default(),
             gpu_memory_total_bytes: Family::default(),
@@ -142,6 +144,11 @@ impl AgentMetrics {
             self.runs_refused.clone(),
         );
         r.register(
+            "baton_agent_unkillable_replicas",
+            "Replicas whose processes survived SIGKILL past the bound, reported Unkillable",
+            self.unkillable.clone(),
+        );
+        r.register(
             GPU_METRIC_NAMES[0],
             "GPU busy fraction over NVML's last sample period (0..1)",
             self.gpu_utilization_ratio.clone(),
@@ -188,6 +195,10 @@ impl AgentMetrics {
 
     pub fn run_refused(&self) {
         self.runs_refused.inc();
+    }
+
+    pub fn unkillable(&self) {
+        self.unkillable.inc();
     }
 
     pub fn report(&self, accepted: bool) {

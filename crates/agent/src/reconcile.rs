@@ -52,6 +52,9 @@ pub struct Inputs {
     /// Live replicas the journal did not know (it was lost with them running), killed and
     /// not gone yet: what they hold is unknown, so nothing starts or resumes meanwhile.
     pub unknown_live: usize,
+    /// Replicas that ended whose processes live on (killed, not gone yet), with their GPUs:
+    /// the GPUs stay held, and a directive's word on them waits until they are gone.
+    pub lingering: BTreeMap<ReplicaKey, Vec<u32>>,
     /// Of the replicas held suspended: where the report of their suspension stands (none:
     /// not reported since this agent started).
     pub suspensions: BTreeMap<ReplicaKey, Answer>,
@@ -196,8 +199,14 @@ pub fn plan(d: &Directive, inputs: &Inputs) -> Result<Plan, DirectiveRefused> {
         .iter()
         .filter(|(_, k)| k.phase != Phase::Finished)
         .map(|(key, k)| (*key, k.gpus.as_slice()))
+        .chain(inputs.lingering.iter().map(|(key, gpus)| (*key, gpus.as_slice())))
         .collect();
     for (key, a) in &wanted {
+        if inputs.lingering.contains_key(key) {
+            // Its end is told once its processes are gone (or it is reported unkillable):
+            // until then nothing is said or done of it.
+            continue;
+        }
         let act = match Action::try_from(a.action) {
             Ok(Action::Run) => plan_run(*key, a, inputs, &mut held, &mut plan.deferred),
             Ok(Action::Stop) => {

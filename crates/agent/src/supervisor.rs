@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use baton_proto::DEFAULT_CHECKPOINT_SIGNAL;
 use baton_proto::v1::observation::What;
 use baton_proto::v1::{
-    Assignment, Checkpointed, Directive, Exited, Observation, ReplicaPhase, Running, StopCause, Stopped,
+    Assignment, Checkpointed, Directive, Exited, Observation, ReplicaPhase, Running, StopCause, Stopped, Unkillable,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
@@ -45,6 +45,17 @@ pub struct ExitEvent {
 /// Replicas whose logs may still grow: (job id, attempt, rank). Read by the logs server.
 pub type LiveLogs = Arc<Mutex<HashSet<(u64, u32, u32)>>>;
 
+/// A replica whose wrapper ended while its cgroup still held processes (`Supervisor::linger`).
+struct Lingering {
+    cgroup: crate::cgroup::ReplicaCgroup,
+    /// Held here until the cgroup is empty (its record may be pruned before).
+    gpus: Vec<u32>,
+    since: Instant,
+    /// Its end, told once the cgroup is empty (or after `Unkillable`).
+    end: Option<Observation>,
+    unkillable_told: bool,
+}
+
 struct Replica {
     rec: ReplicaRecord,
     /// When this agent started it (`None`: adopted after a restart).
@@ -66,6 +77,11 @@ pub struct Supervisor {
     lease_granted: bool,
     /// Cgroups of ended replicas killed but not empty yet: removed by a later tick.
     dying_cgroups: Vec<crate::cgroup::ReplicaCgroup>,
+    /// Replicas that ended whose cgroups still hold processes (`Lingering`), at most
+    /// `MAX_DYING_CGROUPS`: their GPUs stay held here.
+    lingering: BTreeMap<ReplicaKey, Lingering>,
+    /// How long a replica's processes may survive SIGKILL before it is reported `Unkillable`.
+    unkillable_after: Duration,
     /// Cgroups of live replicas the journal did not know, killed at start and not empty yet:
     /// nothing starts until they are gone (`reconcile::Inputs::unknown_live`).
     unknown_cgroups: Vec<crate::cgroup::ReplicaCgroup>,
@@ -137,6 +153,9 @@ pub struct Settings {
     pub data_dir: PathBuf,
     pub checkpoint_root: PathBuf,
     pub kill_grace_ms: u64,
+    /// How long a replica's processes may survive SIGKILL before it is reported
+    /// `Unkillable` (its node then takes no new work).
+    pub unkillable_after_ms: u64,
     pub log_cap_bytes: u64,
     pub lease: watch::Receiver<Lease>,
     pub metrics: Arc<crate::metrics::AgentMetrics>,
@@ -161,6 +180,8 @@ impl Supervisor {
             cgroups: settings.cgroups,
             dying_cgroups: Vec::new(),
             unknown_cgroups: Vec::new(),
+            lingering: BTreeMap::new(),
+            unkillable_after: Duration::from_millis(settings.unkillable_after_ms),
             lease_granted,
             node: settings.node,
             data_dir: settings.data_dir,
@@ -286,8 +307,16 @@ impl Supervisor {
     /// starting a second copy; and nothing starts until they are gone.
     fn kill_unknown_replicas(&mut self, root: &crate::cgroup::CgroupRoot) -> Result<(), JournalError> {
         for (key, cgroup) in root.populated_children(crate::limits::MAX_DYING_CGROUPS) {
-            if self.replicas.get(&key).is_some_and(|r| r.rec.phase != Phase::Finished) {
-                continue;
+            match self.replicas.get(&key).map(|r| r.rec.phase) {
+                Some(Phase::Finished) => {
+                    // Ended, its processes not gone when the agent went down: what it held is
+                    // known (its GPUs stay held), its end was told or is lost with the journal's
+                    // copy (then the leader finds it vanished).
+                    let _ = self.linger(&key, cgroup, None);
+                    continue;
+                }
+                Some(_) => continue,
+                None => {}
             }
             tracing::error!(
                 ?key,
@@ -454,6 +483,7 @@ impl Supervisor {
             deferred: self.deferred.keys().copied().collect(),
             journal_failing: self.journal.failing(),
             unknown_live: self.unknown_cgroups.len(),
+            lingering: self.lingering.iter().map(|(k, l)| (*k, l.gpus.clone())).collect(),
             suspensions: self
                 .suspensions
                 .held(|k| self.replicas.get(k).is_some_and(|r| r.rec.phase == Phase::Suspended)),
@@ -613,13 +643,15 @@ impl Supervisor {
         }
     }
 
-    /// A replica other than `key` that has not ended holds one of `gpus`.
+    /// A replica other than `key` that has not ended, or whose processes live on, holds one
+    /// of `gpus`.
     fn gpus_busy(&self, key: &ReplicaKey, gpus: &[u32]) -> Option<ReplicaKey> {
         let held: Vec<(ReplicaKey, &[u32])> = self
             .replicas
             .values()
             .filter(|r| r.rec.phase != Phase::Finished)
             .map(|r| (r.rec.key, r.rec.gpus.as_slice()))
+            .chain(self.lingering.iter().map(|(k, l)| (*k, l.gpus.as_slice())))
             .collect();
         reconcile::gpu_holder(key, gpus, &held)
     }
@@ -795,15 +827,7 @@ impl Supervisor {
         }
         // And whatever left the group (setsid, a double fork): its cgroup holds it. The cgroup
         // is this replica's alone, so unlike a pid it is safe to kill even after a restart.
-        if let Some(c) = cgroup_of(&self.cgroups, key)
-            && !c.kill_and_remove()
-            && !self.dying_cgroups.contains(&c)
-            // Bounded: a cgroup that never empties (a process in uninterruptible sleep) is
-            // left to the next start's sweep once this many wait.
-            && self.dying_cgroups.len() < crate::limits::MAX_DYING_CGROUPS
-        {
-            self.dying_cgroups.push(c);
-        }
+        let lingers = cgroup_of(&self.cgroups, key).filter(|c| !c.kill_and_remove());
         let seen = Ended {
             code,
             watchdog_stopped: launch::lease_marker(&r.rec.exit_file).exists(),
@@ -851,11 +875,89 @@ impl Supervisor {
             launch::remove_markers(&rec.exit_file);
         }
         self.set_live(key, false);
+        let obs = match lingers {
+            Some(cgroup) => self.linger(key, cgroup, obs),
+            None => obs,
+        };
         let observed = match obs {
             Some(obs) => self.observe(obs),
             None => Ok(()),
         };
         journaled.and(observed)
+    }
+
+    /// A replica whose wrapper ended while its cgroup still holds processes has not ended:
+    /// its GPUs stay held here, and its end (`obs`) is told only once the cgroup is empty,
+    /// or once its processes have survived SIGKILL past `unkillable_after` (then after
+    /// `Unkillable`). Returns the end to tell now: past the bound on lingering replicas, at
+    /// once, as before.
+    fn linger(
+        &mut self,
+        key: &ReplicaKey,
+        cgroup: crate::cgroup::ReplicaCgroup,
+        obs: Option<Observation>,
+    ) -> Option<Observation> {
+        if self.lingering.len() >= crate::limits::MAX_DYING_CGROUPS {
+            if !self.dying_cgroups.contains(&cgroup) && self.dying_cgroups.len() < crate::limits::MAX_DYING_CGROUPS {
+                self.dying_cgroups.push(cgroup);
+            }
+            return obs;
+        }
+        tracing::info!(?key, "its processes outlive its wrapper: killed; its end is told once they are gone");
+        let gpus = self.replicas.get(key).map(|r| r.rec.gpus.clone()).unwrap_or_default();
+        self.lingering
+            .insert(*key, Lingering { cgroup, gpus, since: Instant::now(), end: obs, unkillable_told: false });
+        None
+    }
+
+    /// Tells the end of each lingering replica whose cgroup is now empty; reports
+    /// `Unkillable` (then its end, so its job moves on) for one whose processes survived
+    /// SIGKILL past the bound, whose GPUs stay held here while the node takes no new work.
+    fn settle_lingering(&mut self) -> Result<(), JournalError> {
+        let mut tell = Vec::new();
+        for (key, l) in self.lingering.iter_mut() {
+            if l.cgroup.kill_and_remove() {
+                tell.push((*key, None, l.end.take(), true));
+            } else if !l.unkillable_told && l.since.elapsed() >= self.unkillable_after {
+                l.unkillable_told = true;
+                let reason = format!(
+                    "its processes survived SIGKILL for {} s: {}",
+                    l.since.elapsed().as_secs(),
+                    l.cgroup.describe_processes()
+                );
+                tell.push((*key, Some(reason), l.end.take(), false));
+            }
+        }
+        let freed = tell.iter().any(|(_, _, _, gone)| *gone);
+        for (key, unkillable, end, gone) in tell {
+            if gone {
+                self.lingering.remove(&key);
+            }
+            if let Some(reason) = unkillable {
+                tracing::error!(
+                    ?key,
+                    reason,
+                    "a replica cannot be killed: its GPUs stay held, its node takes no new work"
+                );
+                self.metrics.unkillable();
+                self.observe(Observation {
+                    what: Some(What::Unkillable(Unkillable {
+                        job_id: key.job_id,
+                        attempt: key.attempt,
+                        rank: key.rank,
+                        reason,
+                    })),
+                })?;
+            }
+            if let Some(end) = end {
+                self.observe(end)?;
+            }
+        }
+        if freed {
+            // What waited for their GPUs starts now, not at the next directive.
+            self.start_deferred()?;
+        }
+        Ok(())
     }
 
     /// Applies the last directive again once `REAPPLY_MS` has passed without one.
@@ -949,6 +1051,7 @@ impl Supervisor {
         // Killed on the replica's end; gone once their last process has died.
         self.dying_cgroups.retain(|c| !c.kill_and_remove());
         self.unknown_cgroups.retain(|c| !c.kill_and_remove());
+        self.settle_lingering()?;
         let (now, now_boot) = (now_unix_ms(), boot_ms());
         let mut gone = Vec::new();
         let mut again = Vec::new();
@@ -1117,6 +1220,10 @@ impl Supervisor {
                     Phase::Running => ReplicaPhase::Running,
                     Phase::Stopping | Phase::Killing => ReplicaPhase::Stopping,
                     Phase::Suspended => ReplicaPhase::Suspended,
+                    // Its processes live on and its end is not told yet: still there.
+                    Phase::Finished if self.lingering.get(&r.rec.key).is_some_and(|l| l.end.is_some()) => {
+                        ReplicaPhase::Stopping
+                    }
                     Phase::Finished => return None,
                 };
                 Some(Running {

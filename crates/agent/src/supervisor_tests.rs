@@ -37,6 +37,7 @@ fn supervisor(dir: &std::path::Path, lease: watch::Receiver<Lease>) -> Superviso
         data_dir: dir.to_path_buf(),
         checkpoint_root: dir.join("checkpoints"),
         kill_grace_ms: 500,
+        unkillable_after_ms: 1_000,
         log_cap_bytes: 1 << 20,
         lease,
         metrics: Arc::new(crate::metrics::AgentMetrics::new()),

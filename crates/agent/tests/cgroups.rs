@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use baton_agent::cgroup::ContainmentMode;
 use baton_proto::v1::Action;
+use baton_proto::v1::observation::What;
 use common::*;
 
 /// A cgroup root of this test's own under the v2 hierarchy, removed at the end.
@@ -139,4 +140,73 @@ fn proc_pgid(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // After the command's closing parenthesis: state, ppid, pgrp.
     stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// A cgroup root of plain files: `cgroup.procs` keeps the pid its replica wrote there after
+/// the process is gone, as a real cgroup keeps a process that survives SIGKILL (a process in
+/// uninterruptible sleep, which no test can make on demand), until the test empties it.
+fn fake_root_with_replicas(dir: &Path, replicas: &[&str]) -> PathBuf {
+    let root = dir.join("fake-cgroups");
+    std::fs::create_dir_all(&root).unwrap();
+    for file in ["cgroup.procs", "cgroup.kill"] {
+        std::fs::write(root.join(file), "").unwrap();
+    }
+    for replica in replicas {
+        std::fs::create_dir_all(root.join(replica)).unwrap();
+        std::fs::write(root.join(replica).join("cgroup.procs"), "").unwrap();
+    }
+    root
+}
+
+/// Issue 31: a replica counted as ended when its wrapper ended, so a process of it that
+/// survived SIGKILL kept its GPU while the next job started there, and the agent never
+/// reported `Unkillable`. Now its end waits for its cgroup to empty; past the bound the agent
+/// reports `Unkillable` (its node takes no new work) and then its end, and its GPUs stay held
+/// here until its processes are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_processes_survive_sigkill_holds_its_gpus_and_is_reported_unkillable() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fake_root_with_replicas(dir.path(), &["1-1-0", "2-1-0"]);
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.containment = ContainmentMode::Cgroup;
+    c.cgroup_root = Some(root.clone());
+    c.unkillable_after_ms = 1_500;
+    let agent = start_agent(c).await;
+    let next_ran = dir.path().join("next");
+    let _reaper = Reaper(vec![next_ran.clone()]);
+    gw.set(1, vec![assignment(1, 1, Action::Run, "exit 3")]);
+    wait_for(5, "the replica joined its cgroup", || {
+        let procs = std::fs::read_to_string(root.join("1-1-0/cgroup.procs")).unwrap_or_default();
+        (!procs.trim().is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert!(exited_of(&gw.observations(), 1).is_empty(), "its end told while its processes live on");
+
+    // Another job on the same GPUs waits for them.
+    let mut next = assignment(2, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", next_ran.display()));
+    next.gpus = vec![1, 3];
+    gw.set(1, vec![assignment(1, 1, Action::Run, "exit 3"), next.clone()]);
+    let unkillable = wait_for(10, "Unkillable reported", || {
+        gw.observations().iter().position(|o| matches!(&o.what, Some(What::Unkillable(u)) if u.job_id == 1))
+    })
+    .await;
+    let Some(What::Unkillable(u)) = &gw.observations()[unkillable].what else { unreachable!() };
+    assert!(u.reason.contains("survived SIGKILL"), "{}", u.reason);
+    let exited = wait_for(5, "its end told after Unkillable", || {
+        gw.observations()
+            .iter()
+            .position(|o| matches!(&o.what, Some(What::Exited(e)) if e.job_id == 1 && e.exit_code == 3))
+    })
+    .await;
+    assert!(exited > unkillable, "the node must be out before the job lets its GPUs go");
+    gw.set(1, vec![next]);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!next_ran.exists(), "another job started on GPUs a live process holds");
+
+    // The processes are gone at last: the GPUs are free again.
+    std::fs::remove_file(root.join("1-1-0/cgroup.procs")).unwrap();
+    wait_for(10, "the next job started", || read_pid(&next_ran)).await;
+    agent.shutdown().await.unwrap();
 }
