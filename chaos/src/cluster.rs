@@ -499,6 +499,9 @@ impl Cluster {
             &listen,
             // Jobs name the admin token's user, `admin`; they run as the agent's own user.
             "--run-as-self",
+            // A cgroup each where the host allows it (as root here), else process groups.
+            "--containment",
+            "auto",
             "--server",
             &self.servers.addrs.join(","),
             "--name",

@@ -65,11 +65,12 @@ pub struct AgentArgs {
     /// Run every job as this agent's own user, whatever it names (development, containers).
     #[arg(long)]
     run_as_self: bool,
-    /// How replicas are held: `cgroup` (a cgroup v2 each, killed whole; refuses to start
-    /// without a writable v2 hierarchy), `process-group` (the weaker mode: a process that
-    /// leaves its group escapes), or `auto` (cgroup where the host allows it, else process
-    /// groups, said in the log and by baton_agent_process_group_only on /metrics).
-    #[arg(long, env = "BATON_CONTAINMENT", default_value = "auto", value_parser = baton_agent::cgroup::ContainmentMode::parse)]
+    /// How replicas are held: `cgroup` (the default: a cgroup v2 each, killed whole; refuses
+    /// to start without a writable v2 hierarchy), `process-group` (the weaker mode: a process
+    /// that leaves its group escapes), or `auto` (cgroup where the host allows it, else process
+    /// groups, said in the log and by baton_agent_process_group_only on /metrics). The weaker
+    /// modes are taken only when named.
+    #[arg(long, env = "BATON_CONTAINMENT", default_value = "cgroup", value_parser = baton_agent::cgroup::ContainmentMode::parse)]
     containment: baton_agent::cgroup::ContainmentMode,
     /// The cgroup v2 directory under which each replica's cgroup is made (default: beside the
     /// agent's own cgroup, `baton-NODE-HASH`). Systemd units give one with Delegate=yes.

@@ -264,6 +264,31 @@ fn every_agent_says_who_its_jobs_run_as() {
     }
 }
 
+/// Issue 39: the Kubernetes agents ran every job as the container's root (`--run-as-self`),
+/// beside the node's key and the agent's data. No shipped deployment does: jobs run as their
+/// submitters.
+#[test]
+fn no_deployment_runs_jobs_as_the_agents_own_user() {
+    for inv in all_invocations().into_iter().filter(|i| i.command == "agent") {
+        assert!(
+            !inv.args.iter().any(|a| a == "--run-as-self"),
+            "{}: jobs would run as the agent's own user; use --run-as-allow USERS",
+            inv.file
+        );
+    }
+}
+
+/// Issue 31: the weaker containment is taken only when named, so every shipped agent says
+/// which it wants (the default, `cgroup`, refuses to start without a delegated tree).
+#[test]
+fn every_agent_names_its_containment() {
+    for inv in all_invocations().into_iter().filter(|i| i.command == "agent") {
+        let named = value_of(&inv, "--containment").or(inv.env.get("BATON_CONTAINMENT").map(String::as_str));
+        let mode = named.unwrap_or_else(|| panic!("{}: `baton agent` names no --containment", inv.file));
+        assert!(baton_agent::cgroup::ContainmentMode::parse(mode).is_ok(), "{}: --containment {mode}", inv.file);
+    }
+}
+
 /// The pod label a Kubernetes replica's rack is read from must be the one its anti-affinity
 /// spreads the replicas over: `cluster info` then shows the failure domains the scheduler
 /// actually kept apart.

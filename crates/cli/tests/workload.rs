@@ -139,6 +139,26 @@ fn agent_without_a_driver_or_gpus_says_what_to_pass() {
     assert_eq!(lines, 1, "one clear line: {err}");
 }
 
+/// Issue 31: the agent fell back to process groups unasked (the default was `auto`), so a
+/// host without a delegated cgroup tree ran jobs that could escape their stops. The weaker
+/// mode is now taken only when named.
+#[test]
+fn agent_without_a_usable_cgroup_tree_refuses_unless_the_weaker_mode_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_cgroup = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["agent", "--insecure", "--run-as-self", "--gpus", "1", "--server", "127.0.0.1:1", "--cgroup-root"])
+        .arg(not_a_cgroup.path())
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove("BATON_CONTAINMENT")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--containment process-group"), "{err}");
+}
+
 #[test]
 fn agent_refuses_bad_flags_naming_them() {
     let dir = tempfile::tempdir().unwrap();

@@ -170,6 +170,10 @@ impl Children {
             let name = format!("node-{i}");
             let mut args: Vec<String> = vec![
                 "agent".into(),
+                // A development machine need not delegate a cgroup tree: process groups
+                // there, said in the agent's log.
+                "--containment".into(),
+                "auto".into(),
                 "--server".into(),
                 children.servers.join(","),
                 "--name".into(),
