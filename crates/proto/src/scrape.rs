@@ -11,10 +11,57 @@ use tokio::sync::Semaphore;
 
 /// Largest request head read; a scrape's is a few hundred bytes.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
-/// Scrapes served at once; more wait for a slot.
+/// Scrapes served at once (their request read); more wait for a slot.
 pub const MAX_CONCURRENT_SCRAPES: usize = 16;
-/// A client that does not send its request and read the answer within this is dropped.
+/// A client that does not read the answer within this of sending its request is dropped.
 pub const SCRAPE_TIMEOUT_MS: u64 = 5_000;
+/// Connections open at once that have not sent their request yet; one more is closed at
+/// once. A connection holds a slot to be answered only once its request is read, so clients
+/// that connect and send nothing cannot keep a scrape from being answered.
+pub const MAX_OPEN_CONNECTIONS: usize = 256;
+/// A client must send its request head within this of connecting.
+pub const HEAD_TIMEOUT_MS: u64 = 1_000;
+
+/// Connection and answer slots, shared by every connection of one listener.
+#[derive(Clone)]
+pub struct Slots {
+    open: Arc<Semaphore>,
+    answering: Arc<Semaphore>,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Slots {
+            open: Arc::new(Semaphore::new(MAX_OPEN_CONNECTIONS)),
+            answering: Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES)),
+        }
+    }
+}
+
+/// A connection whose request head was read in time, holding a slot to be answered.
+pub struct Admitted {
+    pub stream: TcpStream,
+    pub head: String,
+    pub slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Slots {
+    /// Takes a connection slot for a stream just accepted; `None`: too many open, the
+    /// stream is dropped (closed) at once.
+    pub fn open(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.open.clone().try_acquire_owned().ok()
+    }
+
+    /// Reads the request head within [`HEAD_TIMEOUT_MS`], then waits for a slot to answer
+    /// it; `None`: the client sent nothing in time, or the server is closing.
+    pub async fn admit(&self, mut stream: TcpStream, open: tokio::sync::OwnedSemaphorePermit) -> Option<Admitted> {
+        let within = Duration::from_millis(HEAD_TIMEOUT_MS);
+        let head = tokio::time::timeout(within, read_head(&mut stream)).await.ok()?.ok()?;
+        drop(open);
+        let slot = self.answering.clone().acquire_owned().await.ok()?;
+        Some(Admitted { stream, head, slot })
+    }
+}
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -24,26 +71,30 @@ pub async fn serve(
     render: Arc<dyn Fn() -> String + Send + Sync>,
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES));
+    let slots = Slots::default();
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = closing.changed() => return,
         };
         let Ok((stream, _)) = accepted else { continue };
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let render = render.clone();
+        let Some(open) = slots.open() else { continue };
+        let (render, slots) = (render.clone(), slots.clone());
         tokio::spawn(async move {
+            let Some(admitted) = slots.admit(stream, open).await else { return };
             let timeout = Duration::from_millis(SCRAPE_TIMEOUT_MS);
-            let _ = tokio::time::timeout(timeout, answer(stream, render)).await;
-            drop(slot);
+            let _ = tokio::time::timeout(timeout, answer(admitted.stream, &admitted.head, render)).await;
+            drop(admitted.slot);
         });
     }
 }
 
-async fn answer(mut stream: TcpStream, render: Arc<dyn Fn() -> String + Send + Sync>) -> std::io::Result<()> {
-    let head = read_head(&mut stream).await?;
-    let (status, kind, body) = match route(&head) {
+async fn answer(
+    mut stream: TcpStream,
+    head: &str,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
+) -> std::io::Result<()> {
+    let (status, kind, body) = match route(head) {
         Route::Metrics => ("200 OK", CONTENT_TYPE, render()),
         Route::NotFound => ("404 Not Found", "text/plain", "only /metrics is served here\n".to_string()),
         Route::BadMethod => ("405 Method Not Allowed", "text/plain", "only GET is served here\n".to_string()),

@@ -146,6 +146,8 @@ pub(crate) struct Ctx {
     pub(crate) watchers: Arc<api::watchers::Watchers>,
     /// Log streams read through this replica per client identity (`max_log_streams_per_client`).
     pub(crate) log_readers: Arc<api::watchers::Watchers>,
+    /// The dashboard's event streams per client identity (`dash::MAX_EVENT_STREAMS_PER_CLIENT`).
+    pub(crate) dash_streams: Arc<api::watchers::Watchers>,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -171,6 +173,7 @@ impl Ctx {
             log_slots: Arc::new(tokio::sync::Semaphore::new(log_streams)),
             watchers: Arc::new(api::watchers::Watchers::watch_streams()),
             log_readers: Arc::new(api::watchers::Watchers::log_streams()),
+            dash_streams: Arc::new(api::watchers::Watchers::dashboard_streams()),
             closing: tokio::sync::watch::channel(false).0,
             transport,
         }

@@ -262,14 +262,25 @@ async fn the_event_stream_carries_applied_events_and_is_bounded_per_replica() {
     agent.until("e1 runs", |d| has(d, "e1", Action::Run)).await;
     until_event(&mut lines, "\"kind\":\"Started\"").await;
 
-    // This one is open; seven more fill the bound, the next is refused with why.
+    // This one is open; alice may hold three more, and her next is refused naming her bound
+    // (issue 39: one user could hold every stream of a replica).
+    use ::baton_server::dash::{MAX_EVENT_STREAMS, MAX_EVENT_STREAMS_PER_CLIENT};
     let mut open = Vec::new();
-    for _ in 1..::baton_server::dash::MAX_EVENT_STREAMS {
-        let mut l = open_events(http, ALICE).await;
+    for token in std::iter::repeat_n(ALICE, MAX_EVENT_STREAMS_PER_CLIENT - 1) {
+        let mut l = open_events(http, token).await;
         assert_eq!(l.next_line().await.unwrap().unwrap(), "HTTP/1.1 200 OK");
         open.push(l);
     }
     let (code, _, body) = get(http, "/api/events", Some(ALICE)).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("user alice has 4 dashboard event streams open"), "{body}");
+    // Bob fills the replica's bound; the next caller is refused with why.
+    for token in std::iter::repeat_n(BOB, MAX_EVENT_STREAMS - MAX_EVENT_STREAMS_PER_CLIENT) {
+        let mut l = open_events(http, token).await;
+        assert_eq!(l.next_line().await.unwrap().unwrap(), "HTTP/1.1 200 OK");
+        open.push(l);
+    }
+    let (code, _, body) = get(http, "/api/events", Some(ADMIN)).await;
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("event streams are open on this replica"), "{body}");
     // Another replica has its own bound.
@@ -325,4 +336,24 @@ async fn the_event_stream_shows_others_events_only_as_their_queue_allows() {
     admin.submit(submit("marker")).await.unwrap();
     let seen = lines_until(&mut lines, "\"job\":\"marker\"").await;
     assert!(seen.iter().all(|l| !l.contains("\"job\":\"secret\"")), "a hidden job's event was sent: {seen:?}");
+}
+
+/// Issue 39: sixteen connections that sent nothing held every slot of the metrics listener for
+/// 5 s each, so a slow or hostile client kept Prometheus and the dashboard waiting. A
+/// connection now holds a slot to be answered only once its request is read, and must send it
+/// within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_connections_do_not_keep_a_scrape_waiting() {
+    let cluster = Cluster::start(1).await;
+    let addr = cluster.replicas[0].metrics.clone();
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    let scraped = tokio::time::timeout(Duration::from_millis(3_000), scrape(&addr)).await;
+    assert!(
+        scraped.is_ok_and(|body| body.contains("baton_raft_applied_index")),
+        "the scrape waited behind idle connections"
+    );
+    drop(idle);
 }

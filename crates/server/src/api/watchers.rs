@@ -37,6 +37,11 @@ impl Watchers {
         Watchers::new("log streams", "max_log_streams_per_client")
     }
 
+    /// The dashboard's event streams, bounded by `dash::MAX_EVENT_STREAMS_PER_CLIENT`.
+    pub fn dashboard_streams() -> Watchers {
+        Watchers::new("dashboard event streams", "MAX_EVENT_STREAMS_PER_CLIENT")
+    }
+
     fn new(what: &'static str, setting: &'static str) -> Watchers {
         Watchers { open: Mutex::default(), what, setting }
     }

@@ -49,6 +49,9 @@ pub const DEFAULT_JOBS_PER_PAGE: usize = 100;
 pub const MAX_JOBS_PER_PAGE: usize = 500;
 /// Event streams (`/api/events`) open at once on one replica; one more is refused (503).
 pub const MAX_EVENT_STREAMS: usize = 8;
+/// Event streams one client identity (a token's user) may hold on one replica, so that one
+/// user cannot take every stream of it (a few dashboard tabs).
+pub const MAX_EVENT_STREAMS_PER_CLIENT: usize = 4;
 /// Longest event one stream message carries, JSON included; a longer event message is cut.
 pub const MAX_EVENT_BYTES: usize = 4 * 1024;
 /// An open event stream sends a comment this often, so that a client that went away is
@@ -65,7 +68,7 @@ const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; s
 /// Serves `/metrics`, the dashboard and its API on `listener` until the server closes.
 pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
     let mut closing = ctx.closing.subscribe();
-    let requests = Arc::new(Semaphore::new(scrape::MAX_CONCURRENT_SCRAPES));
+    let slots = scrape::Slots::default();
     let streams = Arc::new(Semaphore::new(MAX_EVENT_STREAMS));
     loop {
         let accepted = tokio::select! {
@@ -73,14 +76,24 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
             _ = closing.wait_for(|c| *c) => return,
         };
         let Ok((stream, _)) = accepted else { continue };
-        let Ok(slot) = requests.clone().acquire_owned().await else { return };
-        let (ctx, streams) = (ctx.clone(), streams.clone());
+        // Too many connections that sent nothing yet: this one is closed at once.
+        let Some(open) = slots.open() else { continue };
+        let (ctx, streams, slots) = (ctx.clone(), streams.clone(), slots.clone());
         tokio::spawn(async move {
+            let Some(admitted) = slots.admit(stream, open).await else { return };
             let timeout = Duration::from_millis(scrape::SCRAPE_TIMEOUT_MS);
-            let answered = tokio::time::timeout(timeout, answer(&ctx, stream)).await;
-            drop(slot);
+            let answered = tokio::time::timeout(timeout, answer(&ctx, admitted.stream, &admitted.head)).await;
+            drop(admitted.slot);
             // An event stream outlives the request timeout: it keeps only its own slot.
             if let Ok(Ok(Some((stream, who)))) = answered {
+                let identity = api::watchers::identity(&who, None);
+                let mine = match ctx.dash_streams.acquire(identity, MAX_EVENT_STREAMS_PER_CLIENT) {
+                    Ok(slot) => slot,
+                    Err(s) => {
+                        let _ = reply(stream, json_error(Code::Unavailable, s.message())).await;
+                        return;
+                    }
+                };
                 let Ok(slot) = streams.try_acquire_owned() else {
                     let why = format!(
                         "{MAX_EVENT_STREAMS} event streams are open on this replica; close a dashboard tab or use another replica"
@@ -89,7 +102,7 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
                     return;
                 };
                 let _ = events(&ctx, stream, who).await;
-                drop(slot);
+                drop((slot, mine));
             }
         });
     }
@@ -112,9 +125,8 @@ impl Reply {
 /// timeout; every other request is answered here.
 type Streaming = Option<(TcpStream, Caller)>;
 
-async fn answer(ctx: &Arc<Ctx>, mut stream: TcpStream) -> std::io::Result<Streaming> {
-    let head = scrape::read_head(&mut stream).await?;
-    let r = match request::parse(&head) {
+async fn answer(ctx: &Arc<Ctx>, stream: TcpStream, head: &str) -> std::io::Result<Streaming> {
+    let r = match request::parse(head) {
         Ok(r) => r,
         Err(why) => {
             reply(stream, text("400 Bad Request", why)).await?;
