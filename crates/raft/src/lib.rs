@@ -21,6 +21,8 @@
 //! - [`membership`]: the changes an operator asks for (add, remove, transfer leadership)
 //!   and their rules; [`transfer`]: handing leadership over, which openraft 0.9 lacks.
 //! - `racks`: each member's rack, asked in the background for `cluster info`.
+//! - [`skew`]: how far this replica's clock is from the other voters', from their replies;
+//!   a leader far ahead of the quorum's clock stamps no later than the quorum's time.
 //! - [`addrs`]: a member's API and peer addresses, both in the one string the membership
 //!   keeps.
 //! - [`backup`]: the backup file (`baton snapshot save`) and restoring it into a new cluster.
@@ -47,6 +49,7 @@ pub mod net;
 mod racks;
 pub mod replica;
 pub mod settings;
+pub mod skew;
 pub mod stats;
 pub mod store;
 pub mod transfer;

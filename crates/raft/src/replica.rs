@@ -192,7 +192,12 @@ pub(crate) struct Core {
     /// The last log id in this replica's log when it opened: no linearizable read served
     /// here waits for less (see [`Core::read_index_here`]).
     read_floor: Option<LogId>,
+    /// When (on the held-back clock) a stamp held back by the quorum's time was last logged.
+    skew_warned_ms: std::sync::atomic::AtomicU64,
 }
+
+/// A replica whose clock runs ahead says so in its log at most this often.
+const SKEW_WARN_EVERY_MS: u64 = 60_000;
 
 /// One member of the cluster. Cheap to clone.
 #[derive(Clone)]
@@ -219,8 +224,44 @@ impl Core {
         known_leader(&self.raft)
     }
 
+    /// The latest time this replica may stamp into a command: `None` unless its clock runs
+    /// ahead of the other voters' by more than `skew::MAX_CLOCK_SKEW_MS` (see `skew`).
+    fn stamp_ceiling_ms(&self) -> Option<u64> {
+        let voters: std::collections::BTreeSet<NodeId> =
+            self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
+        let offset = self.peers.skew.quorum_offset_ms(self.id, &voters);
+        crate::skew::ceiling_ms(self.clock.now_ms(), offset)
+    }
+
+    /// This replica's time as it stamps commands: its clock, held back to the quorum's when
+    /// it runs ahead of it.
+    pub(crate) fn now_ms(&self) -> u64 {
+        let local = self.clock.now_ms();
+        self.stamp_ceiling_ms().map_or(local, |c| local.min(c))
+    }
+
+    /// `cmd` stamped no later than the quorum's time allows: a leader whose clock runs ahead
+    /// must not move the replicated clock with it (it never goes back).
+    fn held_to_the_quorums_time(&self, mut cmd: Command) -> Command {
+        if let Some(ceiling) = self.stamp_ceiling_ms()
+            && cmd.now_ms > ceiling
+        {
+            let ahead_ms = cmd.now_ms - ceiling;
+            let last = self.skew_warned_ms.swap(ceiling, std::sync::atomic::Ordering::Relaxed);
+            if ceiling.saturating_sub(last) >= SKEW_WARN_EVERY_MS {
+                tracing::warn!(
+                    ahead_ms,
+                    "this replica's clock runs ahead of the other voters'; commands are stamped with theirs (fix its time)"
+                );
+            }
+            cmd.now_ms = ceiling;
+        }
+        cmd
+    }
+
     /// Proposes `cmd` on this replica, which must be the leader. Never forwards.
     pub(crate) async fn write_here(&self, cmd: Command) -> Result<Response, WriteError> {
+        let cmd = self.held_to_the_quorums_time(cmd);
         let limit = self.settings.max_command_bytes;
         let bytes = encoded_len(&cmd).map_err(|e| WriteError::Encode(e.to_string()))?;
         if bytes > limit {
@@ -424,8 +465,9 @@ impl Replica {
         });
         let sm = StateMachineStore::open_with(kv.clone(), records)?;
         let shared = sm.shared();
-        let peers =
-            Arc::new(Peers::new(config.cluster_id.clone(), config.node_id, config.settings.max_message_bytes, dialer));
+        let max_message_bytes = config.settings.max_message_bytes;
+        let clock = config.clock.clone();
+        let peers = Arc::new(Peers::new(config.cluster_id.clone(), config.node_id, max_message_bytes, dialer, clock));
         let network = NetworkFactory { peers: peers.clone() };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
@@ -466,6 +508,7 @@ impl Replica {
                 transferring: Mutex::new(None),
                 snapshot_refused: Mutex::new(None),
                 read_floor,
+                skew_warned_ms: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -690,6 +733,12 @@ impl Replica {
     }
 
     /// Runs `f` on this replica's applied state, without asking anyone: fast, possibly stale.
+    /// This replica's time as it stamps commands: its wall clock, held back to the other
+    /// voters' when it runs ahead of theirs (`skew`). The leader decides by it.
+    pub fn now_ms(&self) -> u64 {
+        self.core.now_ms()
+    }
+
     pub fn read_local<T>(&self, f: impl FnOnce(&State) -> T) -> T {
         self.core.sm.read(f)
     }

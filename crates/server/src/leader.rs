@@ -24,7 +24,6 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::Ctx;
-use crate::clock::now_ms;
 use crate::desired::desired;
 
 /// What one look at the state yields.
@@ -109,7 +108,7 @@ async fn start_accounting(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
     }
     let first = tried.is_none();
     *tried = Some(tokio::time::Instant::now());
-    let now_ms = now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
+    let now_ms = ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
     match ctx.replica.write(Command { now_ms, op: Op::StartAccounting }).await {
         Ok(Ok(_)) => tracing::info!("accounting on: every attempt that ends from now on is recorded"),
         Ok(Err(e)) => tracing::warn!(error = %e, "accounting not turned on"),
@@ -215,7 +214,7 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is
 /// not proposed again on the same state), and how long it took to think.
 async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
-    let now = now_ms();
+    let now = ctx.replica.now_ms();
     let began = std::time::Instant::now();
     let metrics = ctx.metrics.clone();
     let Some((r, wanted)) = on_applied_state(&ctx.replica, move |s| {
@@ -324,7 +323,7 @@ async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {
     let name = op.name();
     // Never behind the replicated clock: a new leader's clock may trail the old one's a
     // little, and the state refuses a Tick from behind it.
-    let now_ms = now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
+    let now_ms = ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
     let span = crate::trace::commit_span(name, ctx.replica.metrics().term);
     match ctx.replica.write(Command { now_ms, op }).instrument(span).await {
         Ok(Ok(applied)) => Some(applied.outcome),

@@ -55,6 +55,10 @@ pub struct Peers {
     pub max_message_bytes: usize,
     dialer: Dialer,
     links: Mutex<HashMap<String, Link>>,
+    /// This replica's wall clock, to time calls for `skew`.
+    clock: crate::replica::WallClock,
+    /// The other voters' clocks as their replies say them.
+    pub skew: crate::skew::ClockSkew,
 }
 
 /// A cached connection to one address.
@@ -97,8 +101,15 @@ pub enum CallError {
 }
 
 impl Peers {
-    pub fn new(cluster_id: String, self_id: NodeId, max_message_bytes: usize, dialer: Dialer) -> Peers {
-        Peers { cluster_id, self_id, max_message_bytes, dialer, links: Mutex::new(HashMap::new()) }
+    pub fn new(
+        cluster_id: String,
+        self_id: NodeId,
+        max_message_bytes: usize,
+        dialer: Dialer,
+        clock: crate::replica::WallClock,
+    ) -> Peers {
+        let (links, skew) = (Mutex::new(HashMap::new()), crate::skew::ClockSkew::default());
+        Peers { cluster_id, self_id, max_message_bytes, dialer, links, clock, skew }
     }
 
     fn links(&self) -> std::sync::MutexGuard<'_, HashMap<String, Link>> {
@@ -148,6 +159,7 @@ impl Peers {
             payload,
         });
         req.set_timeout(timeout);
+        let sent_ms = self.clock.now_ms();
         let call = async {
             match rpc {
                 Rpc::AppendEntries => client.append_entries(req).await,
@@ -164,7 +176,9 @@ impl Peers {
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(reply)) => {
                 self.answered(addr);
-                Ok(reply.into_inner().payload)
+                let reply = reply.into_inner();
+                self.skew.note(to, sent_ms, self.clock.now_ms(), reply.now_ms);
+                Ok(reply.payload)
             }
             // tonic's own deadline (`set_timeout`) may fire first: the same timeout, below.
             Ok(Err(status)) if !ran_out_of_time(&status) => {
@@ -392,7 +406,7 @@ pub(crate) mod tests {
             counted.fetch_add(1, Ordering::SeqCst);
             tcp.dial(a)
         });
-        let peers = Peers::new("c".into(), 1, 1 << 20, dialer);
+        let peers = Peers::new("c".into(), 1, 1 << 20, dialer, crate::replica::WallClock::system());
         let started = tokio::time::Instant::now();
         let mut calls = 0;
         while started.elapsed() < Duration::from_millis(2_500) {

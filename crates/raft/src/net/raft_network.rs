@@ -190,7 +190,13 @@ mod tests {
     #[tokio::test]
     async fn a_batch_that_runs_out_of_time_asks_for_half_as_many_entries() {
         let addr = silent_peer().await;
-        let peers = Arc::new(Peers::new("c".into(), 1, 1 << 20, Dialer::tcp(Duration::from_secs(1))));
+        let peers = Arc::new(Peers::new(
+            "c".into(),
+            1,
+            1 << 20,
+            Dialer::tcp(Duration::from_secs(1)),
+            crate::replica::WallClock::system(),
+        ));
         let mut link = NetworkFactory { peers }.new_client(2, &Node { addr }).await;
         let option = RPCOption::new(Duration::from_millis(200));
         match link.append_entries(append(9), option.clone()).await {

@@ -93,14 +93,17 @@ impl RaftService {
             tracing::warn!(from, op = cmd.op.name(), "forwarded leader-only operation refused");
             return Err(WriteError::LeaderOnly { op: cmd.op.name().to_string() });
         }
-        cmd.now_ms = self.core.clock.now_ms();
+        cmd.now_ms = self.core.now_ms();
         self.core.write_here(cmd).await
     }
 }
 
-fn reply<T: Serialize>(value: &T) -> Result<GrpcResponse<RaftReply>, Status> {
-    let payload = encode(value).map_err(|e| Status::internal(e.to_string()))?;
-    Ok(GrpcResponse::new(RaftReply { payload }))
+impl RaftService {
+    /// `value` as the reply, with this replica's time (the caller learns the skew from it).
+    fn reply<T: Serialize>(&self, value: &T) -> Result<GrpcResponse<RaftReply>, Status> {
+        let payload = encode(value).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(GrpcResponse::new(RaftReply { payload, now_ms: self.core.clock.now_ms() }))
+    }
 }
 
 /// The replica id the caller's certificate names, under TLS (the peer port's guard put it in
@@ -132,7 +135,7 @@ impl RaftTransport for RaftService {
             // A leader this replica follows is alive.
             self.core.campaign.leader_heard();
         }
-        reply(&answer)
+        self.reply(&answer)
     }
 
     async fn install_snapshot(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
@@ -146,17 +149,17 @@ impl RaftTransport for RaftService {
             )));
         }
         self.readable(from, &rpc.meta.snapshot_id)?;
-        reply(&self.core.raft.install_snapshot(rpc).await)
+        self.reply(&self.core.raft.install_snapshot(rpc).await)
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
         let (_, rpc): (_, VoteRequest<NodeId>) = self.take(req)?;
-        reply(&self.core.raft.vote(rpc).await)
+        self.reply(&self.core.raft.vote(rpc).await)
     }
 
     async fn forward_write(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
         let (from, cmd): (_, Command) = self.take(req)?;
-        reply(&self.admit_forwarded(from, cmd).await)
+        self.reply(&self.admit_forwarded(from, cmd).await)
     }
 
     async fn forward_writes(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
@@ -170,19 +173,19 @@ impl RaftTransport for RaftService {
         }
         // All at once, so that they reach the batcher together and share a batch.
         let answers = futures::future::join_all(cmds.into_iter().map(|c| self.admit_forwarded(from, c))).await;
-        reply(&answers)
+        self.reply(&answers)
     }
 
     async fn read_index(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
         self.admitted(req)?;
-        reply(&self.core.read_index_here().await)
+        self.reply(&self.core.read_index_here().await)
     }
 
     async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
         let (from, ask): (_, PreVote) = self.take(req)?;
         let granted = self.core.campaign.grants(&self.core.raft, &ask);
         tracing::debug!(from, granted, ?ask, "pre-vote");
-        reply(&granted)
+        self.reply(&granted)
     }
 
     async fn identify(&self, _req: Request<IdentifyRequest>) -> Result<GrpcResponse<IdentifyReply>, Status> {
@@ -199,13 +202,13 @@ impl RaftTransport for RaftService {
         let (from, change): (_, Change) = self.take(req)?;
         tracing::info!(from, ?change, "forwarded membership change");
         let replica = Replica::from_core(self.core.clone());
-        reply(&replica.change_here(change).await)
+        self.reply(&replica.change_here(change).await)
     }
 
     async fn transfer_note(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
         let (from, note): (_, TransferNote) = self.take(req)?;
         tracing::info!(from, to = note.to, window_ms = note.window_ms, "leadership is being handed over");
         on_note(self.core.clone(), note);
-        reply(&())
+        self.reply(&())
     }
 }

@@ -1,0 +1,126 @@
+//! How far this replica's wall clock is from the other voters', learned from their replies
+//! (`RaftReply::now_ms`), so that a leader whose clock runs ahead of the quorum's does not
+//! move the replicated clock with it. The replicated clock never goes back, so one leader a
+//! few days ahead would end every job's time limit and expire every reservation for good.
+//!
+//! Each reply to a call of this replica's is a sample: the peer's clock minus the midpoint of
+//! the call on this one's (a reply that took long is not used). The quorum's offset is the
+//! median over the voters, this replica counting 0, once a majority of them has a fresh
+//! sample. While this replica runs more than `MAX_CLOCK_SKEW_MS` ahead of that, it stamps
+//! nothing later than the quorum's time plus that bound; otherwise it stamps its own time.
+//! A replica behind the quorum changes nothing: the replicated clock takes the later stamp.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::types::NodeId;
+
+/// How far ahead of the quorum's clock a replica's may run before its stamps are held back:
+/// well above what NTP leaves between hosts, well below a time limit.
+pub const MAX_CLOCK_SKEW_MS: u64 = 2_000;
+/// A sample older than this is not used (a peer's clock may have been corrected since).
+const SAMPLE_TTL: Duration = Duration::from_secs(30);
+/// A reply that took longer than this is not sampled: its midpoint says too little.
+const MAX_SAMPLE_RTT_MS: u64 = 500;
+
+/// The newest sample of each peer's clock offset (its clock minus this one's).
+#[derive(Default)]
+pub struct ClockSkew {
+    samples: Mutex<BTreeMap<NodeId, (i64, Instant)>>,
+}
+
+impl ClockSkew {
+    /// A reply from `peer` saying `peer_now_ms`, to a call sent at `sent_ms` and answered at
+    /// `received_ms` on this replica's clock.
+    pub fn note(&self, peer: NodeId, sent_ms: u64, received_ms: u64, peer_now_ms: u64) {
+        if peer_now_ms == 0 || received_ms < sent_ms || received_ms - sent_ms > MAX_SAMPLE_RTT_MS {
+            // 0: a replica of an older build, which does not say its time.
+            return;
+        }
+        let mid = sent_ms + (received_ms - sent_ms) / 2;
+        let offset = peer_now_ms as i64 - mid as i64;
+        self.samples.lock().unwrap_or_else(|p| p.into_inner()).insert(peer, (offset, Instant::now()));
+    }
+
+    /// The quorum's clock minus this replica's: the median over `voters` (this replica, if a
+    /// voter, counting 0) with a fresh sample, once a majority has one. Of two middle values
+    /// the one nearer 0.
+    pub fn quorum_offset_ms(&self, self_id: NodeId, voters: &BTreeSet<NodeId>) -> Option<i64> {
+        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut offsets: Vec<i64> = voters
+            .iter()
+            .filter_map(|v| match samples.get(v) {
+                _ if *v == self_id => Some(0),
+                Some((o, at)) if at.elapsed() < SAMPLE_TTL => Some(*o),
+                _ => None,
+            })
+            .collect();
+        if offsets.len() * 2 <= voters.len() {
+            return None;
+        }
+        offsets.sort_unstable();
+        let n = offsets.len();
+        let (low, high) = (offsets[(n - 1) / 2], offsets[n / 2]);
+        Some(if low.abs() <= high.abs() { low } else { high })
+    }
+}
+
+/// The latest time this replica may stamp, its clock reading `local_ms` and the quorum's
+/// being `offset` from it: `None` (no bound) unless it runs ahead by more than the bound.
+pub fn ceiling_ms(local_ms: u64, offset: Option<i64>) -> Option<u64> {
+    let offset = offset?;
+    if offset >= -(MAX_CLOCK_SKEW_MS as i64) {
+        return None;
+    }
+    Some((local_ms as i64 + offset).max(0) as u64 + MAX_CLOCK_SKEW_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn voters(ids: &[NodeId]) -> BTreeSet<NodeId> {
+        ids.iter().copied().collect()
+    }
+
+    const DAY_MS: u64 = 86_400_000;
+
+    #[test]
+    fn a_replica_days_ahead_of_two_peers_is_held_to_their_time() {
+        let skew = ClockSkew::default();
+        let local = 10 * DAY_MS;
+        skew.note(2, local, local + 10, local - 2 * DAY_MS);
+        skew.note(3, local, local + 10, local - 2 * DAY_MS + 500);
+        let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]));
+        let ceiling = ceiling_ms(local, offset).expect("held back");
+        assert!(ceiling.abs_diff(local - 2 * DAY_MS) <= MAX_CLOCK_SKEW_MS + 1_000, "{ceiling}");
+    }
+
+    #[test]
+    fn one_peer_far_off_does_not_move_the_median() {
+        let skew = ClockSkew::default();
+        skew.note(2, 1_000, 1_010, 1_005 + 3 * DAY_MS);
+        skew.note(3, 1_000, 1_010, 1_005 + 30);
+        let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]));
+        assert_eq!(offset, Some(30));
+        assert_eq!(ceiling_ms(1_000, offset), None);
+    }
+
+    #[test]
+    fn without_a_majority_of_samples_nothing_is_bounded() {
+        let skew = ClockSkew::default();
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3])), None);
+        skew.note(2, 5 * DAY_MS, 5 * DAY_MS + 10, 1);
+        // Two of five voters (this one and replica 2): not a majority.
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3, 4, 5])), None);
+    }
+
+    #[test]
+    fn a_slow_reply_or_an_older_build_is_not_a_sample() {
+        let skew = ClockSkew::default();
+        skew.note(2, 1_000, 1_000 + MAX_SAMPLE_RTT_MS + 1, 99 * DAY_MS);
+        skew.note(3, 1_000, 1_010, 0);
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3])), None);
+    }
+}
