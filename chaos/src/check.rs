@@ -23,6 +23,12 @@ const STARTED_FROM_ZERO: &str = "started from zero although every rank wrote a c
 /// clock offsets: both are whole milliseconds read on the same clock, so only rounding.
 pub const PLACEMENT_SLACK_MS: u64 = 2;
 
+/// Slack between two witness records (a checkpoint's time and a start's). Every workload
+/// stamps its records with the machine's wall clock: an agent starts its replicas in a clean
+/// environment, without the clock offset the agent itself may run with, so the agents'
+/// offsets do not apply; both are whole milliseconds of one clock, so only rounding.
+pub const WITNESS_SLACK_MS: u64 = PLACEMENT_SLACK_MS;
+
 /// Heartbeat timeouts a preemption may take past its grace (`preemption_bound_ms`).
 pub const PREEMPTION_BOUND_HEARTBEATS: u64 = 4;
 
@@ -175,6 +181,7 @@ impl Report {
         let ends = read_ends(e.witness, &mut violations);
         let (resume_violations, resumes_checked) = resumed_from_newest(&starts, &checkpoints);
         violations.extend(resume_violations);
+        violations.extend(checkpointed_after_newer_start(&starts, &checkpoints, WITNESS_SLACK_MS));
         let (step_violations, successes_checked) = succeeded_ran_all_steps(e.jobs, e.events, &ends);
         violations.extend(step_violations);
         violations.extend(e.quiescence.violations());
@@ -183,6 +190,8 @@ impl Report {
         let plain: Vec<Start> = starts.iter().map(|s| s.start.clone()).collect();
         let cancels = history::check_cancels(e.ops, &plain, e.cancel_slack_ms);
         violations.extend(cancels.violations);
+        let tolerance_ms = placement_tolerance_ms(e.clock_offsets_s);
+        violations.extend(succeeded_after_cancel(e.ops, e.jobs, e.events, tolerance_ms));
         let faults_by_moment = count(e.faults.iter().map(|l| l.moment.name()));
         violations.extend(panics(e.logs));
         let on_bad =
@@ -748,6 +757,46 @@ pub fn resumed_from_newest(starts: &[WitnessedStart], checkpoints: &[WrittenChec
     (violations, checked)
 }
 
+/// No attempt of a job lives on once a newer one started: attempt A's checkpoint written at
+/// `t`, when an attempt B > A of the same job had written its start record more than
+/// `tolerance_ms` before `t`, shows both alive at once: A, alive at `t`, was alive when B
+/// started, or started after a newer attempt, as wrong. The witness's lock per rank catches
+/// two attempts of one rank only; this also catches them on different ranks and nodes. B's
+/// record, not its launch stamp, is on the checkpoints' clock (`WITNESS_SLACK_MS`) and is
+/// written once B surely runs. Each late checkpoint is named with the first newer start.
+pub fn checkpointed_after_newer_start(
+    starts: &[WitnessedStart],
+    checkpoints: &[WrittenCheckpoint],
+    tolerance_ms: u64,
+) -> Vec<String> {
+    let mut by_job: BTreeMap<&str, Vec<&WitnessedStart>> = BTreeMap::new();
+    for s in starts {
+        by_job.entry(s.start.job.as_str()).or_default().push(s);
+    }
+    let mut violations = Vec::new();
+    for c in checkpoints {
+        let newer = by_job.get(c.job.as_str()).into_iter().flatten().filter(|s| s.start.attempt > c.attempt);
+        let Some(s) =
+            newer.filter(|s| s.start.at_ms.saturating_add(tolerance_ms) < c.at_ms).min_by_key(|s| s.start.at_ms)
+        else {
+            continue;
+        };
+        violations.push(format!(
+            "{} attempt {} rank {} wrote a checkpoint (step {}) at {}, {} ms after attempt {} rank {} started at {}: two attempts alive at once",
+            c.job,
+            c.attempt,
+            c.rank,
+            c.step,
+            c.at_ms,
+            c.at_ms - s.start.at_ms,
+            s.start.attempt,
+            s.rank,
+            s.start.at_ms
+        ));
+    }
+    violations
+}
+
 /// The steps rank `rank` of a job runs, from its command (`baton workload --steps N
 /// [--other-ranks-steps M]`); `None` for another command.
 pub fn steps_of(command: &[String], rank: &str) -> Option<u64> {
@@ -797,6 +846,43 @@ pub fn succeeded_attempt(job: &Job, events: &[Event]) -> u32 {
     last.filter(|e| e.message.contains("reported late"))
         .and_then(|e| e.message.split("attempt ").nth(1)?.split('\'').next()?.parse().ok())
         .unwrap_or(job.attempt)
+}
+
+/// A job whose cancel was acknowledged does not end Succeeded: the server refuses to cancel
+/// a job that has ended, and a cancelled job's later exit 0 must not undo the cancel. The
+/// neighbour allowed is a job that succeeded first (an array's cancel is acknowledged for
+/// every element, also those already done): its first `Succeeded` event stamped no later
+/// than the first acknowledgement (`history::acknowledged_cancels`) plus `tolerance_ms`.
+/// The cancel committed before its acknowledgement (the machine's clock); an event's stamp
+/// is the model's clock, the highest of the leaders' stamps so far, each taken before its
+/// command was proposed, so it runs at most the leaders' largest offset ahead of its commit
+/// (`placement_tolerance_ms`). The log orders the two commits: no lease's slack applies
+/// (`check_cancels` allows one for an agent acting on an older directive; this is the
+/// model's own transition). A Succeeded job with no such event cannot show it came first.
+pub fn succeeded_after_cancel(
+    ops: &[Op],
+    jobs: &[Job],
+    events: &BTreeMap<String, Vec<Event>>,
+    tolerance_ms: u64,
+) -> Vec<String> {
+    let acked = history::acknowledged_cancels(ops);
+    let mut violations = Vec::new();
+    for job in jobs.iter().filter(|j| j.state() == JobState::Succeeded) {
+        let Some(name) = job.spec.as_ref().map(|s| s.name.as_str()) else { continue };
+        let Some(&acked_ms) = acked.get(name) else { continue };
+        let succeeded = events.get(name).and_then(|evs| evs.iter().find(|e| e.kind() == EventKind::Succeeded));
+        match succeeded.map(|e| e.at_ms) {
+            Some(at_ms) if at_ms <= acked_ms.saturating_add(tolerance_ms) => {}
+            Some(at_ms) => violations.push(format!(
+                "{name} ended Succeeded {} ms after its cancel was acknowledged (succeeded at {at_ms}, acknowledged at {acked_ms}; tolerance {tolerance_ms} ms)",
+                at_ms - acked_ms
+            )),
+            None => violations.push(format!(
+                "{name} ended Succeeded although its cancel was acknowledged at {acked_ms}, and its events do not say when it succeeded"
+            )),
+        }
+    }
+    violations
 }
 
 /// Panics, as the processes logged them: a panic is a broken assertion, a violation whatever
@@ -1390,5 +1476,121 @@ mod tests {
                 "unreadable end record \"a 2 0 n1 3 crashed 1500\"",
             ]
         );
+    }
+
+    /// The violations `Report::judge` finds in a run of these operations, jobs, events and
+    /// witness records, with no clock offset.
+    fn judged(witness: &Path, ops: &[Op], jobs: &[Job], events: &BTreeMap<String, Vec<Event>>) -> Vec<String> {
+        let (none, quiet) = (BTreeSet::new(), Quiescence::default());
+        let evidence = Evidence {
+            seconds: 1,
+            mix: Mix::All,
+            clock_offsets_s: &[],
+            agent_clock_offsets_s: &[],
+            faults: &[],
+            jobs,
+            witness,
+            ops,
+            after_node_loss: &none,
+            cancel_slack_ms: 0,
+            events,
+            preemption_bound_ms: 0,
+            quiescence: &quiet,
+            logs: &[],
+            gpu_faults: &[],
+        };
+        Report::judge(&evidence).violations
+    }
+
+    fn cancel(job: &str, complete_ms: u64, outcome: history::Outcome) -> Op {
+        let invoke_ms = complete_ms.saturating_sub(10);
+        Op { kind: history::OpKind::Cancel, key: job.into(), invoke_ms, complete_ms, outcome }
+    }
+
+    #[test]
+    fn a_job_that_succeeds_after_its_cancel_was_acknowledged_is_a_violation() {
+        use history::Outcome::{Failed, Ok, Unknown};
+        let ops = [
+            cancel("late", 1_000, Ok),
+            cancel("late", 1_500, Ok),
+            // An array's cancel, acknowledged for an element that had already succeeded.
+            cancel("done", 2_000, Ok),
+            cancel("unsure", 1_000, Unknown("timed out".into())),
+            cancel("refused", 1_000, Failed("already ended".into())),
+            cancel("stopped", 1_000, Ok),
+            cancel("unsaid", 1_000, Ok),
+        ];
+        let succeeded = |name: &str| job(name, JobState::Succeeded, 1, None, &[]);
+        let jobs = [
+            succeeded("late"),
+            succeeded("done"),
+            succeeded("unsure"),
+            succeeded("refused"),
+            job("stopped", JobState::Cancelled, 1, None, &[]),
+            succeeded("unsaid"),
+        ];
+        let events: BTreeMap<String, Vec<Event>> = [
+            ("late".to_string(), vec![at("Started", 500), at("Succeeded", 1_200)]),
+            ("done".to_string(), vec![at("Started", 500), at("Succeeded", 2_000)]),
+            ("unsure".to_string(), vec![at("Succeeded", 5_000)]),
+            ("refused".to_string(), vec![at("Succeeded", 5_000)]),
+            ("stopped".to_string(), vec![at("Cancelled", 990)]),
+            ("unsaid".to_string(), vec![at("Started", 500)]),
+        ]
+        .into();
+        let expected = [
+            "late ended Succeeded 200 ms after its cancel was acknowledged (succeeded at 1200, acknowledged at 1000; tolerance 2 ms)",
+            "unsaid ended Succeeded although its cancel was acknowledged at 1000, and its events do not say when it succeeded",
+        ];
+        assert_eq!(succeeded_after_cancel(&ops, &jobs, &events, 2), expected);
+        // A leader 7 s ahead stamps a success committed before the acknowledgement up to 7 s late.
+        let tolerance_ms = placement_tolerance_ms(&[0, 7, -7]);
+        assert!(succeeded_after_cancel(&ops, &jobs[..2], &events, tolerance_ms).is_empty());
+        // The verdict holds the same lines.
+        let dir = tempfile::tempdir().unwrap();
+        let violations = judged(dir.path(), &ops, &jobs, &events);
+        let found: Vec<&String> = violations.iter().filter(|v| v.contains("ended Succeeded")).collect();
+        assert_eq!(found, expected, "{violations:?}");
+    }
+
+    #[test]
+    fn an_older_attempts_checkpoint_after_a_newer_attempt_started_is_two_attempts_at_once() {
+        let starts = [
+            start("a", 1, "0", "n1", 100),
+            start("a", 1, "1", "n2", 100),
+            start("a", 2, "1", "n3", 1_010),
+            start("a", 2, "0", "n2", 1_000),
+            start("a", 3, "0", "n1", 5_000),
+            start("b", 2, "0", "n1", 1_000),
+        ];
+        let fine = [
+            // Attempt 1's stop saved before attempt 2 started, or within a rounding of it.
+            ckpt("a", 1, "0", 10, 990),
+            ckpt("a", 1, "1", 10, 1_002),
+            ckpt("a", 2, "0", 20, 4_000),
+            // The newest attempt's own checkpoint, and one of a job whose only later start
+            // is another job's (b's attempt 2).
+            ckpt("b", 2, "0", 5, 3_000),
+            ckpt("c", 1, "0", 5, 9_000),
+        ];
+        assert!(checkpointed_after_newer_start(&starts, &fine, WITNESS_SLACK_MS).is_empty());
+        let late = [ckpt("a", 1, "1", 11, 1_500), ckpt("a", 2, "0", 21, 6_000)];
+        let expected = [
+            "a attempt 1 rank 1 wrote a checkpoint (step 11) at 1500, 500 ms after attempt 2 rank 0 started at 1000: two attempts alive at once",
+            "a attempt 2 rank 0 wrote a checkpoint (step 21) at 6000, 1000 ms after attempt 3 rank 0 started at 5000: two attempts alive at once",
+        ];
+        assert_eq!(checkpointed_after_newer_start(&starts, &late, WITNESS_SLACK_MS), expected);
+        // The verdict reads them from the witness records.
+        let dir = tempfile::tempdir().unwrap();
+        let line = |s: &WitnessedStart| {
+            format!("{} {} {} {} 0 {} fresh -\n", s.start.job, s.start.attempt, s.rank, s.node, s.start.at_ms)
+        };
+        std::fs::write(dir.path().join("starts"), starts.iter().map(line).collect::<String>()).unwrap();
+        let written =
+            fine.iter().chain(&late).map(|c| format!("{} {} {} n1 {} {}\n", c.job, c.attempt, c.rank, c.step, c.at_ms));
+        std::fs::write(dir.path().join("checkpoints"), written.collect::<String>()).unwrap();
+        let violations = judged(dir.path(), &[], &[], &BTreeMap::new());
+        let found: Vec<&String> = violations.iter().filter(|v| v.contains("wrote a checkpoint")).collect();
+        assert_eq!(found, expected, "{violations:?}");
     }
 }

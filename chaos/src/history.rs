@@ -7,7 +7,8 @@
 //! The checks are pure functions of the history and what the cluster and the jobs showed:
 //! - every acknowledged submit exists exactly once (by request id), one whose tries all
 //!   failed not at all, and one with an unknown try at most once;
-//! - after an acknowledged cancel no attempt of the job starts.
+//! - after an acknowledged cancel no attempt of the job starts (and, in `check.rs`, the
+//!   job does not end Succeeded).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -149,11 +150,7 @@ pub struct CancelCheck {
 /// acknowledgement is allowed: the agent may act on a directive the leader sent before the
 /// cancel committed, within its lease; a later one acts on what the cluster already undid.
 pub fn check_cancels(ops: &[Op], starts: &[Start], slack_ms: u64) -> CancelCheck {
-    let mut acked: BTreeMap<&str, u64> = BTreeMap::new();
-    for op in ops.iter().filter(|o| o.kind == OpKind::Cancel && o.outcome == Outcome::Ok) {
-        let at = acked.entry(op.key.as_str()).or_insert(op.complete_ms);
-        *at = (*at).min(op.complete_ms);
-    }
+    let acked = acknowledged_cancels(ops);
     let mut out = CancelCheck::default();
     for s in starts {
         let Some(&cancelled_ms) = acked.get(s.job.as_str()) else { continue };
@@ -171,6 +168,18 @@ pub fn check_cancels(ops: &[Op], starts: &[Start], slack_ms: u64) -> CancelCheck
         }
     }
     out
+}
+
+/// When each job's cancel was first acknowledged (the earliest `complete_ms` of an `Ok`
+/// try), by job name: the cancel committed before then, so from then on the job is
+/// cancelled whatever a later try or report says.
+pub fn acknowledged_cancels(ops: &[Op]) -> BTreeMap<&str, u64> {
+    let mut acked: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in ops.iter().filter(|o| o.kind == OpKind::Cancel && o.outcome == Outcome::Ok) {
+        let at = acked.entry(op.key.as_str()).or_insert(op.complete_ms);
+        *at = (*at).min(op.complete_ms);
+    }
+    acked
 }
 
 /// Counts of a history, for the report.
