@@ -18,7 +18,10 @@ mod reload;
 mod serve;
 
 pub use reload::{Loaded, Tls};
-pub use serve::{Conn, ConnInfo, MAX_PENDING_HANDSHAKES};
+/// Requests and streams one connection may have open at once on a baton server.
+pub const MAX_STREAMS_PER_CONNECTION: usize = 1_024;
+
+pub use serve::{Conn, ConnInfo, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CALLER, MAX_PENDING_HANDSHAKES};
 
 /// The cluster's CA certificate in a `--tls-dir`.
 pub const CA_CERT_FILE: &str = "ca.pem";
@@ -273,9 +276,14 @@ impl Transport {
     }
 
     /// A server builder. TLS is not configured on it: serve [`Transport::incoming`], whose
-    /// connections are accepted with the configuration in force when each arrives.
+    /// connections are accepted with the configuration in force when each arrives. Each
+    /// connection has at most [`MAX_STREAMS_PER_CONNECTION`] requests and streams open (HTTP/2
+    /// makes a client wait for a free one).
     pub fn server(&self) -> tonic::transport::Server {
+        let streams = MAX_STREAMS_PER_CONNECTION as u32;
         tonic::transport::Server::builder()
+            .max_concurrent_streams(streams)
+            .concurrency_limit_per_connection(MAX_STREAMS_PER_CONNECTION)
     }
 }
 

@@ -18,7 +18,7 @@ use baton_proto::v1::{
     AttachRequest, Directive, Observation, ReportReply, ReportRequest, StopCause, observation::What,
 };
 use futures::Stream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -45,12 +45,21 @@ impl AgentGateway for Gateway {
         let info = req.node.ok_or_else(|| Status::invalid_argument("node: missing"))?;
         let spec = node_from_agent(&info).map_err(status::from_convert)?;
         crate::tls::check_node(who.as_ref(), &spec.name)?;
+        // An agent needs one stream (two while it reconnects); each carries its jobs'
+        // environments, so one node's certificate must not open them without end.
+        let assignments = self.ctx.hub.subscribe_bounded(&spec.name, MAX_ATTACH_STREAMS_PER_NODE).ok_or_else(|| {
+            Status::resource_exhausted(format!(
+                "node {} has {MAX_ATTACH_STREAMS_PER_NODE} directive streams open on this replica \
+                 (MAX_ATTACH_STREAMS_PER_NODE); an agent needs one",
+                spec.name
+            ))
+        })?;
         self.register(&spec).await?;
         let node = spec.name.clone();
         self.ctx.liveness.touch(&node);
         tracing::info!(node = %node, term, "agent attached");
         let (tx, rx) = mpsc::channel(4);
-        tokio::spawn(stream_directives(self.ctx.clone(), node, term, cert, tx));
+        tokio::spawn(stream_directives(self.ctx.clone(), node, term, cert, assignments, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -362,6 +371,9 @@ fn not_deposed(term_seen: u64, term: u64) -> Result<(), Status> {
 /// before that field, which waited for a resend. At 10,000 nodes, sending every node its
 /// list every 2 s, as before, was 5,000 directives a second that changed nothing.
 const UNCHANGED_RESEND_MS: u64 = 30_000;
+/// Directive streams one node may have open on a replica: its agent needs one, two while it
+/// reconnects (a stream its agent left ends within `STREAM_RECHECK_MS`).
+pub const MAX_ATTACH_STREAMS_PER_NODE: usize = 4;
 
 /// Sends the node's directive once this term has published it, then on every change, when
 /// the agent asks (`Hub::nudge`), and every `UNCHANGED_RESEND_MS`; ends when the agent goes
@@ -372,9 +384,9 @@ async fn stream_directives(
     node: Name,
     term: u64,
     cert: CertGuard,
+    mut assignments: watch::Receiver<Option<crate::hub::Published>>,
     tx: mpsc::Sender<Result<Directive, Status>>,
 ) {
-    let mut assignments = ctx.hub.subscribe(&node);
     // A certificate revoked by a reload ends the stream: directives carry jobs' environments.
     let mut recheck = tokio::time::interval(Duration::from_millis(crate::auth::STREAM_RECHECK_MS));
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

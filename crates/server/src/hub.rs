@@ -47,9 +47,11 @@ impl Hub {
         self.leading.subscribe()
     }
 
-    pub fn subscribe(&self, node: &Name) -> watch::Receiver<Option<Published>> {
+    /// Subscribes to `node`'s directives unless `max` streams already follow them here.
+    pub fn subscribe_bounded(&self, node: &Name, max: usize) -> Option<watch::Receiver<Option<Published>>> {
         let mut nodes = self.lock();
-        nodes.entry(node.clone()).or_insert_with(|| watch::channel(None).0).subscribe()
+        let tx = nodes.entry(node.clone()).or_insert_with(|| watch::channel(None).0);
+        (tx.receiver_count() < max).then(|| tx.subscribe())
     }
 
     /// Sets every known node's assignments for `term`, built from a state that had applied
@@ -122,7 +124,7 @@ mod tests {
     fn a_republish_in_a_new_term_wakes_the_stream_even_when_the_list_is_equal() {
         let hub = Hub::default();
         let n1 = Name::lit("n1");
-        let mut rx = hub.subscribe(&n1);
+        let mut rx = hub.subscribe_bounded(&n1, 1).unwrap();
         hub.publish(1, 0, std::slice::from_ref(&n1), BTreeMap::from([(n1.clone(), vec![run(7)])]));
         assert!(rx.has_changed().unwrap());
         rx.mark_unchanged();
@@ -138,7 +140,7 @@ mod tests {
     fn an_unchanged_list_takes_the_newer_state_index_without_waking_anyone() {
         let hub = Hub::default();
         let n1 = Name::lit("n1");
-        let mut rx = hub.subscribe(&n1);
+        let mut rx = hub.subscribe_bounded(&n1, 1).unwrap();
         let list = || BTreeMap::from([(n1.clone(), vec![run(7)])]);
         hub.publish(1, 5, std::slice::from_ref(&n1), list());
         rx.mark_unchanged();

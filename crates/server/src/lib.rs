@@ -36,6 +36,7 @@ pub mod dash;
 pub mod desired;
 pub mod export;
 mod gateway;
+pub use gateway::MAX_ATTACH_STREAMS_PER_NODE;
 mod hub;
 mod leader;
 mod liveness;
@@ -282,21 +283,18 @@ pub async fn run_on(
         None => (Some(raft), None),
         Some(peer) => {
             let mut closed = ctx.closing.subscribe();
-            let serve = config
-                .transport
-                .server()
-                .concurrency_limit_per_connection(1_024)
-                .add_service(raft)
-                .serve_with_incoming_shutdown(config.transport.incoming(peer), async move {
+            let serve = config.transport.server().add_service(raft).serve_with_incoming_shutdown(
+                config.transport.incoming(peer),
+                async move {
                     let _ = closed.wait_for(|c| *c).await;
-                });
+                },
+            );
             (None, Some(serve))
         }
     };
     let api_serve = config
         .transport
         .server()
-        .concurrency_limit_per_connection(1_024)
         .add_optional_service(raft_on_api)
         .add_service(api)
         .add_service(gateway)

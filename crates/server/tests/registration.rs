@@ -40,3 +40,29 @@ async fn agents_attaching_at_once_share_registration_commands() {
     let nodes = c.list_nodes(baton_proto::v1::Empty {}).await.unwrap().into_inner();
     assert_eq!(nodes.nodes.len(), AGENTS);
 }
+
+/// Issue 39: one node's certificate could open directive streams without end, each carrying
+/// its jobs' environments. A node has at most `MAX_ATTACH_STREAMS_PER_NODE` open on a replica;
+/// the next is refused naming the bound, and one that ends frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_may_hold_only_a_few_directive_streams_at_once() {
+    let cluster = Cluster::start(1).await;
+    let addr = format!("http://{}", cluster.addrs()[0]);
+    let attach = || async {
+        let mut c = AgentGatewayClient::connect(addr.clone()).await.unwrap();
+        c.attach(AttachRequest { node: Some(node("n1", 8)), term_seen: 0 }).await
+    };
+    let mut open = Vec::new();
+    for _ in 0..::baton_server::MAX_ATTACH_STREAMS_PER_NODE {
+        open.push(attach().await.expect("an agent's stream").into_inner());
+    }
+    let refused = attach().await.expect_err("one stream too many");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("MAX_ATTACH_STREAMS_PER_NODE"), "{}", refused.message());
+    drop(open.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while attach().await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "a closed stream never freed its place");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -447,3 +447,26 @@ async fn end_of<T>(stream: &mut tonic::Streaming<T>) -> tonic::Status {
         }
     }
 }
+
+/// Issue 39: nothing bounded the connections one caller held. One certificate may hold
+/// `MAX_CONNECTIONS_PER_CALLER` open on a listener; its next is closed after the handshake,
+/// while another caller still connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_certificate_holds_a_bounded_number_of_connections() {
+    let s = Setup::start().await;
+    let greedy = s.transport("client", "greedy");
+    let mut held = Vec::new();
+    for _ in 0..baton_proto::tls::MAX_CONNECTIONS_PER_CALLER {
+        let mut c = BatonClient::new(s.channel(&greedy).await.unwrap());
+        c.cluster_info(Empty {}).await.expect("within the bound");
+        held.push(c);
+    }
+    let over = match s.channel(&greedy).await {
+        Ok(ch) => BatonClient::new(ch).cluster_info(Empty {}).await.map(|_| ()),
+        Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+    };
+    assert!(over.is_err(), "a connection over the bound was served");
+    let mut other = s.api("client", "other").await;
+    other.cluster_info(Empty {}).await.expect("another caller still connects");
+    drop(held);
+}
