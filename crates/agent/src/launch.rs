@@ -88,14 +88,84 @@ watchdog() {
     kill -9 0
   done
 }
-watchdog < /dev/null > /dev/null 2>&1 &
-w=$!
+w=
+if [ "$p" != 0 ]; then
+  watchdog < /dev/null > /dev/null 2>&1 &
+  w=$!
+fi
 "$@"
 rc=$?
-kill -9 "$w" 2> /dev/null
+[ -n "$w" ] && kill -9 "$w" 2> /dev/null
 printf '%s\n' "$rc" > "$f.tmp" && mv -f "$f.tmp" "$f"
 exit "$rc"
 "#;
+
+/// The guard of a replica held by a cgroup: the watchdog above, but a process of its own,
+/// started by the agent beside the replica, outside its cgroup, in a session of its own and as
+/// the agent's user. The job can neither kill it (another user's process), stop it (not in
+/// its group), nor leave what it watches (the cgroup). Once the lease file's expiry plus the
+/// slack has passed (a file gone counts as run out, as for the watchdog), it leaves the
+/// `.lease` marker, continues every process of the cgroup and sends each the stop signal,
+/// waits the grace, and kills the cgroup whole (`cgroup.kill`). It ends when the cgroup is
+/// gone (the replica ended and the agent removed it).
+///
+/// Arguments: the lease file, the cgroup directory, the exit file, the stop signal (a
+/// number), the grace and the poll interval (seconds, "1.000"), the slack (ms), and the
+/// expiry the agent read before the start (ms on CLOCK_BOOTTIME; empty: none).
+const GUARD: &str = r#"trap : 1 2 3 10 12 14 15
+l=$1 c=$2 f=$3 s=$4 g=$5 p=$6 k=$7 e=$8
+now_ms() {
+  read -r u i < /proc/uptime
+  now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
+}
+case $e in ''|*[!0-9]*) e= ;; esac
+while :; do
+  sleep "$p"
+  [ -d "$c" ] || exit 0
+  n=
+  read -r n b < "$l" 2>/dev/null
+  case $n in ''|*[!0-9]*) ;; *) e=$n ;; esac
+  [ -n "$e" ] && [ ! -e "$l" ] && e=0
+  [ -z "$e" ] && continue
+  now_ms
+  [ "$now" -lt $(( e + k )) ] && continue
+  true > "$f.lease" 2>/dev/null
+  for q in $(cat "$c/cgroup.procs" 2>/dev/null); do
+    kill -CONT "$q" 2>/dev/null
+    kill -"$s" "$q" 2>/dev/null
+  done
+  sleep "$g"
+  echo 1 > "$c/cgroup.kill" 2>/dev/null
+  exit 0
+done
+"#;
+
+/// Starts the guard of a replica whose processes `cgroup` holds (see [`GUARD`]); the lease
+/// held when it started expires at `expires_at_ms` (CLOCK_BOOTTIME). Not waited for: it ends
+/// by itself once the cgroup is gone, and outlives the agent as the replica does.
+pub fn start_guard(
+    cgroup: &crate::cgroup::ReplicaCgroup,
+    lease_file: &Path,
+    exit_file: &Path,
+    stop_signal: i32,
+    expires_at_ms: Option<u64>,
+) -> std::io::Result<()> {
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c").arg(GUARD).arg("baton-guard").arg(lease_file).arg(cgroup.dir()).arg(exit_file);
+    cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
+    cmd.arg(WATCHDOG_SLACK_MS.to_string()).arg(expires_at_ms.map(|e| e.to_string()).unwrap_or_default());
+    cmd.env_clear().envs(host_env());
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| if libc::setsid() < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+    }
+    // Dropped, not killed: tokio reaps it when it ends.
+    cmd.spawn().map(drop)
+}
+
+/// The wrapper's `$0`: it tells the wrapper from the guard, which also names the exit file.
+const WRAPPER_NAME: &str = "baton-wrapper";
 
 /// What a start needs besides the assignment.
 pub struct LaunchDirs<'a> {
@@ -176,9 +246,12 @@ pub enum Unjournaled {
 /// its marker yet, but it is in /proc.
 pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
     // The watchdog, a fork of the wrapper, has the same command line: the wrapper is the
-    // one that leads its process group (it called setsid).
+    // one that leads its process group (it called setsid). The guard leads its own too, and
+    // names itself `baton-guard`.
     let found = crate::procfs::find_by_arg(exit_file.as_os_str().as_encoded_bytes());
-    let wrapper = found.into_iter().find(|&pid| crate::procfs::process_group(pid) == Some(pid));
+    let wrapper = found.into_iter().find(|&pid| {
+        crate::procfs::process_group(pid) == Some(pid) && crate::procfs::has_arg(pid, WRAPPER_NAME.as_bytes())
+    });
     if let Some(pid) = wrapper
         && let Some(start_time) = crate::procfs::start_time(pid)
     {
@@ -369,8 +442,11 @@ fn try_start(
         None => None,
     };
     let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c").arg(WRAPPER).arg("baton-wrapper").arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
-    cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
+    cmd.arg("-c").arg(WRAPPER).arg(WRAPPER_NAME).arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
+    // A replica held by a cgroup is watched by its guard (`GUARD`), which the job cannot
+    // reach; the wrapper's own watchdog is only for process groups.
+    let poll = if cgroup_procs.is_some() { "0".to_string() } else { seconds(WATCHDOG_POLL_MS) };
+    cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(poll);
     cmd.arg(WATCHDOG_SLACK_MS.to_string()).args(&a.command);
     cmd.env_clear().envs(host_env());
     if let Some(w) = &who {
@@ -403,6 +479,17 @@ fn try_start(
     }
     let child = cmd.spawn().map_err(|e| StartError(format!("cannot run sh: {e}")))?;
     let pid = child.id().ok_or_else(|| StartError("the wrapper exited before its pid was read".into()))?;
+    if let Some(c) = &dirs.cgroup {
+        let lease_file = crate::lease_file::path(dirs.data_dir);
+        // What the wrapper checked before it ran anything: the guard starts from it, so a file
+        // gone before its first look counts as run out, not as never granted.
+        let expires = crate::lease_file::load(&lease_file).expires_at_ms();
+        if let Err(e) = start_guard(c, &lease_file, &exit, stop_signal, expires) {
+            // Without its guard a replica must not run: the lease would bind nothing.
+            let _ = c.kill();
+            return Err(StartError(format!("cannot start the replica's guard: {e}")));
+        }
+    }
     Ok(Started { child, pid })
 }
 

@@ -38,6 +38,11 @@ pub fn find_by_arg(arg: &[u8]) -> Vec<u32> {
     found
 }
 
+/// Process `pid` has `arg` as one of its command line arguments.
+pub fn has_arg(pid: u32, arg: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg))
+}
+
 /// A process of a group, as /proc/<pid>/stat shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {

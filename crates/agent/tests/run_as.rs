@@ -165,3 +165,53 @@ async fn an_agent_for_users_refuses_a_data_directory_they_cannot_reach() {
     let e = baton_agent::start_with_inventory(c, inv).await.err().expect("the agent refuses to start").to_string();
     assert!(e.contains("is not searchable by other users") && e.contains(&dir.path().display().to_string()), "{e}");
 }
+
+/// Issue 31: the watchdog was a shell function in the job's own process group, running as the
+/// job's user: a job that killed its siblings (its watchdog) ran on after its agent was gone
+/// and its lease had run out, beside the attempt the leader placed elsewhere. A replica held
+/// by a cgroup is watched by its guard, a process of the agent's user outside the job's group
+/// and cgroup, which the job can neither kill nor leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: ./test.sh runs it as root"]
+async fn a_job_that_kills_its_watchdog_still_stops_when_its_lease_runs_out() {
+    ensure_user();
+    let dir = data_dir();
+    let gw = Gateway::start(None).await;
+    gw.grant_lease_ms(800);
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.run_as = allowing(&[USER], false);
+    c.containment = baton_agent::cgroup::ContainmentMode::Cgroup;
+    let agent = start_agent(c).await;
+    // Where the job, as its user, may write.
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (pid, tried) = (out.join("pid"), out.join("tried"));
+    let _reaper = Reaper(vec![pid.clone()]);
+    let rogue = format!(
+        "for p in $(pgrep -P $PPID); do [ \"$p\" != \"$$\" ] && kill -9 \"$p\"; done; \
+         pkill -9 -f 'baton-[g]uard'; echo done > {}; \
+         echo $$ > {}; while :; do sleep 0.05; done",
+        tried.display(),
+        pid.display()
+    );
+    let mut a = assignment(1, 1, Action::Run, &rogue);
+    a.run_as = USER.into();
+    gw.set(1, vec![a]);
+    let started = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            if let Some(p) = read_pid(&pid) {
+                return p;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    let p = started.await.unwrap_or_else(|_| {
+        panic!("the rogue job never started: {:?}; stderr: {}", gw.observations(), log(dir.path(), 1, "stderr"))
+    });
+    assert!(tried.exists(), "the job ran its kills first");
+    // Renewed a few times, then the agent is gone: only what watches the replica is left.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    agent.shutdown().await.unwrap();
+    wait_for(10, "the rogue replica stopped once its lease ran out", || (!alive(p)).then_some(())).await;
+}
