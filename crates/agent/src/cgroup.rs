@@ -213,6 +213,18 @@ impl ReplicaCgroup {
         if shown.is_empty() { "no process listed".to_string() } else { shown.join(", ") }
     }
 
+    /// Freezes (`true`) or thaws its processes (`cgroup.freeze`): every one of them, whatever
+    /// group or session it is in. Frozen processes act on no signal but SIGKILL until thawed.
+    pub fn freeze(&self, frozen: bool) -> Result<(), CgroupError> {
+        let path = self.dir.join("cgroup.freeze");
+        std::fs::write(&path, if frozen { "1" } else { "0" }).map_err(io(&path))
+    }
+
+    /// Every process of it is frozen (`cgroup.events`: `frozen 1`).
+    pub fn frozen(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("cgroup.events")).is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
+    }
+
     /// It holds a process.
     pub fn populated(&self) -> bool {
         std::fs::read_to_string(self.dir.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())

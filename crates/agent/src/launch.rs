@@ -105,7 +105,8 @@ exit "$rc"
 /// the agent's user. The job can neither kill it (another user's process), stop it (not in
 /// its group), nor leave what it watches (the cgroup). Once the lease file's expiry plus the
 /// slack has passed (a file gone counts as run out, as for the watchdog), it leaves the
-/// `.lease` marker, continues every process of the cgroup and sends each the stop signal,
+/// `.lease` marker, thaws the cgroup (a suspended replica is frozen), continues every process
+/// of the cgroup and sends each the stop signal,
 /// waits the grace, and kills the cgroup whole (`cgroup.kill`). It ends when the cgroup is
 /// gone (the replica ended and the agent removed it).
 ///
@@ -130,6 +131,7 @@ while :; do
   now_ms
   [ "$now" -lt $(( e + k )) ] && continue
   true > "$f.lease" 2>/dev/null
+  echo 0 > "$c/cgroup.freeze" 2>/dev/null
   for q in $(cat "$c/cgroup.procs" 2>/dev/null); do
     kill -CONT "$q" 2>/dev/null
     kill -"$s" "$q" 2>/dev/null

@@ -581,6 +581,7 @@ impl Supervisor {
     }
 
     fn resume(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
+        self.thaw(key);
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         signal_group(r.rec.pid, libc::SIGCONT);
         r.rec.phase = Phase::Running;
@@ -606,14 +607,31 @@ impl Supervisor {
     }
 
     fn suspend(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
+        let cgroup = cgroup_of(&self.cgroups, key);
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
-        // Not its watchdog: it stops the replica if this agent dies while it is suspended.
-        launch::suspend_replica(r.rec.pid, &r.rec.exit_file);
+        match cgroup {
+            // Every process of the replica, also one that left its group; its guard is
+            // outside the cgroup and goes on watching the lease.
+            Some(c) => freeze_replica(key, &c),
+            // Not its watchdog: it stops the replica if this agent dies while it is suspended.
+            None => launch::suspend_replica(r.rec.pid, &r.rec.exit_file),
+        }
         r.rec.phase = Phase::Suspended;
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
-        tracing::info!(?key, "suspended (SIGSTOP)");
+        tracing::info!(?key, "suspended");
         self.report_suspended(*key)
+    }
+
+    /// Thaws the replica's cgroup, if it has one: a frozen process acts on no signal but
+    /// SIGKILL, so every SIGCONT (a resume, a stop's) thaws first.
+    fn thaw(&self, key: &ReplicaKey) {
+        if let Some(c) = cgroup_of(&self.cgroups, key)
+            && let Err(e) = c.freeze(false)
+            && c.dir().exists()
+        {
+            tracing::warn!(?key, "cannot thaw the replica's cgroup: {e}");
+        }
     }
 
     /// Noted before it is journaled, so the reporter's acknowledgement finds it.
@@ -773,7 +791,12 @@ impl Supervisor {
                         r.rec = rec;
                     }
                 }
-                Step::Signal { pid, signal } => signal_group(pid, signal),
+                Step::Signal { pid, signal } => {
+                    if signal == libc::SIGCONT {
+                        self.thaw(key);
+                    }
+                    signal_group(pid, signal)
+                }
             }
         }
         Ok(())
@@ -794,9 +817,10 @@ impl Supervisor {
         self.journal.put_replica(&rec)?;
         r.rec = rec.clone();
         r.signal_again = signal_again(r.started, libc::SIGTERM);
-        signal_group(rec.pid, libc::SIGTERM);
         // Also when journaled running: an agent that died while suspending it may have
-        // stopped some of its processes and journaled nothing.
+        // stopped (or frozen) some of its processes and journaled nothing.
+        self.thaw(key);
+        signal_group(rec.pid, libc::SIGTERM);
         signal_group(rec.pid, libc::SIGCONT);
         tracing::info!(?key, "no longer wanted here: SIGTERM, SIGKILL after {} ms", self.kill_grace_ms);
         Ok(())
@@ -1256,6 +1280,27 @@ enum Leftovers {
 }
 
 /// The newest file that counts as `key`'s rank's checkpoint (0: none).
+/// Freezes a replica's cgroup and waits a moment for it to be frozen: a process in
+/// uninterruptible sleep freezes only once it wakes, and is then frozen by the kernel
+/// without more from the agent.
+fn freeze_replica(key: &ReplicaKey, c: &crate::cgroup::ReplicaCgroup) {
+    if let Err(e) = c.freeze(true) {
+        tracing::warn!(?key, "cannot freeze the replica's cgroup: {e}");
+        return;
+    }
+    for _ in 0..FREEZE_CHECKS {
+        if c.frozen() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(FREEZE_CHECK_MS));
+    }
+    tracing::warn!(?key, "the replica's cgroup is not frozen yet (a process in uninterruptible sleep?)");
+}
+
+/// How long `freeze_replica` waits for the kernel, in checks of `FREEZE_CHECK_MS`.
+const FREEZE_CHECKS: u32 = 20;
+const FREEZE_CHECK_MS: u64 = 5;
+
 /// The cgroup of replica `key` under `root`, if replicas have cgroups here.
 fn cgroup_of(root: &Option<crate::cgroup::CgroupRoot>, key: &ReplicaKey) -> Option<crate::cgroup::ReplicaCgroup> {
     root.as_ref().map(|r| r.replica(key.job_id, key.attempt, key.rank))

@@ -210,3 +210,44 @@ async fn a_replica_whose_processes_survive_sigkill_holds_its_gpus_and_is_reporte
     wait_for(10, "the next job started", || read_pid(&next_ran)).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Issue 31: suspend sent SIGSTOP to the replica's process group, so a process that had left
+/// the group (`setsid`) kept running, and using what the replica had lent its preemptor,
+/// while the replica was reported suspended. With cgroups the whole cgroup is frozen, and a
+/// RUN thaws it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and a writable cgroup v2 hierarchy: ./test.sh runs it as root"]
+async fn suspend_freezes_every_process_of_the_replica_also_one_that_left_its_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = TestRoot::new("freeze");
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.containment = ContainmentMode::Cgroup;
+    c.cgroup_root = Some(root.0.clone());
+    let agent = start_agent(c).await;
+    let (ticks, main) = (dir.path().join("ticks"), dir.path().join("main"));
+    let _reaper = Reaper(vec![main.clone()]);
+    let cmd = format!(
+        "setsid sh -c 'while :; do echo x >> {}; sleep 0.02; done' & echo $$ > {}; while :; do sleep 0.05; done",
+        ticks.display(),
+        main.display()
+    );
+    let run = assignment(1, 1, Action::Run, &cmd);
+    gw.set(1, vec![run.clone()]);
+    let main_pid = wait_for(5, "the replica's pid", || read_pid(&main)).await;
+    let size = || std::fs::metadata(&ticks).map_or(0, |m| m.len());
+    wait_for(5, "the escaped child ticking", || (size() > 0).then_some(())).await;
+
+    gw.set(1, vec![baton_proto::v1::Assignment { action: Action::Suspend as i32, ..run.clone() }]);
+    wait_for(5, "suspended", || suspended(main_pid).then_some(())).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let held = size();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(size(), held, "a process of the suspended replica kept running");
+
+    gw.set(1, vec![run]);
+    wait_for(5, "the escaped child ticking again", || (size() > held).then_some(())).await;
+    gw.set(1, vec![]);
+    wait_for(10, "the replica's cgroup removed", || (!root.0.join("1-1-0").exists()).then_some(())).await;
+    agent.shutdown().await.unwrap();
+}

@@ -136,7 +136,7 @@ async fn the_watchdog_stops_a_suspended_replica_whose_agent_is_gone() {
     let p = wait_for(5, "job 1 started", || read_pid(&pid)).await;
     granted(&gw).await;
     gw.set(1, vec![Assignment { action: Action::Suspend as i32, ..run }]);
-    wait_for(5, "job 1 suspended", || (process_state(p) == Some('T')).then_some(())).await;
+    wait_for(5, "job 1 suspended", || suspended(p).then_some(())).await;
 
     agent.shutdown().await.unwrap();
     let gone = Instant::now();

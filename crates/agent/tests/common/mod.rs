@@ -350,3 +350,17 @@ pub async fn scrape_reply(addr: SocketAddr) -> String {
     s.read_to_string(&mut reply).await.unwrap();
     reply
 }
+
+/// The process is suspended: stopped (`T`, process groups) or in a frozen cgroup v2
+/// (`cgroup.events` says `frozen 1`; a frozen process shows as sleeping).
+pub fn suspended(pid: i32) -> bool {
+    if proc_state(pid) == Some('T') {
+        return true;
+    }
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return false };
+    let Some(path) = text.lines().find_map(|l| l.strip_prefix("0::")) else { return false };
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].iter().any(|mount| {
+        std::fs::read_to_string(format!("{mount}{path}/cgroup.events"))
+            .is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
+    })
+}
