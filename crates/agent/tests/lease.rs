@@ -146,12 +146,6 @@ async fn the_watchdog_stops_a_suspended_replica_whose_agent_is_gone() {
     assert!(saved.exists(), "continued before its stop signal, it saved its work");
 }
 
-/// The state letter of /proc/<pid>/stat (`T`: stopped).
-fn process_state(pid: impl std::fmt::Display) -> Option<char> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
-}
-
 /// Found by the chaos run: the watchdog stopped a replica while its agent was down, the job
 /// wrote a checkpoint on the stop signal, and the restarted agent (which only knew the
 /// checkpoints as of its restart) reported the stop as not checkpointed, so the job started
