@@ -149,6 +149,8 @@ pub(crate) struct Ctx {
     pub(crate) log_readers: Arc<api::watchers::Watchers>,
     /// The dashboard's event streams per client identity (`dash::MAX_EVENT_STREAMS_PER_CLIENT`).
     pub(crate) dash_streams: Arc<api::watchers::Watchers>,
+    /// Writes per queue user (`max_user_writes_per_s`).
+    pub(crate) write_rates: api::rates::WriteRates,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -175,6 +177,7 @@ impl Ctx {
             watchers: Arc::new(api::watchers::Watchers::watch_streams()),
             log_readers: Arc::new(api::watchers::Watchers::log_streams()),
             dash_streams: Arc::new(api::watchers::Watchers::dashboard_streams()),
+            write_rates: api::rates::WriteRates::default(),
             closing: tokio::sync::watch::channel(false).0,
             transport,
         }

@@ -32,6 +32,10 @@ pub struct ServerSettings {
     /// Log streams one client identity may read through this replica at once: one user
     /// following many logs cannot take every slot of `max_log_streams`.
     pub max_log_streams_per_client: usize,
+    /// Writes a second one queue user may send through this replica (bursts of twice as
+    /// many): one user's script cannot fill the log for everyone. Admins and operators are
+    /// not bounded.
+    pub max_user_writes_per_s: u32,
     /// Bytes of log one `JobLogs` stream relays at most; then it ends with RESOURCE_EXHAUSTED
     /// naming the bound and where the log goes on. A followed log of a chatty job would
     /// otherwise hold a slot and this replica's bandwidth for as long as the job writes.
@@ -59,6 +63,7 @@ impl Default for ServerSettings {
             max_replay_events: 100_000,
             max_log_streams: 256,
             max_log_streams_per_client: 32,
+            max_user_writes_per_s: 200,
             max_log_stream_bytes: 1 << 30,
             auth: crate::auth::AuthMode::default(),
             bootstrap_admin: None,
@@ -94,6 +99,9 @@ impl ServerSettings {
         baton_proto::lease_fits(self.lease_ms, baton_proto::AGENT_STOP_BOUND_MS, self.heartbeat_timeout_ms)?;
         if self.max_log_stream_bytes == 0 {
             return Err("max_log_stream_bytes must be above 0".into());
+        }
+        if self.max_user_writes_per_s == 0 {
+            return Err("max_user_writes_per_s must be above 0".into());
         }
         if self.max_list_jobs == 0 {
             return Err("max_list_jobs must be above 0".into());

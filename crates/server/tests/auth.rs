@@ -331,6 +331,34 @@ async fn jobs_over_the_per_user_bound_are_refused_naming_it() {
     assert!(e.message().contains("max_jobs_per_queue must be 1 to"), "{}", e.message());
 }
 
+/// Issue 39: nothing bounded how fast one user wrote; a script could fill the log and the
+/// leader's apply queue for everyone. A queue user's writes are bounded per second (bursts of
+/// twice as many) and the refusal names the setting; admins are not bounded; a pause lets
+/// the user write again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_users_writes_are_bounded_per_second_naming_the_setting() {
+    let base = ServerSettings { max_user_writes_per_s: 5, ..common::settings() };
+    let (cluster, _agent) = setup_with(1, base).await;
+    let mut admin = client(&cluster.addrs()[0], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[0], Some(ALICE)).await;
+    let mut refused = None;
+    for i in 0..30 {
+        if let Err(e) = alice.submit(submit(&format!("burst-{i}"), "a", "")).await {
+            refused = Some((i, e));
+            break;
+        }
+    }
+    let (at, e) = refused.expect("30 writes at once were all taken");
+    assert!(at >= 10, "refused after {at} writes: the burst is 10");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("user alice") && e.message().contains("max_user_writes_per_s"), "{}", e.message());
+    for i in 0..30 {
+        admin.submit(submit(&format!("admin-{i}"), "a", "")).await.expect("admins are not bounded");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    alice.submit(submit("after-a-pause", "a", "")).await.expect("written again after a pause");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_users_logs_are_denied_at_the_replica() {
     let (cluster, _agent) = setup(1).await;

@@ -10,6 +10,7 @@
 //! - `watch`: the event stream.
 //! - `visible`: what a caller sees of a job and of its events (get, list, watch, dashboard).
 //! - `usage`: capacity and usage arithmetic shared by the above.
+//! - `rates`: how many writes a second a queue user may send (`max_user_writes_per_s`).
 
 pub(crate) mod cluster;
 pub use cluster::HIDDEN_JOB;
@@ -18,6 +19,7 @@ pub(crate) mod jobs;
 mod logs;
 pub(crate) mod nodes;
 mod objects;
+pub(crate) mod rates;
 pub mod usage;
 pub(crate) mod visible;
 mod watch;
@@ -88,6 +90,7 @@ impl Api {
     /// Commits `op` as `who` and returns what it produced, or the state machine's refusal
     /// (which re-checks `who`'s token and permissions) as a status.
     pub(crate) async fn write(&self, who: &Caller, op: Op) -> Result<Applied, Status> {
+        self.ctx.write_rates.admit(who, self.ctx.settings.max_user_writes_per_s)?;
         let span = crate::trace::commit_span(op.name(), self.ctx.replica.term());
         let cmd = Command { now_ms: now_ms(), op: who.wrap(op) };
         let response = self.ctx.replica.write(cmd).instrument(span.clone()).await.map_err(status::from_write)?;
