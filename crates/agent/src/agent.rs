@@ -186,6 +186,7 @@ pub async fn start_with_journal(
     let cgroups =
         crate::cgroup::resolve(config.containment, config.cgroup_root.as_deref(), &config.name, &config.data_dir)?;
     metrics.process_group_only(cgroups.is_none());
+    let containment = if cgroups.is_some() { "cgroup" } else { "process-group" };
     let settings = Settings {
         cgroups,
         node: config.name.clone(),
@@ -230,7 +231,7 @@ pub async fn start_with_journal(
     let follower = Follower {
         servers,
         transport: config.transport.clone(),
-        node: node_info(&config, &inventory, &advertised),
+        node: node_info(&config, &inventory, &advertised, containment),
         journal: journal.clone(),
         directives: dir_tx,
         attached: attached_tx,

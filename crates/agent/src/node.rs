@@ -26,7 +26,11 @@ pub fn machine_memory_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str) -> NodeInfo {
+/// The label that says how the node's agent holds replicas (`cgroup` or `process-group`):
+/// `baton nodes` shows the weaker mode, so an operator sees where a job could escape.
+pub const CONTAINMENT_LABEL: &str = "baton.dev/containment";
+
+pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str, containment: &str) -> NodeInfo {
     let cpu = config.cpu.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1));
     let memory = config.memory_bytes.unwrap_or_else(machine_memory_bytes);
     let mut resources = std::collections::HashMap::new();
@@ -37,7 +41,12 @@ pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str) 
         name: config.name.clone(),
         pool: config.pool.clone(),
         rack: config.rack.clone(),
-        labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        labels: config
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain([(CONTAINMENT_LABEL.to_string(), containment.to_string())])
+            .collect(),
         resources,
         gpus: inventory
             .gpus

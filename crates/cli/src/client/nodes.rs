@@ -68,6 +68,10 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
         if !n.maintenance.is_empty() {
             status.push_str(&format!(",Maintenance({})", n.maintenance));
         }
+        // Its agent holds jobs by process groups only: a process that leaves its group escapes.
+        if n.labels.get(baton_agent::node::CONTAINMENT_LABEL).is_some_and(|m| m == "process-group") {
+            status.push_str(",ProcessGroupOnly");
+        }
         let unhealthy = unhealthy_gpus(n);
         if !unhealthy.is_empty() {
             let list: Vec<String> = unhealthy.iter().map(u32::to_string).collect();
@@ -122,4 +126,23 @@ pub async fn act(conn: &Conn, act: Act, a: &NodeArgs, out: &mut dyn Write) -> Re
         Act::Drain => "draining: cordoned, and it lists as drained once what runs there finishes",
     };
     print_ack(out, &ack, &format!("node {} {done}", a.node))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 31: an agent that holds jobs by process groups only (`--containment auto` on a
+    /// host without a delegated cgroup tree, or `process-group`) says so in `baton nodes`.
+    #[test]
+    fn a_node_whose_agent_holds_jobs_by_process_groups_says_so() {
+        let node = |mode: &str| v1::Node {
+            name: "n1".into(),
+            status: v1::NodeStatus::Ready as i32,
+            labels: [(baton_agent::node::CONTAINMENT_LABEL.to_string(), mode.to_string())].into_iter().collect(),
+            ..Default::default()
+        };
+        assert!(nodes_table(&[node("process-group")]).contains("Ready,ProcessGroupOnly"));
+        assert!(!nodes_table(&[node("cgroup")]).contains("ProcessGroupOnly"));
+    }
 }
