@@ -25,6 +25,29 @@ pub const EXIT_CODE_KILLED: i32 = 128 + libc::SIGKILL;
 /// command not found).
 pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 
+/// The shell functions the wrapper's watchdog and the guard share: `now_ms` (CLOCK_BOOTTIME,
+/// as `/proc/uptime` shows it) and `ran_out`, which reads the lease file `$l` into `$e` (a
+/// file gone after it was read counts as run out: 0) and is true once `$e` plus the slack
+/// `$k` has passed.
+macro_rules! lease_functions {
+    () => {
+        r#"now_ms() {
+  read -r u i < /proc/uptime
+  now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
+}
+ran_out() {
+  n=
+  read -r n b < "$l" 2>/dev/null
+  case $n in ''|*[!0-9]*) ;; *) e=$n ;; esac
+  [ -n "$e" ] && [ ! -e "$l" ] && e=0
+  [ -z "$e" ] && return 1
+  now_ms
+  [ "$now" -ge $(( e + k )) ]
+}
+"#
+    };
+}
+
 /// Signals the wrapper outlives: HUP INT QUIT USR1 USR2 ALRM TERM (numbers, portable `trap`).
 ///
 /// It first checks the lease once more: an agent stopped (or slowed) between deciding to
@@ -39,7 +62,8 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 /// agent did not journal before it went down is then known to have run.
 ///
 /// Arguments: the exit file, the lease file, the stop signal (a number), the watchdog's
-/// grace and its poll interval (seconds, "1.000"), the slack (ms), then the command. The watchdog runs beside
+/// grace and its poll interval (seconds, "1.000"; "0": no watchdog, the replica's guard
+/// watches it), the slack (ms), then the command. The watchdog runs beside
 /// the job in its process group: once the lease file's expiry (ms on CLOCK_BOOTTIME, which
 /// `/proc/uptime` shows) plus the slack has passed, it leaves a marker next to the exit
 /// file (`.lease`), continues the group (a suspended replica takes its stop signal as a
@@ -49,14 +73,13 @@ pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 /// as a lease run out. The marker is written with `true`, not `:`: a failed redirection on a special
 /// built-in ends a POSIX shell, and with the replica's directory gone that ended the
 /// watchdog instead of the replica.
-const WRAPPER: &str = r#"trap : 1 2 3 10 12 14 15
+const WRAPPER: &str = concat!(
+    r#"trap : 1 2 3 10 12 14 15
 f=$1 l=$2 s=$3 g=$4 p=$5 k=$6
 shift 6
-now_ms() {
-  read -r u i < /proc/uptime
-  now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
-}
-e= b= id= held=
+"#,
+    lease_functions!(),
+    r#"e= b= id= held=
 read -r e b 2>/dev/null < "$l"
 read -r id 2>/dev/null < /proc/sys/kernel/random/boot_id
 case $e in ''|*[!0-9]*) e= ;; esac
@@ -74,13 +97,7 @@ watchdog() {
   trap : 1 2 3 10 12 14 15
   while :; do
     sleep "$p"
-    n=
-    read -r n b < "$l" 2>/dev/null
-    case $n in ''|*[!0-9]*) ;; *) e=$n ;; esac
-    [ -n "$e" ] && [ ! -e "$l" ] && e=0
-    [ -z "$e" ] && continue
-    now_ms
-    [ "$now" -lt $(( e + k )) ] && continue
+    ran_out || continue
     true > "$f.lease" 2>/dev/null
     kill -CONT 0
     kill -"$s" 0
@@ -98,7 +115,8 @@ rc=$?
 [ -n "$w" ] && kill -9 "$w" 2> /dev/null
 printf '%s\n' "$rc" > "$f.tmp" && mv -f "$f.tmp" "$f"
 exit "$rc"
-"#;
+"#
+);
 
 /// The guard of a replica held by a cgroup: the watchdog above, but a process of its own,
 /// started by the agent beside the replica, outside its cgroup, in a session of its own and as
@@ -113,23 +131,16 @@ exit "$rc"
 /// Arguments: the lease file, the cgroup directory, the exit file, the stop signal (a
 /// number), the grace and the poll interval (seconds, "1.000"), the slack (ms), and the
 /// expiry the agent read before the start (ms on CLOCK_BOOTTIME; empty: none).
-const GUARD: &str = r#"trap : 1 2 3 10 12 14 15
+const GUARD: &str = concat!(
+    r#"trap : 1 2 3 10 12 14 15
 l=$1 c=$2 f=$3 s=$4 g=$5 p=$6 k=$7 e=$8
-now_ms() {
-  read -r u i < /proc/uptime
-  now=$(( ${u%.*} * 1000 + 1${u#*.} * 10 - 1000 ))
-}
-case $e in ''|*[!0-9]*) e= ;; esac
+"#,
+    lease_functions!(),
+    r#"case $e in ''|*[!0-9]*) e= ;; esac
 while :; do
   sleep "$p"
   [ -d "$c" ] || exit 0
-  n=
-  read -r n b < "$l" 2>/dev/null
-  case $n in ''|*[!0-9]*) ;; *) e=$n ;; esac
-  [ -n "$e" ] && [ ! -e "$l" ] && e=0
-  [ -z "$e" ] && continue
-  now_ms
-  [ "$now" -lt $(( e + k )) ] && continue
+  ran_out || continue
   true > "$f.lease" 2>/dev/null
   echo 0 > "$c/cgroup.freeze" 2>/dev/null
   for q in $(cat "$c/cgroup.procs" 2>/dev/null); do
@@ -140,7 +151,8 @@ while :; do
   echo 1 > "$c/cgroup.kill" 2>/dev/null
   exit 0
 done
-"#;
+"#
+);
 
 /// Starts the guard of a replica whose processes `cgroup` holds (see [`GUARD`]); the lease
 /// held when it started expires at `expires_at_ms` (CLOCK_BOOTTIME). Not waited for: it ends

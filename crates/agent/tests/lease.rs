@@ -6,6 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use baton_agent::cgroup::ContainmentMode;
 use baton_proto::v1::{Action, Assignment, StopCause};
 use common::*;
 
@@ -78,11 +79,26 @@ async fn a_replica_stops_when_no_leader_renews_the_lease() {
     agent.shutdown().await.unwrap();
 }
 
+/// Where the host allows it (as root, in CI) the replica is held by a cgroup and watched by
+/// its guard; the test below runs the wrapper's own watchdog, of process groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
+    a_replica_whose_agent_is_gone_is_stopped(ContainmentMode::Auto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_of_a_process_group_stops_a_replica_whose_agent_is_gone() {
+    a_replica_whose_agent_is_gone_is_stopped(ContainmentMode::ProcessGroup).await;
+}
+
+async fn a_replica_whose_agent_is_gone_is_stopped(containment: ContainmentMode) {
     let dir = tempfile::tempdir().unwrap();
     let gw = leased().await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let with = |mut c: baton_agent::config::AgentConfig| {
+        c.containment = containment;
+        c
+    };
+    let agent = start_agent(with(config(dir.path(), &[gw.addr]))).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
     gw.set(
@@ -102,7 +118,7 @@ async fn the_watchdog_stops_a_replica_whose_agent_is_gone() {
     // The agent comes back: it reports the stop with its cause, and does not count it as
     // the job's own exit.
     let obs_before = gw.observations().len();
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let agent = start_agent(with(config(dir.path(), &[gw.addr]))).await;
     wait_for(10, "a lease-expired stop reported", || {
         stop_causes_of(&gw.observations(), 1).contains(&StopCause::LeaseExpired).then_some(())
     })
@@ -206,19 +222,9 @@ async fn nothing_starts_until_a_lease_is_granted(dir: &std::path::Path) {
 /// run (the wrapper checks the file), and its start is reported as a lease stop.
 async fn a_run_spawned_with_the_lease_file_does_not_run(as_after_the_stall: impl FnOnce(&std::path::Path)) {
     let dir = tempfile::tempdir().unwrap();
-    let gw = leased().await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let ran = dir.path().join("ran");
     let _reaper = Reaper(vec![ran.clone()]);
-    gw.set(1, vec![]);
-    // A lease far longer than this test: the agent holds it throughout.
-    gw.grant_lease_ms(600_000);
-    let now = gw.report_count();
-    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
-    // No renewal rewrites the file from here (a report answered before the stall has had
-    // its time).
-    gw.stall_reports(true);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (gw, agent) = holding_a_long_lease_then_stalled(dir.path()).await;
     as_after_the_stall(dir.path());
 
     gw.set(1, vec![assignment(1, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", ran.display()))]);
@@ -304,23 +310,30 @@ async fn replies_from_an_earlier_leader_of_the_same_term_do_not_renew_the_lease(
     agent.shutdown().await.unwrap();
 }
 
+/// An agent holding a lease far longer than the test (it holds it throughout), whose reports
+/// then stall: no renewal rewrites the lease file from here (a report answered before the
+/// stall has had its time).
+async fn holding_a_long_lease_then_stalled(dir: &std::path::Path) -> (Gateway, baton_agent::Agent) {
+    let gw = leased().await;
+    let agent = start_agent(config(dir, &[gw.addr])).await;
+    gw.set(1, vec![]);
+    gw.grant_lease_ms(600_000);
+    let now = gw.report_count();
+    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
+    gw.stall_reports(true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (gw, agent)
+}
+
 /// The watchdog starts from the lease its wrapper checked: a lease file gone before the
 /// watchdog's first poll means the agent is gone, as one gone later does (issue 31). Before,
 /// the watchdog forgot the wrapper's reading and waited for a lease file forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_file_gone_before_the_watchdogs_first_poll_stops_the_replica() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = leased().await;
-    let agent = start_agent(config(dir.path(), &[gw.addr])).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
-    gw.set(1, vec![]);
-    // A lease far longer than this test, then no renewal rewrites the file.
-    gw.grant_lease_ms(600_000);
-    let now = gw.report_count();
-    wait_for(5, "two reports answered with a lease", || (gw.report_count() >= now + 2).then_some(())).await;
-    gw.stall_reports(true);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (gw, agent) = holding_a_long_lease_then_stalled(dir.path()).await;
 
     // The job itself removes the file as it starts, well within the watchdog's first poll.
     let lease = baton_agent::lease_file::path(dir.path());

@@ -30,12 +30,7 @@ async fn setup() -> (Cluster, FakeAgent) {
     let settings =
         ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
     let cluster = Cluster::start_with(1, settings).await;
-    let mut admin = client(&cluster.addrs()[0], ADMIN).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while admin.who_am_i(Empty {}).await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "the bootstrap admin token never committed");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let mut admin = bootstrap_admin(&cluster.addrs()[0], ADMIN).await;
     for (q, v) in QUEUES {
         admin.create_queue(Queue { visibility: v.into(), ..queue(q, 8) }).await.unwrap();
     }
@@ -330,12 +325,7 @@ async fn a_victim_does_not_name_a_preemptor_its_viewer_may_not_see() {
         ServerSettings { auth: AuthMode::Tokens, bootstrap_admin: Some(hash_token(ADMIN)), ..common::settings() };
     let cluster = Cluster::start_with(1, settings).await;
     let addr = cluster.addrs()[0].clone();
-    let mut admin = client(&addr, ADMIN).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while admin.who_am_i(Empty {}).await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "the bootstrap admin token never committed");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let mut admin = bootstrap_admin(&addr, ADMIN).await;
     admin.create_queue(Queue { visibility: JobVisibility::All.into(), ..queue("open", 0) }).await.unwrap();
     admin.create_queue(Queue { visibility: JobVisibility::Own.into(), ..queue("closed", 8) }).await.unwrap();
     for (token, user, queues) in [(ALICE, "alice", vec!["open", "closed"]), (BOB, "bob", vec!["open"])] {

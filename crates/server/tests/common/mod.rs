@@ -374,15 +374,21 @@ pub async fn client(addr: &str, token: &str) -> Client {
     BatonClient::with_interceptor(ch, Bearer(token.to_string()))
 }
 
-/// The bootstrap admin's client of replica `addr` once its token is committed, with queue
-/// `queue` of `gpus` GPUs and a token per `(token, user)` granted that queue.
-pub async fn admin_with_users(addr: &str, admin: &str, queue_name: &str, gpus: u64, users: &[(&str, &str)]) -> Client {
+/// The bootstrap admin's client of replica `addr`, once its token is committed.
+pub async fn bootstrap_admin(addr: &str, admin: &str) -> Client {
     let mut c = client(addr, admin).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while c.who_am_i(Empty {}).await.is_err() {
         assert!(Instant::now() < deadline, "the bootstrap admin token never committed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    c
+}
+
+/// The bootstrap admin's client of replica `addr` once its token is committed, with queue
+/// `queue` of `gpus` GPUs and a token per `(token, user)` granted that queue.
+pub async fn admin_with_users(addr: &str, admin: &str, queue_name: &str, gpus: u64, users: &[(&str, &str)]) -> Client {
+    let mut c = bootstrap_admin(addr, admin).await;
     c.create_queue(queue(queue_name, gpus)).await.unwrap();
     for (token, user) in users {
         let req = CreateTokenRequest {
