@@ -470,3 +470,56 @@ async fn one_certificate_holds_a_bounded_number_of_connections() {
     other.cluster_info(Empty {}).await.expect("another caller still connects");
     drop(held);
 }
+
+/// An agent's log service whose one log says one line, then stays open without end.
+struct QuietLogs;
+
+#[tonic::async_trait]
+impl baton_proto::v1::agent_logs_server::AgentLogs for QuietLogs {
+    type LogsStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<baton_proto::v1::LogChunk, tonic::Status>> + Send + 'static>,
+    >;
+
+    async fn logs(
+        &self,
+        _r: tonic::Request<baton_proto::v1::LogsRequest>,
+    ) -> Result<tonic::Response<Self::LogsStream>, tonic::Status> {
+        use futures::StreamExt;
+        let line = baton_proto::v1::LogChunk { attempt: 1, offset: 0, data: b"step 1\n".to_vec() };
+        let stream = futures::stream::once(async move { Ok(line) }).chain(futures::stream::pending());
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+}
+
+/// Issue 39: a client's `JobLogs` stream is re-checked against revocation as its watch is
+/// (before each chunk and every second while quiet): the reload that revokes the client's
+/// certificate ends its followed log with UNAUTHENTICATED, though the log itself goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_ends_a_followed_log_of_the_revoked_certificate() {
+    let s = Setup::start().await;
+    let agent = Transport::load(&s.ca.issue(s.dir.path(), "agent", "n1")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let logs_addr = listener.local_addr().unwrap().to_string();
+    let logs = baton_proto::v1::agent_logs_server::AgentLogsServer::new(QuietLogs);
+    tokio::spawn(agent.server().add_service(logs).serve_with_incoming(agent.incoming(listener)));
+    let mut gw = AgentGatewayClient::new(s.channel(&agent).await.unwrap());
+    let n1 = NodeInfo { agent_addr: logs_addr, ..node("n1") };
+    let _directives = gw.attach(AttachRequest { node: Some(n1), term_seen: 0 }).await.unwrap();
+    let mallory = s.ca.issue(s.dir.path(), "client", "mallory");
+    let mut api = BatonClient::new(s.channel(&Transport::load(&mallory).unwrap()).await.unwrap());
+    let job = baton_proto::make::gpu_job("j", "q", "train", 1, 1, vec!["train".into()]);
+    api.submit(baton_proto::v1::SubmitRequest { spec: Some(job), ..Default::default() }).await.unwrap();
+    let logs = baton_proto::v1::LogsRequest { job: "j".into(), follow: true, ..Default::default() };
+    let req = baton_proto::v1::JobLogsRequest { node: "n1".into(), logs: Some(logs) };
+    let mut stream = api.job_logs(req).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().expect("the log's first line");
+    assert_eq!(first.data, b"step 1\n");
+
+    std::fs::write(s.server_dir.join("crl.pem"), s.ca.crl(&[&mallory])).unwrap();
+    s.reload().unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), end_of(&mut stream))
+        .await
+        .expect("the revoked client's log stream stayed open");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("revoked") && e.message().contains("client \"mallory\""), "{e}");
+}
