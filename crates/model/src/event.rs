@@ -7,14 +7,28 @@ use serde::{Deserialize, Serialize};
 
 use crate::name::Name;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Event {
     pub at_ms: u64,
     pub job: Option<Name>,
+    /// The job's id, on the events an apply returns only (not in histories or snapshots, so
+    /// not compared): who may see a live event is judged by its job, not by its name, which
+    /// a newer job may have taken since.
+    #[serde(skip)]
+    pub job_id: Option<crate::job::JobId>,
     pub node: Option<Name>,
     pub kind: EventKind,
     pub message: String,
 }
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Event) -> bool {
+        (self.at_ms, &self.job, &self.node, &self.kind, &self.message)
+            == (o.at_ms, &o.job, &o.node, &o.kind, &o.message)
+    }
+}
+
+impl Eq for Event {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {

@@ -260,7 +260,14 @@ mod tests {
         listed.sort_by_key(|k| *k as i32);
         let numbers: Vec<i32> = listed.iter().map(|k| *k as i32).collect();
         assert_eq!(numbers, (1..=EventKind::Lagged as i32).collect::<Vec<_>>(), "every value but unspecified, once");
-        let ev = |kind| baton_model::event::Event { at_ms: 0, job: None, node: None, kind, message: String::new() };
+        let ev = |kind| baton_model::event::Event {
+            at_ms: 0,
+            job: None,
+            job_id: None,
+            node: None,
+            kind,
+            message: String::new(),
+        };
         let started = ev(baton_model::event::EventKind::Started { attempt: 2, nodes: Default::default() });
         assert_eq!(EventKind::word_of(crate::convert::event_to_proto(&started).kind), "Started");
         let failed = ev(baton_model::event::EventKind::Failed { exit_code: 3 });

@@ -368,3 +368,57 @@ async fn a_victim_does_not_name_a_preemptor_its_viewer_may_not_see() {
         }
     }
 }
+
+/// Issue 39: live events were judged by their job's name, and a name is reused once its job
+/// ended: an event of alice's finished job in a queue that shows others nothing went to bob
+/// when bob's new job had taken the name. A live event is judged by its job's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_live_event_is_judged_by_its_job_not_by_a_newer_job_of_its_name() {
+    let (cluster, mut agent) = setup().await;
+    let addr = cluster.addrs()[0].clone();
+    let (mut alice, mut bob) = (client(&addr, ALICE).await, client(&addr, BOB).await);
+    let old = alice.submit(secret_job("dup", "own")).await.unwrap().into_inner().id;
+    alice.cancel_job(job_ref("dup")).await.unwrap();
+    let stopped = Stopped { job_id: old, attempt: 1, checkpointed: false, rank: 0, cause: 0 };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // The cancel waits for the rank's stop (completing), which an agent may report only once
+    // the job was placed: report it until the name is free.
+    while bob.submit(secret_job("dup", "all")).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "alice's dup never ended");
+        let _ = agent.report(vec![What::Stopped(stopped.clone())]).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut bobs = bob.watch(WatchRequest { job: String::new(), replay: false }).await.unwrap().into_inner();
+    let mut admins = client(&addr, ADMIN).await.watch(WatchRequest::default()).await.unwrap().into_inner();
+    // Alice's old attempt still runs on n1, where nothing of it is placed: a stray, and an
+    // event of her old job named `dup` (the background heartbeats, which list nothing, are
+    // silenced: one reporter per node).
+    agent.silence();
+    let stray = Running { job_id: old, attempt: 1, task: 0, replica: 0, rank: 0, phase: ReplicaPhase::Running as i32 };
+    let reporting = async {
+        loop {
+            let _ = agent.report_running(vec![stray], vec![]).await;
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let seen = async {
+        loop {
+            let e = admins.message().await.unwrap().expect("the admin's watch ended");
+            if e.kind() == EventKind::Stray {
+                return e;
+            }
+        }
+    };
+    let within = std::time::Duration::from_secs(10);
+    let e = tokio::time::timeout(within, async {
+        tokio::select! { e = seen => e, () = reporting => unreachable!() }
+    })
+    .await
+    .expect("no Stray event of alice's old job");
+    assert_eq!(e.job, "dup");
+    // Bob's watch got everything applied up to it by now, or gets it within a moment.
+    let more = std::time::Duration::from_millis(500);
+    while let Ok(Some(e)) = tokio::time::timeout(more, bobs.message()).await.map(|m| m.unwrap()) {
+        assert_ne!(e.kind(), EventKind::Stray, "bob saw an event of alice's hidden job: {e:?}");
+    }
+}

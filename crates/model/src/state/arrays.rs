@@ -373,7 +373,7 @@ impl State {
     /// An event of the array itself (it has no history of its own: each element has one).
     fn array_event(&self, id: JobId, kind: EventKind, message: String) -> Event {
         let name = self.arrays.records.get(&id).map(|a| a.spec.name.clone());
-        Event { at_ms: self.d.now_ms, job: name, node: None, kind, message: self.by_actor(message) }
+        Event { at_ms: self.d.now_ms, job: name, job_id: None, node: None, kind, message: self.by_actor(message) }
     }
 
     /// Snapshots: every element kept is a job, every live element is unfinished and its

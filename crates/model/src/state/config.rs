@@ -113,6 +113,7 @@ impl State {
             ev.push(Event {
                 at_ms: self.d.now_ms,
                 job: None,
+                job_id: None,
                 node: None,
                 kind: EventKind::QueueUpdated { queue: name },
                 message,
@@ -237,7 +238,7 @@ impl State {
             if is_new || was_lost {
                 let kind = if is_new { EventKind::NodeRegistered } else { EventKind::NodeReady };
                 let message = format!("node {name} is ready");
-                ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name), kind, message });
+                ev.push(Event { at_ms: self.d.now_ms, job: None, job_id: None, node: Some(name), kind, message });
             }
         }
         self.rebuild_ledger();
@@ -285,7 +286,7 @@ impl State {
             NodeStatus::Lost => (EventKind::NodeLost, format!("node {name} is lost; its jobs go back to the queue")),
             NodeStatus::Ready => (EventKind::NodeReady, format!("node {name} is ready")),
         };
-        ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name.clone()), kind, message });
+        ev.push(Event { at_ms: self.d.now_ms, job: None, job_id: None, node: Some(name.clone()), kind, message });
         if status == NodeStatus::Lost {
             self.lose_jobs_on(name, ev);
             self.unreserve_pools_on(name, ev);
@@ -307,7 +308,7 @@ impl State {
         } else {
             (EventKind::NodeUncordoned, format!("node {name} is uncordoned"))
         };
-        ev.push(Event { at_ms: self.d.now_ms, job: None, node: Some(name.clone()), kind, message });
+        ev.push(Event { at_ms: self.d.now_ms, job: None, job_id: None, node: Some(name.clone()), kind, message });
         if cordoned {
             self.unreserve_pools_on(name, ev);
         }

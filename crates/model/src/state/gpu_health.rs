@@ -153,6 +153,7 @@ impl State {
         ev.push(Event {
             at_ms: self.d.now_ms,
             job: None,
+            job_id: None,
             node: Some(node.clone()),
             kind,
             message: clip_message(message),

@@ -36,12 +36,19 @@ impl State {
         let Some(job) = self.d.jobs.get_mut(&id) else {
             return;
         };
-        let e = Event { at_ms: now, job: Some(job.spec.name.clone()), node: None, kind, message: clip(message) };
+        let e = Event {
+            at_ms: now,
+            job: Some(job.spec.name.clone()),
+            job_id: None,
+            node: None,
+            kind,
+            message: clip(message),
+        };
         if job.events.len() >= MAX_EVENTS_PER_JOB {
             job.events.pop_front();
         }
         job.events.push_back(e.clone());
-        ev.push(e);
+        ev.push(Event { job_id: Some(id), ..e });
     }
 
     fn known(&self, id: JobId) -> Result<(), ApplyError> {

@@ -189,6 +189,7 @@ impl State {
         ev.push(Event {
             at_ms: self.d.now_ms,
             job: None,
+            job_id: None,
             node: None,
             kind,
             message: crate::event::clip_message(message),

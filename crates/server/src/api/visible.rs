@@ -30,6 +30,14 @@ pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
     let Some(name) = &e.job else {
         return View::Private;
     };
+    // A live event says its job's id: judged by that job, not by a newer one of its name.
+    if let Some(id) = e.job_id {
+        return match s.job(id) {
+            Some(j) => view(s, who, j),
+            None if who.token().is_none_or(|t| t.any_job()) => View::Private,
+            None => View::Hidden,
+        };
+    }
     match s.job_by_name(name.as_str()) {
         Some(j) => view(s, who, j),
         None if let Some(a) = s.array_by_name(name.as_str()) => array_view(s, who, a),

@@ -433,6 +433,7 @@ mod tests {
         let e = ModelEvent {
             at_ms: 1,
             job: Some(Name::lit("j")),
+            job_id: None,
             node: None,
             kind: EventKind::Submitted,
             message: "é".repeat(10 * MAX_EVENT_BYTES),

@@ -270,7 +270,8 @@ mod state_gauges {
         let s = borrowing();
         let j = s.job_by_name("j").unwrap();
         let at_ms = j.progress_mark_ms + 1_500;
-        let event = |kind| Event { at_ms, job: Some(Name::lit("j")), node: None, kind, message: String::new() };
+        let event =
+            |kind| Event { at_ms, job: Some(Name::lit("j")), job_id: None, node: None, kind, message: String::new() };
         let m = Metrics::new();
         // "waits" is in the same queue as "j": a priority preemption.
         m.count(&s, &event(EventKind::Preempted { by: Name::lit("waits") }));
