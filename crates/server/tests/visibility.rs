@@ -385,7 +385,7 @@ async fn a_live_event_is_judged_by_its_job_not_by_a_newer_job_of_its_name() {
     // the job was placed: report it until the name is free.
     while bob.submit(secret_job("dup", "all")).await.is_err() {
         assert!(std::time::Instant::now() < deadline, "alice's dup never ended");
-        let _ = agent.report(vec![What::Stopped(stopped.clone())]).await;
+        let _ = agent.report(vec![What::Stopped(stopped)]).await;
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let mut bobs = bob.watch(WatchRequest { job: String::new(), replay: false }).await.unwrap().into_inner();
