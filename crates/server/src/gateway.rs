@@ -290,6 +290,10 @@ impl Gateway {
     /// rest of the report. One write per GPU at most: a report may carry 65,536 findings,
     /// and each was a raft write of its own, in turn, before the rest of the report.
     async fn gpu_findings(&self, node: &Name, observations: Vec<Observation>) -> Result<Vec<Observation>, Status> {
+        // Most reports carry none: they pay neither the state's lock nor a copy.
+        if !observations.iter().any(|o| matches!(o.what, Some(What::Gpu(_)))) {
+            return Ok(observations);
+        }
         let gpus = self.ctx.replica.read_local(|s| s.nodes().get(node).map_or(0, |n| n.spec.resources.gpus()));
         let mut last = BTreeMap::new();
         let mut unknown = 0usize;
