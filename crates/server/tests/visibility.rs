@@ -378,16 +378,13 @@ async fn a_live_event_is_judged_by_its_job_not_by_a_newer_job_of_its_name() {
     let addr = cluster.addrs()[0].clone();
     let (mut alice, mut bob) = (client(&addr, ALICE).await, client(&addr, BOB).await);
     let old = alice.submit(secret_job("dup", "own")).await.unwrap().into_inner().id;
+    agent.until("alice's dup runs", |d| has(d, "dup", Action::Run)).await;
     alice.cancel_job(job_ref("dup")).await.unwrap();
+    agent.until("alice's dup is told to stop", |d| has(d, "dup", Action::Stop)).await;
     let stopped = Stopped { job_id: old, attempt: 1, checkpointed: false, rank: 0, cause: 0 };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    // The cancel waits for the rank's stop (completing), which an agent may report only once
-    // the job was placed: report it until the name is free.
-    while bob.submit(secret_job("dup", "all")).await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "alice's dup never ended");
-        let _ = agent.report(vec![What::Stopped(stopped)]).await;
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    agent.report(vec![What::Stopped(stopped)]).await.unwrap();
+    agent.until("alice's dup is gone", |d| !d.assignments.iter().any(|a| a.job == "dup")).await;
+    bob.submit(secret_job("dup", "all")).await.expect("the name is free once alice's dup ended");
     let mut bobs = bob.watch(WatchRequest { job: String::new(), replay: false }).await.unwrap().into_inner();
     let mut admins = client(&addr, ADMIN).await.watch(WatchRequest::default()).await.unwrap().into_inner();
     // Alice's old attempt still runs on n1, where nothing of it is placed: a stray, and an
