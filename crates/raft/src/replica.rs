@@ -247,8 +247,9 @@ impl Core {
             && cmd.now_ms > ceiling
         {
             let ahead_ms = cmd.now_ms - ceiling;
-            let last = self.skew_warned_ms.swap(ceiling, std::sync::atomic::Ordering::Relaxed);
+            let last = self.skew_warned_ms.load(std::sync::atomic::Ordering::Relaxed);
             if ceiling.saturating_sub(last) >= SKEW_WARN_EVERY_MS {
+                self.skew_warned_ms.store(ceiling, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
                     ahead_ms,
                     "this replica's clock runs ahead of the other voters'; commands are stamped with theirs (fix its time)"
@@ -732,13 +733,13 @@ impl Replica {
         Ok(())
     }
 
-    /// Runs `f` on this replica's applied state, without asking anyone: fast, possibly stale.
     /// This replica's time as it stamps commands: its wall clock, held back to the other
     /// voters' when it runs ahead of theirs (`skew`). The leader decides by it.
     pub fn now_ms(&self) -> u64 {
         self.core.now_ms()
     }
 
+    /// Runs `f` on this replica's applied state, without asking anyone: fast, possibly stale.
     pub fn read_local<T>(&self, f: impl FnOnce(&State) -> T) -> T {
         self.core.sm.read(f)
     }

@@ -93,7 +93,7 @@ impl RaftService {
             tracing::warn!(from, op = cmd.op.name(), "forwarded leader-only operation refused");
             return Err(WriteError::LeaderOnly { op: cmd.op.name().to_string() });
         }
-        cmd.now_ms = self.core.now_ms();
+        cmd.now_ms = self.core.clock.now_ms();
         self.core.write_here(cmd).await
     }
 }

@@ -31,16 +31,17 @@ pub fn event_view(s: &State, who: &Caller, e: &Event) -> View {
         return View::Private;
     };
     // A live event says its job's id: judged by that job, not by a newer one of its name.
-    if let Some(id) = e.job_id {
-        return match s.job(id) {
-            Some(j) => view(s, who, j),
-            None if who.token().is_none_or(|t| t.any_job()) => View::Private,
-            None => View::Hidden,
-        };
-    }
-    match s.job_by_name(name.as_str()) {
+    let job = match e.job_id {
+        Some(id) => s.job(id),
+        None => s.job_by_name(name.as_str()),
+    };
+    match job {
         Some(j) => view(s, who, j),
-        None if let Some(a) = s.array_by_name(name.as_str()) => array_view(s, who, a),
+        None if e.job_id.is_none()
+            && let Some(a) = s.array_by_name(name.as_str()) =>
+        {
+            array_view(s, who, a)
+        }
         None if who.token().is_none_or(|t| t.any_job()) => View::Private,
         None => View::Hidden,
     }
