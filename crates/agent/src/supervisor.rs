@@ -726,6 +726,11 @@ impl Supervisor {
             run_as: &self.run_as,
             cgroup: cgroup_of(&self.cgroups, key),
         };
+        // Live before it starts: its output is on disk from its first instruction, while the
+        // start is still being journaled (a sync), and a follow asked for meanwhile waits for
+        // more rather than ending with what is there
+        // (`a_follow_asked_while_the_start_is_journaled_waits_for_more`).
+        self.mark_live(key, true);
         match launch::start(a, &dirs, &signal_name, signal) {
             Ok(started) => {
                 rec.pid = started.pid;
@@ -752,6 +757,7 @@ impl Supervisor {
                 journaled
             }
             Err(e) => {
+                self.mark_live(key, false);
                 tracing::warn!(?key, job = a.job, "cannot start: {e}");
                 self.replicas
                     .insert(*key, Replica { rec, signal, newest_checkpoint_ms: 0, started: None, signal_again: None });
@@ -1192,9 +1198,13 @@ impl Supervisor {
     }
 
     fn set_live(&self, key: &ReplicaKey, live: bool) {
-        if !self.replicas.contains_key(key) {
-            return;
+        if self.replicas.contains_key(key) {
+            self.mark_live(key, live);
         }
+    }
+
+    /// Whether a follow of `key`'s logs waits for more.
+    fn mark_live(&self, key: &ReplicaKey, live: bool) {
         let id = (key.job_id, key.attempt, key.rank);
         let mut set = self.live_logs.lock().unwrap_or_else(|p| p.into_inner());
         if live {
