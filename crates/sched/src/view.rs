@@ -227,7 +227,7 @@ impl<'a> View<'a> {
 
     /// A job of queue `q` starts on these shares: the change `State::apply` makes of a Place.
     pub fn occupy(&mut self, job: &Job, q: usize, shares: &[Share]) {
-        self.ledger.place(job.id, q, !job.preemptible, shares);
+        self.ledger.place(job.id, q, !job.preemptible, job.spec.suspends_when_preempted(), shares);
         self.reindex(shares);
     }
 

@@ -7,7 +7,7 @@
 //! Also here: the scoped "as if these jobs had stopped" that preemption and the plan
 //! checker ask, which puts the ledger back exactly when the question is answered.
 
-use super::{JobCharge, Ledger, Occupant, Share, Vector, ZERO, fits, sub};
+use super::{JobCharge, Ledger, Occupant, Share, Vector, ZERO, fits, min, sub};
 
 /// Adds `amount` to pool `pool`'s entry of a per-pool list.
 fn add_to_pool(list: &mut Vec<(usize, Vector)>, pool: usize, amount: &Vector) {
@@ -26,10 +26,11 @@ impl Ledger {
     /// Never over-allocates: the caller has made sure the job fits, and the ledger's
     /// arithmetic saturates at zero, so a start that did not fit would go unseen. Checked in
     /// every build: a replica that acted on it would run two jobs on one GPU.
-    pub fn place(&mut self, job: JobId, queue: usize, not_preemptible: bool, shares: &[Share]) {
+    /// `suspends`: a preemption suspends it in place, and it would keep all but its CPUs.
+    pub fn place(&mut self, job: JobId, queue: usize, not_preemptible: bool, suspends: bool, shares: &[Share]) {
         self.give_up_reservation(job);
         self.assert_room(job, shares);
-        self.occupy(job, queue, not_preemptible, shares);
+        self.occupy(job, queue, not_preemptible, suspends, shares);
     }
 
     /// A preemptor that starts gives up the reservation held for it, keeping what its
@@ -62,11 +63,15 @@ impl Ledger {
             debug_assert!(fits(&amount, &o.amount) && gpus & !o.gpus == 0, "a split takes only what the job holds");
             sub(&mut o.amount, &amount);
             o.gpus &= !gpus;
+            // The part keeps what the whole keeps of it: all but CPUs for a job that
+            // suspends, nothing otherwise.
+            let keeps = if o.keeps == ZERO { ZERO } else { min(&o.keeps, &amount) };
+            sub(&mut o.keeps, &keeps);
             if o.amount == ZERO && o.gpus == 0 {
                 node.occupants.retain(|o| o.job != job);
             }
             let (held, lent_to, lent_amount, lent_gpus) = (false, None, ZERO, 0);
-            node.occupants.push(Occupant { job: to, amount, gpus, held, lent_to, lent_amount, lent_gpus });
+            node.occupants.push(Occupant { job: to, amount, gpus, keeps, held, lent_to, lent_amount, lent_gpus });
             add_to_pool(&mut moved, node.pool, &amount);
         }
         let nodes = part.iter().map(|s| s.node).collect();
@@ -91,6 +96,7 @@ impl Ledger {
             match node.occupants.iter_mut().find(|x| x.job == into) {
                 Some(x) => {
                     super::add(&mut x.amount, &o.amount);
+                    super::add(&mut x.keeps, &o.keeps);
                     x.gpus |= o.gpus;
                 }
                 None => node.occupants.push(Occupant { job: into, ..o }),
@@ -375,7 +381,7 @@ mod tests {
             "reserved for the preemptor once the victim is gone"
         );
         assert_eq!(l.nodes[0].free_for(Some(7), &[]).1, 0, "and for nobody else");
-        l.place(preemptor, q1, false, &shares);
+        l.place(preemptor, q1, false, false, &shares);
         assert!(l.nodes[0].reservations.is_empty(), "the reservation became its occupancy");
         assert!(!l.charges.get(&preemptor).unwrap().reserved);
         assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, 8));
@@ -390,7 +396,7 @@ mod tests {
         let mut amount = l.nodes[0].capacity;
         amount[GPU_KIND] = 1;
         // GPU 0 is the running job's.
-        l.place(99, 0, false, &[Share { node: 0, amount, gpus: 0b1 }]);
+        l.place(99, 0, false, false, &[Share { node: 0, amount, gpus: 0b1 }]);
     }
 
     #[test]

@@ -10,6 +10,11 @@ pub struct Occupant {
     pub job: JobId,
     pub amount: Vector,
     pub gpus: u64,
+    /// What of `amount` stays taken when the job is preempted: a job suspended in place
+    /// keeps all but its CPUs (decisions.md section 7: a stopped process keeps its memory);
+    /// any other job keeps nothing. A preemption that counts on this node's room counts
+    /// only on the rest.
+    pub keeps: Vector,
     /// A suspended job's share: held in place, not in use.
     pub held: bool,
     /// For a held share: the part lent to the job that preempted it, while that job holds
@@ -112,7 +117,10 @@ impl NodeAcct {
         let mut used_gpus = 0u64;
         for o in &self.occupants {
             if !o.held {
-                if !removed(o.job) {
+                if removed(o.job) {
+                    // Imagined preempted: what a suspension keeps stays taken.
+                    add(&mut used, &o.keeps);
+                } else {
                     add(&mut used, &o.amount);
                     used_gpus |= o.gpus;
                 }
@@ -188,7 +196,7 @@ mod tests {
     }
 
     fn occ(job: JobId, amount: Vector, gpus: u64) -> Occupant {
-        Occupant { job, amount, gpus, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 }
+        Occupant { job, amount, gpus, keeps: ZERO, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 }
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use super::{JobCharge, Ledger, NodeReservation, Occupant, Vector, ZERO, min, sub};
 use crate::job::JobId;
+use crate::quantity::CPU;
 
 /// One job's share of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +51,25 @@ impl Ledger {
         }
     }
 
-    /// A job starts using these shares (one per node).
-    pub(crate) fn occupy(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share]) {
+    /// What of `amount` a job suspended in place keeps taken on its node: all but its CPUs
+    /// (decisions.md section 7). Only CPU time is freed by stopping a process.
+    pub(crate) fn kept_when_suspended(&self, amount: &Vector) -> Vector {
+        let mut kept = *amount;
+        if let Some(k) = self.kinds.index(CPU) {
+            kept[k] = 0;
+        }
+        kept
+    }
+
+    /// A job starts using these shares (one per node); `suspends`: a preemption suspends it
+    /// in place (`JobSpec::suspends_when_preempted`), so it would keep all but its CPUs.
+    pub(crate) fn occupy(&mut self, job: JobId, queue: usize, np: bool, suspends: bool, shares: &[Share]) {
         let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         self.ensure_charge(job, queue, np, &nodes);
         for &Share { node: n, amount, gpus } in shares {
-            let o = Occupant { job, amount, gpus, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 };
+            let keeps = if suspends { self.kept_when_suspended(&amount) } else { ZERO };
+            let (held, lent_to, lent_amount, lent_gpus) = (false, None, ZERO, 0);
+            let o = Occupant { job, amount, gpus, keeps, held, lent_to, lent_amount, lent_gpus };
             self.nodes[n].occupants.push(o);
         }
         self.settle(job);
@@ -127,8 +141,9 @@ impl Ledger {
     }
 
     /// Recomputes, in job order, how much each held share lent to `borrower` on node `n`
-    /// lends: up to what the borrower has reserved there. Order-independent on purpose, so
-    /// a rebuild from scratch gives the same numbers as the incremental path.
+    /// lends: up to what the borrower has reserved there, and never what the holder keeps
+    /// (its memory). Order-independent on purpose, so a rebuild from scratch gives the same
+    /// numbers as the incremental path.
     pub(crate) fn relend(&mut self, n: usize, borrower: JobId) {
         let node = &mut self.nodes[n];
         let Some(r) = node.reservation(borrower).cloned() else {
@@ -141,7 +156,9 @@ impl Ledger {
         let mut holders = Vec::new();
         for i in order {
             let o = &mut node.occupants[i];
-            o.lent_amount = min(&remaining, &o.amount);
+            let mut lendable = o.amount;
+            sub(&mut lendable, &o.keeps);
+            o.lent_amount = min(&remaining, &lendable);
             o.lent_gpus = o.gpus & r.gpus;
             sub(&mut remaining, &o.lent_amount);
             holders.push(o.job);

@@ -155,7 +155,7 @@ impl State {
         let replicas: Vec<ReplicaAlloc> = c.ranks.values().cloned().collect();
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);
-        self.ledger.occupy(id, q, np, &shares);
+        self.ledger.occupy(id, q, np, job.spec.suspends_when_preempted(), &shares);
         self.ledger.set_leaving(id, true);
     }
 

@@ -81,7 +81,7 @@ impl State {
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);
-        self.ledger.place(id, q, np, &shares);
+        self.ledger.place(id, q, np, job.spec.suspends_when_preempted(), &shares);
         let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         let lent_from = self
             .ledger

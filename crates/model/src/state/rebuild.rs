@@ -145,7 +145,7 @@ impl State {
             if job.state.is_active() || job.state == JobState::Suspended {
                 let shares = self.shares(job, &job.replicas);
                 let (q, np) = self.queue_and_np(job);
-                self.ledger.occupy(id, q, np, &shares);
+                self.ledger.occupy(id, q, np, job.spec.suspends_when_preempted(), &shares);
                 if job.is_leaving() {
                     self.ledger.set_leaving(id, true);
                 }
