@@ -10,6 +10,15 @@
 //! restarts, so a restarted agent finds its replicas' cgroups, and distinct per agent, so two
 //! agents on one host never share one.
 //!
+//! Limits: a replica is held to the memory and CPU its task asked for (`memory.max`,
+//! `cpu.max`). On a pure v2 host the agent enables those controllers for its subtree,
+//! moving itself into a leaf of its own cgroup first (v2 hands controllers down only from a
+//! cgroup without processes; Slurm's cgroup/v2 plugin does the same for slurmd). On a
+//! hybrid host, where the memory and cpu controllers are bound to v1 hierarchies, each
+//! replica also gets a cgroup of the same name in those (`memory.limit_in_bytes`,
+//! `cpu.cfs_quota_us`), joined by the child with its v2 one before it runs anything. Where
+//! neither is possible the limits are advisory, said once in the agent's log.
+//!
 //! Modes (`--containment`): `cgroup` refuses to start without a writable v2 hierarchy that has
 //! `cgroup.kill` (Linux 5.14); `process-group` is the weaker mode of earlier versions, where a
 //! replica is its process group and a process that leaves the group escapes; `auto` takes
@@ -71,10 +80,39 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
     move |source| CgroupError::Io { path: path.to_path_buf(), source }
 }
 
+/// What a replica asked for, which its cgroup holds it to; 0: not asked, no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub memory_bytes: u64,
+    /// Thousandths of a CPU.
+    pub cpu_millis: u64,
+}
+
+/// The period of a CPU limit: the kernel's default, 100 ms, in microseconds.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// A cgroup v1 controller a limit can be set through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum V1Controller {
+    Memory,
+    Cpu,
+}
+
+impl V1Controller {
+    fn name(self) -> &'static str {
+        match self {
+            V1Controller::Memory => "memory",
+            V1Controller::Cpu => "cpu",
+        }
+    }
+}
+
 /// The agent's subtree, where it makes one cgroup per replica.
 #[derive(Debug, Clone)]
 pub struct CgroupRoot {
     dir: PathBuf,
+    /// The same subtree in the v1 hierarchies of controllers the v2 one lacks (a hybrid host).
+    v1: Vec<(V1Controller, PathBuf)>,
 }
 
 impl CgroupRoot {
@@ -92,7 +130,51 @@ impl CgroupRoot {
             .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
             .map_err(|e| unusable(dir, format!("cannot make a child cgroup: {e}")))?;
         let _ = std::fs::remove_dir(&probe);
-        Ok(CgroupRoot { dir: dir.to_path_buf() })
+        Ok(CgroupRoot { dir: dir.to_path_buf(), v1: Vec::new() })
+    }
+
+    /// Sets the subtree up to hold replicas to their limits (see the module's doc): the v2
+    /// controllers where the host has them there, else the v1 hierarchies of a hybrid host.
+    /// Never fails (limits are not containment): what cannot be enforced is said in the log.
+    pub fn enable_limits(mut self) -> CgroupRoot {
+        let name = self.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        for c in self.enable_v2_controllers() {
+            match v1_dir(c, &name) {
+                Ok(dir) => {
+                    tracing::info!(dir = %dir.display(), "{} limits of replicas go through cgroup v1", c.name());
+                    self.v1.push((c, dir));
+                }
+                Err(why) => tracing::warn!("the {} limits of replicas are not enforced: {why}", c.name()),
+            }
+        }
+        self
+    }
+
+    /// Hands the memory and cpu controllers down to the replicas' cgroups where the v2
+    /// hierarchy has them; returns those it could not.
+    fn enable_v2_controllers(&self) -> Vec<V1Controller> {
+        let wanted = [V1Controller::Memory, V1Controller::Cpu];
+        if let Some(parent) = self.dir.parent() {
+            let missing: Vec<&str> = wanted
+                .iter()
+                .map(|c| c.name())
+                .filter(|n| !has_controller(&self.dir, n) && has_controller(parent, n))
+                .collect();
+            if !missing.is_empty()
+                && let Err(e) = hand_down(parent, &missing)
+            {
+                tracing::warn!("cgroup {}: cannot hand {missing:?} down to the replicas: {e}", parent.display());
+            }
+        }
+        let here: Vec<V1Controller> = wanted.into_iter().filter(|c| has_controller(&self.dir, c.name())).collect();
+        let names: Vec<&str> = here.iter().map(|c| c.name()).collect();
+        if !names.is_empty()
+            && let Err(e) = write_subtree_control(&self.dir, &names)
+        {
+            tracing::warn!("cgroup {}: cannot enable {names:?} for the replicas: {e}", self.dir.display());
+            return wanted.to_vec();
+        }
+        wanted.into_iter().filter(|c| !here.contains(c)).collect()
     }
 
     /// The default root for the agent of `node` keeping its data in `data_dir`: a child of the
@@ -116,7 +198,12 @@ impl CgroupRoot {
 
     /// The cgroup of one replica (not made yet).
     pub fn replica(&self, job_id: u64, attempt: u32, rank: u32) -> ReplicaCgroup {
-        ReplicaCgroup { dir: self.dir.join(format!("{job_id}-{attempt}-{rank}")) }
+        self.replica_named(&format!("{job_id}-{attempt}-{rank}"))
+    }
+
+    fn replica_named(&self, name: &str) -> ReplicaCgroup {
+        let v1 = self.v1.iter().map(|(c, d)| (*c, d.join(name))).collect();
+        ReplicaCgroup { dir: self.dir.join(name), v1 }
     }
 
     /// The replica cgroups here that still hold processes, by the replica their names say
@@ -126,8 +213,9 @@ impl CgroupRoot {
         entries
             .flatten()
             .filter_map(|e| {
-                let key = parse_key(e.file_name().to_str()?)?;
-                let cgroup = ReplicaCgroup { dir: e.path() };
+                let name = e.file_name();
+                let key = parse_key(name.to_str()?)?;
+                let cgroup = self.replica_named(name.to_str()?);
                 cgroup.populated().then_some((key, cgroup))
             })
             .take(max)
@@ -137,11 +225,13 @@ impl CgroupRoot {
     /// Removes the empty replica cgroups a run before this one left (an agent killed before it
     /// removed them); a populated one stays, for adoption.
     pub fn remove_empty_children(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                // rmdir(2) of a cgroup fails while it has processes or children.
-                let _ = std::fs::remove_dir(e.path());
+        for dir in std::iter::once(&self.dir).chain(self.v1.iter().map(|(_, d)| d)) {
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    // rmdir(2) of a cgroup fails while it has processes or children.
+                    let _ = std::fs::remove_dir(e.path());
+                }
             }
         }
     }
@@ -161,9 +251,9 @@ pub fn resolve(
     };
     let resolved = match mode {
         ContainmentMode::ProcessGroup => None,
-        ContainmentMode::Cgroup => Some(found()?),
+        ContainmentMode::Cgroup => Some(found()?.enable_limits()),
         ContainmentMode::Auto => match found() {
-            Ok(r) => Some(r),
+            Ok(r) => Some(r.enable_limits()),
             Err(e) => {
                 tracing::warn!("--containment auto: {e}; holding replicas by process groups only");
                 None
@@ -187,6 +277,8 @@ fn unusable(path: &Path, why: String) -> CgroupError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaCgroup {
     dir: PathBuf,
+    /// Its cgroups of the same name in v1 hierarchies (a hybrid host), for its limits.
+    v1: Vec<(V1Controller, PathBuf)>,
 }
 
 impl ReplicaCgroup {
@@ -231,17 +323,23 @@ impl ReplicaCgroup {
     }
 
     /// Makes it (an existing empty one is reused: a replica started again after a crash
-    /// before its spawn) and opens its `cgroup.procs` for the child to join before it runs
+    /// before its spawn), sets its `limits` (every time: a reused one may hold older ones),
+    /// and opens its `cgroup.procs` files, v2 first, for the child to join before it runs
     /// anything. One that holds processes is refused: joining it would make two replicas
     /// one.
-    pub fn create(&self) -> Result<OwnedFd, CgroupError> {
+    pub fn create(&self, limits: Limits) -> Result<Vec<OwnedFd>, CgroupError> {
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
         if self.populated() {
             return Err(CgroupError::Populated { path: self.dir.clone() });
         }
-        let procs = self.dir.join("cgroup.procs");
-        let f = std::fs::OpenOptions::new().write(true).open(&procs).map_err(io(&procs))?;
-        Ok(f.into())
+        set_v2_limits(&self.dir, limits)?;
+        let mut joins = vec![open_procs(&self.dir)?];
+        for (c, dir) in &self.v1 {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            set_v1_limit(*c, dir, limits)?;
+            joins.push(open_procs(dir)?);
+        }
+        Ok(joins)
     }
 
     /// Kills every process in it at once (`cgroup.kill`), whatever group or session it is in.
@@ -261,11 +359,159 @@ impl ReplicaCgroup {
         if let Err(e) = self.kill() {
             tracing::warn!("{e}");
         }
-        match std::fs::remove_dir(&self.dir) {
+        let gone = match std::fs::remove_dir(&self.dir) {
             Ok(()) => true,
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        if gone {
+            // Its processes are gone from every hierarchy with it; a v1 one that lags is
+            // swept at the agent's next start (`remove_empty_children`).
+            for (_, dir) in &self.v1 {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        gone
+    }
+}
+
+fn open_procs(dir: &Path) -> Result<OwnedFd, CgroupError> {
+    let procs = dir.join("cgroup.procs");
+    let f = std::fs::OpenOptions::new().write(true).open(&procs).map_err(io(&procs))?;
+    Ok(f.into())
+}
+
+fn write_limit(dir: &Path, file: &str, value: &str) -> Result<(), CgroupError> {
+    let path = dir.join(file);
+    std::fs::write(&path, value).map_err(io(&path))
+}
+
+/// The quota of a CPU limit per `CPU_PERIOD_US`, at least the kernel's least (1 ms).
+fn cpu_quota_us(cpu_millis: u64) -> u64 {
+    (cpu_millis.saturating_mul(CPU_PERIOD_US) / 1_000).max(1_000)
+}
+
+/// `memory.max` and `cpu.max`, where the controllers are enabled here (their files exist).
+fn set_v2_limits(dir: &Path, limits: Limits) -> Result<(), CgroupError> {
+    if dir.join("memory.max").exists() {
+        let memory = if limits.memory_bytes == 0 { "max".to_string() } else { limits.memory_bytes.to_string() };
+        write_limit(dir, "memory.max", &memory)?;
+        // No swap beyond it (Slurm's AllowedSwapSpace defaults to 0): a replica over its
+        // memory is stopped by the kernel, not slowed to a crawl.
+        if dir.join("memory.swap.max").exists() {
+            write_limit(dir, "memory.swap.max", if limits.memory_bytes == 0 { "max" } else { "0" })?;
         }
     }
+    if dir.join("cpu.max").exists() {
+        let quota =
+            if limits.cpu_millis == 0 { "max".to_string() } else { cpu_quota_us(limits.cpu_millis).to_string() };
+        write_limit(dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
+    }
+    Ok(())
+}
+
+/// The v1 files of controller `c` (-1: no limit).
+fn set_v1_limit(c: V1Controller, dir: &Path, limits: Limits) -> Result<(), CgroupError> {
+    match c {
+        V1Controller::Memory => {
+            let memory = if limits.memory_bytes == 0 { "-1".to_string() } else { limits.memory_bytes.to_string() };
+            // Memory plus swap is never below memory alone: lifted first, set last, so no
+            // order of old and new values is refused. Equal: no swap beyond the limit.
+            let memsw = dir.join("memory.memsw.limit_in_bytes").exists();
+            if memsw {
+                write_limit(dir, "memory.memsw.limit_in_bytes", "-1")?;
+            }
+            write_limit(dir, "memory.limit_in_bytes", &memory)?;
+            if memsw {
+                write_limit(dir, "memory.memsw.limit_in_bytes", &memory)?;
+            }
+            Ok(())
+        }
+        V1Controller::Cpu => {
+            write_limit(dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+            let quota =
+                if limits.cpu_millis == 0 { "-1".to_string() } else { cpu_quota_us(limits.cpu_millis).to_string() };
+            write_limit(dir, "cpu.cfs_quota_us", &quota)
+        }
+    }
+}
+
+/// A v2 cgroup has controller `name` (`cgroup.controllers`), to enable for its children.
+fn has_controller(dir: &Path, name: &str) -> bool {
+    let text = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+    text.split_whitespace().any(|c| c == name)
+}
+
+fn write_subtree_control(dir: &Path, names: &[&str]) -> std::io::Result<()> {
+    let text: Vec<String> = names.iter().map(|n| format!("+{n}")).collect();
+    std::fs::write(dir.join("cgroup.subtree_control"), text.join(" "))
+}
+
+/// Enables `names` for the children of `parent`. v2 refuses that (EBUSY) while `parent` holds
+/// processes itself: when it is the agent's own cgroup, the agent moves into a leaf of it,
+/// `baton-agent`, first. Guards of replicas adopted from an earlier run may still be there;
+/// then it stays refused, and the log says so.
+fn hand_down(parent: &Path, names: &[&str]) -> std::io::Result<()> {
+    match write_subtree_control(parent, names) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) && is_own_v2_cgroup(parent) => {
+            let leaf = parent.join("baton-agent");
+            std::fs::create_dir_all(&leaf)?;
+            std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())?;
+            tracing::info!(leaf = %leaf.display(), "the agent moved into a leaf cgroup to hand controllers down");
+            write_subtree_control(parent, names)
+        }
+        other => other,
+    }
+}
+
+fn is_own_v2_cgroup(dir: &Path) -> bool {
+    let (Ok(mount), Some(own)) = (v2_mount(), own_v2_path()) else { return false };
+    mount.join(own.trim_start_matches('/')) == dir
+}
+
+/// The agent's subtree named `name` in the v1 hierarchy of controller `c`, made if missing.
+fn v1_dir(c: V1Controller, name: &std::ffi::OsStr) -> Result<PathBuf, String> {
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let (mount, mount_root) = mountinfo
+        .lines()
+        .find_map(|l| v1_mount_of(l, c.name()))
+        .ok_or_else(|| format!("neither cgroup v2 nor a v1 hierarchy here has the {} controller", c.name()))?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let own = own.lines().find_map(|l| v1_path_of(l, c.name())).unwrap_or_else(|| "/".into());
+    let relative = own.strip_prefix(&mount_root).unwrap_or(&own).trim_start_matches('/').to_string();
+    let dir = mount.join(relative).join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if !dir.join("cgroup.procs").exists() {
+        return Err(format!("{} is not a cgroup", dir.display()));
+    }
+    Ok(dir)
+}
+
+/// The mount point and the hierarchy's root there, of a mountinfo line of a v1 hierarchy
+/// with `controller` (its super options, e.g. `rw,cpu,cpuacct`).
+fn v1_mount_of(line: &str, controller: &str) -> Option<(PathBuf, String)> {
+    let (left, right) = line.split_once(" - ")?;
+    let mut right = right.split_whitespace();
+    if right.next()? != "cgroup" {
+        return None;
+    }
+    let options = right.nth(1)?;
+    if !options.split(',').any(|o| o == controller) {
+        return None;
+    }
+    let mut left = left.split_whitespace();
+    let root = left.nth(3)?.to_string();
+    let mount = left.next()?;
+    Some((PathBuf::from(mount), root))
+}
+
+/// The path of a /proc/self/cgroup line `N:controllers:/path` whose list has `controller`.
+fn v1_path_of(line: &str, controller: &str) -> Option<String> {
+    let mut parts = line.splitn(3, ':');
+    let _id = parts.next()?;
+    let list = parts.next()?;
+    let path = parts.next()?;
+    list.split(',').any(|c| c == controller).then(|| path.to_string())
 }
 
 /// Moves the calling process into the cgroup whose `cgroup.procs` is open as `procs`. Runs
@@ -354,6 +600,39 @@ mod tests {
         assert_eq!(parse_key("12-3-0"), Some(ReplicaKey { job_id: 12, attempt: 3, rank: 0 }));
         assert_eq!(parse_key(".baton-probe"), None);
         assert_eq!(parse_key("12-3"), None);
+    }
+
+    #[test]
+    fn v1_hierarchies_are_found_by_controller() {
+        let cpu = "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct";
+        assert_eq!(v1_mount_of(cpu, "cpu"), Some((PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"), "/".into())));
+        assert_eq!(v1_mount_of(cpu, "cpuset"), None, "cpu is not cpuset");
+        let nested = "35 31 0:32 /kubepods/pod1 /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory";
+        let found = v1_mount_of(nested, "memory");
+        assert_eq!(found, Some((PathBuf::from("/sys/fs/cgroup/memory"), "/kubepods/pod1".into())));
+        let v2 = "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw";
+        assert_eq!(v1_mount_of(v2, "memory"), None);
+        assert_eq!(v1_path_of("4:memory:/process_api/5d26", "memory"), Some("/process_api/5d26".into()));
+        assert_eq!(v1_path_of("2:cpu,cpuacct:/system.slice", "cpu"), Some("/system.slice".into()));
+        assert_eq!(v1_path_of("0::/", "memory"), None);
+    }
+
+    /// The kernel's formats: `cpu.max` is "quota period" in microseconds, never under 1 ms
+    /// of quota; no limit is `max` in v2 and -1 in v1.
+    #[test]
+    fn limits_are_written_in_the_kernels_units() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["memory.max", "cpu.max"] {
+            std::fs::write(dir.path().join(f), "max").unwrap();
+        }
+        set_v2_limits(dir.path(), Limits { memory_bytes: 4 << 30, cpu_millis: 2_500 }).unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!((read("memory.max"), read("cpu.max")), ("4294967296".into(), "250000 100000".into()));
+        set_v2_limits(dir.path(), Limits { memory_bytes: 0, cpu_millis: 1 }).unwrap();
+        assert_eq!((read("memory.max"), read("cpu.max")), ("max".into(), "1000 100000".into()));
+        set_v1_limit(V1Controller::Cpu, dir.path(), Limits::default()).unwrap();
+        set_v1_limit(V1Controller::Memory, dir.path(), Limits::default()).unwrap();
+        assert_eq!((read("cpu.cfs_quota_us"), read("memory.limit_in_bytes")), ("-1".into(), "-1".into()));
     }
 
     #[test]

@@ -451,15 +451,16 @@ fn try_start(
 
     // Opened here, joined by the child before it runs anything of the job: its processes are
     // in the cgroup from their first instruction, and none can leave it.
+    let limits = crate::cgroup::Limits { memory_bytes: a.memory_bytes, cpu_millis: a.cpu_millis };
     let cgroup_procs = match &dirs.cgroup {
-        Some(c) => Some(c.create().map_err(|e| StartError(format!("cannot make the replica's cgroup: {e}")))?),
-        None => None,
+        Some(c) => c.create(limits).map_err(|e| StartError(format!("cannot make the replica's cgroup: {e}")))?,
+        None => Vec::new(),
     };
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c").arg(WRAPPER).arg(WRAPPER_NAME).arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
     // A replica held by a cgroup is watched by its guard (`GUARD`), which the job cannot
     // reach; the wrapper's own watchdog is only for process groups.
-    let poll = if cgroup_procs.is_some() { "0".to_string() } else { seconds(WATCHDOG_POLL_MS) };
+    let poll = if cgroup_procs.is_empty() { seconds(WATCHDOG_POLL_MS) } else { "0".to_string() };
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(poll);
     cmd.arg(WATCHDOG_SLACK_MS.to_string()).args(&a.command);
     cmd.env_clear().envs(host_env());
@@ -478,8 +479,8 @@ fn try_start(
     // async-signal-safe and touch only what the parent allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            // First, while still root: the cgroup's files are the agent's.
-            if let Some(procs) = &cgroup_procs {
+            // First, while still root: the cgroups' files are the agent's.
+            for procs in &cgroup_procs {
                 crate::cgroup::join_in_child(procs)?;
             }
             if libc::setsid() < 0 {

@@ -74,7 +74,15 @@ fn assignment(
         resume_if_checkpointed: resume_if_checkpointed(job, attempt),
         run_as: state.tenancy().run_as(job.id).map(|u| u.to_string()).unwrap_or_default(),
         awaiting_suspended: awaiting_suspended(job, action, rank),
+        memory_bytes: asked(job, r.task, "memory"),
+        cpu_millis: asked(job, r.task, "cpu"),
     }
+}
+
+/// What one replica of task `task` asked for of `resource`, in the resource's smallest unit
+/// (bytes of memory, thousandths of a CPU): what its agent limits it to.
+fn asked(job: &Job, task: u32, resource: &str) -> u64 {
+    job.spec.tasks.get(task as usize).map_or(0, |t| t.resources.get(resource))
 }
 
 /// Whether the agent should look for a checkpoint the leader was never told of: docs/policy.md
@@ -161,6 +169,41 @@ mod tests {
             assert_eq!(a.checkpoint_signal, baton_proto::DEFAULT_CHECKPOINT_SIGNAL);
             assert_eq!((a.grace_ms, a.resume, a.run_as.as_str()), (0, false, ""), "no stop, no checkpoint, no token");
         }
+    }
+
+    /// Each rank carries what its own task asked for, so its agent can hold it to that: a
+    /// head of 2 CPUs and 1 GiB, workers of 8 CPUs and 64 GiB; a task that names no memory
+    /// gets no limit (0).
+    #[test]
+    fn each_rank_carries_its_tasks_cpu_and_memory() {
+        let gib = 1u64 << 30;
+        let mut s = State::default();
+        let node = |n: &str| NodeSpec {
+            resources: Resources::of(&[("cpu", 64_000), ("memory", 512 * gib)]),
+            ..gpu_node(n, 0)
+        };
+        apply(&mut s, Op::RegisterNodes(vec![node("n1"), node("n2")]));
+        apply(&mut s, Op::PutQueue(QueueSpec::named("q")));
+        let mut spec = gpu_job("hetero", "q", 0);
+        let task = |name: &str, replicas: u32, r: &[(&str, u64)]| TaskSpec {
+            name: baton_model::name::Name::lit(name),
+            replicas,
+            resources: Resources::of(r),
+            pools: None,
+        };
+        spec.tasks = vec![
+            task("head", 1, &[("cpu", 2_000), ("memory", gib)]),
+            task("worker", 2, &[("cpu", 8_000), ("memory", 64 * gib)]),
+            task("side", 1, &[("cpu", 500)]),
+        ];
+        apply(&mut s, Op::Submit { spec, request_id: None });
+        let now = s.now_ms();
+        let plan = baton_sched::cycle(&s, now);
+        apply(&mut s, Op::ApplyPlan(plan));
+        let mut asked: Vec<(u32, u64, u64)> =
+            desired(&s).values().flatten().map(|a| (a.task, a.cpu_millis, a.memory_bytes)).collect();
+        asked.sort();
+        assert_eq!(asked, [(0, 2_000, gib), (1, 8_000, 64 * gib), (1, 8_000, 64 * gib), (2, 500, 0)]);
     }
 
     /// A job whose node was lost resumes from its newest complete checkpoint (docs/policy.md),

@@ -235,6 +235,8 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         run_as: String::new(),
         awaiting_suspended: false,
         resume_if_checkpointed: false,
+        memory_bytes: 0,
+        cpu_millis: 0,
     }
 }
 
