@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use baton_model::name::Name;
-use baton_proto::tls::{AGENT_HOST, CA_CERT_FILE, CERT_FILE, KEY_FILE, PeerId, REPLICA_HOST, Role};
+use baton_proto::tls::{
+    AGENT_HOST, CA_CERT_FILE, CERT_FILE, KEY_FILE, NodeShape, PeerId, REPLICA_HOST, Role, SHAPE_SCHEME,
+};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -146,6 +148,17 @@ pub struct CertCreateArgs {
     pub hosts: Vec<String>,
     #[arg(long, default_value_t = DEFAULT_CERT_DAYS)]
     pub days: u32,
+    /// With --agent: the pool its node attaches in. The gateway refuses the node in another
+    /// pool: its shape is the operator's word, not its agent's (docs/security.md).
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// With --agent: the rack its node attaches in.
+    #[arg(long)]
+    pub rack: Option<String>,
+    /// With --agent: the most of each resource its node may declare, e.g.
+    /// `gpu=8,cpu=64,memory=512Gi`; resources not named are not bounded.
+    #[arg(long, value_delimiter = ',')]
+    pub max: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -304,7 +317,50 @@ fn key_id(cert: &x509_parser::certificate::X509Certificate<'_>, subject: bool) -
 
 fn show(dir: &Path) -> Result<String, TlsCmdError> {
     let files = baton_proto::tls::TlsFiles::load(dir)?;
-    Ok(format!("role={} name={}", files.own.role, files.own.name))
+    let mut line = format!("role={} name={}", files.own.role, files.own.name);
+    let path = dir.join(CERT_FILE);
+    let der = baton_proto::tls::first_cert_der(&read(&path)?)
+        .map_err(|detail| TlsCmdError::Usage(format!("{}: {detail}", path.display())))?;
+    match baton_proto::tls::shape_of(&der) {
+        Ok(Some(shape)) => line.push_str(&format!(" shape={}", shape.to_uri().trim_start_matches(SHAPE_SCHEME))),
+        Ok(None) => {}
+        Err(e) => return Err(TlsCmdError::Usage(format!("{}: {e}", path.display()))),
+    }
+    Ok(line)
+}
+
+/// The node shape `--pool`, `--rack` and `--max` ask for; `None` when none is given.
+fn shape_wanted(args: &CertCreateArgs) -> Result<Option<NodeShape>, TlsCmdError> {
+    if args.pool.is_none() && args.rack.is_none() && args.max.is_empty() {
+        return Ok(None);
+    }
+    if args.agent.is_none() {
+        return Err(TlsCmdError::Usage("--pool, --rack and --max fix a node's shape: only with --agent".into()));
+    }
+    let word = |flag: &str, w: &Option<String>| -> Result<Option<String>, TlsCmdError> {
+        let Some(w) = w else { return Ok(None) };
+        Name::new(w.clone()).map_err(|e| TlsCmdError::Usage(format!("{flag}: {e}")))?;
+        Ok(Some(w.clone()))
+    };
+    let mut shape =
+        NodeShape { pool: word("--pool", &args.pool)?, rack: word("--rack", &args.rack)?, ..NodeShape::default() };
+    for entry in &args.max {
+        let (resource, amount) = entry
+            .split_once('=')
+            .ok_or_else(|| TlsCmdError::Usage(format!("--max {entry:?}: write resource=amount, e.g. gpu=8")))?;
+        let (resource, amount) = (resource.trim(), amount.trim());
+        baton_model::resources::validate_resource_name(resource)
+            .map_err(|e| TlsCmdError::Usage(format!("--max: {e}")))?;
+        let units = baton_model::quantity::parse_quantity(resource, amount)
+            .map_err(|e| TlsCmdError::Usage(format!("--max {entry:?}: {e}")))?;
+        if shape.max.insert(resource.to_string(), units).is_some() {
+            return Err(TlsCmdError::Usage(format!("--max names {resource} twice")));
+        }
+    }
+    // What the gateway will read back, checked here (its bounds and words).
+    NodeShape::parse(shape.to_uri().trim_start_matches(SHAPE_SCHEME))
+        .map_err(|e| TlsCmdError::Usage(format!("the node shape: {e}")))?;
+    Ok(Some(shape))
 }
 
 fn check_days(days: u32) -> Result<(), TlsCmdError> {
@@ -397,7 +453,12 @@ fn leaf_params(who: &PeerId, hosts: &[String], days: u32) -> Result<CertificateP
 pub fn create_cert(args: &CertCreateArgs) -> Result<PeerId, TlsCmdError> {
     check_days(args.days)?;
     let who = wanted(args)?;
-    let params = leaf_params(&who, &args.hosts, args.days)?;
+    let mut params = leaf_params(&who, &args.hosts, args.days)?;
+    if let Some(shape) = shape_wanted(args)? {
+        let uri = rcgen::string::Ia5String::try_from(shape.to_uri())
+            .map_err(|e| TlsCmdError::Usage(format!("the node shape: {e}")))?;
+        params.subject_alt_names.push(rcgen::SanType::URI(uri));
+    }
     let ca_pem = read(&args.ca_dir.join(CA_CERT_FILE))?;
     let ca_key = KeyPair::from_pem(&read(&args.ca_dir.join(CA_KEY_FILE))?).map_err(rcgen_err("reading ca.key"))?;
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(rcgen_err("reading ca.pem"))?;
@@ -471,8 +532,18 @@ pub fn dev_pki(dir: &Path, replicas: &[u64], agents: &[String], clients: &[Strin
             continue;
         }
         let hosts = if client.is_none() { vec!["localhost".into(), "127.0.0.1".into()] } else { Vec::new() };
-        let args =
-            CertCreateArgs { server, agent, client, ca_dir: ca_dir.clone(), out_dir, hosts, days: DEFAULT_CERT_DAYS };
+        let args = CertCreateArgs {
+            server,
+            agent,
+            client,
+            ca_dir: ca_dir.clone(),
+            out_dir,
+            hosts,
+            days: DEFAULT_CERT_DAYS,
+            pool: None,
+            rack: None,
+            max: Vec::new(),
+        };
         create_cert(&args)?;
     }
     Ok(())

@@ -74,6 +74,49 @@ fn each_role_gets_a_certificate_whose_identity_reads_back() {
     }
 }
 
+/// An agent's certificate can fix its node's pool, rack and the most of each resource (the
+/// gateway holds the node to it: `crates/server/tests/tls.rs`); the shape reads back in the
+/// resources' smallest units, and a wrong one is refused naming what is wrong.
+#[test]
+fn an_agent_certificate_fixes_its_nodes_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ok(&["tls", "ca", "create", "--dir", s(&ca)]);
+    let out = tmp.path().join("agent-g1");
+    let (ca_dir, out_dir) = (s(&ca), s(&out));
+    let args = ["--ca-dir", ca_dir, "--out-dir", out_dir, "--pool", "h100", "--rack", "r4"];
+    ok(&[&["tls", "cert", "create", "--agent", "g1"][..], &args, &["--max", "gpu=8,cpu=64,memory=1Gi"]].concat());
+    let shown = ok(&["tls", "cert", "show", "--dir", out_dir]);
+    assert_eq!(shown.trim(), "role=agent name=g1 shape=pool=h100;rack=r4;cpu=64000;gpu=8;memory=1073741824");
+    let der = baton_proto::tls::first_cert_der(&std::fs::read_to_string(out.join("cert.pem")).unwrap()).unwrap();
+    let shape = baton_proto::tls::shape_of(&der).unwrap().expect("a shape");
+    assert_eq!((shape.pool.as_deref(), shape.max["gpu"]), (Some("h100"), 8));
+
+    let other_dir = tmp.path().join("other");
+    let other = s(&other_dir);
+    let err = refused(&[
+        "tls",
+        "cert",
+        "create",
+        "--agent",
+        "g2",
+        "--ca-dir",
+        ca_dir,
+        "--out-dir",
+        other,
+        "--max",
+        "gpu=eight",
+    ]);
+    assert!(err.contains("gpu=eight"), "{err}");
+    let err =
+        refused(&["tls", "cert", "create", "--agent", "g2", "--ca-dir", ca_dir, "--out-dir", other, "--max", "gpu"]);
+    assert!(err.contains("resource=amount"), "{err}");
+    let err =
+        refused(&["tls", "cert", "create", "--client", "bob", "--ca-dir", ca_dir, "--out-dir", other, "--pool", "a"]);
+    assert!(err.contains("--agent"), "{err}");
+    assert!(!tmp.path().join("other").exists(), "a refused certificate left files");
+}
+
 #[test]
 fn cert_create_refuses_to_overwrite() {
     let tmp = tempfile::tempdir().unwrap();

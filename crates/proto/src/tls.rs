@@ -16,8 +16,10 @@ use tonic::{Request, Status};
 
 mod reload;
 mod serve;
+mod shape;
 
 pub use reload::{Loaded, Tls};
+pub use shape::{MAX_SHAPE_ENTRIES, NodeShape, SHAPE_SCHEME, shape_of};
 /// Requests and streams one connection may have open at once on a baton server.
 pub const MAX_STREAMS_PER_CONNECTION: usize = 1_024;
 
@@ -328,6 +330,15 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
             "the caller's certificate is for {who}; this service takes only {} certificates",
             wanted.join(" or ")
         )));
+    }
+    // An agent's certificate may fix its node's shape (`shape`): the handler holds the
+    // node to it.
+    if who.role == Role::Agent
+        && let Some(der) = peer_cert(&req)
+        && let Some(shape) =
+            shape_of(&der).map_err(|e| Status::permission_denied(format!("the certificate of {who}: {e}")))?
+    {
+        req.extensions_mut().insert(shape);
     }
     req.extensions_mut().insert(who);
     Ok(req)

@@ -46,12 +46,25 @@ impl Ca {
     /// As [`Ca::issue`], into a directory whose name ends with `suffix` (a second
     /// certificate for the same holder).
     pub fn issue_into(&self, dir: &Path, role: &str, name: &str, suffix: &str) -> PathBuf {
+        self.issue_with(dir, role, name, suffix, None)
+    }
+
+    /// An agent's certificate that fixes its node's shape (`uri`: `baton-shape:...`), into
+    /// a directory whose name ends with `suffix`.
+    pub fn issue_shaped(&self, dir: &Path, name: &str, suffix: &str, uri: &str) -> PathBuf {
+        self.issue_with(dir, "agent", name, suffix, Some(uri))
+    }
+
+    fn issue_with(&self, dir: &Path, role: &str, name: &str, suffix: &str, uri: Option<&str>) -> PathBuf {
         let host = match role {
             "replica" => vec![REPLICA_HOST.to_string()],
             "agent" => vec![AGENT_HOST.to_string()],
             _ => Vec::new(),
         };
         let mut params = CertificateParams::new(host).unwrap();
+        if let Some(uri) = uri {
+            params.subject_alt_names.push(rcgen::SanType::URI(uri.to_string().try_into().unwrap()));
+        }
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::OrganizationalUnitName, role);
         params.distinguished_name.push(DnType::CommonName, name);

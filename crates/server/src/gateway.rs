@@ -12,7 +12,7 @@ use baton_model::limits::{MAX_OBSERVATIONS_PER_REPORT, MAX_REPORT_OBSERVATIONS, 
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
-use baton_proto::tls::{CertGuard, PeerId};
+use baton_proto::tls::{CertGuard, NodeShape, PeerId};
 use baton_proto::v1::agent_gateway_server::AgentGateway;
 use baton_proto::v1::{
     AttachRequest, Directive, Observation, ReportReply, ReportRequest, StopCause, observation::What,
@@ -39,12 +39,20 @@ impl AgentGateway for Gateway {
     async fn attach(&self, req: Request<AttachRequest>) -> Result<Response<DirectiveStream>, Status> {
         let term = self.ctx.require_leader()?;
         let who = req.extensions().get::<PeerId>().cloned();
+        let shape = req.extensions().get::<NodeShape>().cloned();
         let cert = CertGuard::of(&self.ctx.transport, &req);
         let req = req.into_inner();
         not_deposed(req.term_seen, term)?;
         let info = req.node.ok_or_else(|| Status::invalid_argument("node: missing"))?;
         let spec = node_from_agent(&info).map_err(status::from_convert)?;
         crate::tls::check_node(who.as_ref(), &spec.name)?;
+        if who.is_some() {
+            // Under mutual TLS a node's shape is the operator's word, not its agent's.
+            let registered = self.ctx.replica.read_local(|s| s.nodes().get(&spec.name).map(|n| n.spec.clone()));
+            crate::tls::check_shape(shape.as_ref(), &spec, registered.as_ref()).inspect_err(|e| {
+                tracing::warn!(node = %spec.name, "refused an attach: {}", e.message());
+            })?;
+        }
         // An agent needs one stream (two while it reconnects); each carries its jobs'
         // environments, so one node's certificate must not open them without end.
         let assignments = self.ctx.hub.subscribe_bounded(&spec.name, MAX_ATTACH_STREAMS_PER_NODE).ok_or_else(|| {

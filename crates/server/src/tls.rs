@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use baton_model::name::Name;
-use baton_proto::tls::{PeerId, Role, Transport};
+use baton_model::node::NodeSpec;
+use baton_proto::tls::{NodeShape, PeerId, Role, Transport};
 use baton_raft::ReplicaConfig;
 use baton_raft::net::Dialer;
 use tonic::Status;
@@ -22,6 +23,46 @@ pub const API_CALLERS: &[Role] = baton_proto::tls::ANY_ROLE;
 /// How this replica reaches its peers: with its own certificate when TLS is on.
 pub fn raft_dialer(transport: &Transport, replica: &ReplicaConfig) -> Dialer {
     Dialer::secured(transport.clone(), Duration::from_millis(replica.settings.rpc_timeout_ms))
+}
+
+/// Holds an attaching node to what its agent's certificate fixes (`shape`: its pool, rack
+/// and the most of each resource) and, where the certificate fixes no pool or rack, to the
+/// pool and rack the node is registered with (`registered`): a stolen agent certificate can
+/// neither move its node into another pool or rack nor make it larger than the operator
+/// said. A node may always declare less (a GPU fallen off the bus).
+pub fn check_shape(shape: Option<&NodeShape>, spec: &NodeSpec, registered: Option<&NodeSpec>) -> Result<(), Status> {
+    let node = spec.name.as_str();
+    let refuse = |what: String| Err(Status::permission_denied(format!("node {node:?}: {what}")));
+    let how = format!(
+        "a node's pool and rack change only with a certificate that names them (`baton tls cert create --agent {node} --pool P --rack R`)"
+    );
+    let pool = Some(spec.pool.as_str());
+    let rack = spec.rack.as_ref().map(|r| r.as_str());
+    for (what, declared, fixed, was) in [
+        ("pool", pool, shape.and_then(|s| s.pool.as_deref()), registered.map(|r| Some(r.pool.as_str()))),
+        ("rack", rack, shape.and_then(|s| s.rack.as_deref()), registered.map(|r| r.rack.as_ref().map(|x| x.as_str()))),
+    ] {
+        match (fixed, was) {
+            (Some(f), _) if Some(f) != declared => {
+                return refuse(format!("it attached with {what} {declared:?}; its certificate fixes {what} {f:?}"));
+            }
+            (None, Some(w)) if w != declared => {
+                return refuse(format!(
+                    "it is registered with {what} {w:?} and attached with {what} {declared:?}; {how}"
+                ));
+            }
+            _ => {}
+        }
+    }
+    for (resource, max) in shape.iter().flat_map(|s| s.max.iter()) {
+        let declared = spec.resources.get(resource);
+        if declared > *max {
+            return refuse(format!(
+                "it declared {declared} of {resource}; its certificate allows at most {max} (in the resource's smallest unit)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses an agent speaking for a node its certificate does not name. `who` is what the

@@ -175,6 +175,49 @@ async fn an_agent_certificate_speaks_only_for_its_own_node() {
     drop(stream);
 }
 
+/// Issue 39: an agent declared its own shape, so a stolen agent certificate could re-attach
+/// as a 64-GPU node of a protected pool and receive other teams' jobs. Now the node's pool,
+/// rack and most of each resource are the operator's word: what its certificate fixes, and
+/// without that, the pool and rack it was first registered with. Refusals say why; a node
+/// may always declare less. (Before: every attach below was taken, and the node grew.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_cannot_move_its_node_or_make_it_larger_than_the_operator_said() {
+    let s = Setup::start().await;
+    let shaped = s.ca.issue_shaped(s.dir.path(), "n1", "-shaped", "baton-shape:pool=default;gpu=8");
+    let mut gw = AgentGatewayClient::new(s.channel(&Transport::load(&shaped).unwrap()).await.unwrap());
+    let with = |pool: &str, gpus: u64, rack: &str| NodeInfo {
+        pool: pool.into(),
+        rack: rack.into(),
+        resources: [("gpu".to_string(), gpus)].into(),
+        ..node("n1")
+    };
+    let attach = |info: NodeInfo| AttachRequest { node: Some(info), term_seen: 0 };
+    let refused = |e: tonic::Status, words: &[&str]| {
+        assert_eq!(e.code(), Code::PermissionDenied, "{e}");
+        assert!(words.iter().all(|w| e.message().contains(w)), "{e}");
+    };
+    refused(gw.attach(attach(with("default", 64, ""))).await.unwrap_err(), &["64 of gpu", "at most 8"]);
+    refused(gw.attach(attach(with("protected", 8, ""))).await.unwrap_err(), &["\"protected\"", "fixes pool"]);
+    assert!(s.nodes().await.is_empty(), "a refused attach registered the node");
+    let first = gw.attach(attach(with("default", 8, ""))).await.unwrap();
+    assert_eq!(s.nodes().await, vec!["n1".to_string()]);
+    drop(first);
+    let fewer = gw.attach(attach(with("default", 7, ""))).await.expect("a node may declare less");
+    drop(fewer);
+
+    // A certificate that fixes nothing: the node stays in the pool and rack it is registered
+    // with, whatever it declares.
+    let plain = s.ca.issue_into(s.dir.path(), "agent", "n1", "-plain");
+    let mut gw = AgentGatewayClient::new(s.channel(&Transport::load(&plain).unwrap()).await.unwrap());
+    refused(gw.attach(attach(with("protected", 8, ""))).await.unwrap_err(), &["registered with pool", "--pool"]);
+    refused(gw.attach(attach(with("default", 8, "r9"))).await.unwrap_err(), &["registered with rack", "\"r9\""]);
+    let again = gw.attach(attach(with("default", 64, ""))).await.expect("no maximum fixed: any size");
+    drop(again);
+    let mut c = s.api("client", "reader").await;
+    let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
+    assert_eq!(nodes.iter().map(|n| n.pool.as_str()).collect::<Vec<_>>(), ["default"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_agents_reach_the_gateway() {
     let s = Setup::start().await;
