@@ -366,3 +366,31 @@ fn compose_mounts_each_process_only_its_own_certificate_directory() {
     }
     assert_eq!(checked, 5, "three replicas and two agents");
 }
+
+/// Each Kubernetes replica mounts only its own certificate and key: a StatefulSet of its own
+/// (one pod), whose `--id` names the replica its Secret holds, the Secret mounted whole (no
+/// items picking other replicas' files). Before, one StatefulSet of three pods mounted one
+/// Secret with all three replicas' keys into every pod.
+#[test]
+fn each_kubernetes_replica_mounts_only_its_own_key() {
+    let docs = YamlLoader::load_from_str(&read("deploy/kubernetes/replicas.yaml")).expect("manifest parses");
+    let sets: Vec<&Yaml> = docs.iter().filter(|d| d["kind"].as_str() == Some("StatefulSet")).collect();
+    assert_eq!(sets.len(), 3, "one StatefulSet per replica");
+    let mut secrets = BTreeSet::new();
+    for set in sets {
+        let name = set["metadata"]["name"].as_str().expect("a name");
+        assert_eq!(set["spec"]["replicas"].as_i64(), Some(1), "{name}: one pod, so one key");
+        let pod = &set["spec"]["template"]["spec"];
+        let args = strings(&pod["containers"][0]["args"]);
+        let inv = invocation("deploy/kubernetes/replicas.yaml", &args).expect("a baton command");
+        let id = value_of(&inv, "--id").expect("--id");
+        let volumes = pod["volumes"].as_vec().expect("volumes");
+        let tls = volumes.iter().find(|v| v["name"].as_str() == Some("tls")).expect("a tls volume");
+        let secret = tls["secret"]["secretName"].as_str().expect("a Secret");
+        assert_eq!(secret, format!("baton-replica-{id}-tls"), "{name}: replica {id} mounts {secret}");
+        assert!(tls["secret"]["items"].is_badvalue(), "{name}: items pick files of one Secret for several replicas");
+        assert_eq!(value_of(&inv, "--tls-dir"), Some("/tls"), "{name}");
+        secrets.insert(secret.to_string());
+    }
+    assert_eq!(secrets.len(), 3, "each replica its own Secret: {secrets:?}");
+}
