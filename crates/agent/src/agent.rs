@@ -183,8 +183,11 @@ pub async fn start_with_journal(
         ),
         None => None,
     };
+    let gpu_minors: std::collections::BTreeMap<u32, u32> =
+        inventory.gpus.iter().filter_map(|g| Some((g.index, g.minor?))).collect();
     let cgroups =
-        crate::cgroup::resolve(config.containment, config.cgroup_root.as_deref(), &config.name, &config.data_dir)?;
+        crate::cgroup::resolve(config.containment, config.cgroup_root.as_deref(), &config.name, &config.data_dir)?
+            .map(|root| root.isolate_gpus(gpu_minors));
     metrics.process_group_only(cgroups.is_none());
     let containment = if cgroups.is_some() { "cgroup" } else { "process-group" };
     let settings = Settings {

@@ -24,6 +24,7 @@
 //! replica is its process group and a process that leaves the group escapes; `auto` takes
 //! `cgroup` where it can and says in its log and `/metrics` when it could not.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -80,13 +81,20 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
     move |source| CgroupError::Io { path: path.to_path_buf(), source }
 }
 
-/// What a replica asked for, which its cgroup holds it to; 0: not asked, no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a replica's cgroup holds it to: what it asked for (0: not asked, no limit) and the
+/// GPUs it was given (by index; the node's others are denied to it where the root isolates
+/// GPUs, `CgroupRoot::isolate_gpus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Limits {
     pub memory_bytes: u64,
     /// Thousandths of a CPU.
     pub cpu_millis: u64,
+    pub gpus: Vec<u32>,
 }
+
+/// The major number of NVIDIA's GPU device files (`/dev/nvidia<minor>`, and `nvidiactl` at
+/// minor 255, which every CUDA process needs and no replica is denied).
+pub const NVIDIA_MAJOR: u32 = 195;
 
 /// The period of a CPU limit: the kernel's default, 100 ms, in microseconds.
 const CPU_PERIOD_US: u64 = 100_000;
@@ -96,6 +104,8 @@ const CPU_PERIOD_US: u64 = 100_000;
 pub enum V1Controller {
     Memory,
     Cpu,
+    /// Device access: v1 only (v2 needs an eBPF program per cgroup).
+    Devices,
 }
 
 impl V1Controller {
@@ -103,6 +113,7 @@ impl V1Controller {
         match self {
             V1Controller::Memory => "memory",
             V1Controller::Cpu => "cpu",
+            V1Controller::Devices => "devices",
         }
     }
 }
@@ -113,6 +124,8 @@ pub struct CgroupRoot {
     dir: PathBuf,
     /// The same subtree in the v1 hierarchies of controllers the v2 one lacks (a hybrid host).
     v1: Vec<(V1Controller, PathBuf)>,
+    /// The node's GPUs' device minors by index, once the root isolates GPUs.
+    gpu_minors: BTreeMap<u32, u32>,
 }
 
 impl CgroupRoot {
@@ -130,7 +143,32 @@ impl CgroupRoot {
             .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
             .map_err(|e| unusable(dir, format!("cannot make a child cgroup: {e}")))?;
         let _ = std::fs::remove_dir(&probe);
-        Ok(CgroupRoot { dir: dir.to_path_buf(), v1: Vec::new() })
+        Ok(CgroupRoot { dir: dir.to_path_buf(), v1: Vec::new(), gpu_minors: BTreeMap::new() })
+    }
+
+    /// Keeps each replica from the node's GPUs it was not given: their device files (major
+    /// `NVIDIA_MAJOR`, by minor: `minors` maps GPU index to minor) are denied in its cgroup,
+    /// so opening one fails with EPERM whatever `CUDA_VISIBLE_DEVICES` says. Through the v1
+    /// devices controller, where the host has it (hybrid hosts); cgroup v2 controls devices
+    /// only through an eBPF program, which this agent does not load: there it says in its
+    /// log that replicas can reach every GPU device of the node.
+    pub fn isolate_gpus(mut self, minors: BTreeMap<u32, u32>) -> CgroupRoot {
+        if minors.is_empty() {
+            return self;
+        }
+        let name = self.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        match v1_dir(V1Controller::Devices, &name) {
+            Ok(dir) => {
+                tracing::info!(dir = %dir.display(), "each replica is denied the GPU devices it was not given");
+                self.v1.push((V1Controller::Devices, dir));
+                self.gpu_minors = minors;
+            }
+            Err(why) => tracing::warn!(
+                "replicas can open every GPU device of this node (only CUDA_VISIBLE_DEVICES keeps them apart): \
+                 {why}; on cgroup v2 this needs an eBPF device program, which the agent does not load"
+            ),
+        }
+        self
     }
 
     /// Sets the subtree up to hold replicas to their limits (see the module's doc): the v2
@@ -203,7 +241,7 @@ impl CgroupRoot {
 
     fn replica_named(&self, name: &str) -> ReplicaCgroup {
         let v1 = self.v1.iter().map(|(c, d)| (*c, d.join(name))).collect();
-        ReplicaCgroup { dir: self.dir.join(name), v1 }
+        ReplicaCgroup { dir: self.dir.join(name), v1, gpu_minors: self.gpu_minors.clone() }
     }
 
     /// The replica cgroups here that still hold processes, by the replica their names say
@@ -279,6 +317,8 @@ pub struct ReplicaCgroup {
     dir: PathBuf,
     /// Its cgroups of the same name in v1 hierarchies (a hybrid host), for its limits.
     v1: Vec<(V1Controller, PathBuf)>,
+    /// The node's GPUs' device minors by index (empty: GPUs are not isolated).
+    gpu_minors: BTreeMap<u32, u32>,
 }
 
 impl ReplicaCgroup {
@@ -327,7 +367,7 @@ impl ReplicaCgroup {
     /// and opens its `cgroup.procs` files, v2 first, for the child to join before it runs
     /// anything. One that holds processes is refused: joining it would make two replicas
     /// one.
-    pub fn create(&self, limits: Limits) -> Result<Vec<OwnedFd>, CgroupError> {
+    pub fn create(&self, limits: &Limits) -> Result<Vec<OwnedFd>, CgroupError> {
         std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
         if self.populated() {
             return Err(CgroupError::Populated { path: self.dir.clone() });
@@ -336,7 +376,10 @@ impl ReplicaCgroup {
         let mut joins = vec![open_procs(&self.dir)?];
         for (c, dir) in &self.v1 {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
-            set_v1_limit(*c, dir, limits)?;
+            match c {
+                V1Controller::Devices => set_gpu_devices(dir, &self.gpu_minors, &limits.gpus)?,
+                _ => set_v1_limit(*c, dir, limits)?,
+            }
             joins.push(open_procs(dir)?);
         }
         Ok(joins)
@@ -390,8 +433,18 @@ fn cpu_quota_us(cpu_millis: u64) -> u64 {
     (cpu_millis.saturating_mul(CPU_PERIOD_US) / 1_000).max(1_000)
 }
 
+/// Allows the GPUs in `given` and denies the node's others (by their minors). Both, every
+/// time: a reused cgroup may deny what this replica was given.
+fn set_gpu_devices(dir: &Path, minors: &BTreeMap<u32, u32>, given: &[u32]) -> Result<(), CgroupError> {
+    for (index, minor) in minors {
+        let file = if given.contains(index) { "devices.allow" } else { "devices.deny" };
+        write_limit(dir, file, &format!("c {NVIDIA_MAJOR}:{minor} rwm"))?;
+    }
+    Ok(())
+}
+
 /// `memory.max` and `cpu.max`, where the controllers are enabled here (their files exist).
-fn set_v2_limits(dir: &Path, limits: Limits) -> Result<(), CgroupError> {
+fn set_v2_limits(dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
     if dir.join("memory.max").exists() {
         let memory = if limits.memory_bytes == 0 { "max".to_string() } else { limits.memory_bytes.to_string() };
         write_limit(dir, "memory.max", &memory)?;
@@ -410,7 +463,7 @@ fn set_v2_limits(dir: &Path, limits: Limits) -> Result<(), CgroupError> {
 }
 
 /// The v1 files of controller `c` (-1: no limit).
-fn set_v1_limit(c: V1Controller, dir: &Path, limits: Limits) -> Result<(), CgroupError> {
+fn set_v1_limit(c: V1Controller, dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
     match c {
         V1Controller::Memory => {
             let memory = if limits.memory_bytes == 0 { "-1".to_string() } else { limits.memory_bytes.to_string() };
@@ -432,6 +485,7 @@ fn set_v1_limit(c: V1Controller, dir: &Path, limits: Limits) -> Result<(), Cgrou
                 if limits.cpu_millis == 0 { "-1".to_string() } else { cpu_quota_us(limits.cpu_millis).to_string() };
             write_limit(dir, "cpu.cfs_quota_us", &quota)
         }
+        V1Controller::Devices => Ok(()),
     }
 }
 
@@ -625,13 +679,13 @@ mod tests {
         for f in ["memory.max", "cpu.max"] {
             std::fs::write(dir.path().join(f), "max").unwrap();
         }
-        set_v2_limits(dir.path(), Limits { memory_bytes: 4 << 30, cpu_millis: 2_500 }).unwrap();
+        set_v2_limits(dir.path(), &Limits { memory_bytes: 4 << 30, cpu_millis: 2_500, gpus: Vec::new() }).unwrap();
         let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
         assert_eq!((read("memory.max"), read("cpu.max")), ("4294967296".into(), "250000 100000".into()));
-        set_v2_limits(dir.path(), Limits { memory_bytes: 0, cpu_millis: 1 }).unwrap();
+        set_v2_limits(dir.path(), &Limits { memory_bytes: 0, cpu_millis: 1, gpus: Vec::new() }).unwrap();
         assert_eq!((read("memory.max"), read("cpu.max")), ("max".into(), "1000 100000".into()));
-        set_v1_limit(V1Controller::Cpu, dir.path(), Limits::default()).unwrap();
-        set_v1_limit(V1Controller::Memory, dir.path(), Limits::default()).unwrap();
+        set_v1_limit(V1Controller::Cpu, dir.path(), &Limits::default()).unwrap();
+        set_v1_limit(V1Controller::Memory, dir.path(), &Limits::default()).unwrap();
         assert_eq!((read("cpu.cfs_quota_us"), read("memory.limit_in_bytes")), ("-1".into(), "-1".into()));
     }
 

@@ -14,6 +14,10 @@ pub struct Gpu {
     pub model: String,
     pub memory_bytes: u64,
     pub healthy: bool,
+    /// The minor number of its device file (`/dev/nvidia<minor>`, major 195), by which a
+    /// replica's cgroup denies it the GPUs it was not given; `None` when unknown
+    /// (development GPUs have no device file).
+    pub minor: Option<u32>,
 }
 
 /// Where the inventory came from.
@@ -59,6 +63,7 @@ pub fn nvml_inventory() -> Result<Inventory, InventoryError> {
                     model: model.unwrap_or_else(|_| "unknown".to_string()),
                     memory_bytes: memory.map(|m| m.total).unwrap_or(0),
                     healthy,
+                    minor: dev.minor_number().ok(),
                 }
             }
             Err(e) => {
@@ -69,6 +74,7 @@ pub fn nvml_inventory() -> Result<Inventory, InventoryError> {
                     model: "unknown".into(),
                     memory_bytes: 0,
                     healthy: false,
+                    minor: None,
                 }
             }
         };
@@ -86,6 +92,7 @@ pub fn development_inventory(node: &str, count: u32) -> Inventory {
             model: "development".into(),
             memory_bytes: 0,
             healthy: true,
+            minor: None,
         })
         .collect();
     Inventory { source: Source::Development, gpus }
@@ -135,7 +142,14 @@ mod tests {
     fn nvml_wins_over_development_gpus() {
         let real = Inventory {
             source: Source::Nvml,
-            gpus: vec![Gpu { index: 0, uuid: "GPU-1".into(), model: "H100".into(), memory_bytes: 1, healthy: true }],
+            gpus: vec![Gpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                model: "H100".into(),
+                memory_bytes: 1,
+                healthy: true,
+                minor: Some(0),
+            }],
         };
         assert_eq!(resolve_with(Ok(real.clone()), "n1", Some(8)).unwrap(), real);
     }

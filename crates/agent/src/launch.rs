@@ -451,9 +451,9 @@ fn try_start(
 
     // Opened here, joined by the child before it runs anything of the job: its processes are
     // in the cgroup from their first instruction, and none can leave it.
-    let limits = crate::cgroup::Limits { memory_bytes: a.memory_bytes, cpu_millis: a.cpu_millis };
+    let limits = crate::cgroup::Limits { memory_bytes: a.memory_bytes, cpu_millis: a.cpu_millis, gpus: a.gpus.clone() };
     let cgroup_procs = match &dirs.cgroup {
-        Some(c) => c.create(limits).map_err(|e| StartError(format!("cannot make the replica's cgroup: {e}")))?,
+        Some(c) => c.create(&limits).map_err(|e| StartError(format!("cannot make the replica's cgroup: {e}")))?,
         None => Vec::new(),
     };
     let mut cmd = tokio::process::Command::new("sh");

@@ -46,7 +46,9 @@ impl Drop for TestRoot {
         // the kill above.
         let name = self.0.file_name().unwrap();
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        for (mount, controller) in [("memory", "memory"), ("cpu", "cpu"), ("cpu,cpuacct", "cpu")] {
+        for (mount, controller) in
+            [("memory", "memory"), ("cpu", "cpu"), ("cpu,cpuacct", "cpu"), ("devices", "devices")]
+        {
             let Some(path) = own.lines().find_map(|l| {
                 let mut parts = l.splitn(3, ':');
                 let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -201,6 +203,47 @@ async fn a_replica_is_held_to_the_memory_and_cpu_it_asked_for() {
         (!root.0.join("1-1-0").exists() && !root.0.join("2-1-0").exists()).then_some(())
     })
     .await;
+}
+
+/// Issue 31: a replica could open every GPU of its node (only `CUDA_VISIBLE_DEVICES` kept it
+/// to its own). Now its cgroup denies the device files of the GPUs it was not given, through
+/// the v1 devices controller (this machine's kind; v2 needs eBPF). Device files of major 195
+/// are made here with no driver behind them: opening one fails with ENXIO ("No such device
+/// or address") when the cgroup lets it through, with EPERM when it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and a writable cgroup v2 hierarchy: ./test.sh runs it as root"]
+async fn a_replica_cannot_open_the_gpus_it_was_not_given() {
+    use baton_agent::inventory::{Gpu, Inventory, Source};
+    let dir = tempfile::tempdir().unwrap();
+    let root = TestRoot::new("devices");
+    let devs = dir.path().join("dev");
+    std::fs::create_dir(&devs).unwrap();
+    for minor in 0..2 {
+        let path = std::ffi::CString::new(devs.join(format!("nvidia{minor}")).to_str().unwrap()).unwrap();
+        let dev = libc::makedev(baton_agent::cgroup::NVIDIA_MAJOR, minor);
+        // SAFETY: mknod(2) of a path this test owns, with a valid NUL-terminated string.
+        assert_eq!(unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, dev) }, 0, "mknod");
+    }
+    let gpu = |index: u32| Gpu {
+        index,
+        uuid: format!("GPU-{index}"),
+        model: "test".into(),
+        memory_bytes: 1,
+        healthy: true,
+        minor: Some(index),
+    };
+    let inventory = Inventory { source: Source::Development, gpus: vec![gpu(0), gpu(1)] };
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.containment = ContainmentMode::Cgroup;
+    c.cgroup_root = Some(root.0.clone());
+    let _agent = baton_agent::start_with_inventory(c, inventory).await.unwrap();
+    let cmd = format!("cat {0}/nvidia0; cat {0}/nvidia1; exit 0", devs.display());
+    gw.set(1, vec![baton_proto::v1::Assignment { gpus: vec![0], ..assignment(1, 1, Action::Run, &cmd) }]);
+    wait_for(10, "the replica's end", || exited_of(&gw.observations(), 1).first().copied()).await;
+    let stderr = std::fs::read_to_string(dir.path().join("logs/job-1/1/rank-0.stderr")).unwrap();
+    assert!(stderr.contains("nvidia0: No such device or address"), "its own GPU was denied: {stderr}");
+    assert!(stderr.contains("nvidia1: Operation not permitted"), "it opened another's GPU: {stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
