@@ -240,6 +240,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         gpu_faults: 0,
         arrays: 0,
         elastic: 0,
+        suspensions: 0,
         records: 0,
         faults: Default::default(),
         simulated_ms: 0,

@@ -255,7 +255,13 @@ fn check_gpu_faults(s: &State) -> Result<(), String> {
 fn lent_by(s: &State, holder: JobId, node: &Name) -> (Vector, u64) {
     let l = s.ledger();
     let (mut amount, mut gpus) = (ZERO, 0u64);
-    for j in s.jobs().values().filter(|j| j.state.is_active()) {
+    // A borrower lends back nothing while it runs on the lent part, and nothing while its
+    // rank there is being stopped either (it was requeued or cancelled): the ledger keeps
+    // the lend until that rank is gone (`keep_borrowed`).
+    let still_there = |j: &baton_model::job::Job| {
+        j.state.is_active() || s.completing(j.id).is_some_and(|c| c.ranks.values().any(|r| r.node == *node))
+    };
+    for j in s.jobs().values().filter(|j| still_there(j)) {
         for lend in j.lent_from.iter().filter(|x| x.from == holder && x.node == *node) {
             add(&mut amount, &l.kinds.vector_lossy(&lend.resources));
             gpus |= gpu_mask(&lend.gpus);

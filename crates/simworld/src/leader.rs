@@ -197,6 +197,7 @@ fn directive(s: &State, node: &Name) -> Vec<Work> {
                 rank: a.rank,
                 act,
                 gpus: a.gpus,
+                memory_bytes: a.memory_bytes,
                 grace_ms: a.grace_ms,
             })
         })

@@ -137,7 +137,11 @@ impl Load {
                 pool: Name::lit("default"),
                 rack: Some(Name::lit(&format!("rack{}", i % crate::faults::RACKS))),
                 labels: BTreeMap::new(),
-                resources: Resources::of(&[("gpu", GPUS_PER_NODE), ("cpu", 64)]),
+                resources: Resources::of(&[
+                    ("gpu", GPUS_PER_NODE),
+                    ("cpu", 64),
+                    ("memory", crate::truth::NODE_MEMORY_BYTES),
+                ]),
                 gpus: Vec::new(),
                 agent_addr: String::new(),
             })
@@ -336,28 +340,45 @@ async fn within<T>(f: impl Future<Output = T>) -> Option<T> {
     tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), f).await.ok()
 }
 
+/// A queue of the cohort guaranteed `nominal_gpus` and the CPUs and memory that come with
+/// them on a node (so its jobs that use no GPU may preempt within it too).
 fn queue(name: &str, nominal_gpus: u64) -> QueueSpec {
     let mut q = QueueSpec::named(name);
     q.cohort = Some(Name::lit("all"));
-    let quota = PoolQuota { nominal: Resources::of(&[("gpu", nominal_gpus)]), ..PoolQuota::default() };
+    let per_gpu_memory = crate::truth::NODE_MEMORY_BYTES / GPUS_PER_NODE;
+    let nominal = Resources::of(&[
+        ("gpu", nominal_gpus),
+        ("cpu", nominal_gpus * 64 / GPUS_PER_NODE),
+        ("memory", nominal_gpus * per_gpu_memory),
+    ]);
+    let quota = PoolQuota { nominal, ..PoolQuota::default() };
     q.quotas.insert(Name::lit("default"), quota);
     q
 }
 
 fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
+    // Three jobs in ten use no GPU: CPUs and a share of a node's memory, suspended in place
+    // when preempted (decisions.md section 7), so suspensions, resumes in place and memory
+    // that a suspension keeps happen under every fault.
+    let cpu_only = rng.chance(30);
+    let resources = if cpu_only {
+        Resources::of(&[("cpu", rng.range(16, 48)), ("memory", rng.range(64, 384) << 30)])
+    } else {
+        Resources::of(&[("gpu", rng.range(1, GPUS_PER_NODE + 1)), ("cpu", 4)])
+    };
+    let preemption_mode = match () {
+        _ if cpu_only => PreemptionMode::Suspend,
+        _ if rng.chance(70) => PreemptionMode::Checkpoint,
+        _ => PreemptionMode::Requeue,
+    };
     JobSpec {
         name: Name::lit(name),
         queue: Name::lit(QUEUES[rng.below(QUEUES.len() as u64) as usize]),
         priority: PriorityRef::Value(rng.range(1, 100) as i32),
-        tasks: vec![TaskSpec {
-            name: Name::lit("main"),
-            replicas: rng.range(1, 3) as u32,
-            resources: Resources::of(&[("gpu", rng.range(1, GPUS_PER_NODE + 1)), ("cpu", 4)]),
-            pools: None,
-        }],
+        tasks: vec![TaskSpec { name: Name::lit("main"), replicas: rng.range(1, 3) as u32, resources, pools: None }],
         pools: None,
         topology: None,
-        preemption_mode: if rng.chance(70) { PreemptionMode::Checkpoint } else { PreemptionMode::Requeue },
+        preemption_mode,
         grace_ms: GRACE_MS,
         min_runtime_ms: 0,
         // Some jobs declare a time limit, so a window ahead is open to them.

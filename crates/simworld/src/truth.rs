@@ -38,9 +38,15 @@ pub struct Process {
     /// When it exits on its own (if not stopped first).
     pub exits_ms: u64,
     pub gpus: Vec<u32>,
-    /// Stopped in place (it keeps its GPUs).
+    /// The memory it holds, suspended or not (a stopped process keeps its memory).
+    pub memory_bytes: u64,
+    /// Stopped in place (it keeps its GPUs and its memory).
     pub suspended: bool,
 }
+
+/// The memory of every simulated node, which its processes (suspended ones included) never
+/// exceed together (decisions.md section 7: a suspended job's memory is not lent).
+pub const NODE_MEMORY_BYTES: u64 = 512 << 30;
 
 /// What a node's agent keeps on its disk.
 #[derive(Debug, Clone, Default)]
@@ -94,6 +100,8 @@ pub struct Truth {
     pub arrays: u64,
     /// Elastic gangs the client saw acknowledged (section 13).
     pub elastic: u64,
+    /// Ranks the agents suspended in place (section 7).
+    pub suspensions: u64,
 }
 
 #[derive(Clone, Default)]
@@ -117,10 +125,21 @@ impl Truth {
         }
     }
 
-    /// `node` starts `r` on `gpus`, to exit on its own at `exits_ms`; checks that no other attempt of the job runs anywhere,
-    /// that this rank runs nowhere else, and that no process holds one of the GPUs.
-    pub fn start(&mut self, at_ms: u64, node: &str, r: Rank, gpus: &[u32], exits_ms: u64) {
+    /// `node` starts `r` on `gpus` with `memory_bytes`, to exit on its own at `exits_ms`;
+    /// checks that no other attempt of the job runs anywhere, that this rank runs nowhere
+    /// else, that no process holds one of the GPUs, and that the node's processes, suspended
+    /// ones included, hold no more memory than it has.
+    pub fn start(&mut self, at_ms: u64, node: &str, r: Rank, gpus: &[u32], memory_bytes: u64, exits_ms: u64) {
         let mut broken = BTreeSet::new();
+        let held: u64 = self.journals.get(node).map_or(0, |j| j.processes.values().map(|p| p.memory_bytes).sum());
+        if held + memory_bytes > NODE_MEMORY_BYTES {
+            broken.insert(format!(
+                "{r} starts on {node} with {} GiB beside {} GiB its processes hold (suspended ones included) of {} GiB",
+                memory_bytes >> 30,
+                held >> 30,
+                NODE_MEMORY_BYTES >> 30
+            ));
+        }
         for (n, j) in &self.journals {
             for (other, p) in &j.processes {
                 if other.job == r.job && other.attempt != r.attempt {
@@ -139,7 +158,7 @@ impl Truth {
         self.starts += 1;
         self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}"));
         let journal = self.journals.entry(node.to_string()).or_default();
-        journal.processes.insert(r, Process { exits_ms, gpus: gpus.to_vec(), suspended: false });
+        journal.processes.insert(r, Process { exits_ms, gpus: gpus.to_vec(), memory_bytes, suspended: false });
     }
 
     /// The watchdog of every node: a process whose node's lease ran out is stopped then,
@@ -185,8 +204,8 @@ mod tests {
     #[test]
     fn a_second_attempt_while_the_first_runs_is_a_violation() {
         let mut t = Truth::default();
-        t.start(10, "n1", rank(1, 1, 0), &[0], 1_000);
-        t.start(20, "n2", rank(1, 2, 0), &[0], 1_000);
+        t.start(10, "n1", rank(1, 1, 0), &[0], 0, 1_000);
+        t.start(20, "n2", rank(1, 2, 0), &[0], 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.violations[0].contains("while attempt 1 runs on n1"), "{:?}", t.violations);
     }
@@ -194,14 +213,28 @@ mod tests {
     #[test]
     fn a_gpu_held_twice_is_a_violation_and_an_ended_one_is_free() {
         let mut t = Truth::default();
-        t.start(10, "n1", rank(1, 1, 0), &[0, 1], 1_000);
-        t.start(11, "n1", rank(2, 1, 0), &[1], 1_000);
+        t.start(10, "n1", rank(1, 1, 0), &[0, 1], 0, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), &[1], 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         t.end(12, "n1", rank(1, 1, 0), "exited");
         t.end(12, "n1", rank(2, 1, 0), "exited");
-        t.start(13, "n1", rank(3, 1, 0), &[1], 1_000);
-        t.start(14, "n2", rank(1, 2, 0), &[1], 1_000);
+        t.start(13, "n1", rank(3, 1, 0), &[1], 0, 1_000);
+        t.start(14, "n2", rank(1, 2, 0), &[1], 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.journals["n1"].ended.contains(&rank(1, 1, 0)));
+    }
+
+    /// A suspended process keeps its memory: a start that counts on it is a violation.
+    #[test]
+    fn memory_held_by_a_suspended_process_is_not_free() {
+        let mut t = Truth::default();
+        let gib = 1u64 << 30;
+        t.start(10, "n1", rank(1, 1, 0), &[], 400 * gib, 1_000);
+        t.journals.get_mut("n1").unwrap().processes.get_mut(&rank(1, 1, 0)).unwrap().suspended = true;
+        t.start(11, "n1", rank(2, 1, 0), &[], 100 * gib, 1_000);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.start(12, "n1", rank(3, 1, 0), &[], 100 * gib, 1_000);
+        assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
+        assert!(t.violations[0].contains("500 GiB its processes hold"), "{:?}", t.violations);
     }
 }

@@ -39,6 +39,9 @@ pub struct Work {
     pub rank: u32,
     pub act: Act,
     pub gpus: Vec<u32>,
+    /// What the rank asked for of its node's memory: its process holds it while it runs or
+    /// is suspended (a stopped process keeps its memory).
+    pub memory_bytes: u64,
     pub grace_ms: u64,
 }
 

@@ -81,6 +81,9 @@ pub struct Outcome {
     /// Acknowledged arrays and elastic gangs (section 13).
     pub arrays: u64,
     pub elastic: u64,
+    /// Ranks suspended in place by their agents (section 7).
+    #[serde(default)]
+    pub suspensions: u64,
     /// Accounting records made (issue 34): every replica's store holds each of them.
     pub records: u64,
     pub faults: BTreeMap<String, u64>,
@@ -199,6 +202,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         gpu_faults: t.gpu_faults,
         arrays: t.arrays,
         elastic: t.elastic,
+        suspensions: t.suspensions,
         records: checks.records,
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
