@@ -548,10 +548,10 @@ impl Supervisor {
                     })),
                 })
             }
-            Act::Suspend(key) => self.suspend(&key),
+            Act::Suspend(key) => self.suspend(&key, Suspension::of(assignment(&key))),
             Act::ReportSuspended(key) => {
                 tracing::info!(?key, "a new suspension of a replica already suspended here; reporting it suspended");
-                self.report_suspended(key)
+                self.report_suspended(key, Suspension::of(assignment(&key)))
             }
             // Ended here as a STOP of it would be: a RUN of it that comes later (sent
             // before the SUSPEND, or the leader resuming what it counts as suspended) must
@@ -606,7 +606,7 @@ impl Supervisor {
         self.observe(stopped(key, false, cause))
     }
 
-    fn suspend(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
+    fn suspend(&mut self, key: &ReplicaKey, which: Suspension) -> Result<(), JournalError> {
         let cgroup = cgroup_of(&self.cgroups, key);
         let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         match cgroup {
@@ -620,7 +620,7 @@ impl Supervisor {
         let rec = r.rec.clone();
         self.journal.put_replica(&rec)?;
         tracing::info!(?key, "suspended");
-        self.report_suspended(*key)
+        self.report_suspended(*key, which)
     }
 
     /// Thaws the replica's cgroup, if it has one: a frozen process acts on no signal but
@@ -635,9 +635,15 @@ impl Supervisor {
     }
 
     /// Noted before it is journaled, so the reporter's acknowledgement finds it.
-    fn report_suspended(&mut self, key: ReplicaKey) -> Result<(), JournalError> {
+    /// The report names the suspension it answers (`which`), so the leader takes a late
+    /// repeat of it for no later one.
+    fn report_suspended(&mut self, key: ReplicaKey, which: Suspension) -> Result<(), JournalError> {
         self.suspensions.reported(key);
-        self.observe(stopped(&key, false, StopCause::Directed))
+        let mut o = stopped(&key, false, StopCause::Directed);
+        if let Some(What::Stopped(s)) = &mut o.what {
+            (s.suspension_by, s.suspension_ms) = (which.by, which.at_ms);
+        }
+        self.observe(o)
     }
 
     fn record(&self, key: &ReplicaKey, a: &Assignment, phase: Phase) -> ReplicaRecord {
@@ -1328,7 +1334,23 @@ fn stopped(key: &ReplicaKey, checkpointed: bool, cause: StopCause) -> Observatio
             checkpointed,
             rank: key.rank,
             cause: cause as i32,
+            suspension_by: 0,
+            suspension_ms: 0,
         })),
+    }
+}
+
+/// Which suspension a SUSPEND is part of, as its assignment names it (0 and 0 from a leader
+/// before it): its report carries it back.
+#[derive(Debug, Clone, Copy, Default)]
+struct Suspension {
+    by: u64,
+    at_ms: u64,
+}
+
+impl Suspension {
+    fn of(a: Option<&Assignment>) -> Suspension {
+        a.map_or_else(Suspension::default, |a| Suspension { by: a.suspension_by, at_ms: a.suspension_ms })
     }
 }
 

@@ -4,6 +4,7 @@ mod common;
 
 use std::time::Duration;
 
+use baton_proto::v1::observation::What;
 use baton_proto::v1::{Action, Assignment, ReplicaPhase};
 use common::*;
 
@@ -227,11 +228,27 @@ async fn suspend_stops_the_group_and_run_continues_it() {
 /// suspended, and said nothing, so the new suspension waited for its report until the lease
 /// ran out. A SUSPEND the leader still awaits, in a directive built once the earlier report
 /// was recorded, is answered again; one built before is not (the earlier report answers
-/// it).
+/// it). Each report names the suspension it answers (issue 31: preemptor and time), so the
+/// leader takes a late repeat of the first for no later one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspend_the_leader_awaits_of_a_replica_held_suspended_is_reported_again() {
     let Looping { gw, agent, pid, run, _dir, _reaper } = looping("").await;
-    let suspend = Assignment { action: Action::Suspend as i32, awaiting_suspended: true, ..run };
+    let suspend = Assignment {
+        action: Action::Suspend as i32,
+        awaiting_suspended: true,
+        suspension_by: 7,
+        suspension_ms: 1_000,
+        ..run
+    };
+    let named = |gw: &Gateway| -> Vec<(u64, u64)> {
+        gw.observations()
+            .iter()
+            .filter_map(|o| match &o.what {
+                Some(What::Stopped(s)) if s.job_id == 1 => Some((s.suspension_by, s.suspension_ms)),
+                _ => None,
+            })
+            .collect()
+    };
     gw.set_reply_state_index(20);
     gw.send_built_at(1, 10, vec![suspend.clone()]);
     wait_for(5, "the first suspension reported", || (stopped_of(&gw.observations(), 1).len() == 1).then_some(())).await;
@@ -242,11 +259,13 @@ async fn a_suspend_the_leader_awaits_of_a_replica_held_suspended_is_reported_aga
     let reports = gw.report_count();
     wait_for(5, "two reports after those directives", || (gw.report_count() > reports + 1).then_some(())).await;
     assert_eq!(stopped_of(&gw.observations(), 1), vec![false], "held suspended, nothing more to say");
-    // Resumed in place and suspended again; the agent sees only the second SUSPEND.
-    gw.send_built_at(1, 30, vec![suspend]);
+    // Resumed in place and suspended again, for another preemptor; the agent sees only the
+    // second SUSPEND.
+    gw.send_built_at(1, 30, vec![Assignment { suspension_by: 8, suspension_ms: 2_000, ..suspend }]);
     wait_for(5, "the second suspension reported", || (stopped_of(&gw.observations(), 1).len() == 2).then_some(()))
         .await;
     assert_eq!(stopped_of(&gw.observations(), 1), vec![false, false]);
+    assert_eq!(named(&gw), vec![(7, 1_000), (8, 2_000)], "each report names the suspension it answers");
     assert!(suspended(pid), "still suspended, never resumed");
     gw.set(1, vec![]);
     wait_for(5, "the replica killed", || (!alive(pid)).then_some(())).await;

@@ -423,6 +423,13 @@ pub enum Observed {
     /// goes back to the queue from its checkpoint (not its failure); in a stop in progress
     /// it is that rank's stop, saved as `rank_saved` says. (Last, so older logs decode.)
     KilledHere { job: JobId, attempt: u32, rank: u32, rank_saved: bool },
+    /// A SUSPEND took effect: the rank is stopped in place. It names its preemption, as the
+    /// directive carried it: the preemptor `by` and the replicated time the preemption was
+    /// decided (`Stopping::requested_ms`). An answer to an earlier suspension (resent late,
+    /// after the job was resumed in place and is being suspended again) is refused, where
+    /// as `Stopped` it counted for the new one while the rank might run. (Last, so older
+    /// logs decode.)
+    Suspended { job: JobId, attempt: u32, rank: u32, by: JobId, requested_ms: u64 },
 }
 
 impl Observed {
@@ -437,7 +444,8 @@ impl Observed {
             | Observed::LeaseExpired { job, .. }
             | Observed::NotStarted { job, .. }
             | Observed::LeaseStopped { job, .. }
-            | Observed::KilledHere { job, .. } => *job,
+            | Observed::KilledHere { job, .. }
+            | Observed::Suspended { job, .. } => *job,
         }
     }
 }

@@ -44,7 +44,7 @@ use crate::command::{Observed, Op};
 /// unhealthy GPUs (written in format 7's layout while there are none). 9: `SubmitArray`,
 /// `CancelArray`, `SubmitElastic`, `Decision::Grow` (a plan carrying one needs format 9),
 /// `StopWhy::Grow`, the events `Resized` and `Growing`, `SetUsage`, `SetUserLimit`,
-/// `SetAccounting`, `StartAccounting`, and snapshots that record the arrays, the elastic
+/// `SetAccounting`, `StartAccounting`, `Observed::Suspended`, and snapshots that record the arrays, the elastic
 /// gangs, usage over time and accounting (written in format 8's layout while there is none
 /// of them and accounting is off).
 pub const DATA_FORMAT: u32 = 9;
@@ -205,6 +205,7 @@ impl Observed {
             Observed::NotStarted { .. } => 3,
             Observed::LeaseStopped { .. } => 4,
             Observed::KilledHere { .. } => 5,
+            Observed::Suspended { .. } => 9,
         }
     }
 
@@ -220,6 +221,10 @@ impl Observed {
             }
             // The older observation of a rank gone without an exit: the same requeue, with an
             // event that says less (and, in a stop in progress, ignored).
+            // As before it: counted for whichever suspension is in progress.
+            Observed::Suspended { job, attempt, rank, .. } if format < 9 => {
+                Observed::Stopped { job, attempt, rank, checkpointed: false }
+            }
             Observed::KilledHere { job, attempt, rank, .. } if format < 5 => {
                 Observed::Vanished { job, attempt, rank, missing_ms: 0 }
             }

@@ -77,6 +77,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
     ("NotStarted", 3),
     ("LeaseStopped", 4),
     ("KilledHere", 5),
+    ("Suspended", 9),
 ];
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
@@ -95,6 +96,7 @@ fn obs(i: usize) -> Observed {
         Observed::NotStarted { job: 1, attempt: 1, rank: 0, exit_code: 127, reason: "no user".into() },
         Observed::LeaseStopped { job: 1, attempt: 1, rank: 0, checkpointed: false, rank_saved: true },
         Observed::KilledHere { job: 1, attempt: 1, rank: 0, rank_saved: false },
+        Observed::Suspended { job: 1, attempt: 1, rank: 0, by: 2, requested_ms: 5_000 },
     ];
     all[i].clone()
 }
@@ -280,6 +282,18 @@ fn a_rank_killed_here_goes_as_a_vanished_one_to_members_of_format_4() {
     assert_eq!(killed.for_format(4), older);
     for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
         assert!(obs(i).for_format(4).format() <= 4, "{:?}", obs(i));
+    }
+}
+
+/// A suspension that names itself goes to members of format 8 as the plain stop it was
+/// before (counted for whichever suspension is in progress).
+#[test]
+fn a_named_suspension_goes_as_a_stop_to_members_of_format_8() {
+    let suspended = Observed::Suspended { job: 7, attempt: 2, rank: 1, by: 8, requested_ms: 9_000 };
+    assert_eq!(suspended.clone().for_format(9), suspended);
+    assert_eq!(suspended.for_format(8), Observed::Stopped { job: 7, attempt: 2, rank: 1, checkpointed: false });
+    for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
+        assert!(obs(i).for_format(8).format() <= 8, "{:?}", obs(i));
     }
 }
 

@@ -76,6 +76,18 @@ fn assignment(
         awaiting_suspended: awaiting_suspended(job, action, rank),
         memory_bytes: asked(job, r.task, "memory"),
         cpu_millis: asked(job, r.task, "cpu"),
+        suspension_by: suspension(job, action).map_or(0, |(by, _)| by),
+        suspension_ms: suspension(job, action).map_or(0, |(_, ms)| ms),
+    }
+}
+
+/// The suspension in progress a SUSPEND is part of: its preemptor and when it was decided,
+/// which the agent's report of it names (`Observed::Suspended`).
+fn suspension(job: &Job, action: Action) -> Option<(u64, u64)> {
+    let stopping = job.stopping.filter(|_| action == Action::Suspend && job.state == JobState::Preempting)?;
+    match stopping.why {
+        StopWhy::Preempted { by, mode: PreemptionMode::Suspend } => Some((by, stopping.requested_ms)),
+        _ => None,
     }
 }
 
@@ -290,10 +302,14 @@ mod tests {
                 (low, Action::Suspend as i32, true),
                 "round {round}"
             );
+            // It names its preemption, for the agent's report to name it back.
+            let since = s.jobs()[&low].stopping.expect("being suspended").requested_ms;
+            assert_eq!((a.suspension_by, a.suspension_ms), (high, since), "round {round}");
             apply(&mut s, suspended.clone());
             assert_eq!(s.jobs()[&low].state, JobState::Suspended);
             let a = &desired(&s)[&Name::lit("n1")];
             assert!(a.iter().all(|a| !a.awaiting_suspended), "recorded suspended: {a:?}");
+            assert!(a.iter().all(|a| a.suspension_by == 0), "no suspension in progress: {a:?}");
             if round == 0 {
                 decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1() });
                 let done = Observed::Exited { job: high, attempt: 1, rank: 0, exit_code: 0 };

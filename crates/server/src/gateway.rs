@@ -246,6 +246,14 @@ impl Gateway {
                         rank_saved: s.checkpointed,
                     })
                 }
+                // A suspension that names its preemption: the model takes it only for that one.
+                Some(What::Stopped(s)) if s.suspension_by != 0 => observed.push(Observed::Suspended {
+                    job: s.job_id,
+                    attempt: s.attempt,
+                    rank: s.rank,
+                    by: s.suspension_by,
+                    requested_ms: s.suspension_ms,
+                }),
                 Some(What::Stopped(s)) => observed.push(Observed::Stopped {
                     job: s.job_id,
                     attempt: s.attempt,

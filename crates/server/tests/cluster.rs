@@ -70,7 +70,14 @@ async fn a_preemption_checkpoints_the_victim_then_starts_the_preemptor() {
     assert!(!has(&d, "high", Action::Run), "the preemptor waits for its victim");
 
     agent
-        .report(vec![What::Stopped(Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0 })])
+        .report(vec![What::Stopped(Stopped {
+            job_id: low_id,
+            attempt: 1,
+            checkpointed: true,
+            rank: 0,
+            cause: 0,
+            ..Default::default()
+        })])
         .await
         .unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run) && !d.assignments.iter().any(|a| a.job == "low")).await;
@@ -172,7 +179,14 @@ async fn a_new_leader_resends_the_stop_and_finishes_the_preemption() {
     let d = agent.until("the new leader re-sends the stop", |d| has(d, "low", Action::Stop)).await;
     assert!(d.term > old.term, "the new leader's term {} is above the old {}", d.term, old.term);
     agent
-        .report(vec![What::Stopped(Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0 })])
+        .report(vec![What::Stopped(Stopped {
+            job_id: low_id,
+            attempt: 1,
+            checkpointed: true,
+            rank: 0,
+            cause: 0,
+            ..Default::default()
+        })])
         .await
         .unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run)).await;

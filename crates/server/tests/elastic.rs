@@ -50,7 +50,9 @@ async fn a_gang_shrinks_to_its_minimum_across_a_failover_and_runs_on_with_its_wo
     let old = cluster.leader().await;
     cluster.kill(old).await;
     let mut c = cluster.client((old + 1) % 3).await;
-    let stopped = |rank| What::Stopped(Stopped { job_id: id, attempt: 1, checkpointed: true, rank, cause: 0 });
+    let stopped = |rank| {
+        What::Stopped(Stopped { job_id: id, attempt: 1, checkpointed: true, rank, cause: 0, ..Default::default() })
+    };
     let mut agent = report_to_the_new_leader(&cluster, node("n1", 8), stopped(0)).await;
     agent.report((1..8).map(stopped).collect()).await.unwrap();
 

@@ -107,6 +107,7 @@ async fn report_taken_while_a_replica_reads(older: u32, cause: StopCause, why: &
         rank: a.rank,
         checkpointed: false,
         cause: cause as i32,
+        ..Default::default()
     });
     agent.report(vec![stop]).await.expect("the report is taken");
     // Requeued (and perhaps placed again at once, as a next attempt).

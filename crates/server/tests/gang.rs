@@ -12,7 +12,7 @@ fn gang(name: &str, queue: &str, class: &str) -> JobSpec {
 }
 
 fn stopped(job_id: u64, rank: u32) -> What {
-    What::Stopped(Stopped { job_id, attempt: 1, checkpointed: true, rank, cause: 0 })
+    What::Stopped(Stopped { job_id, attempt: 1, checkpointed: true, rank, cause: 0, ..Default::default() })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -107,7 +107,14 @@ async fn a_gang_has_a_checkpoint_once_every_rank_reported_one() {
 /// The agent's report that `rank` of attempt 1 was stopped by its lease running out, after
 /// it saved its work.
 fn lease_stopped(job_id: u64, rank: u32) -> What {
-    What::Stopped(Stopped { job_id, attempt: 1, checkpointed: true, rank, cause: StopCause::LeaseExpired as i32 })
+    What::Stopped(Stopped {
+        job_id,
+        attempt: 1,
+        checkpointed: true,
+        rank,
+        cause: StopCause::LeaseExpired as i32,
+        ..Default::default()
+    })
 }
 
 /// Issue 9, "started from zero although every rank wrote a checkpoint" (chaos, heavy load):
@@ -154,7 +161,14 @@ async fn a_gang_whose_rank_saved_nothing_on_its_stop_is_not_told_to_resume() {
     let id = d1.assignments[0].job_id;
     let g = || JobRef { name: "g".into(), id };
     let stop = |attempt, rank, checkpointed| {
-        What::Stopped(Stopped { job_id: id, attempt, checkpointed, rank, cause: StopCause::Directed as i32 })
+        What::Stopped(Stopped {
+            job_id: id,
+            attempt,
+            checkpointed,
+            rank,
+            cause: StopCause::Directed as i32,
+            ..Default::default()
+        })
     };
 
     c.pause_job(g()).await.unwrap();

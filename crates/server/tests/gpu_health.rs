@@ -38,7 +38,8 @@ async fn an_xid_on_a_gpu_stops_its_job_and_spares_the_job_beside_it() {
     let faults = &nodes[0].unhealthy_gpus;
     assert_eq!((faults.len(), faults[0].gpu, faults[0].by_check), (1, bad, false), "{faults:?}");
     assert!(faults[0].error.contains("XID 79"));
-    let stopped = What::Stopped(Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0 });
+    let stopped =
+        What::Stopped(Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0, ..Default::default() });
     agent.report(vec![stopped]).await.unwrap();
     let mut j = wait_state(&mut c, "train", JobState::Pending).await;
     assert!(j.has_checkpoint && j.preempted_by.is_empty(), "requeued from its checkpoint, not preempted: {j:?}");

@@ -45,7 +45,8 @@ async fn a_window_stops_the_job_on_its_node_and_it_runs_again_after_the_end() {
     let j = wait_state(&mut c, "train", JobState::Preempting).await;
     assert!(j.reason.contains("maintenance: window fw"), "{}", j.reason);
     assert!(j.preempted_by.is_empty(), "not a preemption");
-    let stopped = What::Stopped(Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0 });
+    let stopped =
+        What::Stopped(Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0, ..Default::default() });
     agent.report(vec![stopped]).await.unwrap();
     let j = wait_state(&mut c, "train", JobState::Pending).await;
     // Requeued naming the window (the model's words), and the next cycle says the same in

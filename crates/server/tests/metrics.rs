@@ -30,7 +30,7 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
     let high = gpu_job("high", "prod", "inference", 8);
     c.submit(submit_of(high)).await.unwrap();
     n1.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
-    let stopped = Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0 };
+    let stopped = Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0, ..Default::default() };
     n1.report(vec![What::Stopped(stopped)]).await.unwrap();
     n1.until("high runs", |d| has(d, "high", Action::Run)).await;
 

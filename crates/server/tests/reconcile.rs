@@ -35,7 +35,14 @@ fn running(a: &Assignment) -> Running {
 
 /// The agent's report that rank `a` stopped (without a checkpoint).
 fn stopped(a: &Assignment) -> What {
-    What::Stopped(Stopped { job_id: a.job_id, attempt: a.attempt, rank: a.rank, checkpointed: false, cause: 0 })
+    What::Stopped(Stopped {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        rank: a.rank,
+        checkpointed: false,
+        cause: 0,
+        ..Default::default()
+    })
 }
 
 /// A cancelled job's GPUs stay held until its agent reports its process gone (issue 9, the
@@ -80,6 +87,7 @@ async fn a_lease_stop_reported_after_the_node_was_lost_gives_the_next_attempt_it
         rank: a.rank,
         checkpointed: true,
         cause: StopCause::LeaseExpired as i32,
+        ..Default::default()
     });
     agent.report(vec![lease_stop]).await.unwrap();
     let d = agent.until("j runs again", |d| d.assignments.iter().any(|x| x.job == "j" && x.attempt > a.attempt)).await;
@@ -183,6 +191,7 @@ async fn a_lease_expired_stop_requeues_the_job_from_its_checkpoint() {
         rank: a.rank,
         checkpointed: false,
         cause: StopCause::LeaseExpired as i32,
+        ..Default::default()
     });
     agent.report(vec![ckpt, stop]).await.unwrap();
 
@@ -222,6 +231,7 @@ async fn a_run_of_a_replica_its_agent_killed_as_unwanted_requeues_the_job() {
         rank: a.rank,
         checkpointed: false,
         cause: StopCause::KilledHere as i32,
+        ..Default::default()
     });
     agent.report(vec![killed]).await.unwrap();
 

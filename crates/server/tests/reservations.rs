@@ -23,7 +23,7 @@ async fn a_job_at_its_time_limit_is_stopped_by_its_agent_and_ends_failed() {
     let d = agent.until("capped runs", |d| has(d, "capped", Action::Run)).await;
     let id = d.assignments[0].job_id;
     agent.until("capped is told to stop at its time limit", |d| has(d, "capped", Action::Stop)).await;
-    let stopped = Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0 };
+    let stopped = Stopped { job_id: id, attempt: 1, checkpointed: true, rank: 0, cause: 0, ..Default::default() };
     agent.report(vec![What::Stopped(stopped)]).await.unwrap();
     let j = wait_state(&mut c, "capped", JobState::Failed).await;
     assert_eq!(j.reason, "time limit");

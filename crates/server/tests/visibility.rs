@@ -340,7 +340,7 @@ async fn a_victim_does_not_name_a_preemptor_its_viewer_may_not_see() {
     let low_id = d.assignments[0].job_id;
     client(&addr, ALICE).await.submit(submit_of(gpu_job("secret-high", "closed", "inference", 8))).await.unwrap();
     agent.until("low is told to stop", |d| has(d, "low", Action::Stop)).await;
-    let stopped = Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0 };
+    let stopped = Stopped { job_id: low_id, attempt: 1, checkpointed: true, rank: 0, cause: 0, ..Default::default() };
     agent.report(vec![What::Stopped(stopped)]).await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let seen_by_admin = loop {
@@ -381,7 +381,7 @@ async fn a_live_event_is_judged_by_its_job_not_by_a_newer_job_of_its_name() {
     agent.until("alice's dup runs", |d| has(d, "dup", Action::Run)).await;
     alice.cancel_job(job_ref("dup")).await.unwrap();
     agent.until("alice's dup is told to stop", |d| has(d, "dup", Action::Stop)).await;
-    let stopped = Stopped { job_id: old, attempt: 1, checkpointed: false, rank: 0, cause: 0 };
+    let stopped = Stopped { job_id: old, attempt: 1, checkpointed: false, rank: 0, cause: 0, ..Default::default() };
     agent.report(vec![What::Stopped(stopped)]).await.unwrap();
     agent.until("alice's dup is gone", |d| !d.assignments.iter().any(|a| a.job == "dup")).await;
     bob.submit(secret_job("dup", "all")).await.expect("the name is free once alice's dup ended");

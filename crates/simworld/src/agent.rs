@@ -142,11 +142,16 @@ impl Agent {
                     }
                     t.suspensions += 1;
                     t.history.record(now, format!("{} suspends {r}", self.node));
-                    self.observe(Observed::Stopped {
-                        job: r.job,
-                        attempt: r.attempt,
-                        rank: r.rank,
-                        checkpointed: false,
+                    // Named as the real agent names it (a leader before it sends 0).
+                    self.observe(match w.suspension_by {
+                        0 => Observed::Stopped { job: r.job, attempt: r.attempt, rank: r.rank, checkpointed: false },
+                        by => Observed::Suspended {
+                            job: r.job,
+                            attempt: r.attempt,
+                            rank: r.rank,
+                            by,
+                            requested_ms: w.suspension_ms,
+                        },
                     });
                 }
                 _ => {}

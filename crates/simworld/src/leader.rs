@@ -199,6 +199,8 @@ fn directive(s: &State, node: &Name) -> Vec<Work> {
                 gpus: a.gpus,
                 memory_bytes: a.memory_bytes,
                 grace_ms: a.grace_ms,
+                suspension_by: a.suspension_by,
+                suspension_ms: a.suspension_ms,
             })
         })
         .collect()

@@ -43,6 +43,10 @@ pub struct Work {
     /// is suspended (a stopped process keeps its memory).
     pub memory_bytes: u64,
     pub grace_ms: u64,
+    /// For a SUSPEND of a suspension in progress: its preemptor and when it was decided,
+    /// which the agent's report of it names (0 and 0 otherwise).
+    pub suspension_by: u64,
+    pub suspension_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -237,6 +237,8 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         resume_if_checkpointed: false,
         memory_bytes: 0,
         cpu_millis: 0,
+        suspension_by: 0,
+        suspension_ms: 0,
     }
 }
 

@@ -422,6 +422,9 @@ impl SimNode {
             checkpointed,
             rank: a.rank,
             cause: StopCause::Directed as i32,
+            // A suspension names its preemption, as the agent's does (0 for a stop).
+            suspension_by: a.suspension_by,
+            suspension_ms: a.suspension_ms,
         };
         self.observe(What::Stopped(s));
         seen.stopped.fetch_add(1, Ordering::Relaxed);

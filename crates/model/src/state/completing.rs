@@ -238,7 +238,8 @@ impl State {
             | Observed::LeaseStopped { job, attempt, rank, .. }
             | Observed::KilledHere { job, attempt, rank, .. }
             | Observed::Unkillable { job, attempt, rank, .. } => (job, attempt, rank),
-            Observed::Checkpointed { .. } | Observed::Stray { .. } => return None,
+            // A rank suspended in place is not gone: its STOP's answer releases it.
+            Observed::Checkpointed { .. } | Observed::Stray { .. } | Observed::Suspended { .. } => return None,
         };
         let c = self.after.completing.get(&job)?;
         if c.attempt != attempt {

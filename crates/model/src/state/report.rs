@@ -17,7 +17,7 @@ use super::lifecycle::clip;
 use crate::command::{Observed, Outcome};
 use crate::error::ApplyError;
 use crate::event::{Event, EventKind};
-use crate::job::{JobId, JobState};
+use crate::job::{JobId, JobState, PreemptionMode, StopWhy};
 use crate::limits::MAX_OBSERVATIONS_PER_REPORT;
 use crate::name::Name;
 
@@ -95,6 +95,24 @@ impl State {
                 self.check_rank_placed(node, job, attempt, rank)?;
                 self.check_stopping(job)?;
                 self.rank_ended(job, rank, checkpointed, ev)
+            }
+            Observed::Suspended { job, attempt, rank, by, requested_ms } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                let stopping = self.check_stopping(job)?;
+                let current = match stopping.why {
+                    StopWhy::Preempted { by, mode: PreemptionMode::Suspend } => Some((by, stopping.requested_ms)),
+                    _ => None,
+                };
+                if current != Some((by, requested_ms)) {
+                    let now = current.map_or("a stop".into(), |(b, t)| format!("the suspension for job {b} of {t} ms"));
+                    return Err(ApplyError::invalid(
+                        "observations",
+                        format!(
+                            "rank {rank} of job {job}: an answer to its suspension for job {by} of {requested_ms} ms, while {now} is in progress"
+                        ),
+                    ));
+                }
+                self.rank_ended(job, rank, false, ev)
             }
             Observed::Checkpointed { job, attempt } => {
                 self.check_attempt(job, attempt)?;
@@ -751,6 +769,47 @@ mod tests {
         assert!(report(s, "n1", vec![suspended]).is_empty());
         assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
         (low, high)
+    }
+
+    /// Issue 31: a report of a suspension names its preemption (preemptor and time), so an
+    /// answer to an earlier suspension, resent late once the job was resumed in place and is
+    /// being suspended again, is refused; as a plain `Stopped` it counted for the new
+    /// suspension while the rank might run. Both preemptions here are decided at one
+    /// replicated time: the preemptor tells them apart.
+    #[test]
+    fn an_answer_to_an_earlier_suspension_does_not_count_for_the_next() {
+        let mut s = cpu_node_n1(1);
+        let low = one_replica(&mut s, "low", PreemptionMode::Suspend, 0);
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
+        let preempt = |s: &mut State, name: &str| {
+            let by = one_replica(s, name, PreemptionMode::Checkpoint, 0);
+            let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+            decide(s, Decision::Preempt { job: by, victims, replicas: on_n1(0), message: "test".into() });
+            let answer = |by| Observed::Suspended {
+                job: low,
+                attempt: 1,
+                rank: 0,
+                by,
+                requested_ms: s.job(low).unwrap().stopping.expect("being suspended").requested_ms,
+            };
+            (by, answer(by))
+        };
+        let (high, first) = preempt(&mut s, "high");
+        assert!(report(&mut s, "n1", vec![first.clone()]).is_empty());
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+        decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
+        assert!(
+            report(&mut s, "n1", vec![Observed::Exited { job: high, attempt: 1, rank: 0, exit_code: 0 }]).is_empty()
+        );
+        decide(&mut s, Decision::ResumeInPlace { job: low, attempt: 1 });
+
+        let (_, second) = preempt(&mut s, "urgent");
+        let ignored = report(&mut s, "n1", vec![first]);
+        assert_eq!(ignored.len(), 1, "the late answer counted");
+        assert!(ignored[0].1.contains("an answer to its suspension for job"), "{ignored:?}");
+        assert_eq!(s.job(low).unwrap().state, JobState::Preempting, "still being suspended");
+        assert!(report(&mut s, "n1", vec![second]).is_empty());
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
     }
 
     /// A CPU job `low` in mode suspend, preempted by `high` on n1 (one CPU), suspended in
