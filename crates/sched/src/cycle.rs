@@ -624,6 +624,20 @@ mod tests {
         assert!(planned.usage_parts() == after.ledger().usage_parts(), "queue usage as the cycle left it");
     }
 
+    /// Nodes n0 and n1 of one CPU each, and queue `q` owning both.
+    fn two_cpu_nodes() -> State {
+        use baton_model::node::NodeSpec;
+        let mut s = State::new();
+        for n in ["n0", "n1"] {
+            apply(&mut s, Op::RegisterNode(NodeSpec { resources: Resources::of(&[("cpu", 1_000)]), ..gpu_node(n, 0) }));
+        }
+        let mut q = QueueSpec::named("q");
+        let nominal = Resources::of(&[("cpu", 2_000)]);
+        q.quotas.insert(Name::lit("default"), PoolQuota { nominal, ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        s
+    }
+
     /// A gang suspended in place for a preemptor (it lends its CPUs), then requeued because
     /// its other node was lost: its rank still suspended on the reserved node is completing,
     /// holding that node's CPU until its agent reports it gone, and lends nothing any more.
@@ -635,19 +649,10 @@ mod tests {
     fn a_preemptor_waits_for_a_suspended_victims_rank_left_completing_by_a_lost_node() {
         use baton_model::command::Observed;
         use baton_model::job::PreemptionMode;
-        use baton_model::node::{NodeSpec, NodeStatus};
+        use baton_model::node::NodeStatus;
         use baton_model::plan::Victim;
 
-        let mut s = State::new();
-        for n in ["n0", "n1"] {
-            apply(&mut s, Op::RegisterNode(NodeSpec { resources: Resources::of(&[("cpu", 1_000)]), ..gpu_node(n, 0) }));
-        }
-        let mut q = QueueSpec::named("q");
-        q.quotas.insert(
-            Name::lit("default"),
-            PoolQuota { nominal: Resources::of(&[("cpu", 2_000)]), ..Default::default() },
-        );
-        apply(&mut s, Op::PutQueue(q));
+        let mut s = two_cpu_nodes();
         let cpu_job = |name: &str, replicas: u32, priority: i32, mode: PreemptionMode| {
             let mut spec = gpu_job(name, "q", 0);
             spec.tasks[0].replicas = replicas;
@@ -713,19 +718,10 @@ mod tests {
     fn a_lend_holds_while_lender_and_borrower_are_both_being_stopped() {
         use baton_model::command::Observed;
         use baton_model::job::PreemptionMode;
-        use baton_model::node::{NodeSpec, NodeStatus};
+        use baton_model::node::NodeStatus;
         use baton_model::plan::Victim;
 
-        let mut s = State::new();
-        for n in ["n0", "n1"] {
-            apply(&mut s, Op::RegisterNode(NodeSpec { resources: Resources::of(&[("cpu", 1_000)]), ..gpu_node(n, 0) }));
-        }
-        let mut q = QueueSpec::named("q");
-        q.quotas.insert(
-            Name::lit("default"),
-            PoolQuota { nominal: Resources::of(&[("cpu", 2_000)]), ..Default::default() },
-        );
-        apply(&mut s, Op::PutQueue(q));
+        let mut s = two_cpu_nodes();
         let gang = |s: &mut State, name: &str, priority: i32, mode: PreemptionMode| {
             let mut spec = gpu_job(name, "q", 0);
             spec.tasks[0].replicas = 2;

@@ -8,6 +8,11 @@ use baton_proto::v1::observation::What;
 use baton_proto::v1::*;
 use common::*;
 
+/// Rank 0 of attempt 1 of `job_id` stopped after a STOP, with a checkpoint.
+fn checkpointed_stop(job_id: u64) -> What {
+    What::Stopped(Stopped { job_id, attempt: 1, checkpointed: true, rank: 0, cause: 0, ..Default::default() })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_runs_on_an_agent_and_finishes() {
     let cluster = Cluster::start(3).await;
@@ -69,17 +74,7 @@ async fn a_preemption_checkpoints_the_victim_then_starts_the_preemptor() {
     assert!(stop.grace_ms > 0 && stop.grace_ms <= 5_000, "grace left: {}", stop.grace_ms);
     assert!(!has(&d, "high", Action::Run), "the preemptor waits for its victim");
 
-    agent
-        .report(vec![What::Stopped(Stopped {
-            job_id: low_id,
-            attempt: 1,
-            checkpointed: true,
-            rank: 0,
-            cause: 0,
-            ..Default::default()
-        })])
-        .await
-        .unwrap();
+    agent.report(vec![checkpointed_stop(low_id)]).await.unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run) && !d.assignments.iter().any(|a| a.job == "low")).await;
     let j = wait_state(&mut c, "low", JobState::Pending).await;
     assert!(j.has_checkpoint, "the victim resumes from its checkpoint");
@@ -178,17 +173,7 @@ async fn a_new_leader_resends_the_stop_and_finishes_the_preemption() {
     let mut agent = FakeAgent::attach(&survivors, node("n1", 8)).await;
     let d = agent.until("the new leader re-sends the stop", |d| has(d, "low", Action::Stop)).await;
     assert!(d.term > old.term, "the new leader's term {} is above the old {}", d.term, old.term);
-    agent
-        .report(vec![What::Stopped(Stopped {
-            job_id: low_id,
-            attempt: 1,
-            checkpointed: true,
-            rank: 0,
-            cause: 0,
-            ..Default::default()
-        })])
-        .await
-        .unwrap();
+    agent.report(vec![checkpointed_stop(low_id)]).await.unwrap();
     agent.until("high runs", |d| has(d, "high", Action::Run)).await;
     let mut c = baton_proto::v1::baton_client::BatonClient::connect(format!("http://{}", survivors[0])).await.unwrap();
     assert!(wait_state(&mut c, "low", JobState::Pending).await.has_checkpoint);
