@@ -84,9 +84,15 @@ impl Ledger {
             return;
         };
         let mut holders = Vec::new();
+        // What it lent goes to the next lender of the same borrower, in job order, as a
+        // rebuild computes it (`relend`).
+        let mut borrowers = Vec::new();
         let charges = &self.charges;
         for &n in &ch.nodes {
             let node = &mut self.nodes[n];
+            if let Some(b) = node.occupant(job).and_then(|o| o.lent_to) {
+                borrowers.push((n, b));
+            }
             node.occupants.retain(|o| o.job != job);
             for o in node.occupants.iter_mut().filter(|o| o.lent_to == Some(job)) {
                 // A lender's ranks being stopped (`keep_lend`) hold their whole share again;
@@ -99,6 +105,9 @@ impl Ledger {
                 o.lent_gpus = 0;
                 holders.push(o.job);
             }
+        }
+        for (n, b) in borrowers {
+            self.relend(n, b);
         }
         self.settle(job);
         for h in holders {
