@@ -156,8 +156,7 @@ impl CgroupRoot {
         if minors.is_empty() {
             return self;
         }
-        let name = self.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-        match v1_dir(V1Controller::Devices, &name) {
+        match v1_dir(V1Controller::Devices, self.name()) {
             Ok(dir) => {
                 tracing::info!(dir = %dir.display(), "each replica is denied the GPU devices it was not given");
                 self.v1.push((V1Controller::Devices, dir));
@@ -175,9 +174,8 @@ impl CgroupRoot {
     /// controllers where the host has them there, else the v1 hierarchies of a hybrid host.
     /// Never fails (limits are not containment): what cannot be enforced is said in the log.
     pub fn enable_limits(mut self) -> CgroupRoot {
-        let name = self.dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
         for c in self.enable_v2_controllers() {
-            match v1_dir(c, &name) {
+            match v1_dir(c, self.name()) {
                 Ok(dir) => {
                     tracing::info!(dir = %dir.display(), "{} limits of replicas go through cgroup v1", c.name());
                     self.v1.push((c, dir));
@@ -186,6 +184,11 @@ impl CgroupRoot {
             }
         }
         self
+    }
+
+    /// Its directory's name, which its counterparts in v1 hierarchies share.
+    fn name(&self) -> &std::ffi::OsStr {
+        self.dir.file_name().unwrap_or_default()
     }
 
     /// Hands the memory and cpu controllers down to the replicas' cgroups where the v2
@@ -376,10 +379,7 @@ impl ReplicaCgroup {
         let mut joins = vec![open_procs(&self.dir)?];
         for (c, dir) in &self.v1 {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
-            match c {
-                V1Controller::Devices => set_gpu_devices(dir, &self.gpu_minors, &limits.gpus)?,
-                _ => set_v1_limit(*c, dir, limits)?,
-            }
+            set_v1_limit(*c, dir, limits, &self.gpu_minors)?;
             joins.push(open_procs(dir)?);
         }
         Ok(joins)
@@ -462,8 +462,8 @@ fn set_v2_limits(dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
     Ok(())
 }
 
-/// The v1 files of controller `c` (-1: no limit).
-fn set_v1_limit(c: V1Controller, dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
+/// The v1 files of controller `c` (-1: no limit; for devices, the node's GPUs by `minors`).
+fn set_v1_limit(c: V1Controller, dir: &Path, limits: &Limits, minors: &BTreeMap<u32, u32>) -> Result<(), CgroupError> {
     match c {
         V1Controller::Memory => {
             let memory = if limits.memory_bytes == 0 { "-1".to_string() } else { limits.memory_bytes.to_string() };
@@ -485,7 +485,7 @@ fn set_v1_limit(c: V1Controller, dir: &Path, limits: &Limits) -> Result<(), Cgro
                 if limits.cpu_millis == 0 { "-1".to_string() } else { cpu_quota_us(limits.cpu_millis).to_string() };
             write_limit(dir, "cpu.cfs_quota_us", &quota)
         }
-        V1Controller::Devices => Ok(()),
+        V1Controller::Devices => set_gpu_devices(dir, minors, &limits.gpus),
     }
 }
 
@@ -684,8 +684,8 @@ mod tests {
         assert_eq!((read("memory.max"), read("cpu.max")), ("4294967296".into(), "250000 100000".into()));
         set_v2_limits(dir.path(), &Limits { memory_bytes: 0, cpu_millis: 1, gpus: Vec::new() }).unwrap();
         assert_eq!((read("memory.max"), read("cpu.max")), ("max".into(), "1000 100000".into()));
-        set_v1_limit(V1Controller::Cpu, dir.path(), &Limits::default()).unwrap();
-        set_v1_limit(V1Controller::Memory, dir.path(), &Limits::default()).unwrap();
+        set_v1_limit(V1Controller::Cpu, dir.path(), &Limits::default(), &BTreeMap::new()).unwrap();
+        set_v1_limit(V1Controller::Memory, dir.path(), &Limits::default(), &BTreeMap::new()).unwrap();
         assert_eq!((read("cpu.cfs_quota_us"), read("memory.limit_in_bytes")), ("-1".into(), "-1".into()));
     }
 

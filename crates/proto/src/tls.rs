@@ -308,6 +308,13 @@ pub fn caller<T>(req: &Request<T>) -> Result<PeerId, Status> {
     identity_of(&der).map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))
 }
 
+/// The node shape the caller's certificate fixes, if it presented one that carries one. Read
+/// by the one call that needs it (an agent's `Attach`), not by every call `require` lets in.
+pub fn caller_shape<T>(req: &Request<T>) -> Result<Option<NodeShape>, Status> {
+    let Some(der) = peer_cert(req) else { return Ok(None) };
+    shape_of(&der).map_err(|e| Status::permission_denied(format!("the caller's certificate: {e}")))
+}
+
 /// Lets through only callers whose certificate has one of `roles`, under TLS; adds their
 /// [`PeerId`] to the request's extensions for the handler. Plain TCP lets everything through
 /// (the operator chose `--insecure`).
@@ -330,15 +337,6 @@ pub fn require<T>(transport: &Transport, roles: &[Role], mut req: Request<T>) ->
             "the caller's certificate is for {who}; this service takes only {} certificates",
             wanted.join(" or ")
         )));
-    }
-    // An agent's certificate may fix its node's shape (`shape`): the handler holds the
-    // node to it.
-    if who.role == Role::Agent
-        && let Some(der) = peer_cert(&req)
-        && let Some(shape) =
-            shape_of(&der).map_err(|e| Status::permission_denied(format!("the certificate of {who}: {e}")))?
-    {
-        req.extensions_mut().insert(shape);
     }
     req.extensions_mut().insert(who);
     Ok(req)

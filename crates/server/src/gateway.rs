@@ -12,7 +12,7 @@ use baton_model::limits::{MAX_OBSERVATIONS_PER_REPORT, MAX_REPORT_OBSERVATIONS, 
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
 use baton_proto::convert::{self, node_from_agent};
-use baton_proto::tls::{CertGuard, NodeShape, PeerId};
+use baton_proto::tls::{CertGuard, PeerId};
 use baton_proto::v1::agent_gateway_server::AgentGateway;
 use baton_proto::v1::{
     AttachRequest, Directive, Observation, ReportReply, ReportRequest, StopCause, observation::What,
@@ -39,8 +39,9 @@ impl AgentGateway for Gateway {
     async fn attach(&self, req: Request<AttachRequest>) -> Result<Response<DirectiveStream>, Status> {
         let term = self.ctx.require_leader()?;
         let who = req.extensions().get::<PeerId>().cloned();
-        let shape = req.extensions().get::<NodeShape>().cloned();
         let cert = CertGuard::of(&self.ctx.transport, &req);
+        // What the certificate fixes of the node's shape: read here, the one call that needs it.
+        let shape = if who.is_some() { baton_proto::tls::caller_shape(&req)? } else { None };
         let req = req.into_inner();
         not_deposed(req.term_seen, term)?;
         let info = req.node.ok_or_else(|| Status::invalid_argument("node: missing"))?;

@@ -33,9 +33,6 @@ pub fn raft_dialer(transport: &Transport, replica: &ReplicaConfig) -> Dialer {
 pub fn check_shape(shape: Option<&NodeShape>, spec: &NodeSpec, registered: Option<&NodeSpec>) -> Result<(), Status> {
     let node = spec.name.as_str();
     let refuse = |what: String| Err(Status::permission_denied(format!("node {node:?}: {what}")));
-    let how = format!(
-        "a node's pool and rack change only with a certificate that names them (`baton tls cert create --agent {node} --pool P --rack R`)"
-    );
     let pool = Some(spec.pool.as_str());
     let rack = spec.rack.as_ref().map(|r| r.as_str());
     for (what, declared, fixed, was) in [
@@ -48,7 +45,8 @@ pub fn check_shape(shape: Option<&NodeShape>, spec: &NodeSpec, registered: Optio
             }
             (None, Some(w)) if w != declared => {
                 return refuse(format!(
-                    "it is registered with {what} {w:?} and attached with {what} {declared:?}; {how}"
+                    "it is registered with {what} {w:?} and attached with {what} {declared:?}; a node's pool and rack \
+                     change only with a certificate that names them (`baton tls cert create --agent {node} --pool P --rack R`)"
                 ));
             }
             _ => {}
