@@ -52,6 +52,7 @@ fn assignment(
     grace_ms: u64,
 ) -> Assignment {
     let (attempt, rank, world_size) = at;
+    let (suspension_by, suspension_ms) = suspension(job, action).unwrap_or_default();
     Assignment {
         job_id: job.id,
         job: job.spec.name.to_string(),
@@ -75,9 +76,9 @@ fn assignment(
         run_as: state.tenancy().run_as(job.id).map(|u| u.to_string()).unwrap_or_default(),
         awaiting_suspended: awaiting_suspended(job, action, rank),
         memory_bytes: asked(job, r.task, "memory"),
-        cpu_millis: asked(job, r.task, "cpu"),
-        suspension_by: suspension(job, action).map_or(0, |(by, _)| by),
-        suspension_ms: suspension(job, action).map_or(0, |(_, ms)| ms),
+        cpu_millis: asked(job, r.task, baton_model::quantity::CPU),
+        suspension_by,
+        suspension_ms,
     }
 }
 
