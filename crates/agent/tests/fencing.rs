@@ -94,8 +94,8 @@ async fn a_follower_points_the_agent_to_the_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_tries_the_next_replica_when_one_is_down() {
     let dir = tempfile::tempdir().unwrap();
-    // A port nobody listens on: bind, note it, drop.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let refusing = refusing();
+    let dead = refusing.addr;
     let gw = Gateway::start(None).await;
     let agent = start_agent(config(dir.path(), &[dead, gw.addr])).await;
     wait_for(5, "attached to the live replica", || (gw.attaches() >= 1).then_some(())).await;

@@ -124,7 +124,8 @@ async fn logs_are_served_and_followed_until_the_replica_ends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_agent_is_a_clear_error() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let refusing = refusing();
+    let dead = refusing.addr;
     let mut sink = Vec::new();
     let req = LogsRequest { job: "j".into(), ..Default::default() };
     let e = fetch_logs(&dead.to_string(), req, &mut sink).await.unwrap_err();

@@ -368,3 +368,18 @@ pub fn suspended(pid: i32) -> bool {
             .is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
     })
 }
+
+/// An address that refuses connections for as long as this value lives: its port is bound but
+/// never listened on. Binding a port and dropping it is not enough, because a test running in
+/// parallel may start a server on the freed port (an "unreachable" agent then answered).
+pub struct Refusing {
+    _socket: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+pub fn refusing() -> Refusing {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    Refusing { _socket: socket, addr }
+}

@@ -562,10 +562,15 @@ pub fn serve_agent(agent: FakeAgent) -> Served {
     serve(move |mut b| b.add_service(AgentLogsServer::new(agent)))
 }
 
-/// An address nothing listens on (bound, then released).
+/// An address that refuses connections: its port is bound, never listened on, and kept for
+/// the rest of the test binary's life. A port bound and released could be taken by a server
+/// another test starts in parallel, and the "dead" address would answer.
 pub fn dead_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap().to_string();
+    std::mem::forget(socket);
+    addr
 }
 
 pub fn resources(pairs: &[(&str, u64)]) -> Option<v1::Resources> {
