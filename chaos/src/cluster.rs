@@ -851,6 +851,11 @@ impl Drop for Cluster {
         }
         // Jobs run in their own sessions and outlive a killed agent: end them too.
         let _ = Command::new("pkill").arg("-KILL").arg("-f").arg(self.dir.path().display().to_string()).status();
+        // A failing test names this directory: keep its logs for the reader.
+        if std::thread::panicking() {
+            self.dir.disable_cleanup(true);
+            eprintln!("the cluster's logs are kept in {}", self.dir.path().display());
+        }
     }
 }
 

@@ -11,13 +11,21 @@ use baton_proto::v1::{CordonRequest, Empty, JobRef, ListJobsRequest, SubmitReque
 use baton_proto::words::Word;
 use baton_sim::scenario::{Action, Expect, JobExpect, Scenario};
 
-use baton_chaos::cluster::{Cluster, NodeArgs};
+use baton_chaos::cluster::{Cluster, NodeArgs, Timing};
 
 /// Real milliseconds per scenario second.
 pub const SCALE_MS: u64 = 50;
 /// How long an expectation may take to come true after its time (real processes stop,
 /// report, and are replaced; the simulator does it in zero time).
 const SETTLE_MS: u64 = 8_000;
+
+/// Leases and node loss slower than a cluster's default. A replay checks a scenario's policy
+/// outcome, in which no node is lost unless the scenario says so; on a loaded machine (CI runs
+/// two replays at once beside other tests) a renewal was seen to come later than a 1.2 s lease,
+/// the replica's watchdog stopped it, and the job counted an attempt the scenario did not have.
+fn replay_timing() -> Timing {
+    Timing { heartbeat_timeout_ms: 9_000, lease_ms: 4_000, ..Timing::default() }
+}
 
 pub fn load(path: &str) -> Scenario {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -83,7 +91,7 @@ pub struct Replay {
 
 impl Replay {
     pub async fn run(&self, s: &Scenario) -> Cluster {
-        let mut c = Cluster::start(crate::BATON.as_ref(), &nodes(s)).await;
+        let mut c = Cluster::start_with(crate::BATON.as_ref(), &nodes(s), &replay_timing()).await;
         let mut api = c.client().await;
         for cl in &s.classes {
             api.put_class(class_to_proto(&cl.v)).await.unwrap();
