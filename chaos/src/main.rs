@@ -122,6 +122,10 @@ enum Cmd {
         /// Print each seed's last history lines, not only a failing one's.
         #[arg(long)]
         history: bool,
+        /// How many of the last history lines are kept to print (the whole story of a
+        /// failing seed, when large enough); at most 1,000,000.
+        #[arg(long, default_value_t = baton_simworld::history::KEPT_LINES)]
+        history_lines: usize,
         /// Run the one seed given here and print its outcome as JSON (what each seed's own
         /// process does for the parent).
         #[arg(long, hide = true)]
@@ -152,12 +156,18 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 }
 
 fn sim(cmd: &Cmd) -> ExitCode {
-    let Cmd::Sim { seeds, minutes, hours, nodes, tick_ms, no_faults, clock_offset_ms, history, child } = cmd else {
+    let Cmd::Sim { seeds, minutes, hours, nodes, tick_ms, no_faults, clock_offset_ms, history, history_lines, child } =
+        cmd
+    else {
         return ExitCode::FAILURE;
     };
     let minutes = hours.map_or(*minutes, |h| h.saturating_mul(60));
     if *nodes == 0 || minutes == 0 || *tick_ms == 0 {
         eprintln!("error: --nodes, --minutes and --tick-ms must be at least 1");
+        return ExitCode::FAILURE;
+    }
+    if *history_lines == 0 || *history_lines > baton_simworld::history::MAX_KEPT_LINES {
+        eprintln!("error: --history-lines must be 1 to {}", baton_simworld::history::MAX_KEPT_LINES);
         return ExitCode::FAILURE;
     }
     if *nodes > baton_simworld::world::MAX_NODES || minutes > baton_simworld::world::MAX_MINUTES {
@@ -174,6 +184,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         tick_ms: *tick_ms,
         faults: !no_faults,
         clock_offset_ms: *clock_offset_ms,
+        history_lines: *history_lines,
         ..baton_simworld::Options::default()
     };
     if *child {
@@ -224,6 +235,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         .args(["sim", "--child", "--seeds", &seed.to_string()])
         .args(["--minutes", &opts.minutes.to_string(), "--nodes", &opts.nodes.to_string()])
         .args(["--tick-ms", &opts.tick_ms.to_string(), "--clock-offset-ms", &opts.clock_offset_ms.to_string()])
+        .args(["--history-lines", &opts.history_lines.to_string()])
         .args(if opts.faults { &[][..] } else { &["--no-faults"][..] })
         .stderr(std::process::Stdio::inherit())
         .output();

@@ -753,4 +753,73 @@ mod tests {
         assert!(s.completing(low).is_some() && s.completing(high).is_some(), "both are being stopped on n0");
         crate::invariants::check_state(&s).expect("the lend holds while both are being stopped");
     }
+
+    /// Lends in a chain: `low` (a gang on n0 and n1) is suspended for `mid` (n0 alone), which
+    /// runs on low's CPU; `mid` is suspended in turn for `high` (a gang), which runs on all
+    /// of mid's share, low's CPU included, and `fill` takes n0's last CPU. n1 is lost: low
+    /// and high go back to the queue and their ranks on n0 are being stopped, while mid stays
+    /// suspended. The ledger keeps low's lend to the suspended mid (the stopped processes use
+    /// no CPU); the invariant check counted a lend only to a borrower running or being
+    /// stopped, so it saw n0 over-allocated. Found by the simulator (seed 2 of 60 minutes:
+    /// `node n16 is over-allocated`, CPU 65 of 64).
+    #[test]
+    fn a_lend_to_a_borrower_suspended_in_turn_holds_while_the_lender_is_stopped() {
+        use baton_model::command::Observed;
+        use baton_model::job::PreemptionMode;
+        use baton_model::node::{NodeSpec, NodeStatus};
+        use baton_model::plan::Victim;
+
+        let mut s = State::new();
+        for n in ["n0", "n1"] {
+            apply(&mut s, Op::RegisterNode(NodeSpec { resources: Resources::of(&[("cpu", 3_000)]), ..gpu_node(n, 0) }));
+        }
+        let mut q = QueueSpec::named("q");
+        q.quotas.insert(
+            Name::lit("default"),
+            PoolQuota { nominal: Resources::of(&[("cpu", 6_000)]), ..Default::default() },
+        );
+        apply(&mut s, Op::PutQueue(q));
+        let submit = |s: &mut State, name: &str, replicas: u32, cpu: u64, priority: i32, mode: PreemptionMode| {
+            let mut spec = gpu_job(name, "q", 0);
+            spec.tasks[0].replicas = replicas;
+            spec.tasks[0].resources = Resources::of(&[("cpu", cpu)]);
+            spec.priority = baton_model::job::PriorityRef::Value(priority);
+            spec.preemption_mode = mode;
+            match apply(s, Op::Submit { spec, request_id: None }) {
+                Outcome::Submitted { job, .. } => job,
+                other => panic!("not submitted: {other:?}"),
+            }
+        };
+        let rank = |index: u32, node: &str| ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() };
+        let place = |s: &mut State, job, replicas| apply_plan(s, vec![Decision::Place { job, attempt: 1, replicas }]);
+        let preempt = |s: &mut State, job, victim, replicas: Vec<ReplicaAlloc>, ranks: &[(u32, &str)]| {
+            let victims = vec![Victim { job: victim, attempt: 1 }];
+            apply_plan(s, vec![Decision::Preempt { job, victims, replicas, message: "t".into() }]);
+            for &(index, node) in ranks {
+                let stopped = Observed::Stopped { job: victim, attempt: 1, rank: index, checkpointed: false };
+                apply(s, Op::Report { node: Name::lit(node), observations: vec![stopped] });
+            }
+            assert_eq!(s.job(victim).unwrap().state, JobState::Suspended);
+            let placed = cycle(s, 5_000).decisions;
+            apply_plan(s, placed);
+            assert_eq!(s.job(job).unwrap().state, JobState::Running, "it runs on its victim's share");
+        };
+        let low = submit(&mut s, "low", 2, 1_000, 1, PreemptionMode::Suspend);
+        place(&mut s, low, vec![rank(0, "n0"), rank(1, "n1")]);
+        let early = submit(&mut s, "early", 1, 1_000, 200, PreemptionMode::Checkpoint);
+        place(&mut s, early, vec![rank(0, "n0")]);
+        let mid = submit(&mut s, "mid", 1, 2_000, 50, PreemptionMode::Suspend);
+        preempt(&mut s, mid, low, vec![rank(0, "n0")], &[(0, "n0"), (1, "n1")]);
+        apply(&mut s, Op::JobExited { job: early, attempt: 1, exit_code: 0 });
+        let high = submit(&mut s, "high", 2, 2_000, 100, PreemptionMode::Checkpoint);
+        preempt(&mut s, high, mid, vec![rank(0, "n0"), rank(1, "n1")], &[(0, "n0")]);
+        let fill = submit(&mut s, "fill", 1, 1_000, 200, PreemptionMode::Checkpoint);
+        place(&mut s, fill, vec![rank(0, "n0")]);
+        crate::invariants::check_state(&s).expect("a chain of lends while high runs");
+
+        apply(&mut s, Op::SetNodeStatus { node: Name::lit("n1"), status: NodeStatus::Lost });
+        assert!(s.completing(low).is_some() && s.completing(high).is_some(), "both are being stopped on n0");
+        assert_eq!(s.job(mid).unwrap().state, JobState::Suspended);
+        crate::invariants::check_state(&s).expect("low's lend to the suspended mid holds while low is stopped");
+    }
 }

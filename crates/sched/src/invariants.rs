@@ -18,6 +18,8 @@ pub fn check_state(s: &State) -> Result<(), String> {
     s.ledger_consistent()?;
     let l = s.ledger();
     let mut used: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
+    // Who holds each node, for the message that names an over-allocation.
+    let mut holders: BTreeMap<Name, Vec<String>> = BTreeMap::new();
     for j in s.jobs().values() {
         let expected = if matches!(j.state, JobState::Running | JobState::Preempting | JobState::Suspended) {
             j.spec.replica_count() as usize
@@ -52,6 +54,10 @@ pub fn check_state(s: &State) -> Result<(), String> {
             for k in 0..MAX_RESOURCE_KINDS {
                 e.0[k] += need[k];
             }
+            holders
+                .entry(r.node.clone())
+                .or_default()
+                .push(format!("job {} {:?} task {} replica {} {need:?}", j.id, j.state, r.task, r.index));
             if e.1 & m != 0 {
                 return Err(format!("a GPU on {} is used by two replicas at once", r.node));
             }
@@ -61,7 +67,11 @@ pub fn check_state(s: &State) -> Result<(), String> {
     for (node, (amount, _)) in &used {
         let cap = l.kinds.vector_lossy(&s.nodes()[node].spec.resources);
         if (0..MAX_RESOURCE_KINDS).any(|k| amount[k] > cap[k]) {
-            return Err(format!("node {node} is over-allocated: {amount:?} > {cap:?}"));
+            let by = holders.get(node).map(|h| h.join(", ")).unwrap_or_default();
+            let ledger = l.node(node.as_str()).map(|n| format!("{:?}", l.nodes[n].occupants)).unwrap_or_default();
+            return Err(format!(
+                "node {node} is over-allocated: {amount:?} > {cap:?}, held by {by}; the ledger's occupants: {ledger}"
+            ));
         }
     }
     // A suspended job's GPUs are used only by the job it lends them to.
@@ -255,11 +265,16 @@ fn check_gpu_faults(s: &State) -> Result<(), String> {
 fn lent_by(s: &State, holder: JobId, node: &Name) -> (Vector, u64) {
     let l = s.ledger();
     let (mut amount, mut gpus) = (ZERO, 0u64);
-    // A borrower lends back nothing while it runs on the lent part, and nothing while its
+    // A borrower lends back nothing while it runs on the lent part, nothing while its
     // rank there is being stopped either (it was requeued or cancelled): the ledger keeps
-    // the lend until that rank is gone (`keep_borrowed`).
+    // the lend until that rank is gone (`keep_borrowed`), and nothing while it is itself
+    // suspended there (what it holds, the lend included, is lent on to its own preemptor,
+    // or held against everyone else).
     let still_there = |j: &baton_model::job::Job| {
-        j.state.is_active() || s.completing(j.id).is_some_and(|c| c.ranks.values().any(|r| r.node == *node))
+        let suspended_here = j.state == JobState::Suspended && j.replicas.iter().any(|r| r.node == *node);
+        j.state.is_active()
+            || suspended_here
+            || s.completing(j.id).is_some_and(|c| c.ranks.values().any(|r| r.node == *node))
     };
     for j in s.jobs().values().filter(|j| still_there(j)) {
         for lend in j.lent_from.iter().filter(|x| x.from == holder && x.node == *node) {

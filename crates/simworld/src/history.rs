@@ -4,8 +4,10 @@
 
 use std::collections::VecDeque;
 
-/// Lines kept for the report around a violation.
+/// Lines kept for the report around a violation, unless told otherwise (`keeping`).
 pub const KEPT_LINES: usize = 200;
+/// The most lines a run may be told to keep: about 100 MB of history.
+pub const MAX_KEPT_LINES: usize = 1_000_000;
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -25,21 +27,29 @@ pub struct History {
     digest: u64,
     lines: u64,
     last: VecDeque<String>,
+    /// How many of the last lines `last` keeps.
+    kept: usize,
 }
 
 impl Default for History {
     fn default() -> Self {
-        History { digest: FNV_OFFSET, lines: 0, last: VecDeque::with_capacity(KEPT_LINES) }
+        History::keeping(KEPT_LINES)
     }
 }
 
 impl History {
+    /// A history that keeps its last `kept` lines (at least 1, at most `MAX_KEPT_LINES`).
+    pub fn keeping(kept: usize) -> History {
+        let kept = kept.clamp(1, MAX_KEPT_LINES);
+        History { digest: FNV_OFFSET, lines: 0, last: VecDeque::with_capacity(kept.min(KEPT_LINES)), kept }
+    }
+
     /// Records `line` at simulated time `at_ms`.
     pub fn record(&mut self, at_ms: u64, line: impl AsRef<str>) {
         let text = format!("{}.{:03} {}", at_ms / 1000, at_ms % 1000, line.as_ref());
         self.digest = fnv1a(self.digest, text.bytes().chain(std::iter::once(b'\n')));
         self.lines += 1;
-        if self.last.len() == KEPT_LINES {
+        if self.last.len() == self.kept {
             self.last.pop_front();
         }
         self.last.push_back(text);
@@ -85,5 +95,17 @@ mod tests {
         assert_eq!(tail.len(), KEPT_LINES);
         assert!(tail[0].ends_with("line 5"), "{}", tail[0]);
         assert_eq!(h.lines(), KEPT_LINES as u64 + 5);
+    }
+
+    #[test]
+    fn a_history_keeps_as_many_lines_as_told_within_its_bound() {
+        let mut h = History::keeping(3);
+        for i in 0..10 {
+            h.record(i, format!("line {i}"));
+        }
+        assert_eq!(h.tail().len(), 3);
+        assert!(h.tail()[0].ends_with("line 7"));
+        assert_eq!(History::keeping(0).kept, 1);
+        assert_eq!(History::keeping(usize::MAX).kept, MAX_KEPT_LINES);
     }
 }

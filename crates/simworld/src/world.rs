@@ -45,6 +45,9 @@ pub struct Options {
     pub sabotage: Option<Sabotage>,
     /// Each replica's wall clock is off by up to this much, either way (drawn per seed).
     pub clock_offset_ms: u64,
+    /// History lines kept to print (`History::keeping`): a failing seed's whole story when
+    /// large enough.
+    pub history_lines: usize,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             tick_ms: 10,
             sabotage: None,
             clock_offset_ms: 5_000,
+            history_lines: crate::history::KEPT_LINES,
         }
     }
 }
@@ -134,6 +138,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         .build();
     let truth = Shared::default();
     truth.lock().sabotage = opts.sabotage;
+    truth.lock().history = crate::history::History::keeping(opts.history_lines);
     let handles = Handles::default();
     let disks: Vec<PowerLossDisk> =
         (1..=opts.replicas).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
