@@ -24,10 +24,9 @@ use baton_model::node::NodeSpec;
 use baton_model::queue::{Cohort, PoolQuota, QueueSpec};
 use baton_model::resources::Resources;
 use baton_model::state::State;
-use baton_raft::Replica;
 use baton_rng::SplitMix64;
 
-use crate::replica::Handles;
+use crate::replica::{Handles, Hosted};
 use crate::timing::{CHECKPOINT_MS, GRACE_MS, REQUEST_TIMEOUT_MS, SETTLE_MS, WORK_MS};
 use crate::truth::{JobWork, Shared};
 
@@ -91,8 +90,8 @@ impl Load {
         Ok(())
     }
 
-    fn pick(&self, rng: &mut SplitMix64) -> Option<Replica> {
-        let all = self.handles.all();
+    fn pick(&self, rng: &mut SplitMix64) -> Option<Hosted> {
+        let all = self.handles.hosted();
         (!all.is_empty()).then(|| all[rng.below(all.len() as u64) as usize].clone())
     }
 
@@ -100,8 +99,9 @@ impl Load {
     async fn write(&self, rng: &mut SplitMix64, op: Op) -> Option<Response> {
         let r = self.pick(rng)?;
         let cmd = Command { now_ms: crate::wall_ms(), op };
-        match within(r.write(cmd)).await {
-            Some(Ok(resp)) => Some(resp),
+        let replica = r.replica.clone();
+        match within(r.run(async move { replica.write(cmd).await })).await {
+            Some(Some(Ok(resp))) => Some(resp),
             _ => None,
         }
     }
@@ -294,12 +294,15 @@ impl Load {
     async fn read_check(&self, rng: &mut SplitMix64, acked: &Acked) {
         let Some(r) = self.pick(rng) else { return };
         let expected = acked.submits.clone();
-        if let Some(Ok(missing)) = within(r.read(move |s| missing_jobs(s, &expected))).await {
+        let replica = r.replica.clone();
+        let read = r.run(async move { replica.read(move |s| missing_jobs(s, &expected)).await });
+        if let Some(Some(Ok(missing))) = within(read).await {
             if !missing.is_empty() {
                 let at = crate::now_ms();
-                self.truth
-                    .lock()
-                    .violation(at, format!("a linearizable read on r{} misses acknowledged {missing:?}", r.id()));
+                self.truth.lock().violation(
+                    at,
+                    format!("a linearizable read on r{} misses acknowledged {missing:?}", r.replica.id()),
+                );
             }
         }
     }
@@ -313,12 +316,17 @@ impl Load {
             let Some(r) = self.pick(&mut rng) else { continue };
             let (submits, cancels, quotas) = (acked.submits.clone(), acked.cancels.clone(), acked.quotas.clone());
             let (arrays, array_cancels) = (acked.arrays.clone(), acked.array_cancels.clone());
-            let read = r.read(move |s| {
-                let mut lost = lost_writes(s, &submits, &cancels, &quotas);
-                lost.extend(lost_array_writes(s, &arrays, &array_cancels));
-                lost
+            let replica = r.replica.clone();
+            let read = r.run(async move {
+                replica
+                    .read(move |s| {
+                        let mut lost = lost_writes(s, &submits, &cancels, &quotas);
+                        lost.extend(lost_array_writes(s, &arrays, &array_cancels));
+                        lost
+                    })
+                    .await
             });
-            if let Some(Ok(lost)) = within(read).await {
+            if let Some(Some(Ok(lost))) = within(read).await {
                 let at = crate::now_ms();
                 let mut t = self.truth.lock();
                 for l in lost {

@@ -19,20 +19,56 @@ pub const CLUSTER: &str = "sim";
 
 /// The running replicas, by id (a crashed one stays until its host starts again).
 #[derive(Clone, Default)]
-pub struct Handles(Arc<Mutex<BTreeMap<NodeId, Replica>>>);
+pub struct Handles(Arc<Mutex<BTreeMap<NodeId, Hosted>>>);
 
 impl Handles {
     pub fn get(&self, id: NodeId) -> Option<Replica> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(&id).cloned()
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(&id).map(|h| h.replica.clone())
     }
 
+    /// The replicas, for reading their local state from outside any host.
     pub fn all(&self) -> Vec<Replica> {
+        self.hosted().into_iter().map(|h| h.replica).collect()
+    }
+
+    /// The replicas with their hosts, for asking them as a client would.
+    pub fn hosted(&self) -> Vec<Hosted> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
     }
 
     fn put(&self, r: Replica) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(r.id(), r);
+        let hosted = Hosted { replica: r.clone(), host: tokio::runtime::Handle::current() };
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(r.id(), hosted);
     }
+}
+
+/// A replica and the runtime of the host it runs on.
+#[derive(Clone)]
+pub struct Hosted {
+    pub replica: Replica,
+    host: tokio::runtime::Handle,
+}
+
+impl Hosted {
+    /// Runs `work` on the replica's own host, as a request that reached it over the network
+    /// would run: what it sends (a forwarded write, a read's round of heartbeats) leaves from
+    /// that host, on that host's clock. Run on the client's host, a follower's forwarded
+    /// write dialed the leader from there; the replica cached that connection, and its raft
+    /// traffic to that peer later went over it, past the replica's own partitions, and timed
+    /// on another runtime's clock, on which the connection was never old enough to be dialed
+    /// afresh: a follower got nothing for good after a slow spell (seed 204 of 10 minutes).
+    /// `None` when the host is down (its runtime is gone).
+    pub async fn run<T: Send + 'static>(&self, work: impl Future<Output = T> + Send + 'static) -> Option<T> {
+        run_on(&self.host, work).await
+    }
+}
+
+/// Runs `work` on the host whose runtime `host` is, and waits for it from this one.
+async fn run_on<T: Send + 'static>(
+    host: &tokio::runtime::Handle,
+    work: impl Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    host.spawn(work).await.ok()
 }
 
 /// Election timeouts differ per replica but are fixed: openraft draws a timeout from the
@@ -112,4 +148,49 @@ pub fn describe(handles: &Handles) -> String {
         })
         .collect();
     format!("replicas: {}", states.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    /// Work run on another host's runtime connects from that host: the server sees the
+    /// connection come from the replica's address, not the client's.
+    #[test]
+    fn work_run_on_a_replicas_host_dials_from_that_host() {
+        let mut sim = turmoil::Builder::new().simulation_duration(Duration::from_secs(10)).build();
+        let seen = Arc::new(Mutex::new(None));
+        let seen_by_server = seen.clone();
+        sim.host("server", move || {
+            let seen = seen_by_server.clone();
+            async move {
+                let l = turmoil::net::TcpListener::bind(("0.0.0.0", 7)).await?;
+                loop {
+                    let (_, from) = l.accept().await?;
+                    *seen.lock().unwrap() = Some(from.ip());
+                }
+            }
+        });
+        let slot: Arc<Mutex<Option<tokio::runtime::Handle>>> = Arc::default();
+        let slot_of_replica = slot.clone();
+        sim.host("replica", move || {
+            let slot = slot_of_replica.clone();
+            async move {
+                *slot.lock().unwrap() = Some(tokio::runtime::Handle::current());
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+        sim.client("load", async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let host = slot.lock().unwrap().clone().expect("the replica's host runs");
+            let dialed = super::run_on(&host, async { turmoil::net::TcpStream::connect("server:7").await.is_ok() });
+            assert_eq!(dialed.await, Some(true));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(*seen.lock().unwrap(), Some(turmoil::lookup("replica")), "load is {}", turmoil::lookup("load"));
+            Ok(())
+        });
+        sim.run().unwrap();
+    }
 }
