@@ -106,7 +106,7 @@ pub enum CaCommand {
 pub enum CertCommand {
     /// Make a certificate for one replica, agent or client: OUT/ca.pem, OUT/cert.pem,
     /// OUT/key.pem, ready for --tls-dir OUT (refuses to overwrite).
-    Create(CertCreateArgs),
+    Create(Box<CertCreateArgs>),
     /// Print who a --tls-dir's certificate says its holder is.
     Show(ShowArgs),
 }
@@ -159,6 +159,10 @@ pub struct CertCreateArgs {
     /// `gpu=8,cpu=64,memory=512Gi`; resources not named are not bounded.
     #[arg(long, value_delimiter = ',')]
     pub max: Vec<String>,
+    /// With --agent: the only labels its node may declare, e.g. `zone=a,nvlink=nvl72-1`
+    /// (`--labels ''`: none at all); without it, the node's labels are its agent's word.
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Option<Vec<String>>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -331,11 +335,13 @@ fn show(dir: &Path) -> Result<String, TlsCmdError> {
 
 /// The node shape `--pool`, `--rack` and `--max` ask for; `None` when none is given.
 fn shape_wanted(args: &CertCreateArgs) -> Result<Option<NodeShape>, TlsCmdError> {
-    if args.pool.is_none() && args.rack.is_none() && args.max.is_empty() {
+    if args.pool.is_none() && args.rack.is_none() && args.max.is_empty() && args.labels.is_none() {
         return Ok(None);
     }
     if args.agent.is_none() {
-        return Err(TlsCmdError::Usage("--pool, --rack and --max fix a node's shape: only with --agent".into()));
+        return Err(TlsCmdError::Usage(
+            "--pool, --rack, --max and --labels fix a node's shape: only with --agent".into(),
+        ));
     }
     let word = |flag: &str, w: &Option<String>| -> Result<Option<String>, TlsCmdError> {
         let Some(w) = w else { return Ok(None) };
@@ -355,6 +361,17 @@ fn shape_wanted(args: &CertCreateArgs) -> Result<Option<NodeShape>, TlsCmdError>
             .map_err(|e| TlsCmdError::Usage(format!("--max {entry:?}: {e}")))?;
         if shape.max.insert(resource.to_string(), units).is_some() {
             return Err(TlsCmdError::Usage(format!("--max names {resource} twice")));
+        }
+    }
+    if let Some(entries) = &args.labels {
+        let labels = shape.labels.get_or_insert_default();
+        for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+            let (k, v) = entry
+                .split_once('=')
+                .ok_or_else(|| TlsCmdError::Usage(format!("--labels {entry:?}: write key=value, e.g. zone=a")))?;
+            if labels.insert(k.trim().to_string(), v.trim().to_string()).is_some() {
+                return Err(TlsCmdError::Usage(format!("--labels names {} twice", k.trim())));
+            }
         }
     }
     // What the gateway will read back, checked here (its bounds and words).
@@ -543,6 +560,7 @@ pub fn dev_pki(dir: &Path, replicas: &[u64], agents: &[String], clients: &[Strin
             pool: None,
             rack: None,
             max: Vec::new(),
+            labels: None,
         };
         create_cert(&args)?;
     }

@@ -114,7 +114,32 @@ fn an_agent_certificate_fixes_its_nodes_shape() {
     let err =
         refused(&["tls", "cert", "create", "--client", "bob", "--ca-dir", ca_dir, "--out-dir", other, "--pool", "a"]);
     assert!(err.contains("--agent"), "{err}");
+    let err = refused(&[
+        "tls",
+        "cert",
+        "create",
+        "--agent",
+        "g2",
+        "--ca-dir",
+        ca_dir,
+        "--out-dir",
+        other,
+        "--labels",
+        "zone",
+    ]);
+    assert!(err.contains("key=value"), "{err}");
     assert!(!tmp.path().join("other").exists(), "a refused certificate left files");
+
+    // Labels: only those named, with their values; `--labels ''` fixes none at all.
+    let labelled = tmp.path().join("agent-g3");
+    let args = ["--ca-dir", ca_dir, "--out-dir", s(&labelled), "--labels", "zone=a,nvlink=nvl72-1"];
+    ok(&[&["tls", "cert", "create", "--agent", "g3"][..], &args].concat());
+    let shown = ok(&["tls", "cert", "show", "--dir", s(&labelled)]);
+    assert_eq!(shown.trim(), "role=agent name=g3 shape=labels=fixed;label.nvlink=nvl72-1;label.zone=a");
+    let bare = tmp.path().join("agent-g4");
+    ok(&["tls", "cert", "create", "--agent", "g4", "--ca-dir", ca_dir, "--out-dir", s(&bare), "--labels", ""]);
+    let shown = ok(&["tls", "cert", "show", "--dir", s(&bare)]);
+    assert_eq!(shown.trim(), "role=agent name=g4 shape=labels=fixed");
 }
 
 #[test]

@@ -52,6 +52,15 @@ pub fn check_shape(shape: Option<&NodeShape>, spec: &NodeSpec, registered: Optio
             _ => {}
         }
     }
+    if let Some(fixed) = shape.and_then(|s| s.labels.as_ref())
+        && let Some((k, v)) = spec.labels.iter().find(|(k, v)| fixed.get(*k) != Some(*v))
+    {
+        let allowed: Vec<String> = fixed.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        return refuse(format!(
+            "it declared label {k}={v}; its certificate allows only the labels [{}]",
+            allowed.join(", ")
+        ));
+    }
     for (resource, max) in shape.iter().flat_map(|s| s.max.iter()) {
         let declared = spec.resources.get(resource);
         if declared > *max {

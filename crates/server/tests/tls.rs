@@ -218,6 +218,36 @@ async fn an_agent_cannot_move_its_node_or_make_it_larger_than_the_operator_said(
     assert_eq!(nodes.iter().map(|n| n.pool.as_str()).collect::<Vec<_>>(), ["default"]);
 }
 
+/// Issue 39: labels were the agent's word too, so a stolen agent certificate could claim a
+/// label that jobs select (and receive them). A certificate that fixes labels allows only
+/// those, with their values; a node may declare fewer. (Before: every attach was taken.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_declares_only_the_labels_its_certificate_fixes() {
+    let s = Setup::start().await;
+    let uri = "baton-shape:pool=default;labels=fixed;label.zone=a";
+    let shaped = s.ca.issue_shaped(s.dir.path(), "n1", "-labelled", uri);
+    let mut gw = AgentGatewayClient::new(s.channel(&Transport::load(&shaped).unwrap()).await.unwrap());
+    let with = |labels: &[(&str, &str)]| AttachRequest {
+        node: Some(NodeInfo {
+            pool: "default".into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..node("n1")
+        }),
+        term_seen: 0,
+    };
+    for (labels, words) in [
+        (&[("secure", "true")][..], &["label secure=true", "only the labels [zone=a]"][..]),
+        (&[("zone", "b")][..], &["label zone=b"][..]),
+    ] {
+        let e = gw.attach(with(labels)).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e}");
+        assert!(words.iter().all(|w| e.message().contains(w)), "{e}");
+    }
+    assert!(s.nodes().await.is_empty(), "a refused attach registered the node");
+    drop(gw.attach(with(&[("zone", "a")])).await.expect("the label its certificate fixes"));
+    drop(gw.attach(with(&[])).await.expect("a node may declare fewer labels"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_agents_reach_the_gateway() {
     let s = Setup::start().await;

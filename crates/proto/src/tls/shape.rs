@@ -6,7 +6,8 @@
 //! Carried as a URI in the certificate's subject alternative names, which the CA signs like
 //! the rest: `baton-shape:pool=gpu;rack=r1;gpu=8;cpu=64000;memory=549755813888` (resources
 //! in their smallest units: thousandths of a CPU, bytes). `pool` and `rack` are optional;
-//! every other key is a resource's maximum.
+//! `labels=fixed` with `label.<key>=<value>` entries fixes the labels the node may declare
+//! (only those, with those values); every other key is a resource's maximum.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +17,10 @@ pub const SHAPE_SCHEME: &str = "baton-shape:";
 pub const MAX_SHAPE_ENTRIES: usize = 32;
 /// The longest value or key in a shape.
 pub const MAX_SHAPE_WORD: usize = 63;
+/// The entry that says a shape fixes the node's labels (`labels=fixed`), even to none.
+const LABELS_FIXED: &str = "fixed";
+/// The prefix of an entry naming one label the node may declare.
+const LABEL_PREFIX: &str = "label.";
 
 /// A node's shape as its agent's certificate fixes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,6 +29,8 @@ pub struct NodeShape {
     pub rack: Option<String>,
     /// The most of each named resource the node may declare; resources not named are free.
     pub max: BTreeMap<String, u64>,
+    /// The labels the node may declare, each with its value; `None`: its labels are free.
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 impl NodeShape {
@@ -32,6 +39,10 @@ impl NodeShape {
         let mut parts: Vec<String> = Vec::new();
         parts.extend(self.pool.iter().map(|p| format!("pool={p}")));
         parts.extend(self.rack.iter().map(|r| format!("rack={r}")));
+        if let Some(labels) = &self.labels {
+            parts.push(format!("labels={LABELS_FIXED}"));
+            parts.extend(labels.iter().map(|(k, v)| format!("{LABEL_PREFIX}{k}={v}")));
+        }
         parts.extend(self.max.iter().map(|(k, v)| format!("{k}={v}")));
         format!("{SHAPE_SCHEME}{}", parts.join(";"))
     }
@@ -52,6 +63,20 @@ impl NodeShape {
             };
             if !plain(key) || !plain(value) {
                 return Err(format!("{entry:?}: keys and values are letters, digits, '.', '_', '-', '/'"));
+            }
+            if key == "labels" {
+                if value != LABELS_FIXED {
+                    return Err(format!("{entry:?}: the only value of labels is {LABELS_FIXED}"));
+                }
+                shape.labels.get_or_insert_default();
+                continue;
+            }
+            if let Some(label) = key.strip_prefix(LABEL_PREFIX) {
+                let labels = shape.labels.get_or_insert_default();
+                if label.is_empty() || labels.insert(label.to_string(), value.to_string()).is_some() {
+                    return Err(format!("{entry:?}: a label is named once, with a key"));
+                }
+                continue;
             }
             let slot = match key {
                 "pool" => &mut shape.pool,
@@ -102,11 +127,18 @@ mod tests {
             pool: Some("gpu".into()),
             rack: Some("r1".into()),
             max: BTreeMap::from([("gpu".into(), 8), ("cpu".into(), 64_000)]),
+            labels: None,
         };
         let uri = shape.to_uri();
         assert_eq!(uri, "baton-shape:pool=gpu;rack=r1;cpu=64000;gpu=8");
-        assert_eq!(NodeShape::parse(uri.strip_prefix(SHAPE_SCHEME).unwrap()), Ok(shape));
+        assert_eq!(NodeShape::parse(uri.strip_prefix(SHAPE_SCHEME).unwrap()), Ok(shape.clone()));
         assert_eq!(NodeShape::parse(""), Ok(NodeShape::default()));
+        let labelled = NodeShape { labels: Some(BTreeMap::from([("zone".into(), "a".into())])), ..shape };
+        let uri = labelled.to_uri();
+        assert_eq!(uri, "baton-shape:pool=gpu;rack=r1;labels=fixed;label.zone=a;cpu=64000;gpu=8");
+        assert_eq!(NodeShape::parse(uri.strip_prefix(SHAPE_SCHEME).unwrap()), Ok(labelled));
+        let none = NodeShape::parse("labels=fixed").unwrap();
+        assert_eq!(none.labels, Some(BTreeMap::new()), "fixed to no label at all");
     }
 
     #[test]
@@ -115,6 +147,8 @@ mod tests {
         assert!(NodeShape::parse("pool=a;pool=b").unwrap_err().contains("pool is named twice"));
         assert!(NodeShape::parse("gpu").unwrap_err().contains("not key=value"));
         assert!(NodeShape::parse("pool=a b").unwrap_err().contains("letters"));
+        assert!(NodeShape::parse("labels=free").unwrap_err().contains("only value of labels"));
+        assert!(NodeShape::parse("label.zone=a;label.zone=b").unwrap_err().contains("named once"));
         let many: Vec<String> = (0..40).map(|i| format!("r{i}=1")).collect();
         assert!(NodeShape::parse(&many.join(";")).unwrap_err().contains("at most 32"));
     }
