@@ -94,39 +94,18 @@ fn an_agent_certificate_fixes_its_nodes_shape() {
 
     let other_dir = tmp.path().join("other");
     let other = s(&other_dir);
-    let err = refused(&[
-        "tls",
-        "cert",
-        "create",
-        "--agent",
-        "g2",
-        "--ca-dir",
-        ca_dir,
-        "--out-dir",
-        other,
-        "--max",
-        "gpu=eight",
-    ]);
+    // An agent certificate for g2 with one more flag and its value: refused, naming why.
+    let g2_refused = |flag: &str, value: &str| {
+        refused(&["tls", "cert", "create", "--agent", "g2", "--ca-dir", ca_dir, "--out-dir", other, flag, value])
+    };
+    let err = g2_refused("--max", "gpu=eight");
     assert!(err.contains("gpu=eight"), "{err}");
-    let err =
-        refused(&["tls", "cert", "create", "--agent", "g2", "--ca-dir", ca_dir, "--out-dir", other, "--max", "gpu"]);
+    let err = g2_refused("--max", "gpu");
     assert!(err.contains("resource=amount"), "{err}");
     let err =
         refused(&["tls", "cert", "create", "--client", "bob", "--ca-dir", ca_dir, "--out-dir", other, "--pool", "a"]);
     assert!(err.contains("--agent"), "{err}");
-    let err = refused(&[
-        "tls",
-        "cert",
-        "create",
-        "--agent",
-        "g2",
-        "--ca-dir",
-        ca_dir,
-        "--out-dir",
-        other,
-        "--labels",
-        "zone",
-    ]);
+    let err = g2_refused("--labels", "zone");
     assert!(err.contains("key=value"), "{err}");
     assert!(!tmp.path().join("other").exists(), "a refused certificate left files");
 
