@@ -229,8 +229,9 @@ impl Core {
     fn stamp_ceiling_ms(&self) -> Option<u64> {
         let voters: std::collections::BTreeSet<NodeId> =
             self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
-        let offset = self.peers.skew.quorum_offset_ms(self.id, &voters);
-        crate::skew::ceiling_ms(self.clock.now_ms(), offset)
+        let local = self.clock.now_ms();
+        let offset = self.peers.skew.quorum_offset_ms(self.id, &voters, local);
+        crate::skew::ceiling_ms(local, offset)
     }
 
     /// This replica's time as it stamps commands: its clock, held back to the quorum's when

@@ -9,10 +9,19 @@
 //! sample. While this replica runs more than `MAX_CLOCK_SKEW_MS` ahead of that, it stamps
 //! nothing later than the quorum's time plus that bound; otherwise it stamps its own time.
 //! A replica behind the quorum changes nothing: the replicated clock takes the later stamp.
+//!
+//! A sample remembers this replica's wall and monotonic clocks when it was taken, so that a
+//! step of this replica's own wall clock since (NTP, an operator) moves its offset at once:
+//! read as it was, a sample from before the step would say the quorum agrees with the
+//! stepped clock, and the first stamps after a step two days ahead went out two days ahead
+//! (the simulator's `clock-jump` fault, within 60 ms of the step).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: the monotonic clock, and the simulator's when it pauses time.
+use tokio::time::Instant;
 
 use crate::types::NodeId;
 
@@ -24,35 +33,64 @@ const SAMPLE_TTL: Duration = Duration::from_secs(30);
 /// A reply that took longer than this is not sampled: its midpoint says too little.
 const MAX_SAMPLE_RTT_MS: u64 = 500;
 
+/// One peer's clock as a reply said it.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// Its clock minus this replica's, when taken.
+    offset_ms: i64,
+    /// This replica's wall clock then (the call's midpoint).
+    wall_ms: u64,
+    /// This replica's monotonic clock then.
+    at: Instant,
+}
+
+impl Sample {
+    /// The offset now, this replica's wall clock reading `wall_ms` at `now`: whatever the
+    /// wall clock moved beyond the monotonic one since the sample, it stepped.
+    fn offset_at(&self, wall_ms: u64, now: Instant) -> i64 {
+        let wall_moved = wall_ms as i64 - self.wall_ms as i64;
+        let time_moved = now.saturating_duration_since(self.at).as_millis() as i64;
+        self.offset_ms - (wall_moved - time_moved)
+    }
+}
+
 /// The newest sample of each peer's clock offset (its clock minus this one's).
 #[derive(Default)]
 pub struct ClockSkew {
-    samples: Mutex<BTreeMap<NodeId, (i64, Instant)>>,
+    samples: Mutex<BTreeMap<NodeId, Sample>>,
 }
 
 impl ClockSkew {
     /// A reply from `peer` saying `peer_now_ms`, to a call sent at `sent_ms` and answered at
     /// `received_ms` on this replica's clock.
     pub fn note(&self, peer: NodeId, sent_ms: u64, received_ms: u64, peer_now_ms: u64) {
+        self.note_at(peer, sent_ms, received_ms, peer_now_ms, Instant::now());
+    }
+
+    fn note_at(&self, peer: NodeId, sent_ms: u64, received_ms: u64, peer_now_ms: u64, at: Instant) {
         if peer_now_ms == 0 || received_ms < sent_ms || received_ms - sent_ms > MAX_SAMPLE_RTT_MS {
             // 0: a replica of an older build, which does not say its time.
             return;
         }
         let mid = sent_ms + (received_ms - sent_ms) / 2;
-        let offset = peer_now_ms as i64 - mid as i64;
-        self.samples.lock().unwrap_or_else(|p| p.into_inner()).insert(peer, (offset, Instant::now()));
+        let sample = Sample { offset_ms: peer_now_ms as i64 - mid as i64, wall_ms: mid, at };
+        self.samples.lock().unwrap_or_else(|p| p.into_inner()).insert(peer, sample);
     }
 
-    /// The quorum's clock minus this replica's: the median over `voters` (this replica, if a
-    /// voter, counting 0) with a fresh sample, once a majority has one. Of two middle values
-    /// the one nearer 0.
-    pub fn quorum_offset_ms(&self, self_id: NodeId, voters: &BTreeSet<NodeId>) -> Option<i64> {
+    /// The quorum's clock minus this replica's, whose wall clock reads `local_ms`: the median
+    /// over `voters` (this replica, if a voter, counting 0) with a fresh sample, once a
+    /// majority has one. Of two middle values the one nearer 0.
+    pub fn quorum_offset_ms(&self, self_id: NodeId, voters: &BTreeSet<NodeId>, local_ms: u64) -> Option<i64> {
+        self.quorum_offset_at(self_id, voters, local_ms, Instant::now())
+    }
+
+    fn quorum_offset_at(&self, self_id: NodeId, voters: &BTreeSet<NodeId>, local_ms: u64, now: Instant) -> Option<i64> {
         let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
         let mut offsets: Vec<i64> = voters
             .iter()
             .filter_map(|v| match samples.get(v) {
                 _ if *v == self_id => Some(0),
-                Some((o, at)) if at.elapsed() < SAMPLE_TTL => Some(*o),
+                Some(s) if now.saturating_duration_since(s.at) < SAMPLE_TTL => Some(s.offset_at(local_ms, now)),
                 _ => None,
             })
             .collect();
@@ -92,9 +130,27 @@ mod tests {
         let local = 10 * DAY_MS;
         skew.note(2, local, local + 10, local - 2 * DAY_MS);
         skew.note(3, local, local + 10, local - 2 * DAY_MS + 500);
-        let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]));
+        let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), local);
         let ceiling = ceiling_ms(local, offset).expect("held back");
         assert!(ceiling.abs_diff(local - 2 * DAY_MS) <= MAX_CLOCK_SKEW_MS + 1_000, "{ceiling}");
+    }
+
+    /// The peers agreed with this replica; then its wall clock stepped two days ahead, and
+    /// no reply came since. The samples taken before the step must hold it back at once.
+    #[test]
+    fn a_step_of_this_replicas_clock_after_the_samples_is_held_back_at_once() {
+        let skew = ClockSkew::default();
+        let (local, then) = (10 * DAY_MS, Instant::now());
+        skew.note_at(2, local, local + 10, local + 5, then);
+        skew.note_at(3, local, local + 10, local + 5, then);
+        let later = then + Duration::from_millis(40);
+        let stepped = local + 40 + 2 * DAY_MS;
+        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), stepped, later);
+        let ceiling = ceiling_ms(stepped, offset).expect("held back");
+        assert!(ceiling.abs_diff(local + 40) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
+        // Without a step, time passing moves nothing.
+        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), local + 40, later);
+        assert_eq!(ceiling_ms(local + 40, offset), None);
     }
 
     #[test]
@@ -102,7 +158,7 @@ mod tests {
         let skew = ClockSkew::default();
         skew.note(2, 1_000, 1_010, 1_005 + 3 * DAY_MS);
         skew.note(3, 1_000, 1_010, 1_005 + 30);
-        let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]));
+        let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), 1_005);
         assert_eq!(offset, Some(30));
         assert_eq!(ceiling_ms(1_000, offset), None);
     }
@@ -110,10 +166,10 @@ mod tests {
     #[test]
     fn without_a_majority_of_samples_nothing_is_bounded() {
         let skew = ClockSkew::default();
-        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3])), None);
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), 0), None);
         skew.note(2, 5 * DAY_MS, 5 * DAY_MS + 10, 1);
         // Two of five voters (this one and replica 2): not a majority.
-        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3, 4, 5])), None);
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3, 4, 5]), 5 * DAY_MS), None);
     }
 
     #[test]
@@ -121,6 +177,6 @@ mod tests {
         let skew = ClockSkew::default();
         skew.note(2, 1_000, 1_000 + MAX_SAMPLE_RTT_MS + 1, 99 * DAY_MS);
         skew.note(3, 1_000, 1_010, 0);
-        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3])), None);
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), 1_000), None);
     }
 }

@@ -3,8 +3,8 @@
 //! replicas, an agent cut off from the replicas (past the heartbeat timeout or not), a
 //! replica's power cut (its disk keeps what was synced and a drawn part of the rest) and a
 //! later restart, the leader's power blinking (back at once), an agent crash and restart, a rack's switch failing (a replica and a
-//! rack's agents cut off from the rest), a slow network. When the load ends, every
-//! fault heals at once.
+//! rack's agents cut off from the rest), a slow network, the leader's clock jumping days
+//! ahead. When the load ends, every fault heals at once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,6 +13,8 @@ use baton_raft::net::sim::host_name;
 use baton_raft::store::PowerLossDisk;
 use baton_rng::SplitMix64;
 
+use crate::replica::Jump;
+
 /// Simulated milliseconds between two faults, at least and at most.
 pub const GAP_MS: (u64, u64) = (2_000, 20_000);
 /// Faults healing at once, at most (each drawn fault waits while this many are active).
@@ -20,6 +22,9 @@ pub const MAX_ACTIVE: usize = 4;
 /// The network's usual largest delay, and the largest a slow spell draws.
 pub const BASE_LATENCY_MS: u64 = 10;
 pub const SLOW_LATENCY_MS: u64 = 400;
+/// How far a clock jump moves the leader's wall clock: two days, as an NTP step or a wrong
+/// RTC after a reboot would.
+pub const CLOCK_JUMP_MS: i64 = 2 * 24 * 3_600_000;
 
 #[derive(Debug, Clone)]
 enum Heal {
@@ -27,6 +32,8 @@ enum Heal {
     RepairOneWay(String, String),
     Restart(String),
     Latency,
+    /// Replica `id`'s clock back to true (its jump undone).
+    Clock(u64),
 }
 
 pub struct Faults {
@@ -35,6 +42,8 @@ pub struct Faults {
     nodes: u64,
     next_ms: u64,
     active: Vec<(u64, Heal)>,
+    /// Each replica's clock jump, by id - 1.
+    jumps: Vec<Jump>,
     pub counts: BTreeMap<&'static str, u64>,
 }
 
@@ -50,10 +59,10 @@ fn in_rack(host: &str, rack: u64) -> bool {
 }
 
 impl Faults {
-    pub fn new(seed: u64, replicas: u64, nodes: u64) -> Faults {
+    pub fn new(seed: u64, replicas: u64, nodes: u64, jumps: Vec<Jump>) -> Faults {
         let mut rng = SplitMix64::new(seed);
         let next_ms = 5_000 + rng.range(GAP_MS.0, GAP_MS.1);
-        Faults { rng, replicas, nodes, next_ms, active: Vec::new(), counts: BTreeMap::new() }
+        Faults { rng, replicas, nodes, next_ms, active: Vec::new(), jumps, counts: BTreeMap::new() }
     }
 
     fn replica(&mut self) -> String {
@@ -81,7 +90,7 @@ impl Faults {
         let due: Vec<Heal> = self.active.iter().filter(|(at, _)| *at <= now_ms).map(|(_, h)| h.clone()).collect();
         self.active.retain(|(at, _)| *at > now_ms);
         for h in due {
-            lines.push(heal(sim, h));
+            lines.push(self.heal(sim, h));
         }
         if now_ms >= self.next_ms && self.active.len() < MAX_ACTIVE {
             lines.push(self.inject(sim, disks, leader, now_ms));
@@ -92,7 +101,8 @@ impl Faults {
 
     /// Heals everything now.
     pub fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>) -> Vec<String> {
-        self.active.drain(..).map(|(_, h)| heal(sim, h)).collect()
+        let active: Vec<Heal> = self.active.drain(..).map(|(_, h)| h).collect();
+        active.into_iter().map(|h| self.heal(sim, h)).collect()
     }
 
     fn inject(
@@ -102,7 +112,7 @@ impl Faults {
         leader: Option<u64>,
         now_ms: u64,
     ) -> String {
-        let (kind, line) = match self.rng.below(8) {
+        let (kind, line) = match self.rng.below(9) {
             0 => {
                 let r = self.replica();
                 let hosts = self.all_hosts();
@@ -165,6 +175,15 @@ impl Faults {
                 }
                 ("leader-blink", format!("{r}, the leader, loses power ({cut:?}) and is back in {down_ms} ms"))
             }
+            7 if leader.is_some() => {
+                // The leader's clock steps two days ahead (NTP, a wrong RTC): it must not
+                // take the replicated clock with it.
+                let i = leader.unwrap_or(1);
+                let for_ms = self.rng.range(1_000, 20_000);
+                self.jumps[(i - 1) as usize].store(CLOCK_JUMP_MS, std::sync::atomic::Ordering::SeqCst);
+                self.active.push((now_ms + for_ms, Heal::Clock(i)));
+                ("clock-jump", format!("r{i}'s clock, the leader's, jumps {CLOCK_JUMP_MS} ms ahead for {for_ms} ms"))
+            }
             5 => {
                 // A rack's switch fails: one replica and a rack's agents on one side.
                 let r = self.replica();
@@ -193,8 +212,21 @@ impl Faults {
     }
 }
 
+impl Faults {
+    fn heal(&self, sim: &mut turmoil::Sim<'_>, h: Heal) -> String {
+        match h {
+            Heal::Clock(i) => {
+                self.jumps[(i - 1) as usize].store(0, std::sync::atomic::Ordering::SeqCst);
+                format!("heal: r{i}'s clock is true again")
+            }
+            other => heal(sim, other),
+        }
+    }
+}
+
 fn heal(sim: &mut turmoil::Sim<'_>, h: Heal) -> String {
     match h {
+        Heal::Clock(_) => unreachable!("a clock is healed by `Faults::heal`"),
         Heal::Repair(a, b) => {
             sim.repair(a.as_str(), b.as_str());
             format!("heal: {a} <-> {b}")

@@ -3,6 +3,7 @@
 //! finds it initialized on its disk.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use baton_raft::net::sim::{SimStream, host_name, sim_dialer};
@@ -81,9 +82,14 @@ pub fn settings(id: NodeId) -> RaftSettings {
 
 /// A replica's wall clock: true simulated time shifted by `offset_ms` (drawn per replica
 /// from the seed; its rate is true).
-pub fn clock(offset_ms: i64) -> WallClock {
-    WallClock(Arc::new(move || crate::wall_ms().saturating_add_signed(offset_ms)))
+/// `jump`: how far a fault has moved it besides (`faults`: a clock days ahead), read at
+/// every call.
+pub fn clock(offset_ms: i64, jump: Jump) -> WallClock {
+    WallClock(Arc::new(move || crate::wall_ms().saturating_add_signed(offset_ms + jump.load(Ordering::SeqCst))))
 }
+
+/// How far a fault has moved one replica's clock, in milliseconds (0: not at all).
+pub type Jump = Arc<AtomicI64>;
 
 pub fn members(n: u64) -> BTreeMap<NodeId, String> {
     (1..=n).map(|id| (id, format!("{}:{RAFT_PORT}", host_name(id)))).collect()
@@ -94,6 +100,7 @@ pub async fn run(
     id: NodeId,
     n: u64,
     offset_ms: i64,
+    jump: Jump,
     disk: PowerLossDisk,
     handles: Handles,
     truth: Shared,
@@ -107,7 +114,7 @@ pub async fn run(
         settings: settings(id),
         rack: None,
         max_format: baton_raft::identity::DATA_FORMAT,
-        clock: clock(offset_ms),
+        clock: clock(offset_ms, jump.clone()),
     };
     let replica = Replica::open_with(config, sim_dialer()).await?;
     handles.put(replica.clone());
@@ -121,7 +128,7 @@ pub async fn run(
         // Refused harmlessly when the disk already holds the cluster.
         let _ = replica.bootstrap(members.clone()).await;
     }
-    tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms), truth));
+    tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), truth));
     replica.serve_incoming(incoming, std::future::pending::<()>()).await?;
     Ok(())
 }

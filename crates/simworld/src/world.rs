@@ -16,7 +16,7 @@ use baton_raft::types::NodeId;
 
 use crate::faults::{self, Faults, agent_host};
 use crate::load::Load;
-use crate::replica::Handles;
+use crate::replica::{Handles, Jump};
 use crate::timing::{CHECK_EVERY_MS, SETTLE_MS};
 use crate::truth::{Sabotage, Shared};
 
@@ -107,6 +107,17 @@ struct Checks {
     reported: BTreeSet<String>,
     /// Accounting records made, as the replicas' states say after the load.
     records: u64,
+    /// The most the replicated clock may run ahead of true time (`clock_ahead_bound_ms`).
+    clock_ahead_bound_ms: u64,
+}
+
+/// The most a state's clock may run ahead of true time: the replicas' clocks are off by up to
+/// `clock_offset_ms`, a leader stamps at most `MAX_CLOCK_SKEW_MS` past the quorum's time,
+/// and a check runs a little after the state was stamped. A leader whose clock a fault moved
+/// days ahead must not move the replicated clock with it (a time limit would end jobs, a
+/// maintenance window begin, days early).
+fn clock_ahead_bound_ms(opts: &Options) -> u64 {
+    opts.clock_offset_ms + baton_raft::skew::MAX_CLOCK_SKEW_MS + 1_000
 }
 
 /// Runs one seed on a thread of its own: what a thread keeps from an earlier run (the
@@ -142,14 +153,15 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let handles = Handles::default();
     let disks: Vec<PowerLossDisk> =
         (1..=opts.replicas).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
-    add_hosts(&mut sim, seed, opts, &disks, &handles, &truth);
+    let jumps: Vec<Jump> = (1..=opts.replicas).map(|_| Jump::default()).collect();
+    add_hosts(&mut sim, seed, opts, &disks, &jumps, &handles, &truth);
     let ended = Arc::new(AtomicBool::new(false));
     let load =
         Load { handles: handles.clone(), truth: truth.clone(), seed, nodes: opts.nodes, load_ms, ended: ended.clone() };
     sim.client("load", load.run());
 
-    let mut faults = Faults::new(seed, opts.replicas, opts.nodes);
-    let mut checks = Checks::default();
+    let mut faults = Faults::new(seed, opts.replicas, opts.nodes, jumps);
+    let mut checks = Checks { clock_ahead_bound_ms: clock_ahead_bound_ms(opts), ..Checks::default() };
     let mut next_check_ms = 0;
     let mut healed = false;
     // Who leads, as of the last check (looked up every `CHECK_EVERY_MS`, not every step).
@@ -220,6 +232,7 @@ fn add_hosts(
     seed: u64,
     opts: &Options,
     disks: &[PowerLossDisk],
+    jumps: &[Jump],
     handles: &Handles,
     truth: &Shared,
 ) {
@@ -227,11 +240,12 @@ fn add_hosts(
     let mut rng = baton_rng::SplitMix64::new(seed ^ 0x636c_6f63_6b73);
     for id in 1..=n {
         let (disk, handles, truth) = (disks[(id - 1) as usize].clone(), handles.clone(), truth.clone());
+        let jump = jumps[(id - 1) as usize].clone();
         let spread = 2 * opts.clock_offset_ms + 1;
         let offset_ms = rng.below(spread) as i64 - opts.clock_offset_ms as i64;
         truth.record(format!("r{id}'s clock is off by {offset_ms} ms"));
         sim.host(host_name(id), move || {
-            crate::replica::run(id, n, offset_ms, disk.clone(), handles.clone(), truth.clone())
+            crate::replica::run(id, n, offset_ms, jump.clone(), disk.clone(), handles.clone(), truth.clone())
         });
     }
     let replicas: Vec<String> = (1..=n).map(host_name).collect();
@@ -271,9 +285,24 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
             continue;
         }
         c.last_applied.insert(id, applied);
-        let (digest, broken) = r.read_local(|s| (state_digest(s), baton_sched::invariants::check_state(s).err()));
+        let (digest, broken, stamped_ms) =
+            r.read_local(|s| (state_digest(s), baton_sched::invariants::check_state(s).err(), s.now_ms()));
         if let Some(e) = broken {
             report(truth, c, now, format!("r{id}'s state at applied {applied} breaks an invariant: {e}"));
+        }
+        // Outside any host `wall_ms` has no simulated time: the step loop's is `now`.
+        let true_ms = crate::timing::EPOCH_MS + now;
+        if stamped_ms > true_ms + c.clock_ahead_bound_ms {
+            let ahead_ms = stamped_ms - true_ms;
+            let bound_ms = c.clock_ahead_bound_ms;
+            report(
+                truth,
+                c,
+                now,
+                format!(
+                    "r{id}'s state at applied {applied} is stamped {ahead_ms} ms ahead of true time (at most {bound_ms})"
+                ),
+            );
         }
         match c.digests.get(&applied) {
             Some(&(d, other)) if d != digest => {
