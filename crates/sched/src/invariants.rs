@@ -18,8 +18,6 @@ pub fn check_state(s: &State) -> Result<(), String> {
     s.ledger_consistent()?;
     let l = s.ledger();
     let mut used: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
-    // Who holds each node, for the message that names an over-allocation.
-    let mut holders: BTreeMap<Name, Vec<String>> = BTreeMap::new();
     for j in s.jobs().values() {
         let expected = if matches!(j.state, JobState::Running | JobState::Preempting | JobState::Suspended) {
             j.spec.replica_count() as usize
@@ -54,10 +52,6 @@ pub fn check_state(s: &State) -> Result<(), String> {
             for k in 0..MAX_RESOURCE_KINDS {
                 e.0[k] += need[k];
             }
-            holders
-                .entry(r.node.clone())
-                .or_default()
-                .push(format!("job {} {:?} task {} replica {} {need:?}", j.id, j.state, r.task, r.index));
             if e.1 & m != 0 {
                 return Err(format!("a GPU on {} is used by two replicas at once", r.node));
             }
@@ -67,11 +61,7 @@ pub fn check_state(s: &State) -> Result<(), String> {
     for (node, (amount, _)) in &used {
         let cap = l.kinds.vector_lossy(&s.nodes()[node].spec.resources);
         if (0..MAX_RESOURCE_KINDS).any(|k| amount[k] > cap[k]) {
-            let by = holders.get(node).map(|h| h.join(", ")).unwrap_or_default();
-            let ledger = l.node(node.as_str()).map(|n| format!("{:?}", l.nodes[n].occupants)).unwrap_or_default();
-            return Err(format!(
-                "node {node} is over-allocated: {amount:?} > {cap:?}, held by {by}; the ledger's occupants: {ledger}"
-            ));
+            return Err(format!("node {node} is over-allocated: {amount:?} > {cap:?}; {}", holders_of(s, node)));
         }
     }
     // A suspended job's GPUs are used only by the job it lends them to.
@@ -262,6 +252,23 @@ fn check_gpu_faults(s: &State) -> Result<(), String> {
 }
 
 /// What running jobs record as lent to them by `holder` on `node`.
+/// Who holds `node`, as the jobs and the ledger say, for the message that names an
+/// over-allocation (built only then: the check runs after every change).
+fn holders_of(s: &State, node: &Name) -> String {
+    let jobs: Vec<String> = s
+        .jobs()
+        .values()
+        .filter(|j| {
+            let completing = s.completing(j.id).is_some_and(|c| c.ranks.values().any(|r| r.node == *node));
+            completing || (j.state.is_active() && j.replicas.iter().any(|r| r.node == *node))
+        })
+        .map(|j| format!("job {} {:?}", j.id, j.state))
+        .collect();
+    let l = s.ledger();
+    let occupants = l.node(node.as_str()).map(|n| format!("{:?}", l.nodes[n].occupants)).unwrap_or_default();
+    format!("held by {}; the ledger's occupants: {occupants}", jobs.join(", "))
+}
+
 fn lent_by(s: &State, holder: JobId, node: &Name) -> (Vector, u64) {
     let l = s.ledger();
     let (mut amount, mut gpus) = (ZERO, 0u64);

@@ -101,8 +101,7 @@ impl Faults {
 
     /// Heals everything now.
     pub fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>) -> Vec<String> {
-        let active: Vec<Heal> = self.active.drain(..).map(|(_, h)| h).collect();
-        active.into_iter().map(|h| self.heal(sim, h)).collect()
+        std::mem::take(&mut self.active).into_iter().map(|(_, h)| self.heal(sim, h)).collect()
     }
 
     fn inject(
@@ -219,31 +218,24 @@ impl Faults {
                 self.jumps[(i - 1) as usize].store(0, std::sync::atomic::Ordering::SeqCst);
                 format!("heal: r{i}'s clock is true again")
             }
-            other => heal(sim, other),
-        }
-    }
-}
-
-fn heal(sim: &mut turmoil::Sim<'_>, h: Heal) -> String {
-    match h {
-        Heal::Clock(_) => unreachable!("a clock is healed by `Faults::heal`"),
-        Heal::Repair(a, b) => {
-            sim.repair(a.as_str(), b.as_str());
-            format!("heal: {a} <-> {b}")
-        }
-        Heal::RepairOneWay(a, b) => {
-            sim.repair_oneway(a.as_str(), b.as_str());
-            format!("heal: {a} -> {b}")
-        }
-        Heal::Restart(h) => {
-            if !sim.is_host_running(h.as_str()) {
-                sim.bounce(h.as_str());
+            Heal::Repair(a, b) => {
+                sim.repair(a.as_str(), b.as_str());
+                format!("heal: {a} <-> {b}")
             }
-            format!("heal: {h} restarts")
-        }
-        Heal::Latency => {
-            sim.set_max_message_latency(Duration::from_millis(BASE_LATENCY_MS));
-            "heal: messages fast again".into()
+            Heal::RepairOneWay(a, b) => {
+                sim.repair_oneway(a.as_str(), b.as_str());
+                format!("heal: {a} -> {b}")
+            }
+            Heal::Restart(h) => {
+                if !sim.is_host_running(h.as_str()) {
+                    sim.bounce(h.as_str());
+                }
+                format!("heal: {h} restarts")
+            }
+            Heal::Latency => {
+                sim.set_max_message_latency(Duration::from_millis(BASE_LATENCY_MS));
+                "heal: messages fast again".into()
+            }
         }
     }
 }

@@ -99,8 +99,7 @@ impl Load {
     async fn write(&self, rng: &mut SplitMix64, op: Op) -> Option<Response> {
         let r = self.pick(rng)?;
         let cmd = Command { now_ms: crate::wall_ms(), op };
-        let replica = r.replica.clone();
-        match within(r.run(async move { replica.write(cmd).await })).await {
+        match within(r.write(cmd)).await {
             Some(Some(Ok(resp))) => Some(resp),
             _ => None,
         }
@@ -294,9 +293,7 @@ impl Load {
     async fn read_check(&self, rng: &mut SplitMix64, acked: &Acked) {
         let Some(r) = self.pick(rng) else { return };
         let expected = acked.submits.clone();
-        let replica = r.replica.clone();
-        let read = r.run(async move { replica.read(move |s| missing_jobs(s, &expected)).await });
-        if let Some(Some(Ok(missing))) = within(read).await {
+        if let Some(Some(Ok(missing))) = within(r.read(move |s| missing_jobs(s, &expected))).await {
             if !missing.is_empty() {
                 let at = crate::now_ms();
                 self.truth.lock().violation(
@@ -316,15 +313,10 @@ impl Load {
             let Some(r) = self.pick(&mut rng) else { continue };
             let (submits, cancels, quotas) = (acked.submits.clone(), acked.cancels.clone(), acked.quotas.clone());
             let (arrays, array_cancels) = (acked.arrays.clone(), acked.array_cancels.clone());
-            let replica = r.replica.clone();
-            let read = r.run(async move {
-                replica
-                    .read(move |s| {
-                        let mut lost = lost_writes(s, &submits, &cancels, &quotas);
-                        lost.extend(lost_array_writes(s, &arrays, &array_cancels));
-                        lost
-                    })
-                    .await
+            let read = r.read(move |s| {
+                let mut lost = lost_writes(s, &submits, &cancels, &quotas);
+                lost.extend(lost_array_writes(s, &arrays, &array_cancels));
+                lost
             });
             if let Some(Some(Ok(lost))) = within(read).await {
                 let at = crate::now_ms();

@@ -6,11 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use baton_model::state::State;
+use baton_model::{Command, Response};
 use baton_raft::net::sim::{SimStream, host_name, sim_dialer};
 use baton_raft::replica::{ReplicaConfig, SharedStore, Storage, WallClock};
 use baton_raft::store::PowerLossDisk;
 use baton_raft::types::NodeId;
-use baton_raft::{RaftSettings, Replica};
+use baton_raft::{RaftSettings, ReadError, Replica, WriteError};
 
 use crate::truth::Shared;
 
@@ -61,6 +63,21 @@ impl Hosted {
     /// `None` when the host is down (its runtime is gone).
     pub async fn run<T: Send + 'static>(&self, work: impl Future<Output = T> + Send + 'static) -> Option<T> {
         run_on(&self.host, work).await
+    }
+
+    /// `Replica::write` on the replica's host; `None` when the host is down.
+    pub async fn write(&self, cmd: Command) -> Option<Result<Response, WriteError>> {
+        let r = self.replica.clone();
+        self.run(async move { r.write(cmd).await }).await
+    }
+
+    /// `Replica::read` on the replica's host; `None` when the host is down.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&State) -> T + Send + 'static,
+    ) -> Option<Result<T, ReadError>> {
+        let r = self.replica.clone();
+        self.run(async move { r.read(f).await }).await
     }
 }
 
