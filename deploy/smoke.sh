@@ -31,7 +31,14 @@ admin_token() { compose exec -T server-1 /bin/sh -c 'read t < /var/lib/baton/adm
 # `grep -q` stops reading at the first match, and under pipefail the writer's broken pipe then
 # fails the pipeline: read everything, then match.
 matches() { local input; input=$(cat); grep -q -- "$1" <<<"$input"; }
-fail() { echo "smoke: FAILED: $*" >&2; compose logs --tail 40 >&2 || true; exit 1; }
+# The failure is said again after the logs: CI keeps only the end of what a run prints.
+fail() {
+  echo "smoke: FAILED: $*" >&2
+  compose logs --tail 40 >&2 || true
+  client list >&2 || true
+  echo "smoke: FAILED: $*" >&2
+  exit 1
+}
 cleanup() { compose down --volumes --timeout 5 >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
@@ -98,8 +105,10 @@ client submit --name smoke-1 --queue project-a --gpus 8 --replicas 2 -- baton wo
 wait_for 60 "smoke-1 succeeds" succeeded smoke-1
 echo "smoke: smoke-1 ran on both agents and succeeded"
 
-# project-a borrows project-b's idle GPUs; project-b takes them back.
-client submit --name train --queue project-a --gpus 8 --replicas 2 -- baton workload --steps 200 --step-ms 50
+# project-a borrows project-b's idle GPUs; project-b takes them back. train runs long enough
+# (60 s) that a stalled host cannot let it finish before urgent preempts it; it is cancelled
+# once it has resumed.
+client submit --name train --queue project-a --gpus 8 --replicas 2 -- baton workload --steps 1200 --step-ms 50
 wait_for 60 "train runs" state_is train Running
 sleep 2
 client submit --name urgent --queue project-b --class interactive --gpus 8 -- baton workload --steps 20 --step-ms 50
