@@ -194,6 +194,8 @@ pub(crate) struct Core {
     read_floor: Option<LogId>,
     /// When (on the held-back clock) a stamp held back by the quorum's time was last logged.
     skew_warned_ms: std::sync::atomic::AtomicU64,
+    /// The replicated clock as this replica saw it: its bound without samples (see `skew`).
+    anchor: crate::skew::Anchor,
 }
 
 /// A replica whose clock runs ahead says so in its log at most this often.
@@ -226,12 +228,22 @@ impl Core {
 
     /// The latest time this replica may stamp into a command: `None` unless its clock runs
     /// ahead of the other voters' by more than `skew::MAX_CLOCK_SKEW_MS` (see `skew`).
+    /// Without a majority of samples (see `skew`), the replicated clock as first seen plus the
+    /// time since.
     fn stamp_ceiling_ms(&self) -> Option<u64> {
+        self.stamp_ceiling().map(|(ceiling, _)| ceiling)
+    }
+
+    /// [`Core::stamp_ceiling_ms`], and whether the other voters' clocks set it (else this
+    /// replica has too few samples of them).
+    fn stamp_ceiling(&self) -> Option<(u64, bool)> {
         let voters: std::collections::BTreeSet<NodeId> =
             self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
         let local = self.clock.now_ms();
-        let offset = self.peers.skew.quorum_offset_ms(self.id, &voters, local);
-        crate::skew::ceiling_ms(local, offset)
+        match self.peers.skew.quorum_offset_ms(self.id, &voters, local) {
+            Some(offset) => crate::skew::ceiling_ms(local, Some(offset)).map(|c| (c, true)),
+            None => Some((self.anchor.ceiling_ms(self.sm.read(|s| s.now_ms())), false)),
+        }
     }
 
     /// This replica's time as it stamps commands: its clock, held back to the quorum's when
@@ -244,12 +256,15 @@ impl Core {
     /// `cmd` stamped no later than the quorum's time allows: a leader whose clock runs ahead
     /// must not move the replicated clock with it (it never goes back).
     fn held_to_the_quorums_time(&self, mut cmd: Command) -> Command {
-        if let Some(ceiling) = self.stamp_ceiling_ms()
+        if let Some((ceiling, by_samples)) = self.stamp_ceiling()
             && cmd.now_ms > ceiling
         {
             let ahead_ms = cmd.now_ms - ceiling;
             let last = self.skew_warned_ms.load(std::sync::atomic::Ordering::Relaxed);
-            if ceiling.saturating_sub(last) >= SKEW_WARN_EVERY_MS {
+            // Held back by less than the bound without samples: its clock is about right, it
+            // only waits for its peers' replies.
+            let far = by_samples || ahead_ms > crate::skew::MAX_CLOCK_SKEW_MS;
+            if far && ceiling.saturating_sub(last) >= SKEW_WARN_EVERY_MS {
                 self.skew_warned_ms.store(ceiling, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
                     ahead_ms,
@@ -511,6 +526,7 @@ impl Replica {
                 snapshot_refused: Mutex::new(None),
                 read_floor,
                 skew_warned_ms: std::sync::atomic::AtomicU64::new(0),
+                anchor: crate::skew::Anchor::default(),
             }),
         })
     }

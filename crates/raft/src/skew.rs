@@ -10,6 +10,13 @@
 //! nothing later than the quorum's time plus that bound; otherwise it stamps its own time.
 //! A replica behind the quorum changes nothing: the replicated clock takes the later stamp.
 //!
+//! A replica without a majority of samples (it restarted and leads again from its own vote,
+//! its peers answer too slowly, ...) has no quorum to compare with. It stamps nothing later
+//! than the replicated clock as it first saw it plus the monotonic time since ([`Anchor`]):
+//! a clock stepped days ahead just before such a lead would otherwise move the replicated
+//! clock with it. A peer of an older build, which does not say its time, vouches for this
+//! replica's clock (as before its samples existed).
+//!
 //! A sample remembers this replica's wall and monotonic clocks when it was taken, so that a
 //! step of this replica's own wall clock since (NTP, an operator) moves its offset at once:
 //! read as it was, a sample from before the step would say the quorum agrees with the
@@ -42,12 +49,17 @@ struct Sample {
     wall_ms: u64,
     /// This replica's monotonic clock then.
     at: Instant,
+    /// From a peer that does not say its time: offset 0 whatever this replica's clock does.
+    vouches_for_ours: bool,
 }
 
 impl Sample {
     /// The offset now, this replica's wall clock reading `wall_ms` at `now`: whatever the
     /// wall clock moved beyond the monotonic one since the sample, it stepped.
     fn offset_at(&self, wall_ms: u64, now: Instant) -> i64 {
+        if self.vouches_for_ours {
+            return 0;
+        }
         let wall_moved = wall_ms as i64 - self.wall_ms as i64;
         let time_moved = now.saturating_duration_since(self.at).as_millis() as i64;
         self.offset_ms - (wall_moved - time_moved)
@@ -68,12 +80,17 @@ impl ClockSkew {
     }
 
     fn note_at(&self, peer: NodeId, sent_ms: u64, received_ms: u64, peer_now_ms: u64, at: Instant) {
-        if peer_now_ms == 0 || received_ms < sent_ms || received_ms - sent_ms > MAX_SAMPLE_RTT_MS {
-            // 0: a replica of an older build, which does not say its time.
+        if received_ms < sent_ms || received_ms - sent_ms > MAX_SAMPLE_RTT_MS {
             return;
         }
         let mid = sent_ms + (received_ms - sent_ms) / 2;
-        let sample = Sample { offset_ms: peer_now_ms as i64 - mid as i64, wall_ms: mid, at };
+        let sample = if peer_now_ms == 0 {
+            // A replica of an older build, which does not say its time: it vouches for this
+            // replica's clock, whatever that reads (what every replica did before samples).
+            Sample { offset_ms: 0, wall_ms: mid, at, vouches_for_ours: true }
+        } else {
+            Sample { offset_ms: peer_now_ms as i64 - mid as i64, wall_ms: mid, at, vouches_for_ours: false }
+        };
         self.samples.lock().unwrap_or_else(|p| p.into_inner()).insert(peer, sample);
     }
 
@@ -101,6 +118,36 @@ impl ClockSkew {
         let n = offsets.len();
         let (low, high) = (offsets[(n - 1) / 2], offsets[n / 2]);
         Some(if low.abs() <= high.abs() { low } else { high })
+    }
+}
+
+/// The replicated clock as this replica first saw it, and when on its monotonic clock: the
+/// latest time it may stamp without a majority of samples is that reading plus the time
+/// since. A newer reading replaces it only when it is later than that projection (another
+/// leader stamped the replicated clock further), so stamps held to it never lift it beyond
+/// the pace of the monotonic clock: no runaway, however often it is read.
+#[derive(Default)]
+pub struct Anchor {
+    seen: Mutex<Option<(u64, Instant)>>,
+}
+
+impl Anchor {
+    /// The latest time this replica may stamp without samples, the replicated clock reading
+    /// `replicated_ms` now.
+    pub fn ceiling_ms(&self, replicated_ms: u64) -> u64 {
+        self.ceiling_at(replicated_ms, Instant::now())
+    }
+
+    fn ceiling_at(&self, replicated_ms: u64, now: Instant) -> u64 {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let projected = seen.map(|(ms, at)| ms + now.saturating_duration_since(at).as_millis() as u64);
+        match projected {
+            Some(p) if p >= replicated_ms => p,
+            _ => {
+                *seen = Some((replicated_ms, now));
+                replicated_ms
+            }
+        }
     }
 }
 
@@ -173,10 +220,43 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_reply_or_an_older_build_is_not_a_sample() {
+    fn a_slow_reply_is_not_a_sample() {
         let skew = ClockSkew::default();
         skew.note(2, 1_000, 1_000 + MAX_SAMPLE_RTT_MS + 1, 99 * DAY_MS);
-        skew.note(3, 1_000, 1_010, 0);
         assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), 1_000), None);
+    }
+
+    /// During a rolling upgrade the peers of an older build say no time: they vouch for this
+    /// replica's clock, even one that stepped since, as every replica did before samples.
+    #[test]
+    fn a_peer_of_an_older_build_vouches_for_this_replicas_clock() {
+        let skew = ClockSkew::default();
+        let (local, then) = (10 * DAY_MS, Instant::now());
+        skew.note_at(2, local, local + 10, 0, then);
+        let later = then + Duration::from_millis(40);
+        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), local + 2 * DAY_MS, later);
+        assert_eq!(offset, Some(0));
+        assert_eq!(ceiling_ms(local + 2 * DAY_MS, offset), None);
+    }
+
+    /// A replica that leads before a majority answers it stamps no later than the replicated
+    /// clock as it saw it plus the time since: its own clock may have stepped days ahead.
+    #[test]
+    fn without_samples_the_replicated_clock_and_the_time_since_bound_the_stamps() {
+        let anchor = Anchor::default();
+        let then = Instant::now();
+        assert_eq!(anchor.ceiling_at(5 * DAY_MS, then), 5 * DAY_MS);
+        let later = then + Duration::from_millis(700);
+        assert_eq!(anchor.ceiling_at(5 * DAY_MS, later), 5 * DAY_MS + 700);
+        // Stamps held to the ceiling move the replicated clock no faster than time passes,
+        // however often it is read.
+        let (mut replicated, mut at) = (5 * DAY_MS, later);
+        for _ in 0..100 {
+            at += Duration::from_millis(10);
+            replicated = anchor.ceiling_at(replicated, at);
+        }
+        assert_eq!(replicated, 5 * DAY_MS + 1_700);
+        // Another leader stamped the replicated clock further: it is the reading now.
+        assert_eq!(anchor.ceiling_at(6 * DAY_MS, at), 6 * DAY_MS);
     }
 }
