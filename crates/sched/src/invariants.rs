@@ -11,9 +11,9 @@ use baton_model::name::Name;
 use baton_model::state::State;
 
 /// Every invariant of a state, whatever commands led to it: the ledger agrees with a
-/// rebuild, gangs are whole, no node is over-allocated and no GPU used twice (a suspended
-/// job's only by the job it lends them to), no queue borrows beyond its limit. The first
-/// broken one, named.
+/// rebuild, gangs are whole, no node is over-allocated (counting what suspended jobs hold)
+/// and no GPU used twice (a suspended job's only by the job it lends them to), no queue
+/// borrows beyond its limit. The first broken one, named.
 pub fn check_state(s: &State) -> Result<(), String> {
     s.ledger_consistent()?;
     let l = s.ledger();
@@ -33,7 +33,8 @@ pub fn check_state(s: &State) -> Result<(), String> {
                 expected
             ));
         }
-        if !j.state.is_active() && s.completing(j.id).is_none() {
+        let held = j.state == JobState::Suspended;
+        if !j.state.is_active() && !held && s.completing(j.id).is_none() {
             continue;
         }
         // The ranks of an ended attempt still being stopped hold their GPUs too.
@@ -42,8 +43,8 @@ pub fn check_state(s: &State) -> Result<(), String> {
             let mut need = l.kinds.vector_lossy(&j.spec.tasks[r.task as usize].resources);
             let mut m = gpu_mask(&r.gpus);
             if !j.state.is_active() {
-                // Ranks being stopped of a job that was suspended in place lend what they
-                // lent while suspended to the job that runs on it.
+                // A job suspended in place holds its share but what it lends to the job
+                // that runs on it; so do its ranks being stopped once it is requeued.
                 let (lent, lent_gpus) = lent_by(s, j.id, &r.node);
                 baton_model::ledger::sub(&mut need, &lent);
                 m &= !lent_gpus;
@@ -260,9 +261,18 @@ fn holders_of(s: &State, node: &Name) -> String {
         .values()
         .filter(|j| {
             let completing = s.completing(j.id).is_some_and(|c| c.ranks.values().any(|r| r.node == *node));
-            completing || (j.state.is_active() && j.replicas.iter().any(|r| r.node == *node))
+            let here = j.replicas.iter().any(|r| r.node == *node);
+            completing || ((j.state.is_active() || j.state == JobState::Suspended) && here)
         })
-        .map(|j| format!("job {} {:?}", j.id, j.state))
+        .map(|j| {
+            let lends: Vec<String> = j
+                .lent_from
+                .iter()
+                .filter(|x| x.node == *node)
+                .map(|x| format!("{:?} from job {}", x.resources, x.from))
+                .collect();
+            format!("job {} {:?} (suspended for {:?}, borrows [{}])", j.id, j.state, j.suspended_for, lends.join(", "))
+        })
         .collect();
     let l = s.ledger();
     let occupants = l.node(node.as_str()).map(|n| format!("{:?}", l.nodes[n].occupants)).unwrap_or_default();

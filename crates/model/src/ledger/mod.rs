@@ -141,6 +141,14 @@ pub fn fits(need: &Vector, free: &Vector) -> bool {
     need.iter().zip(free).all(|(n, f)| n <= f)
 }
 
+pub fn max(a: &Vector, b: &Vector) -> Vector {
+    let mut m = ZERO;
+    for k in 0..MAX_RESOURCE_KINDS {
+        m[k] = a[k].max(b[k]);
+    }
+    m
+}
+
 pub fn min(a: &Vector, b: &Vector) -> Vector {
     let mut m = ZERO;
     for k in 0..MAX_RESOURCE_KINDS {
