@@ -104,7 +104,7 @@ impl AgentGateway for Gateway {
         if status == NodeStatus::Lost {
             self.write(Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await?;
         }
-        let lease_ms = self.lease(arrived).await;
+        let lease_ms = self.lease(&node, arrived).await;
         // Read after the proof and after this node's return was committed: a directive
         // built from a state this new knows whatever happened to the node meanwhile.
         let state_index = self.ctx.replica.read_local(|s| s.applied());
@@ -137,11 +137,15 @@ impl Gateway {
     /// The lease a report's answer grants: only after this replica has confirmed with a
     /// quorum that it still leads (a linearizable read started after the report `arrived`,
     /// shared with the reports that arrived with it, bounded by the lease itself), so a
-    /// deposed or cut-off leader renews nothing.
-    async fn lease(&self, arrived: std::time::Instant) -> u64 {
+    /// deposed or cut-off leader renews nothing; and none to a node the leader is declaring
+    /// lost (`liveness`: the commit would requeue what the lease lets it run), nor to one
+    /// committed lost while this report was handled (its next report makes it ready).
+    async fn lease(&self, node: &Name, arrived: std::time::Instant) -> u64 {
         let lease_ms = self.ctx.settings.lease_ms;
         let within = Duration::from_millis(lease_ms);
-        if self.ctx.quorum.confirm_since(&self.ctx.replica, arrived, within).await { lease_ms } else { 0 }
+        let confirmed = self.ctx.quorum.confirm_since(&self.ctx.replica, arrived, within).await;
+        let lost = || self.ctx.replica.read_local(|s| s.nodes().get(node).map(|n| n.status)) != Some(NodeStatus::Ready);
+        if confirmed && !self.ctx.liveness.fenced(node) && !lost() { lease_ms } else { 0 }
     }
 
     /// Registers the node unless the state already has it with the same facts; with the

@@ -270,7 +270,13 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     ctx.liveness.retain(&r.nodes);
     for node in ctx.liveness.silent(&r.ready, timeout) {
         tracing::warn!(node = %node, timeout_ms = ctx.settings.heartbeat_timeout_ms, "agent silent; node lost");
-        write(ctx, Op::SetNodeStatus { node, status: NodeStatus::Lost }).await;
+        let committed = write(ctx, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Lost }).await.is_some();
+        // Fenced (no lease) until committed, or the state no longer has it ready; a write not
+        // known to commit leaves it fenced, and the next round declares it again.
+        let ready = ctx.replica.read_local(|s| s.nodes().get(&node).map(|n| n.status)) == Some(NodeStatus::Ready);
+        if committed || !ready {
+            ctx.liveness.declared(&node);
+        }
     }
     if r.tick_due {
         write(ctx, Op::Tick).await;

@@ -37,6 +37,10 @@ struct Leading {
     last_beat_ms: BTreeMap<String, u64>,
     /// Per (node, agent boot): the newest beat whose observations are committed.
     acked: BTreeMap<(String, u64), u64>,
+    /// Nodes found silent and being declared lost: no grant until the state says lost. A
+    /// beat answered between the finding and the commit would hand out a lease on work the
+    /// commit then requeues elsewhere.
+    fenced: std::collections::BTreeSet<String>,
 }
 
 type Lead = Arc<Mutex<Leading>>;
@@ -86,6 +90,8 @@ async fn directing(replica: &Replica, leading: &Lead, truth: &Shared) -> bool {
         l.last_term = Some(m.term);
         let nodes: Vec<String> = replica.read_local(|s| s.nodes().keys().map(|n| n.to_string()).collect());
         l.last_beat_ms = nodes.into_iter().map(|n| (n, began)).collect();
+        // What an earlier term declared is committed or gone by now (the read above).
+        l.fenced.clear();
         truth.record(format!("r{} directs in term {}", replica.id(), m.term));
     }
     true
@@ -112,12 +118,23 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     let timeout_ms =
         if truth.lock().sabotage == Some(Sabotage::EarlyLoss) { LEASE_MS / 2 } else { HEARTBEAT_TIMEOUT_MS };
     let silent: Vec<String> = {
-        let l = lock(leading);
-        ready.into_iter().filter(|n| l.last_beat_ms.get(n).is_some_and(|b| at > b + timeout_ms)).collect()
+        let mut l = lock(leading);
+        // A fenced node no longer ready was declared lost: it may be granted again once back.
+        l.fenced.retain(|n| ready.contains(n));
+        let silent: Vec<String> = ready
+            .into_iter()
+            .filter(|n| l.fenced.contains(n) || l.last_beat_ms.get(n).is_some_and(|b| at > b + timeout_ms))
+            .collect();
+        l.fenced.extend(silent.iter().cloned());
+        silent
     };
     for node in silent {
         truth.record(format!("r{} declares {node} lost", replica.id()));
-        write(replica, clock, Op::SetNodeStatus { node: Name::lit(&node), status: NodeStatus::Lost }).await;
+        // Committed: the state says lost, and grants may resume (after the node's report,
+        // `answer`). Not known to commit: it stays fenced and is declared again.
+        if write(replica, clock, Op::SetNodeStatus { node: Name::lit(&node), status: NodeStatus::Lost }).await {
+            lock(leading).fenced.remove(&node);
+        }
     }
 }
 
@@ -166,9 +183,9 @@ async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sh
             return None;
         }
     }
-    // Still leading, and confirmed recently, after the writes.
+    // Still leading, and confirmed recently, after the writes; and not being declared lost.
     let l = lock(leading);
-    if fresh(&l, truth) != Some(term) {
+    if fresh(&l, truth) != Some(term) || l.fenced.contains(&beat.node) {
         return None;
     }
     let acked_seq = l.acked.get(&key).copied().unwrap_or(0);
