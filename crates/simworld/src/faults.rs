@@ -4,7 +4,7 @@
 //! replica's power cut (its disk keeps what was synced and a drawn part of the rest) and a
 //! later restart, the leader's power blinking (back at once), an agent crash and restart, a rack's switch failing (a replica and a
 //! rack's agents cut off from the rest), a slow network, the leader's clock jumping days
-//! ahead. When the load ends, every fault heals at once.
+//! ahead (half the time as it reboots). When the load ends, every fault heals at once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -181,7 +181,23 @@ impl Faults {
                 let for_ms = self.rng.range(1_000, 20_000);
                 self.jumps[(i - 1) as usize].store(CLOCK_JUMP_MS, std::sync::atomic::Ordering::SeqCst);
                 self.active.push((now_ms + for_ms, Heal::Clock(i)));
-                ("clock-jump", format!("r{i}'s clock, the leader's, jumps {CLOCK_JUMP_MS} ms ahead for {for_ms} ms"))
+                // Half the time it is a reboot's wrong clock: the replica starts again with
+                // it, knowing nothing of its peers' clocks, and may lead at once.
+                if self.rng.chance(50) {
+                    let r = host_name(i);
+                    sim.crash(r.as_str());
+                    let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+                    sim.bounce(r.as_str());
+                    let line = format!(
+                        "r{i}, the leader, reboots ({cut:?}) with its clock {CLOCK_JUMP_MS} ms ahead for {for_ms} ms"
+                    );
+                    ("clock-jump", line)
+                } else {
+                    (
+                        "clock-jump",
+                        format!("r{i}'s clock, the leader's, jumps {CLOCK_JUMP_MS} ms ahead for {for_ms} ms"),
+                    )
+                }
             }
             5 => {
                 // A rack's switch fails: one replica and a rack's agents on one side.
