@@ -96,7 +96,8 @@ impl ClockSkew {
 
     /// The quorum's clock minus this replica's, whose wall clock reads `local_ms`: the median
     /// over `voters` (this replica, if a voter, counting 0) with a fresh sample, once a
-    /// majority has one. Of two middle values the one nearer 0.
+    /// majority has one. Of two middle values the one nearer 0, if they agree within the
+    /// bound; `None` if they do not (this replica and a single peer that disagree).
     pub fn quorum_offset_ms(&self, self_id: NodeId, voters: &BTreeSet<NodeId>, local_ms: u64) -> Option<i64> {
         self.quorum_offset_at(self_id, voters, local_ms, Instant::now())
     }
@@ -117,6 +118,11 @@ impl ClockSkew {
         offsets.sort_unstable();
         let n = offsets.len();
         let (low, high) = (offsets[(n - 1) / 2], offsets[n / 2]);
+        // Two middle values apart (this replica and one peer of three, disagreeing): no
+        // majority agrees, and either clock may be the wrong one.
+        if high - low > MAX_CLOCK_SKEW_MS as i64 {
+            return None;
+        }
         Some(if low.abs() <= high.abs() { low } else { high })
     }
 }
@@ -208,6 +214,22 @@ mod tests {
         let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), 1_005);
         assert_eq!(offset, Some(30));
         assert_eq!(ceiling_ms(1_000, offset), None);
+    }
+
+    /// Back from a reboot with its clock two days ahead, a replica hears from one peer of two
+    /// first: itself and that peer are a majority of three but disagree, and nothing says
+    /// which clock is wrong. Taking the one nearer 0 (its own) stamped two days ahead
+    /// (simulator seed 208 of 10 minutes).
+    #[test]
+    fn this_replica_and_one_peer_that_disagree_are_no_quorum() {
+        let skew = ClockSkew::default();
+        let local = 10 * DAY_MS;
+        skew.note(2, local, local + 10, local - 2 * DAY_MS);
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), local), None);
+        // Within the bound, the pair agrees: the one nearer 0.
+        let skew = ClockSkew::default();
+        skew.note(2, local, local + 10, local + 5 + 1_500);
+        assert_eq!(skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), local), Some(0));
     }
 
     #[test]
