@@ -226,16 +226,10 @@ impl Core {
         known_leader(&self.raft)
     }
 
-    /// The latest time this replica may stamp into a command: `None` unless its clock runs
-    /// ahead of the other voters' by more than `skew::MAX_CLOCK_SKEW_MS` (see `skew`).
-    /// Without a majority of samples (see `skew`), the replicated clock as first seen plus the
-    /// time since.
-    fn stamp_ceiling_ms(&self) -> Option<u64> {
-        self.stamp_ceiling().map(|(ceiling, _)| ceiling)
-    }
-
-    /// [`Core::stamp_ceiling_ms`], and whether the other voters' clocks set it (else this
-    /// replica has too few samples of them).
+    /// The latest time this replica may stamp into a command, and whether the other voters'
+    /// clocks set it: `None` unless its clock runs ahead of theirs by more than
+    /// `skew::MAX_CLOCK_SKEW_MS`; without a quorum of samples, the replicated clock as first
+    /// seen plus the time since (see `skew`).
     fn stamp_ceiling(&self) -> Option<(u64, bool)> {
         let voters: std::collections::BTreeSet<NodeId> =
             self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
@@ -250,7 +244,7 @@ impl Core {
     /// it runs ahead of it.
     pub(crate) fn now_ms(&self) -> u64 {
         let local = self.clock.now_ms();
-        self.stamp_ceiling_ms().map_or(local, |c| local.min(c))
+        self.stamp_ceiling().map_or(local, |(c, _)| local.min(c))
     }
 
     /// `cmd` stamped no later than the quorum's time allows: a leader whose clock runs ahead

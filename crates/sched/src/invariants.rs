@@ -252,7 +252,6 @@ fn check_gpu_faults(s: &State) -> Result<(), String> {
     Ok(())
 }
 
-/// What running jobs record as lent to them by `holder` on `node`.
 /// Who holds `node`, as the jobs and the ledger say, for the message that names an
 /// over-allocation (built only then: the check runs after every change).
 fn holders_of(s: &State, node: &Name) -> String {
@@ -279,6 +278,7 @@ fn holders_of(s: &State, node: &Name) -> String {
     format!("held by {}; the ledger's occupants: {occupants}", jobs.join(", "))
 }
 
+/// What running jobs record as lent to them by `holder` on `node`.
 fn lent_by(s: &State, holder: JobId, node: &Name) -> (Vector, u64) {
     let l = s.ledger();
     let (mut amount, mut gpus) = (ZERO, 0u64);

@@ -144,8 +144,7 @@ impl Gateway {
         let lease_ms = self.ctx.settings.lease_ms;
         let within = Duration::from_millis(lease_ms);
         let confirmed = self.ctx.quorum.confirm_since(&self.ctx.replica, arrived, within).await;
-        let lost = || self.ctx.replica.read_local(|s| s.nodes().get(node).map(|n| n.status)) != Some(NodeStatus::Ready);
-        if confirmed && !self.ctx.liveness.fenced(node) && !lost() { lease_ms } else { 0 }
+        if confirmed && !self.ctx.liveness.fenced(node) && self.ctx.node_ready(node) { lease_ms } else { 0 }
     }
 
     /// Registers the node unless the state already has it with the same facts; with the

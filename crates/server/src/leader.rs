@@ -273,8 +273,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
         let committed = write(ctx, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Lost }).await.is_some();
         // Fenced (no lease) until committed, or the state no longer has it ready; a write not
         // known to commit leaves it fenced, and the next round declares it again.
-        let ready = ctx.replica.read_local(|s| s.nodes().get(&node).map(|n| n.status)) == Some(NodeStatus::Ready);
-        if committed || !ready {
+        if committed || !ctx.node_ready(&node) {
             ctx.liveness.declared(&node);
         }
     }

@@ -194,6 +194,12 @@ impl Ctx {
             _ => Err(status::not_leader(m.leader_addr.as_deref().unwrap_or(""))),
         }
     }
+
+    /// Whether the applied state has `node` ready (not lost, not unknown).
+    pub(crate) fn node_ready(&self, node: &baton_model::name::Name) -> bool {
+        let status = self.replica.read_local(|s| s.nodes().get(node).map(|n| n.status));
+        status == Some(baton_model::node::NodeStatus::Ready)
+    }
 }
 
 /// Where a replica serves.

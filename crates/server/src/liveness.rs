@@ -77,8 +77,10 @@ impl Liveness {
     pub fn silent(&self, ready: &[Name], timeout: Duration) -> Vec<Name> {
         let now = Instant::now();
         let mut seen = self.lock();
-        let ready_set: HashSet<&Name> = ready.iter().collect();
-        seen.fenced.retain(|n| ready_set.contains(n));
+        if !seen.fenced.is_empty() {
+            let ready_set: HashSet<&Name> = ready.iter().collect();
+            seen.fenced.retain(|n| ready_set.contains(n));
+        }
         let silent: Vec<Name> = ready
             .iter()
             .filter(|n| {

@@ -104,6 +104,20 @@ impl Faults {
         std::mem::take(&mut self.active).into_iter().map(|(_, h)| self.heal(sim, h)).collect()
     }
 
+    /// Replica `i` loses power: its host stops, and its disk keeps what was synced and a
+    /// drawn part of the rest.
+    fn cut_power(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        disks: &[PowerLossDisk],
+        i: u64,
+    ) -> (String, baton_raft::store::PowerCut) {
+        let r = host_name(i);
+        sim.crash(r.as_str());
+        let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+        (r, cut)
+    }
+
     fn inject(
         &mut self,
         sim: &mut turmoil::Sim<'_>,
@@ -143,9 +157,7 @@ impl Faults {
             }
             3 => {
                 let i = 1 + self.rng.below(self.replicas);
-                let r = host_name(i);
-                sim.crash(r.as_str());
-                let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+                let (r, cut) = self.cut_power(sim, disks, i);
                 let down_ms = self.rng.range(0, 5_000);
                 self.active.push((now_ms + down_ms, Heal::Restart(r.clone())));
                 ("power-cut", format!("{r} loses power ({cut:?}), back in {down_ms} ms"))
@@ -161,9 +173,7 @@ impl Faults {
                 // The leader's power blinks: back within an election timeout, it may find its
                 // own committed vote and lead again in the same term.
                 let i = leader.unwrap_or(1);
-                let r = host_name(i);
-                sim.crash(r.as_str());
-                let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+                let (r, cut) = self.cut_power(sim, disks, i);
                 // At once, or within the election timeouts (Docker restarts a container
                 // after 100 ms): either way before the followers give up on it.
                 let down_ms = self.rng.below(3) * 100;
@@ -183,21 +193,14 @@ impl Faults {
                 self.active.push((now_ms + for_ms, Heal::Clock(i)));
                 // Half the time it is a reboot's wrong clock: the replica starts again with
                 // it, knowing nothing of its peers' clocks, and may lead at once.
-                if self.rng.chance(50) {
-                    let r = host_name(i);
-                    sim.crash(r.as_str());
-                    let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+                let how = if self.rng.chance(50) {
+                    let (r, cut) = self.cut_power(sim, disks, i);
                     sim.bounce(r.as_str());
-                    let line = format!(
-                        "r{i}, the leader, reboots ({cut:?}) with its clock {CLOCK_JUMP_MS} ms ahead for {for_ms} ms"
-                    );
-                    ("clock-jump", line)
+                    format!("r{i}, the leader, reboots ({cut:?}) with its clock")
                 } else {
-                    (
-                        "clock-jump",
-                        format!("r{i}'s clock, the leader's, jumps {CLOCK_JUMP_MS} ms ahead for {for_ms} ms"),
-                    )
-                }
+                    format!("r{i}'s clock, the leader's, jumps")
+                };
+                ("clock-jump", format!("{how} {CLOCK_JUMP_MS} ms ahead for {for_ms} ms"))
             }
             5 => {
                 // A rack's switch fails: one replica and a rack's agents on one side.
