@@ -529,7 +529,7 @@ impl Cluster {
         // (`Cluster::agent_metrics` reads it there). Loopback clusters only: in a namespace of
         // its own, the agent's loopback is out of the test's reach.
         if self.net.is_none() {
-            args.extend(strings(&["--metrics-listen", "127.0.0.1:0"]));
+            args.extend(strings(&["--metrics-plain-listen", "127.0.0.1:0"]));
         }
         args
     }

@@ -25,6 +25,7 @@ use crate::supervisor::{Settings, Supervisor};
 pub struct Agent {
     logs_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
+    metrics_plain_addr: Option<SocketAddr>,
     /// Held so that the metrics endpoint runs until the agent shuts down.
     _metrics_open: watch::Sender<bool>,
     advertised: String,
@@ -45,9 +46,14 @@ impl Agent {
         self.logs_addr
     }
 
-    /// Where `GET /metrics` is served, if it is.
+    /// Where `GET /metrics` is served over the agent's transport, if it is.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Where `GET /metrics` is served over plain HTTP, if it is.
+    pub fn metrics_plain_addr(&self) -> Option<SocketAddr> {
+        self.metrics_plain_addr
     }
 
     /// The address the leader was given for this agent's logs (NodeInfo.agent_addr).
@@ -175,14 +181,8 @@ pub async fn start_with_journal(
     let lease_file = crate::lease_file::path(&config.data_dir);
     let (lease_tx, lease_rx) = watch::channel(crate::lease_file::load(&lease_file));
     let metrics = Arc::new(AgentMetrics::new());
-    let metrics_listener = match &config.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| AgentError::Listen { addr: addr.clone(), source })?,
-        ),
-        None => None,
-    };
+    let metrics_listener = bind_metrics(config.metrics_listen.as_deref()).await?;
+    let metrics_plain_listener = bind_metrics(config.metrics_plain_listen.as_deref()).await?;
     let gpu_minors: std::collections::BTreeMap<u32, u32> =
         inventory.gpus.iter().filter_map(|g| Some((g.index, g.minor?))).collect();
     let cgroups =
@@ -271,19 +271,21 @@ pub async fn start_with_journal(
         tasks.push(tokio::spawn(check.run(recorder)));
     }
     let (metrics_open, metrics_closing) = watch::channel(false);
-    let metrics_addr = match metrics_listener {
-        Some(l) => {
-            let addr = l.local_addr().map_err(|source| AgentError::Listen { addr: config.listen.clone(), source })?;
-            let view = View { nvml: gpu_metrics_source(&inventory), ..view };
-            tasks.push(tokio::spawn(crate::metrics::serve(l, metrics, view, metrics_closing)));
-            Some(addr)
-        }
-        None => None,
+    let view = Arc::new(View { nvml: gpu_metrics_source(&inventory), ..view });
+    let mut serve_metrics = |l: Option<tokio::net::TcpListener>, transport: baton_proto::tls::Transport| {
+        let Some(l) = l else { return Ok(None) };
+        let addr = l.local_addr().map_err(|source| AgentError::Listen { addr: config.listen.clone(), source })?;
+        let serving = crate::metrics::serve(transport, l, metrics.clone(), view.clone(), metrics_closing.clone());
+        tasks.push(tokio::spawn(serving));
+        Ok::<_, AgentError>(Some(addr))
     };
+    let metrics_addr = serve_metrics(metrics_listener, config.transport.clone())?;
+    let metrics_plain_addr = serve_metrics(metrics_plain_listener, baton_proto::tls::Transport::Insecure)?;
     tracing::info!(node = config.name, agent_addr = %advertised, "agent started");
     Ok(Agent {
         logs_addr,
         metrics_addr,
+        metrics_plain_addr,
         _metrics_open: metrics_open,
         advertised,
         inventory,
@@ -343,11 +345,23 @@ fn gpu_metrics_source(inventory: &Inventory) -> Option<nvml_wrapper::Nvml> {
     crate::metrics::open_nvml()
 }
 
+async fn bind_metrics(addr: Option<&str>) -> Result<Option<tokio::net::TcpListener>, AgentError> {
+    let Some(addr) = addr else { return Ok(None) };
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| AgentError::Listen { addr: addr.to_string(), source })?;
+    Ok(Some(l))
+}
+
 /// Runs an agent until `shutdown` completes (or the supervisor fails).
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let scheme = if config.transport.is_tls() { "https" } else { "http" };
     let mut agent = start(config).await?;
     eprintln!("agent_addr={}", agent.agent_addr());
     if let Some(addr) = agent.metrics_addr() {
+        eprintln!("metrics_url={scheme}://{addr}/metrics");
+    }
+    if let Some(addr) = agent.metrics_plain_addr() {
         eprintln!("metrics_url=http://{addr}/metrics");
     }
     tokio::select! {

@@ -31,8 +31,11 @@ pub struct AgentConfig {
     pub listen: String,
     /// Address advertised to the leader for logs; `None`: the bound address.
     pub advertise: Option<String>,
-    /// Where to serve `GET /metrics` ("127.0.0.1:0" picks a port); `None`: not served.
+    /// Where to serve `GET /metrics` ("127.0.0.1:0" picks a port) over the agent's transport
+    /// (mutual TLS under TLS); `None`: not served.
     pub metrics_listen: Option<String>,
+    /// Where to serve `GET /metrics` over plain HTTP whatever the transport; `None`: not served.
+    pub metrics_plain_listen: Option<String>,
     pub heartbeat_ms: u64,
     /// Grace for replicas no longer wanted here: SIGTERM, then SIGKILL after this long.
     pub kill_grace_ms: u64,
@@ -70,6 +73,7 @@ impl AgentConfig {
             listen: "127.0.0.1:0".to_string(),
             advertise: None,
             metrics_listen: None,
+            metrics_plain_listen: None,
             heartbeat_ms: 500,
             kill_grace_ms: DEFAULT_KILL_GRACE_MS,
             unkillable_after_ms: crate::limits::DEFAULT_UNKILLABLE_AFTER_MS,

@@ -283,14 +283,14 @@ pub fn render(metrics: &AgentMetrics, view: &View) -> String {
 
 /// Serves `GET /metrics` on `listener` until `closing` turns true.
 pub async fn serve(
+    transport: baton_proto::tls::Transport,
     listener: tokio::net::TcpListener,
     metrics: Arc<AgentMetrics>,
-    view: View,
+    view: Arc<View>,
     closing: watch::Receiver<bool>,
 ) {
-    let view = Arc::new(view);
     let text = Arc::new(move || render(&metrics, &view));
-    baton_proto::scrape::serve(listener, text, closing).await;
+    baton_proto::scrape::serve(transport, listener, text, closing).await;
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@ mod common;
 #[path = "../../proto/testing/test_ca.rs"]
 #[allow(dead_code)] // what makes CRLs and rotated certificates is the server's tests'
 mod test_ca;
+#[path = "../../proto/testing/web.rs"]
+mod web;
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,11 +23,22 @@ use tonic::Code;
 
 /// An agent serving its logs with mutual TLS as `identity` (role, name); no gateway answers.
 async fn tls_agent(dir: &Path, ca: &Ca, identity: (&str, &str)) -> baton_agent::Agent {
+    tls_agent_with(dir, ca, identity, |_| {}).await
+}
+
+/// As [`tls_agent`], its configuration changed by `change` first.
+async fn tls_agent_with(
+    dir: &Path,
+    ca: &Ca,
+    identity: (&str, &str),
+    change: impl FnOnce(&mut baton_agent::AgentConfig),
+) -> baton_agent::Agent {
     // The certificate's directory is named after the CA and the identity: a data dir inside
     // it is this agent's own.
     let tls_dir = ca.issue(dir, identity.0, identity.1);
     let mut c = config(&tls_dir.join("data"), &["127.0.0.1:1".parse().unwrap()]);
     c.transport = Transport::load(&tls_dir).unwrap();
+    change(&mut c);
     start_agent(c).await
 }
 
@@ -111,4 +124,40 @@ async fn an_agent_dials_as_its_leader_only_a_replica_certificate_of_its_ca() {
         assert!(r.is_err(), "the agent accepted {who}'s certificate as a replica's");
     }
     baton_agent::endpoint::connect(&as_replica.logs_addr().to_string(), &me).await.unwrap();
+}
+
+/// Issue 39: an agent's `/metrics` was plain HTTP whatever its transport. Under TLS its
+/// `--metrics-listen` is mutual TLS: a certificate of the cluster's CA (Prometheus's client
+/// certificate) scrapes it, no certificate gets 401 saying what is missing, plain HTTP no
+/// answer; `--metrics-plain-listen` serves `/metrics` over plain HTTP where asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_over_mutual_tls_and_plain_only_where_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("ca");
+    let agent = step(
+        "starting the agent",
+        tls_agent_with(dir.path(), &ca, ("agent", "node-m"), |c| {
+            c.metrics_listen = Some("127.0.0.1:0".into());
+            c.metrics_plain_listen = Some("127.0.0.1:0".into());
+        }),
+    )
+    .await;
+    let tls = agent.metrics_addr().unwrap().to_string();
+    let plain = agent.metrics_plain_addr().unwrap().to_string();
+    let prometheus = ca.issue(dir.path(), "client", "prometheus");
+
+    let (code, body) =
+        step("a scrape", web::https_get(ca.pem(), AGENT_HOST, &tls, Some(&prometheus), "/metrics")).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("baton_agent_replicas_running"), "{body}");
+    let (code, body) =
+        step("no certificate", web::https_get(ca.pem(), AGENT_HOST, &tls, None, "/metrics")).await.unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("no client certificate"), "{body}");
+    let e = step("plain HTTP on TLS", web::http_get(&tls, "/metrics")).await;
+    assert!(e.is_err(), "plain HTTP was answered on the TLS listener: {e:?}");
+
+    let (code, body) = step("a plain scrape", web::http_get(&plain, "/metrics")).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("baton_agent_replicas_running"), "{body}");
 }

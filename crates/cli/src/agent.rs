@@ -45,9 +45,15 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 500)]
     heartbeat_ms: u64,
     /// Serve Prometheus metrics on `GET /metrics` at this address (HOST:PORT; off unless
-    /// given); the URL is printed as metrics_url=. docs/metrics.md lists them.
+    /// given): mutual TLS with --tls-dir (the scraper presents a certificate of the cluster's
+    /// CA), plain HTTP with --insecure. The URL is printed as metrics_url=. docs/metrics.md
+    /// lists them.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<String>,
+    /// Serve `GET /metrics` over plain HTTP at this address too (off unless given), for a
+    /// scraper without a certificate; firewall it to the monitoring hosts.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_plain_listen: Option<String>,
     /// Who jobs may run as here (comma list of users and %groups): each job runs as the Unix
     /// user it names (its submitter's), dropped to before exec, if that user is on this list.
     /// Either this or --run-as-self is required.
@@ -161,6 +167,7 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.listen = args.listen;
     c.heartbeat_ms = args.heartbeat_ms;
     c.metrics_listen = args.metrics_listen;
+    c.metrics_plain_listen = args.metrics_plain_listen;
     c.transport = args.security.transport()?;
     crate::tls::check_own(&c.transport, baton_proto::tls::Role::Agent, &c.name, "--name")?;
     c.validate()?;

@@ -17,7 +17,7 @@ enum Command {
     /// Run the real scheduler against a scenario file on a virtual clock (what-if).
     Sim(sim::SimArgs),
     /// Run one scheduler replica.
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Start a local HA cluster (3 replicas, 2 agents with development GPUs); --demo plays a
     /// preemption story live.
     Dev(dev::DevArgs),
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Sim(args) => sim::run(args),
-        Command::Server(args) => server::run(args),
+        Command::Server(args) => server::run(*args),
         Command::Dev(args) => dev::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Client(cmd) => client::execute(*cmd),

@@ -79,10 +79,17 @@ pub struct ServerArgs {
     /// (e.g. 5m), or `never`. Later, `baton cluster set --reserve-after` changes it.
     #[arg(long, value_parser = parse_reserve_after)]
     pub reserve_after: Option<ReserveAfter>,
-    /// Serve Prometheus metrics on `GET /metrics` at this address (HOST:PORT; off unless
-    /// given). docs/metrics.md lists them.
+    /// Serve Prometheus metrics on `GET /metrics` and the web dashboard at this address
+    /// (HOST:PORT; off unless given): mutual TLS with --tls-dir (browsers and scrapers present
+    /// a certificate of the cluster's CA), plain HTTP with --insecure. docs/metrics.md lists
+    /// the metrics, docs/dashboard.md the dashboard.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Serve `GET /metrics` over plain HTTP at this address too (off unless given), for a
+    /// scraper without a certificate; on a loopback address it serves the dashboard as well
+    /// (a browser on this host: tokens cross no network).
+    #[arg(long)]
+    pub metrics_plain_listen: Option<String>,
     /// `tokens`: every client call needs a token (docs/security.md). `none`: no
     /// authentication, every caller acts as an admin: for development only, logged as a
     /// warning (a cluster that has tokens still refuses writes without one).
@@ -222,6 +229,18 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
     Ok(ServerConfig { replica, bootstrap, settings, scheduler, transport })
 }
 
+/// A listener on `addr` when one is given; on failure, the error is printed naming `flag`.
+async fn bind_optional(addr: Option<&str>, flag: &str) -> Result<Option<tokio::net::TcpListener>, ExitCode> {
+    let Some(addr) = addr else { return Ok(None) };
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => Ok(Some(l)),
+        Err(e) => {
+            eprintln!("error: cannot listen on {addr} ({flag}): {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
 pub fn run(args: ServerArgs) -> ExitCode {
     let export = args.otlp_endpoint.as_ref().map(|endpoint| crate::otel::Export {
         endpoint: endpoint.clone(),
@@ -268,18 +287,16 @@ pub fn run(args: ServerArgs) -> ExitCode {
                 }
             },
         };
-        let metrics = match &args.metrics_listen {
-            None => None,
-            Some(addr) => match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => Some(l),
-                Err(e) => {
-                    eprintln!("error: cannot listen on {addr} (--metrics-listen): {e}");
-                    return ExitCode::FAILURE;
-                }
-            },
+        let metrics = match bind_optional(args.metrics_listen.as_deref(), "--metrics-listen").await {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        let metrics_plain = match bind_optional(args.metrics_plain_listen.as_deref(), "--metrics-plain-listen").await {
+            Ok(l) => l,
+            Err(code) => return code,
         };
         tracing::info!(id = args.id, listen = %args.listen, peer_listen = ?args.peer_listen, metrics = ?args.metrics_listen, otlp = ?args.otlp_endpoint, "baton server starting");
-        let listeners = baton_server::Listeners { api: listener, peer, metrics };
+        let listeners = baton_server::Listeners { api: listener, peer, metrics, metrics_plain };
         if let Err(e) = crate::tls::reload_on_sighup(&config.transport, "this replica") {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;

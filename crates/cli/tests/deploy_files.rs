@@ -200,11 +200,16 @@ fn prometheus_scrapes_every_replica_and_agent_of_the_compose_file_and_nothing_el
     let docs = YamlLoader::load_from_str(&read("deploy/monitoring/prometheus.yml")).expect("prometheus.yml parses");
     let mut scraped = BTreeSet::new();
     for job in docs[0]["scrape_configs"].as_vec().expect("scrape_configs") {
+        // Issue 39: the metrics listeners are mutual TLS, so a scrape presents a certificate.
+        assert_eq!(job["scheme"].as_str(), Some("https"), "{job:?}");
+        assert_eq!(job["tls_config"]["cert_file"].as_str(), Some("/tls/cert.pem"), "{job:?}");
         for sc in job["static_configs"].as_vec().expect("static_configs") {
             scraped.extend(strings(&sc["targets"]));
         }
     }
     assert_eq!(scraped, compose, "deploy/monitoring/prometheus.yml and deploy/compose.yaml disagree");
+    assert!(read("deploy/compose.yaml").contains(r#"--clients, "admin,prometheus""#), "no certificate for Prometheus");
+    assert!(read("deploy/compose.monitoring.yaml").contains("./tls/client-prometheus:/tls:ro"));
 }
 
 /// The metric names a PromQL expression reads (histogram series by their base name).

@@ -174,7 +174,7 @@ fn a_child_that_exits_at_start_is_named_with_the_end_of_its_log() {
     drop(taken);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("replica 1 exited") && err.contains("--metrics-listen"), "{err}");
+    assert!(err.contains("replica 1 exited") && err.contains("--metrics-plain-listen"), "{err}");
 }
 
 /// `baton dev` killed outright (SIGKILL: a timeout, the OOM killer) cannot stop its

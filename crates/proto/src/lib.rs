@@ -71,6 +71,7 @@ pub const BEARER_PREFIX: &str = "Bearer ";
 pub use baton_model::job::DEFAULT_CHECKPOINT_SIGNAL;
 
 pub mod convert;
+pub mod http;
 pub mod make;
 pub mod reason;
 pub mod scrape;

@@ -209,8 +209,11 @@ pub struct Listeners {
     /// The raft transport on a port of its own (`--peer-listen`), which then serves nothing
     /// else, and `api` serves no raft.
     pub peer: Option<TcpListener>,
-    /// `GET /metrics` and the dashboard (`--metrics-listen`).
+    /// `GET /metrics` and the dashboard (`--metrics-listen`), over the replica's transport.
     pub metrics: Option<TcpListener>,
+    /// `GET /metrics` over plain HTTP, and the dashboard where it is a loopback address
+    /// (`--metrics-plain-listen`).
+    pub metrics_plain: Option<TcpListener>,
 }
 
 /// Opens the replica, serves raft, the client API and the agent gateway on `listener`, and
@@ -230,7 +233,7 @@ pub async fn run_with_metrics(
     metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    run_on(config, Listeners { api: listener, peer: None, metrics }, shutdown).await
+    run_on(config, Listeners { api: listener, peer: None, metrics, metrics_plain: None }, shutdown).await
 }
 
 /// Opens the replica, serves on `listeners` and runs the leader loop until `shutdown`
@@ -240,7 +243,7 @@ pub async fn run_on(
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let Listeners { api: listener, peer, metrics } = listeners;
+    let Listeners { api: listener, peer, metrics, metrics_plain } = listeners;
     config.settings.validate().map_err(ServerError::Settings)?;
     let dialer = tls::raft_dialer(&config.transport, &config.replica);
     let replica = Replica::open_with(config.replica, dialer).await?;
@@ -249,7 +252,11 @@ pub async fn run_on(
     replica.observe_applies(Arc::new(move |kind, took| timing.observe_apply(kind, took.as_secs_f64())));
     let (leader, mut leader_panic) = panicked::spawn_watched(leader::run(ctx.clone(), ctx.closing.subscribe()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
-    let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l)));
+    let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l, dash::Listener::Main)));
+    let plain_scrapes = metrics_plain.map(|l| {
+        let loopback = l.local_addr().is_ok_and(|a| a.ip().is_loopback());
+        tokio::spawn(dash::serve(ctx.clone(), l, dash::Listener::Plain { loopback }))
+    });
     if let Some(url) = ctx.settings.accounting_postgres.clone() {
         tokio::spawn(export::run(ctx.clone(), url, ctx.closing.subscribe()));
     }
@@ -340,7 +347,7 @@ pub async fn run_on(
     ctx.closing.send_replace(true);
     let _ = leader.await;
     let _ = counting.await;
-    if let Some(s) = scrapes {
+    for s in scrapes.into_iter().chain(plain_scrapes) {
         let _ = s.await;
     }
     replica.shutdown().await;

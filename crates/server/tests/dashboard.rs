@@ -52,7 +52,12 @@ async fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String, Strin
     s.read_to_string(&mut reply).await.unwrap();
     let (head, body) = reply.split_once("\r\n\r\n").expect("no end of the response head");
     let code = head[9..12].parse().unwrap();
-    let kind = head.lines().find_map(|l| l.strip_prefix("Content-Type: ")).unwrap_or("").to_string();
+    // Header names are case-insensitive (hyper writes them in lower case).
+    let kind = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+        .map_or(String::new(), |(_, v)| v.trim().to_string());
     (code, kind, body.to_string())
 }
 
@@ -254,7 +259,7 @@ async fn the_event_stream_carries_applied_events_and_is_bounded_per_replica() {
         }
         h
     };
-    assert!(head.iter().any(|l| l == "Content-Type: text/event-stream"), "{head:?}");
+    assert!(head.iter().any(|l| l.eq_ignore_ascii_case("content-type: text/event-stream")), "{head:?}");
     alice.submit(submit("e1")).await.unwrap();
     let line = until_event(&mut lines, "\"kind\":\"Submitted\"").await;
     let event: Value = serde_json::from_str(line.strip_prefix("data: ").unwrap()).unwrap();

@@ -56,7 +56,7 @@ impl Split {
                 scheduler: None,
                 transport: ca.transport(dir.path(), "replica", &id.to_string()),
             };
-            let listeners = Listeners { api, peer: Some(peer), metrics: None };
+            let listeners = Listeners { api, peer: Some(peer), metrics: None, metrics_plain: None };
             tokio::spawn(async move { baton_server::run_on(config, listeners, std::future::pending()).await.unwrap() });
         }
         Split { addrs, ca, dir }

@@ -5,6 +5,8 @@
 
 #[path = "../../proto/testing/test_ca.rs"]
 mod test_ca;
+#[path = "../../proto/testing/web.rs"]
+mod web;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,6 +27,9 @@ use tonic::transport::Channel;
 
 struct Setup {
     addr: String,
+    /// `--metrics-listen` (mutual TLS) and `--metrics-plain-listen` on 0.0.0.0 (not loopback).
+    metrics: String,
+    plain: String,
     ca: Ca,
     dir: tempfile::TempDir,
     /// The replica's `--tls-dir` and its transport, which a test reloads as SIGHUP would.
@@ -42,6 +47,10 @@ impl Setup {
         let server_dir = ca.issue(dir.path(), "replica", "1");
         let transport = Transport::load(&server_dir).unwrap();
         let server = transport.clone();
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plain = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let metrics_addr = metrics.local_addr().unwrap().to_string();
+        let plain_addr = format!("127.0.0.1:{}", plain.local_addr().unwrap().port());
         let config = ServerConfig {
             replica: ReplicaConfig::new(1, "tls", addr.clone(), dir.path().join("r1")),
             bootstrap: Some(BTreeMap::from([(1, addr.clone())])),
@@ -50,8 +59,10 @@ impl Setup {
             scheduler: None,
             transport,
         };
-        tokio::spawn(async move { baton_server::run(config, listener, std::future::pending()).await.unwrap() });
-        let s = Setup { addr, ca, dir, server_dir, server };
+        let listeners =
+            baton_server::Listeners { api: listener, peer: None, metrics: Some(metrics), metrics_plain: Some(plain) };
+        tokio::spawn(async move { baton_server::run_on(config, listeners, std::future::pending()).await.unwrap() });
+        let s = Setup { addr, metrics: metrics_addr, plain: plain_addr, ca, dir, server_dir, server };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let mut c = s.api("client", "admin").await;
@@ -595,4 +606,46 @@ async fn a_revocation_ends_a_followed_log_of_the_revoked_certificate() {
         .expect("the revoked client's log stream stayed open");
     assert_eq!(e.code(), Code::Unauthenticated, "{e}");
     assert!(e.message().contains("revoked") && e.message().contains("client \"mallory\""), "{e}");
+}
+
+/// Issue 39: the dashboard took bearer tokens over plain HTTP on `--metrics-listen`, with no
+/// client certificate, on a cluster otherwise held by mutual TLS. Under TLS that listener is
+/// now mutual TLS (HTTP/1.1 negotiated as browsers and Prometheus offer it): a certificate of
+/// the cluster's CA reaches `/metrics` and the dashboard's API, no certificate gets 401
+/// saying what is missing, a revoked one 401 saying so, and plain HTTP gets no answer. The
+/// plain listener the operator asks for serves `/metrics` only, off loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_and_metrics_are_served_over_mutual_tls() {
+    let s = Setup::start().await;
+    let alice = s.ca.issue(s.dir.path(), "client", "alice");
+
+    let (code, body) = web::https_get(s.ca.pem(), REPLICA_HOST, &s.metrics, Some(&alice), "/metrics").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("baton_"), "{body}");
+    let (code, body) =
+        web::https_get(s.ca.pem(), REPLICA_HOST, &s.metrics, Some(&alice), "/api/cluster").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"leader"), "{body}");
+    let (code, _) = web::https_get(s.ca.pem(), REPLICA_HOST, &s.metrics, Some(&alice), "/").await.unwrap();
+    assert_eq!(code, 200);
+
+    let (code, body) = web::https_get(s.ca.pem(), REPLICA_HOST, &s.metrics, None, "/api/cluster").await.unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("no client certificate"), "{body}");
+
+    let plain = web::http_get(&s.metrics, "/api/cluster").await;
+    assert!(plain.is_err(), "plain HTTP was answered on the TLS listener: {plain:?}");
+
+    let (code, body) = web::http_get(&s.plain, "/metrics").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = web::http_get(&s.plain, "/api/cluster").await.unwrap();
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("serves only /metrics"), "{body}");
+
+    std::fs::write(s.server_dir.join("crl.pem"), s.ca.crl(&[&alice])).unwrap();
+    s.reload().unwrap();
+    let (code, body) =
+        web::https_get(s.ca.pem(), REPLICA_HOST, &s.metrics, Some(&alice), "/api/cluster").await.unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("revoked"), "{body}");
 }

@@ -184,7 +184,7 @@ impl Children {
                 dir.join(&name).display().to_string(),
                 "--checkpoint-root".into(),
                 dir.join("checkpoints").display().to_string(),
-                "--metrics-listen".into(),
+                "--metrics-plain-listen".into(),
                 metrics_addr(metrics_base + REPLICAS + i - 1),
                 "--tls-dir".into(),
                 tls.join(format!("agent-{name}")).display().to_string(),
@@ -238,7 +238,7 @@ impl Children {
                 data.display().to_string(),
                 "--bootstrap".into(),
                 members.join(","),
-                "--metrics-listen".into(),
+                "--metrics-plain-listen".into(),
                 metrics_addr(metrics_base + i as u16),
             ];
             args.extend(access.replica_args(dir, &id));

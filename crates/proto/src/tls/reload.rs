@@ -18,12 +18,17 @@ use super::{CA_CERT_FILE, CERT_FILE, CRL_FILE, KEY_FILE, PeerId, TlsError, TlsFi
 
 /// The protocol HTTP/2 is negotiated under; tonic's clients insist on it.
 const ALPN_H2: &[u8] = b"h2";
+/// What the HTTP listener (`/metrics`, the dashboard) speaks: browsers and Prometheus offer
+/// both, and a listener that said `h2` would get HTTP/2 it does not serve.
+const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// One reading of a `--tls-dir`, checked and made into what the server side needs.
 pub struct Loaded {
     pub files: TlsFiles,
     /// What each new incoming connection is accepted with.
     pub server: Arc<rustls::ServerConfig>,
+    /// The same for the HTTP listener: the same certificate and verifier, HTTP/1.1.
+    pub web: Arc<rustls::ServerConfig>,
     verifier: Arc<dyn ClientCertVerifier>,
     chain: Vec<CertificateDer<'static>>,
     /// (issuer name, serial) of every certificate the CRL lists, both as DER bytes.
@@ -125,10 +130,13 @@ impl Loaded {
             .with_client_cert_verifier(serving)
             .with_single_cert(chain.clone(), key)
             .map_err(|e| bad(&dir, KEY_FILE, format!("does not go with {CERT_FILE}: {e}")))?;
+        let mut web = server.clone();
         server.alpn_protocols = vec![ALPN_H2.to_vec()];
+        web.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
         Ok(Loaded {
             files,
             server: Arc::new(server),
+            web: Arc::new(web),
             verifier: checking,
             chain,
             revoked,

@@ -153,6 +153,13 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// What a listener's connections speak, which TLS negotiates (ALPN).
+#[derive(Clone, Copy)]
+enum Speaks {
+    Grpc,
+    Http1,
+}
+
 /// Whether a failed handshake was about the caller's certificate (worth a warning: one of
 /// another CA, or expired), rather than a scanner or a health check hanging up.
 fn about_a_certificate(e: &std::io::Error) -> bool {
@@ -168,6 +175,15 @@ impl Transport {
     /// [`HANDSHAKE_TIMEOUT_MS`]) with the configuration in force when it arrived. Stops
     /// accepting when the stream is dropped.
     pub fn incoming(&self, listener: TcpListener) -> ReceiverStream<Result<Conn, std::io::Error>> {
+        self.accepting(listener, Speaks::Grpc)
+    }
+
+    /// As [`Transport::incoming`], for the HTTP/1.1 listener (`/metrics` and the dashboard).
+    pub fn incoming_http(&self, listener: TcpListener) -> ReceiverStream<Result<Conn, std::io::Error>> {
+        self.accepting(listener, Speaks::Http1)
+    }
+
+    fn accepting(&self, listener: TcpListener, speaks: Speaks) -> ReceiverStream<Result<Conn, std::io::Error>> {
         let (tx, rx) = mpsc::channel(ACCEPTED_BUFFER);
         let transport = self.clone();
         tokio::spawn(async move {
@@ -203,7 +219,11 @@ impl Transport {
                         }
                     }
                     Transport::Tls(tls) => {
-                        let acceptor = tokio_rustls::TlsAcceptor::from(tls.current().server.clone());
+                        let config = match speaks {
+                            Speaks::Grpc => tls.current().server.clone(),
+                            Speaks::Http1 => tls.current().web.clone(),
+                        };
+                        let acceptor = tokio_rustls::TlsAcceptor::from(config);
                         let (tx, per_caller) = (tx.clone(), per_caller.clone());
                         tokio::spawn(async move {
                             let _permit = permit;

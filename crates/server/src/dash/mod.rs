@@ -18,30 +18,35 @@
 //! (`Authorization: Bearer TOKEN`), unless the cluster has none and this replica runs with
 //! `--auth none`. No token gives 401, a refused one 403, each with a JSON body saying why.
 //!
-//! The listener speaks just enough HTTP/1.1 for this (one request per connection) rather
-//! than pulling in an HTTP stack; everything it does is bounded (see the constants).
-
-mod request;
+//! Served by `baton_proto::http` (hyper): under TLS, `--metrics-listen` is mutual TLS as the
+//! client API is (a certificate of the cluster's CA, then the token), so a token crosses no
+//! network in the clear and is worth nothing without a certificate. A plain listener
+//! (`--metrics-plain-listen`) serves `/metrics` to anyone, and the dashboard only on a
+//! loopback address, where a token crosses no network either.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use baton_model::event::Event as ModelEvent;
+use baton_proto::http::{self as web, Body, Call, Peer};
 use baton_proto::scrape;
+use baton_proto::tls::Transport;
 use baton_proto::v1::{Event, JobRef, JobState, ListJobsRequest, ListMaintenanceReply, ListQueuesReply};
 use baton_proto::words::Word;
+use bytes::Bytes;
+use hyper::header::HeaderValue;
+use hyper::{Method, Response, StatusCode};
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::net::TcpListener;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
 use crate::Ctx;
+use crate::api::watchers::WatcherSlot;
 use crate::api::{self, Api, visible};
 use crate::auth::{Caller, STREAM_RECHECK_MS};
-use request::Request;
 
 /// Jobs one `/api/jobs` page holds when the page asks for no `limit`.
 pub const DEFAULT_JOBS_PER_PAGE: usize = 100;
@@ -65,96 +70,89 @@ const APP_CSS: &str = include_str!("assets/app.css");
 /// The page may load only what this replica serves: no CDN, no inline script.
 const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'";
 
-/// Serves `/metrics`, the dashboard and its API on `listener` until the server closes.
-pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
-    let mut closing = ctx.closing.subscribe();
-    let slots = scrape::Slots::default();
+/// Messages an event stream holds for a client that reads slowly; past it the stream's
+/// events wait (and the replica's own channel reports the client lagged).
+const EVENT_STREAM_BUFFER: usize = 64;
+
+/// What one HTTP listener of a replica serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--metrics-listen`: the replica's transport (mutual TLS, or plain under `--insecure`);
+    /// `/metrics` and the dashboard.
+    Main,
+    /// `--metrics-plain-listen`: plain HTTP; `/metrics`, and the dashboard on a loopback
+    /// address only.
+    Plain { loopback: bool },
+}
+
+/// Serves what `which` listener serves on `listener` until the server closes.
+pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener, which: Listener) {
+    let transport = match which {
+        Listener::Main => ctx.transport.clone(),
+        Listener::Plain { .. } => Transport::Insecure,
+    };
+    let dashboard = match which {
+        Listener::Main => true,
+        // Under `--insecure` the operator chose plain HTTP everywhere.
+        Listener::Plain { loopback } => loopback || !ctx.transport.is_tls(),
+    };
     let streams = Arc::new(Semaphore::new(MAX_EVENT_STREAMS));
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = closing.wait_for(|c| *c) => return,
-        };
-        let Ok((stream, _)) = accepted else { continue };
-        // Too many connections that sent nothing yet: this one is closed at once.
-        let Some(open) = slots.open() else { continue };
-        let (ctx, streams, slots) = (ctx.clone(), streams.clone(), slots.clone());
-        tokio::spawn(async move {
-            let Some(admitted) = slots.admit(stream, open).await else { return };
-            let timeout = Duration::from_millis(scrape::SCRAPE_TIMEOUT_MS);
-            let answered = tokio::time::timeout(timeout, answer(&ctx, admitted.stream, &admitted.head)).await;
-            drop(admitted.slot);
-            // An event stream outlives the request timeout: it keeps only its own slot.
-            if let Ok(Ok(Some((stream, who)))) = answered {
-                let identity = api::watchers::identity(&who, None);
-                let mine = match ctx.dash_streams.acquire(identity, MAX_EVENT_STREAMS_PER_CLIENT) {
-                    Ok(slot) => slot,
-                    Err(s) => {
-                        let _ = reply(stream, json_error(Code::Unavailable, s.message())).await;
-                        return;
-                    }
-                };
-                let Ok(slot) = streams.try_acquire_owned() else {
-                    let why = format!(
-                        "{MAX_EVENT_STREAMS} event streams are open on this replica; close a dashboard tab or use another replica"
-                    );
-                    let _ = reply(stream, json_error(Code::Unavailable, &why)).await;
-                    return;
-                };
-                let _ = events(&ctx, stream, who).await;
-                drop((slot, mine));
+    let closing = ctx.closing.subscribe();
+    let handler = move |call: Call, peer: Peer| {
+        let (ctx, streams) = (ctx.clone(), streams.clone());
+        async move {
+            if !dashboard && call.path != "/metrics" {
+                return web::text(
+                    StatusCode::NOT_FOUND,
+                    "this plain listener serves only /metrics; the dashboard is served over TLS on --metrics-listen \
+                     (or on a loopback --metrics-plain-listen)",
+                );
             }
-        });
-    }
-}
-
-/// A whole answer.
-struct Reply {
-    status: &'static str,
-    content_type: &'static str,
-    body: String,
-}
-
-impl Reply {
-    fn ok(content_type: &'static str, body: impl Into<String>) -> Reply {
-        Reply { status: "200 OK", content_type, body: body.into() }
-    }
-}
-
-/// An event stream is handed back (with its caller) to be served outside the request
-/// timeout; every other request is answered here.
-type Streaming = Option<(TcpStream, Caller)>;
-
-async fn answer(ctx: &Arc<Ctx>, stream: TcpStream, head: &str) -> std::io::Result<Streaming> {
-    let r = match request::parse(head) {
-        Ok(r) => r,
-        Err(why) => {
-            reply(stream, text("400 Bad Request", why)).await?;
-            return Ok(None);
+            let mut r = answer(&ctx, &call, peer, streams).await;
+            r.headers_mut().insert("content-security-policy", HeaderValue::from_static(CSP));
+            r
         }
     };
-    if r.method != "GET" {
-        reply(stream, text("405 Method Not Allowed", "only GET is served here")).await?;
-        return Ok(None);
+    web::serve(transport, listener, crate::tls::API_CALLERS, handler, closing).await;
+}
+
+async fn answer(ctx: &Arc<Ctx>, r: &Call, peer: Peer, streams: Arc<Semaphore>) -> Response<Body> {
+    if r.method != Method::GET {
+        return web::text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served here");
     }
     let api = Api { ctx: ctx.clone() };
-    let out = match r.path.as_str() {
-        "/metrics" => Reply::ok(scrape::CONTENT_TYPE, render_metrics(ctx)),
-        "/" | "/index.html" => Reply::ok("text/html; charset=utf-8", INDEX_HTML),
-        "/app.js" => Reply::ok("text/javascript; charset=utf-8", APP_JS),
-        "/app.css" => Reply::ok("text/css; charset=utf-8", APP_CSS),
-        "/api/events" => match caller(&api, &r).await {
-            Ok(who) => return Ok(Some((stream, who))),
+    match r.path.as_str() {
+        "/metrics" => scrape::answer(r, || render_metrics(ctx)),
+        "/" | "/index.html" => web::reply(StatusCode::OK, "text/html; charset=utf-8", INDEX_HTML),
+        "/app.js" => web::reply(StatusCode::OK, "text/javascript; charset=utf-8", APP_JS),
+        "/app.css" => web::reply(StatusCode::OK, "text/css; charset=utf-8", APP_CSS),
+        "/api/events" => match caller(&api, r).await {
+            Ok(who) => match stream_places(ctx, &who, &peer, streams) {
+                Ok(places) => events(ctx.clone(), who, peer, places),
+                Err(s) => status_reply(&s),
+            },
             Err(s) => status_reply(&s),
         },
-        p if p.starts_with("/api/") => match json(&api, &r).await {
-            Ok(body) => Reply::ok("application/json", body),
+        p if p.starts_with("/api/") => match json(&api, r).await {
+            Ok(body) => web::reply(StatusCode::OK, "application/json", body),
             Err(s) => status_reply(&s),
         },
-        _ => text("404 Not Found", "no such page; the dashboard is at /"),
-    };
-    reply(stream, out).await?;
-    Ok(None)
+        _ => web::text(StatusCode::NOT_FOUND, "no such page; the dashboard is at /"),
+    }
+}
+
+/// An event stream's places: one of its client's and one of the replica's.
+type StreamPlaces = (WatcherSlot, OwnedSemaphorePermit);
+
+fn stream_places(ctx: &Ctx, who: &Caller, peer: &Peer, streams: Arc<Semaphore>) -> Result<StreamPlaces, Status> {
+    let identity = api::watchers::identity(who, peer.id.as_ref());
+    let mine = ctx.dash_streams.acquire(identity, MAX_EVENT_STREAMS_PER_CLIENT)?;
+    let slot = streams.try_acquire_owned().map_err(|_| {
+        Status::unavailable(format!(
+            "{MAX_EVENT_STREAMS} event streams are open on this replica; close a dashboard tab or use another replica"
+        ))
+    })?;
+    Ok((mine, slot))
 }
 
 fn render_metrics(ctx: &Ctx) -> String {
@@ -165,9 +163,9 @@ fn render_metrics(ctx: &Ctx) -> String {
 }
 
 /// Who calls: the request's bearer token checked as the API checks its metadata.
-async fn caller(api: &Api, r: &Request) -> Result<Caller, Status> {
+async fn caller(api: &Api, r: &Call) -> Result<Caller, Status> {
     let mut meta = MetadataMap::new();
-    if let Some(value) = &r.bearer {
+    if let Some(value) = &r.authorization {
         let value: MetadataValue<_> =
             value.parse().map_err(|_| Status::unauthenticated("the Authorization header is not text"))?;
         meta.insert(baton_proto::AUTHORIZATION_METADATA, value);
@@ -183,7 +181,7 @@ async fn caller(api: &Api, r: &Request) -> Result<Caller, Status> {
 
 /// The JSON of one `/api/` endpoint. A leadership check that misses its quorum by chance
 /// is retried where every linearizable read is (`baton_raft`'s `READ_CHECK_ATTEMPTS`).
-async fn json(api: &Api, r: &Request) -> Result<String, Status> {
+async fn json(api: &Api, r: &Call) -> Result<String, Status> {
     let who = caller(api, r).await?;
     match r.path.as_str() {
         "/api/cluster" => to_json(&api::cluster::info(api, Some(&who)).await?.into_inner()),
@@ -220,7 +218,7 @@ pub const MAX_USAGE_DAYS: u64 = 400;
 
 /// `/api/usage?by=queue|user|pool&days=N&buckets=M`: GPU time per queue (the default),
 /// user or pool over the last `days` (default 7), in `buckets` bars (default one a day).
-fn usage_params(r: &Request) -> Result<(baton_accounting::By, u64, usize), Status> {
+fn usage_params(r: &Call) -> Result<(baton_accounting::By, u64, usize), Status> {
     let by = api::history::by_from(r.param("by").filter(|b| !b.is_empty()).unwrap_or("queue"))?;
     let days = match r.param("days").filter(|d| !d.is_empty()) {
         None => 7,
@@ -243,7 +241,7 @@ fn usage_params(r: &Request) -> Result<(baton_accounting::By, u64, usize), Statu
 /// `/api/jobs?after=ID&limit=N&state=S1,S2`: the jobs after id `after` (none: from the
 /// first), at most `limit` of them, in the states named (none: any). A bad state is named
 /// by the API's own check.
-fn jobs_page(r: &Request) -> Result<ListJobsRequest, Status> {
+fn jobs_page(r: &Call) -> Result<ListJobsRequest, Status> {
     let limit = match r.param("limit") {
         None | Some("") => DEFAULT_JOBS_PER_PAGE,
         Some(l) => match l.parse::<usize>() {
@@ -274,42 +272,17 @@ fn to_json(v: &impl Serialize) -> Result<String, Status> {
     serde_json::to_string(v).map_err(|e| Status::internal(format!("encoding JSON: {e}")))
 }
 
-fn text(status: &'static str, body: &str) -> Reply {
-    Reply { status, content_type: "text/plain; charset=utf-8", body: format!("{body}\n") }
-}
-
-fn json_error(code: Code, message: &str) -> Reply {
+fn json_error(code: Code, message: &str) -> Response<Body> {
     #[derive(Serialize)]
     struct Error<'a> {
         error: &'a str,
     }
-    let status = match code {
-        Code::Unauthenticated => "401 Unauthorized",
-        Code::PermissionDenied => "403 Forbidden",
-        Code::NotFound => "404 Not Found",
-        Code::InvalidArgument => "400 Bad Request",
-        Code::Unavailable | Code::ResourceExhausted => "503 Service Unavailable",
-        _ => "500 Internal Server Error",
-    };
     let body = serde_json::to_string(&Error { error: message }).unwrap_or_default();
-    Reply { status, content_type: "application/json", body }
+    web::reply(web::status_of(code), "application/json", body)
 }
 
-fn status_reply(s: &Status) -> Reply {
+fn status_reply(s: &Status) -> Response<Body> {
     json_error(s.code(), s.message())
-}
-
-async fn reply(mut stream: TcpStream, r: Reply) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
-         Content-Security-Policy: {CSP}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
-        r.status,
-        r.content_type,
-        r.body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(r.body.as_bytes()).await?;
-    stream.shutdown().await
 }
 
 /// `/api/events`: every event this replica applies from now on that the caller may see, as
@@ -318,14 +291,27 @@ async fn reply(mut stream: TcpStream, r: Reply) -> std::io::Result<()> {
 /// before each batch, against the state the batch is judged by, and every
 /// [`STREAM_RECHECK_MS`]) or the server closes. A client that falls behind gets an
 /// `event: lagged` saying how many batches it missed (the page then reloads everything).
-async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, mut who: Caller) -> std::io::Result<()> {
+fn events(ctx: Arc<Ctx>, who: Caller, peer: Peer, places: StreamPlaces) -> Response<Body> {
+    let (tx, rx) = mpsc::channel(EVENT_STREAM_BUFFER);
+    tokio::spawn(async move {
+        // The stream ends when the client goes: its body, and so `rx`, is dropped.
+        let _ = pump(&ctx, &tx, who, &peer).await;
+        drop(places);
+    });
+    web::streaming("text/event-stream", rx)
+}
+
+/// The client went away.
+struct Gone;
+
+async fn send(tx: &mpsc::Sender<Bytes>, message: String) -> Result<(), Gone> {
+    tx.send(Bytes::from(message)).await.map_err(|_| Gone)
+}
+
+async fn pump(ctx: &Arc<Ctx>, tx: &mpsc::Sender<Bytes>, mut who: Caller, peer: &Peer) -> Result<(), Gone> {
     let mut events = ctx.replica.subscribe_events();
     let mut closing = ctx.closing.subscribe();
-    stream
-        .write_all(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n: events follow\n\n",
-        )
-        .await?;
+    send(tx, ": events follow\n\n".into()).await?;
     let mut keepalive = tokio::time::interval(Duration::from_millis(KEEPALIVE_MS));
     let mut recheck = tokio::time::interval(Duration::from_millis(STREAM_RECHECK_MS));
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -333,12 +319,12 @@ async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, mut who: Caller) -> std::
         let next = tokio::select! {
             next = events.recv() => next,
             // A revocation makes no event: a quiet stream must look for itself.
-            _ = recheck.tick() => match ctx.replica.read_local(|s| who.refresh(s)) {
+            _ = recheck.tick() => match peer.cert.check().and_then(|()| ctx.replica.read_local(|s| who.refresh(s))) {
                 Ok(()) => continue,
-                Err(s) => return refused(&mut stream, &s).await,
+                Err(s) => return send(tx, refused(&s)).await,
             },
             _ = keepalive.tick() => {
-                stream.write_all(b": keepalive\n\n").await?;
+                send(tx, ": keepalive\n\n".into()).await?;
                 continue;
             }
             // The watch's guard must not live across the awaits above (it is not Send).
@@ -347,7 +333,7 @@ async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, mut who: Caller) -> std::
         let batch: Arc<[ModelEvent]> = match next {
             Ok(b) => b,
             Err(RecvError::Lagged(n)) => {
-                stream.write_all(format!("event: lagged\ndata: {n}\n\n").as_bytes()).await?;
+                send(tx, format!("event: lagged\ndata: {n}\n\n")).await?;
                 continue;
             }
             Err(RecvError::Closed) => return Ok(()),
@@ -360,18 +346,18 @@ async fn events(ctx: &Arc<Ctx>, mut stream: TcpStream, mut who: Caller) -> std::
         match shown {
             Ok(shown) => {
                 for e in shown {
-                    stream.write_all(event_message(e).as_bytes()).await?;
+                    send(tx, event_message(e)).await?;
                 }
             }
-            Err(s) => return refused(&mut stream, &s).await,
+            Err(s) => return send(tx, refused(&s)).await,
         }
     }
 }
 
-/// The stream's last message: the caller's token is no longer live, and why.
-async fn refused(stream: &mut TcpStream, why: &Status) -> std::io::Result<()> {
+/// The stream's last message: the caller's token or certificate is no longer live, and why.
+fn refused(why: &Status) -> String {
     let why = why.message().replace(['\r', '\n'], " ");
-    stream.write_all(format!("event: refused\ndata: {why}\n\n").as_bytes()).await
+    format!("event: refused\ndata: {why}\n\n")
 }
 
 /// One event as a stream message, at most [`MAX_EVENT_BYTES`]: an event whose text makes
@@ -404,8 +390,14 @@ mod tests {
     use baton_model::name::Name;
     use baton_proto::convert::event_to_proto;
 
-    fn request(target: &str) -> Request {
-        request::parse(&format!("GET {target} HTTP/1.1\r\n\r\n")).unwrap()
+    fn request(target: &str) -> Call {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let query = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).unwrap_or_default())
+            .collect();
+        Call { method: Method::GET, path: path.into(), query, authorization: None }
     }
 
     #[test]
@@ -448,8 +440,9 @@ mod tests {
     #[test]
     fn refusals_get_their_http_status_and_a_json_body() {
         let r = status_reply(&Status::unauthenticated("no token"));
-        assert_eq!((r.status, r.body.as_str()), ("401 Unauthorized", r#"{"error":"no token"}"#));
-        assert_eq!(status_reply(&Status::permission_denied("x")).status, "403 Forbidden");
-        assert_eq!(status_reply(&Status::invalid_argument("x")).status, "400 Bad Request");
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(r.headers()["content-type"], "application/json");
+        assert_eq!(status_reply(&Status::permission_denied("x")).status(), StatusCode::FORBIDDEN);
+        assert_eq!(status_reply(&Status::invalid_argument("x")).status(), StatusCode::BAD_REQUEST);
     }
 }
