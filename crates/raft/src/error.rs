@@ -159,6 +159,10 @@ pub enum MembershipError {
         "forwarding to the leader, replica {leader_id} at {leader_addr}, failed; the change may or may not be made: {reason}"
     )]
     ForwardFailed { leader_id: NodeId, leader_addr: String, reason: String },
+    /// Refused by the leader's gate (who asked may not make it). Last, so that the other
+    /// variants keep their encoding.
+    #[error("membership change not allowed: {0}")]
+    NotAllowed(String),
 }
 
 /// Why serving raft RPCs stopped.

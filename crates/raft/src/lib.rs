@@ -57,7 +57,7 @@ pub mod types;
 
 pub use addrs::Addrs;
 pub use error::{MembershipError, OpenError, ReadError, ServeError, WriteError};
-pub use membership::{Change, MIN_VOTERS};
+pub use membership::{Change, Forwarded, MIN_VOTERS, MembershipGate};
 pub use metrics::{ReplicaMetrics, Role};
 pub use racks::MAX_RACK_BYTES;
 pub use replica::{Bootstrap, Replica, ReplicaConfig, Storage};

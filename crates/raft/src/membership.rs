@@ -8,7 +8,11 @@
 //! - a removal may not leave fewer than [`MIN_VOTERS`] voters (to replace a dead replica,
 //!   add the new one first, then remove the dead one), and the leader is not removed while
 //!   it leads (hand leadership over first);
-//! - leadership goes to a voter (see `transfer`).
+//! - leadership goes to a voter (see `transfer`);
+//! - a change forwarded to the leader carries who asked (`authority`: the server's token
+//!   hash, opaque here), and the leader's [`MembershipGate`] judges it before anything is
+//!   changed: the raft port takes any replica certificate, so the follower's own check is
+//!   not enough.
 
 use std::time::Duration;
 
@@ -22,6 +26,21 @@ use crate::types::NodeId;
 
 /// The fewest voters a removal may leave: the smallest cluster that survives losing one.
 pub const MIN_VOTERS: usize = 3;
+
+/// Judges a change forwarded to this leader by who asked for it (`None`: the forward named
+/// no one): `Err` says why it is refused. Installed by the server ([`Replica::gate_membership`]);
+/// without one every forwarded change is judged by the rules above alone.
+pub type MembershipGate = std::sync::Arc<dyn Fn(&Change, Option<&[u8]>) -> Result<(), String> + Send + Sync>;
+
+/// Most bytes of a forwarded change's `authority` (a token hash is 32).
+pub const MAX_AUTHORITY_BYTES: usize = 256;
+
+/// A change as a follower forwards it to the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forwarded {
+    pub change: Change,
+    pub authority: Option<Vec<u8>>,
+}
 
 /// One change an operator asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,9 +59,14 @@ pub enum Change {
 }
 
 impl Replica {
-    /// Makes `change`, on the leader (forwarded there from a follower), and returns the
-    /// leader's view once it is made.
-    pub async fn change_membership(&self, change: Change) -> Result<ReplicaMetrics, MembershipError> {
+    /// Makes `change`, on the leader (forwarded there from a follower, with `authority`: who
+    /// asked, for the leader's gate), and returns the leader's view once it is made. The
+    /// caller has checked that `authority` may make it.
+    pub async fn change_membership(
+        &self,
+        change: Change,
+        authority: Option<Vec<u8>>,
+    ) -> Result<ReplicaMetrics, MembershipError> {
         let m = self.metrics();
         let leader = m.leader_id.and_then(|id| m.members.get(&id));
         match (m.leader_id, leader) {
@@ -56,9 +80,24 @@ impl Replica {
             (Some(leader_id), Some(at)) => {
                 // Adding waits for catch-up and promotion; a transfer for catch-up and an election.
                 let timeout = Duration::from_millis(self.settings().membership_timeout_ms.saturating_mul(2));
-                self.core().peers.forward_membership(leader_id, at, &change, timeout).await
+                let forwarded = Forwarded { change, authority };
+                self.core().peers.forward_membership(leader_id, at, &forwarded, timeout).await
             }
         }
+    }
+
+    /// Installs the gate forwarded changes pass on this replica (the first one installed
+    /// holds).
+    pub fn gate_membership(&self, gate: MembershipGate) {
+        let _ = self.core().membership_gate.set(gate);
+    }
+
+    /// A change forwarded to this replica: judged by the gate, then made here.
+    pub(crate) async fn change_forwarded(&self, f: Forwarded) -> Result<ReplicaMetrics, MembershipError> {
+        if let Some(gate) = self.core().membership_gate.get() {
+            gate(&f.change, f.authority.as_deref()).map_err(MembershipError::NotAllowed)?;
+        }
+        self.change_here(f.change).await
     }
 
     /// Makes `change` on this replica, which must lead.

@@ -196,6 +196,8 @@ pub(crate) struct Core {
     skew_warned_ms: std::sync::atomic::AtomicU64,
     /// The replicated clock as this replica saw it: its bound without samples (see `skew`).
     anchor: crate::skew::Anchor,
+    /// Judges membership changes forwarded here (see `membership`).
+    pub(crate) membership_gate: std::sync::OnceLock<crate::membership::MembershipGate>,
 }
 
 /// A replica whose clock runs ahead says so in its log at most this often.
@@ -521,6 +523,7 @@ impl Replica {
                 read_floor,
                 skew_warned_ms: std::sync::atomic::AtomicU64::new(0),
                 anchor: crate::skew::Anchor::default(),
+                membership_gate: std::sync::OnceLock::new(),
             }),
         })
     }

@@ -247,6 +247,7 @@ pub async fn run_on(
     config.settings.validate().map_err(ServerError::Settings)?;
     let dialer = tls::raft_dialer(&config.transport, &config.replica);
     let replica = Replica::open_with(config.replica, dialer).await?;
+    replica.gate_membership(auth::membership_gate(replica.clone()));
     let ctx = Arc::new(Ctx::new(replica.clone(), config.settings, config.transport.clone()));
     let timing = ctx.metrics.clone();
     replica.observe_applies(Arc::new(move |kind, took| timing.observe_apply(kind, took.as_secs_f64())));

@@ -720,3 +720,57 @@ async fn a_log_stream_ends_when_its_reader_loses_the_grant_that_let_them_read_it
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("the logs of job aj") && e.message().contains("user alice"), "{}", e.message());
 }
+
+/// A membership change sent straight to the leader's raft service (the raft port takes any
+/// replica certificate) as `from`, carrying `authority`: the leader's answer.
+async fn forged_membership(
+    cluster: &Cluster,
+    leader: usize,
+    from: usize,
+    payload: Vec<u8>,
+) -> Result<baton_raft::ReplicaMetrics, baton_raft::MembershipError> {
+    let mut raft = RaftTransportClient::connect(format!("http://{}", cluster.addrs()[leader])).await.unwrap();
+    let req = RaftRequest {
+        cluster_id: "test".into(),
+        from_node_id: from as u64 + 1,
+        to_node_id: leader as u64 + 1,
+        payload,
+    };
+    let reply = raft.membership(req).await.unwrap().into_inner();
+    baton_raft::codec::decode(&reply.payload).unwrap()
+}
+
+/// Issue 39: the `Membership` RPC made any change a replica forwarded, with no admin check
+/// on the leader. Now a forwarded change carries the caller's token hash and the leader
+/// judges it: none (as a replica of an older build, or a forger, sends it), a user's, or an
+/// unknown one is refused with PERMISSION_DENIED's reason and nothing moves; an admin's
+/// change through a follower is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forwarded_membership_change_needs_an_admins_token_on_the_leader() {
+    let (cluster, _agent) = setup(3).await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let to = Some(follower as u64 + 1);
+    let change = baton_raft::Change::Transfer { to };
+    let forwarded = |authority: Option<Vec<u8>>| {
+        baton_raft::codec::encode(&baton_raft::Forwarded { change: change.clone(), authority }).unwrap()
+    };
+    let cases = [
+        ("a bare change", baton_raft::codec::encode(&change).unwrap(), "without the caller's token"),
+        ("no token", forwarded(None), "without the caller's token"),
+        ("alice's token", forwarded(Some(hash_token(ALICE).to_vec())), "needs role admin; user alice"),
+        ("an unknown token", forwarded(Some(hash_token("nobody").to_vec())), "unknown token"),
+    ];
+    for (what, payload, why) in cases {
+        let e = forged_membership(&cluster, leader, follower, payload).await.expect_err(what);
+        assert!(matches!(&e, baton_raft::MembershipError::NotAllowed(m) if m.contains(why)), "{what}: {e}");
+    }
+    assert_eq!(cluster.leader().await, leader, "a refused change moved leadership");
+
+    let mut admin = client(&cluster.addrs()[follower], Some(ADMIN)).await;
+    let mut alice = client(&cluster.addrs()[follower], Some(ALICE)).await;
+    let e = alice.transfer_leader(ReplicaRef { id: follower as u64 + 1 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let moved = admin.transfer_leader(ReplicaRef { id: follower as u64 + 1 }).await.unwrap().into_inner();
+    assert_eq!(moved.leader_id, follower as u64 + 1, "an admin's change through a follower was not made");
+}

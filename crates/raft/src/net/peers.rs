@@ -15,7 +15,7 @@ use crate::addrs::Addrs;
 use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
 use crate::error::{MembershipError, ReadError, WriteError};
-use crate::membership::Change;
+use crate::membership::Forwarded;
 use crate::metrics::ReplicaMetrics;
 use crate::transfer::TransferNote;
 use crate::types::{LogId, NodeId};
@@ -302,7 +302,7 @@ impl Peers {
         &self,
         leader_id: NodeId,
         leader: &Addrs,
-        change: &Change,
+        change: &Forwarded,
         timeout: Duration,
     ) -> Result<ReplicaMetrics, MembershipError> {
         let failed =

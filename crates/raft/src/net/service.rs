@@ -14,7 +14,7 @@ use tonic::{Request, Response as GrpcResponse, Status};
 use crate::campaign::PreVote;
 use crate::codec::{decode, encode};
 use crate::error::WriteError;
-use crate::membership::Change;
+use crate::membership::{Change, Forwarded, MAX_AUTHORITY_BYTES};
 use crate::replica::{Core, Replica};
 use crate::transfer::{TransferNote, on_note};
 use crate::types::{NodeId, TypeConfig};
@@ -199,10 +199,20 @@ impl RaftTransport for RaftService {
     }
 
     async fn membership(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {
-        let (from, change): (_, Change) = self.take(req)?;
-        tracing::info!(from, ?change, "forwarded membership change");
+        let req = self.admitted(req)?;
+        let from = req.from_node_id;
+        // A replica of an older build forwards the bare change, naming no one.
+        let forwarded = decode::<Forwarded>(&req.payload)
+            .or_else(|_| decode::<Change>(&req.payload).map(|change| Forwarded { change, authority: None }))
+            .map_err(|e| Status::invalid_argument(format!("request from replica {from} does not decode: {e}")))?;
+        if forwarded.authority.as_ref().is_some_and(|a| a.len() > MAX_AUTHORITY_BYTES) {
+            return Err(Status::invalid_argument(format!(
+                "request from replica {from}: its authority is over {MAX_AUTHORITY_BYTES} bytes"
+            )));
+        }
+        tracing::info!(from, change = ?forwarded.change, "forwarded membership change");
         let replica = Replica::from_core(self.core.clone());
-        self.reply(&replica.change_here(change).await)
+        self.reply(&replica.change_forwarded(forwarded).await)
     }
 
     async fn transfer_note(&self, req: Request<RaftRequest>) -> Result<GrpcResponse<RaftReply>, Status> {

@@ -194,7 +194,9 @@ pub async fn change(
 ) -> Result<Response<MembershipReply>, Status> {
     who.require(Role::Admin, what)?;
     tracing::info!(?change, "membership change asked");
-    let m = api.ctx.replica.change_membership(change).await.map_err(crate::status::from_membership)?;
+    // The leader checks the token again (`auth::membership_gate`) when the change is forwarded.
+    let m = api.ctx.replica.change_membership(change, who.hash().map(|h| h.to_vec())).await;
+    let m = m.map_err(crate::status::from_membership)?;
     Ok(Response::new(MembershipReply {
         leader_id: m.leader_id.unwrap_or(0),
         voters: m.voters.into_iter().collect(),

@@ -15,7 +15,10 @@
 //!
 //! - `tokens`: the gRPC methods for tokens and `WhoAmI`.
 
+mod gate;
 pub mod tokens;
+
+pub use gate::membership_gate;
 
 use baton_model::State;
 use baton_model::access::{Role, Token, TokenHash};
@@ -82,6 +85,14 @@ impl Caller {
         match self {
             Caller::Open => op,
             Caller::Token { hash, .. } => Op::As { token: *hash, op: Box::new(op) },
+        }
+    }
+
+    /// The hash of the caller's token, if it has one.
+    pub fn hash(&self) -> Option<&TokenHash> {
+        match self {
+            Caller::Open => None,
+            Caller::Token { hash, .. } => Some(hash),
         }
     }
 
