@@ -351,11 +351,13 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
                 oldest_here_ms: 1_793_491_200_000,
                 newest_here: 1230,
             }),
+            behaviour: 2,
         }
     });
     let server = serve_baton(fake);
     let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
     r.unwrap();
+    assert!(out.contains("apply behaviour: 2 (this client's build applies up to 2)"), "{out}");
     assert!(out.contains("usage over time: half-life 7d00h, weights cpu 0.25, gpu 1"), "{out}");
     assert!(
         out.contains(

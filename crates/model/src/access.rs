@@ -16,7 +16,9 @@ use crate::command::Op;
 use crate::cow_tree::CowTree;
 use crate::error::ApplyError;
 use crate::job::{Job, JobId};
-use crate::limits::{MAX_GRANTS_PER_TOKEN, MAX_REMEMBERED_REQUEST_IDS, MAX_TOKENS};
+use crate::limits::{
+    MAX_GRANTS_PER_TOKEN, MAX_REMEMBERED_REQUEST_IDS, MAX_REMEMBERED_REQUEST_IDS_PER_USER, MAX_TOKENS,
+};
 use crate::name::Name;
 
 /// SHA-256 of a token's bytes.
@@ -125,6 +127,10 @@ pub struct Access {
     #[serde(with = "as_pairs")]
     pub(crate) request_ids: BTreeMap<(Name, String), JobId>,
     pub(crate) request_order: VecDeque<(Name, String)>,
+    /// How many of `request_ids` each user has: derived, rebuilt when a state is read back
+    /// ([`Access::rebuild_request_counts`]).
+    #[serde(skip)]
+    request_counts: BTreeMap<Name, usize>,
 }
 
 impl Access {
@@ -253,15 +259,55 @@ impl Access {
         self.request_ids.get(&(user.clone(), rid.to_string())).copied()
     }
 
-    pub(crate) fn remember_request(&mut self, user: Name, rid: String, job: JobId) {
+    /// Remembers `user`'s request id `rid` for `job`: the oldest id is forgotten past
+    /// [`MAX_REMEMBERED_REQUEST_IDS`], and with `per_user` (behaviour 2) the user's own
+    /// oldest first past [`MAX_REMEMBERED_REQUEST_IDS_PER_USER`], so that one user's
+    /// submissions cannot flush another's ids.
+    pub(crate) fn remember_request(&mut self, user: Name, rid: String, job: JobId, per_user: bool) {
         let key = (user, rid);
-        self.request_ids.insert(key.clone(), job);
-        self.request_order.push_back(key);
-        while self.request_order.len() > MAX_REMEMBERED_REQUEST_IDS {
-            if let Some(old) = self.request_order.pop_front() {
-                self.request_ids.remove(&old);
+        if self.request_ids.insert(key.clone(), job).is_none() {
+            *self.request_counts.entry(key.0.clone()).or_default() += 1;
+        }
+        self.request_order.push_back(key.clone());
+        if per_user && self.requests_of(&key.0) > MAX_REMEMBERED_REQUEST_IDS_PER_USER {
+            // The user's oldest is the first of theirs in order: a scan of at most the whole
+            // window (bounded), short when the user is the one submitting most.
+            if let Some(at) = self.request_order.iter().position(|(u, _)| *u == key.0)
+                && let Some(old) = self.request_order.remove(at)
+            {
+                self.forget_request(&old);
             }
         }
+        while self.request_order.len() > MAX_REMEMBERED_REQUEST_IDS {
+            if let Some(old) = self.request_order.pop_front() {
+                self.forget_request(&old);
+            }
+        }
+    }
+
+    fn forget_request(&mut self, key: &(Name, String)) {
+        if self.request_ids.remove(key).is_none() {
+            return;
+        }
+        if let Some(n) = self.request_counts.get_mut(&key.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.request_counts.remove(&key.0);
+            }
+        }
+    }
+
+    /// Counts each user's request ids again, for a state read back from a snapshot.
+    pub(crate) fn rebuild_request_counts(&mut self) {
+        self.request_counts.clear();
+        for (user, _) in self.request_ids.keys() {
+            *self.request_counts.entry(user.clone()).or_default() += 1;
+        }
+    }
+
+    /// How many request ids of `user` are remembered.
+    fn requests_of(&self, user: &Name) -> usize {
+        self.request_counts.get(user).copied().unwrap_or(0)
     }
 }
 
@@ -402,4 +448,35 @@ fn no_grant(token: &Token, queue: &Name) -> ApplyError {
         "user {} has no grant on queue {queue} (granted: {granted}) and is not an operator",
         token.spec.user
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 39: one window of request ids for every user let one user's submissions push
+    /// another's out, so that user's retry made a second job. With behaviour 2 each user is
+    /// bounded first: alice's flood forgets her own oldest ids, bob's stays.
+    #[test]
+    fn one_users_flood_of_request_ids_forgets_only_their_own() {
+        let (alice, bob) = (Name::lit("alice"), Name::lit("bob"));
+        for per_user in [false, true] {
+            let mut a = Access::default();
+            a.remember_request(bob.clone(), "b-1".into(), 1, per_user);
+            for i in 0..MAX_REMEMBERED_REQUEST_IDS as u64 {
+                a.remember_request(alice.clone(), format!("a-{i}"), 2 + i, per_user);
+            }
+            let kept = a.request(&bob, "b-1");
+            if per_user {
+                assert_eq!(kept, Some(1), "bob's id was pushed out by alice's");
+                assert_eq!(a.requests_of(&alice), MAX_REMEMBERED_REQUEST_IDS_PER_USER);
+                assert_eq!(a.request(&alice, "a-0"), None, "alice's oldest goes first");
+                let last = MAX_REMEMBERED_REQUEST_IDS as u64 - 1;
+                assert_eq!(a.request(&alice, &format!("a-{last}")), Some(2 + last));
+                assert_eq!(a.request_order.len(), a.request_ids.len());
+            } else {
+                assert_eq!(kept, None, "behaviour 1 keeps one window for every user, as before");
+            }
+        }
+    }
 }

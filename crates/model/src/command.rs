@@ -257,6 +257,9 @@ pub enum Op {
     /// Accounting on with its defaults, unless it is on: the leader's own command, written
     /// once every member reads the format that carries records (see `accounting`).
     StartAccounting,
+    /// Raises the state's behaviour version to this one (never lowers it): the leader's own
+    /// command, written once every member applies it (see `behaviour`).
+    SetBehaviour(u32),
 }
 
 impl Op {
@@ -273,6 +276,7 @@ impl Op {
             Op::ApplyPlan(_)
                 | Op::Tick
                 | Op::StartAccounting
+                | Op::SetBehaviour(_)
                 | Op::SetNodeStatus { .. }
                 | Op::RegisterNodes(_)
                 // What agents say of their nodes and their replicas: the leader's gateway
@@ -376,6 +380,7 @@ impl Op {
             Op::SetUserLimit { .. } => "SetUserLimit",
             Op::SetAccounting(_) => "SetAccounting",
             Op::StartAccounting => "StartAccounting",
+            Op::SetBehaviour(_) => "SetBehaviour",
         }
     }
 }

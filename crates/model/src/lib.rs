@@ -37,6 +37,7 @@ pub mod accounting;
 pub mod after;
 pub mod alloc;
 pub mod array;
+pub mod behaviour;
 pub mod class;
 pub mod command;
 pub mod cow_tree;

@@ -30,6 +30,10 @@ pub const MAX_WINDOWS: usize = 1_000;
 pub const MAX_EVENTS_PER_JOB: usize = 64;
 /// Client request ids remembered for idempotent submission; the oldest is forgotten first.
 pub const MAX_REMEMBERED_REQUEST_IDS: usize = 100_000;
+/// Request ids remembered per user (behaviour 2 on, see `behaviour`): a user's own oldest
+/// is forgotten first, so one user's submissions cannot push others' ids out of the window
+/// above. A retry comes within minutes; 10,000 submissions is more than a user makes then.
+pub const MAX_REMEMBERED_REQUEST_IDS_PER_USER: usize = 10_000;
 /// Finished jobs (Succeeded, Failed, Cancelled) kept in the state by default; oldest pruned first.
 pub const DEFAULT_RETAINED_FINISHED_JOBS: usize = 10_000;
 /// Jobs that may exist at once (pending, running, finished and retained).

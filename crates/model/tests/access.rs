@@ -454,3 +454,17 @@ fn an_array_and_its_elements_are_its_submitters() {
     apply(&mut s, as_(OPERATOR, Op::CancelArray { array: id })).unwrap();
     assert!(s.array(id).unwrap().cancelled);
 }
+
+/// Behaviour 2 (issue 39): request ids were one window of 100,000 for every user, so one
+/// user's submissions pushed another's ids out and that user's retry made a second job. A
+/// raise never lowers the version, and a forwarded raise is refused (the leader's alone).
+#[test]
+fn the_behaviour_version_is_raised_by_the_leader_only_and_never_lowered() {
+    use baton_model::behaviour::{BASELINE, BEHAVIOUR};
+    let mut s = State::new();
+    assert_eq!(s.behaviour(), BASELINE);
+    assert!(Op::SetBehaviour(BEHAVIOUR).leader_only());
+    s.apply(Command { now_ms: 1, op: Op::SetBehaviour(BEHAVIOUR) }).unwrap();
+    s.apply(Command { now_ms: 2, op: Op::SetBehaviour(BASELINE) }).unwrap();
+    assert_eq!(s.behaviour(), BEHAVIOUR);
+}

@@ -64,6 +64,7 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("SetUserLimit", 9),
     ("SetAccounting", 9),
     ("StartAccounting", 9),
+    ("SetBehaviour", 10),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -180,6 +181,7 @@ fn ops() -> Vec<Op> {
         Op::SetUserLimit { queue: q.clone(), limit: baton_model::resources::Resources::of(&[("gpu", 8)]) },
         Op::SetAccounting(baton_model::accounting::AccountingSettings::default()),
         Op::StartAccounting,
+        Op::SetBehaviour(baton_model::behaviour::BEHAVIOUR),
     ]
 }
 

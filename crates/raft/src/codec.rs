@@ -90,12 +90,13 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// and must use every byte, so a current snapshot is never read as an old one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
     use baton_model::state::{
-        PreAccessState, PreArraysState, PreCompletingState, PreGpuFaultsState, PreTenancyState, PreVisibilityState,
-        PreWaitsState, PreWindowsState,
+        PreAccessState, PreArraysState, PreBehaviourState, PreCompletingState, PreGpuFaultsState, PreTenancyState,
+        PreVisibilityState, PreWaitsState, PreWindowsState,
     };
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreArraysState>(bytes)
+        decode::<PreBehaviourState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreArraysState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreGpuFaultsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreWindowsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreWaitsState>(bytes).map(|old| old.0))

@@ -297,3 +297,25 @@ fn arrays_round_trip_and_a_state_without_one_keeps_the_older_layout() {
         back.job_by_name("sweep-1").is_some() && back.element_of(back.job_by_name("sweep-1").unwrap().id).is_some()
     );
 }
+
+/// Data format 10 adds the behaviour version after the workflows, written only once it is
+/// raised: at the baseline a snapshot keeps format 9's layout; raised, it round trips with
+/// the version (also as JSON), and format 9's reader refuses it rather than apply the old
+/// behaviour to it.
+#[test]
+fn the_behaviour_version_round_trips_and_the_baseline_keeps_the_older_layout() {
+    use baton_model::behaviour::{BASELINE, BEHAVIOUR};
+    use baton_model::state::PreBehaviourState;
+    let (mut s, _) = with_a_queue_admin();
+    s.apply(Command { now_ms: 5_000, op: Op::StartAccounting }).unwrap();
+    let baseline = encode(&s).unwrap();
+    assert!(decode::<PreBehaviourState>(&baseline).is_ok(), "at the baseline: format 9's layout");
+    assert_eq!(decode_state(&baseline).unwrap().behaviour(), BASELINE);
+    s.apply(Command { now_ms: 5_000, op: Op::SetBehaviour(BEHAVIOUR) }).unwrap();
+    let raised = encode(&s).unwrap();
+    assert!(decode::<PreBehaviourState>(&raised).is_err(), "format 9's reader cannot drop the version");
+    let back = decode_state(&raised).unwrap();
+    assert_eq!((back.behaviour(), &back), (BEHAVIOUR, &s));
+    let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(json.behaviour(), BEHAVIOUR, "JSON keeps it too");
+}

@@ -6,7 +6,9 @@
 //!    optimistic); once some of it is applied, publishes the state with it instead of the
 //!    one read, so that its placements and stops go out at once,
 //! 3. declares nodes whose agents went silent lost,
-//! 4. writes a `Tick` when reservations may have expired.
+//! 4. writes a `Tick` when reservations may have expired,
+//! 5. brings the state up to this build (accounting on, the newest apply behaviour) once
+//!    every member reads what that takes.
 //!
 //! It decides nothing itself: `sched` decides, and this loop only does the IO.
 
@@ -62,7 +64,7 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
     let mut metrics = ctx.replica.watch();
     let interval = Duration::from_millis(ctx.settings.cycle_interval_ms);
     let mut idle_plan_at: Option<u64> = None;
-    let mut accounting_tried: Option<tokio::time::Instant> = None;
+    let mut upgrade_tried: Option<tokio::time::Instant> = None;
     loop {
         let m = ctx.replica.metrics();
         if m.role != Role::Leader || m.term != term || *shutdown.borrow() {
@@ -76,7 +78,7 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
             if idle_plan_at != Some(applied) {
                 (idle_plan_at, thought) = round(ctx, term).await;
             }
-            start_accounting(ctx, &mut accounting_tried).await;
+            upgrade(ctx, &mut upgrade_tried).await;
         }
         let rest = rest_after(thought, interval);
         // What the round saw; changes from here on, its own plan's commit aside, count.
@@ -92,34 +94,40 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
     }
 }
 
-/// How long a leader waits before it tries again to turn accounting on, while some member
-/// cannot read the format that carries it (a rolling upgrade under way).
-const ACCOUNTING_RETRY: Duration = Duration::from_secs(10);
+/// How long a leader waits before it tries again to bring the state up to this build (turn
+/// accounting on, raise the behaviour), while some member cannot read the format that carries
+/// it (a rolling upgrade under way).
+const UPGRADE_RETRY: Duration = Duration::from_secs(10);
 
-/// Turns accounting on (with its defaults) in a cluster where it is off: one upgraded from
-/// a build without it. The format gate refuses it until every member reads its format, so
-/// that no snapshot with records reaches a member that cannot read them.
-async fn start_accounting(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
-    if ctx.replica.read_local(|s| s.accounting().settings().is_some()) {
-        return;
-    }
-    if tried.is_some_and(|t| t.elapsed() < ACCOUNTING_RETRY) {
+/// Writes what brings the state up to what this build does (`baton_model::behaviour::
+/// leader_upgrade`): accounting on in a cluster upgraded from a build without it, then the
+/// newest apply behaviour. The format gate refuses each until every member reads its format,
+/// so that no member gets a snapshot or a behaviour it cannot follow.
+async fn upgrade(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
+    let Some(op) = ctx.replica.read_local(baton_model::behaviour::leader_upgrade) else { return };
+    if tried.is_some_and(|t| t.elapsed() < UPGRADE_RETRY) {
         return;
     }
     let first = tried.is_none();
     *tried = Some(tokio::time::Instant::now());
+    let name = op.name();
     let now_ms = ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
-    match ctx.replica.write(Command { now_ms, op: Op::StartAccounting }).await {
-        Ok(Ok(_)) => tracing::info!("accounting on: every attempt that ends from now on is recorded"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "accounting not turned on"),
+    match ctx.replica.write(Command { now_ms, op }).await {
+        Ok(Ok(_)) => {
+            // The next one, if any, at once.
+            *tried = None;
+            tracing::info!(op = name, "the state is brought up to this build");
+        }
+        Ok(Err(e)) => tracing::warn!(op = name, error = %e, "the leader's upgrade was refused"),
         // Said once a term at info; then at debug, every retry, so an upgrade's hours do not
         // fill the log.
         Err(e) if first => tracing::info!(
+            op = name,
             error = %e,
-            retry_s = ACCOUNTING_RETRY.as_secs(),
-            "accounting stays off for now (a member may not read its format yet)"
+            retry_s = UPGRADE_RETRY.as_secs(),
+            "not yet (a member may not read its format yet)"
         ),
-        Err(e) => tracing::debug!(error = %e, "accounting still off"),
+        Err(e) => tracing::debug!(op = name, error = %e, "not yet"),
     }
 }
 

@@ -189,3 +189,44 @@ async fn accounting_turns_on_only_once_every_replica_reads_its_format() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Apply behaviour 2 (request ids bounded per user) changes what an existing command does, so
+/// replicas of two builds would part if one applied it and another not: the leader raises
+/// the state's behaviour only once every replica reads format 10, and does so by itself
+/// once the last one is upgraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_apply_behaviour_is_raised_only_once_every_replica_applies_it() {
+    let mut cluster = Cluster::start_configured(3, settings(), |id, rc| {
+        if id == 3 {
+            rc.max_format = 9;
+        }
+    })
+    .await;
+    let mut c = cluster.client(0).await;
+    let info = |r: tonic::Response<ClusterInfoReply>| r.into_inner();
+    // Accounting (format 9) comes first, and does turn on: the raise is what waits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = c.cluster_info(Empty {}).await.map(info);
+        if now.as_ref().is_ok_and(|i| i.accounting.as_ref().is_some_and(|a| a.on)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "accounting never turned on: {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held = c.cluster_info(Empty {}).await.map(info).unwrap();
+    assert_eq!(held.behaviour, baton_model::behaviour::BASELINE, "raised while replica 3 reads format 9");
+
+    cluster.kill(2).await;
+    cluster.restart(2, |_, _| {}).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = c.cluster_info(Empty {}).await.map(info);
+        if now.as_ref().is_ok_and(|i| i.behaviour == baton_model::behaviour::BEHAVIOUR) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the behaviour was not raised 30 s after the upgrade: {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -110,9 +110,10 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     if tick_due {
         write(replica, clock, Op::Tick).await;
     }
-    // As the server's leader: accounting on where it is off (every member here reads it).
-    if replica.read_local(|s| s.accounting().settings().is_none()) {
-        write(replica, clock, Op::StartAccounting).await;
+    // As the server's leader: the state brought up to this build (accounting on, the newest
+    // behaviour; every member here reads them).
+    if let Some(op) = replica.read_local(baton_model::behaviour::leader_upgrade) {
+        write(replica, clock, op).await;
     }
     let at = crate::now_ms();
     let timeout_ms =

@@ -230,6 +230,10 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
         let _ = writeln!(s, "transport: mutual TLS");
     }
     let _ = writeln!(s, "jobs: {} running, {} pending", r.jobs_running, r.jobs_pending);
+    if r.behaviour != 0 {
+        let newest = baton_model::behaviour::BEHAVIOUR;
+        let _ = writeln!(s, "apply behaviour: {} (this client's build applies up to {newest})", r.behaviour);
+    }
     if let Some(t) = &r.tenancy {
         let _ = writeln!(s, "{}", tenancy_text(t));
     }

@@ -115,6 +115,9 @@ struct Data {
 #[derive(Debug, Clone)]
 pub struct State {
     d: Data,
+    /// The apply behaviour the log has raised this state to (see `behaviour`). Serialized
+    /// last, and only when above the baseline: a snapshot without it is at the baseline.
+    behaviour: u32,
     /// Tokens, owners and per-user request ids: replicated, and serialized after `d` so a
     /// snapshot written before they existed is `d` alone ([`PreAccessState`]).
     access: Access,
@@ -204,6 +207,7 @@ impl State {
         };
         let mut s = State {
             d,
+            behaviour: crate::behaviour::BASELINE,
             access: Access::default(),
             tenancy: Tenancy::default(),
             after: Aftermath::default(),
@@ -356,6 +360,11 @@ impl State {
                 self.start_accounting();
                 Ok(Outcome::Done)
             }
+            // Never lowered: a raise committed twice (a leader's retry) changes nothing.
+            Op::SetBehaviour(v) => {
+                self.behaviour = self.behaviour.max(v);
+                Ok(Outcome::Done)
+            }
         }
     }
 
@@ -407,6 +416,10 @@ impl State {
     pub fn now_ms(&self) -> u64 {
         self.d.now_ms
     }
+    /// The apply behaviour the log has raised this state to (see `behaviour`).
+    pub fn behaviour(&self) -> u32 {
+        self.behaviour
+    }
     /// Tokens, job owners and who may do what.
     pub fn access(&self) -> &Access {
         &self.access
@@ -442,9 +455,18 @@ impl Serialize for State {
         // member reads format 7).
         let visibility = &self.queue_visibility;
         let (waits, windows, faults) = (&self.waits, &self.windows, &self.gpu_faults);
-        if !self.arrays.is_empty() || !self.elastic.is_empty() || !self.usage.is_empty() || !self.accounting.is_empty()
+        let workflows = (&self.arrays, &self.elastic, &self.restarts, self.usage.stored(), &self.accounting);
+        // Format 9's layout while the behaviour is the baseline (it is raised only once every
+        // member reads format 10).
+        if self.behaviour > crate::behaviour::BASELINE {
+            let behaviour = self.behaviour;
+            (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows, behaviour)
+                .serialize(s)
+        } else if !self.arrays.is_empty()
+            || !self.elastic.is_empty()
+            || !self.usage.is_empty()
+            || !self.accounting.is_empty()
         {
-            let workflows = (&self.arrays, &self.elastic, &self.restarts, self.usage.stored(), &self.accounting);
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows).serialize(s)
         } else if !self.gpu_faults.is_empty() {
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, &self.gpu_faults).serialize(s)
@@ -466,8 +488,8 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with an array.
-const STATE_PARTS: usize = 11;
+/// Parts of a state as this build writes it with a behaviour above the baseline.
+const STATE_PARTS: usize = 12;
 
 /// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
 /// missing in a self-describing format (JSON, the simulator's), where a state with none set
@@ -498,8 +520,10 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let faults: GpuFaults = seq.next_element()?.unwrap_or_default();
         let (arrays, elastic, restarts, usage, accounting): (Arrays, ElasticGangs, Restarts, StoredUsage, Accounting) =
             seq.next_element()?.unwrap_or_default();
+        let behaviour: u32 = seq.next_element()?.unwrap_or(crate::behaviour::BASELINE);
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts, usage, accounting })?;
+        s.behaviour = behaviour;
         Ok(s)
     }
 }
@@ -531,6 +555,16 @@ impl State {
         self.restore_restarts(t.restarts)?;
         self.restore_usage(t.usage)?;
         self.restore_accounting(t.accounting)
+    }
+}
+
+/// A state as snapshots wrote it before behaviour versions (format 9's layout), and as they
+/// still write it at the baseline behaviour. Tried when the current layout fails.
+pub struct PreBehaviourState(pub State);
+
+impl<'de> Deserialize<'de> for PreBehaviourState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        de.deserialize_tuple(STATE_PARTS - 1, StateVisitor).map(PreBehaviourState)
     }
 }
 
@@ -743,11 +777,12 @@ impl<'de> Deserialize<'de> for PreAccessState {
 impl State {
     fn from_parts<E: serde::de::Error>(
         d: Data,
-        access: Access,
+        mut access: Access,
         tenancy: Tenancy,
         after: Aftermath,
         queue_revisions: BTreeMap<Name, u64>,
     ) -> Result<State, E> {
+        access.rebuild_request_counts();
         d.check().map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
         d.check_completing(&after.completing).map_err(|e| E::custom(format!("inconsistent state: {e}")))?;
         if let Some(name) = queue_revisions.keys().find(|q| !d.queues.contains_key(*q)) {
@@ -755,6 +790,7 @@ impl State {
         }
         let mut s = State {
             d,
+            behaviour: crate::behaviour::BASELINE,
             access,
             tenancy,
             after,
@@ -783,6 +819,7 @@ impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         // Compare what is replicated; the ledger follows from it.
         self.d == other.d
+            && self.behaviour == other.behaviour
             && self.access == other.access
             && self.tenancy == other.tenancy
             && self.after == other.after

@@ -116,7 +116,10 @@ impl State {
     pub(crate) fn remember(&mut self, request_id: Option<String>, id: JobId) {
         if let Some(rid) = request_id {
             match self.actor.clone() {
-                Some(user) => self.access.remember_request(user, rid, id),
+                Some(user) => {
+                    let per_user = self.behaviour >= crate::behaviour::PER_USER_REQUEST_IDS;
+                    self.access.remember_request(user, rid, id, per_user)
+                }
                 None => self.remember_request(rid, id),
             }
         }

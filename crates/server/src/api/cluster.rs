@@ -120,6 +120,8 @@ pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInf
         tenancy: Some(tenancy),
         usage: Some(usage),
         accounting: Some(accounting),
+        // After the read above: this replica's state holds at least what it read.
+        behaviour: api.ctx.replica.read_local(|s| s.behaviour()),
     }))
 }
 
