@@ -114,7 +114,7 @@ fn a_snapshot_carries_the_newest_records_and_numbering_goes_on_alike() {
     }
     let config = bincode::config::standard();
     let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
-    let (mut back, _): (State, usize) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
+    let (mut back, _): (State, usize) = common::decode_state(&bytes);
     assert_eq!(back.accounting(), s.accounting());
     assert_eq!(back.accounting().made(), 3);
     for st in [&mut s, &mut back] {

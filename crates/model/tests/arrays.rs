@@ -235,7 +235,7 @@ fn a_state_with_an_array_round_trips_through_a_snapshot() {
     exit(&mut s, a0, 0);
     let config = bincode::config::standard();
     let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
-    let (back, _): (State, _) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
+    let (back, _): (State, _) = common::decode_state(&bytes);
     assert_eq!(back, s);
     assert_eq!(back.array_by_name("a").unwrap().id, id);
     let mut back = back;

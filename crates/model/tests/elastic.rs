@@ -254,7 +254,7 @@ fn a_state_with_gangs_growing_and_shrinking_round_trips_through_a_snapshot() {
     decide(&mut s, 3_000, Decision::Grow { job: other, attempt: 1, replicas: on("n2", 0..8) }).unwrap();
     let config = bincode::config::standard();
     let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
-    let (mut back, _): (State, _) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
+    let (mut back, _): (State, _) = common::decode_state(&bytes);
     assert_eq!(back, s);
     assert_eq!(back.elastic(g).map(|e| (e.min, e.max)), Some((2, 8)));
     stopped(&mut back, 4_000, g);

@@ -82,7 +82,7 @@ fn usage_survives_a_snapshot_bit_for_bit_and_goes_on_alike() {
     apply(&mut s, 777_777, Op::Tick).unwrap();
     let config = bincode::config::standard();
     let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
-    let (mut back, _): (State, usize) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
+    let (mut back, _): (State, usize) = common::decode_state(&bytes);
     assert_eq!(back.usage(), s.usage(), "accounts, settings, limits and what runs held");
     for st in [&mut s, &mut back] {
         apply(st, 5_555_555, Op::JobExited { job: a, attempt: 1, exit_code: 0 }).unwrap();

@@ -7,11 +7,14 @@
 //!   a backlog to place, and a leader kill.
 //! - `sim`: trace-mode simulation speed (no cluster: the simulator on one core).
 //! - `clients`: submitting clients in processes of their own, for `scale`.
+//! - `hostile`: random and maximal messages from an authenticated agent and user against the
+//!   dev cluster, while honest jobs run: the leader's apply time, leases lost, processes dead.
 //! - `load`: the closed-loop client driver shared by `submit` and `scale`; `etcd`: the one
 //!   etcd call the anchor needs; `procstat`: a process's CPU and memory from /proc.
 
 mod clients;
 mod etcd;
+mod hostile;
 mod latency;
 mod load;
 mod procstat;
@@ -50,6 +53,10 @@ pub enum BenchWhat {
     /// One process of submitting clients, started by `scale --client-procs` (internal).
     #[command(hide = true)]
     Clients(clients::ClientsArgs),
+    /// Random and maximal messages from an authenticated agent and user against a local
+    /// cluster with mutual TLS and tokens, while honest jobs run (BENCHMARKS.md, "Hostile
+    /// callers").
+    Hostile(hostile::HostileArgs),
     /// Trace-mode simulation speed: generated traces of each size on a cluster file, one
     /// after another on one core (BENCHMARKS.md, "Simulation speed").
     Sim {
@@ -76,10 +83,34 @@ pub fn run(args: BenchArgs) -> ExitCode {
         BenchWhat::Submit(a) => submit::run(a),
         BenchWhat::Scale(a) => scale::run(a),
         BenchWhat::Clients(a) => clients::run(a),
+        BenchWhat::Hostile(a) => hostile::run(a),
         BenchWhat::Sim { cluster, jobs, seed, load, reserve_after } => {
             sim::run(&cluster, &jobs, seed, load, reserve_after)
         }
     }
+}
+
+/// The body of `GET` on a plain-HTTP `/metrics` URL (`http://HOST:PORT/metrics`), within 5 s.
+async fn scrape_url(url: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.strip_prefix("http://")?.split('/').next()?;
+    let read = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.ok()?;
+        Some(body)
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), read).await.ok()?
+}
+
+/// The value of sample `name` (without labels) in a Prometheus text exposition, as a float
+/// (histogram sums are).
+fn float(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (key, value) = l.split_once(' ')?;
+        (key == name).then(|| value.trim().parse::<f64>().ok())?
+    })
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 
 use baton_proto::v1::Empty;
 use clap::Args;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::clients;
 use super::load::{Caller, drive_until_taken};
 use super::simagents::{self, Fleet, Seen};
 use super::submit::{Backlog, channel, client, leader, submit_of_class};
-use super::{percentiles_line, procstat, runtime};
+use super::{float, percentiles_line, procstat, runtime};
 use crate::dev::METRICS_PORT_OFFSET;
 use crate::dev::procs::{Children, Security};
 
@@ -563,15 +562,7 @@ async fn nodes_lost(port: u16, index: usize) -> Option<u64> {
 
 /// Replica `index`'s (0-based) /metrics text.
 async fn metrics(port: u16, index: usize) -> Option<String> {
-    let addr = format!("127.0.0.1:{}", port + METRICS_PORT_OFFSET + index as u16);
-    let read = async {
-        let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).await.ok()?;
-        Some(body)
-    };
-    tokio::time::timeout(Duration::from_secs(5), read).await.ok()?
+    super::scrape_url(&format!("http://127.0.0.1:{}/metrics", port + METRICS_PORT_OFFSET + index as u16)).await
 }
 
 /// Replica `name`'s ("replica N") scheduling cycles so far: (count, seconds in them), from
@@ -591,14 +582,6 @@ async fn print_cycles(port: u16, name: &str, before: Option<(f64, f64)>, what: &
     let n = n1 - n0;
     let mean_ms = if n > 0.0 { (s1 - s0) / n * 1000.0 } else { 0.0 };
     println!("{what}: {n:.0} scheduling cycles on {name}, {:.1} s in them, {mean_ms:.1} ms each on average", s1 - s0);
-}
-
-/// The value of `name` as a float (histogram sums are).
-fn float(text: &str, name: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (key, value) = l.split_once(' ')?;
-        (key == name).then(|| value.trim().parse::<f64>().ok())?
-    })
 }
 
 /// The value of counter or gauge `name` in a Prometheus text exposition (`name_total` or

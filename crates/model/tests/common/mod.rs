@@ -30,3 +30,16 @@ pub fn submit_as(s: &mut State, name: &str, user: &str, gpus: u64) -> JobId {
         other => panic!("{other:?}"),
     }
 }
+
+/// A state read back from its bincode as a replica reads a snapshot: the current layout, or
+/// (at the baseline behaviour, as these states are) format 9's, which the raft crate's
+/// `decode_state` tries next.
+pub fn decode_state(bytes: &[u8]) -> (State, usize) {
+    let config = bincode::config::standard();
+    bincode::serde::decode_from_slice::<State, _>(bytes, config)
+        .or_else(|_| {
+            bincode::serde::decode_from_slice::<baton_model::state::PreBehaviourState, _>(bytes, config)
+                .map(|(s, n)| (s.0, n))
+        })
+        .expect("a state this build wrote reads back")
+}
