@@ -636,8 +636,14 @@ async fn the_dashboard_and_metrics_are_served_over_mutual_tls() {
     let plain = web::http_get(&s.metrics, "/api/cluster").await;
     assert!(plain.is_err(), "plain HTTP was answered on the TLS listener: {plain:?}");
 
+    // The plain listener's metrics name no job (nor user): a job's name is not in them.
+    let job = baton_proto::make::gpu_job("a-secret-experiment", "q", "train", 1, 1, vec!["train".into()]);
+    let mut api = s.api("client", "admin").await;
+    api.submit(baton_proto::v1::SubmitRequest { spec: Some(job), ..Default::default() }).await.unwrap();
     let (code, body) = web::http_get(&s.plain, "/metrics").await.unwrap();
     assert_eq!(code, 200, "{body}");
+    assert!(body.contains("baton_queue_pending_jobs"), "{body}");
+    assert!(!body.contains("a-secret-experiment"), "a job's name on the plain /metrics:\n{body}");
     let (code, body) = web::http_get(&s.plain, "/api/cluster").await.unwrap();
     assert_eq!(code, 404, "{body}");
     assert!(body.contains("serves only /metrics"), "{body}");

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
-use baton_proto::v1::{CreateTokenRequest, Empty, JobState, ListJobsRequest, SubmitRequest};
+use baton_proto::v1::{CreateTokenRequest, Empty, ListJobsRequest, SubmitRequest};
+use baton_proto::words::Word;
 use clap::Args;
 
 use crate::client::auth::Bearer;
@@ -57,6 +58,8 @@ const HOSTILE_QUEUE: &str = "hostile";
 const HONEST_QUEUE: &str = "honest";
 /// mallory's token (a dev cluster's, made here).
 const MALLORY_TOKEN: &str = "mallory-bench-token-0123456789";
+/// Pages of honest jobs read at the end (500 each: an hour's jobs and more).
+const MAX_PAGES: usize = 32;
 /// Attaches a hostile agent tries on one connection before it reports anyway.
 const ATTACH_TRIES: u32 = 8;
 /// Characters of a refusal's message shown with its code.
@@ -292,6 +295,25 @@ impl Scraped {
     }
 }
 
+/// How many honest jobs are in each state, page by page (at most [`MAX_PAGES`]).
+async fn honest_states(admin: &mut Api) -> BTreeMap<String, usize> {
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    let mut token = String::new();
+    for _ in 0..MAX_PAGES {
+        let page =
+            ListJobsRequest { queue: HONEST_QUEUE.into(), page_size: 500, page_token: token, ..Default::default() };
+        let Ok(reply) = admin.list_jobs(page).await.map(|r| r.into_inner()) else { break };
+        for j in &reply.jobs {
+            *states.entry(j.state().word().to_string()).or_default() += 1;
+        }
+        token = reply.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    states
+}
+
 async fn leader_name(children: &Children) -> Option<String> {
     let mut c = children.client(0).await.ok()?;
     let info = c.cluster_info(Empty {}).await.ok()?.into_inner();
@@ -321,13 +343,9 @@ async fn report(
         let lost = n - before.expiries.get(who).copied().unwrap_or(0.0);
         println!("{who}: {lost} leases ran out");
     }
-    let page = ListJobsRequest { page_size: 500, ..Default::default() };
-    let jobs = admin.list_jobs(page).await.map(|r| r.into_inner().jobs).unwrap_or_default();
-    let honest_done = jobs
-        .iter()
-        .filter(|j| j.spec.as_ref().is_some_and(|s| s.queue == HONEST_QUEUE) && j.state() == JobState::Succeeded)
-        .count();
-    println!("honest jobs: {honest} submitted, {honest_done} succeeded");
+    let states = honest_states(admin).await;
+    let states: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    println!("honest jobs: {honest} submitted; at the end {}", states.join(", "));
     if let Some(dead) = children.exited() {
         return Err(format!("a process died under hostile input: {dead}"));
     }
