@@ -105,7 +105,15 @@ impl Replicas {
     fn snapshot(&mut self) -> Result<(), String> {
         let config = bincode::config::standard();
         let bytes = bincode::serde::encode_to_vec(&self.leader, config).map_err(|e| e.to_string())?;
-        let (back, _): (State, usize) = bincode::serde::decode_from_slice(&bytes, config).map_err(|e| e.to_string())?;
+        // As a replica reads a snapshot: the current layout, or at the baseline behaviour
+        // format 9's (the raft crate's `decode_state` tries the older ones too).
+        let back: State = bincode::serde::decode_from_slice::<State, _>(&bytes, config)
+            .map(|(s, _)| s)
+            .or_else(|_| {
+                bincode::serde::decode_from_slice::<baton_model::state::PreBehaviourState, _>(&bytes, config)
+                    .map(|(s, _)| s.0)
+            })
+            .map_err(|e| e.to_string())?;
         if back.usage() != self.leader.usage() {
             return Err(format!("a snapshot changed usage:\n{:?}\n{:?}", self.leader.usage(), back.usage()));
         }

@@ -637,6 +637,8 @@ async fn the_dashboard_and_metrics_are_served_over_mutual_tls() {
     assert!(plain.is_err(), "plain HTTP was answered on the TLS listener: {plain:?}");
 
     // The plain listener's metrics name no job (nor user): a job's name is not in them.
+    let mut gw = AgentGatewayClient::new(s.channel(&s.transport("agent", "n1")).await.unwrap());
+    let _attached = gw.attach(AttachRequest { node: Some(node("n1")), term_seen: 0 }).await.unwrap();
     let job = baton_proto::make::gpu_job("a-secret-experiment", "q", "train", 1, 1, vec!["train".into()]);
     let mut api = s.api("client", "admin").await;
     api.submit(baton_proto::v1::SubmitRequest { spec: Some(job), ..Default::default() }).await.unwrap();
