@@ -59,8 +59,10 @@ impl Call {
         self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
-    fn of(req: &hyper::Request<Incoming>) -> Call {
-        let query = req.uri().query().unwrap_or("");
+    /// `method` on `target` (`PATH?QUERY`), without an `Authorization` header: what a request
+    /// line says (and what tests build a call from).
+    pub fn new(method: Method, target: &str) -> Call {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let query = query
             .split('&')
             .filter(|p| !p.is_empty())
@@ -70,9 +72,14 @@ impl Call {
                 (decode(k), decode(v))
             })
             .collect();
+        Call { method, path: path.to_string(), query, authorization: None }
+    }
+
+    fn of(req: &hyper::Request<Incoming>) -> Call {
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
         let authorization =
             req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_string());
-        Call { method: req.method().clone(), path: req.uri().path().to_string(), query, authorization }
+        Call { authorization, ..Call::new(req.method().clone(), target) }
     }
 }
 
@@ -241,6 +248,17 @@ mod tests {
         assert_eq!(decode("100%"), "100%");
         assert_eq!(decode("%zz%4"), "%zz%4");
         assert_eq!(decode("%C3%A9"), "é");
+    }
+
+    #[test]
+    fn a_request_line_gives_the_path_and_the_query_pairs_bounded() {
+        let c = Call::new(Method::GET, "/api/jobs?after=7&limit=2&state=Running%2CPending");
+        assert_eq!(c.path, "/api/jobs");
+        assert_eq!((c.param("after"), c.param("limit"), c.param("x")), (Some("7"), Some("2"), None));
+        assert_eq!(c.param("state"), Some("Running,Pending"));
+        assert_eq!(Call::new(Method::GET, "/").query, vec![]);
+        let many: Vec<String> = (0..100).map(|i| format!("k{i}=v")).collect();
+        assert_eq!(Call::new(Method::GET, &format!("/?{}", many.join("&"))).query.len(), MAX_QUERY_PAIRS);
     }
 
     #[test]

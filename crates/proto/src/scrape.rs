@@ -43,14 +43,12 @@ pub fn answer(call: &Call, render: impl FnOnce() -> String) -> Response<Body> {
 mod tests {
     use super::*;
 
-    fn call(method: Method, path: &str) -> Call {
-        Call { method, path: path.into(), query: Vec::new(), authorization: None }
-    }
-
     #[test]
     fn only_get_metrics_is_served() {
-        assert_eq!(answer(&call(Method::GET, "/metrics"), || "up 1".into()).status(), StatusCode::OK);
-        assert_eq!(answer(&call(Method::GET, "/"), String::new).status(), StatusCode::NOT_FOUND);
-        assert_eq!(answer(&call(Method::POST, "/metrics"), String::new).status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(answer(&Call::new(Method::GET, "/metrics"), || "up 1".into()).status(), StatusCode::OK);
+        assert_eq!(answer(&Call::new(Method::GET, "/metrics?x=1"), || "up 1".into()).status(), StatusCode::OK);
+        assert_eq!(answer(&Call::new(Method::GET, "/"), String::new).status(), StatusCode::NOT_FOUND);
+        let post = Call::new(Method::POST, "/metrics");
+        assert_eq!(answer(&post, String::new).status(), StatusCode::METHOD_NOT_ALLOWED);
     }
 }

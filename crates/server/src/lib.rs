@@ -149,6 +149,9 @@ pub(crate) struct Ctx {
     pub(crate) log_readers: Arc<api::watchers::Watchers>,
     /// The dashboard's event streams per client identity (`dash::MAX_EVENT_STREAMS_PER_CLIENT`).
     pub(crate) dash_streams: Arc<api::watchers::Watchers>,
+    /// One permit per dashboard event stream, whichever listener serves it
+    /// (`dash::MAX_EVENT_STREAMS`).
+    pub(crate) dash_slots: Arc<tokio::sync::Semaphore>,
     /// Writes per queue user (`max_user_writes_per_s`).
     pub(crate) write_rates: api::rates::WriteRates,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
@@ -177,6 +180,7 @@ impl Ctx {
             watchers: Arc::new(api::watchers::Watchers::watch_streams()),
             log_readers: Arc::new(api::watchers::Watchers::log_streams()),
             dash_streams: Arc::new(api::watchers::Watchers::dashboard_streams()),
+            dash_slots: Arc::new(tokio::sync::Semaphore::new(dash::MAX_EVENT_STREAMS)),
             write_rates: api::rates::WriteRates::default(),
             closing: tokio::sync::watch::channel(false).0,
             transport,

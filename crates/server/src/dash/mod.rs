@@ -39,7 +39,7 @@ use hyper::{Method, Response, StatusCode};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
@@ -96,10 +96,9 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener, which: Listener)
         // Under `--insecure` the operator chose plain HTTP everywhere.
         Listener::Plain { loopback } => loopback || !ctx.transport.is_tls(),
     };
-    let streams = Arc::new(Semaphore::new(MAX_EVENT_STREAMS));
     let closing = ctx.closing.subscribe();
     let handler = move |call: Call, peer: Peer| {
-        let (ctx, streams) = (ctx.clone(), streams.clone());
+        let ctx = ctx.clone();
         async move {
             if !dashboard && call.path != "/metrics" {
                 return web::text(
@@ -108,7 +107,7 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener, which: Listener)
                      (or on a loopback --metrics-plain-listen)",
                 );
             }
-            let mut r = answer(&ctx, &call, peer, streams).await;
+            let mut r = answer(&ctx, &call, peer).await;
             r.headers_mut().insert("content-security-policy", HeaderValue::from_static(CSP));
             r
         }
@@ -116,7 +115,7 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: TcpListener, which: Listener)
     web::serve(transport, listener, crate::tls::API_CALLERS, handler, closing).await;
 }
 
-async fn answer(ctx: &Arc<Ctx>, r: &Call, peer: Peer, streams: Arc<Semaphore>) -> Response<Body> {
+async fn answer(ctx: &Arc<Ctx>, r: &Call, peer: Peer) -> Response<Body> {
     if r.method != Method::GET {
         return web::text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served here");
     }
@@ -127,7 +126,7 @@ async fn answer(ctx: &Arc<Ctx>, r: &Call, peer: Peer, streams: Arc<Semaphore>) -
         "/app.js" => web::reply(StatusCode::OK, "text/javascript; charset=utf-8", APP_JS),
         "/app.css" => web::reply(StatusCode::OK, "text/css; charset=utf-8", APP_CSS),
         "/api/events" => match caller(&api, r).await {
-            Ok(who) => match stream_places(ctx, &who, &peer, streams) {
+            Ok(who) => match stream_places(ctx, &who, &peer) {
                 Ok(places) => events(ctx.clone(), who, peer, places),
                 Err(s) => status_reply(&s),
             },
@@ -141,13 +140,14 @@ async fn answer(ctx: &Arc<Ctx>, r: &Call, peer: Peer, streams: Arc<Semaphore>) -
     }
 }
 
-/// An event stream's places: one of its client's and one of the replica's.
+/// An event stream's places: one of its client's and one of the replica's (shared by its
+/// listeners).
 type StreamPlaces = (WatcherSlot, OwnedSemaphorePermit);
 
-fn stream_places(ctx: &Ctx, who: &Caller, peer: &Peer, streams: Arc<Semaphore>) -> Result<StreamPlaces, Status> {
+fn stream_places(ctx: &Ctx, who: &Caller, peer: &Peer) -> Result<StreamPlaces, Status> {
     let identity = api::watchers::identity(who, peer.id.as_ref());
     let mine = ctx.dash_streams.acquire(identity, MAX_EVENT_STREAMS_PER_CLIENT)?;
-    let slot = streams.try_acquire_owned().map_err(|_| {
+    let slot = ctx.dash_slots.clone().try_acquire_owned().map_err(|_| {
         Status::unavailable(format!(
             "{MAX_EVENT_STREAMS} event streams are open on this replica; close a dashboard tab or use another replica"
         ))
@@ -391,13 +391,7 @@ mod tests {
     use baton_proto::convert::event_to_proto;
 
     fn request(target: &str) -> Call {
-        let (path, query) = target.split_once('?').unwrap_or((target, ""));
-        let query = query
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).unwrap_or_default())
-            .collect();
-        Call { method: Method::GET, path: path.into(), query, authorization: None }
+        Call::new(Method::GET, target)
     }
 
     #[test]
