@@ -254,6 +254,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         elastic: 0,
         suspensions: 0,
         records: 0,
+        digest_checks: 0,
         faults: Default::default(),
         simulated_ms: 0,
         wall_ms: 0,

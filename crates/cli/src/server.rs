@@ -62,6 +62,11 @@ pub struct ServerArgs {
     /// The leader runs a scheduling cycle at least this often, and at once on every change.
     #[arg(long, default_value_t = ServerSettings::default().cycle_interval_ms)]
     pub cycle_interval_ms: u64,
+    /// How often the leader writes a state digest: every replica hashes its state there
+    /// and compares the leader's hash of the previous one; a replica that differs stops,
+    /// naming the log index (docs/ops.md, "State digests"). 0: never; else at least 1000.
+    #[arg(long, value_name = "MS", default_value_t = ServerSettings::default().state_digest_interval_ms)]
+    pub state_digest_interval_ms: u64,
     /// An agent silent this long has its node declared lost.
     #[arg(long, default_value_t = ServerSettings::default().heartbeat_timeout_ms)]
     pub heartbeat_timeout_ms: u64,
@@ -215,6 +220,7 @@ fn config(a: &ServerArgs) -> Result<ServerConfig, String> {
         heartbeat_timeout_ms: a.heartbeat_timeout_ms,
         resend_ms: a.resend_ms,
         lease_ms: a.lease_ms,
+        state_digest_interval_ms: a.state_digest_interval_ms,
         auth: a.auth,
         bootstrap_admin: a.bootstrap_admin_token_file.as_deref().map(bootstrap_admin).transpose()?,
         accounting_postgres: a.accounting_postgres.clone(),

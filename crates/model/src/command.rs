@@ -260,6 +260,10 @@ pub enum Op {
     /// Raises the state's behaviour version to this one (never lowers it): the leader's own
     /// command, written once every member applies it (see `behaviour`).
     SetBehaviour(u32),
+    /// A state digest mark (see `digest`): every replica hashes its state right after this
+    /// entry; the leader's hash of the previous mark rides along, and a replica whose own
+    /// hash of it differs stops. Changes nothing in the state. The leader's own command.
+    StateDigest(Option<crate::digest::DigestAt>),
 }
 
 impl Op {
@@ -268,70 +272,117 @@ impl Op {
     /// (its gateway alone takes them), and the agent-era job reports that `Report` replaced. A replica refuses them when they arrive forwarded: no client or
     /// agent request produces one, so a forwarded one is forged.
     pub fn leader_only(&self) -> bool {
-        if let Op::As { op, .. } = self {
-            return op.leader_only();
-        }
-        matches!(
-            self,
+        // Every variant named (no wildcard): a new one cannot be added without deciding.
+        match self {
+            Op::As { op, .. } => op.leader_only(),
             Op::ApplyPlan(_)
-                | Op::Tick
-                | Op::StartAccounting
-                | Op::SetBehaviour(_)
-                | Op::SetNodeStatus { .. }
-                | Op::RegisterNodes(_)
-                // What agents say of their nodes and their replicas: the leader's gateway
-                // writes these from an agent whose certificate names the node, never another
-                // replica; forwarded, one would forge any node's exits or shape.
-                | Op::RegisterNode(_)
-                | Op::Report { .. }
-                | Op::ReportGpu { .. }
-                | Op::JobExited { .. }
-                | Op::JobStopped { .. }
-                | Op::JobCheckpointed { .. }
-        )
+            | Op::Tick
+            | Op::StartAccounting
+            | Op::SetBehaviour(_)
+            | Op::StateDigest(_)
+            | Op::SetNodeStatus { .. }
+            | Op::RegisterNodes(_) => true,
+            // What agents say of their nodes and their replicas: the leader's gateway
+            // writes these from an agent whose certificate names the node, never another
+            // replica; forwarded, one would forge any node's exits or shape.
+            Op::RegisterNode(_)
+            | Op::Report { .. }
+            | Op::ReportGpu { .. }
+            | Op::JobExited { .. }
+            | Op::JobStopped { .. }
+            | Op::JobCheckpointed { .. } => true,
+            Op::PutClass(_)
+            | Op::DeleteClass { .. }
+            | Op::PutCohort(_)
+            | Op::DeleteCohort { .. }
+            | Op::PutQueue(_)
+            | Op::DeleteQueue { .. }
+            | Op::Cordon { .. }
+            | Op::Submit { .. }
+            | Op::Cancel { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::SetScheduler(_)
+            | Op::AddToken { .. }
+            | Op::RevokeToken { .. }
+            | Op::GrantQueue { .. }
+            | Op::SubmitRunAs { .. }
+            | Op::SubmitAfter { .. }
+            | Op::SubmitElastic { .. }
+            | Op::SubmitArray { .. }
+            | Op::CancelArray { .. }
+            | Op::CreateMaintenance(_)
+            | Op::DeleteMaintenance { .. }
+            | Op::SetGpuHealth { .. }
+            | Op::SetTenancy(_)
+            | Op::GrantQueueAdmin { .. }
+            | Op::CreateQueue(_)
+            | Op::UpdateQueue { .. }
+            | Op::CreateCohort(_)
+            | Op::CreateClass(_)
+            | Op::CreateQueueVisible { .. }
+            | Op::UpdateQueueVisible { .. }
+            | Op::SetUsage(_)
+            | Op::SetUserLimit { .. }
+            | Op::SetAccounting(_) => false,
+        }
     }
 
     /// Commands a client (a person or a script) makes through the API, which need a token
     /// once the cluster has any. The others come from agents (their node's facts and
     /// reports, proven by certificate, not by token) or from the leader itself.
     pub fn from_client(&self) -> bool {
-        matches!(
-            self,
+        // Every variant named (no wildcard): a new one cannot be added without deciding.
+        match self {
             Op::PutClass(_)
-                | Op::DeleteClass { .. }
-                | Op::PutCohort(_)
-                | Op::DeleteCohort { .. }
-                | Op::PutQueue(_)
-                | Op::DeleteQueue { .. }
-                | Op::Cordon { .. }
-                | Op::Submit { .. }
-                | Op::Cancel { .. }
-                | Op::Pause { .. }
-                | Op::Resume { .. }
-                | Op::SetScheduler(_)
-                | Op::AddToken { .. }
-                | Op::RevokeToken { .. }
-                | Op::GrantQueue { .. }
-                | Op::SubmitRunAs { .. }
-                | Op::SubmitAfter { .. }
-                | Op::SubmitArray { .. }
-                | Op::CancelArray { .. }
-                | Op::SubmitElastic { .. }
-                | Op::CreateMaintenance(_)
-                | Op::DeleteMaintenance { .. }
-                | Op::SetGpuHealth { .. }
-                | Op::SetTenancy(_)
-                | Op::GrantQueueAdmin { .. }
-                | Op::CreateQueue(_)
-                | Op::UpdateQueue { .. }
-                | Op::CreateCohort(_)
-                | Op::CreateClass(_)
-                | Op::CreateQueueVisible { .. }
-                | Op::UpdateQueueVisible { .. }
-                | Op::SetUsage(_)
-                | Op::SetUserLimit { .. }
-                | Op::SetAccounting(_)
-        )
+            | Op::DeleteClass { .. }
+            | Op::PutCohort(_)
+            | Op::DeleteCohort { .. }
+            | Op::PutQueue(_)
+            | Op::DeleteQueue { .. }
+            | Op::Cordon { .. }
+            | Op::Submit { .. }
+            | Op::Cancel { .. }
+            | Op::Pause { .. }
+            | Op::Resume { .. }
+            | Op::SetScheduler(_)
+            | Op::AddToken { .. }
+            | Op::RevokeToken { .. }
+            | Op::GrantQueue { .. }
+            | Op::SubmitRunAs { .. }
+            | Op::SubmitAfter { .. }
+            | Op::SubmitArray { .. }
+            | Op::CancelArray { .. }
+            | Op::SubmitElastic { .. }
+            | Op::CreateMaintenance(_)
+            | Op::DeleteMaintenance { .. }
+            | Op::SetGpuHealth { .. }
+            | Op::SetTenancy(_)
+            | Op::GrantQueueAdmin { .. }
+            | Op::CreateQueue(_)
+            | Op::UpdateQueue { .. }
+            | Op::CreateCohort(_)
+            | Op::CreateClass(_)
+            | Op::CreateQueueVisible { .. }
+            | Op::UpdateQueueVisible { .. }
+            | Op::SetUsage(_)
+            | Op::SetUserLimit { .. }
+            | Op::SetAccounting(_) => true,
+            Op::RegisterNode(_)
+            | Op::RegisterNodes(_)
+            | Op::SetNodeStatus { .. }
+            | Op::JobExited { .. }
+            | Op::JobStopped { .. }
+            | Op::JobCheckpointed { .. }
+            | Op::Report { .. }
+            | Op::ApplyPlan(_)
+            | Op::Tick
+            | Op::As { .. }
+            | Op::ReportGpu { .. }
+            | Op::StartAccounting
+            | Op::SetBehaviour(_)
+            | Op::StateDigest(_) => false,
+        }
     }
 
     pub fn name(&self) -> &'static str {
@@ -381,6 +432,7 @@ impl Op {
             Op::SetAccounting(_) => "SetAccounting",
             Op::StartAccounting => "StartAccounting",
             Op::SetBehaviour(_) => "SetBehaviour",
+            Op::StateDigest(_) => "StateDigest",
         }
     }
 }

@@ -48,8 +48,8 @@ use crate::command::{Observed, Op};
 /// gangs, usage over time and accounting (written in format 8's layout while there is none
 /// of them and accounting is off). 10: `SetBehaviour` to behaviour 2 (request ids bounded
 /// per user; see `behaviour`), and snapshots that record the behaviour (written in format
-/// 9's layout while it is the baseline).
-pub const DATA_FORMAT: u32 = 10;
+/// 9's layout while it is the baseline). 11: `StateDigest` (see `digest`).
+pub const DATA_FORMAT: u32 = 11;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest
@@ -182,6 +182,7 @@ impl Op {
             | Op::SetAccounting(_)
             | Op::StartAccounting => 9,
             Op::SetBehaviour(v) => crate::behaviour::format_of(*v),
+            Op::StateDigest(_) => 11,
         }
     }
 

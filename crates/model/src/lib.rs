@@ -20,6 +20,7 @@
 //! - `limits`: every bound, in one place.
 //! - `fixture`: plain job and node specs for tests.
 //! - `format`: the data format each command needs, and the gate on what members read.
+//! - `behaviour`: apply semantics, versioned; `digest`: the committed state digests.
 //! - `access`: tokens, users, roles and queue grants; who may apply which command.
 //! - `runnable`: checks on the command and environment an agent will exec.
 //! - `tenancy`: the Unix user each job runs as, and the bounds on jobs per user and queue.
@@ -41,6 +42,7 @@ pub mod behaviour;
 pub mod class;
 pub mod command;
 pub mod cow_tree;
+pub mod digest;
 pub mod elastic;
 pub mod error;
 pub mod event;

@@ -65,6 +65,7 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("SetAccounting", 9),
     ("StartAccounting", 9),
     ("SetBehaviour", 10),
+    ("StateDigest", 11),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -83,7 +84,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.
-const RELEASED: (u32, usize, usize) = (8, 39, 10);
+const RELEASED: (u32, usize, usize) = (10, 47, 11);
 
 fn obs(i: usize) -> Observed {
     let all = vec![
@@ -182,6 +183,7 @@ fn ops() -> Vec<Op> {
         Op::SetAccounting(baton_model::accounting::AccountingSettings::default()),
         Op::StartAccounting,
         Op::SetBehaviour(baton_model::behaviour::BEHAVIOUR),
+        Op::StateDigest(Some(baton_model::digest::DigestAt { index: 7, format: DATA_FORMAT, sha256: [1; 32] })),
     ]
 }
 

@@ -28,6 +28,8 @@
 //! - [`backup`]: the backup file (`baton snapshot save`) and restoring it into a new cluster.
 //! - [`datadir`], [`identity`]: the data directory and its `cluster.id` file.
 //! - [`codec`]: bincode and checksummed records.
+//! - [`digest`]: the committed state digests: a hash of the state at each mark, and a
+//!   replica that disagrees with the leader's stops.
 //! - [`error`], [`metrics`]: typed errors and what a replica reports.
 
 // openraft's error types are large and fixed by its traits; boxing them here would only
@@ -40,6 +42,7 @@ mod batcher;
 pub mod campaign;
 pub mod codec;
 pub mod datadir;
+pub mod digest;
 pub mod error;
 mod forwarder;
 pub mod identity;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_model::format::{self, DATA_FORMAT, Reads, UNREPORTED_FORMAT};
-use baton_model::{Command, Response, State};
+use baton_model::{Command, Op, Response, State};
 use baton_proto::v1::raft_transport_server::RaftTransportServer;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
@@ -530,6 +530,17 @@ impl Replica {
 
     pub fn id(&self) -> NodeId {
         self.core.id
+    }
+
+    /// The state digest this replica writes when it leads (see `digest`): a mark, carrying
+    /// its own hash of the newest mark it applied, which every replica compares with its own.
+    pub fn state_digest_op(&self) -> Op {
+        Op::StateDigest(self.core.sm.newest_mark())
+    }
+
+    /// What this replica made of the state digests since it started.
+    pub fn digest_counts(&self) -> crate::store::DigestCounts {
+        self.core.sm.digest_counts()
     }
 
     /// This replica's accounting records (issue 34).

@@ -65,6 +65,8 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
     let interval = Duration::from_millis(ctx.settings.cycle_interval_ms);
     let mut idle_plan_at: Option<u64> = None;
     let mut upgrade_tried: Option<tokio::time::Instant> = None;
+    // The first digest of a term one interval after it began.
+    let mut digest_written = tokio::time::Instant::now();
     loop {
         let m = ctx.replica.metrics();
         if m.role != Role::Leader || m.term != term || *shutdown.borrow() {
@@ -79,6 +81,7 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
                 (idle_plan_at, thought) = round(ctx, term).await;
             }
             upgrade(ctx, &mut upgrade_tried).await;
+            state_digest(ctx, &mut digest_written).await;
         }
         let rest = rest_after(thought, interval);
         // What the round saw; changes from here on, its own plan's commit aside, count.
@@ -128,6 +131,23 @@ async fn upgrade(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
             "not yet (a member may not read its format yet)"
         ),
         Err(e) => tracing::debug!(op = name, error = %e, "not yet"),
+    }
+}
+
+/// Writes a state digest (`baton_model::digest`) once `state_digest_interval_ms` has passed
+/// since the last: a mark every replica hashes its state at, carrying this replica's hash of
+/// the previous one for every replica to compare. Refused while a member does not read the
+/// format that carries it (a rolling upgrade): tried again an interval later.
+async fn state_digest(ctx: &Ctx, written: &mut tokio::time::Instant) {
+    let every = Duration::from_millis(ctx.settings.state_digest_interval_ms);
+    if every.is_zero() || written.elapsed() < every {
+        return;
+    }
+    *written = tokio::time::Instant::now();
+    let now_ms = ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
+    match ctx.replica.write(Command { now_ms, op: ctx.replica.state_digest_op() }).await {
+        Ok(_) => tracing::debug!("state digest written"),
+        Err(e) => tracing::debug!(error = %e, "state digest not written"),
     }
 }
 

@@ -1,5 +1,8 @@
 //! The server's tunables (the raft ones live in `baton_raft::RaftSettings`).
 
+/// The shortest interval between two state digests.
+pub const MIN_STATE_DIGEST_INTERVAL_MS: u64 = 1_000;
+
 /// Every timing of the leader loop and the agent gateway, with its default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerSettings {
@@ -40,6 +43,11 @@ pub struct ServerSettings {
     /// naming the bound and where the log goes on. A followed log of a chatty job would
     /// otherwise hold a slot and this replica's bandwidth for as long as the job writes.
     pub max_log_stream_bytes: u64,
+    /// How often the leader writes a state digest (`baton_model::digest`): each replica
+    /// hashes its state there and compares the leader's hash of the one before; 0: never.
+    /// Each one hashes the whole state on every replica (a few milliseconds per 10,000
+    /// jobs; BENCHMARKS.md).
+    pub state_digest_interval_ms: u64,
     /// Whether client calls need a token (`--auth`).
     pub auth: crate::auth::AuthMode,
     /// SHA-256 of a token this replica makes the cluster's first admin (user `admin`) if the
@@ -65,6 +73,7 @@ impl Default for ServerSettings {
             max_log_streams_per_client: 32,
             max_user_writes_per_s: 200,
             max_log_stream_bytes: 1 << 30,
+            state_digest_interval_ms: 300_000,
             auth: crate::auth::AuthMode::default(),
             bootstrap_admin: None,
             accounting_postgres: None,
@@ -103,6 +112,12 @@ impl ServerSettings {
         if self.max_user_writes_per_s == 0 {
             return Err("max_user_writes_per_s must be above 0".into());
         }
+        if (1..MIN_STATE_DIGEST_INTERVAL_MS).contains(&self.state_digest_interval_ms) {
+            return Err(format!(
+                "state_digest_interval_ms ({}) must be 0 (off) or at least {MIN_STATE_DIGEST_INTERVAL_MS}: each digest hashes the whole state on every replica",
+                self.state_digest_interval_ms
+            ));
+        }
         if self.max_list_jobs == 0 {
             return Err("max_list_jobs must be above 0".into());
         }
@@ -128,6 +143,15 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         ServerSettings::default().validate().unwrap();
+    }
+
+    #[test]
+    fn a_state_digest_interval_is_off_or_at_least_a_second() {
+        let with = |ms| ServerSettings { state_digest_interval_ms: ms, ..ServerSettings::default() }.validate();
+        assert_eq!(with(0), Ok(()));
+        assert_eq!(with(1_000), Ok(()));
+        let e = with(10).unwrap_err();
+        assert!(e.contains("state_digest_interval_ms (10)") && e.contains("at least 1000"), "{e}");
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct Engine<'s> {
     /// Scenario mode: a snapshot of every job and queue at each instant (`-o json`). Trace
     /// mode keeps only the statistics.
     record_steps: bool,
+    /// Every command applied, after those that configured the state, when recording.
+    log: Option<Vec<Command>>,
     /// Every submitted job's id by name (events name jobs; a finished one may be pruned).
     ids: HashMap<Name, JobId>,
     /// Each submitted array's elements' work, by the array's name: an element is created
@@ -121,6 +123,8 @@ pub struct Run {
     pub quota_gpus: Vec<u64>,
     /// Scheduling cycles the run took (what a run's speed mostly depends on).
     pub cycles: u64,
+    /// Every command the run applied, in order, when it was recording (`Engine::recording`).
+    pub log: Vec<Command>,
 }
 
 impl<'s> Engine<'s> {
@@ -129,6 +133,7 @@ impl<'s> Engine<'s> {
         let n = queues.len();
         Engine {
             record_steps: true,
+            log: None,
             ids: HashMap::new(),
             array_work: HashMap::new(),
             queue_ix: queues.iter().cloned().enumerate().map(|(i, q)| (q, i)).collect(),
@@ -162,6 +167,21 @@ impl<'s> Engine<'s> {
             start_ms: None,
             warnings: Vec::new(),
         }
+    }
+
+    /// Keeps every command the run applies after `setup` (those that configured the state):
+    /// a recorded log (`crate::record`).
+    pub fn recording(mut self, setup: Vec<Command>) -> Engine<'s> {
+        self.log = Some(setup);
+        self
+    }
+
+    /// Applies `cmd` to the state, keeping it in the log when recording.
+    fn apply_command(&mut self, cmd: Command) -> Result<baton_model::Applied, baton_model::ApplyError> {
+        if let Some(log) = &mut self.log {
+            log.push(cmd.clone());
+        }
+        self.state.apply(cmd)
     }
 
     /// Trace mode: statistics only, no snapshot of every job at every instant, and only a
@@ -273,7 +293,7 @@ impl<'s> Engine<'s> {
     }
 
     fn apply(&mut self, op: Op) -> Result<Outcome, String> {
-        let resp = self.state.apply(Command { now_ms: self.now_ms, op });
+        let resp = self.apply_command(Command { now_ms: self.now_ms, op });
         match resp {
             Ok(applied) => {
                 for e in &applied.events {
@@ -299,7 +319,7 @@ impl<'s> Engine<'s> {
         }
         for (node, observations) in by_node {
             let op = Op::Report { node, observations };
-            let applied = self.state.apply(Command { now_ms: self.now_ms, op }).map_err(|e| e.to_string())?;
+            let applied = self.apply_command(Command { now_ms: self.now_ms, op }).map_err(|e| e.to_string())?;
             if let Outcome::Reported { ignored } = applied.outcome
                 && let Some((_, why)) = ignored.into_iter().next()
             {
@@ -872,6 +892,7 @@ impl<'s> Engine<'s> {
             cap_gpu_ms: self.gpu_cap_ms,
             quota_gpus,
             cycles: self.cycles,
+            log: self.log.unwrap_or_default(),
         }
     }
 }

@@ -86,6 +86,17 @@ pub fn run(file: &str, text: &str) -> Result<Outcome, Error> {
     Ok(Outcome::of(run))
 }
 
+/// Parses, validates and simulates a scenario given as text, and returns every command the
+/// run applied, from the empty state on, `prelude` first (a recorded log: replayed by a
+/// later build, it must give the same states; the raft crate's `recorded_logs` test).
+pub fn record(file: &str, text: &str, prelude: Vec<baton_model::Command>) -> Result<Vec<baton_model::Command>, Error> {
+    let scenario = parse::parse(file, text)?;
+    let setup = validate::configure_logged(&scenario, Some(prelude))?;
+    validate::check_references(&scenario, &setup.state)?;
+    let run = engine::Engine::new(&scenario, setup.state).recording(setup.log.unwrap_or_default()).run()?;
+    Ok(run.log)
+}
+
 /// Parses a cluster file and a trace (both given as text) and simulates the trace on it;
 /// the report has the summary but no per-instant steps.
 pub fn run_trace(cluster_file: &str, cluster: &str, trace_file: &str, trace_text: &str) -> Result<Outcome, Error> {

@@ -16,10 +16,36 @@ use crate::scenario::{Action, At, Scenario, Submit};
 
 /// The cluster as the file configures it, ready for the timeline.
 pub fn configure(s: &Scenario) -> Result<State, InputError> {
+    configure_logged(s, None).map(|setup| setup.state)
+}
+
+/// The state being configured, and the commands that configured it when they are kept
+/// (a recorded log: `crate::record`).
+pub struct Setup {
+    pub state: State,
+    pub log: Option<Vec<Command>>,
+}
+
+impl Setup {
+    fn apply(&mut self, op: Op) -> Result<(), ApplyError> {
+        let cmd = Command { now_ms: 0, op };
+        if let Some(log) = &mut self.log {
+            log.push(cmd.clone());
+        }
+        self.state.apply(cmd).map(drop)
+    }
+}
+
+/// As [`configure`], keeping the commands in `log` when one is given (starting with what it
+/// holds already).
+pub fn configure_logged(s: &Scenario, log: Option<Vec<Command>>) -> Result<Setup, InputError> {
     let cx = Cx { file: &s.file };
-    let mut state = State::new();
-    let apply = |state: &mut State, op: Op, line: usize, path: &str| -> R<()> {
-        state.apply(Command { now_ms: 0, op }).map(|_| ()).map_err(|e| cx.err(line, path, e.to_string()))
+    let mut state = Setup { state: State::new(), log };
+    for cmd in state.log.clone().unwrap_or_default() {
+        state.state.apply(cmd).map_err(|e| cx.err(0, "", e.to_string()))?;
+    }
+    let apply = |state: &mut Setup, op: Op, line: usize, path: &str| -> R<()> {
+        state.apply(op).map_err(|e| cx.err(line, path, e.to_string()))
     };
     if let Some(sc) = &s.scheduler {
         apply(&mut state, Op::SetScheduler(sc.v), sc.line, &sc.path)?;
@@ -61,11 +87,11 @@ pub fn configure(s: &Scenario) -> Result<State, InputError> {
 
 /// Nodes go in bulk (one ledger rebuild per chunk); if a chunk is refused, the nodes are
 /// tried one by one on a scratch copy to name the line at fault.
-fn register_nodes(cx: &Cx, s: &Scenario, state: &mut State) -> R<()> {
+fn register_nodes(cx: &Cx, s: &Scenario, state: &mut Setup) -> R<()> {
     for chunk in s.nodes.chunks(baton_model::limits::MAX_NODES_PER_COMMAND) {
         let specs = chunk.iter().map(|n| n.v.clone()).collect();
-        let Err(bulk) = state.apply(Command { now_ms: 0, op: Op::RegisterNodes(specs) }) else { continue };
-        let mut scratch = state.clone();
+        let Err(bulk) = state.apply(Op::RegisterNodes(specs)) else { continue };
+        let mut scratch = state.state.clone();
         for n in chunk {
             if let Err(e) = scratch.apply(Command { now_ms: 0, op: Op::RegisterNode(n.v.clone()) }) {
                 return Err(cx.err(n.line, &n.path, e.to_string()));
@@ -87,16 +113,15 @@ fn unique<'a>(cx: &Cx, items: impl Iterator<Item = (&'a Name, usize, &'a String)
 }
 
 /// Parents before children, whatever the file order; a parent that never comes is an error.
-fn configure_cohorts(cx: &Cx, s: &Scenario, state: &mut State) -> R<()> {
+fn configure_cohorts(cx: &Cx, s: &Scenario, state: &mut Setup) -> R<()> {
     let mut left: Vec<&At<baton_model::queue::Cohort>> = s.cohorts.iter().collect();
     while !left.is_empty() {
         let before = left.len();
         let mut rest = Vec::new();
         for c in left {
-            let ready = c.v.parent.as_ref().is_none_or(|p| state.cohorts().contains_key(p));
+            let ready = c.v.parent.as_ref().is_none_or(|p| state.state.cohorts().contains_key(p));
             if ready {
-                let op = Op::PutCohort(c.v.clone());
-                state.apply(Command { now_ms: 0, op }).map_err(|e| cx.err(c.line, &c.path, e.to_string()))?;
+                state.apply(Op::PutCohort(c.v.clone())).map_err(|e| cx.err(c.line, &c.path, e.to_string()))?;
             } else {
                 rest.push(c);
             }

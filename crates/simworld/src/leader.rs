@@ -22,7 +22,7 @@ use baton_raft::replica::WallClock;
 use baton_raft::{Replica, Role};
 use turmoil::net::UdpSocket;
 
-use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS};
+use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS, STATE_DIGEST_MS};
 use crate::truth::{Sabotage, Shared};
 use crate::wire::{self, Act, Beat, Grant, Work};
 
@@ -41,6 +41,8 @@ struct Leading {
     /// beat answered between the finding and the commit would hand out a lease on work the
     /// commit then requeues elsewhere.
     fenced: std::collections::BTreeSet<String>,
+    /// When this replica last wrote a state digest (or began to lead).
+    digest_ms: u64,
 }
 
 type Lead = Arc<Mutex<Leading>>;
@@ -92,6 +94,7 @@ async fn directing(replica: &Replica, leading: &Lead, truth: &Shared) -> bool {
         l.last_beat_ms = nodes.into_iter().map(|n| (n, began)).collect();
         // What an earlier term declared is committed or gone by now (the read above).
         l.fenced.clear();
+        l.digest_ms = began;
         truth.record(format!("r{} directs in term {}", replica.id(), m.term));
     }
     true
@@ -114,6 +117,18 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     // behaviour; every member here reads them).
     if let Some(op) = replica.read_local(baton_model::behaviour::leader_upgrade) {
         write(replica, clock, op).await;
+    }
+    // As the server's leader: a state digest now and then, which every replica checks.
+    let digest_due = {
+        let mut l = lock(leading);
+        let due = crate::now_ms() >= l.digest_ms + STATE_DIGEST_MS;
+        if due {
+            l.digest_ms = crate::now_ms();
+        }
+        due
+    };
+    if digest_due {
+        write(replica, clock, replica.state_digest_op()).await;
     }
     let at = crate::now_ms();
     let timeout_ms =

@@ -123,12 +123,23 @@ pub async fn run(
     truth: Shared,
 ) -> turmoil::Result {
     let members = members(n);
+    let parting = {
+        let t = truth.lock();
+        t.sabotage == Some(crate::Sabotage::PartedState) && !t.parted
+    };
+    if parting {
+        part_the_state(id, &disk, &truth);
+    }
     let config = ReplicaConfig {
         node_id: id,
         cluster_id: CLUSTER.into(),
         advertise_addr: members[&id].clone(),
         storage: Storage::Store(SharedStore(Arc::new(disk.open()))),
-        settings: settings(id),
+        settings: if truth.lock().sabotage == Some(crate::Sabotage::PartedState) {
+            RaftSettings { snapshot_every_entries: 100, ..settings(id) }
+        } else {
+            settings(id)
+        },
         rack: None,
         max_format: baton_raft::identity::DATA_FORMAT,
         clock: clock(offset_ms, jump.clone()),
@@ -148,6 +159,24 @@ pub async fn run(
     tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), truth));
     replica.serve_incoming(incoming, std::future::pending::<()>()).await?;
     Ok(())
+}
+
+/// `Sabotage::PartedState`: gives the snapshot on `disk`, if there is one, a priority class
+/// no command made, once per run.
+fn part_the_state(id: NodeId, disk: &PowerLossDisk, truth: &Shared) {
+    use baton_raft::store::{KvStore, StoredSnapshot};
+    let kv = disk.open();
+    let Ok(Some(mut stored)) = StoredSnapshot::load(&kv) else { return };
+    let Ok(mut state) = baton_raft::codec::decode_state(&stored.data) else { return };
+    let class =
+        baton_model::class::PriorityClass { name: baton_model::Name::lit("forged"), value: 1, preemptible: true };
+    let _ = state.apply(Command { now_ms: 1, op: baton_model::Op::PutClass(class) });
+    let Ok(data) = baton_raft::codec::encode(&state) else { return };
+    stored.data = data;
+    if stored.save(&kv).is_ok() && kv.flush().is_ok() {
+        truth.lock().parted = true;
+        truth.record(format!("r{id}'s snapshot is changed (sabotage)"));
+    }
 }
 
 /// Where every replica stands (role, term, leader, log and applied index), for a report.

@@ -25,7 +25,7 @@ pub fn line(o: &Outcome) -> String {
     let faults: u64 = o.faults.values().sum();
     let verdict = if o.violations.is_empty() { "ok".to_string() } else { format!("{} VIOLATIONS", o.violations.len()) };
     format!(
-        "seed {}: digest {:016x} applied {} starts {} suspended {} windows {} waiting {} arrays {} elastic {} records {} bad GPUs {} faults {} simulated {} s in {} ms: {verdict}",
+        "seed {}: digest {:016x} applied {} starts {} suspended {} windows {} waiting {} arrays {} elastic {} records {} digests {} bad GPUs {} faults {} simulated {} s in {} ms: {verdict}",
         o.seed,
         o.digest,
         o.applied,
@@ -36,6 +36,7 @@ pub fn line(o: &Outcome) -> String {
         o.arrays,
         o.elastic,
         o.records,
+        o.digest_checks,
         o.gpu_faults,
         faults,
         o.simulated_ms / 1000,

@@ -16,6 +16,9 @@ pub const LEASE_MS: u64 = 3_000;
 pub const STOP_BOUND_MS: u64 = 1_500;
 /// A leader declares a node lost after this long without a beat.
 pub const HEARTBEAT_TIMEOUT_MS: u64 = 6_000;
+/// How often a leader writes a state digest (the server's `--state-digest-interval-ms`,
+/// shorter here so that every run checks many).
+pub const STATE_DIGEST_MS: u64 = 10_000;
 /// A client's write or read gives up after this long (it may still land).
 pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// A job's ranks run between these many milliseconds before exiting 0.

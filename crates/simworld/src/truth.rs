@@ -80,11 +80,17 @@ pub enum Sabotage {
     /// Leaders grant leases without a recent quorum confirmation (a deposed leader keeps
     /// directing).
     UnconfirmedGrants,
+    /// The first replica that restarts from a snapshot finds a state in it that differs from
+    /// everyone's (a build whose `apply` differs, memory or a disk that changed a valid
+    /// state into another); replicas snapshot often so that one does.
+    PartedState,
 }
 
 #[derive(Debug, Default)]
 pub struct Truth {
     pub sabotage: Option<Sabotage>,
+    /// Whether `Sabotage::PartedState` has changed a replica's snapshot yet.
+    pub parted: bool,
     pub journals: BTreeMap<String, Journal>,
     pub work: BTreeMap<String, JobWork>,
     pub history: History,

@@ -90,6 +90,9 @@ pub struct Outcome {
     pub suspensions: u64,
     /// Accounting records made (issue 34): every replica's store holds each of them.
     pub records: u64,
+    /// State digests the replicas compared with the leader's and found equal (stop 53).
+    #[serde(default)]
+    pub digest_checks: u64,
     pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
@@ -107,6 +110,10 @@ struct Checks {
     reported: BTreeSet<String>,
     /// Accounting records made, as the replicas' states say after the load.
     records: u64,
+    /// Per replica, the agreed state digest checks it counts now (since its last start).
+    digest_checks: BTreeMap<NodeId, u64>,
+    /// Those counted by replicas before they restarted.
+    digest_checks_before: u64,
     /// The most the replicated clock may run ahead of true time (`clock_ahead_bound_ms`).
     clock_ahead_bound_ms: u64,
 }
@@ -221,6 +228,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         elastic: t.elastic,
         suspensions: t.suspensions,
         records: checks.records,
+        digest_checks: checks.digest_checks_total(),
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
@@ -255,6 +263,12 @@ fn add_hosts(
     }
 }
 
+impl Checks {
+    fn digest_checks_total(&self) -> u64 {
+        self.digest_checks_before + self.digest_checks.values().sum::<u64>()
+    }
+}
+
 /// Compares every running replica's state with what others held at the same applied count,
 /// checks its invariants, and checks that committed leader ids never go back.
 fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks, now: u64) {
@@ -262,6 +276,15 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
         let id = r.id();
         if !sim.is_host_running(host_name(id).as_str()) {
             continue;
+        }
+        let agreed = r.digest_counts().agreed;
+        let seen = c.digest_checks.insert(id, agreed).unwrap_or(0);
+        if agreed < seen {
+            c.digest_checks_before += seen;
+        }
+        // A replica stops on a state digest that differs from the leader's: its state parted.
+        if let Some(why) = r.failure_now().filter(|w| w.contains("differs from the leader's")) {
+            report(truth, c, now, format!("r{id} stopped: {why}"));
         }
         let vote = r.raft().metrics().borrow().vote;
         if vote.is_committed() {

@@ -94,3 +94,9 @@ fn a_deposed_leader_that_keeps_granting_is_found() {
     let (seed, v) = found(Sabotage::UnconfirmedGrants, "while attempt");
     println!("UnconfirmedGrants found by seed {seed}: {v}");
 }
+
+#[test]
+fn a_replica_whose_state_parted_is_stopped_by_the_state_digest() {
+    let (seed, v) = found(Sabotage::PartedState, "differs from the leader's");
+    println!("PartedState found by seed {seed}: {v}");
+}

@@ -19,7 +19,7 @@ pub use kv_power_loss::{PowerCut, PowerLossDisk, PowerLossKv};
 pub use kv_sled::SledKv;
 pub use log_store::{LastLog, LogReader, LogStore};
 pub use snapshot_record::{StoredSnapshot, UNSTAMPED_FORMAT, format_of, stamped};
-pub use state_machine::{ApplyObserver, SmShared, SnapshotBuilder, StateMachineStore};
+pub use state_machine::{ApplyObserver, DigestCounts, SmShared, SnapshotBuilder, StateMachineStore};
 
 /// Why stored data cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -29,6 +29,7 @@ use super::StoreError;
 use super::kv::KvStore;
 use super::snapshot_record::{StoredSnapshot, format_of, stamped};
 use crate::codec::{decode_state, encode};
+use crate::digest::{Marks, Verdict, hash_state};
 use crate::types::{Entry, LogId, ResponseBatch, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
 fn any(e: impl std::fmt::Display) -> AnyError {
@@ -78,6 +79,29 @@ pub struct SmShared {
     current: Mutex<Option<StoredSnapshot>>,
     snapshot_seq: AtomicU64,
     on_apply: RwLock<Option<ApplyObserver>>,
+    /// This replica's hashes of the newest state digest marks (see `digest`).
+    marks: Mutex<Marks>,
+    digest_counts: Mutex<DigestCounts>,
+}
+
+/// What this replica made of the leader's state digests since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DigestCounts {
+    /// Marks hashed.
+    pub marks: u64,
+    /// Checks whose hash equalled this replica's.
+    pub agreed: u64,
+    /// Checks not compared (another build's format, or a mark this replica did not apply).
+    pub not_compared: u64,
+}
+
+/// A state digest step of an `apply` call, done after the state's lock is released.
+enum DigestStep {
+    /// Hash the state as it was right after the mark at this index (a clone: cheap, its
+    /// large collections are shared).
+    Mark(u64, Box<State>),
+    /// Judge the leader's hash, carried by the entry at this log id.
+    Check(LogId, baton_model::digest::DigestAt),
 }
 
 impl SmShared {
@@ -171,6 +195,63 @@ impl SmShared {
         *self.on_apply.write().unwrap_or_else(PoisonError::into_inner) = Some(observer);
     }
 
+    /// This replica's hash of the newest mark it applied: what a leader writes into its
+    /// next `StateDigest`.
+    pub fn newest_mark(&self) -> Option<baton_model::digest::DigestAt> {
+        self.marks.lock().unwrap_or_else(PoisonError::into_inner).newest()
+    }
+
+    /// What this replica made of the state digests since it started.
+    pub fn digest_counts(&self) -> DigestCounts {
+        *self.digest_counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hashes the marks and judges the checks of one `apply` call, in log order (a check
+    /// may name a mark of the same call). A parted state is an error: raft stops, and the
+    /// replica with it (`Replica::failed`).
+    async fn digest_steps(self: &Arc<Self>, steps: Vec<DigestStep>) -> Result<(), StorageError> {
+        for step in steps {
+            match step {
+                DigestStep::Mark(index, state) => {
+                    let hashed = off_runtime(self.kv.blocks(), move || hash_state(&state))
+                        .await
+                        .map_err(|e| StorageIOError::read_state_machine(any(e)))?;
+                    match hashed {
+                        Ok(sha256) => {
+                            self.marks.lock().unwrap_or_else(PoisonError::into_inner).insert(index, sha256);
+                            self.count(|c| c.marks += 1);
+                        }
+                        // Not this replica's state parting: nothing is compared at this mark.
+                        Err(e) => tracing::error!(index, error = %e, "the state could not be hashed at a digest mark"),
+                    }
+                }
+                DigestStep::Check(log_id, theirs) => {
+                    let verdict = self.marks.lock().unwrap_or_else(PoisonError::into_inner).judge(&theirs);
+                    match verdict {
+                        Verdict::Agreed => {
+                            self.count(|c| c.agreed += 1);
+                            tracing::debug!(index = theirs.index, digest = %theirs.short(), "state digest agrees with the leader's");
+                        }
+                        Verdict::NotCompared(why) => {
+                            self.count(|c| c.not_compared += 1);
+                            tracing::info!(index = theirs.index, why, "state digest not compared");
+                        }
+                        parted @ Verdict::Parted { .. } => {
+                            let reason = parted.stop_reason().unwrap_or_default();
+                            tracing::error!(index = theirs.index, "{reason}");
+                            return Err(StorageIOError::apply(log_id, any(reason)).into());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&self, f: impl FnOnce(&mut DigestCounts)) {
+        f(&mut self.digest_counts.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
     fn apply_observer(&self) -> Option<ApplyObserver> {
         self.on_apply.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
@@ -232,6 +313,8 @@ impl StateMachineStore {
             current: Mutex::new(stored),
             snapshot_seq: AtomicU64::new(0),
             on_apply: RwLock::new(None),
+            marks: Mutex::new(Marks::default()),
+            digest_counts: Mutex::new(DigestCounts::default()),
         };
         shared.resume_records(&mut shared.data.write().unwrap_or_else(PoisonError::into_inner));
         Ok(StateMachineStore { shared: Arc::new(shared) })
@@ -324,6 +407,75 @@ fn trace_starts(state: &State, log_id: &LogId, responses: &[baton_model::command
     }
 }
 
+/// What one `apply` call did under the state's lock, for what follows it outside.
+struct AppliedEntries {
+    out: Vec<ResponseBatch>,
+    events: Vec<Event>,
+    /// How long each command took, by kind, when timed.
+    timings: Vec<(&'static str, Duration)>,
+    digest_steps: Vec<DigestStep>,
+}
+
+impl SmShared {
+    /// Applies `entries` under the state's lock. Commands are timed when `timed` (timed
+    /// under the lock, told after it: the observer may take locks of its own).
+    fn apply_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+        timed: bool,
+    ) -> Result<AppliedEntries, StorageError> {
+        let mut d = self.write_data()?;
+        let mut done =
+            AppliedEntries { out: Vec::new(), events: Vec::new(), timings: Vec::new(), digest_steps: Vec::new() };
+        for entry in entries {
+            d.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => done.out.push(ResponseBatch::default()),
+                EntryPayload::Normal(batch) => {
+                    let mut marked = false;
+                    let responses: Vec<_> = batch
+                        .commands
+                        .into_iter()
+                        .map(|cmd| {
+                            if let Op::StateDigest(check) = &cmd.op {
+                                marked = true;
+                                done.digest_steps.extend((*check).map(|c| DigestStep::Check(entry.log_id, c)));
+                            }
+                            d.format = d.format.max(cmd.op.format());
+                            if !timed {
+                                return d.state.apply(cmd);
+                            }
+                            let (what, started) = (kind(&cmd.op), Instant::now());
+                            let r = d.state.apply(cmd);
+                            done.timings.push((what, started.elapsed()));
+                            r
+                        })
+                        .collect();
+                    trace_starts(&d.state, &entry.log_id, &responses);
+                    done.events.extend(responses.iter().flatten().flat_map(|a| a.events.iter().cloned()));
+                    done.out.push(ResponseBatch { responses });
+                    if marked {
+                        done.digest_steps.push(DigestStep::Mark(entry.log_id.index, Box::new(d.state.clone())));
+                    }
+                    // Written once for the whole call (one batch per tree costs less than
+                    // one per entry), unless the state's window of newest records would
+                    // otherwise drop some before they are written.
+                    if d.state.accounting().made().saturating_sub(d.records_written) >= RECORDS_WRITTEN_BY as u64 {
+                        self.write_records(&mut d);
+                    }
+                }
+                EntryPayload::Membership(m) => {
+                    d.membership = StoredMembership::new(Some(entry.log_id), m);
+                    done.out.push(ResponseBatch::default());
+                }
+            }
+        }
+        // Before the lock goes: a read that sees these entries applied finds their records.
+        self.write_records(&mut d);
+        Ok(done)
+    }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -338,56 +490,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let observer = self.shared.apply_observer();
-        // Timed under the lock, told after it: the observer may take locks of its own.
-        let mut timings = Vec::new();
-        let mut d = self.shared.write_data()?;
-        let mut out = Vec::new();
-        let mut events = Vec::new();
-        for entry in entries {
-            d.last_applied = Some(entry.log_id);
-            match entry.payload {
-                EntryPayload::Blank => out.push(ResponseBatch::default()),
-                EntryPayload::Normal(batch) => {
-                    let responses: Vec<_> = batch
-                        .commands
-                        .into_iter()
-                        .map(|cmd| {
-                            d.format = d.format.max(cmd.op.format());
-                            if observer.is_none() {
-                                return d.state.apply(cmd);
-                            }
-                            let (what, started) = (kind(&cmd.op), Instant::now());
-                            let r = d.state.apply(cmd);
-                            timings.push((what, started.elapsed()));
-                            r
-                        })
-                        .collect();
-                    trace_starts(&d.state, &entry.log_id, &responses);
-                    events.extend(responses.iter().flatten().flat_map(|a| a.events.iter().cloned()));
-                    out.push(ResponseBatch { responses });
-                    // Written once for the whole call (one batch per tree costs less than
-                    // one per entry), unless the state's window of newest records would
-                    // otherwise drop some before they are written.
-                    if d.state.accounting().made().saturating_sub(d.records_written) >= RECORDS_WRITTEN_BY as u64 {
-                        self.shared.write_records(&mut d);
-                    }
-                }
-                EntryPayload::Membership(m) => {
-                    d.membership = StoredMembership::new(Some(entry.log_id), m);
-                    out.push(ResponseBatch::default());
-                }
-            }
-        }
-        // Before the lock goes: a read that sees these entries applied finds their records.
-        self.shared.write_records(&mut d);
-        drop(d);
+        let applied = self.shared.apply_entries(entries, observer.is_some())?;
         if let Some(observe) = observer {
-            for (what, took) in timings {
+            for (what, took) in applied.timings {
                 observe(what, took);
             }
         }
-        self.shared.publish(events);
-        Ok(out)
+        self.shared.digest_steps(applied.digest_steps).await?;
+        self.shared.publish(applied.events);
+        Ok(applied.out)
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
@@ -420,6 +531,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             d.format = format_of(&meta.snapshot_id);
             self.shared.resume_records(&mut d);
         }
+        self.shared.marks.lock().unwrap_or_else(PoisonError::into_inner).clear();
         self.shared.set_current_snapshot(stored);
         tracing::info!(snapshot = %meta.snapshot_id, "snapshot installed");
         Ok(())

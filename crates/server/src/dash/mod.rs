@@ -159,6 +159,7 @@ fn render_metrics(ctx: &Ctx) -> String {
     let raft = ctx.replica.metrics();
     let writes = ctx.replica.write_counts();
     ctx.metrics.set_tls_not_after(ctx.transport.not_after());
+    ctx.metrics.set_digest_counts(ctx.replica.digest_counts());
     ctx.replica.read_local(|s| ctx.metrics.render(s, &raft, &writes))
 }
 

@@ -83,6 +83,9 @@ pub struct Metrics {
     raft_writes_forwarded: Counter,
     raft_forward_calls: Counter,
     apply_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    // The state digests (`baton_raft::digest`).
+    state_digest_marks: Counter,
+    state_digest_checks: Family<Labels, Counter>,
     // Counted from applied events.
     admissions: Family<Labels, Counter>,
     preemptions: Family<Labels, Counter>,
@@ -146,6 +149,8 @@ impl Metrics {
             raft_writes_forwarded: Counter::default(),
             raft_forward_calls: Counter::default(),
             apply_seconds: Family::new_with_constructor(apply_histogram),
+            state_digest_marks: Counter::default(),
+            state_digest_checks: Family::default(),
             admissions: Family::default(),
             preemptions: Family::default(),
             checkpoints_written: Counter::default(),
@@ -323,6 +328,16 @@ impl Metrics {
             "Time one command took to apply to this replica's state, by kind",
             self.apply_seconds.clone(),
         );
+        r.register(
+            "baton_state_digest_marks",
+            "State digest marks this replica hashed its state at",
+            self.state_digest_marks.clone(),
+        );
+        r.register(
+            "baton_state_digest_checks",
+            "The leader's state digests this replica compared with its own, by result (agreed, not_compared); a disagreement stops the replica",
+            self.state_digest_checks.clone(),
+        );
         r.register("baton_admissions", "Job attempts started (placed or resumed), by queue", self.admissions.clone());
         r.register(
             "baton_preemptions",
@@ -389,6 +404,15 @@ impl Metrics {
         let Some(n) = not_after else { return };
         self.tls_not_after.get_or_create(&vec![("cert", "own".to_string())]).set(n.own_unix_s);
         self.tls_not_after.get_or_create(&vec![("cert", "ca".to_string())]).set(n.ca_unix_s);
+    }
+
+    /// What this replica made of the state digests (read at each scrape).
+    pub fn set_digest_counts(&self, c: baton_raft::store::DigestCounts) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.state_digest_marks.inner().store(c.marks, Relaxed);
+        for (result, n) in [("agreed", c.agreed), ("not_compared", c.not_compared)] {
+            self.state_digest_checks.get_or_create(&vec![("result", result.to_string())]).inner().store(n, Relaxed);
+        }
     }
 
     fn refresh_raft(&self, m: &baton_raft::ReplicaMetrics) {
