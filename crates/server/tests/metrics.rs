@@ -168,3 +168,27 @@ fn documented_names() -> BTreeSet<String> {
         .map(String::from)
         .collect()
 }
+
+/// The leader writes a state digest every `state_digest_interval_ms`; every replica hashes
+/// its state at each and finds the leader's hash of the previous one equal to its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_replica_agrees_with_the_leaders_state_digests() {
+    let settings = ::baton_server::ServerSettings { state_digest_interval_ms: 1_000, ..settings() };
+    let cluster = Cluster::start_with(3, settings).await;
+    let mut c = cluster.client(0).await;
+    c.put_queue(queue("research", 8)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut agreed = Vec::new();
+        for r in &cluster.replicas {
+            let s = samples(&scrape(&r.metrics).await);
+            agreed.push(s.get("baton_state_digest_checks_total{result=\"agreed\"}").copied().unwrap_or(0.0));
+            assert_eq!(s.get("baton_state_digest_checks_total{result=\"not_compared\"}"), Some(&0.0));
+        }
+        if agreed.iter().all(|a| *a >= 2.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "checks agreed per replica after 20 s: {agreed:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
