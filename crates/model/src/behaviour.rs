@@ -9,6 +9,10 @@
 //! 1. everything before versioning (a state that never saw a raise).
 //! 2. request ids are bounded per user as well ([`crate::limits::MAX_REMEMBERED_REQUEST_IDS_PER_USER`]):
 //!    one user's submissions no longer push another user's ids out of the global window.
+//! 3. the state tallies the ranks' checkpoints ([`crate::command::Observed::RankCheckpointed`]):
+//!    a lease stop that saved its rank's work completes the gang's checkpoint when every
+//!    other rank has saved since the last complete one, by the replicated tally (the
+//!    leader's memory decided it before, and a failover forgot it).
 
 use crate::command::Op;
 use crate::state::State;
@@ -16,9 +20,11 @@ use crate::state::State;
 /// The behaviour a state has until the log raises it.
 pub const BASELINE: u32 = 1;
 /// The newest behaviour this build applies.
-pub const BEHAVIOUR: u32 = 2;
+pub const BEHAVIOUR: u32 = 3;
 /// The behaviour that bounds request ids per user.
 pub const PER_USER_REQUEST_IDS: u32 = 2;
+/// The behaviour whose state tallies the ranks' checkpoints.
+pub const RANK_SAVES: u32 = 3;
 
 /// The data format whose builds apply behaviour `v`: the raise to `v` needs it, so the format
 /// gate holds the raise back until every member applies `v`. A version this build does not
@@ -27,18 +33,25 @@ pub fn format_of(v: u32) -> u32 {
     match v {
         0..=BASELINE => 1,
         2 => 10,
+        3 => 11,
         _ => u32::MAX,
     }
 }
 
 /// What a leader writes by itself to bring a state up to what this build does, first
-/// what is due first; `None` when nothing is. Each is held back by the format gate while a
-/// member cannot read it, so the leader retries it now and then (a rolling upgrade).
-pub fn leader_upgrade(s: &State) -> Option<Op> {
+/// what is due first; `None` when nothing is. The behaviour goes as far as every member
+/// reads (`oldest_format`, the oldest data format a member reads): a cluster of builds
+/// reading formats 10 and 11 gets behaviour 2 now and 3 once the last is upgraded. Each is
+/// held back by the format gate while a member cannot read it, so the leader retries it
+/// now and then (a rolling upgrade).
+pub fn leader_upgrade(s: &State, oldest_format: u32) -> Option<Op> {
     if s.accounting().settings().is_none() {
         return Some(Op::StartAccounting);
     }
-    (s.behaviour() < BEHAVIOUR).then_some(Op::SetBehaviour(BEHAVIOUR))
+    let readable = (s.behaviour() + 1..=BEHAVIOUR).rev().find(|v| format_of(*v) <= oldest_format);
+    // The newest behaviour when none is readable yet: the gate says who holds it back.
+    let next = readable.unwrap_or(BEHAVIOUR);
+    (s.behaviour() < BEHAVIOUR).then_some(Op::SetBehaviour(next))
 }
 
 #[cfg(test)]
@@ -46,9 +59,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_behaviour_is_raised_as_far_as_every_member_reads() {
+        let mut s = State::new();
+        s.apply(crate::Command { now_ms: 1, op: Op::StartAccounting }).unwrap();
+        assert_eq!(leader_upgrade(&s, 9), Some(Op::SetBehaviour(BEHAVIOUR)), "held by the gate, which names who");
+        assert_eq!(leader_upgrade(&s, 10), Some(Op::SetBehaviour(PER_USER_REQUEST_IDS)));
+        assert_eq!(leader_upgrade(&s, 11), Some(Op::SetBehaviour(RANK_SAVES)));
+        s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(PER_USER_REQUEST_IDS) }).unwrap();
+        assert_eq!(leader_upgrade(&s, 10), Some(Op::SetBehaviour(BEHAVIOUR)), "the next is held until format 11");
+        s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(BEHAVIOUR) }).unwrap();
+        assert_eq!(leader_upgrade(&s, 11), None);
+    }
+
+    #[test]
     fn each_known_version_has_a_format_and_an_unknown_one_none() {
         assert_eq!(format_of(BASELINE), 1);
         assert_eq!(format_of(PER_USER_REQUEST_IDS), 10);
+        assert_eq!(format_of(RANK_SAVES), 11);
         assert!(
             format_of(BEHAVIOUR) <= crate::format::DATA_FORMAT,
             "this build reads the format its newest behaviour needs"

@@ -487,6 +487,12 @@ pub enum Observed {
     /// as `Stopped` it counted for the new one while the rank might run. (Last, so older
     /// logs decode.)
     Suspended { job: JobId, attempt: u32, rank: u32, by: JobId, requested_ms: u64 },
+    /// This rank of the attempt saved its work while the job keeps running. The job has a
+    /// checkpoint once every rank of the attempt has saved since its last complete one:
+    /// the state keeps that tally (`State::rank_saves`), so a new leader has it too. Before
+    /// format 11 the leader kept it in memory and sent `Checkpointed` when it completed; a
+    /// failover lost it. (Last, so older logs decode.)
+    RankCheckpointed { job: JobId, attempt: u32, rank: u32 },
 }
 
 impl Observed {
@@ -502,7 +508,8 @@ impl Observed {
             | Observed::NotStarted { job, .. }
             | Observed::LeaseStopped { job, .. }
             | Observed::KilledHere { job, .. }
-            | Observed::Suspended { job, .. } => *job,
+            | Observed::Suspended { job, .. }
+            | Observed::RankCheckpointed { job, .. } => *job,
         }
     }
 }

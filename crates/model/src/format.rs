@@ -48,7 +48,10 @@ use crate::command::{Observed, Op};
 /// gangs, usage over time and accounting (written in format 8's layout while there is none
 /// of them and accounting is off). 10: `SetBehaviour` to behaviour 2 (request ids bounded
 /// per user; see `behaviour`), and snapshots that record the behaviour (written in format
-/// 9's layout while it is the baseline). 11: `StateDigest` (see `digest`).
+/// 9's layout while it is the baseline). 11: `StateDigest` (see `digest`),
+/// `Observed::RankCheckpointed`, `SetBehaviour` to behaviour 3 (the state tallies the ranks'
+/// checkpoints), and snapshots that record that tally (written in format 10's layout while
+/// it is empty).
 pub const DATA_FORMAT: u32 = 11;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
@@ -210,16 +213,20 @@ impl Observed {
             Observed::LeaseStopped { .. } => 4,
             Observed::KilledHere { .. } => 5,
             Observed::Suspended { .. } => 9,
+            Observed::RankCheckpointed { .. } => 11,
         }
     }
 
     /// This observation as a cluster whose members read only up to `format` can take it:
     /// a lease stop becomes the older `LeaseExpired` (the same outcome, without the rank's
     /// own save, which only completes a gang's checkpoint from ranks reported later); a
-    /// rank killed here becomes `Vanished`. Agents'
-    /// reports must not wait for an upgrade: a refused report renews no lease.
-    pub fn for_format(self, format: u32) -> Observed {
-        match self {
+    /// rank killed here becomes `Vanished`; a rank's checkpoint has none (`None`: the leader
+    /// tallies it in memory while a member reads older, and sends `Checkpointed` once the
+    /// gang's is complete). Agents' reports must not wait for an upgrade: a refused report
+    /// renews no lease.
+    pub fn for_format(self, format: u32) -> Option<Observed> {
+        Some(match self {
+            Observed::RankCheckpointed { .. } if format < 11 => return None,
             Observed::LeaseStopped { job, attempt, rank, checkpointed, .. } if format < 4 => {
                 Observed::LeaseExpired { job, attempt, rank, checkpointed }
             }
@@ -233,7 +240,7 @@ impl Observed {
                 Observed::Vanished { job, attempt, rank, missing_ms: 0 }
             }
             other => other,
-        }
+        })
     }
 }
 

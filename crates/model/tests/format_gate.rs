@@ -80,6 +80,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
     ("LeaseStopped", 4),
     ("KilledHere", 5),
     ("Suspended", 9),
+    ("RankCheckpointed", 11),
 ];
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
@@ -99,6 +100,7 @@ fn obs(i: usize) -> Observed {
         Observed::LeaseStopped { job: 1, attempt: 1, rank: 0, checkpointed: false, rank_saved: true },
         Observed::KilledHere { job: 1, attempt: 1, rank: 0, rank_saved: false },
         Observed::Suspended { job: 1, attempt: 1, rank: 0, by: 2, requested_ms: 5_000 },
+        Observed::RankCheckpointed { job: 1, attempt: 1, rank: 0 },
     ];
     all[i].clone()
 }
@@ -182,7 +184,7 @@ fn ops() -> Vec<Op> {
         Op::SetUserLimit { queue: q.clone(), limit: baton_model::resources::Resources::of(&[("gpu", 8)]) },
         Op::SetAccounting(baton_model::accounting::AccountingSettings::default()),
         Op::StartAccounting,
-        Op::SetBehaviour(baton_model::behaviour::BEHAVIOUR),
+        Op::SetBehaviour(baton_model::behaviour::PER_USER_REQUEST_IDS),
         Op::StateDigest(Some(baton_model::digest::DigestAt { index: 7, format: DATA_FORMAT, sha256: [1; 32] })),
     ]
 }
@@ -269,23 +271,23 @@ fn a_command_newer_than_a_members_format_is_refused_naming_it() {
 #[test]
 fn a_lease_stop_goes_as_a_lease_expiry_to_members_of_format_3() {
     let stop = Observed::LeaseStopped { job: 7, attempt: 2, rank: 1, checkpointed: true, rank_saved: true };
-    assert_eq!(stop.clone().for_format(4), stop);
+    assert_eq!(stop.clone().for_format(4), Some(stop.clone()));
     let older = Observed::LeaseExpired { job: 7, attempt: 2, rank: 1, checkpointed: true };
-    assert_eq!(stop.for_format(3), older);
+    assert_eq!(stop.for_format(3), Some(older));
     // Every observation comes out readable by the format it was given.
     for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
-        assert!(obs(i).for_format(3).format() <= 3, "{:?}", obs(i));
+        assert!(obs(i).for_format(3).is_none_or(|o| o.format() <= 3), "{:?}", obs(i));
     }
 }
 
 #[test]
 fn a_rank_killed_here_goes_as_a_vanished_one_to_members_of_format_4() {
     let killed = Observed::KilledHere { job: 7, attempt: 2, rank: 1, rank_saved: false };
-    assert_eq!(killed.clone().for_format(5), killed);
+    assert_eq!(killed.clone().for_format(5), Some(killed.clone()));
     let older = Observed::Vanished { job: 7, attempt: 2, rank: 1, missing_ms: 0 };
-    assert_eq!(killed.for_format(4), older);
+    assert_eq!(killed.for_format(4), Some(older));
     for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
-        assert!(obs(i).for_format(4).format() <= 4, "{:?}", obs(i));
+        assert!(obs(i).for_format(4).is_none_or(|o| o.format() <= 4), "{:?}", obs(i));
     }
 }
 
@@ -294,10 +296,22 @@ fn a_rank_killed_here_goes_as_a_vanished_one_to_members_of_format_4() {
 #[test]
 fn a_named_suspension_goes_as_a_stop_to_members_of_format_8() {
     let suspended = Observed::Suspended { job: 7, attempt: 2, rank: 1, by: 8, requested_ms: 9_000 };
-    assert_eq!(suspended.clone().for_format(9), suspended);
-    assert_eq!(suspended.for_format(8), Observed::Stopped { job: 7, attempt: 2, rank: 1, checkpointed: false });
+    assert_eq!(suspended.clone().for_format(9), Some(suspended.clone()));
+    assert_eq!(suspended.for_format(8), Some(Observed::Stopped { job: 7, attempt: 2, rank: 1, checkpointed: false }));
     for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
-        assert!(obs(i).for_format(8).format() <= 8, "{:?}", obs(i));
+        assert!(obs(i).for_format(8).is_none_or(|o| o.format() <= 8), "{:?}", obs(i));
+    }
+}
+
+/// A rank's checkpoint has no older observation: while a member reads older, the leader
+/// keeps the tally and sends `Checkpointed`.
+#[test]
+fn a_ranks_checkpoint_goes_to_no_member_of_format_10() {
+    let saved = Observed::RankCheckpointed { job: 7, attempt: 2, rank: 1 };
+    assert_eq!(saved.clone().for_format(11), Some(saved.clone()));
+    assert_eq!(saved.for_format(10), None);
+    for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
+        assert!(obs(i).for_format(10).is_none_or(|o| o.format() <= 10), "{:?}", obs(i));
     }
 }
 

@@ -76,7 +76,8 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// Decodes a snapshot's state: the current layout (with arrays), or the one before them
+/// Decodes a snapshot's state: the current layout (with the ranks' saves), or the one before
+/// them (with the behaviour, written while no save is tallied), or the one with arrays
 /// (with unhealthy GPUs, written while there is no array), or the one before unhealthy GPUs
 /// (with maintenance windows, written while no GPU is unhealthy), or the one
 /// before windows (with waiting jobs, written while there is no window), or the one before
@@ -90,12 +91,13 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// and must use every byte, so a current snapshot is never read as an old one.
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
     use baton_model::state::{
-        PreAccessState, PreArraysState, PreBehaviourState, PreCompletingState, PreGpuFaultsState, PreTenancyState,
-        PreVisibilityState, PreWaitsState, PreWindowsState,
+        PreAccessState, PreArraysState, PreBehaviourState, PreCompletingState, PreGpuFaultsState, PreRankSavesState,
+        PreTenancyState, PreVisibilityState, PreWaitsState, PreWindowsState,
     };
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreBehaviourState>(bytes)
+        decode::<PreRankSavesState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreBehaviourState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreArraysState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreGpuFaultsState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreWindowsState>(bytes).map(|old| old.0))

@@ -7,7 +7,9 @@
 //!
 //! In the leader's memory only, bounded by `MAX_TRACKED`: a new leader starts from nothing,
 //! so every rank reports again before the job counts as checkpointed; that only delays the
-//! mark, never claims a checkpoint that is not there.
+//! mark, never claims a checkpoint that is not there. Used only until the state's behaviour
+//! is 3 (a rolling upgrade from a build of format 10): from then on the replicated state
+//! keeps the tally (`Observed::RankCheckpointed`), and a failover forgets nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};

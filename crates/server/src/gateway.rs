@@ -197,9 +197,12 @@ impl Gateway {
     async fn observe(&self, node: &Name, observations: Vec<Observation>, strays: Vec<Observed>) -> Result<(), Status> {
         let mut observed = Vec::with_capacity(observations.len() + strays.len());
         let observations = self.gpu_findings(node, observations).await?;
+        // Behaviour 3: the state tallies the ranks' checkpoints and judges lease stops by it;
+        // before, this leader's memory did (`checkpoints`), and lost it on failover.
+        let tallies = self.ctx.replica.read_local(|s| s.behaviour()) >= baton_model::behaviour::RANK_SAVES;
         // The ranks whose lease stop saved their work count before any of them is judged:
         // the ranks of a gang on one node come in one report.
-        for o in &observations {
+        for o in observations.iter().filter(|_| !tallies) {
             if let Some(What::Stopped(s)) = &o.what
                 && s.cause() == StopCause::LeaseExpired
                 && s.checkpointed
@@ -229,7 +232,8 @@ impl Gateway {
                 // running job; a directed stop completes a preemption or pause.
                 Some(What::Stopped(s)) if s.cause() == StopCause::LeaseExpired => {
                     tracing::warn!(node = %node, job_id = s.job_id, attempt = s.attempt, rank = s.rank, "the agent's lease ran out; it stopped this replica");
-                    let all_saved = s.checkpointed && self.all_saved(node, s.job_id, s.attempt, s.rank);
+                    // With the state's tally, the model judges the whole gang.
+                    let all_saved = !tallies && s.checkpointed && self.all_saved(node, s.job_id, s.attempt, s.rank);
                     observed.push(Observed::LeaseStopped {
                         job: s.job_id,
                         attempt: s.attempt,
@@ -264,6 +268,9 @@ impl Gateway {
                     rank: s.rank,
                     checkpointed: s.checkpointed,
                 }),
+                Some(What::Checkpointed(c)) if tallies => {
+                    observed.push(Observed::RankCheckpointed { job: c.job_id, attempt: c.attempt, rank: c.rank })
+                }
                 Some(What::Checkpointed(c)) => {
                     if self.rank_saved(node, c.job_id, c.attempt, c.rank) {
                         observed.push(Observed::Checkpointed { job: c.job_id, attempt: c.attempt })
@@ -291,9 +298,14 @@ impl Gateway {
         }
         // Mid-upgrade, a member may not read the newest observations: they go as the older
         // ones it reads, so that reports (and the agent's lease) never wait for an upgrade.
-        let reads = self.ctx.replica.oldest_format();
+        // The committed behaviour was raised only once every member read its format: that
+        // one is read, whatever this replica has heard (a new leader that has not heard
+        // from a dead member yet takes it for one of format 3 until then, and the rank
+        // checkpoints, which have no older form, would be dropped).
+        let behaviour = self.ctx.replica.read_local(|s| s.behaviour());
+        let reads = self.ctx.replica.oldest_format().max(baton_model::behaviour::format_of(behaviour));
         if reads < baton_model::format::DATA_FORMAT {
-            observed = observed.into_iter().map(|o| o.for_format(reads)).collect();
+            observed = observed.into_iter().filter_map(|o| o.for_format(reads)).collect();
         }
         for chunk in observed.chunks(MAX_OBSERVATIONS_PER_REPORT) {
             let op = Op::Report { node: node.clone(), observations: chunk.to_vec() };

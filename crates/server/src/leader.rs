@@ -107,7 +107,8 @@ const UPGRADE_RETRY: Duration = Duration::from_secs(10);
 /// newest apply behaviour. The format gate refuses each until every member reads its format,
 /// so that no member gets a snapshot or a behaviour it cannot follow.
 async fn upgrade(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
-    let Some(op) = ctx.replica.read_local(baton_model::behaviour::leader_upgrade) else { return };
+    let oldest = ctx.replica.oldest_format();
+    let Some(op) = ctx.replica.read_local(|s| baton_model::behaviour::leader_upgrade(s, oldest)) else { return };
     if tried.is_some_and(|t| t.elapsed() < UPGRADE_RETRY) {
         return;
     }

@@ -192,3 +192,35 @@ async fn a_gang_whose_rank_saved_nothing_on_its_stop_is_not_told_to_resume() {
     let d = n1.until("g runs a third time", runs(3)).await;
     assert!(d.assignments.iter().find(|a| a.job == "g").unwrap().resume, "every rank saved attempt 2");
 }
+
+/// The tally of a gang's rank checkpoints was the leader's memory, so a failover forgot it:
+/// rank 0 saved under the old leader, rank 1 under the new one, and the job had no
+/// checkpoint until rank 0 saved again (a stop meanwhile resumed from an older one). The
+/// state keeps the tally now (behaviour 3), and the new leader completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gangs_checkpoint_tally_survives_a_failover() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let mut c = cluster.client(leader).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.cluster_info(Empty {}).await.unwrap().into_inner().behaviour < baton_model::behaviour::RANK_SAVES {
+        assert!(std::time::Instant::now() < deadline, "the leader never raised the behaviour");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    c.put_queue(queue("research", 8)).await.unwrap();
+    let mut agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    c.submit(submit_of(gang("g", "research", "train"))).await.unwrap();
+    let d = agent.until("both ranks of g run", |d| d.assignments.iter().filter(|a| a.job == "g").count() == 2).await;
+    let id = d.assignments[0].job_id;
+    let rank0 = Checkpointed { job_id: id, attempt: 1, ..Default::default() };
+    agent.report(vec![What::Checkpointed(rank0)]).await.unwrap();
+
+    cluster.kill(leader).await;
+    drop(agent);
+    let agent =
+        report_to_the_new_leader(&cluster, node("n1", 8), What::Checkpointed(Checkpointed { rank: 1, ..rank0 })).await;
+    let mut c = cluster.client(cluster.leader().await).await;
+    let job = wait_state(&mut c, "g", JobState::Running).await;
+    assert!(job.has_checkpoint, "rank 0 saved under the old leader, rank 1 under the new one");
+    drop(agent);
+}

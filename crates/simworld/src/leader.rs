@@ -115,7 +115,8 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     }
     // As the server's leader: the state brought up to this build (accounting on, the newest
     // behaviour; every member here reads them).
-    if let Some(op) = replica.read_local(baton_model::behaviour::leader_upgrade) {
+    let oldest = replica.oldest_format();
+    if let Some(op) = replica.read_local(|s| baton_model::behaviour::leader_upgrade(s, oldest)) {
         write(replica, clock, op).await;
     }
     // As the server's leader: a state digest now and then, which every replica checks.

@@ -239,7 +239,10 @@ impl State {
             | Observed::KilledHere { job, attempt, rank, .. }
             | Observed::Unkillable { job, attempt, rank, .. } => (job, attempt, rank),
             // A rank suspended in place is not gone: its STOP's answer releases it.
-            Observed::Checkpointed { .. } | Observed::Stray { .. } | Observed::Suspended { .. } => return None,
+            Observed::Checkpointed { .. }
+            | Observed::RankCheckpointed { .. }
+            | Observed::Stray { .. }
+            | Observed::Suspended { .. } => return None,
         };
         let c = self.after.completing.get(&job)?;
         if c.attempt != attempt {

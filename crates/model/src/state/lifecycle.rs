@@ -237,6 +237,7 @@ impl State {
             self.tenancy.run_as.remove(&old);
             self.forget_element(old);
             self.elastic.remove(&old);
+            self.rank_saves.remove(&old);
             if let Some(j) = self.d.jobs.remove(&old)
                 && self.d.job_names.get(&j.spec.name) == Some(&old)
             {
@@ -251,6 +252,8 @@ impl State {
     /// Back to the queue. `keep_checkpoint`: resume from the last checkpoint next time.
     pub(super) fn requeue(&mut self, id: JobId, keep_checkpoint: bool, reason: String) {
         self.release(id);
+        // The attempt is over: its ranks' saves count for nothing now.
+        self.rank_saves.remove(&id);
         let now = self.d.now_ms;
         let job = self.d.jobs.get_mut(&id).expect("job exists");
         job.state = JobState::Pending;

@@ -20,6 +20,7 @@ mod identity;
 mod integrity;
 mod lifecycle;
 mod maintenance;
+mod rank_saves;
 mod rebuild;
 mod report;
 mod reserve;
@@ -168,6 +169,10 @@ pub struct State {
     /// Accounting's settings and newest records (issue 34): serialized with the arrays, in
     /// the same part, written when accounting is on.
     accounting: Accounting,
+    /// The ranks of running attempts that saved their work since their job's last complete
+    /// checkpoint (`rank_saves`). Serialized after the behaviour, and only when it holds
+    /// one: a snapshot without it is format 10's layout ([`PreRankSavesState`]).
+    rank_saves: rank_saves::RankSaves,
     /// Attempts the command being applied ended, their records not finished yet: set only
     /// during `apply`, never stored.
     ended: Vec<accounting::Ended>,
@@ -223,6 +228,7 @@ impl State {
             restarts: Restarts::new(),
             usage: Usage::default(),
             accounting: Accounting::default(),
+            rank_saves: rank_saves::RankSaves::new(),
             ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,
@@ -460,7 +466,16 @@ impl Serialize for State {
         let workflows = (&self.arrays, &self.elastic, &self.restarts, self.usage.stored(), &self.accounting);
         // Format 9's layout while the behaviour is the baseline (it is raised only once every
         // member reads format 10).
-        if self.behaviour > crate::behaviour::BASELINE {
+        // Format 10's layout while no rank's save is tallied (one is only once every member
+        // reads format 11).
+        if !self.rank_saves.is_empty() {
+            let (behaviour, saves) = (self.behaviour, &self.rank_saves);
+            (
+                d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows, behaviour,
+                saves,
+            )
+                .serialize(s)
+        } else if self.behaviour > crate::behaviour::BASELINE {
             let behaviour = self.behaviour;
             (d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows, behaviour)
                 .serialize(s)
@@ -490,8 +505,8 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with a behaviour above the baseline.
-const STATE_PARTS: usize = 12;
+/// Parts of a state as this build writes it with a rank's save tallied.
+const STATE_PARTS: usize = 13;
 
 /// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
 /// missing in a self-describing format (JSON, the simulator's), where a state with none set
@@ -523,9 +538,11 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let (arrays, elastic, restarts, usage, accounting): (Arrays, ElasticGangs, Restarts, StoredUsage, Accounting) =
             seq.next_element()?.unwrap_or_default();
         let behaviour: u32 = seq.next_element()?.unwrap_or(crate::behaviour::BASELINE);
+        let saves: rank_saves::RankSaves = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts, usage, accounting })?;
         s.behaviour = behaviour;
+        s.restore_rank_saves(saves)?;
         Ok(s)
     }
 }
@@ -560,13 +577,23 @@ impl State {
     }
 }
 
+/// A state as snapshots wrote it before the ranks' saves were tallied (format 10's layout),
+/// and as they still write it while none is. Tried when the current layout fails.
+pub struct PreRankSavesState(pub State);
+
+impl<'de> Deserialize<'de> for PreRankSavesState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        de.deserialize_tuple(STATE_PARTS - 1, StateVisitor).map(PreRankSavesState)
+    }
+}
+
 /// A state as snapshots wrote it before behaviour versions (format 9's layout), and as they
 /// still write it at the baseline behaviour. Tried when the current layout fails.
 pub struct PreBehaviourState(pub State);
 
 impl<'de> Deserialize<'de> for PreBehaviourState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        de.deserialize_tuple(STATE_PARTS - 1, StateVisitor).map(PreBehaviourState)
+        de.deserialize_tuple(STATE_PARTS - 2, StateVisitor).map(PreBehaviourState)
     }
 }
 
@@ -808,6 +835,7 @@ impl State {
             restarts: Restarts::new(),
             usage: Usage::default(),
             accounting: Accounting::default(),
+            rank_saves: rank_saves::RankSaves::new(),
             ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,

@@ -57,6 +57,18 @@ impl State {
                 format!("{} in one report; at most {MAX_OBSERVATIONS_PER_REPORT}", observations.len()),
             ));
         }
+        // The ranks whose lease stop saved their work count before any of them is judged:
+        // the ranks of a gang on one node come in one report (behaviour 3; before it the
+        // leader's memory did this and sent the verdict in `checkpointed`).
+        if self.behaviour >= crate::behaviour::RANK_SAVES {
+            for o in &observations {
+                if let Observed::LeaseStopped { job, attempt, rank, rank_saved: true, .. } = *o
+                    && self.check_rank_placed(node, job, attempt, rank).is_ok()
+                {
+                    self.note_rank_saved(job, attempt, rank);
+                }
+            }
+        }
         let mut ignored = Vec::new();
         for (i, o) in observations.into_iter().enumerate() {
             if let Err(why) = self.observe(node, o, ev) {
@@ -121,6 +133,7 @@ impl State {
                 }
                 self.checkpointed(job, attempt)
             }
+            Observed::RankCheckpointed { job, attempt, rank } => self.rank_checkpointed(node, job, attempt, rank),
             Observed::Vanished { job, attempt, rank, missing_ms } => {
                 self.check_rank_placed(node, job, attempt, rank)?;
                 let j = &self.d.jobs[&job];
@@ -247,7 +260,13 @@ impl State {
         // its checkpoint, whatever this report says of the whole job.
         let world = j.replicas.len().max(1);
         let all_saved = j.ended_ranks.len() >= world && j.ended_ranks.values().all(|s| *s);
-        if checkpointed || all_saved {
+        // Behaviour 3: every other rank saved since the last complete checkpoint, by the
+        // replicated tally (the leader's memory said so in `checkpointed` before).
+        let tallied = self.behaviour >= crate::behaviour::RANK_SAVES
+            && rank_saved
+            && self.others_saved(job, attempt, rank, world as u32);
+        let j = self.d.jobs.get_mut(&job).expect("checked");
+        if checkpointed || all_saved || tallied {
             j.has_checkpoint = true;
         }
         let saved = if rank_saved { "after a checkpoint" } else { "without a checkpoint" };
@@ -299,7 +318,7 @@ impl State {
     }
 
     /// The job's current attempt is `attempt` and runs `rank` on `node`.
-    fn check_rank_placed(&self, node: &Name, job: JobId, attempt: u32, rank: u32) -> Result<(), ApplyError> {
+    pub(super) fn check_rank_placed(&self, node: &Name, job: JobId, attempt: u32, rank: u32) -> Result<(), ApplyError> {
         self.check_attempt(job, attempt)?;
         match self.d.jobs[&job].replica_at(rank) {
             Some(r) if r.node == *node => Ok(()),
