@@ -319,3 +319,45 @@ fn the_behaviour_version_round_trips_and_the_baseline_keeps_the_older_layout() {
     let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
     assert_eq!(json.behaviour(), BEHAVIOUR, "JSON keeps it too");
 }
+
+/// Data format 11 adds the tally of the ranks' checkpoints after the behaviour, written only
+/// while it holds one: empty, a snapshot keeps format 10's layout; holding one, it round trips
+/// (also as JSON), and format 10's reader refuses it rather than lose the tally.
+#[test]
+fn the_rank_checkpoint_tally_round_trips_and_an_empty_one_keeps_the_older_layout() {
+    use baton_model::command::Observed;
+    use baton_model::fixture::{gpu_job, gpu_node, gpu_queue};
+    use baton_model::state::PreRankSavesState;
+    let mut s = State::new();
+    let apply = |s: &mut State, op| {
+        s.apply(Command { now_ms: 5_000, op }).unwrap();
+    };
+    apply(&mut s, Op::SetBehaviour(baton_model::behaviour::BEHAVIOUR));
+    apply(&mut s, Op::RegisterNodes(vec![gpu_node("n1", 8), gpu_node("n2", 8)]));
+    apply(&mut s, Op::PutQueue(gpu_queue("q", 16)));
+    let mut spec = gpu_job("g", "q", 8);
+    spec.tasks[0].replicas = 2;
+    apply(&mut s, Op::Submit { spec, request_id: None });
+    let job = s.job_by_name("g").unwrap().id;
+    let replicas = (0..2)
+        .map(|i| baton_model::alloc::ReplicaAlloc {
+            task: 0,
+            index: i,
+            node: Name::lit(&format!("n{}", i + 1)),
+            gpus: (0..8).collect(),
+        })
+        .collect();
+    let place = baton_model::plan::Decision::Place { job, attempt: 1, replicas };
+    let based_on = s.applied();
+    apply(&mut s, Op::ApplyPlan(baton_model::plan::Plan { based_on, decisions: vec![place] }));
+    let empty = encode(&s).unwrap();
+    assert!(decode::<PreRankSavesState>(&empty).is_ok(), "no tally: format 10's layout");
+    let saved = Observed::RankCheckpointed { job, attempt: 1, rank: 0 };
+    apply(&mut s, Op::Report { node: Name::lit("n1"), observations: vec![saved] });
+    assert_eq!(s.rank_saves()[&job].ranks.len(), 1);
+    let holding = encode(&s).unwrap();
+    assert!(decode::<PreRankSavesState>(&holding).is_err(), "format 10's reader cannot drop the tally");
+    assert_eq!(decode_state(&holding).unwrap(), s);
+    let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(json.rank_saves(), s.rank_saves(), "JSON keeps it too");
+}

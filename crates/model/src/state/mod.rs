@@ -862,5 +862,6 @@ impl PartialEq for State {
             && self.elastic == other.elastic
             && self.restarts == other.restarts
             && self.accounting == other.accounting
+            && self.rank_saves == other.rank_saves
     }
 }
