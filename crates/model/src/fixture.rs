@@ -1,9 +1,10 @@
 //! Plain specs for tests: a one-task GPU job, a GPU node and a queue with a GPU quota in pool
 //! `default`, every other field at its everyday value, so that a test spells out only what it is about
-//! (`JobSpec { env, ..gpu_job("j", "q", 1) }`).
+//! (`JobSpec { env, ..gpu_job("j", "q", 1) }`); and a gang's placement one rank per node.
 
 use std::collections::BTreeMap;
 
+use crate::alloc::ReplicaAlloc;
 use crate::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec};
 use crate::name::Name;
 use crate::node::NodeSpec;
@@ -54,4 +55,11 @@ pub fn gpu_node(name: &str, gpus: u64) -> NodeSpec {
         gpus: Vec::new(),
         agent_addr: String::new(),
     }
+}
+
+/// A one-task gang's placement: rank `i` on node `n{i+1}`, holding GPUs 0 to `gpus` - 1 there.
+pub fn one_rank_per_node(ranks: u32, gpus: u32) -> Vec<ReplicaAlloc> {
+    (0..ranks)
+        .map(|i| ReplicaAlloc { task: 0, index: i, node: Name::lit(&format!("n{}", i + 1)), gpus: (0..gpus).collect() })
+        .collect()
 }

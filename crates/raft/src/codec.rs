@@ -30,10 +30,15 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     bincode::serde::encode_to_vec(value, config()).map_err(|e| CodecError::Encode(e.to_string()))
 }
 
+/// Writes `value` encoded into `out` as it goes (no buffer of the whole encoding); the
+/// number of bytes written.
+pub fn encode_into<T: Serialize>(value: &T, out: &mut impl std::io::Write) -> Result<usize, CodecError> {
+    bincode::serde::encode_into_std_write(value, out, config()).map_err(|e| CodecError::Encode(e.to_string()))
+}
+
 /// The size of `value` encoded, without keeping the bytes.
 pub fn encoded_len<T: Serialize>(value: &T) -> Result<usize, CodecError> {
-    bincode::serde::encode_into_std_write(value, &mut std::io::sink(), config())
-        .map_err(|e| CodecError::Encode(e.to_string()))
+    encode_into(value, &mut std::io::sink())
 }
 
 /// How many bytes a valid encoding may claim per byte it holds. bincode counts what a decode

@@ -16,7 +16,7 @@ use crate::identity::DATA_FORMAT;
 /// the log or a snapshot and is checked at the next mark.
 pub const MAX_MARKS: usize = 8;
 
-/// SHA-256 of `state`'s encoding, written straight into the hash (a large state is not
+/// SHA-256 of `state`'s encoding (the codec's, as a snapshot holds it), written straight into the hash (a large state is not
 /// copied into a buffer first).
 pub fn hash_state(state: &State) -> Result<[u8; 32], CodecError> {
     struct Into<'a>(&'a mut Sha256);
@@ -30,8 +30,7 @@ pub fn hash_state(state: &State) -> Result<[u8; 32], CodecError> {
         }
     }
     let mut hasher = Sha256::new();
-    bincode::serde::encode_into_std_write(state, &mut Into(&mut hasher), bincode::config::standard())
-        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    crate::codec::encode_into(state, &mut Into(&mut hasher))?;
     Ok(hasher.finalize().into())
 }
 

@@ -93,8 +93,7 @@ fn record_missing() {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap();
-            let prelude =
-                if v > behaviour::BASELINE { vec![Command { now_ms: 0, op: Op::SetBehaviour(v) }] } else { Vec::new() };
+            let prelude = if v > behaviour::BASELINE { vec![Op::SetBehaviour(v)] } else { Vec::new() };
             let log = baton_sim::record(&file.display().to_string(), &text, prelude).expect("the scenario runs");
             std::fs::write(&path, encode(&log).unwrap()).unwrap();
             for (after, sha) in replay(&log).1 {

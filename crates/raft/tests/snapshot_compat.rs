@@ -339,14 +339,7 @@ fn the_rank_checkpoint_tally_round_trips_and_an_empty_one_keeps_the_older_layout
     spec.tasks[0].replicas = 2;
     apply(&mut s, Op::Submit { spec, request_id: None });
     let job = s.job_by_name("g").unwrap().id;
-    let replicas = (0..2)
-        .map(|i| baton_model::alloc::ReplicaAlloc {
-            task: 0,
-            index: i,
-            node: Name::lit(&format!("n{}", i + 1)),
-            gpus: (0..8).collect(),
-        })
-        .collect();
+    let replicas = baton_model::fixture::one_rank_per_node(2, 8);
     let place = baton_model::plan::Decision::Place { job, attempt: 1, replicas };
     let based_on = s.applied();
     apply(&mut s, Op::ApplyPlan(baton_model::plan::Plan { based_on, decisions: vec![place] }));

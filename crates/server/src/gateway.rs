@@ -197,12 +197,14 @@ impl Gateway {
     async fn observe(&self, node: &Name, observations: Vec<Observation>, strays: Vec<Observed>) -> Result<(), Status> {
         let mut observed = Vec::with_capacity(observations.len() + strays.len());
         let observations = self.gpu_findings(node, observations).await?;
+        let behaviour = self.ctx.replica.read_local(|s| s.behaviour());
         // Behaviour 3: the state tallies the ranks' checkpoints and judges lease stops by it;
         // before, this leader's memory did (`checkpoints`), and lost it on failover.
-        let tallies = self.ctx.replica.read_local(|s| s.behaviour()) >= baton_model::behaviour::RANK_SAVES;
+        let tallies = behaviour >= baton_model::behaviour::RANK_SAVES;
         // The ranks whose lease stop saved their work count before any of them is judged:
-        // the ranks of a gang on one node come in one report.
-        for o in observations.iter().filter(|_| !tallies) {
+        // the ranks of a gang on one node come in one report (the state does it, tallying).
+        let noted = if tallies { &[][..] } else { &observations[..] };
+        for o in noted {
             if let Some(What::Stopped(s)) = &o.what
                 && s.cause() == StopCause::LeaseExpired
                 && s.checkpointed
@@ -302,7 +304,6 @@ impl Gateway {
         // one is read, whatever this replica has heard (a new leader that has not heard
         // from a dead member yet takes it for one of format 3 until then, and the rank
         // checkpoints, which have no older form, would be dropped).
-        let behaviour = self.ctx.replica.read_local(|s| s.behaviour());
         let reads = self.ctx.replica.oldest_format().max(baton_model::behaviour::format_of(behaviour));
         if reads < baton_model::format::DATA_FORMAT {
             observed = observed.into_iter().filter_map(|o| o.for_format(reads)).collect();

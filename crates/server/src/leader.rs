@@ -115,8 +115,7 @@ async fn upgrade(ctx: &Ctx, tried: &mut Option<tokio::time::Instant>) {
     let first = tried.is_none();
     *tried = Some(tokio::time::Instant::now());
     let name = op.name();
-    let now_ms = ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
-    match ctx.replica.write(Command { now_ms, op }).await {
+    match ctx.replica.write(Command { now_ms: stamp_ms(ctx), op }).await {
         Ok(Ok(_)) => {
             // The next one, if any, at once.
             *tried = None;
@@ -145,11 +144,7 @@ async fn state_digest(ctx: &Ctx, written: &mut tokio::time::Instant) {
         return;
     }
     *written = tokio::time::Instant::now();
-    let now_ms = ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
-    match ctx.replica.write(Command { now_ms, op: ctx.replica.state_digest_op() }).await {
-        Ok(_) => tracing::debug!("state digest written"),
-        Err(e) => tracing::debug!(error = %e, "state digest not written"),
-    }
+    write(ctx, ctx.replica.state_digest_op()).await;
 }
 
 /// Rest after a round, per unit of its duration, before a state change may start the next.
@@ -353,13 +348,17 @@ fn considered(s: &baton_model::State) -> usize {
     s.jobs().values().filter(|j| matches!(j.state, JobState::Pending | JobState::Preempting)).count()
 }
 
+/// The time the leader stamps its own commands with: never behind the replicated clock (a
+/// new leader's clock may trail the old one's a little, and the state refuses a Tick from
+/// behind it).
+fn stamp_ms(ctx: &Ctx) -> u64 {
+    ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()))
+}
+
 async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {
     let name = op.name();
-    // Never behind the replicated clock: a new leader's clock may trail the old one's a
-    // little, and the state refuses a Tick from behind it.
-    let now_ms = ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()));
     let span = crate::trace::commit_span(name, ctx.replica.metrics().term);
-    match ctx.replica.write(Command { now_ms, op }).instrument(span).await {
+    match ctx.replica.write(Command { now_ms: stamp_ms(ctx), op }).instrument(span).await {
         Ok(Ok(applied)) => Some(applied.outcome),
         Ok(Err(e)) => {
             tracing::warn!(op = name, error = %e, "leader's command refused");

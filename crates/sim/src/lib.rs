@@ -89,7 +89,7 @@ pub fn run(file: &str, text: &str) -> Result<Outcome, Error> {
 /// Parses, validates and simulates a scenario given as text, and returns every command the
 /// run applied, from the empty state on, `prelude` first (a recorded log: replayed by a
 /// later build, it must give the same states; the raft crate's `recorded_logs` test).
-pub fn record(file: &str, text: &str, prelude: Vec<baton_model::Command>) -> Result<Vec<baton_model::Command>, Error> {
+pub fn record(file: &str, text: &str, prelude: Vec<baton_model::Op>) -> Result<Vec<baton_model::Command>, Error> {
     let scenario = parse::parse(file, text)?;
     let setup = validate::configure_logged(&scenario, Some(prelude))?;
     validate::check_references(&scenario, &setup.state)?;

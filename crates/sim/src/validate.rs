@@ -36,17 +36,17 @@ impl Setup {
     }
 }
 
-/// As [`configure`], keeping the commands in `log` when one is given (starting with what it
-/// holds already).
-pub fn configure_logged(s: &Scenario, log: Option<Vec<Command>>) -> Result<Setup, InputError> {
+/// As [`configure`], after the commands of `prelude` when one is given, keeping every command
+/// in the setup's log (`None`: no log).
+pub fn configure_logged(s: &Scenario, prelude: Option<Vec<Op>>) -> Result<Setup, InputError> {
     let cx = Cx { file: &s.file };
-    let mut state = Setup { state: State::new(), log };
-    for cmd in state.log.clone().unwrap_or_default() {
-        state.state.apply(cmd).map_err(|e| cx.err(0, "", e.to_string()))?;
-    }
+    let mut state = Setup { state: State::new(), log: prelude.as_ref().map(|_| Vec::new()) };
     let apply = |state: &mut Setup, op: Op, line: usize, path: &str| -> R<()> {
         state.apply(op).map_err(|e| cx.err(line, path, e.to_string()))
     };
+    for op in prelude.into_iter().flatten() {
+        apply(&mut state, op, 0, "(the recording's prelude)")?;
+    }
     if let Some(sc) = &s.scheduler {
         apply(&mut state, Op::SetScheduler(sc.v), sc.line, &sc.path)?;
     }

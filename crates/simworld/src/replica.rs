@@ -123,11 +123,11 @@ pub async fn run(
     truth: Shared,
 ) -> turmoil::Result {
     let members = members(n);
-    let parting = {
+    let (sabotaged, parted) = {
         let t = truth.lock();
-        t.sabotage == Some(crate::Sabotage::PartedState) && !t.parted
+        (t.sabotage == Some(crate::Sabotage::PartedState), t.parted)
     };
-    if parting {
+    if sabotaged && !parted {
         part_the_state(id, &disk, &truth);
     }
     let config = ReplicaConfig {
@@ -135,11 +135,8 @@ pub async fn run(
         cluster_id: CLUSTER.into(),
         advertise_addr: members[&id].clone(),
         storage: Storage::Store(SharedStore(Arc::new(disk.open()))),
-        settings: if truth.lock().sabotage == Some(crate::Sabotage::PartedState) {
-            RaftSettings { snapshot_every_entries: 100, ..settings(id) }
-        } else {
-            settings(id)
-        },
+        // Snapshots often, so that a replica restarts from one.
+        settings: if sabotaged { RaftSettings { snapshot_every_entries: 100, ..settings(id) } } else { settings(id) },
         rack: None,
         max_format: baton_raft::identity::DATA_FORMAT,
         clock: clock(offset_ms, jump.clone()),

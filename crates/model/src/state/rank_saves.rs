@@ -109,14 +109,7 @@ mod tests {
         let mut spec = gpu_job("g", "q", 8);
         spec.tasks[0].replicas = 3;
         let Outcome::Submitted { job, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else { panic!() };
-        let replicas = (0..3)
-            .map(|i| crate::alloc::ReplicaAlloc {
-                task: 0,
-                index: i,
-                node: Name::lit(&format!("n{}", i + 1)),
-                gpus: (0..8).collect(),
-            })
-            .collect();
+        let replicas = crate::fixture::one_rank_per_node(3, 8);
         let plan = Plan { based_on: s.applied(), decisions: vec![Decision::Place { job, attempt: 1, replicas }] };
         apply(&mut s, Op::ApplyPlan(plan));
         assert_eq!(s.job(job).unwrap().state, JobState::Running);

@@ -422,14 +422,7 @@ mod tests {
             checkpoint_signal: None,
         };
         let Outcome::Submitted { job, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else { panic!() };
-        let replicas = (0..2)
-            .map(|i| ReplicaAlloc {
-                task: 0,
-                index: i,
-                node: Name::lit(&format!("n{}", i + 1)),
-                gpus: (0..8).collect(),
-            })
-            .collect();
+        let replicas = crate::fixture::one_rank_per_node(2, 8);
         let plan = Plan { based_on: s.applied(), decisions: vec![Decision::Place { job, attempt: 1, replicas }] };
         apply(&mut s, Op::ApplyPlan(plan));
         assert_eq!(s.job(job).unwrap().state, JobState::Running);
