@@ -3,6 +3,8 @@
 //! The leader stamps the time into every command: `apply` never reads a clock, so every
 //! replica computes the same state from the same log.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::access::{TokenHash, TokenSpec};
@@ -264,6 +266,12 @@ pub enum Op {
     /// entry; the leader's hash of the previous mark rides along, and a replica whose own
     /// hash of it differs stops. Changes nothing in the state. The leader's own command.
     StateDigest(Option<crate::digest::DigestAt>),
+    /// The cluster's topology levels above the node, lowest first (decisions.md section
+    /// 10); empty: the default `[rack]`.
+    SetTopologyLevels(Vec<crate::topology::LevelName>),
+    /// Nodes' domains at each declared level other than the rack (a node's rack is its
+    /// registration's); an empty map forgets a node's. At most `MAX_NODES_PER_COMMAND`.
+    SetNodeDomains(Vec<(Name, BTreeMap<crate::topology::LevelName, Name>)>),
 }
 
 impl Op {
@@ -324,7 +332,9 @@ impl Op {
             | Op::UpdateQueueVisible { .. }
             | Op::SetUsage(_)
             | Op::SetUserLimit { .. }
-            | Op::SetAccounting(_) => false,
+            | Op::SetAccounting(_)
+            | Op::SetTopologyLevels(_)
+            | Op::SetNodeDomains(_) => false,
         }
     }
 
@@ -367,7 +377,9 @@ impl Op {
             | Op::UpdateQueueVisible { .. }
             | Op::SetUsage(_)
             | Op::SetUserLimit { .. }
-            | Op::SetAccounting(_) => true,
+            | Op::SetAccounting(_)
+            | Op::SetTopologyLevels(_)
+            | Op::SetNodeDomains(_) => true,
             Op::RegisterNode(_)
             | Op::RegisterNodes(_)
             | Op::SetNodeStatus { .. }
@@ -433,6 +445,8 @@ impl Op {
             Op::StartAccounting => "StartAccounting",
             Op::SetBehaviour(_) => "SetBehaviour",
             Op::StateDigest(_) => "StateDigest",
+            Op::SetTopologyLevels(_) => "SetTopologyLevels",
+            Op::SetNodeDomains(_) => "SetNodeDomains",
         }
     }
 }

@@ -51,8 +51,10 @@ use crate::command::{Observed, Op};
 /// 9's layout while it is the baseline). 11: `StateDigest` (see `digest`),
 /// `Observed::RankCheckpointed`, `SetBehaviour` to behaviour 3 (the state tallies the ranks'
 /// checkpoints), and snapshots that record that tally (written in format 10's layout while
-/// it is empty).
-pub const DATA_FORMAT: u32 = 11;
+/// it is empty). 12: `SetTopologyLevels`, `SetNodeDomains`, a submit whose job names
+/// topology levels (`Topology::Levels`), and snapshots that record the levels and the nodes'
+/// domains (written in format 11's layout while there are none).
+pub const DATA_FORMAT: u32 = 12;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest
@@ -142,6 +144,25 @@ impl Op {
     /// Every variant has its line here (no wildcard), so a new one cannot be added without
     /// deciding its format.
     pub fn format(&self) -> u32 {
+        self.variant_format().max(self.spec_format())
+    }
+
+    /// What the job a submit carries needs: format 12 once it names topology levels.
+    fn spec_format(&self) -> u32 {
+        match self {
+            Op::Submit { spec, .. }
+            | Op::SubmitRunAs { spec, .. }
+            | Op::SubmitAfter { spec, .. }
+            | Op::SubmitArray { spec, .. }
+            | Op::SubmitElastic { spec, .. } => match spec.topology {
+                Some(crate::job::Topology::Levels(_)) => 12,
+                _ => 1,
+            },
+            _ => 1,
+        }
+    }
+
+    fn variant_format(&self) -> u32 {
         match self {
             Op::As { op, .. } => op.format(),
             Op::Report { observations, .. } => observations.iter().map(Observed::format).max().unwrap_or(1),
@@ -186,6 +207,7 @@ impl Op {
             | Op::StartAccounting => 9,
             Op::SetBehaviour(v) => crate::behaviour::format_of(*v),
             Op::StateDigest(_) => 11,
+            Op::SetTopologyLevels(_) | Op::SetNodeDomains(_) => 12,
         }
     }
 

@@ -35,6 +35,10 @@ pub enum Topology {
     Node,
     /// The whole gang in one rack.
     Rack,
+    /// Levels of the cluster's topology (decisions.md section 10) beyond the two above;
+    /// `LevelNeed::new` keeps `required: node|rack` alone as `Node` or `Rack`, so a job
+    /// written with the shorthand encodes as before.
+    Levels(crate::topology::LevelNeed),
 }
 
 /// What happens to a job when it is preempted (docs/policy.md section 7).

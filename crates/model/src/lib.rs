@@ -27,6 +27,7 @@
 //! - `array`, `after`, `elastic`: workflows (decisions.md section 13): job arrays,
 //!   dependencies, elastic gangs' ranges.
 //! - `usage`: usage over time and per-user limits (decisions.md section 12).
+//! - `topology`: topology levels above the node, a node's domains, a gang's levels.
 //! - `word`: the one spelling of each closed set's values (states, modes, orderings, roles).
 
 // Resource vectors are indexed by kind across several arrays at once; an index loop
@@ -64,6 +65,7 @@ pub mod runnable;
 pub mod scheduler;
 pub mod state;
 pub mod tenancy;
+pub mod topology;
 pub mod usage;
 pub mod word;
 

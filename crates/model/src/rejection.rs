@@ -118,6 +118,10 @@ pub enum Rejection {
     /// (decisions.md section 12); the words name the user, queue and resource.
     #[error("{0}")]
     UserLimit(String),
+    /// A gang that requires a topology level (decisions.md section 10) spans two of its
+    /// domains. Last, so older encodings keep their positions.
+    #[error("topology {level}: the gang spans {level} domains")]
+    SpansDomains { level: String },
 }
 
 #[cfg(test)]

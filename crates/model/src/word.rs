@@ -3,7 +3,7 @@
 //! all use. A value is read case-insensitively; it is always written as here.
 
 use crate::access::Role;
-use crate::job::{JobState, PreemptionMode, Topology};
+use crate::job::{JobState, PreemptionMode};
 use crate::queue::{QueueOrdering, ReclaimWithinCohort, WithinQueue};
 
 /// A closed set whose values are written as words.
@@ -47,16 +47,6 @@ impl Word for PreemptionMode {
             PreemptionMode::Requeue => "requeue",
             PreemptionMode::Cancel => "cancel",
             PreemptionMode::Suspend => "suspend",
-        }
-    }
-}
-
-impl Word for Topology {
-    const ALL: &'static [Self] = &[Topology::Node, Topology::Rack];
-    fn word(self) -> &'static str {
-        match self {
-            Topology::Node => "node",
-            Topology::Rack => "rack",
         }
     }
 }
@@ -115,7 +105,6 @@ mod tests {
         reads_back::<JobState>();
         reads_back::<Role>();
         reads_back::<PreemptionMode>();
-        reads_back::<Topology>();
         reads_back::<QueueOrdering>();
         reads_back::<WithinQueue>();
         reads_back::<ReclaimWithinCohort>();

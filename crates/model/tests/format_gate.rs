@@ -66,6 +66,8 @@ const OP_FORMATS: &[(&str, u32)] = &[
     ("StartAccounting", 9),
     ("SetBehaviour", 10),
     ("StateDigest", 11),
+    ("SetTopologyLevels", 12),
+    ("SetNodeDomains", 12),
 ];
 
 const OBSERVED_FORMATS: &[(&str, u32)] = &[
@@ -85,7 +87,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.
-const RELEASED: (u32, usize, usize) = (10, 47, 11);
+const RELEASED: (u32, usize, usize) = (11, 48, 12);
 
 fn obs(i: usize) -> Observed {
     let all = vec![
@@ -186,7 +188,26 @@ fn ops() -> Vec<Op> {
         Op::StartAccounting,
         Op::SetBehaviour(baton_model::behaviour::PER_USER_REQUEST_IDS),
         Op::StateDigest(Some(baton_model::digest::DigestAt { index: 7, format: DATA_FORMAT, sha256: [1; 32] })),
+        Op::SetTopologyLevels(vec![level("nvlink"), level("rack")]),
+        Op::SetNodeDomains(vec![(Name::lit("n1"), [(level("nvlink"), Name::lit("nvl-1"))].into())]),
     ]
+}
+
+fn level(name: &str) -> baton_model::topology::LevelName {
+    baton_model::topology::LevelName::new(name).unwrap()
+}
+
+#[test]
+fn a_submit_naming_topology_levels_needs_format_12_and_the_shorthand_does_not() {
+    let submit = |topology: &str| {
+        let mut spec = baton_model::fixture::gpu_job("j", "q", 1);
+        spec.topology = baton_model::topology::LevelNeed::parse(topology).unwrap();
+        Op::Submit { spec, request_id: None }
+    };
+    assert_eq!(submit("required=nvlink").format(), 12);
+    assert_eq!(submit("preferred=rack").format(), 12);
+    assert_eq!(submit("rack").format(), 1);
+    assert_eq!(submit("required=node").format(), 1);
 }
 
 /// The variant's name as `Debug` writes it.

@@ -27,6 +27,7 @@ use baton_model::resources::{Resources, validate_resource_name};
 use baton_model::scheduler::{PoolReservation, SchedulerSettings};
 use baton_model::state::State;
 use baton_model::tenancy::TenancySettings;
+use baton_model::topology::{LevelName, LevelNeed};
 
 use crate::v1;
 use crate::words::Word;
@@ -152,10 +153,41 @@ pub fn job_states_from_proto(raw: &[i32], field: &str) -> R<Vec<JobState>> {
 
 fn topology_to_proto(t: Option<Topology>) -> v1::Topology {
     match t {
-        None => v1::Topology::Unspecified,
+        None | Some(Topology::Levels(_)) => v1::Topology::Unspecified,
         Some(Topology::Node) => v1::Topology::Node,
         Some(Topology::Rack) => v1::Topology::Rack,
     }
+}
+
+/// A spec's levels (section 10) as the two strings, empty where none.
+fn levels_to_proto(t: Option<Topology>) -> (String, String) {
+    match t {
+        Some(Topology::Levels(n)) => (
+            n.required.map(|l| l.to_string()).unwrap_or_default(),
+            n.preferred.map(|l| l.to_string()).unwrap_or_default(),
+        ),
+        _ => (String::new(), String::new()),
+    }
+}
+
+/// The spec's topology: the shorthand, or the levels (not both).
+fn spec_topology_from_proto(s: &v1::JobSpec) -> R<Option<Topology>> {
+    let short = topology_from_proto(closed(s.topology, "spec.topology")?);
+    if s.topology_required.is_empty() && s.topology_preferred.is_empty() {
+        return Ok(short);
+    }
+    if short.is_some() {
+        return Err(bad("spec.topology", "give topology or topology_required/topology_preferred, not both"));
+    }
+    let level = |text: &str, field: &str| -> R<Option<LevelName>> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        LevelName::new(text).map(Some).map_err(|e| bad(field, e.to_string()))
+    };
+    let required = level(&s.topology_required, "spec.topology_required")?;
+    let preferred = level(&s.topology_preferred, "spec.topology_preferred")?;
+    LevelNeed::topology(required, preferred).map_err(|e| bad("spec.topology_preferred", e.to_string()))
 }
 
 pub(crate) fn topology_from_proto(t: v1::Topology) -> Option<Topology> {
@@ -198,6 +230,8 @@ pub fn job_spec_to_proto(s: &JobSpec) -> v1::JobSpec {
         tasks: s.tasks.iter().map(task_to_proto).collect(),
         pools: s.pools.as_deref().map(strs).unwrap_or_default(),
         topology: topology_to_proto(s.topology).into(),
+        topology_required: levels_to_proto(s.topology).0,
+        topology_preferred: levels_to_proto(s.topology).1,
         preemption_mode: mode_to_proto(s.preemption_mode).into(),
         grace_ms: Some(s.grace_ms),
         min_runtime_ms: s.min_runtime_ms,
@@ -241,7 +275,7 @@ pub fn job_spec_from_proto(s: &v1::JobSpec) -> R<JobSpec> {
     }
     let tasks: R<Vec<TaskSpec>> =
         s.tasks.iter().enumerate().map(|(i, t)| task_from_proto(t, &format!("spec.tasks[{i}]"))).collect();
-    let topology = topology_from_proto(closed(s.topology, "spec.topology")?);
+    let topology = spec_topology_from_proto(s)?;
     let signal = (!s.checkpoint_signal.is_empty()).then(|| s.checkpoint_signal.clone());
     Ok(JobSpec {
         name: name(&s.name, "spec.name")?,

@@ -90,7 +90,12 @@ impl Word for DependencyCondition {
 impl Word for Topology {
     const ALL: &'static [Self] = &[Topology::Node, Topology::Rack];
     fn word(self) -> &'static str {
-        crate::convert::topology_from_proto(self).map_or("", ModelWord::word)
+        // The shorthand's two words; levels travel as `topology_required`/`_preferred`.
+        match self {
+            Topology::Unspecified => "",
+            Topology::Node => baton_model::topology::NODE,
+            Topology::Rack => baton_model::topology::RACK,
+        }
     }
 }
 
@@ -248,7 +253,6 @@ mod tests {
     fn the_sets_the_model_has_have_its_words() {
         same_words::<JobState, baton_model::job::JobState>();
         same_words::<PreemptionMode, baton_model::job::PreemptionMode>();
-        same_words::<Topology, baton_model::job::Topology>();
         same_words::<QueueOrdering, baton_model::queue::QueueOrdering>();
         same_words::<WithinQueue, baton_model::queue::WithinQueue>();
         same_words::<ReclaimWithinCohort, baton_model::queue::ReclaimWithinCohort>();

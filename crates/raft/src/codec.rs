@@ -82,6 +82,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 }
 
 /// Decodes a snapshot's state: the current layout (with the ranks' saves), or the one before
+/// them (with the tally, written while no topology level is declared), or the one before
 /// them (with the behaviour, written while no save is tallied), or the one with arrays
 /// (with unhealthy GPUs, written while there is no array), or the one before unhealthy GPUs
 /// (with maintenance windows, written while no GPU is unhealthy), or the one
@@ -97,11 +98,12 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
     use baton_model::state::{
         PreAccessState, PreArraysState, PreBehaviourState, PreCompletingState, PreGpuFaultsState, PreRankSavesState,
-        PreTenancyState, PreVisibilityState, PreWaitsState, PreWindowsState,
+        PreTenancyState, PreTopologyState, PreVisibilityState, PreWaitsState, PreWindowsState,
     };
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreRankSavesState>(bytes)
+        decode::<PreTopologyState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreRankSavesState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreBehaviourState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreArraysState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreGpuFaultsState>(bytes).map(|old| old.0))

@@ -151,6 +151,7 @@ fn one_more_fits(view: &mut View, job: &Job, e: &Elastic) -> bool {
     let mut one = Needs {
         tasks: vec![TaskNeed { need, replicas: 1, pools: vec![pool] }],
         topology: None,
+        levels: crate::needs::Levels::of(&view.ledger, None),
         pool_choices: vec![vec![pool]],
         demands: Vec::new(),
     };
@@ -160,7 +161,7 @@ fn one_more_fits(view: &mut View, job: &Job, e: &Elastic) -> bool {
         return false;
     }
     let closed = crate::windows::close_for(view, job);
-    let fits = match job.spec.topology {
+    let fits = match job.spec.topology.filter(|t| t.required().is_some()) {
         None => pack(&IndexNodes { view }, &one, &[pool]).is_some(),
         Some(t) => {
             let near = near_nodes(view, job, t);
@@ -171,7 +172,8 @@ fn one_more_fits(view: &mut View, job: &Job, e: &Elastic) -> bool {
     fits
 }
 
-/// The nodes a gang of topology `t` may add a replica on: its own node, or its rack's.
+/// The nodes a gang of topology `t` may add a replica on: its own node, or its required
+/// level's domain (its rack, its NVLink domain).
 fn near_nodes(view: &View, job: &Job, t: Topology) -> Vec<usize> {
     let own: Vec<usize> = job.replicas.iter().filter_map(|r| view.ledger.node(r.node.as_str())).collect();
     match t {
@@ -181,9 +183,11 @@ fn near_nodes(view: &View, job: &Job, t: Topology) -> Vec<usize> {
             v.dedup();
             v
         }
-        Topology::Rack => {
-            let racks: Vec<_> = own.iter().map(|&n| view.ledger.nodes[n].rack).collect();
-            (0..view.ledger.nodes.len()).filter(|&n| racks.contains(&view.ledger.nodes[n].rack)).collect()
+        // Its required level's domain (the rack's, for `Rack`).
+        t => {
+            let Some(level) = crate::needs::Levels::of(&view.ledger, Some(t)).required() else { return Vec::new() };
+            let doms: Vec<u32> = own.iter().map(|&n| view.ledger.nodes[n].domains[level]).collect();
+            (0..view.ledger.nodes.len()).filter(|&n| doms.contains(&view.ledger.nodes[n].domains[level])).collect()
         }
     }
 }

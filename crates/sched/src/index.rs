@@ -1,7 +1,8 @@
-//! Schedulable nodes bucketed by free GPU count, per pool and per (pool, rack), so that
+//! Schedulable nodes bucketed by free GPU count, per pool and per (pool, domain) of each
+//! topology level (the rack, an NVLink domain, a zone), so that
 //! "the fullest node that fits" and "the emptiest nodes" are lookups, not scans.
 //!
-//! A bucket is a two-level bitset over the nodes it may hold (a pool's nodes, or a rack's),
+//! A bucket is a two-level bitset over the nodes it may hold (a pool's nodes, or a domain's),
 //! by their position in natural order: moving a node between buckets is a few bit
 //! operations, and walking a bucket yields nodes in natural order, skipping empty words.
 
@@ -177,40 +178,62 @@ impl Buckets {
         self.counts_from(gpus).map(|b| self.by_free[b].len as u64 * (b as u64 / gpus)).sum()
     }
 
+    /// Free GPUs on these nodes together.
+    pub fn free_gpus(&self) -> u64 {
+        MaskIter(self.occupied).map(|b| self.by_free[b].len as u64 * b as u64).sum()
+    }
+
     /// The most free GPUs on any one node (0 when none is schedulable).
     pub fn max_free(&self) -> u64 {
         if self.occupied == 0 { 0 } else { u64::from(127 - self.occupied.leading_zeros()) }
     }
 }
 
-/// A rack key within a pool: `None` groups nodes that name no rack.
-pub type RackKey = Option<usize>;
+/// A domain at one topology level: its position in `Ledger::levels[level].domains`.
+pub type DomainKey = u32;
+
+/// Where a search looks: one domain of one level (`(level, domain)`), or the whole pool.
+pub type Scope = Option<(usize, DomainKey)>;
 
 #[derive(Debug, Clone)]
 pub struct PoolIndex {
     pub all: Buckets,
-    /// Racks of this pool in rack order (`None` last).
-    pub racks: Vec<(RackKey, Buckets)>,
+    /// Per topology level in force, the domains of this pool in domain order.
+    pub levels: Vec<Vec<(DomainKey, Buckets)>>,
 }
 
 impl PoolIndex {
-    /// The buckets of rack `r` of this pool, if any node of the pool is in it.
-    pub fn rack(&self, r: RackKey) -> Option<&Buckets> {
-        // Racks are few per pool and sorted; a binary search keeps this cheap for many.
-        let key = |k: &RackKey| k.map_or(usize::MAX, |x| x);
-        self.racks.binary_search_by_key(&key(&r), |(k, _)| key(k)).ok().map(|i| &self.racks[i].1)
+    /// The buckets of domain `d` of `level` in this pool, if any node of the pool is in it.
+    pub fn domain(&self, level: usize, d: DomainKey) -> Option<&Buckets> {
+        // Domains are sorted; a binary search keeps this cheap for many.
+        let ds = self.levels.get(level)?;
+        ds.binary_search_by_key(&d, |(k, _)| *k).ok().map(|i| &ds[i].1)
+    }
+
+    /// The buckets of a scope: the pool's, or one domain's.
+    pub fn scope(&self, scope: Scope) -> Option<&Buckets> {
+        match scope {
+            None => Some(&self.all),
+            Some((level, d)) => self.domain(level, d),
+        }
     }
 }
 
+/// Where a node sits in one level's index.
+#[derive(Debug, Clone, Copy, Default)]
+struct Place {
+    /// Its domain's position in its pool's `levels[level]`.
+    domain: u32,
+    /// Its position within that domain's buckets.
+    pos: u32,
+}
+
 /// Where a node sits in the index.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Slot {
     /// Current bucket (`u8::MAX`: not indexed, e.g. cordoned).
     bucket: u8,
-    /// Its rack's position in its pool's `racks`.
-    rack: u32,
-    /// Its position within that rack's buckets.
-    in_rack: u32,
+    places: Vec<Place>,
 }
 
 #[derive(Debug, Clone)]
@@ -221,31 +244,31 @@ pub struct Index {
 
 impl Index {
     pub fn build(ledger: &Ledger) -> Index {
-        let rack_order = |r: &RackKey| r.map_or(usize::MAX, |x| x);
-        // Members of each (pool, rack), in node (natural) order.
-        let mut racks: Vec<Vec<(RackKey, Vec<u32>)>> = vec![Vec::new(); ledger.pools.len()];
-        for (i, n) in ledger.nodes.iter().enumerate() {
-            let p = &mut racks[n.pool];
-            match p.iter_mut().find(|(r, _)| *r == n.rack) {
-                Some((_, m)) => m.push(i as u32),
-                None => p.push((n.rack, vec![i as u32])),
-            }
-        }
-        let mut slots = vec![Slot { bucket: u8::MAX, rack: 0, in_rack: 0 }; ledger.nodes.len()];
-        let pools = racks
-            .into_iter()
-            .map(|mut p| {
-                p.sort_by_key(|(r, _)| rack_order(r));
-                for (ri, (_, members)) in p.iter().enumerate() {
-                    for (pos, &n) in members.iter().enumerate() {
-                        slots[n as usize].rack = ri as u32;
-                        slots[n as usize].in_rack = pos as u32;
-                    }
-                }
-                let racks = p.into_iter().map(|(r, m)| (r, Buckets::new(m.clone(), m.len()))).collect();
-                PoolIndex { all: Buckets::new(Vec::new(), ledger.nodes.len()), racks }
+        let levels = ledger.levels.len();
+        let mut slots = vec![Slot { bucket: u8::MAX, places: vec![Place::default(); levels] }; ledger.nodes.len()];
+        let mut pools: Vec<PoolIndex> = (0..ledger.pools.len())
+            .map(|_| PoolIndex {
+                all: Buckets::new(Vec::new(), ledger.nodes.len()),
+                levels: Vec::with_capacity(levels),
             })
             .collect();
+        for level in 0..levels {
+            // Members of each (pool, domain), in node (natural) order.
+            let mut doms: Vec<std::collections::BTreeMap<DomainKey, Vec<u32>>> =
+                vec![Default::default(); ledger.pools.len()];
+            for (i, n) in ledger.nodes.iter().enumerate() {
+                doms[n.pool].entry(n.domains[level]).or_default().push(i as u32);
+            }
+            for (p, ds) in doms.into_iter().enumerate() {
+                for (di, (_, members)) in ds.iter().enumerate() {
+                    for (pos, &n) in members.iter().enumerate() {
+                        slots[n as usize].places[level] = Place { domain: di as u32, pos: pos as u32 };
+                    }
+                }
+                let list = ds.into_iter().map(|(d, m)| (d, Buckets::new(m.clone(), m.len()))).collect();
+                pools[p].levels.push(list);
+            }
+        }
         let mut index = Index { pools, slots };
         for i in 0..ledger.nodes.len() {
             index.update(ledger, i);
@@ -258,10 +281,11 @@ impl Index {
         let node = &ledger.nodes[n];
         let pool = &mut self.pools[node.pool];
         let slot = &mut self.slots[n];
-        let rack = &mut pool.racks[slot.rack as usize].1;
         if slot.bucket != u8::MAX {
             pool.all.remove(slot.bucket as usize, n);
-            rack.remove(slot.bucket as usize, slot.in_rack as usize);
+            for (level, place) in slot.places.iter().enumerate() {
+                pool.levels[level][place.domain as usize].1.remove(slot.bucket as usize, place.pos as usize);
+            }
         }
         if !node.schedulable {
             slot.bucket = u8::MAX;
@@ -269,7 +293,9 @@ impl Index {
         }
         let free = node.free_gpu_count().min(MAX_GPUS_PER_NODE as u32) as u8;
         pool.all.insert(free as usize, n);
-        rack.insert(free as usize, slot.in_rack as usize);
+        for (level, place) in slot.places.iter().enumerate() {
+            pool.levels[level][place.domain as usize].1.insert(free as usize, place.pos as usize);
+        }
         slot.bucket = free;
     }
 }

@@ -86,6 +86,7 @@ pub fn check_state(s: &State) -> Result<(), String> {
             }
         }
     }
+    check_levels(s)?;
     check_waits(s)?;
     check_windows(s)?;
     check_gpu_faults(s)?;
@@ -103,6 +104,25 @@ pub fn check_state(s: &State) -> Result<(), String> {
                     ));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// decisions.md section 10: a job that requires a topology level runs (or is reserved) in
+/// one domain of it.
+fn check_levels(s: &State) -> Result<(), String> {
+    let l = s.ledger();
+    for j in s.jobs().values().filter(|j| !j.replicas.is_empty()) {
+        let Some(required) = j.spec.topology.and_then(|t| t.required()) else { continue };
+        let nodes: BTreeSet<usize> = j.replicas.iter().filter_map(|r| l.node(r.node.as_str())).collect();
+        let domains: BTreeSet<u32> = match l.level(&required) {
+            _ if required.is_node() => nodes.iter().map(|&n| n as u32).collect(),
+            Some(level) => nodes.iter().map(|&n| l.nodes[n].domains[level]).collect(),
+            None => return Err(format!("job {} requires level {required}, which is not declared", j.spec.name)),
+        };
+        if domains.len() > 1 {
+            return Err(format!("job {} requires one {required} and spans {} of them", j.spec.name, domains.len()));
         }
     }
     Ok(())

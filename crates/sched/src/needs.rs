@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use baton_model::job::{Job, Topology};
 use baton_model::ledger::{Vector, ZERO, add};
+use baton_model::topology::{LevelName, RACK};
 
 use crate::view::View;
 
@@ -17,10 +18,58 @@ pub struct TaskNeed {
     pub pools: Vec<usize>,
 }
 
+/// A job's topology in the ledger's terms (decisions.md section 10): levels by their
+/// position among the levels in force.
+/// Small (levels are few: `MAX_TOPOLOGY_LEVELS`), since `Needs` travels by value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Levels {
+    /// The whole gang on one node.
+    pub one_node: bool,
+    /// It requires a level the cluster no longer declares: no placement satisfies it.
+    pub unplaceable: bool,
+    required: Option<u8>,
+    preferred: Option<u8>,
+    rack: Option<u8>,
+}
+
+impl Levels {
+    pub fn of(ledger: &baton_model::ledger::Ledger, topology: Option<Topology>) -> Levels {
+        let level = |name: &LevelName| ledger.level(name).map(|l| l as u8);
+        let mut l = Levels { rack: level(&LevelName::new(RACK).expect("valid")), ..Levels::default() };
+        let Some(t) = topology else { return l };
+        if let Some(r) = t.required() {
+            if r.is_node() {
+                l.one_node = true;
+            } else {
+                l.required = level(&r);
+                l.unplaceable = l.required.is_none();
+            }
+        }
+        l.preferred = t.preferred().and_then(|p| level(&p));
+        l
+    }
+
+    /// Every replica in one domain of this level.
+    pub fn required(&self) -> Option<usize> {
+        self.required.map(usize::from)
+    }
+
+    /// The level whose domains the gang should span as few of as it can.
+    pub fn preferred(&self) -> Option<usize> {
+        self.preferred.map(usize::from)
+    }
+
+    /// The rack level, if the cluster has one: section 3's "fewest racks".
+    pub fn rack(&self) -> Option<usize> {
+        self.rack.map(usize::from)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Needs {
     pub tasks: Vec<TaskNeed>,
     pub topology: Option<Topology>,
+    pub levels: Levels,
     /// Pool choices (one pool per task) in the job's preference order.
     pub pool_choices: Vec<Vec<usize>>,
     /// Each pool choice's demand per pool, computed once.
@@ -60,7 +109,8 @@ impl Needs {
                 pool_choices.push(a);
             }
         }
-        let mut needs = Needs { tasks, topology: job.spec.topology, pool_choices, demands: Vec::new() };
+        let levels = Levels::of(&view.ledger, job.spec.topology);
+        let mut needs = Needs { tasks, topology: job.spec.topology, levels, pool_choices, demands: Vec::new() };
         needs.demands = needs.pool_choices.iter().map(|a| needs.demand(a)).collect();
         needs
     }

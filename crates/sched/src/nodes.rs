@@ -3,8 +3,9 @@
 
 use baton_model::job::JobId;
 use baton_model::ledger::Vector;
+use baton_model::topology::MAX_TOPOLOGY_LEVELS;
 
-use crate::index::RackKey;
+use crate::index::{DomainKey, Scope};
 use crate::pack::Nodes;
 use crate::view::View;
 
@@ -23,80 +24,78 @@ impl Nodes for IndexNodes<'_, '_> {
         self.view.ledger.nodes[n].pool
     }
 
-    fn rack(&self, n: usize) -> RackKey {
-        self.view.ledger.nodes[n].rack
+    fn domain(&self, n: usize, level: usize) -> DomainKey {
+        self.view.ledger.nodes[n].domains[level]
     }
 
-    fn racks(&self, pool: usize) -> Vec<RackKey> {
-        self.view.index.pools[pool].racks.iter().map(|(r, _)| *r).collect()
+    fn domains(&self, pool: usize, level: usize) -> Vec<DomainKey> {
+        self.view.index.pools[pool].levels.get(level).map_or(Vec::new(), |ds| ds.iter().map(|(d, _)| *d).collect())
     }
 
-    fn fullest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
-        let p = &self.view.index.pools[pool];
-        match rack {
-            None => Box::new(p.all.fullest_first(min_gpus)),
-            Some(r) => match p.rack(r) {
-                Some(b) => Box::new(b.fullest_first(min_gpus)),
-                None => Box::new(std::iter::empty()),
-            },
+    fn fullest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self.view.index.pools[pool].scope(scope) {
+            Some(b) => Box::new(b.fullest_first(min_gpus)),
+            None => Box::new(std::iter::empty()),
         }
     }
 
-    fn gpu_room(&self, pool: usize, rack: Option<RackKey>, gpus: u64) -> u64 {
-        let p = &self.view.index.pools[pool];
-        match rack {
-            None => p.all.gpu_room(gpus),
-            Some(r) => p.rack(r).map_or(0, |b| b.gpu_room(gpus)),
-        }
+    fn gpu_room(&self, pool: usize, scope: Scope, gpus: u64) -> u64 {
+        self.view.index.pools[pool].scope(scope).map_or(0, |b| b.gpu_room(gpus))
     }
 
-    fn emptiest_first(
-        &self,
-        pool: usize,
-        rack: Option<RackKey>,
-        min_gpus: u64,
-    ) -> Box<dyn Iterator<Item = usize> + '_> {
-        let p = &self.view.index.pools[pool];
-        match rack {
-            None => Box::new(p.all.emptiest_first(min_gpus)),
-            Some(r) => match p.rack(r) {
-                Some(b) => Box::new(b.emptiest_first(min_gpus)),
-                None => Box::new(std::iter::empty()),
-            },
+    fn free_gpus(&self, pool: usize, scope: Scope) -> u64 {
+        self.view.index.pools[pool].scope(scope).map_or(0, |b| b.free_gpus())
+    }
+
+    fn emptiest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self.view.index.pools[pool].scope(scope) {
+            Some(b) => Box::new(b.emptiest_first(min_gpus)),
+            None => Box::new(std::iter::empty()),
         }
     }
+}
+
+/// One node of a [`SetNodes`].
+struct Entry {
+    node: usize,
+    pool: usize,
+    domains: [DomainKey; MAX_TOPOLOGY_LEVELS],
+    free: Vector,
+    mask: u64,
 }
 
 /// A few nodes, with what would be free for `job` if `removed` were gone.
 pub struct SetNodes {
-    /// (node, pool, rack, free, free GPU mask), in natural order.
-    entries: Vec<(usize, usize, RackKey, Vector, u64)>,
+    /// In natural order.
+    entries: Vec<Entry>,
 }
 
 impl SetNodes {
     pub fn new(view: &View, job: JobId, removed: &[JobId], nodes: &[usize]) -> SetNodes {
-        let mut entries: Vec<_> = nodes
+        let mut entries: Vec<Entry> = nodes
             .iter()
             .map(|&n| {
                 let acct = &view.ledger.nodes[n];
                 let (free, mask) = view.free_for(n, job, removed);
-                (n, acct.pool, acct.rack, free, mask)
+                Entry { node: n, pool: acct.pool, domains: acct.domains, free, mask }
             })
             .collect();
-        entries.sort_unstable_by_key(|e| e.0);
+        entries.sort_unstable_by_key(|e| e.node);
         SetNodes { entries }
     }
 
-    fn entry(&self, n: usize) -> &(usize, usize, RackKey, Vector, u64) {
-        let i = self.entries.binary_search_by_key(&n, |e| e.0).expect("node in set");
+    fn entry(&self, n: usize) -> &Entry {
+        let i = self.entries.binary_search_by_key(&n, |e| e.node).expect("node in set");
         &self.entries[i]
     }
 
-    fn matching(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Vec<(u32, usize)> {
+    /// (free GPUs, node) of the nodes of `pool` in `scope` with at least `min_gpus` free.
+    fn matching(&self, pool: usize, scope: Scope, min_gpus: u64) -> Vec<(u32, usize)> {
         self.entries
             .iter()
-            .filter(|e| e.1 == pool && rack.is_none_or(|r| e.2 == r) && u64::from(e.4.count_ones()) >= min_gpus)
-            .map(|e| (e.4.count_ones(), e.0))
+            .filter(|e| e.pool == pool && scope.is_none_or(|(l, d)| e.domains[l] == d))
+            .filter(|e| u64::from(e.mask.count_ones()) >= min_gpus)
+            .map(|e| (e.mask.count_ones(), e.node))
             .collect()
     }
 }
@@ -104,44 +103,43 @@ impl SetNodes {
 impl Nodes for SetNodes {
     fn free(&self, n: usize) -> (Vector, u64) {
         let e = self.entry(n);
-        (e.3, e.4)
+        (e.free, e.mask)
     }
 
     fn pool(&self, n: usize) -> usize {
-        self.entry(n).1
+        self.entry(n).pool
     }
 
-    fn rack(&self, n: usize) -> RackKey {
-        self.entry(n).2
+    fn domain(&self, n: usize, level: usize) -> DomainKey {
+        self.entry(n).domains[level]
     }
 
-    fn racks(&self, pool: usize) -> Vec<RackKey> {
-        let mut r: Vec<RackKey> = self.entries.iter().filter(|e| e.1 == pool).map(|e| e.2).collect();
-        r.sort_by_key(|r| r.map_or(usize::MAX, |x| x));
+    fn domains(&self, pool: usize, level: usize) -> Vec<DomainKey> {
+        let mut r: Vec<DomainKey> = self.entries.iter().filter(|e| e.pool == pool).map(|e| e.domains[level]).collect();
+        r.sort_unstable();
         r.dedup();
         r
     }
 
-    fn fullest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
-        let mut v = self.matching(pool, rack, min_gpus);
+    fn fullest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
+        let mut v = self.matching(pool, scope, min_gpus);
         v.sort_unstable();
         Box::new(v.into_iter().map(|(_, n)| n))
     }
 
-    fn gpu_room(&self, pool: usize, rack: Option<RackKey>, gpus: u64) -> u64 {
+    fn gpu_room(&self, pool: usize, scope: Scope, gpus: u64) -> u64 {
         if gpus == 0 {
             return u64::MAX;
         }
-        self.matching(pool, rack, gpus).iter().map(|(free, _)| u64::from(*free) / gpus).sum()
+        self.matching(pool, scope, gpus).iter().map(|(free, _)| u64::from(*free) / gpus).sum()
     }
 
-    fn emptiest_first(
-        &self,
-        pool: usize,
-        rack: Option<RackKey>,
-        min_gpus: u64,
-    ) -> Box<dyn Iterator<Item = usize> + '_> {
-        let mut v = self.matching(pool, rack, min_gpus);
+    fn free_gpus(&self, pool: usize, scope: Scope) -> u64 {
+        self.matching(pool, scope, 0).iter().map(|(free, _)| u64::from(*free)).sum()
+    }
+
+    fn emptiest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
+        let mut v = self.matching(pool, scope, min_gpus);
         v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         Box::new(v.into_iter().map(|(_, n)| n))
     }

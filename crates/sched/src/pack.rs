@@ -7,28 +7,30 @@
 //! still host it, so big empty nodes stay free for big gangs.
 
 use baton_model::alloc::ReplicaAlloc;
-use baton_model::job::Topology;
 use baton_model::ledger::{GPU_KIND, Share, Vector, ZERO, add, sub};
 use baton_model::name::Name;
 use baton_model::state::submit::replicas_fitting;
 
-use crate::index::RackKey;
+use crate::index::{DomainKey, Scope};
 use crate::needs::Needs;
 
 /// Where packing may look and what is free there.
 pub trait Nodes {
     fn free(&self, n: usize) -> (Vector, u64);
     fn pool(&self, n: usize) -> usize;
-    fn rack(&self, n: usize) -> RackKey;
-    fn racks(&self, pool: usize) -> Vec<RackKey>;
-    /// Nodes of `pool` (in `rack` if given) with at least `min_gpus` free, fullest first.
-    fn fullest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_>;
+    /// Node `n`'s domain at topology level `level`.
+    fn domain(&self, n: usize, level: usize) -> DomainKey;
+    /// The domains of `level` that nodes of `pool` are in, in domain order.
+    fn domains(&self, pool: usize, level: usize) -> Vec<DomainKey>;
+    /// Nodes of `pool` (in `scope` if given) with at least `min_gpus` free, fullest first.
+    fn fullest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_>;
     /// Same, emptiest first.
-    fn emptiest_first(&self, pool: usize, rack: Option<RackKey>, min_gpus: u64)
-    -> Box<dyn Iterator<Item = usize> + '_>;
-    /// An upper bound on the replicas of `gpus` GPUs that nodes of `pool` (in `rack`) could
-    /// host, counting GPUs only: a cheap way to skip racks that cannot hold a gang.
-    fn gpu_room(&self, pool: usize, rack: Option<RackKey>, gpus: u64) -> u64;
+    fn emptiest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_>;
+    /// An upper bound on the replicas of `gpus` GPUs that nodes of `pool` (in `scope`) could
+    /// host, counting GPUs only: a cheap way to skip domains that cannot hold a gang.
+    fn gpu_room(&self, pool: usize, scope: Scope, gpus: u64) -> u64;
+    /// Free GPUs of the nodes of `pool` in `scope`: a domain's free capacity (section 10).
+    fn free_gpus(&self, pool: usize, scope: Scope) -> u64;
 }
 
 /// Replicas assigned to nodes: (task, replica index, node).
@@ -45,8 +47,9 @@ impl Packing {
         v
     }
 
-    fn racks<N: Nodes>(&self, nodes: &N) -> usize {
-        let mut r: Vec<RackKey> = self.nodes().into_iter().map(|n| nodes.rack(n)).collect();
+    /// How many domains of `level` it spans.
+    fn domains<N: Nodes>(&self, nodes: &N, level: usize) -> usize {
+        let mut r: Vec<DomainKey> = self.nodes().into_iter().map(|n| nodes.domain(n, level)).collect();
         r.sort_unstable();
         r.dedup();
         r.len()
@@ -92,16 +95,176 @@ impl Packing {
 
 /// Places the whole gang under `pool_choice` (a pool per task), or says it cannot.
 pub fn pack<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> Option<Packing> {
-    match needs.topology {
-        Some(Topology::Node) => pack_one_node(nodes, needs, pool_choice),
-        Some(Topology::Rack) => best_rack(nodes, needs, pool_choice, None),
-        None => {
-            let global = Packer::new(nodes).run(needs, pool_choice, None)?;
-            if global.racks(nodes) <= 1 {
-                return Some(global);
-            }
-            Some(best_rack(nodes, needs, pool_choice, Some(global.nodes().len())).unwrap_or(global))
+    let l = &needs.levels;
+    if l.unplaceable {
+        return None;
+    }
+    if l.one_node {
+        return pack_one_node(nodes, needs, pool_choice);
+    }
+    if let Some(level) = l.required() {
+        // Section 10: the required level first, by best fit; the preferred one within it.
+        return best_fit(nodes, needs, pool_choice, level, None, |scope| prefer(nodes, needs, pool_choice, scope));
+    }
+    if l.preferred().is_some() {
+        return prefer(nodes, needs, pool_choice, None);
+    }
+    // Section 3: the fewest nodes, then the fewest racks.
+    let global = Packer::new(nodes).run(needs, pool_choice, None)?;
+    let Some(rack) = l.rack() else { return Some(global) };
+    if global.domains(nodes, rack) <= 1 {
+        return Some(global);
+    }
+    Some(first_domain_within(nodes, needs, pool_choice, rack, global.nodes().len()).unwrap_or(global))
+}
+
+/// The domains of `level` under `pool_choice` (within `scope`, a domain of a level above),
+/// with their free GPUs: (free, domain), in domain order.
+fn domains_free<N: Nodes>(nodes: &N, pool_choice: &[usize], level: usize, scope: Scope) -> Vec<(u64, DomainKey)> {
+    let mut pools: Vec<usize> = pool_choice.to_vec();
+    pools.sort_unstable();
+    pools.dedup();
+    let mut ds: Vec<DomainKey> = pools.iter().flat_map(|&p| nodes.domains(p, level)).collect();
+    ds.sort_unstable();
+    ds.dedup();
+    // A domain of a lower level lies in one domain of each level above (a domain is its
+    // path): one of its nodes says which.
+    let inside = |d: DomainKey| {
+        scope.is_none_or(|(up, within)| {
+            pools
+                .iter()
+                .find_map(|&p| nodes.fullest_first(p, Some((level, d)), 0).next())
+                .is_some_and(|n| nodes.domain(n, up) == within)
+        })
+    };
+    ds.into_iter()
+        .filter(|&d| inside(d))
+        .map(|d| (pools.iter().map(|&p| nodes.free_gpus(p, Some((level, d)))).sum(), d))
+        .collect()
+}
+
+/// Whether the GPUs free in `scope` could hold every task (a quick bound before packing).
+fn has_room<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Scope) -> bool {
+    needs
+        .tasks
+        .iter()
+        .zip(pool_choice)
+        .all(|(t, &p)| nodes.gpu_room(p, scope, t.need[GPU_KIND]) >= u64::from(t.replicas))
+}
+
+/// Section 10's best fit: of the domains of `level` (within `scope`) where `place` packs the
+/// gang, the one with the fewest free GPUs; equal ones in domain (natural) order.
+fn best_fit<N: Nodes>(
+    nodes: &N,
+    needs: &Needs,
+    pool_choice: &[usize],
+    level: usize,
+    scope: Scope,
+    place: impl Fn(Scope) -> Option<Packing>,
+) -> Option<Packing> {
+    let mut ds = domains_free(nodes, pool_choice, level, scope);
+    ds.sort_unstable();
+    ds.into_iter().map(|(_, d)| Some((level, d))).filter(|&s| has_room(nodes, needs, pool_choice, s)).find_map(&place)
+}
+
+/// Within `scope`: a domain of the preferred level that holds the whole gang (best fit), or
+/// else the fewest such domains, the ones with the most free GPUs first. Without a
+/// preferred level, the gang packed in `scope` by section 3.
+fn prefer<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Scope) -> Option<Packing> {
+    let Some(level) = needs.levels.preferred() else {
+        return Packer::new(nodes).run(needs, pool_choice, scope);
+    };
+    let one = best_fit(nodes, needs, pool_choice, level, scope, |s| Packer::new(nodes).run(needs, pool_choice, s));
+    if one.is_some() {
+        return one;
+    }
+    let mut ds = domains_free(nodes, pool_choice, level, scope);
+    ds.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let ds: Vec<DomainKey> = ds.into_iter().map(|(_, d)| d).collect();
+    (2..=ds.len()).find_map(|k| {
+        let union = Union { inner: nodes, level, domains: &ds[..k] };
+        if !has_room(&union, needs, pool_choice, None) {
+            return None;
         }
+        Packer::new(&union).run(needs, pool_choice, None)
+    })
+}
+
+/// The first domain of `level` (in domain order) that holds the gang on at most `enough`
+/// nodes. Domains whose free GPUs cannot hold the gang are skipped without packing.
+fn first_domain_within<N: Nodes>(
+    nodes: &N,
+    needs: &Needs,
+    pool_choice: &[usize],
+    level: usize,
+    enough: usize,
+) -> Option<Packing> {
+    domains_free(nodes, pool_choice, level, None)
+        .into_iter()
+        .map(|(_, d)| Some((level, d)))
+        .filter(|&s| has_room(nodes, needs, pool_choice, s))
+        .filter_map(|s| Packer::new(nodes).run(needs, pool_choice, s))
+        .find(|p| p.nodes().len() <= enough)
+}
+
+/// The nodes of a few domains of one level, as one place to pack in.
+struct Union<'n, N: Nodes> {
+    inner: &'n N,
+    level: usize,
+    domains: &'n [DomainKey],
+}
+
+impl<N: Nodes> Union<'_, N> {
+    /// (free GPUs, node) of the nodes of `pool` in these domains with `min_gpus` free.
+    fn matching(&self, pool: usize, min_gpus: u64) -> Vec<(u32, usize)> {
+        self.domains
+            .iter()
+            .flat_map(|&d| self.inner.fullest_first(pool, Some((self.level, d)), min_gpus))
+            .map(|n| (self.inner.free(n).1.count_ones(), n))
+            .collect()
+    }
+}
+
+impl<N: Nodes> Nodes for Union<'_, N> {
+    fn free(&self, n: usize) -> (Vector, u64) {
+        self.inner.free(n)
+    }
+
+    fn pool(&self, n: usize) -> usize {
+        self.inner.pool(n)
+    }
+
+    fn domain(&self, n: usize, level: usize) -> DomainKey {
+        self.inner.domain(n, level)
+    }
+
+    fn domains(&self, pool: usize, level: usize) -> Vec<DomainKey> {
+        self.inner.domains(pool, level)
+    }
+
+    fn fullest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
+        debug_assert!(scope.is_none(), "a union is packed as a whole");
+        let mut v = self.matching(pool, min_gpus);
+        v.sort_unstable();
+        Box::new(v.into_iter().map(|(_, n)| n))
+    }
+
+    fn emptiest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
+        debug_assert!(scope.is_none(), "a union is packed as a whole");
+        let mut v = self.matching(pool, min_gpus);
+        v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        Box::new(v.into_iter().map(|(_, n)| n))
+    }
+
+    fn gpu_room(&self, pool: usize, _scope: Scope, gpus: u64) -> u64 {
+        self.domains
+            .iter()
+            .map(|&d| self.inner.gpu_room(pool, Some((self.level, d)), gpus))
+            .fold(0, u64::saturating_add)
+    }
+
+    fn free_gpus(&self, pool: usize, _scope: Scope) -> u64 {
+        self.domains.iter().map(|&d| self.inner.free_gpus(pool, Some((self.level, d)))).sum()
     }
 }
 
@@ -124,32 +287,6 @@ fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> O
         .flat_map(|(t, task)| (0..task.replicas).map(move |i| (t as u32, i, n)))
         .collect();
     Some(Packing { replicas })
-}
-
-/// With `enough`, the first rack (in rack order) that holds the gang on at most that many
-/// nodes; without, the rack that holds it on the fewest nodes (the first on a tie). Racks
-/// whose free GPUs cannot hold the gang are skipped without packing.
-fn best_rack<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], enough: Option<usize>) -> Option<Packing> {
-    let mut racks: Vec<RackKey> = pool_choice.iter().flat_map(|&p| nodes.racks(p)).collect();
-    racks.sort_by_key(|r| r.map_or(usize::MAX, |x| x));
-    racks.dedup();
-    let mut best: Option<Packing> = None;
-    for r in racks {
-        let room = |(t, &p): (&crate::needs::TaskNeed, &usize)| {
-            nodes.gpu_room(p, Some(r), t.need[GPU_KIND]) >= u64::from(t.replicas)
-        };
-        if !needs.tasks.iter().zip(pool_choice).all(room) {
-            continue;
-        }
-        let Some(p) = Packer::new(nodes).run(needs, pool_choice, Some(r)) else { continue };
-        if enough.is_some_and(|n| p.nodes().len() <= n) {
-            return Some(p);
-        }
-        if best.as_ref().is_none_or(|b| p.nodes().len() < b.nodes().len()) {
-            best = Some(p);
-        }
-    }
-    best.filter(|b| enough.is_none_or(|n| b.nodes().len() <= n))
 }
 
 fn fits_free(free: &(Vector, u64), need: &Vector) -> bool {
@@ -202,7 +339,7 @@ impl<'n, N: Nodes> Packer<'n, N> {
         }
     }
 
-    fn run(mut self, needs: &Needs, pool_choice: &[usize], rack: Option<RackKey>) -> Option<Packing> {
+    fn run(mut self, needs: &Needs, pool_choice: &[usize], scope: Scope) -> Option<Packing> {
         let mut order: Vec<usize> = (0..needs.tasks.len()).collect();
         // Biggest replicas first: they are the hardest to place.
         order.sort_by(|&a, &b| {
@@ -213,12 +350,12 @@ impl<'n, N: Nodes> Packer<'n, N> {
                 .then(a.cmp(&b))
         });
         for t in order {
-            self.place_task(t, &needs.tasks[t].need, u64::from(needs.tasks[t].replicas), pool_choice[t], rack)?;
+            self.place_task(t, &needs.tasks[t].need, u64::from(needs.tasks[t].replicas), pool_choice[t], scope)?;
         }
         Some(Packing { replicas: self.out })
     }
 
-    fn place_task(&mut self, t: usize, need: &Vector, replicas: u64, pool: usize, rack: Option<RackKey>) -> Option<()> {
+    fn place_task(&mut self, t: usize, need: &Vector, replicas: u64, pool: usize, scope: Scope) -> Option<()> {
         let mut remaining = replicas;
         let mut next = 0u32;
         // Nodes this gang already uses first: fewer nodes in all.
@@ -230,11 +367,11 @@ impl<'n, N: Nodes> Packer<'n, N> {
             remaining -= c;
         }
         while remaining > 0 {
-            if let Some(n) = self.fullest_hosting(pool, rack, need, remaining) {
+            if let Some(n) = self.fullest_hosting(pool, scope, need, remaining) {
                 self.take(n, t, remaining, need, &mut next);
                 return Some(());
             }
-            let (n, c) = self.emptiest(pool, rack, need)?;
+            let (n, c) = self.emptiest(pool, scope, need)?;
             self.take(n, t, c, need, &mut next);
             remaining -= c;
         }
@@ -242,15 +379,15 @@ impl<'n, N: Nodes> Packer<'n, N> {
     }
 
     /// The fullest unused node that can host `count` replicas.
-    fn fullest_hosting(&self, pool: usize, rack: Option<RackKey>, need: &Vector, count: u64) -> Option<usize> {
+    fn fullest_hosting(&self, pool: usize, scope: Scope, need: &Vector, count: u64) -> Option<usize> {
         let min_gpus = need[GPU_KIND].saturating_mul(count);
-        self.nodes.fullest_first(pool, rack, min_gpus).find(|&n| !self.is_used(n) && self.hosts(n, need) >= count)
+        self.nodes.fullest_first(pool, scope, min_gpus).find(|&n| !self.is_used(n) && self.hosts(n, need) >= count)
     }
 
     /// The unused node that can host the most replicas (the emptiest), and how many.
-    fn emptiest(&self, pool: usize, rack: Option<RackKey>, need: &Vector) -> Option<(usize, u64)> {
+    fn emptiest(&self, pool: usize, scope: Scope, need: &Vector) -> Option<(usize, u64)> {
         let mut best: Option<(usize, u64)> = None;
-        for n in self.nodes.emptiest_first(pool, rack, need[GPU_KIND]) {
+        for n in self.nodes.emptiest_first(pool, scope, need[GPU_KIND]) {
             if self.is_used(n) {
                 continue;
             }

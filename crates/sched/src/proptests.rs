@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use baton_model::class::default_classes;
 use baton_model::command::{Command, Op, Outcome};
 use baton_model::event::EventKind;
-use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec, Topology};
+use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec};
 use baton_model::ledger::{QuotaBlock, ZERO, add};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::name::Name;
@@ -17,6 +17,7 @@ use baton_model::queue::{BorrowWithinCohort, Cohort, PoolQuota, QueueSpec, Recla
 use baton_model::resources::Resources;
 use baton_model::scheduler::SchedulerSettings;
 use baton_model::state::{State, demand_of};
+use baton_model::topology::{LevelName, LevelNeed};
 use baton_model::word::Word;
 use proptest::prelude::*;
 
@@ -126,7 +127,7 @@ pub(crate) fn world() -> impl Strategy<Value = World> {
 /// One operation on the cluster: a submission, an exit, a user action or a node change.
 pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
     prop_oneof![
-        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..4, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
+        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..7, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
             |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit }
         ),
         2 => any::<u8>().prop_map(OpGen::Finish),
@@ -165,6 +166,23 @@ pub(crate) fn cmd(
     state.apply(Command { now_ms, op })
 }
 
+/// What a generated job asks of the topology (decisions.md sections 3 and 10); the worlds
+/// declare `[nvlink, rack]`, two NVLink domains per rack (`NVLINK_OF`).
+const TOPOLOGIES: [Option<&str>; 7] = [
+    None,
+    None,
+    Some("node"),
+    Some("rack"),
+    Some("required=nvlink"),
+    Some("preferred=rack"),
+    Some("required=rack,preferred=nvlink"),
+];
+
+/// Node `i`'s NVLink domain within its rack.
+fn nvlink_of(i: usize) -> String {
+    format!("x{}", i % 2)
+}
+
 pub(crate) fn configure(w: &World) -> State {
     let mut s = State::new();
     let settings = SchedulerSettings { reserve_after_ms: w.reserve_after.map(|t| u64::from(t) * 10_000) };
@@ -182,6 +200,12 @@ pub(crate) fn configure(w: &World) -> State {
         };
         cmd(&mut s, 0, Op::RegisterNode(spec)).expect("node registers");
     }
+    let level = |l: &str| LevelName::new(l).expect("valid");
+    cmd(&mut s, 0, Op::SetTopologyLevels(vec![level("nvlink"), level("rack")])).expect("levels apply");
+    let domains = (0..w.nodes.len())
+        .map(|i| (Name::lit(&format!("n{i}")), BTreeMap::from([(level("nvlink"), Name::lit(&nvlink_of(i)))])))
+        .collect();
+    cmd(&mut s, 0, Op::SetNodeDomains(domains)).expect("domains apply");
     cmd(&mut s, 0, Op::PutCohort(Cohort { name: Name::lit("org"), parent: None, fair_sharing: w.fair_sharing }))
         .unwrap();
     cmd(
@@ -239,7 +263,7 @@ fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
             pools: None,
         }],
         pools: None,
-        topology: [None, None, Some(Topology::Node), Some(Topology::Rack)][topology as usize],
+        topology: TOPOLOGIES[topology as usize].and_then(|t| LevelNeed::parse(t).expect("valid")),
         preemption_mode: [
             PreemptionMode::Checkpoint,
             PreemptionMode::Requeue,
@@ -587,7 +611,7 @@ pub(crate) fn cases(default: u32) -> u32 {
 /// The world as a scenario file, so a failure can be replayed with `baton sim`.
 pub(crate) fn to_yaml(w: &World) -> String {
     let reserve_after = w.reserve_after.map_or("never".to_string(), |t| (u32::from(t) * 10).to_string());
-    let mut y = format!("scheduler: {{reserve_after: {reserve_after}}}\nnodes:\n");
+    let mut y = format!("scheduler: {{reserve_after: {reserve_after}}}\ntopology_levels: [nvlink, rack]\nnodes:\n");
     if w.linger {
         // A scenario's victims stop and their preemptors start in one step: the replay may
         // not fail where the test did.
@@ -595,8 +619,9 @@ pub(crate) fn to_yaml(w: &World) -> String {
     }
     for (i, n) in w.nodes.iter().enumerate() {
         y += &format!(
-            "  - {{name: n{i}, pool: p{}, rack: r{}, resources: {{gpu: {}, cpu: {}m}}}}\n",
+            "  - {{name: n{i}, pool: p{}, topology: {{nvlink: {}, rack: r{}}}, resources: {{gpu: {}, cpu: {}m}}}}\n",
             n.pool,
+            nvlink_of(i),
             n.rack,
             n.gpus,
             u32::from(n.cpus) * 4
@@ -654,8 +679,10 @@ pub(crate) fn to_yaml(w: &World) -> String {
                     PriorityRef::Value(v) => v.to_string(),
                 };
                 let t = &spec.tasks[0];
-                let topo = spec.topology.map_or(String::new(), |t| {
-                    format!(", topology: {}", if t == Topology::Node { "node" } else { "rack" })
+                let topo = spec.topology.map_or(String::new(), |t| match (t.required(), t.preferred()) {
+                    (Some(r), Some(p)) => format!(", topology: {{required: {r}, preferred: {p}}}"),
+                    (None, Some(p)) => format!(", topology: {{preferred: {p}}}"),
+                    _ => format!(", topology: {}", t.text()),
                 });
                 let limit = spec.time_limit_ms.map_or(String::new(), |t| format!(", time_limit: {}", t / 1000));
                 format!(

@@ -74,10 +74,10 @@ pub fn no_room(view: &View, needs: &Needs) -> String {
             add(&mut total, &t.need);
         }
     }
-    let shape = match needs.topology {
-        Some(baton_model::job::Topology::Node) => " on one node",
-        Some(baton_model::job::Topology::Rack) => " in one rack",
-        None => "",
+    let shape = match needs.topology.and_then(|t| t.required()) {
+        Some(l) if l.is_node() => " on one node".to_string(),
+        Some(l) => format!(" in one {l}"),
+        None => String::new(),
     };
     format!(
         "pool {pool_name} has no room for its gang of {replicas} replicas ({} in all){shape}{}",

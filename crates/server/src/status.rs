@@ -30,6 +30,19 @@ pub fn from_write(e: WriteError) -> Status {
     }
 }
 
+/// A client's write (the API forwards it to the leader, wherever it is): a leader that lost
+/// its leadership while the write was on its way answers "not the leader", and the client
+/// should wait for the election and send it again, as for "no leader". Marked so; an agent's
+/// report keeps `from_write`'s redirect.
+pub fn from_client_write(e: WriteError) -> Status {
+    match e {
+        WriteError::NotLeader { .. } => {
+            no_leader_with(&format!("{e}; the leader changed while the write was on its way"))
+        }
+        e => from_write(e),
+    }
+}
+
 pub fn from_membership(e: MembershipError) -> Status {
     match e {
         MembershipError::NoLeader => no_leader(),
@@ -117,5 +130,20 @@ mod tests {
         assert_eq!(s.code(), Code::Unavailable);
         assert_eq!(Reason::of(&s), Some(Reason::NoLeader), "{s:?}");
         assert!(s.message().contains("could not confirm"), "{}", s.message());
+    }
+
+    /// The smoke test's `queue create` met a leader deposed mid-write and the CLI gave up on
+    /// "not the leader" (FAILED_PRECONDITION); clients retry "no leader" by themselves.
+    #[test]
+    fn a_client_write_whose_leader_moved_on_the_way_is_retried_as_no_leader() {
+        let moved = || WriteError::NotLeader { leader_id: 2, leader_addr: "server-2:7070".into() };
+        let s = from_client_write(moved());
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(Reason::of(&s), Some(Reason::NoLeader), "{s:?}");
+        assert!(s.message().contains("server-2:7070"), "{}", s.message());
+        // An agent's report still gets the redirect with the leader's address.
+        let s = from_write(moved());
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(s.metadata().get(LEADER_METADATA).unwrap(), "server-2:7070");
     }
 }

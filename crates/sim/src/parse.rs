@@ -2,6 +2,7 @@
 //! `parse_timeline`, expectations in `parse_expect`. Cross-references are checked later,
 //! in `validate`.
 
+use baton_model::topology::{ClusterTopology, LevelName, RACK};
 use std::collections::BTreeMap;
 
 use baton_model::class::PriorityClass;
@@ -30,9 +31,11 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
         Some(n) => parse_scheduler(&cx, n)?,
         None => (None, None),
     };
-    let nodes = match f.opt("nodes") {
-        Some(n) => parse_nodes(&cx, n)?,
-        None => Vec::new(),
+    let topology_levels = f.opt("topology_levels").map(|n| parse_levels(&cx, n)).transpose()?;
+    let declared = topology_levels.as_ref().map(|l| l.v.clone());
+    let (nodes, node_domains) = match f.opt("nodes") {
+        Some(n) => parse_nodes(&cx, n, declared.as_deref())?,
+        None => (Vec::new(), Vec::new()),
     };
     let cohorts = list(&cx, f.opt("cohorts"), "cohorts", parse_cohort)?;
     let with_limits = list(&cx, f.opt("queues"), "queues", parse_queue)?;
@@ -62,6 +65,8 @@ pub fn parse(file: &str, text: &str) -> Result<Scenario, InputError> {
         user_limits,
         classes,
         nodes,
+        topology_levels,
+        node_domains,
         cohorts,
         queues,
         timeline,
@@ -135,8 +140,18 @@ fn parse_class(cx: &Cx, node: &Node, path: &str) -> R<PriorityClass> {
     Ok(PriorityClass { name, value, preemptible })
 }
 
-fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
+/// A node's domains (section 10), by level, as parsed: `(level, domain)` pairs.
+type Domains = BTreeMap<LevelName, Name>;
+/// The nodes, and the domains of those that name any.
+type ParsedNodes = (Vec<At<NodeSpec>>, Vec<At<(Name, Domains)>>);
+
+fn parse_nodes(
+    cx: &Cx,
+    node: &Node,
+    declared: Option<&[LevelName]>,
+) -> R<ParsedNodes> {
     let mut out = Vec::new();
+    let mut domains_out = Vec::new();
     for (i, n) in cx.seq(node, "nodes")?.iter().enumerate() {
         let path = format!("nodes[{i}]");
         let mut f = cx.map(n, &path)?;
@@ -147,7 +162,21 @@ fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
             Some(p) => cx.name(p, &f.field_path("pool"))?,
             None => Name::lit(DEFAULT_POOL),
         };
-        let rack = f.opt("rack").map(|r| cx.name(r, &f.field_path("rack"))).transpose()?;
+        let mut rack = f.opt("rack").map(|r| cx.name(r, &f.field_path("rack"))).transpose()?;
+        let mut domains = Domains::new();
+        if let Some(t) = f.opt("topology") {
+            let tpath = f.field_path("topology");
+            let (r, d) = node_topology(cx, t, &tpath, declared)?;
+            if r.is_some() && rack.is_some() {
+                return Err(cx.err(
+                    t.line,
+                    &format!("{tpath}.rack"),
+                    "the rack is given twice (rack and topology.rack)",
+                ));
+            }
+            rack = rack.or(r);
+            domains = d;
+        }
         let labels = match f.opt("labels") {
             Some(l) => labels(cx, l, &f.field_path("labels"))?,
             None => BTreeMap::new(),
@@ -156,6 +185,13 @@ fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
         f.finish()?;
         for name in names {
             let name = Name::new(name).map_err(|e| cx.err(name_node.line, &format!("{path}.name"), e.to_string()))?;
+            if !domains.is_empty() {
+                domains_out.push(At {
+                    v: (name.clone(), domains.clone()),
+                    line: n.line,
+                    path: format!("{path}.topology"),
+                });
+            }
             let spec = NodeSpec {
                 name,
                 pool: pool.clone(),
@@ -168,7 +204,46 @@ fn parse_nodes(cx: &Cx, node: &Node) -> R<Vec<At<NodeSpec>>> {
             out.push(At { v: spec, line: n.line, path: path.clone() });
         }
     }
-    Ok(out)
+    Ok((out, domains_out))
+}
+
+/// `topology_levels: [nvlink, rack, zone]`.
+fn parse_levels(cx: &Cx, node: &Node) -> R<At<Vec<LevelName>>> {
+    let mut levels = Vec::new();
+    for (i, n) in cx.seq(node, "topology_levels")?.iter().enumerate() {
+        let path = format!("topology_levels[{i}]");
+        let text = cx.text(n, &path)?;
+        levels.push(LevelName::new(&text).map_err(|e| cx.err(n.line, &path, e.to_string()))?);
+    }
+    ClusterTopology::check_levels(&levels).map_err(|e| cx.err(node.line, "topology_levels", e.to_string()))?;
+    Ok(At { v: levels, line: node.line, path: "topology_levels".into() })
+}
+
+/// A node's `topology: {nvlink: nvl72-1, rack: r1, zone: z1}`: its rack, and its other
+/// domains. Each level must be one the scenario declares (`rack` alone when it declares none).
+fn node_topology(cx: &Cx, node: &Node, path: &str, declared: Option<&[LevelName]>) -> R<(Option<Name>, Domains)> {
+    let mut f = cx.map(node, path)?;
+    let (mut rack, mut domains) = (None, Domains::new());
+    let words =
+        declared.map_or_else(|| RACK.to_string(), |d| d.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "));
+    for (k, line, v) in f.take_all() {
+        let p = format!("{path}.{k}");
+        let level = LevelName::new(&k).map_err(|e| cx.err(line, &p, e.to_string()))?;
+        let known = match declared {
+            Some(d) => d.contains(&level),
+            None => level.is_rack(),
+        };
+        if !known {
+            return Err(cx.err(line, &p, format!("level {k} is not declared (topology_levels: {words})")));
+        }
+        let domain = cx.name(v, &p)?;
+        if level.is_rack() {
+            rack = Some(domain);
+        } else {
+            domains.insert(level, domain);
+        }
+    }
+    Ok((rack, domains))
 }
 
 fn labels(cx: &Cx, node: &Node, path: &str) -> R<BTreeMap<String, String>> {

@@ -7,6 +7,7 @@ use baton_model::name::Name;
 use baton_model::node::NodeSpec;
 use baton_model::queue::{Cohort, QueueSpec};
 use baton_model::resources::Resources;
+use std::collections::BTreeMap;
 
 pub use baton_spec::job::Submit;
 
@@ -33,6 +34,10 @@ pub struct Scenario {
     /// Added to (or replacing) the four defaults.
     pub classes: Vec<At<PriorityClass>>,
     pub nodes: Vec<At<NodeSpec>>,
+    /// `topology_levels` (decisions.md section 10), lowest first; absent: `[rack]`.
+    pub topology_levels: Option<At<Vec<baton_model::topology::LevelName>>>,
+    /// Each node's `topology` domains at the declared levels other than `rack`.
+    pub node_domains: Vec<At<(Name, BTreeMap<baton_model::topology::LevelName, Name>)>>,
     pub cohorts: Vec<At<Cohort>>,
     pub queues: Vec<At<QueueSpec>>,
     pub timeline: Vec<Step>,

@@ -59,6 +59,13 @@ pub fn configure_logged(s: &Scenario, prelude: Option<Vec<Op>>) -> Result<Setup,
     }
     unique(&cx, s.nodes.iter().map(|n| (&n.v.name, n.line, &n.path)), "node")?;
     register_nodes(&cx, s, &mut state)?;
+    if let Some(l) = &s.topology_levels {
+        apply(&mut state, Op::SetTopologyLevels(l.v.clone()), l.line, &l.path)?;
+    }
+    for chunk in s.node_domains.chunks(baton_model::limits::MAX_NODES_PER_COMMAND) {
+        let op = Op::SetNodeDomains(chunk.iter().map(|d| d.v.clone()).collect());
+        apply(&mut state, op, chunk[0].line, &chunk[0].path)?;
+    }
     unique(&cx, s.cohorts.iter().map(|c| (&c.v.name, c.line, &c.path)), "cohort")?;
     configure_cohorts(&cx, s, &mut state)?;
     unique(&cx, s.queues.iter().map(|q| (&q.v.name, q.line, &q.path)), "queue")?;

@@ -10,6 +10,7 @@ use baton_model::elastic::ElasticSpec;
 use baton_model::job::{JobSpec, PreemptionMode, PriorityRef, TaskSpec, Topology};
 use baton_model::limits::DEFAULT_GRACE_MS;
 use baton_model::name::Name;
+use baton_model::topology::{LevelName, LevelNeed};
 
 use crate::de::{Cx, R};
 use crate::queue::word;
@@ -53,7 +54,7 @@ pub fn parse_submit(cx: &Cx, node: &Node, path: &str) -> R<Submit> {
     };
     let (tasks, elastic) = tasks(cx, &mut f)?;
     let pools = f.opt("pools").map(|n| cx.names(n, &f.field_path("pools"))).transpose()?;
-    let topology = f.opt("topology").map(|n| word::<Topology>(cx, n, &f.field_path("topology"))).transpose()?;
+    let topology = f.opt("topology").map(|n| topology(cx, n, &f.field_path("topology"))).transpose()?.flatten();
     let preemption_mode = match f.opt("preemption_mode") {
         Some(n) => word(cx, n, &f.field_path("preemption_mode"))?,
         None => PreemptionMode::Checkpoint,
@@ -271,4 +272,24 @@ fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<(Vec<TaskSpec>, Option<Elastic
         None => None,
     };
     Ok((vec![TaskSpec { name: Name::lit("main"), replicas, resources, pools: None }], elastic))
+}
+
+/// `topology: node|rack|LEVEL` (the level required) or `{required: LEVEL, preferred: LEVEL}`
+/// (decisions.md section 10). Whether the cluster declares the levels is the submit's check.
+fn topology(cx: &Cx, node: &Node, path: &str) -> R<Option<Topology>> {
+    let level = |n: &Node, p: &str| -> R<LevelName> {
+        let t = cx.text(n, p)?;
+        LevelName::new(&t).map_err(|e| cx.err(n.line, p, e.to_string()))
+    };
+    let (required, preferred) = match &node.v {
+        crate::yaml::Yaml::Map(_) => {
+            let mut f = cx.map(node, path)?;
+            let r = f.opt("required").map(|n| level(n, &f.field_path("required"))).transpose()?;
+            let p = f.opt("preferred").map(|n| level(n, &f.field_path("preferred"))).transpose()?;
+            f.finish()?;
+            (r, p)
+        }
+        _ => (Some(level(node, path)?), None),
+    };
+    LevelNeed::topology(required, preferred).map_err(|e| cx.err(node.line, path, e.to_string()))
 }

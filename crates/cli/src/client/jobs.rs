@@ -269,6 +269,17 @@ pub fn describe_text(j: &v1::Job, now: u64) -> String {
     if s.topology() != v1::Topology::Unspecified {
         rows.push(("Topology", format!("one {}", s.topology().word())));
     }
+    // Section 10's levels: "one nvlink, the fewest racks".
+    let mut levels = Vec::new();
+    if !s.topology_required.is_empty() {
+        levels.push(format!("one {}", s.topology_required));
+    }
+    if !s.topology_preferred.is_empty() {
+        levels.push(format!("the fewest of {} preferred", s.topology_preferred));
+    }
+    if !levels.is_empty() {
+        rows.push(("Topology", levels.join(", ")));
+    }
     // As the server holds it: the server fills the mode and the grace of a job that named
     // neither, so a default written here could only drift from the server's.
     let mut pre = match s.preemption_mode().word() {

@@ -14,6 +14,7 @@ use baton_model::name::Name;
 use baton_model::quantity::parse_quantity;
 use baton_model::resources::Resources;
 use baton_model::tenancy::UnixUser;
+use baton_model::topology::LevelNeed;
 use baton_proto::convert;
 use baton_proto::v1;
 use clap::Args;
@@ -66,9 +67,11 @@ pub struct SubmitArgs {
     /// A pool the job may use; repeat in order of preference.
     #[arg(long = "pool", conflicts_with = "file")]
     pub pools: Vec<String>,
-    /// Keep the gang on one node or one rack.
-    #[arg(long, value_parser = parse_word::<v1::Topology>, conflicts_with = "file")]
-    pub topology: Option<v1::Topology>,
+    /// Keep the gang on one node or one rack (`node`, `rack`), or name the cluster's topology
+    /// levels: `required=nvlink,preferred=rack` (every replica in one NVLink domain, the
+    /// fewest racks within it).
+    #[arg(long, conflicts_with = "file")]
+    pub topology: Option<String>,
     /// What preemption does to this job (checkpoint, requeue, cancel, suspend) [default: the
     /// server's, checkpoint].
     #[arg(long, value_parser = parse_word::<v1::PreemptionMode>, conflicts_with = "file")]
@@ -228,6 +231,7 @@ fn from_flags(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
     let priority_class = a.class.as_deref().map(|c| flag_name(c, "--class")).transpose()?;
     let pools = a.pools.iter().map(|p| flag_name(p, "--pool").map(|n| n.to_string())).collect::<Result<Vec<_>, _>>()?;
     let env: BTreeMap<String, String> = parse_env(&a.env).map_err(usage)?;
+    let topology = flag_topology(a.topology.as_deref())?;
     Ok(v1::JobSpec {
         name: flag_name(name, "--name")?.to_string(),
         queue: flag_name(queue, "--queue")?.to_string(),
@@ -235,7 +239,9 @@ fn from_flags(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
         priority_value: a.priority,
         tasks: vec![flag_task(a)?],
         pools,
-        topology: a.topology.unwrap_or_default().into(),
+        topology: topology.0.into(),
+        topology_required: topology.1,
+        topology_preferred: topology.2,
         preemption_mode: a.preemption_mode.unwrap_or_default().into(),
         grace_ms: a.grace,
         min_runtime_ms: a.min_runtime.unwrap_or(0),
@@ -243,6 +249,22 @@ fn from_flags(a: &SubmitArgs) -> Result<v1::JobSpec, ClientError> {
         command: a.command.clone(),
         env: env.into_iter().collect(),
         checkpoint_signal: a.checkpoint_signal.clone().unwrap_or_default(),
+    })
+}
+
+/// `--topology`: the shorthand as the enum, levels as the two strings.
+fn flag_topology(text: Option<&str>) -> Result<(v1::Topology, String, String), ClientError> {
+    use baton_model::job::Topology;
+    let parsed = text.map(LevelNeed::parse).transpose().map_err(|e| usage(format!("--topology: {e}")))?.flatten();
+    Ok(match parsed {
+        None => (v1::Topology::Unspecified, String::new(), String::new()),
+        Some(Topology::Node) => (v1::Topology::Node, String::new(), String::new()),
+        Some(Topology::Rack) => (v1::Topology::Rack, String::new(), String::new()),
+        Some(t @ Topology::Levels(_)) => (
+            v1::Topology::Unspecified,
+            t.required().map(|l| l.to_string()).unwrap_or_default(),
+            t.preferred().map(|l| l.to_string()).unwrap_or_default(),
+        ),
     })
 }
 

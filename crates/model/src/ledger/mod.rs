@@ -212,6 +212,31 @@ pub struct JobCharge {
     pub leaving: bool,
 }
 
+/// One topology level and its domains, each its path of names from this level up, in
+/// natural order with unnamed parts last (nodes that name no domain at a level share its
+/// unnamed one, as nodes without a rack always did).
+#[derive(Debug, Clone)]
+pub struct LevelAcct {
+    pub name: crate::topology::LevelName,
+    pub domains: Vec<Vec<Option<Name>>>,
+}
+
+impl LevelAcct {
+    /// `nvl-1/r1/z1`: a domain's path, `-` for an unnamed part.
+    pub fn domain_text(&self, d: u32) -> String {
+        let path = &self.domains[d as usize];
+        path.iter().map(|p| p.as_ref().map_or("-", Name::as_str)).collect::<Vec<_>>().join("/")
+    }
+}
+
+impl Ledger {
+    /// Position of level `name` among the levels in force (`None`: not declared; the node
+    /// level is not among them).
+    pub fn level(&self, name: &crate::topology::LevelName) -> Option<usize> {
+        self.levels.iter().position(|l| l.name == *name)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     pub kinds: Kinds,
@@ -222,6 +247,9 @@ pub struct Ledger {
     /// Shared by clones: only a rebuild changes it.
     pub node_ix: Arc<FxMap<String, usize>>,
     pub racks: Vec<Name>,
+    /// The topology levels in force, lowest first (decisions.md section 10), with their
+    /// domains; a node's `domains[i]` is its domain's position at level `i`.
+    pub levels: Vec<LevelAcct>,
     pub queues: CowVec<QueueAcct>,
     pub queue_ix: FxMap<String, usize>,
     pub trees: Vec<TreeAcct>,

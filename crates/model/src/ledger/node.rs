@@ -38,6 +38,8 @@ pub struct NodeAcct {
     pub name: Name,
     pub pool: usize,
     pub rack: Option<usize>,
+    /// Its domain at each topology level in force (positions in `Ledger::levels[i]`).
+    pub domains: [u32; crate::topology::MAX_TOPOLOGY_LEVELS],
     /// Ready and not cordoned: new work may be placed here.
     pub schedulable: bool,
     pub capacity: Vector,
@@ -57,6 +59,7 @@ impl NodeAcct {
             name,
             pool,
             rack,
+            domains: [0; crate::topology::MAX_TOPOLOGY_LEVELS],
             schedulable,
             capacity,
             all_gpus,

@@ -273,6 +273,21 @@ impl State {
         Ok(())
     }
 
+    /// Every replica in one domain of the level `t` requires, if it requires one.
+    fn check_one_domain(&self, t: Topology, nodes: &BTreeSet<usize>) -> Result<(), Rejection> {
+        let Some(required) = t.required() else { return Ok(()) };
+        let spans = match self.ledger.level(&required) {
+            _ if required.is_node() => nodes.len() > 1,
+            Some(level) => {
+                let domains: BTreeSet<u32> = nodes.iter().map(|&n| self.ledger.nodes[n].domains[level]).collect();
+                domains.len() > 1
+            }
+            // Undeclared since the submit: no placement can satisfy it.
+            None => true,
+        };
+        if spans { Err(Rejection::SpansDomains { level: required.to_string() }) } else { Ok(()) }
+    }
+
     /// Replicas cover every task exactly once, on schedulable nodes of the task's pools, with
     /// the right GPU count and the job's topology; returns per-node shares.
     pub(crate) fn check_replicas(&self, id: JobId, replicas: &[ReplicaAlloc]) -> Result<Vec<Share>, Rejection> {
@@ -299,6 +314,8 @@ impl State {
         }
         let mut racks = BTreeSet::new();
         let mut nodes = BTreeSet::new();
+        // A rack is its path when levels above it are declared (decisions.md section 10).
+        let rack_level = self.ledger.level(&crate::topology::LevelName::new(crate::topology::RACK).expect("valid"));
         for r in replicas {
             let n = self.ledger.node(r.node.as_str()).ok_or_else(|| Rejection::UnknownNode { node: r.node.clone() })?;
             let acct = &self.ledger.nodes[n];
@@ -318,7 +335,7 @@ impl State {
             if r.gpus.len() as u64 != task.resources.gpus() || r.gpus.iter().any(|&g| u64::from(g) >= has) {
                 return Err(Rejection::WrongGpus { index: r.index, task: task.name.clone() });
             }
-            racks.insert(acct.rack);
+            racks.insert(rack_level.map_or(acct.rack.map(|r| r as u32), |lv| Some(acct.domains[lv])));
             nodes.insert(n);
         }
         match spec.topology {
@@ -328,6 +345,7 @@ impl State {
             Some(Topology::Rack) if racks.len() > 1 => {
                 return Err(Rejection::SpansRacks);
             }
+            Some(t @ Topology::Levels(_)) => self.check_one_domain(t, &nodes)?,
             _ => {}
         }
         let shares = self.shares(job, replicas);

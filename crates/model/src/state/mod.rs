@@ -26,6 +26,7 @@ mod report;
 mod reserve;
 pub mod submit;
 mod tenancy;
+mod topology;
 mod usage;
 mod waits;
 
@@ -173,6 +174,10 @@ pub struct State {
     /// checkpoint (`rank_saves`). Serialized after the behaviour, and only when it holds
     /// one: a snapshot without it is format 10's layout ([`PreRankSavesState`]).
     rank_saves: rank_saves::RankSaves,
+    /// Topology levels and the nodes' domains (decisions.md section 10). Serialized after
+    /// the tally, and only when a level is declared or a node names a domain: a snapshot
+    /// without it is format 11's layout ([`PreTopologyState`]).
+    topology: crate::topology::ClusterTopology,
     /// Attempts the command being applied ended, their records not finished yet: set only
     /// during `apply`, never stored.
     ended: Vec<accounting::Ended>,
@@ -229,6 +234,7 @@ impl State {
             usage: Usage::default(),
             accounting: Accounting::default(),
             rank_saves: rank_saves::RankSaves::new(),
+            topology: Default::default(),
             ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,
@@ -373,6 +379,8 @@ impl State {
             }
             // The raft crate hashes and compares; the state itself is unchanged.
             Op::StateDigest(_) => Ok(Outcome::Done),
+            Op::SetTopologyLevels(levels) => done(self.set_topology_levels(levels)),
+            Op::SetNodeDomains(nodes) => done(self.set_node_domains(nodes)),
         }
     }
 
@@ -468,7 +476,16 @@ impl Serialize for State {
         // member reads format 10).
         // Format 10's layout while no rank's save is tallied (one is only once every member
         // reads format 11).
-        if !self.rank_saves.is_empty() {
+        // Format 11's layout while no level is declared and no node names a domain (one is
+        // only once every member reads format 12).
+        if !self.topology.is_empty() {
+            let (behaviour, saves, topology) = (self.behaviour, &self.rank_saves, &self.topology);
+            (
+                d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows, behaviour,
+                saves, topology,
+            )
+                .serialize(s)
+        } else if !self.rank_saves.is_empty() {
             let (behaviour, saves) = (self.behaviour, &self.rank_saves);
             (
                 d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows, behaviour,
@@ -505,8 +522,8 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with a rank's save tallied.
-const STATE_PARTS: usize = 13;
+/// Parts of a state as this build writes it with a topology level declared.
+const STATE_PARTS: usize = 14;
 
 /// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
 /// missing in a self-describing format (JSON, the simulator's), where a state with none set
@@ -539,10 +556,12 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
             seq.next_element()?.unwrap_or_default();
         let behaviour: u32 = seq.next_element()?.unwrap_or(crate::behaviour::BASELINE);
         let saves: rank_saves::RankSaves = seq.next_element()?.unwrap_or_default();
+        let topology: crate::topology::ClusterTopology = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts, usage, accounting })?;
         s.behaviour = behaviour;
         s.restore_rank_saves(saves)?;
+        s.restore_topology(topology)?;
         Ok(s)
     }
 }
@@ -577,13 +596,24 @@ impl State {
     }
 }
 
+/// A state as snapshots wrote it before topology levels (format 11's layout), and as they
+/// still write it while no level is declared and no node names a domain. Tried when the
+/// current layout fails.
+pub struct PreTopologyState(pub State);
+
+impl<'de> Deserialize<'de> for PreTopologyState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        de.deserialize_tuple(STATE_PARTS - 1, StateVisitor).map(PreTopologyState)
+    }
+}
+
 /// A state as snapshots wrote it before the ranks' saves were tallied (format 10's layout),
 /// and as they still write it while none is. Tried when the current layout fails.
 pub struct PreRankSavesState(pub State);
 
 impl<'de> Deserialize<'de> for PreRankSavesState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        de.deserialize_tuple(STATE_PARTS - 1, StateVisitor).map(PreRankSavesState)
+        de.deserialize_tuple(STATE_PARTS - 2, StateVisitor).map(PreRankSavesState)
     }
 }
 
@@ -593,7 +623,7 @@ pub struct PreBehaviourState(pub State);
 
 impl<'de> Deserialize<'de> for PreBehaviourState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        de.deserialize_tuple(STATE_PARTS - 2, StateVisitor).map(PreBehaviourState)
+        de.deserialize_tuple(STATE_PARTS - 3, StateVisitor).map(PreBehaviourState)
     }
 }
 
@@ -836,6 +866,7 @@ impl State {
             usage: Usage::default(),
             accounting: Accounting::default(),
             rank_saves: rank_saves::RankSaves::new(),
+            topology: Default::default(),
             ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,
@@ -863,5 +894,6 @@ impl PartialEq for State {
             && self.restarts == other.restarts
             && self.accounting == other.accounting
             && self.rank_saves == other.rank_saves
+            && self.topology == other.topology
     }
 }

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use super::State;
 use crate::job::{JobId, JobState};
-use crate::ledger::{Kinds, Ledger, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add};
+use crate::ledger::{Kinds, Ledger, LevelAcct, NodeAcct, PoolAcct, QueueAcct, Share, TreeAcct, Vector, ZERO, add};
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
+use crate::topology::MAX_TOPOLOGY_LEVELS;
 
 impl State {
     pub(crate) fn rebuild_ledger(&mut self) {
@@ -35,6 +36,7 @@ impl State {
         }
         let racks: BTreeSet<Name> = d.nodes.values().filter_map(|n| n.spec.rack.clone()).collect();
         l.racks = racks.into_iter().collect();
+        let domains = self.domains_of_nodes(&mut l);
 
         // Nodes of started maintenance windows, once: a rebuild reads every node.
         let in_window: BTreeSet<&Name> =
@@ -56,6 +58,7 @@ impl State {
             let open = node.schedulable() && !in_window.contains(&node.spec.name);
             // Unhealthy GPUs are out of the capacity and of the node's GPUs (section 14).
             let mut acct = NodeAcct::new(node.spec.name.clone(), pool, rack, open, cap);
+            acct.domains = domains[l.nodes.len()];
             acct.take_out_gpus(self.unhealthy_gpus(&node.spec.name));
             if open {
                 add(&mut pa.capacity, &acct.capacity);
@@ -70,6 +73,36 @@ impl State {
         }
         self.ledger = l;
         self.charge_jobs();
+    }
+
+    /// Fills the ledger's levels with their domains and returns each node's domains, in
+    /// node order.
+    fn domains_of_nodes(&self, l: &mut Ledger) -> Vec<[u32; MAX_TOPOLOGY_LEVELS]> {
+        // Natural order, an unnamed part after every named one.
+        type Key = Vec<(bool, Option<Name>)>;
+        let key = |p: &Vec<Option<Name>>| -> Key { p.iter().map(|n| (n.is_none(), n.clone())).collect() };
+        let levels = self.topology.levels();
+        let paths: Vec<Vec<Vec<Option<Name>>>> =
+            self.d.nodes.values().map(|n| self.topology.paths(&n.spec.name, n.spec.rack.as_ref())).collect();
+        l.levels = levels
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let set: BTreeMap<Key, Vec<Option<Name>>> = paths.iter().map(|p| (key(&p[i]), p[i].clone())).collect();
+                LevelAcct { name: *name, domains: set.into_values().collect() }
+            })
+            .collect();
+        paths
+            .iter()
+            .map(|p| {
+                let mut d = [0u32; MAX_TOPOLOGY_LEVELS];
+                for (i, level) in l.levels.iter().enumerate() {
+                    let k = key(&p[i]);
+                    d[i] = level.domains.binary_search_by(|x| key(x).cmp(&k)).expect("every path is a domain") as u32;
+                }
+                d
+            })
+            .collect()
     }
 
     /// The top-level cohort a queue's cohort sits under (its lending tree), and whether any

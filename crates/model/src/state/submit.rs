@@ -19,6 +19,7 @@ use crate::quantity::Human;
 use crate::resources::validate_resource_name;
 use crate::runnable::{validate_command, validate_env};
 use crate::tenancy::UnixUser;
+use crate::topology::TopologyError;
 
 /// Which submit command is applied.
 pub(crate) enum Submitter {
@@ -271,35 +272,34 @@ impl State {
     }
 
     fn check_topology(&self, spec: &JobSpec, gang: &Vector, pools: &BTreeSet<usize>) -> Result<(), ApplyError> {
+        let Some(t) = spec.topology else { return Ok(()) };
+        if let Topology::Levels(need) = t {
+            self.topology.check_need(&need).map_err(|e| ApplyError::invalid("topology", e))?;
+        }
+        let Some(required) = t.required() else { return Ok(()) };
         let l = &self.ledger;
         let in_pools = |n: &&crate::ledger::NodeAcct| pools.contains(&n.pool);
-        match spec.topology {
-            None => Ok(()),
-            Some(Topology::Node) => {
-                if l.nodes.iter().filter(in_pools).any(|n| fits(gang, &n.capacity)) {
-                    Ok(())
-                } else {
-                    Err(ApplyError::Impossible(format!(
-                        "topology node: the whole gang ({}) fits on no single node",
-                        l.kinds.resources(gang)
-                    )))
-                }
+        let fits_one = if required.is_node() {
+            l.nodes.iter().filter(in_pools).any(|n| fits(gang, &n.capacity))
+        } else {
+            let level = l.level(&required).ok_or_else(|| {
+                let declared = self.topology.levels().iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
+                ApplyError::invalid("topology", TopologyError::Undeclared { level: required.to_string(), declared })
+            })?;
+            let mut per_domain: Vec<Vector> = vec![ZERO; l.levels[level].domains.len()];
+            for n in l.nodes.iter().filter(in_pools) {
+                add(&mut per_domain[n.domains[level] as usize], &n.capacity);
             }
-            Some(Topology::Rack) => {
-                let mut per_rack: Vec<Vector> = vec![ZERO; l.racks.len() + 1];
-                for n in l.nodes.iter().filter(in_pools) {
-                    add(&mut per_rack[n.rack.map_or(l.racks.len(), |r| r)], &n.capacity);
-                }
-                if per_rack.iter().any(|c| fits(gang, c)) {
-                    Ok(())
-                } else {
-                    Err(ApplyError::Impossible(format!(
-                        "topology rack: the whole gang ({}) fits in no single rack",
-                        l.kinds.resources(gang)
-                    )))
-                }
-            }
+            per_domain.iter().any(|c| fits(gang, c))
+        };
+        if fits_one {
+            return Ok(());
         }
+        let on = if required.is_node() { "on" } else { "in" };
+        Err(ApplyError::Impossible(format!(
+            "topology {required}: the whole gang ({}) fits {on} no single {required}",
+            l.kinds.resources(gang)
+        )))
     }
 }
 

@@ -13,7 +13,7 @@ use baton_model::state::submit::replicas_fitting;
 
 use super::cand::Cand;
 use super::onnode::{OnNode, OnNodes};
-use crate::index::RackKey;
+use crate::index::{DomainKey, Scope};
 use crate::needs::Needs;
 use crate::view::View;
 
@@ -179,9 +179,12 @@ pub fn touched_sets(view: &View, job: &Job, needs: &Needs, a: &[usize], cands: &
     // that many best nodes of each rack, and of the whole pool, need to be in order.
     let keep = (want.min(MAX_TOUCHED_NODES as u64) as usize).max(1);
     let seeds = gang_seeds(&scored, &ranked, on_node);
-    let mut by_rack: BTreeMap<RackKey, Vec<Scored>> = BTreeMap::new();
+    // Per domain of the required level (section 10: the walk runs per domain), or else per
+    // rack (section 3: the fewest racks).
+    let group = needs.levels.required().or(needs.levels.rack());
+    let mut by_rack: BTreeMap<DomainKey, Vec<Scored>> = BTreeMap::new();
     for s in scored {
-        by_rack.entry(view.ledger.nodes[s.node].rack).or_default().push(s);
+        by_rack.entry(group.map_or(0, |l| view.ledger.nodes[s.node].domains[l])).or_default().push(s);
     }
     for best in by_rack.values_mut() {
         best_in_order(best, keep);
@@ -207,7 +210,7 @@ pub fn touched_sets(view: &View, job: &Job, needs: &Needs, a: &[usize], cands: &
     if by_rack.len() > 1 || needs.topology.is_some() {
         let mut per_rack: Vec<(Quick, Vec<usize>)> = by_rack
             .iter()
-            .filter_map(|(&r, best)| gather(best, Some(r), view, want, &extra).map(|(s, q)| (q, s)))
+            .filter_map(|(&r, best)| gather(best, group.map(|l| (l, r)), view, want, &extra).map(|(s, q)| (q, s)))
             .collect();
         per_rack.sort_unstable();
         sets.extend(per_rack.into_iter().map(|(_, s)| s));
@@ -307,20 +310,14 @@ fn extra_nodes(view: &View, pools: &[usize], on_node: &OnNodes) -> Vec<usize> {
     out
 }
 
-/// Best-estimated nodes (in a rack, if given) until they could host the primary task's
+/// Best-estimated nodes (in a domain, if given) until they could host the primary task's
 /// replicas with every candidate on them gone; with their estimates added up.
-fn gather(
-    scored: &[Scored],
-    rack: Option<RackKey>,
-    view: &View,
-    replicas: u64,
-    extra: &[usize],
-) -> Option<(Vec<usize>, Quick)> {
+fn gather(scored: &[Scored], scope: Scope, view: &View, replicas: u64, extra: &[usize]) -> Option<(Vec<usize>, Quick)> {
     let mut nodes = Vec::new();
     let mut hosts: u64 = 0;
     let mut total = Quick { own: 0, top: i64::MIN, at_top: 0, count: 0, lost: 0, best: u32::MAX };
     for &Scored { quick: q, node: n, hosts: h, .. } in scored {
-        if rack.is_some_and(|r| view.ledger.nodes[n].rack != r) {
+        if scope.is_some_and(|(l, d)| view.ledger.nodes[n].domains[l] != d) {
             continue;
         }
         nodes.push(n);
@@ -333,7 +330,7 @@ fn gather(
     if hosts < replicas {
         return None;
     }
-    nodes.extend(extra.iter().filter(|n| rack.is_none_or(|r| view.ledger.nodes[**n].rack == r)));
+    nodes.extend(extra.iter().filter(|n| scope.is_none_or(|(l, d)| view.ledger.nodes[**n].domains[l] == d)));
     nodes.sort_unstable();
     nodes.dedup();
     Some((nodes, total))

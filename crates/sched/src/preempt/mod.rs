@@ -34,7 +34,6 @@ use onnode::OnNodes;
 pub use refusal::NoPreemption;
 use score::Score;
 
-use crate::index::RackKey;
 use crate::needs::Needs;
 use crate::pack::Packing;
 use crate::view::{ActiveJob, View};
@@ -136,7 +135,12 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
                 };
                 let vs: Vec<&Cand> = w.victims.iter().map(|&i| &cands[i]).collect();
                 let used = w.packing.nodes();
-                let racks = used.iter().map(|&n| view.ledger.nodes[n].rack).collect::<BTreeSet<RackKey>>().len() as u32;
+                let racks = match needs.levels.rack() {
+                    Some(l) => {
+                        used.iter().map(|&n| view.ledger.nodes[n].domains[l]).collect::<BTreeSet<u32>>().len() as u32
+                    }
+                    None => 1,
+                };
                 let score = Score::of(&vs, view.now_ms, racks, used);
                 if best.as_ref().is_none_or(|b| score < b.score) {
                     best = Some(Best { score, victims: w.victims, packing: w.packing, weak, pool_choice: a.clone() });

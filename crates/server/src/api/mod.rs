@@ -93,7 +93,7 @@ impl Api {
         self.ctx.write_rates.admit(who, self.ctx.settings.max_user_writes_per_s)?;
         let span = crate::trace::commit_span(op.name(), self.ctx.replica.term());
         let cmd = Command { now_ms: now_ms(), op: who.wrap(op) };
-        let response = self.ctx.replica.write(cmd).instrument(span.clone()).await.map_err(status::from_write)?;
+        let response = self.ctx.replica.write(cmd).instrument(span.clone()).await.map_err(status::from_client_write)?;
         let applied = response.map_err(status::from_apply)?;
         crate::trace::record_outcome(&span, &applied.outcome);
         Ok(applied)
