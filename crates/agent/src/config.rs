@@ -15,6 +15,8 @@ pub struct AgentConfig {
     pub name: String,
     pub pool: String,
     pub rack: String,
+    /// Its domain at topology levels other than the rack (`--topology nvlink=nvl72-3`).
+    pub domains: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     /// Development GPUs used when NVML is unavailable (`--gpus N`).
     pub dev_gpus: Option<u32>,
@@ -64,6 +66,7 @@ impl AgentConfig {
             name: name.into(),
             pool: "default".to_string(),
             rack: String::new(),
+            domains: BTreeMap::new(),
             labels: BTreeMap::new(),
             dev_gpus: None,
             cpu: None,

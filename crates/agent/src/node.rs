@@ -41,6 +41,7 @@ pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str, 
         name: config.name.clone(),
         pool: config.pool.clone(),
         rack: config.rack.clone(),
+        domains: config.domains.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         labels: config
             .labels
             .iter()

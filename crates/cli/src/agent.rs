@@ -20,6 +20,11 @@ pub struct AgentArgs {
     pool: String,
     #[arg(long, default_value = "")]
     rack: String,
+    /// This node's domain at a topology level above it other than the rack, LEVEL=DOMAIN
+    /// (repeatable), e.g. `--topology nvlink=nvl72-3 --topology zone=z1`: the levels the
+    /// cluster declares (`baton cluster set --topology-levels`, decisions.md section 10).
+    #[arg(long = "topology", value_name = "LEVEL=DOMAIN")]
+    topology: Vec<String>,
     /// A node label, k=v (repeatable).
     #[arg(long = "label", value_name = "K=V")]
     labels: Vec<String>,
@@ -126,6 +131,24 @@ pub fn workload(args: WorkloadArgs) -> ExitCode {
     )
 }
 
+/// `--topology LEVEL=DOMAIN`, each checked as the leader will (a level name, a domain name).
+fn topology_flags(flags: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut domains = BTreeMap::new();
+    for t in flags {
+        let (level, domain) = t.split_once('=').ok_or_else(|| format!("--topology {t:?}: expected LEVEL=DOMAIN"))?;
+        let level =
+            baton_model::topology::LevelName::new(level.trim()).map_err(|e| format!("--topology {t:?}: {e}"))?;
+        if level.is_rack() || level.is_node() {
+            return Err(format!("--topology {t:?}: give the rack with --rack; the node is itself"));
+        }
+        let domain = baton_model::name::Name::new(domain.trim()).map_err(|e| format!("--topology {t:?}: {e}"))?;
+        if domains.insert(level.to_string(), domain.to_string()).is_some() {
+            return Err(format!("--topology {t:?}: level {level} is given twice"));
+        }
+    }
+    Ok(domains)
+}
+
 fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     let name = args.name.unwrap_or_else(baton_agent::node::host_name);
     let data_dir = args.data_dir.ok_or("--data-dir is required")?;
@@ -137,6 +160,7 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
         }
         labels.insert(k.trim().to_string(), v.trim().to_string());
     }
+    let domains = topology_flags(&args.topology)?;
     let memory_bytes = match &args.memory {
         Some(m) => {
             Some(baton_model::quantity::parse_quantity("memory", m).map_err(|e| format!("--memory {m:?}: {e}"))?)
@@ -148,6 +172,7 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.pool = args.pool;
     c.rack = args.rack;
     c.labels = labels;
+    c.domains = domains;
     c.dev_gpus = args.gpus;
     c.cpu = args.cpu;
     c.memory_bytes = memory_bytes;
@@ -294,5 +319,22 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::topology_flags;
+
+    #[test]
+    fn topology_flags_name_levels_above_the_node_other_than_the_rack() {
+        let flags = |v: &[&str]| topology_flags(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let d = flags(&["nvlink=nvl72-3", "zone = z1"]).unwrap();
+        assert_eq!(d.get("nvlink").map(String::as_str), Some("nvl72-3"));
+        assert_eq!(d.get("zone").map(String::as_str), Some("z1"));
+        assert!(flags(&["rack=r1"]).unwrap_err().contains("--rack"));
+        assert!(flags(&["nvlink"]).unwrap_err().contains("expected LEVEL=DOMAIN"));
+        assert!(flags(&["NVLink=x"]).unwrap_err().contains("bad topology level"));
+        assert!(flags(&["nvlink=a", "nvlink=b"]).unwrap_err().contains("given twice"));
     }
 }

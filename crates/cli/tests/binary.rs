@@ -186,3 +186,42 @@ fn bad_flags_are_refused_before_sending() {
     }
     assert!(fake.state().calls.is_empty());
 }
+
+/// Section 10's levels from the command line: `--topology required=...,preferred=...` and a
+/// job file's `topology: {required, preferred}` travel as the two fields; a bad one is
+/// refused before anything is sent; `cluster set --topology-levels` declares the levels.
+#[test]
+fn topology_levels_travel_from_flags_and_job_files_and_bad_ones_send_nothing() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let base = ["submit", "--server", &server.addr(), "--name", "g", "--queue", "q", "--replicas", "2"];
+    let flags = [&base[..], &["--topology", "required=nvlink,preferred=rack", "--", "true"]].concat();
+    let out = baton(&flags);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.yaml");
+    let yaml = "name: h\nqueue: q\nresources: {gpu: 4}\nreplicas: 2\ntopology: {required: zone, preferred: nvlink}\ncommand: [\"true\"]\n";
+    std::fs::write(&file, yaml).unwrap();
+    let out = baton(&["submit", "--server", &server.addr(), "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = fake.state();
+    let levels = |i: usize| {
+        let spec = s.submits[i].spec.as_ref().unwrap();
+        (spec.topology(), spec.topology_required.clone(), spec.topology_preferred.clone())
+    };
+    assert_eq!(levels(0), (baton_proto::v1::Topology::Unspecified, "nvlink".into(), "rack".into()));
+    assert_eq!(levels(1), (baton_proto::v1::Topology::Unspecified, "zone".into(), "nvlink".into()));
+    drop(s);
+
+    let bad = baton(&[&base[..], &["--topology", "preferred=node", "--", "true"]].concat());
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("--topology: preferred: node"), "{}", text(&bad.stderr));
+    assert_eq!(fake.state().submits.len(), 2, "nothing was sent");
+
+    let out = baton(&["cluster", "set", "--server", &server.addr(), "--topology-levels", "nvlink,rack,zone"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "topology levels are now nvlink, rack, zone\n");
+    assert_eq!(fake.state().topology_sets[0].levels, ["nvlink", "rack", "zone"]);
+    let bad = baton(&["cluster", "set", "--server", &server.addr(), "--topology-levels", "NVLink"]);
+    assert!(text(&bad.stderr).contains("--topology-levels: bad topology level \"NVLink\""), "{}", text(&bad.stderr));
+}

@@ -352,11 +352,13 @@ fn cluster_info_shows_use_against_nominal_with_borrowing() {
                 newest_here: 1230,
             }),
             behaviour: 2,
+            topology_levels: vec!["nvlink".into(), "rack".into(), "zone".into()],
         }
     });
     let server = serve_baton(fake);
     let (r, out) = run(&["cluster", "info", "--server", &server.addr()]);
     r.unwrap();
+    assert!(out.contains("topology levels: nvlink, rack, zone (lowest first, above the node)"), "{out}");
     let newest = baton_model::behaviour::BEHAVIOUR;
     assert!(out.contains(&format!("apply behaviour: 2 (this client's build applies up to {newest})")), "{out}");
     assert!(out.contains("usage over time: half-life 7d00h, weights cpu 0.25, gpu 1"), "{out}");

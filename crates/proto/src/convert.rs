@@ -867,6 +867,7 @@ pub fn node_to_proto(n: &Node) -> v1::Node {
         unhealthy: n.unhealthy.clone().unwrap_or_default(),
         maintenance: String::new(),
         unhealthy_gpus: Vec::new(),
+        domains: Default::default(),
     }
 }
 
@@ -916,6 +917,24 @@ pub fn node_from_agent(n: &v1::NodeInfo) -> R<NodeSpec> {
         gpus,
         agent_addr: n.agent_addr.clone(),
     })
+}
+
+/// What an agent reports of its node's topology domains (decisions.md section 10).
+pub fn node_domains_from_agent(n: &v1::NodeInfo) -> R<BTreeMap<LevelName, Name>> {
+    if n.domains.len() > baton_model::topology::MAX_TOPOLOGY_LEVELS {
+        return Err(bad(
+            "node.domains",
+            format!("at most {} topology levels", baton_model::topology::MAX_TOPOLOGY_LEVELS),
+        ));
+    }
+    n.domains
+        .iter()
+        .map(|(level, domain)| {
+            let field = format!("node.domains.{level}");
+            let l = LevelName::new(level).map_err(|e| bad(&field, e.to_string()))?;
+            Ok((l, name(domain, &field)?))
+        })
+        .collect()
 }
 
 #[cfg(test)]

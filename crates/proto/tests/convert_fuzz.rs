@@ -4,7 +4,8 @@
 
 use baton_model::{Command, Op, State};
 use baton_proto::convert::{
-    class_from_proto, cohort_from_proto, job_spec_from_proto, node_from_agent, queue_from_proto,
+    class_from_proto, cohort_from_proto, job_spec_from_proto, node_domains_from_agent, node_from_agent,
+    queue_from_proto,
 };
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1;
@@ -37,6 +38,7 @@ fn node_bytes() -> Vec<u8> {
         resources: [("gpu".to_string(), 8), ("cpu".to_string(), 64)].into(),
         gpus: Vec::new(),
         agent_addr: "10.0.0.1:7001".into(),
+        domains: [("nvlink".to_string(), "nvl-1".to_string())].into(),
     }
     .encode_to_vec()
 }
@@ -51,6 +53,7 @@ fn convert_all(bytes: &[u8]) {
     }
     if let Ok(m) = v1::NodeInfo::decode(bytes) {
         let _ = node_from_agent(&m);
+        let _ = node_domains_from_agent(&m);
     }
     if let Ok(m) = v1::Cohort::decode(bytes) {
         let _ = cohort_from_proto(&m);

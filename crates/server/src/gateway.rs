@@ -11,6 +11,7 @@ use baton_model::event::clip_message;
 use baton_model::limits::{MAX_OBSERVATIONS_PER_REPORT, MAX_REPORT_OBSERVATIONS, MAX_REPORT_RUNNING};
 use baton_model::name::Name;
 use baton_model::node::{NodeSpec, NodeStatus};
+use baton_model::topology::LevelName;
 use baton_proto::convert::{self, node_from_agent};
 use baton_proto::tls::{CertGuard, PeerId};
 use baton_proto::v1::agent_gateway_server::AgentGateway;
@@ -64,6 +65,8 @@ impl AgentGateway for Gateway {
             ))
         })?;
         self.register(&spec).await?;
+        let domains = convert::node_domains_from_agent(&info).map_err(status::from_convert)?;
+        self.set_domains(&spec.name, domains).await;
         let node = spec.name.clone();
         self.ctx.liveness.touch(&node);
         tracing::info!(node = %node, term, "agent attached");
@@ -159,6 +162,25 @@ impl Gateway {
             return Ok(());
         }
         self.ctx.registrar.register(spec.clone()).await
+    }
+
+    /// Records the node's topology domains (decisions.md section 10) when they changed. An
+    /// attach does not wait on them: while an older member cannot read them (the format
+    /// gate) or the write fails, the node runs with the domains it had, and says so in the log.
+    async fn set_domains(&self, node: &Name, domains: BTreeMap<LevelName, Name>) {
+        let same = self
+            .ctx
+            .replica
+            .read_local(|s| s.topology().domains.get(node).map_or(domains.is_empty(), |d| *d == domains));
+        if same {
+            return;
+        }
+        let op = Op::SetNodeDomains(vec![(node.clone(), domains)]);
+        match self.ctx.replica.write(Command { now_ms: now_ms(), op }).await {
+            Ok(Ok(_)) => tracing::info!(node = %node, "topology domains recorded"),
+            Ok(Err(e)) => tracing::warn!(node = %node, "topology domains refused: {e}"),
+            Err(e) => tracing::warn!(node = %node, "topology domains not recorded: {e}"),
+        }
     }
 
     /// The number of ranks of the job's current attempt if it is `attempt` and `rank` of it

@@ -145,11 +145,7 @@ type Domains = BTreeMap<LevelName, Name>;
 /// The nodes, and the domains of those that name any.
 type ParsedNodes = (Vec<At<NodeSpec>>, Vec<At<(Name, Domains)>>);
 
-fn parse_nodes(
-    cx: &Cx,
-    node: &Node,
-    declared: Option<&[LevelName]>,
-) -> R<ParsedNodes> {
+fn parse_nodes(cx: &Cx, node: &Node, declared: Option<&[LevelName]>) -> R<ParsedNodes> {
     let mut out = Vec::new();
     let mut domains_out = Vec::new();
     for (i, n) in cx.seq(node, "nodes")?.iter().enumerate() {

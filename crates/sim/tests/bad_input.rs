@@ -50,6 +50,14 @@ fn cases() -> Vec<(String, usize, &'static str, &'static str)> {
         ("nodes:\n  - {name: \"n[3-1]\", resources: {gpu: 8}}\n".into(), 2, "nodes[0].name", "goes backwards"),
         ("nodes:\n  - {name: n1, resources: {gpu: 8}}\n  - {name: n1, resources: {gpu: 8}}\n".into(), 3, "nodes[1].name", "defined twice"),
         ("nodes:\n  - {name: root, resources: {gpu: 8}}\n".into(), 2, "nodes[0].name", "reserved"),
+        // Topology levels (decisions.md section 10).
+        ("topology_levels: [nvlink, nvlink]\nnodes:\n  - {name: n1, resources: {gpu: 8}}\n".into(), 1, "topology_levels", "declared twice"),
+        ("topology_levels: [NVLink]\nnodes:\n  - {name: n1, resources: {gpu: 8}}\n".into(), 1, "topology_levels[0]", "bad topology level"),
+        ("nodes:\n  - {name: n1, topology: {nvlink: x}, resources: {gpu: 8}}\n".into(), 2, "nodes[0].topology.nvlink", "level nvlink is not declared"),
+        ("topology_levels: [nvlink]\nnodes:\n  - {name: n1, rack: r1, topology: {nvlink: x, rack: r2}, resources: {gpu: 8}}\n".into(), 3, "nodes[0].topology.rack", "level rack is not declared"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1}, topology: {required: nvlink}}}\n"), 6, "timeline[0].submit.topology", "topology level nvlink is not one this cluster declares"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1}, topology: {preferred: node}}}\n"), 6, "timeline[0].submit.topology", "preferred: node"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1}, topology: {wanted: rack}}}\n"), 6, "timeline[0].submit.topology.wanted", "unknown field"),
         ("nodes:\n  - {name: n1, resources: {gpu: 8}}\n  bad indent\n".into(), 4, "", "not valid YAML"),
     ]
 }

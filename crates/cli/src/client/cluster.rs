@@ -76,6 +76,12 @@ pub struct SetArgs {
     /// the default is gpu=1).
     #[arg(long, value_name = "RESOURCE=WEIGHT,...", value_parser = parse_weights)]
     pub usage_weights: Option<std::collections::BTreeMap<String, u64>>,
+    /// The cluster's topology levels above the node, lowest first, e.g. nvlink,rack,zone
+    /// (decisions.md section 10): gangs may require or prefer one (`--topology
+    /// required=nvlink`), agents name their domains (`--rack`, `--topology nvlink=...`).
+    /// `rack` alone is the default.
+    #[arg(long, value_name = "LEVEL,...", value_delimiter = ',')]
+    pub topology_levels: Option<Vec<String>>,
     /// How long each replica keeps accounting records after their attempt ended (e.g.
     /// 400d, the default; from 1d to 20 years).
     #[arg(long, value_name = "DURATION", value_parser = parse_retention_ms)]
@@ -133,12 +139,32 @@ async fn run_set(conn: &Conn, a: &SetArgs, out: &mut dyn Write) -> Result<(), Cl
     };
     let any_tenancy = tenancy != v1::TenancySettings::default();
     let any_usage = a.usage_half_life.is_some() || a.usage_weights.is_some();
-    if a.reserve_after.is_none() && !any_tenancy && !any_usage && a.accounting_retention.is_none() {
+    if a.reserve_after.is_none()
+        && !any_tenancy
+        && !any_usage
+        && a.accounting_retention.is_none()
+        && a.topology_levels.is_none()
+    {
         return Err(ClientError::Usage(
             "nothing to set: give --reserve-after, --allow-root-jobs, --max-jobs-per-user, --max-jobs-per-queue, \
-             --usage-half-life, --usage-weights or --accounting-retention"
+             --usage-half-life, --usage-weights, --accounting-retention or --topology-levels"
                 .into(),
         ));
+    }
+    if let Some(levels) = &a.topology_levels {
+        let levels: Vec<String> = levels.iter().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
+        for l in &levels {
+            baton_model::topology::LevelName::new(l)
+                .map_err(|e| ClientError::Usage(format!("--topology-levels: {e}")))?;
+        }
+        let r = v1::TopologyRequest { levels: levels.clone() };
+        conn.call(Subject::Other, "", |mut c| {
+            let r = r.clone();
+            async move { c.set_topology(r).await }
+        })
+        .await?;
+        let shown = if levels.is_empty() { "rack (the default)".to_string() } else { levels.join(", ") };
+        writeln!(out, "topology levels are now {shown}")?;
     }
     if let Some(retention_ms) = a.accounting_retention {
         let s = v1::AccountingSettings { retention_ms };
@@ -233,6 +259,9 @@ pub fn info_text(r: &v1::ClusterInfoReply) -> String {
     if r.behaviour != 0 {
         let newest = baton_model::behaviour::BEHAVIOUR;
         let _ = writeln!(s, "apply behaviour: {} (this client's build applies up to {newest})", r.behaviour);
+    }
+    if !r.topology_levels.is_empty() {
+        let _ = writeln!(s, "topology levels: {} (lowest first, above the node)", r.topology_levels.join(", "));
     }
     if let Some(t) = &r.tenancy {
         let _ = writeln!(s, "{}", tenancy_text(t));

@@ -59,7 +59,13 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
     if nodes.is_empty() {
         return "no nodes registered\n".into();
     }
-    let mut t = Table::new(&["NAME", "POOL", "RACK", "STATUS", "GPU", "CPU", "MEMORY", "JOBS", "SEEN", "AGENT"]);
+    // Topology domains other than the rack (decisions.md section 10), where any node names one.
+    let domains = nodes.iter().any(|n| !n.domains.is_empty());
+    let mut header = vec!["NAME", "POOL", "RACK", "STATUS", "GPU", "CPU", "MEMORY", "JOBS", "SEEN", "AGENT"];
+    if domains {
+        header.insert(3, "DOMAINS");
+    }
+    let mut t = Table::new(&header);
     for n in nodes {
         let mut status = n.status().word().to_string();
         if n.cordoned {
@@ -83,7 +89,7 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
             1..=3 => n.jobs.join(","),
             k => format!("{},... ({k})", n.jobs[..2].join(",")),
         };
-        t.row(vec![
+        let mut row = vec![
             n.name.clone(),
             n.pool.clone(),
             if n.rack.is_empty() { "-".into() } else { n.rack.clone() },
@@ -94,7 +100,13 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
             jobs,
             n.last_seen_ms_ago.map_or("-".into(), |ms| format!("{} ago", span(ms))),
             if n.agent_addr.is_empty() { "-".into() } else { n.agent_addr.clone() },
-        ]);
+        ];
+        if domains {
+            let mut named: Vec<String> = n.domains.iter().map(|(l, d)| format!("{l}={d}")).collect();
+            named.sort();
+            row.insert(3, if named.is_empty() { "-".into() } else { named.join(" ") });
+        }
+        t.row(row);
     }
     t.render()
 }
@@ -144,5 +156,23 @@ mod tests {
         };
         assert!(nodes_table(&[node("process-group")]).contains("Ready,ProcessGroupOnly"));
         assert!(!nodes_table(&[node("cgroup")]).contains("ProcessGroupOnly"));
+    }
+
+    /// Section 10: the domains each node's agent named show in their own column, only when
+    /// some node names one.
+    #[test]
+    fn nodes_show_their_topology_domains_when_any_names_one() {
+        let node = |name: &str, domains: &[(&str, &str)]| v1::Node {
+            name: name.into(),
+            rack: "r1".into(),
+            status: v1::NodeStatus::Ready as i32,
+            domains: domains.iter().map(|(l, d)| (l.to_string(), d.to_string())).collect(),
+            ..Default::default()
+        };
+        let t = nodes_table(&[node("n1", &[("zone", "z1"), ("nvlink", "nvl-a")]), node("n2", &[])]);
+        assert!(t.contains("DOMAINS"), "{t}");
+        let row = t.lines().find(|l| l.starts_with("n1")).unwrap();
+        assert!(row.contains("nvlink=nvl-a zone=z1"), "{t}");
+        assert!(!nodes_table(&[node("n2", &[])]).contains("DOMAINS"));
     }
 }

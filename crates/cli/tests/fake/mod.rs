@@ -42,6 +42,7 @@ pub struct State {
     pub tenancy_sets: Vec<v1::TenancySettings>,
     pub usage_sets: Vec<v1::UsageSettings>,
     pub user_limits: Vec<v1::UserLimitRequest>,
+    pub topology_sets: Vec<v1::TopologyRequest>,
     /// What GetUsage answers.
     pub usage: v1::UsageReply,
     /// What `History` answers, and the requests it got.
@@ -391,6 +392,11 @@ impl Baton for Fake {
     async fn set_user_limit(&self, r: Request<v1::UserLimitRequest>) -> Answer<v1::Ack> {
         let mut s = self.enter("SetUserLimit")?;
         s.user_limits.push(r.into_inner());
+        Ok(Response::new(v1::Ack::default()))
+    }
+    async fn set_topology(&self, r: Request<v1::TopologyRequest>) -> Answer<v1::Ack> {
+        let mut s = self.enter("SetTopology")?;
+        s.topology_sets.push(r.into_inner());
         Ok(Response::new(v1::Ack::default()))
     }
     async fn get_usage(&self, _r: Request<v1::Empty>) -> Answer<v1::UsageReply> {

@@ -122,6 +122,7 @@ pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInf
         accounting: Some(accounting),
         // After the read above: this replica's state holds at least what it read.
         behaviour: api.ctx.replica.read_local(|s| s.behaviour()),
+        topology_levels: api.ctx.replica.read_local(|s| s.topology().levels().iter().map(|l| l.to_string()).collect()),
     }))
 }
 
@@ -131,6 +132,23 @@ pub async fn set_usage(api: &Api, who: &Caller, s: UsageSettings) -> Result<Resp
     let current = api.read(|st| st.usage().settings().clone()).await?;
     let settings = usage_settings_from_proto(&s, &current).map_err(crate::status::from_convert)?;
     api.ack(who, Op::SetUsage(settings)).await
+}
+
+/// `cluster set --topology-levels nvlink,rack,zone` (decisions.md section 10).
+pub async fn set_topology(
+    api: &Api,
+    who: &Caller,
+    r: baton_proto::v1::TopologyRequest,
+) -> Result<Response<Ack>, Status> {
+    let levels = r
+        .levels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            baton_model::topology::LevelName::new(l).map_err(|e| Status::invalid_argument(format!("levels[{i}]: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    api.ack(who, Op::SetTopologyLevels(levels)).await
 }
 
 /// `queue update --max-per-user`.

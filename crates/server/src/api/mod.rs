@@ -293,6 +293,10 @@ impl Baton for Api {
         let who = self.caller(r.metadata()).await?;
         cluster::set_user_limit(self, &who, r.into_inner()).await
     }
+    async fn set_topology(&self, r: Request<TopologyRequest>) -> Result<Response<Ack>, Status> {
+        let who = self.caller(r.metadata()).await?;
+        cluster::set_topology(self, &who, r.into_inner()).await
+    }
     async fn get_usage(&self, r: Request<Empty>) -> Result<Response<UsageReply>, Status> {
         let who = self.caller(r.metadata()).await?;
         cluster::get_usage(self, &who).await

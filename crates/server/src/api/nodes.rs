@@ -36,6 +36,9 @@ pub async fn list(api: &Api) -> Result<Response<ListNodesReply>, Status> {
                     p.maintenance =
                         s.active_window_on(&n.spec.name).map(|w| w.spec.name.to_string()).unwrap_or_default();
                     p.unhealthy_gpus = gpu_faults_to_proto(s.gpu_faults().get(&n.spec.name));
+                    if let Some(d) = s.topology().domains.get(&n.spec.name) {
+                        p.domains = d.iter().map(|(l, d)| (l.to_string(), d.to_string())).collect();
+                    }
                     p
                 })
                 .collect::<Vec<_>>()

@@ -98,6 +98,7 @@ impl Gen {
                 resources: [("gpu".to_string(), self.num(8)), ("cpu".to_string(), self.num(64))].into(),
                 gpus: gpus.collect(),
                 agent_addr: self.text(),
+                domains: (0..self.rng.below(9)).map(|_| (self.word(), self.text())).collect(),
             }
         };
         AttachRequest { node: Some(node), term_seen: self.term() }
