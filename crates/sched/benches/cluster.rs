@@ -107,6 +107,12 @@ pub fn submit_backlog_as(s: &mut State, jobs: usize, seed: u64, users: u64) {
     }
 }
 
+/// The jobs `submit_backlog` submits, in order.
+pub fn backlog_specs(jobs: usize, seed: u64) -> Vec<JobSpec> {
+    let mut rng = Lcg(seed);
+    (0..jobs).map(|i| backlog_job(&mut rng, i)).collect()
+}
+
 /// The `i`th job of a backlog drawn from `rng`.
 fn backlog_job(rng: &mut Lcg, i: usize) -> JobSpec {
     let queue = format!("q{}", rng.next(200));

@@ -1,0 +1,101 @@
+//! Topology-level benchmarks (decisions.md section 10; numbers in BENCHMARKS.md):
+//! - `topology/10k-nodes-3-levels-50k-jobs`: one full cycle placing the `cycle` bench's
+//!   50,000-job backlog on the same 10,000 8-GPU nodes, declared in three levels (NVLink
+//!   domains of 9 nodes, 40 racks, 4 zones), with every gang requiring `nvlink` and
+//!   preferring nothing, or only preferring `rack` (alternately). Throughput is placements
+//!   per second.
+//! - `topology/64-gpu-nvlink-gang-full-cluster`: the cycle that plans a preemption for an
+//!   8x8-GPU gang that requires one NVLink domain, on that cluster once it is full.
+
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::Duration;
+
+use baton_model::command::Op;
+use baton_model::job::JobState;
+use baton_model::limits::MAX_NODES_PER_COMMAND;
+use baton_model::name::Name;
+use baton_model::plan::Decision;
+use baton_model::state::State;
+use baton_model::topology::{LevelName, LevelNeed};
+use baton_sched::cycle;
+use cluster::*;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+const NODES: usize = 10_000;
+/// Nodes per NVLink domain: 72 GPUs, as an NVL72's.
+const PER_NVLINK: usize = 9;
+const ZONES: usize = 4;
+
+fn level(name: &str) -> LevelName {
+    LevelName::new(name).expect("valid")
+}
+
+/// `cluster(NODES, 40)` with levels `[nvlink, rack, zone]` declared and named per node.
+fn leveled_cluster() -> State {
+    let mut s = cluster(NODES, 40);
+    apply(&mut s, Op::SetTopologyLevels(vec![level("nvlink"), level("rack"), level("zone")]));
+    let domains: Vec<_> = (0..NODES)
+        .map(|i| {
+            let d = BTreeMap::from([
+                (level("nvlink"), Name::lit(&format!("nvl{}", i / PER_NVLINK))),
+                (level("zone"), Name::lit(&format!("z{}", i * ZONES / NODES))),
+            ]);
+            (Name::lit(&format!("n{i}")), d)
+        })
+        .collect();
+    for chunk in domains.chunks(MAX_NODES_PER_COMMAND) {
+        apply(&mut s, Op::SetNodeDomains(chunk.to_vec()));
+    }
+    s
+}
+
+/// The `cycle` bench's backlog, its gangs given levels: even ones require `nvlink`, odd
+/// ones prefer `rack`.
+fn submit_leveled_backlog(s: &mut State) {
+    let mut gangs = 0;
+    for mut spec in backlog_specs(50_000, 7) {
+        if spec.tasks[0].replicas > 1 {
+            let t = if gangs % 2 == 0 { "required=nvlink" } else { "preferred=rack" };
+            spec.topology = LevelNeed::parse(t).expect("valid");
+            gangs += 1;
+        }
+        apply(s, Op::Submit { spec, request_id: None });
+    }
+}
+
+fn bench_levels(c: &mut Criterion) {
+    let mut s = leveled_cluster();
+    submit_leveled_backlog(&mut s);
+    let placed = placements(&s);
+    eprintln!("topology/10k-nodes-3-levels-50k-jobs places {placed} of 50000 jobs per cycle");
+    let mut g = c.benchmark_group("topology");
+    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    g.throughput(Throughput::Elements(placed as u64));
+    g.bench_function("10k-nodes-3-levels-50k-jobs", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
+
+    // Full: what the backlog placed runs, the rest is cancelled; then the urgent gang.
+    let plan = cycle(&s, NOW_MS);
+    apply(&mut s, Op::ApplyPlan(plan));
+    let pending: Vec<_> = s.jobs().values().filter(|j| j.state == JobState::Pending).map(|j| j.id).collect();
+    for job in pending {
+        apply(&mut s, Op::Cancel { job });
+    }
+    let mut gang = job("nvl-gang".into(), "urgent".into(), "interactive", 8, 8);
+    gang.topology = LevelNeed::parse("required=nvlink").expect("valid");
+    apply(&mut s, Op::Submit { spec: gang, request_id: None });
+    let plan = cycle(&s, NOW_MS);
+    let victims: usize =
+        plan.decisions.iter().map(|d| if let Decision::Preempt { victims, .. } = d { victims.len() } else { 0 }).sum();
+    eprintln!("topology/64-gpu-nvlink-gang-full-cluster: the plan preempts {victims} jobs");
+    assert!(victims > 0, "the gang must need a preemption: {plan:?}");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(20);
+    g.bench_function("64-gpu-nvlink-gang-full-cluster", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
+    g.finish();
+}
+
+criterion_group!(benches, bench_levels);
+criterion_main!(benches);
