@@ -10,6 +10,11 @@ const CI_SEEDS: u64 = 4;
 const CI_MINUTES: u64 = 2;
 /// Seeds tried for each planted bug before the test gives up on finding it.
 const SABOTAGE_SEEDS: u64 = 12;
+/// The first seed tried for a planted bug: when this was written every one of them was
+/// first found by seed 2 (`cargo test -p baton-simworld --test seeds -- --nocapture found`
+/// prints which), so seeds 0 and 1, a minute of CI's debug build, are skipped. A change
+/// that moves a bug to a later seed is still found within `SABOTAGE_SEEDS`.
+const FIRST_SABOTAGE_SEED: u64 = 2;
 
 fn describe(o: &Outcome) -> String {
     format!("{}\n{}\n--- history ---\n{}", baton_simworld::seeds::line(o), o.violations.join("\n"), o.tail.join("\n"))
@@ -68,13 +73,13 @@ fn seeds_under_faults_keep_every_promise() {
 /// The first seed that finds `sabotage`, with what it found.
 fn found(sabotage: Sabotage, wanted: &str) -> (u64, String) {
     let opts = Options { sabotage: Some(sabotage), minutes: 3, ..Options::default() };
-    for seed in 0..SABOTAGE_SEEDS {
+    for seed in FIRST_SABOTAGE_SEED..FIRST_SABOTAGE_SEED + SABOTAGE_SEEDS {
         let o = run_seed(seed, &opts);
         if let Some(v) = o.violations.iter().find(|v| v.contains(wanted)) {
             return (seed, v.clone());
         }
     }
-    panic!("{sabotage:?}: no violation naming {wanted:?} in {SABOTAGE_SEEDS} seeds");
+    panic!("{sabotage:?}: no violation naming {wanted:?} in {SABOTAGE_SEEDS} seeds from seed {FIRST_SABOTAGE_SEED}");
 }
 
 #[test]
