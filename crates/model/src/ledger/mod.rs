@@ -248,8 +248,9 @@ pub struct Ledger {
     pub node_ix: Arc<FxMap<String, usize>>,
     pub racks: Vec<Name>,
     /// The topology levels in force, lowest first (decisions.md section 10), with their
-    /// domains; a node's `domains[i]` is its domain's position at level `i`.
-    pub levels: Vec<LevelAcct>,
+    /// domains; a node's `domains[i]` is its domain's position at level `i`. Shared by
+    /// clones (every cycle's view is one): only a rebuild changes it.
+    pub levels: Arc<Vec<LevelAcct>>,
     pub queues: CowVec<QueueAcct>,
     pub queue_ix: FxMap<String, usize>,
     pub trees: Vec<TreeAcct>,

@@ -84,14 +84,17 @@ impl State {
         let levels = self.topology.levels();
         let paths: Vec<Vec<Vec<Option<Name>>>> =
             self.d.nodes.values().map(|n| self.topology.paths(&n.spec.name, n.spec.rack.as_ref())).collect();
-        l.levels = levels
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let set: BTreeMap<Key, Vec<Option<Name>>> = paths.iter().map(|p| (key(&p[i]), p[i].clone())).collect();
-                LevelAcct { name: *name, domains: set.into_values().collect() }
-            })
-            .collect();
+        l.levels = Arc::new(
+            levels
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let set: BTreeMap<Key, Vec<Option<Name>>> =
+                        paths.iter().map(|p| (key(&p[i]), p[i].clone())).collect();
+                    LevelAcct { name: *name, domains: set.into_values().collect() }
+                })
+                .collect(),
+        );
         paths
             .iter()
             .map(|p| {
