@@ -6,7 +6,7 @@
 //! by their position in natural order: moving a node between buckets is a few bit
 //! operations, and walking a bucket yields nodes in natural order, skipping empty words.
 
-use baton_model::ledger::Ledger;
+use baton_model::ledger::{GPU_KIND, Ledger};
 use baton_model::limits::MAX_GPUS_PER_NODE;
 
 const BUCKETS: usize = MAX_GPUS_PER_NODE as usize + 1;
@@ -128,11 +128,15 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    fn new(members: Vec<u32>, capacity: usize) -> Buckets {
-        Buckets { members, capacity, by_free: vec![Bits::default(); BUCKETS], occupied: 0 }
+    /// `counts`: one more than the most free GPUs a member can have. A pool's largest node
+    /// bounds it: most domains (an NVLink domain's nine 8-GPU nodes) need 9 buckets, not
+    /// `BUCKETS`, and a cycle's index holds thousands of domains.
+    fn new(members: Vec<u32>, capacity: usize, counts: usize) -> Buckets {
+        Buckets { members, capacity, by_free: vec![Bits::default(); counts.min(BUCKETS)], occupied: 0 }
     }
 
     fn insert(&mut self, free: usize, pos: usize) {
+        debug_assert!(free < self.by_free.len(), "{free} free GPUs on a node of a pool whose largest has fewer");
         self.by_free[free].insert(pos, self.capacity);
         self.occupied |= 1u128 << free;
     }
@@ -228,48 +232,48 @@ struct Place {
     pos: u32,
 }
 
-/// Where a node sits in the index.
-#[derive(Debug, Clone)]
-struct Slot {
-    /// Current bucket (`u8::MAX`: not indexed, e.g. cordoned).
-    bucket: u8,
-    places: Vec<Place>,
-}
-
 #[derive(Debug, Clone)]
 pub struct Index {
     pub pools: Vec<PoolIndex>,
-    slots: Vec<Slot>,
+    /// Each node's current bucket (`u8::MAX`: not indexed, e.g. cordoned).
+    buckets: Vec<u8>,
+    /// Where each node sits at each level: node `n`'s at `n * levels + level`. Flat, so a
+    /// cycle's index costs no allocation per node.
+    places: Vec<Place>,
+    levels: usize,
 }
 
 impl Index {
     pub fn build(ledger: &Ledger) -> Index {
         let levels = ledger.levels.len();
-        let mut slots = vec![Slot { bucket: u8::MAX, places: vec![Place::default(); levels] }; ledger.nodes.len()];
+        let mut places = vec![Place::default(); ledger.nodes.len() * levels];
+        // Free GPUs never exceed a pool's largest node's (a rebuild makes a new index).
+        let counts = |p: usize| ledger.pools[p].largest_node[GPU_KIND].min(MAX_GPUS_PER_NODE) as usize + 1;
         let mut pools: Vec<PoolIndex> = (0..ledger.pools.len())
-            .map(|_| PoolIndex {
-                all: Buckets::new(Vec::new(), ledger.nodes.len()),
+            .map(|p| PoolIndex {
+                all: Buckets::new(Vec::new(), ledger.nodes.len(), counts(p)),
                 levels: Vec::with_capacity(levels),
             })
             .collect();
         for level in 0..levels {
-            // Members of each (pool, domain), in node (natural) order.
-            let mut doms: Vec<std::collections::BTreeMap<DomainKey, Vec<u32>>> =
-                vec![Default::default(); ledger.pools.len()];
+            // Members of each (pool, domain), in node (natural) order; domain keys are dense.
+            let mut doms: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); ledger.levels[level].domains.len()]; pools.len()];
             for (i, n) in ledger.nodes.iter().enumerate() {
-                doms[n.pool].entry(n.domains[level]).or_default().push(i as u32);
+                doms[n.pool][n.domains[level] as usize].push(i as u32);
             }
             for (p, ds) in doms.into_iter().enumerate() {
-                for (di, (_, members)) in ds.iter().enumerate() {
+                let mut list: Vec<(DomainKey, Buckets)> = Vec::new();
+                for (d, members) in ds.into_iter().enumerate().filter(|(_, m)| !m.is_empty()) {
                     for (pos, &n) in members.iter().enumerate() {
-                        slots[n as usize].places[level] = Place { domain: di as u32, pos: pos as u32 };
+                        places[n as usize * levels + level] = Place { domain: list.len() as u32, pos: pos as u32 };
                     }
+                    let len = members.len();
+                    list.push((d as DomainKey, Buckets::new(members, len, counts(p))));
                 }
-                let list = ds.into_iter().map(|(d, m)| (d, Buckets::new(m.clone(), m.len()))).collect();
                 pools[p].levels.push(list);
             }
         }
-        let mut index = Index { pools, slots };
+        let mut index = Index { pools, buckets: vec![u8::MAX; ledger.nodes.len()], places, levels };
         for i in 0..ledger.nodes.len() {
             index.update(ledger, i);
         }
@@ -280,23 +284,24 @@ impl Index {
     pub fn update(&mut self, ledger: &Ledger, n: usize) {
         let node = &ledger.nodes[n];
         let pool = &mut self.pools[node.pool];
-        let slot = &mut self.slots[n];
-        if slot.bucket != u8::MAX {
-            pool.all.remove(slot.bucket as usize, n);
-            for (level, place) in slot.places.iter().enumerate() {
-                pool.levels[level][place.domain as usize].1.remove(slot.bucket as usize, place.pos as usize);
+        let places = &self.places[n * self.levels..(n + 1) * self.levels];
+        let bucket = self.buckets[n];
+        if bucket != u8::MAX {
+            pool.all.remove(bucket as usize, n);
+            for (level, place) in places.iter().enumerate() {
+                pool.levels[level][place.domain as usize].1.remove(bucket as usize, place.pos as usize);
             }
         }
         if !node.schedulable {
-            slot.bucket = u8::MAX;
+            self.buckets[n] = u8::MAX;
             return;
         }
         let free = node.free_gpu_count().min(MAX_GPUS_PER_NODE as u32) as u8;
         pool.all.insert(free as usize, n);
-        for (level, place) in slot.places.iter().enumerate() {
+        for (level, place) in places.iter().enumerate() {
             pool.levels[level][place.domain as usize].1.insert(free as usize, place.pos as usize);
         }
-        slot.bucket = free;
+        self.buckets[n] = free;
     }
 }
 

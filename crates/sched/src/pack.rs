@@ -118,9 +118,34 @@ pub fn pack<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> Option
     Some(first_domain_within(nodes, needs, pool_choice, rack, global.nodes().len()).unwrap_or(global))
 }
 
-/// The domains of `level` under `pool_choice` (within `scope`, a domain of a level above),
-/// with their free GPUs: (free, domain), in domain order.
-fn domains_free<N: Nodes>(nodes: &N, pool_choice: &[usize], level: usize, scope: Scope) -> Vec<(u64, DomainKey)> {
+/// The domains of `level` under `pool_choice` (within `scope`, a domain of a level above)
+/// whose free GPUs could hold the gang, with those free GPUs: (free, domain), in domain
+/// order. The room check comes first: on a full cluster few domains pass it, and only those
+/// are counted.
+fn domains_free<N: Nodes>(
+    nodes: &N,
+    needs: &Needs,
+    pool_choice: &[usize],
+    level: usize,
+    scope: Scope,
+) -> Vec<(u64, DomainKey)> {
+    domains_where(nodes, pool_choice, level, scope, |d| has_room(nodes, needs, pool_choice, Some((level, d))))
+}
+
+/// Every domain of `level` under `pool_choice` within `scope`, with its free GPUs.
+fn domains_in<N: Nodes>(nodes: &N, pool_choice: &[usize], level: usize, scope: Scope) -> Vec<(u64, DomainKey)> {
+    domains_where(nodes, pool_choice, level, scope, |_| true)
+}
+
+/// The domains of `level` under `pool_choice` within `scope` that `keep` keeps (asked
+/// first, as it is the cheaper test), with their free GPUs, in domain order.
+fn domains_where<N: Nodes>(
+    nodes: &N,
+    pool_choice: &[usize],
+    level: usize,
+    scope: Scope,
+    keep: impl Fn(DomainKey) -> bool,
+) -> Vec<(u64, DomainKey)> {
     let mut pools: Vec<usize> = pool_choice.to_vec();
     pools.sort_unstable();
     pools.dedup();
@@ -138,7 +163,7 @@ fn domains_free<N: Nodes>(nodes: &N, pool_choice: &[usize], level: usize, scope:
         })
     };
     ds.into_iter()
-        .filter(|&d| inside(d))
+        .filter(|&d| keep(d) && inside(d))
         .map(|d| (pools.iter().map(|&p| nodes.free_gpus(p, Some((level, d)))).sum(), d))
         .collect()
 }
@@ -162,9 +187,9 @@ fn best_fit<N: Nodes>(
     scope: Scope,
     place: impl Fn(Scope) -> Option<Packing>,
 ) -> Option<Packing> {
-    let mut ds = domains_free(nodes, pool_choice, level, scope);
+    let mut ds = domains_free(nodes, needs, pool_choice, level, scope);
     ds.sort_unstable();
-    ds.into_iter().map(|(_, d)| Some((level, d))).filter(|&s| has_room(nodes, needs, pool_choice, s)).find_map(&place)
+    ds.into_iter().find_map(|(_, d)| place(Some((level, d))))
 }
 
 /// Within `scope`: a domain of the preferred level that holds the whole gang (best fit), or
@@ -178,7 +203,7 @@ fn prefer<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Scop
     if one.is_some() {
         return one;
     }
-    let mut ds = domains_free(nodes, pool_choice, level, scope);
+    let mut ds = domains_in(nodes, pool_choice, level, scope);
     ds.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let ds: Vec<DomainKey> = ds.into_iter().map(|(_, d)| d).collect();
     (2..=ds.len()).find_map(|k| {
@@ -199,11 +224,9 @@ fn first_domain_within<N: Nodes>(
     level: usize,
     enough: usize,
 ) -> Option<Packing> {
-    domains_free(nodes, pool_choice, level, None)
+    domains_free(nodes, needs, pool_choice, level, None)
         .into_iter()
-        .map(|(_, d)| Some((level, d)))
-        .filter(|&s| has_room(nodes, needs, pool_choice, s))
-        .filter_map(|s| Packer::new(nodes).run(needs, pool_choice, s))
+        .filter_map(|(_, d)| Packer::new(nodes).run(needs, pool_choice, Some((level, d))))
         .find(|p| p.nodes().len() <= enough)
 }
 

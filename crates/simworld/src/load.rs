@@ -146,6 +146,17 @@ impl Load {
             })
             .collect();
         self.write_until_acked(rng, Op::RegisterNodes(nodes)).await;
+        // Topology levels (decisions.md section 10): two NVLink domains in each rack; some
+        // gangs require one (`job`), so placement, preemption and the plan checker meet them.
+        let levels = vec![level("nvlink"), level("rack")];
+        self.write_until_acked(rng, Op::SetTopologyLevels(levels)).await;
+        let domains = (1..=self.nodes)
+            .map(|i| {
+                let nvlink = format!("x{}", (i / crate::faults::RACKS) % 2);
+                (Name::lit(&format!("n{i}")), BTreeMap::from([(level("nvlink"), Name::lit(&nvlink))]))
+            })
+            .collect();
+        self.write_until_acked(rng, Op::SetNodeDomains(domains)).await;
         self.truth.record("set up");
     }
 
@@ -371,13 +382,18 @@ fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
         _ if rng.chance(70) => PreemptionMode::Checkpoint,
         _ => PreemptionMode::Requeue,
     };
+    let replicas = rng.range(1, 3) as u32;
+    // One gang in four requires one NVLink domain (decisions.md section 10).
+    let topology = (replicas > 1 && rng.chance(25))
+        .then(|| baton_model::topology::LevelNeed::parse("required=nvlink").expect("valid"))
+        .flatten();
     JobSpec {
         name: Name::lit(name),
         queue: Name::lit(QUEUES[rng.below(QUEUES.len() as u64) as usize]),
         priority: PriorityRef::Value(rng.range(1, 100) as i32),
-        tasks: vec![TaskSpec { name: Name::lit("main"), replicas: rng.range(1, 3) as u32, resources, pools: None }],
+        tasks: vec![TaskSpec { name: Name::lit("main"), replicas, resources, pools: None }],
         pools: None,
-        topology: None,
+        topology,
         preemption_mode,
         grace_ms: GRACE_MS,
         min_runtime_ms: 0,
@@ -387,6 +403,10 @@ fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
         env: BTreeMap::new(),
         checkpoint_signal: None,
     }
+}
+
+fn level(name: &str) -> baton_model::topology::LevelName {
+    baton_model::topology::LevelName::new(name).expect("valid")
 }
 
 /// 2 to 12 elements, from 0 or from a few on, one time in three without `max_running`.
