@@ -5,7 +5,7 @@ use baton_model::ledger::FxMap;
 use std::rc::Rc;
 
 use baton_model::job::{Job, Topology};
-use baton_model::ledger::{Vector, ZERO, add};
+use baton_model::ledger::{GPU_KIND, Vector, ZERO, add};
 use baton_model::topology::{LevelName, RACK};
 
 use crate::view::View;
@@ -30,6 +30,9 @@ pub struct Levels {
     required: Option<u8>,
     preferred: Option<u8>,
     rack: Option<u8>,
+    /// The resource kind a domain's free capacity is counted in: GPUs, or CPUs for a gang
+    /// without GPUs (decisions.md section 10).
+    measure: u8,
 }
 
 impl Levels {
@@ -62,6 +65,22 @@ impl Levels {
     /// The rack level, if the cluster has one: section 3's "fewest racks".
     pub fn rack(&self) -> Option<usize> {
         self.rack.map(usize::from)
+    }
+
+    /// The resource kind best fit counts (see `measure`).
+    pub fn measure(&self) -> usize {
+        usize::from(self.measure)
+    }
+
+    /// Counts domains in CPUs when no task needs a GPU and the cluster has CPUs.
+    fn measured_for(mut self, ledger: &baton_model::ledger::Ledger, tasks: &[TaskNeed]) -> Levels {
+        let gpus = tasks.iter().any(|t| t.need[GPU_KIND] > 0);
+        let cpu = ledger.kinds.index(baton_model::quantity::CPU);
+        self.measure = match cpu {
+            Some(k) if !gpus => k as u8,
+            _ => GPU_KIND as u8,
+        };
+        self
     }
 }
 
@@ -109,7 +128,7 @@ impl Needs {
                 pool_choices.push(a);
             }
         }
-        let levels = Levels::of(&view.ledger, job.spec.topology);
+        let levels = Levels::of(&view.ledger, job.spec.topology).measured_for(&view.ledger, &tasks);
         let mut needs = Needs { tasks, topology: job.spec.topology, levels, pool_choices, demands: Vec::new() };
         needs.demands = needs.pool_choices.iter().map(|a| needs.demand(a)).collect();
         needs

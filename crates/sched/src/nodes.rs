@@ -2,7 +2,7 @@
 //! of nodes with some jobs imagined gone (a preemption walk).
 
 use baton_model::job::JobId;
-use baton_model::ledger::Vector;
+use baton_model::ledger::{GPU_KIND, Vector};
 use baton_model::topology::MAX_TOPOLOGY_LEVELS;
 
 use crate::index::{DomainKey, Scope};
@@ -43,8 +43,12 @@ impl Nodes for IndexNodes<'_, '_> {
         self.view.index.pools[pool].scope(scope).map_or(0, |b| b.gpu_room(gpus))
     }
 
-    fn free_gpus(&self, pool: usize, scope: Scope) -> u64 {
-        self.view.index.pools[pool].scope(scope).map_or(0, |b| b.free_gpus())
+    fn free_of(&self, pool: usize, scope: Scope, kind: usize) -> u64 {
+        if kind == GPU_KIND {
+            return self.view.index.pools[pool].scope(scope).map_or(0, |b| b.free_gpus());
+        }
+        // Other kinds are not bucketed: a gang without GPUs counts its domains' nodes.
+        self.fullest_first(pool, scope, 0).map(|n| self.view.ledger.nodes[n].free[kind]).sum()
     }
 
     fn emptiest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {
@@ -134,8 +138,11 @@ impl Nodes for SetNodes {
         self.matching(pool, scope, gpus).iter().map(|(free, _)| u64::from(*free) / gpus).sum()
     }
 
-    fn free_gpus(&self, pool: usize, scope: Scope) -> u64 {
-        self.matching(pool, scope, 0).iter().map(|(free, _)| u64::from(*free)).sum()
+    fn free_of(&self, pool: usize, scope: Scope, kind: usize) -> u64 {
+        if kind == GPU_KIND {
+            return self.matching(pool, scope, 0).iter().map(|(free, _)| u64::from(*free)).sum();
+        }
+        self.matching(pool, scope, 0).iter().map(|(_, n)| self.entry(*n).free[kind]).sum()
     }
 
     fn emptiest_first(&self, pool: usize, scope: Scope, min_gpus: u64) -> Box<dyn Iterator<Item = usize> + '_> {

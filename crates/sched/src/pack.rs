@@ -29,8 +29,9 @@ pub trait Nodes {
     /// An upper bound on the replicas of `gpus` GPUs that nodes of `pool` (in `scope`) could
     /// host, counting GPUs only: a cheap way to skip domains that cannot hold a gang.
     fn gpu_room(&self, pool: usize, scope: Scope, gpus: u64) -> u64;
-    /// Free GPUs of the nodes of `pool` in `scope`: a domain's free capacity (section 10).
-    fn free_gpus(&self, pool: usize, scope: Scope) -> u64;
+    /// Free units of resource `kind` on the nodes of `pool` in `scope`: a domain's free
+    /// capacity (section 10 counts GPUs, CPUs for a gang without GPUs).
+    fn free_of(&self, pool: usize, scope: Scope, kind: usize) -> u64;
 }
 
 /// Replicas assigned to nodes: (task, replica index, node).
@@ -119,7 +120,7 @@ pub fn pack<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> Option
 }
 
 /// The domains of `level` under `pool_choice` (within `scope`, a domain of a level above)
-/// whose free GPUs could hold the gang, with those free GPUs: (free, domain), in domain
+/// whose free GPUs could hold the gang, with their free capacity: (free, domain), in domain
 /// order. The room check comes first: on a full cluster few domains pass it, and only those
 /// are counted.
 fn domains_free<N: Nodes>(
@@ -129,12 +130,19 @@ fn domains_free<N: Nodes>(
     level: usize,
     scope: Scope,
 ) -> Vec<(u64, DomainKey)> {
-    domains_where(nodes, pool_choice, level, scope, |d| has_room(nodes, needs, pool_choice, Some((level, d))))
+    let kind = needs.levels.measure();
+    domains_where(nodes, pool_choice, (level, scope, kind), |d| has_room(nodes, needs, pool_choice, Some((level, d))))
 }
 
-/// Every domain of `level` under `pool_choice` within `scope`, with its free GPUs.
-fn domains_in<N: Nodes>(nodes: &N, pool_choice: &[usize], level: usize, scope: Scope) -> Vec<(u64, DomainKey)> {
-    domains_where(nodes, pool_choice, level, scope, |_| true)
+/// Every domain of `level` under `pool_choice` within `scope`, with its free capacity.
+fn domains_in<N: Nodes>(
+    nodes: &N,
+    needs: &Needs,
+    pool_choice: &[usize],
+    level: usize,
+    scope: Scope,
+) -> Vec<(u64, DomainKey)> {
+    domains_where(nodes, pool_choice, (level, scope, needs.levels.measure()), |_| true)
 }
 
 /// The domains of `level` under `pool_choice` within `scope` that `keep` keeps (asked
@@ -142,8 +150,7 @@ fn domains_in<N: Nodes>(nodes: &N, pool_choice: &[usize], level: usize, scope: S
 fn domains_where<N: Nodes>(
     nodes: &N,
     pool_choice: &[usize],
-    level: usize,
-    scope: Scope,
+    (level, scope, kind): (usize, Scope, usize),
     keep: impl Fn(DomainKey) -> bool,
 ) -> Vec<(u64, DomainKey)> {
     let mut pools: Vec<usize> = pool_choice.to_vec();
@@ -164,7 +171,7 @@ fn domains_where<N: Nodes>(
     };
     ds.into_iter()
         .filter(|&d| keep(d) && inside(d))
-        .map(|d| (pools.iter().map(|&p| nodes.free_gpus(p, Some((level, d)))).sum(), d))
+        .map(|d| (pools.iter().map(|&p| nodes.free_of(p, Some((level, d)), kind)).sum(), d))
         .collect()
 }
 
@@ -178,7 +185,8 @@ fn has_room<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Sc
 }
 
 /// Section 10's best fit: of the domains of `level` (within `scope`) where `place` packs the
-/// gang, the one with the fewest free GPUs; equal ones in domain (natural) order.
+/// gang, the one with the least free capacity (GPUs; CPUs for a gang without GPUs); equal
+/// ones in domain (natural) order.
 fn best_fit<N: Nodes>(
     nodes: &N,
     needs: &Needs,
@@ -203,7 +211,7 @@ fn prefer<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Scop
     if one.is_some() {
         return one;
     }
-    let mut ds = domains_in(nodes, pool_choice, level, scope);
+    let mut ds = domains_in(nodes, needs, pool_choice, level, scope);
     ds.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let ds: Vec<DomainKey> = ds.into_iter().map(|(_, d)| d).collect();
     (2..=ds.len()).find_map(|k| {
@@ -286,8 +294,8 @@ impl<N: Nodes> Nodes for Union<'_, N> {
             .fold(0, u64::saturating_add)
     }
 
-    fn free_gpus(&self, pool: usize, _scope: Scope) -> u64 {
-        self.domains.iter().map(|&d| self.inner.free_gpus(pool, Some((self.level, d)))).sum()
+    fn free_of(&self, pool: usize, _scope: Scope, kind: usize) -> u64 {
+        self.domains.iter().map(|&d| self.inner.free_of(pool, Some((self.level, d)), kind)).sum()
     }
 }
 
