@@ -63,9 +63,15 @@ async fn an_agent_exposes_its_replicas_stops_lease_and_reports() {
         (m.get("baton_agent_replica_stops_total{cause=\"lease_expired\"}") == Some(&1.0)).then_some(())
     })
     .await;
+    // A report answered just before the stall may renew the lease once more (seen under
+    // load: 0.786 s left right after the stop); with the gateway silent it runs out again.
+    wait_for(5, "no lease left", || {
+        let m = blocking_scrape(addr);
+        (m.get("baton_agent_lease_seconds_left") == Some(&0.0)).then_some(())
+    })
+    .await;
     let m = scrape(addr).await;
-    assert_eq!(m["baton_agent_lease_expiries_total"], 1.0);
-    assert_eq!(m["baton_agent_lease_seconds_left"], 0.0);
+    assert!(m["baton_agent_lease_expiries_total"] >= 1.0, "{m:?}");
     wait_for(5, "a stalled report timed out", || {
         (blocking_scrape(addr).get("baton_agent_reports_failed_total") >= Some(&1.0)).then_some(())
     })
