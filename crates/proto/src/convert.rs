@@ -222,6 +222,7 @@ pub fn job_spec_to_proto(s: &JobSpec) -> v1::JobSpec {
         PriorityRef::Class(c) => (c.to_string(), None),
         PriorityRef::Value(v) => (String::new(), Some(*v)),
     };
+    let (topology_required, topology_preferred) = levels_to_proto(s.topology);
     v1::JobSpec {
         name: s.name.to_string(),
         queue: s.queue.to_string(),
@@ -230,8 +231,8 @@ pub fn job_spec_to_proto(s: &JobSpec) -> v1::JobSpec {
         tasks: s.tasks.iter().map(task_to_proto).collect(),
         pools: s.pools.as_deref().map(strs).unwrap_or_default(),
         topology: topology_to_proto(s.topology).into(),
-        topology_required: levels_to_proto(s.topology).0,
-        topology_preferred: levels_to_proto(s.topology).1,
+        topology_required,
+        topology_preferred,
         preemption_mode: mode_to_proto(s.preemption_mode).into(),
         grace_ms: Some(s.grace_ms),
         min_runtime_ms: s.min_runtime_ms,

@@ -119,34 +119,23 @@ pub fn pack<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> Option
     Some(first_domain_within(nodes, needs, pool_choice, rack, global.nodes().len()).unwrap_or(global))
 }
 
-/// The domains of `level` under `pool_choice` (within `scope`, a domain of a level above)
-/// whose free GPUs could hold the gang, with their free capacity: (free, domain), in domain
-/// order. The room check comes first: on a full cluster few domains pass it, and only those
-/// are counted.
+/// The domains of `level` under `pool_choice` (within `scope`, a domain of a level above),
+/// with their free capacity (GPUs; CPUs for a gang without GPUs): (free, domain), in domain
+/// order. With `room_only`, only those whose free GPUs could hold the gang; that check
+/// comes first: on a full cluster few domains pass it, and only those are counted.
 fn domains_free<N: Nodes>(
     nodes: &N,
     needs: &Needs,
     pool_choice: &[usize],
-    level: usize,
-    scope: Scope,
+    (level, scope): (usize, Scope),
+    room_only: bool,
 ) -> Vec<(u64, DomainKey)> {
-    let kind = needs.levels.measure();
-    domains_where(nodes, pool_choice, (level, scope, kind), |d| has_room(nodes, needs, pool_choice, Some((level, d))))
-}
-
-/// Every domain of `level` under `pool_choice` within `scope`, with its free capacity.
-fn domains_in<N: Nodes>(
-    nodes: &N,
-    needs: &Needs,
-    pool_choice: &[usize],
-    level: usize,
-    scope: Scope,
-) -> Vec<(u64, DomainKey)> {
-    domains_where(nodes, pool_choice, (level, scope, needs.levels.measure()), |_| true)
+    let keep = |d: DomainKey| !room_only || has_room(nodes, needs, pool_choice, Some((level, d)));
+    domains_where(nodes, pool_choice, (level, scope, needs.levels.measure()), keep)
 }
 
 /// The domains of `level` under `pool_choice` within `scope` that `keep` keeps (asked
-/// first, as it is the cheaper test), with their free GPUs, in domain order.
+/// first, as it is the cheaper test), with their free capacity in `kind`, in domain order.
 fn domains_where<N: Nodes>(
     nodes: &N,
     pool_choice: &[usize],
@@ -195,7 +184,7 @@ fn best_fit<N: Nodes>(
     scope: Scope,
     place: impl Fn(Scope) -> Option<Packing>,
 ) -> Option<Packing> {
-    let mut ds = domains_free(nodes, needs, pool_choice, level, scope);
+    let mut ds = domains_free(nodes, needs, pool_choice, (level, scope), true);
     ds.sort_unstable();
     ds.into_iter().find_map(|(_, d)| place(Some((level, d))))
 }
@@ -211,7 +200,7 @@ fn prefer<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Scop
     if one.is_some() {
         return one;
     }
-    let mut ds = domains_in(nodes, needs, pool_choice, level, scope);
+    let mut ds = domains_free(nodes, needs, pool_choice, (level, scope), false);
     ds.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let ds: Vec<DomainKey> = ds.into_iter().map(|(_, d)| d).collect();
     (2..=ds.len()).find_map(|k| {
@@ -232,7 +221,7 @@ fn first_domain_within<N: Nodes>(
     level: usize,
     enough: usize,
 ) -> Option<Packing> {
-    domains_free(nodes, needs, pool_choice, level, None)
+    domains_free(nodes, needs, pool_choice, (level, None), true)
         .into_iter()
         .filter_map(|(_, d)| Packer::new(nodes).run(needs, pool_choice, Some((level, d))))
         .find(|p| p.nodes().len() <= enough)
