@@ -12,6 +12,16 @@ use crate::quantity::Human;
 /// The resource whose units are devices with indices.
 pub const GPU: &str = "gpu";
 
+/// A MIG slice is a resource of its own, named by its profile with this prefix
+/// (`mig-1g.10gb`; decisions.md section 11). The leader counts slices as it counts any
+/// resource; the node's agent, which owns the devices, gives each replica distinct slices.
+pub const SLICE_PREFIX: &str = "mig-";
+
+/// Whether `name` is a MIG slice profile (`mig-` and a profile after it).
+pub fn is_slice_profile(name: &str) -> bool {
+    name.len() > SLICE_PREFIX.len() && name.starts_with(SLICE_PREFIX)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResourceNameError {
     #[error("bad resource name {0:?}: use letters, digits, '.', '_', '-' and '/', at most {MAX_NAME_LEN} characters")]
@@ -64,6 +74,11 @@ impl Resources {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The MIG slices asked for or offered, by profile.
+    pub fn slices(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.iter().filter(|(k, _)| is_slice_profile(k))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
@@ -144,6 +159,14 @@ mod tests {
         assert_eq!(r.to_string(), "2 gpu 500m cpu 16Gi memory");
         r.set("cpu", 0);
         assert_eq!(r, Resources::of(&[("gpu", 2), ("memory", 16 << 30)]));
+    }
+
+    #[test]
+    fn slice_profiles_are_the_resources_named_mig_something() {
+        let r = Resources::of(&[("gpu", 1), ("mig-1g.10gb", 2), ("mig-3g.40gb", 1), ("migration", 1)]);
+        let slices: Vec<(&str, u64)> = r.slices().collect();
+        assert_eq!(slices, [("mig-1g.10gb", 2), ("mig-3g.40gb", 1)]);
+        assert!(!is_slice_profile("mig-"), "a prefix alone names no profile");
     }
 
     #[test]

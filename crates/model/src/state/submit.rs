@@ -228,10 +228,7 @@ impl State {
         let mut gang = ZERO;
         let mut gang_pools = BTreeSet::new();
         for (i, t) in spec.tasks.iter().enumerate() {
-            let need = l.kinds.vector(&t.resources).ok_or_else(|| {
-                let missing = t.resources.names().find(|n| l.kinds.index(n).is_none()).unwrap_or("?");
-                ApplyError::Impossible(format!("task {}: no node has resource {missing:?}", t.name))
-            })?;
+            let need = l.kinds.vector(&t.resources).ok_or_else(|| self.missing_resource(i, t))?;
             let pools = self.task_pools(spec, i);
             gang_pools.extend(pools.iter().copied());
             let shapes: Vec<&(Vector, u64)> = pools.iter().flat_map(|&p| &l.pools[p].shapes).collect();
@@ -269,6 +266,24 @@ impl State {
             )));
         }
         self.check_topology(spec, &gang, &gang_pools)
+    }
+
+    /// Why task `i` asks for a resource no node has. An unknown MIG profile is a mistake in
+    /// the request (decisions.md section 11): the error names the field and the profiles the
+    /// cluster's nodes offer.
+    fn missing_resource(&self, i: usize, t: &crate::job::TaskSpec) -> ApplyError {
+        let l = &self.ledger;
+        let missing = t.resources.names().find(|n| l.kinds.index(n).is_none()).unwrap_or("?");
+        if !crate::resources::is_slice_profile(missing) {
+            return ApplyError::Impossible(format!("task {}: no node has resource {missing:?}", t.name));
+        }
+        let offered: Vec<&str> =
+            (0..l.kinds.len()).map(|k| l.kinds.name(k)).filter(|n| crate::resources::is_slice_profile(n)).collect();
+        let offered = if offered.is_empty() { "none".to_string() } else { offered.join(", ") };
+        ApplyError::invalid(
+            format!("tasks[{i}].resources.{missing}"),
+            format!("unknown MIG profile {missing}: the cluster's nodes offer {offered}"),
+        )
     }
 
     fn check_topology(&self, spec: &JobSpec, gang: &Vector, pools: &BTreeSet<usize>) -> Result<(), ApplyError> {
