@@ -130,7 +130,7 @@ fn prepare_for_users(data_dir: &std::path::Path, checkpoint_root: &std::path::Pa
 /// logs and starts following the leader.
 pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
     config.validate().map_err(AgentError::Config)?;
-    let inventory = inventory::resolve(&config.name, config.dev_gpus)?;
+    let inventory = inventory::resolve(&config.name, &config.dev)?;
     start_with_inventory(config, inventory).await
 }
 
@@ -201,6 +201,7 @@ pub async fn start_with_journal(
         lease: lease_rx.clone(),
         metrics: metrics.clone(),
         run_as: config.run_as.clone(),
+        devices: crate::devices::Devices::of(&inventory),
     };
     let (supervisor, shared) = Supervisor::new(journal.clone(), settings)?;
 

@@ -18,8 +18,9 @@ pub struct AgentConfig {
     /// Its domain at topology levels other than the rack (`--topology nvlink=nvl72-3`).
     pub domains: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
-    /// Development GPUs used when NVML is unavailable (`--gpus N`).
-    pub dev_gpus: Option<u32>,
+    /// Development GPUs and MIG slices used when NVML is unavailable (`--gpus N`,
+    /// `--mig PROFILE=N`).
+    pub dev: crate::inventory::DevDevices,
     /// CPUs offered; `None`: the machine's.
     pub cpu: Option<u64>,
     /// Memory offered in bytes; `None`: the machine's.
@@ -68,7 +69,7 @@ impl AgentConfig {
             rack: String::new(),
             domains: BTreeMap::new(),
             labels: BTreeMap::new(),
-            dev_gpus: None,
+            dev: Default::default(),
             cpu: None,
             memory_bytes: None,
             data_dir: data_dir.into(),

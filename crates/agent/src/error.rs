@@ -31,7 +31,7 @@ pub enum InventoryError {
     /// NVML could not be loaded or initialised (no NVIDIA driver on this machine).
     #[error("no NVIDIA driver found (NVML: {0})")]
     NoDriver(String),
-    #[error("no NVIDIA driver found (NVML: {0}); pass --gpus N to run with N development GPUs")]
+    #[error("no NVIDIA driver found (NVML: {0}); pass --gpus N (or --mig PROFILE=N) to run with development GPUs")]
     NoDriverNoFallback(String),
     #[error("NVML failed: {0}")]
     Nvml(String),

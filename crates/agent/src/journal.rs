@@ -122,6 +122,10 @@ pub struct ReplicaRecord {
     /// GPU indices it was given (absent in journals written before they were recorded).
     #[serde(default)]
     pub gpus: Vec<u32>,
+    /// UUIDs of the MIG slices the agent gave it (absent in journals written before them):
+    /// no other replica gets them while it holds them, and a restarted agent knows them.
+    #[serde(default)]
+    pub slices: Vec<String>,
     /// Wall-clock ms when this agent started it (0 in journals written before it was
     /// recorded): a checkpoint file newer than this was written by this attempt.
     #[serde(default)]

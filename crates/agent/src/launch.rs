@@ -191,6 +191,8 @@ pub struct LaunchDirs<'a> {
     pub run_as: &'a RunAsPolicy,
     /// The replica's own cgroup; `None`: its process group only.
     pub cgroup: Option<crate::cgroup::ReplicaCgroup>,
+    /// Its GPUs by device index and its MIG slices.
+    pub given: &'a crate::devices::Given,
 }
 
 /// A job's checkpoint directory, keyed by its id: a name is reused once its job ended, and a
@@ -337,10 +339,10 @@ pub fn replica_env(
     checkpoint_dir: &Path,
     rank_checkpoint_dir: &Path,
     signal_name: &str,
+    visible_devices: &str,
 ) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
-    env.insert("CUDA_VISIBLE_DEVICES".into(), gpus.join(","));
+    env.insert("CUDA_VISIBLE_DEVICES".into(), visible_devices.to_string());
     env.insert("BATON_JOB".into(), a.job.clone());
     env.insert("BATON_JOB_ID".into(), a.job_id.to_string());
     env.insert("BATON_ATTEMPT".into(), a.attempt.to_string());
@@ -451,7 +453,8 @@ fn try_start(
 
     // Opened here, joined by the child before it runs anything of the job: its processes are
     // in the cgroup from their first instruction, and none can leave it.
-    let limits = crate::cgroup::Limits { memory_bytes: a.memory_bytes, cpu_millis: a.cpu_millis, gpus: a.gpus.clone() };
+    let gpus = dirs.given.device_gpus();
+    let limits = crate::cgroup::Limits { memory_bytes: a.memory_bytes, cpu_millis: a.cpu_millis, gpus };
     let cgroup_procs = match &dirs.cgroup {
         Some(c) => c.create(&limits).map_err(|e| StartError(format!("cannot make the replica's cgroup: {e}")))?,
         None => Vec::new(),
@@ -469,7 +472,8 @@ fn try_start(
         cmd.env("HOME", &w.home).env("USER", &w.name).env("LOGNAME", &w.name);
         cmd.current_dir(if Path::new(&w.home).is_dir() { Path::new(&w.home) } else { Path::new("/") });
     }
-    cmd.envs(replica_env(a, resumes(a, &ckpt), dirs.node, &ckpt, &rank_ckpt, signal_name));
+    let visible = dirs.given.visible();
+    cmd.envs(replica_env(a, resumes(a, &ckpt), dirs.node, &ckpt, &rank_ckpt, signal_name, &visible));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     let drop_to = who.map(|w| (w.uid, w.gid, w.groups));
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no

@@ -10,7 +10,8 @@
 //! Layout:
 //! - `agent`: `start`/`run`, wiring the parts below together.
 //! - `config`, `error`, `limits`: configuration, typed errors, every bound.
-//! - `inventory`, `node`: the GPUs (NVML or development GPUs) and the NodeInfo sent.
+//! - `inventory`, `node`: the GPUs and MIG slices (NVML or development devices) and the
+//!   NodeInfo sent; `devices`: which GPU and slices a replica gets.
 //! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations;
 //!   `dialing`: which replica to dial next, and `backoff`: the jittered waits between
 //!   rounds of attach attempts, so agents that lost a leader together do not all dial the
@@ -43,6 +44,7 @@ pub mod backoff;
 pub mod cgroup;
 pub mod checkpoint;
 pub mod config;
+pub mod devices;
 pub mod dialing;
 pub mod endpoint;
 pub mod error;

@@ -1,5 +1,5 @@
 //! What the agent tells the leader about its node (NodeInfo): name, pool, labels, whole-unit
-//! resources and the GPUs.
+//! resources (MIG slices by profile among them) and the GPUs.
 
 use baton_proto::v1::{GpuDevice, NodeInfo};
 
@@ -37,6 +37,8 @@ pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str, 
     resources.insert("gpu".to_string(), inventory.healthy_count());
     resources.insert("cpu".to_string(), cpu);
     resources.insert("memory".to_string(), memory);
+    // MIG slices, each profile a resource of its own (decisions.md section 11).
+    resources.extend(inventory.slice_counts());
     NodeInfo {
         name: config.name.clone(),
         pool: config.pool.clone(),

@@ -411,6 +411,9 @@ pub fn without_pid(traces: Unjournaled, same_boot: bool) -> Unjournaled {
 }
 
 /// One step of talking to the outside world, done in the order given.
+// A stop makes at most four steps, carried out at once: boxing the record would only add
+// an allocation per step.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     Journal(ReplicaRecord),

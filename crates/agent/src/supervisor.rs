@@ -50,6 +50,7 @@ struct Lingering {
     cgroup: crate::cgroup::ReplicaCgroup,
     /// Held here until the cgroup is empty (its record may be pruned before).
     gpus: Vec<u32>,
+    slices: Vec<String>,
     since: Instant,
     /// Its end, told once the cgroup is empty (or after `Unkillable`).
     end: Option<Observation>,
@@ -89,6 +90,7 @@ pub struct Supervisor {
     data_dir: PathBuf,
     checkpoint_root: PathBuf,
     run_as: crate::run_as::RunAsPolicy,
+    devices: crate::devices::Devices,
     /// Why the replica being finished could not start: its Exited observation says so.
     start_failure: Option<String>,
     kill_grace_ms: u64,
@@ -160,6 +162,8 @@ pub struct Settings {
     pub lease: watch::Receiver<Lease>,
     pub metrics: Arc<crate::metrics::AgentMetrics>,
     pub run_as: crate::run_as::RunAsPolicy,
+    /// The node's GPUs and MIG slices, which replicas are given.
+    pub devices: crate::devices::Devices,
 }
 
 impl Supervisor {
@@ -187,6 +191,7 @@ impl Supervisor {
             data_dir: settings.data_dir,
             checkpoint_root: settings.checkpoint_root,
             run_as: settings.run_as,
+            devices: settings.devices,
             start_failure: None,
             kill_grace_ms: settings.kill_grace_ms,
             log_cap_bytes: settings.log_cap_bytes,
@@ -344,6 +349,7 @@ impl Supervisor {
                 outcome: Some(Outcome::Killed),
                 exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
                 gpus: Vec::new(),
+                slices: Vec::new(),
                 started_unix_ms: 0,
                 newest_checkpoint_at_start_unix_ms: None,
             };
@@ -661,6 +667,7 @@ impl Supervisor {
             outcome: None,
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
             gpus: a.gpus.clone(),
+            slices: Vec::new(),
             started_unix_ms: now_unix_ms(),
             // Scanned before the intent is journaled, so before the replica can write.
             newest_checkpoint_at_start_unix_ms: Some(newest_checkpoint_ms(&self.checkpoint_root, key)),
@@ -678,6 +685,24 @@ impl Supervisor {
             .chain(self.lingering.iter().map(|(k, l)| (*k, l.gpus.as_slice())))
             .collect();
         reconcile::gpu_holder(key, gpus, &held)
+    }
+
+    /// The devices for `a`'s replica: its GPUs by device index and slices no replica that
+    /// has not ended (or whose processes live on) holds.
+    fn give_devices(
+        &self,
+        key: &ReplicaKey,
+        a: &Assignment,
+    ) -> Result<crate::devices::Given, crate::devices::TooFewSlices> {
+        let held: Vec<&str> = self
+            .replicas
+            .values()
+            .filter(|r| r.rec.phase != Phase::Finished && r.rec.key != *key)
+            .flat_map(|r| r.rec.slices.iter())
+            .chain(self.lingering.values().flat_map(|l| l.slices.iter()))
+            .map(String::as_str)
+            .collect();
+        self.devices.give(&a.gpus, &a.slices, &held)
     }
 
     /// Starts the deferred replicas whose GPUs are free now.
@@ -712,11 +737,21 @@ impl Supervisor {
         let term = self.journal.fence()?.term;
         let _span = tracing::info_span!("agent_start", job = a.job_id, attempt = a.attempt, rank = a.rank, term, node = %self.node)
             .entered();
+        let given = match self.give_devices(key, a) {
+            Ok(given) => given,
+            Err(short) => {
+                // A replica still stopping here holds them: it starts when that one is gone.
+                tracing::info!(?key, "waits for MIG slices: {short}");
+                self.deferred.insert(*key, a.clone());
+                return Ok(());
+            }
+        };
         self.note_attempt(key)?;
         // Journal the intent first (pid 0). After a crash between here and the next write,
         // a restarted agent finds the wrapper by its exit file path and adopts it, or finds
         // its traces (it ran and ended), or none (never spawned: it may start then).
         let mut rec = self.record(key, a, Phase::Running);
+        rec.slices = given.slice_uuids();
         self.journal.put_replica(&rec)?;
         let (signal, signal_name) = checkpoint_signal(&a.checkpoint_signal).unwrap_or_else(|e| {
             tracing::warn!(job = a.job, "{e}; using {DEFAULT_CHECKPOINT_SIGNAL}");
@@ -731,6 +766,7 @@ impl Supervisor {
             node: &self.node,
             run_as: &self.run_as,
             cgroup: cgroup_of(&self.cgroups, key),
+            given: &given,
         };
         // Live before it starts: its output is on disk from its first instruction, while the
         // start is still being journaled (a sync), and a follow asked for meanwhile waits for
@@ -941,8 +977,9 @@ impl Supervisor {
         }
         tracing::info!(?key, "its processes outlive its wrapper: killed; its end is told once they are gone");
         let gpus = self.replicas.get(key).map(|r| r.rec.gpus.clone()).unwrap_or_default();
+        let slices = self.replicas.get(key).map(|r| r.rec.slices.clone()).unwrap_or_default();
         self.lingering
-            .insert(*key, Lingering { cgroup, gpus, since: Instant::now(), end: obs, unkillable_told: false });
+            .insert(*key, Lingering { cgroup, gpus, slices, since: Instant::now(), end: obs, unkillable_told: false });
         None
     }
 

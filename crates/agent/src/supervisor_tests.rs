@@ -42,8 +42,27 @@ fn supervisor(dir: &std::path::Path, lease: watch::Receiver<Lease>) -> Superviso
         lease,
         metrics: Arc::new(crate::metrics::AgentMetrics::new()),
         run_as: crate::run_as::RunAsPolicy::AgentUser,
+        devices: crate::devices::Devices::of(&node_devices()),
     };
     Supervisor::new(journal, settings).unwrap().0
+}
+
+/// Four whole development GPUs and three slices of `mig-1g.10gb` (on a fifth, in MIG mode).
+fn node_devices() -> crate::inventory::Inventory {
+    let mut inv = crate::inventory::development_inventory("n1", 4);
+    crate::inventory::add_development_slices(&mut inv, "n1", &[("mig-1g.10gb".into(), 3)]);
+    inv
+}
+
+fn granted_lease(dir: &std::path::Path) -> watch::Receiver<Lease> {
+    let now = boot_ms();
+    let mut lease = Lease::default();
+    lease.renew(now, 60_000, now);
+    lease.granted_from(Floor { term: 1, state_index: 3 });
+    let lease_file = crate::lease_file::path(dir);
+    std::fs::create_dir_all(lease_file.parent().unwrap()).unwrap();
+    crate::lease_file::write(&lease_file, &lease).unwrap();
+    watch::channel(lease).1
 }
 
 fn key(job_id: u64) -> ReplicaKey {
@@ -99,4 +118,43 @@ async fn a_lapse_renewed_between_two_ticks_stops_what_runs_and_obeys_no_older_di
         "what ran past the lapse was not stopped for the lease: {stopped_for_the_lease:?}"
     );
     assert!(!started && !stale_pid.exists(), "a directive built before the lapse started work");
+}
+
+/// Issue 33 (decisions.md section 11): replicas that ask for MIG slices get distinct ones,
+/// named in `CUDA_VISIBLE_DEVICES` by UUID and journaled; one that finds too few free
+/// waits for them rather than sharing one.
+#[tokio::test]
+async fn replicas_get_distinct_slices_and_one_that_finds_too_few_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    let slices = |job_id: u64| {
+        let seen = dir.path().join(format!("visible-{job_id}"));
+        let mut a = run(job_id, &format!("echo $CUDA_VISIBLE_DEVICES > {}; exec sleep 30", seen.display()));
+        a.gpus = if job_id == 1 { vec![3] } else { vec![] };
+        a.slices = std::collections::HashMap::from([("mig-1g.10gb".to_string(), 2)]);
+        a
+    };
+    sup.on_directive(built_at(5, vec![slices(1), slices(2)])).unwrap();
+    let journaled = sup.journal.replicas().unwrap();
+    let given: Vec<Vec<String>> = journaled.iter().map(|r| r.slices.clone()).collect();
+    let (started, deferred) = (sup.replicas.contains_key(&key(2)), sup.deferred.contains_key(&key(2)));
+    let seen = wait_for_file(&dir.path().join("visible-1"));
+    for r in sup.replicas.values() {
+        crate::signal::signal_group(r.rec.pid, libc::SIGKILL);
+    }
+    assert_eq!(given, [vec!["MIG-dev-n1-4-0".to_string(), "MIG-dev-n1-4-1".to_string()]]);
+    assert_eq!(seen.trim(), "3,MIG-dev-n1-4-0,MIG-dev-n1-4-1");
+    assert!(!started && deferred, "the second replica shares no slice: it waits for two to be free");
+}
+
+fn wait_for_file(path: &std::path::Path) -> String {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.is_empty()
+        {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("{} never written", path.display());
 }

@@ -231,8 +231,9 @@ async fn a_replica_cannot_open_the_gpus_it_was_not_given() {
         memory_bytes: 1,
         healthy: true,
         minor: Some(index),
+        mig: false,
     };
-    let inventory = Inventory { source: Source::Development, gpus: vec![gpu(0), gpu(1)] };
+    let inventory = Inventory { source: Source::Development, gpus: vec![gpu(0), gpu(1)], slices: Vec::new() };
     let gw = Gateway::start(None).await;
     let mut c = config(dir.path(), &[gw.addr]);
     c.containment = ContainmentMode::Cgroup;

@@ -2,17 +2,21 @@
 //! without one, a clear message (and development GPUs only when asked for).
 
 use baton_agent::InventoryError;
-use baton_agent::inventory::{Source, nvml_inventory, resolve};
+use baton_agent::inventory::{DevDevices, Source, nvml_inventory, resolve};
+
+fn dev(gpus: Option<u32>) -> DevDevices {
+    DevDevices { gpus, mig: Vec::new() }
+}
 
 #[test]
 fn inventory_uses_nvml_or_says_clearly_that_there_is_no_driver() {
     match nvml_inventory() {
         Err(InventoryError::NoDriver(detail)) => {
-            let err = resolve("n1", None).unwrap_err().to_string();
+            let err = resolve("n1", &dev(None)).unwrap_err().to_string();
             assert!(err.starts_with("no NVIDIA driver found (NVML: "), "{err}");
             assert!(err.contains("--gpus N"), "{err}");
             assert!(err.contains(&detail));
-            let inv = resolve("n1", Some(2)).unwrap();
+            let inv = resolve("n1", &dev(Some(2))).unwrap();
             assert_eq!(inv.source, Source::Development);
             assert_eq!(inv.gpus.len(), 2);
             assert_eq!(inv.gpus[0].uuid, "dev-n1-0");
@@ -26,7 +30,11 @@ fn inventory_uses_nvml_or_says_clearly_that_there_is_no_driver() {
                     assert!(g.memory_bytes > 0, "{g:?}");
                 }
             }
-            assert_eq!(resolve("n1", Some(2)).unwrap().source, Source::Nvml, "NVML wins over --gpus");
+            for s in &inv.slices {
+                assert!(s.uuid.starts_with("MIG-") && s.profile.starts_with("mig-"), "{s:?}");
+                assert!(inv.gpus[s.gpu as usize].mig, "a slice's GPU is in MIG mode: {s:?}");
+            }
+            assert_eq!(resolve("n1", &dev(Some(2))).unwrap().source, Source::Nvml, "NVML wins over --gpus");
         }
         Err(e) => panic!("unexpected inventory error: {e}"),
     }

@@ -79,7 +79,15 @@ fn assignment(
         cpu_millis: asked(job, r.task, baton_model::quantity::CPU),
         suspension_by,
         suspension_ms,
+        slices: slices_asked(job, r.task),
     }
+}
+
+/// The MIG slices one replica of task `task` asked for, by profile.
+fn slices_asked(job: &Job, task: u32) -> std::collections::HashMap<String, u32> {
+    let Some(t) = job.spec.tasks.get(task as usize) else { return Default::default() };
+    // A count is bounded by a node's slices, far below u32::MAX (MAX_QUANTITY clips it).
+    t.resources.slices().map(|(p, n)| (p.to_string(), u32::try_from(n).unwrap_or(u32::MAX))).collect()
 }
 
 /// The suspension in progress a SUSPEND is part of: its preemptor and when it was decided,
@@ -217,6 +225,29 @@ mod tests {
             desired(&s).values().flatten().map(|a| (a.task, a.cpu_millis, a.memory_bytes)).collect();
         asked.sort();
         assert_eq!(asked, [(0, 2_000, gib), (1, 8_000, 64 * gib), (1, 8_000, 64 * gib), (2, 500, 0)]);
+    }
+
+    /// Each rank carries the MIG slices its task asked for, by profile (decisions.md section
+    /// 11): its agent picks which slices; nothing else of the task's resources is listed.
+    #[test]
+    fn each_rank_carries_the_slices_its_task_asked_for() {
+        let mut s = State::default();
+        let node = NodeSpec { resources: Resources::of(&[("mig-1g.10gb", 7), ("cpu", 8_000)]), ..gpu_node("m1", 0) };
+        apply(&mut s, Op::RegisterNodes(vec![node]));
+        apply(&mut s, Op::PutQueue(QueueSpec::named("q")));
+        let mut spec = gpu_job("infer", "q", 0);
+        spec.tasks[0].resources = Resources::of(&[("mig-1g.10gb", 3), ("cpu", 1_000)]);
+        spec.tasks[0].replicas = 2;
+        apply(&mut s, Op::Submit { spec, request_id: None });
+        let now = s.now_ms();
+        let plan = baton_sched::cycle(&s, now);
+        apply(&mut s, Op::ApplyPlan(plan));
+        let all: Vec<Assignment> = desired(&s).into_values().flatten().collect();
+        assert_eq!(all.len(), 2);
+        for a in all {
+            assert_eq!(a.slices, std::collections::HashMap::from([("mig-1g.10gb".to_string(), 3)]));
+            assert!(a.gpus.is_empty());
+        }
     }
 
     /// A job whose node was lost resumes from its newest complete checkpoint (docs/policy.md),

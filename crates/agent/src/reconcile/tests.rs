@@ -341,6 +341,7 @@ fn record(phase: Phase) -> ReplicaRecord {
         outcome: None,
         exit_file: "exit".into(),
         gpus: vec![0],
+        slices: Vec::new(),
         started_unix_ms: 1,
         newest_checkpoint_at_start_unix_ms: None,
     }

@@ -239,6 +239,7 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         cpu_millis: 0,
         suspension_by: 0,
         suspension_ms: 0,
+        slices: Default::default(),
     }
 }
 
