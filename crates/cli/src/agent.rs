@@ -31,6 +31,11 @@ pub struct AgentArgs {
     /// Development GPUs to offer when no NVIDIA driver is present.
     #[arg(long, value_name = "N")]
     gpus: Option<u32>,
+    /// Development MIG slices to offer when no NVIDIA driver is present, PROFILE=N
+    /// (repeatable), e.g. `--mig mig-1g.10gb=7`: each profile on a development GPU of its
+    /// own in MIG mode (decisions.md section 11).
+    #[arg(long = "mig", value_name = "PROFILE=N")]
+    mig: Vec<String>,
     /// CPUs to offer (default: this machine's).
     #[arg(long, value_name = "N")]
     cpu: Option<u64>,
@@ -173,7 +178,7 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.rack = args.rack;
     c.labels = labels;
     c.domains = domains;
-    c.dev_gpus = args.gpus;
+    c.dev = baton_agent::inventory::DevDevices { gpus: args.gpus, mig: mig_flags(&args.mig)? };
     c.cpu = args.cpu;
     c.memory_bytes = memory_bytes;
     c.checkpoint_root = args.checkpoint_root;
@@ -322,9 +327,49 @@ async fn shutdown_signal() {
     }
 }
 
+/// `--mig PROFILE=N`: a MIG profile (`mig-...`, a resource name) and how many slices of it.
+fn mig_flags(flags: &[String]) -> Result<Vec<(String, u32)>, String> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for f in flags {
+        let (profile, count) = f.split_once('=').ok_or_else(|| format!("--mig {f:?}: expected PROFILE=N"))?;
+        let profile = profile.trim();
+        baton_model::resources::validate_resource_name(profile).map_err(|e| format!("--mig {f:?}: {e}"))?;
+        if !baton_model::resources::is_slice_profile(profile) {
+            return Err(format!("--mig {f:?}: a MIG profile starts with mig- (mig-1g.10gb)"));
+        }
+        let count: u32 = count.trim().parse().map_err(|_| format!("--mig {f:?}: N is a whole number of slices"))?;
+        if !(1..=MAX_DEV_SLICES).contains(&count) {
+            return Err(format!("--mig {f:?}: from 1 to {MAX_DEV_SLICES} slices"));
+        }
+        if out.iter().any(|(p, _)| p == profile) {
+            return Err(format!("--mig {f:?}: profile {profile} is given twice"));
+        }
+        out.push((profile.to_string(), count));
+    }
+    Ok(out)
+}
+
+/// Slices of one profile on one development GPU: a real GPU has at most 7.
+const MAX_DEV_SLICES: u32 = 7;
+
 #[cfg(test)]
 mod tests {
-    use super::topology_flags;
+    use super::{mig_flags, topology_flags};
+
+    #[test]
+    fn mig_flags_name_a_profile_and_a_count() {
+        let flags = |v: &[&str]| mig_flags(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            flags(&["mig-1g.10gb=7", "mig-3g.40gb = 2"]).unwrap(),
+            [("mig-1g.10gb".into(), 7), ("mig-3g.40gb".into(), 2)]
+        );
+        assert!(flags(&["1g.10gb=7"]).unwrap_err().contains("starts with mig-"));
+        assert!(flags(&["mig-1g.10gb"]).unwrap_err().contains("expected PROFILE=N"));
+        assert!(flags(&["mig-1g.10gb=8"]).unwrap_err().contains("from 1 to 7"));
+        assert!(flags(&["mig-1g.10gb=x"]).unwrap_err().contains("whole number"));
+        assert!(flags(&["mig-1g.10gb=1", "mig-1g.10gb=2"]).unwrap_err().contains("given twice"));
+        assert!(flags(&["mig-1g+me=1"]).unwrap_err().contains("bad resource name"));
+    }
 
     #[test]
     fn topology_flags_name_levels_above_the_node_other_than_the_rack() {

@@ -145,6 +145,29 @@ fn client_commands_work_with_the_exported_admin_token(text: &str) {
     assert!(!anon.status.success());
     let err = String::from_utf8_lossy(&anon.stderr).to_string();
     assert!(err.contains("BATON_TOKEN"), "{err}");
+    mig_slices_reach_the_job(&|args| baton(args, true));
+}
+
+/// The last dev node offers development MIG slices (decisions.md section 11): `baton nodes`
+/// shows them, and a job that asks for two is given two distinct ones by UUID, through the
+/// real leader, agent and process.
+fn mig_slices_reach_the_job(baton: &dyn Fn(&[&str]) -> std::process::Output) {
+    let nodes = baton(&["nodes"]);
+    let table = String::from_utf8_lossy(&nodes.stdout).to_string();
+    assert!(table.contains("SLICES") && table.contains("mig-1g.10gb 0/7"), "{table}");
+    let job = ["--name", "infer", "--queue", "team-a", "--resources", "mig-1g.10gb=2"];
+    let command = ["--", "sh", "-c", "echo slices $CUDA_VISIBLE_DEVICES"];
+    let sub = baton(&[&["submit"][..], &job, &command].concat());
+    assert!(sub.status.success(), "{}", String::from_utf8_lossy(&sub.stderr));
+    let mut logs = String::new();
+    for _ in 0..150 {
+        logs = String::from_utf8_lossy(&baton(&["logs", "infer"]).stdout).to_string();
+        if logs.contains("slices ") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(logs.contains("slices MIG-dev-node-2-8-0,MIG-dev-node-2-8-1"), "{logs}");
 }
 
 /// `GET` over plain HTTP; retried briefly while the endpoint comes up.

@@ -55,13 +55,31 @@ fn unhealthy_gpus(n: &v1::Node) -> Vec<u32> {
     out
 }
 
+/// The MIG profiles a node offers, in name order.
+fn slice_profiles(n: &v1::Node) -> Vec<&str> {
+    let mut out: Vec<&str> = n
+        .resources
+        .iter()
+        .flat_map(|r| r.amounts.keys())
+        .map(String::as_str)
+        .filter(|k| baton_model::resources::is_slice_profile(k))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 pub fn nodes_table(nodes: &[v1::Node]) -> String {
     if nodes.is_empty() {
         return "no nodes registered\n".into();
     }
     // Topology domains other than the rack (decisions.md section 10), where any node names one.
     let domains = nodes.iter().any(|n| !n.domains.is_empty());
+    // MIG slices by profile (decisions.md section 11), where any node offers some.
+    let slices = nodes.iter().any(|n| !slice_profiles(n).is_empty());
     let mut header = vec!["NAME", "POOL", "RACK", "STATUS", "GPU", "CPU", "MEMORY", "JOBS", "SEEN", "AGENT"];
+    if slices {
+        header.insert(5, "SLICES");
+    }
     if domains {
         header.insert(3, "DOMAINS");
     }
@@ -101,6 +119,10 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
             n.last_seen_ms_ago.map_or("-".into(), |ms| format!("{} ago", span(ms))),
             if n.agent_addr.is_empty() { "-".into() } else { n.agent_addr.clone() },
         ];
+        if slices {
+            let shown: Vec<String> = slice_profiles(n).iter().map(|p| format!("{p} {}", of(n, p))).collect();
+            row.insert(5, if shown.is_empty() { "-".into() } else { shown.join(" ") });
+        }
         if domains {
             let mut named: Vec<String> = n.domains.iter().map(|(l, d)| format!("{l}={d}")).collect();
             named.sort();
@@ -174,5 +196,25 @@ mod tests {
         let row = t.lines().find(|l| l.starts_with("n1")).unwrap();
         assert!(row.contains("nvlink=nvl-a zone=z1"), "{t}");
         assert!(!nodes_table(&[node("n2", &[])]).contains("DOMAINS"));
+    }
+
+    #[test]
+    fn nodes_show_their_mig_slices_in_use_when_any_offers_some() {
+        let res = |pairs: &[(&str, u64)]| {
+            Some(v1::Resources { amounts: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect() })
+        };
+        let node = |name: &str, total: &[(&str, u64)], used: &[(&str, u64)]| v1::Node {
+            name: name.into(),
+            status: v1::NodeStatus::Ready as i32,
+            resources: res(total),
+            used: res(used),
+            ..Default::default()
+        };
+        let m1 = node("m1", &[("mig-1g.10gb", 7), ("mig-3g.40gb", 1)], &[("mig-1g.10gb", 2)]);
+        let t = nodes_table(&[m1, node("n1", &[("gpu", 8)], &[])]);
+        assert!(t.contains("SLICES"), "{t}");
+        let row = t.lines().find(|l| l.starts_with("m1")).unwrap();
+        assert!(row.contains("mig-1g.10gb 2/7 mig-3g.40gb 0/1"), "{t}");
+        assert!(!nodes_table(&[node("n1", &[("gpu", 8)], &[])]).contains("SLICES"));
     }
 }

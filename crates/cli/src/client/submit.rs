@@ -56,6 +56,11 @@ pub struct SubmitArgs {
     /// Memory per replica (e.g. 64Gi).
     #[arg(long, conflicts_with = "file")]
     pub memory: Option<String>,
+    /// Other resources per replica, NAME=QTY (repeatable, or comma-separated), e.g.
+    /// `--resources mig-1g.10gb=1` for one MIG slice (decisions.md section 11); a job that
+    /// asks for slices asks for no whole GPU unless --gpus says so.
+    #[arg(long = "resources", value_name = "NAME=QTY", value_delimiter = ',', conflicts_with = "file")]
+    pub resources: Vec<String>,
     /// Replicas in the gang, placed all at once or not at all [default: 1].
     #[arg(long, conflicts_with = "file")]
     pub replicas: Option<u32>,
@@ -195,10 +200,32 @@ fn from_file(a: &SubmitArgs, path: &std::path::Path) -> Result<baton_spec::JobFi
     Ok(file)
 }
 
+/// `--resources NAME=QTY`: resources other than those with flags of their own.
+fn other_resources(flags: &[String]) -> Result<Resources, ClientError> {
+    let mut r = Resources::new();
+    for f in flags {
+        let (name, qty) = f.split_once('=').ok_or_else(|| usage(format!("--resources {f:?}: expected NAME=QTY")))?;
+        let name = name.trim();
+        if matches!(name, "gpu" | "cpu" | "memory") {
+            return Err(usage(format!(
+                "--resources {f:?}: give {name} with --{}",
+                if name == "gpu" { "gpus" } else { name }
+            )));
+        }
+        baton_model::resources::validate_resource_name(name).map_err(|e| usage(format!("--resources {f:?}: {e}")))?;
+        if r.get(name) > 0 {
+            return Err(usage(format!("--resources {f:?}: {name} is given twice")));
+        }
+        r.set(name, quantity(name, qty.trim(), "--resources")?);
+    }
+    Ok(r)
+}
+
 /// One task of `--replicas` (default 1) replicas of `--gpus` (default 1), `--cpu`, `--memory`.
 fn flag_task(a: &SubmitArgs) -> Result<v1::TaskSpec, ClientError> {
-    let mut resources = Resources::new();
-    resources.set("gpu", a.gpus.unwrap_or(1));
+    let mut resources = other_resources(&a.resources)?;
+    let slices = resources.slices().next().is_some();
+    resources.set("gpu", a.gpus.unwrap_or(if slices { 0 } else { 1 }));
     if let Some(c) = &a.cpu {
         resources.set("cpu", quantity("cpu", c, "--cpu")?);
     }

@@ -46,6 +46,8 @@ pub struct DevArgs {
 pub const REPLICAS: u16 = 3;
 /// Agents (nodes) in a dev cluster.
 pub const AGENTS: u16 = 2;
+/// The development MIG slices the last agent offers besides its GPUs.
+pub const DEV_MIG: &str = "mig-1g.10gb=7";
 /// The first `/metrics` port is `--port` plus this.
 pub const METRICS_PORT_OFFSET: u16 = 100;
 
@@ -107,7 +109,10 @@ async fn serve(children: &Children, dir: &std::path::Path, otlp: Option<&str>) -
     println!("  baton cluster info");
     println!("  baton queue create team-a --gpus 8");
     println!("  baton submit --name hello --queue team-a --gpus 1 -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'");
-    println!("  baton list; baton logs hello");
+    println!(
+        "  baton submit --name infer --queue team-a --resources mig-1g.10gb=2 -- sh -c 'echo slices $CUDA_VISIBLE_DEVICES'"
+    );
+    println!("  baton nodes; baton list; baton logs hello");
     println!();
     println!("Press Ctrl-C to stop the cluster.");
     tokio::select! {

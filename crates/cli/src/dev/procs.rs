@@ -10,7 +10,7 @@ use baton_proto::tls::{REPLICA_HOST, Transport};
 use baton_proto::v1::Empty;
 use tokio::process::{Child, Command};
 
-use super::{AGENTS, METRICS_PORT_OFFSET, REPLICAS};
+use super::{AGENTS, DEV_MIG, METRICS_PORT_OFFSET, REPLICAS};
 
 /// The client identity `baton dev` makes for itself and the user.
 pub const DEV_CLIENT: &str = "dev";
@@ -191,6 +191,10 @@ impl Children {
                 // A development cluster runs as the invoking user: jobs run as it too.
                 "--run-as-self".into(),
             ];
+            if i == AGENTS {
+                // The last node also offers development MIG slices (decisions.md section 11).
+                args.extend(["--mig".to_string(), DEV_MIG.to_string()]);
+            }
             args.extend(otlp.iter().cloned());
             children.metrics.push((format!("agent {name}"), metrics_url(metrics_base + REPLICAS + i - 1)));
             children.procs.push(spawn(&exe, &format!("agent {name}"), &args, logs.join(format!("{name}.log")))?);
