@@ -51,9 +51,11 @@ pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str, 
             .chain([(CONTAINMENT_LABEL.to_string(), containment.to_string())])
             .collect(),
         resources,
+        // A GPU in MIG mode is offered as its slices (in `resources`), never whole.
         gpus: inventory
             .gpus
             .iter()
+            .filter(|g| !g.mig)
             .map(|g| GpuDevice {
                 index: g.index,
                 uuid: g.uuid.clone(),
@@ -63,5 +65,23 @@ pub fn node_info(config: &AgentConfig, inventory: &Inventory, agent_addr: &str, 
             })
             .collect(),
         agent_addr: agent_addr.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::{add_development_slices, development_inventory};
+
+    /// A GPU in MIG mode is offered as its slices, by profile, and is not among the GPUs.
+    #[test]
+    fn slices_are_offered_by_profile_and_their_gpu_is_not_offered_whole() {
+        let mut inv = development_inventory("m1", 2);
+        add_development_slices(&mut inv, "m1", &[("mig-1g.10gb".into(), 7)]);
+        let info = node_info(&AgentConfig::new("m1", "/nonexistent"), &inv, "", "cgroup");
+        assert_eq!(info.resources.get("gpu"), Some(&2));
+        assert_eq!(info.resources.get("mig-1g.10gb"), Some(&7));
+        let listed: Vec<u32> = info.gpus.iter().map(|g| g.index).collect();
+        assert_eq!(listed, [0, 1]);
     }
 }

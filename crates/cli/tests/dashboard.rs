@@ -333,6 +333,11 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
         "window fw listed ahead",
         r#"document.querySelector('p.window[data-window="fw"][data-state="ahead"]') !== null"#,
     );
+    // The last dev node offers MIG slices (decisions.md section 11): a line per profile.
+    page.until(
+        "node-2's MIG slices listed",
+        r#"document.querySelector('p.slices[data-node="node-2"][data-profile="mig-1g.10gb"]')?.textContent === "MIG mig-1g.10gb: 0 of 7 slices in use""#,
+    );
 
     // An array is one line of the arrays table, its elements not created yet counted
     // pending, in the page already open (its first element's event reloads it).

@@ -39,7 +39,10 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
     wait_state(&mut c, "low", JobState::Running).await;
     n2.silence();
     wait_state(&mut c, "low", JobState::Pending).await;
-    let mut n3 = FakeAgent::attach(&cluster.addrs(), node("n3", 8)).await;
+    // n3 also offers MIG slices (docs/policy.md section 17).
+    let mut n3_info = node("n3", 8);
+    n3_info.resources.insert("mig-1g.10gb".into(), 7);
+    let mut n3 = FakeAgent::attach(&cluster.addrs(), n3_info).await;
     n3.until("low runs on n3", |d| has(d, "low", Action::Run)).await;
     wait_state(&mut c, "low", JobState::Running).await;
 
@@ -58,6 +61,9 @@ async fn after_a_story_every_replica_exposes_the_values_it_implies() {
             assert_eq!(v(&format!("baton_queue_pending_gpus{q}")), 0.0, "{addr} {queue}");
             assert_eq!(v(&format!("baton_queue_running_jobs{q}")), 1.0, "{addr} {queue}");
         }
+        let slices =
+            |kind: &str| format!("baton_pool_mig_slices{{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"{kind}\"}}");
+        assert_eq!((v(&slices("offered")), v(&slices("held"))), (7.0, 0.0), "{addr}");
         assert_eq!(v("baton_nodes{status=\"ready\"}"), 2.0, "{addr}");
         assert_eq!(v("baton_nodes{status=\"lost\"}"), 1.0, "{addr}");
         assert_eq!(v("baton_pool_gpus_capacity{pool=\"default\"}"), 16.0, "{addr}");

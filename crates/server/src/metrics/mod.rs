@@ -58,6 +58,7 @@ pub struct Metrics {
     queue_pending_gpus: Family<Labels, Gauge>,
     queue_running_jobs: Family<Labels, Gauge>,
     pool_gpus_capacity: Family<Labels, Gauge>,
+    pool_mig_slices: Family<Labels, Gauge>,
     nodes: Family<Labels, Gauge>,
     series_dropped: Gauge,
     state_applied_index: Gauge,
@@ -127,6 +128,7 @@ impl Metrics {
             queue_pending_gpus: Family::default(),
             queue_running_jobs: Family::default(),
             pool_gpus_capacity: Family::default(),
+            pool_mig_slices: Family::default(),
             nodes: Family::default(),
             series_dropped: Gauge::default(),
             tls_not_after: Family::default(),
@@ -230,6 +232,11 @@ impl Metrics {
             self.queue_running_jobs.clone(),
         );
         r.register("baton_pool_gpus_capacity", "GPUs of the pool's ready nodes", self.pool_gpus_capacity.clone());
+        r.register(
+            "baton_pool_mig_slices",
+            "MIG slices of the pool's ready nodes by profile: offered, and held by jobs (running, stopping or suspended there)",
+            self.pool_mig_slices.clone(),
+        );
         r.register("baton_nodes", "Nodes by status", self.nodes.clone());
         r.register(
             TLS_METRIC_NAME,

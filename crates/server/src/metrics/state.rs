@@ -139,6 +139,35 @@ impl Metrics {
         for (pool, gpus) in capacity {
             self.pool_gpus_capacity.get_or_create(&vec![("pool", pool)]).set(to_i64(gpus));
         }
+        self.refresh_slices(state);
+    }
+
+    /// MIG slices per pool and profile (decisions.md section 11): at most 5 profiles (the
+    /// cluster's resource names are bounded), two series each.
+    fn refresh_slices(&self, state: &State) {
+        self.pool_mig_slices.clear();
+        let l = state.ledger();
+        let profiles = (0..l.kinds.len()).filter(|&k| baton_model::resources::is_slice_profile(l.kinds.name(k)));
+        for k in profiles {
+            let mut by_pool: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+            for n in
+                l.nodes.iter().filter(|n| state.nodes().get(&n.name).is_some_and(|s| s.status == NodeStatus::Ready))
+            {
+                let held: u64 = n.occupants.iter().map(|o| o.amount[k]).sum();
+                let e = by_pool.entry(l.pools[n.pool].name.as_str()).or_default();
+                (e.0, e.1) = (e.0 + n.capacity[k], e.1 + held);
+            }
+            for (pool, (offered, held)) in by_pool {
+                for (kind, v) in [("offered", offered), ("held", held)] {
+                    let labels = vec![
+                        ("pool", pool.to_string()),
+                        ("profile", l.kinds.name(k).to_string()),
+                        ("kind", kind.to_string()),
+                    ];
+                    self.pool_mig_slices.get_or_create(&labels).set(to_i64(v));
+                }
+            }
+        }
     }
 }
 

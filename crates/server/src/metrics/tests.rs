@@ -170,6 +170,29 @@ mod state_gauges {
         }
     }
 
+    /// MIG slices per pool and profile (decisions.md section 11): offered by the ready
+    /// nodes, and held by the jobs there.
+    #[test]
+    fn mig_slices_are_counted_per_pool_and_profile() {
+        let mut s = State::default();
+        let mut m1 = fixture::gpu_node("m1", 0);
+        m1.resources = baton_model::resources::Resources::of(&[("mig-1g.10gb", 7)]);
+        apply(&mut s, Op::RegisterNodes(vec![m1]));
+        apply(&mut s, Op::PutQueue(gpu_queue("q", None, 0)));
+        let mut spec = job("infer", "q", 0);
+        spec.tasks[0].resources = baton_model::resources::Resources::of(&[("mig-1g.10gb", 3)]);
+        apply(&mut s, Op::Submit { spec, request_id: None });
+        let plan = baton_sched::cycle(&s, 1_000);
+        apply(&mut s, Op::ApplyPlan(plan));
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
+        for want in [
+            "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"offered\"} 7",
+            "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"held\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+
     #[test]
     fn maintenance_windows_are_counted_by_state() {
         let mut s = borrowing();

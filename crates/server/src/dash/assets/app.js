@@ -311,6 +311,19 @@ function windowLines(windows) {
     " to " + new Date(w.end_ms).toLocaleString() + (w.active ? ", started: its nodes take no work" : ", ahead")));
 }
 
+// A node's topology domains other than the rack (decisions.md section 10).
+function domainsText(n) {
+  const named = Object.entries(n.domains || {}).sort().map(([level, d]) => level + " " + d);
+  return named.length ? " · " + named.join(" · ") : "";
+}
+
+// MIG slices in use and offered per profile (decisions.md section 11), one line per profile.
+function sliceLines(n) {
+  const offered = (n.resources && n.resources.amounts) || {}, used = (n.used && n.used.amounts) || {};
+  return Object.keys(offered).filter(k => k.startsWith("mig-")).sort().map(p =>
+    h("p", { class: "slices", "data-node": n.name, "data-profile": p }, "MIG " + p + ": " + (used[p] || 0) + " of " + offered[p] + " slices in use"));
+}
+
 function showNodes(nodes, active, windows) {
   const holder = new Map();
   for (const j of active) for (const p of j.placements) for (const g of p.gpus) holder.set(p.node + "/" + g, j.spec.name);
@@ -329,8 +342,8 @@ function showNodes(nodes, active, windows) {
     const status = n.status + (n.cordoned ? ", cordoned" : "") + (n.unhealthy ? ": " + n.unhealthy : "") +
       (n.maintenance ? ", in maintenance window " + n.maintenance : "");
     return h("div", { class: "node", "data-node": n.name, "data-status": n.status, "data-maintenance": n.maintenance || "" },
-      h("div", {}, h("b", {}, n.name), " · pool " + n.pool + (n.rack ? " · rack " + n.rack : "") + " · " + status),
-      h("div", { class: "grid" }, cells));
+      h("div", {}, h("b", {}, n.name), " · pool " + n.pool + (n.rack ? " · rack " + n.rack : "") + domainsText(n) + " · " + status),
+      h("div", { class: "grid" }, cells), ...sliceLines(n));
   });
   $("nodes").querySelector(".body").replaceChildren(...windowLines(windows),
     ...(cards.length ? cards : [h("p", { class: "muted" }, "No nodes.")]));
