@@ -159,6 +159,8 @@ pub async fn start_with_journal(
     inventory: Inventory,
     journal: Journal,
 ) -> Result<Agent, AgentError> {
+    let mut config = config;
+    learn_nvlink_domain(&mut config, &inventory);
     prepare_dirs(&config)?;
     let checkpoint_root = config.checkpoint_root();
     let journal = Arc::new(journal);
@@ -302,6 +304,23 @@ pub async fn start_with_journal(
 /// Watches the GPUs: NVML's events and conditions where the inventory came from NVML, or
 /// the injection directory for development GPUs. A watch that cannot start is logged: the
 /// agent still runs jobs, and the health check (if any) still runs.
+/// On GPUs read through NVML, the NVLink domain from the fabric (`fabric`), unless
+/// `--topology nvlink=...` names it. A fabric that cannot be read or is not set up names
+/// none, said in the log: the node then counts in its pool's unnamed NVLink domain.
+fn learn_nvlink_domain(config: &mut AgentConfig, inventory: &Inventory) {
+    if inventory.source != inventory::Source::Nvml || config.domains.contains_key(crate::fabric::NVLINK_LEVEL) {
+        return;
+    }
+    match crate::fabric::nvml_fabrics().and_then(|f| crate::fabric::domain_of(&f)) {
+        Ok(Some(domain)) => {
+            tracing::info!(domain, "NVLink domain from the GPUs' fabric information");
+            config.domains.insert(crate::fabric::NVLINK_LEVEL.to_string(), domain);
+        }
+        Ok(None) => tracing::info!("the GPUs are on no multi-node NVLink fabric: no NVLink domain named"),
+        Err(e) => tracing::warn!("no NVLink domain named: {e}; --topology nvlink=DOMAIN names one"),
+    }
+}
+
 fn watch_gpus(
     config: &AgentConfig,
     inventory: &Inventory,

@@ -11,7 +11,8 @@
 //! - `agent`: `start`/`run`, wiring the parts below together.
 //! - `config`, `error`, `limits`: configuration, typed errors, every bound.
 //! - `inventory`, `node`: the GPUs and MIG slices (NVML or development devices) and the
-//!   NodeInfo sent; `devices`: which GPU and slices a replica gets.
+//!   NodeInfo sent; `devices`: which GPU and slices a replica gets; `fabric`: the NVLink
+//!   domain from NVML's fabric information.
 //! - `leader`, `reporter`, `endpoint`: following the leader; heartbeats and observations;
 //!   `dialing`: which replica to dial next, and `backoff`: the jittered waits between
 //!   rounds of attach attempts, so agents that lost a leader together do not all dial the
@@ -48,6 +49,7 @@ pub mod devices;
 pub mod dialing;
 pub mod endpoint;
 pub mod error;
+pub mod fabric;
 pub mod fence;
 pub mod health;
 pub mod inventory;

@@ -248,10 +248,31 @@ fn log_run_as(p: &RunAsPolicy) {
     }
 }
 
+/// What `--inventory-only` prints: the NVML inventory (GPUs, their MIG mode, the slices)
+/// and the NVLink domain the fabric names, or why none.
+#[derive(serde::Serialize)]
+struct Found<'a> {
+    #[serde(flatten)]
+    inventory: &'a baton_agent::inventory::Inventory,
+    nvlink_domain: Option<String>,
+    nvlink_domain_error: Option<String>,
+}
+
+impl Found<'_> {
+    fn of(inventory: &baton_agent::inventory::Inventory) -> Found<'_> {
+        let fabric = baton_agent::fabric::nvml_fabrics().and_then(|f| baton_agent::fabric::domain_of(&f));
+        let (nvlink_domain, nvlink_domain_error) = match fabric {
+            Ok(d) => (d, None),
+            Err(e) => (None, Some(e)),
+        };
+        Found { inventory, nvlink_domain, nvlink_domain_error }
+    }
+}
+
 pub fn run(args: AgentArgs) -> ExitCode {
     if args.inventory_only {
         return match baton_agent::inventory::nvml_inventory() {
-            Ok(inv) => match serde_json::to_string_pretty(&inv) {
+            Ok(inv) => match serde_json::to_string_pretty(&Found::of(&inv)) {
                 Ok(j) => {
                     println!("{j}");
                     ExitCode::SUCCESS
