@@ -8,7 +8,7 @@ use std::fmt::Write;
 use baton_model::name::Name;
 use baton_rng::SplitMix64 as Rng;
 
-use crate::trace::{BASE_COLUMNS, COLUMNS, MAX_ROW_SECONDS, MAX_TRACE_JOBS};
+use crate::trace::{ARRAY_COLUMN, BASE_COLUMNS, COLUMNS, ELASTIC_COLUMN, MAX_ROW_SECONDS, MAX_TRACE_JOBS};
 
 /// Gang shapes (GPUs per replica, replicas) and their weights in per mille: 70% one GPU.
 pub const SHAPES: [((u64, u32), u32); 7] =
@@ -130,8 +130,8 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
     let elastic = spec.workflows.elastic_share > 0.0;
     let columns = match (workflows, elastic) {
         (false, _) => BASE_COLUMNS,
-        (true, false) => COLUMNS.len() - 1,
-        (true, true) => COLUMNS.len(),
+        (true, false) => ARRAY_COLUMN + 1,
+        (true, true) => ELASTIC_COLUMN + 1,
     };
     let mut out = String::with_capacity(spec.jobs * 40);
     out.push_str(&COLUMNS[..columns].join(","));

@@ -27,10 +27,10 @@ pub const MAX_ROW_SECONDS: u64 = MAX_TIME_LIMIT_MS / 1000;
 /// Latest submit time: ten years after the trace starts.
 pub const MAX_SUBMIT_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
-/// The columns, in order; the first line of a trace names them exactly so, the last three,
-/// `after`, `array` and `min_replicas` (decisions.md section 13), optional (each only after
-/// the one before it).
-pub const COLUMNS: [&str; 11] = [
+/// The columns, in order; the first line of a trace names them exactly so, the last four,
+/// `after`, `array` and `min_replicas` (decisions.md section 13) and `topology` (section
+/// 10), optional (each only after the one before it).
+pub const COLUMNS: [&str; 12] = [
     "submit",
     "queue",
     "class",
@@ -42,13 +42,16 @@ pub const COLUMNS: [&str; 11] = [
     "after",
     "array",
     "min_replicas",
+    "topology",
 ];
-/// The columns every trace has: all but `after`, `array` and `min_replicas`.
+/// The columns every trace has: all but `after`, `array`, `min_replicas` and `topology`.
 pub const BASE_COLUMNS: usize = 8;
 /// The column of `array`, counted from 0.
 pub const ARRAY_COLUMN: usize = 9;
 /// The column of `min_replicas` (an elastic gang), counted from 0.
 pub const ELASTIC_COLUMN: usize = 10;
+/// The column of `topology` (`required=nvlink;preferred=rack`), counted from 0.
+pub const TOPOLOGY_COLUMN: usize = 11;
 
 /// A row that cannot be used: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +89,8 @@ pub struct TraceJob {
     pub array: Option<ArraySpec>,
     /// An elastic gang of `replicas` that runs with at least this many.
     pub min_replicas: Option<u32>,
+    /// The levels its replicas share a domain of (decisions.md section 10).
+    pub topology: Option<baton_model::job::Topology>,
 }
 
 impl TraceJob {
@@ -110,7 +115,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let names: Vec<&str> = header.split(',').map(str::trim).collect();
     if !(BASE_COLUMNS..=COLUMNS.len()).any(|n| names == COLUMNS[..n]) {
         let msg = format!(
-            "the header must be exactly {} (or without the last column, min_replicas, or the last two or three; found {header:?})",
+            "the header must be exactly {} (or without the last column, topology, or the last two, three or four; found {header:?})",
             COLUMNS.join(",")
         );
         return Err(err(hline, None, msg));
@@ -176,6 +181,12 @@ fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
             Some(cell) => Some(whole(cell, ELASTIC_COLUMN + 1, 1, u64::from(replicas))? as u32),
             None => None,
         },
+        topology: match cells.get(TOPOLOGY_COLUMN).filter(|c| !c.is_empty()) {
+            // `;` between the two, since `,` separates the columns.
+            Some(cell) => baton_model::topology::LevelNeed::parse(&cell.replace(';', ","))
+                .map_err(|e| at(TOPOLOGY_COLUMN + 1, e.to_string()))?,
+            None => None,
+        },
     })
 }
 
@@ -238,7 +249,7 @@ pub fn spec(j: &TraceJob) -> JobSpec {
         priority: j.class.clone(),
         tasks: vec![TaskSpec { name: Name::lit("main"), replicas: j.replicas, resources, pools: None }],
         pools: None,
-        topology: None,
+        topology: j.topology,
         preemption_mode: PreemptionMode::Requeue,
         grace_ms: DEFAULT_GRACE_MS,
         min_runtime_ms: 0,
@@ -320,6 +331,7 @@ fn check(state: &State, spec: &JobSpec) -> RowResult<()> {
         return Err((Some(3), format!("priority class {c} is not defined")));
     }
     state.validate_submit(spec).map(drop).map_err(|e| match e {
+        ApplyError::Invalid { field, message } if field == "topology" => (Some(TOPOLOGY_COLUMN + 1), message),
         ApplyError::Invalid { field, message } => (Some(4), format!("{field}: {message}")),
         other => (Some(4), other.to_string()),
     })

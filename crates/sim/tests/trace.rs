@@ -292,3 +292,33 @@ fn a_generated_trace_with_elastic_gangs_adds_the_column_and_keeps_the_rows() {
     let o = baton_sim::run_trace("c.yaml", &cluster(4, 8), "t.csv", &text).unwrap();
     assert!(o.report.summary.finished > 0);
 }
+
+#[test]
+fn a_row_with_a_topology_column_keeps_its_gang_in_one_domain_and_bad_ones_are_refused() {
+    // Three 8-GPU nodes: n1 and n2 in NVLink domain nvl-a, n3 in nvl-b. j2 holds n1 for
+    // 100 s (its 8 GPUs). j3, two 8-GPU replicas in one NVLink domain, cannot take n2 and
+    // n3 (two domains): it waits for n1 and starts at 100, ending at 150. Without the column
+    // it would start at once on n2 and n3.
+    let cluster = "topology_levels: [nvlink]\nnodes:\n  - {name: \"n[1-2]\", topology: {nvlink: nvl-a}, resources: {gpu: 8}}\n  - {name: n3, topology: {nvlink: nvl-b}, resources: {gpu: 8}}\nqueues:\n  - {name: a, quota: {gpu: 24}}\n";
+    let header =
+        "submit,queue,class,gpus,replicas,duration,time_limit,checkpoint_interval,after,array,min_replicas,topology\n";
+    let run = |rows: &str| baton_sim::run_trace("c.yaml", cluster, "t.csv", &format!("{header}{rows}"));
+    let o = run("0,a,train,8,1,100,,,,,,\n0,a,train,8,2,50,,,,,,required=nvlink;preferred=node\n");
+    assert!(o.is_err(), "preferred: node is refused");
+    let o = run("0,a,train,8,1,100,,,,,,\n0,a,train,8,2,50,,,,,,required=nvlink\n").unwrap();
+    assert_eq!((o.report.summary.finished, o.report.summary.end), (2, Secs(150_000)), "{:?}", o.report.summary);
+    let o = run("0,a,train,8,1,100,,,,,,\n0,a,train,8,2,50,,,,,,\n").unwrap();
+    assert_eq!(o.report.summary.end, Secs(100_000), "without the column the gang spans the domains");
+
+    for (row, says) in [
+        (
+            "0,a,train,8,2,5,,,,,,required=zone\n",
+            "column 12 (topology): topology level zone is not one this cluster declares",
+        ),
+        ("0,a,train,8,2,5,,,,,,required=nvlink;preferred=node\n", "column 12 (topology): "),
+        ("0,a,train,8,3,5,,,,,,required=nvlink\n", "fits in no single nvlink"),
+    ] {
+        let e = run(row).unwrap_err().to_string();
+        assert!(e.starts_with("t.csv:2: ") && e.contains(says), "{e}");
+    }
+}
