@@ -5,7 +5,7 @@ use baton_model::job::JobId;
 use baton_model::ledger::{GPU_KIND, Vector};
 use baton_model::topology::MAX_TOPOLOGY_LEVELS;
 
-use crate::index::{DomainKey, Scope};
+use crate::index::{Buckets, DomainKey, Scope};
 use crate::pack::Nodes;
 use crate::view::View;
 
@@ -56,6 +56,10 @@ impl Nodes for IndexNodes<'_, '_> {
             Some(b) => Box::new(b.emptiest_first(min_gpus)),
             None => Box::new(std::iter::empty()),
         }
+    }
+
+    fn domain_buckets(&self, pool: usize, level: usize) -> Option<&[(DomainKey, Buckets)]> {
+        Some(self.view.index.pools[pool].levels.get(level).map_or(&[], Vec::as_slice))
     }
 }
 
