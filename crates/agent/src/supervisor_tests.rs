@@ -158,3 +158,33 @@ fn wait_for_file(path: &std::path::Path) -> String {
     }
     panic!("{} never written", path.display());
 }
+
+/// Issue 33: a restarted agent knows which slices the replicas it re-adopts hold (its
+/// journal says), and gives a new replica none of them.
+#[tokio::test]
+async fn a_restarted_agent_gives_no_new_replica_a_slice_a_re_adopted_one_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let slices = |job_id: u64, n: u32| {
+        let seen = dir.path().join(format!("visible-{job_id}"));
+        let mut a = run(job_id, &format!("echo $CUDA_VISIBLE_DEVICES > {}; exec sleep 30", seen.display()));
+        a.gpus = vec![];
+        a.slices = std::collections::HashMap::from([("mig-1g.10gb".to_string(), n)]);
+        a
+    };
+    let mut first = supervisor(dir.path(), granted_lease(dir.path()));
+    first.on_directive(built_at(5, vec![slices(1, 2)])).unwrap();
+    let pid = first.replicas[&key(1)].rec.pid;
+    drop(first);
+
+    let mut second = supervisor(dir.path(), granted_lease(dir.path()));
+    let adopted = second.replicas.get(&key(1)).map(|r| (r.rec.phase, r.rec.slices.clone()));
+    second.on_directive(built_at(6, vec![slices(1, 2), slices(2, 1)])).unwrap();
+    let seen = wait_for_file(&dir.path().join("visible-2"));
+    for r in second.replicas.values() {
+        crate::signal::signal_group(r.rec.pid, libc::SIGKILL);
+    }
+    crate::signal::signal_group(pid, libc::SIGKILL);
+    let held = vec!["MIG-dev-n1-4-0".to_string(), "MIG-dev-n1-4-1".to_string()];
+    assert_eq!(adopted, Some((Phase::Running, held)), "re-adopted with its slices");
+    assert_eq!(seen.trim(), "MIG-dev-n1-4-2", "the one slice nobody holds");
+}
