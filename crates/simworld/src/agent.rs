@@ -120,7 +120,7 @@ impl Agent {
                 }
                 (Act::Run, None) if !ended => {
                     let work_ms = t.work.get(&w.name).map_or(30_000, |x| x.work_ms);
-                    t.start(now, &self.node, r, &w.gpus, w.memory_bytes, now + work_ms);
+                    t.start(now, &self.node, r, (&w.gpus, w.slices), w.memory_bytes, now + work_ms);
                 }
                 (Act::Stop, Some(_)) if !self.stopping.contains_key(&r) => {
                     let ckpt = t.work.get(&w.name).map_or(1_000, |x| x.checkpoint_ms);

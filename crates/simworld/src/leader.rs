@@ -232,6 +232,7 @@ fn directive(s: &State, node: &Name) -> Vec<Work> {
                 act,
                 gpus: a.gpus,
                 memory_bytes: a.memory_bytes,
+                slices: a.slices.values().sum(),
                 grace_ms: a.grace_ms,
                 suspension_by: a.suspension_by,
                 suspension_ms: a.suspension_ms,

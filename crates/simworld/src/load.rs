@@ -32,6 +32,8 @@ use crate::truth::{JobWork, Shared};
 
 pub const QUEUES: [&str; 3] = ["q0", "q1", "q2"];
 pub const GPUS_PER_NODE: u64 = 8;
+/// The MIG profile every simulated node offers `truth::NODE_SLICES` of.
+const SLICE_PROFILE: &str = "mig-1g.10gb";
 /// Bound on the jobs one run submits.
 pub const MAX_JOBS: u64 = 5_000;
 
@@ -140,6 +142,7 @@ impl Load {
                     ("gpu", GPUS_PER_NODE),
                     ("cpu", 64),
                     ("memory", crate::truth::NODE_MEMORY_BYTES),
+                    (SLICE_PROFILE, u64::from(crate::truth::NODE_SLICES)),
                 ]),
                 gpus: Vec::new(),
                 agent_addr: String::new(),
@@ -361,6 +364,7 @@ fn queue(name: &str, nominal_gpus: u64) -> QueueSpec {
         ("gpu", nominal_gpus),
         ("cpu", nominal_gpus * 64 / GPUS_PER_NODE),
         ("memory", nominal_gpus * per_gpu_memory),
+        (SLICE_PROFILE, nominal_gpus * u64::from(crate::truth::NODE_SLICES) / GPUS_PER_NODE),
     ]);
     let quota = PoolQuota { nominal, ..PoolQuota::default() };
     q.quotas.insert(Name::lit("default"), quota);
@@ -374,6 +378,9 @@ fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
     let cpu_only = rng.chance(30);
     let resources = if cpu_only {
         Resources::of(&[("cpu", rng.range(16, 48)), ("memory", rng.range(64, 384) << 30)])
+    } else if rng.chance(20) {
+        // One GPU job in five asks for MIG slices instead (decisions.md section 11).
+        Resources::of(&[(SLICE_PROFILE, rng.range(1, 4)), ("cpu", 4)])
     } else {
         Resources::of(&[("gpu", rng.range(1, GPUS_PER_NODE + 1)), ("cpu", 4)])
     };

@@ -40,6 +40,8 @@ pub struct Process {
     pub gpus: Vec<u32>,
     /// The memory it holds, suspended or not (a stopped process keeps its memory).
     pub memory_bytes: u64,
+    /// The MIG slices it holds.
+    pub slices: u32,
     /// Stopped in place (it keeps its GPUs and its memory).
     pub suspended: bool,
 }
@@ -47,6 +49,10 @@ pub struct Process {
 /// The memory of every simulated node, which its processes (suspended ones included) never
 /// exceed together (decisions.md section 7: a suspended job's memory is not lent).
 pub const NODE_MEMORY_BYTES: u64 = 512 << 30;
+
+/// The MIG slices of every simulated node (`mig-1g.10gb`), which its processes never hold
+/// more of together (decisions.md section 11). Jobs that hold slices are never suspended.
+pub const NODE_SLICES: u32 = 7;
 
 /// What a node's agent keeps on its disk.
 #[derive(Debug, Clone, Default)]
@@ -108,6 +114,8 @@ pub struct Truth {
     pub elastic: u64,
     /// Ranks the agents suspended in place (section 7).
     pub suspensions: u64,
+    /// Ranks started on MIG slices (section 11).
+    pub slice_starts: u64,
 }
 
 #[derive(Clone, Default)]
@@ -135,8 +143,15 @@ impl Truth {
     /// checks that no other attempt of the job runs anywhere, that this rank runs nowhere
     /// else, that no process holds one of the GPUs, and that the node's processes, suspended
     /// ones included, hold no more memory than it has.
-    pub fn start(&mut self, at_ms: u64, node: &str, r: Rank, gpus: &[u32], memory_bytes: u64, exits_ms: u64) {
+    pub fn start(&mut self, at_ms: u64, node: &str, r: Rank, devices: (&[u32], u32), memory_bytes: u64, exits_ms: u64) {
+        let (gpus, slices) = devices;
         let mut broken = BTreeSet::new();
+        let held_slices: u32 = self.journals.get(node).map_or(0, |j| j.processes.values().map(|p| p.slices).sum());
+        if held_slices + slices > NODE_SLICES {
+            broken.insert(format!(
+                "{r} starts on {node} with {slices} MIG slices beside {held_slices} its processes hold, of {NODE_SLICES}"
+            ));
+        }
         let held: u64 = self.journals.get(node).map_or(0, |j| j.processes.values().map(|p| p.memory_bytes).sum());
         if held + memory_bytes > NODE_MEMORY_BYTES {
             broken.insert(format!(
@@ -162,9 +177,11 @@ impl Truth {
             self.violation(at_ms, b);
         }
         self.starts += 1;
-        self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}"));
+        self.slice_starts += u64::from(slices > 0);
+        let and_slices = if slices > 0 { format!(" and {slices} MIG slices") } else { String::new() };
+        self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}{and_slices}"));
         let journal = self.journals.entry(node.to_string()).or_default();
-        journal.processes.insert(r, Process { exits_ms, gpus: gpus.to_vec(), memory_bytes, suspended: false });
+        journal.processes.insert(r, Process { exits_ms, gpus: gpus.to_vec(), memory_bytes, slices, suspended: false });
     }
 
     /// The watchdog of every node: a process whose node's lease ran out is stopped then,
@@ -210,8 +227,8 @@ mod tests {
     #[test]
     fn a_second_attempt_while_the_first_runs_is_a_violation() {
         let mut t = Truth::default();
-        t.start(10, "n1", rank(1, 1, 0), &[0], 0, 1_000);
-        t.start(20, "n2", rank(1, 2, 0), &[0], 0, 1_000);
+        t.start(10, "n1", rank(1, 1, 0), (&[0], 0), 0, 1_000);
+        t.start(20, "n2", rank(1, 2, 0), (&[0], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.violations[0].contains("while attempt 1 runs on n1"), "{:?}", t.violations);
     }
@@ -219,13 +236,13 @@ mod tests {
     #[test]
     fn a_gpu_held_twice_is_a_violation_and_an_ended_one_is_free() {
         let mut t = Truth::default();
-        t.start(10, "n1", rank(1, 1, 0), &[0, 1], 0, 1_000);
-        t.start(11, "n1", rank(2, 1, 0), &[1], 0, 1_000);
+        t.start(10, "n1", rank(1, 1, 0), (&[0, 1], 0), 0, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), (&[1], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         t.end(12, "n1", rank(1, 1, 0), "exited");
         t.end(12, "n1", rank(2, 1, 0), "exited");
-        t.start(13, "n1", rank(3, 1, 0), &[1], 0, 1_000);
-        t.start(14, "n2", rank(1, 2, 0), &[1], 0, 1_000);
+        t.start(13, "n1", rank(3, 1, 0), (&[1], 0), 0, 1_000);
+        t.start(14, "n2", rank(1, 2, 0), (&[1], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.journals["n1"].ended.contains(&rank(1, 1, 0)));
     }
@@ -235,12 +252,28 @@ mod tests {
     fn memory_held_by_a_suspended_process_is_not_free() {
         let mut t = Truth::default();
         let gib = 1u64 << 30;
-        t.start(10, "n1", rank(1, 1, 0), &[], 400 * gib, 1_000);
+        t.start(10, "n1", rank(1, 1, 0), (&[], 0), 400 * gib, 1_000);
         t.journals.get_mut("n1").unwrap().processes.get_mut(&rank(1, 1, 0)).unwrap().suspended = true;
-        t.start(11, "n1", rank(2, 1, 0), &[], 100 * gib, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), (&[], 0), 100 * gib, 1_000);
         assert!(t.violations.is_empty(), "{:?}", t.violations);
-        t.start(12, "n1", rank(3, 1, 0), &[], 100 * gib, 1_000);
+        t.start(12, "n1", rank(3, 1, 0), (&[], 0), 100 * gib, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.violations[0].contains("500 GiB its processes hold"), "{:?}", t.violations);
+    }
+
+    /// A node's MIG slices are never held more than once over (decisions.md section 11).
+    #[test]
+    fn more_slices_than_a_node_has_are_a_violation() {
+        let mut t = Truth::default();
+        t.start(10, "n1", rank(1, 1, 0), (&[], 3), 0, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), (&[], 4), 0, 1_000);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.start(12, "n1", rank(3, 1, 0), (&[], 1), 0, 1_000);
+        assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
+        assert!(t.violations[0].contains("1 MIG slices beside 7"), "{:?}", t.violations);
+        t.end(13, "n1", rank(1, 1, 0), "exited");
+        t.end(13, "n1", rank(3, 1, 0), "exited");
+        t.start(14, "n1", rank(4, 1, 0), (&[], 3), 0, 1_000);
+        assert_eq!(t.violations.len(), 1, "an ended process's slices are free: {:?}", t.violations);
     }
 }

@@ -42,6 +42,9 @@ pub struct Work {
     /// What the rank asked for of its node's memory: its process holds it while it runs or
     /// is suspended (a stopped process keeps its memory).
     pub memory_bytes: u64,
+    /// The MIG slices it asked for, of every profile: its agent gives it that many of the
+    /// node's (decisions.md section 11).
+    pub slices: u32,
     pub grace_ms: u64,
     /// For a SUSPEND of a suspension in progress: its preemptor and when it was decided,
     /// which the agent's report of it names (0 and 0 otherwise).

@@ -88,6 +88,9 @@ pub struct Outcome {
     /// Ranks suspended in place by their agents (section 7).
     #[serde(default)]
     pub suspensions: u64,
+    /// Ranks started on MIG slices (section 11).
+    #[serde(default)]
+    pub slice_starts: u64,
     /// Accounting records made (issue 34): every replica's store holds each of them.
     pub records: u64,
     /// State digests the replicas compared with the leader's and found equal (stop 53).
@@ -227,6 +230,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         arrays: t.arrays,
         elastic: t.elastic,
         suspensions: t.suspensions,
+        slice_starts: t.slice_starts,
         records: checks.records,
         digest_checks: checks.digest_checks_total(),
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
