@@ -713,11 +713,15 @@ impl Supervisor {
             // journal cannot record it first.
             return Ok(());
         }
-        let ready: Vec<ReplicaKey> =
-            self.deferred.iter().filter(|(k, a)| self.gpus_busy(k, &a.gpus).is_none()).map(|(k, _)| *k).collect();
+        let ready: Vec<ReplicaKey> = self
+            .deferred
+            .iter()
+            .filter(|(k, a)| self.gpus_busy(k, &a.gpus).is_none() && self.give_devices(k, a).is_ok())
+            .map(|(k, _)| *k)
+            .collect();
         for key in ready {
             if let Some(a) = self.deferred.remove(&key) {
-                tracing::info!(?key, "its GPUs are free now");
+                tracing::info!(?key, "its GPUs and slices are free now");
                 self.start(&key, &a)?;
             }
         }

@@ -315,6 +315,45 @@ async fn a_replica_waits_for_its_gpus_until_the_previous_one_has_exited() {
     agent.shutdown().await.unwrap();
 }
 
+/// The same for MIG slices (decisions.md section 11): a replica moved onto slices that the
+/// previous one still holds, stopping, starts once it has exited, on those slices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waits_for_its_slices_until_the_previous_one_has_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.kill_grace_ms = 5_000;
+    let mut inv = baton_agent::inventory::development_inventory(&c.name, 4);
+    baton_agent::inventory::add_development_slices(&mut inv, &c.name, &[("mig-1g.10gb".into(), 2)]);
+    let agent = baton_agent::start_with_inventory(c, inv).await.expect("agent starts");
+    let order = dir.path().join("order");
+    let pid_file = dir.path().join("pid");
+    let _reaper = Reaper(vec![pid_file.clone()]);
+    let on_slices = |job_id: u64, command: &str| {
+        let mut a = assignment(job_id, 1, Action::Run, command);
+        a.gpus = Vec::new();
+        a.slices = [("mig-1g.10gb".to_string(), 2)].into();
+        a
+    };
+    let slow = format!(
+        "trap 'sleep 0.3; echo first-ended >> {order}; exit 0' TERM; echo $$ > {pid}; while :; do sleep 0.05; done",
+        pid = pid_file.display(),
+        order = order.display()
+    );
+    gw.set(1, vec![on_slices(1, &slow)]);
+    wait_for(5, "the first replica runs", || read_pid(&pid_file)).await;
+    // Job 1 is no longer wanted; job 2 asks for both slices.
+    let second = format!("echo \"second-started $CUDA_VISIBLE_DEVICES\" >> {}", order.display());
+    gw.set(1, vec![on_slices(2, &second)]);
+    wait_for(5, "the second replica ran", || exited_of(&gw.observations(), 2).first().copied()).await;
+    let lines = std::fs::read_to_string(&order).unwrap();
+    assert_eq!(
+        lines, "first-ended\nsecond-started MIG-dev-node-a-4-0,MIG-dev-node-a-4-1\n",
+        "the second started only after the first ended"
+    );
+    agent.shutdown().await.unwrap();
+}
+
 /// A stop signal that comes right after a replica started may be lost (between the
 /// wrapper's fork and the job's exec); the agent sends it once more. This job stands in for
 /// one that lost the first: it acts on the second SIGTERM only.

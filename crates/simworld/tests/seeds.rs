@@ -70,7 +70,8 @@ fn seeds_under_faults_keep_every_promise() {
     for seed in 0..seeds {
         let line = line_of_seed_alone(seed, CI_MINUTES);
         println!("{line}");
-        let count = line.split(" on slices ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok());
+        let count =
+            line.split(" on slices ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok());
         on_slices += count.unwrap_or_else(|| panic!("no count of starts on slices in {line}"));
     }
     assert!(on_slices > 0, "no seed started a rank on MIG slices: the load does not exercise them");
