@@ -225,3 +225,35 @@ fn topology_levels_travel_from_flags_and_job_files_and_bad_ones_send_nothing() {
     let bad = baton(&["cluster", "set", "--server", &server.addr(), "--topology-levels", "NVLink"]);
     assert!(text(&bad.stderr).contains("--topology-levels: bad topology level \"NVLink\""), "{}", text(&bad.stderr));
 }
+
+/// `--resources NAME=QTY` (decisions.md section 11's MIG slices): a job that asks slices asks
+/// no whole GPU unless `--gpus` says so; a resource with a flag of its own, a bad name or one
+/// given twice is refused before anything is sent.
+#[test]
+fn resources_travel_from_the_flag_and_bad_ones_send_nothing() {
+    let fake = Fake::default();
+    let server = serve_baton(fake.clone());
+    let base = ["submit", "--server", &server.addr(), "--name", "infer", "--queue", "q"];
+    let out = baton(&[&base[..], &["--resources", "mig-1g.10gb=2,mig-3g.40gb=1", "--", "true"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = baton(&[&base[..], &["--gpus", "1", "--resources", "mig-1g.10gb=1", "--", "true"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = fake.state();
+    let amounts = |i: usize| s.submits[i].spec.as_ref().unwrap().tasks[0].resources.as_ref().unwrap().amounts.clone();
+    let first = amounts(0);
+    assert_eq!((first.get("mig-1g.10gb"), first.get("mig-3g.40gb"), first.get("gpu")), (Some(&2), Some(&1), None));
+    assert_eq!((amounts(1).get("mig-1g.10gb"), amounts(1).get("gpu")), (Some(&1), Some(&1)));
+    drop(s);
+    for (flag, says) in [
+        ("gpu=2", "--resources \"gpu=2\": give gpu with --gpus"),
+        ("mig 1g=1", "--resources \"mig 1g=1\": bad resource name"),
+        ("mig-1g.10gb", "expected NAME=QTY"),
+        ("mig-1g.10gb=1,mig-1g.10gb=2", "mig-1g.10gb is given twice"),
+        ("mig-1g.10gb=0.5", "bad quantity"),
+    ] {
+        let bad = baton(&[&base[..], &["--resources", flag, "--", "true"]].concat());
+        assert!(!bad.status.success(), "{flag}");
+        assert!(text(&bad.stderr).contains(says), "{flag}: {}", text(&bad.stderr));
+    }
+    assert_eq!(fake.state().submits.len(), 2, "nothing was sent");
+}
