@@ -43,7 +43,9 @@ pub async fn run(ctx: Arc<Ctx>, mut shutdown: tokio::sync::watch::Receiver<bool>
     loop {
         let m = ctx.replica.metrics();
         if m.role == Role::Leader {
+            let watching = tokio::spawn(watch_quorum(ctx.clone(), m.term));
             lead(&ctx, m.term, &mut shutdown).await;
+            watching.abort();
             ctx.hub.set_leading(None);
         }
         tokio::select! {
@@ -233,6 +235,32 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
         ctx.hub.set_leading(Some(term));
     }
     true
+}
+
+/// Stops directing agents once no quorum confirms this leader, also while the leader loop
+/// waits on one of its writes: a leader cut off from its peers in the middle of a write
+/// waits for it up to the request timeout (10 s by default), far past a lease, and the loop
+/// asks `directing` only between writes (a CI run found the agents' stream still flowing
+/// 5 s after the cut: `tests/leader_side.rs`,
+/// `a_leader_cut_off_from_its_quorum_stops_directing`). It only takes leading away; the
+/// loop's `directing` gives it back with a proof.
+async fn watch_quorum(ctx: Arc<Ctx>, term: u64) {
+    let lease = Duration::from_millis(ctx.settings.lease_ms);
+    let leading = |ctx: &Ctx| *ctx.hub.leading().borrow() == Some(term);
+    loop {
+        tokio::time::sleep(lease / 2).await;
+        if !leading(&ctx) || ctx.quorum.fresh(lease / 2) {
+            continue;
+        }
+        if !ctx.quorum.confirm(&ctx.replica, lease).await && leading(&ctx) {
+            tracing::warn!(
+                term,
+                lease_ms = ctx.settings.lease_ms,
+                "no quorum confirms this leader; agents are no longer directed"
+            );
+            ctx.hub.set_leading(None);
+        }
+    }
 }
 
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is
