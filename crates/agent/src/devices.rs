@@ -56,11 +56,6 @@ impl Devices {
         }
         Ok(Given { gpus, slices })
     }
-
-    /// The slices whose UUIDs are `uuids`, as a replica adopted after a restart holds them.
-    pub fn slices_named(&self, uuids: &[String]) -> Vec<Slice> {
-        self.slices.iter().filter(|s| uuids.contains(&s.uuid)).cloned().collect()
-    }
 }
 
 impl Given {

@@ -212,14 +212,7 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
         return true;
     }
     if !ctx.quorum.confirm(&ctx.replica, lease).await {
-        if leading {
-            tracing::warn!(
-                term,
-                lease_ms = ctx.settings.lease_ms,
-                "no quorum confirms this leader; agents are no longer directed"
-            );
-        }
-        ctx.hub.set_leading(None);
+        stop_directing(ctx, term);
         return false;
     }
     if !leading {
@@ -246,21 +239,26 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
 /// loop's `directing` gives it back with a proof.
 async fn watch_quorum(ctx: Arc<Ctx>, term: u64) {
     let lease = Duration::from_millis(ctx.settings.lease_ms);
-    let leading = |ctx: &Ctx| *ctx.hub.leading().borrow() == Some(term);
     loop {
         tokio::time::sleep(lease / 2).await;
-        if !leading(&ctx) || ctx.quorum.fresh(lease / 2) {
-            continue;
-        }
-        if !ctx.quorum.confirm(&ctx.replica, lease).await && leading(&ctx) {
-            tracing::warn!(
-                term,
-                lease_ms = ctx.settings.lease_ms,
-                "no quorum confirms this leader; agents are no longer directed"
-            );
-            ctx.hub.set_leading(None);
+        let leading = *ctx.hub.leading().borrow() == Some(term);
+        if leading && !ctx.quorum.fresh(lease / 2) && !ctx.quorum.confirm(&ctx.replica, lease).await {
+            stop_directing(&ctx, term);
         }
     }
+}
+
+/// No quorum confirmed this leader within a lease: the agents' streams end and their leases
+/// are not renewed until a proof comes back (said once, by whichever check saw it first).
+fn stop_directing(ctx: &Ctx, term: u64) {
+    if *ctx.hub.leading().borrow() == Some(term) {
+        tracing::warn!(
+            term,
+            lease_ms = ctx.settings.lease_ms,
+            "no quorum confirms this leader; agents are no longer directed"
+        );
+    }
+    ctx.hub.set_leading(None);
 }
 
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is

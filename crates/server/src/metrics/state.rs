@@ -147,25 +147,31 @@ impl Metrics {
     fn refresh_slices(&self, state: &State) {
         self.pool_mig_slices.clear();
         let l = state.ledger();
-        let profiles = (0..l.kinds.len()).filter(|&k| baton_model::resources::is_slice_profile(l.kinds.name(k)));
-        for k in profiles {
-            let mut by_pool: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-            for n in
-                l.nodes.iter().filter(|n| state.nodes().get(&n.name).is_some_and(|s| s.status == NodeStatus::Ready))
-            {
+        let profiles: Vec<usize> =
+            (0..l.kinds.len()).filter(|&k| baton_model::resources::is_slice_profile(l.kinds.name(k))).collect();
+        if profiles.is_empty() {
+            return;
+        }
+        // (pool, profile) -> (offered, held), over the ready nodes, each read once.
+        let mut sums: BTreeMap<(&str, usize), (u64, u64)> = BTreeMap::new();
+        let ready = |n: &&baton_model::ledger::NodeAcct| {
+            state.nodes().get(&n.name).is_some_and(|s| s.status == NodeStatus::Ready)
+        };
+        for n in l.nodes.iter().filter(ready) {
+            for &k in &profiles {
                 let held: u64 = n.occupants.iter().map(|o| o.amount[k]).sum();
-                let e = by_pool.entry(l.pools[n.pool].name.as_str()).or_default();
+                let e = sums.entry((l.pools[n.pool].name.as_str(), k)).or_default();
                 (e.0, e.1) = (e.0 + n.capacity[k], e.1 + held);
             }
-            for (pool, (offered, held)) in by_pool {
-                for (kind, v) in [("offered", offered), ("held", held)] {
-                    let labels = vec![
-                        ("pool", pool.to_string()),
-                        ("profile", l.kinds.name(k).to_string()),
-                        ("kind", kind.to_string()),
-                    ];
-                    self.pool_mig_slices.get_or_create(&labels).set(to_i64(v));
-                }
+        }
+        for ((pool, k), (offered, held)) in sums {
+            for (kind, v) in [("offered", offered), ("held", held)] {
+                let labels = vec![
+                    ("pool", pool.to_string()),
+                    ("profile", l.kinds.name(k).to_string()),
+                    ("kind", kind.to_string()),
+                ];
+                self.pool_mig_slices.get_or_create(&labels).set(to_i64(v));
             }
         }
     }
