@@ -91,6 +91,10 @@ async fn replicas_that_applied_one_log_agree_at_every_check() {
     let index = lead.applied_index().unwrap();
     for n in &nodes {
         applied(&n.replica, index).await;
+        // The applied index moves before the last mark's hash is counted: hashing runs off
+        // the runtime after the entries apply, so wait for the count, not the index.
+        let r = n.replica.clone();
+        wait_for("the third mark's hash", || (r.digest_counts().marks >= 3).then_some(())).await;
         let counts = n.replica.digest_counts();
         assert_eq!((counts.marks, counts.agreed, counts.not_compared), (3, 2, 0), "replica {}", n.id);
         assert_eq!(n.replica.failure_now(), None);
