@@ -287,11 +287,13 @@ fn check_job(f: &mut Vec<String>, name: &str, j: &baton_proto::v1::Job, want: &J
     {
         f.push(format!("{name} is {}, expected {}", j.state().word(), s.as_str()));
     }
+    // Expected in thousandths (a fraction of a shared GPU); the replayed stories hold whole
+    // GPUs, one per index placed.
     let gpus: usize = j.placements.iter().map(|p| p.gpus.len()).sum();
     if let Some(g) = want.gpus
-        && gpus as u64 != g
+        && gpus as u64 * 1000 != g
     {
-        f.push(format!("{name} holds {gpus} GPUs, expected {g}"));
+        f.push(format!("{name} holds {gpus} GPUs, expected {}", baton_model::quantity::thousandths(g)));
     }
     if let Some(a) = want.attempt
         && j.attempt != a

@@ -474,6 +474,7 @@ fn try_start(
     }
     let visible = dirs.given.visible();
     cmd.envs(replica_env(a, resumes(a, &ckpt), dirs.node, &ckpt, &rank_ckpt, signal_name, &visible));
+    cmd.envs(dirs.given.mps_env());
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     let drop_to = who.map(|w| (w.uid, w.gid, w.groups));
     // Its own session: the replica outlives the agent (a restarted agent re-adopts it), no

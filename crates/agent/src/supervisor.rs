@@ -702,7 +702,7 @@ impl Supervisor {
             .chain(self.lingering.values().flat_map(|l| l.slices.iter()))
             .map(String::as_str)
             .collect();
-        self.devices.give(&a.gpus, &a.slices, &held)
+        self.devices.give(&a.gpus, a.gpu_milli, &a.slices, &held)
     }
 
     /// Starts the deferred replicas whose GPUs are free now.

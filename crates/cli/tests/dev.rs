@@ -146,6 +146,39 @@ fn client_commands_work_with_the_exported_admin_token(text: &str) {
     let err = String::from_utf8_lossy(&anon.stderr).to_string();
     assert!(err.contains("BATON_TOKEN"), "{err}");
     mig_slices_reach_the_job(&|args| baton(args, true));
+    shares_of_one_gpu_reach_the_jobs(&|args| baton(args, true));
+}
+
+/// Two jobs of half a GPU each (decisions.md section 11) share one GPU of a dev node, each
+/// told its share (`BATON_GPU_FRACTION`) and its MPS thread limit, through the real leader,
+/// agent and processes.
+fn shares_of_one_gpu_reach_the_jobs(baton: &dyn Fn(&[&str]) -> std::process::Output) {
+    let command = [
+        "--",
+        "sh",
+        "-c",
+        "echo share $BATON_GPU_FRACTION of $CUDA_VISIBLE_DEVICES at $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE%; sleep 30",
+    ];
+    for name in ["half-a", "half-b"] {
+        let sub = baton(&[&["submit", "--name", name, "--queue", "team-a", "--gpus", "0.5"][..], &command].concat());
+        assert!(sub.status.success(), "{}", String::from_utf8_lossy(&sub.stderr));
+    }
+    let mut logs = Vec::new();
+    for _ in 0..150 {
+        logs = ["half-a", "half-b"].map(|n| String::from_utf8_lossy(&baton(&["logs", n]).stdout).to_string()).to_vec();
+        if logs.iter().all(|l| l.contains("share ")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let devices: Vec<&str> = logs.iter().filter_map(|l| l.split(" of ").nth(1)?.split(" at ").next()).collect();
+    assert!(logs.iter().all(|l| l.contains("share 0.5 of ") && l.contains(" at 50%")), "{logs:?}");
+    assert!(devices.len() == 2 && devices[0] == devices[1], "both halves on one GPU: {logs:?}");
+    let described = String::from_utf8_lossy(&baton(&["describe", "half-a"]).stdout).to_string();
+    assert!(described.contains("gpu 0.5"), "{described}");
+    for name in ["half-a", "half-b"] {
+        baton(&["cancel", name]);
+    }
 }
 
 /// The last dev node offers development MIG slices (decisions.md section 11): `baton nodes`

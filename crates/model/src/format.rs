@@ -53,8 +53,10 @@ use crate::command::{Observed, Op};
 /// checkpoints), and snapshots that record that tally (written in format 10's layout while
 /// it is empty). 12: `SetTopologyLevels`, `SetNodeDomains`, a submit whose job names
 /// topology levels (`Topology::Levels`), and snapshots that record the levels and the nodes'
-/// domains (written in format 11's layout while there are none).
-pub const DATA_FORMAT: u32 = 12;
+/// domains (written in format 11's layout while there are none). 13: a submit whose job asks
+/// a fraction of a shared GPU (`gpu.milli`; decisions.md section 11), which a build of format
+/// 12 would refuse as a resource no node has, so the two would part.
+pub const DATA_FORMAT: u32 = 13;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest
@@ -147,17 +149,22 @@ impl Op {
         self.variant_format().max(self.spec_format())
     }
 
-    /// What the job a submit carries needs: format 12 once it names topology levels.
+    /// What the job a submit carries needs: format 12 once it names topology levels, 13 once
+    /// a task asks a fraction of a shared GPU.
     fn spec_format(&self) -> u32 {
         match self {
             Op::Submit { spec, .. }
             | Op::SubmitRunAs { spec, .. }
             | Op::SubmitAfter { spec, .. }
             | Op::SubmitArray { spec, .. }
-            | Op::SubmitElastic { spec, .. } => match spec.topology {
-                Some(crate::job::Topology::Levels(_)) => 12,
-                _ => 1,
-            },
+            | Op::SubmitElastic { spec, .. } => {
+                let levels = match spec.topology {
+                    Some(crate::job::Topology::Levels(_)) => 12,
+                    _ => 1,
+                };
+                let shares = if spec.tasks.iter().any(|t| t.resources.gpu_fraction() > 0) { 13 } else { 1 };
+                levels.max(shares)
+            }
             _ => 1,
         }
     }

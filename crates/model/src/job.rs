@@ -88,7 +88,7 @@ impl JobSpec {
     /// not go to the preemptor; such a job is checkpointed and stopped instead (it resumes
     /// from its checkpoint when placed again). See docs/protocol.md, "Suspend on GPU nodes".
     pub fn preemption_mode_when_preempted(&self) -> PreemptionMode {
-        let uses_gpus = self.tasks.iter().any(|t| t.resources.gpus() > 0);
+        let uses_gpus = self.tasks.iter().any(|t| t.resources.gpus_milli() > 0);
         match self.preemption_mode {
             PreemptionMode::Suspend if uses_gpus => PreemptionMode::Checkpoint,
             mode => mode,
@@ -263,6 +263,16 @@ impl Job {
     /// GPUs held by the current attempt.
     pub fn gpus(&self) -> u64 {
         self.replicas.iter().map(|r| r.gpus.len() as u64).sum()
+    }
+
+    /// The GPUs its replicas hold, in thousandths: a replica on a shared GPU holds its
+    /// fraction, any other its GPUs whole (decisions.md section 11).
+    pub fn gpus_milli(&self) -> u64 {
+        let of = |r: &crate::alloc::ReplicaAlloc| match self.spec.tasks.get(r.task as usize) {
+            Some(t) if t.resources.gpu_fraction() > 0 => t.resources.gpu_fraction(),
+            _ => r.gpus.len() as u64 * 1000,
+        };
+        self.replicas.iter().map(of).sum()
     }
 
     /// Node name to the GPU indices used there, for output and agents.

@@ -21,6 +21,10 @@ pub enum QuantityError {
         "bad quantity {text:?} for {resource}: {resource} is counted in {unit}, and this is not a whole number of them"
     )]
     Fraction { text: String, resource: String, unit: &'static str },
+    #[error(
+        "bad quantity {0:?} for gpu: a request of 1 GPU or more is whole GPUs; a fraction of one shared GPU is more than 0 and less than 1 (0.5 or 500m)"
+    )]
+    WholeGpus(String),
     #[error("bad quantity {0:?}: it is too large or has too many digits")]
     TooLarge(String),
 }
@@ -70,6 +74,26 @@ const SUFFIXES: &[(&str, u32, i32)] = &[
 
 /// Parses a quantity of `resource` into its smallest units (see the module doc).
 pub fn parse_quantity(resource: &str, text: &str) -> Result<u64, QuantityError> {
+    parse_scaled(resource, text, units_per_one(resource), unit_name(resource))
+}
+
+/// Parses a request of GPUs into thousandths of a GPU (decisions.md section 11): more than
+/// 0 and less than 1 (`0.5`, `500m`) shares one GPU; 1 or more must be whole GPUs.
+pub fn parse_gpu_request(text: &str) -> Result<u64, QuantityError> {
+    let milli = parse_scaled(crate::resources::GPU, text, 1000, "thousandths of a GPU")?;
+    if milli >= 1000 && milli % 1000 != 0 {
+        return Err(QuantityError::WholeGpus(text.to_string()));
+    }
+    Ok(milli)
+}
+
+/// Parses an amount in thousandths of a unit (`1.5` is 1500, `500m` is 500), for amounts
+/// that may be fractions, such as GPUs held in all (`0.5` of one shared GPU, three times).
+pub fn parse_thousandths(resource: &str, text: &str) -> Result<u64, QuantityError> {
+    parse_scaled(resource, text, 1000, "thousandths")
+}
+
+fn parse_scaled(resource: &str, text: &str, per_one: u64, unit: &'static str) -> Result<u64, QuantityError> {
     let s = text.trim();
     if s.starts_with('-') {
         return Err(QuantityError::Negative(text.to_string()));
@@ -94,7 +118,7 @@ pub fn parse_quantity(resource: &str, text: &str) -> Result<u64, QuantityError> 
     // value = mantissa * 2^binary * 10^(decimal - frac digits) * units_per_one, exactly.
     let exp10 = decimal - frac_part.len() as i32;
     let too_large = || QuantityError::TooLarge(text.to_string());
-    let mut num = mantissa.checked_mul(u128::from(units_per_one(resource))).ok_or_else(too_large)?;
+    let mut num = mantissa.checked_mul(u128::from(per_one)).ok_or_else(too_large)?;
     num = num.checked_mul(1u128 << binary).ok_or_else(too_large)?;
     if exp10 >= 0 {
         let factor = 10u128.checked_pow(exp10 as u32).ok_or_else(too_large)?;
@@ -105,11 +129,7 @@ pub fn parse_quantity(resource: &str, text: &str) -> Result<u64, QuantityError> 
             Some(d) if num % d == 0 => num /= d,
             // A denominator too large to hold is larger than any numerator: a fraction.
             _ => {
-                return Err(QuantityError::Fraction {
-                    text: text.to_string(),
-                    resource: resource.to_string(),
-                    unit: unit_name(resource),
-                });
+                return Err(QuantityError::Fraction { text: text.to_string(), resource: resource.to_string(), unit });
             }
         }
     }
@@ -170,6 +190,14 @@ impl fmt::Display for Human<'_> {
             return f.write_str(&shortest_bytes(v));
         }
         write!(f, "{v}")
+    }
+}
+
+/// An amount counted in thousandths, as a decimal: `2`, `0.5`, `1.25`.
+pub fn thousandths(v: u64) -> String {
+    match (v / 1000, v % 1000) {
+        (whole, 0) => whole.to_string(),
+        (whole, milli) => format!("{whole}.{}", format!("{milli:03}").trim_end_matches('0')),
     }
 }
 

@@ -17,10 +17,24 @@ pub const GPU: &str = "gpu";
 /// resource; the node's agent, which owns the devices, gives each replica distinct slices.
 pub const SLICE_PREFIX: &str = "mig-";
 
+/// `gpu` or the shared GPU's fraction: the two keys that together say a request's GPUs.
+pub fn is_gpu_key(name: &str) -> bool {
+    name == GPU || name == GPU_FRACTION
+}
+
 /// Whether `name` is a MIG slice profile (`mig-` and a profile after it).
 pub fn is_slice_profile(name: &str) -> bool {
     name.len() > SLICE_PREFIX.len() && name.starts_with(SLICE_PREFIX)
 }
+
+/// Thousandths of one shared GPU (decisions.md section 11: `gpu: 0.5` is 500 of these).
+/// Held apart from `gpu`, which stays a count of whole GPUs handed out by index; a request
+/// has one or the other, and a sum carries whole thousands into `gpu`. Only a task's request
+/// may name it; a node offers whole GPUs.
+pub const GPU_FRACTION: &str = "gpu.milli";
+
+/// Thousandths in one GPU.
+const MILLI_PER_GPU: u64 = 1000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResourceNameError {
@@ -68,8 +82,25 @@ impl Resources {
         }
     }
 
+    /// Whole GPUs (a shared GPU's fraction is `gpu_fraction`).
     pub fn gpus(&self) -> u64 {
         self.get(GPU)
+    }
+
+    /// Thousandths of one shared GPU asked for (0 for none).
+    pub fn gpu_fraction(&self) -> u64 {
+        self.get(GPU_FRACTION)
+    }
+
+    /// Whole GPUs and a fraction, in thousandths of a GPU.
+    pub fn gpus_milli(&self) -> u64 {
+        self.gpus().saturating_mul(MILLI_PER_GPU).saturating_add(self.gpu_fraction())
+    }
+
+    /// Sets the GPUs from thousandths: the whole ones as `gpu`, the rest as the fraction.
+    pub fn set_gpus_milli(&mut self, milli: u64) {
+        self.set(GPU, milli / MILLI_PER_GPU);
+        self.set(GPU_FRACTION, milli % MILLI_PER_GPU);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -94,6 +125,7 @@ impl Resources {
             let sum = self.get(k).saturating_add(v);
             self.set(k, sum);
         }
+        self.carry_fraction();
     }
 
     /// `self * n`, saturating: used for a task's replicas.
@@ -102,12 +134,33 @@ impl Resources {
         for (k, v) in self.iter() {
             r.set(k, v.saturating_mul(n));
         }
+        r.carry_fraction();
         r
     }
 
-    /// Every quantity of `self` is at most the same quantity of `other`.
+    /// `self - other`, `None` when `other` holds more of something (GPUs with their
+    /// fractions, in thousandths: a whole GPU pays for a fraction).
+    pub fn checked_sub(&self, other: &Resources) -> Option<Resources> {
+        let mut out = self.clone();
+        for (k, q) in other.iter().filter(|(k, _)| !is_gpu_key(k)) {
+            out.set(k, self.get(k).checked_sub(q)?);
+        }
+        out.set_gpus_milli(self.gpus_milli().checked_sub(other.gpus_milli())?);
+        Some(out)
+    }
+
+    /// Whole thousands of a sum's fractions become whole GPUs.
+    fn carry_fraction(&mut self) {
+        if self.gpu_fraction() >= MILLI_PER_GPU {
+            self.set_gpus_milli(self.gpus_milli());
+        }
+    }
+
+    /// Every quantity of `self` is at most the same quantity of `other` (GPUs with their
+    /// fractions, in thousandths).
     pub fn fits_in(&self, other: &Resources) -> bool {
-        self.iter().all(|(k, v)| v <= other.get(k))
+        self.gpus_milli() <= other.gpus_milli()
+            && self.iter().filter(|(k, _)| !is_gpu_key(k)).all(|(k, v)| v <= other.get(k))
     }
 }
 
@@ -124,9 +177,11 @@ impl fmt::Display for Resources {
             return f.write_str("nothing");
         }
         let mut first = true;
-        let gpu = self.0.get_key_value(GPU).into_iter();
-        let rest = self.0.iter().filter(|(k, _)| k.as_str() != GPU);
-        for (k, v) in gpu.chain(rest) {
+        if self.gpus_milli() > 0 {
+            write!(f, "{} {GPU}", crate::quantity::thousandths(self.gpus_milli()))?;
+            first = false;
+        }
+        for (k, v) in self.0.iter().filter(|(k, _)| !is_gpu_key(k)) {
             if !first {
                 f.write_str(" ")?;
             }
@@ -167,6 +222,21 @@ mod tests {
         let slices: Vec<(&str, u64)> = r.slices().collect();
         assert_eq!(slices, [("mig-1g.10gb", 2), ("mig-3g.40gb", 1)]);
         assert!(!is_slice_profile("mig-"), "a prefix alone names no profile");
+    }
+
+    #[test]
+    fn a_fraction_reads_as_part_of_a_gpu_and_sums_carry_into_whole_gpus() {
+        let mut half = Resources::new();
+        half.set_gpus_milli(500);
+        assert_eq!((half.gpus(), half.gpu_fraction()), (0, 500));
+        assert_eq!(half.to_string(), "0.5 gpu");
+        let mut sum = half.times(3);
+        assert_eq!((sum.gpus(), sum.gpu_fraction(), sum.to_string().as_str()), (1, 500, "1.5 gpu"));
+        sum.add(&half);
+        assert_eq!(sum, Resources::of(&[("gpu", 2)]), "no zero fraction is left behind");
+        let node = Resources::of(&[("gpu", 1)]);
+        assert!(half.fits_in(&node) && !half.times(3).fits_in(&node));
+        assert!(half.fits_in(&half) && !node.fits_in(&half));
     }
 
     #[test]

@@ -261,10 +261,9 @@ impl Usage {
         let Some(held) = self.held.get_mut(key) else {
             panic!("{key:?} stops holding {res:?} but holds nothing");
         };
-        for (k, q) in res.iter() {
-            let have = held.get(k);
-            assert!(have >= q, "{key:?} stops holding {q} {k} but holds {have}");
-            held.set(k, have - q);
+        match held.checked_sub(res) {
+            Some(left) => *held = left,
+            None => panic!("{key:?} stops holding {res} but holds {held}"),
         }
         if held.is_empty() {
             self.held.remove(key);
@@ -328,6 +327,7 @@ impl Usage {
 
 /// Usage per resource weighted into one number, each resource in whole units.
 pub fn weighted(usage: &BTreeMap<String, f64>, weights: &BTreeMap<String, u64>) -> f64 {
+    let usage = &with_fractions_in_gpu(usage);
     let mut sum = 0.0;
     for (r, w) in weights {
         if let Some(v) = usage.get(r) {
@@ -340,7 +340,18 @@ pub fn weighted(usage: &BTreeMap<String, f64>, weights: &BTreeMap<String, u64>) 
 /// Usage per resource in whole units ("gpu" GPU-seconds, "cpu" CPU-seconds, "memory"
 /// byte-seconds).
 pub fn in_units(usage: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    usage.iter().map(|(r, v)| (r.clone(), v / units_per_one(r) as f64)).collect()
+    with_fractions_in_gpu(usage).iter().map(|(r, v)| (r.clone(), v / units_per_one(r) as f64)).collect()
+}
+
+/// Usage with a shared GPU's thousandths (`gpu.milli`-seconds) counted as the GPU-seconds
+/// they are (decisions.md section 11: a fraction counts exactly).
+fn with_fractions_in_gpu(usage: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    use crate::resources::{GPU, GPU_FRACTION};
+    let Some(milli) = usage.get(GPU_FRACTION) else { return usage.clone() };
+    let mut out = usage.clone();
+    out.remove(GPU_FRACTION);
+    *out.entry(GPU.to_string()).or_insert(0.0) += milli / 1000.0;
+    out
 }
 
 #[cfg(test)]

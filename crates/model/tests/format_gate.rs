@@ -85,6 +85,10 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
     ("RankCheckpointed", 11),
 ];
 
+/// The newest format a command needs for what it carries rather than for its variant: a
+/// submit whose job asks a fraction of a shared GPU.
+const NEWEST_CONTENT_FORMAT: u32 = 13;
+
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.
 const RELEASED: (u32, usize, usize) = (11, 48, 12);
@@ -255,7 +259,7 @@ fn a_variant_newer_than_a_released_format_needs_a_newer_format() {
         );
     }
     let newest = OP_FORMATS.iter().chain(OBSERVED_FORMATS).map(|(_, f)| *f).max().unwrap();
-    assert_eq!(DATA_FORMAT, newest, "DATA_FORMAT is the newest format any variant needs");
+    assert_eq!(DATA_FORMAT, newest.max(NEWEST_CONTENT_FORMAT), "DATA_FORMAT is the newest format anything needs");
 }
 
 #[test]
@@ -359,4 +363,17 @@ fn a_queue_write_with_a_visibility_waits_for_members_of_format_5() {
     let plain = Op::As { token: [0; 32], op: Box::new(Op::CreateQueue(QueueSpec::named("q"))) };
     assert_eq!(format::check(&plain, [(1, Reads::Format(6)), (2, Reads::Format(5))]), Ok(()));
     assert_eq!(format::check(&create, [(1, Reads::Format(6)), (2, Reads::Format(6))]), Ok(()));
+}
+
+/// A build of format 12 reads `gpu.milli` as a resource no node has and refuses the submit
+/// that a build of format 13 accepts: the gate must hold it until every member reads 13.
+#[test]
+fn a_submit_asking_a_gpu_fraction_needs_format_13_and_whole_gpus_do_not() {
+    let submit = |milli: u64| {
+        let mut spec = baton_model::fixture::gpu_job("j", "q", 0);
+        spec.tasks[0].resources.set_gpus_milli(milli);
+        Op::Submit { spec, request_id: None }
+    };
+    assert_eq!(submit(500).format(), 13);
+    assert_eq!(submit(2000).format(), 1);
 }

@@ -42,7 +42,7 @@ fn report(node: &str, gpu: u32, fault: Option<&str>, by_check: bool) -> Op {
 }
 
 fn capacity_gpus(s: &State) -> u64 {
-    s.ledger().pools[0].capacity[0]
+    baton_model::ledger::whole_gpus(s.ledger().pools[0].capacity[0])
 }
 
 #[test]

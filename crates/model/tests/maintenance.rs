@@ -20,7 +20,7 @@ fn window(name: &str, nodes: &[&str], start_ms: u64, end_ms: u64) -> WindowSpec 
 }
 
 fn capacity_gpus(s: &State) -> u64 {
-    s.ledger().pools[0].capacity[0]
+    baton_model::ledger::whole_gpus(s.ledger().pools[0].capacity[0])
 }
 
 fn running_on_n1(s: &mut State, name: &str, time_limit_ms: Option<u64>) -> (JobId, Vec<(u32, Rejection)>) {

@@ -259,7 +259,11 @@ fn unhealthy_gpus_round_trip_and_a_state_without_one_keeps_the_older_layout() {
     let back = decode_state(&with).unwrap();
     assert_eq!(back, s);
     assert_eq!(back.gpu_fault(&node, 1).unwrap().error, "XID 79");
-    assert_eq!(back.ledger().pools[0].capacity[0], capacity[0] - 1, "the GPU stays out of the capacity");
+    assert_eq!(
+        back.ledger().pools[0].capacity[0],
+        capacity[0] - baton_model::ledger::GPU_MILLI,
+        "the GPU stays out of the capacity"
+    );
     let clear = Op::SetGpuHealth { node: node.clone(), gpu: 1, fault: None };
     s.apply(Command { now_ms: 6_000, op: as_admin(clear) }).unwrap();
     assert_eq!(s.ledger().pools[0].capacity, capacity);

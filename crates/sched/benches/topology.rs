@@ -6,6 +6,9 @@
 //!   per second.
 //! - `topology/64-gpu-nvlink-gang-full-cluster`: the cycle that plans a preemption for an
 //!   8x8-GPU gang that requires one NVLink domain, on that cluster once it is full.
+//! - `topology/10k-nodes-3-levels-20pct-fractions`: the first bench with one job in five
+//!   asking a fraction of a shared GPU instead (a quarter, a half or three quarters per
+//!   replica; decisions.md section 11).
 
 mod cluster;
 
@@ -54,9 +57,14 @@ fn leveled_cluster() -> State {
 
 /// The `cycle` bench's backlog, its gangs given levels: even ones require `nvlink`, odd
 /// ones prefer `rack`.
-fn submit_leveled_backlog(s: &mut State) {
+fn submit_leveled_backlog(s: &mut State, fractions: bool) {
     let mut gangs = 0;
-    for mut spec in backlog_specs(50_000, 7) {
+    for (i, mut spec) in backlog_specs(50_000, 7).into_iter().enumerate() {
+        if fractions && i % 5 == 0 {
+            let milli = 250 * (1 + (i as u64 / 5) % 3);
+            spec.tasks[0].resources.set("gpu", 0);
+            spec.tasks[0].resources.set_gpus_milli(milli);
+        }
         if spec.tasks[0].replicas > 1 {
             let t = if gangs % 2 == 0 { "required=nvlink" } else { "preferred=rack" };
             spec.topology = LevelNeed::parse(t).expect("valid");
@@ -66,9 +74,21 @@ fn submit_leveled_backlog(s: &mut State) {
     }
 }
 
+fn bench_fractions(c: &mut Criterion) {
+    let mut s = leveled_cluster();
+    submit_leveled_backlog(&mut s, true);
+    let placed = placements(&s);
+    eprintln!("topology/10k-nodes-3-levels-20pct-fractions places {placed} of 50000 jobs per cycle");
+    let mut g = c.benchmark_group("topology");
+    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    g.throughput(Throughput::Elements(placed as u64));
+    g.bench_function("10k-nodes-3-levels-20pct-fractions", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
+    g.finish();
+}
+
 fn bench_levels(c: &mut Criterion) {
     let mut s = leveled_cluster();
-    submit_leveled_backlog(&mut s);
+    submit_leveled_backlog(&mut s, false);
     let placed = placements(&s);
     eprintln!("topology/10k-nodes-3-levels-50k-jobs places {placed} of 50000 jobs per cycle");
     let mut g = c.benchmark_group("topology");
@@ -97,5 +117,5 @@ fn bench_levels(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_levels);
+criterion_group!(benches, bench_levels, bench_fractions);
 criterion_main!(benches);

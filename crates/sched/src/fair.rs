@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use baton_model::alloc::ReplicaAlloc;
 use baton_model::elastic::Elastic;
 use baton_model::job::Job;
-use baton_model::ledger::{FxMap, Ledger, Vector, ZERO};
+use baton_model::ledger::{FxMap, Kinds, Ledger, Vector, ZERO};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::name::Name;
 use baton_model::resources::Resources;
@@ -44,7 +44,7 @@ impl UserHeld {
                 for (k, max) in limit.iter() {
                     // A kind no node has: no job placed here can hold it.
                     if let Some(i) = ledger.kinds.index(k) {
-                        v[i] = max;
+                        v[i] = Kinds::in_ledger_units(i, max);
                     }
                 }
                 Some(v)
@@ -83,15 +83,15 @@ impl UserHeld {
     /// The limit less what the user's jobs hold, have reserved, and were given this cycle.
     fn room_of(&self, state: &State, ledger: &Ledger, job: &Job) -> Vector {
         let mut room = [u64::MAX; MAX_RESOURCE_KINDS];
+        // In the ledger's units already (GPUs in thousandths).
         for (k, left) in state.user_room(job).unwrap_or_default() {
             if let Some(i) = ledger.kinds.index(&k) {
                 room[i] = left;
             }
         }
-        for (k, q) in self.extra.get(&state.usage_key(job)).iter().flat_map(|e| e.iter()) {
-            if let Some(i) = ledger.kinds.index(k) {
-                room[i] = room[i].saturating_sub(q);
-            }
+        if let Some(extra) = self.extra.get(&state.usage_key(job)) {
+            let v = ledger.kinds.vector_lossy(extra);
+            (0..MAX_RESOURCE_KINDS).for_each(|k| room[k] = room[k].saturating_sub(v[k]));
         }
         room
     }
@@ -111,11 +111,8 @@ impl UserHeld {
         let taken = State::holding_on(job, replicas);
         self.extra.entry(state.usage_key(job)).or_default().add(&taken);
         if let Some(room) = self.room.get_mut(q).and_then(|m| m.get_mut(state.user_name(job))) {
-            for (k, n) in taken.iter() {
-                if let Some(i) = ledger.kinds.index(k) {
-                    room[i] = room[i].saturating_sub(n);
-                }
-            }
+            let v = ledger.kinds.vector_lossy(&taken);
+            (0..MAX_RESOURCE_KINDS).for_each(|k| room[k] = room[k].saturating_sub(v[k]));
         }
     }
 }

@@ -6,7 +6,7 @@
 //! by their position in natural order: moving a node between buckets is a few bit
 //! operations, and walking a bucket yields nodes in natural order, skipping empty words.
 
-use baton_model::ledger::{GPU_KIND, Ledger};
+use baton_model::ledger::{GPU_KIND, Ledger, whole_gpus};
 use baton_model::limits::MAX_GPUS_PER_NODE;
 
 const BUCKETS: usize = MAX_GPUS_PER_NODE as usize + 1;
@@ -248,7 +248,7 @@ impl Index {
         let levels = ledger.levels.len();
         let mut places = vec![Place::default(); ledger.nodes.len() * levels];
         // Free GPUs never exceed a pool's largest node's (a rebuild makes a new index).
-        let counts = |p: usize| ledger.pools[p].largest_node[GPU_KIND].min(MAX_GPUS_PER_NODE) as usize + 1;
+        let counts = |p: usize| whole_gpus(ledger.pools[p].largest_node[GPU_KIND]).min(MAX_GPUS_PER_NODE) as usize + 1;
         let mut pools: Vec<PoolIndex> = (0..ledger.pools.len())
             .map(|p| PoolIndex {
                 all: Buckets::new(Vec::new(), ledger.nodes.len(), counts(p)),

@@ -18,6 +18,7 @@ pub fn check_state(s: &State) -> Result<(), String> {
     s.ledger_consistent()?;
     let l = s.ledger();
     let mut used: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
+    let mut shared: BTreeMap<(Name, u32), u64> = BTreeMap::new();
     for j in s.jobs().values() {
         let expected = if matches!(j.state, JobState::Running | JobState::Preempting | JobState::Suspended) {
             j.spec.replica_count() as usize
@@ -41,6 +42,16 @@ pub fn check_state(s: &State) -> Result<(), String> {
         let completing = s.completing(j.id).map(|c| c.ranks.values().collect::<Vec<_>>()).unwrap_or_default();
         for r in j.replicas.iter().chain(completing) {
             let mut need = l.kinds.vector_lossy(&j.spec.tasks[r.task as usize].resources);
+            let fraction = j.spec.tasks[r.task as usize].resources.gpu_fraction();
+            if fraction > 0 {
+                // A fraction of a shared GPU (decisions.md section 11): summed per GPU below.
+                for &g in &r.gpus {
+                    *shared.entry((r.node.clone(), g)).or_insert(0) += fraction;
+                }
+                let e = used.entry(r.node.clone()).or_insert(([0; MAX_RESOURCE_KINDS], 0));
+                (0..MAX_RESOURCE_KINDS).for_each(|k| e.0[k] += need[k]);
+                continue;
+            }
             let mut m = gpu_mask(&r.gpus);
             if !j.state.is_active() {
                 // A job suspended in place holds its share but what it lends to the job
@@ -57,6 +68,14 @@ pub fn check_state(s: &State) -> Result<(), String> {
                 return Err(format!("a GPU on {} is used by two replicas at once", r.node));
             }
             e.1 |= m;
+        }
+    }
+    for ((node, g), milli) in &shared {
+        if *milli > baton_model::ledger::GPU_MILLI {
+            return Err(format!("GPU {g} of {node} holds fractions adding up to {milli} thousandths"));
+        }
+        if used.get(node).is_some_and(|e| e.1 & (1u64 << g) != 0) {
+            return Err(format!("GPU {g} of {node} holds a fraction and is given whole too"));
         }
     }
     for (node, (amount, _)) in &used {

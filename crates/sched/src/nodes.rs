@@ -2,7 +2,7 @@
 //! of nodes with some jobs imagined gone (a preemption walk).
 
 use baton_model::job::JobId;
-use baton_model::ledger::{GPU_KIND, Vector};
+use baton_model::ledger::{GPU_KIND, GpuUse, Vector};
 use baton_model::topology::MAX_TOPOLOGY_LEVELS;
 
 use crate::index::{Buckets, DomainKey, Scope};
@@ -18,6 +18,10 @@ impl Nodes for IndexNodes<'_, '_> {
     fn free(&self, n: usize) -> (Vector, u64) {
         let node = &self.view.ledger.nodes[n];
         (node.free, node.free_gpus)
+    }
+
+    fn gpu_use(&self, n: usize) -> GpuUse {
+        self.view.ledger.nodes[n].gpu_use_for(None, &[])
     }
 
     fn pool(&self, n: usize) -> usize {
@@ -70,6 +74,7 @@ struct Entry {
     domains: [DomainKey; MAX_TOPOLOGY_LEVELS],
     free: Vector,
     mask: u64,
+    gpu_use: GpuUse,
 }
 
 /// A few nodes, with what would be free for `job` if `removed` were gone.
@@ -85,7 +90,8 @@ impl SetNodes {
             .map(|&n| {
                 let acct = &view.ledger.nodes[n];
                 let (free, mask) = view.free_for(n, job, removed);
-                Entry { node: n, pool: acct.pool, domains: acct.domains, free, mask }
+                let gpu_use = acct.gpu_use_for(Some(job), removed);
+                Entry { node: n, pool: acct.pool, domains: acct.domains, free, mask, gpu_use }
             })
             .collect();
         entries.sort_unstable_by_key(|e| e.node);
@@ -112,6 +118,10 @@ impl Nodes for SetNodes {
     fn free(&self, n: usize) -> (Vector, u64) {
         let e = self.entry(n);
         (e.free, e.mask)
+    }
+
+    fn gpu_use(&self, n: usize) -> GpuUse {
+        self.entry(n).gpu_use
     }
 
     fn pool(&self, n: usize) -> usize {

@@ -7,7 +7,7 @@
 //! still host it, so big empty nodes stay free for big gangs.
 
 use baton_model::alloc::ReplicaAlloc;
-use baton_model::ledger::{GPU_KIND, Share, Vector, ZERO, add, sub};
+use baton_model::ledger::{GPU_KIND, GPU_MILLI, GpuUse, Share, Vector, ZERO, add, clamp_to_mask, sub, whole_gpus};
 use baton_model::name::Name;
 use baton_model::state::submit::replicas_fitting;
 
@@ -17,6 +17,8 @@ use crate::needs::Needs;
 /// Where packing may look and what is free there.
 pub trait Nodes {
     fn free(&self, n: usize) -> (Vector, u64);
+    /// What is used of each GPU of node `n` (for fractions of shared GPUs).
+    fn gpu_use(&self, n: usize) -> GpuUse;
     fn pool(&self, n: usize) -> usize;
     /// Node `n`'s domain at topology level `level`.
     fn domain(&self, n: usize, level: usize) -> DomainKey;
@@ -74,28 +76,43 @@ impl Packing {
         let mut out = Vec::with_capacity(self.replicas.len());
         let mut ordered = self.replicas.clone();
         ordered.sort_unstable();
-        for (task, index, n) in ordered {
+        // Whole GPUs first, lowest free index first; then each fraction by section 11's best
+        // fit in the order the packer counted them, on what the whole ones left.
+        let whole = ordered.iter().filter(|r| !is_fraction(&needs.tasks[r.0 as usize].need));
+        let fraction = self.replicas.iter().filter(|r| is_fraction(&needs.tasks[r.0 as usize].need));
+        let mut shared: Vec<(usize, GpuUse)> = Vec::new();
+        for &(task, index, n) in whole.chain(fraction) {
             let need = &needs.tasks[task as usize].need;
             let pos = match shares.iter().position(|s| s.node == n) {
                 Some(p) => p,
                 None => {
-                    shares.push(Share { node: n, amount: ZERO, gpus: 0 });
+                    shares.push(Share::new(n, ZERO, 0));
                     shares.len() - 1
                 }
             };
-            let (_, free_mask) = nodes.free(n);
-            let mut avail = free_mask & !shares[pos].gpus;
-            let mut gpus = Vec::with_capacity(need[GPU_KIND] as usize);
-            for _ in 0..need[GPU_KIND] {
-                let g = avail.trailing_zeros();
-                avail &= !(1u64 << g);
-                gpus.push(g);
-            }
-            let s = &mut shares[pos];
-            add(&mut s.amount, need);
-            s.gpus |= baton_model::alloc::gpu_mask(&gpus);
+            let gpus = if is_fraction(need) {
+                let used = gang_use(&mut shared, nodes, n, shares[pos].gpus);
+                let g = used.best_fit(need[GPU_KIND]).expect("the packer counted room for every fraction");
+                used.add(g, need[GPU_KIND]);
+                shares[pos].fractions.add(g, need[GPU_KIND]);
+                vec![g]
+            } else {
+                let (_, free_mask) = nodes.free(n);
+                let mut avail = free_mask & !shares[pos].gpus;
+                let count = whole_gpus(need[GPU_KIND]);
+                let mut gpus = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    let g = avail.trailing_zeros();
+                    avail &= !(1u64 << g);
+                    gpus.push(g);
+                }
+                shares[pos].gpus |= baton_model::alloc::gpu_mask(&gpus);
+                gpus
+            };
+            add(&mut shares[pos].amount, need);
             out.push(ReplicaAlloc { task, index, node: node_name(n), gpus });
         }
+        out.sort_unstable_by_key(|r| (r.task, r.index));
         (out, shares)
     }
 }
@@ -159,7 +176,8 @@ fn domains_free_in_one_pool<N: Nodes>(
     }
     let ds = nodes.domain_buckets(pool, level)?;
     let kind = needs.levels.measure();
-    let room = |b: &Buckets| needs.tasks.iter().all(|t| b.gpu_room(t.need[GPU_KIND]) >= u64::from(t.replicas));
+    let room =
+        |b: &Buckets| needs.tasks.iter().all(|t| b.gpu_room(whole_gpus(t.need[GPU_KIND])) >= u64::from(t.replicas));
     let free = |d: DomainKey, b: &Buckets| {
         if kind == GPU_KIND { b.free_gpus() } else { nodes.free_of(pool, Some((level, d)), kind) }
     };
@@ -202,7 +220,7 @@ fn has_room<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Sc
         .tasks
         .iter()
         .zip(pool_choice)
-        .all(|(t, &p)| nodes.gpu_room(p, scope, t.need[GPU_KIND]) >= u64::from(t.replicas))
+        .all(|(t, &p)| nodes.gpu_room(p, scope, whole_gpus(t.need[GPU_KIND])) >= u64::from(t.replicas))
 }
 
 /// Section 10's best fit: of the domains of `level` (within `scope`) where `place` packs the
@@ -282,6 +300,10 @@ impl<N: Nodes> Nodes for Union<'_, N> {
         self.inner.free(n)
     }
 
+    fn gpu_use(&self, n: usize) -> GpuUse {
+        self.inner.gpu_use(n)
+    }
+
     fn pool(&self, n: usize) -> usize {
         self.inner.pool(n)
     }
@@ -331,7 +353,8 @@ fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> O
             add(&mut total, &t.need);
         }
     }
-    let n = nodes.fullest_first(pool, None, total[GPU_KIND]).find(|&n| fits_free(&nodes.free(n), &total))?;
+    let n =
+        nodes.fullest_first(pool, None, whole_gpus(total[GPU_KIND])).find(|&n| fits_free(&nodes.free(n), &total))?;
     let replicas = needs
         .tasks
         .iter()
@@ -343,25 +366,132 @@ fn pack_one_node<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize]) -> O
 
 fn fits_free(free: &(Vector, u64), need: &Vector) -> bool {
     let mut f = free.0;
-    f[GPU_KIND] = f[GPU_KIND].min(u64::from(free.1.count_ones()));
+    clamp_to_mask(&mut f, free.1);
     need.iter().zip(&f).all(|(n, f)| n <= f)
+}
+
+/// A replica's need is a fraction of one shared GPU (decisions.md section 11).
+pub fn is_fraction(need: &Vector) -> bool {
+    need[GPU_KIND] % GPU_MILLI != 0
+}
+
+/// What is used of node `n`'s GPUs once this gang holds `whole` there whole, and the
+/// fractions it was given so far (kept per node in `shared`).
+fn gang_use<'s, N: Nodes>(shared: &'s mut Vec<(usize, GpuUse)>, nodes: &N, n: usize, whole: u64) -> &'s mut GpuUse {
+    let pos = match shared.iter().position(|(m, _)| *m == n) {
+        Some(p) => p,
+        None => {
+            let mut u = nodes.gpu_use(n);
+            u.take_whole(whole);
+            shared.push((n, u));
+            shared.len() - 1
+        }
+    };
+    &mut shared[pos].1
+}
+
+/// The `count` lowest GPUs of `mask`: what `allocate` gives a gang's whole replicas.
+fn lowest(mut mask: u64, count: u64) -> u64 {
+    let mut out = 0;
+    for _ in 0..count {
+        let g = mask.trailing_zeros();
+        if g >= 64 {
+            break;
+        }
+        out |= 1u64 << g;
+        mask &= !(1u64 << g);
+    }
+    out
 }
 
 /// Packs task by task, remembering what this gang already took on each node.
 struct Packer<'n, N: Nodes> {
     nodes: &'n N,
     used: Vec<(usize, Vector)>,
+    /// Per node where the gang has fractions: what is used of each GPU.
+    shared: Vec<(usize, GpuUse)>,
     out: Vec<(u32, u32, usize)>,
 }
 
 impl<'n, N: Nodes> Packer<'n, N> {
     fn new(nodes: &'n N) -> Self {
-        Packer { nodes, used: Vec::new(), out: Vec::new() }
+        Packer { nodes, used: Vec::new(), shared: Vec::new(), out: Vec::new() }
+    }
+
+    /// What is free on node `n` less what this gang took there, GPUs in thousandths.
+    fn left(&self, n: usize) -> Vector {
+        let (mut free, _) = self.nodes.free(n);
+        if let Some((_, u)) = self.used.iter().find(|(m, _)| *m == n) {
+            sub(&mut free, u);
+        }
+        free
+    }
+
+    /// The GPUs this gang holds whole on node `n` (whole replicas are packed first).
+    fn whole_taken(&self, n: usize) -> u64 {
+        let taken = self.used.iter().find(|(m, _)| *m == n).map_or(0, |(_, u)| whole_gpus(u[GPU_KIND]));
+        lowest(self.nodes.free(n).1, taken)
+    }
+
+    fn gang_use_now(&self, n: usize) -> GpuUse {
+        match self.shared.iter().find(|(m, _)| *m == n) {
+            Some((_, u)) => *u,
+            None => {
+                let mut u = self.nodes.gpu_use(n);
+                u.take_whole(self.whole_taken(n));
+                u
+            }
+        }
+    }
+
+    /// Section 11: each fraction on the GPU it fits best, the most used one that still
+    /// holds it, across the nodes where its other resources fit; among equals, section 3's
+    /// node order, then the lowest GPU index.
+    fn place_fractions(&mut self, t: usize, need: &Vector, replicas: u64, pool: usize, scope: Scope) -> Option<()> {
+        let mut next = 0u32;
+        for _ in 0..replicas {
+            let n = self.best_fraction_node(pool, scope, need)?;
+            self.take(n, t, 1, need, &mut next);
+        }
+        Some(())
+    }
+
+    fn best_fraction_node(&self, pool: usize, scope: Scope, need: &Vector) -> Option<usize> {
+        let milli = need[GPU_KIND];
+        let mut rest = *need;
+        rest[GPU_KIND] = 0;
+        let mut best: Option<(u64, usize)> = None;
+        for n in self.nodes.fullest_first(pool, scope, 0) {
+            let left = self.left(n);
+            if left[GPU_KIND] < milli || replicas_fitting(&rest, &left) == 0 {
+                continue;
+            }
+            // Without fractions here the free milli are whole free GPUs: only an empty
+            // GPU could take it, and an earlier node's empty GPU ties with it.
+            let (_, mask) = self.nodes.free(n);
+            let empty = mask & !self.whole_taken(n);
+            let no_shared = !self.shared.iter().any(|(m, _)| *m == n)
+                && left[GPU_KIND] <= GPU_MILLI * u64::from(empty.count_ones());
+            if no_shared {
+                best = best.or(Some((0, n)));
+                continue;
+            }
+            let u = self.gang_use_now(n);
+            let Some(g) = u.best_fit(milli) else { continue };
+            let used = u.used(g);
+            if best.is_none_or(|(b, _)| used > b) {
+                best = Some((used, n));
+                if used + milli == GPU_MILLI {
+                    break;
+                }
+            }
+        }
+        best.map(|(_, n)| n)
     }
 
     fn avail(&self, n: usize) -> Vector {
         let (mut free, mask) = self.nodes.free(n);
-        free[GPU_KIND] = free[GPU_KIND].min(u64::from(mask.count_ones()));
+        clamp_to_mask(&mut free, mask);
         if let Some((_, u)) = self.used.iter().find(|(m, _)| *m == n) {
             sub(&mut free, u);
         }
@@ -369,7 +499,12 @@ impl<'n, N: Nodes> Packer<'n, N> {
     }
 
     fn hosts(&self, n: usize, need: &Vector) -> u64 {
-        replicas_fitting(need, &self.avail(n))
+        if !is_fraction(need) {
+            return replicas_fitting(need, &self.avail(n));
+        }
+        let mut rest = *need;
+        rest[GPU_KIND] = 0;
+        replicas_fitting(&rest, &self.left(n)).min(self.gang_use_now(n).room_for(need[GPU_KIND]))
     }
 
     fn is_used(&self, n: usize) -> bool {
@@ -377,6 +512,14 @@ impl<'n, N: Nodes> Packer<'n, N> {
     }
 
     fn take(&mut self, n: usize, task: usize, count: u64, need: &Vector, next_index: &mut u32) {
+        if is_fraction(need) && count > 0 {
+            let whole = self.whole_taken(n);
+            let u = gang_use(&mut self.shared, self.nodes, n, whole);
+            for _ in 0..count {
+                let g = u.best_fit(need[GPU_KIND]).expect("hosts counted room for it");
+                u.add(g, need[GPU_KIND]);
+            }
+        }
         for _ in 0..count {
             self.out.push((task as u32, *next_index, n));
             *next_index += 1;
@@ -408,6 +551,9 @@ impl<'n, N: Nodes> Packer<'n, N> {
     }
 
     fn place_task(&mut self, t: usize, need: &Vector, replicas: u64, pool: usize, scope: Scope) -> Option<()> {
+        if is_fraction(need) {
+            return self.place_fractions(t, need, replicas, pool, scope);
+        }
         let mut remaining = replicas;
         let mut next = 0u32;
         // Nodes this gang already uses first: fewer nodes in all.
@@ -432,14 +578,14 @@ impl<'n, N: Nodes> Packer<'n, N> {
 
     /// The fullest unused node that can host `count` replicas.
     fn fullest_hosting(&self, pool: usize, scope: Scope, need: &Vector, count: u64) -> Option<usize> {
-        let min_gpus = need[GPU_KIND].saturating_mul(count);
+        let min_gpus = whole_gpus(need[GPU_KIND]).saturating_mul(count);
         self.nodes.fullest_first(pool, scope, min_gpus).find(|&n| !self.is_used(n) && self.hosts(n, need) >= count)
     }
 
     /// The unused node that can host the most replicas (the emptiest), and how many.
     fn emptiest(&self, pool: usize, scope: Scope, need: &Vector) -> Option<(usize, u64)> {
         let mut best: Option<(usize, u64)> = None;
-        for n in self.nodes.emptiest_first(pool, scope, need[GPU_KIND]) {
+        for n in self.nodes.emptiest_first(pool, scope, whole_gpus(need[GPU_KIND])) {
             if self.is_used(n) {
                 continue;
             }

@@ -127,7 +127,7 @@ pub(crate) fn world() -> impl Strategy<Value = World> {
 /// One operation on the cluster: a submission, an exit, a user action or a node change.
 pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
     prop_oneof![
-        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=4, 0u8..=4, 0u8..4, 0u8..7, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
+        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=FRACTION_GPUS, 0u8..=4, 0u8..4, 0u8..7, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
             |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit }
         ),
         2 => any::<u8>().prop_map(OpGen::Finish),
@@ -242,6 +242,18 @@ pub(crate) fn configure(w: &World) -> State {
     s
 }
 
+/// The `gpus` drawn that stands for a fraction of one shared GPU (decisions.md section 11).
+const FRACTION_GPUS: u8 = 5;
+
+/// A replica's request: `gpus` whole GPUs, or for `FRACTION_GPUS` a quarter, a half or three
+/// quarters of one shared GPU (by `cpus`).
+fn request(gpus: u8, cpus: u8) -> Resources {
+    let mut r = Resources::of(&[("cpu", u64::from(cpus))]);
+    let milli = if gpus == FRACTION_GPUS { 250 * (1 + u64::from(cpus) % 3) } else { u64::from(gpus) * 1000 };
+    r.set_gpus_milli(milli);
+    r
+}
+
 fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
     let OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit } = *op else {
         return None;
@@ -259,7 +271,7 @@ fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
         tasks: vec![TaskSpec {
             name: Name::lit("main"),
             replicas: u32::from(replicas),
-            resources: Resources::of(&[("gpu", u64::from(gpus)), ("cpu", u64::from(cpus))]),
+            resources: request(gpus, cpus),
             pools: None,
         }],
         pools: None,
@@ -690,7 +702,7 @@ pub(crate) fn to_yaml(w: &World) -> String {
                     spec.name,
                     spec.queue,
                     t.replicas,
-                    t.resources.gpus(),
+                    baton_model::quantity::thousandths(t.resources.gpus_milli()),
                     t.resources.get("cpu"),
                     format!("{:?}", spec.preemption_mode).to_lowercase(),
                     spec.min_runtime_ms / 1000

@@ -7,7 +7,9 @@
 //! latest end of the jobs occupying the rest says which time-limited jobs may backfill.
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{FxMap, GPU_KIND, NodeReservation, Share, Vector, ZERO, add, fits, min};
+use baton_model::ledger::{
+    FxMap, GPU_KIND, NodeReservation, Share, Vector, ZERO, add, clamp_to_mask, gpus_milli, min, whole_gpus,
+};
 use baton_model::plan::{Decision, Plan};
 use baton_model::scheduler::PoolReservation;
 use baton_model::state::submit::replicas_fitting;
@@ -118,10 +120,7 @@ impl Holds {
     /// Are the reserved resources free for the reserving job (quota included)?
     pub fn ready(&self, view: &View, i: usize, job: &Job) -> bool {
         let h = &self.list[i];
-        let room = h.shares.iter().all(|Share { node: n, amount, gpus }| {
-            let (free, mask) = view.free_for(*n, h.job, &[]);
-            fits(amount, &free) && gpus & !mask == 0
-        });
+        let room = h.shares.iter().all(|s| view.ledger.nodes[s.node].admits(Some(h.job), &[], s));
         let (q, np) = view.queue_np(job);
         room && view.ledger.check_admission(q, &demand_of(&view.ledger, &h.shares), np).is_ok()
     }
@@ -147,15 +146,17 @@ fn block(view: &mut View, h: &mut Hold) {
     if h.blocked {
         return;
     }
-    for Share { node: n, amount, gpus } in &h.shares {
+    for Share { node: n, amount, gpus, fractions } in &h.shares {
         let node = &mut view.ledger.nodes[*n];
         let (free, mask) = (node.free, node.free_gpus);
         // GPUs by index: the count blocked must be the reserved GPUs that are free, or free
-        // GPUs the job does not need would count as taken.
+        // GPUs the job does not need would count as taken. Fractions block what they would
+        // hold (at most what is free).
         let gpus = gpus & mask;
         let mut amount = min(amount, &free);
-        amount[GPU_KIND] = u64::from(gpus.count_ones());
-        let r = NodeReservation { job: h.job, amount, gpus, victims: Vec::new() };
+        amount[GPU_KIND] = (gpus_milli(u64::from(gpus.count_ones())) + fractions.total()).min(free[GPU_KIND]);
+        let fractions = fractions.clone();
+        let r = NodeReservation { job: h.job, amount, gpus, victims: Vec::new(), fractions };
         node.reservations.push(r);
         node.refresh();
         view.refresh(*n);
@@ -324,7 +325,7 @@ fn walk_all(
         .filter(|&n| view.ledger.nodes[n].pool == pool && view.ledger.nodes[n].schedulable)
         .filter(|&n| !crate::windows::ahead_on(view, n))
         .collect();
-    let want_gpus: u64 = needs.tasks.iter().map(|t| t.need[GPU_KIND] * u64::from(t.replicas)).sum();
+    let want_gpus: u64 = needs.tasks.iter().map(|t| whole_gpus(t.need[GPU_KIND]) * u64::from(t.replicas)).sum();
     let mut fit = Fit::new(view, job.id, needs, a, &nodes);
     // Packing is the expensive part: try it only once enough GPUs would be free in the pool
     // (counted as jobs are taken, not recomputed over every node).
@@ -447,7 +448,7 @@ impl<'v, 'a> Fit<'v, 'a> {
     fn hosts(&self, c: &Count, n: usize) -> u64 {
         let gone = |j: JobId| c.gone.contains_key(&j);
         let (mut free, mask) = self.view.ledger.nodes[n].free_for_gone(Some(self.job), &gone);
-        free[GPU_KIND] = free[GPU_KIND].min(u64::from(mask.count_ones()));
+        clamp_to_mask(&mut free, mask);
         replicas_fitting(&c.need, &free)
     }
 

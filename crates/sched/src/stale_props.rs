@@ -70,7 +70,9 @@ fn set_quota(s: &mut State, w: &World, queue: u8, nominal_gpu: u8, now_ms: u64) 
     for (pool, quota) in spec.quotas.iter_mut() {
         // Never below what the queue already uses: what runs may exceed its borrow limit
         // then, an invariant of `check_state` no plan is to blame for.
-        let used = l.pool(pool.as_str()).map_or(0, |p| l.queues[q].usage[p][baton_model::ledger::GPU_KIND]);
+        let used = l.pool(pool.as_str()).map_or(0, |p| {
+            l.queues[q].usage[p][baton_model::ledger::GPU_KIND].div_ceil(baton_model::ledger::GPU_MILLI)
+        });
         quota.nominal = Resources::of(&[("gpu", u64::from(nominal_gpu).max(used))]);
     }
     // Refused only when the spec is invalid, which changes nothing.

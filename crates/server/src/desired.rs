@@ -80,6 +80,7 @@ fn assignment(
         suspension_by,
         suspension_ms,
         slices: slices_asked(job, r.task),
+        gpu_milli: job.spec.tasks.get(r.task as usize).map_or(0, |t| t.resources.gpu_fraction() as u32),
     }
 }
 

@@ -86,6 +86,7 @@ pub struct Engine<'s> {
     /// a scan of the backlog at every instant.
     pending_since: BTreeSet<(u64, JobId)>,
     since_of: HashMap<JobId, u64>,
+    /// GPUs held per queue, in thousandths (a shared GPU's fraction counts as itself).
     used_by_queue: Vec<u64>,
     pending_by_queue: Vec<u64>,
     /// GPUs of Ready nodes; recomputed after a node step.
@@ -108,6 +109,7 @@ pub struct Engine<'s> {
 #[derive(Debug, Clone, Copy)]
 struct Track {
     queue: usize,
+    /// In thousandths of a GPU.
     gpus: u64,
 }
 
@@ -243,10 +245,11 @@ impl<'s> Engine<'s> {
                 *self.cap_gpus.insert(c)
             }
         };
+        // In use is counted in thousandths of a GPU (a shared GPU's fractions).
         for (acc, &u) in self.stats.used_gpu_ms.iter_mut().zip(&self.used_by_queue) {
-            *acc += dt * u128::from(u);
+            *acc += dt * u128::from(u) / 1000;
         }
-        self.gpu_used_ms += dt * u128::from(used);
+        self.gpu_used_ms += dt * u128::from(used) / 1000;
         self.gpu_cap_ms += dt * u128::from(cap);
         self.now_ms = t;
     }
@@ -395,7 +398,7 @@ impl<'s> Engine<'s> {
             _ => 0,
         });
         let q = self.queue_index(queue);
-        self.stats.lost_gpu_ms[q] += u128::from(lost) * u128::from(gpus);
+        self.stats.lost_gpu_ms[q] += u128::from(lost) * u128::from(gpus) / 1000;
         match &e.kind {
             EventKind::Started { .. } => {
                 if let Some(r) = self.stats.jobs.get_mut(&id) {
@@ -481,7 +484,7 @@ impl<'s> Engine<'s> {
             self.protections.extend(protection.map(|t| (t, id)));
             self.timers_of.insert(id, (limit, protection));
         }
-        let (state, gpus, queue, since) = (job.state, job.gpus(), job.spec.queue.clone(), job.pending_since_ms);
+        let (state, gpus, queue, since) = (job.state, job.gpus_milli(), job.spec.queue.clone(), job.pending_since_ms);
         if matches!(state, JobState::Succeeded | JobState::Failed)
             && let Some(r) = self.stats.jobs.get_mut(&id)
         {
@@ -509,14 +512,14 @@ impl<'s> Engine<'s> {
         let pending: BTreeSet<JobId> = jobs.filter(|j| j.state == JobState::Pending).map(|j| j.id).collect();
         assert_eq!(active, self.active.keys().copied().collect(), "active jobs tracked at t={}", self.now_ms);
         assert_eq!(pending, self.pending.keys().copied().collect(), "pending jobs tracked at t={}", self.now_ms);
-        let used: u64 = self.state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.gpus()).sum();
+        let used: u64 = self.state.jobs().values().filter(|j| j.state.is_active()).map(|j| j.gpus_milli()).sum();
         assert_eq!(used, self.used_by_queue.iter().sum::<u64>(), "GPUs in use tracked at t={}", self.now_ms);
     }
 
     fn sample(&mut self) {
         let s = Sample {
             at_ms: self.now_ms,
-            used_gpus: self.used_by_queue.clone(),
+            used_gpus: self.used_by_queue.iter().map(|u| u / 1000).collect(),
             pending: self.pending_by_queue.clone(),
         };
         self.stats.sample(s);
@@ -823,7 +826,7 @@ impl<'s> Engine<'s> {
         let l = self.state.ledger();
         for p in &l.pools {
             for k in p.oversubscribed() {
-                let h = |v| baton_model::quantity::Human { resource: l.kinds.name(k), value: v };
+                let h = |v| l.kinds.human(k, v);
                 let w = format!(
                     "pool {}: queues are guaranteed {} {} but the pool has {}; guarantees are honoured in scheduling order",
                     p.name,

@@ -119,7 +119,8 @@ fn check_job(c: &mut Checker, line: usize, state: &State, job: &Job, want: &JobE
         });
     }
     if let Some(g) = want.gpus {
-        c.expect(line, job.gpus() == g, || format!("job {name}: holds {} GPUs, expected {g}", job.gpus()));
+        let (got, th) = (job.gpus_milli(), baton_model::quantity::thousandths);
+        c.expect(line, got == g, || format!("job {name}: holds {} GPUs, expected {}", th(got), th(g)));
     }
     if let Some(a) = want.attempt {
         c.expect(line, job.attempt == a, || format!("job {name}: attempt is {}, expected {a}", job.attempt));
@@ -163,7 +164,12 @@ fn check_job(c: &mut Checker, line: usize, state: &State, job: &Job, want: &JobE
 fn check_usage(c: &mut Checker, line: usize, what: &str, usage: &Resources, nominal: &Resources, want: &UsageExpect) {
     for (label, got, want) in [("usage", usage, &want.usage), ("nominal", nominal, &want.nominal)] {
         let Some(want) = want else { continue };
-        for (k, v) in want.iter() {
+        for (k, v) in want.iter().filter(|(k, _)| *k != baton_model::resources::GPU_FRACTION) {
+            if k == baton_model::resources::GPU {
+                let (g, v, th) = (got.gpus_milli(), want.gpus_milli(), baton_model::quantity::thousandths);
+                c.expect(line, g == v, || format!("{what}: {label} of gpu is {}, expected {}", th(g), th(v)));
+                continue;
+            }
             let g = got.get(k);
             c.expect(line, g == v, || format!("{what}: {label} of {k} is {g}, expected {v}"));
         }

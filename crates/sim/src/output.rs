@@ -137,8 +137,9 @@ pub struct JobOut {
     pub preempted_by: Option<Name>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<BTreeMap<Name, Vec<u32>>>,
+    /// Whole GPUs, or a fraction for a job on a shared GPU (`0.5`; decisions.md section 11).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<u64>,
+    pub gpus: Option<serde_json::Number>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool: Option<Name>,
 }
@@ -172,9 +173,18 @@ enum Amount {
     Decimal(f64),
 }
 
+/// Each resource in its own unit; a shared GPU's thousandths (`gpu.milli`) are shown with
+/// the whole GPUs (`"gpu": 1.5`).
 fn in_units<S: serde::Serializer>(amounts: &Amounts, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_map(amounts.iter().map(|(k, &v)| {
-        let per_one = baton_model::quantity::units_per_one(k);
+    use baton_model::resources::{GPU, GPU_FRACTION};
+    let fraction = amounts.get(GPU_FRACTION).copied().unwrap_or(0);
+    let mut shown: BTreeMap<&str, u64> = amounts.iter().map(|(k, &v)| (k.as_str(), v)).collect();
+    shown.remove(GPU_FRACTION);
+    if fraction > 0 {
+        *shown.entry(GPU).or_insert(0) = shown.get(GPU).copied().unwrap_or(0) * 1000 + fraction;
+    }
+    s.collect_map(shown.into_iter().map(|(k, v)| {
+        let per_one = if k == GPU && fraction > 0 { 1000 } else { baton_model::quantity::units_per_one(k) };
         let amount =
             if v % per_one == 0 { Amount::Whole(v / per_one) } else { Amount::Decimal(v as f64 / per_one as f64) };
         (k, amount)
@@ -203,12 +213,21 @@ pub fn jobs(state: &State) -> BTreeMap<Name, JobOut> {
             reason: (!j.reason.is_empty()).then(|| j.reason.clone()),
             preempted_by: j.preempted_by.and_then(|p| state.job(p)).map(|p| p.spec.name.clone()),
             nodes: held.then(|| j.nodes()),
-            gpus: held.then(|| j.gpus()),
+            gpus: held.then(|| gpu_number(j.gpus_milli())),
             pool,
         };
         out.insert(j.spec.name.clone(), job);
     }
     out
+}
+
+/// GPUs held as a JSON number: whole ones as an integer, a fraction as a decimal.
+fn gpu_number(milli: u64) -> serde_json::Number {
+    if milli % 1000 == 0 {
+        serde_json::Number::from(milli / 1000)
+    } else {
+        serde_json::Number::from_f64(milli as f64 / 1000.0).unwrap_or_else(|| serde_json::Number::from(0))
+    }
 }
 
 /// Each user's decayed usage at `now_ms` (the simulated instant: the state's clock is its
@@ -257,16 +276,27 @@ pub fn queues(state: &State) -> BTreeMap<Name, QueueOut> {
 }
 
 fn amounts_text(a: &Amounts, of: &Amounts) -> String {
-    let mut keys: Vec<&String> = a.keys().chain(of.keys()).collect();
-    keys.sort_by_key(|k| (k.as_str() != "gpu", k.to_string()));
+    use baton_model::resources::{GPU, GPU_FRACTION};
+    let mut keys: Vec<&str> = a.keys().chain(of.keys()).map(String::as_str).collect();
+    for k in keys.iter_mut() {
+        // A shared GPU's fraction shows with the whole GPUs (`0.5/2 gpu`).
+        if *k == GPU_FRACTION {
+            *k = GPU;
+        }
+    }
+    keys.sort_by_key(|k| (*k != GPU, k.to_string()));
     keys.dedup();
     if keys.is_empty() {
         return "nothing".into();
     }
+    let get = |m: &Amounts, k: &str| m.get(k).copied().unwrap_or(0);
     keys.iter()
-        .map(|k| {
-            let h = |v: u64| Human { resource: k, value: v }.to_string();
-            format!("{}/{} {k}", h(a.get(*k).copied().unwrap_or(0)), h(of.get(*k).copied().unwrap_or(0)))
+        .map(|&k| {
+            let h = |m: &Amounts| match k {
+                GPU => baton_model::quantity::thousandths(get(m, GPU) * 1000 + get(m, GPU_FRACTION)),
+                _ => Human { resource: k, value: get(m, k) }.to_string(),
+            };
+            format!("{}/{} {k}", h(a), h(of))
         })
         .collect::<Vec<_>>()
         .join(", ")

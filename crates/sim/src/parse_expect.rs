@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use baton_model::job::JobState;
 use baton_model::name::Name;
+use baton_model::quantity::parse_thousandths;
 
 use crate::de::{Cx, R};
 use crate::scenario::{At, Expect, JobExpect, NodesExpect, QueueExpect, UsageExpect};
@@ -87,7 +88,10 @@ fn job_expect(cx: &Cx, node: &Node, path: &str) -> R<JobExpect> {
         );
     }
     if let Some(n) = f.opt("gpus") {
-        j.gpus = Some(u64::from(cx.count(n, &f.field_path("gpus"))?));
+        // In thousandths: a job on shared GPUs holds fractions (decisions.md section 11).
+        let p = f.field_path("gpus");
+        let t = cx.text(n, &p)?;
+        j.gpus = Some(parse_thousandths("gpu", &t).map_err(|e| cx.err(n.line, &p, e.to_string()))?);
     }
     if let Some(n) = f.opt("attempt") {
         j.attempt = Some(cx.count(n, &f.field_path("attempt"))?);
@@ -127,8 +131,8 @@ fn nodes_expect(cx: &Cx, node: &Node, path: &str) -> R<NodesExpect> {
 }
 
 fn usage_expect(cx: &Cx, f: &mut crate::de::Fields) -> R<UsageExpect> {
-    let usage = f.opt("usage").map(|n| cx.resources(n, &f.field_path("usage"))).transpose()?;
-    let nominal = f.opt("nominal").map(|n| cx.resources(n, &f.field_path("nominal"))).transpose()?;
+    let usage = f.opt("usage").map(|n| cx.amounts(n, &f.field_path("usage"))).transpose()?;
+    let nominal = f.opt("nominal").map(|n| cx.amounts(n, &f.field_path("nominal"))).transpose()?;
     Ok(UsageExpect { usage, nominal })
 }
 

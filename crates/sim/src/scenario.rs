@@ -106,6 +106,7 @@ impl Action {
 #[derive(Debug, Clone, Default)]
 pub struct JobExpect {
     pub state: Option<JobState>,
+    /// In thousandths of a GPU (a job on shared GPUs holds fractions).
     pub gpus: Option<u64>,
     pub attempt: Option<u32>,
     /// `Some(None)`: expected to have no preemptor.

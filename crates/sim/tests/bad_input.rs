@@ -12,7 +12,10 @@ fn cases() -> Vec<(String, usize, &'static str, &'static str)> {
     vec![
         (format!("{CLUSTER}colour: blue\n"), 5, "colour", "unknown field"),
         (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 4x}}}\n"), 6, "timeline[0].submit.resources.gpu", "bad quantity \"4x\""),
-        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 0.5}}}\n"), 6, "timeline[0].submit.resources.gpu", "bad quantity \"0.5\" for gpu"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1.5}}}\n"), 6, "timeline[0].submit.resources.gpu", "bad quantity \"1.5\" for gpu: a request of 1 GPU or more is whole GPUs"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 0.5, mig-1g.10gb: 1}}}\n"), 6, "timeline[0].submit", "never both"),
+        (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu.milli: 500}}}\n"), 6, "timeline[0].submit.resources.gpu.milli", "is not written: ask gpu: 0.5"),
+        ("nodes:\n  - {name: n1, resources: {gpu: 0.5}}\nqueues:\n  - {name: q, quota: {gpu: 1}}\n".to_string(), 2, "nodes[0].resources.gpu", "bad quantity \"0.5\" for gpu"),
         (with("  - {at: 0, submit: {name: a, queue: q, resources: {gpu: 1, cpu: 0.0001}}}\n"), 6, "timeline[0].submit.resources.cpu", "bad quantity \"0.0001\" for cpu"),
         (with("  - {at: 0, submit: {name: a, queue: nope, resources: {gpu: 1}}}\n"), 6, "timeline[0].submit.queue", "queue nope is not defined"),
         (with("  - {at: 0, submit: {name: a, queue: q, pools: [gpu-pool], resources: {gpu: 1}}}\n"), 6, "timeline[0].submit.pools", "pool gpu-pool has no nodes"),

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use baton_model::name::Name;
-use baton_model::quantity::parse_quantity;
-use baton_model::resources::{Resources, validate_resource_name};
+use baton_model::quantity::{parse_gpu_request, parse_quantity, parse_thousandths};
+use baton_model::resources::{GPU, GPU_FRACTION, Resources, validate_resource_name};
 
 use crate::yaml::{Node, Yaml};
 
@@ -126,6 +126,47 @@ impl<'f> Cx<'f> {
     pub fn quantity(&self, node: &Node, path: &str, resource: &str) -> R<u64> {
         let t = self.text(node, path)?;
         parse_quantity(resource, &t).map_err(|e| self.err(node.line, path, e.to_string()))
+    }
+
+    /// What one replica asks: resources, where `gpu` may also be a fraction of one shared
+    /// GPU (`gpu: 0.5` or `500m`; decisions.md section 11).
+    pub fn request(&self, node: &Node, path: &str) -> R<Resources> {
+        let mut f = self.map(node, path)?;
+        let mut r = Resources::new();
+        for (key, line, value) in f.take_all() {
+            let p = format!("{path}.{key}");
+            if key == GPU_FRACTION {
+                return Err(self.err(line, &p, format!("{GPU_FRACTION} is not written: ask gpu: 0.5 or gpu: 500m")));
+            }
+            validate_resource_name(&key).map_err(|e| self.err(line, &p, e.to_string()))?;
+            if key == GPU {
+                let t = self.text(value, &p)?;
+                let milli = parse_gpu_request(&t).map_err(|e| self.err(value.line, &p, e.to_string()))?;
+                r.set_gpus_milli(milli);
+            } else {
+                r.set(&key, self.quantity(value, &p, &key)?);
+            }
+        }
+        Ok(r)
+    }
+
+    /// Amounts held or expected, where `gpu` may be any number of thousandths (`1.5`: three
+    /// replicas of half a shared GPU).
+    pub fn amounts(&self, node: &Node, path: &str) -> R<Resources> {
+        let mut f = self.map(node, path)?;
+        let mut r = Resources::new();
+        for (key, line, value) in f.take_all() {
+            let p = format!("{path}.{key}");
+            validate_resource_name(&key).map_err(|e| self.err(line, &p, e.to_string()))?;
+            if key == GPU {
+                let t = self.text(value, &p)?;
+                let milli = parse_thousandths(GPU, &t).map_err(|e| self.err(value.line, &p, e.to_string()))?;
+                r.set_gpus_milli(milli);
+            } else {
+                r.set(&key, self.quantity(value, &p, &key)?);
+            }
+        }
+        Ok(r)
     }
 
     /// `{gpu: 8, cpu: 64, memory: 512Gi}`.

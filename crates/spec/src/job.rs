@@ -229,7 +229,7 @@ fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<(Vec<TaskSpec>, Option<Elastic
                 Some(r) => cx.count(r, &tf.field_path("replicas"))?,
                 None => 1,
             };
-            let resources = cx.resources(tf.req("resources")?, &tf.field_path("resources"))?;
+            let resources = cx.request(tf.req("resources")?, &tf.field_path("resources"))?;
             let pools = tf.opt("pools").map(|x| cx.names(x, &tf.field_path("pools"))).transpose()?;
             if replicas == 0 {
                 return Err(cx.err(t.line, &format!("{tp}.replicas"), "a task needs at least one replica"));
@@ -254,7 +254,7 @@ fn tasks(cx: &Cx, f: &mut crate::de::Fields) -> R<(Vec<TaskSpec>, Option<Elastic
     let rnode = f
         .opt("resources")
         .ok_or_else(|| cx.err(line, &f.field_path("resources"), "a job needs resources (or tasks)"))?;
-    let resources = cx.resources(rnode, &f.field_path("resources"))?;
+    let resources = cx.request(rnode, &f.field_path("resources"))?;
     let replicas = match f.opt("replicas") {
         Some(r) => {
             let v = cx.count(r, &f.field_path("replicas"))?;

@@ -240,6 +240,7 @@ pub fn assignment(job_id: u64, attempt: u32, action: Action, command: &str) -> A
         suspension_by: 0,
         suspension_ms: 0,
         slices: Default::default(),
+        gpu_milli: 0,
     }
 }
 

@@ -193,10 +193,20 @@ pub fn ordered(amounts: &HashMap<String, u64>) -> Vec<(&str, u64)> {
     v
 }
 
-/// `gpu 8, cpu 64, memory 512Gi`; `-` when empty.
+/// `gpu 8, cpu 64, memory 512Gi`; `gpu 0.5` for a fraction of a shared GPU; `-` when empty.
 pub fn resources(amounts: &HashMap<String, u64>) -> String {
-    let parts: Vec<String> =
-        ordered(amounts).into_iter().map(|(k, v)| format!("{k} {}", Human { resource: k, value: v })).collect();
+    use baton_model::resources::{GPU, GPU_FRACTION};
+    let fraction = amounts.get(GPU_FRACTION).copied().unwrap_or(0);
+    let mut folded = amounts.clone();
+    folded.remove(GPU_FRACTION);
+    if fraction > 0 {
+        folded.entry(GPU.to_string()).or_insert(0);
+    }
+    let show = |k: &str, v: u64| match k {
+        GPU => baton_model::quantity::thousandths(v * 1000 + fraction),
+        _ => Human { resource: k, value: v }.to_string(),
+    };
+    let parts: Vec<String> = ordered(&folded).into_iter().map(|(k, v)| format!("{k} {}", show(k, v))).collect();
     if parts.is_empty() { "-".into() } else { parts.join(", ") }
 }
 

@@ -47,9 +47,10 @@ pub struct SubmitArgs {
     /// A raw priority value instead of a class (the job is then preemptible).
     #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
     pub priority: Option<i32>,
-    /// GPUs per replica [default: 1].
+    /// GPUs per replica [default: 1]: whole GPUs, or a fraction of one shared GPU (0.5 or
+    /// 500m; decisions.md section 11).
     #[arg(long, conflicts_with = "file")]
-    pub gpus: Option<u64>,
+    pub gpus: Option<String>,
     /// CPUs per replica (e.g. 2, 2.5 or 500m).
     #[arg(long, conflicts_with = "file")]
     pub cpu: Option<String>,
@@ -206,10 +207,10 @@ fn other_resources(flags: &[String]) -> Result<Resources, ClientError> {
     for f in flags {
         let (name, qty) = f.split_once('=').ok_or_else(|| usage(format!("--resources {f:?}: expected NAME=QTY")))?;
         let name = name.trim();
-        if matches!(name, "gpu" | "cpu" | "memory") {
+        if matches!(name, "gpu" | "cpu" | "memory" | baton_model::resources::GPU_FRACTION) {
             return Err(usage(format!(
                 "--resources {f:?}: give {name} with --{}",
-                if name == "gpu" { "gpus" } else { name }
+                if name == "cpu" || name == "memory" { name } else { "gpus" }
             )));
         }
         baton_model::resources::validate_resource_name(name).map_err(|e| usage(format!("--resources {f:?}: {e}")))?;
@@ -225,7 +226,12 @@ fn other_resources(flags: &[String]) -> Result<Resources, ClientError> {
 fn flag_task(a: &SubmitArgs) -> Result<v1::TaskSpec, ClientError> {
     let mut resources = other_resources(&a.resources)?;
     let slices = resources.slices().next().is_some();
-    resources.set("gpu", a.gpus.unwrap_or(if slices { 0 } else { 1 }));
+    let milli = match &a.gpus {
+        Some(g) => baton_model::quantity::parse_gpu_request(g).map_err(|e| usage(format!("--gpus: {e}")))?,
+        None if slices => 0,
+        None => 1000,
+    };
+    resources.set_gpus_milli(milli);
     if let Some(c) = &a.cpu {
         resources.set("cpu", quantity("cpu", c, "--cpu")?);
     }

@@ -57,21 +57,25 @@ impl Ledger {
         debug_assert!(!ch.leaving && !ch.reserved, "only a running job's occupancy is split");
         let (queue, not_preemptible) = (ch.queue, ch.not_preemptible);
         let mut moved: Vec<(usize, Vector)> = Vec::new();
-        for &Share { node: n, amount, gpus } in part {
+        for Share { node: n, amount, gpus, fractions } in part {
+            let (n, amount, gpus) = (*n, *amount, *gpus);
             let node = &mut self.nodes[n];
             let Some(o) = node.occupants.iter_mut().find(|o| o.job == job) else { continue };
             debug_assert!(fits(&amount, &o.amount) && gpus & !o.gpus == 0, "a split takes only what the job holds");
             sub(&mut o.amount, &amount);
             o.gpus &= !gpus;
+            o.fractions.remove(fractions);
             // The part keeps what the whole keeps of it: all but CPUs for a job that
             // suspends, nothing otherwise.
             let keeps = if o.keeps == ZERO { ZERO } else { min(&o.keeps, &amount) };
             sub(&mut o.keeps, &keeps);
-            if o.amount == ZERO && o.gpus == 0 {
+            if o.amount == ZERO && o.gpus == 0 && o.fractions.is_empty() {
                 node.occupants.retain(|o| o.job != job);
             }
             let (held, lent_to, lent_amount, lent_gpus) = (false, None, ZERO, 0);
-            node.occupants.push(Occupant { job: to, amount, gpus, keeps, held, lent_to, lent_amount, lent_gpus });
+            let fractions = fractions.clone();
+            let o = Occupant { job: to, amount, gpus, keeps, held, lent_to, lent_amount, lent_gpus, fractions };
+            node.occupants.push(o);
             add_to_pool(&mut moved, node.pool, &amount);
         }
         let nodes = part.iter().map(|s| s.node).collect();
@@ -173,19 +177,17 @@ impl Ledger {
     /// since something other than its victims can still hold the reserved room (a suspended
     /// victim's rank left completing when its job was requeued).
     pub fn lacks_room(&self, job: JobId, shares: &[Share]) -> Option<usize> {
-        shares.iter().position(|Share { node: n, amount, gpus }| {
-            let (free, free_gpus) = self.nodes[*n].free_for(Some(job), &[]);
-            !fits(amount, &free) || gpus & !free_gpus != 0
-        })
+        shares.iter().position(|s| !self.nodes[s.node].admits(Some(job), &[], s))
     }
 
     fn assert_room(&self, job: JobId, shares: &[Share]) {
         if let Some(i) = self.lacks_room(job, shares) {
-            let Share { node: n, amount, gpus } = &shares[i];
+            let Share { node: n, amount, gpus, fractions } = &shares[i];
             let node = &self.nodes[*n];
             let (free, free_gpus) = node.free_for(Some(job), &[]);
             panic!(
-                "job {job} would over-allocate node {}: needs {amount:?} GPUs {gpus:#x}, free {free:?} GPUs {free_gpus:#x}",
+                "job {job} would over-allocate node {}: needs {amount:?} GPUs {gpus:#x} fractions {fractions:?}, free \
+                 {free:?} GPUs {free_gpus:#x}",
                 node.name
             );
         }
@@ -312,7 +314,7 @@ mod tests {
     use crate::alloc::ReplicaAlloc;
     use crate::command::{Command, Op, Outcome};
     use crate::fixture::{gpu_job, gpu_node};
-    use crate::ledger::GPU_KIND;
+    use crate::ledger::{GPU_KIND, gpus_milli};
     use crate::name::Name;
     use crate::plan::{Decision, Plan};
     use crate::queue::{Cohort, QueueSpec};
@@ -370,9 +372,9 @@ mod tests {
         let mut l = s.ledger().clone();
         let (victim, preemptor) = (running[0], 99);
         let (q0, q1) = (l.queue("q0").unwrap(), l.queue("q1").unwrap());
-        let shares: Vec<Share> = vec![Share { node: 0, amount: l.nodes[0].capacity, gpus: 0xff }];
+        let shares: Vec<Share> = vec![Share::new(0, l.nodes[0].capacity, 0xff)];
         l.preempt(preemptor, q1, false, &shares, &[victim], |_| false);
-        assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, 8));
+        assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, gpus_milli(8)));
         assert_eq!(l.nodes[0].free_for(Some(preemptor), &[]).1, 0, "the victim still runs there");
         l.vacate(victim);
         assert_eq!(
@@ -384,7 +386,7 @@ mod tests {
         l.place(preemptor, q1, false, false, &shares);
         assert!(l.nodes[0].reservations.is_empty(), "the reservation became its occupancy");
         assert!(!l.charges.get(&preemptor).unwrap().reserved);
-        assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, 8));
+        assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, gpus_milli(8)));
     }
 
     #[test]
@@ -394,9 +396,9 @@ mod tests {
         assert_eq!(running.len(), 1);
         let mut l = s.ledger().clone();
         let mut amount = l.nodes[0].capacity;
-        amount[GPU_KIND] = 1;
+        amount[GPU_KIND] = gpus_milli(1);
         // GPU 0 is the running job's.
-        l.place(99, 0, false, false, &[Share { node: 0, amount, gpus: 0b1 }]);
+        l.place(99, 0, false, false, &[Share::new(0, amount, 0b1)]);
     }
 
     #[test]

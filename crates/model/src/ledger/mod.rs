@@ -23,6 +23,7 @@
 
 mod change;
 mod cow;
+mod fractions;
 mod fxhash;
 mod node;
 mod ops;
@@ -30,6 +31,7 @@ mod quota;
 
 pub use change::Removed;
 pub use cow::{CowMap, CowVec};
+pub use fractions::{Fractions, GpuUse};
 pub use fxhash::FxMap;
 pub use node::{NodeAcct, NodeReservation, Occupant};
 pub use ops::Share;
@@ -41,14 +43,31 @@ use std::sync::Arc;
 use crate::job::JobId;
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
-use crate::resources::{GPU, Resources};
+use crate::quantity::Human;
+use crate::resources::{GPU, Resources, is_gpu_key};
 
 /// Quantities indexed by kind.
 pub type Vector = [u64; MAX_RESOURCE_KINDS];
 
-/// The kind of `gpu`: always the first (`Kinds::new`), so a vector's GPU count is
-/// `v[GPU_KIND]`. GPUs are also tracked by index (a mask per node), which no other kind is.
+/// The kind of `gpu`: always the first (`Kinds::new`), so a vector's GPUs are
+/// `v[GPU_KIND]`, in thousandths (`GPU_MILLI` per GPU) so that a shared GPU's fraction
+/// counts exactly against a quota (decisions.md section 11). GPUs are also tracked by index
+/// (a mask per node), which no other kind is.
 pub const GPU_KIND: usize = 0;
+
+/// Thousandths of a GPU in one GPU: the ledger's unit for kind `GPU_KIND`.
+pub const GPU_MILLI: u64 = 1000;
+
+/// Whole GPUs in an amount of the GPU kind (a fraction left over is not counted).
+pub fn whole_gpus(milli: u64) -> u64 {
+    milli / GPU_MILLI
+}
+
+/// An amount of whole GPUs in the ledger's unit, at most `MAX_QUANTITY` as any amount (so
+/// sums of a few stay within `u64`, as they did in whole GPUs).
+pub fn gpus_milli(gpus: u64) -> u64 {
+    gpus.saturating_mul(GPU_MILLI).min(crate::quantity::MAX_QUANTITY)
+}
 
 pub const ZERO: Vector = [0; MAX_RESOURCE_KINDS];
 
@@ -88,20 +107,22 @@ impl Kinds {
     /// `None` when `r` names a resource no node has.
     pub fn vector(&self, r: &Resources) -> Option<Vector> {
         let mut v = ZERO;
-        for (name, q) in r.iter() {
+        for (name, q) in r.iter().filter(|(name, _)| !is_gpu_key(name)) {
             v[self.index(name)?] = q;
         }
+        v[GPU_KIND] = r.gpus_milli();
         Some(v)
     }
 
     /// Like `vector`, but drops resources no node has (quotas may name future resources).
     pub fn vector_lossy(&self, r: &Resources) -> Vector {
         let mut v = ZERO;
-        for (name, q) in r.iter() {
+        for (name, q) in r.iter().filter(|(name, _)| !is_gpu_key(name)) {
             if let Some(k) = self.index(name) {
                 v[k] = q;
             }
         }
+        v[GPU_KIND] = r.gpus_milli();
         v
     }
 
@@ -110,19 +131,40 @@ impl Kinds {
         let mut v = [absent; MAX_RESOURCE_KINDS];
         for (name, q) in m {
             if let Some(k) = self.index(name) {
-                v[k] = *q;
+                v[k] = Self::in_ledger_units(k, *q);
             }
         }
         v
     }
 
+    /// A quantity of kind `k` as `Resources` hold it, in the ledger's unit (GPUs in
+    /// thousandths; see `GPU_KIND`).
+    pub fn in_ledger_units(k: usize, q: u64) -> u64 {
+        if k == GPU_KIND { gpus_milli(q) } else { q }
+    }
+
     pub fn resources(&self, v: &Vector) -> Resources {
         let mut r = Resources::new();
-        for (k, name) in self.names.iter().enumerate() {
+        for (k, name) in self.names.iter().enumerate().skip(1) {
             r.set(name, v[k]);
         }
+        r.set_gpus_milli(v[GPU_KIND]);
         r
     }
+
+    /// An amount of kind `k` as a person reads it (`8`, `0.5` GPUs, `500m` CPUs, `1Gi`).
+    pub fn human(&self, k: usize, v: u64) -> String {
+        if k == GPU_KIND {
+            return crate::quantity::thousandths(v);
+        }
+        Human { resource: self.name(k), value: v }.to_string()
+    }
+}
+
+/// Caps the GPUs of `free` at the whole GPUs of `mask`: a share of a GPU left over on a
+/// GPU that holds fractions is no room for a whole GPU.
+pub fn clamp_to_mask(free: &mut Vector, mask: u64) {
+    free[GPU_KIND] = free[GPU_KIND].min(gpus_milli(u64::from(mask.count_ones())));
 }
 
 pub fn add(a: &mut Vector, b: &Vector) {
@@ -366,13 +408,14 @@ impl Ledger {
     /// checker and the scheduler both ask this, so they agree on who may backfill.
     pub fn reservation_occupants(&self, job: JobId, shares: &[Share]) -> Vec<JobId> {
         let mut out = Vec::new();
-        for Share { node: n, amount, gpus } in shares {
+        for Share { node: n, amount, gpus, fractions } in shares {
+            let gpus = gpus | fractions.mask();
             let mut others = *amount;
             others[GPU_KIND] = 0;
             let node = &self.nodes[*n];
             let short = !fits(&others, &node.free_for(Some(job), &[]).0);
             for o in node.occupants.iter().filter(|o| !o.held) {
-                let on_gpus = o.gpus & gpus != 0;
+                let on_gpus = (o.gpus | o.fractions.mask()) & gpus != 0;
                 let on_rest = short && o.amount.iter().enumerate().any(|(k, &x)| k != GPU_KIND && x > 0);
                 if (on_gpus || on_rest) && !out.contains(&o.job) {
                     out.push(o.job);

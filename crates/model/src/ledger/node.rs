@@ -1,6 +1,6 @@
 //! Per-node accounting: who occupies what, what is reserved, and what is free for whom.
 
-use super::{GPU_KIND, Vector, ZERO, add, sub};
+use super::{Fractions, GPU_KIND, GPU_MILLI, GpuUse, Share, Vector, ZERO, add, fits, sub};
 use crate::job::JobId;
 use crate::name::Name;
 
@@ -22,6 +22,9 @@ pub struct Occupant {
     pub lent_to: Option<JobId>,
     pub lent_amount: Vector,
     pub lent_gpus: u64,
+    /// What it holds of shared GPUs (decisions.md section 11). A job that uses GPUs is
+    /// never suspended in place (section 7), so a held share has none.
+    pub fractions: Fractions,
 }
 
 /// Resources on one node held for a preemptor while its victims stop.
@@ -31,6 +34,7 @@ pub struct NodeReservation {
     pub amount: Vector,
     pub gpus: u64,
     pub victims: Vec<JobId>,
+    pub fractions: Fractions,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +57,7 @@ pub struct NodeAcct {
 
 impl NodeAcct {
     pub fn new(name: Name, pool: usize, rack: Option<usize>, schedulable: bool, capacity: Vector) -> NodeAcct {
-        let gpus = capacity[GPU_KIND];
+        let gpus = super::whole_gpus(capacity[GPU_KIND]);
         let all_gpus = if gpus >= 64 { u64::MAX } else { (1u64 << gpus) - 1 };
         let mut n = NodeAcct {
             name,
@@ -81,7 +85,8 @@ impl NodeAcct {
             return;
         }
         self.all_gpus &= !out;
-        self.capacity[GPU_KIND] = self.capacity[GPU_KIND].saturating_sub(u64::from(out.count_ones()));
+        self.capacity[GPU_KIND] =
+            self.capacity[GPU_KIND].saturating_sub(super::gpus_milli(u64::from(out.count_ones())));
         self.refresh();
     }
 
@@ -125,7 +130,7 @@ impl NodeAcct {
                     add(&mut used, &o.keeps);
                 } else {
                     add(&mut used, &o.amount);
-                    used_gpus |= o.gpus;
+                    used_gpus |= o.gpus | o.fractions.mask();
                 }
                 continue;
             }
@@ -148,7 +153,7 @@ impl NodeAcct {
             let mut extra = r.amount;
             sub(&mut extra, &self.victims_active(r, removed));
             add(&mut used, &super::max(&extra, &self.lent_to(r.job, removed)));
-            used_gpus |= r.gpus;
+            used_gpus |= r.gpus | r.fractions.mask();
         }
         let mut free = self.capacity;
         sub(&mut free, &used);
@@ -181,6 +186,47 @@ impl NodeAcct {
         lent
     }
 
+    /// What is used of each GPU for job `who` with the jobs `gone` gone: 0 for a GPU free
+    /// for it, the sum of the fractions on a shared one, the whole for any other (held
+    /// whole, reserved whole, out of service, or not on the node).
+    pub fn gpu_use_for_gone(&self, who: Option<JobId>, gone: &dyn Fn(JobId) -> bool) -> GpuUse {
+        let (_, free) = self.compute_free_by(who, gone);
+        let mut u = GpuUse::new(free);
+        let mut shared = 0u64;
+        let mut whole = !self.all_gpus;
+        for o in &self.occupants {
+            if o.held || !gone(o.job) {
+                u.share(&o.fractions, &mut shared);
+                whole |= o.gpus;
+            }
+        }
+        for r in self.reservations.iter().filter(|r| Some(r.job) != who) {
+            u.share(&r.fractions, &mut shared);
+            whole |= r.gpus;
+        }
+        u.take_whole(whole);
+        u
+    }
+
+    /// `gpu_use_for_gone` with the removed jobs as a list.
+    pub fn gpu_use_for(&self, who: Option<JobId>, removed: &[JobId]) -> GpuUse {
+        self.gpu_use_for_gone(who, &|j| removed.contains(&j))
+    }
+
+    /// Whether job `who` could take `share` here with the jobs in `removed` gone: its
+    /// amount, its whole GPUs free, and its fractions each within what their GPU has left.
+    pub fn admits(&self, who: Option<JobId>, removed: &[JobId], share: &Share) -> bool {
+        let (free, free_gpus) = self.free_for(who, removed);
+        if !fits(&share.amount, &free) || share.gpus & !free_gpus != 0 {
+            return false;
+        }
+        if share.fractions.is_empty() {
+            return true;
+        }
+        let u = self.gpu_use_for(who, removed);
+        share.fractions.iter().all(|(g, m)| share.gpus & (1u64 << g) == 0 && u.used(g) + m <= GPU_MILLI)
+    }
+
     pub fn occupant(&self, job: JobId) -> Option<&Occupant> {
         self.occupants.iter().find(|o| o.job == job)
     }
@@ -210,13 +256,24 @@ mod tests {
 
     fn v(gpu: u64, cpu: u64) -> Vector {
         let mut x = ZERO;
-        x[GPU_KIND] = gpu;
+        x[GPU_KIND] = super::super::gpus_milli(gpu);
         x[1] = cpu;
         x
     }
 
     fn occ(job: JobId, amount: Vector, gpus: u64) -> Occupant {
-        Occupant { job, amount, gpus, keeps: ZERO, held: false, lent_to: None, lent_amount: ZERO, lent_gpus: 0 }
+        let fractions = Fractions::default();
+        Occupant {
+            job,
+            amount,
+            gpus,
+            keeps: ZERO,
+            held: false,
+            lent_to: None,
+            lent_amount: ZERO,
+            lent_gpus: 0,
+            fractions,
+        }
     }
 
     #[test]
@@ -224,7 +281,13 @@ mod tests {
         let mut n = NodeAcct::new(Name::lit("n1"), 0, None, true, v(8, 64));
         // victim 1 holds GPUs 0-5; job 9 needs 4 GPUs, reserved on 0-3.
         n.occupants.push(occ(1, v(6, 8), 0b11_1111));
-        n.reservations.push(NodeReservation { job: 9, amount: v(4, 4), gpus: 0b1111, victims: vec![1] });
+        n.reservations.push(NodeReservation {
+            job: 9,
+            amount: v(4, 4),
+            gpus: 0b1111,
+            victims: vec![1],
+            fractions: Fractions::default(),
+        });
         n.refresh();
         assert_eq!(n.free, v(2, 56));
         assert_eq!(n.free_gpus, 0b1100_0000);
@@ -255,7 +318,13 @@ mod tests {
         // Job 3 (40 CPUs) is suspended for job 9, which preempts job 2 too and has 4 CPUs
         // reserved here, all of them lent by job 3.
         n.occupants.push(held_lending(3, v(0, 40), 9, v(0, 4)));
-        n.reservations.push(NodeReservation { job: 9, amount: v(0, 4), gpus: 0, victims: vec![2] });
+        n.reservations.push(NodeReservation {
+            job: 9,
+            amount: v(0, 4),
+            gpus: 0,
+            victims: vec![2],
+            fractions: Fractions::default(),
+        });
         n.refresh();
         // 64 - 22 (job 1's share, 8 of it under job 2) - 40 (job 3's, 4 of it job 9's).
         assert_eq!(n.free, v(0, 2));
@@ -269,7 +338,13 @@ mod tests {
         let mut n = NodeAcct::new(Name::lit("n1"), 0, None, true, v(0, 64));
         n.occupants.push(held_lending(1, v(0, 22), 2, v(0, 8)));
         n.occupants.push(occ(2, v(0, 8), 0));
-        n.reservations.push(NodeReservation { job: 9, amount: v(0, 4), gpus: 0, victims: vec![2] });
+        n.reservations.push(NodeReservation {
+            job: 9,
+            amount: v(0, 4),
+            gpus: 0,
+            victims: vec![2],
+            fractions: Fractions::default(),
+        });
         n.refresh();
         assert_eq!(n.free, v(0, 64 - 22 - 4));
     }

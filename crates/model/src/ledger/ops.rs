@@ -5,18 +5,27 @@
 //! they are crate-private so that a caller outside `model` (the scheduler's view) can only
 //! make the changes `State::apply` makes, through the one API in `change.rs`.
 
-use super::{JobCharge, Ledger, NodeReservation, Occupant, Vector, ZERO, min, sub};
+use super::{Fractions, JobCharge, Ledger, NodeReservation, Occupant, Vector, ZERO, min, sub};
 use crate::job::JobId;
 use crate::quantity::CPU;
 
 /// One job's share of one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Share {
     /// The node's index in the ledger.
     pub node: usize,
+    /// With the GPUs in thousandths: whole ones and fractions together.
     pub amount: Vector,
-    /// The GPUs it holds there, by index.
+    /// The GPUs it holds whole there, by index.
     pub gpus: u64,
+    /// What it holds of GPUs it shares (decisions.md section 11).
+    pub fractions: Fractions,
+}
+
+impl Share {
+    pub fn new(node: usize, amount: Vector, gpus: u64) -> Share {
+        Share { node, amount, gpus, fractions: Fractions::default() }
+    }
 }
 
 impl Ledger {
@@ -66,10 +75,11 @@ impl Ledger {
     pub(crate) fn occupy(&mut self, job: JobId, queue: usize, np: bool, suspends: bool, shares: &[Share]) {
         let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         self.ensure_charge(job, queue, np, &nodes);
-        for &Share { node: n, amount, gpus } in shares {
+        for Share { node: n, amount, gpus, fractions } in shares {
+            let (n, amount, gpus, fractions) = (*n, *amount, *gpus, fractions.clone());
             let keeps = if suspends { self.kept_when_suspended(&amount) } else { ZERO };
             let (held, lent_to, lent_amount, lent_gpus) = (false, None, ZERO, 0);
-            let o = Occupant { job, amount, gpus, keeps, held, lent_to, lent_amount, lent_gpus };
+            let o = Occupant { job, amount, gpus, keeps, held, lent_to, lent_amount, lent_gpus, fractions };
             self.nodes[n].occupants.push(o);
         }
         self.settle(job);
@@ -200,8 +210,9 @@ impl Ledger {
     pub(crate) fn reserve(&mut self, job: JobId, queue: usize, np: bool, shares: &[Share], victims: &[JobId]) {
         let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         self.ensure_charge(job, queue, np, &nodes);
-        for &Share { node: n, amount, gpus } in shares {
-            let r = NodeReservation { job, amount, gpus, victims: victims.to_vec() };
+        for Share { node: n, amount, gpus, fractions } in shares {
+            let (n, amount, gpus, fractions) = (*n, *amount, *gpus, fractions.clone());
+            let r = NodeReservation { job, amount, gpus, victims: victims.to_vec(), fractions };
             self.nodes[n].reservations.push(r);
         }
         self.settle(job);

@@ -11,7 +11,6 @@ use super::{Ledger, Vector, ZERO, add};
 use crate::job::JobId;
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
-use crate::quantity::Human;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueAcct {
@@ -124,7 +123,7 @@ impl QuotaBlock {
         let q = &ledger.queues[queue].name;
         let pool = |p: usize| &ledger.pools[p].name;
         let kind = |k: usize| ledger.kinds.name(k);
-        let h = |k: usize, v: u64| Human { resource: ledger.kinds.name(k), value: v }.to_string();
+        let h = |k: usize, v: u64| ledger.kinds.human(k, v);
         match *self {
             QuotaBlock::BorrowLimit { pool: p, kind: k, limit, would_borrow } => format!(
                 "queue {q} would borrow {} {} in pool {} but its borrow limit is {}",

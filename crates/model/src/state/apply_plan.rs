@@ -243,14 +243,18 @@ impl State {
         removed: &[JobId],
         kept: &[Shrinking],
     ) -> Result<(), Rejection> {
-        for &Share { node: n, ref amount, gpus } in shares {
-            let node = &self.ledger.nodes[n];
+        for share in shares {
+            let node = &self.ledger.nodes[share.node];
             let (mut free, mut free_gpus) = node.free_for(Some(id), removed);
-            for k in kept.iter().flat_map(|k| &k.kept).filter(|k| k.node == n) {
+            let mut used = node.gpu_use_for(Some(id), removed);
+            for k in kept.iter().flat_map(|k| &k.kept).filter(|k| k.node == share.node) {
                 crate::ledger::sub(&mut free, &k.amount);
                 free_gpus &= !k.gpus;
+                used.take_whole(k.gpus);
+                k.fractions.iter().for_each(|(g, m)| used.add(g, m));
             }
-            if !fits(amount, &free) || gpus & !free_gpus != 0 {
+            let fractions_fit = share.fractions.iter().all(|(g, m)| used.used(g) + m <= crate::ledger::GPU_MILLI);
+            if !fits(&share.amount, &free) || share.gpus & !free_gpus != 0 || !fractions_fit {
                 return Err(Rejection::NoLongerFits { node: node.name.clone() });
             }
         }
@@ -332,7 +336,9 @@ impl State {
             // Against the GPUs the node has, unhealthy ones included: one of those is refused
             // below as not free (the ledger's capacity counts only healthy ones).
             let has = self.d.nodes.get(&r.node).map_or(0, |n| n.spec.resources.gpus());
-            if r.gpus.len() as u64 != task.resources.gpus() || r.gpus.iter().any(|&g| u64::from(g) >= has) {
+            // A fraction of a shared GPU names the one GPU it shares.
+            let want = if task.resources.gpu_fraction() > 0 { 1 } else { task.resources.gpus() };
+            if r.gpus.len() as u64 != want || r.gpus.iter().any(|&g| u64::from(g) >= has) {
                 return Err(Rejection::WrongGpus { index: r.index, task: task.name.clone() });
             }
             racks.insert(rack_level.map_or(acct.rack.map(|r| r as u32), |lv| Some(acct.domains[lv])));
@@ -349,7 +355,9 @@ impl State {
             _ => {}
         }
         let shares = self.shares(job, replicas);
-        let gpu_total: usize = replicas.iter().map(|r| r.gpus.len()).sum();
+        // Whole GPUs are each one replica's; shared ones are checked by what is left of them.
+        let whole = |r: &&ReplicaAlloc| spec.tasks[r.task as usize].resources.gpu_fraction() == 0;
+        let gpu_total: usize = replicas.iter().filter(whole).map(|r| r.gpus.len()).sum();
         let distinct: u32 = shares.iter().map(|s| s.gpus.count_ones()).sum();
         if distinct as usize != gpu_total {
             return Err(Rejection::SameGpu);
@@ -358,10 +366,9 @@ impl State {
     }
 
     pub(super) fn check_fit(&self, id: JobId, shares: &[Share], removed: &[JobId]) -> Result<(), Rejection> {
-        for &Share { node: n, ref amount, gpus } in shares {
-            let node = &self.ledger.nodes[n];
-            let (free, free_gpus) = node.free_for(Some(id), removed);
-            if !fits(amount, &free) || gpus & !free_gpus != 0 {
+        for share in shares {
+            let node = &self.ledger.nodes[share.node];
+            if !node.admits(Some(id), removed, share) {
                 return Err(Rejection::NoLongerFits { node: node.name.clone() });
             }
         }

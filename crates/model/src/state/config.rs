@@ -337,6 +337,12 @@ fn check_names<'a>(names: impl Iterator<Item = &'a str>, field: &str) -> Result<
 
 fn validate_node(spec: &NodeSpec) -> Result<(), ApplyError> {
     check_names(spec.resources.names(), "resources")?;
+    if spec.resources.gpu_fraction() > 0 {
+        return Err(ApplyError::invalid(
+            format!("resources.{}", crate::resources::GPU_FRACTION),
+            "a node offers whole GPUs; jobs share them by asking a fraction",
+        ));
+    }
     if spec.resources.gpus() > MAX_GPUS_PER_NODE {
         return Err(ApplyError::invalid("resources.gpu", format!("a node may have at most {MAX_GPUS_PER_NODE} GPUs")));
     }

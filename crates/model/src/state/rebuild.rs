@@ -62,7 +62,8 @@ impl State {
             acct.take_out_gpus(self.unhealthy_gpus(&node.spec.name));
             if open {
                 add(&mut pa.capacity, &acct.capacity);
-                pa.unhealthy_gpus += cap[crate::ledger::GPU_KIND] - acct.capacity[crate::ledger::GPU_KIND];
+                pa.unhealthy_gpus +=
+                    crate::ledger::whole_gpus(cap[crate::ledger::GPU_KIND] - acct.capacity[crate::ledger::GPU_KIND]);
             }
             Arc::make_mut(&mut l.node_ix).insert(node.spec.name.to_string(), l.nodes.len());
             l.nodes.push(acct);
@@ -158,8 +159,8 @@ impl State {
                 let t = &mut l.trees[tree];
                 for k in 0..MAX_RESOURCE_KINDS {
                     let lendable = acct.lendable_nominal(p, k);
-                    t.lendable_nominal[p][k] += lendable;
-                    t.lendable_unused[p][k] += lendable;
+                    t.lendable_nominal[p][k] = t.lendable_nominal[p][k].saturating_add(lendable);
+                    t.lendable_unused[p][k] = t.lendable_unused[p][k].saturating_add(lendable);
                 }
             }
             l.queue_ix.insert(q.name.to_string(), l.queues.len());
@@ -231,13 +232,20 @@ impl State {
             };
             let task = &job.spec.tasks[r.task as usize];
             let amount: Vector = self.ledger.kinds.vector_lossy(&task.resources);
-            let gpus = crate::alloc::gpu_mask(&r.gpus);
-            match out.iter_mut().find(|s| s.node == n) {
-                Some(s) => {
-                    add(&mut s.amount, &amount);
-                    s.gpus |= gpus;
+            let pos = match out.iter().position(|s| s.node == n) {
+                Some(pos) => pos,
+                None => {
+                    out.push(Share::new(n, crate::ledger::ZERO, 0));
+                    out.len() - 1
                 }
-                None => out.push(Share { node: n, amount, gpus }),
+            };
+            let s = &mut out[pos];
+            add(&mut s.amount, &amount);
+            // A fraction names the one GPU it shares (decisions.md section 11).
+            match (task.resources.gpu_fraction(), r.gpus.as_slice()) {
+                (0, gpus) => s.gpus |= crate::alloc::gpu_mask(gpus),
+                (milli, [g, ..]) => s.fractions.add(*g, milli),
+                (_, []) => {}
             }
         }
         out

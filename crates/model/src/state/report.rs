@@ -1108,7 +1108,7 @@ mod tests {
         let q = s.ledger.queue("q").unwrap();
         let inside = s.ledger.without([job], |l| l.queues[q].usage[0][crate::ledger::GPU_KIND]);
         assert_eq!(inside, 0, "the gang's 16 GPUs are not charged inside");
-        assert_eq!(s.ledger.queues[q].usage[0][crate::ledger::GPU_KIND], 16);
+        assert_eq!(s.ledger.queues[q].usage[0][crate::ledger::GPU_KIND], crate::ledger::gpus_milli(16));
         assert_eq!(s.ledger.digest(), before, "put back exactly");
     }
 }

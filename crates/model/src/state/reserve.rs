@@ -167,8 +167,10 @@ impl State {
     /// Would `shares` (once `victims` are gone) use reserved GPUs, or leave a reserved node
     /// without the part of the other reserved resources that is free there now?
     fn takes_reserved(&self, shares: &[Share], reserved: &[Share], victims: &[JobId]) -> bool {
-        shares.iter().any(|Share { node: n, amount, gpus }| {
-            reserved.iter().filter(|r| r.node == *n).any(|Share { amount: want, gpus: want_gpus, .. }| {
+        shares.iter().any(|Share { node: n, amount, gpus, fractions }| {
+            let gpus = gpus | fractions.mask();
+            reserved.iter().filter(|r| r.node == *n).any(|r| {
+                let (want, want_gpus) = (&r.amount, r.gpus | r.fractions.mask());
                 let node = &self.ledger.nodes[*n];
                 let mut held = min(want, &node.free);
                 held[GPU_KIND] = 0;

@@ -15,8 +15,7 @@ use crate::limits::{
     MAX_TASKS_PER_JOB, MAX_TIME_LIMIT_MS,
 };
 use crate::name::Name;
-use crate::quantity::Human;
-use crate::resources::validate_resource_name;
+use crate::resources::{Resources, validate_resource_name};
 use crate::runnable::{validate_command, validate_env};
 use crate::tenancy::UnixUser;
 use crate::topology::TopologyError;
@@ -257,7 +256,7 @@ impl State {
             add(&mut total, &l.pools[p].total);
         }
         if let Some(k) = (0..l.kinds.len()).find(|&k| gang[k] > total[k]) {
-            let h = |v| Human { resource: l.kinds.name(k), value: v };
+            let h = |v| l.kinds.human(k, v);
             return Err(ApplyError::Impossible(format!(
                 "the gang needs {} {} in all, but its pools have {} in all",
                 h(gang[k]),
@@ -353,6 +352,29 @@ pub fn replicas_fitting(need: &Vector, cap: &Vector) -> u64 {
     need.iter().zip(cap).filter(|(n, _)| **n > 0).map(|(n, c)| c / n).min().unwrap_or(u64::MAX)
 }
 
+/// A replica's share of one GPU (decisions.md section 11): less than one GPU, and never
+/// with whole GPUs or MIG slices, whose devices it would share.
+fn validate_gpu_fraction(i: usize, r: &Resources) -> Result<(), ApplyError> {
+    let fraction = r.gpu_fraction();
+    if fraction == 0 {
+        return Ok(());
+    }
+    let field = format!("tasks[{i}].resources.gpu");
+    if fraction >= 1000 {
+        return Err(ApplyError::invalid(field, "a fraction of one shared GPU is less than 1 (0.5 or 500m)"));
+    }
+    if r.gpus() > 0 {
+        return Err(ApplyError::invalid(field, "a replica asks whole GPUs or a fraction of one, never both"));
+    }
+    if let Some((profile, _)) = r.slices().next() {
+        return Err(ApplyError::invalid(
+            field,
+            format!("a replica asks MIG slices or a fraction of a shared GPU, never both (it asks {profile})"),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
     if spec.tasks.is_empty() {
         return Err(ApplyError::invalid("tasks", "a job needs at least one task"));
@@ -373,6 +395,7 @@ fn validate_shape(spec: &JobSpec) -> Result<(), ApplyError> {
         for n in t.resources.names() {
             validate_resource_name(n).map_err(|e| ApplyError::invalid(format!("tasks[{i}].resources"), e))?;
         }
+        validate_gpu_fraction(i, &t.resources)?;
         if t.resources.gpus() > MAX_GPUS_PER_NODE {
             return Err(ApplyError::Impossible(format!(
                 "task {}: a replica may use at most {MAX_GPUS_PER_NODE} GPUs",

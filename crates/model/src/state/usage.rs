@@ -118,7 +118,12 @@ impl State {
     pub fn user_room(&self, job: &Job) -> Option<Vec<(String, u64)>> {
         let limit = self.usage.limit(&job.spec.queue)?;
         let held = self.held_and_reserved(&self.usage_key(job), job.id);
-        Some(limit.iter().map(|(k, max)| (k.to_string(), max.saturating_sub(held.get(k)))).collect())
+        Some(
+            limit
+                .iter()
+                .map(|(k, max)| (k.to_string(), in_limit_units(k, max).saturating_sub(amount(&held, k))))
+                .collect(),
+        )
     }
 
     /// Why `job` may not start holding `demand` more beside what its user's jobs in its
@@ -129,10 +134,14 @@ impl State {
         let key = self.usage_key(job);
         let held = self.held_and_reserved(&key, job.id);
         for (k, max) in limit.iter() {
-            let now = held.get(k).saturating_add(extra.map_or(0, |e| e.get(k)));
-            let want = demand.get(k);
+            let now = amount(&held, k).saturating_add(extra.map_or(0, |e| amount(e, k)));
+            let want = amount(demand, k);
+            let max = in_limit_units(k, max);
             if want > 0 && now.saturating_add(want) > max {
-                let q = |v: u64| crate::quantity::Human { resource: k, value: v }.to_string();
+                let q = |v: u64| match k {
+                    crate::resources::GPU => crate::quantity::thousandths(v),
+                    _ => crate::quantity::Human { resource: k, value: v }.to_string(),
+                };
                 return Some(format!(
                     "user {}'s jobs in queue {} hold {} {k} of the {} each user may hold (max_per_user); it asks {}",
                     key.1,
@@ -162,11 +171,12 @@ impl State {
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| *i != task)
-                .map(|(_, t)| t.resources.get(k).saturating_mul(u64::from(t.replicas)))
+                .map(|(_, t)| amount(&t.resources, k).saturating_mul(u64::from(t.replicas)))
                 .sum();
-            let used = held.get(k).saturating_sub(mine.get(k)).saturating_add(extra.map_or(0, |x| x.get(k)));
-            let per = job.spec.tasks[task].resources.get(k);
-            let room = max.saturating_sub(used).saturating_sub(others);
+            let used =
+                amount(&held, k).saturating_sub(amount(&mine, k)).saturating_add(extra.map_or(0, |x| amount(x, k)));
+            let per = amount(&job.spec.tasks[task].resources, k);
+            let room = in_limit_units(k, max).saturating_sub(used).saturating_sub(others);
             if let Some(n) = room.checked_div(per) {
                 size = size.min(u32::try_from(n).unwrap_or(u32::MAX));
             }
@@ -183,9 +193,13 @@ impl State {
         }
         let mut demand = Self::holding_on(job, replicas);
         if own {
-            for (k, q) in Self::holding(job).iter() {
-                demand.set(k, demand.get(k).saturating_sub(q));
-            }
+            // What it holds already, GPUs with their fractions (never more than it asks).
+            let held = Self::holding(job);
+            demand = demand.checked_sub(&held).unwrap_or_else(|| {
+                let mut d = demand.clone();
+                held.iter().for_each(|(k, q)| d.set(k, d.get(k).saturating_sub(q)));
+                d
+            });
         }
         match self.user_limit_block(job, &demand, None) {
             Some(why) => Err(Rejection::UserLimit(why)),
@@ -223,4 +237,15 @@ impl State {
         }
         Err(format!("usage held incrementally {:?}, rebuilt {:?}", self.usage.held(), rebuilt))
     }
+}
+
+/// How much of `k` `r` holds as a per-user limit counts it: GPUs in thousandths, with the
+/// fractions of shared GPUs (decisions.md section 11); any other resource as held.
+fn amount(r: &Resources, k: &str) -> u64 {
+    if k == crate::resources::GPU { r.gpus_milli() } else { r.get(k) }
+}
+
+/// A limit of `max` of `k` in `amount`'s units.
+fn in_limit_units(k: &str, max: u64) -> u64 {
+    if k == crate::resources::GPU { max.saturating_mul(1000) } else { max }
 }

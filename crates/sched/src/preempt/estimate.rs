@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{GPU_KIND, Vector, add, fits, sub};
+use baton_model::ledger::{GPU_KIND, Vector, add, clamp_to_mask, fits, sub, whole_gpus};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::state::submit::replicas_fitting;
 
@@ -71,7 +71,7 @@ fn estimate(
     order: &mut Vec<usize>,
 ) -> Option<(Quick, u64)> {
     let (mut free, mask) = view.free_for(n, job, &[]);
-    free[GPU_KIND] = free[GPU_KIND].min(u64::from(mask.count_ones()));
+    clamp_to_mask(&mut free, mask);
     let mut all = free;
     for (_, amount) in on {
         add(&mut all, amount);
@@ -155,7 +155,7 @@ pub fn touched_sets(view: &View, job: &Job, needs: &Needs, a: &[usize], cands: &
     let replicas: u64 = needs.tasks.iter().map(|t| u64::from(t.replicas)).sum();
     let idle: Vec<usize> = view.index.pools[pool]
         .all
-        .emptiest_first(need[GPU_KIND])
+        .emptiest_first(whole_gpus(need[GPU_KIND]))
         .filter(|&n| !on_node.contains(n))
         .take(replicas as usize)
         .collect();

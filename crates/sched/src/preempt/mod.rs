@@ -23,9 +23,8 @@ mod walk;
 use std::collections::BTreeSet;
 
 use baton_model::job::{Job, JobId};
-use baton_model::ledger::{GPU_KIND, Vector};
+use baton_model::ledger::{GPU_KIND, Vector, gpus_milli, whole_gpus};
 use baton_model::limits::MAX_RESOURCE_KINDS;
-use baton_model::quantity::Human;
 use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort};
 
 use cand::{Cand, Ctx, eligible};
@@ -358,7 +357,8 @@ fn short_on_nodes(view: &View, needs: &Needs, a: &[usize]) -> Vec<(usize, usize)
 fn hosts_of_kind(view: &View, p: usize, k: usize, need: u64) -> u64 {
     let nodes = &view.index.pools[p].all;
     if k == GPU_KIND {
-        nodes.with_free(need).map(|(n, free)| free.min(view.free_counted(n)[GPU_KIND]) / need).sum()
+        let whole = whole_gpus(need);
+        nodes.with_free(whole).map(|(n, free)| gpus_milli(free).min(view.free_counted(n)[GPU_KIND]) / need).sum()
     } else {
         nodes.with_free(0).map(|(n, _)| view.free_counted(n)[k] / need).sum()
     }
@@ -368,7 +368,7 @@ fn hosts_of_kind(view: &View, p: usize, k: usize, need: u64) -> u64 {
 fn hosts_of_kind_by_scan(view: &View, p: usize, k: usize, need: u64) -> u64 {
     let nodes = view.ledger.nodes.iter().filter(|n| n.pool == p && n.schedulable);
     nodes
-        .map(|n| if k == GPU_KIND { u64::from(n.free_gpu_count()).min(n.free[GPU_KIND]) } else { n.free[k] } / need)
+        .map(|n| if k == GPU_KIND { gpus_milli(u64::from(n.free_gpu_count())).min(n.free[GPU_KIND]) } else { n.free[k] } / need)
         .sum()
 }
 
@@ -376,8 +376,8 @@ fn hosts_of_kind_by_scan(view: &View, p: usize, k: usize, need: u64) -> u64 {
 fn gate_reason(view: &View, ctx: &Ctx, (p, k): (usize, usize)) -> NoPreemption {
     let l = &view.ledger;
     NoPreemption::Forbidden {
-        requested: ctx.requested(p, k),
-        nominal: l.queues[ctx.queue].nominal[p][k],
+        requested: l.kinds.human(k, ctx.requested(p, k)),
+        nominal: l.kinds.human(k, l.queues[ctx.queue].nominal[p][k]),
         resource: l.kinds.name(k).to_string(),
         pool: l.pools[p].name.clone(),
         queue: l.queues[ctx.queue].name.clone(),
@@ -400,13 +400,7 @@ fn describe(view: &mut View, ctx: &Ctx, victims: &[&Cand]) -> String {
         let nominal: Vec<String> = ctx
             .lacks
             .iter()
-            .map(|&(p, k)| {
-                format!(
-                    "{} {}",
-                    Human { resource: l.kinds.name(k), value: l.queues[ctx.queue].nominal[p][k] },
-                    l.kinds.name(k)
-                )
-            })
+            .map(|&(p, k)| format!("{} {}", l.kinds.human(k, l.queues[ctx.queue].nominal[p][k]), l.kinds.name(k)))
             .collect();
         return format!("reclaimed by {queue} (within its quota of {})", nominal.join(", "));
     }

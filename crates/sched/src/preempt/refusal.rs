@@ -4,13 +4,13 @@
 use std::fmt;
 
 use baton_model::name::Name;
-use baton_model::quantity::Human;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NoPreemption {
     /// The queue's policy forbids preempting for a request beyond its nominal quota that it
     /// has no way to borrow (the gate); names the first pool and resource over nominal.
-    Forbidden { requested: u64, nominal: u64, resource: String, pool: Name, queue: Name },
+    /// The amounts are as a person reads them (`8`, `0.5`).
+    Forbidden { requested: String, nominal: String, resource: String, pool: Name, queue: Name },
     /// No running job is an eligible victim.
     NoCandidates,
     /// The eligible victims together would not make room.
@@ -21,13 +21,11 @@ impl fmt::Display for NoPreemption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NoPreemption::Forbidden { requested, nominal, resource, pool, queue } => {
-                let h = |value: u64| Human { resource, value };
                 write!(
                     f,
                     "may not preempt: its request of {} {resource} in pool {pool} exceeds queue {queue}'s nominal of \
                      {} {resource}, and neither borrow_within_cohort nor fair sharing lets it borrow",
-                    h(*requested),
-                    h(*nominal)
+                    requested, nominal
                 )
             }
             NoPreemption::NoCandidates => f.write_str("no running job may be preempted for it"),
@@ -44,8 +42,8 @@ mod tests {
     #[test]
     fn the_words_are_the_reasons_jobs_showed() {
         let gate = NoPreemption::Forbidden {
-            requested: 8,
-            nominal: 4,
+            requested: "8".into(),
+            nominal: "4".into(),
             resource: "gpu".into(),
             pool: Name::lit("default"),
             queue: Name::lit("q"),

@@ -158,7 +158,9 @@ mod tests {
             let q = l.queue(name).unwrap();
             assert_eq!(
                 by_name[name],
-                l.queues[q].usage.iter().map(|v| v[baton_model::ledger::GPU_KIND]).sum::<u64>(),
+                baton_model::ledger::whole_gpus(
+                    l.queues[q].usage.iter().map(|v| v[baton_model::ledger::GPU_KIND]).sum::<u64>()
+                ),
                 "queue {name}"
             );
         }
