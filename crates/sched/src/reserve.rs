@@ -87,7 +87,9 @@ impl Holds {
     /// The job whose reserved GPUs `shares` would use, if any other than `job`.
     pub fn overlapping(&self, job: JobId, shares: &[Share]) -> Option<JobId> {
         let hit = |h: &&Hold| {
-            h.job != job && shares.iter().any(|s| h.shares.iter().any(|r| r.node == s.node && s.gpus & r.gpus != 0))
+            // GPUs shared by fractions count as the plan checker counts them (`takes_reserved`).
+            let gpus = |s: &Share| s.gpus | s.fractions.mask();
+            h.job != job && shares.iter().any(|s| h.shares.iter().any(|r| r.node == s.node && gpus(s) & gpus(r) != 0))
         };
         self.list.iter().find(hit).map(|h| h.job)
     }
@@ -150,13 +152,17 @@ fn block(view: &mut View, h: &mut Hold) {
         let node = &mut view.ledger.nodes[*n];
         let (free, mask) = (node.free, node.free_gpus);
         // GPUs by index: the count blocked must be the reserved GPUs that are free, or free
-        // GPUs the job does not need would count as taken. Fractions block what they would
-        // hold (at most what is free).
-        let gpus = gpus & mask;
+        // GPUs the job does not need would count as taken. A GPU it reserves a fraction of
+        // is blocked whole, as the plan checker keeps every job off it (`takes_reserved`);
+        // its amount counts the fraction (at most what is free).
+        let whole = gpus & mask;
         let mut amount = min(amount, &free);
-        amount[GPU_KIND] = (gpus_milli(u64::from(gpus.count_ones())) + fractions.total()).min(free[GPU_KIND]);
-        let fractions = fractions.clone();
-        let r = NodeReservation { job: h.job, amount, gpus, victims: Vec::new(), fractions };
+        amount[GPU_KIND] = (gpus_milli(u64::from(whole.count_ones())) + fractions.total()).min(free[GPU_KIND]);
+        // A reserved GPU that holds fractions is kept from more of them too: a fraction could
+        // otherwise join the jobs the holder waits for on it.
+        let shared: u64 = node.occupants.iter().fold(0, |m, o| m | o.fractions.mask());
+        let gpus = whole | (gpus & shared) | fractions.mask();
+        let r = NodeReservation { job: h.job, amount, gpus, victims: Vec::new(), fractions: Default::default() };
         node.reservations.push(r);
         node.refresh();
         view.refresh(*n);
@@ -447,7 +453,15 @@ impl<'v, 'a> Fit<'v, 'a> {
     /// Replicas node `n` hosts with `c.gone` gone, as the packer counts them.
     fn hosts(&self, c: &Count, n: usize) -> u64 {
         let gone = |j: JobId| c.gone.contains_key(&j);
-        let (mut free, mask) = self.view.ledger.nodes[n].free_for_gone(Some(self.job), &gone);
+        let node = &self.view.ledger.nodes[n];
+        let (mut free, mask) = node.free_for_gone(Some(self.job), &gone);
+        if crate::pack::is_fraction(&c.need) {
+            // Fractions count the room on each GPU, shared ones too (as the packer does).
+            let mut rest = c.need;
+            rest[GPU_KIND] = 0;
+            let room = node.gpu_use_for_gone(Some(self.job), &gone).room_for(c.need[GPU_KIND]);
+            return replicas_fitting(&rest, &free).min(room);
+        }
         clamp_to_mask(&mut free, mask);
         replicas_fitting(&c.need, &free)
     }
