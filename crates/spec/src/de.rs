@@ -131,6 +131,23 @@ impl<'f> Cx<'f> {
     /// What one replica asks: resources, where `gpu` may also be a fraction of one shared
     /// GPU (`gpu: 0.5` or `500m`; decisions.md section 11).
     pub fn request(&self, node: &Node, path: &str) -> R<Resources> {
+        self.with_gpu_milli(node, path, parse_gpu_request)
+    }
+
+    /// Amounts held or expected, where `gpu` may be any number of thousandths (`1.5`: three
+    /// replicas of half a shared GPU).
+    pub fn amounts(&self, node: &Node, path: &str) -> R<Resources> {
+        self.with_gpu_milli(node, path, |t| parse_thousandths(GPU, t))
+    }
+
+    /// Resources with `gpu` read in thousandths by `gpu_milli`; the fraction's own name is
+    /// never written (it is what `gpu: 0.5` becomes).
+    fn with_gpu_milli(
+        &self,
+        node: &Node,
+        path: &str,
+        gpu_milli: impl Fn(&str) -> Result<u64, baton_model::quantity::QuantityError>,
+    ) -> R<Resources> {
         let mut f = self.map(node, path)?;
         let mut r = Resources::new();
         for (key, line, value) in f.take_all() {
@@ -141,27 +158,7 @@ impl<'f> Cx<'f> {
             validate_resource_name(&key).map_err(|e| self.err(line, &p, e.to_string()))?;
             if key == GPU {
                 let t = self.text(value, &p)?;
-                let milli = parse_gpu_request(&t).map_err(|e| self.err(value.line, &p, e.to_string()))?;
-                r.set_gpus_milli(milli);
-            } else {
-                r.set(&key, self.quantity(value, &p, &key)?);
-            }
-        }
-        Ok(r)
-    }
-
-    /// Amounts held or expected, where `gpu` may be any number of thousandths (`1.5`: three
-    /// replicas of half a shared GPU).
-    pub fn amounts(&self, node: &Node, path: &str) -> R<Resources> {
-        let mut f = self.map(node, path)?;
-        let mut r = Resources::new();
-        for (key, line, value) in f.take_all() {
-            let p = format!("{path}.{key}");
-            validate_resource_name(&key).map_err(|e| self.err(line, &p, e.to_string()))?;
-            if key == GPU {
-                let t = self.text(value, &p)?;
-                let milli = parse_thousandths(GPU, &t).map_err(|e| self.err(value.line, &p, e.to_string()))?;
-                r.set_gpus_milli(milli);
+                r.set_gpus_milli(gpu_milli(&t).map_err(|e| self.err(value.line, &p, e.to_string()))?);
             } else {
                 r.set(&key, self.quantity(value, &p, &key)?);
             }
