@@ -281,13 +281,7 @@ mod tests {
         let mut n = NodeAcct::new(Name::lit("n1"), 0, None, true, v(8, 64));
         // victim 1 holds GPUs 0-5; job 9 needs 4 GPUs, reserved on 0-3.
         n.occupants.push(occ(1, v(6, 8), 0b11_1111));
-        n.reservations.push(NodeReservation {
-            job: 9,
-            amount: v(4, 4),
-            gpus: 0b1111,
-            victims: vec![1],
-            fractions: Fractions::default(),
-        });
+        n.reservations.push(reservation(9, v(4, 4), 0b1111, 1));
         n.refresh();
         assert_eq!(n.free, v(2, 56));
         assert_eq!(n.free_gpus, 0b1100_0000);
@@ -298,6 +292,10 @@ mod tests {
         assert_eq!(n.free_for(Some(7), &[]), n.compute_free(Some(7), &[]));
         // Job 9 holds the reservation: it is not blocked by it, only by the victim still there.
         assert_eq!(n.free_for(Some(9), &[]), (v(2, 56), 0b1100_0000));
+    }
+
+    fn reservation(job: JobId, amount: Vector, gpus: u64, victim: JobId) -> NodeReservation {
+        NodeReservation { job, amount, gpus, victims: vec![victim], fractions: Fractions::default() }
     }
 
     fn held_lending(job: JobId, amount: Vector, to: JobId, lent: Vector) -> Occupant {
@@ -318,13 +316,7 @@ mod tests {
         // Job 3 (40 CPUs) is suspended for job 9, which preempts job 2 too and has 4 CPUs
         // reserved here, all of them lent by job 3.
         n.occupants.push(held_lending(3, v(0, 40), 9, v(0, 4)));
-        n.reservations.push(NodeReservation {
-            job: 9,
-            amount: v(0, 4),
-            gpus: 0,
-            victims: vec![2],
-            fractions: Fractions::default(),
-        });
+        n.reservations.push(reservation(9, v(0, 4), 0, 2));
         n.refresh();
         // 64 - 22 (job 1's share, 8 of it under job 2) - 40 (job 3's, 4 of it job 9's).
         assert_eq!(n.free, v(0, 2));
@@ -338,13 +330,7 @@ mod tests {
         let mut n = NodeAcct::new(Name::lit("n1"), 0, None, true, v(0, 64));
         n.occupants.push(held_lending(1, v(0, 22), 2, v(0, 8)));
         n.occupants.push(occ(2, v(0, 8), 0));
-        n.reservations.push(NodeReservation {
-            job: 9,
-            amount: v(0, 4),
-            gpus: 0,
-            victims: vec![2],
-            fractions: Fractions::default(),
-        });
+        n.reservations.push(reservation(9, v(0, 4), 0, 2));
         n.refresh();
         assert_eq!(n.free, v(0, 64 - 22 - 4));
     }
