@@ -74,27 +74,29 @@ fn submit_leveled_backlog(s: &mut State, fractions: bool) {
     }
 }
 
-fn bench_fractions(c: &mut Criterion) {
+/// The leveled cluster with its backlog (one job in five a fraction when `fractions`), and
+/// its first cycle measured as `topology/NAME`, in placements per second.
+fn first_cycle(c: &mut Criterion, name: &str, fractions: bool) -> State {
     let mut s = leveled_cluster();
-    submit_leveled_backlog(&mut s, true);
+    submit_leveled_backlog(&mut s, fractions);
     let placed = placements(&s);
-    eprintln!("topology/10k-nodes-3-levels-20pct-fractions places {placed} of 50000 jobs per cycle");
+    eprintln!("topology/{name} places {placed} of 50000 jobs per cycle");
     let mut g = c.benchmark_group("topology");
     g.sample_size(10).measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(placed as u64));
-    g.bench_function("10k-nodes-3-levels-20pct-fractions", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
+    g.bench_function(name, |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
     g.finish();
+    s
+}
+
+fn bench_fractions(c: &mut Criterion) {
+    first_cycle(c, "10k-nodes-3-levels-20pct-fractions", true);
 }
 
 fn bench_levels(c: &mut Criterion) {
-    let mut s = leveled_cluster();
-    submit_leveled_backlog(&mut s, false);
-    let placed = placements(&s);
-    eprintln!("topology/10k-nodes-3-levels-50k-jobs places {placed} of 50000 jobs per cycle");
+    let mut s = first_cycle(c, "10k-nodes-3-levels-50k-jobs", false);
     let mut g = c.benchmark_group("topology");
-    g.sample_size(10).measurement_time(Duration::from_secs(20));
-    g.throughput(Throughput::Elements(placed as u64));
-    g.bench_function("10k-nodes-3-levels-50k-jobs", |b| b.iter(|| black_box(cycle(black_box(&s), NOW_MS))));
+    g.measurement_time(Duration::from_secs(20));
 
     // Full: what the backlog placed runs, the rest is cancelled; then the urgent gang.
     let plan = cycle(&s, NOW_MS);
