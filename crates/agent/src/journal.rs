@@ -122,6 +122,10 @@ pub struct ReplicaRecord {
     /// GPU indices it was given (absent in journals written before they were recorded).
     #[serde(default)]
     pub gpus: Vec<u32>,
+    /// Thousandths of its one GPU when it shares it (decisions.md section 11; 0: whole,
+    /// and in journals written before shared GPUs): others may share that GPU beside it.
+    #[serde(default)]
+    pub gpu_milli: u32,
     /// UUIDs of the MIG slices the agent gave it (absent in journals written before them):
     /// no other replica gets them while it holds them, and a restarted agent knows them.
     #[serde(default)]

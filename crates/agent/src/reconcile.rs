@@ -26,6 +26,8 @@ pub struct Known {
     pub phase: Phase,
     pub outcome: Option<Outcome>,
     pub gpus: Vec<u32>,
+    /// Thousandths of its one GPU when it shares it (decisions.md section 11); 0: whole.
+    pub gpu_milli: u32,
 }
 
 /// Everything a directive is reconciled against, read by the caller beforehand.
@@ -54,7 +56,7 @@ pub struct Inputs {
     pub unknown_live: usize,
     /// Replicas that ended whose processes live on (killed, not gone yet), with their GPUs:
     /// the GPUs stay held, and a directive's word on them waits until they are gone.
-    pub lingering: BTreeMap<ReplicaKey, Vec<u32>>,
+    pub lingering: BTreeMap<ReplicaKey, (Vec<u32>, u32)>,
     /// Of the replicas held suspended: where the report of their suspension stands (none:
     /// not reported since this agent started).
     pub suspensions: BTreeMap<ReplicaKey, Answer>,
@@ -194,12 +196,12 @@ pub fn plan(d: &Directive, inputs: &Inputs) -> Result<Plan, DirectiveRefused> {
         }
     }
     // GPUs held by a replica that has not ended, or by one this plan starts.
-    let mut held: Vec<(ReplicaKey, &[u32])> = inputs
+    let mut held: Vec<Hold> = inputs
         .replicas
         .iter()
         .filter(|(_, k)| k.phase != Phase::Finished)
-        .map(|(key, k)| (*key, k.gpus.as_slice()))
-        .chain(inputs.lingering.iter().map(|(key, gpus)| (*key, gpus.as_slice())))
+        .map(|(&key, k)| Hold { key, gpus: &k.gpus, milli: k.gpu_milli })
+        .chain(inputs.lingering.iter().map(|(&key, (gpus, milli))| Hold { key, gpus, milli: *milli }))
         .collect();
     for (key, a) in &wanted {
         if inputs.lingering.contains_key(key) {
@@ -228,7 +230,7 @@ fn plan_run<'a>(
     key: ReplicaKey,
     a: &'a Assignment,
     inputs: &Inputs,
-    held: &mut Vec<(ReplicaKey, &'a [u32])>,
+    held: &mut Vec<Hold<'a>>,
     deferred: &mut BTreeSet<ReplicaKey>,
 ) -> Option<Act> {
     if inputs.lease_expired {
@@ -257,12 +259,13 @@ fn plan_run<'a>(
         if refused.is_some() {
             return refused;
         }
-        if gpu_holder(&key, &a.gpus, held).is_some() {
+        let hold = Hold { key, gpus: &a.gpus, milli: a.gpu_milli };
+        if gpu_holder(&hold, held).is_some() {
             deferred.insert(key);
             return None;
         }
         deferred.remove(&key);
-        held.push((key, a.gpus.as_slice()));
+        held.push(hold);
         return Some(Act::Start(key));
     };
     match known.phase {
@@ -331,10 +334,39 @@ fn new_suspension(answer: Option<&Answer>, state_index: u64) -> bool {
     }
 }
 
-/// A replica other than `key` that has not ended holds one of `gpus`.
-pub fn gpu_holder(key: &ReplicaKey, gpus: &[u32], held: &[(ReplicaKey, &[u32])]) -> Option<ReplicaKey> {
-    held.iter().find(|(k, g)| k != key && g.iter().any(|x| gpus.contains(x))).map(|(k, _)| *k)
+/// GPUs a replica holds, or would.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold<'a> {
+    pub key: ReplicaKey,
+    pub gpus: &'a [u32],
+    /// Thousandths of its one GPU when it shares it (decisions.md section 11); 0: whole.
+    pub milli: u32,
 }
+
+/// A replica other than `want`'s that has not ended holds one of its GPUs in a way that
+/// keeps `want` off it: whole, or (both sharing it) with so much that `want`'s share does
+/// not fit beside what the sharers hold.
+pub fn gpu_holder(want: &Hold, held: &[Hold]) -> Option<ReplicaKey> {
+    for g in want.gpus {
+        let mut on = held.iter().filter(|h| h.key != want.key && h.gpus.contains(g)).peekable();
+        let Some(first) = on.peek().map(|h| h.key) else { continue };
+        let mut sum = u64::from(want.milli);
+        let shares = want.milli > 0
+            && on.all(|h| {
+                h.milli > 0 && {
+                    sum += u64::from(h.milli);
+                    true
+                }
+            });
+        if !shares || sum > GPU_MILLI {
+            return Some(first);
+        }
+    }
+    None
+}
+
+/// A whole GPU in thousandths: what the shares on one GPU add up to at most.
+const GPU_MILLI: u64 = 1000;
 
 /// How a replica ended, as recorded and told to the leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

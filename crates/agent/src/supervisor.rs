@@ -50,6 +50,8 @@ struct Lingering {
     cgroup: crate::cgroup::ReplicaCgroup,
     /// Held here until the cgroup is empty (its record may be pruned before).
     gpus: Vec<u32>,
+    /// Thousandths of its one GPU when it shared it; 0: whole.
+    gpu_milli: u32,
     slices: Vec<String>,
     since: Instant,
     /// Its end, told once the cgroup is empty (or after `Unkillable`).
@@ -349,6 +351,7 @@ impl Supervisor {
                 outcome: Some(Outcome::Killed),
                 exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
                 gpus: Vec::new(),
+                gpu_milli: 0,
                 slices: Vec::new(),
                 started_unix_ms: 0,
                 newest_checkpoint_at_start_unix_ms: None,
@@ -459,7 +462,7 @@ impl Supervisor {
             if !self.deferred.contains_key(key)
                 && let Some(a) = assignments.get(key)
             {
-                let holder = self.gpus_busy(key, &a.gpus);
+                let holder = self.gpus_busy(key, a);
                 tracing::info!(?key, ?holder, "waits for its GPUs: a replica still stopping holds them");
             }
         }
@@ -484,12 +487,22 @@ impl Supervisor {
             replicas: self
                 .replicas
                 .iter()
-                .map(|(k, r)| (*k, Known { phase: r.rec.phase, outcome: r.rec.outcome, gpus: r.rec.gpus.clone() }))
+                .map(|(k, r)| {
+                    (
+                        *k,
+                        Known {
+                            phase: r.rec.phase,
+                            outcome: r.rec.outcome,
+                            gpus: r.rec.gpus.clone(),
+                            gpu_milli: r.rec.gpu_milli,
+                        },
+                    )
+                })
                 .collect(),
             deferred: self.deferred.keys().copied().collect(),
             journal_failing: self.journal.failing(),
             unknown_live: self.unknown_cgroups.len(),
-            lingering: self.lingering.iter().map(|(k, l)| (*k, l.gpus.clone())).collect(),
+            lingering: self.lingering.iter().map(|(k, l)| (*k, (l.gpus.clone(), l.gpu_milli))).collect(),
             suspensions: self
                 .suspensions
                 .held(|k| self.replicas.get(k).is_some_and(|r| r.rec.phase == Phase::Suspended)),
@@ -667,6 +680,7 @@ impl Supervisor {
             outcome: None,
             exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
             gpus: a.gpus.clone(),
+            gpu_milli: a.gpu_milli,
             slices: Vec::new(),
             started_unix_ms: now_unix_ms(),
             // Scanned before the intent is journaled, so before the replica can write.
@@ -676,15 +690,15 @@ impl Supervisor {
 
     /// A replica other than `key` that has not ended, or whose processes live on, holds one
     /// of `gpus`.
-    fn gpus_busy(&self, key: &ReplicaKey, gpus: &[u32]) -> Option<ReplicaKey> {
-        let held: Vec<(ReplicaKey, &[u32])> = self
+    fn gpus_busy(&self, key: &ReplicaKey, a: &Assignment) -> Option<ReplicaKey> {
+        let held: Vec<reconcile::Hold> = self
             .replicas
             .values()
             .filter(|r| r.rec.phase != Phase::Finished)
-            .map(|r| (r.rec.key, r.rec.gpus.as_slice()))
-            .chain(self.lingering.iter().map(|(k, l)| (*k, l.gpus.as_slice())))
+            .map(|r| reconcile::Hold { key: r.rec.key, gpus: &r.rec.gpus, milli: r.rec.gpu_milli })
+            .chain(self.lingering.iter().map(|(&key, l)| reconcile::Hold { key, gpus: &l.gpus, milli: l.gpu_milli }))
             .collect();
-        reconcile::gpu_holder(key, gpus, &held)
+        reconcile::gpu_holder(&reconcile::Hold { key: *key, gpus: &a.gpus, milli: a.gpu_milli }, &held)
     }
 
     /// The devices for `a`'s replica: its GPUs by device index and slices no replica that
@@ -716,7 +730,7 @@ impl Supervisor {
         let ready: Vec<ReplicaKey> = self
             .deferred
             .iter()
-            .filter(|(k, a)| self.gpus_busy(k, &a.gpus).is_none() && self.give_devices(k, a).is_ok())
+            .filter(|(k, a)| self.gpus_busy(k, a).is_none() && self.give_devices(k, a).is_ok())
             .map(|(k, _)| *k)
             .collect();
         for key in ready {
@@ -982,8 +996,9 @@ impl Supervisor {
         tracing::info!(?key, "its processes outlive its wrapper: killed; its end is told once they are gone");
         let gpus = self.replicas.get(key).map(|r| r.rec.gpus.clone()).unwrap_or_default();
         let slices = self.replicas.get(key).map(|r| r.rec.slices.clone()).unwrap_or_default();
-        self.lingering
-            .insert(*key, Lingering { cgroup, gpus, slices, since: Instant::now(), end: obs, unkillable_told: false });
+        let gpu_milli = self.replicas.get(key).map_or(0, |r| r.rec.gpu_milli);
+        let l = Lingering { cgroup, gpus, gpu_milli, slices, since: Instant::now(), end: obs, unkillable_told: false };
+        self.lingering.insert(*key, l);
         None
     }
 

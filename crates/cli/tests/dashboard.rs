@@ -339,6 +339,16 @@ fn the_dashboard_shows_a_running_job_its_gpus_and_a_preemption() {
         r#"document.querySelector('p.slices[data-node="node-2"][data-profile="mig-1g.10gb"]')?.textContent === "MIG mig-1g.10gb: 0 of 7 slices in use""#,
     );
 
+    // A fraction of a GPU (section 11) shows in its GPU's cell with its share.
+    let tiny = ["submit", "--name", "tiny", "--queue", "team-a", "--gpus", "0.25", "--"];
+    dev.baton(&[&tiny[..], &work[..]].concat());
+    dev.until("tiny runs", |d| d.job("tiny")["state"] == "Running");
+    page.until(
+        "tiny's quarter of a GPU in the grid",
+        r#"[...document.querySelectorAll('.gpu.shared')].some(c => c.dataset.job === "tiny"
+           && c.dataset.sharedMilli === "250" && c.textContent.endsWith("tiny 0.25"))"#,
+    );
+
     // An array is one line of the arrays table, its elements not created yet counted
     // pending, in the page already open (its first element's event reloads it).
     dev.baton(&["submit", "--name", "sweep", "--queue", "team-a", "--array", "0-99%1", "--", "true"]);

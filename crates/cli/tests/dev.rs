@@ -157,7 +157,7 @@ fn shares_of_one_gpu_reach_the_jobs(baton: &dyn Fn(&[&str]) -> std::process::Out
         "--",
         "sh",
         "-c",
-        "echo share $BATON_GPU_FRACTION of $CUDA_VISIBLE_DEVICES at $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE%; sleep 30",
+        "echo share $BATON_GPU_FRACTION of $CUDA_VISIBLE_DEVICES at $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE%; sleep 300",
     ];
     for name in ["half-a", "half-b"] {
         let sub = baton(&[&["submit", "--name", name, "--queue", "team-a", "--gpus", "0.5"][..], &command].concat());
@@ -176,6 +176,10 @@ fn shares_of_one_gpu_reach_the_jobs(baton: &dyn Fn(&[&str]) -> std::process::Out
     assert!(devices.len() == 2 && devices[0] == devices[1], "both halves on one GPU: {logs:?}");
     let described = String::from_utf8_lossy(&baton(&["describe", "half-a"]).stdout).to_string();
     assert!(described.contains("gpu 0.5"), "{described}");
+    let gpu = devices[0];
+    assert!(described.contains(&format!("[{gpu}:0.5]")), "its placement names its share: {described}");
+    let table = String::from_utf8_lossy(&baton(&["nodes"]).stdout).to_string();
+    assert!(table.contains("SHARED") && table.contains(&format!("{gpu}:1(2)")), "one GPU, two halves: {table}");
     for name in ["half-a", "half-b"] {
         baton(&["cancel", name]);
     }

@@ -275,6 +275,22 @@ impl Job {
         self.replicas.iter().map(of).sum()
     }
 
+    /// Node name to the GPU indices used there, each with the thousandths of it held when
+    /// shared (0 when whole), in index order: for output.
+    pub fn nodes_with_shares(&self) -> BTreeMap<Name, Vec<(u32, u32)>> {
+        let mut out: BTreeMap<Name, Vec<(u32, u32)>> = BTreeMap::new();
+        for r in &self.replicas {
+            let share = self.spec.tasks.get(r.task as usize).map_or(0, |t| t.resources.gpu_fraction());
+            // A fraction is at most 999 thousandths (submit refuses more), so it fits a u32.
+            let share = u32::try_from(share).unwrap_or(u32::MAX);
+            out.entry(r.node.clone()).or_default().extend(r.gpus.iter().map(|&g| (g, share)));
+        }
+        for gpus in out.values_mut() {
+            gpus.sort_unstable();
+        }
+        out
+    }
+
     /// Node name to the GPU indices used there, for output and agents.
     pub fn nodes(&self) -> BTreeMap<Name, Vec<u32>> {
         let mut out: BTreeMap<Name, Vec<u32>> = BTreeMap::new();

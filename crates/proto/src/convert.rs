@@ -425,6 +425,14 @@ pub fn event_to_proto(e: &Event) -> v1::Event {
     }
 }
 
+/// Where a job runs on one node: its GPUs, each with the share held (0 when whole).
+fn placement_to_proto(node: &Name, held: &[(u32, u32)]) -> v1::Placement {
+    let gpus = held.iter().map(|&(g, _)| g).collect();
+    // Only jobs that share a GPU carry the shares, so whole-GPU placements read as before.
+    let gpu_milli = if held.iter().any(|&(_, m)| m > 0) { held.iter().map(|&(_, m)| m).collect() } else { Vec::new() };
+    v1::Placement { node: node.to_string(), gpus, gpu_milli }
+}
+
 /// A job as the API shows it; `preempted_by` is the preemptor's name, which only the
 /// caller (holding the state) can look up.
 pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> v1::Job {
@@ -435,7 +443,7 @@ pub fn job_to_proto(j: &Job, with_events: bool, preempted_by: Option<&Name>) -> 
         priority: j.priority,
         preemptible: j.preemptible,
         attempt: j.attempt,
-        placements: j.nodes().into_iter().map(|(node, gpus)| v1::Placement { node: node.to_string(), gpus }).collect(),
+        placements: j.nodes_with_shares().into_iter().map(|(node, held)| placement_to_proto(&node, &held)).collect(),
         reason: j.reason.clone(),
         has_checkpoint: j.has_checkpoint,
         exit_code: j.exit_code,
@@ -869,6 +877,7 @@ pub fn node_to_proto(n: &Node) -> v1::Node {
         maintenance: String::new(),
         unhealthy_gpus: Vec::new(),
         domains: Default::default(),
+        shared_gpus: Vec::new(),
     }
 }
 

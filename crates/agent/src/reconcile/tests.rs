@@ -29,7 +29,7 @@ fn directive(term: u64, assignments: Vec<Assignment>) -> Directive {
 }
 
 fn known(phase: Phase, outcome: Option<Outcome>, gpus: &[u32]) -> Known {
-    Known { phase, outcome, gpus: gpus.to_vec() }
+    Known { phase, outcome, gpus: gpus.to_vec(), gpu_milli: 0 }
 }
 
 /// Term 1 led by leader 1, already remembered: a directive of that leader changes no fence.
@@ -306,6 +306,23 @@ fn older_attempts_and_pruned_finished_ones_are_not_started_and_a_pruned_ones_end
     assert!(!p.wanted.contains(&key(1, 2)), "an older attempt is not wanted (a running one is killed)");
 }
 
+/// Section 11: replicas sharing one GPU by fractions start side by side while their shares
+/// add up to at most the GPU; one whose share does not fit, or a whole-GPU one, waits.
+#[test]
+fn fractions_of_one_gpu_start_together_while_they_fit() {
+    let share = |job_id, gpu_milli| Assignment { gpu_milli, ..assign(job_id, 1, Action::Run, &[2]) };
+    let running = (key(9, 1), Known { gpu_milli: 250, ..known(Phase::Running, None, &[2]) });
+    let d = directive(9, vec![share(9, 250), share(1, 500), share(2, 250), share(3, 250), share(4, 0)]);
+    let p = plan(&d, &inputs(vec![running.clone()])).unwrap();
+    assert_eq!(p.acts.iter().filter(|a| matches!(a, Act::Start(_))).count(), 2, "{:?}", p.acts);
+    assert!(p.acts.contains(&Act::Start(key(1, 1))) && p.acts.contains(&Act::Start(key(2, 1))), "{:?}", p.acts);
+    assert_eq!(p.deferred, BTreeSet::from([key(3, 1), key(4, 1)]), "0.25 over the whole, and a whole GPU");
+    // A replica holding the GPU whole keeps every fraction off it.
+    let whole = (key(9, 1), known(Phase::Stopping, None, &[2]));
+    let p = plan(&directive(9, vec![share(1, 250)]), &inputs(vec![whole])).unwrap();
+    assert_eq!(p.deferred, BTreeSet::from([key(1, 1)]));
+}
+
 #[test]
 fn the_newest_directive_decides_what_waits() {
     let stopping = (key(9, 1), known(Phase::Stopping, None, &[0, 1]));
@@ -341,6 +358,7 @@ fn record(phase: Phase) -> ReplicaRecord {
         outcome: None,
         exit_file: "exit".into(),
         gpus: vec![0],
+        gpu_milli: 0,
         slices: Vec::new(),
         started_unix_ms: 1,
         newest_checkpoint_at_start_unix_ms: None,

@@ -235,16 +235,26 @@ pub fn gpu_ranges(gpus: &[u32]) -> String {
     parts.join(",")
 }
 
-/// `n1[0-3] n2[0-7]`: where a job runs.
+/// `n1[0-3] n2[0-7]`: where a job runs; `n3[2:0.5]` for half of a shared GPU 2.
 pub fn placements(p: &[baton_proto::v1::Placement]) -> String {
     if p.is_empty() {
         return "-".into();
     }
     let parts: Vec<String> = p
         .iter()
-        .map(|pl| if pl.gpus.is_empty() { pl.node.clone() } else { format!("{}[{}]", pl.node, gpu_ranges(&pl.gpus)) })
+        .map(|pl| if pl.gpus.is_empty() { pl.node.clone() } else { format!("{}[{}]", pl.node, placed_gpus(pl)) })
         .collect();
     parts.join(" ")
+}
+
+/// A placement's whole GPUs as ranges, then each shared one with the share held.
+fn placed_gpus(pl: &baton_proto::v1::Placement) -> String {
+    let share = |i: usize| pl.gpu_milli.get(i).copied().unwrap_or(0);
+    let whole: Vec<u32> = pl.gpus.iter().enumerate().filter(|&(i, _)| share(i) == 0).map(|(_, &g)| g).collect();
+    let mut parts: Vec<String> = if whole.is_empty() { Vec::new() } else { vec![gpu_ranges(&whole)] };
+    let shared = pl.gpus.iter().enumerate().filter(|&(i, _)| share(i) > 0);
+    parts.extend(shared.map(|(i, g)| format!("{g}:{}", baton_model::quantity::thousandths(u64::from(share(i))))));
+    parts.join(",")
 }
 
 /// `K=V` strings into a map; a repeated key is an error (a typo is likelier than intent).
@@ -464,6 +474,10 @@ mod tests {
         let m = HashMap::from([("cpu".to_string(), 2500), ("memory".into(), 3 << 29)]);
         assert_eq!(resources(&m), "cpu 2.5, memory 1.5Gi");
         assert_eq!(gpu_ranges(&[3, 0, 1, 2, 6]), "0-3,6");
+        let shared =
+            baton_proto::v1::Placement { node: "n3".into(), gpus: vec![2, 2, 5], gpu_milli: vec![500, 500, 250] };
+        let whole = baton_proto::v1::Placement { node: "n1".into(), gpus: vec![0, 1], gpu_milli: vec![] };
+        assert_eq!(placements(&[whole, shared]), "n1[0-1] n3[2:0.5,2:0.5,5:0.25]");
         assert!(parse_env(&["A=1".into(), "A=2".into()]).is_err());
         assert_eq!(parse_env(&["A=x=y".into()]).unwrap()["A"], "x=y");
         let r = |pairs: &[(&str, u64)]| baton_proto::v1::Resources {

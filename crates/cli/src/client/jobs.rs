@@ -155,15 +155,15 @@ pub async fn list_pages(
 }
 
 /// GPUs a job asks for in all (every task's replicas).
-pub fn job_gpus(spec: Option<&v1::JobSpec>) -> u64 {
-    spec.map_or(0, |s| {
-        s.tasks
-            .iter()
-            .map(|t| {
-                u64::from(t.replicas) * t.resources.as_ref().and_then(|r| r.amounts.get("gpu")).copied().unwrap_or(0)
-            })
-            .sum()
-    })
+/// GPUs a job asks for in all, in thousandths: its replicas' whole GPUs and fractions of
+/// shared ones (decisions.md section 11).
+pub fn job_gpus_milli(spec: Option<&v1::JobSpec>) -> u64 {
+    use baton_model::resources::{GPU, GPU_FRACTION};
+    let per_replica = |t: &v1::TaskSpec| {
+        let get = |k: &str| t.resources.as_ref().and_then(|r| r.amounts.get(k)).copied().unwrap_or(0);
+        get(GPU).saturating_mul(1000).saturating_add(get(GPU_FRACTION))
+    };
+    spec.map_or(0, |s| s.tasks.iter().map(|t| u64::from(t.replicas).saturating_mul(per_replica(t))).sum())
 }
 
 pub fn jobs_table(reply: &v1::ListJobsReply, now: u64) -> String {
@@ -199,7 +199,7 @@ fn job_row(j: &v1::Job, now: u64) -> Vec<String> {
         spec.map_or(String::new(), |s| s.queue.clone()),
         j.state().word().to_string(),
         j.priority.to_string(),
-        job_gpus(spec).to_string(),
+        baton_model::quantity::thousandths(job_gpus_milli(spec)),
         age(j.submitted_ms, now),
         placements(&j.placements),
         reason,
@@ -450,5 +450,22 @@ mod tests {
     fn shell_words_quote_what_needs_it() {
         let w: Vec<String> = ["python", "train.py", "--msg", "hello world", "it's"].map(String::from).to_vec();
         assert_eq!(shell_words(&w), "python train.py --msg 'hello world' 'it'\\''s'");
+    }
+
+    /// Section 11: a job's GPUS column counts fractions of shared GPUs (a job of two half-GPU
+    /// replicas asks for 1, one of a quarter for 0.25), not only whole GPUs.
+    #[test]
+    fn the_gpus_column_counts_fractions() {
+        let task = |replicas: u32, amounts: &[(&str, u64)]| v1::TaskSpec {
+            replicas,
+            resources: Some(v1::Resources { amounts: amounts.iter().map(|(k, v)| (k.to_string(), *v)).collect() }),
+            ..Default::default()
+        };
+        let spec = |tasks| Some(v1::JobSpec { tasks, ..Default::default() });
+        assert_eq!(job_gpus_milli(spec(vec![task(2, &[("gpu.milli", 500)])]).as_ref()), 1000);
+        assert_eq!(job_gpus_milli(spec(vec![task(1, &[("gpu.milli", 250)]), task(2, &[("gpu", 4)])]).as_ref()), 8250);
+        let job = v1::Job { spec: spec(vec![task(1, &[("gpu.milli", 250)])]), ..Default::default() };
+        let row = job_row(&job, 0);
+        assert_eq!(row[JOB_COLUMNS.iter().position(|c| *c == "GPUS").unwrap()], "0.25");
     }
 }

@@ -45,6 +45,27 @@ fn of(n: &v1::Node, k: &str) -> String {
     if total == 0 && used == 0 { "-".into() } else { format!("{}/{}", amount(k, used), amount(k, total)) }
 }
 
+/// `used/total` GPUs on a node, fractions of shared GPUs counted (`2.75/8`); `-` when it
+/// has none.
+fn gpus_of(n: &v1::Node) -> String {
+    use baton_model::quantity::thousandths;
+    use baton_model::resources::{GPU, GPU_FRACTION};
+    let get = |r: &Option<v1::Resources>, k: &str| r.as_ref().and_then(|r| r.amounts.get(k)).copied().unwrap_or(0);
+    let total = get(&n.resources, GPU);
+    let used_milli = get(&n.used, GPU).saturating_mul(1000).saturating_add(get(&n.used, GPU_FRACTION));
+    if total == 0 && used_milli == 0 { "-".into() } else { format!("{}/{total}", thousandths(used_milli)) }
+}
+
+/// Its GPUs shared by fractions: `3:0.75(2)` is GPU 3, three quarters held by two replicas.
+fn shared_of(n: &v1::Node) -> String {
+    let shown: Vec<String> = n
+        .shared_gpus
+        .iter()
+        .map(|s| format!("{}:{}({})", s.gpu, baton_model::quantity::thousandths(u64::from(s.milli)), s.replicas))
+        .collect();
+    if shown.is_empty() { "-".into() } else { shown.join(" ") }
+}
+
 /// The indices of the node's GPUs out of service: marked unhealthy in the state, or
 /// reported unqueryable when the agent registered.
 fn unhealthy_gpus(n: &v1::Node) -> Vec<u32> {
@@ -76,9 +97,14 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
     let domains = nodes.iter().any(|n| !n.domains.is_empty());
     // MIG slices by profile (decisions.md section 11), where any node offers some.
     let slices = nodes.iter().any(|n| !slice_profiles(n).is_empty());
+    // GPUs shared by fractions (section 11), where any node has one.
+    let shared = nodes.iter().any(|n| !n.shared_gpus.is_empty());
     let mut header = vec!["NAME", "POOL", "RACK", "STATUS", "GPU", "CPU", "MEMORY", "JOBS", "SEEN", "AGENT"];
     if slices {
         header.insert(5, "SLICES");
+    }
+    if shared {
+        header.insert(5, "SHARED");
     }
     if domains {
         header.insert(3, "DOMAINS");
@@ -112,16 +138,20 @@ pub fn nodes_table(nodes: &[v1::Node]) -> String {
             n.pool.clone(),
             if n.rack.is_empty() { "-".into() } else { n.rack.clone() },
             status,
-            of(n, "gpu"),
+            gpus_of(n),
             of(n, "cpu"),
             of(n, "memory"),
             jobs,
             n.last_seen_ms_ago.map_or("-".into(), |ms| format!("{} ago", span(ms))),
             if n.agent_addr.is_empty() { "-".into() } else { n.agent_addr.clone() },
         ];
+        // Inserted in the header's order: SHARED ends up before SLICES.
         if slices {
             let shown: Vec<String> = slice_profiles(n).iter().map(|p| format!("{p} {}", of(n, p))).collect();
             row.insert(5, if shown.is_empty() { "-".into() } else { shown.join(" ") });
+        }
+        if shared {
+            row.insert(5, shared_of(n));
         }
         if domains {
             let mut named: Vec<String> = n.domains.iter().map(|(l, d)| format!("{l}={d}")).collect();
@@ -216,5 +246,38 @@ mod tests {
         let row = t.lines().find(|l| l.starts_with("m1")).unwrap();
         assert!(row.contains("mig-1g.10gb 2/7 mig-3g.40gb 0/1"), "{t}");
         assert!(!nodes_table(&[node("n1", &[("gpu", 8)], &[])]).contains("SLICES"));
+    }
+
+    /// Section 11: a node's GPU use counts the fractions held, and its shared GPUs show in
+    /// their own column (held, and by how many replicas), only when some node has one.
+    #[test]
+    fn nodes_show_their_shared_gpus_when_any_has_one() {
+        let res = |pairs: &[(&str, u64)]| {
+            Some(v1::Resources { amounts: pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect() })
+        };
+        let shared =
+            vec![v1::SharedGpu { gpu: 3, milli: 750, replicas: 2 }, v1::SharedGpu { gpu: 5, milli: 250, replicas: 1 }];
+        let s1 = v1::Node {
+            name: "s1".into(),
+            status: v1::NodeStatus::Ready as i32,
+            resources: res(&[("gpu", 8)]),
+            used: res(&[("gpu", 2), ("gpu.milli", 1000)]),
+            shared_gpus: shared,
+            ..Default::default()
+        };
+        let n1 = v1::Node { name: "n1".into(), resources: res(&[("gpu", 8)]), ..Default::default() };
+        let m1 = v1::Node { name: "m1".into(), resources: res(&[("mig-1g.10gb", 7)]), ..Default::default() };
+        let t = nodes_table(&[s1, n1.clone(), m1]);
+        let column = |row: &str, name: &str| {
+            let at = t.lines().next().unwrap().find(name).unwrap();
+            t.lines().find(|l| l.starts_with(row)).unwrap()[at..].split("  ").next().unwrap().to_string()
+        };
+        assert_eq!(column("s1", "SHARED"), "3:0.75(2) 5:0.25(1)", "{t}");
+        assert_eq!(column("m1", "SLICES"), "mig-1g.10gb 0/7", "{t}");
+        let row = t.lines().find(|l| l.starts_with("s1")).unwrap();
+        assert!(row.contains("3/8"), "two whole GPUs and fractions adding to one: {t}");
+        let used = v1::Node { used: res(&[("gpu.milli", 500)]), ..n1.clone() };
+        assert!(nodes_table(&[used]).contains("0.5/8"));
+        assert!(!nodes_table(&[n1]).contains("SHARED"));
     }
 }

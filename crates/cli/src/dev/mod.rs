@@ -112,6 +112,9 @@ async fn serve(children: &Children, dir: &std::path::Path, otlp: Option<&str>) -
     println!(
         "  baton submit --name infer --queue team-a --resources mig-1g.10gb=2 -- sh -c 'echo slices $CUDA_VISIBLE_DEVICES'"
     );
+    println!(
+        "  baton submit --name share --queue team-a --gpus 0.5 -- sh -c 'echo $BATON_GPU_FRACTION of GPU $CUDA_VISIBLE_DEVICES'"
+    );
     println!("  baton nodes; baton list; baton logs hello");
     println!();
     println!("Press Ctrl-C to stop the cluster.");

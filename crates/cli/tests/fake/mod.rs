@@ -605,7 +605,10 @@ pub fn job(id: u64, name: &str, queue: &str, state: &str, placements: &[(&str, &
         priority: 100,
         preemptible: true,
         attempt: u32::from(!placements.is_empty()),
-        placements: placements.iter().map(|(n, g)| v1::Placement { node: n.to_string(), gpus: g.to_vec() }).collect(),
+        placements: placements
+            .iter()
+            .map(|(n, g)| v1::Placement { node: n.to_string(), gpus: g.to_vec(), gpu_milli: vec![] })
+            .collect(),
         submitted_ms: 1_795_341_600_000,
         ..Default::default()
     }

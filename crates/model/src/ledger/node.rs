@@ -208,6 +208,13 @@ impl NodeAcct {
         u
     }
 
+    /// GPUs here its occupants share by fractions, and the thousandths they hold on them.
+    pub fn shared_gpus(&self) -> (u64, u64) {
+        let mask = self.occupants.iter().fold(0u64, |m, o| m | o.fractions.mask());
+        let milli = self.occupants.iter().map(|o| o.fractions.total()).sum();
+        (u64::from(mask.count_ones()), milli)
+    }
+
     /// `gpu_use_for_gone` with the removed jobs as a list.
     pub fn gpu_use_for(&self, who: Option<JobId>, removed: &[JobId]) -> GpuUse {
         self.gpu_use_for_gone(who, &|j| removed.contains(&j))

@@ -46,6 +46,7 @@ pub struct Metrics {
     // State.
     queue_gpus_nominal: Family<Labels, Gauge>,
     queue_gpus_used: Family<Labels, Gauge>,
+    queue_gpu_milli_used: Family<Labels, Gauge>,
     queue_gpus_borrowed: Family<Labels, Gauge>,
     queue_gpus_lent: Family<Labels, Gauge>,
     queue_pending_jobs: Family<Labels, Gauge>,
@@ -59,6 +60,8 @@ pub struct Metrics {
     queue_running_jobs: Family<Labels, Gauge>,
     pool_gpus_capacity: Family<Labels, Gauge>,
     pool_mig_slices: Family<Labels, Gauge>,
+    pool_shared_gpus: Family<Labels, Gauge>,
+    pool_shared_gpu_milli_held: Family<Labels, Gauge>,
     nodes: Family<Labels, Gauge>,
     series_dropped: Gauge,
     state_applied_index: Gauge,
@@ -116,6 +119,7 @@ impl Metrics {
             rendering: std::sync::Mutex::new(()),
             queue_gpus_nominal: Family::default(),
             queue_gpus_used: Family::default(),
+            queue_gpu_milli_used: Family::default(),
             queue_gpus_borrowed: Family::default(),
             queue_gpus_lent: Family::default(),
             queue_pending_jobs: Family::default(),
@@ -129,6 +133,8 @@ impl Metrics {
             queue_running_jobs: Family::default(),
             pool_gpus_capacity: Family::default(),
             pool_mig_slices: Family::default(),
+            pool_shared_gpus: Family::default(),
+            pool_shared_gpu_milli_held: Family::default(),
             nodes: Family::default(),
             series_dropped: Gauge::default(),
             tls_not_after: Family::default(),
@@ -181,8 +187,13 @@ impl Metrics {
         );
         r.register(
             "baton_queue_gpus_used",
-            "GPUs the queue's running and stopping jobs hold in the pool",
+            "Whole GPUs the queue's running and stopping jobs hold in the pool",
             self.queue_gpus_used.clone(),
+        );
+        r.register(
+            "baton_queue_gpu_milli_used",
+            "Thousandths of GPUs the queue's running and stopping jobs hold in the pool, fractions of shared GPUs included",
+            self.queue_gpu_milli_used.clone(),
         );
         r.register(
             "baton_queue_gpus_borrowed",
@@ -236,6 +247,16 @@ impl Metrics {
             "baton_pool_mig_slices",
             "MIG slices of the pool's ready nodes by profile: offered, and held by jobs (running, stopping or suspended there)",
             self.pool_mig_slices.clone(),
+        );
+        r.register(
+            "baton_pool_shared_gpus",
+            "GPUs of the pool's ready nodes that fractions share (held by running, stopping or suspended jobs)",
+            self.pool_shared_gpus.clone(),
+        );
+        r.register(
+            "baton_pool_shared_gpu_milli_held",
+            "Thousandths of the pool's shared GPUs the fractions hold, added up",
+            self.pool_shared_gpu_milli_held.clone(),
         );
         r.register("baton_nodes", "Nodes by status", self.nodes.clone());
         r.register(

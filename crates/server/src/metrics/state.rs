@@ -14,6 +14,8 @@ use super::{Labels, MAX_QUEUE_POOL_SERIES, Metrics, to_i64};
 pub(super) struct QueuePool {
     pub nominal: u64,
     pub used: u64,
+    /// Whole GPUs and fractions of shared ones, in thousandths (decisions.md section 11).
+    pub used_milli: u64,
     pub borrowed: u64,
     pub lent: u64,
 }
@@ -32,13 +34,19 @@ impl Metrics {
     pub(super) fn refresh_state(&self, state: &State) {
         self.state_applied_index.set(to_i64(state.applied()));
         let table = queue_pools(state);
-        let families =
-            [&self.queue_gpus_nominal, &self.queue_gpus_used, &self.queue_gpus_borrowed, &self.queue_gpus_lent];
+        let families = [
+            &self.queue_gpus_nominal,
+            &self.queue_gpus_used,
+            &self.queue_gpu_milli_used,
+            &self.queue_gpus_borrowed,
+            &self.queue_gpus_lent,
+        ];
         families.iter().for_each(|f| f.clear());
         for ((queue, pool), g) in table.iter().take(MAX_QUEUE_POOL_SERIES) {
             let l: Labels = vec![("queue", queue.clone()), ("pool", pool.clone())];
             self.queue_gpus_nominal.get_or_create(&l).set(to_i64(g.nominal));
             self.queue_gpus_used.get_or_create(&l).set(to_i64(g.used));
+            self.queue_gpu_milli_used.get_or_create(&l).set(to_i64(g.used_milli));
             self.queue_gpus_borrowed.get_or_create(&l).set(to_i64(g.borrowed));
             self.queue_gpus_lent.get_or_create(&l).set(to_i64(g.lent));
         }
@@ -140,6 +148,26 @@ impl Metrics {
             self.pool_gpus_capacity.get_or_create(&vec![("pool", pool)]).set(to_i64(gpus));
         }
         self.refresh_slices(state);
+        self.refresh_shared(state);
+    }
+
+    /// GPUs shared by fractions per pool (decisions.md section 11), from the ledger: one
+    /// pass over the ready nodes, whose fractions are bounded by their GPUs.
+    fn refresh_shared(&self, state: &State) {
+        self.pool_shared_gpus.clear();
+        self.pool_shared_gpu_milli_held.clear();
+        let l = state.ledger();
+        let mut sums: BTreeMap<&str, (u64, u64)> = l.pools.iter().map(|p| (p.name.as_str(), (0, 0))).collect();
+        for n in l.nodes.iter().filter(|n| state.nodes().get(&n.name).is_some_and(|s| s.status == NodeStatus::Ready)) {
+            let (gpus, milli) = n.shared_gpus();
+            let e = sums.entry(l.pools[n.pool].name.as_str()).or_default();
+            (e.0, e.1) = (e.0 + gpus, e.1 + milli);
+        }
+        for (pool, (gpus, milli)) in sums {
+            let l: Labels = vec![("pool", pool.to_string())];
+            self.pool_shared_gpus.get_or_create(&l).set(to_i64(gpus));
+            self.pool_shared_gpu_milli_held.get_or_create(&l).set(to_i64(milli));
+        }
     }
 
     /// MIG slices per pool and profile (decisions.md section 11): at most 5 profiles (the
@@ -207,7 +235,9 @@ pub(super) fn queue_pools(state: &State) -> BTreeMap<Key, QueuePool> {
                 continue;
             };
             let key = (j.spec.queue.to_string(), node.spec.pool.to_string());
-            table.entry(key).or_default().used += task.resources.gpus();
+            let g = table.entry(key).or_default();
+            g.used += task.resources.gpus();
+            g.used_milli += task.resources.gpus_milli();
         }
     }
     for g in table.values_mut() {

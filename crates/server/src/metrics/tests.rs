@@ -153,8 +153,8 @@ mod state_gauges {
         let s = borrowing();
         let t = queue_pools(&s);
         let key = |q: &str| (q.to_string(), "default".to_string());
-        assert_eq!(t[&key("borrower")], QueuePool { nominal: 0, used: 8, borrowed: 8, lent: 0 });
-        assert_eq!(t[&key("lender")], QueuePool { nominal: 8, used: 0, borrowed: 0, lent: 8 });
+        assert_eq!(t[&key("borrower")], QueuePool { nominal: 0, used: 8, used_milli: 8000, borrowed: 8, lent: 0 });
+        assert_eq!(t[&key("lender")], QueuePool { nominal: 8, used: 0, used_milli: 0, borrowed: 0, lent: 8 });
 
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
         for want in [
@@ -188,6 +188,35 @@ mod state_gauges {
         for want in [
             "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"offered\"} 7",
             "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"held\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
+        }
+    }
+
+    /// Shared GPUs (decisions.md section 11): the pool's GPUs fractions share and what they
+    /// hold, and the queue's use in thousandths beside its whole GPUs.
+    #[test]
+    fn shared_gpus_are_counted_per_pool_and_queue() {
+        let mut s = State::default();
+        apply(&mut s, Op::RegisterNodes(vec![fixture::gpu_node("n1", 8)]));
+        apply(&mut s, Op::PutQueue(gpu_queue("q", None, 8)));
+        for (name, milli) in [("a", 500), ("b", 250), ("c", 750)] {
+            let mut spec = job(name, "q", 0);
+            spec.tasks[0].resources.set_gpus_milli(milli);
+            apply(&mut s, Op::Submit { spec, request_id: None });
+        }
+        let mut whole = job("w", "q", 0);
+        whole.tasks[0].resources.set_gpus_milli(2000);
+        apply(&mut s, Op::Submit { spec: whole, request_id: None });
+        let plan = baton_sched::cycle(&s, 1_000);
+        apply(&mut s, Op::ApplyPlan(plan));
+        let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
+        for want in [
+            // 0.5 + 0.25 on one GPU, 0.75 on another: two shared, 1.5 GPUs held by fractions.
+            "baton_pool_shared_gpus{pool=\"default\"} 2",
+            "baton_pool_shared_gpu_milli_held{pool=\"default\"} 1500",
+            "baton_queue_gpus_used{queue=\"q\",pool=\"default\"} 2",
+            "baton_queue_gpu_milli_used{queue=\"q\",pool=\"default\"} 3500",
         ] {
             assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
         }

@@ -324,14 +324,33 @@ function sliceLines(n) {
     h("p", { class: "slices", "data-node": n.name, "data-profile": p }, "MIG " + p + ": " + (used[p] || 0) + " of " + offered[p] + " slices in use"));
 }
 
+// Thousandths of a GPU as a decimal: 500 -> "0.5".
+function fraction(milli) { return String(milli / 1000); }
+
+// A GPU that fractions share: each job with its share, and the share held in all.
+function sharedCell(n, g, held) {
+  const jobs = [...held.keys()].sort(), total = [...held.values()].reduce((a, b) => a + b, 0);
+  return h("div", { class: "gpu shared", "data-node": n.name, "data-gpu": g.i, "data-job": jobs.join(","),
+    "data-shared-milli": total, title: fraction(total) + " of the GPU held by fractions" },
+    "GPU " + g.i + " · " + fraction(total), ...jobs.flatMap(j => [h("br"), j + " " + fraction(held.get(j))]));
+}
+
 function showNodes(nodes, active, windows) {
-  const holder = new Map();
-  for (const j of active) for (const p of j.placements) for (const g of p.gpus) holder.set(p.node + "/" + g, j.spec.name);
+  const holder = new Map(), shares = new Map();
+  for (const j of active) for (const p of j.placements) p.gpus.forEach((g, i) => {
+    const key = p.node + "/" + g, milli = (p.gpu_milli || [])[i] || 0;
+    if (!milli) { holder.set(key, j.spec.name); return; }
+    // A shared GPU (decisions.md section 11): each job's share, its replicas' added up.
+    const held = shares.get(key) || new Map();
+    shares.set(key, held.set(j.spec.name, (held.get(j.spec.name) || 0) + milli));
+  });
   const cards = nodes.map(n => {
     const faults = new Map((n.unhealthy_gpus || []).map(f => [f.gpu, f.error]));
     const indices = n.gpus.length ? n.gpus.map(g => ({ i: g.index, healthy: g.healthy, model: g.model }))
       : Array.from({ length: gpus(n.resources) }, (_, i) => ({ i, healthy: true, model: "" }));
     const cells = indices.map(g => {
+      const held = shares.get(n.name + "/" + g.i);
+      if (held) return sharedCell(n, g, held);
       const job = holder.get(n.name + "/" + g.i);
       const fault = faults.get(g.i);
       const healthy = g.healthy && fault === undefined;
