@@ -311,6 +311,7 @@ async fn a_replica_journaled_but_never_spawned_starts_when_still_wanted() {
             outcome: None,
             exit_file: baton_agent::launch::exit_file(dir.path(), 1, 1, 0),
             gpus: vec![1, 3],
+            gpu_milli: 0,
             slices: Vec::new(),
             started_unix_ms: 0,
             newest_checkpoint_at_start_unix_ms: None,
