@@ -77,6 +77,7 @@ fn record(key: ReplicaKey) -> ReplicaRecord {
         outcome: None,
         exit_file: Path::new("/nonexistent/exit").to_path_buf(),
         gpus: vec![key.rank],
+        gpu_milli: 0,
         slices: Vec::new(),
         started_unix_ms: 1,
         newest_checkpoint_at_start_unix_ms: None,
