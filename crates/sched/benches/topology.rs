@@ -8,7 +8,12 @@
 //!   8x8-GPU gang that requires one NVLink domain, on that cluster once it is full.
 //! - `topology/10k-nodes-3-levels-20pct-fractions`: the first bench with one job in five
 //!   asking a fraction of a shared GPU instead (a quarter, a half or three quarters per
-//!   replica; decisions.md section 11).
+//!   replica; decisions.md section 11), and CPUs and memory in proportion to that fraction,
+//!   as every other job asks them per GPU.
+//! - `topology/10k-nodes-3-levels-20pct-fractions-stranded`: the same, the fractional jobs
+//!   keeping the CPUs and memory of the whole GPUs they replace (a quarter GPU with 64 CPUs):
+//!   they take nodes' memory and leave their GPUs free, and every GPU job then looks at those
+//!   nodes (the index buckets nodes by free GPUs) and passes them over.
 
 mod cluster;
 
@@ -21,6 +26,7 @@ use baton_model::job::JobState;
 use baton_model::limits::MAX_NODES_PER_COMMAND;
 use baton_model::name::Name;
 use baton_model::plan::Decision;
+use baton_model::resources::Resources;
 use baton_model::state::State;
 use baton_model::topology::{LevelName, LevelNeed};
 use baton_sched::cycle;
@@ -57,13 +63,18 @@ fn leveled_cluster() -> State {
 
 /// The `cycle` bench's backlog, its gangs given levels: even ones require `nvlink`, odd
 /// ones prefer `rack`.
-fn submit_leveled_backlog(s: &mut State, fractions: bool) {
+fn submit_leveled_backlog(s: &mut State, fractions: Fractions) {
     let mut gangs = 0;
     for (i, mut spec) in backlog_specs(50_000, 7).into_iter().enumerate() {
-        if fractions && i % 5 == 0 {
+        if fractions != Fractions::None && i % 5 == 0 {
             let milli = 250 * (1 + (i as u64 / 5) % 3);
-            spec.tasks[0].resources.set("gpu", 0);
-            spec.tasks[0].resources.set_gpus_milli(milli);
+            let r = &mut spec.tasks[0].resources;
+            r.set("gpu", 0);
+            if fractions == Fractions::Proportional {
+                // The backlog's 8 CPUs and 64 GiB per GPU, for the fraction.
+                *r = Resources::of(&[("cpu", 8 * milli / 1000), ("memory", (milli << 36) / 1000)]);
+            }
+            r.set_gpus_milli(milli);
         }
         if spec.tasks[0].replicas > 1 {
             let t = if gangs % 2 == 0 { "required=nvlink" } else { "preferred=rack" };
@@ -74,9 +85,19 @@ fn submit_leveled_backlog(s: &mut State, fractions: bool) {
     }
 }
 
-/// The leveled cluster with its backlog (one job in five a fraction when `fractions`), and
-/// its first cycle measured as `topology/NAME`, in placements per second.
-fn first_cycle(c: &mut Criterion, name: &str, fractions: bool) -> State {
+/// Which of the backlog's jobs ask a fraction of a GPU, and what else they ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fractions {
+    None,
+    /// One in five, CPUs and memory in proportion to the fraction.
+    Proportional,
+    /// One in five, CPUs and memory of the whole GPUs they replace.
+    Stranded,
+}
+
+/// The leveled cluster with its backlog (one job in five a fraction unless `Fractions::None`),
+/// and its first cycle measured as `topology/NAME`, in placements per second.
+fn first_cycle(c: &mut Criterion, name: &str, fractions: Fractions) -> State {
     let mut s = leveled_cluster();
     submit_leveled_backlog(&mut s, fractions);
     let placed = placements(&s);
@@ -90,11 +111,12 @@ fn first_cycle(c: &mut Criterion, name: &str, fractions: bool) -> State {
 }
 
 fn bench_fractions(c: &mut Criterion) {
-    first_cycle(c, "10k-nodes-3-levels-20pct-fractions", true);
+    first_cycle(c, "10k-nodes-3-levels-20pct-fractions", Fractions::Proportional);
+    first_cycle(c, "10k-nodes-3-levels-20pct-fractions-stranded", Fractions::Stranded);
 }
 
 fn bench_levels(c: &mut Criterion) {
-    let mut s = first_cycle(c, "10k-nodes-3-levels-50k-jobs", false);
+    let mut s = first_cycle(c, "10k-nodes-3-levels-50k-jobs", Fractions::None);
     let mut g = c.benchmark_group("topology");
     g.measurement_time(Duration::from_secs(20));
 

@@ -6,7 +6,9 @@
 //! by their position in natural order: moving a node between buckets is a few bit
 //! operations, and walking a bucket yields nodes in natural order, skipping empty words.
 
-use baton_model::ledger::{GPU_KIND, Ledger, whole_gpus};
+use std::collections::BTreeSet;
+
+use baton_model::ledger::{GPU_KIND, GPU_MILLI, Ledger, whole_gpus};
 use baton_model::limits::MAX_GPUS_PER_NODE;
 
 const BUCKETS: usize = MAX_GPUS_PER_NODE as usize + 1;
@@ -199,11 +201,27 @@ pub type DomainKey = u32;
 /// Where a search looks: one domain of one level (`(level, domain)`), or the whole pool.
 pub type Scope = Option<(usize, DomainKey)>;
 
+/// A GPU that fractions share (decisions.md section 11), ordered as its best fit searches:
+/// the least room left first (the most used), then section 3's node order (fewest free
+/// whole GPUs, as `fullest_first`, then natural order), then the lowest GPU index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SharedGpu {
+    /// Thousandths still free on it: 1 to 999 (a full or an empty GPU is not shared).
+    pub room_milli: u16,
+    /// Free whole GPUs on its node.
+    free: u8,
+    pub node: u32,
+    pub gpu: u8,
+}
+
 #[derive(Debug, Clone)]
 pub struct PoolIndex {
     pub all: Buckets,
     /// Per topology level in force, the domains of this pool in domain order.
     pub levels: Vec<Vec<(DomainKey, Buckets)>>,
+    /// The GPUs of its schedulable nodes that fractions share, best fit first. At most
+    /// `MAX_GPUS_PER_NODE` per node.
+    pub shared: BTreeSet<SharedGpu>,
 }
 
 impl PoolIndex {
@@ -212,6 +230,12 @@ impl PoolIndex {
         // Domains are sorted; a binary search keeps this cheap for many.
         let ds = self.levels.get(level)?;
         ds.binary_search_by_key(&d, |(k, _)| *k).ok().map(|i| &ds[i].1)
+    }
+
+    /// Its shared GPUs with room for `milli`, best fit first.
+    pub fn shared_with_room(&self, milli: u64) -> impl Iterator<Item = &SharedGpu> + '_ {
+        let room_milli = u16::try_from(milli).unwrap_or(u16::MAX);
+        self.shared.range(SharedGpu { room_milli, free: 0, node: 0, gpu: 0 }..)
     }
 
     /// The buckets of a scope: the pool's, or one domain's.
@@ -237,6 +261,8 @@ pub struct Index {
     pub pools: Vec<PoolIndex>,
     /// Each node's current bucket (`u8::MAX`: not indexed, e.g. cordoned).
     buckets: Vec<u8>,
+    /// The shared GPUs each node has in its pool's `shared` (empty for most nodes).
+    shared_of: Vec<Vec<SharedGpu>>,
     /// Where each node sits at each level: node `n`'s at `n * levels + level`. Flat, so a
     /// cycle's index costs no allocation per node.
     places: Vec<Place>,
@@ -253,6 +279,7 @@ impl Index {
             .map(|p| PoolIndex {
                 all: Buckets::new(Vec::new(), ledger.nodes.len(), counts(p)),
                 levels: Vec::with_capacity(levels),
+                shared: BTreeSet::new(),
             })
             .collect();
         for level in 0..levels {
@@ -273,7 +300,8 @@ impl Index {
                 pools[p].levels.push(list);
             }
         }
-        let mut index = Index { pools, buckets: vec![u8::MAX; ledger.nodes.len()], places, levels };
+        let n = ledger.nodes.len();
+        let mut index = Index { pools, buckets: vec![u8::MAX; n], shared_of: vec![Vec::new(); n], places, levels };
         for i in 0..ledger.nodes.len() {
             index.update(ledger, i);
         }
@@ -292,6 +320,9 @@ impl Index {
                 pool.levels[level][place.domain as usize].1.remove(bucket as usize, place.pos as usize);
             }
         }
+        for k in self.shared_of[n].drain(..) {
+            pool.shared.remove(&k);
+        }
         if !node.schedulable {
             self.buckets[n] = u8::MAX;
             return;
@@ -302,6 +333,29 @@ impl Index {
             pool.levels[level][place.domain as usize].1.insert(free as usize, place.pos as usize);
         }
         self.buckets[n] = free;
+        self.index_shared(ledger, n, free);
+    }
+
+    /// Puts node `n`'s GPUs that fractions share, and that have room left, in its pool's
+    /// `shared` (its earlier ones were taken out by `update`).
+    fn index_shared(&mut self, ledger: &Ledger, n: usize, free: u8) {
+        let node = &ledger.nodes[n];
+        let mut mask = node.fraction_mask();
+        if mask == 0 {
+            return;
+        }
+        let u = node.gpu_use_for(None, &[]);
+        while mask != 0 {
+            let g = mask.trailing_zeros();
+            mask &= mask - 1;
+            let used = u.used(g);
+            if used == 0 || used >= GPU_MILLI {
+                continue;
+            }
+            let k = SharedGpu { room_milli: (GPU_MILLI - used) as u16, free, node: n as u32, gpu: g as u8 };
+            self.pools[node.pool].shared.insert(k);
+            self.shared_of[n].push(k);
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! of nodes with some jobs imagined gone (a preemption walk).
 
 use baton_model::job::JobId;
-use baton_model::ledger::{GPU_KIND, GpuUse, Vector};
+use baton_model::ledger::{GPU_KIND, GPU_MILLI, GpuUse, Vector};
 use baton_model::topology::MAX_TOPOLOGY_LEVELS;
 
 use crate::index::{Buckets, DomainKey, Scope};
@@ -64,6 +64,11 @@ impl Nodes for IndexNodes<'_, '_> {
 
     fn domain_buckets(&self, pool: usize, level: usize) -> Option<&[(DomainKey, Buckets)]> {
         Some(self.view.index.pools[pool].levels.get(level).map_or(&[], Vec::as_slice))
+    }
+
+    fn shared_gpus(&self, pool: usize, milli: u64) -> Option<Box<dyn Iterator<Item = (u64, usize)> + '_>> {
+        let shared = self.view.index.pools[pool].shared_with_room(milli);
+        Some(Box::new(shared.map(|s| (GPU_MILLI - u64::from(s.room_milli), s.node as usize))))
     }
 }
 

@@ -7,7 +7,9 @@
 //! still host it, so big empty nodes stay free for big gangs.
 
 use baton_model::alloc::ReplicaAlloc;
-use baton_model::ledger::{GPU_KIND, GPU_MILLI, GpuUse, Share, Vector, ZERO, add, clamp_to_mask, sub, whole_gpus};
+use baton_model::ledger::{
+    FxMap, GPU_KIND, GPU_MILLI, GpuUse, Share, Vector, ZERO, add, clamp_to_mask, sub, whole_gpus,
+};
 use baton_model::name::Name;
 use baton_model::state::submit::replicas_fitting;
 
@@ -38,6 +40,13 @@ pub trait Nodes {
     /// nodes are the index's: one pass over them answers for every domain what `gpu_room`
     /// and `free_of` answer for one (each of which searches for the domain first).
     fn domain_buckets(&self, _pool: usize, _level: usize) -> Option<&[(DomainKey, Buckets)]> {
+        None
+    }
+    /// Section 11's candidates, where these nodes are the index's: the GPUs of `pool` that
+    /// fractions share with room for `milli`, as (thousandths used, node), best fit first
+    /// (the most used, then section 3's node order, then the lowest GPU). `None`: not
+    /// indexed, callers look at each node.
+    fn shared_gpus(&self, _pool: usize, _milli: u64) -> Option<Box<dyn Iterator<Item = (u64, usize)> + '_>> {
         None
     }
 }
@@ -176,12 +185,28 @@ fn domains_free_in_one_pool<N: Nodes>(
     }
     let ds = nodes.domain_buckets(pool, level)?;
     let kind = needs.levels.measure();
-    let room =
-        |b: &Buckets| needs.tasks.iter().all(|t| b.gpu_room(whole_gpus(t.need[GPU_KIND])) >= u64::from(t.replicas));
+    // Per fraction task, the room of each domain's shared GPUs (section 11).
+    let mut shared: Vec<Option<FxMap<DomainKey, u64>>> = Vec::with_capacity(needs.tasks.len());
+    for t in &needs.tasks {
+        let fraction = room_only && is_fraction(&t.need);
+        shared.push(if fraction { Some(shared_room_by_domain(nodes, pool, level, t.need[GPU_KIND])?) } else { None });
+    }
+    let room = |d: DomainKey, b: &Buckets| {
+        needs.tasks.iter().zip(&shared).all(|(t, on_shared)| {
+            let room = match on_shared {
+                Some(by_domain) => b
+                    .gpu_room(1)
+                    .saturating_mul(GPU_MILLI / t.need[GPU_KIND])
+                    .saturating_add(by_domain.get(&d).copied().unwrap_or(0)),
+                None => b.gpu_room(whole_gpus(t.need[GPU_KIND])),
+            };
+            room >= u64::from(t.replicas)
+        })
+    };
     let free = |d: DomainKey, b: &Buckets| {
         if kind == GPU_KIND { b.free_gpus() } else { nodes.free_of(pool, Some((level, d)), kind) }
     };
-    Some(ds.iter().filter(|(_, b)| !room_only || room(b)).map(|(d, b)| (free(*d, b), *d)).collect())
+    Some(ds.iter().filter(|(d, b)| !room_only || room(*d, b)).map(|(d, b)| (free(*d, b), *d)).collect())
 }
 
 /// The domains of `level` under `pool_choice` within `scope` that `keep` keeps (asked
@@ -216,11 +241,35 @@ fn domains_where<N: Nodes>(
 
 /// Whether the GPUs free in `scope` could hold every task (a quick bound before packing).
 fn has_room<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Scope) -> bool {
-    needs
-        .tasks
-        .iter()
-        .zip(pool_choice)
-        .all(|(t, &p)| nodes.gpu_room(p, scope, whole_gpus(t.need[GPU_KIND])) >= u64::from(t.replicas))
+    needs.tasks.iter().zip(pool_choice).all(|(t, &p)| {
+        let room = if is_fraction(&t.need) {
+            fraction_room(nodes, p, scope, t.need[GPU_KIND])
+        } else {
+            nodes.gpu_room(p, scope, whole_gpus(t.need[GPU_KIND]))
+        };
+        room >= u64::from(t.replicas)
+    })
+}
+
+/// An upper bound on the fractions of `milli` the GPUs of `pool` in `scope` could hold
+/// (section 11): each free GPU as many as fit in a whole one, each shared GPU as many as fit
+/// in its room. Unbounded where the shared GPUs are not indexed.
+fn fraction_room<N: Nodes>(nodes: &N, pool: usize, scope: Scope, milli: u64) -> u64 {
+    let whole = nodes.gpu_room(pool, scope, 1).saturating_mul(GPU_MILLI / milli);
+    let Some(shared) = nodes.shared_gpus(pool, milli) else { return u64::MAX };
+    let in_scope = |n: usize| scope.is_none_or(|(level, d)| nodes.domain(n, level) == d);
+    let on_shared: u64 = shared.filter(|&(_, n)| in_scope(n)).map(|(used, _)| (GPU_MILLI - used) / milli).sum();
+    whole.saturating_add(on_shared)
+}
+
+/// `fraction_room`'s shared part for every domain of `level` in `pool` at once (one pass
+/// over the shared GPUs): the fractions of `milli` their room holds, per domain that has any.
+fn shared_room_by_domain<N: Nodes>(nodes: &N, pool: usize, level: usize, milli: u64) -> Option<FxMap<DomainKey, u64>> {
+    let mut out: FxMap<DomainKey, u64> = FxMap::default();
+    for (used, n) in nodes.shared_gpus(pool, milli)? {
+        *out.entry(nodes.domain(n, level)).or_default() += (GPU_MILLI - used) / milli;
+    }
+    Some(out)
 }
 
 /// Section 10's best fit: of the domains of `level` (within `scope`) where `place` packs the
@@ -328,6 +377,11 @@ impl<N: Nodes> Nodes for Union<'_, N> {
         let mut v = self.matching(pool, min_gpus);
         v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         Box::new(v.into_iter().map(|(_, n)| n))
+    }
+
+    fn shared_gpus(&self, pool: usize, milli: u64) -> Option<Box<dyn Iterator<Item = (u64, usize)> + '_>> {
+        let mine = |n: usize| self.domains.contains(&self.inner.domain(n, self.level));
+        Some(Box::new(self.inner.shared_gpus(pool, milli)?.filter(move |&(_, n)| mine(n))))
     }
 
     fn gpu_room(&self, pool: usize, _scope: Scope, gpus: u64) -> u64 {
@@ -456,7 +510,72 @@ impl<'n, N: Nodes> Packer<'n, N> {
         Some(())
     }
 
+    /// `scan_fraction_node`'s answer from the index of shared GPUs, without looking at every
+    /// node: the best shared GPU whose node holds the rest (or a node this gang uses, looked
+    /// at as the scan does), else the first node in section 3's order with an empty GPU.
     fn best_fraction_node(&self, pool: usize, scope: Scope, need: &Vector) -> Option<usize> {
+        let found = self.indexed_fraction_node(pool, scope, need);
+        // The scheduler's own tests (its property tests among them) check the index against
+        // the scan it replaces, at every fraction they place.
+        #[cfg(test)]
+        assert_eq!(found, self.scan_fraction_node(pool, scope, need), "the index and the scan disagree");
+        found
+    }
+
+    fn indexed_fraction_node(&self, pool: usize, scope: Scope, need: &Vector) -> Option<usize> {
+        let milli = need[GPU_KIND];
+        let Some(shared) = self.nodes.shared_gpus(pool, milli) else {
+            return self.scan_fraction_node(pool, scope, need);
+        };
+        let mut rest = *need;
+        rest[GPU_KIND] = 0;
+        let in_scope = |n: usize| scope.is_none_or(|(level, d)| self.nodes.domain(n, level) == d);
+        let order = |n: usize| (self.nodes.free(n).1.count_ones(), n);
+        // (thousandths used on the GPU it would go on, section 3's order of its node)
+        let mut best: Option<(u64, (u32, usize))> = None;
+        let mut consider = |used: u64, n: usize| {
+            if best.is_none_or(|(b, o)| used > b || (used == b && order(n) < o)) {
+                best = Some((used, order(n)));
+            }
+        };
+        let mut mine: Vec<usize> =
+            self.used.iter().map(|(n, _)| *n).chain(self.shared.iter().map(|(n, _)| *n)).collect();
+        mine.sort_unstable();
+        mine.dedup();
+        for &n in mine.iter().filter(|&&n| self.nodes.pool(n) == pool && in_scope(n)) {
+            if let Some(used) = self.fraction_fit(n, &rest, milli) {
+                consider(used, n);
+            }
+        }
+        // Shared GPUs come best first: the first on a node that holds the rest is the best
+        // of those this gang has not touched.
+        let untouched = |n: &usize| mine.binary_search(n).is_err() && in_scope(*n);
+        if let Some((used, n)) =
+            shared.filter(|(_, n)| untouched(n)).find(|&(_, n)| replicas_fitting(&rest, &self.nodes.free(n).0) > 0)
+        {
+            consider(used, n);
+        }
+        if let Some((used, (_, n))) = best.filter(|(used, _)| *used > 0) {
+            debug_assert!(used + milli <= GPU_MILLI);
+            return Some(n);
+        }
+        // No shared GPU holds it: an empty one, on the first node in section 3's order.
+        self.nodes.fullest_first(pool, scope, 1).find(|&n| self.fraction_fit(n, &rest, milli).is_some())
+    }
+
+    /// The thousandths used on the GPU of node `n` a fraction of `milli` would go on, if it
+    /// fits there with `rest` beside what this gang took.
+    fn fraction_fit(&self, n: usize, rest: &Vector, milli: u64) -> Option<u64> {
+        let left = self.left(n);
+        if left[GPU_KIND] < milli || replicas_fitting(rest, &left) == 0 {
+            return None;
+        }
+        let u = self.gang_use_now(n);
+        u.best_fit(milli).map(|g| u.used(g))
+    }
+
+    /// Section 11's node for one fraction, looking at every node of the pool in `scope`.
+    fn scan_fraction_node(&self, pool: usize, scope: Scope, need: &Vector) -> Option<usize> {
         let milli = need[GPU_KIND];
         let mut rest = *need;
         rest[GPU_KIND] = 0;

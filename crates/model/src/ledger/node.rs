@@ -208,6 +208,12 @@ impl NodeAcct {
         u
     }
 
+    /// GPUs here that fractions of occupants or reservations are on.
+    pub fn fraction_mask(&self) -> u64 {
+        let held = self.occupants.iter().fold(0u64, |m, o| m | o.fractions.mask());
+        self.reservations.iter().fold(held, |m, r| m | r.fractions.mask())
+    }
+
     /// GPUs here its occupants share by fractions, and the thousandths they hold on them.
     pub fn shared_gpus(&self) -> (u64, u64) {
         let mask = self.occupants.iter().fold(0u64, |m, o| m | o.fractions.mask());
