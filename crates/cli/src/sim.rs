@@ -130,12 +130,16 @@ struct WorkflowArgs {
     /// 1 to one less than its replicas (0 to 1).
     #[arg(long, default_value_t = 0.0)]
     elastic_share: f64,
+    /// Share of generated one-GPU jobs that ask 0.25, 0.5 or 0.75 of a shared GPU instead (0
+    /// to 1).
+    #[arg(long, default_value_t = 0.0)]
+    fraction_share: f64,
 }
 
 impl WorkflowArgs {
     fn spec(self) -> baton_sim::synth::Workflows {
         let (after_share, array_share, elastic_share) = (self.after_share, self.array_share, self.elastic_share);
-        baton_sim::synth::Workflows { after_share, array_share, elastic_share }
+        baton_sim::synth::Workflows { after_share, array_share, elastic_share, fraction_share: self.fraction_share }
     }
 }
 

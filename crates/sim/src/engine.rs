@@ -361,7 +361,8 @@ impl<'s> Engine<'s> {
         let Some(job) = e.job.as_ref().and_then(|n| self.state.job_by_name(n.as_str())) else { return };
         let Some((array, _)) = self.state.element_of(job.id) else { return };
         let Some(w) = self.array_work.get(&array.spec.name).cloned() else { return };
-        let (id, name, queue, gpus) = (job.id, job.spec.name.clone(), job.spec.queue.clone(), job.spec.total().gpus());
+        let (id, name, queue, gpus) =
+            (job.id, job.spec.name.clone(), job.spec.queue.clone(), job.spec.total().gpus_milli());
         self.work.insert(id, w);
         self.ids.insert(name, id);
         let q = self.queue_index(&queue);
@@ -540,7 +541,7 @@ impl<'s> Engine<'s> {
                     self.work.insert(job, work_of(sub));
                     self.ids.insert(sub.spec.name.clone(), job);
                     let queue = self.queue_index(&sub.spec.queue);
-                    let rec = JobRec::submitted(queue, sub.spec.total().gpus(), self.now_ms);
+                    let rec = JobRec::submitted(queue, sub.spec.total().gpus_milli(), self.now_ms);
                     self.stats.jobs.insert(job, rec);
                     self.track(job);
                 }

@@ -18,7 +18,8 @@ pub const MAX_SAMPLES: usize = 20_000;
 #[derive(Debug, Clone)]
 pub struct JobRec {
     pub queue: usize,
-    pub gpus: u64,
+    /// GPUs it holds in all, in thousandths (a fraction of a shared GPU is below 1000).
+    pub gpus_milli: u64,
     pub submit_ms: u64,
     pub first_start_ms: Option<u64>,
     /// It ran to its end (Succeeded or Failed).
@@ -32,10 +33,10 @@ pub struct JobRec {
 
 impl JobRec {
     /// A job just submitted at `submit_ms` (Pending from then).
-    pub fn submitted(queue: usize, gpus: u64, submit_ms: u64) -> JobRec {
+    pub fn submitted(queue: usize, gpus_milli: u64, submit_ms: u64) -> JobRec {
         JobRec {
             queue,
-            gpus,
+            gpus_milli,
             submit_ms,
             first_start_ms: None,
             ended: false,
@@ -143,7 +144,7 @@ impl Collector {
             }
             longest[j.queue] = longest[j.queue].max(wait);
             counts[j.queue] += 1;
-            waits[j.queue].entry(gang_bucket(j.gpus)).or_default().push(wait);
+            waits[j.queue].entry(gang_bucket(j.gpus_milli)).or_default().push(wait);
         }
         let ratio = |used: u128| if cap_gpu_ms == 0 { 0.0 } else { round4(used as f64 / cap_gpu_ms as f64) };
         (0..self.queues.len())
@@ -202,14 +203,22 @@ pub struct GangWait {
     pub max: Secs,
 }
 
-/// The bucket of a job of `gpus` GPUs: the smallest power of two at or above it.
-pub fn gang_bucket(gpus: u64) -> u64 {
-    gpus.max(1).next_power_of_two()
+/// The bucket of a job of `gpus_milli` thousandths of GPUs: 0 for a fraction of one shared
+/// GPU, else the smallest power of two at or above its GPUs.
+pub fn gang_bucket(gpus_milli: u64) -> u64 {
+    if gpus_milli > 0 && gpus_milli < 1000 {
+        return 0;
+    }
+    gpus_milli.div_ceil(1000).max(1).next_power_of_two()
 }
 
-/// `1`, `2`, `3-4`, `5-8`, ...: the GPU counts a bucket holds.
+/// `<1`, `1`, `2`, `3-4`, `5-8`, ...: the GPU counts a bucket holds.
 pub fn bucket_label(upper: u64) -> String {
-    if upper <= 2 { upper.to_string() } else { format!("{}-{upper}", upper / 2 + 1) }
+    match upper {
+        0 => "<1".to_string(),
+        1 | 2 => upper.to_string(),
+        _ => format!("{}-{upper}", upper / 2 + 1),
+    }
 }
 
 /// Nearest-rank percentile of sorted values: the smallest value with at least `p`% of the
@@ -296,8 +305,12 @@ mod tests {
 
     #[test]
     fn gang_buckets_are_powers_of_two() {
-        let labels: Vec<String> = [1, 2, 3, 4, 5, 8, 9, 64].map(|g| bucket_label(gang_bucket(g))).to_vec();
+        let labels: Vec<String> = [1, 2, 3, 4, 5, 8, 9, 64].map(|g| bucket_label(gang_bucket(g * 1000))).to_vec();
         assert_eq!(labels, ["1", "2", "3-4", "3-4", "5-8", "5-8", "9-16", "33-64"]);
+        // Section 11: fractions of a shared GPU wait in a bucket of their own; 1.5 GPUs in all
+        // (three halves) waits with the gangs of 2.
+        let labels: Vec<String> = [250, 999, 1500].map(|m| bucket_label(gang_bucket(m))).to_vec();
+        assert_eq!(labels, ["<1", "<1", "2"]);
     }
 
     #[test]

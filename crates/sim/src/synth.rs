@@ -61,7 +61,13 @@ pub struct Workflows {
     /// Share of gangs (rows of more than one replica, not arrays) made elastic, with a
     /// minimum of 1 to `replicas - 1`.
     pub elastic_share: f64,
+    /// Share of one-GPU rows that ask a fraction of a shared GPU instead (0.25, 0.5 or 0.75;
+    /// decisions.md section 11). It adds no column: the `gpus` column says it.
+    pub fraction_share: f64,
 }
+
+/// The fractions a generated row may ask, in thousandths of a GPU.
+pub const GENERATED_FRACTIONS: [u64; 3] = [250, 500, 750];
 
 /// A dependency waits for one of this many rows before it (workflows are local in time), with
 /// condition ok four times in five, else any or started.
@@ -102,13 +108,25 @@ struct Row {
     array: Option<(u32, Option<u32>)>,
     /// An elastic gang's minimum.
     min_replicas: Option<u32>,
+    /// A fraction of one shared GPU it asks instead of its one GPU, in thousandths.
+    gpu_milli: Option<u64>,
 }
 
 impl Row {
     /// GPU-seconds the row asks (every element of an array).
     fn asked(&self) -> f64 {
         let n = self.array.map_or(1, |(count, _)| count);
-        (self.shape.0 * u64::from(self.shape.1)) as f64 * self.duration_s as f64 * f64::from(n)
+        self.gpus() * f64::from(self.shape.1) * self.duration_s as f64 * f64::from(n)
+    }
+
+    /// GPUs per replica, a fraction of one counted as such.
+    fn gpus(&self) -> f64 {
+        self.gpu_milli.map_or(self.shape.0 as f64, |m| m as f64 / 1000.0)
+    }
+
+    /// The `gpus` column.
+    fn gpus_cell(&self) -> String {
+        self.gpu_milli.map_or(self.shape.0.to_string(), baton_model::quantity::thousandths)
     }
 }
 
@@ -125,7 +143,8 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
         t = next_arrival(&mut rng, t, mean_gap_s);
         r.submit_s = t as u64;
     }
-    let workflows = spec.workflows != Workflows::default();
+    // Fractions are written in the `gpus` column: they alone add no column.
+    let workflows = Workflows { fraction_share: 0.0, ..spec.workflows } != Workflows::default();
     // Traces without elastic gangs keep the columns they had.
     let elastic = spec.workflows.elastic_share > 0.0;
     let columns = match (workflows, elastic) {
@@ -146,7 +165,7 @@ pub fn generate(spec: &GenSpec) -> Result<String, GenError> {
             r.submit_s,
             spec.queues[r.queue],
             spec.classes[r.class],
-            r.shape.0,
+            r.gpus_cell(),
             r.shape.1,
             r.duration_s,
             opt(r.time_limit_s),
@@ -199,6 +218,10 @@ fn add_workflows(rows: &mut [Row], spec: &GenSpec) {
         if w.elastic_share > 0.0 && rng.unit() < w.elastic_share && row.array.is_none() && row.shape.1 > 1 {
             row.min_replicas = Some(1 + below(&mut rng, row.shape.1 as usize - 1) as u32);
         }
+        // Drawn last and only when asked for: the draws above stay what they were.
+        if w.fraction_share > 0.0 && rng.unit() < w.fraction_share && row.shape == (1, 1) {
+            row.gpu_milli = Some(GENERATED_FRACTIONS[below(&mut rng, GENERATED_FRACTIONS.len())]);
+        }
     }
 }
 
@@ -219,9 +242,13 @@ fn check(spec: &GenSpec) -> Result<(), GenError> {
         return Err(GenError::Gpus(spec.cluster_gpus, spec.gpus_per_node));
     }
     let w = spec.workflows;
-    for (flag, share) in
-        [("after-share", w.after_share), ("array-share", w.array_share), ("elastic-share", w.elastic_share)]
-    {
+    let shares = [
+        ("after-share", w.after_share),
+        ("array-share", w.array_share),
+        ("elastic-share", w.elastic_share),
+        ("fraction-share", w.fraction_share),
+    ];
+    for (flag, share) in shares {
         if !(0.0..=1.0).contains(&share) {
             return Err(GenError::Share(flag, share));
         }
@@ -240,8 +267,20 @@ fn job(rng: &mut Rng, spec: &GenSpec) -> Row {
     });
     let checkpoint_s = (duration >= CHECKPOINT_MIN_S && rng.unit() < CHECKPOINT_SHARE).then_some(CHECKPOINT_INTERVAL_S);
     let duration_s = duration.round().max(1.0) as u64;
-    let (after, array, min_replicas) = (None, None, None);
-    Row { submit_s: 0, queue, class, shape, duration_s, time_limit_s, checkpoint_s, after, array, min_replicas }
+    let (after, array, min_replicas, gpu_milli) = (None, None, None, None);
+    Row {
+        submit_s: 0,
+        queue,
+        class,
+        shape,
+        duration_s,
+        time_limit_s,
+        checkpoint_s,
+        after,
+        array,
+        min_replicas,
+        gpu_milli,
+    }
 }
 
 /// Queue i with weight 1/(i+1): a few busy queues and a tail of quiet ones.
@@ -339,8 +378,8 @@ mod tests {
         let text = generate(&spec(20_000, 1)).unwrap();
         let jobs = trace::parse("gen.csv", &text).unwrap();
         let n = jobs.len() as f64;
-        let single = jobs.iter().filter(|j| j.gpus() == 1).count() as f64 / n;
-        let big = jobs.iter().filter(|j| j.gpus() >= 32).count() as f64 / n;
+        let single = jobs.iter().filter(|j| j.gpus_milli() == 1000).count() as f64 / n;
+        let big = jobs.iter().filter(|j| j.gpus_milli() >= 32_000).count() as f64 / n;
         assert!((0.67..0.73).contains(&single), "one-GPU share {single}");
         assert!((0.01..0.03).contains(&big), "gangs of 32+ GPUs {big}");
         let mut d: Vec<u64> = jobs.iter().map(|j| j.duration_ms / 1000).collect();

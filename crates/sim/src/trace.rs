@@ -78,7 +78,9 @@ pub struct TraceJob {
     pub submit_ms: u64,
     pub queue: Name,
     pub class: PriorityRef,
-    pub gpus_per_replica: u64,
+    /// GPUs per replica in thousandths: below 1000, a fraction of one shared GPU
+    /// (decisions.md section 11).
+    pub gpu_milli_per_replica: u64,
     pub replicas: u32,
     pub duration_ms: u64,
     pub time_limit_ms: Option<u64>,
@@ -94,8 +96,9 @@ pub struct TraceJob {
 }
 
 impl TraceJob {
-    pub fn gpus(&self) -> u64 {
-        self.gpus_per_replica * u64::from(self.replicas)
+    /// GPUs the job holds in all, in thousandths.
+    pub fn gpus_milli(&self) -> u64 {
+        self.gpu_milli_per_replica * u64::from(self.replicas)
     }
 }
 
@@ -151,7 +154,7 @@ fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
         Ok(v) => PriorityRef::Value(v),
         Err(_) => PriorityRef::Class(Name::new(cells[2]).map_err(|e| at(3, e.to_string()))?),
     };
-    let gpus_per_replica = whole(cells[3], 4, 1, baton_model::limits::MAX_GPUS_PER_NODE)?;
+    let gpu_milli_per_replica = gpus(cells[3])?;
     let replicas = whole(cells[4], 5, 1, u64::from(baton_model::limits::MAX_REPLICAS_PER_JOB))? as u32;
     let time_limit_ms = optional(cells[6], 7)?;
     let checkpoint_interval_ms = optional(cells[7], 8)?;
@@ -160,7 +163,7 @@ fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
         submit_ms: seconds(cells[0], 1, MAX_SUBMIT_SECONDS)?,
         queue,
         class,
-        gpus_per_replica,
+        gpu_milli_per_replica,
         replicas,
         duration_ms: seconds(cells[5], 6, MAX_ROW_SECONDS)?.max(1),
         time_limit_ms,
@@ -207,6 +210,18 @@ fn dependencies(cell: &str) -> RowResult<Vec<After>> {
     Ok(out)
 }
 
+/// The `gpus` column: whole GPUs (1..64), or a fraction of one shared GPU (`0.25`, `500m`),
+/// in thousandths.
+fn gpus(cell: &str) -> RowResult<u64> {
+    const COLUMN: usize = 4;
+    let milli = baton_model::quantity::parse_gpu_request(cell).map_err(|e| (Some(COLUMN), e.to_string()))?;
+    let most = baton_model::limits::MAX_GPUS_PER_NODE * 1000;
+    if milli == 0 || milli > most {
+        return Err((Some(COLUMN), format!("{cell} is out of range: more than 0 and at most {}", most / 1000)));
+    }
+    Ok(milli)
+}
+
 fn whole(cell: &str, col: usize, min: u64, max: u64) -> RowResult<u64> {
     let v: u64 = cell.parse().map_err(|_| (Some(col), format!("{cell:?} is not a whole number")))?;
     if !(min..=max).contains(&v) {
@@ -242,7 +257,7 @@ fn optional(cell: &str, col: usize) -> RowResult<Option<u64>> {
 /// periodic checkpoint, which the engine accounts for).
 pub fn spec(j: &TraceJob) -> JobSpec {
     let mut resources = Resources::new();
-    resources.set("gpu", j.gpus_per_replica);
+    resources.set_gpus_milli(j.gpu_milli_per_replica);
     JobSpec {
         name: Name::new(format!("j{}", j.line)).expect("a short name"),
         queue: j.queue.clone(),
@@ -350,8 +365,18 @@ mod tests {
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].line, jobs[0].time_limit_ms, jobs[0].checkpoint_interval_ms), (3, None, None));
         let b = &jobs[1];
-        assert_eq!((b.submit_ms, b.gpus(), b.class.clone()), (1500, 32, PriorityRef::Value(7)));
+        assert_eq!((b.submit_ms, b.gpus_milli(), b.class.clone()), (1500, 32_000, PriorityRef::Value(7)));
         assert_eq!((b.time_limit_ms, b.checkpoint_interval_ms), (Some(7_200_000), Some(600_000)));
+    }
+
+    /// Section 11: a row may ask a fraction of one shared GPU per replica.
+    #[test]
+    fn rows_may_ask_a_fraction_of_a_gpu() {
+        let t = format!("{HEADER}0,a,train,0.25,1,60,,\n1,a,train,500m,3,60,,\n");
+        let jobs = parse("t.csv", &t).unwrap();
+        assert_eq!((jobs[0].gpu_milli_per_replica, jobs[1].gpus_milli()), (250, 1500));
+        let r = &spec(&jobs[1]).tasks[0].resources;
+        assert_eq!((r.gpus(), r.gpu_fraction()), (0, 500));
     }
 
     #[test]
@@ -360,6 +385,9 @@ mod tests {
             ("x,a,train,1,1,60,,\n", 1, "not a number"),
             ("0,a b,train,1,1,60,,\n", 2, ""),
             ("0,a,train,0,1,60,,\n", 4, "out of range"),
+            ("0,a,train,65,1,60,,\n", 4, "out of range"),
+            ("0,a,train,1.5,1,60,,\n", 4, "whole GPUs"),
+            ("0,a,train,two,1,60,,\n", 4, "two"),
             ("0,a,train,1,1.5,60,,\n", 5, "not a whole number"),
             ("0,a,train,1,1,-3,,\n", 6, ">= 0"),
             ("0,a,train,1,1,60,0,\n", 7, "above 0"),

@@ -228,7 +228,7 @@ fn a_generated_trace_with_workflows_keeps_the_same_rows_and_adds_dependencies_an
         workflows,
     };
     let plain = baton_sim::synth::generate(&spec(Default::default())).unwrap();
-    let w = baton_sim::synth::Workflows { after_share: 0.3, array_share: 0.1, elastic_share: 0.0 };
+    let w = baton_sim::synth::Workflows { after_share: 0.3, array_share: 0.1, ..Default::default() };
     let with = baton_sim::synth::generate(&spec(w)).unwrap();
     assert!(with.starts_with(&format!("{}\n", baton_sim::trace::COLUMNS[..10].join(","))), "no elastic column");
     let jobs = baton_sim::trace::parse("t.csv", &with).unwrap();
@@ -238,7 +238,7 @@ fn a_generated_trace_with_workflows_keeps_the_same_rows_and_adds_dependencies_an
     let arrays = jobs.iter().filter(|j| j.array.is_some()).count();
     assert!((80..=160).contains(&waits) && (20..=70).contains(&arrays), "{waits} wait, {arrays} arrays");
     for (a, b) in jobs.iter().zip(&base) {
-        assert_eq!((a.queue.clone(), a.gpus(), a.duration_ms), (b.queue.clone(), b.gpus(), b.duration_ms));
+        assert_eq!((a.queue.clone(), a.gpus_milli(), a.duration_ms), (b.queue.clone(), b.gpus_milli(), b.duration_ms));
     }
     let o = baton_sim::run_trace("c.yaml", &cluster(4, 16), "t.csv", &with).unwrap();
     assert!(o.report.summary.finished > 0);
@@ -287,10 +287,59 @@ fn a_generated_trace_with_elastic_gangs_adds_the_column_and_keeps_the_rows() {
     assert!(!elastic.is_empty() && elastic.len() < gangs, "{} of {gangs} gangs elastic", elastic.len());
     assert!(elastic.iter().all(|&(m, r)| (1..r).contains(&m)), "{elastic:?}");
     for (a, b) in jobs.iter().zip(&plain) {
-        assert_eq!((a.gpus(), a.duration_ms, a.submit_ms), (b.gpus(), b.duration_ms, b.submit_ms));
+        assert_eq!((a.gpus_milli(), a.duration_ms, a.submit_ms), (b.gpus_milli(), b.duration_ms, b.submit_ms));
     }
     let o = baton_sim::run_trace("c.yaml", &cluster(4, 8), "t.csv", &text).unwrap();
     assert!(o.report.summary.finished > 0);
+}
+
+/// Section 11 in trace mode: rows of a fraction of a GPU share one; they wait in a bucket of
+/// their own, and the GPU time they are charged is their share of it.
+#[test]
+fn rows_of_a_fraction_of_a_gpu_share_one() {
+    // One 1-GPU node: four quarters run side by side for 100 s; a whole-GPU row waits for them.
+    let rows = "0,a,train,0.25,1,100,,\n0,a,train,0.25,1,100,,\n0,a,train,250m,2,100,,\n0,a,train,1,1,50,,\n";
+    let header = "submit,queue,class,gpus,replicas,duration,time_limit,checkpoint_interval\n";
+    let one_gpu = "nodes:\n  - {name: n1, resources: {gpu: 1}}\nqueues:\n  - {name: a, quota: {gpu: 1}}\n";
+    let o = baton_sim::run_trace("c.yaml", one_gpu, "t.csv", &format!("{header}{rows}")).unwrap();
+    assert_eq!((o.report.summary.finished, o.report.summary.end), (4, Secs(150_000)), "{:?}", o.report.summary);
+    let stats = o.queue_stats();
+    let q = queue(&stats, "a");
+    let bucket = |label: &str| q.wait_by_gang.iter().find(|g| g.gpus == label).map(|g| (g.jobs, g.max));
+    assert_eq!(bucket("<1"), Some((3, Secs(0))), "the quarters and the two-quarter gang: {:?}", q.wait_by_gang);
+    assert_eq!(bucket("1"), Some((1, Secs(100_000))), "the whole GPU waits for them: {:?}", q.wait_by_gang);
+    // 1 GPU for 100 s, then 1 for 50 s: 150 GPU-seconds.
+    assert!((q.gpu_hours - 150.0 / 3600.0).abs() < 1e-4, "{}", q.gpu_hours);
+}
+
+#[test]
+fn a_generated_trace_with_fractions_keeps_its_columns_and_other_rows() {
+    let spec = |workflows| baton_sim::synth::GenSpec {
+        jobs: 400,
+        seed: 9,
+        queues: vec![baton_model::name::Name::lit("a")],
+        classes: vec![baton_model::name::Name::lit("train")],
+        cluster_gpus: 32,
+        gpus_per_node: 8,
+        load: 0.9,
+        workflows,
+    };
+    let plain =
+        baton_sim::trace::parse("t.csv", &baton_sim::synth::generate(&spec(Default::default())).unwrap()).unwrap();
+    let w = baton_sim::synth::Workflows { fraction_share: 0.5, ..Default::default() };
+    let text = baton_sim::synth::generate(&spec(w)).unwrap();
+    assert!(text.starts_with(&format!("{}\n", baton_sim::trace::COLUMNS[..8].join(","))), "no new column");
+    let jobs = baton_sim::trace::parse("t.csv", &text).unwrap();
+    let ones = plain.iter().filter(|j| j.gpus_milli() == 1000).count();
+    let shares: Vec<u64> = jobs.iter().map(|j| j.gpu_milli_per_replica).filter(|&m| m < 1000).collect();
+    assert!(shares.len() > ones / 4 && shares.len() < ones * 3 / 4, "{} of {ones} one-GPU rows", shares.len());
+    assert!(shares.iter().all(|m| [250, 500, 750].contains(m)), "{shares:?}");
+    for (a, b) in jobs.iter().zip(&plain) {
+        assert_eq!((a.replicas, a.duration_ms, a.queue.clone()), (b.replicas, b.duration_ms, b.queue.clone()));
+    }
+    let o = baton_sim::run_trace("c.yaml", &cluster(4, 8), "t.csv", &text).unwrap();
+    assert!(o.report.summary.finished > 0);
+    assert!(queue(&o.queue_stats(), "a").wait_by_gang.iter().any(|g| g.gpus == "<1"));
 }
 
 #[test]

@@ -47,8 +47,14 @@ pub fn run(
         let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
         let s = &outcome.report.summary;
         let end = s.end.0;
-        let gang_wait =
-            outcome.stats.jobs.values().filter(|j| j.gpus >= BIG_GANG_GPUS).map(|j| j.wait_ms(end)).max().unwrap_or(0);
+        let gang_wait = outcome
+            .stats
+            .jobs
+            .values()
+            .filter(|j| j.gpus_milli >= BIG_GANG_GPUS * 1000)
+            .map(|j| j.wait_ms(end))
+            .max()
+            .unwrap_or(0);
         println!(
             "| {n} | {} | {} | {} | {} | {wall:.1} | {cpu:.1} | {} |",
             s.end,
