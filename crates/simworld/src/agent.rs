@@ -15,7 +15,7 @@ use baton_model::command::Observed;
 use turmoil::net::UdpSocket;
 
 use crate::timing::BEAT_MS;
-use crate::truth::{Rank, Shared};
+use crate::truth::{Devices, Rank, Shared};
 use crate::wire::{self, Act, Beat, Grant, Work};
 
 /// Beats whose send time an agent remembers (a grant for an older one is ignored).
@@ -120,7 +120,8 @@ impl Agent {
                 }
                 (Act::Run, None) if !ended => {
                     let work_ms = t.work.get(&w.name).map_or(30_000, |x| x.work_ms);
-                    t.start(now, &self.node, r, (&w.gpus, w.slices), w.memory_bytes, now + work_ms);
+                    let devices = Devices { gpus: &w.gpus, gpu_milli: w.gpu_milli, slices: w.slices };
+                    t.start(now, &self.node, r, devices, w.memory_bytes, now + work_ms);
                 }
                 (Act::Stop, Some(_)) if !self.stopping.contains_key(&r) => {
                     let ckpt = t.work.get(&w.name).map_or(1_000, |x| x.checkpoint_ms);

@@ -231,6 +231,7 @@ fn directive(s: &State, node: &Name) -> Vec<Work> {
                 rank: a.rank,
                 act,
                 gpus: a.gpus,
+                gpu_milli: a.gpu_milli,
                 memory_bytes: a.memory_bytes,
                 slices: a.slices.values().sum(),
                 grace_ms: a.grace_ms,

@@ -381,6 +381,11 @@ fn job(rng: &mut SplitMix64, name: &str) -> JobSpec {
     } else if rng.chance(20) {
         // One GPU job in five asks for MIG slices instead (decisions.md section 11).
         Resources::of(&[(SLICE_PROFILE, rng.range(1, 4)), ("cpu", 4)])
+    } else if rng.chance(20) {
+        // And one in five of the rest a fraction of a shared GPU per replica (section 11).
+        let mut r = Resources::of(&[("cpu", 4)]);
+        r.set_gpus_milli(250 * rng.range(1, 4));
+        r
     } else {
         Resources::of(&[("gpu", rng.range(1, GPUS_PER_NODE + 1)), ("cpu", 4)])
     };

@@ -25,12 +25,13 @@ pub fn line(o: &Outcome) -> String {
     let faults: u64 = o.faults.values().sum();
     let verdict = if o.violations.is_empty() { "ok".to_string() } else { format!("{} VIOLATIONS", o.violations.len()) };
     format!(
-        "seed {}: digest {:016x} applied {} starts {} on slices {} suspended {} windows {} waiting {} arrays {} elastic {} records {} digests {} bad GPUs {} faults {} simulated {} s in {} ms: {verdict}",
+        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} records {} digests {} bad GPUs {} faults {} simulated {} s in {} ms: {verdict}",
         o.seed,
         o.digest,
         o.applied,
         o.starts,
         o.slice_starts,
+        o.shared_starts,
         o.suspensions,
         o.windows,
         o.waiting_submits,

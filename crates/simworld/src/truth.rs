@@ -33,11 +33,23 @@ impl std::fmt::Display for Rank {
     }
 }
 
+/// What a rank is given of its node.
+#[derive(Debug, Clone, Copy)]
+pub struct Devices<'a> {
+    pub gpus: &'a [u32],
+    /// Thousandths of its one GPU when it shares it (decisions.md section 11); 0: whole.
+    pub gpu_milli: u32,
+    /// MIG slices, of every profile.
+    pub slices: u32,
+}
+
 #[derive(Debug, Clone)]
 pub struct Process {
     /// When it exits on its own (if not stopped first).
     pub exits_ms: u64,
     pub gpus: Vec<u32>,
+    /// Thousandths of its one GPU when it shares it (decisions.md section 11); 0: whole.
+    pub gpu_milli: u32,
     /// The memory it holds, suspended or not (a stopped process keeps its memory).
     pub memory_bytes: u64,
     /// The MIG slices it holds.
@@ -116,6 +128,8 @@ pub struct Truth {
     pub suspensions: u64,
     /// Ranks started on MIG slices (section 11).
     pub slice_starts: u64,
+    /// Ranks started on a fraction of a shared GPU (section 11).
+    pub shared_starts: u64,
 }
 
 #[derive(Clone, Default)]
@@ -143,8 +157,8 @@ impl Truth {
     /// checks that no other attempt of the job runs anywhere, that this rank runs nowhere
     /// else, that no process holds one of the GPUs, and that the node's processes, suspended
     /// ones included, hold no more memory than it has.
-    pub fn start(&mut self, at_ms: u64, node: &str, r: Rank, devices: (&[u32], u32), memory_bytes: u64, exits_ms: u64) {
-        let (gpus, slices) = devices;
+    pub fn start(&mut self, at_ms: u64, node: &str, r: Rank, devices: Devices, memory_bytes: u64, exits_ms: u64) {
+        let Devices { gpus, gpu_milli, slices } = devices;
         let mut broken = BTreeSet::new();
         let held_slices: u32 = self.journals.get(node).map_or(0, |j| j.processes.values().map(|p| p.slices).sum());
         if held_slices + slices > NODE_SLICES {
@@ -168,9 +182,19 @@ impl Truth {
                 } else if other.job == r.job && other.rank == r.rank {
                     broken.insert(format!("{r} starts on {node} while it runs on {n}"));
                 }
-                if n == node && p.gpus.iter().any(|g| gpus.contains(g)) {
+                if n == node && p.gpus.iter().any(|g| gpus.contains(g)) && (gpu_milli == 0 || p.gpu_milli == 0) {
                     broken.insert(format!("{r} starts on GPUs {gpus:?} of {node} that {other} holds ({:?})", p.gpus));
                 }
+            }
+        }
+        if gpu_milli > 0 {
+            // Fractions share a GPU up to the whole of it, suspended holders included.
+            let on = |g: &u32| -> u32 {
+                let j = self.journals.get(node);
+                j.map_or(0, |j| j.processes.values().filter(|p| p.gpus.contains(g)).map(|p| p.gpu_milli).sum())
+            };
+            for g in gpus.iter().filter(|g| on(g) + gpu_milli > 1000) {
+                broken.insert(format!("{r} starts on GPU {g} of {node} with {gpu_milli}/1000 beside {}/1000", on(g)));
             }
         }
         for b in broken {
@@ -178,10 +202,12 @@ impl Truth {
         }
         self.starts += 1;
         self.slice_starts += u64::from(slices > 0);
+        self.shared_starts += u64::from(gpu_milli > 0);
         let and_slices = if slices > 0 { format!(" and {slices} MIG slices") } else { String::new() };
         self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}{and_slices}"));
         let journal = self.journals.entry(node.to_string()).or_default();
-        journal.processes.insert(r, Process { exits_ms, gpus: gpus.to_vec(), memory_bytes, slices, suspended: false });
+        let p = Process { exits_ms, gpus: gpus.to_vec(), gpu_milli, memory_bytes, slices, suspended: false };
+        journal.processes.insert(r, p);
     }
 
     /// The watchdog of every node: a process whose node's lease ran out is stopped then,
@@ -224,11 +250,33 @@ mod tests {
         Rank { job, attempt, rank }
     }
 
+    /// Whole GPUs and MIG slices.
+    fn whole(gpus: &[u32], slices: u32) -> Devices<'_> {
+        Devices { gpus, gpu_milli: 0, slices }
+    }
+
+    /// Section 11: fractions share a GPU up to the whole of it, and never one held whole.
+    #[test]
+    fn fractions_share_a_gpu_up_to_the_whole_of_it() {
+        let mut t = Truth::default();
+        let share = |milli| Devices { gpus: &[2], gpu_milli: milli, slices: 0 };
+        t.start(10, "n1", rank(1, 1, 0), share(500), 0, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), share(250), 0, 1_000);
+        t.start(12, "n1", rank(3, 1, 0), share(250), 0, 1_000);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.start(13, "n1", rank(4, 1, 0), share(250), 0, 1_000);
+        assert!(t.violations.iter().any(|v| v.contains("with 250/1000 beside 1000/1000")), "{:?}", t.violations);
+        let mut t = Truth::default();
+        t.start(10, "n1", rank(1, 1, 0), whole(&[2], 0), 0, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), share(250), 0, 1_000);
+        assert!(t.violations.iter().any(|v| v.contains("that job 1")), "{:?}", t.violations);
+    }
+
     #[test]
     fn a_second_attempt_while_the_first_runs_is_a_violation() {
         let mut t = Truth::default();
-        t.start(10, "n1", rank(1, 1, 0), (&[0], 0), 0, 1_000);
-        t.start(20, "n2", rank(1, 2, 0), (&[0], 0), 0, 1_000);
+        t.start(10, "n1", rank(1, 1, 0), whole(&[0], 0), 0, 1_000);
+        t.start(20, "n2", rank(1, 2, 0), whole(&[0], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.violations[0].contains("while attempt 1 runs on n1"), "{:?}", t.violations);
     }
@@ -236,13 +284,13 @@ mod tests {
     #[test]
     fn a_gpu_held_twice_is_a_violation_and_an_ended_one_is_free() {
         let mut t = Truth::default();
-        t.start(10, "n1", rank(1, 1, 0), (&[0, 1], 0), 0, 1_000);
-        t.start(11, "n1", rank(2, 1, 0), (&[1], 0), 0, 1_000);
+        t.start(10, "n1", rank(1, 1, 0), whole(&[0, 1], 0), 0, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), whole(&[1], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         t.end(12, "n1", rank(1, 1, 0), "exited");
         t.end(12, "n1", rank(2, 1, 0), "exited");
-        t.start(13, "n1", rank(3, 1, 0), (&[1], 0), 0, 1_000);
-        t.start(14, "n2", rank(1, 2, 0), (&[1], 0), 0, 1_000);
+        t.start(13, "n1", rank(3, 1, 0), whole(&[1], 0), 0, 1_000);
+        t.start(14, "n2", rank(1, 2, 0), whole(&[1], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.journals["n1"].ended.contains(&rank(1, 1, 0)));
     }
@@ -252,11 +300,11 @@ mod tests {
     fn memory_held_by_a_suspended_process_is_not_free() {
         let mut t = Truth::default();
         let gib = 1u64 << 30;
-        t.start(10, "n1", rank(1, 1, 0), (&[], 0), 400 * gib, 1_000);
+        t.start(10, "n1", rank(1, 1, 0), whole(&[], 0), 400 * gib, 1_000);
         t.journals.get_mut("n1").unwrap().processes.get_mut(&rank(1, 1, 0)).unwrap().suspended = true;
-        t.start(11, "n1", rank(2, 1, 0), (&[], 0), 100 * gib, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), whole(&[], 0), 100 * gib, 1_000);
         assert!(t.violations.is_empty(), "{:?}", t.violations);
-        t.start(12, "n1", rank(3, 1, 0), (&[], 0), 100 * gib, 1_000);
+        t.start(12, "n1", rank(3, 1, 0), whole(&[], 0), 100 * gib, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.violations[0].contains("500 GiB its processes hold"), "{:?}", t.violations);
     }
@@ -265,15 +313,15 @@ mod tests {
     #[test]
     fn more_slices_than_a_node_has_are_a_violation() {
         let mut t = Truth::default();
-        t.start(10, "n1", rank(1, 1, 0), (&[], 3), 0, 1_000);
-        t.start(11, "n1", rank(2, 1, 0), (&[], 4), 0, 1_000);
+        t.start(10, "n1", rank(1, 1, 0), whole(&[], 3), 0, 1_000);
+        t.start(11, "n1", rank(2, 1, 0), whole(&[], 4), 0, 1_000);
         assert!(t.violations.is_empty(), "{:?}", t.violations);
-        t.start(12, "n1", rank(3, 1, 0), (&[], 1), 0, 1_000);
+        t.start(12, "n1", rank(3, 1, 0), whole(&[], 1), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.violations[0].contains("1 MIG slices beside 7"), "{:?}", t.violations);
         t.end(13, "n1", rank(1, 1, 0), "exited");
         t.end(13, "n1", rank(3, 1, 0), "exited");
-        t.start(14, "n1", rank(4, 1, 0), (&[], 3), 0, 1_000);
+        t.start(14, "n1", rank(4, 1, 0), whole(&[], 3), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "an ended process's slices are free: {:?}", t.violations);
     }
 }

@@ -39,6 +39,8 @@ pub struct Work {
     pub rank: u32,
     pub act: Act,
     pub gpus: Vec<u32>,
+    /// Thousandths of its one GPU when it shares it (decisions.md section 11); 0: whole.
+    pub gpu_milli: u32,
     /// What the rank asked for of its node's memory: its process holds it while it runs or
     /// is suspended (a stopped process keeps its memory).
     pub memory_bytes: u64,

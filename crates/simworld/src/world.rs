@@ -91,6 +91,9 @@ pub struct Outcome {
     /// Ranks started on MIG slices (section 11).
     #[serde(default)]
     pub slice_starts: u64,
+    /// Ranks started on a fraction of a shared GPU (section 11).
+    #[serde(default)]
+    pub shared_starts: u64,
     /// Accounting records made (issue 34): every replica's store holds each of them.
     pub records: u64,
     /// State digests the replicas compared with the leader's and found equal (stop 53).
@@ -231,6 +234,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         elastic: t.elastic,
         suspensions: t.suspensions,
         slice_starts: t.slice_starts,
+        shared_starts: t.shared_starts,
         records: checks.records,
         digest_checks: checks.digest_checks_total(),
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),

@@ -66,15 +66,19 @@ fn seeds_under_faults_keep_every_promise() {
         .ok()
         .map(|s| s.parse::<u64>().expect("BATON_SIM_SEEDS must be a whole number of seeds"))
         .unwrap_or(CI_SEEDS);
-    let mut on_slices = 0u64;
+    let (mut on_slices, mut shared) = (0u64, 0u64);
     for seed in 0..seeds {
         let line = line_of_seed_alone(seed, CI_MINUTES);
         println!("{line}");
-        let count =
-            line.split(" on slices ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok());
-        on_slices += count.unwrap_or_else(|| panic!("no count of starts on slices in {line}"));
+        let count = |after: &str| {
+            let n = line.split(after).nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok());
+            n.unwrap_or_else(|| panic!("no count after {after:?} in {line}"))
+        };
+        on_slices += count(" on slices ");
+        shared += count(" shared ");
     }
     assert!(on_slices > 0, "no seed started a rank on MIG slices: the load does not exercise them");
+    assert!(shared > 0, "no seed started a rank on a shared GPU: the load does not exercise fractions");
 }
 
 /// The first seed from `first` that finds `sabotage`, with what it found.
