@@ -254,6 +254,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         elastic: 0,
         suspensions: 0,
         slice_starts: 0,
+        shared_starts: 0,
         records: 0,
         digest_checks: 0,
         faults: Default::default(),

@@ -72,6 +72,13 @@ fn estimate(
 ) -> Option<(Quick, u64)> {
     let (mut free, mask) = view.free_for(n, job, &[]);
     clamp_to_mask(&mut free, mask);
+    // Section 11: free amounts count whole free GPUs only, but a fraction also fits on a
+    // shared GPU with room for it; then only its other resources may need victims.
+    if crate::pack::is_fraction(need)
+        && view.ledger.nodes[n].gpu_use_for(Some(job), &[]).best_fit(need[GPU_KIND]).is_some()
+    {
+        free[GPU_KIND] = free[GPU_KIND].max(need[GPU_KIND]);
+    }
     let mut all = free;
     for (_, amount) in on {
         add(&mut all, amount);
