@@ -13,6 +13,8 @@
 //!    a lease stop that saved its rank's work completes the gang's checkpoint when every
 //!    other rank has saved since the last complete one, by the replicated tally (the
 //!    leader's memory decided it before, and a failover forgot it).
+//! 4. a job on MIG slices is a job that uses GPUs (decisions.md section 7): preempted in mode
+//!    `suspend`, it is checkpointed and requeued, not suspended in place holding its slices.
 
 use crate::command::Op;
 use crate::state::State;
@@ -20,11 +22,13 @@ use crate::state::State;
 /// The behaviour a state has until the log raises it.
 pub const BASELINE: u32 = 1;
 /// The newest behaviour this build applies.
-pub const BEHAVIOUR: u32 = 3;
+pub const BEHAVIOUR: u32 = 4;
 /// The behaviour that bounds request ids per user.
 pub const PER_USER_REQUEST_IDS: u32 = 2;
 /// The behaviour whose state tallies the ranks' checkpoints.
 pub const RANK_SAVES: u32 = 3;
+/// The behaviour under which MIG slices count as GPUs when a job is preempted.
+pub const SLICES_ARE_GPUS: u32 = 4;
 
 /// The data format whose builds apply behaviour `v`: the raise to `v` needs it, so the format
 /// gate holds the raise back until every member applies `v`. A version this build does not
@@ -34,6 +38,7 @@ pub fn format_of(v: u32) -> u32 {
         0..=BASELINE => 1,
         2 => 10,
         3 => 11,
+        4 => 14,
         _ => u32::MAX,
     }
 }
@@ -65,6 +70,8 @@ mod tests {
         assert_eq!(leader_upgrade(&s, 9), Some(Op::SetBehaviour(BEHAVIOUR)), "held by the gate, which names who");
         assert_eq!(leader_upgrade(&s, 10), Some(Op::SetBehaviour(PER_USER_REQUEST_IDS)));
         assert_eq!(leader_upgrade(&s, 11), Some(Op::SetBehaviour(RANK_SAVES)));
+        assert_eq!(leader_upgrade(&s, 13), Some(Op::SetBehaviour(RANK_SAVES)), "slices wait for format 14");
+        assert_eq!(leader_upgrade(&s, 14), Some(Op::SetBehaviour(SLICES_ARE_GPUS)));
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(PER_USER_REQUEST_IDS) }).unwrap();
         assert_eq!(leader_upgrade(&s, 10), Some(Op::SetBehaviour(BEHAVIOUR)), "the next is held until format 11");
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(BEHAVIOUR) }).unwrap();
@@ -76,6 +83,7 @@ mod tests {
         assert_eq!(format_of(BASELINE), 1);
         assert_eq!(format_of(PER_USER_REQUEST_IDS), 10);
         assert_eq!(format_of(RANK_SAVES), 11);
+        assert_eq!(format_of(SLICES_ARE_GPUS), 14);
         assert!(
             format_of(BEHAVIOUR) <= crate::format::DATA_FORMAT,
             "this build reads the format its newest behaviour needs"

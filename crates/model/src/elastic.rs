@@ -93,8 +93,9 @@ impl Elastic {
     /// minimum, and a preemption in its mode stops it and leaves it able to start again.
     /// Mode cancel ends it, and mode suspend (CPU jobs) keeps it in place, so such gangs
     /// are only ever victims whole.
-    pub fn may_shrink(&self, spec: &JobSpec) -> bool {
-        let mode = spec.preemption_mode_when_preempted();
+    /// `behaviour`: the state's apply behaviour (`JobSpec::preemption_mode_when_preempted`).
+    pub fn may_shrink(&self, spec: &JobSpec, behaviour: u32) -> bool {
+        let mode = spec.preemption_mode_when_preempted(behaviour);
         self.size(spec) > self.min && !matches!(mode, PreemptionMode::Cancel | PreemptionMode::Suspend)
     }
 

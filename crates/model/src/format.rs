@@ -55,8 +55,10 @@ use crate::command::{Observed, Op};
 /// topology levels (`Topology::Levels`), and snapshots that record the levels and the nodes'
 /// domains (written in format 11's layout while there are none). 13: a submit whose job asks
 /// a fraction of a shared GPU (`gpu.milli`; decisions.md section 11), which a build of format
-/// 12 would refuse as a resource no node has, so the two would part.
-pub const DATA_FORMAT: u32 = 13;
+/// 12 would refuse as a resource no node has, so the two would part. 14: `SetBehaviour` to
+/// behaviour 4 (a job on MIG slices preempted in mode `suspend` is checkpointed and
+/// requeued; see `behaviour`).
+pub const DATA_FORMAT: u32 = 14;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest

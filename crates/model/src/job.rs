@@ -87,8 +87,15 @@ impl JobSpec {
     /// suspended in place. A SIGSTOPped CUDA process keeps its GPU memory, so its GPUs could
     /// not go to the preemptor; such a job is checkpointed and stopped instead (it resumes
     /// from its checkpoint when placed again). See docs/protocol.md, "Suspend on GPU nodes".
-    pub fn preemption_mode_when_preempted(&self) -> PreemptionMode {
-        let uses_gpus = self.tasks.iter().any(|t| t.resources.gpus_milli() > 0);
+    /// `behaviour`: the state's apply behaviour; MIG slices count as GPUs from behaviour 4
+    /// (`behaviour::SLICES_ARE_GPUS`), and before it a job on slices alone is suspended in
+    /// place, as builds before it did.
+    pub fn preemption_mode_when_preempted(&self, behaviour: u32) -> PreemptionMode {
+        let slices_count = behaviour >= crate::behaviour::SLICES_ARE_GPUS;
+        let uses_gpus = self
+            .tasks
+            .iter()
+            .any(|t| t.resources.gpus_milli() > 0 || (slices_count && t.resources.slices().next().is_some()));
         match self.preemption_mode {
             PreemptionMode::Suspend if uses_gpus => PreemptionMode::Checkpoint,
             mode => mode,
@@ -97,8 +104,8 @@ impl JobSpec {
 
     /// Preempted, it is suspended in place: it keeps its shares, and lends the part its
     /// preemptor reserved to that preemptor.
-    pub fn suspends_when_preempted(&self) -> bool {
-        self.preemption_mode_when_preempted() == PreemptionMode::Suspend
+    pub fn suspends_when_preempted(&self, behaviour: u32) -> bool {
+        self.preemption_mode_when_preempted(behaviour) == PreemptionMode::Suspend
     }
 }
 

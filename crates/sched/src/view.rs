@@ -163,7 +163,10 @@ impl<'a> View<'a> {
         let mut out = Vec::new();
         for (&gang, e) in state.elastic_gangs() {
             let Some(j) = state.job(gang) else { continue };
-            if j.state != baton_model::job::JobState::Running || j.is_leaving() || !e.may_shrink(&j.spec) {
+            if j.state != baton_model::job::JobState::Running
+                || j.is_leaving()
+                || !e.may_shrink(&j.spec, state.behaviour())
+            {
                 continue;
             }
             let (_, excess) = e.kept_and_excess(&j.replicas);
@@ -227,7 +230,7 @@ impl<'a> View<'a> {
 
     /// A job of queue `q` starts on these shares: the change `State::apply` makes of a Place.
     pub fn occupy(&mut self, job: &Job, q: usize, shares: &[Share]) {
-        self.ledger.place(job.id, q, !job.preemptible, job.spec.suspends_when_preempted(), shares);
+        self.ledger.place(job.id, q, !job.preemptible, self.state.suspends(job), shares);
         self.reindex(shares);
     }
 
@@ -247,7 +250,8 @@ impl<'a> View<'a> {
                 self.taken.insert(part);
             }
         }
-        self.ledger.preempt(job.id, q, !job.preemptible, shares, &leaving, |v| jobs[&v].spec.suspends_when_preempted());
+        let state = self.state;
+        self.ledger.preempt(job.id, q, !job.preemptible, shares, &leaving, |v| state.suspends(&jobs[&v]));
         self.taken.extend(leaving.iter().copied());
         self.reindex(shares);
     }

@@ -16,7 +16,13 @@ use crate::scenario::{Action, At, Scenario, Submit};
 
 /// The cluster as the file configures it, ready for the timeline.
 pub fn configure(s: &Scenario) -> Result<State, InputError> {
-    configure_logged(s, None).map(|setup| setup.state)
+    let mut state = configure_logged(s, None)?.state;
+    // A cluster's leader raises the apply behaviour to its build's newest once every member
+    // reads it (`behaviour::leader_upgrade`): the simulator runs as such a cluster does.
+    state
+        .apply(Command { now_ms: 0, op: Op::SetBehaviour(baton_model::behaviour::BEHAVIOUR) })
+        .expect("a behaviour raise is never refused");
+    Ok(state)
 }
 
 /// The state being configured, and the commands that configured it when they are kept

@@ -225,7 +225,7 @@ impl State {
         let mut out = Vec::new();
         for v in shrunk {
             let j = &self.d.jobs[&v.job];
-            let Some(e) = self.elastic(v.job).filter(|e| e.may_shrink(&j.spec)) else {
+            let Some(e) = self.elastic(v.job).filter(|e| e.may_shrink(&j.spec, self.behaviour)) else {
                 return Err(Rejection::NotElastic { job: j.spec.name.clone() });
             };
             let (kept, excess) = e.kept_and_excess(&j.replicas);
@@ -396,7 +396,7 @@ impl State {
         let victims: Vec<Victim> = victims.iter().chain(shrunk).cloned().collect();
         for v in &victims {
             let shrinking = self.restart_of(v.job).is_some();
-            let mode = self.d.jobs[&v.job].spec.preemption_mode_when_preempted();
+            let mode = self.d.jobs[&v.job].spec.preemption_mode_when_preempted(self.behaviour);
             self.mark_stopping(v.job, StopWhy::Preempted { by: id, mode });
             let victim = self.d.jobs.get_mut(&v.job).expect("victim");
             victim.preempted_by = Some(id);
@@ -414,8 +414,8 @@ impl State {
         let job = &self.d.jobs[&id];
         let (q, np) = self.queue_and_np(job);
         let victim_ids: Vec<JobId> = victims.iter().map(|v| v.job).collect();
-        let jobs = &self.d.jobs;
-        self.ledger.preempt(id, q, np, &shares, &victim_ids, |v| jobs[&v].spec.suspends_when_preempted());
+        let suspending: Vec<JobId> = victim_ids.iter().copied().filter(|&v| self.suspends(&self.d.jobs[&v])).collect();
+        self.ledger.preempt(id, q, np, &shares, &victim_ids, |v| suspending.contains(&v));
         let now = self.d.now_ms;
 
         let r = Reservation {

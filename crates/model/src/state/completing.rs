@@ -155,7 +155,8 @@ impl State {
         let replicas: Vec<ReplicaAlloc> = c.ranks.values().cloned().collect();
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);
-        self.ledger.occupy(id, q, np, job.spec.suspends_when_preempted(), &shares);
+        let suspends = self.suspends(job);
+        self.ledger.occupy(id, q, np, suspends, &shares);
         self.ledger.set_leaving(id, true);
     }
 

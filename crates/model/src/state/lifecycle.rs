@@ -81,7 +81,8 @@ impl State {
         let job = &self.d.jobs[&id];
         let shares = self.shares(job, &replicas);
         let (q, np) = self.queue_and_np(job);
-        self.ledger.place(id, q, np, job.spec.suspends_when_preempted(), &shares);
+        let suspends = self.suspends(job);
+        self.ledger.place(id, q, np, suspends, &shares);
         let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
         let lent_from = self
             .ledger
@@ -531,6 +532,15 @@ impl State {
         job.reason.clear();
         self.usage_start(id);
         self.job_event(id, EventKind::Resumed, "resumed in place".into(), ev);
+    }
+
+    /// A preemption of `job` would suspend it in place under the state's behaviour, or one
+    /// did or is doing so: its shares keep all but their CPUs (decisions.md section 7). A
+    /// job suspended before behaviour 4 made jobs on MIG slices checkpoint stays suspended.
+    pub fn suspends(&self, job: &crate::job::Job) -> bool {
+        job.state == JobState::Suspended
+            || self.being_suspended(job.id)
+            || job.spec.suspends_when_preempted(self.behaviour)
     }
 
     /// `id` is being stopped in place (a preemption in mode suspend).

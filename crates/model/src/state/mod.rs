@@ -374,7 +374,14 @@ impl State {
             }
             // Never lowered: a raise committed twice (a leader's retry) changes nothing.
             Op::SetBehaviour(v) => {
+                let was = self.behaviour;
                 self.behaviour = self.behaviour.max(v);
+                // The ledger holds what each job's preemption would keep, decided when it
+                // was placed; behaviour 4 changes that for jobs on MIG slices, so the ledger
+                // is made again as a snapshot's restore would make it.
+                if was < crate::behaviour::SLICES_ARE_GPUS && self.behaviour >= crate::behaviour::SLICES_ARE_GPUS {
+                    self.rebuild_ledger();
+                }
                 Ok(Outcome::Done)
             }
             // The raft crate hashes and compares; the state itself is unchanged.

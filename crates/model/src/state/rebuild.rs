@@ -182,7 +182,8 @@ impl State {
             if job.state.is_active() || job.state == JobState::Suspended {
                 let shares = self.shares(job, &job.replicas);
                 let (q, np) = self.queue_and_np(job);
-                self.ledger.occupy(id, q, np, job.spec.suspends_when_preempted(), &shares);
+                let suspends = self.suspends(job);
+                self.ledger.occupy(id, q, np, suspends, &shares);
                 if job.is_leaving() {
                     self.ledger.set_leaving(id, true);
                 }
@@ -214,7 +215,7 @@ impl State {
                 .filter(|j| {
                     // A victim being suspended lends; one requeued meanwhile (a rank of it
                     // was lost) whose suspended ranks are completing does not.
-                    let suspending = j.state == JobState::Preempting && j.spec.suspends_when_preempted();
+                    let suspending = j.state == JobState::Preempting && self.suspends(j);
                     j.suspended_for == Some(r.job) || r.victims.contains(&j.id) && suspending
                 })
                 .map(|j| j.id)

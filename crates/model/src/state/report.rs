@@ -743,12 +743,20 @@ mod tests {
         assert_eq!(s.job(high).unwrap().state, JobState::Running);
 
         // Without GPUs, suspend still means suspend in place.
+        let b = crate::behaviour::BEHAVIOUR;
         let cpu_only = one_replica_spec("cpu", PreemptionMode::Suspend, 0);
-        assert_eq!(cpu_only.preemption_mode_when_preempted(), PreemptionMode::Suspend);
+        assert_eq!(cpu_only.preemption_mode_when_preempted(b), PreemptionMode::Suspend);
         let gpu = one_replica_spec("gpu", PreemptionMode::Suspend, 1);
-        assert_eq!(gpu.preemption_mode_when_preempted(), PreemptionMode::Checkpoint);
+        assert_eq!(gpu.preemption_mode_when_preempted(b), PreemptionMode::Checkpoint);
         let requeue = one_replica_spec("gpu", PreemptionMode::Requeue, 1);
-        assert_eq!(requeue.preemption_mode_when_preempted(), PreemptionMode::Requeue);
+        assert_eq!(requeue.preemption_mode_when_preempted(b), PreemptionMode::Requeue);
+        // MIG slices are GPUs from behaviour 4 on (decisions.md section 7); before it, a job
+        // on slices alone was suspended in place, and a log of then replays so.
+        let mut slices = one_replica_spec("infer", PreemptionMode::Suspend, 0);
+        slices.tasks[0].resources = Resources::of(&[("mig-1g.10gb", 2)]);
+        assert_eq!(slices.preemption_mode_when_preempted(b), PreemptionMode::Checkpoint);
+        let before = crate::behaviour::SLICES_ARE_GPUS - 1;
+        assert_eq!(slices.preemption_mode_when_preempted(before), PreemptionMode::Suspend);
     }
 
     fn decide(s: &mut State, d: Decision) {
@@ -781,6 +789,49 @@ mod tests {
         assert!(report(s, "n1", vec![suspended]).is_empty());
         assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
         (low, high)
+    }
+
+    /// Behaviour 4 (MIG slices are GPUs, decisions.md section 7): a job on slices suspended
+    /// in place under behaviour 3 stays suspended across the raise, holding its slices (its
+    /// processes keep them), and the ledger the raise makes is what a restore makes; the next
+    /// preemption of such a job checkpoints it.
+    #[test]
+    fn a_slice_job_suspended_before_behaviour_4_stays_suspended_across_the_raise() {
+        let mut s = State::default();
+        apply(&mut s, Op::SetBehaviour(crate::behaviour::RANK_SAVES));
+        let slices = Resources::of(&[("mig-1g.10gb", 7), ("cpu", 4)]);
+        apply(&mut s, Op::RegisterNodes(vec![NodeSpec { resources: slices.clone(), ..node("n1") }]));
+        let mut q = crate::queue::QueueSpec::named("q");
+        let quota = crate::queue::PoolQuota { nominal: slices, ..Default::default() };
+        q.quotas.insert(Name::lit("default"), quota);
+        apply(&mut s, Op::PutQueue(q));
+        let submit = |s: &mut State, name: &str, amounts: &[(&str, u64)]| {
+            let mut spec = one_replica_spec(name, PreemptionMode::Suspend, 0);
+            spec.tasks[0].resources = Resources::of(amounts);
+            let Outcome::Submitted { job, .. } = apply(s, Op::Submit { spec, request_id: None }) else { panic!() };
+            job
+        };
+        let low = submit(&mut s, "low", &[("mig-1g.10gb", 6), ("cpu", 2)]);
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
+        // Placed under behaviour 3 and running at the raise: its preemption would now stop it.
+        let other = submit(&mut s, "other", &[("mig-1g.10gb", 1)]);
+        decide(&mut s, Decision::Place { job: other, attempt: 1, replicas: on_n1(0) });
+        let high = submit(&mut s, "high", &[("cpu", 4)]);
+        let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+        decide(&mut s, Decision::Preempt { job: high, victims, replicas: on_n1(0), message: "test".into() });
+        assert!(report(&mut s, "n1", vec![stopped(low, 0)]).is_empty());
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended, "behaviour 3 suspends a job on slices");
+        let held = |s: &State| s.ledger().nodes[0].free[s.ledger().kinds.index("mig-1g.10gb").unwrap()];
+        assert_eq!(held(&s), 0, "its 6 slices stay taken");
+
+        apply(&mut s, Op::SetBehaviour(crate::behaviour::SLICES_ARE_GPUS));
+        assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
+        assert_eq!(held(&s), 0, "still taken after the raise");
+        let mut restored = s.clone();
+        restored.rebuild_ledger();
+        assert_eq!(restored.ledger().digest(), s.ledger().digest(), "the raise's ledger is a restore's");
+        let spec = &s.job(low).unwrap().spec;
+        assert_eq!(spec.preemption_mode_when_preempted(s.behaviour()), PreemptionMode::Checkpoint);
     }
 
     /// Issue 31: a report of a suspension names its preemption (preemptor and time), so an
