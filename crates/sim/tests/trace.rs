@@ -265,9 +265,9 @@ fn a_row_with_min_replicas_runs_as_an_elastic_gang_and_bad_ones_are_refused() {
     }
 }
 
-#[test]
-fn a_generated_trace_with_elastic_gangs_adds_the_column_and_keeps_the_rows() {
-    let spec = |workflows| baton_sim::synth::GenSpec {
+/// 400 generated jobs of one queue on 32 GPUs, with `workflows` (none: the plain trace).
+fn one_queue(workflows: Option<baton_sim::synth::Workflows>) -> baton_sim::synth::GenSpec {
+    baton_sim::synth::GenSpec {
         jobs: 400,
         seed: 9,
         queues: vec![baton_model::name::Name::lit("a")],
@@ -275,12 +275,15 @@ fn a_generated_trace_with_elastic_gangs_adds_the_column_and_keeps_the_rows() {
         cluster_gpus: 32,
         gpus_per_node: 8,
         load: 0.9,
-        workflows,
-    };
-    let plain =
-        baton_sim::trace::parse("t.csv", &baton_sim::synth::generate(&spec(Default::default())).unwrap()).unwrap();
+        workflows: workflows.unwrap_or_default(),
+    }
+}
+
+#[test]
+fn a_generated_trace_with_elastic_gangs_adds_the_column_and_keeps_the_rows() {
+    let plain = baton_sim::trace::parse("t.csv", &baton_sim::synth::generate(&one_queue(None)).unwrap()).unwrap();
     let w = baton_sim::synth::Workflows { elastic_share: 0.5, ..Default::default() };
-    let text = baton_sim::synth::generate(&spec(w)).unwrap();
+    let text = baton_sim::synth::generate(&one_queue(Some(w))).unwrap();
     let jobs = baton_sim::trace::parse("t.csv", &text).unwrap();
     let gangs = plain.iter().filter(|j| j.replicas > 1).count();
     let elastic: Vec<_> = jobs.iter().filter_map(|j| j.min_replicas.map(|m| (m, j.replicas))).collect();
@@ -314,20 +317,9 @@ fn rows_of_a_fraction_of_a_gpu_share_one() {
 
 #[test]
 fn a_generated_trace_with_fractions_keeps_its_columns_and_other_rows() {
-    let spec = |workflows| baton_sim::synth::GenSpec {
-        jobs: 400,
-        seed: 9,
-        queues: vec![baton_model::name::Name::lit("a")],
-        classes: vec![baton_model::name::Name::lit("train")],
-        cluster_gpus: 32,
-        gpus_per_node: 8,
-        load: 0.9,
-        workflows,
-    };
-    let plain =
-        baton_sim::trace::parse("t.csv", &baton_sim::synth::generate(&spec(Default::default())).unwrap()).unwrap();
+    let plain = baton_sim::trace::parse("t.csv", &baton_sim::synth::generate(&one_queue(None)).unwrap()).unwrap();
     let w = baton_sim::synth::Workflows { fraction_share: 0.5, ..Default::default() };
-    let text = baton_sim::synth::generate(&spec(w)).unwrap();
+    let text = baton_sim::synth::generate(&one_queue(Some(w))).unwrap();
     assert!(text.starts_with(&format!("{}\n", baton_sim::trace::COLUMNS[..8].join(","))), "no new column");
     let jobs = baton_sim::trace::parse("t.csv", &text).unwrap();
     let ones = plain.iter().filter(|j| j.gpus_milli() == 1000).count();

@@ -35,6 +35,13 @@ fn every_exposed_metric_has_help_and_type() {
     assert!(text.ends_with("# EOF\n"));
 }
 
+/// Every line of `want` is a line of the exposition `text`.
+fn has_lines(text: &str, want: &[&str]) {
+    for w in want {
+        assert!(text.lines().any(|l| l == *w), "no line {w:?} in\n{text}");
+    }
+}
+
 fn raft_metrics() -> baton_raft::ReplicaMetrics {
     baton_raft::ReplicaMetrics {
         node_id: 2,
@@ -56,15 +63,16 @@ fn raft_metrics() -> baton_raft::ReplicaMetrics {
 #[test]
 fn raft_gauges_show_term_leader_and_apply_lag() {
     let text = Metrics::new().render(&baton_model::State::new(), &raft_metrics(), &Default::default());
-    for want in [
-        "baton_raft_term 4",
-        "baton_raft_is_leader 0",
-        "baton_raft_leader_id 1",
-        "baton_raft_applied_index 7",
-        "baton_raft_apply_lag_entries 3",
-    ] {
-        assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-    }
+    has_lines(
+        &text,
+        &[
+            "baton_raft_term 4",
+            "baton_raft_is_leader 0",
+            "baton_raft_leader_id 1",
+            "baton_raft_applied_index 7",
+            "baton_raft_apply_lag_entries 3",
+        ],
+    );
 }
 
 #[test]
@@ -86,21 +94,22 @@ fn write_counters_are_the_replicas_and_apply_times_go_by_kind() {
         forward_calls: 2,
     };
     let text = m.render(&baton_model::State::new(), &raft_metrics(), &writes);
-    for want in [
-        "baton_raft_writes_queued_total 300",
-        "baton_raft_batches_proposed_total 12",
-        "baton_raft_batch_commands_total 290",
-        "baton_raft_batches_in_flight 2",
-        "baton_raft_log_appends_total 12",
-        "baton_raft_log_entries_appended_total 13",
-        "baton_raft_log_flushes_total 11",
-        "baton_raft_writes_forwarded_total 5",
-        "baton_raft_forward_calls_total 2",
-        "baton_apply_seconds_count{kind=\"Submit\"} 2",
-        "baton_apply_seconds_count{kind=\"ApplyPlan\"} 1",
-    ] {
-        assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-    }
+    has_lines(
+        &text,
+        &[
+            "baton_raft_writes_queued_total 300",
+            "baton_raft_batches_proposed_total 12",
+            "baton_raft_batch_commands_total 290",
+            "baton_raft_batches_in_flight 2",
+            "baton_raft_log_appends_total 12",
+            "baton_raft_log_entries_appended_total 13",
+            "baton_raft_log_flushes_total 11",
+            "baton_raft_writes_forwarded_total 5",
+            "baton_raft_forward_calls_total 2",
+            "baton_apply_seconds_count{kind=\"Submit\"} 2",
+            "baton_apply_seconds_count{kind=\"ApplyPlan\"} 1",
+        ],
+    );
     // A later scrape shows the counts as they are then, not added up.
     let text =
         m.render(&baton_model::State::new(), &raft_metrics(), &baton_raft::WriteCounts { log_flushes: 12, ..writes });
@@ -157,17 +166,18 @@ mod state_gauges {
         assert_eq!(t[&key("lender")], QueuePool { nominal: 8, used: 0, used_milli: 0, borrowed: 0, lent: 8 });
 
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
-        for want in [
-            "baton_queue_gpus_lent{queue=\"lender\",pool=\"default\"} 8",
-            "baton_queue_pending_jobs{queue=\"borrower\"} 2",
-            "baton_queue_held_jobs{queue=\"borrower\"} 1",
-            "baton_queue_held_jobs{queue=\"lender\"} 0",
-            "baton_queue_pending_gpus{queue=\"borrower\"} 3",
-            "baton_queue_running_jobs{queue=\"borrower\"} 1",
-            "baton_pool_gpus_capacity{pool=\"default\"} 8",
-        ] {
-            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-        }
+        has_lines(
+            &text,
+            &[
+                "baton_queue_gpus_lent{queue=\"lender\",pool=\"default\"} 8",
+                "baton_queue_pending_jobs{queue=\"borrower\"} 2",
+                "baton_queue_held_jobs{queue=\"borrower\"} 1",
+                "baton_queue_held_jobs{queue=\"lender\"} 0",
+                "baton_queue_pending_gpus{queue=\"borrower\"} 3",
+                "baton_queue_running_jobs{queue=\"borrower\"} 1",
+                "baton_pool_gpus_capacity{pool=\"default\"} 8",
+            ],
+        );
     }
 
     /// MIG slices per pool and profile (decisions.md section 11): offered by the ready
@@ -185,12 +195,13 @@ mod state_gauges {
         let plan = baton_sched::cycle(&s, 1_000);
         apply(&mut s, Op::ApplyPlan(plan));
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
-        for want in [
-            "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"offered\"} 7",
-            "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"held\"} 3",
-        ] {
-            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-        }
+        has_lines(
+            &text,
+            &[
+                "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"offered\"} 7",
+                "baton_pool_mig_slices{pool=\"default\",profile=\"mig-1g.10gb\",kind=\"held\"} 3",
+            ],
+        );
     }
 
     /// Shared GPUs (decisions.md section 11): the pool's GPUs fractions share and what they
@@ -211,15 +222,16 @@ mod state_gauges {
         let plan = baton_sched::cycle(&s, 1_000);
         apply(&mut s, Op::ApplyPlan(plan));
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
-        for want in [
-            // 0.5 + 0.25 on one GPU, 0.75 on another: two shared, 1.5 GPUs held by fractions.
-            "baton_pool_shared_gpus{pool=\"default\"} 2",
-            "baton_pool_shared_gpu_milli_held{pool=\"default\"} 1500",
-            "baton_queue_gpus_used{queue=\"q\",pool=\"default\"} 2",
-            "baton_queue_gpu_milli_used{queue=\"q\",pool=\"default\"} 3500",
-        ] {
-            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-        }
+        has_lines(
+            &text,
+            &[
+                // 0.5 + 0.25 on one GPU, 0.75 on another: two shared, 1.5 GPUs held by fractions.
+                "baton_pool_shared_gpus{pool=\"default\"} 2",
+                "baton_pool_shared_gpu_milli_held{pool=\"default\"} 1500",
+                "baton_queue_gpus_used{queue=\"q\",pool=\"default\"} 2",
+                "baton_queue_gpu_milli_used{queue=\"q\",pool=\"default\"} 3500",
+            ],
+        );
     }
 
     #[test]
@@ -234,9 +246,10 @@ mod state_gauges {
         apply(&mut s, Op::CreateMaintenance(window("now", 500)));
         apply(&mut s, Op::CreateMaintenance(window("later", 50_000)));
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
-        for want in ["baton_maintenance_windows{state=\"ahead\"} 1", "baton_maintenance_windows{state=\"started\"} 1"] {
-            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-        }
+        has_lines(
+            &text,
+            &["baton_maintenance_windows{state=\"ahead\"} 1", "baton_maintenance_windows{state=\"started\"} 1"],
+        );
     }
 
     #[test]
@@ -262,13 +275,14 @@ mod state_gauges {
         let array = baton_model::array::ArraySpec { first: 0, count: 1000, max_running: Some(10) };
         apply(&mut s, Op::SubmitArray { spec, array, request_id: None, run_as: None, after: vec![] });
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
-        for want in [
-            "baton_queue_array_elements_waiting{queue=\"lender\"} 990",
-            "baton_arrays{state=\"unfinished\"} 1",
-            "baton_arrays{state=\"finished\"} 0",
-        ] {
-            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-        }
+        has_lines(
+            &text,
+            &[
+                "baton_queue_array_elements_waiting{queue=\"lender\"} 990",
+                "baton_arrays{state=\"unfinished\"} 1",
+                "baton_arrays{state=\"finished\"} 0",
+            ],
+        );
     }
 
     #[test]
@@ -293,12 +307,13 @@ mod state_gauges {
         };
         apply(&mut s, Op::ApplyPlan(plan));
         let text = Metrics::new().render(&s, &raft_metrics(), &Default::default());
-        for want in [
-            "baton_queue_elastic_replicas{queue=\"lender\",kind=\"running\"} 3",
-            "baton_queue_elastic_replicas{queue=\"lender\",kind=\"missing\"} 5",
-        ] {
-            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-        }
+        has_lines(
+            &text,
+            &[
+                "baton_queue_elastic_replicas{queue=\"lender\",kind=\"running\"} 3",
+                "baton_queue_elastic_replicas{queue=\"lender\",kind=\"missing\"} 5",
+            ],
+        );
     }
 
     #[test]
@@ -330,15 +345,16 @@ mod state_gauges {
         m.count(&s, &event(EventKind::Suspended { by: Name::lit("waits") }));
         m.count(&s, &event(EventKind::Preempted { by: Name::lit("gone") }));
         let text = m.render(&s, &raft_metrics(), &Default::default());
-        for want in [
-            "baton_preemptions_total{reason=\"priority\",mode=\"checkpoint\"} 1",
-            "baton_preemptions_total{reason=\"priority\",mode=\"suspend\"} 1",
-            "baton_preemptions_total{reason=\"unknown\",mode=\"checkpoint\"} 1",
-            // 8 GPUs, 1.5 s since its start, three times.
-            "baton_preemption_uncheckpointed_gpu_seconds_total 36.0",
-        ] {
-            assert!(text.lines().any(|l| l == want), "no line {want:?} in\n{text}");
-        }
+        has_lines(
+            &text,
+            &[
+                "baton_preemptions_total{reason=\"priority\",mode=\"checkpoint\"} 1",
+                "baton_preemptions_total{reason=\"priority\",mode=\"suspend\"} 1",
+                "baton_preemptions_total{reason=\"unknown\",mode=\"checkpoint\"} 1",
+                // 8 GPUs, 1.5 s since its start, three times.
+                "baton_preemption_uncheckpointed_gpu_seconds_total 36.0",
+            ],
+        );
     }
 }
 
