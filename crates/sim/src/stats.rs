@@ -203,21 +203,24 @@ pub struct GangWait {
     pub max: Secs,
 }
 
-/// The bucket of a job of `gpus_milli` thousandths of GPUs: 0 for a fraction of one shared
-/// GPU, else the smallest power of two at or above its GPUs.
+/// The bucket of a job of `gpus_milli` thousandths of GPUs, as the most thousandths it
+/// holds: 0 for a job of no GPU (MIG slices or CPUs only), 999 for a fraction of one shared
+/// GPU, else the smallest power of two of whole GPUs at or above it.
 pub fn gang_bucket(gpus_milli: u64) -> u64 {
-    if gpus_milli > 0 && gpus_milli < 1000 {
-        return 0;
+    match gpus_milli {
+        0 => 0,
+        1..=999 => 999,
+        m => m.div_ceil(1000).next_power_of_two() * 1000,
     }
-    gpus_milli.div_ceil(1000).max(1).next_power_of_two()
 }
 
-/// `<1`, `1`, `2`, `3-4`, `5-8`, ...: the GPU counts a bucket holds.
-pub fn bucket_label(upper: u64) -> String {
-    match upper {
-        0 => "<1".to_string(),
-        1 | 2 => upper.to_string(),
-        _ => format!("{}-{upper}", upper / 2 + 1),
+/// `0`, `<1`, `1`, `2`, `3-4`, `5-8`, ...: the GPUs the jobs of a bucket hold.
+pub fn bucket_label(upper_milli: u64) -> String {
+    match upper_milli {
+        0 => "0".to_string(),
+        999 => "<1".to_string(),
+        m if m <= 2000 => (m / 1000).to_string(),
+        m => format!("{}-{}", m / 2000 + 1, m / 1000),
     }
 }
 
@@ -311,6 +314,9 @@ mod tests {
         // (three halves) waits with the gangs of 2.
         let labels: Vec<String> = [250, 999, 1500].map(|m| bucket_label(gang_bucket(m))).to_vec();
         assert_eq!(labels, ["<1", "<1", "2"]);
+        // A job on MIG slices holds no GPU (section 11): a bucket of its own, first.
+        assert_eq!(bucket_label(gang_bucket(0)), "0");
+        assert!(gang_bucket(0) < gang_bucket(250) && gang_bucket(250) < gang_bucket(1000));
     }
 
     #[test]

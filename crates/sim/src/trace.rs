@@ -81,6 +81,8 @@ pub struct TraceJob {
     /// GPUs per replica in thousandths: below 1000, a fraction of one shared GPU
     /// (decisions.md section 11).
     pub gpu_milli_per_replica: u64,
+    /// MIG slices per replica instead of GPUs (`mig-1g.10gb=2`; decisions.md section 11).
+    pub slices: Option<(String, u64)>,
     pub replicas: u32,
     pub duration_ms: u64,
     pub time_limit_ms: Option<u64>,
@@ -154,7 +156,10 @@ fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
         Ok(v) => PriorityRef::Value(v),
         Err(_) => PriorityRef::Class(Name::new(cells[2]).map_err(|e| at(3, e.to_string()))?),
     };
-    let gpu_milli_per_replica = gpus(cells[3])?;
+    let (gpu_milli_per_replica, slices) = match cells[3].split_once('=') {
+        Some((profile, count)) => (0, Some(slices(profile, count)?)),
+        None => (gpus(cells[3])?, None),
+    };
     let replicas = whole(cells[4], 5, 1, u64::from(baton_model::limits::MAX_REPLICAS_PER_JOB))? as u32;
     let time_limit_ms = optional(cells[6], 7)?;
     let checkpoint_interval_ms = optional(cells[7], 8)?;
@@ -164,6 +169,7 @@ fn row(line: usize, l: &str, width: usize) -> RowResult<TraceJob> {
         queue,
         class,
         gpu_milli_per_replica,
+        slices,
         replicas,
         duration_ms: seconds(cells[5], 6, MAX_ROW_SECONDS)?.max(1),
         time_limit_ms,
@@ -212,8 +218,23 @@ fn dependencies(cell: &str) -> RowResult<Vec<After>> {
 
 /// The `gpus` column: whole GPUs (1..64), or a fraction of one shared GPU (`0.25`, `500m`),
 /// in thousandths.
+/// The `gpus` column as MIG slices of one profile: `mig-1g.10gb=2`.
+fn slices(profile: &str, count: &str) -> RowResult<(String, u64)> {
+    if !baton_model::resources::is_slice_profile(profile) {
+        return Err((
+            Some(GPUS_COLUMN),
+            format!("{profile:?} is not a MIG profile (mig-<g>g.<memory>gb, as mig-1g.10gb)"),
+        ));
+    }
+    let n = whole(count, GPUS_COLUMN, 1, baton_model::limits::MAX_GPUS_PER_NODE * 8)?;
+    Ok((profile.to_string(), n))
+}
+
+/// The column of `gpus`, counted from 1.
+const GPUS_COLUMN: usize = 4;
+
 fn gpus(cell: &str) -> RowResult<u64> {
-    const COLUMN: usize = 4;
+    const COLUMN: usize = GPUS_COLUMN;
     let milli = baton_model::quantity::parse_gpu_request(cell).map_err(|e| (Some(COLUMN), e.to_string()))?;
     let most = baton_model::limits::MAX_GPUS_PER_NODE * 1000;
     if milli == 0 || milli > most {
@@ -258,6 +279,9 @@ fn optional(cell: &str, col: usize) -> RowResult<Option<u64>> {
 pub fn spec(j: &TraceJob) -> JobSpec {
     let mut resources = Resources::new();
     resources.set_gpus_milli(j.gpu_milli_per_replica);
+    if let Some((profile, n)) = &j.slices {
+        resources.set(profile, *n);
+    }
     JobSpec {
         name: Name::new(format!("j{}", j.line)).expect("a short name"),
         queue: j.queue.clone(),
@@ -377,6 +401,21 @@ mod tests {
         assert_eq!((jobs[0].gpu_milli_per_replica, jobs[1].gpus_milli()), (250, 1500));
         let r = &spec(&jobs[1]).tasks[0].resources;
         assert_eq!((r.gpus(), r.gpu_fraction()), (0, 500));
+    }
+
+    /// Section 11: a row may ask MIG slices of one profile per replica instead of GPUs.
+    #[test]
+    fn rows_may_ask_mig_slices() {
+        let jobs = parse("t.csv", &format!("{HEADER}0,a,train,mig-1g.10gb=2,3,60,,\n")).unwrap();
+        assert_eq!((jobs[0].slices.clone(), jobs[0].gpus_milli()), (Some(("mig-1g.10gb".to_string(), 2)), 0));
+        assert_eq!(spec(&jobs[0]).tasks[0].resources.get("mig-1g.10gb"), 2);
+        for (cell, says) in
+            [("mig-1g.10gb=0", "out of range"), ("gpu=2", "not a MIG profile"), ("mig-1g.10gb=x", "not a whole")]
+        {
+            let e = parse("t.csv", &format!("{HEADER}0,a,train,{cell},1,60,,\n")).unwrap_err();
+            assert_eq!(e.column, Some(4), "{cell}");
+            assert!(e.message.contains(says), "{cell}: {e}");
+        }
     }
 
     #[test]

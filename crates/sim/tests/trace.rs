@@ -315,6 +315,25 @@ fn rows_of_a_fraction_of_a_gpu_share_one() {
     assert!((q.gpu_hours - 150.0 / 3600.0).abs() < 1e-4, "{}", q.gpu_hours);
 }
 
+/// Section 11 in trace mode: rows of MIG slices run on the slices a node offers, wait in a
+/// bucket of their own (they hold no GPU), and a profile no node offers is refused.
+#[test]
+fn rows_of_mig_slices_run_on_the_slices_a_node_offers() {
+    let m1 = "nodes:\n  - {name: m1, resources: {mig-1g.10gb: 7}}\nqueues:\n  - {name: a, quota: {mig-1g.10gb: 7}}\n";
+    let header = "submit,queue,class,gpus,replicas,duration,time_limit,checkpoint_interval\n";
+    // 3 + 3 slices side by side for 100 s; 2 more wait for the first to end.
+    let rows = "0,a,train,mig-1g.10gb=3,1,100,,\n0,a,train,mig-1g.10gb=1,3,100,,\n0,a,train,mig-1g.10gb=2,1,50,,\n";
+    let o = baton_sim::run_trace("c.yaml", m1, "t.csv", &format!("{header}{rows}")).unwrap();
+    assert_eq!((o.report.summary.finished, o.report.summary.end), (3, Secs(150_000)), "{:?}", o.report.summary);
+    let stats = o.queue_stats();
+    let waits = &queue(&stats, "a").wait_by_gang;
+    assert_eq!(waits.iter().map(|g| (g.gpus.as_str(), g.jobs)).collect::<Vec<_>>(), [("0", 3)], "{waits:?}");
+    let e = baton_sim::run_trace("c.yaml", m1, "t.csv", &format!("{header}0,a,train,mig-3g.40gb=1,1,5,,\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("t.csv:2: column 4 (gpus): ") && e.contains("mig-3g.40gb"), "{e}");
+}
+
 #[test]
 fn a_generated_trace_with_fractions_keeps_its_columns_and_other_rows() {
     let plain = baton_sim::trace::parse("t.csv", &baton_sim::synth::generate(&one_queue(None)).unwrap()).unwrap();
