@@ -41,7 +41,7 @@ fn a_bad_row_is_refused_naming_line_and_column() {
     let out = baton(&["sim", "trace", "--cluster", cluster.to_str().unwrap(), "--trace", trace.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("t.csv:3: column 4 (gpus): \"one\" is not a whole number"), "{err}");
+    assert!(err.contains("t.csv:3: column 4 (gpus): bad quantity \"one\""), "{err}");
     let out =
         baton(&["sim", "trace", "--cluster", cluster.to_str().unwrap(), "--generate", "5", "--reserve-after", "soon"]);
     assert!(!out.status.success());
