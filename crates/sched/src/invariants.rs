@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use baton_model::alloc::gpu_mask;
 use baton_model::job::{JobId, JobState};
-use baton_model::ledger::{Vector, ZERO, add};
+use baton_model::ledger::{GPU_KIND, Vector, ZERO, add};
 use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::name::Name;
 use baton_model::state::State;
@@ -105,6 +105,7 @@ pub fn check_state(s: &State) -> Result<(), String> {
             }
         }
     }
+    check_gpu_usage(s)?;
     check_levels(s)?;
     check_waits(s)?;
     check_windows(s)?;
@@ -122,6 +123,41 @@ pub fn check_state(s: &State) -> Result<(), String> {
                         q.borrow_limit[p][k]
                     ));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Quota counts GPUs exactly (decisions.md section 11: fractions too): each queue's GPU usage
+/// in each pool, in thousandths, is what its running jobs that are not leaving hold there,
+/// and what its preemptors' reservations hold for them.
+fn check_gpu_usage(s: &State) -> Result<(), String> {
+    let l = s.ledger();
+    let mut held: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    let mut count = |queue: &Name, task: &baton_model::job::TaskSpec, node: &Name| {
+        let (Some(&q), Some(&n)) = (l.queue_ix.get(queue.as_str()), l.node_ix.get(node.as_str())) else { return };
+        *held.entry((q, l.nodes[n].pool)).or_default() += task.resources.gpus_milli();
+    };
+    for j in s.jobs().values().filter(|j| j.state == JobState::Running && !j.is_leaving()) {
+        for r in &j.replicas {
+            count(&j.spec.queue, &j.spec.tasks[r.task as usize], &r.node);
+        }
+    }
+    for r in s.reservations().values() {
+        let j = &s.jobs()[&r.job];
+        for a in &r.replicas {
+            count(&j.spec.queue, &j.spec.tasks[a.task as usize], &a.node);
+        }
+    }
+    for (qi, q) in l.queues.iter().enumerate() {
+        for p in 0..l.pools.len() {
+            let (charged, runs) = (q.usage[p][GPU_KIND], held.get(&(qi, p)).copied().unwrap_or(0));
+            if charged != runs {
+                return Err(format!(
+                    "queue {} is charged {charged} thousandths of GPUs in pool {} but holds {runs}",
+                    q.name, l.pools[p].name
+                ));
             }
         }
     }
