@@ -348,25 +348,16 @@ pub struct Hold<'a> {
 /// not fit beside what the sharers hold.
 pub fn gpu_holder(want: &Hold, held: &[Hold]) -> Option<ReplicaKey> {
     for g in want.gpus {
-        let mut on = held.iter().filter(|h| h.key != want.key && h.gpus.contains(g)).peekable();
-        let Some(first) = on.peek().map(|h| h.key) else { continue };
-        let mut sum = u64::from(want.milli);
-        let shares = want.milli > 0
-            && on.all(|h| {
-                h.milli > 0 && {
-                    sum += u64::from(h.milli);
-                    true
-                }
-            });
-        if !shares || sum > GPU_MILLI {
-            return Some(first);
+        let on: Vec<&Hold> = held.iter().filter(|h| h.key != want.key && h.gpus.contains(g)).collect();
+        let Some(first) = on.first() else { continue };
+        let whole = want.milli == 0 || on.iter().any(|h| h.milli == 0);
+        let shared: u64 = on.iter().map(|h| u64::from(h.milli)).sum::<u64>() + u64::from(want.milli);
+        if whole || shared > baton_model::ledger::GPU_MILLI {
+            return Some(first.key);
         }
     }
     None
 }
-
-/// A whole GPU in thousandths: what the shares on one GPU add up to at most.
-const GPU_MILLI: u64 = 1000;
 
 /// How a replica ended, as recorded and told to the leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

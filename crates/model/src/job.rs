@@ -300,14 +300,8 @@ impl Job {
 
     /// Node name to the GPU indices used there, for output and agents.
     pub fn nodes(&self) -> BTreeMap<Name, Vec<u32>> {
-        let mut out: BTreeMap<Name, Vec<u32>> = BTreeMap::new();
-        for r in &self.replicas {
-            out.entry(r.node.clone()).or_default().extend(&r.gpus);
-        }
-        for gpus in out.values_mut() {
-            gpus.sort_unstable();
-        }
-        out
+        let held = self.nodes_with_shares().into_iter();
+        held.map(|(node, gpus)| (node, gpus.into_iter().map(|(g, _)| g).collect())).collect()
     }
 
     /// Stopping (being preempted or paused). Its queue is no longer charged for it: what it

@@ -194,10 +194,9 @@ fn domains_free_in_one_pool<N: Nodes>(
     let room = |d: DomainKey, b: &Buckets| {
         needs.tasks.iter().zip(&shared).all(|(t, on_shared)| {
             let room = match on_shared {
-                Some(by_domain) => b
-                    .gpu_room(1)
-                    .saturating_mul(GPU_MILLI / t.need[GPU_KIND])
-                    .saturating_add(by_domain.get(&d).copied().unwrap_or(0)),
+                Some(by_domain) => {
+                    fractions_bound(b.gpu_room(1), t.need[GPU_KIND], by_domain.get(&d).copied().unwrap_or(0))
+                }
                 None => b.gpu_room(whole_gpus(t.need[GPU_KIND])),
             };
             room >= u64::from(t.replicas)
@@ -255,11 +254,16 @@ fn has_room<N: Nodes>(nodes: &N, needs: &Needs, pool_choice: &[usize], scope: Sc
 /// (section 11): each free GPU as many as fit in a whole one, each shared GPU as many as fit
 /// in its room. Unbounded where the shared GPUs are not indexed.
 fn fraction_room<N: Nodes>(nodes: &N, pool: usize, scope: Scope, milli: u64) -> u64 {
-    let whole = nodes.gpu_room(pool, scope, 1).saturating_mul(GPU_MILLI / milli);
     let Some(shared) = nodes.shared_gpus(pool, milli) else { return u64::MAX };
     let in_scope = |n: usize| scope.is_none_or(|(level, d)| nodes.domain(n, level) == d);
     let on_shared: u64 = shared.filter(|&(_, n)| in_scope(n)).map(|(used, _)| (GPU_MILLI - used) / milli).sum();
-    whole.saturating_add(on_shared)
+    fractions_bound(nodes.gpu_room(pool, scope, 1), milli, on_shared)
+}
+
+/// Fractions of `milli` that `free_gpus` empty GPUs and shared GPUs holding `on_shared` of
+/// them could take.
+fn fractions_bound(free_gpus: u64, milli: u64, on_shared: u64) -> u64 {
+    free_gpus.saturating_mul(GPU_MILLI / milli).saturating_add(on_shared)
 }
 
 /// `fraction_room`'s shared part for every domain of `level` in `pool` at once (one pass

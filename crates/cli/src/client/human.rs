@@ -193,17 +193,23 @@ pub fn ordered(amounts: &HashMap<String, u64>) -> Vec<(&str, u64)> {
     v
 }
 
+/// GPUs of an amounts map in thousandths: its whole `gpu` and the `gpu.milli` of a fraction
+/// of a shared GPU beside them.
+pub fn gpus_milli(amounts: &HashMap<String, u64>) -> u64 {
+    use baton_model::resources::{GPU, GPU_FRACTION};
+    let get = |k: &str| amounts.get(k).copied().unwrap_or(0);
+    get(GPU).saturating_mul(1000).saturating_add(get(GPU_FRACTION))
+}
+
 /// `gpu 8, cpu 64, memory 512Gi`; `gpu 0.5` for a fraction of a shared GPU; `-` when empty.
 pub fn resources(amounts: &HashMap<String, u64>) -> String {
     use baton_model::resources::{GPU, GPU_FRACTION};
-    let fraction = amounts.get(GPU_FRACTION).copied().unwrap_or(0);
     let mut folded = amounts.clone();
-    folded.remove(GPU_FRACTION);
-    if fraction > 0 {
+    if folded.remove(GPU_FRACTION).is_some_and(|f| f > 0) {
         folded.entry(GPU.to_string()).or_insert(0);
     }
     let show = |k: &str, v: u64| match k {
-        GPU => baton_model::quantity::thousandths(v * 1000 + fraction),
+        GPU => baton_model::quantity::thousandths(gpus_milli(amounts)),
         _ => Human { resource: k, value: v }.to_string(),
     };
     let parts: Vec<String> = ordered(&folded).into_iter().map(|(k, v)| format!("{k} {}", show(k, v))).collect();

@@ -158,11 +158,8 @@ pub async fn list_pages(
 /// GPUs a job asks for in all, in thousandths: its replicas' whole GPUs and fractions of
 /// shared ones (decisions.md section 11).
 pub fn job_gpus_milli(spec: Option<&v1::JobSpec>) -> u64 {
-    use baton_model::resources::{GPU, GPU_FRACTION};
-    let per_replica = |t: &v1::TaskSpec| {
-        let get = |k: &str| t.resources.as_ref().and_then(|r| r.amounts.get(k)).copied().unwrap_or(0);
-        get(GPU).saturating_mul(1000).saturating_add(get(GPU_FRACTION))
-    };
+    let per_replica =
+        |t: &v1::TaskSpec| t.resources.as_ref().map_or(0, |r| crate::client::human::gpus_milli(&r.amounts));
     spec.map_or(0, |s| s.tasks.iter().map(|t| u64::from(t.replicas).saturating_mul(per_replica(t))).sum())
 }
 

@@ -7,7 +7,7 @@ use baton_proto::words::Word;
 use clap::Args;
 
 use crate::client::error::{ClientError, Subject};
-use crate::client::human::{amount, span};
+use crate::client::human::{amount, gpus_milli, span};
 use crate::client::output::{Format, Table};
 use crate::client::{Conn, ConnArgs, emit, print_ack};
 
@@ -48,12 +48,10 @@ fn of(n: &v1::Node, k: &str) -> String {
 /// `used/total` GPUs on a node, fractions of shared GPUs counted (`2.75/8`); `-` when it
 /// has none.
 fn gpus_of(n: &v1::Node) -> String {
-    use baton_model::quantity::thousandths;
-    use baton_model::resources::{GPU, GPU_FRACTION};
-    let get = |r: &Option<v1::Resources>, k: &str| r.as_ref().and_then(|r| r.amounts.get(k)).copied().unwrap_or(0);
-    let total = get(&n.resources, GPU);
-    let used_milli = get(&n.used, GPU).saturating_mul(1000).saturating_add(get(&n.used, GPU_FRACTION));
-    if total == 0 && used_milli == 0 { "-".into() } else { format!("{}/{total}", thousandths(used_milli)) }
+    let milli = |r: &Option<v1::Resources>| r.as_ref().map_or(0, |r| gpus_milli(&r.amounts));
+    let (used, total) = (milli(&n.used), milli(&n.resources));
+    let show = baton_model::quantity::thousandths;
+    if total == 0 && used == 0 { "-".into() } else { format!("{}/{}", show(used), show(total)) }
 }
 
 /// Its GPUs shared by fractions: `3:0.75(2)` is GPU 3, three quarters held by two replicas.
