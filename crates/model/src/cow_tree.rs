@@ -158,6 +158,30 @@ impl<K: Ord + Clone, V: Clone> CowTree<K, V> {
         self.chunks.values().next_back()?.last_key_value()
     }
 
+    /// Every key whose entry may differ between `before` (an earlier clone of this map) and
+    /// this map: the keys of the chunks either holds that the other does not share, in key
+    /// order. A superset of the changed keys (a chunk changed anywhere names all its keys) at
+    /// the cost of the chunks changed, not of the map: a consumer that keeps a clone can
+    /// follow the map's changes without walking it. A map not cloned from `before` (one
+    /// read back from a snapshot) shares nothing, so every key is named.
+    pub fn changed_keys(&self, before: &Self) -> Vec<K> {
+        let shared = |a: &Self, bound: &K, chunk: &Arc<BTreeMap<K, V>>| {
+            a.chunks.get(bound).is_some_and(|c| Arc::ptr_eq(c, chunk))
+        };
+        let mut keys = std::collections::BTreeSet::new();
+        for (bound, chunk) in &self.chunks {
+            if !shared(before, bound, chunk) {
+                keys.extend(chunk.keys().cloned());
+            }
+        }
+        for (bound, chunk) in &before.chunks {
+            if !shared(self, bound, chunk) {
+                keys.extend(chunk.keys().cloned());
+            }
+        }
+        keys.into_iter().collect()
+    }
+
     /// The entries whose keys lie in `range`, in key order.
     pub fn range<'a, R>(&'a self, range: R) -> impl DoubleEndedIterator<Item = (&'a K, &'a V)> + 'a
     where
@@ -387,6 +411,23 @@ mod tests {
         assert_eq!(serde_json::to_string(&tree).expect("json"), serde_json::to_string(&map).expect("json"));
     }
 
+    #[test]
+    fn changed_keys_name_what_changed_since_a_clone_and_little_else() {
+        let before: CowTree<u64, u64> = (0..10_000).map(|i| (i, i)).collect();
+        let mut after = before.clone();
+        assert!(after.changed_keys(&before).is_empty(), "a clone shares every chunk");
+        *after.get_mut(&5_000).expect("present") += 1;
+        after.remove(&7_000);
+        after.insert(20_000, 0);
+        let changed = after.changed_keys(&before);
+        for k in [5_000, 7_000, 20_000] {
+            assert!(changed.contains(&k), "{k} changed but is not named");
+        }
+        assert!(changed.len() <= 3 * 2 * CHUNK, "only the changed chunks are named: {}", changed.len());
+        let read_back: CowTree<u64, u64> = after.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(read_back.changed_keys(&before).len(), 10_001, "a map not cloned from it shares nothing");
+    }
+
     proptest! {
         /// Any sequence of inserts and removes, on the map or on a clone taken midway, leaves
         /// each as a `BTreeMap` given the same sequence.
@@ -413,6 +454,15 @@ mod tests {
                     *x = x.wrapping_add(1);
                     let y = map.get_mut(&(k / 2)).expect("same keys");
                     *y = y.wrapping_add(1);
+                }
+            }
+            // Every key whose entry differs from the clone's is named as changed.
+            if let Some((before, _)) = &kept {
+                let changed = tree.changed_keys(before);
+                for k in 0..600u16 {
+                    if tree.get(&k) != before.get(&k) {
+                        prop_assert!(changed.binary_search(&k).is_ok(), "{} changed but is not named", k);
+                    }
                 }
             }
             for (t, m) in [(tree, map)].into_iter().chain(kept) {

@@ -26,7 +26,6 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::Ctx;
-use crate::desired::desired;
 
 /// What one look at the state yields.
 struct Round {
@@ -267,6 +266,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     let now = ctx.replica.now_ms();
     let began = std::time::Instant::now();
     let metrics = ctx.metrics.clone();
+    let lists = ctx.lists.clone();
     let Some((r, wanted)) = on_applied_state(&ctx.replica, move |s| {
         let began = std::time::Instant::now();
         let plan = baton_sched::cycle(s, now);
@@ -279,8 +279,8 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             state_index: s.applied(),
         };
         // A plan's state goes out once applied (below); only a round that plans nothing
-        // publishes what it read. Built once, not twice: it costs a pass over every job.
-        let wanted = r.plan.decisions.is_empty().then(|| desired(s));
+        // publishes what it read.
+        let wanted = r.plan.decisions.is_empty().then(|| lists.update(term, s));
         (r, wanted)
     })
     .await
@@ -292,8 +292,8 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     let mut refused = None;
     // What the round read goes out if it planned nothing; else the state after its plan
     // (which holds all of it: each changed node is sent one directive, not two).
-    if let Some(wanted) = wanted {
-        ctx.hub.publish(term, r.state_index, &r.nodes, wanted);
+    if let Some((lists, whole)) = wanted {
+        ctx.hub.publish(term, r.state_index, lists, whole);
     } else {
         let n = r.plan.decisions.len();
         let outcome = write(ctx, Op::ApplyPlan(r.plan)).instrument(cycle).await;
@@ -339,10 +339,10 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
 /// interval, then after its own cycle: a second a hop at 1,000 nodes under load. Whether
 /// it published (not when the runtime shuts down).
 async fn publish_applied(ctx: &Ctx, term: u64) -> bool {
-    let built =
-        on_applied_state(&ctx.replica, |s| (s.applied(), s.nodes().keys().cloned().collect::<Vec<_>>(), desired(s)));
-    let Some((state_index, nodes, wanted)) = built.await else { return false };
-    ctx.hub.publish(term, state_index, &nodes, wanted);
+    let lists = ctx.lists.clone();
+    let built = on_applied_state(&ctx.replica, move |s| (s.applied(), lists.update(term, s)));
+    let Some((state_index, (lists, whole))) = built.await else { return false };
+    ctx.hub.publish(term, state_index, lists, whole);
     true
 }
 

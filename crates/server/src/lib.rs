@@ -132,6 +132,8 @@ pub(crate) struct Ctx {
     pub(crate) replica: Replica,
     pub(crate) settings: ServerSettings,
     pub(crate) hub: hub::Hub,
+    /// What each node should run, kept across the leader's rounds (`desired::Desired`).
+    pub(crate) lists: Arc<desired::TermLists>,
     pub(crate) liveness: liveness::Liveness,
     pub(crate) quorum: quorum::Quorum,
     pub(crate) registrar: registrar::Registrar,
@@ -169,6 +171,7 @@ impl Ctx {
             replica,
             settings,
             hub: hub::Hub::default(),
+            lists: Arc::default(),
             liveness: liveness::Liveness::default(),
             quorum: quorum::Quorum::default(),
             strays: strays::Strays::default(),

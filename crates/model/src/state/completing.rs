@@ -70,6 +70,11 @@ pub struct Aftermath {
 }
 
 impl State {
+    /// Every job's completing ranks, by job.
+    pub fn completing_all(&self) -> &Completing {
+        &self.after.completing
+    }
+
     /// The ranks of `id` that still hold their share of a node, if any.
     pub fn completing(&self, id: JobId) -> Option<&CompletingRanks> {
         self.after.completing.get(&id)
