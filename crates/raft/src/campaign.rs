@@ -86,6 +86,11 @@ impl Campaign {
         *self.leader_heard_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
+    /// Whether a leader this replica follows was heard from within `within`.
+    pub(crate) fn leader_heard_within(&self, within: Duration) -> bool {
+        self.leader_heard_at.lock().unwrap_or_else(PoisonError::into_inner).is_some_and(|at| at.elapsed() < within)
+    }
+
     /// No leader heard for `quiet` (or ever).
     fn leaderless(&self) -> bool {
         self.leader_heard_at.lock().unwrap_or_else(PoisonError::into_inner).is_none_or(|at| at.elapsed() >= self.quiet)

@@ -912,6 +912,14 @@ impl Replica {
         self.core.raft.metrics().borrow().current_term
     }
 
+    /// Whether the leader this replica follows is heard from: an AppendEntries of its
+    /// within two heartbeat intervals. Followers keep naming a leader that died until they
+    /// elect another; one not heard from this long is likely gone.
+    pub fn leader_heard_recently(&self) -> bool {
+        let within = Duration::from_millis(self.core.settings.heartbeat_interval_ms.saturating_mul(2));
+        self.core.campaign.leader_heard_within(within)
+    }
+
     /// This replica's view of itself and the cluster, now.
     pub fn metrics(&self) -> ReplicaMetrics {
         ReplicaMetrics::from_raft(&self.core.raft.metrics().borrow())

@@ -38,7 +38,7 @@ impl AgentGateway for Gateway {
     type AttachStream = DirectiveStream;
 
     async fn attach(&self, req: Request<AttachRequest>) -> Result<Response<DirectiveStream>, Status> {
-        let term = self.ctx.require_leader()?;
+        let term = crate::attach_hold::leader_for_attach(&self.ctx).await?;
         let who = req.extensions().get::<PeerId>().cloned();
         let cert = CertGuard::of(&self.ctx.transport, &req);
         // What the certificate fixes of the node's shape: read here, the one call that needs it.

@@ -29,6 +29,7 @@
 //! - `clock`, `settings`.
 
 pub mod api;
+pub mod attach_hold;
 pub mod auth;
 mod checkpoints;
 pub mod clock;
@@ -134,6 +135,8 @@ pub(crate) struct Ctx {
     pub(crate) hub: hub::Hub,
     /// What each node should run, kept across the leader's rounds (`desired::Desired`).
     pub(crate) lists: Arc<desired::TermLists>,
+    /// One permit per agent attach held while leadership settles (`attach_hold`).
+    pub(crate) attach_holds: Arc<tokio::sync::Semaphore>,
     pub(crate) liveness: liveness::Liveness,
     pub(crate) quorum: quorum::Quorum,
     pub(crate) registrar: registrar::Registrar,
@@ -172,6 +175,7 @@ impl Ctx {
             settings,
             hub: hub::Hub::default(),
             lists: Arc::default(),
+            attach_holds: Arc::new(tokio::sync::Semaphore::new(attach_hold::MAX_HELD_ATTACHES)),
             liveness: liveness::Liveness::default(),
             quorum: quorum::Quorum::default(),
             strays: strays::Strays::default(),

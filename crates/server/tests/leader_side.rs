@@ -194,3 +194,43 @@ async fn a_placement_goes_to_its_agent_as_soon_as_its_plan_commits() {
     c.submit(submit_of(gpu_job("j", "team-a", "train", 4))).await.unwrap();
     agent.until("j runs", |d| has(d, "j", Action::Run)).await;
 }
+
+/// A held attach is answered before the agent gives up on it.
+const _: () = assert!(::baton_server::attach_hold::ATTACH_HOLD_MS < baton_agent::limits::ATTACH_TIMEOUT_MS);
+
+/// Issue 37: a failover costs an agent about one attach, not a storm of them. An attach to a
+/// follower whose leader went silent is held until a new leader is elected, then answered
+/// with that leader's name, or with a stream once the follower leads and directs itself;
+/// never with the dead leader's name (before, it was at once, and agents bounced between
+/// the dead address and the followers until the election ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attach_in_a_failover_waits_for_the_new_leader_and_never_names_the_dead_one() {
+    // An election takes 600 ms or more, so that the attach below lands well within it.
+    let slow_election = |_: u64, rc: &mut baton_raft::ReplicaConfig| {
+        rc.settings.election_timeout_min_ms = 600;
+        rc.settings.election_timeout_max_ms = 700;
+    };
+    let mut cluster = Cluster::start_configured(3, settings(), slow_election).await;
+    let leader = cluster.leader().await;
+    let dead = cluster.replicas[leader].addr.clone();
+    let live = [cluster.replicas[(leader + 1) % 3].addr.clone(), cluster.replicas[(leader + 2) % 3].addr.clone()];
+    cluster.kill(leader).await;
+    // Past two heartbeats without the leader, long before the followers may elect another.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let began = std::time::Instant::now();
+    let (mut next, mut answers) = (live[0].clone(), Vec::new());
+    loop {
+        assert!(began.elapsed() < Duration::from_secs(10), "not attached within 10 s: {answers:?}");
+        let mut c = AgentGatewayClient::connect(format!("http://{next}")).await.unwrap();
+        let req = AttachRequest { node: Some(node("n1", 8)), term_seen: 0 };
+        let status = match c.attach(req).await {
+            Ok(_) => break,
+            Err(s) => s,
+        };
+        let hint = status.metadata().get(baton_proto::LEADER_METADATA).and_then(|v| v.to_str().ok()).unwrap_or("");
+        answers.push(format!("{:?} {hint:?} after {:?}", status.code(), began.elapsed()));
+        assert_ne!(hint, dead, "an attach was sent to the dead leader: {answers:?}");
+        next = if hint.is_empty() { live.iter().find(|a| **a != next).unwrap().clone() } else { hint.to_string() };
+    }
+    assert!(answers.len() <= 2, "attached after {} refusals: {answers:?}", answers.len());
+}
