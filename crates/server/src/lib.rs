@@ -9,7 +9,9 @@
 //! - `gateway`: the agent protocol (`proto/agent.proto`); the leader answers.
 //! - `leader`: while leading: cycle -> propose plan -> publish desired assignments;
 //!   heartbeat timeouts; ticks.
-//! - `desired`: what each node should run, a pure function of the state.
+//! - `desired`: what each node should run, a pure function of the state, and the leader's
+//!   lists kept between rounds (rebuilt only where a change touched them).
+//! - [`attach_hold`]: an agent's attach held while leadership settles.
 //! - `registrar`: the registrations of agents that attach together, as one command.
 //! - `hub`, `liveness`, `quorum`, `strays`, `vanished`, `checkpoints`: the leader's in-memory
 //!   views (agent streams, heartbeats, when a quorum last confirmed this leader, replicas
