@@ -173,3 +173,32 @@ pub fn with_backlog(nodes: usize) -> State {
     apply(&mut s, Op::ApplyPlan(plan));
     s
 }
+
+/// `baton bench scale`'s cluster: one queue (lower priorities preempted within it) on
+/// `nodes` nodes of `gpus` GPUs, full of one-GPU `train` jobs, as many again waiting, then
+/// `urgent` one-GPU `interactive` jobs.
+pub fn one_queue_full_then_urgent(nodes: usize, gpus: u64, urgent: usize) -> State {
+    let mut s = State::new();
+    s.set_retain_finished(0);
+    let specs: Vec<NodeSpec> = (0..nodes).map(|i| fixture::gpu_node(&format!("n{i}"), gpus)).collect();
+    for chunk in specs.chunks(MAX_NODES_PER_COMMAND) {
+        apply(&mut s, Op::RegisterNodes(chunk.to_vec()));
+    }
+    // Lower priorities are preempted within a queue by default.
+    apply(&mut s, Op::PutQueue(fixture::gpu_queue("bench", nodes as u64 * gpus * 2)));
+    let one = |name: String, class: &str| {
+        let mut spec = fixture::gpu_job(&name, "bench", 1);
+        spec.priority = PriorityRef::Class(Name::lit(class));
+        Op::Submit { spec, request_id: None }
+    };
+    let running = nodes * gpus as usize;
+    for i in 0..running + running / 4 {
+        apply(&mut s, one(format!("c{i}"), "train"));
+    }
+    let plan = cycle(&s, NOW_MS);
+    apply(&mut s, Op::ApplyPlan(plan));
+    for i in 0..urgent {
+        apply(&mut s, one(format!("u{i}"), "interactive"));
+    }
+    s
+}

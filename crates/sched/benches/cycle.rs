@@ -8,6 +8,9 @@
 //!   gang on that cluster once it is full (nothing else pending).
 //!   `preempt/full-cluster-nothing-pending` is the same cycle without the gang: the
 //!   difference is the planning itself.
+//! - `preempt/100-urgent-one-queue-40k-running`: `baton bench scale`'s preemption: 100 urgent
+//!   one-GPU jobs arrive at once in one queue of 10,000 4-GPU nodes running 40,000 one-GPU
+//!   jobs (10,000 more waiting); each plans a preemption in the same cycle.
 //! - `scaling/<nodes>`: the full cycle at 1,000, 10,000 and 50,000 nodes (5 jobs per node).
 
 mod cluster;
@@ -58,6 +61,14 @@ fn bench_preempt(c: &mut Criterion) {
     let gang = idle.job_by_name("big-gang").expect("the gang was submitted").id;
     apply(&mut idle, baton_model::command::Op::Cancel { job: gang });
     g.bench_function("full-cluster-nothing-pending", |b| b.iter(|| black_box(cycle(black_box(&idle), NOW_MS))));
+    // `baton bench scale`'s preemption: one queue of 10,000 4-GPU nodes running 40,000
+    // one-GPU jobs, 10,000 more waiting, then 100 urgent one-GPU jobs at once; each plans
+    // its own preemption in the same cycle.
+    let urgent = one_queue_full_then_urgent(10_000, 4, 100);
+    let preempts = cycle(&urgent, NOW_MS).decisions.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count();
+    eprintln!("preempt/100-urgent-one-queue-40k-running: {preempts} preemptions planned");
+    assert_eq!(preempts, 100, "each urgent job preempts");
+    g.bench_function("100-urgent-one-queue-40k-running", |b| b.iter(|| black_box(cycle(black_box(&urgent), NOW_MS))));
     g.finish();
 }
 
