@@ -24,6 +24,11 @@ pub const EXIT_CODE_KILLED: i32 = 128 + libc::SIGKILL;
 /// Exit code reported for a replica that could not be started (as a shell reports a
 /// command not found).
 pub const EXIT_CODE_NOT_STARTED: i32 = 127;
+/// How long a replica held by a cgroup waits for its guard before it gives up unstarted:
+/// the agent starts the guard a few milliseconds after the wrapper, longer on a loaded host.
+pub const GUARD_WAIT_MS: u64 = 5_000;
+/// How often the wrapper looks for the guard's marker (the `sleep 0.01` in `WRAPPER`).
+const GUARD_WAIT_POLL_MS: u64 = 10;
 
 /// The shell functions the wrapper's watchdog and the guard share: `now_ms` (CLOCK_BOOTTIME,
 /// as `/proc/uptime` shows it) and `ran_out`, which reads the lease file `$l` into `$e` (a
@@ -58,12 +63,18 @@ ran_out() {
 /// granted one, or its file is from before a reboot; or it has run out), it leaves the
 /// watchdog's marker (`.lease`, reported as a lease stop) and exits 127 without running the
 /// command: the agent, the wrapper and the watchdog agree that nothing starts unleased.
+/// A replica held by a cgroup (poll interval "0") then waits for its guard's marker
+/// (`.guarded`, written as the guard starts) for up to [`GUARD_WAIT_MS`], and without it
+/// does the same as without a lease: the agent starts the guard right after the wrapper, and
+/// an agent killed between the two left a replica that nothing stopped when its lease ran
+/// out (a chaos run: the job ran on past its node's loss beside its next attempt).
 /// Then it leaves a marker next to the exit file (`.started`): a replica whose pid the
 /// agent did not journal before it went down is then known to have run.
 ///
 /// Arguments: the exit file, the lease file, the stop signal (a number), the watchdog's
 /// grace and its poll interval (seconds, "1.000"; "0": no watchdog, the replica's guard
-/// watches it), the slack (ms), then the command. The watchdog runs beside
+/// watches it), the slack (ms), how many times to look for the guard's marker 10 ms apart,
+/// then the command. The watchdog runs beside
 /// the job in its process group: once the lease file's expiry (ms on CLOCK_BOOTTIME, which
 /// `/proc/uptime` shows) plus the slack has passed, it leaves a marker next to the exit
 /// file (`.lease`), continues the group (a suspended replica takes its stop signal as a
@@ -75,8 +86,8 @@ ran_out() {
 /// watchdog instead of the replica.
 const WRAPPER: &str = concat!(
     r#"trap : 1 2 3 10 12 14 15
-f=$1 l=$2 s=$3 g=$4 p=$5 k=$6
-shift 6
+f=$1 l=$2 s=$3 g=$4 p=$5 k=$6 q=$7
+shift 7
 "#,
     lease_functions!(),
     r#"e= b= id= held=
@@ -87,10 +98,19 @@ if [ -n "$e" ] && [ "$b" = "$id" ]; then
   now_ms
   [ "$now" -lt "$e" ] && held=1
 fi
-if [ -z "$held" ]; then
+unheld() {
   true > "$f.lease" 2>/dev/null
   printf '127\n' > "$f.tmp" && mv -f "$f.tmp" "$f"
   exit 127
+}
+[ -z "$held" ] && unheld
+if [ "$p" = 0 ]; then
+  t=0
+  until [ -e "$f.guarded" ]; do
+    t=$((t + 1))
+    [ "$t" -gt "$q" ] && unheld
+    sleep 0.01
+  done
 fi
 : > "$f.started"
 watchdog() {
@@ -137,6 +157,7 @@ l=$1 c=$2 f=$3 s=$4 g=$5 p=$6 k=$7 e=$8
 "#,
     lease_functions!(),
     r#"case $e in ''|*[!0-9]*) e= ;; esac
+: > "$f.guarded"
 while :; do
   sleep "$p"
   [ -d "$c" ] || exit 0
@@ -232,10 +253,18 @@ pub fn started_marker(exit_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The marker a replica's guard leaves as it starts: the wrapper runs nothing before it.
+pub fn guarded_marker(exit_file: &Path) -> PathBuf {
+    let mut name = exit_file.as_os_str().to_owned();
+    name.push(".guarded");
+    PathBuf::from(name)
+}
+
 /// Removes the exit file and the markers next to it (the replica's end was recorded), and
 /// the replica's own directory (exit files journaled before it had one share `run/`).
 pub fn remove_markers(exit_file: &Path) {
-    for p in [exit_file.to_path_buf(), lease_marker(exit_file), started_marker(exit_file)] {
+    let markers = [lease_marker(exit_file), started_marker(exit_file), guarded_marker(exit_file)];
+    for p in std::iter::once(exit_file.to_path_buf()).chain(markers) {
         let _ = std::fs::remove_file(p);
     }
     if exit_file.file_name().is_some_and(|n| n == EXIT_FILE_NAME)
@@ -465,7 +494,7 @@ fn try_start(
     // reach; the wrapper's own watchdog is only for process groups.
     let poll = if cgroup_procs.is_empty() { seconds(WATCHDOG_POLL_MS) } else { "0".to_string() };
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(poll);
-    cmd.arg(WATCHDOG_SLACK_MS.to_string()).args(&a.command);
+    cmd.arg(WATCHDOG_SLACK_MS.to_string()).arg((GUARD_WAIT_MS / GUARD_WAIT_POLL_MS).to_string()).args(&a.command);
     cmd.env_clear().envs(host_env());
     if let Some(w) = &who {
         // The user's own home and name, not the agent's; a directory the user can enter.
@@ -577,5 +606,44 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         own_path(&real, None, 0o700).unwrap();
         assert_eq!(std::fs::metadata(&real).unwrap().permissions().mode() & 0o777, 0o700);
+    }
+
+    /// Runs the wrapper as `start` does for a replica held by a cgroup (no watchdog of its
+    /// own: poll "0"), under a lease held for a minute, looking `polls` times for its guard's
+    /// marker; its command leaves `ran` in `dir`. Returns the exit file's code.
+    fn wrapper_under_a_held_lease(dir: &Path, polls: u32) -> String {
+        let lease = dir.join("lease");
+        crate::lease_file::write(&lease, &crate::lease::Lease::until(crate::lease_file::boot_ms() + 60_000)).unwrap();
+        let (exit, ran) = (dir.join("exit"), dir.join("ran"));
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(WRAPPER)
+            .arg(WRAPPER_NAME)
+            .args([exit.as_os_str(), lease.as_os_str()])
+            .args(["15", "1.000", "0", "0", &polls.to_string(), "touch"])
+            .arg(&ran)
+            .status()
+            .unwrap();
+        assert!(status.code().is_some(), "the wrapper ended by itself");
+        std::fs::read_to_string(&exit).unwrap().trim().to_string()
+    }
+
+    /// Issue 31: the agent starts a replica's guard right after its wrapper, and an agent
+    /// killed between the two (a chaos run: killed right after a placement) left a replica
+    /// that nothing stopped when its lease ran out: it ran on beside its next attempt on
+    /// another node. The wrapper now runs nothing until the guard says it watches; without
+    /// it, it ends as an unleased one does (a lease stop, the job placed again).
+    #[test]
+    fn a_replica_held_by_a_cgroup_runs_nothing_until_its_guard_watches() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(wrapper_under_a_held_lease(dir.path(), 20), "127", "no guard: not started");
+        assert!(!dir.path().join("ran").exists(), "the command ran without a guard");
+        assert!(lease_marker(&dir.path().join("exit")).exists(), "told as a lease stop");
+        assert!(!started_marker(&dir.path().join("exit")).exists());
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(guarded_marker(&dir.path().join("exit")), "").unwrap();
+        assert_eq!(wrapper_under_a_held_lease(dir.path(), 20), "0");
+        assert!(dir.path().join("ran").exists(), "a guarded replica runs");
     }
 }
