@@ -152,6 +152,11 @@ impl Desired {
         }
     }
 
+    /// `node`'s list as of the last update (empty for a node with nothing to do).
+    pub fn list(&self, node: &Name) -> Vec<Assignment> {
+        self.by_node.get(node).map(|jobs| jobs.values().flatten().cloned().collect()).unwrap_or_default()
+    }
+
     fn list_of(&self, state: &State, node: Name) -> NodeList {
         if !state.nodes().contains_key(&node) {
             return (node, None);
@@ -186,6 +191,14 @@ impl TermLists {
         }
         let (_, desired) = kept.as_mut().expect("set above");
         (desired.update(state), whole)
+    }
+
+    /// `node`'s list as of `state`, the lists brought up to it first (for a caller that
+    /// answers one node at a time, as the simulator's leader does).
+    pub fn node_list(&self, term: u64, state: &State, node: &Name) -> Vec<Assignment> {
+        self.update(term, state);
+        let kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.as_ref().map(|(_, desired)| desired.list(node)).unwrap_or_default()
     }
 }
 

@@ -17,9 +17,10 @@ use baton_model::command::{Command, Op};
 use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::state::State;
-use baton_proto::v1::Action;
+use baton_proto::v1::{Action, Assignment};
 use baton_raft::replica::WallClock;
 use baton_raft::{Replica, Role};
+use baton_server::desired::{TermLists, desired};
 use turmoil::net::UdpSocket;
 
 use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS, STATE_DIGEST_MS};
@@ -43,6 +44,8 @@ struct Leading {
     fenced: std::collections::BTreeSet<String>,
     /// When this replica last wrote a state digest (or began to lead).
     digest_ms: u64,
+    /// Each node's directive, kept between beats as the server's leader keeps it.
+    lists: Arc<TermLists>,
 }
 
 type Lead = Arc<Mutex<Leading>>;
@@ -206,17 +209,21 @@ async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sh
         return None;
     }
     let acked_seq = l.acked.get(&key).copied().unwrap_or(0);
+    let lists = l.lists.clone();
     drop(l);
-    let work = replica.read_local(|s| directive(s, &node));
+    let work = replica.read_local(|s| directive(s, &node, lists.node_list(term, s, &node)));
     Some(Grant { term, leader: replica.id(), boot: beat.boot, seq: beat.seq, acked_seq, lease_ms: LEASE_MS, work })
 }
 
-/// The node's directive as the real leader computes it.
-fn directive(s: &State, node: &Name) -> Vec<Work> {
-    let mut all = baton_server::desired::desired(s);
-    all.remove(node)
-        .unwrap_or_default()
-        .into_iter()
+/// `node`'s directive from its list as the real leader keeps it (`kept`); in debug builds
+/// (CI's seeds) checked against the whole computation at every beat, so that every seed's
+/// faults (failovers, snapshots, lost nodes) exercise the kept lists.
+fn directive(s: &State, node: &Name, kept: Vec<Assignment>) -> Vec<Work> {
+    if cfg!(debug_assertions) {
+        let whole = desired(s).remove(node).unwrap_or_default();
+        assert!(kept == whole, "{node}'s kept directive differs from the whole computation's");
+    }
+    kept.into_iter()
         .filter_map(|a| {
             let act = match Action::try_from(a.action).ok()? {
                 Action::Run => Act::Run,
