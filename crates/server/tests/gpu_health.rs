@@ -102,35 +102,15 @@ async fn bad_gpu_marks_are_refused_naming_the_field() {
 async fn a_report_commits_at_most_one_gpu_finding_per_gpu() {
     let cluster = Cluster::start(1).await;
     let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
-    let applied = || async {
-        let text = scrape(&cluster.replicas[0].metrics).await;
-        samples(&text)["baton_raft_applied_index"]
-    };
-    // The leader's own first writes (accounting on, the newest apply behaviour) land after it
-    // starts; on a loaded machine they fell inside the window measured below (CI saw 10).
+    let before = quiet_applied_index(&cluster, 0).await;
     let mut c = cluster.client(0).await;
-    for _ in 0..300 {
-        if c.cluster_info(Empty {}).await.unwrap().into_inner().behaviour == baton_model::behaviour::BEHAVIOUR {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let mut before = applied().await;
-    loop {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let now = applied().await;
-        if now == before {
-            break;
-        }
-        before = now;
-    }
     // Flips of every GPU, and GPUs the node does not have; the last word on GPU 2 is a fault.
     let mut flips: Vec<What> =
         (0..4_000).map(|i| gpu_report(i % 8, if i % 2 == 0 { "XID 48" } else { "" }, true)).collect();
     flips.extend((0..1_000).map(|i| gpu_report(100 + i, "XID 79", false)));
     flips.push(gpu_report(2, "XID 79: fell off the bus", false));
     agent.report(flips).await.expect("the report is taken");
-    let writes = applied().await - before;
+    let writes = applied_index(&cluster, 0).await - before;
     assert!(writes <= 9.0, "{writes} entries for one report of 8 GPUs");
     let nodes = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes;
     let faults: Vec<u32> = nodes[0].unhealthy_gpus.iter().map(|f| f.gpu).collect();

@@ -1,5 +1,6 @@
 //! What one agent report may carry is bounded at the gateway, and a report that would not
-//! fit in a log entry cannot wedge its node's reports for good.
+//! fit in a log entry cannot wedge its node's reports for good; a report without news costs
+//! no log entry.
 
 mod common;
 
@@ -26,4 +27,17 @@ async fn a_huge_unkillable_reason_does_not_block_the_nodes_reports() {
     let reason = "x".repeat(5 << 20);
     let stuck = What::Unkillable(Unkillable { job_id: 1, attempt: 1, rank: 0, reason });
     agent.report(vec![stuck]).await.expect("the report is accepted with its reason cut short");
+}
+
+/// Issue 37: heartbeats without news cost no raft entry. A hundred reports that observe
+/// nothing (beside the agent's own beat every 200 ms) leave the applied index where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reports_without_news_commit_nothing() {
+    let cluster = Cluster::start(1).await;
+    let agent = FakeAgent::attach(&cluster.addrs(), node("n1", 8)).await;
+    let before = quiet_applied_index(&cluster, 0).await;
+    for _ in 0..100 {
+        agent.report(vec![]).await.expect("a beat is answered");
+    }
+    assert_eq!(applied_index(&cluster, 0).await, before, "reports without news were written to the log");
 }

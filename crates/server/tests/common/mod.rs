@@ -332,6 +332,36 @@ async fn heartbeats(addr: String, node: String) {
     }
 }
 
+/// Replica `i`'s applied index, read from its `/metrics`.
+pub async fn applied_index(cluster: &Cluster, i: usize) -> f64 {
+    samples(&scrape(&cluster.replicas[i].metrics).await)["baton_raft_applied_index"]
+}
+
+/// Replica `i`'s applied index once the leader's own first writes (accounting on, the
+/// newest apply behaviour) are in and it has stood still for 300 ms (or 15 s have passed):
+/// where a test that counts the entries of what it does starts counting (on a loaded
+/// machine those writes fell inside the window measured).
+pub async fn quiet_applied_index(cluster: &Cluster, i: usize) -> f64 {
+    let mut c = cluster.client(i).await;
+    for _ in 0..300 {
+        if c.cluster_info(Empty {}).await.unwrap().into_inner().behaviour == baton_model::behaviour::BEHAVIOUR {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Bounded: a cluster that keeps writing (the fault a caller looks for) is measured as it is.
+    let mut before = applied_index(cluster, i).await;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = applied_index(cluster, i).await;
+        if now == before {
+            return now;
+        }
+        before = now;
+    }
+    before
+}
+
 /// `GET /metrics` from `addr`: the body, after checking the status line.
 pub async fn scrape(addr: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
