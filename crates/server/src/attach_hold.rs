@@ -26,8 +26,8 @@ pub const ATTACH_HOLD_MS: u64 = 700;
 /// Attaches held at once on one replica: about one per node of a large cluster, each a
 /// waiting task; the rest are answered at once, as if nothing were held.
 pub const MAX_HELD_ATTACHES: usize = 16_384;
-/// How often a held attach looks whether a followed leader has been heard from again
-/// (leadership changes wake it at once).
+/// How often a held attach looks again at raft's view (a leader elected, heard from);
+/// this replica beginning to direct agents wakes it at once.
 const HOLD_POLL_MS: u64 = 20;
 
 /// This replica's term if it leads and directs agents; otherwise the refusal that sends the
