@@ -241,22 +241,23 @@ const EXIT_FILE_NAME: &str = "exit";
 /// The marker a replica's watchdog leaves when it stopped the replica because the lease ran
 /// out.
 pub fn lease_marker(exit_file: &Path) -> PathBuf {
-    let mut name = exit_file.as_os_str().to_owned();
-    name.push(".lease");
-    PathBuf::from(name)
+    marker(exit_file, ".lease")
 }
 
 /// The marker the wrapper leaves as it starts.
 pub fn started_marker(exit_file: &Path) -> PathBuf {
-    let mut name = exit_file.as_os_str().to_owned();
-    name.push(".started");
-    PathBuf::from(name)
+    marker(exit_file, ".started")
 }
 
 /// The marker a replica's guard leaves as it starts: the wrapper runs nothing before it.
 pub fn guarded_marker(exit_file: &Path) -> PathBuf {
+    marker(exit_file, ".guarded")
+}
+
+/// `exit_file` with `suffix` appended: the markers the wrapper's shell names `$f.<suffix>`.
+fn marker(exit_file: &Path, suffix: &str) -> PathBuf {
     let mut name = exit_file.as_os_str().to_owned();
-    name.push(".guarded");
+    name.push(suffix);
     PathBuf::from(name)
 }
 

@@ -90,6 +90,11 @@ impl Desired {
     /// Brings the lists up to `state` and returns the nodes whose lists may have changed
     /// (all of them the first time), in name order.
     pub fn update(&mut self, state: &State) -> Vec<NodeList> {
+        self.refresh(state).into_iter().map(|node| self.list_of(state, node)).collect()
+    }
+
+    /// Brings the lists up to `state`; the nodes whose lists may have changed.
+    fn refresh(&mut self, state: &State) -> BTreeSet<Name> {
         let (jobs, mut touched) = match &self.seen {
             Some(seen) => (self.changed_jobs(seen, state), changed_nodes(seen, state)),
             None => (state.jobs().keys().copied().collect(), state.nodes().keys().cloned().collect()),
@@ -102,7 +107,7 @@ impl Desired {
             completing: state.completing_all().clone(),
             nodes: state.nodes().clone(),
         });
-        touched.into_iter().map(|node| self.list_of(state, node)).collect()
+        touched
     }
 
     /// Jobs whose entry, or whose completing ranks, may differ from what was seen.
@@ -158,11 +163,8 @@ impl Desired {
     }
 
     fn list_of(&self, state: &State, node: Name) -> NodeList {
-        if !state.nodes().contains_key(&node) {
-            return (node, None);
-        }
-        let list = self.by_node.get(&node).map(|jobs| jobs.values().flatten().cloned().collect());
-        (node, Some(list.unwrap_or_default()))
+        let list = state.nodes().contains_key(&node).then(|| self.list(&node));
+        (node, list)
     }
 }
 
@@ -175,6 +177,20 @@ impl TermLists {
     /// The nodes whose lists may have changed since `term`'s last update, as of `state`, and
     /// whether they are every node (this term's first update).
     pub fn update(&self, term: u64, state: &State) -> (Vec<NodeList>, bool) {
+        self.with_term(term, |desired, whole| (desired.update(state), whole))
+    }
+
+    /// `node`'s list as of `state`, the lists brought up to it first (for a caller that
+    /// answers one node at a time, as the simulator's leader does).
+    pub fn node_list(&self, term: u64, state: &State, node: &Name) -> Vec<Assignment> {
+        self.with_term(term, |desired, _| {
+            desired.refresh(state);
+            desired.list(node)
+        })
+    }
+
+    /// Runs `f` on `term`'s lists, fresh ones (`whole`) if the lists kept were another term's.
+    fn with_term<T>(&self, term: u64, f: impl FnOnce(&mut Desired, bool) -> T) -> T {
         let mut kept = match self.0.lock() {
             Ok(kept) => kept,
             // An update that panicked may have left the lists half rebuilt: start afresh.
@@ -190,15 +206,7 @@ impl TermLists {
             *kept = Some((term, Desired::default()));
         }
         let (_, desired) = kept.as_mut().expect("set above");
-        (desired.update(state), whole)
-    }
-
-    /// `node`'s list as of `state`, the lists brought up to it first (for a caller that
-    /// answers one node at a time, as the simulator's leader does).
-    pub fn node_list(&self, term: u64, state: &State, node: &Name) -> Vec<Assignment> {
-        self.update(term, state);
-        let kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        kept.as_ref().map(|(_, desired)| desired.list(node)).unwrap_or_default()
+        f(desired, whole)
     }
 }
 
