@@ -25,7 +25,8 @@ pub const EXIT_CODE_KILLED: i32 = 128 + libc::SIGKILL;
 /// command not found).
 pub const EXIT_CODE_NOT_STARTED: i32 = 127;
 /// How long a replica held by a cgroup waits for its guard before it gives up unstarted:
-/// the agent starts the guard a few milliseconds after the wrapper, longer on a loaded host.
+/// the agent starts the guard just before the wrapper, so this bounds a shell's start on a
+/// loaded host.
 pub const GUARD_WAIT_MS: u64 = 5_000;
 /// How often the wrapper looks for the guard's marker (the `sleep 0.01` in `WRAPPER`).
 const GUARD_WAIT_POLL_MS: u64 = 10;
@@ -65,9 +66,11 @@ ran_out() {
 /// command: the agent, the wrapper and the watchdog agree that nothing starts unleased.
 /// A replica held by a cgroup (poll interval "0") then waits for its guard's marker
 /// (`.guarded`, written as the guard starts) for up to [`GUARD_WAIT_MS`], and without it
-/// does the same as without a lease: the agent starts the guard right after the wrapper, and
-/// an agent killed between the two left a replica that nothing stopped when its lease ran
-/// out (a chaos run: the job ran on past its node's loss beside its next attempt).
+/// does the same as without a lease: a guard that never ran (it could not be spawned, or an
+/// agent killed between the two spawns when the guard came second) would leave a replica that
+/// nothing stops when its lease runs out (a chaos run: the job ran on past its node's loss
+/// beside its next attempt). The agent starts the guard first, so the wait is only for the
+/// guard's shell to start.
 /// Then it leaves a marker next to the exit file (`.started`): a replica whose pid the
 /// agent did not journal before it went down is then known to have run.
 ///
@@ -493,7 +496,8 @@ fn try_start(
     cmd.arg("-c").arg(WRAPPER).arg(WRAPPER_NAME).arg(&exit).arg(crate::lease_file::path(dirs.data_dir));
     // A replica held by a cgroup is watched by its guard (`GUARD`), which the job cannot
     // reach; the wrapper's own watchdog is only for process groups.
-    let poll = if cgroup_procs.is_empty() { seconds(WATCHDOG_POLL_MS) } else { "0".to_string() };
+    let guarded = !cgroup_procs.is_empty();
+    let poll = if guarded { "0".to_string() } else { seconds(WATCHDOG_POLL_MS) };
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(poll);
     cmd.arg(WATCHDOG_SLACK_MS.to_string()).arg((GUARD_WAIT_MS / GUARD_WAIT_POLL_MS).to_string()).args(&a.command);
     cmd.env_clear().envs(host_env());
@@ -527,19 +531,21 @@ fn try_start(
             }
         });
     }
+    // The guard first: the wrapper runs nothing until the guard is up, and what it waits for
+    // then is the guard's shell starting, not this agent's next steps (an agent paused or
+    // killed right after the spawn would otherwise cost the replica its start).
+    if let (Some(c), true) = (&dirs.cgroup, guarded) {
+        let lease_file = crate::lease_file::path(dirs.data_dir);
+        // The guard starts from the expiry held now, so a file gone before its first look
+        // counts as run out, not as never granted.
+        let expires = crate::lease_file::load(&lease_file).expires_at_ms();
+        // Without its guard a replica must not run: the lease would bind nothing. A guard
+        // whose replica then fails to spawn ends when the cgroup is removed.
+        start_guard(c, &lease_file, &exit, stop_signal, expires)
+            .map_err(|e| StartError(format!("cannot start the replica's guard: {e}")))?;
+    }
     let child = cmd.spawn().map_err(|e| StartError(format!("cannot run sh: {e}")))?;
     let pid = child.id().ok_or_else(|| StartError("the wrapper exited before its pid was read".into()))?;
-    if let Some(c) = &dirs.cgroup {
-        let lease_file = crate::lease_file::path(dirs.data_dir);
-        // What the wrapper checked before it ran anything: the guard starts from it, so a file
-        // gone before its first look counts as run out, not as never granted.
-        let expires = crate::lease_file::load(&lease_file).expires_at_ms();
-        if let Err(e) = start_guard(c, &lease_file, &exit, stop_signal, expires) {
-            // Without its guard a replica must not run: the lease would bind nothing.
-            let _ = c.kill();
-            return Err(StartError(format!("cannot start the replica's guard: {e}")));
-        }
-    }
     Ok(Started { child, pid })
 }
 

@@ -379,3 +379,63 @@ async fn suspend_freezes_every_process_of_the_replica_also_one_that_left_its_gro
     wait_for(10, "the replica's cgroup removed", || (!root.0.join("1-1-0").exists()).then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// `(start time in clock ticks since boot, pid)` of `pid`: the order in which two processes
+/// were spawned, to the tick, and by pid within one (pids are handed out in order).
+fn spawn_order(pid: i32) -> (u64, i32) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Field 22, the 20th after the command's closing parenthesis.
+    let start = text[text.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().parse().unwrap();
+    (start, pid)
+}
+
+/// The parent pid of `pid`.
+fn parent_of(pid: i32) -> i32 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    text[text.rfind(')').unwrap() + 1..].split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The pid of the guard watching `cgroup` (its command line names it).
+fn guard_of(cgroup: &Path) -> Option<i32> {
+    let wanted = cgroup.to_str().unwrap();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let named = args.iter().any(|a| *a == b"baton-guard") && args.iter().any(|a| *a == wanted.as_bytes());
+        named.then_some(pid)
+    })
+}
+
+/// Issue 31: the agent spawned a replica's guard after its wrapper, and the wrapper waits
+/// for the guard (up to `GUARD_WAIT_MS`) before it runs anything: an agent paused or slowed
+/// between the two spawns cost the replica its start (a lease stop). The guard is now
+/// spawned first, so the wrapper waits only for the guard's shell to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and a writable cgroup v2 hierarchy: ./test.sh runs it as root"]
+async fn the_guard_watches_before_the_wrapper_is_spawned() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = TestRoot::new("guard-first");
+    let gw = Gateway::start(None).await;
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.containment = ContainmentMode::Cgroup;
+    c.cgroup_root = Some(root.0.clone());
+    let agent = start_agent(c).await;
+    let main = dir.path().join("main");
+    let _reaper = Reaper(vec![main.clone()]);
+    let cmd = format!("echo $$ > {}; exec sleep 600", main.display());
+    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
+    let main_pid = wait_for(5, "the replica's pid", || read_pid(&main)).await;
+    let wrapper = parent_of(main_pid);
+    let guard = guard_of(&root.0.join("1-1-0")).expect("the replica's guard runs");
+    assert!(
+        spawn_order(guard) < spawn_order(wrapper),
+        "the guard {guard} {:?} was spawned after the wrapper {wrapper} {:?}",
+        spawn_order(guard),
+        spawn_order(wrapper)
+    );
+    gw.set(1, vec![]);
+    wait_for(10, "the replica's cgroup removed", || (!root.0.join("1-1-0").exists()).then_some(())).await;
+    wait_for(5, "the guard gone with its cgroup", || guard_of(&root.0.join("1-1-0")).is_none().then_some(())).await;
+    agent.shutdown().await.unwrap();
+}
