@@ -402,7 +402,7 @@ fn guard_of(cgroup: &Path) -> Option<i32> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let named = args.iter().any(|a| *a == b"baton-guard") && args.iter().any(|a| *a == wanted.as_bytes());
+        let named = args.contains(&b"baton-guard".as_slice()) && args.contains(&wanted.as_bytes());
         named.then_some(pid)
     })
 }
