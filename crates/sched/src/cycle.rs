@@ -47,6 +47,7 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
         reasons: Default::default(),
         verdicts: Vec::new(),
         no_fit: NoFit::default(),
+        kept: preempt::Kept::default(),
     };
     // Starving jobs (section 9), in cycle order: stuck even by preemption, and Pending for
     // `reserve_after`; only as many as may be looked at this cycle.
@@ -306,6 +307,8 @@ struct Planner {
     no_fit: NoFit,
     /// Quota verdicts per pool choice of the job being decided (reused).
     verdicts: Vec<Result<Admission, QuotaBlock>>,
+    /// Preemption candidates gathered for an earlier preemptor (`preempt::Kept`).
+    kept: preempt::Kept,
 }
 
 /// Decides one job.
@@ -425,7 +428,7 @@ fn preempt_for(
     key: Option<crate::failures::Key>,
 ) -> Outcome {
     let (job, q) = (c.job, c.queue);
-    match preempt::plan(view, job, needs) {
+    match preempt::plan(view, job, needs, &mut planner.kept) {
         Ok(Planned::Preempt { victims, packing, message }) => {
             let set = SetNodes::new(view, job.id, &victims, &packing.nodes());
             let names = |n: usize| view.ledger.nodes[n].name.clone();

@@ -10,7 +10,7 @@ use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort, WithinQueue};
 use crate::view::{ActiveJob, View};
 
 /// A running (or already stopping) job that might make room.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Cand {
     pub job: JobId,
     pub queue: usize,

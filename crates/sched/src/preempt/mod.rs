@@ -1,7 +1,8 @@
 //! Preemption planning for one job that fits nowhere as things stand.
 //!
 //! 1. Candidates: jobs the queues' policies could ever allow as victims, plus jobs already
-//!    leaving (being preempted or paused).
+//!    leaving (being preempted or paused). Kept between the preemptors of a cycle that share
+//!    what decides them (`kept.rs`): a later one drops what earlier ones took.
 //! 2. Placements to try (`estimate.rs`): every node is scored by the victims it alone
 //!    would need for one replica (a quick estimate); touched node sets are built from the
 //!    best nodes, over the whole pool, from each of the best-ranked gang candidates' nodes
@@ -15,6 +16,7 @@
 
 mod cand;
 mod estimate;
+mod kept;
 mod onnode;
 mod refusal;
 mod score;
@@ -29,6 +31,7 @@ use baton_model::queue::{PreemptionPolicy, ReclaimWithinCohort};
 
 use cand::{Cand, Ctx, eligible};
 use estimate::touched_sets;
+pub use kept::Kept;
 use onnode::OnNodes;
 pub use refusal::NoPreemption;
 use score::Score;
@@ -61,7 +64,7 @@ struct Best {
     pool_choice: Vec<usize>,
 }
 
-pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPreemption> {
+pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Result<Planned, NoPreemption> {
     let jq = view.queue_np(job).0;
     let spec = &view.state.queues()[&job.spec.queue];
     let policy = spec.preemption;
@@ -77,45 +80,19 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
         return Err(NoPreemption::NoCandidates);
     }
     let pools = needs.all_pools();
-    let active = view.active();
-    let own: Vec<Cand> = view
-        .groups()
-        .of_queue(jq)
-        .iter()
-        .map(|&i| &active[i as usize])
-        .filter(|r| in_pools(view, r, &pools))
-        .filter_map(|r| eligible(view, job, jq, &policy, r))
-        .collect();
-    let useful = contributing_queues(view, job, jq, &policy, needs, &own);
-    let active = view.active();
-    let cands: Vec<Cand> = others(view, jq, &useful)
-        .into_iter()
-        .map(|i| &active[i as usize])
-        .filter(|r| in_pools(view, r, &pools))
-        .filter_map(|r| eligible(view, job, jq, &policy, r))
-        .chain(own)
-        .collect();
-    debug_assert_eq!(
-        cands.iter().map(|c| c.job).collect::<Vec<_>>(),
-        cands_by_scan(view, job, jq, &policy, &pools, &useful),
-        "preemption candidates by queue and by a scan of every running job"
-    );
-    let mut ids: Vec<JobId> = cands.iter().map(|c| c.job).collect();
-    ids.sort_unstable();
-    view.split_excess(&ids);
-    let cands = with_excess(view, cands);
+    gather(view, job, jq, &policy, needs, &pools, kept);
+    let (cands, on_node) = kept.current();
     if cands.is_empty() {
         return Err(NoPreemption::NoCandidates);
     }
-    let on_node = OnNodes::new(view, &cands);
-    let parts = walk::Parts::of(&cands);
+    let parts = walk::Parts::of(cands);
     let mut best: Option<Best> = None;
     for weak in [false, true] {
         for ctx in &mut ctxs {
             ctx.weak = weak;
             let ctx = &*ctx;
             let a = &ctx.pool_choice;
-            let touched = touched_sets(view, job, needs, a, &cands, &on_node);
+            let touched = touched_sets(view, job, needs, a, cands, on_node);
             // Every gang-begun set is walked: the estimate cannot see what such a set saves.
             let always = MAX_RACK_WALKS + touched.gang_seeded;
             for (tried, nodes) in touched.sets.into_iter().enumerate() {
@@ -129,7 +106,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
-                let Some(w) = walk::walk(view, ctx, needs, a, &nodes, &cands, &parts, &on) else {
+                let Some(w) = walk::walk(view, ctx, needs, a, &nodes, cands, &parts, &on) else {
                     continue;
                 };
                 let vs: Vec<&Cand> = w.victims.iter().map(|&i| &cands[i]).collect();
@@ -162,6 +139,92 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs) -> Result<Planned, NoPree
     let message = describe(view, &ctx, &best.victims.iter().map(|&i| &cands[i]).collect::<Vec<_>>());
     let victims = best.victims.iter().map(|&i| cands[i].job).collect();
     Ok(Planned::Preempt { victims, packing: best.packing, message })
+}
+
+/// Gathers the job's candidates and their table per node into `kept` (`Kept::current`),
+/// reusing what an earlier preemptor of this cycle gathered where that decides the same.
+fn gather(
+    view: &mut View,
+    job: &Job,
+    jq: usize,
+    policy: &PreemptionPolicy,
+    needs: &Needs,
+    pools: &[usize],
+    kept: &mut Kept,
+) {
+    let reuse = Kept::applies(view);
+    let key = kept::Key::of(job, jq, policy, pools);
+    let own = match kept.own.get(view, &key).filter(|_| reuse) {
+        Some(own) => own,
+        None => {
+            let active = view.active();
+            let own: Vec<Cand> = view
+                .groups()
+                .of_queue(jq)
+                .iter()
+                .map(|&i| &active[i as usize])
+                .filter(|r| in_pools(view, r, pools))
+                .filter_map(|r| eligible(view, job, jq, policy, r))
+                .collect();
+            kept.own.keep(view, key.clone(), own)
+        }
+    };
+    let useful = contributing_queues(view, job, jq, policy, needs, own);
+    if reuse && kept.all.holds(view, &key, &useful) {
+        // Without elastic gangs nothing is split off; the flag is set as a fresh plan sets it.
+        view.split_excess(&[]);
+        debug_assert!(agrees_with_a_fresh_gathering(view, job, jq, policy, pools, &useful, kept.current()));
+        return;
+    }
+    let active = view.active();
+    let cands: Vec<Cand> = others(view, jq, &useful)
+        .into_iter()
+        .map(|i| &active[i as usize])
+        .filter(|r| in_pools(view, r, pools))
+        .filter_map(|r| eligible(view, job, jq, policy, r))
+        .chain(own.iter().cloned())
+        .collect();
+    debug_assert_eq!(
+        cands.iter().map(|c| c.job).collect::<Vec<_>>(),
+        cands_by_scan(view, job, jq, policy, pools, &useful),
+        "preemption candidates by queue and by a scan of every running job"
+    );
+    let cands = if view.state.elastic_gangs().is_empty() {
+        // Nothing to split: spares sorting every candidate's id.
+        view.split_excess(&[]);
+        cands
+    } else {
+        let mut ids: Vec<JobId> = cands.iter().map(|c| c.job).collect();
+        ids.sort_unstable();
+        view.split_excess(&ids);
+        with_excess(view, cands)
+    };
+    let on_node = OnNodes::new(view, &cands);
+    kept.all.keep(view, key, useful, cands, on_node);
+}
+
+/// Debug builds: the kept candidates and table are what a fresh gathering finds.
+fn agrees_with_a_fresh_gathering(
+    view: &View,
+    job: &Job,
+    jq: usize,
+    policy: &PreemptionPolicy,
+    pools: &[usize],
+    useful: &[bool],
+    (cands, on_node): (&[Cand], &OnNodes),
+) -> bool {
+    let active = view.active();
+    let own = view.groups().of_queue(jq).iter().map(|&i| &active[i as usize]);
+    let fresh: Vec<Cand> = others(view, jq, useful)
+        .into_iter()
+        .map(|i| &active[i as usize])
+        .chain(own)
+        .filter(|r| in_pools(view, r, pools))
+        .filter_map(|r| eligible(view, job, jq, policy, r))
+        .collect();
+    assert_eq!(cands, fresh.as_slice(), "kept preemption candidates differ from a fresh gathering");
+    assert_eq!(*on_node, OnNodes::new(view, &fresh), "kept candidates per node differ from a fresh table");
+    true
 }
 
 /// decisions.md section 13: each candidate gang's replicas above its minimum, split off in

@@ -14,7 +14,7 @@ const BY_NODE_BREAK_EVEN: usize = 4;
 /// holds there.
 pub type OnNode = [(usize, Vector)];
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OnNodes {
     /// `entries[starts[n]..starts[n + 1]]` are node `n`'s.
     starts: Vec<u32>,
@@ -77,6 +77,24 @@ impl OnNodes {
                 }
             }
             entries[from..].sort_unstable_by_key(|e| e.0);
+            starts.push(entries.len() as u32);
+        }
+        OnNodes { starts, entries }
+    }
+
+    /// The table without the candidates whose new position (`positions`, by old position)
+    /// is `None`, and with the others renumbered: what building it from the shorter list
+    /// gives, in one pass over the entries.
+    pub fn keeping(&self, positions: &[Option<u32>]) -> OnNodes {
+        let mut starts = Vec::with_capacity(self.starts.len());
+        starts.push(0u32);
+        let mut entries = Vec::with_capacity(self.entries.len());
+        for n in 0..self.starts.len() - 1 {
+            for (i, amount) in self.get(n) {
+                if let Some(to) = positions[*i] {
+                    entries.push((to as usize, *amount));
+                }
+            }
             starts.push(entries.len() as u32);
         }
         OnNodes { starts, entries }

@@ -1,0 +1,146 @@
+//! Candidates kept between the preemptors of one cycle (issue 37: a preemptor must not scan
+//! every running job).
+//!
+//! Within a cycle, `View::active()` is the running jobs as the cycle began: what a later
+//! preemptor may take differs from what an earlier one could only by the jobs taken since
+//! (`View::taken`, which only grows), as long as what decides eligibility is the same: the
+//! preemptor's queue, priority, policy and pools (and its submission, where the policy
+//! compares it), and the other queues that may contribute. A hundred urgent jobs of one
+//! queue then gather their candidates and the table of them per node once, and each later
+//! one drops the jobs its predecessors took: a pass over the kept list instead of a scan of
+//! every running job and node.
+//!
+//! Elastic gangs split parts off in the working ledger for each plan (`View::split_excess`),
+//! so with any of them in the state nothing is kept. Debug builds compare every kept answer
+//! with a fresh one.
+
+use baton_model::job::Job;
+use baton_model::queue::{PreemptionPolicy, WithinQueue};
+
+use super::cand::Cand;
+use super::onnode::OnNodes;
+use crate::view::View;
+
+/// What decides a preemptor's own-queue candidates, besides the view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key {
+    queue: usize,
+    priority: i32,
+    /// Only where the policy compares submissions (`LowerOrNewerEqualPriority`).
+    submitted: Option<(u64, u64)>,
+    policy: PreemptionPolicy,
+    pools: Vec<usize>,
+}
+
+impl Key {
+    pub fn of(job: &Job, queue: usize, policy: &PreemptionPolicy, pools: &[usize]) -> Key {
+        let compares = policy.within_queue == WithinQueue::LowerOrNewerEqualPriority;
+        Key {
+            queue,
+            priority: job.priority,
+            submitted: compares.then(|| job.submitted_key()),
+            policy: *policy,
+            pools: pools.to_vec(),
+        }
+    }
+}
+
+/// A list of candidates as of `taken` jobs taken in the cycle.
+struct List {
+    key: Key,
+    taken: usize,
+    cands: Vec<Cand>,
+}
+
+/// Every candidate of a preemptor (other queues', then its own) and their table per node.
+struct All {
+    list: List,
+    useful: Vec<bool>,
+    on_node: OnNodes,
+}
+
+/// The lists kept in one cycle: the latest preemptor's.
+#[derive(Default)]
+pub struct Kept {
+    pub(super) own: KeptOwn,
+    pub(super) all: KeptAll,
+}
+
+/// A preemptor's own-queue candidates.
+#[derive(Default)]
+pub struct KeptOwn(Option<List>);
+
+/// Every candidate of a preemptor, with the table of them per node.
+#[derive(Default)]
+pub struct KeptAll(Option<All>);
+
+impl Kept {
+    /// Whether a cycle over this view may reuse lists at all.
+    pub fn applies(view: &View) -> bool {
+        view.state.elastic_gangs().is_empty()
+    }
+
+    /// The candidates of the latest `keep` or `holds`, with their table per node.
+    pub fn current(&self) -> (&[Cand], &OnNodes) {
+        let all = self.all.0.as_ref().expect("candidates are kept before they are read");
+        (&all.list.cands, &all.on_node)
+    }
+}
+
+impl KeptOwn {
+    /// The own-queue candidates kept for `key`, without those taken since; `None` if none
+    /// are kept for it.
+    pub fn get(&mut self, view: &View, key: &Key) -> Option<&[Cand]> {
+        let list = self.0.as_mut().filter(|l| l.key == *key)?;
+        list.drop_taken(view);
+        Some(&list.cands)
+    }
+
+    pub fn keep(&mut self, view: &View, key: Key, cands: Vec<Cand>) -> &[Cand] {
+        &self.0.insert(List { key, taken: view.taken.len(), cands }).cands
+    }
+}
+
+impl KeptAll {
+    /// Whether every candidate is kept for `key` and `useful` (then `Kept::current`
+    /// answers, without those taken since).
+    pub fn holds(&mut self, view: &View, key: &Key, useful: &[bool]) -> bool {
+        let Some(all) = self.0.as_mut().filter(|a| a.list.key == *key && a.useful == useful) else {
+            return false;
+        };
+        if let Some(positions) = all.list.drop_taken(view) {
+            all.on_node = all.on_node.keeping(&positions);
+        }
+        true
+    }
+
+    pub fn keep(&mut self, view: &View, key: Key, useful: Vec<bool>, cands: Vec<Cand>, on_node: OnNodes) {
+        let list = List { key, taken: view.taken.len(), cands };
+        self.0 = Some(All { list, useful, on_node });
+    }
+}
+
+impl List {
+    /// Drops the candidates taken since the list was kept. Returns, when it dropped any,
+    /// each old position's new one (`None`: dropped).
+    fn drop_taken(&mut self, view: &View) -> Option<Vec<Option<u32>>> {
+        if view.taken.len() == self.taken {
+            return None;
+        }
+        self.taken = view.taken.len();
+        let mut next = 0u32;
+        let positions: Vec<Option<u32>> = self
+            .cands
+            .iter()
+            .map(|c| {
+                (!view.taken.contains(&c.job)).then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        let mut at = positions.iter();
+        self.cands.retain(|_| at.next().is_some_and(Option::is_some));
+        Some(positions)
+    }
+}
