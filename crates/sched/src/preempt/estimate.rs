@@ -55,7 +55,25 @@ impl Quick {
 /// The candidates with each one's position in rank order.
 struct Ranked<'c> {
     cands: &'c [Cand],
-    rank: Vec<u32>,
+    rank: &'c [u32],
+}
+
+/// Each candidate's position in rank order (`Cand::rank_bits`): the candidates in that order,
+/// and each one's position.
+pub fn rank_order(cands: &[Cand]) -> (Vec<u32>, Vec<u32>) {
+    let mut by_rank: Vec<u32> = (0..cands.len() as u32).collect();
+    by_rank.sort_by_cached_key(|&i| cands[i as usize].rank_bits());
+    let rank = positions_of(&by_rank);
+    (by_rank, rank)
+}
+
+/// Each candidate's position in `by_rank`.
+pub fn positions_of(by_rank: &[u32]) -> Vec<u32> {
+    let mut rank = vec![0u32; by_rank.len()];
+    for (pos, &i) in by_rank.iter().enumerate() {
+        rank[i as usize] = pos as u32;
+    }
+    rank
 }
 
 /// A node's quick estimate: the victims it alone would need to host `need` (static rank, no
@@ -134,20 +152,22 @@ pub struct Touched {
 }
 
 /// Node sets to walk for a pool choice, best estimates first.
-pub fn touched_sets(view: &View, job: &Job, needs: &Needs, a: &[usize], cands: &[Cand], on_node: &OnNodes) -> Touched {
+pub fn touched_sets(
+    view: &View,
+    job: &Job,
+    needs: &Needs,
+    a: &[usize],
+    (cands, on_node, rank): (&[Cand], &OnNodes, &[u32]),
+) -> Touched {
     let single = needs.tasks.iter().map(|t| t.replicas).sum::<u32>() == 1
         || needs.topology.is_some_and(|t| t == baton_model::job::Topology::Node);
     let (primary, need) = primary_need(needs, single);
     let pool = a[primary];
     let mut scored: Vec<Scored> = Vec::new();
     let mut order = Vec::new();
-    // Each candidate's position in rank order, so estimates compare small integers.
-    let mut by_rank: Vec<usize> = (0..cands.len()).collect();
-    by_rank.sort_by_cached_key(|&i| cands[i].rank_bits());
-    let mut rank = vec![0u32; cands.len()];
-    for (pos, &i) in by_rank.iter().enumerate() {
-        rank[i] = pos as u32;
-    }
+    // Each candidate's position in rank order (`rank_order`), so estimates compare small
+    // integers.
+    debug_assert_eq!(rank, rank_order(cands).1, "kept rank positions");
     let ranked = Ranked { cands, rank };
     for (n, on) in on_node.iter() {
         let node = &view.ledger.nodes[n];

@@ -18,6 +18,7 @@ use baton_model::job::Job;
 use baton_model::queue::{PreemptionPolicy, WithinQueue};
 
 use super::cand::Cand;
+use super::estimate::{positions_of, rank_order};
 use super::onnode::OnNodes;
 use crate::view::View;
 
@@ -52,11 +53,14 @@ struct List {
     cands: Vec<Cand>,
 }
 
-/// Every candidate of a preemptor (other queues', then its own) and their table per node.
+/// Every candidate of a preemptor (other queues', then its own), their table per node, and
+/// their rank order (`estimate::rank_order`): dropping candidates keeps it sorted.
 struct All {
     list: List,
     useful: Vec<bool>,
     on_node: OnNodes,
+    by_rank: Vec<u32>,
+    rank: Vec<u32>,
 }
 
 /// The lists kept in one cycle: the latest preemptor's.
@@ -80,10 +84,11 @@ impl Kept {
         view.state.elastic_gangs().is_empty()
     }
 
-    /// The candidates of the latest `keep` or `holds`, with their table per node.
-    pub fn current(&self) -> (&[Cand], &OnNodes) {
+    /// The candidates of the latest `keep` or `holds`, with their table per node and each
+    /// one's position in rank order.
+    pub fn current(&self) -> (&[Cand], &OnNodes, &[u32]) {
         let all = self.all.0.as_ref().expect("candidates are kept before they are read");
-        (&all.list.cands, &all.on_node)
+        (&all.list.cands, &all.on_node, &all.rank)
     }
 }
 
@@ -110,13 +115,16 @@ impl KeptAll {
         };
         if let Some(positions) = all.list.drop_taken(view) {
             all.on_node = all.on_node.keeping(&positions);
+            all.by_rank.retain_mut(|i| positions[*i as usize].map(|to| *i = to).is_some());
+            all.rank = positions_of(&all.by_rank);
         }
         true
     }
 
     pub fn keep(&mut self, view: &View, key: Key, useful: Vec<bool>, cands: Vec<Cand>, on_node: OnNodes) {
+        let (by_rank, rank) = rank_order(&cands);
         let list = List { key, taken: view.taken.len(), cands };
-        self.0 = Some(All { list, useful, on_node });
+        self.0 = Some(All { list, useful, on_node, by_rank, rank });
     }
 }
 

@@ -81,7 +81,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
     }
     let pools = needs.all_pools();
     gather(view, job, jq, &policy, needs, &pools, kept);
-    let (cands, on_node) = kept.current();
+    let (cands, on_node, rank) = kept.current();
     if cands.is_empty() {
         return Err(NoPreemption::NoCandidates);
     }
@@ -92,7 +92,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
             ctx.weak = weak;
             let ctx = &*ctx;
             let a = &ctx.pool_choice;
-            let touched = touched_sets(view, job, needs, a, cands, on_node);
+            let touched = touched_sets(view, job, needs, a, (cands, on_node, rank));
             // Every gang-begun set is walked: the estimate cannot see what such a set saves.
             let always = MAX_RACK_WALKS + touched.gang_seeded;
             for (tried, nodes) in touched.sets.into_iter().enumerate() {
@@ -211,7 +211,7 @@ fn agrees_with_a_fresh_gathering(
     policy: &PreemptionPolicy,
     pools: &[usize],
     useful: &[bool],
-    (cands, on_node): (&[Cand], &OnNodes),
+    (cands, on_node, _): (&[Cand], &OnNodes, &[u32]),
 ) -> bool {
     let active = view.active();
     let own = view.groups().of_queue(jq).iter().map(|&i| &active[i as usize]);
