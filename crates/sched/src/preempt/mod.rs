@@ -157,15 +157,7 @@ fn gather(
     let own = match kept.own.get(view, &key).filter(|_| reuse) {
         Some(own) => own,
         None => {
-            let active = view.active();
-            let own: Vec<Cand> = view
-                .groups()
-                .of_queue(jq)
-                .iter()
-                .map(|&i| &active[i as usize])
-                .filter(|r| in_pools(view, r, pools))
-                .filter_map(|r| eligible(view, job, jq, policy, r))
-                .collect();
+            let own = eligible_at(view, job, jq, policy, pools, view.groups().of_queue(jq).iter().copied());
             kept.own.keep(view, key.clone(), own)
         }
     };
@@ -176,14 +168,8 @@ fn gather(
         debug_assert!(agrees_with_a_fresh_gathering(view, job, jq, policy, pools, &useful, kept.current()));
         return;
     }
-    let active = view.active();
-    let cands: Vec<Cand> = others(view, jq, &useful)
-        .into_iter()
-        .map(|i| &active[i as usize])
-        .filter(|r| in_pools(view, r, pools))
-        .filter_map(|r| eligible(view, job, jq, policy, r))
-        .chain(own.iter().cloned())
-        .collect();
+    let mut cands = eligible_at(view, job, jq, policy, pools, others(view, jq, &useful));
+    cands.extend(own.iter().cloned());
     debug_assert_eq!(
         cands.iter().map(|c| c.job).collect::<Vec<_>>(),
         cands_by_scan(view, job, jq, policy, pools, &useful),
@@ -203,6 +189,24 @@ fn gather(
     kept.all.keep(view, key, useful, cands, on_node);
 }
 
+/// The candidates among `view.active()`'s jobs at `positions`, in that order.
+fn eligible_at(
+    view: &View,
+    job: &Job,
+    jq: usize,
+    policy: &PreemptionPolicy,
+    pools: &[usize],
+    positions: impl IntoIterator<Item = u32>,
+) -> Vec<Cand> {
+    let active = view.active();
+    positions
+        .into_iter()
+        .map(|i| &active[i as usize])
+        .filter(|r| in_pools(view, r, pools))
+        .filter_map(|r| eligible(view, job, jq, policy, r))
+        .collect()
+}
+
 /// Debug builds: the kept candidates and table are what a fresh gathering finds.
 fn agrees_with_a_fresh_gathering(
     view: &View,
@@ -213,15 +217,8 @@ fn agrees_with_a_fresh_gathering(
     useful: &[bool],
     (cands, on_node, _): (&[Cand], &OnNodes, &[u32]),
 ) -> bool {
-    let active = view.active();
-    let own = view.groups().of_queue(jq).iter().map(|&i| &active[i as usize]);
-    let fresh: Vec<Cand> = others(view, jq, useful)
-        .into_iter()
-        .map(|i| &active[i as usize])
-        .chain(own)
-        .filter(|r| in_pools(view, r, pools))
-        .filter_map(|r| eligible(view, job, jq, policy, r))
-        .collect();
+    let mut fresh = eligible_at(view, job, jq, policy, pools, others(view, jq, useful));
+    fresh.extend(eligible_at(view, job, jq, policy, pools, view.groups().of_queue(jq).iter().copied()));
     assert_eq!(cands, fresh.as_slice(), "kept preemption candidates differ from a fresh gathering");
     assert_eq!(*on_node, OnNodes::new(view, &fresh), "kept candidates per node differ from a fresh table");
     true
