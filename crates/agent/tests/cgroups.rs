@@ -65,6 +65,14 @@ impl Drop for TestRoot {
     }
 }
 
+/// An agent's configuration holding its replicas in cgroups under `root`.
+fn cgroup_config(dir: &Path, gw: &Gateway, root: &Path) -> baton_agent::AgentConfig {
+    let mut c = config(dir, &[gw.addr]);
+    c.containment = ContainmentMode::Cgroup;
+    c.cgroup_root = Some(root.to_path_buf());
+    c
+}
+
 fn cgroup_of(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default()
 }
@@ -75,9 +83,7 @@ async fn a_process_that_left_its_group_is_killed_with_its_replica() {
     let dir = tempfile::tempdir().unwrap();
     let root = TestRoot::new("escape");
     let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(root.0.clone());
+    let c = cgroup_config(dir.path(), &gw, &root.0);
     let _agent = start_agent(c).await;
     let (escaped, main) = (dir.path().join("escaped"), dir.path().join("main"));
     let _reaper = Reaper(vec![escaped.clone(), main.clone()]);
@@ -113,12 +119,7 @@ async fn a_journal_lost_beside_a_live_replica_starts_no_second_copy() {
     let dir = tempfile::tempdir().unwrap();
     let root = TestRoot::new("orphan");
     let gw = Gateway::start(None).await;
-    let agent_config = || {
-        let mut c = config(dir.path(), &[gw.addr]);
-        c.containment = ContainmentMode::Cgroup;
-        c.cgroup_root = Some(root.0.clone());
-        c
-    };
+    let agent_config = || cgroup_config(dir.path(), &gw, &root.0);
     let (starts, pid) = (dir.path().join("starts"), dir.path().join("pid"));
     let _reaper = Reaper(vec![pid.clone()]);
     let cmd = format!("echo $$ >> {}; echo $$ > {}; exec sleep 600", starts.display(), pid.display());
@@ -176,9 +177,7 @@ async fn a_replica_is_held_to_the_memory_and_cpu_it_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let root = TestRoot::new("limits");
     let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(root.0.clone());
+    let c = cgroup_config(dir.path(), &gw, &root.0);
     let _agent = start_agent(c).await;
     let pid = dir.path().join("pid");
     let _reaper = Reaper(vec![pid.clone()]);
@@ -235,9 +234,7 @@ async fn a_replica_cannot_open_the_gpus_it_was_not_given() {
     };
     let inventory = Inventory { source: Source::Development, gpus: vec![gpu(0), gpu(1)], slices: Vec::new() };
     let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(root.0.clone());
+    let c = cgroup_config(dir.path(), &gw, &root.0);
     let _agent = baton_agent::start_with_inventory(c, inventory).await.unwrap();
     let cmd = format!("cat {0}/nvidia0; cat {0}/nvidia1; exit 0", devs.display());
     gw.set(1, vec![baton_proto::v1::Assignment { gpus: vec![0], ..assignment(1, 1, Action::Run, &cmd) }]);
@@ -252,9 +249,7 @@ async fn containment_cgroup_without_a_usable_hierarchy_refuses_to_start_and_says
     let dir = tempfile::tempdir().unwrap();
     let not_a_cgroup = tempfile::tempdir().unwrap();
     let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(not_a_cgroup.path().to_path_buf());
+    let c = cgroup_config(dir.path(), &gw, not_a_cgroup.path());
     let inv = baton_agent::inventory::development_inventory(&c.name, 4);
     let err = match baton_agent::start_with_inventory(c, inv).await {
         Ok(_) => panic!("an agent started without its containment"),
@@ -296,9 +291,7 @@ async fn a_replica_whose_processes_survive_sigkill_holds_its_gpus_and_is_reporte
     let dir = tempfile::tempdir().unwrap();
     let root = fake_root_with_replicas(dir.path(), &["1-1-0", "2-1-0"]);
     let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(root.clone());
+    let mut c = cgroup_config(dir.path(), &gw, &root);
     c.unkillable_after_ms = 1_500;
     let agent = start_agent(c).await;
     let next_ran = dir.path().join("next");
@@ -349,9 +342,7 @@ async fn suspend_freezes_every_process_of_the_replica_also_one_that_left_its_gro
     let dir = tempfile::tempdir().unwrap();
     let root = TestRoot::new("freeze");
     let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(root.0.clone());
+    let c = cgroup_config(dir.path(), &gw, &root.0);
     let agent = start_agent(c).await;
     let (ticks, main) = (dir.path().join("ticks"), dir.path().join("main"));
     let _reaper = Reaper(vec![main.clone()]);
@@ -417,9 +408,7 @@ async fn the_guard_watches_before_the_wrapper_is_spawned() {
     let dir = tempfile::tempdir().unwrap();
     let root = TestRoot::new("guard-first");
     let gw = Gateway::start(None).await;
-    let mut c = config(dir.path(), &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(root.0.clone());
+    let c = cgroup_config(dir.path(), &gw, &root.0);
     let agent = start_agent(c).await;
     let main = dir.path().join("main");
     let _reaper = Reaper(vec![main.clone()]);
