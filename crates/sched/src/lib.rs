@@ -12,7 +12,7 @@
 //! - `failures`, `nofit`, `reason`'s caches: what a cycle learns as it goes (room and
 //!   victims only get scarcer), so later jobs of the same shape are decided cheaply.
 //! - `preempt`: who may be preempted, the greedy walk with fill-back, set scoring
-//!   (sections 4 to 6).
+//!   (sections 4 to 6); candidates kept between the preemptors of a cycle (`kept`).
 //! - `reason`: why a job waits, in words a person can act on.
 //! - `reserve`: starving jobs' reservations and backfill (section 9).
 //! - `elastic`: elastic gangs' sizes at admission and their growth (decisions.md
