@@ -14,7 +14,9 @@
 //! so with any of them in the state nothing is kept. Debug builds compare every kept answer
 //! with a fresh one.
 
-use baton_model::job::Job;
+use std::collections::BTreeSet;
+
+use baton_model::job::{Job, JobId};
 use baton_model::queue::{PreemptionPolicy, WithinQueue};
 
 use super::cand::Cand;
@@ -46,10 +48,10 @@ impl Key {
     }
 }
 
-/// A list of candidates as of `taken` jobs taken in the cycle.
+/// A list of candidates as of the jobs the cycle had taken (`seen`: none of them is in it).
 struct List {
     key: Key,
-    taken: usize,
+    seen: BTreeSet<JobId>,
     cands: Vec<Cand>,
 }
 
@@ -102,7 +104,7 @@ impl KeptOwn {
     }
 
     pub fn keep(&mut self, view: &View, key: Key, cands: Vec<Cand>) -> &[Cand] {
-        &self.0.insert(List { key, taken: view.taken.len(), cands }).cands
+        &self.0.insert(List { key, seen: view.taken.clone(), cands }).cands
     }
 }
 
@@ -123,7 +125,7 @@ impl KeptAll {
 
     pub fn keep(&mut self, view: &View, key: Key, useful: Vec<bool>, cands: Vec<Cand>, on_node: OnNodes) {
         let (by_rank, rank) = rank_order(&cands);
-        let list = List { key, taken: view.taken.len(), cands };
+        let list = List { key, seen: view.taken.clone(), cands };
         self.0 = Some(All { list, useful, on_node, by_rank, rank });
     }
 }
@@ -132,16 +134,19 @@ impl List {
     /// Drops the candidates taken since the list was kept. Returns, when it dropped any,
     /// each old position's new one (`None`: dropped).
     fn drop_taken(&mut self, view: &View) -> Option<Vec<Option<u32>>> {
-        if view.taken.len() == self.taken {
+        if view.taken.len() == self.seen.len() {
             return None;
         }
-        self.taken = view.taken.len();
+        // A few jobs since the last look (a preemptor's victims), in id order: looked up by
+        // bisection for each of the many candidates.
+        let new: Vec<JobId> = view.taken.difference(&self.seen).copied().collect();
+        self.seen.extend(new.iter().copied());
         let mut next = 0u32;
         let positions: Vec<Option<u32>> = self
             .cands
             .iter()
             .map(|c| {
-                (!view.taken.contains(&c.job)).then(|| {
+                new.binary_search(&c.job).is_err().then(|| {
                     next += 1;
                     next - 1
                 })

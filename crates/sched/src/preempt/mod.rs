@@ -85,7 +85,10 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
     if cands.is_empty() {
         return Err(NoPreemption::NoCandidates);
     }
-    let parts = walk::Parts::of(cands);
+    // Parts exist only where elastic gangs run (`View::split_excess`): without them a scan of
+    // every candidate would find none.
+    let parts = if Kept::applies(view) { walk::Parts::default() } else { walk::Parts::of(cands) };
+    debug_assert!(parts == walk::Parts::of(cands), "elastic parts found without elastic gangs");
     let mut best: Option<Best> = None;
     for weak in [false, true] {
         for ctx in &mut ctxs {

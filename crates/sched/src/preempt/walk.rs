@@ -17,7 +17,7 @@ use crate::view::View;
 /// decisions.md section 13: which candidates are an elastic gang's part above its minimum
 /// and which the rest of that gang, by index. Taking the rest stops the whole gang, so its
 /// part is taken with it and never given back while the rest stays taken.
-#[derive(Default)]
+#[derive(Default, PartialEq)]
 pub struct Parts {
     part_of_rest: BTreeMap<usize, usize>,
     rest_of_part: BTreeMap<usize, usize>,
