@@ -534,7 +534,7 @@ fn try_start(
     // The guard first: the wrapper runs nothing until the guard is up, and what it waits for
     // then is the guard's shell starting, not this agent's next steps (an agent paused or
     // killed right after the spawn would otherwise cost the replica its start).
-    if let (Some(c), true) = (&dirs.cgroup, guarded) {
+    if let Some(c) = dirs.cgroup.as_ref().filter(|_| guarded) {
         let lease_file = crate::lease_file::path(dirs.data_dir);
         // The guard starts from the expiry held now, so a file gone before its first look
         // counts as run out, not as never granted.

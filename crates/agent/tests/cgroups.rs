@@ -10,6 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use baton_agent::cgroup::ContainmentMode;
+use baton_agent::procfs;
 use baton_proto::v1::Action;
 use baton_proto::v1::observation::What;
 use common::*;
@@ -373,29 +374,14 @@ async fn suspend_freezes_every_process_of_the_replica_also_one_that_left_its_gro
 
 /// `(start time in clock ticks since boot, pid)` of `pid`: the order in which two processes
 /// were spawned, to the tick, and by pid within one (pids are handed out in order).
-fn spawn_order(pid: i32) -> (u64, i32) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Field 22, the 20th after the command's closing parenthesis.
-    let start = text[text.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().parse().unwrap();
-    (start, pid)
-}
-
-/// The parent pid of `pid`.
-fn parent_of(pid: i32) -> i32 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    text[text.rfind(')').unwrap() + 1..].split_whitespace().nth(1).unwrap().parse().unwrap()
+fn spawn_order(pid: u32) -> (u64, u32) {
+    (procfs::start_time(pid).expect("the process runs"), pid)
 }
 
 /// The pid of the guard watching `cgroup` (its command line names it).
-fn guard_of(cgroup: &Path) -> Option<i32> {
-    let wanted = cgroup.to_str().unwrap();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let named = args.contains(&b"baton-guard".as_slice()) && args.contains(&wanted.as_bytes());
-        named.then_some(pid)
-    })
+fn guard_of(cgroup: &Path) -> Option<u32> {
+    let named = procfs::find_by_arg(cgroup.as_os_str().as_encoded_bytes());
+    named.into_iter().find(|&pid| procfs::has_arg(pid, b"baton-guard"))
 }
 
 /// Issue 31: the agent spawned a replica's guard after its wrapper, and the wrapper waits
@@ -415,7 +401,8 @@ async fn the_guard_watches_before_the_wrapper_is_spawned() {
     let cmd = format!("echo $$ > {}; exec sleep 600", main.display());
     gw.set(1, vec![assignment(1, 1, Action::Run, &cmd)]);
     let main_pid = wait_for(5, "the replica's pid", || read_pid(&main)).await;
-    let wrapper = parent_of(main_pid);
+    // The wrapper leads the replica's process group (`setsid`).
+    let wrapper = procfs::process_group(main_pid as u32).expect("the replica runs");
     let guard = guard_of(&root.0.join("1-1-0")).expect("the replica's guard runs");
     assert!(
         spawn_order(guard) < spawn_order(wrapper),
