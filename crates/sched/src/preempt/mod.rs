@@ -157,7 +157,8 @@ fn gather(
 ) {
     let reuse = Kept::applies(view);
     let key = kept::Key::of(job, jq, policy, pools);
-    let own = match kept.own.get(view, &key).filter(|_| reuse) {
+    let kept_own = if reuse { kept.own.get(view, &key) } else { None };
+    let own = match kept_own {
         Some(own) => own,
         None => {
             let own = eligible_at(view, job, jq, policy, pools, view.groups().of_queue(jq).iter().copied());
@@ -178,7 +179,7 @@ fn gather(
         cands_by_scan(view, job, jq, policy, pools, &useful),
         "preemption candidates by queue and by a scan of every running job"
     );
-    let cands = if view.state.elastic_gangs().is_empty() {
+    let cands = if reuse {
         // Nothing to split: spares sorting every candidate's id.
         view.split_excess(&[]);
         cands

@@ -14,7 +14,7 @@ const BY_NODE_BREAK_EVEN: usize = 4;
 /// holds there.
 pub type OnNode = [(usize, Vector)];
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct OnNodes {
     /// `entries[starts[n]..starts[n + 1]]` are node `n`'s.
     starts: Vec<u32>,
