@@ -17,7 +17,9 @@ use baton_chaos::cluster::{Cluster, NodeArgs, Timing};
 pub const SCALE_MS: u64 = 50;
 /// How long an expectation may take to come true after its time (real processes stop,
 /// report, and are replaced; the simulator does it in zero time).
-const SETTLE_MS: u64 = 8_000;
+const SETTLE_MS: u64 = 12_000;
+/// A loop turn of a job longer than this was suspended, not running (see `command`).
+const SUSPENDED_TURN_MS: u64 = 400;
 
 /// Leases and node loss slower than a cluster's default. A replay checks a scenario's policy
 /// outcome, in which no node is lost unless the scenario says so; on a loaded machine (CI runs
@@ -50,24 +52,35 @@ pub fn nodes(s: &Scenario) -> Vec<NodeArgs> {
         .collect()
 }
 
-/// The job's program: one loop turn per scenario second.
+/// The job's program: it counts scenario seconds of its own run time, one per `SCALE_MS`.
 /// Its files are named after `$BATON_JOB`, so that each element of an array has its own.
+///
+/// It counts by the clock, not by loop turns: each turn forks `sleep`, and on a loaded machine
+/// a turn took a fifth longer than its 50 ms, so ten array elements run three at a time ended
+/// seconds after the scenario's time and the replay failed (CI, stop 59). A turn much longer
+/// than `SCALE_MS` is a suspension (SIGSTOP, a frozen cgroup), not run time: it counts one.
 fn command(c: &Cluster, duration_ms: Option<u64>) -> Vec<String> {
     let steps = duration_ms.map_or(1_000_000, |d| d.div_ceil(1000));
     let dir = c.path("").display().to_string();
     let (finish, fail, starts) =
         (format!("{dir}/finish-$BATON_JOB"), format!("{dir}/fail-$BATON_JOB"), format!("{dir}/starts-$BATON_JOB"));
     let step_s = SCALE_MS as f64 / 1000.0;
+    let (step_ns, pause_ns) = (SCALE_MS * 1_000_000, SUSPENDED_TURN_MS * 1_000_000);
     let script = format!(
         r#"echo "$BATON_ATTEMPT" >> "{starts}"
 i=0
 [ -n "$BATON_RESUME" ] && [ -f "$BATON_CHECKPOINT_DIR/step" ] && i=$(cat "$BATON_CHECKPOINT_DIR/step")
 trap 'echo $i > "$BATON_CHECKPOINT_DIR/step.tmp" && mv "$BATON_CHECKPOINT_DIR/step.tmp" "$BATON_CHECKPOINT_DIR/step"; exit 0' TERM
+first=$i ran=0 last=$(date +%s%N)
 while [ $i -lt {steps} ]; do
   [ -e "{finish}" ] && exit 0
   [ -e "{fail}" ] && exit 1
   sleep {step_s}
-  i=$((i+1))
+  now=$(date +%s%N)
+  turn=$((now - last)) last=$now
+  [ $turn -gt {pause_ns} ] && turn={step_ns}
+  ran=$((ran + turn))
+  i=$((first + ran / {step_ns}))
 done"#
     );
     vec!["sh".into(), "-c".into(), script]
