@@ -33,6 +33,9 @@ pub struct View<'a> {
     pub pool_free: Vec<Vector>,
     /// What each node contributes to `pool_free`.
     counted: Vec<Vector>,
+    /// How many times each node changed this cycle (`refresh`): what a preemption planner
+    /// estimated of a node holds while its count stands (`preempt::memo`).
+    changes: Vec<u32>,
     /// Running elastic gangs whose replicas above their minimum may be taken alone
     /// (decisions.md section 13), gathered on first use; split off in the ledger as jobs of
     /// their own only while a preemption is planned (`split_excess`, `merge_excess`).
@@ -111,6 +114,7 @@ impl<'a> View<'a> {
         }
         let (active, groups, timed_out) = (OnceCell::new(), OnceCell::new(), Vec::new());
         let (excess, split) = (OnceCell::new(), false);
+        let changes = vec![0; ledger.nodes.len()];
         View {
             state,
             ledger,
@@ -122,6 +126,7 @@ impl<'a> View<'a> {
             timed_out,
             pool_free,
             counted,
+            changes,
             excess,
             split,
             user_held: UserHeld::default(),
@@ -280,6 +285,12 @@ impl<'a> View<'a> {
         sub(total, &self.counted[n]);
         add(total, &now);
         self.counted[n] = now;
+        self.changes[n] = self.changes[n].wrapping_add(1);
+    }
+
+    /// How many times node `n` changed this cycle (every change goes through `refresh`).
+    pub fn changes_of(&self, n: usize) -> u32 {
+        self.changes[n]
     }
 
     /// Node `n`'s free resources if it is schedulable, else nothing (what it adds to its

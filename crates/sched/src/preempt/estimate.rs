@@ -12,6 +12,7 @@ use baton_model::limits::MAX_RESOURCE_KINDS;
 use baton_model::state::submit::replicas_fitting;
 
 use super::cand::Cand;
+use super::memo::Memo;
 use super::onnode::{OnNode, OnNodes};
 use crate::index::{DomainKey, Scope};
 use crate::needs::Needs;
@@ -27,7 +28,7 @@ const MAX_GANG_SEEDS: usize = 8;
 /// A node's quick estimate, compared like `Score` but without allocating: own-queue
 /// victims, highest victim priority and how many at it, victims, lost work, best rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Quick {
+pub(super) struct Quick {
     own: u16,
     top: i64,
     at_top: u16,
@@ -50,6 +51,20 @@ impl Quick {
         }
         self.best = self.best.min(o.best);
     }
+}
+
+/// A node's quick estimate with how many replicas it could host then (`estimate`).
+pub(super) type Est = (Quick, u64);
+
+/// Renumbers the best rank positions kept in `memo` after candidates dropped (`moved`: each
+/// old position's new one); a node whose best candidate dropped is forgotten.
+pub(super) fn renumber_best(memo: &mut Memo<Est>, moved: &[Option<u32>]) {
+    memo.renumber(|(q, _)| {
+        if q.best == u32::MAX {
+            return true;
+        }
+        moved[q.best as usize].map(|to| q.best = to).is_some()
+    });
 }
 
 /// The candidates with each one's position in rank order.
@@ -151,13 +166,16 @@ pub struct Touched {
     pub gang_seeded: usize,
 }
 
-/// Node sets to walk for a pool choice, best estimates first.
+/// Node sets to walk for a pool choice, best estimates first. Estimates kept in `memo` are
+/// used where they hold (`memo.rs`); `None` where they may not (the preemptor holds a
+/// reservation, which changes what is free for it).
 pub fn touched_sets(
     view: &View,
     job: &Job,
     needs: &Needs,
     a: &[usize],
     (cands, on_node, rank): (&[Cand], &OnNodes, &[u32]),
+    mut memo: Option<&mut Memo<Est>>,
 ) -> Touched {
     let single = needs.tasks.iter().map(|t| t.replicas).sum::<u32>() == 1
         || needs.topology.is_some_and(|t| t == baton_model::job::Topology::Node);
@@ -169,13 +187,37 @@ pub fn touched_sets(
     // integers.
     debug_assert_eq!(rank, rank_order(cands).1, "kept rank positions");
     let ranked = Ranked { cands, rank };
+    if let Some(m) = memo.as_deref_mut() {
+        m.for_need(view, &need);
+    }
     for (n, on) in on_node.iter() {
-        let node = &view.ledger.nodes[n];
-        if node.pool == pool
-            && node.schedulable
-            && let Some((q, h)) = estimate(view, job.id, n, &need, &ranked, on, &mut order)
-        {
-            scored.push(Scored { quick: q, free_gpus: node.free_gpu_count(), node: n, hosts: h });
+        let mut fresh = || estimate(view, job.id, n, &need, &ranked, on, &mut order);
+        let (free_gpus, est) = match memo.as_deref_mut() {
+            Some(m) => {
+                let f = m.facts(view, n);
+                if f.pool != pool || !f.schedulable {
+                    continue;
+                }
+                let est = match f.est {
+                    Some(kept) => {
+                        debug_assert_eq!(kept, fresh(), "the estimate kept for node {n} and a fresh one");
+                        super::memo::count_reuse();
+                        kept
+                    }
+                    None => *f.est.insert(fresh()),
+                };
+                (f.free_gpus, est)
+            }
+            None => {
+                let node = &view.ledger.nodes[n];
+                if node.pool != pool || !node.schedulable {
+                    continue;
+                }
+                (node.free_gpu_count(), fresh())
+            }
+        };
+        if let Some((q, h)) = est {
+            scored.push(Scored { quick: q, free_gpus, node: n, hosts: h });
         }
     }
     // Idle capacity: nodes that host a replica with no victim at all.

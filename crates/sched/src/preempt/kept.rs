@@ -20,7 +20,8 @@ use baton_model::job::{Job, JobId};
 use baton_model::queue::{PreemptionPolicy, WithinQueue};
 
 use super::cand::Cand;
-use super::estimate::{positions_of, rank_order};
+use super::estimate::{Est, positions_of, rank_order, renumber_best};
+use super::memo::Memo;
 use super::onnode::OnNodes;
 use crate::view::View;
 
@@ -63,7 +64,12 @@ struct All {
     on_node: OnNodes,
     by_rank: Vec<u32>,
     rank: Vec<u32>,
+    /// Quick estimates per node for these candidates (`memo.rs`).
+    memo: Memo<Est>,
 }
+
+/// The kept candidates, their table per node and each one's position in rank order.
+pub(super) type Current<'k> = (&'k [Cand], &'k OnNodes, &'k [u32]);
 
 /// The lists kept in one cycle: the latest preemptor's.
 #[derive(Default)]
@@ -88,9 +94,15 @@ impl Kept {
 
     /// The candidates of the latest `keep` or `holds`, with their table per node and each
     /// one's position in rank order.
-    pub fn current(&self) -> (&[Cand], &OnNodes, &[u32]) {
+    pub fn current(&self) -> Current<'_> {
         let all = self.all.0.as_ref().expect("candidates are kept before they are read");
         (&all.list.cands, &all.on_node, &all.rank)
+    }
+
+    /// `current`, with the estimates kept for these candidates.
+    pub(super) fn current_with_memo(&mut self) -> (Current<'_>, &mut Memo<Est>) {
+        let all = self.all.0.as_mut().expect("candidates are kept before they are read");
+        ((&all.list.cands, &all.on_node, &all.rank), &mut all.memo)
     }
 }
 
@@ -116,9 +128,23 @@ impl KeptAll {
             return false;
         };
         if let Some(positions) = all.list.drop_taken(view) {
-            all.on_node = all.on_node.keeping(&positions);
+            let lost = all.on_node.keep_only(&positions);
+            // Each old rank position's new one: the kept keep their order.
+            let mut next = 0u32;
+            let moved: Vec<Option<u32>> = all
+                .by_rank
+                .iter()
+                .map(|&i| {
+                    positions[i as usize].map(|_| {
+                        next += 1;
+                        next - 1
+                    })
+                })
+                .collect();
             all.by_rank.retain_mut(|i| positions[*i as usize].map(|to| *i = to).is_some());
             all.rank = positions_of(&all.by_rank);
+            all.memo.forget(&lost);
+            renumber_best(&mut all.memo, &moved);
         }
         true
     }
@@ -126,7 +152,7 @@ impl KeptAll {
     pub fn keep(&mut self, view: &View, key: Key, useful: Vec<bool>, cands: Vec<Cand>, on_node: OnNodes) {
         let (by_rank, rank) = rank_order(&cands);
         let list = List { key, seen: view.taken.clone(), cands };
-        self.0 = Some(All { list, useful, on_node, by_rank, rank });
+        self.0 = Some(All { list, useful, on_node, by_rank, rank, memo: Memo::default() });
     }
 }
 

@@ -7,7 +7,8 @@
 //!    would need for one replica (a quick estimate); touched node sets are built from the
 //!    best nodes, over the whole pool, from each of the best-ranked gang candidates' nodes
 //!    (a gang may free a whole placement alone), and within each rack. Idle capacity
-//!    scores best, so it is used first.
+//!    scores best, so it is used first. A node's estimate is kept for the next preemptor
+//!    of the same candidates and need until the node changes (`memo.rs`).
 //! 3. On each touched set the exact walk (`walk.rs`; quota and policy rules included)
 //!    finds a minimal victim set; the sets are compared by `Score` and the best wins.
 //!
@@ -17,6 +18,7 @@
 mod cand;
 mod estimate;
 mod kept;
+mod memo;
 mod onnode;
 mod refusal;
 mod score;
@@ -81,7 +83,11 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
     }
     let pools = needs.all_pools();
     gather(view, job, jq, &policy, needs, &pools, kept);
-    let (cands, on_node, rank) = kept.current();
+    // A reservation of the preemptor's changes what is free for it alone: estimates kept
+    // for the others do not hold for it.
+    let own_view = view.state.reservations().contains_key(&job.id) || view.state.pool_reservation_of(job.id).is_some();
+    let ((cands, on_node, rank), memo) = kept.current_with_memo();
+    let mut memo = (!own_view).then_some(memo);
     if cands.is_empty() {
         return Err(NoPreemption::NoCandidates);
     }
@@ -95,7 +101,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
             ctx.weak = weak;
             let ctx = &*ctx;
             let a = &ctx.pool_choice;
-            let touched = touched_sets(view, job, needs, a, (cands, on_node, rank));
+            let touched = touched_sets(view, job, needs, a, (cands, on_node, rank), memo.as_deref_mut());
             // Every gang-begun set is walked: the estimate cannot see what such a set saves.
             let always = MAX_RACK_WALKS + touched.gang_seeded;
             for (tried, nodes) in touched.sets.into_iter().enumerate() {

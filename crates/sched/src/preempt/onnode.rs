@@ -82,22 +82,31 @@ impl OnNodes {
         OnNodes { starts, entries }
     }
 
-    /// The table without the candidates whose new position (`positions`, by old position)
-    /// is `None`, and with the others renumbered: what building it from the shorter list
-    /// gives, in one pass over the entries.
-    pub fn keeping(&self, positions: &[Option<u32>]) -> OnNodes {
-        let mut starts = Vec::with_capacity(self.starts.len());
-        starts.push(0u32);
-        let mut entries = Vec::with_capacity(self.entries.len());
+    /// Drops the candidates whose new position (`positions`, by old position) is `None` and
+    /// renumbers the others: what building the table from the shorter list gives, in one
+    /// pass over the entries, in place (the table of 40,000 candidates is megabytes: a copy
+    /// per preemptor cost more than the rest of its estimate). Returns the nodes that lost a
+    /// candidate.
+    pub fn keep_only(&mut self, positions: &[Option<u32>]) -> Vec<usize> {
+        let mut lost = Vec::new();
+        let (mut write, mut from) = (0usize, 0usize);
         for n in 0..self.starts.len() - 1 {
-            for (i, amount) in self.get(n) {
-                if let Some(to) = positions[*i] {
-                    entries.push((to as usize, *amount));
+            let (before, end) = (write, self.starts[n + 1] as usize);
+            for r in from..end {
+                let (i, amount) = self.entries[r];
+                if let Some(to) = positions[i] {
+                    self.entries[write] = (to as usize, amount);
+                    write += 1;
                 }
             }
-            starts.push(entries.len() as u32);
+            if write - before != end - from {
+                lost.push(n);
+            }
+            self.starts[n + 1] = write as u32;
+            from = end;
         }
-        OnNodes { starts, entries }
+        self.entries.truncate(write);
+        lost
     }
 
     /// Node `n`'s candidates (empty if none).
