@@ -552,10 +552,12 @@ impl<'n, N: Nodes> Packer<'n, N> {
             }
         }
         // Shared GPUs come best first: the first on a node that holds the rest is the best
-        // of those this gang has not touched.
+        // of those this gang has not touched. The index lists a shared GPU by the fractions on
+        // it alone; a reservation may hold its room for another job (`reserve::block` keeps
+        // fractions off a reserved GPU), so the node is asked as the scan asks it.
         let untouched = |n: &usize| mine.binary_search(n).is_err() && in_scope(*n);
         if let Some((used, n)) =
-            shared.filter(|(_, n)| untouched(n)).find(|&(_, n)| replicas_fitting(&rest, &self.nodes.free(n).0) > 0)
+            shared.filter(|(_, n)| untouched(n)).find_map(|(_, n)| self.fraction_fit(n, &rest, milli).map(|u| (u, n)))
         {
             consider(used, n);
         }
