@@ -56,17 +56,6 @@ impl Quick {
 /// A node's quick estimate with how many replicas it could host then (`estimate`).
 pub(super) type Est = (Quick, u64);
 
-/// Renumbers the best rank positions kept in `memo` after candidates dropped (`moved`: each
-/// old position's new one); a node whose best candidate dropped is forgotten.
-pub(super) fn renumber_best(memo: &mut Memo<Est>, moved: &[Option<u32>]) {
-    memo.renumber(|(q, _)| {
-        if q.best == u32::MAX {
-            return true;
-        }
-        moved[q.best as usize].map(|to| q.best = to).is_some()
-    });
-}
-
 /// The candidates with each one's position in rank order.
 struct Ranked<'c> {
     cands: &'c [Cand],
@@ -83,7 +72,7 @@ pub fn rank_order(cands: &[Cand]) -> (Vec<u32>, Vec<u32>) {
 }
 
 /// Each candidate's position in `by_rank`.
-pub fn positions_of(by_rank: &[u32]) -> Vec<u32> {
+fn positions_of(by_rank: &[u32]) -> Vec<u32> {
     let mut rank = vec![0u32; by_rank.len()];
     for (pos, &i) in by_rank.iter().enumerate() {
         rank[i as usize] = pos as u32;

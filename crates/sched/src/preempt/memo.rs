@@ -5,9 +5,9 @@
 //! is schedulable), the candidates on it with their rank positions, and the preemptor's
 //! need. Between preemptors that share their kept candidates (`kept.rs`) and their need it
 //! changes only where the node changed (`View::changes_of`: a placement, a reservation, a
-//! block) or lost a candidate (taken by an earlier preemptor). Dropping candidates shifts
-//! rank positions but keeps their order, so a kept estimate's best position is renumbered,
-//! not estimated again. Debug builds compare every kept estimate with a fresh one.
+//! block) or lost a candidate (taken by an earlier preemptor). Candidates taken are marked
+//! dropped, not removed (`kept.rs`), so the rank positions an estimate holds stay valid.
+//! Debug builds compare every kept estimate with a fresh one.
 
 use baton_model::ledger::Vector;
 
@@ -73,19 +73,6 @@ impl<E: Copy + PartialEq + std::fmt::Debug> Memo<E> {
     pub fn forget(&mut self, nodes: &[usize]) {
         for &n in nodes {
             if let Some(slot) = self.entries.get_mut(n) {
-                *slot = None;
-            }
-        }
-    }
-
-    /// Renumbers what each estimate holds of rank positions (`f`; `None`: forget the node).
-    pub fn renumber(&mut self, mut f: impl FnMut(&mut E) -> bool) {
-        for slot in &mut self.entries {
-            let keep = match slot.as_mut().and_then(|e| e.facts.est.as_mut()) {
-                Some(Some(est)) => f(est),
-                _ => true,
-            };
-            if !keep {
                 *slot = None;
             }
         }

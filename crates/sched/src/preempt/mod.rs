@@ -86,11 +86,13 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
     // A reservation of the preemptor's changes what is free for it alone: estimates kept
     // for the others do not hold for it.
     let own_view = view.state.reservations().contains_key(&job.id) || view.state.pool_reservation_of(job.id).is_some();
-    let ((cands, on_node, rank), memo) = kept.current_with_memo();
-    let mut memo = (!own_view).then_some(memo);
-    if cands.is_empty() {
+    if kept.live() == 0 {
         return Err(NoPreemption::NoCandidates);
     }
+    // Candidates taken by earlier preemptors stay in the list, marked dropped: none of them
+    // is in the table per node, through which alone the walk and the estimates find them.
+    let ((cands, on_node, rank), memo) = kept.current_with_memo();
+    let mut memo = (!own_view).then_some(memo);
     // Parts exist only where elastic gangs run (`View::split_excess`): without them a scan of
     // every candidate would find none.
     let parts = if Kept::applies(view) { walk::Parts::default() } else { walk::Parts::of(cands) };
@@ -150,7 +152,7 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
     Ok(Planned::Preempt { victims, packing: best.packing, message })
 }
 
-/// Gathers the job's candidates and their table per node into `kept` (`Kept::current`),
+/// Gathers the job's candidates and their table per node into `kept` (`Kept::current_with_memo`),
 /// reusing what an earlier preemptor of this cycle gathered where that decides the same.
 fn gather(
     view: &mut View,
@@ -175,10 +177,11 @@ fn gather(
     if reuse && kept.all.holds(view, &key, &useful) {
         // Without elastic gangs nothing is split off; the flag is set as a fresh plan sets it.
         view.split_excess(&[]);
-        debug_assert!(agrees_with_a_fresh_gathering(view, job, jq, policy, pools, &useful, kept.current()));
+        debug_assert!(agrees_with_a_fresh_gathering(view, job, jq, policy, pools, &useful, kept));
         return;
     }
     let mut cands = eligible_at(view, job, jq, policy, pools, others(view, jq, &useful));
+    let own_from = cands.len();
     cands.extend(own.iter().cloned());
     debug_assert_eq!(
         cands.iter().map(|c| c.job).collect::<Vec<_>>(),
@@ -196,7 +199,7 @@ fn gather(
         with_excess(view, cands)
     };
     let on_node = OnNodes::new(view, &cands);
-    kept.all.keep(view, key, useful, cands, on_node);
+    kept.all.keep(view, key, useful, (cands, own_from), on_node);
 }
 
 /// The candidates among `view.active()`'s jobs at `positions`, in that order.
@@ -225,12 +228,13 @@ fn agrees_with_a_fresh_gathering(
     policy: &PreemptionPolicy,
     pools: &[usize],
     useful: &[bool],
-    (cands, on_node, _): (&[Cand], &OnNodes, &[u32]),
+    kept: &Kept,
 ) -> bool {
+    let (cands, on_node) = kept.compacted();
     let mut fresh = eligible_at(view, job, jq, policy, pools, others(view, jq, useful));
     fresh.extend(eligible_at(view, job, jq, policy, pools, view.groups().of_queue(jq).iter().copied()));
-    assert_eq!(cands, fresh.as_slice(), "kept preemption candidates differ from a fresh gathering");
-    assert_eq!(*on_node, OnNodes::new(view, &fresh), "kept candidates per node differ from a fresh table");
+    assert_eq!(cands, fresh, "kept preemption candidates differ from a fresh gathering");
+    assert_eq!(on_node, OnNodes::new(view, &fresh), "kept candidates per node differ from a fresh table");
     true
 }
 

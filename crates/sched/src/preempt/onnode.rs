@@ -14,11 +14,23 @@ const BY_NODE_BREAK_EVEN: usize = 4;
 /// holds there.
 pub type OnNode = [(usize, Vector)];
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub struct OnNodes {
-    /// `entries[starts[n]..starts[n + 1]]` are node `n`'s.
+    /// `entries[starts[n]..starts[n + 1]]` are node `n`'s, ascending, then `HOLE`s: a
+    /// candidate dropped (`drop`) leaves a hole at the end of each of its nodes' runs, and
+    /// nothing else moves.
     starts: Vec<u32>,
     entries: Vec<(usize, Vector)>,
+}
+
+/// What a dropped candidate leaves at the end of a run (above every candidate's index).
+const HOLE: usize = usize::MAX;
+
+/// Equal when every node holds the same candidates, holes aside.
+impl PartialEq for OnNodes {
+    fn eq(&self, other: &OnNodes) -> bool {
+        self.starts.len() == other.starts.len() && (0..self.starts.len() - 1).all(|n| self.get(n) == other.get(n))
+    }
 }
 
 impl OnNodes {
@@ -82,40 +94,49 @@ impl OnNodes {
         OnNodes { starts, entries }
     }
 
-    /// Drops the candidates whose new position (`positions`, by old position) is `None` and
-    /// renumbers the others: what building the table from the shorter list gives, in one
-    /// pass over the entries, in place (the table of 40,000 candidates is megabytes: a copy
-    /// per preemptor cost more than the rest of its estimate). Returns the nodes that lost a
-    /// candidate.
-    pub fn keep_only(&mut self, positions: &[Option<u32>]) -> Vec<usize> {
-        let mut lost = Vec::new();
-        let (mut write, mut from) = (0usize, 0usize);
+    /// Drops candidate `i` from node `n`'s run; whether it was there.
+    pub fn drop(&mut self, i: usize, n: usize) -> bool {
+        let (from, len) = (self.starts[n] as usize, self.get(n).len());
+        let Some(at) = self.entries[from..from + len].iter().position(|e| e.0 == i) else {
+            return false;
+        };
+        self.entries.copy_within(from + at + 1..from + len, from + at);
+        self.entries[from + len - 1] = (HOLE, [0; baton_model::limits::MAX_RESOURCE_KINDS]);
+        true
+    }
+
+    /// Nodes whose run holds candidate `i` (a pass over every entry: for a candidate whose
+    /// nodes are not known otherwise).
+    pub fn nodes_of(&self, i: usize) -> Vec<usize> {
+        (0..self.starts.len() - 1).filter(|&n| self.get(n).iter().any(|e| e.0 == i)).collect()
+    }
+
+    /// The table with candidates renumbered (`positions`, by old position; `None`: left
+    /// out): what building it from a list without them gives.
+    pub fn renumbered(&self, positions: &[Option<u32>]) -> OnNodes {
+        let mut starts = Vec::with_capacity(self.starts.len());
+        starts.push(0u32);
+        let mut entries = Vec::with_capacity(self.entries.len());
         for n in 0..self.starts.len() - 1 {
-            let (before, end) = (write, self.starts[n + 1] as usize);
-            for r in from..end {
-                let (i, amount) = self.entries[r];
-                if let Some(to) = positions[i] {
-                    self.entries[write] = (to as usize, amount);
-                    write += 1;
-                }
-            }
-            if write - before != end - from {
-                lost.push(n);
-            }
-            self.starts[n + 1] = write as u32;
-            from = end;
+            entries.extend(self.get(n).iter().filter_map(|(i, a)| positions[*i].map(|to| (to as usize, *a))));
+            starts.push(entries.len() as u32);
         }
-        self.entries.truncate(write);
-        lost
+        OnNodes { starts, entries }
     }
 
     /// Node `n`'s candidates (empty if none).
     pub fn get(&self, n: usize) -> &OnNode {
-        &self.entries[self.starts[n] as usize..self.starts[n + 1] as usize]
+        let run = &self.entries[self.starts[n] as usize..self.starts[n + 1] as usize];
+        // Most runs have no hole: one look at the last entry.
+        match run.last() {
+            Some(e) if e.0 == HOLE => &run[..run.partition_point(|e| e.0 != HOLE)],
+            _ => run,
+        }
     }
 
     pub fn contains(&self, n: usize) -> bool {
-        self.starts[n] != self.starts[n + 1]
+        let from = self.starts[n] as usize;
+        from != self.starts[n + 1] as usize && self.entries[from].0 != HOLE
     }
 
     /// Nodes with candidates, ascending, with theirs.
