@@ -104,7 +104,7 @@ fn stop_at_time_limits(view: &mut View, over: &[&Job], plan: &mut Plan) {
     for &job in over {
         plan.decisions.push(Decision::TimeLimit { job: job.id, attempt: job.attempt });
         view.ledger.begin_stop(job.id);
-        view.taken.insert(job.id);
+        view.take(job.id);
         view.time_out(job.id);
     }
 }

@@ -136,7 +136,7 @@ fn may_grow(view: &View, job: &Job, e: &Elastic) -> bool {
         && e.size(&job.spec) < e.max
         && job.spec.preemption_mode != PreemptionMode::Cancel
         && view.now_ms >= job.started_ms.saturating_add(job.spec.min_runtime_ms)
-        && !view.taken.contains(&job.id)
+        && !view.is_taken(job.id)
 }
 
 /// One more replica of the elastic task fits now without preemption: in the pool its

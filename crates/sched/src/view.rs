@@ -19,8 +19,12 @@ pub struct View<'a> {
     pub ledger: Ledger,
     pub index: Index,
     pub now_ms: u64,
-    /// Jobs chosen as victims this cycle: never chosen twice.
-    pub taken: BTreeSet<JobId>,
+    /// Jobs chosen as victims this cycle (or stopped at their time limit): never chosen
+    /// twice (`take`, `is_taken`).
+    taken: BTreeSet<JobId>,
+    /// `taken` in the order taken: what a kept list of candidates has not seen yet is the
+    /// log's tail (`taken_since`).
+    taken_log: Vec<JobId>,
     /// Jobs running or stopping when the cycle began: the only possible victims. Gathered
     /// on first use (`active()`): a cycle that plans no preemption never needs them, and
     /// gathering them reads every running job.
@@ -121,6 +125,7 @@ impl<'a> View<'a> {
             index,
             now_ms,
             taken: BTreeSet::new(),
+            taken_log: Vec::new(),
             active,
             groups,
             timed_out,
@@ -198,7 +203,7 @@ impl<'a> View<'a> {
         let list = self.excess.take().unwrap_or_else(|| self.gather_excess());
         for x in list.iter().filter(|x| candidates.binary_search(&x.gang).is_ok()) {
             let running = self.ledger.charges.get(&x.gang).is_some_and(|c| !c.leaving && !c.reserved);
-            if running && !self.taken.contains(&x.gang) {
+            if running && !self.is_taken(x.gang) {
                 self.ledger.split_off(x.gang, x.id, &x.shares);
             }
         }
@@ -252,12 +257,14 @@ impl<'a> View<'a> {
         for &gang in &leaving {
             if let Some(part) = self.ledger.split_parts.get(&gang).copied() {
                 self.ledger.merge_into(part, gang);
-                self.taken.insert(part);
+                self.take(part);
             }
         }
         let state = self.state;
         self.ledger.preempt(job.id, q, !job.preemptible, shares, &leaving, |v| state.suspends(&jobs[&v]));
-        self.taken.extend(leaving.iter().copied());
+        for &v in &leaving {
+            self.take(v);
+        }
         self.reindex(shares);
     }
 
@@ -286,6 +293,27 @@ impl<'a> View<'a> {
         add(total, &now);
         self.counted[n] = now;
         self.changes[n] = self.changes[n].wrapping_add(1);
+    }
+
+    /// Job `job` leaves this cycle: no plan may take it again.
+    pub fn take(&mut self, job: JobId) {
+        if self.taken.insert(job) {
+            self.taken_log.push(job);
+        }
+    }
+
+    pub fn is_taken(&self, job: JobId) -> bool {
+        self.taken.contains(&job)
+    }
+
+    /// How many jobs were taken so far: a mark for `taken_since`.
+    pub fn taken_count(&self) -> usize {
+        self.taken_log.len()
+    }
+
+    /// The jobs taken since `mark` (a `taken_count`), in the order taken.
+    pub fn taken_since(&self, mark: usize) -> &[JobId] {
+        &self.taken_log[mark..]
     }
 
     /// How many times node `n` changed this cycle (every change goes through `refresh`).

@@ -74,7 +74,7 @@ pub struct Ctx<'j> {
 
 /// A job `v` could ever be a victim of `j` under the queues' policies.
 pub fn eligible(view: &View, j: &Job, jq: usize, policy: &PreemptionPolicy, v: &ActiveJob) -> Option<Cand> {
-    if v.job == j.id || view.taken.contains(&v.job) {
+    if v.job == j.id || view.is_taken(v.job) {
         return None;
     }
     let vq = v.queue;

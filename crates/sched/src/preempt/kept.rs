@@ -16,8 +16,6 @@
 //! so with any of them in the state nothing is kept. Debug builds compare every kept answer
 //! with a fresh one.
 
-use std::collections::BTreeSet;
-
 use baton_model::job::{Job, JobId};
 use baton_model::queue::{PreemptionPolicy, WithinQueue};
 
@@ -51,10 +49,10 @@ impl Key {
     }
 }
 
-/// A list of candidates as of the jobs the cycle had taken (`seen`: none of them is in it).
+/// A list of candidates as of the first `seen` jobs the cycle took (`View::taken_count`).
 struct List {
     key: Key,
-    seen: BTreeSet<JobId>,
+    seen: usize,
     cands: Vec<Cand>,
 }
 
@@ -149,7 +147,7 @@ impl KeptOwn {
     }
 
     pub fn keep(&mut self, view: &View, key: Key, cands: Vec<Cand>) -> &[Cand] {
-        &self.0.insert(List { key, seen: view.taken.clone(), cands }).cands
+        &self.0.insert(List { key, seen: view.taken_count(), cands }).cands
     }
 }
 
@@ -193,7 +191,7 @@ impl KeptAll {
         debug_assert!(!Kept::applies(view) || (sorted(&cands[..own_from]) && sorted(&cands[own_from..])));
         let rank = rank_order(&cands).1;
         let (dropped, live) = (vec![false; cands.len()], cands.len());
-        let list = List { key, seen: view.taken.clone(), cands };
+        let list = List { key, seen: view.taken_count(), cands };
         self.0 = Some(All { list, useful, on_node, rank, dropped, live, own_from, memo: Memo::default() });
     }
 }
@@ -211,11 +209,9 @@ impl List {
     /// The jobs taken since the list was last looked at, in id order (a preemptor's victims:
     /// a few).
     fn newly_taken(&mut self, view: &View) -> Vec<JobId> {
-        if view.taken.len() == self.seen.len() {
-            return Vec::new();
-        }
-        let new: Vec<JobId> = view.taken.difference(&self.seen).copied().collect();
-        self.seen.extend(new.iter().copied());
+        let mut new = view.taken_since(self.seen).to_vec();
+        self.seen = view.taken_count();
+        new.sort_unstable();
         new
     }
 }
