@@ -56,7 +56,7 @@ pub fn nodes(s: &Scenario) -> Vec<NodeArgs> {
 /// Its files are named after `$BATON_JOB`, so that each element of an array has its own.
 ///
 /// It counts by the clock, not by loop turns: each turn forks `sleep`, and on a loaded machine
-/// a turn took a fifth longer than its 50 ms, so ten array elements run three at a time ended
+/// 100 turns of 50 ms took 6.5 s, so ten array elements run three at a time ended
 /// seconds after the scenario's time and the replay failed (CI, stop 59). A turn much longer
 /// than `SCALE_MS` is a suspension (SIGSTOP, a frozen cgroup), not run time: it counts one.
 fn command(c: &Cluster, duration_ms: Option<u64>) -> Vec<String> {

@@ -82,17 +82,17 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
         return Err(NoPreemption::NoCandidates);
     }
     let pools = needs.all_pools();
-    gather(view, job, jq, &policy, needs, &pools, kept);
+    gather(view, &Preemptor { job, jq, policy: &policy, pools: &pools }, needs, kept);
     // A reservation of the preemptor's changes what is free for it alone: estimates kept
     // for the others do not hold for it.
-    let own_view = view.state.reservations().contains_key(&job.id) || view.state.pool_reservation_of(job.id).is_some();
+    let reserved = view.state.reservations().contains_key(&job.id) || view.state.pool_reservation_of(job.id).is_some();
     if kept.live() == 0 {
         return Err(NoPreemption::NoCandidates);
     }
     // Candidates taken by earlier preemptors stay in the list, marked dropped: none of them
     // is in the table per node, through which alone the walk and the estimates find them.
     let ((cands, on_node, rank), memo) = kept.current_with_memo();
-    let mut memo = (!own_view).then_some(memo);
+    let mut memo = (!reserved).then_some(memo);
     // Parts exist only where elastic gangs run (`View::split_excess`): without them a scan of
     // every candidate would find none.
     let parts = if Kept::applies(view) { walk::Parts::default() } else { walk::Parts::of(cands) };
@@ -152,40 +152,59 @@ pub fn plan(view: &mut View, job: &Job, needs: &Needs, kept: &mut Kept) -> Resul
     Ok(Planned::Preempt { victims, packing: best.packing, message })
 }
 
+/// A preemptor as its candidates are judged: the job, its queue and policy, and the pools
+/// its pool choices use.
+struct Preemptor<'p> {
+    job: &'p Job,
+    jq: usize,
+    policy: &'p PreemptionPolicy,
+    pools: &'p [usize],
+}
+
+impl Preemptor<'_> {
+    /// Whether active job `r` could ever be its victim.
+    fn eligible(&self, view: &View, r: &ActiveJob) -> Option<Cand> {
+        if !in_pools(view, r, self.pools) {
+            return None;
+        }
+        eligible(view, self.job, self.jq, self.policy, r)
+    }
+
+    /// Its candidates among `view.active()`'s jobs at `positions`, in that order.
+    fn eligible_at(&self, view: &View, positions: impl IntoIterator<Item = u32>) -> Vec<Cand> {
+        let active = view.active();
+        positions.into_iter().filter_map(|i| self.eligible(view, &active[i as usize])).collect()
+    }
+
+    /// Its own queue's candidates.
+    fn own(&self, view: &View) -> Vec<Cand> {
+        self.eligible_at(view, view.groups().of_queue(self.jq).iter().copied())
+    }
+}
+
 /// Gathers the job's candidates and their table per node into `kept` (`Kept::current_with_memo`),
 /// reusing what an earlier preemptor of this cycle gathered where that decides the same.
-fn gather(
-    view: &mut View,
-    job: &Job,
-    jq: usize,
-    policy: &PreemptionPolicy,
-    needs: &Needs,
-    pools: &[usize],
-    kept: &mut Kept,
-) {
+fn gather(view: &mut View, p: &Preemptor, needs: &Needs, kept: &mut Kept) {
     let reuse = Kept::applies(view);
-    let key = kept::Key::of(job, jq, policy, pools);
+    let key = kept::Key::of(p.job, p.jq, p.policy, p.pools);
     let kept_own = if reuse { kept.own.get(view, &key) } else { None };
     let own = match kept_own {
         Some(own) => own,
-        None => {
-            let own = eligible_at(view, job, jq, policy, pools, view.groups().of_queue(jq).iter().copied());
-            kept.own.keep(view, key.clone(), own)
-        }
+        None => kept.own.keep(view, key.clone(), p.own(view)),
     };
-    let useful = contributing_queues(view, job, jq, policy, needs, own);
+    let useful = contributing_queues(view, p.job, p.jq, p.policy, needs, own);
     if reuse && kept.all.holds(view, &key, &useful) {
         // Without elastic gangs nothing is split off; the flag is set as a fresh plan sets it.
         view.split_excess(&[]);
-        debug_assert!(agrees_with_a_fresh_gathering(view, job, jq, policy, pools, &useful, kept));
+        debug_assert!(agrees_with_a_fresh_gathering(view, p, &useful, kept));
         return;
     }
-    let mut cands = eligible_at(view, job, jq, policy, pools, others(view, jq, &useful));
+    let mut cands = p.eligible_at(view, others(view, p.jq, &useful));
     let own_from = cands.len();
     cands.extend(own.iter().cloned());
     debug_assert_eq!(
         cands.iter().map(|c| c.job).collect::<Vec<_>>(),
-        cands_by_scan(view, job, jq, policy, pools, &useful),
+        cands_by_scan(view, p, &useful),
         "preemption candidates by queue and by a scan of every running job"
     );
     let cands = if reuse {
@@ -202,37 +221,11 @@ fn gather(
     kept.all.keep(view, key, useful, (cands, own_from), on_node);
 }
 
-/// The candidates among `view.active()`'s jobs at `positions`, in that order.
-fn eligible_at(
-    view: &View,
-    job: &Job,
-    jq: usize,
-    policy: &PreemptionPolicy,
-    pools: &[usize],
-    positions: impl IntoIterator<Item = u32>,
-) -> Vec<Cand> {
-    let active = view.active();
-    positions
-        .into_iter()
-        .map(|i| &active[i as usize])
-        .filter(|r| in_pools(view, r, pools))
-        .filter_map(|r| eligible(view, job, jq, policy, r))
-        .collect()
-}
-
 /// Debug builds: the kept candidates and table are what a fresh gathering finds.
-fn agrees_with_a_fresh_gathering(
-    view: &View,
-    job: &Job,
-    jq: usize,
-    policy: &PreemptionPolicy,
-    pools: &[usize],
-    useful: &[bool],
-    kept: &Kept,
-) -> bool {
+fn agrees_with_a_fresh_gathering(view: &View, p: &Preemptor, useful: &[bool], kept: &Kept) -> bool {
     let (cands, on_node) = kept.compacted();
-    let mut fresh = eligible_at(view, job, jq, policy, pools, others(view, jq, useful));
-    fresh.extend(eligible_at(view, job, jq, policy, pools, view.groups().of_queue(jq).iter().copied()));
+    let mut fresh = p.eligible_at(view, others(view, p.jq, useful));
+    fresh.extend(p.own(view));
     assert_eq!(cands, fresh, "kept preemption candidates differ from a fresh gathering");
     assert_eq!(on_node, OnNodes::new(view, &fresh), "kept candidates per node differ from a fresh table");
     true
@@ -273,18 +266,11 @@ fn others(view: &View, jq: usize, useful: &[bool]) -> Vec<u32> {
 }
 
 /// The candidates `plan` gathers, by a scan of every running job (debug builds compare).
-fn cands_by_scan(
-    view: &View,
-    job: &Job,
-    jq: usize,
-    policy: &PreemptionPolicy,
-    pools: &[usize],
-    useful: &[bool],
-) -> Vec<JobId> {
-    let eligible_in = |r: &&ActiveJob| in_pools(view, r, pools) && eligible(view, job, jq, policy, r).is_some();
+fn cands_by_scan(view: &View, p: &Preemptor, useful: &[bool]) -> Vec<JobId> {
+    let eligible_in = |r: &&ActiveJob| p.eligible(view, r).is_some();
     let all = view.active().iter();
-    let others = all.clone().filter(|r| r.queue != jq && (useful[r.queue] || r.leaving)).filter(eligible_in);
-    let own = all.filter(|r| r.queue == jq).filter(eligible_in);
+    let others = all.clone().filter(|r| r.queue != p.jq && (useful[r.queue] || r.leaving)).filter(eligible_in);
+    let own = all.filter(|r| r.queue == p.jq).filter(eligible_in);
     others.chain(own).map(|r| r.job).collect()
 }
 
