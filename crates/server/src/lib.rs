@@ -53,6 +53,7 @@ mod strays;
 pub mod tls;
 mod trace;
 mod vanished;
+mod waiting;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -161,6 +162,8 @@ pub(crate) struct Ctx {
     pub(crate) dash_slots: Arc<tokio::sync::Semaphore>,
     /// Writes per queue user (`max_user_writes_per_s`).
     pub(crate) write_rates: api::rates::WriteRates,
+    /// Client writes waiting for their answer (`waiting`): the leader rests for them.
+    pub(crate) client_writes: waiting::ClientWrites,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -191,6 +194,7 @@ impl Ctx {
             dash_streams: Arc::new(api::watchers::Watchers::dashboard_streams()),
             dash_slots: Arc::new(tokio::sync::Semaphore::new(dash::MAX_EVENT_STREAMS)),
             write_rates: api::rates::WriteRates::default(),
+            client_writes: waiting::ClientWrites::default(),
             closing: tokio::sync::watch::channel(false).0,
             transport,
         }

@@ -91,6 +91,7 @@ impl Api {
     /// (which re-checks `who`'s token and permissions) as a status.
     pub(crate) async fn write(&self, who: &Caller, op: Op) -> Result<Applied, Status> {
         self.ctx.write_rates.admit(who, self.ctx.settings.max_user_writes_per_s)?;
+        let _waiting = self.ctx.client_writes.begin();
         let span = crate::trace::commit_span(op.name(), self.ctx.replica.term());
         let cmd = Command { now_ms: now_ms(), op: who.wrap(op) };
         let response = self.ctx.replica.write(cmd).instrument(span.clone()).await.map_err(status::from_client_write)?;
