@@ -138,8 +138,8 @@ pub(crate) struct Ctx {
     pub(crate) hub: hub::Hub,
     /// What each node should run, kept across the leader's rounds (`desired::Desired`).
     pub(crate) lists: Arc<desired::TermLists>,
-    /// One permit per agent attach held while leadership settles (`attach_hold`).
-    pub(crate) attach_holds: Arc<tokio::sync::Semaphore>,
+    /// The agent attaches held while leadership settles (`attach_hold`).
+    pub(crate) holds: attach_hold::Holds,
     pub(crate) liveness: liveness::Liveness,
     pub(crate) quorum: quorum::Quorum,
     pub(crate) registrar: registrar::Registrar,
@@ -180,7 +180,7 @@ impl Ctx {
             settings,
             hub: hub::Hub::default(),
             lists: Arc::default(),
-            attach_holds: Arc::new(tokio::sync::Semaphore::new(attach_hold::MAX_HELD_ATTACHES)),
+            holds: attach_hold::Holds::default(),
             liveness: liveness::Liveness::default(),
             quorum: quorum::Quorum::default(),
             strays: strays::Strays::default(),
@@ -269,6 +269,7 @@ pub async fn run_on(
     let timing = ctx.metrics.clone();
     replica.observe_applies(Arc::new(move |kind, took| timing.observe_apply(kind, took.as_secs_f64())));
     let (leader, mut leader_panic) = panicked::spawn_watched(leader::run(ctx.clone(), ctx.closing.subscribe()));
+    tokio::spawn(attach_hold::judge(ctx.clone()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
     let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l, dash::Listener::Main)));
     let plain_scrapes = metrics_plain.map(|l| {
