@@ -1,6 +1,7 @@
 //! What publishing the agents' directives costs the leader at 10,000 nodes with 40,000 jobs
 //! running: the whole computation (every round before issue 37) against the kept lists'
-//! update after one change and after none.
+//! update after one change and after none; and a new leader's first publish (every node's
+//! list), from nothing and from lists kept warm while it followed.
 
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,28 @@ fn bench(c: &mut Criterion) {
                 let named = kept.update(&s);
                 took += began.elapsed();
                 assert_eq!(named.len(), 1, "one node's list changed");
+            }
+            took
+        })
+    });
+
+    g.bench_function("10k-nodes-40k-running-new-term-cold", |b| b.iter(|| Desired::default().update_all(&base).len()));
+
+    // Warm lists, one running job cancelled since (untimed), then every node's list.
+    g.bench_function("10k-nodes-40k-running-new-term-warm-one-cancel", |b| {
+        b.iter_custom(|iters| {
+            let (mut s, mut kept, mut next) = (base.clone(), fresh(&base), 0);
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                if next == running.len() {
+                    (s, kept, next) = (base.clone(), fresh(&base), 0);
+                }
+                apply(&mut s, Op::Cancel { job: running[next] });
+                next += 1;
+                let began = Instant::now();
+                let named = kept.update_all(&s);
+                took += began.elapsed();
+                assert_eq!(named.len(), NODES, "every node's list");
             }
             took
         })

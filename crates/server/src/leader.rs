@@ -354,6 +354,32 @@ async fn publish_applied(ctx: &Ctx, term: u64) -> bool {
     true
 }
 
+/// How often a replica that does not lead brings its kept lists up to the applied state.
+const WARM_EVERY: Duration = Duration::from_secs(1);
+
+/// Keeps the desired lists warm while this replica does not lead (`TermLists::warm`), so
+/// that its first publish as a new leader rebuilds a second's changes, not every job. A
+/// warm-up that ends after this replica began to lead only costs its next publish being
+/// whole again: the lists it leaves are marked as no term's.
+pub(crate) async fn keep_lists_warm(ctx: Arc<Ctx>, mut shutdown: watch::Receiver<bool>) {
+    let mut warmed_at = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(WARM_EVERY) => {}
+            _ = shutdown.changed() => return,
+        }
+        let applied = ctx.replica.read_local(|s| s.applied());
+        if ctx.replica.metrics().role == Role::Leader || warmed_at == Some(applied) {
+            continue;
+        }
+        let lists = ctx.lists.clone();
+        if on_applied_state(&ctx.replica, move |s| lists.warm(s)).await.is_none() {
+            return;
+        }
+        warmed_at = Some(applied);
+    }
+}
+
 /// Runs `think` on a snapshot of the applied state, on a blocking thread. The snapshot is
 /// taken under the state machine's read lock, and costs milliseconds at 50,000 nodes (the
 /// state's large collections are copy-on-write); the lock is released before `think`

@@ -270,6 +270,7 @@ pub async fn run_on(
     replica.observe_applies(Arc::new(move |kind, took| timing.observe_apply(kind, took.as_secs_f64())));
     let (leader, mut leader_panic) = panicked::spawn_watched(leader::run(ctx.clone(), ctx.closing.subscribe()));
     tokio::spawn(attach_hold::judge(ctx.clone()));
+    tokio::spawn(leader::keep_lists_warm(ctx.clone(), ctx.closing.subscribe()));
     let counting = tokio::spawn(metrics::count_events(ctx.metrics.clone(), replica.clone(), ctx.closing.subscribe()));
     let scrapes = metrics.map(|l| tokio::spawn(dash::serve(ctx.clone(), l, dash::Listener::Main)));
     let plain_scrapes = metrics_plain.map(|l| {
