@@ -487,7 +487,8 @@ impl Replica {
             .map_err(|e| OpenError::Raft(e.to_string()))?;
         let batcher = batcher::start(raft.clone(), &config.settings, stats.clone());
         let forwarder = forwarder::start(raft.clone(), peers.clone(), &config.settings, stats.clone());
-        let campaign = Arc::new(Campaign::new(config.settings.election_timeout_min_ms, last_log));
+        // Each replica draws its own prompts (`campaign`), the same ones in every run.
+        let campaign = Arc::new(Campaign::new(&config.settings, config.node_id, last_log));
         let guard_every = Duration::from_millis(config.settings.heartbeat_interval_ms);
         campaign::start(raft.clone(), campaign.clone(), peers.clone(), config.node_id, guard_every);
         let racks = Arc::new(Racks::default());

@@ -19,6 +19,7 @@ use std::time::Duration;
 use baton_raft::metrics::Role;
 use baton_raft::net::sim::{SimStream, host_name, sim_dialer};
 use baton_raft::replica::{Replica, ReplicaConfig, Storage};
+use baton_raft::settings::RaftSettings;
 use baton_raft::types::NodeId;
 use common::{has, put, settings};
 
@@ -28,20 +29,27 @@ type Handles = Arc<Mutex<BTreeMap<NodeId, Replica>>>;
 
 /// Adds replicas 1..=n as turmoil hosts; replica 1 bootstraps the cluster.
 fn add_replicas(sim: &mut turmoil::Sim<'_>, n: u64, handles: &Handles) {
+    add_replicas_with(sim, n, handles, settings());
+}
+
+/// As `add_replicas`, each replica with `tuned`.
+fn add_replicas_with(sim: &mut turmoil::Sim<'_>, n: u64, handles: &Handles, tuned: RaftSettings) {
     let members: BTreeMap<NodeId, String> = (1..=n).map(|id| (id, format!("{}:{PORT}", host_name(id)))).collect();
     for id in 1..=n {
         let handles = handles.clone();
         let members = members.clone();
+        let tuned = tuned.clone();
         sim.host(host_name(id), move || {
             let handles = handles.clone();
             let members = members.clone();
+            let tuned = tuned.clone();
             async move {
                 let config = ReplicaConfig {
                     node_id: id,
                     cluster_id: common::CLUSTER.into(),
                     advertise_addr: members[&id].clone(),
                     storage: Storage::Memory,
-                    settings: settings(),
+                    settings: tuned,
                     rack: None,
                     max_format: baton_raft::identity::DATA_FORMAT,
                     clock: baton_raft::replica::WallClock::system(),
@@ -164,6 +172,52 @@ fn minority_cannot_commit_and_all_converge_after_healing() -> turmoil::Result {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         assert_eq!(seen, Some(true), "reads on the deposed leader failed: {errors:?}");
+        Ok(())
+    });
+    sim.run()
+}
+
+/// A silent leader is replaced once the followers' leader lease has run out (the election
+/// timeout's upper bound), not a whole election timeout after that as openraft's own timer
+/// does: with a 1,000-1,250 ms timeout, at least 2,250 ms after the last heartbeat. In
+/// simulated time, on links of 1-5 ms.
+#[test]
+fn a_silent_leader_is_replaced_soon_after_its_lease() -> turmoil::Result {
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(Duration::from_secs(60))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(5))
+        .build();
+    let handles: Handles = Arc::default();
+    let tuned = RaftSettings { election_timeout_min_ms: 1_000, election_timeout_max_ms: 1_250, ..settings() };
+    let lease = Duration::from_millis(tuned.election_timeout_max_ms);
+    add_replicas_with(&mut sim, 3, &handles, tuned);
+
+    let h = handles.clone();
+    sim.client("test", async move {
+        for round in 0..3 {
+            let old = first_leader(&h).await;
+            replica(&h, old).write(put(&format!("before-{round}"))).await??;
+            let others: Vec<NodeId> = (1..=3).filter(|&id| id != old).collect();
+            for &o in &others {
+                turmoil::partition(host_name(old), host_name(o));
+            }
+            let cut = tokio::time::Instant::now();
+            eventually(&h, "a majority leader", Duration::from_secs(10), || {
+                others.iter().any(|&o| replica(&h, o).metrics().role == Role::Leader)
+            })
+            .await;
+            let took = cut.elapsed();
+            // The lease, a heartbeat, at most the 250 ms spread, round trips, a 50 ms poll.
+            assert!(took < lease + Duration::from_millis(500), "round {round}: a new leader after {took:?}");
+            for &o in &others {
+                turmoil::repair(host_name(old), host_name(o));
+            }
+            eventually(&h, "the old leader follows", Duration::from_secs(20), || {
+                replica(&h, old).metrics().role != Role::Leader
+            })
+            .await;
+        }
         Ok(())
     });
     sim.run()
