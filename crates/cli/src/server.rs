@@ -111,7 +111,8 @@ pub struct ServerArgs {
     #[arg(long, env = "BATON_ACCOUNTING_POSTGRES", hide_env_values = true)]
     pub accounting_postgres: Option<String>,
     /// Raft election timeout, lower bound, in ms (the upper bound is a quarter above it,
-    /// at least 150 ms above it). A dead leader is replaced after about 2.5 times this.
+    /// at least 150 ms above it). A dead leader is replaced about 1.3-1.5 times this after
+    /// its last heartbeat (its lease, the upper bound, then a follower prompts an election).
     #[arg(long, default_value_t = RaftSettings::default().election_timeout_min_ms)]
     pub election_timeout_ms: u64,
     /// Send baton's tracing spans (each job's decision path) to an OpenTelemetry collector
@@ -203,7 +204,9 @@ const MIN_ELECTION_SPREAD_MS: u64 = 150;
 /// before, a dead leader was replaced after three to four election timeouts (3.3 s with
 /// 1,000 ms at 1,000 nodes, most of the failover measured). A quarter above the lower bound
 /// makes it 2.25-2.5 of them; the candidates still draw their timeouts apart, and only a
-/// replica that a quorum finds leaderless campaigns (the pre-vote guard).
+/// replica that a quorum finds leaderless campaigns (the pre-vote guard). A follower now
+/// prompts an election itself once the lease has run out (`baton_raft`'s `campaign`), so a
+/// dead leader is replaced after about 1.3-1.5 of them.
 fn election_timeout_max_ms(min_ms: u64) -> u64 {
     min_ms + (min_ms / 4).max(MIN_ELECTION_SPREAD_MS)
 }
