@@ -186,6 +186,8 @@ pub(crate) struct Core {
     /// reads (why, in words), for operators and tests; None: none refused since it started.
     pub(crate) snapshot_refused: Mutex<Option<String>>,
     write_slots: Semaphore,
+    /// Writes forwarded here by other replicas (their clients') and not yet answered.
+    pub(crate) forwarded_waiting: std::sync::atomic::AtomicUsize,
     batcher: mpsc::Sender<Pending>,
     forwarder: mpsc::Sender<Forward>,
     stats: SharedStats,
@@ -508,6 +510,7 @@ impl Replica {
                 max_format: config.max_format,
                 clock: config.clock.clone(),
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
+                forwarded_waiting: std::sync::atomic::AtomicUsize::new(0),
                 batcher,
                 forwarder,
                 stats,
@@ -911,6 +914,12 @@ impl Replica {
     /// membership, for a caller that needs nothing else (one per request).
     pub fn term(&self) -> u64 {
         self.core.raft.metrics().borrow().current_term
+    }
+
+    /// Whether writes forwarded here by other replicas wait for their answer now: on the
+    /// leader, the clients of the other replicas.
+    pub fn forwarded_writes_wait(&self) -> bool {
+        self.core.forwarded_waiting.load(std::sync::atomic::Ordering::Relaxed) > 0
     }
 
     /// Whether the leader this replica follows is heard from: an AppendEntries of its

@@ -291,5 +291,7 @@ async fn writes_forwarded_together_are_each_checked_and_answered_in_order() {
     let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     assert!(node.replica.read_local(|s| s.now_ms()) <= wall, "the sender's clock reached the state");
     assert!(node.replica.read_local(|s| has(s, "together-1") && has(s, "together-2")));
+    // Answered, they no longer count as waiting (the leader rests for those that do).
+    assert!(!node.replica.forwarded_writes_wait(), "answered forwarded writes still count as waiting");
     node.stop().await;
 }

@@ -84,7 +84,9 @@ async fn lead(ctx: &Ctx, term: u64, shutdown: &mut tokio::sync::watch::Receiver<
             upgrade(ctx, &mut upgrade_tried).await;
             state_digest(ctx, &mut digest_written).await;
         }
-        let rest = rest_after(thought, interval, ctx.client_writes.any());
+        // Client writes wait here, or at another replica that forwarded them here.
+        let writes_wait = ctx.client_writes.any() || ctx.replica.forwarded_writes_wait();
+        let rest = rest_after(thought, interval, writes_wait);
         // What the round saw; changes from here on, its own plan's commit aside, count.
         let since = trigger(&metrics.borrow_and_update());
         tokio::select! {
@@ -149,7 +151,7 @@ async fn state_digest(ctx: &Ctx, written: &mut tokio::time::Instant) {
 }
 
 /// Rest after a round, per unit of its duration, before a state change may start the next,
-/// while client writes wait (`waiting`). A long backlog makes a round long: with submits
+/// while client writes wait (`waiting`, or forwarded by the other replicas). A long backlog makes a round long: with submits
 /// committing all the time, back-to-back rounds took nearly all of the leader's CPU and held
 /// off the applies that acknowledge submits (then under the state's lock; now the cycle runs
 /// on a snapshot, but it still takes the CPU). Resting three times the round's length keeps
