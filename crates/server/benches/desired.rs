@@ -51,46 +51,41 @@ fn bench(c: &mut Criterion) {
 
     // One running job cancelled before each update (untimed); a fresh copy once all are.
     g.bench_function("10k-nodes-40k-running-kept-one-cancel", |b| {
-        b.iter_custom(|iters| {
-            let (mut s, mut kept, mut next) = (base.clone(), fresh(&base), 0);
-            let mut took = Duration::ZERO;
-            for _ in 0..iters {
-                if next == running.len() {
-                    (s, kept, next) = (base.clone(), fresh(&base), 0);
-                }
-                apply(&mut s, Op::Cancel { job: running[next] });
-                next += 1;
-                let began = Instant::now();
-                let named = kept.update(&s);
-                took += began.elapsed();
-                assert_eq!(named.len(), 1, "one node's list changed");
-            }
-            took
-        })
+        b.iter_custom(|iters| after_each_cancel(&base, &running, iters, |kept, s| kept.update(s).len(), 1))
     });
 
     g.bench_function("10k-nodes-40k-running-new-term-cold", |b| b.iter(|| Desired::default().update_all(&base).len()));
 
-    // Warm lists, one running job cancelled since (untimed), then every node's list.
+    // Lists kept warm, one running job cancelled since (untimed), then every node's list.
     g.bench_function("10k-nodes-40k-running-new-term-warm-one-cancel", |b| {
-        b.iter_custom(|iters| {
-            let (mut s, mut kept, mut next) = (base.clone(), fresh(&base), 0);
-            let mut took = Duration::ZERO;
-            for _ in 0..iters {
-                if next == running.len() {
-                    (s, kept, next) = (base.clone(), fresh(&base), 0);
-                }
-                apply(&mut s, Op::Cancel { job: running[next] });
-                next += 1;
-                let began = Instant::now();
-                let named = kept.update_all(&s);
-                took += began.elapsed();
-                assert_eq!(named.len(), NODES, "every node's list");
-            }
-            took
-        })
+        b.iter_custom(|iters| after_each_cancel(&base, &running, iters, |kept, s| kept.update_all(s).len(), NODES))
     });
     g.finish();
+}
+
+/// The time `update` takes over `iters` calls, each after one more running job of `base` is
+/// cancelled (untimed; a fresh copy once all are); each must name `lists` nodes.
+fn after_each_cancel(
+    base: &State,
+    running: &[JobId],
+    iters: u64,
+    mut update: impl FnMut(&mut Desired, &State) -> usize,
+    lists: usize,
+) -> Duration {
+    let (mut s, mut kept, mut next) = (base.clone(), fresh(base), 0);
+    let mut took = Duration::ZERO;
+    for _ in 0..iters {
+        if next == running.len() {
+            (s, kept, next) = (base.clone(), fresh(base), 0);
+        }
+        apply(&mut s, Op::Cancel { job: running[next] });
+        next += 1;
+        let began = Instant::now();
+        let named = update(&mut kept, &s);
+        took += began.elapsed();
+        assert_eq!(named, lists, "the lists named after one cancel");
+    }
+    took
 }
 
 fn fresh(s: &State) -> Desired {

@@ -632,19 +632,26 @@ mod tests {
         assert!(named < commands * 4, "updates named {named} lists over {commands} commands");
     }
 
-    /// An update names only the nodes whose lists may have changed: none after a command
-    /// that touches no job or node, a job's nodes after a change to that job.
-    #[test]
-    fn an_update_names_the_nodes_a_change_touched_and_no_others() {
+    /// `nodes` 4-GPU nodes, each running one 4-GPU job (`j0`, `j1`, ...) of queue `q`, whose
+    /// quota they fill.
+    fn filled(nodes: usize) -> State {
         let mut s = State::new();
-        let nodes = (0..300).map(|i| gpu_node(&format!("n{i:03}"), 4)).collect();
-        apply(&mut s, Op::RegisterNodes(nodes));
-        apply(&mut s, Op::PutQueue(fixture::gpu_queue("q", 1_200)));
-        for i in 0..300 {
+        let specs = (0..nodes).map(|i| gpu_node(&format!("n{i:03}"), 4)).collect();
+        apply(&mut s, Op::RegisterNodes(specs));
+        apply(&mut s, Op::PutQueue(fixture::gpu_queue("q", 4 * nodes as u64)));
+        for i in 0..nodes {
             apply(&mut s, Op::Submit { spec: gpu_job(&format!("j{i}"), "q", 4), request_id: None });
         }
         let plan = baton_sched::cycle(&s, s.now_ms());
         apply(&mut s, Op::ApplyPlan(plan));
+        s
+    }
+
+    /// An update names only the nodes whose lists may have changed: none after a command
+    /// that touches no job or node, a job's nodes after a change to that job.
+    #[test]
+    fn an_update_names_the_nodes_a_change_touched_and_no_others() {
+        let mut s = filled(300);
         let mut kept = Desired::default();
         assert_eq!(kept.update(&s).len(), 300, "the first update names every node");
         assert!(kept.update(&s).is_empty(), "nothing changed");
@@ -665,15 +672,7 @@ mod tests {
     /// name only what changed.
     #[test]
     fn lists_kept_warm_give_a_new_terms_first_update_every_node_as_built_afresh() {
-        let mut s = State::new();
-        let nodes = (0..30).map(|i| gpu_node(&format!("n{i:02}"), 4)).collect();
-        apply(&mut s, Op::RegisterNodes(nodes));
-        apply(&mut s, Op::PutQueue(fixture::gpu_queue("q", 120)));
-        for i in 0..30 {
-            apply(&mut s, Op::Submit { spec: gpu_job(&format!("j{i}"), "q", 4), request_id: None });
-        }
-        let plan = baton_sched::cycle(&s, s.now_ms());
-        apply(&mut s, Op::ApplyPlan(plan));
+        let mut s = filled(30);
         let lists = TermLists::default();
         let (first, whole) = lists.update(1, &s);
         assert!(whole && first.len() == 30);
