@@ -210,8 +210,8 @@ pub(crate) fn start(raft: Raft, campaign: Arc<Campaign>, peers: Arc<Peers>, self
             let allow = may_campaign(&raft, &campaign, &peers, self_id, every).await;
             raft.runtime_config().elect(allow);
             // Before the next round: a prompt is not put off to a round's boundary.
-            let due = campaign.prompt_at().filter(|at| *at <= Instant::now() + every);
-            if let Some(at) = due.filter(|_| allow) {
+            let due = allow.then(|| campaign.prompt_at()).flatten().filter(|at| *at <= Instant::now() + every);
+            if let Some(at) = due {
                 prompt(&raft, &campaign, at).await;
             }
         }

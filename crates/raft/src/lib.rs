@@ -46,6 +46,7 @@ pub mod digest;
 pub mod error;
 mod forwarder;
 pub mod identity;
+pub mod in_flight;
 pub mod membership;
 pub mod metrics;
 pub mod net;

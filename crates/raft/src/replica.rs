@@ -187,7 +187,7 @@ pub(crate) struct Core {
     pub(crate) snapshot_refused: Mutex<Option<String>>,
     write_slots: Semaphore,
     /// Writes forwarded here by other replicas (their clients') and not yet answered.
-    pub(crate) forwarded_waiting: std::sync::atomic::AtomicUsize,
+    pub(crate) forwarded_waiting: crate::in_flight::InFlight,
     batcher: mpsc::Sender<Pending>,
     forwarder: mpsc::Sender<Forward>,
     stats: SharedStats,
@@ -510,7 +510,7 @@ impl Replica {
                 max_format: config.max_format,
                 clock: config.clock.clone(),
                 write_slots: Semaphore::new(config.settings.max_pending_writes),
-                forwarded_waiting: std::sync::atomic::AtomicUsize::new(0),
+                forwarded_waiting: crate::in_flight::InFlight::default(),
                 batcher,
                 forwarder,
                 stats,
@@ -919,7 +919,7 @@ impl Replica {
     /// Whether writes forwarded here by other replicas wait for their answer now: on the
     /// leader, the clients of the other replicas.
     pub fn forwarded_writes_wait(&self) -> bool {
-        self.core.forwarded_waiting.load(std::sync::atomic::Ordering::Relaxed) > 0
+        self.core.forwarded_waiting.any()
     }
 
     /// Whether the leader this replica follows is heard from: an AppendEntries of its

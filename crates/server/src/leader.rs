@@ -151,12 +151,13 @@ async fn state_digest(ctx: &Ctx, written: &mut tokio::time::Instant) {
 }
 
 /// Rest after a round, per unit of its duration, before a state change may start the next,
-/// while client writes wait (`waiting`, or forwarded by the other replicas). A long backlog makes a round long: with submits
-/// committing all the time, back-to-back rounds took nearly all of the leader's CPU and held
-/// off the applies that acknowledge submits (then under the state's lock; now the cycle runs
-/// on a snapshot, but it still takes the CPU). Resting three times the round's length keeps
-/// rounds to at most a quarter of the leader's time; a round places everything placeable at
-/// once, so placement keeps up with fewer, larger plans.
+/// while client writes wait (`Ctx::client_writes`, or forwarded by the other replicas). A
+/// long backlog makes a round long: with submits committing all the time, back-to-back
+/// rounds took nearly all of the leader's CPU and held off the applies that acknowledge
+/// submits (then under the state's lock; now the cycle runs on a snapshot, but it still
+/// takes the CPU). Resting three times the round's length keeps rounds to at most a quarter
+/// of the leader's time; a round places everything placeable at once, so placement keeps up
+/// with fewer, larger plans.
 const REST_PER_ROUND: u32 = 3;
 
 /// The same while no client write waits. Then the next round is most often the next step of

@@ -53,7 +53,6 @@ mod strays;
 pub mod tls;
 mod trace;
 mod vanished;
-mod waiting;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -162,8 +161,8 @@ pub(crate) struct Ctx {
     pub(crate) dash_slots: Arc<tokio::sync::Semaphore>,
     /// Writes per queue user (`max_user_writes_per_s`).
     pub(crate) write_rates: api::rates::WriteRates,
-    /// Client writes waiting for their answer (`waiting`): the leader rests for them.
-    pub(crate) client_writes: waiting::ClientWrites,
+    /// Client writes waiting for their answer: the leader rests for them.
+    pub(crate) client_writes: baton_raft::in_flight::InFlight,
     /// Set when the server shuts down: every stream it serves ends, so that the graceful
     /// shutdown does not wait on agents and watchers forever.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
@@ -194,7 +193,7 @@ impl Ctx {
             dash_streams: Arc::new(api::watchers::Watchers::dashboard_streams()),
             dash_slots: Arc::new(tokio::sync::Semaphore::new(dash::MAX_EVENT_STREAMS)),
             write_rates: api::rates::WriteRates::default(),
-            client_writes: waiting::ClientWrites::default(),
+            client_writes: baton_raft::in_flight::InFlight::default(),
             closing: tokio::sync::watch::channel(false).0,
             transport,
         }

@@ -94,20 +94,8 @@ impl RaftService {
             return Err(WriteError::LeaderOnly { op: cmd.op.name().to_string() });
         }
         cmd.now_ms = self.core.clock.now_ms();
-        let waiting = &self.core.forwarded_waiting;
-        waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Counted down also when the caller goes away mid-write (the future dropped).
-        let _answered = Answered(waiting);
+        let _waiting = self.core.forwarded_waiting.begin();
         self.core.write_here(cmd).await
-    }
-}
-
-/// Counts a forwarded write as answered when dropped.
-struct Answered<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl Drop for Answered<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
