@@ -483,7 +483,7 @@ impl Replica {
         let max_message_bytes = config.settings.max_message_bytes;
         let clock = config.clock.clone();
         let peers = Arc::new(Peers::new(config.cluster_id.clone(), config.node_id, max_message_bytes, dialer, clock));
-        let network = NetworkFactory { peers: peers.clone() };
+        let network = NetworkFactory { peers: peers.clone(), stats: stats.clone() };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(|e| OpenError::Raft(e.to_string()))?;

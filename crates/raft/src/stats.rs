@@ -32,6 +32,12 @@ pub struct WriteCounts {
     pub writes_forwarded: u64,
     /// Calls that carried them (writes that waited together share one).
     pub forward_calls: u64,
+    /// Log entries this replica sent its peers in AppendEntries as leader, counted once the
+    /// peer answered (whether it took them or not).
+    pub entries_delivered: u64,
+    /// AppendEntries without entries a new leader sent to learn whether a peer already
+    /// holds a batch (`net::raft_network`), so as not to resend it.
+    pub append_probes: u64,
 }
 
 /// The live counters, shared by the batcher, the log store and the replica.
@@ -47,6 +53,8 @@ pub(crate) struct WriteStats {
     log_flushes: AtomicU64,
     writes_forwarded: AtomicU64,
     forward_calls: AtomicU64,
+    entries_delivered: AtomicU64,
+    append_probes: AtomicU64,
 }
 
 pub(crate) type SharedStats = Arc<WriteStats>;
@@ -65,6 +73,8 @@ impl WriteStats {
             log_flushes: get(&self.log_flushes),
             writes_forwarded: get(&self.writes_forwarded),
             forward_calls: get(&self.forward_calls),
+            entries_delivered: get(&self.entries_delivered),
+            append_probes: get(&self.append_probes),
         }
     }
 
@@ -99,5 +109,13 @@ impl WriteStats {
 
     pub(crate) fn forward_called(&self) {
         self.forward_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn entries_delivered(&self, entries: u64) {
+        self.entries_delivered.fetch_add(entries, Ordering::Relaxed);
+    }
+
+    pub(crate) fn probed(&self) {
+        self.append_probes.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use super::peers::{CallError, Peers, Rpc};
 use crate::codec::{decode, encode};
+use crate::stats::SharedStats;
 use crate::types::{Node, NodeId, TypeConfig};
 
 /// Room left in a message for the envelope around an encoded openraft request.
@@ -25,20 +26,27 @@ const ENVELOPE_BYTES: usize = 4 << 10;
 #[derive(Clone)]
 pub struct NetworkFactory {
     pub(crate) peers: Arc<Peers>,
+    pub(crate) stats: SharedStats,
 }
 
-/// The link from this replica to one peer.
+/// The link from this replica to one peer, for one term of its leadership (openraft makes
+/// a link per peer each time this replica becomes leader).
 pub struct PeerLink {
     peers: Arc<Peers>,
+    stats: SharedStats,
     target: NodeId,
     addr: String,
+    /// Whether a batch goes first as a probe (`probe`): until one finds the peer lacking,
+    /// or gets no answer.
+    probing: bool,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerLink;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerLink {
-        PeerLink { peers: self.peers.clone(), target, addr: crate::addrs::Addrs::parse(&node.addr).peer }
+        let addr = crate::addrs::Addrs::parse(&node.addr).peer;
+        PeerLink { peers: self.peers.clone(), stats: self.stats.clone(), target, addr, probing: true }
     }
 }
 
@@ -111,6 +119,47 @@ impl PeerLink {
         let result: Result<Resp, E> = decode(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+
+    /// Asks the peer whether it already holds the last entry of `rpc` written before this
+    /// term, sending no entries: when it does, the answer for the batch up to that entry (or
+    /// the newer vote the peer has seen); `None` when it does not, or when every entry is of
+    /// this term (this leader's own, which no peer holds before it sends them).
+    ///
+    /// openraft 0.9 starts a new leader's replication to each peer from the middle of its
+    /// log, not knowing what the peer holds, and walks to the end a batch at a time: after a
+    /// failover the followers hold nearly all of it already, and resending it (batches of
+    /// plans that can take longer than a heartbeat interval to cross, then retried halved)
+    /// delayed a new leader's first commit by 0.4 s at 10,000 nodes. Log matching makes the
+    /// shortcut safe: a peer that holds an entry holds every entry before it, and a follower
+    /// commits only up to the entry it was asked about.
+    async fn probe(
+        &mut self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        ttl: Duration,
+    ) -> Result<Option<AppendEntriesResponse<NodeId>>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        let term = rpc.vote.leader_id().get_term();
+        let Some(held) = rpc.entries.iter().rev().map(|e| e.log_id).find(|id| id.leader_id.get_term() < term) else {
+            return Ok(None);
+        };
+        let probe = AppendEntriesRequest::<TypeConfig> {
+            vote: rpc.vote,
+            prev_log_id: Some(held),
+            entries: Vec::new(),
+            leader_commit: rpc.leader_commit,
+        };
+        let payload = self.encode(Rpc::AppendEntries, &probe)?;
+        self.stats.probed();
+        let whole = rpc.entries.last().map(|e| e.log_id) == Some(held);
+        match self.send(Rpc::AppendEntries, payload, ttl).await? {
+            AppendEntriesResponse::Conflict => {
+                // The peer lags behind the old leader: it needs what openraft sends.
+                self.probing = false;
+                Ok(None)
+            }
+            AppendEntriesResponse::Success if !whole => Ok(Some(AppendEntriesResponse::PartialSuccess(Some(held)))),
+            answer => Ok(Some(answer)),
+        }
+    }
 }
 
 /// openraft's answer to "fewer entries, please": it retries at once with half of `entries`
@@ -126,24 +175,41 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         let entries = rpc.entries.len() as u64;
+        // Until a probe fails, a batch that holds entries of earlier terms goes first as a
+        // probe; one of this term's entries alone goes whole.
+        if self.probing && entries > 0 {
+            match self.probe(&rpc, option.soft_ttl()).await {
+                Ok(Some(answer)) => return Ok(answer),
+                Ok(None) => {}
+                Err(e) => {
+                    self.probing = false;
+                    return Err(e);
+                }
+            }
+        }
         let payload = match self.encode(Rpc::AppendEntries, &rpc) {
             // Too big for one message: openraft retries with fewer entries.
             Err(RPCError::Network(_)) if entries > 1 => return Err(fewer_entries(entries)),
             other => other?,
         };
-        if entries <= 1 {
-            return self.send(Rpc::AppendEntries, payload, option.hard_ttl()).await;
+        let sent = if entries <= 1 {
+            self.send(Rpc::AppendEntries, payload, option.hard_ttl()).await
+        } else {
+            // openraft gives every AppendEntries one heartbeat interval, and after a timeout
+            // sends the same range again: a catch-up batch that cannot cross the link and be
+            // written in that time (a long or slow link, a connection dialled afresh after
+            // each timeout, a slow disk) would be resent for ever, while heartbeats keep the
+            // followers from electing anyone. Cut off a little before openraft does, and ask
+            // for half as many entries instead; a single entry times out as usual.
+            match self.send(Rpc::AppendEntries, payload, option.soft_ttl()).await {
+                Err(RPCError::Timeout(_)) => Err(fewer_entries(entries)),
+                other => other,
+            }
+        };
+        if sent.is_ok() {
+            self.stats.entries_delivered(entries);
         }
-        // openraft gives every AppendEntries one heartbeat interval, and after a timeout sends
-        // the same range again: a catch-up batch that cannot cross the link and be written in
-        // that time (a long or slow link, a connection dialled afresh after each timeout, a
-        // slow disk) would be resent for ever, while heartbeats keep the followers from
-        // electing anyone. Cut off a little before openraft does, and ask for half as many
-        // entries instead; a single entry times out as usual.
-        match self.send(Rpc::AppendEntries, payload, option.soft_ttl()).await {
-            Err(RPCError::Timeout(_)) => Err(fewer_entries(entries)),
-            other => other,
-        }
+        sent
     }
 
     async fn install_snapshot(
@@ -173,22 +239,23 @@ mod tests {
     use crate::net::dialer::Dialer;
     use crate::net::peers::tests::silent_peer;
 
-    fn append(entries: u64) -> AppendEntriesRequest<TypeConfig> {
+    /// `entries` entries of term 1 sent by the leader of `term`.
+    fn append_in(term: u64, entries: u64) -> AppendEntriesRequest<TypeConfig> {
         let log_id = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
         AppendEntriesRequest {
-            vote: openraft::Vote::new_committed(1, 1),
+            vote: openraft::Vote::new_committed(term, 1),
             prev_log_id: Some(log_id(0)),
             entries: (1..=entries).map(|i| Entry { log_id: log_id(i), payload: EntryPayload::Blank }).collect(),
             leader_commit: None,
         }
     }
 
-    /// openraft resends the same range after a timeout, so a batch that cannot cross the link
-    /// within a heartbeat interval stalled replication for ever (the simulator's seeds 0 and 5
-    /// of 5 minutes, after a leader's restart). A batch now asks for half as many entries; a
-    /// lone entry or a heartbeat still reports the timeout.
-    #[tokio::test]
-    async fn a_batch_that_runs_out_of_time_asks_for_half_as_many_entries() {
+    /// Entries a leader sends in its own term: it does not probe.
+    fn append(entries: u64) -> AppendEntriesRequest<TypeConfig> {
+        append_in(1, entries)
+    }
+
+    async fn link_to_silent_peer() -> PeerLink {
         let addr = silent_peer().await;
         let peers = Arc::new(Peers::new(
             "c".into(),
@@ -197,7 +264,16 @@ mod tests {
             Dialer::tcp(Duration::from_secs(1)),
             crate::replica::WallClock::system(),
         ));
-        let mut link = NetworkFactory { peers }.new_client(2, &Node { addr }).await;
+        NetworkFactory { peers, stats: Arc::default() }.new_client(2, &Node { addr }).await
+    }
+
+    /// openraft resends the same range after a timeout, so a batch that cannot cross the link
+    /// within a heartbeat interval stalled replication for ever (the simulator's seeds 0 and 5
+    /// of 5 minutes, after a leader's restart). A batch now asks for half as many entries; a
+    /// lone entry or a heartbeat still reports the timeout.
+    #[tokio::test]
+    async fn a_batch_that_runs_out_of_time_asks_for_half_as_many_entries() {
+        let mut link = link_to_silent_peer().await;
         let option = RPCOption::new(Duration::from_millis(200));
         match link.append_entries(append(9), option.clone()).await {
             Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 4),
@@ -209,5 +285,24 @@ mod tests {
                 other => panic!("{entries} entries that ran out of time: {other:?}"),
             }
         }
+    }
+
+    /// A new leader's batch of an earlier term's entries goes first as a probe. One that gets
+    /// no answer in time ends probing on the link for its term: were it retried, a link
+    /// slower than the timeout would never carry the batch itself.
+    #[tokio::test]
+    async fn a_probe_that_runs_out_of_time_is_not_sent_again() {
+        let mut link = link_to_silent_peer().await;
+        let option = RPCOption::new(Duration::from_millis(200));
+        match link.append_entries(append_in(2, 9), option.clone()).await {
+            Err(RPCError::Timeout(_)) => {}
+            other => panic!("a probe that ran out of time: {other:?}"),
+        }
+        match link.append_entries(append_in(2, 9), option.clone()).await {
+            Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 4),
+            other => panic!("the batch after the probe: {other:?}"),
+        }
+        let counts = link.stats.counts();
+        assert_eq!((counts.append_probes, counts.entries_delivered), (1, 0));
     }
 }

@@ -86,6 +86,8 @@ pub struct Metrics {
     raft_log_flushes: Counter,
     raft_writes_forwarded: Counter,
     raft_forward_calls: Counter,
+    raft_entries_delivered: Counter,
+    raft_append_probes: Counter,
     apply_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     // The state digests (`baton_raft::digest`).
     state_digest_marks: Counter,
@@ -156,6 +158,8 @@ impl Metrics {
             raft_log_flushes: Counter::default(),
             raft_writes_forwarded: Counter::default(),
             raft_forward_calls: Counter::default(),
+            raft_entries_delivered: Counter::default(),
+            raft_append_probes: Counter::default(),
             apply_seconds: Family::new_with_constructor(apply_histogram),
             state_digest_marks: Counter::default(),
             state_digest_checks: Family::default(),
@@ -352,6 +356,16 @@ impl Metrics {
             self.raft_forward_calls.clone(),
         );
         r.register(
+            "baton_raft_entries_delivered",
+            "Log entries this replica sent its peers as leader, counted once answered",
+            self.raft_entries_delivered.clone(),
+        );
+        r.register(
+            "baton_raft_append_probes",
+            "Probes without entries a new leader sent to learn what a peer already holds",
+            self.raft_append_probes.clone(),
+        );
+        r.register(
             "baton_apply_seconds",
             "Time one command took to apply to this replica's state, by kind",
             self.apply_seconds.clone(),
@@ -467,6 +481,8 @@ impl Metrics {
         self.raft_log_flushes.inner().store(w.log_flushes, Relaxed);
         self.raft_writes_forwarded.inner().store(w.writes_forwarded, Relaxed);
         self.raft_forward_calls.inner().store(w.forward_calls, Relaxed);
+        self.raft_entries_delivered.inner().store(w.entries_delivered, Relaxed);
+        self.raft_append_probes.inner().store(w.append_probes, Relaxed);
     }
 
     /// One command of kind `kind` (an operation's name: a few dozen values) took `seconds`

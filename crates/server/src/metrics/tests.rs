@@ -92,6 +92,8 @@ fn write_counters_are_the_replicas_and_apply_times_go_by_kind() {
         log_flushes: 11,
         writes_forwarded: 5,
         forward_calls: 2,
+        entries_delivered: 700,
+        append_probes: 4,
     };
     let text = m.render(&baton_model::State::new(), &raft_metrics(), &writes);
     has_lines(
@@ -106,6 +108,8 @@ fn write_counters_are_the_replicas_and_apply_times_go_by_kind() {
             "baton_raft_log_flushes_total 11",
             "baton_raft_writes_forwarded_total 5",
             "baton_raft_forward_calls_total 2",
+            "baton_raft_entries_delivered_total 700",
+            "baton_raft_append_probes_total 4",
             "baton_apply_seconds_count{kind=\"Submit\"} 2",
             "baton_apply_seconds_count{kind=\"ApplyPlan\"} 1",
         ],
