@@ -104,6 +104,8 @@ pub struct Report {
     pub faults_by_kind_and_moment: BTreeMap<(&'static str, &'static str), usize>,
     /// Jobs whose submit the cluster acknowledged.
     pub acknowledged: usize,
+    /// Of those, jobs that misbehave (`load::Load::misbehave`), by way.
+    pub misbehaving: BTreeMap<&'static str, usize>,
     pub succeeded: usize,
     pub cancelled: usize,
     /// Jobs that ran more than one attempt (preempted, or requeued).
@@ -207,6 +209,7 @@ impl Report {
             faults_by_moment,
             faults_by_kind_and_moment: count(e.faults.iter().map(|l| (l.fault.kind(), l.moment.name()))),
             acknowledged: acked.len(),
+            misbehaving: misbehaving(&acked),
             succeeded,
             cancelled,
             rerun: e.jobs.iter().filter(|j| j.attempt > 1).count(),
@@ -286,6 +289,19 @@ pub fn attempts_after_node_loss(events: &[Event]) -> BTreeSet<u32> {
 /// Whether a stop's or requeue's event says the job has a checkpoint to resume from.
 fn knows_a_checkpoint(message: &str) -> bool {
     ["with a checkpoint", "saved its work", "from its checkpoint"].iter().any(|m| message.contains(m))
+}
+
+/// The jobs among `names` that misbehave, by way (a job's name ends with its way).
+fn misbehaving(names: &[String]) -> BTreeMap<&'static str, usize> {
+    let mut by_way = BTreeMap::new();
+    for name in names {
+        if let Some(way) =
+            baton_agent::workload::Misbehave::NAMES.into_iter().find(|w| name.ends_with(&format!("-{w}")))
+        {
+            *by_way.entry(way).or_default() += 1;
+        }
+    }
+    by_way
 }
 
 /// Request ids of the submits the cluster acknowledged, in order.
@@ -747,6 +763,10 @@ pub fn resumed_from_newest(starts: &[WitnessedStart], checkpoints: &[WrittenChec
         let who = format!("{} attempt {} rank {}", s.start.job, s.start.attempt, s.rank);
         match newest {
             None => violations.push(format!("{who} was told to resume, but no earlier attempt wrote a checkpoint")),
+            // A job that saves after each step past its stop (`load::writes_after_stop`) can
+            // be killed between a checkpoint's rename and its record: the file it resumes from
+            // is then one step past the newest record.
+            Some(c) if c.step + 1 == s.first_step && crate::load::writes_after_stop(&s.start.job) => {}
             Some(c) if c.step != s.first_step => violations.push(format!(
                 "{who} resumed from step {}, not from the newest checkpoint (step {} of attempt {})",
                 s.first_step, c.step, c.attempt
@@ -970,6 +990,10 @@ impl fmt::Display for Report {
             "jobs: {} acknowledged, {} succeeded, {} cancelled, {} ran more than once; {} replica starts, {} resumed from a checkpoint",
             self.acknowledged, self.succeeded, self.cancelled, self.rerun, self.starts, self.resumed
         )?;
+        if !self.misbehaving.is_empty() {
+            let ways: Vec<String> = self.misbehaving.iter().map(|(w, n)| format!("{n} {w}")).collect();
+            writeln!(f, "misbehaving jobs: {}", ways.join(", "))?;
+        }
         let h = &self.history;
         writeln!(
             f,
@@ -1396,6 +1420,25 @@ mod tests {
                 "a attempt 1 rank 0 was told to resume, but no earlier attempt wrote a checkpoint",
             ]
         );
+    }
+
+    /// A job that goes on saving after its stop may be killed between a checkpoint's rename
+    /// and its record: it resumes one step past the newest record. Only such a job, and only
+    /// one step.
+    #[test]
+    fn a_job_that_saves_after_its_stop_may_resume_one_step_past_its_newest_record() {
+        let late = "train-4-write-after-stop";
+        let written = [ckpt(late, 1, "0", 10, 100), ckpt("b", 1, "0", 10, 100)];
+        let resumed = |job, first_step| WitnessedStart {
+            first_step,
+            resume: true,
+            launched_ms: None,
+            ..start(job, 2, "0", "n1", 200)
+        };
+        let fine = [resumed(late, 10), resumed(late, 11)];
+        assert_eq!(resumed_from_newest(&fine, &written), (vec![], 2));
+        let wrong = [resumed(late, 12), resumed("b", 11)];
+        assert_eq!(resumed_from_newest(&wrong, &written).0.len(), 2);
     }
 
     fn end(job: &str, attempt: u32, rank: &str, last_step: u64, finished: bool) -> WitnessedEnd {

@@ -245,12 +245,14 @@ impl Proc {
 
     fn spawn(&mut self, baton: &Path) {
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("a log file");
-        // `ip netns exec` execs the program in place: the child's pid is baton's, so
-        // signals reach it.
+        // `nsenter` execs the program in place: the child's pid is baton's, so signals
+        // reach it. It enters the network namespace alone: `ip netns exec` also gives the
+        // program a mount namespace with /sys mounted afresh, without the cgroup
+        // hierarchies, and the agents fell back to holding replicas by process groups.
         let mut cmd = match &self.netns {
             Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(baton);
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}")).arg("--").arg(baton);
                 c
             }
             None => Command::new(baton),

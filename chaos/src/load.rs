@@ -9,11 +9,18 @@
 //! attempt): `sleepy` jobs of `batch` ask for one CPU, in mode `suspend`, and `cpu-urgent`
 //! jobs of `prod` for every CPU of the harness's three nodes, which they cannot have while
 //! any `sleepy` job runs without suspending it.
+//!
+//! A share of every kind does not cooperate (`Load::misbehave`, `baton workload
+//! --misbehave`): it ignores its stop signal, leaves a process behind outside its session,
+//! or goes on saving checkpoints after it was told to stop. Its name ends with the way it
+//! misbehaves (`train-7-escape`), which the checks read.
 
 use std::path::Path;
 
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::{ArraySpec, Cohort, JobSpec, PreemptionMode, Queue, Resources, SubmitRequest};
+
+use baton_agent::workload::Misbehave;
 
 use crate::rng::Rng;
 
@@ -64,11 +71,22 @@ fn cpus(n: u64) -> Resources {
     Resources { amounts: [("cpu".to_string(), n * MILLI_PER_CPU)].into() }
 }
 
+/// The share of jobs that misbehave unless told otherwise (`Load::misbehave`).
+pub const ADVERSARIAL_PERCENT: u64 = 15;
+
 /// Draws the run's jobs.
 pub struct Load {
     rng: Rng,
     made: u32,
     command: Vec<String>,
+    /// Share of jobs that misbehave, and the ways they may.
+    adversarial_percent: u64,
+    ways: Vec<Misbehave>,
+}
+
+/// Whether a job of the run writes checkpoints after its stop (its name says so).
+pub fn writes_after_stop(job: &str) -> bool {
+    job.contains(Misbehave::WriteAfterStop.name())
 }
 
 impl Load {
@@ -83,7 +101,14 @@ impl Load {
             STEP_MS.to_string(),
             "--steps".into(),
         ];
-        Load { rng: Rng::new(seed ^ 0x10ad), made: 0, command }
+        Load { rng: Rng::new(seed ^ 0x10ad), made: 0, command, adversarial_percent: 0, ways: Vec::new() }
+    }
+
+    /// `percent` of the jobs misbehave, each in one of `ways` drawn at random.
+    pub fn misbehave(mut self, percent: u64, ways: &[Misbehave]) -> Load {
+        self.adversarial_percent = if ways.is_empty() { 0 } else { percent.min(100) };
+        self.ways = ways.to_vec();
+        self
     }
 
     /// A training gang of `batch`: 1 or 2 replicas of 2 or 4 GPUs, 2 to 5 seconds of work;
@@ -153,9 +178,14 @@ impl Load {
 
     fn job(&mut self, kind: &str, queue: &str, class: &str, replicas: u32, gpus: u64, steps: u64) -> SubmitRequest {
         self.made += 1;
-        let name = format!("{kind}-{}", self.made);
+        let mut name = format!("{kind}-{}", self.made);
         let mut command = self.command.clone();
         command.push(steps.to_string());
+        if self.adversarial_percent > 0 && self.rng.chance(self.adversarial_percent) {
+            let way = self.ways[self.rng.range(0, self.ways.len() as u64 - 1) as usize];
+            name = format!("{name}-{}", way.name());
+            command.extend(["--misbehave".to_string(), way.name().to_string()]);
+        }
         let spec = JobSpec { grace_ms: Some(GRACE_MS), ..gpu_job(&name, queue, class, replicas, gpus, command) };
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
@@ -183,6 +213,26 @@ mod tests {
         let spec = job_spec_from_proto(req.spec.as_ref().unwrap()).unwrap();
         assert_eq!(spec.tasks[0].resources.get("gpu"), 0, "a CPU job asks for no GPU");
         spec.tasks[0].resources.get("cpu")
+    }
+
+    #[test]
+    fn a_share_of_jobs_misbehaves_each_named_by_its_way() {
+        let ways = [Misbehave::IgnoreStop, Misbehave::Escape];
+        let mut load = Load::new(1, Path::new("baton"), Path::new("witness")).misbehave(30, &ways);
+        let jobs: Vec<JobSpec> = (0..300).map(|_| load.any().spec.unwrap()).collect();
+        let way_of = |j: &JobSpec| {
+            let at = j.command.iter().position(|a| a == "--misbehave")?;
+            Some(j.command[at + 1].clone())
+        };
+        let bad: Vec<&JobSpec> = jobs.iter().filter(|j| way_of(j).is_some()).collect();
+        assert!((60..=120).contains(&bad.len()), "{} of 300 misbehave", bad.len());
+        for j in &bad {
+            let way = way_of(j).unwrap();
+            assert!(ways.iter().any(|w| w.name() == way), "{way}");
+            assert!(j.name.ends_with(&format!("-{way}")), "{} misbehaves as {way}", j.name);
+        }
+        let mut none = Load::new(1, Path::new("baton"), Path::new("witness")).misbehave(30, &[]);
+        assert!((0..100).all(|_| way_of(&none.any().spec.unwrap()).is_none()));
     }
 
     #[test]

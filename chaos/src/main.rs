@@ -71,6 +71,11 @@ struct Args {
     /// Inject slow disks only (needs what slow disks need, see `--no-slow-disks`).
     #[arg(long, conflicts_with_all = ["no_partitions", "only_partitions", "only_cuts", "preemption_kills"])]
     only_slow_disks: bool,
+    /// Percent of the jobs that misbehave: ignore their stop signal, go on saving checkpoints
+    /// after it, or (where every agent holds its replicas in cgroups) leave a process behind
+    /// outside their session. 0 runs only cooperative jobs.
+    #[arg(long, value_name = "PERCENT", default_value_t = baton_chaos::load::ADVERSARIAL_PERCENT, value_parser = clap::value_parser!(u64).range(0..=100))]
+    adversarial_percent: u64,
     /// Also write the run's counts (faults by kind and protocol state, jobs, violations) to
     /// FILE as JSON, for `baton-chaos sum`.
     #[arg(long, value_name = "FILE")]
@@ -301,6 +306,7 @@ fn one(args: &Args, baton: PathBuf) -> ExitCode {
     cfg.clock_rates = args.clock_rates;
     cfg.brisk = args.brisk;
     cfg.slow_disks = !args.no_slow_disks;
+    cfg.adversarial_percent = args.adversarial_percent;
     cfg.mix = match (args.no_partitions, args.only_partitions, args.only_cuts, args.preemption_kills) {
         _ if args.only_slow_disks => baton_chaos::faults::Mix::SlowDisks,
         (_, _, _, true) => baton_chaos::faults::Mix::PreemptionKills,
@@ -344,6 +350,8 @@ fn child_args(args: &Args, baton: &Path, seed: u64, json: &Path) -> Vec<String> 
         seed.to_string(),
         "--json".into(),
         json.display().to_string(),
+        "--adversarial-percent".into(),
+        args.adversarial_percent.to_string(),
     ];
     let flags = [
         (args.keep_dir, "--keep-dir"),

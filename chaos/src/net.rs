@@ -63,7 +63,12 @@ pub fn preflight() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("network partitions need root (network namespaces, veth pairs, nftables); run as root or pass --no-partitions".into());
     }
-    for (tool, args, package) in [("ip", &["netns", "list"][..], "iproute2"), ("nft", &["--version"][..], "nftables")] {
+    let tools = [
+        ("ip", &["netns", "list"][..], "iproute2"),
+        ("nft", &["--version"][..], "nftables"),
+        ("nsenter", &["--version"][..], "util-linux"),
+    ];
+    for (tool, args, package) in tools {
         match Command::new(tool).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status() {
             Ok(s) if s.success() => {}
             Ok(s) => {
@@ -191,7 +196,7 @@ impl Net {
         self.addrs[label]
     }
 
-    /// The namespace `label` runs in (for `ip netns exec`).
+    /// The namespace `label` runs in (`/run/netns/<it>`, which `nsenter --net` enters).
     pub fn namespace(&self, label: &str) -> &str {
         &self.namespaces[label]
     }

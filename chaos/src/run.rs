@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeSet;
 
+use baton_agent::node::CONTAINMENT_LABEL;
+use baton_agent::workload::Misbehave;
 use baton_proto::v1::{JobRef, JobState, ListJobsRequest, SubmitRequest};
 use tokio::task::JoinHandle;
 
@@ -70,6 +72,10 @@ pub struct Config {
     /// controller and the temporary directory on a block device: the run fails up front,
     /// naming what is missing, without them). Off for mixes without process faults.
     pub slow_disks: bool,
+    /// Share of the jobs that misbehave (`load::Load::misbehave`): ignore their stop
+    /// signal, go on saving checkpoints after it, or, where every agent holds its replicas in
+    /// cgroups, leave a process behind outside their session.
+    pub adversarial_percent: u64,
 }
 
 /// The clock offset of replicas 2 (ahead) and 3 (behind) with `Config::clock_offsets`:
@@ -99,6 +105,7 @@ impl Config {
             clock_rates: false,
             brisk: false,
             slow_disks: false,
+            adversarial_percent: load::ADVERSARIAL_PERCENT,
         }
     }
 }
@@ -151,7 +158,8 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         .await;
     }
 
-    let mut load = Load::new(cfg.seed, &cfg.baton, &witness);
+    let ways = misbehaving_ways(&c).await;
+    let mut load = Load::new(cfg.seed, &cfg.baton, &witness).misbehave(cfg.adversarial_percent, &ways);
     let history = Arc::new(History::default());
     // Training gangs fill the cluster first, so that interactive jobs must reclaim.
     for _ in 0..cfg.nodes {
@@ -265,6 +273,28 @@ fn logs_in(dir: &std::path::Path) -> Vec<(String, String)> {
 /// Makes one setup call (a put, which may be repeated), again while the cluster is
 /// unavailable: on a loaded machine (several runs at once) a new leader may not have heard
 /// from a quorum yet. Panics, naming the logs, after `SETUP_TRIES`.
+/// The ways jobs of the run may misbehave: a process left behind outside its session only
+/// where every agent holds its replicas in cgroups. An agent of the weaker mode
+/// (`--containment auto` without a usable cgroup tree: not root here) holds a replica by its
+/// process group, which such a process leaves: a limit of that mode its docs state.
+async fn misbehaving_ways(c: &Cluster) -> Vec<Misbehave> {
+    let mut ways = vec![Misbehave::IgnoreStop, Misbehave::WriteAfterStop];
+    let weak = |n: &baton_proto::v1::Node| n.labels.get(CONTAINMENT_LABEL).is_none_or(|m| m == "process-group");
+    let nodes = loop {
+        match c.client().await.list_nodes(baton_proto::v1::Empty {}).await {
+            Ok(r) => break r.into_inner().nodes,
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await;
+            }
+            Err(s) => panic!("the nodes are listed: {s}; logs in {}", c.dir.path().display()),
+        }
+    };
+    if !nodes.is_empty() && !nodes.iter().any(weak) {
+        ways.push(Misbehave::Escape);
+    }
+    ways
+}
+
 async fn setup_call<F, Fut>(c: &Cluster, what: &str, call: F)
 where
     F: Fn(crate::cluster::Client) -> Fut,

@@ -51,6 +51,9 @@ pub struct Tally {
     pub suspensions: u64,
     #[serde(default)]
     pub resumed_in_place: u64,
+    /// Jobs that misbehave, by way (absent from the files of runs made before they were).
+    #[serde(default)]
+    pub misbehaving: BTreeMap<String, u64>,
     /// Each violation, after the seed of its run.
     pub violations: Vec<String>,
 }
@@ -84,6 +87,7 @@ impl Tally {
             redone: n(report.redone.len()),
             suspensions: n(report.suspensions),
             resumed_in_place: n(report.resumed_in_place),
+            misbehaving: report.misbehaving.iter().map(|(w, c)| (w.to_string(), n(*c))).collect(),
             violations: report.violations.iter().map(|v| format!("seed {seed}: {v}")).collect(),
         };
         t.runs.push(RunLine {
@@ -135,6 +139,9 @@ impl Tally {
         self.suspensions += other.suspensions;
         self.resumed_in_place += other.resumed_in_place;
         self.redone += other.redone;
+        for (w, c) in &other.misbehaving {
+            *self.misbehaving.entry(w.clone()).or_default() += c;
+        }
         self.violations.extend(other.violations.iter().cloned());
     }
 
@@ -217,6 +224,10 @@ impl fmt::Display for Tally {
             self.suspensions,
             self.resumed_in_place
         )?;
+        if !self.misbehaving.is_empty() {
+            let ways: Vec<String> = self.misbehaving.iter().map(|(w, c)| format!("{c} {w}")).collect();
+            writeln!(f, "misbehaving jobs: {}", ways.join(", "))?;
+        }
         writeln!(f, "per seed (faults, leader kills right after a preemption, violations, wall time):")?;
         for r in &self.runs {
             writeln!(
@@ -259,6 +270,7 @@ mod tests {
             cancelled: 1,
             suspensions: 3,
             resumed_in_place: 2,
+            misbehaving: [("escape".to_string(), 1), ("ignore-stop".to_string(), 2)].into(),
             violations: violations.iter().map(|v| format!("seed {seed}: {v}")).collect(),
             ..Tally::default()
         };
@@ -289,6 +301,7 @@ mod tests {
         assert!(text.contains("leader kills right after a preemption: 12"), "{text}");
         assert!(text.contains("seed 100: train-3 ran twice"), "{text}");
         assert!(text.contains("6 suspended in place, 4 resumed in place"), "{text}");
+        assert!(text.contains("misbehaving jobs: 2 escape, 4 ignore-stop"), "{text}");
     }
 
     #[test]

@@ -19,6 +19,12 @@
 //! checkpoint holds `step attempt`), and appends each start to
 //! `DIR/starts` (`job attempt rank node first-step at-ms`, the last on the wall clock), and
 //! the GPUs it was given to `DIR/gpus` (`job attempt rank node gpus`).
+//!
+//! With `--misbehave MODE` it is a job that does not cooperate (the chaos harness's
+//! adversarial share, [`Misbehave`]): it ignores the stop signal, leaves a process behind
+//! outside its session, or goes on writing checkpoints after it was told to stop. The
+//! cluster must still never run two attempts at once nor give its GPUs to another job while
+//! any of its processes lives: the witness locks, which an escaped process inherits, say so.
 
 use std::fs::File;
 use std::io::Write;
@@ -26,6 +32,48 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How a workload misbehaves (`--misbehave`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misbehave {
+    /// Ignores SIGTERM and SIGUSR1: it saves nothing when stopped and runs on until SIGKILL.
+    IgnoreStop,
+    /// Leaves a process behind at its start (a double fork and `setsid`), which holds the
+    /// witness locks and sleeps for `ESCAPED_LIFE_S` unless it is killed.
+    Escape,
+    /// On the stop signal saves a checkpoint, then goes on working and saving one after each
+    /// step until SIGKILL.
+    WriteAfterStop,
+}
+
+impl Misbehave {
+    pub const NAMES: [&'static str; 3] = ["ignore-stop", "escape", "write-after-stop"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Misbehave::IgnoreStop => Self::NAMES[0],
+            Misbehave::Escape => Self::NAMES[1],
+            Misbehave::WriteAfterStop => Self::NAMES[2],
+        }
+    }
+}
+
+impl std::str::FromStr for Misbehave {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Misbehave, String> {
+        match s {
+            "ignore-stop" => Ok(Misbehave::IgnoreStop),
+            "escape" => Ok(Misbehave::Escape),
+            "write-after-stop" => Ok(Misbehave::WriteAfterStop),
+            _ => Err(format!("unknown way to misbehave {s:?}: expected one of {}", Self::NAMES.join(", "))),
+        }
+    }
+}
+
+/// How long a process that escaped its job lives unless it is killed: long past any chaos
+/// run's next attempt, bounded so that a test machine is not left with it for good.
+const ESCAPED_LIFE_S: u64 = 600;
 
 /// The signal that arrived (0: none). Set by the handler, read by the loop.
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
@@ -158,8 +206,45 @@ fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
     Ok(held)
 }
 
+/// Leaves a process behind that is no longer in this one's session or process group, and
+/// holds every descriptor this one holds (the witness locks among them).
+fn escape() {
+    // SAFETY: the workload has no other thread, so fork is safe; the children call only
+    // async-signal-safe functions (setsid, fork, sleep, _exit) before they end.
+    unsafe {
+        match libc::fork() {
+            0 => {
+                libc::setsid();
+                if libc::fork() == 0 {
+                    let mut left = ESCAPED_LIFE_S as libc::c_uint;
+                    while left > 0 {
+                        left = libc::sleep(left);
+                    }
+                }
+                libc::_exit(0);
+            }
+            child if child > 0 => {
+                let mut status = 0;
+                libc::waitpid(child, &mut status, 0);
+            }
+            _ => eprintln!("workload: fork failed: {}", std::io::Error::last_os_error()),
+        }
+    }
+}
+
 /// Runs the workload; returns the process exit code.
 pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Option<&Path>) -> i32 {
+    run_misbehaving(steps, other_ranks_steps, step_ms, witness, None)
+}
+
+/// As [`run`], misbehaving as `misbehave` says.
+pub fn run_misbehaving(
+    steps: u64,
+    other_ranks_steps: Option<u64>,
+    step_ms: u64,
+    witness: Option<&Path>,
+    misbehave: Option<Misbehave>,
+) -> i32 {
     let steps = steps_of_rank(steps, other_ranks_steps, &env("BATON_RANK"));
     let who = format!("{} attempt {} rank {}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"));
     let _held = match witness.map(witness_locks).transpose() {
@@ -169,11 +254,18 @@ pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Op
             return EXIT_VIOLATION;
         }
     };
+    let handler = match misbehave {
+        Some(Misbehave::IgnoreStop) => libc::SIG_IGN,
+        _ => on_signal as *const () as libc::sighandler_t,
+    };
     for sig in [libc::SIGTERM, libc::SIGUSR1] {
-        // SAFETY: installs a handler that only stores to an atomic.
+        // SAFETY: installs a handler that only stores to an atomic, or ignores the signal.
         unsafe {
-            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+            libc::signal(sig, handler);
         }
+    }
+    if misbehave == Some(Misbehave::Escape) {
+        escape();
     }
     let mut out = std::io::stdout();
     let mut step = 0;
@@ -213,9 +305,17 @@ pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Op
         let gpus = env("CUDA_VISIBLE_DEVICES");
         append(&dir.join("gpus"), &format!("{} {}", who_fields(), if gpus.is_empty() { "-" } else { &gpus }));
     }
+    // The step at which a `WriteAfterStop` workload was told to stop.
+    let mut stopped_at: Option<u64> = None;
     while step < steps {
         let until = Instant::now() + Duration::from_millis(step_ms);
         loop {
+            if SIGNALLED.load(Ordering::SeqCst) != 0 && misbehave == Some(Misbehave::WriteAfterStop) {
+                // Told to stop: it saves, and then works on, saving after each step below.
+                SIGNALLED.store(0, Ordering::SeqCst);
+                stopped_at = Some(step);
+                let _ = save(step, witness);
+            }
             if SIGNALLED.load(Ordering::SeqCst) != 0 {
                 return match save(step, witness) {
                     Ok(_) => {
@@ -239,6 +339,9 @@ pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Op
         step += 1;
         let _ = writeln!(out, "step {step}");
         let _ = out.flush();
+        if stopped_at.is_some() {
+            let _ = save(step, witness);
+        }
     }
     // A rank that exits 0 counts as stopped with its work saved: its gang may be resumed
     // later (another rank was cut off), and this rank must then find its work.

@@ -127,13 +127,23 @@ pub struct WorkloadArgs {
     /// Check the cluster's promises with locks in this directory (the chaos harness).
     #[arg(long)]
     witness: Option<std::path::PathBuf>,
+    /// Do not cooperate (chaos runs): `ignore-stop` ignores SIGTERM, `escape` leaves a
+    /// process behind outside its session, `write-after-stop` goes on saving checkpoints
+    /// after it was told to stop.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(baton_agent::workload::Misbehave::NAMES))]
+    misbehave: Option<String>,
 }
 
 pub fn workload(args: WorkloadArgs) -> ExitCode {
-    ExitCode::from(
-        baton_agent::workload::run(args.steps, args.other_ranks_steps, args.step_ms, args.witness.as_deref())
-            .clamp(0, 255) as u8,
-    )
+    let misbehave = args.misbehave.map(|m| m.parse().expect("clap checked the value"));
+    let code = baton_agent::workload::run_misbehaving(
+        args.steps,
+        args.other_ranks_steps,
+        args.step_ms,
+        args.witness.as_deref(),
+        misbehave,
+    );
+    ExitCode::from(code.clamp(0, 255) as u8)
 }
 
 /// `--topology LEVEL=DOMAIN`, each checked as the leader will (a level name, a domain name).

@@ -263,3 +263,98 @@ fn the_witness_records_checkpoints_ends_and_how_each_start_began() {
     );
     assert!(ends.iter().all(|f| f[6].parse::<u64>().is_ok()), "{ends:?}");
 }
+
+/// Reads the workload's stdout until a line that `stop` accepts.
+fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, stop: impl Fn(&str) -> bool) {
+    for line in lines {
+        if stop(&line.unwrap()) {
+            return;
+        }
+    }
+    panic!("the workload ended before the line looked for");
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory effects; the pid is this test's own process.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// The steps of the checkpoint records `witness/checkpoints` holds, in order.
+fn recorded_steps(witness: &std::path::Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(witness.join("checkpoints")).unwrap_or_default();
+    text.lines().map(|l| l.split_whitespace().nth(4).unwrap().parse().unwrap()).collect()
+}
+
+/// The chaos harness's jobs that do not cooperate: one ignores its stop signal and saves
+/// nothing, one goes on saving checkpoints after it, each until SIGKILL.
+#[test]
+fn a_misbehaving_workload_ignores_its_stop_or_saves_after_it() {
+    for way in ["ignore-stop", "write-after-stop"] {
+        let (witness, ckpt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut child = witnessed(witness.path(), ckpt.path(), way, 1, "")
+            .args(["--misbehave", way])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        read_until(&mut lines, |l| l == "step 2");
+        signal(child.id(), libc::SIGTERM);
+        // Five more steps after the stop signal: it still works.
+        read_until(&mut lines, |l| l.strip_prefix("step ").is_some_and(|s| s.parse::<u64>().unwrap() >= 8));
+        assert!(child.try_wait().unwrap().is_none(), "{way}: it ran on after its stop signal");
+        signal(child.id(), libc::SIGKILL);
+        child.wait().unwrap();
+        let saved = recorded_steps(witness.path());
+        match way {
+            "ignore-stop" => assert!(saved.is_empty(), "{way} saved {saved:?}"),
+            _ => assert!(saved.len() >= 5 && saved.windows(2).all(|w| w[0] < w[1]), "{way} saved {saved:?}"),
+        }
+    }
+}
+
+/// A job that leaves a process behind outside its session: once the job itself is killed,
+/// its escaped process still holds the witness's locks, so the next attempt records two
+/// attempts at once. Only an agent that kills the whole cgroup keeps the promise (the chaos
+/// harness draws this way only where every agent does).
+#[test]
+fn a_workload_that_escapes_its_session_leaves_a_process_holding_its_locks() {
+    let (witness, ckpt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut child = witnessed(witness.path(), ckpt.path(), "escaper", 1, "0")
+        .args(["--misbehave", "escape"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    read_until(&mut lines, |l| l == "step 1");
+    signal(child.id(), libc::SIGKILL);
+    child.wait().unwrap();
+    let escaped = processes_naming(witness.path());
+    let second = witnessed(witness.path(), ckpt.path(), "escaper", 2, "0").output().unwrap();
+    for pid in &escaped {
+        signal(*pid, libc::SIGKILL);
+    }
+    assert_eq!(escaped.len(), 1, "one escaped process: {escaped:?}");
+    assert_eq!(second.status.code(), Some(3), "the next attempt found the locks taken");
+    let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap();
+    assert!(violations.contains("two attempts of escaper rank 0 at once"), "{violations}");
+}
+
+/// Processes whose command line names `dir` (an escaped workload runs its parent's).
+fn processes_naming(dir: &std::path::Path) -> Vec<u32> {
+    let needle = dir.to_str().unwrap().as_bytes().to_vec();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
+}
+
+#[test]
+fn an_unknown_way_to_misbehave_is_refused_naming_the_ways() {
+    let out = Command::new(env!("CARGO_BIN_EXE_baton")).args(["workload", "--misbehave", "sulk"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sulk") && err.contains("ignore-stop") && err.contains("write-after-stop"), "{err}");
+}
