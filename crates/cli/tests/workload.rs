@@ -264,6 +264,22 @@ fn the_witness_records_checkpoints_ends_and_how_each_start_began() {
     assert!(ends.iter().all(|f| f[6].parse::<u64>().is_ok()), "{ends:?}");
 }
 
+type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// A first attempt of `witnessed` job `job` that misbehaves as `way`, and its stdout.
+fn misbehaving(
+    witness: &std::path::Path,
+    ckpt: &std::path::Path,
+    job: &str,
+    gpus: &str,
+    way: &str,
+) -> (std::process::Child, Lines) {
+    let mut child =
+        witnessed(witness, ckpt, job, 1, gpus).args(["--misbehave", way]).stdout(Stdio::piped()).spawn().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
 /// Reads the workload's stdout until a line that `stop` accepts.
 fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, stop: impl Fn(&str) -> bool) {
     for line in lines {
@@ -291,12 +307,7 @@ fn recorded_steps(witness: &std::path::Path) -> Vec<u64> {
 fn a_misbehaving_workload_ignores_its_stop_or_saves_after_it() {
     for way in ["ignore-stop", "write-after-stop"] {
         let (witness, ckpt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut child = witnessed(witness.path(), ckpt.path(), way, 1, "")
-            .args(["--misbehave", way])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (mut child, mut lines) = misbehaving(witness.path(), ckpt.path(), way, "", way);
         read_until(&mut lines, |l| l == "step 2");
         signal(child.id(), libc::SIGTERM);
         // Five more steps after the stop signal: it still works.
@@ -319,12 +330,7 @@ fn a_misbehaving_workload_ignores_its_stop_or_saves_after_it() {
 #[test]
 fn a_workload_that_escapes_its_session_leaves_a_process_holding_its_locks() {
     let (witness, ckpt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut child = witnessed(witness.path(), ckpt.path(), "escaper", 1, "0")
-        .args(["--misbehave", "escape"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) = misbehaving(witness.path(), ckpt.path(), "escaper", "0", "escape");
     read_until(&mut lines, |l| l == "step 1");
     signal(child.id(), libc::SIGKILL);
     child.wait().unwrap();

@@ -109,6 +109,28 @@ fn leader(handles: &Handles) -> Option<NodeId> {
     handles.lock().unwrap().values().find(|r| r.metrics().role == Role::Leader).map(|r| r.id())
 }
 
+/// A simulation on links of a LAN's latency, 1-5 ms.
+fn lan(duration: Duration) -> turmoil::Sim<'static> {
+    turmoil::Builder::new()
+        .simulation_duration(duration)
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(5))
+        .build()
+}
+
+/// Cuts leader `old` off from the other replicas and waits until one of them leads: the
+/// others, and which of them leads.
+async fn cut_off_until_replaced(h: &Handles, old: NodeId) -> (Vec<NodeId>, NodeId) {
+    let others: Vec<NodeId> = (1..=3).filter(|&id| id != old).collect();
+    for &o in &others {
+        turmoil::partition(host_name(old), host_name(o));
+    }
+    let leading = |h: &Handles| others.iter().copied().find(|&o| replica(h, o).metrics().role == Role::Leader);
+    eventually(h, "a majority leader", Duration::from_secs(10), || leading(h).is_some()).await;
+    let new = leading(h).expect("a majority leader");
+    (others, new)
+}
+
 #[test]
 fn minority_cannot_commit_and_all_converge_after_healing() -> turmoil::Result {
     let mut sim = turmoil::Builder::new().simulation_duration(Duration::from_secs(120)).build();
@@ -183,11 +205,7 @@ fn minority_cannot_commit_and_all_converge_after_healing() -> turmoil::Result {
 /// simulated time, on links of 1-5 ms.
 #[test]
 fn a_silent_leader_is_replaced_soon_after_its_lease() -> turmoil::Result {
-    let mut sim = turmoil::Builder::new()
-        .simulation_duration(Duration::from_secs(60))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(5))
-        .build();
+    let mut sim = lan(Duration::from_secs(60));
     let handles: Handles = Arc::default();
     let tuned = RaftSettings { election_timeout_min_ms: 1_000, election_timeout_max_ms: 1_250, ..settings() };
     let lease = Duration::from_millis(tuned.election_timeout_max_ms);
@@ -198,15 +216,8 @@ fn a_silent_leader_is_replaced_soon_after_its_lease() -> turmoil::Result {
         for round in 0..3 {
             let old = first_leader(&h).await;
             replica(&h, old).write(put(&format!("before-{round}"))).await??;
-            let others: Vec<NodeId> = (1..=3).filter(|&id| id != old).collect();
-            for &o in &others {
-                turmoil::partition(host_name(old), host_name(o));
-            }
             let cut = tokio::time::Instant::now();
-            eventually(&h, "a majority leader", Duration::from_secs(10), || {
-                others.iter().any(|&o| replica(&h, o).metrics().role == Role::Leader)
-            })
-            .await;
+            let (others, _) = cut_off_until_replaced(&h, old).await;
             let took = cut.elapsed();
             // The lease, a heartbeat, at most the 250 ms spread, round trips, a 50 ms poll.
             assert!(took < lease + Duration::from_millis(500), "round {round}: a new leader after {took:?}");
@@ -236,11 +247,7 @@ const WRITTEN_BEFORE_FAILOVER: usize = 600;
 fn a_new_leader_sends_its_follower_only_what_it_lacks() -> turmoil::Result {
     // A LAN's latency: turmoil's default (up to 100 ms) times out a probe, after which a
     // link sends batches whole for the rest of the term.
-    let mut sim = turmoil::Builder::new()
-        .simulation_duration(Duration::from_secs(300))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(5))
-        .build();
+    let mut sim = lan(Duration::from_secs(300));
     let handles: Handles = Arc::default();
     add_replicas(&mut sim, 3, &handles);
 
@@ -255,15 +262,7 @@ fn a_new_leader_sends_its_follower_only_what_it_lacks() -> turmoil::Result {
             (1..=3).all(|id| replica(&h, id).metrics().last_applied_index.unwrap_or(0) >= last)
         })
         .await;
-        let others: Vec<NodeId> = (1..=3).filter(|&id| id != old).collect();
-        for &o in &others {
-            turmoil::partition(host_name(old), host_name(o));
-        }
-        eventually(&h, "a majority leader", Duration::from_secs(10), || {
-            others.iter().any(|&o| replica(&h, o).metrics().role == Role::Leader)
-        })
-        .await;
-        let new = others.iter().copied().find(|&o| replica(&h, o).metrics().role == Role::Leader).unwrap();
+        let (others, new) = cut_off_until_replaced(&h, old).await;
         replica(&h, new).write(put("after")).await??;
         let follower = others.iter().copied().find(|&o| o != new).unwrap();
         eventually(&h, "the follower applies the write after the failover", Duration::from_secs(10), || {
