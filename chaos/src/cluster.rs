@@ -597,6 +597,17 @@ impl Cluster {
         self.agents.get_mut(name).expect("a known agent").1.kill();
     }
 
+    /// Deletes node `name`'s agent journal (its agent stopped), the remedy an operator might
+    /// reach for when a journal is damaged, while its replicas' processes may still live.
+    pub fn wipe_agent_journal(&self, name: &str) {
+        let journal = self.path(&format!("agent-{name}")).join("journal");
+        if let Err(e) = std::fs::remove_dir_all(&journal)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            panic!("cannot wipe {}: {e}", journal.display());
+        }
+    }
+
     /// SIGSTOP (`true`) or SIGCONT (`false`) an agent: a stalled host, a long pause. Its
     /// replicas' processes are not stopped with it.
     pub fn pause_agent(&mut self, name: &str, paused: bool) {

@@ -61,6 +61,19 @@ const PREEMPTION_KILL_OUTAGE_MS: (u64, u64) = (0, 2_000);
 /// Share of process faults that are slow disks, when a run has them (the other process
 /// faults keep their shares among the rest).
 const SLOW_DISK_PERCENT: u64 = 12;
+/// A short kill of `agent`, which also wipes its journal `WIPE_JOURNAL_PERCENT` of the time
+/// when `wipe_journals`.
+fn short_agent_kill(rng: &mut Rng, wipe_journals: bool, agent: String) -> Fault {
+    if wipe_journals && rng.chance(WIPE_JOURNAL_PERCENT) {
+        Fault::WipeJournal { name: agent }
+    } else {
+        Fault::KillAgent { name: agent }
+    }
+}
+
+/// Share of the short agent kills that also wipe the agent's journal, where the agents hold
+/// their replicas in cgroups (`Faults::wipe_journals`).
+const WIPE_JOURNAL_PERCENT: u64 = 30;
 /// A slow disk's write IOs a second (each fsync is at least one), and how long it lasts.
 const SLOW_DISK_IOPS: (u64, u64) = (10, 20);
 const SLOW_DISK_MS: (u64, u64) = (2_000, 5_000);
@@ -148,6 +161,10 @@ pub enum Fault {
     KillAgent { name: String },
     /// SIGKILL an agent and keep it down past the heartbeat timeout: its node is lost.
     KillAgentLong { name: String },
+    /// SIGKILL an agent, delete its journal while its replicas' processes live on, restart
+    /// it before its node could be declared lost: it must find them by their cgroups and
+    /// settle them before it starts anything.
+    WipeJournal { name: String },
     /// SIGSTOP an agent past the heartbeat timeout (its processes keep running unless its
     /// lease and their watchdog stop them), then SIGCONT.
     StallAgent { name: String },
@@ -178,6 +195,7 @@ impl Fault {
             Fault::KillNewLeader { .. } => "kill leader, then the new leader",
             Fault::KillAgent { .. } => "kill agent (short)",
             Fault::KillAgentLong { .. } => "kill agent past the heartbeat timeout",
+            Fault::WipeJournal { .. } => "kill agent, wipe its journal",
             Fault::StallAgent { .. } => "stop agent past the heartbeat timeout",
             Fault::Isolate { leader: true, .. } => "cut off the leader",
             Fault::Isolate { leader: false, .. } => "cut off a follower",
@@ -214,6 +232,7 @@ impl Fault {
             | Fault::KillNewLeader { .. }
             | Fault::KillAgent { .. }
             | Fault::KillAgentLong { .. }
+            | Fault::WipeJournal { .. }
             | Fault::StallAgent { .. }
             | Fault::SlowDisk { .. } => Vec::new(),
         }
@@ -231,6 +250,7 @@ impl fmt::Display for Fault {
             }
             Fault::KillAgent { name } => write!(f, "killed agent {name}"),
             Fault::KillAgentLong { name } => write!(f, "killed agent {name} past the heartbeat timeout"),
+            Fault::WipeJournal { name } => write!(f, "killed agent {name} and wiped its journal, its processes alive"),
             Fault::StallAgent { name } => write!(f, "stopped agent {name} past the heartbeat timeout"),
             Fault::Isolate { replica, leader } => write!(f, "cut off replica {}{}", replica + 1, role(leader)),
             Fault::DeposeLeader { replica } => {
@@ -325,6 +345,8 @@ pub struct Faults {
     brisk: bool,
     /// The cgroup that slows a replica's disk, when the run has slow disks.
     slow_disk: Option<SlowDisk>,
+    /// Whether short agent kills may wipe the journal (`Fault::WipeJournal`).
+    wipe_journals: bool,
 }
 
 impl Faults {
@@ -338,7 +360,16 @@ impl Faults {
             mix,
             brisk: false,
             slow_disk: None,
+            wipe_journals: false,
         }
+    }
+
+    /// Some short agent kills wipe the agent's journal too (`WIPE_JOURNAL_PERCENT`): only
+    /// where every agent holds its replicas in cgroups, which a restarted agent finds. An
+    /// agent that holds them by process groups cannot find what its journal forgot.
+    pub fn wipe_journals(mut self, on: bool) -> Faults {
+        self.wipe_journals = on;
+        self
     }
 
     /// Slow disks among the process faults (`SLOW_DISK_PERCENT` of them), made with `disk`.
@@ -472,7 +503,7 @@ impl Faults {
                 Fault::KillNewLeader { first: leader, second: leader }
             }
         } else if roll < 70 {
-            Fault::KillAgent { name: agent }
+            short_agent_kill(&mut self.rng, self.wipe_journals, agent)
         } else if roll < 85 {
             Fault::KillAgentLong { name: agent }
         } else {
@@ -519,6 +550,12 @@ impl Faults {
             }
             Fault::KillAgent { ref name } => {
                 c.kill_agent(name);
+                tokio::time::sleep(Duration::from_millis(self.rng.range(200, self.max_agent_outage_ms))).await;
+                c.start_agent(name);
+            }
+            Fault::WipeJournal { ref name } => {
+                c.kill_agent(name);
+                c.wipe_agent_journal(name);
                 tokio::time::sleep(Duration::from_millis(self.rng.range(200, self.max_agent_outage_ms))).await;
                 c.start_agent(name);
             }
@@ -670,6 +707,17 @@ mod tests {
         assert_eq!(kinds, [(0, 20), (20, 20), (40, 20), (60, 20), (75, 20)]);
         assert!(kinds.iter().all(|(r, _)| *r < 90), "a lossy link drawn");
         assert_eq!(PARTITION_KINDS.len(), kinds.len());
+    }
+
+    #[test]
+    fn a_short_agent_kill_wipes_the_journal_only_where_asked() {
+        let mut rng = Rng::new(3);
+        let wiped = |rng: &mut Rng, on| {
+            (0..300).filter(|_| matches!(short_agent_kill(rng, on, "n1".into()), Fault::WipeJournal { .. })).count()
+        };
+        assert_eq!(wiped(&mut rng, false), 0);
+        let n = wiped(&mut rng, true);
+        assert!((60..=120).contains(&n), "{n} of 300 short kills wiped the journal");
     }
 
     fn topology() -> Topology {

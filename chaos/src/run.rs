@@ -158,7 +158,11 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         .await;
     }
 
-    let ways = misbehaving_ways(&c).await;
+    let contained = every_agent_holds_replicas_in_cgroups(&c).await;
+    let mut ways = vec![Misbehave::IgnoreStop, Misbehave::WriteAfterStop];
+    if contained {
+        ways.push(Misbehave::Escape);
+    }
     let mut load = Load::new(cfg.seed, &cfg.baton, &witness).misbehave(cfg.adversarial_percent, &ways);
     let history = Arc::new(History::default());
     // Training gangs fill the cluster first, so that interactive jobs must reclaim.
@@ -188,8 +192,10 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         Some(d) => eprintln!("chaos: slow disks on, device {} of the replicas' data", d.device()),
         None => eprintln!("chaos: slow disks off"),
     }
-    let mut faults =
-        Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix).brisk(cfg.brisk).slow_disks(disk);
+    let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix)
+        .brisk(cfg.brisk)
+        .slow_disks(disk)
+        .wipe_journals(contained);
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
@@ -273,12 +279,13 @@ fn logs_in(dir: &std::path::Path) -> Vec<(String, String)> {
 /// Makes one setup call (a put, which may be repeated), again while the cluster is
 /// unavailable: on a loaded machine (several runs at once) a new leader may not have heard
 /// from a quorum yet. Panics, naming the logs, after `SETUP_TRIES`.
-/// The ways jobs of the run may misbehave: a process left behind outside its session only
-/// where every agent holds its replicas in cgroups. An agent of the weaker mode
-/// (`--containment auto` without a usable cgroup tree: not root here) holds a replica by its
-/// process group, which such a process leaves: a limit of that mode its docs state.
-async fn misbehaving_ways(c: &Cluster) -> Vec<Misbehave> {
-    let mut ways = vec![Misbehave::IgnoreStop, Misbehave::WriteAfterStop];
+/// Whether every agent holds its replicas in cgroups, as its node's label says. Only then
+/// may jobs leave a process behind outside their session (`Misbehave::Escape`) and agents'
+/// journals be wiped (`Fault::WipeJournal`): an agent of the weaker mode (`--containment
+/// auto` without a usable cgroup tree; not root here) holds a replica by its process group,
+/// which such a process leaves, and cannot find processes its journal forgot, limits of that
+/// mode its docs state.
+async fn every_agent_holds_replicas_in_cgroups(c: &Cluster) -> bool {
     let weak = |n: &baton_proto::v1::Node| n.labels.get(CONTAINMENT_LABEL).is_none_or(|m| m == "process-group");
     let nodes = loop {
         match c.client().await.list_nodes(baton_proto::v1::Empty {}).await {
@@ -289,10 +296,7 @@ async fn misbehaving_ways(c: &Cluster) -> Vec<Misbehave> {
             Err(s) => panic!("the nodes are listed: {s}; logs in {}", c.dir.path().display()),
         }
     };
-    if !nodes.is_empty() && !nodes.iter().any(weak) {
-        ways.push(Misbehave::Escape);
-    }
-    ways
+    !nodes.is_empty() && !nodes.iter().any(weak)
 }
 
 async fn setup_call<F, Fut>(c: &Cluster, what: &str, call: F)
