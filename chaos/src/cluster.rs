@@ -597,6 +597,27 @@ impl Cluster {
         self.agents.get_mut(name).expect("a known agent").1.kill();
     }
 
+    /// Kills every process of node `name`'s replicas at once, as a reboot does: `cgroup.kill`
+    /// of the cgroup tree its agent's latest start logged (`root=`). Nothing when it logged
+    /// none (it holds replicas by process groups).
+    pub fn kill_agent_replicas(&self, name: &str) {
+        let log = self.agent_log(name);
+        let Some(root) = log
+            .lines()
+            .filter(|l| l.contains("each replica runs in a cgroup of its own"))
+            .filter_map(|l| l.split_once("root=").map(|(_, r)| r.trim().to_string()))
+            .next_back()
+        else {
+            return;
+        };
+        let kill = Path::new(&root).join("cgroup.kill");
+        if let Err(e) = std::fs::write(&kill, "1")
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            panic!("cannot kill the replicas of {name} through {}: {e}", kill.display());
+        }
+    }
+
     /// Deletes node `name`'s agent journal (its agent stopped), the remedy an operator might
     /// reach for when a journal is damaged, while its replicas' processes may still live.
     pub fn wipe_agent_journal(&self, name: &str) {

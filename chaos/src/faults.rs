@@ -62,17 +62,31 @@ const PREEMPTION_KILL_OUTAGE_MS: (u64, u64) = (0, 2_000);
 /// faults keep their shares among the rest).
 const SLOW_DISK_PERCENT: u64 = 12;
 /// A short kill of `agent`, which also wipes its journal `WIPE_JOURNAL_PERCENT` of the time
-/// when `wipe_journals`.
-fn short_agent_kill(rng: &mut Rng, wipe_journals: bool, agent: String) -> Fault {
-    if wipe_journals && rng.chance(WIPE_JOURNAL_PERCENT) {
+/// where agents hold their replicas in cgroups (`contained`).
+fn short_agent_kill(rng: &mut Rng, contained: bool, agent: String) -> Fault {
+    if contained && rng.chance(WIPE_JOURNAL_PERCENT) {
         Fault::WipeJournal { name: agent }
     } else {
         Fault::KillAgent { name: agent }
     }
 }
 
+/// A long kill of `agent`, which is a reboot of its whole node `REBOOT_PERCENT` of the time
+/// where agents hold their replicas in cgroups (`contained`): only there can the harness
+/// kill every process of a node's replicas at once, as a reboot does.
+fn long_agent_kill(rng: &mut Rng, contained: bool, agent: String) -> Fault {
+    if contained && rng.chance(REBOOT_PERCENT) {
+        Fault::RebootNode { name: agent }
+    } else {
+        Fault::KillAgentLong { name: agent }
+    }
+}
+
+/// Share of the long agent kills that reboot the whole node (`long_agent_kill`).
+const REBOOT_PERCENT: u64 = 30;
+
 /// Share of the short agent kills that also wipe the agent's journal, where the agents hold
-/// their replicas in cgroups (`Faults::wipe_journals`).
+/// their replicas in cgroups (`Faults::contained`).
 const WIPE_JOURNAL_PERCENT: u64 = 30;
 /// A slow disk's write IOs a second (each fsync is at least one), and how long it lasts.
 const SLOW_DISK_IOPS: (u64, u64) = (10, 20);
@@ -161,6 +175,10 @@ pub enum Fault {
     KillAgent { name: String },
     /// SIGKILL an agent and keep it down past the heartbeat timeout: its node is lost.
     KillAgentLong { name: String },
+    /// The node reboots: its agent and every process of its replicas are killed at once
+    /// (`cgroup.kill` of the agent's cgroup tree), and the agent starts again past the
+    /// heartbeat timeout with its journal as it was: its node is lost, its jobs move on.
+    RebootNode { name: String },
     /// SIGKILL an agent, delete its journal while its replicas' processes live on, restart
     /// it before its node could be declared lost: it must find them by their cgroups and
     /// settle them before it starts anything.
@@ -196,6 +214,7 @@ impl Fault {
             Fault::KillAgent { .. } => "kill agent (short)",
             Fault::KillAgentLong { .. } => "kill agent past the heartbeat timeout",
             Fault::WipeJournal { .. } => "kill agent, wipe its journal",
+            Fault::RebootNode { .. } => "reboot a node past the heartbeat timeout",
             Fault::StallAgent { .. } => "stop agent past the heartbeat timeout",
             Fault::Isolate { leader: true, .. } => "cut off the leader",
             Fault::Isolate { leader: false, .. } => "cut off a follower",
@@ -233,6 +252,7 @@ impl Fault {
             | Fault::KillAgent { .. }
             | Fault::KillAgentLong { .. }
             | Fault::WipeJournal { .. }
+            | Fault::RebootNode { .. }
             | Fault::StallAgent { .. }
             | Fault::SlowDisk { .. } => Vec::new(),
         }
@@ -251,6 +271,7 @@ impl fmt::Display for Fault {
             Fault::KillAgent { name } => write!(f, "killed agent {name}"),
             Fault::KillAgentLong { name } => write!(f, "killed agent {name} past the heartbeat timeout"),
             Fault::WipeJournal { name } => write!(f, "killed agent {name} and wiped its journal, its processes alive"),
+            Fault::RebootNode { name } => write!(f, "rebooted node {name} past the heartbeat timeout"),
             Fault::StallAgent { name } => write!(f, "stopped agent {name} past the heartbeat timeout"),
             Fault::Isolate { replica, leader } => write!(f, "cut off replica {}{}", replica + 1, role(leader)),
             Fault::DeposeLeader { replica } => {
@@ -345,8 +366,9 @@ pub struct Faults {
     brisk: bool,
     /// The cgroup that slows a replica's disk, when the run has slow disks.
     slow_disk: Option<SlowDisk>,
-    /// Whether short agent kills may wipe the journal (`Fault::WipeJournal`).
-    wipe_journals: bool,
+    /// Whether every agent holds its replicas in cgroups: short agent kills may then wipe
+    /// the journal (`Fault::WipeJournal`) and long ones reboot the node (`Fault::RebootNode`).
+    contained: bool,
 }
 
 impl Faults {
@@ -360,15 +382,17 @@ impl Faults {
             mix,
             brisk: false,
             slow_disk: None,
-            wipe_journals: false,
+            contained: false,
         }
     }
 
-    /// Some short agent kills wipe the agent's journal too (`WIPE_JOURNAL_PERCENT`): only
-    /// where every agent holds its replicas in cgroups, which a restarted agent finds. An
-    /// agent that holds them by process groups cannot find what its journal forgot.
-    pub fn wipe_journals(mut self, on: bool) -> Faults {
-        self.wipe_journals = on;
+    /// Where every agent holds its replicas in cgroups (`contained`), some short agent kills
+    /// wipe the agent's journal too (`WIPE_JOURNAL_PERCENT`) and some long ones reboot the
+    /// whole node (`REBOOT_PERCENT`). An agent that holds replicas by process groups cannot
+    /// find processes its journal forgot, and the harness cannot kill a node's processes at
+    /// once.
+    pub fn contained(mut self, contained: bool) -> Faults {
+        self.contained = contained;
         self
     }
 
@@ -503,9 +527,9 @@ impl Faults {
                 Fault::KillNewLeader { first: leader, second: leader }
             }
         } else if roll < 70 {
-            short_agent_kill(&mut self.rng, self.wipe_journals, agent)
+            short_agent_kill(&mut self.rng, self.contained, agent)
         } else if roll < 85 {
-            Fault::KillAgentLong { name: agent }
+            long_agent_kill(&mut self.rng, self.contained, agent)
         } else {
             Fault::StallAgent { name: agent }
         }
@@ -557,6 +581,12 @@ impl Faults {
                 c.kill_agent(name);
                 c.wipe_agent_journal(name);
                 tokio::time::sleep(Duration::from_millis(self.rng.range(200, self.max_agent_outage_ms))).await;
+                c.start_agent(name);
+            }
+            Fault::RebootNode { ref name } => {
+                c.kill_agent(name);
+                c.kill_agent_replicas(name);
+                tokio::time::sleep(Duration::from_millis(long_ms)).await;
                 c.start_agent(name);
             }
             Fault::KillAgentLong { ref name } => {
@@ -718,6 +748,17 @@ mod tests {
         assert_eq!(wiped(&mut rng, false), 0);
         let n = wiped(&mut rng, true);
         assert!((60..=120).contains(&n), "{n} of 300 short kills wiped the journal");
+    }
+
+    #[test]
+    fn a_long_agent_kill_reboots_the_node_only_where_agents_hold_replicas_in_cgroups() {
+        let mut rng = Rng::new(4);
+        let rebooted = |rng: &mut Rng, on| {
+            (0..300).filter(|_| matches!(long_agent_kill(rng, on, "n1".into()), Fault::RebootNode { .. })).count()
+        };
+        assert_eq!(rebooted(&mut rng, false), 0);
+        let n = rebooted(&mut rng, true);
+        assert!((60..=120).contains(&n), "{n} of 300 long kills rebooted the node");
     }
 
     fn topology() -> Topology {

@@ -195,7 +195,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix)
         .brisk(cfg.brisk)
         .slow_disks(disk)
-        .wipe_journals(contained);
+        .contained(contained);
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
