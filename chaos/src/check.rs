@@ -90,10 +90,14 @@ pub struct Evidence<'a> {
     /// The GPU faults injected, each with when the cluster listed it and when its clearing
     /// was asked.
     pub gpu_faults: &'a [crate::gpu_faults::Span],
+    /// Whether every agent held its replicas in cgroups (its node's label said so).
+    pub contained: bool,
 }
 
 pub struct Report {
     pub seconds: u64,
+    /// Whether every agent held its replicas in cgroups (`Evidence::contained`).
+    pub contained: bool,
     pub mix: Mix,
     pub clock_offsets_s: Vec<i64>,
     pub faults: Vec<String>,
@@ -202,6 +206,7 @@ impl Report {
         violations.extend(vacuous(e, resumed));
         Report {
             seconds: e.seconds,
+            contained: e.contained,
             mix: e.mix,
             clock_offsets_s: e.clock_offsets_s.to_vec(),
             faults: e.faults.iter().map(|l| format!("{:>6.1} s  {} [{}]", l.at_s, l.fault, l.moment.name())).collect(),
@@ -970,6 +975,13 @@ impl fmt::Display for Report {
         if !offsets.is_empty() {
             writeln!(f, "replica clocks offset (libfaketime): {}", offsets.join(", "))?;
         }
+        match self.contained {
+            true => writeln!(f, "agents: each replica in a cgroup of its own")?,
+            false => writeln!(
+                f,
+                "agents: replicas held by process groups only (no usable cgroup tree): no job left a process behind, no journal was wiped, no node rebooted"
+            )?,
+        }
         for fault in &self.faults {
             writeln!(f, "  {fault}")?;
         }
@@ -1077,6 +1089,7 @@ mod tests {
             quiescence: &quiet,
             logs: &[],
             gpu_faults: &[],
+            contained: true,
         };
         let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
         assert_eq!(v, ["the run proved nothing: no fault landed in a non-idle protocol state"]);
@@ -1084,6 +1097,10 @@ mod tests {
         let one_hit = [landed(Moment::Idle), landed(Moment::StopInFlight)];
         assert!(vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &one_hit), 1).is_empty());
         assert_eq!(vacuous(&evidence(10, &[]), 0).len(), 2, "no fault, no resume");
+        // The verdict says how the agents held their replicas: what the run could draw.
+        assert!(Report::judge(&evidence(10, &[])).to_string().contains("each replica in a cgroup of its own"));
+        let weak = Report::judge(&Evidence { contained: false, ..evidence(10, &[]) }).to_string();
+        assert!(weak.contains("replicas held by process groups only"), "{weak}");
     }
 
     #[test]
@@ -1541,6 +1558,7 @@ mod tests {
             quiescence: &quiet,
             logs: &[],
             gpu_faults: &[],
+            contained: true,
         };
         Report::judge(&evidence).violations
     }

@@ -251,6 +251,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         quiescence: &quiescence,
         logs: &logs,
         gpu_faults: &gpu_spans,
+        contained,
     });
     if cfg.keep_dir || !report.ok() {
         // Kept for a post-mortem: the replicas' and agents' logs, the witness records.

@@ -305,15 +305,15 @@ pub fn run_misbehaving(
         let gpus = env("CUDA_VISIBLE_DEVICES");
         append(&dir.join("gpus"), &format!("{} {}", who_fields(), if gpus.is_empty() { "-" } else { &gpus }));
     }
-    // The step at which a `WriteAfterStop` workload was told to stop.
-    let mut stopped_at: Option<u64> = None;
+    // A `WriteAfterStop` workload told to stop: it saves after every step from then on.
+    let mut told_to_stop = false;
     while step < steps {
         let until = Instant::now() + Duration::from_millis(step_ms);
         loop {
             if SIGNALLED.load(Ordering::SeqCst) != 0 && misbehave == Some(Misbehave::WriteAfterStop) {
                 // Told to stop: it saves, and then works on, saving after each step below.
                 SIGNALLED.store(0, Ordering::SeqCst);
-                stopped_at = Some(step);
+                told_to_stop = true;
                 let _ = save(step, witness);
             }
             if SIGNALLED.load(Ordering::SeqCst) != 0 {
@@ -339,7 +339,7 @@ pub fn run_misbehaving(
         step += 1;
         let _ = writeln!(out, "step {step}");
         let _ = out.flush();
-        if stopped_at.is_some() {
+        if told_to_stop {
             let _ = save(step, witness);
         }
     }

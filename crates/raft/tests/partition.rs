@@ -239,8 +239,8 @@ const WRITTEN_BEFORE_FAILOVER: usize = 600;
 
 /// After a failover the follower left holds the new leader's whole log but its newest entry.
 /// openraft 0.9 replicates to it from the middle of the log, not knowing what it holds, so a
-/// new leader resent it half the log (at 10,000 nodes, batches of plans that timed out and
-/// were retried halved: 0.4 s before the new leader's first commit). A new leader now asks
+/// new leader resent it half the log (at 10,000 nodes, batches of plans that can time out
+/// and are then retried halved). A new leader now asks
 /// first whether the follower holds a batch (`net::raft_network`'s probe) and sends only
 /// what it lacks: its own term's first entry and the write after it.
 #[test]
