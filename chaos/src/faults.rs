@@ -739,26 +739,30 @@ mod tests {
         assert_eq!(PARTITION_KINDS.len(), kinds.len());
     }
 
-    #[test]
-    fn a_short_agent_kill_wipes_the_journal_only_where_asked() {
+    /// An agent kill's draw (`short_agent_kill`, `long_agent_kill`), and a kind of fault.
+    type Kill = fn(&mut Rng, bool, String) -> Fault;
+    type Kind = fn(&Fault) -> bool;
+
+    /// How many of 300 agent kills drawn by `kill` (where agents hold replicas in cgroups:
+    /// `contained`) are of the kind `is` says.
+    fn drawn(kill: Kill, contained: bool, is: Kind) -> usize {
         let mut rng = Rng::new(3);
-        let wiped = |rng: &mut Rng, on| {
-            (0..300).filter(|_| matches!(short_agent_kill(rng, on, "n1".into()), Fault::WipeJournal { .. })).count()
-        };
-        assert_eq!(wiped(&mut rng, false), 0);
-        let n = wiped(&mut rng, true);
-        assert!((60..=120).contains(&n), "{n} of 300 short kills wiped the journal");
+        (0..300).filter(|_| is(&kill(&mut rng, contained, "n1".into()))).count()
     }
 
+    /// Journal wipes (short kills) and reboots (long ones) only where agents hold their
+    /// replicas in cgroups, and then about 30% of those kills.
     #[test]
-    fn a_long_agent_kill_reboots_the_node_only_where_agents_hold_replicas_in_cgroups() {
-        let mut rng = Rng::new(4);
-        let rebooted = |rng: &mut Rng, on| {
-            (0..300).filter(|_| matches!(long_agent_kill(rng, on, "n1".into()), Fault::RebootNode { .. })).count()
-        };
-        assert_eq!(rebooted(&mut rng, false), 0);
-        let n = rebooted(&mut rng, true);
-        assert!((60..=120).contains(&n), "{n} of 300 long kills rebooted the node");
+    fn agent_kills_wipe_journals_and_reboot_nodes_only_where_agents_hold_replicas_in_cgroups() {
+        let wipes: Kind = |f| matches!(f, Fault::WipeJournal { .. });
+        let reboots: Kind = |f| matches!(f, Fault::RebootNode { .. });
+        let kinds: [(Kill, Kind, &str); 2] =
+            [(short_agent_kill, wipes, "wipes"), (long_agent_kill, reboots, "reboots")];
+        for (kill, is, what) in kinds {
+            assert_eq!(drawn(kill, false, is), 0, "{what} without cgroups");
+            let n = drawn(kill, true, is);
+            assert!((60..=120).contains(&n), "{n} {what} in 300 kills");
+        }
     }
 
     fn topology() -> Topology {
