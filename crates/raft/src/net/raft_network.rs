@@ -176,8 +176,12 @@ impl RaftNetwork<TypeConfig> for PeerLink {
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         let entries = rpc.entries.len() as u64;
         // Until a probe fails, a batch that holds entries of earlier terms goes first as a
-        // probe; one of this term's entries alone goes whole.
-        if self.probing && entries > 0 {
+        // probe; one of this term's entries alone goes whole, and so does a batch from the
+        // log's start: that peer holds nothing yet (a new cluster, a new member), and a probe
+        // would only delay the membership it needs to forward writes to this leader (a
+        // follower that learns its leader from the probe and its address a round trip later
+        // refused writes meanwhile: `tests/cluster.rs`'s concurrent writes at start).
+        if self.probing && entries > 0 && rpc.prev_log_id.is_some() {
             match self.probe(&rpc, option.soft_ttl()).await {
                 Ok(Some(answer)) => return Ok(answer),
                 Ok(None) => {}
