@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
+use baton_agent::workload::Misbehave;
 use baton_proto::v1::{Event, EventKind, Job, JobState};
 use baton_proto::words::Word;
 
@@ -296,15 +297,11 @@ fn knows_a_checkpoint(message: &str) -> bool {
     ["with a checkpoint", "saved its work", "from its checkpoint"].iter().any(|m| message.contains(m))
 }
 
-/// The jobs among `names` that misbehave, by way (a job's name ends with its way).
+/// The jobs among `names` that misbehave, by way (`load::way_of`).
 fn misbehaving(names: &[String]) -> BTreeMap<&'static str, usize> {
     let mut by_way = BTreeMap::new();
-    for name in names {
-        if let Some(way) =
-            baton_agent::workload::Misbehave::NAMES.into_iter().find(|w| name.ends_with(&format!("-{w}")))
-        {
-            *by_way.entry(way).or_default() += 1;
-        }
+    for way in names.iter().filter_map(|n| crate::load::way_of(n)) {
+        *by_way.entry(way.name()).or_default() += 1;
     }
     by_way
 }
@@ -768,10 +765,12 @@ pub fn resumed_from_newest(starts: &[WitnessedStart], checkpoints: &[WrittenChec
         let who = format!("{} attempt {} rank {}", s.start.job, s.start.attempt, s.rank);
         match newest {
             None => violations.push(format!("{who} was told to resume, but no earlier attempt wrote a checkpoint")),
-            // A job that saves after each step past its stop (`load::writes_after_stop`) can
-            // be killed between a checkpoint's rename and its record: the file it resumes from
-            // is then one step past the newest record.
-            Some(c) if c.step + 1 == s.first_step && crate::load::writes_after_stop(&s.start.job) => {}
+            // A job that saves after each step past its stop can be killed between a
+            // checkpoint's rename and its record: the file it resumes from is then one step
+            // past the newest record.
+            Some(c)
+                if c.step + 1 == s.first_step
+                    && crate::load::way_of(&s.start.job) == Some(Misbehave::WriteAfterStop) => {}
             Some(c) if c.step != s.first_step => violations.push(format!(
                 "{who} resumed from step {}, not from the newest checkpoint (step {} of attempt {})",
                 s.first_step, c.step, c.attempt
@@ -975,12 +974,13 @@ impl fmt::Display for Report {
         if !offsets.is_empty() {
             writeln!(f, "replica clocks offset (libfaketime): {}", offsets.join(", "))?;
         }
-        match self.contained {
-            true => writeln!(f, "agents: each replica in a cgroup of its own")?,
-            false => writeln!(
+        if self.contained {
+            writeln!(f, "agents: each replica in a cgroup of its own")?;
+        } else {
+            writeln!(
                 f,
                 "agents: replicas held by process groups only (no usable cgroup tree): no job left a process behind, no journal was wiped, no node rebooted"
-            )?,
+            )?;
         }
         for fault in &self.faults {
             writeln!(f, "  {fault}")?;

@@ -572,25 +572,19 @@ impl Faults {
                 c.start_replica(second);
                 return Fault::KillNewLeader { first, second };
             }
-            Fault::KillAgent { ref name } => {
+            Fault::KillAgent { ref name } | Fault::WipeJournal { ref name } => {
                 c.kill_agent(name);
+                if matches!(fault, Fault::WipeJournal { .. }) {
+                    c.wipe_agent_journal(name);
+                }
                 tokio::time::sleep(Duration::from_millis(self.rng.range(200, self.max_agent_outage_ms))).await;
                 c.start_agent(name);
             }
-            Fault::WipeJournal { ref name } => {
+            Fault::KillAgentLong { ref name } | Fault::RebootNode { ref name } => {
                 c.kill_agent(name);
-                c.wipe_agent_journal(name);
-                tokio::time::sleep(Duration::from_millis(self.rng.range(200, self.max_agent_outage_ms))).await;
-                c.start_agent(name);
-            }
-            Fault::RebootNode { ref name } => {
-                c.kill_agent(name);
-                c.kill_agent_replicas(name);
-                tokio::time::sleep(Duration::from_millis(long_ms)).await;
-                c.start_agent(name);
-            }
-            Fault::KillAgentLong { ref name } => {
-                c.kill_agent(name);
+                if matches!(fault, Fault::RebootNode { .. }) {
+                    c.kill_agent_replicas(name);
+                }
                 tokio::time::sleep(Duration::from_millis(long_ms)).await;
                 c.start_agent(name);
             }

@@ -84,9 +84,11 @@ pub struct Load {
     ways: Vec<Misbehave>,
 }
 
-/// Whether a job of the run writes checkpoints after its stop (its name says so).
-pub fn writes_after_stop(job: &str) -> bool {
-    job.contains(Misbehave::WriteAfterStop.name())
+/// How a job of the run misbehaves, as its name says (`train-7-escape`, and its array
+/// elements `train-7-escape-0`, ...).
+pub fn way_of(job: &str) -> Option<Misbehave> {
+    let named = |w: &&str| job.ends_with(&format!("-{w}")) || job.contains(&format!("-{w}-"));
+    Misbehave::NAMES.into_iter().find(named).and_then(|w| w.parse().ok())
 }
 
 impl Load {
@@ -220,19 +222,23 @@ mod tests {
         let ways = [Misbehave::IgnoreStop, Misbehave::Escape];
         let mut load = Load::new(1, Path::new("baton"), Path::new("witness")).misbehave(30, &ways);
         let jobs: Vec<JobSpec> = (0..300).map(|_| load.any().spec.unwrap()).collect();
-        let way_of = |j: &JobSpec| {
+        let way_in = |j: &JobSpec| {
             let at = j.command.iter().position(|a| a == "--misbehave")?;
             Some(j.command[at + 1].clone())
         };
-        let bad: Vec<&JobSpec> = jobs.iter().filter(|j| way_of(j).is_some()).collect();
+        let bad: Vec<&JobSpec> = jobs.iter().filter(|j| way_in(j).is_some()).collect();
         assert!((60..=120).contains(&bad.len()), "{} of 300 misbehave", bad.len());
         for j in &bad {
-            let way = way_of(j).unwrap();
+            let way = way_in(j).unwrap();
             assert!(ways.iter().any(|w| w.name() == way), "{way}");
             assert!(j.name.ends_with(&format!("-{way}")), "{} misbehaves as {way}", j.name);
         }
+        // The checks read the way from a job's name, an array element's too.
+        assert_eq!(way_of("train-7-write-after-stop"), Some(Misbehave::WriteAfterStop));
+        assert_eq!(way_of("train-7-escape-1"), Some(Misbehave::Escape));
+        assert_eq!(way_of("train-7"), None);
         let mut none = Load::new(1, Path::new("baton"), Path::new("witness")).misbehave(30, &[]);
-        assert!((0..100).all(|_| way_of(&none.any().spec.unwrap()).is_none()));
+        assert!((0..100).all(|_| way_in(&none.any().spec.unwrap()).is_none()));
     }
 
     #[test]

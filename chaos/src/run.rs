@@ -277,9 +277,6 @@ fn logs_in(dir: &std::path::Path) -> Vec<(String, String)> {
     logs
 }
 
-/// Makes one setup call (a put, which may be repeated), again while the cluster is
-/// unavailable: on a loaded machine (several runs at once) a new leader may not have heard
-/// from a quorum yet. Panics, naming the logs, after `SETUP_TRIES`.
 /// Whether every agent holds its replicas in cgroups, as its node's label says. Only then
 /// may jobs leave a process behind outside their session (`Misbehave::Escape`) and agents'
 /// journals be wiped (`Fault::WipeJournal`): an agent of the weaker mode (`--containment
@@ -288,32 +285,31 @@ fn logs_in(dir: &std::path::Path) -> Vec<(String, String)> {
 /// mode its docs state.
 async fn every_agent_holds_replicas_in_cgroups(c: &Cluster) -> bool {
     let weak = |n: &baton_proto::v1::Node| n.labels.get(CONTAINMENT_LABEL).is_none_or(|m| m == "process-group");
-    let nodes = loop {
-        match c.client().await.list_nodes(baton_proto::v1::Empty {}).await {
-            Ok(r) => break r.into_inner().nodes,
-            Err(s) if s.code() == tonic::Code::Unavailable => {
-                tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await;
-            }
-            Err(s) => panic!("the nodes are listed: {s}; logs in {}", c.dir.path().display()),
-        }
-    };
+    let nodes = setup_call(c, "the nodes are listed", |mut api| async move {
+        api.list_nodes(baton_proto::v1::Empty {}).await.map(|r| r.into_inner().nodes)
+    })
+    .await;
     !nodes.is_empty() && !nodes.iter().any(weak)
 }
 
-async fn setup_call<F, Fut>(c: &Cluster, what: &str, call: F)
+/// Makes one setup call (a put or a read, which may be repeated), again while the cluster
+/// is unavailable: on a loaded machine (several runs at once) a new leader may not have
+/// heard from a quorum yet. Panics, naming the logs, after `SETUP_TRIES`.
+async fn setup_call<T, F, Fut>(c: &Cluster, what: &str, call: F) -> T
 where
     F: Fn(crate::cluster::Client) -> Fut,
-    Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
     for try_no in 1..=SETUP_TRIES {
         match call(c.client().await).await {
-            Ok(()) => return,
+            Ok(answer) => return answer,
             Err(status) if status.code() == tonic::Code::Unavailable && try_no < SETUP_TRIES => {
                 tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await;
             }
             Err(status) => panic!("{what}: {status}; logs in {}", c.dir.path().display()),
         }
     }
+    unreachable!("the last try returns or panics")
 }
 
 /// How far (whole seconds, rounded up, signed) clocks running `rates_permille` fast or
