@@ -231,9 +231,8 @@ impl Core {
     }
 
     /// The latest time this replica may stamp into a command, and whether the other voters'
-    /// clocks set it: `None` unless its clock runs ahead of theirs by more than
-    /// `skew::MAX_CLOCK_SKEW_MS`; without a quorum of samples, the replicated clock as first
-    /// seen plus the time since (see `skew`).
+    /// clocks set it: their time plus `skew::MAX_CLOCK_SKEW_MS`; without a quorum of samples,
+    /// the replicated clock as first seen plus the time since (see `skew`).
     fn stamp_ceiling(&self) -> Option<(u64, bool)> {
         let voters: std::collections::BTreeSet<NodeId> =
             self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();

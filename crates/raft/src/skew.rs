@@ -6,9 +6,10 @@
 //! Each reply to a call of this replica's is a sample: the peer's clock minus the midpoint of
 //! the call on this one's (a reply that took long is not used). The quorum's offset is the
 //! median over the voters, this replica counting 0, once a majority of them has a fresh
-//! sample. While this replica runs more than `MAX_CLOCK_SKEW_MS` ahead of that, it stamps
-//! nothing later than the quorum's time plus that bound; otherwise it stamps its own time.
-//! A replica behind the quorum changes nothing: the replicated clock takes the later stamp.
+//! sample. It stamps nothing later than the quorum's time plus `MAX_CLOCK_SKEW_MS`, judged
+//! when a command is proposed (a stamp read before a step back of this replica's clock is
+//! held too); a clock within that bound stamps its own time. A replica behind the quorum
+//! changes nothing: the replicated clock takes the later stamp.
 //!
 //! A replica without a majority of samples (it restarted and leads again from its own vote,
 //! its peers answer too slowly, ...) has no quorum to compare with. It stamps nothing later
@@ -158,12 +159,13 @@ impl Anchor {
 }
 
 /// The latest time this replica may stamp, its clock reading `local_ms` and the quorum's
-/// being `offset` from it: `None` (no bound) unless it runs ahead by more than the bound.
+/// being `offset` from it: the quorum's time plus the bound, whenever the quorum is known.
+/// A replica whose clock agrees with the quorum's gets a ceiling above its own time, which
+/// holds back only a stamp read from its clock before a step back (an NTP correction of a
+/// clock that ran days ahead, between a command's stamp and its proposal): a chaos run's
+/// leader stamped placements a day ahead that way, once its clock was stepped back.
 pub fn ceiling_ms(local_ms: u64, offset: Option<i64>) -> Option<u64> {
     let offset = offset?;
-    if offset >= -(MAX_CLOCK_SKEW_MS as i64) {
-        return None;
-    }
     Some((local_ms as i64 + offset).max(0) as u64 + MAX_CLOCK_SKEW_MS)
 }
 
@@ -201,9 +203,30 @@ mod tests {
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), stepped, later);
         let ceiling = ceiling_ms(stepped, offset).expect("held back");
         assert!(ceiling.abs_diff(local + 40) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
-        // Without a step, time passing moves nothing.
+        // Without a step, time passing moves nothing: its own time is within the ceiling.
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), local + 40, later);
-        assert_eq!(ceiling_ms(local + 40, offset), None);
+        assert!(ceiling_ms(local + 40, offset).expect("a quorum") >= local + 40);
+    }
+
+    /// Issue 31, found by the chaos harness's leader clock jumps: samples taken while this
+    /// replica's clock ran two days ahead, then the clock stepped back to the quorum's. A
+    /// command stamped just before the step back was proposed just after it: the quorum then
+    /// agreed with the clock read at proposal, and the stamp went out two days ahead (the
+    /// replicated clock never comes back). The ceiling holds it to the quorum's time.
+    #[test]
+    fn a_stamp_read_before_this_replicas_clock_stepped_back_is_held_to_the_quorums_time() {
+        let skew = ClockSkew::default();
+        let (true_ms, then) = (10 * DAY_MS, Instant::now());
+        let ahead = true_ms + 2 * DAY_MS;
+        skew.note_at(2, ahead, ahead + 10, true_ms + 5, then);
+        skew.note_at(3, ahead, ahead + 10, true_ms + 5, then);
+        let stamp_ms = ahead + 30;
+        let later = then + Duration::from_millis(40);
+        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), true_ms + 40, later);
+        assert!(offset.expect("a quorum").abs() <= 10, "{offset:?}: the clock agrees with the quorum again");
+        let ceiling = ceiling_ms(true_ms + 40, offset).expect("a quorum");
+        assert!(stamp_ms > ceiling, "the stamp from before the step back passes: {stamp_ms} <= {ceiling}");
+        assert!(ceiling.abs_diff(true_ms + 40) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
     }
 
     #[test]
@@ -213,7 +236,7 @@ mod tests {
         skew.note(3, 1_000, 1_010, 1_005 + 30);
         let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), 1_005);
         assert_eq!(offset, Some(30));
-        assert_eq!(ceiling_ms(1_000, offset), None);
+        assert_eq!(ceiling_ms(1_000, offset), Some(1_030 + MAX_CLOCK_SKEW_MS));
     }
 
     /// Back from a reboot with its clock two days ahead, a replica hears from one peer of two
@@ -258,7 +281,7 @@ mod tests {
         let later = then + Duration::from_millis(40);
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), local + 2 * DAY_MS, later);
         assert_eq!(offset, Some(0));
-        assert_eq!(ceiling_ms(local + 2 * DAY_MS, offset), None);
+        assert!(ceiling_ms(local + 2 * DAY_MS, offset).expect("vouched for") > local + 2 * DAY_MS);
     }
 
     /// A replica that leads before a majority answers it stamps no later than the replicated
