@@ -26,6 +26,7 @@ done
 is_root() { [ "$(id -u)" = 0 ]; }
 have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
 have_cgroup2() { [ -w /sys/fs/cgroup/cgroup.procs ] || [ -w /sys/fs/cgroup/unified/cgroup.procs ]; }
+have_freezer_v1() { [ -f /sys/fs/cgroup/freezer/cgroup.procs ] && [ ! -f /sys/fs/cgroup/freezer/cgroup.controllers ]; }
 have_blkio() { [ -d /sys/fs/cgroup/blkio ] || grep -qw io /sys/fs/cgroup/cgroup.controllers 2>/dev/null; }
 # PostgreSQL's server binaries; as root the test runs them as user postgres (the package's).
 have_postgres() { ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && { ! is_root || id postgres >/dev/null 2>&1; }; }
@@ -113,6 +114,9 @@ group "jobs run as their users (crates/agent/tests/run_as.rs)" \
 group "replicas in cgroups (crates/agent/tests/cgroups.rs)" \
   "needs root and a writable cgroup v2 hierarchy" \
   'is_root && have_cgroup2' -- --workspace --test cgroups
+group "processes that survive SIGKILL (crates/agent/tests/unkillable.rs)" \
+  "needs root, a writable cgroup v2 hierarchy and the cgroup v1 freezer (a host with hybrid cgroups)" \
+  'is_root && have_cgroup2 && have_freezer_v1' -- --workspace --test unkillable
 group "the partition network (chaos/tests/net.rs)" \
   "needs root, ip (iproute2) and nft (nftables)" \
   'is_root && command -v ip >/dev/null && command -v nft >/dev/null' -- --workspace --test net

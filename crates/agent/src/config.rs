@@ -116,6 +116,15 @@ impl AgentConfig {
                 return Err(format!("--health-check-interval-ms {}: must be between 100 and 86400000", h.interval_ms));
             }
         }
+        let unkillable = crate::limits::UNKILLABLE_AFTER_MS;
+        if !unkillable.contains(&self.unkillable_after_ms) {
+            return Err(format!(
+                "--unkillable-after-ms {}: must be between {} and {}",
+                self.unkillable_after_ms,
+                unkillable.start(),
+                unkillable.end()
+            ));
+        }
         if self.log_cap_bytes < 1024 {
             return Err(format!("log cap {} bytes: must be at least 1024", self.log_cap_bytes));
         }

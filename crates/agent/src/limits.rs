@@ -111,3 +111,6 @@ pub const MAX_DYING_CGROUPS: usize = 1_024;
 /// often a driver or file system hang) before the agent reports it `Unkillable`: its node then
 /// takes no new work and its GPUs stay held. Slurm's UnkillableStepTimeout defaults to 60 s.
 pub const DEFAULT_UNKILLABLE_AFTER_MS: u64 = 60_000;
+/// The range `--unkillable-after-ms` may take: long enough for a loaded machine to reap a
+/// killed cgroup, short enough that a hung node is named within the hour.
+pub const UNKILLABLE_AFTER_MS: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;

@@ -22,7 +22,8 @@
 //!
 //! With `--misbehave MODE` it is a job that does not cooperate (the chaos harness's
 //! adversarial share, [`Misbehave`]): it ignores the stop signal, leaves a process behind
-//! outside its session, or goes on writing checkpoints after it was told to stop. The
+//! outside its session, goes on writing checkpoints after it was told to stop, or leaves a
+//! process behind that the kernel holds frozen, which SIGKILL cannot end. The
 //! cluster must still never run two attempts at once nor give its GPUs to another job while
 //! any of its processes lives: the witness locks, which an escaped process inherits, say so.
 
@@ -44,16 +45,22 @@ pub enum Misbehave {
     /// On the stop signal saves a checkpoint, then goes on working and saving one after each
     /// step until SIGKILL.
     WriteAfterStop,
+    /// Leaves a process behind at its start that holds the GPU locks (not the job's: the job
+    /// may run again elsewhere) and that the kernel's cgroup v1 freezer holds stopped, so
+    /// that SIGKILL stays pending on it as on a process in uninterruptible sleep, until it
+    /// is thawed (`unkillable_cgroups`). Needs root and the v1 freezer.
+    Unkillable,
 }
 
 impl Misbehave {
-    pub const NAMES: [&'static str; 3] = ["ignore-stop", "escape", "write-after-stop"];
+    pub const NAMES: [&'static str; 4] = ["ignore-stop", "escape", "write-after-stop", "unkillable"];
 
     pub fn name(self) -> &'static str {
         match self {
             Misbehave::IgnoreStop => Self::NAMES[0],
             Misbehave::Escape => Self::NAMES[1],
             Misbehave::WriteAfterStop => Self::NAMES[2],
+            Misbehave::Unkillable => Self::NAMES[3],
         }
     }
 }
@@ -66,6 +73,7 @@ impl std::str::FromStr for Misbehave {
             "ignore-stop" => Ok(Misbehave::IgnoreStop),
             "escape" => Ok(Misbehave::Escape),
             "write-after-stop" => Ok(Misbehave::WriteAfterStop),
+            "unkillable" => Ok(Misbehave::Unkillable),
             _ => Err(format!("unknown way to misbehave {s:?}: expected one of {}", Self::NAMES.join(", "))),
         }
     }
@@ -232,6 +240,75 @@ fn escape() {
     }
 }
 
+/// Where the cgroup v1 freezer is mounted, and the names of the cgroups an `unkillable`
+/// workload freezes a process in (`<prefix><tag>-<node>-<job>-<attempt>-<rank>`, the tag
+/// from the job's environment, `TAG_ENV`): the chaos harness thaws them by node, as an
+/// operator fixes a hung node, and those of a harness that died (its pid is the tag).
+pub mod unkillable_cgroups {
+    pub const FREEZER_ROOT: &str = "/sys/fs/cgroup/freezer";
+    pub const PREFIX: &str = "baton-unkillable-";
+    /// Not `BATON_...`: that prefix is the agent's, refused in a job's environment.
+    pub const TAG_ENV: &str = "UNKILLABLE_TAG";
+
+    /// Whether this host has a cgroup v1 freezer this process may make cgroups in.
+    pub fn available() -> bool {
+        let root = std::path::Path::new(FREEZER_ROOT);
+        root.join("cgroup.procs").exists() && !root.join("cgroup.controllers").exists() && writable(root)
+    }
+
+    fn writable(dir: &std::path::Path) -> bool {
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).expect("no NUL in a path");
+        // SAFETY: access(2) reads the path only.
+        unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    }
+}
+
+/// `Misbehave::Unkillable`: forks a child that keeps the GPU locks of `held` (the witness
+/// locks, the job's first) and sleeps, and freezes it in a cgroup v1 freezer of its own.
+/// The child is killed again if it cannot be frozen.
+fn freeze_a_child(held: &[File]) -> Result<(), String> {
+    let tag = std::env::var(unkillable_cgroups::TAG_ENV).unwrap_or_else(|_| "0".into());
+    let name = format!(
+        "{}{tag}-{}-{}-{}-{}",
+        unkillable_cgroups::PREFIX,
+        env("BATON_NODE"),
+        env("BATON_JOB"),
+        env("BATON_ATTEMPT"),
+        env("BATON_RANK")
+    );
+    let dir = Path::new(unkillable_cgroups::FREEZER_ROOT).join(name);
+    // SAFETY: the workload has no other thread, so fork is safe; the child calls only
+    // async-signal-safe functions (close, sleep, _exit).
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // The job's lock goes with this process's end; the GPUs' stay with the child.
+        if let Some(job_lock) = held.first() {
+            // SAFETY: closes this child's copy of a descriptor it owns.
+            unsafe { libc::close(job_lock.as_raw_fd()) };
+        }
+        let mut left = ESCAPED_LIFE_S as libc::c_uint;
+        while left > 0 {
+            // SAFETY: sleep(3) has no preconditions.
+            left = unsafe { libc::sleep(left) };
+        }
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    if child < 0 {
+        return Err(format!("fork failed: {}", std::io::Error::last_os_error()));
+    }
+    let frozen = (|| {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("cgroup.procs"), child.to_string())?;
+        std::fs::write(dir.join("freezer.state"), "FROZEN")
+    })();
+    frozen.map_err(|e| {
+        // SAFETY: kills the child this function forked.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        format!("cannot freeze a child in {}: {e}", dir.display())
+    })
+}
+
 /// Runs the workload; returns the process exit code.
 pub fn run(steps: u64, other_ranks_steps: Option<u64>, step_ms: u64, witness: Option<&Path>) -> i32 {
     run_misbehaving(steps, other_ranks_steps, step_ms, witness, None)
@@ -247,7 +324,7 @@ pub fn run_misbehaving(
 ) -> i32 {
     let steps = steps_of_rank(steps, other_ranks_steps, &env("BATON_RANK"));
     let who = format!("{} attempt {} rank {}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"));
-    let _held = match witness.map(witness_locks).transpose() {
+    let held = match witness.map(witness_locks).transpose() {
         Ok(held) => held,
         Err(violation) => {
             append(&witness.expect("a witness dir").join("violations"), &format!("{violation} ({who})"));
@@ -266,6 +343,11 @@ pub fn run_misbehaving(
     }
     if misbehave == Some(Misbehave::Escape) {
         escape();
+    }
+    if misbehave == Some(Misbehave::Unkillable)
+        && let Err(e) = freeze_a_child(held.as_deref().unwrap_or_default())
+    {
+        eprintln!("workload: {e}; running as a job that behaves");
     }
     let mut out = std::io::stdout();
     let mut step = 0;

@@ -9,70 +9,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use baton_agent::cgroup::ContainmentMode;
 use baton_agent::procfs;
 use baton_proto::v1::Action;
 use baton_proto::v1::observation::What;
 use common::*;
-
-/// A cgroup root of this test's own under the v2 hierarchy, removed at the end.
-struct TestRoot(PathBuf);
-
-impl TestRoot {
-    fn new(name: &str) -> TestRoot {
-        let mount = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-            .into_iter()
-            .map(Path::new)
-            .find(|m| m.join("cgroup.kill").exists() || m.join("cgroup.subtree_control").exists())
-            .expect("a cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified");
-        TestRoot(mount.join(format!("baton-test-{name}-{}", std::process::id())))
-    }
-}
-
-impl Drop for TestRoot {
-    fn drop(&mut self) {
-        if let Ok(entries) = std::fs::read_dir(&self.0) {
-            for e in entries.flatten() {
-                let _ = std::fs::write(e.path().join("cgroup.kill"), "1");
-                for _ in 0..50 {
-                    if std::fs::remove_dir(e.path()).is_ok() {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-        // Its counterparts in the v1 hierarchies of a hybrid host (for limits), emptied by
-        // the kill above.
-        let name = self.0.file_name().unwrap();
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        for (mount, controller) in
-            [("memory", "memory"), ("cpu", "cpu"), ("cpu,cpuacct", "cpu"), ("devices", "devices")]
-        {
-            let Some(path) = own.lines().find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
-                list.split(',').any(|c| c == controller).then_some(path)
-            }) else {
-                continue;
-            };
-            let v1 = Path::new("/sys/fs/cgroup").join(mount).join(path.trim_start_matches('/')).join(name);
-            if let Ok(entries) = std::fs::read_dir(&v1) {
-                entries.flatten().for_each(|e| drop(std::fs::remove_dir(e.path())));
-            }
-            let _ = std::fs::remove_dir(&v1);
-        }
-    }
-}
-
-/// An agent's configuration holding its replicas in cgroups under `root`.
-fn cgroup_config(dir: &Path, gw: &Gateway, root: &Path) -> baton_agent::AgentConfig {
-    let mut c = config(dir, &[gw.addr]);
-    c.containment = ContainmentMode::Cgroup;
-    c.cgroup_root = Some(root.to_path_buf());
-    c
-}
 
 fn cgroup_of(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default()

@@ -54,6 +54,12 @@ pub struct AgentArgs {
     listen: String,
     #[arg(long, default_value_t = 500)]
     heartbeat_ms: u64,
+    /// How long a replica's processes may survive SIGKILL (uninterruptible sleep: a driver
+    /// or file system hang) before the agent reports them unkillable: the node then takes no
+    /// new work, and the GPUs they hold stay held, until an operator fixes it and runs
+    /// `baton uncordon`. 1000 to 3600000; Slurm's UnkillableStepTimeout is 60 s too.
+    #[arg(long, value_name = "MS", default_value_t = baton_agent::limits::DEFAULT_UNKILLABLE_AFTER_MS)]
+    unkillable_after_ms: u64,
     /// Serve Prometheus metrics on `GET /metrics` at this address (HOST:PORT; off unless
     /// given): mutual TLS with --tls-dir (the scraper presents a certificate of the cluster's
     /// CA), plain HTTP with --insecure. The URL is printed as metrics_url=. docs/metrics.md
@@ -129,7 +135,8 @@ pub struct WorkloadArgs {
     witness: Option<std::path::PathBuf>,
     /// Do not cooperate (chaos runs): `ignore-stop` ignores SIGTERM, `escape` leaves a
     /// process behind outside its session, `write-after-stop` goes on saving checkpoints
-    /// after it was told to stop.
+    /// after it was told to stop, `unkillable` leaves a process behind that the cgroup v1
+    /// freezer holds, which SIGKILL cannot end until it is thawed (root, hybrid cgroups).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(baton_agent::workload::Misbehave::NAMES))]
     misbehave: Option<String>,
 }
@@ -206,6 +213,7 @@ fn config(args: AgentArgs) -> Result<AgentConfig, String> {
     }
     c.listen = args.listen;
     c.heartbeat_ms = args.heartbeat_ms;
+    c.unkillable_after_ms = args.unkillable_after_ms;
     c.metrics_listen = args.metrics_listen;
     c.metrics_plain_listen = args.metrics_plain_listen;
     c.transport = args.security.transport()?;
