@@ -80,8 +80,10 @@ pub struct Evidence<'a> {
     pub after_node_loss: &'a BTreeSet<(String, u32)>,
     /// Slack for a start after an acknowledged cancel (see `history::check_cancels`).
     pub cancel_slack_ms: u64,
-    /// Every listed job's events (`GetJob`), by name.
+    /// Every listed job's events (`GetJob`), by name, and when the harness had read them
+    /// (the machine's clock).
     pub events: &'a BTreeMap<String, Vec<Event>>,
+    pub events_read_ms: u64,
     /// How long past its grace a preemption may take to end (see `preemptions_end`).
     pub preemption_bound_ms: u64,
     /// What the cluster looked like once the load drained.
@@ -93,12 +95,26 @@ pub struct Evidence<'a> {
     pub gpu_faults: &'a [crate::gpu_faults::Span],
     /// Whether every agent held its replicas in cgroups (its node's label said so).
     pub contained: bool,
+    /// Whether the replicas' clocks could be stepped, so that the leader's could jump days
+    /// ahead (`Fault::LeaderClockAhead`).
+    pub leader_clocks: bool,
+    /// Whether jobs could leave a process that SIGKILL cannot end (`Misbehave::Unkillable`),
+    /// and the nodes the harness fixed after one.
+    pub unkillable: bool,
+    pub repairs: &'a [crate::unkillable::Repair],
 }
 
 pub struct Report {
     pub seconds: u64,
     /// Whether every agent held its replicas in cgroups (`Evidence::contained`).
     pub contained: bool,
+    /// Whether the leader's clock could jump days ahead (`Evidence::leader_clocks`).
+    pub leader_clocks: bool,
+    /// Whether jobs could leave unkillable processes; nodes fixed after one, and the frozen
+    /// processes thawed there.
+    pub unkillable: bool,
+    pub repaired_nodes: usize,
+    pub thawed: usize,
     pub mix: Mix,
     pub clock_offsets_s: Vec<i64>,
     pub faults: Vec<String>,
@@ -159,8 +175,10 @@ impl Report {
         let by_name: BTreeMap<&str, &Job> =
             e.jobs.iter().filter_map(|j| j.spec.as_ref().map(|s| (s.name.as_str(), j))).collect();
         let (mut succeeded, mut cancelled) = (0, 0);
+        let spared = history::spared_by_array_cancels(e.ops);
         for name in &acked {
             match by_name.get(name.as_str()) {
+                None if spared.contains(name) => cancelled += 1,
                 None => violations.push(format!("acknowledged job {name} is lost: the cluster does not list it")),
                 Some(j) if j.state() == JobState::Succeeded => succeeded += 1,
                 Some(j) if j.state() == JobState::Cancelled && cancelled_ok.contains(name) => cancelled += 1,
@@ -175,12 +193,12 @@ impl Report {
         let starts = read_starts(e.witness, &mut violations);
         let resumed = starts.iter().filter(|s| s.first_step > 0).count();
         violations.extend(started_twice(&starts));
-        let launch_tolerance_ms = launch_tolerance_ms(e.clock_offsets_s, e.agent_clock_offsets_s);
+        let offsets_s = allowed_offsets_s(e);
+        let launch_tolerance_ms = launch_tolerance_ms(&offsets_s, e.agent_clock_offsets_s);
         let placed = placed_before_start(&starts, e.events, launch_tolerance_ms);
         violations.extend(placed.violations);
         let faults_ms: Vec<u64> = e.faults.iter().map(|f| f.at_ms).collect();
-        let stops =
-            preemptions_end(e.jobs, e.events, e.preemption_bound_ms, &faults_ms, clock_spread_ms(e.clock_offsets_s));
+        let stops = preemptions_end(e.jobs, e.events, e.preemption_bound_ms, &faults_ms, clock_spread_ms(&offsets_s));
         violations.extend(stops.violations);
         let suspended = suspended_in_place(e.events, &starts, launch_tolerance_ms);
         violations.extend(suspended.violations);
@@ -197,8 +215,10 @@ impl Report {
         let plain: Vec<Start> = starts.iter().map(|s| s.start.clone()).collect();
         let cancels = history::check_cancels(e.ops, &plain, e.cancel_slack_ms);
         violations.extend(cancels.violations);
-        let tolerance_ms = placement_tolerance_ms(e.clock_offsets_s);
+        let tolerance_ms = placement_tolerance_ms(&offsets_s);
         violations.extend(succeeded_after_cancel(e.ops, e.jobs, e.events, tolerance_ms));
+        violations.extend(clock_ran_ahead(e.events, e.events_read_ms, tolerance_ms));
+        violations.extend(unrepaired(e.repairs));
         let faults_by_moment = count(e.faults.iter().map(|l| l.moment.name()));
         violations.extend(panics(e.logs));
         let on_bad =
@@ -208,6 +228,10 @@ impl Report {
         Report {
             seconds: e.seconds,
             contained: e.contained,
+            leader_clocks: e.leader_clocks,
+            unkillable: e.unkillable,
+            repaired_nodes: e.repairs.len(),
+            thawed: e.repairs.iter().map(|r| r.thawed).sum(),
             mix: e.mix,
             clock_offsets_s: e.clock_offsets_s.to_vec(),
             faults: e.faults.iter().map(|l| format!("{:>6.1} s  {} [{}]", l.at_s, l.fault, l.moment.name())).collect(),
@@ -515,6 +539,22 @@ fn read_records<T>(
         }
     }
     out
+}
+
+/// How far ahead of the machine's clock a leader whose clock jumped days ahead stamps: its
+/// quorum's time plus the stamp ceiling's bound, the quorum's time measured at a reply's
+/// midpoint (off by at most half a sampled reply's round trip, 250 ms), in whole seconds.
+pub const HELD_AHEAD_S: i64 = (baton_raft::skew::MAX_CLOCK_SKEW_MS + 250).div_ceil(1_000) as i64;
+
+/// The replica clock offsets the checks allow for: the run's own, and where the leader's
+/// clock may jump days ahead (`Evidence::leader_clocks`), `HELD_AHEAD_S`, as though one
+/// replica's clock ran that far ahead.
+fn allowed_offsets_s(e: &Evidence) -> Vec<i64> {
+    let mut offsets_s = e.clock_offsets_s.to_vec();
+    if e.leader_clocks {
+        offsets_s.push(HELD_AHEAD_S);
+    }
+    offsets_s
 }
 
 /// The tolerance of `placed_before_start`: a placement is stamped with the leader's wall
@@ -909,6 +949,40 @@ pub fn succeeded_after_cancel(
     violations
 }
 
+/// The replicated clock kept to true time (issue 31: one leader whose clock runs days ahead
+/// moved it for good): no event stamped later than when the harness read it (`read_ms`, the
+/// machine's clock) plus `tolerance_ms`, and no job ended by its time limit, which no
+/// attempt of a run reaches in true time (`load::TIME_LIMIT_MS`). One violation per job.
+pub fn clock_ran_ahead(events: &BTreeMap<String, Vec<Event>>, read_ms: u64, tolerance_ms: u64) -> Vec<String> {
+    let limit_h = crate::load::TIME_LIMIT_MS / 3_600_000;
+    let mut violations = Vec::new();
+    for (name, evs) in events {
+        let limited = [EventKind::TimeLimit, EventKind::TimedOut];
+        if let Some(e) = evs.iter().find(|e| limited.contains(&e.kind())) {
+            violations.push(format!(
+                "{name} reached its {limit_h}-hour time limit in a run of minutes (event {:?} at {}): the replicated clock ran ahead of true time",
+                e.kind(),
+                e.at_ms
+            ));
+        } else if let Some(e) = evs.iter().find(|e| e.at_ms > read_ms.saturating_add(tolerance_ms)) {
+            violations.push(format!(
+                "{name}'s event {:?} is stamped {} ms after the harness read it (tolerance {tolerance_ms} ms): the replicated clock ran ahead of true time",
+                e.kind(),
+                e.at_ms - read_ms
+            ));
+        }
+    }
+    violations
+}
+
+/// A node the harness could not fix after an unkillable process: its thawed process did
+/// not die (no SIGKILL was pending on it: its agent reported it unkillable without killing
+/// it), or no leader took the uncordon.
+pub fn unrepaired(repairs: &[crate::unkillable::Repair]) -> Vec<String> {
+    let failed = repairs.iter().filter_map(|r| r.failed.as_ref().map(|why| (r, why)));
+    failed.map(|(r, why)| format!("node {} could not be fixed after an unkillable process: {why}", r.node)).collect()
+}
+
 /// Panics, as the processes logged them: a panic is a broken assertion, a violation whatever
 /// the run recovered from it. A replica whose scheduling cycle panicked went on as a leader
 /// that schedules nothing, and its stall was seen only as jobs not done
@@ -980,6 +1054,16 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "agents: replicas held by process groups only (no usable cgroup tree): no job left a process behind, no journal was wiped, no node rebooted"
+            )?;
+        }
+        if self.leader_clocks {
+            writeln!(f, "replica clocks: steppable (libfaketime): the leader's may jump days ahead")?;
+        }
+        if self.unkillable {
+            writeln!(
+                f,
+                "unkillable processes (cgroup v1 freezer): {} nodes fixed by the harness, {} frozen processes thawed",
+                self.repaired_nodes, self.thawed
             )?;
         }
         for fault in &self.faults {
@@ -1085,11 +1169,15 @@ mod tests {
             after_node_loss: &none,
             cancel_slack_ms: 0,
             events: &events,
+            events_read_ms: 0,
             preemption_bound_ms: 0,
             quiescence: &quiet,
             logs: &[],
             gpu_faults: &[],
             contained: true,
+            leader_clocks: false,
+            unkillable: false,
+            repairs: &[],
         };
         let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
         assert_eq!(v, ["the run proved nothing: no fault landed in a non-idle protocol state"]);
@@ -1131,6 +1219,29 @@ mod tests {
     fn event(kind: &str, message: &str, attempt: u32) -> Event {
         let kind = EventKind::from_word(kind).expect("an event kind");
         Event { kind: kind.into(), message: message.into(), attempt, ..Default::default() }
+    }
+
+    /// Issue 31: a leader whose clock ran days ahead moved the replicated clock for good.
+    /// The checks see it as an event stamped after the harness read it, or as a job that
+    /// reached its time limit; an event within the tolerance, or an ordinary end, passes.
+    #[test]
+    fn an_event_stamped_ahead_of_true_time_or_a_time_limit_reached_is_a_violation() {
+        let at = |kind: &str, at_ms: u64| Event { at_ms, ..event(kind, "", 1) };
+        let (read_ms, tolerance_ms) = (1_000_000, 3_000);
+        let events: BTreeMap<String, Vec<Event>> = [
+            ("fine".to_string(), vec![at("Started", 990_000), at("Succeeded", read_ms + tolerance_ms)]),
+            ("ahead".to_string(), vec![at("Started", 990_000), at("Preempted", read_ms + 2 * 86_400_000)]),
+            ("limited".to_string(), vec![at("Started", 990_000), at("TimeLimit", 995_000), at("TimedOut", 996_000)]),
+        ]
+        .into();
+        let v = clock_ran_ahead(&events, read_ms, tolerance_ms);
+        assert_eq!(v.len(), 2, "{v:#?}");
+        assert!(
+            v[0].starts_with("ahead's event Preempted is stamped 172800000 ms after the harness read it"),
+            "{}",
+            v[0]
+        );
+        assert!(v[1].starts_with("limited reached its 12-hour time limit"), "{}", v[1]);
     }
 
     #[test]
@@ -1554,11 +1665,16 @@ mod tests {
             after_node_loss: &none,
             cancel_slack_ms: 0,
             events,
+            // Read long after any fixture's stamp.
+            events_read_ms: u64::MAX,
             preemption_bound_ms: 0,
             quiescence: &quiet,
             logs: &[],
             gpu_faults: &[],
             contained: true,
+            leader_clocks: false,
+            unkillable: false,
+            repairs: &[],
         };
         Report::judge(&evidence).violations
     }

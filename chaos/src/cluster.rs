@@ -102,6 +102,10 @@ pub struct Timing {
     pub clock_rates_permille: Vec<i64>,
     /// The same for the agent of the `i`-th node.
     pub agent_clock_rates_permille: Vec<i64>,
+    /// Every replica runs under libfaketime, on the machine's clock unless an offset or a
+    /// rate says otherwise, so that [`Cluster::step_clock`] can step any replica's clock
+    /// (`faults::Fault::LeaderClockAhead`).
+    pub steppable_replica_clocks: bool,
 }
 
 impl Default for Timing {
@@ -115,6 +119,7 @@ impl Default for Timing {
             agent_clock_offsets_s: Vec::new(),
             clock_rates_permille: Vec::new(),
             agent_clock_rates_permille: Vec::new(),
+            steppable_replica_clocks: false,
         }
     }
 }
@@ -361,7 +366,7 @@ impl Cluster {
             p.netns = c.net.as_ref().map(|net| net.namespace(&agent_label(&n.name)).to_string());
             let offset_s = c.timing.agent_clock_offsets_s.get(i).copied().unwrap_or(0);
             let rate = c.timing.agent_clock_rates_permille.get(i).copied().unwrap_or(0);
-            p.env = c.clock_env(&agent_label(&n.name), offset_s, rate);
+            p.env = c.clock_env(&agent_label(&n.name), offset_s, rate, false);
             c.agents.insert(n.name.clone(), (n.clone(), p));
             c.start_agent(&n.name);
         }
@@ -409,7 +414,8 @@ impl Cluster {
         p.netns = self.net.as_ref().map(|net| net.namespace(&replica_label(id as usize - 1)).to_string());
         let offset_s = self.timing.clock_offsets_s.get(id as usize - 1).copied().unwrap_or(0);
         let rate = self.timing.clock_rates_permille.get(id as usize - 1).copied().unwrap_or(0);
-        p.env = self.clock_env(&replica_label(id as usize - 1), offset_s, rate);
+        let steppable = self.timing.steppable_replica_clocks;
+        p.env = self.clock_env(&replica_label(id as usize - 1), offset_s, rate, steppable);
         p.spawn(&self.baton);
         self.replicas.push(p);
         self.replica_racks.push(rack.map(str::to_string));
@@ -438,14 +444,15 @@ impl Cluster {
     }
 
     /// libfaketime's environment for the process labelled `label` whose wall clock runs
-    /// `offset_s` off, or whose clocks run `rate_permille` fast or slow, if either. An offset
+    /// `offset_s` off, or whose clocks run `rate_permille` fast or slow, if either or if
+    /// `steppable` (then on the machine's clock until [`Cluster::step_clock`]). An offset
     /// moves only the wall clock: a host's monotonic and boot clocks are its own, and nothing
     /// compares them across hosts. A rate moves the monotonic clocks too: the leases, grace
     /// periods and timeouts are counted on them, and their rate is the drift `D` of the
     /// timing argument. The spec is read from a file (again at most a second after it
     /// changes), so [`Cluster::step_clock`] can step an offset.
-    fn clock_env(&self, label: &str, offset_s: i64, rate_permille: i64) -> Vec<(String, String)> {
-        if offset_s == 0 && rate_permille == 0 {
+    fn clock_env(&self, label: &str, offset_s: i64, rate_permille: i64, steppable: bool) -> Vec<(String, String)> {
+        if offset_s == 0 && rate_permille == 0 && !steppable {
             return Vec::new();
         }
         assert!(offset_s == 0 || rate_permille == 0, "{label}: a clock rate is never combined with an offset");
@@ -524,6 +531,10 @@ impl Cluster {
             &self.path("checkpoints").display().to_string(),
             "--heartbeat-ms",
             "100",
+            // A process that survives SIGKILL (`Misbehave::Unkillable`) is reported within
+            // seconds, not the default minute, so that the operator fixes its node in time.
+            "--unkillable-after-ms",
+            "3000",
             "--tls-dir",
             &self.path(&format!("tls/agent-{}", n.name)).display().to_string(),
         ]);

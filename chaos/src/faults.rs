@@ -82,6 +82,15 @@ fn long_agent_kill(rng: &mut Rng, contained: bool, agent: String) -> Fault {
     }
 }
 
+/// How many days ahead the leader's clock steps, `CLOCK_AHEAD_PERCENT` of the process faults
+/// where the replicas' clocks can be stepped (`leader_clocks`); none otherwise.
+fn clock_jump_days(rng: &mut Rng, leader_clocks: bool) -> Option<u32> {
+    if !leader_clocks || !rng.chance(CLOCK_AHEAD_PERCENT) {
+        return None;
+    }
+    Some(rng.range(CLOCK_AHEAD_DAYS.0, CLOCK_AHEAD_DAYS.1) as u32)
+}
+
 /// Share of the long agent kills that reboot the whole node (`long_agent_kill`).
 const REBOOT_PERCENT: u64 = 30;
 
@@ -95,6 +104,16 @@ const SLOW_DISK_BRISK_MS: (u64, u64) = (2_000, 3_500);
 
 /// `Fault::kind` of a single leader kill (the kind counted right after a preemption).
 pub const LEADER_KILL: &str = "kill leader";
+/// `Fault::kind` of a leader's clock stepped days ahead.
+pub const LEADER_CLOCK_AHEAD: &str = "leader's clock days ahead";
+/// Share of process faults that step the leader's clock days ahead, when the run's replicas
+/// run on steppable clocks (`Faults::leader_clocks`); how many days; how long it stays
+/// ahead (libfaketime reads the step within a second; the rest is seconds of cycles and
+/// commands stamped by a leader whose clock says days later).
+const CLOCK_AHEAD_PERCENT: u64 = 10;
+const CLOCK_AHEAD_DAYS: (u64, u64) = (1, 5);
+const CLOCK_AHEAD_MS: (u64, u64) = (3_000, 8_000);
+const CLOCK_AHEAD_BRISK_MS: (u64, u64) = (3_000, 5_000);
 
 /// The partition kinds issue 9 lists, each with the `Fault::kind`s it counts.
 pub const PARTITION_KINDS: [(&str, &[&str]); 5] = [
@@ -201,6 +220,10 @@ pub enum Fault {
     /// Replica `replica`'s disk (the leader's, when `leader`) allows `iops` writes a second
     /// for the outage, then is restored.
     SlowDisk { replica: usize, leader: bool, iops: u32 },
+    /// The leader's wall clock steps `days` ahead for the outage, then back (an NTP server
+    /// gone wrong, an operator's typo). Its stamps must stay with its peers' time: a
+    /// replicated clock moved days ahead never comes back, and every job's time limit ends.
+    LeaderClockAhead { replica: usize, days: u32 },
 }
 
 impl Fault {
@@ -225,6 +248,7 @@ impl Fault {
             Fault::Lossy { .. } => "lossy link",
             Fault::SlowDisk { leader: true, .. } => "slow disk of the leader",
             Fault::SlowDisk { leader: false, .. } => "slow disk of a follower",
+            Fault::LeaderClockAhead { .. } => LEADER_CLOCK_AHEAD,
         }
     }
 
@@ -254,7 +278,8 @@ impl Fault {
             | Fault::WipeJournal { .. }
             | Fault::RebootNode { .. }
             | Fault::StallAgent { .. }
-            | Fault::SlowDisk { .. } => Vec::new(),
+            | Fault::SlowDisk { .. }
+            | Fault::LeaderClockAhead { .. } => Vec::new(),
         }
     }
 }
@@ -290,6 +315,9 @@ impl fmt::Display for Fault {
             Fault::Lossy { who, percent } => write!(f, "{who}'s link loses {percent}% of its packets"),
             Fault::SlowDisk { replica, leader, iops } => {
                 write!(f, "slowed the disk of replica {}{} to {iops} writes a second", replica + 1, role(leader))
+            }
+            Fault::LeaderClockAhead { replica, days } => {
+                write!(f, "stepped the clock of replica {} (the leader) {days} days ahead", replica + 1)
             }
         }
     }
@@ -369,6 +397,8 @@ pub struct Faults {
     /// Whether every agent holds its replicas in cgroups: short agent kills may then wipe
     /// the journal (`Fault::WipeJournal`) and long ones reboot the node (`Fault::RebootNode`).
     contained: bool,
+    /// Whether the replicas' clocks can be stepped (`Fault::LeaderClockAhead`).
+    leader_clocks: bool,
 }
 
 impl Faults {
@@ -383,7 +413,16 @@ impl Faults {
             brisk: false,
             slow_disk: None,
             contained: false,
+            leader_clocks: false,
         }
+    }
+
+    /// Where every replica runs on a clock the harness can step
+    /// (`cluster::Timing::steppable_replica_clocks`), `CLOCK_AHEAD_PERCENT` of the process
+    /// faults step the leader's clock days ahead for a few seconds.
+    pub fn leader_clocks(mut self, steppable: bool) -> Faults {
+        self.leader_clocks = steppable;
+        self
     }
 
     /// Where every agent holds its replicas in cgroups (`contained`), some short agent kills
@@ -513,6 +552,10 @@ impl Faults {
         if self.slow_disk.is_some() && self.rng.chance(SLOW_DISK_PERCENT) {
             return self.draw_slow_disk(c).await;
         }
+        // The same: drawn only when the clocks can be stepped.
+        if let Some(days) = clock_jump_days(&mut self.rng, self.leader_clocks) {
+            return Fault::LeaderClockAhead { replica: c.leader().await, days };
+        }
         if roll < 50 {
             let leader = c.leader().await;
             if roll < 20 {
@@ -597,6 +640,13 @@ impl Faults {
                 let (low, high) = if self.brisk { SLOW_DISK_BRISK_MS } else { SLOW_DISK_MS };
                 let slow_ms = self.rng.range(low, high);
                 self.slow_disk_for(c, replica, iops, slow_ms).await;
+            }
+            Fault::LeaderClockAhead { replica, days } => {
+                let (low, high) = if self.brisk { CLOCK_AHEAD_BRISK_MS } else { CLOCK_AHEAD_MS };
+                let label = replica_label(replica);
+                c.step_clock(&label, i64::from(days) * 86_400);
+                tokio::time::sleep(Duration::from_millis(self.rng.range(low, high))).await;
+                c.step_clock(&label, 0);
             }
             ref network => {
                 let cut_ms = self.cut_ms(network, long_ms);
@@ -757,6 +807,21 @@ mod tests {
             let n = drawn(kill, true, is);
             assert!((60..=120).contains(&n), "{n} {what} in 300 kills");
         }
+    }
+
+    /// The leader's clock jumps only where the replicas run on steppable clocks, then in
+    /// about a tenth of the process faults, 1 to 5 days ahead.
+    #[test]
+    fn the_leaders_clock_jumps_days_ahead_only_where_replicas_clocks_can_step() {
+        let mut rng = Rng::new(5);
+        assert!((0..300).all(|_| clock_jump_days(&mut rng, false).is_none()));
+        let days: Vec<u32> = (0..300).filter_map(|_| clock_jump_days(&mut rng, true)).collect();
+        assert!((15..=50).contains(&days.len()), "{} jumps in 300 process faults", days.len());
+        assert!(days.iter().all(|d| (1..=5).contains(d)), "{days:?}");
+        let fault = Fault::LeaderClockAhead { replica: 1, days: 3 };
+        assert_eq!(fault.kind(), LEADER_CLOCK_AHEAD);
+        assert_eq!(fault.to_string(), "stepped the clock of replica 2 (the leader) 3 days ahead");
+        assert!(fault.rules(&topology()).is_empty(), "a clock fault cuts no link");
     }
 
     fn topology() -> Topology {

@@ -49,6 +49,7 @@ mod rng;
 pub mod run;
 pub mod slot;
 pub mod sum;
+pub mod unkillable;
 
 pub use check::Report;
 pub use run::{Config, run};

@@ -20,7 +20,7 @@ use std::path::Path;
 use baton_proto::make::{gpu_job, gpu_queue};
 use baton_proto::v1::{ArraySpec, Cohort, JobSpec, PreemptionMode, Queue, Resources, SubmitRequest};
 
-use baton_agent::workload::Misbehave;
+use baton_agent::workload::{Misbehave, unkillable_cgroups};
 
 use crate::rng::Rng;
 
@@ -31,6 +31,11 @@ const STEP_MS: u64 = 50;
 /// preemption bound (grace plus 4 heartbeat timeouts) tight: the API's default, 30 s,
 /// would let a stop hang for 42 s before it counts.
 pub const GRACE_MS: u64 = 5_000;
+/// Every job's time limit: far longer than any attempt of a run lives (seconds), far shorter
+/// than the days a leader's clock jumps ahead (`faults::Fault::LeaderClockAhead`). A
+/// replicated clock that followed such a leader would end every running job at its limit
+/// (and the checks flag any job that did not succeed, and any event stamped ahead of time).
+pub const TIME_LIMIT_MS: u64 = 12 * 3_600_000;
 /// Share of two-rank gangs whose rank 1 runs fewer steps than rank 0 (a third to a half).
 const UNEVEN_PERCENT: u64 = 40;
 /// Share of gangs that ask for preemption mode `suspend`.
@@ -82,6 +87,8 @@ pub struct Load {
     /// Share of jobs that misbehave, and the ways they may.
     adversarial_percent: u64,
     ways: Vec<Misbehave>,
+    /// The tag `unkillable` jobs name their frozen cgroups with (`unkillable::Freezer::tag`).
+    unkillable_tag: String,
 }
 
 /// How a job of the run misbehaves, as its name says (`train-7-escape`, and its array
@@ -103,7 +110,20 @@ impl Load {
             STEP_MS.to_string(),
             "--steps".into(),
         ];
-        Load { rng: Rng::new(seed ^ 0x10ad), made: 0, command, adversarial_percent: 0, ways: Vec::new() }
+        Load {
+            rng: Rng::new(seed ^ 0x10ad),
+            made: 0,
+            command,
+            adversarial_percent: 0,
+            ways: Vec::new(),
+            unkillable_tag: "0".into(),
+        }
+    }
+
+    /// `unkillable` jobs (`Misbehave::Unkillable`) name their frozen cgroups with `tag`.
+    pub fn unkillable_tag(mut self, tag: &str) -> Load {
+        self.unkillable_tag = tag.to_string();
+        self
     }
 
     /// `percent` of the jobs misbehave, each in one of `ways` drawn at random.
@@ -183,12 +203,21 @@ impl Load {
         let mut name = format!("{kind}-{}", self.made);
         let mut command = self.command.clone();
         command.push(steps.to_string());
+        let mut env = std::collections::HashMap::new();
         if self.adversarial_percent > 0 && self.rng.chance(self.adversarial_percent) {
             let way = self.ways[self.rng.range(0, self.ways.len() as u64 - 1) as usize];
             name = format!("{name}-{}", way.name());
             command.extend(["--misbehave".to_string(), way.name().to_string()]);
+            if way == Misbehave::Unkillable {
+                env.insert(unkillable_cgroups::TAG_ENV.to_string(), self.unkillable_tag.clone());
+            }
         }
-        let spec = JobSpec { grace_ms: Some(GRACE_MS), ..gpu_job(&name, queue, class, replicas, gpus, command) };
+        let spec = JobSpec {
+            grace_ms: Some(GRACE_MS),
+            time_limit_ms: Some(TIME_LIMIT_MS),
+            env,
+            ..gpu_job(&name, queue, class, replicas, gpus, command)
+        };
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
         SubmitRequest { spec: Some(spec), request_id: name, run_as: String::new(), after: Vec::new(), array: None }
@@ -239,6 +268,29 @@ mod tests {
         assert_eq!(way_of("train-7"), None);
         let mut none = Load::new(1, Path::new("baton"), Path::new("witness")).misbehave(30, &[]);
         assert!((0..100).all(|_| way_in(&none.any().spec.unwrap()).is_none()));
+    }
+
+    /// An `unkillable` job names its frozen cgroups with the run's tag (the harness's pid),
+    /// so that the harness thaws only its own; no other job carries the tag.
+    #[test]
+    fn an_unkillable_job_carries_the_runs_tag_and_no_other_does() {
+        let ways = [Misbehave::Unkillable];
+        let mut load = Load::new(2, Path::new("baton"), Path::new("witness")).misbehave(50, &ways).unkillable_tag("77");
+        let jobs: Vec<JobSpec> = (0..100).map(|_| load.any().spec.unwrap()).collect();
+        fn tagged(j: &JobSpec) -> Option<&str> {
+            j.env.get(unkillable_cgroups::TAG_ENV).map(String::as_str)
+        }
+        let (bad, good): (Vec<&JobSpec>, Vec<&JobSpec>) = jobs.iter().partition(|j| j.name.ends_with("-unkillable"));
+        assert!(!bad.is_empty() && !good.is_empty());
+        assert!(bad.iter().all(|j| tagged(j) == Some("77")));
+        assert!(good.iter().all(|j| tagged(j).is_none()));
+        assert!(jobs.iter().all(|j| j.time_limit_ms == Some(TIME_LIMIT_MS)), "every job has the long time limit");
+        // The cluster takes the tag: a name of the agent's (`BATON_...`) was refused, and
+        // every unkillable job went unacknowledged.
+        for j in &bad {
+            let env = j.env.clone().into_iter().collect();
+            baton_model::runnable::validate_env(&env).unwrap_or_else(|e| panic!("{}: {e}", j.name));
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::faults::{Faults, Mix};
 use crate::history::{History, Op, OpKind, Outcome, now_ms};
 use crate::load::{self, Load};
 use crate::rng::Rng;
+use crate::unkillable::Freezer;
 
 /// Tries of one setup call (the cohort, a queue) while the cluster is unavailable.
 const SETUP_TRIES: u32 = 150;
@@ -131,6 +132,8 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         crate::cluster::libfaketime()?;
         timing.clock_rates_permille = vec![0, CLOCK_RATE_PERMILLE, -CLOCK_RATE_PERMILLE];
     }
+    let leader_clocks = leader_clocks_steppable(cfg);
+    timing.steppable_replica_clocks = leader_clocks;
     let cluster_started = Instant::now();
     let slow_disks = (cfg.slow_disks || cfg.mix == Mix::SlowDisks) && cfg.mix.process_faults();
     if slow_disks {
@@ -163,7 +166,13 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     if contained {
         ways.push(Misbehave::Escape);
     }
-    let mut load = Load::new(cfg.seed, &cfg.baton, &witness).misbehave(cfg.adversarial_percent, &ways);
+    let freezer = unkillable_processes(contained).then(|| Arc::new(Freezer::start()));
+    if freezer.is_some() {
+        ways.push(Misbehave::Unkillable);
+    }
+    let tag = freezer.as_ref().map_or("0", |f| f.tag()).to_string();
+    let mut load =
+        Load::new(cfg.seed, &cfg.baton, &witness).misbehave(cfg.adversarial_percent, &ways).unkillable_tag(&tag);
     let history = Arc::new(History::default());
     // Training gangs fill the cluster first, so that interactive jobs must reclaim.
     for _ in 0..cfg.nodes {
@@ -183,6 +192,10 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         seed: cfg.seed,
     };
     let gpu_faulter = tokio::spawn(gpu_faults.run(stop.clone()));
+    // The operator fixes nodes a frozen process made unhealthy until the jobs have drained.
+    let drained = Arc::new(AtomicBool::new(false));
+    let operator =
+        freezer.clone().map(|f| tokio::spawn(crate::unkillable::operate(c.servers.clone(), f, drained.clone())));
 
     let disk = match slow_disks {
         true => Some(crate::disk::SlowDisk::new(c.dir.path()).map_err(|e| e.to_string())?),
@@ -195,7 +208,8 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let mut faults = Faults::new(cfg.seed, timing.heartbeat_timeout_ms, &c.servers, cfg.mix)
         .brisk(cfg.brisk)
         .slow_disks(disk)
-        .contained(contained);
+        .contained(contained)
+        .leader_clocks(leader_clocks);
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
@@ -226,10 +240,22 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let acked: Vec<String> =
         ops.iter().filter(|o| o.kind == OpKind::Submit && o.outcome == Outcome::Ok).map(|o| o.key.clone()).collect();
     let jobs = drain(&c, &acked).await;
+    drained.store(true, Ordering::SeqCst);
+    let mut repairs = match operator {
+        Some(o) => o.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    // A node made unhealthy during the drain's last look is fixed too, before quiescence.
+    if let Some(f) = &freezer {
+        for node in crate::unkillable::unkillable_nodes(&c.servers).await {
+            repairs.push(crate::unkillable::repair(&c.servers, f, node).await);
+        }
+    }
     let after_node_loss = after_node_loss(&c, &witness).await;
     // Quiescence first: the events read after it include the last stops.
     let quiescence = crate::observe::quiescence(&c, &witness, c.servers.addrs.len()).await;
     let events = crate::observe::events_of(&c, &jobs).await;
+    let events_read_ms = now_ms();
     // A clock that runs at another rate has drifted off by the end: the checks that allow
     // for wall clocks apart count that as an offset.
     let drifted_s = drifted_offsets_s(&timing.clock_rates_permille, cluster_started.elapsed());
@@ -247,11 +273,15 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         after_node_loss: &after_node_loss,
         cancel_slack_ms: timing.lease_ms + CANCEL_START_SLACK_MS,
         events: &events,
+        events_read_ms,
         preemption_bound_ms: crate::check::preemption_bound_ms(timing.heartbeat_timeout_ms),
         quiescence: &quiescence,
         logs: &logs,
         gpu_faults: &gpu_spans,
         contained,
+        leader_clocks,
+        unkillable: freezer.is_some(),
+        repairs: &repairs,
     });
     if cfg.keep_dir || !report.ok() {
         // Kept for a post-mortem: the replicas' and agents' logs, the witness records.
@@ -259,6 +289,38 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         eprintln!("chaos: the run's directory is kept at {}", c.dir.path().display());
     }
     Ok(report)
+}
+
+/// Whether jobs may leave a process behind that SIGKILL cannot end (`Misbehave::Unkillable`):
+/// where every agent holds its replicas in cgroups (an agent of the weaker mode counts a
+/// replica ended when its wrapper ends, as its docs say) and this host has a cgroup v1
+/// freezer the harness may use (as root, on a host with hybrid cgroups). The run says which.
+fn unkillable_processes(contained: bool) -> bool {
+    let freezer = baton_agent::workload::unkillable_cgroups::available();
+    if !(contained && freezer) {
+        let why =
+            if contained { "no writable cgroup v1 freezer here" } else { "the agents do not hold replicas in cgroups" };
+        eprintln!("chaos: no job leaves an unkillable process this run: {why}");
+    }
+    contained && freezer
+}
+
+/// Whether the replicas run on clocks the harness can step, so that the leader's may jump
+/// days ahead (`faults::Fault::LeaderClockAhead`): in a mix of process faults, with
+/// libfaketime installed, and no other clock fault in the run (offsets step by a plan of
+/// their own; a rate moves the monotonic clocks, which a step would move as well). Without
+/// libfaketime the run says so and goes on without such faults (its verdict says which).
+fn leader_clocks_steppable(cfg: &Config) -> bool {
+    if !matches!(cfg.mix, Mix::All | Mix::Processes) || cfg.clock_offsets || cfg.clock_rates {
+        return false;
+    }
+    match crate::cluster::libfaketime() {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("chaos: no leader clock jumps this run: {e}");
+            false
+        }
+    }
 }
 
 /// Every `*.log` the run's processes wrote in `dir` (replicas and agents), by file name.
