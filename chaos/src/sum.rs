@@ -54,6 +54,12 @@ pub struct Tally {
     /// Jobs that misbehave, by way (absent from the files of runs made before they were).
     #[serde(default)]
     pub misbehaving: BTreeMap<String, u64>,
+    /// Nodes the harness fixed after an unkillable process, and the frozen processes it
+    /// thawed there (absent from the files of runs made before they were counted).
+    #[serde(default)]
+    pub nodes_fixed: u64,
+    #[serde(default)]
+    pub thawed: u64,
     /// Each violation, after the seed of its run.
     pub violations: Vec<String>,
 }
@@ -88,6 +94,8 @@ impl Tally {
             suspensions: n(report.suspensions),
             resumed_in_place: n(report.resumed_in_place),
             misbehaving: report.misbehaving.iter().map(|(w, c)| (w.to_string(), n(*c))).collect(),
+            nodes_fixed: n(report.repaired_nodes),
+            thawed: n(report.thawed),
             violations: report.violations.iter().map(|v| format!("seed {seed}: {v}")).collect(),
         };
         t.runs.push(RunLine {
@@ -142,6 +150,8 @@ impl Tally {
         for (w, c) in &other.misbehaving {
             *self.misbehaving.entry(w.clone()).or_default() += c;
         }
+        self.nodes_fixed += other.nodes_fixed;
+        self.thawed += other.thawed;
         self.violations.extend(other.violations.iter().cloned());
     }
 
@@ -228,6 +238,10 @@ impl fmt::Display for Tally {
             let ways: Vec<String> = self.misbehaving.iter().map(|(w, c)| format!("{c} {w}")).collect();
             writeln!(f, "misbehaving jobs: {}", ways.join(", "))?;
         }
+        if self.nodes_fixed > 0 {
+            let (nodes, thawed) = (self.nodes_fixed, self.thawed);
+            writeln!(f, "unkillable processes: {nodes} nodes fixed by the harness, {thawed} frozen processes thawed")?;
+        }
         writeln!(f, "per seed (faults, leader kills right after a preemption, violations, wall time):")?;
         for r in &self.runs {
             writeln!(
@@ -271,6 +285,8 @@ mod tests {
             suspensions: 3,
             resumed_in_place: 2,
             misbehaving: [("escape".to_string(), 1), ("ignore-stop".to_string(), 2)].into(),
+            nodes_fixed: 2,
+            thawed: 3,
             violations: violations.iter().map(|v| format!("seed {seed}: {v}")).collect(),
             ..Tally::default()
         };
@@ -302,6 +318,10 @@ mod tests {
         assert!(text.contains("seed 100: train-3 ran twice"), "{text}");
         assert!(text.contains("6 suspended in place, 4 resumed in place"), "{text}");
         assert!(text.contains("misbehaving jobs: 2 escape, 4 ignore-stop"), "{text}");
+        assert!(
+            text.contains("unkillable processes: 4 nodes fixed by the harness, 6 frozen processes thawed"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 use baton_agent::procfs;
 use baton_proto::v1::Action;
-use baton_proto::v1::observation::What;
 use common::*;
 
 fn cgroup_of(pid: i32) -> String {
@@ -247,25 +246,7 @@ async fn a_replica_whose_processes_survive_sigkill_holds_its_gpus_and_is_reporte
     assert!(exited_of(&gw.observations(), 1).is_empty(), "its end told while its processes live on");
 
     // Another job on the same GPUs waits for them.
-    let mut next = assignment(2, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", next_ran.display()));
-    next.gpus = vec![1, 3];
-    gw.set(1, vec![assignment(1, 1, Action::Run, "exit 3"), next.clone()]);
-    let unkillable = wait_for(10, "Unkillable reported", || {
-        gw.observations().iter().position(|o| matches!(&o.what, Some(What::Unkillable(u)) if u.job_id == 1))
-    })
-    .await;
-    let Some(What::Unkillable(u)) = &gw.observations()[unkillable].what else { unreachable!() };
-    assert!(u.reason.contains("survived SIGKILL"), "{}", u.reason);
-    let exited = wait_for(5, "its end told after Unkillable", || {
-        gw.observations()
-            .iter()
-            .position(|o| matches!(&o.what, Some(What::Exited(e)) if e.job_id == 1 && e.exit_code == 3))
-    })
-    .await;
-    assert!(exited > unkillable, "the node must be out before the job lets its GPUs go");
-    gw.set(1, vec![next]);
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert!(!next_ran.exists(), "another job started on GPUs a live process holds");
+    reported_unkillable_with_its_gpus_held(&gw, "exit 3", &next_ran).await;
 
     // The processes are gone at last: the GPUs are free again.
     std::fs::remove_file(root.join("1-1-0/cgroup.procs")).unwrap();

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 
 use baton_agent::workload::unkillable_cgroups::FREEZER_ROOT;
 use baton_proto::v1::Action;
-use baton_proto::v1::observation::What;
 use common::*;
 
 /// A freezer cgroup of this test's own, thawed, emptied and removed at the end.
@@ -80,26 +79,8 @@ async fn a_process_frozen_past_sigkill_holds_its_gpus_until_thawed_and_is_report
     wait_for(5, "the child frozen", || (frozen.state() == "FROZEN").then_some(())).await;
 
     // Another job on the same GPUs waits for them.
-    let mut next = assignment(2, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", next_ran.display()));
-    next.gpus = assignment(1, 1, Action::Run, "").gpus;
-    gw.set(1, vec![assignment(1, 1, Action::Run, &cmd), next.clone()]);
-    let unkillable = wait_for(10, "Unkillable reported", || {
-        gw.observations().iter().position(|o| matches!(&o.what, Some(What::Unkillable(u)) if u.job_id == 1))
-    })
-    .await;
-    let Some(What::Unkillable(u)) = &gw.observations()[unkillable].what else { unreachable!() };
-    assert!(u.reason.contains("survived SIGKILL"), "{}", u.reason);
+    reported_unkillable_with_its_gpus_held(&gw, &cmd, &next_ran).await;
     assert!(alive(pid), "the frozen child died: it was not frozen");
-    let exited = wait_for(5, "its end told after Unkillable", || {
-        gw.observations()
-            .iter()
-            .position(|o| matches!(&o.what, Some(What::Exited(e)) if e.job_id == 1 && e.exit_code == 3))
-    })
-    .await;
-    assert!(exited > unkillable, "the node must be out before the job lets its GPUs go");
-    gw.set(1, vec![next]);
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert!(!next_ran.exists(), "another job started on GPUs a live process holds");
 
     // The operator's fix: thawed, the child dies of the SIGKILL pending on it.
     frozen.thaw();

@@ -451,3 +451,30 @@ pub fn cgroup_config(dir: &Path, gw: &Gateway, root: &Path) -> baton_agent::Agen
     c.cgroup_root = Some(root.to_path_buf());
     c
 }
+
+/// Issue 31's order for job 1 (run as `first`, which exits 3) whose processes survive
+/// SIGKILL, beside job 2 given the same GPUs (it writes its pid to `next_ran`): the agent
+/// reports job 1 `Unkillable`, then its end, and job 2 does not start while those processes
+/// live. Returns job 2's assignment, the only one wanted from then on.
+pub async fn reported_unkillable_with_its_gpus_held(gw: &Gateway, first: &str, next_ran: &Path) -> Assignment {
+    let mut next = assignment(2, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", next_ran.display()));
+    next.gpus = assignment(1, 1, Action::Run, first).gpus;
+    gw.set(1, vec![assignment(1, 1, Action::Run, first), next.clone()]);
+    let unkillable = wait_for(10, "Unkillable reported", || {
+        gw.observations().iter().position(|o| matches!(&o.what, Some(What::Unkillable(u)) if u.job_id == 1))
+    })
+    .await;
+    let Some(What::Unkillable(u)) = &gw.observations()[unkillable].what else { unreachable!() };
+    assert!(u.reason.contains("survived SIGKILL"), "{}", u.reason);
+    let exited = wait_for(5, "its end told after Unkillable", || {
+        gw.observations()
+            .iter()
+            .position(|o| matches!(&o.what, Some(What::Exited(e)) if e.job_id == 1 && e.exit_code == 3))
+    })
+    .await;
+    assert!(exited > unkillable, "the node must be out before the job lets its GPUs go");
+    gw.set(1, vec![next.clone()]);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!next_ran.exists(), "another job started on GPUs a live process holds");
+    next
+}
