@@ -277,26 +277,7 @@ fn freeze_a_child(held: &[File]) -> Result<(), String> {
         env("BATON_RANK")
     );
     let dir = Path::new(unkillable_cgroups::FREEZER_ROOT).join(name);
-    // SAFETY: the workload has no other thread, so fork is safe; the child calls only
-    // async-signal-safe functions (close, sleep, _exit).
-    let child = unsafe { libc::fork() };
-    if child == 0 {
-        // The job's lock goes with this process's end; the GPUs' stay with the child.
-        if let Some(job_lock) = held.first() {
-            // SAFETY: closes this child's copy of a descriptor it owns.
-            unsafe { libc::close(job_lock.as_raw_fd()) };
-        }
-        let mut left = ESCAPED_LIFE_S as libc::c_uint;
-        while left > 0 {
-            // SAFETY: sleep(3) has no preconditions.
-            left = unsafe { libc::sleep(left) };
-        }
-        // SAFETY: ends the child without running the parent's exit handlers.
-        unsafe { libc::_exit(0) };
-    }
-    if child < 0 {
-        return Err(format!("fork failed: {}", std::io::Error::last_os_error()));
-    }
+    let child = fork_without_the_jobs_lock(held)?;
     let frozen = (|| {
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("cgroup.procs"), child.to_string())?;
@@ -307,6 +288,55 @@ fn freeze_a_child(held: &[File]) -> Result<(), String> {
         unsafe { libc::kill(child, libc::SIGKILL) };
         format!("cannot freeze a child in {}: {e}", dir.display())
     })
+}
+
+/// Forks a child that lets go of the job's lock (the first of `held`), keeps the others,
+/// and sleeps `ESCAPED_LIFE_S`; returns once it has let go. The child says so on a pipe:
+/// frozen before that, it held the lock, and the job's next attempt found "two attempts at
+/// once" (a chaos run of 1,500 s, twice).
+fn fork_without_the_jobs_lock(held: &[File]) -> Result<libc::pid_t, String> {
+    let mut pipe = [0 as libc::c_int; 2];
+    // SAFETY: pipe(2) fills the two descriptors of this array.
+    if unsafe { libc::pipe(pipe.as_mut_ptr()) } != 0 {
+        return Err(format!("pipe failed: {}", std::io::Error::last_os_error()));
+    }
+    let [ready_r, ready_w] = pipe;
+    // SAFETY: the workload has no other thread, so fork is safe; the child calls only
+    // async-signal-safe functions (close, write, sleep, _exit).
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: closes this child's copies of descriptors it owns, says so in one byte,
+        // sleeps, and ends without running the parent's exit handlers.
+        unsafe {
+            if let Some(job_lock) = held.first() {
+                libc::close(job_lock.as_raw_fd());
+            }
+            libc::write(ready_w, [1u8].as_ptr().cast(), 1);
+            libc::close(ready_w);
+            libc::close(ready_r);
+            let mut left = ESCAPED_LIFE_S as libc::c_uint;
+            while left > 0 {
+                left = libc::sleep(left);
+            }
+            libc::_exit(0);
+        }
+    }
+    let mut byte = 0u8;
+    // SAFETY: closes the parent's write end, reads one byte (none: the child died or was
+    // never forked) from the read end it owns, closes that.
+    let told = unsafe {
+        libc::close(ready_w);
+        let n = if child > 0 { libc::read(ready_r, (&mut byte as *mut u8).cast(), 1) } else { -1 };
+        libc::close(ready_r);
+        n == 1
+    };
+    if child < 0 {
+        return Err(format!("fork failed: {}", std::io::Error::last_os_error()));
+    }
+    if !told {
+        return Err("the child to freeze did not say it let go of the job's lock".into());
+    }
+    Ok(child)
 }
 
 /// Runs the workload; returns the process exit code.
