@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the `baton` container image from a binary built on this machine, without pulling
 # any base image: the image holds the binary, the shared libraries it links (read off
-# `ldd`), and `/bin/sh`, which the agent runs each job replica under.
+# `ldd`), and `/bin/sh` with the three programs the agent's wrapper around each job replica
+# runs (`sleep`, `mv`, `cat`: the agent refuses to start without them).
 #
 #   deploy/image.sh [TAG]        (default tag: baton:latest)
 #
@@ -25,9 +26,15 @@ root="$ctx/rootfs"
 mkdir -p "$root/usr/local/bin" "$root/bin" "$root/tmp" "$root/var/lib/baton" "$root/etc"
 cp "$bin" "$root/usr/local/bin/baton"
 cp "$(readlink -f /bin/sh)" "$root/bin/sh"
+tools=()
+for tool in sleep mv cat; do
+  found="$(command -v "$tool")" || { echo "error: $tool is not installed here (coreutils)" >&2; exit 1; }
+  cp "$(readlink -f "$found")" "$root/bin/$tool"
+  tools+=("$found")
+done
 
-# Every shared library either program loads, at the path the loader looks for it.
-for prog in "$bin" /bin/sh; do
+# Every shared library these programs load, at the path the loader looks for it.
+for prog in "$bin" /bin/sh "${tools[@]}"; do
   ldd "$prog" | awk '/=> \// { print $3 } /^[[:space:]]*\/[^ ]+/ { print $1 }' | while read -r lib; do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"

@@ -162,6 +162,7 @@ pub async fn start_with_journal(
     let mut config = config;
     learn_nvlink_domain(&mut config, &inventory);
     prepare_dirs(&config)?;
+    crate::tools::check(std::env::var_os("PATH").as_deref()).map_err(AgentError::Config)?;
     let checkpoint_root = config.checkpoint_root();
     let journal = Arc::new(journal);
 

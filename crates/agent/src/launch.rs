@@ -189,7 +189,7 @@ pub fn start_guard(
     expires_at_ms: Option<u64>,
 ) -> std::io::Result<()> {
     let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c").arg(GUARD).arg("baton-guard").arg(lease_file).arg(cgroup.dir()).arg(exit_file);
+    cmd.arg("-c").arg(GUARD).arg(GUARD_NAME).arg(lease_file).arg(cgroup.dir()).arg(exit_file);
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
     cmd.arg(WATCHDOG_SLACK_MS.to_string()).arg(expires_at_ms.map(|e| e.to_string()).unwrap_or_default());
     cmd.env_clear().envs(host_env());
@@ -204,6 +204,8 @@ pub fn start_guard(
 
 /// The wrapper's `$0`: it tells the wrapper from the guard, which also names the exit file.
 const WRAPPER_NAME: &str = "baton-wrapper";
+/// The guard's `$0` (what `ps` shows after `sh -c SCRIPT`).
+pub const GUARD_NAME: &str = "baton-guard";
 
 /// What a start needs besides the assignment.
 pub struct LaunchDirs<'a> {
@@ -591,6 +593,7 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
     use std::os::unix::fs::PermissionsExt;
 
     /// A rank directory the job replaced by a link to another file is refused, and what the
@@ -613,6 +616,84 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         own_path(&real, None, 0o700).unwrap();
         assert_eq!(std::fs::metadata(&real).unwrap().permissions().mode() & 0o777, 0o700);
+    }
+
+    /// A directory holding links to the programs of `tools::NEEDED` but `except`, and nothing
+    /// else: the `PATH` of a minimal container image.
+    fn only_the_tools(except: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let host = std::env::var_os("PATH").unwrap();
+        for name in crate::tools::NEEDED.into_iter().filter(|n| *n != except) {
+            let found = crate::tools::find(name, &host).unwrap_or_else(|| panic!("{name} on this host"));
+            std::os::unix::fs::symlink(found, dir.path().join(name)).unwrap();
+        }
+        dir
+    }
+
+    /// Runs `script` (named `name`) with `args` under `path` alone; returns its exit code
+    /// and what it wrote to stderr.
+    fn run_script(script: &str, name: &str, args: &[&OsStr], path: &Path) -> (Option<i32>, String) {
+        let sh = crate::tools::find("sh", &std::env::var_os("PATH").unwrap()).unwrap();
+        let out = std::process::Command::new(sh)
+            .arg("-c")
+            .arg(script)
+            .arg(name)
+            .args(args)
+            .env_clear()
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    /// The compose deployment's image held `sh` and no `mv` or `sleep`: every exit file
+    /// stayed `exit.tmp`, and a replica whose end the agent noticed through `/proc` before
+    /// its wait returned was reported killed (exit 137; CI's smoke test failed on it), while
+    /// each replica's watchdog, its `sleep` not found, spun on a CPU. With what
+    /// `tools::NEEDED` lists and nothing else, the wrapper (its watchdog polling every 10 ms)
+    /// runs a command, records its code, and runs nothing that is not found.
+    #[test]
+    fn the_wrapper_needs_nothing_but_the_tools_the_agent_checks_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = dir.path().join("lease");
+        crate::lease_file::write(&lease, &crate::lease::Lease::until(crate::lease_file::boot_ms() + 60_000)).unwrap();
+        let exit = dir.path().join("exit");
+        let tools = only_the_tools("");
+        let args: Vec<&OsStr> = [exit.as_os_str(), lease.as_os_str()]
+            .into_iter()
+            .chain(["15", "1.000", "0.010", "0", "0", "sh", "-c", "sleep 0.1; exit 3"].map(OsStr::new))
+            .collect();
+        let (code, stderr) = run_script(WRAPPER, WRAPPER_NAME, &args, tools.path());
+        assert_eq!(code, Some(3), "{stderr}");
+        assert!(!stderr.contains("not found"), "{stderr}");
+        assert_eq!(read_exit_file(&exit), Some(3), "the code is recorded");
+
+        let without_mv = only_the_tools("mv");
+        let (code, stderr) = run_script(WRAPPER, WRAPPER_NAME, &args, without_mv.path());
+        assert_eq!(code, Some(3));
+        assert!(stderr.contains("mv: not found"), "the test sees a missing tool: {stderr}");
+    }
+
+    /// The guard, as the wrapper above: with the tools alone it stops and kills a cgroup
+    /// whose lease ran out (here a plain directory standing in for one) without a command
+    /// not found.
+    #[test]
+    fn the_guard_needs_nothing_but_the_tools_the_agent_checks_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lease, cgroup, exit) = (dir.path().join("lease"), dir.path().join("cg"), dir.path().join("exit"));
+        crate::lease_file::write(&lease, &crate::lease::Lease::until(1)).unwrap();
+        std::fs::create_dir(&cgroup).unwrap();
+        std::fs::write(cgroup.join("cgroup.procs"), "").unwrap();
+        let tools = only_the_tools("");
+        let args: Vec<&OsStr> = [lease.as_os_str(), cgroup.as_os_str(), exit.as_os_str()]
+            .into_iter()
+            .chain(["15", "0.010", "0.010", "0", "1"].map(OsStr::new))
+            .collect();
+        let (code, stderr) = run_script(GUARD, GUARD_NAME, &args, tools.path());
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(!stderr.contains("not found"), "{stderr}");
+        assert_eq!(std::fs::read_to_string(cgroup.join("cgroup.kill")).unwrap().trim(), "1", "killed it whole");
+        assert!(lease_marker(&exit).exists(), "told as a lease stop");
     }
 
     /// Runs the wrapper as `start` does for a replica held by a cgroup (no watchdog of its

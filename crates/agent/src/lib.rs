@@ -29,6 +29,7 @@
 //!   (a SUSPEND it still awaits of a replica held suspended is answered only if new).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
+//! - `tools`: the programs the wrapper runs, looked for before the agent starts.
 //! - `run_as`: which Unix user a replica runs as (`--run-as-allow`, `--run-as-self`), resolved
 //!   on this node, and the drop to it before exec.
 //! - `journal`: the durable state; `journal_store`: where it lives (sled, synced to stable
@@ -72,6 +73,7 @@ pub mod run_as;
 pub mod signal;
 pub mod supervisor;
 pub mod suspensions;
+pub mod tools;
 pub mod workload;
 
 pub use agent::{Agent, run, start, start_with_inventory, start_with_journal};

@@ -180,6 +180,31 @@ fn agent_refuses_bad_flags_naming_them() {
     }
 }
 
+/// An agent whose `PATH` lacks a program its replicas' wrapper runs refuses to start, naming
+/// it: a container image that held `sh` alone ran every job, but recorded no exit code (a
+/// replica could be reported killed, exit 137, as CI's compose smoke test was) and spun each
+/// watchdog on a CPU (docs/ops.md, "What an agent's host needs").
+#[test]
+fn an_agent_without_the_wrappers_tools_refuses_to_start_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bin");
+    std::fs::create_dir(&path).unwrap();
+    let host = std::env::var_os("PATH").unwrap();
+    for name in ["sh", "sleep", "cat"] {
+        let found = baton_agent::tools::find(name, &host).unwrap();
+        std::os::unix::fs::symlink(found, path.join(name)).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["agent", "--insecure", "--run-as-self", "--gpus", "1", "--server", "127.0.0.1:1", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("not found on PATH ({}): mv", path.display())), "{err}");
+}
+
 /// A rank that exits 0 counts as stopped with its work saved (docs/protocol.md, "A report is
 /// one command"): told to resume later, as when another rank of its gang was cut off, it
 /// must find its work. Found by a chaos run with agents killed past the heartbeat timeout
