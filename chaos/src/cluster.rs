@@ -106,6 +106,10 @@ pub struct Timing {
     /// rate says otherwise, so that [`Cluster::step_clock`] can step any replica's clock
     /// (`faults::Fault::LeaderClockAhead`).
     pub steppable_replica_clocks: bool,
+    /// The Unix user jobs run as (`SubmitRequest::run_as`): agents allow it and root
+    /// (`--run-as-allow USER,root --allow-root`), and the cluster's directory is one every
+    /// user may pass through. `None`: jobs run as the agents' own user (`--run-as-self`).
+    pub job_user: Option<String>,
 }
 
 impl Default for Timing {
@@ -120,6 +124,7 @@ impl Default for Timing {
             clock_rates_permille: Vec::new(),
             agent_clock_rates_permille: Vec::new(),
             steppable_replica_clocks: false,
+            job_user: None,
         }
     }
 }
@@ -328,6 +333,15 @@ impl Cluster {
 
     async fn start_on(baton: &Path, nodes: &[NodeArgs], t: &Timing, racks: &[&str], net: Option<Net>) -> Cluster {
         let dir = tempfile::Builder::new().prefix("baton-e2e-").tempdir().expect("a temporary directory");
+        if t.job_user.is_some() {
+            // Jobs of another user reach their exit files and checkpoints below it (each
+            // agent checks, and refuses to start otherwise); nothing here is listed to them.
+            std::fs::set_permissions(
+                dir.path(),
+                <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711),
+            )
+            .expect("the cluster's directory passable");
+        }
         let slot = match net {
             Some(_) => None,
             None => Some(Slot::take(crate::slot::ports_free).unwrap_or_else(|e| panic!("{e}"))),
@@ -506,8 +520,6 @@ impl Cluster {
             "agent",
             "--listen",
             &listen,
-            // Jobs name the admin token's user, `admin`; they run as the agent's own user.
-            "--run-as-self",
             // A cgroup each where the host allows it (as root here), else process groups.
             "--containment",
             "auto",
@@ -538,6 +550,12 @@ impl Cluster {
             "--tls-dir",
             &self.path(&format!("tls/agent-{}", n.name)).display().to_string(),
         ]);
+        match &self.timing.job_user {
+            // Root too: `unkillable` jobs (`Misbehave::Unkillable`) make cgroups of the freezer.
+            Some(user) => args.extend(strings(&["--run-as-allow", &format!("{user},root"), "--allow-root"])),
+            // Jobs name the admin token's user, `admin`; they run as the agent's own user.
+            None => args.push("--run-as-self".into()),
+        }
         // Metrics on a port of the kernel's choosing, which the agent prints in its log
         // (`Cluster::agent_metrics` reads it there). Loopback clusters only: in a namespace of
         // its own, the agent's loopback is out of the test's reach.

@@ -89,6 +89,8 @@ pub struct Load {
     ways: Vec<Misbehave>,
     /// The tag `unkillable` jobs name their frozen cgroups with (`unkillable::Freezer::tag`).
     unkillable_tag: String,
+    /// The Unix user jobs run as (`Load::job_user`).
+    job_user: Option<String>,
 }
 
 /// How a job of the run misbehaves, as its name says (`train-7-escape`, and its array
@@ -117,7 +119,15 @@ impl Load {
             adversarial_percent: 0,
             ways: Vec::new(),
             unkillable_tag: "0".into(),
+            job_user: None,
         }
+    }
+
+    /// Jobs run as `user` (`None`: as the agents' user), but `unkillable` ones as root: a
+    /// cgroup of the freezer is root's to make.
+    pub fn job_user(mut self, user: Option<String>) -> Load {
+        self.job_user = user;
+        self
     }
 
     /// `unkillable` jobs (`Misbehave::Unkillable`) name their frozen cgroups with `tag`.
@@ -204,12 +214,16 @@ impl Load {
         let mut command = self.command.clone();
         command.push(steps.to_string());
         let mut env = std::collections::HashMap::new();
+        let mut run_as = self.job_user.clone().unwrap_or_default();
         if self.adversarial_percent > 0 && self.rng.chance(self.adversarial_percent) {
             let way = self.ways[self.rng.range(0, self.ways.len() as u64 - 1) as usize];
             name = format!("{name}-{}", way.name());
             command.extend(["--misbehave".to_string(), way.name().to_string()]);
             if way == Misbehave::Unkillable {
                 env.insert(unkillable_cgroups::TAG_ENV.to_string(), self.unkillable_tag.clone());
+                if self.job_user.is_some() {
+                    run_as = "root".into();
+                }
             }
         }
         let spec = JobSpec {
@@ -220,7 +234,7 @@ impl Load {
         };
         // The name is unique in the run: retrying a submit with it as the request id cannot
         // create a second job.
-        SubmitRequest { spec: Some(spec), request_id: name, run_as: String::new(), after: Vec::new(), array: None }
+        SubmitRequest { spec: Some(spec), request_id: name, run_as, after: Vec::new(), array: None }
     }
 }
 

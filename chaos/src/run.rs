@@ -134,6 +134,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     }
     let leader_clocks = leader_clocks_steppable(cfg);
     timing.steppable_replica_clocks = leader_clocks;
+    timing.job_user = job_user(&cfg.baton);
     let cluster_started = Instant::now();
     let slow_disks = (cfg.slow_disks || cfg.mix == Mix::SlowDisks) && cfg.mix.process_faults();
     if slow_disks {
@@ -147,6 +148,19 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     };
     let witness = c.path("witness");
     std::fs::create_dir_all(&witness).expect("a witness directory");
+    if timing.job_user.is_some() {
+        // Jobs of every user record there (the workload makes each file writable by all).
+        std::fs::set_permissions(
+            &witness,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o777),
+        )
+        .expect("the witness directory open to the jobs");
+        setup_call(&c, "root jobs are allowed", |mut api| async move {
+            let allow = baton_proto::v1::TenancySettings { allow_root_jobs: Some(true), ..Default::default() };
+            api.set_tenancy(allow).await.map(|_| ())
+        })
+        .await;
+    }
     let (cohort, queues) = load::setup(cfg.gpus_per_node * cfg.nodes as u64, load::CPUS_PER_NODE * cfg.nodes as u64);
     setup_call(&c, "the cohort is created", |mut api| {
         let cohort = cohort.clone();
@@ -170,9 +184,17 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     if freezer.is_some() {
         ways.push(Misbehave::Unkillable);
     }
+    // A job that kills what watches it: only where a cgroup holds it and it runs as a user
+    // other than the agent's (a process group's watchdog is the job's to kill, the weaker
+    // mode's stated limit; a root job may kill anything).
+    if contained && timing.job_user.is_some() {
+        ways.push(Misbehave::KillWatchdog);
+    }
     let tag = freezer.as_ref().map_or("0", |f| f.tag()).to_string();
-    let mut load =
-        Load::new(cfg.seed, &cfg.baton, &witness).misbehave(cfg.adversarial_percent, &ways).unkillable_tag(&tag);
+    let mut load = Load::new(cfg.seed, &cfg.baton, &witness)
+        .misbehave(cfg.adversarial_percent, &ways)
+        .unkillable_tag(&tag)
+        .job_user(timing.job_user.clone());
     let history = Arc::new(History::default());
     // Training gangs fill the cluster first, so that interactive jobs must reclaim.
     for _ in 0..cfg.nodes {
@@ -303,6 +325,33 @@ fn unkillable_processes(contained: bool) -> bool {
         eprintln!("chaos: no job leaves an unkillable process this run: {why}");
     }
     contained && freezer
+}
+
+/// The Unix user jobs run as: `nobody`, where the harness runs as root, the user exists and
+/// may run `baton` (every directory above it passable, the file executable by others).
+/// Otherwise jobs run as the agents' user and no job kills what watches it; the run says why.
+fn job_user(baton: &std::path::Path) -> Option<String> {
+    const USER: &str = "nobody";
+    // SAFETY: geteuid(2) reads this process's credentials only.
+    let why = if unsafe { libc::geteuid() } != 0 {
+        "the harness is not root".to_string()
+    } else if !matches!(baton_agent::run_as::lookup_user(USER), Ok(Some(_))) {
+        format!("no user {USER} here")
+    } else if !runnable_by_others(baton) {
+        format!("{USER} may not run {}", baton.display())
+    } else {
+        return Some(USER.into());
+    };
+    eprintln!("chaos: jobs run as the agents' user this run, and none kills what watches it: {why}");
+    None
+}
+
+/// Whether users other than the owner may run `path`: it and every directory above it are
+/// executable by others.
+fn runnable_by_others(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(path) = path.canonicalize() else { return false };
+    path.ancestors().all(|p| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
 }
 
 /// Whether the replicas run on clocks the harness can step, so that the leader's may jump

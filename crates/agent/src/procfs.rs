@@ -69,6 +69,29 @@ pub fn group_members(pgid: u32) -> Vec<Member> {
         .collect()
 }
 
+/// Every process id /proc lists now. Bounded by the processes of the machine (pid_max).
+pub fn pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())).collect()
+}
+
+/// Field 4 of /proc/<pid>/stat: the parent's process id.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The command line arguments of `pid` (`$0` first for a shell's `-c` script: the fourth).
+pub fn argv(pid: u32) -> Option<Vec<Vec<u8>>> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args: Vec<Vec<u8>> = cmdline.split(|b| *b == 0).map(<[u8]>::to_vec).collect();
+    // The command line ends with a NUL: no empty argument after it.
+    if args.last().is_some_and(Vec::is_empty) {
+        args.pop();
+    }
+    Some(args)
+}
+
 /// Field 5 of /proc/<pid>/stat: the process group id.
 pub fn process_group(pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

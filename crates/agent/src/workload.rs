@@ -23,8 +23,9 @@
 //! With `--misbehave MODE` it is a job that does not cooperate (the chaos harness's
 //! adversarial share, [`Misbehave`]): it ignores the stop signal, leaves a process behind
 //! outside its session, goes on writing checkpoints after it was told to stop, or leaves a
-//! process behind that the kernel holds frozen, which SIGKILL cannot end. The
-//! cluster must still never run two attempts at once nor give its GPUs to another job while
+//! process behind that the kernel holds frozen, which SIGKILL cannot end, or kills what
+//! watches it (its watchdog, its guard). Witness files are writable by every user: jobs of
+//! one run may run as different users. The cluster must still never run two attempts at once nor give its GPUs to another job while
 //! any of its processes lives: the witness locks, which an escaped process inherits, say so.
 
 use std::fs::File;
@@ -50,10 +51,15 @@ pub enum Misbehave {
     /// that SIGKILL stays pending on it as on a process in uninterruptible sleep, until it
     /// is thawed (`unkillable_cgroups`). Needs root and the v1 freezer.
     Unkillable,
+    /// At its start kills what watches it, as a hostile job would: every other child of its
+    /// parent (the wrapper's watchdog, with process groups only) and its replica's guard
+    /// (`baton-guard`, a process of the agent's user where the job is held by a cgroup). A
+    /// guard it did kill is a violation: a job must not reach what enforces its lease.
+    KillWatchdog,
 }
 
 impl Misbehave {
-    pub const NAMES: [&'static str; 4] = ["ignore-stop", "escape", "write-after-stop", "unkillable"];
+    pub const NAMES: [&'static str; 5] = ["ignore-stop", "escape", "write-after-stop", "unkillable", "kill-watchdog"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -61,6 +67,7 @@ impl Misbehave {
             Misbehave::Escape => Self::NAMES[1],
             Misbehave::WriteAfterStop => Self::NAMES[2],
             Misbehave::Unkillable => Self::NAMES[3],
+            Misbehave::KillWatchdog => Self::NAMES[4],
         }
     }
 }
@@ -74,6 +81,7 @@ impl std::str::FromStr for Misbehave {
             "escape" => Ok(Misbehave::Escape),
             "write-after-stop" => Ok(Misbehave::WriteAfterStop),
             "unkillable" => Ok(Misbehave::Unkillable),
+            "kill-watchdog" => Ok(Misbehave::KillWatchdog),
             _ => Err(format!("unknown way to misbehave {s:?}: expected one of {}", Self::NAMES.join(", "))),
         }
     }
@@ -185,10 +193,19 @@ fn env(name: &str) -> String {
 /// Appends `line` in one write: with O_APPEND, concurrent writers' lines do not interleave
 /// (`writeln!` may split a line into several writes).
 fn append(path: &Path, line: &str) {
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).inspect(shared);
     if let Err(e) = file.and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())) {
         eprintln!("workload: cannot append to {}: {e}", path.display());
     }
+}
+
+/// Lets every user write a witness file this process made: jobs of one run may run as
+/// different users (the chaos harness runs most as `nobody`, `unkillable` ones as root), and
+/// share the GPU locks and the records. Only the owner may change the mode, and the first
+/// one to open the file made it.
+fn shared(f: &File) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
 }
 
 /// Takes the locks `--witness` holds while the process lives; an error names the violation.
@@ -204,6 +221,7 @@ fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
     for (name, violation) in names {
         let path = dir.join(&name);
         let f = File::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        shared(&f);
         // SAFETY: flock on a descriptor this function owns; no memory is shared.
         let taken = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
         if !taken {
@@ -238,6 +256,42 @@ fn escape() {
             _ => eprintln!("workload: fork failed: {}", std::io::Error::last_os_error()),
         }
     }
+}
+
+/// `Misbehave::KillWatchdog`: SIGKILL to every other child of this process's parent and to
+/// the guard of this replica (`$0` `baton-guard`, its exit file this replica's); returns how
+/// many guards it killed. Only its own guard: other replicas' guards (of other tests on the
+/// machine, too) are not its to reach for.
+fn kill_what_watches_it() -> usize {
+    let (me, parent) = (std::process::id(), std::os::unix::process::parent_id());
+    let ours = own_exit_file_suffix();
+    let mut guards = 0;
+    for pid in crate::procfs::pids() {
+        let sibling = pid != me && crate::procfs::parent_of(pid) == Some(parent);
+        let guard = crate::procfs::argv(pid).is_some_and(|a| {
+            a.get(3).is_some_and(|n| n == crate::launch::GUARD_NAME.as_bytes())
+                && a.get(6).is_some_and(|exit| exit.ends_with(ours.as_bytes()))
+        });
+        if !(sibling || guard) {
+            continue;
+        }
+        // SAFETY: kill(2) with a pid read from /proc; a pid reused meanwhile is the risk any
+        // hostile job takes, and this one runs only in tests and chaos runs.
+        let killed = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } == 0;
+        let what = if guard { "its guard" } else { "a sibling" };
+        eprintln!("workload: SIGKILL to {pid} ({what}): {}", if killed { "sent" } else { "refused" });
+        guards += usize::from(guard && killed);
+    }
+    guards
+}
+
+/// The end of this replica's exit file path (`/run/<job id>-<attempt>-<rank>/exit`), which
+/// its guard's command line names.
+fn own_exit_file_suffix() -> String {
+    let num = |k: &str| env(k).parse::<u64>().unwrap_or(u64::MAX);
+    let (id, attempt, rank) = (num("BATON_JOB_ID"), num("BATON_ATTEMPT"), num("BATON_RANK"));
+    let path = crate::launch::exit_file(Path::new("/"), id, attempt as u32, rank as u32);
+    path.display().to_string()
 }
 
 /// Where the cgroup v1 freezer is mounted, and the names of the cgroups an `unkillable`
@@ -378,6 +432,14 @@ pub fn run_misbehaving(
         && let Err(e) = freeze_a_child(held.as_deref().unwrap_or_default())
     {
         eprintln!("workload: {e}; running as a job that behaves");
+    }
+    if misbehave == Some(Misbehave::KillWatchdog) {
+        let guards = kill_what_watches_it();
+        if guards > 0
+            && let Some(dir) = witness
+        {
+            append(&dir.join("violations"), &format!("a job killed {guards} replica guards ({who})"));
+        }
     }
     let mut out = std::io::stdout();
     let mut step = 0;

@@ -136,7 +136,8 @@ pub struct WorkloadArgs {
     /// Do not cooperate (chaos runs): `ignore-stop` ignores SIGTERM, `escape` leaves a
     /// process behind outside its session, `write-after-stop` goes on saving checkpoints
     /// after it was told to stop, `unkillable` leaves a process behind that the cgroup v1
-    /// freezer holds, which SIGKILL cannot end until it is thawed (root, hybrid cgroups).
+    /// freezer holds, which SIGKILL cannot end until it is thawed (root, hybrid cgroups),
+    /// `kill-watchdog` kills its watchdog and its replica's guard where it can.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(baton_agent::workload::Misbehave::NAMES))]
     misbehave: Option<String>,
 }

@@ -180,6 +180,48 @@ fn agent_refuses_bad_flags_naming_them() {
     }
 }
 
+/// `--misbehave kill-watchdog` is the hostile job of issue 31 for chaos runs: it kills its
+/// parent's other children (a process-group replica's watchdog) and the replica guard
+/// of its own if it can, and says so in the witness when it reached one. Here, as one user, it
+/// can: a sibling and a process named as its guard are killed, and the guard is a violation.
+#[test]
+fn a_workload_that_kills_its_watchdog_kills_its_siblings_and_reports_a_guard_it_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let (witness, ckpt) = (dir.path().join("witness"), dir.path().join("ckpt"));
+    std::fs::create_dir_all(&witness).unwrap();
+    // Two guards as the agent names them (`$0`, then the lease file, cgroup and exit file):
+    // this replica's, and another's (job 987654322), which is not the job's to reach.
+    let guard_of = |job: u64| {
+        let exit = format!("/data/run/{job}-1-0/exit");
+        Command::new("sh").args(["-c", "sleep 30; :", "baton-guard", "/data/lease", "/cg", &exit]).spawn().unwrap()
+    };
+    let (mut guard, mut other) = (guard_of(987654321), guard_of(987654322));
+    let baton = env!("CARGO_BIN_EXE_baton");
+    // The parent shell: a sibling `sleep`, then the workload, then it reports on the sibling.
+    let script = format!(
+        "sleep 30 & s=$!; \"{baton}\" workload --misbehave kill-watchdog --steps 1 --step-ms 1 --witness \"$1\"; \
+         sleep 0.2; kill -0 $s 2>/dev/null && echo sibling-alive || echo sibling-gone"
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script, "sh"])
+        .arg(&witness)
+        .envs([("BATON_JOB", "rogue"), ("BATON_JOB_ID", "987654321"), ("BATON_ATTEMPT", "1")])
+        .envs([("BATON_RANK", "0"), ("BATON_NODE", "n1")])
+        .env("BATON_CHECKPOINT_DIR", &ckpt)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sibling-gone"), "{stdout}; {}", String::from_utf8_lossy(&out.stderr));
+    assert!(guard.wait().unwrap().code().is_none(), "its guard was killed by a signal");
+    assert_eq!(other.try_wait().unwrap(), None, "another replica's guard lives");
+    other.kill().unwrap();
+    other.wait().unwrap();
+    let violations = std::fs::read_to_string(witness.join("violations")).unwrap_or_default();
+    assert!(violations.contains("a job killed 1 replica guards (rogue attempt 1 rank 0)"), "{violations}");
+    let mode = std::fs::metadata(witness.join("violations")).unwrap().permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o666, "any job's user may write it");
+}
+
 /// An agent whose `PATH` lacks a program its replicas' wrapper runs refuses to start, naming
 /// it: a container image that held `sh` alone ran every job, but recorded no exit code (a
 /// replica could be reported killed, exit 137, as CI's compose smoke test was) and spun each
