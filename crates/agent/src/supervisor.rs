@@ -1152,9 +1152,14 @@ impl Supervisor {
             if rec.phase == Phase::Finished {
                 continue;
             }
-            // Adopted replicas are not our children: notice their end through /proc.
             if !crate::procfs::is_same_process(rec.pid, rec.start_time) {
-                gone.push(*key);
+                // Adopted replicas are not our children: notice their end through /proc. Our
+                // own end by their wait task, which has the exact status: between the exit
+                // and its event the exit file is all /proc leaves, and a job may have
+                // removed it (`a_replica_this_agent_started_ends_with_its_waits_status_not_a_guess_from_proc`).
+                if r.started.is_none() {
+                    gone.push(*key);
+                }
                 continue;
             }
             let past_deadline = match rec.phase {
@@ -1194,12 +1199,8 @@ impl Supervisor {
             }
         }
         for key in gone {
-            // Our own children are reaped by their wait task, which reports the exact
-            // status; give it the chance first.
-            if self.events_rx.is_empty() {
-                let code = self.exit_code_from_file(&key);
-                self.finish(&key, code, Leftovers::Kill)?;
-            }
+            let code = self.exit_code_from_file(&key);
+            self.finish(&key, code, Leftovers::Kill)?;
         }
         self.start_deferred()?;
         if self.last_checkpoint_poll.elapsed() >= Duration::from_millis(CHECKPOINT_POLL_MS) {

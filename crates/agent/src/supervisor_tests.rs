@@ -188,3 +188,28 @@ async fn a_restarted_agent_gives_no_new_replica_a_slice_a_re_adopted_one_holds()
     assert_eq!(adopted, Some((Phase::Running, held)), "re-adopted with its slices");
     assert_eq!(seen.trim(), "MIG-dev-n1-4-2", "the one slice nobody holds");
 }
+
+/// A replica this agent started ends by its wait, which has the wrapper's exact status, not
+/// by `/proc` (its wrapper gone, a zombie not yet reaped): the tick reported it killed (exit
+/// 137) from the exit file whenever that file was missing (the compose image had no `mv`;
+/// here the job removes its own run directory) and the tick came between the wrapper's exit
+/// and its wait's event. The event was checked for, but the wait had not sent it yet.
+#[tokio::test]
+async fn a_replica_this_agent_started_ends_with_its_waits_status_not_a_guess_from_proc() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    let run_dir = crate::launch::exit_file(dir.path(), 1, 1, 0).parent().unwrap().to_path_buf();
+    sup.on_directive(built_at(5, vec![run(1, &format!("rm -rf {}; exit 3", run_dir.display()))])).unwrap();
+    let pid = sup.replicas[&key(1)].rec.pid;
+    // Nothing is awaited meanwhile, so the wrapper stays a zombie: its wait has not run.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while crate::procfs::stat(pid).is_some_and(|(_, s)| s != 'Z') {
+        assert!(std::time::Instant::now() < until, "the wrapper did not end");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    sup.on_tick().unwrap();
+    let ev = sup.events_rx.recv().await.unwrap();
+    sup.on_exit(ev).unwrap();
+    let outcome = sup.replicas[&key(1)].rec.outcome;
+    assert_eq!(outcome, Some(crate::journal::Outcome::Exited { code: 3 }));
+}
