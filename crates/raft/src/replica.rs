@@ -233,13 +233,13 @@ impl Core {
     /// The latest time this replica may stamp into a command, and whether the other voters'
     /// clocks set it: their time plus `skew::MAX_CLOCK_SKEW_MS`; without a quorum of samples,
     /// the replicated clock as first seen plus the time since (see `skew`).
-    fn stamp_ceiling(&self) -> Option<(u64, bool)> {
+    fn stamp_ceiling(&self) -> (u64, bool) {
         let voters: std::collections::BTreeSet<NodeId> =
             self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
         let local = self.clock.now_ms();
         match self.peers.skew.quorum_offset_ms(self.id, &voters, local) {
-            Some(offset) => crate::skew::ceiling_ms(local, Some(offset)).map(|c| (c, true)),
-            None => Some((self.anchor.ceiling_ms(self.sm.read(|s| s.now_ms())), false)),
+            Some(offset) => (crate::skew::ceiling_ms(local, offset), true),
+            None => (self.anchor.ceiling_ms(self.sm.read(|s| s.now_ms())), false),
         }
     }
 
@@ -247,15 +247,14 @@ impl Core {
     /// it runs ahead of it.
     pub(crate) fn now_ms(&self) -> u64 {
         let local = self.clock.now_ms();
-        self.stamp_ceiling().map_or(local, |(c, _)| local.min(c))
+        local.min(self.stamp_ceiling().0)
     }
 
     /// `cmd` stamped no later than the quorum's time allows: a leader whose clock runs ahead
     /// must not move the replicated clock with it (it never goes back).
     fn held_to_the_quorums_time(&self, mut cmd: Command) -> Command {
-        if let Some((ceiling, by_samples)) = self.stamp_ceiling()
-            && cmd.now_ms > ceiling
-        {
+        let (ceiling, by_samples) = self.stamp_ceiling();
+        if cmd.now_ms > ceiling {
             let ahead_ms = cmd.now_ms - ceiling;
             let last = self.skew_warned_ms.load(std::sync::atomic::Ordering::Relaxed);
             // Held back by less than the bound without samples: its clock is about right, it

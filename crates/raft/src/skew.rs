@@ -159,14 +159,13 @@ impl Anchor {
 }
 
 /// The latest time this replica may stamp, its clock reading `local_ms` and the quorum's
-/// being `offset` from it: the quorum's time plus the bound, whenever the quorum is known.
+/// being `offset_ms` from it: the quorum's time plus the bound.
 /// A replica whose clock agrees with the quorum's gets a ceiling above its own time, which
 /// holds back only a stamp read from its clock before a step back (an NTP correction of a
 /// clock that ran days ahead, between a command's stamp and its proposal): a chaos run's
 /// leader stamped placements a day ahead that way, once its clock was stepped back.
-pub fn ceiling_ms(local_ms: u64, offset: Option<i64>) -> Option<u64> {
-    let offset = offset?;
-    Some((local_ms as i64 + offset).max(0) as u64 + MAX_CLOCK_SKEW_MS)
+pub fn ceiling_ms(local_ms: u64, offset_ms: i64) -> u64 {
+    (local_ms as i64 + offset_ms).max(0) as u64 + MAX_CLOCK_SKEW_MS
 }
 
 #[cfg(test)]
@@ -186,7 +185,7 @@ mod tests {
         skew.note(2, local, local + 10, local - 2 * DAY_MS);
         skew.note(3, local, local + 10, local - 2 * DAY_MS + 500);
         let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), local);
-        let ceiling = ceiling_ms(local, offset).expect("held back");
+        let ceiling = ceiling_ms(local, offset.expect("a quorum"));
         assert!(ceiling.abs_diff(local - 2 * DAY_MS) <= MAX_CLOCK_SKEW_MS + 1_000, "{ceiling}");
     }
 
@@ -201,11 +200,11 @@ mod tests {
         let later = then + Duration::from_millis(40);
         let stepped = local + 40 + 2 * DAY_MS;
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), stepped, later);
-        let ceiling = ceiling_ms(stepped, offset).expect("held back");
+        let ceiling = ceiling_ms(stepped, offset.expect("a quorum"));
         assert!(ceiling.abs_diff(local + 40) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
         // Without a step, time passing moves nothing: its own time is within the ceiling.
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), local + 40, later);
-        assert!(ceiling_ms(local + 40, offset).expect("a quorum") >= local + 40);
+        assert!(ceiling_ms(local + 40, offset.expect("a quorum")) >= local + 40);
     }
 
     /// Issue 31, found by the chaos harness's leader clock jumps: samples taken while this
@@ -224,7 +223,7 @@ mod tests {
         let later = then + Duration::from_millis(40);
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), true_ms + 40, later);
         assert!(offset.expect("a quorum").abs() <= 10, "{offset:?}: the clock agrees with the quorum again");
-        let ceiling = ceiling_ms(true_ms + 40, offset).expect("a quorum");
+        let ceiling = ceiling_ms(true_ms + 40, offset.expect("a quorum"));
         assert!(stamp_ms > ceiling, "the stamp from before the step back passes: {stamp_ms} <= {ceiling}");
         assert!(ceiling.abs_diff(true_ms + 40) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
     }
@@ -236,7 +235,7 @@ mod tests {
         skew.note(3, 1_000, 1_010, 1_005 + 30);
         let offset = skew.quorum_offset_ms(1, &voters(&[1, 2, 3]), 1_005);
         assert_eq!(offset, Some(30));
-        assert_eq!(ceiling_ms(1_000, offset), Some(1_030 + MAX_CLOCK_SKEW_MS));
+        assert_eq!(ceiling_ms(1_000, offset.expect("a quorum")), 1_030 + MAX_CLOCK_SKEW_MS);
     }
 
     /// Back from a reboot with its clock two days ahead, a replica hears from one peer of two
@@ -281,7 +280,7 @@ mod tests {
         let later = then + Duration::from_millis(40);
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), local + 2 * DAY_MS, later);
         assert_eq!(offset, Some(0));
-        assert!(ceiling_ms(local + 2 * DAY_MS, offset).expect("vouched for") > local + 2 * DAY_MS);
+        assert!(ceiling_ms(local + 2 * DAY_MS, offset.expect("vouched for")) > local + 2 * DAY_MS);
     }
 
     /// A replica that leads before a majority answers it stamps no later than the replicated
