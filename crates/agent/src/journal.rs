@@ -141,6 +141,32 @@ pub struct ReplicaRecord {
     pub newest_checkpoint_at_start_unix_ms: Option<u64>,
 }
 
+impl ReplicaRecord {
+    /// A replica that ended here unrecorded (its journal was lost while it ran): only its
+    /// key, its exit file and how it ended are known; it holds nothing.
+    pub fn ended_unrecorded(key: ReplicaKey, exit_file: PathBuf, outcome: Outcome) -> ReplicaRecord {
+        ReplicaRecord {
+            key,
+            job: String::new(),
+            task: 0,
+            replica: key.rank,
+            pid: 0,
+            start_time: 0,
+            phase: Phase::Finished,
+            stop: None,
+            kill_deadline_unix_ms: 0,
+            kill_deadline_boot_ms: 0,
+            outcome: Some(outcome),
+            exit_file,
+            gpus: Vec::new(),
+            gpu_milli: 0,
+            slices: Vec::new(),
+            started_unix_ms: 0,
+            newest_checkpoint_at_start_unix_ms: None,
+        }
+    }
+}
+
 pub struct Journal {
     /// For messages: the sled directory, or a test disk's name.
     path: PathBuf,

@@ -292,6 +292,11 @@ pub enum Unjournaled {
     NeverStarted,
 }
 
+/// Whether the replica whose exit file is `exit_file` left a file behind: it ran here.
+pub fn left_traces(exit_file: &Path) -> bool {
+    exit_file.exists() || started_marker(exit_file).exists() || lease_marker(exit_file).exists()
+}
+
 /// Looks for the wrapper of the replica whose exit file is `exit_file` (a path no other
 /// replica shares). /proc is read before the files: a wrapper still starting has not left
 /// its marker yet, but it is in /proc.
@@ -308,11 +313,7 @@ pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
     {
         return Unjournaled::Running { pid, start_time };
     }
-    if exit_file.exists() || started_marker(exit_file).exists() || lease_marker(exit_file).exists() {
-        Unjournaled::Ended
-    } else {
-        Unjournaled::NeverStarted
-    }
+    if left_traces(exit_file) { Unjournaled::Ended } else { Unjournaled::NeverStarted }
 }
 
 /// Suspends the replica whose wrapper leads group `pgid`: SIGSTOP to every process of the

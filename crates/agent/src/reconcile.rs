@@ -279,7 +279,7 @@ fn plan_run<'a>(
 /// A RUN (or a SUSPEND) of a replica that finished here: it never starts again (the attempt
 /// fence), but a leader that sends it believes it runs, and would hold the job Running (or
 /// Preempting) with no process, so it is told how the replica ended.
-fn run_of_finished(key: ReplicaKey, outcome: Option<Outcome>) -> Option<Act> {
+pub fn run_of_finished(key: ReplicaKey, outcome: Option<Outcome>) -> Option<Act> {
     match outcome {
         // Its own exit ends the job: said again.
         Some(Outcome::Exited { code }) if key.rank == 0 || code != 0 => Some(Act::ReportExited { key, code }),

@@ -337,31 +337,56 @@ impl Supervisor {
             if self.replicas.contains_key(&key) {
                 continue;
             }
-            let rec = ReplicaRecord {
-                key,
-                job: String::new(),
-                task: 0,
-                replica: key.rank,
-                pid: 0,
-                start_time: 0,
-                phase: Phase::Finished,
-                stop: None,
-                kill_deadline_unix_ms: 0,
-                kill_deadline_boot_ms: 0,
-                outcome: Some(Outcome::Killed),
-                exit_file: launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank),
-                gpus: Vec::new(),
-                gpu_milli: 0,
-                slices: Vec::new(),
-                started_unix_ms: 0,
-                newest_checkpoint_at_start_unix_ms: None,
-            };
+            let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
+            let rec = ReplicaRecord::ended_unrecorded(key, exit_file, Outcome::Killed);
             self.journal.put_replica(&rec)?;
             let replica =
                 Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None };
             self.replicas.insert(key, replica);
         }
         Ok(())
+    }
+
+    /// Whether this replica already ran here although no record says so (the journal was
+    /// wiped or lost after it started): its exit file, its markers or its live wrapper are
+    /// there. A live one is killed; either way it is recorded as ended and its end is what
+    /// the RUN is answered with (`reconcile::run_of_finished`), never a second run of the
+    /// attempt. A chaos run found one: a replica that ended as its agent was killed and its
+    /// journal wiped ran again, whole, when the restarted agent got its RUN.
+    fn ran_here_before(&mut self, key: &ReplicaKey) -> Result<bool, JournalError> {
+        let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
+        // Its files first, a few stats: every start passes here, and a scan of /proc is not
+        // cheap. A wrapper that wrote none yet was spawned an instant before the agent went
+        // down; a journal that outlives it knows it (journaled with pid 0 before the spawn).
+        if !launch::left_traces(&exit_file) {
+            return Ok(false);
+        }
+        let outcome = match launch::find_unjournaled(&exit_file) {
+            Unjournaled::NeverStarted => return Ok(false),
+            Unjournaled::Running { pid, .. } => {
+                tracing::error!(
+                    ?key,
+                    pid,
+                    "a live replica the journal does not know (was the journal removed?): killed"
+                );
+                signal_group(pid, libc::SIGKILL);
+                Outcome::Killed
+            }
+            Unjournaled::Ended => match launch::read_exit_file(&exit_file) {
+                Some(code) => Outcome::Exited { code },
+                None => Outcome::Killed,
+            },
+        };
+        tracing::warn!(?key, ?outcome, "ran here before, unrecorded (was the journal removed?): not started again");
+        let rec = ReplicaRecord::ended_unrecorded(*key, exit_file, outcome);
+        self.journal.put_replica(&rec)?;
+        let replica =
+            Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None };
+        self.replicas.insert(*key, replica);
+        if let Some(act) = reconcile::run_of_finished(*key, Some(outcome)) {
+            self.act(act, &BTreeMap::new())?;
+        }
+        Ok(true)
     }
 
     /// A journal that cannot be written (a full disk, an I/O error) does not stop the
@@ -750,6 +775,9 @@ impl Supervisor {
     }
 
     fn start(&mut self, key: &ReplicaKey, a: &Assignment) -> Result<(), JournalError> {
+        if self.ran_here_before(key)? {
+            return Ok(());
+        }
         // The last step of the job's decision path (docs/metrics.md, "Tracing"); the term
         // is that of the leader whose directive this agent follows.
         let term = self.journal.fence()?.term;
@@ -958,12 +986,10 @@ impl Supervisor {
         r.rec.phase = Phase::Finished;
         let rec = r.rec.clone();
         tracing::info!(?key, code, outcome = ?rec.outcome, "replica ended");
+        // Its exit file and markers stay until its record is pruned: a journal lost or wiped
+        // meanwhile, a RUN of it (its end not yet committed) finds them and starts no second
+        // run of the attempt (`start`).
         let journaled = self.journal.put_replica(&rec);
-        if journaled.is_ok() {
-            // Kept otherwise: an agent restarted before the journal recovers reads the exit
-            // from them again.
-            launch::remove_markers(&rec.exit_file);
-        }
         self.set_live(key, false);
         let obs = match lingers {
             Some(cgroup) => self.linger(key, cgroup, obs),
@@ -1292,8 +1318,10 @@ impl Supervisor {
             .take(finished - MAX_FINISHED_RECORDS)
             .collect();
         for key in drop {
-            if self.journal.prune_replica(&key).is_ok() {
-                self.replicas.remove(&key);
+            if self.journal.prune_replica(&key).is_ok()
+                && let Some(r) = self.replicas.remove(&key)
+            {
+                launch::remove_markers(&r.rec.exit_file);
             }
         }
     }

@@ -213,3 +213,31 @@ async fn a_replica_this_agent_started_ends_with_its_waits_status_not_a_guess_fro
     let outcome = sup.replicas[&key(1)].rec.outcome;
     assert_eq!(outcome, Some(crate::journal::Outcome::Exited { code: 3 }));
 }
+
+/// Issue 31, found by a chaos run (`--seed 13100`): a replica that ended as its agent was
+/// killed, the agent's journal then wiped, ran again, whole, when the restarted agent got
+/// the RUN the leader still sent (its end never reached the leader): one attempt run twice.
+/// Its exit file and markers now stay until its record is pruned, and a RUN of a replica no
+/// record knows looks for them first: it is recorded as ended, its exit told, nothing run.
+#[tokio::test]
+async fn a_replica_that_ran_before_the_journal_was_wiped_is_not_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let command = format!("echo once >> {}; exit 3", ran.display());
+    {
+        let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+        sup.on_directive(built_at(5, vec![run(1, &command)])).unwrap();
+        let ev = sup.events_rx.recv().await.unwrap();
+        sup.on_exit(ev).unwrap();
+        assert_eq!(sup.replicas[&key(1)].rec.outcome, Some(crate::journal::Outcome::Exited { code: 3 }));
+    }
+    std::fs::remove_dir_all(dir.path().join("journal")).unwrap();
+
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    sup.on_directive(built_at(6, vec![run(1, &command)])).unwrap();
+    let r = &sup.replicas[&key(1)];
+    assert_eq!((r.rec.phase, r.rec.outcome), (Phase::Finished, Some(crate::journal::Outcome::Exited { code: 3 })));
+    // Give a second run, had one started, the time to leave its line.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "once\n", "the attempt ran twice");
+}
