@@ -51,6 +51,17 @@ impl Devices {
         Devices { whole_gpus: inventory.whole_gpus(), slices: inventory.slices.clone(), memory_bytes }
     }
 
+    /// Every whole GPU's number (as the leader hands them out): what a replica holds whose
+    /// holdings are not known.
+    pub fn every_gpu(&self) -> Vec<u32> {
+        (0..self.whole_gpus.len() as u32).collect()
+    }
+
+    /// Every MIG slice's UUID.
+    pub fn every_slice(&self) -> Vec<String> {
+        self.slices.iter().map(|s| s.uuid.clone()).collect()
+    }
+
     /// The devices for a replica given GPU numbers `gpus` (one it shares when `gpu_milli`,
     /// its thousandths of it, is not 0) and slices by profile `asked`, none of them among
     /// `held` (the UUIDs of the slices other replicas here hold).

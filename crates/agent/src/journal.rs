@@ -165,6 +165,12 @@ impl ReplicaRecord {
             newest_checkpoint_at_start_unix_ms: None,
         }
     }
+
+    /// Made by [`ReplicaRecord::ended_unrecorded`]: what it held is not known. Every
+    /// assignment names its job, so only such a record has no job name.
+    pub fn is_unrecorded(&self) -> bool {
+        self.job.is_empty()
+    }
 }
 
 pub struct Journal {

@@ -1020,9 +1020,13 @@ impl Supervisor {
             return obs;
         }
         tracing::info!(?key, "its processes outlive its wrapper: killed; its end is told once they are gone");
-        let gpus = self.replicas.get(key).map(|r| r.rec.gpus.clone()).unwrap_or_default();
-        let slices = self.replicas.get(key).map(|r| r.rec.slices.clone()).unwrap_or_default();
-        let gpu_milli = self.replicas.get(key).map_or(0, |r| r.rec.gpu_milli);
+        let (gpus, gpu_milli, slices) = match self.replicas.get(key) {
+            Some(r) if !r.rec.is_unrecorded() => (r.rec.gpus.clone(), r.rec.gpu_milli, r.rec.slices.clone()),
+            // What it holds is not known (its journal was lost while it ran): every device
+            // of the node, until its processes are gone (`tests/cgroups.rs`,
+            // `a_replica_the_journal_lost_holds_every_gpu_while_it_lives_also_after_a_restart`).
+            _ => (self.devices.every_gpu(), 0, self.devices.every_slice()),
+        };
         let l = Lingering { cgroup, gpus, gpu_milli, slices, since: Instant::now(), end: obs, unkillable_told: false };
         self.lingering.insert(*key, l);
         None

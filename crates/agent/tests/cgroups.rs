@@ -254,6 +254,37 @@ async fn a_replica_whose_processes_survive_sigkill_holds_its_gpus_and_is_reporte
     agent.shutdown().await.unwrap();
 }
 
+/// Issue 31, found by chaos seed 13100 (its second run, 66 violations): a replica whose
+/// journal was wiped while its processes lived (and survived SIGKILL: a frozen process) was
+/// killed and recorded as ended with nothing known of what it held; the agent started
+/// nothing while it lived, but once that agent restarted, the record was known, and the
+/// replica lingered holding no GPU: job after job started on GPUs its process still held.
+/// What it held is unknown, so it holds every GPU of the node until its processes are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_the_journal_lost_holds_every_gpu_while_it_lives_also_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fake_root_with_replicas(dir.path(), &["7-1-0", "2-1-0"]);
+    // A process of it lives on (the file keeps it, as the kernel keeps a frozen one).
+    std::fs::write(root.join("7-1-0/cgroup.procs"), format!("{}\n", i32::MAX)).unwrap();
+    let gw = Gateway::start(None).await;
+    let first = start_agent(cgroup_config(dir.path(), &gw, &root)).await;
+    first.shutdown().await.unwrap();
+
+    let agent = start_agent(cgroup_config(dir.path(), &gw, &root)).await;
+    let next_ran = dir.path().join("next");
+    let _reaper = Reaper(vec![next_ran.clone()]);
+    let mut next = assignment(2, 1, Action::Run, &format!("echo $$ > {}; exec sleep 30", next_ran.display()));
+    // GPUs this node has (the test's assignments give each job GPUs of its own, past them).
+    next.gpus = vec![0, 1];
+    gw.set(1, vec![next]);
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    assert!(!next_ran.exists(), "a job started on GPUs a process the journal lost may hold");
+
+    std::fs::remove_file(root.join("7-1-0/cgroup.procs")).unwrap();
+    wait_for(10, "the next job started once that process was gone", || read_pid(&next_ran)).await;
+    agent.shutdown().await.unwrap();
+}
+
 /// Issue 31: suspend sent SIGSTOP to the replica's process group, so a process that had left
 /// the group (`setsid`) kept running, and using what the replica had lent its preemptor,
 /// while the replica was reported suspended. With cgroups the whole cgroup is frozen, and a
