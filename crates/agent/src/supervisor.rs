@@ -333,16 +333,24 @@ impl Supervisor {
             if let Err(e) = cgroup.kill() {
                 tracing::warn!("{e}");
             }
-            self.unknown_cgroups.push(cgroup);
-            if self.replicas.contains_key(&key) {
-                continue;
+            self.unknown_cgroups.push(cgroup.clone());
+            if !self.replicas.contains_key(&key) {
+                let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
+                let rec = ReplicaRecord::ended_unrecorded(key, exit_file, Outcome::Killed);
+                self.journal.put_replica(&rec)?;
+                let replica = Replica {
+                    rec,
+                    signal: default_signal(),
+                    newest_checkpoint_ms: 0,
+                    started: None,
+                    signal_again: None,
+                };
+                self.replicas.insert(key, replica);
             }
-            let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
-            let rec = ReplicaRecord::ended_unrecorded(key, exit_file, Outcome::Killed);
-            self.journal.put_replica(&rec)?;
-            let replica =
-                Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None };
-            self.replicas.insert(key, replica);
+            // Also lingering: holding every device (what it holds is not known), and reported
+            // `Unkillable` if its processes survive the kill past the bound, so that the node
+            // is taken out and fixed rather than refusing every start unseen.
+            let _ = self.linger(&key, cgroup, None);
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use baton_agent::procfs;
 use baton_proto::v1::Action;
+use baton_proto::v1::observation::What;
 use common::*;
 
 fn cgroup_of(pid: i32) -> String {
@@ -259,7 +260,9 @@ async fn a_replica_whose_processes_survive_sigkill_holds_its_gpus_and_is_reporte
 /// killed and recorded as ended with nothing known of what it held; the agent started
 /// nothing while it lived, but once that agent restarted, the record was known, and the
 /// replica lingered holding no GPU: job after job started on GPUs its process still held.
-/// What it held is unknown, so it holds every GPU of the node until its processes are gone.
+/// What it held is unknown, so it holds every GPU of the node until its processes are gone,
+/// and is reported `Unkillable` if they outlive the kill (it was not: the node refused every
+/// start unseen).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_the_journal_lost_holds_every_gpu_while_it_lives_also_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -267,7 +270,14 @@ async fn a_replica_the_journal_lost_holds_every_gpu_while_it_lives_also_after_a_
     // A process of it lives on (the file keeps it, as the kernel keeps a frozen one).
     std::fs::write(root.join("7-1-0/cgroup.procs"), format!("{}\n", i32::MAX)).unwrap();
     let gw = Gateway::start(None).await;
-    let first = start_agent(cgroup_config(dir.path(), &gw, &root)).await;
+    let mut c = cgroup_config(dir.path(), &gw, &root);
+    c.unkillable_after_ms = 1_000;
+    let first = start_agent(c).await;
+    // Its processes outlive the kill: reported, so that the node is taken out and fixed.
+    wait_for(5, "Unkillable reported", || {
+        gw.observations().iter().position(|o| matches!(&o.what, Some(What::Unkillable(u)) if u.job_id == 7))
+    })
+    .await;
     first.shutdown().await.unwrap();
 
     let agent = start_agent(cgroup_config(dir.path(), &gw, &root)).await;
