@@ -77,8 +77,14 @@ pub fn pids() -> Vec<u32> {
 
 /// Field 4 of /proc/<pid>/stat: the parent's process id.
 pub fn parent_of(pid: u32) -> Option<u32> {
+    stat_number(pid, 4)
+}
+
+/// Field `n` (numbered from 1, as proc(5) does; 3 or later) of /proc/<pid>/stat as a number.
+fn stat_number(pid: u32, n: usize) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text[text.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+    // The command name (field 2) is in parentheses and may hold spaces: split after it.
+    text[text.rfind(')')? + 1..].split_whitespace().nth(n - 3)?.parse().ok()
 }
 
 /// The command line arguments of `pid` (`$0` first for a shell's `-c` script: the fourth).
@@ -94,8 +100,7 @@ pub fn argv(pid: u32) -> Option<Vec<Vec<u8>>> {
 
 /// Field 5 of /proc/<pid>/stat: the process group id.
 pub fn process_group(pid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text[text.rfind(')')? + 1..].split_whitespace().nth(2)?.parse().ok()
+    stat_number(pid, 5)
 }
 
 /// This boot of the machine (`/proc/sys/kernel/random/boot_id`); `None` where it cannot be

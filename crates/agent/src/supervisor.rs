@@ -335,17 +335,7 @@ impl Supervisor {
             }
             self.unknown_cgroups.push(cgroup.clone());
             if !self.replicas.contains_key(&key) {
-                let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
-                let rec = ReplicaRecord::ended_unrecorded(key, exit_file, Outcome::Killed);
-                self.journal.put_replica(&rec)?;
-                let replica = Replica {
-                    rec,
-                    signal: default_signal(),
-                    newest_checkpoint_ms: 0,
-                    started: None,
-                    signal_again: None,
-                };
-                self.replicas.insert(key, replica);
+                self.record_unrecorded(key, Outcome::Killed)?;
             }
             // Also lingering: holding every device (what it holds is not known), and reported
             // `Unkillable` if its processes survive the kill past the bound, so that the node
@@ -386,15 +376,22 @@ impl Supervisor {
             },
         };
         tracing::warn!(?key, ?outcome, "ran here before, unrecorded (was the journal removed?): not started again");
-        let rec = ReplicaRecord::ended_unrecorded(*key, exit_file, outcome);
-        self.journal.put_replica(&rec)?;
-        let replica =
-            Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None };
-        self.replicas.insert(*key, replica);
+        self.record_unrecorded(*key, outcome)?;
         if let Some(act) = reconcile::run_of_finished(*key, Some(outcome)) {
             self.act(act, &BTreeMap::new())?;
         }
         Ok(true)
+    }
+
+    /// Journals and keeps a replica that ended here while no record knew it, as `outcome`.
+    fn record_unrecorded(&mut self, key: ReplicaKey, outcome: Outcome) -> Result<(), JournalError> {
+        let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
+        let rec = ReplicaRecord::ended_unrecorded(key, exit_file, outcome);
+        self.journal.put_replica(&rec)?;
+        let replica =
+            Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None };
+        self.replicas.insert(key, replica);
+        Ok(())
     }
 
     /// A journal that cannot be written (a full disk, an I/O error) does not stop the

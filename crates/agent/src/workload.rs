@@ -25,7 +25,8 @@
 //! outside its session, goes on writing checkpoints after it was told to stop, or leaves a
 //! process behind that the kernel holds frozen, which SIGKILL cannot end, or kills what
 //! watches it (its watchdog, its guard). Witness files are writable by every user: jobs of
-//! one run may run as different users. The cluster must still never run two attempts at once nor give its GPUs to another job while
+//! one run may run as different users. The cluster must still never run two attempts at
+//! once nor give its GPUs to another job while
 //! any of its processes lives: the witness locks, which an escaped process inherits, say so.
 
 use std::fs::File;
