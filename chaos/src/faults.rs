@@ -115,6 +115,10 @@ const CLOCK_AHEAD_DAYS: (u64, u64) = (1, 5);
 const CLOCK_AHEAD_MS: (u64, u64) = (3_000, 8_000);
 const CLOCK_AHEAD_BRISK_MS: (u64, u64) = (3_000, 5_000);
 
+/// The `Fault::kind`s of the fault kinds issue 31 adds (`Mix::NewKinds` draws only these).
+pub const NEW_KINDS: [&str; 3] =
+    ["kill agent, wipe its journal", "reboot a node past the heartbeat timeout", LEADER_CLOCK_AHEAD];
+
 /// The partition kinds issue 9 lists, each with the `Fault::kind`s it counts.
 pub const PARTITION_KINDS: [(&str, &[&str]); 5] = [
     ("a replica cut off (the leader or a follower)", &["cut off the leader", "cut off a follower"]),
@@ -123,6 +127,27 @@ pub const PARTITION_KINDS: [(&str, &[&str]); 5] = [
     ("a whole rack cut off", &["cut off a rack (a replica and its agents)"]),
     ("a one-way cut", &["one-way cut"]),
 ];
+
+/// A fault kind of issue 31 (`Mix::NewKinds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewKind {
+    WipeJournal,
+    Reboot,
+    ClockAhead,
+}
+
+/// The fault kinds of issue 31 a run can make: journal wipes and reboots where every agent
+/// holds its replicas in cgroups (`contained`), clock jumps where the replicas' clocks step.
+fn new_kinds(contained: bool, leader_clocks: bool) -> Vec<NewKind> {
+    let mut kinds = Vec::new();
+    if contained {
+        kinds.extend([NewKind::WipeJournal, NewKind::Reboot]);
+    }
+    if leader_clocks {
+        kinds.push(NewKind::ClockAhead);
+    }
+    kinds
+}
 
 /// Which faults a run draws from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +168,11 @@ pub enum Mix {
     PreemptionKills,
     /// Slow disks only (a replica's writes throttled for a while, leader or follower).
     SlowDisks,
+    /// The fault kinds of issue 31 only, drawn alike: an agent killed and its journal wiped
+    /// while its processes live, a node rebooted past the heartbeat timeout (both where
+    /// every agent holds its replicas in cgroups), the leader's clock stepped days ahead
+    /// (where the replicas' clocks can be stepped). No network namespaces needed.
+    NewKinds,
 }
 
 impl Mix {
@@ -155,6 +185,11 @@ impl Mix {
         matches!(self, Mix::All | Mix::Processes | Mix::SlowDisks)
     }
 
+    /// Whether the run may step the leader's clock days ahead (where libfaketime is).
+    pub fn clock_jumps(self) -> bool {
+        matches!(self, Mix::All | Mix::Processes | Mix::NewKinds)
+    }
+
     /// How a run's summary says which faults it drew from.
     pub fn describe(self) -> &'static str {
         match self {
@@ -164,6 +199,7 @@ impl Mix {
             Mix::Cuts => "the five partition kinds of issue 9 only, a fifth each (--only-cuts)",
             Mix::PreemptionKills => "leader kills right after preemptions commit only (--preemption-kills)",
             Mix::SlowDisks => "slow disks only (--only-slow-disks)",
+            Mix::NewKinds => "journal wipes, node reboots and leader clock jumps only (--only-new-kinds)",
         }
     }
 }
@@ -236,8 +272,8 @@ impl Fault {
             Fault::KillNewLeader { .. } => "kill leader, then the new leader",
             Fault::KillAgent { .. } => "kill agent (short)",
             Fault::KillAgentLong { .. } => "kill agent past the heartbeat timeout",
-            Fault::WipeJournal { .. } => "kill agent, wipe its journal",
-            Fault::RebootNode { .. } => "reboot a node past the heartbeat timeout",
+            Fault::WipeJournal { .. } => NEW_KINDS[0],
+            Fault::RebootNode { .. } => NEW_KINDS[1],
             Fault::StallAgent { .. } => "stop agent past the heartbeat timeout",
             Fault::Isolate { leader: true, .. } => "cut off the leader",
             Fault::Isolate { leader: false, .. } => "cut off a follower",
@@ -508,6 +544,7 @@ impl Faults {
             Mix::Partitions | Mix::Cuts => true,
             Mix::PreemptionKills => false,
             Mix::SlowDisks => return self.draw_slow_disk(c).await,
+            Mix::NewKinds => return self.draw_new_kind(c).await,
         };
         if !network {
             return self.draw_process(c, roll).await;
@@ -576,6 +613,29 @@ impl Faults {
         } else {
             Fault::StallAgent { name: agent }
         }
+    }
+
+    /// One of the new kinds this run can make, each as likely as the others
+    /// (`Faults::new_kinds`).
+    async fn draw_new_kind(&mut self, c: &Cluster) -> Fault {
+        let kinds = self.new_kinds();
+        assert!(!kinds.is_empty(), "a run of the new kinds checks up front that it can make one");
+        let agents = c.agent_names();
+        let name = agents[self.rng.range(0, agents.len() as u64 - 1) as usize].clone();
+        match kinds[self.rng.range(0, kinds.len() as u64 - 1) as usize] {
+            NewKind::WipeJournal => Fault::WipeJournal { name },
+            NewKind::Reboot => Fault::RebootNode { name },
+            NewKind::ClockAhead => {
+                let days = self.rng.range(CLOCK_AHEAD_DAYS.0, CLOCK_AHEAD_DAYS.1) as u32;
+                Fault::LeaderClockAhead { replica: c.leader().await, days }
+            }
+        }
+    }
+
+    /// The fault kinds of issue 31 this run can make: journal wipes and reboots where every
+    /// agent holds its replicas in cgroups, clock jumps where the replicas' clocks step.
+    pub fn new_kinds(&self) -> Vec<NewKind> {
+        new_kinds(self.contained, self.leader_clocks)
     }
 
     /// A slow disk of any replica, the leader or a follower.
@@ -781,6 +841,21 @@ mod tests {
         assert_eq!(kinds, [(0, 20), (20, 20), (40, 20), (60, 20), (75, 20)]);
         assert!(kinds.iter().all(|(r, _)| *r < 90), "a lossy link drawn");
         assert_eq!(PARTITION_KINDS.len(), kinds.len());
+    }
+
+    #[test]
+    fn the_new_kinds_are_those_the_run_can_make_and_each_counts_as_one() {
+        assert_eq!(new_kinds(false, false), []);
+        assert_eq!(new_kinds(false, true), [NewKind::ClockAhead]);
+        assert_eq!(new_kinds(true, true), [NewKind::WipeJournal, NewKind::Reboot, NewKind::ClockAhead]);
+        let name = "n1".to_string();
+        let made = [
+            Fault::WipeJournal { name: name.clone() },
+            Fault::RebootNode { name },
+            Fault::LeaderClockAhead { replica: 0, days: 2 },
+        ];
+        assert_eq!(made.iter().map(Fault::kind).collect::<Vec<_>>(), NEW_KINDS);
+        assert!(Mix::NewKinds.clock_jumps() && !Mix::NewKinds.partitions() && !Mix::NewKinds.process_faults());
     }
 
     /// An agent kill's draw (`short_agent_kill`, `long_agent_kill`), and a kind of fault.

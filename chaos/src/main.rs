@@ -68,6 +68,12 @@ struct Args {
     /// without them.
     #[arg(long, conflicts_with = "only_slow_disks")]
     no_slow_disks: bool,
+    /// Inject only the fault kinds of issue 31, alike: an agent killed and its journal wiped
+    /// while its processes live, a node rebooted past the heartbeat timeout (both need the
+    /// agents to hold their replicas in cgroups: root), the leader's clock stepped days
+    /// ahead (needs libfaketime). No network namespaces needed.
+    #[arg(long, conflicts_with_all = ["no_partitions", "only_partitions", "only_cuts", "preemption_kills", "only_slow_disks", "clock_offsets", "clock_rates"])]
+    only_new_kinds: bool,
     /// Inject slow disks only (needs what slow disks need, see `--no-slow-disks`).
     #[arg(long, conflicts_with_all = ["no_partitions", "only_partitions", "only_cuts", "preemption_kills"])]
     only_slow_disks: bool,
@@ -309,6 +315,7 @@ fn one(args: &Args, baton: PathBuf) -> ExitCode {
     cfg.adversarial_percent = args.adversarial_percent;
     cfg.mix = match (args.no_partitions, args.only_partitions, args.only_cuts, args.preemption_kills) {
         _ if args.only_slow_disks => baton_chaos::faults::Mix::SlowDisks,
+        _ if args.only_new_kinds => baton_chaos::faults::Mix::NewKinds,
         (_, _, _, true) => baton_chaos::faults::Mix::PreemptionKills,
         (true, _, _, _) => baton_chaos::faults::Mix::Processes,
         (false, true, _, _) => baton_chaos::faults::Mix::Partitions,
@@ -364,6 +371,7 @@ fn child_args(args: &Args, baton: &Path, seed: u64, json: &Path) -> Vec<String> 
         (args.clock_rates, "--clock-rates"),
         (args.no_slow_disks, "--no-slow-disks"),
         (args.only_slow_disks, "--only-slow-disks"),
+        (args.only_new_kinds, "--only-new-kinds"),
     ];
     a.extend(flags.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.to_string()));
     a

@@ -232,6 +232,12 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         .slow_disks(disk)
         .contained(contained)
         .leader_clocks(leader_clocks);
+    if cfg.mix == Mix::NewKinds && faults.new_kinds().is_empty() {
+        return Err("--only-new-kinds: no fault of those kinds can be made here: the agents do not hold their \
+             replicas in cgroups (needs root and a cgroup v2 hierarchy), and the replicas' clocks cannot be \
+             stepped (needs libfaketime)"
+            .into());
+    }
     let mut landed = Vec::new();
     let start = Instant::now();
     let mut stepped = !cfg.clock_offsets;
@@ -360,7 +366,7 @@ fn runnable_by_others(path: &std::path::Path) -> bool {
 /// their own; a rate moves the monotonic clocks, which a step would move as well). Without
 /// libfaketime the run says so and goes on without such faults (its verdict says which).
 fn leader_clocks_steppable(cfg: &Config) -> bool {
-    if !matches!(cfg.mix, Mix::All | Mix::Processes) || cfg.clock_offsets || cfg.clock_rates {
+    if !cfg.mix.clock_jumps() || cfg.clock_offsets || cfg.clock_rates {
         return false;
     }
     match crate::cluster::libfaketime() {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::Report;
 use crate::faults::Moment;
-use crate::faults::{LEADER_KILL, PARTITION_KINDS};
+use crate::faults::{LEADER_KILL, NEW_KINDS, PARTITION_KINDS};
 
 /// One run's line in a sum.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -174,6 +174,12 @@ impl Tally {
             .collect()
     }
 
+    /// Faults of the kinds issue 31 adds (journal wipes, node reboots, leader clock jumps):
+    /// the count it asks 500 of.
+    pub fn new_kinds(&self) -> u64 {
+        NEW_KINDS.iter().map(|k| self.by_kind.get(*k).copied().unwrap_or(0)).sum()
+    }
+
     pub fn ok(&self) -> bool {
         self.violations.is_empty()
     }
@@ -207,6 +213,11 @@ impl fmt::Display for Tally {
                 writeln!(f, "  {c:>5}  {name}")?;
             }
         }
+        writeln!(
+            f,
+            "faults of issue 31's kinds (journal wipes, node reboots, leader clock jumps): {}",
+            self.new_kinds()
+        )?;
         writeln!(f, "faults by kind:")?;
         for (kind, c) in &self.by_kind {
             writeln!(f, "  {c:>5}  {kind}")?;
@@ -272,7 +283,13 @@ mod tests {
             mixes: [(Mix::PreemptionKills.describe().to_string(), 1)].into(),
             seconds: 120,
             faults: kills + cuts,
-            by_kind: [(LEADER_KILL.to_string(), kills), ("cut off a follower".to_string(), cuts)].into(),
+            by_kind: [
+                (LEADER_KILL.to_string(), kills),
+                ("cut off a follower".to_string(), cuts),
+                (NEW_KINDS[1].to_string(), 1),
+                (NEW_KINDS[2].to_string(), 2),
+            ]
+            .into(),
             by_moment: [(Moment::AfterPreemption.name().to_string(), kills + cuts)].into(),
             by_kind_and_moment: [(
                 LEADER_KILL.to_string(),
@@ -315,6 +332,8 @@ mod tests {
         assert!(!sum.ok());
         let text = sum.to_string();
         assert!(text.contains("leader kills right after a preemption: 12"), "{text}");
+        assert_eq!(sum.new_kinds(), 6, "a reboot and two clock jumps in each run");
+        assert!(text.contains("leader clock jumps): 6"), "{text}");
         assert!(text.contains("seed 100: train-3 ran twice"), "{text}");
         assert!(text.contains("6 suspended in place, 4 resumed in place"), "{text}");
         assert!(text.contains("misbehaving jobs: 2 escape, 4 ignore-stop"), "{text}");
