@@ -291,6 +291,48 @@ pub fn run_of_finished(key: ReplicaKey, outcome: Option<Outcome>) -> Option<Act>
     }
 }
 
+/// A replica that ran here and ended while no record knew it (its agent down, its journal
+/// then lost): its end was never told, whatever its rank, so it is told now. A rank other
+/// than 0 that exited 0 too: the leader holds its resources until it hears of it (a chaos
+/// run found a job's gang rank held for ever on a node that ignored each RUN of it).
+pub fn end_of_unrecorded(key: ReplicaKey, outcome: Outcome) -> Act {
+    match outcome {
+        Outcome::Exited { code } => Act::ReportExited { key, code },
+        Outcome::Stopped { checkpointed } => Act::ReportKilledHere { key, checkpointed },
+        Outcome::Killed => Act::ReportKilledHere { key, checkpointed: false },
+    }
+}
+
+/// How a replica that ended while no record knew it ended, from what it left (`Traces`):
+/// its watchdog's lease marker makes it a lease stop whatever its exit code, as `ending`
+/// reads a journaled replica's (a workload exits 0 after the checkpoint its stop signal
+/// asked for: read as its own exit, a chaos run's job counted Succeeded at step 81 of 133);
+/// else its exit file's code; else it was killed.
+pub fn unrecorded_ending(t: Traces) -> Outcome {
+    if t.watchdog_stopped {
+        let checkpointed =
+            t.newest_checkpoint_unix_ms > 0 && t.newest_checkpoint_unix_ms + MTIME_SLACK_MS >= t.started_unix_ms;
+        return Outcome::Stopped { checkpointed };
+    }
+    match t.code {
+        Some(code) => Outcome::Exited { code },
+        None => Outcome::Killed,
+    }
+}
+
+/// What an ended replica no record knew left behind (`unrecorded_ending`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Traces {
+    /// The code in its exit file, if it wrote one.
+    pub code: Option<i32>,
+    /// Its watchdog left the lease marker: the lease ran out and it stopped the replica.
+    pub watchdog_stopped: bool,
+    /// When its wrapper started (its start marker's time; 0 unknown).
+    pub started_unix_ms: u64,
+    /// The newest file of its rank under the job's checkpoint directory (0: none).
+    pub newest_checkpoint_unix_ms: u64,
+}
+
 fn plan_stop(key: ReplicaKey, inputs: &Inputs) -> Option<Act> {
     let Some(known) = inputs.replicas.get(&key) else { return Some(Act::StopNeverRan(key)) };
     match (known.phase, known.outcome) {

@@ -370,16 +370,16 @@ impl Supervisor {
                 signal_group(pid, libc::SIGKILL);
                 Outcome::Killed
             }
-            Unjournaled::Ended => match launch::read_exit_file(&exit_file) {
-                Some(code) => Outcome::Exited { code },
-                None => Outcome::Killed,
-            },
+            Unjournaled::Ended => reconcile::unrecorded_ending(reconcile::Traces {
+                code: launch::read_exit_file(&exit_file),
+                watchdog_stopped: launch::lease_marker(&exit_file).exists(),
+                started_unix_ms: mtime_unix_ms(&launch::started_marker(&exit_file)),
+                newest_checkpoint_unix_ms: newest_checkpoint_ms(&self.checkpoint_root, key),
+            }),
         };
         tracing::warn!(?key, ?outcome, "ran here before, unrecorded (was the journal removed?): not started again");
         self.record_unrecorded(*key, outcome)?;
-        if let Some(act) = reconcile::run_of_finished(*key, Some(outcome)) {
-            self.act(act, &BTreeMap::new())?;
-        }
+        self.act(reconcile::end_of_unrecorded(*key, outcome), &BTreeMap::new())?;
         Ok(true)
     }
 
@@ -586,7 +586,7 @@ impl Supervisor {
                 self.observe(stopped(&key, checkpointed, StopCause::KilledHere))
             }
             Act::ReportExited { key, code } => {
-                tracing::warn!(?key, code, "a RUN of a replica whose exit ended its job; reporting that exit again");
+                tracing::warn!(?key, code, "a replica's exit the leader has not heard of; reporting it (again)");
                 self.observe(Observation {
                     what: Some(What::Exited(Exited {
                         job_id: key.job_id,
@@ -1414,6 +1414,12 @@ const FREEZE_CHECK_MS: u64 = 5;
 /// The cgroup of replica `key` under `root`, if replicas have cgroups here.
 fn cgroup_of(root: &Option<crate::cgroup::CgroupRoot>, key: &ReplicaKey) -> Option<crate::cgroup::ReplicaCgroup> {
     root.as_ref().map(|r| r.replica(key.job_id, key.attempt, key.rank))
+}
+
+/// A file's modification time in Unix milliseconds; 0 when it cannot be read.
+fn mtime_unix_ms(path: &Path) -> u64 {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified());
+    modified.ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn newest_checkpoint_ms(checkpoint_root: &Path, key: &ReplicaKey) -> u64 {

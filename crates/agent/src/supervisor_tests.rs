@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use baton_proto::v1::observation::What;
 use baton_proto::v1::{Action, Assignment, Directive};
 use tokio::sync::watch;
 
@@ -240,4 +241,70 @@ async fn a_replica_that_ran_before_the_journal_was_wiped_is_not_run_again() {
     // Give a second run, had one started, the time to leave its line.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(std::fs::read_to_string(&ran).unwrap(), "once\n", "the attempt ran twice");
+}
+
+/// What a replica that ended while its agent was down leaves (the agent found it gone),
+/// written by hand: its exit file with `code` and its start marker, and, when
+/// `watchdog_stopped`, its watchdog's lease marker.
+fn ended_while_away(dir: &std::path::Path, key: ReplicaKey, code: i32, watchdog_stopped: bool) {
+    let exit = crate::launch::exit_file(dir, key.job_id, key.attempt, key.rank);
+    std::fs::create_dir_all(exit.parent().unwrap()).unwrap();
+    std::fs::write(crate::launch::started_marker(&exit), "").unwrap();
+    std::fs::write(&exit, format!("{code}\n")).unwrap();
+    if watchdog_stopped {
+        std::fs::write(crate::launch::lease_marker(&exit), "").unwrap();
+    }
+}
+
+/// The observations the supervisor has yet to send.
+fn pending(sup: &Supervisor) -> Vec<What> {
+    sup.journal.pending(usize::MAX).unwrap().into_iter().filter_map(|(_, o)| o.what).collect()
+}
+
+/// A chaos run (issue 31, `--only-new-kinds`, seed 14002): rank 1 of a gang exited 0 while
+/// its agent was down, and the agent's journal was wiped. The restarted agent found the
+/// replica's traces and started nothing, but told nothing either (an exit 0 of a rank other
+/// than 0 "was told when it ended"), and ignored every later RUN of it: the leader held the
+/// rank's GPUs for ever and a reservation waited on them until the run ended.
+#[tokio::test]
+async fn a_rank_that_exited_while_its_agent_was_away_is_told_after_its_journal_was_wiped() {
+    let dir = tempfile::tempdir().unwrap();
+    let rank1 = ReplicaKey { job_id: 1, attempt: 1, rank: 1 };
+    ended_while_away(dir.path(), rank1, 0, false);
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    let mut a = run(1, "exit 0");
+    (a.rank, a.world_size) = (1, 2);
+    sup.on_directive(built_at(6, vec![a])).unwrap();
+    let r = &sup.replicas[&rank1];
+    assert_eq!((r.rec.phase, r.rec.outcome), (Phase::Finished, Some(crate::journal::Outcome::Exited { code: 0 })));
+    let told = pending(&sup);
+    assert!(
+        told.iter().any(|w| matches!(w, What::Exited(e) if e.rank == 1 && e.exit_code == 0 && e.attempt == 1)),
+        "rank 1's exit was not told: {told:?}"
+    );
+}
+
+/// The same chaos batch, seed 14000: a suspended replica's agent was killed and its journal
+/// wiped; the lease ran out and the watchdog stopped the replica, which saved a checkpoint at
+/// step 81 of 133 and exited 0, as a workload does after its stop signal. The restarted agent
+/// read the exit 0 as the job's own end, and the job counted Succeeded. A lease stop is a
+/// stop (`reconcile::unrecorded_ending`), told with the checkpoint it wrote.
+#[tokio::test]
+async fn a_replica_its_watchdog_stopped_while_its_agent_was_away_is_no_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key(1);
+    ended_while_away(dir.path(), k, 0, true);
+    let ckpt = crate::launch::checkpoint_dir(&dir.path().join("checkpoints"), 1).join("rank-0");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::write(ckpt.join("rank-0.ckpt"), "81 1").unwrap();
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    sup.on_directive(built_at(6, vec![run(1, "exit 0")])).unwrap();
+    let stopped = crate::journal::Outcome::Stopped { checkpointed: true };
+    assert_eq!(sup.replicas[&k].rec.outcome, Some(stopped));
+    let told = pending(&sup);
+    assert!(!told.iter().any(|w| matches!(w, What::Exited(_))), "told as its own exit: {told:?}");
+    assert!(
+        told.iter().any(|w| matches!(w, What::Stopped(s) if s.checkpointed && s.rank == 0)),
+        "its stop and checkpoint were not told: {told:?}"
+    );
 }

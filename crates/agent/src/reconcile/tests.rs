@@ -730,3 +730,37 @@ fn a_stop_counts_every_checkpoint_this_attempt_wrote() {
     assert_eq!(ending(&old, ended(saved_before_signal_ms)), unsaved);
     assert_eq!(ending(&old, ended(NOW.unix_ms + 5)), saved);
 }
+
+/// A replica that ended while its agent was down and whose journal was then lost: its end
+/// is told whatever its rank (a rank 1 that exited 0 was ignored, and the leader held its
+/// GPUs for ever), and a watchdog's lease stop is a stop, not the exit 0 the workload gives
+/// after the checkpoint its stop asked for (a job counted Succeeded at step 81 of 133).
+#[test]
+fn an_unrecorded_end_is_told_whatever_its_rank_and_a_lease_stop_is_no_exit() {
+    let rank1 = ReplicaKey { job_id: 9, attempt: 2, rank: 1 };
+    assert_eq!(end_of_unrecorded(rank1, Outcome::Exited { code: 0 }), Act::ReportExited { key: rank1, code: 0 });
+    assert_eq!(
+        run_of_finished(rank1, Some(Outcome::Exited { code: 0 })),
+        Some(Act::Ignore { key: rank1, why: Ignored::FinishedHere }),
+        "a recorded rank's exit 0 was told when it ended"
+    );
+    let traces = |code, watchdog_stopped, newest_checkpoint_unix_ms| Traces {
+        code,
+        watchdog_stopped,
+        started_unix_ms: 50_000,
+        newest_checkpoint_unix_ms,
+    };
+    assert_eq!(unrecorded_ending(traces(Some(0), false, 0)), Outcome::Exited { code: 0 });
+    assert_eq!(unrecorded_ending(traces(None, false, 0)), Outcome::Killed);
+    assert_eq!(unrecorded_ending(traces(Some(0), true, 60_000)), Outcome::Stopped { checkpointed: true });
+    assert_eq!(unrecorded_ending(traces(Some(0), true, 0)), Outcome::Stopped { checkpointed: false });
+    assert_eq!(
+        unrecorded_ending(traces(None, true, 1_000)),
+        Outcome::Stopped { checkpointed: false },
+        "a checkpoint from before it started is an earlier attempt's"
+    );
+    assert_eq!(
+        end_of_unrecorded(rank1, Outcome::Stopped { checkpointed: true }),
+        Act::ReportKilledHere { key: rank1, checkpointed: true }
+    );
+}
