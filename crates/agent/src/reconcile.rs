@@ -85,7 +85,8 @@ pub enum Act {
     /// waiting for it for good.
     ReportKilledHere { key: ReplicaKey, checkpointed: bool },
     /// A RUN of a replica whose own exit ended its job (rank 0, or a non-zero code): report
-    /// that exit again; the leader that holds it running may have missed it.
+    /// that exit again; the leader that holds it running may have missed it. Also any exit
+    /// found after the journal was lost (`end_of_unrecorded`), which was never told.
     ReportExited { key: ReplicaKey, code: i32 },
     /// SIGSTOP a running replica and report it stopped.
     Suspend(ReplicaKey),

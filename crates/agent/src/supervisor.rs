@@ -348,9 +348,10 @@ impl Supervisor {
     /// Whether this replica already ran here although no record says so (the journal was
     /// wiped or lost after it started): its exit file, its markers or its live wrapper are
     /// there. A live one is killed; either way it is recorded as ended and its end is what
-    /// the RUN is answered with (`reconcile::run_of_finished`), never a second run of the
-    /// attempt. A chaos run found one: a replica that ended as its agent was killed and its
-    /// journal wiped ran again, whole, when the restarted agent got its RUN.
+    /// the RUN, STOP or SUSPEND is answered with (`reconcile::end_of_unrecorded`), never a
+    /// second run of the attempt, nor "never ran" for one that did. A chaos run found one:
+    /// a replica that ended as its agent was killed and its journal wiped ran again, whole,
+    /// when the restarted agent got its RUN.
     fn ran_here_before(&mut self, key: &ReplicaKey) -> Result<bool, JournalError> {
         let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
         // Its files first, a few stats: every start passes here, and a scan of /proc is not
@@ -567,6 +568,9 @@ impl Supervisor {
                 self.begin_stop(&key, signal, a.grace_ms, StopCause::Directed)
             }
             Act::StopNeverRan(key) => match assignment(&key) {
+                // No record knows it, but it may have run (the journal was lost): its end,
+                // not "never ran", is what the leader needs.
+                Some(_) if self.ran_here_before(&key)? => Ok(()),
                 Some(a) => self.stop_never_ran(&key, a, StopCause::Directed),
                 None => Ok(()),
             },
@@ -607,6 +611,7 @@ impl Supervisor {
             // not start a process the leader holds stopped (`tests/fencing.rs`,
             // `a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing`).
             Act::SuspendNeverRan(key) => match assignment(&key) {
+                Some(_) if self.ran_here_before(&key)? => Ok(()),
                 Some(a) => {
                     tracing::warn!(?key, "asked to suspend a replica that never ran here; it ends here unstarted");
                     self.stop_never_ran(&key, a, StopCause::KilledHere)

@@ -284,6 +284,24 @@ async fn a_rank_that_exited_while_its_agent_was_away_is_told_after_its_journal_w
     );
 }
 
+/// A STOP (a preemption) of a replica that ran to its end while its agent was away, its
+/// journal then wiped: its exit is told, not "stopped, never ran", which had a job that
+/// finished counted as preempted without a checkpoint and run again.
+#[tokio::test]
+async fn a_stop_of_a_replica_that_ended_while_its_agent_was_away_tells_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key(1);
+    ended_while_away(dir.path(), k, 0, false);
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    let mut stop = run(1, "exit 0");
+    stop.action = Action::Stop as i32;
+    sup.on_directive(built_at(6, vec![stop])).unwrap();
+    assert_eq!(sup.replicas[&k].rec.outcome, Some(crate::journal::Outcome::Exited { code: 0 }));
+    let told = pending(&sup);
+    assert!(told.iter().any(|w| matches!(w, What::Exited(e) if e.exit_code == 0)), "its exit: {told:?}");
+    assert!(!told.iter().any(|w| matches!(w, What::Stopped(_))), "told as stopped: {told:?}");
+}
+
 /// The same chaos batch, seed 14000: a suspended replica's agent was killed and its journal
 /// wiped; the lease ran out and the watchdog stopped the replica, which saved a checkpoint at
 /// step 81 of 133 and exited 0, as a workload does after its stop signal. The restarted agent
