@@ -249,6 +249,14 @@ pub fn lease_marker(exit_file: &Path) -> PathBuf {
     marker(exit_file, ".lease")
 }
 
+/// The marker the agent leaves before it signals a replica to stop (or to die): the
+/// journal says so too, but a journal lost after the signal would leave a replica that
+/// saved its work and exited 0, as a workload does when told to stop, looking like one that
+/// ended on its own (`reconcile::unrecorded_ending`).
+pub fn stop_marker(exit_file: &Path) -> PathBuf {
+    marker(exit_file, ".stop")
+}
+
 /// The marker the wrapper leaves as it starts.
 pub fn started_marker(exit_file: &Path) -> PathBuf {
     marker(exit_file, ".started")
@@ -269,7 +277,8 @@ fn marker(exit_file: &Path, suffix: &str) -> PathBuf {
 /// Removes the exit file and the markers next to it (the replica's end was recorded), and
 /// the replica's own directory (exit files journaled before it had one share `run/`).
 pub fn remove_markers(exit_file: &Path) {
-    let markers = [lease_marker(exit_file), started_marker(exit_file), guarded_marker(exit_file)];
+    let markers =
+        [lease_marker(exit_file), started_marker(exit_file), guarded_marker(exit_file), stop_marker(exit_file)];
     for p in std::iter::once(exit_file.to_path_buf()).chain(markers) {
         let _ = std::fs::remove_file(p);
     }

@@ -305,12 +305,12 @@ pub fn end_of_unrecorded(key: ReplicaKey, outcome: Outcome) -> Act {
 }
 
 /// How a replica that ended while no record knew it ended, from what it left (`Traces`):
-/// its watchdog's lease marker makes it a lease stop whatever its exit code, as `ending`
-/// reads a journaled replica's (a workload exits 0 after the checkpoint its stop signal
-/// asked for: read as its own exit, a chaos run's job counted Succeeded at step 81 of 133);
-/// else its exit file's code; else it was killed.
+/// its watchdog's lease marker, or the agent's stop marker, makes it a stop whatever its
+/// exit code, as `ending` reads a journaled replica's (a workload exits 0 after the
+/// checkpoint its stop signal asked for: read as its own exit, chaos runs' jobs counted
+/// Succeeded at step 81 of 133 and 57 of 74); else its exit file's code; else it was killed.
 pub fn unrecorded_ending(t: Traces) -> Outcome {
-    if t.watchdog_stopped {
+    if t.watchdog_stopped || t.stop_sent {
         let checkpointed =
             t.newest_checkpoint_unix_ms > 0 && t.newest_checkpoint_unix_ms + MTIME_SLACK_MS >= t.started_unix_ms;
         return Outcome::Stopped { checkpointed };
@@ -328,6 +328,8 @@ pub struct Traces {
     pub code: Option<i32>,
     /// Its watchdog left the lease marker: the lease ran out and it stopped the replica.
     pub watchdog_stopped: bool,
+    /// The agent left its stop marker: it signalled the replica to stop or to die.
+    pub stop_sent: bool,
     /// When its wrapper started (its start marker's time; 0 unknown).
     pub started_unix_ms: u64,
     /// The newest file of its rank under the job's checkpoint directory (0: none).

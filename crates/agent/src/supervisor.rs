@@ -374,6 +374,7 @@ impl Supervisor {
             Unjournaled::Ended => reconcile::unrecorded_ending(reconcile::Traces {
                 code: launch::read_exit_file(&exit_file),
                 watchdog_stopped: launch::lease_marker(&exit_file).exists(),
+                stop_sent: launch::stop_marker(&exit_file).exists(),
                 started_unix_ms: mtime_unix_ms(&launch::started_marker(&exit_file)),
                 newest_checkpoint_unix_ms: newest_checkpoint_ms(&self.checkpoint_root, key),
             }),
@@ -880,6 +881,7 @@ impl Supervisor {
         let lease_expired = cause == StopCause::LeaseExpired;
         let steps = reconcile::stop_steps(&r.rec, signal, grace_ms, lease_expired, before, now);
         r.signal_again = signal_again(r.started, signal);
+        leave_stop_marker(key, &r.rec.exit_file);
         tracing::info!(?key, signal, grace_ms, "checkpoint-then-stop: signal sent");
         self.run_steps(key, steps)
     }
@@ -921,6 +923,7 @@ impl Supervisor {
         self.journal.put_replica(&rec)?;
         r.rec = rec.clone();
         r.signal_again = signal_again(r.started, libc::SIGTERM);
+        leave_stop_marker(key, &rec.exit_file);
         // Also when journaled running: an agent that died while suspending it may have
         // stopped (or frozen) some of its processes and journaled nothing.
         self.thaw(key);
@@ -1419,6 +1422,14 @@ const FREEZE_CHECK_MS: u64 = 5;
 /// The cgroup of replica `key` under `root`, if replicas have cgroups here.
 fn cgroup_of(root: &Option<crate::cgroup::CgroupRoot>, key: &ReplicaKey) -> Option<crate::cgroup::ReplicaCgroup> {
     root.as_ref().map(|r| r.replica(key.job_id, key.attempt, key.rank))
+}
+
+/// Leaves the marker that says this agent signalled the replica to stop (`launch::stop_marker`),
+/// before the signal. One that cannot be written is said, not fatal: the journal says it too.
+fn leave_stop_marker(key: &ReplicaKey, exit_file: &Path) {
+    if let Err(e) = std::fs::write(launch::stop_marker(exit_file), b"") {
+        tracing::warn!(?key, "cannot leave the stop marker beside {}: {e}", exit_file.display());
+    }
 }
 
 /// A file's modification time in Unix milliseconds; 0 when it cannot be read.

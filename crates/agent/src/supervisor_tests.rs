@@ -284,6 +284,39 @@ async fn a_rank_that_exited_while_its_agent_was_away_is_told_after_its_journal_w
     );
 }
 
+/// The same batch on the fix above, seed 15000: the agent itself sent a preemption's stop
+/// signal, then was killed and its journal wiped; the replica saved its checkpoint at step
+/// 57 of 74 and exited 0, and the restarted agent, finding no lease marker, read that as the
+/// job's own end. The agent leaves a stop marker before it signals (`launch::stop_marker`).
+#[tokio::test]
+async fn a_replica_its_agent_stopped_before_its_journal_was_wiped_is_no_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key(1);
+    {
+        let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+        sup.on_directive(built_at(5, vec![run(1, "sleep 30")])).unwrap();
+        let mut stop = run(1, "sleep 30");
+        stop.action = Action::Stop as i32;
+        sup.on_directive(built_at(6, vec![stop])).unwrap();
+        let exit = crate::launch::exit_file(dir.path(), 1, 1, 0);
+        assert!(crate::launch::stop_marker(&exit).exists(), "no stop marker beside {}", exit.display());
+        let ev = sup.events_rx.recv().await.unwrap();
+        sup.on_exit(ev).unwrap();
+    }
+    // What the workload does with its stop signal: a checkpoint, then exit 0.
+    std::fs::remove_dir_all(dir.path().join("journal")).unwrap();
+    let exit = crate::launch::exit_file(dir.path(), 1, 1, 0);
+    std::fs::write(&exit, "0\n").unwrap();
+    let ckpt = crate::launch::checkpoint_dir(&dir.path().join("checkpoints"), 1).join("rank-0");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::write(ckpt.join("rank-0.ckpt"), "57 1").unwrap();
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    sup.on_directive(built_at(7, vec![run(1, "sleep 30")])).unwrap();
+    assert_eq!(sup.replicas[&k].rec.outcome, Some(crate::journal::Outcome::Stopped { checkpointed: true }));
+    let told = pending(&sup);
+    assert!(!told.iter().any(|w| matches!(w, What::Exited(_))), "told as its own exit: {told:?}");
+}
+
 /// A STOP (a preemption) of a replica that ran to its end while its agent was away, its
 /// journal then wiped: its exit is told, not "stopped, never ran", which had a job that
 /// finished counted as preempted without a checkpoint and run again.

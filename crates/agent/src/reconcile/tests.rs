@@ -747,9 +747,12 @@ fn an_unrecorded_end_is_told_whatever_its_rank_and_a_lease_stop_is_no_exit() {
     let traces = |code, watchdog_stopped, newest_checkpoint_unix_ms| Traces {
         code,
         watchdog_stopped,
+        stop_sent: false,
         started_unix_ms: 50_000,
         newest_checkpoint_unix_ms,
     };
+    let agent_stopped = Traces { stop_sent: true, ..traces(Some(0), false, 60_000) };
+    assert_eq!(unrecorded_ending(agent_stopped), Outcome::Stopped { checkpointed: true }, "the agent's stop");
     assert_eq!(unrecorded_ending(traces(Some(0), false, 0)), Outcome::Exited { code: 0 });
     assert_eq!(unrecorded_ending(traces(None, false, 0)), Outcome::Killed);
     assert_eq!(unrecorded_ending(traces(Some(0), true, 60_000)), Outcome::Stopped { checkpointed: true });
