@@ -19,6 +19,16 @@ pub fn newest_mtime_ms(dir: &Path) -> u64 {
     newest
 }
 
+/// A file's modification time in Unix ms; 0 when it cannot be read.
+fn modified_unix_ms(meta: &std::fs::Metadata) -> u64 {
+    meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The modification time (Unix ms) of the file at `path`; 0 when there is none.
+pub fn mtime_ms(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| modified_unix_ms(&m))
+}
+
 /// A rank's own checkpoint directory inside its job's: `rank-<r>`.
 pub fn rank_dir_name(rank: u32) -> String {
     format!("rank-{rank}")
@@ -71,8 +81,7 @@ fn scan(dir: &Path, depth: usize, skip_rank_dirs: bool, seen: &mut usize, newest
                 scan(&entry.path(), depth + 1, false, seen, newest);
             }
         } else if meta.is_file() {
-            let ms = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64);
-            *newest = (*newest).max(ms.unwrap_or(0));
+            *newest = (*newest).max(modified_unix_ms(&meta));
         }
     }
 }

@@ -311,14 +311,18 @@ pub fn end_of_unrecorded(key: ReplicaKey, outcome: Outcome) -> Act {
 /// Succeeded at step 81 of 133 and 57 of 74); else its exit file's code; else it was killed.
 pub fn unrecorded_ending(t: Traces) -> Outcome {
     if t.watchdog_stopped || t.stop_sent {
-        let checkpointed =
-            t.newest_checkpoint_unix_ms > 0 && t.newest_checkpoint_unix_ms + MTIME_SLACK_MS >= t.started_unix_ms;
-        return Outcome::Stopped { checkpointed };
+        return Outcome::Stopped { checkpointed: saved_since(t.started_unix_ms, t.newest_checkpoint_unix_ms) };
     }
     match t.code {
         Some(code) => Outcome::Exited { code },
         None => Outcome::Killed,
     }
+}
+
+/// Whether a rank's newest file (`newest`, 0: none) was written since its attempt started
+/// at `started_ms` on the agent's wall clock, within the file times' slack.
+fn saved_since(started_ms: u64, newest: u64) -> bool {
+    newest > 0 && newest + MTIME_SLACK_MS >= started_ms
 }
 
 /// What an ended replica no record knew left behind (`unrecorded_ending`).
@@ -440,7 +444,7 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
             // agent's wall clock.
             let checkpointed = match rec.newest_checkpoint_at_start_unix_ms {
                 Some(before_ms) => written_after(before_ms, newest),
-                None => newest > 0 && newest + MTIME_SLACK_MS >= rec.started_unix_ms,
+                None => saved_since(rec.started_unix_ms, newest),
             };
             Some(Ending::Stopped { checkpointed, lease_expired: true })
         }

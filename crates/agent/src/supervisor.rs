@@ -375,7 +375,7 @@ impl Supervisor {
                 code: launch::read_exit_file(&exit_file),
                 watchdog_stopped: launch::lease_marker(&exit_file).exists(),
                 stop_sent: launch::stop_marker(&exit_file).exists(),
-                started_unix_ms: mtime_unix_ms(&launch::started_marker(&exit_file)),
+                started_unix_ms: crate::checkpoint::mtime_ms(&launch::started_marker(&exit_file)),
                 newest_checkpoint_unix_ms: newest_checkpoint_ms(&self.checkpoint_root, key),
             }),
         };
@@ -1430,12 +1430,6 @@ fn leave_stop_marker(key: &ReplicaKey, exit_file: &Path) {
     if let Err(e) = std::fs::write(launch::stop_marker(exit_file), b"") {
         tracing::warn!(?key, "cannot leave the stop marker beside {}: {e}", exit_file.display());
     }
-}
-
-/// A file's modification time in Unix milliseconds; 0 when it cannot be read.
-fn mtime_unix_ms(path: &Path) -> u64 {
-    let modified = std::fs::metadata(path).and_then(|m| m.modified());
-    modified.ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn newest_checkpoint_ms(checkpoint_root: &Path, key: &ReplicaKey) -> u64 {

@@ -256,6 +256,13 @@ fn ended_while_away(dir: &std::path::Path, key: ReplicaKey, code: i32, watchdog_
     }
 }
 
+/// Job 1's rank 0 saved its work at `step` (the test workload's checkpoint: `step attempt`).
+fn saved_checkpoint(dir: &std::path::Path, step: u32) {
+    let ckpt = crate::launch::checkpoint_dir(&dir.join("checkpoints"), 1).join("rank-0");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::write(ckpt.join("rank-0.ckpt"), format!("{step} 1")).unwrap();
+}
+
 /// The observations the supervisor has yet to send.
 fn pending(sup: &Supervisor) -> Vec<What> {
     sup.journal.pending(usize::MAX).unwrap().into_iter().filter_map(|(_, o)| o.what).collect()
@@ -307,9 +314,7 @@ async fn a_replica_its_agent_stopped_before_its_journal_was_wiped_is_no_success(
     std::fs::remove_dir_all(dir.path().join("journal")).unwrap();
     let exit = crate::launch::exit_file(dir.path(), 1, 1, 0);
     std::fs::write(&exit, "0\n").unwrap();
-    let ckpt = crate::launch::checkpoint_dir(&dir.path().join("checkpoints"), 1).join("rank-0");
-    std::fs::create_dir_all(&ckpt).unwrap();
-    std::fs::write(ckpt.join("rank-0.ckpt"), "57 1").unwrap();
+    saved_checkpoint(dir.path(), 57);
     let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
     sup.on_directive(built_at(7, vec![run(1, "sleep 30")])).unwrap();
     assert_eq!(sup.replicas[&k].rec.outcome, Some(crate::journal::Outcome::Stopped { checkpointed: true }));
@@ -345,9 +350,7 @@ async fn a_replica_its_watchdog_stopped_while_its_agent_was_away_is_no_success()
     let dir = tempfile::tempdir().unwrap();
     let k = key(1);
     ended_while_away(dir.path(), k, 0, true);
-    let ckpt = crate::launch::checkpoint_dir(&dir.path().join("checkpoints"), 1).join("rank-0");
-    std::fs::create_dir_all(&ckpt).unwrap();
-    std::fs::write(ckpt.join("rank-0.ckpt"), "81 1").unwrap();
+    saved_checkpoint(dir.path(), 81);
     let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
     sup.on_directive(built_at(6, vec![run(1, "exit 0")])).unwrap();
     let stopped = crate::journal::Outcome::Stopped { checkpointed: true };
