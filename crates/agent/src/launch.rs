@@ -150,22 +150,40 @@ exit "$rc"
 /// of the cgroup and sends each the stop signal,
 /// waits the grace, and kills the cgroup whole (`cgroup.kill`). It ends when the cgroup is
 /// gone (the replica ended and the agent removed it).
+/// A guard that looks only after the stop's deadline (the expiry plus the slack and the
+/// grace: it was stopped, or its whole node was frozen and thawed) kills the cgroup at once,
+/// before it thaws it, and sends no stop signal: the leader may have placed the job
+/// elsewhere, and a replica told to stop would save a checkpoint beside its next attempt;
+/// one that looks late but before it waits only what is left of the grace
+/// (`reconcile::lease_stop_grace_ms` is the agent's side of the same rule). A file gone
+/// (expiry 0) says nothing of when the lease ran out: the whole grace.
 ///
 /// Arguments: the lease file, the cgroup directory, the exit file, the stop signal (a
-/// number), the grace and the poll interval (seconds, "1.000"), the slack (ms), and the
-/// expiry the agent read before the start (ms on CLOCK_BOOTTIME; empty: none).
+/// number), the grace and the poll interval (seconds, "1.000"), the slack (ms), the
+/// expiry the agent read before the start (ms on CLOCK_BOOTTIME; empty: none), and the
+/// grace again in ms.
 const GUARD: &str = concat!(
     r#"trap : 1 2 3 10 12 14 15
-l=$1 c=$2 f=$3 s=$4 g=$5 p=$6 k=$7 e=$8
+l=$1 c=$2 f=$3 s=$4 g=$5 p=$6 k=$7 e=$8 d=$9
 "#,
     lease_functions!(),
     r#"case $e in ''|*[!0-9]*) e= ;; esac
+case $d in ''|*[!0-9]*) d=0 ;; esac
 : > "$f.guarded"
 while :; do
   sleep "$p"
   [ -d "$c" ] || exit 0
   ran_out || continue
   true > "$f.lease" 2>/dev/null
+  if [ "$d" -gt 0 ] && [ "$e" -gt 0 ]; then
+    r=$(( e + k + d - now ))
+    if [ "$r" -le 0 ]; then
+      echo 1 > "$c/cgroup.kill" 2>/dev/null
+      echo 0 > "$c/cgroup.freeze" 2>/dev/null
+      exit 0
+    fi
+    [ "$r" -lt "$d" ] && g=$(( r / 1000 )).$(( r % 1000 / 100 ))$(( r % 100 / 10 ))$(( r % 10 ))
+  fi
   echo 0 > "$c/cgroup.freeze" 2>/dev/null
   for q in $(cat "$c/cgroup.procs" 2>/dev/null); do
     kill -CONT "$q" 2>/dev/null
@@ -192,6 +210,7 @@ pub fn start_guard(
     cmd.arg("-c").arg(GUARD).arg(GUARD_NAME).arg(lease_file).arg(cgroup.dir()).arg(exit_file);
     cmd.arg(stop_signal.to_string()).arg(seconds(LEASE_STOP_GRACE_MS)).arg(seconds(WATCHDOG_POLL_MS));
     cmd.arg(WATCHDOG_SLACK_MS.to_string()).arg(expires_at_ms.map(|e| e.to_string()).unwrap_or_default());
+    cmd.arg(LEASE_STOP_GRACE_MS.to_string());
     cmd.env_clear().envs(host_env());
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: setsid is async-signal-safe.
@@ -704,6 +723,47 @@ mod tests {
         assert!(!stderr.contains("not found"), "{stderr}");
         assert_eq!(std::fs::read_to_string(cgroup.join("cgroup.kill")).unwrap().trim(), "1", "killed it whole");
         assert!(lease_marker(&exit).exists(), "told as a lease stop");
+    }
+
+    /// Runs the guard over a stand-in cgroup (a directory) listing a `sleep` of this test,
+    /// with a lease that ended at `expiry` (CLOCK_BOOTTIME ms), no slack, a 1 s grace
+    /// polled every 10 ms. Returns whether the `sleep` outlived the guard (a stand-in
+    /// cannot be killed whole: only the stop signal reaches it) and what `cgroup.kill` says.
+    fn guard_over_a_sleep(expiry: u64) -> (bool, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let (lease, cgroup, exit) = (dir.path().join("lease"), dir.path().join("cg"), dir.path().join("exit"));
+        crate::lease_file::write(&lease, &crate::lease::Lease::until(expiry)).unwrap();
+        std::fs::create_dir(&cgroup).unwrap();
+        let mut sleep = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        std::fs::write(cgroup.join("cgroup.procs"), format!("{}\n", sleep.id())).unwrap();
+        let expiry = expiry.to_string();
+        let args: Vec<&OsStr> = [lease.as_os_str(), cgroup.as_os_str(), exit.as_os_str()]
+            .into_iter()
+            .chain(["15", "1.000", "0.010", "0", &expiry, "1000"].map(OsStr::new))
+            .collect();
+        let path = std::env::var_os("PATH").unwrap();
+        let (code, stderr) = run_script(GUARD, GUARD_NAME, &args, Path::new(&path));
+        assert_eq!(code, Some(0), "{stderr}");
+        let outlived = sleep.try_wait().unwrap().is_none();
+        let _ = sleep.kill();
+        let _ = sleep.wait();
+        (outlived, std::fs::read_to_string(cgroup.join("cgroup.kill")).unwrap_or_default().trim().to_string())
+    }
+
+    /// Issue 31, a whole node frozen: the guard, thawed with every other process of its
+    /// node long after the lease ran out, sent the stop signal and waited a whole grace, and
+    /// the job saved a checkpoint beside its next attempt on another node. Past the stop's
+    /// deadline it now kills the cgroup at once and signals nothing; before it, it stops
+    /// the replica as ever.
+    #[test]
+    fn a_guard_that_looks_past_the_stops_deadline_kills_without_the_stop_signal() {
+        let (outlived, kill) = guard_over_a_sleep(crate::lease_file::boot_ms().saturating_sub(10_000));
+        assert!(outlived, "the replica was sent its stop signal");
+        assert_eq!(kill, "1", "killed whole");
+
+        let (outlived, kill) = guard_over_a_sleep(crate::lease_file::boot_ms());
+        assert!(!outlived, "a lease just run out: the replica is told to stop");
+        assert_eq!(kill, "1", "and killed after the grace");
     }
 
     /// Runs the wrapper as `start` does for a replica held by a cgroup (no watchdog of its

@@ -17,6 +17,9 @@ pub struct Lease {
     floor: Floor,
     /// Grants that found the lease run out (see [`Lease::renew`]).
     lapses: u64,
+    /// When the lease ran out before the newest lapse's renewal (monotonic ms): how late
+    /// whoever acts on that lapse is (`Lease::ran_out_at_ms`).
+    lapsed_at_ms: Option<u64>,
 }
 
 /// How new a leader's state is: its term, then how many commands it had applied
@@ -42,7 +45,7 @@ pub enum Standing {
 impl Lease {
     /// A lease that ends at `expires_at_ms` (one a previous run of the agent held).
     pub fn until(expires_at_ms: u64) -> Lease {
-        Lease { expires_at_ms: Some(expires_at_ms), floor: Floor::default(), lapses: 0 }
+        Lease { expires_at_ms: Some(expires_at_ms), floor: Floor::default(), lapses: 0, lapsed_at_ms: None }
     }
 
     /// Records that a grant came from a leader whose state was `from` when it granted it.
@@ -76,8 +79,20 @@ impl Lease {
     pub fn renew(&mut self, sent_at_ms: u64, lease_ms: u64, now_ms: u64) {
         if lease_ms > 0 && self.expired(now_ms) {
             self.lapses += 1;
+            self.lapsed_at_ms = self.expires_at_ms;
         }
         self.grant(sent_at_ms, lease_ms);
+    }
+
+    /// When the lease last ran out, as seen at `now_ms`: its end while it is run out, else
+    /// the end a renewal found passed (its newest lapse); `None` while held and never lapsed.
+    /// A stop for the lease must end by then plus the slack and grace of the timing argument,
+    /// whoever acts late (an agent stopped or frozen, its renewal come first).
+    pub fn ran_out_at_ms(&self, now_ms: u64) -> Option<u64> {
+        match self.standing(now_ms) {
+            Standing::Expired { ago_ms } => Some(now_ms - ago_ms),
+            _ => self.lapsed_at_ms,
+        }
     }
 
     /// How many times a renewal found the lease run out.
@@ -164,6 +179,21 @@ mod tests {
         assert_eq!(l.lapses(), 1, "a reply that grants nothing renews nothing");
         l.renew(7_000, 2_000, 7_000);
         assert_eq!(l.lapses(), 2);
+    }
+
+    /// Issue 31, a whole node frozen: an agent thawed after its lease ran out may find it
+    /// renewed before it looks, and must still know how long ago it ran out.
+    #[test]
+    fn the_lease_says_when_it_ran_out_also_once_renewed() {
+        let mut l = Lease::default();
+        assert_eq!(l.ran_out_at_ms(5), None, "never granted");
+        l.renew(0, 2_000, 10);
+        assert_eq!(l.ran_out_at_ms(1_000), None, "held");
+        assert_eq!(l.ran_out_at_ms(9_000), Some(2_000), "run out");
+        l.renew(9_000, 2_000, 9_500);
+        assert_eq!(l.ran_out_at_ms(9_600), Some(2_000), "renewed: the lapse it ended");
+        l.renew(12_000, 2_000, 13_000);
+        assert_eq!(l.ran_out_at_ms(13_100), Some(11_000), "the newest lapse");
     }
 
     proptest! {

@@ -17,7 +17,9 @@ use crate::checkpoint::written_after;
 use crate::fence::{Fence, Refused};
 use crate::journal::{Outcome, Phase, ReplicaKey, ReplicaRecord, StopInfo};
 use crate::launch::Unjournaled;
-use crate::limits::{MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS, MTIME_SLACK_MS};
+use crate::limits::{
+    LEASE_STOP_GRACE_MS, MAX_ASSIGNMENTS_PER_DIRECTIVE, MAX_GRACE_MS, MTIME_SLACK_MS, WATCHDOG_SLACK_MS,
+};
 use crate::suspensions::Answer;
 
 /// What the supervisor knows of one replica it tracks.
@@ -501,6 +503,20 @@ pub enum Step {
 pub struct Clock {
     pub unix_ms: u64,
     pub boot_ms: u64,
+}
+
+/// The grace a stop for the lease still has at `now_ms` (monotonic), the lease having run
+/// out at `ran_out_at_ms`. The timing argument (L + S + D < T, docs/protocol.md) has every
+/// such stop end by the lease's end plus the watchdog's slack and the grace, before the
+/// leader may declare the node lost and place its jobs elsewhere. Whoever acts late (an
+/// agent stopped, or a whole node frozen and thawed) has that much less; none once the
+/// moment passed, and the replica is then killed without its stop signal: told to stop, it
+/// would save a checkpoint beside its job's next attempt. Unknown when it ran out: the
+/// whole grace.
+pub fn lease_stop_grace_ms(ran_out_at_ms: Option<u64>, now_ms: u64) -> u64 {
+    let Some(ran_out) = ran_out_at_ms else { return LEASE_STOP_GRACE_MS };
+    let deadline = ran_out.saturating_add(WATCHDOG_SLACK_MS + LEASE_STOP_GRACE_MS);
+    deadline.saturating_sub(now_ms).min(LEASE_STOP_GRACE_MS)
 }
 
 /// A checkpoint-then-stop of `rec`. The stop is journaled before the signal goes out, and

@@ -1168,10 +1168,32 @@ impl Supervisor {
         if !running.is_empty() {
             tracing::warn!(replicas = running.len(), "the lease ran out: checkpoint-then-stop of everything here");
         }
+        let now = boot_ms();
+        let grace_ms = reconcile::lease_stop_grace_ms(self.lease.borrow().ran_out_at_ms(now), now);
         for (key, signal) in running {
-            self.begin_stop(&key, signal, LEASE_STOP_GRACE_MS, StopCause::LeaseExpired)?;
+            if grace_ms == 0 {
+                self.kill_for_the_lease(&key)?;
+            } else {
+                self.begin_stop(&key, signal, grace_ms, StopCause::LeaseExpired)?;
+            }
         }
         Ok(())
+    }
+
+    /// Kills a replica at once for its lease: the stop's deadline passed while this agent
+    /// could not act (`reconcile::lease_stop_grace_ms`). Its cgroup first, before anything
+    /// thaws it (a frozen process dies of SIGKILL too), then its group, journaled as a stop
+    /// for the lease with no grace. Killing before the journal write is safe here: a replica
+    /// whose lease ran out must not run, whatever the journal says after a crash.
+    fn kill_for_the_lease(&mut self, key: &ReplicaKey) -> Result<(), JournalError> {
+        if let Some(c) = cgroup_of(&self.cgroups, key)
+            && let Err(e) = c.kill()
+            && c.dir().exists()
+        {
+            tracing::warn!(?key, "cannot kill the replica's cgroup: {e}");
+        }
+        tracing::warn!(?key, "the lease ran out past its stop's deadline: killed, no checkpoint signal");
+        self.begin_stop(key, libc::SIGKILL, 0, StopCause::LeaseExpired)
     }
 
     fn on_tick(&mut self) -> Result<(), JournalError> {

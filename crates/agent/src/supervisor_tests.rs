@@ -362,3 +362,41 @@ async fn a_replica_its_watchdog_stopped_while_its_agent_was_away_is_no_success()
         "its stop and checkpoint were not told: {told:?}"
     );
 }
+
+/// Issue 31, a whole node frozen: every process of the node, the agent among them, runs
+/// again at once, long after the lease ran out and after the leader placed the job
+/// elsewhere. The agent then gave the replica its stop signal and a whole grace, and the
+/// job saved a checkpoint beside its next attempt. Past the stop's deadline (the lease's
+/// end plus slack and grace) the replica is killed, never told to stop; also when the
+/// thawed agent's renewal arrived before its tick looked.
+#[tokio::test]
+async fn a_replica_whose_lease_ran_out_past_its_stops_deadline_is_killed_without_its_stop_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lease_tx, lease_rx) = watch::channel(Lease::default());
+    lease_tx.send_replace(*granted_lease(dir.path()).borrow());
+    let mut sup = supervisor(dir.path(), lease_rx);
+    let told = dir.path().join("told-to-stop");
+    let job = format!("trap 'touch {}; exit 0' TERM; while :; do sleep 0.05; done", told.display());
+    sup.on_directive(built_at(5, vec![run(1, &job)])).unwrap();
+    let pgid = sup.replicas[&key(1)].rec.pid;
+    // Give the job's shell time to set its trap: a stop signal before it would kill it too.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    // Ran out 5 s ago; the thawed agent's renewal lands before its tick.
+    let now = boot_ms();
+    let mut lapsed = Lease::until(now.saturating_sub(5_000));
+    lapsed.renew(now, 60_000, now);
+    lapsed.granted_from(Floor { term: 1, state_index: 7 });
+    lease_tx.send_replace(lapsed);
+    sup.on_tick().unwrap();
+    let stop = sup.replicas.get(&key(1)).and_then(|r| r.rec.stop);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let alive = !crate::procfs::group_members(pgid).is_empty();
+    crate::signal::signal_group(pgid, libc::SIGKILL);
+    assert!(
+        matches!(stop, Some(s) if s.lease_expired && s.signal == libc::SIGKILL),
+        "not killed for the lease: {stop:?}"
+    );
+    assert!(!told.exists(), "the replica was told to stop and could save beside its next attempt");
+    assert!(!alive, "the replica outlived its kill");
+}

@@ -767,3 +767,17 @@ fn an_unrecorded_end_is_told_whatever_its_rank_and_a_lease_stop_is_no_exit() {
         Act::ReportKilledHere { key: rank1, checkpointed: true }
     );
 }
+
+/// A stop for the lease ends by the lease's end plus the slack and the grace: a late look
+/// has what is left of the grace, none past that moment, and the whole grace when the end
+/// is unknown.
+#[test]
+fn a_stop_for_the_lease_has_what_is_left_of_its_grace() {
+    let end = 10_000;
+    let deadline = end + WATCHDOG_SLACK_MS + LEASE_STOP_GRACE_MS;
+    assert_eq!(lease_stop_grace_ms(Some(end), end), LEASE_STOP_GRACE_MS);
+    assert_eq!(lease_stop_grace_ms(Some(end), deadline - 400), 400);
+    assert_eq!(lease_stop_grace_ms(Some(end), deadline), 0);
+    assert_eq!(lease_stop_grace_ms(Some(end), deadline + 60_000), 0);
+    assert_eq!(lease_stop_grace_ms(None, 5), LEASE_STOP_GRACE_MS);
+}
