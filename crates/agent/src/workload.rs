@@ -219,18 +219,134 @@ fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
         names.push((format!("gpu-{node}-{gpu}.lock"), format!("GPU {gpu} of {node} given to two processes")));
     }
     let mut held = Vec::new();
-    for (name, violation) in names {
+    for (i, (name, violation)) in names.into_iter().enumerate() {
         let path = dir.join(&name);
         let f = File::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         shared(&f);
-        // SAFETY: flock on a descriptor this function owns; no memory is shared.
-        let taken = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if !taken {
-            return Err(violation);
+        let holder = path.with_extension("holder");
+        // The job's lock (the first) may be held by an older attempt frozen with its whole
+        // node: not running, so this start waits for it to die (`frozen::wait_for_lock`).
+        if !try_lock(&f) {
+            let waited = if i == 0 { frozen::wait_for_lock(&f, &holder) } else { Err(None) };
+            match waited {
+                Ok(w) => append(&dir.join("waits"), &format!("{} {} {}", who_fields(), w.frozen_ms, w.after_thaw_ms)),
+                Err(None) => return Err(violation),
+                Err(Some(why)) => return Err(format!("{violation}: {why}")),
+            }
+        }
+        if i == 0 {
+            frozen::name_holder(&holder);
         }
         held.push(f);
     }
     Ok(held)
+}
+
+/// Takes an exclusive lock on `f` if nobody holds one.
+fn try_lock(f: &File) -> bool {
+    // SAFETY: flock on a descriptor the caller owns; no memory is shared.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// How long an older attempt thawed with its node may hold its job's lock: its guard's and
+/// its agent's first look (the guard's sleep ran out while frozen) plus a kill, on a loaded
+/// machine.
+pub const THAW_BOUND_MS: u64 = 2_000;
+
+/// An older attempt frozen with its whole node (a paused virtual machine, a host stalled
+/// and thawed) holds its job's lock, but runs nothing: the next attempt, rightly placed
+/// elsewhere once the node was declared lost, waits for it to die instead of reporting two
+/// attempts at once. Frozen with its node means an ancestor of its cgroup has
+/// `cgroup.freeze` 1 (its own 1 is a suspension, which is no excuse). Once the holder runs
+/// again it must be gone within `THAW_BOUND_MS`: every process of the node thaws at the
+/// same instant, and its guard and agent kill it at their first look.
+mod frozen {
+    use std::fs::File;
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, Instant};
+
+    pub use super::THAW_BOUND_MS;
+    /// How long a start waits for a frozen older attempt at most.
+    const MAX_WAIT_MS: u64 = 120_000;
+    const POLL_MS: u64 = 20;
+
+    /// How long a start waited: while the holder was frozen, and after it thawed.
+    pub struct Waited {
+        pub frozen_ms: u64,
+        pub after_thaw_ms: u64,
+    }
+
+    /// Waits until `f`'s lock is free while its holder (named in `holder`) is frozen with
+    /// its node; `Err(None)`: the holder runs (two attempts at once), `Err(Some(why))`: it
+    /// was frozen but outlived its thaw or the wait's bound.
+    pub fn wait_for_lock(f: &File, holder: &Path) -> Result<Waited, Option<String>> {
+        let holder_frozen = || std::fs::read_to_string(holder).is_ok_and(|dir| node_frozen(Path::new(dir.trim())));
+        if !holder_frozen() {
+            return Err(None);
+        }
+        let start = Instant::now();
+        let mut thawed: Option<Instant> = None;
+        loop {
+            if super::try_lock(f) {
+                let after_thaw_ms = thawed.map_or(0, |t| t.elapsed().as_millis() as u64);
+                let frozen_ms = (start.elapsed().as_millis() as u64).saturating_sub(after_thaw_ms);
+                return Ok(Waited { frozen_ms, after_thaw_ms });
+            }
+            match (holder_frozen(), thawed) {
+                (true, _) => thawed = None,
+                (false, None) => thawed = Some(Instant::now()),
+                (false, Some(t)) if t.elapsed() > Duration::from_millis(THAW_BOUND_MS) => {
+                    return Err(Some(format!(
+                        "the older one ran on {} ms after its node thawed",
+                        t.elapsed().as_millis()
+                    )));
+                }
+                (false, Some(_)) => {}
+            }
+            if start.elapsed() > Duration::from_millis(MAX_WAIT_MS) {
+                return Err(Some(format!("the older one stayed frozen with its node for {MAX_WAIT_MS} ms")));
+            }
+            std::thread::sleep(Duration::from_millis(POLL_MS));
+        }
+    }
+
+    /// Writes this process's cgroup directory to `holder`, for the next attempt to look up.
+    pub fn name_holder(holder: &Path) {
+        let Some(dir) = own_cgroup_dir() else { return };
+        match File::create(holder).inspect(super::shared) {
+            Ok(mut f) => {
+                let _ = std::io::Write::write_all(&mut f, format!("{}\n", dir.display()).as_bytes());
+            }
+            Err(e) => eprintln!("workload: cannot name the lock's holder in {}: {e}", holder.display()),
+        }
+    }
+
+    /// This process's cgroup v2 directory (`/proc/self/cgroup`'s `0::` line under the
+    /// cgroup2 mount); `None` without one.
+    fn own_cgroup_dir() -> Option<PathBuf> {
+        let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+        Some(cgroup2_mount()?.join(path.trim_start_matches('/')))
+    }
+
+    /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `.../unified` on a
+    /// host with hybrid cgroups).
+    fn cgroup2_mount() -> Option<PathBuf> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        text.lines().find_map(|l| {
+            let (fields, fs) = l.split_once(" - ")?;
+            let mount = fields.split_whitespace().nth(4)?;
+            (fs.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mount))
+        })
+    }
+
+    /// Whether an ancestor of cgroup `dir` (not `dir` itself) is frozen.
+    pub fn node_frozen(dir: &Path) -> bool {
+        dir.ancestors()
+            .skip(1)
+            .take_while(|a| a.join("cgroup.freeze").exists())
+            .any(|a| std::fs::read_to_string(a.join("cgroup.freeze")).is_ok_and(|v| v.trim() == "1"))
+    }
 }
 
 /// Leaves a process behind that is no longer in this one's session or process group, and
