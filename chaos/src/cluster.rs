@@ -630,21 +630,56 @@ impl Cluster {
     /// of the cgroup tree its agent's latest start logged (`root=`). Nothing when it logged
     /// none (it holds replicas by process groups).
     pub fn kill_agent_replicas(&self, name: &str) {
-        let log = self.agent_log(name);
-        let Some(root) = log
-            .lines()
-            .filter(|l| l.contains("each replica runs in a cgroup of its own"))
-            .filter_map(|l| l.split_once("root=").map(|(_, r)| r.trim().to_string()))
-            .next_back()
-        else {
-            return;
-        };
-        let kill = Path::new(&root).join("cgroup.kill");
+        let Some(root) = self.replica_root(name) else { return };
+        let kill = root.join("cgroup.kill");
         if let Err(e) = std::fs::write(&kill, "1")
             && e.kind() != std::io::ErrorKind::NotFound
         {
             panic!("cannot kill the replicas of {name} through {}: {e}", kill.display());
         }
+    }
+
+    /// The cgroup tree of node `name`'s replicas, as its agent's latest start logged it
+    /// (`root=`); `None` when it logged none (it holds replicas by process groups).
+    fn replica_root(&self, name: &str) -> Option<PathBuf> {
+        let log = self.agent_log(name);
+        log.lines()
+            .filter(|l| l.contains("each replica runs in a cgroup of its own"))
+            .filter_map(|l| l.split_once("root=").map(|(_, r)| PathBuf::from(r.trim())))
+            .next_back()
+    }
+
+    /// Freezes node `name` whole, as a paused virtual machine: its agent and its replicas'
+    /// guards (SIGSTOP; they run outside the replicas' cgroups) and every process of its
+    /// replicas (`cgroup.freeze` of its agent's tree). What [`Cluster::thaw_node`] needs.
+    pub fn freeze_node(&mut self, name: &str) -> crate::freeze::FrozenNode {
+        self.pause_agent(name, true);
+        let lease_file = baton_agent::lease_file::path(&self.path(&format!("agent-{name}")));
+        let guards: Vec<u32> = baton_agent::procfs::find_by_arg(lease_file.as_os_str().as_encoded_bytes())
+            .into_iter()
+            .filter(|&pid| baton_agent::procfs::has_arg(pid, baton_agent::launch::GUARD_NAME.as_bytes()))
+            .collect();
+        for &pid in &guards {
+            crate::freeze::signal_pid(pid, libc::SIGSTOP);
+        }
+        let root = self.replica_root(name);
+        if let Some(root) = &root {
+            crate::freeze::write_cgroup(root, "cgroup.freeze", "1");
+        }
+        let replicas = root.as_deref().map(crate::freeze::populated_children).unwrap_or_default();
+        crate::freeze::FrozenNode { root, guards, replicas }
+    }
+
+    /// Runs node `name` again, every process at once (as closely as a harness can: the
+    /// replicas' tree first, then the guards, then the agent, microseconds apart).
+    pub fn thaw_node(&mut self, name: &str, frozen: &crate::freeze::FrozenNode) {
+        if let Some(root) = &frozen.root {
+            crate::freeze::write_cgroup(root, "cgroup.freeze", "0");
+        }
+        for &pid in &frozen.guards {
+            crate::freeze::signal_pid(pid, libc::SIGCONT);
+        }
+        self.pause_agent(name, false);
     }
 
     /// Deletes node `name`'s agent journal (its agent stopped), the remedy an operator might

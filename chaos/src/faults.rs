@@ -82,6 +82,20 @@ fn long_agent_kill(rng: &mut Rng, contained: bool, agent: String) -> Fault {
     }
 }
 
+/// A stall of `agent` past the heartbeat timeout, which freezes its whole node
+/// `FREEZE_PERCENT` of the time where agents hold their replicas in cgroups (`contained`):
+/// only there can the harness freeze every process of a node's replicas at once.
+fn long_agent_stall(rng: &mut Rng, contained: bool, agent: String) -> Fault {
+    if contained && rng.chance(FREEZE_PERCENT) {
+        Fault::FreezeNode { name: agent }
+    } else {
+        Fault::StallAgent { name: agent }
+    }
+}
+
+/// Share of the long agent stalls that freeze the whole node (`long_agent_stall`).
+const FREEZE_PERCENT: u64 = 30;
+
 /// How many days ahead the leader's clock steps, `CLOCK_AHEAD_PERCENT` of the process faults
 /// where the replicas' clocks can be stepped (`leader_clocks`); none otherwise.
 fn clock_jump_days(rng: &mut Rng, leader_clocks: bool) -> Option<u32> {
@@ -116,8 +130,12 @@ const CLOCK_AHEAD_MS: (u64, u64) = (3_000, 8_000);
 const CLOCK_AHEAD_BRISK_MS: (u64, u64) = (3_000, 5_000);
 
 /// The `Fault::kind`s of the fault kinds issue 31 adds (`Mix::NewKinds` draws only these).
-pub const NEW_KINDS: [&str; 3] =
-    ["kill agent, wipe its journal", "reboot a node past the heartbeat timeout", LEADER_CLOCK_AHEAD];
+pub const NEW_KINDS: [&str; 4] = [
+    "kill agent, wipe its journal",
+    "reboot a node past the heartbeat timeout",
+    LEADER_CLOCK_AHEAD,
+    "freeze a whole node past the heartbeat timeout",
+];
 
 /// The partition kinds issue 9 lists, each with the `Fault::kind`s it counts.
 pub const PARTITION_KINDS: [(&str, &[&str]); 5] = [
@@ -134,10 +152,12 @@ pub enum NewKind {
     WipeJournal,
     Reboot,
     ClockAhead,
+    Freeze,
 }
 
-/// The fault kinds of issue 31 a run can make: journal wipes and reboots where every agent
-/// holds its replicas in cgroups (`contained`), clock jumps where the replicas' clocks step.
+/// The fault kinds of issue 31 a run can make: journal wipes, reboots and whole nodes
+/// frozen where every agent holds its replicas in cgroups (`contained`), clock jumps where
+/// the replicas' clocks step.
 fn new_kinds(contained: bool, leader_clocks: bool) -> Vec<NewKind> {
     let mut kinds = Vec::new();
     if contained {
@@ -145,6 +165,9 @@ fn new_kinds(contained: bool, leader_clocks: bool) -> Vec<NewKind> {
     }
     if leader_clocks {
         kinds.push(NewKind::ClockAhead);
+    }
+    if contained {
+        kinds.push(NewKind::Freeze);
     }
     kinds
 }
@@ -199,7 +222,9 @@ impl Mix {
             Mix::Cuts => "the five partition kinds of issue 9 only, a fifth each (--only-cuts)",
             Mix::PreemptionKills => "leader kills right after preemptions commit only (--preemption-kills)",
             Mix::SlowDisks => "slow disks only (--only-slow-disks)",
-            Mix::NewKinds => "journal wipes, node reboots and leader clock jumps only (--only-new-kinds)",
+            Mix::NewKinds => {
+                "journal wipes, node reboots, leader clock jumps and whole nodes frozen only (--only-new-kinds)"
+            }
         }
     }
 }
@@ -241,6 +266,12 @@ pub enum Fault {
     /// SIGSTOP an agent past the heartbeat timeout (its processes keep running unless its
     /// lease and their watchdog stop them), then SIGCONT.
     StallAgent { name: String },
+    /// The whole node stops past the heartbeat timeout, as a paused virtual machine: its
+    /// agent and its replicas' guards (SIGSTOP) and every process of its replicas
+    /// (`cgroup.freeze` of the agent's cgroup tree), all running again at once. Nothing of
+    /// the node can act while its job is placed elsewhere; once thawed, its replicas must be
+    /// gone within `THAW_BOUND_MS` without saving anything.
+    FreezeNode { name: String },
     /// Cut a replica (the leader, when `leader`) off from everyone: peers, agents, clients.
     Isolate { replica: usize, leader: bool },
     /// Cut the leader off from its peers only: its agents and clients still reach it.
@@ -275,6 +306,7 @@ impl Fault {
             Fault::WipeJournal { .. } => NEW_KINDS[0],
             Fault::RebootNode { .. } => NEW_KINDS[1],
             Fault::StallAgent { .. } => "stop agent past the heartbeat timeout",
+            Fault::FreezeNode { .. } => NEW_KINDS[3],
             Fault::Isolate { leader: true, .. } => "cut off the leader",
             Fault::Isolate { leader: false, .. } => "cut off a follower",
             Fault::DeposeLeader { .. } => "cut the leader from its peers, not its agents",
@@ -314,6 +346,7 @@ impl Fault {
             | Fault::WipeJournal { .. }
             | Fault::RebootNode { .. }
             | Fault::StallAgent { .. }
+            | Fault::FreezeNode { .. }
             | Fault::SlowDisk { .. }
             | Fault::LeaderClockAhead { .. } => Vec::new(),
         }
@@ -334,6 +367,7 @@ impl fmt::Display for Fault {
             Fault::WipeJournal { name } => write!(f, "killed agent {name} and wiped its journal, its processes alive"),
             Fault::RebootNode { name } => write!(f, "rebooted node {name} past the heartbeat timeout"),
             Fault::StallAgent { name } => write!(f, "stopped agent {name} past the heartbeat timeout"),
+            Fault::FreezeNode { name } => write!(f, "froze node {name} whole past the heartbeat timeout"),
             Fault::Isolate { replica, leader } => write!(f, "cut off replica {}{}", replica + 1, role(leader)),
             Fault::DeposeLeader { replica } => {
                 write!(f, "cut replica {} (the leader) from its peers, not from its agents", replica + 1)
@@ -611,7 +645,7 @@ impl Faults {
         } else if roll < 85 {
             long_agent_kill(&mut self.rng, self.contained, agent)
         } else {
-            Fault::StallAgent { name: agent }
+            long_agent_stall(&mut self.rng, self.contained, agent)
         }
     }
 
@@ -625,6 +659,7 @@ impl Faults {
         match kinds[self.rng.range(0, kinds.len() as u64 - 1) as usize] {
             NewKind::WipeJournal => Fault::WipeJournal { name },
             NewKind::Reboot => Fault::RebootNode { name },
+            NewKind::Freeze => Fault::FreezeNode { name },
             NewKind::ClockAhead => {
                 let days = self.rng.range(CLOCK_AHEAD_DAYS.0, CLOCK_AHEAD_DAYS.1) as u32;
                 Fault::LeaderClockAhead { replica: c.leader().await, days }
@@ -695,6 +730,12 @@ impl Faults {
                 c.pause_agent(name, true);
                 tokio::time::sleep(Duration::from_millis(long_ms)).await;
                 c.pause_agent(name, false);
+            }
+            Fault::FreezeNode { ref name } => {
+                let frozen = c.freeze_node(name);
+                tokio::time::sleep(Duration::from_millis(long_ms)).await;
+                c.thaw_node(name, &frozen);
+                crate::freeze::judge_thaw(c, name, &frozen).await;
             }
             Fault::SlowDisk { replica, iops, .. } => {
                 let (low, high) = if self.brisk { SLOW_DISK_BRISK_MS } else { SLOW_DISK_MS };
@@ -847,12 +888,17 @@ mod tests {
     fn the_new_kinds_are_those_the_run_can_make_and_each_counts_as_one() {
         assert_eq!(new_kinds(false, false), []);
         assert_eq!(new_kinds(false, true), [NewKind::ClockAhead]);
-        assert_eq!(new_kinds(true, true), [NewKind::WipeJournal, NewKind::Reboot, NewKind::ClockAhead]);
+        assert_eq!(new_kinds(true, false), [NewKind::WipeJournal, NewKind::Reboot, NewKind::Freeze]);
+        assert_eq!(
+            new_kinds(true, true),
+            [NewKind::WipeJournal, NewKind::Reboot, NewKind::ClockAhead, NewKind::Freeze]
+        );
         let name = "n1".to_string();
         let made = [
             Fault::WipeJournal { name: name.clone() },
-            Fault::RebootNode { name },
+            Fault::RebootNode { name: name.clone() },
             Fault::LeaderClockAhead { replica: 0, days: 2 },
+            Fault::FreezeNode { name },
         ];
         assert_eq!(made.iter().map(Fault::kind).collect::<Vec<_>>(), NEW_KINDS);
         assert!(Mix::NewKinds.clock_jumps() && !Mix::NewKinds.partitions() && !Mix::NewKinds.process_faults());
@@ -869,14 +915,18 @@ mod tests {
         (0..300).filter(|_| is(&kill(&mut rng, contained, "n1".into()))).count()
     }
 
-    /// Journal wipes (short kills) and reboots (long ones) only where agents hold their
-    /// replicas in cgroups, and then about 30% of those kills.
+    /// Journal wipes (short kills), reboots (long ones) and whole nodes frozen (long stalls)
+    /// only where agents hold their replicas in cgroups, and then about 30% of those faults.
     #[test]
     fn agent_kills_wipe_journals_and_reboot_nodes_only_where_agents_hold_replicas_in_cgroups() {
         let wipes: Kind = |f| matches!(f, Fault::WipeJournal { .. });
         let reboots: Kind = |f| matches!(f, Fault::RebootNode { .. });
-        let kinds: [(Kill, Kind, &str); 2] =
-            [(short_agent_kill, wipes, "wipes"), (long_agent_kill, reboots, "reboots")];
+        let freezes: Kind = |f| matches!(f, Fault::FreezeNode { .. });
+        let kinds: [(Kill, Kind, &str); 3] = [
+            (short_agent_kill, wipes, "wipes"),
+            (long_agent_kill, reboots, "reboots"),
+            (long_agent_stall, freezes, "freezes"),
+        ];
         for (kill, is, what) in kinds {
             assert_eq!(drawn(kill, false, is), 0, "{what} without cgroups");
             let n = drawn(kill, true, is);

@@ -18,6 +18,8 @@
 //! - `gpu_faults`: XIDs injected into the agents' development GPUs during the load, each
 //!   cleared some seconds later (decisions.md section 14).
 //! - `faults`: the fault schedule, drawn from a seed, and the protocol state each landed in.
+//! - `freeze`: a whole node frozen and thawed, and the judgement of the thaw (its replicas
+//!   gone within a bound).
 //! - `history`: submits and cancels with invoke/complete times and outcomes, and the checks
 //!   on them (an acknowledged submit exists once, nothing starts after an acknowledged cancel).
 //! - `observe`: what the checks read from the cluster after the load: every job's events,
@@ -40,6 +42,7 @@ pub mod check;
 pub mod cluster;
 pub mod disk;
 pub mod faults;
+pub mod freeze;
 pub mod gpu_faults;
 pub mod history;
 pub mod load;

@@ -280,6 +280,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         }
     }
     let after_node_loss = after_node_loss(&c, &witness).await;
+    say_frozen_waits(&witness);
     // Quiescence first: the events read after it include the last stops.
     let quiescence = crate::observe::quiescence(&c, &witness, c.servers.addrs.len()).await;
     let events = crate::observe::events_of(&c, &jobs).await;
@@ -550,6 +551,20 @@ async fn cancel(servers: &Servers, name: &str, elements: Option<&[String]>, hist
             _ => tokio::time::sleep(Duration::from_millis(SUBMIT_RETRY_MS)).await,
         }
     }
+}
+
+/// Says how many starts waited for an older attempt frozen with its node (the witness's
+/// `waits`: `job attempt rank node frozen-ms after-thaw-ms`), and the longest wait after a
+/// thaw: the time its older attempt lived on, which the witness bounds.
+fn say_frozen_waits(witness: &std::path::Path) {
+    let text = std::fs::read_to_string(witness.join("waits")).unwrap_or_default();
+    let after_thaw: Vec<u64> =
+        text.lines().filter_map(|l| l.split_whitespace().nth(5).and_then(|ms| ms.parse().ok())).collect();
+    eprintln!(
+        "chaos: {} starts waited for an older attempt frozen with its node; the longest {} ms after the thaw",
+        after_thaw.len(),
+        after_thaw.iter().max().copied().unwrap_or(0)
+    );
 }
 
 /// The (job, attempt) pairs that a witness saw start from zero despite a whole checkpoint,
