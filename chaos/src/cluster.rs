@@ -673,6 +673,9 @@ impl Cluster {
     /// Runs node `name` again, every process at once (as closely as a harness can: the
     /// replicas' tree first, then the guards, then the agent, microseconds apart).
     pub fn thaw_node(&mut self, name: &str, frozen: &crate::freeze::FrozenNode) {
+        // First, for the witnesses: an older attempt the thaw runs again tells itself apart
+        // (`workload::frozen::thawed_late`).
+        crate::freeze::say_thawed(&self.path("witness"), name);
         if let Some(root) = &frozen.root {
             crate::freeze::write_cgroup(root, "cgroup.freeze", "0");
         }

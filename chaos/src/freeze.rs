@@ -97,3 +97,13 @@ fn append_line(path: &Path, line: &str) {
         eprintln!("chaos: cannot append to {}: {e}", path.display());
     }
 }
+
+/// Writes `witness/thawed-<node>`: the wall clock's ms as node `node` thaws (a temporary
+/// file renamed, so a reader sees a whole number).
+pub fn say_thawed(witness: &Path, node: &str) {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let (tmp, path) = (witness.join(format!(".thawed-{node}.tmp")), witness.join(format!("thawed-{node}")));
+    if let Err(e) = std::fs::write(&tmp, format!("{now_ms}\n")).and_then(|()| std::fs::rename(&tmp, &path)) {
+        eprintln!("chaos: cannot write {}: {e}", path.display());
+    }
+}

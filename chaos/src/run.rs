@@ -555,7 +555,8 @@ async fn cancel(servers: &Servers, name: &str, elements: Option<&[String]>, hist
 
 /// Says how many starts waited for an older attempt frozen with its node (the witness's
 /// `waits`: `job attempt rank node frozen-ms after-thaw-ms`), and the longest wait after a
-/// thaw: the time its older attempt lived on, which the witness bounds.
+/// thaw: the time its older attempt lived on, which the witness bounds; and how many older
+/// attempts ran again at a thaw (`thawed-starts`).
 fn say_frozen_waits(witness: &std::path::Path) {
     let text = std::fs::read_to_string(witness.join("waits")).unwrap_or_default();
     let after_thaw: Vec<u64> =
@@ -564,6 +565,11 @@ fn say_frozen_waits(witness: &std::path::Path) {
         "chaos: {} starts waited for an older attempt frozen with its node; the longest {} ms after the thaw",
         after_thaw.len(),
         after_thaw.iter().max().copied().unwrap_or(0)
+    );
+    let thawed = std::fs::read_to_string(witness.join("thawed-starts")).unwrap_or_default();
+    eprintln!(
+        "chaos: {} older attempts ran again as their node thawed and found a newer one running",
+        thawed.lines().count()
     );
 }
 

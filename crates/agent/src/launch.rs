@@ -70,7 +70,9 @@ ran_out() {
 /// agent killed between the two spawns when the guard came second) would leave a replica that
 /// nothing stops when its lease runs out (a chaos run: the job ran on past its node's loss
 /// beside its next attempt). The agent starts the guard first, so the wait is only for the
-/// guard's shell to start.
+/// guard's shell to start. After the wait it checks the lease again: a whole node frozen
+/// during the wait (chaos seeds 17000-17004 of stop 66) ran the command once thawed, seconds
+/// after its lease ran out and beside the job's next attempt on another node.
 /// Then it leaves a marker next to the exit file (`.started`): a replica whose pid the
 /// agent did not journal before it went down is then known to have run.
 ///
@@ -93,20 +95,22 @@ f=$1 l=$2 s=$3 g=$4 p=$5 k=$6 q=$7
 shift 7
 "#,
     lease_functions!(),
-    r#"e= b= id= held=
-read -r e b 2>/dev/null < "$l"
+    r#"e= b= id=
 read -r id 2>/dev/null < /proc/sys/kernel/random/boot_id
-case $e in ''|*[!0-9]*) e= ;; esac
-if [ -n "$e" ] && [ "$b" = "$id" ]; then
+leased() {
+  e= b=
+  read -r e b 2>/dev/null < "$l"
+  case $e in ''|*[!0-9]*) e= ;; esac
+  [ -n "$e" ] && [ "$b" = "$id" ] || return 1
   now_ms
-  [ "$now" -lt "$e" ] && held=1
-fi
+  [ "$now" -lt "$e" ]
+}
 unheld() {
   true > "$f.lease" 2>/dev/null
   printf '127\n' > "$f.tmp" && mv -f "$f.tmp" "$f"
   exit 127
 }
-[ -z "$held" ] && unheld
+leased || unheld
 if [ "$p" = 0 ]; then
   t=0
   until [ -e "$f.guarded" ]; do
@@ -114,6 +118,7 @@ if [ "$p" = 0 ]; then
     [ "$t" -gt "$q" ] && unheld
     sleep 0.01
   done
+  leased || unheld
 fi
 : > "$f.started"
 watchdog() {
@@ -784,6 +789,39 @@ mod tests {
             .unwrap();
         assert!(status.code().is_some(), "the wrapper ended by itself");
         std::fs::read_to_string(&exit).unwrap().trim().to_string()
+    }
+
+    /// Issue 31, a whole node frozen (chaos seeds 17000-17004 of stop 66): the wrapper
+    /// checked the lease, then waited for its guard, and the node froze meanwhile; thawed
+    /// seconds after the lease ran out, it ran the command beside the job's next attempt on
+    /// another node. It checks the lease again after the wait: here the lease runs out
+    /// during it, and the command does not run.
+    #[test]
+    fn a_replica_whose_lease_ran_out_while_it_waited_for_its_guard_does_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lease, exit, ran) = (dir.path().join("lease"), dir.path().join("exit"), dir.path().join("ran"));
+        let until = crate::lease_file::boot_ms() + 300;
+        crate::lease_file::write(&lease, &crate::lease::Lease::until(until)).unwrap();
+        let guarded = guarded_marker(&exit);
+        let late_guard = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            std::fs::write(guarded, "").unwrap();
+        });
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(WRAPPER)
+            .arg(WRAPPER_NAME)
+            .args([exit.as_os_str(), lease.as_os_str()])
+            .args(["15", "1.000", "0", "0", "300", "touch"])
+            .arg(&ran)
+            .status()
+            .unwrap();
+        late_guard.join().unwrap();
+        assert!(crate::lease_file::boot_ms() > until, "the lease ran out before the guard came");
+        assert_eq!(status.code(), Some(127));
+        assert!(!ran.exists(), "the command ran after its lease ran out");
+        assert!(lease_marker(&exit).exists(), "told as a lease stop");
+        assert!(!started_marker(&exit).exists());
     }
 
     /// Issue 31: the agent starts a replica's guard right after its wrapper, and an agent

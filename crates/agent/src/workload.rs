@@ -209,11 +209,20 @@ fn shared(f: &File) {
     let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
 }
 
-/// Takes the locks `--witness` holds while the process lives; an error names the violation.
-fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
+/// Why a start took not all its witness locks.
+enum Refused {
+    /// A broken promise, named.
+    Violation(String),
+    /// This is an older attempt that ran again as its node thawed and found a newer attempt
+    /// holding its job's lock (`frozen::thawed_late`): recorded in `thawed-starts`.
+    Thawed,
+}
+
+/// Takes the locks `--witness` holds while the process lives.
+fn witness_locks(dir: &Path) -> Result<Vec<File>, Refused> {
     let (job, rank, node) = (env("BATON_JOB"), env("BATON_RANK"), env("BATON_NODE"));
     // A container image may have no `mkdir`: the first workload makes the directory.
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| Refused::Violation(format!("cannot create {}: {e}", dir.display())))?;
     let mut names = vec![(format!("job-{job}-{rank}.lock"), format!("two attempts of {job} rank {rank} at once"))];
     for gpu in env("CUDA_VISIBLE_DEVICES").split(',').filter(|g| !g.is_empty()) {
         names.push((format!("gpu-{node}-{gpu}.lock"), format!("GPU {gpu} of {node} given to two processes")));
@@ -221,17 +230,25 @@ fn witness_locks(dir: &Path) -> Result<Vec<File>, String> {
     let mut held = Vec::new();
     for (i, (name, violation)) in names.into_iter().enumerate() {
         let path = dir.join(&name);
-        let f = File::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let f = File::create(&path).map_err(|e| Refused::Violation(format!("cannot open {}: {e}", path.display())))?;
         shared(&f);
         let holder = path.with_extension("holder");
         // The job's lock (the first) may be held by an older attempt frozen with its whole
         // node: not running, so this start waits for it to die (`frozen::wait_for_lock`).
+        // Or this start is an older attempt its node's thaw ran again.
         if !try_lock(&f) {
             let waited = if i == 0 { frozen::wait_for_lock(&f, &holder) } else { Err(None) };
             match waited {
                 Ok(w) => append(&dir.join("waits"), &format!("{} {} {}", who_fields(), w.frozen_ms, w.after_thaw_ms)),
-                Err(None) => return Err(violation),
-                Err(Some(why)) => return Err(format!("{violation}: {why}")),
+                Err(None)
+                    if i == 0
+                        && let Some(line) = frozen::thawed_late(dir, &holder, &node) =>
+                {
+                    append(&dir.join("thawed-starts"), &format!("{} {line}", who_fields()));
+                    return Err(Refused::Thawed);
+                }
+                Err(None) => return Err(Refused::Violation(violation)),
+                Err(Some(why)) => return Err(Refused::Violation(format!("{violation}: {why}"))),
             }
         }
         if i == 0 {
@@ -280,7 +297,10 @@ mod frozen {
     /// its node; `Err(None)`: the holder runs (two attempts at once), `Err(Some(why))`: it
     /// was frozen but outlived its thaw or the wait's bound.
     pub fn wait_for_lock(f: &File, holder: &Path) -> Result<Waited, Option<String>> {
-        let holder_frozen = || std::fs::read_to_string(holder).is_ok_and(|dir| node_frozen(Path::new(dir.trim())));
+        let holder_frozen = || {
+            let text = std::fs::read_to_string(holder).unwrap_or_default();
+            text.split_whitespace().next().is_some_and(|dir| node_frozen(Path::new(dir)))
+        };
         if !holder_frozen() {
             return Err(None);
         }
@@ -310,12 +330,14 @@ mod frozen {
         }
     }
 
-    /// Writes this process's cgroup directory to `holder`, for the next attempt to look up.
+    /// Writes this process's cgroup directory and attempt to `holder` (`DIR ATTEMPT`), for
+    /// the next attempt to look up.
     pub fn name_holder(holder: &Path) {
         let Some(dir) = own_cgroup_dir() else { return };
         match File::create(holder).inspect(super::shared) {
             Ok(mut f) => {
-                let _ = std::io::Write::write_all(&mut f, format!("{}\n", dir.display()).as_bytes());
+                let line = format!("{} {}\n", dir.display(), super::env("BATON_ATTEMPT"));
+                let _ = std::io::Write::write_all(&mut f, line.as_bytes());
             }
             Err(e) => eprintln!("workload: cannot name the lock's holder in {}: {e}", holder.display()),
         }
@@ -338,6 +360,22 @@ mod frozen {
             let mount = fields.split_whitespace().nth(4)?;
             (fs.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mount))
         })
+    }
+
+    /// Whether this start is an older attempt that ran again as its node thawed: the job's
+    /// lock is held by a newer attempt (named in `holder`), and node `node` thawed at most
+    /// `THAW_BOUND_MS` ago (the harness writes `DIR/thawed-<node>`, the wall clock's ms, just
+    /// before it thaws a node). Such a start was on its way when the node froze (its wrapper's
+    /// last look at the lease, then its command's first instructions) and runs only until its
+    /// guard's first look; what it must not do, save a checkpoint, the checker sees. Returns
+    /// `HOLDER-ATTEMPT MS-AFTER-THAW` for the record.
+    pub fn thawed_late(dir: &Path, holder: &Path, node: &str) -> Option<String> {
+        let text = std::fs::read_to_string(holder).ok()?;
+        let theirs: u32 = text.split_whitespace().nth(1)?.parse().ok()?;
+        let mine: u32 = super::env("BATON_ATTEMPT").parse().ok()?;
+        let thawed_ms: u128 = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?.trim().parse().ok()?;
+        let after_ms = super::wall_ms().checked_sub(thawed_ms)?;
+        (theirs > mine && after_ms <= u128::from(THAW_BOUND_MS)).then(|| format!("{theirs} {after_ms}"))
     }
 
     /// Whether an ancestor of cgroup `dir` (not `dir` itself) is frozen.
@@ -527,7 +565,8 @@ pub fn run_misbehaving(
     let who = format!("{} attempt {} rank {}", env("BATON_JOB"), env("BATON_ATTEMPT"), env("BATON_RANK"));
     let held = match witness.map(witness_locks).transpose() {
         Ok(held) => held,
-        Err(violation) => {
+        Err(Refused::Thawed) => return EXIT_VIOLATION,
+        Err(Refused::Violation(violation)) => {
             append(&witness.expect("a witness dir").join("violations"), &format!("{violation} ({who})"));
             return EXIT_VIOLATION;
         }

@@ -594,3 +594,41 @@ fn a_start_waits_for_an_older_attempt_frozen_with_its_node_and_reports_a_suspend
     let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap();
     assert!(violations.contains("two attempts of suspended rank 0 at once"), "{violations}");
 }
+
+/// Issue 31, a whole node frozen: an older attempt that was on its way to start when its
+/// node froze runs its first instructions once thawed, and finds the job's next attempt
+/// (placed elsewhere meanwhile) holding the lock. Within `THAW_BOUND_MS` of its node's thaw
+/// (the harness's `thawed-<node>`) that is the thaw's moment, recorded apart, not two
+/// attempts at once; without a thaw it is.
+#[test]
+fn an_older_attempt_run_again_by_its_nodes_thaw_is_told_from_two_attempts_at_once() {
+    let witness = tempfile::tempdir().unwrap();
+    let ckpt = witness.path().join("ckpt");
+    let newer = |job: &str| {
+        let mut c = witnessed_steps(witness.path(), &ckpt, job, 2, "0", "100000");
+        let mut child = c.stdout(Stdio::piped()).spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        read_until(&mut lines, |l| l == "step 1");
+        child
+    };
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    std::fs::write(witness.path().join("thawed-n1"), format!("{now_ms}\n")).unwrap();
+    let mut running = newer("thawed");
+    let older = witnessed_steps(witness.path(), &ckpt, "thawed", 1, "1", "1").output().unwrap();
+    signal(running.id(), libc::SIGKILL);
+    running.wait().unwrap();
+    assert_eq!(older.status.code(), Some(3), "the older attempt ran nothing");
+    let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap_or_default();
+    assert_eq!(violations, "", "the thaw's moment is not two attempts at once");
+    let thawed = std::fs::read_to_string(witness.path().join("thawed-starts")).unwrap();
+    assert!(thawed.starts_with("thawed 1 0 n1 2 "), "{thawed}");
+
+    std::fs::remove_file(witness.path().join("thawed-n1")).unwrap();
+    let mut running = newer("unthawed");
+    let older = witnessed_steps(witness.path(), &ckpt, "unthawed", 1, "1", "1").output().unwrap();
+    signal(running.id(), libc::SIGKILL);
+    running.wait().unwrap();
+    assert_eq!(older.status.code(), Some(3));
+    let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap();
+    assert!(violations.contains("two attempts of unthawed rank 0 at once (unthawed attempt 1 rank 0)"), "{violations}");
+}
