@@ -267,6 +267,16 @@ impl Proc {
             }
             None => Command::new(baton),
         };
+        // A session (and process group) of its own: a process SIGSTOPped by a fault must stay
+        // stopped. In the harness's own group, the kernel sent it SIGHUP and SIGCONT whenever
+        // that group became orphaned with a stopped member (POSIX's rule for orphaned
+        // process groups): a batch run under `nohup` found a frozen node's agent running
+        // again at once (stop 66, seed 18000), its lease renewed under its frozen replicas.
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| if libc::setsid() < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+        }
         let child = cmd
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -673,6 +683,15 @@ impl Cluster {
     /// Runs node `name` again, every process at once (as closely as a harness can: the
     /// replicas' tree first, then the guards, then the agent, microseconds apart).
     pub fn thaw_node(&mut self, name: &str, frozen: &crate::freeze::FrozenNode) {
+        // The freeze must have held: an agent that ran meanwhile kept its lease, and nothing
+        // the thaw is judged by would follow (stop 66: the kernel had continued one).
+        let state = self.agent_pid(name).and_then(baton_agent::procfs::stat).map(|(_, s)| s);
+        if state != Some('T') {
+            let line =
+                format!("the harness's freeze of node {name} did not hold: its agent was {state:?} before the thaw");
+            eprintln!("chaos: {line}");
+            crate::freeze::append_line(&self.path("witness").join("violations"), &line);
+        }
         // First, for the witnesses: an older attempt the thaw runs again tells itself apart
         // (`workload::frozen::thawed_late`).
         crate::freeze::say_thawed(&self.path("witness"), name);
@@ -1059,7 +1078,22 @@ fn make_certificates(baton: &Path, dir: &Path, nodes: &[NodeArgs]) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::faketime_spec;
+    use super::{Proc, faketime_spec};
+
+    /// Stop 66, seed 18000: a process of the cluster lived in the harness's process group,
+    /// and the kernel continued it (SIGHUP, SIGCONT) when that group became orphaned while
+    /// it was stopped by a fault. Each leads a session of its own.
+    #[test]
+    fn a_process_of_the_cluster_leads_a_session_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = Proc::new(vec!["30".into()], dir.path().join("log"));
+        p.spawn(std::path::Path::new("sleep"));
+        let pid = p.child.as_ref().unwrap().id() as libc::pid_t;
+        // SAFETY: getsid reads the session id of our own child.
+        let sid = unsafe { libc::getsid(pid) };
+        p.kill();
+        assert_eq!(sid, pid, "not a session of its own");
+    }
 
     #[test]
     fn clock_specs_are_written_as_libfaketime_reads_them() {

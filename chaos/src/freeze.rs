@@ -90,7 +90,7 @@ pub fn signal_pid(pid: u32, sig: libc::c_int) {
 }
 
 /// Appends `line` to `path` in one write.
-fn append_line(path: &Path, line: &str) {
+pub fn append_line(path: &Path, line: &str) {
     use std::io::Write;
     let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
     if let Err(e) = file.and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())) {

@@ -174,7 +174,8 @@ impl Tally {
             .collect()
     }
 
-    /// Faults of the kinds issue 31 adds (journal wipes, node reboots, leader clock jumps):
+    /// Faults of the kinds issue 31 adds (journal wipes, node reboots, leader clock jumps,
+    /// whole nodes frozen):
     /// the count it asks 500 of.
     pub fn new_kinds(&self) -> u64 {
         NEW_KINDS.iter().map(|k| self.by_kind.get(*k).copied().unwrap_or(0)).sum()
@@ -215,7 +216,7 @@ impl fmt::Display for Tally {
         }
         writeln!(
             f,
-            "faults of issue 31's kinds (journal wipes, node reboots, leader clock jumps): {}",
+            "faults of issue 31's kinds (journal wipes, node reboots, leader clock jumps, whole nodes frozen): {}",
             self.new_kinds()
         )?;
         writeln!(f, "faults by kind:")?;
@@ -333,7 +334,7 @@ mod tests {
         let text = sum.to_string();
         assert!(text.contains("leader kills right after a preemption: 12"), "{text}");
         assert_eq!(sum.new_kinds(), 6, "a reboot and two clock jumps in each run");
-        assert!(text.contains("leader clock jumps): 6"), "{text}");
+        assert!(text.contains("whole nodes frozen): 6"), "{text}");
         assert!(text.contains("seed 100: train-3 ran twice"), "{text}");
         assert!(text.contains("6 suspended in place, 4 resumed in place"), "{text}");
         assert!(text.contains("misbehaving jobs: 2 escape, 4 ignore-stop"), "{text}");
