@@ -514,7 +514,7 @@ impl Supervisor {
             // Fenced until the tick takes in a renewal with its floor (`check_lease`): a
             // directive read in between was sent before the lease ran out (`tests/lease.rs`,
             // `a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing`).
-            lease_expired: self.fenced || self.lease_expired() || self.lapse_unseen(),
+            lease_expired: self.lease_bars_starts(),
             lease_never_granted: self.lease.borrow().expires_at_ms().is_none(),
             replicas: self
                 .replicas
@@ -757,7 +757,7 @@ impl Supervisor {
 
     /// Starts the deferred replicas whose GPUs are free now.
     fn start_deferred(&mut self) -> Result<(), JournalError> {
-        if self.lease_expired() || self.journal.failing().is_some() {
+        if self.lease_bars_starts() || self.journal.failing().is_some() {
             // The next tick stops everything and forgets what waits; an exit noticed in
             // between must not start anything meanwhile. Nor does anything start while the
             // journal cannot record it first.
@@ -1120,6 +1120,14 @@ impl Supervisor {
 
     fn lease_expired(&self) -> bool {
         self.lease.borrow().expired(boot_ms())
+    }
+
+    /// Nothing may start: the lease ran out, or it lapsed and was renewed before a tick
+    /// acted on the lapse (stop 66, seed 19003: a whole node thawed, its agent's renewal
+    /// came first, and a replica deferred before the freeze started on a GPU freed at the
+    /// thaw, beside its job's next attempt elsewhere), or the fence still holds.
+    fn lease_bars_starts(&self) -> bool {
+        self.fenced || self.lease_expired() || self.lapse_unseen()
     }
 
     /// The lease ran out and was renewed since the last tick, which saw it held.

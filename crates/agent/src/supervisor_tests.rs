@@ -400,3 +400,27 @@ async fn a_replica_whose_lease_ran_out_past_its_stops_deadline_is_killed_without
     assert!(!told.exists(), "the replica was told to stop and could save beside its next attempt");
     assert!(!alive, "the replica outlived its kill");
 }
+
+/// Stop 66, seed 19003 (a whole node frozen): on the thaw the agent's renewal came before
+/// its tick, and a replica deferred before the freeze (its GPU busy) started as soon as an
+/// exit freed the GPU, under the lapse no tick had acted on yet: it saved a checkpoint
+/// beside its job's next attempt on another node. A deferred start waits for the tick.
+#[tokio::test]
+async fn a_deferred_replica_does_not_start_under_a_lapse_no_tick_acted_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lease_tx, lease_rx) = watch::channel(*granted_lease(dir.path()).borrow());
+    let mut sup = supervisor(dir.path(), lease_rx);
+    let now = boot_ms();
+    let mut lapsed = Lease::until(now.saturating_sub(5_000));
+    lapsed.renew(now, 60_000, now);
+    lapsed.granted_from(Floor { term: 1, state_index: 7 });
+    lease_tx.send_replace(lapsed);
+    let ran = dir.path().join("ran");
+    sup.deferred.insert(key(2), run(2, &format!("touch {}", ran.display())));
+    sup.start_deferred().unwrap();
+    let started = sup.replicas.get(&key(2)).map(|r| r.rec.pid);
+    if let Some(pid) = started {
+        crate::signal::signal_group(pid, libc::SIGKILL);
+    }
+    assert!(started.is_none(), "a deferred replica started under a lapse no tick had acted on");
+}
