@@ -690,7 +690,7 @@ impl Cluster {
             let line =
                 format!("the harness's freeze of node {name} did not hold: its agent was {state:?} before the thaw");
             eprintln!("chaos: {line}");
-            crate::freeze::append_line(&self.path("witness").join("violations"), &line);
+            baton_agent::workload::append(&self.path("witness").join("violations"), &line);
         }
         // First, for the witnesses: an older attempt the thaw runs again tells itself apart
         // (`workload::frozen::thawed_late`).

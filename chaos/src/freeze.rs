@@ -46,7 +46,7 @@ pub async fn judge_thaw(c: &Cluster, name: &str, frozen: &FrozenNode) {
                 names.join(", ")
             );
             eprintln!("chaos: {line}");
-            append_line(&c.path("witness").join("violations"), &line);
+            baton_agent::workload::append(&c.path("witness").join("violations"), &line);
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -59,7 +59,8 @@ fn has_killable_process(dir: &Path) -> bool {
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
     procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()).any(|pid| {
         let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        !cgroups.lines().any(|l| l.contains(":freezer:/baton-unkillable"))
+        let frozen_v1 = format!(":freezer:/{}", baton_agent::workload::unkillable_cgroups::PREFIX);
+        !cgroups.lines().any(|l| l.contains(&frozen_v1))
     })
 }
 
@@ -87,15 +88,6 @@ pub fn write_cgroup(dir: &Path, file: &str, value: &str) {
 pub fn signal_pid(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(pid as i32, sig) };
-}
-
-/// Appends `line` to `path` in one write.
-pub fn append_line(path: &Path, line: &str) {
-    use std::io::Write;
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
-    if let Err(e) = file.and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())) {
-        eprintln!("chaos: cannot append to {}: {e}", path.display());
-    }
 }
 
 /// Writes `witness/thawed-<node>`: the wall clock's ms as node `node` thaws (a temporary

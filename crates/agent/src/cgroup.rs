@@ -613,6 +613,12 @@ fn own_v2_path() -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
 }
 
+/// This process's own cgroup directory in the v2 hierarchy (its mount joined with
+/// `own_v2_path`); `None` without one.
+pub fn own_v2_dir() -> Option<PathBuf> {
+    Some(v2_mount().ok()?.join(own_v2_path()?.trim_start_matches('/')))
+}
+
 /// FNV-1a of the path: a stable, short name part (not a security boundary).
 fn short_hash(path: &Path) -> u32 {
     let mut h: u32 = 0x811c_9dc5;

@@ -192,8 +192,9 @@ fn env(name: &str) -> String {
 }
 
 /// Appends `line` in one write: with O_APPEND, concurrent writers' lines do not interleave
-/// (`writeln!` may split a line into several writes).
-fn append(path: &Path, line: &str) {
+/// (`writeln!` may split a line into several writes). The chaos harness writes its own
+/// records to the witness's files through it too.
+pub fn append(path: &Path, line: &str) {
     let file = std::fs::OpenOptions::new().create(true).append(true).open(path).inspect(shared);
     if let Err(e) = file.and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())) {
         eprintln!("workload: cannot append to {}: {e}", path.display());
@@ -279,7 +280,7 @@ pub const THAW_BOUND_MS: u64 = 2_000;
 /// same instant, and its guard and agent kill it at their first look.
 mod frozen {
     use std::fs::File;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::time::{Duration, Instant};
 
     pub use super::THAW_BOUND_MS;
@@ -333,7 +334,7 @@ mod frozen {
     /// Writes this process's cgroup directory and attempt to `holder` (`DIR ATTEMPT`), for
     /// the next attempt to look up.
     pub fn name_holder(holder: &Path) {
-        let Some(dir) = own_cgroup_dir() else { return };
+        let Some(dir) = crate::cgroup::own_v2_dir() else { return };
         match File::create(holder).inspect(super::shared) {
             Ok(mut f) => {
                 let line = format!("{} {}\n", dir.display(), super::env("BATON_ATTEMPT"));
@@ -341,25 +342,6 @@ mod frozen {
             }
             Err(e) => eprintln!("workload: cannot name the lock's holder in {}: {e}", holder.display()),
         }
-    }
-
-    /// This process's cgroup v2 directory (`/proc/self/cgroup`'s `0::` line under the
-    /// cgroup2 mount); `None` without one.
-    fn own_cgroup_dir() -> Option<PathBuf> {
-        let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-        Some(cgroup2_mount()?.join(path.trim_start_matches('/')))
-    }
-
-    /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `.../unified` on a
-    /// host with hybrid cgroups).
-    fn cgroup2_mount() -> Option<PathBuf> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        text.lines().find_map(|l| {
-            let (fields, fs) = l.split_once(" - ")?;
-            let mount = fields.split_whitespace().nth(4)?;
-            (fs.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mount))
-        })
     }
 
     /// Whether this start is an older attempt that ran again as its node thawed: the job's
