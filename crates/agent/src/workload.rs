@@ -214,8 +214,9 @@ fn shared(f: &File) {
 enum Refused {
     /// A broken promise, named.
     Violation(String),
-    /// This is an older attempt that ran again as its node thawed and found a newer attempt
-    /// holding its job's lock (`frozen::thawed_late`): recorded in `thawed-starts`.
+    /// This is an older attempt that ran again as its node thawed and found that a newer
+    /// attempt holds or held its job's lock (`frozen::thawed_late`, `newer_ran`): recorded
+    /// in `thawed-starts`.
     Thawed,
 }
 
@@ -253,11 +254,28 @@ fn witness_locks(dir: &Path) -> Result<Vec<File>, Refused> {
             }
         }
         if i == 0 {
+            newer_ran(dir, &holder, &node, &job, &rank)?;
             frozen::name_holder(&holder);
         }
         held.push(f);
     }
     Ok(held)
+}
+
+/// Refuses a start whose job's lock a newer attempt held before (it let it go when it
+/// ended): attempts are placed one after another, so an older one that starts now started
+/// late. Within `THAW_BOUND_MS` of its node's thaw that is the thaw's moment (`Thawed`, as
+/// when the newer one still holds the lock: `frozen::thawed_late`); otherwise a stale
+/// start. Chaos seed 20002: such an older attempt found the lock free (the newer one had
+/// finished) and was reported as starting from zero beside the newer one's checkpoint.
+fn newer_ran(dir: &Path, holder: &Path, node: &str, job: &str, rank: &str) -> Result<(), Refused> {
+    let Some(theirs) = frozen::newer_holder(holder) else { return Ok(()) };
+    if let Some(line) = frozen::thawed_late(dir, holder, node) {
+        append(&dir.join("thawed-starts"), &format!("{} {line}", who_fields()));
+        return Err(Refused::Thawed);
+    }
+    let mine = env("BATON_ATTEMPT");
+    Err(Refused::Violation(format!("attempt {mine} of {job} rank {rank} started after attempt {theirs} had run")))
 }
 
 /// Takes an exclusive lock on `f` if nobody holds one.
@@ -352,12 +370,19 @@ mod frozen {
     /// guard's first look; what it must not do, save a checkpoint, the checker sees. Returns
     /// `HOLDER-ATTEMPT MS-AFTER-THAW` for the record.
     pub fn thawed_late(dir: &Path, holder: &Path, node: &str) -> Option<String> {
+        let theirs = newer_holder(holder)?;
+        let thawed_ms: u128 = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?.trim().parse().ok()?;
+        let after_ms = super::wall_ms().checked_sub(thawed_ms)?;
+        (after_ms <= u128::from(THAW_BOUND_MS)).then(|| format!("{theirs} {after_ms}"))
+    }
+
+    /// The attempt `holder` names (the last to take the job's lock), when newer than this
+    /// process's.
+    pub fn newer_holder(holder: &Path) -> Option<u32> {
         let text = std::fs::read_to_string(holder).ok()?;
         let theirs: u32 = text.split_whitespace().nth(1)?.parse().ok()?;
         let mine: u32 = super::env("BATON_ATTEMPT").parse().ok()?;
-        let thawed_ms: u128 = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?.trim().parse().ok()?;
-        let after_ms = super::wall_ms().checked_sub(thawed_ms)?;
-        (theirs > mine && after_ms <= u128::from(THAW_BOUND_MS)).then(|| format!("{theirs} {after_ms}"))
+        (theirs > mine).then_some(theirs)
     }
 
     /// Whether an ancestor of cgroup `dir` (not `dir` itself) is frozen.

@@ -632,3 +632,34 @@ fn an_older_attempt_run_again_by_its_nodes_thaw_is_told_from_two_attempts_at_onc
     let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap();
     assert!(violations.contains("two attempts of unthawed rank 0 at once (unthawed attempt 1 rank 0)"), "{violations}");
 }
+
+/// Chaos seed 20002: the older attempt thawed with its node found the job's lock free, as
+/// the next attempt (placed elsewhere meanwhile) had already finished; it started, and the
+/// witness reported a start from zero beside the newer attempt's checkpoint. The lock's
+/// holder file still names the newer attempt: within `THAW_BOUND_MS` of the node's thaw the
+/// older one is the thaw's moment, recorded apart; without a thaw it is a stale start.
+#[test]
+fn an_older_attempt_that_starts_after_a_newer_one_ran_is_the_thaws_moment_or_a_stale_start() {
+    let witness = tempfile::tempdir().unwrap();
+    let ckpt = witness.path().join("ckpt");
+    let finished = |job: &str| {
+        let newer = witnessed_steps(witness.path(), &ckpt.join(job), job, 2, "0", "3").output().unwrap();
+        assert_eq!(newer.status.code(), Some(0), "{}", String::from_utf8_lossy(&newer.stderr));
+    };
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    std::fs::write(witness.path().join("thawed-n1"), format!("{now_ms}\n")).unwrap();
+    finished("thawed");
+    let older = witnessed_steps(witness.path(), &ckpt.join("thawed"), "thawed", 1, "1", "1").output().unwrap();
+    assert_eq!(older.status.code(), Some(3), "the older attempt ran nothing");
+    let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap_or_default();
+    assert_eq!(violations, "", "the thaw's moment is no violation");
+    let thawed = std::fs::read_to_string(witness.path().join("thawed-starts")).unwrap();
+    assert!(thawed.starts_with("thawed 1 0 n1 2 "), "{thawed}");
+
+    std::fs::remove_file(witness.path().join("thawed-n1")).unwrap();
+    finished("stale");
+    let older = witnessed_steps(witness.path(), &ckpt.join("stale"), "stale", 1, "1", "1").output().unwrap();
+    assert_eq!(older.status.code(), Some(3));
+    let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap();
+    assert_eq!(violations, "attempt 1 of stale rank 0 started after attempt 2 had run (stale attempt 1 rank 0)\n");
+}
