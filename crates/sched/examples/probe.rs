@@ -1,6 +1,7 @@
 //! One-shot timing of the scheduling cycle on a generated cluster, for profiling:
 //! `cargo run --release -p baton-sched --example probe -- 10000` (nodes; 5 jobs per node);
-//! a second argument `first` runs only the first cycle, `gang` only the 64-GPU gang's
+//! a second argument `first` runs only the first cycle, `steady` only the next one (the
+//! cluster full, the rest of the backlog waiting), `gang` only the 64-GPU gang's
 //! preemption cycle on the full 10,000-node cluster, `urgent` the cycle that plans 100
 //! one-GPU preemptions on a full cluster of one-GPU jobs (`baton bench scale`'s preemption
 //! phase); a third argument repeats that cycle.
@@ -115,6 +116,12 @@ fn main() {
         println!("same cycle, nothing pending {}", timed(|| cycle(&idle, NOW_MS)));
         println!("ledger clone, gang state {}", timed(|| full.ledger().clone()));
         println!("ledger clone, idle state {}", timed(|| idle.ledger().clone()));
+        return;
+    }
+    if std::env::args().nth(2).as_deref() == Some("steady") {
+        // Only the steady cycle (cluster full, the rest of the backlog waiting), for profilers.
+        let full = with_backlog(nodes);
+        println!("steady cycle {}", timed(|| measured(&full)));
         return;
     }
     let mut s = cluster(nodes, 40);
