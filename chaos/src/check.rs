@@ -194,13 +194,16 @@ impl Report {
         let resumed = starts.iter().filter(|s| s.first_step > 0).count();
         violations.extend(started_twice(&starts));
         let offsets_s = allowed_offsets_s(e);
-        let launch_tolerance_ms = launch_tolerance_ms(&offsets_s, e.agent_clock_offsets_s);
-        let placed = placed_before_start(&starts, e.events, launch_tolerance_ms);
+        let tolerance = Tolerance {
+            machine_ms: placement_tolerance_ms(&offsets_s),
+            agent_ms: launch_tolerance_ms(&offsets_s, e.agent_clock_offsets_s),
+        };
+        let placed = placed_before_start(&starts, e.events, tolerance);
         violations.extend(placed.violations);
         let faults_ms: Vec<u64> = e.faults.iter().map(|f| f.at_ms).collect();
         let stops = preemptions_end(e.jobs, e.events, e.preemption_bound_ms, &faults_ms, clock_spread_ms(&offsets_s));
         violations.extend(stops.violations);
-        let suspended = suspended_in_place(e.events, &starts, launch_tolerance_ms);
+        let suspended = suspended_in_place(e.events, &starts, tolerance);
         violations.extend(suspended.violations);
         let checkpoints = read_checkpoints(e.witness, &mut violations);
         let ends = read_ends(e.witness, &mut violations);
@@ -222,7 +225,7 @@ impl Report {
         let faults_by_moment = count(e.faults.iter().map(|l| l.moment.name()));
         violations.extend(panics(e.logs));
         let on_bad =
-            placed_on_unhealthy(e.gpu_faults, &read_gpus(e.witness, &mut violations), e.events, launch_tolerance_ms);
+            placed_on_unhealthy(e.gpu_faults, &read_gpus(e.witness, &mut violations), e.events, tolerance.agent_ms);
         violations.extend(on_bad.violations);
         violations.extend(vacuous(e, resumed));
         Report {
@@ -366,33 +369,61 @@ pub struct WitnessedStart {
     /// Told to resume (`BATON_RESUME`); a record without the field: when it did not start
     /// from zero.
     pub resume: bool,
-    /// When the agent launched the process (`BATON_LAUNCHED_AT_MS`), if the record says.
+    /// When the agent launched the process (`BATON_LAUNCHED_AT_MS`, its agent's clock), if
+    /// the record says.
     pub launched_ms: Option<u64>,
+    /// When the process began by the kernel's count (its start time, on the machine's
+    /// clock), if the record says.
+    pub kernel_born_ms: Option<u64>,
 }
 
-impl WitnessedStart {
-    /// When the process came to be: its launch, or, for a record that does not say, when it
-    /// wrote the record.
-    pub fn born_ms(&self) -> u64 {
-        self.launched_ms.unwrap_or(self.start.at_ms)
+/// How far a process's birth and a leader's stamp may be apart: `machine_ms` for a birth on
+/// the machine's clock (the kernel's count, or the time of the record), `agent_ms` for one
+/// on its agent's clock (the launch stamp), which may be offset further.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tolerance {
+    pub machine_ms: u64,
+    pub agent_ms: u64,
+}
+
+impl From<u64> for Tolerance {
+    fn from(ms: u64) -> Tolerance {
+        Tolerance { machine_ms: ms, agent_ms: ms }
     }
 }
 
-/// `DIR/starts`: `job attempt rank node first-step at-ms how launched-ms` (`how`: `resume`
-/// or `fresh`; `launched-ms`: `-` when the agent did not say; older records end earlier).
+impl WitnessedStart {
+    /// When the process came to be, and how far that may be from a leader's stamp: by the
+    /// kernel's count where the record says it (what neither the agent's clock nor a
+    /// process stopped before its first line can skew), else its launch, else when it
+    /// wrote the record.
+    pub fn born(&self, t: Tolerance) -> (u64, u64) {
+        match (self.kernel_born_ms, self.launched_ms) {
+            (Some(ms), _) => (ms, t.machine_ms),
+            (None, Some(ms)) => (ms, t.agent_ms),
+            (None, None) => (self.start.at_ms, t.machine_ms),
+        }
+    }
+}
+
+/// `DIR/starts`: `job attempt rank node first-step at-ms how launched-ms born-ms` (`how`:
+/// `resume` or `fresh`; `launched-ms`: `-` when the agent did not say; `born-ms`, the
+/// kernel's, `-` when /proc did not say; older records end earlier).
 fn read_starts(witness: &Path, violations: &mut Vec<String>) -> Vec<WitnessedStart> {
     read_records(&witness.join("starts"), "start", violations, |f| {
         let (job, attempt, rank, node, first, at_ms) =
             (f.first()?, f.get(1)?, f.get(2)?, f.get(3)?, f.get(4)?, f.get(5)?);
         let first_step = first.parse().ok()?;
-        let (resume, launched_ms) = match f.get(6..)? {
-            [] => (first_step > 0, None),
-            [how] => (resume_of(how)?, None),
-            [how, launched] => (resume_of(how)?, launched_of(launched)?),
+        let (resume, launched_ms, kernel_born_ms) = match f.get(6..)? {
+            [] => (first_step > 0, None, None),
+            [how] => (resume_of(how)?, None, None),
+            [how, launched] => (resume_of(how)?, launched_of(launched)?, None),
+            [how, launched, born] => (resume_of(how)?, launched_of(launched)?, launched_of(born)?),
             _ => return None,
         };
         let start = Start { job: job.to_string(), attempt: attempt.parse().ok()?, at_ms: at_ms.parse().ok()? };
-        Some(WitnessedStart { start, rank: rank.to_string(), node: node.to_string(), first_step, resume, launched_ms })
+        let (rank, node) = (rank.to_string(), node.to_string());
+        Some(WitnessedStart { start, rank, node, first_step, resume, launched_ms, kernel_born_ms })
     })
 }
 
@@ -405,6 +436,7 @@ fn resume_of(how: &str) -> Option<bool> {
 }
 
 /// `Some(None)` for `-`; `None` (a malformed record) for anything but `-` or a number.
+/// Read for both stamps of a start (the launch, the kernel's birth).
 fn launched_of(field: &str) -> Option<Option<u64>> {
     if field == "-" { Some(None) } else { field.parse().ok().map(Some) }
 }
@@ -595,18 +627,21 @@ pub struct PlacementCheck {
 
 /// Every start is preceded by its committed placement: the job's events hold a `Started`
 /// for that attempt (an event is in the replicated state, so its command committed), naming
-/// the start's node, stamped no later than the start plus `tolerance_ms`. The leader stamps
-/// the time into the plan before it proposes it, so the stamp is a lower bound of the commit
-/// and a start earlier than it acted on a placement not yet committed. A job's history keeps
-/// its newest `MAX_EVENTS_PER_JOB` events: when it no longer starts with `Submitted`, an
-/// attempt whose placement fell out is not judged.
+/// the start's node, stamped no later than the process's birth (`WitnessedStart::born`)
+/// plus the tolerance. The leader stamps the time into the plan before it proposes it, so
+/// the stamp is a lower bound of the commit and a process born earlier than it acted on a
+/// placement not yet committed. A job's history keeps its newest `MAX_EVENTS_PER_JOB`
+/// events: when it no longer starts with `Submitted`, an attempt whose placement fell out is
+/// not judged.
 pub fn placed_before_start(
     starts: &[WitnessedStart],
     events: &BTreeMap<String, Vec<Event>>,
-    tolerance_ms: u64,
+    tolerance: impl Into<Tolerance>,
 ) -> PlacementCheck {
+    let tolerance = tolerance.into();
     let mut out = PlacementCheck::default();
     for s in starts {
+        let (born_ms, tolerance_ms) = s.born(tolerance);
         let who = format!("{} attempt {} rank {} on {}", s.start.job, s.start.attempt, s.rank, s.node);
         let Some(evs) = events.get(&s.start.job) else {
             out.violations.push(format!("{who} started, but the cluster lists no such job"));
@@ -625,10 +660,10 @@ pub fn placed_before_start(
         out.judged += 1;
         if !placed.nodes.contains(&s.node) {
             out.violations.push(format!("{who} started on a node its placement does not name ({:?})", placed.nodes));
-        } else if s.start.at_ms + tolerance_ms < placed.at_ms {
+        } else if born_ms + tolerance_ms < placed.at_ms {
             out.violations.push(format!(
                 "{who} started {} ms before its placement was stamped (tolerance {tolerance_ms} ms)",
-                placed.at_ms - s.start.at_ms
+                placed.at_ms - born_ms
             ));
         }
     }
@@ -661,15 +696,17 @@ pub struct SuspendCheck {
 /// A job suspended in place and resumed in place (`Suspended`, then `Resumed` with no
 /// `Started` between) is one attempt with one process per rank, stopped and continued
 /// (SIGSTOP, SIGCONT): no process of the job may start while it is suspended. The events are
-/// stamped on the leaders' clocks, the starts on the machine's, up to `tolerance_ms` apart,
-/// so only a start more than that after the suspension's stamp and as much before the
+/// stamped on the leaders' clocks, a process's birth on the machine's (the kernel's count)
+/// or its agent's, up to the tolerance apart (`WitnessedStart::born`), so only a process born
+/// more than that after the suspension's stamp and as much before the
 /// resumption's counts (with clock offsets a short suspension is not judged). A second start
 /// of the same rank is `started_twice`'s; this one also catches a process of another attempt.
 pub fn suspended_in_place(
     events: &BTreeMap<String, Vec<Event>>,
     starts: &[WitnessedStart],
-    tolerance_ms: u64,
+    tolerance: impl Into<Tolerance>,
 ) -> SuspendCheck {
+    let tolerance = tolerance.into();
     let mut out = SuspendCheck::default();
     for (name, evs) in events {
         let mut since: Option<&Event> = None;
@@ -683,11 +720,14 @@ pub fn suspended_in_place(
                 EventKind::Resumed => {
                     let Some(s) = since.take() else { continue };
                     out.resumed += 1;
-                    let (after_ms, before_ms) = (s.at_ms + tolerance_ms, e.at_ms.saturating_sub(tolerance_ms));
+                    // By the process's birth: one launched just before the suspension may
+                    // run its first line (the record) only once continued.
+                    let within = |w: &&WitnessedStart| {
+                        let (born_ms, tolerance_ms) = w.born(tolerance);
+                        born_ms > s.at_ms + tolerance_ms && born_ms < e.at_ms.saturating_sub(tolerance_ms)
+                    };
                     let restarted = starts.iter().filter(|w| w.start.job == *name);
-                    // By the process's launch: one launched just before the suspension
-                    // may run its first line (the record) only once continued.
-                    for w in restarted.filter(|w| w.born_ms() > after_ms && w.born_ms() < before_ms) {
+                    for w in restarted.filter(within) {
                         out.violations.push(format!(
                             "{name} attempt {} rank {} started at {} while suspended in place ({} to {}): resumed by a new process, not continued",
                             w.start.attempt, w.rank, w.start.at_ms, s.at_ms, e.at_ms
@@ -1351,6 +1391,7 @@ mod tests {
             first_step: 0,
             resume: false,
             launched_ms: None,
+            kernel_born_ms: None,
         }
     }
 
@@ -1406,6 +1447,41 @@ mod tests {
         assert_eq!(judged(&[]).violations.len(), 1, "without the agents' offsets, as before");
         assert!(judged(&[5, -5]).violations.is_empty(), "{:?}", judged(&[5, -5]).violations);
         assert_eq!(launch_tolerance_ms(&replicas, &[5, -5]), 12_000 + PLACEMENT_SLACK_MS);
+    }
+
+    /// Issue 31: a process's birth by the kernel's count, on the machine's clock, judged
+    /// with the replicas' tolerance alone. An agent 5 s behind stamps its launch 5 s early:
+    /// by that stamp (with the agents' offsets in the tolerance) a process born 3 s into a
+    /// suspension passed.
+    #[test]
+    fn a_process_is_judged_by_its_birth_on_the_kernels_count_where_the_record_says() {
+        let events: BTreeMap<String, Vec<Event>> = [(
+            "sleepy-1".to_string(),
+            vec![started(1, &["n1"], 1_000), at("Suspended", 10_000), at("Resumed", 30_000)],
+        )]
+        .into();
+        let tolerance = Tolerance { machine_ms: 2, agent_ms: 5_002 };
+        let born = |launched_ms: u64, kernel_ms: Option<u64>| WitnessedStart {
+            launched_ms: Some(launched_ms),
+            kernel_born_ms: kernel_ms,
+            ..start("sleepy-1", 1, "0", "n1", 13_500)
+        };
+        // Born 3 s into the suspension, launched on an agent clock 5 s behind: within the
+        // launch's tolerance, so by the launch alone it passed.
+        let inside = born(8_000, Some(13_000));
+        assert!(suspended_in_place(&events, &[born(8_000, None)], tolerance).violations.is_empty());
+        assert_eq!(suspended_in_place(&events, &[inside], tolerance).violations.len(), 1, "judged by the kernel");
+        // Born before the suspension, continued after it: one process.
+        let continued = born(9_990 + 5_000, Some(9_990));
+        assert!(suspended_in_place(&events, &[continued.clone()], tolerance).violations.is_empty());
+        // The placement check too: a process born before its placement was stamped.
+        assert!(placed_before_start(&[continued], &events, tolerance).violations.is_empty());
+        let early = WitnessedStart { kernel_born_ms: Some(900), ..start("sleepy-1", 1, "0", "n1", 1_100) };
+        let found = placed_before_start(&[early], &events, tolerance);
+        assert_eq!(
+            found.violations,
+            ["sleepy-1 attempt 1 rank 0 on n1 started 100 ms before its placement was stamped (tolerance 2 ms)"]
+        );
     }
 
     #[test]
@@ -1530,6 +1606,7 @@ mod tests {
             first_step,
             resume: true,
             launched_ms: None,
+            kernel_born_ms: None,
             ..start("a", attempt, rank, "n1", at_ms)
         };
         let fine = [
@@ -1561,6 +1638,7 @@ mod tests {
             first_step,
             resume: true,
             launched_ms: None,
+            kernel_born_ms: None,
             ..start(job, 2, "0", "n1", 200)
         };
         let fine = [resumed(late, 10), resumed(late, 11)];
@@ -1626,7 +1704,11 @@ mod tests {
     fn the_witness_records_are_read_and_nonsense_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
-        write("starts", "a 2 1 n2 17 1000 resume\nb 1 0 n1 0 1000 fresh\nc 1 0 n1 5 1000\nd 1 0 n1 x 1000 fresh\n");
+        write(
+            "starts",
+            "a 2 1 n2 17 1000 resume\nb 1 0 n1 0 1000 fresh\nc 1 0 n1 5 1000\nd 1 0 n1 x 1000 fresh\n\
+             e 1 0 n1 0 1000 fresh 990 985\nf 1 0 n1 0 1000 fresh - -\ng 1 0 n1 0 1000 fresh 990 soon\n",
+        );
         write("checkpoints", "a 1 1 n1 17 900\nbroken\n");
         write("ends", "a 2 1 n2 40 finished 1500\na 2 0 n1 3 crashed 1500\n");
         let mut v = Vec::new();
@@ -1634,15 +1716,19 @@ mod tests {
         let how: Vec<(&str, bool)> = starts.iter().map(|s| (s.start.job.as_str(), s.resume)).collect();
         assert_eq!(
             how,
-            [("a", true), ("b", false), ("c", true)],
+            [("a", true), ("b", false), ("c", true), ("e", false), ("f", false)],
             "a record without the field: resumed when past step 0"
         );
+        let births: Vec<(Option<u64>, Option<u64>)> =
+            starts.iter().map(|s| (s.launched_ms, s.kernel_born_ms)).collect();
+        assert_eq!(births[3..], [(Some(990), Some(985)), (None, None)]);
         assert_eq!(read_checkpoints(dir.path(), &mut v), [ckpt("a", 1, "1", 17, 900)]);
         assert_eq!(read_ends(dir.path(), &mut v), [end("a", 2, "1", 40, true)]);
         assert_eq!(
             v,
             [
                 "unreadable start record \"d 1 0 n1 x 1000 fresh\"",
+                "unreadable start record \"g 1 0 n1 0 1000 fresh 990 soon\"",
                 "unreadable checkpoint record \"broken\"",
                 "unreadable end record \"a 2 0 n1 3 crashed 1500\"",
             ]

@@ -18,6 +18,26 @@ pub fn start_time(pid: u32) -> Option<u64> {
     stat(pid).map(|(t, _)| t)
 }
 
+/// When process `pid` started, in milliseconds of the wall clock, by the kernel's count
+/// (its start time in clock ticks since boot, so to 10 ms with the usual 100 ticks a
+/// second): what no clock of the agent or the job can skew. The wall clock's reading less
+/// the process's age on the boot clock.
+pub fn born_wall_ms(pid: u32) -> Option<u64> {
+    let start_ticks = start_time(pid)?;
+    // SAFETY: sysconf reads a constant of the system.
+    let ticks_per_s = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|t| *t > 0)?;
+    let mut boot = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut boot) } != 0 {
+        return None;
+    }
+    let boot_ms = u64::try_from(boot.tv_sec).ok()? * 1_000 + u64::try_from(boot.tv_nsec).ok()? / 1_000_000;
+    let age_ms = boot_ms.checked_sub(start_ticks * 1_000 / ticks_per_s)?;
+    let wall_ms =
+        u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()?;
+    wall_ms.checked_sub(age_ms)
+}
+
 /// Whether `pid` is still the process that started at `start` (and not a zombie).
 pub fn is_same_process(pid: u32, start: u64) -> bool {
     matches!(stat(pid), Some((t, state)) if t == start && state != 'Z' && state != 'X')
@@ -134,6 +154,26 @@ mod tests {
         assert!(state == 'R' || state == 'S');
         assert!(is_same_process(me, start));
         assert!(!is_same_process(me, start + 1));
+    }
+
+    /// A child started between two readings of the wall clock is born between them, to the
+    /// kernel's tick (10 ms with 100 ticks a second) and the rounding of both clocks.
+    #[test]
+    fn a_process_is_born_when_the_kernel_says_on_the_wall_clock() {
+        let wall_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        let before = wall_ms();
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let after = wall_ms();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let born = born_wall_ms(child.id()).expect("a live child's birth");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        const TICK_AND_ROUNDING_MS: u64 = 25;
+        assert!(
+            born + TICK_AND_ROUNDING_MS >= before && born <= after + TICK_AND_ROUNDING_MS,
+            "{before} <= {born} <= {after}"
+        );
+        assert_eq!(born_wall_ms(u32::MAX), None);
     }
 
     #[test]

@@ -637,7 +637,10 @@ pub fn run_misbehaving(
         // continued).
         let launched = env("BATON_LAUNCHED_AT_MS");
         let launched = if launched.is_empty() { "-".to_string() } else { launched };
-        append(&dir.join("starts"), &format!("{} {step} {} {how} {launched}", who_fields(), wall_ms()));
+        // And when the kernel says this process began: on the machine's clock, whatever
+        // the agent's.
+        let born = crate::procfs::born_wall_ms(std::process::id()).map_or("-".to_string(), |ms| ms.to_string());
+        append(&dir.join("starts"), &format!("{} {step} {} {how} {launched} {born}", who_fields(), wall_ms()));
         // The GPUs it was given: no start may be placed on a GPU while it is unhealthy.
         let gpus = env("CUDA_VISIBLE_DEVICES");
         append(&dir.join("gpus"), &format!("{} {}", who_fields(), if gpus.is_empty() { "-" } else { &gpus }));

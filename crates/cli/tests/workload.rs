@@ -321,6 +321,13 @@ fn the_witness_records_checkpoints_ends_and_how_each_start_began() {
     let how: Vec<&str> = starts.iter().map(|f| f[6].as_str()).collect();
     assert_eq!(how, ["fresh", "resume", "fresh"], "{starts:?}");
     assert_eq!(starts[1][4], saved.to_string(), "attempt 2 resumed from the checkpoint");
+    // `... at-ms how launched-ms born-ms`: no agent launched these, the kernel says when each
+    // process began, at most its record's time (and its tick) before.
+    for f in &starts {
+        let (at_ms, born_ms): (u64, u64) = (f[5].parse().unwrap(), f[8].parse().unwrap());
+        assert_eq!(f[7], "-", "{f:?}");
+        assert!(born_ms <= at_ms + 20 && at_ms - born_ms < 5_000, "{f:?}");
+    }
     // `job attempt rank node step at-ms`: attempt 1's stop, then each finish's save.
     let ckpts = fields(read("checkpoints"));
     let written: Vec<String> = ckpts.iter().map(|f| f[..5].join(" ")).collect();
