@@ -1473,7 +1473,7 @@ mod tests {
         assert_eq!(suspended_in_place(&events, &[inside], tolerance).violations.len(), 1, "judged by the kernel");
         // Born before the suspension, continued after it: one process.
         let continued = born(9_990 + 5_000, Some(9_990));
-        assert!(suspended_in_place(&events, &[continued.clone()], tolerance).violations.is_empty());
+        assert!(suspended_in_place(&events, std::slice::from_ref(&continued), tolerance).violations.is_empty());
         // The placement check too: a process born before its placement was stamped.
         assert!(placed_before_start(&[continued], &events, tolerance).violations.is_empty());
         let early = WitnessedStart { kernel_born_ms: Some(900), ..start("sleepy-1", 1, "0", "n1", 1_100) };

@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
+use baton_agent::procfs::{FileId, file_id};
 use baton_proto::v1::{Empty, Event, Job, JobRef, JobState, ListJobsReply, ListJobsRequest};
 
 use crate::cluster::{Client, Cluster};
@@ -294,35 +295,9 @@ pub fn job_lock(name: &str) -> Option<(String, String)> {
     Some((job.to_string(), rank.to_string()))
 }
 
-/// A file's identity as `/proc/locks` prints it: the device's major and minor, the inode.
-type FileId = (u64, u64, u64);
-
-fn file_id(dev: u64, ino: u64) -> FileId {
-    // glibc's gnu_dev_major and gnu_dev_minor.
-    let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0fff);
-    let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0x00ff);
-    (major, minor, ino)
-}
-
-/// The files locks are held on, from `/proc/locks` (`1: FLOCK ADVISORY WRITE pid
-/// MAJ:MIN:INODE start end`, device numbers in hex); waiters (`->`) hold nothing.
+/// The files locks are held on, from the text of `/proc/locks`.
 pub fn held_locks(proc_locks: &str) -> BTreeSet<FileId> {
-    let mut out = BTreeSet::new();
-    for line in proc_locks.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.get(1) == Some(&"->") {
-            continue;
-        }
-        let Some(id) = f.get(5) else { continue };
-        let mut parts = id.split(':');
-        let (Some(major), Some(minor), Some(ino)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        if let (Ok(major), Ok(minor), Ok(ino)) =
-            (u64::from_str_radix(major, 16), u64::from_str_radix(minor, 16), ino.parse::<u64>())
-        {
-            out.insert((major, minor, ino));
-        }
-    }
-    out
+    baton_agent::procfs::lock_holders(proc_locks).into_iter().map(|(id, _)| id).collect()
 }
 
 #[cfg(test)]

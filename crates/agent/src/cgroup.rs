@@ -609,7 +609,12 @@ fn mount_of_cgroup2(line: &str) -> Option<PathBuf> {
 
 /// The agent's own cgroup in the v2 hierarchy (`0::/path` in /proc/self/cgroup).
 fn own_v2_path() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    v2_path_in("/proc/self/cgroup")
+}
+
+/// The v2 line's path of a `/proc/<pid>/cgroup` file.
+fn v2_path_in(cgroup_file: &str) -> Option<String> {
+    let text = std::fs::read_to_string(cgroup_file).ok()?;
     text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
 }
 
@@ -617,6 +622,12 @@ fn own_v2_path() -> Option<String> {
 /// `own_v2_path`); `None` without one.
 pub fn own_v2_dir() -> Option<PathBuf> {
     Some(v2_mount().ok()?.join(own_v2_path()?.trim_start_matches('/')))
+}
+
+/// Process `pid`'s cgroup directory in the v2 hierarchy; `None` without one, or once the
+/// process is gone.
+pub fn v2_dir_of(pid: u32) -> Option<PathBuf> {
+    Some(v2_mount().ok()?.join(v2_path_in(&format!("/proc/{pid}/cgroup"))?.trim_start_matches('/')))
 }
 
 /// FNV-1a of the path: a stable, short name part (not a security boundary).

@@ -38,6 +38,41 @@ pub fn born_wall_ms(pid: u32) -> Option<u64> {
     wall_ms.checked_sub(age_ms)
 }
 
+/// A file's identity as `/proc/locks` prints it: the device's major and minor, the inode.
+pub type FileId = (u64, u64, u64);
+
+/// The identity of a file with device `dev` and inode `ino` (`MetadataExt`), as
+/// `/proc/locks` prints it.
+pub fn file_id(dev: u64, ino: u64) -> FileId {
+    // glibc's gnu_dev_major and gnu_dev_minor.
+    let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0fff);
+    let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0x00ff);
+    (major, minor, ino)
+}
+
+/// Each lock held, as (file, the pid that took it), from the text of `/proc/locks`
+/// (`1: FLOCK ADVISORY WRITE pid MAJ:MIN:INODE start end`, device numbers in hex); waiters
+/// (`->`) hold nothing. A lock taken before a fork is held by the child too, under the
+/// parent's pid, which may be gone.
+pub fn lock_holders(proc_locks: &str) -> Vec<(FileId, u32)> {
+    let mut out = Vec::new();
+    for line in proc_locks.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(1) == Some(&"->") {
+            continue;
+        }
+        let (Some(pid), Some(id)) = (f.get(4).and_then(|p| p.parse().ok()), f.get(5)) else { continue };
+        let mut parts = id.split(':');
+        let (Some(major), Some(minor), Some(ino)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        if let (Ok(major), Ok(minor), Ok(ino)) =
+            (u64::from_str_radix(major, 16), u64::from_str_radix(minor, 16), ino.parse::<u64>())
+        {
+            out.push(((major, minor, ino), pid));
+        }
+    }
+    out
+}
+
 /// Whether `pid` is still the process that started at `start` (and not a zombie).
 pub fn is_same_process(pid: u32, start: u64) -> bool {
     matches!(stat(pid), Some((t, state)) if t == start && state != 'Z' && state != 'X')

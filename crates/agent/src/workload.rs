@@ -253,11 +253,15 @@ fn witness_locks(dir: &Path) -> Result<Vec<File>, Refused> {
                 Err(Some(why)) => return Err(Refused::Violation(format!("{violation}: {why}"))),
             }
         }
-        if i == 0 {
+        let first = i == 0;
+        if first {
             newer_ran(dir, &holder, &node, &job, &rank)?;
             frozen::name_holder(&holder);
         }
         held.push(f);
+        if first {
+            held.push(attempt_lock(dir, &job, &node)?);
+        }
     }
     Ok(held)
 }
@@ -276,6 +280,71 @@ fn newer_ran(dir: &Path, holder: &Path, node: &str, job: &str, rank: &str) -> Re
     }
     let mine = env("BATON_ATTEMPT");
     Err(Refused::Violation(format!("attempt {mine} of {job} rank {rank} started after attempt {theirs} had run")))
+}
+
+/// How the lock of a job's attempt is named: `attempts-<job>@<attempt>.lock` (`@` is in
+/// no job's name, so one job's prefix is no other's).
+const ATTEMPT_LOCK_PREFIX: &str = "attempts-";
+
+/// How many of the locks `witness_locks` returns first are the job's (its rank's, its
+/// attempt's): a process forked to hold a GPU alone lets go of them.
+const JOB_LOCKS: usize = 2;
+
+/// The lock of the job, not only of its rank (issue 31): every rank of an attempt holds
+/// its attempt's file shared, so the ranks of one attempt run together, and a live holder
+/// of another attempt's file is two attempts of the job at once, whatever ranks and nodes
+/// they run on (a rank's own lock sees its rank only). Each start takes its own first and
+/// then looks at the others, so of two attempts starting together the later look sees the
+/// other. A holder frozen with its node is waited for, and an older attempt run again by its
+/// node's thaw is the thaw's moment, as for a rank's lock (`frozen`).
+fn attempt_lock(dir: &Path, job: &str, node: &str) -> Result<File, Refused> {
+    let mine: u32 = env("BATON_ATTEMPT").parse().unwrap_or(0);
+    let path = dir.join(format!("{ATTEMPT_LOCK_PREFIX}{job}@{mine}.lock"));
+    let f = File::create(&path).map_err(|e| Refused::Violation(format!("cannot open {}: {e}", path.display())))?;
+    shared(&f);
+    // SAFETY: flock on a descriptor this function owns. Shared: only another attempt's look
+    // would take it whole, and none does.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Refused::Violation(format!("cannot lock {}: {e}", path.display())));
+    }
+    for (theirs, id) in other_attempts(dir, job, mine) {
+        match frozen::wait_for_holders(id) {
+            Ok(None) => {}
+            Ok(Some(w)) => append(&dir.join("waits"), &format!("{} {} {}", who_fields(), w.frozen_ms, w.after_thaw_ms)),
+            Err(None)
+                if theirs > mine
+                    && let Some(after_ms) = frozen::thawed_within_bound(dir, node) =>
+            {
+                append(&dir.join("thawed-starts"), &format!("{} {theirs} {after_ms}", who_fields()));
+                return Err(Refused::Thawed);
+            }
+            Err(why) => {
+                let why = why.map_or(String::new(), |w| format!(": {w}"));
+                return Err(Refused::Violation(format!("two attempts of {job} at once, {mine} and {theirs}{why}")));
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// The lock files of `job`'s attempts other than `mine`, by attempt, with their identity in
+/// `/proc/locks`.
+fn other_attempts(dir: &Path, job: &str, mine: u32) -> Vec<(u32, crate::procfs::FileId)> {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = format!("{ATTEMPT_LOCK_PREFIX}{job}@");
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(attempt) = name.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".lock")) else { continue };
+        let (Ok(attempt), Ok(meta)) = (attempt.parse::<u32>(), entry.metadata()) else { continue };
+        if attempt != mine {
+            out.push((attempt, crate::procfs::file_id(meta.dev(), meta.ino())));
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Takes an exclusive lock on `f` if nobody holds one.
@@ -371,9 +440,66 @@ mod frozen {
     /// `HOLDER-ATTEMPT MS-AFTER-THAW` for the record.
     pub fn thawed_late(dir: &Path, holder: &Path, node: &str) -> Option<String> {
         let theirs = newer_holder(holder)?;
+        let after_ms = thawed_within_bound(dir, node)?;
+        Some(format!("{theirs} {after_ms}"))
+    }
+
+    /// How long ago node `node` thawed, if no more than `THAW_BOUND_MS` (the harness writes
+    /// `DIR/thawed-<node>`, the wall clock's ms, just before it thaws a node).
+    pub fn thawed_within_bound(dir: &Path, node: &str) -> Option<u128> {
         let thawed_ms: u128 = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?.trim().parse().ok()?;
         let after_ms = super::wall_ms().checked_sub(thawed_ms)?;
-        (after_ms <= u128::from(THAW_BOUND_MS)).then(|| format!("{theirs} {after_ms}"))
+        (after_ms <= u128::from(THAW_BOUND_MS)).then_some(after_ms)
+    }
+
+    /// Waits while every process holding a lock on file `id` is frozen with its node (as
+    /// `wait_for_lock`, for a lock this start shares rather than takes): `Ok(None)` when
+    /// none held it, `Ok(Some)` once they let go after a wait, `Err(None)` when a holder runs
+    /// (or is gone from /proc while its lock lives on in a child: it cannot be told frozen),
+    /// `Err(Some(why))` when frozen ones outlived their thaw or the wait's bound.
+    pub fn wait_for_holders(id: crate::procfs::FileId) -> Result<Option<Waited>, Option<String>> {
+        let holders = || {
+            let text = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+            crate::procfs::lock_holders(&text)
+                .into_iter()
+                .filter(|(f, _)| *f == id)
+                .map(|(_, pid)| pid)
+                .collect::<Vec<_>>()
+        };
+        let all_frozen =
+            |pids: &[u32]| pids.iter().all(|pid| crate::cgroup::v2_dir_of(*pid).is_some_and(|d| node_frozen(&d)));
+        let first = holders();
+        if first.is_empty() {
+            return Ok(None);
+        }
+        if !all_frozen(&first) {
+            return Err(None);
+        }
+        let start = Instant::now();
+        let mut thawed: Option<Instant> = None;
+        loop {
+            let now = holders();
+            if now.is_empty() {
+                let after_thaw_ms = thawed.map_or(0, |t| t.elapsed().as_millis() as u64);
+                let frozen_ms = (start.elapsed().as_millis() as u64).saturating_sub(after_thaw_ms);
+                return Ok(Some(Waited { frozen_ms, after_thaw_ms }));
+            }
+            match (all_frozen(&now), thawed) {
+                (true, _) => thawed = None,
+                (false, None) => thawed = Some(Instant::now()),
+                (false, Some(t)) if t.elapsed() > Duration::from_millis(THAW_BOUND_MS) => {
+                    return Err(Some(format!(
+                        "the other one ran on {} ms after its node thawed",
+                        t.elapsed().as_millis()
+                    )));
+                }
+                (false, Some(_)) => {}
+            }
+            if start.elapsed() > Duration::from_millis(MAX_WAIT_MS) {
+                return Err(Some(format!("the other one stayed frozen with its node for {MAX_WAIT_MS} ms")));
+            }
+            std::thread::sleep(Duration::from_millis(POLL_MS));
+        }
     }
 
     /// The attempt `holder` names (the last to take the job's lock), when newer than this
@@ -506,7 +632,7 @@ fn freeze_a_child(held: &[File]) -> Result<(), String> {
     })
 }
 
-/// Forks a child that lets go of the job's lock (the first of `held`), keeps the others,
+/// Forks a child that lets go of the job's locks (the first `JOB_LOCKS` of `held`), keeps the others,
 /// and sleeps `ESCAPED_LIFE_S`; returns once it has let go. The child says so on a pipe:
 /// frozen before that, it held the lock, and the job's next attempt found "two attempts at
 /// once" (a chaos run of 1,500 s, twice).
@@ -524,7 +650,7 @@ fn fork_without_the_jobs_lock(held: &[File]) -> Result<libc::pid_t, String> {
         // SAFETY: closes this child's copies of descriptors it owns, says so in one byte,
         // sleeps, and ends without running the parent's exit handlers.
         unsafe {
-            if let Some(job_lock) = held.first() {
+            for job_lock in held.iter().take(JOB_LOCKS) {
                 libc::close(job_lock.as_raw_fd());
             }
             libc::write(ready_w, [1u8].as_ptr().cast(), 1);
