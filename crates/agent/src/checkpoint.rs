@@ -34,6 +34,15 @@ pub fn rank_dir_name(rank: u32) -> String {
     format!("rank-{rank}")
 }
 
+/// Whether a file named `name` is a checkpoint still being written, by the convention of
+/// writing `<name>.tmp` and renaming it when complete: no checkpoint to resume from. A rank
+/// killed between the write and the rename (a node thawed and killed at once: chaos seed
+/// 21002) was reported as stopped with its work saved, and its next attempt, told to resume,
+/// found no checkpoint.
+fn being_written(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().ends_with(b".tmp")
+}
+
 /// Whether `name` is a rank's directory name (`rank-` and decimal digits).
 fn is_rank_dir_name(name: &std::ffi::OsStr) -> bool {
     name.to_str()
@@ -80,7 +89,7 @@ fn scan(dir: &Path, depth: usize, skip_rank_dirs: bool, seen: &mut usize, newest
             if depth + 1 < MAX_CHECKPOINT_SCAN_DEPTH {
                 scan(&entry.path(), depth + 1, false, seen, newest);
             }
-        } else if meta.is_file() {
+        } else if meta.is_file() && !being_written(&entry.file_name()) {
             *newest = (*newest).max(modified_unix_ms(&meta));
         }
     }
@@ -116,6 +125,20 @@ mod tests {
         // Exactly the newest file's time: a scan that missed `sub`, or reported anything
         // else (the clock, a directory's mtime), fails here.
         assert_eq!(newest_mtime_ms(dir.path()), 2_000_000);
+    }
+
+    #[test]
+    fn a_file_still_being_written_is_no_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let rank = dir.path().join("rank-0");
+        std::fs::create_dir_all(&rank).unwrap();
+        touch(&rank.join("rank-0.ckpt.tmp"), 5_000);
+        touch(&dir.path().join("shared.tmp"), 6_000);
+        assert_eq!(newest_rank_mtime_ms(dir.path(), 0), 0, "only files being written");
+        assert!(!complete(dir.path(), 1));
+        touch(&rank.join("rank-0.ckpt"), 4_000);
+        assert_eq!(newest_rank_mtime_ms(dir.path(), 0), 4_000);
+        assert_eq!(newest_mtime_ms(dir.path()), 4_000);
     }
 
     #[test]
