@@ -556,7 +556,8 @@ async fn cancel(servers: &Servers, name: &str, elements: Option<&[String]>, hist
 /// Says how many starts waited for an older attempt frozen with its node (the witness's
 /// `waits`: `job attempt rank node frozen-ms after-thaw-ms`), and the longest wait after a
 /// thaw: the time its older attempt lived on, which the witness bounds; and how many older
-/// attempts ran again at a thaw (`thawed-starts`).
+/// attempts ran again at a thaw (`thawed-starts`), and how many starts from zero redo the
+/// work of one that saved at its thaw (`redone`).
 fn say_frozen_waits(witness: &std::path::Path) {
     let text = std::fs::read_to_string(witness.join("waits")).unwrap_or_default();
     let after_thaw: Vec<u64> =
@@ -570,6 +571,11 @@ fn say_frozen_waits(witness: &std::path::Path) {
     eprintln!(
         "chaos: {} older attempts ran again as their node thawed and found a newer one running",
         thawed.lines().count()
+    );
+    let redone = std::fs::read_to_string(witness.join("redone")).unwrap_or_default();
+    eprintln!(
+        "chaos: {} starts from zero beside a checkpoint an older attempt saved as its node thawed, after they were launched (work redone)",
+        redone.lines().count()
     );
 }
 

@@ -131,6 +131,13 @@ fn save(step: u64, witness: Option<&Path>) -> Result<PathBuf, String> {
     }
     let tmp = path.with_extension("ckpt.tmp");
     let attempt = env("BATON_ATTEMPT");
+    // A save in its node's thaw's moment says so first: the kill that follows may come
+    // before the record below.
+    if let Some(dir) = witness
+        && frozen::lived_through_a_thaw(dir, &env("BATON_NODE"))
+    {
+        append(&dir.join("thawed-saves"), &format!("{} {step} {}", who_fields(), wall_ms()));
+    }
     std::fs::write(&tmp, format!("{step} {attempt}\n")).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, &path).map_err(|e| format!("cannot rename to {}: {e}", path.display()))?;
     if let Some(dir) = witness {
@@ -173,15 +180,38 @@ fn load() -> Result<u64, String> {
 
 /// Every rank of the gang wrote a checkpoint in the same attempt: the job has a whole
 /// checkpoint to resume from.
-fn gang_checkpoint_exists() -> bool {
+fn gang_checkpoint_attempt() -> Option<String> {
     let world: u32 = env("BATON_WORLD_SIZE").parse().unwrap_or(1);
-    let attempts: Option<Vec<String>> = (0..world)
+    let attempts: Vec<String> = (0..world)
         .map(|r| {
             let text = std::fs::read_to_string(rank_checkpoint_path(&r.to_string())?).ok()?;
             text.split_whitespace().nth(1).map(str::to_string)
         })
-        .collect();
-    attempts.is_some_and(|a| a.windows(2).all(|w| w[0] == w[1]))
+        .collect::<Option<_>>()?;
+    attempts.windows(2).all(|w| w[0] == w[1]).then(|| attempts.first().cloned()).flatten()
+}
+
+/// How long the agent's look for a checkpoint to resume from may come before the process
+/// it launches is born: the spawn between them (its guard, its cgroup, the wrapper), on a
+/// loaded machine.
+const SPAWN_BOUND_MS: u64 = 500;
+
+/// How long before this process's birth a rank of `attempt` saved as its node thawed
+/// (`thawed-saves`), if no more than `SPAWN_BOUND_MS`: a checkpoint completed after the
+/// agent looked, which it could not resume from. An older attempt frozen with its node
+/// near its end runs its last step and saves in the thaw's moment, before its guard's kill
+/// (chaos seed 21001): the next attempt, launched elsewhere meanwhile, redoes the work.
+fn saved_as_its_node_thawed(dir: &Path, attempt: &str) -> Option<u64> {
+    let job = env("BATON_JOB");
+    let born_ms = crate::procfs::born_wall_ms(std::process::id())?;
+    let text = std::fs::read_to_string(dir.join("thawed-saves")).ok()?;
+    let saved_ms = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.first() == Some(&job.as_str()) && f.get(1) == Some(&attempt))
+        .filter_map(|f| f.get(5)?.parse::<u64>().ok())
+        .max()?;
+    (saved_ms + SPAWN_BOUND_MS >= born_ms).then(|| born_ms.saturating_sub(saved_ms))
 }
 
 /// Exit code of a workload that witnessed a broken promise.
@@ -450,6 +480,16 @@ mod frozen {
         let thawed_ms: u128 = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?.trim().parse().ok()?;
         let after_ms = super::wall_ms().checked_sub(thawed_ms)?;
         (after_ms <= u128::from(THAW_BOUND_MS)).then_some(after_ms)
+    }
+
+    /// Whether this process was frozen with its node, which thawed no more than
+    /// `THAW_BOUND_MS` ago: it was born before the thaw, by more than the kernel's count
+    /// can blur (a process started after it runs as any other).
+    pub fn lived_through_a_thaw(dir: &Path, node: &str) -> bool {
+        const BIRTH_BLUR_MS: u128 = 100;
+        let Some(after_ms) = thawed_within_bound(dir, node) else { return false };
+        let thawed_ms = super::wall_ms().saturating_sub(after_ms);
+        crate::procfs::born_wall_ms(std::process::id()).is_some_and(|born| u128::from(born) + BIRTH_BLUR_MS < thawed_ms)
     }
 
     /// Waits while every process holding a lock on file `id` is frozen with its node (as
@@ -750,9 +790,14 @@ pub fn run_misbehaving(
         if resume_failed {
             append(&dir.join("violations"), &format!("told to resume, but its checkpoint is unreadable ({who})"));
         }
-        if !resume && gang_checkpoint_exists() {
-            let v = format!("started from zero although every rank wrote a checkpoint in one attempt ({who})");
-            append(&dir.join("violations"), &v);
+        if !resume && let Some(theirs) = gang_checkpoint_attempt() {
+            match saved_as_its_node_thawed(dir, &theirs) {
+                Some(before_ms) => append(&dir.join("redone"), &format!("{} {theirs} {before_ms}", who_fields())),
+                None => {
+                    let v = format!("started from zero although every rank wrote a checkpoint in one attempt ({who})");
+                    append(&dir.join("violations"), &v);
+                }
+            }
         }
         // The wall clock, shared with the chaos harness on the same machine: it orders a
         // start against the harness's client operations (a start after a cancel) and the

@@ -743,3 +743,45 @@ fn a_start_waits_for_another_rank_of_an_older_attempt_frozen_with_its_node() {
     let waits = std::fs::read_to_string(witness.path().join("waits")).unwrap();
     assert!(waits.starts_with("frozen-gang 2 1 n1 "), "{waits}");
 }
+
+/// Chaos seed 21001: an attempt frozen with its node near its end ran its last step at the
+/// thaw and saved, after the next attempt, launched elsewhere, had looked for a checkpoint:
+/// that one started from zero beside a complete checkpoint. A save by a process that lived
+/// through its node's thaw is recorded (`thawed-saves`), and a start from zero beside such a
+/// save made just before it was born is work redone (`redone`), not a violation; beside a
+/// save of a process started after the thaw it still is.
+#[test]
+fn a_start_from_zero_beside_a_checkpoint_saved_in_a_thaws_moment_is_work_redone() {
+    let witness = tempfile::tempdir().unwrap();
+    let ckpt = witness.path().join("ckpt");
+    let read = |name: &str| std::fs::read_to_string(witness.path().join(name)).unwrap_or_default();
+    let now_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let saved = |job: &str, thaw_first: bool| {
+        if thaw_first {
+            std::fs::write(witness.path().join("thawed-n1"), format!("{}\n", now_ms())).unwrap();
+        }
+        let mut c = witnessed_steps(witness.path(), &ckpt.join(job), job, 1, "0", "100000");
+        let mut older = c.stdout(Stdio::piped()).spawn().unwrap();
+        let mut lines = BufReader::new(older.stdout.take().unwrap()).lines();
+        read_until(&mut lines, |l| l == "step 1");
+        if !thaw_first {
+            // Frozen a while before the thaw, as a process its node's freeze caught.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            std::fs::write(witness.path().join("thawed-n1"), format!("{}\n", now_ms())).unwrap();
+        }
+        signal(older.id(), libc::SIGUSR1);
+        assert!(older.wait().unwrap().success());
+        witnessed_steps(witness.path(), &ckpt.join(job), job, 2, "0", "1").output().unwrap().status.code()
+    };
+    assert_eq!(saved("thawed", false), Some(0), "{}", read("violations"));
+    assert!(read("thawed-saves").starts_with("thawed 1 0 n1 "), "{}", read("thawed-saves"));
+    assert!(read("redone").starts_with("thawed 2 0 n1 1 "), "{}", read("redone"));
+    assert_eq!(read("violations"), "");
+
+    assert_eq!(saved("after", true), Some(0));
+    assert_eq!(read("thawed-saves").lines().count(), 1, "a process started after the thaw: {}", read("thawed-saves"));
+    assert_eq!(
+        read("violations"),
+        "started from zero although every rank wrote a checkpoint in one attempt (after attempt 2 rank 0)\n"
+    );
+}
