@@ -13,6 +13,12 @@ const MAX_RUNS: u64 = 32;
 /// Between the starts of two runs of `--runs`: clusters that start together on a small
 /// machine elect their leaders slowly.
 const STAGGER_MS: u64 = 3_000;
+/// How often `--runs` looks whether its runs have ended, while it also waits for a signal.
+const WAIT_POLL_MS: u64 = 200;
+/// The exit status of a run stopped by a signal (128 + SIGTERM's number, as a shell says).
+const STOPPED_EXIT: u8 = 143;
+/// Bound on ending a stopped run's tasks once its cluster is torn down.
+const SHUTDOWN_S: u64 = 5;
 
 #[derive(Parser, Debug)]
 #[command(name = "baton-chaos", about = "Inject faults into a local baton cluster and check its promises")]
@@ -329,11 +335,30 @@ fn one(args: &Args, baton: PathBuf) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let report = match rt.block_on(baton_chaos::run(&cfg)) {
-        Ok(report) => report,
-        Err(e) => {
+    // A stop signal drops the run, and with it the cluster: its processes killed, its
+    // namespaces and slow disks removed (each process of the cluster leads a session of its
+    // own, so a terminal's Ctrl-C reaches none of them).
+    let mut signals = {
+        let _in = rt.enter();
+        StopSignals::new()
+    };
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            r = baton_chaos::run(&cfg) => Ok(r),
+            sig = signals.first() => Err(sig),
+        }
+    });
+    let report = match outcome {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
+        }
+        Err(sig) => {
+            // The run's spawned tasks end with the runtime; none should take long.
+            rt.shutdown_timeout(std::time::Duration::from_secs(SHUTDOWN_S));
+            eprintln!("chaos: stopped by {sig}; the cluster is torn down, no report");
+            return ExitCode::from(STOPPED_EXIT);
         }
     };
     print!("{report}");
@@ -405,6 +430,18 @@ fn many(args: &Args, baton: &Path) -> ExitCode {
         args.seed + args.runs - 1,
         out.display()
     );
+    // Caught from here on: a signal while the runs start is passed on once they have.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut signals = {
+        let _in = rt.enter();
+        StopSignals::new()
+    };
     let mut children = Vec::new();
     for seed in args.seed..args.seed + args.runs {
         if seed != args.seed {
@@ -435,6 +472,7 @@ fn many(args: &Args, baton: &Path) -> ExitCode {
             }
         }
     }
+    let stopped_by = wait_for_runs(&rt, &mut signals, &mut children);
     let mut total = Tally::default();
     for (seed, json, mut child) in children {
         let status = child.wait();
@@ -447,7 +485,65 @@ fn many(args: &Args, baton: &Path) -> ExitCode {
     }
     print!("{total}");
     println!("each run's output and counts: {}", out.display());
+    if let Some(sig) = stopped_by {
+        eprintln!("chaos: stopped by {sig}; every run was told to stop and tore its cluster down");
+        return ExitCode::from(STOPPED_EXIT);
+    }
     if total.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Waits for every run of `--runs` to end. A stop signal (SIGTERM, SIGINT) is passed on to
+/// each run still going, which then tears its cluster down: the name of the signal, if one
+/// came.
+fn wait_for_runs(
+    rt: &tokio::runtime::Runtime,
+    signals: &mut StopSignals,
+    children: &mut [(u64, PathBuf, std::process::Child)],
+) -> Option<&'static str> {
+    rt.block_on(async {
+        let mut stopped_by = None;
+        loop {
+            let running: Vec<u32> =
+                children.iter_mut().filter_map(|(_, _, c)| matches!(c.try_wait(), Ok(None)).then(|| c.id())).collect();
+            if running.is_empty() {
+                return stopped_by;
+            }
+            tokio::select! {
+                sig = signals.first(), if stopped_by.is_none() => {
+                    eprintln!("chaos: {sig}: telling {} runs to stop", running.len());
+                    for pid in running {
+                        // SAFETY: kill signals our own child, not yet reaped (so its pid is
+                        // not reused).
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                    }
+                    stopped_by = Some(sig);
+                }
+                () = tokio::time::sleep(std::time::Duration::from_millis(WAIT_POLL_MS)) => {}
+            }
+        }
+    })
+}
+
+/// SIGTERM and SIGINT, caught from its making (inside a runtime) on; `None` where they
+/// cannot be, and then `first` never ends.
+struct StopSignals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn new() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        StopSignals(signal(SignalKind::terminate()).ok().zip(signal(SignalKind::interrupt()).ok()))
+    }
+
+    /// The first of them to come, by name.
+    async fn first(&mut self) -> &'static str {
+        let Some((term, int)) = &mut self.0 else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    }
 }
 
 fn sum(files: &[PathBuf]) -> ExitCode {
