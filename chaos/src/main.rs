@@ -328,19 +328,11 @@ fn one(args: &Args, baton: PathBuf) -> ExitCode {
         (false, false, true, _) => baton_chaos::faults::Mix::Cuts,
         (false, false, false, false) => baton_chaos::faults::Mix::All,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     // A stop signal drops the run, and with it the cluster: its processes killed, its
     // namespaces and slow disks removed (each process of the cluster leads a session of its
     // own, so a terminal's Ctrl-C reaches none of them).
-    let mut signals = {
-        let _in = rt.enter();
-        StopSignals::new()
+    let Some((rt, mut signals)) = runtime_with_signals(tokio::runtime::Builder::new_multi_thread()) else {
+        return ExitCode::FAILURE;
     };
     let outcome = rt.block_on(async {
         tokio::select! {
@@ -431,16 +423,8 @@ fn many(args: &Args, baton: &Path) -> ExitCode {
         out.display()
     );
     // Caught from here on: a signal while the runs start is passed on once they have.
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut signals = {
-        let _in = rt.enter();
-        StopSignals::new()
+    let Some((rt, mut signals)) = runtime_with_signals(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
     };
     let mut children = Vec::new();
     for seed in args.seed..args.seed + args.runs {
@@ -522,6 +506,23 @@ fn wait_for_runs(
             }
         }
     })
+}
+
+/// A runtime from `builder`, and the stop signals caught from now on; `None` (said) when it
+/// cannot start.
+fn runtime_with_signals(mut builder: tokio::runtime::Builder) -> Option<(tokio::runtime::Runtime, StopSignals)> {
+    let rt = match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return None;
+        }
+    };
+    let signals = {
+        let _in = rt.enter();
+        StopSignals::new()
+    };
+    Some((rt, signals))
 }
 
 /// SIGTERM and SIGINT, caught from its making (inside a runtime) on; `None` where they

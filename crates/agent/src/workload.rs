@@ -422,27 +422,45 @@ mod frozen {
         if !holder_frozen() {
             return Err(None);
         }
+        let look = || match super::try_lock(f) {
+            true => Look::Free,
+            false => Look::Held { frozen: holder_frozen() },
+        };
+        wait_while_frozen(look, "older").map_err(Some)
+    }
+
+    /// What a waiting start sees of the lock it waits for.
+    enum Look {
+        Free,
+        Held { frozen: bool },
+    }
+
+    /// Polls `look` until the lock is free while its holders stay frozen with their node;
+    /// `Err` once they ran on past `THAW_BOUND_MS` after the thaw, or stayed frozen past the
+    /// wait's bound (`which`: how the message names them).
+    fn wait_while_frozen(mut look: impl FnMut() -> Look, which: &str) -> Result<Waited, String> {
         let start = Instant::now();
         let mut thawed: Option<Instant> = None;
         loop {
-            if super::try_lock(f) {
-                let after_thaw_ms = thawed.map_or(0, |t| t.elapsed().as_millis() as u64);
-                let frozen_ms = (start.elapsed().as_millis() as u64).saturating_sub(after_thaw_ms);
-                return Ok(Waited { frozen_ms, after_thaw_ms });
-            }
-            match (holder_frozen(), thawed) {
+            let frozen = match look() {
+                Look::Free => {
+                    let after_thaw_ms = thawed.map_or(0, |t| t.elapsed().as_millis() as u64);
+                    let frozen_ms = (start.elapsed().as_millis() as u64).saturating_sub(after_thaw_ms);
+                    return Ok(Waited { frozen_ms, after_thaw_ms });
+                }
+                Look::Held { frozen } => frozen,
+            };
+            match (frozen, thawed) {
                 (true, _) => thawed = None,
                 (false, None) => thawed = Some(Instant::now()),
                 (false, Some(t)) if t.elapsed() > Duration::from_millis(THAW_BOUND_MS) => {
-                    return Err(Some(format!(
-                        "the older one ran on {} ms after its node thawed",
-                        t.elapsed().as_millis()
-                    )));
+                    let ms = t.elapsed().as_millis();
+                    return Err(format!("the {which} one ran on {ms} ms after its node thawed"));
                 }
                 (false, Some(_)) => {}
             }
             if start.elapsed() > Duration::from_millis(MAX_WAIT_MS) {
-                return Err(Some(format!("the older one stayed frozen with its node for {MAX_WAIT_MS} ms")));
+                return Err(format!("the {which} one stayed frozen with its node for {MAX_WAIT_MS} ms"));
             }
             std::thread::sleep(Duration::from_millis(POLL_MS));
         }
@@ -515,31 +533,11 @@ mod frozen {
         if !all_frozen(&first) {
             return Err(None);
         }
-        let start = Instant::now();
-        let mut thawed: Option<Instant> = None;
-        loop {
-            let now = holders();
-            if now.is_empty() {
-                let after_thaw_ms = thawed.map_or(0, |t| t.elapsed().as_millis() as u64);
-                let frozen_ms = (start.elapsed().as_millis() as u64).saturating_sub(after_thaw_ms);
-                return Ok(Some(Waited { frozen_ms, after_thaw_ms }));
-            }
-            match (all_frozen(&now), thawed) {
-                (true, _) => thawed = None,
-                (false, None) => thawed = Some(Instant::now()),
-                (false, Some(t)) if t.elapsed() > Duration::from_millis(THAW_BOUND_MS) => {
-                    return Err(Some(format!(
-                        "the other one ran on {} ms after its node thawed",
-                        t.elapsed().as_millis()
-                    )));
-                }
-                (false, Some(_)) => {}
-            }
-            if start.elapsed() > Duration::from_millis(MAX_WAIT_MS) {
-                return Err(Some(format!("the other one stayed frozen with its node for {MAX_WAIT_MS} ms")));
-            }
-            std::thread::sleep(Duration::from_millis(POLL_MS));
-        }
+        let look = || match holders() {
+            now if now.is_empty() => Look::Free,
+            now => Look::Held { frozen: all_frozen(&now) },
+        };
+        wait_while_frozen(look, "other").map(Some).map_err(Some)
     }
 
     /// The attempt `holder` names (the last to take the job's lock), when newer than this
