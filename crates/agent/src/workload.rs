@@ -411,13 +411,18 @@ mod frozen {
         pub after_thaw_ms: u64,
     }
 
-    /// Waits until `f`'s lock is free while its holder (named in `holder`) is frozen with
-    /// its node; `Err(None)`: the holder runs (two attempts at once), `Err(Some(why))`: it
-    /// was frozen but outlived its thaw or the wait's bound.
+    /// Waits until `f`'s lock is free while its holder is frozen with its node: the one
+    /// `holder` names, or every process `/proc/locks` names (a holder frozen after it took
+    /// the lock and before it named itself left `holder` empty, and the next attempt
+    /// reported two at once: chaos seed 21504); `Err(None)`: the holder runs (two attempts
+    /// at once), `Err(Some(why))`: it was frozen but outlived its thaw or the wait's bound.
     pub fn wait_for_lock(f: &File, holder: &Path) -> Result<Waited, Option<String>> {
+        use std::os::unix::fs::MetadataExt;
+        let id = f.metadata().ok().map(|m| crate::procfs::file_id(m.dev(), m.ino()));
         let holder_frozen = || {
             let text = std::fs::read_to_string(holder).unwrap_or_default();
-            text.split_whitespace().next().is_some_and(|dir| node_frozen(Path::new(dir)))
+            let named = text.split_whitespace().next().is_some_and(|dir| node_frozen(Path::new(dir)));
+            named || id.is_some_and(|id| holders_frozen(&lock_holders(id)))
         };
         if !holder_frozen() {
             return Err(None);
@@ -516,28 +521,29 @@ mod frozen {
     /// (or is gone from /proc while its lock lives on in a child: it cannot be told frozen),
     /// `Err(Some(why))` when frozen ones outlived their thaw or the wait's bound.
     pub fn wait_for_holders(id: crate::procfs::FileId) -> Result<Option<Waited>, Option<String>> {
-        let holders = || {
-            let text = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-            crate::procfs::lock_holders(&text)
-                .into_iter()
-                .filter(|(f, _)| *f == id)
-                .map(|(_, pid)| pid)
-                .collect::<Vec<_>>()
-        };
-        let all_frozen =
-            |pids: &[u32]| pids.iter().all(|pid| crate::cgroup::v2_dir_of(*pid).is_some_and(|d| node_frozen(&d)));
-        let first = holders();
+        let first = lock_holders(id);
         if first.is_empty() {
             return Ok(None);
         }
-        if !all_frozen(&first) {
+        if !holders_frozen(&first) {
             return Err(None);
         }
-        let look = || match holders() {
+        let look = || match lock_holders(id) {
             now if now.is_empty() => Look::Free,
-            now => Look::Held { frozen: all_frozen(&now) },
+            now => Look::Held { frozen: holders_frozen(&now) },
         };
         wait_while_frozen(look, "other").map(Some).map_err(Some)
+    }
+
+    /// The processes `/proc/locks` names as holding a lock on file `id`.
+    fn lock_holders(id: crate::procfs::FileId) -> Vec<u32> {
+        let text = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+        crate::procfs::lock_holders(&text).into_iter().filter(|(f, _)| *f == id).map(|(_, pid)| pid).collect()
+    }
+
+    /// Whether there are holders and every one is frozen with its node.
+    fn holders_frozen(pids: &[u32]) -> bool {
+        !pids.is_empty() && pids.iter().all(|pid| crate::cgroup::v2_dir_of(*pid).is_some_and(|d| node_frozen(&d)))
     }
 
     /// The attempt `holder` names (the last to take the job's lock), when newer than this

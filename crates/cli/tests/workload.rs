@@ -575,6 +575,9 @@ fn a_start_waits_for_an_older_attempt_frozen_with_its_node_and_reports_a_suspend
     let replica = node.child("replica");
     let mut first = witnessed_in(&replica, witness.path(), "frozen", "0");
     std::fs::write(node.0.join("cgroup.freeze"), "1").unwrap();
+    // Frozen after it took the lock and before it named itself (chaos seed 21504): the
+    // lock's holder, from /proc/locks, is still found frozen with its node.
+    std::fs::write(witness.path().join("job-frozen-0.holder"), "").unwrap();
     let mut second =
         witnessed_steps(witness.path(), &witness.path().join("ckpt"), "frozen", 2, "1", "1").spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
