@@ -178,8 +178,8 @@ fn load() -> Result<u64, String> {
     step.parse().map_err(|_| format!("{}: not a step number: {:?}", path.display(), text.trim()))
 }
 
-/// Every rank of the gang wrote a checkpoint in the same attempt: the job has a whole
-/// checkpoint to resume from.
+/// The attempt in which every rank of the gang wrote a checkpoint, if one did: the job has
+/// a whole checkpoint to resume from.
 fn gang_checkpoint_attempt() -> Option<String> {
     let world: u32 = env("BATON_WORLD_SIZE").parse().unwrap_or(1);
     let attempts: Vec<String> = (0..world)
@@ -188,7 +188,8 @@ fn gang_checkpoint_attempt() -> Option<String> {
             text.split_whitespace().nth(1).map(str::to_string)
         })
         .collect::<Option<_>>()?;
-    attempts.windows(2).all(|w| w[0] == w[1]).then(|| attempts.first().cloned()).flatten()
+    let first = attempts.first()?.clone();
+    attempts.iter().all(|a| *a == first).then_some(first)
 }
 
 /// How long the agent's look for a checkpoint to resume from may come before the process
