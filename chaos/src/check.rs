@@ -102,6 +102,9 @@ pub struct Evidence<'a> {
     /// and the nodes the harness fixed after one.
     pub unkillable: bool,
     pub repairs: &'a [crate::unkillable::Repair],
+    /// The most committed replica's history, read after the replicas were stopped, or why
+    /// it could not be (`crate::commit`).
+    pub commit: &'a Result<crate::commit::Commit, String>,
 }
 
 pub struct Report {
@@ -142,6 +145,10 @@ pub struct Report {
     /// (the job's bounded event history no longer holds the attempt's placement).
     pub placements_judged: usize,
     pub placements_unjudged: usize,
+    /// Starts judged against the state their directive was computed from, replayed from the
+    /// commit (`crate::commit`), and those that could not be (a snapshot compacted it).
+    pub commit_judged: usize,
+    pub commit_unjudged: usize,
     /// Preemptions that ended, and the longest of them past its grace (job, ms).
     pub preemptions_ended: usize,
     /// Jobs suspended in place (`Suspended` events), and of those resumed in place.
@@ -200,6 +207,14 @@ impl Report {
         };
         let placed = placed_before_start(&starts, e.events, tolerance);
         violations.extend(placed.violations);
+        let committed = match e.commit {
+            Ok(commit) => crate::commit::judge(&starts, commit),
+            Err(why) => crate::commit::Judged {
+                violations: vec![format!("the commit could not be read, so no start was held against it: {why}")],
+                ..Default::default()
+            },
+        };
+        violations.extend(committed.violations);
         let faults_ms: Vec<u64> = e.faults.iter().map(|f| f.at_ms).collect();
         let stops = preemptions_end(e.jobs, e.events, e.preemption_bound_ms, &faults_ms, clock_spread_ms(&offsets_s));
         violations.extend(stops.violations);
@@ -228,6 +243,9 @@ impl Report {
             placed_on_unhealthy(e.gpu_faults, &read_gpus(e.witness, &mut violations), e.events, tolerance.agent_ms);
         violations.extend(on_bad.violations);
         violations.extend(vacuous(e, resumed));
+        if !starts.is_empty() && committed.judged == 0 {
+            violations.push("the run proved nothing against the commit: no start was judged there".into());
+        }
         Report {
             seconds: e.seconds,
             contained: e.contained,
@@ -252,6 +270,8 @@ impl Report {
             history: history::summary(e.ops, cancels.raced),
             placements_judged: placed.judged,
             placements_unjudged: placed.unjudged,
+            commit_judged: committed.judged,
+            commit_unjudged: committed.unjudged,
             preemptions_ended: stops.ended,
             suspensions: suspended.suspensions,
             resumed_in_place: suspended.resumed,
@@ -375,6 +395,9 @@ pub struct WitnessedStart {
     /// When the process began by the kernel's count (its start time, on the machine's
     /// clock), if the record says.
     pub kernel_born_ms: Option<u64>,
+    /// The replicated state that asked for it, by its count of applied commands
+    /// (`BATON_STATE_INDEX`), if the record says: `crate::commit` finds it placed there.
+    pub state_index: Option<u64>,
 }
 
 /// How far a process's birth and a leader's stamp may be apart: `machine_ms` for a birth on
@@ -406,24 +429,28 @@ impl WitnessedStart {
     }
 }
 
-/// `DIR/starts`: `job attempt rank node first-step at-ms how launched-ms born-ms` (`how`:
-/// `resume` or `fresh`; `launched-ms`: `-` when the agent did not say; `born-ms`, the
-/// kernel's, `-` when /proc did not say; older records end earlier).
+/// `DIR/starts`: `job attempt rank node first-step at-ms how launched-ms born-ms
+/// state-index` (`how`: `resume` or `fresh`; `launched-ms`: `-` when the agent did not say;
+/// `born-ms`, the kernel's, `-` when /proc did not say; `state-index`, `-` when the agent did
+/// not say; older records end earlier).
 fn read_starts(witness: &Path, violations: &mut Vec<String>) -> Vec<WitnessedStart> {
     read_records(&witness.join("starts"), "start", violations, |f| {
         let (job, attempt, rank, node, first, at_ms) =
             (f.first()?, f.get(1)?, f.get(2)?, f.get(3)?, f.get(4)?, f.get(5)?);
         let first_step = first.parse().ok()?;
-        let (resume, launched_ms, kernel_born_ms) = match f.get(6..)? {
-            [] => (first_step > 0, None, None),
-            [how] => (resume_of(how)?, None, None),
-            [how, launched] => (resume_of(how)?, launched_of(launched)?, None),
-            [how, launched, born] => (resume_of(how)?, launched_of(launched)?, launched_of(born)?),
+        let (resume, launched_ms, kernel_born_ms, state_index) = match f.get(6..)? {
+            [] => (first_step > 0, None, None, None),
+            [how] => (resume_of(how)?, None, None, None),
+            [how, launched] => (resume_of(how)?, launched_of(launched)?, None, None),
+            [how, launched, born] => (resume_of(how)?, launched_of(launched)?, launched_of(born)?, None),
+            [how, launched, born, index] => {
+                (resume_of(how)?, launched_of(launched)?, launched_of(born)?, launched_of(index)?)
+            }
             _ => return None,
         };
         let start = Start { job: job.to_string(), attempt: attempt.parse().ok()?, at_ms: at_ms.parse().ok()? };
         let (rank, node) = (rank.to_string(), node.to_string());
-        Some(WitnessedStart { start, rank, node, first_step, resume, launched_ms, kernel_born_ms })
+        Some(WitnessedStart { start, rank, node, first_step, resume, launched_ms, kernel_born_ms, state_index })
     })
 }
 
@@ -437,6 +464,7 @@ fn resume_of(how: &str) -> Option<bool> {
 
 /// `Some(None)` for `-`; `None` (a malformed record) for anything but `-` or a number.
 /// Read for both stamps of a start (the launch, the kernel's birth).
+/// A number, or `-` for none.
 fn launched_of(field: &str) -> Option<Option<u64>> {
     if field == "-" { Some(None) } else { field.parse().ok().map(Some) }
 }
@@ -1138,9 +1166,11 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "checks: {} starts judged against their committed placement ({} not: history too short); {} preemptions ended{}; {} suspended in place, {} of them resumed in place with no new process; {} resumes against the newest checkpoint; {} successes against their steps",
+            "checks: {} starts judged against their committed placement ({} not: history too short); {} against the state their directive was computed from, replayed from the commit ({} not: compacted or unnamed); {} preemptions ended{}; {} suspended in place, {} of them resumed in place with no new process; {} resumes against the newest checkpoint; {} successes against their steps",
             self.placements_judged,
             self.placements_unjudged,
+            self.commit_judged,
+            self.commit_unjudged,
             self.preemptions_ended,
             match &self.longest_past_grace {
                 Some((job, ms)) => format!(" (longest past its grace: {job}, {ms} ms)"),
@@ -1197,6 +1227,7 @@ mod tests {
         let events = BTreeMap::new();
         let quiet = Quiescence::default();
         let idle = [landed(Moment::Idle), landed(Moment::Idle)];
+        let no_commit = Ok(crate::commit::Commit::empty());
         let evidence = |seconds, faults| Evidence {
             seconds,
             mix: Mix::All,
@@ -1218,6 +1249,7 @@ mod tests {
             leader_clocks: false,
             unkillable: false,
             repairs: &[],
+            commit: &no_commit,
         };
         let v = vacuous(&evidence(MIN_SECONDS_FOR_MOMENTS, &idle), 1);
         assert_eq!(v, ["the run proved nothing: no fault landed in a non-idle protocol state"]);
@@ -1392,6 +1424,7 @@ mod tests {
             resume: false,
             launched_ms: None,
             kernel_born_ms: None,
+            state_index: None,
         }
     }
 
@@ -1464,6 +1497,7 @@ mod tests {
         let born = |launched_ms: u64, kernel_ms: Option<u64>| WitnessedStart {
             launched_ms: Some(launched_ms),
             kernel_born_ms: kernel_ms,
+            state_index: None,
             ..start("sleepy-1", 1, "0", "n1", 13_500)
         };
         // Born 3 s into the suspension, launched on an agent clock 5 s behind: within the
@@ -1607,6 +1641,7 @@ mod tests {
             resume: true,
             launched_ms: None,
             kernel_born_ms: None,
+            state_index: None,
             ..start("a", attempt, rank, "n1", at_ms)
         };
         let fine = [
@@ -1639,6 +1674,7 @@ mod tests {
             resume: true,
             launched_ms: None,
             kernel_born_ms: None,
+            state_index: None,
             ..start(job, 2, "0", "n1", 200)
         };
         let fine = [resumed(late, 10), resumed(late, 11)];
@@ -1739,6 +1775,7 @@ mod tests {
     /// witness records, with no clock offset.
     fn judged(witness: &Path, ops: &[Op], jobs: &[Job], events: &BTreeMap<String, Vec<Event>>) -> Vec<String> {
         let (none, quiet) = (BTreeSet::new(), Quiescence::default());
+        let commit = Ok(crate::commit::Commit::empty());
         let evidence = Evidence {
             seconds: 1,
             mix: Mix::All,
@@ -1761,6 +1798,7 @@ mod tests {
             leader_clocks: false,
             unkillable: false,
             repairs: &[],
+            commit: &commit,
         };
         Report::judge(&evidence).violations
     }

@@ -726,6 +726,19 @@ impl Cluster {
         self.replicas[i].kill();
     }
 
+    /// SIGKILLs every replica: what each has made durable stays on disk for a reader.
+    pub fn kill_replicas(&mut self) {
+        for r in &mut self.replicas {
+            r.kill();
+        }
+    }
+
+    /// Each replica's data directory (its `--data-dir`), in replica order.
+    pub fn replica_data_dirs(&self) -> Vec<PathBuf> {
+        let dir_of = |r: &Proc| r.args.iter().skip_while(|a| *a != "--data-dir").nth(1).map(PathBuf::from);
+        self.replicas.iter().filter_map(dir_of).collect()
+    }
+
     /// Starts replica `i` again on its data directory.
     pub fn start_replica(&mut self, i: usize) {
         let baton = self.baton.clone();

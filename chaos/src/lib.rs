@@ -30,6 +30,8 @@
 //!   (processes as the model says, replicas at one state and index), Succeeded jobs ran all
 //!   their steps, resumes from the newest checkpoint, and the run was not vacuous (faults
 //!   happened, jobs resumed from checkpoints, faults landed in non-idle protocol states).
+//! - `commit`: the placement check against the commit: a stopped replica's raft log replayed
+//!   to the state index each start names, where its attempt must run that rank on that node.
 //! - `run`: the whole run.
 //! - `slot`: what one cluster holds for itself (loopback ports, a subnet, names), so that
 //!   several runs at once on one machine do not interfere.
@@ -40,6 +42,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod commit;
 pub mod disk;
 pub mod faults;
 pub mod freeze;

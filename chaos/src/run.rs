@@ -285,6 +285,9 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
     let quiescence = crate::observe::quiescence(&c, &witness, c.servers.addrs.len()).await;
     let events = crate::observe::events_of(&c, &jobs).await;
     let events_read_ms = now_ms();
+    // The replicas are done with: stopped, so their logs can be read (each holds its store).
+    c.kill_replicas();
+    let commit = crate::commit::read_most_committed(&c.replica_data_dirs()).await;
     // A clock that runs at another rate has drifted off by the end: the checks that allow
     // for wall clocks apart count that as an offset.
     let drifted_s = drifted_offsets_s(&timing.clock_rates_permille, cluster_started.elapsed());
@@ -311,6 +314,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         leader_clocks,
         unkillable: freezer.is_some(),
         repairs: &repairs,
+        commit: &commit,
     });
     if cfg.keep_dir || !report.ok() {
         // Kept for a post-mortem: the replicas' and agents' logs, the witness records.

@@ -60,6 +60,12 @@ pub struct Tally {
     pub nodes_fixed: u64,
     #[serde(default)]
     pub thawed: u64,
+    /// Starts held against the commit at the state index their directive named, and those
+    /// that could not be (absent from the files of runs made before the check).
+    #[serde(default)]
+    pub commit_judged: u64,
+    #[serde(default)]
+    pub commit_unjudged: u64,
     /// Each violation, after the seed of its run.
     pub violations: Vec<String>,
 }
@@ -96,6 +102,8 @@ impl Tally {
             misbehaving: report.misbehaving.iter().map(|(w, c)| (w.to_string(), n(*c))).collect(),
             nodes_fixed: n(report.repaired_nodes),
             thawed: n(report.thawed),
+            commit_judged: n(report.commit_judged),
+            commit_unjudged: n(report.commit_unjudged),
             violations: report.violations.iter().map(|v| format!("seed {seed}: {v}")).collect(),
         };
         t.runs.push(RunLine {
@@ -152,6 +160,8 @@ impl Tally {
         }
         self.nodes_fixed += other.nodes_fixed;
         self.thawed += other.thawed;
+        self.commit_judged += other.commit_judged;
+        self.commit_unjudged += other.commit_unjudged;
         self.violations.extend(other.violations.iter().cloned());
     }
 
@@ -245,6 +255,11 @@ impl fmt::Display for Tally {
             self.redone,
             self.suspensions,
             self.resumed_in_place
+        )?;
+        writeln!(
+            f,
+            "starts held against the commit at their directive's state: {} ({} could not be: compacted or unnamed)",
+            self.commit_judged, self.commit_unjudged
         )?;
         if !self.misbehaving.is_empty() {
             let ways: Vec<String> = self.misbehaving.iter().map(|(w, c)| format!("{c} {w}")).collect();

@@ -243,6 +243,8 @@ pub struct LaunchDirs<'a> {
     pub cgroup: Option<crate::cgroup::ReplicaCgroup>,
     /// Its GPUs by device index and its MIG slices.
     pub given: &'a crate::devices::Given,
+    /// The state index of the directive that asked for this start (`BATON_STATE_INDEX`).
+    pub state_index: u64,
 }
 
 /// A job's checkpoint directory, keyed by its id: a name is reused once its job ended, and a
@@ -404,7 +406,7 @@ fn host_env() -> impl Iterator<Item = (&'static str, std::ffi::OsString)> {
 pub fn replica_env(
     a: &Assignment,
     resume: bool,
-    node: &str,
+    dirs: &LaunchDirs<'_>,
     checkpoint_dir: &Path,
     rank_checkpoint_dir: &Path,
     signal_name: &str,
@@ -416,7 +418,7 @@ pub fn replica_env(
     env.insert("BATON_JOB_ID".into(), a.job_id.to_string());
     env.insert("BATON_ATTEMPT".into(), a.attempt.to_string());
     env.insert("BATON_RANK".into(), a.rank.to_string());
-    env.insert("BATON_NODE".into(), node.to_string());
+    env.insert("BATON_NODE".into(), dirs.node.to_string());
     env.insert("BATON_WORLD_SIZE".into(), a.world_size.to_string());
     env.insert("BATON_CHECKPOINT_DIR".into(), checkpoint_dir.display().to_string());
     env.insert("BATON_RANK_CHECKPOINT_DIR".into(), rank_checkpoint_dir.display().to_string());
@@ -425,6 +427,9 @@ pub fn replica_env(
     // after its launch (a suspension) runs its first line much later.
     let launched_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     env.insert("BATON_LAUNCHED_AT_MS".into(), launched_ms.to_string());
+    // What asked for it: the replicated state, by its count of commands, that the directive
+    // was computed from. The start is that state's to justify.
+    env.insert("BATON_STATE_INDEX".into(), dirs.state_index.to_string());
     env.remove("BATON_RESUME");
     if resume {
         env.insert("BATON_RESUME".into(), "1".into());
@@ -543,7 +548,7 @@ fn try_start(
         cmd.current_dir(if Path::new(&w.home).is_dir() { Path::new(&w.home) } else { Path::new("/") });
     }
     let visible = dirs.given.visible();
-    cmd.envs(replica_env(a, resumes(a, &ckpt), dirs.node, &ckpt, &rank_ckpt, signal_name, &visible));
+    cmd.envs(replica_env(a, resumes(a, &ckpt), dirs, &ckpt, &rank_ckpt, signal_name, &visible));
     cmd.envs(dirs.given.mps_env());
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     let drop_to = who.map(|w| (w.uid, w.gid, w.groups));

@@ -102,6 +102,10 @@ pub struct Supervisor {
     /// Replicas the newest directive wants started whose GPUs a replica that is still
     /// stopping holds: they start when it has exited, so no GPU ever runs two processes.
     deferred: BTreeMap<ReplicaKey, Assignment>,
+    /// The state index of the directive whose plan is being carried out, or was last: what
+    /// every start (and every deferred one) was asked for by, told to the replica
+    /// (`BATON_STATE_INDEX`) so a checker can hold the start against the commit.
+    obeyed_index: u64,
     events_tx: mpsc::Sender<ExitEvent>,
     events_rx: mpsc::Receiver<ExitEvent>,
     running_tx: watch::Sender<Vec<Running>>,
@@ -200,6 +204,7 @@ impl Supervisor {
             replicas: BTreeMap::new(),
             waits: JoinSet::new(),
             deferred: BTreeMap::new(),
+            obeyed_index: 0,
             events_tx,
             events_rx,
             running_tx,
@@ -499,6 +504,8 @@ impl Supervisor {
             }
         }
         self.deferred = plan.deferred.iter().filter_map(|k| assignments.get(k).map(|a| (*k, (*a).clone()))).collect();
+        // Every deferred replica is this directive's now: its later start is asked for by it.
+        self.obeyed_index = d.state_index;
         for act in plan.acts {
             self.act(act, &assignments)?;
         }
@@ -824,6 +831,7 @@ impl Supervisor {
             run_as: &self.run_as,
             cgroup: cgroup_of(&self.cgroups, key),
             given: &given,
+            state_index: self.obeyed_index,
         };
         // Live before it starts: its output is on disk from its first instruction, while the
         // start is still being journaled (a sync), and a follow asked for meanwhile waits for

@@ -17,7 +17,8 @@
 //! `DIR/violations` and exits 3. It also records a resume without a readable checkpoint,
 //! and a start from zero although every rank of the gang checkpointed in one attempt (a
 //! checkpoint holds `step attempt`), and appends each start to
-//! `DIR/starts` (`job attempt rank node first-step at-ms`, the last on the wall clock), and
+//! `DIR/starts` (`job attempt rank node first-step at-ms how launched-ms born-ms
+//! state-index`, the times on the wall clock; see `chaos/src/check.rs`), and
 //! the GPUs it was given to `DIR/gpus` (`job attempt rank node gpus`).
 //!
 //! With `--misbehave MODE` it is a job that does not cooperate (the chaos harness's
@@ -816,7 +817,11 @@ pub fn run_misbehaving(
         // And when the kernel says this process began: on the machine's clock, whatever
         // the agent's.
         let born = crate::procfs::born_wall_ms(std::process::id()).map_or("-".to_string(), |ms| ms.to_string());
-        append(&dir.join("starts"), &format!("{} {step} {} {how} {launched} {born}", who_fields(), wall_ms()));
+        // And the replicated state that asked for it: a checker replays the commit to it.
+        let state_index = env("BATON_STATE_INDEX");
+        let state_index = if state_index.is_empty() { "-".to_string() } else { state_index };
+        let fields = format!("{} {step} {} {how} {launched} {born} {state_index}", who_fields(), wall_ms());
+        append(&dir.join("starts"), &fields);
         // The GPUs it was given: no start may be placed on a GPU while it is unhealthy.
         let gpus = env("CUDA_VISIBLE_DEVICES");
         append(&dir.join("gpus"), &format!("{} {}", who_fields(), if gpus.is_empty() { "-" } else { &gpus }));

@@ -86,6 +86,36 @@ async fn run_starts_the_replica_with_its_environment_and_reports_its_exit() {
     agent.shutdown().await.unwrap();
 }
 
+/// A start names the replicated state that asked for it (`BATON_STATE_INDEX`): the chaos
+/// checker holds every start against the commit at that index. A replica that waited for
+/// its GPUs starts under the newest directive that still asks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_told_the_state_index_of_the_directive_it_started_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let _agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let env_of = |job: u64| dir.path().join(format!("env-{job}"));
+    let index_in = |job: u64| {
+        let env = std::fs::read_to_string(env_of(job)).ok()?;
+        env.lines().find_map(|l| l.strip_prefix("BATON_STATE_INDEX=").map(str::to_string))
+    };
+    let slow_to_stop = format!(
+        "env > {0}.tmp; mv {0}.tmp {0}; trap 'sleep 1; exit 0' TERM; while :; do sleep 0.05; done",
+        env_of(1).display()
+    );
+    gw.send_built_at(1, 41, vec![assignment(1, 1, Action::Run, &slow_to_stop)]);
+    let first = wait_for(5, "job 1's environment", || index_in(1)).await;
+    assert_eq!(first, "41");
+    // Job 2 on job 1's GPUs waits for job 1 to stop; meanwhile a newer state asks the same.
+    let mut second = assignment(2, 1, Action::Run, &format!("env > {0}.tmp; mv {0}.tmp {0}", env_of(2).display()));
+    second.gpus = assignment(1, 1, Action::Run, "").gpus;
+    let both = vec![assignment(1, 1, Action::Stop, &slow_to_stop), second];
+    gw.send_built_at(1, 50, both.clone());
+    gw.send_built_at(1, 57, both);
+    let later = wait_for(10, "job 2's environment", || index_in(2)).await;
+    assert_eq!(later, "57", "a deferred start names the directive it started under");
+}
+
 /// A job whose node was lost while its agent stalled: the stalled agent's watchdog saved
 /// every rank as the lease ran out, and no report told the leader. The next attempt finds
 /// the checkpoint in the job's directory and resumes from it, where before it started from
