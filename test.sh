@@ -117,6 +117,9 @@ group "replicas in cgroups (crates/agent/tests/cgroups.rs)" \
 group "processes that survive SIGKILL (crates/agent/tests/unkillable.rs, crates/cli/tests/workload.rs)" \
   "needs root, a writable cgroup v2 hierarchy and the cgroup v1 freezer (a host with hybrid cgroups)" \
   'is_root && have_cgroup2 && have_freezer_v1' -- --workspace --test unkillable --test workload
+group "an escaped process after its job's cancel (tests/e2e: a_job_that_escapes_with_setsid_leaves_nothing_after_its_cancel)" \
+  "needs root and a writable cgroup v2 hierarchy" \
+  'is_root && have_cgroup2' -- --workspace --test e2e a_job_that_escapes_with_setsid_leaves_nothing_after_its_cancel
 group "the partition network (chaos/tests/net.rs)" \
   "needs root, ip (iproute2) and nft (nftables)" \
   'is_root && command -v ip >/dev/null && command -v nft >/dev/null' -- --workspace --test net

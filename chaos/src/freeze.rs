@@ -26,6 +26,16 @@ pub const THAW_BOUND_MS: u64 = baton_agent::workload::THAW_BOUND_MS;
 /// cgroup v1 freezer (an `unkillable` job's) is not counted, SIGKILL cannot end it. A
 /// replica that outlives the bound is a violation in the witness's file.
 pub async fn judge_thaw(c: &Cluster, name: &str, frozen: &FrozenNode) {
+    let bound = Duration::from_millis(THAW_BOUND_MS);
+    if let Some(line) = outlived_thaw(name, frozen, bound).await {
+        eprintln!("chaos: {line}");
+        baton_agent::workload::append(&c.path("witness").join("violations"), &line);
+    }
+}
+
+/// Waits until no replica of `frozen` holds a killable process, or `bound` passed: then
+/// says which still did.
+async fn outlived_thaw(name: &str, frozen: &FrozenNode, bound: Duration) -> Option<String> {
     let start = Instant::now();
     let left = || frozen.replicas.iter().filter(|dir| has_killable_process(dir)).cloned().collect::<Vec<_>>();
     loop {
@@ -36,18 +46,16 @@ pub async fn judge_thaw(c: &Cluster, name: &str, frozen: &FrozenNode) {
                 frozen.replicas.len(),
                 start.elapsed().as_millis()
             );
-            return;
+            return None;
         }
-        if start.elapsed() > Duration::from_millis(THAW_BOUND_MS) {
+        if start.elapsed() > bound {
             let names: Vec<String> = still.iter().map(|d| d.display().to_string()).collect();
-            let line = format!(
-                "replicas of node {name} still had processes {} ms after it thawed (bound {THAW_BOUND_MS} ms): {}",
+            return Some(format!(
+                "replicas of node {name} still had processes {} ms after it thawed (bound {} ms): {}",
                 start.elapsed().as_millis(),
+                bound.as_millis(),
                 names.join(", ")
-            );
-            eprintln!("chaos: {line}");
-            baton_agent::workload::append(&c.path("witness").join("violations"), &line);
-            return;
+            ));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -97,5 +105,40 @@ pub fn say_thawed(witness: &Path, node: &str) {
     let (tmp, path) = (witness.join(format!(".thawed-{node}.tmp")), witness.join(format!("thawed-{node}")));
     if let Err(e) = std::fs::write(&tmp, format!("{now_ms}\n")).and_then(|()| std::fs::rename(&tmp, &path)) {
         eprintln!("chaos: cannot write {}: {e}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A replica cgroup as the thaw sees it: a directory whose `cgroup.procs` lists `pids`.
+    fn replica(root: &Path, name: &str, pids: &[u32]) -> PathBuf {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let procs: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(dir.join("cgroup.procs"), procs).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_thaw_is_judged_by_the_replicas_left_with_a_process_past_the_bound() {
+        let root = tempfile::tempdir().unwrap();
+        let mut live = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let (gone, held) = (replica(root.path(), "1-1-0", &[]), replica(root.path(), "2-1-0", &[live.id()]));
+        let frozen =
+            FrozenNode { root: Some(root.path().to_path_buf()), guards: Vec::new(), replicas: vec![gone, held] };
+        let line = outlived_thaw("n1", &frozen, Duration::from_millis(50)).await;
+        let _ = live.kill();
+        let _ = live.wait();
+        let line = line.expect("a replica with a live process past the bound");
+        assert!(
+            line.starts_with("replicas of node n1 still had processes") && line.contains("(bound 50 ms)"),
+            "{line}"
+        );
+        assert!(line.ends_with("2-1-0"), "only the replica that held one: {line}");
+        // Its process gone (the cgroup lists a pid no longer alive, or none): no verdict.
+        std::fs::write(root.path().join("2-1-0/cgroup.procs"), "").unwrap();
+        assert_eq!(outlived_thaw("n1", &frozen, Duration::from_millis(50)).await, None);
     }
 }

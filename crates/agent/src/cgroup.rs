@@ -666,6 +666,23 @@ mod tests {
         assert!(err.contains("has no cgroup.procs") && err.contains("--containment process-group"), "{err}");
     }
 
+    /// A replica's cgroup that already holds processes (another replica's, come in between the
+    /// agent's scan and this start) is never joined: the two would be killed, frozen and
+    /// counted as one. Its empty twin is reused.
+    #[test]
+    fn a_cgroup_that_holds_processes_is_refused_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let cg = ReplicaCgroup { dir: dir.path().join("7-2-0"), v1: Vec::new(), gpu_minors: BTreeMap::new() };
+        std::fs::create_dir_all(cg.dir()).unwrap();
+        std::fs::write(cg.dir().join("cgroup.procs"), "4242\n").unwrap();
+        let limits = Limits { memory_bytes: 0, cpu_millis: 0, gpus: Vec::new() };
+        let err = cg.create(&limits).unwrap_err();
+        assert!(matches!(&err, CgroupError::Populated { path } if path == cg.dir()), "{err:?}");
+        assert!(err.to_string().contains("still holds processes"), "{err}");
+        std::fs::write(cg.dir().join("cgroup.procs"), "").unwrap();
+        assert_eq!(cg.create(&limits).map(|joins| joins.len()).unwrap(), 1, "the empty one is joined, v2 only");
+    }
+
     #[test]
     fn a_replica_cgroups_name_says_its_replica() {
         assert_eq!(parse_key("12-3-0"), Some(ReplicaKey { job_id: 12, attempt: 3, rank: 0 }));

@@ -159,6 +159,46 @@ fn agent_without_a_usable_cgroup_tree_refuses_unless_the_weaker_mode_is_named() 
     assert!(err.contains("--containment process-group"), "{err}");
 }
 
+/// Issue 31: the weaker mode named as `auto` on a host without a usable cgroup tree runs,
+/// and says so where an operator looks: its log names why, and `/metrics` carries
+/// `baton_agent_process_group_only 1`.
+#[test]
+fn agent_in_auto_mode_without_a_cgroup_tree_says_so_in_its_log_and_metrics() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_cgroup = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["agent", "--insecure", "--run-as-self", "--gpus", "1", "--server", "127.0.0.1:1"])
+        .args(["--containment", "auto", "--metrics-listen", "127.0.0.1:0", "--cgroup-root"])
+        .arg(not_a_cgroup.path())
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = Vec::new();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("the agent ended before serving metrics:\n{}", said.join("\n"))
+        };
+        if let Some(url) = line.strip_prefix("metrics_url=http://") {
+            break url.trim_end_matches("/metrics").to_string();
+        }
+        said.push(line);
+    };
+    let mut conn = std::net::TcpStream::connect(&url).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = said.join("\n");
+    assert!(reply.lines().any(|l| l == "baton_agent_process_group_only 1"), "{reply}");
+    assert!(log.contains("--containment auto: ") && log.contains("holding replicas by process groups only"), "{log}");
+    assert!(log.contains("a process that leaves its group (setsid) escapes stops and kills"), "{log}");
+}
+
 #[test]
 fn agent_refuses_bad_flags_naming_them() {
     let dir = tempfile::tempdir().unwrap();
