@@ -222,7 +222,8 @@ impl Report {
         violations.extend(suspended.violations);
         let checkpoints = read_checkpoints(e.witness, &mut violations);
         let ends = read_ends(e.witness, &mut violations);
-        let (resume_violations, resumes_checked) = resumed_from_newest(&starts, &checkpoints);
+        let thawed_saves = read_thawed_saves(e.witness, &mut violations);
+        let (resume_violations, resumes_checked) = resumed_from_newest(&starts, &checkpoints, &thawed_saves);
         violations.extend(resume_violations);
         violations.extend(checkpointed_after_newer_start(&starts, &checkpoints, WITNESS_SLACK_MS));
         let (step_violations, successes_checked) = succeeded_ran_all_steps(e.jobs, e.events, &ends);
@@ -543,7 +544,18 @@ pub struct WrittenCheckpoint {
 }
 
 fn read_checkpoints(witness: &Path, violations: &mut Vec<String>) -> Vec<WrittenCheckpoint> {
-    read_records(&witness.join("checkpoints"), "checkpoint", violations, |f| match f {
+    read_saves(witness, "checkpoints", violations)
+}
+
+/// `DIR/thawed-saves`, same fields: saves begun by a process its node's thaw ran again,
+/// recorded before the file is written (the kill that follows may come before its
+/// `checkpoints` record, or before the file).
+fn read_thawed_saves(witness: &Path, violations: &mut Vec<String>) -> Vec<WrittenCheckpoint> {
+    read_saves(witness, "thawed-saves", violations)
+}
+
+fn read_saves(witness: &Path, file: &str, violations: &mut Vec<String>) -> Vec<WrittenCheckpoint> {
+    read_records(&witness.join(file), "checkpoint", violations, |f| match f {
         [job, attempt, rank, _node, step, at_ms] => Some(WrittenCheckpoint {
             job: job.to_string(),
             attempt: attempt.parse().ok()?,
@@ -860,16 +872,16 @@ fn timeline(events: &[Event], from_ms: u64, to_ms: u64) -> String {
 /// step of the newest checkpoint that an earlier attempt of the same rank wrote before it
 /// (the records are on one machine's clock; ties go to the later record). Returns the
 /// violations and how many resumes were checked.
-pub fn resumed_from_newest(starts: &[WitnessedStart], checkpoints: &[WrittenCheckpoint]) -> (Vec<String>, usize) {
+pub fn resumed_from_newest(
+    starts: &[WitnessedStart],
+    checkpoints: &[WrittenCheckpoint],
+    thawed_saves: &[WrittenCheckpoint],
+) -> (Vec<String>, usize) {
     let mut violations = Vec::new();
     let mut checked = 0;
     for s in starts.iter().filter(|s| s.resume) {
         checked += 1;
-        let newest = checkpoints
-            .iter()
-            .filter(|c| c.job == s.start.job && c.rank == s.rank && c.attempt < s.start.attempt)
-            .filter(|c| c.at_ms <= s.start.at_ms)
-            .max_by_key(|c| c.at_ms);
+        let newest = checkpoints.iter().filter(|c| resumable(c, s)).max_by_key(|c| c.at_ms);
         let who = format!("{} attempt {} rank {}", s.start.job, s.start.attempt, s.rank);
         match newest {
             None => violations.push(format!("{who} was told to resume, but no earlier attempt wrote a checkpoint")),
@@ -879,6 +891,10 @@ pub fn resumed_from_newest(starts: &[WitnessedStart], checkpoints: &[WrittenChec
             Some(c)
                 if c.step + 1 == s.first_step
                     && crate::load::way_of(&s.start.job) == Some(Misbehave::WriteAfterStop) => {}
+            // A save begun in its node's thaw's moment, after the newest record, whose kill
+            // came between its file and its record (chaos seed 22000): the file is newer.
+            Some(c) if thawed_saves.iter().any(|t| resumable(t, s) && t.at_ms >= c.at_ms && t.step == s.first_step) => {
+            }
             Some(c) if c.step != s.first_step => violations.push(format!(
                 "{who} resumed from step {}, not from the newest checkpoint (step {} of attempt {})",
                 s.first_step, c.step, c.attempt
@@ -887,6 +903,11 @@ pub fn resumed_from_newest(starts: &[WitnessedStart], checkpoints: &[WrittenChec
         }
     }
     (violations, checked)
+}
+
+/// Whether start `s` could resume from save `c`: its rank's, of an earlier attempt, before it.
+fn resumable(c: &WrittenCheckpoint, s: &WitnessedStart) -> bool {
+    c.job == s.start.job && c.rank == s.rank && c.attempt < s.start.attempt && c.at_ms <= s.start.at_ms
 }
 
 /// No attempt of a job lives on once a newer one started: attempt A's checkpoint written at
@@ -1650,16 +1671,31 @@ mod tests {
             resumed(3, "0", 25, 400),
             start("a", 4, "0", "n1", 500),
         ];
-        assert_eq!(resumed_from_newest(&fine, &written), (vec![], 3), "a fresh start is not a resume");
+        assert_eq!(resumed_from_newest(&fine, &written, &[]), (vec![], 3), "a fresh start is not a resume");
         let stale = [resumed(3, "0", 10, 400), resumed(3, "1", 0, 400), resumed(1, "0", 0, 50)];
         assert_eq!(
-            resumed_from_newest(&stale, &written).0,
+            resumed_from_newest(&stale, &written, &[]).0,
             [
                 "a attempt 3 rank 0 resumed from step 10, not from the newest checkpoint (step 25 of attempt 2)",
                 "a attempt 3 rank 1 resumed from step 0, not from the newest checkpoint (step 12 of attempt 1)",
                 "a attempt 1 rank 0 was told to resume, but no earlier attempt wrote a checkpoint",
             ]
         );
+    }
+
+    /// Chaos seed 22000: attempt 2, frozen with its node, saved step 54 as the thaw ran it
+    /// again and was killed between the file and its record; attempt 4 resumed from 54, the
+    /// newest file. A save begun in a thaw's moment (`thawed-saves`) after the newest record
+    /// is a checkpoint a resume may come from; one before it, or of another step, is not.
+    #[test]
+    fn a_resume_may_come_from_a_save_begun_in_a_thaws_moment() {
+        let written = [ckpt("a", 1, "0", 43, 100)];
+        let thawed = [ckpt("a", 2, "0", 54, 300), ckpt("a", 1, "0", 40, 50)];
+        let resumed = |first_step| WitnessedStart { first_step, resume: true, ..start("a", 4, "0", "n1", 400) };
+        assert_eq!(resumed_from_newest(&[resumed(54)], &written, &thawed), (vec![], 1));
+        assert_eq!(resumed_from_newest(&[resumed(43)], &written, &thawed), (vec![], 1), "its file may not be there");
+        assert_eq!(resumed_from_newest(&[resumed(40)], &written, &thawed).0.len(), 1, "older than the newest record");
+        assert_eq!(resumed_from_newest(&[resumed(54)], &written, &[]).0.len(), 1, "no save of step 54 at all");
     }
 
     /// A job that goes on saving after its stop may be killed between a checkpoint's rename
@@ -1678,9 +1714,9 @@ mod tests {
             ..start(job, 2, "0", "n1", 200)
         };
         let fine = [resumed(late, 10), resumed(late, 11)];
-        assert_eq!(resumed_from_newest(&fine, &written), (vec![], 2));
+        assert_eq!(resumed_from_newest(&fine, &written, &[]), (vec![], 2));
         let wrong = [resumed(late, 12), resumed("b", 11)];
-        assert_eq!(resumed_from_newest(&wrong, &written).0.len(), 2);
+        assert_eq!(resumed_from_newest(&wrong, &written, &[]).0.len(), 2);
     }
 
     fn end(job: &str, attempt: u32, rank: &str, last_step: u64, finished: bool) -> WitnessedEnd {

@@ -694,7 +694,7 @@ impl Cluster {
         }
         // First, for the witnesses: an older attempt the thaw runs again tells itself apart
         // (`workload::frozen::thawed_late`).
-        crate::freeze::say_thawed(&self.path("witness"), name);
+        crate::freeze::say_thawed(&self.path("witness"), name, frozen.root.as_deref());
         if let Some(root) = &frozen.root {
             crate::freeze::write_cgroup(root, "cgroup.freeze", "0");
         }

@@ -98,12 +98,18 @@ pub fn signal_pid(pid: u32, sig: libc::c_int) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
-/// Writes `witness/thawed-<node>`: the wall clock's ms as node `node` thaws (a temporary
-/// file renamed, so a reader sees a whole number).
-pub fn say_thawed(witness: &Path, node: &str) {
+/// Writes `witness/thawed-<node>`: the wall clock's ms as node `node` thaws, and its
+/// replicas' cgroup tree if it has one (a temporary file renamed, so a reader sees both).
+pub fn say_thawed(witness: &Path, node: &str, tree: Option<&Path>) {
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     let (tmp, path) = (witness.join(format!(".thawed-{node}.tmp")), witness.join(format!("thawed-{node}")));
-    if let Err(e) = std::fs::write(&tmp, format!("{now_ms}\n")).and_then(|()| std::fs::rename(&tmp, &path)) {
+    // Its replicas' cgroup tree on the next line: a start whose first look finds an older
+    // attempt running there, in its thaw's moment, waits for it.
+    let text = match tree {
+        Some(tree) => format!("{now_ms}\n{}\n", tree.display()),
+        None => format!("{now_ms}\n"),
+    };
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
         eprintln!("chaos: cannot write {}: {e}", path.display());
     }
 }

@@ -341,7 +341,7 @@ fn attempt_lock(dir: &Path, job: &str, node: &str) -> Result<File, Refused> {
         return Err(Refused::Violation(format!("cannot lock {}: {e}", path.display())));
     }
     for (theirs, id) in other_attempts(dir, job, mine) {
-        match frozen::wait_for_holders(id) {
+        match frozen::wait_for_holders(dir, id) {
             Ok(None) => {}
             Ok(Some(w)) => append(&dir.join("waits"), &format!("{} {} {}", who_fields(), w.frozen_ms, w.after_thaw_ms)),
             Err(None)
@@ -418,22 +418,35 @@ mod frozen {
     /// the lock and before it named itself left `holder` empty, and the next attempt
     /// reported two at once: chaos seed 21504); `Err(None)`: the holder runs (two attempts
     /// at once), `Err(Some(why))`: it was frozen but outlived its thaw or the wait's bound.
+    ///
+    /// A holder that runs at the first look, but in the tree of a node that thawed within
+    /// `THAW_BOUND_MS`, is in its thaw's moment and is waited for as well, until the bound
+    /// (chaos seed 22003: this start's first look came 50 ms after the older attempt's node
+    /// thawed, while its guard was still on its way to kill it).
     pub fn wait_for_lock(f: &File, holder: &Path) -> Result<Waited, Option<String>> {
         use std::os::unix::fs::MetadataExt;
         let id = f.metadata().ok().map(|m| crate::procfs::file_id(m.dev(), m.ino()));
-        let holder_frozen = || {
+        let named = || {
             let text = std::fs::read_to_string(holder).unwrap_or_default();
-            let named = text.split_whitespace().next().is_some_and(|dir| node_frozen(Path::new(dir)));
+            text.split_whitespace().next().map(std::path::PathBuf::from)
+        };
+        let holder_frozen = || {
+            let named = named().is_some_and(|dir| node_frozen(&dir));
             named || id.is_some_and(|id| holders_frozen(&lock_holders(id)))
         };
-        if !holder_frozen() {
-            return Err(None);
-        }
+        let thawed_ago = if holder_frozen() {
+            None
+        } else {
+            let mut dirs: Vec<_> = id.map(|id| cgroups_of(&lock_holders(id))).unwrap_or_default();
+            dirs.extend(named());
+            let witness = holder.parent().unwrap_or(Path::new("."));
+            Some(thawed_ago(witness, &dirs).ok_or(None)?)
+        };
         let look = || match super::try_lock(f) {
             true => Look::Free,
             false => Look::Held { frozen: holder_frozen() },
         };
-        wait_while_frozen(look, "older").map_err(Some)
+        wait_while_frozen(look, "older", thawed_ago).map_err(Some)
     }
 
     /// What a waiting start sees of the lock it waits for.
@@ -444,10 +457,15 @@ mod frozen {
 
     /// Polls `look` until the lock is free while its holders stay frozen with their node;
     /// `Err` once they ran on past `THAW_BOUND_MS` after the thaw, or stayed frozen past the
-    /// wait's bound (`which`: how the message names them).
-    fn wait_while_frozen(mut look: impl FnMut() -> Look, which: &str) -> Result<Waited, String> {
+    /// wait's bound (`which`: how the message names them). `thawed_ago`: their node thawed
+    /// that long before the first look.
+    fn wait_while_frozen(
+        mut look: impl FnMut() -> Look,
+        which: &str,
+        thawed_ago: Option<Duration>,
+    ) -> Result<Waited, String> {
         let start = Instant::now();
-        let mut thawed: Option<Instant> = None;
+        let mut thawed: Option<Instant> = thawed_ago.map(|ago| start.checked_sub(ago).unwrap_or(start));
         loop {
             let frozen = match look() {
                 Look::Free => {
@@ -502,7 +520,8 @@ mod frozen {
     /// How long ago node `node` thawed, if no more than `THAW_BOUND_MS` (the harness writes
     /// `DIR/thawed-<node>`, the wall clock's ms, just before it thaws a node).
     pub fn thawed_within_bound(dir: &Path, node: &str) -> Option<u128> {
-        let thawed_ms: u128 = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?.trim().parse().ok()?;
+        let text = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?;
+        let thawed_ms: u128 = text.lines().next()?.trim().parse().ok()?;
         let after_ms = super::wall_ms().checked_sub(thawed_ms)?;
         (after_ms <= u128::from(THAW_BOUND_MS)).then_some(after_ms)
     }
@@ -522,19 +541,58 @@ mod frozen {
     /// none held it, `Ok(Some)` once they let go after a wait, `Err(None)` when a holder runs
     /// (or is gone from /proc while its lock lives on in a child: it cannot be told frozen),
     /// `Err(Some(why))` when frozen ones outlived their thaw or the wait's bound.
-    pub fn wait_for_holders(id: crate::procfs::FileId) -> Result<Option<Waited>, Option<String>> {
+    /// Holders running in the tree of a node thawed within `THAW_BOUND_MS` (the witness
+    /// directory `dir` says) are waited for until the bound, as by `wait_for_lock` (chaos
+    /// seed 22002).
+    pub fn wait_for_holders(dir: &Path, id: crate::procfs::FileId) -> Result<Option<Waited>, Option<String>> {
         let first = lock_holders(id);
         if first.is_empty() {
             return Ok(None);
         }
-        if !holders_frozen(&first) {
-            return Err(None);
-        }
+        let thawed_ago = match holders_frozen(&first) {
+            true => None,
+            false => Some(thawed_ago(dir, &cgroups_of(&first)).ok_or(None)?),
+        };
         let look = || match lock_holders(id) {
             now if now.is_empty() => Look::Free,
             now => Look::Held { frozen: holders_frozen(&now) },
         };
-        wait_while_frozen(look, "other").map(Some).map_err(Some)
+        wait_while_frozen(look, "other", thawed_ago).map(Some).map_err(Some)
+    }
+
+    /// The cgroup v2 directories of `pids` (those /proc still shows).
+    fn cgroups_of(pids: &[u32]) -> Vec<std::path::PathBuf> {
+        pids.iter().filter_map(|pid| crate::cgroup::v2_dir_of(*pid)).collect()
+    }
+
+    /// How long ago the earliest thaw of the nodes whose trees hold every one of `cgroups`
+    /// was, if each thawed within `THAW_BOUND_MS`: the harness writes a thawed node's time
+    /// and its replicas' cgroup tree to `DIR/thawed-<node>`, one a line.
+    fn thawed_ago(dir: &Path, cgroups: &[std::path::PathBuf]) -> Option<Duration> {
+        let thaws = recent_thaws(dir);
+        let ago = |cg: &std::path::PathBuf| thaws.iter().find(|(tree, _)| cg.starts_with(tree)).map(|(_, ago)| *ago);
+        let agos: Option<Vec<u128>> = cgroups.iter().map(ago).collect();
+        let earliest = agos?.into_iter().max()?;
+        Some(Duration::from_millis(u64::try_from(earliest).unwrap_or(u64::MAX)))
+    }
+
+    /// Each node thawed within `THAW_BOUND_MS` whose `thawed-<node>` names its tree: the
+    /// tree, and how long ago.
+    fn recent_thaws(dir: &Path) -> Vec<(std::path::PathBuf, u128)> {
+        let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+        let mut out = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(node) = name.strip_prefix("thawed-") else { continue };
+            // The records of thawed starts and saves share the prefix; they are no node's.
+            if matches!(node, "starts" | "saves") {
+                continue;
+            }
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let (Some(tree), Some(ago)) = (text.lines().nth(1), thawed_within_bound(dir, node)) else { continue };
+            out.push((std::path::PathBuf::from(tree.trim()), ago));
+        }
+        out
     }
 
     /// The processes `/proc/locks` names as holding a lock on file `id`.

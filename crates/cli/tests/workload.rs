@@ -683,6 +683,52 @@ fn an_older_attempt_run_again_by_its_nodes_thaw_is_told_from_two_attempts_at_onc
     assert!(violations.contains("two attempts of unthawed rank 0 at once (unthawed attempt 1 rank 0)"), "{violations}");
 }
 
+/// Chaos seeds 22002 and 22003: a start's first look came just after the older attempt's
+/// node thawed, while its guard was on its way to kill it: the holder ran, and the start
+/// reported two attempts at once. The harness names the thawed node's cgroup tree in
+/// `thawed-<node>`: a holder running there within `THAW_BOUND_MS` of the thaw is waited for
+/// until the bound; without the thaw it is two attempts at once, as before.
+#[test]
+fn a_start_whose_first_look_follows_the_older_attempts_thaw_waits_for_it() {
+    let witness = tempfile::tempdir().unwrap();
+    let ckpt = witness.path().join("ckpt");
+    let older = |job: &str| {
+        let mut c = witnessed_steps(witness.path(), &ckpt.join(job), job, 1, "0", "100000");
+        let mut child = c.stdout(Stdio::piped()).spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        read_until(&mut lines, |l| l == "step 1");
+        child
+    };
+    let mut running = older("thawing");
+    let holder = std::fs::read_to_string(witness.path().join("job-thawing-0.holder")).unwrap();
+    let tree = holder.split_whitespace().next().expect("the holder names its cgroup v2 directory").to_string();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    std::fs::write(witness.path().join("thawed-n1"), format!("{now_ms}\n{tree}\n")).unwrap();
+    // Its guard's kill, 300 ms into the next attempt's wait.
+    let pid = running.id();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        signal(pid, libc::SIGKILL);
+    });
+    let newer = witnessed_steps(witness.path(), &ckpt.join("thawing"), "thawing", 2, "0", "1").output().unwrap();
+    killer.join().unwrap();
+    running.wait().unwrap();
+    assert_eq!(newer.status.code(), Some(0), "{}", String::from_utf8_lossy(&newer.stderr));
+    let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap_or_default();
+    assert_eq!(violations, "", "the thaw's moment is not two attempts at once");
+    let waits = std::fs::read_to_string(witness.path().join("waits")).unwrap();
+    assert!(waits.starts_with("thawing 2 0 n1 0 "), "waited after the thaw only: {waits}");
+
+    std::fs::remove_file(witness.path().join("thawed-n1")).unwrap();
+    let mut running = older("unthawed");
+    let newer = witnessed_steps(witness.path(), &ckpt.join("unthawed"), "unthawed", 2, "0", "1").output().unwrap();
+    signal(running.id(), libc::SIGKILL);
+    running.wait().unwrap();
+    assert_eq!(newer.status.code(), Some(3));
+    let violations = std::fs::read_to_string(witness.path().join("violations")).unwrap();
+    assert!(violations.contains("two attempts of unthawed rank 0 at once (unthawed attempt 2 rank 0)"), "{violations}");
+}
+
 /// Chaos seed 20002: the older attempt thawed with its node found the job's lock free, as
 /// the next attempt (placed elsewhere meanwhile) had already finished; it started, and the
 /// witness reported a start from zero beside the newer attempt's checkpoint. The lock's
