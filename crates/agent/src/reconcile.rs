@@ -263,7 +263,7 @@ fn plan_run<'a>(
             return refused;
         }
         let hold = Hold { key, gpus: &a.gpus, milli: a.gpu_milli };
-        if gpu_holder(&hold, held).is_some() {
+        if blocker(&hold, held).is_some() {
             deferred.insert(key);
             return None;
         }
@@ -392,6 +392,19 @@ pub struct Hold<'a> {
     pub gpus: &'a [u32],
     /// Thousandths of its one GPU when it shares it (decisions.md section 11); 0: whole.
     pub milli: u32,
+}
+
+/// What keeps `want` from starting now: a replica that has not ended holding one of its GPUs
+/// (`gpu_holder`), or an older attempt of its own job still here. The older one's last save,
+/// written as it stops, is the newer one's to resume from, and two attempts of one job never
+/// run side by side on a node (chaos seed 22502: a CPU job's next attempt started here beside
+/// its predecessor, which a thaw had run again, and started from zero 150 ms before that one
+/// saved its checkpoint).
+pub fn blocker(want: &Hold, held: &[Hold]) -> Option<ReplicaKey> {
+    gpu_holder(want, held).or_else(|| {
+        let older = |h: &&Hold| h.key.job_id == want.key.job_id && h.key.attempt < want.key.attempt;
+        held.iter().find(older).map(|h| h.key)
+    })
 }
 
 /// A replica other than `want`'s that has not ended holds one of its GPUs in a way that

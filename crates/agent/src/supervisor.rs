@@ -500,7 +500,11 @@ impl Supervisor {
                 && let Some(a) = assignments.get(key)
             {
                 let holder = self.gpus_busy(key, a);
-                tracing::info!(?key, ?holder, "waits for its GPUs: a replica still stopping holds them");
+                tracing::info!(
+                    ?key,
+                    ?holder,
+                    "waits for a replica still stopping: it holds its GPUs, or is an older attempt of its job"
+                );
             }
         }
         self.deferred = plan.deferred.iter().filter_map(|k| assignments.get(k).map(|a| (*k, (*a).clone()))).collect();
@@ -741,7 +745,7 @@ impl Supervisor {
             .map(|r| reconcile::Hold { key: r.rec.key, gpus: &r.rec.gpus, milli: r.rec.gpu_milli })
             .chain(self.lingering.iter().map(|(&key, l)| reconcile::Hold { key, gpus: &l.gpus, milli: l.gpu_milli }))
             .collect();
-        reconcile::gpu_holder(&reconcile::Hold { key: *key, gpus: &a.gpus, milli: a.gpu_milli }, &held)
+        reconcile::blocker(&reconcile::Hold { key: *key, gpus: &a.gpus, milli: a.gpu_milli }, &held)
     }
 
     /// The devices for `a`'s replica: its GPUs by device index and slices no replica that

@@ -146,6 +146,36 @@ async fn an_attempt_resumes_from_a_complete_checkpoint_the_leader_was_not_told_o
     assert!(env.lines().any(|l| l == "BATON_RESUME=1"), "did not resume from the complete checkpoint: {env}");
 }
 
+/// Chaos seed 22502: a CPU job's attempt 2 was placed on the node where its attempt 1, run
+/// again by the node's thaw, still ran; attempt 2 started at once, from zero, and attempt 1
+/// saved its checkpoint 150 ms later as it stopped. A newer attempt now waits until an older
+/// one of its job here has ended, GPUs or none, and resumes from what that one saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_attempt_waits_for_the_older_one_here_and_resumes_from_its_last_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(None).await;
+    let _agent = start_agent(config(dir.path(), &[gw.addr])).await;
+    let rank_dir = dir.path().join("checkpoints").join("job-1").join("rank-0");
+    // Attempt 1 takes 200 ms to save as it is stopped (within the agent's 500 ms kill grace).
+    let running = dir.path().join("attempt-1-runs");
+    let saves_on_stop = format!(
+        "trap 'sleep 0.2; mkdir -p {0}; echo 4 > {0}/state; exit 0' TERM; touch {1}; while :; do sleep 0.05; done",
+        rank_dir.display(),
+        running.display()
+    );
+    let first = Assignment { gpus: Vec::new(), ..assignment(1, 1, Action::Run, &saves_on_stop) };
+    gw.set(1, vec![first]);
+    wait_for(5, "attempt 1 running", || running.exists().then_some(())).await;
+    let env_file = dir.path().join("env-2");
+    let record_env = format!("env > {0}.tmp; mv {0}.tmp {0}", env_file.display());
+    let mut second = Assignment { gpus: Vec::new(), ..assignment(1, 2, Action::Run, &record_env) };
+    second.resume_if_checkpointed = true;
+    gw.set(1, vec![second]);
+    let env = wait_for(10, "attempt 2's environment", || std::fs::read_to_string(&env_file).ok()).await;
+    assert!(rank_dir.join("state").exists(), "attempt 2 started before attempt 1 saved: {:?}", gw.observations());
+    assert!(env.lines().any(|l| l == "BATON_RESUME=1"), "attempt 2 did not resume from attempt 1's save: {env}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_is_unset_without_a_checkpoint_and_reports_carry_running_replicas() {
     let dir = tempfile::tempdir().unwrap();

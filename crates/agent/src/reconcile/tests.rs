@@ -323,6 +323,23 @@ fn fractions_of_one_gpu_start_together_while_they_fit() {
     assert_eq!(p.deferred, BTreeSet::from([key(1, 1)]));
 }
 
+/// Chaos seed 22502: a CPU job's attempt 2 started beside its attempt 1, which a node's thaw
+/// had run again, and started from zero 150 ms before attempt 1 saved its checkpoint as it
+/// stopped. A newer attempt now waits for an older one of its job still here, GPUs or none.
+#[test]
+fn a_newer_attempt_waits_for_an_older_attempt_of_its_job_still_here() {
+    let older = (key(1, 1), known(Phase::Running, None, &[]));
+    let p = plan(&directive(1, vec![assign(1, 2, Action::Run, &[])]), &inputs(vec![older.clone()])).unwrap();
+    assert_eq!(p.acts, vec![Act::Kill(key(1, 1))]);
+    assert_eq!(p.deferred, BTreeSet::from([key(1, 2)]));
+    // Another job's replica, on no GPU it wants, keeps nothing back.
+    let other = (key(9, 1), known(Phase::Running, None, &[]));
+    let d = directive(1, vec![assign(9, 1, Action::Run, &[]), assign(1, 2, Action::Run, &[])]);
+    let p = plan(&d, &inputs(vec![other])).unwrap();
+    assert_eq!(p.acts, vec![Act::Start(key(1, 2))]);
+    assert!(p.deferred.is_empty(), "{:?}", p.deferred);
+}
+
 #[test]
 fn the_newest_directive_decides_what_waits() {
     let stopping = (key(9, 1), known(Phase::Stopping, None, &[0, 1]));
