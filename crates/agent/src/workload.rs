@@ -521,6 +521,12 @@ mod frozen {
     /// `DIR/thawed-<node>`, the wall clock's ms, just before it thaws a node).
     pub fn thawed_within_bound(dir: &Path, node: &str) -> Option<u128> {
         let text = std::fs::read_to_string(dir.join(format!("thawed-{node}"))).ok()?;
+        ago_within_bound(&text)
+    }
+
+    /// How long ago the thaw a `thawed-<node>` file's first line stamps was, if no more
+    /// than `THAW_BOUND_MS`.
+    fn ago_within_bound(text: &str) -> Option<u128> {
         let thawed_ms: u128 = text.lines().next()?.trim().parse().ok()?;
         let after_ms = super::wall_ms().checked_sub(thawed_ms)?;
         (after_ms <= u128::from(THAW_BOUND_MS)).then_some(after_ms)
@@ -589,7 +595,7 @@ mod frozen {
                 continue;
             }
             let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            let (Some(tree), Some(ago)) = (text.lines().nth(1), thawed_within_bound(dir, node)) else { continue };
+            let (Some(tree), Some(ago)) = (text.lines().nth(1), ago_within_bound(&text)) else { continue };
             out.push((std::path::PathBuf::from(tree.trim()), ago));
         }
         out
