@@ -114,6 +114,9 @@ group "jobs run as their users (crates/agent/tests/run_as.rs)" \
 group "replicas in cgroups (crates/agent/tests/cgroups.rs)" \
   "needs root and a writable cgroup v2 hierarchy" \
   'is_root && have_cgroup2' -- --workspace --test cgroups
+group "an agent in a container's cgroup namespace (crates/cli/tests/init.rs)" \
+  "needs root, a writable cgroup v2 hierarchy and unshare(1)" \
+  'is_root && have_cgroup2 && command -v unshare >/dev/null' -- --workspace --test init
 group "processes that survive SIGKILL (crates/agent/tests/unkillable.rs, crates/cli/tests/workload.rs)" \
   "needs root, a writable cgroup v2 hierarchy and the cgroup v1 freezer (a host with hybrid cgroups)" \
   'is_root && have_cgroup2 && have_freezer_v1' -- --workspace --test unkillable --test workload

@@ -5,15 +5,16 @@
 //! of them and `cgroup.events` says when none is left.
 //!
 //! Layout: `<root>/<job>-<attempt>-<rank>`, where `<root>` is `--cgroup-root` or, by default,
-//! `baton-<node>-<hash of the data directory>` inside the agent's own cgroup in the v2
-//! hierarchy (the subtree systemd's `Delegate=yes` hands to the service): stable across agent
-//! restarts, so a restarted agent finds its replicas' cgroups, and distinct per agent, so two
-//! agents on one host never share one.
+//! `baton-<node>-<hash of the data directory>` inside the agent's home cgroup in the v2
+//! hierarchy (the subtree systemd's `Delegate=yes` hands to the service, or a container's
+//! own cgroup namespace): stable across agent restarts, so a restarted agent finds its
+//! replicas' cgroups, and distinct per agent, so two agents on one host never share one.
 //!
 //! Limits: a replica is held to the memory and CPU its task asked for (`memory.max`,
 //! `cpu.max`). On a pure v2 host the agent enables those controllers for its subtree,
-//! moving itself into a leaf of its own cgroup first (v2 hands controllers down only from a
-//! cgroup without processes; Slurm's cgroup/v2 plugin does the same for slurmd). On a
+//! moving every process of its home cgroup (itself; in a container `baton init` too) into a
+//! leaf of it, `baton-agent`, first (v2 hands controllers down only from a cgroup without
+//! processes; Slurm's cgroup/v2 plugin does the same for slurmd). On a
 //! hybrid host, where the memory and cpu controllers are bound to v1 hierarchies, each
 //! replica also gets a cgroup of the same name in those (`memory.limit_in_bytes`,
 //! `cpu.cfs_quota_us`), joined by the child with its v2 one before it runs anything. Where
@@ -219,13 +220,14 @@ impl CgroupRoot {
     }
 
     /// The default root for the agent of `node` keeping its data in `data_dir`: a child of the
-    /// agent's own cgroup in the v2 hierarchy. No controller is enabled on it, so the agent
-    /// may stay in its own cgroup beside it (v2's rule against inner processes binds only
-    /// cgroups that hand controllers down).
+    /// agent's home cgroup in the v2 hierarchy (its own, or the one above the leaf it moved
+    /// into: [`home_of`]). No controller is enabled on it, so the agent may stay in its own
+    /// cgroup beside it (v2's rule against inner processes binds only cgroups that hand
+    /// controllers down).
     pub fn default_for(node: &str, data_dir: &Path) -> Result<CgroupRoot, CgroupError> {
         let mount = v2_mount()?;
         let own = own_v2_path().unwrap_or_default();
-        let parent = mount.join(own.trim_start_matches('/'));
+        let parent = mount.join(home_of(&own).trim_start_matches('/'));
         // The absolute path: two agents given the same relative `--data-dir` from different
         // working directories must not share a root (and a job id of one would name a cgroup
         // of the other's).
@@ -501,25 +503,72 @@ fn write_subtree_control(dir: &Path, names: &[&str]) -> std::io::Result<()> {
 }
 
 /// Enables `names` for the children of `parent`. v2 refuses that (EBUSY) while `parent` holds
-/// processes itself: when it is the agent's own cgroup, the agent moves into a leaf of it,
-/// `baton-agent`, first. Guards of replicas adopted from an earlier run may still be there;
-/// then it stays refused, and the log says so.
+/// processes itself: when it is the agent's home cgroup, every process in it (the agent, and
+/// in a container `baton init` too) moves into a leaf of it, [`AGENT_LEAF`], first, as a
+/// container runtime nested in a container does. A process that forks meanwhile can still
+/// leave one there; then it stays refused, and the log says so.
 fn hand_down(parent: &Path, names: &[&str]) -> std::io::Result<()> {
     match write_subtree_control(parent, names) {
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) && is_own_v2_cgroup(parent) => {
-            let leaf = parent.join("baton-agent");
-            std::fs::create_dir_all(&leaf)?;
-            std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())?;
-            tracing::info!(leaf = %leaf.display(), "the agent moved into a leaf cgroup to hand controllers down");
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) && is_home_v2_cgroup(parent) => {
+            let moved = vacate(parent)?;
+            tracing::info!(leaf = %parent.join(AGENT_LEAF).display(), moved, "the agent's cgroup moved into a leaf to hand controllers down");
             write_subtree_control(parent, names)
         }
         other => other,
     }
 }
 
-fn is_own_v2_cgroup(dir: &Path) -> bool {
+/// The leaf of its home cgroup the agent moves into, with every other process there, to hand
+/// controllers down from its home (v2's rule against inner processes).
+pub const AGENT_LEAF: &str = "baton-agent";
+
+/// Bound on the processes [`vacate`] moves: a home cgroup holds the agent, its init and the
+/// guards of replicas, not thousands.
+const VACATE_MAX: usize = 4096;
+
+/// Passes [`vacate`] makes: a process that forked while the one before moved is moved by the
+/// next.
+const VACATE_PASSES: usize = 3;
+
+/// Moves every process of cgroup `dir` into its leaf [`AGENT_LEAF`] (made if missing), at most
+/// [`VACATE_MAX`]; returns how many moved. One that exits before its move is skipped.
+pub fn vacate(dir: &Path) -> std::io::Result<usize> {
+    let leaf = dir.join(AGENT_LEAF);
+    std::fs::create_dir_all(&leaf)?;
+    let mut moved = 0;
+    for _ in 0..VACATE_PASSES {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+        let pids: Vec<&str> = procs.split_whitespace().take(VACATE_MAX.saturating_sub(moved)).collect();
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            match std::fs::write(leaf.join("cgroup.procs"), pid) {
+                Ok(()) => moved += 1,
+                // ESRCH: it exited meanwhile.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(moved)
+}
+
+fn is_home_v2_cgroup(dir: &Path) -> bool {
     let (Ok(mount), Some(own)) = (v2_mount(), own_v2_path()) else { return false };
-    mount.join(own.trim_start_matches('/')) == dir
+    mount.join(home_of(&own).trim_start_matches('/')) == dir
+}
+
+/// The cgroup (a v2 path) the agent's subtree hangs from, for an agent whose own cgroup is
+/// `own`: that one, or the parent of the leaf [`AGENT_LEAF`] an earlier start moved into. An
+/// agent restarted from that leaf (by `baton init` in a container, which moved with it) so
+/// finds the same root, and its replicas.
+fn home_of(own: &str) -> &str {
+    match own.strip_suffix(AGENT_LEAF) {
+        Some("/") => "/",
+        Some(parent) if parent.ends_with('/') => parent.trim_end_matches('/'),
+        _ => own,
+    }
 }
 
 /// The agent's subtree named `name` in the v1 hierarchy of controller `c`, made if missing.
@@ -726,5 +775,16 @@ mod tests {
     #[test]
     fn roots_differ_per_data_directory() {
         assert_ne!(short_hash(Path::new("/var/lib/a")), short_hash(Path::new("/var/lib/b")));
+    }
+
+    /// An agent restarted from the leaf it moved into (under `baton init`, which moved with
+    /// it) hangs its replicas from the same cgroup as before: it finds them.
+    #[test]
+    fn an_agent_in_its_leaf_has_the_home_it_had_before_it_moved() {
+        assert_eq!(home_of("/baton-agent"), "/");
+        assert_eq!(home_of("/system.slice/baton-agent.service/baton-agent"), "/system.slice/baton-agent.service");
+        assert_eq!(home_of("/system.slice/baton-agent.service"), "/system.slice/baton-agent.service");
+        assert_eq!(home_of("/"), "/");
+        assert_eq!(home_of("/jobs/not-baton-agent"), "/jobs/not-baton-agent");
     }
 }

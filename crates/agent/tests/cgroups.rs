@@ -377,3 +377,31 @@ async fn the_guard_watches_before_the_wrapper_is_spawned() {
     wait_for(5, "the guard gone with its cgroup", || guard_of(&root.0.join("1-1-0")).is_none().then_some(())).await;
     agent.shutdown().await.unwrap();
 }
+
+/// Issue 31: in a container the agent's home cgroup is the namespace's root, which holds
+/// `baton init` as well as the agent. v2 hands the memory and cpu controllers down only from
+/// a cgroup without processes, and the agent moved only itself into its leaf: with init
+/// left behind, replicas' limits went unenforced. Every process of the home now moves.
+#[test]
+#[ignore = "needs root and a writable cgroup v2 hierarchy: ./test.sh runs it as root"]
+fn every_process_of_the_agents_home_moves_into_its_leaf() {
+    let root = TestRoot::new("vacate");
+    std::fs::create_dir_all(&root.0).unwrap();
+    let mut kids: Vec<std::process::Child> =
+        (0..3).map(|_| std::process::Command::new("sleep").arg("600").spawn().unwrap()).collect();
+    for k in &kids {
+        std::fs::write(root.0.join("cgroup.procs"), k.id().to_string()).unwrap();
+    }
+    let moved = baton_agent::cgroup::vacate(&root.0).unwrap();
+    let left = std::fs::read_to_string(root.0.join("cgroup.procs")).unwrap();
+    let leaf = std::fs::read_to_string(root.0.join(baton_agent::cgroup::AGENT_LEAF).join("cgroup.procs")).unwrap();
+    for k in &mut kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    assert_eq!(moved, 3);
+    assert_eq!(left.trim(), "", "processes left in the home: {left}");
+    for k in &kids {
+        assert!(leaf.split_whitespace().any(|p| p == k.id().to_string()), "{} is not in the leaf: {leaf}", k.id());
+    }
+}

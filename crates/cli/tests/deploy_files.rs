@@ -66,10 +66,23 @@ fn strings(y: &Yaml) -> Vec<String> {
     y.as_vec().map(|v| v.iter().filter_map(|w| w.as_str().map(String::from)).collect()).unwrap_or_default()
 }
 
+/// The compose files: the cluster, and the override for hosts with cgroup v2.
+const COMPOSE_FILES: [&str; 2] = ["deploy/compose.yaml", "deploy/compose.cgroup.yaml"];
+
+/// The services of compose file `file`, by name.
+fn compose_services(file: &str) -> Vec<(String, Yaml)> {
+    let docs = YamlLoader::load_from_str(&read(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let services = docs[0]["services"].as_hash().unwrap_or_else(|| panic!("{file} has no services"));
+    services.iter().map(|(k, v)| (k.as_str().unwrap_or_default().to_string(), v.clone())).collect()
+}
+
 fn compose_invocations() -> Vec<Invocation> {
-    let docs = YamlLoader::load_from_str(&read("deploy/compose.yaml")).expect("compose.yaml parses");
-    let services = docs[0]["services"].as_hash().expect("compose.yaml has services");
-    services.values().filter_map(|s| invocation("deploy/compose.yaml", &strings(&s["command"]))).collect()
+    COMPOSE_FILES
+        .iter()
+        .flat_map(|file| {
+            compose_services(file).into_iter().filter_map(|(_, s)| invocation(file, &strings(&s["command"])))
+        })
+        .collect()
 }
 
 fn kubernetes_invocations() -> Vec<Invocation> {
@@ -291,6 +304,61 @@ fn every_agent_names_its_containment() {
         let named = value_of(&inv, "--containment").or(inv.env.get("BATON_CONTAINMENT").map(String::as_str));
         let mode = named.unwrap_or_else(|| panic!("{}: `baton agent` names no --containment", inv.file));
         assert!(baton_agent::cgroup::ContainmentMode::parse(mode).is_ok(), "{}: --containment {mode}", inv.file);
+    }
+}
+
+/// Issue 31: an agent asked for a cgroup per replica refuses to start without a writable
+/// cgroup v2 tree, so each deployment that asks for one must hand it one: a privileged
+/// container (Docker and Kubernetes mount the container's cgroup tree read-only otherwise),
+/// or systemd's `Delegate=yes`. And each deployment has such an agent.
+#[test]
+fn every_agent_asked_for_a_cgroup_per_replica_is_given_a_writable_tree() {
+    let cgroup = |args: &[String]| args.windows(2).any(|w| w[0] == "--containment" && w[1] == "cgroup");
+    let mut given = BTreeSet::new();
+    for file in COMPOSE_FILES {
+        for (name, s) in compose_services(file).into_iter().filter(|(_, s)| cgroup(&strings(&s["command"]))) {
+            assert_eq!(s["privileged"].as_bool(), Some(true), "{file}: {name} asks for cgroups but is not privileged");
+            given.insert(file.to_string());
+        }
+    }
+    for doc in YamlLoader::load_from_str(&read("deploy/kubernetes/agents.yaml")).expect("manifest parses") {
+        for c in doc["spec"]["template"]["spec"]["containers"].as_vec().into_iter().flatten() {
+            if cgroup(&strings(&c["args"])) {
+                assert_eq!(c["securityContext"]["privileged"].as_bool(), Some(true), "agents.yaml: not privileged");
+                given.insert("deploy/kubernetes/agents.yaml".to_string());
+            }
+        }
+    }
+    let unit = read("deploy/systemd/baton-agent.service");
+    if unit.lines().any(|l| l.starts_with("ExecStart=") && l.contains("--containment cgroup")) {
+        assert!(unit.lines().any(|l| l.trim() == "Delegate=yes"), "baton-agent.service: no Delegate=yes");
+        given.insert("deploy/systemd/baton-agent.service".to_string());
+    }
+    let expected: BTreeSet<String> =
+        ["deploy/compose.cgroup.yaml", "deploy/kubernetes/agents.yaml", "deploy/systemd/baton-agent.service"]
+            .map(String::from)
+            .into();
+    assert_eq!(given, expected, "the deployments with a cgroup per replica");
+}
+
+/// deploy/compose.cgroup.yaml repeats the agents' commands of deploy/compose.yaml (compose
+/// replaces a command whole): they must stay the same but for `--containment`.
+#[test]
+fn the_cgroup_override_runs_the_compose_agents_but_for_their_containment() {
+    let base: BTreeMap<String, Vec<String>> = compose_services("deploy/compose.yaml")
+        .into_iter()
+        .filter(|(_, s)| strings(&s["command"]).iter().any(|w| w == "agent"))
+        .map(|(name, s)| (name, strings(&s["command"])))
+        .collect();
+    let over: BTreeMap<String, Vec<String>> = compose_services("deploy/compose.cgroup.yaml")
+        .into_iter()
+        .map(|(name, s)| (name, strings(&s["command"])))
+        .collect();
+    assert_eq!(base.keys().collect::<Vec<_>>(), over.keys().collect::<Vec<_>>(), "the override's services");
+    for (name, words) in &base {
+        let expected: Vec<String> =
+            words.iter().map(|w| if w == "auto" { "cgroup".into() } else { w.clone() }).collect();
+        assert_eq!(&over[name], &expected, "{name}: the override's command drifted from compose.yaml's");
     }
 }
 
