@@ -137,12 +137,13 @@ impl Drop for ContainerCgroup {
 
 /// `baton init` running `baton agent --containment cgroup` as a container runtime starts it:
 /// in a cgroup namespace whose root is `container` (and a mount namespace with the v2
-/// hierarchy mounted afresh, as the namespace shows it), from `start_in` (a path inside the
+/// hierarchy mounted afresh, as the namespace shows it: the host's mount goes first, since
+/// the kernel refuses one file system twice on one mount point), from `start_in` (a path inside the
 /// namespace). Returns the replicas' root the agent logged, as the namespace names it.
 fn agent_root_in_namespace(container: &Path, start_in: &str, data: &Path) -> String {
     let mount = v2_mount().display().to_string();
     let inner = format!(
-        "mount -t cgroup2 none {mount} && mkdir -p {mount}{start_in} && echo $$ > {mount}{start_in}/cgroup.procs && \
+        "umount -l {mount} && mount -t cgroup2 none {mount} && mkdir -p {mount}{start_in} && echo $$ > {mount}{start_in}/cgroup.procs && \
          exec {BATON} init --restart-delay-ms 100 -- {BATON} agent --insecure --run-as-self --gpus 1 \
          --server 127.0.0.1:1 --containment cgroup --name in-ns --data-dir {}",
         data.display()
