@@ -67,6 +67,8 @@ pub enum CgroupError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("cgroup {path} still holds processes: a replica is never started beside another's")]
     Populated { path: PathBuf },
+    #[error(transparent)]
+    Devices(#[from] crate::devfilter::FilterError),
 }
 
 /// The replica a cgroup's name `<job>-<attempt>-<rank>` names.
@@ -105,7 +107,8 @@ const CPU_PERIOD_US: u64 = 100_000;
 pub enum V1Controller {
     Memory,
     Cpu,
-    /// Device access: v1 only (v2 needs an eBPF program per cgroup).
+    /// Device access: v1's controller (v2 has none: an eBPF program per cgroup,
+    /// [`crate::devfilter`]).
     Devices,
 }
 
@@ -127,6 +130,8 @@ pub struct CgroupRoot {
     v1: Vec<(V1Controller, PathBuf)>,
     /// The node's GPUs' device minors by index, once the root isolates GPUs.
     gpu_minors: BTreeMap<u32, u32>,
+    /// GPUs are isolated by a device program per replica (v2 alone), not v1's controller.
+    gpu_program: bool,
 }
 
 impl CgroupRoot {
@@ -144,31 +149,56 @@ impl CgroupRoot {
             .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
             .map_err(|e| unusable(dir, format!("cannot make a child cgroup: {e}")))?;
         let _ = std::fs::remove_dir(&probe);
-        Ok(CgroupRoot { dir: dir.to_path_buf(), v1: Vec::new(), gpu_minors: BTreeMap::new() })
+        Ok(CgroupRoot { dir: dir.to_path_buf(), v1: Vec::new(), gpu_minors: BTreeMap::new(), gpu_program: false })
     }
 
     /// Keeps each replica from the node's GPUs it was not given: their device files (major
     /// `NVIDIA_MAJOR`, by minor: `minors` maps GPU index to minor) are denied in its cgroup,
     /// so opening one fails with EPERM whatever `CUDA_VISIBLE_DEVICES` says. Through the v1
-    /// devices controller, where the host has it (hybrid hosts); cgroup v2 controls devices
-    /// only through an eBPF program, which this agent does not load: there it says in its
-    /// log that replicas can reach every GPU device of the node.
+    /// devices controller where the host has it (hybrid hosts), else through a device
+    /// program attached to each replica's v2 cgroup ([`CgroupRoot::isolate_gpus_by_program`]);
+    /// where neither works the log says that replicas can reach every GPU device of the node.
     pub fn isolate_gpus(mut self, minors: BTreeMap<u32, u32>) -> CgroupRoot {
         if minors.is_empty() {
             return self;
         }
-        match v1_dir(V1Controller::Devices, self.name()) {
+        let v1_refused = match v1_dir(V1Controller::Devices, self.name()) {
             Ok(dir) => {
                 tracing::info!(dir = %dir.display(), "each replica is denied the GPU devices it was not given");
                 self.v1.push((V1Controller::Devices, dir));
                 self.gpu_minors = minors;
+                return self;
             }
-            Err(why) => tracing::warn!(
-                "replicas can open every GPU device of this node (only CUDA_VISIBLE_DEVICES keeps them apart): \
-                 {why}; on cgroup v2 this needs an eBPF device program, which the agent does not load"
-            ),
+            Err(why) => why,
+        };
+        match self.clone().isolate_gpus_by_program(minors) {
+            Ok(root) => {
+                tracing::info!(root = %root.dir.display(), "each replica is denied the GPU devices it was not given, by a device program on its cgroup");
+                root
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "replicas can open every GPU device of this node (only CUDA_VISIBLE_DEVICES keeps them apart): \
+                     no v1 devices controller ({v1_refused}), and {e}"
+                );
+                self
+            }
         }
-        self
+    }
+
+    /// Isolates GPUs (as [`CgroupRoot::isolate_gpus`]) by a device program attached to each
+    /// replica's v2 cgroup, after trying one on a probe cgroup here: a kernel without
+    /// `CGROUP_BPF`, an agent without CAP_SYS_ADMIN, or an ancestor whose own program forbids
+    /// others below it is found now, not at a replica's start.
+    pub fn isolate_gpus_by_program(mut self, minors: BTreeMap<u32, u32>) -> Result<CgroupRoot, CgroupError> {
+        let probe = self.dir.join(".baton-device-probe");
+        std::fs::create_dir_all(&probe).map_err(io(&probe))?;
+        let tried = crate::devfilter::load(NVIDIA_MAJOR, &[]).and_then(|p| crate::devfilter::attach(&p, &probe));
+        let _ = std::fs::remove_dir(&probe);
+        tried?;
+        self.gpu_minors = minors;
+        self.gpu_program = true;
+        Ok(self)
     }
 
     /// Sets the subtree up to hold replicas to their limits (see the module's doc): the v2
@@ -246,7 +276,12 @@ impl CgroupRoot {
 
     fn replica_named(&self, name: &str) -> ReplicaCgroup {
         let v1 = self.v1.iter().map(|(c, d)| (*c, d.join(name))).collect();
-        ReplicaCgroup { dir: self.dir.join(name), v1, gpu_minors: self.gpu_minors.clone() }
+        ReplicaCgroup {
+            dir: self.dir.join(name),
+            v1,
+            gpu_minors: self.gpu_minors.clone(),
+            gpu_program: self.gpu_program,
+        }
     }
 
     /// The replica cgroups here that still hold processes, by the replica their names say
@@ -324,6 +359,8 @@ pub struct ReplicaCgroup {
     v1: Vec<(V1Controller, PathBuf)>,
     /// The node's GPUs' device minors by index (empty: GPUs are not isolated).
     gpu_minors: BTreeMap<u32, u32>,
+    /// Its GPUs are isolated by a device program on its v2 cgroup.
+    gpu_program: bool,
 }
 
 impl ReplicaCgroup {
@@ -378,6 +415,9 @@ impl ReplicaCgroup {
             return Err(CgroupError::Populated { path: self.dir.clone() });
         }
         set_v2_limits(&self.dir, limits)?;
+        if self.gpu_program {
+            set_device_program(&self.dir, &self.gpu_minors, &limits.gpus)?;
+        }
         let mut joins = vec![open_procs(&self.dir)?];
         for (c, dir) in &self.v1 {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -442,6 +482,15 @@ fn set_gpu_devices(dir: &Path, minors: &BTreeMap<u32, u32>, given: &[u32]) -> Re
         let file = if given.contains(index) { "devices.allow" } else { "devices.deny" };
         write_limit(dir, file, &format!("c {NVIDIA_MAJOR}:{minor} rwm"))?;
     }
+    Ok(())
+}
+
+/// Attaches a device program denying the node's GPUs not in `given` (replacing one a reused
+/// cgroup holds, which may deny what this replica was given).
+fn set_device_program(dir: &Path, minors: &BTreeMap<u32, u32>, given: &[u32]) -> Result<(), CgroupError> {
+    let denied: Vec<u32> = minors.iter().filter(|(index, _)| !given.contains(index)).map(|(_, m)| *m).collect();
+    let program = crate::devfilter::load(NVIDIA_MAJOR, &denied)?;
+    crate::devfilter::attach(&program, dir)?;
     Ok(())
 }
 
@@ -721,7 +770,12 @@ mod tests {
     #[test]
     fn a_cgroup_that_holds_processes_is_refused_at_start() {
         let dir = tempfile::tempdir().unwrap();
-        let cg = ReplicaCgroup { dir: dir.path().join("7-2-0"), v1: Vec::new(), gpu_minors: BTreeMap::new() };
+        let cg = ReplicaCgroup {
+            dir: dir.path().join("7-2-0"),
+            v1: Vec::new(),
+            gpu_minors: BTreeMap::new(),
+            gpu_program: false,
+        };
         std::fs::create_dir_all(cg.dir()).unwrap();
         std::fs::write(cg.dir().join("cgroup.procs"), "4242\n").unwrap();
         let limits = Limits { memory_bytes: 0, cpu_millis: 0, gpus: Vec::new() };

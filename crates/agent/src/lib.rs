@@ -29,6 +29,9 @@
 //!   (a SUSPEND it still awaits of a replica held suspended is answered only if new).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
+//! - `cgroup`: one cgroup per replica (freeze, kill, limits, emptiness, the scan for live
+//!   replicas); `devfilter`: the eBPF device program that keeps a replica from GPUs it was
+//!   not given on a host with cgroup v2 alone.
 //! - `tools`: the programs the wrapper runs, looked for before the agent starts.
 //! - `run_as`: which Unix user a replica runs as (`--run-as-allow`, `--run-as-self`), resolved
 //!   on this node, and the drop to it before exec.
@@ -46,6 +49,7 @@ pub mod backoff;
 pub mod cgroup;
 pub mod checkpoint;
 pub mod config;
+pub mod devfilter;
 pub mod devices;
 pub mod dialing;
 pub mod endpoint;

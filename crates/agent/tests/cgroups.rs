@@ -145,6 +145,21 @@ async fn a_replica_is_held_to_the_memory_and_cpu_it_asked_for() {
     .await;
 }
 
+/// Device files `nvidia<minor>` of major 195 for minors below `count`, in a new directory under
+/// `dir`, with no driver behind them: opening one fails with ENXIO when a cgroup lets it
+/// through, with EPERM when it does not.
+fn gpu_device_files(dir: &Path, count: u32) -> PathBuf {
+    let devs = dir.join("dev");
+    std::fs::create_dir(&devs).unwrap();
+    for minor in 0..count {
+        let path = std::ffi::CString::new(devs.join(format!("nvidia{minor}")).to_str().unwrap()).unwrap();
+        let dev = libc::makedev(baton_agent::cgroup::NVIDIA_MAJOR, minor);
+        // SAFETY: mknod(2) of a path this test owns, with a valid NUL-terminated string.
+        assert_eq!(unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, dev) }, 0, "mknod");
+    }
+    devs
+}
+
 /// Issue 31: a replica could open every GPU of its node (only `CUDA_VISIBLE_DEVICES` kept it
 /// to its own). Now its cgroup denies the device files of the GPUs it was not given, through
 /// the v1 devices controller (this machine's kind; v2 needs eBPF). Device files of major 195
@@ -156,14 +171,7 @@ async fn a_replica_cannot_open_the_gpus_it_was_not_given() {
     use baton_agent::inventory::{Gpu, Inventory, Source};
     let dir = tempfile::tempdir().unwrap();
     let root = TestRoot::new("devices");
-    let devs = dir.path().join("dev");
-    std::fs::create_dir(&devs).unwrap();
-    for minor in 0..2 {
-        let path = std::ffi::CString::new(devs.join(format!("nvidia{minor}")).to_str().unwrap()).unwrap();
-        let dev = libc::makedev(baton_agent::cgroup::NVIDIA_MAJOR, minor);
-        // SAFETY: mknod(2) of a path this test owns, with a valid NUL-terminated string.
-        assert_eq!(unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, dev) }, 0, "mknod");
-    }
+    let devs = gpu_device_files(dir.path(), 2);
     let gpu = |index: u32| Gpu {
         index,
         uuid: format!("GPU-{index}"),
@@ -183,6 +191,41 @@ async fn a_replica_cannot_open_the_gpus_it_was_not_given() {
     let stderr = std::fs::read_to_string(dir.path().join("logs/job-1/1/rank-0.stderr")).unwrap();
     assert!(stderr.contains("nvidia0: No such device or address"), "its own GPU was denied: {stderr}");
     assert!(stderr.contains("nvidia1: Operation not permitted"), "it opened another's GPU: {stderr}");
+}
+
+/// Issue 31, hosts with cgroup v2 alone (no v1 devices controller): there the replica's
+/// cgroup gets a device program (eBPF) that denies the GPUs it was not given; before, the
+/// agent loaded none and said that replicas could open every GPU. Forced here, on a hybrid
+/// host, through the root's API; the replica joins its cgroup as the agent's child does. The
+/// same cgroup reused for a replica given other GPUs denies what the new one was not given,
+/// and only that: the new program replaced the old.
+#[test]
+#[ignore = "needs root and a writable cgroup v2 hierarchy: ./test.sh runs it as root"]
+fn on_cgroup_v2_alone_a_device_program_keeps_a_replica_from_the_gpus_it_was_not_given() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let test_root = TestRoot::new("devprogram");
+    let devs = gpu_device_files(dir.path(), 3);
+    let minors = (0..3).map(|i| (i, i)).collect();
+    let root = baton_agent::cgroup::CgroupRoot::at(&test_root.0).unwrap().isolate_gpus_by_program(minors).unwrap();
+    let replica = root.replica(1, 1, 0);
+    for given in [vec![1], vec![0, 2]] {
+        let limits = baton_agent::cgroup::Limits { gpus: given.clone(), ..Default::default() };
+        let joins = replica.create(&limits).unwrap();
+        let script = format!("for g in 0 1 2; do cat {}/nvidia$g; done; exit 0", devs.display());
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &script]);
+        // SAFETY: the closure only writes the child's pid to a descriptor opened before the fork.
+        unsafe {
+            cmd.pre_exec(move || joins.iter().try_for_each(baton_agent::cgroup::join_in_child));
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for g in 0..3u32 {
+            let want = if given.contains(&g) { "No such device or address" } else { "Operation not permitted" };
+            assert!(stderr.contains(&format!("nvidia{g}: {want}")), "given {given:?}, nvidia{g}: {stderr}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
