@@ -171,19 +171,18 @@ impl CgroupRoot {
             }
             Err(why) => why,
         };
-        match self.clone().isolate_gpus_by_program(minors) {
-            Ok(root) => {
-                tracing::info!(root = %root.dir.display(), "each replica is denied the GPU devices it was not given, by a device program on its cgroup");
-                root
+        match probe_device_program(&self.dir) {
+            Ok(()) => {
+                tracing::info!(root = %self.dir.display(), "each replica is denied the GPU devices it was not given, by a device program on its cgroup");
+                self.gpu_minors = minors;
+                self.gpu_program = true;
             }
-            Err(e) => {
-                tracing::warn!(
-                    "replicas can open every GPU device of this node (only CUDA_VISIBLE_DEVICES keeps them apart): \
-                     no v1 devices controller ({v1_refused}), and {e}"
-                );
-                self
-            }
+            Err(e) => tracing::warn!(
+                "replicas can open every GPU device of this node (only CUDA_VISIBLE_DEVICES keeps them apart): \
+                 no v1 devices controller ({v1_refused}), and {e}"
+            ),
         }
+        self
     }
 
     /// Isolates GPUs (as [`CgroupRoot::isolate_gpus`]) by a device program attached to each
@@ -191,11 +190,7 @@ impl CgroupRoot {
     /// `CGROUP_BPF`, an agent without CAP_SYS_ADMIN, or an ancestor whose own program forbids
     /// others below it is found now, not at a replica's start.
     pub fn isolate_gpus_by_program(mut self, minors: BTreeMap<u32, u32>) -> Result<CgroupRoot, CgroupError> {
-        let probe = self.dir.join(".baton-device-probe");
-        std::fs::create_dir_all(&probe).map_err(io(&probe))?;
-        let tried = crate::devfilter::load(NVIDIA_MAJOR, &[]).and_then(|p| crate::devfilter::attach(&p, &probe));
-        let _ = std::fs::remove_dir(&probe);
-        tried?;
+        probe_device_program(&self.dir)?;
         self.gpu_minors = minors;
         self.gpu_program = true;
         Ok(self)
@@ -483,6 +478,16 @@ fn set_gpu_devices(dir: &Path, minors: &BTreeMap<u32, u32>, given: &[u32]) -> Re
         write_limit(dir, file, &format!("c {NVIDIA_MAJOR}:{minor} rwm"))?;
     }
     Ok(())
+}
+
+/// Attaches a device program to a probe cgroup under `root`, then removes it: whether this
+/// kernel, this agent's rights and the cgroups above allow one.
+fn probe_device_program(root: &Path) -> Result<(), CgroupError> {
+    let probe = root.join(".baton-device-probe");
+    std::fs::create_dir_all(&probe).map_err(io(&probe))?;
+    let tried = crate::devfilter::load(NVIDIA_MAJOR, &[]).and_then(|p| crate::devfilter::attach(&p, &probe));
+    let _ = std::fs::remove_dir(&probe);
+    Ok(tried?)
 }
 
 /// Attaches a device program denying the node's GPUs not in `given` (replacing one a reused

@@ -108,37 +108,60 @@ fn program(major: u32, denied: &[u32]) -> Vec<Insn> {
     p
 }
 
+/// `union bpf_attr` as BPF_PROG_LOAD reads it, up to `expected_attach_type`; the kernel
+/// takes the size given and requires nothing past it.
+#[repr(C)]
+#[derive(Default)]
+struct LoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
 /// Loads a program denying character devices `major`:`denied` (allowing every other device);
-/// its file descriptor, to attach to cgroups.
+/// its file descriptor, to attach to cgroups. The verifier's log is asked for only when a
+/// load fails, by a second load: a replica's start does not pay for it.
 pub fn load(major: u32, denied: &[u32]) -> Result<OwnedFd, FilterError> {
     if denied.len() > MAX_DENIED {
         return Err(FilterError::TooMany { denied: denied.len() });
     }
     let insns = program(major, denied);
     let license = c"GPL";
-    let mut log = vec![0u8; LOG_BYTES];
-    let mut attr = [0u64; 16];
-    // `union bpf_attr` for BPF_PROG_LOAD: prog_type, insn_cnt, insns, license, log_level,
-    // log_size, log_buf, then (byte 68) expected_attach_type; the rest zero.
-    let words = attr.as_mut_ptr().cast::<u32>();
-    // SAFETY: `attr` is 128 bytes; every write below is within it and aligned to its type.
-    unsafe {
-        *words = PROG_TYPE_CGROUP_DEVICE;
-        *words.add(1) = insns.len() as u32;
-        attr[1] = insns.as_ptr() as u64;
-        attr[2] = license.as_ptr() as u64;
-        *words.add(6) = 1; // log_level
-        *words.add(7) = LOG_BYTES as u32;
-        attr[4] = log.as_mut_ptr() as u64;
-        *words.add(17) = ATTACH_CGROUP_DEVICE;
+    let mut attr = LoadAttr {
+        prog_type: PROG_TYPE_CGROUP_DEVICE,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        expected_attach_type: ATTACH_CGROUP_DEVICE,
+        ..LoadAttr::default()
+    };
+    if let Ok(fd) = prog_load(&attr) {
+        return Ok(fd);
     }
-    // SAFETY: bpf(2) reads `attr` (and the instructions, license and log buffer it points to,
-    // all alive until it returns) and writes only into the log buffer.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, attr.as_ptr(), std::mem::size_of_val(&attr)) };
-    if fd < 0 {
-        let source = std::io::Error::last_os_error();
+    let mut log = vec![0u8; LOG_BYTES];
+    (attr.log_level, attr.log_size, attr.log_buf) = (1, LOG_BYTES as u32, log.as_mut_ptr() as u64);
+    prog_load(&attr).map_err(|source| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        return Err(FilterError::Load { source, log: String::from_utf8_lossy(&log[..end]).into_owned() });
+        FilterError::Load { source, log: String::from_utf8_lossy(&log[..end]).into_owned() }
+    })
+}
+
+/// bpf(BPF_PROG_LOAD) of `attr`, whose pointers must be alive.
+fn prog_load(attr: &LoadAttr) -> std::io::Result<OwnedFd> {
+    // SAFETY: bpf(2) reads `attr` and what its pointers name (the caller keeps them alive until
+    // this returns), and writes only into the log buffer it names, if any.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, attr as *const LoadAttr, size_of::<LoadAttr>()) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: the kernel returned a new file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
