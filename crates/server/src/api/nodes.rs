@@ -40,7 +40,7 @@ impl Held {
 
 pub async fn list(api: &Api) -> Result<Response<ListNodesReply>, Status> {
     let mut nodes = api
-        .read(|s| {
+        .read_whole(|s| {
             let mut used: BTreeMap<Name, Held> = BTreeMap::new();
             for job in s.jobs().values().filter(|j| !j.replicas.is_empty()) {
                 for r in &job.replicas {

@@ -195,7 +195,7 @@ async fn json(api: &Api, r: &Call) -> Result<String, Status> {
     let who = caller(api, r).await?;
     match r.path.as_str() {
         "/api/cluster" => to_json(&api::cluster::info(api, Some(&who)).await?.into_inner()),
-        "/api/queues" => to_json(&ListQueuesReply { queues: api.read(api::usage::queues).await? }),
+        "/api/queues" => to_json(&ListQueuesReply { queues: api.read_whole(api::usage::queues).await? }),
         "/api/nodes" => to_json(&api::nodes::list(api).await?.into_inner()),
         "/api/maintenance" => {
             let windows =
