@@ -162,7 +162,7 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
         println!("  the clients run in {} processes of their own", a.client_procs.min(a.clients));
     }
     let capacity = u64::from(a.nodes) * u64::from(a.gpus);
-    super::submit::bench_queue(&servers[0], capacity).await?;
+    super::submit::bench_queue(&servers, capacity).await?;
     let seen = Arc::new(Seen::new(a.nodes));
     let fleet = Fleet {
         nodes: a.nodes,

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_proto::make::{gpu_job, gpu_queue};
-use baton_proto::reason::Reason;
 use baton_proto::v1::baton_client::BatonClient;
 use baton_proto::v1::{Queue, SubmitRequest, WithinQueue};
 use clap::Args;
@@ -137,54 +136,32 @@ pub async fn channel(addr: &str) -> Result<Channel, String> {
         .map_err(|e| format!("cannot connect to {addr}: {e}"))
 }
 
-/// How often, and how long apart, a benchmark's setup writes wait for the local
-/// cluster's leader: 15 s in all, several election timeouts.
-const MAX_NO_LEADER_WAITS: u32 = 60;
-const NO_LEADER_WAIT: Duration = Duration::from_millis(250);
-
 /// The benchmark's queue, able to hold `capacity` GPUs of work, and the cluster's bounds on
 /// unfinished jobs raised to their most: a backlog is what the benchmarks measure, and
-/// the default bound (10,000 per queue) would turn most submits into refusals.
-pub async fn bench_queue(server: &str, capacity: u64) -> Result<(), String> {
-    let c = client(channel(server).await?);
+/// the default bound (10,000 per queue) would turn most submits into refusals. Written
+/// through the CLI's connection, which waits while the replicas, just started or with a
+/// first leader unseated under load, answer "no leader yet" (one run of `bench scale`
+/// stopped here when it did not).
+pub async fn bench_queue(servers: &[String], capacity: u64) -> Result<(), String> {
+    let timeout = Duration::from_millis(crate::client::connect::DEFAULT_TIMEOUT_MS);
+    let conn = crate::client::Conn::new(servers.to_vec(), timeout, baton_proto::tls::Transport::Insecure);
     // Urgent jobs (`Backlog::Urgent`) preempt the backlog's lower-priority ones.
     let queue = Queue { within_queue: WithinQueue::LowerPriority.into(), ..gpu_queue(QUEUE, capacity) };
-    let put = || {
-        let (mut c, queue) = (c.clone(), queue.clone());
+    let other = crate::client::error::Subject::Other;
+    let put = |mut c: crate::client::connect::Api| {
+        let queue = queue.clone();
         async move { c.put_queue(queue).await }
     };
-    once_led(put).await?;
+    conn.call(other, "", put).await.map_err(|e| e.to_string())?;
     let most = baton_model::limits::MAX_JOBS as u32;
     let bounds = baton_proto::v1::TenancySettings {
         allow_root_jobs: None,
         max_jobs_per_user: Some(most),
         max_jobs_per_queue: Some(most),
     };
-    let set = || {
-        let mut c = c.clone();
-        async move { c.set_tenancy(bounds).await }
-    };
-    once_led(set).await?;
+    let set = |mut c: crate::client::connect::Api| async move { c.set_tenancy(bounds).await };
+    conn.call(other, "", set).await.map_err(|e| e.to_string())?;
     Ok(())
-}
-
-/// `call`'s answer, called again while the replicas answer "no leader yet": replicas just
-/// started, or a first leader unseated under load, have none for a while (one run of `bench
-/// scale` stopped at its setup this way).
-async fn once_led<T, F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>>(
-    mut call: impl FnMut() -> F,
-) -> Result<T, String> {
-    let mut waits = 0;
-    loop {
-        match call().await {
-            Ok(r) => return Ok(r.into_inner()),
-            Err(e) if Reason::of(&e) == Some(Reason::NoLeader) && waits < MAX_NO_LEADER_WAITS => {
-                waits += 1;
-                tokio::time::sleep(NO_LEADER_WAIT).await;
-            }
-            Err(e) => return Err(e.message().to_string()),
-        }
-    }
 }
 
 pub fn client(ch: Channel) -> BatonClient<Channel> {
@@ -250,7 +227,7 @@ async fn load_baton(a: &SubmitArgs, children: &Children) -> Result<(), String> {
         servers: servers.clone(),
     };
     let capacity = u64::from(a.nodes) * u64::from(GPUS_PER_NODE);
-    bench_queue(&servers[0], capacity).await?;
+    bench_queue(&servers, capacity).await?;
     simagents::start(fleet, Arc::new(Seen::new(a.nodes)))?;
     wait_ready(&servers, a.nodes as usize, Duration::from_secs(READY_TIMEOUT_S)).await?;
     let mut callers = Vec::new();
@@ -305,39 +282,5 @@ fn print_outcome(what: &str, a: &SubmitArgs, out: &mut Outcome) {
     println!("  latency {}", percentiles_line(&mut out.latencies_ms));
     if let Some(e) = &out.first_error {
         println!("  first error: {e}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use super::*;
-
-    /// A call that finds no leader twice is made again until it is answered; any other
-    /// refusal ends it at once, with its message.
-    #[tokio::test]
-    async fn a_setup_write_waits_for_a_leader_and_for_nothing_else() {
-        let calls = AtomicU32::new(0);
-        let answered = once_led(|| {
-            let n = calls.fetch_add(1, Ordering::Relaxed);
-            async move {
-                match n {
-                    0 | 1 => Err(baton_proto::reason::no_leader()),
-                    _ => Ok(tonic::Response::new(n)),
-                }
-            }
-        })
-        .await;
-        assert_eq!(answered, Ok(2), "answered at the third call");
-
-        let refused = AtomicU32::new(0);
-        let answer = once_led(|| {
-            refused.fetch_add(1, Ordering::Relaxed);
-            async { Err::<tonic::Response<()>, _>(tonic::Status::permission_denied("not yours")) }
-        })
-        .await;
-        assert_eq!(answer, Err("not yours".to_string()));
-        assert_eq!(refused.load(Ordering::Relaxed), 1, "called once");
     }
 }

@@ -65,7 +65,7 @@ pub async fn info(api: &Api, who: Option<&Caller>) -> Result<Response<ClusterInf
     // A replica that cannot write cannot confirm a read index either; it answers from its
     // own (possibly stale) state so the operator learns what is wrong with it.
     let (pools, queues, (pending, running), (scheduler, tenancy, usage), reservations, accounting) = match &failure {
-        Some(_) => summary(&api.ctx.replica.read_local(State::clone)),
+        Some(_) => super::off_the_lock(&api.ctx.replica, summary),
         None => api.read_whole(summary).await?,
     };
     let racks = api.ctx.replica.racks();

@@ -110,13 +110,20 @@ impl Api {
     }
 
     /// `read` for work that walks every job or node (listings, the cluster's summary): `f`
-    /// runs on a clone of the state, taken under the state machine's lock in a fraction of a
-    /// millisecond, so that building the answer (tens of ms at 10,000 nodes) holds no apply,
-    /// and so no submit, back.
+    /// runs on a clone of the state, as in `off_the_lock`.
     pub(crate) async fn read_whole<T>(&self, f: impl FnOnce(&State) -> T) -> Result<T, Status> {
         let state = self.read(State::clone).await?;
         Ok(f(&state))
     }
+}
+
+/// `f` of this replica's applied state, run on a clone: the clone holds the state machine's
+/// lock for a fraction of a millisecond, where work that walks every job or node (a
+/// `/metrics` scrape, a listing: tens of ms at 10,000 nodes) run under it held every apply,
+/// and so every submit, back until it ended.
+pub(crate) fn off_the_lock<T>(replica: &baton_raft::Replica, f: impl FnOnce(&State) -> T) -> T {
+    let state = replica.read_local(State::clone);
+    f(&state)
 }
 
 /// The caller as this replica's applied state knows it, or `None` when it cannot tell (a

@@ -160,16 +160,8 @@ fn render_metrics(ctx: &Ctx) -> String {
     let writes = ctx.replica.write_counts();
     ctx.metrics.set_tls_not_after(ctx.transport.not_after());
     ctx.metrics.set_digest_counts(ctx.replica.digest_counts());
-    off_the_lock(&ctx.replica, |s| ctx.metrics.render(s, &raft, &writes))
-}
-
-/// `render` of a clone of the state: the clone holds the state machine's lock for a
-/// fraction of a millisecond, where rendering under it held every apply (and so every
-/// submit) back for the whole render, 47 ms at 10,000 nodes (`cargo bench -p baton-server
-/// --bench metrics`), at each scrape.
-fn off_the_lock<T>(replica: &baton_raft::Replica, render: impl FnOnce(&baton_model::State) -> T) -> T {
-    let state = replica.read_local(baton_model::State::clone);
-    render(&state)
+    // 47 ms at 10,000 nodes (`cargo bench -p baton-server --bench metrics`): off the lock.
+    api::off_the_lock(&ctx.replica, |s| ctx.metrics.render(s, &raft, &writes))
 }
 
 /// Who calls: the request's bearer token checked as the API checks its metadata.
@@ -418,7 +410,7 @@ mod tests {
         let (release, released) = std::sync::mpsc::channel::<()>();
         let scraper = replica.clone();
         let scrape = tokio::task::spawn_blocking(move || {
-            off_the_lock(&scraper, |s| {
+            api::off_the_lock(&scraper, |s| {
                 entered.send(()).expect("the test waits");
                 // Held here, as by a long render, until the test has applied a command.
                 let applied_meanwhile = released.recv_timeout(std::time::Duration::from_millis(HELD_MS)).is_ok();

@@ -257,14 +257,11 @@ pub(super) fn queue_pools(state: &State) -> BTreeMap<Key, QueuePool> {
     table
 }
 
-/// The ledger's index of `node`'s pool, if the node is registered.
+/// The ledger's index of `node`'s pool, if the node is registered (the ledger holds every
+/// registered node).
 fn pool_of(state: &State, node: &baton_model::name::Name) -> Option<usize> {
     let l = state.ledger();
-    match l.node(node.as_str()) {
-        Some(n) => Some(l.nodes[n].pool),
-        // Every registered node is in the ledger; by name, should one not be.
-        None => state.nodes().get(node).and_then(|n| l.pool(n.spec.pool.as_str())),
-    }
+    l.node(node.as_str()).map(|n| l.nodes[n].pool)
 }
 
 fn attribute_lending(state: &State, table: &mut BTreeMap<Key, QueuePool>) {
