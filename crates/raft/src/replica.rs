@@ -220,6 +220,14 @@ pub(crate) fn known_leader(raft: &Raft) -> Option<(NodeId, Option<Addrs>)> {
     Some((id, addrs))
 }
 
+/// How long a request that finds no leader waits for an election to end before it is
+/// answered "no leader yet". An election at the default timings takes one to a few
+/// election timeouts (150-300 ms each), more on a loaded machine; a client that heard "no
+/// leader" only retries, so holding the request spares it that round trip (Consul and
+/// Nomad hold RPCs the same way). Past 5 s a quorum is likely lost, and the client should
+/// hear so.
+pub const LEADER_HOLD_MS: u64 = 5_000;
+
 impl Core {
     fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.settings.request_timeout_ms)
@@ -228,6 +236,19 @@ impl Core {
     /// The leader this replica knows of, and its addresses.
     fn leader(&self) -> Option<(NodeId, Option<Addrs>)> {
         known_leader(&self.raft)
+    }
+
+    /// The leader, waiting for one while an election runs: at most [`LEADER_HOLD_MS`], and
+    /// never past the request's own deadline. Nothing was sent yet, so waiting is safe for
+    /// writes too.
+    async fn leader_after_election(&self) -> Option<(NodeId, Option<Addrs>)> {
+        if let Some(known) = self.leader() {
+            return Some(known);
+        }
+        let hold = Duration::from_millis(LEADER_HOLD_MS.min(self.settings.request_timeout_ms));
+        // A timeout or a stopped raft both leave no leader, which the caller reports.
+        let _ = self.raft.wait(Some(hold)).metrics(|m| m.current_leader.is_some(), "a leader").await;
+        self.leader()
     }
 
     /// The latest time this replica may stamp into a command, and whether the other voters'
@@ -679,9 +700,9 @@ impl Replica {
 
     /// Applies `cmd` through the log and returns what the state machine answered. On a
     /// follower the write is forwarded to the leader; if the leader cannot be reached the
-    /// error carries its address.
+    /// error carries its address. While an election runs it waits for its leader first.
     pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
-        match self.core.leader() {
+        match self.core.leader_after_election().await {
             None => Err(WriteError::NoLeader),
             Some((id, _)) if id == self.core.id => self.core.write_here(cmd).await,
             Some((leader_id, None)) => Err(WriteError::ForwardFailed {
@@ -735,7 +756,7 @@ impl Replica {
     }
 
     async fn catch_up_to_read_index(&self) -> Result<(), ReadError> {
-        let read_index = match self.core.leader() {
+        let read_index = match self.core.leader_after_election().await {
             None => return Err(ReadError::NoLeader),
             Some((id, _)) if id == self.core.id => self.core.read_index_here().await?,
             Some((leader_id, None)) => {

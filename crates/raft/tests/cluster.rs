@@ -178,6 +178,33 @@ async fn a_write_without_leader_is_refused_clearly() {
     lone.stop().await;
 }
 
+/// A write and a read that reach a replica while it knows no leader wait for the election
+/// (`LEADER_HOLD_MS`) instead of answering "no leader yet" at once: here the replicas know
+/// none until the cluster is bootstrapped, after the requests were made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_and_a_read_during_an_election_wait_for_its_leader() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        let (l, _) = listener().await;
+        nodes.push(Node::start(id, CLUSTER, &root.path().join(format!("r{id}")), l, settings()).await);
+    }
+    let (writer, reader) = (nodes[1].replica.clone(), nodes[2].replica.clone());
+    let write = tokio::spawn(async move { writer.write(put("during-election")).await });
+    let read = tokio::spawn(async move { reader.read(|_| ()).await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!write.is_finished() && !read.is_finished(), "both wait while no leader is known");
+
+    let members = nodes.iter().map(|n| (n.id, n.addr.clone())).collect();
+    nodes[0].replica.bootstrap(members).await.expect("bootstrap");
+    write.await.unwrap().expect("the write waited for the first leader").expect("applied");
+    read.await.unwrap().expect("the read waited for the first leader");
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_are_batched_and_each_gets_its_own_response() {
     init_tracing();
