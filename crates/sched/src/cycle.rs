@@ -80,6 +80,7 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);
     }
+    crate::refresh::limit_amount_refreshes(state, now_ms, &mut plan);
     (plan, view.ledger)
 }
 

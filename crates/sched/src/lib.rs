@@ -13,7 +13,8 @@
 //!   victims only get scarcer), so later jobs of the same shape are decided cheaply.
 //! - `preempt`: who may be preempted, the greedy walk with fill-back, set scoring
 //!   (sections 4 to 6); candidates kept between the preemptors of a cycle (`kept`).
-//! - `reason`: why a job waits, in words a person can act on.
+//! - `reason`: why a job waits, in words a person can act on; `refresh`: how many reasons a
+//!   cycle rewrites only because a live amount in them moved.
 //! - `reserve`: starving jobs' reservations and backfill (section 9).
 //! - `elastic`: elastic gangs' sizes at admission and their growth (decisions.md
 //!   section 13).
@@ -38,11 +39,13 @@ mod order;
 mod pack;
 mod preempt;
 mod reason;
+mod refresh;
 mod reserve;
 mod view;
 mod windows;
 
 pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
+pub use refresh::{MAX_AMOUNT_REFRESHES_PER_CYCLE, only_amounts_differ};
 
 #[cfg(test)]
 mod after_props;
