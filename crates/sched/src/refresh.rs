@@ -57,6 +57,11 @@ pub fn only_amounts_differ(old: &str, new: &str) -> bool {
 /// Drops the plan's amount-only Waits beyond [`MAX_AMOUNT_REFRESHES_PER_CYCLE`], keeping a
 /// run of that many that starts where the cycle's second points.
 pub fn limit_amount_refreshes(state: &State, now_ms: u64, plan: &mut Plan) {
+    // Most plans hold fewer Waits than the bound: no job is looked up for them.
+    let waits = plan.decisions.iter().filter(|d| matches!(d, Decision::Wait { .. })).count();
+    if waits <= MAX_AMOUNT_REFRESHES_PER_CYCLE {
+        return;
+    }
     let amount_only = |d: &Decision| match d {
         Decision::Wait { job, reason } => state.job(*job).is_some_and(|j| only_amounts_differ(&j.reason, reason)),
         _ => false,
