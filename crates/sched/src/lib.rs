@@ -45,7 +45,7 @@ mod view;
 mod windows;
 
 pub use cycle::{MAX_PREEMPTION_PLANS_PER_CYCLE, cycle};
-pub use refresh::{MAX_AMOUNT_REFRESHES_PER_CYCLE, only_amounts_differ};
+pub use refresh::{MAX_AMOUNT_REFRESHES_PER_CYCLE, is_amount_refresh};
 
 #[cfg(test)]
 mod after_props;

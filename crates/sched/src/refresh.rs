@@ -54,6 +54,14 @@ pub fn only_amounts_differ(old: &str, new: &str) -> bool {
         && AMOUNT_FOLLOWED_BY.iter().any(|f| after.starts_with(f))
 }
 
+/// Whether `d` is a Wait that only moves a live amount in its job's reason in `state`.
+pub fn is_amount_refresh(state: &State, d: &Decision) -> bool {
+    match d {
+        Decision::Wait { job, reason } => state.job(*job).is_some_and(|j| only_amounts_differ(&j.reason, reason)),
+        _ => false,
+    }
+}
+
 /// Drops the plan's amount-only Waits beyond [`MAX_AMOUNT_REFRESHES_PER_CYCLE`], keeping a
 /// run of that many that starts where the cycle's second points.
 pub fn limit_amount_refreshes(state: &State, now_ms: u64, plan: &mut Plan) {
@@ -62,11 +70,7 @@ pub fn limit_amount_refreshes(state: &State, now_ms: u64, plan: &mut Plan) {
     if waits <= MAX_AMOUNT_REFRESHES_PER_CYCLE {
         return;
     }
-    let amount_only = |d: &Decision| match d {
-        Decision::Wait { job, reason } => state.job(*job).is_some_and(|j| only_amounts_differ(&j.reason, reason)),
-        _ => false,
-    };
-    let marked: Vec<bool> = plan.decisions.iter().map(amount_only).collect();
+    let marked: Vec<bool> = plan.decisions.iter().map(|d| is_amount_refresh(state, d)).collect();
     let count = marked.iter().filter(|m| **m).count();
     if count <= MAX_AMOUNT_REFRESHES_PER_CYCLE {
         return;

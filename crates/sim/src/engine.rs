@@ -816,14 +816,8 @@ impl<'s> Engine<'s> {
         let plan = baton_sched::cycle(&self.state, self.now_ms);
         // Reasons whose amounts moved for more jobs than a cycle refreshes wait for later
         // cycles (`baton_sched::MAX_AMOUNT_REFRESHES_PER_CYCLE`); nothing else may be left.
-        let refresh = |d: &Decision| match d {
-            Decision::Wait { job, reason } => {
-                self.state.job(*job).is_some_and(|j| baton_sched::only_amounts_differ(&j.reason, reason))
-            }
-            _ => false,
-        };
         assert!(
-            plan.decisions.iter().all(refresh),
+            plan.decisions.iter().all(|d| baton_sched::is_amount_refresh(&self.state, d)),
             "a cycle after a plan of waits decided {:?} at t={}",
             plan.decisions,
             self.now_ms
