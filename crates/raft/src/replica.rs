@@ -211,6 +211,13 @@ pub struct Replica {
     core: Arc<Core>,
 }
 
+/// Whether `m` names a leader whose address this replica knows. A follower learns of a new
+/// leader from its first message, and a heartbeat can come before the entries that carry the
+/// membership; until those arrive it knows the leader's id and not where it is.
+fn knows_a_reachable_leader(m: &RaftMetrics) -> bool {
+    m.current_leader.is_some_and(|id| m.membership_config.membership().get_node(&id).is_some())
+}
+
 /// The leader `raft` knows of, and its addresses.
 pub(crate) fn known_leader(raft: &Raft) -> Option<(NodeId, Option<Addrs>)> {
     let m = raft.metrics();
@@ -238,16 +245,17 @@ impl Core {
         known_leader(&self.raft)
     }
 
-    /// The leader, waiting for one while an election runs: at most [`LEADER_HOLD_MS`], and
-    /// never past the request's own deadline. Nothing was sent yet, so waiting is safe for
-    /// writes too.
+    /// The leader, waiting for one while an election runs, and for its address while the
+    /// membership is on its way: at most [`LEADER_HOLD_MS`], and never past the request's own
+    /// deadline. Nothing was sent yet, so waiting is safe for writes too.
     async fn leader_after_election(&self) -> Option<(NodeId, Option<Addrs>)> {
-        if let Some(known) = self.leader() {
-            return Some(known);
+        if knows_a_reachable_leader(&self.raft.metrics().borrow()) {
+            return self.leader();
         }
         let hold = Duration::from_millis(LEADER_HOLD_MS.min(self.settings.request_timeout_ms));
-        // A timeout or a stopped raft both leave no leader, which the caller reports.
-        let _ = self.raft.wait(Some(hold)).metrics(|m| m.current_leader.is_some(), "a leader").await;
+        // A timeout or a stopped raft leave no leader, or one without an address, which the
+        // caller reports.
+        let _ = self.raft.wait(Some(hold)).metrics(knows_a_reachable_leader, "a leader with an address").await;
         self.leader()
     }
 
@@ -1006,5 +1014,34 @@ impl Replica {
         if let Err(e) = self.core.sm.records().close() {
             tracing::warn!(error = %e, "closing the accounting store failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn follower_of(leader: Option<NodeId>, members: &[NodeId]) -> RaftMetrics {
+        let mut m = RaftMetrics::new_initial(2);
+        m.current_leader = leader;
+        let ids: BTreeSet<NodeId> = members.iter().copied().collect();
+        let nodes: BTreeMap<NodeId, crate::types::Node> =
+            members.iter().map(|id| (*id, crate::types::Node::new(format!("10.0.0.{id}:7000")))).collect();
+        let membership = openraft::Membership::new(vec![ids], nodes);
+        m.membership_config = Arc::new(crate::types::StoredMembership::new(None, membership));
+        m
+    }
+
+    /// A follower that heard the new leader's heartbeat before the entry that carries the
+    /// membership knows the leader's id and not its address: a request there waits on, as it
+    /// does while no leader is known (CI once saw "the leader's address is not in the
+    /// membership" from a follower of a cluster just started).
+    #[test]
+    fn a_leader_is_reachable_only_once_the_membership_names_it() {
+        assert!(!knows_a_reachable_leader(&follower_of(None, &[1, 2, 3])), "no leader yet");
+        assert!(!knows_a_reachable_leader(&follower_of(Some(1), &[])), "the membership has not arrived");
+        assert!(!knows_a_reachable_leader(&follower_of(Some(1), &[2, 3])), "the leader is not a member");
+        assert!(knows_a_reachable_leader(&follower_of(Some(1), &[1, 2, 3])));
     }
 }

@@ -33,8 +33,8 @@ pub struct RaftSettings {
     pub rpc_timeout_ms: u64,
     /// Deadline of a client write or linearizable read, forwarding included. A write that
     /// runs past it may still commit later (its outcome is unknown). A request that finds
-    /// no leader first waits for an election, at most `replica::LEADER_HOLD_MS` and at most
-    /// this.
+    /// no leader (or a leader whose address has not arrived yet) first waits for one, at most
+    /// `replica::LEADER_HOLD_MS` and at most this.
     pub request_timeout_ms: u64,
     /// How long a membership change waits for a new learner to catch up.
     pub membership_timeout_ms: u64,
