@@ -1,22 +1,29 @@
 //! A node's agent: every `BEAT_MS` it beats to every replica with what it observed, and
-//! acts on the newest grant of the highest term it has seen. It starts a rank only under a
-//! valid lease, stops a rank within its grace (checkpointed if the checkpoint fits in it),
+//! acts on the grants of the leaders its fence lets it obey. What a directive means for the
+//! node's ranks is the real agent's rule (`baton_agent::reconcile::plan`: the fence, the
+//! attempt fence, deferral behind GPUs still held, what an ended rank's RUN or STOP is told);
+//! this module only carries the plan out on simulated processes: it starts a rank, stops it
+//! within its grace (checkpointed if the checkpoint fits in it), suspends and resumes it,
 //! kills ranks the directive no longer names, and re-sends each observation until a leader
 //! says it is committed. The node's watchdog (`Truth::watchdog`) stops every process once
 //! the lease runs out, whether the agent runs or not.
 //!
-//! Its processes and lease live in its journal (`truth::Journal`): a restarted agent finds
-//! them again, as the real one does.
+//! Its processes, the ranks that ended and how, its lease and its fence live in its journal
+//! (`truth::Journal`): a restarted agent finds them again, as the real one does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use baton_agent::journal::{Outcome, Phase, ReplicaKey};
+use baton_agent::reconcile::{self, Act, Inputs, Known};
+use baton_agent::suspensions::Answer;
 use baton_model::command::Observed;
+use baton_proto::v1::{Assignment, Directive};
 use turmoil::net::UdpSocket;
 
 use crate::timing::BEAT_MS;
-use crate::truth::{Devices, Rank, Shared};
-use crate::wire::{self, Act, Beat, Grant, Work};
+use crate::truth::{Devices, Journal, Rank, Shared, Truth};
+use crate::wire::{self, Beat, Grant};
 
 /// Beats whose send time an agent remembers (a grant for an older one is ignored).
 const MAX_BEATS_REMEMBERED: usize = 64;
@@ -32,9 +39,12 @@ struct Agent {
     sent_ms: BTreeMap<u64, u64>,
     /// Observations not yet committed, each with the first beat that carried it.
     pending: Vec<(u64, Observed)>,
-    max_term: u64,
     /// Ranks being stopped: when the stop completes and whether it checkpointed.
     stopping: BTreeMap<Rank, (u64, bool)>,
+    /// Ranks a directive wants started whose GPUs a rank here still holds.
+    deferred: BTreeSet<ReplicaKey>,
+    /// Where the report of each rank held suspended stands (`reconcile`'s `suspensions`).
+    suspensions: BTreeMap<ReplicaKey, Answer>,
 }
 
 /// The agent of `node`, beating to `replicas` (host names).
@@ -47,15 +57,7 @@ pub async fn run(node: String, replicas: Vec<String>, truth: Shared) -> turmoil:
         j.boots
     };
     truth.record(format!("{node} agent starts (boot {boot})"));
-    let mut a = Agent {
-        node,
-        boot,
-        seq: 0,
-        sent_ms: BTreeMap::new(),
-        pending: Vec::new(),
-        max_term: 0,
-        stopping: BTreeMap::new(),
-    };
+    let mut a = Agent::new(node, boot);
     let mut buf = vec![0u8; wire::MAX_DATAGRAM_BYTES];
     loop {
         let until = tokio::time::Instant::now() + Duration::from_millis(BEAT_MS);
@@ -70,7 +72,28 @@ pub async fn run(node: String, replicas: Vec<String>, truth: Shared) -> turmoil:
     }
 }
 
+fn key_of(r: Rank) -> ReplicaKey {
+    ReplicaKey { job_id: r.job, attempt: r.attempt, rank: r.rank }
+}
+
+fn rank_of(k: ReplicaKey) -> Rank {
+    Rank { job: k.job_id, attempt: k.attempt, rank: k.rank }
+}
+
 impl Agent {
+    fn new(node: String, boot: u64) -> Agent {
+        Agent {
+            node,
+            boot,
+            seq: 0,
+            sent_ms: BTreeMap::new(),
+            pending: Vec::new(),
+            stopping: BTreeMap::new(),
+            deferred: BTreeSet::new(),
+            suspensions: BTreeMap::new(),
+        }
+    }
+
     fn observe(&mut self, o: Observed) {
         if self.pending.len() == MAX_PENDING {
             self.pending.remove(0);
@@ -79,85 +102,171 @@ impl Agent {
     }
 
     fn on_grant(&mut self, truth: &Shared, g: Grant) {
-        if g.boot != self.boot || g.term < self.max_term {
+        if g.boot != self.boot {
             return;
         }
         let Some(&sent) = self.sent_ms.get(&g.seq) else { return };
-        self.max_term = g.term;
-        self.pending.retain(|(first, _)| *first > g.acked_seq);
+        let Ok(d) = <Directive as prost::Message>::decode(g.directive.as_slice()) else { return };
         let now = crate::now_ms();
         let lease_until = {
             let mut t = truth.lock();
             let j = t.journals.entry(self.node.clone()).or_default();
+            // A deposed leader's grant renews nothing and acknowledges nothing.
+            let Ok(fence) = j.fence.check(g.term, g.leader) else { return };
+            j.fence = fence;
             j.lease_until_ms = j.lease_until_ms.max(sent + g.lease_ms);
             j.lease_until_ms
         };
+        self.acknowledged(g.acked_seq, d.state_index);
         if now < lease_until {
-            self.act(truth, &g.work, now);
+            self.act(truth, &d, now);
         }
     }
 
-    /// Brings the node's processes to what `work` says.
-    fn act(&mut self, truth: &Shared, work: &[Work], now: u64) {
-        let named: BTreeMap<Rank, &Work> =
-            work.iter().map(|w| (Rank { job: w.job, attempt: w.attempt, rank: w.rank }, w)).collect();
-        let mut t = truth.lock();
-        // Each process, and whether it is suspended, as the grant found them.
-        let running: BTreeMap<Rank, bool> =
-            t.journals.entry(self.node.clone()).or_default().processes.iter().map(|(r, p)| (*r, p.suspended)).collect();
-        for r in running.keys().filter(|r| !named.contains_key(r)) {
-            t.end(now, &self.node, *r, "not in the directive: killed");
-            self.stopping.remove(r);
-        }
-        for (r, w) in named {
-            let ended = t.journals.get(&self.node).is_some_and(|j| j.ended.contains(&r));
-            match (w.act, running.get(&r).copied()) {
-                (Act::Run, Some(true)) => {
-                    if let Some(p) = t.journals.get_mut(&self.node).and_then(|j| j.processes.get_mut(&r)) {
-                        p.suspended = false;
-                    }
-                    t.history.record(now, format!("{} resumes {r}", self.node));
-                }
-                (Act::Run, None) if !ended => {
-                    let work_ms = t.work.get(&w.name).map_or(30_000, |x| x.work_ms);
-                    let devices = Devices { gpus: &w.gpus, gpu_milli: w.gpu_milli, slices: w.slices };
-                    t.start(now, &self.node, r, devices, w.memory_bytes, now + work_ms);
-                }
-                (Act::Stop, Some(_)) if !self.stopping.contains_key(&r) => {
-                    let ckpt = t.work.get(&w.name).map_or(1_000, |x| x.checkpoint_ms);
-                    self.stopping.insert(r, (now + ckpt.min(w.grace_ms), ckpt <= w.grace_ms));
-                }
-                (Act::Stop, None) if !ended => {
-                    // Never ran here: reported stopped so its GPUs are freed.
-                    t.journals.entry(self.node.clone()).or_default().ended.insert(r);
-                    self.observe(Observed::Stopped {
-                        job: r.job,
-                        attempt: r.attempt,
-                        rank: r.rank,
-                        checkpointed: false,
-                    });
-                }
-                (Act::Suspend, Some(false)) => {
-                    if let Some(p) = t.journals.get_mut(&self.node).and_then(|j| j.processes.get_mut(&r)) {
-                        p.suspended = true;
-                    }
-                    t.suspensions += 1;
-                    t.history.record(now, format!("{} suspends {r}", self.node));
-                    // Named as the real agent names it (a leader before it sends 0).
-                    self.observe(match w.suspension_by {
-                        0 => Observed::Stopped { job: r.job, attempt: r.attempt, rank: r.rank, checkpointed: false },
-                        by => Observed::Suspended {
-                            job: r.job,
-                            attempt: r.attempt,
-                            rank: r.rank,
-                            by,
-                            requested_ms: w.suspension_ms,
-                        },
-                    });
-                }
-                _ => {}
+    /// The observations of beats up to `acked_seq` are committed, in a state that had applied
+    /// `state_index` commands by the time the grant's directive was built.
+    fn acknowledged(&mut self, acked_seq: u64, state_index: u64) {
+        for (_, o) in self.pending.iter().filter(|(first, _)| *first <= acked_seq) {
+            let (Observed::Suspended { job, attempt, rank, .. } | Observed::Stopped { job, attempt, rank, .. }) = o
+            else {
+                continue;
+            };
+            let key = ReplicaKey { job_id: *job, attempt: *attempt, rank: *rank };
+            if let Some(a) = self.suspensions.get_mut(&key) {
+                *a = Answer::Recorded { state_index };
             }
         }
+        self.pending.retain(|(first, _)| *first > acked_seq);
+    }
+
+    /// Brings the node's processes to what the directive `d` says, by the real agent's plan.
+    fn act(&mut self, truth: &Shared, d: &Directive, now: u64) {
+        let mut t = truth.lock();
+        let journal = t.journals.entry(self.node.clone()).or_default();
+        let inputs = self.inputs(journal, d);
+        // Refused (too many assignments; the fence was checked with the grant): nothing is done.
+        let Ok(plan) = reconcile::plan(d, &inputs) else { return };
+        self.deferred = plan.deferred;
+        let named: BTreeMap<ReplicaKey, &Assignment> =
+            d.assignments.iter().map(|a| (reconcile::key_of(a), a)).collect();
+        for act in plan.acts {
+            self.carry_out(&mut t, act, &named, now);
+        }
+    }
+
+    /// What `reconcile::plan` reads, from the journal: every rank with a process, and the
+    /// ended ranks of the jobs the directive names (the others play no part in it).
+    fn inputs(&mut self, j: &Journal, d: &Directive) -> Inputs {
+        let mut replicas = BTreeMap::new();
+        for (r, p) in &j.processes {
+            let phase = match (self.stopping.contains_key(r), p.suspended) {
+                (true, _) => Phase::Stopping,
+                (false, true) => Phase::Suspended,
+                (false, false) => Phase::Running,
+            };
+            replicas.insert(key_of(*r), Known { phase, outcome: None, gpus: p.gpus.clone(), gpu_milli: p.gpu_milli });
+        }
+        let mut max_attempts = BTreeMap::new();
+        let jobs: BTreeSet<u64> = d.assignments.iter().map(|a| a.job_id).collect();
+        for job in jobs {
+            let of_job = Rank { job, attempt: 0, rank: 0 }..=Rank { job, attempt: u32::MAX, rank: u32::MAX };
+            for (r, o) in j.ended.range(of_job.clone()) {
+                let known = Known { phase: Phase::Finished, outcome: Some(*o), gpus: Vec::new(), gpu_milli: 0 };
+                replicas.entry(key_of(*r)).or_insert(known);
+            }
+            let attempts = j.ended.range(of_job.clone()).map(|(r, _)| r.attempt);
+            let newest = attempts.chain(j.processes.range(of_job).map(|(r, _)| r.attempt)).max();
+            if let Some(newest) = newest {
+                max_attempts.insert(job, newest);
+            }
+        }
+        self.suspensions.retain(|k, _| j.processes.get(&rank_of(*k)).is_some_and(|p| p.suspended));
+        Inputs {
+            fence: j.fence,
+            replicas,
+            max_attempts,
+            deferred: self.deferred.clone(),
+            suspensions: self.suspensions.clone(),
+            ..Inputs::default()
+        }
+    }
+
+    /// Carries out one act of a plan on the simulated processes, as the real supervisor does
+    /// on real ones (`baton_agent::supervisor`), and reports what it reports.
+    fn carry_out(&mut self, t: &mut Truth, act: Act, named: &BTreeMap<ReplicaKey, &Assignment>, now: u64) {
+        let node = self.node.clone();
+        match act {
+            Act::Kill(k) => {
+                t.end(now, &node, rank_of(k), Outcome::Killed, "not in the directive: killed");
+                self.stopping.remove(&rank_of(k));
+            }
+            Act::Start(k) => {
+                let Some(a) = named.get(&k) else { return };
+                let work_ms = t.work.get(&a.job).map_or(30_000, |x| x.work_ms);
+                let devices = Devices { gpus: &a.gpus, gpu_milli: a.gpu_milli, slices: a.slices.values().sum() };
+                t.start(now, &node, rank_of(k), devices, a.memory_bytes, now + work_ms);
+            }
+            Act::Resume(k) => {
+                if let Some(p) = t.journals.get_mut(&node).and_then(|j| j.processes.get_mut(&rank_of(k))) {
+                    p.suspended = false;
+                }
+                t.history.record(now, format!("{node} resumes {}", rank_of(k)));
+            }
+            Act::Stop(k) => {
+                let Some(a) = named.get(&k) else { return };
+                let ckpt = t.work.get(&a.job).map_or(1_000, |x| x.checkpoint_ms);
+                self.stopping.insert(rank_of(k), (now + ckpt.min(a.grace_ms), ckpt <= a.grace_ms));
+            }
+            Act::StopNeverRan(k) => {
+                t.history.record(now, format!("{node} never ran {}, asked to stop it", rank_of(k)));
+                // Remembered stopped, so that a later RUN of it starts nothing; its GPUs are freed.
+                t.journals.entry(node).or_default().ended.insert(rank_of(k), Outcome::Stopped { checkpointed: false });
+                self.observe(stopped(k, false));
+            }
+            Act::ReportStopped { key, checkpointed } => self.observe(stopped(key, checkpointed)),
+            Act::KilledCountsAsStopped(k) => {
+                t.journals.entry(node).or_default().ended.insert(rank_of(k), Outcome::Stopped { checkpointed: false });
+                self.observe(stopped(k, false));
+            }
+            Act::ReportKilledHere { key, checkpointed } => {
+                t.history.record(now, format!("{node} tells that {} ended here without its exit", rank_of(key)));
+                self.observe(killed_here(key, checkpointed));
+            }
+            Act::ReportExited { key, code } => {
+                t.history.record(now, format!("{node} tells again that {} exited {code}", rank_of(key)));
+                self.observe(Observed::Exited {
+                    job: key.job_id,
+                    attempt: key.attempt,
+                    rank: key.rank,
+                    exit_code: code,
+                });
+            }
+            Act::Suspend(k) => {
+                if let Some(p) = t.journals.get_mut(&node).and_then(|j| j.processes.get_mut(&rank_of(k))) {
+                    p.suspended = true;
+                }
+                t.suspensions += 1;
+                t.history.record(now, format!("{node} suspends {}", rank_of(k)));
+                self.report_suspended(k, named.get(&k).copied());
+            }
+            Act::ReportSuspended(k) => self.report_suspended(k, named.get(&k).copied()),
+            Act::SuspendNeverRan(k) => {
+                t.history.record(now, format!("{node} never ran {}, asked to suspend it", rank_of(k)));
+                t.journals.entry(node).or_default().ended.insert(rank_of(k), Outcome::Stopped { checkpointed: false });
+                self.observe(killed_here(k, false));
+            }
+            Act::Ignore { .. } => {}
+        }
+    }
+
+    /// Named as the real agent names it (a leader before it sends 0).
+    fn report_suspended(&mut self, k: ReplicaKey, a: Option<&Assignment>) {
+        let (by, requested_ms) = a.map_or((0, 0), |a| (a.suspension_by, a.suspension_ms));
+        self.suspensions.insert(k, Answer::InFlight);
+        self.observe(match by {
+            0 => stopped(k, false),
+            by => Observed::Suspended { job: k.job_id, attempt: k.attempt, rank: k.rank, by, requested_ms },
+        });
     }
 
     /// Exits, completed stops, and what the watchdog stopped.
@@ -173,11 +282,12 @@ impl Agent {
         self.stopping.retain(|r, _| processes.contains_key(r));
         for (r, p) in &processes {
             if let Some(&(_, checkpointed)) = self.stopping.get(r).filter(|(done, _)| *done <= now) {
-                t.end(now, &self.node, *r, if checkpointed { "stopped, checkpointed" } else { "stopped" });
+                let why = if checkpointed { "stopped, checkpointed" } else { "stopped" };
+                t.end(now, &self.node, *r, Outcome::Stopped { checkpointed }, why);
                 self.stopping.remove(r);
-                self.observe(Observed::Stopped { job: r.job, attempt: r.attempt, rank: r.rank, checkpointed });
+                self.observe(stopped(key_of(*r), checkpointed));
             } else if !p.suspended && p.exits_ms <= now && !self.stopping.contains_key(r) {
-                t.end(now, &self.node, *r, "exited 0");
+                t.end(now, &self.node, *r, Outcome::Exited { code: 0 }, "exited 0");
                 self.observe(Observed::Exited { job: r.job, attempt: r.attempt, rank: r.rank, exit_code: 0 });
             }
         }
@@ -199,5 +309,128 @@ impl Agent {
             // A send to an unreachable host is a lost datagram, as on a real network.
             let _ = sock.send_to(&bytes, (r.as_str(), wire::LEADER_PORT)).await;
         }
+    }
+}
+
+fn stopped(k: ReplicaKey, checkpointed: bool) -> Observed {
+    Observed::Stopped { job: k.job_id, attempt: k.attempt, rank: k.rank, checkpointed }
+}
+
+/// A RUN or SUSPEND of a rank that ended here without its own exit (the real agent's
+/// `StopCause::KilledHere`).
+fn killed_here(k: ReplicaKey, rank_saved: bool) -> Observed {
+    Observed::KilledHere { job: k.job_id, attempt: k.attempt, rank: k.rank, rank_saved }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_agent::fence::Fence;
+    use baton_proto::v1::Action;
+
+    use crate::truth::Process;
+
+    const NODE: &str = "n1";
+
+    fn rank(job: u64) -> Rank {
+        Rank { job, attempt: 1, rank: 0 }
+    }
+
+    fn assignment(job: u64, action: Action, gpus: &[u32]) -> Assignment {
+        Assignment {
+            job_id: job,
+            job: format!("j{job}"),
+            attempt: 1,
+            rank: 0,
+            action: action as i32,
+            gpus: gpus.to_vec(),
+            grace_ms: 3_000,
+            ..Assignment::default()
+        }
+    }
+
+    /// A grant of `(term, leader)` answering the agent's first beat, with `assignments`.
+    fn grant(term: u64, leader: u64, assignments: Vec<Assignment>) -> Grant {
+        let d = Directive { term, leader_id: leader, assignments, state_index: 7, ..Directive::default() };
+        Grant {
+            term,
+            leader,
+            boot: 1,
+            seq: 1,
+            acked_seq: 0,
+            lease_ms: 3_000,
+            directive: prost::Message::encode_to_vec(&d),
+        }
+    }
+
+    /// An agent that beat once (at simulated time 0, as outside a simulation).
+    fn agent() -> Agent {
+        let mut a = Agent::new(NODE.into(), 1);
+        a.sent_ms.insert(1, 0);
+        a
+    }
+
+    fn running_on(truth: &Shared, r: Rank, gpus: &[u32]) {
+        let p = Process {
+            exits_ms: u64::MAX,
+            gpus: gpus.to_vec(),
+            gpu_milli: 0,
+            memory_bytes: 0,
+            slices: 0,
+            suspended: false,
+        };
+        truth.lock().journals.entry(NODE.into()).or_default().processes.insert(r, p);
+    }
+
+    fn observed(a: &Agent) -> Vec<Observed> {
+        a.pending.iter().map(|(_, o)| o.clone()).collect()
+    }
+
+    /// The real agent's rule, which this simulation's own copy lacked: a RUN of a rank that
+    /// was stopped here is not started again, and its end is told (as killed here, with its
+    /// save), or a leader that missed the stop would hold the job Running with no process.
+    #[test]
+    fn a_run_of_a_rank_stopped_here_is_told_its_end_and_starts_nothing() {
+        let truth = Shared::default();
+        let ended = Outcome::Stopped { checkpointed: true };
+        truth.lock().journals.entry(NODE.into()).or_default().ended.insert(rank(1), ended);
+        let mut a = agent();
+        a.on_grant(&truth, grant(2, 1, vec![assignment(1, Action::Run, &[0])]));
+        assert_eq!(truth.lock().starts, 0, "an ended rank never starts again");
+        let told = Observed::KilledHere { job: 1, attempt: 1, rank: 0, rank_saved: true };
+        assert_eq!(observed(&a), vec![told]);
+    }
+
+    /// The real agent's deferral: a RUN whose GPU a rank being stopped still holds waits
+    /// until that rank is gone, then starts with the next grant.
+    #[test]
+    fn a_run_waits_for_its_gpu_until_the_rank_that_holds_it_has_stopped() {
+        let truth = Shared::default();
+        running_on(&truth, rank(1), &[0]);
+        truth.lock().work.insert("j1".into(), crate::truth::JobWork { work_ms: 60_000, checkpoint_ms: 500 });
+        let mut a = agent();
+        let both = || vec![assignment(1, Action::Stop, &[0]), assignment(2, Action::Run, &[0])];
+        a.on_grant(&truth, grant(2, 1, both()));
+        assert_eq!(truth.lock().starts, 0, "GPU 0 is still held by the rank being stopped");
+        assert!(a.deferred.contains(&key_of(rank(2))));
+
+        truth.lock().end(600, NODE, rank(1), Outcome::Stopped { checkpointed: true }, "stopped");
+        a.stopping.clear();
+        a.on_grant(&truth, grant(2, 1, both()));
+        assert_eq!(truth.lock().starts, 1, "started once its GPU was free");
+        assert!(truth.lock().journals[NODE].processes.contains_key(&rank(2)));
+        assert!(truth.lock().violations.is_empty(), "{:?}", truth.lock().violations);
+    }
+
+    /// The fence is the real agent's, kept in the journal: a grant of an earlier leader of
+    /// the term it obeys renews no lease and starts nothing.
+    #[test]
+    fn a_grant_from_an_earlier_leader_of_the_term_is_refused() {
+        let truth = Shared::default();
+        truth.lock().journals.entry(NODE.into()).or_default().fence = Fence { term: 5, leader_id: Some(3) };
+        let mut a = agent();
+        a.on_grant(&truth, grant(5, 2, vec![assignment(1, Action::Run, &[0])]));
+        let t = truth.lock();
+        assert_eq!((t.starts, t.journals[NODE].lease_until_ms), (0, 0));
     }
 }

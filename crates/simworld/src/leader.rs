@@ -17,7 +17,7 @@ use baton_model::command::{Command, Op};
 use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::state::State;
-use baton_proto::v1::{Action, Assignment};
+use baton_proto::v1::{Assignment, Directive};
 use baton_raft::replica::WallClock;
 use baton_raft::{Replica, Role};
 use baton_server::desired::{TermLists, desired};
@@ -25,7 +25,7 @@ use turmoil::net::UdpSocket;
 
 use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS, STATE_DIGEST_MS};
 use crate::truth::{Sabotage, Shared};
-use crate::wire::{self, Act, Beat, Grant, Work};
+use crate::wire::{self, Beat, Grant};
 
 #[derive(Default)]
 struct Leading {
@@ -211,40 +211,27 @@ async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sh
     let acked_seq = l.acked.get(&key).copied().unwrap_or(0);
     let lists = l.lists.clone();
     drop(l);
-    let work = replica.read_local(|s| directive(s, &node, lists.node_list(term, s, &node)));
-    Some(Grant { term, leader: replica.id(), boot: beat.boot, seq: beat.seq, acked_seq, lease_ms: LEASE_MS, work })
+    let leader = replica.id();
+    let directive = replica.read_local(|s| directive(s, &node, term, leader, lists.node_list(term, s, &node)));
+    Some(Grant { term, leader, boot: beat.boot, seq: beat.seq, acked_seq, lease_ms: LEASE_MS, directive })
 }
 
-/// `node`'s directive from its list as the real leader keeps it (`kept`); in debug builds
-/// (CI's seeds) checked against the whole computation at every beat, so that every seed's
-/// faults (failovers, snapshots, lost nodes) exercise the kept lists.
-fn directive(s: &State, node: &Name, kept: Vec<Assignment>) -> Vec<Work> {
+/// `node`'s directive from its list as the real leader keeps it (`kept`), encoded as the
+/// real leader sends it; in debug builds (CI's seeds) checked against the whole computation
+/// at every beat, so that every seed's faults (failovers, snapshots, lost nodes) exercise the
+/// kept lists.
+fn directive(s: &State, node: &Name, term: u64, leader_id: u64, kept: Vec<Assignment>) -> Vec<u8> {
     if cfg!(debug_assertions) {
         let whole = desired(s).remove(node).unwrap_or_default();
         assert!(kept == whole, "{node}'s kept directive differs from the whole computation's");
     }
-    kept.into_iter()
-        .filter_map(|a| {
-            let act = match Action::try_from(a.action).ok()? {
-                Action::Run => Act::Run,
-                Action::Stop => Act::Stop,
-                Action::Suspend => Act::Suspend,
-                Action::Unspecified => return None,
-            };
-            Some(Work {
-                job: a.job_id,
-                name: a.job,
-                attempt: a.attempt,
-                rank: a.rank,
-                act,
-                gpus: a.gpus,
-                gpu_milli: a.gpu_milli,
-                memory_bytes: a.memory_bytes,
-                slices: a.slices.values().sum(),
-                grace_ms: a.grace_ms,
-                suspension_by: a.suspension_by,
-                suspension_ms: a.suspension_ms,
-            })
-        })
-        .collect()
+    let d = Directive {
+        term,
+        leader_id,
+        assignments: kept,
+        heartbeat_timeout_ms: HEARTBEAT_TIMEOUT_MS,
+        lease_ms: LEASE_MS,
+        state_index: s.applied(),
+    };
+    prost::Message::encode_to_vec(&d)
 }

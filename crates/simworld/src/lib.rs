@@ -10,7 +10,8 @@
 //! - `world`: one seeded run: hosts, the step loop, the checks after each step, the outcome.
 //! - `replica`: a replica host: the raft server and its leader.
 //! - `leader`: what a leader does beyond the log: cycles, liveness, leases, reports.
-//! - `agent`: a node's agent: beats, leases, starting and stopping processes.
+//! - `agent`: a node's agent: beats and leases, and the real agent's reconciliation
+//!   (`baton_agent::reconcile::plan`) carried out on simulated processes.
 //! - `wire`: the datagrams between agents and leaders.
 //! - `truth`: what really ran where and when (the processes), and its exact checks.
 //! - `load`: the client: setup, submits, cancels, queue writes, linearizable reads, and
@@ -20,9 +21,10 @@
 //! - `history`: the run's history: a digest of every line, the last lines kept.
 //! - `timing`: every interval and bound of the simulated cluster.
 //!
-//! Not yet here (issue 32): the agent and the leader are this crate's own small copies of
-//! the protocol, not the real agent's and server's code (those become pure cores first);
-//! clocks have no drift or jumps; processes are cooperative.
+//! Not yet here (issue 32): the agent decides by the real agent's rules, but its beats,
+//! leases and processes, and the leader beyond its directives, are this crate's own small
+//! copies of the protocol, not the real agent's and server's code (those become pure cores
+//! first); clocks have offsets and jumps but no drift; processes are cooperative.
 
 pub mod agent;
 pub mod faults;

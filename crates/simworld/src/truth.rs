@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use baton_agent::fence::Fence;
+use baton_agent::journal::Outcome;
 use baton_model::command::Observed;
 
 use crate::history::History;
@@ -70,8 +72,10 @@ pub const NODE_SLICES: u32 = 7;
 #[derive(Debug, Clone, Default)]
 pub struct Journal {
     pub processes: BTreeMap<Rank, Process>,
-    /// Ranks that exited or were stopped here: never started again.
-    pub ended: BTreeSet<Rank>,
+    /// Ranks that exited or were stopped here, and how: never started again.
+    pub ended: BTreeMap<Rank, Outcome>,
+    /// The highest term, and its leader, whose directives the agent obeyed.
+    pub fence: Fence,
     /// The lease, in simulated ms: processes may run until then.
     pub lease_until_ms: u64,
     /// Starts of the agent.
@@ -224,18 +228,18 @@ impl Truth {
             .flat_map(|(n, j)| j.processes.keys().map(move |r| (n.clone(), *r)))
             .collect();
         for (node, r) in lapsed {
-            self.end(at_ms, &node, r, "lease ran out");
+            self.end(at_ms, &node, r, Outcome::Stopped { checkpointed: false }, "lease ran out");
             let o = Observed::LeaseExpired { job: r.job, attempt: r.attempt, rank: r.rank, checkpointed: false };
             self.journals.entry(node).or_default().unreported.push(o);
         }
     }
 
     /// `node`'s process of `r` is gone (`why` says how).
-    pub fn end(&mut self, at_ms: u64, node: &str, r: Rank, why: &str) {
+    pub fn end(&mut self, at_ms: u64, node: &str, r: Rank, outcome: Outcome, why: &str) {
         self.history.record(at_ms, format!("{node} ends {r}: {why}"));
         let journal = self.journals.entry(node.to_string()).or_default();
         journal.processes.remove(&r);
-        journal.ended.insert(r);
+        journal.ended.insert(r, outcome);
         if journal.ended.len() > MAX_ENDED_PER_NODE {
             journal.ended.pop_first();
         }
@@ -287,12 +291,12 @@ mod tests {
         t.start(10, "n1", rank(1, 1, 0), whole(&[0, 1], 0), 0, 1_000);
         t.start(11, "n1", rank(2, 1, 0), whole(&[1], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
-        t.end(12, "n1", rank(1, 1, 0), "exited");
-        t.end(12, "n1", rank(2, 1, 0), "exited");
+        t.end(12, "n1", rank(1, 1, 0), Outcome::Exited { code: 0 }, "exited");
+        t.end(12, "n1", rank(2, 1, 0), Outcome::Exited { code: 0 }, "exited");
         t.start(13, "n1", rank(3, 1, 0), whole(&[1], 0), 0, 1_000);
         t.start(14, "n2", rank(1, 2, 0), whole(&[1], 0), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
-        assert!(t.journals["n1"].ended.contains(&rank(1, 1, 0)));
+        assert!(t.journals["n1"].ended.contains_key(&rank(1, 1, 0)));
     }
 
     /// A suspended process keeps its memory: a start that counts on it is a violation.
@@ -319,8 +323,8 @@ mod tests {
         t.start(12, "n1", rank(3, 1, 0), whole(&[], 1), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
         assert!(t.violations[0].contains("1 MIG slices beside 7"), "{:?}", t.violations);
-        t.end(13, "n1", rank(1, 1, 0), "exited");
-        t.end(13, "n1", rank(3, 1, 0), "exited");
+        t.end(13, "n1", rank(1, 1, 0), Outcome::Exited { code: 0 }, "exited");
+        t.end(13, "n1", rank(3, 1, 0), Outcome::Exited { code: 0 }, "exited");
         t.start(14, "n1", rank(4, 1, 0), whole(&[], 3), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "an ended process's slices are free: {:?}", t.violations);
     }

@@ -24,36 +24,6 @@ pub struct Beat {
     pub observations: Vec<Observed>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Act {
-    Run,
-    Stop,
-    Suspend,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Work {
-    pub job: u64,
-    pub name: String,
-    pub attempt: u32,
-    pub rank: u32,
-    pub act: Act,
-    pub gpus: Vec<u32>,
-    /// Thousandths of its one GPU when it shares it (decisions.md section 11); 0: whole.
-    pub gpu_milli: u32,
-    /// What the rank asked for of its node's memory: its process holds it while it runs or
-    /// is suspended (a stopped process keeps its memory).
-    pub memory_bytes: u64,
-    /// The MIG slices it asked for, of every profile: its agent gives it that many of the
-    /// node's (decisions.md section 11).
-    pub slices: u32,
-    pub grace_ms: u64,
-    /// For a SUSPEND of a suspension in progress: its preemptor and when it was decided,
-    /// which the agent's report of it names (0 and 0 otherwise).
-    pub suspension_by: u64,
-    pub suspension_ms: u64,
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Grant {
     pub term: u64,
@@ -64,7 +34,9 @@ pub struct Grant {
     /// Every observation sent in a beat up to this one is committed.
     pub acked_seq: u64,
     pub lease_ms: u64,
-    pub work: Vec<Work>,
+    /// The node's directive (`baton_proto::v1::Directive`, protobuf), as the real leader
+    /// sends it: the agent reconciles it with the real agent's rules (`baton_agent::reconcile`).
+    pub directive: Vec<u8>,
 }
 
 pub fn encode<T: Serialize>(m: &T) -> Vec<u8> {
