@@ -1,23 +1,27 @@
 //! Simulated agents for `baton bench scale`: one task per node, over real gRPC, speaking the
 //! agent protocol as `baton agent` does (attach, follow the leader's hint, heartbeat with
-//! the running replicas, report exits and stops until acknowledged) but running nothing:
-//! a replica told to run "runs" for a synthetic duration, then exits 0; one told to stop
-//! reports a checkpoint at once. Many nodes share a few connections per replica (HTTP/2
+//! the running replicas, report exits and stops until acknowledged) and deciding what a
+//! directive means by the real agent's rules (`baton_agent::reconcile::plan`), but running
+//! nothing: a replica told to run "runs" for a synthetic duration, then exits 0; one told to
+//! stop reports a checkpoint at once. Many nodes share a few connections per replica (HTTP/2
 //! streams), as a real fleet's agents would each hold one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use baton_agent::backoff::seed_for;
 use baton_agent::dialing::{Dialing, Tried};
+use baton_agent::fence::Fence;
+use baton_agent::journal::{Outcome, Phase, ReplicaKey};
 use baton_agent::limits::{ATTACH_TIMEOUT_MS, REPORT_TIMEOUT_MS};
+use baton_agent::reconcile::{self, Act, Inputs, Known};
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
 use baton_proto::v1::observation::What;
 use baton_proto::v1::{
-    Action, AttachRequest, Directive, Exited, GpuDevice, NodeInfo, Observation, ReplicaPhase, ReportRequest, Running,
-    StopCause, Stopped,
+    Assignment, AttachRequest, Directive, Exited, GpuDevice, NodeInfo, Observation, ReplicaPhase, ReportRequest,
+    Running, StopCause, Stopped,
 };
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
@@ -227,13 +231,20 @@ pub fn start(f: Fleet, seen: Arc<Seen>) -> Result<(), String> {
 struct Replica {
     running: Running,
     ends_at: Instant,
+    gpus: Vec<u32>,
+    gpu_milli: u32,
 }
 
 struct SimNode {
     index: u32,
     info: NodeInfo,
     term_seen: u64,
-    replicas: HashMap<(u64, u32), Replica>,
+    /// The highest term and leader whose directive it obeyed (the real agent journals it).
+    fence: Fence,
+    replicas: BTreeMap<ReplicaKey, Replica>,
+    /// How the replicas the newest directive still names ended here (the real agent prunes
+    /// the others' records too).
+    finished: BTreeMap<ReplicaKey, Outcome>,
     pending: Vec<Observation>,
     run_ms: u64,
 }
@@ -251,7 +262,9 @@ impl SimNode {
             index: i,
             info: node_info(f, i),
             term_seen: 0,
-            replicas: HashMap::new(),
+            fence: Fence::default(),
+            replicas: BTreeMap::new(),
+            finished: BTreeMap::new(),
             pending: Vec::new(),
             run_ms: f.run_ms,
         }
@@ -333,7 +346,7 @@ impl SimNode {
     /// Replicas whose synthetic run is over exit 0; whether any did.
     fn finish_ended(&mut self, seen: &Seen) -> bool {
         let now = Instant::now();
-        let ended: Vec<(u64, u32)> = self
+        let ended: Vec<ReplicaKey> = self
             .replicas
             .iter()
             .filter(|(_, r)| r.running.phase == ReplicaPhase::Running as i32 && r.ends_at <= now)
@@ -341,6 +354,7 @@ impl SimNode {
             .collect();
         for k in &ended {
             if let Some(r) = self.replicas.remove(k) {
+                self.finished.insert(*k, Outcome::Exited { code: 0 });
                 let e = Exited {
                     job_id: r.running.job_id,
                     attempt: r.running.attempt,
@@ -361,12 +375,15 @@ impl SimNode {
         }
     }
 
-    /// Acts on a directive; whether something new must be reported now.
+    /// Acts on a directive, by the real agent's plan; whether something new must be reported
+    /// now.
     fn direct(&mut self, d: Directive, seen: &Seen) -> bool {
-        if d.term < self.term_seen {
-            return false;
+        // Refused: a deposed leader's, or too many assignments.
+        let Ok(plan) = reconcile::plan(&d, &self.inputs(&d)) else { return false };
+        if let Some(fence) = plan.remember {
+            self.fence = fence;
         }
-        self.term_seen = d.term;
+        self.term_seen = self.term_seen.max(d.term);
         seen.directives.fetch_add(1, Ordering::Relaxed);
         seen.directive_bytes.fetch_add(d.encoded_len() as u64, Ordering::Relaxed);
         let i = self.index as usize;
@@ -376,55 +393,144 @@ impl SimNode {
             seen.term_began_ms[i].store(now_ms, Ordering::Relaxed);
         }
         let before = self.pending.len();
-        let wanted: std::collections::HashSet<(u64, u32)> = d.assignments.iter().map(|a| (a.job_id, a.rank)).collect();
-        // Absent from the directive: must not run here (cancelled, or moved away).
-        self.replicas.retain(|k, _| wanted.contains(k));
-        for a in d.assignments {
-            let key = (a.job_id, a.rank);
-            let have = self.replicas.get(&key).filter(|r| r.running.attempt == a.attempt).map(|r| r.running.phase);
-            match (a.action(), have) {
-                (Action::Run, None) => {
-                    if a.rank == 0 {
-                        seen.first_start(&a.job);
-                    }
-                    let running = Running {
-                        job_id: a.job_id,
-                        attempt: a.attempt,
-                        task: a.task,
-                        replica: a.replica,
-                        rank: a.rank,
-                        phase: ReplicaPhase::Running as i32,
-                    };
-                    let ends_at = Instant::now() + Duration::from_millis(self.run_ms);
-                    self.replicas.insert(key, Replica { running, ends_at });
-                }
-                (Action::Stop, Some(_)) => {
-                    self.replicas.remove(&key);
-                    self.stopped(&a, true, seen);
-                }
-                // As the agent: a suspension the leader still awaits is answered again.
-                (Action::Suspend, Some(p)) if p != ReplicaPhase::Suspended as i32 || a.awaiting_suspended => {
-                    if let Some(r) = self.replicas.get_mut(&key) {
-                        r.running.phase = ReplicaPhase::Suspended as i32;
-                    }
-                    self.stopped(&a, false, seen);
-                }
-                _ => {}
-            }
+        self.finished.retain(|k, _| plan.wanted.contains(k));
+        let named: HashMap<ReplicaKey, &Assignment> = d.assignments.iter().map(|a| (reconcile::key_of(a), a)).collect();
+        for act in plan.acts {
+            self.carry_out(act, &named, seen);
+        }
+        if !plan.deferred.is_empty() {
+            self.start_deferred(&d, &plan.deferred, &named, seen);
         }
         self.pending.len() > before
     }
 
-    fn stopped(&mut self, a: &baton_proto::v1::Assignment, checkpointed: bool, seen: &Seen) {
-        let s = Stopped {
+    /// Starts what waited for GPUs that this directive's own stops freed (a simulated stop
+    /// ends at once), as the agent starts its deferred replicas once their GPUs are free.
+    fn start_deferred(
+        &mut self,
+        d: &Directive,
+        deferred: &std::collections::BTreeSet<ReplicaKey>,
+        named: &HashMap<ReplicaKey, &Assignment>,
+        seen: &Seen,
+    ) {
+        let Ok(again) = reconcile::plan(d, &self.inputs(d)) else { return };
+        for act in again.acts {
+            if let Act::Start(k) = act
+                && deferred.contains(&k)
+                && let Some(a) = named.get(&k)
+            {
+                self.start(k, a, seen);
+            }
+        }
+    }
+
+    /// What `reconcile::plan` reads: the replicas here, how the named ones that ended did.
+    /// A simulated node keeps no lease and no journal, so neither stops it.
+    fn inputs(&self, d: &Directive) -> Inputs {
+        let mut replicas: BTreeMap<ReplicaKey, Known> = self
+            .finished
+            .iter()
+            .map(|(k, o)| (*k, Known { phase: Phase::Finished, outcome: Some(*o), gpus: Vec::new(), gpu_milli: 0 }))
+            .collect();
+        for (k, r) in &self.replicas {
+            let phase =
+                if r.running.phase == ReplicaPhase::Suspended as i32 { Phase::Suspended } else { Phase::Running };
+            replicas.insert(*k, Known { phase, outcome: None, gpus: r.gpus.clone(), gpu_milli: r.gpu_milli });
+        }
+        let mut max_attempts: BTreeMap<u64, u32> = BTreeMap::new();
+        let named: std::collections::BTreeSet<u64> = d.assignments.iter().map(|a| a.job_id).collect();
+        for k in replicas.keys().filter(|k| named.contains(&k.job_id)) {
+            let newest = max_attempts.entry(k.job_id).or_insert(k.attempt);
+            *newest = (*newest).max(k.attempt);
+        }
+        Inputs { fence: self.fence, replicas, max_attempts, ..Inputs::default() }
+    }
+
+    /// Carries out one act of a plan, as `baton agent`'s supervisor does with processes.
+    fn carry_out(&mut self, act: Act, named: &HashMap<ReplicaKey, &Assignment>, seen: &Seen) {
+        let assignment = |k: &ReplicaKey| named.get(k).copied();
+        match act {
+            // Not wanted any more: gone, and nothing is reported (as the agent's kill).
+            Act::Kill(k) => {
+                self.replicas.remove(&k);
+                self.finished.insert(k, Outcome::Killed);
+            }
+            Act::Start(k) => {
+                if let Some(a) = assignment(&k) {
+                    self.start(k, a, seen);
+                }
+            }
+            Act::Resume(k) => {
+                if let Some(r) = self.replicas.get_mut(&k) {
+                    r.running.phase = ReplicaPhase::Running as i32;
+                }
+            }
+            Act::Stop(k) => {
+                self.replicas.remove(&k);
+                self.finished.insert(k, Outcome::Stopped { checkpointed: true });
+                self.stopped(k, assignment(&k), true, StopCause::Directed, seen);
+            }
+            Act::StopNeverRan(k) | Act::KilledCountsAsStopped(k) => {
+                self.finished.insert(k, Outcome::Stopped { checkpointed: false });
+                self.stopped(k, assignment(&k), false, StopCause::Directed, seen);
+            }
+            Act::ReportStopped { key, checkpointed } => {
+                self.stopped(key, assignment(&key), checkpointed, StopCause::Directed, seen);
+            }
+            Act::ReportKilledHere { key, checkpointed } => {
+                self.stopped(key, assignment(&key), checkpointed, StopCause::KilledHere, seen);
+            }
+            Act::ReportExited { key, code } => {
+                let e = Exited {
+                    job_id: key.job_id,
+                    attempt: key.attempt,
+                    rank: key.rank,
+                    exit_code: code,
+                    reason: String::new(),
+                };
+                self.observe(What::Exited(e));
+            }
+            Act::Suspend(k) => {
+                if let Some(r) = self.replicas.get_mut(&k) {
+                    r.running.phase = ReplicaPhase::Suspended as i32;
+                }
+                self.stopped(k, assignment(&k), false, StopCause::Directed, seen);
+            }
+            Act::ReportSuspended(k) => self.stopped(k, assignment(&k), false, StopCause::Directed, seen),
+            Act::SuspendNeverRan(k) => {
+                self.finished.insert(k, Outcome::Stopped { checkpointed: false });
+                self.stopped(k, assignment(&k), false, StopCause::KilledHere, seen);
+            }
+            Act::Ignore { .. } => {}
+        }
+    }
+
+    fn start(&mut self, k: ReplicaKey, a: &Assignment, seen: &Seen) {
+        if a.rank == 0 {
+            seen.first_start(&a.job);
+        }
+        let running = Running {
             job_id: a.job_id,
             attempt: a.attempt,
-            checkpointed,
+            task: a.task,
+            replica: a.replica,
             rank: a.rank,
-            cause: StopCause::Directed as i32,
+            phase: ReplicaPhase::Running as i32,
+        };
+        let ends_at = Instant::now() + Duration::from_millis(self.run_ms);
+        self.replicas.insert(k, Replica { running, ends_at, gpus: a.gpus.clone(), gpu_milli: a.gpu_milli });
+    }
+
+    fn stopped(&mut self, k: ReplicaKey, a: Option<&Assignment>, checkpointed: bool, cause: StopCause, seen: &Seen) {
+        let s = Stopped {
+            job_id: k.job_id,
+            attempt: k.attempt,
+            checkpointed,
+            rank: k.rank,
+            cause: cause as i32,
             // A suspension names its preemption, as the agent's does (0 for a stop).
-            suspension_by: a.suspension_by,
-            suspension_ms: a.suspension_ms,
+            suspension_by: a.map_or(0, |a| a.suspension_by),
+            suspension_ms: a.map_or(0, |a| a.suspension_ms),
         };
         self.observe(What::Stopped(s));
         seen.stopped.fetch_add(1, Ordering::Relaxed);
@@ -457,7 +563,7 @@ impl SimNode {
 
 #[cfg(test)]
 mod tests {
-    use baton_proto::v1::Assignment;
+    use baton_proto::v1::Action;
 
     use super::*;
 
@@ -510,6 +616,32 @@ mod tests {
         assert!(matches!(
             n.pending[..],
             [Observation { what: Some(What::Stopped(Stopped { job_id: 1, checkpointed: true, .. })) }]
+        ));
+    }
+
+    fn on_gpu(mut a: Assignment, gpu: u32) -> Assignment {
+        a.gpus = vec![gpu];
+        a
+    }
+
+    /// The agent's rules (`reconcile::plan`): a RUN of a replica stopped here does not start
+    /// it again, its end is told instead; a RUN on a GPU that a STOP of the same directive
+    /// frees starts once that stop is done.
+    #[test]
+    fn a_run_of_a_stopped_replica_is_told_its_end_and_a_freed_gpu_is_reused() {
+        let seen = Seen::new(1);
+        let mut n = SimNode::new(&fleet(), 0);
+        n.direct(directive(1, vec![on_gpu(assign(1, Action::Run), 0)]), &seen);
+        n.direct(directive(1, vec![on_gpu(assign(1, Action::Stop), 0), on_gpu(assign(2, Action::Run), 0)]), &seen);
+        let running: Vec<u64> = n.replicas.keys().map(|k| k.job_id).collect();
+        assert_eq!(running, vec![2], "job 2 runs on the GPU job 1's stop freed");
+        n.pending.clear();
+        n.direct(directive(1, vec![on_gpu(assign(1, Action::Run), 0)]), &seen);
+        assert!(!n.replicas.keys().any(|k| k.job_id == 1), "a stopped replica never starts again");
+        assert!(matches!(
+            n.pending[..],
+            [Observation { what: Some(What::Stopped(Stopped { job_id: 1, checkpointed: true, cause, .. })) }]
+                if cause == StopCause::KilledHere as i32
         ));
     }
 
