@@ -45,6 +45,8 @@ struct Agent {
     deferred: BTreeSet<ReplicaKey>,
     /// Where the report of each rank held suspended stands (`reconcile`'s `suspensions`).
     suspensions: BTreeMap<ReplicaKey, Answer>,
+    /// The newest directive obeyed: what a deferred rank starts by once its GPU is free.
+    directive: Option<Directive>,
 }
 
 /// The agent of `node`, beating to `replicas` (host names).
@@ -91,6 +93,7 @@ impl Agent {
             stopping: BTreeMap::new(),
             deferred: BTreeSet::new(),
             suspensions: BTreeMap::new(),
+            directive: None,
         }
     }
 
@@ -152,6 +155,29 @@ impl Agent {
         for act in plan.acts {
             self.carry_out(&mut t, act, &named, now);
         }
+        self.directive = Some(d.clone());
+    }
+
+    /// Starts the deferred ranks whose GPUs are free now, under a lease, as the real agent
+    /// does when a rank ends (`start_deferred`), rather than at the next grant.
+    fn start_deferred(&mut self, t: &mut Truth, now: u64) {
+        let Some(d) = self.directive.take() else { return };
+        let journal = t.journals.entry(self.node.clone()).or_default();
+        if now < journal.lease_until_ms {
+            let inputs = self.inputs(journal, &d);
+            if let Ok(plan) = reconcile::plan(&d, &inputs) {
+                let named: BTreeMap<ReplicaKey, &Assignment> =
+                    d.assignments.iter().map(|a| (reconcile::key_of(a), a)).collect();
+                for act in plan.acts {
+                    if let Act::Start(k) = act
+                        && self.deferred.remove(&k)
+                    {
+                        self.carry_out(t, Act::Start(k), &named, now);
+                    }
+                }
+            }
+        }
+        self.directive = Some(d);
     }
 
     /// What `reconcile::plan` reads, from the journal: every rank with a process, and the
@@ -291,6 +317,9 @@ impl Agent {
                 self.observe(Observed::Exited { job: r.job, attempt: r.attempt, rank: r.rank, exit_code: 0 });
             }
         }
+        if !self.deferred.is_empty() {
+            self.start_deferred(&mut t, now);
+        }
     }
 
     async fn beat(&mut self, sock: &UdpSocket, replicas: &[String]) {
@@ -402,7 +431,7 @@ mod tests {
     }
 
     /// The real agent's deferral: a RUN whose GPU a rank being stopped still holds waits
-    /// until that rank is gone, then starts with the next grant.
+    /// until that rank is gone, and starts as soon as it is.
     #[test]
     fn a_run_waits_for_its_gpu_until_the_rank_that_holds_it_has_stopped() {
         let truth = Shared::default();
@@ -414,10 +443,12 @@ mod tests {
         assert_eq!(truth.lock().starts, 0, "GPU 0 is still held by the rank being stopped");
         assert!(a.deferred.contains(&key_of(rank(2))));
 
-        truth.lock().end(600, NODE, rank(1), Outcome::Stopped { checkpointed: true }, "stopped");
-        a.stopping.clear();
-        a.on_grant(&truth, grant(2, 1, both()));
+        // The stop completes (simulated time 0, its end set due now): the rank waiting for
+        // its GPU starts then, not at the next grant.
+        a.stopping.insert(rank(1), (0, true));
+        a.tick(&truth);
         assert_eq!(truth.lock().starts, 1, "started once its GPU was free");
+        assert!(a.deferred.is_empty());
         assert!(truth.lock().journals[NODE].processes.contains_key(&rank(2)));
         assert!(truth.lock().violations.is_empty(), "{:?}", truth.lock().violations);
     }
