@@ -249,8 +249,8 @@ impl Core {
     /// membership is on its way: at most [`LEADER_HOLD_MS`], and never past the request's own
     /// deadline. Nothing was sent yet, so waiting is safe for writes too.
     async fn leader_after_election(&self) -> Option<(NodeId, Option<Addrs>)> {
-        if knows_a_reachable_leader(&self.raft.metrics().borrow()) {
-            return self.leader();
+        if let known @ Some((_, Some(_))) = self.leader() {
+            return known;
         }
         let hold = Duration::from_millis(LEADER_HOLD_MS.min(self.settings.request_timeout_ms));
         // A timeout or a stopped raft leave no leader, or one without an address, which the

@@ -45,7 +45,7 @@ struct Agent {
     deferred: BTreeSet<ReplicaKey>,
     /// Where the report of each rank held suspended stands (`reconcile`'s `suspensions`).
     suspensions: BTreeMap<ReplicaKey, Answer>,
-    /// The newest directive obeyed: what a deferred rank starts by once its GPU is free.
+    /// The newest directive obeyed, while ranks wait for their GPUs: what they start by.
     directive: Option<Directive>,
 }
 
@@ -155,7 +155,8 @@ impl Agent {
         for act in plan.acts {
             self.carry_out(&mut t, act, &named, now);
         }
-        self.directive = Some(d.clone());
+        // Kept only while something waits for its GPUs: a grant comes every beat.
+        self.directive = (!self.deferred.is_empty()).then(|| d.clone());
     }
 
     /// Starts the deferred ranks whose GPUs are free now, under a lease, as the real agent
@@ -177,7 +178,9 @@ impl Agent {
                 }
             }
         }
-        self.directive = Some(d);
+        if !self.deferred.is_empty() {
+            self.directive = Some(d);
+        }
     }
 
     /// What `reconcile::plan` reads, from the journal: every rank with a process, and the
