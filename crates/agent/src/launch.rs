@@ -58,7 +58,7 @@ ran_out() {
 ///
 /// It first checks the lease once more: an agent stopped (or slowed) between deciding to
 /// start the replica and spawning it may spawn it after its lease ran out, when the leader
-/// may have declared the node lost and placed the job elsewhere (`tests/lease.rs`,
+/// may have declared the node lost and placed the job elsewhere (`tests/suite/lease.rs`,
 /// `a_replica_spawned_after_the_lease_ran_out_does_not_run`).
 /// Unless a lease file of this boot says a lease is held (none at all: the agent was never
 /// granted one, or its file is from before a reboot; or it has run out), it leaves the
@@ -356,7 +356,7 @@ pub fn find_unjournaled(exit_file: &Path) -> Unjournaled {
 /// command line, and the `sleep` it waits on). The watchdog must go on watching the lease:
 /// a suspended replica whose agent dies is then stopped when the lease runs out, instead of
 /// outliving its node and holding what it holds when the job is placed again
-/// (`tests/lease.rs`, `the_watchdog_stops_a_suspended_replica_whose_agent_is_gone`). Not
+/// (`tests/suite/lease.rs`, `the_watchdog_stops_a_suspended_replica_whose_agent_is_gone`). Not
 /// one SIGSTOP of the whole group and a SIGCONT of the watchdog after it: an agent that
 /// died between the two left the watchdog stopped (a chaos run found both, chaos/README.md,
 /// "Found so far").

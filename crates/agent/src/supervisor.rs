@@ -523,7 +523,7 @@ impl Supervisor {
         let mut inputs = reconcile::Inputs {
             fence: self.journal.fence()?,
             // Fenced until the tick takes in a renewal with its floor (`check_lease`): a
-            // directive read in between was sent before the lease ran out (`tests/lease.rs`,
+            // directive read in between was sent before the lease ran out (`tests/suite/lease.rs`,
             // `a_directive_read_between_a_renewal_and_the_agents_next_tick_starts_nothing`).
             lease_expired: self.lease_bars_starts(),
             lease_never_granted: self.lease.borrow().expires_at_ms().is_none(),
@@ -620,7 +620,7 @@ impl Supervisor {
             }
             // Ended here as a STOP of it would be: a RUN of it that comes later (sent
             // before the SUSPEND, or the leader resuming what it counts as suspended) must
-            // not start a process the leader holds stopped (`tests/fencing.rs`,
+            // not start a process the leader holds stopped (`tests/suite/fencing.rs`,
             // `a_run_after_a_suspend_of_a_replica_that_never_ran_starts_nothing`).
             Act::SuspendNeverRan(key) => match assignment(&key) {
                 Some(_) if self.ran_here_before(&key)? => Ok(()),

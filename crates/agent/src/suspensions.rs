@@ -1,7 +1,7 @@
 //! What the leader has recorded of the suspensions this agent reported. A SUSPEND the leader
 //! still awaits (`Assignment::awaiting_suspended`) of a replica held suspended here is either
 //! one already answered, in a directive built before the report was committed, or a new
-//! suspension after a resume in place this agent never saw (`tests/lifecycle.rs`,
+//! suspension after a resume in place this agent never saw (`tests/suite/lifecycle.rs`,
 //! `a_suspend_the_leader_awaits_of_a_replica_held_suspended_is_reported_again`). Only the
 //! second is answered again: a repeat of an old answer, arriving once the job has moved on
 //! to a stop, would count as that stop while the replica may run again.

@@ -38,7 +38,7 @@ use crate::types::{LogId, NodeId, Raft, RaftMetrics};
 
 /// How many leadership checks one linearizable read may take (see `read_index_here`): a
 /// check that misses its quorum by chance misses five in a row only when something is
-/// really wrong (7% of checks missed on the slow links of `tests/partition.rs`).
+/// really wrong (7% of checks missed on the slow links of `tests/suite/partition.rs`).
 pub const READ_CHECK_ATTEMPTS: u32 = 5;
 
 /// This build's version, reported to the other replicas and shown by `cluster info`.

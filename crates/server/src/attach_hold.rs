@@ -29,7 +29,7 @@ use crate::Ctx;
 
 /// How long one attach may be held. Below the agents' own attach timeout (1 s,
 /// `baton_agent::limits::ATTACH_TIMEOUT_MS`), so that a held attach is answered, not
-/// abandoned (`tests/leader_side.rs` checks the order).
+/// abandoned (`tests/suite/leader_side.rs` checks the order).
 pub const ATTACH_HOLD_MS: u64 = 700;
 /// Attaches held at once on one replica: about one per node of a large cluster, each a
 /// waiting task; the rest are answered at once, as if nothing were held.

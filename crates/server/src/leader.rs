@@ -244,7 +244,7 @@ async fn directing(ctx: &Ctx, term: u64) -> bool {
 /// waits on one of its writes: a leader cut off from its peers in the middle of a write
 /// waits for it up to the request timeout (10 s by default), far past a lease, and the loop
 /// asks `directing` only between writes (a CI run found the agents' stream still flowing
-/// 5 s after the cut: `tests/leader_side.rs`,
+/// 5 s after the cut: `tests/suite/leader_side.rs`,
 /// `a_leader_cut_off_from_its_quorum_stops_directing`). It only takes leading away; the
 /// loop's `directing` gives it back with a proof.
 async fn watch_quorum(ctx: Arc<Ctx>, term: u64) {

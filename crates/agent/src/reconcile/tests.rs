@@ -398,7 +398,7 @@ fn a_stop_is_journaled_before_its_signal() {
     assert_eq!((stop.deadline_unix_ms, stop.deadline_boot_ms), (NOW.unix_ms + 3_000, NOW.boot_ms + 3_000));
     assert_eq!(steps[1], Step::Signal { pid: 42, signal: libc::SIGUSR1 });
     // Continued also when journaled running: an agent that died while suspending it may
-    // have stopped it and journaled nothing (`tests/lease.rs`,
+    // have stopped it and journaled nothing (`tests/suite/lease.rs`,
     // `the_watchdog_stops_a_suspended_replica_whose_agent_is_gone`).
     assert_eq!(steps[2], Step::Signal { pid: 42, signal: libc::SIGCONT });
     let Step::Journal(done) = &steps[3] else { panic!("marked signalled last: {steps:?}") };

@@ -306,7 +306,7 @@ impl State {
     /// One attempt per job is remembered: this one, unless every rank's end is known (each
     /// reported it, none is completing or was on a lost node) while an older attempt still
     /// waits for a late save (a lost attempt's save reported after the next attempt was
-    /// preempted: `tests/completing.rs`,
+    /// preempted: `tests/suite/completing.rs`,
     /// `an_older_attempts_save_reported_after_a_newer_attempt_stopped_gives_the_next_its_checkpoint`).
     /// A later report can change nothing of this one then.
     pub(super) fn remember_placement(&mut self, id: JobId) {
@@ -343,7 +343,7 @@ impl State {
     /// cut off while it ran to its end, and the job was requeued meanwhile, perhaps placed
     /// again. The job's work is done: it ends Succeeded, as rank 0's exit ends a job, and a
     /// newer attempt's ranks are told to stop and stay completing until reported gone, as
-    /// for a cancel (else the job runs again from zero: `tests/completing.rs`,
+    /// for a cancel (else the job runs again from zero: `tests/suite/completing.rs`,
     /// `a_late_exit_0_of_rank_0_of_the_remembered_attempt_ends_the_job_succeeded`). Only from
     /// the node rank 0 ran on, while the job has not finished. A late failure changes
     /// nothing: the job is being retried. Returns whether the report was such a one.

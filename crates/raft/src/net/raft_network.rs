@@ -180,7 +180,7 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         // log's start: that peer holds nothing yet (a new cluster, a new member), and a probe
         // would only delay the membership it needs to forward writes to this leader (a
         // follower that learns its leader from the probe and its address a round trip later
-        // refused writes meanwhile: `tests/cluster.rs`'s concurrent writes at start).
+        // refused writes meanwhile: `tests/suite/cluster.rs`'s concurrent writes at start).
         if self.probing && entries > 0 && rpc.prev_log_id.is_some() {
             match self.probe(&rpc, option.soft_ttl()).await {
                 Ok(Some(answer)) => return Ok(answer),

@@ -65,7 +65,7 @@ async fn spawn(
     Replica { addr, metrics: metrics_addr, stop: Some(stop), task: Some(task) }
 }
 
-/// Fast timings, and no authentication: these tests are about scheduling (tests/auth.rs
+/// Fast timings, and no authentication: these tests are about scheduling (tests/suite/auth.rs
 /// runs with tokens).
 pub fn settings() -> ServerSettings {
     ServerSettings {
