@@ -178,6 +178,10 @@ fn sim(cmd: &Cmd) -> ExitCode {
     else {
         return ExitCode::FAILURE;
     };
+    if !baton_simworld::determinism::SEEDED {
+        eprintln!("error: {}", baton_simworld::determinism::UNSEEDED);
+        return ExitCode::FAILURE;
+    }
     let minutes = hours.map_or(*minutes, |h| h.saturating_mul(60));
     if *nodes == 0 || minutes == 0 || *tick_ms == 0 {
         eprintln!("error: --nodes, --minutes and --tick-ms must be at least 1");

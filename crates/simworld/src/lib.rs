@@ -18,6 +18,7 @@
 //!   what was acknowledged.
 //! - `faults`: the fault schedule drawn from the seed.
 //! - `seeds`: many seeds, the line each prints, the replay command of a failing one.
+//! - `determinism`: what a seed needs to replay besides itself (tokio's choices seeded).
 //! - `history`: the run's history: a digest of every line, the last lines kept.
 //! - `timing`: every interval and bound of the simulated cluster.
 //!
@@ -27,6 +28,7 @@
 //! first); clocks have offsets and jumps but no drift; processes are cooperative.
 
 pub mod agent;
+pub mod determinism;
 pub mod faults;
 pub mod history;
 pub mod leader;

@@ -23,9 +23,10 @@ fn describe(o: &Outcome) -> String {
 
 /// Runs seed `seed` of `minutes` in a process of its own (this test binary, running only
 /// `digest_of_the_seed_in_the_environment`), and returns the line it printed; the process
-/// fails if the seed broke a promise. Each run gets a fresh process: a run leaves state
-/// behind in the process that can change a later run's history (chaos/README.md), and the
-/// tests of this file run side by side.
+/// fails if the seed broke a promise. Each run gets a fresh process, as `baton-chaos sim`
+/// gives each seed: what the digest is compared with is a seed alone (before tokio's
+/// choices were seeded, `baton_simworld::determinism`, a run after another seed in one
+/// process could part from it), and the tests of this file run side by side.
 fn line_of_seed_alone(seed: u64, minutes: u64) -> String {
     let me = std::env::current_exe().expect("the test binary");
     let out = std::process::Command::new(me)
