@@ -366,8 +366,11 @@ fn report(truth: &Shared, c: &mut Checks, now: u64, what: String) {
     }
 }
 
+/// `history::hash` of the state's encoding, hashed as it is encoded.
 fn state_digest(s: &baton_model::state::State) -> u64 {
-    crate::history::hash(&baton_raft::codec::encode(s).expect("a state always encodes"))
+    let mut h = crate::history::Hasher::default();
+    baton_raft::codec::encode_into(s, &mut h).expect("a state always encodes");
+    h.finish()
 }
 
 /// After the load, with every replica at one applied count: each replica's accounting store
