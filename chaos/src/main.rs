@@ -136,6 +136,11 @@ enum Cmd {
         /// Each replica's clock is off by up to this many milliseconds, either way.
         #[arg(long, default_value_t = 5_000)]
         clock_offset_ms: u64,
+        /// Each host's clock runs fast or slow by up to this many parts per million, either
+        /// way (the default keeps two clocks within the 1 % the lease's timing argument
+        /// allows; more shows what breaks past it).
+        #[arg(long, default_value_t = baton_simworld::clocks::DRIFT_PPM)]
+        clock_drift_ppm: u64,
         /// Print each seed's last history lines, not only a failing one's.
         #[arg(long)]
         history: bool,
@@ -173,8 +178,19 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 }
 
 fn sim(cmd: &Cmd) -> ExitCode {
-    let Cmd::Sim { seeds, minutes, hours, nodes, tick_ms, no_faults, clock_offset_ms, history, history_lines, child } =
-        cmd
+    let Cmd::Sim {
+        seeds,
+        minutes,
+        hours,
+        nodes,
+        tick_ms,
+        no_faults,
+        clock_offset_ms,
+        clock_drift_ppm,
+        history,
+        history_lines,
+        child,
+    } = cmd
     else {
         return ExitCode::FAILURE;
     };
@@ -191,6 +207,13 @@ fn sim(cmd: &Cmd) -> ExitCode {
         eprintln!("error: --history-lines must be 1 to {}", baton_simworld::history::MAX_KEPT_LINES);
         return ExitCode::FAILURE;
     }
+    if *clock_drift_ppm > baton_simworld::clocks::MAX_DRIFT_PPM {
+        eprintln!(
+            "error: --clock-drift-ppm must be at most {} (a clock that stops or runs backwards is no clock)",
+            baton_simworld::clocks::MAX_DRIFT_PPM
+        );
+        return ExitCode::FAILURE;
+    }
     if *nodes > baton_simworld::world::MAX_NODES || minutes > baton_simworld::world::MAX_MINUTES {
         eprintln!(
             "error: at most {} nodes and {} minutes (a week) a seed",
@@ -205,6 +228,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         tick_ms: *tick_ms,
         faults: !no_faults,
         clock_offset_ms: *clock_offset_ms,
+        clock_drift_ppm: *clock_drift_ppm,
         history_lines: *history_lines,
         ..baton_simworld::Options::default()
     };
@@ -256,6 +280,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         .args(["sim", "--child", "--seeds", &seed.to_string()])
         .args(["--minutes", &opts.minutes.to_string(), "--nodes", &opts.nodes.to_string()])
         .args(["--tick-ms", &opts.tick_ms.to_string(), "--clock-offset-ms", &opts.clock_offset_ms.to_string()])
+        .args(["--clock-drift-ppm", &opts.clock_drift_ppm.to_string()])
         .args(["--history-lines", &opts.history_lines.to_string()])
         .args(if opts.faults { &[][..] } else { &["--no-faults"][..] })
         .stderr(std::process::Stdio::inherit())

@@ -8,19 +8,25 @@
 //! says it is committed. The node's watchdog (`Truth::watchdog`) stops every process once
 //! the lease runs out, whether the agent runs or not.
 //!
+//! The node times its lease and its beats on its own clock (`clocks::Rate`), which may drift
+//! from the leaders'; its processes' work takes true time.
+//!
 //! Its processes, the ranks that ended and how, its lease and its fence live in its journal
 //! (`truth::Journal`): a restarted agent finds them again, as the real one does.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use baton_agent::journal::{Outcome, Phase, ReplicaKey};
+use baton_agent::lease::Floor;
 use baton_agent::reconcile::{self, Act, Inputs, Known};
 use baton_agent::suspensions::Answer;
 use baton_model::command::Observed;
 use baton_proto::v1::{Assignment, Directive};
 use turmoil::net::UdpSocket;
 
+use crate::clocks::Rate;
 use crate::timing::BEAT_MS;
 use crate::truth::{Devices, Journal, Rank, Shared, Truth};
 use crate::wire::{self, Beat, Grant};
@@ -35,7 +41,10 @@ const MAX_PENDING: usize = 1_024;
 struct Agent {
     node: String,
     boot: u64,
+    /// The node's clock: the lease is timed on it.
+    clock: Rate,
     seq: u64,
+    /// When each remembered beat was sent, on the node's clock.
     sent_ms: BTreeMap<u64, u64>,
     /// Observations not yet committed, each with the first beat that carried it.
     pending: Vec<(u64, Observed)>,
@@ -47,22 +56,31 @@ struct Agent {
     suspensions: BTreeMap<ReplicaKey, Answer>,
     /// The newest directive obeyed, while ranks wait for their GPUs: what they start by.
     directive: Option<Directive>,
+    /// The leader state the directive being carried out was built from.
+    obeying: Floor,
+    /// The newest leader state a directive obeyed was built from: an older one is not obeyed.
+    obeyed: Floor,
 }
 
-/// The agent of `node`, beating to `replicas` (host names).
-pub async fn run(node: String, replicas: Vec<String>, truth: Shared) -> turmoil::Result {
-    let sock = UdpSocket::bind(("0.0.0.0", wire::AGENT_PORT)).await?;
+/// The agent of `node`, whose clock runs at `clock`, beating to `replicas` (host names).
+pub async fn run(node: String, clock: Rate, replicas: Vec<String>, truth: Shared) -> turmoil::Result {
+    let sock = Arc::new(UdpSocket::bind(("0.0.0.0", wire::AGENT_PORT)).await?);
+    let copies = truth.lock().copies.clone();
+    let replicas: Vec<SocketAddr> =
+        replicas.iter().map(|r| SocketAddr::new(turmoil::lookup(r.as_str()), wire::LEADER_PORT)).collect();
     let boot = {
         let mut t = truth.lock();
         let j = t.journals.entry(node.clone()).or_default();
         j.boots += 1;
+        // The watchdog reads the lease on the node's clock.
+        j.clock = clock;
         j.boots
     };
     truth.record(format!("{node} agent starts (boot {boot})"));
-    let mut a = Agent::new(node, boot);
+    let mut a = Agent::new(node, boot, clock);
     let mut buf = vec![0u8; wire::MAX_DATAGRAM_BYTES];
     loop {
-        let until = tokio::time::Instant::now() + Duration::from_millis(BEAT_MS);
+        let until = tokio::time::Instant::now() + clock.wait(BEAT_MS);
         while let Ok(got) = tokio::time::timeout_at(until, sock.recv_from(&mut buf)).await {
             let (n, _) = got?;
             if let Some(g) = wire::decode::<Grant>(&buf[..n]) {
@@ -70,7 +88,7 @@ pub async fn run(node: String, replicas: Vec<String>, truth: Shared) -> turmoil:
             }
         }
         a.tick(&truth);
-        a.beat(&sock, &replicas).await;
+        a.beat(&sock, &replicas, &copies).await;
     }
 }
 
@@ -83,10 +101,11 @@ fn rank_of(k: ReplicaKey) -> Rank {
 }
 
 impl Agent {
-    fn new(node: String, boot: u64) -> Agent {
+    fn new(node: String, boot: u64, clock: Rate) -> Agent {
         Agent {
             node,
             boot,
+            clock,
             seq: 0,
             sent_ms: BTreeMap::new(),
             pending: Vec::new(),
@@ -94,6 +113,8 @@ impl Agent {
             deferred: BTreeSet::new(),
             suspensions: BTreeMap::new(),
             directive: None,
+            obeying: Floor::default(),
+            obeyed: Floor::default(),
         }
     }
 
@@ -110,7 +131,7 @@ impl Agent {
         }
         let Some(&sent) = self.sent_ms.get(&g.seq) else { return };
         let Ok(d) = <Directive as prost::Message>::decode(g.directive.as_slice()) else { return };
-        let now = crate::now_ms();
+        let (now, local) = (crate::now_ms(), self.clock.now_ms());
         let lease_until = {
             let mut t = truth.lock();
             let j = t.journals.entry(self.node.clone()).or_default();
@@ -121,7 +142,12 @@ impl Agent {
             j.lease_until_ms
         };
         self.acknowledged(g.acked_seq, d.state_index);
-        if now < lease_until {
+        // The real agent reads its directives in order off one stream; grants may arrive in
+        // any order (a copy late, a slow datagram), and one built from an older state than a
+        // directive already obeyed would undo it: kill what the newer one started.
+        let built = Floor { term: d.term, state_index: d.state_index };
+        if local < lease_until && built >= self.obeyed {
+            self.obeyed = built;
             self.act(truth, &d, now);
         }
     }
@@ -144,6 +170,7 @@ impl Agent {
 
     /// Brings the node's processes to what the directive `d` says, by the real agent's plan.
     fn act(&mut self, truth: &Shared, d: &Directive, now: u64) {
+        self.obeying = Floor { term: d.term, state_index: d.state_index };
         let mut t = truth.lock();
         let journal = t.journals.entry(self.node.clone()).or_default();
         let inputs = self.inputs(journal, d);
@@ -164,7 +191,8 @@ impl Agent {
     fn start_deferred(&mut self, t: &mut Truth, now: u64) {
         let Some(d) = self.directive.take() else { return };
         let journal = t.journals.entry(self.node.clone()).or_default();
-        if now < journal.lease_until_ms {
+        if self.clock.now_ms() < journal.lease_until_ms {
+            self.obeying = Floor { term: d.term, state_index: d.state_index };
             let inputs = self.inputs(journal, &d);
             if let Ok(plan) = reconcile::plan(&d, &inputs) {
                 let named: BTreeMap<ReplicaKey, &Assignment> =
@@ -226,7 +254,7 @@ impl Agent {
         let node = self.node.clone();
         match act {
             Act::Kill(k) => {
-                t.end(now, &node, rank_of(k), Outcome::Killed, "not in the directive: killed");
+                t.kill(now, &node, rank_of(k), self.obeying);
                 self.stopping.remove(&rank_of(k));
             }
             Act::Start(k) => {
@@ -234,6 +262,9 @@ impl Agent {
                 let work_ms = t.work.get(&a.job).map_or(30_000, |x| x.work_ms);
                 let devices = Devices { gpus: &a.gpus, gpu_milli: a.gpu_milli, slices: a.slices.values().sum() };
                 t.start(now, &node, rank_of(k), devices, a.memory_bytes, now + work_ms);
+                if let Some(p) = t.journals.get_mut(&node).and_then(|j| j.processes.get_mut(&rank_of(k))) {
+                    p.started_by = self.obeying;
+                }
             }
             Act::Resume(k) => {
                 if let Some(p) = t.journals.get_mut(&node).and_then(|j| j.processes.get_mut(&rank_of(k))) {
@@ -325,10 +356,10 @@ impl Agent {
         }
     }
 
-    async fn beat(&mut self, sock: &UdpSocket, replicas: &[String]) {
+    async fn beat(&mut self, sock: &Arc<UdpSocket>, replicas: &[SocketAddr], copies: &wire::Copies) {
         self.seq += 1;
         let seq = self.seq;
-        self.sent_ms.insert(seq, crate::now_ms());
+        self.sent_ms.insert(seq, self.clock.now_ms());
         while self.sent_ms.len() > MAX_BEATS_REMEMBERED {
             self.sent_ms.pop_first();
         }
@@ -337,9 +368,9 @@ impl Agent {
         }
         let observations = self.pending.iter().take(wire::MAX_OBSERVATIONS).map(|(_, o)| o.clone()).collect();
         let bytes = wire::encode(&Beat { node: self.node.clone(), boot: self.boot, seq, observations });
-        for r in replicas {
-            // A send to an unreachable host is a lost datagram, as on a real network.
-            let _ = sock.send_to(&bytes, (r.as_str(), wire::LEADER_PORT)).await;
+        for (i, r) in replicas.iter().enumerate() {
+            let salt = wire::salt(&[self.boot, seq, i as u64], &self.node);
+            copies.send(sock, bytes.clone(), *r, salt).await;
         }
     }
 }
@@ -383,12 +414,17 @@ mod tests {
 
     /// A grant of `(term, leader)` answering the agent's first beat, with `assignments`.
     fn grant(term: u64, leader: u64, assignments: Vec<Assignment>) -> Grant {
-        let d = Directive { term, leader_id: leader, assignments, state_index: 7, ..Directive::default() };
+        grant_of(1, 7, term, leader, assignments)
+    }
+
+    /// A grant answering beat `seq`, its directive built from a state at `state_index`.
+    fn grant_of(seq: u64, state_index: u64, term: u64, leader: u64, assignments: Vec<Assignment>) -> Grant {
+        let d = Directive { term, leader_id: leader, assignments, state_index, ..Directive::default() };
         Grant {
             term,
             leader,
             boot: 1,
-            seq: 1,
+            seq,
             acked_seq: 0,
             lease_ms: 3_000,
             directive: prost::Message::encode_to_vec(&d),
@@ -397,7 +433,7 @@ mod tests {
 
     /// An agent that beat once (at simulated time 0, as outside a simulation).
     fn agent() -> Agent {
-        let mut a = Agent::new(NODE.into(), 1);
+        let mut a = Agent::new(NODE.into(), 1, Rate::default());
         a.sent_ms.insert(1, 0);
         a
     }
@@ -410,6 +446,7 @@ mod tests {
             memory_bytes: 0,
             slices: 0,
             suspended: false,
+            started_by: Floor::default(),
         };
         truth.lock().journals.entry(NODE.into()).or_default().processes.insert(r, p);
     }
@@ -466,5 +503,25 @@ mod tests {
         a.on_grant(&truth, grant(5, 2, vec![assignment(1, Action::Run, &[0])]));
         let t = truth.lock();
         assert_eq!((t.starts, t.journals[NODE].lease_until_ms), (0, 0));
+    }
+
+    /// Grants may arrive out of order (a duplicated datagram's copy, a slow one): a
+    /// directive built from an older state than one obeyed is not obeyed, or it would kill
+    /// what the newer one started (seed 3 of 10 minutes, once datagrams were duplicated:
+    /// `killed by a directive of term 2 index 80, older than the one that started it`).
+    #[test]
+    fn a_directive_older_than_one_obeyed_is_not_obeyed() {
+        let truth = Shared::default();
+        truth.lock().work.insert("j2".into(), crate::truth::JobWork { work_ms: 60_000, checkpoint_ms: 500 });
+        let mut a = agent();
+        a.sent_ms.insert(2, 0);
+        a.on_grant(&truth, grant_of(2, 9, 2, 1, vec![assignment(2, Action::Run, &[0])]));
+        assert_eq!(truth.lock().starts, 1);
+        // The grant of the first beat, late: its directive (index 7) does not name job 2 yet.
+        a.on_grant(&truth, grant_of(1, 7, 2, 1, vec![assignment(1, Action::Run, &[1])]));
+        let t = truth.lock();
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        assert_eq!(t.starts, 1, "nothing of the older directive is carried out");
+        assert!(t.journals[NODE].processes.contains_key(&rank(2)), "the newer directive's rank still runs");
     }
 }

@@ -2,9 +2,11 @@
 //! healed after a drawn while: a replica cut off from every host, a one-way cut between two
 //! replicas, an agent cut off from the replicas (past the heartbeat timeout or not), a
 //! replica's power cut (its disk keeps what was synced and a drawn part of the rest) and a
-//! later restart, the leader's power blinking (back at once), an agent crash and restart, a rack's switch failing (a replica and a
-//! rack's agents cut off from the rest), a slow network, the leader's clock jumping days
-//! ahead (half the time as it reboots). When the load ends, every fault heals at once.
+//! later restart, the leader's power blinking (back at once), an agent crash and restart, a
+//! rack's switch failing (a replica and a rack's agents cut off from the rest), a slow
+//! network, the leader's clock jumping days ahead (half the time as it reboots), the agents'
+//! and leaders' datagrams duplicated (a copy trailing its original by up to seconds). When
+//! the load ends, every fault heals at once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +16,7 @@ use baton_raft::store::PowerLossDisk;
 use baton_rng::SplitMix64;
 
 use crate::replica::Jump;
+use crate::wire::{Copies, MAX_COPY_DELAY_MS};
 
 /// Simulated milliseconds between two faults, at least and at most.
 pub const GAP_MS: (u64, u64) = (2_000, 20_000);
@@ -34,6 +37,8 @@ enum Heal {
     Latency,
     /// Replica `id`'s clock back to true (its jump undone).
     Clock(u64),
+    /// Datagrams no longer duplicated.
+    Copies,
 }
 
 pub struct Faults {
@@ -44,6 +49,7 @@ pub struct Faults {
     active: Vec<(u64, Heal)>,
     /// Each replica's clock jump, by id - 1.
     jumps: Vec<Jump>,
+    copies: Copies,
     pub counts: BTreeMap<&'static str, u64>,
 }
 
@@ -59,10 +65,10 @@ fn in_rack(host: &str, rack: u64) -> bool {
 }
 
 impl Faults {
-    pub fn new(seed: u64, replicas: u64, nodes: u64, jumps: Vec<Jump>) -> Faults {
+    pub fn new(seed: u64, replicas: u64, nodes: u64, jumps: Vec<Jump>, copies: Copies) -> Faults {
         let mut rng = SplitMix64::new(seed);
         let next_ms = 5_000 + rng.range(GAP_MS.0, GAP_MS.1);
-        Faults { rng, replicas, nodes, next_ms, active: Vec::new(), jumps, counts: BTreeMap::new() }
+        Faults { rng, replicas, nodes, next_ms, active: Vec::new(), jumps, copies, counts: BTreeMap::new() }
     }
 
     fn replica(&mut self) -> String {
@@ -125,7 +131,7 @@ impl Faults {
         leader: Option<u64>,
         now_ms: u64,
     ) -> String {
-        let (kind, line) = match self.rng.below(9) {
+        let (kind, line) = match self.rng.below(10) {
             0 => {
                 let r = self.replica();
                 let hosts = self.all_hosts();
@@ -217,6 +223,15 @@ impl Faults {
                 }
                 ("rack-split", format!("{r} and rack {rack}'s agents cut off from the rest for {for_ms} ms"))
             }
+            8 => {
+                // A retried request, a second path: every datagram arrives twice, the copy
+                // after newer ones.
+                let max_ms = self.rng.range(100, MAX_COPY_DELAY_MS);
+                let for_ms = self.rng.range(1_000, 20_000);
+                self.copies.set(max_ms);
+                self.active.push((now_ms + for_ms, Heal::Copies));
+                ("duplicates", format!("datagrams arrive twice, copies up to {max_ms} ms late, for {for_ms} ms"))
+            }
             _ => {
                 let max_ms = self.rng.range(BASE_LATENCY_MS, SLOW_LATENCY_MS);
                 let for_ms = self.rng.range(1_000, 20_000);
@@ -250,6 +265,10 @@ impl Faults {
                     sim.bounce(h.as_str());
                 }
                 format!("heal: {h} restarts")
+            }
+            Heal::Copies => {
+                self.copies.set(0);
+                "heal: datagrams arrive once".into()
             }
             Heal::Latency => {
                 sim.set_max_message_latency(Duration::from_millis(BASE_LATENCY_MS));

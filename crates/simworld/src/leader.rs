@@ -7,7 +7,8 @@
 //! (`baton_server::desired`, what the real leader sends), as the server's gateway does.
 //!
 //! A new term starts every node's silence afresh, so a node is declared lost only after a
-//! whole heartbeat timeout under this leader.
+//! whole heartbeat timeout under this leader. Silences, confirmations' age and the cycle are
+//! timed on the replica's own clock (`clocks::Rate`), which may drift from the agents'.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,12 +24,15 @@ use baton_raft::{Replica, Role};
 use baton_server::desired::{TermLists, desired};
 use turmoil::net::UdpSocket;
 
+use crate::clocks::Rate;
 use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS, STATE_DIGEST_MS};
 use crate::truth::{Sabotage, Shared};
 use crate::wire::{self, Beat, Grant};
 
 #[derive(Default)]
 struct Leading {
+    /// The replica's clock: every time below is on it.
+    clock: Rate,
     /// The term this replica leads and directs agents in.
     term: Option<u64>,
     /// The last term it directed in (kept when it stops: what a deposed leader remembers).
@@ -54,13 +58,14 @@ fn lock(l: &Lead) -> std::sync::MutexGuard<'_, Leading> {
     l.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs the leader's side of replica `replica` until the host stops.
-pub async fn run(replica: Replica, clock: WallClock, truth: Shared) -> std::io::Result<()> {
-    let leading = Lead::default();
+/// Runs the leader's side of replica `replica`, whose host's clock runs at `rate`, until the
+/// host stops.
+pub async fn run(replica: Replica, clock: WallClock, rate: Rate, truth: Shared) -> std::io::Result<()> {
+    let leading = Arc::new(Mutex::new(Leading { clock: rate, ..Leading::default() }));
     let sock = Arc::new(UdpSocket::bind(("0.0.0.0", wire::LEADER_PORT)).await?);
     tokio::spawn(gateway(replica.clone(), clock.clone(), leading.clone(), sock, truth.clone()));
     loop {
-        tokio::time::sleep(Duration::from_millis(CYCLE_MS)).await;
+        tokio::time::sleep(rate.wait(CYCLE_MS)).await;
         if directing(&replica, &leading, &truth).await {
             round(&replica, &clock, &leading, &truth).await;
         }
@@ -82,7 +87,7 @@ async fn directing(replica: &Replica, leading: &Lead, truth: &Shared) -> bool {
         lock(leading).term = None;
         return false;
     }
-    let began = crate::now_ms();
+    let began = lock(leading).clock.now_ms();
     let confirmed = replica.read(|_| ()).await.is_ok();
     let mut l = lock(leading);
     if !confirmed || replica.term() != m.term {
@@ -125,16 +130,17 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     // As the server's leader: a state digest now and then, which every replica checks.
     let digest_due = {
         let mut l = lock(leading);
-        let due = crate::now_ms() >= l.digest_ms + STATE_DIGEST_MS;
+        let at = l.clock.now_ms();
+        let due = at >= l.digest_ms + STATE_DIGEST_MS;
         if due {
-            l.digest_ms = crate::now_ms();
+            l.digest_ms = at;
         }
         due
     };
     if digest_due {
         write(replica, clock, replica.state_digest_op()).await;
     }
-    let at = crate::now_ms();
+    let at = lock(leading).clock.now_ms();
     let timeout_ms =
         if truth.lock().sabotage == Some(Sabotage::EarlyLoss) { LEASE_MS / 2 } else { HEARTBEAT_TIMEOUT_MS };
     let silent: Vec<String> = {
@@ -166,8 +172,12 @@ async fn gateway(replica: Replica, clock: WallClock, leading: Lead, sock: Arc<Ud
         let (replica, clock, leading, sock, truth) =
             (replica.clone(), clock.clone(), leading.clone(), sock.clone(), truth.clone());
         tokio::spawn(async move {
+            let node = beat.node.clone();
             if let Some(grant) = answer(&replica, &clock, &leading, &truth, beat).await {
-                let _ = sock.send_to(&wire::encode(&grant), (from.ip(), wire::AGENT_PORT)).await;
+                let salt = wire::salt(&[grant.term, grant.leader, grant.boot, grant.seq], &node);
+                let to = std::net::SocketAddr::new(from.ip(), wire::AGENT_PORT);
+                let copies = truth.lock().copies.clone();
+                copies.send(&sock, wire::encode(&grant), to, salt).await;
             }
         });
     }
@@ -177,12 +187,16 @@ fn fresh(l: &Leading, truth: &Shared) -> Option<u64> {
     if truth.lock().sabotage == Some(Sabotage::UnconfirmedGrants) {
         return l.last_term;
     }
-    l.term.filter(|_| crate::now_ms() < l.confirmed_ms + LEASE_MS / 2)
+    l.term.filter(|_| l.clock.now_ms() < l.confirmed_ms + LEASE_MS / 2)
 }
 
 async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Shared, beat: Beat) -> Option<Grant> {
     let term = fresh(&lock(leading), truth)?;
-    lock(leading).last_beat_ms.insert(beat.node.clone(), crate::now_ms());
+    {
+        let mut l = lock(leading);
+        let at = l.clock.now_ms();
+        l.last_beat_ms.insert(beat.node.clone(), at);
+    }
     let node = Name::lit(&beat.node);
     let lost = replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
     let key = (beat.node.clone(), beat.boot);

@@ -21,13 +21,16 @@
 //! - `determinism`: what a seed needs to replay besides itself (tokio's choices seeded).
 //! - `history`: the run's history: a digest of every line, the last lines kept.
 //! - `timing`: every interval and bound of the simulated cluster.
+//! - `clocks`: each host's clock rate (drift), on which it times leases and silences.
 //!
 //! Not yet here (issue 32): the agent decides by the real agent's rules, but its beats,
 //! leases and processes, and the leader beyond its directives, are this crate's own small
 //! copies of the protocol, not the real agent's and server's code (those become pure cores
-//! first); clocks have offsets and jumps but no drift; processes are cooperative.
+//! first); openraft's timers do not drift (the leases and silences do); processes are
+//! cooperative.
 
 pub mod agent;
+pub mod clocks;
 pub mod determinism;
 pub mod faults;
 pub mod history;

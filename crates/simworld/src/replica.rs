@@ -112,11 +112,14 @@ pub fn members(n: u64) -> BTreeMap<NodeId, String> {
     (1..=n).map(|id| (id, format!("{}:{RAFT_PORT}", host_name(id)))).collect()
 }
 
-/// Runs replica `id` on `disk` until its host is crashed.
+/// Runs replica `id` on `disk` until its host is crashed; its host's wall clock is off by
+/// `offset_ms` (and `jump`), and its oscillator runs at `rate` (what its leader times).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     id: NodeId,
     n: u64,
     offset_ms: i64,
+    rate: crate::clocks::Rate,
     jump: Jump,
     disk: PowerLossDisk,
     handles: Handles,
@@ -153,7 +156,7 @@ pub async fn run(
         // Refused harmlessly when the disk already holds the cluster.
         let _ = replica.bootstrap(members.clone()).await;
     }
-    tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), truth));
+    tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), rate, truth));
     replica.serve_incoming(incoming, std::future::pending::<()>()).await?;
     Ok(())
 }

@@ -52,13 +52,15 @@ pub fn failure(o: &Outcome, opts: &Options) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "  replay: baton-chaos sim --seeds {}..{} --minutes {} --nodes {} --tick-ms {} --clock-offset-ms {} --history",
+        "  replay: baton-chaos sim --seeds {}..{} --minutes {} --nodes {} --tick-ms {} --clock-offset-ms {} \
+         --clock-drift-ppm {} --history",
         o.seed,
         o.seed + 1,
         opts.minutes,
         opts.nodes,
         opts.tick_ms,
-        opts.clock_offset_ms
+        opts.clock_offset_ms,
+        opts.clock_drift_ppm
     );
     for v in &o.violations {
         let _ = writeln!(out, "  violation {v}");
@@ -71,9 +73,9 @@ pub fn history(o: &Outcome) -> String {
 }
 
 /// Runs `seeds`, each by `one`, printing each line through `print`; the summary.
-/// `baton-chaos sim` runs each seed in a process of its own: a run leaves state behind in the
-/// process, in the libraries under the replicas, that can change the history of a later
-/// seed; a seed replays alone only if it ran alone.
+/// `baton-chaos sim` runs each seed in a process of its own, so that a seed that crashes
+/// its process fails alone (what a run once left behind that changed a later seed's
+/// history, tokio's unseeded choices, is seeded now: `determinism`).
 pub fn run(
     seeds: Range<u64>,
     opts: &Options,

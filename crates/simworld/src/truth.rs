@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use baton_agent::fence::Fence;
 use baton_agent::journal::Outcome;
+use baton_agent::lease::Floor;
 use baton_model::command::Observed;
 
 use crate::history::History;
@@ -58,6 +59,8 @@ pub struct Process {
     pub slices: u32,
     /// Stopped in place (it keeps its GPUs and its memory).
     pub suspended: bool,
+    /// The leader state the directive that started it was built from.
+    pub started_by: Floor,
 }
 
 /// The memory of every simulated node, which its processes (suspended ones included) never
@@ -76,8 +79,10 @@ pub struct Journal {
     pub ended: BTreeMap<Rank, Outcome>,
     /// The highest term, and its leader, whose directives the agent obeyed.
     pub fence: Fence,
-    /// The lease, in simulated ms: processes may run until then.
+    /// The lease, on the node's clock: processes may run until it reads this.
     pub lease_until_ms: u64,
+    /// The node's clock (`clocks::Rate`), on which the lease is timed.
+    pub clock: crate::clocks::Rate,
     /// Starts of the agent.
     pub boots: u64,
     /// What the watchdog stopped, for the agent to report.
@@ -111,6 +116,8 @@ pub enum Sabotage {
 #[derive(Debug, Default)]
 pub struct Truth {
     pub sabotage: Option<Sabotage>,
+    /// Whether the network duplicates the agents' and leaders' datagrams now (a fault).
+    pub copies: crate::wire::Copies,
     /// Whether `Sabotage::PartedState` has changed a replica's snapshot yet.
     pub parted: bool,
     pub journals: BTreeMap<String, Journal>,
@@ -210,13 +217,15 @@ impl Truth {
         let and_slices = if slices > 0 { format!(" and {slices} MIG slices") } else { String::new() };
         self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}{and_slices}"));
         let journal = self.journals.entry(node.to_string()).or_default();
-        let p = Process { exits_ms, gpus: gpus.to_vec(), gpu_milli, memory_bytes, slices, suspended: false };
+        let started_by = Floor::default();
+        let p =
+            Process { exits_ms, gpus: gpus.to_vec(), gpu_milli, memory_bytes, slices, suspended: false, started_by };
         journal.processes.insert(r, p);
     }
 
     /// The watchdog of every node: a process whose node's lease ran out is stopped then,
     /// whether its agent runs or not (the real one lives outside the agent), and the agent
-    /// reports it when it can.
+    /// reports it when it can. The lease is read on the node's clock, at true time `at_ms`.
     pub fn watchdog(&mut self, at_ms: u64) {
         if self.sabotage == Some(Sabotage::NoWatchdog) {
             return;
@@ -224,7 +233,7 @@ impl Truth {
         let lapsed: Vec<(String, Rank)> = self
             .journals
             .iter()
-            .filter(|(_, j)| at_ms >= j.lease_until_ms)
+            .filter(|(_, j)| j.clock.local_ms(at_ms) >= j.lease_until_ms)
             .flat_map(|(n, j)| j.processes.keys().map(move |r| (n.clone(), *r)))
             .collect();
         for (node, r) in lapsed {
@@ -232,6 +241,25 @@ impl Truth {
             let o = Observed::LeaseExpired { job: r.job, attempt: r.attempt, rank: r.rank, checkpointed: false };
             self.journals.entry(node).or_default().unreported.push(o);
         }
+    }
+
+    /// `node`'s agent kills `r`, which the directive built from leader state `by` does not
+    /// name. A directive older than the one that started the rank knows nothing of it:
+    /// obeying it throws the rank's work away for nothing (a grant that arrived late, after
+    /// newer ones, as a duplicated or reordered datagram does).
+    pub fn kill(&mut self, at_ms: u64, node: &str, r: Rank, by: Floor) {
+        let started_by = self.journals.get(node).and_then(|j| j.processes.get(&r)).map(|p| p.started_by);
+        if let Some(s) = started_by.filter(|s| by < *s) {
+            self.violation(
+                at_ms,
+                format!(
+                    "{r} on {node} is killed by a directive of term {} index {}, older than the one that started it \
+                     (term {} index {})",
+                    by.term, by.state_index, s.term, s.state_index
+                ),
+            );
+        }
+        self.end(at_ms, node, r, Outcome::Killed, "not in the directive: killed");
     }
 
     /// `node`'s process of `r` is gone (`why` says how).
@@ -257,6 +285,25 @@ mod tests {
     /// Whole GPUs and MIG slices.
     fn whole(gpus: &[u32], slices: u32) -> Devices<'_> {
         Devices { gpus, gpu_milli: 0, slices }
+    }
+
+    /// A rank killed by a directive older than the one that started it is work thrown away
+    /// for nothing; one killed by a newer directive (it no longer names it) is not.
+    #[test]
+    fn a_kill_by_a_directive_older_than_the_start_is_a_violation() {
+        let mut t = Truth::default();
+        let at = |state_index| Floor { term: 2, state_index };
+        for (job, by) in [(1, at(9)), (2, at(8))] {
+            t.start(10, "n1", rank(job, 1, 0), whole(&[job as u32], 0), 0, 1_000);
+            t.journals.get_mut("n1").unwrap().processes.get_mut(&rank(job, 1, 0)).unwrap().started_by = at(8);
+            t.kill(20, "n1", rank(job, 1, 0), by);
+        }
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.start(30, "n1", rank(3, 1, 0), whole(&[3], 0), 0, 1_000);
+        t.journals.get_mut("n1").unwrap().processes.get_mut(&rank(3, 1, 0)).unwrap().started_by = at(8);
+        t.kill(40, "n1", rank(3, 1, 0), at(7));
+        assert!(t.violations.iter().any(|v| v.contains("older than the one that started it")), "{:?}", t.violations);
+        assert!(t.journals["n1"].processes.is_empty(), "killed either way");
     }
 
     /// Section 11: fractions share a GPU up to the whole of it, and never one held whole.

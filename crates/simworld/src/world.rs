@@ -14,6 +14,7 @@ use baton_raft::net::sim::host_name;
 use baton_raft::store::PowerLossDisk;
 use baton_raft::types::NodeId;
 
+use crate::clocks::Rate;
 use crate::faults::{self, Faults, agent_host};
 use crate::load::Load;
 use crate::replica::{Handles, Jump};
@@ -45,6 +46,9 @@ pub struct Options {
     pub sabotage: Option<Sabotage>,
     /// Each replica's wall clock is off by up to this much, either way (drawn per seed).
     pub clock_offset_ms: u64,
+    /// Each host's clock runs fast or slow by up to this many parts per million (drawn per
+    /// seed; `clocks`). Past `clocks::DRIFT_PPM` it breaks what the timing argument assumes.
+    pub clock_drift_ppm: u64,
     /// History lines kept to print (`History::keeping`): a failing seed's whole story when
     /// large enough.
     pub history_lines: usize,
@@ -61,6 +65,7 @@ impl Default for Options {
             tick_ms: 10,
             sabotage: None,
             clock_offset_ms: 5_000,
+            clock_drift_ppm: crate::clocks::DRIFT_PPM,
             history_lines: crate::history::KEPT_LINES,
         }
     }
@@ -173,7 +178,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         Load { handles: handles.clone(), truth: truth.clone(), seed, nodes: opts.nodes, load_ms, ended: ended.clone() };
     sim.client("load", load.run());
 
-    let mut faults = Faults::new(seed, opts.replicas, opts.nodes, jumps);
+    let copies = truth.lock().copies.clone();
+    let mut faults = Faults::new(seed, opts.replicas, opts.nodes, jumps, copies);
     let mut checks = Checks { clock_ahead_bound_ms: clock_ahead_bound_ms(opts), ..Checks::default() };
     let mut next_check_ms = 0;
     let mut healed = false;
@@ -254,20 +260,26 @@ fn add_hosts(
 ) {
     let n = opts.replicas;
     let mut rng = baton_rng::SplitMix64::new(seed ^ 0x636c_6f63_6b73);
+    // Rates from a generator of their own: the offsets drawn stay what they were.
+    let mut rates = baton_rng::SplitMix64::new(seed ^ 0x0064_7269_6674);
     for id in 1..=n {
         let (disk, handles, truth) = (disks[(id - 1) as usize].clone(), handles.clone(), truth.clone());
         let jump = jumps[(id - 1) as usize].clone();
         let spread = 2 * opts.clock_offset_ms + 1;
         let offset_ms = rng.below(spread) as i64 - opts.clock_offset_ms as i64;
-        truth.record(format!("r{id}'s clock is off by {offset_ms} ms"));
+        let rate = Rate::draw(&mut rates, opts.clock_drift_ppm);
+        truth.record(format!("r{id}'s clock is off by {offset_ms} ms and runs {rate}"));
         sim.host(host_name(id), move || {
-            crate::replica::run(id, n, offset_ms, jump.clone(), disk.clone(), handles.clone(), truth.clone())
+            let (disk, handles, truth) = (disk.clone(), handles.clone(), truth.clone());
+            crate::replica::run(id, n, offset_ms, rate, jump.clone(), disk, handles, truth)
         });
     }
     let replicas: Vec<String> = (1..=n).map(host_name).collect();
     for i in 1..=opts.nodes {
         let (replicas, truth) = (replicas.clone(), truth.clone());
-        sim.host(agent_host(i), move || crate::agent::run(agent_host(i), replicas.clone(), truth.clone()));
+        let rate = Rate::draw(&mut rates, opts.clock_drift_ppm);
+        truth.record(format!("{}'s clock runs {rate}", agent_host(i)));
+        sim.host(agent_host(i), move || crate::agent::run(agent_host(i), rate, replicas.clone(), truth.clone()));
     }
 }
 
