@@ -266,10 +266,8 @@ impl Core {
         let voters: std::collections::BTreeSet<NodeId> =
             self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
         let local = self.clock.now_ms();
-        match self.peers.skew.quorum_offset_ms(self.id, &voters, local) {
-            Some(offset) => (crate::skew::ceiling_ms(local, offset), true),
-            None => (self.anchor.ceiling_ms(self.sm.read(|s| s.now_ms())), false),
-        }
+        let replicated_ms = || self.sm.read(|s| s.now_ms());
+        crate::skew::stamp_ceiling_ms(&self.peers.skew, &self.anchor, self.id, &voters, local, replicated_ms)
     }
 
     /// This replica's time as it stamps commands: its clock, held back to the quorum's when

@@ -19,10 +19,14 @@
 //! replica's clock (as before its samples existed).
 //!
 //! A sample remembers this replica's wall and monotonic clocks when it was taken, so that a
-//! step of this replica's own wall clock since (NTP, an operator) moves its offset at once:
-//! read as it was, a sample from before the step would say the quorum agrees with the
-//! stepped clock, and the first stamps after a step two days ahead went out two days ahead
-//! (the simulator's `clock-jump` fault, within 60 ms of the step).
+//! step of this replica's own wall clock since (NTP, an operator) is seen at once: read as it
+//! was, a sample from before the step would say the quorum agrees with the stepped clock, and
+//! the first stamps after a step two days ahead went out two days ahead (the simulator's
+//! `clock-jump` fault, within 60 ms of the step). Read through the step, it would assume the
+//! peer's clock did not step too, and a peer sampled while its clock was days ahead (set
+//! right since) vouched for this replica's own step days ahead (seed 25 of 10 minutes). So a
+//! sample from before a step of more than the bound no longer counts: until fresh replies
+//! come, a heartbeat apart, the replica has no majority of samples, and [`Anchor`] bounds it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -55,15 +59,31 @@ struct Sample {
 }
 
 impl Sample {
-    /// The offset now, this replica's wall clock reading `wall_ms` at `now`: whatever the
-    /// wall clock moved beyond the monotonic one since the sample, it stepped.
+    /// How far this replica's wall clock, reading `wall_ms` at `now`, moved beyond its
+    /// monotonic clock since the sample: what it stepped (or slewed) by.
+    fn stepped_ms(&self, wall_ms: u64, now: Instant) -> i64 {
+        let wall_moved = wall_ms as i64 - self.wall_ms as i64;
+        let time_moved = now.saturating_duration_since(self.at).as_millis() as i64;
+        wall_moved - time_moved
+    }
+
+    /// The offset now, this replica's wall clock reading `wall_ms` at `now`.
     fn offset_at(&self, wall_ms: u64, now: Instant) -> i64 {
         if self.vouches_for_ours {
             return 0;
         }
-        let wall_moved = wall_ms as i64 - self.wall_ms as i64;
-        let time_moved = now.saturating_duration_since(self.at).as_millis() as i64;
-        self.offset_ms - (wall_moved - time_moved)
+        self.offset_ms - self.stepped_ms(wall_ms, now)
+    }
+
+    /// Whether the sample still counts: fresh, and taken since this replica's wall clock last
+    /// stepped by more than the bound. Read through a step, an older sample assumes the peer's
+    /// clock did not step too; a peer sampled while a fault had put it days ahead, and set
+    /// right since, then vouches for this replica's own step days ahead (simulator seed 25 of
+    /// 10 minutes, stop 75). Until fresh replies come (a heartbeat apart), `Anchor` bounds
+    /// the stamps.
+    fn counts_at(&self, wall_ms: u64, now: Instant) -> bool {
+        let fresh = now.saturating_duration_since(self.at) < SAMPLE_TTL;
+        fresh && (self.vouches_for_ours || self.stepped_ms(wall_ms, now).unsigned_abs() <= MAX_CLOCK_SKEW_MS)
     }
 }
 
@@ -109,7 +129,7 @@ impl ClockSkew {
             .iter()
             .filter_map(|v| match samples.get(v) {
                 _ if *v == self_id => Some(0),
-                Some(s) if now.saturating_duration_since(s.at) < SAMPLE_TTL => Some(s.offset_at(local_ms, now)),
+                Some(s) if s.counts_at(local_ms, now) => Some(s.offset_at(local_ms, now)),
                 _ => None,
             })
             .collect();
@@ -158,6 +178,36 @@ impl Anchor {
     }
 }
 
+/// The latest time a replica may stamp, its clock reading `local_ms`, and whether the other
+/// voters' clocks set it: the quorum's time plus the bound once a majority's samples count,
+/// else the replicated clock (read by `replicated_ms`, only then) as `anchor` first saw it
+/// plus the time since.
+pub fn stamp_ceiling_ms(
+    skew: &ClockSkew,
+    anchor: &Anchor,
+    self_id: NodeId,
+    voters: &BTreeSet<NodeId>,
+    local_ms: u64,
+    replicated_ms: impl FnOnce() -> u64,
+) -> (u64, bool) {
+    stamp_ceiling_at(skew, anchor, self_id, voters, local_ms, replicated_ms, Instant::now())
+}
+
+fn stamp_ceiling_at(
+    skew: &ClockSkew,
+    anchor: &Anchor,
+    self_id: NodeId,
+    voters: &BTreeSet<NodeId>,
+    local_ms: u64,
+    replicated_ms: impl FnOnce() -> u64,
+    now: Instant,
+) -> (u64, bool) {
+    match skew.quorum_offset_at(self_id, voters, local_ms, now) {
+        Some(offset) => (ceiling_ms(local_ms, offset), true),
+        None => (anchor.ceiling_at(replicated_ms(), now), false),
+    }
+}
+
 /// The latest time this replica may stamp, its clock reading `local_ms` and the quorum's
 /// being `offset_ms` from it: the quorum's time plus the bound.
 /// A replica whose clock agrees with the quorum's gets a ceiling above its own time, which
@@ -199,12 +249,39 @@ mod tests {
         skew.note_at(3, local, local + 10, local + 5, then);
         let later = then + Duration::from_millis(40);
         let stepped = local + 40 + 2 * DAY_MS;
-        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), stepped, later);
-        let ceiling = ceiling_ms(stepped, offset.expect("a quorum"));
+        // The samples from before the step no longer count; the anchor holds the stamps to
+        // the replicated clock (which followed the quorum's time) and the time since.
+        let anchor = Anchor::default();
+        let _ = anchor.ceiling_at(local, then);
+        let (ceiling, by_samples) =
+            stamp_ceiling_at(&skew, &anchor, 1, &voters(&[1, 2, 3]), stepped, || local + 20, later);
+        assert!(!by_samples);
         assert!(ceiling.abs_diff(local + 40) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
         // Without a step, time passing moves nothing: its own time is within the ceiling.
         let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), local + 40, later);
         assert!(ceiling_ms(local + 40, offset.expect("a quorum")) >= local + 40);
+    }
+
+    /// A peer sampled while a fault had put its clock two days ahead (set right since, while
+    /// it was cut off), then this replica's own clock steps two days ahead: read through the
+    /// step, the old sample agreed with the stepped clock and outvoted the peer that did not,
+    /// and the leader stamped two days ahead (simulator seed 25 of 10 minutes, stop 75).
+    #[test]
+    fn a_peers_sample_from_before_this_replicas_step_does_not_vouch_for_it() {
+        let skew = ClockSkew::default();
+        let (local, then) = (10 * DAY_MS, Instant::now());
+        skew.note_at(3, local, local + 10, local + 2 * DAY_MS, then);
+        skew.note_at(2, local, local + 10, local + 5, then);
+        let later = then + Duration::from_millis(11_000);
+        let stepped = local + 11_000 + 2 * DAY_MS;
+        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), stepped, later);
+        assert!(offset.is_none_or(|o| o < -(DAY_MS as i64)), "the quorum vouches for the step: {offset:?}");
+        // Fresh replies after the step say where the quorum stands.
+        skew.note_at(2, stepped, stepped + 10, local + 11_005, later);
+        skew.note_at(3, stepped, stepped + 10, local + 11_005, later);
+        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), stepped, later);
+        let ceiling = ceiling_ms(stepped, offset.expect("a quorum"));
+        assert!(ceiling.abs_diff(local + 11_000) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
     }
 
     /// Issue 31, found by the chaos harness's leader clock jumps: samples taken while this
@@ -221,11 +298,19 @@ mod tests {
         skew.note_at(3, ahead, ahead + 10, true_ms + 5, then);
         let stamp_ms = ahead + 30;
         let later = then + Duration::from_millis(40);
-        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), true_ms + 40, later);
-        assert!(offset.expect("a quorum").abs() <= 10, "{offset:?}: the clock agrees with the quorum again");
-        let ceiling = ceiling_ms(true_ms + 40, offset.expect("a quorum"));
+        // The samples were taken before the step back: the anchor bounds the stamps until
+        // fresh ones come, to the replicated clock (held to the quorum's time all along).
+        let anchor = Anchor::default();
+        let (ceiling, by_samples) =
+            stamp_ceiling_at(&skew, &anchor, 1, &voters(&[1, 2, 3]), true_ms + 40, || true_ms + 40, later);
+        assert!(!by_samples);
         assert!(stamp_ms > ceiling, "the stamp from before the step back passes: {stamp_ms} <= {ceiling}");
         assert!(ceiling.abs_diff(true_ms + 40) <= MAX_CLOCK_SKEW_MS + 10, "{ceiling}");
+        // Fresh replies: the clock agrees with the quorum again, and still holds the stamp.
+        skew.note_at(2, true_ms + 40, true_ms + 50, true_ms + 45, later);
+        let offset = skew.quorum_offset_at(1, &voters(&[1, 2, 3]), true_ms + 50, later);
+        assert!(offset.expect("a quorum").abs() <= 10, "{offset:?}");
+        assert!(stamp_ms > ceiling_ms(true_ms + 50, offset.expect("a quorum")));
     }
 
     #[test]
