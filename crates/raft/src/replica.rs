@@ -267,7 +267,8 @@ impl Core {
             self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
         let local = self.clock.now_ms();
         let replicated_ms = || self.sm.read(|s| s.now_ms());
-        crate::skew::stamp_ceiling_ms(&self.peers.skew, &self.anchor, self.id, &voters, local, replicated_ms)
+        let now = tokio::time::Instant::now();
+        crate::skew::stamp_ceiling_at(&self.peers.skew, &self.anchor, self.id, &voters, local, replicated_ms, now)
     }
 
     /// This replica's time as it stamps commands: its clock, held back to the quorum's when

@@ -178,22 +178,11 @@ impl Anchor {
     }
 }
 
-/// The latest time a replica may stamp, its clock reading `local_ms`, and whether the other
-/// voters' clocks set it: the quorum's time plus the bound once a majority's samples count,
-/// else the replicated clock (read by `replicated_ms`, only then) as `anchor` first saw it
-/// plus the time since.
-pub fn stamp_ceiling_ms(
-    skew: &ClockSkew,
-    anchor: &Anchor,
-    self_id: NodeId,
-    voters: &BTreeSet<NodeId>,
-    local_ms: u64,
-    replicated_ms: impl FnOnce() -> u64,
-) -> (u64, bool) {
-    stamp_ceiling_at(skew, anchor, self_id, voters, local_ms, replicated_ms, Instant::now())
-}
-
-fn stamp_ceiling_at(
+/// The latest time a replica may stamp, its clock reading `local_ms` at `now`, and whether
+/// the other voters' clocks set it: the quorum's time plus the bound once a majority's
+/// samples count, else the replicated clock (read by `replicated_ms`, only then) as `anchor`
+/// first saw it plus the time since.
+pub fn stamp_ceiling_at(
     skew: &ClockSkew,
     anchor: &Anchor,
     self_id: NodeId,

@@ -56,8 +56,6 @@ struct Agent {
     suspensions: BTreeMap<ReplicaKey, Answer>,
     /// The newest directive obeyed, while ranks wait for their GPUs: what they start by.
     directive: Option<Directive>,
-    /// The leader state the directive being carried out was built from.
-    obeying: Floor,
     /// The newest leader state a directive obeyed was built from: an older one is not obeyed.
     obeyed: Floor,
 }
@@ -92,6 +90,11 @@ pub async fn run(node: String, clock: Rate, replicas: Vec<String>, truth: Shared
     }
 }
 
+/// The leader state `d` was built from: what orders directives.
+fn built_from(d: &Directive) -> Floor {
+    Floor { term: d.term, state_index: d.state_index }
+}
+
 fn key_of(r: Rank) -> ReplicaKey {
     ReplicaKey { job_id: r.job, attempt: r.attempt, rank: r.rank }
 }
@@ -113,7 +116,6 @@ impl Agent {
             deferred: BTreeSet::new(),
             suspensions: BTreeMap::new(),
             directive: None,
-            obeying: Floor::default(),
             obeyed: Floor::default(),
         }
     }
@@ -145,7 +147,7 @@ impl Agent {
         // The real agent reads its directives in order off one stream; grants may arrive in
         // any order (a copy late, a slow datagram), and one built from an older state than a
         // directive already obeyed would undo it: kill what the newer one started.
-        let built = Floor { term: d.term, state_index: d.state_index };
+        let built = built_from(&d);
         if local < lease_until && built >= self.obeyed {
             self.obeyed = built;
             self.act(truth, &d, now);
@@ -170,7 +172,6 @@ impl Agent {
 
     /// Brings the node's processes to what the directive `d` says, by the real agent's plan.
     fn act(&mut self, truth: &Shared, d: &Directive, now: u64) {
-        self.obeying = Floor { term: d.term, state_index: d.state_index };
         let mut t = truth.lock();
         let journal = t.journals.entry(self.node.clone()).or_default();
         let inputs = self.inputs(journal, d);
@@ -180,7 +181,7 @@ impl Agent {
         let named: BTreeMap<ReplicaKey, &Assignment> =
             d.assignments.iter().map(|a| (reconcile::key_of(a), a)).collect();
         for act in plan.acts {
-            self.carry_out(&mut t, act, &named, now);
+            self.carry_out(&mut t, act, &named, built_from(d), now);
         }
         // Kept only while something waits for its GPUs: a grant comes every beat.
         self.directive = (!self.deferred.is_empty()).then(|| d.clone());
@@ -192,7 +193,6 @@ impl Agent {
         let Some(d) = self.directive.take() else { return };
         let journal = t.journals.entry(self.node.clone()).or_default();
         if self.clock.now_ms() < journal.lease_until_ms {
-            self.obeying = Floor { term: d.term, state_index: d.state_index };
             let inputs = self.inputs(journal, &d);
             if let Ok(plan) = reconcile::plan(&d, &inputs) {
                 let named: BTreeMap<ReplicaKey, &Assignment> =
@@ -201,7 +201,7 @@ impl Agent {
                     if let Act::Start(k) = act
                         && self.deferred.remove(&k)
                     {
-                        self.carry_out(t, Act::Start(k), &named, now);
+                        self.carry_out(t, Act::Start(k), &named, built_from(&d), now);
                     }
                 }
             }
@@ -249,12 +249,13 @@ impl Agent {
     }
 
     /// Carries out one act of a plan on the simulated processes, as the real supervisor does
-    /// on real ones (`baton_agent::supervisor`), and reports what it reports.
-    fn carry_out(&mut self, t: &mut Truth, act: Act, named: &BTreeMap<ReplicaKey, &Assignment>, now: u64) {
+    /// on real ones (`baton_agent::supervisor`), and reports what it reports; `by`: the
+    /// leader state the plan's directive was built from.
+    fn carry_out(&mut self, t: &mut Truth, act: Act, named: &BTreeMap<ReplicaKey, &Assignment>, by: Floor, now: u64) {
         let node = self.node.clone();
         match act {
             Act::Kill(k) => {
-                t.kill(now, &node, rank_of(k), self.obeying);
+                t.kill(now, &node, rank_of(k), by);
                 self.stopping.remove(&rank_of(k));
             }
             Act::Start(k) => {
@@ -263,7 +264,7 @@ impl Agent {
                 let devices = Devices { gpus: &a.gpus, gpu_milli: a.gpu_milli, slices: a.slices.values().sum() };
                 t.start(now, &node, rank_of(k), devices, a.memory_bytes, now + work_ms);
                 if let Some(p) = t.journals.get_mut(&node).and_then(|j| j.processes.get_mut(&rank_of(k))) {
-                    p.started_by = self.obeying;
+                    p.started_by = by;
                 }
             }
             Act::Resume(k) => {
