@@ -85,6 +85,14 @@ pub trait KvStore: Send + Sync + 'static {
         self.is_durable()
     }
 
+    /// How long a sync takes on a simulated disk that is slow now (0: at once). A store
+    /// that does not block (`blocks`) is written inline, so its slowness is waited for on
+    /// the runtime's clock before a sync is acknowledged; a real disk takes what it takes,
+    /// on the log writer's thread.
+    fn sync_delay_ms(&self) -> u64 {
+        0
+    }
+
     /// Where a space's records live, for error messages (a file path, or "memory").
     fn location(&self, space: Space) -> String;
 }

@@ -10,6 +10,10 @@
 //!
 //! Unflushed writes are lost in whole groups: a group is the run of one batch's writes to
 //! one space, which the real store applies atomically (see [`KvStore::write`]).
+//!
+//! A disk can be made slow ([`PowerLossDisk::set_sync_ms`]): each sync then takes that long
+//! before it is acknowledged ([`KvStore::sync_delay_ms`]), and a power cut meanwhile loses
+//! what it had not yet made durable.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -30,6 +34,8 @@ struct Disk {
     /// Bumped at every power cut; handles of an older life fail.
     life: u64,
     flushes: u64,
+    /// How long each sync takes now (a slow disk); 0: at once.
+    sync_ms: u64,
 }
 
 /// One simulated disk, shared by every life of one replica.
@@ -121,6 +127,12 @@ impl PowerLossDisk {
         PowerCut { kept_groups: keep, lost_groups: unsynced.len() - keep }
     }
 
+    /// Makes every later sync take `sync_ms` (0: at once again), as a failing drive that
+    /// retries or a saturated volume does.
+    pub fn set_sync_ms(&self, sync_ms: u64) {
+        self.lock().sync_ms = sync_ms;
+    }
+
     /// Flushes so far, over every life.
     pub fn flushes(&self) -> u64 {
         self.lock().flushes
@@ -191,6 +203,10 @@ impl KvStore for PowerLossKv {
 
     fn blocks(&self) -> bool {
         false
+    }
+
+    fn sync_delay_ms(&self) -> u64 {
+        self.disk.lock().sync_ms
     }
 
     fn location(&self, space: Space) -> String {
