@@ -141,6 +141,10 @@ enum Cmd {
         /// allows; more shows what breaks past it).
         #[arg(long, default_value_t = baton_simworld::clocks::DRIFT_PPM)]
         clock_drift_ppm: u64,
+        /// Of every hundred jobs, how many have processes that misbehave: one rank crashes
+        /// partway with a code, or the ranks ignore the stop signal (0: all cooperate).
+        #[arg(long, default_value_t = baton_simworld::world::ADVERSARIAL_PERCENT)]
+        adversarial_percent: u64,
         /// Print each seed's last history lines, not only a failing one's.
         #[arg(long)]
         history: bool,
@@ -187,6 +191,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         no_faults,
         clock_offset_ms,
         clock_drift_ppm,
+        adversarial_percent,
         history,
         history_lines,
         child,
@@ -214,6 +219,10 @@ fn sim(cmd: &Cmd) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if *adversarial_percent > 100 {
+        eprintln!("error: --adversarial-percent must be 0 to 100 (jobs in a hundred), not {adversarial_percent}");
+        return ExitCode::FAILURE;
+    }
     if *nodes > baton_simworld::world::MAX_NODES || minutes > baton_simworld::world::MAX_MINUTES {
         eprintln!(
             "error: at most {} nodes and {} minutes (a week) a seed",
@@ -229,6 +238,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         faults: !no_faults,
         clock_offset_ms: *clock_offset_ms,
         clock_drift_ppm: *clock_drift_ppm,
+        adversarial_percent: *adversarial_percent,
         history_lines: *history_lines,
         ..baton_simworld::Options::default()
     };
@@ -281,6 +291,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         .args(["--minutes", &opts.minutes.to_string(), "--nodes", &opts.nodes.to_string()])
         .args(["--tick-ms", &opts.tick_ms.to_string(), "--clock-offset-ms", &opts.clock_offset_ms.to_string()])
         .args(["--clock-drift-ppm", &opts.clock_drift_ppm.to_string()])
+        .args(["--adversarial-percent", &opts.adversarial_percent.to_string()])
         .args(["--history-lines", &opts.history_lines.to_string()])
         .args(if opts.faults { &[][..] } else { &["--no-faults"][..] })
         .stderr(std::process::Stdio::inherit())
@@ -301,6 +312,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         suspensions: 0,
         slice_starts: 0,
         shared_starts: 0,
+        crashes: 0,
         records: 0,
         digest_checks: 0,
         faults: Default::default(),

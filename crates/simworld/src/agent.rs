@@ -260,11 +260,12 @@ impl Agent {
             }
             Act::Start(k) => {
                 let Some(a) = named.get(&k) else { return };
-                let work_ms = t.work.get(&a.job).map_or(30_000, |x| x.work_ms);
+                let (runs_ms, exit_code) = t.work.get(&a.job).copied().unwrap_or_default().run_of(k.rank);
                 let devices = Devices { gpus: &a.gpus, gpu_milli: a.gpu_milli, slices: a.slices.values().sum() };
-                t.start(now, &node, rank_of(k), devices, a.memory_bytes, now + work_ms);
+                t.start(now, &node, rank_of(k), devices, a.memory_bytes, now + runs_ms);
                 if let Some(p) = t.journals.get_mut(&node).and_then(|j| j.processes.get_mut(&rank_of(k))) {
                     p.started_by = by;
+                    p.exit_code = exit_code;
                 }
             }
             Act::Resume(k) => {
@@ -275,8 +276,8 @@ impl Agent {
             }
             Act::Stop(k) => {
                 let Some(a) = named.get(&k) else { return };
-                let ckpt = t.work.get(&a.job).map_or(1_000, |x| x.checkpoint_ms);
-                self.stopping.insert(rank_of(k), (now + ckpt.min(a.grace_ms), ckpt <= a.grace_ms));
+                let stop = t.work.get(&a.job).copied().unwrap_or_default().stop_of(now, a.grace_ms);
+                self.stopping.insert(rank_of(k), stop);
             }
             Act::StopNeverRan(k) => {
                 t.history.record(now, format!("{node} never ran {}, asked to stop it", rank_of(k)));
@@ -342,14 +343,32 @@ impl Agent {
         }
         self.stopping.retain(|r, _| processes.contains_key(r));
         for (r, p) in &processes {
-            if let Some(&(_, checkpointed)) = self.stopping.get(r).filter(|(done, _)| *done <= now) {
-                let why = if checkpointed { "stopped, checkpointed" } else { "stopped" };
-                t.end(now, &self.node, *r, Outcome::Stopped { checkpointed }, why);
-                self.stopping.remove(r);
-                self.observe(stopped(key_of(*r), checkpointed));
-            } else if !p.suspended && p.exits_ms <= now && !self.stopping.contains_key(r) {
-                t.end(now, &self.node, *r, Outcome::Exited { code: 0 }, "exited 0");
-                self.observe(Observed::Exited { job: r.job, attempt: r.attempt, rank: r.rank, exit_code: 0 });
+            let exits = !p.suspended && p.exits_ms <= now;
+            match self.stopping.get(r).copied() {
+                // It exits on its own before its save is done. The real agent reports a rank
+                // that ends while it stops as stopped, saved only if it wrote a checkpoint
+                // since the signal (`reconcile::ending`): this one did not.
+                Some((done, _)) if exits && p.exits_ms < done => {
+                    t.exited(*r, p.exit_code);
+                    let why = format!("exited {} while stopping, unsaved", p.exit_code);
+                    t.end(now, &self.node, *r, Outcome::Stopped { checkpointed: false }, &why);
+                    self.stopping.remove(r);
+                    self.observe(stopped(key_of(*r), false));
+                }
+                Some((done, checkpointed)) if done <= now => {
+                    let why = if checkpointed { "stopped, checkpointed" } else { "stopped" };
+                    t.end(now, &self.node, *r, Outcome::Stopped { checkpointed }, why);
+                    self.stopping.remove(r);
+                    self.observe(stopped(key_of(*r), checkpointed));
+                }
+                None if exits => {
+                    let code = p.exit_code;
+                    t.exited(*r, code);
+                    let told = if t.sabotage == Some(crate::Sabotage::LostExitCodes) { 0 } else { code };
+                    t.end(now, &self.node, *r, Outcome::Exited { code: told }, &format!("exited {code}"));
+                    self.observe(Observed::Exited { job: r.job, attempt: r.attempt, rank: r.rank, exit_code: told });
+                }
+                _ => {}
             }
         }
         if !self.deferred.is_empty() {
@@ -448,6 +467,7 @@ mod tests {
             slices: 0,
             suspended: false,
             started_by: Floor::default(),
+            exit_code: 0,
         };
         truth.lock().journals.entry(NODE.into()).or_default().processes.insert(r, p);
     }
@@ -477,7 +497,10 @@ mod tests {
     fn a_run_waits_for_its_gpu_until_the_rank_that_holds_it_has_stopped() {
         let truth = Shared::default();
         running_on(&truth, rank(1), &[0]);
-        truth.lock().work.insert("j1".into(), crate::truth::JobWork { work_ms: 60_000, checkpoint_ms: 500 });
+        truth
+            .lock()
+            .work
+            .insert("j1".into(), crate::truth::JobWork { work_ms: 60_000, checkpoint_ms: 500, ..Default::default() });
         let mut a = agent();
         let both = || vec![assignment(1, Action::Stop, &[0]), assignment(2, Action::Run, &[0])];
         a.on_grant(&truth, grant(2, 1, both()));
@@ -513,7 +536,10 @@ mod tests {
     #[test]
     fn a_directive_older_than_one_obeyed_is_not_obeyed() {
         let truth = Shared::default();
-        truth.lock().work.insert("j2".into(), crate::truth::JobWork { work_ms: 60_000, checkpoint_ms: 500 });
+        truth
+            .lock()
+            .work
+            .insert("j2".into(), crate::truth::JobWork { work_ms: 60_000, checkpoint_ms: 500, ..Default::default() });
         let mut a = agent();
         a.sent_ms.insert(2, 0);
         a.on_grant(&truth, grant_of(2, 9, 2, 1, vec![assignment(2, Action::Run, &[0])]));
@@ -524,5 +550,40 @@ mod tests {
         assert!(t.violations.is_empty(), "{:?}", t.violations);
         assert_eq!(t.starts, 1, "nothing of the older directive is carried out");
         assert!(t.journals[NODE].processes.contains_key(&rank(2)), "the newer directive's rank still runs");
+    }
+
+    /// A crashing rank is told with its code, as the real agent tells a rank's own exit
+    /// while it runs; one that exits while it stops, before its save is done, is told as
+    /// stopped and unsaved, as the real agent tells any end of a rank it was stopping
+    /// (`reconcile::ending`). The truth keeps both exits, which a job's end must match.
+    #[test]
+    fn a_crash_is_told_with_its_code_and_an_exit_during_a_stop_as_an_unsaved_stop() {
+        use crate::truth::{Adversity, Crash, JobWork};
+        let truth = Shared::default();
+        let crash = Crash { rank: 0, after_ms: 0, code: 137 };
+        let crashing = JobWork {
+            work_ms: 60_000,
+            checkpoint_ms: 500,
+            adversity: Adversity { crash: Some(crash), ignores_stops: false },
+        };
+        truth.lock().work.insert("j1".into(), crashing);
+        let mut a = agent();
+        a.on_grant(&truth, grant(2, 1, vec![assignment(1, Action::Run, &[0])]));
+        assert_eq!(truth.lock().starts, 1);
+        a.tick(&truth);
+        let crashed = Observed::Exited { job: 1, attempt: 1, rank: 0, exit_code: 137 };
+        assert_eq!(observed(&a), vec![crashed]);
+
+        let r = Rank { job: 2, attempt: 1, rank: 0 };
+        running_on(&truth, r, &[1]);
+        truth.lock().journals.get_mut(NODE).unwrap().processes.get_mut(&r).unwrap().exits_ms = 0;
+        a.stopping.insert(r, (5, true));
+        a.tick(&truth);
+        assert_eq!(observed(&a)[1], Observed::Stopped { job: 2, attempt: 1, rank: 0, checkpointed: false });
+        let t = truth.lock();
+        assert_eq!(t.journals[NODE].ended[&r], Outcome::Stopped { checkpointed: false });
+        assert_eq!(t.exits[&1], BTreeSet::from([(1, 0, 137)]));
+        assert_eq!(t.exits[&2], BTreeSet::from([(1, 0, 0)]));
+        assert_eq!(t.crashes, 1);
     }
 }

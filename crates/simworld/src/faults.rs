@@ -5,8 +5,9 @@
 //! later restart, the leader's power blinking (back at once), an agent crash and restart, a
 //! rack's switch failing (a replica and a rack's agents cut off from the rest), a slow
 //! network, the leader's clock jumping days ahead (half the time as it reboots), the agents'
-//! and leaders' datagrams duplicated (a copy trailing its original by up to seconds). When
-//! the load ends, every fault heals at once.
+//! and leaders' datagrams duplicated (a copy trailing its original by up to seconds), a
+//! replica's disk syncing slowly (often the leader's). When the load ends, every fault heals
+//! at once.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,6 +29,9 @@ pub const SLOW_LATENCY_MS: u64 = 400;
 /// How far a clock jump moves the leader's wall clock: two days, as an NTP step or a wrong
 /// RTC after a reboot would.
 pub const CLOCK_JUMP_MS: i64 = 2 * 24 * 3_600_000;
+/// The longest a sync takes on a slow disk: ten election timeouts, as a drive that retries a
+/// failing sector or a saturated network volume stalls.
+pub const MAX_SLOW_SYNC_MS: u64 = 2_000;
 
 #[derive(Debug, Clone)]
 enum Heal {
@@ -39,6 +43,8 @@ enum Heal {
     Clock(u64),
     /// Datagrams no longer duplicated.
     Copies,
+    /// Replica `id`'s disk syncs at once again.
+    Disk(u64),
 }
 
 pub struct Faults {
@@ -50,6 +56,8 @@ pub struct Faults {
     /// Each replica's clock jump, by id - 1.
     jumps: Vec<Jump>,
     copies: Copies,
+    /// Each replica's disk, by id - 1.
+    disks: Vec<PowerLossDisk>,
     pub counts: BTreeMap<&'static str, u64>,
 }
 
@@ -65,10 +73,18 @@ fn in_rack(host: &str, rack: u64) -> bool {
 }
 
 impl Faults {
-    pub fn new(seed: u64, replicas: u64, nodes: u64, jumps: Vec<Jump>, copies: Copies) -> Faults {
+    pub fn new(
+        seed: u64,
+        replicas: u64,
+        nodes: u64,
+        jumps: Vec<Jump>,
+        copies: Copies,
+        disks: Vec<PowerLossDisk>,
+    ) -> Faults {
         let mut rng = SplitMix64::new(seed);
         let next_ms = 5_000 + rng.range(GAP_MS.0, GAP_MS.1);
-        Faults { rng, replicas, nodes, next_ms, active: Vec::new(), jumps, copies, counts: BTreeMap::new() }
+        let active = Vec::new();
+        Faults { rng, replicas, nodes, next_ms, active, jumps, copies, disks, counts: BTreeMap::new() }
     }
 
     fn replica(&mut self) -> String {
@@ -85,13 +101,7 @@ impl Faults {
 
     /// Heals what is due, then injects the next fault if it is time; returns lines for the
     /// history.
-    pub fn step(
-        &mut self,
-        sim: &mut turmoil::Sim<'_>,
-        disks: &[PowerLossDisk],
-        leader: Option<u64>,
-        now_ms: u64,
-    ) -> Vec<String> {
+    pub fn step(&mut self, sim: &mut turmoil::Sim<'_>, leader: Option<u64>, now_ms: u64) -> Vec<String> {
         let mut lines = Vec::new();
         let due: Vec<Heal> = self.active.iter().filter(|(at, _)| *at <= now_ms).map(|(_, h)| h.clone()).collect();
         self.active.retain(|(at, _)| *at > now_ms);
@@ -99,7 +109,7 @@ impl Faults {
             lines.push(self.heal(sim, h));
         }
         if now_ms >= self.next_ms && self.active.len() < MAX_ACTIVE {
-            lines.push(self.inject(sim, disks, leader, now_ms));
+            lines.push(self.inject(sim, leader, now_ms));
             self.next_ms = now_ms + self.rng.range(GAP_MS.0, GAP_MS.1);
         }
         lines
@@ -112,26 +122,15 @@ impl Faults {
 
     /// Replica `i` loses power: its host stops, and its disk keeps what was synced and a
     /// drawn part of the rest.
-    fn cut_power(
-        &mut self,
-        sim: &mut turmoil::Sim<'_>,
-        disks: &[PowerLossDisk],
-        i: u64,
-    ) -> (String, baton_raft::store::PowerCut) {
+    fn cut_power(&mut self, sim: &mut turmoil::Sim<'_>, i: u64) -> (String, baton_raft::store::PowerCut) {
         let r = host_name(i);
         sim.crash(r.as_str());
-        let cut = disks[(i - 1) as usize].power_loss(self.rng.next_u64());
+        let cut = self.disks[(i - 1) as usize].power_loss(self.rng.next_u64());
         (r, cut)
     }
 
-    fn inject(
-        &mut self,
-        sim: &mut turmoil::Sim<'_>,
-        disks: &[PowerLossDisk],
-        leader: Option<u64>,
-        now_ms: u64,
-    ) -> String {
-        let (kind, line) = match self.rng.below(10) {
+    fn inject(&mut self, sim: &mut turmoil::Sim<'_>, leader: Option<u64>, now_ms: u64) -> String {
+        let (kind, line) = match self.rng.below(11) {
             0 => {
                 let r = self.replica();
                 let hosts = self.all_hosts();
@@ -163,7 +162,7 @@ impl Faults {
             }
             3 => {
                 let i = 1 + self.rng.below(self.replicas);
-                let (r, cut) = self.cut_power(sim, disks, i);
+                let (r, cut) = self.cut_power(sim, i);
                 let down_ms = self.rng.range(0, 5_000);
                 self.active.push((now_ms + down_ms, Heal::Restart(r.clone())));
                 ("power-cut", format!("{r} loses power ({cut:?}), back in {down_ms} ms"))
@@ -179,7 +178,7 @@ impl Faults {
                 // The leader's power blinks: back within an election timeout, it may find its
                 // own committed vote and lead again in the same term.
                 let i = leader.unwrap_or(1);
-                let (r, cut) = self.cut_power(sim, disks, i);
+                let (r, cut) = self.cut_power(sim, i);
                 // At once, or within the election timeouts (Docker restarts a container
                 // after 100 ms): either way before the followers give up on it.
                 let down_ms = self.rng.below(3) * 100;
@@ -200,7 +199,7 @@ impl Faults {
                 // Half the time it is a reboot's wrong clock: the replica starts again with
                 // it, knowing nothing of its peers' clocks, and may lead at once.
                 let how = if self.rng.chance(50) {
-                    let (r, cut) = self.cut_power(sim, disks, i);
+                    let (r, cut) = self.cut_power(sim, i);
                     sim.bounce(r.as_str());
                     format!("r{i}, the leader, reboots ({cut:?}) with its clock")
                 } else {
@@ -231,6 +230,20 @@ impl Faults {
                 self.copies.set(max_ms);
                 self.active.push((now_ms + for_ms, Heal::Copies));
                 ("duplicates", format!("datagrams arrive twice, copies up to {max_ms} ms late, for {for_ms} ms"))
+            }
+            9 => {
+                // A disk that syncs slowly: the replica acknowledges appends, and saves its
+                // vote, only as fast as it syncs. Half the time the leader's, whose slow
+                // syncs hold back its own acknowledgements and its campaigns.
+                let i = match leader {
+                    Some(l) if self.rng.chance(50) => l,
+                    _ => 1 + self.rng.below(self.replicas),
+                };
+                let sync_ms = self.rng.range(20, MAX_SLOW_SYNC_MS);
+                let for_ms = self.rng.range(1_000, 20_000);
+                self.disks[(i - 1) as usize].set_sync_ms(sync_ms);
+                self.active.push((now_ms + for_ms, Heal::Disk(i)));
+                ("slow-disk", format!("r{i}'s syncs take {sync_ms} ms for {for_ms} ms"))
             }
             _ => {
                 let max_ms = self.rng.range(BASE_LATENCY_MS, SLOW_LATENCY_MS);
@@ -265,6 +278,10 @@ impl Faults {
                     sim.bounce(h.as_str());
                 }
                 format!("heal: {h} restarts")
+            }
+            Heal::Disk(i) => {
+                self.disks[(i - 1) as usize].set_sync_ms(0);
+                format!("heal: r{i}'s disk syncs at once again")
             }
             Heal::Copies => {
                 self.copies.set(0);

@@ -3,7 +3,9 @@
 //! load ends submits jobs (some waiting for earlier ones, decisions.md section 13), cancels
 //! some, rewrites queues' quotas, makes maintenance windows (section 14) and reads, each
 //! through a
-//! replica drawn at random (a follower forwards to its leader). It remembers what was
+//! replica drawn at random (a follower forwards to its leader). Each job's work is drawn as
+//! it is submitted: how long its ranks run and save, and for a share of jobs how their
+//! processes misbehave (`truth::Adversity`). It remembers what was
 //! acknowledged, and checks that a linearizable read sees every write acknowledged before
 //! it; once the faults are healed, that every acknowledged write is in the state.
 
@@ -28,7 +30,7 @@ use baton_rng::SplitMix64;
 
 use crate::replica::{Handles, Hosted};
 use crate::timing::{CHECKPOINT_MS, GRACE_MS, REQUEST_TIMEOUT_MS, SETTLE_MS, WORK_MS};
-use crate::truth::{JobWork, Shared};
+use crate::truth::{Adversity, Crash, JobWork, Shared};
 
 pub const QUEUES: [&str; 3] = ["q0", "q1", "q2"];
 pub const GPUS_PER_NODE: u64 = 8;
@@ -57,8 +59,23 @@ pub struct Load {
     pub seed: u64,
     pub nodes: u64,
     pub load_ms: u64,
+    /// Of every hundred jobs, how many have processes that misbehave (`truth::Adversity`).
+    pub adversarial_percent: u64,
     /// Set when the load has ended: the faults stop and heal.
     pub ended: Arc<AtomicBool>,
+}
+
+/// A misbehaving job: it crashes (one rank, partway, with a code 1-255 as a real process
+/// exits or dies by a signal), ignores the stop signal, or both.
+fn adversity(rng: &mut SplitMix64, work_ms: u64) -> Adversity {
+    let crashes = rng.chance(60);
+    let crash = crashes.then(|| Crash {
+        rank: rng.below(2) as u32,
+        after_ms: rng.range(1, work_ms),
+        code: rng.range(1, 256) as i32,
+    });
+    let ignores_stops = !crashes || rng.chance(25);
+    Adversity { crash, ignores_stops }
 }
 
 fn rng_for(seed: u64) -> SplitMix64 {
@@ -165,10 +182,7 @@ impl Load {
 
     async fn submit(&self, rng: &mut SplitMix64, n: u64, acked: &mut Acked) {
         let name = format!("j{n}");
-        let work = JobWork {
-            work_ms: rng.range(WORK_MS.0, WORK_MS.1),
-            checkpoint_ms: rng.range(CHECKPOINT_MS.0, CHECKPOINT_MS.1),
-        };
+        let work = self.work(rng, &name);
         self.truth.lock().work.insert(name.clone(), work);
         let mut spec = job(rng, &name);
         let request_id = Some(format!("req-{n}"));
@@ -218,15 +232,24 @@ impl Load {
         }
     }
 
+    /// The work of the job named `name`. Its adversity is drawn from a stream of the job's
+    /// own (the seed and its name), so that drawing it changes nothing else the load draws.
+    fn work(&self, rng: &mut SplitMix64, name: &str) -> JobWork {
+        let work_ms = rng.range(WORK_MS.0, WORK_MS.1);
+        let checkpoint_ms = rng.range(CHECKPOINT_MS.0, CHECKPOINT_MS.1);
+        let mut own = SplitMix64::new(self.seed ^ crate::history::hash(name.as_bytes()));
+        let adversity =
+            if own.chance(self.adversarial_percent) { adversity(&mut own, work_ms) } else { Adversity::default() };
+        JobWork { work_ms, checkpoint_ms, adversity }
+    }
+
     /// Each element's work, by its name (the agents look it up).
     fn elements_work(&self, rng: &mut SplitMix64, name: &str, a: &ArraySpec) {
         let mut t = self.truth.lock();
         for index in a.first..=a.last() {
-            let work = JobWork {
-                work_ms: rng.range(WORK_MS.0, WORK_MS.1),
-                checkpoint_ms: rng.range(CHECKPOINT_MS.0, CHECKPOINT_MS.1),
-            };
-            t.work.insert(format!("{name}-{index}"), work);
+            let element = format!("{name}-{index}");
+            let work = self.work(rng, &element);
+            t.work.insert(element, work);
         }
     }
 

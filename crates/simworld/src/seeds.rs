@@ -25,7 +25,7 @@ pub fn line(o: &Outcome) -> String {
     let faults: u64 = o.faults.values().sum();
     let verdict = if o.violations.is_empty() { "ok".to_string() } else { format!("{} VIOLATIONS", o.violations.len()) };
     format!(
-        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} records {} digests {} bad GPUs {} faults {} simulated {} s in {} ms: {verdict}",
+        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} crashes {} records {} digests {} bad GPUs {} faults {} simulated {} s in {} ms: {verdict}",
         o.seed,
         o.digest,
         o.applied,
@@ -37,6 +37,7 @@ pub fn line(o: &Outcome) -> String {
         o.waiting_submits,
         o.arrays,
         o.elastic,
+        o.crashes,
         o.records,
         o.digest_checks,
         o.gpu_faults,
@@ -53,14 +54,15 @@ pub fn failure(o: &Outcome, opts: &Options) -> String {
     let _ = writeln!(
         out,
         "  replay: baton-chaos sim --seeds {}..{} --minutes {} --nodes {} --tick-ms {} --clock-offset-ms {} \
-         --clock-drift-ppm {} --history",
+         --clock-drift-ppm {} --adversarial-percent {} --history",
         o.seed,
         o.seed + 1,
         opts.minutes,
         opts.nodes,
         opts.tick_ms,
         opts.clock_offset_ms,
-        opts.clock_drift_ppm
+        opts.clock_drift_ppm,
+        opts.adversarial_percent
     );
     for v in &o.violations {
         let _ = writeln!(out, "  violation {v}");

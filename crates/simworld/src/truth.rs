@@ -61,6 +61,8 @@ pub struct Process {
     pub suspended: bool,
     /// The leader state the directive that started it was built from.
     pub started_by: Floor,
+    /// The code it exits with at `exits_ms` (nonzero: it crashes then; `Adversity`).
+    pub exit_code: i32,
 }
 
 /// The memory of every simulated node, which its processes (suspended ones included) never
@@ -89,12 +91,73 @@ pub struct Journal {
     pub unreported: Vec<Observed>,
 }
 
-/// How long a job's ranks work and take to checkpoint, drawn when it is submitted.
+/// How long a job's ranks work and take to checkpoint, drawn when it is submitted, and how
+/// they misbehave.
 #[derive(Debug, Clone, Copy)]
 pub struct JobWork {
     pub work_ms: u64,
     pub checkpoint_ms: u64,
+    pub adversity: Adversity,
 }
+
+impl Default for JobWork {
+    /// What a rank whose job the load never drew (none in a run) does.
+    fn default() -> JobWork {
+        JobWork { work_ms: 30_000, checkpoint_ms: 1_000, adversity: Adversity::default() }
+    }
+}
+
+impl JobWork {
+    /// How long rank `rank` runs before it exits on its own, and with which code.
+    pub fn run_of(&self, rank: u32) -> (u64, i32) {
+        match self.adversity.crash {
+            Some(c) if c.rank == rank && c.after_ms < self.work_ms => (c.after_ms, c.code),
+            _ => (self.work_ms, 0),
+        }
+    }
+
+    /// When a stop signalled at `now` ends and whether the rank saved its work by then:
+    /// it saves within the grace or is killed at its end.
+    pub fn stop_of(&self, now: u64, grace_ms: u64) -> (u64, bool) {
+        if self.adversity.ignores_stops {
+            return (now + grace_ms, false);
+        }
+        (now + self.checkpoint_ms.min(grace_ms), self.checkpoint_ms <= grace_ms)
+    }
+}
+
+/// How a job's processes misbehave, drawn per job (`load`): what a cluster meets in real
+/// work, which the cluster must report as it happened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Adversity {
+    /// One rank of every attempt crashes partway through its work.
+    pub crash: Option<Crash>,
+    /// Its ranks ignore the stop signal: they save nothing and are killed when the grace
+    /// ends.
+    pub ignores_stops: bool,
+}
+
+/// Rank `rank` of every attempt exits with `code` (nonzero) `after_ms` into its run, if its
+/// work lasts that long and the attempt has that rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crash {
+    pub rank: u32,
+    pub after_ms: u64,
+    pub code: i32,
+}
+
+/// A job's end as a replica's state tells it, to hold against what really ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// It succeeded: some attempt's rank 0 exited 0 (a late report of an older attempt's
+    /// exit counts, `late_exit`).
+    Succeeded { job: u64 },
+    /// It failed with `code`, which a rank of attempt `attempt` (the current one) exited with.
+    Failed { job: u64, attempt: u32, code: i32 },
+}
+
+/// Exits remembered per job (attempts times ranks); a job past it is no longer checked.
+pub const MAX_EXITS_PER_JOB: usize = 1_024;
 
 /// A bug planted on purpose, to show that the checks find what they are meant to find.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +174,9 @@ pub enum Sabotage {
     /// everyone's (a build whose `apply` differs, memory or a disk that changed a valid
     /// state into another); replicas snapshot often so that one does.
     PartedState,
+    /// Agents tell every exit of a running rank as exit 0 (a wrapper that loses the job's
+    /// exit code): a crash then ends its job as a success.
+    LostExitCodes,
 }
 
 #[derive(Debug, Default)]
@@ -141,6 +207,11 @@ pub struct Truth {
     pub slice_starts: u64,
     /// Ranks started on a fraction of a shared GPU (section 11).
     pub shared_starts: u64,
+    /// Every process's own exit, by job: `(attempt, rank, code)`, also of an exit during a
+    /// stop (which the agent reports as the stop). At most `MAX_EXITS_PER_JOB` each.
+    pub exits: BTreeMap<u64, BTreeSet<(u32, u32, i32)>>,
+    /// Processes that crashed (exited nonzero).
+    pub crashes: u64,
 }
 
 #[derive(Clone, Default)]
@@ -218,8 +289,16 @@ impl Truth {
         self.history.record(at_ms, format!("{node} starts {r} on {gpus:?}{and_slices}"));
         let journal = self.journals.entry(node.to_string()).or_default();
         let started_by = Floor::default();
-        let p =
-            Process { exits_ms, gpus: gpus.to_vec(), gpu_milli, memory_bytes, slices, suspended: false, started_by };
+        let p = Process {
+            exits_ms,
+            gpus: gpus.to_vec(),
+            gpu_milli,
+            memory_bytes,
+            slices,
+            suspended: false,
+            started_by,
+            exit_code: 0,
+        };
         journal.processes.insert(r, p);
     }
 
@@ -260,6 +339,47 @@ impl Truth {
             );
         }
         self.end(at_ms, node, r, Outcome::Killed, "not in the directive: killed");
+    }
+
+    /// `r`'s process exited on its own with `code`: what a job's ending must match.
+    pub fn exited(&mut self, r: Rank, code: i32) {
+        self.crashes += u64::from(code != 0);
+        let exits = self.exits.entry(r.job).or_default();
+        if exits.len() < MAX_EXITS_PER_JOB {
+            exits.insert((r.attempt, r.rank, code));
+        }
+    }
+
+    /// Holds a job's end, as a replica's state tells it, against the exits that really
+    /// happened: a success needs some attempt's rank 0 to have exited 0, and a failure with
+    /// a code needs a rank of the current attempt to have exited with it. Anything else is
+    /// an end the cluster made up (an exit credited to the wrong job or attempt, a report
+    /// read twice). A job with more exits than are remembered is not judged.
+    pub fn check_ending(&mut self, at_ms: u64, replica: &str, e: &Ending) {
+        let job = match e {
+            Ending::Succeeded { job } | Ending::Failed { job, .. } => *job,
+        };
+        let exits = self.exits.get(&job);
+        if exits.is_some_and(|x| x.len() >= MAX_EXITS_PER_JOB) {
+            return;
+        }
+        let happened = |f: &dyn Fn(&(u32, u32, i32)) -> bool| exits.is_some_and(|x| x.iter().any(f));
+        let broken = match *e {
+            Ending::Succeeded { .. } if !happened(&|&(_, rank, code)| rank == 0 && code == 0) => {
+                Some(format!("{replica}'s state says job {job} succeeded, but no rank 0 of it exited 0"))
+            }
+            Ending::Failed { attempt, code, .. } if !happened(&|&(a, _, c)| a == attempt && c == code) => {
+                Some(format!(
+                    "{replica}'s state says job {job} failed with code {code} in attempt {attempt}, but no rank of that attempt \
+                 exited so (exits: {:?})",
+                    exits.map(|x| x.iter().collect::<Vec<_>>()).unwrap_or_default()
+                ))
+            }
+            _ => None,
+        };
+        if let Some(b) = broken {
+            self.violation(at_ms, b);
+        }
     }
 
     /// `node`'s process of `r` is gone (`why` says how).
@@ -374,5 +494,49 @@ mod tests {
         t.end(13, "n1", rank(3, 1, 0), Outcome::Exited { code: 0 }, "exited");
         t.start(14, "n1", rank(4, 1, 0), whole(&[], 3), 0, 1_000);
         assert_eq!(t.violations.len(), 1, "an ended process's slices are free: {:?}", t.violations);
+    }
+
+    /// A job's end must be one its processes made: a success needs a rank 0 that exited 0
+    /// (of any attempt: an older attempt's exit may be told late), a failure with a code a
+    /// rank of the current attempt that exited with that code.
+    #[test]
+    fn an_end_no_process_made_is_a_violation() {
+        let mut t = Truth::default();
+        t.exited(rank(1, 1, 0), 0);
+        t.exited(rank(2, 2, 1), 3);
+        t.exited(rank(3, 1, 1), 0);
+        t.check_ending(10, "r1", &Ending::Succeeded { job: 1 });
+        t.check_ending(10, "r1", &Ending::Failed { job: 2, attempt: 2, code: 3 });
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.check_ending(11, "r1", &Ending::Succeeded { job: 3 });
+        assert!(t.violations[0].contains("job 3 succeeded, but no rank 0 of it exited 0"), "{:?}", t.violations);
+        t.check_ending(12, "r2", &Ending::Failed { job: 2, attempt: 3, code: 3 });
+        t.check_ending(12, "r2", &Ending::Failed { job: 2, attempt: 2, code: 4 });
+        assert_eq!(t.violations.len(), 3, "{:?}", t.violations);
+        assert!(
+            t.violations[1].contains("r2's state says job 2 failed with code 3 in attempt 3"),
+            "{:?}",
+            t.violations
+        );
+        assert_eq!(t.crashes, 1);
+    }
+
+    /// An adversarial rank: it crashes at its drawn time with its code (only the drawn
+    /// rank, and only if its work lasts that long), and one that ignores the stop signal
+    /// saves nothing and is killed when the grace ends.
+    #[test]
+    fn a_misbehaving_rank_crashes_when_drawn_and_one_that_ignores_stops_lasts_the_grace() {
+        let crash = Crash { rank: 1, after_ms: 500, code: 9 };
+        let w = JobWork {
+            work_ms: 1_000,
+            checkpoint_ms: 200,
+            adversity: Adversity { crash: Some(crash), ignores_stops: false },
+        };
+        assert_eq!((w.run_of(0), w.run_of(1)), ((1_000, 0), (500, 9)));
+        let late = JobWork { work_ms: 400, ..w };
+        assert_eq!(late.run_of(1), (400, 0), "its work ends before the crash would");
+        assert_eq!(w.stop_of(100, 3_000), (300, true));
+        let deaf = JobWork { adversity: Adversity { crash: None, ignores_stops: true }, ..w };
+        assert_eq!(deaf.stop_of(100, 3_000), (3_100, false));
     }
 }

@@ -19,7 +19,7 @@ use crate::faults::{self, Faults, agent_host};
 use crate::load::Load;
 use crate::replica::{Handles, Jump};
 use crate::timing::{CHECK_EVERY_MS, SETTLE_MS};
-use crate::truth::{Sabotage, Shared};
+use crate::truth::{Ending, Sabotage, Shared};
 
 /// Applied counts whose state digest a run remembers, to compare replicas that reach them
 /// at different times.
@@ -28,6 +28,9 @@ const MAX_DIGESTS_KEPT: usize = 100_000;
 pub const MAX_NODES: u64 = 1_000;
 /// Ports a host's outgoing connections take (turmoil's default is 49152..=65535).
 const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = 10_000..=65_535;
+/// Jobs in a hundred whose processes misbehave, by default: enough that a seed of ten
+/// minutes meets dozens, few enough that most preemptions still meet cooperative ones.
+pub const ADVERSARIAL_PERCENT: u64 = 10;
 /// Simulated minutes of load one run takes, at most (a week).
 pub const MAX_MINUTES: u64 = 7 * 24 * 60;
 
@@ -49,6 +52,9 @@ pub struct Options {
     /// Each host's clock runs fast or slow by up to this many parts per million (drawn per
     /// seed; `clocks`). Past `clocks::DRIFT_PPM` it breaks what the timing argument assumes.
     pub clock_drift_ppm: u64,
+    /// Of every hundred jobs, how many have processes that misbehave: crash partway with a
+    /// code, or ignore the stop signal (`truth::Adversity`); 0: every process cooperates.
+    pub adversarial_percent: u64,
     /// History lines kept to print (`History::keeping`): a failing seed's whole story when
     /// large enough.
     pub history_lines: usize,
@@ -66,6 +72,7 @@ impl Default for Options {
             sabotage: None,
             clock_offset_ms: 5_000,
             clock_drift_ppm: crate::clocks::DRIFT_PPM,
+            adversarial_percent: ADVERSARIAL_PERCENT,
             history_lines: crate::history::KEPT_LINES,
         }
     }
@@ -99,6 +106,9 @@ pub struct Outcome {
     /// Ranks started on a fraction of a shared GPU (section 11).
     #[serde(default)]
     pub shared_starts: u64,
+    /// Processes that crashed (exited nonzero; `truth::Adversity`).
+    #[serde(default)]
+    pub crashes: u64,
     /// Accounting records made (issue 34): every replica's store holds each of them.
     pub records: u64,
     /// State digests the replicas compared with the leader's and found equal (stop 53).
@@ -127,6 +137,11 @@ struct Checks {
     digest_checks_before: u64,
     /// The most the replicated clock may run ahead of true time (`clock_ahead_bound_ms`).
     clock_ahead_bound_ms: u64,
+    /// Jobs whose end a replica's state told and the truth checked (`Truth::check_ending`):
+    /// each is judged once, as the replicas' states are compared besides.
+    ended: BTreeSet<u64>,
+    /// Broken invariants whose jobs' events the history has told (`events_of_jobs_named`).
+    stories: BTreeSet<String>,
 }
 
 /// The most a state's clock may run ahead of true time: the replicas' clocks are off by up to
@@ -174,12 +189,19 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let jumps: Vec<Jump> = (1..=opts.replicas).map(|_| Jump::default()).collect();
     add_hosts(&mut sim, seed, opts, &disks, &jumps, &handles, &truth);
     let ended = Arc::new(AtomicBool::new(false));
-    let load =
-        Load { handles: handles.clone(), truth: truth.clone(), seed, nodes: opts.nodes, load_ms, ended: ended.clone() };
+    let load = Load {
+        handles: handles.clone(),
+        truth: truth.clone(),
+        seed,
+        nodes: opts.nodes,
+        load_ms,
+        adversarial_percent: opts.adversarial_percent,
+        ended: ended.clone(),
+    };
     sim.client("load", load.run());
 
     let copies = truth.lock().copies.clone();
-    let mut faults = Faults::new(seed, opts.replicas, opts.nodes, jumps, copies);
+    let mut faults = Faults::new(seed, opts.replicas, opts.nodes, jumps, copies, disks.clone());
     let mut checks = Checks { clock_ahead_bound_ms: clock_ahead_bound_ms(opts), ..Checks::default() };
     let mut next_check_ms = 0;
     let mut healed = false;
@@ -201,7 +223,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
                 healed = true;
                 faults.heal_all(&mut sim)
             } else {
-                faults.step(&mut sim, &disks, leader, now)
+                faults.step(&mut sim, leader, now)
             };
             let mut t = truth.lock();
             for l in lines {
@@ -241,6 +263,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         suspensions: t.suspensions,
         slice_starts: t.slice_starts,
         shared_starts: t.shared_starts,
+        crashes: t.crashes,
         records: checks.records,
         digest_checks: checks.digest_checks_total(),
         faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
@@ -331,6 +354,12 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
         let (digest, broken, stamped_ms) =
             r.read_local(|s| (state_digest(s), baton_sched::invariants::check_state(s).err(), s.now_ms()));
         if let Some(e) = broken {
+            // Told once, by the first replica that breaks it: the others hold the same state.
+            if c.stories.len() < crate::truth::MAX_VIOLATIONS && c.stories.insert(e.to_string()) {
+                let story = r.read_local(|s| events_of_jobs_named(s, &e.to_string()));
+                let mut t = truth.lock();
+                story.into_iter().for_each(|l| t.history.record(now, l));
+            }
             report(truth, c, now, format!("r{id}'s state at applied {applied} breaks an invariant: {e}"));
         }
         // Outside any host `wall_ms` has no simulated time: the step loop's is `now`.
@@ -347,6 +376,7 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
                 ),
             );
         }
+        check_endings(&r, truth, c, now);
         match c.digests.get(&applied) {
             Some(&(d, other)) if d != digest => {
                 report(truth, c, now, format!("r{id} and r{other} hold different states at applied {applied}"));
@@ -359,6 +389,59 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
                 }
             }
         }
+    }
+}
+
+/// Events a job keeps, at most, that a broken invariant's story shows of it.
+const STORY_EVENTS_PER_JOB: usize = 30;
+/// Jobs a broken invariant's story shows, at most.
+const STORY_JOBS: usize = 8;
+
+/// The events the state keeps of each job that `what` names ("job 12"), oldest first: the
+/// story of a broken invariant, which the history of processes alone does not tell (why a
+/// job was placed, preempted, requeued).
+fn events_of_jobs_named(s: &baton_model::state::State, what: &str) -> Vec<String> {
+    let ids: BTreeSet<u64> = what
+        .split("job ")
+        .skip(1)
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect();
+    let mut lines = Vec::new();
+    for id in ids.into_iter().take(STORY_JOBS) {
+        let Some(job) = s.job(id) else { continue };
+        let skip = job.events.len().saturating_sub(STORY_EVENTS_PER_JOB);
+        for e in job.events.iter().skip(skip) {
+            let node = e.node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
+            lines.push(format!("  job {id} event at {} ms{node}: {:?}: {}", e.at_ms, e.kind, e.message));
+        }
+    }
+    lines
+}
+
+/// Holds the end of every job that replica `r`'s state says ended, and no check judged
+/// yet, against what really ran (`Truth::check_ending`).
+fn check_endings(r: &baton_raft::Replica, truth: &Shared, c: &mut Checks, now: u64) {
+    use baton_model::job::JobState;
+    let endings: Vec<Ending> = r.read_local(|s| {
+        let ended = s.jobs().iter().filter(|(id, _)| !c.ended.contains(*id));
+        ended
+            .filter_map(|(id, j)| match (j.state, j.exit_code) {
+                (JobState::Succeeded, _) => Some(Ending::Succeeded { job: *id }),
+                (JobState::Failed, Some(code)) => Some(Ending::Failed { job: *id, attempt: j.attempt, code }),
+                _ => None,
+            })
+            .collect()
+    });
+    if endings.is_empty() {
+        return;
+    }
+    let replica = format!("r{}", r.id());
+    let mut t = truth.lock();
+    for e in endings {
+        t.check_ending(now, &replica, &e);
+        c.ended.insert(match e {
+            Ending::Succeeded { job } | Ending::Failed { job, .. } => job,
+        });
     }
 }
 

@@ -139,3 +139,11 @@ fn a_replica_whose_state_parted_is_stopped_by_the_state_digest() {
     let (seed, v) = found_from(8, Sabotage::PartedState, "differs from the leader's");
     println!("PartedState found by seed {seed}: {v}");
 }
+
+/// A crash told as exit 0 ends its job as a success: the check of every job's end against
+/// the exits that really happened (`Truth::check_ending`) finds it.
+#[test]
+fn an_agent_that_loses_exit_codes_is_found() {
+    let (seed, v) = found(Sabotage::LostExitCodes, "succeeded, but no rank 0 of it exited 0");
+    println!("LostExitCodes found by seed {seed}: {v}");
+}
