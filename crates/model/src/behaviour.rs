@@ -15,6 +15,11 @@
 //!    leader's memory decided it before, and a failover forgot it).
 //! 4. a job on MIG slices is a job that uses GPUs (decisions.md section 7): preempted in mode
 //!    `suspend`, it is checkpointed and requeued, not suspended in place holding its slices.
+//! 5. lends follow the ranks that run on them: a job whose attempt ended borrows, on each
+//!    node, at most what its ranks still being stopped hold there; and a lend that a
+//!    suspended job had passed on (it ran on what another suspended job lent it) is lent by
+//!    the first lender to the last borrower directly once the middle one is gone. Both kept
+//!    a node's capacity counted free twice (found by the simulator, stop 76).
 
 use crate::command::Op;
 use crate::state::State;
@@ -22,13 +27,15 @@ use crate::state::State;
 /// The behaviour a state has until the log raises it.
 pub const BASELINE: u32 = 1;
 /// The newest behaviour this build applies.
-pub const BEHAVIOUR: u32 = 4;
+pub const BEHAVIOUR: u32 = 5;
 /// The behaviour that bounds request ids per user.
 pub const PER_USER_REQUEST_IDS: u32 = 2;
 /// The behaviour whose state tallies the ranks' checkpoints.
 pub const RANK_SAVES: u32 = 3;
 /// The behaviour under which MIG slices count as GPUs when a job is preempted.
 pub const SLICES_ARE_GPUS: u32 = 4;
+/// The behaviour under which lends follow the ranks that run on them.
+pub const LENDS_FOLLOW_RANKS: u32 = 5;
 
 /// The data format whose builds apply behaviour `v`: the raise to `v` needs it, so the format
 /// gate holds the raise back until every member applies `v`. A version this build does not
@@ -39,6 +46,7 @@ pub fn format_of(v: u32) -> u32 {
         2 => 10,
         3 => 11,
         4 => 14,
+        5 => 15,
         _ => u32::MAX,
     }
 }
@@ -72,6 +80,7 @@ mod tests {
         assert_eq!(leader_upgrade(&s, 11), Some(Op::SetBehaviour(RANK_SAVES)));
         assert_eq!(leader_upgrade(&s, 13), Some(Op::SetBehaviour(RANK_SAVES)), "slices wait for format 14");
         assert_eq!(leader_upgrade(&s, 14), Some(Op::SetBehaviour(SLICES_ARE_GPUS)));
+        assert_eq!(leader_upgrade(&s, 15), Some(Op::SetBehaviour(LENDS_FOLLOW_RANKS)));
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(PER_USER_REQUEST_IDS) }).unwrap();
         assert_eq!(leader_upgrade(&s, 10), Some(Op::SetBehaviour(BEHAVIOUR)), "the next is held until format 11");
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(BEHAVIOUR) }).unwrap();
@@ -84,6 +93,7 @@ mod tests {
         assert_eq!(format_of(PER_USER_REQUEST_IDS), 10);
         assert_eq!(format_of(RANK_SAVES), 11);
         assert_eq!(format_of(SLICES_ARE_GPUS), 14);
+        assert_eq!(format_of(LENDS_FOLLOW_RANKS), 15);
         assert!(
             format_of(BEHAVIOUR) <= crate::format::DATA_FORMAT,
             "this build reads the format its newest behaviour needs"

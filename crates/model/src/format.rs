@@ -57,8 +57,9 @@ use crate::command::{Observed, Op};
 /// a fraction of a shared GPU (`gpu.milli`; decisions.md section 11), which a build of format
 /// 12 would refuse as a resource no node has, so the two would part. 14: `SetBehaviour` to
 /// behaviour 4 (a job on MIG slices preempted in mode `suspend` is checkpointed and
-/// requeued; see `behaviour`).
-pub const DATA_FORMAT: u32 = 14;
+/// requeued; see `behaviour`). 15: `SetBehaviour` to behaviour 5 (lends follow the ranks that
+/// run on them; see `behaviour`).
+pub const DATA_FORMAT: u32 = 15;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest

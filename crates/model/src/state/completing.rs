@@ -23,11 +23,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::State;
-use crate::alloc::ReplicaAlloc;
+use crate::alloc::{Lend, ReplicaAlloc, gpu_mask, mask_to_gpus};
 use crate::command::Observed;
 use crate::error::ApplyError;
 use crate::event::Event;
-use crate::job::JobId;
+use crate::job::{JobId, JobState};
+use crate::ledger::{Vector, ZERO, min, sub};
 use crate::name::Name;
 
 /// The ranks of one job's last attempt that still hold their share of a node.
@@ -199,9 +200,102 @@ impl State {
             self.release_suspended_for(id);
             return;
         }
-        for lend in job.lent_from.clone() {
+        if self.behaviour >= crate::behaviour::LENDS_FOLLOW_RANKS {
+            self.cap_borrowed(id);
+        }
+        for lend in self.d.jobs[&id].lent_from.clone() {
             self.restore_lend(id, &lend);
         }
+    }
+
+    /// Behaviour 5: what `id`'s ranks still being stopped borrow on a node is at most what
+    /// they hold there, lend by lend in the order they were recorded. A gang's lend kept
+    /// whole for the one rank left let the lender count as lent what no rank ran on any
+    /// more, and that part was given to another job as well: a node over-allocated once
+    /// the rank was gone (simulator seed 2 of 10 minutes, stop 76: a preemptor's rank 0
+    /// crashed, its rank 1 on the lent CPUs was being stopped).
+    fn cap_borrowed(&mut self, id: JobId) {
+        let mut left: BTreeMap<Name, (Vector, u64)> = BTreeMap::new();
+        for lend in &self.d.jobs[&id].lent_from {
+            let held = self.ledger.node(lend.node.as_str()).and_then(|n| self.ledger.nodes[n].occupant(id));
+            left.entry(lend.node.clone()).or_insert_with(|| held.map_or((ZERO, 0), |o| (o.amount, o.gpus)));
+        }
+        let kinds = &self.ledger.kinds;
+        let job = self.d.jobs.get_mut(&id).expect("job exists");
+        let mut kept = Vec::new();
+        for lend in std::mem::take(&mut job.lent_from) {
+            let (amount, gpus) = left.get_mut(&lend.node).expect("every lend's node is counted above");
+            let whole = kinds.vector_lossy(&lend.resources);
+            let part = min(&whole, amount);
+            let part_gpus = gpu_mask(&lend.gpus) & *gpus;
+            sub(amount, &part);
+            *gpus &= !part_gpus;
+            if part == whole && part_gpus == gpu_mask(&lend.gpus) {
+                kept.push(lend);
+            } else if part != ZERO || part_gpus != 0 {
+                kept.push(Lend { resources: kinds.resources(&part), gpus: mask_to_gpus(part_gpus), ..lend });
+            }
+        }
+        job.lent_from = kept;
+    }
+
+    /// Behaviour 5, before `id` gives up shares: what it borrowed on a node and lent on,
+    /// suspended there, to a borrower (`lends`: its lends, read before its shares were
+    /// vacated), as lends of the first lender to that borrower.
+    pub(super) fn passed_on(&self, id: JobId, lends: &[(usize, JobId, Vector, u64)]) -> Vec<(JobId, Lend)> {
+        if self.behaviour < crate::behaviour::LENDS_FOLLOW_RANKS {
+            return Vec::new();
+        }
+        let Some(job) = self.d.jobs.get(&id) else { return Vec::new() };
+        let mut out = Vec::new();
+        for &(n, borrower, amount, gpus) in lends {
+            let node = &self.ledger.nodes[n].name;
+            for l in job.lent_from.iter().filter(|l| l.node == *node) {
+                let part = min(&amount, &self.ledger.kinds.vector_lossy(&l.resources));
+                let part_gpus = gpus & gpu_mask(&l.gpus);
+                if part == ZERO && part_gpus == 0 {
+                    continue;
+                }
+                let resources = self.ledger.kinds.resources(&part);
+                let lend = Lend { from: l.from, node: node.clone(), resources, gpus: mask_to_gpus(part_gpus) };
+                out.push((borrower, lend));
+            }
+        }
+        out
+    }
+
+    /// Behaviour 5, after `id` gave up shares: where it holds nothing any more, what it had
+    /// borrowed and lent on (`passed_on`) is lent by the first lender to the borrower
+    /// directly, while the borrower still runs there and the lender still holds its share.
+    /// Without it the first lender counted its share whole again while the borrower still
+    /// ran on it: a node over-allocated (simulator seed 26 of 10 minutes, stop 76: a job
+    /// suspended on what another suspended job had lent it, and its preemptor, both
+    /// requeued when a node was lost; the middle one's rank stopped first).
+    pub(super) fn pass_on(&mut self, id: JobId, passed: Vec<(JobId, Lend)>) {
+        for (borrower, lend) in passed {
+            let free = self.ledger.node(lend.node.as_str()).is_some_and(|n| {
+                self.ledger.nodes[n].occupant(lend.from).is_some_and(|o| o.lent_to.is_none_or(|b| b == borrower))
+            });
+            let on = |j: JobId| self.holds_on(j, &lend.node);
+            if !free || on(id) || !on(borrower) || !on(lend.from) {
+                continue;
+            }
+            let Some(b) = self.d.jobs.get_mut(&borrower) else { continue };
+            if b.lent_from.iter().any(|x| x.from == lend.from && x.node == lend.node) {
+                continue;
+            }
+            b.lent_from.push(lend.clone());
+            self.restore_lend(borrower, &lend);
+        }
+    }
+
+    /// `id` holds a share of `node`: it runs or is suspended there, or a rank of it not yet
+    /// reported gone is there.
+    fn holds_on(&self, id: JobId, node: &Name) -> bool {
+        let placed = |j: &crate::job::Job| {
+            (j.state.is_active() || j.state == JobState::Suspended) && j.replicas.iter().any(|r| r.node == *node)
+        };
+        self.completing_on(id, node) || self.d.jobs.get(&id).is_some_and(placed)
     }
 
     /// Rank `rank` of attempt `attempt` of `id` is completing on `node`.
@@ -283,6 +377,7 @@ impl State {
         c.ranks.retain(|&rank, placed| !gone(rank, placed));
         let empty = c.ranks.is_empty();
         let lends = self.ledger.lent_by_to_running(id);
+        let passed = self.passed_on(id, &lends);
         self.ledger.vacate(id);
         if !empty {
             self.charge_completing(id);
@@ -292,6 +387,7 @@ impl State {
             self.after.completing.remove(&id);
         }
         self.keep_borrowed(id);
+        self.pass_on(id, passed);
         if !empty {
             return;
         }

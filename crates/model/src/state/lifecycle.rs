@@ -147,6 +147,7 @@ impl State {
             self.forget_victim(id);
         }
         let lends = self.ledger.lent_by_to_running(id);
+        let passed = self.passed_on(id, &lends);
         self.ledger.vacate(id);
         if completing {
             self.charge_completing(id);
@@ -163,6 +164,7 @@ impl State {
             self.drop_reservation(id);
         }
         self.keep_borrowed(id);
+        self.pass_on(id, passed);
     }
 
     /// `id` no longer holds what jobs suspended for it lent it: they are free to resume in

@@ -23,8 +23,13 @@ use baton_raft::digest::hash_state;
 const EVERY: usize = 10;
 
 /// The behaviours logs are recorded under: each supported one.
-const BEHAVIOURS: &[u32] =
-    &[behaviour::BASELINE, behaviour::PER_USER_REQUEST_IDS, behaviour::RANK_SAVES, behaviour::SLICES_ARE_GPUS];
+const BEHAVIOURS: &[u32] = &[
+    behaviour::BASELINE,
+    behaviour::PER_USER_REQUEST_IDS,
+    behaviour::RANK_SAVES,
+    behaviour::SLICES_ARE_GPUS,
+    behaviour::LENDS_FOLLOW_RANKS,
+];
 
 /// Scenarios left out: each runs thousands of cycles of one long wait (hundreds of KiB of
 /// log) with commands the others have too.
