@@ -156,6 +156,15 @@ pub enum Ending {
     Failed { job: u64, attempt: u32, code: i32 },
 }
 
+impl Ending {
+    /// The job that ended.
+    pub fn job(&self) -> u64 {
+        match self {
+            Ending::Succeeded { job } | Ending::Failed { job, .. } => *job,
+        }
+    }
+}
+
 /// Exits remembered per job (attempts times ranks); a job past it is no longer checked.
 pub const MAX_EXITS_PER_JOB: usize = 1_024;
 
@@ -356,9 +365,7 @@ impl Truth {
     /// an end the cluster made up (an exit credited to the wrong job or attempt, a report
     /// read twice). A job with more exits than are remembered is not judged.
     pub fn check_ending(&mut self, at_ms: u64, replica: &str, e: &Ending) {
-        let job = match e {
-            Ending::Succeeded { job } | Ending::Failed { job, .. } => *job,
-        };
+        let job = e.job();
         let exits = self.exits.get(&job);
         if exits.is_some_and(|x| x.len() >= MAX_EXITS_PER_JOB) {
             return;

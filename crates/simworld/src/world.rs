@@ -439,9 +439,7 @@ fn check_endings(r: &baton_raft::Replica, truth: &Shared, c: &mut Checks, now: u
     let mut t = truth.lock();
     for e in endings {
         t.check_ending(now, &replica, &e);
-        c.ended.insert(match e {
-            Ending::Succeeded { job } | Ending::Failed { job, .. } => job,
-        });
+        c.ended.insert(e.job());
     }
 }
 

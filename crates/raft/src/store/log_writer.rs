@@ -69,7 +69,7 @@ struct SlowSyncs {
 }
 
 impl SlowSyncs {
-    fn start(kv: Arc<dyn KvStore>, first_at: tokio::time::Instant) -> SlowSyncs {
+    fn start(kv: Arc<dyn KvStore>) -> SlowSyncs {
         let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Done)>();
         tokio::spawn(async move {
             while let Some((at, done)) = rx.recv().await {
@@ -78,7 +78,7 @@ impl SlowSyncs {
                 complete(done, &result);
             }
         });
-        SlowSyncs { tx, last_at: first_at }
+        SlowSyncs { tx, last_at: tokio::time::Instant::now() }
     }
 }
 
@@ -210,7 +210,7 @@ impl LogWriter {
             return Some(done);
         }
         let at = pending.unwrap_or(now) + delay;
-        let syncs = slow.get_or_insert_with(|| SlowSyncs::start(self.kv.clone(), at));
+        let syncs = slow.get_or_insert_with(|| SlowSyncs::start(self.kv.clone()));
         syncs.last_at = at;
         // Refused only if the task is gone (its runtime is shutting down): at once, then.
         syncs.tx.send((at, done)).err().map(|e| e.0.1)
