@@ -13,7 +13,11 @@
 //!
 //! A disk can be made slow ([`PowerLossDisk::set_sync_ms`]): each sync then takes that long
 //! before it is acknowledged ([`KvStore::sync_delay_ms`]), and a power cut meanwhile loses
-//! what it had not yet made durable.
+//! what it had not yet made durable. It can fill up ([`PowerLossDisk::set_full`]: writes
+//! fail, nothing of them lands), and a sync can fail ([`PowerLossDisk::fail_next_sync`]) as
+//! Linux's `fsync` does on an I/O error: the unsynced writes are dropped (the kernel marks
+//! the dirty pages clean and forgets them), so a sync retried afterwards succeeds over data
+//! that is gone.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -22,6 +26,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use super::kv::{KvError, KvStore, Space, Write};
 
 type Records = BTreeMap<(Space, u64), Vec<u8>>;
+
+/// What a full disk's write fails with.
+const FULL: &str = "no space left on device";
+/// What a failed sync fails with.
+const SYNC_FAILED: &str = "input/output error at sync; the writes not yet synced are lost";
 
 #[derive(Default)]
 struct Disk {
@@ -36,6 +45,12 @@ struct Disk {
     flushes: u64,
     /// How long each sync takes now (a slow disk); 0: at once.
     sync_ms: u64,
+    /// Writes fail while set (no space left).
+    full: bool,
+    /// The next sync fails and drops what was not synced.
+    fail_sync: bool,
+    /// Errors returned so far, over every life: a replica that stopped after one had a cause.
+    errors: u64,
 }
 
 /// One simulated disk, shared by every life of one replica.
@@ -137,6 +152,26 @@ impl PowerLossDisk {
     pub fn flushes(&self) -> u64 {
         self.lock().flushes
     }
+
+    /// Makes every later write fail, as a full disk does, until `set_full(false)`.
+    pub fn set_full(&self, full: bool) {
+        self.lock().full = full;
+    }
+
+    /// Makes the next sync fail, losing every write not yet synced (even from readers).
+    pub fn fail_next_sync(&self) {
+        self.lock().fail_sync = true;
+    }
+
+    /// Writes and syncs refused so far, over every life.
+    pub fn errors(&self) -> u64 {
+        self.lock().errors
+    }
+
+    /// Whether `why` (a replica's reason to stop) tells an error such a disk returns.
+    pub fn failed_here(why: &str) -> bool {
+        why.contains(FULL) || why.contains(SYNC_FAILED)
+    }
 }
 
 impl PowerLossKv {
@@ -149,6 +184,10 @@ impl PowerLossKv {
             });
         }
         Ok(d)
+    }
+
+    fn error(&self, message: &str) -> KvError {
+        KvError { location: self.disk.name.clone(), message: message.into() }
     }
 }
 
@@ -176,6 +215,10 @@ impl KvStore for PowerLossKv {
 
     fn write(&self, batch: &[Write]) -> Result<(), KvError> {
         let mut d = self.live()?;
+        if d.full {
+            d.errors += 1;
+            return Err(self.error(FULL));
+        }
         for g in groups(batch) {
             apply(&mut d.visible, &g);
             d.unsynced.push(g);
@@ -185,6 +228,12 @@ impl KvStore for PowerLossKv {
 
     fn flush(&self) -> Result<(), KvError> {
         let mut d = self.live()?;
+        if std::mem::take(&mut d.fail_sync) {
+            d.unsynced.clear();
+            d.visible = d.synced.clone();
+            d.errors += 1;
+            return Err(self.error(SYNC_FAILED));
+        }
         let unsynced = std::mem::take(&mut d.unsynced);
         for g in &unsynced {
             apply(&mut d.synced, g);
@@ -239,6 +288,37 @@ mod tests {
         let next = disk.open();
         assert_eq!(keys(&next), vec![1, 2, 3]);
         assert_eq!(next.get(Space::Meta, 1).unwrap(), None);
+    }
+
+    #[test]
+    fn a_full_disk_refuses_writes_whole_until_it_has_room() {
+        let disk = PowerLossDisk::new("disk r1");
+        let kv = disk.open();
+        disk.set_full(true);
+        let err = kv.write(&[put(1), put(2)]).unwrap_err();
+        assert!(err.to_string().contains("no space left"), "{err}");
+        assert!(keys(&kv).is_empty(), "nothing of a refused write lands");
+        disk.set_full(false);
+        kv.write(&[put(3)]).unwrap();
+        assert_eq!(keys(&kv), vec![3]);
+        assert_eq!(disk.errors(), 1);
+    }
+
+    #[test]
+    fn a_failed_sync_loses_what_was_not_synced_and_a_retry_succeeds_over_it() {
+        let disk = PowerLossDisk::new("disk r1");
+        let kv = disk.open();
+        kv.write(&[put(1)]).unwrap();
+        kv.flush().unwrap();
+        kv.write(&[put(2)]).unwrap();
+        disk.fail_next_sync();
+        let err = kv.flush().unwrap_err();
+        assert!(err.to_string().contains("input/output error"), "{err}");
+        assert_eq!(keys(&kv), vec![1], "the dirty pages are gone, from readers too");
+        // Why a failed sync must never be retried: the retry reports success.
+        kv.flush().unwrap();
+        disk.power_loss(0);
+        assert_eq!(keys(&disk.open()), vec![1]);
     }
 
     #[test]

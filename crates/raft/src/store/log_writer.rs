@@ -12,9 +12,11 @@
 //! Meanwhile [`DiskHealth`] says the disk is failing, and the replica refuses new writes with
 //! that error. A failed sync is not retried (see [`write_retrying`]): it stops the replica.
 //!
-//! A store that does not block (memory, a simulated disk) is written inline instead; a
-//! simulated disk made slow has its syncs acknowledged in order after their delay, by a
-//! task of their own ([`SlowSyncs`]), so a simulation can give a replica a slow disk.
+//! A store that does not block (memory, a simulated disk) is written inline instead, by the
+//! same rules (a failed write retried with the same pauses, on the runtime's clock; a failed
+//! sync the end); a simulated disk made slow has its syncs acknowledged in order after their
+//! delay, by a task of their own ([`SlowSyncs`]), so a simulation can give a replica a slow
+//! disk. Either way, once a sync failed nothing is acknowledged any more ([`Broken`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,6 +58,68 @@ pub(crate) struct LogWriter {
     kv: Arc<dyn KvStore>,
     /// Inline writers on a simulated disk that was slow: the syncs being waited for.
     slow: std::sync::Mutex<Option<SlowSyncs>>,
+    health: DiskHealth,
+    broken: Broken,
+}
+
+/// The error of the first sync that failed, kept: every later write, sync and acknowledgement
+/// fails with it. Why: after a failed `fsync` the kernel may have dropped the dirty pages, and
+/// a later `fsync` reports success over data that is gone, so a later acknowledgement would
+/// claim entries durable that are lost. openraft stops at the first error; this covers what
+/// was already queued behind it. Shared by the writer and its slow syncs.
+#[derive(Clone, Default)]
+struct Broken(Arc<std::sync::Mutex<Option<KvError>>>);
+
+impl Broken {
+    fn check(&self) -> Result<(), KvError> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone().map_or(Ok(()), Err)
+    }
+
+    /// Syncs `store` unless an earlier sync failed; a failure is kept, marked on `health`
+    /// and logged.
+    fn sync(&self, store: &dyn KvStore, health: &DiskHealth) -> Result<(), KvError> {
+        self.check()?;
+        let Err(e) = store.flush() else { return Ok(()) };
+        health.fail(&e);
+        tracing::error!(error = %e, "cannot sync the raft log; stopping the replica (restart it to recover)");
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e.clone());
+        Err(e)
+    }
+}
+
+/// How a failed write is retried: with a pause that doubles from `RETRY_FIRST` up to
+/// `RETRY_MAX`, until `GIVE_UP` has passed since the first try. The writer thread sleeps its
+/// pauses; the inline writer awaits them on the runtime's clock.
+struct Retries {
+    pause: Duration,
+}
+
+impl Retries {
+    fn new() -> Retries {
+        Retries { pause: RETRY_FIRST }
+    }
+
+    /// After a write failed with `e`, `elapsed` after the first try: the pause before the
+    /// next try, or `e` when it is time to give up.
+    fn after(&mut self, e: KvError, elapsed: Duration, health: &DiskHealth) -> Result<Duration, KvError> {
+        if health.fail(&e) {
+            tracing::error!(error = %e, "cannot write the raft log; refusing writes and retrying until it succeeds");
+        }
+        if elapsed >= GIVE_UP {
+            tracing::error!(error = %e, "the raft log could not be written for {GIVE_UP:?}; stopping the replica");
+            return Err(e);
+        }
+        let pause = self.pause;
+        self.pause = (pause * 2).min(RETRY_MAX);
+        Ok(pause)
+    }
+}
+
+/// Marks the disk healthy after a write went through, and says so if it was failing.
+fn written(store: &dyn KvStore, health: &DiskHealth) {
+    if health.recover() {
+        tracing::warn!(location = %store.location(Space::Log), "the raft log can be written again; accepting writes");
+    }
 }
 
 /// Syncs of a slow simulated disk (`KvStore::sync_delay_ms`), acknowledged in order by a
@@ -69,12 +133,12 @@ struct SlowSyncs {
 }
 
 impl SlowSyncs {
-    fn start(kv: Arc<dyn KvStore>) -> SlowSyncs {
+    fn start(kv: Arc<dyn KvStore>, broken: Broken, health: DiskHealth) -> SlowSyncs {
         let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Done)>();
         tokio::spawn(async move {
             while let Some((at, done)) = rx.recv().await {
                 tokio::time::sleep_until(at).await;
-                let result = if kv.is_durable() { kv.flush() } else { Ok(()) };
+                let result = if kv.is_durable() { broken.sync(kv.as_ref(), &health) } else { broken.check() };
                 complete(done, &result);
             }
         });
@@ -100,7 +164,7 @@ fn io_error(e: &KvError) -> std::io::Error {
 }
 
 /// The writer thread: ends when the log store (the only sender) is dropped.
-fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth, stats: &WriteStats) {
+fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth, broken: &Broken, stats: &WriteStats) {
     while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
@@ -118,7 +182,7 @@ fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth, st
         // Only acknowledgements need the disk; other changes ride along with the next
         // flush (or sled's own, within 500 ms).
         let flush = !acks.is_empty();
-        let result = write_retrying(store, &batch, flush, health);
+        let result = write_retrying(store, &batch, flush, health, broken);
         if flush && result.is_ok() {
             stats.flushed();
         }
@@ -130,32 +194,26 @@ fn run(store: &dyn KvStore, mut rx: mpsc::Receiver<Job>, health: &DiskHealth, st
 
 /// Writes (and flushes, if asked) `batch`. A failed write is retried until it succeeds or
 /// `GIVE_UP` passes: rewriting the whole batch is safe, as puts and range removes applied
-/// again in the same order leave the same records. A failed sync is not retried: after a
-/// failed `fsync` the kernel may have dropped the unwritten pages and a second `fsync` can
-/// report success for data that is gone, so the error goes to openraft, which stops the
-/// replica; a restart recovers from what is on disk and from the peers.
-fn write_retrying(store: &dyn KvStore, batch: &[Write], flush: bool, health: &DiskHealth) -> Result<(), KvError> {
+/// again in the same order leave the same records. A failed sync is not retried (see
+/// [`Broken`]): the error goes to openraft, which stops the replica; a restart recovers from
+/// what is on disk and from the peers.
+fn write_retrying(
+    store: &dyn KvStore,
+    batch: &[Write],
+    flush: bool,
+    health: &DiskHealth,
+    broken: &Broken,
+) -> Result<(), KvError> {
+    broken.check()?;
     let started = Instant::now();
-    let mut pause = RETRY_FIRST;
+    let mut retries = Retries::new();
     while let Err(e) = store.write(batch) {
-        if health.fail(&e) {
-            tracing::error!(error = %e, "cannot write the raft log; refusing writes and retrying until it succeeds");
-        }
-        if started.elapsed() >= GIVE_UP {
-            tracing::error!(error = %e, "the raft log could not be written for {GIVE_UP:?}; stopping the replica");
-            return Err(e);
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(RETRY_MAX);
+        std::thread::sleep(retries.after(e, started.elapsed(), health)?);
     }
-    if flush && let Err(e) = store.flush() {
-        health.fail(&e);
-        tracing::error!(error = %e, "cannot sync the raft log; stopping the replica (restart it to recover)");
-        return Err(e);
+    if flush {
+        broken.sync(store, health)?;
     }
-    if health.recover() {
-        tracing::warn!(location = %store.location(Space::Log), "the raft log can be written again; accepting writes");
-    }
+    written(store, health);
     Ok(())
 }
 
@@ -166,37 +224,45 @@ impl LogWriter {
         health: DiskHealth,
         stats: Arc<WriteStats>,
     ) -> Result<LogWriter, KvError> {
+        let (slow, broken) = (std::sync::Mutex::default(), Broken::default());
         if !kv.blocks() {
-            return Ok(LogWriter { tx: None, kv, slow: std::sync::Mutex::default() });
+            return Ok(LogWriter { tx: None, kv, slow, health, broken });
         }
         let (tx, rx) = mpsc::channel::<Job>(queue_len.max(1));
-        let store = kv.clone();
+        let (store, on_thread) = (kv.clone(), (health.clone(), broken.clone()));
         std::thread::Builder::new()
             .name("baton-raft-log".into())
-            .spawn(move || run(store.as_ref(), rx, &health, &stats))
+            .spawn(move || run(store.as_ref(), rx, &on_thread.0, &on_thread.1, &stats))
             .map_err(|e| KvError {
                 location: kv.location(Space::Log),
                 message: format!("cannot start the log writer thread: {e}"),
             })?;
-        Ok(LogWriter { tx: Some(tx), kv, slow: std::sync::Mutex::default() })
+        Ok(LogWriter { tx: Some(tx), kv, slow, health, broken })
     }
 
     async fn send(&self, writes: Vec<Write>, done: Option<Done>) -> Result<(), KvError> {
-        match &self.tx {
-            None => {
-                self.kv.write(&writes)?;
-                let Some(done) = done else { return Ok(()) };
-                if let Some(done) = self.unless_slow(done) {
-                    // A simulated disk is durable only once flushed, as a real one.
-                    if self.kv.is_durable() {
-                        self.kv.flush()?;
-                    }
-                    complete(done, &Ok(()));
-                }
-                Ok(())
-            }
-            Some(tx) => tx.send(Job::Change { writes, done }).await.map_err(|_| self.stopped()),
+        let Some(tx) = &self.tx else { return self.send_inline(writes, done).await };
+        tx.send(Job::Change { writes, done }).await.map_err(|_| self.stopped())
+    }
+
+    /// `write_retrying` for a store that does not block, its pauses awaited.
+    async fn send_inline(&self, writes: Vec<Write>, done: Option<Done>) -> Result<(), KvError> {
+        self.broken.check()?;
+        let started = tokio::time::Instant::now();
+        let mut retries = Retries::new();
+        while let Err(e) = self.kv.write(&writes) {
+            tokio::time::sleep(retries.after(e, started.elapsed(), &self.health)?).await;
         }
+        written(self.kv.as_ref(), &self.health);
+        let Some(done) = done else { return Ok(()) };
+        if let Some(done) = self.unless_slow(done) {
+            // A simulated disk is durable only once flushed, as a real one.
+            if self.kv.is_durable() {
+                self.broken.sync(self.kv.as_ref(), &self.health)?;
+            }
+            complete(done, &Ok(()));
+        }
+        Ok(())
     }
 
     /// Hands `done` to the slow syncs when the simulated disk is slow now or an earlier
@@ -210,7 +276,8 @@ impl LogWriter {
             return Some(done);
         }
         let at = pending.unwrap_or(now) + delay;
-        let syncs = slow.get_or_insert_with(|| SlowSyncs::start(self.kv.clone()));
+        let syncs =
+            slow.get_or_insert_with(|| SlowSyncs::start(self.kv.clone(), self.broken.clone(), self.health.clone()));
         syncs.last_at = at;
         // Refused only if the task is gone (its runtime is shutting down): at once, then.
         syncs.tx.send((at, done)).err().map(|e| e.0.1)
@@ -256,6 +323,89 @@ mod tests {
     fn keys(disk: &PowerLossDisk) -> Vec<u64> {
         let kv = disk.open();
         kv.scan(Space::Log, 0..u64::MAX, usize::MAX).unwrap().into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// A simulated disk's store, said to block: written by the writer thread, as a real
+    /// disk is.
+    struct OnThread(crate::store::PowerLossKv);
+
+    impl KvStore for OnThread {
+        fn get(&self, space: Space, key: u64) -> Result<Option<Vec<u8>>, KvError> {
+            self.0.get(space, key)
+        }
+        fn scan(&self, space: Space, keys: std::ops::Range<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>, KvError> {
+            self.0.scan(space, keys, limit)
+        }
+        fn last(&self, space: Space) -> Result<Option<(u64, Vec<u8>)>, KvError> {
+            self.0.last(space)
+        }
+        fn write(&self, batch: &[Write]) -> Result<(), KvError> {
+            self.0.write(batch)
+        }
+        fn flush(&self) -> Result<(), KvError> {
+            self.0.flush()
+        }
+        fn close(&self) -> Result<(), KvError> {
+            self.0.close()
+        }
+        fn is_durable(&self) -> bool {
+            true
+        }
+        fn blocks(&self) -> bool {
+            true
+        }
+        fn location(&self, space: Space) -> String {
+            self.0.location(space)
+        }
+    }
+
+    /// After a sync failed, nothing is acknowledged again, on the writer thread and inline
+    /// alike: the disk would report the next sync fine, over the write the failure lost.
+    async fn nothing_is_acknowledged_after_a_failed_sync(blocks: bool) {
+        let disk = PowerLossDisk::new("disk r1");
+        let kv: Arc<dyn KvStore> = if blocks { Arc::new(OnThread(disk.open())) } else { Arc::new(disk.open()) };
+        let health = DiskHealth::default();
+        let writer = LogWriter::start(kv, 8, health.clone(), Arc::default()).unwrap();
+        writer.write_durably(put(1)).await.unwrap();
+        disk.fail_next_sync();
+        let err = writer.write_durably(put(2)).await.unwrap_err();
+        assert!(err.to_string().contains("input/output error"), "{err}");
+        let later = writer.write_durably(put(3)).await.unwrap_err();
+        assert_eq!(later.to_string(), err.to_string(), "the first failure, kept");
+        assert_eq!(keys(&disk), vec![1], "the write the failed sync lost is not on disk");
+        assert!(health.failing().is_some(), "the replica says its disk is failing");
+    }
+
+    #[tokio::test]
+    async fn the_writer_thread_acknowledges_nothing_after_a_failed_sync() {
+        nothing_is_acknowledged_after_a_failed_sync(true).await;
+    }
+
+    #[tokio::test]
+    async fn the_inline_writer_acknowledges_nothing_after_a_failed_sync() {
+        nothing_is_acknowledged_after_a_failed_sync(false).await;
+    }
+
+    /// A simulated disk that is full refuses writes; the inline writer retries them on the
+    /// runtime's clock, as the writer thread does on the wall clock, and says the disk is
+    /// failing meanwhile; once there is room the write lands and is acknowledged.
+    #[tokio::test(start_paused = true)]
+    async fn the_inline_writer_retries_a_full_disk_until_it_has_room() {
+        let disk = PowerLossDisk::new("disk r1");
+        let health = DiskHealth::default();
+        let writer = Arc::new(LogWriter::start(Arc::new(disk.open()), 8, health.clone(), Arc::default()).unwrap());
+        disk.set_full(true);
+        let w = writer.clone();
+        let waiting = tokio::spawn(async move { w.write_durably(put(1)).await });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!waiting.is_finished(), "nothing is acknowledged while the disk is full");
+        let failing = health.failing().expect("the disk is failing meanwhile");
+        assert!(failing.message.contains("no space left"), "{failing:?}");
+        assert!(disk.errors() >= 5, "retried: {} tries failed", disk.errors());
+        disk.set_full(false);
+        waiting.await.unwrap().unwrap();
+        assert_eq!(keys(&disk), vec![1]);
+        assert!(health.failing().is_none(), "healthy again");
     }
 
     /// A slow simulated disk acknowledges a sync only after its delay, and a later sync
