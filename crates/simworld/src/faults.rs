@@ -6,7 +6,9 @@
 //! rack's switch failing (a replica and a rack's agents cut off from the rest), a slow
 //! network, the leader's clock jumping days ahead (half the time as it reboots), the agents'
 //! and leaders' datagrams duplicated (a copy trailing its original by up to seconds), a
-//! replica's disk syncing slowly (often the leader's). When the load ends, every fault heals
+//! replica's disk syncing slowly (often the leader's), a replica's disk full for a while or
+//! failing one sync (which loses what it had not synced; the replica stops, and its
+//! supervisor starts it again: `Faults::supervise`). When the load ends, every fault heals
 //! at once.
 
 use std::collections::BTreeMap;
@@ -32,6 +34,9 @@ pub const CLOCK_JUMP_MS: i64 = 2 * 24 * 3_600_000;
 /// The longest a sync takes on a slow disk: ten election timeouts, as a drive that retries a
 /// failing sector or a saturated network volume stalls.
 pub const MAX_SLOW_SYNC_MS: u64 = 2_000;
+/// How long after a replica ended on its own its supervisor starts it again (systemd's
+/// `RestartSec`, as the shipped unit sets it).
+pub const SUPERVISOR_RESTART_MS: u64 = 1_000;
 
 #[derive(Debug, Clone)]
 enum Heal {
@@ -45,6 +50,8 @@ enum Heal {
     Copies,
     /// Replica `id`'s disk syncs at once again.
     Disk(u64),
+    /// Replica `id`'s disk has room again.
+    Room(u64),
 }
 
 pub struct Faults {
@@ -59,6 +66,8 @@ pub struct Faults {
     /// Each replica's disk, by id - 1.
     disks: Vec<PowerLossDisk>,
     pub counts: BTreeMap<&'static str, u64>,
+    /// Replicas that ended on their own, by id, with when their supervisor starts them.
+    ended: BTreeMap<u64, u64>,
 }
 
 pub fn agent_host(i: u64) -> String {
@@ -84,7 +93,18 @@ impl Faults {
         let mut rng = SplitMix64::new(seed);
         let next_ms = 5_000 + rng.range(GAP_MS.0, GAP_MS.1);
         let active = Vec::new();
-        Faults { rng, replicas, nodes, next_ms, active, jumps, copies, disks, counts: BTreeMap::new() }
+        Faults {
+            rng,
+            replicas,
+            nodes,
+            next_ms,
+            active,
+            jumps,
+            copies,
+            disks,
+            counts: BTreeMap::new(),
+            ended: BTreeMap::new(),
+        }
     }
 
     fn replica(&mut self) -> String {
@@ -115,6 +135,28 @@ impl Faults {
         lines
     }
 
+    /// Starts again, `SUPERVISOR_RESTART_MS` after it ended, a replica whose software ended
+    /// on its own (its raft stopped: `replica::run`), as the shipped systemd unit does; a
+    /// replica a fault crashed waits for that fault's heal. Returns lines for the history.
+    pub fn supervise(&mut self, sim: &mut turmoil::Sim<'_>, now_ms: u64) -> Vec<String> {
+        let mut lines = Vec::new();
+        for i in 1..=self.replicas {
+            let host = host_name(i);
+            let crashed = self.active.iter().any(|(_, h)| matches!(h, Heal::Restart(x) if *x == host));
+            if crashed || sim.is_host_running(host.as_str()) {
+                self.ended.remove(&i);
+                continue;
+            }
+            let at = *self.ended.entry(i).or_insert(now_ms + SUPERVISOR_RESTART_MS);
+            if now_ms >= at {
+                sim.bounce(host.as_str());
+                self.ended.remove(&i);
+                lines.push(format!("{host}'s supervisor starts it again"));
+            }
+        }
+        lines
+    }
+
     /// Heals everything now.
     pub fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>) -> Vec<String> {
         std::mem::take(&mut self.active).into_iter().map(|(_, h)| self.heal(sim, h)).collect()
@@ -130,7 +172,7 @@ impl Faults {
     }
 
     fn inject(&mut self, sim: &mut turmoil::Sim<'_>, leader: Option<u64>, now_ms: u64) -> String {
-        let (kind, line) = match self.rng.below(11) {
+        let (kind, line) = match self.rng.below(12) {
             0 => {
                 let r = self.replica();
                 let hosts = self.all_hosts();
@@ -245,6 +287,25 @@ impl Faults {
                 self.active.push((now_ms + for_ms, Heal::Disk(i)));
                 ("slow-disk", format!("r{i}'s syncs take {sync_ms} ms for {for_ms} ms"))
             }
+            11 => {
+                // A failing disk, often the leader's: full for a while (writes are retried,
+                // client writes refused meanwhile), or one sync fails as `fsync` does on an
+                // I/O error, dropping what was not synced: the replica must stop then.
+                let i = match leader {
+                    Some(l) if self.rng.chance(50) => l,
+                    _ => 1 + self.rng.below(self.replicas),
+                };
+                let disk = &self.disks[(i - 1) as usize];
+                if self.rng.chance(50) {
+                    let for_ms = self.rng.range(1_000, 20_000);
+                    disk.set_full(true);
+                    self.active.push((now_ms + for_ms, Heal::Room(i)));
+                    ("full-disk", format!("r{i}'s disk is full for {for_ms} ms"))
+                } else {
+                    disk.fail_next_sync();
+                    ("failed-sync", format!("r{i}'s next sync fails, losing what it had not synced"))
+                }
+            }
             _ => {
                 let max_ms = self.rng.range(BASE_LATENCY_MS, SLOW_LATENCY_MS);
                 let for_ms = self.rng.range(1_000, 20_000);
@@ -282,6 +343,10 @@ impl Faults {
             Heal::Disk(i) => {
                 self.disks[(i - 1) as usize].set_sync_ms(0);
                 format!("heal: r{i}'s disk syncs at once again")
+            }
+            Heal::Room(i) => {
+                self.disks[(i - 1) as usize].set_full(false);
+                format!("heal: r{i}'s disk has room again")
             }
             Heal::Copies => {
                 self.copies.set(0);

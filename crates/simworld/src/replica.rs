@@ -1,6 +1,8 @@
 //! A replica host: the real replica on its simulated disk, its gRPC server on the simulated
 //! network, and its leader (`leader`). Replica 1 bootstraps the cluster; a restarted host
-//! finds it initialized on its disk.
+//! finds it initialized on its disk. When its raft stops the host ends, as `baton server`
+//! does, and `Faults::supervise` starts it again; a stop its disk did not cause (no write or
+//! sync of it failed in this life) is a violation.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -144,7 +146,16 @@ pub async fn run(
         max_format: baton_raft::identity::DATA_FORMAT,
         clock: clock(offset_ms, jump.clone()),
     };
-    let replica = Replica::open_with(config, sim_dialer()).await?;
+    // Errors the disk returned before this life: one returned since is a cause to stop.
+    let errors_before = disk.errors();
+    let replica = match Replica::open_with(config, sim_dialer()).await {
+        Ok(replica) => replica,
+        Err(e) if disk.errors() > errors_before && PowerLossDisk::failed_here(&e.to_string()) => {
+            truth.record(format!("r{id} cannot start: {e}; its supervisor will start it again"));
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     handles.put(replica.clone());
     truth.record(format!("r{id} starts"));
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
@@ -156,8 +167,21 @@ pub async fn run(
         // Refused harmlessly when the disk already holds the cluster.
         let _ = replica.bootstrap(members.clone()).await;
     }
-    tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), rate, truth));
-    replica.serve_incoming(incoming, std::future::pending::<()>()).await?;
+    tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), rate, truth.clone()));
+    tokio::select! {
+        served = replica.serve_incoming(incoming, std::future::pending::<()>()) => served?,
+        why = replica.failed() => {
+            // As `baton server` does: a replica whose raft stopped ends, and its supervisor
+            // starts it again (`Faults::supervise`).
+            let caused = disk.errors() > errors_before && PowerLossDisk::failed_here(&why);
+            if caused {
+                truth.record(format!("r{id} stops after its disk failed: {why}"));
+            } else {
+                truth.lock().violation(crate::now_ms(), format!("r{id} stopped: {why}"));
+            }
+            replica.shutdown().await;
+        }
+    }
     Ok(())
 }
 
