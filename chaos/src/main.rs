@@ -145,6 +145,12 @@ enum Cmd {
         /// partway with a code, or the ranks ignore the stop signal (0: all cooperate).
         #[arg(long, default_value_t = baton_simworld::world::ADVERSARIAL_PERCENT)]
         adversarial_percent: u64,
+        /// Replicas besides the three voters, members of nothing at first: now and then the
+        /// operator adds one and removes a voter, whose machine is replaced and comes back
+        /// under the same id (0: never). Reusing an id is what docs/ops.md forbids, and the
+        /// simulator shows why: a stale leader takes the empty replica for its old voter.
+        #[arg(long, default_value_t = 0)]
+        spares: u64,
         /// Print each seed's last history lines, not only a failing one's.
         #[arg(long)]
         history: bool,
@@ -192,6 +198,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         clock_offset_ms,
         clock_drift_ppm,
         adversarial_percent,
+        spares,
         history,
         history_lines,
         child,
@@ -219,6 +226,10 @@ fn sim(cmd: &Cmd) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if *spares > baton_simworld::world::MAX_SPARES {
+        eprintln!("error: --spares must be 0 to {}, not {spares}", baton_simworld::world::MAX_SPARES);
+        return ExitCode::FAILURE;
+    }
     if *adversarial_percent > 100 {
         eprintln!("error: --adversarial-percent must be 0 to 100 (jobs in a hundred), not {adversarial_percent}");
         return ExitCode::FAILURE;
@@ -239,6 +250,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         clock_offset_ms: *clock_offset_ms,
         clock_drift_ppm: *clock_drift_ppm,
         adversarial_percent: *adversarial_percent,
+        spares: *spares,
         history_lines: *history_lines,
         ..baton_simworld::Options::default()
     };
@@ -292,6 +304,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         .args(["--tick-ms", &opts.tick_ms.to_string(), "--clock-offset-ms", &opts.clock_offset_ms.to_string()])
         .args(["--clock-drift-ppm", &opts.clock_drift_ppm.to_string()])
         .args(["--adversarial-percent", &opts.adversarial_percent.to_string()])
+        .args(["--spares", &opts.spares.to_string()])
         .args(["--history-lines", &opts.history_lines.to_string()])
         .args(if opts.faults { &[][..] } else { &["--no-faults"][..] })
         .stderr(std::process::Stdio::inherit())

@@ -109,9 +109,15 @@ impl Load {
         Ok(())
     }
 
+    /// A member drawn at random, as the replica of the newest term lists them: as a client
+    /// given the cluster's addresses (`baton cluster info`) does not ask the spare (the
+    /// operator's, `operator`), which can only fail.
     fn pick(&self, rng: &mut SplitMix64) -> Option<Hosted> {
         let all = self.handles.hosted();
-        (!all.is_empty()).then(|| all[rng.below(all.len() as u64) as usize].clone())
+        let newest = all.iter().map(|h| h.replica.metrics()).max_by_key(|m| m.term)?;
+        let members: Vec<&Hosted> = all.iter().filter(|h| newest.members.contains_key(&h.replica.id())).collect();
+        let from = if members.is_empty() { all.iter().collect() } else { members };
+        Some(from[rng.below(from.len() as u64) as usize].clone())
     }
 
     /// One write through a random replica; its answer if it was committed in time.

@@ -67,6 +67,15 @@ impl Hosted {
         run_on(&self.host, work).await
     }
 
+    /// Starts `work` on the replica's host (from outside any host: the step loop), to be
+    /// looked at once finished.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.host.spawn(work)
+    }
+
     /// `Replica::write` on the replica's host; `None` when the host is down.
     pub async fn write(&self, cmd: Command) -> Option<Result<Response, WriteError>> {
         let r = self.replica.clone();
@@ -138,7 +147,7 @@ pub async fn run(
     let config = ReplicaConfig {
         node_id: id,
         cluster_id: CLUSTER.into(),
-        advertise_addr: members[&id].clone(),
+        advertise_addr: format!("{}:{RAFT_PORT}", host_name(id)),
         storage: Storage::Store(SharedStore(Arc::new(disk.open()))),
         // Snapshots often, so that a replica restarts from one.
         settings: if sabotaged { RaftSettings { snapshot_every_entries: 100, ..settings(id) } } else { settings(id) },
@@ -163,8 +172,9 @@ pub async fn run(
         let next = l.accept().await.map(|(s, _)| SimStream(s));
         Some((next, l))
     });
-    if id == 1 && replica.applied_index().is_none() {
-        // Refused harmlessly when the disk already holds the cluster.
+    if id == 1 && replica.applied_index().is_none() && !truth.lock().replaced {
+        // Refused harmlessly when the disk already holds the cluster. Never once a replica
+        // was replaced: replica 1 on a new disk joins the cluster that exists.
         let _ = replica.bootstrap(members.clone()).await;
     }
     tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), rate, truth.clone()));

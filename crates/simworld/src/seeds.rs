@@ -54,7 +54,7 @@ pub fn failure(o: &Outcome, opts: &Options) -> String {
     let _ = writeln!(
         out,
         "  replay: baton-chaos sim --seeds {}..{} --minutes {} --nodes {} --tick-ms {} --clock-offset-ms {} \
-         --clock-drift-ppm {} --adversarial-percent {} --history",
+         --clock-drift-ppm {} --adversarial-percent {} --spares {} --history",
         o.seed,
         o.seed + 1,
         opts.minutes,
@@ -62,7 +62,8 @@ pub fn failure(o: &Outcome, opts: &Options) -> String {
         opts.tick_ms,
         opts.clock_offset_ms,
         opts.clock_drift_ppm,
-        opts.adversarial_percent
+        opts.adversarial_percent,
+        opts.spares
     );
     for v in &o.violations {
         let _ = writeln!(out, "  violation {v}");

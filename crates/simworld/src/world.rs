@@ -17,6 +17,7 @@ use baton_raft::types::NodeId;
 use crate::clocks::Rate;
 use crate::faults::{self, Faults, agent_host};
 use crate::load::Load;
+use crate::operator::Operator;
 use crate::replica::{Handles, Jump};
 use crate::timing::{CHECK_EVERY_MS, SETTLE_MS};
 use crate::truth::{Ending, Sabotage, Shared};
@@ -24,6 +25,8 @@ use crate::truth::{Ending, Sabotage, Shared};
 /// Applied counts whose state digest a run remembers, to compare replicas that reach them
 /// at different times.
 const MAX_DIGESTS_KEPT: usize = 100_000;
+/// Spare replicas one run may have, at most.
+pub const MAX_SPARES: u64 = 2;
 /// Nodes one run simulates, at most (each is a host with an agent).
 pub const MAX_NODES: u64 = 1_000;
 /// Ports a host's outgoing connections take (turmoil's default is 49152..=65535).
@@ -38,7 +41,11 @@ pub const MAX_MINUTES: u64 = 7 * 24 * 60;
 pub struct Options {
     /// Simulated minutes of load under faults (the settling comes on top).
     pub minutes: u64,
+    /// Voters the cluster starts with.
     pub replicas: u64,
+    /// Replicas besides them, members of nothing at first: the operator replaces voters by
+    /// them (`operator`); 0: no replacements.
+    pub spares: u64,
     pub nodes: u64,
     pub faults: bool,
     /// Stop at the first violation, so the history's tail ends there.
@@ -65,6 +72,7 @@ impl Default for Options {
         Options {
             minutes: 10,
             replicas: 3,
+            spares: 0,
             nodes: 16,
             faults: true,
             stop_at_violation: true,
@@ -184,9 +192,9 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     truth.lock().sabotage = opts.sabotage;
     truth.lock().history = crate::history::History::keeping(opts.history_lines);
     let handles = Handles::default();
-    let disks: Vec<PowerLossDisk> =
-        (1..=opts.replicas).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
-    let jumps: Vec<Jump> = (1..=opts.replicas).map(|_| Jump::default()).collect();
+    let hosts = opts.replicas + opts.spares;
+    let disks: Vec<PowerLossDisk> = (1..=hosts).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
+    let jumps: Vec<Jump> = (1..=hosts).map(|_| Jump::default()).collect();
     add_hosts(&mut sim, seed, opts, &disks, &jumps, &handles, &truth);
     let ended = Arc::new(AtomicBool::new(false));
     let load = Load {
@@ -201,7 +209,9 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     sim.client("load", load.run());
 
     let copies = truth.lock().copies.clone();
-    let mut faults = Faults::new(seed, opts.replicas, opts.nodes, jumps, copies, disks.clone());
+    let mut faults = Faults::new(seed, hosts, opts.nodes, jumps, copies, disks.clone());
+    let mut operator =
+        (opts.faults && opts.spares > 0).then(|| Operator::new(seed, hosts, disks.clone(), truth.clone()));
     let mut checks = Checks { clock_ahead_bound_ms: clock_ahead_bound_ms(opts), ..Checks::default() };
     let mut next_check_ms = 0;
     let mut healed = false;
@@ -232,6 +242,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         }
         supervise(&mut faults, &mut sim, &truth, now);
         if now >= next_check_ms || done {
+            operate(operator.as_mut(), &mut sim, &handles, &truth, now, !ended.load(Ordering::SeqCst));
             check_replicas(&mut sim, &handles, &truth, &mut checks, now);
             leader = leader_of(&mut sim, &handles);
             next_check_ms = now + CHECK_EVERY_MS;
@@ -241,7 +252,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         }
     }
     let applied = if truth.lock().violations.is_empty() {
-        let applied = converge(&mut sim, &handles, &truth, &mut checks, &mut faults);
+        let applied = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, operator.as_mut());
         check_records(&mut sim, &handles, &truth, &mut checks);
         applied
     } else {
@@ -267,7 +278,12 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         crashes: t.crashes,
         records: checks.records,
         digest_checks: checks.digest_checks_total(),
-        faults: faults.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        faults: faults
+            .counts
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .chain(operator.as_ref().map(|o| ("replace-replica".to_string(), o.replaced)))
+            .collect(),
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
     }
@@ -283,10 +299,11 @@ fn add_hosts(
     truth: &Shared,
 ) {
     let n = opts.replicas;
+    let hosts = n + opts.spares;
     let mut rng = baton_rng::SplitMix64::new(seed ^ 0x636c_6f63_6b73);
     // Rates from a generator of their own: the offsets drawn stay what they were.
     let mut rates = baton_rng::SplitMix64::new(seed ^ 0x0064_7269_6674);
-    for id in 1..=n {
+    for id in 1..=hosts {
         let (disk, handles, truth) = (disks[(id - 1) as usize].clone(), handles.clone(), truth.clone());
         let jump = jumps[(id - 1) as usize].clone();
         let spread = 2 * opts.clock_offset_ms + 1;
@@ -298,7 +315,8 @@ fn add_hosts(
             crate::replica::run(id, n, offset_ms, rate, jump.clone(), disk, handles, truth)
         });
     }
-    let replicas: Vec<String> = (1..=n).map(host_name).collect();
+    // Every replica host, the spares too: any may be a voter later.
+    let replicas: Vec<String> = (1..=hosts).map(host_name).collect();
     for i in 1..=opts.nodes {
         let (replicas, truth) = (replicas.clone(), truth.clone());
         let rate = Rate::draw(&mut rates, opts.clock_drift_ppm);
@@ -453,6 +471,32 @@ fn check_endings(r: &baton_raft::Replica, truth: &Shared, c: &mut Checks, now: u
     }
 }
 
+/// `Operator::step`, its lines into the history.
+fn operate(
+    operator: Option<&mut Operator>,
+    sim: &mut turmoil::Sim<'_>,
+    handles: &Handles,
+    truth: &Shared,
+    now: u64,
+    starting: bool,
+) {
+    let Some(o) = operator else { return };
+    let lines = o.step(sim, handles, now, starting);
+    if !lines.is_empty() {
+        let mut t = truth.lock();
+        lines.into_iter().for_each(|l| t.history.record(now, l));
+    }
+}
+
+/// The members (voters and learners) as the leader sees them; every replica while none
+/// leads (then they cannot have converged anyway).
+fn members(sim: &mut turmoil::Sim<'_>, handles: &Handles) -> BTreeSet<NodeId> {
+    match leader_of(sim, handles).and_then(|id| handles.get(id)) {
+        Some(leader) => leader.metrics().members.keys().copied().collect(),
+        None => handles.all().iter().map(|r| r.id()).collect(),
+    }
+}
+
 /// `Faults::supervise`, its lines into the history.
 fn supervise(f: &mut Faults, sim: &mut turmoil::Sim<'_>, truth: &Shared, now: u64) {
     let lines = f.supervise(sim, now);
@@ -492,7 +536,9 @@ fn state_digest(s: &baton_model::state::State) -> u64 {
 fn check_records(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks) {
     let now = crate::now_ms_of(sim);
     let mut seen: Option<(u64, NodeId)> = None;
-    for r in handles.all() {
+    // A spare (a member of nothing) holds what it held when it was replaced, or nothing.
+    let members = members(sim, handles);
+    for r in handles.all().into_iter().filter(|r| members.contains(&r.id())) {
         let id = r.id();
         let made = r.read_local(|s| s.accounting().made());
         c.records = c.records.max(made);
@@ -521,14 +567,25 @@ fn check_records(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, 
 
 /// After the load: steps until every replica holds one applied count (or `SETTLE_MS`
 /// passes, a violation), then returns it.
-fn converge(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks, f: &mut Faults) -> u64 {
+fn converge(
+    sim: &mut turmoil::Sim<'_>,
+    handles: &Handles,
+    truth: &Shared,
+    c: &mut Checks,
+    f: &mut Faults,
+    mut operator: Option<&mut Operator>,
+) -> u64 {
     let deadline = crate::now_ms_of(sim) + SETTLE_MS;
     loop {
         let now = crate::now_ms_of(sim);
         supervise(f, sim, truth, now);
+        operate(operator.as_deref_mut(), sim, handles, truth, now, false);
         check_replicas(sim, handles, truth, c, now);
-        let applied: BTreeSet<u64> = handles.all().iter().map(|r| r.read_local(|s| s.applied())).collect();
-        if applied.len() == 1 {
+        let members = members(sim, handles);
+        let applied: BTreeSet<u64> =
+            members.iter().filter_map(|id| handles.get(*id)).map(|r| r.read_local(|s| s.applied())).collect();
+        let replacing = operator.as_ref().is_some_and(|o| !o.idle());
+        if applied.len() == 1 && !replacing {
             return applied.into_iter().next().unwrap_or(0);
         }
         // The client has finished (so `step` says done): the hosts still run.

@@ -142,6 +142,16 @@ impl PowerLossDisk {
         PowerCut { kept_groups: keep, lost_groups: unsynced.len() - keep }
     }
 
+    /// Puts a new, empty disk in this one's place (a replaced machine): every record is gone,
+    /// and the current life ends.
+    pub fn wipe(&self) {
+        let mut d = self.lock();
+        d.synced.clear();
+        d.visible.clear();
+        d.unsynced.clear();
+        d.life += 1;
+    }
+
     /// Makes every later sync take `sync_ms` (0: at once again), as a failing drive that
     /// retries or a saturated volume does.
     pub fn set_sync_ms(&self, sync_ms: u64) {
@@ -319,6 +329,17 @@ mod tests {
         kv.flush().unwrap();
         disk.power_loss(0);
         assert_eq!(keys(&disk.open()), vec![1]);
+    }
+
+    #[test]
+    fn a_wiped_disk_is_empty_and_ends_the_life_before() {
+        let disk = PowerLossDisk::new("disk r1");
+        let old = disk.open();
+        old.write(&[put(1)]).unwrap();
+        old.flush().unwrap();
+        disk.wipe();
+        assert!(old.write(&[put(2)]).is_err(), "the replaced disk's handle is dead");
+        assert!(keys(&disk.open()).is_empty());
     }
 
     #[test]
