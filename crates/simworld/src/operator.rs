@@ -2,9 +2,9 @@
 //! away, while the faults go on. A cluster of three voters cannot lose one first (a replica
 //! refuses to leave fewer than three), so it adds the spare replica as a learner (which
 //! returns once the spare has caught up), makes it a voter, removes a voter drawn from the
-//! seed (not the leader, which `remove_replica` refuses), and replaces that one's machine: its host goes down and its disk
-//! is wiped, and its supervisor (`Faults::supervise`) starts it again, empty, as the next
-//! spare. Each change is asked of the replica that leads when it is asked, on that replica's
+//! seed (not the leader, which `remove_replica` refuses), and replaces that one's machine:
+//! its host goes down and its disk is wiped, and its supervisor (`Faults::supervise`) starts
+//! it again, empty, as the next spare. Each change is asked of the replica that leads when it is asked, on that replica's
 //! host, as `baton cluster` would; a change that fails (a leader lost, a timeout) is asked
 //! again a second later.
 //!
