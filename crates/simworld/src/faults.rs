@@ -68,6 +68,8 @@ pub struct Faults {
     pub counts: BTreeMap<&'static str, u64>,
     /// Replicas that ended on their own, by id, with when their supervisor starts them.
     ended: BTreeMap<u64, u64>,
+    /// Each replica's host name, by id - 1: `supervise` looks at them every step.
+    replica_hosts: Vec<String>,
 }
 
 pub fn agent_host(i: u64) -> String {
@@ -104,6 +106,7 @@ impl Faults {
             disks,
             counts: BTreeMap::new(),
             ended: BTreeMap::new(),
+            replica_hosts: (1..=replicas).map(host_name).collect(),
         }
     }
 
@@ -140,10 +143,9 @@ impl Faults {
     /// replica a fault crashed waits for that fault's heal. Returns lines for the history.
     pub fn supervise(&mut self, sim: &mut turmoil::Sim<'_>, now_ms: u64) -> Vec<String> {
         let mut lines = Vec::new();
-        for i in 1..=self.replicas {
-            let host = host_name(i);
-            let crashed = self.active.iter().any(|(_, h)| matches!(h, Heal::Restart(x) if *x == host));
-            if crashed || sim.is_host_running(host.as_str()) {
+        for (i, host) in (1..).zip(&self.replica_hosts) {
+            let crashed = || self.active.iter().any(|(_, h)| matches!(h, Heal::Restart(x) if x == host));
+            if sim.is_host_running(host.as_str()) || crashed() {
                 self.ended.remove(&i);
                 continue;
             }

@@ -4,9 +4,9 @@
 //! returns once the spare has caught up), makes it a voter, removes a voter drawn from the
 //! seed (not the leader, which `remove_replica` refuses), and replaces that one's machine:
 //! its host goes down and its disk is wiped, and its supervisor (`Faults::supervise`) starts
-//! it again, empty, as the next spare. Each change is asked of the replica that leads when it is asked, on that replica's
-//! host, as `baton cluster` would; a change that fails (a leader lost, a timeout) is asked
-//! again a second later.
+//! it again, empty, as the next spare. Each change is asked of the replica that leads when it
+//! is asked, on that replica's host, as `baton cluster` would; a change that fails (a leader
+//! lost, a timeout) is asked again a second later.
 //!
 //! The replaced machine comes back under its old id, which docs/ops.md forbids: a leader of
 //! an older configuration still counts that id among its voters, and the empty replica takes
@@ -16,7 +16,7 @@
 use baton_raft::net::sim::host_name;
 use baton_raft::store::PowerLossDisk;
 use baton_raft::types::NodeId;
-use baton_raft::{MembershipError, Replica, Role};
+use baton_raft::{MembershipError, Replica};
 use baton_rng::SplitMix64;
 use futures::FutureExt;
 
@@ -78,7 +78,9 @@ impl Operator {
     /// Moves the replacement under way on, or starts one when it is time (`starting`: the
     /// load still runs); returns lines for the history.
     pub fn step(&mut self, sim: &mut turmoil::Sim<'_>, handles: &Handles, now_ms: u64, starting: bool) -> Vec<String> {
-        let Some(leader) = leading(sim, handles) else { return Vec::new() };
+        let Some(leader) = crate::world::leader_of(sim, handles).and_then(|id| handles.get(id)) else {
+            return Vec::new();
+        };
         let Some(mut c) = self.change.take() else {
             if starting && now_ms >= self.next_ms {
                 return self.begin(&leader, handles, now_ms);
@@ -161,15 +163,6 @@ impl Operator {
             }
         }
     }
-}
-
-/// The running replica that leads, if one does.
-fn leading(sim: &mut turmoil::Sim<'_>, handles: &Handles) -> Option<Replica> {
-    handles
-        .all()
-        .into_iter()
-        .filter(|r| r.metrics().role == Role::Leader)
-        .find(|r| sim.is_host_running(host_name(r.id()).as_str()))
 }
 
 /// Asks `leader` for `stage` of replica `id`, on the leader's host (`None` when that host is

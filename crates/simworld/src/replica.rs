@@ -159,7 +159,7 @@ pub async fn run(
     let errors_before = disk.errors();
     let replica = match Replica::open_with(config, sim_dialer()).await {
         Ok(replica) => replica,
-        Err(e) if disk.errors() > errors_before && PowerLossDisk::failed_here(&e.to_string()) => {
+        Err(e) if disk.caused(errors_before, &e.to_string()) => {
             truth.record(format!("r{id} cannot start: {e}; its supervisor will start it again"));
             return Ok(());
         }
@@ -183,8 +183,7 @@ pub async fn run(
         why = replica.failed() => {
             // As `baton server` does: a replica whose raft stopped ends, and its supervisor
             // starts it again (`Faults::supervise`).
-            let caused = disk.errors() > errors_before && PowerLossDisk::failed_here(&why);
-            if caused {
+            if disk.caused(errors_before, &why) {
                 truth.record(format!("r{id} stops after its disk failed: {why}"));
             } else {
                 truth.lock().violation(crate::now_ms(), format!("r{id} stopped: {why}"));

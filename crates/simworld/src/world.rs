@@ -235,14 +235,13 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
             } else {
                 faults.step(&mut sim, leader, now)
             };
-            let mut t = truth.lock();
-            for l in lines {
-                t.history.record(now, l);
-            }
+            record(&truth, now, lines);
         }
-        supervise(&mut faults, &mut sim, &truth, now);
+        record(&truth, now, faults.supervise(&mut sim, now));
         if now >= next_check_ms || done {
-            operate(operator.as_mut(), &mut sim, &handles, &truth, now, !ended.load(Ordering::SeqCst));
+            if let Some(o) = operator.as_mut() {
+                record(&truth, now, o.step(&mut sim, &handles, now, !ended.load(Ordering::SeqCst)));
+            }
             check_replicas(&mut sim, &handles, &truth, &mut checks, now);
             leader = leader_of(&mut sim, &handles);
             next_check_ms = now + CHECK_EVERY_MS;
@@ -471,17 +470,8 @@ fn check_endings(r: &baton_raft::Replica, truth: &Shared, c: &mut Checks, now: u
     }
 }
 
-/// `Operator::step`, its lines into the history.
-fn operate(
-    operator: Option<&mut Operator>,
-    sim: &mut turmoil::Sim<'_>,
-    handles: &Handles,
-    truth: &Shared,
-    now: u64,
-    starting: bool,
-) {
-    let Some(o) = operator else { return };
-    let lines = o.step(sim, handles, now, starting);
+/// Lines for the history, at `now`.
+fn record(truth: &Shared, now: u64, lines: Vec<String>) {
     if !lines.is_empty() {
         let mut t = truth.lock();
         lines.into_iter().for_each(|l| t.history.record(now, l));
@@ -497,17 +487,8 @@ fn members(sim: &mut turmoil::Sim<'_>, handles: &Handles) -> BTreeSet<NodeId> {
     }
 }
 
-/// `Faults::supervise`, its lines into the history.
-fn supervise(f: &mut Faults, sim: &mut turmoil::Sim<'_>, truth: &Shared, now: u64) {
-    let lines = f.supervise(sim, now);
-    if !lines.is_empty() {
-        let mut t = truth.lock();
-        lines.into_iter().for_each(|l| t.history.record(now, l));
-    }
-}
-
 /// The running replica that leads, if one does.
-fn leader_of(sim: &mut turmoil::Sim<'_>, handles: &Handles) -> Option<NodeId> {
+pub(crate) fn leader_of(sim: &mut turmoil::Sim<'_>, handles: &Handles) -> Option<NodeId> {
     handles
         .all()
         .iter()
@@ -578,8 +559,10 @@ fn converge(
     let deadline = crate::now_ms_of(sim) + SETTLE_MS;
     loop {
         let now = crate::now_ms_of(sim);
-        supervise(f, sim, truth, now);
-        operate(operator.as_deref_mut(), sim, handles, truth, now, false);
+        record(truth, now, f.supervise(sim, now));
+        if let Some(o) = operator.as_deref_mut() {
+            record(truth, now, o.step(sim, handles, now, false));
+        }
         check_replicas(sim, handles, truth, c, now);
         let members = members(sim, handles);
         let applied: BTreeSet<u64> =

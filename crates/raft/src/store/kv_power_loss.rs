@@ -178,9 +178,10 @@ impl PowerLossDisk {
         self.lock().errors
     }
 
-    /// Whether `why` (a replica's reason to stop) tells an error such a disk returns.
-    pub fn failed_here(why: &str) -> bool {
-        why.contains(FULL) || why.contains(SYNC_FAILED)
+    /// Whether this disk refused a write or a sync since it had refused `errors_before`, and
+    /// `why` (a replica's reason to stop) tells such an error: the stop had that cause.
+    pub fn caused(&self, errors_before: u64, why: &str) -> bool {
+        self.errors() > errors_before && (why.contains(FULL) || why.contains(SYNC_FAILED))
     }
 }
 
