@@ -242,7 +242,18 @@ async fn wait_listening(c: &Cluster, addr: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_reading_older_than_the_cluster_uses_is_not_added() {
     let mut c = Cluster::start(BATON.as_ref(), &[]).await;
-    c.client().await.create_queue(gpu_queue("q", 8)).await.expect("a command of format 4 commits");
+    // Asked again while no replica leads: on a busy machine a second election can follow
+    // the first at once (CI saw "no leader yet" here); what is checked comes after.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match c.client().await.create_queue(gpu_queue("q", 8)).await {
+            Ok(_) => break,
+            Err(e) if e.code() == tonic::Code::Unavailable && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("a command of format 4 commits: {e:?}"),
+        }
+    }
     let (i, addr4) = c.spawn_new_replica(4, None);
     c.kill_replica(i);
     c.start_replica_from(i, BATON.as_ref(), &["--max-format", "3"]);
