@@ -20,6 +20,8 @@
 //!    suspended job had passed on (it ran on what another suspended job lent it) is lent by
 //!    the first lender to the last borrower directly once the middle one is gone. Both kept
 //!    a node's capacity counted free twice (found by the simulator, stop 76).
+//! 6. membership changes record the replica ids they remove, and an id once removed is not
+//!    added again ([`crate::state::retired`]; found by the simulator, stop 77).
 
 use crate::command::Op;
 use crate::state::State;
@@ -27,7 +29,7 @@ use crate::state::State;
 /// The behaviour a state has until the log raises it.
 pub const BASELINE: u32 = 1;
 /// The newest behaviour this build applies.
-pub const BEHAVIOUR: u32 = 5;
+pub const BEHAVIOUR: u32 = 6;
 /// The behaviour that bounds request ids per user.
 pub const PER_USER_REQUEST_IDS: u32 = 2;
 /// The behaviour whose state tallies the ranks' checkpoints.
@@ -36,6 +38,8 @@ pub const RANK_SAVES: u32 = 3;
 pub const SLICES_ARE_GPUS: u32 = 4;
 /// The behaviour under which lends follow the ranks that run on them.
 pub const LENDS_FOLLOW_RANKS: u32 = 5;
+/// The behaviour under which membership changes record the replicas they remove.
+pub const RETIRED_REPLICAS: u32 = 6;
 
 /// The data format whose builds apply behaviour `v`: the raise to `v` needs it, so the format
 /// gate holds the raise back until every member applies `v`. A version this build does not
@@ -47,6 +51,7 @@ pub fn format_of(v: u32) -> u32 {
         3 => 11,
         4 => 14,
         5 => 15,
+        6 => 16,
         _ => u32::MAX,
     }
 }
@@ -81,6 +86,7 @@ mod tests {
         assert_eq!(leader_upgrade(&s, 13), Some(Op::SetBehaviour(RANK_SAVES)), "slices wait for format 14");
         assert_eq!(leader_upgrade(&s, 14), Some(Op::SetBehaviour(SLICES_ARE_GPUS)));
         assert_eq!(leader_upgrade(&s, 15), Some(Op::SetBehaviour(LENDS_FOLLOW_RANKS)));
+        assert_eq!(leader_upgrade(&s, 16), Some(Op::SetBehaviour(RETIRED_REPLICAS)));
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(PER_USER_REQUEST_IDS) }).unwrap();
         assert_eq!(leader_upgrade(&s, 10), Some(Op::SetBehaviour(BEHAVIOUR)), "the next is held until format 11");
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(BEHAVIOUR) }).unwrap();
@@ -94,6 +100,7 @@ mod tests {
         assert_eq!(format_of(RANK_SAVES), 11);
         assert_eq!(format_of(SLICES_ARE_GPUS), 14);
         assert_eq!(format_of(LENDS_FOLLOW_RANKS), 15);
+        assert_eq!(format_of(RETIRED_REPLICAS), 16);
         assert!(
             format_of(BEHAVIOUR) <= crate::format::DATA_FORMAT,
             "this build reads the format its newest behaviour needs"

@@ -58,8 +58,10 @@ use crate::command::{Observed, Op};
 /// 12 would refuse as a resource no node has, so the two would part. 14: `SetBehaviour` to
 /// behaviour 4 (a job on MIG slices preempted in mode `suspend` is checkpointed and
 /// requeued; see `behaviour`). 15: `SetBehaviour` to behaviour 5 (lends follow the ranks that
-/// run on them; see `behaviour`).
-pub const DATA_FORMAT: u32 = 15;
+/// run on them; see `behaviour`). 16: `SetBehaviour` to behaviour 6 (membership changes
+/// record the replicas they remove; see `behaviour`), and snapshots that record them
+/// (written in format 15's layout while there is none).
+pub const DATA_FORMAT: u32 = 16;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest

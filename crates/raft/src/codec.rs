@@ -81,8 +81,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// Decodes a snapshot's state: the current layout (with the ranks' saves), or the one before
-/// them (with the tally, written while no topology level is declared), or the one before
+/// Decodes a snapshot's state: the current layout (with the retired replicas), or the one
+/// before them (with the topology, written while no replica was removed), or the one before
+/// it (with the ranks' saves, written while no topology level is declared), or the one before
 /// them (with the behaviour, written while no save is tallied), or the one with arrays
 /// (with unhealthy GPUs, written while there is no array), or the one before unhealthy GPUs
 /// (with maintenance windows, written while no GPU is unhealthy), or the one
@@ -98,11 +99,12 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 pub fn decode_state(bytes: &[u8]) -> Result<baton_model::State, CodecError> {
     use baton_model::state::{
         PreAccessState, PreArraysState, PreBehaviourState, PreCompletingState, PreGpuFaultsState, PreRankSavesState,
-        PreTenancyState, PreTopologyState, PreVisibilityState, PreWaitsState, PreWindowsState,
+        PreRetiredState, PreTenancyState, PreTopologyState, PreVisibilityState, PreWaitsState, PreWindowsState,
     };
     decode::<baton_model::State>(bytes).or_else(|current| {
-        decode::<PreTopologyState>(bytes)
+        decode::<PreRetiredState>(bytes)
             .map(|old| old.0)
+            .or_else(|_| decode::<PreTopologyState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreRankSavesState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreBehaviourState>(bytes).map(|old| old.0))
             .or_else(|_| decode::<PreArraysState>(bytes).map(|old| old.0))

@@ -163,6 +163,12 @@ pub enum MembershipError {
     /// variants keep their encoding.
     #[error("membership change not allowed: {0}")]
     NotAllowed(String),
+    /// After `NotAllowed`, for the same reason (a follower of an older build that forwarded
+    /// the change reads it as a failed forward).
+    #[error(
+        "replica {id} was removed from this cluster, and a removed id is never used again (a leader of an older configuration may still count it as a voter); give the new replica a new id"
+    )]
+    Retired { id: NodeId },
 }
 
 /// Why serving raft RPCs stopped.

@@ -865,6 +865,10 @@ impl Replica {
     /// cluster, or another replica at that address, is refused.
     pub async fn add_learner(&self, id: NodeId, addr: &str) -> Result<(), MembershipError> {
         self.require_leader()?;
+        // A leader of an older configuration may still count a removed id as its voter.
+        if self.core.sm.read(|s| s.retired_replicas().contains(id)) {
+            return Err(MembershipError::Retired { id });
+        }
         let peer = Addrs::check_member(addr).map_err(MembershipError::Refused)?.peer;
         let timeout = Duration::from_millis(self.core.settings.rpc_timeout_ms);
         let who = self

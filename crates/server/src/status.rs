@@ -52,9 +52,9 @@ pub fn from_membership(e: MembershipError) -> Status {
         | MembershipError::Stopped => Status::unavailable(e.to_string()),
         MembershipError::UnknownNode(_) => Status::not_found(e.to_string()),
         MembershipError::NotAllowed(_) => Status::permission_denied(e.to_string()),
-        MembershipError::DuplicateId { .. } | MembershipError::DuplicateAddr { .. } => {
-            Status::already_exists(e.to_string())
-        }
+        MembershipError::DuplicateId { .. }
+        | MembershipError::DuplicateAddr { .. }
+        | MembershipError::Retired { .. } => Status::already_exists(e.to_string()),
         MembershipError::ForeignCluster { .. }
         | MembershipError::WrongNode { .. }
         | MembershipError::Unreachable { .. }

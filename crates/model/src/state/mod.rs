@@ -24,6 +24,7 @@ mod rank_saves;
 mod rebuild;
 mod report;
 mod reserve;
+pub mod retired;
 pub mod submit;
 mod tenancy;
 mod topology;
@@ -178,6 +179,10 @@ pub struct State {
     /// the tally, and only when a level is declared or a node names a domain: a snapshot
     /// without it is format 11's layout ([`PreTopologyState`]).
     topology: crate::topology::ClusterTopology,
+    /// Replica ids the cluster removed (`retired`, behaviour 6). Serialized after the
+    /// topology, and only when it holds one: a snapshot without it is format 15's layout
+    /// ([`PreRetiredState`]).
+    retired: retired::RetiredReplicas,
     /// Attempts the command being applied ended, their records not finished yet: set only
     /// during `apply`, never stored.
     ended: Vec<accounting::Ended>,
@@ -235,6 +240,7 @@ impl State {
             accounting: Accounting::default(),
             rank_saves: rank_saves::RankSaves::new(),
             topology: Default::default(),
+            retired: Default::default(),
             ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,
@@ -485,7 +491,17 @@ impl Serialize for State {
         // reads format 11).
         // Format 11's layout while no level is declared and no node names a domain (one is
         // only once every member reads format 12).
-        if !self.topology.is_empty() {
+        // Format 15's layout while no replica was removed (one is recorded only under
+        // behaviour 6, which is raised once every member reads format 16).
+        if !self.retired.is_empty() {
+            let (behaviour, saves, topology, retired) =
+                (self.behaviour, &self.rank_saves, &self.topology, &self.retired);
+            (
+                d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows, behaviour,
+                saves, topology, retired,
+            )
+                .serialize(s)
+        } else if !self.topology.is_empty() {
             let (behaviour, saves, topology) = (self.behaviour, &self.rank_saves, &self.topology);
             (
                 d, access, tenancy, after, admins, revisions, visibility, waits, windows, faults, workflows, behaviour,
@@ -529,8 +545,8 @@ impl<'de> Deserialize<'de> for State {
     }
 }
 
-/// Parts of a state as this build writes it with a topology level declared.
-const STATE_PARTS: usize = 14;
+/// Parts of a state as this build writes it with a replica removed.
+const STATE_PARTS: usize = 15;
 
 /// Reads the parts in order; the last two (the queues' visibility, the waiting jobs) may be
 /// missing in a self-describing format (JSON, the simulator's), where a state with none set
@@ -564,11 +580,13 @@ impl<'de> serde::de::Visitor<'de> for StateVisitor {
         let behaviour: u32 = seq.next_element()?.unwrap_or(crate::behaviour::BASELINE);
         let saves: rank_saves::RankSaves = seq.next_element()?.unwrap_or_default();
         let topology: crate::topology::ClusterTopology = seq.next_element()?.unwrap_or_default();
+        let retired: retired::RetiredReplicas = seq.next_element()?.unwrap_or_default();
         let mut s = State::with_admins(d, access, tenancy, after, admins, revisions)?;
         s.restore_tail(Tail { visibility, waits, windows, faults, arrays, elastic, restarts, usage, accounting })?;
         s.behaviour = behaviour;
         s.restore_rank_saves(saves)?;
         s.restore_topology(topology)?;
+        s.restore_retired(retired)?;
         Ok(s)
     }
 }
@@ -603,6 +621,16 @@ impl State {
     }
 }
 
+/// A state as snapshots wrote it before retired replicas (format 15's layout), and as they
+/// still write it while no replica was removed. Tried when the current layout fails.
+pub struct PreRetiredState(pub State);
+
+impl<'de> Deserialize<'de> for PreRetiredState {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        de.deserialize_tuple(STATE_PARTS - 1, StateVisitor).map(PreRetiredState)
+    }
+}
+
 /// A state as snapshots wrote it before topology levels (format 11's layout), and as they
 /// still write it while no level is declared and no node names a domain. Tried when the
 /// current layout fails.
@@ -610,7 +638,7 @@ pub struct PreTopologyState(pub State);
 
 impl<'de> Deserialize<'de> for PreTopologyState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        de.deserialize_tuple(STATE_PARTS - 1, StateVisitor).map(PreTopologyState)
+        de.deserialize_tuple(STATE_PARTS - 2, StateVisitor).map(PreTopologyState)
     }
 }
 
@@ -620,7 +648,7 @@ pub struct PreRankSavesState(pub State);
 
 impl<'de> Deserialize<'de> for PreRankSavesState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        de.deserialize_tuple(STATE_PARTS - 2, StateVisitor).map(PreRankSavesState)
+        de.deserialize_tuple(STATE_PARTS - 3, StateVisitor).map(PreRankSavesState)
     }
 }
 
@@ -630,7 +658,7 @@ pub struct PreBehaviourState(pub State);
 
 impl<'de> Deserialize<'de> for PreBehaviourState {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        de.deserialize_tuple(STATE_PARTS - 3, StateVisitor).map(PreBehaviourState)
+        de.deserialize_tuple(STATE_PARTS - 4, StateVisitor).map(PreBehaviourState)
     }
 }
 
@@ -874,6 +902,7 @@ impl State {
             accounting: Accounting::default(),
             rank_saves: rank_saves::RankSaves::new(),
             topology: Default::default(),
+            retired: Default::default(),
             ended: Vec::new(),
             ledger: Ledger::default(),
             actor: None,
@@ -902,5 +931,6 @@ impl PartialEq for State {
             && self.accounting == other.accounting
             && self.rank_saves == other.rank_saves
             && self.topology == other.topology
+            && self.retired == other.retired
     }
 }

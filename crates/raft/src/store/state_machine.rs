@@ -465,6 +465,15 @@ impl SmShared {
                     }
                 }
                 EntryPayload::Membership(m) => {
+                    // Ids the change removes are never taken back (behaviour 6, `retired`).
+                    let removed: Vec<_> = d
+                        .membership
+                        .membership()
+                        .nodes()
+                        .map(|(id, _)| *id)
+                        .filter(|id| m.get_node(id).is_none())
+                        .collect();
+                    d.state.replicas_removed(removed);
                     d.membership = StoredMembership::new(Some(entry.log_id), m);
                     done.out.push(ResponseBatch::default());
                 }

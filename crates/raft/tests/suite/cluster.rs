@@ -167,6 +167,53 @@ async fn membership_changes_online() {
     }
 }
 
+/// A removed replica's id is never taken back (behaviour 6): a leader of an older
+/// configuration may still count it as a voter, and an empty replica under it would answer
+/// that leader's votes and appends with nothing it stored (the simulator's operator, stop 77).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_replicas_id_is_refused_by_every_later_leader() {
+    use baton_model::{Command, Op, behaviour};
+    use baton_raft::MembershipError;
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let nodes = cluster(root.path(), 3, settings()).await;
+    let leader = leader_of(&nodes).await;
+    let leading = nodes.iter().find(|n| n.id == leader).unwrap().replica.clone();
+    let raise = Command { now_ms: 1, op: Op::SetBehaviour(behaviour::RETIRED_REPLICAS) };
+    leading.write(raise).await.unwrap().unwrap();
+
+    let (l, _) = listener().await;
+    let fourth = Node::start(4, CLUSTER, &root.path().join("r4"), l, settings()).await;
+    leading.add_replica(4, &fourth.addr).await.expect("replica 4 joins");
+    leading.remove_replica(4).await.expect("replica 4 leaves");
+    fourth.stop().await;
+
+    // Its machine is replaced: an empty disk under the same id.
+    let (l, _) = listener().await;
+    let again = Node::start(4, CLUSTER, &root.path().join("r4-new"), l, settings()).await;
+    let e = leading.add_replica(4, &again.addr).await.unwrap_err();
+    assert_eq!(e, MembershipError::Retired { id: 4 }, "{e}");
+    assert!(e.to_string().contains("new id"), "{e}");
+
+    // Every replica applied the record: the next leader refuses it too, and takes a new id.
+    leading.transfer_leader(None).await.expect("leadership moves");
+    wait_for("another replica leads", || {
+        nodes.iter().find(|n| n.id != leader && n.replica.metrics().role == Role::Leader).map(|n| n.replica.clone())
+    })
+    .await;
+    let next = leader_of(&nodes).await;
+    let next = &nodes.iter().find(|n| n.id == next).unwrap().replica;
+    assert_eq!(next.add_replica(4, &again.addr).await.unwrap_err(), MembershipError::Retired { id: 4 });
+    again.stop().await;
+    let (l, _) = listener().await;
+    let fifth = Node::start(5, CLUSTER, &root.path().join("r5"), l, settings()).await;
+    next.add_replica(5, &fifth.addr).await.expect("a new id joins");
+    fifth.stop().await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_without_leader_is_refused_clearly() {
     init_tracing();

@@ -29,6 +29,7 @@ const BEHAVIOURS: &[u32] = &[
     behaviour::RANK_SAVES,
     behaviour::SLICES_ARE_GPUS,
     behaviour::LENDS_FOLLOW_RANKS,
+    behaviour::RETIRED_REPLICAS,
 ];
 
 /// Scenarios left out: each runs thousands of cycles of one long wait (hundreds of KiB of

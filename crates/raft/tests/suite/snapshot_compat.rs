@@ -358,3 +358,30 @@ fn the_rank_checkpoint_tally_round_trips_and_an_empty_one_keeps_the_older_layout
     let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
     assert_eq!(json.rank_saves(), s.rank_saves(), "JSON keeps it too");
 }
+
+/// The replica ids a cluster removed (behaviour 6) are a part of the state of their own,
+/// written only while one is recorded: without one, a state with topology levels keeps
+/// format 15's layout and the codec reads it; with one it round trips (also as JSON), and
+/// format 15's reader refuses it rather than forget which ids are never taken back.
+#[test]
+fn the_retired_replicas_round_trip_and_none_keeps_the_older_layout() {
+    use baton_model::state::PreRetiredState;
+    use baton_model::topology::LevelName;
+    let mut s = State::new();
+    let apply = |s: &mut State, op| {
+        s.apply(Command { now_ms: 5_000, op }).unwrap();
+    };
+    apply(&mut s, Op::SetBehaviour(baton_model::behaviour::BEHAVIOUR));
+    apply(&mut s, Op::SetTopologyLevels(vec![LevelName::new("rack").unwrap()]));
+    let none = encode(&s).unwrap();
+    assert!(decode::<PreRetiredState>(&none).is_ok(), "no replica removed: format 15's layout");
+    assert_eq!(decode_state(&none).unwrap(), s);
+    s.replicas_removed([4]);
+    let holding = encode(&s).unwrap();
+    assert!(decode::<PreRetiredState>(&holding).is_err(), "format 15's reader cannot drop the record");
+    let back = decode_state(&holding).unwrap();
+    assert_eq!(back, s);
+    assert!(back.retired_replicas().contains(4));
+    let json: State = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(json.retired_replicas(), s.retired_replicas(), "JSON keeps it too");
+}
