@@ -146,10 +146,9 @@ enum Cmd {
         #[arg(long, default_value_t = baton_simworld::world::ADVERSARIAL_PERCENT)]
         adversarial_percent: u64,
         /// Replicas besides the three voters, members of nothing at first: now and then the
-        /// operator adds one and removes a voter, whose machine is replaced and comes back
-        /// under the same id (0: never). Reusing an id is what docs/ops.md forbids, and the
-        /// simulator shows why: a stale leader takes the empty replica for its old voter.
-        #[arg(long, default_value_t = 0)]
+        /// operator adds one and removes a voter, whose machine goes away for good; a new
+        /// machine joins as a spare under a new id (0: no replacements).
+        #[arg(long, default_value_t = baton_simworld::world::SPARES)]
         spares: u64,
         /// Print each seed's last history lines, not only a failing one's.
         #[arg(long)]

@@ -60,12 +60,36 @@ struct Agent {
     obeyed: Floor,
 }
 
-/// The agent of `node`, whose clock runs at `clock`, beating to `replicas` (host names).
-pub async fn run(node: String, clock: Rate, replicas: Vec<String>, truth: Shared) -> turmoil::Result {
+/// The replicas agents beat to, as the operator's configuration lists them: a replaced
+/// replica leaves the list and its successor joins it (`operator`). Read at every beat.
+#[derive(Clone, Default)]
+pub struct Directory(Arc<std::sync::Mutex<Vec<SocketAddr>>>);
+
+impl Directory {
+    /// The replica host at `ip` joins the list.
+    pub fn add(&self, ip: std::net::IpAddr) {
+        self.lock().push(SocketAddr::new(ip, wire::LEADER_PORT));
+    }
+
+    /// The replica host at `ip` leaves the list.
+    pub fn remove(&self, ip: std::net::IpAddr) {
+        self.lock().retain(|a| a.ip() != ip);
+    }
+
+    fn addrs(&self) -> Vec<SocketAddr> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SocketAddr>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The agent of `node`, whose clock runs at `clock`, beating to the replicas `directory`
+/// lists.
+pub async fn run(node: String, clock: Rate, directory: Directory, truth: Shared) -> turmoil::Result {
     let sock = Arc::new(UdpSocket::bind(("0.0.0.0", wire::AGENT_PORT)).await?);
     let copies = truth.lock().copies.clone();
-    let replicas: Vec<SocketAddr> =
-        replicas.iter().map(|r| SocketAddr::new(turmoil::lookup(r.as_str()), wire::LEADER_PORT)).collect();
     let boot = {
         let mut t = truth.lock();
         let j = t.journals.entry(node.clone()).or_default();
@@ -86,7 +110,7 @@ pub async fn run(node: String, clock: Rate, replicas: Vec<String>, truth: Shared
             }
         }
         a.tick(&truth);
-        a.beat(&sock, &replicas, &copies).await;
+        a.beat(&sock, &directory.addrs(), &copies).await;
     }
 }
 

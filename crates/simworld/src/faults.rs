@@ -11,7 +11,7 @@
 //! supervisor starts it again: `Faults::supervise`). When the load ends, every fault heals
 //! at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use baton_raft::net::sim::host_name;
@@ -56,7 +56,11 @@ enum Heal {
 
 pub struct Faults {
     rng: SplitMix64,
-    replicas: u64,
+    /// The replicas faults may hit, by id, ascending: every replica host but those the
+    /// operator retired (`retire`).
+    live: Vec<u64>,
+    /// Hosts of retired replicas: down for good, never started again.
+    retired: BTreeSet<String>,
     nodes: u64,
     next_ms: u64,
     active: Vec<(u64, Heal)>,
@@ -97,7 +101,8 @@ impl Faults {
         let active = Vec::new();
         Faults {
             rng,
-            replicas,
+            live: (1..=replicas).collect(),
+            retired: BTreeSet::new(),
             nodes,
             next_ms,
             active,
@@ -110,8 +115,33 @@ impl Faults {
         }
     }
 
+    /// A live replica's id, drawn.
+    fn replica_id(&mut self) -> u64 {
+        self.live[self.rng.below(self.live.len() as u64) as usize]
+    }
+
     fn replica(&mut self) -> String {
-        host_name(1 + self.rng.below(self.replicas))
+        host_name(self.replica_id())
+    }
+
+    /// Replica `id`, on a new host with `disk` and `jump`, joins the replicas faults hit;
+    /// ids come in order, each after every id before it.
+    pub fn add_replica(&mut self, id: u64, disk: PowerLossDisk, jump: Jump) {
+        assert_eq!(id as usize, self.replica_hosts.len() + 1, "replica ids are added in order");
+        self.disks.push(disk);
+        self.jumps.push(jump);
+        self.replica_hosts.push(host_name(id));
+        self.live.push(id);
+    }
+
+    /// Replica `id` left the cluster and its machine went away: its host goes down for good
+    /// (no fault's heal and no supervisor starts it again).
+    pub fn retire(&mut self, sim: &mut turmoil::Sim<'_>, id: u64) {
+        let host = host_name(id);
+        sim.crash(host.as_str());
+        self.live.retain(|i| *i != id);
+        self.ended.remove(&id);
+        self.retired.insert(host);
     }
 
     fn agent(&mut self) -> String {
@@ -119,7 +149,7 @@ impl Faults {
     }
 
     fn all_hosts(&self) -> Vec<String> {
-        (1..=self.replicas).map(host_name).chain((1..=self.nodes).map(agent_host)).collect()
+        self.live.iter().map(|i| host_name(*i)).chain((1..=self.nodes).map(agent_host)).collect()
     }
 
     /// Heals what is due, then injects the next fault if it is time; returns lines for the
@@ -143,7 +173,8 @@ impl Faults {
     /// replica a fault crashed waits for that fault's heal. Returns lines for the history.
     pub fn supervise(&mut self, sim: &mut turmoil::Sim<'_>, now_ms: u64) -> Vec<String> {
         let mut lines = Vec::new();
-        for (i, host) in (1..).zip(&self.replica_hosts) {
+        for &i in &self.live {
+            let host = &self.replica_hosts[(i - 1) as usize];
             let crashed = || self.active.iter().any(|(_, h)| matches!(h, Heal::Restart(x) if x == host));
             if sim.is_host_running(host.as_str()) || crashed() {
                 self.ended.remove(&i);
@@ -198,14 +229,14 @@ impl Faults {
             2 => {
                 let n = self.agent();
                 let for_ms = self.rng.range(500, 20_000);
-                for r in 1..=self.replicas {
+                for r in self.live.clone() {
                     sim.partition(n.as_str(), host_name(r).as_str());
                     self.active.push((now_ms + for_ms, Heal::Repair(n.clone(), host_name(r))));
                 }
                 ("isolate-agent", format!("{n} cut off from the replicas for {for_ms} ms"))
             }
             3 => {
-                let i = 1 + self.rng.below(self.replicas);
+                let i = self.replica_id();
                 let (r, cut) = self.cut_power(sim, i);
                 let down_ms = self.rng.range(0, 5_000);
                 self.active.push((now_ms + down_ms, Heal::Restart(r.clone())));
@@ -281,7 +312,7 @@ impl Faults {
                 // syncs hold back its own acknowledgements and its campaigns.
                 let i = match leader {
                     Some(l) if self.rng.chance(50) => l,
-                    _ => 1 + self.rng.below(self.replicas),
+                    _ => self.replica_id(),
                 };
                 let sync_ms = self.rng.range(20, MAX_SLOW_SYNC_MS);
                 let for_ms = self.rng.range(1_000, 20_000);
@@ -295,7 +326,7 @@ impl Faults {
                 // I/O error, dropping what was not synced: the replica must stop then.
                 let i = match leader {
                     Some(l) if self.rng.chance(50) => l,
-                    _ => 1 + self.rng.below(self.replicas),
+                    _ => self.replica_id(),
                 };
                 let disk = &self.disks[(i - 1) as usize];
                 if self.rng.chance(50) {
@@ -336,6 +367,7 @@ impl Faults {
                 sim.repair_oneway(a.as_str(), b.as_str());
                 format!("heal: {a} -> {b}")
             }
+            Heal::Restart(h) if self.retired.contains(&h) => format!("heal: {h} stays down (retired)"),
             Heal::Restart(h) => {
                 if !sim.is_host_running(h.as_str()) {
                     sim.bounce(h.as_str());

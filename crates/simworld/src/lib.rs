@@ -17,7 +17,9 @@
 //! - `load`: the client: setup, submits, cancels, queue writes, linearizable reads, and
 //!   what was acknowledged.
 //! - `faults`: the fault schedule drawn from the seed.
-//! - `operator`: replacements of voters by the spare replica, drawn from the seed.
+//! - `operator`: replacements of voters by spare replicas on new machines, drawn from the
+//!   seed.
+//! - `hosts`: starting replica hosts, at the start and mid-run.
 //! - `seeds`: many seeds, the line each prints, the replay command of a failing one.
 //! - `determinism`: what a seed needs to replay besides itself (tokio's choices seeded).
 //! - `history`: the run's history: a digest of every line, the last lines kept.
@@ -29,13 +31,15 @@
 //! copies of the protocol, not the real agent's and server's code (those become pure cores
 //! first); openraft's timers do not drift (the leases and silences do); processes crash and
 //! ignore stop signals (`truth::Adversity`) but save no files, so none writes after its stop;
-//! voters are replaced (`operator`), but every replica runs one build (no rolling upgrade).
+//! voters are replaced under new ids (`operator`), but every replica runs one build (no
+//! rolling upgrade).
 
 pub mod agent;
 pub mod clocks;
 pub mod determinism;
 pub mod faults;
 pub mod history;
+pub mod hosts;
 pub mod leader;
 pub mod load;
 pub mod operator;

@@ -172,9 +172,9 @@ pub async fn run(
         let next = l.accept().await.map(|(s, _)| SimStream(s));
         Some((next, l))
     });
-    if id == 1 && replica.applied_index().is_none() && !truth.lock().replaced {
-        // Refused harmlessly when the disk already holds the cluster. Never once a replica
-        // was replaced: replica 1 on a new disk joins the cluster that exists.
+    if id == 1 && replica.applied_index().is_none() {
+        // Refused harmlessly when the disk already holds the cluster. A replaced machine
+        // never comes back (`operator`): replica 1 never starts on a new disk.
         let _ = replica.bootstrap(members.clone()).await;
     }
     tokio::spawn(crate::leader::run(replica.clone(), clock(offset_ms, jump), rate, truth.clone()));

@@ -25,7 +25,7 @@ pub fn line(o: &Outcome) -> String {
     let faults: u64 = o.faults.values().sum();
     let verdict = if o.violations.is_empty() { "ok".to_string() } else { format!("{} VIOLATIONS", o.violations.len()) };
     format!(
-        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} crashes {} records {} digests {} bad GPUs {} faults {} simulated {} s in {} ms: {verdict}",
+        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} crashes {} records {} digests {} bad GPUs {} faults {} replaced {} simulated {} s in {} ms: {verdict}",
         o.seed,
         o.digest,
         o.applied,
@@ -42,6 +42,7 @@ pub fn line(o: &Outcome) -> String {
         o.digest_checks,
         o.gpu_faults,
         faults,
+        o.faults.get("replace-replica").copied().unwrap_or(0),
         o.simulated_ms / 1000,
         o.wall_ms
     )

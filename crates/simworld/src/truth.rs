@@ -195,9 +195,6 @@ pub struct Truth {
     pub copies: crate::wire::Copies,
     /// Whether `Sabotage::PartedState` has changed a replica's snapshot yet.
     pub parted: bool,
-    /// Whether the operator has replaced a replica yet (`operator`): no replica bootstraps
-    /// a cluster any more.
-    pub replaced: bool,
     pub journals: BTreeMap<String, Journal>,
     pub work: BTreeMap<String, JobWork>,
     pub history: History,

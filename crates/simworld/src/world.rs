@@ -1,6 +1,6 @@
 //! One seeded run: the hosts, the step loop, and the checks after each step. Every
 //! `CHECK_EVERY_MS` of simulated time each running replica's state is encoded and hashed:
-//! two replicas at one applied count must hold one state, every state must hold the
+//! two replicas at one applied log index must hold one state, every state must hold the
 //! scheduler's invariants (`baton_sched::invariants`), and no replica's committed leader id
 //! may ever fall below one it held (across restarts too: the vote is durable). The processes' checks run as they start
 //! (`truth`), the client's as it reads (`load`).
@@ -16,17 +16,20 @@ use baton_raft::types::NodeId;
 
 use crate::clocks::Rate;
 use crate::faults::{self, Faults, agent_host};
+use crate::hosts::ReplicaHosts;
 use crate::load::Load;
 use crate::operator::Operator;
 use crate::replica::{Handles, Jump};
 use crate::timing::{CHECK_EVERY_MS, SETTLE_MS};
 use crate::truth::{Ending, Sabotage, Shared};
 
-/// Applied counts whose state digest a run remembers, to compare replicas that reach them
+/// Applied log indexes whose state digest a run remembers, to compare replicas that reach them
 /// at different times.
 const MAX_DIGESTS_KEPT: usize = 100_000;
 /// Spare replicas one run may have, at most.
 pub const MAX_SPARES: u64 = 2;
+/// Spare replicas a run has by default: voters are replaced (`operator`).
+pub const SPARES: u64 = 1;
 /// Nodes one run simulates, at most (each is a host with an agent).
 pub const MAX_NODES: u64 = 1_000;
 /// Ports a host's outgoing connections take (turmoil's default is 49152..=65535).
@@ -72,7 +75,7 @@ impl Default for Options {
         Options {
             minutes: 10,
             replicas: 3,
-            spares: 0,
+            spares: SPARES,
             nodes: 16,
             faults: true,
             stop_at_violation: true,
@@ -194,8 +197,10 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let handles = Handles::default();
     let hosts = opts.replicas + opts.spares;
     let disks: Vec<PowerLossDisk> = (1..=hosts).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
-    let jumps: Vec<Jump> = (1..=hosts).map(|_| Jump::default()).collect();
-    add_hosts(&mut sim, seed, opts, &disks, &jumps, &handles, &truth);
+    let mut replica_hosts = ReplicaHosts::new(seed, opts, &handles, &truth);
+    let jumps: Vec<Jump> =
+        (1..=hosts).zip(&disks).map(|(id, d)| replica_hosts.start(&mut sim, id, d.clone())).collect();
+    add_agents(&mut sim, opts, &mut replica_hosts, &truth);
     let ended = Arc::new(AtomicBool::new(false));
     let load = Load {
         handles: handles.clone(),
@@ -210,8 +215,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
 
     let copies = truth.lock().copies.clone();
     let mut faults = Faults::new(seed, hosts, opts.nodes, jumps, copies, disks.clone());
-    let mut operator =
-        (opts.faults && opts.spares > 0).then(|| Operator::new(seed, hosts, disks.clone(), truth.clone()));
+    let spares = (opts.replicas + 1..=hosts).collect();
+    let mut operator = (opts.faults && opts.spares > 0).then(|| Operator::new(seed, spares, replica_hosts));
     let mut checks = Checks { clock_ahead_bound_ms: clock_ahead_bound_ms(opts), ..Checks::default() };
     let mut next_check_ms = 0;
     let mut healed = false;
@@ -240,7 +245,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         record(&truth, now, faults.supervise(&mut sim, now));
         if now >= next_check_ms || done {
             if let Some(o) = operator.as_mut() {
-                record(&truth, now, o.step(&mut sim, &handles, now, !ended.load(Ordering::SeqCst)));
+                record(&truth, now, o.step(&mut sim, &handles, &mut faults, now, !ended.load(Ordering::SeqCst)));
             }
             check_replicas(&mut sim, &handles, &truth, &mut checks, now);
             leader = leader_of(&mut sim, &handles);
@@ -250,15 +255,16 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
             break;
         }
     }
-    let applied = if truth.lock().violations.is_empty() {
-        let applied = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, operator.as_mut());
+    let index = if truth.lock().violations.is_empty() {
+        let index = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, operator.as_mut());
         check_records(&mut sim, &handles, &truth, &mut checks);
-        applied
+        index
     } else {
         checks.last_applied.values().copied().max().unwrap_or(0)
     };
+    let applied = handles.all().iter().map(|r| r.read_local(|s| s.applied())).max().unwrap_or(0);
     let t = truth.lock();
-    let digest = t.history.digest() ^ checks.digests.get(&applied).map_or(0, |d| d.0).rotate_left(17);
+    let digest = t.history.digest() ^ checks.digests.get(&index).map_or(0, |d| d.0).rotate_left(17);
     Outcome {
         seed,
         digest,
@@ -288,39 +294,13 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     }
 }
 
-fn add_hosts(
-    sim: &mut turmoil::Sim<'_>,
-    seed: u64,
-    opts: &Options,
-    disks: &[PowerLossDisk],
-    jumps: &[Jump],
-    handles: &Handles,
-    truth: &Shared,
-) {
-    let n = opts.replicas;
-    let hosts = n + opts.spares;
-    let mut rng = baton_rng::SplitMix64::new(seed ^ 0x636c_6f63_6b73);
-    // Rates from a generator of their own: the offsets drawn stay what they were.
-    let mut rates = baton_rng::SplitMix64::new(seed ^ 0x0064_7269_6674);
-    for id in 1..=hosts {
-        let (disk, handles, truth) = (disks[(id - 1) as usize].clone(), handles.clone(), truth.clone());
-        let jump = jumps[(id - 1) as usize].clone();
-        let spread = 2 * opts.clock_offset_ms + 1;
-        let offset_ms = rng.below(spread) as i64 - opts.clock_offset_ms as i64;
-        let rate = Rate::draw(&mut rates, opts.clock_drift_ppm);
-        truth.record(format!("r{id}'s clock is off by {offset_ms} ms and runs {rate}"));
-        sim.host(host_name(id), move || {
-            let (disk, handles, truth) = (disk.clone(), handles.clone(), truth.clone());
-            crate::replica::run(id, n, offset_ms, rate, jump.clone(), disk, handles, truth)
-        });
-    }
-    // Every replica host, the spares too: any may be a voter later.
-    let replicas: Vec<String> = (1..=hosts).map(host_name).collect();
+/// The agents' hosts, one per node, beating to the replicas `replica_hosts` lists.
+fn add_agents(sim: &mut turmoil::Sim<'_>, opts: &Options, replica_hosts: &mut ReplicaHosts, truth: &Shared) {
     for i in 1..=opts.nodes {
-        let (replicas, truth) = (replicas.clone(), truth.clone());
-        let rate = Rate::draw(&mut rates, opts.clock_drift_ppm);
+        let (directory, truth) = (replica_hosts.directory.clone(), truth.clone());
+        let rate = Rate::draw(replica_hosts.rates(), opts.clock_drift_ppm);
         truth.record(format!("{}'s clock runs {rate}", agent_host(i)));
-        sim.host(agent_host(i), move || crate::agent::run(agent_host(i), rate, replicas.clone(), truth.clone()));
+        sim.host(agent_host(i), move || crate::agent::run(agent_host(i), rate, directory.clone(), truth.clone()));
     }
 }
 
@@ -330,7 +310,7 @@ impl Checks {
     }
 }
 
-/// Compares every running replica's state with what others held at the same applied count,
+/// Compares every running replica's state with what others held at the same log index,
 /// checks its invariants, and checks that committed leader ids never go back.
 fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks, now: u64) {
     for r in handles.all() {
@@ -360,25 +340,27 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
                 c.leaders.insert(id, held.max(newest));
             }
         }
-        let applied = r.read_local(|s| s.applied());
-        if c.last_applied.get(&id) == Some(&applied) {
+        // By log index, not by commands applied: a membership entry changes the state too
+        // (behaviour 6 records the replicas it removes) without being a command.
+        let index = r.applied_index().unwrap_or(0);
+        if c.last_applied.get(&id) == Some(&index) {
             continue;
         }
-        c.last_applied.insert(id, applied);
+        c.last_applied.insert(id, index);
         let digest = r.read_local(state_digest);
-        // A state another replica held at this applied count was judged then: what
-        // `judge_state` checks is read from the state alone, so it would find the same.
-        let judged = matches!(c.digests.get(&applied), Some(&(d, _)) if d == digest);
+        // A state another replica held at this index was judged then: what `judge_state`
+        // checks is read from the state alone, so it would find the same.
+        let judged = matches!(c.digests.get(&index), Some(&(d, _)) if d == digest);
         if !judged {
             judge_state(&r, truth, c, now);
         }
-        match c.digests.get(&applied) {
+        match c.digests.get(&index) {
             Some(&(d, other)) if d != digest => {
-                report(truth, c, now, format!("r{id} and r{other} hold different states at applied {applied}"));
+                report(truth, c, now, format!("r{id} and r{other} hold different states at log index {index}"));
             }
             Some(_) => {}
             None => {
-                c.digests.insert(applied, (digest, id));
+                c.digests.insert(index, (digest, id));
                 while c.digests.len() > MAX_DIGESTS_KEPT {
                     c.digests.pop_first();
                 }
@@ -510,7 +492,7 @@ fn state_digest(s: &baton_model::state::State) -> u64 {
     h.finish()
 }
 
-/// After the load, with every replica at one applied count: each replica's accounting store
+/// After the load, with every replica at one applied log index: each replica's accounting store
 /// holds every record the state made, and the same ones (issue 34). A replica's store here
 /// lives in memory: one restarted rebuilt it from its snapshot's newest records and its log,
 /// which hold them all while fewer than `RECENT_RECORDS` were made.
@@ -546,7 +528,7 @@ fn check_records(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, 
     }
 }
 
-/// After the load: steps until every replica holds one applied count (or `SETTLE_MS`
+/// After the load: steps until every replica holds one applied log index (or `SETTLE_MS`
 /// passes, a violation), then returns it.
 fn converge(
     sim: &mut turmoil::Sim<'_>,
@@ -561,12 +543,12 @@ fn converge(
         let now = crate::now_ms_of(sim);
         record(truth, now, f.supervise(sim, now));
         if let Some(o) = operator.as_deref_mut() {
-            record(truth, now, o.step(sim, handles, now, false));
+            record(truth, now, o.step(sim, handles, f, now, false));
         }
         check_replicas(sim, handles, truth, c, now);
         let members = members(sim, handles);
         let applied: BTreeSet<u64> =
-            members.iter().filter_map(|id| handles.get(*id)).map(|r| r.read_local(|s| s.applied())).collect();
+            members.iter().filter_map(|id| handles.get(*id)).map(|r| r.applied_index().unwrap_or(0)).collect();
         let replacing = operator.as_ref().is_some_and(|o| !o.idle());
         if applied.len() == 1 && !replacing {
             return applied.into_iter().next().unwrap_or(0);
@@ -574,7 +556,9 @@ fn converge(
         // The client has finished (so `step` says done): the hosts still run.
         if now >= deadline || sim.step().is_err() {
             let replicas = crate::replica::describe(handles);
-            truth.lock().violation(now, format!("replicas did not converge: applied counts {applied:?}; {replicas}"));
+            truth
+                .lock()
+                .violation(now, format!("replicas did not converge: applied log indexes {applied:?}; {replicas}"));
             return applied.into_iter().max().unwrap_or(0);
         }
     }
