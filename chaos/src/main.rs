@@ -150,6 +150,11 @@ enum Cmd {
         /// machine joins as a spare under a new id (0: no replacements).
         #[arg(long, default_value_t = baton_simworld::world::SPARES)]
         spares: u64,
+        /// Of every hundred seeds, how many start their replicas on an older build (one that
+        /// reads data formats only up to a drawn one) and upgrade them one at a time under
+        /// the load and the faults (0: every replica runs this build).
+        #[arg(long, default_value_t = baton_simworld::world::UPGRADE_PERCENT)]
+        upgrade_percent: u64,
         /// Print each seed's last history lines, not only a failing one's.
         #[arg(long)]
         history: bool,
@@ -198,6 +203,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         clock_drift_ppm,
         adversarial_percent,
         spares,
+        upgrade_percent,
         history,
         history_lines,
         child,
@@ -229,6 +235,10 @@ fn sim(cmd: &Cmd) -> ExitCode {
         eprintln!("error: --spares must be 0 to {}, not {spares}", baton_simworld::world::MAX_SPARES);
         return ExitCode::FAILURE;
     }
+    if *upgrade_percent > 100 {
+        eprintln!("error: --upgrade-percent must be 0 to 100 (seeds in a hundred), not {upgrade_percent}");
+        return ExitCode::FAILURE;
+    }
     if *adversarial_percent > 100 {
         eprintln!("error: --adversarial-percent must be 0 to 100 (jobs in a hundred), not {adversarial_percent}");
         return ExitCode::FAILURE;
@@ -250,6 +260,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         clock_drift_ppm: *clock_drift_ppm,
         adversarial_percent: *adversarial_percent,
         spares: *spares,
+        upgrade_percent: *upgrade_percent,
         history_lines: *history_lines,
         ..baton_simworld::Options::default()
     };
@@ -303,7 +314,7 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
         .args(["--tick-ms", &opts.tick_ms.to_string(), "--clock-offset-ms", &opts.clock_offset_ms.to_string()])
         .args(["--clock-drift-ppm", &opts.clock_drift_ppm.to_string()])
         .args(["--adversarial-percent", &opts.adversarial_percent.to_string()])
-        .args(["--spares", &opts.spares.to_string()])
+        .args(["--spares", &opts.spares.to_string(), "--upgrade-percent", &opts.upgrade_percent.to_string()])
         .args(["--history-lines", &opts.history_lines.to_string()])
         .args(if opts.faults { &[][..] } else { &["--no-faults"][..] })
         .stderr(std::process::Stdio::inherit())

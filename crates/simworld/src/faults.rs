@@ -134,6 +134,11 @@ impl Faults {
         self.live.push(id);
     }
 
+    /// Whether replica `id`'s machine went away for good (`retire`).
+    pub fn retired(&self, id: u64) -> bool {
+        self.retired.contains(&host_name(id))
+    }
+
     /// Replica `id` left the cluster and its machine went away: its host goes down for good
     /// (no fault's heal and no supervisor starts it again).
     pub fn retire(&mut self, sim: &mut turmoil::Sim<'_>, id: u64) {

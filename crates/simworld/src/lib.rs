@@ -20,6 +20,7 @@
 //! - `operator`: replacements of voters by spare replicas on new machines, drawn from the
 //!   seed.
 //! - `hosts`: starting replica hosts, at the start and mid-run.
+//! - `upgrades`: replicas that start on an older build and are upgraded one at a time.
 //! - `seeds`: many seeds, the line each prints, the replay command of a failing one.
 //! - `determinism`: what a seed needs to replay besides itself (tokio's choices seeded).
 //! - `history`: the run's history: a digest of every line, the last lines kept.
@@ -31,8 +32,9 @@
 //! copies of the protocol, not the real agent's and server's code (those become pure cores
 //! first); openraft's timers do not drift (the leases and silences do); processes crash and
 //! ignore stop signals (`truth::Adversity`) but save no files, so none writes after its stop;
-//! voters are replaced under new ids (`operator`), but every replica runs one build (no
-//! rolling upgrade).
+//! voters are replaced under new ids (`operator`), and replicas upgraded from an older
+//! build (`upgrades`), but an older build is this one saying it reads older formats: its
+//! apply is today's.
 
 pub mod agent;
 pub mod clocks;
@@ -47,6 +49,7 @@ pub mod replica;
 pub mod seeds;
 pub mod timing;
 pub mod truth;
+pub mod upgrades;
 pub mod wire;
 pub mod world;
 

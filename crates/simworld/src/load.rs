@@ -83,14 +83,26 @@ fn rng_for(seed: u64) -> SplitMix64 {
     SplitMix64::new(seed ^ 0x6c6f_6164)
 }
 
+/// Where the load's topology setup stands (`Load::set_topology`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    Levels,
+    Domains,
+    Done,
+}
+
 impl Load {
     pub async fn run(self) -> turmoil::Result {
         let mut rng = rng_for(self.seed);
         let mut acked = Acked::default();
         self.set_up(&mut rng).await;
+        let mut topology = Topology::Levels;
         let mut n = 0u64;
         while crate::now_ms() < self.load_ms && n < MAX_JOBS {
             tokio::time::sleep(Duration::from_millis(rng.range(200, 3_000))).await;
+            if topology != Topology::Done {
+                topology = self.set_topology(&mut rng, topology).await;
+            }
             match rng.below(100) {
                 0..60 => {
                     n += 1;
@@ -172,18 +184,32 @@ impl Load {
             })
             .collect();
         self.write_until_acked(rng, Op::RegisterNodes(nodes)).await;
-        // Topology levels (decisions.md section 10): two NVLink domains in each rack; some
-        // gangs require one (`job`), so placement, preemption and the plan checker meet them.
-        let levels = vec![level("nvlink"), level("rack")];
-        self.write_until_acked(rng, Op::SetTopologyLevels(levels)).await;
+        self.truth.record("set up");
+    }
+
+    /// Topology levels (decisions.md section 10): two NVLink domains in each rack; some
+    /// gangs require one (`job`), so placement, preemption and the plan checker meet them.
+    /// Asked once per step of the load until both writes land: a cluster on an older build
+    /// holds them back until every replica is upgraded (`upgrades`), and meanwhile refuses
+    /// the submits that name a level, as it refuses other writes it cannot take.
+    async fn set_topology(&self, rng: &mut SplitMix64, at: Topology) -> Topology {
+        if at == Topology::Levels {
+            let levels = vec![level("nvlink"), level("rack")];
+            if self.write(rng, Op::SetTopologyLevels(levels)).await.is_none() {
+                return at;
+            }
+        }
         let domains = (1..=self.nodes)
             .map(|i| {
                 let nvlink = format!("x{}", (i / crate::faults::RACKS) % 2);
                 (Name::lit(&format!("n{i}")), BTreeMap::from([(level("nvlink"), Name::lit(&nvlink))]))
             })
             .collect();
-        self.write_until_acked(rng, Op::SetNodeDomains(domains)).await;
-        self.truth.record("set up");
+        if self.write(rng, Op::SetNodeDomains(domains)).await.is_none() {
+            return Topology::Domains;
+        }
+        self.truth.record("topology set");
+        Topology::Done
     }
 
     async fn submit(&self, rng: &mut SplitMix64, n: u64, acked: &mut Acked) {

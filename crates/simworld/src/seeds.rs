@@ -55,7 +55,7 @@ pub fn failure(o: &Outcome, opts: &Options) -> String {
     let _ = writeln!(
         out,
         "  replay: baton-chaos sim --seeds {}..{} --minutes {} --nodes {} --tick-ms {} --clock-offset-ms {} \
-         --clock-drift-ppm {} --adversarial-percent {} --spares {} --history",
+         --clock-drift-ppm {} --adversarial-percent {} --spares {} --upgrade-percent {} --history",
         o.seed,
         o.seed + 1,
         opts.minutes,
@@ -64,7 +64,8 @@ pub fn failure(o: &Outcome, opts: &Options) -> String {
         opts.clock_offset_ms,
         opts.clock_drift_ppm,
         opts.adversarial_percent,
-        opts.spares
+        opts.spares,
+        opts.upgrade_percent
     );
     for v in &o.violations {
         let _ = writeln!(out, "  violation {v}");

@@ -195,6 +195,9 @@ pub struct Truth {
     pub copies: crate::wire::Copies,
     /// Whether `Sabotage::PartedState` has changed a replica's snapshot yet.
     pub parted: bool,
+    /// The newest data format each replica's build reads, for those on an older build than
+    /// this one (`upgrades`); a replica not named runs this build.
+    pub builds: BTreeMap<u64, u32>,
     pub journals: BTreeMap<String, Journal>,
     pub work: BTreeMap<String, JobWork>,
     pub history: History,
@@ -237,6 +240,11 @@ impl Shared {
 }
 
 impl Truth {
+    /// The newest data format replica `id`'s build reads.
+    pub fn reads(&self, id: u64) -> u32 {
+        self.builds.get(&id).copied().unwrap_or(baton_raft::identity::DATA_FORMAT)
+    }
+
     pub fn violation(&mut self, at_ms: u64, what: String) {
         self.history.record(at_ms, format!("VIOLATION {what}"));
         if self.violations.len() < MAX_VIOLATIONS {

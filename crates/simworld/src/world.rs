@@ -22,6 +22,7 @@ use crate::operator::Operator;
 use crate::replica::{Handles, Jump};
 use crate::timing::{CHECK_EVERY_MS, SETTLE_MS};
 use crate::truth::{Ending, Sabotage, Shared};
+use crate::upgrades::Upgrades;
 
 /// Applied log indexes whose state digest a run remembers, to compare replicas that reach them
 /// at different times.
@@ -30,6 +31,9 @@ const MAX_DIGESTS_KEPT: usize = 100_000;
 pub const MAX_SPARES: u64 = 2;
 /// Spare replicas a run has by default: voters are replaced (`operator`).
 pub const SPARES: u64 = 1;
+/// Seeds in a hundred whose replicas start on an older build and are upgraded (`upgrades`),
+/// by default.
+pub const UPGRADE_PERCENT: u64 = 50;
 /// Nodes one run simulates, at most (each is a host with an agent).
 pub const MAX_NODES: u64 = 1_000;
 /// Ports a host's outgoing connections take (turmoil's default is 49152..=65535).
@@ -49,6 +53,9 @@ pub struct Options {
     /// Replicas besides them, members of nothing at first: the operator replaces voters by
     /// them (`operator`); 0: no replacements.
     pub spares: u64,
+    /// Of every hundred seeds, how many start their replicas on an older build and upgrade
+    /// them one at a time (`upgrades`); 0: every replica runs this build.
+    pub upgrade_percent: u64,
     pub nodes: u64,
     pub faults: bool,
     /// Stop at the first violation, so the history's tail ends there.
@@ -76,6 +83,7 @@ impl Default for Options {
             minutes: 10,
             replicas: 3,
             spares: SPARES,
+            upgrade_percent: UPGRADE_PERCENT,
             nodes: 16,
             faults: true,
             stop_at_violation: true,
@@ -197,6 +205,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let handles = Handles::default();
     let hosts = opts.replicas + opts.spares;
     let disks: Vec<PowerLossDisk> = (1..=hosts).map(|id| PowerLossDisk::new(format!("disk of r{id}"))).collect();
+    let percent = if opts.faults { opts.upgrade_percent } else { 0 };
+    let mut upgrades = Upgrades::draw(seed, percent, (1..=hosts).collect(), &truth);
     let mut replica_hosts = ReplicaHosts::new(seed, opts, &handles, &truth);
     let jumps: Vec<Jump> =
         (1..=hosts).zip(&disks).map(|(id, d)| replica_hosts.start(&mut sim, id, d.clone())).collect();
@@ -247,6 +257,9 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
             if let Some(o) = operator.as_mut() {
                 record(&truth, now, o.step(&mut sim, &handles, &mut faults, now, !ended.load(Ordering::SeqCst)));
             }
+            if let Some(u) = upgrades.as_mut() {
+                record(&truth, now, u.step(&mut sim, &faults, &truth, now));
+            }
             check_replicas(&mut sim, &handles, &truth, &mut checks, now);
             leader = leader_of(&mut sim, &handles);
             next_check_ms = now + CHECK_EVERY_MS;
@@ -256,7 +269,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         }
     }
     let index = if truth.lock().violations.is_empty() {
-        let index = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, operator.as_mut());
+        let changes = Changes { operator: operator.as_mut(), upgrades: upgrades.as_mut() };
+        let index = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, changes);
         check_records(&mut sim, &handles, &truth, &mut checks);
         index
     } else {
@@ -317,6 +331,13 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
         let id = r.id();
         if !sim.is_host_running(host_name(id).as_str()) {
             continue;
+        }
+        // What an older build could not decode must never reach it (the format gate): a
+        // real one would stop at the first such entry or snapshot.
+        let (reads, used) = (truth.lock().reads(id), r.format_used());
+        if used > reads {
+            let what = format!("r{id}'s build reads data formats up to {reads}, but its state holds format {used}");
+            report(truth, c, now, what);
         }
         let agreed = r.digest_counts().agreed;
         let seen = c.digest_checks.insert(id, agreed).unwrap_or(0);
@@ -528,6 +549,12 @@ fn check_records(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, 
     }
 }
 
+/// What an operator changes while the load runs, and completes after it.
+struct Changes<'a> {
+    operator: Option<&'a mut Operator>,
+    upgrades: Option<&'a mut Upgrades>,
+}
+
 /// After the load: steps until every replica holds one applied log index (or `SETTLE_MS`
 /// passes, a violation), then returns it.
 fn converge(
@@ -536,21 +563,25 @@ fn converge(
     truth: &Shared,
     c: &mut Checks,
     f: &mut Faults,
-    mut operator: Option<&mut Operator>,
+    mut changes: Changes<'_>,
 ) -> u64 {
     let deadline = crate::now_ms_of(sim) + SETTLE_MS;
     loop {
         let now = crate::now_ms_of(sim);
         record(truth, now, f.supervise(sim, now));
-        if let Some(o) = operator.as_deref_mut() {
+        if let Some(o) = changes.operator.as_deref_mut() {
             record(truth, now, o.step(sim, handles, f, now, false));
+        }
+        if let Some(u) = changes.upgrades.as_deref_mut() {
+            record(truth, now, u.step(sim, f, truth, now));
         }
         check_replicas(sim, handles, truth, c, now);
         let members = members(sim, handles);
         let applied: BTreeSet<u64> =
             members.iter().filter_map(|id| handles.get(*id)).map(|r| r.applied_index().unwrap_or(0)).collect();
-        let replacing = operator.as_ref().is_some_and(|o| !o.idle());
-        if applied.len() == 1 && !replacing {
+        let replacing = changes.operator.as_ref().is_some_and(|o| !o.idle());
+        let upgrading = changes.upgrades.as_ref().is_some_and(|u| !u.idle());
+        if applied.len() == 1 && !replacing && !upgrading {
             return applied.into_iter().next().unwrap_or(0);
         }
         // The client has finished (so `step` says done): the hosts still run.
