@@ -21,7 +21,10 @@
 //!    the first lender to the last borrower directly once the middle one is gone. Both kept
 //!    a node's capacity counted free twice (found by the simulator, stop 76).
 //! 6. membership changes record the replica ids they remove, and an id once removed is not
-//!    added again ([`crate::state::retired`]; found by the simulator, stop 77).
+//!    added again ([`crate::state::retired`]; found by the simulator, stop 77); and a
+//!    suspended job whose lend was passed on to the next borrower (behaviour 5) is suspended
+//!    for that borrower, so it does not resume while the borrower runs on its share (found
+//!    by the simulator, stop 78).
 
 use crate::command::Op;
 use crate::state::State;
@@ -40,6 +43,10 @@ pub const SLICES_ARE_GPUS: u32 = 4;
 pub const LENDS_FOLLOW_RANKS: u32 = 5;
 /// The behaviour under which membership changes record the replicas they remove.
 pub const RETIRED_REPLICAS: u32 = 6;
+/// The behaviour under which a lender whose lend was passed on to another borrower stays
+/// suspended for that borrower (the same version as [`RETIRED_REPLICAS`]: one build
+/// brought both).
+pub const PASSED_LENDS_HOLD: u32 = 6;
 
 /// The data format whose builds apply behaviour `v`: the raise to `v` needs it, so the format
 /// gate holds the raise back until every member applies `v`. A version this build does not

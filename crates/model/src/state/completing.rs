@@ -286,6 +286,24 @@ impl State {
             }
             b.lent_from.push(lend.clone());
             self.restore_lend(borrower, &lend);
+            self.suspend_for_borrower(lend.from, borrower);
+        }
+    }
+
+    /// Behaviour 6: a lender whose lend was passed on (`pass_on`) is suspended for its new
+    /// borrower, as it was for the job in the middle, so that it resumes only once the
+    /// borrower is gone. Under behaviour 5 the middle job's end released it, and a cycle
+    /// resumed it beside the borrower, which still ran on its share (simulator seed 36 of 10
+    /// minutes, stop 78: a rebuilt ledger parted from the incremental one).
+    fn suspend_for_borrower(&mut self, lender: JobId, borrower: JobId) {
+        if self.behaviour < crate::behaviour::PASSED_LENDS_HOLD {
+            return;
+        }
+        let Some(l) = self.d.jobs.get_mut(&lender).filter(|l| l.state == JobState::Suspended) else { return };
+        l.suspended_for = Some(borrower);
+        let b = self.d.jobs.get_mut(&borrower).expect("the borrower exists");
+        if !b.suspended_victims.contains(&lender) {
+            b.suspended_victims.push(lender);
         }
     }
 

@@ -1118,6 +1118,48 @@ mod tests {
         assert_eq!(rejected.len(), 1, "high still runs on low's CPU");
     }
 
+    /// Behaviour 6: once `mid` is gone, `low` lends `high` its CPU directly, and is
+    /// suspended for `high` now: it does not resume while `high` runs on that CPU. Under
+    /// behaviour 5 `mid`'s end released `low` (it was suspended for `mid`), a cycle resumed
+    /// it beside `high`, and `high`'s record still held the lend, so a rebuilt ledger parted
+    /// from the incremental one (simulator seed 36 of 10 minutes, stop 78). The queue has
+    /// room for both here: only the suspension holds `low` back.
+    #[test]
+    fn a_lender_whose_lend_was_passed_on_stays_suspended_for_the_borrower() {
+        for behaviour in [crate::behaviour::LENDS_FOLLOW_RANKS, crate::behaviour::PASSED_LENDS_HOLD] {
+            let mut s = cpu_node_n1(3);
+            apply(&mut s, Op::SetBehaviour(behaviour));
+            let low = cpu_job(&mut s, "low", PreemptionMode::Suspend, 1, 1);
+            decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
+            let mid = cpu_job(&mut s, "mid", PreemptionMode::Suspend, 1, 1);
+            suspend_for(&mut s, low, mid, 1);
+            let high = cpu_job(&mut s, "high", PreemptionMode::Checkpoint, 1, 1);
+            suspend_for(&mut s, mid, high, 1);
+            apply(&mut s, Op::Cancel { job: mid });
+            let gone = Observed::Stopped { job: mid, attempt: 1, rank: 0, checkpointed: false };
+            assert!(report(&mut s, "n1", vec![gone]).is_empty());
+            let resume = Decision::ResumeInPlace { job: low, attempt: 1 };
+            let plan = Plan { based_on: s.applied(), decisions: vec![resume] };
+            let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
+            if behaviour < crate::behaviour::PASSED_LENDS_HOLD {
+                assert!(rejected.is_empty(), "behaviour 5 is kept as it was");
+                continue;
+            }
+            assert_eq!(s.job(low).unwrap().suspended_for, Some(high));
+            assert!(
+                matches!(&rejected[..], [(0, crate::rejection::Rejection::StillRunsOnItsResources { .. })]),
+                "{rejected:?}"
+            );
+            s.ledger_consistent().unwrap();
+            // Once `high` is gone, `low` resumes.
+            apply(&mut s, Op::Cancel { job: high });
+            let gone = Observed::Stopped { job: high, attempt: 1, rank: 0, checkpointed: false };
+            assert!(report(&mut s, "n1", vec![gone]).is_empty());
+            decide(&mut s, Decision::ResumeInPlace { job: low, attempt: 1 });
+            s.ledger_consistent().unwrap();
+        }
+    }
+
     /// A CPU job `low` of `ranks` replicas, one CPU on each of n1.., in mode suspend,
     /// preempted by `high` on n1: its ranks are being suspended (Preempting).
     fn being_suspended(ranks: u32) -> (State, JobId, JobId) {
