@@ -1089,6 +1089,29 @@ mod tests {
         }
     }
 
+    /// On n1 of 3 CPUs under `behaviour`: `mid` ran on the CPU `low` lent it, then was
+    /// suspended for `high`, to which it lent that CPU on (and, with `filler`, a job of 2
+    /// CPUs runs beside); `mid` is cancelled and its stopped rank is gone while `high` still
+    /// runs. Returns (the state, low, high).
+    fn middle_gone(behaviour: u32, filler: bool) -> (State, JobId, JobId) {
+        let mut s = cpu_node_n1(3);
+        apply(&mut s, Op::SetBehaviour(behaviour));
+        let low = cpu_job(&mut s, "low", PreemptionMode::Suspend, 1, 1);
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
+        let mid = cpu_job(&mut s, "mid", PreemptionMode::Suspend, 1, 1);
+        suspend_for(&mut s, low, mid, 1);
+        let high = cpu_job(&mut s, "high", PreemptionMode::Checkpoint, 1, 1);
+        suspend_for(&mut s, mid, high, 1);
+        if filler {
+            let filler = cpu_job(&mut s, "filler", PreemptionMode::Checkpoint, 1, 2);
+            decide(&mut s, Decision::Place { job: filler, attempt: 1, replicas: on_n1(0) });
+        }
+        apply(&mut s, Op::Cancel { job: mid });
+        let gone = Observed::Stopped { job: mid, attempt: 1, rank: 0, checkpointed: false };
+        assert!(report(&mut s, "n1", vec![gone]).is_empty());
+        (s, low, high)
+    }
+
     /// Behaviour 5: `mid` ran on the CPU `low` lent it, then was suspended for `high`, to
     /// which it lent that CPU on. `mid` is cancelled and its stopped rank is gone while
     /// `high` still runs: `low` lends `high` the CPU directly, and stays suspended until
@@ -1096,20 +1119,7 @@ mod tests {
     /// (simulator seed 26 of 10 minutes, stop 76: a node over-allocated).
     #[test]
     fn a_lend_passed_on_stays_lent_once_the_job_in_the_middle_is_gone() {
-        let mut s = cpu_node_n1(3);
-        apply(&mut s, Op::SetBehaviour(crate::behaviour::LENDS_FOLLOW_RANKS));
-        let low = cpu_job(&mut s, "low", PreemptionMode::Suspend, 1, 1);
-        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
-        let mid = cpu_job(&mut s, "mid", PreemptionMode::Suspend, 1, 1);
-        suspend_for(&mut s, low, mid, 1);
-        let high = cpu_job(&mut s, "high", PreemptionMode::Checkpoint, 1, 1);
-        suspend_for(&mut s, mid, high, 1);
-        let filler = cpu_job(&mut s, "filler", PreemptionMode::Checkpoint, 1, 2);
-        decide(&mut s, Decision::Place { job: filler, attempt: 1, replicas: on_n1(0) });
-
-        apply(&mut s, Op::Cancel { job: mid });
-        let gone = Observed::Stopped { job: mid, attempt: 1, rank: 0, checkpointed: false };
-        assert!(report(&mut s, "n1", vec![gone]).is_empty());
+        let (mut s, low, high) = middle_gone(crate::behaviour::LENDS_FOLLOW_RANKS, true);
         let lends: Vec<JobId> = s.job(high).unwrap().lent_from.iter().map(|l| l.from).collect();
         assert_eq!(lends, vec![low], "high runs on low's CPU, lent to it directly now");
         s.ledger_consistent().unwrap();
@@ -1127,17 +1137,7 @@ mod tests {
     #[test]
     fn a_lender_whose_lend_was_passed_on_stays_suspended_for_the_borrower() {
         for behaviour in [crate::behaviour::LENDS_FOLLOW_RANKS, crate::behaviour::PASSED_LENDS_HOLD] {
-            let mut s = cpu_node_n1(3);
-            apply(&mut s, Op::SetBehaviour(behaviour));
-            let low = cpu_job(&mut s, "low", PreemptionMode::Suspend, 1, 1);
-            decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: on_n1(0) });
-            let mid = cpu_job(&mut s, "mid", PreemptionMode::Suspend, 1, 1);
-            suspend_for(&mut s, low, mid, 1);
-            let high = cpu_job(&mut s, "high", PreemptionMode::Checkpoint, 1, 1);
-            suspend_for(&mut s, mid, high, 1);
-            apply(&mut s, Op::Cancel { job: mid });
-            let gone = Observed::Stopped { job: mid, attempt: 1, rank: 0, checkpointed: false };
-            assert!(report(&mut s, "n1", vec![gone]).is_empty());
+            let (mut s, low, high) = middle_gone(behaviour, false);
             let resume = Decision::ResumeInPlace { job: low, attempt: 1 };
             let plan = Plan { based_on: s.applied(), decisions: vec![resume] };
             let Outcome::PlanApplied { rejected, .. } = apply(&mut s, Op::ApplyPlan(plan)) else { panic!() };
