@@ -147,6 +147,9 @@ impl Faults {
         self.live.retain(|i| *i != id);
         self.ended.remove(&id);
         self.retired.insert(host);
+        // Its records go with it: a day of replacements would otherwise keep hundreds of
+        // replicas' disks in memory, for hosts that never start again.
+        self.disks[(id - 1) as usize].wipe();
     }
 
     fn agent(&mut self) -> String {
