@@ -11,7 +11,7 @@
 //! supervisor starts it again: `Faults::supervise`). When the load ends, every fault heals
 //! at once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_raft::net::sim::host_name;
@@ -59,8 +59,6 @@ pub struct Faults {
     /// The replicas faults may hit, by id, ascending: every replica host but those the
     /// operator retired (`retire`).
     live: Vec<u64>,
-    /// Hosts of retired replicas: down for good, never started again.
-    retired: BTreeSet<String>,
     nodes: u64,
     next_ms: u64,
     active: Vec<(u64, Heal)>,
@@ -102,7 +100,6 @@ impl Faults {
         Faults {
             rng,
             live: (1..=replicas).collect(),
-            retired: BTreeSet::new(),
             nodes,
             next_ms,
             active,
@@ -136,17 +133,20 @@ impl Faults {
 
     /// Whether replica `id`'s machine went away for good (`retire`).
     pub fn retired(&self, id: u64) -> bool {
-        self.retired.contains(&host_name(id))
+        id as usize <= self.replica_hosts.len() && !self.live.contains(&id)
+    }
+
+    /// Whether `host` is a retired replica's (an agent's never is).
+    fn retired_host(&self, host: &str) -> bool {
+        self.replica_hosts.iter().position(|h| h == host).is_some_and(|i| self.retired(i as u64 + 1))
     }
 
     /// Replica `id` left the cluster and its machine went away: its host goes down for good
     /// (no fault's heal and no supervisor starts it again).
     pub fn retire(&mut self, sim: &mut turmoil::Sim<'_>, id: u64) {
-        let host = host_name(id);
-        sim.crash(host.as_str());
+        sim.crash(self.replica_hosts[(id - 1) as usize].as_str());
         self.live.retain(|i| *i != id);
         self.ended.remove(&id);
-        self.retired.insert(host);
         // Its records go with it: a day of replacements would otherwise keep hundreds of
         // replicas' disks in memory, for hosts that never start again.
         self.disks[(id - 1) as usize].wipe();
@@ -378,7 +378,7 @@ impl Faults {
                 sim.repair_oneway(a.as_str(), b.as_str());
                 format!("heal: {a} -> {b}")
             }
-            Heal::Restart(h) if self.retired.contains(&h) => format!("heal: {h} stays down (retired)"),
+            Heal::Restart(h) if self.retired_host(&h) => format!("heal: {h} stays down (retired)"),
             Heal::Restart(h) => {
                 if !sim.is_host_running(h.as_str()) {
                     sim.bounce(h.as_str());
