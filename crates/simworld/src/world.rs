@@ -97,7 +97,7 @@ impl Default for Options {
     }
 }
 
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub seed: u64,
     /// Of the whole history and the final state: equal for two runs of one seed.
@@ -191,7 +191,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .tick_duration(Duration::from_millis(opts.tick_ms))
-        .simulation_duration(Duration::from_millis(load_ms + 2 * SETTLE_MS + 60_000))
+        .simulation_duration(Duration::from_millis(load_ms + 2 * SETTLE_MS + 60_000 + changes_after_load_ms(opts)))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(faults::BASE_LATENCY_MS))
         // Every port a host does not listen on. Why: turmoil's TCP has no sequence numbers,
@@ -306,6 +306,14 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         simulated_ms: crate::now_ms_of(&sim),
         wall_ms: began.elapsed().as_millis() as u64,
     }
+}
+
+/// How long changes may go on after the load: every replica still to be upgraded, each up
+/// to `upgrades::GAP_MS.1` after the one before, and as long again for a replacement under
+/// way to finish (the operator begins none after the load). `converge` settles after them;
+/// one that takes longer ends the simulation, which it reports as not converged.
+fn changes_after_load_ms(opts: &Options) -> u64 {
+    2 * (opts.replicas + opts.spares) * crate::upgrades::GAP_MS.1
 }
 
 /// The agents' hosts, one per node, beating to the replicas `replica_hosts` lists.
@@ -556,7 +564,9 @@ struct Changes<'a> {
 }
 
 /// After the load: steps until every replica holds one applied log index (or `SETTLE_MS`
-/// passes, a violation), then returns it.
+/// passes after the last replacement or upgrade ended, a violation), then returns it. Why
+/// from the last change: a short seed may end its load with upgrades still to come, each
+/// `upgrades::GAP_MS` after the one before, and the cluster settles only after them.
 fn converge(
     sim: &mut turmoil::Sim<'_>,
     handles: &Handles,
@@ -565,7 +575,7 @@ fn converge(
     f: &mut Faults,
     mut changes: Changes<'_>,
 ) -> u64 {
-    let deadline = crate::now_ms_of(sim) + SETTLE_MS;
+    let mut deadline = crate::now_ms_of(sim) + SETTLE_MS;
     loop {
         let now = crate::now_ms_of(sim);
         record(truth, now, f.supervise(sim, now));
@@ -583,6 +593,9 @@ fn converge(
         let upgrading = changes.upgrades.as_ref().is_some_and(|u| !u.idle());
         if applied.len() == 1 && !replacing && !upgrading {
             return applied.into_iter().next().unwrap_or(0);
+        }
+        if replacing || upgrading {
+            deadline = now + SETTLE_MS;
         }
         // The client has finished (so `step` says done): the hosts still run.
         if now >= deadline || sim.step().is_err() {
