@@ -162,6 +162,10 @@ enum Cmd {
         /// failing seed, when large enough); at most 1,000,000.
         #[arg(long, default_value_t = baton_simworld::history::KEPT_LINES)]
         history_lines: usize,
+        /// Seeds run at once, each in a process of its own (default: one per core); lines
+        /// are printed in seed order whatever the number.
+        #[arg(long)]
+        jobs: Option<usize>,
         /// Run the one seed given here and print its outcome as JSON (what each seed's own
         /// process does for the parent).
         #[arg(long, hide = true)]
@@ -206,6 +210,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         upgrade_percent,
         history,
         history_lines,
+        jobs,
         child,
     } = cmd
     else {
@@ -233,6 +238,12 @@ fn sim(cmd: &Cmd) -> ExitCode {
     }
     if *spares > baton_simworld::world::MAX_SPARES {
         eprintln!("error: --spares must be 0 to {}, not {spares}", baton_simworld::world::MAX_SPARES);
+        return ExitCode::FAILURE;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let jobs = jobs.unwrap_or(cores.min(baton_simworld::seeds::MAX_JOBS));
+    if jobs == 0 || jobs > baton_simworld::seeds::MAX_JOBS {
+        eprintln!("error: --jobs must be 1 to {}, not {jobs}", baton_simworld::seeds::MAX_JOBS);
         return ExitCode::FAILURE;
     }
     if *upgrade_percent > 100 {
@@ -281,6 +292,7 @@ fn sim(cmd: &Cmd) -> ExitCode {
         seeds.clone(),
         &opts,
         *history,
+        jobs,
         |l| println!("{l}"),
         |seed| seed_in_own_process(&me, seed, &opts),
     );
@@ -322,25 +334,8 @@ fn seed_in_own_process(me: &std::path::Path, seed: u64, opts: &baton_simworld::O
     let parsed = out.as_ref().ok().and_then(|o| serde_json::from_slice::<baton_simworld::Outcome>(&o.stdout).ok());
     parsed.unwrap_or_else(|| baton_simworld::Outcome {
         seed,
-        digest: 0,
         violations: vec![format!("the seed's process failed: {:?}", out.map(|o| o.status))],
-        tail: Vec::new(),
-        applied: 0,
-        starts: 0,
-        windows: 0,
-        waiting_submits: 0,
-        gpu_faults: 0,
-        arrays: 0,
-        elastic: 0,
-        suspensions: 0,
-        slice_starts: 0,
-        shared_starts: 0,
-        crashes: 0,
-        records: 0,
-        digest_checks: 0,
-        faults: Default::default(),
-        simulated_ms: 0,
-        wall_ms: 0,
+        ..baton_simworld::Outcome::default()
     })
 }
 
