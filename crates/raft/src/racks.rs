@@ -38,8 +38,6 @@ pub(crate) struct Heard {
 #[derive(Default)]
 pub(crate) struct Racks {
     heard: Mutex<BTreeMap<NodeId, Heard>>,
-    /// Members asked, at this address, that have not answered since (down or cut off).
-    silent: Mutex<BTreeMap<NodeId, String>>,
     /// Woken by a write waiting for a member's format, so the asking does not wait a round.
     wake: Notify,
 }
@@ -52,19 +50,12 @@ impl Racks {
     }
 
     fn set(&self, id: NodeId, heard: Heard) {
-        self.silent.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
         self.heard.lock().unwrap_or_else(PoisonError::into_inner).insert(id, heard);
-    }
-
-    /// Whether member `id` was asked at `addr` and has not answered since.
-    pub(crate) fn is_silent(&self, id: NodeId, addr: &str) -> bool {
-        self.silent.lock().unwrap_or_else(PoisonError::into_inner).get(&id).is_some_and(|at| at == addr)
     }
 
     /// Forgets replicas that are no longer members.
     fn keep_only(&self, members: &BTreeMap<NodeId, String>) {
         self.heard.lock().unwrap_or_else(PoisonError::into_inner).retain(|id, _| members.contains_key(id));
-        self.silent.lock().unwrap_or_else(PoisonError::into_inner).retain(|id, _| members.contains_key(id));
     }
 
     /// Asks the members not heard from now, rather than at the next round.
@@ -117,7 +108,6 @@ async fn ask(racks: &Racks, peers: &Peers, id: NodeId, addr: &str, timeout: Dura
         Ok(who) => tracing::debug!(id, addr, found = who.node_id, "member's identity does not match; rack unknown"),
         Err(e) => {
             tracing::debug!(id, addr, error = %e, "member did not say its rack");
-            racks.silent.lock().unwrap_or_else(PoisonError::into_inner).insert(id, addr.to_string());
         }
     }
 }

@@ -11,6 +11,7 @@ mod data_format;
 mod decode_fuzz;
 mod disk_faults;
 mod durability;
+mod format_gate;
 mod forward_fallback;
 mod log_integrity;
 mod partition;
