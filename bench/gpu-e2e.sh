@@ -6,14 +6,8 @@
 # BENCHMARKS.md ("On a GPU machine"). Writes into $OUT (default ./gpu-e2e). Uses $BATON_BIN,
 # else target/release/baton, else builds it. Exits non-zero when a job did not succeed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out="${OUT:-gpu-e2e}"
-mkdir -p "$out"
-bin="${BATON_BIN:-target/release/baton}"
-if [ ! -x "$bin" ]; then
-  cargo build --release --bin baton || exit 1
-  bin=target/release/baton
-fi
+. "$(dirname "$0")/gpu-lib.sh"
+gpu_check_setup gpu-e2e
 bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
 work="$(mktemp -d /tmp/baton-gpu-e2e-XXXXXX)"
 port="${BATON_E2E_PORT:-7370}"

@@ -4,14 +4,8 @@
 # nvidia-smi says, for BENCHMARKS.md ("On a GPU machine"). Writes into $OUT (default
 # ./gpu-inventory). Uses $BATON_BIN, else target/release/baton, else builds it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-out="${OUT:-gpu-inventory}"
-mkdir -p "$out"
-bin="${BATON_BIN:-target/release/baton}"
-if [ ! -x "$bin" ]; then
-  cargo build --release --bin baton
-  bin=target/release/baton
-fi
+. "$(dirname "$0")/gpu-lib.sh"
+gpu_check_setup gpu-inventory
 { uname -a; date -u +%FT%TZ; } > "$out/machine.txt"
 nvidia-smi -L > "$out/nvidia-smi-L.txt" 2>&1 || echo "nvidia-smi -L failed" >> "$out/nvidia-smi-L.txt"
 nvidia-smi -q > "$out/nvidia-smi-q.txt" 2>&1 || echo "nvidia-smi -q failed" >> "$out/nvidia-smi-q.txt"
