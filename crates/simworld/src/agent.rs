@@ -158,21 +158,21 @@ impl Agent {
         let Some(&sent) = self.sent_ms.get(&g.seq) else { return };
         let Ok(d) = <Directive as prost::Message>::decode(g.directive.as_slice()) else { return };
         let (now, local) = (crate::now_ms(), self.clock.now_ms());
-        let lease_until = {
+        let held = {
             let mut t = truth.lock();
             let j = t.journals.entry(self.node.clone()).or_default();
             // A deposed leader's grant renews nothing and acknowledges nothing.
             let Ok(fence) = j.fence.check(g.term, g.leader) else { return };
             j.fence = fence;
-            j.lease_until_ms = j.lease_until_ms.max(sent + g.lease_ms);
-            j.lease_until_ms
+            j.lease.grant(sent, g.lease_ms);
+            j.holds_lease_at(local)
         };
         self.acknowledged(g.acked_seq, d.state_index);
         // The real agent reads its directives in order off one stream; grants may arrive in
         // any order (a copy late, a slow datagram), and one built from an older state than a
         // directive already obeyed would undo it: kill what the newer one started.
         let built = built_from(&d);
-        if local < lease_until && built >= self.obeyed {
+        if held && built >= self.obeyed {
             self.obeyed = built;
             self.act(truth, &d, now);
         }
@@ -216,7 +216,7 @@ impl Agent {
     fn start_deferred(&mut self, t: &mut Truth, now: u64) {
         let Some(d) = self.directive.take() else { return };
         let journal = t.journals.entry(self.node.clone()).or_default();
-        if self.clock.now_ms() < journal.lease_until_ms {
+        if journal.holds_lease_at(self.clock.now_ms()) {
             let inputs = self.inputs(journal, &d);
             if let Ok(plan) = reconcile::plan(&d, &inputs) {
                 let named: BTreeMap<ReplicaKey, &Assignment> =
@@ -550,7 +550,7 @@ mod tests {
         let mut a = agent();
         a.on_grant(&truth, grant(5, 2, vec![assignment(1, Action::Run, &[0])]));
         let t = truth.lock();
-        assert_eq!((t.starts, t.journals[NODE].lease_until_ms), (0, 0));
+        assert_eq!((t.starts, t.journals[NODE].lease.expires_at_ms()), (0, None));
     }
 
     /// Grants may arrive out of order (a duplicated datagram's copy, a slow one): a

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use baton_agent::fence::Fence;
 use baton_agent::journal::Outcome;
-use baton_agent::lease::Floor;
+use baton_agent::lease::{Floor, Lease, Standing};
 use baton_model::command::Observed;
 
 use crate::history::History;
@@ -81,14 +81,23 @@ pub struct Journal {
     pub ended: BTreeMap<Rank, Outcome>,
     /// The highest term, and its leader, whose directives the agent obeyed.
     pub fence: Fence,
-    /// The lease, on the node's clock: processes may run until it reads this.
-    pub lease_until_ms: u64,
+    /// The lease, on the node's clock: the real agent's (`baton_agent::lease`), counted from
+    /// when the beat a grant answers was sent, never shortened; processes may run while it
+    /// is held.
+    pub lease: Lease,
     /// The node's clock (`clocks::Rate`), on which the lease is timed.
     pub clock: crate::clocks::Rate,
     /// Starts of the agent.
     pub boots: u64,
     /// What the watchdog stopped, for the agent to report.
     pub unreported: Vec<Observed>,
+}
+
+impl Journal {
+    /// Whether the lease is held at `local_ms` on the node's clock (never granted: not).
+    pub fn holds_lease_at(&self, local_ms: u64) -> bool {
+        matches!(self.lease.standing(local_ms), Standing::Held { .. })
+    }
 }
 
 /// How long a job's ranks work and take to checkpoint, drawn when it is submitted, and how
@@ -329,7 +338,7 @@ impl Truth {
         let lapsed: Vec<(String, Rank)> = self
             .journals
             .iter()
-            .filter(|(_, j)| j.clock.local_ms(at_ms) >= j.lease_until_ms)
+            .filter(|(_, j)| !j.holds_lease_at(j.clock.local_ms(at_ms)))
             .flat_map(|(n, j)| j.processes.keys().map(move |r| (n.clone(), *r)))
             .collect();
         for (node, r) in lapsed {
