@@ -82,15 +82,18 @@ pub const MAX_NAMED_MEMBERS: usize = 16;
 pub enum Reads {
     /// It said so (or, a build from before reporting, said nothing: [`UNREPORTED_FORMAT`]).
     Format(u32),
-    /// Not heard from yet: it may read only [`UNREPORTED_FORMAT`].
+    /// Not heard from yet: it is taken to read the newest format the cluster has already
+    /// used (a member that could not read that has no log to follow), and nothing newer:
+    /// it may be an older build that comes back to entries it cannot read.
     Unknown,
 }
 
 impl Reads {
-    fn reads(self, format: u32) -> bool {
+    /// The newest format it is taken to read, the cluster having used formats up to `used`.
+    pub fn newest(self, used: u32) -> u32 {
         match self {
-            Reads::Format(f) => format <= f,
-            Reads::Unknown => format <= UNREPORTED_FORMAT,
+            Reads::Format(f) => f,
+            Reads::Unknown => used.max(UNREPORTED_FORMAT),
         }
     }
 }
@@ -131,14 +134,15 @@ fn names(behind: &[(u64, Reads)]) -> String {
     ids.join(", ")
 }
 
-/// Refuses `op` if a member in `members` (replica id, what it reads) cannot decode it.
-pub fn check(op: &Op, members: impl IntoIterator<Item = (u64, Reads)>) -> Result<(), FormatBehind> {
+/// Refuses `op` if a member in `members` (replica id, what it reads) cannot decode it, the
+/// cluster having used formats up to `used` ([`Reads::newest`]).
+pub fn check(op: &Op, members: impl IntoIterator<Item = (u64, Reads)>, used: u32) -> Result<(), FormatBehind> {
     let needs = op.format();
     if needs <= UNREPORTED_FORMAT {
         return Ok(());
     }
     let behind: Vec<(u64, Reads)> =
-        members.into_iter().filter(|(_, r)| !r.reads(needs)).take(MAX_NAMED_MEMBERS).collect();
+        members.into_iter().filter(|(_, r)| needs > r.newest(used)).take(MAX_NAMED_MEMBERS).collect();
     if behind.is_empty() {
         return Ok(());
     }

@@ -342,14 +342,12 @@ impl Core {
     /// catches up to vote) reads, as this replica last heard it.
     ///
     /// A member this replica's process never heard (down or cut off since before it started)
-    /// is [`Reads::Unknown`], whether or not it was asked. The gate takes it as reading the
-    /// newest format the cluster has already used ([`Core::format_used`]: a member that could
-    /// not read that has no log to follow) and nothing newer: it may be an older build that
-    /// comes back to entries it cannot read (simulator seed 800 of one minute: an upgraded,
-    /// restarted leader left out an older replica that had lost power, and raised the
-    /// behaviour past it). So only commands of a format the cluster never used wait for it,
-    /// and the one failure a cluster survives costs no write it could make before. It is
-    /// asked every second.
+    /// is [`Reads::Unknown`], whether or not it was asked: the gate takes it as reading the
+    /// newest format the cluster has already used, and nothing newer ([`Reads::newest`]).
+    /// Leaving it out instead let an upgraded, restarted leader raise the behaviour past an
+    /// older replica that had lost power (simulator seed 800 of one minute). Only commands of
+    /// a format the cluster never used wait for it, so the one failure a cluster survives
+    /// costs no write it could make before. It is asked every second.
     fn member_formats(&self) -> Vec<(NodeId, Reads)> {
         let m = self.raft.metrics();
         let m = m.borrow();
@@ -371,11 +369,8 @@ impl Core {
     /// [`FORMAT_WAIT_MS`]; one that reads an older format refuses the write at once.
     async fn formats_allow(&self, op: &baton_model::Op) -> Result<(), WriteError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(FORMAT_WAIT_MS);
-        let used = op.format() <= self.format_used();
         loop {
-            // A member not heard yet reads what the cluster already used (`member_formats`).
-            let members = self.member_formats().into_iter().filter(|(_, r)| !(used && *r == Reads::Unknown));
-            let err = match format::check(op, members) {
+            let err = match format::check(op, self.member_formats(), self.format_used()) {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
@@ -634,11 +629,8 @@ impl Replica {
     /// heard from yet counts as reading the newest format the cluster has used, and at least
     /// [`UNREPORTED_FORMAT`]): what the leader can commit without waiting for an upgrade.
     pub fn oldest_format(&self) -> u32 {
-        let unheard = self.core.format_used().max(UNREPORTED_FORMAT);
-        let reads = self.core.member_formats().into_iter().map(|(_, r)| match r {
-            Reads::Format(f) => f,
-            Reads::Unknown => unheard,
-        });
+        let used = self.core.format_used();
+        let reads = self.core.member_formats().into_iter().map(|(_, r)| r.newest(used));
         reads.min().unwrap_or(self.core.max_format)
     }
 

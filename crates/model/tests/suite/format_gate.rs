@@ -202,6 +202,10 @@ fn level(name: &str) -> baton_model::topology::LevelName {
     baton_model::topology::LevelName::new(name).unwrap()
 }
 
+/// The newest format a cluster has used, when it has used nothing past the oldest
+/// reported one: what a member not heard from is taken to read is then that format.
+const NOTHING_NEWER_USED: u32 = baton_model::format::UNREPORTED_FORMAT;
+
 #[test]
 fn a_submit_naming_topology_levels_needs_format_12_and_the_shorthand_does_not() {
     let submit = |topology: &str| {
@@ -281,7 +285,7 @@ fn a_command_takes_the_newest_format_of_what_it_carries() {
 fn a_command_newer_than_a_members_format_is_refused_naming_it() {
     let create = Op::CreateQueue(QueueSpec::named("q"));
     let members = [(1, Reads::Format(4)), (2, Reads::Format(3)), (3, Reads::Format(4))];
-    let err = format::check(&create, members).unwrap_err();
+    let err = format::check(&create, members, NOTHING_NEWER_USED).unwrap_err();
     assert_eq!(err, FormatBehind { op: "CreateQueue".into(), needs: 4, behind: vec![(2, Reads::Format(3))] });
     let text = err.to_string();
     assert!(text.contains("CreateQueue needs data format 4"), "{text}");
@@ -289,9 +293,9 @@ fn a_command_newer_than_a_members_format_is_refused_naming_it() {
 
     // What the oldest member reads still goes through.
     let submit = Op::SubmitRunAs { spec: gpu_job("j", "q", 1), request_id: None, run_as: None };
-    assert_eq!(format::check(&submit, members), Ok(()));
+    assert_eq!(format::check(&submit, members, NOTHING_NEWER_USED), Ok(()));
     // Once every member reads it, so does the newer command.
-    assert_eq!(format::check(&create, [(1, Reads::Format(4)), (2, Reads::Format(4))]), Ok(()));
+    assert_eq!(format::check(&create, [(1, Reads::Format(4)), (2, Reads::Format(4))], NOTHING_NEWER_USED), Ok(()));
 }
 
 #[test]
@@ -344,12 +348,18 @@ fn a_ranks_checkpoint_goes_to_no_member_of_format_10() {
 #[test]
 fn a_member_not_heard_from_is_behind_for_a_gated_command() {
     let create = Op::As { token: [0; 32], op: Box::new(Op::CreateCohort(cohort())) };
-    let err = format::check(&create, [(1, Reads::Format(4)), (5, Reads::Unknown)]).unwrap_err();
+    let err = format::check(&create, [(1, Reads::Format(4)), (5, Reads::Unknown)], NOTHING_NEWER_USED).unwrap_err();
     assert_eq!(err.op, "CreateCohort");
     assert_eq!(err.behind, vec![(5, Reads::Unknown)]);
     assert!(err.to_string().contains("replica 5 (not heard from yet)"), "{err}");
     // A command every build of the oldest reported format reads needs no answer.
-    assert_eq!(format::check(&Op::Tick, [(5, Reads::Unknown)]), Ok(()));
+    assert_eq!(format::check(&Op::Tick, [(5, Reads::Unknown)], NOTHING_NEWER_USED), Ok(()));
+    // Nor does one of a format the cluster has already used: a member that could not read
+    // it would have no log to follow. One newer still waits for it.
+    let used = create.format();
+    assert_eq!(format::check(&create, [(1, Reads::Format(4)), (5, Reads::Unknown)], used), Ok(()));
+    assert_eq!(Reads::Unknown.newest(used), used);
+    assert!(format::check(&create, [(5, Reads::Unknown)], used - 1).is_err());
 }
 
 #[test]
@@ -358,12 +368,12 @@ fn a_queue_write_with_a_visibility_waits_for_members_of_format_5() {
         token: [0; 32],
         op: Box::new(Op::CreateQueueVisible { spec: QueueSpec::named("q"), visibility: Visibility::Own }),
     };
-    let err = format::check(&create, [(1, Reads::Format(6)), (2, Reads::Format(5))]).unwrap_err();
+    let err = format::check(&create, [(1, Reads::Format(6)), (2, Reads::Format(5))], NOTHING_NEWER_USED).unwrap_err();
     assert_eq!(err, FormatBehind { op: "CreateQueueVisible".into(), needs: 6, behind: vec![(2, Reads::Format(5))] });
     // The same queue written without a visibility goes through: it is format 4's command.
     let plain = Op::As { token: [0; 32], op: Box::new(Op::CreateQueue(QueueSpec::named("q"))) };
-    assert_eq!(format::check(&plain, [(1, Reads::Format(6)), (2, Reads::Format(5))]), Ok(()));
-    assert_eq!(format::check(&create, [(1, Reads::Format(6)), (2, Reads::Format(6))]), Ok(()));
+    assert_eq!(format::check(&plain, [(1, Reads::Format(6)), (2, Reads::Format(5))], NOTHING_NEWER_USED), Ok(()));
+    assert_eq!(format::check(&create, [(1, Reads::Format(6)), (2, Reads::Format(6))], NOTHING_NEWER_USED), Ok(()));
 }
 
 /// A build of format 12 reads `gpu.milli` as a resource no node has and refuses the submit
