@@ -715,6 +715,12 @@ impl Replica {
                 leader_addr: String::new(),
                 reason: "the leader's address is not in the membership".into(),
             }),
+            // The leader refuses a forwarded leader-only operation (`admit_forwarded`):
+            // sending it would only cost the leader a refusal. A deposed leader's loops
+            // (liveness, registrations) meet this at each write until they see the new term.
+            Some((leader_id, Some(at))) if cmd.op.leader_only() => {
+                Err(WriteError::NotLeader { leader_id, leader_addr: at.api })
+            }
             Some((_, Some(_))) => {
                 let limit = self.core.settings.max_command_bytes;
                 let bytes = encoded_len(&cmd).map_err(|e| WriteError::Encode(e.to_string()))?;

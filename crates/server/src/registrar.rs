@@ -8,7 +8,10 @@
 //! into one `RegisterNodes` (one rebuild), and the next batch gathers while it commits.
 //!
 //! A batch the model refuses whole (one node's facts are invalid, or conflict with the work
-//! it holds) is retried one node at a time, so each agent gets its own answer.
+//! it holds) is retried one node at a time, so each agent gets its own answer. A batch whose
+//! write failed (this replica no longer leads, no quorum, a timeout) fails for every node
+//! alike: it is not retried node by node, which once cost a deposed leader a refused write
+//! per waiting node.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -32,7 +35,24 @@ const MAX_REGISTRATION_BYTES: usize = 1 << 20;
 const MAX_WAITING: usize = baton_model::limits::MAX_NODES_PER_COMMAND;
 
 /// Commits the node facts given as one command; what the agents are told.
-pub type Commit = Arc<dyn Fn(Vec<NodeSpec>) -> BoxFuture<'static, Result<(), Status>> + Send + Sync>;
+pub type Commit = Arc<dyn Fn(Vec<NodeSpec>) -> BoxFuture<'static, Result<(), NotCommitted>> + Send + Sync>;
+
+/// Why registrations were not committed.
+#[derive(Debug, Clone)]
+pub enum NotCommitted {
+    /// The model refused the command: some node's facts are at fault.
+    Refused(Status),
+    /// The write failed, whatever the nodes: the same for each of them.
+    Failed(Status),
+}
+
+impl NotCommitted {
+    fn status(self) -> Status {
+        match self {
+            NotCommitted::Refused(s) | NotCommitted::Failed(s) => s,
+        }
+    }
+}
 
 struct Waiting {
     spec: NodeSpec,
@@ -69,14 +89,15 @@ impl Registrar {
     }
 }
 
-async fn commit(replica: &Replica, specs: Vec<NodeSpec>) -> Result<(), Status> {
+async fn commit(replica: &Replica, specs: Vec<NodeSpec>) -> Result<(), NotCommitted> {
     let op = match <[NodeSpec; 1]>::try_from(specs) {
         Ok([one]) => Op::RegisterNode(one),
         Err(many) => Op::RegisterNodes(many),
     };
-    match replica.write(Command { now_ms: now_ms(), op }).await.map_err(status::from_write)? {
+    let written = replica.write(Command { now_ms: now_ms(), op }).await;
+    match written.map_err(|e| NotCommitted::Failed(status::from_write(e)))? {
         Ok(_) => Ok(()),
-        Err(e) => Err(status::from_apply(e)),
+        Err(e) => Err(NotCommitted::Refused(status::from_apply(e))),
     }
 }
 
@@ -124,19 +145,20 @@ fn gather(carried: &mut Vec<Waiting>, waiting: &mut mpsc::Receiver<Waiting>) -> 
     batch
 }
 
-/// Commits `batch` as one command; if that fails and it held more than one node, each
-/// node alone, so that one bad node does not fail the others.
+/// Commits `batch` as one command; if the model refuses it and it held more than one node,
+/// each node alone, so that one bad node does not fail the others.
 async fn commit_batch(batch: Vec<Waiting>, commit: &Commit) {
     let specs: Vec<NodeSpec> = batch.iter().map(|w| w.spec.clone()).collect();
     let whole = commit(specs).await;
-    if whole.is_ok() || batch.len() == 1 {
+    if !matches!(whole, Err(NotCommitted::Refused(_))) || batch.len() == 1 {
+        let whole = whole.map_err(NotCommitted::status);
         for w in batch {
             let _ = w.answer.send(whole.clone());
         }
         return;
     }
     for w in batch {
-        let alone = commit(vec![w.spec]).await;
+        let alone = commit(vec![w.spec]).await.map_err(NotCommitted::status);
         let _ = w.answer.send(alone);
     }
 }
@@ -153,7 +175,7 @@ mod tests {
     type Commits = Arc<Mutex<Vec<Vec<String>>>>;
 
     /// Records the nodes of every commit; the first commit waits for `gate`. Refuses any
-    /// batch that holds a node named "bad".
+    /// batch that holds a node named "bad"; fails the write of any that holds "unlucky".
     fn recording(gate: Arc<Semaphore>) -> (Commit, Commits) {
         let commits: Commits = Arc::default();
         let seen = commits.clone();
@@ -169,7 +191,10 @@ mod tests {
                     drop(gate.acquire().await.unwrap());
                 }
                 if specs.iter().any(|s| s.name.as_str() == "bad") {
-                    return Err(Status::invalid_argument("bad node"));
+                    return Err(NotCommitted::Refused(Status::invalid_argument("bad node")));
+                }
+                if specs.iter().any(|s| s.name.as_str() == "unlucky") {
+                    return Err(NotCommitted::Failed(Status::failed_precondition("not the leader")));
                 }
                 Ok(())
             })
@@ -267,6 +292,17 @@ mod tests {
             assert_eq!(a.is_ok(), *name != "bad", "{name}: {a:?}");
         }
         assert_eq!(commits.len(), 1 + names.len(), "the whole batch, then each node alone");
+    }
+
+    #[tokio::test]
+    async fn a_batch_whose_write_failed_fails_for_every_node_without_a_retry_each() {
+        let names = ["n1", "unlucky", "n2"];
+        let (answers, commits) = all_at_once(&names).await;
+        for (name, a) in names.iter().zip(&answers) {
+            let e = a.as_ref().expect_err(name);
+            assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{name}: {e}");
+        }
+        assert_eq!(commits.len(), 1, "the write's failure is no node's fault: {commits:?}");
     }
 
     #[tokio::test]

@@ -49,6 +49,11 @@ pub struct ScaleArgs {
     /// Simulated agents' heartbeat (`baton agent --heartbeat-ms`).
     #[arg(long, default_value_t = 500)]
     pub heartbeat_ms: u64,
+    /// Simulated nodes whose attach streams and reports share one HTTP/2 connection (1 to
+    /// 1,000). Real agents hold one each; with many nodes on one connection, a server that
+    /// ends the connection (HTTP/2's guard against reset floods) drops them all at once.
+    #[arg(long, default_value_t = simagents::NODES_PER_CONNECTION)]
+    pub nodes_per_connection: u32,
     /// Seconds of steady state measured once the backlog is placed.
     #[arg(long, default_value_t = 10)]
     pub steady_s: u64,
@@ -131,6 +136,10 @@ fn check(a: &ScaleArgs) -> Result<(), String> {
     if a.client_procs > clients::MAX_CLIENT_PROCS {
         return Err(format!("--client-procs {}: at most {}", a.client_procs, clients::MAX_CLIENT_PROCS));
     }
+    if a.nodes_per_connection == 0 || a.nodes_per_connection > simagents::MAX_NODES_PER_CONNECTION {
+        let most = simagents::MAX_NODES_PER_CONNECTION;
+        return Err(format!("--nodes-per-connection {}: must be 1 to {most}", a.nodes_per_connection));
+    }
     if a.heartbeat_ms == 0 || a.heartbeat_ms >= HEARTBEAT_TIMEOUT_MS {
         return Err(format!("--heartbeat-ms {}: must be 1 to {}", a.heartbeat_ms, HEARTBEAT_TIMEOUT_MS - 1));
     }
@@ -171,6 +180,7 @@ async fn phases(a: &ScaleArgs, children: &mut Children) -> Result<(), String> {
         run_ms: a.run_ms,
         heartbeat_ms: a.heartbeat_ms,
         servers: servers.clone(),
+        nodes_per_connection: a.nodes_per_connection,
     };
     let t = Instant::now();
     simagents::start(fleet, seen.clone())?;
@@ -593,6 +603,29 @@ fn value(text: &str, name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The benchmark's arguments as the command line gives them.
+    fn args(line: &[&str]) -> Result<ScaleArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            scale: ScaleArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("scale").chain(line.iter().copied())).map(|c| c.scale)
+    }
+
+    #[test]
+    fn nodes_per_connection_is_checked_and_named_when_out_of_bounds() {
+        let default = args(&[]).expect("the defaults parse");
+        assert_eq!(default.nodes_per_connection, simagents::NODES_PER_CONNECTION);
+        assert!(check(&default).is_ok());
+        for bad in ["0", "1001"] {
+            let a = args(&["--nodes-per-connection", bad]).expect("a number parses");
+            let e = check(&a).expect_err("out of bounds");
+            assert!(e.contains("--nodes-per-connection") && e.contains("1 to 1000"), "{e}");
+        }
+        assert!(check(&args(&["--nodes-per-connection", "1"]).unwrap()).is_ok());
+    }
 
     #[test]
     fn a_counter_is_read_with_or_without_its_total_suffix() {

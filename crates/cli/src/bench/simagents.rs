@@ -30,8 +30,12 @@ use tonic::transport::{Channel, Endpoint};
 use baton_agent::limits::MAX_PENDING_OBSERVATIONS;
 use baton_proto::LEADER_METADATA;
 
-/// Attach streams that share one connection (below HTTP/2 servers' usual stream limits).
-const NODES_PER_CONNECTION: usize = 100;
+/// Attach streams that share one connection by default (below HTTP/2 servers' usual stream
+/// limits). Real agents hold a connection each; `--nodes-per-connection` goes nearer that.
+pub const NODES_PER_CONNECTION: u32 = 100;
+/// Most attach streams on one connection: HTTP/2 servers commonly allow 100 to 1,000
+/// concurrent streams, and each node holds one open.
+pub const MAX_NODES_PER_CONNECTION: u32 = 1_000;
 
 #[derive(Debug, Clone)]
 pub struct Fleet {
@@ -41,6 +45,8 @@ pub struct Fleet {
     pub run_ms: u64,
     pub heartbeat_ms: u64,
     pub servers: Vec<String>,
+    /// Nodes whose attach streams and reports share one connection.
+    pub nodes_per_connection: u32,
 }
 
 /// What the simulated nodes saw, shared with the benchmark.
@@ -191,14 +197,15 @@ fn node_info(f: &Fleet, i: u32) -> NodeInfo {
     }
 }
 
-/// Lazily connected channels, `NODES_PER_CONNECTION` nodes to each, per replica address.
+/// Lazily connected channels, `Fleet::nodes_per_connection` nodes to each, per replica
+/// address.
 struct Channels {
     by_addr: HashMap<String, Vec<Channel>>,
 }
 
 impl Channels {
-    fn new(servers: &[String], nodes: u32) -> Result<Channels, String> {
-        let per = (nodes as usize).div_ceil(NODES_PER_CONNECTION).max(1);
+    fn new(servers: &[String], nodes: u32, nodes_per_connection: u32) -> Result<Channels, String> {
+        let per = nodes.div_ceil(nodes_per_connection.max(1)).max(1) as usize;
         let mut by_addr = HashMap::new();
         for addr in servers {
             let mut v = Vec::with_capacity(per);
@@ -219,7 +226,7 @@ impl Channels {
 
 /// Starts every node's task; they run until the runtime ends.
 pub fn start(f: Fleet, seen: Arc<Seen>) -> Result<(), String> {
-    let channels = Arc::new(Channels::new(&f.servers, f.nodes)?);
+    let channels = Arc::new(Channels::new(&f.servers, f.nodes, f.nodes_per_connection)?);
     for i in 0..f.nodes {
         let node = SimNode::new(&f, i);
         tokio::spawn(node.run(f.clone(), channels.clone(), seen.clone()));
@@ -567,8 +574,26 @@ mod tests {
 
     use super::*;
 
+    #[tokio::test]
+    async fn nodes_share_a_connection_per_so_many_nodes_at_each_replica() {
+        let servers = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
+        let c = Channels::new(&servers, 250, 10).expect("valid addresses");
+        assert!(c.by_addr.values().all(|v| v.len() == 25), "250 nodes, 10 to a connection");
+        let one = Channels::new(&servers, 250, 1_000).expect("valid addresses");
+        assert!(one.by_addr.values().all(|v| v.len() == 1), "fewer nodes than one connection takes");
+        assert!(c.get("127.0.0.1:3", 0).is_none(), "no channel to an address not given");
+    }
+
     fn fleet() -> Fleet {
-        Fleet { nodes: 1, gpus: 8, racks: 1, run_ms: 60_000, heartbeat_ms: 500, servers: vec![] }
+        Fleet {
+            nodes: 1,
+            gpus: 8,
+            racks: 1,
+            run_ms: 60_000,
+            heartbeat_ms: 500,
+            servers: vec![],
+            nodes_per_connection: NODES_PER_CONNECTION,
+        }
     }
 
     fn assign(job_id: u64, action: Action) -> Assignment {

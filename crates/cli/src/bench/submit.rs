@@ -225,6 +225,7 @@ async fn load_baton(a: &SubmitArgs, children: &Children) -> Result<(), String> {
         run_ms: a.run_ms.unwrap_or(RUN_MS),
         heartbeat_ms: baton_agent::config::AgentConfig::new("", "").heartbeat_ms,
         servers: servers.clone(),
+        nodes_per_connection: simagents::NODES_PER_CONNECTION,
     };
     let capacity = u64::from(a.nodes) * u64::from(GPUS_PER_NODE);
     bench_queue(&servers, capacity).await?;

@@ -249,6 +249,34 @@ async fn a_forwarded_tick_is_refused_and_the_clock_stays() {
     node.stop().await;
 }
 
+/// A follower does not forward an operation only the leader issues: the leader would refuse
+/// it (above), so the follower says at once who leads. A deposed leader's loops (declaring
+/// silent nodes lost, registering attaches) met that refusal one forwarded write at a
+/// time, thousands of them, at the new leader (a 50,000-node run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_refuses_a_leader_only_write_itself_naming_the_leader() {
+    let root = tempfile::tempdir().unwrap();
+    let nodes = cluster(root.path(), 3, settings()).await;
+    let leader = leader_of(&nodes).await;
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let before = follower.replica.write_counts().writes_forwarded;
+    let lost =
+        Op::SetNodeStatus { node: baton_model::name::Name::lit("n1"), status: baton_model::node::NodeStatus::Lost };
+    let register = Op::RegisterNode(baton_model::fixture::gpu_node("n1", 8));
+    for op in [Op::Tick, lost, register] {
+        let name = op.name();
+        let err = follower.replica.write(Command { now_ms: 1, op }).await.unwrap_err();
+        assert!(matches!(err, WriteError::NotLeader { leader_id, .. } if leader_id == leader), "{name}: {err}");
+    }
+    assert_eq!(follower.replica.write_counts().writes_forwarded, before, "nothing was forwarded");
+    // Any other write is still forwarded.
+    follower.replica.write(put("forwarded")).await.unwrap().unwrap();
+    assert_eq!(follower.replica.write_counts().writes_forwarded, before + 1);
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn a_forwarded_write_carries_the_leaders_time_not_the_senders() {
     let root = tempfile::tempdir().unwrap();
