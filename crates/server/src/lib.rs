@@ -42,7 +42,7 @@ mod gateway;
 pub use gateway::MAX_ATTACH_STREAMS_PER_NODE;
 mod hub;
 mod leader;
-mod liveness;
+pub mod liveness;
 pub mod metrics;
 mod panicked;
 mod quorum;

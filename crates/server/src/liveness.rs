@@ -7,6 +7,9 @@
 //! grants it no lease meanwhile. Its agent may report again between the finding and the
 //! commit (the leader declares many nodes in turn after a stall of its own), and a lease
 //! granted then would let it run work the commit puts back in the queue for another node.
+//!
+//! [`Silences`] decides, on times it is given; [`Liveness`] is it on this process's clock.
+//! The simulator's leader uses `Silences` on its simulated clock: one liveness behaviour.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
@@ -15,17 +18,105 @@ use std::time::{Duration, Instant};
 use baton_model::limits::MAX_NODES;
 use baton_model::name::Name;
 
-pub struct Liveness {
-    seen: Mutex<Seen>,
+/// The decisions, on times the caller gives (ms on one monotonic clock): which nodes are
+/// silent, which are fenced. Pure, so the server's leader (`Liveness`, on its own clock) and
+/// the simulator's leader (on a simulated, drifting clock) decide alike.
+pub struct Silences {
+    last_ms: HashMap<Name, u64>,
+    /// Found silent, not yet known lost in the state: no lease (bounded by `last_ms`'s names).
+    fenced: HashSet<Name>,
     /// Most names tracked at once.
     capacity: usize,
 }
 
-#[derive(Default)]
-struct Seen {
-    last: HashMap<Name, Instant>,
-    /// Found silent, not yet known lost in the state: no lease (bounded by `last`'s names).
-    fenced: HashSet<Name>,
+impl Default for Silences {
+    fn default() -> Self {
+        Silences::with_capacity(MAX_NODES)
+    }
+}
+
+impl Silences {
+    pub fn with_capacity(capacity: usize) -> Silences {
+        Silences { last_ms: HashMap::new(), fenced: HashSet::new(), capacity }
+    }
+
+    /// Records a heartbeat. Callers touch only registered nodes, which the model bounds by
+    /// the same limit; the bound holds here even if a caller did not: a name past it is not
+    /// tracked (and is never declared silent here).
+    pub fn touch(&mut self, node: &Name, now_ms: u64) {
+        if let Some(last) = self.last_ms.get_mut(node) {
+            *last = now_ms;
+        } else if self.last_ms.len() < self.capacity {
+            self.last_ms.insert(node.clone(), now_ms);
+        }
+    }
+
+    /// A new leader gives every node a full timeout to find it.
+    pub fn reset(&mut self, nodes: &[Name], now_ms: u64) {
+        // What an earlier term found silent is committed lost or gone by the time a new
+        // leader directs (it waits for every earlier commit).
+        self.fenced.clear();
+        self.last_ms.clear();
+        self.last_ms.extend(nodes.iter().take(self.capacity).map(|n| (n.clone(), now_ms)));
+    }
+
+    /// Forgets every node not in `known`.
+    pub fn retain(&mut self, known: &[Name]) {
+        let known: HashSet<&Name> = known.iter().collect();
+        self.last_ms.retain(|n, _| known.contains(n));
+        self.fenced.retain(|n| known.contains(n));
+    }
+
+    /// Nodes among `ready` to declare lost: not heard from for more than `timeout_ms`, or
+    /// found so before and not yet committed lost. Each is fenced (no lease) until
+    /// [`Silences::declared`]; a fenced node no longer ready was committed lost, and may have
+    /// leases again.
+    pub fn silent(&mut self, ready: &[Name], now_ms: u64, timeout_ms: u64) -> Vec<Name> {
+        if !self.fenced.is_empty() {
+            let ready_set: HashSet<&Name> = ready.iter().collect();
+            self.fenced.retain(|n| ready_set.contains(n));
+        }
+        let mut silent = Vec::new();
+        for n in ready {
+            if self.fenced.contains(n) {
+                silent.push(n.clone());
+                continue;
+            }
+            // A node registered since the reset starts its clock now (within the bound).
+            let last = match self.last_ms.get(n) {
+                Some(t) => *t,
+                None if self.last_ms.len() < self.capacity => *self.last_ms.entry(n.clone()).or_insert(now_ms),
+                None => now_ms,
+            };
+            if now_ms.saturating_sub(last) > timeout_ms {
+                silent.push(n.clone());
+            }
+        }
+        self.fenced.extend(silent.iter().cloned());
+        silent
+    }
+
+    /// `node` is committed lost: leases may be granted again (its report makes it ready).
+    pub fn declared(&mut self, node: &Name) {
+        self.fenced.remove(node);
+    }
+
+    /// Whether `node` is being declared lost: it gets no lease.
+    pub fn fenced(&self, node: &Name) -> bool {
+        self.fenced.contains(node)
+    }
+
+    /// When `node` was last heard from, if it is tracked.
+    pub fn last_ms(&self, node: &Name) -> Option<u64> {
+        self.last_ms.get(node).copied()
+    }
+}
+
+/// [`Silences`] on this process's monotonic clock, shared by the gateway and the leader loop.
+pub struct Liveness {
+    silences: Mutex<Silences>,
+    /// Where this process's clock for `Silences` starts.
+    epoch: Instant,
 }
 
 impl Default for Liveness {
@@ -36,87 +127,47 @@ impl Default for Liveness {
 
 impl Liveness {
     pub fn with_capacity(capacity: usize) -> Liveness {
-        Liveness { seen: Mutex::new(Seen::default()), capacity }
+        Liveness { silences: Mutex::new(Silences::with_capacity(capacity)), epoch: Instant::now() }
     }
 
-    /// Records a heartbeat. Callers touch only registered nodes, which the model bounds by
-    /// the same limit; the bound holds here even if a caller did not: a name past it is not
-    /// tracked (and is never declared silent by this map).
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
     pub fn touch(&self, node: &Name) {
-        let now = Instant::now();
-        let seen = &mut self.lock().last;
-        if let Some(last) = seen.get_mut(node) {
-            *last = now;
-        } else if seen.len() < self.capacity {
-            seen.insert(node.clone(), now);
-        }
+        let now_ms = self.now_ms();
+        self.lock().touch(node, now_ms);
     }
 
-    /// A new leader gives every node a full timeout to find it.
     pub fn reset(&self, nodes: &[Name]) {
-        let now = Instant::now();
-        let mut seen = self.lock();
-        // What an earlier term found silent is committed lost or gone by the time a new
-        // leader directs (it waits for every earlier commit).
-        seen.fenced.clear();
-        seen.last.clear();
-        seen.last.extend(nodes.iter().take(self.capacity).map(|n| (n.clone(), now)));
+        let now_ms = self.now_ms();
+        self.lock().reset(nodes, now_ms);
     }
 
-    /// Forgets every node not in `known`.
     pub fn retain(&self, known: &[Name]) {
-        let known: HashSet<&Name> = known.iter().collect();
-        let mut seen = self.lock();
-        seen.last.retain(|n, _| known.contains(n));
-        seen.fenced.retain(|n| known.contains(n));
+        self.lock().retain(known);
     }
 
-    /// Nodes among `ready` to declare lost: not heard from within `timeout`, or found so
-    /// before and not yet committed lost. Each is fenced (no lease) until [`Liveness::declared`];
-    /// a fenced node no longer ready was committed lost, and may have leases again.
     pub fn silent(&self, ready: &[Name], timeout: Duration) -> Vec<Name> {
-        let now = Instant::now();
-        let mut seen = self.lock();
-        if !seen.fenced.is_empty() {
-            let ready_set: HashSet<&Name> = ready.iter().collect();
-            seen.fenced.retain(|n| ready_set.contains(n));
-        }
-        let silent: Vec<Name> = ready
-            .iter()
-            .filter(|n| {
-                if seen.fenced.contains(*n) {
-                    return true;
-                }
-                // A node registered since the reset starts its clock now (within the bound).
-                let last = match seen.last.get(*n) {
-                    Some(t) => *t,
-                    None if seen.last.len() < self.capacity => *seen.last.entry((*n).clone()).or_insert(now),
-                    None => now,
-                };
-                now.duration_since(last) > timeout
-            })
-            .cloned()
-            .collect();
-        seen.fenced.extend(silent.iter().cloned());
-        silent
+        let now_ms = self.now_ms();
+        self.lock().silent(ready, now_ms, timeout.as_millis() as u64)
     }
 
-    /// `node` is committed lost: leases may be granted again (its report makes it ready).
     pub fn declared(&self, node: &Name) {
-        self.lock().fenced.remove(node);
+        self.lock().declared(node);
     }
 
-    /// Whether `node` is being declared lost: it gets no lease.
     pub fn fenced(&self, node: &Name) -> bool {
-        self.lock().fenced.contains(node)
+        self.lock().fenced(node)
     }
 
     pub fn last_seen(&self, node: &Name) -> Option<Duration> {
-        self.lock().last.get(node).map(|t| t.elapsed())
+        let last_ms = self.lock().last_ms(node)?;
+        Some(Duration::from_millis(self.now_ms().saturating_sub(last_ms)))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Silences> {
+        self.silences.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -124,20 +175,24 @@ impl Liveness {
 mod tests {
     use super::*;
 
+    fn names(names: &[&str]) -> Vec<Name> {
+        names.iter().map(|n| Name::lit(n)).collect()
+    }
+
     #[test]
     fn the_map_never_holds_more_names_than_its_bound() {
-        let l = Liveness::with_capacity(3);
+        let mut l = Silences::with_capacity(3);
         for i in 0..10 {
-            l.touch(&Name::lit(&format!("n{i}")));
+            l.touch(&Name::lit(&format!("n{i}")), 0);
         }
-        assert_eq!(l.lock().last.len(), 3, "names past the bound must not be tracked");
+        assert_eq!(l.last_ms.len(), 3, "names past the bound must not be tracked");
         // A tracked node keeps being tracked; an untracked one is not heard of.
-        assert!(l.last_seen(&Name::lit("n0")).is_some());
-        assert!(l.last_seen(&Name::lit("n9")).is_none());
+        assert!(l.last_ms(&Name::lit("n0")).is_some());
+        assert!(l.last_ms(&Name::lit("n9")).is_none());
         // `silent` may not grow it either.
         let ready: Vec<Name> = (10..20).map(|i| Name::lit(&format!("n{i}"))).collect();
-        l.silent(&ready, Duration::from_secs(60));
-        assert_eq!(l.lock().last.len(), 3);
+        l.silent(&ready, 0, 60_000);
+        assert_eq!(l.last_ms.len(), 3);
     }
 
     /// A node found silent may report again before the leader has committed it lost (the
@@ -147,31 +202,50 @@ mod tests {
     /// that requeued the job, which then ran twice).
     #[test]
     fn a_node_found_silent_is_fenced_until_it_is_committed_lost() {
-        let l = Liveness::default();
-        let (n1, n2) = (Name::lit("n1"), Name::lit("n2"));
-        l.reset(&[n1.clone(), n2.clone()]);
-        let ready = [n1.clone(), n2.clone()];
-        std::thread::sleep(Duration::from_millis(20));
-        l.touch(&n2);
-        assert_eq!(l.silent(&ready, Duration::from_millis(10)), vec![n1.clone()]);
+        let mut l = Silences::default();
+        let ready = names(&["n1", "n2"]);
+        let (n1, n2) = (&ready[0], &ready[1]);
+        l.reset(&ready, 0);
+        l.touch(n2, 20);
+        assert_eq!(l.silent(&ready, 20, 10), vec![n1.clone()]);
         // It reports again: still fenced, and still to declare (its commit failed).
-        l.touch(&n1);
-        assert!(l.fenced(&n1) && !l.fenced(&n2));
-        assert_eq!(l.silent(&ready, Duration::from_secs(60)), vec![n1.clone()]);
+        l.touch(n1, 21);
+        assert!(l.fenced(n1) && !l.fenced(n2));
+        assert_eq!(l.silent(&ready, 21, 60_000), vec![n1.clone()]);
         // Committed lost: leases again.
-        l.declared(&n1);
-        assert!(!l.fenced(&n1));
-        assert!(l.silent(&ready, Duration::from_secs(60)).is_empty());
+        l.declared(n1);
+        assert!(!l.fenced(n1));
+        assert!(l.silent(&ready, 21, 60_000).is_empty());
         // A write that timed out but committed: the node is no longer ready, nor fenced.
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(l.silent(&ready, Duration::from_millis(10)), ready.to_vec());
+        assert_eq!(l.silent(&ready, 41, 10), ready);
         // n1 is committed lost (no longer ready): it is let go; n2 is still to declare.
-        assert_eq!(l.silent(std::slice::from_ref(&n2), Duration::from_secs(60)), vec![n2.clone()]);
-        assert!(!l.fenced(&n1));
+        assert_eq!(l.silent(std::slice::from_ref(n2), 41, 60_000), vec![n2.clone()]);
+        assert!(!l.fenced(n1));
+    }
+
+    /// Silent means longer than the timeout, on the caller's clock; a node registered after
+    /// the reset starts its silence when first looked at.
+    #[test]
+    fn a_node_is_silent_only_past_the_timeout_and_a_new_one_starts_when_first_seen() {
+        let mut l = Silences::default();
+        let ready = names(&["n1", "n2"]);
+        l.reset(&ready[..1], 1_000);
+        assert!(l.silent(&ready, 6_000, 5_000).is_empty(), "n1 at exactly the timeout, n2 new");
+        assert_eq!(l.silent(&ready, 6_001, 5_000), names(&["n1"]));
+        assert_eq!(l.silent(&ready, 11_001, 5_000), ready, "n2's clock began at 6,000");
+    }
+
+    #[test]
+    fn the_shell_counts_on_its_own_clock() {
+        let l = Liveness::default();
+        let n1 = Name::lit("n1");
+        l.reset(std::slice::from_ref(&n1));
+        assert!(l.last_seen(&n1).is_some_and(|d| d < Duration::from_secs(60)));
+        assert!(l.silent(std::slice::from_ref(&n1), Duration::from_secs(60)).is_empty());
     }
 
     #[test]
     fn by_default_the_bound_is_the_models_node_limit() {
-        assert_eq!(Liveness::default().capacity, baton_model::limits::MAX_NODES);
+        assert_eq!(Silences::default().capacity, baton_model::limits::MAX_NODES);
     }
 }

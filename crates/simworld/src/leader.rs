@@ -22,6 +22,7 @@ use baton_proto::v1::{Assignment, Directive};
 use baton_raft::replica::WallClock;
 use baton_raft::{Replica, Role};
 use baton_server::desired::{TermLists, desired};
+use baton_server::liveness::Silences;
 use turmoil::net::UdpSocket;
 
 use crate::clocks::Rate;
@@ -39,13 +40,13 @@ struct Leading {
     last_term: Option<u64>,
     /// When the newest quorum confirmation began.
     confirmed_ms: u64,
-    last_beat_ms: BTreeMap<String, u64>,
+    /// Beats and silences, decided as the server's leader decides them (`Silences`), on this
+    /// replica's clock. A node found silent is fenced until the state says lost: a beat
+    /// answered between the finding and the commit would hand out a lease on work the
+    /// commit then requeues elsewhere.
+    silences: Silences,
     /// Per (node, agent boot): the newest beat whose observations are committed.
     acked: BTreeMap<(String, u64), u64>,
-    /// Nodes found silent and being declared lost: no grant until the state says lost. A
-    /// beat answered between the finding and the commit would hand out a lease on work the
-    /// commit then requeues elsewhere.
-    fenced: std::collections::BTreeSet<String>,
     /// When this replica last wrote a state digest (or began to lead).
     digest_ms: u64,
     /// Each node's directive, kept between beats as the server's leader keeps it.
@@ -98,10 +99,9 @@ async fn directing(replica: &Replica, leading: &Lead, truth: &Shared) -> bool {
     if l.term != Some(m.term) {
         l.term = Some(m.term);
         l.last_term = Some(m.term);
-        let nodes: Vec<String> = replica.read_local(|s| s.nodes().keys().map(|n| n.to_string()).collect());
-        l.last_beat_ms = nodes.into_iter().map(|n| (n, began)).collect();
+        let nodes: Vec<Name> = replica.read_local(|s| s.nodes().keys().cloned().collect());
         // What an earlier term declared is committed or gone by now (the read above).
-        l.fenced.clear();
+        l.silences.reset(&nodes, began);
         l.digest_ms = began;
         truth.record(format!("r{} directs in term {}", replica.id(), m.term));
     }
@@ -110,10 +110,11 @@ async fn directing(replica: &Replica, leading: &Lead, truth: &Shared) -> bool {
 
 async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Shared) {
     let now = clock.now_ms();
-    let (plan, tick_due, ready) = replica.read_local(|s| {
-        let ready: Vec<String> =
-            s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.to_string()).collect();
-        (baton_sched::cycle(s, now), s.tick_due(now), ready)
+    let (plan, tick_due, nodes, ready) = replica.read_local(|s| {
+        let nodes: Vec<Name> = s.nodes().keys().cloned().collect();
+        let ready: Vec<Name> =
+            s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect();
+        (baton_sched::cycle(s, now), s.tick_due(now), nodes, ready)
     });
     if !plan.decisions.is_empty() {
         write(replica, clock, Op::ApplyPlan(plan)).await;
@@ -143,23 +144,17 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     let at = lock(leading).clock.now_ms();
     let timeout_ms =
         if truth.lock().sabotage == Some(Sabotage::EarlyLoss) { LEASE_MS / 2 } else { HEARTBEAT_TIMEOUT_MS };
-    let silent: Vec<String> = {
+    let silent = {
         let mut l = lock(leading);
-        // A fenced node no longer ready was declared lost: it may be granted again once back.
-        l.fenced.retain(|n| ready.contains(n));
-        let silent: Vec<String> = ready
-            .into_iter()
-            .filter(|n| l.fenced.contains(n) || l.last_beat_ms.get(n).is_some_and(|b| at > b + timeout_ms))
-            .collect();
-        l.fenced.extend(silent.iter().cloned());
-        silent
+        l.silences.retain(&nodes);
+        l.silences.silent(&ready, at, timeout_ms)
     };
     for node in silent {
         truth.record(format!("r{} declares {node} lost", replica.id()));
         // Committed: the state says lost, and grants may resume (after the node's report,
         // `answer`). Not known to commit: it stays fenced and is declared again.
-        if write(replica, clock, Op::SetNodeStatus { node: Name::lit(&node), status: NodeStatus::Lost }).await {
-            lock(leading).fenced.remove(&node);
+        if write(replica, clock, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Lost }).await {
+            lock(leading).silences.declared(&node);
         }
     }
 }
@@ -192,12 +187,12 @@ fn fresh(l: &Leading, truth: &Shared) -> Option<u64> {
 
 async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Shared, beat: Beat) -> Option<Grant> {
     let term = fresh(&lock(leading), truth)?;
+    let node = Name::lit(&beat.node);
     {
         let mut l = lock(leading);
         let at = l.clock.now_ms();
-        l.last_beat_ms.insert(beat.node.clone(), at);
+        l.silences.touch(&node, at);
     }
-    let node = Name::lit(&beat.node);
     let lost = replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
     let key = (beat.node.clone(), beat.boot);
     // As the server's gateway: a report whose observations do not commit renews nothing.
@@ -219,7 +214,7 @@ async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sh
     }
     // Still leading, and confirmed recently, after the writes; and not being declared lost.
     let l = lock(leading);
-    if fresh(&l, truth) != Some(term) || l.fenced.contains(&beat.node) {
+    if fresh(&l, truth) != Some(term) || l.silences.fenced(&node) {
         return None;
     }
     let acked_seq = l.acked.get(&key).copied().unwrap_or(0);

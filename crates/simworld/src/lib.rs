@@ -9,7 +9,8 @@
 //! Layout:
 //! - `world`: one seeded run: hosts, the step loop, the checks after each step, the outcome.
 //! - `replica`: a replica host: the raft server and its leader.
-//! - `leader`: what a leader does beyond the log: cycles, liveness, leases, reports.
+//! - `leader`: what a leader does beyond the log: cycles, liveness (the server's
+//!   `baton_server::liveness::Silences`), leases, reports.
 //! - `agent`: a node's agent: beats and leases, and the real agent's reconciliation
 //!   (`baton_agent::reconcile::plan`) carried out on simulated processes.
 //! - `wire`: the datagrams between agents and leaders.
@@ -28,8 +29,8 @@
 //! - `clocks`: each host's clock rate (drift), on which it times leases and silences.
 //!
 //! Not yet here (issue 32): the agent decides by the real agent's rules, but its beats,
-//! leases and processes, and the leader beyond its directives, are this crate's own small
-//! copies of the protocol, not the real agent's and server's code (those become pure cores
+//! leases and processes, and the leader beyond its directives and its silences, are this
+//! crate's own small copies of the protocol, not the real agent's and server's code (those become pure cores
 //! first); openraft's timers do not drift (the leases and silences do); processes crash and
 //! ignore stop signals (`truth::Adversity`) but save no files, so none writes after its stop;
 //! voters are replaced under new ids (`operator`), and replicas upgraded from an older
