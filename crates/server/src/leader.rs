@@ -341,15 +341,16 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
 /// machine, minutes for a few hundred nodes, while the round (and the next cycle) waited.
 const MAX_DECLARATIONS_IN_FLIGHT: usize = 64;
 
-/// Declares the `silent` nodes lost, one write each, while this replica still leads `term`.
-/// A leader deposed during its round stops there: its agents went to the new leader, so
-/// every node it knew soon looks silent to it, and it went on writing for minutes, one
-/// refused write per node (a 50,000-node run).
+/// Declares the `silent` nodes lost, one write each, while this replica still leads `term`
+/// and is not shutting down. A leader deposed during its round stops there: its agents went
+/// to the new leader, so every node it knew soon looks silent to it, and it went on writing
+/// for minutes, one refused write per node (a 50,000-node run). A replica told to stop
+/// waits for its leader loop, which waited for all of those writes: SIGTERM took minutes.
 async fn declare_lost(ctx: &Ctx, term: u64, silent: Vec<Name>) {
     use futures::StreamExt;
     let leading = || {
         let m = ctx.replica.metrics();
-        m.role == Role::Leader && m.term == term
+        !*ctx.closing.borrow() && m.role == Role::Leader && m.term == term
     };
     let declare = |node: Name| async move {
         if !leading() {
@@ -612,6 +613,21 @@ pub(crate) mod tests {
         assert!(names.iter().all(|n| status(n) == NodeStatus::Lost), "the leading term's round declares them");
         let entries = replica.metrics().last_log_index.expect("a log") - before;
         assert!(entries < 100, "200 nodes declared lost in {entries} raft entries: one at a time");
+    }
+
+    /// A replica shutting down declares nothing more: its leader loop ends with the round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replica_shutting_down_declares_no_node_lost() {
+        let (replica, _stop) = lone_leader().await;
+        let node = baton_model::fixture::gpu_node("n1", 8);
+        let register = Command { now_ms: 1, op: Op::RegisterNode(node.clone()) };
+        replica.write(register).await.expect("committed").expect("applied");
+        let term = replica.metrics().term;
+        let ctx =
+            crate::Ctx::new(replica.clone(), crate::ServerSettings::default(), baton_proto::tls::Transport::Insecure);
+        ctx.closing.send_replace(true);
+        declare_lost(&ctx, term, vec![node.name.clone()]).await;
+        assert_eq!(replica.read_local(|s| s.nodes()[&node.name].status), NodeStatus::Ready);
     }
 
     fn openraft_log_id(term: u64, index: u64) -> baton_raft::types::LogId {
