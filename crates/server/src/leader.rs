@@ -572,18 +572,25 @@ pub(crate) mod tests {
         assert_eq!(replica.read_local(|s| s.applied()), before + 1);
     }
 
+    /// A lone leader whose state has `nodes` registered, a server context on it, and its term.
+    async fn leading_with(
+        nodes: Vec<baton_model::node::NodeSpec>,
+    ) -> (Replica, tokio::sync::oneshot::Sender<()>, Ctx, u64) {
+        let (replica, stop) = lone_leader().await;
+        let register = Command { now_ms: 1, op: Op::RegisterNodes(nodes) };
+        replica.write(register).await.expect("committed").expect("applied");
+        let term = replica.metrics().term;
+        let ctx = Ctx::new(replica.clone(), crate::ServerSettings::default(), baton_proto::tls::Transport::Insecure);
+        (replica, stop, ctx, term)
+    }
+
     /// A new leader's first directives are built from the committed state as soon as a
     /// quorum has confirmed it, not after its first cycle: that cycle (hundreds of ms with a
     /// large backlog) was part of every failover, the agents reattached and waiting.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_new_leader_directs_before_its_first_cycle() {
-        let (replica, _stop) = lone_leader().await;
         let node = baton_model::fixture::gpu_node("n1", 8);
-        let register = Command { now_ms: 1, op: Op::RegisterNode(node.clone()) };
-        replica.write(register).await.expect("committed").expect("applied");
-        let term = replica.metrics().term;
-        let settings = crate::ServerSettings::default();
-        let ctx = crate::Ctx::new(replica.clone(), settings, baton_proto::tls::Transport::Insecure);
+        let (replica, _stop, ctx, term) = leading_with(vec![node.clone()]).await;
         assert!(directing(&ctx, term).await, "a lone leader is confirmed by itself");
         let first = ctx.hub.current(&node.name, term).expect("a directive for n1 before any round");
         assert_eq!(first.state_index, replica.read_local(|s| s.applied()));
@@ -594,13 +601,8 @@ pub(crate) mod tests {
     /// writes share raft entries, not one entry (and one commit's wait) each.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn silent_nodes_are_declared_lost_together_and_only_in_the_term_the_round_began() {
-        let (replica, _stop) = lone_leader().await;
         let nodes: Vec<_> = (0..200).map(|i| baton_model::fixture::gpu_node(&format!("n{i}"), 8)).collect();
-        let register = Command { now_ms: 1, op: Op::RegisterNodes(nodes.clone()) };
-        replica.write(register).await.expect("committed").expect("applied");
-        let term = replica.metrics().term;
-        let ctx =
-            crate::Ctx::new(replica.clone(), crate::ServerSettings::default(), baton_proto::tls::Transport::Insecure);
+        let (replica, _stop, ctx, term) = leading_with(nodes.clone()).await;
         let names: Vec<Name> = nodes.iter().map(|n| n.name.clone()).collect();
         let status = |n: &Name| replica.read_local(|s| s.nodes()[n].status);
         declare_lost(&ctx, term - 1, names.clone()).await;
@@ -618,13 +620,8 @@ pub(crate) mod tests {
     /// A replica shutting down declares nothing more: its leader loop ends with the round.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_replica_shutting_down_declares_no_node_lost() {
-        let (replica, _stop) = lone_leader().await;
         let node = baton_model::fixture::gpu_node("n1", 8);
-        let register = Command { now_ms: 1, op: Op::RegisterNode(node.clone()) };
-        replica.write(register).await.expect("committed").expect("applied");
-        let term = replica.metrics().term;
-        let ctx =
-            crate::Ctx::new(replica.clone(), crate::ServerSettings::default(), baton_proto::tls::Transport::Insecure);
+        let (replica, _stop, ctx, term) = leading_with(vec![node.clone()]).await;
         ctx.closing.send_replace(true);
         declare_lost(&ctx, term, vec![node.name.clone()]).await;
         assert_eq!(replica.read_local(|s| s.nodes()[&node.name].status), NodeStatus::Ready);
