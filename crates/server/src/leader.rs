@@ -367,7 +367,7 @@ async fn declare_lost(ctx: &Ctx, term: u64, silent: Vec<Name>) {
     let any = !silent.is_empty();
     futures::stream::iter(silent).map(declare).buffer_unordered(MAX_DECLARATIONS_IN_FLIGHT).collect::<()>().await;
     if any && !leading() {
-        tracing::info!(term, "no longer leading; silent nodes are left to the new leader");
+        tracing::info!(term, "no longer leading, or shutting down; silent nodes are left to the next leader");
     }
 }
 

@@ -30,8 +30,8 @@
 //!
 //! Not yet here (issue 32): the agent decides by the real agent's rules, but its beats,
 //! leases and processes, and the leader beyond its directives and its silences, are this
-//! crate's own small copies of the protocol, not the real agent's and server's code (those become pure cores
-//! first); openraft's timers do not drift (the leases and silences do); processes crash and
+//! crate's own small copies of the protocol, not the real agent's and server's code (those
+//! become pure cores first); openraft's timers do not drift (the leases and silences do); processes crash and
 //! ignore stop signals (`truth::Adversity`) but save no files, so none writes after its stop;
 //! voters are replaced under new ids (`operator`), and replicas upgraded from an older
 //! build (`upgrades`), but an older build is this one saying it reads older formats: its
