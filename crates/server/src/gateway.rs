@@ -76,7 +76,8 @@ impl AgentGateway for Gateway {
     }
 
     async fn report(&self, req: Request<ReportRequest>) -> Result<Response<ReportReply>, Status> {
-        let arrived = std::time::Instant::now();
+        // On the quorum's clock: the lease needs a proof begun after this moment.
+        let arrived_ms = self.ctx.quorum.now_ms();
         let term = self.ctx.require_leader()?;
         let who = req.extensions().get::<PeerId>().cloned();
         let req = req.into_inner();
@@ -107,7 +108,7 @@ impl AgentGateway for Gateway {
         if status == NodeStatus::Lost {
             self.write(Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Ready }).await?;
         }
-        let lease_ms = self.lease(&node, arrived).await;
+        let lease_ms = self.lease(&node, arrived_ms).await;
         // Read after the proof and after this node's return was committed: a directive
         // built from a state this new knows whatever happened to the node meanwhile.
         let state_index = self.ctx.replica.read_local(|s| s.applied());
@@ -138,15 +139,15 @@ fn check_report_size(req: &ReportRequest) -> Result<(), Status> {
 
 impl Gateway {
     /// The lease a report's answer grants: only after this replica has confirmed with a
-    /// quorum that it still leads (a linearizable read started after the report `arrived`,
-    /// shared with the reports that arrived with it, bounded by the lease itself), so a
-    /// deposed or cut-off leader renews nothing; and none to a node the leader is declaring
+    /// quorum that it still leads (a linearizable read begun after the report arrived,
+    /// `arrived_ms`, shared with the reports that arrived with it, bounded by the lease
+    /// itself), so a deposed or cut-off leader renews nothing; and none to a node the leader is declaring
     /// lost (`liveness`: the commit would requeue what the lease lets it run), nor to one
     /// committed lost while this report was handled (its next report makes it ready).
-    async fn lease(&self, node: &Name, arrived: std::time::Instant) -> u64 {
+    async fn lease(&self, node: &Name, arrived_ms: u64) -> u64 {
         let lease_ms = self.ctx.settings.lease_ms;
         let within = Duration::from_millis(lease_ms);
-        let confirmed = self.ctx.quorum.confirm_since(&self.ctx.replica, arrived, within).await;
+        let confirmed = self.ctx.quorum.confirm_since(&self.ctx.replica, arrived_ms, within).await;
         if confirmed && !self.ctx.liveness.fenced(node) && self.ctx.node_ready(node) { lease_ms } else { 0 }
     }
 

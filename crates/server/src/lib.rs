@@ -45,7 +45,7 @@ mod leader;
 pub mod liveness;
 pub mod metrics;
 mod panicked;
-mod quorum;
+pub mod quorum;
 mod registrar;
 pub mod settings;
 pub mod status;

@@ -1,14 +1,25 @@
-//! What a replica does while it leads, beyond the log: every `CYCLE_MS` it confirms that a
-//! quorum still follows it (a linearizable read), plans with the real scheduler and commits
-//! the plan, drops expired reservations, and declares silent nodes lost. It answers an
-//! agent's beat only while a confirmation is younger than half a lease: it commits the
-//! beat's observations as one report (a report that does not commit gets no answer), marks
-//! a lost node ready only after that, then grants a lease with the node's directive
-//! (`baton_server::desired`, what the real leader sends), as the server's gateway does.
+//! What a replica does while it leads, beyond the log: every `CYCLE_MS` it makes sure that a
+//! quorum still follows it (a linearizable read once the last is half a lease old), plans
+//! with the real scheduler and commits the plan, drops expired reservations, and declares
+//! silent nodes lost. It answers an agent's beat as the server's gateway does: it commits
+//! the beat's observations as one report (a report that does not commit gets no answer),
+//! marks a lost node ready only after that, and grants a lease with the node's directive
+//! (`baton_server::desired`, what the real leader sends) only once a quorum has confirmed
+//! it leads by a check begun after the beat arrived, shared with the beats that arrived
+//! with it (`baton_server::quorum`, the server's own rule).
 //!
 //! A new term starts every node's silence afresh, so a node is declared lost only after a
 //! whole heartbeat timeout under this leader. Silences, confirmations' age and the cycle are
 //! timed on the replica's own clock (`clocks::Rate`), which may drift from the agents'.
+
+impl baton_server::quorum::Clock for Rate {
+    fn now_ms(&self) -> u64 {
+        Rate::now_ms(*self)
+    }
+}
+
+/// The leader's proofs of leadership, on the replica's clock.
+type Quorum = baton_server::quorum::Quorum<Rate>;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,8 +49,6 @@ struct Leading {
     term: Option<u64>,
     /// The last term it directed in (kept when it stops: what a deposed leader remembers).
     last_term: Option<u64>,
-    /// When the newest quorum confirmation began.
-    confirmed_ms: u64,
     /// Beats and silences, decided as the server's leader decides them (`Silences`), on this
     /// replica's clock. A node found silent is fenced until the state says lost: a beat
     /// answered between the finding and the commit would hand out a lease on work the
@@ -63,11 +72,14 @@ fn lock(l: &Lead) -> std::sync::MutexGuard<'_, Leading> {
 /// host stops.
 pub async fn run(replica: Replica, clock: WallClock, rate: Rate, truth: Shared) -> std::io::Result<()> {
     let leading = Arc::new(Mutex::new(Leading { clock: rate, ..Leading::default() }));
+    let quorum = Arc::new(Quorum::with_clock(rate));
     let sock = Arc::new(UdpSocket::bind(("0.0.0.0", wire::LEADER_PORT)).await?);
-    tokio::spawn(gateway(replica.clone(), clock.clone(), leading.clone(), sock, truth.clone()));
+    let side =
+        Side { replica: replica.clone(), clock: clock.clone(), leading: leading.clone(), quorum: quorum.clone() };
+    tokio::spawn(gateway(side, sock, truth.clone()));
     loop {
         tokio::time::sleep(rate.wait(CYCLE_MS)).await;
-        if directing(&replica, &leading, &truth).await {
+        if directing(&replica, &leading, &quorum, &truth).await {
             round(&replica, &clock, &leading, &truth).await;
         }
     }
@@ -81,21 +93,24 @@ async fn write(replica: &Replica, clock: &WallClock, op: Op) -> bool {
     )
 }
 
-/// Whether this replica leads, confirmed by a quorum now.
-async fn directing(replica: &Replica, leading: &Lead, truth: &Shared) -> bool {
+/// Whether this replica leads, confirmed by a quorum within the last half lease (checked
+/// again when older, for up to a lease), as the server's leader loop decides it.
+async fn directing(replica: &Replica, leading: &Lead, quorum: &Quorum, truth: &Shared) -> bool {
     let m = replica.metrics();
     if m.role != Role::Leader {
         lock(leading).term = None;
         return false;
     }
-    let began = lock(leading).clock.now_ms();
-    let confirmed = replica.read(|_| ()).await.is_ok();
+    let rate = lock(leading).clock;
+    let leads = lock(leading).term == Some(m.term);
+    let half = rate.wait(LEASE_MS / 2);
+    let confirmed = (leads && quorum.fresh(half)) || quorum.confirm(replica, rate.wait(LEASE_MS)).await;
     let mut l = lock(leading);
     if !confirmed || replica.term() != m.term {
         l.term = None;
         return false;
     }
-    l.confirmed_ms = began;
+    let began = l.clock.now_ms();
     if l.term != Some(m.term) {
         l.term = Some(m.term);
         l.last_term = Some(m.term);
@@ -159,16 +174,24 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     }
 }
 
+/// What the gateway's answers need of the leader's side.
+#[derive(Clone)]
+struct Side {
+    replica: Replica,
+    clock: WallClock,
+    leading: Lead,
+    quorum: Arc<Quorum>,
+}
+
 /// Answers beats while this replica directs.
-async fn gateway(replica: Replica, clock: WallClock, leading: Lead, sock: Arc<UdpSocket>, truth: Shared) {
+async fn gateway(side: Side, sock: Arc<UdpSocket>, truth: Shared) {
     let mut buf = vec![0u8; wire::MAX_DATAGRAM_BYTES];
     while let Ok((n, from)) = sock.recv_from(&mut buf).await {
         let Some(beat) = wire::decode::<Beat>(&buf[..n]) else { continue };
-        let (replica, clock, leading, sock, truth) =
-            (replica.clone(), clock.clone(), leading.clone(), sock.clone(), truth.clone());
+        let (side, sock, truth) = (side.clone(), sock.clone(), truth.clone());
         tokio::spawn(async move {
             let node = beat.node.clone();
-            if let Some(grant) = answer(&replica, &clock, &leading, &truth, beat).await {
+            if let Some(grant) = answer(&side, &truth, beat).await {
                 let salt = wire::salt(&[grant.term, grant.leader, grant.boot, grant.seq], &node);
                 let to = std::net::SocketAddr::new(from.ip(), wire::AGENT_PORT);
                 let copies = truth.lock().copies.clone();
@@ -178,15 +201,22 @@ async fn gateway(replica: Replica, clock: WallClock, leading: Lead, sock: Arc<Ud
     }
 }
 
-fn fresh(l: &Leading, truth: &Shared) -> Option<u64> {
-    if truth.lock().sabotage == Some(Sabotage::UnconfirmedGrants) {
-        return l.last_term;
-    }
-    l.term.filter(|_| l.clock.now_ms() < l.confirmed_ms + LEASE_MS / 2)
+/// Whether grants skip the proof of leadership (the `UnconfirmedGrants` sabotage: a
+/// deposed leader keeps granting in the last term it directed in).
+fn unconfirmed(truth: &Shared) -> bool {
+    truth.lock().sabotage == Some(Sabotage::UnconfirmedGrants)
 }
 
-async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Shared, beat: Beat) -> Option<Grant> {
-    let term = fresh(&lock(leading), truth)?;
+/// The term this replica directs in, as far as its grants go.
+fn directs(l: &Leading, truth: &Shared) -> Option<u64> {
+    if unconfirmed(truth) { l.last_term } else { l.term }
+}
+
+async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
+    let Side { replica, clock, leading, quorum } = side;
+    // On the quorum's clock: the grant needs a proof begun after this moment.
+    let arrived_ms = quorum.now_ms();
+    let term = directs(&lock(leading), truth)?;
     let node = Name::lit(&beat.node);
     {
         let mut l = lock(leading);
@@ -212,9 +242,14 @@ async fn answer(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sh
             return None;
         }
     }
-    // Still leading, and confirmed recently, after the writes; and not being declared lost.
+    // Confirmed by a quorum since the beat arrived, still directing in its term after the
+    // writes, and not being declared lost.
+    let within = lock(leading).clock.wait(LEASE_MS);
+    if !unconfirmed(truth) && !quorum.confirm_since(replica, arrived_ms, within).await {
+        return None;
+    }
     let l = lock(leading);
-    if fresh(&l, truth) != Some(term) || l.silences.fenced(&node) {
+    if directs(&l, truth) != Some(term) || l.silences.fenced(&node) {
         return None;
     }
     let acked_seq = l.acked.get(&key).copied().unwrap_or(0);
