@@ -336,36 +336,21 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
     (refused, thought)
 }
 
-/// Silent nodes declared lost at once. Their writes share raft entries (the write batcher);
-/// one after another, each waited for a commit of its own: half a second each on a loaded
-/// machine, minutes for a few hundred nodes, while the round (and the next cycle) waited.
-const MAX_DECLARATIONS_IN_FLIGHT: usize = 64;
-
-/// Declares the `silent` nodes lost, one write each, while this replica still leads `term`
-/// and is not shutting down. A leader deposed during its round stops there: its agents went
-/// to the new leader, so every node it knew soon looks silent to it, and it went on writing
-/// for minutes, one refused write per node (a 50,000-node run). A replica told to stop
-/// waits for its leader loop, which waited for all of those writes: SIGTERM took minutes.
+/// Declares the `silent` nodes lost while this replica still leads `term` and is not
+/// shutting down (`liveness::declare_all`). A replica told to stop waits for its leader
+/// loop, which waited for all of a deposed leader's writes: SIGTERM took minutes.
 async fn declare_lost(ctx: &Ctx, term: u64, silent: Vec<Name>) {
-    use futures::StreamExt;
     let leading = || {
         let m = ctx.replica.metrics();
         !*ctx.closing.borrow() && m.role == Role::Leader && m.term == term
     };
-    let declare = |node: Name| async move {
-        if !leading() {
-            return;
-        }
+    let write_lost = |node: Name| async move {
         tracing::warn!(node = %node, timeout_ms = ctx.settings.heartbeat_timeout_ms, "agent silent; node lost");
-        let committed = write(ctx, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Lost }).await.is_some();
-        // Fenced (no lease) until committed, or the state no longer has it ready; a write not
-        // known to commit leaves it fenced, and the next round declares it again.
-        if committed || !ctx.node_ready(&node) {
-            ctx.liveness.declared(&node);
-        }
+        write(ctx, Op::SetNodeStatus { node, status: NodeStatus::Lost }).await.is_some()
     };
     let any = !silent.is_empty();
-    futures::stream::iter(silent).map(declare).buffer_unordered(MAX_DECLARATIONS_IN_FLIGHT).collect::<()>().await;
+    let (ready, declared) = (|n: &Name| ctx.node_ready(n), |n: &Name| ctx.liveness.declared(n));
+    crate::liveness::declare_all(silent, leading, write_lost, ready, declared).await;
     if any && !leading() {
         tracing::info!(term, "no longer leading, or shutting down; silent nodes are left to the next leader");
     }

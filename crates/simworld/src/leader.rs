@@ -1,7 +1,8 @@
 //! What a replica does while it leads, beyond the log: every `CYCLE_MS` it makes sure that a
 //! quorum still follows it (a linearizable read once the last is half a lease old), plans
 //! with the real scheduler and commits the plan, drops expired reservations, and declares
-//! silent nodes lost. It answers an agent's beat as the server's gateway does: it commits
+//! silent nodes lost (together, while it leads the round's term: the server's
+//! `liveness::declare_all`). It answers an agent's beat as the server's gateway does: it commits
 //! the beat's observations as one report (a report that does not commit gets no answer),
 //! marks a lost node ready only after that, and grants a lease with the node's directive
 //! (`baton_server::desired`, what the real leader sends) only once a quorum has confirmed
@@ -33,7 +34,7 @@ use baton_proto::v1::{Assignment, Directive};
 use baton_raft::replica::WallClock;
 use baton_raft::{Replica, Role};
 use baton_server::desired::{TermLists, desired};
-use baton_server::liveness::Silences;
+use baton_server::liveness::{Silences, declare_all};
 use turmoil::net::UdpSocket;
 
 use crate::clocks::Rate;
@@ -164,14 +165,18 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
         l.silences.retain(&nodes);
         l.silences.silent(&ready, at, timeout_ms)
     };
-    for node in silent {
+    // As the server's leader: together, and only while still leading the round's term.
+    // Committed (or no longer ready): the state says lost, and grants may resume (after the
+    // node's report, `answer`). Not known to commit: it stays fenced and is declared again.
+    let Some(term) = lock(leading).term else { return };
+    let still = || replica.metrics().role == Role::Leader && replica.term() == term;
+    let write_lost = |node: Name| async move {
         truth.record(format!("r{} declares {node} lost", replica.id()));
-        // Committed: the state says lost, and grants may resume (after the node's report,
-        // `answer`). Not known to commit: it stays fenced and is declared again.
-        if write(replica, clock, Op::SetNodeStatus { node: node.clone(), status: NodeStatus::Lost }).await {
-            lock(leading).silences.declared(&node);
-        }
-    }
+        write(replica, clock, Op::SetNodeStatus { node, status: NodeStatus::Lost }).await
+    };
+    let ready = |n: &Name| replica.read_local(|s| s.nodes().get(n).is_some_and(|n| n.status == NodeStatus::Ready));
+    let declared = |n: &Name| lock(leading).silences.declared(n);
+    declare_all(silent, still, write_lost, ready, declared).await;
 }
 
 /// What the gateway's answers need of the leader's side.
