@@ -91,18 +91,19 @@ impl AgentGateway for Gateway {
             return Err(Status::not_found(format!("node {:?} is not registered; attach first", node.as_str())));
         };
         self.ctx.liveness.touch(&node);
-        let strays = match self.ctx.hub.current(&node, term) {
+        let (strays, vanished) = match self.ctx.hub.current(&node, term) {
             Some(published) => {
-                let settle = Duration::from_millis(self.ctx.settings.resend_ms);
-                let bound = Duration::from_millis(self.ctx.settings.heartbeat_timeout_ms);
-                let mut found = self.ctx.strays.check(&node, &published.assignments, &req.running, settle);
-                found.extend(self.ctx.vanished.check(&node, &published.assignments, &req.running, bound));
-                found
+                let (settle_ms, bound_ms) = (self.ctx.settings.resend_ms, self.ctx.settings.heartbeat_timeout_ms);
+                let (list, running) = (&published.assignments, &req.running);
+                let strays = self.ctx.strays.check(&node, list, running, settle_ms, arrived_ms);
+                (strays, self.ctx.vanished.check(&node, list, running, bound_ms, arrived_ms))
             }
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
         };
         let awaiting = req.awaiting_state_index;
-        self.observe(&node, req.observations, strays).await?;
+        let found = strays.into_iter().chain(vanished.iter().cloned()).collect();
+        self.observe(&node, req.observations, found).await?;
+        self.ctx.vanished.committed(&node, &vanished);
         // Only once what the node reports is committed: a lease stop's checkpoint, reported
         // after the node was declared lost, is known before anything is placed there again.
         if status == NodeStatus::Lost {

@@ -49,10 +49,10 @@ pub mod quorum;
 mod registrar;
 pub mod settings;
 pub mod status;
-mod strays;
+pub mod strays;
 pub mod tls;
 mod trace;
-mod vanished;
+pub mod vanished;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -2,11 +2,11 @@
 //! its node. The directive is declarative, so the agent is already told to stop them; this
 //! records each one once as an event on the job. A replica is a stray only if it is still
 //! reported `resend_ms` after first seen (a report may cross the directive that drops it).
-//! In the leader's memory only, bounded by `MAX_TRACKED`.
+//! In the leader's memory only, bounded by `MAX_TRACKED`. Pure: it decides on times it is
+//! given (ms on one monotonic clock), so the simulator's leader decides by it too.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 use baton_model::command::Observed;
 use baton_model::name::Name;
@@ -19,8 +19,8 @@ pub const MAX_TRACKED: usize = 65_536;
 /// (job id, attempt, rank) on one node.
 type Key = (u64, u32, u32);
 
-/// When each stray of one node was first seen, and whether it has been recorded.
-type Seen = HashMap<Key, (Instant, bool)>;
+/// When each stray of one node was first seen (ms), and whether it has been recorded.
+type Seen = HashMap<Key, (u64, bool)>;
 
 #[derive(Default)]
 pub struct Strays {
@@ -31,9 +31,16 @@ pub struct Strays {
 }
 
 impl Strays {
-    /// The strays of `node` to record now, given what it was last sent and what it reports.
-    pub fn check(&self, node: &Name, published: &[Assignment], running: &[Running], settle: Duration) -> Vec<Observed> {
-        let now = Instant::now();
+    /// The strays of `node` to record at `now_ms`, given what it was last sent and what it
+    /// reports: those reported for at least `settle_ms`.
+    pub fn check(
+        &self,
+        node: &Name,
+        published: &[Assignment],
+        running: &[Running],
+        settle_ms: u64,
+        now_ms: u64,
+    ) -> Vec<Observed> {
         let placed: HashSet<Key> = published.iter().map(|a| (a.job_id, a.attempt, a.rank)).collect();
         let stray: HashSet<Key> = running
             .iter()
@@ -52,8 +59,8 @@ impl Strays {
         stray.sort_unstable();
         let mut out = Vec::new();
         for key in stray {
-            let (first, recorded) = seen.entry(key).or_insert((now, false));
-            if !*recorded && now.duration_since(*first) >= settle {
+            let (first, recorded) = seen.entry(key).or_insert((now_ms, false));
+            if !*recorded && now_ms.saturating_sub(*first) >= settle_ms {
                 *recorded = true;
                 out.push(Observed::Stray { job: key.0, attempt: key.1, rank: key.2 });
             }
@@ -80,11 +87,11 @@ mod tests {
         let placed = vec![Assignment { job_id: 1, attempt: 1, ..Default::default() }];
         let running =
             vec![run(1, ReplicaPhase::Running), run(2, ReplicaPhase::Running), run(3, ReplicaPhase::Stopping)];
-        assert!(s.check(&n1, &placed, &running, Duration::from_millis(50)).is_empty(), "not settled yet");
-        std::thread::sleep(Duration::from_millis(60));
-        let out = s.check(&n1, &placed, &running, Duration::from_millis(50));
+        assert!(s.check(&n1, &placed, &running, 50, 1_000).is_empty(), "not settled yet");
+        assert!(s.check(&n1, &placed, &running, 50, 1_049).is_empty(), "not settled yet");
+        let out = s.check(&n1, &placed, &running, 50, 1_050);
         assert_eq!(out, vec![Observed::Stray { job: 2, attempt: 1, rank: 0 }]);
-        assert!(s.check(&n1, &placed, &running, Duration::from_millis(50)).is_empty(), "recorded once");
+        assert!(s.check(&n1, &placed, &running, 50, 1_060).is_empty(), "recorded once");
     }
 
     #[test]
@@ -92,13 +99,13 @@ mod tests {
         let s = Strays::default();
         let (n1, n2) = (Name::lit("n1"), Name::lit("n2"));
         let running = vec![run(2, ReplicaPhase::Running)];
-        assert!(s.check(&n1, &[], &running, Duration::ZERO).len() == 1);
+        assert!(s.check(&n1, &[], &running, 0, 0).len() == 1);
         // n2's report without the replica does not forget n1's (already recorded) stray.
-        assert!(s.check(&n2, &[], &[], Duration::ZERO).is_empty());
-        assert!(s.check(&n1, &[], &running, Duration::ZERO).is_empty(), "n1's stray is still recorded");
+        assert!(s.check(&n2, &[], &[], 0, 0).is_empty());
+        assert!(s.check(&n1, &[], &running, 0, 0).is_empty(), "n1's stray is still recorded");
         // n1's report without it forgets it: seen again later, it is recorded again.
-        assert!(s.check(&n1, &[], &[], Duration::ZERO).is_empty());
-        assert_eq!(s.check(&n1, &[], &running, Duration::ZERO).len(), 1);
+        assert!(s.check(&n1, &[], &[], 0, 0).is_empty());
+        assert_eq!(s.check(&n1, &[], &running, 0, 0).len(), 1);
     }
 
     /// The largest report an agent may send against the largest directive: linear work (the
@@ -112,7 +119,7 @@ mod tests {
         let placed: Vec<Assignment> =
             (0..n).map(|j| Assignment { job_id: j, attempt: 1, ..Default::default() }).collect();
         let running: Vec<Running> = (n / 2..n + n / 2).map(|j| run(j, ReplicaPhase::Running)).collect();
-        let out = s.check(&n1, &placed, &running, Duration::ZERO);
+        let out = s.check(&n1, &placed, &running, 0, 0);
         assert_eq!(out.len(), (n / 2) as usize, "the replicas reported but not placed");
     }
 }

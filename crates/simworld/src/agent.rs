@@ -23,7 +23,7 @@ use baton_agent::lease::Floor;
 use baton_agent::reconcile::{self, Act, Inputs, Known};
 use baton_agent::suspensions::Answer;
 use baton_model::command::Observed;
-use baton_proto::v1::{Assignment, Directive};
+use baton_proto::v1::{Assignment, Directive, ReplicaPhase};
 use turmoil::net::UdpSocket;
 
 use crate::clocks::Rate;
@@ -58,6 +58,8 @@ struct Agent {
     directive: Option<Directive>,
     /// The newest leader state a directive obeyed was built from: an older one is not obeyed.
     obeyed: Floor,
+    /// What runs here as of the last tick, for the beats.
+    running: Vec<wire::Listed>,
 }
 
 /// The replicas agents beat to, as the operator's configuration lists them: a replaced
@@ -141,6 +143,7 @@ impl Agent {
             suspensions: BTreeMap::new(),
             directive: None,
             obeyed: Floor::default(),
+            running: Vec::new(),
         }
     }
 
@@ -398,6 +401,26 @@ impl Agent {
         if !self.deferred.is_empty() {
             self.start_deferred(&mut t, now);
         }
+        let processes = &t.journals.entry(self.node.clone()).or_default().processes;
+        self.running = self.listed(processes);
+    }
+
+    /// Every rank with processes here and every rank waiting for its GPUs, with its phase,
+    /// as the real agent lists them in a report (at most `MAX_LISTED`).
+    fn listed(&self, processes: &BTreeMap<Rank, crate::truth::Process>) -> Vec<wire::Listed> {
+        let phase = |r: &Rank, p: &crate::truth::Process| match () {
+            () if self.stopping.contains_key(r) => ReplicaPhase::Stopping,
+            () if p.suspended => ReplicaPhase::Suspended,
+            () => ReplicaPhase::Running,
+        };
+        let with = |r: Rank, phase: ReplicaPhase| wire::Listed {
+            job: r.job,
+            attempt: r.attempt,
+            rank: r.rank,
+            phase: phase as i32,
+        };
+        let waiting = self.deferred.iter().map(|k| with(rank_of(*k), ReplicaPhase::WaitingForGpus));
+        processes.iter().map(|(r, p)| with(*r, phase(r, p))).chain(waiting).take(wire::MAX_LISTED).collect()
     }
 
     async fn beat(&mut self, sock: &Arc<UdpSocket>, replicas: &[SocketAddr], copies: &wire::Copies) {
@@ -411,7 +434,8 @@ impl Agent {
             *first = (*first).min(seq);
         }
         let observations = self.pending.iter().take(wire::MAX_OBSERVATIONS).map(|(_, o)| o.clone()).collect();
-        let bytes = wire::encode(&Beat { node: self.node.clone(), boot: self.boot, seq, observations });
+        let running = self.running.clone();
+        let bytes = wire::encode(&Beat { node: self.node.clone(), boot: self.boot, seq, observations, running });
         for (i, r) in replicas.iter().enumerate() {
             let salt = wire::salt(&[self.boot, seq, i as u64], &self.node);
             copies.send(sock, bytes.clone(), *r, salt).await;

@@ -26,19 +26,21 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use baton_model::command::{Command, Op};
+use baton_model::command::{Command, Observed, Op};
 use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::state::State;
-use baton_proto::v1::{Assignment, Directive};
+use baton_proto::v1::{Assignment, Directive, Running};
 use baton_raft::replica::WallClock;
 use baton_raft::{Replica, Role};
 use baton_server::desired::{TermLists, desired};
 use baton_server::liveness::{Silences, declare_all};
+use baton_server::strays::Strays;
+use baton_server::vanished::Vanished;
 use turmoil::net::UdpSocket;
 
 use crate::clocks::Rate;
-use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS, STATE_DIGEST_MS};
+use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS, STATE_DIGEST_MS, STRAY_SETTLE_MS};
 use crate::truth::{Sabotage, Shared};
 use crate::wire::{self, Beat, Grant};
 
@@ -61,6 +63,10 @@ struct Leading {
     digest_ms: u64,
     /// Each node's directive, kept between beats as the server's leader keeps it.
     lists: Arc<TermLists>,
+    /// Replicas beats list that their directive does not place, and replicas it places
+    /// that beats stopped listing: the server's own bookkeeping.
+    strays: Strays,
+    vanished: Vanished,
 }
 
 type Lead = Arc<Mutex<Leading>>;
@@ -230,11 +236,18 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
     }
     let lost = replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
     let key = (beat.node.clone(), beat.boot);
+    let mut observations = beat.observations;
+    let found = found(side, term, &node, &beat.running);
+    for o in &found {
+        truth.record(format!("r{} finds on {node}: {o:?}", replica.id()));
+    }
+    observations.extend(found.iter().cloned());
     // As the server's gateway: a report whose observations do not commit renews nothing.
-    if !beat.observations.is_empty() {
-        if !write(replica, clock, Op::Report { node: node.clone(), observations: beat.observations }).await {
+    if !observations.is_empty() {
+        if !write(replica, clock, Op::Report { node: node.clone(), observations }).await {
             return None;
         }
+        lock(leading).vanished.committed(&node, &found);
         let mut l = lock(leading);
         let acked = l.acked.entry(key.clone()).or_default();
         *acked = (*acked).max(beat.seq);
@@ -263,6 +276,23 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
     let leader = replica.id();
     let directive = replica.read_local(|s| directive(s, &node, term, leader, lists.node_list(term, s, &node)));
     Some(Grant { term, leader, boot: beat.boot, seq: beat.seq, acked_seq, lease_ms: LEASE_MS, directive })
+}
+
+/// The strays and vanished replicas a beat's list shows against the node's directive in
+/// `term`, as the server's gateway finds them (it checks against the list it last
+/// published; here every grant sends the list, so the current one).
+fn found(side: &Side, term: u64, node: &Name, listed: &[wire::Listed]) -> Vec<Observed> {
+    let running: Vec<Running> = listed
+        .iter()
+        .map(|l| Running { job_id: l.job, attempt: l.attempt, rank: l.rank, phase: l.phase, ..Running::default() })
+        .collect();
+    let lists = lock(&side.leading).lists.clone();
+    let published = side.replica.read_local(|s| lists.node_list(term, s, node));
+    let l = lock(&side.leading);
+    let now = l.clock.now_ms();
+    let mut found = l.strays.check(node, &published, &running, STRAY_SETTLE_MS, now);
+    found.extend(l.vanished.check(node, &published, &running, HEARTBEAT_TIMEOUT_MS, now));
+    found
 }
 
 /// `node`'s directive from its list as the real leader keeps it (`kept`), encoded as the

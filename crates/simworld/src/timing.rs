@@ -16,6 +16,11 @@ pub const LEASE_MS: u64 = 3_000;
 pub const STOP_BOUND_MS: u64 = 1_500;
 /// A leader declares a node lost after this long without a beat.
 pub const HEARTBEAT_TIMEOUT_MS: u64 = 6_000;
+/// A replica a beat lists that its directive does not place is recorded as a stray once
+/// listed this long (the server's `--resend-ms`: a beat may cross the directive that
+/// dropped it). A replica the directive runs that beats stop listing is declared vanished
+/// after `HEARTBEAT_TIMEOUT_MS`, as the server declares it.
+pub const STRAY_SETTLE_MS: u64 = 2_000;
 /// How often a leader writes a state digest (the server's `--state-digest-interval-ms`,
 /// shorter here so that every run checks many).
 pub const STATE_DIGEST_MS: u64 = 10_000;

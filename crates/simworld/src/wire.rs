@@ -18,10 +18,22 @@ pub const LEADER_PORT: u16 = 9100;
 /// Where an agent listens for grants.
 pub const AGENT_PORT: u16 = 9200;
 /// Bound on one datagram: a grant for a node lists at most its ranks, a beat at most
-/// `MAX_OBSERVATIONS`.
+/// `MAX_OBSERVATIONS` and `MAX_LISTED`.
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 /// Observations one beat carries; more wait for the next.
 pub const MAX_OBSERVATIONS: usize = 64;
+/// Ranks one beat lists as running here (a node of 8 GPUs runs far fewer).
+pub const MAX_LISTED: usize = 256;
+
+/// A rank a beat lists: it has processes on the node, or waits for its GPUs (the real
+/// report's `Running`; `phase` is its `ReplicaPhase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listed {
+    pub job: u64,
+    pub attempt: u32,
+    pub rank: u32,
+    pub phase: i32,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Beat {
@@ -30,6 +42,9 @@ pub struct Beat {
     pub boot: u64,
     pub seq: u64,
     pub observations: Vec<Observed>,
+    /// What runs here, as the real agent's report lists it: the leader finds strays and
+    /// vanished replicas from it, as the server's gateway does.
+    pub running: Vec<Listed>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
