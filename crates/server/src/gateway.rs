@@ -101,8 +101,9 @@ impl AgentGateway for Gateway {
             None => (Vec::new(), Vec::new()),
         };
         let awaiting = req.awaiting_state_index;
-        let found = strays.into_iter().chain(vanished.iter().cloned()).collect();
+        let found = strays.iter().chain(&vanished).cloned().collect();
         self.observe(&node, req.observations, found).await?;
+        self.ctx.strays.committed(&node, &strays);
         self.ctx.vanished.committed(&node, &vanished);
         // Only once what the node reports is committed: a lease stop's checkpoint, reported
         // after the node was declared lost, is known before anything is placed there again.

@@ -19,7 +19,7 @@ pub const MAX_TRACKED: usize = 65_536;
 /// (job id, attempt, rank) on one node.
 type Key = (u64, u32, u32);
 
-/// When each stray of one node was first seen (ms), and whether it has been recorded.
+/// When each stray of one node was first seen (ms), and whether its record is committed.
 type Seen = HashMap<Key, (u64, bool)>;
 
 #[derive(Default)]
@@ -60,8 +60,8 @@ impl Strays {
         let mut out = Vec::new();
         for key in stray {
             let (first, recorded) = seen.entry(key).or_insert((now_ms, false));
+            // Made again until its report is committed (`committed`).
             if !*recorded && now_ms.saturating_sub(*first) >= settle_ms {
-                *recorded = true;
                 out.push(Observed::Stray { job: key.0, attempt: key.1, rank: key.2 });
             }
         }
@@ -69,6 +69,21 @@ impl Strays {
             all.remove(node);
         }
         out
+    }
+
+    /// The report that carried these records of `node`'s strays is committed: they are not
+    /// made again while the replicas stay strays. Marked as they were made, a record whose
+    /// report's write failed was lost.
+    pub fn committed(&self, node: &Name, recorded: &[Observed]) {
+        let mut all = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(seen) = all.get_mut(node) else { return };
+        for o in recorded {
+            if let Observed::Stray { job, attempt, rank } = o
+                && let Some((_, committed)) = seen.get_mut(&(*job, *attempt, *rank))
+            {
+                *committed = true;
+            }
+        }
     }
 }
 
@@ -91,6 +106,9 @@ mod tests {
         assert!(s.check(&n1, &placed, &running, 50, 1_049).is_empty(), "not settled yet");
         let out = s.check(&n1, &placed, &running, 50, 1_050);
         assert_eq!(out, vec![Observed::Stray { job: 2, attempt: 1, rank: 0 }]);
+        // Its report did not commit: it is made again.
+        assert_eq!(s.check(&n1, &placed, &running, 50, 1_055), out);
+        s.committed(&n1, &out);
         assert!(s.check(&n1, &placed, &running, 50, 1_060).is_empty(), "recorded once");
     }
 
@@ -99,7 +117,9 @@ mod tests {
         let s = Strays::default();
         let (n1, n2) = (Name::lit("n1"), Name::lit("n2"));
         let running = vec![run(2, ReplicaPhase::Running)];
-        assert!(s.check(&n1, &[], &running, 0, 0).len() == 1);
+        let out = s.check(&n1, &[], &running, 0, 0);
+        assert!(out.len() == 1);
+        s.committed(&n1, &out);
         // n2's report without the replica does not forget n1's (already recorded) stray.
         assert!(s.check(&n2, &[], &[], 0, 0).is_empty());
         assert!(s.check(&n1, &[], &running, 0, 0).is_empty(), "n1's stray is still recorded");

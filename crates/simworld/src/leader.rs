@@ -247,8 +247,9 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
         if !write(replica, clock, Op::Report { node: node.clone(), observations }).await {
             return None;
         }
-        lock(leading).vanished.committed(&node, &found);
         let mut l = lock(leading);
+        l.strays.committed(&node, &found);
+        l.vanished.committed(&node, &found);
         let acked = l.acked.entry(key.clone()).or_default();
         *acked = (*acked).max(beat.seq);
     }
