@@ -14,10 +14,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use baton_model::limits::MAX_NODES;
 use baton_model::name::Name;
+
+use crate::clock::{Clock, ProcessClock};
 
 /// The decisions, on times the caller gives (ms on one monotonic clock): which nodes are
 /// silent, which are fenced. Pure, so the server's leader (`Liveness`, on its own clock) and
@@ -154,8 +156,7 @@ pub async fn declare_all<W, F>(
 /// [`Silences`] on this process's monotonic clock, shared by the gateway and the leader loop.
 pub struct Liveness {
     silences: Mutex<Silences>,
-    /// Where this process's clock for `Silences` starts.
-    epoch: Instant,
+    clock: ProcessClock,
 }
 
 impl Default for Liveness {
@@ -166,11 +167,11 @@ impl Default for Liveness {
 
 impl Liveness {
     pub fn with_capacity(capacity: usize) -> Liveness {
-        Liveness { silences: Mutex::new(Silences::with_capacity(capacity)), epoch: Instant::now() }
+        Liveness { silences: Mutex::new(Silences::with_capacity(capacity)), clock: ProcessClock::default() }
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.clock.now_ms()
     }
 
     pub fn touch(&self, node: &Name) {

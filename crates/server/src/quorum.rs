@@ -14,32 +14,14 @@
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use baton_raft::{ReadError, Replica};
 
+use crate::clock::{Clock, ProcessClock};
+
 /// Pause before checking again after a check went unanswered.
 const RETRY: Duration = Duration::from_millis(50);
-
-/// A monotonic clock in ms, for [`Quorum`].
-pub trait Clock {
-    fn now_ms(&self) -> u64;
-}
-
-/// This process's monotonic clock, counted from when it was made.
-pub struct ProcessClock(Instant);
-
-impl Default for ProcessClock {
-    fn default() -> Self {
-        ProcessClock(Instant::now())
-    }
-}
-
-impl Clock for ProcessClock {
-    fn now_ms(&self) -> u64 {
-        self.0.elapsed().as_millis() as u64
-    }
-}
 
 /// When checks of leadership began that a quorum answered, and the last that it did not, on
 /// one clock (ms). Pure: the decisions of [`Quorum`] on times it is given.

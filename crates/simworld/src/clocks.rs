@@ -81,6 +81,14 @@ impl Rate {
     }
 }
 
+/// The server's leader times its silences and quorum proofs on a `Clock`: in the simulator,
+/// the replica's drifting one.
+impl baton_server::clock::Clock for Rate {
+    fn now_ms(&self) -> u64 {
+        Rate::now_ms(*self)
+    }
+}
+
 impl std::fmt::Display for Rate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.ppm {

@@ -13,15 +13,6 @@
 //! whole heartbeat timeout under this leader. Silences, confirmations' age and the cycle are
 //! timed on the replica's own clock (`clocks::Rate`), which may drift from the agents'.
 
-impl baton_server::quorum::Clock for Rate {
-    fn now_ms(&self) -> u64 {
-        Rate::now_ms(*self)
-    }
-}
-
-/// The leader's proofs of leadership, on the replica's clock.
-type Quorum = baton_server::quorum::Quorum<Rate>;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -43,6 +34,9 @@ use crate::clocks::Rate;
 use crate::timing::{CYCLE_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, REQUEST_TIMEOUT_MS, STATE_DIGEST_MS, STRAY_SETTLE_MS};
 use crate::truth::{Sabotage, Shared};
 use crate::wire::{self, Beat, Grant};
+
+/// The leader's proofs of leadership, on the replica's clock.
+type Quorum = baton_server::quorum::Quorum<Rate>;
 
 #[derive(Default)]
 struct Leading {
