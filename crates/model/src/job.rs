@@ -208,6 +208,9 @@ pub struct Stopping {
     pub deadline_ms: u64,
 }
 
+/// The reason a job is submitted with, until a scheduling cycle says why it waits.
+pub const UNSEEN_REASON: &str = "waiting for the next scheduling cycle";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,

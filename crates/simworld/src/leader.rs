@@ -231,6 +231,9 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
     let lost = replica.read_local(|s| s.nodes().get(&node).map(|n| n.status == NodeStatus::Lost));
     let key = (beat.node.clone(), beat.boot);
     let mut observations = beat.observations;
+    if truth.lock().sabotage == Some(Sabotage::CompletingStopsDropped) {
+        observations.retain(|o| !replica.read_local(|s| stops_completing(s, o)));
+    }
     let found = found(side, term, &node, &beat.running);
     for o in &found {
         truth.record(format!("r{} finds on {node}: {o:?}", replica.id()));
@@ -271,6 +274,18 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
     let leader = replica.id();
     let directive = replica.read_local(|s| directive(s, &node, term, leader, lists.node_list(term, s, &node)));
     Some(Grant { term, leader, boot: beat.boot, seq: beat.seq, acked_seq, lease_ms: LEASE_MS, directive })
+}
+
+/// Whether `o` tells the end of a rank of an ended attempt (`Sabotage::CompletingStopsDropped`).
+fn stops_completing(s: &State, o: &Observed) -> bool {
+    let (Observed::Stopped { job, attempt, rank, .. }
+    | Observed::Exited { job, attempt, rank, .. }
+    | Observed::LeaseExpired { job, attempt, rank, .. }
+    | Observed::KilledHere { job, attempt, rank, .. }) = o
+    else {
+        return false;
+    };
+    s.completing(*job).is_some_and(|c| c.attempt == *attempt && c.ranks.contains_key(rank))
 }
 
 /// The strays and vanished replicas a beat's list shows against the node's directive in

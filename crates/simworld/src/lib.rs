@@ -18,6 +18,8 @@
 //! - `load`: the client: setup, submits, cancels, queue writes, linearizable reads, and
 //!   what was acknowledged.
 //! - `faults`: the fault schedule drawn from the seed.
+//! - `progress`: liveness once the faults heal: every job ends or waits for a named reason
+//!   (the state's directives held against the processes).
 //! - `operator`: replacements of voters by spare replicas on new machines, drawn from the
 //!   seed.
 //! - `hosts`: starting replica hosts, at the start and mid-run.
@@ -46,6 +48,7 @@ pub mod hosts;
 pub mod leader;
 pub mod load;
 pub mod operator;
+pub mod progress;
 pub mod replica;
 pub mod seeds;
 pub mod timing;

@@ -195,6 +195,10 @@ pub enum Sabotage {
     /// Agents tell every exit of a running rank as exit 0 (a wrapper that loses the job's
     /// exit code): a crash then ends its job as a success.
     LostExitCodes,
+    /// Leaders drop the reports of the ends of ranks whose attempt has ended (a report
+    /// handler that reads them as stale): each such rank holds its GPUs for good, though nothing runs.
+    /// Every safety check passes; only the liveness check (`progress`) finds it.
+    CompletingStopsDropped,
 }
 
 #[derive(Debug, Default)]

@@ -3,7 +3,10 @@
 //! two replicas at one applied log index must hold one state, every state must hold the
 //! scheduler's invariants (`baton_sched::invariants`), and no replica's committed leader id
 //! may ever fall below one it held (across restarts too: the vote is durable). The processes' checks run as they start
-//! (`truth`), the client's as it reads (`load`).
+//! (`truth`), the client's as it reads (`load`). Once the load ends and the faults heal,
+//! the leader's state is held against the processes every `progress::LOOK_EVERY_MS`, and
+//! the run goes on after its final checks until each disagreement is told or has ended
+//! (`progress`: liveness).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use crate::faults::{self, Faults, agent_host};
 use crate::hosts::ReplicaHosts;
 use crate::load::Load;
 use crate::operator::Operator;
+use crate::progress::{LIVENESS_BOUND_MS, MAX_DRAIN_BOUNDS, Progress};
 use crate::replica::{Handles, Jump};
 use crate::timing::{CHECK_EVERY_MS, SETTLE_MS};
 use crate::truth::{Ending, Sabotage, Shared};
@@ -133,6 +137,11 @@ pub struct Outcome {
     /// State digests the replicas compared with the leader's and found equal (stop 53).
     #[serde(default)]
     pub digest_checks: u64,
+    /// The longest a disagreement between the state and the processes lasted after the
+    /// faults healed, among those that ended (`progress`; the bound is
+    /// `progress::LIVENESS_BOUND_MS`).
+    #[serde(default)]
+    pub settled_ms: u64,
     pub faults: BTreeMap<String, u64>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
@@ -191,7 +200,9 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .tick_duration(Duration::from_millis(opts.tick_ms))
-        .simulation_duration(Duration::from_millis(load_ms + 2 * SETTLE_MS + 60_000 + changes_after_load_ms(opts)))
+        .simulation_duration(Duration::from_millis(
+            load_ms + 2 * SETTLE_MS + 60_000 + changes_after_load_ms(opts) + MAX_DRAIN_BOUNDS * LIVENESS_BOUND_MS,
+        ))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(faults::BASE_LATENCY_MS))
         // Every port a host does not listen on. Why: turmoil's TCP has no sequence numbers,
@@ -230,6 +241,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     let mut checks = Checks { clock_ahead_bound_ms: clock_ahead_bound_ms(opts), ..Checks::default() };
     let mut next_check_ms = 0;
     let mut healed = false;
+    // Judges from when the load ends and the faults heal (`progress`).
+    let mut progress = Progress::default();
     // Who leads, as of the last check (looked up every `CHECK_EVERY_MS`, not every step).
     let mut leader = None;
     loop {
@@ -264,14 +277,24 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
             leader = leader_of(&mut sim, &handles);
             next_check_ms = now + CHECK_EVERY_MS;
         }
+        if ended.load(Ordering::SeqCst) {
+            progress.healed(now);
+        }
+        look(&mut sim, &handles, &truth, &mut progress, now);
         if done || (opts.stop_at_violation && !truth.lock().violations.is_empty()) {
             break;
         }
     }
     let index = if truth.lock().violations.is_empty() {
         let changes = Changes { operator: operator.as_mut(), upgrades: upgrades.as_mut() };
-        let index = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, changes);
+        let index = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, &mut progress, changes);
         check_records(&mut sim, &handles, &truth, &mut checks);
+        drain(&mut sim, &handles, &truth, &mut checks, &mut faults, &mut progress);
+        if progress.longest_settled_ms > 0 {
+            let line =
+                format!("slowest to settle after healing: {} ({} ms)", progress.slowest, progress.longest_settled_ms);
+            record(&truth, crate::now_ms_of(&sim), vec![line]);
+        }
         index
     } else {
         checks.last_applied.values().copied().max().unwrap_or(0)
@@ -297,6 +320,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         crashes: t.crashes,
         records: checks.records,
         digest_checks: checks.digest_checks_total(),
+        settled_ms: progress.longest_settled_ms,
         faults: faults
             .counts
             .iter()
@@ -481,6 +505,59 @@ fn check_endings(r: &baton_raft::Replica, truth: &Shared, c: &mut Checks, now: u
     }
 }
 
+/// Holds the leader's state against the processes (`progress`): a disagreement that outlasts
+/// the bound is a violation, told with the events of its job.
+/// Looks only every `LOOK_EVERY_MS`, from when the faults healed (`Progress::due`).
+fn look(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, progress: &mut Progress, now: u64) {
+    if !progress.due(now) {
+        return;
+    }
+    let Some(r) = leader_of(sim, handles).and_then(|id| handles.get(id)) else { return };
+    let late = {
+        let t = truth.lock();
+        r.read_local(|s| {
+            let late = progress.look(now, s, &t);
+            let stories: Vec<String> = late.iter().flat_map(|l| events_of_jobs_named(s, l)).collect();
+            (late, stories)
+        })
+    };
+    let (late, stories) = late;
+    if late.is_empty() {
+        return;
+    }
+    let mut t = truth.lock();
+    stories.into_iter().for_each(|l| t.history.record(now, l));
+    late.into_iter().for_each(|l| t.violation(now, l));
+}
+
+/// After the final checks: runs on until every disagreement has been judged or has ended
+/// (`Progress::judged_all`), still checking the replicas.
+fn drain(
+    sim: &mut turmoil::Sim<'_>,
+    handles: &Handles,
+    truth: &Shared,
+    c: &mut Checks,
+    f: &mut Faults,
+    progress: &mut Progress,
+) {
+    let mut next_ms = 0;
+    loop {
+        let now = crate::now_ms_of(sim);
+        if progress.judged_all(now) || !truth.lock().violations.is_empty() {
+            return;
+        }
+        record(truth, now, f.supervise(sim, now));
+        if now >= next_ms {
+            check_replicas(sim, handles, truth, c, now);
+            next_ms = now + CHECK_EVERY_MS;
+        }
+        look(sim, handles, truth, progress, now);
+        if sim.step().is_err() {
+            return;
+        }
+    }
+}
+
 /// Lines for the history, at `now`.
 fn record(truth: &Shared, now: u64, lines: Vec<String>) {
     if !lines.is_empty() {
@@ -573,6 +650,7 @@ fn converge(
     truth: &Shared,
     c: &mut Checks,
     f: &mut Faults,
+    progress: &mut Progress,
     mut changes: Changes<'_>,
 ) -> u64 {
     let mut deadline = crate::now_ms_of(sim) + SETTLE_MS;
@@ -586,6 +664,7 @@ fn converge(
             record(truth, now, u.step(sim, f, truth, now));
         }
         check_replicas(sim, handles, truth, c, now);
+        look(sim, handles, truth, progress, now);
         let members = members(sim, handles);
         let applied: BTreeSet<u64> =
             members.iter().filter_map(|id| handles.get(*id)).map(|r| r.applied_index().unwrap_or(0)).collect();

@@ -164,3 +164,12 @@ fn an_agent_that_loses_exit_codes_is_found() {
     let (seed, v) = found(Sabotage::LostExitCodes, "succeeded, but no rank 0 of it exited 0");
     println!("LostExitCodes found by seed {seed}: {v}");
 }
+
+/// A leader that drops the stop reports of ranks whose attempt ended: each holds its GPUs
+/// for good, though nothing runs. Every safety check passes such a cluster; the liveness
+/// check (`progress`) finds it.
+#[test]
+fn stops_of_ended_attempts_that_are_never_recorded_are_found_by_the_liveness_check() {
+    let (seed, v) = found(Sabotage::CompletingStopsDropped, "its stop there is not complete");
+    println!("CompletingStopsDropped found by seed {seed}: {v}");
+}

@@ -339,7 +339,7 @@ pub(crate) fn new_job(id: JobId, spec: JobSpec, rank: (i32, bool), submitted: (u
         preempted_by: None,
         suspended_for: None,
         suspended_victims: Vec::new(),
-        reason: "waiting for the next scheduling cycle".into(),
+        reason: crate::job::UNSEEN_REASON.into(),
         has_checkpoint: false,
         exit_code: None,
         finished_ms: None,
