@@ -287,9 +287,11 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
     }
     let index = if truth.lock().violations.is_empty() {
         let changes = Changes { operator: operator.as_mut(), upgrades: upgrades.as_mut() };
-        let index = converge(&mut sim, &handles, &truth, &mut checks, &mut faults, &mut progress, changes);
-        check_records(&mut sim, &handles, &truth, &mut checks);
-        drain(&mut sim, &handles, &truth, &mut checks, &mut faults, &mut progress);
+        let mut after =
+            AfterLoad { handles: &handles, truth: &truth, c: &mut checks, f: &mut faults, progress: &mut progress };
+        let index = converge(&mut sim, &mut after, changes);
+        check_records(&mut sim, &handles, &truth, after.c);
+        drain(&mut sim, &mut after);
         if progress.longest_settled_ms > 0 {
             let line =
                 format!("slowest to settle after healing: {} ({} ms)", progress.slowest, progress.longest_settled_ms);
@@ -530,28 +532,30 @@ fn look(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, progress:
     late.into_iter().for_each(|l| t.violation(now, l));
 }
 
+/// What the steps after the load check with.
+struct AfterLoad<'a> {
+    handles: &'a Handles,
+    truth: &'a Shared,
+    c: &'a mut Checks,
+    f: &'a mut Faults,
+    progress: &'a mut Progress,
+}
+
 /// After the final checks: runs on until every disagreement has been judged or has ended
 /// (`Progress::judged_all`), still checking the replicas.
-fn drain(
-    sim: &mut turmoil::Sim<'_>,
-    handles: &Handles,
-    truth: &Shared,
-    c: &mut Checks,
-    f: &mut Faults,
-    progress: &mut Progress,
-) {
+fn drain(sim: &mut turmoil::Sim<'_>, a: &mut AfterLoad<'_>) {
     let mut next_ms = 0;
     loop {
         let now = crate::now_ms_of(sim);
-        if progress.judged_all(now) || !truth.lock().violations.is_empty() {
+        if a.progress.judged_all(now) || !a.truth.lock().violations.is_empty() {
             return;
         }
-        record(truth, now, f.supervise(sim, now));
+        record(a.truth, now, a.f.supervise(sim, now));
         if now >= next_ms {
-            check_replicas(sim, handles, truth, c, now);
+            check_replicas(sim, a.handles, a.truth, a.c, now);
             next_ms = now + CHECK_EVERY_MS;
         }
-        look(sim, handles, truth, progress, now);
+        look(sim, a.handles, a.truth, a.progress, now);
         if sim.step().is_err() {
             return;
         }
@@ -644,15 +648,9 @@ struct Changes<'a> {
 /// passes after the last replacement or upgrade ended, a violation), then returns it. Why
 /// from the last change: a short seed may end its load with upgrades still to come, each
 /// `upgrades::GAP_MS` after the one before, and the cluster settles only after them.
-fn converge(
-    sim: &mut turmoil::Sim<'_>,
-    handles: &Handles,
-    truth: &Shared,
-    c: &mut Checks,
-    f: &mut Faults,
-    progress: &mut Progress,
-    mut changes: Changes<'_>,
-) -> u64 {
+fn converge(sim: &mut turmoil::Sim<'_>, a: &mut AfterLoad<'_>, mut changes: Changes<'_>) -> u64 {
+    let AfterLoad { handles, truth, c, f, progress } = a;
+    let (handles, truth) = (*handles, *truth);
     let mut deadline = crate::now_ms_of(sim) + SETTLE_MS;
     loop {
         let now = crate::now_ms_of(sim);
