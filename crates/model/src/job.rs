@@ -211,6 +211,10 @@ pub struct Stopping {
 /// The reason a job is submitted with, until a scheduling cycle says why it waits.
 pub const UNSEEN_REASON: &str = "waiting for the next scheduling cycle";
 
+/// How the reason of a job suspended in place ends until its preemptor is gone; after, a
+/// cycle resumes the job or says why it may not resume yet.
+pub const UNTIL_PREEMPTOR_GONE: &str = "; resumes when it is gone";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,

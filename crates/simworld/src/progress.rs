@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use baton_model::job::{JobState, UNSEEN_REASON};
+use baton_model::job::{Job, JobState, UNSEEN_REASON, UNTIL_PREEMPTOR_GONE};
 use baton_model::state::State;
 use baton_proto::v1::Action;
 
@@ -66,13 +66,23 @@ enum Stuck {
     Unexplained {
         job: u64,
     },
+    /// A job suspended in place whose preemptor holds nothing any more, and whose reason
+    /// still says it waits for that (no cycle resumed it or said why it may not).
+    Forgotten {
+        job: u64,
+    },
 }
 
 impl Stuck {
     fn describe(&self) -> String {
-        let Stuck::Rank { node, rank, asked, found } = self else {
-            let Stuck::Unexplained { job } = self else { unreachable!() };
-            return format!("job {job} waits, and no cycle has said why");
+        let (node, rank, asked, found) = match self {
+            Stuck::Rank { node, rank, asked, found } => (node, rank, asked, found),
+            Stuck::Unexplained { job } => return format!("job {job} waits, and no cycle has said why"),
+            Stuck::Forgotten { job } => {
+                return format!(
+                    "job {job} stays suspended though its preemptor holds nothing, and no cycle has said why"
+                );
+            }
         };
         let what = match (asked, found) {
             (Asked::Run, Found::Absent) => "the state runs it there, and no process of it runs",
@@ -164,8 +174,9 @@ impl Progress {
     }
 }
 
-/// Every rank whose process disagrees with what the state asks of it, and every pending
-/// job that no cycle has said why it waits.
+/// Every rank whose process disagrees with what the state asks of it, every pending job
+/// that no cycle has said why it waits, and every job suspended for a preemptor that is gone
+/// that no cycle resumed or said why not.
 fn disagreements(state: &State, truth: &Truth) -> BTreeSet<Stuck> {
     let mut asked: BTreeMap<(String, Rank), Asked> = BTreeMap::new();
     for (node, list) in baton_server::desired::desired(state) {
@@ -199,6 +210,14 @@ fn disagreements(state: &State, truth: &Truth) -> BTreeSet<Stuck> {
     let unexplained = |reason: &str| reason.trim().is_empty() || reason == UNSEEN_REASON;
     let waiting = state.jobs().iter().filter(|(_, j)| j.state == JobState::Pending && unexplained(&j.reason));
     out.extend(waiting.map(|(id, _)| Stuck::Unexplained { job: *id }));
+    // Decisions.md section 7: a job suspended in place resumes once its preemptor is gone
+    // (the cycle's `resume_suspended`), or waits for a reason the cycle names.
+    let gone = |j: &Job| j.suspended_for.is_none_or(|by| !state.holds(by));
+    let forgotten = state
+        .jobs()
+        .iter()
+        .filter(|(_, j)| j.state == JobState::Suspended && gone(j) && j.reason.ends_with(UNTIL_PREEMPTOR_GONE));
+    out.extend(forgotten.map(|(id, _)| Stuck::Forgotten { job: *id }));
     out
 }
 
@@ -323,5 +342,72 @@ mod tests {
                 LIVENESS_BOUND_MS + 1
             )]
         );
+    }
+
+    /// Section 7: a job suspended in place for a preemptor that is gone (here cancelled
+    /// while it waited for its reservation) must be resumed, or a cycle must say why not;
+    /// one whose reason still waits for the preemptor is forgotten.
+    #[test]
+    fn a_job_suspended_for_a_preemptor_that_is_gone_is_told_until_a_cycle_resumes_it() {
+        use baton_model::job::{PreemptionMode, PriorityRef};
+        use baton_model::plan::{Decision, Plan, Victim};
+        use baton_model::resources::Resources;
+
+        let mut s = State::default();
+        let node = baton_model::node::NodeSpec { resources: Resources::of(&[("cpu", 1_000)]), ..gpu_node("n1", 0) };
+        apply(&mut s, 1_000, Op::RegisterNodes(vec![node]));
+        let mut q = baton_model::queue::QueueSpec::named("q");
+        let nominal = Resources::of(&[("cpu", 1_000)]);
+        q.quotas.insert(
+            baton_model::name::Name::lit("default"),
+            baton_model::queue::PoolQuota { nominal, ..Default::default() },
+        );
+        apply(&mut s, 1_000, Op::PutQueue(q));
+        let cpu_job = |name: &str, priority: i32, mode: PreemptionMode| {
+            let mut spec = gpu_job(name, "q", 0);
+            spec.tasks[0].resources = Resources::of(&[("cpu", 1_000)]);
+            spec.priority = PriorityRef::Value(priority);
+            spec.preemption_mode = mode;
+            spec
+        };
+        apply(&mut s, 1_000, Op::Submit { spec: cpu_job("low", 1, PreemptionMode::Suspend), request_id: None });
+        let plan = baton_sched::cycle(&s, 1_000);
+        apply(&mut s, 1_000, Op::ApplyPlan(plan));
+        let low = s.job_by_name("low").expect("submitted").id;
+        apply(&mut s, 2_000, Op::Submit { spec: cpu_job("high", 100, PreemptionMode::Checkpoint), request_id: None });
+        let high = s.job_by_name("high").expect("submitted").id;
+        let replicas = s.job(low).expect("low").replicas.clone();
+        let preempt = Decision::Preempt {
+            job: high,
+            victims: vec![Victim { job: low, attempt: 1 }],
+            replicas,
+            message: "test".into(),
+        };
+        let plan = Plan { based_on: s.applied(), decisions: vec![preempt] };
+        apply(&mut s, 2_000, Op::ApplyPlan(plan));
+        let suspended = baton_model::command::Observed::Stopped { job: low, attempt: 1, rank: 0, checkpointed: false };
+        apply(&mut s, 3_000, Op::Report { node: baton_model::name::Name::lit("n1"), observations: vec![suspended] });
+        assert_eq!(s.job(low).expect("low").state, JobState::Suspended);
+        apply(&mut s, 4_000, Op::Cancel { job: high });
+        let mut t = Truth::default();
+        t.start(0, "n1", rank(low, 0), Devices { gpus: &[], gpu_milli: 0, slices: 0 }, 0, u64::MAX);
+        t.journals.get_mut("n1").expect("n1").processes.get_mut(&rank(low, 0)).expect("low").suspended = true;
+        let mut p = Progress::default();
+        p.healed(0);
+        assert!(p.look(0, &s, &t).is_empty());
+        let told = p.look(LIVENESS_BOUND_MS + 1, &s, &t);
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(
+            told[0].starts_with(&format!("job {low} stays suspended though its preemptor holds nothing")),
+            "{told:?}"
+        );
+        let plan = baton_sched::cycle(&s, 5_000);
+        apply(&mut s, 5_000, Op::ApplyPlan(plan));
+        assert_eq!(s.job(low).expect("low").state, JobState::Running, "resumed in place");
+        t.journals.get_mut("n1").expect("n1").processes.get_mut(&rank(low, 0)).expect("low").suspended = false;
+        let mut p = Progress::default();
+        p.healed(0);
+        assert!(p.look(0, &s, &t).is_empty());
+        assert!(p.look(LIVENESS_BOUND_MS + 1, &s, &t).is_empty(), "resumed: nothing is told");
     }
 }

@@ -422,7 +422,7 @@ impl State {
                 // Stopped in place, not gone: a later cancel leaves every rank completing.
                 job.ended_ranks.clear();
                 job.suspended_for = lend_to;
-                job.reason = format!("suspended in place for {by_name}; resumes when it is gone");
+                job.reason = format!("suspended in place for {by_name}{}", crate::job::UNTIL_PREEMPTOR_GONE);
                 self.job_event(
                     id,
                     EventKind::Suspended { by: by_name.clone() },
