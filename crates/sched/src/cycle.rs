@@ -114,8 +114,7 @@ fn stop_at_time_limits(view: &mut View, over: &[&Job], plan: &mut Plan) {
 /// queue may take their resources again (a suspended job charges no quota).
 fn resume_suspended(view: &mut View, suspended: &[&Job], plan: &mut Plan) {
     let state = view.state;
-    let gone = |j: &&&Job| j.suspended_for.is_none_or(|by| !state.holds(by));
-    for &job in suspended.iter().filter(gone) {
+    for &job in suspended.iter().filter(|j| state.preemptor_gone(j)) {
         if let Some(r) = job.replicas.iter().find(|r| state.nodes()[&r.node].status != NodeStatus::Ready) {
             wait(plan, job, format!("suspended in place; node {} is not ready", r.node));
             continue;

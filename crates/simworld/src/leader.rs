@@ -232,7 +232,7 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
     let key = (beat.node.clone(), beat.boot);
     let mut observations = beat.observations;
     if truth.lock().sabotage == Some(Sabotage::CompletingStopsDropped) {
-        observations.retain(|o| !replica.read_local(|s| stops_completing(s, o)));
+        replica.read_local(|s| observations.retain(|o| !ends_completing(s, o)));
     }
     let found = found(side, term, &node, &beat.running);
     for o in &found {
@@ -277,7 +277,7 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
 }
 
 /// Whether `o` tells the end of a rank of an ended attempt (`Sabotage::CompletingStopsDropped`).
-fn stops_completing(s: &State, o: &Observed) -> bool {
+fn ends_completing(s: &State, o: &Observed) -> bool {
     let (Observed::Stopped { job, attempt, rank, .. }
     | Observed::Exited { job, attempt, rank, .. }
     | Observed::LeaseExpired { job, attempt, rank, .. }

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use baton_model::job::{Job, JobState, UNSEEN_REASON, UNTIL_PREEMPTOR_GONE};
+use baton_model::job::{JobState, UNSEEN_REASON, UNTIL_PREEMPTOR_GONE};
 use baton_model::state::State;
 use baton_proto::v1::Action;
 
@@ -107,14 +107,17 @@ pub struct Progress {
     /// job for as long as the partition lasts).
     healed_ms: Option<u64>,
     next_look_ms: u64,
-    /// The longest a disagreement lasted past the healing and then ended: how close the
-    /// cluster came to the bound.
-    pub longest_settled_ms: u64,
-    /// The disagreement that lasted it.
-    pub slowest: String,
+    /// The disagreement that lasted longest past the healing and then ended, and for how
+    /// long: how close the cluster came to the bound.
+    pub slowest: Option<(u64, String)>,
 }
 
 impl Progress {
+    /// How long the slowest disagreement that ended lasted past the healing (0: none did).
+    pub fn settled_ms(&self) -> u64 {
+        self.slowest.as_ref().map_or(0, |(ms, _)| *ms)
+    }
+
     /// The load ended and the faults healed at `now_ms` (a later call changes nothing).
     pub fn healed(&mut self, now_ms: u64) {
         self.healed_ms.get_or_insert(now_ms);
@@ -148,9 +151,8 @@ impl Progress {
         let healed_ms = self.healed_ms;
         let past = |since_ms: u64| healed_ms.map_or(0, |h| now_ms.saturating_sub(since_ms.max(h)));
         let settled = self.since_ms.iter().filter(|(k, _)| !found.contains(*k)).map(|(k, s)| (past(*s), k)).max();
-        if let Some((ms, k)) = settled.filter(|(ms, _)| *ms > self.longest_settled_ms) {
-            self.longest_settled_ms = ms;
-            self.slowest = k.describe();
+        if let Some((ms, k)) = settled.filter(|(ms, _)| *ms > self.settled_ms()) {
+            self.slowest = Some((ms, k.describe()));
         }
         self.since_ms.retain(|k, _| found.contains(k));
         for k in found {
@@ -207,17 +209,18 @@ fn disagreements(state: &State, truth: &Truth) -> BTreeSet<Stuck> {
             out.insert(Stuck::Rank { node: key.0.clone(), rank: key.1, asked: a, found: f });
         }
     }
-    let unexplained = |reason: &str| reason.trim().is_empty() || reason == UNSEEN_REASON;
-    let waiting = state.jobs().iter().filter(|(_, j)| j.state == JobState::Pending && unexplained(&j.reason));
-    out.extend(waiting.map(|(id, _)| Stuck::Unexplained { job: *id }));
-    // Decisions.md section 7: a job suspended in place resumes once its preemptor is gone
-    // (the cycle's `resume_suspended`), or waits for a reason the cycle names.
-    let gone = |j: &Job| j.suspended_for.is_none_or(|by| !state.holds(by));
-    let forgotten = state
-        .jobs()
-        .iter()
-        .filter(|(_, j)| j.state == JobState::Suspended && gone(j) && j.reason.ends_with(UNTIL_PREEMPTOR_GONE));
-    out.extend(forgotten.map(|(id, _)| Stuck::Forgotten { job: *id }));
+    for (&job, j) in state.jobs().iter() {
+        let unexplained = j.reason.trim().is_empty() || j.reason == UNSEEN_REASON;
+        match j.state {
+            JobState::Pending if unexplained => out.insert(Stuck::Unexplained { job }),
+            // Decisions.md section 7: a job suspended in place resumes once its preemptor is
+            // gone (the cycle's `resume_suspended`), or waits for a reason the cycle names.
+            JobState::Suspended if state.preemptor_gone(j) && j.reason.ends_with(UNTIL_PREEMPTOR_GONE) => {
+                out.insert(Stuck::Forgotten { job })
+            }
+            _ => false,
+        };
+    }
     out
 }
 
@@ -310,7 +313,7 @@ mod tests {
         assert!(p.look(1_000, &s, &t).is_empty());
         t.end(4_000, "n2", stray, baton_agent::journal::Outcome::Killed, "stopped");
         assert!(p.look(4_000, &s, &t).is_empty());
-        assert_eq!(p.longest_settled_ms, 3_000);
+        assert_eq!(p.settled_ms(), 3_000);
         t.journals.entry("n2".into()).or_default().processes.insert(stray, process);
         assert!(p.look(5_000, &s, &t).is_empty());
         let told = p.look(5_001 + LIVENESS_BOUND_MS, &s, &t);

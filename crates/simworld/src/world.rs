@@ -292,9 +292,8 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         let index = converge(&mut sim, &mut after, changes);
         check_records(&mut sim, &handles, &truth, after.c);
         drain(&mut sim, &mut after);
-        if progress.longest_settled_ms > 0 {
-            let line =
-                format!("slowest to settle after healing: {} ({} ms)", progress.slowest, progress.longest_settled_ms);
+        if let Some((ms, what)) = &progress.slowest {
+            let line = format!("slowest to settle after healing: {what} ({ms} ms)");
             record(&truth, crate::now_ms_of(&sim), vec![line]);
         }
         index
@@ -322,7 +321,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         crashes: t.crashes,
         records: checks.records,
         digest_checks: checks.digest_checks_total(),
-        settled_ms: progress.longest_settled_ms,
+        settled_ms: progress.settled_ms(),
         faults: faults
             .counts
             .iter()
@@ -508,14 +507,13 @@ fn check_endings(r: &baton_raft::Replica, truth: &Shared, c: &mut Checks, now: u
 }
 
 /// Holds the leader's state against the processes (`progress`): a disagreement that outlasts
-/// the bound is a violation, told with the events of its job.
-/// Looks only every `LOOK_EVERY_MS`, from when the faults healed (`Progress::due`).
+/// the bound is a violation, told with the events of its job. Looks only every `LOOK_EVERY_MS`, from when the faults healed (`Progress::due`).
 fn look(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, progress: &mut Progress, now: u64) {
     if !progress.due(now) {
         return;
     }
     let Some(r) = leader_of(sim, handles).and_then(|id| handles.get(id)) else { return };
-    let late = {
+    let (late, stories) = {
         let t = truth.lock();
         r.read_local(|s| {
             let late = progress.look(now, s, &t);
@@ -523,7 +521,6 @@ fn look(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, progress:
             (late, stories)
         })
     };
-    let (late, stories) = late;
     if late.is_empty() {
         return;
     }

@@ -165,7 +165,7 @@ fn an_agent_that_loses_exit_codes_is_found() {
     println!("LostExitCodes found by seed {seed}: {v}");
 }
 
-/// A leader that drops the stop reports of ranks whose attempt ended: each holds its GPUs
+/// A leader that drops the reports of the ends of ranks whose attempt ended: each holds its GPUs
 /// for good, though nothing runs. Every safety check passes such a cluster; the liveness
 /// check (`progress`) finds it.
 #[test]

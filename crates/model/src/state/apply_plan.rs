@@ -133,6 +133,12 @@ impl State {
             || self.d.jobs.get(&id).is_some_and(|j| j.state.is_active() || j.state == JobState::Suspended)
     }
 
+    /// Whether the preemptor `job` was suspended in place for holds nothing any more: then
+    /// it resumes, or waits for a reason a cycle names (decisions.md section 7).
+    pub fn preemptor_gone(&self, job: &crate::job::Job) -> bool {
+        job.suspended_for.is_none_or(|by| !self.holds(by))
+    }
+
     pub(super) fn check_place(&self, id: JobId, attempt: u32, replicas: &[ReplicaAlloc]) -> Result<(), Rejection> {
         let job = self.d.jobs.get(&id).ok_or(Rejection::UnknownJob)?;
         if job.state != JobState::Pending {
