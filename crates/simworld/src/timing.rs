@@ -37,3 +37,38 @@ pub const GRACE_MS: u64 = 3_000;
 pub const SETTLE_MS: u64 = 60_000;
 /// How often the step loop compares the replicas' states and checks their invariants.
 pub const CHECK_EVERY_MS: u64 = 100;
+/// A state's deep checks (its digest against the other replicas', its invariants, its jobs'
+/// ends) encode and read the whole state, so they cost in proportion to its size, which
+/// grows through a long run (10,000 finished jobs are kept). Every check is deep while the
+/// largest state encodes to at most this many bytes (a seed of ten minutes stays under it);
+/// past it deep checks come as much less often as the state is larger, so that their cost
+/// per simulated second stays that of a state this size.
+pub const DEEP_CHECK_BYTES: u64 = 256 << 10;
+/// The longest gap between deep checks, however large the state.
+pub const DEEP_CHECK_MAX_EVERY_MS: u64 = 10_000;
+
+/// The simulated milliseconds from one deep check to the next once the largest state
+/// checked encodes to `bytes`; 0: at every check.
+pub fn deep_check_every_ms(bytes: u64) -> u64 {
+    if bytes <= DEEP_CHECK_BYTES {
+        return 0;
+    }
+    (CHECK_EVERY_MS * bytes / DEEP_CHECK_BYTES).min(DEEP_CHECK_MAX_EVERY_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deep_checks_thin_out_in_proportion_to_the_state_past_its_budget_up_to_a_bound() {
+        assert_eq!(deep_check_every_ms(0), 0);
+        assert_eq!(deep_check_every_ms(DEEP_CHECK_BYTES), 0, "at the budget every check is deep");
+        assert_eq!(deep_check_every_ms(4 * DEEP_CHECK_BYTES), 4 * CHECK_EVERY_MS);
+        // Bytes checked per simulated second stay the budget's: four times the state, a
+        // quarter of the checks.
+        let per_s = |bytes: u64| bytes * 1_000 / deep_check_every_ms(bytes);
+        assert_eq!(per_s(4 * DEEP_CHECK_BYTES), per_s(8 * DEEP_CHECK_BYTES));
+        assert_eq!(deep_check_every_ms(u64::MAX / CHECK_EVERY_MS), DEEP_CHECK_MAX_EVERY_MS);
+    }
+}

@@ -1,5 +1,6 @@
 //! One seeded run: the hosts, the step loop, and the checks after each step. Every
-//! `CHECK_EVERY_MS` of simulated time each running replica's state is encoded and hashed:
+//! `CHECK_EVERY_MS` of simulated time each running replica's state is encoded and hashed
+//! (less often once a state encodes to more than `timing::DEEP_CHECK_BYTES`):
 //! two replicas at one applied log index must hold one state, every state must hold the
 //! scheduler's invariants (`baton_sched::invariants`), and no replica's committed leader id
 //! may ever fall below one it held (across restarts too: the vote is durable). The processes' checks run as they start
@@ -150,7 +151,10 @@ pub struct Outcome {
 /// What the step loop checks across replicas.
 #[derive(Default)]
 struct Checks {
+    /// The log index each replica's state was last deep-checked at.
     last_applied: BTreeMap<NodeId, u64>,
+    /// When the next deep check is due (`timing::deep_check_every_ms`).
+    next_deep_ms: u64,
     digests: BTreeMap<u64, (u64, NodeId)>,
     /// The newest committed leader id `(term, node_id)` each replica has held. openraft's
     /// default leader ids may elect two leaders in one term (the higher node id supersedes),
@@ -360,6 +364,9 @@ impl Checks {
 /// Compares every running replica's state with what others held at the same log index,
 /// checks its invariants, and checks that committed leader ids never go back.
 fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, c: &mut Checks, now: u64) {
+    let deep = now >= c.next_deep_ms;
+    // The most bytes a state checked now encodes to.
+    let mut largest = 0;
     for r in handles.all() {
         let id = r.id();
         if !sim.is_host_running(host_name(id).as_str()) {
@@ -397,11 +404,12 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
         // By log index, not by commands applied: a membership entry changes the state too
         // (behaviour 6 records the replicas it removes) without being a command.
         let index = r.applied_index().unwrap_or(0);
-        if c.last_applied.get(&id) == Some(&index) {
+        if !deep || c.last_applied.get(&id) == Some(&index) {
             continue;
         }
         c.last_applied.insert(id, index);
-        let digest = r.read_local(state_digest);
+        let (digest, bytes) = r.read_local(state_digest);
+        largest = largest.max(bytes);
         // A state another replica held at this index was judged then: what `judge_state`
         // checks is read from the state alone, so it would find the same.
         let judged = matches!(c.digests.get(&index), Some(&(d, _)) if d == digest);
@@ -420,6 +428,9 @@ fn check_replicas(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared,
                 }
             }
         }
+    }
+    if deep {
+        c.next_deep_ms = now + crate::timing::deep_check_every_ms(largest);
     }
 }
 
@@ -592,11 +603,30 @@ fn report(truth: &Shared, c: &mut Checks, now: u64, what: String) {
     }
 }
 
-/// `history::hash` of the state's encoding, hashed as it is encoded.
-fn state_digest(s: &baton_model::state::State) -> u64 {
-    let mut h = crate::history::Hasher::default();
+/// `history::hash` of the state's encoding, hashed as it is encoded, and the encoding's
+/// length in bytes.
+fn state_digest(s: &baton_model::state::State) -> (u64, u64) {
+    let mut h = Counted::default();
     baton_raft::codec::encode_into(s, &mut h).expect("a state always encodes");
-    h.finish()
+    (h.hasher.finish(), h.bytes)
+}
+
+/// A hasher that counts what it was given.
+#[derive(Default)]
+struct Counted {
+    hasher: crate::history::Hasher,
+    bytes: u64,
+}
+
+impl std::io::Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.bytes += bytes.len() as u64;
+        std::io::Write::write(&mut self.hasher, bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// After the load, with every replica at one applied log index: each replica's accounting store
@@ -666,6 +696,9 @@ fn converge(sim: &mut turmoil::Sim<'_>, a: &mut AfterLoad<'_>, mut changes: Chan
         let replacing = changes.operator.as_ref().is_some_and(|o| !o.idle());
         let upgrading = changes.upgrades.as_ref().is_some_and(|u| !u.idle());
         if applied.len() == 1 && !replacing && !upgrading {
+            // The states at the one index are compared whenever the last deep check was.
+            c.next_deep_ms = 0;
+            check_replicas(sim, handles, truth, c, now);
             return applied.into_iter().next().unwrap_or(0);
         }
         if replacing || upgrading {
