@@ -1,6 +1,7 @@
 //! Jobs: what a user submits (`JobSpec`) and what the cluster knows of it (`Job`).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -257,7 +258,10 @@ pub struct Job {
     pub has_checkpoint: bool,
     pub exit_code: Option<i32>,
     pub finished_ms: Option<u64>,
-    pub events: VecDeque<Event>,
+    /// Shared by the state's clones until one of them adds an event: the first change to a
+    /// job after the leader's snapshot for a round copies the 64 jobs of its chunk
+    /// (`cow_tree`), and their events were most of that copy (stop 83).
+    pub events: Arc<VecDeque<Event>>,
 }
 
 impl Job {

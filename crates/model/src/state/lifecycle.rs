@@ -44,10 +44,11 @@ impl State {
             kind,
             message: clip(message),
         };
-        if job.events.len() >= MAX_EVENTS_PER_JOB {
-            job.events.pop_front();
+        let events = std::sync::Arc::make_mut(&mut job.events);
+        if events.len() >= MAX_EVENTS_PER_JOB {
+            events.pop_front();
         }
-        job.events.push_back(e.clone());
+        events.push_back(e.clone());
         ev.push(Event { job_id: Some(id), ..e });
     }
 

@@ -2,7 +2,7 @@
 //! (docs/policy.md section 7). A job that only its queue's limits hold back is accepted and
 //! waits, since quotas can change.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::State;
 use crate::command::Outcome;
@@ -343,7 +343,7 @@ pub(crate) fn new_job(id: JobId, spec: JobSpec, rank: (i32, bool), submitted: (u
         has_checkpoint: false,
         exit_code: None,
         finished_ms: None,
-        events: VecDeque::new(),
+        events: Default::default(),
     }
 }
 

@@ -6,6 +6,7 @@
 mod access;
 mod accounting;
 mod arrays;
+mod clones;
 #[path = "../common/mod.rs"]
 mod common;
 mod completing;
