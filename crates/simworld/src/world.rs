@@ -518,7 +518,8 @@ fn check_endings(r: &baton_raft::Replica, truth: &Shared, c: &mut Checks, now: u
 }
 
 /// Holds the leader's state against the processes (`progress`): a disagreement that outlasts
-/// the bound is a violation, told with the events of its job. Looks only every `LOOK_EVERY_MS`, from when the faults healed (`Progress::due`).
+/// the bound is a violation, told with the events of its job. Looks only every
+/// `LOOK_EVERY_MS`, from when the faults healed (`Progress::due`).
 fn look(sim: &mut turmoil::Sim<'_>, handles: &Handles, truth: &Shared, progress: &mut Progress, now: u64) {
     if !progress.due(now) {
         return;
@@ -688,17 +689,19 @@ fn converge(sim: &mut turmoil::Sim<'_>, a: &mut AfterLoad<'_>, mut changes: Chan
         if let Some(u) = changes.upgrades.as_deref_mut() {
             record(truth, now, u.step(sim, f, truth, now));
         }
-        check_replicas(sim, handles, truth, c, now);
-        look(sim, handles, truth, progress, now);
         let members = members(sim, handles);
         let applied: BTreeSet<u64> =
             members.iter().filter_map(|id| handles.get(*id)).map(|r| r.applied_index().unwrap_or(0)).collect();
         let replacing = changes.operator.as_ref().is_some_and(|o| !o.idle());
         let upgrading = changes.upgrades.as_ref().is_some_and(|u| !u.idle());
-        if applied.len() == 1 && !replacing && !upgrading {
-            // The states at the one index are compared whenever the last deep check was.
+        let converged = applied.len() == 1 && !replacing && !upgrading;
+        if converged {
+            // The index the replicas converge on is deep-checked however large the states.
             c.next_deep_ms = 0;
-            check_replicas(sim, handles, truth, c, now);
+        }
+        check_replicas(sim, handles, truth, c, now);
+        look(sim, handles, truth, progress, now);
+        if converged {
             return applied.into_iter().next().unwrap_or(0);
         }
         if replacing || upgrading {
