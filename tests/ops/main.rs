@@ -63,13 +63,16 @@ async fn info_json(c: &Cluster) -> serde_json::Value {
 async fn cluster_info_shows_each_replicas_rack() {
     let c = Cluster::start_racked(BATON.as_ref(), &[], &Timing::default(), &["rack-a", "rack-b"]).await;
     // Each replica asks the others for their racks in the background: "?" until it heard.
-    let mut info = info_json(&c).await;
+    // The two calls may be answered by different replicas (the first one fails over while
+    // the election runs), so both views are awaited, not only the first.
+    let heard_all = |s: &str| !s.contains("\"rack\":\"?\"") && !s.lines().any(|l| l.contains("  ?  "));
+    let (mut info, mut table) = (info_json(&c).await, ok(&c, &["cluster", "info"]).await);
     for _ in 0..100 {
-        if !info.to_string().contains("\"rack\":\"?\"") {
+        if heard_all(&info.to_string()) && heard_all(&table) {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        info = info_json(&c).await;
+        (info, table) = (info_json(&c).await, ok(&c, &["cluster", "info"]).await);
     }
     let racks: Vec<(u64, String)> = info["replicas"]
         .as_array()
@@ -78,7 +81,6 @@ async fn cluster_info_shows_each_replicas_rack() {
         .map(|r| (r["id"].as_u64().unwrap(), r["rack"].as_str().unwrap_or("").to_string()))
         .collect();
     assert_eq!(racks, [(1, "rack-a".into()), (2, "rack-b".into()), (3, String::new())], "{info}");
-    let table = ok(&c, &["cluster", "info"]).await;
     assert!(table.contains("RACK"), "{table}");
     let row = table.lines().find(|l| l.trim_start().starts_with("2 ")).expect("replica 2's row");
     assert!(row.contains("rack-b"), "{table}");
