@@ -102,6 +102,10 @@ impl Ledger {
                     super::add(&mut x.amount, &o.amount);
                     super::add(&mut x.keeps, &o.keeps);
                     x.gpus |= o.gpus;
+                    // Without them the gang's fractions of a shared GPU that the part held
+                    // were lost: the scheduler saw room there that was not, and `apply`
+                    // refused its placements (`tests::a_split_part_merged_back_gives_its_fractions_back`).
+                    x.fractions.merge(&o.fractions);
                 }
                 None => node.occupants.push(Occupant { job: into, ..o }),
             }
@@ -387,6 +391,34 @@ mod tests {
         assert!(l.nodes[0].reservations.is_empty(), "the reservation became its occupancy");
         assert!(!l.charges.get(&preemptor).unwrap().reserved);
         assert_eq!((l.queues[q0].usage[0][GPU_KIND], l.queues[q1].usage[0][GPU_KIND]), (0, gpus_milli(8)));
+    }
+
+    /// An elastic gang's replicas above its minimum are split off while a preemption is
+    /// planned (`split_off`) and merged back after (`merge_into`). A gang of two quarter-GPU
+    /// replicas on GPU 0 got only one quarter back: the scheduler then saw half of GPU 0 free
+    /// where a quarter was, placed a fraction there, and `apply` refused it at every cycle
+    /// (the simulator's check of plans applied to their own state, seed 10 of 10 minutes:
+    /// `it no longer fits on node n9`).
+    #[test]
+    fn a_split_part_merged_back_gives_its_fractions_back() {
+        let (s, _) = cluster(&[8], 1, &[]);
+        let mut l = s.ledger().clone();
+        let quarter = |n: u64| {
+            let mut amount = ZERO;
+            amount[GPU_KIND] = 250 * n;
+            let mut fractions = crate::ledger::Fractions::default();
+            fractions.add(0, 250 * n);
+            Share { node: 0, amount, gpus: 0, fractions }
+        };
+        let (gang, part) = (7, 8);
+        l.place(gang, 0, false, false, &[quarter(2)]);
+        let used = |l: &Ledger| l.nodes[0].gpu_use_for(None, &[]).used(0);
+        assert_eq!(used(&l), 500);
+        l.split_off(gang, part, &[quarter(1)]);
+        assert_eq!(used(&l), 500, "split: the part holds one quarter, the gang the other");
+        l.merge_into(part, gang);
+        assert_eq!(used(&l), 500, "merged back: the gang holds both quarters again");
+        assert_eq!(l.nodes[0].occupant(gang).map(|o| o.fractions.total()), Some(500));
     }
 
     #[test]
