@@ -318,6 +318,14 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
         // A victim whose ranks are still being stopped (completing) holds its GPUs too.
         let waiting = r.victims.iter().filter(|v| view.state.still_holds(**v)).count();
         if waiting == 0 {
+            // A node that takes no new work for it since the reservation was made (cordoned,
+            // lost, in a window, or closed to it by a window ahead made since): `apply`
+            // refuses the start there, so the job waits, saying which node and (the window
+            // note the cycle adds) why.
+            if let Some(node) = r.replicas.iter().find(|a| !node_open(view, a.node.as_str())) {
+                wait(plan, job, reason::reserved_node_closed(node.node.as_str()));
+                return Outcome::Waits;
+            }
             let shares = view.state.shares(job, &r.replicas);
             // Apply refuses a start that does not fit (`check_fit`), and the view asserts it.
             if let Some(i) = view.ledger.lacks_room(job.id, &shares) {
@@ -388,6 +396,13 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
     let outcome = preempt_for(view, c, needs, plan, planner, holds, &base, key);
     view.merge_excess();
     outcome
+}
+
+/// Node `name` takes new work for the job being decided: known to the ledger and
+/// schedulable in the view (which `windows::close_for` closed to the job if a window ahead
+/// holds it).
+fn node_open(view: &View, name: &str) -> bool {
+    view.ledger.node(name).is_some_and(|n| view.ledger.nodes[n].schedulable)
 }
 
 /// Whether the job's user may hold what it asks under its queue's `max_per_user`: `Err`

@@ -79,6 +79,9 @@ pub fn grow_one(view: &mut View, plan: &mut Plan, unplaced_trees: &std::collecti
             continue;
         }
         if let Some(replicas) = larger_placement(view, job, e, top, within_nominal) {
+            if held_back_by_reservation(view, job, &replicas) {
+                continue;
+            }
             plan.decisions.push(Decision::Grow { job: id, attempt: job.attempt, replicas });
             // As `State::apply` of the Grow: the gang leaves its queue's usage. Nothing is
             // decided after growth, so nothing else of the view needs to know.
@@ -86,6 +89,18 @@ pub fn grow_one(view: &mut View, plan: &mut Plan, unplaced_trees: &std::collecti
             return;
         }
     }
+}
+
+/// Section 9, as `apply` holds a growth to it (`State::check_reservations`, the same rule):
+/// while a reservation of another job of its queue holds, or where the larger placement
+/// would take what a reservation holds (its GPUs, and the part of its other resources free
+/// now), the gang grows only as a backfill that ends in time. Its own resources count free
+/// for the placement, so a gang a reservation waits for would otherwise start again on them
+/// and run on past the time the reservation waits for. A growth is planned only in a cycle
+/// that places and reserves nothing, so the state's reservations are the cycle's.
+fn held_back_by_reservation(view: &View, job: &Job, replicas: &[ReplicaAlloc]) -> bool {
+    let shares = view.state.shares(job, replicas);
+    view.state.check_reservations(job.id, &shares, &[]).is_err()
 }
 
 /// The largest placement above the gang's size that fits with its own resources counted

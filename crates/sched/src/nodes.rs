@@ -2,7 +2,7 @@
 //! of nodes with some jobs imagined gone (a preemption walk).
 
 use baton_model::job::JobId;
-use baton_model::ledger::{GPU_KIND, GPU_MILLI, GpuUse, Vector};
+use baton_model::ledger::{GPU_KIND, GPU_MILLI, GpuUse, Vector, ZERO};
 use baton_model::topology::MAX_TOPOLOGY_LEVELS;
 
 use crate::index::{Buckets, DomainKey, Scope};
@@ -82,7 +82,11 @@ struct Entry {
     gpu_use: GpuUse,
 }
 
-/// A few nodes, with what would be free for `job` if `removed` were gone.
+/// A few nodes, with what would be free for `job` if `removed` were gone. A node that takes
+/// no new work now (lost, cordoned, unhealthy, in a window, or closed to the job by a window
+/// ahead: `schedulable` in the view's ledger) offers nothing, as in the view's index: `apply`
+/// refuses any placement there. An elastic gang's growth packed over such nodes and was
+/// refused at every cycle (`examples/scenarios/elastic-grow-closed-nodes.yaml`).
 pub struct SetNodes {
     /// In natural order.
     entries: Vec<Entry>,
@@ -94,8 +98,12 @@ impl SetNodes {
             .iter()
             .map(|&n| {
                 let acct = &view.ledger.nodes[n];
-                let (free, mask) = view.free_for(n, job, removed);
-                let gpu_use = acct.gpu_use_for(Some(job), removed);
+                let (free, mask, gpu_use) = if acct.schedulable {
+                    let (free, mask) = view.free_for(n, job, removed);
+                    (free, mask, acct.gpu_use_for(Some(job), removed))
+                } else {
+                    (ZERO, 0, GpuUse::new(0))
+                };
                 Entry { node: n, pool: acct.pool, domains: acct.domains, free, mask, gpu_use }
             })
             .collect();

@@ -21,6 +21,12 @@ pub fn victims_stopping(n: usize) -> String {
     format!("waiting for {n} victim{s} to stop; their resources are held for it")
 }
 
+/// A preemptor whose victims have stopped, whose reserved node `node` takes no new work for
+/// it now (cordoned, lost, unhealthy, in a maintenance window or closed to it by one ahead).
+pub fn reserved_node_closed(node: &str) -> String {
+    format!("its victims have stopped; its reserved node {node} takes no new work for it now")
+}
+
 /// A preemptor whose victims have stopped, on a node where something else still holds part
 /// of its reserved room: ranks of an ended attempt not yet reported gone (a victim suspended
 /// in place there whose job was requeued when another of its nodes was lost).

@@ -52,7 +52,8 @@ impl Holds {
             let (q, np) = view.queue_np(job);
             let shares = view.state.shares(job, &r.replicas);
             let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
-            if let Err(why) = admitted_without_own(view, q, np, &shares, &nodes) {
+            let refused = admitted_without_own(view, q, np, &shares, &nodes).err();
+            if let Some(why) = refused.or_else(|| window_ahead(view, job, r)) {
                 let reason = format!("its reservation on {} no longer holds: {why}", where_of(r));
                 plan.decisions.push(Decision::Unreserve { job: r.job, reason });
                 continue;
@@ -131,6 +132,18 @@ impl Holds {
     pub fn waiting_for(&self, view: &View, i: usize) -> usize {
         occupants_of(view, self.list[i].job, &self.list[i].shares).len()
     }
+}
+
+/// decisions.md section 14: a reservation never takes a node with a window ahead of it. One
+/// made before the window was: its job could not start there (`apply` refuses it), so it is
+/// let go, and the job reserves again elsewhere if it still starves.
+fn window_ahead(view: &View, job: &Job, r: &PoolReservation) -> Option<String> {
+    let closes = |w: &&baton_model::maintenance::Window| {
+        w.closes_to(job, view.now_ms) && r.replicas.iter().any(|a| w.holds(&a.node))
+    };
+    let w = view.state.windows().values().find(closes)?;
+    let node = r.replicas.iter().find(|a| w.holds(&a.node)).map(|a| a.node.to_string()).unwrap_or_default();
+    Some(format!("maintenance window {} ahead holds {node} (it would not end before the window starts)", w.spec.name))
 }
 
 fn where_of(r: &PoolReservation) -> String {

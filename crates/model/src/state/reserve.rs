@@ -136,7 +136,7 @@ impl State {
     /// the part of its other resources free now), except one that ends in time; a preemption
     /// never does. A preemptor whose room is already held for it is not stopped here: that
     /// room was its own first.
-    pub(crate) fn check_reservations(&self, id: JobId, shares: &[Share], victims: &[JobId]) -> Result<(), Rejection> {
+    pub fn check_reservations(&self, id: JobId, shares: &[Share], victims: &[JobId]) -> Result<(), Rejection> {
         let preempting = !victims.is_empty();
         if self.d.reservations.contains_key(&id) {
             return Ok(());
