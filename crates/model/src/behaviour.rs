@@ -25,6 +25,11 @@
 //!    suspended job whose lend was passed on to the next borrower (behaviour 5) is suspended
 //!    for that borrower, so it does not resume while the borrower runs on its share (found
 //!    by the simulator, stop 78).
+//! 7. a rank that ended before its job was suspended in place (a gang rank other than 0
+//!    that exited 0, done while its gang goes on) stays ended when the suspension completes:
+//!    the tally forgot it, so the state held it suspended, and then running, with no process,
+//!    and the job's next suspension waited for an answer its agent never sends (found by the
+//!    simulator's liveness check, stop 84).
 
 use crate::command::Op;
 use crate::state::State;
@@ -32,7 +37,7 @@ use crate::state::State;
 /// The behaviour a state has until the log raises it.
 pub const BASELINE: u32 = 1;
 /// The newest behaviour this build applies.
-pub const BEHAVIOUR: u32 = 6;
+pub const BEHAVIOUR: u32 = 7;
 /// The behaviour that bounds request ids per user.
 pub const PER_USER_REQUEST_IDS: u32 = 2;
 /// The behaviour whose state tallies the ranks' checkpoints.
@@ -47,6 +52,9 @@ pub const RETIRED_REPLICAS: u32 = 6;
 /// suspended for that borrower (the same version as [`RETIRED_REPLICAS`]: one build
 /// brought both).
 pub const PASSED_LENDS_HOLD: u32 = 6;
+/// The behaviour under which a rank that ended before its job was suspended in place stays
+/// ended once the suspension completes.
+pub const ENDED_RANKS_OUTLAST_SUSPENSION: u32 = 7;
 
 /// The data format whose builds apply behaviour `v`: the raise to `v` needs it, so the format
 /// gate holds the raise back until every member applies `v`. A version this build does not
@@ -59,6 +67,7 @@ pub fn format_of(v: u32) -> u32 {
         4 => 14,
         5 => 15,
         6 => 16,
+        7 => 17,
         _ => u32::MAX,
     }
 }
@@ -94,6 +103,7 @@ mod tests {
         assert_eq!(leader_upgrade(&s, 14), Some(Op::SetBehaviour(SLICES_ARE_GPUS)));
         assert_eq!(leader_upgrade(&s, 15), Some(Op::SetBehaviour(LENDS_FOLLOW_RANKS)));
         assert_eq!(leader_upgrade(&s, 16), Some(Op::SetBehaviour(RETIRED_REPLICAS)));
+        assert_eq!(leader_upgrade(&s, 17), Some(Op::SetBehaviour(ENDED_RANKS_OUTLAST_SUSPENSION)));
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(PER_USER_REQUEST_IDS) }).unwrap();
         assert_eq!(leader_upgrade(&s, 10), Some(Op::SetBehaviour(BEHAVIOUR)), "the next is held until format 11");
         s.apply(crate::Command { now_ms: 1, op: Op::SetBehaviour(BEHAVIOUR) }).unwrap();
@@ -108,6 +118,7 @@ mod tests {
         assert_eq!(format_of(SLICES_ARE_GPUS), 14);
         assert_eq!(format_of(LENDS_FOLLOW_RANKS), 15);
         assert_eq!(format_of(RETIRED_REPLICAS), 16);
+        assert_eq!(format_of(ENDED_RANKS_OUTLAST_SUSPENSION), 17);
         assert!(
             format_of(BEHAVIOUR) <= crate::format::DATA_FORMAT,
             "this build reads the format its newest behaviour needs"

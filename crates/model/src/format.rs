@@ -60,8 +60,9 @@ use crate::command::{Observed, Op};
 /// requeued; see `behaviour`). 15: `SetBehaviour` to behaviour 5 (lends follow the ranks that
 /// run on them; see `behaviour`). 16: `SetBehaviour` to behaviour 6 (membership changes
 /// record the replicas they remove; see `behaviour`), and snapshots that record them
-/// (written in format 15's layout while there is none).
-pub const DATA_FORMAT: u32 = 16;
+/// (written in format 15's layout while there is none). 17: `SetBehaviour` to behaviour 7
+/// (a rank that ended before its job was suspended in place stays ended; see `behaviour`).
+pub const DATA_FORMAT: u32 = 17;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest

@@ -417,11 +417,20 @@ impl State {
                 {
                     preemptor.suspended_victims.push(id);
                 }
+                let behaviour = self.behaviour;
                 let job = self.d.jobs.get_mut(&id).expect("job");
                 job.state = JobState::Suspended;
                 job.stopping = None;
                 // Stopped in place, not gone: a later cancel leaves every rank completing.
-                job.ended_ranks.clear();
+                // A rank whose process had ended (its own exit 0 while its gang went on, the
+                // tally's `true`; a suspended rank answers `false`) stays ended (behaviour 7):
+                // cleared, it was held suspended and then running with no process, and the
+                // next suspension waited for it for good.
+                if behaviour >= crate::behaviour::ENDED_RANKS_OUTLAST_SUSPENSION {
+                    job.ended_ranks.retain(|_, saved| *saved);
+                } else {
+                    job.ended_ranks.clear();
+                }
                 job.suspended_for = lend_to;
                 job.reason = format!("suspended in place for {by_name}{}", crate::job::UNTIL_PREEMPTOR_GONE);
                 self.job_event(

@@ -875,6 +875,58 @@ mod tests {
         assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
     }
 
+    /// A gang rank that exited 0 while its gang went on (done by design), then the gang
+    /// suspended in place, resumed, and suspended again: its agent never answers a SUSPEND
+    /// of that rank (`reconcile::run_of_finished`: nothing to say of a rank done by design),
+    /// so the second suspension completes only if the state still knows the rank ended.
+    /// Before behaviour 7 the first suspension forgot it: the state held the rank suspended
+    /// and then running with no process, and the second suspension waited for it for good
+    /// (found by the simulator's liveness check, stop 84: `the state keeps it suspended there,
+    /// and no process of it is there`).
+    #[test]
+    fn a_rank_that_ended_before_its_gang_was_suspended_stays_ended() {
+        for (behaviour, outlasts) in [(crate::behaviour::PASSED_LENDS_HOLD, false), (crate::behaviour::BEHAVIOUR, true)]
+        {
+            let mut s = State::default();
+            apply(&mut s, Op::SetBehaviour(behaviour));
+            let cpu_node = |name: &str| NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node(name) };
+            apply(&mut s, Op::RegisterNodes(vec![cpu_node("n1"), cpu_node("n2")]));
+            let mut q = crate::queue::QueueSpec::named("q");
+            let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 2)]), ..Default::default() };
+            q.quotas.insert(Name::lit("default"), quota);
+            apply(&mut s, Op::PutQueue(q));
+            let mut spec = one_replica_spec("low", PreemptionMode::Suspend, 0);
+            spec.tasks[0].replicas = 2;
+            let Outcome::Submitted { job: low, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else {
+                panic!()
+            };
+            let replicas = crate::fixture::one_rank_per_node(2, 0);
+            decide(&mut s, Decision::Place { job: low, attempt: 1, replicas });
+            let done = Observed::Exited { job: low, attempt: 1, rank: 1, exit_code: 0 };
+            assert!(report(&mut s, "n2", vec![done]).is_empty());
+            let suspend = |s: &mut State, name: &str| {
+                let by = one_replica(s, name, PreemptionMode::Checkpoint, 0);
+                let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+                decide(s, Decision::Preempt { job: by, victims, replicas: on_n1(0), message: "test".into() });
+                let requested_ms = s.job(low).unwrap().stopping.expect("being suspended").requested_ms;
+                let answer = Observed::Suspended { job: low, attempt: 1, rank: 0, by, requested_ms };
+                assert!(report(s, "n1", vec![answer]).is_empty());
+                by
+            };
+            let high = suspend(&mut s, "high");
+            assert_eq!(s.job(low).unwrap().state, JobState::Suspended, "rank 0 suspended, rank 1 done");
+            assert_eq!(s.job(low).unwrap().ended_ranks.contains_key(&1), outlasts, "behaviour {behaviour}");
+            decide(&mut s, Decision::Place { job: high, attempt: 1, replicas: on_n1(0) });
+            let high_done = Observed::Exited { job: high, attempt: 1, rank: 0, exit_code: 0 };
+            assert!(report(&mut s, "n1", vec![high_done]).is_empty());
+            decide(&mut s, Decision::ResumeInPlace { job: low, attempt: 1 });
+
+            suspend(&mut s, "urgent");
+            let want = if outlasts { JobState::Suspended } else { JobState::Preempting };
+            assert_eq!(s.job(low).unwrap().state, want, "behaviour {behaviour}: the second suspension");
+        }
+    }
+
     /// Two jobs being suspended for one preemptor lend it their CPUs, in job order, up to
     /// what it reserved: `a` (2 CPUs) lends 2, `b` (2 CPUs) the 1 left. `a` then ends on its
     /// own before its suspension: its share goes, and `b` now lends 2, as a rebuild of the

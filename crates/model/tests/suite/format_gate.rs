@@ -86,9 +86,10 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 ];
 
 /// The newest format a command needs for what it carries rather than for its variant: the
-/// raise to behaviour 6 (`SetBehaviour(RETIRED_REPLICAS)`, format 16; to behaviour 5, 15; to
-/// behaviour 4, 14); a submit whose job asks a fraction of a shared GPU needs 13.
-const NEWEST_CONTENT_FORMAT: u32 = 16;
+/// raise to behaviour 7 (`SetBehaviour(ENDED_RANKS_OUTLAST_SUSPENSION)`, format 17; to
+/// behaviour 6, 16; to behaviour 5, 15; to behaviour 4, 14); a submit whose job asks a
+/// fraction of a shared GPU needs 13.
+const NEWEST_CONTENT_FORMAT: u32 = 17;
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.

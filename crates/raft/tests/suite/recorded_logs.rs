@@ -30,6 +30,7 @@ const BEHAVIOURS: &[u32] = &[
     behaviour::SLICES_ARE_GPUS,
     behaviour::LENDS_FOLLOW_RANKS,
     behaviour::RETIRED_REPLICAS,
+    behaviour::ENDED_RANKS_OUTLAST_SUSPENSION,
 ];
 
 /// Scenarios left out: each runs thousands of cycles of one long wait (hundreds of KiB of
