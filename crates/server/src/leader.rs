@@ -274,7 +274,10 @@ fn stop_directing(ctx: &Ctx, term: u64) {
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is
 /// not proposed again on the same state), and how long it took to think.
 async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
-    let now = ctx.replica.now_ms();
+    // The time the plan is stamped with, and so the time `apply` checks it at: the
+    // replicated clock never goes back, so a cycle planned at this replica's clock alone
+    // (behind it by up to the skew bound) made decisions `apply` then refused.
+    let now = stamp_ms(ctx);
     let began = std::time::Instant::now();
     let metrics = ctx.metrics.clone();
     let lists = ctx.lists.clone();
@@ -307,7 +310,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
         ctx.hub.publish(term, r.state_index, lists, whole);
     } else {
         let n = r.plan.decisions.len();
-        let outcome = write(ctx, Op::ApplyPlan(r.plan)).instrument(cycle).await;
+        let outcome = write_at(ctx, now, Op::ApplyPlan(r.plan)).instrument(cycle).await;
         if let Some(Outcome::PlanApplied { accepted, .. }) = &outcome {
             ctx.metrics.observe_plan(*accepted as u64);
         }
@@ -431,9 +434,15 @@ fn stamp_ms(ctx: &Ctx) -> u64 {
 }
 
 async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {
+    write_at(ctx, stamp_ms(ctx), op).await
+}
+
+/// `write`, stamped `now_ms`: a plan carries the time its cycle decided at, so that `apply`
+/// checks each decision (time limits, a window's start) at the time it was made for.
+async fn write_at(ctx: &Ctx, now_ms: u64, op: Op) -> Option<Outcome> {
     let name = op.name();
     let span = crate::trace::commit_span(name, ctx.replica.metrics().term);
-    match ctx.replica.write(Command { now_ms: stamp_ms(ctx), op }).instrument(span).await {
+    match ctx.replica.write(Command { now_ms, op }).instrument(span).await {
         Ok(Ok(applied)) => Some(applied.outcome),
         Ok(Err(e)) => {
             tracing::warn!(op = name, error = %e, "leader's command refused");

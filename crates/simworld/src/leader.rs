@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use baton_model::command::{Command, Observed, Op};
+use baton_model::command::{Applied, Command, Observed, Op, Outcome, Response};
 use baton_model::name::Name;
 use baton_model::node::NodeStatus;
 use baton_model::state::State;
@@ -87,11 +87,32 @@ pub async fn run(replica: Replica, clock: WallClock, rate: Rate, truth: Shared) 
 }
 
 async fn write(replica: &Replica, clock: &WallClock, op: Op) -> bool {
-    let cmd = Command { now_ms: clock.now_ms(), op };
-    matches!(
-        tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), replica.write_on_leader(cmd)).await,
-        Ok(Ok(_))
-    )
+    write_answer(replica, clock.now_ms(), op).await.is_some()
+}
+
+/// What applying `op`, stamped `now_ms`, answered once committed; `None` when the write
+/// failed or timed out.
+async fn write_answer(replica: &Replica, now_ms: u64, op: Op) -> Option<Response> {
+    let cmd = Command { now_ms, op };
+    let written = tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), replica.write_on_leader(cmd)).await;
+    written.ok()?.ok()
+}
+
+/// The scheduler and `apply` must agree: a decision of a plan applied to the very state it
+/// was made from (nothing committed between) is never refused. A refusal there is one the
+/// next cycle, made from the same state, makes again: the job never starts (or grows, or its
+/// preemption never happens), and only its stale reason says anything. The property tests
+/// hold the two against each other on generated states; this holds them on every state a
+/// seed reaches (lends, suspensions, elastic gangs, windows, faults). Each refusal is a
+/// violation, and counted on the seed's line (`refused`).
+fn check_plan(truth: &Shared, replica_id: u64, answer: &Response) {
+    let Ok(Applied { outcome: Outcome::PlanApplied { rejected, stale_by: 0, .. }, .. }) = answer else { return };
+    let mut t = truth.lock();
+    t.refused += rejected.len() as u64;
+    for (i, why) in rejected {
+        let what = format!("r{replica_id}'s own plan, on the state it was made from, has decision {i} refused: {why}");
+        t.violation(crate::now_ms(), what);
+    }
 }
 
 /// Whether this replica leads, confirmed by a quorum within the last half lease (checked
@@ -125,15 +146,21 @@ async fn directing(replica: &Replica, leading: &Lead, quorum: &Quorum, truth: &S
 }
 
 async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Shared) {
-    let now = clock.now_ms();
-    let (plan, tick_due, nodes, ready) = replica.read_local(|s| {
+    // As the server's leader: planned at the time the plan is stamped with (this replica's
+    // clock held to the quorum's, never before the replicated clock), which `apply` checks
+    // it at.
+    let stamp = replica.now_ms();
+    let (now, plan, tick_due, nodes, ready) = replica.read_local(|s| {
+        let now = stamp.max(s.now_ms());
         let nodes: Vec<Name> = s.nodes().keys().cloned().collect();
         let ready: Vec<Name> =
             s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect();
-        (baton_sched::cycle(s, now), s.tick_due(now), nodes, ready)
+        (now, baton_sched::cycle(s, now), s.tick_due(now), nodes, ready)
     });
-    if !plan.decisions.is_empty() {
-        write(replica, clock, Op::ApplyPlan(plan)).await;
+    if !plan.decisions.is_empty()
+        && let Some(answer) = write_answer(replica, now, Op::ApplyPlan(plan)).await
+    {
+        check_plan(truth, replica.id(), &answer);
     }
     if tick_due {
         write(replica, clock, Op::Tick).await;
@@ -323,4 +350,37 @@ fn directive(s: &State, node: &Name, term: u64, leader_id: u64, kept: Vec<Assign
         state_index: s.applied(),
     };
     prost::Message::encode_to_vec(&d)
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_model::rejection::Rejection;
+
+    use super::*;
+
+    fn plan_applied(rejected: Vec<(u32, Rejection)>, stale_by: u64) -> Response {
+        let outcome = Outcome::PlanApplied { accepted: 0, rejected, stale_by };
+        Ok(Applied { outcome, events: Vec::new() })
+    }
+
+    /// A refusal of a plan's decision is a violation only where the plan met the very state
+    /// it was made from: with commands between (`stale_by`), a refusal is the plan checker
+    /// doing its work.
+    #[test]
+    fn a_decision_refused_on_the_plans_own_state_is_a_violation() {
+        let truth = Shared::default();
+        let refused = vec![(2, Rejection::UnknownJob)];
+        check_plan(&truth, 3, &plan_applied(refused.clone(), 1));
+        check_plan(&truth, 3, &plan_applied(Vec::new(), 0));
+        let seen = |truth: &Shared| {
+            let t = truth.lock();
+            (t.refused, t.violations.len())
+        };
+        assert_eq!(seen(&truth), (0, 0));
+        check_plan(&truth, 3, &plan_applied(refused, 0));
+        let t = truth.lock();
+        assert_eq!(t.refused, 1);
+        let told = &t.violations[0];
+        assert!(told.contains("r3's own plan") && told.contains("decision 2 refused: unknown job"), "{told}");
+    }
 }

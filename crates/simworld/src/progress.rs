@@ -186,8 +186,11 @@ fn disagreements(state: &State, truth: &Truth) -> BTreeSet<Stuck> {
             let rank = Rank { job: a.job_id, attempt: a.attempt, rank: a.rank };
             let what = match a.action() {
                 Action::Stop => Asked::Stop,
+                // A rank that ended before its job was suspended (a rank other than 0 that
+                // exited 0, done while its gang goes on) has nothing to suspend: the agent
+                // answers its SUSPEND as it answers its RUN (`reconcile::run_of_finished`).
+                Action::Run | Action::Unspecified | Action::Suspend if ended(state, rank) => Asked::Ended,
                 Action::Suspend => Asked::Suspend,
-                Action::Run | Action::Unspecified if ended(state, rank) => Asked::Ended,
                 Action::Run | Action::Unspecified => Asked::Run,
             };
             asked.insert((node.to_string(), rank), what);

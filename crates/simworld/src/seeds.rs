@@ -27,6 +27,8 @@ pub struct Summary {
     pub jobs: usize,
     pub starts: u64,
     pub faults: u64,
+    /// Decisions refused of plans applied to the state they were made from.
+    pub refused: u64,
     /// The longest any seed's state and processes disagreed after its faults healed.
     pub settled_ms: u64,
 }
@@ -36,7 +38,7 @@ pub fn line(o: &Outcome) -> String {
     let faults: u64 = o.faults.values().sum();
     let verdict = if o.violations.is_empty() { "ok".to_string() } else { format!("{} VIOLATIONS", o.violations.len()) };
     format!(
-        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} crashes {} records {} digests {} bad GPUs {} faults {} replaced {} settled {} ms simulated {} s in {} ms: {verdict}",
+        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} crashes {} records {} digests {} bad GPUs {} refused {} faults {} replaced {} settled {} ms simulated {} s in {} ms: {verdict}",
         o.seed,
         o.digest,
         o.applied,
@@ -52,6 +54,7 @@ pub fn line(o: &Outcome) -> String {
         o.records,
         o.digest_checks,
         o.gpu_faults,
+        o.refused,
         faults,
         o.faults.get("replace-replica").copied().unwrap_or(0),
         o.settled_ms,
@@ -163,19 +166,21 @@ impl Summary {
         self.simulated_ms += o.simulated_ms;
         self.wall_ms += o.wall_ms;
         self.starts += o.starts;
+        self.refused += o.refused;
         self.faults += o.faults.values().sum::<u64>();
         self.settled_ms = self.settled_ms.max(o.settled_ms);
     }
 
     pub fn text(&self) -> String {
         format!(
-            "{} seeds, {} failed{}; {} faults, {} process starts; settled within {} ms of healing (bound {}); \
+            "{} seeds, {} failed{}; {} faults, {} process starts, {} decisions refused on their own state; settled within {} ms of healing (bound {}); \
              {:.1} simulated hours in {:.1} s, {} at a time ({:.1} s of seeds' time)",
             self.seeds,
             self.failed.len(),
             if self.failed.is_empty() { String::new() } else { format!(" ({:?})", self.failed) },
             self.faults,
             self.starts,
+            self.refused,
             self.settled_ms,
             crate::progress::LIVENESS_BOUND_MS,
             self.simulated_ms as f64 / 3_600_000.0,

@@ -220,6 +220,9 @@ pub struct Truth {
     pub windows: u64,
     /// GPUs the client saw marked unhealthy.
     pub gpu_faults: u64,
+    /// Decisions `apply` refused of a leader's plan applied to the state it was made from
+    /// (`leader::check_plan`).
+    pub refused: u64,
     /// Submits with dependencies the client saw acknowledged.
     pub waiting_submits: u64,
     /// Arrays the client saw acknowledged (decisions.md section 13).

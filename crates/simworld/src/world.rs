@@ -118,6 +118,9 @@ pub struct Outcome {
     pub waiting_submits: u64,
     /// GPUs marked unhealthy (section 14).
     pub gpu_faults: u64,
+    /// Decisions refused of a plan applied to the state it was made from (`leader::check_plan`).
+    #[serde(default)]
+    pub refused: u64,
     /// Acknowledged arrays and elastic gangs (section 13).
     pub arrays: u64,
     pub elastic: u64,
@@ -317,6 +320,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         windows: t.windows,
         waiting_submits: t.waiting_submits,
         gpu_faults: t.gpu_faults,
+        refused: t.refused,
         arrays: t.arrays,
         elastic: t.elastic,
         suspensions: t.suspensions,
