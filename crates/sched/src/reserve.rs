@@ -143,7 +143,7 @@ fn window_ahead(view: &View, job: &Job, r: &PoolReservation) -> Option<String> {
     };
     let w = view.state.windows().values().find(closes)?;
     let node = r.replicas.iter().find(|a| w.holds(&a.node)).map(|a| a.node.to_string()).unwrap_or_default();
-    Some(format!("maintenance window {} ahead holds {node} (it would not end before the window starts)", w.spec.name))
+    Some(crate::windows::ahead_note(w.spec.name.as_str(), &node))
 }
 
 fn where_of(r: &PoolReservation) -> String {

@@ -74,11 +74,13 @@ pub fn note(view: &View, job: &Job, closed: &[usize]) -> Option<String> {
         parts.push(if w.active {
             format!("maintenance window {} holds {named}", w.spec.name)
         } else {
-            format!(
-                "maintenance window {} ahead holds {named} (it would not end before the window starts)",
-                w.spec.name
-            )
+            ahead_note(w.spec.name.as_str(), &named)
         });
     }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// How a reason names window `window` ahead, closed to the job on `nodes`.
+pub fn ahead_note(window: &str, nodes: &str) -> String {
+    format!("maintenance window {window} ahead holds {nodes} (it would not end before the window starts)")
 }
