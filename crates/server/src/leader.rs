@@ -35,6 +35,8 @@ struct Round {
     tick_due: bool,
     /// `State::applied` of the state the round read.
     state_index: u64,
+    /// The time the round planned at, which its plan is stamped with.
+    now_ms: u64,
 }
 
 pub async fn run(ctx: Arc<Ctx>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -274,14 +276,16 @@ fn stop_directing(ctx: &Ctx, term: u64) {
 /// One pass; returns the applied count if its plan was refused whole (so the same plan is
 /// not proposed again on the same state), and how long it took to think.
 async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
-    // The time the plan is stamped with, and so the time `apply` checks it at: the
-    // replicated clock never goes back, so a cycle planned at this replica's clock alone
-    // (behind it by up to the skew bound) made decisions `apply` then refused.
-    let now = stamp_ms(ctx);
+    let clock_ms = ctx.replica.now_ms();
     let began = std::time::Instant::now();
     let metrics = ctx.metrics.clone();
     let lists = ctx.lists.clone();
     let Some((r, wanted)) = on_applied_state(&ctx.replica, move |s| {
+        // The time the plan is stamped with, and so the time `apply` checks it at, read off
+        // the state the cycle reads: planned at this replica's clock alone (behind the
+        // replicated clock by up to the skew bound, or more after a step back), the cycle
+        // made decisions `apply` then refused.
+        let now = s.stamp_ms(clock_ms);
         let began = std::time::Instant::now();
         let plan = baton_sched::cycle(s, now);
         metrics.observe_cycle(began.elapsed().as_secs_f64(), considered(s), &plan.decisions);
@@ -291,6 +295,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
             ready: s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect(),
             tick_due: s.tick_due(now),
             state_index: s.applied(),
+            now_ms: now,
         };
         // A plan's state goes out once applied (below); only a round that plans nothing
         // publishes what it read.
@@ -310,7 +315,7 @@ async fn round(ctx: &Ctx, term: u64) -> (Option<u64>, Duration) {
         ctx.hub.publish(term, r.state_index, lists, whole);
     } else {
         let n = r.plan.decisions.len();
-        let outcome = write_at(ctx, now, Op::ApplyPlan(r.plan)).instrument(cycle).await;
+        let outcome = write_at(ctx, r.now_ms, Op::ApplyPlan(r.plan)).instrument(cycle).await;
         if let Some(Outcome::PlanApplied { accepted, .. }) = &outcome {
             ctx.metrics.observe_plan(*accepted as u64);
         }
@@ -426,11 +431,11 @@ fn considered(s: &baton_model::State) -> usize {
     s.jobs().values().filter(|j| matches!(j.state, JobState::Pending | JobState::Preempting)).count()
 }
 
-/// The time the leader stamps its own commands with: never behind the replicated clock (a
-/// new leader's clock may trail the old one's a little, and the state refuses a Tick from
-/// behind it).
+/// The time the leader stamps its own commands with (`State::stamp_ms`; the state refuses
+/// a Tick from behind its clock).
 fn stamp_ms(ctx: &Ctx) -> u64 {
-    ctx.replica.now_ms().max(ctx.replica.read_local(|s| s.now_ms()))
+    let clock_ms = ctx.replica.now_ms();
+    ctx.replica.read_local(|s| s.stamp_ms(clock_ms))
 }
 
 async fn write(ctx: &Ctx, op: Op) -> Option<Outcome> {

@@ -149,9 +149,9 @@ async fn round(replica: &Replica, clock: &WallClock, leading: &Lead, truth: &Sha
     // As the server's leader: planned at the time the plan is stamped with (this replica's
     // clock held to the quorum's, never before the replicated clock), which `apply` checks
     // it at.
-    let stamp = replica.now_ms();
+    let clock_ms = replica.now_ms();
     let (now, plan, tick_due, nodes, ready) = replica.read_local(|s| {
-        let now = stamp.max(s.now_ms());
+        let now = s.stamp_ms(clock_ms);
         let nodes: Vec<Name> = s.nodes().keys().cloned().collect();
         let ready: Vec<Name> =
             s.nodes().values().filter(|n| n.status == NodeStatus::Ready).map(|n| n.spec.name.clone()).collect();

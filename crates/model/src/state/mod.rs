@@ -445,6 +445,13 @@ impl State {
     pub fn now_ms(&self) -> u64 {
         self.d.now_ms
     }
+    /// The time a leader whose clock reads `clock_ms` stamps its commands with, and so plans
+    /// at: never behind the replicated clock, which never goes back (a new leader's clock
+    /// may trail the old one's, or have been stepped back). `apply` checks a plan's time
+    /// limits and windows at its stamp, so a plan made for any other time is refused.
+    pub fn stamp_ms(&self, clock_ms: u64) -> u64 {
+        clock_ms.max(self.d.now_ms)
+    }
     /// The apply behaviour the log has raised this state to (see `behaviour`).
     pub fn behaviour(&self) -> u32 {
         self.behaviour
