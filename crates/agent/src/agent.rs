@@ -259,6 +259,7 @@ pub async fn start_with_journal(
         fence: crate::fence::Fence::default(),
         acked: Arc::default(),
         suspensions: shared.suspensions,
+        unrecorded: shared.unrecorded,
     };
     let view =
         View { running: shared.running.clone(), lease: lease_rx, nvml: None, transport: config.transport.clone() };

@@ -27,6 +27,8 @@
 //!   `reconcile`, and does the IO (spawns, signals, /proc, files, the journal, observations).
 //! - `suspensions`: which reported suspensions the leader has recorded, and as of which state
 //!   (a SUSPEND it still awaits of a replica held suspended is answered only if new).
+//! - `unrecorded`: starts refused while the journal takes no writes, told to the leader
+//!   without being journaled (it requeues the job and takes the node out).
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
 //! - `cgroup`: one cgroup per replica (freeze, kill, limits, emptiness, the scan for live
@@ -78,6 +80,7 @@ pub mod signal;
 pub mod supervisor;
 pub mod suspensions;
 pub mod tools;
+pub mod unrecorded;
 pub mod workload;
 
 pub use agent::{Agent, run, start, start_with_inventory, start_with_journal};

@@ -99,6 +99,11 @@ pub enum Act {
     /// later RUN of it starts nothing), and report it ended here (`KilledHere`): there is
     /// nothing to resume in place.
     SuspendNeverRan(ReplicaKey),
+    /// A RUN of a replica that never ran here, while the journal takes no writes: it does
+    /// not start (its start must be journaled first), and the leader is told (`why`: the
+    /// journal's error), once, so that it requeues the job and takes the node out instead of
+    /// holding the job Running with no process.
+    Unrecorded { key: ReplicaKey, why: String },
     /// Nothing is done for this assignment; `why` is logged.
     Ignore { key: ReplicaKey, why: Ignored },
 }
@@ -258,6 +263,9 @@ fn plan_run<'a>(
             // It finished here; how is forgotten. Asked to run it, the leader has missed its
             // end (or is stale, and then the report is ignored as not placed).
             return Some(Act::ReportKilledHere { key, checkpointed: false });
+        }
+        if let Some(why) = &inputs.journal_failing {
+            return Some(Act::Unrecorded { key, why: why.clone() });
         }
         if refused.is_some() {
             return refused;

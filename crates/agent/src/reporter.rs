@@ -39,6 +39,8 @@ pub struct Reporter {
     pub acked: Arc<Mutex<Acked>>,
     /// Told the state index at which each reported suspension was acknowledged.
     pub suspensions: Arc<crate::suspensions::Suspensions>,
+    /// Starts refused while the journal fails: sent after the journaled observations.
+    pub unrecorded: Arc<crate::unrecorded::Unrecorded>,
 }
 
 /// Acknowledged observations on their way out of the journal.
@@ -166,11 +168,14 @@ impl Reporter {
         let term_seen = fence.term;
         let seqs: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
         let stops = crate::suspensions::stops_in(pending.iter().map(|(_, o)| o));
+        let unrecorded = self.unrecorded.outbox(MAX_OBSERVATIONS_PER_REPORT - pending.len());
+        let refused: Vec<_> = unrecorded.iter().map(|(k, _)| *k).collect();
+        let observations = pending.into_iter().map(|(_, o)| o).chain(unrecorded.into_iter().map(|(_, o)| o)).collect();
         let req = ReportRequest {
             node: self.node.clone(),
             term_seen,
             running: self.running.borrow().clone(),
-            observations: pending.into_iter().map(|(_, o)| o).collect(),
+            observations,
             awaiting_state_index: *self.awaiting.borrow(),
         };
         let mut client = AgentGatewayClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
@@ -212,6 +217,7 @@ impl Reporter {
         self.renew(sent_at_ms, reply.lease_ms, Floor { term: reply.term, state_index: reply.state_index });
         // Read after this report's observations were committed.
         self.suspensions.acknowledged(&stops, reply.state_index);
+        self.unrecorded.taken(&refused);
         let sent = seqs.len();
         self.drop_later(seqs);
         // More waiting than this report carried: send the rest right away.

@@ -33,6 +33,7 @@ use crate::logfiles;
 use crate::reconcile::{self, Act, Clock, Ended, Ending, Ignored, Known, Step};
 use crate::signal::{checkpoint_signal, default_signal, group_alive, parse_signal, signal_group};
 use crate::suspensions::Suspensions;
+use crate::unrecorded::Unrecorded;
 
 /// A replica's process ended (the wrapper exited with this code).
 #[derive(Debug)]
@@ -140,6 +141,8 @@ pub struct Supervisor {
     journal_retry: (Instant, Duration),
     /// Suspensions reported, and whether the leader has recorded them (the reporter says).
     suspensions: Arc<Suspensions>,
+    /// Starts refused while the journal fails, for the reporter to tell.
+    unrecorded: Arc<Unrecorded>,
 }
 
 /// What the supervisor shares with the reporter and the logs server.
@@ -151,6 +154,7 @@ pub struct Shared {
     pub observed: Arc<Notify>,
     pub live_logs: LiveLogs,
     pub suspensions: Arc<Suspensions>,
+    pub unrecorded: Arc<Unrecorded>,
 }
 
 pub struct Settings {
@@ -223,6 +227,7 @@ impl Supervisor {
             unjournaled: Vec::new(),
             journal_retry: (Instant::now(), Duration::from_millis(TICK_MS)),
             suspensions: Arc::default(),
+            unrecorded: Arc::default(),
         };
         // Unknown on either side counts as a restart of the machine: the cautious reading.
         let boot = crate::procfs::boot_id();
@@ -282,8 +287,8 @@ impl Supervisor {
             root.remove_empty_children();
         }
         sup.publish();
-        let suspensions = sup.suspensions.clone();
-        Ok((sup, Shared { running, awaiting, observed, live_logs, suspensions }))
+        let (suspensions, unrecorded) = (sup.suspensions.clone(), sup.unrecorded.clone());
+        Ok((sup, Shared { running, awaiting, observed, live_logs, suspensions, unrecorded }))
     }
 
     /// Runs until `directives` closes (the agent shuts down). Processes keep running.
@@ -442,6 +447,7 @@ impl Supervisor {
             self.observed.notify_one();
         }
         self.metrics.journal_failing(false);
+        self.unrecorded.clear();
         if self.fenced && self.lease_expired() {
             self.stop_for_the_lease()?;
         }
@@ -514,6 +520,7 @@ impl Supervisor {
             self.act(act, &assignments)?;
         }
         self.prune_finished(&plan.wanted);
+        self.unrecorded.retain(&plan.wanted);
         self.publish();
         Ok(())
     }
@@ -630,6 +637,14 @@ impl Supervisor {
                 }
                 None => Ok(()),
             },
+            Act::Unrecorded { key, why } => {
+                self.metrics.run_refused();
+                if self.unrecorded.refused(key, &why) {
+                    tracing::warn!(?key, "not started, and the leader is told: the journal takes no writes: {why}");
+                    self.observed.notify_one();
+                }
+                Ok(())
+            }
             Act::Ignore { key, why: why @ Ignored::LeaseExpired } => {
                 tracing::debug!(?key, "{why}");
                 Ok(())

@@ -507,6 +507,15 @@ pub enum Observed {
     /// format 11 the leader kept it in memory and sent `Checkpointed` when it completed; a
     /// failover lost it. (Last, so older logs decode.)
     RankCheckpointed { job: JobId, attempt: u32, rank: u32 },
+    /// Its agent did not start the rank: an agent records a start in its journal before it
+    /// starts anything, and the journal takes no writes (a failing or full disk; `reason`
+    /// says what). Nothing ran. The job goes back to the queue, from its checkpoint (not its
+    /// failure), and the node takes no new work until a person clears it (`uncordon`): every
+    /// start there is refused the same way while the journal fails, and a node that takes
+    /// placements it never starts draws the queue to it. Before it, the leader held such a
+    /// job Running with no process, and kept placing work there. (Last, so older logs
+    /// decode.)
+    Unrecorded { job: JobId, attempt: u32, rank: u32, reason: String },
 }
 
 impl Observed {
@@ -523,7 +532,8 @@ impl Observed {
             | Observed::LeaseStopped { job, .. }
             | Observed::KilledHere { job, .. }
             | Observed::Suspended { job, .. }
-            | Observed::RankCheckpointed { job, .. } => *job,
+            | Observed::RankCheckpointed { job, .. }
+            | Observed::Unrecorded { job, .. } => *job,
         }
     }
 }

@@ -62,7 +62,9 @@ use crate::command::{Observed, Op};
 /// record the replicas they remove; see `behaviour`), and snapshots that record them
 /// (written in format 15's layout while there is none). 17: `SetBehaviour` to behaviour 7
 /// (a rank that ended before its job was suspended in place stays ended; see `behaviour`).
-pub const DATA_FORMAT: u32 = 17;
+/// 18: `Observed::Unrecorded` (a rank its agent could not start, its journal taking no
+/// writes: the node is taken out).
+pub const DATA_FORMAT: u32 = 18;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest
@@ -253,6 +255,7 @@ impl Observed {
             Observed::KilledHere { .. } => 5,
             Observed::Suspended { .. } => 9,
             Observed::RankCheckpointed { .. } => 11,
+            Observed::Unrecorded { .. } => 18,
         }
     }
 
@@ -261,11 +264,16 @@ impl Observed {
     /// own save, which only completes a gang's checkpoint from ranks reported later); a
     /// rank killed here becomes `Vanished`; a rank's checkpoint has none (`None`: the leader
     /// tallies it in memory while a member reads older, and sends `Checkpointed` once the
-    /// gang's is complete). Agents' reports must not wait for an upgrade: a refused report
-    /// renews no lease.
+    /// gang's is complete); a rank its agent could not start becomes one killed here (the
+    /// same requeue; the node is not taken out). Agents' reports must not wait for an
+    /// upgrade: a refused report renews no lease.
     pub fn for_format(self, format: u32) -> Option<Observed> {
         Some(match self {
             Observed::RankCheckpointed { .. } if format < 11 => return None,
+            // The same requeue, without taking the node out: a rank killed here.
+            Observed::Unrecorded { job, attempt, rank, .. } if format < 18 => {
+                return Observed::KilledHere { job, attempt, rank, rank_saved: false }.for_format(format);
+            }
             Observed::LeaseStopped { job, attempt, rank, checkpointed, .. } if format < 4 => {
                 Observed::LeaseExpired { job, attempt, rank, checkpointed }
             }

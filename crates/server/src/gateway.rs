@@ -314,6 +314,16 @@ impl Gateway {
                         reason: clip_message(u.reason),
                     })
                 }
+                Some(What::Unrecorded(u)) => {
+                    tracing::error!(node = %node, job_id = u.job_id, attempt = u.attempt, rank = u.rank, reason = u.reason, "the agent cannot record a start in its journal; the job goes back to the queue and the node takes no new work");
+                    // Cut short as an unkillable's reason is.
+                    observed.push(Observed::Unrecorded {
+                        job: u.job_id,
+                        attempt: u.attempt,
+                        rank: u.rank,
+                        reason: clip_message(u.reason),
+                    })
+                }
                 // Committed first, by `gpu_findings`.
                 Some(What::Gpu(_)) => {}
                 None => return Err(Status::invalid_argument("observations: an observation without a kind")),

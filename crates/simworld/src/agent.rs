@@ -344,7 +344,8 @@ impl Agent {
                 t.journals.entry(node).or_default().ended.insert(rank_of(k), Outcome::Stopped { checkpointed: false });
                 self.observe(killed_here(k, false));
             }
-            Act::Ignore { .. } => {}
+            // The simulated journal never fails to take a write (not yet a fault here).
+            Act::Ignore { .. } | Act::Unrecorded { .. } => {}
         }
     }
 

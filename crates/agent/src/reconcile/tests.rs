@@ -493,6 +493,7 @@ proptest! {
                 Act::ReportStopped { key, .. }
                 | Act::ReportKilledHere { key, .. }
                 | Act::ReportExited { key, .. }
+                | Act::Unrecorded { key, .. }
                 | Act::Ignore { key, .. } => *key,
             };
             // An older attempt is refused, and killed if it runs here: two acts, one key.
@@ -664,11 +665,14 @@ fn a_watchdog_stops_checkpoint_is_judged_on_file_times_alone() {
 }
 
 /// Issue 10: an agent whose journal cannot be written starts and resumes nothing (it could
-/// not record the start first), and still stops, suspends and kills what runs.
+/// not record the start first), and still stops, suspends and kills what runs. A start it
+/// refuses is told to the leader (`Unrecorded`); a resume is not (the replica is there,
+/// suspended, and resumes once the journal takes writes).
 #[test]
 fn nothing_starts_or_resumes_while_the_journal_fails() {
     let failing = Some("cannot write the agent journal at j: No space left on device (os error 28)".to_string());
-    let why = Ignored::JournalFailing(failing.clone().unwrap());
+    let failing_why = failing.clone().unwrap();
+    let why = Ignored::JournalFailing(failing_why.clone());
     let i = Inputs {
         journal_failing: failing,
         ..inputs(vec![
@@ -693,7 +697,7 @@ fn nothing_starts_or_resumes_while_the_journal_fails() {
             Act::Kill(key(4, 1)),
             Act::Ignore { key: key(1, 1), why: why.clone() },
             Act::Stop(key(3, 1)),
-            Act::Ignore { key: key(5, 1), why },
+            Act::Unrecorded { key: key(5, 1), why: failing_why },
         ]
     );
 }

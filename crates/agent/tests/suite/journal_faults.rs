@@ -1,6 +1,7 @@
 //! An agent whose journal's disk is full (issue 10): it starts nothing new, says why (log,
-//! metric), keeps supervising what runs (heartbeats, exits), and resumes by itself once the
-//! disk takes writes again, with nothing lost or corrupted.
+//! metric, and to the leader for each start it refuses), keeps supervising what runs
+//! (heartbeats, exits), and resumes by itself once the disk takes writes again, with nothing
+//! lost or corrupted.
 
 use crate::common;
 
@@ -10,7 +11,14 @@ use baton_agent::inventory::development_inventory;
 use baton_agent::journal::{Journal, Outcome, Phase};
 use baton_agent::journal_store::SimDisk;
 use baton_proto::v1::Action;
+use baton_proto::v1::observation::What;
 use common::*;
+
+/// How many times the agent told the leader it could not start `job` (`Unrecorded`).
+fn unrecorded_of(gw: &Gateway, job: u64) -> usize {
+    let told = |w: &Option<What>| matches!(w, Some(What::Unrecorded(u)) if u.job_id == job);
+    gw.observations().iter().filter(|o| told(&o.what)).count()
+}
 
 fn journal_on(disk: &SimDisk, dir: &Path) -> Journal {
     Journal::with_store(&dir.join("journal"), Box::new(disk.open())).expect("the journal opens")
@@ -53,6 +61,15 @@ async fn an_agent_that_cannot_journal_starts_nothing_new_and_resumes_by_itself()
     })
     .await;
     assert!(read_pid(&pid2).is_none(), "job 2 started although the journal fails");
+    // The leader is told, although the journal cannot record it: else it holds job 2
+    // Running with no process for as long as the disk is full.
+    wait_for(5, "job 2's refused start told", || (unrecorded_of(&gw, 2) > 0).then_some(())).await;
+    let Some(What::Unrecorded(told)) =
+        gw.observations().into_iter().rev().find_map(|o| o.what.filter(|w| matches!(w, What::Unrecorded(_))))
+    else {
+        unreachable!()
+    };
+    assert!(told.reason.contains("No space left on device"), "{}", told.reason);
 
     // What runs stays supervised: heartbeats go on, and job 1's exit is noticed.
     let reports = gw.report_count();
@@ -64,6 +81,9 @@ async fn an_agent_that_cannot_journal_starts_nothing_new_and_resumes_by_itself()
     assert!(exited_of(&gw.observations(), 1).is_empty(), "reported before it was journaled");
     assert!(read_pid(&pid2).is_none(), "job 2 started although the journal still fails");
 
+    // Told once: the directive that still names job 2 (this gateway never requeues it)
+    // is refused again and again, and not told again.
+    assert_eq!(unrecorded_of(&gw, 2), 1, "the refused start told more than once");
     disk.set_fault(None);
     wait_for(15, "job 2 started once the disk takes writes", || read_pid(&pid2)).await;
     wait_for(15, "job 1's exit reported", || exited_of(&gw.observations(), 1).contains(&3).then_some(())).await;

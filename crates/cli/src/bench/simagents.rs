@@ -508,7 +508,8 @@ impl SimNode {
                 self.finished.insert(k, Outcome::Stopped { checkpointed: false });
                 self.stopped(k, assignment(&k), false, StopCause::KilledHere, seen);
             }
-            Act::Ignore { .. } => {}
+            // A simulated node keeps no journal, so none fails.
+            Act::Ignore { .. } | Act::Unrecorded { .. } => {}
         }
     }
 

@@ -355,6 +355,7 @@ impl State {
             | Observed::NotStarted { job, attempt, rank, .. }
             | Observed::LeaseStopped { job, attempt, rank, .. }
             | Observed::KilledHere { job, attempt, rank, .. }
+            | Observed::Unrecorded { job, attempt, rank, .. }
             | Observed::Unkillable { job, attempt, rank, .. } => (job, attempt, rank),
             // A rank suspended in place is not gone: its STOP's answer releases it.
             Observed::Checkpointed { .. }

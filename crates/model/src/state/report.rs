@@ -29,6 +29,8 @@ enum Lost {
     /// Its agent killed it (or stopped it) when not asked by the leader that holds it
     /// running, and reports so when asked to run it.
     KilledHere,
+    /// Its agent never started it: it could not record the start first.
+    Unrecorded,
 }
 
 /// A rank's lease stop as reported: `checkpointed`, the whole job has a checkpoint (by what
@@ -197,6 +199,13 @@ impl State {
                 let _ = self.observe_completing(node, &o);
                 Ok(())
             }
+            Observed::Unrecorded { job, attempt, rank, ref reason } => {
+                self.check_rank_placed(node, job, attempt, rank)?;
+                // The node first: whatever became of the job, its agent starts nothing.
+                self.take_out(node, format!("its agent cannot record a start in its journal: {reason}"), ev);
+                let stop = LeaseStop { attempt, rank, checkpointed: false, rank_saved: false };
+                self.rank_lost(node, job, Lost::Unrecorded, stop, ev)
+            }
             Observed::NotStarted { job, attempt, rank, exit_code, reason } => {
                 self.check_rank_placed(node, job, attempt, rank)?;
                 self.check_active(job, "failing")?;
@@ -248,6 +257,7 @@ impl State {
             let action = match cause {
                 Lost::LeaseExpired => "stopping for an expired lease",
                 Lost::KilledHere => "requeueing a replica killed on its node",
+                Lost::Unrecorded => "requeueing a replica its agent could not start",
             };
             return Err(self.wrong_state(job, action));
         }
@@ -277,15 +287,16 @@ impl State {
             Lost::KilledHere => format!(
                 "rank {rank} of attempt {attempt}: its agent on node {node} ended it without its own exit (killed as no longer wanted there, by a directive that did not place it) and cannot run that attempt again"
             ),
+            Lost::Unrecorded => format!(
+                "rank {rank} of attempt {attempt}: its agent on node {node} could not record its start (its journal takes no writes), so it never ran; node {node} takes no new work until it is uncordoned"
+            ),
         };
         self.requeue_running(job, why, ev);
         Ok(())
     }
 
     /// The node keeps its jobs' accounting as it is but takes no new work.
-    /// Takes `node` out of scheduling for a process that survived SIGKILL. A node already
-    /// out keeps its first reason: one report may name thousands of stuck processes, and
-    /// each would otherwise rebuild the ledger and add an event.
+    /// Takes `node` out of scheduling for a process that survived SIGKILL.
     fn mark_unhealthy(
         &mut self,
         node: &Name,
@@ -295,14 +306,21 @@ impl State {
         reason: &str,
         ev: &mut Vec<Event>,
     ) {
-        if self.d.nodes.get(node).expect("checked by report").unhealthy.is_some() {
-            return;
-        }
         let what = match placed.and_then(|job| self.d.jobs.get(&job)) {
             Some(j) => format!("job {} attempt {attempt} rank {rank}", j.spec.name),
             None => "a process not placed here".to_string(),
         };
-        let why = clip(format!("{what} could not be killed: {reason}"));
+        self.take_out(node, format!("{what} could not be killed: {reason}"), ev);
+    }
+
+    /// Takes `node` out of scheduling until a person clears it, saying `why`. A node already
+    /// out keeps its first reason: one report may name thousands of stuck processes (or
+    /// refused starts), and each would otherwise rebuild the ledger and add an event.
+    fn take_out(&mut self, node: &Name, why: String, ev: &mut Vec<Event>) {
+        if self.d.nodes.get(node).expect("checked by report").unhealthy.is_some() {
+            return;
+        }
+        let why = clip(why);
         let n = self.d.nodes.get_mut(node).expect("checked by report");
         n.unhealthy = Some(why.clone());
         let message = clip(format!("node {node} is unhealthy: {why}; `baton uncordon {node}` once it is fixed"));
@@ -609,6 +627,43 @@ mod tests {
         assert!(report(&mut s, "n2", vec![killed(job, 1, 1)]).is_empty());
         let j = s.job(job).unwrap();
         assert_eq!((j.state, j.has_checkpoint), (JobState::Paused, false), "rank 1 saved nothing");
+    }
+
+    /// An agent whose journal takes no writes starts nothing, and says so per refused start
+    /// (`Unrecorded`): the job goes back to the queue from its checkpoint, not failed, and
+    /// the node takes no new work until a person uncordons it, naming why. Before it the
+    /// agent said nothing: the job stayed Running with no process for as long as the disk
+    /// failed, and the node kept taking work it never started. A stale or misplaced report
+    /// changes nothing, not even the node.
+    #[test]
+    fn a_start_its_agent_could_not_record_requeues_the_job_and_takes_the_node_out() {
+        let unrecorded = |job, attempt, rank| Observed::Unrecorded {
+            job,
+            attempt,
+            rank,
+            reason: "No space left on device (os error 28)".into(),
+        };
+        let (mut s, job) = gang();
+        assert!(report(&mut s, "n1", vec![Observed::Checkpointed { job, attempt: 1 }]).is_empty());
+        let ignored = report(&mut s, "n1", vec![unrecorded(job, 7, 0), unrecorded(job, 1, 1)]);
+        assert_eq!(ignored.len(), 2, "{ignored:?}");
+        assert!(s.nodes()[&Name::lit("n1")].schedulable(), "a misplaced report takes no node out");
+
+        let op = Op::Report { node: Name::lit("n2"), observations: vec![unrecorded(job, 1, 1)] };
+        let applied = s.apply(Command { now_ms: 1_000, op }).unwrap();
+        assert_eq!(applied.outcome, Outcome::Reported { ignored: Vec::new() });
+        let j = s.job(job).unwrap();
+        assert_eq!((j.state, j.has_checkpoint), (JobState::Pending, true), "{}", j.reason);
+        assert!(j.reason.contains("could not record its start") && j.reason.contains("n2"), "{}", j.reason);
+        let n2 = &s.nodes()[&Name::lit("n2")];
+        let why = n2.unhealthy.as_deref().unwrap_or_default();
+        assert!(!n2.schedulable() && why.contains("No space left"), "{why}");
+        assert!(s.nodes()[&Name::lit("n1")].schedulable());
+        let kinds: Vec<EventKind> = applied.events.iter().map(|e| e.kind.clone()).collect();
+        assert!(kinds.contains(&EventKind::NodeUnhealthy) && kinds.contains(&EventKind::Requeued), "{kinds:?}");
+        // The next cycle places nothing on n2; uncordoning clears it.
+        apply(&mut s, Op::Cordon { node: Name::lit("n2"), cordoned: false });
+        assert!(s.nodes()[&Name::lit("n2")].schedulable());
     }
 
     /// Found by the e2e partitions run (chaos/README.md, "Found so far"): an agent whose

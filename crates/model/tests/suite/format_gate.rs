@@ -83,6 +83,7 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
     ("KilledHere", 5),
     ("Suspended", 9),
     ("RankCheckpointed", 11),
+    ("Unrecorded", 18),
 ];
 
 /// The newest format a command needs for what it carries rather than for its variant: the
@@ -109,6 +110,7 @@ fn obs(i: usize) -> Observed {
         Observed::KilledHere { job: 1, attempt: 1, rank: 0, rank_saved: false },
         Observed::Suspended { job: 1, attempt: 1, rank: 0, by: 2, requested_ms: 5_000 },
         Observed::RankCheckpointed { job: 1, attempt: 1, rank: 0 },
+        Observed::Unrecorded { job: 1, attempt: 1, rank: 0, reason: "disk full".into() },
     ];
     all[i].clone()
 }
@@ -343,6 +345,21 @@ fn a_ranks_checkpoint_goes_to_no_member_of_format_10() {
     assert_eq!(saved.for_format(10), None);
     for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
         assert!(obs(i).for_format(10).is_none_or(|o| o.format() <= 10), "{:?}", obs(i));
+    }
+}
+
+/// A start its agent could not record goes to members of format 17 as a rank killed here:
+/// the same requeue, the node not taken out (and below format 5, as a vanished rank).
+#[test]
+fn an_unrecorded_start_goes_as_a_rank_killed_here_to_members_of_format_17() {
+    let unrecorded = Observed::Unrecorded { job: 7, attempt: 2, rank: 1, reason: "disk full".into() };
+    assert_eq!(unrecorded.clone().for_format(18), Some(unrecorded.clone()));
+    let killed = Observed::KilledHere { job: 7, attempt: 2, rank: 1, rank_saved: false };
+    assert_eq!(unrecorded.clone().for_format(17), Some(killed));
+    let vanished = Observed::Vanished { job: 7, attempt: 2, rank: 1, missing_ms: 0 };
+    assert_eq!(unrecorded.for_format(4), Some(vanished));
+    for (i, _) in OBSERVED_FORMATS.iter().enumerate() {
+        assert!(obs(i).for_format(17).is_none_or(|o| o.format() <= 17), "{:?}", obs(i));
     }
 }
 

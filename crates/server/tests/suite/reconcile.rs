@@ -1,5 +1,6 @@
 //! What agents report against what the model holds (issue 9, reconciliation): a process
-//! that cannot be killed takes its node out of scheduling, with the reason shown.
+//! that cannot be killed, or a start its agent could not record, takes its node out of
+//! scheduling, with the reason shown.
 
 use crate::common;
 
@@ -121,6 +122,32 @@ async fn an_unkillable_process_marks_its_node_unhealthy_with_the_reason() {
     let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
     assert_eq!((n.status(), n.unhealthy.as_str()), (NodeStatus::Ready, ""));
     wait_state(&mut c, "next", JobState::Running).await;
+}
+
+/// An agent whose journal takes no writes refuses to start j and says so: j goes back to
+/// the queue (not failed) and waits, since n1, the only node, takes no new work until a
+/// person uncordons it; then j runs there again. Before, j stayed Running with no process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_start_its_agent_could_not_record_requeues_the_job_and_takes_the_node_out() {
+    let (_cluster, mut c, mut agent, a) = j_placed_on_n1().await;
+    let reason = "cannot write the agent journal: No space left on device (os error 28)".to_string();
+    let refused = What::Unrecorded(Unrecorded { job_id: a.job_id, attempt: a.attempt, rank: a.rank, reason });
+    agent.report(vec![refused]).await.unwrap();
+    agent.until("j is no longer wanted on n1", |d| !d.assignments.iter().any(|x| x.job == "j")).await;
+    let j = wait_state(&mut c, "j", JobState::Pending).await;
+    let requeued = j.events.iter().find(|e| e.kind() == EventKind::Requeued).expect("a requeue event");
+    assert!(requeued.message.contains("could not record its start"), "{}", requeued.message);
+    let n = c.list_nodes(Empty {}).await.unwrap().into_inner().nodes.remove(0);
+    assert_eq!(n.status(), NodeStatus::Unhealthy, "{n:?}");
+    assert!(n.unhealthy.contains("No space left on device"), "{}", n.unhealthy);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let j = wait_state(&mut c, "j", JobState::Pending).await;
+    // It waits because the node offers nothing, not placed there again.
+    assert_eq!(j.attempt, a.attempt, "placed on n1 again");
+    assert!(j.reason.contains("most free GPUs on one node: 0"), "reason: {}", j.reason);
+
+    c.cordon(CordonRequest { node: "n1".into(), cordoned: false }).await.unwrap();
+    agent.until("j runs again", |d| d.assignments.iter().any(|x| x.job == "j" && x.attempt > a.attempt)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

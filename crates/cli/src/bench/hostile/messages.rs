@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use baton_proto::v1::{
     AttachRequest, Exited, GpuDevice, GpuHealth, JobLogsRequest, JobRef, JobSpec, ListJobsRequest, LogsRequest,
-    NodeInfo, Observation, ReportRequest, Resources, Running, Stopped, SubmitRequest, TaskSpec, Unkillable,
+    NodeInfo, Observation, ReportRequest, Resources, Running, Stopped, SubmitRequest, TaskSpec, Unkillable, Unrecorded,
     WatchRequest, observation,
 };
 use baton_rng::SplitMix64;
@@ -124,7 +124,7 @@ impl Gen {
 
     fn observation(&mut self) -> Observation {
         let (job_id, attempt, rank) = (self.num(1_000), self.num32(5), self.num32(8));
-        let what = match self.rng.below(5) {
+        let what = match self.rng.below(6) {
             0 => observation::What::Exited(Exited {
                 job_id,
                 attempt,
@@ -142,6 +142,7 @@ impl Gen {
             }),
             2 => observation::What::Checkpointed(baton_proto::v1::Checkpointed { job_id, attempt, rank }),
             3 => observation::What::Unkillable(Unkillable { job_id, attempt, rank, reason: self.word() }),
+            4 => observation::What::Unrecorded(Unrecorded { job_id, attempt, rank, reason: self.word() }),
             _ => observation::What::Gpu(GpuHealth {
                 gpu: self.num32(16),
                 healthy: self.rng.chance(50),
