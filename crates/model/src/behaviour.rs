@@ -30,6 +30,11 @@
 //!    the tally forgot it, so the state held it suspended, and then running, with no process,
 //!    and the job's next suspension waited for an answer its agent never sends (found by the
 //!    simulator's liveness check, stop 84).
+//! 8. the same when the suspension is cut short instead (a rank lost, or its node, while the
+//!    job is being suspended: it goes back to the queue): a rank that had ended stays ended,
+//!    not completing. Made completing, it waited for good for a stop its agent never
+//!    answers (the rank's own exit was its end), and its GPUs with it (found by the
+//!    simulator's liveness check, stop 85).
 
 use crate::command::Op;
 use crate::state::State;
@@ -37,7 +42,7 @@ use crate::state::State;
 /// The behaviour a state has until the log raises it.
 pub const BASELINE: u32 = 1;
 /// The newest behaviour this build applies.
-pub const BEHAVIOUR: u32 = 7;
+pub const BEHAVIOUR: u32 = 8;
 /// The behaviour that bounds request ids per user.
 pub const PER_USER_REQUEST_IDS: u32 = 2;
 /// The behaviour whose state tallies the ranks' checkpoints.
@@ -55,6 +60,9 @@ pub const PASSED_LENDS_HOLD: u32 = 6;
 /// The behaviour under which a rank that ended before its job was suspended in place stays
 /// ended once the suspension completes.
 pub const ENDED_RANKS_OUTLAST_SUSPENSION: u32 = 7;
+/// The behaviour under which a rank that ended before its job's suspension was cut short
+/// (the job requeued) stays ended: it is not completing.
+pub const ENDED_RANKS_OUTLAST_LOST_SUSPENSION: u32 = 8;
 
 /// The data format whose builds apply behaviour `v`: the raise to `v` needs it, so the format
 /// gate holds the raise back until every member applies `v`. A version this build does not
@@ -68,6 +76,7 @@ pub fn format_of(v: u32) -> u32 {
         5 => 15,
         6 => 16,
         7 => 17,
+        8 => 19,
         _ => u32::MAX,
     }
 }

@@ -63,8 +63,9 @@ use crate::command::{Observed, Op};
 /// (written in format 15's layout while there is none). 17: `SetBehaviour` to behaviour 7
 /// (a rank that ended before its job was suspended in place stays ended; see `behaviour`).
 /// 18: `Observed::Unrecorded` (a rank its agent could not start, its journal taking no
-/// writes: the node is taken out).
-pub const DATA_FORMAT: u32 = 18;
+/// writes: the node is taken out). 19: `SetBehaviour` to behaviour 8 (a rank that ended
+/// before its job's suspension was cut short stays ended; see `behaviour`).
+pub const DATA_FORMAT: u32 = 19;
 
 /// The format of the snapshot layout this build writes (the `State`'s encoding; builds
 /// marked format 3 did not all write it): a snapshot needs at least it, and the newest

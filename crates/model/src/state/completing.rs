@@ -4,8 +4,8 @@
 //! exit, a time limit cut short, a vanished rank, a lease stop, a lost node) moves the job on
 //! at once (its state, its events), but each placed rank whose process has not been reported
 //! gone keeps its share of its node, as an occupant that charges no quota (`leaving`), until:
-//! - its agent reports it gone: `Stopped`, `Exited`, `LeaseExpired`, `Vanished` or
-//!   `NotStarted` for that attempt and rank, from the node it was placed on (the directive
+//! - its agent reports it gone: `Stopped`, `Exited`, `LeaseExpired`, `Vanished`,
+//!   `NotStarted` or `Unrecorded` for that attempt and rank, from the node it was placed on (the directive
 //!   tells the agent to stop it: `server::desired` sends completing ranks as STOP);
 //! - its node is declared lost: by then nothing of the node runs (the lease argument in
 //!   docs/protocol.md);

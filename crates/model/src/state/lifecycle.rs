@@ -565,8 +565,19 @@ impl State {
     /// still there. Forgotten when the suspension cannot complete (a rank of it is gone), so
     /// that those ranks are completing, holding their share until reported gone.
     pub(super) fn forget_suspension_tally(&mut self, id: JobId) {
-        if self.being_suspended(id) {
-            self.d.jobs.get_mut(&id).expect("job exists").ended_ranks.clear();
+        if !self.being_suspended(id) {
+            return;
+        }
+        let outlast = self.behaviour >= crate::behaviour::ENDED_RANKS_OUTLAST_LOST_SUSPENSION;
+        let ended = &mut self.d.jobs.get_mut(&id).expect("job exists").ended_ranks;
+        // The tally's `false` is a rank suspended in place: its process lives on, so it is
+        // completing. Its `true` is a rank whose process ended (its own exit 0 while its gang
+        // went on): it stays ended (behaviour 8). Cleared, it was made completing, and waited
+        // for good for a stop its agent never answers.
+        if outlast {
+            ended.retain(|_, saved| *saved);
+        } else {
+            ended.clear();
         }
     }
 

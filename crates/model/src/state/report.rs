@@ -982,6 +982,48 @@ mod tests {
         }
     }
 
+    /// A gang rank that exited 0 while its gang went on, then the gang's suspension cut
+    /// short by the loss of another rank's node: the job goes back to the queue, and its
+    /// ranks whose processes live on (rank 0, being suspended on n1) are completing until
+    /// their agents stop them. The rank that ended is not: its agent never answers a STOP of
+    /// a rank whose own exit ended it (`reconcile::plan_stop`), so before behaviour 8 it
+    /// stayed completing for good, holding its share of n3 (found by the simulator's
+    /// liveness check, stop 85, seed 14 of 10 minutes: `its stop there is not complete, and
+    /// no process of it runs`).
+    #[test]
+    fn a_rank_that_ended_before_its_gangs_suspension_was_cut_short_is_not_completing() {
+        for (behaviour, outlasts) in
+            [(crate::behaviour::ENDED_RANKS_OUTLAST_SUSPENSION, false), (crate::behaviour::BEHAVIOUR, true)]
+        {
+            let mut s = State::default();
+            apply(&mut s, Op::SetBehaviour(behaviour));
+            let cpu_node = |name: &str| NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node(name) };
+            apply(&mut s, Op::RegisterNodes(vec![cpu_node("n1"), cpu_node("n2"), cpu_node("n3")]));
+            let mut q = crate::queue::QueueSpec::named("q");
+            let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 3)]), ..Default::default() };
+            q.quotas.insert(Name::lit("default"), quota);
+            apply(&mut s, Op::PutQueue(q));
+            let mut spec = one_replica_spec("low", PreemptionMode::Suspend, 0);
+            spec.tasks[0].replicas = 3;
+            let Outcome::Submitted { job: low, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else {
+                panic!()
+            };
+            decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: crate::fixture::one_rank_per_node(3, 0) });
+            let done = Observed::Exited { job: low, attempt: 1, rank: 2, exit_code: 0 };
+            assert!(report(&mut s, "n3", vec![done]).is_empty());
+            let by = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 0);
+            let victims = vec![crate::plan::Victim { job: low, attempt: 1 }];
+            decide(&mut s, Decision::Preempt { job: by, victims, replicas: on_n1(0), message: "test".into() });
+            assert_eq!(s.job(low).unwrap().state, JobState::Preempting, "being suspended");
+
+            apply(&mut s, Op::SetNodeStatus { node: Name::lit("n2"), status: crate::node::NodeStatus::Lost });
+            assert_eq!(s.job(low).unwrap().state, JobState::Pending, "requeued");
+            let completing: Vec<u32> = s.completing(low).expect("rank 0 lives on").ranks.keys().copied().collect();
+            let want = if outlasts { vec![0] } else { vec![0, 2] };
+            assert_eq!(completing, want, "behaviour {behaviour}");
+        }
+    }
+
     /// Two jobs being suspended for one preemptor lend it their CPUs, in job order, up to
     /// what it reserved: `a` (2 CPUs) lends 2, `b` (2 CPUs) the 1 left. `a` then ends on its
     /// own before its suspension: its share goes, and `b` now lends 2, as a rebuild of the

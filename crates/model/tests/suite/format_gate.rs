@@ -87,10 +87,10 @@ const OBSERVED_FORMATS: &[(&str, u32)] = &[
 ];
 
 /// The newest format a command needs for what it carries rather than for its variant: the
-/// raise to behaviour 7 (`SetBehaviour(ENDED_RANKS_OUTLAST_SUSPENSION)`, format 17; to
-/// behaviour 6, 16; to behaviour 5, 15; to behaviour 4, 14); a submit whose job asks a
-/// fraction of a shared GPU needs 13.
-const NEWEST_CONTENT_FORMAT: u32 = 17;
+/// raise to behaviour 8 (`SetBehaviour(ENDED_RANKS_OUTLAST_LOST_SUSPENSION)`, format 19; to
+/// behaviour 7, 17; to behaviour 6, 16; to behaviour 5, 15; to behaviour 4, 14); a submit
+/// whose job asks a fraction of a shared GPU needs 13.
+const NEWEST_CONTENT_FORMAT: u32 = 19;
 
 /// The newest format some build has been released with, and how many `Op` and `Observed`
 /// variants it reads. Raise it (add a line) when a build of a newer format exists.

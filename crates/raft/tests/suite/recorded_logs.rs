@@ -31,6 +31,7 @@ const BEHAVIOURS: &[u32] = &[
     behaviour::LENDS_FOLLOW_RANKS,
     behaviour::RETIRED_REPLICAS,
     behaviour::ENDED_RANKS_OUTLAST_SUSPENSION,
+    behaviour::ENDED_RANKS_OUTLAST_LOST_SUSPENSION,
 ];
 
 /// Scenarios left out: each runs thousands of cycles of one long wait (hundreds of KiB of
