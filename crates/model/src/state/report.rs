@@ -930,6 +930,27 @@ mod tests {
         assert_eq!(s.job(low).unwrap().state, JobState::Suspended);
     }
 
+    /// Under `behaviour`: nodes n1..n`ranks` with one CPU each, queue `q` with as many, and
+    /// gang `low` (mode suspend, one CPU per rank) running a rank on each node.
+    fn suspendable_gang(behaviour: u32, ranks: u32) -> (State, JobId) {
+        let mut s = State::default();
+        apply(&mut s, Op::SetBehaviour(behaviour));
+        let cpu_node = |i: u32| NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node(&format!("n{i}")) };
+        apply(&mut s, Op::RegisterNodes((1..=ranks).map(cpu_node).collect()));
+        let mut q = crate::queue::QueueSpec::named("q");
+        let nominal = Resources::of(&[("cpu", u64::from(ranks))]);
+        q.quotas.insert(Name::lit("default"), crate::queue::PoolQuota { nominal, ..Default::default() });
+        apply(&mut s, Op::PutQueue(q));
+        let mut spec = one_replica_spec("low", PreemptionMode::Suspend, 0);
+        spec.tasks[0].replicas = ranks;
+        let Outcome::Submitted { job: low, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else {
+            panic!()
+        };
+        let replicas = crate::fixture::one_rank_per_node(ranks, 0);
+        decide(&mut s, Decision::Place { job: low, attempt: 1, replicas });
+        (s, low)
+    }
+
     /// A gang rank that exited 0 while its gang went on (done by design), then the gang
     /// suspended in place, resumed, and suspended again: its agent never answers a SUSPEND
     /// of that rank (`reconcile::run_of_finished`: nothing to say of a rank done by design),
@@ -942,21 +963,7 @@ mod tests {
     fn a_rank_that_ended_before_its_gang_was_suspended_stays_ended() {
         for (behaviour, outlasts) in [(crate::behaviour::PASSED_LENDS_HOLD, false), (crate::behaviour::BEHAVIOUR, true)]
         {
-            let mut s = State::default();
-            apply(&mut s, Op::SetBehaviour(behaviour));
-            let cpu_node = |name: &str| NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node(name) };
-            apply(&mut s, Op::RegisterNodes(vec![cpu_node("n1"), cpu_node("n2")]));
-            let mut q = crate::queue::QueueSpec::named("q");
-            let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 2)]), ..Default::default() };
-            q.quotas.insert(Name::lit("default"), quota);
-            apply(&mut s, Op::PutQueue(q));
-            let mut spec = one_replica_spec("low", PreemptionMode::Suspend, 0);
-            spec.tasks[0].replicas = 2;
-            let Outcome::Submitted { job: low, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else {
-                panic!()
-            };
-            let replicas = crate::fixture::one_rank_per_node(2, 0);
-            decide(&mut s, Decision::Place { job: low, attempt: 1, replicas });
+            let (mut s, low) = suspendable_gang(behaviour, 2);
             let done = Observed::Exited { job: low, attempt: 1, rank: 1, exit_code: 0 };
             assert!(report(&mut s, "n2", vec![done]).is_empty());
             let suspend = |s: &mut State, name: &str| {
@@ -995,20 +1002,7 @@ mod tests {
         for (behaviour, outlasts) in
             [(crate::behaviour::ENDED_RANKS_OUTLAST_SUSPENSION, false), (crate::behaviour::BEHAVIOUR, true)]
         {
-            let mut s = State::default();
-            apply(&mut s, Op::SetBehaviour(behaviour));
-            let cpu_node = |name: &str| NodeSpec { resources: Resources::of(&[("cpu", 1)]), ..node(name) };
-            apply(&mut s, Op::RegisterNodes(vec![cpu_node("n1"), cpu_node("n2"), cpu_node("n3")]));
-            let mut q = crate::queue::QueueSpec::named("q");
-            let quota = crate::queue::PoolQuota { nominal: Resources::of(&[("cpu", 3)]), ..Default::default() };
-            q.quotas.insert(Name::lit("default"), quota);
-            apply(&mut s, Op::PutQueue(q));
-            let mut spec = one_replica_spec("low", PreemptionMode::Suspend, 0);
-            spec.tasks[0].replicas = 3;
-            let Outcome::Submitted { job: low, .. } = apply(&mut s, Op::Submit { spec, request_id: None }) else {
-                panic!()
-            };
-            decide(&mut s, Decision::Place { job: low, attempt: 1, replicas: crate::fixture::one_rank_per_node(3, 0) });
+            let (mut s, low) = suspendable_gang(behaviour, 3);
             let done = Observed::Exited { job: low, attempt: 1, rank: 2, exit_code: 0 };
             assert!(report(&mut s, "n3", vec![done]).is_empty());
             let by = one_replica(&mut s, "high", PreemptionMode::Checkpoint, 0);
