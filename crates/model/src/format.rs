@@ -292,6 +292,19 @@ impl Observed {
     }
 }
 
+/// A report's observations as a cluster can commit them: each newer than every member reads
+/// goes as the older one it replaces (`Observed::for_format`). Every member reads at least
+/// the oldest format a member says it reads (`oldest_format`) and the format of the committed
+/// apply behaviour (raised only once every member read it). Agents' reports never wait for
+/// an upgrade: a refused report renews no lease.
+pub fn for_members(observed: Vec<Observed>, oldest_format: u32, behaviour: u32) -> Vec<Observed> {
+    let reads = oldest_format.max(crate::behaviour::format_of(behaviour));
+    if reads >= DATA_FORMAT {
+        return observed;
+    }
+    observed.into_iter().filter_map(|o| o.for_format(reads)).collect()
+}
+
 /// The variant names of enum `T`, in declaration order (the order its encoding numbers
 /// them), as serde's derive lists them. For tests that check a table covers every variant.
 pub fn variant_names<T: serde::de::DeserializeOwned>() -> Vec<&'static str> {

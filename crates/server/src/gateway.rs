@@ -339,10 +339,7 @@ impl Gateway {
         // one is read, whatever this replica has heard (a new leader that has not heard
         // from a dead member yet takes it for one of format 3 until then, and the rank
         // checkpoints, which have no older form, would be dropped).
-        let reads = self.ctx.replica.oldest_format().max(baton_model::behaviour::format_of(behaviour));
-        if reads < baton_model::format::DATA_FORMAT {
-            observed = observed.into_iter().filter_map(|o| o.for_format(reads)).collect();
-        }
+        let observed = baton_model::format::for_members(observed, self.ctx.replica.oldest_format(), behaviour);
         for chunk in observed.chunks(MAX_OBSERVATIONS_PER_REPORT) {
             let op = Op::Report { node: node.clone(), observations: chunk.to_vec() };
             if let Some(Outcome::Reported { ignored }) = self.write(op).await? {

@@ -12,7 +12,11 @@
 //! from the leaders'; its processes' work takes true time.
 //!
 //! Its processes, the ranks that ended and how, its lease and its fence live in its journal
-//! (`truth::Journal`): a restarted agent finds them again, as the real one does.
+//! (`truth::Journal`): a restarted agent finds them again, as the real one does. While the
+//! load has its journal full (`Truth::full_journals`), it starts and resumes nothing, by the
+//! real agent's rule, and tells the leader of each start it refuses (`Observed::Unrecorded`).
+//! It still stops, kills and reports as before: the real agent holds those back until its
+//! journal takes writes, which this one does not model.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -60,6 +64,9 @@ struct Agent {
     obeyed: Floor,
     /// What runs here as of the last tick, for the beats.
     running: Vec<wire::Listed>,
+    /// Starts refused while the journal is full and told to the leader (once each while a
+    /// directive names them, as the real agent's `unrecorded`).
+    told: BTreeSet<ReplicaKey>,
 }
 
 /// The replicas agents beat to, as the operator's configuration lists them: a replaced
@@ -116,6 +123,14 @@ pub async fn run(node: String, clock: Rate, directory: Directory, truth: Shared)
     }
 }
 
+/// What a full journal's writes fail with, as the real agent's journal words it.
+const JOURNAL_FULL: &str = "cannot write the agent journal: No space left on device (os error 28)";
+
+/// Whether `node`'s agent journal is full now (a fault the load draws).
+fn journal_full(t: &Truth, node: &str) -> bool {
+    t.full_journals.contains_key(node)
+}
+
 /// The leader state `d` was built from: what orders directives.
 fn built_from(d: &Directive) -> Floor {
     Floor { term: d.term, state_index: d.state_index }
@@ -144,6 +159,7 @@ impl Agent {
             directive: None,
             obeyed: Floor::default(),
             running: Vec::new(),
+            told: BTreeSet::new(),
         }
     }
 
@@ -200,10 +216,15 @@ impl Agent {
     /// Brings the node's processes to what the directive `d` says, by the real agent's plan.
     fn act(&mut self, truth: &Shared, d: &Directive, now: u64) {
         let mut t = truth.lock();
+        let full = journal_full(&t, &self.node);
         let journal = t.journals.entry(self.node.clone()).or_default();
-        let inputs = self.inputs(journal, d);
+        let inputs = self.inputs(journal, d, full);
         // Refused (too many assignments; the fence was checked with the grant): nothing is done.
         let Ok(plan) = reconcile::plan(d, &inputs) else { return };
+        if inputs.journal_failing.is_none() {
+            self.told.clear();
+        }
+        self.told.retain(|k| plan.wanted.contains(k));
         self.deferred = plan.deferred;
         let named: BTreeMap<ReplicaKey, &Assignment> =
             d.assignments.iter().map(|a| (reconcile::key_of(a), a)).collect();
@@ -218,9 +239,10 @@ impl Agent {
     /// does when a rank ends (`start_deferred`), rather than at the next grant.
     fn start_deferred(&mut self, t: &mut Truth, now: u64) {
         let Some(d) = self.directive.take() else { return };
+        let full = journal_full(t, &self.node);
         let journal = t.journals.entry(self.node.clone()).or_default();
         if journal.holds_lease_at(self.clock.now_ms()) {
-            let inputs = self.inputs(journal, &d);
+            let inputs = self.inputs(journal, &d, full);
             if let Ok(plan) = reconcile::plan(&d, &inputs) {
                 let named: BTreeMap<ReplicaKey, &Assignment> =
                     d.assignments.iter().map(|a| (reconcile::key_of(a), a)).collect();
@@ -240,7 +262,7 @@ impl Agent {
 
     /// What `reconcile::plan` reads, from the journal: every rank with a process, and the
     /// ended ranks of the jobs the directive names (the others play no part in it).
-    fn inputs(&mut self, j: &Journal, d: &Directive) -> Inputs {
+    fn inputs(&mut self, j: &Journal, d: &Directive, full: bool) -> Inputs {
         let mut replicas = BTreeMap::new();
         for (r, p) in &j.processes {
             let phase = match (self.stopping.contains_key(r), p.suspended) {
@@ -271,6 +293,7 @@ impl Agent {
             max_attempts,
             deferred: self.deferred.clone(),
             suspensions: self.suspensions.clone(),
+            journal_failing: full.then(|| JOURNAL_FULL.to_string()),
             ..Inputs::default()
         }
     }
@@ -344,8 +367,15 @@ impl Agent {
                 t.journals.entry(node).or_default().ended.insert(rank_of(k), Outcome::Stopped { checkpointed: false });
                 self.observe(killed_here(k, false));
             }
-            // The simulated journal never fails to take a write (not yet a fault here).
-            Act::Ignore { .. } | Act::Unrecorded { .. } => {}
+            Act::Unrecorded { key, why } => {
+                if self.told.insert(key) {
+                    t.unrecorded += 1;
+                    t.history.record(now, format!("{node} cannot record the start of {}: {why}", rank_of(key)));
+                    let (job, attempt, rank) = (key.job_id, key.attempt, key.rank);
+                    self.observe(Observed::Unrecorded { job, attempt, rank, reason: why });
+                }
+            }
+            Act::Ignore { .. } => {}
         }
     }
 

@@ -266,7 +266,11 @@ async fn answer(side: &Side, truth: &Shared, beat: Beat) -> Option<Grant> {
         truth.record(format!("r{} finds on {node}: {o:?}", replica.id()));
     }
     observations.extend(found.iter().cloned());
-    // As the server's gateway: a report whose observations do not commit renews nothing.
+    // As the server's gateway: what a member of an older build cannot read goes as what it
+    // reads (a rank's refused start as one killed here), and a report whose observations do
+    // not commit renews nothing.
+    let behaviour = replica.read_local(|s| s.behaviour());
+    let observations = baton_model::format::for_members(observations, replica.oldest_format(), behaviour);
     if !observations.is_empty() {
         if !write(replica, clock, Op::Report { node: node.clone(), observations }).await {
             return None;

@@ -1,7 +1,9 @@
 //! The client: it sets the cluster up (a cohort, three queues, usage over time and a
 //! per-user limit, the nodes), then until the
 //! load ends submits jobs (some waiting for earlier ones, decisions.md section 13), cancels
-//! some, rewrites queues' quotas, makes maintenance windows (section 14) and reads, each
+//! some, rewrites queues' quotas, makes maintenance windows (section 14), fills an agent's
+//! journal disk for a while (freeing it and uncordoning the node after, as a person would)
+//! and reads, each
 //! through a
 //! replica drawn at random (a follower forwards to its leader). Each job's work is drawn as
 //! it is submitted: how long its ranks run and save, and for a share of jobs how their
@@ -103,6 +105,7 @@ impl Load {
             if topology != Topology::Done {
                 topology = self.set_topology(&mut rng, topology).await;
             }
+            self.free_journals(&mut rng, false).await;
             match rng.below(100) {
                 0..60 => {
                     n += 1;
@@ -112,9 +115,12 @@ impl Load {
                 72..80 => self.rewrite_quota(&mut rng, &mut acked).await,
                 80..83 => self.maintenance(&mut rng, n).await,
                 83..85 => self.gpu_fault(&mut rng).await,
+                85..87 => self.fill_journal(&mut rng),
                 _ => self.read_check(&mut rng, &acked).await,
             }
         }
+        // Faults heal as the load ends.
+        self.free_journals(&mut rng, true).await;
         self.ended.store(true, Ordering::SeqCst);
         self.truth.record(format!("load ends: {} submits acknowledged", acked.submits.len()));
         self.final_check(&acked).await;
@@ -327,6 +333,34 @@ impl Load {
             None => "not acknowledged".to_string(),
         };
         self.truth.record(format!("GPU {gpu} of {node} {what}: {answer}"));
+    }
+
+    /// A node's agent journal fills up for a while (a full disk): its agent starts nothing
+    /// meanwhile and tells the leader of each start it refuses, which takes the node out.
+    fn fill_journal(&self, rng: &mut SplitMix64) {
+        let node = format!("n{}", rng.range(1, self.nodes + 1));
+        let for_ms = rng.range(1_000, 20_000);
+        self.truth.lock().full_journals.insert(node.clone(), crate::now_ms() + for_ms);
+        self.truth.record(format!("fault: {node}'s agent journal is full for {for_ms} ms"));
+    }
+
+    /// A person frees the full journal disks whose time is up (`all`: every one) and
+    /// uncordons their nodes, which the leader took out if their agents refused a start.
+    async fn free_journals(&self, rng: &mut SplitMix64, all: bool) {
+        let now = crate::now_ms();
+        let freed: Vec<String> = {
+            let mut t = self.truth.lock();
+            let due: Vec<String> =
+                t.full_journals.iter().filter(|(_, until)| all || **until <= now).map(|(n, _)| n.clone()).collect();
+            for n in &due {
+                t.full_journals.remove(n);
+            }
+            due
+        };
+        for node in freed {
+            self.truth.record(format!("heal: {node}'s agent journal has room again; it is uncordoned"));
+            self.write_until_acked(rng, Op::Cordon { node: Name::lit(&node), cordoned: false }).await;
+        }
     }
 
     async fn cancel(&self, rng: &mut SplitMix64, acked: &mut Acked) {

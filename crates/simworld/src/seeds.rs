@@ -38,7 +38,7 @@ pub fn line(o: &Outcome) -> String {
     let faults: u64 = o.faults.values().sum();
     let verdict = if o.violations.is_empty() { "ok".to_string() } else { format!("{} VIOLATIONS", o.violations.len()) };
     format!(
-        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} crashes {} records {} digests {} bad GPUs {} refused {} faults {} replaced {} settled {} ms simulated {} s in {} ms: {verdict}",
+        "seed {}: digest {:016x} applied {} starts {} on slices {} shared {} suspended {} windows {} waiting {} arrays {} elastic {} crashes {} records {} digests {} bad GPUs {} unrecorded {} refused {} faults {} replaced {} settled {} ms simulated {} s in {} ms: {verdict}",
         o.seed,
         o.digest,
         o.applied,
@@ -54,6 +54,7 @@ pub fn line(o: &Outcome) -> String {
         o.records,
         o.digest_checks,
         o.gpu_faults,
+        o.unrecorded,
         o.refused,
         faults,
         o.faults.get("replace-replica").copied().unwrap_or(0),

@@ -240,6 +240,12 @@ pub struct Truth {
     pub exits: BTreeMap<u64, BTreeSet<(u32, u32, i32)>>,
     /// Processes that crashed (exited nonzero).
     pub crashes: u64,
+    /// Nodes whose agent's journal is full (a fault the load draws), with when a person
+    /// frees the disk: the agent starts nothing meanwhile, and tells the leader of each
+    /// start it refuses (`Observed::Unrecorded`).
+    pub full_journals: BTreeMap<String, u64>,
+    /// Starts the agents refused and told, their journal full.
+    pub unrecorded: u64,
 }
 
 #[derive(Clone, Default)]

@@ -118,6 +118,9 @@ pub struct Outcome {
     pub waiting_submits: u64,
     /// GPUs marked unhealthy (section 14).
     pub gpu_faults: u64,
+    /// Starts the agents refused, their journal full, and told the leader of.
+    #[serde(default)]
+    pub unrecorded: u64,
     /// Decisions refused of a plan applied to the state it was made from (`leader::check_plan`).
     #[serde(default)]
     pub refused: u64,
@@ -320,6 +323,7 @@ fn run_seed_here(seed: u64, opts: &Options) -> Outcome {
         windows: t.windows,
         waiting_submits: t.waiting_submits,
         gpu_faults: t.gpu_faults,
+        unrecorded: t.unrecorded,
         refused: t.refused,
         arrays: t.arrays,
         elastic: t.elastic,

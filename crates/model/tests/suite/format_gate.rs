@@ -363,6 +363,20 @@ fn an_unrecorded_start_goes_as_a_rank_killed_here_to_members_of_format_17() {
     }
 }
 
+/// What a report commits mid-upgrade: as old as the oldest member reads, but never older
+/// than the committed behaviour's format (every member read it when it was raised). The
+/// server's gateway and the simulated leader both convert by it.
+#[test]
+fn a_report_goes_as_the_oldest_member_or_the_committed_behaviour_reads() {
+    let unrecorded = Observed::Unrecorded { job: 7, attempt: 2, rank: 1, reason: "disk full".into() };
+    let killed = Observed::KilledHere { job: 7, attempt: 2, rank: 1, rank_saved: false };
+    let v = |o: &Observed| vec![o.clone()];
+    assert_eq!(format::for_members(v(&unrecorded), DATA_FORMAT, 1), v(&unrecorded));
+    assert_eq!(format::for_members(v(&unrecorded), 17, 1), v(&killed));
+    // A member not heard yet reads format 3 by what this replica knows; behaviour 8 says 19.
+    assert_eq!(format::for_members(v(&unrecorded), 3, baton_model::behaviour::BEHAVIOUR), v(&unrecorded));
+}
+
 #[test]
 fn a_member_not_heard_from_is_behind_for_a_gated_command() {
     let create = Op::As { token: [0; 32], op: Box::new(Op::CreateCohort(cohort())) };
