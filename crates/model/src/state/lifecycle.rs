@@ -13,6 +13,8 @@
 //! As an attempt ends, its ranks not yet reported gone stay completing, holding their
 //! shares, whatever state the job moved to (`completing.rs`).
 
+use std::collections::BTreeMap;
+
 use super::State;
 use crate::alloc::{Lend, ReplicaAlloc, mask_to_gpus};
 use crate::error::ApplyError;
@@ -422,15 +424,11 @@ impl State {
                 job.state = JobState::Suspended;
                 job.stopping = None;
                 // Stopped in place, not gone: a later cancel leaves every rank completing.
-                // A rank whose process had ended (its own exit 0 while its gang went on, the
-                // tally's `true`; a suspended rank answers `false`) stays ended (behaviour 7):
-                // cleared, it was held suspended and then running with no process, and the
-                // next suspension waited for it for good.
-                if behaviour >= crate::behaviour::ENDED_RANKS_OUTLAST_SUSPENSION {
-                    job.ended_ranks.retain(|_, saved| *saved);
-                } else {
-                    job.ended_ranks.clear();
-                }
+                // A rank whose process had ended stays ended (behaviour 7): cleared, it was
+                // held suspended and then running with no process, and the next suspension
+                // waited for it for good.
+                let keeps_ended = behaviour >= crate::behaviour::ENDED_RANKS_OUTLAST_SUSPENSION;
+                end_suspension_tally(&mut job.ended_ranks, keeps_ended);
                 job.suspended_for = lend_to;
                 job.reason = format!("suspended in place for {by_name}{}", crate::job::UNTIL_PREEMPTOR_GONE);
                 self.job_event(
@@ -568,17 +566,10 @@ impl State {
         if !self.being_suspended(id) {
             return;
         }
-        let outlast = self.behaviour >= crate::behaviour::ENDED_RANKS_OUTLAST_LOST_SUSPENSION;
-        let ended = &mut self.d.jobs.get_mut(&id).expect("job exists").ended_ranks;
-        // The tally's `false` is a rank suspended in place: its process lives on, so it is
-        // completing. Its `true` is a rank whose process ended (its own exit 0 while its gang
-        // went on): it stays ended (behaviour 8). Cleared, it was made completing, and waited
-        // for good for a stop its agent never answers.
-        if outlast {
-            ended.retain(|_, saved| *saved);
-        } else {
-            ended.clear();
-        }
+        // A rank whose process had ended stays ended (behaviour 8): cleared, it was made
+        // completing, and waited for good for a stop its agent never answers.
+        let keeps_ended = self.behaviour >= crate::behaviour::ENDED_RANKS_OUTLAST_LOST_SUSPENSION;
+        end_suspension_tally(&mut self.d.jobs.get_mut(&id).expect("job exists").ended_ranks, keeps_ended);
     }
 
     /// The node is gone: what ran there goes back to the queue, from its last checkpoint.
@@ -649,5 +640,17 @@ impl State {
             self.set_reason(id, "its victims did not stop in time; re-planning".into());
         }
         Ok(())
+    }
+}
+
+/// A suspension's tally (`Job::ended_ranks`) ends, completed or cut short: its `false` is a
+/// rank suspended in place, whose process lives on, and leaves it; its `true` is a rank whose
+/// process ended (its own exit 0 while its gang went on), which stays ended when
+/// `keeps_ended` (behaviours 7 and 8), else leaves it too (as before them).
+fn end_suspension_tally(ended: &mut BTreeMap<u32, bool>, keeps_ended: bool) {
+    if keeps_ended {
+        ended.retain(|_, saved| *saved);
+    } else {
+        ended.clear();
     }
 }
