@@ -260,6 +260,7 @@ pub async fn start_with_journal(
         acked: Arc::default(),
         suspensions: shared.suspensions,
         unrecorded: shared.unrecorded,
+        unjournaled: shared.unjournaled,
     };
     let view =
         View { running: shared.running.clone(), lease: lease_rx, nvml: None, transport: config.transport.clone() };

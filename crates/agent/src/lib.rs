@@ -29,6 +29,8 @@
 //!   (a SUSPEND it still awaits of a replica held suspended is answered only if new).
 //! - `unrecorded`: starts refused while the journal takes no writes, told to the leader
 //!   without being journaled (it requeues the job and takes the node out).
+//! - `unjournaled`: observations made meanwhile (exits, checkpoints), sent from memory until
+//!   a leader takes them, and journaled once the journal takes writes if none did.
 //! - `launch`, `signal`, `procfs`, `checkpoint`: starting a replica under its exit-code
 //!   wrapper, signalling its process group, telling a reused pid apart, noticing checkpoints.
 //! - `cgroup`: one cgroup per replica (freeze, kill, limits, emptiness, the scan for live
@@ -80,6 +82,7 @@ pub mod signal;
 pub mod supervisor;
 pub mod suspensions;
 pub mod tools;
+pub mod unjournaled;
 pub mod unrecorded;
 pub mod workload;
 

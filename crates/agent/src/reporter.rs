@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use baton_proto::v1::agent_gateway_client::AgentGatewayClient;
-use baton_proto::v1::{ReportRequest, Running};
+use baton_proto::v1::{Observation, ReportRequest, Running};
 use tokio::sync::{Notify, watch};
 
 use crate::journal::Journal;
@@ -41,7 +41,13 @@ pub struct Reporter {
     pub suspensions: Arc<crate::suspensions::Suspensions>,
     /// Starts refused while the journal fails: sent after the journaled observations.
     pub unrecorded: Arc<crate::unrecorded::Unrecorded>,
+    /// Observations the journal could not take: sent after the journaled ones.
+    pub unjournaled: Arc<crate::unjournaled::Outbox>,
 }
+
+/// Observations with the numbers a reply acknowledges them by (journal sequence numbers,
+/// or the ids of those waiting in memory).
+type Numbered = Vec<(u64, Observation)>;
 
 /// Acknowledged observations on their way out of the journal.
 #[derive(Default)]
@@ -120,16 +126,22 @@ impl Reporter {
         tokio::task::spawn_blocking(move || drop_acked(&journal, &acked));
     }
 
-    /// Up to `MAX_OBSERVATIONS_PER_REPORT` observations the leader has not acknowledged.
-    fn pending(&self) -> Vec<(u64, baton_proto::v1::Observation)> {
+    /// Up to `MAX_OBSERVATIONS_PER_REPORT` observations the leader has not acknowledged:
+    /// the journaled ones, then, in what room is left, those the journal could not take
+    /// (newer than any journaled one: they wait only while the journal fails).
+    fn pending(&self) -> (Numbered, Numbered) {
         let acked = self.acked.lock().unwrap_or_else(PoisonError::into_inner).seqs.clone();
-        match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT + acked.len()) {
+        let journaled: Vec<_> = match self.journal.pending(MAX_OBSERVATIONS_PER_REPORT + acked.len()) {
             Ok(p) => p.into_iter().filter(|(seq, _)| !acked.contains(seq)).take(MAX_OBSERVATIONS_PER_REPORT).collect(),
             Err(e) => {
+                // Sending the newer ones alone would tell the leader of an exit before an
+                // older observation of the same replica.
                 tracing::warn!("{e}; this report carries no observations");
-                Vec::new()
+                return (Vec::new(), Vec::new());
             }
-        }
+        };
+        let unjournaled = self.unjournaled.outbox(MAX_OBSERVATIONS_PER_REPORT - journaled.len());
+        (journaled, unjournaled)
     }
 
     fn acked_len(&self) -> usize {
@@ -159,7 +171,7 @@ impl Reporter {
     /// A journal that cannot be read or written does not stop the heartbeat: the lease must
     /// go on covering what runs here. Observations it cannot read wait for the next report.
     async fn report_once(&mut self, addr: &str, channel: tonic::transport::Channel) -> Option<bool> {
-        let pending = self.pending();
+        let (pending, unjournaled) = self.pending();
         match self.journal.fence() {
             Ok(f) => self.fence = f,
             Err(e) => tracing::warn!("{e}; reporting the term last read from it"),
@@ -167,10 +179,16 @@ impl Reporter {
         let fence = self.fence;
         let term_seen = fence.term;
         let seqs: Vec<u64> = pending.iter().map(|(s, _)| *s).collect();
-        let stops = crate::suspensions::stops_in(pending.iter().map(|(_, o)| o));
-        let unrecorded = self.unrecorded.outbox(MAX_OBSERVATIONS_PER_REPORT - pending.len());
+        let kept: Vec<u64> = unjournaled.iter().map(|(id, _)| *id).collect();
+        let stops = crate::suspensions::stops_in(pending.iter().chain(&unjournaled).map(|(_, o)| o));
+        let unrecorded = self.unrecorded.outbox(MAX_OBSERVATIONS_PER_REPORT - pending.len() - unjournaled.len());
         let refused: Vec<_> = unrecorded.iter().map(|(k, _)| *k).collect();
-        let observations = pending.into_iter().map(|(_, o)| o).chain(unrecorded.into_iter().map(|(_, o)| o)).collect();
+        let observations = pending
+            .into_iter()
+            .chain(unjournaled)
+            .map(|(_, o)| o)
+            .chain(unrecorded.into_iter().map(|(_, o)| o))
+            .collect();
         let req = ReportRequest {
             node: self.node.clone(),
             term_seen,
@@ -218,9 +236,11 @@ impl Reporter {
         // Read after this report's observations were committed.
         self.suspensions.acknowledged(&stops, reply.state_index);
         self.unrecorded.taken(&refused);
+        self.unjournaled.taken(&kept);
         let sent = seqs.len();
         self.drop_later(seqs);
         // More waiting than this report carried: send the rest right away.
-        Some(sent == MAX_OBSERVATIONS_PER_REPORT && self.journal.pending_len() > self.acked_len())
+        let more_journaled = sent == MAX_OBSERVATIONS_PER_REPORT && self.journal.pending_len() > self.acked_len();
+        Some(more_journaled || !self.unjournaled.is_empty())
     }
 }

@@ -134,9 +134,9 @@ pub struct Supervisor {
     /// misfit is logged once, not on every directive.
     fit_checked: Option<(u64, u64)>,
     metrics: Arc<crate::metrics::AgentMetrics>,
-    /// Observations made while the journal could not take them, oldest first; journaled
-    /// once it can (bounded by `MAX_PENDING_OBSERVATIONS`).
-    unjournaled: Vec<Observation>,
+    /// Observations made while the journal could not take them: the reporter sends them
+    /// meanwhile, and those no leader took are journaled once the journal can take them.
+    unjournaled: Arc<crate::unjournaled::Outbox>,
     /// When a failing journal is tried next, and the pause after that.
     journal_retry: (Instant, Duration),
     /// Suspensions reported, and whether the leader has recorded them (the reporter says).
@@ -155,6 +155,7 @@ pub struct Shared {
     pub live_logs: LiveLogs,
     pub suspensions: Arc<Suspensions>,
     pub unrecorded: Arc<Unrecorded>,
+    pub unjournaled: Arc<crate::unjournaled::Outbox>,
 }
 
 pub struct Settings {
@@ -224,7 +225,7 @@ impl Supervisor {
             applied_at: Instant::now(),
             fit_checked: None,
             metrics: settings.metrics,
-            unjournaled: Vec::new(),
+            unjournaled: Arc::default(),
             journal_retry: (Instant::now(), Duration::from_millis(TICK_MS)),
             suspensions: Arc::default(),
             unrecorded: Arc::default(),
@@ -287,8 +288,9 @@ impl Supervisor {
             root.remove_empty_children();
         }
         sup.publish();
-        let (suspensions, unrecorded) = (sup.suspensions.clone(), sup.unrecorded.clone());
-        Ok((sup, Shared { running, awaiting, observed, live_logs, suspensions, unrecorded }))
+        let (suspensions, unrecorded, unjournaled) =
+            (sup.suspensions.clone(), sup.unrecorded.clone(), sup.unjournaled.clone());
+        Ok((sup, Shared { running, awaiting, observed, live_logs, suspensions, unrecorded, unjournaled }))
     }
 
     /// Runs until `directives` closes (the agent shuts down). Processes keep running.
@@ -441,11 +443,8 @@ impl Supervisor {
         for rec in &records {
             self.journal.put_replica(rec)?;
         }
-        while let Some(obs) = self.unjournaled.first() {
-            self.journal.push_observation(obs)?;
-            self.unjournaled.remove(0);
-            self.observed.notify_one();
-        }
+        self.unjournaled.drain(|obs| self.journal.push_observation(obs))?;
+        self.observed.notify_one();
         self.metrics.journal_failing(false);
         self.unrecorded.clear();
         if self.fenced && self.lease_expired() {
@@ -1352,12 +1351,12 @@ impl Supervisor {
         }
     }
 
+    /// Keeps `obs` in memory for the reporter to send at once (`unjournaled`).
     fn keep_unjournaled(&mut self, obs: Observation) {
-        if self.unjournaled.len() >= MAX_PENDING_OBSERVATIONS {
+        if self.unjournaled.keep(obs) {
             tracing::warn!("more than {MAX_PENDING_OBSERVATIONS} observations wait for the journal; the oldest goes");
-            self.unjournaled.remove(0);
         }
-        self.unjournaled.push(obs);
+        self.observed.notify_one();
     }
 
     fn set_live(&self, key: &ReplicaKey, live: bool) {

@@ -1,6 +1,6 @@
 //! An agent whose journal's disk is full (issue 10): it starts nothing new, says why (log,
 //! metric, and to the leader for each start it refuses), keeps supervising what runs
-//! (heartbeats, exits), and resumes by itself once the disk takes writes again, with nothing
+//! (heartbeats, exits, told from memory while the journal cannot take them), and resumes by itself once the disk takes writes again, with nothing
 //! lost or corrupted.
 
 use crate::common;
@@ -78,17 +78,33 @@ async fn an_agent_that_cannot_journal_starts_nothing_new_and_resumes_by_itself()
     assert_eq!(running, vec![1], "job 1 still reported running, job 2 not started");
     std::fs::write(&end1, b"").unwrap();
     wait_for(5, "job 1's exit noticed", || gw.last_report().is_some_and(|r| r.running.is_empty()).then_some(())).await;
-    assert!(exited_of(&gw.observations(), 1).is_empty(), "reported before it was journaled");
+    // Told while the disk is still full, from memory: before, it waited for the journal,
+    // and a leader declared the replica vanished once the running list dropped it, and ran
+    // its job again (also one that had succeeded).
+    wait_for(5, "job 1's exit reported while the journal fails", || {
+        exited_of(&gw.observations(), 1).contains(&3).then_some(())
+    })
+    .await;
+    assert_eq!(blocking_scrape(metrics)["baton_agent_journal_failing"], 1.0, "the journal recovered meanwhile");
     assert!(read_pid(&pid2).is_none(), "job 2 started although the journal still fails");
+    // The leader ended job 1: its directive no longer names it (while one does, each RUN of
+    // it is answered with its exit again, by design).
+    gw.set(1, vec![job2.clone()]);
+    let reports = gw.report_count();
+    wait_for(5, "reports after the directive", || (gw.report_count() >= reports + 2).then_some(())).await;
+    let exits_told = exited_of(&gw.observations(), 1).len();
 
     // Told once: the directive that still names job 2 (this gateway never requeues it)
     // is refused again and again, and not told again.
     assert_eq!(unrecorded_of(&gw, 2), 1, "the refused start told more than once");
     disk.set_fault(None);
     wait_for(15, "job 2 started once the disk takes writes", || read_pid(&pid2)).await;
-    wait_for(15, "job 1's exit reported", || exited_of(&gw.observations(), 1).contains(&3).then_some(())).await;
     wait_for(5, "the gauge cleared", || (blocking_scrape(metrics)["baton_agent_journal_failing"] == 0.0).then_some(()))
         .await;
+    // A leader took it while the disk was full: it is not journaled and sent again.
+    let reports = gw.report_count();
+    wait_for(5, "reports after the recovery", || (gw.report_count() >= reports + 3).then_some(())).await;
+    assert_eq!(exited_of(&gw.observations(), 1).len(), exits_told, "job 1's exit told again after the recovery");
     agent.shutdown().await.unwrap();
 
     // Nothing is corrupted or forgotten: what the disk kept opens and says what happened.
