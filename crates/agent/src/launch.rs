@@ -283,6 +283,17 @@ pub fn stop_marker(exit_file: &Path) -> PathBuf {
     marker(exit_file, ".stop")
 }
 
+/// Writes `bytes` to `path` and puts the file and its name on stable storage (the file,
+/// then its directory, synced), so that a power cut cannot take it back.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    let dir = path.parent().ok_or_else(|| std::io::Error::other(format!("{} has no directory", path.display())))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// The marker the wrapper leaves as it starts.
 pub fn started_marker(exit_file: &Path) -> PathBuf {
     marker(exit_file, ".started")

@@ -450,16 +450,24 @@ pub struct Ended {
     /// Its watchdog left the marker that says it stopped the replica (the lease ran out
     /// while no agent acted).
     pub watchdog_stopped: bool,
+    /// The agent left its stop marker (`launch::stop_marker`): it signalled the replica to
+    /// stop or to die, maybe while its journal took no writes, so that the record still
+    /// says it runs.
+    pub stop_sent: bool,
     /// The newest file under the job's checkpoint directory (0: none).
     pub newest_checkpoint_unix_ms: u64,
     pub now_unix_ms: u64,
 }
 
 /// How a replica in `rec`'s phase that ended as `e` is recorded; `None` if it had already.
+/// A replica journaled running whose stop marker is there was signalled to stop (its stop
+/// could not be journaled, or the agent went down before it was): not its own exit, as for
+/// a replica no record knew (`unrecorded_ending`); a workload exits 0 after the checkpoint
+/// its stop signal asked for.
 pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
     let newest = e.newest_checkpoint_unix_ms;
     match rec.phase {
-        Phase::Running | Phase::Suspended if e.watchdog_stopped => {
+        Phase::Running | Phase::Suspended if e.watchdog_stopped || e.stop_sent => {
             // Not the job's own exit. Any checkpoint this attempt wrote counts, also one
             // written while no agent watched (the leader may not know of it yet): a file
             // newer than the newest at its start, file times against file times, as for a
@@ -469,7 +477,7 @@ pub fn ending(rec: &ReplicaRecord, e: Ended) -> Option<Ending> {
                 Some(before_ms) => written_after(before_ms, newest),
                 None => saved_since(rec.started_unix_ms, newest),
             };
-            Some(Ending::Stopped { checkpointed, lease_expired: true })
+            Some(Ending::Stopped { checkpointed, lease_expired: e.watchdog_stopped })
         }
         Phase::Running | Phase::Suspended => Some(Ending::Exited { code: e.code }),
         Phase::Stopping => {

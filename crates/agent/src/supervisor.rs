@@ -272,7 +272,7 @@ impl Supervisor {
                 if !steps.is_empty() {
                     tracing::info!(?key, "its stop was journaled before the agent went down: checkpoint signal sent");
                 }
-                sup.run_steps(&key, steps)?;
+                sup.run_steps(&key, steps, Record::Journal)?;
             } else {
                 let code = sup.exit_code_from_file(&key);
                 // It ended while nobody watched: its pid may belong to someone else by now,
@@ -905,20 +905,48 @@ impl Supervisor {
         let before = newest_checkpoint_ms(&self.checkpoint_root, key);
         let now = Clock { unix_ms: now_unix_ms(), boot_ms: boot_ms() };
         let lease_expired = cause == StopCause::LeaseExpired;
-        let steps = reconcile::stop_steps(&r.rec, signal, grace_ms, lease_expired, before, now);
+        let mut steps = reconcile::stop_steps(&r.rec, signal, grace_ms, lease_expired, before, now);
         r.signal_again = signal_again(r.started, signal);
-        leave_stop_marker(key, &r.rec.exit_file);
+        let exit_file = r.rec.exit_file.clone();
+        if self.journal.failing().is_some() {
+            if !self.stop_unjournaled(key, &exit_file) {
+                return Ok(());
+            }
+            tracing::info!(?key, signal, grace_ms, "checkpoint-then-stop: signal sent (its stop not journaled)");
+            return self.run_steps(key, steps, Record::InMemory);
+        }
+        // The intent is journaled before the marker: a marker left for a stop that was
+        // never signalled would make the replica's own later exit read as a stop.
+        let signals = steps.split_off(1);
+        self.run_steps(key, steps, Record::Journal)?;
+        leave_stop_marker(key, &exit_file, false);
         tracing::info!(?key, signal, grace_ms, "checkpoint-then-stop: signal sent");
-        self.run_steps(key, steps)
+        self.run_steps(key, signals, Record::Journal)
+    }
+
+    /// Whether a stop or a kill of `key` may be signalled while the journal takes no writes:
+    /// only once its stop marker is on stable storage, where it stands in for the journal
+    /// (a restarted agent reads the replica's end as a stop, `reconcile::ending`). Before,
+    /// such a stop waited for the journal: on a node whose disk was full a preemption's
+    /// victim, or a cancelled job, ran on for as long as the disk failed.
+    fn stop_unjournaled(&self, key: &ReplicaKey, exit_file: &Path) -> bool {
+        let marked = leave_stop_marker(key, exit_file, true);
+        if !marked {
+            tracing::warn!(?key, "its stop waits for the journal: neither it nor the stop marker takes writes");
+        }
+        marked
     }
 
     /// Carries out journal writes and signals in their order; the replica's record follows
-    /// each journal write.
-    fn run_steps(&mut self, key: &ReplicaKey, steps: Vec<Step>) -> Result<(), JournalError> {
+    /// each journal write (`Record::InMemory`: only the record, journaled with the others
+    /// once the journal takes writes, `recover_journal`).
+    fn run_steps(&mut self, key: &ReplicaKey, steps: Vec<Step>, how: Record) -> Result<(), JournalError> {
         for step in steps {
             match step {
                 Step::Journal(rec) => {
-                    self.journal.put_replica(&rec)?;
+                    if how == Record::Journal {
+                        self.journal.put_replica(&rec)?;
+                    }
                     if let Some(r) = self.replicas.get_mut(key) {
                         r.rec = rec;
                     }
@@ -946,10 +974,17 @@ impl Supervisor {
             kill_deadline_boot_ms: boot_ms() + self.kill_grace_ms,
             ..r.rec.clone()
         };
-        self.journal.put_replica(&rec)?;
+        if self.journal.failing().is_some() {
+            if !self.stop_unjournaled(key, &rec.exit_file) {
+                return Ok(());
+            }
+        } else {
+            self.journal.put_replica(&rec)?;
+            leave_stop_marker(key, &rec.exit_file, false);
+        }
+        let Some(r) = self.replicas.get_mut(key) else { return Ok(()) };
         r.rec = rec.clone();
         r.signal_again = signal_again(r.started, libc::SIGTERM);
-        leave_stop_marker(key, &rec.exit_file);
         // Also when journaled running: an agent that died while suspending it may have
         // stopped (or frozen) some of its processes and journaled nothing.
         self.thaw(key);
@@ -988,6 +1023,7 @@ impl Supervisor {
         let seen = Ended {
             code,
             watchdog_stopped: launch::lease_marker(&r.rec.exit_file).exists(),
+            stop_sent: launch::stop_marker(&r.rec.exit_file).exists(),
             newest_checkpoint_unix_ms: newest_checkpoint_ms(&self.checkpoint_root, key),
             now_unix_ms: now_unix_ms(),
         };
@@ -1481,11 +1517,23 @@ fn cgroup_of(root: &Option<crate::cgroup::CgroupRoot>, key: &ReplicaKey) -> Opti
 }
 
 /// Leaves the marker that says this agent signalled the replica to stop (`launch::stop_marker`),
-/// before the signal. One that cannot be written is said, not fatal: the journal says it too.
-fn leave_stop_marker(key: &ReplicaKey, exit_file: &Path) {
-    if let Err(e) = std::fs::write(launch::stop_marker(exit_file), b"") {
+/// before the signal; whether it is there. One that cannot be written is said, not fatal
+/// when the journal says it too. `synced`: on stable storage (the file and its directory),
+/// for a stop the journal cannot record.
+fn leave_stop_marker(key: &ReplicaKey, exit_file: &Path, synced: bool) -> bool {
+    let marker = launch::stop_marker(exit_file);
+    let written = if synced { crate::launch::write_synced(&marker, b"") } else { std::fs::write(&marker, b"") };
+    if let Err(e) = &written {
         tracing::warn!(?key, "cannot leave the stop marker beside {}: {e}", exit_file.display());
     }
+    written.is_ok()
+}
+
+/// How `Supervisor::run_steps` records a step's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    Journal,
+    InMemory,
 }
 
 fn newest_checkpoint_ms(checkpoint_root: &Path, key: &ReplicaKey) -> u64 {

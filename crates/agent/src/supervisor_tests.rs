@@ -8,7 +8,8 @@ use baton_proto::v1::{Action, Assignment, Directive};
 use tokio::sync::watch;
 
 use super::{Settings, Supervisor};
-use crate::journal::{Journal, Phase, ReplicaKey};
+use crate::journal::{Journal, Outcome, Phase, ReplicaKey};
+use crate::journal_store::SimDisk;
 use crate::lease::{Floor, Lease};
 use crate::lease_file::boot_ms;
 
@@ -31,7 +32,17 @@ fn built_at(state_index: u64, assignments: Vec<Assignment>) -> Directive {
 }
 
 fn supervisor(dir: &std::path::Path, lease: watch::Receiver<Lease>) -> Supervisor {
-    let journal = Arc::new(Journal::open(&dir.join("journal")).unwrap());
+    supervisor_with(Journal::open(&dir.join("journal")).unwrap(), dir, lease)
+}
+
+/// A supervisor whose journal is on `disk`, which a test can make fail.
+fn supervisor_on(disk: &SimDisk, dir: &std::path::Path, lease: watch::Receiver<Lease>) -> Supervisor {
+    let journal = Journal::with_store(&dir.join("journal"), Box::new(disk.open())).unwrap();
+    supervisor_with(journal, dir, lease)
+}
+
+fn supervisor_with(journal: Journal, dir: &std::path::Path, lease: watch::Receiver<Lease>) -> Supervisor {
+    let journal = Arc::new(journal);
     let settings = Settings {
         cgroups: None,
         node: "n1".into(),
@@ -423,4 +434,90 @@ async fn a_deferred_replica_does_not_start_under_a_lapse_no_tick_acted_on() {
         crate::signal::signal_group(pid, libc::SIGKILL);
     }
     assert!(started.is_none(), "a deferred replica started under a lapse no tick had acted on");
+}
+
+/// The next replica's exit, ticking the supervisor meanwhile (its deadlines' SIGKILLs) and
+/// going on past the journal's errors as it does; `what` if none comes within 10 s.
+async fn exit_while_ticking(sup: &mut Supervisor, what: &str) -> super::ExitEvent {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let wait = tokio::time::timeout(std::time::Duration::from_millis(100), sup.events_rx.recv());
+        if let Ok(ev) = wait.await {
+            return ev.expect("the supervisor's exit channel is open");
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        let ticked = sup.on_tick();
+        sup.survive(ticked).unwrap();
+    }
+}
+
+/// A STOP while the journal takes no writes (a full disk) was not signalled until the disk
+/// took writes again: a preemption's victim, or a cancelled job, ran on for as long as the
+/// disk was full. Now a synced stop marker stands in for the journal: the signal goes out,
+/// the end is told from memory, and an agent restarted before the journal recorded anything
+/// reads the end as a stop, not as the job's own exit 0.
+#[tokio::test]
+async fn a_stop_the_journal_cannot_record_is_signalled_and_its_end_read_as_a_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SimDisk::new();
+    let exit = crate::launch::exit_file(dir.path(), 1, 1, 0);
+    // What a workload does with its stop signal: it saves (the test writes the file), exits 0.
+    let workload = "trap 'exit 0' TERM; while :; do sleep 0.05; done";
+    {
+        let mut sup = supervisor_on(&disk, dir.path(), granted_lease(dir.path()));
+        sup.on_directive(built_at(5, vec![run(1, workload)])).unwrap();
+        disk.set_fault(Some(libc::ENOSPC));
+        let mut stop = run(1, workload);
+        stop.action = Action::Stop as i32;
+        // The first journal write finds the disk full: nothing is signalled, and no marker
+        // says otherwise (the replica's own exit would read as a stop).
+        assert!(sup.on_directive(built_at(6, vec![stop.clone()])).is_err());
+        assert!(!crate::launch::stop_marker(&exit).exists(), "a marker for a stop never signalled");
+        assert!(sup.journal.failing().is_some());
+        // Applied again (as every `REAPPLY_MS`): signalled on its synced marker.
+        sup.on_directive(built_at(6, vec![stop])).unwrap();
+        assert_eq!(sup.replicas[&key(1)].rec.phase, Phase::Stopping);
+        let ev = exit_while_ticking(&mut sup, "the stop was not signalled while the journal failed").await;
+        saved_checkpoint(dir.path(), 57);
+        // Its record cannot be journaled either: the supervisor goes on (`survive`).
+        let done = sup.on_exit(ev);
+        sup.survive(done).unwrap();
+        assert_eq!(sup.replicas[&key(1)].rec.outcome, Some(Outcome::Stopped { checkpointed: true }));
+        let told: Vec<What> = sup.unjournaled.outbox(usize::MAX).into_iter().filter_map(|(_, o)| o.what).collect();
+        assert!(
+            told.iter().any(|w| matches!(w, What::Stopped(s) if s.job_id == 1 && s.checkpointed)),
+            "its end is not told from memory: {told:?}"
+        );
+        // The power goes out before the journal takes writes again (the stop marker was
+        // synced; the journal's unsynced writes go).
+    }
+    disk.set_fault(None);
+    disk.power_loss(0);
+    let sup = supervisor_on(&disk, dir.path(), granted_lease(dir.path()));
+    assert_eq!(sup.replicas[&key(1)].rec.outcome, Some(Outcome::Stopped { checkpointed: true }));
+    let told = pending(&sup);
+    assert!(!told.iter().any(|w| matches!(w, What::Exited(_))), "told as its own exit: {told:?}");
+    assert!(told.iter().any(|w| matches!(w, What::Stopped(s) if s.checkpointed)), "{told:?}");
+}
+
+/// The same for a replica no longer wanted (a cancelled job): killed while the journal takes
+/// no writes, on its synced stop marker, where before it ran on until the disk recovered.
+#[tokio::test]
+async fn a_kill_the_journal_cannot_record_is_signalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SimDisk::new();
+    let mut sup = supervisor_on(&disk, dir.path(), granted_lease(dir.path()));
+    sup.on_directive(built_at(5, vec![run(1, "while :; do sleep 0.05; done")])).unwrap();
+    disk.set_fault(Some(libc::ENOSPC));
+    let first = sup.on_directive(built_at(6, vec![]));
+    sup.survive(first).unwrap();
+    sup.on_directive(built_at(6, vec![])).unwrap();
+    assert_eq!(sup.replicas[&key(1)].rec.phase, Phase::Killing);
+    let exit = crate::launch::exit_file(dir.path(), 1, 1, 0);
+    assert!(crate::launch::stop_marker(&exit).exists(), "killed without its stop marker");
+    // SIGTERM, then SIGKILL past the kill grace (500 ms here) from the tick.
+    let ev = exit_while_ticking(&mut sup, "the kill was not signalled while the journal failed").await;
+    let done = sup.on_exit(ev);
+    sup.survive(done).unwrap();
+    assert_eq!(sup.replicas[&key(1)].rec.outcome, Some(Outcome::Killed));
 }

@@ -15,8 +15,9 @@
 //! (`truth::Journal`): a restarted agent finds them again, as the real one does. While the
 //! load has its journal full (`Truth::full_journals`), it starts and resumes nothing, by the
 //! real agent's rule, and tells the leader of each start it refuses (`Observed::Unrecorded`).
-//! It still reports what ends, as the real agent does from memory; it also still stops and
-//! kills, which the real agent holds back until its journal takes writes (not modelled).
+//! It still stops, kills and reports what ends, as the real agent does since stop 86 (on a
+//! synced stop marker, its ends told from memory); a stop whose marker cannot be written
+//! either, which the real agent holds back, is not modelled.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

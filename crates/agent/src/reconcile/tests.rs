@@ -567,6 +567,7 @@ fn how_an_ended_replica_is_recorded() {
     let seen = |code, watchdog_stopped, newest| Ended {
         code,
         watchdog_stopped,
+        stop_sent: false,
         newest_checkpoint_unix_ms: newest,
         now_unix_ms: NOW.unix_ms + 1_000,
     };
@@ -596,6 +597,24 @@ fn how_an_ended_replica_is_recorded() {
         (stopping(false), seen(0, true, 0), Some(Ending::Stopped { checkpointed: false, lease_expired: false })),
         (record(Phase::Killing), seen(0, false, NOW.unix_ms), Some(Ending::Killed)),
         (record(Phase::Finished), seen(0, false, 0), None),
+        // Journaled running, its stop marker there: signalled to stop while its journal
+        // took no writes (or the agent went down before it journaled the stop), so its
+        // exit 0 after a checkpoint is no success.
+        (
+            started_at(10_000),
+            Ended { stop_sent: true, ..seen(0, false, 20_000) },
+            Some(Ending::Stopped { checkpointed: true, lease_expired: false }),
+        ),
+        (
+            started_at(10_000),
+            Ended { stop_sent: true, ..seen(0, false, 0) },
+            Some(Ending::Stopped { checkpointed: false, lease_expired: false }),
+        ),
+        (
+            started_at(10_000),
+            Ended { stop_sent: true, ..seen(0, true, 20_000) },
+            Some(Ending::Stopped { checkpointed: true, lease_expired: true }),
+        ),
     ];
     for (rec, e, want) in cases {
         assert_eq!(ending(&rec, e), want, "{:?} {:?}", rec.phase, e);
@@ -615,6 +634,7 @@ fn a_stops_checkpoint_is_judged_on_file_times_alone() {
     let ended = |newest_ms| Ended {
         code: 0,
         watchdog_stopped: false,
+        stop_sent: false,
         newest_checkpoint_unix_ms: newest_ms,
         now_unix_ms: NOW.unix_ms + 1_000,
     };
@@ -644,6 +664,7 @@ fn a_watchdog_stops_checkpoint_is_judged_on_file_times_alone() {
     let watchdog_stopped = |newest_ms| Ended {
         code: 143,
         watchdog_stopped: true,
+        stop_sent: false,
         newest_checkpoint_unix_ms: newest_ms,
         now_unix_ms: NOW.unix_ms + 2_000,
     };
@@ -736,6 +757,7 @@ fn a_stop_counts_every_checkpoint_this_attempt_wrote() {
     let ended = |newest_ms| Ended {
         code: 0,
         watchdog_stopped: false,
+        stop_sent: false,
         newest_checkpoint_unix_ms: newest_ms,
         now_unix_ms: NOW.unix_ms + 10,
     };
