@@ -86,8 +86,12 @@ pub async fn run(replica: Replica, clock: WallClock, rate: Rate, truth: Shared) 
     }
 }
 
+/// Writes `op` stamped as the server's leader stamps its own commands (`State::stamp_ms`:
+/// never behind the replicated clock, which a leader whose clock trails or stepped back
+/// would otherwise stamp it behind).
 async fn write(replica: &Replica, clock: &WallClock, op: Op) -> bool {
-    write_answer(replica, clock.now_ms(), op).await.is_some()
+    let now_ms = replica.read_local(|s| s.stamp_ms(clock.now_ms()));
+    write_answer(replica, now_ms, op).await.is_some()
 }
 
 /// What applying `op`, stamped `now_ms`, answered once committed; `None` when the write
