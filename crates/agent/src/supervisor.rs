@@ -273,6 +273,14 @@ impl Supervisor {
                     tracing::info!(?key, "its stop was journaled before the agent went down: checkpoint signal sent");
                 }
                 sup.run_steps(&key, steps, Record::Journal)?;
+                if sup.replicas.get(&key).is_some_and(|r| r.rec.phase == Phase::Running) {
+                    // Journaled running, it may be stopped: an agent that went down while
+                    // suspending it, or after it told a suspension its failing journal could
+                    // not record, left it so. A RUN of a replica held running sends nothing,
+                    // so it would stay stopped for good; a SUSPEND suspends it again.
+                    sup.thaw(&key);
+                    signal_group(pid, libc::SIGCONT);
+                }
             } else {
                 let code = sup.exit_code_from_file(&key);
                 // It ended while nobody watched: its pid may belong to someone else by now,

@@ -521,3 +521,45 @@ async fn a_kill_the_journal_cannot_record_is_signalled() {
     sup.survive(done).unwrap();
     assert_eq!(sup.replicas[&key(1)].rec.outcome, Some(Outcome::Killed));
 }
+
+/// A replica stopped (SIGSTOP) while its journal says it runs: its agent went down while
+/// suspending it, or after it told a suspension from memory that its failing journal could
+/// not record. The restarted agent adopts it running and continues it; before, a RUN of it
+/// (the leader resumed the job in place) sent nothing, and it stayed stopped for good.
+#[tokio::test]
+async fn a_replica_journaled_running_but_stopped_is_continued_by_a_restarted_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let workload = format!("echo $$ > {}; while :; do sleep 0.05; done", pid_file.display());
+    {
+        let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+        sup.on_directive(built_at(5, vec![run(1, &workload)])).unwrap();
+    }
+    let pid = wait_for_pid(&pid_file).await;
+    crate::signal::signal_process(pid, libc::SIGSTOP);
+    wait_for_state(pid, |s| s == 'T', "stopped").await;
+    let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
+    sup.on_directive(built_at(6, vec![run(1, &workload)])).unwrap();
+    wait_for_state(pid, |s| s != 'T', "continued").await;
+    crate::signal::signal_group(sup.replicas[&key(1)].rec.pid, libc::SIGKILL);
+}
+
+async fn wait_for_pid(file: &std::path::Path) -> u32 {
+    for _ in 0..100 {
+        if let Some(pid) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok()) {
+            return pid;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no pid in {}", file.display());
+}
+
+async fn wait_for_state(pid: u32, wanted: impl Fn(char) -> bool, what: &str) {
+    for _ in 0..100 {
+        if crate::procfs::stat(pid).is_some_and(|(_, s)| wanted(s)) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("process {pid} not {what}: {:?}", crate::procfs::stat(pid));
+}
