@@ -243,10 +243,19 @@ fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Pl
     if backfills.is_empty() {
         return decide(view, c, plan, planner, holds);
     }
+    // Section 12 holds for a backfill too: a job its user's limit holds back waits (`apply`
+    // refuses its start). An elastic gang the limit caps is not backfilled whole.
+    let capped = match user_limit(view, c) {
+        Ok(capped) => capped,
+        Err(why) => {
+            wait_for(plan, c.id, c.reason, why);
+            return Outcome::Waits;
+        }
+    };
     // Backfill: the reserved resources are open to this job for placement only.
     holds.unblock(view, &backfills);
     planner.no_fit.clear();
-    let placed = !c.needs.pool_choices.is_empty() && try_place(view, c, plan, planner);
+    let placed = capped.is_none() && !c.needs.pool_choices.is_empty() && try_place(view, c, plan, planner);
     holds.reblock(view, &backfills);
     planner.no_fit.clear();
     if placed {
