@@ -56,8 +56,18 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
     let mut stuck: Vec<Candidate> = Vec::new();
     // Lending trees with a job this cycle decided and did not place: no gang grows there.
     let mut unplaced_trees = std::collections::BTreeSet::new();
+    // The nodes windows ahead closed to the job decided last. What the cycle learns of room
+    // and victims as it goes (`no_fit`, `failures`) holds only while the same nodes are
+    // closed: a job that ends before a window has its nodes open where the jobs before it
+    // did not (`examples/scenarios/window-nofit-per-job.yaml`).
+    let mut last_closed: Vec<usize> = Vec::new();
     while let Some(c) = order.next() {
         let closed = crate::windows::close_for(&mut view, c.job);
+        if closed != last_closed {
+            planner.no_fit.clear();
+            planner.failures = Failures::default();
+            last_closed.clone_from(&closed);
+        }
         let before = plan.decisions.len();
         let outcome = decide_held(&mut view, &c, &mut plan, &mut planner, &mut holds);
         if outcome != Outcome::Placed
