@@ -535,7 +535,7 @@ async fn a_replica_journaled_running_but_stopped_is_continued_by_a_restarted_age
         let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
         sup.on_directive(built_at(5, vec![run(1, &workload)])).unwrap();
     }
-    let pid = wait_for_pid(&pid_file).await;
+    let pid = wait_for_pid(&pid_file);
     crate::signal::signal_process(pid, libc::SIGSTOP);
     wait_for_state(pid, |s| s == 'T', "stopped").await;
     let mut sup = supervisor(dir.path(), granted_lease(dir.path()));
@@ -544,14 +544,9 @@ async fn a_replica_journaled_running_but_stopped_is_continued_by_a_restarted_age
     crate::signal::signal_group(sup.replicas[&key(1)].rec.pid, libc::SIGKILL);
 }
 
-async fn wait_for_pid(file: &std::path::Path) -> u32 {
-    for _ in 0..100 {
-        if let Some(pid) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok()) {
-            return pid;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("no pid in {}", file.display());
+fn wait_for_pid(file: &std::path::Path) -> u32 {
+    let text = wait_for_file(file);
+    text.trim().parse().unwrap_or_else(|e| panic!("no pid in {}: {text:?} ({e})", file.display()))
 }
 
 async fn wait_for_state(pid: u32, wanted: impl Fn(char) -> bool, what: &str) {

@@ -255,13 +255,7 @@ fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Pl
     }
     // Section 12 holds for a backfill too: a job its user's limit holds back waits (`apply`
     // refuses its start). An elastic gang the limit caps is not backfilled whole.
-    let capped = match user_limit(view, c) {
-        Ok(capped) => capped,
-        Err(why) => {
-            wait_for(plan, c.id, c.reason, why);
-            return Outcome::Waits;
-        }
-    };
+    let Some(capped) = user_limit_or_wait(view, c, plan) else { return Outcome::Waits };
     // Backfill: the reserved resources are open to this job for placement only.
     holds.unblock(view, &backfills);
     planner.no_fit.clear();
@@ -372,13 +366,7 @@ fn decide(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Planner
         return Outcome::Waits;
     }
     // Section 12: a job its user's limit holds back waits; it does not preempt.
-    let capped = match user_limit(view, c) {
-        Ok(capped) => capped,
-        Err(why) => {
-            wait_for(plan, c.id, c.reason, why);
-            return Outcome::Waits;
-        }
-    };
+    let Some(capped) = user_limit_or_wait(view, c, plan) else { return Outcome::Waits };
     if capped.is_none() && try_place(view, c, plan, planner) {
         return Outcome::Placed;
     }
@@ -444,6 +432,17 @@ fn user_limit(view: &mut View, c: &Candidate) -> Result<Option<u32>, String> {
             let at_min = crate::fair::demand(&crate::elastic::sized(&c.needs, e, e.min));
             let why = view.user_held.block(state, &view.ledger, c.job, c.queue, &at_min);
             Err(why.unwrap_or_else(|| "its user's limit".into()))
+        }
+    }
+}
+
+/// `user_limit`, with a job the limit holds back told why it waits (`None`).
+fn user_limit_or_wait(view: &mut View, c: &Candidate, plan: &mut Plan) -> Option<Option<u32>> {
+    match user_limit(view, c) {
+        Ok(capped) => Some(capped),
+        Err(why) => {
+            wait_for(plan, c.id, c.reason, why);
+            None
         }
     }
 }
