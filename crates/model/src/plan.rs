@@ -42,7 +42,8 @@ pub enum Decision {
     /// A starving job reserves these replicas in `pool` (docs/policy.md section 9); it waits
     /// for `waits_for` to end.
     Reserve { job: JobId, pool: Name, replicas: Vec<ReplicaAlloc>, waits_for: Vec<JobId> },
-    /// The job's reservation no longer holds (its queue's limits would not admit it).
+    /// The job's reservation no longer holds (its queue's limits would not admit it, a
+    /// reserved node takes no new work, or a window is ahead of one).
     Unreserve { job: JobId, reason: String },
     /// A running elastic gang below its `replicas` is stopped, to start again at once on
     /// `replicas` (more than it runs with; its own resources among them) as its stop

@@ -858,4 +858,56 @@ mod tests {
         assert_eq!(s.job(mid).unwrap().state, JobState::Suspended);
         crate::invariants::check_state(&s).expect("low's lend to the suspended mid holds while low is stopped");
     }
+
+    /// A starving gang reserves n0 and n1, where `a` and `c` run. The agent on n1 cannot
+    /// record c's start (its journal takes no writes): c goes back to the queue and n1 is
+    /// taken out. A cordon lets a reservation on the node go as it happens; taking a node out
+    /// on an agent's report did not, so once `a` ended the cycle placed the gang on its
+    /// reservation, n1 included, and the leader refused its own plan ("node n1 is not
+    /// schedulable"), cycle after cycle. Found by the simulator (seed 59 of 10 minutes).
+    #[test]
+    fn a_reservation_on_a_node_taken_out_by_its_agent_is_let_go() {
+        use baton_model::command::Observed;
+
+        let mut s = two_cpu_nodes();
+        apply(&mut s, Op::SetScheduler(SchedulerSettings { reserve_after_ms: Some(3_600_000) }));
+        let submit = |s: &mut State, name: &str, replicas: u32| {
+            let mut spec = gpu_job(name, "q", 0);
+            spec.tasks[0].replicas = replicas;
+            spec.tasks[0].resources = Resources::of(&[("cpu", 1_000)]);
+            match apply(s, Op::Submit { spec, request_id: None }) {
+                Outcome::Submitted { job, .. } => job,
+                other => panic!("not submitted: {other:?}"),
+            }
+        };
+        let (a, c, r) = (submit(&mut s, "a", 1), submit(&mut s, "c", 1), submit(&mut s, "r", 2));
+        let rank = |index: u32, node: &str| ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() };
+        apply_plan(
+            &mut s,
+            vec![
+                Decision::Place { job: a, attempt: 1, replicas: vec![rank(0, "n0")] },
+                Decision::Place { job: c, attempt: 1, replicas: vec![rank(0, "n1")] },
+                Decision::Reserve {
+                    job: r,
+                    pool: Name::lit("default"),
+                    replicas: vec![rank(0, "n0"), rank(1, "n1")],
+                    waits_for: vec![a, c],
+                },
+            ],
+        );
+        let refused = Observed::Unrecorded { job: c, attempt: 1, rank: 0, reason: "no space left on device".into() };
+        apply(&mut s, Op::Report { node: Name::lit("n1"), observations: vec![refused] });
+        assert!(s.nodes().get(&Name::lit("n1")).is_some_and(|n| n.unhealthy.is_some()), "n1 is taken out");
+        apply(&mut s, Op::JobExited { job: a, attempt: 1, exit_code: 0 });
+
+        let plan = cycle(&s, 2_000);
+        assert!(
+            !plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == r)),
+            "r must not start on n1: {plan:?}"
+        );
+        let let_go = |d: &Decision| matches!(d, Decision::Unreserve { job, reason } if *job == r && reason.contains("node n1 is no longer schedulable"));
+        assert!(plan.decisions.iter().any(let_go), "r's reservation is let go: {plan:?}");
+        apply_plan(&mut s, plan.decisions);
+        assert!(s.pool_reservation_of(r).is_none(), "r holds no reservation");
+    }
 }

@@ -4,6 +4,11 @@
 //! replicas (see `pack`), which stays true as room shrinks. So once a shape found no room
 //! under a pool choice, later jobs of the same shape skip packing there this cycle.
 //!
+//! One exception: the nodes a job may use also depend on the job, as a maintenance window
+//! ahead closes its nodes only to jobs that would not end before it. The cycle clears what
+//! it remembers whenever the set of nodes so closed changes from one job to the next
+//! (`cycle::decide_all`).
+//!
 //! Gangs of several tasks are not remembered: their greedy packing is not monotone in room.
 
 use baton_model::job::Topology;

@@ -53,7 +53,8 @@ impl Holds {
             let shares = view.state.shares(job, &r.replicas);
             let nodes: Vec<usize> = shares.iter().map(|s| s.node).collect();
             let refused = admitted_without_own(view, q, np, &shares, &nodes).err();
-            if let Some(why) = refused.or_else(|| window_ahead(view, job, r)) {
+            let why = refused.or_else(|| closed_node(view, &nodes)).or_else(|| window_ahead(view, job, r));
+            if let Some(why) = why {
                 let reason = format!("its reservation on {} no longer holds: {why}", where_of(r));
                 plan.decisions.push(Decision::Unreserve { job: r.job, reason });
                 continue;
@@ -132,6 +133,16 @@ impl Holds {
     pub fn waiting_for(&self, view: &View, i: usize) -> usize {
         occupants_of(view, self.list[i].job, &self.list[i].shares).len()
     }
+}
+
+/// A reserved node that takes no new work. Cordons, lost nodes, windows and GPU faults let
+/// the reservation go as they happen, but a node taken out by an agent's report (a process
+/// that survived SIGKILL, a start its journal could not record) does not, and its job could
+/// never start there (`apply` refuses a start on a node that is not schedulable): it is let
+/// go here, and the job reserves again elsewhere if it still starves.
+fn closed_node(view: &View, nodes: &[usize]) -> Option<String> {
+    let n = nodes.iter().find(|&&n| !view.ledger.nodes[n].schedulable)?;
+    Some(format!("node {} is no longer schedulable", view.ledger.nodes[*n].name))
 }
 
 /// decisions.md section 14: a reservation never takes a node with a window ahead of it. One
