@@ -46,6 +46,8 @@ pub(crate) struct QueueGen {
     reclaim: u8,
     bwc: Option<i32>,
     weight: u8,
+    /// `max_per_user` in GPUs (decisions.md section 12): every job of a queue has one user.
+    max_per_user_gpu: Option<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +73,11 @@ pub(crate) enum OpGen {
     /// A GPU found unhealthy, or cleared (decisions.md section 14): node, GPU.
     GpuFault(u8, u8),
     GpuHealthy(u8, u8),
+    /// A job's rank 0 could not be recorded by its node's agent (its journal takes no
+    /// writes): the job goes back to the queue and the node is taken out.
+    Unrecorded(u8),
+    /// A node cordoned, or uncordoned (which also clears an unhealthy mark).
+    Cordon(u8, bool),
 }
 
 #[derive(Debug, Clone)]
@@ -91,20 +98,32 @@ pub(crate) struct World {
 pub(crate) fn world() -> impl Strategy<Value = World> {
     let node =
         (0u8..2, 0u8..2, 0u8..=8, 1u8..=8).prop_map(|(pool, rack, gpus, cpus)| NodeGen { pool, rack, gpus, cpus });
-    let queue =
-        (
-            0u8..3,
-            0u8..=8,
-            proptest::option::of(0u8..=4),
-            proptest::option::of(0u8..=4),
-            0u8..3,
-            0u8..3,
-            proptest::option::of(40i32..=80),
-            0u8..3,
-        )
-            .prop_map(|(cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight)| {
-                QueueGen { cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight }
-            });
+    let queue = (
+        0u8..3,
+        0u8..=8,
+        proptest::option::of(0u8..=4),
+        proptest::option::of(0u8..=4),
+        0u8..3,
+        0u8..3,
+        proptest::option::of(40i32..=80),
+        0u8..3,
+        proptest::option::weighted(0.3, 0u8..=8),
+    )
+        .prop_map(
+            |(cohort, nominal_gpu, borrow_limit, lend_limit, within, reclaim, bwc, weight, max_per_user_gpu)| {
+                QueueGen {
+                    cohort,
+                    nominal_gpu,
+                    borrow_limit,
+                    lend_limit,
+                    within,
+                    reclaim,
+                    bwc,
+                    weight,
+                    max_per_user_gpu,
+                }
+            },
+        );
     let op = op_gen();
     (
         proptest::collection::vec(node, 1..7),
@@ -138,6 +157,8 @@ pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
         1 => any::<u8>().prop_map(OpGen::NodeUp),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(n, g)| OpGen::GpuFault(n, g)),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(n, g)| OpGen::GpuHealthy(n, g)),
+        1 => any::<u8>().prop_map(OpGen::Unrecorded),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(n, c)| OpGen::Cordon(n, c)),
     ]
 }
 
@@ -237,7 +258,12 @@ pub(crate) fn configure(w: &World) -> State {
         spec.preemption.within_queue = WithinQueue::ALL[q.within as usize];
         spec.preemption.reclaim_within_cohort = ReclaimWithinCohort::ALL[q.reclaim as usize];
         spec.preemption.borrow_within_cohort = q.bwc.map(|t| BorrowWithinCohort { max_priority_threshold: Some(t) });
+        let name = spec.name.clone();
         cmd(&mut s, 0, Op::PutQueue(spec)).unwrap();
+        if let Some(max) = q.max_per_user_gpu {
+            let limit = Resources::of(&[("gpu", u64::from(max))]);
+            cmd(&mut s, 0, Op::SetUserLimit { queue: name, limit }).expect("user limit applies");
+        }
     }
     s
 }
@@ -463,10 +489,11 @@ pub(crate) fn settle(s: &mut State, now_ms: u64, linger: bool) -> Result<(), Str
         if plan != cycle(s, now_ms) {
             return Err("the same state gave two different plans".into());
         }
-        // Never partial: a preemptor whose victims have all stopped is placed at once.
+        // Never partial: a preemptor whose victims have all stopped is placed at once,
+        // unless a node of its reservation takes no new work now (it waits, saying so).
         for (id, r) in s.reservations() {
             let placed = plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if job == id));
-            if !placed && !held_by_completing(s, &r.replicas) {
+            if !placed && !held_by_completing(s, &r.replicas) && !on_closed_node(s, &r.replicas) {
                 let j = s.job(*id).unwrap();
                 return Err(format!("{} preempted others and is not placed: {}", j.spec.name, j.reason));
             }
@@ -502,6 +529,11 @@ pub(crate) fn settle(s: &mut State, now_ms: u64, linger: bool) -> Result<(), Str
 fn held_by_completing(s: &State, replicas: &[baton_model::alloc::ReplicaAlloc]) -> bool {
     let on = |node: &Name| replicas.iter().any(|r| r.node == *node);
     s.all_completing().values().any(|c| c.ranks.values().any(|r| on(&r.node)))
+}
+
+/// A node the replicas are on takes no new work (cordoned, lost, taken out).
+fn on_closed_node(s: &State, replicas: &[baton_model::alloc::ReplicaAlloc]) -> bool {
+    replicas.iter().any(|r| s.nodes().get(&r.node).is_none_or(|n| !n.schedulable()))
 }
 
 /// Reports every completing rank stopped, one report per node, as its agent would.
@@ -581,6 +613,20 @@ pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: 
                 let (node, gpu) = gpu_of(w, *n, *g);
                 let fault = matches!(op, OpGen::GpuFault(..)).then(|| "XID 79".to_string());
                 cmd(s, now_ms, Op::SetGpuHealth { node: Name::lit(&node), gpu, fault }).map(drop)
+            }
+            OpGen::Unrecorded(i) => match s.job_by_name(pick(*i).as_str()) {
+                Some(j) if j.state.is_active() && !j.replicas.is_empty() => {
+                    let node = j.ranked()[0].node.clone();
+                    let reason = "no space left on device".to_string();
+                    let o =
+                        baton_model::command::Observed::Unrecorded { job: j.id, attempt: j.attempt, rank: 0, reason };
+                    cmd(s, now_ms, Op::Report { node, observations: vec![o] }).map(drop)
+                }
+                _ => Ok(()),
+            },
+            OpGen::Cordon(i, cordoned) => {
+                let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
+                cmd(s, now_ms, Op::Cordon { node, cordoned: *cordoned }).map(drop)
             }
         };
         // Refusals (an impossible job, pausing a finished one) are fine; they change nothing.
@@ -664,8 +710,9 @@ pub(crate) fn to_yaml(w: &World) -> String {
         let reclaim = ReclaimWithinCohort::ALL[q.reclaim as usize].word();
         let bwc =
             q.bwc.map_or("Never".to_string(), |t| format!("{{policy: LowerPriority, max_priority_threshold: {t}}}"));
+        let per_user = q.max_per_user_gpu.map_or(String::new(), |m| format!(", max_per_user: {{gpu: {m}}}"));
         y += &format!(
-            "  - {{name: q{i}, {cohort}weight: {}, quotas: [{}], preemption: {{within_queue: {within}, reclaim_within_cohort: {reclaim}, borrow_within_cohort: {bwc}}}}}\n",
+            "  - {{name: q{i}, {cohort}weight: {}, quotas: [{}]{per_user}, preemption: {{within_queue: {within}, reclaim_within_cohort: {reclaim}, borrow_within_cohort: {bwc}}}}}\n",
             q.weight,
             quotas.join(", ")
         );
@@ -730,6 +777,14 @@ pub(crate) fn to_yaml(w: &World) -> String {
             OpGen::GpuHealthy(n, g) => {
                 let (node, gpu) = gpu_of(w, *n, *g);
                 format!("gpu_healthy: {{node: {node}, gpu: {gpu}}}")
+            }
+            OpGen::Cordon(i, c) => {
+                format!("{}: n{}", if *c { "cordon" } else { "uncordon" }, *i as usize % w.nodes.len())
+            }
+            // A scenario has no step for an agent's report: the replay differs from here on.
+            OpGen::Unrecorded(i) => {
+                y += &format!("  # at {at}: the agent of {}'s rank 0 could not record its start\n", pick(*i));
+                continue;
             }
         };
         y += &format!("  - {{at: {at}, {step}}}\n");

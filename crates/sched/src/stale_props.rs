@@ -129,18 +129,25 @@ fn run_stale(t: &Stale) -> Result<(), String> {
     if accepted as usize + refused.len() != plan.decisions.len() || !refused.windows(2).all(|w| w[0] < w[1]) {
         return Err(format!("{accepted} accepted and refused {refused:?} of {} decisions", plan.decisions.len()));
     }
+    // Reservations the plan let go before a decision (an unreserve, or its holder started).
+    let mut let_go: Vec<JobId> = Vec::new();
     for (i, d) in plan.decisions.iter().enumerate() {
         let taken = !refused.contains(&i);
-        check_reported(&before, &s, d, taken)?;
+        check_reported(&before, &s, &let_go, d, taken)?;
         if taken {
-            check_not_on_reserved(&before, d)?;
+            check_not_on_reserved(&before, &let_go, d)?;
+            if let Decision::Unreserve { job, .. } | Decision::Place { job, .. } = d {
+                let_go.push(*job);
+            }
         }
     }
     Ok(())
 }
 
 /// A decision reported applied shows in the state; one reported refused does not.
-fn check_reported(before: &State, after: &State, d: &Decision, taken: bool) -> Result<(), String> {
+/// `let_go`: jobs whose reservations earlier decisions of the plan let go (a starving job
+/// whose reservation no longer holds reserves again in the same plan).
+fn check_reported(before: &State, after: &State, let_go: &[JobId], d: &Decision, taken: bool) -> Result<(), String> {
     let job = |s: &State, id: JobId| s.job(id).map(|j| (j.state, j.attempt));
     let shown = match d {
         Decision::Place { job: id, attempt, .. } => {
@@ -150,7 +157,8 @@ fn check_reported(before: &State, after: &State, d: &Decision, taken: bool) -> R
             !before.reservations().contains_key(id) && after.reservations().contains_key(id)
         }
         Decision::Reserve { job: id, .. } => {
-            before.pool_reservation_of(*id).is_none() && after.pool_reservation_of(*id).is_some()
+            (before.pool_reservation_of(*id).is_none() || let_go.contains(id))
+                && after.pool_reservation_of(*id).is_some()
         }
         Decision::TimeLimit { job: id, attempt } | Decision::Grow { job: id, attempt, .. } => {
             job(before, *id) == Some((JobState::Running, *attempt)) && job(after, *id) != job(before, *id)
@@ -171,8 +179,9 @@ fn check_reported(before: &State, after: &State, d: &Decision, taken: bool) -> R
 
 /// An applied Place or Preempt takes no GPU reserved for another job's starving
 /// reservation, and starts no other job of that job's queue, unless it is a Place of a job
-/// with a time limit (backfill) or of a preemptor whose room was held for it.
-fn check_not_on_reserved(before: &State, d: &Decision) -> Result<(), String> {
+/// with a time limit (backfill) or of a preemptor whose room was held for it. The
+/// reservations of `let_go` were let go by earlier decisions of the plan.
+fn check_not_on_reserved(before: &State, let_go: &[JobId], d: &Decision) -> Result<(), String> {
     let (id, replicas, preempt) = match d {
         Decision::Place { job, replicas, .. } => (*job, replicas, false),
         Decision::Preempt { job, replicas, .. } | Decision::PreemptShrinking { job, replicas, .. } => {
@@ -185,7 +194,7 @@ fn check_not_on_reserved(before: &State, d: &Decision) -> Result<(), String> {
     if before.reservations().contains_key(&id) || may_backfill {
         return Ok(());
     }
-    for r in before.pool_reservations().values().filter(|r| r.job != id) {
+    for r in before.pool_reservations().values().filter(|r| r.job != id && !let_go.contains(&r.job)) {
         let holder = before.job(r.job).expect("a reserving job exists");
         let overlap = replicas
             .iter()
