@@ -241,13 +241,16 @@ impl Supervisor {
                         // Spawned, then the agent went down before it journaled the pid.
                         rec.pid = pid;
                         rec.start_time = start_time;
-                        sup.journal.put_replica(&rec)?;
+                        let journaled = sup.journal.put_replica(&rec);
+                        sup.survive(journaled)?;
                     }
                     Unjournaled::Ended => {}
                     Unjournaled::NeverStarted => {
                         // Journaled, never spawned: it never ran, so a RUN may start it.
                         tracing::info!(?key, "journaled but never started before the agent went down");
-                        sup.journal.remove_replica(&key)?;
+                        // Left in the journal if it fails: the next start finds it so again.
+                        let removed = sup.journal.remove_replica(&key);
+                        sup.survive(removed)?;
                         continue;
                     }
                 }
@@ -272,7 +275,7 @@ impl Supervisor {
                 if !steps.is_empty() {
                     tracing::info!(?key, "its stop was journaled before the agent went down: checkpoint signal sent");
                 }
-                sup.run_steps(&key, steps, Record::Journal)?;
+                sup.adopt_stop(&key, steps)?;
                 if sup.replicas.get(&key).is_some_and(|r| r.rec.phase == Phase::Running) {
                     // Journaled running, it may be stopped: an agent that went down while
                     // suspending it, or after it told a suspension its failing journal could
@@ -285,14 +288,19 @@ impl Supervisor {
                 let code = sup.exit_code_from_file(&key);
                 // It ended while nobody watched: its pid may belong to someone else by now,
                 // so its group is not signalled.
-                sup.finish(&key, code, Leftovers::Leave)?;
+                let finished = sup.finish(&key, code, Leftovers::Leave);
+                sup.survive(finished)?;
             }
         }
         if let Some(boot) = boot.filter(|_| !same_boot) {
-            sup.journal.note_boot(&boot)?;
+            // Not noted, the next start in this boot reads it as a new boot: the cautious
+            // reading.
+            let noted = sup.journal.note_boot(&boot);
+            sup.survive(noted)?;
         }
         if let Some(root) = sup.cgroups.clone() {
-            sup.kill_unknown_replicas(&root)?;
+            let killed = sup.kill_unknown_replicas(&root);
+            sup.survive(killed)?;
             root.remove_empty_children();
         }
         sup.publish();
@@ -406,14 +414,29 @@ impl Supervisor {
     }
 
     /// Journals and keeps a replica that ended here while no record knew it, as `outcome`.
+    /// Remembered even when the journal fails (it is journaled with the others once the
+    /// journal takes writes): forgotten, a RUN of the replica would start a second run.
     fn record_unrecorded(&mut self, key: ReplicaKey, outcome: Outcome) -> Result<(), JournalError> {
         let exit_file = launch::exit_file(&self.data_dir, key.job_id, key.attempt, key.rank);
         let rec = ReplicaRecord::ended_unrecorded(key, exit_file, outcome);
-        self.journal.put_replica(&rec)?;
+        let journaled = self.journal.put_replica(&rec);
         let replica =
             Replica { rec, signal: default_signal(), newest_checkpoint_ms: 0, started: None, signal_again: None };
         self.replicas.insert(key, replica);
-        Ok(())
+        journaled
+    }
+
+    /// Carries out the stop a previous run journaled and did not signal (`adopt_steps`).
+    /// A journal that fails meanwhile keeps its record in memory, journaled with the others
+    /// once the journal takes writes: an agent restarted on a full disk still supervises
+    /// what runs, where before it refused to start.
+    fn adopt_stop(&mut self, key: &ReplicaKey, steps: Vec<Step>) -> Result<(), JournalError> {
+        let records: Vec<Step> = steps.iter().filter(|s| matches!(s, Step::Journal(_))).cloned().collect();
+        let done = self.run_steps(key, steps, Record::Journal);
+        if matches!(done, Err(JournalError::Io { .. })) {
+            self.run_steps(key, records, Record::InMemory)?;
+        }
+        self.survive(done)
     }
 
     /// A journal that cannot be written (a full disk, an I/O error) does not stop the

@@ -171,3 +171,56 @@ async fn a_slow_journal_does_not_cost_the_lease() {
     disk.set_flush_delay(std::time::Duration::ZERO);
     agent.shutdown().await.unwrap();
 }
+
+/// An agent restarted while its journal's disk is full: a replica that ended while it was
+/// down is recorded as ended, which the journal cannot take. Before, the agent refused to
+/// start (`Supervisor::new` returned the journal's error), so nothing on the node was
+/// supervised or reported until the disk was freed, and the leader declared the node lost.
+/// Now it starts, tells the exit from memory, starts nothing new, and journals the end once
+/// the disk takes writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_restarted_on_a_full_disk_starts_and_tells_what_ended_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SimDisk::new();
+    let gw = Gateway::start(None).await;
+    let (pid1, end1, pid2) = (dir.path().join("pid1"), dir.path().join("end1"), dir.path().join("pid2"));
+    let _reaper = Reaper(vec![pid1.clone(), pid2.clone()]);
+    let job1 = assignment(
+        1,
+        1,
+        Action::Run,
+        &format!("echo $$ > {}; while [ ! -e {} ]; do sleep 0.02; done; exit 3", pid1.display(), end1.display()),
+    );
+    let start = |c| baton_agent::start_with_journal(c, development_inventory("n1", 4), journal_on(&disk, dir.path()));
+    let agent = start(config(dir.path(), &[gw.addr])).await.unwrap();
+    gw.set(1, vec![job1.clone()]);
+    let pid = wait_for(5, "job 1 started", || read_pid(&pid1)).await;
+    agent.shutdown().await.unwrap();
+
+    // Job 1 ends while no agent runs; then the disk fills up.
+    std::fs::write(&end1, b"").unwrap();
+    wait_for(5, "job 1 ended", || (!alive(pid)).then_some(())).await;
+    disk.set_fault(Some(libc::ENOSPC));
+    let mut c = config(dir.path(), &[gw.addr]);
+    c.metrics_listen = Some("127.0.0.1:0".into());
+    let agent = start(c).await.expect("an agent on a full disk starts");
+    let metrics = agent.metrics_addr().expect("metrics served");
+    assert_eq!(blocking_scrape(metrics)["baton_agent_journal_failing"], 1.0, "the journal failing is shown");
+    wait_for(5, "job 1's exit told while the journal fails", || {
+        exited_of(&gw.observations(), 1).contains(&3).then_some(())
+    })
+    .await;
+    let job2 = assignment(2, 1, Action::Run, &format!("echo $$ > {}; while :; do sleep 0.05; done", pid2.display()));
+    gw.set(1, vec![job2.clone()]);
+    wait_for(5, "job 2's refused start told", || (unrecorded_of(&gw, 2) > 0).then_some(())).await;
+    assert!(read_pid(&pid2).is_none(), "job 2 started although the journal fails");
+
+    disk.set_fault(None);
+    wait_for(15, "job 2 started once the disk takes writes", || read_pid(&pid2)).await;
+    agent.shutdown().await.unwrap();
+    disk.power_loss(0);
+    let records = journal_on(&disk, dir.path()).replicas().unwrap();
+    let job = |id: u64| records.iter().find(|r| r.key.job_id == id).unwrap_or_else(|| panic!("job {id}'s record"));
+    assert_eq!((job(1).phase, job(1).outcome), (Phase::Finished, Some(Outcome::Exited { code: 3 })));
+    assert_eq!(job(2).phase, Phase::Running);
+}
