@@ -387,7 +387,7 @@ async fn a_replica_whose_lease_ran_out_past_its_stops_deadline_is_killed_without
     lease_tx.send_replace(*granted_lease(dir.path()).borrow());
     let mut sup = supervisor(dir.path(), lease_rx);
     let told = dir.path().join("told-to-stop");
-    let job = format!("trap 'touch {}; exit 0' TERM; while :; do sleep 0.05; done", told.display());
+    let job = format!("trap 'echo term > {}; exit 0' TERM; while :; do sleep 0.05; done", told.display());
     sup.on_directive(built_at(5, vec![run(1, &job)])).unwrap();
     let pgid = sup.replicas[&key(1)].rec.pid;
     // Give the job's shell time to set its trap: a stop signal before it would kill it too.
@@ -557,4 +557,36 @@ async fn wait_for_state(pid: u32, wanted: impl Fn(char) -> bool, what: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     panic!("process {pid} not {what}: {:?}", crate::procfs::stat(pid));
+}
+
+/// A stop journaled before the agent went down, its signal never sent, and the journal full
+/// when the agent comes back: the restarted agent sends the signal and keeps the record
+/// `signalled` in memory (journaled once the journal takes writes). Before, the agent did
+/// not start at all (`Supervisor::new` returned the journal's error).
+#[tokio::test]
+async fn an_agent_restarted_on_a_full_disk_signals_the_stop_it_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SimDisk::new();
+    let (pid_file, termed) = (dir.path().join("pid"), dir.path().join("termed"));
+    let workload = format!(
+        "echo $$ > {}; trap 'echo term > {}; exit 0' TERM; while :; do sleep 0.05; done",
+        pid_file.display(),
+        termed.display()
+    );
+    {
+        let mut sup = supervisor_on(&disk, dir.path(), granted_lease(dir.path()));
+        sup.on_directive(built_at(5, vec![run(1, &workload)])).unwrap();
+        wait_for_pid(&pid_file);
+        // What a stop journals first; the agent goes down before it signals.
+        let now = crate::reconcile::Clock { unix_ms: crate::checkpoint::now_unix_ms(), boot_ms: boot_ms() };
+        let steps = crate::reconcile::stop_steps(&sup.replicas[&key(1)].rec, libc::SIGTERM, 2_000, false, 0, now);
+        let Some(crate::reconcile::Step::Journal(intent)) = steps.first() else { panic!("{steps:?}") };
+        sup.journal.put_replica(intent).unwrap();
+    }
+    disk.set_fault(Some(libc::ENOSPC));
+    let sup = supervisor_on(&disk, dir.path(), granted_lease(dir.path()));
+    wait_for_file(&termed);
+    let stop = sup.replicas[&key(1)].rec.stop.expect("its stop");
+    assert!(stop.signalled, "its record does not say the signal went out");
+    assert!(sup.journal.failing().is_some());
 }
