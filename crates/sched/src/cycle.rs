@@ -90,8 +90,29 @@ pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
         let why = format!("waiting behind {} (queue {} is StrictFIFO)", head.spec.name, job.spec.queue);
         wait(&mut plan, job, why);
     }
+    clip_waits(state, &mut plan);
     crate::refresh::limit_amount_refreshes(state, now_ms, &mut plan);
     (plan, view.ledger)
+}
+
+/// The state keeps a reason clipped to `MAX_MESSAGE_LEN` bytes. A longer one, compared whole
+/// with the clipped one kept, was decided again at every cycle: a plan, a Raft entry, every
+/// round, for nothing (the property tests found it once jobs waited behind three windows,
+/// each named in the reason). Long reasons are clipped here as the state clips them, and a
+/// Wait that then changes nothing is dropped.
+fn clip_waits(state: &State, plan: &mut Plan) {
+    use baton_model::limits::MAX_MESSAGE_LEN;
+    plan.decisions.retain_mut(|d| match d {
+        Decision::Wait { job, reason } if reason.len() > MAX_MESSAGE_LEN => {
+            *reason = baton_model::event::clip_message(std::mem::take(reason));
+            let kept = match state.job(*job) {
+                Some(j) => Some(&j.reason),
+                None => state.array(*job).map(|a| &a.reason),
+            };
+            kept != Some(reason)
+        }
+        _ => true,
+    });
 }
 
 /// Running jobs past their time limit, and suspended jobs, in id order: one pass over every
@@ -909,5 +930,43 @@ mod tests {
         assert!(plan.decisions.iter().any(let_go), "r's reservation is let go: {plan:?}");
         apply_plan(&mut s, plan.decisions);
         assert!(s.pool_reservation_of(r).is_none(), "r holds no reservation");
+    }
+
+    /// A job that waits behind five windows ahead, each named in its reason: past the 512
+    /// bytes the state keeps of a reason. The cycle compared its whole reason with the
+    /// clipped one kept and decided the same Wait at every cycle, a Raft entry every round
+    /// (`baton sim` of this case panicked: "a cycle after a plan of waits decided"). Found
+    /// by the property tests once they generated windows.
+    #[test]
+    fn a_reason_longer_than_the_state_keeps_is_decided_once() {
+        use baton_model::maintenance::WindowSpec;
+
+        let mut s = State::new();
+        for n in ["n0", "n1", "n2"] {
+            apply(&mut s, Op::RegisterNode(gpu_node(n, 2)));
+        }
+        apply(&mut s, Op::PutQueue(QueueSpec::named("q")));
+        for (i, start_s) in [50u64, 60, 70, 80, 90].into_iter().enumerate() {
+            let spec = WindowSpec {
+                name: Name::lit(&format!("w{i}")),
+                nodes: vec![Name::lit("n0")],
+                start_ms: start_s * 1_000,
+                end_ms: (start_s + 10) * 1_000,
+            };
+            apply(&mut s, Op::CreateMaintenance(spec));
+        }
+        let mut spec: JobSpec = gpu_job("j0", "q", 2);
+        spec.tasks[0].replicas = 3;
+        let job = match apply(&mut s, Op::Submit { spec, request_id: None }) {
+            Outcome::Submitted { job, .. } => job,
+            other => panic!("not submitted: {other:?}"),
+        };
+        let plan = cycle(&s, 2_000);
+        let waits = |d: &Decision| matches!(d, Decision::Wait { job: j, reason } if *j == job && reason.contains("w0"));
+        assert!(plan.decisions.iter().any(waits), "j0 waits, naming the windows: {plan:?}");
+        apply_plan(&mut s, plan.decisions);
+        assert!(s.job(job).unwrap().reason.len() <= baton_model::limits::MAX_MESSAGE_LEN);
+        let again = cycle(&s, 2_000);
+        assert!(again.decisions.is_empty(), "the same wait decided again: {again:?}");
     }
 }
