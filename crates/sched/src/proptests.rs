@@ -78,6 +78,13 @@ pub(crate) enum OpGen {
     Unrecorded(u8),
     /// A node cordoned, or uncordoned (which also clears an unhealthy mark).
     Cordon(u8, bool),
+    /// A maintenance window on a node (decisions.md section 14): it starts this many tens
+    /// of seconds after the operation and lasts this many (at least one).
+    Window {
+        node: u8,
+        start_in: u8,
+        lasts: u8,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +166,7 @@ pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
         1 => (any::<u8>(), any::<u8>()).prop_map(|(n, g)| OpGen::GpuHealthy(n, g)),
         1 => any::<u8>().prop_map(OpGen::Unrecorded),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(n, c)| OpGen::Cordon(n, c)),
+        1 => (any::<u8>(), 0u8..=6, 1u8..=6).prop_map(|(node, start_in, lasts)| OpGen::Window { node, start_in, lasts }),
     ]
 }
 
@@ -493,7 +501,7 @@ pub(crate) fn settle(s: &mut State, now_ms: u64, linger: bool) -> Result<(), Str
         // unless a node of its reservation takes no new work now (it waits, saying so).
         for (id, r) in s.reservations() {
             let placed = plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if job == id));
-            if !placed && !held_by_completing(s, &r.replicas) && !on_closed_node(s, &r.replicas) {
+            if !placed && !held_by_completing(s, &r.replicas) && !on_closed_node(s, now_ms, *id, &r.replicas) {
                 let j = s.job(*id).unwrap();
                 return Err(format!("{} preempted others and is not placed: {}", j.spec.name, j.reason));
             }
@@ -531,9 +539,25 @@ fn held_by_completing(s: &State, replicas: &[baton_model::alloc::ReplicaAlloc]) 
     s.all_completing().values().any(|c| c.ranks.values().any(|r| on(&r.node)))
 }
 
-/// A node the replicas are on takes no new work (cordoned, lost, taken out).
-fn on_closed_node(s: &State, replicas: &[baton_model::alloc::ReplicaAlloc]) -> bool {
-    replicas.iter().any(|r| s.nodes().get(&r.node).is_none_or(|n| !n.schedulable()))
+/// The window a generated `Window` step creates, at `now_ms` (each window is named by its
+/// start, so two steps at different times never collide).
+fn window_spec(w: &World, now_ms: u64, op: &OpGen) -> baton_model::maintenance::WindowSpec {
+    let OpGen::Window { node, start_in, lasts } = *op else { unreachable!("a window step") };
+    let start_ms = now_ms + u64::from(start_in) * 10_000;
+    baton_model::maintenance::WindowSpec {
+        name: Name::lit(&format!("w{}", now_ms / 1_000)),
+        nodes: vec![Name::lit(&format!("n{}", node as usize % w.nodes.len()))],
+        start_ms,
+        end_ms: start_ms + u64::from(lasts.max(1)) * 10_000,
+    }
+}
+
+/// A node the replicas are on takes no new work for `job` (cordoned, lost, taken out, in a
+/// maintenance window, or closed to it by one ahead).
+fn on_closed_node(s: &State, now_ms: u64, job: JobId, replicas: &[baton_model::alloc::ReplicaAlloc]) -> bool {
+    let job = s.job(job).expect("a preemptor exists");
+    let in_window = |node: &Name| s.windows().values().any(|w| w.holds(node) && (w.active || w.closes_to(job, now_ms)));
+    replicas.iter().any(|r| s.nodes().get(&r.node).is_none_or(|n| !n.schedulable()) || in_window(&r.node))
 }
 
 /// Reports every completing rank stopped, one report per node, as its agent would.
@@ -572,6 +596,11 @@ pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: 
     // The ranks the previous operation left completing have been stopped by now: the
     // cycles in between ran with their GPUs held.
     complete_all(s, now_ms)?;
+    // A window that started or ended meanwhile is moved on, as the leader's Tick does.
+    if s.window_due(now_ms) {
+        cmd(s, now_ms, Op::Tick).map_err(|e| e.to_string())?;
+        check_state(s)?;
+    }
     {
         let n = *submitted;
         let pick = |i: u8| Name::lit(&format!("j{}", i as usize % n.max(1)));
@@ -628,6 +657,7 @@ pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: 
                 let node = Name::lit(&format!("n{}", *i as usize % w.nodes.len()));
                 cmd(s, now_ms, Op::Cordon { node, cordoned: *cordoned }).map(drop)
             }
+            OpGen::Window { .. } => cmd(s, now_ms, Op::CreateMaintenance(window_spec(w, now_ms, op))).map(drop),
         };
         // Refusals (an impossible job, pausing a finished one) are fine; they change nothing.
         let _ = result;
@@ -780,6 +810,16 @@ pub(crate) fn to_yaml(w: &World) -> String {
             }
             OpGen::Cordon(i, c) => {
                 format!("{}: n{}", if *c { "cordon" } else { "uncordon" }, *i as usize % w.nodes.len())
+            }
+            OpGen::Window { .. } => {
+                let spec = window_spec(w, at as u64 * 1_000, op);
+                format!(
+                    "maintenance: {{name: {}, nodes: \"{}\", start: {}, end: {}}}",
+                    spec.name,
+                    spec.nodes[0],
+                    spec.start_ms / 1_000,
+                    spec.end_ms / 1_000
+                )
             }
             // A scenario has no step for an agent's report: the replay differs from here on.
             OpGen::Unrecorded(i) => {
