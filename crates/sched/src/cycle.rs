@@ -256,9 +256,17 @@ fn decide_held(view: &mut View, c: &Candidate, plan: &mut Plan, planner: &mut Pl
         return decide_reserving(view, c, plan, planner, holds, i);
     }
     // A preemptor already has its resources held for it (section 5): no reservation of
-    // another job stands between it and them.
+    // another job stands between it and them, as the plan checker has it
+    // (`State::check_reservations`). A section-9 reservation made later on a GPU it holds a
+    // fraction of blocks that GPU whole for every other job, this preemptor included; with
+    // the blocks standing it waited a cycle once its victims had stopped, for the
+    // reserving job to start first (found by the property tests).
     if view.state.reservations().contains_key(&c.id) {
-        return decide(view, c, plan, planner, holds);
+        let all: Vec<usize> = (0..holds.list.len()).collect();
+        holds.unblock(view, &all);
+        let outcome = decide(view, c, plan, planner, holds);
+        holds.reblock(view, &all);
+        return outcome;
     }
     let backfills = holds.backfills(c.job, view.now_ms);
     let own = holds.of_queue(c.queue, c.id);
@@ -968,5 +976,61 @@ mod tests {
         assert!(s.job(job).unwrap().reason.len() <= baton_model::limits::MAX_MESSAGE_LEN);
         let again = cycle(&s, 2_000);
         assert!(again.decisions.is_empty(), "the same wait decided again: {again:?}");
+    }
+
+    /// A preemptor `p` holds a quarter of GPU 1 on n0, where its victim `x` ran; in the same
+    /// cycle the starving `s` reserved half of that GPU (section 9), waiting for `x` too.
+    /// Once `x` stopped, `s`'s reservation blocked GPU 1 whole for every other job, `p`
+    /// included, and `p` waited a cycle for `s` to start first, though its room was held for
+    /// it (the plan checker lets a preemptor start on its held room whatever reservation is
+    /// there). Found by the property tests once they generated windows and unkillable ranks.
+    #[test]
+    fn a_preemptor_starts_on_its_held_fraction_beside_a_later_reservation() {
+        use baton_model::job::PriorityRef;
+        use baton_model::plan::Victim;
+        use baton_model::queue::WithinQueue;
+
+        let mut s = State::new();
+        apply(&mut s, Op::RegisterNode(gpu_node("n0", 2)));
+        let mut q = QueueSpec::named("q");
+        q.quotas
+            .insert(Name::lit("default"), PoolQuota { nominal: Resources::of(&[("gpu", 2)]), ..Default::default() });
+        q.preemption.within_queue = WithinQueue::LowerPriority;
+        apply(&mut s, Op::PutQueue(q));
+        apply(&mut s, Op::SetScheduler(SchedulerSettings { reserve_after_ms: Some(0) }));
+        let fraction = |s: &mut State, name: &str, milli: u64, priority: i32| {
+            let mut spec: JobSpec = gpu_job(name, "q", 0);
+            spec.tasks[0].resources.set_gpus_milli(milli);
+            spec.priority = PriorityRef::Value(priority);
+            match apply(s, Op::Submit { spec, request_id: None }) {
+                Outcome::Submitted { job, .. } => job,
+                other => panic!("not submitted: {other:?}"),
+            }
+        };
+        let x = fraction(&mut s, "x", 500, 10);
+        apply_plan(&mut s, vec![Decision::Place { job: x, attempt: 1, replicas: on_n0(&[1]) }]);
+        let p = fraction(&mut s, "p", 250, 100);
+        let st = fraction(&mut s, "s", 500, 10);
+        apply_plan(
+            &mut s,
+            vec![
+                Decision::Preempt {
+                    job: p,
+                    victims: vec![Victim { job: x, attempt: 1 }],
+                    replicas: on_n0(&[1]),
+                    message: "test".into(),
+                },
+                Decision::Reserve { job: st, pool: Name::lit("default"), replicas: on_n0(&[1]), waits_for: vec![x] },
+            ],
+        );
+        apply(&mut s, Op::JobStopped { job: x, attempt: 1, checkpointed: true });
+
+        let plan = cycle(&s, 2_000);
+        assert!(
+            plan.decisions.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == p)),
+            "p's victim stopped: p starts on its held room at once: {plan:?}"
+        );
+        apply_plan(&mut s, plan.decisions);
+        crate::invariants::check_state(&s).expect("p beside s's reservation");
     }
 }
