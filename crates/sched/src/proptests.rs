@@ -76,6 +76,9 @@ pub(crate) enum OpGen {
     /// A job's rank 0 could not be recorded by its node's agent (its journal takes no
     /// writes): the job goes back to the queue and the node is taken out.
     Unrecorded(u8),
+    /// A process of a job's rank survived SIGKILL (a rank being stopped, else rank 0 of a
+    /// running one): its node is taken out.
+    Unkillable(u8),
     /// A node cordoned, or uncordoned (which also clears an unhealthy mark).
     Cordon(u8, bool),
     /// A maintenance window on a node (decisions.md section 14): it starts this many tens
@@ -165,6 +168,7 @@ pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
         1 => (any::<u8>(), any::<u8>()).prop_map(|(n, g)| OpGen::GpuFault(n, g)),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(n, g)| OpGen::GpuHealthy(n, g)),
         1 => any::<u8>().prop_map(OpGen::Unrecorded),
+        1 => any::<u8>().prop_map(OpGen::Unkillable),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(n, c)| OpGen::Cordon(n, c)),
         1 => (any::<u8>(), 0u8..=6, 1u8..=6).prop_map(|(node, start_in, lasts)| OpGen::Window { node, start_in, lasts }),
     ]
@@ -539,6 +543,21 @@ fn held_by_completing(s: &State, replicas: &[baton_model::alloc::ReplicaAlloc]) 
     s.all_completing().values().any(|c| c.ranks.values().any(|r| on(&r.node)))
 }
 
+/// Job `j{i % submitted}`'s process survived SIGKILL: a rank of it being stopped if it has
+/// one, else rank 0 of its running attempt.
+fn report_unkillable(s: &mut State, now_ms: u64, submitted: usize, i: u8) -> Result<(), String> {
+    let Some(j) = s.job_by_name(&format!("j{}", i as usize % submitted.max(1))) else { return Ok(()) };
+    let (job, attempt, active) = (j.id, j.attempt, j.state.is_active());
+    let completing =
+        s.completing(job).and_then(|c| c.ranks.iter().next().map(|(r, a)| (c.attempt, *r, a.node.clone())));
+    let running = || active.then(|| j.ranked().first().map(|a| (attempt, 0, a.node.clone()))).flatten();
+    let Some((attempt, rank, node)) = completing.or_else(running) else { return Ok(()) };
+    let reason = "still in D state after SIGKILL".to_string();
+    let o = baton_model::command::Observed::Unkillable { job, attempt, rank, reason };
+    cmd(s, now_ms, Op::Report { node, observations: vec![o] }).map_err(|e| e.to_string())?;
+    check_state(s)
+}
+
 /// The window a generated `Window` step creates, at `now_ms` (each window is named by its
 /// start, so two steps at different times never collide).
 fn window_spec(w: &World, now_ms: u64, op: &OpGen) -> baton_model::maintenance::WindowSpec {
@@ -593,6 +612,10 @@ pub(crate) fn run(w: &World) -> Result<State, String> {
 /// Applies one generated operation (`submitted` counts the jobs so far) and stops at once
 /// what it set stopping.
 pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: u64, op: &OpGen) -> Result<(), String> {
+    // A rank being stopped may be the one that survives SIGKILL: reported before the others.
+    if let OpGen::Unkillable(i) = op {
+        report_unkillable(s, now_ms, *submitted, *i)?;
+    }
     // The ranks the previous operation left completing have been stopped by now: the
     // cycles in between ran with their GPUs held.
     complete_all(s, now_ms)?;
@@ -658,6 +681,7 @@ pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: 
                 cmd(s, now_ms, Op::Cordon { node, cordoned: *cordoned }).map(drop)
             }
             OpGen::Window { .. } => cmd(s, now_ms, Op::CreateMaintenance(window_spec(w, now_ms, op))).map(drop),
+            OpGen::Unkillable(_) => Ok(()),
         };
         // Refusals (an impossible job, pausing a finished one) are fine; they change nothing.
         let _ = result;
@@ -824,6 +848,10 @@ pub(crate) fn to_yaml(w: &World) -> String {
             // A scenario has no step for an agent's report: the replay differs from here on.
             OpGen::Unrecorded(i) => {
                 y += &format!("  # at {at}: the agent of {}'s rank 0 could not record its start\n", pick(*i));
+                continue;
+            }
+            OpGen::Unkillable(i) => {
+                y += &format!("  # at {at}: a process of {} survived SIGKILL\n", pick(*i));
                 continue;
             }
         };
