@@ -629,13 +629,22 @@ mod tests {
         s.apply(Command { now_ms: 1_000, op }).unwrap_or_else(|e| panic!("refused: {e}")).outcome
     }
 
-    fn submit(s: &mut State, name: &str, gpus: u64, cpus: u64) -> JobId {
-        let mut spec: JobSpec = gpu_job(name, "q", gpus);
-        spec.tasks[0].resources = Resources::of(&[("gpu", gpus), ("cpu", cpus)]);
+    fn submit_spec(s: &mut State, spec: JobSpec) -> JobId {
         match apply(s, Op::Submit { spec, request_id: None }) {
             Outcome::Submitted { job, .. } => job,
             other => panic!("not submitted: {other:?}"),
         }
+    }
+
+    fn submit(s: &mut State, name: &str, gpus: u64, cpus: u64) -> JobId {
+        let mut spec: JobSpec = gpu_job(name, "q", gpus);
+        spec.tasks[0].resources = Resources::of(&[("gpu", gpus), ("cpu", cpus)]);
+        submit_spec(s, spec)
+    }
+
+    /// Rank `index` of task 0 on `node`, holding no GPU.
+    fn rank(index: u32, node: &str) -> ReplicaAlloc {
+        ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() }
     }
 
     fn on_n0(gpus: &[u32]) -> Vec<ReplicaAlloc> {
@@ -726,23 +735,12 @@ mod tests {
             spec.preemption_mode = mode;
             spec
         };
-        let low =
-            match apply(&mut s, Op::Submit { spec: cpu_job("low", 2, 1, PreemptionMode::Suspend), request_id: None }) {
-                Outcome::Submitted { job, .. } => job,
-                other => panic!("not submitted: {other:?}"),
-            };
-        let rank = |index: u32, node: &str| ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() };
+        let low = submit_spec(&mut s, cpu_job("low", 2, 1, PreemptionMode::Suspend));
         apply_plan(
             &mut s,
             vec![Decision::Place { job: low, attempt: 1, replicas: vec![rank(0, "n0"), rank(1, "n1")] }],
         );
-        let high = match apply(
-            &mut s,
-            Op::Submit { spec: cpu_job("high", 1, 100, PreemptionMode::Checkpoint), request_id: None },
-        ) {
-            Outcome::Submitted { job, .. } => job,
-            other => panic!("not submitted: {other:?}"),
-        };
+        let high = submit_spec(&mut s, cpu_job("high", 1, 100, PreemptionMode::Checkpoint));
         let victims = vec![Victim { job: low, attempt: 1 }];
         let replicas = vec![rank(0, "n0")];
         apply_plan(&mut s, vec![Decision::Preempt { job: high, victims, replicas, message: "test".into() }]);
@@ -793,13 +791,9 @@ mod tests {
             spec.tasks[0].resources = Resources::of(&[("cpu", 1_000)]);
             spec.priority = baton_model::job::PriorityRef::Value(priority);
             spec.preemption_mode = mode;
-            match apply(s, Op::Submit { spec, request_id: None }) {
-                Outcome::Submitted { job, .. } => job,
-                other => panic!("not submitted: {other:?}"),
-            }
+            submit_spec(s, spec)
         };
         let low = gang(&mut s, "low", 1, PreemptionMode::Suspend);
-        let rank = |index: u32, node: &str| ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() };
         let both = || vec![rank(0, "n0"), rank(1, "n1")];
         apply_plan(&mut s, vec![Decision::Place { job: low, attempt: 1, replicas: both() }]);
         let high = gang(&mut s, "high", 100, PreemptionMode::Checkpoint);
@@ -850,12 +844,8 @@ mod tests {
             spec.tasks[0].resources = Resources::of(&[("cpu", cpu)]);
             spec.priority = baton_model::job::PriorityRef::Value(priority);
             spec.preemption_mode = mode;
-            match apply(s, Op::Submit { spec, request_id: None }) {
-                Outcome::Submitted { job, .. } => job,
-                other => panic!("not submitted: {other:?}"),
-            }
+            submit_spec(s, spec)
         };
-        let rank = |index: u32, node: &str| ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() };
         let place = |s: &mut State, job, replicas| apply_plan(s, vec![Decision::Place { job, attempt: 1, replicas }]);
         let preempt = |s: &mut State, job, victim, replicas: Vec<ReplicaAlloc>, ranks: &[(u32, &str)]| {
             let victims = vec![Victim { job: victim, attempt: 1 }];
@@ -904,13 +894,9 @@ mod tests {
             let mut spec = gpu_job(name, "q", 0);
             spec.tasks[0].replicas = replicas;
             spec.tasks[0].resources = Resources::of(&[("cpu", 1_000)]);
-            match apply(s, Op::Submit { spec, request_id: None }) {
-                Outcome::Submitted { job, .. } => job,
-                other => panic!("not submitted: {other:?}"),
-            }
+            submit_spec(s, spec)
         };
         let (a, c, r) = (submit(&mut s, "a", 1), submit(&mut s, "c", 1), submit(&mut s, "r", 2));
-        let rank = |index: u32, node: &str| ReplicaAlloc { task: 0, index, node: Name::lit(node), gpus: Vec::new() };
         apply_plan(
             &mut s,
             vec![
@@ -965,10 +951,7 @@ mod tests {
         }
         let mut spec: JobSpec = gpu_job("j0", "q", 2);
         spec.tasks[0].replicas = 3;
-        let job = match apply(&mut s, Op::Submit { spec, request_id: None }) {
-            Outcome::Submitted { job, .. } => job,
-            other => panic!("not submitted: {other:?}"),
-        };
+        let job = submit_spec(&mut s, spec);
         let plan = cycle(&s, 2_000);
         let waits = |d: &Decision| matches!(d, Decision::Wait { job: j, reason } if *j == job && reason.contains("w0"));
         assert!(plan.decisions.iter().any(waits), "j0 waits, naming the windows: {plan:?}");
@@ -1002,10 +985,7 @@ mod tests {
             let mut spec: JobSpec = gpu_job(name, "q", 0);
             spec.tasks[0].resources.set_gpus_milli(milli);
             spec.priority = PriorityRef::Value(priority);
-            match apply(s, Op::Submit { spec, request_id: None }) {
-                Outcome::Submitted { job, .. } => job,
-                other => panic!("not submitted: {other:?}"),
-            }
+            submit_spec(s, spec)
         };
         let x = fraction(&mut s, "x", 500, 10);
         apply_plan(&mut s, vec![Decision::Place { job: x, attempt: 1, replicas: on_n0(&[1]) }]);
