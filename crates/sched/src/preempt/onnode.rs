@@ -56,6 +56,11 @@ impl OnNodes {
         }
         let nodes = view.ledger.nodes.len();
         let mut starts = vec![0u32; nodes + 1];
+        // No candidate holds anything (a steady cycle's preemptors often have none): the
+        // zeroed table is the answer, without two passes over every node.
+        if found.is_empty() {
+            return OnNodes { starts, entries: Vec::new() };
+        }
         for &(n, _, _) in &found {
             starts[n + 1] += 1;
         }
