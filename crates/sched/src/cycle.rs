@@ -3,7 +3,7 @@
 //! say why it waits.
 
 use baton_model::elastic::{Elastic, gang_of_excess};
-use baton_model::job::{Job, JobId, JobState};
+use baton_model::job::{Job, JobId};
 use baton_model::ledger::{Admission, Ledger, QuotaBlock};
 use baton_model::node::NodeStatus;
 use baton_model::plan::{Decision, Plan, Victim};
@@ -34,7 +34,7 @@ pub fn cycle(state: &State, now_ms: u64) -> Plan {
 pub(crate) fn decide_all(state: &State, now_ms: u64) -> (Plan, Ledger) {
     let mut view = View::new(state, now_ms);
     let mut plan = Plan { based_on: state.applied(), decisions: Vec::new() };
-    let (over, suspended) = over_limit_and_suspended(state, now_ms);
+    let (over, suspended) = (std::mem::take(&mut view.jobs.over_limit), std::mem::take(&mut view.jobs.suspended));
     stop_at_time_limits(&mut view, &over, &mut plan);
     resume_suspended(&mut view, &suspended, &mut plan);
     let mut holds = Holds::load(&mut view, &mut plan);
@@ -113,20 +113,6 @@ fn clip_waits(state: &State, plan: &mut Plan) {
         }
         _ => true,
     });
-}
-
-/// Running jobs past their time limit, and suspended jobs, in id order: one pass over every
-/// job (a backlog of thousands, at every cycle) finds both.
-fn over_limit_and_suspended(state: &State, now_ms: u64) -> (Vec<&Job>, Vec<&Job>) {
-    let (mut over, mut suspended) = (Vec::new(), Vec::new());
-    for j in state.jobs().values() {
-        match j.state {
-            JobState::Running if j.time_limit_at().is_some_and(|at| at <= now_ms) => over.push(j),
-            JobState::Suspended => suspended.push(j),
-            _ => {}
-        }
-    }
-    (over, suspended)
 }
 
 /// Running jobs past their time limit (`over`) are stopped (docs/policy.md section 9).
@@ -617,7 +603,7 @@ mod tests {
     use baton_model::alloc::ReplicaAlloc;
     use baton_model::command::{Command, Op, Outcome};
     use baton_model::fixture::{gpu_job, gpu_node};
-    use baton_model::job::JobSpec;
+    use baton_model::job::{JobSpec, JobState};
     use baton_model::name::Name;
     use baton_model::queue::{PoolQuota, QueueSpec};
     use baton_model::resources::Resources;

@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::rc::Rc;
 
-use baton_model::job::{Job, JobId, JobState};
+use baton_model::job::{Job, JobId};
 use baton_model::name::natural_key_into;
 use baton_model::queue::QueueOrdering;
 
@@ -153,7 +153,7 @@ impl<'a> Order<'a> {
         let mut shapes = NeedsCache::default();
         // Sized for every job up front: growing these by doubling copied and faulted in
         // more memory than the pass itself touched.
-        let most = view.state.jobs().len();
+        let most = view.jobs.pending.len();
         let mut pending: Vec<Candidate<'a>> = Vec::with_capacity(most);
         let mut keys: Option<Vec<(u128, u128, u32)>> = Some(Vec::with_capacity(most));
         let mut per_queue = vec![0usize; view.ledger.queues.len()];
@@ -162,9 +162,8 @@ impl<'a> Order<'a> {
         // waits: placing it would run two attempts at once. A job held by its dependencies
         // is not considered at all (decisions.md section 13), so it blocks no StrictFIFO
         // queue and never starves.
-        let waiting =
-            |j: &&Job| j.state == JobState::Pending && view.state.completing(j.id).is_none() && !view.state.held(j.id);
-        for j in view.state.jobs().values().filter(waiting) {
+        let waiting = |j: &&Job| view.state.completing(j.id).is_none() && !view.state.held(j.id);
+        for j in view.jobs.pending.iter().copied().filter(waiting) {
             if let Some(k) = keys.as_mut() {
                 match packed_key(j, &mut buf) {
                     Some((high, low)) => k.push((high, low, pending.len() as u32)),

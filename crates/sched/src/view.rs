@@ -7,7 +7,7 @@ use std::cell::OnceCell;
 use std::collections::BTreeSet;
 
 use baton_model::elastic::{excess_of, gang_of_excess};
-use baton_model::job::{Job, JobId};
+use baton_model::job::{Job, JobId, JobState};
 use baton_model::ledger::{Ledger, Removed, Share, Vector, ZERO, add, sub};
 use baton_model::state::State;
 
@@ -29,6 +29,8 @@ pub struct View<'a> {
     /// on first use (`active()`): a cycle that plans no preemption never needs them, and
     /// gathering them reads every running job.
     active: OnceCell<Vec<ActiveJob>>,
+    /// The state's jobs by what the cycle does with them, from one pass (`Jobs::of`).
+    pub jobs: Jobs<'a>,
     /// `active`'s positions by queue and its leaving jobs' positions, built on first use.
     groups: OnceCell<Groups>,
     /// Running jobs this cycle stops at their time limit (leaving, as `active` shows them).
@@ -47,6 +49,40 @@ pub struct View<'a> {
     split: bool,
     /// What this cycle's decisions made each user hold, for per-user limits.
     pub user_held: UserHeld,
+}
+
+/// The state's jobs sorted by what a cycle does with them, each list in id order. One pass
+/// over every job (a backlog of tens of thousands, at every cycle) finds them all, where a
+/// pass for each list read every job three times.
+#[derive(Default)]
+pub struct Jobs<'a> {
+    /// Pending: the order's candidates, before its own filter.
+    pub pending: Vec<&'a Job>,
+    /// Running or stopping: the only possible victims (`View::active`).
+    pub active: Vec<&'a Job>,
+    /// Running past their time limit.
+    pub over_limit: Vec<&'a Job>,
+    pub suspended: Vec<&'a Job>,
+}
+
+impl<'a> Jobs<'a> {
+    fn of(state: &'a State, now_ms: u64) -> Jobs<'a> {
+        let mut jobs = Jobs { pending: Vec::with_capacity(state.jobs().len()), ..Jobs::default() };
+        for j in state.jobs().values() {
+            match j.state {
+                JobState::Pending => jobs.pending.push(j),
+                JobState::Suspended => jobs.suspended.push(j),
+                _ => {}
+            }
+            if j.state.is_active() {
+                jobs.active.push(j);
+            }
+            if j.state == JobState::Running && j.time_limit_at().is_some_and(|at| at <= now_ms) {
+                jobs.over_limit.push(j);
+            }
+        }
+        jobs
+    }
 }
 
 /// A gang's replicas above its minimum, as the preemption planner sees them: a job of
@@ -117,6 +153,7 @@ impl<'a> View<'a> {
             add(&mut pool_free[ledger.nodes[n].pool], free);
         }
         let (active, groups, timed_out) = (OnceCell::new(), OnceCell::new(), Vec::new());
+        let jobs = Jobs::of(state, now_ms);
         let (excess, split) = (OnceCell::new(), false);
         let changes = vec![0; ledger.nodes.len()];
         View {
@@ -127,6 +164,7 @@ impl<'a> View<'a> {
             taken: BTreeSet::new(),
             taken_log: Vec::new(),
             active,
+            jobs,
             groups,
             timed_out,
             pool_free,
@@ -143,10 +181,9 @@ impl<'a> View<'a> {
     /// one rule every site uses (`queue_np`): a live job's queue exists.
     pub fn active(&self) -> &[ActiveJob] {
         self.active.get_or_init(|| {
-            self.state
-                .jobs()
-                .values()
-                .filter(|j| j.state.is_active())
+            self.jobs
+                .active
+                .iter()
                 .map(|j| ActiveJob {
                     job: j.id,
                     queue: self.queue_np(j).0,
