@@ -153,3 +153,34 @@ proptest! {
         run(&acts).map_err(TestCaseError::fail)?;
     }
 }
+
+/// decisions.md section 5 (a minimal victim set) with section 13 (an elastic gang's
+/// replicas above its minimum are a candidate of their own), as the property above found
+/// it. Queue a borrows three of b's GPUs in their cohort; b reclaims for an elastic gang
+/// (j9, two 2-GPU replicas at its minimum). On n1 the walk took two one-GPU jobs (j13,
+/// then j6), then the elastic gang j5 whole (its rest brings its part on n2 along). Giving
+/// back j13 left a set in which j5's rest, judged apart from its part and after it, no
+/// longer borrowed: nothing was given back, and j13 was preempted for nothing.
+#[test]
+fn a_victim_set_with_an_elastic_gang_gives_back_what_it_does_not_need() {
+    let g = |gpus, replicas, min, priority, in_a| {
+        Act::Submit(JobGen { gpus, replicas, min, priority, on_one_node: false, min_runtime_s: 0, in_a })
+    };
+    let acts = [
+        g(2, 1, None, 1, false),
+        g(1, 1, None, 1, false),
+        Act::Cancel(9817478871482125016),
+        g(1, 2, None, 2, false),
+        Act::Exit(3489908114637001884, false),
+        g(2, 4, Some(1), 3, true),
+        g(1, 1, None, 1, true),
+        Act::Exit(12489197732812253190, false),
+        g(2, 3, None, 1, true),
+        g(2, 4, Some(2), 1, false),
+        g(1, 3, None, 2, true),
+        g(2, 2, None, 2, false),
+        g(1, 1, None, 1, true),
+        Act::Exit(8007689302458476118, false),
+    ];
+    run(&acts).expect("every victim of every preemption is needed");
+}

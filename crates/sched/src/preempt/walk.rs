@@ -129,7 +129,7 @@ fn fill_back(
             view.ledger.put_back(removed, cands[i].job);
             let rest: Vec<usize> = taken.iter().copied().filter(|&t| t != i).collect();
             let rest_ids: Vec<JobId> = rest.iter().map(|&t| cands[t].job).collect();
-            let still_valid = valid_in_order(view, ctx, cands, &rest, removed);
+            let still_valid = valid_in_order(view, ctx, cands, parts, &rest, removed);
             if still_valid && fits(view, ctx, needs, pool_choice, nodes, &rest_ids).is_some() {
                 *taken = rest;
                 returned = true;
@@ -145,7 +145,22 @@ fn fill_back(
 
 /// Whether `set` could have been taken in rank order, each victim valid at its turn with
 /// the ones before it gone. Leaves every victim of `set` taken again.
-fn valid_in_order(view: &mut View, ctx: &Ctx, cands: &[Cand], set: &[usize], removed: &mut Removed) -> bool {
+///
+/// An elastic gang with both its part and the rest in `set` is one victim, judged once at
+/// its first turn (its part ranks just before the rest) by the rest's validity, and taken
+/// whole: as the walk takes it (the rest brings its part along; a part taken alone first,
+/// the rest was valid then too, with more of its queue still in use). Judged apart, the rest
+/// came after its own part had been given up and could be refused where the walk had
+/// taken it, so no victim of such a set could be given back, and a set with a victim it
+/// did not need was kept (found by the elastic property tests).
+fn valid_in_order(
+    view: &mut View,
+    ctx: &Ctx,
+    cands: &[Cand],
+    parts: &Parts,
+    set: &[usize],
+    removed: &mut Removed,
+) -> bool {
     for t in set {
         debug_assert!(removed.contains(cands[*t].job), "a taken victim's usage is out of the ledger");
         view.ledger.put_back(removed, cands[*t].job);
@@ -157,8 +172,17 @@ fn valid_in_order(view: &mut View, ctx: &Ctx, cands: &[Cand], set: &[usize], rem
             .min_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[left[a]], &cands[left[b]]))
             .expect("not empty");
         let t = left.remove(pos);
-        ok &= ctx.valid(&view.ledger, &cands[t]);
+        // The other half of t's gang, when both halves are in the set: (the rest, the other).
+        let rest_and_other = match parts.rest_of_part.get(&t) {
+            Some(&rest) => left.contains(&rest).then_some((rest, rest)),
+            None => parts.part_of_rest.get(&t).filter(|p| left.contains(p)).map(|&part| (t, part)),
+        };
+        ok &= ctx.valid(&view.ledger, &cands[rest_and_other.map_or(t, |(rest, _)| rest)]);
         view.ledger.remove(removed, cands[t].job);
+        if let Some((_, other)) = rest_and_other {
+            left.retain(|&l| l != other);
+            view.ledger.remove(removed, cands[other].job);
+        }
     }
     ok
 }
