@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use baton_model::class::default_classes;
 use baton_model::command::{Command, Op, Outcome};
+use baton_model::elastic::ElasticSpec;
 use baton_model::event::EventKind;
 use baton_model::job::{JobId, JobSpec, JobState, PreemptionMode, PriorityRef, TaskSpec};
 use baton_model::ledger::{QuotaBlock, ZERO, add};
@@ -63,6 +64,9 @@ pub(crate) enum OpGen {
         min_runtime: bool,
         /// Tens of seconds (docs/policy.md section 9).
         time_limit: Option<u8>,
+        /// An elastic gang (decisions.md section 13) of at least this many replicas (taken
+        /// modulo its size, at least one); a single replica stays rigid.
+        elastic_min: Option<u8>,
     },
     Finish(u8),
     Cancel(u8),
@@ -156,8 +160,8 @@ pub(crate) fn world() -> impl Strategy<Value = World> {
 /// One operation on the cluster: a submission, an exit, a user action or a node change.
 pub(crate) fn op_gen() -> impl Strategy<Value = OpGen> {
     prop_oneof![
-        6 => (0u8..4, 0u8..5, 1u8..=3, 0u8..=FRACTION_GPUS, 0u8..=4, 0u8..4, 0u8..7, any::<bool>(), proptest::option::of(1u8..=6)).prop_map(
-            |(queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit }
+        6 => ((0u8..4, 0u8..5, 1u8..=3, 0u8..=FRACTION_GPUS, 0u8..=4, 0u8..4, 0u8..7, any::<bool>(), proptest::option::of(1u8..=6)), proptest::option::weighted(0.25, any::<u8>())).prop_map(
+            |((queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit), elastic_min)| OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit, elastic_min }
         ),
         2 => any::<u8>().prop_map(OpGen::Finish),
         1 => any::<u8>().prop_map(OpGen::Cancel),
@@ -292,8 +296,32 @@ fn request(gpus: u8, cpus: u8) -> Resources {
     r
 }
 
+/// The minimum of a generated elastic gang: below its size, at least one.
+fn elastic_min(op: &OpGen) -> Option<u32> {
+    match *op {
+        OpGen::Submit { replicas, elastic_min: Some(m), .. } if replicas > 1 => {
+            Some(1 + u32::from(m) % u32::from(replicas - 1))
+        }
+        _ => None,
+    }
+}
+
+/// The command that submits a generated job.
+fn submit_op(spec: JobSpec, op: &OpGen) -> Op {
+    match elastic_min(op) {
+        Some(min_replicas) => Op::SubmitElastic {
+            spec,
+            elastic: ElasticSpec { task: 0, min_replicas },
+            request_id: None,
+            run_as: None,
+            after: Vec::new(),
+        },
+        None => Op::Submit { spec, request_id: None },
+    }
+}
+
 fn submit_spec(n: usize, w: &World, op: &OpGen) -> Option<JobSpec> {
-    let OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit } = *op else {
+    let OpGen::Submit { queue, class, replicas, gpus, cpus, mode, topology, min_runtime, time_limit, .. } = *op else {
         return None;
     };
     let classes = default_classes();
@@ -631,7 +659,7 @@ pub(crate) fn apply_op(s: &mut State, w: &World, submitted: &mut usize, now_ms: 
             OpGen::Submit { .. } => {
                 let spec = submit_spec(n, w, op).unwrap();
                 *submitted += 1;
-                cmd(s, now_ms, Op::Submit { spec, request_id: None }).map(drop)
+                cmd(s, now_ms, submit_op(spec, op)).map(drop)
             }
             _ if n == 0 => Ok(()),
             OpGen::Finish(i) => match s.job_by_name(pick(*i).as_str()) {
@@ -783,7 +811,12 @@ pub(crate) fn to_yaml(w: &World) -> String {
             OpGen::Submit { .. } => {
                 let spec = submit_spec(submitted, w, op).unwrap();
                 submitted += 1;
-                if cluster.validate_submit(&spec).is_err() {
+                // An elastic gang is judged at its minimum, as `apply` judges it.
+                let mut judged = spec.clone();
+                if let Some(m) = elastic_min(op) {
+                    judged.tasks[0].replicas = m;
+                }
+                if cluster.validate_submit(&judged).is_err() {
                     refused.insert(spec.name.to_string());
                     continue;
                 }
@@ -798,6 +831,10 @@ pub(crate) fn to_yaml(w: &World) -> String {
                     _ => format!(", topology: {}", t.text()),
                 });
                 let limit = spec.time_limit_ms.map_or(String::new(), |t| format!(", time_limit: {}", t / 1000));
+                let limit = match elastic_min(op) {
+                    Some(m) => format!("{limit}, min_replicas: {m}"),
+                    None => limit,
+                };
                 format!(
                     "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}m}}, preemption_mode: {}, min_runtime: {}{topo}{limit}}}",
                     spec.name,
