@@ -303,9 +303,15 @@ fn decide_reserving(
     i: usize,
 ) -> Outcome {
     // Section 12: a starving job is placed under its user's limit like any other.
-    if let Err(why) = user_limit(view, c) {
-        wait_for(plan, c.id, c.reason, why);
-        return Outcome::Waits;
+    let capped = match user_limit(view, c) {
+        Ok(capped) => capped,
+        Err(why) => {
+            wait_for(plan, c.id, c.reason, why);
+            return Outcome::Waits;
+        }
+    };
+    if let Some(most) = capped {
+        return start_capped(view, c, plan, planner, holds, i, most);
     }
     if holds.ready(view, i, c.job) {
         holds.unblock(view, &[i]);
@@ -324,6 +330,35 @@ fn decide_reserving(
     }
     let why = reserve::reserved_reason(&holds.list[i].where_, holds.waiting_for(view, i));
     wait_for(plan, c.id, c.reason, why);
+    Outcome::Waits
+}
+
+/// A starving elastic gang its user's limit caps below the whole size it reserved (section
+/// 12; a reservation is for the whole size, section 9): it starts at the largest size the
+/// limit allows that fits now, on its reserved resources or beside them, else waits.
+/// Started on its whole reservation, `apply` refused it at every cycle: its user may not
+/// hold that much (found by the property tests).
+fn start_capped(
+    view: &mut View,
+    c: &Candidate,
+    plan: &mut Plan,
+    planner: &mut Planner,
+    holds: &mut Holds,
+    i: usize,
+    most: u32,
+) -> Outcome {
+    let e = view.state.elastic(c.id).expect("only an elastic gang is capped below its size");
+    // Its own block lifted, as when it starts on its whole reservation; what the cycle
+    // learned of room with the block standing does not hold meanwhile.
+    holds.unblock(view, &[i]);
+    planner.no_fit.clear();
+    if !c.needs.pool_choices.is_empty() && place_smaller(view, c, e, most, plan, planner).is_ok() {
+        return Outcome::Placed;
+    }
+    holds.reblock(view, &[i]);
+    planner.no_fit.clear();
+    let why = reserve::reserved_reason(&holds.list[i].where_, holds.waiting_for(view, i));
+    wait_for(plan, c.id, c.reason, format!("{why}; its user's limit allows {most} of its replicas"));
     Outcome::Waits
 }
 
