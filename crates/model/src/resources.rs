@@ -22,11 +22,6 @@ pub fn is_gpu_key(name: &str) -> bool {
     name == GPU || name == GPU_FRACTION
 }
 
-/// Thousandths of a GPU from a request's two entries: `gpu` (whole) and `gpu.milli`.
-pub fn gpus_milli_of(whole: u64, fraction: u64) -> u64 {
-    whole.saturating_mul(MILLI_PER_GPU).saturating_add(fraction)
-}
-
 /// Whether `name` is a MIG slice profile (`mig-` and a profile after it).
 pub fn is_slice_profile(name: &str) -> bool {
     name.len() > SLICE_PREFIX.len() && name.starts_with(SLICE_PREFIX)
@@ -99,7 +94,7 @@ impl Resources {
 
     /// Whole GPUs and a fraction, in thousandths of a GPU.
     pub fn gpus_milli(&self) -> u64 {
-        gpus_milli_of(self.gpus(), self.gpu_fraction())
+        self.gpus().saturating_mul(MILLI_PER_GPU).saturating_add(self.gpu_fraction())
     }
 
     /// Sets the GPUs from thousandths: the whole ones as `gpu`, the rest as the fraction.

@@ -44,7 +44,7 @@ use crate::job::JobId;
 use crate::limits::MAX_RESOURCE_KINDS;
 use crate::name::Name;
 use crate::quantity::Human;
-use crate::resources::{GPU, GPU_FRACTION, Resources, gpus_milli_of, is_gpu_key};
+use crate::resources::{GPU, Resources, is_gpu_key};
 
 /// Quantities indexed by kind.
 pub type Vector = [u64; MAX_RESOURCE_KINDS];
@@ -70,13 +70,6 @@ pub fn gpus_milli(gpus: u64) -> u64 {
 }
 
 pub const ZERO: Vector = [0; MAX_RESOURCE_KINDS];
-
-/// Kind names compared byte by byte: they are a few bytes long, and `==` calls memcmp for
-/// each, which costs more than the comparison (this runs for every resource of every
-/// pending job in every cycle).
-fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
-}
 
 /// Resource names in index order: `gpu` first, then by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -104,7 +97,11 @@ impl Kinds {
     }
 
     pub fn index(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|n| same_name(n, name))
+        // Compared byte by byte: kind names are a few bytes long, and `==` calls memcmp for
+        // each, which costs more than the comparison (this runs for every resource of
+        // every pending job in every cycle).
+        let same = |n: &String| n.len() == name.len() && n.bytes().zip(name.bytes()).all(|(a, b)| a == b);
+        self.names.iter().position(same)
     }
 
     /// `None` when `r` names a resource no node has.
@@ -118,23 +115,14 @@ impl Kinds {
     }
 
     /// Like `vector`, but drops resources no node has (quotas may name future resources).
-    /// One pass over the request's entries, the GPU ones picked out on the way: this runs
-    /// for every pending job at every cycle, and looking `gpu` and `gpu.milli` up apart
-    /// cost two more searches of the map.
     pub fn vector_lossy(&self, r: &Resources) -> Vector {
         let mut v = ZERO;
-        let (mut whole, mut fraction) = (0, 0);
-        for (name, q) in r.iter() {
-            if same_name(name, GPU) {
-                whole = q;
-            } else if same_name(name, GPU_FRACTION) {
-                fraction = q;
-            } else if let Some(k) = self.index(name) {
+        for (name, q) in r.iter().filter(|(name, _)| !is_gpu_key(name)) {
+            if let Some(k) = self.index(name) {
                 v[k] = q;
             }
         }
-        v[GPU_KIND] = gpus_milli_of(whole, fraction);
-        debug_assert_eq!(v[GPU_KIND], r.gpus_milli());
+        v[GPU_KIND] = r.gpus_milli();
         v
     }
 
