@@ -157,10 +157,10 @@ proptest! {
 /// decisions.md section 5 (a minimal victim set) with section 13 (an elastic gang's
 /// replicas above its minimum are a candidate of their own), as the property above found
 /// it. Queue a borrows three of b's GPUs in their cohort; b reclaims for an elastic gang
-/// (j9, two 2-GPU replicas at its minimum). On n1 the walk took two one-GPU jobs (j13,
+/// (j9, two 2-GPU replicas at its minimum). On n1 the walk took two one-GPU jobs (j12,
 /// then j6), then the elastic gang j5 whole (its rest brings its part on n2 along). Giving
-/// back j13 left a set in which j5's rest, judged apart from its part and after it, no
-/// longer borrowed: nothing was given back, and j13 was preempted for nothing.
+/// back j12 left a set in which j5's rest, judged apart from its part and after it, no
+/// longer borrowed: nothing was given back, and j12 was preempted for nothing.
 #[test]
 fn a_victim_set_with_an_elastic_gang_gives_back_what_it_does_not_need() {
     let g = |gpus, replicas, min, priority, in_a| {

@@ -830,11 +830,10 @@ pub(crate) fn to_yaml(w: &World) -> String {
                     (None, Some(p)) => format!(", topology: {{preferred: {p}}}"),
                     _ => format!(", topology: {}", t.text()),
                 });
-                let limit = spec.time_limit_ms.map_or(String::new(), |t| format!(", time_limit: {}", t / 1000));
-                let limit = match elastic_min(op) {
-                    Some(m) => format!("{limit}, min_replicas: {m}"),
-                    None => limit,
-                };
+                let mut limit = spec.time_limit_ms.map_or(String::new(), |t| format!(", time_limit: {}", t / 1000));
+                if let Some(m) = elastic_min(op) {
+                    limit.push_str(&format!(", min_replicas: {m}"));
+                }
                 format!(
                     "submit: {{name: {}, queue: {}, priority: {prio}, replicas: {}, resources: {{gpu: {}, cpu: {}m}}, preemption_mode: {}, min_runtime: {}{topo}{limit}}}",
                     spec.name,

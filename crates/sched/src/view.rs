@@ -25,9 +25,9 @@ pub struct View<'a> {
     /// `taken` in the order taken: what a kept list of candidates has not seen yet is the
     /// log's tail (`taken_since`).
     taken_log: Vec<JobId>,
-    /// Jobs running or stopping when the cycle began: the only possible victims. Gathered
-    /// on first use (`active()`): a cycle that plans no preemption never needs them, and
-    /// gathering them reads every running job.
+    /// Jobs running or stopping when the cycle began: the only possible victims. Built on
+    /// first use (`active()`) from `jobs.active`: a cycle that plans no preemption never
+    /// needs their queues and ranks.
     active: OnceCell<Vec<ActiveJob>>,
     /// The state's jobs by what the cycle does with them, from one pass (`Jobs::of`).
     pub jobs: Jobs<'a>,

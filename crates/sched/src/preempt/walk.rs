@@ -172,14 +172,15 @@ fn valid_in_order(
             .min_by(|&a, &b| ctx.cmp_rank(&view.ledger, &cands[left[a]], &cands[left[b]]))
             .expect("not empty");
         let t = left.remove(pos);
-        // The other half of t's gang, when both halves are in the set: (the rest, the other).
-        let rest_and_other = match parts.rest_of_part.get(&t) {
-            Some(&rest) => left.contains(&rest).then_some((rest, rest)),
-            None => parts.part_of_rest.get(&t).filter(|p| left.contains(p)).map(|&part| (t, part)),
+        // Both halves of a gang in the set: judged by its rest, taken together.
+        let (judged, with) = match (parts.rest_of_part.get(&t), parts.part_of_rest.get(&t)) {
+            (Some(&rest), _) if left.contains(&rest) => (rest, Some(rest)),
+            (_, Some(&part)) if left.contains(&part) => (t, Some(part)),
+            _ => (t, None),
         };
-        ok &= ctx.valid(&view.ledger, &cands[rest_and_other.map_or(t, |(rest, _)| rest)]);
+        ok &= ctx.valid(&view.ledger, &cands[judged]);
         view.ledger.remove(removed, cands[t].job);
-        if let Some((_, other)) = rest_and_other {
+        if let Some(other) = with {
             left.retain(|&l| l != other);
             view.ledger.remove(removed, cands[other].job);
         }
